@@ -1,0 +1,1 @@
+"""Static facts that rules share: qualified names, name kinds, training loops."""

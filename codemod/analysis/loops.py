@@ -1,0 +1,96 @@
+"""Training-loop detection: which `for`/`while` loops run optimisation steps.
+
+A *step loop* is the innermost loop whose body (not counting nested function
+definitions) calls `.backward()`; the loops around it (epochs) are *outer
+training loops*. Work placed in a step loop runs once per step; work in an outer
+loop runs once per epoch.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+# `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward(loss)`
+BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+
+
+class _CallCollector(cst.CSTVisitor):
+    """Calls in a loop body, skipping nested function and class bodies."""
+
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+        self.loops: list[cst.CSTNode] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loops.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loops.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+class TrainingLoops:
+    """Step loops of one module, found once and shared by the rules."""
+
+    def __init__(self, module: cst.Module, parents) -> None:
+        self._parents = parents
+        self._backward_loops: set[int] = set()
+        self.step_loops: list[cst.CSTNode] = []
+        finder = _LoopFinder()
+        module.visit(finder)
+        for loop in finder.loops:
+            collector = _CallCollector()
+            loop.body.visit(collector)
+            if any(m.matches(call, BACKWARD) for call in collector.calls):
+                self._backward_loops.add(id(loop))
+        for loop in finder.loops:
+            if id(loop) in self._backward_loops and not any(
+                id(inner) in self._backward_loops for inner in _inner_loops(loop)
+            ):
+                self.step_loops.append(loop)
+        self._step_ids = {id(loop) for loop in self.step_loops}
+
+    def step_loop_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The step loop whose body contains `node`, if any (stopping at function bodies)."""
+        current = self._parents.get(node)
+        child = node
+        while current is not None:
+            if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return None
+            if id(current) in self._step_ids and child is current.body:
+                return current
+            child, current = current, self._parents.get(current)
+        return None
+
+    def is_training_loop(self, loop: cst.CSTNode) -> bool:
+        return id(loop) in self._backward_loops
+
+
+class _LoopFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.loops: list[cst.CSTNode] = []
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loops.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loops.append(node)
+
+
+def _inner_loops(loop: cst.CSTNode) -> list[cst.CSTNode]:
+    collector = _CallCollector()
+    loop.body.visit(collector)
+    return collector.loops
+

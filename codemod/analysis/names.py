@@ -1,0 +1,119 @@
+"""Qualified names through imports: `DL`, `tud.DataLoader` and
+`torch.utils.data.DataLoader` are one name; a local class named DataLoader is not."""
+
+from __future__ import annotations
+
+from typing import Collection
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata.base_provider import LazyValue
+
+# Public re-exports that resolve to the same object as the path users spell.
+CANONICAL = {
+    "torch.optim.adam.Adam": "torch.optim.Adam",
+    "torch.optim.adamw.AdamW": "torch.optim.AdamW",
+    "torch.optim.sgd.SGD": "torch.optim.SGD",
+    "torch.utils.data.dataloader.DataLoader": "torch.utils.data.DataLoader",
+    "torch.utils.data.dataset.Dataset": "torch.utils.data.Dataset",
+    "torch.utils.data.dataset.IterableDataset": "torch.utils.data.IterableDataset",
+    "torch.utils.data.dataset.TensorDataset": "torch.utils.data.TensorDataset",
+    "torch.nn.modules.module.Module": "torch.nn.Module",
+    "torch.amp.autocast_mode.autocast": "torch.amp.autocast",
+    "torch.cuda.amp.grad_scaler.GradScaler": "torch.cuda.amp.GradScaler",
+}
+
+
+class Names:
+    """Qualified-name look-ups for one file."""
+
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self._names = wrapper.resolve(QualifiedNameProvider)
+
+    def _qualified(self, node: cst.CSTNode):
+        value = self._names.get(node, ())
+        return value() if isinstance(value, LazyValue) else value
+
+    def of(self, node: cst.CSTNode) -> set[str]:
+        """Imported or builtin names the expression may refer to (local names excluded)."""
+        if isinstance(node, cst.Call):
+            node = node.func
+        found = set()
+        for qualified in self._qualified(node):
+            if qualified.source is QualifiedNameSource.LOCAL:
+                continue
+            found.add(CANONICAL.get(qualified.name, qualified.name))
+        return found
+
+    def local(self, node: cst.CSTNode) -> set[str]:
+        """Names defined in this file (classes, functions, variables) the expression refers to."""
+        if isinstance(node, cst.Call):
+            node = node.func
+        return {q.name for q in self._qualified(node) if q.source is QualifiedNameSource.LOCAL}
+
+    def is_(self, node: cst.CSTNode, *names: str) -> bool:
+        return not self.of(node).isdisjoint(names)
+
+    def startswith(self, node: cst.CSTNode, prefixes: Collection[str]) -> str | None:
+        """The first qualified name of `node` that starts with one of `prefixes`."""
+        for name in sorted(self.of(node)):
+            if any(name == p or name.startswith(p + ".") for p in prefixes):
+                return name
+        return None
+
+
+def kwarg(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def positional(call: cst.Call, index: int) -> cst.Arg | None:
+    """The `index`-th positional argument, or None (also when a *args hides positions)."""
+    plain = []
+    for arg in call.args:
+        if arg.keyword is not None or arg.star == "**":
+            continue
+        if arg.star == "*":
+            return None
+        plain.append(arg)
+    return plain[index] if index < len(plain) else None
+
+
+def has_star_kwargs(call: cst.Call) -> bool:
+    return any(arg.star == "**" for arg in call.args)
+
+
+def method_name(call: cst.Call) -> str | None:
+    """`attr` for a call `<receiver>.attr(...)`."""
+    if isinstance(call.func, cst.Attribute):
+        return call.func.attr.value
+    return None
+
+
+def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """`call` with `name=value` appended, keeping the layout of the argument list."""
+    args = list(call.args)
+    new_arg = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    if not args:
+        return call.with_changes(args=[new_arg])
+    last = args[-1]
+    if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
+        # `f(a)` -> `f(a, name=value)`
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(new_arg)
+    else:
+        # A trailing comma (often one argument a line): put the new one on a line
+        # of its own, copying the layout of the comma before it.
+        new_arg = new_arg.with_changes(comma=last.comma)
+        if not isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
+            between = cst.SimpleWhitespace(" ")  # `f(a,)` on one line
+        elif len(args) >= 2:
+            between = args[-2].comma.whitespace_after
+        else:
+            between = call.whitespace_before_args
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=between))
+        args.append(new_arg)
+    return call.with_changes(args=args)

@@ -1,0 +1,40 @@
+"""Everything a rule may ask about the file it visits, computed once per parse."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from codemod.analysis.kinds import Kinds
+from codemod.analysis.loops import TrainingLoops
+from codemod.analysis.names import Names
+from codemod.config import Settings
+
+
+class FileContext:
+    def __init__(self, wrapper: MetadataWrapper, path: str, settings: Settings) -> None:
+        self.wrapper = wrapper
+        self.module = wrapper.module
+        self.path = path
+        self.settings = settings
+
+    @cached_property
+    def names(self) -> Names:
+        return Names(self.wrapper)
+
+    @cached_property
+    def kinds(self) -> Kinds:
+        return Kinds(self.wrapper, self.names)
+
+    @cached_property
+    def loops(self) -> TrainingLoops:
+        return TrainingLoops(self.module, self.parents)
+
+    @cached_property
+    def parents(self):
+        return self.wrapper.resolve(ParentNodeProvider)
+
+    @cached_property
+    def positions(self):
+        return self.wrapper.resolve(PositionProvider)

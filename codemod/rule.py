@@ -1,0 +1,163 @@
+"""The rule model: levels, findings, and the base class every rule extends.
+
+A rule is a libcst batchable visitor (all rules share one traversal per file,
+as in Fixit). It detects and fixes in the same visit: ``self.report(node,
+replacement=new)`` records a finding with its fix, ``self.report(node)`` one
+without. Rules never print, never touch files and never import click.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Sequence, Union
+
+import libcst as cst
+from libcst.metadata import (
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+
+class Level(enum.IntEnum):
+    """How far a fix may change results; `--level` applies fixes up to this one."""
+
+    SAFE = 0  # same results bit for bit; only timing changes
+    NUMERIC = 1  # same computation in other floating point: within tolerance
+    UNSAFE = 2  # may change behaviour in cases the analysis cannot rule out
+
+    @classmethod
+    def parse(cls, text: str) -> "Level":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            names = ", ".join(level.label for level in cls)
+            raise ValueError(f"unknown level {text!r}; expected one of: {names}") from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One place a rule reports, with or without a fix."""
+
+    path: str
+    line: int
+    column: int  # 1-based, as editors and SARIF count
+    code: str
+    name: str
+    message: str
+    level: Level  # the level its fix needs (the rule's level unless the site asks for more)
+    fixable: bool
+    applied: bool = False
+
+    @property
+    def location(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must leave alone (no finding at all)."""
+
+    code: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must report; ``expected_replacement`` is the whole fixed
+    module at the rule's own level, or None when the rule reports without a fix."""
+
+    code: str
+    expected_replacement: str | None = None
+    note: str = ""
+    config: dict = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    """What a rule hands the engine: the node, why, and the optional fix."""
+
+    node: cst.CSTNode
+    code: str
+    name: str
+    message: str
+    level: Level
+    replacement: Replacement | None
+    imports: tuple[tuple[str, str | None], ...]  # (module, obj) pairs the fix needs
+
+
+class Rule(cst.BatchableCSTVisitor):
+    """Base class: subclasses set the ClassVars and implement visit_* methods.
+
+    The class docstring is the rule's documentation page, in ruff's sections:
+    ``## What it does``, ``## Why is this bad?``, ``## Example``, ``## Fix safety``.
+    """
+
+    CODE: ClassVar[str]
+    NAME: ClassVar[str]  # kebab-case name of the pattern, not of the fix
+    LEVEL: ClassVar[Level]
+    MESSAGE: ClassVar[str]
+    GAIN: ClassVar[str]  # one line: the expected gain, where it shows
+    VALID: ClassVar[Sequence[Valid]] = ()
+    INVALID: ClassVar[Sequence[Invalid]] = ()
+
+    METADATA_DEPENDENCIES = (
+        PositionProvider,
+        QualifiedNameProvider,
+        ScopeProvider,
+        ParentNodeProvider,
+    )
+
+    def __init__(self, context: "FileContext") -> None:
+        super().__init__()
+        self.context = context
+        self.reports: list[Report] = []
+
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str | None = None,
+        *,
+        replacement: Replacement | None = None,
+        level: Level | None = None,
+        imports: Sequence[tuple[str, str | None]] = (),
+    ) -> None:
+        self.reports.append(
+            Report(
+                node=node,
+                code=self.CODE,
+                name=self.NAME,
+                message=message or self.MESSAGE,
+                level=max(level, self.LEVEL) if level is not None else self.LEVEL,
+                replacement=replacement,
+                imports=tuple(imports),
+            )
+        )
+
+    # -- documentation -----------------------------------------------------
+
+    @classmethod
+    def docs(cls) -> str:
+        return textwrap.dedent(inspect.getdoc(cls) or "").strip()
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first paragraph under '## What it does', on one line."""
+        match = re.search(r"## What it does\s*\n(.*?)(\n\s*\n|\n##|$)", cls.docs(), re.S)
+        text = match.group(1) if match else cls.MESSAGE
+        return " ".join(text.split())
