@@ -1,11 +1,15 @@
 """The rule catalogue: one module per rule (or small family), each carrying its
-docs and its valid/invalid examples."""
+docs and its valid/invalid examples. Add a rule: import it here, one line, and
+list it in RULES."""
 
 from __future__ import annotations
 
 from codemod.rule import Rule
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 
-ALL_RULES: list[type[Rule]] = sorted([NonBlockingCopy], key=lambda rule: rule.CODE)
+RULES: list[type[Rule]] = [
+    NonBlockingCopy,
+]
 
+ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
 RULES_BY_CODE: dict[str, type[Rule]] = {rule.CODE: rule for rule in ALL_RULES}
