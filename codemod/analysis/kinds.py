@@ -41,6 +41,7 @@ class Kind(enum.Enum):
     DATASET = "dataset"
     DEVICE = "device"
     UNKNOWN = "unknown"
+    BOTTOM = "bottom"  # no value yet: the first guess while resolving a cycle such as `x = x.cuda()` in a loop
 
 
 class Place(enum.Enum):
@@ -58,6 +59,10 @@ class Fact:
     place: Place = Place.UNKNOWN
 
     def join(self, other: "Fact") -> "Fact":
+        if self.kind is Kind.BOTTOM:
+            return other
+        if other.kind is Kind.BOTTOM:
+            return self
         if self.kind is not other.kind:
             return UNKNOWN
         return Fact(self.kind, self.place.join(other.place))
@@ -68,6 +73,7 @@ class Fact:
 
 
 UNKNOWN = Fact(Kind.UNKNOWN)
+BOTTOM = Fact(Kind.BOTTOM)
 
 # What iterating or unpacking yields: one fact, or a tuple of shapes (enumerate, zip).
 Shape = Union[Fact, tuple]
@@ -144,6 +150,9 @@ class Kinds:
         self.parents = wrapper.resolve(ParentNodeProvider)
         self.positions = wrapper.resolve(PositionProvider)
         self._facts: dict[int, Fact] = {}
+        self._guesses: dict[int, Fact] = {}  # expressions being resolved -> current guess
+        self._recursive: set[int] = set()  # ... whose guess was used while resolving them
+        self._computed: list[int] = []  # cache keys in the order they were filled
         self._class_kinds: dict[int, Fact] = {}
         self._default_device_changed = "set_default_device" in wrapper.module.code or (
             "set_default_tensor_type" in wrapper.module.code
@@ -152,12 +161,35 @@ class Kinds:
     # -- public API ------------------------------------------------------------
 
     def fact(self, expr: cst.BaseExpression) -> Fact:
+        fact = self._fact(expr)
+        return UNKNOWN if fact.kind is Kind.BOTTOM else fact
+
+    def _fact(self, expr: cst.BaseExpression) -> Fact:
+        """Facts of expressions that depend on themselves (`x = x.cuda()` in a loop)
+        are found by iterating from BOTTOM until the guess is stable; facts cached
+        meanwhile are dropped when the guess changes. The lattice is shallow
+        (bottom < place known < place unknown < unknown), so this ends quickly."""
         key = id(expr)
         if key in self._facts:
             return self._facts[key]
-        self._facts[key] = UNKNOWN  # breaks cycles such as `x = x.to(dev)`
-        fact = self._compute(expr)
+        if key in self._guesses:
+            self._recursive.add(key)
+            return self._guesses[key]
+        self._guesses[key] = BOTTOM
+        while True:
+            mark = len(self._computed)
+            fact = self._compute(expr)
+            if key not in self._recursive or fact == self._guesses[key]:
+                break
+            self._guesses[key] = fact
+            self._recursive.discard(key)
+            for stale in self._computed[mark:]:
+                self._facts.pop(stale, None)
+            del self._computed[mark:]
+        del self._guesses[key]
+        self._recursive.discard(key)
         self._facts[key] = fact
+        self._computed.append(key)
         return fact
 
     def device_place(self, expr: cst.BaseExpression) -> Place:
@@ -242,6 +274,8 @@ class Kinds:
         scope = self.scopes.get(name)
         if scope is None:
             return True
+        if any(isinstance(self.parents.get(a.node), cst.AugAssign) for a in scope.assignments[name.value]):
+            return True  # `buf += 1` is an in-place add on a tensor
         for access in scope.accesses[name.value]:
             parent = self.parents.get(access.node)
             if isinstance(parent, cst.Attribute) and parent.value is access.node:
@@ -249,8 +283,6 @@ class Kinds:
                 if isinstance(call, cst.Call) and parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
                     return True
             if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), cst.AssignTarget):
-                return True
-            if isinstance(parent, cst.AugAssign) and parent.target is access.node:
                 return True
             if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out":
                 return True
@@ -297,16 +329,16 @@ class Kinds:
         if isinstance(expr, cst.Call):
             return self._call_fact(expr)
         if isinstance(expr, cst.Subscript):
-            return _element(self.fact(expr.value))
+            return _element(self._fact(expr.value))
         if isinstance(expr, cst.Attribute):
             return self._attribute_fact(expr)
         if isinstance(expr, cst.BinaryOperation):
-            return _tensor_join([self.fact(expr.left), self.fact(expr.right)])
+            return _tensor_join([self._fact(expr.left), self._fact(expr.right)])
         if isinstance(expr, cst.UnaryOperation):
-            operand = self.fact(expr.expression)
-            return operand if operand.kind is Kind.TENSOR else UNKNOWN
+            operand = self._fact(expr.expression)
+            return operand if operand.kind in (Kind.TENSOR, Kind.BOTTOM) else UNKNOWN
         if isinstance(expr, cst.IfExp):
-            return self.fact(expr.body).join(self.fact(expr.orelse))
+            return self._fact(expr.body).join(self._fact(expr.orelse))
         if isinstance(expr, cst.SimpleString) and self.is_device(expr):
             return Fact(Kind.DEVICE, self.device_place(expr))
         return UNKNOWN
@@ -314,10 +346,12 @@ class Kinds:
     def _attribute_fact(self, expr: cst.Attribute) -> Fact:
         attr = expr.attr.value
         if attr == "device":
-            owner = self.fact(expr.value)
+            owner = self._fact(expr.value)
+            if owner.kind is Kind.BOTTOM:
+                return BOTTOM
             return Fact(Kind.DEVICE, owner.place if owner.kind is Kind.TENSOR else Place.UNKNOWN)
         if attr in TENSOR_ATTRIBUTES:
-            owner = self.fact(expr.value)
+            owner = self._fact(expr.value)
             return owner if owner.kind is Kind.TENSOR else UNKNOWN
         return UNKNOWN
 
@@ -332,7 +366,7 @@ class Kinds:
         method = method_name(call)
         if method is not None:
             return self._method_fact(call, method)
-        if self.fact(call.func).kind is Kind.MODULE:  # model(x)
+        if self._fact(call.func).kind is Kind.MODULE:  # model(x)
             return Fact(Kind.TENSOR)
         return UNKNOWN
 
@@ -349,17 +383,17 @@ class Kinds:
             values = [a.value for a in call.args if a.keyword is None and not a.star]
             if values and isinstance(values[0], (cst.List, cst.Tuple)):
                 values = [e.value for e in values[0].elements]
-            return _tensor_join([self.fact(v) for v in values])
+            return _tensor_join([self._fact(v) for v in values])
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
-            return self.fact(first.value) if first else UNKNOWN
+            return self._fact(first.value) if first else UNKNOWN
         if name == "torch.device":
             return Fact(Kind.DEVICE, self.device_place(first.value) if first else Place.UNKNOWN)
         if name == "torch.utils.data.DataLoader":
             return Fact(Kind.LOADER, self._loader_place(call))
         if name in DATASET_CLASSES:
-            return _tensor_join([self.fact(a.value) for a in call.args], Kind.DATASET, default=Place.HOST)
+            return _tensor_join([self._fact(a.value) for a in call.args], Kind.DATASET, default=Place.HOST)
         if name == "torch.compile":
-            return self.fact(first.value) if first else UNKNOWN
+            return self._fact(first.value) if first else UNKNOWN
         return self._class_name_fact(name)
 
     def _class_name_fact(self, name: str) -> Fact | None:
@@ -391,7 +425,9 @@ class Kinds:
         return self.class_fact(local) if local is not None else UNKNOWN
 
     def _method_fact(self, call: cst.Call, method: str) -> Fact:
-        receiver = self.fact(call.func.value)
+        receiver = self._fact(call.func.value)
+        if receiver.kind is Kind.BOTTOM:
+            return BOTTOM
         if method in ("to", "cuda"):
             copy = self.copy_of(call)
             if copy is None or receiver.kind not in (Kind.TENSOR, Kind.MODULE):
@@ -409,7 +445,7 @@ class Kinds:
         dataset = kwarg(call, "dataset") or positional(call, 0)
         if dataset is None:
             return Place.UNKNOWN
-        fact = self.fact(dataset.value)
+        fact = self._fact(dataset.value)
         return fact.place if fact.kind is Kind.DATASET else Place.HOST
 
     # -- names ---------------------------------------------------------------------
@@ -535,7 +571,7 @@ class Kinds:
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.AnnAssign, cst.NamedExpr)) and statement.value is not None:
             if isinstance(statement, cst.AnnAssign) and self._is_tensor_annotation(statement.annotation.annotation):
-                value = self.fact(statement.value)
+                value = self._fact(statement.value)
                 return value if value.kind is Kind.TENSOR else Fact(Kind.TENSOR)
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.For, cst.CompFor)):
@@ -558,7 +594,7 @@ class Kinds:
         if isinstance(value, cst.Call) and self.names.is_(value.func, "next", "builtins.next"):
             first = positional(value, 0)
             return self._item_shape(first.value) if first else UNKNOWN
-        return self.fact(value)
+        return self._fact(value)
 
     def _item_shape(self, iterable: cst.BaseExpression) -> Shape:
         """What one iteration over `iterable` yields."""
@@ -572,9 +608,9 @@ class Kinds:
                 return self._item_shape(args[0])
             method = method_name(iterable)
             if method in ("items", "values"):
-                element = _element(self.fact(iterable.func.value))
+                element = _element(self._fact(iterable.func.value))
                 return (UNKNOWN, element) if method == "items" else element
-        fact = self.fact(iterable)
+        fact = self._fact(iterable)
         if fact.kind is Kind.LOADER:
             return Fact(Kind.BATCH, fact.place)
         return _element(fact)
@@ -582,6 +618,8 @@ class Kinds:
 
 def _element(fact: Fact) -> Fact:
     """An element of a batch or a row of a tensor: a tensor in the same place."""
+    if fact.kind is Kind.BOTTOM:
+        return BOTTOM
     if fact.kind in (Kind.TENSOR, Kind.BATCH):
         return Fact(Kind.TENSOR, fact.place)
     return UNKNOWN
@@ -598,6 +636,8 @@ def _destructure(shape: Shape, path: list[int]) -> Fact:
 
 def _tensor_join(facts: list[Fact], kind: Kind = Kind.TENSOR, default: Place | None = None) -> Fact:
     """A tensor (or `kind`) placed where its tensor operands are; unknown without any."""
+    if facts and all(f.kind is Kind.BOTTOM for f in facts):
+        return BOTTOM
     places = [f.place for f in facts if f.kind is Kind.TENSOR]
     if not places:
         return Fact(kind, default) if default is not None else UNKNOWN

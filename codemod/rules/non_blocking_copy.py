@@ -71,6 +71,7 @@ class NonBlockingCopy(Rule):
         Valid(PREAMBLE + "x = torch.randn(4).to(device, non_blocking=False)\n", "explicit choice kept"),
         Valid(PREAMBLE + "x = torch.randn(4).to(device, torch.float32, True)\n", "non_blocking passed by position"),
         Valid(PREAMBLE + "def f(t):\n    return t.to(device)\n", "unknown receiver"),
+        Valid(PREAMBLE + "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(device)\n", "on the device after the first pass"),
         Valid(
             PREAMBLE
             + "buf = torch.empty(8).pin_memory()\nfor x, _ in loader:\n    buf.copy_(x[0])\n    z = buf.to(device)\n",

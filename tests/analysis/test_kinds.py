@@ -1,0 +1,149 @@
+"""The name-kind analysis: what each name holds and where, on small programs.
+
+Each case marks the expression under test with a `probe(...)` call; the test
+asks Kinds for the fact of the probe's argument."""
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper
+
+from codemod.analysis.kinds import Fact, Kind, Kinds, Place
+from codemod.analysis.names import Names
+
+HEAD = """\
+import torch
+import torch.nn as nn
+import torch.utils.data as tud
+from torch.utils.data import DataLoader as DL, TensorDataset
+import numpy as np
+device = torch.device("cuda")
+"""
+
+
+def facts_of_probes(code: str) -> list[Fact]:
+    wrapper = MetadataWrapper(cst.parse_module(HEAD + code))
+    kinds = Kinds(wrapper, Names(wrapper))
+    found = []
+
+    class Probe(cst.CSTVisitor):
+        def visit_Call(self, node):
+            if isinstance(node.func, cst.Name) and node.func.value == "probe":
+                found.append(kinds.fact(node.args[0].value))
+
+    wrapper.module.visit(Probe())
+    return found
+
+
+TENSOR_HOST = Fact(Kind.TENSOR, Place.HOST)
+TENSOR_CUDA = Fact(Kind.TENSOR, Place.CUDA)
+TENSOR_ANY = Fact(Kind.TENSOR, Place.UNKNOWN)
+UNKNOWN = Fact(Kind.UNKNOWN)
+
+CASES = [
+    ("x = torch.randn(3)\nprobe(x)", [TENSOR_HOST]),
+    ("x = torch.zeros(3, device='cuda:0')\nprobe(x)", [TENSOR_CUDA]),
+    ("x = torch.zeros(3, device=device)\nprobe(x)", [TENSOR_CUDA]),
+    ("x = torch.from_numpy(np.ones(3))\nprobe(x)", [TENSOR_HOST]),
+    ("x = torch.randn(3).cuda()\nprobe(x)", [TENSOR_CUDA]),
+    ("x = torch.randn(3).to(device)\nprobe(x.float())", [TENSOR_CUDA]),
+    ("x = torch.randn(3).to(torch.float16)\nprobe(x)", [TENSOR_HOST]),
+    ("x = torch.randn(3, device=device)\nprobe(x.cpu())\nprobe(x[0])", [TENSOR_HOST, TENSOR_CUDA]),
+    ("m = nn.Linear(2, 2)\nprobe(m)\nprobe(m.to(device))", [Fact(Kind.MODULE), Fact(Kind.MODULE, Place.CUDA)]),
+    ("class Net(nn.Module):\n    pass\nclass Big(Net):\n    pass\nprobe(Big())", [Fact(Kind.MODULE)]),
+    ("class DataLoader:\n    pass\nprobe(DataLoader())", [UNKNOWN]),
+    ("opt = torch.optim.AdamW([])\nprobe(opt)", [Fact(Kind.OPTIMIZER)]),
+    ("sched = torch.optim.lr_scheduler.StepLR(None, 1)\nprobe(sched)", [UNKNOWN]),
+    ("ds = TensorDataset(torch.randn(4, 2))\nl = DL(ds)\nprobe(l)", [Fact(Kind.LOADER, Place.HOST)]),
+    ("ds = TensorDataset(torch.randn(4, 2, device=device))\nl = tud.DataLoader(ds)\nprobe(l)", [Fact(Kind.LOADER, Place.CUDA)]),
+    ("l = DL(None)\nfor x, y in l:\n    probe(x)\n    probe(y)", [TENSOR_HOST, TENSOR_HOST]),
+    ("l = DL(None)\nfor i, (x, y) in enumerate(l):\n    probe(i)\n    probe(x)", [UNKNOWN, TENSOR_HOST]),
+    ("l = DL(None)\nfor batch in l:\n    probe(batch)\n    probe(batch['ids'])", [Fact(Kind.BATCH, Place.HOST), TENSOR_HOST]),
+    ("l = DL(None)\nfor batch in l:\n    probe({k: probe(v) for k, v in batch.items()})", [UNKNOWN, TENSOR_HOST]),
+    ("l = DL(None)\nbatch = next(iter(l))\nx, y = batch\nprobe(x)", [TENSOR_HOST]),
+    # The last binding before a use wins when it dominates the use ...
+    ("x = torch.randn(3)\nx = x.cuda()\nprobe(x)", [TENSOR_CUDA]),
+    # ... and the loop target re-binds before `x = x.to(...)` is carried around.
+    ("l = DL(None)\nfor x, y in l:\n    probe(x)\n    x = x.to(device)\n    probe(x)", [TENSOR_HOST, TENSOR_CUDA]),
+    # Without a re-binding, the later binding in the loop reaches the earlier use.
+    ("x = torch.randn(3)\nfor _ in range(3):\n    probe(x)\n    x = x.cuda()", [TENSOR_ANY]),
+    # A loop-carried self-reference is resolved to a fixpoint, not poisoned by the cycle.
+    ("x = torch.randn(3)\nfor _ in range(3):\n    x = x.cuda()\nprobe(x)", [TENSOR_ANY]),
+    ("x = torch.randn(3)\nfor _ in range(3):\n    probe(x.cuda())\n    x = x * 2", [TENSOR_CUDA]),
+    # A binding in a branch does not dominate: both reach.
+    ("x = torch.randn(3)\nif c:\n    x = x.cuda()\nprobe(x)", [TENSOR_ANY]),
+    ("def f(t: torch.Tensor, device):\n    probe(t)\n    probe(device)", [TENSOR_ANY, Fact(Kind.DEVICE)]),
+    ("def f(batch):\n    probe(batch)", [UNKNOWN]),
+    ("d = 'cuda' if torch.cuda.is_available() else 'cpu'\nprobe(d)", [Fact(Kind.DEVICE, Place.UNKNOWN)]),
+    ("x = torch.randn(3) * 2 + torch.randn(3)\nprobe(x)", [TENSOR_HOST]),
+    ("x = torch.stack([torch.randn(3), torch.randn(3)])\nprobe(x)", [TENSOR_HOST]),
+    ("torch.set_default_device('cuda')\nx = torch.randn(3)\nprobe(x)", [TENSOR_ANY]),
+]
+
+
+@pytest.mark.parametrize("code,expected", CASES, ids=[c[0].splitlines()[-1][:40] for c in CASES])
+def test_fact(code, expected):
+    assert facts_of_probes(code) == expected
+
+
+def copy_of_last_call(code: str):
+    wrapper = MetadataWrapper(cst.parse_module(HEAD + code))
+    kinds = Kinds(wrapper, Names(wrapper))
+    calls = []
+
+    class Calls(cst.CSTVisitor):  # the outermost call of the last line
+        def visit_Call(self, node):
+            if wrapper.module.body[-1].body[0].value is node:
+                calls.append(node)
+
+    wrapper.module.visit(Calls())
+    return kinds, kinds.copy_of(calls[-1])
+
+
+@pytest.mark.parametrize(
+    "code,target,moves,non_blocking",
+    [
+        ("x.to(device)", Place.CUDA, True, False),
+        ("x.to('cpu')", Place.HOST, True, False),
+        ("x.to(torch.float16)", Place.UNKNOWN, False, False),
+        ("x.to(dtype=torch.float16)", Place.UNKNOWN, False, False),
+        ("x.to(d, torch.float16)", Place.UNKNOWN, True, False),
+        ("x.to(device, torch.float16, True)", Place.CUDA, True, True),
+        ("x.to(device, non_blocking=False)", Place.CUDA, True, True),
+        ("x.cuda(0, True)", Place.CUDA, True, True),
+        ("x.to(torch.device('cpu'))", Place.HOST, True, False),
+        ("x.to(f'cuda:{rank}')", Place.UNKNOWN, True, False),
+    ],
+)
+def test_copy_of(code, target, moves, non_blocking):
+    _, copy = copy_of_last_call(code + "\n")
+    assert (copy.target, copy.moves_device, copy.has_non_blocking) == (target, moves, non_blocking)
+
+
+@pytest.mark.parametrize("code", ["x.to(thing)", "x.to(*args)", "x.float()"])
+def test_copy_of_undecidable_or_other(code):
+    _, copy = copy_of_last_call(code + "\n")
+    assert copy is None
+
+
+@pytest.mark.parametrize(
+    "code,mutated",
+    [
+        ("buf = torch.empty(3)\nbuf.copy_(torch.ones(3))\nprobe(buf)", True),
+        ("buf = torch.empty(3)\nbuf[0] = 1\nprobe(buf)", True),
+        ("buf = torch.empty(3)\nbuf += 1\nprobe(buf)", True),
+        ("buf = torch.empty(3)\ntorch.add(buf, 1, out=buf)\nprobe(buf)", True),
+        ("buf = torch.empty(3)\ny = buf.add(1)\nprobe(buf)", False),
+    ],
+)
+def test_in_place_mutation(code, mutated):
+    wrapper = MetadataWrapper(cst.parse_module(HEAD + code))
+    kinds = Kinds(wrapper, Names(wrapper))
+    probes = []
+
+    class Probe(cst.CSTVisitor):
+        def visit_Call(self, node):
+            if isinstance(node.func, cst.Name) and node.func.value == "probe":
+                probes.append(node.args[0].value)
+
+    wrapper.module.visit(Probe())
+    assert kinds.is_mutated_in_place(probes[0]) is mutated
