@@ -113,6 +113,9 @@ def process_source(
                 result.findings = findings  # later passes only finish fixes deferred by overlaps
             if not applied:
                 break
+        else:
+            codes = sorted({f.code for f in findings if f.applied})
+            raise RuntimeError(f"fixes of {', '.join(codes)} keep rewriting after {MAX_PASSES} passes")
         result.new_source = module.bytes
     except Exception as error:  # a bug in a rule must not cost the user their file
         result.findings, result.new_source = [], None
