@@ -14,6 +14,12 @@ loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch
 """
 
 
+UNPROVEN_SOURCE = (
+    "copy of a tensor that may already be on a device: if it is a host tensor, "
+    "pass non_blocking=True (not fixed: it could be a device-to-host copy)"
+)
+
+
 class NonBlockingCopy(Rule):
     """
     ## What it does
@@ -47,7 +53,11 @@ class NonBlockingCopy(Rule):
     Safe: the values computed are the same bit for bit. The rule only fixes a
     copy when it can tell that the receiver is a host tensor (built by a torch
     factory without `device=`, `torch.from_numpy`, a DataLoader batch, or
-    derived from one) and that the target is a device that is not the CPU.
+    derived from one) and that the target is a device that is not the CPU, or
+    that the target is a CUDA device and the receiver a tensor (host-to-device or
+    device-to-device: both are ordered on the stream). A tensor that may already
+    be on a device, moved to a device that may be the CPU, is reported without a
+    fix.
     It leaves alone modules (`model.to(device)`), dtype-only conversions
     (`x.to(torch.float16)`), device-to-host copies (`.cpu()`, `.to("cpu")`),
     whose result the host could read before the copy lands, calls that already
@@ -71,7 +81,6 @@ class NonBlockingCopy(Rule):
         Valid(PREAMBLE + "x = torch.randn(4).to(device, non_blocking=False)\n", "explicit choice kept"),
         Valid(PREAMBLE + "x = torch.randn(4).to(device, torch.float32, True)\n", "non_blocking passed by position"),
         Valid(PREAMBLE + "def f(t):\n    return t.to(device)\n", "unknown receiver"),
-        Valid(PREAMBLE + "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(device)\n", "on the device after the first pass"),
         Valid(
             PREAMBLE
             + "buf = torch.empty(8).pin_memory()\nfor x, _ in loader:\n    buf.copy_(x[0])\n    z = buf.to(device)\n",
@@ -80,6 +89,16 @@ class NonBlockingCopy(Rule):
         Valid(PREAMBLE + "class M:\n    def to(self, d):\n        return self\nm = M().to(device)\n", "not a tensor"),
     ]
     INVALID = [
+        Invalid(
+            PREAMBLE + "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(device)\n",
+            None,
+            "on the device after the first pass: reported, not fixed",
+        ),
+        Invalid(
+            PREAMBLE + "def f(t: torch.Tensor):\n    return t.cuda()\n",
+            PREAMBLE + "def f(t: torch.Tensor):\n    return t.cuda(non_blocking=True)\n",
+            "to CUDA from anywhere is never device-to-host",
+        ),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n",
             PREAMBLE
@@ -126,8 +145,11 @@ class NonBlockingCopy(Rule):
             return
         if copy.target is Place.HOST or copy.receiver.kind is not Kind.TENSOR:
             return
-        if copy.receiver.place is not Place.HOST:
-            return  # a device tensor moved to an unknown device could be a device-to-host copy
+        if copy.receiver.place is not Place.HOST and copy.target is not Place.CUDA:
+            # A tensor that may already be on a device, moved to a device that may be
+            # the CPU, could be a device-to-host copy: say so, change nothing.
+            self.report(node, UNPROVEN_SOURCE)
+            return
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return
