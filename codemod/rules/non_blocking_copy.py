@@ -90,9 +90,10 @@ class NonBlockingCopy(Rule):
     ]
     INVALID = [
         Invalid(
-            PREAMBLE + "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(device)\n",
+            PREAMBLE + 'dev = "cuda" if torch.cuda.is_available() else "cpu"\n'
+            "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(dev)\n",
             None,
-            "on the device after the first pass: reported, not fixed",
+            "on a device that may be the CPU after the first pass: reported, not fixed",
         ),
         Invalid(
             PREAMBLE + "def f(t: torch.Tensor):\n    return t.cuda()\n",
