@@ -55,12 +55,13 @@ class Precision:
           prefer="fp16".
         - MPS: fp16 (with a scaler) where the installed torch autocasts on MPS, else off:
           fp16 is the dtype MPS autocast has supported longest; bf16 needs macOS 14.
-        - CPU and other devices: off unless enabled=True, as CPU autocast is rarely faster
-          than fp32; then the preferred dtype (tests use this to run the autocast path).
+        - CPU and other devices: off unless enabled=True, then the preferred dtype: CPU
+          autocast pays off only on CPUs with bf16 units (AMX, AVX512-BF16). Tests force it
+          to run the autocast path.
 
-        enabled=False turns it off everywhere. The PERFMOD_AMP environment variable
-        ("bf16", "fp16", "off") wins over both arguments, so that `perfmod verify` and
-        tests can switch precision without editing the script.
+        enabled=False turns it off everywhere. The PERFMOD_AMP environment variable wins
+        over both arguments: "bf16" or "fp16" is prefer=that with enabled=True, "off" is
+        enabled=False; so `perfmod verify` and tests switch precision without editing code.
         """
         device = torch.device(device) if device is not None else torch.get_default_device()
         if env := os.environ.get(ENV_VAR):
@@ -89,7 +90,7 @@ class Precision:
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     def grad_scaler(self, **kwargs) -> torch.amp.GradScaler:
-        """A new GradScaler, enabled only for fp16, whose 5 exponent bits let small
-        gradients underflow to zero unless the loss is scaled up first.
+        """A new torch.amp.GradScaler, enabled only for fp16: its 5 exponent bits flush small
+        gradients to zero unless the loss is scaled up first. Disabled, it passes through.
         kwargs (init_scale, growth_interval, ...) go to torch.amp.GradScaler."""
         return torch.amp.GradScaler(self.device_type, enabled=self.dtype == torch.float16, **kwargs)
