@@ -8,6 +8,7 @@ that a second run of perfmod finds nothing to change.
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import re
@@ -68,10 +69,25 @@ def parse(data: bytes) -> cst.Module:
     try:
         return cst.parse_module(data)
     except cst.ParserSyntaxError as error:
-        raise SourceError(error.editor_line, error.editor_column, f"syntax error: {error.message}") from None
+        line, column, message = _python_syntax_error(data) or (error.editor_line, error.editor_column, error.message)
+        raise SourceError(line, column, f"syntax error: {message}") from None
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         line, column = _decode_error_position(data)
         raise SourceError(line, column, f"cannot decode: {error}") from None
+
+
+def _python_syntax_error(data: bytes) -> tuple[int, int, str] | None:
+    """Where CPython's parser places the error, with its message: libcst reports
+    tokenizer errors (an unclosed bracket, a stray character) at 1:1 and gives
+    no column at all. None when CPython accepts what libcst does not."""
+    try:
+        compile(data, "<perfmod>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        if error.lineno:
+            return error.lineno, error.offset or 1, error.msg
+    except ValueError:  # null bytes: libcst's own report stands
+        pass
+    return None
 
 
 def _decode_error_position(data: bytes) -> tuple[int, int]:
@@ -260,7 +276,9 @@ def process_file(path: Path, settings: Settings, write: bool) -> FileResult:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary file in the same folder and rename over the original,
-    keeping its permission bits: a crash leaves the old file or the new, never half."""
+    keeping its permission bits: a crash leaves the old file or the new, never half.
+    A symbolic link is followed, so the link stays and its target gets the new text."""
+    path = Path(os.path.realpath(path))
     mode = stat.S_IMODE(path.stat().st_mode)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".perfmod", dir=path.parent)
     try:
