@@ -1,0 +1,335 @@
+"""The `perfmod` command. Commands only parse options, call the engine and
+print what codemod.report makes of the results.
+
+Streams: stdout carries the product (findings, the summary of a write, a diff,
+a JSON or SARIF document, the rewritten source of `apply -`); errors, progress
+and any note that would spoil the product (the summary after a diff) go to stderr.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import click
+
+from codemod.config import ConfigError, Settings, load_settings, parse_codes
+from codemod.engine import FileResult, discover, process_files, process_source
+from codemod.report.as_json import render_json, rules_json
+from codemod.report.diff import colorize, unified_diff
+from codemod.report.sarif import render_sarif
+from codemod.report.text import apply_report, check_report, explain as explain_text, finding_line, rules_table
+from codemod.rule import Level, Rule
+from codemod.rules import ALL_RULES, RULES_BY_CODE
+
+EXIT_OK, EXIT_PENDING, EXIT_ERROR = 0, 1, 2
+PROGRESS_MIN_FILES = 20  # fewer files finish before a bar would tell anything
+STDIN = "-"
+
+EXIT_STATUS_APPLY = """\b
+Exit status:
+  0  done; without --dry-run, changed files were written
+  1  --dry-run only: some file would change
+  2  error: a file could not be read or parsed, or a bad option or configuration"""
+
+EXIT_STATUS_CHECK = """\b
+Exit status:
+  0  nothing to fix at the chosen level (higher-level and report-only findings do not count)
+  1  fixes are pending at the chosen level
+  2  error: a file could not be read or parsed, or a bad option or configuration"""
+
+
+class Failure(click.ClickException):
+    """An error that ends the command with status 2, like click's usage errors."""
+
+    exit_code = EXIT_ERROR
+
+
+def _codes_option(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    try:
+        codes = parse_codes(value)
+    except ConfigError as error:
+        raise click.BadParameter(str(error)) from None
+    for code in codes:
+        if code != "ALL" and not any(rule.CODE.startswith(code) for rule in ALL_RULES):
+            raise click.BadParameter(f"{code} matches no rule. {_suggest(code)}")
+    return codes
+
+
+def _suggest(text: str) -> str:
+    """Codes (or names) close to `text`, or where to find them all."""
+    text = text.upper()
+    names = {rule.NAME.upper(): rule.CODE for rule in ALL_RULES}
+    close = [code for code in RULES_BY_CODE if code.startswith(text)] or list(dict.fromkeys(
+        difflib.get_close_matches(text, RULES_BY_CODE, n=3, cutoff=0.6)
+        + [names[name] for name in difflib.get_close_matches(text, names, n=3, cutoff=0.6)]))
+    if close:
+        return f"Did you mean {', '.join(close)}? `perfmod rules` lists every rule."
+    return f"Known codes: {', '.join(RULES_BY_CODE)}; `perfmod rules` lists them with their names."
+
+
+def analysis_options(command: Callable) -> Callable:
+    """The options `apply` and `check` share."""
+    options = [
+        click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True)),
+        click.option("--level", type=click.Choice([level.label for level in Level], case_sensitive=False),
+                     help="Highest level of fix to apply: safe (bit-identical results, the default), "
+                          "numeric (results within tolerance) or unsafe (review the diff). "
+                          "Overrides `level` in [tool.perfmod]."),
+        click.option("--select", metavar="CODES", callback=_codes_option,
+                     help="Comma-separated codes or prefixes to run (PM101,PM4 or ALL). Replaces the "
+                          "configured select and ignore."),
+        click.option("--ignore", metavar="CODES", callback=_codes_option,
+                     help="Comma-separated codes or prefixes to skip, on top of the configured ones."),
+        click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif"]), default="text",
+                     show_default=True, help="text for people; json or sarif for tools (on stdout)."),
+        click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
+                     help="Files processed in parallel; 0 for one per CPU."),
+        click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="pyproject.toml to read [tool.perfmod] from, instead of the nearest one "
+                          "above the first PATH."),
+        click.option("--stdin-filename", metavar="PATH",
+                     help="With PATH `-`: the file name the source stands for, for configuration "
+                          "(per-file-ignores) and messages."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _settings(paths: Sequence[Path], config: Path | None, level: str | None, select: tuple[str, ...] | None,
+              ignore: tuple[str, ...] | None, stdin_filename: str | None) -> Settings:
+    named = [path for path in paths if str(path) != STDIN]
+    start = Path(stdin_filename) if stdin_filename else named[0] if named else None
+    try:
+        settings = load_settings(start, config)
+    except ConfigError as error:
+        raise Failure(str(error)) from None
+    if select is not None:  # as in ruff: a selection on the command line starts afresh
+        settings = settings.with_overrides(select=select, ignore=ignore or ())
+    elif ignore is not None:
+        settings = settings.with_overrides(ignore=settings.ignore + ignore)
+    return settings.with_overrides(level=Level.parse(level) if level else None)
+
+
+def _is_stdin(paths: Sequence[Path]) -> bool:
+    if STDIN not in map(str, paths):
+        return False
+    if len(paths) > 1:
+        raise click.UsageError("`-` (source on stdin) cannot be combined with other paths")
+    return True
+
+
+def _read_stdin(settings: Settings, stdin_filename: str | None) -> FileResult:
+    data = sys.stdin.buffer.read()
+    return process_source(data, stdin_filename or STDIN, settings)
+
+
+def _process(paths: Sequence[Path], settings: Settings, write: bool, jobs: int, label: str) -> list[FileResult]:
+    files = list(discover(paths, settings))
+    if not files:
+        click.echo("warning: no Python files found under the given paths", err=True)
+    with _progress(len(files), label) as advance:
+        return process_files(files, settings, write, jobs=jobs or os.cpu_count() or 1, on_result=advance)
+
+
+@contextmanager
+def _progress(count: int, label: str) -> Iterator[Callable[[FileResult], None] | None]:
+    """A progress bar on stderr for a many-file run on a terminal; none when piped."""
+    if count <= PROGRESS_MIN_FILES or not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=count, label=label, file=sys.stderr) as bar:
+        yield lambda result: bar.update(1)
+
+
+def _report_errors(results: Sequence[FileResult]) -> None:
+    for result in results:
+        if result.error:
+            click.echo(result.error, err=True)
+
+
+def _machine_report(results: Sequence[FileResult], output_format: str, settings: Settings) -> str:
+    if output_format == "json":
+        return render_json(results, settings.level)
+    return render_sarif(results, ALL_RULES, settings.level)
+
+
+def _exit(ctx: click.Context, results: Sequence[FileResult], pending_fails: bool) -> None:
+    if any(result.error for result in results):
+        ctx.exit(EXIT_ERROR)
+    if pending_fails and any(result.changed for result in results):
+        ctx.exit(EXIT_PENDING)
+    ctx.exit(EXIT_OK)
+
+
+def _use_color(flag: bool | None) -> bool:
+    """--color/--no-color if given, else colour only on a terminal and without NO_COLOR (no-color.org)."""
+    if flag is not None:
+        return flag
+    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="""\b
+Examples:
+  perfmod apply train.py --dry-run     show the diff, write nothing
+  perfmod apply train.py               rewrite in place (atomic)
+  perfmod check src/                   CI and pre-commit: exit 1 when fixes are pending
+  perfmod rules                        the catalogue
+  perfmod explain PM101                one rule's docs and examples
+
+Settings come from [tool.perfmod] in the nearest pyproject.toml; options override them.""")
+@click.version_option(package_name="perfmod", prog_name="perfmod")
+def main() -> None:
+    """perfmod: rewrite slow PyTorch training code into fast code, as a reviewable diff.
+
+    Every fix has a level: safe (results bit for bit the same), numeric (within
+    floating-point tolerance) or unsafe (review it); --level picks the highest
+    applied.
+    """
+
+
+@main.command(epilog=f"""\b
+Examples:
+  perfmod apply train.py --dry-run              show the diff, write nothing
+  perfmod apply src/                            rewrite every .py file under src/
+  perfmod apply src/ --level numeric -j 0       numeric fixes too, one process per CPU
+  perfmod apply src/ --select PM1 --ignore PM103
+  perfmod apply - --stdin-filename train.py < train.py > fast.py
+
+Fixes that need a higher level than the chosen one, and findings without a
+fix, are listed after the summary.
+
+{EXIT_STATUS_APPLY}""")
+@analysis_options
+@click.option("--dry-run", is_flag=True, help="Print a unified diff instead of writing; exit 1 if a file would change.")
+@click.option("--color/--no-color", default=None,
+              help="Colour the diff. Default: on a terminal, unless NO_COLOR is set.")
+@click.pass_context
+def apply(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, dry_run, color):
+    """Rewrite PATHs (files or folders) in place, atomically.
+
+    PATH `-` reads a source from stdin and writes the result to stdout (the
+    diff with --dry-run), the report to stderr: for editors.
+    """
+    settings = _settings(paths, config, level, select, ignore, stdin_filename)
+    use_color = _use_color(color)
+    if _is_stdin(paths):
+        results = [_read_stdin(settings, stdin_filename)]
+        _print_stdin_apply(results[0], settings, output_format, dry_run, use_color)
+    else:
+        results = _process(paths, settings, write=not dry_run, jobs=jobs, label="perfmod apply")
+        _print_apply(results, settings, output_format, dry_run, use_color)
+    _exit(ctx, results, pending_fails=dry_run)
+
+
+def _print_diffs(results: Sequence[FileResult], use_color: bool) -> None:
+    for result in results:
+        if result.changed:
+            diff = unified_diff(result.path, result.source, result.new_source)
+            click.echo(colorize(diff) if use_color else diff, nl=False, color=use_color)
+
+
+def _print_apply(results: Sequence[FileResult], settings: Settings, output_format: str, dry_run: bool,
+                 use_color: bool) -> None:
+    if output_format != "text":
+        click.echo(_machine_report(results, output_format, settings))
+        _report_errors(results)
+    elif dry_run:  # the diff alone on stdout, so that it can go to `git apply`
+        _print_diffs(results, use_color)
+        _report_errors(results)
+        click.echo(apply_report(results, settings.level, dry_run=True), err=True)
+    else:
+        _report_errors(results)
+        click.echo(apply_report(results, settings.level, dry_run=False))
+
+
+def _print_stdin_apply(result: FileResult, settings: Settings, output_format: str, dry_run: bool,
+                       use_color: bool) -> None:
+    if dry_run:
+        _print_diffs([result], use_color)
+    else:  # an editor replaces its buffer with this: on an error, the source as it came
+        sys.stdout.buffer.write(result.new_source if result.error is None else result.source)
+        sys.stdout.buffer.flush()
+    _report_errors([result])
+    if output_format == "text":
+        for finding in result.findings:
+            click.echo(finding_line(finding), err=True)
+    else:
+        click.echo(_machine_report([result], output_format, settings), err=True)
+
+
+@main.command(epilog=f"""\b
+Examples:
+  perfmod check src/
+  perfmod check src/ --level numeric
+  perfmod check src/ --format sarif > perfmod.sarif
+  perfmod check - --stdin-filename train.py < train.py
+
+Findings read `path:line:col: CODE [*] message`; [*] marks a fix that applies
+at the chosen level (`perfmod apply` makes it).
+
+{EXIT_STATUS_CHECK}""")
+@analysis_options
+@click.pass_context
+def check(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename):
+    """Report what `perfmod apply` would change in PATHs; never writes."""
+    settings = _settings(paths, config, level, select, ignore, stdin_filename)
+    if _is_stdin(paths):
+        results = [_read_stdin(settings, stdin_filename)]
+    else:
+        results = _process(paths, settings, write=False, jobs=jobs, label="perfmod check")
+    _report_errors(results)
+    if output_format == "text":
+        click.echo(check_report(results, settings.level))
+    else:
+        click.echo(_machine_report(results, output_format, settings))
+    _exit(ctx, results, pending_fails=True)
+
+
+@main.command(epilog="""\b
+Examples:
+  perfmod rules
+  perfmod rules --format json""")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def rules(output_format):
+    """List the catalogue: code, name, level and what each rule does."""
+    if output_format == "json":
+        click.echo(rules_json(ALL_RULES))
+        return
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    click.echo(rules_table(ALL_RULES, width))
+
+
+@main.command(epilog="""\b
+Examples:
+  perfmod explain PM101
+  perfmod explain blocking-host-to-device-copy
+
+Exit status 2 for an unknown code, with the closest ones.""")
+@click.argument("code")
+def explain(code):
+    """Print a rule's documentation, level, expected gain and examples.
+
+    CODE is a rule code such as PM101, or the rule's name.
+    """
+    click.echo(explain_text(_rule(code)), nl=False)
+
+
+def _rule(text: str) -> type[Rule]:
+    wanted = text.strip().upper()
+    for rule in ALL_RULES:
+        if wanted in (rule.CODE, rule.NAME.upper()):
+            return rule
+    raise Failure(f"no rule {text!r}. {_suggest(wanted)}")

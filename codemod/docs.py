@@ -1,0 +1,147 @@
+"""Rule pages generated from the rules themselves, as ruff's generate_docs does.
+
+    python -m codemod.docs docs/rules      (or: make docs)
+
+writes docs/rules/<name>.md for every rule in the catalogue and
+docs/rules/README.md with the table, and removes generated pages whose rule is
+gone. The heading, level and fix availability come from the rule's metadata,
+the body is its docstring; tests/test_docs.py fails when a page is stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from codemod.rule import Level, Rule
+from codemod.rules import ALL_RULES
+
+DOCS_FOLDER = "docs/rules"  # where the pages live, relative to the repository root
+INDEX = "README.md"
+DO_NOT_EDIT = "DO NOT EDIT"
+COMMAND = "python -m codemod.docs docs/rules"
+
+LEVEL_NOTES = {
+    Level.SAFE: "applied by default (`--level safe`)",
+    Level.NUMERIC: "applied with `--level numeric` or `--level unsafe`",
+    Level.UNSAFE: "applied only with `--level unsafe`",
+}
+
+
+def page_name(rule: type[Rule]) -> str:
+    return f"{rule.NAME}.md"
+
+
+def page_path(rule: type[Rule]) -> str:
+    """The page's path from the repository root, as links and SARIF name it."""
+    return f"{DOCS_FOLDER}/{page_name(rule)}"
+
+
+def source_path(rule: type[Rule]) -> str:
+    return rule.__module__.replace(".", "/") + ".py"
+
+
+def fix_availability(rule: type[Rule]) -> str:
+    """What the rule's own INVALID examples show: every one fixed, some, or none."""
+    fixed = [case.expected_replacement is not None for case in rule.INVALID]
+    if fixed and all(fixed):
+        return "always available"
+    if any(fixed):
+        return "sometimes available"
+    return "none, report only"
+
+
+def level_note(rule: type[Rule]) -> str:
+    return f"{rule.LEVEL.label}, {LEVEL_NOTES[rule.LEVEL]}"
+
+
+def rule_page(rule: type[Rule]) -> str:
+    return "\n".join(
+        [
+            f"# {rule.NAME} ({rule.CODE})",
+            "",
+            f"_Generated from `{source_path(rule)}` by `{COMMAND}`; {DO_NOT_EDIT}._",
+            "",
+            f"**Level:** {level_note(rule)}.",
+            "",
+            f"**Fix:** {fix_availability(rule)}.",
+            "",
+            f"**Expected gain:** {rule.GAIN}",
+            "",
+            rule.docs(),
+            "",
+        ]
+    )
+
+
+def index_page(rules: Sequence[type[Rule]]) -> str:
+    rows = [
+        f"| {rule.CODE} | [{rule.NAME}]({page_name(rule)}) | {rule.LEVEL.label} | "
+        f"{fix_availability(rule)} | {_cell(rule.summary())} |"
+        for rule in rules
+    ]
+    return "\n".join(
+        [
+            "# Rules",
+            "",
+            f"_Generated from `codemod/rules/` by `{COMMAND}`; {DO_NOT_EDIT}._",
+            "",
+            "`--level` picks the highest level applied (default `safe`); `perfmod explain CODE`",
+            "prints a page in the terminal.",
+            "",
+            "| Code | Name | Level | Fix | What it does |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def pages(rules: Sequence[type[Rule]] = ALL_RULES) -> dict[str, str]:
+    """File name -> content of every generated page."""
+    generated = {page_name(rule): rule_page(rule) for rule in rules}
+    generated[INDEX] = index_page(rules)
+    return generated
+
+
+def stale_pages(folder: Path, expected: dict[str, str]) -> list[Path]:
+    """Generated pages in `folder` that no rule generates any more."""
+    return sorted(
+        path for path in folder.glob("*.md")
+        if path.name not in expected and DO_NOT_EDIT in path.read_text(encoding="utf-8")
+    )
+
+
+def write_pages(folder: Path, rules: Sequence[type[Rule]] = ALL_RULES) -> list[Path]:
+    """Write every page that differs and remove stale ones; returns the paths touched."""
+    folder.mkdir(parents=True, exist_ok=True)
+    expected = pages(rules)
+    touched = []
+    for name, content in expected.items():
+        path = folder / name
+        if not path.exists() or path.read_text(encoding="utf-8") != content:
+            path.write_text(content, encoding="utf-8", newline="\n")
+            touched.append(path)
+    for path in stale_pages(folder, expected):
+        path.unlink()
+        touched.append(path)
+    return touched
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1 or args[0].startswith("-"):
+        print(f"usage: {COMMAND.replace('docs/rules', 'FOLDER')}", file=sys.stderr)
+        return 2
+    for path in write_pages(Path(args[0])):
+        print(f"{'wrote' if path.exists() else 'removed'} {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""`--format sarif`: SARIF 2.1.0 for code-scanning tools (GitHub, VS Code's SARIF viewer).
+
+Findings whose fix applies at the chosen level are warnings, the others
+(a higher level needed, or report only) notes; files that could not be
+processed are error notifications of the invocation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path, PurePath
+from typing import Sequence
+from urllib.parse import quote
+
+from codemod.docs import fix_availability, page_path
+from codemod.engine import FileResult
+from codemod.rule import Finding, Level, Rule
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def render_sarif(results: Sequence[FileResult], rules: Sequence[type[Rule]], level: Level) -> str:
+    index = {rule.CODE: number for number, rule in enumerate(rules)}
+    run = {
+        "tool": {"driver": {"name": "perfmod", "version": _version(), "rules": [_descriptor(r) for r in rules]}},
+        "results": [_result(f, index) for r in results for f in r.findings],
+        "invocations": [
+            {
+                "executionSuccessful": not any(r.error for r in results),
+                "toolExecutionNotifications": [_notification(r) for r in results if r.error],
+            }
+        ],
+        "properties": {"level": level.label},
+    }
+    return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
+
+
+def _version() -> str:
+    try:
+        return version("perfmod")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _descriptor(rule: type[Rule]) -> dict:
+    return {
+        "id": rule.CODE,
+        "name": rule.NAME,
+        "shortDescription": {"text": rule.MESSAGE},
+        "fullDescription": {"text": rule.summary()},
+        # Relative to the repository root: the project publishes no documentation site yet.
+        "helpUri": page_path(rule),
+        "help": {"text": rule.docs(), "markdown": rule.docs()},
+        "properties": {"level": rule.LEVEL.label, "fix": fix_availability(rule), "gain": rule.GAIN},
+    }
+
+
+def _result(finding: Finding, index: dict[str, int]) -> dict:
+    return {
+        "ruleId": finding.code,
+        "ruleIndex": index[finding.code],
+        "level": "warning" if finding.applied else "note",
+        "message": {"text": finding.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": {"uri": artifact_uri(finding.path)},
+                    "region": {"startLine": finding.line, "startColumn": finding.column},
+                }
+            }
+        ],
+        "properties": {"level": finding.level.label, "fixable": finding.fixable, "applied": finding.applied},
+    }
+
+
+def _notification(result: FileResult) -> dict:
+    return {
+        "level": "error",
+        "message": {"text": result.error},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": artifact_uri(result.path)}}}],
+    }
+
+
+def artifact_uri(path: str) -> str:
+    """A relative path stays relative (code scanning resolves it against the checkout)."""
+    if os.path.isabs(path):
+        return Path(path).as_uri()
+    return quote(PurePath(os.path.normpath(path)).as_posix())
