@@ -9,6 +9,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 from codemod.analysis.kinds import Kinds
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
+from codemod.analysis.training import Training
 from codemod.config import Settings
 
 
@@ -30,6 +31,10 @@ class FileContext:
     @cached_property
     def loops(self) -> TrainingLoops:
         return TrainingLoops(self.module, self.parents)
+
+    @cached_property
+    def training(self) -> Training:
+        return Training(self.module, self.kinds)
 
     @cached_property
     def parents(self):

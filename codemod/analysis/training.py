@@ -1,0 +1,943 @@
+"""Training loops and what they already do: the facts PM301, PM302 and PM402 need.
+
+A *training loop* is the innermost `for` / `while` whose body (not counting
+nested function bodies) calls `<loss>.backward()` (or `scaler.scale(loss)
+.backward()`) and steps an optimizer (`opt.step()` or `scaler.step(opt)`).
+For each one this module finds:
+
+- the optimizers it steps and the calls that build them;
+- its backward calls and the loss each one differentiates;
+- the *forward region*: the contiguous statements of the block that calls
+  `backward()`, from the first statement that runs the model up to and
+  including the last one that binds the loss, or why there is none;
+- gradient accumulation (a division of the loss, a `% accum` guard around the
+  step, or an inner micro-step loop) and gradient clipping calls;
+- what is already there: autocast in any spelling, a GradScaler, a model made
+  float64;
+- the models it trains and the device expression each is moved to.
+
+What counts as a model: a name whose Kinds fact is MODULE, and any expression
+whose `.parameters()` / `.named_parameters()` the file reads or that it moves
+with a bare `x.to(device)` / `x.cuda()` statement (only modules move in place;
+a tensor's `.to` returns a copy). That covers `self.model` in trainer classes
+and models imported from the user's own packages, which Kinds cannot see into.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import Assignment
+
+from codemod.analysis.kinds import DEVICE_STRING, Kind, Kinds, Place
+from codemod.analysis.names import kwarg, method_name, positional
+
+AUTOCAST_NAMES = {
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.cuda.amp.autocast_mode.autocast",
+    "torch.cpu.amp.autocast",
+    "torch.cpu.amp.autocast_mode.autocast",
+}
+GRAD_SCALER_NAMES = {
+    "torch.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.cuda.amp.GradScaler",
+    "torch.cpu.amp.GradScaler",
+}
+CLIP_NAMES = {
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad_norm",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_",
+}
+FLOAT64_NAMES = {"torch.float64", "torch.double"}
+DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
+# torch.cuda functions that only ask whether CUDA is there; calling them uses nothing.
+CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
+# Methods of a module that are not its forward pass.
+MODULE_METHODS = set(
+    (
+        "parameters named_parameters buffers named_buffers children named_children modules "
+        "named_modules state_dict load_state_dict train eval to cuda cpu half float double "
+        "bfloat16 zero_grad requires_grad_ apply register_forward_hook register_full_backward_hook "
+        "register_forward_pre_hook register_buffer register_parameter add_module get_submodule "
+        "configure_optimizers save_pretrained"
+    ).split()
+)
+BUILTIN_NAMES = set(dir(builtins))
+SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+# -- facts -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptimizerBuild:
+    """An optimizer a loop steps, and the call that built it."""
+
+    expression: str  # as the loop spells it: "optimizer", "self.opt"
+    call: cst.Call | None  # None when no assignment of this file builds it from a call
+    qualified_name: str | None  # "torch.optim.AdamW", aliases resolved; None for other builders
+    params: cst.BaseExpression | None  # the first argument (or `params=`) of a torch.optim class
+
+
+@dataclass(frozen=True)
+class Backward:
+    call: cst.Call  # the `.backward()` call
+    loss: cst.BaseExpression  # what is differentiated, without `scaler.scale(...)` and `/ accum`
+    scaled: bool  # through `scaler.scale(...)`
+    divisor: cst.BaseExpression | None  # `accum` of `(loss / accum).backward()`
+
+
+@dataclass(frozen=True)
+class Step:
+    call: cst.Call  # `opt.step()` or `scaler.step(opt)`
+    optimizer: cst.BaseExpression
+    scaled: bool  # through `scaler.step(...)`
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """Gradient accumulation: several backward passes per optimizer step."""
+
+    steps: cst.BaseExpression | None  # the count as written (`accum`), where one is visible
+    division: cst.CSTNode | None  # `loss = loss / accum`, `loss /= accum` or the `/` in the backward
+    step_guard: cst.If | None  # `if (i + 1) % accum == 0:` around the step
+    micro_loop: cst.For | cst.While | None  # an inner loop of backward passes before one step
+
+
+@dataclass(frozen=True)
+class ForwardRegion:
+    """Statements `block.body[first:last + 1]`: from the first model call to the loss."""
+
+    block: cst.IndentedBlock
+    first: int
+    last: int
+
+    @property
+    def statements(self) -> Sequence[cst.BaseStatement]:
+        return self.block.body[self.first : self.last + 1]
+
+
+@dataclass(frozen=True)
+class Autocast:
+    node: cst.CSTNode  # the `with` statement or decorator that enables it
+    form: str  # "call", "context variable" or "helper"
+
+
+@dataclass(frozen=True)
+class Scaler:
+    expression: str  # "scaler"
+    call: cst.Call | None  # the constructor call, when this file has one
+    qualified_name: str | None  # "torch.amp.GradScaler", ...
+
+
+@dataclass(frozen=True)
+class Model:
+    expression: str  # as the code spells it: "model", "self.net"
+    move: cst.Call | None  # the last `.to(device)` / `.cuda()` placing it before the loop
+    device: cst.BaseExpression | None  # the device argument of `move` (None for `.cuda()` or no move)
+    places: frozenset[Place]  # where `move` may put it; empty when it is not moved
+    split: bool  # some of its submodules are moved on their own
+    float64: cst.CSTNode | None  # what makes its weights float64, if anything visibly does
+
+
+@dataclass(frozen=True)
+class TrainingLoop:
+    loop: cst.For | cst.While
+    backwards: tuple[Backward, ...]
+    steps: tuple[Step, ...]
+    optimizers: tuple[OptimizerBuild, ...]
+    forward: ForwardRegion | None
+    forward_problem: str | None  # why `forward` is None
+    accumulation: Accumulation | None
+    clips: tuple[cst.Call, ...]  # clip_grad_norm_ / clip_grad_value_ calls
+    autocast: Autocast | None
+    scaler: Scaler | None
+    models: tuple[Model, ...]  # those the forward calls first, then those the optimizers train
+    float64: cst.CSTNode | None  # a model (or the default dtype) is visibly float64
+
+    @property
+    def loss(self) -> cst.BaseExpression:
+        return self.backwards[0].loss
+
+    @property
+    def device(self) -> cst.BaseExpression | None:
+        """The device expression the first model that is moved is moved to."""
+        return next((model.device for model in self.models if model.device is not None), None)
+
+
+# -- analysis ------------------------------------------------------------------------
+
+
+class Training:
+    """Training loops of one file, with the facts above; computed once."""
+
+    def __init__(self, module: cst.Module, kinds: Kinds) -> None:
+        self.module = module
+        self.kinds = kinds
+        self.names = kinds.names
+        self.parents = kinds.parents
+        self.positions = kinds.positions
+        self._calls: list[cst.Call] = m.findall(module, m.Call())
+        self._assignments = self._index_assignments()
+        self._zero_grad_receivers = {self.code(c.func.value) for c in self._calls if method_name(c) == "zero_grad"}
+        self._model_expressions = self._find_model_expressions()
+        self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)] + [
+            n for n in m.findall(module, m.Name() | m.Attribute()) if self.names.startswith(n, ("torch.set_autocast_enabled",))
+        ]
+        self.cuda_use: cst.CSTNode | None = self._first_cuda_use()
+        self.default_float64: cst.CSTNode | None = self._default_float64()
+        self.loops: list[TrainingLoop] = [self._describe(loop) for loop in self._find_loops()]
+
+    # -- public helpers ------------------------------------------------------------
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def loop_of(self, node: cst.CSTNode) -> TrainingLoop | None:
+        """The training loop whose statement is `node` or contains it."""
+        for ancestor in [node, *self._ancestors(node)]:
+            for loop in self.loops:
+                if loop.loop is ancestor:
+                    return loop
+        return None
+
+    def is_model(self, expr: cst.BaseExpression) -> bool:
+        """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
+        modules to Kinds but hold no parameters, so they are not models here."""
+        if not isinstance(expr, (cst.Name, cst.Attribute)):
+            return False
+        if self.code(expr) in self._model_expressions:
+            return True
+        if self.kinds.fact(expr).kind is not Kind.MODULE:
+            return False
+        source = self._last_source(expr) if isinstance(expr, cst.Name) else None
+        return not (isinstance(source, cst.Call) and self._is_loss_module(source))
+
+    def _is_loss_module(self, call: cst.Call) -> bool:
+        return any(n.startswith("torch.nn.") and n.endswith("Loss") for n in self.names.of(call.func))
+
+    def is_model_call(self, call: cst.Call) -> bool:
+        """`model(x)`, `model.forward(x)`, `model.loss(x)`, or a helper of this
+        file or the user's packages that is given the model (`compute_loss(model, b)`)."""
+        func = call.func
+        if self.is_model(func):
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value not in MODULE_METHODS and self.is_model(func.value):
+            return True
+        if self.names.startswith(func, ("torch",)) or self._is_builtin(func):
+            return False
+        return any(self.is_model(arg.value) for arg in call.args)
+
+    def model(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> Model:
+        """Where the model `expr` is placed when `loop` starts, and its dtype. Only
+        calls that `loop` can see count: those at module level or in a function
+        around it, and for `self.x` anywhere in the class."""
+        code = self.code(expr)
+        limit = self._start(loop)
+        moves: list[tuple[cst.Call, cst.BaseExpression | None, frozenset[Place]]] = []
+        float64 = self._float64_construction(code)
+        split = False
+        for call in self._calls:
+            method = method_name(call)
+            if method not in ("to", "cuda", "cpu", "double", "type"):
+                continue
+            receiver = self.code(call.func.value)
+            if receiver.startswith(code + ".") and self._moves_device(call) and self._visible(call, loop, expr):
+                # `model.head.to("cuda:1")` moves a submodule in place; `model.pos.to(d)` in an
+                # expression copies a tensor attribute and moves nothing.
+                statement = self.parents.get(call)
+                split = split or isinstance(statement, cst.Expr) or (
+                    isinstance(statement, cst.Assign) and any(self.code(t.target) == receiver for t in statement.targets)
+                )
+            if not self._acts_on(call, code) or not self._visible(call, loop, expr):
+                continue
+            if self._makes_float64(call):
+                float64 = float64 or call
+            if not self._moves_device(call) or self._start(call) >= limit:
+                continue
+            if method == "cuda":
+                moves.append((call, None, frozenset({Place.CUDA})))
+            elif method == "cpu":
+                moves.append((call, None, frozenset({Place.HOST})))
+            else:
+                device = self._device_argument(call)
+                moves.append((call, device, self.device_places(device)))
+        if not moves:
+            return Model(code, None, None, frozenset(), split, float64)
+        call, device, places = max(moves, key=lambda move: self._start(move[0]))
+        return Model(code, call, device, places, split, float64)
+
+    def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
+        """Every place a device expression may point to: `"cuda" if ok else "cpu"`
+        gives {CUDA, HOST} (Kinds joins that to UNKNOWN)."""
+        if expr is None or depth > 4:
+            return frozenset({Place.UNKNOWN})
+        if isinstance(expr, cst.IfExp):
+            return self.device_places(expr.body, depth + 1) | self.device_places(expr.orelse, depth + 1)
+        if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
+            first = positional(expr, 0) or kwarg(expr, "type")
+            return self.device_places(first.value if first else None, depth + 1)
+        if isinstance(expr, cst.Name):
+            sources = self._binding_sources(expr)
+            if sources:
+                places: frozenset[Place] = frozenset()
+                for source in sources:
+                    places |= self.device_places(source, depth + 1) if source is not None else {Place.UNKNOWN}
+                return places
+        if isinstance(expr, cst.FormattedString) and self.kinds.is_device(expr):
+            return frozenset({Place.CUDA})
+        return frozenset({self.kinds.device_place(expr)})
+
+    # -- loops -----------------------------------------------------------------------
+
+    def _find_loops(self) -> list[cst.For | cst.While]:
+        candidates = []
+        for loop in m.findall(self.module, m.For() | m.While()):
+            calls = list(_calls_in(loop.body))
+            if any(self._backward(c) for c in calls) and any(self._step(c, loop) for c in calls):
+                candidates.append(loop)
+        chosen = []
+        for loop in candidates:
+            inner = [other for other in candidates if other is not loop and self._inside(other, loop)]
+            if not inner:
+                chosen.append(loop)
+        return sorted(chosen, key=self._start)
+
+    def _describe(self, loop: cst.For | cst.While) -> TrainingLoop:
+        calls = list(_calls_in(loop.body))
+        backwards = tuple(b for b in (self._backward(c) for c in calls) if b is not None)
+        steps = tuple(s for s in (self._step(c, loop) for c in calls) if s is not None)
+        stepped = {self.code(s.optimizer): s.optimizer for s in steps}  # one entry per optimizer, in order
+        optimizers = tuple(self._optimizer_build(expr, loop) for expr in stepped.values())
+        models = self._loop_models(loop, calls, optimizers)
+        if len(backwards) == 1:
+            forward, problem = self._forward(loop, backwards[0])
+        else:
+            forward, problem = None, f"the loop calls backward() {len(backwards)} times"
+        float64 = self.default_float64 or next((mdl.float64 for mdl in models if mdl.float64 is not None), None)
+        return TrainingLoop(
+            loop=loop,
+            backwards=backwards,
+            steps=steps,
+            optimizers=optimizers,
+            forward=forward,
+            forward_problem=problem,
+            accumulation=self._accumulation(loop, backwards, steps),
+            clips=tuple(c for c in calls if self.names.is_(c.func, *CLIP_NAMES)),
+            autocast=self._loop_autocast(loop),
+            scaler=self._loop_scaler(backwards, steps),
+            models=models,
+            float64=float64,
+        )
+
+    def _backward(self, call: cst.Call) -> Backward | None:
+        if method_name(call) != "backward":
+            return None
+        loss, scaled, divisor = call.func.value, False, None
+        if isinstance(loss, cst.Call) and method_name(loss) == "scale" and positional(loss, 0) is not None:
+            loss, scaled = positional(loss, 0).value, True
+        if isinstance(loss, cst.BinaryOperation) and isinstance(loss.operator, cst.Divide):
+            loss, divisor = loss.left, loss.right
+        return Backward(call, loss, scaled, divisor)
+
+    def _step(self, call: cst.Call, loop: cst.CSTNode) -> Step | None:
+        if method_name(call) != "step":
+            return None
+        receiver = call.func.value
+        first = positional(call, 0)
+        if first is not None and len(call.args) == 1 and self._is_scaler(receiver, loop):
+            return Step(call, first.value, True)
+        if not call.args and self._is_optimizer(receiver):
+            return Step(call, receiver, False)
+        return None
+
+    def _is_scaler(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+        """A GradScaler by its constructor, or anything the loop also `.scale(...)`s with."""
+        source = self._last_source(expr)
+        if isinstance(source, cst.Call) and self.names.is_(source.func, *GRAD_SCALER_NAMES):
+            return True
+        code = self.code(expr)
+        return any(method_name(c) == "scale" and self.code(c.func.value) == code for c in _calls_in(loop.body))
+
+    def _is_optimizer(self, expr: cst.BaseExpression) -> bool:
+        """A torch optimizer, or anything with both `.zero_grad()` and `.step()`
+        (learning-rate schedulers have no zero_grad, modules no step)."""
+        if self.kinds.fact(expr).kind is Kind.OPTIMIZER:
+            return True
+        source = self._last_source(expr)
+        if isinstance(source, cst.Call) and self.names.startswith(source.func, ("torch.optim.lr_scheduler",)):
+            return False
+        return self.code(expr) in self._zero_grad_receivers
+
+    def _optimizer_build(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> OptimizerBuild:
+        source = self._last_source(expr, before=loop)
+        if not isinstance(source, cst.Call):
+            return OptimizerBuild(self.code(expr), None, None, None)
+        names = sorted(self.names.of(source.func))
+        torch_optimizer = next((n for n in names if n.startswith("torch.optim.")), None)
+        if torch_optimizer is None:  # `model.configure_optimizers(...)`: its arguments are not parameters
+            return OptimizerBuild(self.code(expr), source, names[0] if names else None, None)
+        params = kwarg(source, "params") or positional(source, 0)
+        return OptimizerBuild(self.code(expr), source, torch_optimizer, params.value if params else None)
+
+    def _loop_models(self, loop, calls, optimizers) -> tuple[Model, ...]:
+        found: list[str] = []
+        expressions: list[cst.BaseExpression] = []
+        candidates: list[cst.BaseExpression] = []
+        for call in calls:
+            func = call.func
+            if self.is_model(func):
+                candidates.append(func)
+            elif isinstance(func, cst.Attribute) and self.is_model(func.value) and func.attr.value not in MODULE_METHODS:
+                candidates.append(func.value)
+        for optimizer in optimizers:
+            if optimizer.params is not None:
+                candidates.extend(self._parameter_owners(optimizer.params))
+        for expr in candidates:
+            code = self.code(expr)
+            if code not in found:
+                found.append(code)
+                expressions.append(expr)
+        return tuple(self.model(expr, loop) for expr in expressions)
+
+    def _parameter_owners(self, params: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression]:
+        """Models whose parameters `params` is made of: `model.parameters()`, param
+        groups, comprehensions over `named_parameters()`, names bound to those."""
+        if depth > 4:
+            return []
+        owners = []
+        for call in m.findall(params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+            owners.append(call.func.value)
+        for name in m.findall(params, m.Name()):
+            for source in self._binding_sources(name):
+                if source is not None:
+                    owners.extend(self._parameter_owners(source, depth + 1))
+        return owners
+
+    # -- forward region ------------------------------------------------------------
+
+    def _forward(self, loop: cst.CSTNode, backward: Backward) -> tuple[ForwardRegion | None, str | None]:
+        statement = self._statement_of(backward.call)
+        block = self.parents.get(statement)
+        if not isinstance(block, cst.IndentedBlock):
+            return None, "backward() is not in a block of its own lines"
+        body = list(block.body)
+        index = _index(body, statement)
+        codes = self._loss_codes(backward.loss)
+        if codes is None:
+            return None, "the loss is computed in the backward() statement itself"
+        binders = [i for i in range(index) if self._bound_codes(body[i]) & codes]
+        if not binders:
+            return None, f"`{self.code(backward.loss)}` is computed outside the block that calls backward()"
+        last = binders[-1]
+        if not isinstance(body[last], cst.SimpleStatementLine):
+            line = self._start(body[last])[0]
+            return None, f"the loss is computed inside a nested block (line {line})"
+        first = next((i for i in range(last + 1) if self._has_model_call(body[i])), None)
+        outside = self._model_result_outside(loop, body[last if first is None else first : last + 1])
+        if outside is not None:
+            return None, (f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
+                          f"{self._start(outside)[0]}, outside the block that computes the loss")
+        if first is None:
+            return None, "no model call before the loss in the block that computes it"
+        region = ForwardRegion(block, first, last)
+        # A generator suspended inside autocast would leak it into its consumer's code.
+        if any(m.findall(stmt, m.Yield() | m.Await()) for stmt in region.statements):
+            return None, "the forward region yields or awaits"
+        return region, None
+
+    def _bound_codes(self, statement: cst.CSTNode) -> set[str]:
+        """Every expression `statement` assigns: `loss`, `out.loss`, both of `a, b = ...`."""
+        kinds = m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.WithItem() | m.NamedExpr()
+        codes = set()
+        for node in m.findall(statement, kinds):
+            if isinstance(node, cst.WithItem):
+                bound = node.asname.name if node.asname else None
+            else:
+                bound = node.target
+            if bound is not None:
+                codes.update(self.code(t) for t in _bound_targets(bound))
+        return codes
+
+    def _has_model_call(self, statement: cst.CSTNode) -> bool:
+        return any(self.is_model_call(c) for c in _calls_in(statement))
+
+    def _model_result_outside(self, loop: cst.CSTNode, statements: Sequence[cst.CSTNode]) -> cst.CSTNode | None:
+        """Where the loop binds, from a model call and outside `statements`, a name
+        that they read before binding it themselves: the forward starts elsewhere."""
+        bound_here: set[str] = set()
+        for stmt in statements:
+            for name in _read_names(stmt):
+                if name.value in bound_here:
+                    continue
+                for site, source in self._binding_sites(name):
+                    if source is None or not self._inside(site, loop):
+                        continue
+                    if any(self._inside(site, s) for s in statements):
+                        continue
+                    if self._has_model_call(source):
+                        return site
+            bound_here |= self._bound_codes(stmt)
+        return None
+
+    def _loss_codes(self, loss: cst.BaseExpression) -> set[str] | None:
+        """`{"out.loss", "out"}` for `out.loss`: assigning either computes the loss;
+        None when the loss is not a variable (`model(x).sum().backward()`)."""
+        codes = set()
+        while isinstance(loss, (cst.Attribute, cst.Subscript)):
+            codes.add(self.code(loss))
+            loss = loss.value
+        if not isinstance(loss, cst.Name):
+            return None
+        codes.add(loss.value)
+        return codes
+
+    # -- accumulation ----------------------------------------------------------------
+
+    def _accumulation(self, loop, backwards: Sequence[Backward], steps: Sequence[Step]) -> Accumulation | None:
+        guard, modulus = None, None
+        for step in steps:
+            for node in self._ancestors(step.call):
+                if node is loop:
+                    break
+                if isinstance(node, cst.If):
+                    found = m.findall(node.test, m.BinaryOperation(operator=m.Modulo()))
+                    if found:
+                        guard, modulus = node, found[0].right
+                        break
+        micro_loop = None
+        for backward in backwards:
+            inner = next((n for n in self._ancestors(backward.call) if isinstance(n, (cst.For, cst.While))), None)
+            if inner is not None and inner is not loop and not any(self._inside(s.call, inner) for s in steps):
+                micro_loop = inner
+        micro_count = self._range_count(micro_loop.iter) if isinstance(micro_loop, cst.For) else None
+        counts = [c for c in (modulus, micro_count) if c is not None]
+        division, divisor = self._loss_division(loop, backwards, counts)
+        if division is None and guard is None and micro_loop is None:
+            return None
+        return Accumulation(divisor or modulus or micro_count, division, guard, micro_loop)
+
+    def _range_count(self, iterable: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`n` of `range(n)` / `range(0, n)`."""
+        if not (isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "range", "builtins.range")):
+            return None
+        args = [a.value for a in iterable.args]
+        if len(args) == 1:
+            return args[0]
+        if len(args) == 2 and isinstance(args[0], cst.Integer) and args[0].value == "0":
+            return args[1]
+        return None
+
+    def _loss_division(self, loop, backwards: Sequence[Backward], counts) -> tuple[cst.CSTNode | None, cst.BaseExpression | None]:
+        for backward in backwards:
+            if backward.divisor is not None:
+                return self.parents.get(backward.loss), backward.divisor
+        roots = {b.loss.value for b in backwards if isinstance(b.loss, cst.Name)}
+        count_codes = {self.code(c) for c in counts}
+        for statement in m.findall(loop.body, m.SimpleStatementLine()):
+            for small in statement.body:
+                if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign):
+                    if isinstance(small.target, cst.Name) and small.target.value in roots:
+                        return statement, small.value
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target, value = small.targets[0].target, small.value
+                    if not (isinstance(target, cst.Name) and target.value in roots):
+                        continue
+                    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
+                        continue
+                    # `loss = loss / accum`; `loss = f(...) / x` only when x is the accumulation count.
+                    own = isinstance(value.left, cst.Name) and value.left.value == target.value
+                    if own or self.code(value.right) in count_codes:
+                        return statement, value.right
+        return None, None
+
+    # -- autocast, scaler, dtype -----------------------------------------------------
+
+    def _is_autocast_call(self, call: cst.Call) -> bool:
+        return self.names.is_(call.func, *AUTOCAST_NAMES) or method_name(call) == "autocast"
+
+    def _enables_autocast(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """How `expr` (a `with` item, a decorator) turns autocast on, or None."""
+        if depth > 3:
+            return None
+        if isinstance(expr, cst.Call):
+            if self._is_autocast_call(expr):
+                return "call"
+            function = self._local_function(expr.func)
+            if function is not None and any(self._enables_autocast(c, depth + 1) for c in _calls_in(function.body)):
+                return "helper"
+            return None
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            for source in self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr):
+                if source is not None and any(self._enables_autocast(c, depth + 1) for c in m.findall(source, m.Call())):
+                    return "context variable"
+        return None
+
+    def _loop_autocast(self, loop: cst.CSTNode) -> Autocast | None:
+        inside = [w for w in m.findall(loop.body, m.With()) if not self._crosses_scope(w, loop)]
+        enclosing = [a for a in self._ancestors_in_scope(loop) if isinstance(a, cst.With)]
+        for statement in inside + enclosing:
+            for item in statement.items:
+                form = self._enables_autocast(item.item)
+                if form is not None:
+                    return Autocast(statement, form)
+        for function in (a for a in self._ancestors(loop) if isinstance(a, cst.FunctionDef)):
+            for decorator in function.decorators:
+                form = self._enables_autocast(decorator.decorator)
+                if form is not None:
+                    return Autocast(decorator, form)
+        return None
+
+    def _loop_scaler(self, backwards: Sequence[Backward], steps: Sequence[Step]) -> Scaler | None:
+        receivers = [b.call.func.value.func.value for b in backwards if b.scaled]
+        receivers += [s.call.func.value for s in steps if s.scaled]
+        if not receivers:
+            return None
+        receiver = receivers[0]
+        source = self._last_source(receiver)
+        if isinstance(source, cst.Call):
+            names = sorted(self.names.of(source.func))
+            qualified = next((n for n in names if n in GRAD_SCALER_NAMES), names[0] if names else None)
+            return Scaler(self.code(receiver), source, qualified)
+        return Scaler(self.code(receiver), None, None)
+
+    def _default_float64(self) -> cst.CSTNode | None:
+        for call in self._calls:
+            first = positional(call, 0)
+            if first is None:
+                continue
+            if self.names.is_(call.func, "torch.set_default_dtype") and self._is_float64(first.value):
+                return call
+            if self.names.is_(call.func, "torch.set_default_tensor_type") and (
+                self.names.is_(first.value, *DOUBLE_TENSOR_TYPES)
+                or (isinstance(first.value, cst.SimpleString) and first.value.evaluated_value in DOUBLE_TENSOR_TYPES)
+            ):
+                return call
+        return None
+
+    def _float64_construction(self, code: str) -> cst.CSTNode | None:
+        """`model = nn.Linear(4, 1, dtype=torch.float64)`."""
+        for _, source in self._assignments.get(code, ()):
+            for call in m.findall(source, m.Call()) if source is not None else ():
+                dtype = kwarg(call, "dtype")
+                if dtype is not None and self._is_float64(dtype.value):
+                    return call
+        return None
+
+    def _makes_float64(self, call: cst.Call) -> bool:
+        method = method_name(call)
+        if method == "double":
+            return True
+        if method == "type":
+            first = positional(call, 0)
+            return first is not None and (self._is_float64(first.value) or self.names.is_(first.value, *DOUBLE_TENSOR_TYPES))
+        if method == "to":
+            values = [a.value for a in call.args if a.keyword is None or a.keyword.value == "dtype"]
+            return any(self._is_float64(v) for v in values)
+        return False
+
+    def _is_float64(self, expr: cst.BaseExpression) -> bool:
+        return self.names.is_(expr, *FLOAT64_NAMES)
+
+    # -- CUDA --------------------------------------------------------------------------
+
+    def _first_cuda_use(self) -> cst.CSTNode | None:
+        found: list[cst.CSTNode] = []
+        for string in m.findall(self.module, m.SimpleString()):
+            value = string.evaluated_value
+            if isinstance(value, str) and DEVICE_STRING.match(value) and value.startswith("cuda"):
+                found.append(string)
+        for string in m.findall(self.module, m.FormattedString()):
+            if self.kinds.is_device(string):
+                found.append(string)
+        for call in self._calls:
+            if method_name(call) == "cuda":
+                found.append(call)
+            elif self.names.startswith(call.func, ("torch.cuda",)) and not self.names.is_(call.func, *CUDA_PROBES):
+                found.append(call)
+        return min(found, key=self._start) if found else None
+
+    # -- models and devices ------------------------------------------------------------
+
+    def _find_model_expressions(self) -> set[str]:
+        found = set()
+        for call in self._calls:
+            method = method_name(call)
+            if method in ("parameters", "named_parameters"):
+                found.add(self.code(call.func.value))
+            elif method in ("to", "cuda") and isinstance(self.parents.get(call), cst.Expr):
+                found.add(self.code(call.func.value))  # a bare `x.to(device)` only makes sense for modules
+        return found
+
+    def _acts_on(self, call: cst.Call, code: str) -> bool:
+        """Is `call` a method applied to the model `code`: `model.to(d)`, or a link
+        of the chain assigned to it (`model = torch.compile(Net().cuda().double())`)?"""
+        if self.code(call.func.value) == code:
+            return True
+        current: cst.CSTNode = call
+        while True:
+            parent = self.parents.get(current)
+            if isinstance(parent, cst.Attribute) and parent.value is current:
+                current = self.parents.get(parent)
+                if not isinstance(current, cst.Call):
+                    return False
+                continue
+            if isinstance(parent, cst.Arg) and isinstance(self.parents.get(parent), cst.Call):
+                outer = self.parents.get(parent)
+                if self.names.is_(outer.func, "torch.compile") and positional(outer, 0) is parent:
+                    current = outer
+                    continue
+            break
+        assign = self.parents.get(current)
+        if isinstance(assign, cst.Assign) and assign.value is current:
+            return any(self.code(t.target) == code for t in assign.targets)
+        if isinstance(assign, cst.AnnAssign) and assign.value is current:
+            return self.code(assign.target) == code
+        return False
+
+    def _visible(self, call: cst.Call, loop: cst.CSTNode, model: cst.BaseExpression) -> bool:
+        owner = next((a for a in self._ancestors(call) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None)
+        if owner is None:
+            return True
+        if isinstance(model, cst.Attribute):
+            cls = next((a for a in self._ancestors(owner) if isinstance(a, cst.ClassDef)), owner)
+            return self._inside(loop, cls)
+        return self._inside(loop, owner)
+
+    def _moves_device(self, call: cst.Call) -> bool:
+        method = method_name(call)
+        if method in ("cuda", "cpu"):
+            return True
+        return method == "to" and self._device_argument(call) is not None
+
+    def _device_argument(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The device of a module's `.to(...)`: Module.to takes (device, dtype), (dtype) or (tensor)."""
+        device = kwarg(call, "device")
+        if device is not None:
+            return device.value
+        first = positional(call, 0)
+        if first is None or self.kinds.is_dtype(first.value):
+            return None
+        if self.kinds.fact(first.value).kind is Kind.TENSOR:
+            return None
+        return first.value
+
+    # -- bindings ------------------------------------------------------------------------
+
+    def _index_assignments(self) -> dict[str, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]:
+        """Target code -> (target, value) of every plain assignment in the file."""
+        index: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression | None]]] = {}
+        for assign in m.findall(self.module, m.Assign() | m.AnnAssign()):
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            for target in targets:
+                index.setdefault(self.code(target), []).append((target, assign.value))
+        return index
+
+    def _binding_sites(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
+        """(binding node, the expression it takes its value from) for each binding of `name`
+        in its scope: the value of an assignment, the iterable of a `for`, the item of a
+        `with`; None as the expression where it cannot be told (parameters, unpacking)."""
+        scope = self.kinds.scopes.get(name)
+        if scope is None:
+            return []
+        sites = []
+        for assignment in scope[name.value]:
+            if not isinstance(assignment, Assignment):
+                continue
+            node = assignment.node
+            sites.append((node, self._source_of(node)))
+        return sites
+
+    def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
+        return [source for _, source in self._binding_sites(name)]
+
+    def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
+        return [value for _, value in self._assignments.get(self.code(expr), ())]
+
+    def _source_of(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+        current = target
+        while True:
+            parent = self.parents.get(current)
+            if isinstance(parent, (cst.AssignTarget, cst.Element, cst.Tuple, cst.List, cst.AsName)):
+                current = parent
+                continue
+            break
+        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+            return parent.value
+        if isinstance(parent, cst.For) and parent.target is current:
+            return parent.iter
+        if isinstance(parent, cst.WithItem):
+            return parent.item
+        return None
+
+    def _last_source(self, expr: cst.BaseExpression, before: cst.CSTNode | None = None) -> cst.BaseExpression | None:
+        """The value of the last assignment to `expr` (before `before`, when given)."""
+        if isinstance(expr, cst.Name):
+            sites = [(n, s) for n, s in self._binding_sites(expr) if s is not None]
+        elif isinstance(expr, cst.Attribute):
+            sites = [(n, s) for n, s in self._assignments.get(self.code(expr), ()) if s is not None]
+        else:
+            return None
+        if before is not None:
+            limit = self._start(before)
+            earlier = [(n, s) for n, s in sites if self._start(n) < limit]
+            sites = earlier or sites
+        if not sites:
+            return None
+        return max(sites, key=lambda site: self._start(site[0]))[1]
+
+    def _local_function(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        if not isinstance(func, cst.Name):
+            return None
+        scope = self.kinds.scopes.get(func)
+        if scope is None:
+            return None
+        found = [a.node for a in scope[func.value] if isinstance(a, Assignment)]
+        return found[0] if len(found) == 1 and isinstance(found[0], cst.FunctionDef) else None
+
+    def _is_builtin(self, func: cst.BaseExpression) -> bool:
+        return isinstance(func, cst.Name) and func.value in BUILTIN_NAMES and not self.names.local(func)
+
+    # -- tree helpers ----------------------------------------------------------------------
+
+    def _ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parents.get(node)
+        while current is not None:
+            yield current
+            current = self.parents.get(current)
+
+    def _ancestors_in_scope(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        for ancestor in self._ancestors(node):
+            if isinstance(ancestor, SCOPE_BOUNDARIES):
+                return
+            yield ancestor
+
+    def _crosses_scope(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        for current in self._ancestors(node):
+            if current is ancestor:
+                return False
+            if isinstance(current, SCOPE_BOUNDARIES):
+                return True
+        return True
+
+    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        return node is ancestor or any(a is ancestor for a in self._ancestors(node))
+
+    def _statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The statement of a block (or of the module) that contains `node`."""
+        current = node
+        for parent in self._ancestors(node):
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                return current
+            current = parent
+        return current
+
+    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
+        position = self.positions[node].start
+        return (position.line, position.column)
+
+
+# -- module-level helpers ------------------------------------------------------------------
+
+
+class _CallCollector(cst.CSTVisitor):
+    """Calls under a node, not counting nested function, lambda and class bodies."""
+
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+def _calls_in(node: cst.CSTNode) -> Iterable[cst.Call]:
+    collector = _CallCollector()
+    node.visit(collector)
+    return collector.calls
+
+
+def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The assigned expressions of a target, through tuple and list unpacking."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [t for e in target.elements for t in _bound_targets(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound_targets(target.value)
+    return [target]
+
+
+class _Reads(cst.CSTVisitor):
+    """Names whose value is read: not assignment targets, attribute or keyword names."""
+
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False
+
+    def visit_AsName(self, node: cst.AsName) -> bool:
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        for part in (node.iter, node.body, node.orelse):
+            if part is not None:
+                part.visit(self)
+        return False
+
+    def visit_CompFor(self, node: cst.CompFor) -> bool:
+        for part in (node.iter, *node.ifs, node.inner_for_in):
+            if part is not None:
+                part.visit(self)
+        return False
+
+
+def _read_names(node: cst.CSTNode) -> list[cst.Name]:
+    reads = _Reads()
+    node.visit(reads)
+    return reads.names
+
+
+def _index(body: list, statement: cst.CSTNode) -> int:
+    return next(i for i, s in enumerate(body) if s is statement)

@@ -1,0 +1,519 @@
+"""Training-loop analysis: which loops train, and what each already does."""
+
+import textwrap
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper
+
+from codemod.analysis.kinds import Place
+from codemod.analysis.training import Training, TrainingLoop
+from codemod.config import Settings
+from codemod.context import FileContext
+
+HEAD = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+device = torch.device("cuda")
+class Net(nn.Module):
+    pass
+loader = DataLoader(dataset, batch_size=8)
+"""
+
+PLAIN = """\
+model = Net().to(device)
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    optimizer.zero_grad()
+    out = model(x)
+    loss = criterion(out, y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def analyse(code: str, head: str = HEAD) -> Training:
+    wrapper = MetadataWrapper(cst.parse_module(head + textwrap.dedent(code)))
+    return FileContext(wrapper, "<test>", Settings()).training
+
+
+def only_loop(code: str, head: str = HEAD) -> tuple[TrainingLoop, Training]:
+    training = analyse(code, head)
+    assert len(training.loops) == 1, [training.code(t.loop) for t in training.loops]
+    return training.loops[0], training
+
+
+def line_of(training: Training, node: cst.CSTNode) -> int:
+    return training.positions[node].start.line - HEAD.count("\n")
+
+
+# -- which loops train ------------------------------------------------------------------
+
+
+def test_plain_loop_and_its_parts():
+    loop, training = only_loop(PLAIN)
+    assert isinstance(loop.loop, cst.For)
+    [opt] = loop.optimizers
+    assert (opt.expression, opt.qualified_name, training.code(opt.params)) == (
+        "optimizer", "torch.optim.AdamW", "model.parameters()")
+    assert training.code(loop.loss) == "loss"
+    assert [training.code(s) for s in loop.forward.statements] == ["out = model(x)\n", "loss = criterion(out, y)\n"]
+    assert loop.accumulation is None and loop.clips == () and loop.autocast is None and loop.scaler is None
+    assert [m.expression for m in loop.models] == ["model"]  # the criterion is a module without weights
+    assert training.code(loop.device) == "device" and loop.models[0].places == {Place.CUDA}
+    assert loop.float64 is None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "for x, y in loader:\n    loss = model(x).sum()\n    loss.backward()\n",  # no step
+        "for x, y in loader:\n    sched.step()\n",  # a scheduler steps, nothing trains
+        "for x, y in loader:\n    with torch.no_grad():\n        out = model(x)\n",
+        "def helper(batch):\n    model(batch).sum().backward()\n    opt.step()\nfor b in loader:\n    helper(b)\n",
+    ],
+    ids=["backward-only", "scheduler-only", "eval-only", "step-in-called-function"],
+)
+def test_loops_that_do_not_train(code):
+    head = HEAD + "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    head += "sched = torch.optim.lr_scheduler.StepLR(opt, 10)\n"
+    assert analyse(code, head).loops == []
+
+
+def test_scheduler_step_is_not_an_optimizer_step():
+    loop, training = only_loop(
+        """\
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, 10)
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+            sched.step()
+        """
+    )
+    assert [training.code(s.optimizer) for s in loop.steps] == ["opt"]
+
+
+def test_innermost_loop_with_backward_and_step_is_the_training_loop():
+    loop, training = only_loop(
+        """\
+        model = Net().cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+        """
+    )
+    assert training.code(loop.loop).startswith("for x, y in loader")
+
+
+def test_while_loop_with_micro_steps_nanogpt_style():
+    loop, training = only_loop(
+        """\
+        from model import GPT
+        model = GPT(config)
+        model.to(device)
+        optimizer = model.configure_optimizers(0.1, 6e-4)
+        while True:
+            for micro_step in range(accum):
+                logits, loss = model(X, Y)
+                loss = loss / accum
+                X, Y = get_batch("train")
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        """
+    )
+    assert isinstance(loop.loop, cst.While)
+    [opt] = loop.optimizers
+    assert opt.qualified_name is None and opt.params is None  # configure_optimizers: not a torch.optim call
+    assert training.code(opt.call) == "model.configure_optimizers(0.1, 6e-4)"
+    assert [training.code(s) for s in loop.forward.statements] == ["logits, loss = model(X, Y)\n", "loss = loss / accum\n"]
+    acc = loop.accumulation
+    assert training.code(acc.steps) == "accum" and isinstance(acc.micro_loop, cst.For) and acc.step_guard is None
+    assert training.code(acc.division) == "loss = loss / accum\n"
+    assert [m.expression for m in loop.models] == ["model"]  # an imported class: known by `model.to(device)`
+
+
+# -- optimizers, scalers, losses ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "imports,build,qualified",
+    [
+        ("from torch.optim import AdamW as AW", "AW(model.parameters())", "torch.optim.AdamW"),
+        ("import torch.optim as optim", "optim.SGD(params=model.parameters(), lr=0.1)", "torch.optim.SGD"),
+        ("from torch import optim", "optim.Adam(model.parameters())", "torch.optim.Adam"),
+    ],
+)
+def test_optimizer_builds_resolve_aliases(imports, build, qualified):
+    loop, training = only_loop(
+        f"{imports}\nmodel = Net()\nopt = {build}\nfor x in loader:\n    model(x).sum().backward()\n    opt.step()\n"
+    )
+    [opt] = loop.optimizers
+    assert opt.qualified_name == qualified and training.code(opt.params) == "model.parameters()"
+
+
+def test_scaler_forms_in_both_namespaces():
+    for build, qualified in [
+        ("torch.amp.GradScaler('cuda')", "torch.amp.GradScaler"),
+        ("torch.cuda.amp.GradScaler()", "torch.cuda.amp.GradScaler"),
+        ("GS()", "torch.cuda.amp.GradScaler"),
+    ]:
+        loop, training = only_loop(
+            f"""\
+            from torch.cuda.amp import GradScaler as GS
+            model = Net()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            scaler = {build}
+            for x in loader:
+                loss = model(x).sum()
+                scaler.scale(loss / 4).backward()
+                scaler.step(opt)
+                scaler.update()
+            """
+        )
+        assert loop.scaler.expression == "scaler" and loop.scaler.qualified_name == qualified
+        [backward] = loop.backwards
+        assert backward.scaled and training.code(backward.loss) == "loss" and training.code(backward.divisor) == "4"
+        assert [s.scaled for s in loop.steps] == [True] and loop.optimizers[0].expression == "opt"
+
+
+def test_loss_attribute_of_model_output():
+    loop, training = only_loop(
+        """\
+        model = Net().to(device)
+        opt = torch.optim.AdamW(model.parameters())
+        for batch in loader:
+            outputs = model(**batch)
+            outputs.loss.backward()
+            opt.step()
+        """
+    )
+    assert training.code(loop.loss) == "outputs.loss"
+    assert [training.code(s) for s in loop.forward.statements] == ["outputs = model(**batch)\n"]
+
+
+# -- forward region -------------------------------------------------------------------------
+
+
+def test_forward_region_keeps_statements_between_model_and_loss():
+    loop, training = only_loop(
+        """\
+        model = Net().to(device)
+        crit = nn.MSELoss()
+        opt = torch.optim.AdamW(model.parameters())
+        for x, y in loader:
+            x = x.to(device)
+            # forward pass
+            out = model(x)
+            if out.isnan().any():
+                continue
+            loss = crit(out, y)  # mean over the batch
+            print(loss.item())
+            loss.backward()
+            opt.step()
+        """
+    )
+    region = loop.forward
+    assert region.block is loop.loop.body and (region.first, region.last) == (1, 3)
+
+
+def test_forward_through_a_helper_given_the_model():
+    loop, training = only_loop(
+        """\
+        def compute_loss(net, batch):
+            return net(batch).sum()
+        model = Net().to(device)
+        opt = torch.optim.AdamW(model.parameters())
+        for batch in loader:
+            batch = batch.to(device)
+            loss = compute_loss(model, batch)
+            loss.backward()
+            opt.step()
+        """
+    )
+    assert [training.code(s) for s in loop.forward.statements] == ["loss = compute_loss(model, batch)\n"]
+
+
+def test_forward_in_a_trainer_class_uses_self_model():
+    loop, training = only_loop(
+        """\
+        class Trainer:
+            def __init__(self, net):
+                self.model = net.to(device)
+                self.opt = torch.optim.AdamW(self.model.parameters())
+            def fit(self):
+                for x, y in loader:
+                    out = self.model(x)
+                    loss = ((out - y) ** 2).mean()
+                    loss.backward()
+                    self.opt.step()
+                    self.opt.zero_grad()
+        """
+    )
+    assert [training.code(s) for s in loop.forward.statements] == ["out = self.model(x)\n", "loss = ((out - y) ** 2).mean()\n"]
+    assert loop.optimizers[0].qualified_name == "torch.optim.AdamW"
+    [model] = loop.models
+    assert model.expression == "self.model"
+
+
+@pytest.mark.parametrize(
+    "body,problem",
+    [
+        (
+            "out = model(x)\nif flag:\n    loss = out.sum()\nelse:\n    loss = out.mean()\nloss.backward()\nopt.step()\n",
+            "the loss is computed inside a nested block (line",
+        ),
+        (
+            "out = model(x)\nif flag:\n    loss = out.sum()\n    loss.backward()\n    opt.step()\n",
+            "the forward spans blocks: `out` comes from a model call at line",
+        ),
+        ("model(x).sum().backward()\nopt.step()\n", "the loss is computed in the backward() statement itself"),
+        ("loss = x.sum()\nloss.backward()\nopt.step()\n", "no model call before the loss"),
+        ("loss = model(x).sum()\nloss.backward()\nloss2 = model(x).mean()\nloss2.backward()\nopt.step()\n",
+         "the loop calls backward() 2 times"),
+        ("out = model(x)\nyield out\nloss = out.sum()\nloss.backward()\nopt.step()\n", "the forward region yields"),
+    ],
+    ids=["loss-in-branches", "forward-spans-blocks", "loss-inline", "no-model-call", "two-backwards", "yields"],
+)
+def test_forward_that_cannot_be_delimited(body, problem):
+    code = "model = Net().to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in loader:\n"
+    code += textwrap.indent(body, "    ")
+    loop, _ = only_loop(code)
+    assert loop.forward is None and loop.forward_problem.startswith(problem), loop.forward_problem
+
+
+def test_eval_block_binding_the_same_name_does_not_split_the_forward():
+    loop, training = only_loop(
+        """\
+        model = Net().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step, (x, y) in enumerate(loader):
+            out = model(x)
+            loss = (out - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+            if step % 100 == 0:
+                with torch.no_grad():
+                    out = model(x)
+        """
+    )
+    assert loop.forward is not None and (loop.forward.first, loop.forward.last) == (0, 1)
+    assert loop.accumulation is None  # `% 100` guards evaluation, not the step
+
+
+# -- accumulation and clipping ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "division,backward,divisor",
+    [
+        ("    loss = loss / accum\n", "loss.backward()", "accum"),
+        ("    loss /= accum\n", "loss.backward()", "accum"),
+        ("", "(loss / accum).backward()", "accum"),
+    ],
+)
+def test_accumulation_with_guarded_step(division, backward, divisor):
+    loop, training = only_loop(
+        "from torch.nn.utils import clip_grad_norm_\n"
+        "model = Net().to(device)\nopt = torch.optim.AdamW(model.parameters())\naccum = 4\n"
+        "for i, (x, y) in enumerate(loader):\n"
+        "    loss = model(x).mean()\n"
+        f"{division}"
+        f"    {backward}\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        clip_grad_norm_(model.parameters(), 1.0)\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    )
+    acc = loop.accumulation
+    assert training.code(acc.steps) == divisor and acc.division is not None and acc.micro_loop is None
+    assert training.code(acc.step_guard.test) == "(i + 1) % accum == 0"
+    assert [training.code(c) for c in loop.clips] == ["clip_grad_norm_(model.parameters(), 1.0)"]
+
+
+def test_division_by_a_non_count_is_not_accumulation():
+    loop, _ = only_loop(
+        """\
+        model = Net().to(device)
+        opt = torch.optim.AdamW(model.parameters())
+        for x, y in loader:
+            loss = model(x).sum() / x.shape[0]
+            loss.backward()
+            nn.utils.clip_grad_value_(model.parameters(), 0.5)
+            opt.step()
+        """
+    )
+    assert loop.accumulation is None
+    assert len(loop.clips) == 1
+
+
+# -- what the loop already does ---------------------------------------------------------------------
+
+AMP_LOOP = """\
+model = Net().to(device)
+opt = torch.optim.AdamW(model.parameters())
+{before}
+for x, y in loader:
+{inside}
+        loss = model(x).sum()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "before,with_item,form",
+    [
+        ("", "torch.autocast(device_type='cuda', dtype=torch.bfloat16)", "call"),
+        ("", "torch.amp.autocast('cuda')", "call"),
+        ("from torch.cuda.amp import autocast", "autocast()", "call"),
+        ("", "torch.cuda.amp.autocast(dtype=torch.float16)", "call"),
+        ("", "torch.cpu.amp.autocast()", "call"),
+        ("from contextlib import nullcontext\nctx = nullcontext() if device.type == 'cpu' else "
+         "torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16)", "ctx", "context variable"),
+        ("def amp_context():\n    return torch.autocast('cuda', dtype=torch.bfloat16)", "amp_context()", "helper"),
+        ("from runtime.amp import Precision\nprecision = Precision.for_device(device)", "precision.autocast()", "call"),
+    ],
+)
+def test_autocast_in_any_form(before, with_item, form):
+    loop, _ = only_loop(AMP_LOOP.format(before=before, inside=f"    with {with_item}:"))
+    assert loop.autocast is not None and loop.autocast.form == form
+    assert isinstance(loop.autocast.node, cst.With)
+
+
+def test_autocast_around_the_loop():
+    loop, _ = only_loop(
+        """\
+        model = Net().to(device)
+        opt = torch.optim.AdamW(model.parameters())
+        with torch.autocast("cuda"):
+            for x in loader:
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+        """
+    )
+    assert loop.autocast.form == "call"
+
+
+@pytest.mark.parametrize("with_item", ["torch.no_grad()", "open('log.txt')", "torch.enable_grad()"])
+def test_other_contexts_are_not_autocast(with_item):
+    loop, training = only_loop(AMP_LOOP.format(before="", inside=f"    with {with_item}:"))
+    assert loop.autocast is None and loop.scaler is None and training.autocast_uses == []
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "class Wrapped(nn.Module):\n    def forward(self, x):\n        with torch.autocast('cuda'):\n            return x\n",
+        "torch.set_autocast_enabled('cuda', True)\n",
+    ],
+)
+def test_autocast_elsewhere_in_the_file_is_listed(elsewhere):
+    training = analyse(PLAIN + elsewhere)
+    assert training.loops[0].autocast is None and len(training.autocast_uses) == 1
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "model = Net().double().to(device)",
+        "model = Net().to(device)\nmodel.double()",
+        "model = Net()\nmodel.to(device, torch.float64)",
+        "model = Net().to(dtype=torch.double)",
+        "model = nn.Linear(4, 1, dtype=torch.float64)",
+        "torch.set_default_dtype(torch.float64)\nmodel = Net()",
+        "torch.set_default_tensor_type(torch.DoubleTensor)\nmodel = Net()",
+    ],
+)
+def test_float64_models(code):
+    loop, _ = only_loop(code + "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n")
+    assert loop.float64 is not None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "model = Net().float().to(device)",
+        "model = Net().to(device, torch.float32)",
+        "model = Net().half()",
+        "model = Net()\nother = Net().double()",
+        "torch.set_default_dtype(torch.float32)\nmodel = Net()",
+    ],
+)
+def test_models_that_are_not_float64(code):
+    loop, _ = only_loop(code + "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n")
+    assert loop.float64 is None
+
+
+# -- devices ------------------------------------------------------------------------------------------
+
+DEVICE_LOOP = "{code}\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in loader:\n" \
+              "    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n{after}"
+
+
+@pytest.mark.parametrize(
+    "code,device,places",
+    [
+        ("model = Net().to(device)", "device", {Place.CUDA}),
+        ("dev = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = Net()\nmodel.to(dev)", "dev",
+         {Place.CUDA, Place.HOST}),
+        ("dev = torch.device('cuda:0' if ok else 'cpu')\nmodel = Net()\nmodel = model.to(dev)", "dev",
+         {Place.CUDA, Place.HOST}),
+        ("model = torch.compile(Net().to('cuda'))", "'cuda'", {Place.CUDA}),
+        ("model = Net().to(args.device)", "args.device", {Place.UNKNOWN}),
+        ("model = Net().to('cpu')", "'cpu'", {Place.HOST}),
+    ],
+)
+def test_model_device_expression(code, device, places):
+    loop, training = only_loop(DEVICE_LOOP.format(code=code, after=""))
+    [model] = loop.models
+    assert training.code(model.device) == device and model.places == places and not model.split
+
+
+def test_cuda_call_and_unmoved_and_moved_after():
+    loop, _ = only_loop(DEVICE_LOOP.format(code="model = Net().cuda()", after=""))
+    assert loop.models[0].places == {Place.CUDA} and loop.models[0].device is None and loop.device is None
+    loop, _ = only_loop(DEVICE_LOOP.format(code="model = Net()", after="model.to(device)\n"))
+    assert loop.models[0].places == frozenset() and loop.models[0].move is None
+
+
+def test_submodules_moved_on_their_own():
+    loop, _ = only_loop(DEVICE_LOOP.format(code="model = Net().to(device)\nmodel.head.to('cuda:1')", after=""))
+    assert loop.models[0].split
+    loop, _ = only_loop(DEVICE_LOOP.format(code="model = Net().to(device)\npos = model.pos.to('cuda:1')", after=""))
+    assert not loop.models[0].split  # a copy of a tensor attribute moves nothing
+
+
+def test_moves_in_other_functions_do_not_count():
+    loop, _ = only_loop(
+        "def export(model):\n    model.cpu()\n" + DEVICE_LOOP.format(code="model = Net().to(device)", after="")
+    )
+    assert loop.models[0].places == {Place.CUDA}
+
+
+@pytest.mark.parametrize(
+    "code,uses",
+    [
+        ("x = torch.zeros(3, device='cuda:0')", True),
+        ("x = torch.zeros(3).cuda()", True),
+        ("torch.cuda.synchronize()", True),
+        ("x = torch.zeros(3, device=f'cuda:{rank}')", True),
+        ("ok = torch.cuda.is_available()", False),
+        ("x = torch.zeros(3, device='cpu')", False),
+        ("name = 'cudart'", False),
+    ],
+)
+def test_cuda_use(code, uses):
+    training = analyse(code + "\n", head="import torch\n")
+    assert (training.cuda_use is not None) is uses
