@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from codemod.rule import Rule
 from codemod.rules.non_blocking_copy import NonBlockingCopy
+from codemod.rules.tf32 import Float32MatmulWithoutTf32
 
 RULES: list[type[Rule]] = [
     NonBlockingCopy,
+    Float32MatmulWithoutTf32,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
