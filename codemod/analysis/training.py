@@ -74,6 +74,7 @@ MODULE_METHODS = set(
 )
 BUILTIN_NAMES = set(dir(builtins))
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+MAX_DEPTH = 6  # how many bindings and wrappers a look-up follows
 
 
 # -- facts -------------------------------------------------------------------------
@@ -238,12 +239,13 @@ class Training:
             return False
         return any(self.is_model(arg.value) for arg in call.args)
 
-    def model(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> Model:
-        """Where the model `expr` is placed when `loop` starts, and its dtype. Only
-        calls that `loop` can see count: those at module level or in a function
-        around it, and for `self.x` anywhere in the class."""
+    def model(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
+        """Where the model `expr` is placed when the code reaches `at` (a loop, an
+        optimizer construction), and its dtype. Only calls that `at` can see count:
+        those at module level or in a function around it, and for `self.x`
+        anywhere in the class."""
         code = self.code(expr)
-        limit = self._start(loop)
+        limit = self._start(at)
         moves: list[tuple[cst.Call, cst.BaseExpression | None, frozenset[Place]]] = []
         float64 = self._float64_construction(code)
         split = False
@@ -252,14 +254,14 @@ class Training:
             if method not in ("to", "cuda", "cpu", "double", "type"):
                 continue
             receiver = self.code(call.func.value)
-            if receiver.startswith(code + ".") and self._moves_device(call) and self._visible(call, loop, expr):
+            if receiver.startswith((code + ".", code + "[")) and self._moves_device(call) and self._visible(call, at, expr):
                 # `model.head.to("cuda:1")` moves a submodule in place; `model.pos.to(d)` in an
                 # expression copies a tensor attribute and moves nothing.
                 statement = self.parents.get(call)
                 split = split or isinstance(statement, cst.Expr) or (
                     isinstance(statement, cst.Assign) and any(self.code(t.target) == receiver for t in statement.targets)
                 )
-            if not self._acts_on(call, code) or not self._visible(call, loop, expr):
+            if not self._acts_on(call, code) or not self._visible(call, at, expr):
                 continue
             if self._makes_float64(call):
                 float64 = float64 or call
@@ -280,7 +282,7 @@ class Training:
     def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
         """Every place a device expression may point to: `"cuda" if ok else "cpu"`
         gives {CUDA, HOST} (Kinds joins that to UNKNOWN)."""
-        if expr is None or depth > 4:
+        if expr is None or depth > MAX_DEPTH:
             return frozenset({Place.UNKNOWN})
         if isinstance(expr, cst.IfExp):
             return self.device_places(expr.body, depth + 1) | self.device_places(expr.orelse, depth + 1)
@@ -402,7 +404,7 @@ class Training:
                 candidates.append(func.value)
         for optimizer in optimizers:
             if optimizer.params is not None:
-                candidates.extend(self._parameter_owners(optimizer.params))
+                candidates.extend(self.parameter_models(optimizer.params) or ())
         for expr in candidates:
             code = self.code(expr)
             if code not in found:
@@ -410,19 +412,75 @@ class Training:
                 expressions.append(expr)
         return tuple(self.model(expr, loop) for expr in expressions)
 
-    def _parameter_owners(self, params: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression]:
-        """Models whose parameters `params` is made of: `model.parameters()`, param
-        groups, comprehensions over `named_parameters()`, names bound to those."""
-        if depth > 4:
-            return []
-        owners = []
-        for call in m.findall(params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
-            owners.append(call.func.value)
-        for name in m.findall(params, m.Name()):
-            for source in self._binding_sources(name):
-                if source is not None:
-                    owners.extend(self._parameter_owners(source, depth + 1))
-        return owners
+    def parameter_models(self, params: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
+        """The modules whose parameters `params` (an optimizer's first argument) is
+        made of: `model.parameters()`, param groups, comprehensions and filters over
+        `parameters()` / `named_parameters()`, lists built by appending those, and
+        names bound to any of these. None when it may hold anything else."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(params, cst.Call):
+            return self._parameter_call_models(params, depth)
+        if isinstance(params, (cst.List, cst.Tuple)):
+            return self._all_models([e.value for e in params.elements], depth)
+        if isinstance(params, cst.Dict):  # a param group: only its "params" hold tensors
+            group = [e.value for e in params.elements if isinstance(e, cst.DictElement)
+                     and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "params"]
+            return self._all_models(group, depth) if len(group) == 1 else None
+        if isinstance(params, (cst.ListComp, cst.GeneratorExp)):
+            loop = params.for_in
+            if loop.inner_for_in is not None or not isinstance(params.elt, cst.Name):
+                return None
+            if params.elt.value not in {t.value for t in _bound_targets(loop.target) if isinstance(t, cst.Name)}:
+                return None
+            return self.parameter_models(loop.iter, depth + 1)
+        if isinstance(params, cst.BinaryOperation) and isinstance(params.operator, cst.Add):
+            return self._all_models([params.left, params.right], depth)
+        if isinstance(params, cst.Name):
+            return self._parameter_name_models(params, depth)
+        return None
+
+    def _parameter_call_models(self, call: cst.Call, depth: int) -> list[cst.BaseExpression] | None:
+        if method_name(call) in ("parameters", "named_parameters"):
+            return [call.func.value]
+        values = [a.value for a in call.args if a.keyword is None and not a.star]
+        if self.names.is_(call.func, "list", "tuple", "builtins.list", "builtins.tuple") and len(values) == 1:
+            return self.parameter_models(values[0], depth + 1)
+        if self.names.is_(call.func, "filter", "builtins.filter") and len(values) == 2:
+            return self.parameter_models(values[1], depth + 1)
+        if self.names.is_(call.func, "itertools.chain") and values:
+            return self._all_models(values, depth)
+        return None
+
+    def _parameter_name_models(self, name: cst.Name, depth: int) -> list[cst.BaseExpression] | None:
+        """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add."""
+        sources: list[cst.BaseExpression] = []
+        for _, source in self._binding_sites(name):
+            if source is None:
+                return None
+            if not (isinstance(source, (cst.List, cst.Tuple)) and not source.elements):
+                sources.append(source)  # `decay = []` adds nothing
+        scope = self.kinds.scopes.get(name)
+        for access in scope.accesses[name.value] if scope is not None else ():
+            parent = self.parents.get(access.node)
+            call = self.parents.get(parent)
+            if isinstance(parent, cst.Attribute) and isinstance(call, cst.Call) and call.func is parent:
+                added = positional(call, 0)
+                if parent.attr.value not in ("append", "extend") or added is None:
+                    continue
+                sources.append(added.value)  # an appended loop variable stands for its iterable
+            elif isinstance(parent, cst.AugAssign) and parent.target is access.node:
+                sources.append(parent.value)
+        return self._all_models(sources, depth) if sources else None
+
+    def _all_models(self, parts: Sequence[cst.BaseExpression], depth: int) -> list[cst.BaseExpression] | None:
+        models: list[cst.BaseExpression] = []
+        for part in parts:
+            found = self.parameter_models(part, depth + 1)
+            if found is None:
+                return None
+            models.extend(found)
+        return models
 
     # -- forward region ------------------------------------------------------------
 
@@ -568,7 +626,7 @@ class Training:
 
     def _enables_autocast(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
         """How `expr` (a `with` item, a decorator) turns autocast on, or None."""
-        if depth > 3:
+        if depth > MAX_DEPTH:
             return None
         if isinstance(expr, cst.Call):
             if self._is_autocast_call(expr):

@@ -5,12 +5,14 @@ list it in RULES."""
 from __future__ import annotations
 
 from codemod.rule import Rule
+from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
 
 RULES: list[type[Rule]] = [
     NonBlockingCopy,
     Float32MatmulWithoutTf32,
+    UnfusedOptimizerOnCuda,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)

@@ -3,6 +3,7 @@
 import textwrap
 
 import libcst as cst
+import libcst.matchers as m
 import pytest
 from libcst.metadata import MetadataWrapper
 
@@ -62,7 +63,7 @@ def test_plain_loop_and_its_parts():
     assert training.code(loop.loss) == "loss"
     assert [training.code(s) for s in loop.forward.statements] == ["out = model(x)\n", "loss = criterion(out, y)\n"]
     assert loop.accumulation is None and loop.clips == () and loop.autocast is None and loop.scaler is None
-    assert [m.expression for m in loop.models] == ["model"]  # the criterion is a module without weights
+    assert [model.expression for model in loop.models] == ["model"]  # the criterion is a module without weights
     assert training.code(loop.device) == "device" and loop.models[0].places == {Place.CUDA}
     assert loop.float64 is None
 
@@ -138,7 +139,7 @@ def test_while_loop_with_micro_steps_nanogpt_style():
     acc = loop.accumulation
     assert training.code(acc.steps) == "accum" and isinstance(acc.micro_loop, cst.For) and acc.step_guard is None
     assert training.code(acc.division) == "loss = loss / accum\n"
-    assert [m.expression for m in loop.models] == ["model"]  # an imported class: known by `model.to(device)`
+    assert [model.expression for model in loop.models] == ["model"]  # an imported class: known by `model.to(device)`
 
 
 # -- optimizers, scalers, losses ---------------------------------------------------------
@@ -517,3 +518,34 @@ def test_moves_in_other_functions_do_not_count():
 def test_cuda_use(code, uses):
     training = analyse(code + "\n", head="import torch\n")
     assert (training.cuda_use is not None) is uses
+
+
+# -- parameters of optimizers --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "setup,params,models",
+    [
+        ("", "model.parameters()", ["model"]),
+        ("", "[p for p in model.parameters() if p.requires_grad]", ["model"]),
+        ("", "filter(lambda p: p.requires_grad, model.parameters())", ["model"]),
+        ("", "[{'params': model.body.parameters()}, {'params': model.head.parameters(), 'lr': 1e-4}]",
+         ["model.body", "model.head"]),
+        ("decay = [p for n, p in model.named_parameters() if p.dim() >= 2]\n"
+         "no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]\n"
+         "groups = [{'params': decay, 'weight_decay': 0.1}, {'params': no_decay, 'weight_decay': 0.0}]\n",
+         "groups", ["model", "model"]),
+        ("decay = []\nfor name, p in model.named_parameters():\n    decay.append(p)\n", "decay", ["model"]),
+        ("import itertools\nhead = Net()\n", "itertools.chain(model.parameters(), head.parameters())", ["model", "head"]),
+        ("", "list(model.parameters()) + [torch.zeros(3, requires_grad=True)]", None),
+        ("", "[torch.zeros(3, requires_grad=True)]", None),
+        ("", "[{'lr': 0.1}]", None),
+        ("extra = []\nextra.append(torch.zeros(3))\n", "extra", None),
+        ("", "[p.detach() for p in model.parameters()]", None),
+    ],
+)
+def test_parameter_models(setup, params, models):
+    training = analyse(f"model = Net()\n{setup}opt = torch.optim.AdamW({params})\n")
+    [call] = m.findall(training.module, m.Call(func=m.Attribute(attr=m.Name("AdamW"))))
+    found = training.parameter_models(call.args[0].value)
+    assert (None if found is None else [training.code(model) for model in found]) == models
