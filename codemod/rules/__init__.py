@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from codemod.rule import Rule
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
+from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
+from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
+from codemod.rules.zero_grad import ZeroFilledGradients
 
 RULES: list[type[Rule]] = [
     NonBlockingCopy,
+    UnpinnedLoaderToCuda,
+    MemoryCleanupInStepLoop,
+    ZeroFilledGradients,
     Float32MatmulWithoutTf32,
     UnfusedOptimizerOnCuda,
 ]

@@ -1,0 +1,161 @@
+"""Where a name gets its value: the assignments, functions and returns behind a
+use, for rules that must look at the expression a variable was built from
+(the dict behind `**loader_kwargs`, the DataLoader a helper returns, the
+constructor call of an optimizer).
+
+Unlike `Kinds`, which summarises an expression as a fact, these helpers hand
+back the syntax itself, so a rule can inspect or rewrite it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+from libcst.metadata import Assignment
+
+# Nodes between a bound Name and the statement that binds it.
+_TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
+
+
+class Bindings:
+    """Binding look-ups for one file, on the metadata the rules already have."""
+
+    def __init__(self, scopes, parents) -> None:
+        self.scopes = scopes
+        self.parents = parents
+
+    def assignments(self, name: cst.Name) -> list[Assignment] | None:
+        """The bindings of `name` visible where it is used; None when there are none
+        or when one is not an assignment in this file (an import, a builtin)."""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return None
+        found = list(scope[name.value])
+        if not found or not all(type(a) is Assignment for a in found):
+            return None
+        return found
+
+    def statement(self, target: cst.CSTNode) -> cst.CSTNode:
+        """The Assign / For / CompFor / With / FunctionDef ... that binds `target`."""
+        current = target
+        while True:
+            parent = self.parents.get(current)
+            if parent is None or not isinstance(parent, _TARGET_WRAPPERS):
+                return parent if parent is not None else current
+            current = parent
+
+    def assigned_value(self, assignment: Assignment, *, whole_unpacking: bool = False) -> cst.BaseExpression | None:
+        """`value` of a plain `name = value` (or `name: T = value`) binding.
+
+        With `whole_unpacking`, `a, b = value` gives the whole `value` for `a` and
+        `b`: enough to ask what the value may contain, not which part is which."""
+        target = assignment.node
+        parent = self.parents.get(target)
+        statement = self.statement(target)
+        if isinstance(statement, cst.Assign):
+            if isinstance(parent, cst.AssignTarget) and len(statement.targets) == 1:
+                return statement.value
+            return statement.value if whole_unpacking else None
+        if isinstance(statement, cst.AnnAssign) and statement.target is target:
+            return statement.value
+        return None
+
+    def values(self, name: cst.Name, *, whole_unpacking: bool = False) -> list[cst.BaseExpression] | None:
+        """The values every binding of `name` assigns; None unless all are plain assignments."""
+        found = self.assignments(name)
+        if found is None:
+            return None
+        values = [self.assigned_value(a, whole_unpacking=whole_unpacking) for a in found]
+        return None if any(v is None for v in values) else values
+
+    def local_function(self, expr: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The `def` of this file that `expr` (a Name) calls, when it is the only binding."""
+        if not isinstance(expr, cst.Name):
+            return None
+        scope = self.scopes.get(expr)
+        if scope is None:
+            return None
+        found = [a.node for a in scope[expr.value] if isinstance(a, Assignment)]
+        if len(found) == 1 and isinstance(found[0], cst.FunctionDef):
+            return found[0]
+        return None
+
+    def param_of(self, name: cst.Name) -> tuple[cst.FunctionDef, cst.Param] | None:
+        """The function and parameter `name` is bound to, when that is its only binding."""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return None
+        found = [a.node for a in scope[name.value] if isinstance(a, Assignment)]
+        if len(found) != 1 or not isinstance(found[0], cst.Param):
+            return None
+        function = self.parents.get(self.parents.get(found[0]))
+        return (function, found[0]) if isinstance(function, cst.FunctionDef) else None
+
+
+def returned_values(function: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The expressions `function` returns (not those of functions nested in it)."""
+    collector = _ReturnCollector()
+    function.body.visit(collector)
+    return collector.values
+
+
+def argument_for(call: cst.Call, function: cst.FunctionDef, param: cst.Param) -> cst.BaseExpression | None:
+    """What `call` passes to `param` of `function`: by keyword, or by position
+    (None when `*args`/`**kwargs` at the call hide it, or when it is not passed)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == param.name.value:
+            return arg.value
+    positional_params = [*function.params.posonly_params, *function.params.params]
+    if param not in positional_params:
+        return None
+    index = positional_params.index(param)
+    plain = []
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            plain.append(arg.value)
+    return plain[index] if index < len(plain) else None
+
+
+def calls_in(node: cst.CSTNode) -> Iterator[cst.Call]:
+    """Calls under `node` that run when it runs: not inside nested def, lambda or class bodies."""
+    collector = _CallCollector()
+    node.visit(collector)
+    return iter(collector.calls)
+
+
+class _ReturnCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.values: list[cst.BaseExpression] = []
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.values.append(node.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+class _CallCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
