@@ -212,6 +212,19 @@ class Training:
                     return loop
         return None
 
+    def defined_before(self, expr: cst.BaseExpression, statement: cst.CSTNode) -> bool:
+        """Can `expr` be evaluated right before `statement` with the value it has
+        inside it: every variable it reads is bound before `statement`, and none
+        is re-bound inside it? (Attributes such as `self.device` are taken as set.)"""
+        start = self._start(statement)
+        for name in _read_names(expr):
+            sites = self._binding_sites(name)
+            if any(self._inside(site, statement) for site, _ in sites):
+                return False
+            if sites and not any(self._start(site) < start for site, _ in sites):
+                return False
+        return True
+
     def is_model(self, expr: cst.BaseExpression) -> bool:
         """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
         modules to Kinds but hold no parameters, so they are not models here."""
@@ -485,7 +498,7 @@ class Training:
     # -- forward region ------------------------------------------------------------
 
     def _forward(self, loop: cst.CSTNode, backward: Backward) -> tuple[ForwardRegion | None, str | None]:
-        statement = self._statement_of(backward.call)
+        statement = self.statement_of(backward.call)
         block = self.parents.get(statement)
         if not isinstance(block, cst.IndentedBlock):
             return None, "backward() is not in a block of its own lines"
@@ -891,7 +904,7 @@ class Training:
     def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
         return node is ancestor or any(a is ancestor for a in self._ancestors(node))
 
-    def _statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
         """The statement of a block (or of the module) that contains `node`."""
         current = node
         for parent in self._ancestors(node):

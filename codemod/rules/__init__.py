@@ -5,6 +5,7 @@ list it in RULES."""
 from __future__ import annotations
 
 from codemod.rule import Rule
+from codemod.rules.autocast import ForwardWithoutAutocast
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
@@ -19,6 +20,7 @@ RULES: list[type[Rule]] = [
     ZeroFilledGradients,
     Float32MatmulWithoutTf32,
     UnfusedOptimizerOnCuda,
+    ForwardWithoutAutocast,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
