@@ -66,18 +66,17 @@ def apply_report(results: Sequence[FileResult], level: Level, dry_run: bool) -> 
 def outstanding(summary: Summary, locations: bool) -> list[str]:
     """Findings left as they are: each higher level with the flag that applies
     its fixes, then the report-only ones; with `locations`, one line each."""
-    lines = []
-    for level, found in summary.higher.items():
-        lines.append(f"{_count(len(found), 'more fix', 'more fixes')} available with --level {level.label}"
-                     + (":" if locations else "."))
-        if locations:
-            lines += [f"  {finding_line(f, hint=False)}" for f in found]
+    groups = [(f"{_count(len(found), 'more fix', 'more fixes')} available with --level {level.label}", found)
+              for level, found in summary.higher.items()]
     if summary.report_only:
         count = len(summary.report_only)
-        lines.append(f"{count} {'finding has' if count == 1 else 'findings have'} no automatic fix (report only)"
-                     + (":" if locations else "."))
+        groups.append((f"{count} {'finding has' if count == 1 else 'findings have'} no automatic fix (report only)",
+                       summary.report_only))
+    lines = []
+    for header, found in groups:
+        lines.append(header + (":" if locations else "."))
         if locations:
-            lines += [f"  {finding_line(f, hint=False)}" for f in summary.report_only]
+            lines += [f"  {finding_line(f, hint=False)}" for f in found]
     return lines
 
 
