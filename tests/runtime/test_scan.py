@@ -1,0 +1,95 @@
+import pytest
+import torch
+
+from runtime.kernels.scan import linear_scan, linear_scan_reference
+
+# Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
+# atol relative to the reference's largest magnitude (elements near 0 cancel). Measured
+# max |error| / max |reference|: float64 1.3e-15, float32 5.2e-7, bfloat16 3.4e-3 (the
+# output's own rounding, bf16's unit roundoff is 2^-8 = 3.9e-3: it is computed in float32).
+TOL = {torch.float64: 1e-13, torch.float32: 1e-5, torch.bfloat16: 1e-2}
+# Ranges of a: cumulative products underflow within a chunk near 0; growth for |a| > 1.
+DECAYS = {"uniform": (0.0, 1.0), "near0": (1e-6, 1e-3), "near1": (1 - 1e-4, 1.0), "signed": (-1.05, 1.05)}
+# (shape of a, shape of x): T not a multiple of the chunk, T = 1, a broadcast over trailing dims and batch.
+SHAPES = [((3, 97, 33), (3, 97, 33)), ((2, 1, 33), (2, 1, 33)),
+          ((2, 130, 4, 1), (2, 130, 4, 6)), ((1, 50, 7), (3, 50, 7))]
+
+
+def scan_inputs(shape_a, shape_x, decay, dtype, with_h0, seed=0):
+    """a, x, h0 (or None) in dtype, and the same values in float64, all leaves that want grads."""
+    gen = torch.Generator().manual_seed(seed)
+    lo, hi = DECAYS[decay]
+    a = lo + (hi - lo) * torch.rand(shape_a, generator=gen, dtype=torch.float64)
+    x = torch.randn(shape_x, generator=gen, dtype=torch.float64)
+    h0 = torch.randn(x[:, 0].shape, generator=gen, dtype=torch.float64) if with_h0 else None
+    low = [None if t is None else t.to(dtype).requires_grad_() for t in (a, x, h0)]
+    ref = [None if t is None else t.detach().double().requires_grad_() for t in low]
+    return low, ref
+
+
+def assert_close(got, want, tol):
+    torch.testing.assert_close(got.double(), want, atol=tol * want.abs().max().item(), rtol=tol)
+
+
+def run_both(shape_a, shape_x, decay, dtype, with_h0):
+    """Forward and backward of linear_scan (in dtype) and of the reference (float64): [(got, want)...]."""
+    low, ref = scan_inputs(shape_a, shape_x, decay, dtype, with_h0)
+    got, want = linear_scan(*low), linear_scan_reference(*ref)
+    grad = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
+    got.backward(grad)
+    want.backward(grad.double())
+    assert got.dtype == dtype
+    return [(got, want)] + [(lo.grad, re.grad) for lo, re in zip(low, ref) if lo is not None]
+
+
+@pytest.mark.parametrize("shape_a,shape_x", SHAPES)
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("dtype", TOL)
+def test_forward_and_grads_match_reference(shape_a, shape_x, decay, dtype):
+    for got, want in run_both(shape_a, shape_x, decay, dtype, with_h0=shape_x[1] != 50):
+        assert_close(got, want, TOL[dtype])
+
+
+def test_underflowing_products_stay_exact_in_float32():
+    # a = 1e-3: products of a within one chunk underflow float32 (1e-3 ** 13 < 1e-38), and
+    # a scan dividing by them would give inf/nan; h_t is then x_t + 1e-3 x_{t-1} + ...
+    a = torch.full((2, 200, 3), 1e-3)
+    x = torch.randn(2, 200, 3)
+    assert_close(linear_scan(a, x), linear_scan_reference(a.double(), x.double()), TOL[torch.float32])
+
+
+def test_second_derivatives():
+    (a, x, h0), _ = scan_inputs((1, 6, 2), (1, 6, 2), "signed", torch.float64, with_h0=True)
+    assert torch.autograd.gradgradcheck(linear_scan, (a, x, h0))
+
+
+def test_final_state_continues_a_split_sequence():
+    (a, x, h0), _ = scan_inputs((2, 97, 5), (2, 97, 5), "uniform", torch.float64, with_h0=True)
+    first = linear_scan(a[:, :40], x[:, :40], h0)
+    torch.testing.assert_close(torch.cat([first, linear_scan(a[:, 40:], x[:, 40:], first[:, -1])], 1),
+                               linear_scan(a, x, h0))
+
+
+@pytest.mark.parametrize("a_shape,x_shape,h0_shape", [
+    ((2, 9, 3), (2, 10, 3), None),  # T differs
+    ((2, 10, 4), (2, 10, 3), None),  # does not broadcast
+    ((2, 0, 3), (2, 0, 3), None),  # T = 0
+    ((2, 10, 3), (2, 10, 3), (2, 1, 3)),  # h0 not (B, D)
+])
+def test_rejects_bad_shapes(a_shape, x_shape, h0_shape):
+    h0 = None if h0_shape is None else torch.zeros(h0_shape)
+    with pytest.raises(ValueError):
+        linear_scan(torch.rand(a_shape), torch.randn(x_shape), h0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_matches_reference(dtype):
+    low, ref = scan_inputs((4, 1000, 64), (4, 1000, 64), "uniform", dtype, with_h0=True)
+    low = [t.detach().cuda().requires_grad_() for t in low]
+    got, want = linear_scan(*low), linear_scan_reference(*ref)
+    got.sum().backward()
+    want.sum().backward()
+    for g, w in [(got, want)] + [(lo.grad, re.grad) for lo, re in zip(low, ref)]:
+        assert_close(g.cpu(), w, TOL[dtype])
