@@ -82,24 +82,30 @@ def _glob(relative: str, pattern: str) -> bool:
 
 
 def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml above `start` that has a [tool.perfmod] table;
+    as ruff does, a project file without one does not hide a parent's settings."""
     start = start.absolute()
     for folder in [start, *start.parents] if start.is_dir() else start.parents:
         candidate = folder / "pyproject.toml"
-        if candidate.is_file():
+        if candidate.is_file() and "perfmod" in _read_toml(candidate).get("tool", {}):
             return candidate
     return None
 
 
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read configuration: {error}") from error
+
+
 def load_settings(start: Path | None = None, config_file: Path | None = None) -> Settings:
-    """Settings from `config_file`, or the nearest pyproject.toml above `start`."""
+    """Settings from `config_file`, or the nearest pyproject.toml above `start`
+    with a [tool.perfmod] table; defaults when there is none."""
     path = config_file or find_pyproject(start or Path.cwd())
     if path is None:
         return Settings()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read configuration: {error}") from error
-    table = data.get("tool", {}).get("perfmod")
+    table = _read_toml(path).get("tool", {}).get("perfmod")
     if table is None:
         return Settings(root=path.parent)
     return settings_from_table(table, source=str(path), root=path.parent)

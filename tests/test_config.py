@@ -77,6 +77,12 @@ def test_the_nearest_pyproject_above_the_first_path_wins(tmp_path):
     assert codes("inner") == ["PM993"]
 
 
+def test_a_pyproject_without_a_perfmod_table_does_not_hide_the_parents(tmp_path):
+    project(tmp_path, 'select = ["PM993"]\n', files=("inner/inner.py",))
+    write(tmp_path / "inner" / "pyproject.toml", '[project]\nname = "inner"\n')
+    assert codes("inner/inner.py") == ["PM993"]
+
+
 def test_stdin_uses_the_pyproject_above_the_working_folder(tmp_path, monkeypatch):
     project(tmp_path, 'select = ["PM101"]\n')
     (tmp_path / "sub").mkdir()
