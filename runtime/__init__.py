@@ -9,8 +9,13 @@ import importlib
 _EXPORTS = {
     "Precision": "amp",
     "AsyncCheckpointer": "checkpoint",
+    "DevicePrefetcher": "data",
+    "default_num_workers": "data",
+    "PretokenizedDataset": "data",
+    "PadCollate": "data",
+    "PersistentHooks": "hooks",
 }
-_SUBMODULES = {"amp", "checkpoint"}
+_SUBMODULES = {"amp", "checkpoint", "data", "hooks"}
 
 __all__ = sorted(_EXPORTS) + sorted(_SUBMODULES)
 
