@@ -185,7 +185,11 @@ def tokenize_in_the_loop(texts, padding_side="right"):
             "attention_mask": torch.tensor([z + o for o, z in zip(ones, zeros)])}
 
 
-@pytest.mark.parametrize("tokenize", [toy_tokenize, hf_style_tokenize, lambda t: torch.tensor(toy_tokenize(t))])
+def tensor_tokenize(text):
+    return torch.tensor(toy_tokenize(text))
+
+
+@pytest.mark.parametrize("tokenize", [toy_tokenize, hf_style_tokenize, tensor_tokenize])
 def test_pretokenized_items_are_the_tokenizers_ids(tokenize):
     dataset = PretokenizedDataset(TEXTS, tokenize)
     assert len(dataset) == len(TEXTS)
