@@ -1,0 +1,116 @@
+"""Decayed linear attention with a matrix state (GLA, RWKV-6), computed in chunks.
+
+Shapes: q (RWKV's r) and k (B, H, T, K); v (B, H, T, V); w (B, H, T, K) or a 4-dim shape
+that broadcasts to it, e.g. (1, H, 1, K) for one decay per head and key dim; u (H, K);
+states (B, H, K, V). Rows are vectors: k_t^T v_t is a (K, V) outer product, q_t S a (V,) vector. No 1/sqrt(K)
+scale is applied: scale q first if the model wants it.
+
+Without u (gated linear attention, GLA): the current token enters the state, then is read.
+    S_t = diag(w_t) S_{t-1} + k_t^T v_t
+    o_t = q_t S_t
+With u (RWKV-6 "bonus"): the query reads the state before the current token, and the
+current token through u instead; the state update is the same.
+    o_t = q_t (S_{t-1} + diag(u) k_t^T v_t)
+    S_t = diag(w_t) S_{t-1} + k_t^T v_t
+S_{-1} is initial_state (zeros if not given); both functions return (o, S_{T-1}).
+Unrolled, with W(s, t] = w_{s+1} * ... * w_t (elementwise over K, empty product = 1):
+    GLA:  o_t = sum_{s<=t} (q_t * W(s, t] . k_s) v_s  +  (q_t * W(-1, t]) S_{-1}
+    RWKV: o_t = sum_{s<t} (q_t * W(s, t-1] . k_s) v_s + (q_t * u . k_t) v_t + (q_t * W(-1, t-1]) S_{-1}
+
+`linear_attention` splits T into chunks of C steps (the last one padded with k = v = 0,
+w = 1). Inside a chunk, the decay between two steps is exp of the sum of the log w between
+them, computed as that sum: a cumulative sum over the (C, C, K) grid of pairs, not as
+b_t - b_s of a cumulative log-decay b, which loses |b| * eps to cancellation (with small w,
+|b| is hundreds within a chunk, and float32 gradients of w came out 1e-4 off). Every
+exponent is a sum of log w <= 0, so nothing overflows; the common factorization
+exp(b_t) * exp(-b_s) overflows once a chunk's decays multiply below ~1e-38 (float32).
+- intra-chunk: o_t = sum_s (q_t * W(s, t] . k_s) v_s over the chunk's s <= t (RWKV: s < t,
+  W(s, t-1], plus the bonus term), with the (C, C, K) decays masked to the causal pairs;
+- chunk states: a chunk adds sum_s (k_s * W(s, end])^T v_s to the state it receives, which
+  it decays by W(start, end]; the states at the chunk ends are that elementwise recurrence
+  over chunks, run by `linear_scan` (no Python loop over chunks);
+- inter-chunk: o_t += (q_t * W(start, t]) S_start (RWKV: W(start, t-1]), S_start being the
+  state entering the chunk (start: the step before the chunk, end: its last step).
+w below the smallest normal float (w = 0 included) counts as that value: decays through
+it are < 1e-38 instead of 0, and its gradient is 0 instead of a finite value (not the nan
+of log 0; models that make w = exp(...) multiply that gradient by w = 0 anyway).
+Cost: the (C, C, K) decays are C*K floats per token, the chunk states K*V/C: C = sqrt(V)
+balances them, and C = 8 (K = V = 64) ran fastest on CPU, 1.3x ahead of 16 and 2x ahead
+of 4, with 32 and 64 slower still (benchmarks/bench_kernels.py --chunk-sizes sweeps it on
+a GPU). Everything is differentiable by autograd; float16/bfloat16 inputs are computed
+in float32 (the state too: the final state is float32, or float64 for float64 inputs).
+"""
+
+import torch
+import torch.nn.functional as F
+
+from .scan import broadcasts_to, linear_scan
+
+
+def linear_attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
+    u: torch.Tensor | None = None, initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The time loop of the module docstring's recurrences: (o (B, H, T, V), S (B, H, K, V))."""
+    w = torch.broadcast_to(w, k.shape)
+    S = q.new_zeros(*k.shape[:2], k.shape[-1], v.shape[-1]) if initial_state is None else initial_state
+    outs = []
+    for t in range(q.shape[2]):
+        kv = k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, H, K, V)
+        if u is None:
+            S = w[:, :, t, :, None] * S + kv
+            outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))
+        else:
+            outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S + u[:, :, None] * kv))
+            S = w[:, :, t, :, None] * S + kv
+    return torch.stack(outs, dim=2), S
+
+
+def linear_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
+    u: torch.Tensor | None = None, initial_state: torch.Tensor | None = None, chunk_size: int = 8,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GLA (u=None) or RWKV-6 (u given) in chunks: (o (B, H, T, V), S (B, H, K, V)); see the module docstring."""
+    B, H, T, K = q.shape
+    V = v.shape[-1]
+    if k.shape != q.shape or v.shape != (B, H, T, V) or not broadcasts_to(w.shape, k.shape):
+        raise ValueError(f"q, k {tuple(k.shape)} must be (B, H, T, K), v {tuple(v.shape)} (B, H, T, V), "
+                         f"w {tuple(w.shape)} broadcastable to k")
+    if T == 0 or chunk_size < 1:
+        raise ValueError(f"T = {T} and chunk_size = {chunk_size} must be at least 1")
+    if u is not None and u.shape != (H, K):
+        raise ValueError(f"u {tuple(u.shape)} must be (H, K) = {(H, K)}")
+    if initial_state is not None and initial_state.shape != (B, H, K, V):
+        raise ValueError(f"initial_state {tuple(initial_state.shape)} must be (B, H, K, V) = {(B, H, K, V)}")
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    ct = torch.promote_types(dtype, torch.float32)  # compute type
+    C = min(chunk_size, T)
+    N = -(-T // C)  # number of chunks
+    pad = (0, 0, 0, N * C - T)  # zeros at the end of T
+    q, k, v = (F.pad(t.to(ct), pad).unflatten(2, (N, C)) for t in (q, k, v))  # (B, H, N, C, *)
+    log_w = w.to(ct).clamp_min(torch.finfo(ct).tiny).log()
+    log_w = F.pad(torch.broadcast_to(log_w, (B, H, T, K)), pad).unflatten(2, (N, C))  # (B, H, N, C, K)
+    # The log-decays a query has seen up to: through its own step (GLA), before it (RWKV).
+    shift = 0 if u is None else 1
+    log_wq = F.pad(log_w[..., :C - 1, :], (0, 0, 1, 0)) if shift else log_w  # (B, H, N, C, K)
+    # Each log-decay below is the sum of the log w it spans, never a difference of cumulative sums.
+    steps = torch.ones(C, C, dtype=torch.bool, device=q.device)
+    span = log_wq[..., :, None, :].masked_fill(~steps.tril(-1 - shift)[..., None], 0).cumsum(3)
+    decay = span.exp().masked_fill(~steps.tril(-shift)[..., None], 0)  # (B, H, N, C, C, K): query t, key s
+
+    # within chunks: o_t = sum_s (q_t * decay_ts . k_s) v_s, s <= t (GLA), s < t (RWKV)
+    scores = (q[..., :, None, :] * k[..., None, :, :] * decay).sum(-1)  # (B, H, N, C, C)
+    o = scores @ v  # (B, H, N, C, V)
+    if u is not None:  # RWKV's bonus: the current token through u
+        o = o + (q * u.to(ct)[:, None, None] * k).sum(-1, keepdim=True) * v
+
+    # across chunks: the state at each chunk end, then what each query reads from the one entering its chunk
+    to_end = F.pad(log_w.flip(3).cumsum(3).flip(3)[..., 1:, :], (0, 0, 0, 1))  # after step s to the chunk end
+    kv = (k * to_end.exp()).transpose(-1, -2) @ v  # (B, H, N, K, V): a chunk's own share of its end state
+    S0 = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(ct)
+    chunk_decay = log_w.sum(3).exp()  # (B, H, N, K)
+    ends = linear_scan(chunk_decay.flatten(0, 1)[..., None], kv.flatten(0, 1), S0.flatten(0, 1))
+    ends = ends.unflatten(0, (B, H))  # (B, H, N, K, V)
+    starts = torch.cat([S0[:, :, None], ends[:, :, :-1]], 2)  # (B, H, N, K, V)
+    o = o + (q * log_wq.cumsum(3).exp()) @ starts
+    return o.flatten(2, 3)[:, :, :T].to(dtype), ends[:, :, -1]

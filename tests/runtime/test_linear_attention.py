@@ -1,0 +1,114 @@
+import pytest
+import torch
+
+from runtime.kernels.linear_attention import linear_attention, linear_attention_reference
+
+# Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
+# atol relative to the reference's largest magnitude. Measured max |error| / max |reference|
+# over o, the final state and all gradients in test_forward_and_grads_match_reference:
+# float64 1.0e-15, float32 2.1e-7, bfloat16 3.1e-3 (the rounding of the bf16 results: they
+# are computed in float32; the float32 final state is within 2.4e-7).
+TOL = {torch.float64: 1e-13, torch.float32: 2e-6, torch.bfloat16: 1e-2}
+# Ranges of w: near 0 a chunk's decays multiply far below float32's range (1e-12 ** 8).
+DECAYS = {"uniform": (0.05, 1.0), "near0": (1e-12, 1e-3), "near1": (1 - 1e-3, 1.0)}
+
+
+def attention_inputs(B, H, T, K, V, decay="uniform", dtype=torch.float64, bonus=False, state=True,
+                     w_shape=None, seed=0):
+    """q, k, v, w, u, initial_state in dtype (u and the state may be None), and the same in float64."""
+    gen = torch.Generator().manual_seed(seed)
+    lo, hi = DECAYS[decay]
+    low = [torch.randn(B, H, T, K, generator=gen, dtype=torch.float64),
+           torch.randn(B, H, T, K, generator=gen, dtype=torch.float64),
+           torch.randn(B, H, T, V, generator=gen, dtype=torch.float64),
+           lo + (hi - lo) * torch.rand(w_shape or (B, H, T, K), generator=gen, dtype=torch.float64),
+           torch.randn(H, K, generator=gen, dtype=torch.float64) if bonus else None,
+           torch.randn(B, H, K, V, generator=gen, dtype=torch.float64) if state else None]
+    low = [None if t is None else t.to(dtype).requires_grad_() for t in low]
+    return low, [None if t is None else t.detach().double().requires_grad_() for t in low]
+
+
+def run_both(low, ref, **kwargs):
+    """Forward and backward of both: [(got, want)] for o, the final state and each input's gradient."""
+    got, want = linear_attention(*low, **kwargs), linear_attention_reference(*ref)
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(t.shape, generator=gen, dtype=torch.float64).to(low[0].dtype) for t in want]
+    sum((g * d.to(g.dtype)).sum() for g, d in zip(got, grads)).backward()
+    sum((w * d.double()).sum() for w, d in zip(want, grads)).backward()
+    assert got[0].dtype == low[0].dtype
+    return list(zip(got, want)) + [(lo.grad, re.grad) for lo, re in zip(low, ref) if lo is not None]
+
+
+def assert_close(got, want, tol):
+    torch.testing.assert_close(got.double(), want, atol=tol * want.abs().max().item(), rtol=tol)
+
+
+@pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("dtype", TOL)
+def test_forward_and_grads_match_reference(dtype, decay, bonus):
+    low, ref = attention_inputs(2, 2, 97, 9, 7, decay, dtype, bonus)
+    for got, want in run_both(low, ref):
+        assert_close(got, want, TOL[dtype])
+
+
+@pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
+@pytest.mark.parametrize("T,chunk_size,state,w_shape", [
+    (1, 8, False, None),
+    (130, 16, True, (1, 3, 1, 5)),  # one decay per head and key dim, broadcast over B and T
+    (16, 16, True, None),  # exactly one chunk
+    (97, 64, False, None),
+    (33, 1, True, None),  # chunks of one step
+])
+def test_odd_shapes_match_reference(T, chunk_size, state, w_shape, bonus):
+    low, ref = attention_inputs(2, 3, T, 5, 4, bonus=bonus, state=state, w_shape=w_shape)
+    for got, want in run_both(low, ref, chunk_size=chunk_size):
+        assert_close(got, want, TOL[torch.float64])
+
+
+@pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
+def test_final_state_continues_a_split_sequence(bonus):
+    (q, k, v, w, u, state), _ = attention_inputs(1, 2, 50, 4, 3, bonus=bonus)
+    o1, s1 = linear_attention(q[:, :, :21], k[:, :, :21], v[:, :, :21], w[:, :, :21], u, state)
+    o2, s2 = linear_attention(q[:, :, 21:], k[:, :, 21:], v[:, :, 21:], w[:, :, 21:], u, s1)
+    o, s = linear_attention(q, k, v, w, u, state)
+    torch.testing.assert_close(torch.cat([o1, o2], 2), o)
+    torch.testing.assert_close(s2, s)
+
+
+@pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
+def test_zero_decays_have_no_nan(bonus):
+    low, ref = attention_inputs(2, 2, 40, 4, 3, bonus=bonus)
+    zero = torch.zeros(low[3].shape, dtype=torch.bool)
+    zero[:, :, 3::7] = True
+    for w in (low[3], ref[3]):
+        w.detach().masked_fill_(zero, 0.0)
+    (o, want_o), (state, want_state), *grads = run_both(low, ref)
+    (dw, want_dw), = grads[3:4]
+    assert (dw[zero] == 0).all()  # the documented exception: the exact gradient there is finite
+    for got, want in [(o, want_o), (state, want_state), (dw[~zero], want_dw[~zero])] + grads[:3] + grads[4:]:
+        assert_close(got, want, TOL[torch.float64])
+
+
+@pytest.mark.parametrize("change", ["k", "v", "w", "u", "state", "chunk"])
+def test_rejects_bad_shapes(change):
+    (q, k, v, w, u, state), _ = attention_inputs(2, 3, 10, 4, 5, bonus=True)
+    args = {"q": q, "k": k, "v": v, "w": w, "u": u, "initial_state": state}
+    bad = {"k": k[..., :3], "v": v[:, :2], "w": w[..., :1, :2], "u": u.T, "state": state[:1]}
+    if change == "chunk":
+        args["chunk_size"] = 0
+    else:
+        args["initial_state" if change == "state" else change] = bad[change]
+    with pytest.raises(ValueError):
+        linear_attention(**args)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_matches_reference(dtype, bonus):
+    low, ref = attention_inputs(2, 4, 300, 64, 64, "uniform", dtype, bonus)
+    low = [None if t is None else t.detach().cuda().requires_grad_() for t in low]
+    for got, want in run_both(low, ref):
+        assert_close(got.cpu(), want, TOL[dtype])
