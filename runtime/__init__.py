@@ -14,8 +14,10 @@ _EXPORTS = {
     "PretokenizedDataset": "data",
     "PadCollate": "data",
     "PersistentHooks": "hooks",
+    "linear_scan": "kernels",
+    "linear_attention": "kernels",
 }
-_SUBMODULES = {"amp", "checkpoint", "data", "hooks"}
+_SUBMODULES = {"amp", "checkpoint", "data", "hooks", "kernels"}
 
 __all__ = sorted(_EXPORTS) + sorted(_SUBMODULES)
 

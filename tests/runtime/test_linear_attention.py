@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+import runtime
+
 from runtime.kernels.linear_attention import linear_attention, linear_attention_reference
 
 # Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
@@ -112,3 +114,7 @@ def test_cuda_matches_reference(dtype, bonus):
     low = [None if t is None else t.detach().cuda().requires_grad_() for t in low]
     for got, want in run_both(low, ref):
         assert_close(got.cpu(), want, TOL[dtype])
+
+
+def test_exported_from_runtime():
+    assert runtime.linear_attention is runtime.kernels.linear_attention is linear_attention

@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+import runtime
+
 from runtime.kernels.scan import linear_scan, linear_scan_reference
 
 # Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
@@ -93,3 +95,7 @@ def test_cuda_matches_reference(dtype):
     want.sum().backward()
     for g, w in [(got, want)] + [(lo.grad, re.grad) for lo, re in zip(low, ref)]:
         assert_close(g.cpu(), w, TOL[dtype])
+
+
+def test_exported_from_runtime():
+    assert runtime.linear_scan is runtime.kernels.linear_scan is linear_scan
