@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import runtime
-
 from runtime.kernels.linear_attention import linear_attention, linear_attention_reference
 
 # Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
@@ -35,7 +34,7 @@ def run_both(low, ref, **kwargs):
     got, want = linear_attention(*low, **kwargs), linear_attention_reference(*ref)
     gen = torch.Generator().manual_seed(1)
     grads = [torch.randn(t.shape, generator=gen, dtype=torch.float64).to(low[0].dtype) for t in want]
-    sum((g * d.to(g.dtype)).sum() for g, d in zip(got, grads)).backward()
+    sum((g * d.to(g)).sum() for g, d in zip(got, grads)).backward()
     sum((w * d.double()).sum() for w, d in zip(want, grads)).backward()
     assert got[0].dtype == low[0].dtype
     return list(zip(got, want)) + [(lo.grad, re.grad) for lo, re in zip(low, ref) if lo is not None]

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import runtime
-
 from runtime.kernels.scan import linear_scan, linear_scan_reference
 
 # Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
