@@ -202,7 +202,10 @@ def main(argv=None):
         rows += scan_rows(T, args, device, dtype)
         rows += attention_rows(T, args, device, dtype)
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     command = " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.bench_kernels", *sys.argv[1:]])
     compile_env = os.environ.get("PERFMOD_KERNELS_COMPILE", "unset")
     print(f"### Kernels: {name}, {args.dtype}, forward + backward\n")
