@@ -5,6 +5,7 @@ list it in RULES."""
 from __future__ import annotations
 
 from codemod.rule import Rule
+from codemod.rules.async_checkpoint import SynchronousCheckpointInLoop
 from codemod.rules.autocast import ForwardWithoutAutocast
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
@@ -23,6 +24,7 @@ RULES: list[type[Rule]] = [
     UnfusedOptimizerOnCuda,
     ForwardWithoutAutocast,
     PerStepHostSync,
+    SynchronousCheckpointInLoop,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)

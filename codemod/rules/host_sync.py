@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Iterator
 
 import libcst as cst
 import libcst.matchers as m
@@ -13,6 +13,7 @@ from libcst.metadata import (
     ExpressionContextProvider,
 )
 
+from codemod.analysis.edits import Edit, EditsByIdentity, innermost_statement, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, positional
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -50,7 +51,7 @@ NON_MUTATING_METHOD_CALLEES = {"scale"}  # GradScaler.scale(loss) returns a new,
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FLOAT_PRESENTATION = tuple("eEfFgG%")
 # float64 is not available on these devices, so the float64 device accumulator is not either.
-NO_FLOAT64_DEVICE = re.compile(r"\bmps\b|xla")
+NO_FLOAT64_DEVICE = re.compile(r"\bmps\b|\bxla\b|torch_xla")
 
 
 @dataclass
@@ -59,7 +60,7 @@ class _Fix:
 
     sync: cst.Call
     message: str
-    edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode | cst.RemovalSentinel]] = field(default_factory=dict)
+    edits: dict[int, Edit] = field(default_factory=dict)
     # Statements moved to the top of log branches: (branch, statement) pairs.
     moves: list[tuple[cst.If, cst.SimpleStatementLine]] = field(default_factory=list)
     edited: list[cst.CSTNode] = field(default_factory=list)  # the nodes behind the edits, to place the fix
@@ -86,19 +87,6 @@ class _Calls(cst.CSTVisitor):
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
-
-
-class _Edits(cst.CSTTransformer):
-    """Apply node edits keyed by the id of the original node; each edit receives the
-    updated node, so edits nested in one another compose."""
-
-    def __init__(self, edits: dict) -> None:
-        super().__init__()
-        self.edits = edits
-
-    def on_leave(self, original_node, updated_node):
-        edit = self.edits.get(id(original_node))
-        return edit(updated_node) if edit is not None else updated_node
 
 
 PREAMBLE = """\
@@ -337,7 +325,7 @@ class PerStepHostSync(Rule):
             return
         # One replacement for all the loop's fixes: they edit statements that are not
         # nested in one another, and the engine replaces one node per fix.
-        container = analysis.common_statement([node for fix in fixes for node in fix.edited])
+        container = innermost_statement([node for fix in fixes for node in fix.edited], analysis.parents)
         edits = {key: edit for fix in fixes for key, edit in fix.edits.items()}
         moved: dict[int, list[cst.SimpleStatementLine]] = {}
         for fix in fixes:
@@ -348,7 +336,7 @@ class PerStepHostSync(Rule):
         for key, statements in moved.items():
             statements.sort(key=analysis.start)  # in the order they ran before
             edits[key] = lambda updated, statements=statements: _prepend(updated, statements)
-        replacement = container.visit(_Edits(edits))
+        replacement = container.visit(EditsByIdentity(edits))
         for fix in fixes:
             self.report(container, fix.message, replacement=replacement)
 
@@ -396,31 +384,6 @@ class _FileAnalysis:
             if isinstance(ancestor, cst.BaseCompoundStatement):
                 return None
         return None
-
-    def suppressed(self, sync: cst.Call) -> bool:
-        """`# perfmod: ignore[PM404]` on the sync's own line. The engine checks the line
-        of the finding, which for a fix is the statement holding all the edits."""
-        from codemod.engine import SUPPRESSION  # the engine imports the rules: import when used
-
-        line = self.statement_line(sync)
-        comment = line.trailing_whitespace.comment if line is not None else None
-        match = SUPPRESSION.search(comment.value) if comment is not None else None
-        if match is None:
-            return False
-        codes = match.group("codes")
-        return codes is None or PerStepHostSync.CODE in {c.strip().upper() for c in codes.split(",")}
-
-    def common_statement(self, nodes: list[cst.CSTNode]) -> cst.CSTNode:
-        """The innermost statement (or the module) that contains all `nodes`."""
-        chains = [[node, *self.ancestors(node)] for node in nodes]
-        common = chains[0]
-        for chain in chains[1:]:
-            ids = {id(n) for n in chain}
-            common = [n for n in common if id(n) in ids]
-        for node in common:
-            if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Module)):
-                return node
-        raise AssertionError("nodes of one module share the module")
 
     # -- bindings --------------------------------------------------------------------
 
@@ -513,7 +476,8 @@ class _StepLoop:
         self._fresh: dict[int, bool] = {}
         # Accumulator -> why it stays (None once planned): all its syncs get one answer.
         self._accumulators: dict[tuple, str | None] = {}
-        self.suppressed = {id(sync) for sync in self.syncs() if analysis.suppressed(sync)}
+        self.suppressed = {id(sync) for sync in self.syncs()
+                           if suppressed_on(analysis.statement_line(sync), PerStepHostSync.CODE)}
 
     # -- finding syncs ----------------------------------------------------------------
 
@@ -793,11 +757,12 @@ class _StepLoop:
         if not branches:
             raise _Unfixable(f"`{target.value}` is never read; perfmod leaves dead code to you")
         for binding in scope.assignments[target.value]:
-            if binding.node is not target and self.a.inside(binding.node, self.loop):
+            if binding.node is not target and (self.a.inside(binding.node, self.loop)
+                                               or not self.a.in_own_scope(binding.node, scope)):
                 raise _Unfixable(f"`{target.value}` is also assigned at line {self.a.line(binding.node)}")
         first_body = min((b.body for b in branches.values()), key=self.a.start)
         self._check_stable(assign.value, after=line, before=first_body)
-        edits: dict[int, Callable] = {id(line): lambda updated: cst.RemovalSentinel.REMOVE}
+        edits: dict[int, Edit] = {id(line): lambda updated: cst.RemovalSentinel.REMOVE}
         conditions = " / ".join(f"`{self.a.code(b.test)}`" for b in branches.values())
         message = (f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step, but "
                    f"`{target.value}` is only read when {conditions}; moved under that condition")
@@ -909,6 +874,9 @@ class _StepLoop:
         accumulations, literals = [], []
         for binding in scope.assignments[target.value]:
             node = binding.node
+            if not self.a.in_own_scope(node, scope):
+                raise _Unfixable(f"`{target.value}` is also bound in another function (line {self.a.line(node)}), "
+                                 f"which may run between a step and the read")
             bound_by = self.a.binding_statement(node)
             value = self.a.assigned_value(node) if not isinstance(bound_by, cst.AugAssign) else None
             if isinstance(value, (cst.Integer, cst.Float)):
@@ -949,7 +917,7 @@ class _StepLoop:
             self._check_read(use, target.value, scope, accumulations, literals, int_sum)
             reads.append(use)
 
-        edits: dict[int, Callable] = {}
+        edits: dict[int, Edit] = {}
         for term, _ in terms:
             tensor = _device_value(term, int_sum)
             edits[id(term)] = lambda updated, tensor=tensor: tensor

@@ -1,0 +1,571 @@
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import Assignment
+
+from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
+from codemod.analysis.kinds import Kind
+from codemod.analysis.names import kwarg, positional
+from codemod.rule import Invalid, Level, Rule, Valid
+
+SAVE_NAMES = ("torch.save", "torch.serialization.save")
+BUFFERS = ("io.BytesIO", "io.StringIO")
+# Objects that the checkpointer would deep-copy whole (and on their device): a module,
+# an optimizer or a loader is saved through its state_dict() instead.
+DEEP_COPIED_KINDS = {Kind.MODULE: "module", Kind.OPTIMIZER: "optimizer", Kind.LOADER: "DataLoader",
+                     Kind.DATASET: "dataset"}
+# Names that say a value is a file path and not an open file.
+PATH_NAME = re.compile(r"(^|_)(path|filename|fname|ckpt|checkpoint)$", re.I)
+PATH_FUNCTIONS = {"os.path.join", "os.path.abspath", "os.path.expanduser", "os.fspath", "pathlib.Path",
+                  "pathlib.PurePath", "builtins.str"}
+PATH_METHODS = {"joinpath", "with_suffix", "with_name", "format", "replace", "resolve", "absolute"}
+LOGGING_CALLS = {"builtins.print"}
+LOGGING_METHODS = {"info", "debug", "warning", "log", "write", "set_description", "set_postfix"}
+SHARDED_STATE = re.compile(r"FullyShardedDataParallel|\bFSDP\b|fully_shard|torch\.distributed\.checkpoint|DTensor")
+RANK_NAME = re.compile(r"rank", re.I)
+CHECKPOINTER = "checkpointer"
+IMPORT = ("runtime.checkpoint", "AsyncCheckpointer")
+
+IMPORTS = "import torch\n"
+SETUP = """\
+model = torch.nn.Linear(8, 1).cuda()
+optimizer = torch.optim.AdamW(model.parameters())
+"""
+PREAMBLE = IMPORTS + SETUP
+# What the fix adds after the file's imports.
+ADDED_IMPORT = "from runtime.checkpoint import AsyncCheckpointer\n\n"
+LOOP = """\
+for epoch in range(10):
+    loss = model(torch.randn(4, 8).cuda()).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _indented(code: str) -> str:
+    return "".join("    " + line for line in code.splitlines(True))
+
+
+@dataclass
+class _Save:
+    """A torch.save that the checkpointer takes over: the statement to edit and how."""
+
+    call: cst.Call
+    statement: cst.CSTNode  # the SimpleStatementLine, or the `with open(...)` statement
+    path: cst.BaseExpression
+
+
+class _Unfixable(Exception):
+    """Why a save stays synchronous; the message ends up in the finding."""
+
+
+class _Leave(Exception):
+    """A save that is not PM405's business (no finding)."""
+
+
+class SynchronousCheckpointInLoop(Rule):
+    """
+    ## What it does
+    Finds `torch.save(...)` in a training loop (also as `th.save` or an imported
+    `save`, and `with open(path, "wb") as f: torch.save(obj, f)`) and hands the
+    write to `runtime.checkpoint.AsyncCheckpointer`: a checkpointer built once
+    before the loop, `checkpointer.save(obj, path)` in place of each save, and
+    `checkpointer.flush()` after the loop and before any `return` out of it, so
+    the last file is on disk before the script goes on or exits.
+
+    ## Why is this bad?
+    `torch.save` pickles and writes the whole state (model, optimizer moments:
+    three times the parameters for Adam) while training waits: seconds to minutes
+    per checkpoint for large models, on a network file system more. The
+    checkpointer copies the tensors to CPU memory (fast, and asynchronous from
+    pinned memory on CUDA) and writes the file in a background thread while
+    training goes on; it also writes to a temporary name and renames, so a crash
+    mid-write never leaves a truncated checkpoint, and only rank 0 writes under
+    torchrun. Typical gain: the write time of each checkpoint, minus the copy.
+
+    ## Example
+    ```python
+    for epoch in range(epochs):
+        train_one_epoch(model, optimizer, loader)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, f"ckpt_{epoch}.pt")
+    ```
+    Use instead:
+    ```python
+    from runtime.checkpoint import AsyncCheckpointer
+
+    checkpointer = AsyncCheckpointer()
+    for epoch in range(epochs):
+        train_one_epoch(model, optimizer, loader)
+        checkpointer.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, f"ckpt_{epoch}.pt")
+    checkpointer.flush()
+    ```
+
+    ## Fix safety
+    Unsafe: the files hold the same values, but when and how they appear change.
+    - The file appears later than before: `save()` returns once the state is
+      copied, and the write finishes in the background. A reader racing the
+      training loop (an evaluation script polling the folder, a job uploading
+      checkpoints) sees the previous file until the rename. Within the script,
+      the rule leaves a save alone when its path is used after it (copied,
+      uploaded, loaded, returned), and `flush()` runs before the loop is left.
+    - A crash between `save()` and the end of the write loses that checkpoint
+      (the previous one stays whole); a clean exit, even by an exception, still
+      writes it (the checkpointer flushes at interpreter exit).
+    - Memory: one CPU copy of the saved state is held until it is written.
+    - Tensors are saved from their CPU copies, so `torch.load(path)` without
+      `map_location` gives CPU tensors where it gave CUDA ones;
+      `load_state_dict` copies them to the model's and optimizer's devices either way.
+    - Only rank 0 writes: files named per rank, or state sharded across ranks
+      (FSDP), are left alone.
+
+    Left alone as well: saves outside loops and in loops that do not train,
+    saves into an in-memory buffer (`io.BytesIO`), saves followed directly by
+    `return` (nothing to overlap with), and saves of whole modules or optimizers
+    (the checkpointer would deep-copy them on their device; save `state_dict()`),
+    which are reported without a fix.
+    """
+
+    CODE = "PM405"
+    NAME = "synchronous-checkpoint-in-loop"
+    LEVEL = Level.UNSAFE
+    MESSAGE = "torch.save in the training loop stops training until the file is written"
+    GAIN = "the write time of every checkpoint (seconds for large models) comes off the training time"
+
+    VALID = [
+        Valid(PREAMBLE + LOOP + "torch.save(model.state_dict(), 'final.pt')\n", "after the loop"),
+        Valid(PREAMBLE + "import io\n" + LOOP + "    buffer = io.BytesIO()\n    torch.save(model.state_dict(), buffer)\n",
+              "in-memory buffer, not a checkpoint file"),
+        Valid(PREAMBLE + "def train(path):\n" + _indented(LOOP)
+              + "        if loss < 0.1:\n            torch.save(model.state_dict(), path)\n            return path\n",
+              "returns right after the save: nothing to overlap with"),
+        Valid(PREAMBLE + "for path in ['a.pt', 'b.pt']:\n    torch.save(model.state_dict(), path)\n",
+              "not a training loop"),
+        Valid(PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt')  # perfmod: ignore[PM405]\n",
+              "suppressed on the line of the save"),
+    ]
+    INVALID = [
+        Invalid(
+            PREAMBLE + LOOP + "    torch.save(model.state_dict(), f'ckpt_{epoch}.pt')\nprint('done')\n",
+            IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n" + LOOP
+            + "    checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\ncheckpointer.flush()\nprint('done')\n",
+            "built before the loop, flushed after it",
+        ),
+        Invalid(
+            "import torch as th\n" + PREAMBLE + LOOP
+            + "    th.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch},\n"
+            "            'last.pt')\n",
+            "import torch as th\n" + IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n" + LOOP
+            + "    checkpointer.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch},\n"
+            "            'last.pt')\ncheckpointer.flush()\n",
+            "alias of torch; optimizer state included",
+        ),
+        Invalid(
+            "from torch import save\n" + PREAMBLE + "# train\n" + LOOP
+            + "    if epoch % 5 == 0:\n        with open(f'ckpt_{epoch}.pt', 'wb') as f:\n"
+            "            save(model.state_dict(), f)\n",
+            "from torch import save\n" + IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n# train\n"
+            + LOOP + "    if epoch % 5 == 0:\n        checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
+            "checkpointer.flush()\n",
+            "`with open(p, 'wb') as f: save(obj, f)` becomes one save of the path",
+        ),
+        Invalid(
+            PREAMBLE + "def train(max_epochs):\n" + _indented(LOOP)
+            + "        torch.save(model.state_dict(), 'last.pt')\n        if epoch == max_epochs: return 'last.pt'\n"
+            "    return None\n",
+            IMPORTS + ADDED_IMPORT + SETUP + "def train(max_epochs):\n    checkpointer = AsyncCheckpointer()\n"
+            + _indented(LOOP) + "        checkpointer.save(model.state_dict(), 'last.pt')\n        if epoch == max_epochs:\n"
+            "            checkpointer.flush()\n            return 'last.pt'\n    checkpointer.flush()\n    return None\n",
+            "flushed before a return that leaves the loop",
+        ),
+        Invalid(PREAMBLE + LOOP + "    torch.save(model, 'model.pt')\n", None,
+                "a whole module would be deep-copied on its device"),
+        Invalid(PREAMBLE + "rank = 0\n" + LOOP + "    torch.save(model.state_dict(), f'rank{rank}.pt')\n", None,
+                "files per rank: the checkpointer writes on rank 0 only"),
+        Invalid(PREAMBLE + "import shutil\n" + LOOP
+                + "    path = f'ckpt_{epoch}.pt'\n    torch.save(model.state_dict(), path)\n"
+                "    shutil.copy(path, 'best.pt')\n", None, "the file is read right after the save"),
+        Invalid(PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt', pickle_protocol=4)\n", None,
+                "an argument the checkpointer does not take"),
+        Invalid(PREAMBLE + "def train(out):\n" + _indented(LOOP) + "        torch.save(model.state_dict(), out)\n", None,
+                "`out` may be an open file"),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        finder = _SaveCalls(self.context.names)
+        node.visit(finder)
+        by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
+        for call in finder.calls:
+            loop = self._outer_training_loop(call)
+            if loop is None:
+                continue
+            if self._suppressed(call):
+                continue
+            try:
+                found = self._plan(call, loop)
+            except _Leave:
+                continue
+            except _Unfixable as why:
+                found = str(why)
+            by_loop.setdefault(id(loop), (loop, []))[1].append((call, found))
+        for loop, saves in by_loop.values():
+            self._fix_loop(loop, saves)
+
+    # -- where saves are -----------------------------------------------------------------
+
+    def _outer_training_loop(self, call: cst.Call) -> cst.CSTNode | None:
+        """The outermost loop around `call` in its function, when it trains (calls
+        `.backward()`); the checkpointer lives just outside it."""
+        outer = None
+        for ancestor in _ancestors(self.context.parents, call):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                break
+            if isinstance(ancestor, (cst.For, cst.While)):
+                outer = ancestor
+        if outer is None or not self.context.loops.is_training_loop(outer):
+            return None
+        return outer
+
+    def _suppressed(self, call: cst.Call) -> bool:
+        """`# perfmod: ignore[PM405]` on the save's line, or on the `with open(...)` around it."""
+        line = next((a for a in _ancestors(self.context.parents, call) if isinstance(a, cst.SimpleStatementLine)), None)
+        return line is not None and (suppressed_on(line, self.CODE)
+                                     or suppressed_on(_enclosing_with(self.context.parents, line), self.CODE))
+
+    # -- one save --------------------------------------------------------------------------
+
+    def _plan(self, call: cst.Call, loop: cst.CSTNode) -> _Save:
+        parents = self.context.parents
+        obj_arg = kwarg(call, "obj") or positional(call, 0)
+        file_arg = _file_argument(call)
+        if obj_arg is None or file_arg is None:
+            raise _Unfixable("the object and the file are not both given")
+        target = file_arg.value
+        if self._is_buffer(target):
+            raise _Leave
+        extra = [a for a in call.args if a is not obj_arg and a is not file_arg]
+        if extra:
+            raise _Unfixable(f"`{self._code(extra[0]).rstrip(', ')}` is an argument AsyncCheckpointer.save does not take")
+        expression = parents.get(call)
+        line = parents.get(expression)
+        if not (isinstance(expression, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            raise _Unfixable("the save is not a statement of its own")
+        if _next_statement_returns(parents, line):
+            raise _Leave
+        statement, path = line, target
+        opened = self._opened_file(target, line)
+        if opened is not None:
+            statement, path = opened
+        elif not self._is_path(target):
+            raise _Unfixable(f"perfmod cannot tell that `{self._code(target)}` is a file path and not an open file")
+        problem = self._object_problem(obj_arg.value)
+        if problem is not None:
+            raise _Unfixable(problem)
+        if SHARDED_STATE.search(self.context.module.code):
+            raise _Unfixable("this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
+                             "AsyncCheckpointer writes on rank 0 only")
+        rank = next((n for n in m.findall(path, m.Name()) if RANK_NAME.search(n.value)), None)
+        if rank is not None:
+            raise _Unfixable(f"the path depends on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only")
+        reader = self._later_use(path, statement, loop)
+        if reader is not None:
+            raise _Unfixable(f"the file is used at line {self._line(reader)} (`{self._code(reader)}`) after the "
+                             f"save, when it may not be written yet")
+        return _Save(call, statement, path)
+
+    def _is_buffer(self, target: cst.BaseExpression) -> bool:
+        values = [target]
+        if isinstance(target, cst.Name):
+            values += [self._assigned_value(a.node) for a in self._bindings(target)]
+        return any(isinstance(v, cst.Call) and self.context.names.is_(v, *BUFFERS) for v in values)
+
+    def _opened_file(self, target: cst.BaseExpression, line) -> tuple[cst.With, cst.BaseExpression] | None:
+        """`(with_statement, path)` for `with open(path, "wb") as f: torch.save(obj, f)`, the
+        save being the whole body; raise when `target` is a file opened any other way."""
+        if not isinstance(target, cst.Name):
+            return None
+        bindings = self._bindings(target)
+        holders = [_binding_statement(self.context.parents, a.node) for a in bindings]
+        opened = [h for h in holders if isinstance(h, (cst.With, cst.Assign)) and self._opens_file(h)]
+        if not opened:
+            return None
+        statement = opened[0]
+        if len(holders) != 1 or not isinstance(statement, cst.With) or len(statement.items) != 1:
+            raise _Unfixable(f"it writes to the open file `{target.value}`")
+        body = statement.body
+        if not isinstance(body, cst.IndentedBlock) or list(body.body) != [line]:
+            raise _Unfixable(f"`{target.value}` is written to by more than the save")
+        if len(self._accesses(target)) != 1:
+            raise _Unfixable(f"`{target.value}` is used outside the save")
+        call = statement.items[0].item
+        mode = kwarg(call, "mode") or positional(call, 1)
+        if mode is None or not isinstance(mode.value, cst.SimpleString) or mode.value.evaluated_value != "wb":
+            raise _Unfixable("the file is not opened with mode 'wb'")
+        path = kwarg(call, "file") or positional(call, 0)
+        return statement, path.value
+
+    def _opens_file(self, statement: cst.CSTNode) -> bool:
+        calls = [i.item for i in statement.items] if isinstance(statement, cst.With) else [statement.value]
+        return any(isinstance(c, cst.Call) and self.context.names.is_(c, "builtins.open", "io.open") for c in calls)
+
+    def _is_path(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` certainly a path (a string or a Path), not an open file?"""
+        names = self.context.names
+        if isinstance(expr, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+            return True
+        if isinstance(expr, cst.BinaryOperation):  # "dir/" + name, run_dir / "last.pt", "ckpt_%d.pt" % step
+            return self._is_path(expr.left) or self._is_path(expr.right)
+        if isinstance(expr, cst.Call):
+            if names.of(expr) & PATH_FUNCTIONS:
+                return True
+            return isinstance(expr.func, cst.Attribute) and expr.func.attr.value in PATH_METHODS and self._is_path(
+                expr.func.value)
+        if isinstance(expr, cst.Attribute):
+            return bool(PATH_NAME.search(expr.attr.value))
+        if isinstance(expr, cst.Name):
+            bindings = self._bindings(expr)
+            values = [self._assigned_value(a.node) for a in bindings]
+            if values and all(v is not None and self._is_path(v) for v in values):
+                return True
+            holders = [_binding_statement(self.context.parents, a.node) for a in bindings]
+            opened = any(isinstance(h, (cst.With, cst.Assign)) and self._opens_file(h) for h in holders)
+            return bool(PATH_NAME.search(expr.value)) and not opened
+        return False
+
+    def _object_problem(self, obj: cst.BaseExpression) -> str | None:
+        """Why the saved object should not be snapshotted by the checkpointer, or None."""
+        values = [obj]
+        if isinstance(obj, cst.Name):
+            bindings = self._bindings(obj)
+            values += [v for v in (self._assigned_value(a.node) for a in bindings) if isinstance(v, cst.Dict)]
+        for value in values:
+            for part in _container_parts(value):
+                kind = self.context.kinds.fact(part).kind
+                if kind in DEEP_COPIED_KINDS:
+                    return (f"`{self._code(part)}` is a whole {DEEP_COPIED_KINDS[kind]}, which AsyncCheckpointer would "
+                            f"deep-copy on its device; save its state_dict() instead")
+        return None
+
+    def _later_use(self, path: cst.BaseExpression, statement: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """A use of the saved file after the save, in the same function: the path variable
+        read (other than to log it or to save to it again), or a call that gets the same
+        path expression."""
+        after = self.context.positions[statement].end
+        scope_root = _function_of(self.context.parents, statement) or self.context.module
+        if isinstance(path, cst.Name):
+            for use in self._accesses(path):
+                position = self.context.positions[use].start
+                if (position.line, position.column) > (after.line, after.column) and not self._harmless_use(use):
+                    return self._statement_or_call(use)
+            return None
+        text = self._code(path)
+        for call in m.findall(scope_root, m.Call()):
+            position = self.context.positions[call].start
+            if (position.line, position.column) <= (after.line, after.column) or self._logging(call):
+                continue
+            if self.context.names.is_(call, *SAVE_NAMES):
+                continue
+            if any(self._code(arg.value) == text for arg in call.args):
+                return call
+        return None
+
+    def _harmless_use(self, use: cst.Name) -> bool:
+        """A read of the path that does not touch the file: logging it, or saving to it again."""
+        for ancestor in _ancestors(self.context.parents, use):
+            if isinstance(ancestor, cst.Call):
+                if self._logging(ancestor):
+                    return True
+                file_arg = _file_argument(ancestor)
+                if self.context.names.is_(ancestor, *SAVE_NAMES) and file_arg is not None and file_arg.value is use:
+                    return True
+            if isinstance(ancestor, cst.BaseStatement):
+                return False
+        return False
+
+    def _logging(self, call: cst.Call) -> bool:
+        return bool(self.context.names.of(call) & LOGGING_CALLS) or (
+            isinstance(call.func, cst.Attribute) and call.func.attr.value in LOGGING_METHODS)
+
+    # -- the fix -------------------------------------------------------------------------
+
+    def _fix_loop(self, loop: cst.CSTNode, saves: list) -> None:
+        fixable = [(call, plan) for call, plan in saves if isinstance(plan, _Save)]
+        # A synchronous save to the same path could be overwritten by a later background write.
+        sync_paths = {self._code(_file_argument(c).value): c for c, p in saves if isinstance(p, str) and _file_argument(c)}
+        for call, plan in list(fixable):
+            other = sync_paths.get(self._code(plan.path))
+            if other is not None:
+                fixable.remove((call, plan))
+                saves[saves.index((call, plan))] = (call, f"line {self._line(other)} saves to the same path synchronously")
+        for call, plan in saves:
+            if isinstance(plan, str):
+                self.report(call, f"`{self._code(call.func)}` in the training loop stays synchronous: {plan}")
+        if not fixable:
+            return
+        name = self._checkpointer_name(loop)
+        edits: dict[int, Edit] = {}
+        for call, plan in fixable:
+            edits[id(plan.statement)] = _save_edit(plan, name)
+        for leaving in m.findall(loop.body, m.Return()):
+            if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
+                line = self.context.parents.get(leaving)
+                edits[id(line)] = _flush_before_edit(name)
+        body = loop.visit(EditsByIdentity(edits))
+        # Blank lines above the loop go above the new line; comments stay with the loop they describe.
+        leading = list(loop.leading_lines)
+        first_comment = next((i for i, line in enumerate(leading) if line.comment is not None), len(leading))
+        build = cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))],
+            leading_lines=leading[:first_comment],
+        )
+        replacement = cst.FlattenSentinel([build, body.with_changes(leading_lines=leading[first_comment:]),
+                                           _flush_line(name)])
+        for call, plan in fixable:
+            self.report(loop, f"`{self._code(call.func)}` (line {self._line(call)}) writes the checkpoint while "
+                              f"training waits; saved in the background by `{name}` (the file appears later)",
+                        replacement=replacement, imports=[IMPORT])
+
+    def _checkpointer_name(self, loop: cst.CSTNode) -> str:
+        taken = {n.value for n in m.findall(self.context.module, m.Name())}
+        name, number = CHECKPOINTER, 1
+        while name in taken:
+            number += 1
+            name = f"{CHECKPOINTER}_{number}"
+        return name
+
+    # -- look-ups --------------------------------------------------------------------------
+
+    def _code(self, node: cst.CSTNode) -> str:
+        return self.context.module.code_for_node(node).strip()
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.context.positions[node].start.line
+
+    def _bindings(self, name: cst.Name) -> list[Assignment]:
+        scope = self.context.kinds.scopes.get(name)
+        return [a for a in scope[name.value] if type(a) is Assignment] if scope is not None else []
+
+    def _accesses(self, name: cst.Name) -> list[cst.Name]:
+        scope = self.context.kinds.scopes.get(name)
+        if scope is None:
+            return []
+        return list({id(r.node): r.node for a in scope.assignments[name.value] for r in a.references}.values())
+
+    def _assigned_value(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+        statement = _binding_statement(self.context.parents, target)
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and statement.targets[0].target is target:
+            return statement.value
+        if isinstance(statement, cst.AnnAssign) and statement.target is target:
+            return statement.value
+        return None
+
+    def _statement_or_call(self, node: cst.CSTNode) -> cst.CSTNode:
+        for ancestor in _ancestors(self.context.parents, node):
+            if isinstance(ancestor, (cst.Call, cst.BaseSmallStatement)):
+                return ancestor
+        return node
+
+
+class _SaveCalls(cst.CSTVisitor):
+    def __init__(self, names) -> None:
+        self.names = names
+        self.calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.names.is_(node, *SAVE_NAMES):
+            self.calls.append(node)
+
+
+def _ancestors(parents, node: cst.CSTNode):
+    current = parents.get(node)
+    while current is not None:
+        yield current
+        current = parents.get(current)
+
+
+def _function_of(parents, node: cst.CSTNode) -> cst.FunctionDef | None:
+    return next((a for a in _ancestors(parents, node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+
+
+def _binding_statement(parents, target: cst.CSTNode) -> cst.CSTNode:
+    current = target
+    while True:
+        parent = parents.get(current)
+        if parent is None or not isinstance(
+            parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
+        ):
+            return parent if parent is not None else current
+        current = parent
+
+
+def _file_argument(call: cst.Call) -> cst.Arg | None:
+    """The `f` argument of `torch.save(obj, f)`."""
+    return kwarg(call, "f") or positional(call, 1)
+
+
+def _enclosing_with(parents, line: cst.SimpleStatementLine) -> cst.With | None:
+    block = parents.get(line)
+    holder = parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+    return holder if isinstance(holder, cst.With) else None
+
+
+def _next_statement_returns(parents, line: cst.SimpleStatementLine) -> bool:
+    block = parents.get(line)
+    if not isinstance(block, cst.IndentedBlock):
+        return False
+    statements = list(block.body)
+    index = statements.index(line)
+    following = statements[index + 1] if index + 1 < len(statements) else None
+    return isinstance(following, cst.SimpleStatementLine) and isinstance(following.body[0], cst.Return)
+
+
+def _container_parts(value: cst.BaseExpression):
+    """`value` and, through dict, list and tuple literals, every element in it."""
+    yield value
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if isinstance(element, cst.DictElement):
+                yield from _container_parts(element.value)
+    elif isinstance(value, (cst.List, cst.Tuple)):
+        for element in value.elements:
+            yield from _container_parts(element.value)
+
+
+def _save_edit(plan: _Save, name: str) -> Edit:
+    """`torch.save(obj, path)` -> `name.save(obj, path)`; a `with open(path, "wb") as f:` around
+    the save becomes that one line."""
+    func = cst.Attribute(cst.Name(name), cst.Name("save"))
+    if isinstance(plan.statement, cst.SimpleStatementLine):
+        def edit(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+            call = updated.body[0].value
+            args = [a.with_changes(keyword=cst.Name("path")) if a.keyword is not None and a.keyword.value == "f" else a
+                    for a in call.args]
+            return updated.with_changes(body=[updated.body[0].with_changes(value=call.with_changes(func=func, args=args))])
+        return edit
+    obj = kwarg(plan.call, "obj") or positional(plan.call, 0)
+    saved = plan.statement.body.body[0]
+    call = cst.Call(func, [obj.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT,
+                                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                           cst.Arg(plan.path)])
+    line = cst.SimpleStatementLine([cst.Expr(call)], leading_lines=plan.statement.leading_lines,
+                                   trailing_whitespace=saved.trailing_whitespace)
+    return lambda updated: line
+
+
+def _flush_line(name: str) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine([cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("flush"))))])
+
+
+def _flush_before_edit(name: str) -> Edit:
+    """Flush before a `return` that leaves the loop: the caller may read the file at once."""
+    def edit(updated):
+        if isinstance(updated, cst.SimpleStatementLine):
+            flush = _flush_line(name).with_changes(leading_lines=updated.leading_lines)
+            return cst.FlattenSentinel([flush, updated.with_changes(leading_lines=())])
+        # `if done: return path` (a one-line suite) becomes a block with the flush first.
+        return cst.IndentedBlock([_flush_line(name), cst.SimpleStatementLine(updated.body)],
+                                 header=updated.trailing_whitespace)
+    return edit

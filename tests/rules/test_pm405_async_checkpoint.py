@@ -1,0 +1,116 @@
+"""PM405: the rewritten loop writes the same checkpoints, from the state at save time.
+
+The fixture trains on the CPU and saves inside its loops (every 10 steps and every
+epoch); training goes on changing the saved tensors in place right after each
+save. The original (synchronous) run and the rewritten (background) run must
+leave the same files with the same contents.
+"""
+
+import contextlib
+import io
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import runtime.checkpoint
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rules.async_checkpoint import SynchronousCheckpointInLoop
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM405"
+SETTINGS = Settings(select=(SynchronousCheckpointInLoop.CODE,), level=SynchronousCheckpointInLoop.LEVEL)
+
+
+def rewrite(source: str) -> tuple[str, list]:
+    result = process_source(source.encode(), "<fixture>", SETTINGS, [SynchronousCheckpointInLoop])
+    assert result.error is None, result.error
+    return result.new_source.decode(), result.findings
+
+
+def run(source: str, folder: Path, monkeypatch) -> list[str]:
+    """Run a fixture script with its checkpoints going to `folder`; its printed lines."""
+    monkeypatch.setenv("CHECKPOINT_DIR", str(folder))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, "<fixture>", "exec"), {"__name__": "__main__"})
+    return out.getvalue().splitlines()
+
+
+def assert_same(saved, expected, where: str) -> None:
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(saved, torch.Tensor) and saved.dtype == expected.dtype, where
+        assert torch.equal(saved, expected), f"{where}: tensor differs"
+    elif isinstance(expected, dict):
+        assert isinstance(saved, dict) and list(saved) == list(expected), f"{where}: keys differ"
+        for key in expected:
+            assert_same(saved[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert type(saved) is type(expected) and len(saved) == len(expected), where
+        for index, (a, b) in enumerate(zip(saved, expected)):
+            assert_same(a, b, f"{where}[{index}]")
+    else:
+        assert saved == expected, where
+
+
+def checkpoint_files(folder: Path) -> dict[str, object]:
+    return {path.name: torch.load(path, weights_only=True) for path in sorted(folder.iterdir())}
+
+
+@pytest.fixture
+def training_loop():
+    source = (FIXTURES / "save_in_training_loop.in.py").read_text()
+    new_source, findings = rewrite(source)
+    assert new_source == (FIXTURES / "save_in_training_loop.out.py").read_text()
+    assert len(findings) == 2 and all(f.applied for f in findings)
+    return source, new_source
+
+
+def test_background_checkpoints_equal_the_synchronous_ones(training_loop, tmp_path, monkeypatch):
+    source, new_source = training_loop
+    before = run(source, tmp_path / "before", monkeypatch)
+    after = run(new_source, tmp_path / "after", monkeypatch)
+    assert after == before
+    saved, expected = checkpoint_files(tmp_path / "after"), checkpoint_files(tmp_path / "before")
+    assert sorted(saved) == sorted(expected) and len(expected) == 8  # 6 every 10 steps, last.pt, final.pt
+    assert not [p for p in (tmp_path / "after").iterdir() if p.name.startswith(".")], "temporary files left"
+    for name in expected:
+        assert_same(saved[name], expected[name], name)
+    assert set(saved["last.pt"]) == {"model", "optimizer", "epoch"} and saved["last.pt"]["optimizer"]["state"]
+
+
+def test_without_the_snapshot_the_files_would_differ(training_loop, tmp_path, monkeypatch):
+    """The comparison above catches a checkpointer that writes the live tensors: with the
+    CPU snapshot switched off and the write delayed, training changes them first."""
+    _, new_source = training_loop
+    write = runtime.checkpoint._write_atomically
+
+    def late_write(snapshot, path):
+        time.sleep(0.2)
+        write(snapshot, path)
+
+    monkeypatch.setattr(runtime.checkpoint, "_snapshot_to_cpu", lambda obj: obj)
+    monkeypatch.setattr(runtime.checkpoint, "_write_atomically", late_write)
+    run(new_source, tmp_path / "live", monkeypatch)
+    monkeypatch.undo()
+    run((FIXTURES / "save_in_training_loop.in.py").read_text(), tmp_path / "before", monkeypatch)
+    live, expected = checkpoint_files(tmp_path / "live"), checkpoint_files(tmp_path / "before")
+    with pytest.raises(AssertionError):
+        for name in expected:
+            assert_same(live[name], expected[name], name)
+
+
+def test_second_run_finds_nothing_to_fix():
+    _, findings = rewrite((FIXTURES / "save_in_training_loop.out.py").read_text())
+    assert not findings
+
+
+def test_report_only_saves_say_why():
+    source = (FIXTURES / "report_only.in.py").read_text()
+    new_source, findings = rewrite(source)
+    assert new_source == source == (FIXTURES / "report_only.out.py").read_text()
+    assert [f.line for f in findings] == [19, 20, 22] and not any(f.fixable for f in findings)
+    assert "whole module" in findings[0].message
+    assert "rank 0 only" in findings[1].message
+    assert "line 23" in findings[2].message and "may not be written yet" in findings[2].message
