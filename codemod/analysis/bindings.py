@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import Assignment
 
 # Nodes between a bound Name and the statement that binds it.
@@ -61,6 +62,21 @@ class Bindings:
             return statement.value
         return None
 
+    def unpacked(self, assignment: Assignment) -> tuple[cst.BaseExpression, int] | None:
+        """(value, index) for a name bound by one level of unpacking, `a, b = value`."""
+        element = self.parents.get(assignment.node)
+        if not isinstance(element, cst.Element):
+            return None
+        container = self.parents.get(element)
+        target = self.parents.get(container)
+        statement = self.parents.get(target)
+        if not (isinstance(container, (cst.Tuple, cst.List)) and isinstance(target, cst.AssignTarget)
+                and isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+            return None
+        if any(isinstance(e, cst.StarredElement) for e in container.elements):
+            return None
+        return statement.value, list(container.elements).index(element)
+
     def values(self, name: cst.Name, *, whole_unpacking: bool = False) -> list[cst.BaseExpression] | None:
         """The values every binding of `name` assigns; None unless all are plain assignments."""
         found = self.assignments(name)
@@ -68,6 +84,39 @@ class Bindings:
             return None
         values = [self.assigned_value(a, whole_unpacking=whole_unpacking) for a in found]
         return None if any(v is None for v in values) else values
+
+    def attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """The values assigned to `self.<name>` in the methods of the class around
+        `expr`, for an `expr` spelled `self.<name>` inside one of its methods; None
+        when `expr` is not such an attribute or the class never assigns it plainly."""
+        if not isinstance(expr.value, cst.Name):
+            return None
+        method = self._enclosing(expr, cst.FunctionDef)
+        classdef = self._enclosing(method, cst.ClassDef) if method is not None else None
+        params = method.params.params if method is not None else ()
+        if classdef is None or not params or params[0].name.value != expr.value.value:
+            return None
+        values = []
+        for statement in m.findall(classdef, m.Assign() | m.AnnAssign() | m.AugAssign()):
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                if not m.matches(target, m.Attribute(value=m.Name(), attr=m.Name(expr.attr.value))):
+                    continue
+                owner = self._enclosing(statement, cst.FunctionDef)
+                owner_params = owner.params.params if owner is not None else ()
+                if not owner_params or owner_params[0].name.value != target.value.value:
+                    continue  # `other.<name> = ...`: another object's attribute
+                if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+                    values.append(statement.value)
+                else:
+                    return None  # unpacked, augmented or annotated without a value: not followed
+        return values or None
+
+    def _enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
+        current = self.parents.get(node)
+        while current is not None and not isinstance(current, kind):
+            current = self.parents.get(current)
+        return current
 
     def local_function(self, expr: cst.BaseExpression) -> cst.FunctionDef | None:
         """The `def` of this file that `expr` (a Name) calls, when it is the only binding."""

@@ -138,6 +138,26 @@ class MemoryCleanupInStepLoop(Rule):
             "the guard goes with the call",
         ),
         Invalid(
+            PREAMBLE + "for x, y in data:\n" + STEP + "    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n"
+            "    else:\n        gc.collect()\n",
+            PREAMBLE + "for x, y in data:\n" + STEP,
+            "both branches clean up",
+        ),
+        Invalid(
+            PREAMBLE + "batches = iter(data)\nwhile True:\n    x, y = next(batches)\n" + STEP + "    gc.collect()\n",
+            PREAMBLE + "batches = iter(data)\nwhile True:\n    x, y = next(batches)\n" + STEP,
+            "a while loop",
+        ),
+        Invalid(
+            PREAMBLE + "for x, y in data:\n    for half in (x[:2], x[2:]):\n"
+            "        torch.nn.functional.mse_loss(model(half), y[:2]).backward()\n        torch.cuda.empty_cache()\n"
+            "    opt.step()\n    opt.zero_grad()\n",
+            PREAMBLE + "for x, y in data:\n    for half in (x[:2], x[2:]):\n"
+            "        torch.nn.functional.mse_loss(model(half), y[:2]).backward()\n"
+            "    opt.step()\n    opt.zero_grad()\n",
+            "every micro-step of gradient accumulation",
+        ),
+        Invalid(
             PREAMBLE + "for x, y in data:\n" + STEP + "    with torch.no_grad():\n        gc.collect()\n",
             PREAMBLE + "for x, y in data:\n" + STEP + "    with torch.no_grad():\n        pass\n",
             "a block left empty gets pass",
@@ -188,7 +208,7 @@ class MemoryCleanupInStepLoop(Rule):
             self.report(node, f"{spelled} in the training step loop {COSTS[spelled]}; its result is used, so it is not removed")
             return
         guard = conditions[0] if conditions else None
-        if guard is not None and guard.orelse is None and all(self._is_cleanup(s) for s in _statements(guard.body)):
+        if guard is not None and self._only_cleans_up(guard):
             self.report(guard, message, replacement=cst.RemovalSentinel.REMOVE)
             return
         target, replacement = self._removal(statement)
@@ -204,6 +224,15 @@ class MemoryCleanupInStepLoop(Rule):
         rest = body[:-1]
         rest[-1] = rest[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return line, line.with_changes(body=rest)
+
+    def _only_cleans_up(self, guard: cst.If) -> bool:
+        """`if torch.cuda.is_available():` whose branches (one, or `else` too) only clean up."""
+        branches = [guard.body]
+        if isinstance(guard.orelse, cst.Else):
+            branches.append(guard.orelse.body)
+        elif guard.orelse is not None:
+            return False  # an `elif` tests something else
+        return all(self._is_cleanup(s) for branch in branches for s in _statements(branch))
 
     def _is_cuda_check(self, test: cst.BaseExpression) -> bool:
         return isinstance(test, cst.Call) and self.context.names.is_(test.func, "torch.cuda.is_available")

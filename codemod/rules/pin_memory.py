@@ -29,10 +29,9 @@ dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
 class _Feeds:
     """What the rule learned about one DataLoader construction."""
 
-    loops: list[cst.For] = field(default_factory=list)
+    copies: list[cst.Call] = field(default_factory=list)  # the `.to(...)` / `.cuda()` calls of its batches
     places: list[Place] = field(default_factory=list)  # where its batches are copied to
     devices: list[cst.BaseExpression] = field(default_factory=list)  # the device expressions of those copies
-    helper_calls: list[cst.Call] = field(default_factory=list)  # calls of the helper functions that return it
 
 
 class UnpinnedLoaderToCuda(Rule):
@@ -133,6 +132,33 @@ class UnpinnedLoaderToCuda(Rule):
             "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n    x = x.cuda()\n",
             "the kwargs dict sets pin_memory",
         ),
+        Valid(
+            PREAMBLE + "kwargs = {'batch_size': 8}\nkwargs['pin_memory'] = True\n"
+            "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n    x = x.cuda()\n",
+            "the kwargs dict sets pin_memory by subscript",
+        ),
+        Valid(
+            PREAMBLE + "loader = DataLoader(dataset, 8, True, None, None, 0, None, False)\n"
+            "for x, y in loader:\n    x = x.cuda()\n",
+            "pin_memory passed by position",
+        ),
+        Valid(
+            PREAMBLE + "def make_loader(ds):\n    return DataLoader(ds, batch_size=8)\n"
+            "on_gpu = TensorDataset(torch.randn(64, 8, device='cuda'))\n"
+            "for (x,) in make_loader(on_gpu):\n    x = x.cuda()\n",
+            "a helper given a CUDA dataset",
+        ),
+        Valid(
+            PREAMBLE + "full = TensorDataset(torch.randn(64, 8).cuda())\n"
+            "train_set, val_set = torch.utils.data.random_split(full, [48, 16])\n"
+            "loader = DataLoader(train_set)\nfor (x,) in loader:\n    x = x.cuda()\n",
+            "a split of a CUDA dataset",
+        ),
+        Valid(
+            PREAMBLE + "saved = TensorDataset(*torch.load('features.pt'))\n"
+            "loader = DataLoader(saved)\nfor x, y in loader:\n    x = x.cuda()\n",
+            "torch.load without map_location may give CUDA tensors",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -195,6 +221,38 @@ class UnpinnedLoaderToCuda(Rule):
             "built in a helper function",
         ),
         Invalid(
+            PREAMBLE + "import argparse\nargs = argparse.Namespace(device='cuda')\n"
+            "loader = DataLoader(dataset)\nfor x, y in loader:\n    x = x.to(args.device)\n",
+            PREAMBLE + "import argparse\nargs = argparse.Namespace(device='cuda')\n"
+            "loader = DataLoader(dataset, pin_memory=torch.cuda.is_available())\nfor x, y in loader:\n"
+            "    x = x.to(args.device)\n",
+            "a device attribute",
+        ),
+        Invalid(
+            PREAMBLE + "class Loader(DataLoader):\n    def steps(self):\n        return len(self)\n"
+            "loader = Loader(dataset)\nfor x, y in loader:\n    x = x.cuda()\n",
+            PREAMBLE + "class Loader(DataLoader):\n    def steps(self):\n        return len(self)\n"
+            "loader = Loader(dataset, pin_memory=True)\nfor x, y in loader:\n    x = x.cuda()\n",
+            "a subclass that keeps DataLoader's __init__ and __iter__",
+        ),
+        Invalid(
+            PREAMBLE + "base = {'batch_size': 8}\nkwargs = {**base, 'shuffle': True}\n"
+            "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n    x = x.cuda()\n",
+            None,
+            "a dict with contents the rule cannot see",
+        ),
+        Invalid(
+            PREAMBLE + "kwargs = {'batch_size': 8}\nprint(kwargs)\n"
+            "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n    x = x.cuda()\n",
+            None,
+            "a dict other code sees too",
+        ),
+        Invalid(
+            PREAMBLE + "options = (8, True)\nloader = DataLoader(dataset, *options)\nfor x, y in loader:\n    x = x.cuda()\n",
+            None,
+            "*args may pass pin_memory",
+        ),
+        Invalid(
             PREAMBLE + "other = DataLoader(dataset)\nloader = DataLoader(dataset)\n"
             "for (x, y), (u, v) in zip(loader, other):\n    x = x.cuda()\n",
             PREAMBLE + "other = DataLoader(dataset)\nloader = DataLoader(dataset, pin_memory=True)\n"
@@ -208,25 +266,29 @@ class UnpinnedLoaderToCuda(Rule):
         self.scopes = context.wrapper.resolve(ScopeProvider)
         self.bindings = Bindings(self.scopes, context.parents)
         self.loaders: list[cst.Call] = []
+        self.loader_ids: set[int] = set()
         self.loops: list[cst.For] = []
+        self.calls_of: dict[int, list[cst.Call]] = defaultdict(list)  # function of this file -> its calls
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._is_loader_construction(node):
             self.loaders.append(node)
+            self.loader_ids.add(id(node))
+        function = self.bindings.local_function(node.func)
+        if function is not None:
+            self.calls_of[id(function)].append(node)
 
     def visit_For(self, node: cst.For) -> None:
         self.loops.append(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         feeds: dict[int, _Feeds] = defaultdict(_Feeds)
-        loader_ids = {id(call) for call in self.loaders}
         for loop in self.loops:
             for iterable, target in self._iterated(loop.iter, loop.target):
-                for loader, helper_calls in self._loader_sources(iterable, loader_ids, (), 0):
+                for loader in self._loader_sources(iterable, (), 0):
                     feed = feeds[id(loader)]
-                    feed.helper_calls.extend(helper_calls)
-                    for place, device in self._copies_to_device(loop, target):
-                        feed.loops.append(loop)
+                    for copy, place, device in self._copies_to_device(loop, target):
+                        feed.copies.append(copy)
                         feed.places.append(place)
                         feed.devices.append(device)
         for loader in self.loaders:
@@ -261,29 +323,57 @@ class UnpinnedLoaderToCuda(Rule):
                 return self._iterated(args[0], target)
         return [(iterable, target)]
 
-    def _loader_sources(self, expr, loader_ids, helper_calls, depth) -> list[tuple[cst.Call, tuple[cst.Call, ...]]]:
-        """The DataLoader constructions `expr` may evaluate to, with the helper calls
-        that returned them."""
+    def _loader_sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
+        """The DataLoader constructions `expr` may evaluate to; `path` indexes into
+        tuples on the way (`train, val = make_loaders()` takes element 0 or 1)."""
         if depth > MAX_DEPTH:
             return []
+        if isinstance(expr, (cst.Tuple, cst.List)) and path:
+            if path[0] >= len(expr.elements) or any(isinstance(e, cst.StarredElement) for e in expr.elements):
+                return []
+            return self._loader_sources(expr.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(expr, cst.Call):
-            if id(expr) in loader_ids:
-                return [(expr, helper_calls)]
+            if id(expr) in self.loader_ids:
+                return [] if path else [expr]
             function = self.bindings.local_function(expr.func)
             if function is None:
                 return []
-            return [found for value in returned_values(function)
-                    for found in self._loader_sources(value, loader_ids, (*helper_calls, expr), depth + 1)]
+            return [found for value in returned_values(function) for found in self._loader_sources(value, path, depth + 1)]
         if isinstance(expr, cst.Name):
-            values = self.bindings.values(expr) or []
-            return [found for value in values for found in self._loader_sources(value, loader_ids, helper_calls, depth + 1)]
+            return [found for source, inner in self._sources(expr)
+                    for found in self._loader_sources(source, inner + path, depth + 1)]
+        if isinstance(expr, cst.Attribute):  # `self.train_loader`, assigned in another method
+            values = self.bindings.attribute_values(expr) or []
+            return [found for value in values for found in self._loader_sources(value, path, depth + 1)]
         if isinstance(expr, cst.IfExp):
-            return (self._loader_sources(expr.body, loader_ids, helper_calls, depth + 1)
-                    + self._loader_sources(expr.orelse, loader_ids, helper_calls, depth + 1))
+            return self._loader_sources(expr.body, path, depth + 1) + self._loader_sources(expr.orelse, path, depth + 1)
         return []
 
+    def _sources(self, name: cst.Name) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
+        """What `name` is bound to: each assigned value (with the index `a, b = value`
+        unpacks), each element of a literal it loops over, or, for a parameter, the
+        argument every call of its function passes."""
+        parameter = self.bindings.param_of(name)
+        if parameter is not None:
+            function, param = parameter
+            passed = [argument_for(call, function, param) for call in self.calls_of.get(id(function), [])]
+            return [(argument, ()) for argument in passed if argument is not None]
+        found = []
+        for assignment in self.bindings.assignments(name) or ():
+            value = self.bindings.assigned_value(assignment)
+            unpacked = self.bindings.unpacked(assignment) if value is None else None
+            statement = self.bindings.statement(assignment.node)
+            if value is not None:
+                found.append((value, ()))
+            elif unpacked is not None:
+                found.append((unpacked[0], (unpacked[1],)))
+            elif isinstance(statement, cst.For) and statement.target is assignment.node \
+                    and isinstance(statement.iter, (cst.Tuple, cst.List)):
+                found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
+        return found
+
     def _copies_to_device(self, loop: cst.For, target: cst.BaseExpression):
-        """(place, device expression) of each copy of the batch to a device in the loop body."""
+        """(call, place, device expression) of each copy of the batch to a device in the loop body."""
         bound = {id(node) for node in m.findall(target, m.Name())}
         kinds = self.context.kinds
         for call in calls_in(loop.body):
@@ -293,15 +383,15 @@ class UnpinnedLoaderToCuda(Rule):
             if not self._derives_from(call.func.value, bound, loop, 0):
                 continue
             if method == "cuda":
-                yield Place.CUDA, None
+                yield call, Place.CUDA, None
                 continue
             copy = kinds.copy_of(call)
             device = kwarg(call, "device") or positional(call, 0)
             if copy is not None and copy.moves_device and copy.target is not Place.HOST:
-                yield copy.target, device.value if device is not None else None
+                yield call, copy.target, device.value if device is not None else None
             elif copy is None and device is not None and m.matches(device.value, m.Attribute()) \
                     and DEVICE_NAME.match(device.value.attr.value):
-                yield Place.UNKNOWN, device.value  # `args.device`, `self.device`
+                yield call, Place.UNKNOWN, device.value  # `args.device`, `self.device`
 
     def _derives_from(self, expr: cst.BaseExpression, bound: set[int], loop: cst.For, depth: int) -> bool:
         """Is `expr` (a part of) what the loop target `bound` holds, directly or through
@@ -351,15 +441,15 @@ class UnpinnedLoaderToCuda(Rule):
             return
         if not is_torch_loader and self._subclass_overrides(self.context.kinds.local_class(loader.func)):
             return
-        if self._may_hold_device_data(self._dataset(loader), feed.helper_calls, 0):
+        if self._may_hold_device_data(self._dataset(loader), 0):
             return
         if self._collate_moves_to_device(loader, is_torch_loader):
             return
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, self.MESSAGE + "; `*args` may already pass pin_memory, so it is not added")
             return
-        line = self.context.positions[feed.loops[0]].start.line
-        message = f"batches of this DataLoader are copied to CUDA (line {line}) from pageable memory; pass pin_memory"
+        line = self.context.positions[feed.copies[0]].start.line
+        message = f"this DataLoader's batches are copied to the GPU from pageable memory (line {line}); pass pin_memory"
         if has_star_kwargs(loader):
             self._fix_through_kwargs(loader, feed, message)
             return
@@ -383,7 +473,7 @@ class UnpinnedLoaderToCuda(Rule):
             seen += 1
         return False
 
-    def _may_hold_device_data(self, expr, helper_calls, depth) -> bool:
+    def _may_hold_device_data(self, expr: cst.BaseExpression | None, depth: int) -> bool:
         """Could the dataset `expr` yield CUDA tensors, which pinning cannot take?"""
         if expr is None or depth > MAX_DEPTH:
             return False
@@ -392,16 +482,10 @@ class UnpinnedLoaderToCuda(Rule):
         if fact.kind in (Kind.TENSOR, Kind.DATASET, Kind.BATCH) and fact.place is not Place.HOST:
             return True
         if isinstance(expr, cst.Name):
-            parameter = self.bindings.param_of(expr)
-            if parameter is not None:
-                function, param = parameter
-                passed = [argument_for(call, function, param) for call in helper_calls
-                          if self.bindings.local_function(call.func) is function]
-                return any(self._may_hold_device_data(p, helper_calls, depth + 1) for p in passed)
-            values = self.bindings.values(expr, whole_unpacking=True) or []
-            return any(self._may_hold_device_data(v, helper_calls, depth + 1) for v in values)
+            # A value unpacked from a tuple is judged by the whole tuple: cautious, and simple.
+            return any(self._may_hold_device_data(source, depth + 1) for source, _ in self._sources(expr))
         if isinstance(expr, (cst.Tuple, cst.List)):
-            return any(self._may_hold_device_data(e.value, helper_calls, depth + 1) for e in expr.elements)
+            return any(self._may_hold_device_data(e.value, depth + 1) for e in expr.elements)
         if isinstance(expr, cst.Call):
             if self.context.names.is_(expr.func, "torch.load") and kwarg(expr, "map_location") is None \
                     and positional(expr, 1) is None:
@@ -409,7 +493,7 @@ class UnpinnedLoaderToCuda(Rule):
             classdef = kinds.local_class(expr.func)
             if classdef is not None and self._moves_to_device(classdef):
                 return True
-            return any(self._may_hold_device_data(a.value, helper_calls, depth + 1) for a in expr.args)
+            return any(self._may_hold_device_data(a.value, depth + 1) for a in expr.args)
         return False
 
     def _moves_to_device(self, node: cst.CSTNode) -> bool:
@@ -457,25 +541,40 @@ class UnpinnedLoaderToCuda(Rule):
         return cst.parse_expression("torch.cuda.is_available()"), [("torch", None)]
 
     def _shared_device_name(self, devices: list, at: cst.CSTNode) -> str | None:
-        """The name every copy uses, when it is bound once, to `torch.device(...)`,
-        before `at` and visible there."""
-        if not devices or not all(isinstance(d, cst.Name) for d in devices):
+        """The name of the `torch.device(...)` every copy targets, when one assignment
+        binds it, before `at` and visible there (followed through function parameters)."""
+        names = [name for device in devices for name in self._device_names(device, 0)]
+        if not names or any(name is None for name in names):
             return None
-        assignments = {id(a): a for d in devices for a in (self.bindings.assignments(d) or [None]) if a is not None}
-        if len(assignments) != 1 or any(self.bindings.assignments(d) is None for d in devices):
+        assignments = [self.bindings.assignments(name) for name in names]
+        if any(found is None or len(found) != 1 for found in assignments):
             return None
-        assignment: Assignment = next(iter(assignments.values()))
+        assignment: Assignment = assignments[0][0]
+        if any(found[0] is not assignment for found in assignments):
+            return None
         value = self.bindings.assigned_value(assignment)
         if not (isinstance(value, cst.Call) and self.context.names.is_(value.func, "torch.device")):
             return None
         scope = self.scopes.get(at)
-        name = devices[0].value
+        name = names[0].value
         if scope is None or list(scope[name]) != [assignment]:
             return None
         positions = self.context.positions
         bound_at = positions[self.bindings.statement(assignment.node)].end
         used_at = positions[at].start
         return name if (bound_at.line, bound_at.column) <= (used_at.line, used_at.column) else None
+
+    def _device_names(self, device: cst.BaseExpression | None, depth: int) -> list[cst.Name | None]:
+        """The names a device expression comes from, through parameters to the arguments
+        of every call; None for anything else."""
+        if not isinstance(device, cst.Name) or depth > MAX_DEPTH:
+            return [None]
+        if self.bindings.param_of(device) is None:
+            return [device]
+        passed = self._sources(device)
+        if not passed:
+            return [None]
+        return [name for argument, _ in passed for name in self._device_names(argument, depth + 1)]
 
     def _fix_through_kwargs(self, loader: cst.Call, feed: _Feeds, message: str) -> None:
         stars = [arg for arg in loader.args if arg.star == "**"]

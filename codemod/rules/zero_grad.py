@@ -30,9 +30,8 @@ GRAD_NORMS = {
 GRAD = m.Attribute(attr=m.Name("grad"))
 
 UNSAFE_WHY = (
-    "; the fix is unsafe: a parameter that gets no gradient in a step would then be skipped by "
-    "the optimizer instead of stepped with a zero gradient (momentum, Adam moments and weight "
-    "decay move it), so results stay the same only if every parameter gets a gradient every step"
+    "; unsafe: a parameter that gets no gradient in some step is then skipped by the optimizer "
+    "instead of stepped with a zero gradient (which momentum, Adam's moments and weight decay move)"
 )
 
 PREAMBLE = """\
@@ -306,10 +305,11 @@ class ZeroFilledGradients(Rule):
         return window[0] if window else None
 
     def _grad_reads(self, node: cst.CSTNode) -> Iterator[cst.Attribute]:
-        """`.grad` attributes under `node` that are read, not assigned or deleted."""
+        """`.grad` attributes under `node` that are read, not assigned or deleted
+        (`torch.autograd.grad`, a function, is not a tensor's `.grad`)."""
         for attribute in m.findall(node, GRAD):
             parent = self.context.parents.get(attribute)
-            if isinstance(parent, (cst.AssignTarget, cst.Del)):
+            if isinstance(parent, (cst.AssignTarget, cst.Del)) or self.context.names.of(attribute):
                 continue
             yield attribute
 

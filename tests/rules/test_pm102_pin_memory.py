@@ -1,0 +1,61 @@
+"""PM102, run: where the device may be the CPU, the rewritten script pins only
+when the batches go to CUDA, so it trains as before on either, and a CPU run
+gets no warning that pinning was asked for with no accelerator present."""
+
+import contextlib
+import io
+import warnings
+from pathlib import Path
+
+import torch
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rules.pin_memory import UnpinnedLoaderToCuda
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM102"
+
+
+def train(source: str) -> tuple[list[torch.Tensor], list[str]]:
+    namespace = {"__name__": "fixture"}
+    exec(compile(source, "<fixture>", "exec"), namespace)
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        model = namespace["main"]()
+    return [p.detach().clone() for p in model.parameters()], [str(w.message) for w in caught]
+
+
+def test_cpu_run_of_the_rewritten_script_trains_the_same_without_a_pinning_warning():
+    before = (FIXTURES / "mnist_style_kwargs.in.py").read_text()
+    after = (FIXTURES / "mnist_style_kwargs.out.py").read_text()
+    assert '"pin_memory": device.type == "cuda"' in after
+    (old, _), (new, messages) = train(before), train(after)
+    assert all(torch.equal(a, b) for a, b in zip(old, new))
+    assert not [m for m in messages if "pin_memory" in m]
+
+
+def test_an_unconditional_pin_on_the_cpu_is_what_warns():
+    """The warning the conditional value avoids, as torch 2.13 gives it."""
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4.0)), pin_memory=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = [x for (x,) in loader]
+    assert any("'pin_memory' argument is set as true but no accelerator is found" in str(w.message) for w in caught)
+    assert torch.equal(torch.cat(batches), torch.arange(4.0))
+
+
+def test_each_guard_of_the_left_alone_fixture_is_what_keeps_its_loader():
+    """Without its guard (explicit pin_memory, CUDA dataset, moving collate_fn) each
+    loader of left_alone.in.py would be reported: the fixture is not vacuous."""
+    source = (FIXTURES / "left_alone.in.py").read_text()
+    guards = [
+        ", pin_memory=True)",
+        "TensorDataset(features.to(device), labels.to(device))",
+        "    collate_fn=lambda samples: [t.to(device, non_blocking=True) for t in default_collate(samples)],\n",
+    ]
+    replacements = [")", "TensorDataset(features, labels)", ""]
+    for guard, replacement in zip(guards, replacements):
+        assert guard in source
+        result = process_source(source.replace(guard, replacement).encode(), "<test>",
+                                Settings(select=("PM102",)), [UnpinnedLoaderToCuda])
+        assert len(result.findings) == 1, guard
