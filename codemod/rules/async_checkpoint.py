@@ -146,6 +146,8 @@ class SynchronousCheckpointInLoop(Rule):
               "not a training loop"),
         Valid(PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt')  # perfmod: ignore[PM405]\n",
               "suppressed on the line of the save"),
+        Valid(PREAMBLE + LOOP + "    with open('last.pt', 'wb') as f:  # perfmod: ignore\n"
+              "        torch.save(model.state_dict(), f)\n", "suppressed on the `with` that opens the file"),
     ]
     INVALID = [
         Invalid(
@@ -405,7 +407,7 @@ class SynchronousCheckpointInLoop(Rule):
                 self.report(call, f"`{self._code(call.func)}` in the training loop stays synchronous: {plan}")
         if not fixable:
             return
-        name = self._checkpointer_name(loop)
+        name = self._checkpointer_name()
         edits: dict[int, Edit] = {}
         for call, plan in fixable:
             edits[id(plan.statement)] = _save_edit(plan, name)
@@ -428,7 +430,7 @@ class SynchronousCheckpointInLoop(Rule):
                               f"training waits; saved in the background by `{name}` (the file appears later)",
                         replacement=replacement, imports=[IMPORT])
 
-    def _checkpointer_name(self, loop: cst.CSTNode) -> str:
+    def _checkpointer_name(self) -> str:
         taken = {n.value for n in m.findall(self.context.module, m.Name())}
         name, number = CHECKPOINTER, 1
         while name in taken:

@@ -58,7 +58,6 @@ NO_FLOAT64_DEVICE = re.compile(r"\bmps\b|\bxla\b|torch_xla")
 class _Fix:
     """One sync the rule removes from the step: its message and the edits that do it."""
 
-    sync: cst.Call
     message: str
     edits: dict[int, Edit] = field(default_factory=dict)
     # Statements moved to the top of log branches: (branch, statement) pairs.
@@ -766,7 +765,7 @@ class _StepLoop:
         conditions = " / ".join(f"`{self.a.code(b.test)}`" for b in branches.values())
         message = (f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step, but "
                    f"`{target.value}` is only read when {conditions}; moved under that condition")
-        return _Fix(sync, message, edits, [(branch, line) for branch in branches.values()], [line, *branches.values()])
+        return _Fix(message, edits, [(branch, line) for branch in branches.values()], [line, *branches.values()])
 
     def _branch_after(self, line: cst.SimpleStatementLine, block: cst.IndentedBlock, use: cst.CSTNode) -> cst.If | None:
         """The log branch to move `line` into for `use`: an `if` with a periodic test that
@@ -933,7 +932,7 @@ class _StepLoop:
         for term, _ in terms:
             message = (f"`{self.a.code(term)}` (line {self.a.line(term)}) waits for the GPU every step to add to "
                        f"`{target.value}`; {how} and {where}")
-            fixes.append(_Fix(term, message, edits if not fixes else {}, edited=[*(t for t, _ in terms), *reads]))
+            fixes.append(_Fix(message, edits if not fixes else {}, edited=[*(t for t, _ in terms), *reads]))
         return fixes
 
     def _terms(self, accumulation, accumulator: str, syncs: list[cst.Call]) -> list[tuple[cst.Call, bool]]:
