@@ -1,7 +1,7 @@
 """Where a name gets its value: the assignments, functions and returns behind a
 use, for rules that must look at the expression a variable was built from
 (the dict behind `**loader_kwargs`, the DataLoader a helper returns, the
-constructor call of an optimizer).
+parameter groups an optimizer is built from).
 
 Unlike `Kinds`, which summarises an expression as a fact, these helpers hand
 back the syntax itself, so a rule can inspect or rewrite it.
@@ -46,18 +46,14 @@ class Bindings:
                 return parent if parent is not None else current
             current = parent
 
-    def assigned_value(self, assignment: Assignment, *, whole_unpacking: bool = False) -> cst.BaseExpression | None:
-        """`value` of a plain `name = value` (or `name: T = value`) binding.
-
-        With `whole_unpacking`, `a, b = value` gives the whole `value` for `a` and
-        `b`: enough to ask what the value may contain, not which part is which."""
+    def assigned_value(self, assignment: Assignment) -> cst.BaseExpression | None:
+        """`value` of a plain `name = value` (or `name: T = value`) binding; see
+        `unpacked` for `a, b = value`."""
         target = assignment.node
-        parent = self.parents.get(target)
         statement = self.statement(target)
         if isinstance(statement, cst.Assign):
-            if isinstance(parent, cst.AssignTarget) and len(statement.targets) == 1:
-                return statement.value
-            return statement.value if whole_unpacking else None
+            single = isinstance(self.parents.get(target), cst.AssignTarget) and len(statement.targets) == 1
+            return statement.value if single else None
         if isinstance(statement, cst.AnnAssign) and statement.target is target:
             return statement.value
         return None
@@ -77,12 +73,12 @@ class Bindings:
             return None
         return statement.value, list(container.elements).index(element)
 
-    def values(self, name: cst.Name, *, whole_unpacking: bool = False) -> list[cst.BaseExpression] | None:
+    def values(self, name: cst.Name) -> list[cst.BaseExpression] | None:
         """The values every binding of `name` assigns; None unless all are plain assignments."""
         found = self.assignments(name)
         if found is None:
             return None
-        values = [self.assigned_value(a, whole_unpacking=whole_unpacking) for a in found]
+        values = [self.assigned_value(a) for a in found]
         return None if any(v is None for v in values) else values
 
     def attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:

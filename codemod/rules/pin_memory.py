@@ -10,7 +10,7 @@ from libcst.metadata import Assignment, ScopeProvider
 from codemod.analysis.bindings import Bindings, argument_for, calls_in, returned_values
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.names import has_star_kwargs, kwarg, method_name, positional, with_kwarg
-from codemod.rule import Invalid, Rule, Valid, Level
+from codemod.rule import Invalid, Level, Rule, Valid
 
 DATALOADER = "torch.utils.data.DataLoader"
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)`

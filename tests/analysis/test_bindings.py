@@ -39,9 +39,8 @@ def test_values_are_plain_assignments_only(code, values):
     assert (code_of(module, found) if found is not None else None) == values
 
 
-def test_whole_unpacking_gives_the_whole_value_and_unpacked_gives_its_index():
+def test_unpacked_gives_the_value_and_the_index():
     bindings, module, name = probed("a, x = g()\nprobe(x)\n")
-    assert code_of(module, bindings.values(name, whole_unpacking=True)) == ["g()"]
     [assignment] = bindings.assignments(name)
     value, index = bindings.unpacked(assignment)
     assert (module.code_for_node(value), index) == ("g()", 1)
