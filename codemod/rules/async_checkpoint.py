@@ -110,8 +110,9 @@ class SynchronousCheckpointInLoop(Rule):
       copied, and the write finishes in the background. A reader racing the
       training loop (an evaluation script polling the folder, a job uploading
       checkpoints) sees the previous file until the rename. Within the script,
-      the rule leaves a save alone when its path is used after it (copied,
-      uploaded, loaded, returned), and `flush()` runs before the loop is left.
+      the rule leaves a save alone when its path is used after it or elsewhere
+      in the loop (copied, uploaded, loaded, returned, checked for), and
+      `flush()` runs before the loop is left.
     - A crash between `save()` and the end of the write loses that checkpoint
       (the previous one stays whole); a clean exit, even by an exception, still
       writes it (the checkpointer flushes at interpreter exit).
@@ -190,6 +191,8 @@ class SynchronousCheckpointInLoop(Rule):
         Invalid(PREAMBLE + "import shutil\n" + LOOP
                 + "    path = f'ckpt_{epoch}.pt'\n    torch.save(model.state_dict(), path)\n"
                 "    shutil.copy(path, 'best.pt')\n", None, "the file is read right after the save"),
+        Invalid(PREAMBLE + "import os\n" + LOOP + "    if os.path.exists('last.pt'):\n        print('resumable')\n"
+                "    torch.save(model.state_dict(), 'last.pt')\n", None, "the next iteration looks at the file"),
         Invalid(PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt', pickle_protocol=4)\n", None,
                 "an argument the checkpointer does not take"),
         Invalid(PREAMBLE + "def train(out):\n" + _indented(LOOP) + "        torch.save(model.state_dict(), out)\n", None,
@@ -197,6 +200,8 @@ class SynchronousCheckpointInLoop(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._defines_checkpointer_class = any(
+            d.name.value == IMPORT[1] for d in m.findall(node, m.ClassDef() | m.FunctionDef()))
         finder = _SaveCalls(self.context.names)
         node.visit(finder)
         by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
@@ -266,6 +271,8 @@ class SynchronousCheckpointInLoop(Rule):
         problem = self._object_problem(obj_arg.value)
         if problem is not None:
             raise _Unfixable(problem)
+        if self._defines_checkpointer_class:
+            raise _Unfixable("this file defines its own `AsyncCheckpointer`, which the import would shadow")
         if SHARDED_STATE.search(self.context.module.code):
             raise _Unfixable("this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
                              "AsyncCheckpointer writes on rank 0 only")
@@ -274,8 +281,8 @@ class SynchronousCheckpointInLoop(Rule):
             raise _Unfixable(f"the path depends on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only")
         reader = self._later_use(path, statement, loop)
         if reader is not None:
-            raise _Unfixable(f"the file is used at line {self._line(reader)} (`{self._code(reader)}`) after the "
-                             f"save, when it may not be written yet")
+            raise _Unfixable(f"the file is used at line {self._line(reader)} (`{self._code(reader)}`), which can run "
+                             f"before a background write of it is done")
         return _Save(call, statement, path)
 
     def _is_buffer(self, target: cst.BaseExpression) -> bool:
@@ -307,6 +314,8 @@ class SynchronousCheckpointInLoop(Rule):
         if mode is None or not isinstance(mode.value, cst.SimpleString) or mode.value.evaluated_value != "wb":
             raise _Unfixable("the file is not opened with mode 'wb'")
         path = kwarg(call, "file") or positional(call, 0)
+        if path is None:
+            raise _Unfixable("perfmod cannot tell which path the file is opened at")
         return statement, path.value
 
     def _opens_file(self, statement: cst.CSTNode) -> bool:
@@ -352,21 +361,25 @@ class SynchronousCheckpointInLoop(Rule):
         return None
 
     def _later_use(self, path: cst.BaseExpression, statement: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
-        """A use of the saved file after the save, in the same function: the path variable
-        read (other than to log it or to save to it again), or a call that gets the same
-        path expression."""
+        """A use of the saved file that may come after the save: after it in the function, or
+        anywhere in the loop (the next iteration): the path variable read (other than to log
+        it or to save to it again), or a call that gets the same path expression."""
         after = self.context.positions[statement].end
         scope_root = _function_of(self.context.parents, statement) or self.context.module
+
+        def later(node: cst.CSTNode) -> bool:
+            position = self.context.positions[node].start
+            return (position.line, position.column) > (after.line, after.column) or _inside(
+                self.context.parents, node, loop)
+
         if isinstance(path, cst.Name):
             for use in self._accesses(path):
-                position = self.context.positions[use].start
-                if (position.line, position.column) > (after.line, after.column) and not self._harmless_use(use):
+                if later(use) and not self._harmless_use(use):
                     return self._statement_or_call(use)
             return None
         text = self._code(path)
         for call in m.findall(scope_root, m.Call()):
-            position = self.context.positions[call].start
-            if (position.line, position.column) <= (after.line, after.column) or self._logging(call):
+            if not later(call) or self._logging(call) or _inside(self.context.parents, call, statement):
                 continue
             if self.context.names.is_(call, *SAVE_NAMES):
                 continue
@@ -486,6 +499,10 @@ def _ancestors(parents, node: cst.CSTNode):
     while current is not None:
         yield current
         current = parents.get(current)
+
+
+def _inside(parents, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+    return any(a is ancestor for a in _ancestors(parents, node))
 
 
 def _function_of(parents, node: cst.CSTNode) -> cst.FunctionDef | None:

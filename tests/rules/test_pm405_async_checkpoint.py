@@ -113,4 +113,4 @@ def test_report_only_saves_say_why():
     assert [f.line for f in findings] == [19, 20, 22] and not any(f.fixable for f in findings)
     assert "whole module" in findings[0].message
     assert "rank 0 only" in findings[1].message
-    assert "line 23" in findings[2].message and "may not be written yet" in findings[2].message
+    assert "line 23" in findings[2].message and "before a background write" in findings[2].message
