@@ -86,8 +86,9 @@ class Float32MatmulWithoutTf32(Rule):
     oneDNN for reduced-precision float32 matmuls, which only CPUs with such
     units honour (on an AVX-512 CPU without them results were bit for bit
     the same). Not reported when the file has no training loop (an inference
-    script may need exact float32), when it shows no sign of CUDA (a `"cuda"`
-    device string, `.cuda()`, a `torch.cuda` call other than
+    script may need exact float32), when every training loop trains a float64
+    model (TF32 touches float32 matmuls only), when the file shows no sign of
+    CUDA (a `"cuda"` device string, `.cuda()`, a `torch.cuda` call other than
     `is_available()`), or when it already sets `allow_tf32`,
     `fp32_precision` or `set_float32_matmul_precision` anywhere, to any value.
     """
@@ -102,6 +103,7 @@ class Float32MatmulWithoutTf32(Rule):
         Valid(IMPORTS + 'device = torch.device("cuda")\nmodel = nn.Linear(8, 1).to(device)\n'
               "print(model(torch.randn(2, 8, device=device)))\n", "no training loop"),
         Valid(IMPORTS + SCRIPT_BODY.replace('"cuda"', '"cpu"'), "no CUDA in sight"),
+        Valid(IMPORTS + SCRIPT_BODY.replace(".to(device)\nopt", ".double().to(device)\nopt"), "a float64 model"),
         Valid(IMPORTS + "torch.backends.cuda.matmul.allow_tf32 = True\n" + SCRIPT_BODY, "already on, legacy flag"),
         Valid(IMPORTS + "torch.backends.cudnn.allow_tf32 = False\n" + SCRIPT_BODY, "an explicit choice, even for cuDNN"),
         Valid(IMPORTS + 'torch.set_float32_matmul_precision("highest")\n' + SCRIPT_BODY, "exact float32 asked for"),
@@ -145,6 +147,8 @@ class Float32MatmulWithoutTf32(Rule):
         training = self.context.training
         if not training.loops or training.cuda_use is None:
             return
+        if all(loop.float64 is not None for loop in training.loops):
+            return  # TF32 changes float32 matmuls only
         if any(name.value in PRECISION_SETTINGS for name in m.findall(node, m.Name())):
             return
         enable = cst.parse_statement(ENABLE_TF32 + "\n")
