@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -83,7 +84,7 @@ class _Fix:
 
     region: list[int]  # ids of the forward statements, in order
     autocast: cst.BaseExpression  # `precision.autocast()`
-    calls: dict[int, object]  # id(call) -> function(updated call) -> new call
+    calls: dict[int, Callable[[cst.Call], cst.Call]]  # id(call) -> how to rewrite its updated version
     after: dict[int, cst.BaseStatement]  # id(statement) -> statement to put after it
     before: dict[int, cst.BaseStatement]  # id(statement) -> statement to put before it
 
