@@ -175,7 +175,16 @@ class MemoryCleanupInStepLoop(Rule):
         Invalid(PREAMBLE + "for x, y in data:\n" + STEP + "    freed = gc.collect()\n", None, "result used"),
     ]
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        # Any spelling of these calls (an alias too) names them in its import; without
+        # that, skip resolving the qualified name of every call.
+        code = context.module.code
+        self.enabled = "collect" in code or "empty_cache" in code
+
     def visit_Call(self, node: cst.Call) -> None:
+        if not self.enabled:
+            return
         names = self.context.names.of(node.func) & MEMORY_CLEANUPS.keys()
         if not names:
             return

@@ -269,8 +269,13 @@ class UnpinnedLoaderToCuda(Rule):
         self.loader_ids: set[int] = set()
         self.loops: list[cst.For] = []
         self.calls_of: dict[int, list[cst.Call]] = defaultdict(list)  # function of this file -> its calls
+        # Every spelling of torch's DataLoader (an alias, a subclass) names it somewhere
+        # in the file; without it, skip resolving the qualified name of every call.
+        self.enabled = "DataLoader" in context.module.code
 
     def visit_Call(self, node: cst.Call) -> None:
+        if not self.enabled:
+            return
         if self._is_loader_construction(node):
             self.loaders.append(node)
             self.loader_ids.add(id(node))
@@ -279,7 +284,8 @@ class UnpinnedLoaderToCuda(Rule):
             self.calls_of[id(function)].append(node)
 
     def visit_For(self, node: cst.For) -> None:
-        self.loops.append(node)
+        if self.enabled:
+            self.loops.append(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         feeds: dict[int, _Feeds] = defaultdict(_Feeds)
