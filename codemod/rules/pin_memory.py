@@ -229,6 +229,14 @@ class UnpinnedLoaderToCuda(Rule):
             "a device attribute",
         ),
         Invalid(
+            PREAMBLE + "import types\ncfg = types.SimpleNamespace(train_device='cuda:1')\n"
+            "loader = DataLoader(dataset)\nfor x, y in loader:\n    x = x.to(cfg.train_device)\n",
+            PREAMBLE + "import types\ncfg = types.SimpleNamespace(train_device='cuda:1')\n"
+            "loader = DataLoader(dataset, pin_memory=torch.cuda.is_available())\nfor x, y in loader:\n"
+            "    x = x.to(cfg.train_device)\n",
+            "an attribute named like a device",
+        ),
+        Invalid(
             PREAMBLE + "class Loader(DataLoader):\n    def steps(self):\n        return len(self)\n"
             "loader = Loader(dataset)\nfor x, y in loader:\n    x = x.cuda()\n",
             PREAMBLE + "class Loader(DataLoader):\n    def steps(self):\n        return len(self)\n"
@@ -397,7 +405,7 @@ class UnpinnedLoaderToCuda(Rule):
                 yield call, copy.target, device.value if device is not None else None
             elif copy is None and device is not None and m.matches(device.value, m.Attribute()) \
                     and DEVICE_NAME.match(device.value.attr.value):
-                yield call, Place.UNKNOWN, device.value  # `args.device`, `self.device`
+                yield call, Place.UNKNOWN, device.value  # `cfg.train_device`: named like a device
 
     def _derives_from(self, expr: cst.BaseExpression, bound: set[int], loop: cst.For, depth: int) -> bool:
         """Is `expr` (a part of) what the loop target `bound` holds, directly or through
