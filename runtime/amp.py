@@ -51,10 +51,12 @@ class Precision:
         """The policy for `device` (None: torch's default device, usually the CPU).
 
         - CUDA: bf16 where native, as it has fp32's exponent range, so gradients cannot
-          underflow and need no scaler; fp16 with a GradScaler on older GPUs, or when
-          prefer="fp16".
-        - MPS: fp16 (with a scaler) where the installed torch autocasts on MPS, else off:
-          fp16 is the dtype MPS autocast has supported longest; bf16 needs macOS 14.
+          underflow and need no scaler; fp16 (with a GradScaler) when prefer="fp16".
+        - MPS: fp16 (with a scaler) when prefer="fp16" and the installed torch autocasts
+          on MPS: fp16 is the dtype MPS autocast has supported longest.
+        - prefer="bf16" where bf16 is not native (pre-Ampere CUDA, MPS): off, not fp16.
+          Code written for bf16 has no GradScaler (perfmod's PM301 writes none by
+          default), and fp16 without one lets small gradients underflow to zero.
         - CPU and other devices: off unless enabled=True, then the preferred dtype: CPU
           autocast pays off only on CPUs with bf16 units (AMX, AVX512-BF16). Tests force it
           to run the autocast path.
@@ -72,11 +74,11 @@ class Precision:
             raise ValueError(f"prefer={prefer!r}: expected bf16 or fp16")
         if enabled is False or not torch.amp.is_autocast_available(device.type):
             return cls(device.type)
-        if device.type == "cuda":
-            bf16 = prefer == "bf16" and native_bf16(device)
-            return cls("cuda", torch.bfloat16 if bf16 else torch.float16)
-        if device.type == "mps":
-            return cls("mps", torch.float16)
+        if device.type in ("cuda", "mps"):
+            if prefer == "fp16":
+                return cls(device.type, torch.float16)
+            native = device.type == "cuda" and native_bf16(device)
+            return cls(device.type, torch.bfloat16) if native else cls(device.type)
         return cls(device.type, DTYPES[prefer]) if enabled else cls(device.type)
 
     @property

@@ -119,8 +119,9 @@ class ForwardWithoutAutocast(Rule):
     Ampere or newer GPUs for matmul-heavy models, and less activation memory.
 
     The policy (`runtime.amp.Precision`) picks what the device supports:
-    bf16 on CUDA GPUs that run it natively (Ampere, sm_80, or newer), fp16 on
-    older ones, nothing on the CPU unless asked (CPU autocast pays off only
+    bf16 on CUDA GPUs that run it natively (Ampere, sm_80, or newer), nothing
+    on older ones (fp16 would need the GradScaler that only `amp = "fp16"`
+    writes), nothing on the CPU unless asked (CPU autocast pays off only
     with bf16 units): so the rewritten script still runs, unchanged, where it
     ran before. The `PERFMOD_AMP` environment variable (`bf16`, `fp16`,
     `off`) overrides it without editing code. Seeds of this rule used
@@ -157,8 +158,9 @@ class ForwardWithoutAutocast(Rule):
     1.1e-3 relative of float32 over 20 steps; the tests allow 5e-3
     (`tests/rules/test_pm301_execution.py`). With fp16 the scaler skips a
     step whose scaled gradients overflow, by design, and the run then follows
-    its own path. With the default `amp = "bf16"`, a GPU older than Ampere gets
-    fp16 from the policy but no scaler: set `amp = "fp16"` for such GPUs.
+    its own path. With the default `amp = "bf16"`, a GPU older than Ampere
+    trains in float32 as before: set `amp = "fp16"` to get fp16 with a
+    GradScaler there.
 
     Not reported where autocast is already on in any form (`torch.autocast`,
     `torch.amp.autocast`, `torch.cuda.amp.autocast`, `torch.cpu.amp.autocast`,

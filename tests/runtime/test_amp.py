@@ -51,7 +51,9 @@ def test_unknown_dtype_names_are_errors(monkeypatch, env, prefer):
 
 @pytest.mark.parametrize("native_bf16,prefer,dtype", [
     (True, "bf16", torch.bfloat16),
-    (False, "bf16", torch.float16),  # pre-Ampere: emulated bf16 would be slow
+    # pre-Ampere: emulated bf16 would be slow, and fp16 would need a scaler bf16 code lacks
+    (False, "bf16", torch.float32),
+    (False, "fp16", torch.float16),
     (True, "fp16", torch.float16),
 ])
 def test_cuda_policy(native_bf16, prefer, dtype):
@@ -67,9 +69,10 @@ def test_cuda_policy(native_bf16, prefer, dtype):
     assert not Precision.for_device("cuda", enabled=False, native_bf16=fake_capability).enabled
 
 
-def test_mps_uses_fp16():
+def test_mps_uses_fp16_only_when_asked():
     # torch 2.13 autocasts on MPS; the device need not exist to choose the policy.
-    assert Precision.for_device("mps").dtype == torch.float16
+    assert Precision.for_device("mps", prefer="fp16").dtype == torch.float16
+    assert not Precision.for_device("mps").enabled  # bf16 code has no scaler: never fp16 behind its back
 
 
 def plain_and_scaled_step(precision: Precision):
@@ -149,7 +152,9 @@ def test_bf16_training_tracks_fp32():
 def test_cuda_autocasts_to_the_chosen_dtype():
     precision = Precision.for_device("cuda")
     native = torch.cuda.get_device_capability()[0] >= 8 or bool(torch.version.hip)
-    assert precision.dtype == (torch.bfloat16 if native else torch.float16)
-    assert precision.grad_scaler().is_enabled() == (not native)
+    assert precision.dtype == (torch.bfloat16 if native else torch.float32)
+    assert not precision.grad_scaler().is_enabled()
+    precision = Precision.for_device("cuda", prefer="fp16")
+    assert precision.dtype == torch.float16 and precision.grad_scaler().is_enabled()
     with precision.autocast():
         assert torch.nn.Linear(4, 3).cuda()(torch.randn(2, 4, device="cuda")).dtype == precision.dtype
