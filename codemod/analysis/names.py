@@ -35,15 +35,15 @@ class Names:
         return value() if isinstance(value, LazyValue) else value
 
     def of(self, node: cst.CSTNode) -> set[str]:
-        """Imported or builtin names the expression may refer to (local names excluded)."""
+        """Imported or builtin names the expression refers to. None when a name
+        bound by an import is also bound in this file (`class DataLoader:` after
+        `from torch.utils.data import DataLoader`): which one is live is unknown."""
         if isinstance(node, cst.Call):
             node = node.func
-        found = set()
-        for qualified in self._qualified(node):
-            if qualified.source is QualifiedNameSource.LOCAL:
-                continue
-            found.add(CANONICAL.get(qualified.name, qualified.name))
-        return found
+        qualified = self._qualified(node)
+        if any(q.source is QualifiedNameSource.LOCAL for q in qualified):
+            return set()
+        return {CANONICAL.get(q.name, q.name) for q in qualified}
 
     def local(self, node: cst.CSTNode) -> set[str]:
         """Names defined in this file (classes, functions, variables) the expression refers to."""
