@@ -9,7 +9,6 @@ back the syntax itself, so a rule can inspect or rewrite it.
 
 from __future__ import annotations
 
-from typing import Iterator
 
 import libcst as cst
 import libcst.matchers as m
@@ -164,13 +163,6 @@ def argument_for(call: cst.Call, function: cst.FunctionDef, param: cst.Param) ->
     return plain[index] if index < len(plain) else None
 
 
-def calls_in(node: cst.CSTNode) -> Iterator[cst.Call]:
-    """Calls under `node` that run when it runs: not inside nested def, lambda or class bodies."""
-    collector = _CallCollector()
-    node.visit(collector)
-    return iter(collector.calls)
-
-
 class _ReturnCollector(cst.CSTVisitor):
     def __init__(self) -> None:
         self.values: list[cst.BaseExpression] = []
@@ -178,23 +170,6 @@ class _ReturnCollector(cst.CSTVisitor):
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None:
             self.values.append(node.value)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-
-class _CallCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False

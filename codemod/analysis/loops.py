@@ -15,8 +15,9 @@ import libcst.matchers as m
 BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
 
 
-class _CallCollector(cst.CSTVisitor):
-    """Calls in a loop body, skipping nested function and class bodies."""
+class _OwnCode(cst.CSTVisitor):
+    """Calls and loops under a node that run when it runs: nested function,
+    lambda and class bodies run elsewhere, so they are skipped."""
 
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
@@ -41,6 +42,20 @@ class _CallCollector(cst.CSTVisitor):
         return False
 
 
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Calls under `node` that run when it runs (not in nested def, lambda or class bodies)."""
+    walker = _OwnCode()
+    node.visit(walker)
+    return walker.calls
+
+
+def loops_in(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`for`/`while` loops under `node` that run when it runs."""
+    walker = _OwnCode()
+    node.visit(walker)
+    return walker.loops
+
+
 class TrainingLoops:
     """Step loops of one module, found once and shared by the rules."""
 
@@ -51,13 +66,11 @@ class TrainingLoops:
         finder = _LoopFinder()
         module.visit(finder)
         for loop in finder.loops:
-            collector = _CallCollector()
-            loop.body.visit(collector)
-            if any(m.matches(call, BACKWARD) for call in collector.calls):
+            if any(m.matches(call, BACKWARD) for call in calls_in(loop.body)):
                 self._backward_loops.add(id(loop))
         for loop in finder.loops:
             if id(loop) in self._backward_loops and not any(
-                id(inner) in self._backward_loops for inner in _inner_loops(loop)
+                id(inner) in self._backward_loops for inner in loops_in(loop.body)
             ):
                 self.step_loops.append(loop)
         self._step_ids = {id(loop) for loop in self.step_loops}
@@ -87,10 +100,4 @@ class _LoopFinder(cst.CSTVisitor):
 
     def visit_While(self, node: cst.While) -> None:
         self.loops.append(node)
-
-
-def _inner_loops(loop: cst.CSTNode) -> list[cst.CSTNode]:
-    collector = _CallCollector()
-    loop.body.visit(collector)
-    return collector.loops
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Kinds, Place
+from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, positional
 
 AUTOCAST_NAMES = {
@@ -318,7 +319,7 @@ class Training:
     def _find_loops(self) -> list[cst.For | cst.While]:
         candidates = []
         for loop in m.findall(self.module, m.For() | m.While()):
-            calls = list(_calls_in(loop.body))
+            calls = list(calls_in(loop.body))
             if any(self._backward(c) for c in calls) and any(self._step(c, loop) for c in calls):
                 candidates.append(loop)
         chosen = []
@@ -329,7 +330,7 @@ class Training:
         return sorted(chosen, key=self._start)
 
     def _describe(self, loop: cst.For | cst.While) -> TrainingLoop:
-        calls = list(_calls_in(loop.body))
+        calls = list(calls_in(loop.body))
         backwards = tuple(b for b in (self._backward(c) for c in calls) if b is not None)
         steps = tuple(s for s in (self._step(c, loop) for c in calls) if s is not None)
         stepped = {self.code(s.optimizer): s.optimizer for s in steps}  # one entry per optimizer, in order
@@ -382,7 +383,7 @@ class Training:
         if isinstance(source, cst.Call) and self.names.is_(source.func, *GRAD_SCALER_NAMES):
             return True
         code = self.code(expr)
-        return any(method_name(c) == "scale" and self.code(c.func.value) == code for c in _calls_in(loop.body))
+        return any(method_name(c) == "scale" and self.code(c.func.value) == code for c in calls_in(loop.body))
 
     def _is_optimizer(self, expr: cst.BaseExpression) -> bool:
         """A torch optimizer, or anything with both `.zero_grad()` and `.step()`
@@ -541,7 +542,7 @@ class Training:
         return codes
 
     def _has_model_call(self, statement: cst.CSTNode) -> bool:
-        return any(self.is_model_call(c) for c in _calls_in(statement))
+        return any(self.is_model_call(c) for c in calls_in(statement))
 
     def _model_result_outside(self, loop: cst.CSTNode, statements: Sequence[cst.CSTNode]) -> cst.CSTNode | None:
         """Where the loop binds, from a model call and outside `statements`, a name
@@ -645,7 +646,7 @@ class Training:
             if self._is_autocast_call(expr):
                 return "call"
             function = self._local_function(expr.func)
-            if function is not None and any(self._enables_autocast(c, depth + 1) for c in _calls_in(function.body)):
+            if function is not None and any(self._enables_autocast(c, depth + 1) for c in calls_in(function.body)):
                 return "helper"
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
@@ -919,31 +920,6 @@ class Training:
 
 
 # -- module-level helpers ------------------------------------------------------------------
-
-
-class _CallCollector(cst.CSTVisitor):
-    """Calls under a node, not counting nested function, lambda and class bodies."""
-
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-
-def _calls_in(node: cst.CSTNode) -> Iterable[cst.Call]:
-    collector = _CallCollector()
-    node.visit(collector)
-    return collector.calls
 
 
 def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -15,6 +15,7 @@ from libcst.metadata import (
 
 from codemod.analysis.edits import Edit, EditsByIdentity, innermost_statement, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
+from codemod.analysis.loops import calls_in
 from codemod.analysis.names import method_name, positional
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -67,25 +68,6 @@ class _Fix:
 
 class _Unfixable(Exception):
     """Why a sync stays where it is; the message ends up in the finding."""
-
-
-class _Calls(cst.CSTVisitor):
-    """Calls of a loop body, without nested function, lambda and class bodies (they run elsewhere)."""
-
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
 
 
 PREAMBLE = """\
@@ -311,9 +293,7 @@ class PerStepHostSync(Rule):
             self._check_loop(analysis, loop)
 
     def _check_loop(self, analysis: "_FileAnalysis", loop: cst.CSTNode) -> None:
-        finder = _Calls()
-        loop.body.visit(finder)
-        scan = _StepLoop(analysis, loop, finder.calls)
+        scan = _StepLoop(analysis, loop, calls_in(loop.body))
         fixes: list[_Fix] = []
         for sync in scan.syncs():
             if id(sync) in scan.suppressed:

@@ -7,8 +7,9 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment, ScopeProvider
 
-from codemod.analysis.bindings import Bindings, argument_for, calls_in, returned_values
+from codemod.analysis.bindings import Bindings, argument_for, returned_values
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
+from codemod.analysis.loops import calls_in
 from codemod.analysis.names import has_star_kwargs, kwarg, method_name, positional, with_kwarg
 from codemod.rule import Invalid, Level, Rule, Valid
 

@@ -6,9 +6,9 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
-from codemod.analysis.bindings import Bindings, calls_in
+from codemod.analysis.bindings import Bindings
 from codemod.analysis.kinds import Kind
-from codemod.analysis.loops import BACKWARD
+from codemod.analysis.loops import BACKWARD, calls_in
 from codemod.analysis.training import OptimizerBuild
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.rule import Invalid, Level, Rule, Valid

@@ -6,7 +6,8 @@ import libcst.matchers as m
 import pytest
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, ScopeProvider
 
-from codemod.analysis.bindings import Bindings, argument_for, calls_in, returned_values
+from codemod.analysis.bindings import Bindings, argument_for, returned_values
+from codemod.analysis.loops import calls_in
 
 
 def probed(code: str) -> tuple[Bindings, cst.Module, cst.BaseExpression]:
