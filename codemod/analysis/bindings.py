@@ -9,10 +9,11 @@ back the syntax itself, so a rule can inspect or rewrite it.
 
 from __future__ import annotations
 
-
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
+
+from codemod.analysis.names import sole_definition
 
 # Nodes between a bound Name and the statement that binds it.
 _TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
@@ -115,15 +116,7 @@ class Bindings:
 
     def local_function(self, expr: cst.BaseExpression) -> cst.FunctionDef | None:
         """The `def` of this file that `expr` (a Name) calls, when it is the only binding."""
-        if not isinstance(expr, cst.Name):
-            return None
-        scope = self.scopes.get(expr)
-        if scope is None:
-            return None
-        found = [a.node for a in scope[expr.value] if isinstance(a, Assignment)]
-        if len(found) == 1 and isinstance(found[0], cst.FunctionDef):
-            return found[0]
-        return None
+        return sole_definition(self.scopes, expr, cst.FunctionDef)
 
     def param_of(self, name: cst.Name) -> tuple[cst.FunctionDef, cst.Param] | None:
         """The function and parameter `name` is bound to, when that is its only binding."""

@@ -29,7 +29,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from codemod.analysis.names import Names, kwarg, method_name, positional
+from codemod.analysis.names import Names, kwarg, method_name, positional, sole_definition
 
 
 class Kind(enum.Enum):
@@ -303,15 +303,7 @@ class Kinds:
 
     def local_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
         """The class statement of this file that `expr` (a Name) refers to."""
-        if not isinstance(expr, cst.Name):
-            return None
-        scope = self.scopes.get(expr)
-        if scope is None:
-            return None
-        found = [a.node for a in scope[expr.value] if isinstance(a, Assignment)]
-        if len(found) == 1 and isinstance(found[0], cst.ClassDef):
-            return found[0]
-        return None
+        return sole_definition(self.scopes, expr, cst.ClassDef)
 
     def enclosing(self, node: cst.CSTNode, types) -> Iterator[cst.CSTNode]:
         """Ancestors of `node` of the given types, innermost first."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Collection
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import Assignment, MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 from libcst.metadata.base_provider import LazyValue
 
 # Public re-exports that resolve to the same object as the path users spell.
@@ -117,3 +117,71 @@ def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=between))
         args.append(new_arg)
     return call.with_changes(args=args)
+
+
+class _Reads(cst.CSTVisitor):
+    """Names whose value is read: not assignment targets, attribute or keyword names."""
+
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False
+
+    def visit_AsName(self, node: cst.AsName) -> bool:
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        for part in (node.iter, node.body, node.orelse):
+            if part is not None:
+                part.visit(self)
+        return False
+
+    def visit_CompFor(self, node: cst.CompFor) -> bool:
+        for part in (node.iter, *node.ifs, node.inner_for_in):
+            if part is not None:
+                part.visit(self)
+        return False
+
+
+def names_read(node: cst.CSTNode) -> list[cst.Name]:
+    """Names whose value `node` reads (not targets, attribute or keyword names)."""
+    reads = _Reads()
+    node.visit(reads)
+    return reads.names
+
+
+def sole_definition(scopes, expr: cst.BaseExpression, kind: type) -> cst.CSTNode | None:
+    """The `def` or `class` statement of this file (`kind`) that the Name `expr`
+    refers to, when that statement is the name's only binding."""
+    if not isinstance(expr, cst.Name):
+        return None
+    scope = scopes.get(expr)
+    if scope is None:
+        return None
+    found = [a.node for a in scope[expr.value] if isinstance(a, Assignment)]
+    return found[0] if len(found) == 1 and isinstance(found[0], kind) else None

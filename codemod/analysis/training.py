@@ -35,7 +35,7 @@ from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Kinds, Place
 from codemod.analysis.loops import calls_in
-from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.names import kwarg, method_name, names_read, positional
 
 AUTOCAST_NAMES = {
     "torch.autocast",
@@ -218,7 +218,7 @@ class Training:
         inside it: every variable it reads is bound before `statement`, and none
         is re-bound inside it? (Attributes such as `self.device` are taken as set.)"""
         start = self._start(statement)
-        for name in _read_names(expr):
+        for name in names_read(expr):
             sites = self._binding_sites(name)
             if any(self._inside(site, statement) for site, _ in sites):
                 return False
@@ -549,7 +549,7 @@ class Training:
         that they read before binding it themselves: the forward starts elsewhere."""
         bound_here: set[str] = set()
         for stmt in statements:
-            for name in _read_names(stmt):
+            for name in names_read(stmt):
                 if name.value in bound_here:
                     continue
                 for site, source in self._binding_sites(name):
@@ -929,61 +929,6 @@ def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(target, cst.StarredElement):
         return _bound_targets(target.value)
     return [target]
-
-
-class _Reads(cst.CSTVisitor):
-    """Names whose value is read: not assignment targets, attribute or keyword names."""
-
-    def __init__(self) -> None:
-        self.names: list[cst.Name] = []
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.append(node)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-        return False
-
-    def visit_AsName(self, node: cst.AsName) -> bool:
-        return False
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
-        if node.value is not None:
-            node.value.visit(self)
-        return False
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_For(self, node: cst.For) -> bool:
-        for part in (node.iter, node.body, node.orelse):
-            if part is not None:
-                part.visit(self)
-        return False
-
-    def visit_CompFor(self, node: cst.CompFor) -> bool:
-        for part in (node.iter, *node.ifs, node.inner_for_in):
-            if part is not None:
-                part.visit(self)
-        return False
-
-
-def _read_names(node: cst.CSTNode) -> list[cst.Name]:
-    reads = _Reads()
-    node.visit(reads)
-    return reads.names
 
 
 def _index(body: list, statement: cst.CSTNode) -> int:

@@ -16,7 +16,7 @@ from libcst.metadata import (
 from codemod.analysis.edits import Edit, EditsByIdentity, innermost_statement, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.loops import calls_in
-from codemod.analysis.names import method_name, positional
+from codemod.analysis.names import method_name, names_read, positional
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # `.item()` / `.tolist()` / `.cpu()` on a device tensor, and `float(t)` / `int(t)`, wait
@@ -774,7 +774,7 @@ class _StepLoop:
         """Raise unless every variable `value` reads holds the same value at `before` as
         right `after` the original statement."""
         start, end = self.a.end(after), self.a.start(before)
-        for name in _names_read(value):
+        for name in names_read(value):
             if self.a.is_import_or_builtin(name):
                 continue
             if not self.fresh(name):
@@ -1005,26 +1005,6 @@ def _constant(value: cst.BaseExpression | None) -> bool:
 
 def _reads_name(expr: cst.CSTNode, name: str) -> bool:
     return bool(m.findall(expr, m.Name(name)))
-
-
-def _names_read(expr: cst.BaseExpression) -> list[cst.Name]:
-    """Variables an expression reads: names that are not attribute names or keywords."""
-    found = []
-
-    class Reads(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node)
-
-    expr.visit(Reads())
-    return found
 
 
 def _small_statement_of(analysis: _FileAnalysis, node: cst.CSTNode, line) -> cst.BaseSmallStatement | None:
