@@ -14,9 +14,10 @@ from codemod.config import Settings
 
 
 class FileContext:
-    def __init__(self, wrapper: MetadataWrapper, path: str, settings: Settings) -> None:
+    def __init__(self, wrapper: MetadataWrapper, path: str, settings: Settings, code: str) -> None:
         self.wrapper = wrapper
         self.module = wrapper.module
+        self.code = code  # the module's source text, generated once per pass
         self.path = path
         self.settings = settings
 
@@ -26,7 +27,7 @@ class FileContext:
 
     @cached_property
     def kinds(self) -> Kinds:
-        return Kinds(self.wrapper, self.names)
+        return Kinds(self.wrapper, self.names, self.code)
 
     @cached_property
     def loops(self) -> TrainingLoops:

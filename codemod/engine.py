@@ -122,9 +122,12 @@ def process_source(
         return result
     try:
         for number in range(MAX_PASSES):
+            code = module.code
             # Comments move with the code, so suppressions are read again on every pass.
-            suppressed = _suppressions(module.code) if "perfmod" in module.code else {}
-            module, findings, applied = _run_pass(module, path, settings, active, suppressed, fresh=number == 0)
+            suppressed = _suppressions(code) if "perfmod" in code else {}
+            candidates = [rule for rule in active if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
+            module, findings, applied = _run_pass(module, code, path, settings, candidates, suppressed,
+                                                  fresh=number == 0)
             if number == 0:
                 result.findings = findings  # later passes only finish fixes deferred by overlaps
             if not applied:
@@ -140,11 +143,13 @@ def process_source(
     return result
 
 
-def _run_pass(module, path, settings, rules, suppressed, fresh: bool) -> tuple[cst.Module, list[Finding], bool]:
+def _run_pass(module, code, path, settings, rules, suppressed, fresh: bool) -> tuple[cst.Module, list[Finding], bool]:
+    if not rules:
+        return module, [], False
     # A freshly parsed tree has unique nodes; a rewritten one may share some, so copy it.
     wrapper = MetadataWrapper(module, unsafe_skip_copy=fresh)
     module = wrapper.module
-    context = FileContext(wrapper, path, settings)
+    context = FileContext(wrapper, path, settings, code)
     instances = [rule(context) for rule in rules]
     wrapper.visit_batched(instances)
     reports = [r for rule in instances for r in rule.reports]

@@ -115,6 +115,10 @@ class Rule(cst.BatchableCSTVisitor):
     GAIN: ClassVar[str]  # one line: the expected gain, where it shows
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
+    # Text without which the rule cannot match (any one of these must occur in
+    # the file); the engine skips the rule, and the analyses it would build,
+    # for files without it. Empty: always run.
+    REQUIRES: ClassVar[tuple[str, ...]] = ()
 
     METADATA_DEPENDENCIES = (
         PositionProvider,

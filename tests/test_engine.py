@@ -111,3 +111,13 @@ def test_unparsable_source_reports_line_and_column():
 def test_deselected_rules_do_not_run():
     result = run("y = g(f(1))\n", select=("PM901",))
     assert [f.code for f in result.findings] == ["PM901"]
+
+
+class NeedsMarker(RenameCallsToSnake):
+    CODE, NAME = "PM905", "test-requires"
+    REQUIRES = ("marker",)
+
+
+def test_rules_skip_files_without_their_required_text():
+    assert not run("f(1)\n", rules=[NeedsMarker]).findings
+    assert [f.code for f in run("marker = f(1)\n", rules=[NeedsMarker]).findings] == ["PM905"]

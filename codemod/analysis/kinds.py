@@ -144,7 +144,7 @@ class Copy:
 class Kinds:
     """Facts about expressions of one file; computed on demand and cached."""
 
-    def __init__(self, wrapper: MetadataWrapper, names: Names) -> None:
+    def __init__(self, wrapper: MetadataWrapper, names: Names, code: str | None = None) -> None:
         self.names = names
         self.scopes = wrapper.resolve(ScopeProvider)
         self.parents = wrapper.resolve(ParentNodeProvider)
@@ -154,9 +154,8 @@ class Kinds:
         self._recursive: set[int] = set()  # ... whose guess was used while resolving them
         self._computed: list[int] = []  # cache keys in the order they were filled
         self._class_kinds: dict[int, Fact] = {}
-        self._default_device_changed = "set_default_device" in wrapper.module.code or (
-            "set_default_tensor_type" in wrapper.module.code
-        )
+        code = wrapper.module.code if code is None else code
+        self._default_device_changed = "set_default_device" in code or "set_default_tensor_type" in code
 
     # -- public API ------------------------------------------------------------
 

@@ -133,6 +133,7 @@ class SynchronousCheckpointInLoop(Rule):
     CODE = "PM405"
     NAME = "synchronous-checkpoint-in-loop"
     LEVEL = Level.UNSAFE
+    REQUIRES = ("backward",)
     MESSAGE = "torch.save in the training loop stops training until the file is written"
     GAIN = "the write time of every checkpoint (seconds for large models) comes off the training time"
 
@@ -273,7 +274,7 @@ class SynchronousCheckpointInLoop(Rule):
             raise _Unfixable(problem)
         if self._defines_checkpointer_class:
             raise _Unfixable("this file defines its own `AsyncCheckpointer`, which the import would shadow")
-        if SHARDED_STATE.search(self.context.module.code):
+        if SHARDED_STATE.search(self.context.code):
             raise _Unfixable("this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
                              "AsyncCheckpointer writes on rank 0 only")
         rank = next((n for n in m.findall(path, m.Name()) if RANK_NAME.search(n.value)), None)

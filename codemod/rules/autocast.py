@@ -179,6 +179,7 @@ class ForwardWithoutAutocast(Rule):
     CODE = "PM301"
     NAME = "forward-without-autocast"
     LEVEL = Level.NUMERIC
+    REQUIRES = ("backward",)
     MESSAGE = "the forward pass and loss run in float32; run them under autocast"
     GAIN = "1.5-3x step time on Ampere or newer GPUs for matmul-heavy models, and less activation memory"
 

@@ -88,6 +88,7 @@ class UnfusedOptimizerOnCuda(Rule):
     CODE = "PM402"
     NAME = "unfused-optimizer"
     LEVEL = Level.NUMERIC
+    REQUIRES = ("Adam", "SGD")
     MESSAGE = "optimizer steps without fused kernels though its parameters are on CUDA; pass fused=True"
     GAIN = "optimizer step 1.5-3x faster: one fused kernel per tensor group instead of one per update term"
 

@@ -92,6 +92,7 @@ class MemoryCleanupInStepLoop(Rule):
     CODE = "PM403"
     NAME = "memory-cleanup-in-step-loop"
     LEVEL = Level.SAFE
+    REQUIRES = ("collect", "empty_cache")
     MESSAGE = "gc.collect() / torch.cuda.empty_cache() on every training step; remove it"
     GAIN = "a few % to over half of step time in small-model loops; the GPU no longer waits on the host"
 
@@ -179,7 +180,7 @@ class MemoryCleanupInStepLoop(Rule):
         super().__init__(context)
         # Any spelling of these calls (an alias too) names them in its import; without
         # that, skip resolving the qualified name of every call.
-        code = context.module.code
+        code = context.code
         self.enabled = "collect" in code or "empty_cache" in code
 
     def visit_Call(self, node: cst.Call) -> None:

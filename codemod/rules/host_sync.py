@@ -160,6 +160,7 @@ class PerStepHostSync(Rule):
     CODE = "PM404"
     NAME = "per-step-host-sync"
     LEVEL = Level.SAFE
+    REQUIRES = ("backward",)
     MESSAGE = "host sync every step: the CPU waits for the GPU to read a value that is only logged"
     GAIN = "up to 10-20% of step time for short, launch-bound steps once no other sync is left in the step"
 
@@ -333,7 +334,7 @@ class _FileAnalysis:
         self.positions = context.positions
         self.scopes = context.kinds.scopes
         self.expression_contexts = context.wrapper.resolve(ExpressionContextProvider)
-        self.no_float64 = bool(NO_FLOAT64_DEVICE.search(context.module.code))
+        self.no_float64 = bool(NO_FLOAT64_DEVICE.search(context.code))
 
     def code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()

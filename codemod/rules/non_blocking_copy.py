@@ -69,6 +69,7 @@ class NonBlockingCopy(Rule):
     CODE = "PM101"
     NAME = "blocking-host-to-device-copy"
     LEVEL = Level.SAFE
+    REQUIRES = (".to", ".cuda")
     MESSAGE = "host-to-device copy blocks the CPU; pass non_blocking=True"
     GAIN = "a few % of step time in input-bound loops; enables copy/compute overlap with pinned memory"
 

@@ -93,6 +93,7 @@ class UnpinnedLoaderToCuda(Rule):
     CODE = "PM102"
     NAME = "unpinned-loader-batches-to-cuda"
     LEVEL = Level.SAFE
+    REQUIRES = ("DataLoader",)
     MESSAGE = "DataLoader batches are copied to CUDA from pageable memory; pass pin_memory so the copies can be asynchronous"
     GAIN = "up to 2x faster host-to-device copies; overlap with compute together with PM101's non_blocking copies"
 
@@ -280,7 +281,7 @@ class UnpinnedLoaderToCuda(Rule):
         self.calls_of: dict[int, list[cst.Call]] = defaultdict(list)  # function of this file -> its calls
         # Every spelling of torch's DataLoader (an alias, a subclass) names it somewhere
         # in the file; without it, skip resolving the qualified name of every call.
-        self.enabled = "DataLoader" in context.module.code
+        self.enabled = "DataLoader" in context.code
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.enabled:

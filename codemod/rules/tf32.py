@@ -96,6 +96,7 @@ class Float32MatmulWithoutTf32(Rule):
     CODE = "PM302"
     NAME = "float32-matmul-without-tf32"
     LEVEL = Level.NUMERIC
+    REQUIRES = ("backward",)
     MESSAGE = "float32 matmuls on CUDA run without TF32 tensor cores; enable TF32 once at start-up"
     GAIN = "1.5-3x on matmul-bound float32 training on Ampere or newer GPUs"
 

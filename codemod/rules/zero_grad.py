@@ -113,6 +113,7 @@ class ZeroFilledGradients(Rule):
     CODE = "PM401"
     NAME = "zero-filled-gradients"
     LEVEL = Level.SAFE
+    REQUIRES = ("zero_", "fill_")  # zero_grad, p.grad.zero_(), p.grad.fill_(0)
     MESSAGE = "gradients are reset by filling them with zeros; let zero_grad() set them to None"
     GAIN = "a fill kernel per parameter per step saved, and the gradients' memory between steps"
 
