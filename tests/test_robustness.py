@@ -1,0 +1,19 @@
+"""A fixed sample of the robustness benchmark: the engine, all rules at level
+`unsafe`, over 150 files of the installed torch package (small ones, to stay
+well under a minute on two cores). `python benchmarks/robustness.py` runs it over all."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.robustness import check_files, select, torch_files
+
+SAMPLE, SEED, MAX_BYTES = 150, 0, 20_000
+
+
+@pytest.mark.slow
+def test_engine_survives_a_sample_of_torch():
+    paths = select(torch_files(), SAMPLE, SEED, MAX_BYTES)
+    assert len(paths) == SAMPLE
+    failures = [f"{o.path}: {o.kind}: {o.detail}" for o in check_files(paths, jobs=2) if o.failed]
+    assert failures == [], "\n".join(failures)
