@@ -10,8 +10,8 @@ check each file:
     python benchmarks/robustness.py                       # all of torch, 2 jobs
     python benchmarks/robustness.py --sample 150 --seed 0
 
-Prints a summary (files, changed, errors by kind, seconds) and exits 1 on any
-failure. torch is located with importlib, never imported.
+Prints a summary (files, changed, errors by kind, seconds, the slowest files)
+and exits 1 on any failure. torch is located with importlib, never imported.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 import warnings
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -35,6 +35,7 @@ from codemod.rules import ALL_RULES
 
 SETTINGS = Settings(level=Level.UNSAFE)
 PROGRESS_EVERY = 100  # files between progress lines on stderr
+SLOWEST_SHOWN = 5
 
 # Outcome kinds: the first two are fine, the others are failures.
 CLEAN = "processed"
@@ -53,6 +54,7 @@ class Outcome:
     kind: str
     changed: bool = False
     detail: str = ""
+    seconds: float = 0.0  # CPU time of the check
 
     @property
     def failed(self) -> bool:
@@ -94,7 +96,9 @@ def check_source(source: bytes, path: str) -> Outcome:
 
 
 def check_file(path: Path) -> Outcome:
-    return check_source(path.read_bytes(), str(path))
+    start = time.process_time()
+    outcome = check_source(path.read_bytes(), str(path))
+    return replace(outcome, seconds=time.process_time() - start)
 
 
 def check_files(paths: Sequence[Path], jobs: int) -> Iterator[Outcome]:
@@ -133,7 +137,10 @@ def summary(outcomes: Sequence[Outcome], seconds: float) -> str:
     lines += [f"  {kind}: {kinds[kind]}" for kind in (
         REJECTED_BY_BOTH, INTERNAL_ERROR, VALID_PYTHON_REJECTED, REWRITE_DOES_NOT_COMPILE, SECOND_RUN_ERROR,
         SECOND_RUN_CHANGES)]
-    lines += [f"failures: {sum(outcome.failed for outcome in outcomes)}", f"seconds: {seconds:.1f}"]
+    lines += [f"failures: {sum(outcome.failed for outcome in outcomes)}", f"seconds: {seconds:.1f}",
+              "slowest files (CPU seconds of their check):"]
+    slowest = sorted(outcomes, key=lambda outcome: outcome.seconds, reverse=True)[:SLOWEST_SHOWN]
+    lines += [f"  {outcome.seconds:.1f} {outcome.path}" for outcome in slowest]
     return "\n".join(lines)
 
 
