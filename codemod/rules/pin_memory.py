@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -18,6 +19,33 @@ DATALOADER = "torch.utils.data.DataLoader"
 COLLATE_FN_POSITION, PIN_MEMORY_POSITION = 6, 7
 LOOKS_THROUGH = {"itertools.islice", *PASS_THROUGH_ITERABLES}
 MAX_DEPTH = 8  # how many assignments and helper calls a look-up follows
+
+
+def _memoized(method):
+    """Cache a recursive look-up per rule instance, keyed by node identity: without
+    it, a name with many bindings makes the walk exponential in MAX_DEPTH."""
+
+    @functools.wraps(method)
+    def cached(self, *args):
+        key = (method.__name__, *(_key(a) for a in args))
+        if key not in self._memo:
+            result = method(self, *args)
+            if isinstance(result, list):  # the same node found along many paths: keep it once
+                result = list({id(item): item for item in result}.values())
+            self._memo[key] = result
+        return self._memo[key]
+
+    return cached
+
+
+def _key(argument):
+    """Nodes live as long as the tree the rule visits, so their identity is a key;
+    a set of node ids is keyed by its contents (a freed set's id can be reused)."""
+    if isinstance(argument, (set, frozenset)):
+        return frozenset(argument)
+    if isinstance(argument, (int, tuple, type(None))):
+        return argument
+    return id(argument)
 
 PREAMBLE = """\
 import torch
@@ -277,6 +305,7 @@ class UnpinnedLoaderToCuda(Rule):
         self.bindings = Bindings(self.scopes, context.parents)
         self.loaders: list[cst.Call] = []
         self.loader_ids: set[int] = set()
+        self._memo: dict[tuple, object] = {}
         self.loops: list[cst.For] = []
         self.calls_of: dict[int, list[cst.Call]] = defaultdict(list)  # function of this file -> its calls
         # Every spelling of torch's DataLoader (an alias, a subclass) names it somewhere
@@ -339,6 +368,7 @@ class UnpinnedLoaderToCuda(Rule):
                 return self._iterated(args[0], target)
         return [(iterable, target)]
 
+    @_memoized
     def _loader_sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
         """The DataLoader constructions `expr` may evaluate to; `path` indexes into
         tuples on the way (`train, val = make_loaders()` takes element 0 or 1)."""
@@ -409,6 +439,7 @@ class UnpinnedLoaderToCuda(Rule):
                     and DEVICE_NAME.match(device.value.attr.value):
                 yield call, Place.UNKNOWN, device.value  # `cfg.train_device`: named like a device
 
+    @_memoized
     def _derives_from(self, expr: cst.BaseExpression, bound: set[int], loop: cst.For, depth: int) -> bool:
         """Is `expr` (a part of) what the loop target `bound` holds, directly or through
         assignments and comprehensions inside the loop?"""
@@ -489,6 +520,7 @@ class UnpinnedLoaderToCuda(Rule):
             seen += 1
         return False
 
+    @_memoized
     def _may_hold_device_data(self, expr: cst.BaseExpression | None, depth: int) -> bool:
         """Could the dataset `expr` yield CUDA tensors, which pinning cannot take?"""
         if expr is None or depth > MAX_DEPTH:
@@ -580,6 +612,7 @@ class UnpinnedLoaderToCuda(Rule):
         used_at = positions[at].start
         return name if (bound_at.line, bound_at.column) <= (used_at.line, used_at.column) else None
 
+    @_memoized
     def _device_names(self, device: cst.BaseExpression | None, depth: int) -> list[cst.Name | None]:
         """The names a device expression comes from, through parameters to the arguments
         of every call; None for anything else."""

@@ -59,3 +59,21 @@ def test_each_guard_of_the_left_alone_fixture_is_what_keeps_its_loader():
         result = process_source(source.replace(guard, replacement).encode(), "<test>",
                                 Settings(select=("PM102",)), [UnpinnedLoaderToCuda])
         assert len(result.findings) == 1, guard
+
+
+def test_many_rebindings_of_a_loader_stay_fast():
+    """A name bound many times to itself made the loader look-up exponential in its
+    depth limit (found on torch's own sources); memoized, it is linear."""
+    import time
+
+    from codemod.config import Settings
+    from codemod.engine import process_source
+    from codemod.rules.pin_memory import UnpinnedLoaderToCuda
+
+    rebinds = "".join(f"if flag{i}:\n    loader = loader\n" for i in range(25))
+    source = ("import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader([1])\n" + rebinds
+              + "for x in loader:\n    x = x.cuda()\n")
+    start = time.process_time()
+    result = process_source(source.encode(), "t.py", Settings(select=("PM102",)), [UnpinnedLoaderToCuda])
+    assert time.process_time() - start < 10
+    assert [f.code for f in result.findings] == ["PM102"]
