@@ -7,8 +7,8 @@ check each file:
 - the rewrite compiles;
 - a second run over the rewrite changes nothing and has nothing left to fix.
 
-    python benchmarks/robustness.py                       # all of torch, 2 jobs
-    python benchmarks/robustness.py --sample 150 --seed 0
+    python -m benchmarks.robustness                       # all of torch, 2 jobs
+    python -m benchmarks.robustness --sample 150 --seed 0
 
 Prints a summary (files, changed, errors by kind, seconds, the slowest files)
 and exits 1 on any failure. torch is located with importlib, never imported.

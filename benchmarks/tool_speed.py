@@ -1,8 +1,8 @@
 """Tool speed: files per second of `perfmod check` (all rules) and of TorchFix
 over the same files of the installed torch package, with 1 and 2 jobs.
 
-    python benchmarks/tool_speed.py                  # 300 files, -j 1 and -j 2, 2 rounds
-    python benchmarks/tool_speed.py --files 1500 --rounds 1
+    python -m benchmarks.tool_speed                  # 300 files, -j 1 and -j 2, 2 rounds
+    python -m benchmarks.tool_speed --files 1500 --rounds 1
 
 TorchFix pins an older libcst, so it lives in its own virtual environment,
 .venv-torchfix, which this script creates on first use (`pip install torchfix`;
@@ -111,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"python {platform.python_version()}; libcst {tool_version(Path(sys.executable), 'libcst')} (perfmod); "
           f"torchfix {tool_version(TORCHFIX_VENV / 'bin' / 'python', 'torchfix')} with libcst "
           f"{tool_version(TORCHFIX_VENV / 'bin' / 'python', 'libcst')}")
-    print(f"files: {len(files)} ({sum(path.stat().st_size for path in files)} bytes) from {files[0].parents[0]}")
+    print(f"files: {len(files)} ({sum(path.stat().st_size for path in files)} bytes) from {files[0].parents[0]}; "
+          f"{sum(b'torch' in path.read_bytes() for path in files)} name torch (TorchFix parses only those)")
     print("commands:")
     for jobs in args.jobs:
         for tool in ("perfmod", "torchfix"):

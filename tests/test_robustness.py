@@ -1,6 +1,6 @@
 """A fixed sample of the robustness benchmark: the engine, all rules at level
 `unsafe`, over 150 files of the installed torch package of up to 10 kB each (to
-stay well under a minute on two cores). `python benchmarks/robustness.py` runs
+stay well under a minute on two cores). `python -m benchmarks.robustness` runs
 it over every file."""
 
 from __future__ import annotations
