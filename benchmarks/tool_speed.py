@@ -92,6 +92,13 @@ def spread(files: Sequence[Path], count: int) -> list[Path]:
     return [files[i * len(files) // count] for i in range(count)]
 
 
+def perfmod_revision() -> str:
+    """The commit perfmod runs from, and whether codemod/ differs from it."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "codemod"], cwd=REPO, capture_output=True, text=True).stdout
+    return f"{commit or 'unknown'}{' with uncommitted changes in codemod/' if dirty else ''}"
+
+
 def cpu_model() -> str:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     match = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
@@ -108,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_torchfix()
     files = spread(torch_files(), args.files)
     print(f"machine: {os.cpu_count()} cores, {cpu_model()}; load average {os.getloadavg()[0]:.2f} at start")
+    print(f"perfmod at {perfmod_revision()}")
     print(f"python {platform.python_version()}; libcst {tool_version(Path(sys.executable), 'libcst')} (perfmod); "
           f"torchfix {tool_version(TORCHFIX_VENV / 'bin' / 'python', 'torchfix')} with libcst "
           f"{tool_version(TORCHFIX_VENV / 'bin' / 'python', 'libcst')}")
