@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from codemod.config import Settings
@@ -177,7 +177,22 @@ def _run_pass(module, code, path, settings, rules, suppressed, fresh: bool) -> t
         for module_name, obj in sorted(imports, key=lambda i: (i[0], i[1] or "")):
             AddImportsVisitor.add_needed_import(codemod_context, module_name, obj)
         new_module = AddImportsVisitor(codemod_context).transform_module(new_module)
-    return new_module, findings, True
+    return _without_released_imports(new_module, wrapper, accepted), findings, True
+
+
+def _without_released_imports(new_module: cst.Module, wrapper: MetadataWrapper, fixes: list[Report]) -> cst.Module:
+    """Remove the imports that the replaced code used and nothing uses any more
+    (`import gc` after the last `gc.collect()` goes); imports the user still
+    uses, or never used, stay."""
+    context = CodemodContext(wrapper=wrapper)
+    for report in fixes:
+        try:
+            RemoveImportsVisitor.remove_unused_import_by_node(context, report.node)
+        except ValueError:  # a relative import: its absolute module is unknown, so leave it
+            continue
+    if not context.scratch.get(RemoveImportsVisitor.CONTEXT_KEY):
+        return new_module
+    return RemoveImportsVisitor(context).transform_module(new_module)
 
 
 def _without_overlaps(fixes: list[Report], parents) -> list[Report]:

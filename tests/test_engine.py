@@ -36,6 +36,19 @@ class Crashes(Rule):
         raise RuntimeError("rule bug")
 
 
+class DropStatementsCallingDrop(Rule):
+    """Test rule: removes every statement `<anything>.drop(...)` or `drop(...)`."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM904", "test-drop", Level.SAFE, "drop", ""
+
+    def visit_Expr(self, node):
+        call = node.value
+        if isinstance(call, cst.Call):
+            name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+            if name == "drop":
+                self.report(node, replacement=cst.RemovalSentinel.REMOVE)
+
+
 TEST_RULES = [RenameCallsToSnake, WrapInList]
 
 
@@ -68,6 +81,24 @@ def test_second_run_changes_nothing():
 def test_import_is_added_once_for_many_fixes():
     result = run("import json\na = g(1)\nb = g(2)\n")
     assert result.new_source.decode().count("import json") == 1
+
+
+def test_an_import_the_fix_made_unused_is_removed_and_others_stay():
+    source = ("import gc\nimport os.path as g2\nfrom shelf import drop\nimport kept\nimport never_used\n"
+              "gc.drop()\ng2.drop()\ndrop()\nkept.drop()\nkept.other()\nx = 1\n")
+    result = run(source, rules=[DropStatementsCallingDrop])
+    assert result.new_source.decode() == "import kept\nimport never_used\nkept.other()\nx = 1\n"
+
+
+def test_an_import_still_used_elsewhere_stays():
+    result = run("import gc\ngc.drop()\nprint(gc.isenabled())\n", rules=[DropStatementsCallingDrop])
+    assert result.new_source.decode() == "import gc\nprint(gc.isenabled())\n"
+
+
+def test_a_relative_import_is_left_alone():
+    result = run("from . import gc\ngc.drop()\nx = 1\n", rules=[DropStatementsCallingDrop])
+    assert result.error is None
+    assert result.new_source.decode() == "from . import gc\nx = 1\n"
 
 
 def test_suppression_comment_blocks_one_code_only():

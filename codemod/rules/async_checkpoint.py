@@ -162,7 +162,7 @@ class SynchronousCheckpointInLoop(Rule):
             "import torch as th\n" + PREAMBLE + LOOP
             + "    th.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch},\n"
             "            'last.pt')\n",
-            "import torch as th\n" + IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n" + LOOP
+            IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n" + LOOP
             + "    checkpointer.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch},\n"
             "            'last.pt')\ncheckpointer.flush()\n",
             "alias of torch; optimizer state included",
@@ -171,7 +171,7 @@ class SynchronousCheckpointInLoop(Rule):
             "from torch import save\n" + PREAMBLE + "# train\n" + LOOP
             + "    if epoch % 5 == 0:\n        with open(f'ckpt_{epoch}.pt', 'wb') as f:\n"
             "            save(model.state_dict(), f)\n",
-            "from torch import save\n" + IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n# train\n"
+            IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n# train\n"
             + LOOP + "    if epoch % 5 == 0:\n        checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
             "checkpointer.flush()\n",
             "`with open(p, 'wb') as f: save(obj, f)` becomes one save of the path",
