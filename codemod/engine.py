@@ -156,7 +156,7 @@ def _run_pass(module, code, path, settings, rules, suppressed, fresh: bool) -> t
     positions = context.positions
     findings, fixes = [], []
     for report in reports:
-        start = positions[report.node].start
+        start = positions[report.location].start
         if _is_suppressed(suppressed, start.line, report.code):
             continue
         applies = report.replacement is not None and report.level <= settings.level

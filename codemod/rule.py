@@ -92,7 +92,8 @@ class Invalid:
 class Report:
     """What a rule hands the engine: the node, why, and the optional fix."""
 
-    node: cst.CSTNode
+    node: cst.CSTNode  # what the fix replaces
+    location: cst.CSTNode  # where the finding is reported (and suppressed): the offending code
     code: str
     name: str
     message: str
@@ -140,10 +141,15 @@ class Rule(cst.BatchableCSTVisitor):
         replacement: Replacement | None = None,
         level: Level | None = None,
         imports: Sequence[tuple[str, str | None]] = (),
+        at: cst.CSTNode | None = None,
     ) -> None:
+        """Report `node` (replaced by `replacement` when given); `at` is where to
+        point the user when the fix replaces a larger node (a whole loop) than
+        the offending code."""
         self.reports.append(
             Report(
                 node=node,
+                location=at if at is not None else node,
                 code=self.CODE,
                 name=self.NAME,
                 message=message or self.MESSAGE,

@@ -93,6 +93,19 @@ def test_expected_rules_fire_on_the_seed_script(seed_rewrite, code):
         assert line_of(text, expected) in fixable_lines, f"{code} offers no fix for {expected!r}"
 
 
+def test_findings_point_at_the_offending_code_not_at_the_loop_their_fix_replaces():
+    # PM301, PM404 and PM405 replace the whole loop; the user is pointed at the forward
+    # pass, the sync and the save (where `# perfmod: ignore` then goes).
+    text = SEED.read_text()
+    result = process_source(SEED.read_bytes(), str(SEED), Settings(level=Level.UNSAFE))
+    lines = {f.code: f.line for f in result.findings if f.code in ("PM301", "PM404", "PM405")}
+    assert lines == {
+        "PM301": line_of(text, "latents = encoder(question_ids)"),
+        "PM404": line_of(text, 'print(f"step {step} loss {float.hex(loss.item())}", flush=True)'),
+        "PM405": line_of(text, "torch.save("),
+    }
+
+
 @pytest.mark.slow
 def test_rewritten_seed_script_trains_bit_for_bit_like_the_original(seed_rewrite, tmp_path):
     _, result = seed_rewrite

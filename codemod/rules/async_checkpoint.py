@@ -440,9 +440,9 @@ class SynchronousCheckpointInLoop(Rule):
         replacement = cst.FlattenSentinel([build, body.with_changes(leading_lines=leading[first_comment:]),
                                            _flush_line(name)])
         for call, plan in fixable:
-            self.report(loop, f"`{self._code(call.func)}` (line {self._line(call)}) writes the checkpoint while "
+            self.report(loop, f"`{self._code(call.func)}` writes the checkpoint while "
                               f"training waits; saved in the background by `{name}` (the file appears later)",
-                        replacement=replacement, imports=[IMPORT])
+                        replacement=replacement, imports=[IMPORT], at=call)
 
     def _checkpointer_name(self) -> str:
         taken = {n.value for n in m.findall(self.context.module, m.Name())}

@@ -253,35 +253,35 @@ class ForwardWithoutAutocast(Rule):
         training = self.context.training
         outer = self._outermost_loop(loop.loop)
         if loop.float64 is not None:
-            return self._decline(outer, f"the model is float64 (line {self._line(loop.float64)}): "
+            return self._decline(loop, outer, f"the model is float64 (line {self._line(loop.float64)}): "
                                         "autocast would lower the precision its author chose")
         if elsewhere:
-            return self._decline(outer, f"autocast is already used at line {self._line(elsewhere[0])}; "
+            return self._decline(loop, outer, f"autocast is already used at line {self._line(elsewhere[0])}; "
                                         "check whether it covers this loop's forward pass")
         if loop.scaler is not None:
-            return self._decline(outer, f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
+            return self._decline(loop, outer, f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
                                         "add autocast around the forward pass by hand")
         if loop.forward is None:
-            return self._decline(outer, loop.forward_problem)
+            return self._decline(loop, outer, loop.forward_problem)
         model = next((model for model in loop.models if model.move is not None), None)
         if model is None:
             if training.cuda_use is not None:
-                self._decline(outer, "cannot tell which device the model runs on")
+                self._decline(loop, outer, "cannot tell which device the model runs on")
             return
         if model.places == {Place.HOST}:
             return  # CPU autocast pays off only on CPUs with bf16 units; the policy leaves it off there
         device = training.code(model.device) if model.device is not None else '"cuda"'
         if model.device is not None and not (self._is_plain(model.device) and training.defined_before(model.device, outer)):
-            return self._decline(outer, f"the device `{device}` is not a plain expression defined before the loop")
+            return self._decline(loop, outer, f"the device `{device}` is not a plain expression defined before the loop")
         fp16 = self.context.settings.amp == "fp16"
         problem = self._fp16_problem(loop) if fp16 else None
         if problem is not None:
-            return self._decline(outer, problem)
+            return self._decline(loop, outer, problem)
         taken = {name.value for name in m.findall(self.context.module, m.Name())}
         policy = next((n for n in POLICY_NAMES if n not in taken), None)
         scaler = next((n for n in SCALER_NAMES if n not in taken), None)
         if policy is None or (fp16 and scaler is None):
-            return self._decline(outer, "the names the fix would use are all taken")
+            return self._decline(loop, outer, "the names the fix would use are all taken")
         prefer = ', prefer="fp16"' if fp16 else ""
         setup = [cst.parse_statement(f"{policy} = Precision.for_device({device}{prefer})\n")]
         if fp16:
@@ -296,7 +296,7 @@ class ForwardWithoutAutocast(Rule):
         new_outer = outer.visit(_Rewrite(fix))
         setup[0] = setup[0].with_changes(leading_lines=outer.leading_lines)
         replacement = cst.FlattenSentinel([*setup, new_outer.with_changes(leading_lines=[])])
-        self.report(outer, replacement=replacement, imports=[POLICY_IMPORT])
+        self.report(outer, replacement=replacement, imports=[POLICY_IMPORT], at=self._forward_start(loop))
 
     # -- fp16 ----------------------------------------------------------------------
 
@@ -352,8 +352,13 @@ class ForwardWithoutAutocast(Rule):
 
     # -- helpers -------------------------------------------------------------------
 
-    def _decline(self, outer: cst.CSTNode, why: str) -> None:
-        self.report(outer, f"{self.MESSAGE} (not fixed: {why})")
+    def _decline(self, loop: TrainingLoop, outer: cst.CSTNode, why: str) -> None:
+        self.report(outer, f"{self.MESSAGE} (not fixed: {why})", at=self._forward_start(loop))
+
+    @staticmethod
+    def _forward_start(loop: TrainingLoop) -> cst.CSTNode:
+        """Where to point the user: the forward pass's first statement, else the loop."""
+        return loop.forward.statements[0] if loop.forward is not None and loop.forward.statements else loop.loop
 
     def _outermost_loop(self, loop: cst.CSTNode) -> cst.CSTNode:
         """The loop to put the policy before: the outermost loop around `loop` in its function."""

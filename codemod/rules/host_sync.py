@@ -296,11 +296,14 @@ class PerStepHostSync(Rule):
     def _check_loop(self, analysis: "_FileAnalysis", loop: cst.CSTNode) -> None:
         scan = _StepLoop(analysis, loop, calls_in(loop.body))
         fixes: list[_Fix] = []
+        syncs: dict[int, cst.CSTNode] = {}  # fix -> the sync it removes, where it is reported
         for sync in scan.syncs():
             if id(sync) in scan.suppressed:
                 continue
             try:
-                fixes.extend(scan.plan(sync))
+                planned = scan.plan(sync)
+                fixes.extend(planned)
+                syncs.update((id(fix), sync) for fix in planned)
             except _Unfixable as why:
                 self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step; not rewritten: {why}")
         if not fixes:
@@ -320,7 +323,7 @@ class PerStepHostSync(Rule):
             edits[key] = lambda updated, statements=statements: _prepend(updated, statements)
         replacement = container.visit(EditsByIdentity(edits))
         for fix in fixes:
-            self.report(container, fix.message, replacement=replacement)
+            self.report(container, fix.message, replacement=replacement, at=syncs[id(fix)])
 
 
 class _FileAnalysis:
