@@ -275,11 +275,23 @@ class PerCallHookRegistration(Rule):
                     and m.matches(append.func, m.Attribute(value=m.Name(), attr=m.Name("append")))):
                 return self._list_removals(append.func.value)
             return None
-        if isinstance(parent, cst.ListComp) and call is parent.elt:
-            assign = self.context.parents.get(parent)
-            if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-                return self._list_removals(assign.targets[0].target)
+        # `handles = [m.register_...(f)]`, `handles += [... for ...]`
+        display = self.context.parents.get(parent) if isinstance(parent, cst.Element) else parent
+        if isinstance(display, cst.List) or (isinstance(display, cst.ListComp) and call is display.elt):
+            target = self._list_target(self.context.parents.get(display))
+            return self._list_removals(target) if target is not None else None
         return None
+
+    @staticmethod
+    def _list_target(statement: cst.CSTNode | None) -> cst.Name | None:
+        """`L` of `L = [...]` or `L += [...]`."""
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0].target
+        elif isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign):
+            target = statement.target
+        else:
+            return None
+        return target if isinstance(target, cst.Name) and isinstance(statement.value, (cst.List, cst.ListComp)) else None
 
     def _references(self, name: cst.Name) -> list[cst.Name] | None:
         """Every read of the variable `name` in its scope, or None when it is bound
@@ -324,8 +336,9 @@ class PerCallHookRegistration(Rule):
         if scope is None:
             return None
         for assignment in scope.assignments[name.value]:
-            statement = self.context.parents.get(self.context.parents.get(assignment.node))
-            if not (isinstance(statement, cst.Assign) and isinstance(statement.value, (cst.List, cst.ListComp))):
+            parent = self.context.parents.get(assignment.node)
+            statement = self.context.parents.get(parent) if isinstance(parent, cst.AssignTarget) else parent
+            if self._list_target(statement) is None:
                 return None
         reads = self._references(name)
         if reads is None:
@@ -336,6 +349,8 @@ class PerCallHookRegistration(Rule):
             if m.matches(parent, m.Attribute(attr=m.Name("append") | m.Name("clear"))) and isinstance(
                     self.context.parents.get(parent), cst.Call):
                 continue
+            if isinstance(parent, cst.AugAssign) and parent.target is read:
+                continue  # `L += [...]`, checked with the assignments above
             if isinstance(parent, cst.For) and parent.iter is read and isinstance(parent.target, cst.Name):
                 found = self._handle_removals(parent.target)
                 if not found:
