@@ -7,6 +7,7 @@ from __future__ import annotations
 from codemod.rule import Rule
 from codemod.rules.async_checkpoint import SynchronousCheckpointInLoop
 from codemod.rules.autocast import ForwardWithoutAutocast
+from codemod.rules.compile_model import UncompiledModel
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
@@ -27,6 +28,7 @@ RULES: list[type[Rule]] = [
     PerStepHostSync,
     SynchronousCheckpointInLoop,
     PerCallHookRegistration,
+    UncompiledModel,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
