@@ -4,9 +4,10 @@ and its checkpoint keeps the keys an uncompiled model loads.
 One tiny model, a few AdamW steps on one CPU thread, compiled with the default
 inductor backend (which needs a C++ compiler: the test is skipped without one).
 Measured with torch 2.13 on this machine: the largest relative difference of a
-printed loss from the eager run was 4.5e-7 over the 5 steps; TOLERANCE = 1e-4
-leaves room for other CPUs' vector widths, and is still far below what a
-different model or update would give (the losses move by 1e-2 per step).
+printed loss from the eager run was 7.2e-8 over the 5 steps (two of the five
+differ at all); TOLERANCE = 1e-4 leaves room for other CPUs' vector widths and
+is still far below what a different model or update would give (the losses
+move by 2e-2 or more from one step to the next).
 """
 
 import contextlib
