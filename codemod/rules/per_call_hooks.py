@@ -160,6 +160,14 @@ class PerCallHookRegistration(Rule):
             "try/finally in the training loop",
         ),
         Invalid(
+            _loop_with("    h = None\n    try:\n        h = model[2].register_forward_hook(lambda m, a, o: o * 2)\n"
+                       "        out = model(x)\n    finally:\n        if h is not None:\n            h.remove()\n"),
+            _imported(_loop_with("    h = None\n    try:\n        h = per_call_forward_hook(model[2], lambda m, a, o: o * 2)\n"
+                                 "        out = model(x)\n    finally:\n        if h is not None:\n"
+                                 "            h.remove()\n")),
+            "a handle compared with None before removal",
+        ),
+        Invalid(
             PREAMBLE + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
             "        self.net = net\n    def forward(self, x, shift):\n"
             "        with self.net[0].register_forward_pre_hook(lambda m, args: (args[0] + shift,)):\n"
@@ -323,6 +331,8 @@ class PerCallHookRegistration(Rule):
         return None
 
     def _handle_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
+        """Removals of the handle held by `name`: `name.remove()` or `with name:`; it may
+        also be compared with None. Any other read: None."""
         reads = self._references(name)
         if reads is None:
             return None
@@ -333,8 +343,9 @@ class PerCallHookRegistration(Rule):
                 removals.append(parent)
             elif (removal := self._is_remove(read)) is not None:
                 removals.append(removal)
-            else:
-                return None
+            elif not m.matches(parent, m.Comparison(left=m.Name(), comparisons=[
+                    m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))])):
+                return None  # `if h is not None:` reads it the same way for either handle
         return removals
 
     def _list_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
