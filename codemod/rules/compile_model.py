@@ -66,8 +66,9 @@ class UncompiledModel(Rule):
     registered per call with Python state, PM501's pattern, can make it
     specialize and recompile: fix PM501, then compile by hand and check the
     compile with `perfmod verify`), a model that is
-    rebound after the place where the compile would go, and a model that is
-    not built in the function (or module) that trains it.
+    rebound after the place where the compile would go, a model that is
+    not built in the function (or module) that trains it, and a model held in
+    an attribute (`self.model`).
 
     ## Options
     Opt-in: the rule runs only when selected by its code
@@ -139,9 +140,15 @@ class UncompiledModel(Rule):
         hook = self._hook_registration(node)
         seen: set[int] = set()
         for loop in self.context.training.loops:
-            if not loop.models or not loop.models[0].expression.isidentifier():
+            if not loop.models:
                 continue
             name = loop.models[0].expression
+            if not name.isidentifier():
+                if id(loop.loop) not in seen:
+                    seen.add(id(loop.loop))
+                    self.report(loop.loop, f"`{name}` is trained in eager mode; PM506 compiles only models held "
+                                           f"in a variable: add `{name}.compile()` where it is built")
+                continue
             anchor = self._anchor(loop.loop, name)
             key = id(anchor) if anchor is not None else id(loop.loop)
             if key in seen:
