@@ -120,7 +120,11 @@ class PerCallHookRegistration(Rule):
     dispatcher when it is reached, so a hook that itself registers per-call
     hooks on the module whose hooks are running sees them run in the same pass.
     Objects that are not `nn.Module`s (and TorchScript modules) are registered
-    with their own method, unchanged.
+    with their own method, unchanged. What does change: a hooked module keeps
+    the (inert) dispatcher between calls, so it runs torch's hook path instead
+    of its no-hook fast path (same results), and `torch.save(model)` of the
+    whole module object pickles the dispatcher, so loading that file needs
+    `runtime` importable (state_dict checkpoints are not affected).
 
     Reported without a fix: `prepend=True` and `always_call=True` hooks (the
     dispatcher runs last and only after a forward that returned), `*args` /
