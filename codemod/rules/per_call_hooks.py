@@ -10,7 +10,7 @@ from codemod.analysis.names import kwarg, positional
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # torch's method -> the runtime function that takes its place
-RUNTIME_FUNCTIONS = {
+TORCH_TO_RUNTIME = {
     "register_forward_hook": "per_call_forward_hook",
     "register_forward_pre_hook": "per_call_forward_pre_hook",
 }
@@ -70,6 +70,12 @@ class PerCallHookRegistration(Rule):
     hook state passed as a tensor). Per-call hooks whose state is a Python
     number still make dynamo specialize on it for the first values it sees,
     with or without this rule.
+
+    A handle counts as removed in the same call when the code calls
+    `handle.remove()` (directly, or for each handle of a list built in the
+    function with `[...]`, `.append` or `+=`), uses it as a context manager,
+    or enters it into a `contextlib.ExitStack` used for nothing else, inside
+    the loop or `forward` that registers it.
 
     Registrations that run once (outside any loop and any `forward`), hooks
     whose handles are never removed in the same call, and functions that may
@@ -136,7 +142,7 @@ class PerCallHookRegistration(Rule):
     CODE = "PM501"
     NAME = "per-call-hook-registration"
     LEVEL = Level.UNSAFE
-    REQUIRES = tuple(RUNTIME_FUNCTIONS)
+    REQUIRES = tuple(TORCH_TO_RUNTIME)
     MESSAGE = ("hook registered and removed on every call; register it once "
                "(runtime.hooks.per_call_forward_hook keeps one dispatcher per module)")
     GAIN = "about 3 us of Python per hook per call (CPU): shows in small models with many hooked layers"
@@ -201,7 +207,7 @@ class PerCallHookRegistration(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in RUNTIME_FUNCTIONS:
+        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in TORCH_TO_RUNTIME:
             return
         per_call = self._per_call_region(node)
         if per_call is None:
@@ -221,7 +227,7 @@ class PerCallHookRegistration(Rule):
         if problem is not None:
             self.report(node, f"hook registered and removed on every call, but {problem}; left as written")
             return
-        function = RUNTIME_FUNCTIONS[node.func.attr.value]
+        function = TORCH_TO_RUNTIME[node.func.attr.value]
         if self._name_taken(node, function):
             self.report(node, f"hook registered and removed on every call, but this file binds `{function}` "
                               "to something else; rename it to apply the fix")
@@ -256,7 +262,7 @@ class PerCallHookRegistration(Rule):
                 return
 
     def _per_call_region(self, node: cst.CSTNode) -> str | None:
-        """"function" inside a forward or @contextmanager, "loop" inside a loop, else None."""
+        """`"function"` inside a forward or @contextmanager, `"loop"` inside a loop, else None."""
         kinds = ["function" if isinstance(r, cst.FunctionDef) else "loop" for r in self._regions(node)]
         return "function" if "function" in kinds else (kinds[0] if kinds else None)
 
@@ -290,10 +296,14 @@ class PerCallHookRegistration(Rule):
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
             return self._handle_removals(parent.targets[0].target)
         if isinstance(parent, cst.Arg):
-            append = self.context.parents.get(parent)
-            if (isinstance(append, cst.Call) and len(append.args) == 1
-                    and m.matches(append.func, m.Attribute(value=m.Name(), attr=m.Name("append")))):
-                return self._list_removals(append.func.value)
+            outer = self.context.parents.get(parent)
+            if not (isinstance(outer, cst.Call) and len(outer.args) == 1
+                    and m.matches(outer.func, m.Attribute(value=m.Name()))):
+                return None
+            if outer.func.attr.value == "append":
+                return self._list_removals(outer.func.value)
+            if outer.func.attr.value == "enter_context":
+                return self._exit_stack_removals(outer.func.value)
             return None
         # `handles = [m.register_...(f)]`, `handles += [... for ...]`
         display = self.context.parents.get(parent) if isinstance(parent, cst.Element) else parent
@@ -350,6 +360,26 @@ class PerCallHookRegistration(Rule):
             elif not m.matches(parent, m.Comparison(left=m.Name(), comparisons=[
                     m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))])):
                 return None  # `if h is not None:` reads it the same way for either handle
+        return removals
+
+    def _exit_stack_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
+        """`with contextlib.ExitStack() as stack:` ... `stack.enter_context(handle)`: the
+        `with` removes the handles, if `stack` is used for nothing but enter_context."""
+        reads = self._references(name)
+        if reads is None:
+            return None
+        for read in reads:
+            if not m.matches(self.context.parents.get(read), m.Attribute(attr=m.Name("enter_context"))):
+                return None
+        scope = self.get_metadata(ScopeProvider, name, None)
+        removals = []
+        for assignment in scope.assignments[name.value]:
+            as_name = self.context.parents.get(assignment.node)
+            item = self.context.parents.get(as_name)
+            if not (isinstance(as_name, cst.AsName) and isinstance(item, cst.WithItem)
+                    and self.context.names.is_(item.item, "contextlib.ExitStack")):
+                return None
+            removals.append(self.context.parents.get(item))
         return removals
 
     def _list_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:

@@ -110,3 +110,16 @@ def test_suppression_and_a_name_already_taken():
     assert findings(in_loop("h = model.register_forward_hook(print)  # perfmod: ignore[PM501]\nh.remove()\n")) == []
     taken = "def per_call_forward_hook(*args):\n    pass\n" + in_loop("h = model.register_forward_hook(print)\nh.remove()\n")
     assert findings(taken) == [(4, False)]
+
+
+def test_hooks_entered_into_an_exit_stack_are_removed_by_its_with():
+    assert findings(in_loop("""\
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(model.register_forward_hook(print))
+            model(x)
+    """)) == [(3, True)]
+    assert findings(in_loop("""\
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(model.register_forward_hook(print))
+            later = stack.pop_all()
+    """)) == [(3, False)]  # the hooks outlive the with: reported
