@@ -47,9 +47,11 @@ class UncompiledModel(Rule):
     every intermediate result goes through memory. `torch.compile` traces the
     forward (and, through AOTAutograd, the backward) into graphs whose
     pointwise operations are fused into generated kernels, which saves memory
-    traffic and launch overhead: typically 1.3-2x for transformer training
-    steps on recent GPUs, less for models dominated by large matmuls. The first
-    steps pay for compilation (seconds to minutes).
+    traffic and launch overhead; PyTorch's own benchmarks report 1.3-2x for
+    training steps of transformer models on recent GPUs, less for models
+    dominated by large matmuls (not measured by perfmod yet:
+    `python -m benchmarks.bench_model --device cuda --case char_lm` does). The
+    first steps pay for compilation (seconds to minutes).
 
     `model.compile()` (`nn.Module.compile`, torch 2.2 and later) compiles the
     module's `__call__` in place. Unlike `model = torch.compile(model)`, which
@@ -106,7 +108,7 @@ class UncompiledModel(Rule):
     OPT_IN = True
     REQUIRES = ("backward",)
     MESSAGE = "model trained in eager mode; compile it once with `model.compile()` (keeps its state_dict keys)"
-    GAIN = "typically 1.3-2x step time for transformer training on GPU, after a compile of seconds to minutes"
+    GAIN = "reported 1.3-2x for transformer training steps on GPU (unmeasured here), after a compile of seconds to minutes"
 
     VALID = [
         Valid(SETUP + "model = torch.compile(model)\n" + LOOP, "already compiled"),
