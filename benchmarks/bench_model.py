@@ -161,7 +161,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=4096)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     options = parser.parse_args(argv)
+    if options.threads:
+        torch.set_num_threads(options.threads)
     device = torch.device(options.device)
     results = {case.name: measure(case, device, options)
                for case in CASES if options.case is None or case.name in options.case}
