@@ -170,11 +170,10 @@ class PerCallHandle:
         self.dispatcher, self.hook, self.with_kwargs = dispatcher, hook, with_kwargs
 
     def remove(self) -> None:
-        entries = self.dispatcher.entries
-        for index, entry in enumerate(entries):
-            if entry is self:
-                del entries[index]
-                return
+        try:
+            self.dispatcher.entries.remove(self)  # by identity: handles do not define __eq__
+        except ValueError:
+            pass  # removed already
 
     def __enter__(self) -> "PerCallHandle":
         return self

@@ -433,3 +433,23 @@ def test_a_module_with_a_dispatcher_still_pickles_and_copies():
 
 def mask_output_by_two(module, args, output):
     return output * 2
+
+
+def test_the_same_hook_twice_runs_twice_and_each_handle_removes_its_own():
+    def run(register):
+        layer = torch.nn.Linear(2, 2)
+        seen = []
+
+        def hook(module, args, output):
+            seen.append(len(seen))
+
+        first, second = register(layer, hook), register(layer, hook)
+        layer(torch.ones(1, 2))
+        first.remove()
+        first.remove()  # again: nothing
+        layer(torch.ones(1, 2))
+        second.remove()
+        layer(torch.ones(1, 2))
+        return seen
+
+    assert run(per_call_forward_hook) == run(torch_forward) == [0, 1, 2]
