@@ -56,11 +56,13 @@ class PerCallHookRegistration(Rule):
     to three dicts, and the same again to remove it. The runtime registers one
     dispatcher hook per module with torch, once; a call then only appends its
     hook to the dispatcher's list, and `handle.remove()` takes it off again.
-    The gain is that Python overhead: registering and removing a
-    `functools.partial` hook took 6.5 us with torch and 3.3 us with the
-    runtime (best of 7 x 500 calls of 16 hooks, one CPU thread, torch 2.13). It
-    shows for small models with many hooked layers and disappears in large
-    ones; `benchmarks/bench_model.py` measures a hooked LM end to end.
+    The gain is that Python overhead: creating, registering and removing a
+    `functools.partial` hook took 6.2-6.5 us with torch and 3.3-3.7 us with
+    the runtime (best of 7 x 500 calls of 16 hooks, one CPU thread, torch
+    2.13, on a shared machine). It shows for small models with many hooked
+    layers (1.02x tokens/s for a 16-wide, 4-hook LM on one CPU thread) and
+    disappears in large ones; `benchmarks/bench_model.py` measures a hooked LM
+    end to end.
 
     The seed report also says that per-call registration "is fundamentally
     incompatible" with `torch.compile`. With torch 2.13 that is not what
@@ -145,7 +147,7 @@ class PerCallHookRegistration(Rule):
     REQUIRES = tuple(TORCH_TO_RUNTIME)
     MESSAGE = ("hook registered and removed on every call; register it once "
                "(runtime.hooks.per_call_forward_hook keeps one dispatcher per module)")
-    GAIN = "about 3 us of Python per hook per call (CPU): shows in small models with many hooked layers"
+    GAIN = "about 3 us of Python per hook per call: shows only in small models with many hooked layers"
 
     VALID = [
         Valid(PREAMBLE + "handle = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
