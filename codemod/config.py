@@ -2,7 +2,7 @@
 
     [tool.perfmod]
     level = "safe"                 # highest fix level applied: safe | numeric | unsafe
-    select = ["PM1", "PM401"]      # codes or prefixes; default: every rule
+    select = ["PM1", "PM401"]      # codes or prefixes; default: every rule but the opt-in ones
     ignore = ["PM403"]
     exclude = ["legacy/*", "*_pb2.py"]
     per-file-ignores = { "scripts/*" = ["PM101"] }
@@ -44,9 +44,11 @@ class Settings:
     def with_overrides(self, **overrides) -> "Settings":
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
-    def enabled(self, code: str, path: str | None = None) -> bool:
-        """Is the rule `code` selected for `path`? Codes match by prefix, as in ruff."""
-        if not _matches(code, self.select) or _matches(code, self.ignore):
+    def enabled(self, code: str, path: str | None = None, *, opt_in: bool = False) -> bool:
+        """Is the rule `code` selected for `path`? Codes match by prefix, as in ruff;
+        an opt-in rule only when `select` names its code in full."""
+        selected = code in self.select if opt_in else _matches(code, self.select)
+        if not selected or _matches(code, self.ignore):
             return False
         if path is not None:
             relative = self._relative(path)

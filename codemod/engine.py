@@ -103,7 +103,7 @@ def _decode_error_position(data: bytes) -> tuple[int, int]:
 
 
 def selected_rules(settings: Settings, path: str, rules: Sequence[type[Rule]] | None = None) -> list[type[Rule]]:
-    return [rule for rule in (rules if rules is not None else ALL_RULES) if settings.enabled(rule.CODE, path)]
+    return [rule for rule in (rules if rules is not None else ALL_RULES) if settings.enabled(rule.CODE, path, opt_in=rule.OPT_IN)]
 
 
 def process_source(

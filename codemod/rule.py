@@ -120,6 +120,9 @@ class Rule(cst.BatchableCSTVisitor):
     # the file); the engine skips the rule, and the analyses it would build,
     # for files without it. Empty: always run.
     REQUIRES: ClassVar[tuple[str, ...]] = ()
+    # Opt-in rules run only when `select` names their code exactly (`--select PM506`):
+    # prefixes (`PM`, `PM5`) and `ALL` leave them out, so the default run never has them.
+    OPT_IN: ClassVar[bool] = False
 
     METADATA_DEPENDENCIES = (
         PositionProvider,

@@ -7,10 +7,12 @@ from __future__ import annotations
 from codemod.rule import Rule
 from codemod.rules.async_checkpoint import SynchronousCheckpointInLoop
 from codemod.rules.autocast import ForwardWithoutAutocast
+from codemod.rules.compile_model import UncompiledModel
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.non_blocking_copy import NonBlockingCopy
+from codemod.rules.per_call_hooks import PerCallHookRegistration
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
 from codemod.rules.zero_grad import ZeroFilledGradients
@@ -25,6 +27,8 @@ RULES: list[type[Rule]] = [
     ForwardWithoutAutocast,
     PerStepHostSync,
     SynchronousCheckpointInLoop,
+    PerCallHookRegistration,
+    UncompiledModel,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)

@@ -256,3 +256,200 @@ def test_persistent_hooks_cost_less_per_call_than_registering_them():
                 fn()
             best[fn] = min(best[fn], time.perf_counter() - start)
     assert best[persistent] < best[per_call]
+
+
+# -- per_call_forward_hook / per_call_forward_pre_hook: the same as torch's registration ----
+
+from runtime.hooks import per_call_forward_hook, per_call_forward_pre_hook  # noqa: E402
+
+
+def torch_forward(module, fn, with_kwargs=False):
+    return module.register_forward_hook(fn, with_kwargs=with_kwargs)
+
+
+def torch_forward_pre(module, fn, with_kwargs=False):
+    return module.register_forward_pre_hook(fn, with_kwargs=with_kwargs)
+
+
+TORCH = (torch_forward, torch_forward_pre)
+PER_CALL = (per_call_forward_hook, per_call_forward_pre_hook)
+
+
+def step_with_hooks(model, call, log, forward, forward_pre):
+    """One call of code that registers hooks per call (partial-bound state, with_kwargs,
+    replaced outputs and args, a changing set of modules) and removes them in `finally`."""
+    handles = [forward_pre(model.head, functools.partial(shift_input, shift=call["shift"]))]
+    for i in call["blocks"]:
+        block = model.blocks[i]
+        handles += [
+            forward(block, functools.partial(mask_output, mask=call["masks"][i])),
+            forward_pre(block, functools.partial(rescale_kwargs, factor=call["factor"]), with_kwargs=True),
+            forward(block, add_scale, with_kwargs=True),
+            forward(block.lin, functools.partial(record, store=log, name=i)),
+        ]
+    try:
+        return model(call["x"])
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def test_per_call_hooks_match_torch_registration_bit_for_bit():
+    before, after, _ = models()
+    log_before, log_after = {}, {}
+    for call in calls():
+        out_before = step_with_hooks(before, call, log_before, *TORCH)
+        out_after = step_with_hooks(after, call, log_after, *PER_CALL)
+        assert torch.equal(out_before, out_after)
+        assert_bit_identical(log_before, log_after)
+        out_before.square().sum().backward()
+        out_after.square().sum().backward()
+        assert_bit_identical(grads(before), grads(after))
+        log_before.clear(), log_after.clear()
+    # torch holds one dispatcher per hooked module and kind, nothing per call
+    assert len(after.blocks[0]._forward_hooks) == 1 and len(after.blocks[0]._forward_pre_hooks) == 1
+    assert not any(m._forward_hooks for m in before.modules())
+
+
+def test_removed_per_call_hooks_leave_no_effect():
+    _, after, plain = models()
+    call = calls(1)[0]
+    hooked = step_with_hooks(after, call, {}, *PER_CALL)
+    assert not torch.equal(hooked, plain(call["x"]))  # the hooks did change the output
+    assert torch.equal(after(call["x"]), plain(call["x"]))
+
+
+def order_log(register, other):
+    """Which hooks run, in order, when per-call hooks share a module with hooks other
+    code registers before, in between and after them."""
+    layer = torch.nn.Linear(2, 2)
+    seen = []
+
+    def tag(name):
+        return lambda module, args, output: seen.append(name)
+
+    def one_call(number):
+        first = register(layer, tag(f"a{number}"))
+        between = other(layer, tag(f"foreign{number}"))
+        second = register(layer, tag(f"b{number}"))
+        layer(torch.ones(1, 2))
+        for handle in (first, between, second):
+            handle.remove()
+
+    persistent = other(layer, tag("persistent-before"))
+    one_call(1)
+    other(layer, tag("persistent-added-later"))
+    one_call(2)
+    persistent.remove()
+    one_call(3)
+    return seen
+
+
+def test_order_relative_to_other_hooks_is_torchs():
+    want = order_log(torch_forward, torch_forward)
+    assert want[:4] == ["persistent-before", "a1", "foreign1", "b1"]
+    assert order_log(per_call_forward_hook, torch_forward) == want
+
+
+def test_an_exception_in_forward_still_removes_hooks_in_finally():
+    layer = torch.nn.Linear(2, 2)
+    seen = []
+
+    def failing_forward(x):
+        raise ValueError("bad batch")
+
+    for register in (torch_forward, per_call_forward_hook):
+        layer.forward = failing_forward
+        handle = register(layer, lambda module, args, output: seen.append(register))
+        try:
+            with pytest.raises(ValueError):
+                layer(torch.ones(1, 2))
+        finally:
+            handle.remove()
+        del layer.forward
+        layer(torch.ones(1, 2))
+    assert seen == []
+
+
+def test_reentrant_and_nested_registrations_match_torch():
+    def run(register):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(2, 2)
+        seen = []
+
+        def outer_hook(module, args, output):
+            seen.append(("outer", output.shape))
+            if len(seen) < 4:  # the hook calls its module again, with a hook of its own
+                inner = register(module, lambda m, a, o: seen.append(("inner", len(seen))))
+                with inner:
+                    module(args[0])
+            return output * 2
+
+        with register(layer, outer_hook):
+            out = layer(torch.ones(1, 2))
+        layer(torch.ones(1, 2))
+        return out, seen
+
+    (want, want_seen), (got, got_seen) = run(torch_forward), run(per_call_forward_hook)
+    assert torch.equal(got, want) and got_seen == want_seen and len(want_seen) > 2
+
+
+def test_pre_hook_returns_are_used_as_torch_uses_them():
+    def run(register):
+        layer = torch.nn.Linear(2, 2)
+        handles = [register(layer, lambda m, args: args[0] * 3),  # not a tuple: wrapped
+                   register(layer, lambda m, args, kwargs: ((args[0] + 1,), kwargs), with_kwargs=True)]
+        out = layer(torch.ones(1, 2))
+        bad = register(layer, lambda m, args, kwargs: args, with_kwargs=True)
+        with pytest.raises(RuntimeError, match="must return None or a tuple"):
+            layer(torch.ones(1, 2))
+        for handle in [*handles, bad]:
+            handle.remove()
+        return out
+
+    torch.manual_seed(0)
+    want = run(torch_forward_pre)
+    torch.manual_seed(0)
+    assert torch.equal(run(per_call_forward_pre_hook), want)
+
+
+def test_objects_that_are_not_modules_get_their_own_registration():
+    class Recorder:
+        def register_forward_hook(self, hook, with_kwargs=False):
+            return ("registered", hook, with_kwargs)
+
+    assert per_call_forward_hook(Recorder(), print, with_kwargs=True) == ("registered", print, True)
+
+
+def test_a_module_with_a_dispatcher_still_pickles_and_copies():
+    layer = torch.nn.Linear(2, 2)
+    per_call_forward_hook(layer, mask_output_by_two).remove()
+    x = torch.ones(1, 2)
+    for clone in (pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer)):
+        assert torch.equal(clone(x), layer(x))
+        with per_call_forward_hook(clone, mask_output_by_two):
+            assert torch.equal(clone(x), layer(x) * 2)
+
+
+def mask_output_by_two(module, args, output):
+    return output * 2
+
+
+def test_the_same_hook_twice_runs_twice_and_each_handle_removes_its_own():
+    def run(register):
+        layer = torch.nn.Linear(2, 2)
+        seen = []
+
+        def hook(module, args, output):
+            seen.append(len(seen))
+
+        first, second = register(layer, hook), register(layer, hook)
+        layer(torch.ones(1, 2))
+        first.remove()
+        first.remove()  # again: nothing
+        layer(torch.ones(1, 2))
+        second.remove()
+        layer(torch.ones(1, 2))
+        return seen
+
+    assert run(per_call_forward_hook) == run(torch_forward) == [0, 1, 2]

@@ -1,0 +1,445 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ScopeProvider
+
+from codemod.analysis.names import kwarg, positional
+from codemod.rule import Invalid, Level, Rule, Valid
+
+# torch's method -> the runtime function that takes its place
+TORCH_TO_RUNTIME = {
+    "register_forward_hook": "per_call_forward_hook",
+    "register_forward_pre_hook": "per_call_forward_pre_hook",
+}
+RUNTIME_MODULE = "runtime.hooks"
+# Functions that run once per model call.
+PER_CALL_FUNCTIONS = ("forward", "__call__")
+CONTEXT_MANAGERS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
+
+PREAMBLE = """\
+import functools
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [torch.randn(2, 4) for _ in range(3)]
+acts = {}
+def keep(module, args, output, name):
+    acts[name] = output
+"""
+
+
+def _imported(code: str, function: str = "per_call_forward_hook") -> str:
+    """`code` (which starts with PREAMBLE) with the import the fix adds."""
+    return code.replace("import torch\n", f"import torch\nfrom runtime.hooks import {function}\n\n", 1)
+
+
+def _loop_with(body: str) -> str:
+    return PREAMBLE + "for x in data:\n" + body + "    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+
+
+class PerCallHookRegistration(Rule):
+    """
+    ## What it does
+    Finds forward hooks and forward pre-hooks that are registered and removed
+    again on every call: in a module's `forward`, in a `@contextmanager` helper,
+    or in a loop that removes them in the same iteration (`try`/`finally` around
+    the forward). Each `module.register_forward_hook(fn)` there becomes
+    `per_call_forward_hook(module, fn)` from `runtime.hooks`; the code around it
+    (the handles, the `finally` that removes them) stays as written.
+
+    ## Why is this bad?
+    Every registration goes through torch's hook bookkeeping: a new
+    `RemovableHandle` (with weak references to the hook dicts), entries in up
+    to three dicts, and the same again to remove it. The runtime registers one
+    dispatcher hook per module with torch, once; a call then only appends its
+    hook to the dispatcher's list, and `handle.remove()` takes it off again.
+    The gain is that Python overhead: creating, registering and removing a
+    `functools.partial` hook took 6.2-6.5 us with torch and 3.3-3.7 us with
+    the runtime (best of 7 x 500 calls of 16 hooks, one CPU thread, torch
+    2.13, on a shared machine). It shows for small models with many hooked
+    layers (1.02x tokens/s for a 16-wide, 4-hook LM on one CPU thread) and
+    disappears in large ones; `benchmarks/bench_model.py` measures a hooked LM
+    end to end.
+
+    The seed report also says that per-call registration "is fundamentally
+    incompatible" with `torch.compile`. With torch 2.13 that is not what
+    happens: dynamo traces the hooks of a compiled module, and a module whose
+    hook is registered and removed around each of 8 calls compiled to the same
+    2 graphs as the same module using this rule's dispatcher (backend "eager",
+    hook state passed as a tensor). Per-call hooks whose state is a Python
+    number still make dynamo specialize on it for the first values it sees,
+    with or without this rule.
+
+    A handle counts as removed in the same call when the code calls
+    `handle.remove()` (directly, or for each handle of a list built in the
+    function with `[...]`, `.append` or `+=`), uses it as a context manager,
+    or enters it into a `contextlib.ExitStack` used for nothing else, inside
+    the loop or `forward` that registers it.
+
+    Registrations that run once (outside any loop and any `forward`), hooks
+    whose handles are never removed in the same call, and functions that may
+    run only once are left alone.
+
+    ## Example
+    ```python
+    for x in data:
+        handles = [layer.register_forward_hook(functools.partial(keep, name=i))
+                   for i, layer in enumerate(model)]
+        try:
+            loss = model(x).sum()
+        finally:
+            for handle in handles:
+                handle.remove()
+        loss.backward()
+    ```
+    Use instead:
+    ```python
+    from runtime.hooks import per_call_forward_hook
+
+    for x in data:
+        handles = [per_call_forward_hook(layer, functools.partial(keep, name=i))
+                   for i, layer in enumerate(model)]
+        try:
+            loss = model(x).sum()
+        finally:
+            for handle in handles:
+                handle.remove()
+        loss.backward()
+    ```
+
+    ## Fix safety
+    Unsafe by the catalogue's scheme (PM501 changes how the model's hooks are
+    held), but the rewritten code gives the same outputs and gradients bit for
+    bit, which the rule's tests check on CPU: the dispatcher calls each hook
+    with torch's arguments (`with_kwargs=True` hooks get the keyword arguments)
+    and uses what it returns as torch does (a replacement output; replacement
+    args, or `(args, kwargs)`); with no hook listed it returns at once, so
+    removed hooks have no effect; and the hooks run in torch's order: a hook
+    registered per call runs after every hook already on the module, so when
+    other code registered a hook after the dispatcher, the dispatcher moves
+    itself behind it, or, while it holds hooks of the running call, the new hook
+    is registered with torch as before. Removal stays where the code has it, so
+    a `finally` still removes the hooks after an exception, and nested or
+    re-entrant calls add and remove their own entries. One case differs: torch
+    fixes the hooks it will run when it starts running a module's hooks, the
+    dispatcher when it is reached, so a hook that itself registers per-call
+    hooks on the module whose hooks are running sees them run in the same pass.
+    Objects that are not `nn.Module`s (and TorchScript modules) are registered
+    with their own method, unchanged. What does change: a hooked module keeps
+    the (inert) dispatcher between calls, so it runs torch's hook path instead
+    of its no-hook fast path (same results), and `torch.save(model)` of the
+    whole module object pickles the dispatcher, so loading that file needs
+    `runtime` importable (state_dict checkpoints are not affected).
+
+    Reported without a fix: `prepend=True` and `always_call=True` hooks (the
+    dispatcher runs last and only after a forward that returned), `*args` /
+    `**kwargs` in the call, and handles the rule cannot follow to their removal
+    (stored on `self`, in a dict, returned, or read other than by
+    `.remove()`) in a `forward`, a `@contextmanager` helper or a training loop.
+    """
+
+    CODE = "PM501"
+    NAME = "per-call-hook-registration"
+    LEVEL = Level.UNSAFE
+    REQUIRES = tuple(TORCH_TO_RUNTIME)
+    MESSAGE = ("hook registered and removed on every call; register it once "
+               "(runtime.hooks.per_call_forward_hook keeps one dispatcher per module)")
+    GAIN = "about 3 us of Python per hook per call: shows only in small models with many hooked layers"
+
+    VALID = [
+        Valid(PREAMBLE + "handle = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
+              "for x in data:\n    model(x).sum().backward()\n    opt.step()\nhandle.remove()\n",
+              "one-shot hook outside loops"),
+        Valid(PREAMBLE + "handles = []\nfor i, layer in enumerate(model):\n"
+              "    handles.append(layer.register_forward_hook(functools.partial(keep, name=i)))\n"
+              "for x in data:\n    model(x).sum().backward()\nfor h in handles:\n    h.remove()\n",
+              "registered in a loop over layers, removed after training: once"),
+        Valid(PREAMBLE + "def attach():\n    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
+              "    model(data[0])\n    h.remove()\n", "a plain function may run once"),
+        Valid(PREAMBLE + "class Hooker:\n    def register_forward_hook(self, fn):\n        return fn\n"
+              "hooker = Hooker()\nfor x in data:\n    hooker.register_forward_hook(print)\n",
+              "the result is never removed: not a per-call pair"),
+    ]
+    INVALID = [
+        Invalid(
+            _loop_with("    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
+                       "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"),
+            _imported(_loop_with("    h = per_call_forward_hook(model[0], functools.partial(keep, name=0))\n"
+                                 "    try:\n        out = model(x)\n    finally:\n        h.remove()\n")),
+            "try/finally in the training loop",
+        ),
+        Invalid(
+            _loop_with("    h = None\n    try:\n        h = model[2].register_forward_hook(lambda m, a, o: o * 2)\n"
+                       "        out = model(x)\n    finally:\n        if h is not None:\n            h.remove()\n"),
+            _imported(_loop_with("    h = None\n    try:\n        h = per_call_forward_hook(model[2], lambda m, a, o: o * 2)\n"
+                                 "        out = model(x)\n    finally:\n        if h is not None:\n"
+                                 "            h.remove()\n")),
+            "a handle compared with None before removal",
+        ),
+        Invalid(
+            PREAMBLE + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
+            "        self.net = net\n    def forward(self, x, shift):\n"
+            "        with self.net[0].register_forward_pre_hook(lambda m, args: (args[0] + shift,)):\n"
+            "            return self.net(x)\n",
+            _imported(PREAMBLE
+            + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
+            "        self.net = net\n    def forward(self, x, shift):\n"
+            "        with per_call_forward_pre_hook(self.net[0], lambda m, args: (args[0] + shift,)):\n"
+            "            return self.net(x)\n", "per_call_forward_pre_hook"),
+            "a pre-hook in forward, removed by `with`",
+        ),
+        Invalid(
+            PREAMBLE + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
+            "        self.net = net\n        self.handles = []\n    def forward(self, x):\n"
+            "        self.handles.append(self.net[0].register_forward_hook(functools.partial(keep, name=0)))\n"
+            "        out = self.net(x)\n        for h in self.handles:\n            h.remove()\n"
+            "        return out\n",
+            None,
+            "the handle is kept on self: reported without a fix",
+        ),
+        Invalid(
+            _loop_with("    h = model[0].register_forward_hook(functools.partial(keep, name=0), prepend=True)\n"
+                       "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"),
+            None,
+            "prepend=True: reported without a fix",
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in TORCH_TO_RUNTIME:
+            return
+        per_call = self._per_call_region(node)
+        if per_call is None:
+            return
+        removals = self._removals(node)
+        if removals is None:
+            # The handle goes somewhere the rule cannot follow: report only where the
+            # code visibly runs per call.
+            if per_call != "loop" or self._in_training_loop(node):
+                self.report(node, "hook registered on every call, but its handle is stored or used other than by "
+                                  "`.remove()` (on self, in a dict, returned); register it once by hand, e.g. with "
+                                  "runtime.hooks.PersistentHooks")
+            return
+        if not removals or not self._removed_in_same_call(node, removals):
+            return  # never removed, or removed elsewhere: registered once, or unknown how often
+        problem = self._argument_problem(node)
+        if problem is not None:
+            self.report(node, f"hook registered and removed on every call, but {problem}; left as written")
+            return
+        function = TORCH_TO_RUNTIME[node.func.attr.value]
+        if self._name_taken(node, function):
+            self.report(node, f"hook registered and removed on every call, but this file binds `{function}` "
+                              "to something else; rename it to apply the fix")
+            return
+        replacement = node.with_changes(
+            func=cst.Name(function),
+            args=[cst.Arg(node.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                  *node.args],
+        )
+        self.report(node, replacement=replacement, imports=[(RUNTIME_MODULE, function)])
+
+    # -- where it runs -----------------------------------------------------------------
+
+    def _ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        parents = self.context.parents
+        node = parents.get(node)
+        while node is not None:
+            yield node
+            node = parents.get(node)
+
+    def _regions(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """Loops and per-call functions around `node`, innermost first, up to the
+        enclosing function (a lambda or a plain function: unknown how often it runs)."""
+        for ancestor in self._ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.While)):
+                yield ancestor
+            elif isinstance(ancestor, cst.FunctionDef):
+                if ancestor.name.value in PER_CALL_FUNCTIONS or self._is_context_manager(ancestor):
+                    yield ancestor
+                return
+            elif isinstance(ancestor, (cst.Lambda, cst.ClassDef)):
+                return
+
+    def _per_call_region(self, node: cst.CSTNode) -> str | None:
+        """`"function"` inside a forward or @contextmanager, `"loop"` inside a loop, else None."""
+        kinds = ["function" if isinstance(r, cst.FunctionDef) else "loop" for r in self._regions(node)]
+        return "function" if "function" in kinds else (kinds[0] if kinds else None)
+
+    def _is_context_manager(self, function: cst.FunctionDef) -> bool:
+        return any(self.context.names.is_(d.decorator, *CONTEXT_MANAGERS) for d in function.decorators)
+
+    def _in_training_loop(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(r, (cst.For, cst.While)) and self.context.loops.is_training_loop(r)
+                   for r in self._regions(node))
+
+    def _removed_in_same_call(self, node: cst.Call, removals: list[cst.CSTNode]) -> bool:
+        """Is there a loop or per-call function around the registration that also holds a removal?"""
+        for region in self._regions(node):
+            if any(self._inside(removal, region) for removal in removals):
+                return True
+        return False
+
+    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        return node is ancestor or any(a is ancestor for a in self._ancestors(node))
+
+    # -- where the handle goes ---------------------------------------------------------
+
+    def _removals(self, call: cst.Call) -> list[cst.CSTNode] | None:
+        """The nodes that remove the handle `call` returns ([] when none does), or None
+        when the handle is used in a way the rule does not follow."""
+        parent = self.context.parents.get(call)
+        if isinstance(parent, cst.WithItem) and parent.asname is None:
+            return [parent]
+        if isinstance(parent, cst.Expr):
+            return []  # the handle is dropped: the hook stays
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            return self._handle_removals(parent.targets[0].target)
+        if isinstance(parent, cst.Arg):
+            outer = self.context.parents.get(parent)
+            if not (isinstance(outer, cst.Call) and len(outer.args) == 1
+                    and m.matches(outer.func, m.Attribute(value=m.Name()))):
+                return None
+            if outer.func.attr.value == "append":
+                return self._list_removals(outer.func.value)
+            if outer.func.attr.value == "enter_context":
+                return self._exit_stack_removals(outer.func.value)
+            return None
+        # `handles = [m.register_...(f)]`, `handles += [... for ...]`
+        display = self.context.parents.get(parent) if isinstance(parent, cst.Element) else parent
+        if isinstance(display, cst.List) or (isinstance(display, cst.ListComp) and call is display.elt):
+            target = self._list_target(self.context.parents.get(display))
+            return self._list_removals(target) if target is not None else None
+        return None
+
+    @staticmethod
+    def _list_target(statement: cst.CSTNode | None) -> cst.Name | None:
+        """`L` of `L = [...]` or `L += [...]`."""
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0].target
+        elif isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign):
+            target = statement.target
+        else:
+            return None
+        return target if isinstance(target, cst.Name) and isinstance(statement.value, (cst.List, cst.ListComp)) else None
+
+    def _references(self, name: cst.Name) -> list[cst.Name] | None:
+        """Every read of the variable `name` in its scope, or None when it is bound
+        by something other than a plain assignment or a `for` target."""
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None:
+            return None
+        reads = []
+        for assignment in scope.assignments[name.value]:
+            if not isinstance(assignment.node, cst.Name):
+                return None  # a parameter, an import, a global: bound elsewhere
+            reads += [access.node for access in assignment.references]
+        return reads
+
+    def _is_remove(self, read: cst.CSTNode) -> cst.Call | None:
+        attribute = self.context.parents.get(read)
+        call = self.context.parents.get(attribute)
+        if (isinstance(attribute, cst.Attribute) and attribute.value is read and attribute.attr.value == "remove"
+                and isinstance(call, cst.Call) and call.func is attribute and not call.args):
+            return call
+        return None
+
+    def _handle_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
+        """Removals of the handle held by `name`: `name.remove()` or `with name:`; it may
+        also be compared with None. Any other read: None."""
+        reads = self._references(name)
+        if reads is None:
+            return None
+        removals = []
+        for read in reads:
+            parent = self.context.parents.get(read)
+            if isinstance(parent, cst.WithItem) and parent.asname is None:
+                removals.append(parent)
+            elif (removal := self._is_remove(read)) is not None:
+                removals.append(removal)
+            elif not m.matches(parent, m.Comparison(left=m.Name(), comparisons=[
+                    m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))])):
+                return None  # `if h is not None:` reads it the same way for either handle
+        return removals
+
+    def _exit_stack_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
+        """`with contextlib.ExitStack() as stack:` ... `stack.enter_context(handle)`: the
+        `with` removes the handles, if `stack` is used for nothing but enter_context."""
+        reads = self._references(name)
+        if reads is None:
+            return None
+        for read in reads:
+            if not m.matches(self.context.parents.get(read), m.Attribute(attr=m.Name("enter_context"))):
+                return None
+        scope = self.get_metadata(ScopeProvider, name, None)
+        removals = []
+        for assignment in scope.assignments[name.value]:
+            as_name = self.context.parents.get(assignment.node)
+            item = self.context.parents.get(as_name)
+            if not (isinstance(as_name, cst.AsName) and isinstance(item, cst.WithItem)
+                    and self.context.names.is_(item.item, "contextlib.ExitStack")):
+                return None
+            removals.append(self.context.parents.get(item))
+        return removals
+
+    def _list_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
+        """Removals of the handles kept in the list `name`: it must be built as a list
+        here, and only appended to, cleared, or looped over by `for h in name: h.remove()`."""
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None:
+            return None
+        for assignment in scope.assignments[name.value]:
+            parent = self.context.parents.get(assignment.node)
+            statement = self.context.parents.get(parent) if isinstance(parent, cst.AssignTarget) else parent
+            if self._list_target(statement) is None:
+                return None
+        reads = self._references(name)
+        if reads is None:
+            return None
+        removals = []
+        for read in reads:
+            parent = self.context.parents.get(read)
+            if m.matches(parent, m.Attribute(attr=m.Name("append") | m.Name("clear"))) and isinstance(
+                    self.context.parents.get(parent), cst.Call):
+                continue
+            if isinstance(parent, cst.AugAssign) and parent.target is read:
+                continue  # `L += [...]`, checked with the assignments above
+            if isinstance(parent, cst.For) and parent.iter is read and isinstance(parent.target, cst.Name):
+                found = self._handle_removals(parent.target)
+                if not found:
+                    return None
+                removals += found
+                continue
+            return None
+        return removals
+
+    # -- the call itself ---------------------------------------------------------------
+
+    def _argument_problem(self, call: cst.Call) -> str | None:
+        if any(arg.star for arg in call.args):
+            return "its arguments are passed with * or **"
+        for name in ("prepend", "always_call"):
+            if kwarg(call, name) is not None:
+                return (f"it passes `{name}=`: the runtime's dispatcher runs after the module's other hooks"
+                        " and only after a forward that returned")
+        known = {"hook", "with_kwargs"}
+        if any(arg.keyword is not None and arg.keyword.value not in known for arg in call.args):
+            return "it passes an argument the runtime does not take"
+        if positional(call, 1) is not None:
+            return "it passes more than the hook positionally"
+        if positional(call, 0) is None and kwarg(call, "hook") is None:
+            return "it passes no hook"
+        return None
+
+    def _name_taken(self, node: cst.CSTNode, function: str) -> bool:
+        scope = self.get_metadata(ScopeProvider, node, None)
+        if scope is None:
+            return False
+        for assignment in scope[function]:
+            statement = getattr(assignment, "node", None)
+            if not (isinstance(statement, cst.ImportFrom) and isinstance(statement.module, (cst.Attribute, cst.Name))
+                    and self.context.module.code_for_node(statement.module) == RUNTIME_MODULE):
+                return True
+        return False
