@@ -53,7 +53,15 @@ def fix_availability(rule: type[Rule]) -> str:
 
 
 def level_note(rule: type[Rule]) -> str:
-    return f"{rule.LEVEL.label}, {LEVEL_NOTES[rule.LEVEL]}"
+    note = f"{rule.LEVEL.label}, {LEVEL_NOTES[rule.LEVEL]}"
+    if rule.OPT_IN:
+        note += f"; opt-in: runs only when selected by its code (`--select {rule.CODE}`)"
+    return note
+
+
+def level_label(rule: type[Rule]) -> str:
+    """The level as a table shows it, marking opt-in rules."""
+    return f"{rule.LEVEL.label} (opt-in)" if rule.OPT_IN else rule.LEVEL.label
 
 
 def rule_page(rule: type[Rule]) -> str:
@@ -77,7 +85,7 @@ def rule_page(rule: type[Rule]) -> str:
 
 def index_page(rules: Sequence[type[Rule]]) -> str:
     rows = [
-        f"| {rule.CODE} | [{rule.NAME}]({page_name(rule)}) | {rule.LEVEL.label} | "
+        f"| {rule.CODE} | [{rule.NAME}]({page_name(rule)}) | {level_label(rule)} | "
         f"{fix_availability(rule)} | {_cell(rule.summary())} |"
         for rule in rules
     ]

@@ -317,13 +317,15 @@ def test_rules_table_lists_every_rule():
     assert lines[0].split() == ["CODE", "NAME", "LEVEL", "SUMMARY"]
     for rule, line in zip(ALL_RULES, lines[1:], strict=True):
         assert line.split()[:3] == [rule.CODE, rule.NAME, rule.LEVEL.label]
+        assert (line.split()[3] == "(opt-in)") == rule.OPT_IN
         assert line.endswith(rule.summary())  # whole when piped
 
 
 def test_rules_json():
     rules = json.loads(perfmod("rules", "--format", "json").stdout)
     assert [r["code"] for r in rules] == [r.CODE for r in ALL_RULES]
-    assert set(rules[0]) == {"code", "name", "level", "summary", "message", "gain", "fix", "docs"}
+    assert set(rules[0]) == {"code", "name", "level", "opt_in", "summary", "message", "gain", "fix", "docs"}
+    assert {r["code"] for r in rules if r["opt_in"]} == {r.CODE for r in ALL_RULES if r.OPT_IN}
 
 
 @pytest.mark.parametrize("spelling", ["PM101", "pm101", "blocking-host-to-device-copy"])

@@ -37,7 +37,9 @@ def test_page_layout(rule):
     assert f"**Level:** {rule.LEVEL.label}, " in page and "**Fix:** " in page and rule.GAIN in page
     assert page.endswith(rule.docs() + "\n")
     index = docs.index_page(ALL_RULES)
-    assert f"| {rule.CODE} | [{rule.NAME}]({rule.NAME}.md) | {rule.LEVEL.label} |" in index
+    level = f"{rule.LEVEL.label} (opt-in)" if rule.OPT_IN else rule.LEVEL.label
+    assert f"| {rule.CODE} | [{rule.NAME}]({rule.NAME}.md) | {level} |" in index
+    assert (f"opt-in: runs only when selected by its code (`--select {rule.CODE}`)" in page) == rule.OPT_IN
 
 
 def test_generation_writes_pages_removes_stale_ones_and_keeps_hand_written_ones(tmp_path, capsys):

@@ -59,6 +59,7 @@ def rules_json(rules: Sequence[type[Rule]]) -> str:
                 "code": rule.CODE,
                 "name": rule.NAME,
                 "level": rule.LEVEL.label,
+                "opt_in": rule.OPT_IN,
                 "summary": rule.summary(),
                 "message": rule.MESSAGE,
                 "gain": rule.GAIN,

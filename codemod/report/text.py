@@ -9,7 +9,7 @@ import textwrap
 from collections import Counter
 from typing import Sequence
 
-from codemod.docs import fix_availability, level_note, page_path
+from codemod.docs import fix_availability, level_label, level_note, page_path
 from codemod.engine import FileResult
 from codemod.report.summary import Summary
 from codemod.rule import Finding, Invalid, Level, Rule
@@ -102,7 +102,7 @@ def _codes(findings: Sequence[Finding]) -> str:
 def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
     """Code, name, level and summary, one rule a line; summaries are shortened
     to fit `width` when one is given (a terminal), whole otherwise."""
-    rows = [("CODE", "NAME", "LEVEL", "SUMMARY")] + [(r.CODE, r.NAME, r.LEVEL.label, r.summary()) for r in rules]
+    rows = [("CODE", "NAME", "LEVEL", "SUMMARY")] + [(r.CODE, r.NAME, level_label(r), r.summary()) for r in rules]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     lines = []
     for row in rows:
