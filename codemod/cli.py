@@ -405,7 +405,8 @@ def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol,
 
     Arguments after `--` go to the script, the same for both runs.
     """
-    from codemod.verify import VerifyError, error_json, render_json, render_text, verify as run_verify
+    from codemod.verify import verify as run_verify
+    from codemod.verify_run import VerifyError, error_json, render_json, render_text
 
     settings = _settings([script], config, level, select, ignore, None)
     try:
