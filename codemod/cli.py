@@ -393,9 +393,10 @@ Exit status:
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True,
               help="Seconds each run may take.")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
-              help="Leave the instrumented copies in this folder (to inspect or rerun them).")
+              help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
+                   "(`python -m codemod.verify_run FOLDER`, which needs torch but not libcst).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one object on stdout, its schema in codemod/verify.py.")
+              help="json: one object on stdout, its schema in codemod/verify_run.py.")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="pyproject.toml to read [tool.perfmod] from.")
 @click.pass_context

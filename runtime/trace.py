@@ -31,7 +31,8 @@ After step N the tracer writes its result and raises `TraceStop`, a
 `SystemExit` with status 0: `finally` blocks and `atexit` handlers run (DataLoader
 workers shut down cleanly) and `except Exception` does not catch it. A script
 that swallows it anyway and steps again is ended with `os._exit(0)`. A script
-that ends before N steps writes what it has, marked `"completed": false`.
+that ends before N steps writes what it has, marked `"completed": false`. Only
+the training process writes: not DataLoader workers, forked or spawned.
 
 Seeding: `install()` seeds `random`, torch (all devices) and numpy (when it is
 installed) with PERFMOD_TRACE_SEED before the script's own code runs, the same
@@ -42,10 +43,10 @@ from __future__ import annotations
 
 import atexit
 import json
+import multiprocessing
 import os
 import platform
 import random
-import resource
 import sys
 import time
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ class Tracer:
     window_start: float | None = None
     window_end: float | None = None
     written: bool = False
+    pid: int = field(default_factory=os.getpid)  # only this process writes (not forked workers)
     _samples: int | None = None  # of the step under way
     _tokens: int | None = None
 
@@ -132,7 +134,7 @@ class Tracer:
         }
 
     def write(self, completed: bool) -> None:
-        if self.written:
+        if self.written or os.getpid() != self.pid:
             return
         self.written = True
         sys.stdout.flush()
@@ -162,7 +164,12 @@ def install() -> Tracer:
     seed(int(os.environ.get(SEED_VAR, "0")))
     if os.environ.get(DETERMINISTIC_VAR) == "1":
         torch.use_deterministic_algorithms(True)
-    atexit.register(_tracer.write, completed=False)
+    # A worker started with spawn or forkserver imports the script again (as __mp_main__);
+    # it must not write its empty trace over the training process's.
+    if multiprocessing.parent_process() is None:
+        atexit.register(_tracer.write, completed=False)
+    else:
+        _tracer.pid = -1
     return _tracer
 
 
@@ -194,6 +201,10 @@ def stepped(value=None):
 def peak_memory() -> dict:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return {"peak_memory_bytes": int(torch.cuda.max_memory_allocated()), "peak_memory_kind": "cuda"}
+    try:
+        import resource
+    except ImportError:  # Windows
+        return {"peak_memory_bytes": None, "peak_memory_kind": "rss"}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux counts kilobytes, macOS bytes.
     return {"peak_memory_bytes": int(peak if sys.platform == "darwin" else peak * 1024), "peak_memory_kind": "rss"}

@@ -119,3 +119,14 @@ def test_install_without_verify_says_what_it_is_for(monkeypatch):
     monkeypatch.delenv(trace.OUT_VAR, raising=False)
     with pytest.raises(RuntimeError, match="perfmod verify"):
         trace.install()
+
+
+def test_a_spawned_worker_that_imports_the_script_again_writes_nothing(tmp_path, monkeypatch):
+    registered = []
+    monkeypatch.setattr(trace, "_tracer", None)
+    monkeypatch.setattr(trace.atexit, "register", lambda *args, **kwargs: registered.append(args))
+    monkeypatch.setattr(trace.multiprocessing, "parent_process", lambda: object())  # as in a worker
+    monkeypatch.setenv(trace.OUT_VAR, str(tmp_path / "t.json"))
+    monkeypatch.setenv(trace.STEPS_VAR, "7")
+    trace.install().write(completed=False)
+    assert registered == [] and not (tmp_path / "t.json").exists()
