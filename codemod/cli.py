@@ -424,4 +424,6 @@ def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol,
                        err=True)
     else:
         click.echo(render_text(result), nl=False)
+    if keep is not None:
+        click.echo(f"copies kept in {keep}; run them again with `python -m codemod.verify_run {keep}`", err=True)
     ctx.exit(result.exit_code)

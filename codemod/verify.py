@@ -130,6 +130,7 @@ def prepare(
                      f"vs {sites['original']}): compare with care")
     folder = Path(folder)
     for run in RUNS:
+        shutil.rmtree(folder / run, ignore_errors=True)  # copies an earlier verify left in a kept folder
         _mirror(source_folder, folder / run, copies[run])
     manifest = {"schema": SCHEMA, "script": str(script), "entry": script.name, "args": list(args),
                 "level": settings.level.label, "applied_level": applied.label, "rtol": rtol, "atol": atol,

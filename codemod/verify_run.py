@@ -51,7 +51,7 @@ Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 1:
         "elapsed_s": float|null, "returncode": int,
         "sites": {"loss": int, "stepped": int, "batch": int}},   (hooks instrumented)
      "speedup": float|null (rewritten steps/s over original steps/s),
-     "max_abs_deviation": float|null, "max_rel_deviation": float|null,
+     "max_abs_deviation": float|null, "max_rel_deviation": float|null, (null: not finite)
      "worst_step": int|null (1-based index into losses),
      "tolerance": {"level": str, "rtol": float, "atol": float, "exact": bool},
      "agree": bool|null (null when a run failed),
@@ -182,8 +182,8 @@ class VerifyResult:
             "original": self.original.as_json() if self.original else None,
             "rewritten": self.rewritten.as_json() if self.rewritten else None,
             "speedup": self.speedup,
-            "max_abs_deviation": comparison["max_abs_deviation"],
-            "max_rel_deviation": comparison["max_rel_deviation"],
+            "max_abs_deviation": _finite_or_none(comparison["max_abs_deviation"]),
+            "max_rel_deviation": _finite_or_none(comparison["max_rel_deviation"]),
             "worst_step": comparison["worst_step"],
             "tolerance": self.tolerance.as_json(),
             "agree": self.agree,
@@ -192,26 +192,9 @@ class VerifyResult:
         }
 
 
-def compare(original: Sequence[float | None], rewritten: Sequence[float | None], tolerance: Tolerance) -> dict:
-    """Step-by-step agreement; NaN and inf arrive as None and agree only with None."""
-    if len(original) != len(rewritten):
-        return {"agree": False, "max_abs_deviation": None, "max_rel_deviation": None, "worst_step": None}
-    agree, worst, max_abs, max_rel = True, None, 0.0, 0.0
-    for index, (want, got) in enumerate(zip(original, rewritten), start=1):
-        if want is None or got is None:
-            if want is not got:
-                agree, worst, max_abs, max_rel = False, index, math.inf, math.inf
-            continue
-        deviation = abs(got - want)
-        relative = deviation / abs(want) if want else (math.inf if deviation else 0.0)
-        if deviation > tolerance.atol + tolerance.rtol * abs(want):
-            agree = False
-        if deviation > max_abs or (worst is None and deviation > 0):
-            worst = index
-        max_abs, max_rel = max(max_abs, deviation), max(max_rel, relative)
-    return {"agree": agree, "max_abs_deviation": max_abs, "max_rel_deviation": max_rel, "worst_step": worst}
-
-
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON has no infinity: a NaN against a number, or a deviation from a zero loss, is null."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 # -- runs ------------------------------------------------------------------------------------------

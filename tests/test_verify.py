@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import libcst as cst
@@ -50,10 +51,14 @@ class DoubledLearningRate(Rule):
 
 
 @pytest.fixture(scope="module")
-def safe_run():
+def safe_run(tmp_path_factory):
+    """The safe fixture's verify, with the folders it reads and writes watched."""
     before = snapshot(FIXTURES)
-    result = verify(SAFE, ["--steps", "40"], steps=STEPS, warmup=WARMUP, env=ENV)
-    return result, before
+    temporary = tmp_path_factory.mktemp("tmp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(temporary))
+        result = verify(SAFE, ["--steps", "40"], steps=STEPS, warmup=WARMUP, env=ENV)
+    return result, before, temporary
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +70,7 @@ def numeric_run():
 
 
 def test_safe_rewrite_agrees_exactly(safe_run):
-    result, _ = safe_run
+    result = safe_run[0]
     assert result.error is None and result.exit_code == 0 and result.agree is True
     assert sorted({f["code"] for f in result.fixes}) == ["PM101", "PM403"]
     assert result.tolerance.exact and result.tolerance.level == "safe"
@@ -75,7 +80,7 @@ def test_safe_rewrite_agrees_exactly(safe_run):
 
 
 def test_steps_and_warmup_are_respected(safe_run):
-    result, _ = safe_run
+    result = safe_run[0]
     for run in (result.original, result.rewritten):
         trace = run.trace
         assert trace["completed"] and trace["steps"] == STEPS  # the script was told 40: verify stopped it
@@ -88,9 +93,10 @@ def test_steps_and_warmup_are_respected(safe_run):
         assert run.returncode == 0 and run.sites == {"loss": 1, "stepped": 1, "batch": 1}
 
 
-def test_nothing_outside_the_temporary_folder_is_written(safe_run):
-    _, before = safe_run
+def test_nothing_outside_the_temporary_folder_is_written_and_it_is_removed(safe_run):
+    _, before, temporary = safe_run
     assert snapshot(FIXTURES) == before  # the scripts unchanged, no trace, no __pycache__
+    assert list(temporary.iterdir()) == []
 
 
 def test_json_has_the_documented_keys(safe_run):
@@ -253,3 +259,10 @@ def test_verify_imports_no_torch_and_its_running_half_no_libcst():
     # The running half needs neither libcst nor torch: a GPU machine with torch alone runs prepared copies.
     code = "import sys, codemod.verify_run; assert not {'torch', 'libcst'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_the_standalone_runner_refuses_a_folder_verify_did_not_prepare(tmp_path, capsys):
+    from codemod.verify_run import main as run_main
+
+    assert run_main([str(tmp_path), "--steps", "3"]) == 2
+    assert "not a folder prepared by perfmod verify" in capsys.readouterr().err
