@@ -21,8 +21,10 @@ from codemod.config import Settings
 from codemod.instrument import instrument
 from codemod.rule import Level, Rule
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
-from codemod.verify import local_modules, verify
-from codemod.verify_run import DEFAULT_RTOL, Tolerance, VerifyError, compare, render_json, render_text
+from codemod.verify import local_modules, prepare, verify
+from codemod.verify_run import (
+    DEFAULT_RTOL, MANIFEST, UNSAFE_NOTE, Tolerance, VerifyError, compare, render_json, render_text,
+)
 from tests.cli_support import perfmod
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "verify"
@@ -266,3 +268,26 @@ def test_the_standalone_runner_refuses_a_folder_verify_did_not_prepare(tmp_path,
 
     assert run_main([str(tmp_path), "--steps", "3"]) == 2
     assert "not a folder prepared by perfmod verify" in capsys.readouterr().err
+
+
+class UnsafeDoubledLearningRate(DoubledLearningRate):
+    """Test only: the same change, declared unsafe."""
+
+    LEVEL = Level.UNSAFE
+
+
+def test_prepare_marks_unsafe_fixes_and_mirrors_the_folder_with_relative_links(tmp_path):
+    manifest = prepare(SAFE, tmp_path, ["--steps", "4"], level=Level.UNSAFE, rules=[UnsafeDoubledLearningRate])
+    assert manifest["applied_level"] == "unsafe" and UNSAFE_NOTE in manifest["notes"]
+    assert [f["code"] for f in manifest["fixes"]] == ["PM999"]
+    assert manifest["entry"] == "safe_mlp.py" and manifest["args"] == ["--steps", "4"]
+    assert manifest["sites"]["original"] == manifest["sites"]["rewritten"] == {"loss": 1, "stepped": 1, "batch": 1}
+    assert json.loads((tmp_path / MANIFEST).read_text()) == manifest
+    copy = tmp_path / "rewritten" / "safe_mlp.py"
+    assert copy.is_file() and not copy.is_symlink()
+    assert "_perfmod_trace.install()" in copy.read_text() and "lr=options.lr * 2" in copy.read_text()
+    sibling = tmp_path / "original" / "numeric_lm.py"
+    assert sibling.is_symlink() and not os.path.isabs(os.readlink(sibling))
+    assert sibling.read_bytes() == NUMERIC.read_bytes()
+    assert (tmp_path / "original" / "local_module").is_symlink()
+    assert Tolerance.for_level(manifest["applied_level"]).rtol == DEFAULT_RTOL
