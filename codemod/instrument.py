@@ -45,8 +45,10 @@ class Instrumented:
         return {"loss": self.losses, "stepped": self.steps, "batch": self.batches}
 
 
-def instrument(source: str, path: str, settings: Settings) -> Instrumented:
-    """`source` with the trace header and a hook around each site of its training loops."""
+def instrument(source: str, path: str, settings: Settings, entry: bool = True) -> Instrumented:
+    """`source` with a hook around each site of its training loops, and the trace
+    header when it has hooks or is the `entry` script (whose header seeds the run
+    before any of its code, imports included, runs)."""
     wrapper = MetadataWrapper(parse(source.encode()))
     module = wrapper.module
     training = FileContext(wrapper, path, settings, module.code).training
@@ -60,8 +62,11 @@ def instrument(source: str, path: str, settings: Settings) -> Instrumented:
         if model_input is not None:
             hooks.setdefault(id(model_input), "batch")
     counts = {name: list(hooks.values()).count(name) for name in ("loss", "stepped", "batch")}
-    module = module.visit(_Wrap(hooks))
-    return Instrumented(_with_header(module).code, counts["loss"], counts["stepped"], counts["batch"])
+    if hooks:
+        module = module.visit(_Wrap(hooks))
+    if hooks or entry:
+        module = _with_header(module)
+    return Instrumented(module.code, counts["loss"], counts["stepped"], counts["batch"])
 
 
 def _first_model_input(training, loop) -> cst.BaseExpression | None:

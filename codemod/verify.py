@@ -114,9 +114,11 @@ def prepare(
         notes.append(f"no fix applies at level {settings.level.label}: the rewrite is the original")
     if applied is Level.UNSAFE:
         notes.append(UNSAFE_NOTE)
+    entry = Path(script.name)
     copies = {
-        "original": {path: instrument(text, str(source_folder / path), settings) for path, text in originals.items()},
-        "rewritten": {path: instrument(text, str(source_folder / path), settings) for path, text in rewrites.items()},
+        run: {path: instrument(text, str(source_folder / path), settings, entry=path == entry)
+              for path, text in texts.items()}
+        for run, texts in (("original", originals), ("rewritten", rewrites))
     }
     sites = {run: _total_sites(files) for run, files in copies.items()}
     if sites["original"]["stepped"] == 0:

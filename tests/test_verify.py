@@ -250,6 +250,13 @@ def test_instrumentation_hooks_after_the_header_and_inside_classes():
     compile(instrumented.source, "t.py", "exec")
 
 
+def test_only_the_entry_script_and_files_with_loops_get_the_header():
+    helper = "import torch\n\n\ndef act(x):\n    return torch.relu(x)\n"
+    assert instrument(helper, "helpers.py", Settings(), entry=False).source == helper
+    assert instrument(helper, "train.py", Settings(), entry=True).source.startswith(
+        "import runtime.trace as _perfmod_trace\n_perfmod_trace.install()\nimport torch\n")
+
+
 def test_verify_imports_no_torch_and_its_running_half_no_libcst():
     """codemod never imports torch: the runs that need it are subprocesses."""
     import subprocess
