@@ -37,9 +37,11 @@ Tolerance, by the highest level of the fixes applied (not of `--level`):
 
 Nondeterministic kernels (on CUDA: atomics in index_add, scatter, some
 backward passes) make two runs of the same script differ; with
-`deterministic=True` both runs call `torch.use_deterministic_algorithms(True)`
-(and get CUBLAS_WORKSPACE_CONFIG=:4096:8), which makes "exact" meaningful on a
-GPU, at a cost in speed that both runs pay.
+`deterministic=True` both runs call `torch.use_deterministic_algorithms(True,
+warn_only=True)` (and get CUBLAS_WORKSPACE_CONFIG=:4096:8), which makes "exact"
+meaningful on a GPU, at a cost in speed that both runs pay. An op that has no
+deterministic kernel only warns, on the run's stderr (run the copies kept with
+`--keep` by hand to read it): if the losses still differ, it is the first suspect.
 
 Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 1:
 
@@ -442,7 +444,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VerifyError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(render_json(result) if options.format == "json" else render_text(result), end="\n" if options.format == "json" else "")
+    if options.format == "json":
+        print(render_json(result))
+    else:
+        print(render_text(result), end="")
     return result.exit_code
 
 

@@ -55,7 +55,7 @@ import torch
 
 OUT_VAR, STEPS_VAR, WARMUP_VAR, SEED_VAR = "PERFMOD_TRACE_OUT", "PERFMOD_TRACE_STEPS", "PERFMOD_TRACE_WARMUP", \
     "PERFMOD_TRACE_SEED"
-DETERMINISTIC_VAR = "PERFMOD_TRACE_DETERMINISTIC"  # "1": torch.use_deterministic_algorithms(True)
+DETERMINISTIC_VAR = "PERFMOD_TRACE_DETERMINISTIC"  # "1": deterministic kernels where torch has them
 
 
 class TraceStop(SystemExit):
@@ -163,7 +163,8 @@ def install() -> Tracer:
                      warmup=int(os.environ.get(WARMUP_VAR, "1")))
     seed(int(os.environ.get(SEED_VAR, "0")))
     if os.environ.get(DETERMINISTIC_VAR) == "1":
-        torch.use_deterministic_algorithms(True)
+        # warn_only: an op without a deterministic kernel warns instead of ending the run.
+        torch.use_deterministic_algorithms(True, warn_only=True)
     # A worker started with spawn or forkserver imports the script again (as __mp_main__);
     # it must not write its empty trace over the training process's.
     if multiprocessing.parent_process() is None:

@@ -182,7 +182,8 @@ def test_a_rewrite_that_changes_the_math_disagrees_also_in_a_local_module(tmp_pa
     assert before[0] == after[0]  # the first loss comes before any update
     assert all(a != b for a, b in zip(before[1:], after[1:]))
     assert result.comparison["worst_step"] > 1 and "losses DISAGREE" in render_text(result)
-    original, rewritten = (tmp_path / "original" / "loop.py").read_text(), (tmp_path / "rewritten" / "loop.py").read_text()
+    original = (tmp_path / "original" / "loop.py").read_text()
+    rewritten = (tmp_path / "rewritten" / "loop.py").read_text()
     assert "_perfmod_trace.stepped(optimizer.step())" in original and "gc.collect()" in original
     assert "_perfmod_trace.stepped(optimizer.step())" in rewritten and "gc.collect()" not in rewritten
     assert "lr=1e-2 * 2" in (tmp_path / "rewritten" / "train.py").read_text()
