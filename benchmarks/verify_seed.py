@@ -75,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deterministic", action="store_true", help="deterministic kernels in both runs")
     parser.add_argument("--prepared", type=Path, help="run copies prepared earlier (no libcst needed)")
     parser.add_argument("--prepare-only", type=Path, metavar="DIR", help="prepare the copies in DIR and stop")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then the script's arguments")
-    options = parser.parse_args(argv)
-    script_args = options.args[1:] if options.args[:1] == ["--"] else options.args
+    parser.epilog = "Arguments after `--` go to the script."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    options, script_args = parser.parse_args(argv[:split]), argv[split + 1:]
     if not script_args and options.device == "cuda":
         script_args = GPU_ARGS
     if options.prepare_only:
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if options.prepared is None:
             shutil.rmtree(folder, ignore_errors=True)
-    command = "python -m benchmarks.verify_seed " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.verify_seed " + shlex.join(argv)
     print(markdown(result, device, command), end="")
     return result.exit_code
 

@@ -434,9 +434,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then the script's arguments (default: as prepared)")
-    options = parser.parse_args(argv)
-    args = options.args[1:] if options.args[:1] == ["--"] else options.args
+    parser.epilog = "Arguments after `--` replace the script's arguments recorded when the copies were prepared."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    options, args = parser.parse_args(argv[:split]), argv[split + 1:]
     try:
         result = run_prepared(options.folder, steps=options.steps, warmup=options.warmup, args=args or None,
                               python=options.python, seed=options.seed, deterministic=options.deterministic,

@@ -23,7 +23,7 @@ from codemod.rule import Level, Rule
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.verify import local_modules, prepare, verify
 from codemod.verify_run import (
-    DEFAULT_RTOL, MANIFEST, UNSAFE_NOTE, Tolerance, VerifyError, compare, render_json, render_text,
+    DEFAULT_RTOL, MANIFEST, UNSAFE_NOTE, Tolerance, VerifyError, compare, render_text,
 )
 from tests.cli_support import perfmod
 
@@ -138,11 +138,17 @@ def test_a_crashing_script_exits_2_and_shows_its_stderr():
     assert "ValueError: batch 3 has the wrong shape" in result.stdout
 
 
-def test_a_script_that_ends_before_the_steps_is_a_failure_with_its_partial_trace():
-    result = verify(SAFE, ["--steps", "3"], steps=5, warmup=1, env=ENV)
-    assert result.exit_code == 2 and result.error["run"] == "original"
-    assert "ended after 3 of 5 optimizer steps" in result.error["message"]
-    data = json.loads(render_json(result))
+def test_a_script_that_ends_before_the_steps_is_a_failure_with_its_partial_trace(tmp_path, capsys, monkeypatch):
+    """Through the standalone runner, on copies prepared beforehand, as on a machine
+    without libcst: its options, and arguments after `--` replacing the prepared ones."""
+    from codemod.verify_run import main as run_main
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    prepare(SAFE, tmp_path, ["--steps", "40"])
+    status = run_main([str(tmp_path), "--steps", "5", "--warmup", "1", "--format", "json", "--", "--steps", "3"])
+    data = json.loads(capsys.readouterr().out)
+    assert status == 2 and data["steps"] == 5 and data["args"] == ["--steps", "3"]
+    assert data["error"]["run"] == "original" and "ended after 3 of 5 optimizer steps" in data["error"]["message"]
     assert data["agree"] is None and data["rewritten"] is None and data["speedup"] is None
     assert len(data["original"]["losses"]) == 3  # what it traced before it ended
 
