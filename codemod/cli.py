@@ -337,7 +337,8 @@ def _rule(text: str) -> type[Rule]:
 
 # -- verify ---------------------------------------------------------------------------------
 
-@main.command(context_settings={"ignore_unknown_options": False}, epilog="""\b
+
+@main.command(epilog="""\b
 Examples:
   perfmod verify train.py -- --epochs 1
   perfmod verify train.py --level numeric --steps 50 --warmup 5 -- --batch-size 64
