@@ -333,3 +333,98 @@ def _rule(text: str) -> type[Rule]:
         if wanted in (rule.CODE, rule.NAME.upper()):
             return rule
     raise Failure(f"no rule {text!r}. {_suggest(wanted)}")
+
+
+# -- verify ---------------------------------------------------------------------------------
+
+
+@main.command(epilog="""\b
+Examples:
+  perfmod verify train.py -- --epochs 1
+  perfmod verify train.py --level numeric --steps 50 --warmup 5 -- --batch-size 64
+  PERFMOD_AMP=bf16 perfmod verify train.py --level numeric    (autocast on the CPU too)
+  perfmod verify train.py --format json > verify.json          (for CI, `perfmod report`)
+
+\b
+How it works:
+  The script and the local modules it imports are rewritten in memory at
+  --level and copied, with the same instrumentation (runtime.trace) added to
+  both versions at the training loop the analysis finds: the loss of each
+  backward(), the optimizer step, the first model input. Each version runs in
+  its own temporary copy of the script's folder (other files linked, not
+  copied), with the same arguments, environment and seed, and stops after
+  --steps optimizer steps. Losses are read back after the last step, and CUDA
+  is synchronised only around the timed steps, so verify adds no per-step
+  host sync to either run.
+
+\b
+Tolerance, by the highest level among the fixes applied:
+  safe     exact: every loss bit for bit equal
+  numeric  |rewritten - original| <= atol + rtol * |original|, rtol 1e-2, atol 0
+  unsafe   as numeric; unsafe fixes may change losses legitimately (sample order,
+           worker processes): review the diff
+  --rtol and --atol override. On CUDA, use --deterministic for an exact check
+  of a script whose kernels are nondeterministic.
+
+\b
+Peak memory: CUDA allocated memory when the script used CUDA, else the
+process's peak resident set size (RSS).
+
+\b
+Exit status:
+  0  the losses agree within the tolerance
+  1  they do not
+  2  a run failed (its stderr is shown), no training loop was found, or a bad option""")
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True,
+              help="Optimizer steps each run makes before it is stopped.")
+@click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True,
+              help="First steps left out of the timing (start-up, allocator, kernel selection); less than --steps.")
+@click.option("--level", type=click.Choice([level.label for level in Level], case_sensitive=False),
+              help="Highest level of fix to apply to the rewritten copy; overrides [tool.perfmod].")
+@click.option("--select", metavar="CODES", callback=_codes_option, help="Codes or prefixes of the rules to apply.")
+@click.option("--ignore", metavar="CODES", callback=_codes_option, help="Codes or prefixes of rules to skip.")
+@click.option("--rtol", type=click.FloatRange(min=0), help="Relative tolerance (default: 0 for safe, 1e-2 above).")
+@click.option("--atol", type=click.FloatRange(min=0), help="Absolute tolerance (default 0).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for random, torch and numpy, set in both runs before the script's code.")
+@click.option("--deterministic", is_flag=True, help="Both runs use deterministic kernels only (slower on CUDA).")
+@click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True,
+              help="Seconds each run may take.")
+@click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
+              help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
+                   "(`python -m codemod.verify_run FOLDER`, which needs torch but not libcst).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object on stdout, its schema in codemod/verify_run.py.")
+@click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="pyproject.toml to read [tool.perfmod] from.")
+@click.pass_context
+def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol, atol, seed, deterministic, python,
+           timeout, keep, output_format, config):
+    """Run SCRIPT and its rewrite N steps each; compare losses, speed and memory.
+
+    Arguments after `--` go to the script, the same for both runs.
+    """
+    from codemod.verify import verify as run_verify
+    from codemod.verify_run import VerifyError, error_json, render_json, render_text
+
+    settings = _settings([script], config, level, select, ignore, None)
+    try:
+        result = run_verify(script, script_args, steps=steps, warmup=warmup, settings=settings, python=python,
+                            rtol=rtol, atol=atol, seed=seed, deterministic=deterministic, timeout=timeout, keep=keep)
+    except VerifyError as error:
+        if output_format == "json":
+            click.echo(error_json(script, str(error)))
+        raise Failure(str(error)) from None
+    if output_format == "json":
+        click.echo(render_json(result))
+        if result.error is not None:
+            click.echo(f"error: {result.error['run']} run: {result.error['message']}\n{result.error['stderr']}",
+                       err=True)
+    else:
+        click.echo(render_text(result), nl=False)
+    if keep is not None:
+        click.echo(f"copies kept in {keep}; run them again with `python -m codemod.verify_run {keep}`", err=True)
+    ctx.exit(result.exit_code)

@@ -1,0 +1,240 @@
+"""`perfmod verify`: run a training script before and after its rewrite, compare.
+
+Two halves. This one prepares (it needs libcst); codemod/verify_run.py runs
+and compares (it needs neither libcst nor torch) and documents the runs, the
+tolerances and the JSON schema.
+
+Preparing:
+
+1. The script and the local modules it imports (resolved from its import
+   statements, relative to the script's folder, recursively; packages'
+   `__init__.py` included) are rewritten through the engine at the chosen
+   level, in memory: nothing beside the script is written.
+2. Both versions are instrumented the same way (codemod/instrument.py): a
+   `runtime.trace` header at the top, hooks on the loss of every backward(),
+   the first optimizer step and the first model input of each training loop.
+   A script whose files have no training loop is refused (VerifyError).
+3. Each version gets its own folder, `original/` and `rewritten/`, a mirror of
+   the script's folder: the files above are copies; every other entry is a
+   relative symbolic link to the original, so data files read relative to the
+   script or to the working directory (the run's folder) are found, and files a
+   run creates stay in its folder (a run that writes *into* a linked folder
+   writes into the original). `perfmod-verify.json`, the manifest, goes beside
+   them.
+
+`verify()` prepares into a temporary folder (or `keep`), runs both copies with
+`verify_run.run_prepared` and removes the folder unless it was `keep`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from codemod.config import ConfigError, Settings, load_settings
+from codemod.engine import process_source
+from codemod.instrument import Instrumented, instrument
+from codemod.rule import Level, Rule
+from codemod.verify_run import MANIFEST, RUNS, SCHEMA, UNSAFE_NOTE, VerifyError, VerifyResult, run_prepared
+
+
+def verify(
+    script: str | Path,
+    args: Sequence[str] = (),
+    *,
+    steps: int = 20,
+    warmup: int = 2,
+    level: Level | None = None,
+    settings: Settings | None = None,
+    rules: Sequence[type[Rule]] | None = None,
+    python: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+    deterministic: bool = False,
+    timeout: float | None = 900.0,
+    env: Mapping[str, str] | None = None,
+    keep: str | Path | None = None,
+) -> VerifyResult:
+    """Rewrite, instrument, run both versions and compare.
+
+    `rules` replaces the catalogue (tests inject rules that break the math);
+    `keep` names a folder to prepare in and leave behind instead of a temporary
+    one. Raises VerifyError when nothing could be run.
+    """
+    if not 1 <= warmup < steps:
+        raise VerifyError(f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps, so that some "
+                          "steps are timed after the first (which pays for start-up)")
+    folder = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="perfmod-verify-"))
+    try:
+        prepare(script, folder, args, level=level, settings=settings, rules=rules, rtol=rtol, atol=atol)
+        return run_prepared(folder, steps=steps, warmup=warmup, python=python, seed=seed,
+                            deterministic=deterministic, timeout=timeout, env=env)
+    finally:
+        if keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def prepare(
+    script: str | Path,
+    folder: str | Path,
+    args: Sequence[str] = (),
+    *,
+    level: Level | None = None,
+    settings: Settings | None = None,
+    rules: Sequence[type[Rule]] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> dict:
+    """Write the instrumented original and rewrite of `script` under `folder`,
+    with the manifest that verify_run reads; returns the manifest."""
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise VerifyError(f"{script}: no such file")
+    settings = _settings(script, settings, level)
+    source_folder = script.parent
+    originals, rewrites, fixes = {}, {}, []
+    for path in [script, *local_modules(script)]:
+        relative = path.relative_to(source_folder)
+        data = path.read_bytes()
+        result = process_source(data, str(path), settings, rules)
+        if result.error is not None:
+            raise VerifyError(result.error)
+        originals[relative], rewrites[relative] = data.decode(), result.new_source.decode()
+        fixes += [{"path": relative.as_posix(), "line": f.line, "code": f.code, "level": f.level.label,
+                   "message": f.message} for f in result.findings if f.applied]
+    applied = max((Level.parse(f["level"]) for f in fixes), default=Level.SAFE)
+    notes = []
+    if not fixes:
+        notes.append(f"no fix applies at level {settings.level.label}: the rewrite is the original")
+    if applied is Level.UNSAFE:
+        notes.append(UNSAFE_NOTE)
+    entry = Path(script.name)
+    copies = {
+        run: {path: instrument(text, str(source_folder / path), settings, entry=path == entry)
+              for path, text in texts.items()}
+        for run, texts in (("original", originals), ("rewritten", rewrites))
+    }
+    sites = {run: _total_sites(files) for run, files in copies.items()}
+    if sites["original"]["stepped"] == 0:
+        names = ", ".join(str(path) for path in originals)
+        raise VerifyError(
+            f"no training loop found in {names}: verify instruments a for/while loop that calls "
+            "<loss>.backward() and <optimizer>.step() (or scaler.step(optimizer)), in the script or in a module "
+            "of its folder that it imports. Point verify at the script that runs such a loop.")
+    if sites["original"] != sites["rewritten"]:
+        notes.append(f"the rewrite was instrumented at other places than the original ({sites['rewritten']} "
+                     f"vs {sites['original']}): compare with care")
+    folder = Path(folder)
+    for run in RUNS:
+        shutil.rmtree(folder / run, ignore_errors=True)  # copies an earlier verify left in a kept folder
+        _mirror(source_folder, folder / run, copies[run])
+    manifest = {"schema": SCHEMA, "script": str(script), "entry": script.name, "args": list(args),
+                "level": settings.level.label, "applied_level": applied.label, "rtol": rtol, "atol": atol,
+                "fixes": fixes, "sites": sites, "notes": notes}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def _settings(script: Path, settings: Settings | None, level: Level | None) -> Settings:
+    if settings is None:
+        try:
+            settings = load_settings(script, None)
+        except ConfigError as error:
+            raise VerifyError(str(error)) from None
+    return settings.with_overrides(level=level)
+
+
+def _total_sites(copies: Mapping[Path, Instrumented]) -> dict[str, int]:
+    total = {"loss": 0, "stepped": 0, "batch": 0}
+    for copy in copies.values():
+        for key, count in copy.sites.items():
+            total[key] += count
+    return total
+
+
+# -- the copies ----------------------------------------------------------------------------
+
+
+def _mirror(source: Path, target: Path, copies: Mapping[Path, Instrumented]) -> None:
+    """`target` as a mirror of the folder `source`: the instrumented copies as files,
+    every other entry a (relative) symbolic link to the original. Folders holding a copy are
+    made for real, their other entries linked in turn."""
+    target.mkdir(parents=True, exist_ok=True)
+    for relative, copy in copies.items():
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        (target / relative).write_text(copy.source)
+    real_folders = {parent for relative in copies for parent in relative.parents}
+    for folder in sorted(real_folders):
+        for entry in (source / folder).iterdir():
+            relative = entry.relative_to(source)
+            if relative in copies or relative in real_folders or entry.name == "__pycache__":
+                continue
+            if target.resolve().is_relative_to(entry.resolve()):  # the prepared folder itself (--keep inside)
+                continue
+            link = target / relative
+            # Relative, so that a prepared folder inside a repository survives being copied with it.
+            link.symlink_to(os.path.relpath(entry, link.parent), target_is_directory=entry.is_dir())
+
+
+def local_modules(script: Path) -> list[Path]:
+    """The .py files in the script's folder that it imports, directly or through
+    each other (packages' `__init__.py` included), in the order found."""
+    root = script.parent
+    found: list[Path] = []
+    pending = [script]
+    seen = {script}
+    while pending:
+        path = pending.pop(0)
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue  # the engine reports it
+        for name in _imported_names(tree, path, root):
+            for candidate in _module_files(root, name):
+                if candidate not in seen:
+                    seen.add(candidate)
+                    found.append(candidate)
+                    pending.append(candidate)
+    return found
+
+
+def _imported_names(tree: ast.AST, path: Path, root: Path) -> list[str]:
+    """Dotted module names an import statement may load: `from a import b` may load `a.b`."""
+    names = []
+    package = path.parent.relative_to(root).parts  # () for a file at the top of the folder
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if node.level - 1 > len(package):
+                    continue
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            else:
+                module = node.module or ""
+            if module:
+                names.append(module)
+            names += [f"{module}.{alias.name}" if module else alias.name for alias in node.names if alias.name != "*"]
+    return names
+
+
+def _module_files(root: Path, name: str) -> list[Path]:
+    """Files under `root` that importing `name` runs: each package's __init__.py, then the module."""
+    files = []
+    parts = name.split(".")
+    for depth in range(1, len(parts) + 1):
+        base = root.joinpath(*parts[:depth])
+        if (base / "__init__.py").is_file():
+            files.append(base / "__init__.py")
+        elif base.with_suffix(".py").is_file() and depth == len(parts):
+            files.append(base.with_suffix(".py"))
+        elif not base.is_dir():
+            break
+    return files

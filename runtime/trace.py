@@ -1,0 +1,239 @@
+"""Step tracer for `perfmod verify`: runs inside the training script's process.
+
+`perfmod verify` copies the script (original and rewrite), and its
+instrumentation (codemod/instrument.py) adds the same calls to both copies:
+
+    import runtime.trace as _perfmod_trace
+    _perfmod_trace.install()                      # top of the script: seeds, reads the settings
+    ...
+    _perfmod_trace.loss(loss).backward()          # records the loss each backward() differentiates
+    logits = model(_perfmod_trace.batch(inputs))  # records samples (and tokens) per step
+    _perfmod_trace.stepped(optimizer.step())      # counts optimizer steps; stops after N
+
+Settings come from the environment, so that both runs get the same ones:
+PERFMOD_TRACE_OUT (where the JSON result goes), PERFMOD_TRACE_STEPS (N),
+PERFMOD_TRACE_WARMUP (steps left out of the timing), PERFMOD_TRACE_SEED, and
+PERFMOD_TRACE_DETERMINISTIC ("1": deterministic kernels only).
+
+What it measures, and what it does not disturb:
+- Losses are kept as detached tensors and read back (`.item()`) once, after the
+  last step: a per-step `.item()` would add a host sync per step, and hide the
+  gains of the rewrites that remove syncs or overlap copies (PM101, PM404).
+- Time: `torch.cuda.synchronize()` only at the two ends of the timed window,
+  the end of warm-up step W and the end of step N; steps/s = (N - W) / elapsed.
+- Samples per step: dim 0 of the first tensor the model is called with, summed
+  over the micro-batches of a step; tokens when that tensor holds integer ids
+  of two or more dimensions (B, T, ...): its element count.
+- Peak memory: `torch.cuda.max_memory_allocated()` when the script used CUDA,
+  else the process's peak resident set size (`ru_maxrss`), labelled "rss".
+
+After step N the tracer writes its result and raises `TraceStop`, a
+`SystemExit` with status 0: `finally` blocks and `atexit` handlers run (DataLoader
+workers shut down cleanly) and `except Exception` does not catch it. A script
+that swallows it anyway and steps again is ended with `os._exit(0)`. A script
+that ends before N steps writes what it has, marked `"completed": false`. Only
+the training process writes: not DataLoader workers, forked or spawned.
+
+Seeding: `install()` seeds `random`, torch (all devices) and numpy (when it is
+installed) with PERFMOD_TRACE_SEED before the script's own code runs, the same
+for both runs; a script that seeds itself re-seeds over it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import multiprocessing
+import os
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+OUT_VAR, STEPS_VAR, WARMUP_VAR, SEED_VAR = "PERFMOD_TRACE_OUT", "PERFMOD_TRACE_STEPS", "PERFMOD_TRACE_WARMUP", \
+    "PERFMOD_TRACE_SEED"
+DETERMINISTIC_VAR = "PERFMOD_TRACE_DETERMINISTIC"  # "1": deterministic kernels where torch has them
+
+
+class TraceStop(SystemExit):
+    """Ends the script after the traced steps, with exit status 0."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+@dataclass
+class Tracer:
+    """Counts optimizer steps, keeps the losses, times the steps after warm-up."""
+
+    out: str
+    steps: int
+    warmup: int
+    losses: list = field(default_factory=list)  # detached loss tensors, one per backward()
+    samples: list = field(default_factory=list)  # per optimizer step: samples, or None when unknown
+    tokens: list = field(default_factory=list)
+    done: int = 0  # optimizer steps so far
+    window_start: float | None = None
+    window_end: float | None = None
+    written: bool = False
+    pid: int = field(default_factory=os.getpid)  # only this process writes (not forked workers)
+    _samples: int | None = None  # of the step under way
+    _tokens: int | None = None
+
+    def loss(self, value):
+        if isinstance(value, torch.Tensor):
+            self.losses.append(value.detach().clone())
+        else:
+            self.losses.append(torch.tensor(float(value), dtype=torch.float64))
+        return value
+
+    def batch(self, value):
+        if isinstance(value, torch.Tensor) and value.dim() >= 1:
+            self._samples = (self._samples or 0) + value.shape[0]
+            if value.dim() >= 2 and not value.is_floating_point() and not value.is_complex():
+                self._tokens = (self._tokens or 0) + value.numel()
+        return value
+
+    def stepped(self, value=None):
+        if self.written:  # the script caught TraceStop and trained on
+            os._exit(0)
+        self.done += 1
+        self.samples.append(self._samples)
+        self.tokens.append(self._tokens)
+        self._samples = self._tokens = None
+        if self.done == self.warmup:
+            self.window_start = _synchronized_time()
+        if self.done >= self.steps:
+            self.window_end = _synchronized_time()
+            self.write(completed=True)
+            raise TraceStop()
+        return value
+
+    def result(self, completed: bool) -> dict:
+        timed = self.done - self.warmup if self.window_start is not None and self.window_end is not None else 0
+        elapsed = self.window_end - self.window_start if timed else None
+        window = slice(self.warmup, self.done)
+        return {
+            "completed": completed,
+            "steps": self.done,
+            "warmup": self.warmup,
+            "timed_steps": timed,
+            "elapsed_s": elapsed,
+            "steps_per_s": timed / elapsed if timed and elapsed > 0 else None,
+            "samples_per_s": _rate(self.samples[window], elapsed) if timed else None,
+            "tokens_per_s": _rate(self.tokens[window], elapsed) if timed else None,
+            "samples_per_step": self.samples,
+            "losses": [_finite_or_none(v) for v in _read_back(self.losses)],
+            **peak_memory(),
+            "device": device_name(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        }
+
+    def write(self, completed: bool) -> None:
+        if self.written or os.getpid() != self.pid:
+            return
+        self.written = True
+        sys.stdout.flush()
+        sys.stderr.flush()
+        temporary = self.out + ".part"
+        with open(temporary, "w") as handle:
+            json.dump(self.result(completed), handle)
+        os.replace(temporary, self.out)
+
+
+_tracer: Tracer | None = None
+
+
+def install() -> Tracer:
+    """Read the settings, seed every generator, and write a partial result if
+    the script ends early. Called at the top of every instrumented file; only
+    the first call does anything."""
+    global _tracer
+    if _tracer is not None:
+        return _tracer
+    missing = [name for name in (OUT_VAR, STEPS_VAR) if not os.environ.get(name)]
+    if missing:
+        raise RuntimeError(f"runtime.trace: {', '.join(missing)} not set; this copy is meant to be run by "
+                           "`perfmod verify`")
+    _tracer = Tracer(out=os.environ[OUT_VAR], steps=int(os.environ[STEPS_VAR]),
+                     warmup=int(os.environ.get(WARMUP_VAR, "1")))
+    seed(int(os.environ.get(SEED_VAR, "0")))
+    if os.environ.get(DETERMINISTIC_VAR) == "1":
+        # warn_only: an op without a deterministic kernel warns instead of ending the run.
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    # A worker started with spawn or forkserver imports the script again (as __mp_main__);
+    # it must not write its empty trace over the training process's.
+    if multiprocessing.parent_process() is None:
+        atexit.register(_tracer.write, completed=False)
+    else:
+        _tracer.pid = -1
+    return _tracer
+
+
+def seed(value: int) -> None:
+    random.seed(value)
+    torch.manual_seed(value)  # every device's generator
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(value)
+
+
+def loss(value):
+    """Record the loss `backward()` is called on; returns it unchanged."""
+    return install().loss(value)
+
+
+def batch(value):
+    """Record the size of a batch the model is called with; returns it unchanged."""
+    return install().batch(value)
+
+
+def stepped(value=None):
+    """Count an optimizer step (its return value passes through); stop after N."""
+    return install().stepped(value)
+
+
+def peak_memory() -> dict:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return {"peak_memory_bytes": int(torch.cuda.max_memory_allocated()), "peak_memory_kind": "cuda"}
+    try:
+        import resource
+    except ImportError:  # Windows
+        return {"peak_memory_bytes": None, "peak_memory_kind": "rss"}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux counts kilobytes, macOS bytes.
+    return {"peak_memory_bytes": int(peak if sys.platform == "darwin" else peak * 1024), "peak_memory_kind": "rss"}
+
+
+def device_name() -> str:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return f"cuda ({torch.cuda.get_device_name()})"
+    threads = torch.get_num_threads()
+    return f"cpu ({platform.machine()}, {threads} torch thread{'s' if threads > 1 else ''})"
+
+
+def _synchronized_time() -> float:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def _read_back(values: list) -> list[float]:
+    # float64 holds every float32, bf16 and fp16 value exactly; a non-scalar loss is summed.
+    return [(v.reshape(()) if v.numel() == 1 else v.sum()).to("cpu", torch.float64).item() for v in values]
+
+
+def _rate(counts: list, elapsed: float | None) -> float | None:
+    if not counts or elapsed is None or elapsed <= 0 or any(c is None for c in counts):
+        return None
+    return sum(counts) / elapsed
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if value == value and abs(value) != float("inf") else None
