@@ -9,7 +9,9 @@ and any note that would spoil the product (the summary after a diff) go to stder
 from __future__ import annotations
 
 import difflib
+import functools
 import os
+import shlex
 import shutil
 import sys
 from contextlib import contextmanager
@@ -19,10 +21,14 @@ from typing import Callable, Iterator, Sequence
 import click
 
 from codemod.config import ConfigError, Settings, load_settings, parse_codes
-from codemod.engine import FileResult, discover, process_files, process_source
+from codemod.engine import FileResult, atomic_write, discover, process_files, process_source
 from codemod.report.as_json import render_json, rules_json
 from codemod.report.diff import colorize, unified_diff
+from codemod.report.html import render_html
+from codemod.report.markdown import render_markdown
+from codemod.report.review import VerifyError, load_verify
 from codemod.report.sarif import render_sarif
+from codemod.report.summary import Summary
 from codemod.report.text import apply_report, check_report, explain as explain_text, finding_line, rules_table
 from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES, RULES_BY_CODE
@@ -75,8 +81,12 @@ def _suggest(text: str) -> str:
     return f"Known codes: {', '.join(RULES_BY_CODE)}; `perfmod rules` lists them with their names."
 
 
-def analysis_options(command: Callable) -> Callable:
-    """The options `apply` and `check` share."""
+TEXT_FORMATS = click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif"]), default="text",
+                            show_default=True, help="text for people; json or sarif for tools (on stdout).")
+
+
+def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) -> Callable:
+    """The options `apply`, `check` and `report` share; `report` has its own --format."""
     options = [
         click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True)),
         click.option("--level", type=click.Choice([level.label for level in Level], case_sensitive=False),
@@ -88,8 +98,7 @@ def analysis_options(command: Callable) -> Callable:
                           "configured select and ignore."),
         click.option("--ignore", metavar="CODES", callback=_codes_option,
                      help="Comma-separated codes or prefixes to skip, on top of the configured ones."),
-        click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif"]), default="text",
-                     show_default=True, help="text for people; json or sarif for tools (on stdout)."),
+        format_option,
         click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
                      help="Files processed in parallel; 0 for one per CPU."),
         click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -333,3 +342,86 @@ def _rule(text: str) -> type[Rule]:
         if wanted in (rule.CODE, rule.NAME.upper()):
             return rule
     raise Failure(f"no rule {text!r}. {_suggest(wanted)}")
+
+
+# -- report ---------------------------------------------------------------------------------
+
+EXIT_STATUS_REPORT = """\b
+Exit status:
+  0  the report was written (pending fixes do not count: `check` is the gate)
+  1  never
+  2  error: a file could not be read or parsed (it is in the report too, and on
+     stderr), a bad option, configuration or --verify-json, or -o could not be written"""
+
+REPORT_FORMATS = click.option("--format", "output_format", type=click.Choice(["html", "markdown"]), default="html",
+                              show_default=True,
+                              help="html: one self-contained page (needs -o); markdown: a pull-request comment.")
+
+
+@main.command(epilog=f"""\b
+Examples:
+  perfmod report src/ -o review.html
+  perfmod report train.py --level numeric -o review.html --verify-json verify.json
+  perfmod report src/ --format markdown > comment.md
+
+The sources are never modified; only the -o file is written (atomically).
+
+{EXIT_STATUS_REPORT}""")
+@functools.partial(analysis_options, format_option=REPORT_FORMATS)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+              help="File to write (atomically); `-` or none for stdout (markdown only without -o).")
+@click.option("--verify-json", type=click.Path(dir_okay=False, path_type=Path),
+              help="A `perfmod verify --format json` result to show with the changes.")
+@click.pass_context
+def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, output, verify_json):
+    """Render a review of what `perfmod apply` would change in PATHs: per file the
+    diff, each change annotated with its rule, level, reason and expected gain."""
+    settings = _settings(paths, config, level, select, ignore, stdin_filename)
+    if output is None and output_format == "html":
+        raise click.UsageError("the HTML page goes to a file: pass -o FILE.html (or -o - for stdout)")
+    try:
+        verify = load_verify(verify_json) if verify_json else None
+    except VerifyError as error:
+        raise Failure(str(error)) from None
+    if _is_stdin(paths):
+        results = [_read_stdin(settings, stdin_filename)]
+    else:
+        results = _process(paths, settings, write=False, jobs=jobs, label="perfmod report")
+    _report_errors(results)
+    if output_format == "html":
+        command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
+        page = render_html(results, settings.level, ALL_RULES, by_rule=fixes_by_rule(results, settings),
+                           verify=verify, command=command)
+    else:
+        page = render_markdown(results, settings.level, ALL_RULES, verify=verify)
+    if output is None or str(output) == STDIN:
+        click.echo(page, nl=False)
+    else:
+        try:
+            atomic_write(output, page.encode("utf-8"))
+        except OSError as error:
+            raise Failure(f"cannot write {output}: {error.strerror or error}") from None
+        summary = Summary.of(results)
+        click.echo(f"Wrote {output}: {len(summary.applied)} fixes in {len(summary.changed)} of "
+                   f"{summary.checked} files at level {settings.level.label}.", err=True)
+    ctx.exit(EXIT_ERROR if any(result.error for result in results) else EXIT_OK)
+
+
+def fixes_by_rule(results: Sequence[FileResult], settings: Settings) -> dict[str, dict[str, bytes]]:
+    """Path -> rule code -> the file with that rule's fixes alone, so that the
+    page can tie each change to the rule that made it."""
+    by_rule: dict[str, dict[str, bytes]] = {}
+    for result in results:
+        if not result.changed or result.error:
+            continue
+        codes = list(dict.fromkeys(f.code for f in result.findings if f.applied))
+        if len(codes) == 1:
+            by_rule[result.path] = {codes[0]: result.new_source}
+            continue
+        alone = {}
+        for code in codes:
+            single = process_source(result.source, result.path, settings, rules=[RULES_BY_CODE[code]])
+            if single.new_source is not None:
+                alone[code] = single.new_source
+        by_rule[result.path] = alone
+    return by_rule

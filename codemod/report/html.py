@@ -1,0 +1,277 @@
+"""`perfmod report`: one self-contained HTML page to review a run.
+
+The summary (files, findings by rule and level, the rules' expected gains,
+the verify result when given), then per file the diff, syntax-highlighted,
+with each change annotated by the finding(s) that made it, and the findings
+left for a higher level or without a fix. CSS is inline and nothing is loaded
+from elsewhere, so the page works offline and as a CI artifact.
+
+Which finding made which change: the engine reports a finding at the start of
+the node it replaces, which may be lines above the lines that change (a loop
+wrapped in autocast). Given `by_rule` (each rule's fixes applied alone, see
+`codemod.cli`), a change is annotated with the rules whose own diff touches
+it; without it, with the findings at or just above it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Mapping, Sequence
+
+import jinja2
+
+from codemod.docs import DOCS_FOLDER, page_path
+from codemod.engine import FileResult
+from codemod.report.diff import decode
+from codemod.report.highlight import Span, highlight_lines
+from codemod.report.review import (
+    level_counts, rule_rows, status, verify_facts, verify_fixes, verify_headline, verify_rows,
+)
+from codemod.report.summary import Summary
+from codemod.rule import Finding, Level, Rule
+
+CONTEXT_LINES = 3
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the diff."""
+
+    kind: str  # "context", "removed" or "added"
+    old: int | None  # line number before the fix (None for an added line)
+    new: int | None  # and after (None for a removed line)
+    spans: list[Span]
+
+
+@dataclass
+class Note:
+    """A finding shown under the change it made (or, `continued`, a later part of
+    it); `sites` counts the findings of one rule with one message on one line."""
+
+    finding: Finding
+    gain: str
+    docs: str
+    continued: bool = False
+    sites: int = 1
+
+
+@dataclass
+class Block:
+    """Diff rows in a run: unchanged context, or one change with its notes."""
+
+    rows: list[Row]
+    change: bool
+    old_range: tuple[int, int] = (0, 0)  # 0-based [start, end) in the old lines; empty for an insertion
+    notes: list[Note] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Hunk:
+    header: str
+    blocks: list[Block]
+
+
+@dataclass(frozen=True)
+class Outstanding:
+    """A finding whose fix was not applied at the chosen level, with its line."""
+
+    finding: Finding
+    status: str
+    spans: list[Span]
+    docs: str
+
+
+@dataclass(frozen=True)
+class FileView:
+    path: str
+    anchor: str
+    error: str | None
+    changed: bool
+    hunks: list[Hunk]
+    fixed: list[Finding]
+    unplaced: list[Note]  # fixed findings no change could be tied to
+    outstanding: list[Outstanding]
+    added: int
+    removed: int
+
+
+def render_html(
+    results: Sequence[FileResult],
+    level: Level,
+    rules: Sequence[type[Rule]],
+    *,
+    by_rule: Mapping[str, Mapping[str, bytes]] | None = None,
+    verify: dict | None = None,
+    command: str = "",
+    generated: datetime | None = None,
+) -> str:
+    """The page for `results` at `level`. `by_rule`: path -> rule code -> the
+    file's source with only that rule's fixes applied. `verify`: a document
+    checked by review.load_verify."""
+    summary = Summary.of(results)
+    docs = {rule.CODE: page_path(rule) for rule in rules}
+    gains = {rule.CODE: rule.GAIN for rule in rules}
+    files = [
+        file_view(result, index, docs, gains, None if by_rule is None else by_rule.get(result.path, {}))
+        for index, result in enumerate(results)
+        if result.error or result.findings or result.changed
+    ]
+    context = {
+        "level": level.label,
+        "levels": [item.label for item in Level],
+        "summary": summary,
+        "by_level": level_counts(summary.findings),
+        "rows": rule_rows(summary, rules),
+        "files": files,
+        "clean": [r.path for r in results if not (r.error or r.findings or r.changed)],
+        "verify": verify,
+        "verify_headline": verify_headline(verify) if verify else "",
+        "verify_rows": verify_rows(verify) if verify else [],
+        "verify_facts": verify_facts(verify) if verify else [],
+        "verify_fixes": verify_fixes(verify) if verify else [],
+        "command": command,
+        "generated": (generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
+        "docs_folder": DOCS_FOLDER,
+        "status": status,
+    }
+    return _environment().get_template("report.html.j2").render(context)
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("codemod.report", "templates"),
+        autoescape=True,  # source code is data: `<script>` in a file must stay text
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Mapping[str, str],
+              by_rule: Mapping[str, bytes] | None) -> FileView:
+    old_text = decode(result.source)
+    old_lines = old_text.splitlines()
+    old_spans = highlight_lines(old_text)
+    hunks: list[Hunk] = []
+    unplaced: list[Note] = []
+    fixed = [f for f in result.findings if f.applied] if result.error is None else []
+    if result.changed and result.error is None:
+        new_text = decode(result.new_source)
+        hunks = diff_hunks(old_lines, new_text.splitlines(), old_spans, highlight_lines(new_text))
+        unplaced = annotate(hunks, fixed, old_lines, docs, gains, by_rule)
+    outstanding = [
+        Outstanding(f, status(f), old_spans[f.line - 1] if 0 < f.line <= len(old_spans) else [], docs.get(f.code, ""))
+        for f in result.findings if not f.applied
+    ]
+    rows = [row for hunk in hunks for block in hunk.blocks for row in block.rows]
+    return FileView(
+        path=result.path,
+        anchor=f"file-{index + 1}",
+        error=result.error,
+        changed=result.changed and result.error is None,
+        hunks=hunks,
+        fixed=fixed,
+        unplaced=unplaced,
+        outstanding=outstanding,
+        added=sum(1 for row in rows if row.kind == "added"),
+        removed=sum(1 for row in rows if row.kind == "removed"),
+    )
+
+
+def diff_hunks(old: Sequence[str], new: Sequence[str], old_spans: Sequence[list[Span]],
+               new_spans: Sequence[list[Span]]) -> list[Hunk]:
+    """The unified diff's hunks (as `apply --dry-run` prints them), as rows in
+    blocks: each change (a run of removed and added lines) is a block of its own."""
+    hunks = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for group in matcher.get_grouped_opcodes(CONTEXT_LINES):
+        blocks = []
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                blocks.append(Block([Row("context", i + 1, j + 1, old_spans[i]) for i, j in zip(range(i1, i2), range(j1, j2))],
+                                    change=False, old_range=(i1, i2)))
+                continue
+            rows = [Row("removed", i + 1, None, old_spans[i]) for i in range(i1, i2)]
+            rows += [Row("added", None, j + 1, new_spans[j]) for j in range(j1, j2)]
+            blocks.append(Block(rows, change=True, old_range=(i1, i2)))
+        first, last = group[0], group[-1]
+        header = f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@"
+        hunks.append(Hunk(header, blocks))
+    return hunks
+
+
+def _range(start: int, end: int) -> str:
+    """A hunk header's `start,count`, as difflib.unified_diff writes it."""
+    length = end - start
+    if length == 1:
+        return str(start + 1)
+    return f"{start if length == 0 else start + 1},{length}"
+
+
+def annotate(hunks: Sequence[Hunk], fixed: Sequence[Finding], old_lines: Sequence[str],
+             docs: Mapping[str, str], gains: Mapping[str, str],
+             by_rule: Mapping[str, bytes] | None) -> list[Note]:
+    """Put each fixed finding under the change it made; returns the findings
+    that no change could be tied to (their rule's diff touches none of these)."""
+    changes = [block for hunk in hunks for block in hunk.blocks if block.change]
+    unplaced = []
+    for code in dict.fromkeys(f.code for f in fixed):
+        own = [f for f in fixed if f.code == code]
+        if by_rule is not None and code in by_rule:
+            touched = _touched_by(changes, old_lines, decode(by_rule[code]).splitlines())
+        else:
+            touched = changes
+        homes: dict[int, list[Finding]] = {}
+        for finding in own:
+            home = _home(touched, finding.line)
+            if home is None:
+                unplaced.append(Note(finding, gains.get(code, ""), docs.get(code, "")))
+            else:
+                homes.setdefault(id(home), []).append(finding)
+        for block in touched:
+            for finding in homes.get(id(block), []):
+                same = [n for n in block.notes if (n.finding.code, n.finding.line, n.finding.message)
+                        == (finding.code, finding.line, finding.message)]
+                if same:  # `x.to(d), y.to(d)`: one note for both copies
+                    same[0].sites += 1
+                else:
+                    block.notes.append(Note(finding, gains.get(code, ""), docs.get(code, "")))
+            if id(block) not in homes and by_rule is not None and own:
+                # A later part of one fix (PM404 reads the value at log time): point back at its finding.
+                before = [f for f in own if f.line <= block.old_range[0] + 1]
+                block.notes.append(Note((before or own)[-1 if before else 0], gains.get(code, ""),
+                                        docs.get(code, ""), continued=True))
+    for block in changes:
+        block.notes.sort(key=lambda note: (note.continued, note.finding.line, note.finding.column, note.finding.code))
+    return unplaced
+
+
+def _touched_by(changes: Sequence[Block], old: Sequence[str], alone: Sequence[str]) -> list[Block]:
+    """The change blocks that overlap a change the rule makes on its own."""
+    matcher = difflib.SequenceMatcher(None, old, alone, autojunk=False)
+    own = [(i1, i2) for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal"]
+    return [block for block in changes if any(_overlaps(block.old_range, span) for span in own)]
+
+
+def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two old-line ranges meet; an empty range (an insertion) is the
+    point between two lines and meets the ranges on either side of it."""
+    (a1, a2), (b1, b2) = a, b
+    if a1 == a2 or b1 == b2:
+        return a1 <= b2 and b1 <= a2
+    return a1 < b2 and b1 < a2
+
+
+def _home(blocks: Sequence[Block], line: int) -> Block | None:
+    """The change of `blocks` at the finding's line, else the first one after
+    it (a finding on a loop header, a change in its body), else the last."""
+    if not blocks:
+        return None
+    for block in blocks:
+        start, end = block.old_range
+        if start + 1 <= line <= max(end, start + 1):
+            return block
+    after = [block for block in blocks if block.old_range[0] + 1 >= line]
+    return after[0] if after else blocks[-1]
