@@ -18,7 +18,7 @@ from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.report.diff import unified_diff
 from codemod.report.highlight import highlight_lines
-from codemod.report.html import diff_hunks, render_html
+from codemod.report.html import changed_words, css_spans, diff_hunks, inline_code, render_html
 from codemod.report.markdown import fence, render_markdown, table_cell
 from codemod.rule import Level
 from codemod.rules import ALL_RULES
@@ -170,6 +170,24 @@ def test_every_fixed_finding_is_on_the_page_and_findings_left_say_how_to_fix_the
     assert [(code, line) for code, line, _ in file.outstanding] == [(f.code, f.line) for f in left]
     for (_, _, text), finding in zip(file.outstanding, left):
         assert (f"fix with --level {finding.level.label}" if finding.fixable else "report only") in text
+
+
+def test_the_words_a_fix_changed_are_marked(tmp_path):
+    removed = ["    x = a.to(device)", "    loss = f(x)"]
+    added = ["    x = a.to(device, non_blocking=True)", "    with autocast():", "        loss = f(x)"]
+    marks_old, marks_new = changed_words(removed, added)
+    assert marks_old == {}  # only insertions; the re-indented line is not marked for its indentation
+    assert [added[0][start:end] for start, end in marks_new[0]] == [", non_blocking=True"] and list(marks_new) == [0]
+    assert changed_words(["print(a)"], ["completely different text"]) == ({}, {})  # unlike lines: no pair
+    spans = css_spans([("", "x"), ("op", "=="), ("num", "10")], [(2, 4)])
+    assert spans == [("", "x"), ("t-op", "="), ("t-op chg", "="), ("t-num chg", "1"), ("t-num", "0")]
+    write(tmp_path / "t.py", COPIES)
+    page = page_of(tmp_path, "t.py", "--select", "PM101")
+    assert page.count('<span class="t-op chg">,</span><span class="chg"> non_blocking</span>') == 2
+
+
+def test_backticks_in_messages_become_code_and_the_rest_is_escaped():
+    assert inline_code("`a<b>` & `c`") == "<code>a&lt;b&gt;</code> &amp; <code>c</code>"
 
 
 def test_hunks_are_those_of_the_unified_diff():

@@ -16,11 +16,13 @@ it; without it, with the findings at or just above it.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
 import jinja2
+from markupsafe import Markup, escape
 
 from codemod.docs import DOCS_FOLDER, page_path
 from codemod.engine import FileResult
@@ -33,6 +35,9 @@ from codemod.report.summary import Summary
 from codemod.rule import Finding, Level, Rule
 
 CONTEXT_LINES = 3
+PAIR_RATIO = 0.5  # a removed and an added line this alike are one line edited: mark the words that differ
+INLINE_CODE = re.compile(r"`([^`]+)`")
+WORD = re.compile(r"\w+|\s+|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -140,13 +145,20 @@ def render_html(
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("codemod.report", "templates"),
         autoescape=True,  # source code is data: `<script>` in a file must stay text
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
+    environment.filters["inline_code"] = inline_code
+    return environment
+
+
+def inline_code(text: str) -> Markup:
+    """A message with its `backticked` names as <code>, everything else escaped."""
+    return Markup(INLINE_CODE.sub(r"<code>\1</code>", str(escape(text))))
 
 
 def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Mapping[str, str],
@@ -162,7 +174,8 @@ def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Ma
         hunks = diff_hunks(old_lines, new_text.splitlines(), old_spans, highlight_lines(new_text))
         unplaced = annotate(hunks, fixed, old_lines, docs, gains, by_rule)
     outstanding = [
-        Outstanding(f, status(f), old_spans[f.line - 1] if 0 < f.line <= len(old_spans) else [], docs.get(f.code, ""))
+        Outstanding(f, status(f), css_spans(old_spans[f.line - 1]) if 0 < f.line <= len(old_spans) else [],
+                    docs.get(f.code, ""))
         for f in result.findings if not f.applied
     ]
     rows = [row for hunk in hunks for block in hunk.blocks for row in block.rows]
@@ -190,16 +203,69 @@ def diff_hunks(old: Sequence[str], new: Sequence[str], old_spans: Sequence[list[
         blocks = []
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                blocks.append(Block([Row("context", i + 1, j + 1, old_spans[i]) for i, j in zip(range(i1, i2), range(j1, j2))],
+                blocks.append(Block([Row("context", i + 1, j + 1, css_spans(old_spans[i]))
+                                     for i, j in zip(range(i1, i2), range(j1, j2))],
                                     change=False, old_range=(i1, i2)))
                 continue
-            rows = [Row("removed", i + 1, None, old_spans[i]) for i in range(i1, i2)]
-            rows += [Row("added", None, j + 1, new_spans[j]) for j in range(j1, j2)]
+            marks_old, marks_new = changed_words(old[i1:i2], new[j1:j2])
+            rows = [Row("removed", i + 1, None, css_spans(old_spans[i], marks_old.get(i - i1, ())))
+                    for i in range(i1, i2)]
+            rows += [Row("added", None, j + 1, css_spans(new_spans[j], marks_new.get(j - j1, ())))
+                     for j in range(j1, j2)]
             blocks.append(Block(rows, change=True, old_range=(i1, i2)))
         first, last = group[0], group[-1]
         header = f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@"
         hunks.append(Hunk(header, blocks))
     return hunks
+
+
+def changed_words(removed: Sequence[str], added: Sequence[str]) -> tuple[dict[int, list], dict[int, list]]:
+    """Within one change, the character ranges that differ between a removed
+    line and the added line it became (paired in order when they are alike),
+    by line index in `removed` and in `added`: what a reviewer's eye should land on."""
+    marks_old: dict[int, list] = {}
+    marks_new: dict[int, list] = {}
+    start = 0
+    for i, before in enumerate(removed):
+        scored = [(difflib.SequenceMatcher(None, before, added[j], autojunk=False).ratio(), j)
+                  for j in range(start, len(added))]
+        ratio, j = max(scored, default=(0.0, -1), key=lambda item: (item[0], -item[1]))
+        if ratio < PAIR_RATIO:
+            continue
+        old_words, new_words = WORD.findall(before), WORD.findall(added[j])
+        old_at, new_at = _offsets(old_words), _offsets(new_words)
+        matcher = difflib.SequenceMatcher(None, old_words, new_words, autojunk=False)
+        for tag, a1, a2, b1, b2 in matcher.get_opcodes():
+            if tag == "equal":
+                continue
+            if "".join(old_words[a1:a2]).strip():  # not a change of indentation alone
+                marks_old.setdefault(i, []).append((old_at[a1], old_at[a2]))
+            if "".join(new_words[b1:b2]).strip():
+                marks_new.setdefault(j, []).append((new_at[b1], new_at[b2]))
+        start = j + 1
+    return marks_old, marks_new
+
+
+def _offsets(words: Sequence[str]) -> list[int]:
+    offsets = [0]
+    for word in words:
+        offsets.append(offsets[-1] + len(word))
+    return offsets
+
+
+def css_spans(spans: Sequence[Span], changed: Sequence[tuple[int, int]] = ()) -> list[Span]:
+    """Highlighter spans with their CSS classes (`t-kw`), cut where a changed
+    range starts or ends, the changed parts also classed `chg`."""
+    out: list[Span] = []
+    position = 0
+    for css, text in spans:
+        classes = f"t-{css}" if css else ""
+        cuts = sorted({0, len(text), *(min(max(edge - position, 0), len(text)) for r in changed for edge in r)})
+        for a, b in zip(cuts, cuts[1:]):
+            inside = any(start < position + b and position + a < end for start, end in changed)
+            out.append((f"{classes} chg".strip() if inside else classes, text[a:b]))
+        position += len(text)
+    return out
 
 
 def _range(start: int, end: int) -> str:
