@@ -349,7 +349,6 @@ def _rule(text: str) -> type[Rule]:
 EXIT_STATUS_REPORT = """\b
 Exit status:
   0  the report was written (pending fixes do not count: `check` is the gate)
-  1  never
   2  error: a file could not be read or parsed (it is in the report too, and on
      stderr), a bad option, configuration or --verify-json, or -o could not be written"""
 
@@ -387,6 +386,9 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
         results = [_read_stdin(settings, stdin_filename)]
     else:
         results = _process(paths, settings, write=False, jobs=jobs, label="perfmod report")
+    if output is not None and str(output) != STDIN and any(
+            os.path.realpath(result.path) == os.path.realpath(output) for result in results):
+        raise Failure(f"-o {output} is one of the files to review; `report` never writes a source")
     _report_errors(results)
     if output_format == "html":
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])

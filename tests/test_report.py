@@ -316,6 +316,13 @@ def test_an_unparsable_file_is_in_the_page_on_stderr_and_exits_2(tmp_path):
     assert re.search(r'id="stat-errors"><div class="value">1<', (tmp_path / "review.html").read_text())
 
 
+def test_the_output_cannot_be_a_file_under_review(tmp_path):
+    script = write(tmp_path / "t.py", COPIES)
+    result = report("t.py", "-o", "./t.py")
+    assert result.exit_code == 2 and "is one of the files to review" in result.stderr
+    assert script.read_text() == COPIES
+
+
 def test_html_needs_an_output_file_or_dash(tmp_path):
     write(tmp_path / "t.py", COPIES)
     result = report("t.py")
@@ -350,12 +357,13 @@ def test_markdown_summary_for_a_pull_request(tmp_path):
     assert result.exit_code == 0
     text = result.stdout
     assert text.startswith("### perfmod: 2 fixes at level `safe` in 1 of 2 files\n")
-    assert "**Verify:** PASS: losses agree within tolerance; 1.75x speed-up. steps/s 10.00 → 17.50;" in text
+    assert "\n\n**Verify:** PASS: losses agree within tolerance; 1.75x speed-up. steps/s 10.00 → 17.50;" in text
+    assert "peak memory (cuda) 3.0 GiB → 2.0 GiB; final loss 2 → 2.0001.\n\n| Rule |" in text  # a table needs the blank line
     assert "| `PM101` blocking-host-to-device-copy | safe | 2 | 0 | 0 | " in text
     assert "| `t.py` | 2 | 0 | changed |" in text and "clean.py" not in text
     details = re.search(r"<details><summary><code>t.py</code>: 2 fixed, 0 left</summary>\n(.*?)</details>", text, re.S)
     body = details.group(1)
-    assert "- line 5: `PM101` (safe) host-to-device copy blocks the CPU" in body
+    assert "- line 5: `PM101` (safe; fixed) host-to-device copy blocks the CPU" in body
     diff = unified_diff("t.py", COPIES.encode(), COPIES.replace(".to(device)", ".to(device, non_blocking=True)").encode())
     assert f"```diff\n{diff}```\n" in body
 
@@ -377,6 +385,17 @@ def test_markdown_lists_errors_and_higher_level_fixes(tmp_path):
     assert result.exit_code == 2
     assert "**Errors** (1):\n- `bad.py:4:" in result.stdout
     assert re.search(r"\n\d+ more fix(es)? with `--level numeric`\.\n", result.stdout)
+    assert "(numeric; fix with --level numeric)" in result.stdout and "(safe; report only)" in result.stdout
+
+
+def test_markdown_leaves_out_diffs_past_the_comment_budget(tmp_path):
+    write(tmp_path / "a.py", COPIES)
+    write(tmp_path / "b.py", COPIES)
+    results = [process_source(COPIES.encode(), name, Settings(select=("PM101",))) for name in ("a.py", "b.py")]
+    one_diff = len(unified_diff("a.py", results[0].source, results[0].new_source))
+    text = render_markdown(results, Level.SAFE, ALL_RULES, diff_budget=one_diff + 10)
+    assert text.count("```diff") == 1 and "--- a/a.py" in text and "--- a/b.py" not in text
+    assert text.count("_Diff left out") == 1 and "| `b.py` | 2 | 0 | changed |" in text
 
 
 def test_renderers_take_engine_results_directly():
