@@ -392,7 +392,7 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
     _report_errors(results)
     if output_format == "html":
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
-        page = render_html(results, settings.level, ALL_RULES, by_rule=fixes_by_rule(results, settings),
+        page = render_html(results, settings.level, ALL_RULES, alone=fixes_alone(settings),
                            verify=verify, command=command)
     else:
         page = render_markdown(results, settings.level, ALL_RULES, verify=verify)
@@ -409,21 +409,13 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
     ctx.exit(EXIT_ERROR if any(result.error for result in results) else EXIT_OK)
 
 
-def fixes_by_rule(results: Sequence[FileResult], settings: Settings) -> dict[str, dict[str, bytes]]:
-    """Path -> rule code -> the file with that rule's fixes alone, so that the
-    page can tie each change to the rule that made it."""
-    by_rule: dict[str, dict[str, bytes]] = {}
-    for result in results:
-        if not result.changed or result.error:
-            continue
-        codes = list(dict.fromkeys(f.code for f in result.findings if f.applied))
-        if len(codes) == 1:
-            by_rule[result.path] = {codes[0]: result.new_source}
-            continue
-        alone = {}
-        for code in codes:
-            single = process_source(result.source, result.path, settings, rules=[RULES_BY_CODE[code]])
-            if single.new_source is not None:
-                alone[code] = single.new_source
-        by_rule[result.path] = alone
-    return by_rule
+def fixes_alone(settings: Settings) -> Callable[[FileResult, str], bytes | None]:
+    """(file, rule code) -> the file with only that rule's fixes, for the page
+    to tell which change is whose where the finding lines do not."""
+
+    def alone(result: FileResult, code: str) -> bytes | None:
+        if {f.code for f in result.findings if f.applied} == {code}:
+            return result.new_source
+        return process_source(result.source, result.path, settings, rules=[RULES_BY_CODE[code]]).new_source
+
+    return alone
