@@ -143,7 +143,6 @@ def render_html(
         "command": command,
         "generated": (generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
         "docs_folder": DOCS_FOLDER,
-        "status": status,
     }
     return _environment().get_template("report.html.j2").render(context)
 
