@@ -245,6 +245,13 @@ def test_verify_results_are_shown(tmp_path):
     assert "peak memory (cuda) 3.0 GiB 2.0 GiB" in text and "final loss 2 2.0001" in text
     assert "device cuda" in text and "tolerance rtol=0.01" in text and "max rel loss deviation 5e-05" in text
     assert "train.py:14 PM301 autocast" in page
+    curves = dict(re.findall(r'<polyline class="(\w+)" points="([^"]+)"', page))
+    original = [tuple(map(float, point.split(","))) for point in curves["original"].split()]
+    rewritten = [tuple(map(float, point.split(","))) for point in curves["rewritten"].split()]
+    assert len(original) == len(rewritten) == 3
+    # 480x120 with a 4px margin; losses 2.5 .. 2.0 span the height; 2.0001 is within a pixel of 2.0
+    assert original == [(4.0, 4.0), (240.0, 60.0), (476.0, 116.0)] and rewritten[:2] == original[:2]
+    assert abs(rewritten[2][1] - 116.0) < 0.1
 
 
 def test_verify_document_with_only_the_required_keys_renders(tmp_path):
@@ -252,6 +259,7 @@ def test_verify_document_with_only_the_required_keys_renders(tmp_path):
     write(tmp_path / "t.py", COPIES)
     page = page_of(tmp_path, "t.py", "--select", "PM101", "--verify-json", verify)
     assert '<span class="pill bad">disagree</span>' in page and "losses DO NOT agree" in page
+    assert "<polyline" not in page  # no losses, no chart
     assert re.search(r"<td>steps/s</td><td class=\"num\">–</td><td class=\"num\">3.00</td>", page)
 
 

@@ -31,7 +31,7 @@ from codemod.engine import FileResult
 from codemod.report.diff import decode
 from codemod.report.highlight import Span, highlight_lines
 from codemod.report.review import (
-    level_counts, rule_rows, status, verify_facts, verify_fixes, verify_headline, verify_rows,
+    level_counts, loss_chart, rule_rows, status, verify_facts, verify_fixes, verify_headline, verify_rows,
 )
 from codemod.report.summary import Summary
 from codemod.rule import Finding, Level, Rule
@@ -140,6 +140,7 @@ def render_html(
         "verify_rows": verify_rows(verify) if verify else [],
         "verify_facts": verify_facts(verify) if verify else [],
         "verify_fixes": verify_fixes(verify) if verify else [],
+        "loss_chart": loss_chart(verify) if verify else None,
         "command": command,
         "generated": (generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
         "docs_folder": DOCS_FOLDER,

@@ -5,6 +5,7 @@ document they show when given one."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -190,3 +191,42 @@ def verify_headline(document: dict) -> str:
     if isinstance(speedup, (int, float)):
         text += f"; {speedup:.2f}x speed-up"
     return text
+
+
+@dataclass(frozen=True)
+class LossChart:
+    """Both runs' losses per step as SVG polyline points, on one scale."""
+
+    width: int
+    height: int
+    original: str
+    rewritten: str
+    low: str  # the scale's ends, as labels
+    high: str
+    steps: int
+
+
+def loss_chart(document: dict, width: int = 480, height: int = 120) -> LossChart | None:
+    """The chart of the two loss curves, or None without two finite points on each side."""
+    curves = [_finite_losses(document[side].get("losses")) for side in ("original", "rewritten")]
+    if any(len([v for v in curve if v is not None]) < 2 for curve in curves):
+        return None
+    values = [v for curve in curves for v in curve if v is not None]
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    steps = max(len(curve) for curve in curves)
+    pad = 4  # keeps the stroke inside the box
+
+    def points(curve: list[float | None]) -> str:
+        return " ".join(
+            f"{pad + (width - 2 * pad) * i / (steps - 1):.1f},{pad + (height - 2 * pad) * (high - v) / span:.1f}"
+            for i, v in enumerate(curve) if v is not None)
+
+    return LossChart(width, height, points(curves[0]), points(curves[1]), f"{low:.4g}", f"{high:.4g}", steps)
+
+
+def _finite_losses(losses) -> list[float | None]:
+    """The losses as floats, None where one is missing or not finite (a NaN step)."""
+    if not isinstance(losses, list):
+        return []
+    return [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for v in losses]
