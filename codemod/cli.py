@@ -9,7 +9,9 @@ and any note that would spoil the product (the summary after a diff) go to stder
 from __future__ import annotations
 
 import difflib
+import functools
 import os
+import shlex
 import shutil
 import sys
 from contextlib import contextmanager
@@ -19,10 +21,14 @@ from typing import Callable, Iterator, Sequence
 import click
 
 from codemod.config import ConfigError, Settings, load_settings, parse_codes
-from codemod.engine import FileResult, discover, process_files, process_source
+from codemod.engine import FileResult, atomic_write, discover, process_files, process_source
 from codemod.report.as_json import render_json, rules_json
 from codemod.report.diff import colorize, unified_diff
+from codemod.report.html import render_html
+from codemod.report.markdown import render_markdown
+from codemod.report.review import VerifyError, load_verify
 from codemod.report.sarif import render_sarif
+from codemod.report.summary import Summary
 from codemod.report.text import apply_report, check_report, explain as explain_text, finding_line, rules_table
 from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES, RULES_BY_CODE
@@ -75,8 +81,12 @@ def _suggest(text: str) -> str:
     return f"Known codes: {', '.join(RULES_BY_CODE)}; `perfmod rules` lists them with their names."
 
 
-def analysis_options(command: Callable) -> Callable:
-    """The options `apply` and `check` share."""
+TEXT_FORMATS = click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif"]), default="text",
+                            show_default=True, help="text for people; json or sarif for tools (on stdout).")
+
+
+def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) -> Callable:
+    """The options `apply`, `check` and `report` share; `report` has its own --format."""
     options = [
         click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True)),
         click.option("--level", type=click.Choice([level.label for level in Level], case_sensitive=False),
@@ -88,8 +98,7 @@ def analysis_options(command: Callable) -> Callable:
                           "configured select and ignore."),
         click.option("--ignore", metavar="CODES", callback=_codes_option,
                      help="Comma-separated codes or prefixes to skip, on top of the configured ones."),
-        click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif"]), default="text",
-                     show_default=True, help="text for people; json or sarif for tools (on stdout)."),
+        format_option,
         click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
                      help="Files processed in parallel; 0 for one per CPU."),
         click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -188,6 +197,8 @@ Examples:
   perfmod check src/                   CI and pre-commit: exit 1 when fixes are pending
   perfmod rules                        the catalogue
   perfmod explain PM101                one rule's docs and examples
+  perfmod verify train.py -- ARGS      run before and after; compare losses and speed
+  perfmod report src/ -o review.html   a page to review every change with its reason
 
 Settings come from [tool.perfmod] in the nearest pyproject.toml; options override them.""")
 @click.version_option(package_name="perfmod", prog_name="perfmod")
@@ -428,3 +439,80 @@ def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol,
     if keep is not None:
         click.echo(f"copies kept in {keep}; run them again with `python -m codemod.verify_run {keep}`", err=True)
     ctx.exit(result.exit_code)
+
+
+# -- report ---------------------------------------------------------------------------------
+
+EXIT_STATUS_REPORT = """\b
+Exit status:
+  0  the report was written (pending fixes do not count: `check` is the gate)
+  2  error: a file could not be read or parsed (it is in the report too, and on
+     stderr), a bad option, configuration or --verify-json, or -o could not be written"""
+
+REPORT_FORMATS = click.option("--format", "output_format", type=click.Choice(["html", "markdown"]), default="html",
+                              show_default=True,
+                              help="html: one self-contained page (needs -o); markdown: a pull-request comment.")
+
+
+@main.command(epilog=f"""\b
+Examples:
+  perfmod report src/ -o review.html
+  perfmod report train.py --level numeric -o review.html --verify-json verify.json
+  perfmod report src/ --format markdown > comment.md
+
+The sources are never modified; only the -o file is written (atomically).
+
+{EXIT_STATUS_REPORT}""")
+@functools.partial(analysis_options, format_option=REPORT_FORMATS)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+              help="File to write (atomically); `-` or none for stdout (markdown only without -o).")
+@click.option("--verify-json", type=click.Path(dir_okay=False, path_type=Path),
+              help="A `perfmod verify --format json` result to show with the changes.")
+@click.pass_context
+def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, output, verify_json):
+    """Render a review of what `perfmod apply` would change in PATHs: per file the
+    diff, each change annotated with its rule, level, reason and expected gain."""
+    settings = _settings(paths, config, level, select, ignore, stdin_filename)
+    if output is None and output_format == "html":
+        raise click.UsageError("the HTML page goes to a file: pass -o FILE.html (or -o - for stdout)")
+    try:
+        verify = load_verify(verify_json) if verify_json else None
+    except VerifyError as error:
+        raise Failure(str(error)) from None
+    if _is_stdin(paths):
+        results = [_read_stdin(settings, stdin_filename)]
+    else:
+        results = _process(paths, settings, write=False, jobs=jobs, label="perfmod report")
+    if output is not None and str(output) != STDIN and any(
+            os.path.realpath(result.path) == os.path.realpath(output) for result in results):
+        raise Failure(f"-o {output} is one of the files to review; `report` never writes a source")
+    _report_errors(results)
+    if output_format == "html":
+        command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
+        page = render_html(results, settings.level, ALL_RULES, alone=fixes_alone(settings),
+                           verify=verify, command=command)
+    else:
+        page = render_markdown(results, settings.level, ALL_RULES, verify=verify)
+    if output is None or str(output) == STDIN:
+        click.echo(page, nl=False)
+    else:
+        try:
+            atomic_write(output, page.encode("utf-8"))
+        except OSError as error:
+            raise Failure(f"cannot write {output}: {error.strerror or error}") from None
+        summary = Summary.of(results)
+        click.echo(f"Wrote {output}: {len(summary.applied)} fixes in {len(summary.changed)} of "
+                   f"{summary.checked} files at level {settings.level.label}.", err=True)
+    ctx.exit(EXIT_ERROR if any(result.error for result in results) else EXIT_OK)
+
+
+def fixes_alone(settings: Settings) -> Callable[[FileResult, str], bytes | None]:
+    """(file, rule code) -> the file with only that rule's fixes, for the page
+    to tell which change is whose where the finding lines do not."""
+
+    def alone(result: FileResult, code: str) -> bytes | None:
+        if {f.code for f in result.findings if f.applied} == {code}:
+            return result.new_source
+        return process_source(result.source, result.path, settings, rules=[RULES_BY_CODE[code]]).new_source
+
+    return alone

@@ -296,10 +296,11 @@ def process_file(path: Path, settings: Settings, write: bool) -> FileResult:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary file in the same folder and rename over the original,
-    keeping its permission bits: a crash leaves the old file or the new, never half.
+    keeping its permission bits (a new file gets open()'s): a crash leaves the old
+    file or the new, never half.
     A symbolic link is followed, so the link stays and its target gets the new text."""
     path = Path(os.path.realpath(path))
-    mode = stat.S_IMODE(path.stat().st_mode)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode()
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".perfmod", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as out:
@@ -314,6 +315,13 @@ def atomic_write(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _new_file_mode() -> int:
+    """The permission bits open() would give a new file (0o666 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def process_files(

@@ -1,0 +1,135 @@
+"""The review page in a real browser: headless Chromium renders it, its DOM
+has the summary, one section per file and the notes with their rule codes,
+and a screenshot shows the page's colours (not a blank page).
+
+Chromium is Debian's `chromium` package: `make browser` installs it where
+apt-get can (CI does so before `make test`); elsewhere this test is skipped
+and says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import write, perfmod
+from tests.report_page import read_page
+from tests.test_report import COPIES, REPORT_ONLY, VERIFY
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage"]
+WINDOW = (1280, 2000)
+TIMEOUT = 120
+
+# Colours the page's CSS paints (RGB): the header bar, an added and a removed line.
+HEADER_BAR, ADDED_LINE, REMOVED_LINE = (0x24, 0x29, 0x2F), (0xE6, 0xFF, 0xEC), (0xFF, 0xEB, 0xE9)
+
+
+def chromium() -> str:
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.skip("no Chromium to render the page: install Debian's chromium "
+                "(apt-get install -y chromium, or `make browser`)")
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """The page of two files (one with a verify result), its DOM after Chromium
+    rendered it, and a screenshot, all under the test's temp dir."""
+    browser = chromium()
+    folder = tmp_path_factory.mktemp("report")
+    write(folder / "copies.py", COPIES)
+    write(folder / "report_only.py", REPORT_ONLY.read_bytes())
+    verify = write(folder / "verify.json", json.dumps(VERIFY))
+    page = folder / "review.html"
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = perfmod("report", "copies.py", "report_only.py", "-o", page, "--verify-json", verify)
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 0, result.output
+    run = [browser, *FLAGS, f"--user-data-dir={folder / 'profile'}"]
+    dom = subprocess.run([*run, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=TIMEOUT,
+                         check=True).stdout
+    screenshot = folder / "report.png"
+    subprocess.run([*run, f"--screenshot={screenshot}", f"--window-size={WINDOW[0]},{WINDOW[1]}", page.as_uri()],
+                   capture_output=True, timeout=TIMEOUT, check=True)
+    return dom, screenshot
+
+
+def test_the_rendered_dom_has_the_summary_the_files_and_the_notes(rendered):
+    dom, _ = rendered
+    reader = read_page(dom)
+    assert {"summary", "findings-by-rule", "files", "verify", "rules", "rule-PM101", "rule-PM404"} <= reader.ids
+    assert [file.path for file in reader.files] == ["copies.py", "report_only.py"]
+    copies, report_only = reader.files
+    assert [(n.code, n.line) for n in copies.notes()] == [("PM101", 5), ("PM101", 9)]
+    assert [(n.code, n.line) for n in report_only.notes()] == [("PM101", 15)]
+    assert {code for code, _, _ in report_only.outstanding} == {"PM301", "PM302", "PM402", "PM404"}
+    assert "script" not in reader.tags  # the source's <script> string stayed text after rendering
+    assert "banner = \"<script>alert('x')</script>\"" in " ".join(r.text for r in copies.items if hasattr(r, "kind"))
+
+
+def test_the_screenshot_shows_the_page(rendered):
+    _, screenshot = rendered
+    assert screenshot.stat().st_size > 20_000  # a blank 1280x2000 page compresses to a few kB
+    width, height, colours = png_colours(screenshot.read_bytes(), wanted={HEADER_BAR, ADDED_LINE, REMOVED_LINE})
+    assert (width, height) == WINDOW
+    assert {HEADER_BAR, ADDED_LINE, REMOVED_LINE} <= colours
+    assert len(colours) > 16  # syntax colours, badges, anti-aliased text
+
+
+def png_colours(data: bytes, wanted: set[tuple[int, int, int]]) -> tuple[int, int, set[tuple[int, int, int]]]:
+    """Width, height and the RGB colours of an 8-bit RGB or RGBA PNG, decoding
+    rows until every colour in `wanted` is seen (all rows if one is missing)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    position, chunks = 8, {}
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position:position + 8])
+        chunks.setdefault(kind, []).append(data[position + 8:position + 8 + length])
+        position += 12 + length
+    width, height, depth, colour_type, _, _, interlace = struct.unpack(">IIBBBBB", chunks[b"IHDR"][0])
+    assert depth == 8 and colour_type in (2, 6) and interlace == 0, (depth, colour_type, interlace)
+    channels = 3 if colour_type == 2 else 4
+    stride = width * channels
+    raw = zlib.decompress(b"".join(chunks[b"IDAT"]))
+    colours: set[tuple[int, int, int]] = set()
+    previous = bytearray(stride)
+    for y in range(height):
+        start = y * (stride + 1)
+        row = _unfilter(raw[start], bytearray(raw[start + 1:start + 1 + stride]), previous, channels)
+        for x in range(0, stride, channels * 4):  # every fourth pixel is plenty for colours
+            colours.add((row[x], row[x + 1], row[x + 2]))
+        previous = row
+        if wanted <= colours and len(colours) > 16:
+            break
+    return width, height, colours
+
+
+def _unfilter(kind: int, row: bytearray, above: bytearray, step: int) -> bytearray:
+    """Undo one scanline's PNG filter (None, Sub, Up, Average, Paeth)."""
+    if kind == 0:
+        return row
+    if kind == 2:
+        return bytearray((a + b) & 0xFF for a, b in zip(row, above))
+    for i in range(len(row)):
+        left = row[i - step] if i >= step else 0
+        if kind == 1:
+            row[i] = (row[i] + left) & 0xFF
+        elif kind == 3:
+            row[i] = (row[i] + ((left + above[i]) >> 1)) & 0xFF
+        else:
+            corner = above[i - step] if i >= step else 0
+            p = left + above[i] - corner
+            pa, pb, pc = abs(p - left), abs(p - above[i]), abs(p - corner)
+            row[i] = (row[i] + (left if pa <= pb and pa <= pc else above[i] if pb <= pc else corner)) & 0xFF
+    return row
