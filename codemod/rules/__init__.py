@@ -10,6 +10,7 @@ from codemod.rules.autocast import ForwardWithoutAutocast
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
+from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
@@ -25,6 +26,7 @@ RULES: list[type[Rule]] = [
     ForwardWithoutAutocast,
     PerStepHostSync,
     SynchronousCheckpointInLoop,
+    SingleProcessLoaderInTrainingLoop,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
