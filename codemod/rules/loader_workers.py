@@ -262,7 +262,7 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
             self.report(loader, message + "; its IterableDataset does not shard by torch.utils.data.get_worker_info() "
                         "in __iter__, so each worker would yield every item: shard it, then set num_workers")
             return
-        if style != "map":
+        if style not in ("map", "sharded"):
             what = self.context.module.code_for_node(dataset) if dataset is not None else "its dataset"
             self.report(loader, message + f"; the rule cannot see whether `{what}` is map-style (an IterableDataset "
                         "that does not shard would yield every item once per worker): check it, then set num_workers")
