@@ -26,7 +26,8 @@ from codemod.analysis.names import kwarg, method_name, positional
 DATALOADER = "torch.utils.data.DataLoader"
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)`
 NUM_WORKERS_POSITION, COLLATE_FN_POSITION, PIN_MEMORY_POSITION = 5, 6, 7
-LOOKS_THROUGH = {"itertools.islice", *PASS_THROUGH_ITERABLES}
+# Iterables whose items are their first argument's (PM103 writes DevicePrefetcher(loader, device)).
+LOOKS_THROUGH = {"itertools.islice", "runtime.data.DevicePrefetcher", "runtime.DevicePrefetcher", *PASS_THROUGH_ITERABLES}
 MAX_DEPTH = 8  # how many assignments and helper calls a look-up follows
 
 

@@ -13,6 +13,7 @@ from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
+from codemod.rules.prefetch import BatchCopiedInTheStep
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
 from codemod.rules.zero_grad import ZeroFilledGradients
 
@@ -27,6 +28,7 @@ RULES: list[type[Rule]] = [
     PerStepHostSync,
     SynchronousCheckpointInLoop,
     SingleProcessLoaderInTrainingLoop,
+    BatchCopiedInTheStep,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
