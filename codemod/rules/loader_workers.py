@@ -11,7 +11,7 @@ from codemod.analysis.loaders import (
     memoized,
     with_dict_entry,
 )
-from codemod.analysis.names import has_star_kwargs, kwarg, positional, with_kwarg
+from codemod.analysis.names import kwarg, positional, with_kwarg
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "default_num_workers")
