@@ -165,6 +165,12 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
             "a subclass that overrides __iter__",
         ),
         Valid(
+            PREAMBLE + "class OnDevice(torch.utils.data.Dataset):\n    def __len__(self):\n        return 64\n"
+            "    def __getitem__(self, i):\n        return torch.randn(8, device='cuda'), torch.randn(1, device='cuda')\n"
+            "loader = DataLoader(OnDevice(), batch_size=8)\nfor x, y in loader:\n" + STEP,
+            "__getitem__ makes CUDA tensors: CUDA cannot run in forked workers",
+        ),
+        Valid(
             PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
             "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP,
             "the kwargs dict sets num_workers",
