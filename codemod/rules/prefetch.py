@@ -83,7 +83,8 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
     tensors: the loop iterates a DataLoader of this file (directly, through
     `enumerate`, `iter` or `tqdm`), every name the loop binds for the batch is
     copied by a statement `x = x.to(device)` / `x.cuda()` (`non_blocking`
-    allowed, nothing else) of the loop body itself, to one device expression
+    allowed, nothing else), `batch = [t.to(device) for t in batch]` or
+    `batch = {k: v.to(device) for k, v in batch.items()}` of the loop body itself, to one device expression
     bound before the loop, and no statement before its copy uses it; the
     loader has the default `collate_fn` (or `default_collate`, `PadCollate`),
     so a batch holds only tensors, mappings and sequences; it is pinned
@@ -110,6 +111,8 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
         Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
               "a copy that also converts"),
         Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, "two devices"),
+        Valid(PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
+              "    x, y = batch\n" + STEP, "a comprehension that filters"),
         Valid(PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b") +
               "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n" + STEP, "a custom collate_fn"),
         Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    device = 'cpu'\n" + STEP,
@@ -127,6 +130,12 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
             _imported(PREAMBLE + "for step, (x, y) in enumerate(DevicePrefetcher(loader, device)):\n"
                       "    opt.zero_grad()\n    # to the GPU\n" + STEP),
             "through enumerate, copies after a statement that does not touch the batch",
+        ),
+        Invalid(
+            PREAMBLE + "for batch in loader:\n    batch = [t.to(device, non_blocking=True) for t in batch]\n"
+            "    x, y = batch\n" + STEP,
+            _imported(PREAMBLE + "for batch in DevicePrefetcher(loader, device):\n    x, y = batch\n" + STEP),
+            "a list comprehension over the batch",
         ),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.cuda()\n" + STEP,
@@ -229,11 +238,32 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
         for name, call in pairs:
             if not isinstance(name, cst.Name) or name.value in copied:
                 return None
-            device = self._copy_device(call, name.value)
+            device = self._copy_device(call, name.value) or self._comprehension_device(call, name.value)
             if device is None:
                 return None
             copied[name.value] = device
         return copied
+
+    def _comprehension_device(self, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
+        """The device of `[t.to(device) for t in name]` and `{k: v.to(device) for k, v in
+        name.items()}`: a batch that is a list or dict of tensors, copied whole (a value that
+        is not a tensor would have no `.to`, so every value is one)."""
+        if not isinstance(value, (cst.ListComp, cst.DictComp)):
+            return None
+        loop = value.for_in
+        if loop.ifs or loop.inner_for_in is not None or loop.asynchronous is not None:
+            return None
+        if isinstance(value, cst.ListComp):
+            if not (isinstance(loop.target, cst.Name) and m.matches(loop.iter, m.Name(name))):
+                return None
+            return self._copy_device(value.elt, loop.target.value)
+        if not (m.matches(loop.target, m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]))
+                and m.matches(loop.iter, m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("items")), args=[]))):
+            return None
+        key, item = (element.value.value for element in loop.target.elements)
+        if not m.matches(value.key, m.Name(key)) or key == item:
+            return None
+        return self._copy_device(value.value, item)
 
     def _copy_device(self, call: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
         """The device of `name.to(device[, non_blocking=...])` / `name.cuda([non_blocking=...])`."""

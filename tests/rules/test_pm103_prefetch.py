@@ -36,6 +36,13 @@ def test_prefetched_loops_train_bit_for_bit_like_the_copying_loops():
     assert torch.equal(after, before)
 
 
+def test_prefetched_dict_batches_train_bit_for_bit_like_the_comprehension():
+    before = losses((FIXTURES / "dict_batches.in.py").read_text())
+    after = losses((FIXTURES / "dict_batches.out.py").read_text())
+    assert len(before) == 12
+    assert torch.equal(after, before)
+
+
 def test_loader_rules_together_train_the_first_epoch_bit_for_bit_with_two_workers(monkeypatch):
     """The unpinned script rewritten by PM102 + PM201 + PM103 (the engine repeats passes:
     PM103 waits for PM102's pin_memory) runs with two loader workers and gives the
