@@ -85,7 +85,9 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
     runs, not written in: a literal suits one machine. `persistent_workers` is
     written as a comparison because torch 2.13 raises
     `ValueError: persistent_workers option needs num_workers > 0` when it is
-    `True` and the machine gives no worker.
+    `True` and the machine gives no worker. `prefetch_factor` is left at
+    torch's default (2 batches per worker): giving it with 0 workers raises
+    too.
 
     ## Example
     ```python

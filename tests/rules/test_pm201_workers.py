@@ -57,6 +57,36 @@ def test_persistent_workers_true_with_no_workers_raises():
         DataLoader(TensorDataset(torch.arange(4)), num_workers=0, persistent_workers=True)
 
 
+def test_prefetch_factor_with_no_workers_raises():
+    """Why the fix leaves prefetch_factor at torch's default."""
+    with pytest.raises(ValueError, match="prefetch_factor option could only be specified in multiprocessing"):
+        DataLoader(TensorDataset(torch.arange(4)), num_workers=0, prefetch_factor=2)
+
+
+class Noisy(torch.utils.data.Dataset):
+    """A random augmentation: noise drawn from the generator of the process that loads."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return i + torch.rand(())
+
+
+def test_random_augmentation_differs_in_workers():
+    """The Fix safety's first case: workers seed their own generators, so random
+    transforms give other values than in the training process (and leave its generator alone)."""
+    def values(**options):
+        torch.manual_seed(0)
+        batches = torch.cat(list(DataLoader(Noisy(), batch_size=4, **options)))
+        return batches, torch.rand(())
+
+    (plain, after_plain), (workers, after_workers) = values(), values(num_workers=2, timeout=60)
+    assert torch.equal(plain.floor(), workers.floor())  # the same items, in order
+    assert not torch.equal(plain, workers)
+    assert not torch.equal(after_plain, after_workers)  # the training process's generator moved on less
+
+
 def epoch_orders(epochs: int, **loader_options) -> list[list[int]]:
     """The sample order of each epoch of a shuffling loader, global seed 0, and a draw of the
     global generator after each epoch, as dropout in the step would make."""
