@@ -4,7 +4,15 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES
-from codemod.analysis.loaders import COLLATE_FN_POSITION, DATALOADER, PIN_MEMORY_POSITION, LoaderLookups
+from codemod.analysis.bindings import returned_values
+from codemod.analysis.loaders import (
+    COLLATE_FN_POSITION,
+    DATALOADER,
+    MAX_DEPTH,
+    PIN_MEMORY_POSITION,
+    LoaderLookups,
+    memoized,
+)
 from codemod.analysis.names import kwarg, method_name, names_read, positional
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -111,6 +119,8 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
         Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
               "a copy that also converts"),
         Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, "two devices"),
+        Valid(PREAMBLE + "import sys\nbatches = loader if sys.argv else [(torch.randn(8, 8), torch.randn(8, 1))]\n"
+              "for x, y in batches:\n    x, y = x.to(device), y.to(device)\n" + STEP, "not only a loader"),
         Valid(PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
               "    x, y = batch\n" + STEP, "a comprehension that filters"),
         Valid(PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b") +
@@ -190,9 +200,37 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
                 return self._loader_and_batch(args[0].value, target.elements[1].value)
             if names.is_(iterable.func, *PASS_THROUGH_ITERABLES) and args:
                 return self._loader_and_batch(args[0].value, target)
-        if self._loader_sources(iterable, (), 0):
+        if self._only_loaders(iterable, (), 0):
             return iterable, target
         return None
+
+    @memoized
+    def _only_loaders(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> bool:
+        """Is every value `expr` may have a DataLoader construction of this file? (The
+        look-up `_loader_sources` finds the loaders among other values; a loop over
+        `loader if a else my_batches` must not be rewritten as if it were a loader's.)"""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.Tuple, cst.List)) and path:
+            if path[0] >= len(expr.elements) or any(isinstance(e, cst.StarredElement) for e in expr.elements):
+                return False
+            return self._only_loaders(expr.elements[path[0]].value, path[1:], depth + 1)
+        if isinstance(expr, cst.Call):
+            if id(expr) in self.loader_ids:
+                return not path
+            function = self.bindings.local_function(expr.func)
+            values = returned_values(function) if function is not None else []
+            return bool(values) and all(self._only_loaders(value, path, depth + 1) for value in values)
+        if isinstance(expr, cst.Name):
+            sources = self._sources(expr)
+            return bool(sources) and all(self._only_loaders(source, inner + path, depth + 1)
+                                         for source, inner in sources)
+        if isinstance(expr, cst.Attribute):
+            values = self.bindings.attribute_values(expr) or []
+            return bool(values) and all(self._only_loaders(value, path, depth + 1) for value in values)
+        if isinstance(expr, cst.IfExp):
+            return self._only_loaders(expr.body, path, depth + 1) and self._only_loaders(expr.orelse, path, depth + 1)
+        return False
 
     def _copy_statements(self, loop: cst.For, names: list[str]):
         """(the statements of the loop body that copy the batch, the device expression) when
