@@ -89,6 +89,14 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
     torch's default (2 batches per worker): giving it with 0 workers raises
     too.
 
+    Checked against torch 2.13: the seed reports write `num_workers=4` (or 8)
+    and `persistent_workers=True` as literals. A literal count oversubscribes
+    a small machine and under-uses a large one, and with
+    `persistent_workers=True` it cannot be lowered to 0 without an error;
+    persistent workers also change the random stream from the second epoch
+    (see Fix safety). Their caveat about `IterableDataset` is right, and is
+    what the rule checks.
+
     ## Example
     ```python
     loader = DataLoader(dataset, batch_size=64, shuffle=True)

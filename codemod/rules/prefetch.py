@@ -62,6 +62,13 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
     input-heavy loops (large images, long sequences); nothing on the CPU, where
     the prefetcher is plain iteration.
 
+    Checked against torch 2.13: the seed reports' hand-written prefetch
+    (`next_batch = next(it).to(device, non_blocking=True)` before the step,
+    on the default stream) frees the host but does not overlap the copy with
+    compute, because one CUDA stream runs its work in order: the copy runs
+    before the forward queued after it. Overlap needs the copy on another
+    stream, and then the wait and `record_stream` that DevicePrefetcher does.
+
     ## Example
     ```python
     loader = DataLoader(dataset, batch_size=64, pin_memory=True)
