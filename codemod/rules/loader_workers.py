@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemod.analysis.bindings import returned_values
 from codemod.analysis.loaders import (
     DATALOADER,
     MAX_DEPTH,
@@ -23,7 +24,6 @@ MAP_STYLE_CALLS = {
     "torch.utils.data.TensorDataset",
     "torch.utils.data.Subset",
     "torch.utils.data.ConcatDataset",
-    "torch.utils.data.random_split",
     "torch.utils.data.StackDataset",
     "list",
     "builtins.list",
@@ -222,6 +222,14 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
             "an IterableDataset that does not shard: each worker would yield every item",
         ),
         Invalid(
+            PREAMBLE + "class Stream(torch.utils.data.IterableDataset):\n    def __iter__(self):\n"
+            "        yield from zip(torch.randn(64, 8), torch.randn(64, 1))\n"
+            "def datasets():\n    return Stream(), dataset\n"
+            "stream, table = datasets()\nloader = DataLoader(stream)\nfor x, y in loader:\n" + STEP,
+            None,
+            "the IterableDataset of the tuple a helper returns",
+        ),
+        Invalid(
             PREAMBLE + "def train(data):\n    loader = DataLoader(data)\n    for x, y in loader:\n"
             + "".join("    " + line + "\n" for line in STEP.splitlines()),
             None,
@@ -273,7 +281,7 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
             return
-        style = self._style(dataset, 0)
+        style = self._style(dataset, (), 0)
         if style == "unsharded":
             self.report(loader, message + "; its IterableDataset does not shard by torch.utils.data.get_worker_info() "
                         "in __iter__, so each worker would yield every item: shard it, then set num_workers")
@@ -300,19 +308,31 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
                         imports=[IMPORT])
 
     @memoized
-    def _style(self, dataset: cst.BaseExpression | None, depth: int) -> str:
+    def _style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
         """"map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
-        among workers), "unsharded" (one that does not) or "unknown"."""
+        among workers), "unsharded" (one that does not) or "unknown"; `path` indexes into the
+        tuple `dataset` evaluates to (`train_set, val_set = ...` takes element 0 or 1)."""
         if dataset is None or depth > MAX_DEPTH:
             return "unknown"
         names = self.context.names
-        if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
-            return "map"
+        if isinstance(dataset, (cst.List, cst.Tuple)) and path:
+            if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
+                return "unknown"
+            return self._style(dataset.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(dataset, cst.Name):
-            sources = self._sources(dataset)
-            styles = {self._style(source, depth + 1) for source, _ in sources}
+            styles = {self._style(source, inner + path, depth + 1) for source, inner in self._sources(dataset)}
             return styles.pop() if len(styles) == 1 else "unknown"
+        if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
+            return "map"  # a sequence of samples
         if not isinstance(dataset, cst.Call):
+            return "unknown"
+        if names.is_(dataset.func, "torch.utils.data.random_split"):
+            return "map"  # Subsets, whichever is taken
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:  # a helper of this file that builds and returns the dataset
+            styles = {self._style(value, path, depth + 1) for value in returned_values(function)}
+            return styles.pop() if len(styles) == 1 else "unknown"
+        if path:
             return "unknown"
         if names.is_(dataset.func, *MAP_STYLE_CALLS) or names.startswith(dataset.func, MAP_STYLE_PREFIXES):
             return "map"
