@@ -379,19 +379,23 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
 
     @memoized
     def _holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
+        """Does `expr` (a loader or dataset expression) hold a lambda or a function or class
+        defined inside a function, directly or in a variable passed as an argument? Pickle
+        finds functions and classes by their module-level name; those have none."""
         if depth > MAX_DEPTH:
-            return True
+            return True  # too deep to tell: assume it might
         if m.findall(expr, m.Lambda()):
             return True
         for name in m.findall(expr, m.Name()):
-            if not isinstance(name, cst.Name):
-                continue
             local = self.bindings.local_function(name) or self.context.kinds.local_class(name)
             if local is not None and any(isinstance(a, (cst.FunctionDef, cst.ClassDef))
                                          for a in _ancestors(local, self.context.parents)):
                 return True
         if isinstance(expr, cst.Name):
             return any(self._holds_unpicklable(source, depth + 1) for source, _ in self._sources(expr))
+        if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
+            return any(self._holds_unpicklable(arg.value, depth + 1) for arg in expr.args
+                       if isinstance(arg.value, cst.Name))
         return False
 
 
