@@ -8,6 +8,7 @@
     loader = DataLoader(data, batch_size=32, collate_fn=PadCollate(tokenizer.pad_token_id))
 """
 
+import multiprocessing
 import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -124,7 +125,7 @@ def _map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], obj):
     return obj
 
 
-def default_num_workers(cap: int = 8) -> int:
+def default_num_workers(cap: int = 8, *, fork_only: bool = False) -> int:
     """DataLoader worker processes for this machine: one per usable core, one core left to
     the training process, at most `cap`; 0 (load in the main process) with a single core.
 
@@ -135,7 +136,17 @@ def default_num_workers(cap: int = 8) -> int:
     Python's reference counting soon copies), and beyond a few workers the loader is rarely
     the bottleneck while memory and core contention grow. The environment variable
     PERFMOD_NUM_WORKERS, when set and not empty, is returned as is: users pin the count.
+
+    `fork_only=True` gives 0 unless workers start by fork: for loaders whose workers could
+    not start otherwise. Under spawn and forkserver (the default on macOS and Windows, and
+    on Linux from Python 3.14) each worker receives the dataset and collate_fn by pickle
+    (a lambda or a nested function cannot be) and re-imports the main script (one without
+    an `if __name__ == "__main__":` guard starts its training again there, and fails).
+    A DataLoader with its own `multiprocessing_context` is not seen here: pass the count
+    yourself.
     """
+    if fork_only and _start_method() != "fork":
+        return 0
     if env := os.environ.get(NUM_WORKERS_ENV):  # set and not empty, as PERFMOD_AMP
         if not env.isdecimal():
             raise ValueError(f"{NUM_WORKERS_ENV}={env!r}: expected a non-negative integer")
@@ -143,6 +154,12 @@ def default_num_workers(cap: int = 8) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     per_rank = cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     return max(0, min(cap, per_rank - 1))
+
+
+def _start_method() -> str:
+    """How DataLoader workers will start, without fixing the choice (get_start_method()
+    without allow_none would, and a later set_start_method would then raise)."""
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
 
 
 class PretokenizedDataset(torch.utils.data.Dataset):

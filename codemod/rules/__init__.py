@@ -11,9 +11,11 @@ from codemod.rules.compile_model import UncompiledModel
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
+from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.per_call_hooks import PerCallHookRegistration
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
+from codemod.rules.prefetch import BatchCopiedInTheStep
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
 from codemod.rules.zero_grad import ZeroFilledGradients
 
@@ -29,6 +31,8 @@ RULES: list[type[Rule]] = [
     SynchronousCheckpointInLoop,
     PerCallHookRegistration,
     UncompiledModel,
+    SingleProcessLoaderInTrainingLoop,
+    BatchCopiedInTheStep,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)

@@ -156,6 +156,38 @@ def test_num_workers_env_override_wins_uncapped(cores, monkeypatch):
             default_num_workers()
 
 
+
+@pytest.mark.parametrize("method, expected", [("fork", 3), ("spawn", 0), ("forkserver", 0)])
+def test_fork_only_gives_no_workers_unless_they_start_by_fork(cores, monkeypatch, method, expected):
+    cores(4)
+    monkeypatch.setattr(data.multiprocessing, "get_start_method", lambda allow_none=False: method)
+    assert default_num_workers(fork_only=True) == expected
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "2")  # a pinned count cannot make spawn work
+    assert default_num_workers(fork_only=True) == (2 if method == "fork" else 0)
+    assert default_num_workers() == 2
+
+
+def test_fork_only_follows_the_platform_default_and_does_not_fix_it(cores, monkeypatch):
+    import multiprocessing
+    cores(4)
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: None)
+    for defaults, expected in [(["fork", "spawn"], 3), (["spawn", "fork"], 0), (["forkserver", "fork"], 0)]:
+        monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda defaults=defaults: defaults)
+        assert default_num_workers(fork_only=True) == expected
+
+
+def test_start_method_stays_unset_for_the_script():
+    """Asking how workers start must leave the script free to choose (set_start_method raises
+    once the context is fixed); checked in a fresh interpreter, where nothing chose yet."""
+    import subprocess
+    import sys
+    code = ("import multiprocessing, runtime.data as d; d._start_method(); "
+            "assert multiprocessing.get_start_method(allow_none=True) is None; "
+            "multiprocessing.set_start_method('spawn')")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120,
+                   env={**os.environ, "PYTHONPATH": root})
+
 TEXTS = ["the cat sat", "", "a much longer sentence with many words in it", "on the mat",
          "x", "tokens tokens tokens", "the end", "héllo wörld", "one two three four five"]
 PAD = 0

@@ -1,0 +1,410 @@
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemod.analysis.bindings import returned_values
+from codemod.analysis.loaders import (
+    DATALOADER,
+    MAX_DEPTH,
+    NUM_WORKERS_POSITION,
+    LoaderLookups,
+    memoized,
+    with_dict_entry,
+)
+from codemod.analysis.names import kwarg, positional, with_kwarg
+from codemod.rule import Invalid, Level, Rule, Valid
+
+IMPORT = ("runtime.data", "default_num_workers")
+ITERABLE_DATASET = "torch.utils.data.IterableDataset"
+GET_WORKER_INFO = ("torch.utils.data.get_worker_info", "torch.utils.data._utils.worker.get_worker_info")
+# Datasets of torch that are map-style (indexed by the sampler): each index is loaded once,
+# by whichever worker the index is sent to.
+MAP_STYLE_CALLS = {
+    "torch.utils.data.TensorDataset",
+    "torch.utils.data.Subset",
+    "torch.utils.data.ConcatDataset",
+    "torch.utils.data.StackDataset",
+    "list",
+    "builtins.list",
+    "tuple",
+    "builtins.tuple",
+}
+MAP_STYLE_PREFIXES = ("torchvision.datasets.",)  # all map-style, ImageFolder, MNIST, CIFAR10...
+# Keyword arguments that only mean something with worker processes: a loader that passes
+# one of them has chosen how it loads.
+WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
+MAIN_GUARD = m.If(test=m.Comparison(left=m.Name("__name__"), comparisons=[
+    m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString('"__main__"') | m.SimpleString("'__main__'"))]))
+
+PREAMBLE = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+"""
+STEP = "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+GUARDED_STEP = "        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        opt.step()\n"
+WORKERS = "num_workers=default_num_workers(), persistent_workers=default_num_workers() > 0"
+FORK_WORKERS = "num_workers=default_num_workers(fork_only=True), persistent_workers=default_num_workers(fork_only=True) > 0"
+
+
+def _imported(code: str) -> str:
+    """`code` with the import the fix adds, where the engine puts it: after the last import."""
+    last = "from torch.utils.data import DataLoader, TensorDataset\n"
+    return code.replace(last, last + "from runtime.data import default_num_workers\n\n", 1)
+
+
+def _guarded(body: str) -> str:
+    return "def main():\n" + "".join("    " + line + "\n" for line in body.splitlines()) \
+        + "\nif __name__ == \"__main__\":\n    main()\n"
+
+
+class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
+    """
+    ## What it does
+    Finds `torch.utils.data.DataLoader`s that feed a training loop (the loop
+    that calls `backward()` and steps an optimizer iterates over them, also
+    through `enumerate`, `tqdm`, `zip` and helper functions that build and
+    return the loader) and load their batches in the training process (no
+    `num_workers`), and gives them worker processes:
+    `num_workers=default_num_workers()` (`runtime.data`: one per usable core,
+    one core left to training, at most 8, `PERFMOD_NUM_WORKERS` overrides) and
+    `persistent_workers=default_num_workers() > 0`.
+
+    ## Why is this bad?
+    With `num_workers=0` every `__getitem__`, transform and collate runs in the
+    training process between two steps: the GPU (or the CPU's compute threads)
+    waits while the next batch is decoded, augmented and stacked. Worker
+    processes load the next batches while the current step runs (each keeps
+    `prefetch_factor=2` batches ready). `persistent_workers` keeps them alive
+    between epochs instead of starting them, and copying the dataset to them,
+    every epoch. Typical gain: data-bound loops become compute-bound; up to the
+    number of workers times faster loading. The count is chosen when the script
+    runs, not written in: a literal suits one machine. `persistent_workers` is
+    written as a comparison because torch 2.13 raises
+    `ValueError: persistent_workers option needs num_workers > 0` when it is
+    `True` and the machine gives no worker. `prefetch_factor` is left at
+    torch's default (2 batches per worker): giving it with 0 workers raises
+    too.
+
+    Checked against torch 2.13: the seed reports write `num_workers=4` (or 8)
+    and `persistent_workers=True` as literals. A literal count oversubscribes
+    a small machine and under-uses a large one, and with
+    `persistent_workers=True` it cannot be lowered to 0 without an error;
+    persistent workers also change the random stream from the second epoch
+    (see Fix safety). Their caveat about `IterableDataset` is right, and is
+    what the rule checks.
+
+    ## Example
+    ```python
+    loader = DataLoader(dataset, batch_size=64, shuffle=True)
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    ```
+    Use instead:
+    ```python
+    from runtime.data import default_num_workers
+
+    loader = DataLoader(dataset, batch_size=64, shuffle=True,
+                        num_workers=default_num_workers(), persistent_workers=default_num_workers() > 0)
+    ```
+
+    ## Fix safety
+    Unsafe. For a map-style dataset the sampler still runs in the training
+    process, and the batches come back in the sampler's order with the same
+    values (tested, torch 2.13, `shuffle=True`); what can change:
+
+    - Randomness inside `__getitem__`, transforms or `collate_fn`: each worker
+      seeds torch, `random` (and NumPy) from the loader's base seed plus its id,
+      so random augmentations differ from a single-process run, and they no
+      longer draw from the training process's generator (dropout then differs).
+    - From the second epoch on: a persistent iterator draws the loader's base
+      seed once, not once per epoch, so the global generator (or the loader's
+      `generator=`) is one draw behind the original's in every later epoch: a
+      different shuffle order and different dropout, equally random (tested).
+    - Memory: each worker holds a copy of the dataset object.
+    - Datasets whose `__getitem__` has side effects on the training process
+      (counters, caches) see them happen in the workers.
+
+    It is never fixed when the workers would be wrong or pointless: an
+    `IterableDataset` whose `__iter__` does not shard by
+    `torch.utils.data.get_worker_info()` (every worker would yield every item:
+    reported without a fix), a dataset the rule cannot see the class of
+    (reported without a fix, for the same reason), data already on the GPU
+    (`TensorDataset(x.cuda())`, a dataset class or `collate_fn` that moves to a
+    device: CUDA cannot be used in forked workers), a DataLoader subclass of
+    this file that overrides `__init__` or `__iter__`, a loader that already
+    passes `num_workers`, `persistent_workers`, `prefetch_factor` or
+    `multiprocessing_context` (in its call or its `**kwargs` dict), `*args`.
+
+    Start methods: under `spawn` and `forkserver` (macOS, Windows, Linux from
+    Python 3.14) workers receive the dataset and `collate_fn` by pickle and
+    re-import the main script. When the loader's arguments or dataset hold a
+    lambda or a nested function or class, or when the training loop runs in
+    module code outside an `if __name__ == "__main__":` guard, the fix writes
+    `default_num_workers(fork_only=True)`, which gives 0 workers (the
+    original's behaviour) unless workers start by `fork`.
+    """
+
+    CODE = "PM201"
+    NAME = "single-process-loader-in-training-loop"
+    LEVEL = Level.UNSAFE
+    REQUIRES = ("DataLoader",)
+    MESSAGE = "this DataLoader feeds the training loop and loads every batch in the training process; give it worker processes"
+    GAIN = "data-bound loops: loading overlaps with the step, up to num_workers times faster loading"
+
+    VALID = [
+        Valid(PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=2)\nfor x, y in loader:\n" + STEP,
+              "an explicit worker count is kept"),
+        Valid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
+              "num_workers passed by position"),
+        Valid(PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(model(x).sum())\n",
+              "not a training loop"),
+        Valid(
+            PREAMBLE + "cuda_set = TensorDataset(torch.randn(64, 8).cuda(), torch.randn(64, 1).cuda())\n"
+            "loader = DataLoader(cuda_set)\nfor x, y in loader:\n" + STEP,
+            "data already on the GPU",
+        ),
+        Valid(
+            PREAMBLE + "class Prefetching(DataLoader):\n    def __iter__(self):\n        return super().__iter__()\n"
+            "loader = Prefetching(dataset)\nfor x, y in loader:\n" + STEP,
+            "a subclass that overrides __iter__",
+        ),
+        Valid(
+            PREAMBLE + "class OnDevice(torch.utils.data.Dataset):\n    def __len__(self):\n        return 64\n"
+            "    def __getitem__(self, i):\n        return torch.randn(8, device='cuda'), torch.randn(1, device='cuda')\n"
+            "loader = DataLoader(OnDevice(), batch_size=8)\nfor x, y in loader:\n" + STEP,
+            "__getitem__ makes CUDA tensors: CUDA cannot run in forked workers",
+        ),
+        Valid(
+            PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
+            "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP,
+            "the kwargs dict sets num_workers",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            PREAMBLE + _guarded("loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP),
+            _imported(PREAMBLE + _guarded(f"loader = DataLoader(dataset, batch_size=8, {WORKERS})\nfor x, y in loader:\n"
+                                           + STEP)),
+        ),
+        Invalid(
+            PREAMBLE + "loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP,
+            _imported(PREAMBLE + f"loader = DataLoader(dataset, batch_size=8, {FORK_WORKERS})\nfor x, y in loader:\n"
+                      + STEP),
+            "no __main__ guard: workers only where they start by fork",
+        ),
+        Invalid(
+            PREAMBLE + _guarded("loader = DataLoader(dataset, collate_fn=lambda b: torch.utils.data.default_collate(b))\n"
+                                "for x, y in loader:\n" + STEP),
+            _imported(PREAMBLE + _guarded("loader = DataLoader(dataset, collate_fn=lambda b: torch.utils.data."
+                                           f"default_collate(b), {FORK_WORKERS})\nfor x, y in loader:\n" + STEP)),
+            "a lambda cannot be pickled for spawned workers",
+        ),
+        Invalid(
+            PREAMBLE + _guarded("train_kwargs = {'batch_size': 8, 'shuffle': True}\n"
+                                "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n" + STEP),
+            _imported(PREAMBLE + _guarded(
+                "train_kwargs = {'batch_size': 8, 'shuffle': True, 'num_workers': default_num_workers(), "
+                "'persistent_workers': default_num_workers() > 0}\n"
+                "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n" + STEP)),
+            "the entries go in the kwargs dict",
+        ),
+        Invalid(
+            PREAMBLE + "class Stream(torch.utils.data.IterableDataset):\n    def __iter__(self):\n"
+            "        yield from zip(torch.randn(64, 8), torch.randn(64, 1))\n"
+            "loader = DataLoader(Stream(), batch_size=8)\nfor x, y in loader:\n" + STEP,
+            None,
+            "an IterableDataset that does not shard: each worker would yield every item",
+        ),
+        Invalid(
+            PREAMBLE + "class Stream(torch.utils.data.IterableDataset):\n    def __iter__(self):\n"
+            "        yield from zip(torch.randn(64, 8), torch.randn(64, 1))\n"
+            "def datasets():\n    return Stream(), dataset\n"
+            "stream, table = datasets()\nloader = DataLoader(stream)\nfor x, y in loader:\n" + STEP,
+            None,
+            "the IterableDataset of the tuple a helper returns",
+        ),
+        Invalid(
+            PREAMBLE + "def train(data):\n    loader = DataLoader(data)\n    for x, y in loader:\n"
+            + "".join("    " + line + "\n" for line in STEP.splitlines()),
+            None,
+            "a dataset the rule cannot see",
+        ),
+    ]
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if not self.loaders:
+            return
+        training = [t.loop for t in self.context.training.loops]
+        feeds: dict[int, cst.For] = {}
+        for loop in self.loops:
+            if not any(t is loop or _contains(loop.body, t, self.context.parents) for t in training):
+                continue
+            for iterable, _ in self._iterated(loop.iter, loop.target):
+                for loader in self._loader_sources(iterable, (), 0):
+                    feeds.setdefault(id(loader), loop)
+        for loader in self.loaders:
+            if id(loader) in feeds:
+                self._check(loader, feeds[id(loader)])
+
+    # -- the decision ------------------------------------------------------------------------
+
+    def _check(self, loader: cst.Call, loop: cst.For) -> None:
+        is_torch_loader = self.context.names.is_(loader.func, DATALOADER)
+        if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
+            return
+        if is_torch_loader and positional(loader, NUM_WORKERS_POSITION) is not None:
+            return
+        if not is_torch_loader and self._subclass_overrides(self.context.kinds.local_class(loader.func)):
+            return
+        dataset = self._dataset(loader)
+        if self._may_hold_device_data(dataset, 0) or self._collate_moves_to_device(loader, is_torch_loader):
+            return
+        line = self.context.positions[loop].start.line
+        message = f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
+        stars = [arg for arg in loader.args if arg.star == "**"]
+        literal = None
+        if stars:
+            found = self._kwargs_literal(stars[0].value) if len(stars) == 1 else None
+            if found is not None and any(option in found[1] for option in WORKER_OPTIONS):
+                return
+            if found is None or found[2]:
+                name = self.context.module.code_for_node(stars[0].value)
+                self.report(loader, message + f"; `**{name}` cannot be seen whole here, so num_workers is not added")
+                return
+            literal = found[0]
+        if any(arg.star == "*" for arg in loader.args):
+            self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
+            return
+        style = self._style(dataset, (), 0)
+        if style == "unsharded":
+            self.report(loader, message + "; its IterableDataset does not shard by torch.utils.data.get_worker_info() "
+                        "in __iter__, so each worker would yield every item: shard it, then set num_workers")
+            return
+        if style not in ("map", "sharded"):
+            what = self.context.module.code_for_node(dataset) if dataset is not None else "its dataset"
+            self.report(loader, message + f"; the rule cannot see whether `{what}` is map-style (an IterableDataset "
+                        "that does not shard would yield every item once per worker): check it, then set num_workers")
+            return
+        count = cst.parse_expression("default_num_workers(fork_only=True)" if self._needs_fork(loader, loop, dataset)
+                                     else "default_num_workers()")
+        persistent = cst.Comparison(left=count, comparisons=[
+            cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))])
+        if literal is None:
+            fixed = with_kwarg(with_kwarg(loader, "num_workers", count), "persistent_workers", persistent)
+            self.report(loader, message + "; give it worker processes", replacement=fixed, imports=[IMPORT])
+        elif isinstance(literal, cst.Dict):
+            fixed = with_dict_entry(with_dict_entry(literal, "num_workers", count), "persistent_workers", persistent)
+            self.report(literal, message + "; give it worker processes (in the kwargs dict)", replacement=fixed,
+                        imports=[IMPORT])
+        else:
+            fixed = with_kwarg(with_kwarg(literal, "num_workers", count), "persistent_workers", persistent)
+            self.report(literal, message + "; give it worker processes (in the kwargs dict)", replacement=fixed,
+                        imports=[IMPORT])
+
+    @memoized
+    def _style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
+        """"map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
+        among workers), "unsharded" (one that does not) or "unknown"; `path` indexes into the
+        tuple `dataset` evaluates to (`train_set, val_set = ...` takes element 0 or 1)."""
+        if dataset is None or depth > MAX_DEPTH:
+            return "unknown"
+        names = self.context.names
+        if isinstance(dataset, (cst.List, cst.Tuple)) and path:
+            if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
+                return "unknown"
+            return self._style(dataset.elements[path[0]].value, path[1:], depth + 1)
+        if isinstance(dataset, cst.Name):
+            styles = {self._style(source, inner + path, depth + 1) for source, inner in self._sources(dataset)}
+            return styles.pop() if len(styles) == 1 else "unknown"
+        if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
+            return "map"  # a sequence of samples
+        if not isinstance(dataset, cst.Call):
+            return "unknown"
+        if names.is_(dataset.func, "torch.utils.data.random_split"):
+            return "map"  # Subsets, whichever is taken
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:  # a helper of this file that builds and returns the dataset
+            styles = {self._style(value, path, depth + 1) for value in returned_values(function)}
+            return styles.pop() if len(styles) == 1 else "unknown"
+        if path:
+            return "unknown"
+        if names.is_(dataset.func, *MAP_STYLE_CALLS) or names.startswith(dataset.func, MAP_STYLE_PREFIXES):
+            return "map"
+        classdef = self.context.kinds.local_class(dataset.func)
+        return self._class_style(classdef, 0) if classdef is not None else "unknown"
+
+    def _class_style(self, classdef: cst.ClassDef, depth: int) -> str:
+        """The style of instances of a dataset class of this file: its own `__iter__` /
+        `__getitem__`, else its bases'."""
+        methods = {statement.name.value: statement for statement in classdef.body.body
+                   if isinstance(statement, cst.FunctionDef)}
+        iterable = any(self.context.names.is_(base.value, ITERABLE_DATASET) for base in classdef.bases)
+        if "__iter__" in methods and (iterable or "__getitem__" not in methods):
+            shards = any(self.context.names.is_(call.func, *GET_WORKER_INFO)
+                         for call in m.findall(methods["__iter__"], m.Call()))
+            return "sharded" if shards else "unsharded"
+        if "__getitem__" in methods:
+            return "map"
+        if iterable or depth > MAX_DEPTH:
+            return "unsharded" if iterable else "unknown"  # an IterableDataset without its own __iter__ raises
+        for base in classdef.bases:
+            local = self.context.kinds.local_class(base.value)
+            if local is not None:
+                return self._class_style(local, depth + 1)
+        return "unknown"
+
+    def _needs_fork(self, loader: cst.Call, loop: cst.For, dataset: cst.BaseExpression | None) -> bool:
+        """Could workers fail to start under spawn / forkserver: an unpicklable argument
+        (lambda, nested function or class) or a training loop the re-imported script runs?"""
+        return not self._loop_is_guarded(loop) or self._holds_unpicklable(loader, 0) or (
+            dataset is not None and self._holds_unpicklable(dataset, 0))
+
+    def _loop_is_guarded(self, loop: cst.For) -> bool:
+        """Does the loop run only under `if __name__ == "__main__":`, directly or in a function
+        of a module that has that guard? (A function the module calls outside the guard is
+        taken as guarded: the usual `main()` call sits in the guard.)"""
+        module_level = True
+        for ancestor in _ancestors(loop, self.context.parents):
+            if m.matches(ancestor, MAIN_GUARD):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                module_level = False
+        return not module_level and any(m.matches(statement, MAIN_GUARD) for statement in self.context.module.body)
+
+    @memoized
+    def _holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
+        """Does `expr` (a loader or dataset expression) hold a lambda or a function or class
+        defined inside a function, directly or in a variable passed as an argument? Pickle
+        finds functions and classes by their module-level name; those have none."""
+        if depth > MAX_DEPTH:
+            return True  # too deep to tell: assume it might
+        if m.findall(expr, m.Lambda()):
+            return True
+        for name in m.findall(expr, m.Name()):
+            local = self.bindings.local_function(name) or self.context.kinds.local_class(name)
+            if local is not None and any(isinstance(a, (cst.FunctionDef, cst.ClassDef))
+                                         for a in _ancestors(local, self.context.parents)):
+                return True
+        if isinstance(expr, cst.Name):
+            return any(self._holds_unpicklable(source, depth + 1) for source, _ in self._sources(expr))
+        if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
+            return any(self._holds_unpicklable(arg.value, depth + 1) for arg in expr.args
+                       if isinstance(arg.value, cst.Name))
+        return False
+
+
+def _ancestors(node: cst.CSTNode, parents):
+    current = parents.get(node)
+    while current is not None:
+        yield current
+        current = parents.get(current)
+
+
+def _contains(ancestor: cst.CSTNode, node: cst.CSTNode, parents) -> bool:
+    return any(a is ancestor for a in _ancestors(node, parents))

@@ -1,0 +1,90 @@
+"""PM103, run: loops over DevicePrefetcher train bit for bit like the loops that copied
+each batch themselves, alone and together with PM102 and PM201 (two workers), and the
+prefetcher hands out exactly the loader's batches, in order, every epoch."""
+
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
+from codemod.rules.pin_memory import UnpinnedLoaderToCuda
+from codemod.rules.prefetch import BatchCopiedInTheStep
+from runtime import data
+from runtime.data import DevicePrefetcher
+from tests.rules.scripts import losses, one_thread
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM103"
+LOADER_RULES = [UnpinnedLoaderToCuda, SingleProcessLoaderInTrainingLoop, BatchCopiedInTheStep]
+
+
+def rewrite_unsafe(source: str, rules) -> tuple[str, list[str]]:
+    settings = Settings(select=tuple(r.CODE for r in rules), level=Level.UNSAFE)
+    result = process_source(source.encode(), "<fixture>", settings, rules)
+    assert result.error is None, result.error
+    assert all(f.applied for f in result.findings), result.findings
+    return result.new_source.decode(), sorted(f.code for f in result.findings)
+
+
+def test_prefetched_loops_train_bit_for_bit_like_the_copying_loops():
+    before = losses((FIXTURES / "helper_loaders.in.py").read_text())
+    after = losses((FIXTURES / "helper_loaders.out.py").read_text())
+    assert len(before) == 2 * 8  # two epochs of 128 samples in batches of 16
+    assert torch.equal(after, before)
+
+
+def test_prefetched_dict_batches_train_bit_for_bit_like_the_comprehension():
+    before = losses((FIXTURES / "dict_batches.in.py").read_text())
+    after = losses((FIXTURES / "dict_batches.out.py").read_text())
+    assert len(before) == 12
+    assert torch.equal(after, before)
+
+
+def test_loader_rules_together_train_the_first_epoch_bit_for_bit_with_two_workers(monkeypatch):
+    """The unpinned script rewritten by PM102 + PM201 + PM103 (the engine repeats passes:
+    PM103 waits for PM102's pin_memory) runs with two loader workers and gives the
+    original's losses over the first epoch. From the second epoch on, the persistent
+    workers leave the loader's generator one draw behind (PM201's Fix safety), so the
+    shuffle differs there; with no workers every epoch is the same."""
+    source = (FIXTURES / "helper_loaders.in.py").read_text().replace(", pin_memory=pin", "")
+    new_source, codes = rewrite_unsafe(source, LOADER_RULES)
+    assert codes == ["PM102", "PM102", "PM103", "PM103", "PM201"]  # the eval loader is not on the training path
+    assert "DevicePrefetcher(loader, device)" in new_source and "num_workers=default_num_workers()" in new_source
+    before = losses(source)
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "2")
+    after = losses(new_source)
+    assert torch.equal(after[:8], before[:8])
+    assert not torch.equal(after[8:], before[8:])
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
+    assert torch.equal(losses(new_source), before)
+
+
+def test_the_rewrite_is_idempotent_and_leaves_the_loader_pinned_for_pm102():
+    source = (FIXTURES / "helper_loaders.in.py").read_text().replace(", pin_memory=pin", "")
+    once, _ = rewrite_unsafe(source, LOADER_RULES)
+    twice, codes = rewrite_unsafe(once, LOADER_RULES)
+    assert twice == once and codes == []
+    assert once.count("pin_memory=torch.cuda.is_available()") == 2  # the device is a parameter there
+
+
+def test_prefetcher_yields_the_loaders_batches_in_order_every_epoch_with_workers():
+    """A shuffling loader with two workers, through the prefetcher on the CPU: each epoch
+    the same batches, in the same order, as a second loader with the same seeds."""
+    dataset = TensorDataset(torch.randn(40, 3), torch.arange(40))
+
+    def loader():
+        return DataLoader(dataset, batch_size=6, shuffle=True, num_workers=2, timeout=60,
+                          generator=torch.Generator().manual_seed(3))
+
+    prefetcher, reference = DevicePrefetcher(loader(), torch.device("cpu")), loader()
+    assert len(prefetcher) == len(reference) == 7
+    with one_thread():
+        for epoch in range(3):
+            got, want = list(prefetcher), list(reference)
+            assert len(got) == len(want) == 7
+            for (x, i), (wx, wi) in zip(got, want):
+                assert torch.equal(x, wx) and torch.equal(i, wi)
+            assert sorted(int(j) for _, i in got for j in i) == list(range(40))
