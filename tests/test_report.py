@@ -136,16 +136,16 @@ def test_each_change_is_annotated_with_its_finding_on_its_line(tmp_path):
         assert "host-to-device copy blocks the CPU" in note.text and "Expected gain" in note.text
 
 
-def test_a_finding_above_its_change_is_shown_under_the_change_its_rule_made(tmp_path):
-    # PM404 reports at the loop (line 14) and rewrites `.item()` on lines 20 and 21;
-    # PM101 finds two copies on line 15; PM301 reports at the loop and wraps the forward.
+def test_each_finding_is_shown_under_the_change_its_rule_made(tmp_path):
+    # PM404 reports the `.item()` syncs on lines 20 and 21 and rewrites the whole loop (line 14
+    # on); PM101 finds two copies on line 15; PM301 reports the forward (line 16) and wraps it.
     page = page_of(tmp_path, RUNNING_SUM, "--select", "PM101,PM301,PM404", "--level", "numeric")
     (file,) = read_page(page).files
     by_code = {}
     for note in file.notes():
         by_code.setdefault((note.code, note.continued), []).append(note)
     pm404 = by_code[("PM404", False)]
-    assert [n.line for n in pm404] == [14, 14]
+    assert [n.line for n in pm404] == [20, 21]
     for note in pm404:
         removed = [r.text for r in file.rows_before(note) if r.kind == "removed"]
         assert removed and all(".item()" in text for text in removed), removed
@@ -153,11 +153,14 @@ def test_a_finding_above_its_change_is_shown_under_the_change_its_rule_made(tmp_
     assert pm101.line == 15 and "2 sites" in pm101.text
     assert [r.old for r in file.rows_before(pm101) if r.kind == "removed"] == [15, 16]  # with PM301's forward
     added = [r.text for r in file.rows_before(by_code[("PM301", False)][0]) if r.kind == "added"]
-    assert any("Precision" in text for text in added)
-    # The import PM301 adds at the top is tied back to its finding, not left bare.
-    continued = [n for n in by_code[("PM301", True)] if any("from runtime.amp import" in r.text
-                                                            for r in file.rows_before(n))]
-    assert continued and continued[0].line == 14 and "Part of the fix" in continued[0].text
+    assert any("with precision.autocast():" in text for text in added)
+    # The parts of PM301's fix away from its finding (the import at the top, the policy built
+    # before the loop) are tied back to it, not left bare.
+    # (Both such notes read the same, so they are told apart by the row above each.)
+    parts = [(file.items[i - 1].text, item) for i, item in enumerate(file.items)
+             if item in by_code[("PM301", True)]]
+    for part in ("from runtime.amp import", "precision = Precision.for_device"):
+        assert any(part in row and note.line == 16 and "Part of the fix" in note.text for row, note in parts), part
 
 
 def test_every_fixed_finding_is_on_the_page_and_findings_left_say_how_to_fix_them(tmp_path):
@@ -426,7 +429,7 @@ def test_a_rules_lone_fixes_are_asked_for_only_where_the_lines_leave_it_open():
     # Without `alone`, by lines alone: every finding still shown once, no guessed continuations.
     (file,) = read_page(render_html([result], Level.NUMERIC, ALL_RULES)).files
     assert not any(n.continued for n in file.notes())
-    assert sorted((n.code, n.line) for n in file.notes()) == [("PM101", 15), ("PM301", 14), ("PM404", 14), ("PM404", 14)]
+    assert sorted((n.code, n.line) for n in file.notes()) == [("PM101", 15), ("PM301", 16), ("PM404", 20), ("PM404", 21)]
 
 
 def test_renderers_take_engine_results_directly():
