@@ -10,6 +10,7 @@ from codemod.rules.autocast import ForwardWithoutAutocast
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
+from codemod.rules.loop_invariant_tokenization import LoopInvariantTokenization
 from codemod.rules.manual_batching import ManualBatchingInStepLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
@@ -20,6 +21,7 @@ RULES: list[type[Rule]] = [
     NonBlockingCopy,
     UnpinnedLoaderToCuda,
     ManualBatchingInStepLoop,
+    LoopInvariantTokenization,
     MemoryCleanupInStepLoop,
     ZeroFilledGradients,
     Float32MatmulWithoutTf32,
