@@ -309,6 +309,10 @@ class LoopInvariantTokenization(Rule):
             return self._variance(expr.expression, region, regions)
         if isinstance(expr, cst.Call):
             return self._call_variance(expr, region, regions)
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            own = {n.value for f in m.findall(expr, m.CompFor()) for n in m.findall(f.target, m.Name())}
+            varying = self._all([n for n in names_read(expr) if n.value not in own], region, regions)
+            return varying or "a comprehension (its calls are not followed)"
         return f"`{self._code(expr)}` is not an expression perfmod follows"
 
     def _all(self, exprs, region, regions):

@@ -169,6 +169,13 @@ class ManualBatchingInStepLoop(Rule):
             "a random batch every step, with replacement across steps",
         ),
         Invalid(
+            PREAMBLE + "import random\ntexts = ['a', 'b', 'c']\nfor step in range(100):\n"
+            "    idx = random.sample(range(len(texts)), 2)\n    batch = [texts[i] for i in idx]\n"
+            "    xb, yb = X[:2], Y[:2]\n" + STEP,
+            None,
+            "random indices into a list of texts (LatentWire)",
+        ),
+        Invalid(
             PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n"
             "    print(i)\n" + STEP,
             None,
@@ -211,7 +218,15 @@ class ManualBatchingInStepLoop(Rule):
             return isinstance(parent, cst.SubscriptElement) or isinstance(self.context.parents.get(parent), cst.SubscriptElement)
         index = parent.targets[0].target.value
         loop = self.context.loops.step_loop_of(call)
-        return bool(m.findall(loop.body, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(index)))])))
+        # `X[idx]`, or `[texts[i] for i in idx]` / `for i in idx: ... texts[i]`
+        if m.findall(loop.body, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(index)))])):
+            return True
+        for each in m.findall(loop.body, m.CompFor(iter=m.Name(index)) | m.For(iter=m.Name(index))):
+            if isinstance(each.target, cst.Name) and m.findall(
+                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each,
+                    m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(each.target.value)))])):
+                return True
+        return False
 
     # -- manual slicing: fixed ----------------------------------------------------
 
