@@ -359,8 +359,11 @@ class ManualBatchingInStepLoop(Rule):
         if not self._covers(plan):
             return (f"the range `{self._code(plan.window.n)}` is not the length of "
                     f"{' / '.join(f'`{t}`' for t in plan.tensors)}, so the batches may not cover the data")
-        for statement in self._batch_statements(plan).values():
-            target = statement.targets[0].target
+        targets = [statement.targets[0].target for statement in self._batch_statements(plan).values()]
+        for line in _lines(plan.loop.body):
+            if _unpacks_only_batches(line, plan.uses):
+                targets += [element.value for element in line.body[0].targets[0].target.elements]
+        for target in targets:
             if kinds.is_mutated_in_place(target):
                 return f"the batch `{target.value}` is written in place, which changes the data it is a view of"
         for name in ("DataLoader", "TensorDataset"):
