@@ -122,7 +122,8 @@ class LoopInvariantTokenization(Rule):
     CODE = "PM203"
     NAME = "loop-invariant-tokenization"
     LEVEL = Level.SAFE
-    REQUIRES = ("token", "torch.tensor", "torch.as_tensor", "torch.arange", "apply_chat_template", "tiktoken")
+    # a known tokenizer's module or class (`tiktoken`, `AutoTokenizer`), or torch for its factories
+    REQUIRES = ("token", "Token", "torch")
     MESSAGE = "the same value is computed on every training step; compute it once before the loop"
     GAIN = "the host time of the repeated tokenization / tensor building, every step (10-15% of step time in the seed)"
 
@@ -448,12 +449,13 @@ class LoopInvariantTokenization(Rule):
         tokenizer built by a known library; receiver is `tok` for any call shaped like
         that (a method named like a tokenizer's, or a call of a name with "token" in it)."""
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in TOKENIZER_METHODS:
-            receiver = call.func.value
-        elif isinstance(call.func, (cst.Name, cst.Attribute)) and "token" in self._code(call.func).lower().rsplit(".", 1)[-1]:
-            receiver = call.func
-        else:
-            return False, None
-        return self._is_known_tokenizer(receiver), receiver
+            return self._is_known_tokenizer(call.func.value), call.func.value
+        if isinstance(call.func, (cst.Name, cst.Attribute)):
+            if self._is_known_tokenizer(call.func):
+                return True, call.func
+            if "token" in self._code(call.func).lower().rsplit(".", 1)[-1]:
+                return False, call.func
+        return False, None
 
     def _is_known_tokenizer(self, expr: cst.BaseExpression) -> bool:
         if isinstance(expr, cst.Name):
