@@ -9,7 +9,7 @@ from libcst.metadata import Assignment, ScopeProvider
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind
-from codemod.analysis.names import kwarg, method_name, names_read
+from codemod.analysis.names import method_name, names_read
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # How a known tokenizer is built: qualified name of the call (a prefix and a suffix
@@ -52,7 +52,7 @@ class _Hoist:
     line: cst.SimpleStatementLine
     name: str
     region: cst.CSTNode  # the loop it moves in front of
-    call: cst.CSTNode  # for the message: what it no longer repeats
+    value: cst.BaseExpression  # what it computes once now
 
 
 class LoopInvariantTokenization(Rule):
@@ -514,7 +514,7 @@ class LoopInvariantTokenization(Rule):
                 edits[region_id] = lambda updated, lines=lines: cst.FlattenSentinel(_in_front(lines, updated))
         replacement = cst.FlattenSentinel(_in_front(before[id(anchor)], anchor.visit(EditsByIdentity(edits))))
         for hoist in hoists:
-            self.report(anchor, f"`{hoist.name} = {self._short(hoist.call)}` (line {self._line(hoist.line)}) gives the "
+            self.report(anchor, f"`{hoist.name} = {self._short(hoist.value)}` (line {self._line(hoist.line)}) gives the "
                                 "same value on every training step; computed once before the loop",
                         replacement=replacement)
 
@@ -575,9 +575,9 @@ def _needed(hoists: list[_Hoist]) -> list[_Hoist]:
     kept: list[_Hoist] = []
     read: set[str] = set()
     for hoist in reversed(hoists):
-        if m.findall(hoist.call, m.Call()) or hoist.name in read:
+        if m.findall(hoist.value, m.Call()) or hoist.name in read:
             kept.append(hoist)
-            read |= {n.value for n in names_read(hoist.call)}
+            read |= {n.value for n in names_read(hoist.value)}
     return kept[::-1]
 
 

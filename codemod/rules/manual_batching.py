@@ -12,7 +12,6 @@ from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import names_read, positional
 from codemod.rule import Invalid, Level, Rule, Valid
 
-DATALOADER, TENSOR_DATASET = "torch.utils.data.DataLoader", "torch.utils.data.TensorDataset"
 IMPORTS = [("torch.utils.data", "DataLoader"), ("torch.utils.data", "TensorDataset")]
 RANGE = ("range", "builtins.range")
 # Per-step random batches: qualified name -> how the message spells it.
@@ -622,16 +621,19 @@ def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
 
 
 def _bound_names(line: cst.CSTNode) -> set[str]:
+    """Names that the assignments of `line` bind (`a.b = ...` and `a[i] = ...` bind none)."""
     names: set[str] = set()
-    for target in m.findall(line, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
-        node = target.target
-        names.update(n.value for n in m.findall(node, m.Name()) if not _attribute_part(node, n))
+    for statement in m.findall(line, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
+        names |= _target_names(statement.target)
     return names
 
 
-def _attribute_part(root: cst.CSTNode, name: cst.Name) -> bool:
-    """Is `name` inside an attribute or subscript target (`a.b = ...`, `a[i] = ...`: no binding of a name)?"""
-    return not isinstance(root, (cst.Name, cst.Tuple, cst.List))
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(element.value) for element in target.elements))
+    return set()
 
 
 def _unpacks_only_batches(line: cst.CSTNode, uses: dict[int, str]) -> bool:
