@@ -9,7 +9,7 @@ from libcst.metadata import Assignment, ScopeProvider
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind
-from codemod.analysis.names import method_name, names_read
+from codemod.analysis.names import kwarg, method_name, names_read
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # How a known tokenizer is built: qualified name of the call (a prefix and a suffix
@@ -62,8 +62,8 @@ class LoopInvariantTokenization(Rule):
     fixed prompt or chat template tokenized again, `torch.tensor` of a
     constant, and moves it in front of the loop, out of every loop around it
     for which it is invariant too. Tokenizing per batch the texts of a fixed
-    corpus, and tokenizing inside a model's `forward`, are reported without a
-    fix.
+    corpus, and tokenizing inside a model's `forward` or a DataLoader's
+    `collate_fn`, are reported without a fix.
 
     ## Why is this bad?
     Tokenizing is host work: Python (or Rust behind a Python call) that runs
@@ -186,6 +186,13 @@ class LoopInvariantTokenization(Rule):
             "    ids = tokenizer(batch, padding=True, return_tensors='pt')['input_ids']\n" + STEP,
             None,
             "per-batch tokenization of a fixed corpus: pretokenize (reported)",
+        ),
+        Invalid(
+            PREAMBLE + "from torch.utils.data import DataLoader\ntexts = ['a b', 'c d e', 'f']\n"
+            "def collate(batch):\n    return tokenizer(batch, padding=True, return_tensors='pt')\n"
+            "loader = DataLoader(texts, batch_size=2, collate_fn=collate)\n",
+            None,
+            "a tokenizer in the collate function runs every batch",
         ),
         Invalid(
             PREAMBLE + "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
@@ -496,6 +503,21 @@ class LoopInvariantTokenization(Rule):
                 self.report(call, f"`{self._code(call.func)}` tokenizes inside the model's forward, on the host, on "
                                   "every step; tokenize the texts once before training (runtime.data."
                                   "PretokenizedDataset) or in the DataLoader's workers and pass ids to the model")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """A tokenizer in a DataLoader's collate function runs on every batch too."""
+        collate = kwarg(node, "collate_fn")
+        if collate is None or not self.context.names.is_(node.func, "torch.utils.data.DataLoader"):
+            return
+        function = collate.value if isinstance(collate.value, cst.Lambda) else self._bindings.local_function(collate.value)
+        if function is None:
+            return
+        for call in m.findall(function.body, m.Call()):
+            if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
+                self._reported.add(id(call))
+                self.report(call, f"`{self._code(call.func)}` tokenizes in the DataLoader's collate function, again "
+                                  "for every batch of every epoch (in the workers when there are any); if the texts are "
+                                  "fixed, tokenize them once (runtime.data.PretokenizedDataset) and pad with PadCollate")
 
     # -- the fix -------------------------------------------------------------------------------
 
