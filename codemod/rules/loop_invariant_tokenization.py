@@ -137,6 +137,9 @@ class LoopInvariantTokenization(Rule):
               "already before the loop"),
         Valid(PREAMBLE + "for step in range(3):\n    print(tokenizer(PROMPT))\n", "not a training loop"),
         Valid(PREAMBLE + "for step in range(3):\n    ids = torch.randint(0, 1000, (1, 4))\n" + STEP, "random: not invariant"),
+        Valid(PREAMBLE + "for step in range(3):\n    w = torch.ones(8, requires_grad=True)\n"
+              "    loss = (model(torch.tensor([1])) * w).sum()\n    loss.backward()\n    opt.step()\n",
+              "a leaf that collects gradients is new every step"),
         Valid(PREAMBLE + "lengths = []\nfor step in range(3):\n    ids = torch.tensor([[1, 2, step]])\n"
               "    lengths.append(len(ids))\n" + STEP, "reads the loop variable"),
     ]
@@ -340,6 +343,8 @@ class LoopInvariantTokenization(Rule):
         if any(a.star for a in call.args):
             return "a call with *args or **kwargs"
         names = self.context.names.of(call.func)
+        if names & DETERMINISTIC_FACTORIES and kwarg(call, "requires_grad") is not None:
+            return "a tensor that requires grad collects gradients: made once, they would pile up across steps"
         if names & DETERMINISTIC_FACTORIES or names & PURE_BUILTINS:
             return self._all(args, region, regions)
         known, receiver = self._is_tokenizer_call(call)
