@@ -210,6 +210,11 @@ class PadCollate:
       (before them with padding_side="left", a Hugging Face tokenizer's padding_side);
     - "attention_mask": int64 of the same shape, 1 over the ids and 0 over the padding.
 
+    Items may also be tuples whose first element is the ids and the rest per-sample
+    values (labels, ...), as `StackDataset(PretokenizedDataset(texts, tok), labels)`
+    gives them; the batch is then `(padded, *rest)`, the rest collated as DataLoader's
+    default collate does (tensors and numbers stacked).
+
     Nothing else: no token_type_ids, no padding to a fixed length (truncation belongs to
     `tokenize` in PretokenizedDataset). A dataclass, not a closure, so that DataLoader
     workers can receive it under the spawn and forkserver start methods.
@@ -222,7 +227,20 @@ class PadCollate:
         if self.padding_side not in ("right", "left"):
             raise ValueError(f"padding_side={self.padding_side!r}: expected 'right' or 'left'")
 
-    def __call__(self, seqs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    @classmethod
+    def for_tokenizer(cls, tokenizer) -> "PadCollate":
+        """Pad as `tokenizer(texts, padding=True)` does: its pad id and padding side."""
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token (set tokenizer.pad_token, e.g. to its eos token)")
+        return cls(tokenizer.pad_token_id, getattr(tokenizer, "padding_side", "right"))
+
+    def __call__(self, items: Sequence) -> dict[str, torch.Tensor] | tuple:
+        if items and isinstance(items[0], tuple):
+            ids, *rest = zip(*items)
+            return (self._pad(ids), *(torch.utils.data.default_collate(list(values)) for values in rest))
+        return self._pad(items)
+
+    def _pad(self, seqs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
         longest = int(lengths.max())
         ids = torch.full((len(seqs), longest), self.pad_id, dtype=torch.long)

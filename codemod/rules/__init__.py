@@ -12,6 +12,8 @@ from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
+from codemod.rules.loop_invariant_tokenization import LoopInvariantTokenization
+from codemod.rules.manual_batching import ManualBatchingInStepLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.per_call_hooks import PerCallHookRegistration
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
@@ -22,6 +24,8 @@ from codemod.rules.zero_grad import ZeroFilledGradients
 RULES: list[type[Rule]] = [
     NonBlockingCopy,
     UnpinnedLoaderToCuda,
+    ManualBatchingInStepLoop,
+    LoopInvariantTokenization,
     MemoryCleanupInStepLoop,
     ZeroFilledGradients,
     Float32MatmulWithoutTf32,

@@ -1,0 +1,618 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import Assignment, ScopeProvider
+
+from codemod.analysis.bindings import Bindings
+from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
+from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind
+from codemod.analysis.names import kwarg, method_name, names_read
+from codemod.rule import Invalid, Level, Rule, Valid
+
+# How a known tokenizer is built: qualified name of the call (a prefix and a suffix
+# for the `transformers.<Class>.from_pretrained` family).
+TOKENIZER_BUILDERS = {
+    "tiktoken.get_encoding",
+    "tiktoken.encoding_for_model",
+    "tokenizers.Tokenizer.from_file",
+    "tokenizers.Tokenizer.from_pretrained",
+    "tokenizers.Tokenizer.from_str",
+}
+# Methods of those tokenizers that compute ids from their arguments and change nothing.
+TOKENIZER_METHODS = {
+    "encode", "encode_plus", "batch_encode_plus", "apply_chat_template", "tokenize",
+    "convert_tokens_to_ids", "encode_ordinary", "encode_batch",
+}
+# torch functions whose result depends only on their arguments (no RNG, no uninitialized memory).
+DETERMINISTIC_FACTORIES = {f"torch.{n}" for n in "tensor as_tensor arange zeros ones full eye linspace".split()}
+PURE_BUILTINS = {f"builtins.{n}" for n in "len int float str bool tuple min max abs round".split()} | {
+    "len", "int", "float", "str", "bool", "tuple", "min", "max", "abs", "round"}
+TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
+# Methods that change their receiver: tensors' `*_`, lists', dicts' and sets'.
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
+            "setdefault", "popitem", "add", "discard", "__setitem__"}
+LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+
+PREAMBLE = """\
+import torch
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained("gpt2")
+model = torch.nn.Embedding(1000, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+PROMPT = "Answer with one number."
+"""
+STEP = "    loss = model(ids).sum()\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+
+
+@dataclass
+class _Hoist:
+    line: cst.SimpleStatementLine
+    name: str
+    region: cst.CSTNode  # the loop it moves in front of
+    value: cst.BaseExpression  # what it computes once now
+
+
+class LoopInvariantTokenization(Rule):
+    """
+    ## What it does
+    Finds work in a training loop whose result is the same on every step, a
+    fixed prompt or chat template tokenized again, `torch.tensor` of a
+    constant, and moves it in front of the loop, out of every loop around it
+    for which it is invariant too. Tokenizing per batch the texts of a fixed
+    corpus, and tokenizing inside a model's `forward` or a DataLoader's
+    `collate_fn`, are reported without a fix.
+
+    ## Why is this bad?
+    Tokenizing is host work: Python (or Rust behind a Python call) that runs
+    while the GPU waits for the next step's kernels, and `torch.tensor(...)`
+    of the ids is one more host allocation and, with `.to(device)`, one more
+    blocking copy per step. The LatentWire performance report (the seed of
+    this rule) puts the re-tokenized chat scaffolds at about 10-15% of step
+    time. What it costs depends on the tokenizer and on how long the GPU's
+    step is; measured on the CPU (torch 2.13, a pure-Python word-level
+    tokenizer, batch 64, a 100-token scaffold, `benchmarks/bench_tokenize.py`)
+    the host time to build one batch falls from 2.1 ms to 1.8 ms when the
+    scaffold is tokenized once, and to 0.7 ms (none on the training process
+    with DataLoader workers) when the questions are pretokenized too; the
+    share of a GPU step is owed. Work that gives the same result every step
+    can run once.
+
+    A call is moved only when perfmod can prove its result invariant: the
+    callee is known to be pure (a tokenizer built by
+    `transformers.<Class>.from_pretrained`, `tiktoken.get_encoding` or
+    `tokenizers.Tokenizer.from_file`, and its `__call__`, `encode`,
+    `apply_chat_template`, ...; `torch.tensor`, `torch.arange` and other
+    deterministic factories; tensor conversions such as `.to(device)`), no
+    variable it reads is re-bound or changed in place inside the loop, and the
+    value it produces is not changed in place there either (aliasing: the
+    hoisted object is now shared by every step). A function or tokenizer class
+    of your own is not known to be pure: such calls are reported without a
+    fix. Statements that build only the arguments (`messages = [...]`) move
+    with the call when they are invariant too.
+
+    ## Example
+    ```python
+    for batch in loader:
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False)
+        prompt_ids = tokenizer(prompt, return_tensors="pt")["input_ids"].to(device)
+        loss = model(prompt_ids, batch)
+        ...
+    ```
+    Use instead:
+    ```python
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False)
+    prompt_ids = tokenizer(prompt, return_tensors="pt")["input_ids"].to(device)
+    for batch in loader:
+        loss = model(prompt_ids, batch)
+        ...
+    ```
+
+    ## Fix safety
+    Safe: the hoisted statements compute the same values, once, so the losses
+    are the same bit for bit. The tokenizer runs once instead of every step,
+    before the loop starts: a loop that never runs now tokenizes once, and a
+    tokenizer that would raise now raises before the first step. perfmod does
+    not look inside the functions the hoisted value is passed to: one that
+    writes into its argument in place (rare for token ids; the model's own
+    forward does not) would see the same object on every step. Per-batch
+    tokenization of a fixed corpus is reported with the bigger change it
+    calls for (pretokenize once with `runtime.data.PretokenizedDataset` and
+    batch with `PadCollate`, or tokenize in the DataLoader's workers), which
+    changes the loop's structure and is left to you.
+    """
+
+    CODE = "PM203"
+    NAME = "loop-invariant-tokenization"
+    LEVEL = Level.SAFE
+    # a known tokenizer's module or class (`tiktoken`, `AutoTokenizer`), or torch for its factories
+    REQUIRES = ("token", "Token", "torch")
+    MESSAGE = "the same value is computed on every training step; compute it once before the loop"
+    GAIN = "the host time of the repeated tokenization / tensor building, every step (10-15% of step time in the seed)"
+
+    VALID = [
+        Valid(PREAMBLE + "ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\nfor step in range(3):\n" + STEP,
+              "already before the loop"),
+        Valid(PREAMBLE + "for step in range(3):\n    print(tokenizer(PROMPT))\n", "not a training loop"),
+        Valid(PREAMBLE + "for step in range(3):\n    ids = torch.randint(0, 1000, (1, 4))\n" + STEP, "random: not invariant"),
+        Valid(PREAMBLE + "for step in range(3):\n    w = torch.ones(8, requires_grad=True)\n"
+              "    loss = (model(torch.tensor([1])) * w).sum()\n    loss.backward()\n    opt.step()\n",
+              "a leaf that collects gradients is new every step"),
+        Valid(PREAMBLE + "lengths = []\nfor step in range(3):\n    ids = torch.tensor([[1, 2, step]])\n"
+              "    lengths.append(len(ids))\n" + STEP, "reads the loop variable"),
+    ]
+    INVALID = [
+        Invalid(
+            PREAMBLE + "for step in range(3):\n    ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n" + STEP,
+            PREAMBLE + "ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\nfor step in range(3):\n" + STEP,
+            "a fixed prompt",
+        ),
+        Invalid(
+            PREAMBLE + "device = 'cpu'\nfor epoch in range(2):\n    for step in range(3):\n"
+            "        messages = [{'role': 'system', 'content': PROMPT}]\n"
+            "        text = tokenizer.apply_chat_template(messages, tokenize=False)\n"
+            "        ids = torch.tensor([tokenizer.encode(text)], dtype=torch.long).to(device)\n"
+            + STEP.replace("    ", "        "),
+            PREAMBLE + "device = 'cpu'\nmessages = [{'role': 'system', 'content': PROMPT}]\n"
+            "text = tokenizer.apply_chat_template(messages, tokenize=False)\n"
+            "ids = torch.tensor([tokenizer.encode(text)], dtype=torch.long).to(device)\n"
+            "for epoch in range(2):\n    for step in range(3):\n" + STEP.replace("    ", "        "),
+            "a chat template, its arguments and the tensor, out of both loops",
+        ),
+        Invalid(
+            PREAMBLE + "for step in range(3):\n    ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n"
+            "    ids[0, 0] = step\n" + STEP,
+            None,
+            "written in place: hoisting would share it across steps",
+        ),
+        Invalid(
+            PREAMBLE + "for step in range(3):\n    tokenizer.add_tokens(['<x>'])\n"
+            "    ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n" + STEP,
+            None,
+            "the tokenizer may change in the loop: tokenizes every step, reported",
+        ),
+        Invalid(
+            PREAMBLE + "for step in range(3):\n    ids = torch.tensor([[1, 2, 3]])\n" + STEP,
+            PREAMBLE + "ids = torch.tensor([[1, 2, 3]])\nfor step in range(3):\n" + STEP,
+            "torch.tensor of a constant",
+        ),
+        Invalid(
+            PREAMBLE.replace('tokenizer = AutoTokenizer.from_pretrained("gpt2")', "from mytok import MyTokenizer\ntokenizer = MyTokenizer()")
+            + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode(PROMPT)])\n" + STEP,
+            None,
+            "a tokenizer class perfmod does not know: not known pure",
+        ),
+        Invalid(
+            PREAMBLE + "texts = ['a b', 'c d e', 'f']\nfor step in range(3):\n    batch = texts[step:step + 2]\n"
+            "    ids = tokenizer(batch, padding=True, return_tensors='pt')['input_ids']\n" + STEP,
+            None,
+            "per-batch tokenization of a fixed corpus: pretokenize (reported)",
+        ),
+        Invalid(
+            PREAMBLE + "from torch.utils.data import DataLoader\ntexts = ['a b', 'c d e', 'f']\n"
+            "def collate(batch):\n    return tokenizer(batch, padding=True, return_tensors='pt')\n"
+            "loader = DataLoader(texts, batch_size=2, collate_fn=collate)\n",
+            None,
+            "a tokenizer in the collate function runs every batch",
+        ),
+        Invalid(
+            PREAMBLE + "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.tokenizer = AutoTokenizer.from_pretrained('gpt2')\n"
+            "    def forward(self, texts):\n        return self.tokenizer(texts, return_tensors='pt')['input_ids']\n",
+            None,
+            "a tokenizer in forward runs every step",
+        ),
+    ]
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._scopes = context.wrapper.resolve(ScopeProvider)
+        self._bindings = Bindings(self._scopes, context.parents)
+        self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
+
+    # -- step loops: hoist -------------------------------------------------------------
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for loop in self.context.loops.step_loops:
+            self._hoist_from(loop)
+
+    def _hoist_from(self, loop: cst.CSTNode) -> None:
+        hoists: list[_Hoist] = []
+        regions: dict[str, cst.CSTNode] = {}  # hoisted name -> loop it now sits in front of
+        blocked: dict[int, str] = {}  # id(line) -> why its invariant value cannot move
+        for line in _lines(loop.body):
+            statement = _single_assignment(line)
+            if statement is None or suppressed_on(line, self.CODE):
+                continue
+            name = statement.targets[0].target.value
+            region, obstacle = self._outermost_region(statement, line, loop, regions)
+            if region is None:
+                if isinstance(obstacle, tuple):
+                    self._reported.add(id(obstacle[0]))
+                    self.report(obstacle[0], obstacle[1])
+                elif obstacle is not None:
+                    blocked[id(line)] = obstacle
+                continue
+            regions[name] = region
+            hoists.append(_Hoist(line, name, region, statement.value))
+        hoists = _needed(hoists)
+        if hoists:
+            self._fix(hoists)
+        for call in m.findall(loop.body, m.Call()):
+            if id(call) in self._reported or not self._is_tokenizer_call(call)[0] or self._in_hoisted(call, hoists):
+                continue
+            self._reported.add(id(call))
+            spelled = self._code(call.func)
+            varies = self._variance(call, loop, {})
+            if varies is not None:
+                self.report(call, f"`{spelled}` tokenizes inside the training loop on every step ({varies}); if the texts come "
+                                  "from a fixed corpus, tokenize them once (runtime.data.PretokenizedDataset, batched "
+                                  "by PadCollate) or in the DataLoader's workers; not rewritten automatically, as that "
+                                  "changes how the loop gets its batches")
+                continue
+            line = next((l for l in _lines(loop.body) if self._inside(call, l)), None)
+            reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
+            self.report(call, f"`{spelled}` gets the same arguments on every training step but is not moved out "
+                              f"of the loop: {reason}; compute it once before the loop if that is safe")
+
+    def _in_hoisted(self, node: cst.CSTNode, hoists: list[_Hoist]) -> bool:
+        return any(self._inside(node, hoist.line) for hoist in hoists)
+
+    def _outermost_region(self, statement: cst.Assign, line: cst.CSTNode, loop: cst.CSTNode,
+                          regions: dict[str, cst.CSTNode]):
+        """The outermost loop (the step loop or one around it, same function) out of which
+        `statement` can move; else (None, (node, message)) when a report is due, or (None, None)."""
+        name = statement.targets[0].target.value
+        best, obstacle = None, None
+        for region in [loop, *self._enclosing_loops(loop)]:
+            problem = self._variance(statement.value, region, regions)
+            if problem is not None:
+                if best is None and isinstance(problem, tuple):
+                    obstacle = problem
+                break
+            problem = self._target_problem(name, statement, line, region)
+            if problem is not None:
+                if best is None:
+                    obstacle = problem
+                break
+            best = region
+        if best is None:
+            return None, obstacle
+        return best, None
+
+    # -- invariance ------------------------------------------------------------------------
+
+    def _variance(self, expr: cst.BaseExpression, region: cst.CSTNode, regions: dict[str, cst.CSTNode]):
+        """None when `expr` gives the same value on every iteration of `region`; else a
+        reason: a string, or (call, message) when only an unproven callee stands in the way."""
+        if isinstance(expr, LITERALS) or m.matches(expr, m.Name("True") | m.Name("False") | m.Name("None")):
+            return None
+        if isinstance(expr, cst.ConcatenatedString):
+            return self._variance(expr.left, region, regions) or self._variance(expr.right, region, regions)
+        if isinstance(expr, cst.FormattedString):
+            return self._all([p.expression for p in expr.parts if isinstance(p, cst.FormattedStringExpression)],
+                             region, regions)
+        if isinstance(expr, cst.Name):
+            return self._name_variance(expr, region, regions)
+        if isinstance(expr, cst.Attribute):
+            if self.context.names.of(expr):
+                return None  # `torch.long`: a module attribute
+            if isinstance(expr.value, cst.Name) and self._attributes_assigned(expr.value.value, region):
+                return f"`{self._code(expr.value)}` has attributes assigned in the loop"
+            return self._variance(expr.value, region, regions)
+        if isinstance(expr, cst.Subscript):
+            parts = [expr.value]
+            for element in expr.slice:
+                if isinstance(element.slice, cst.Index):
+                    parts.append(element.slice.value)
+                else:
+                    parts.extend(p for p in (element.slice.lower, element.slice.upper, element.slice.step) if p is not None)
+            return self._all(parts, region, regions)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            return self._all([e.value for e in expr.elements], region, regions)
+        if isinstance(expr, cst.Dict):
+            parts = []
+            for element in expr.elements:
+                if not isinstance(element, cst.DictElement):
+                    return "a dict built with **"
+                parts += [element.key, element.value]
+            return self._all(parts, region, regions)
+        if isinstance(expr, cst.BinaryOperation):
+            return self._all([expr.left, expr.right], region, regions)
+        if isinstance(expr, cst.UnaryOperation):
+            return self._variance(expr.expression, region, regions)
+        if isinstance(expr, cst.Call):
+            return self._call_variance(expr, region, regions)
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            own = {n.value for f in m.findall(expr, m.CompFor()) for n in m.findall(f.target, m.Name())}
+            varying = self._all([n for n in names_read(expr) if n.value not in own], region, regions)
+            return varying or "a comprehension (its calls are not followed)"
+        return f"`{self._code(expr)}` is not an expression perfmod follows"
+
+    def _all(self, exprs, region, regions):
+        for expr in exprs:
+            problem = self._variance(expr, region, regions)
+            if problem is not None:
+                return problem
+        return None
+
+    def _call_variance(self, call: cst.Call, region, regions):
+        args = [a.value for a in call.args]
+        if any(a.star for a in call.args):
+            return "a call with *args or **kwargs"
+        names = self.context.names.of(call.func)
+        if names & DETERMINISTIC_FACTORIES and kwarg(call, "requires_grad") is not None:
+            return "a tensor that requires grad collects gradients: made once, they would pile up across steps"
+        if names & DETERMINISTIC_FACTORIES or names & PURE_BUILTINS:
+            return self._all(args, region, regions)
+        known, receiver = self._is_tokenizer_call(call)
+        if known:
+            for other in m.findall(region, m.Call(func=m.Attribute(value=_equal_to(receiver)))):
+                if method_name(other) not in TOKENIZER_METHODS:
+                    return f"`{self._code(other.func)}` may change the tokenizer in the loop"
+            return self._all([receiver, *args], region, regions)
+        method = method_name(call)
+        if method in TENSOR_METHODS and self._makes_tensor(call.func.value):
+            return self._all([call.func.value, *args], region, regions)
+        if receiver is not None and self._all([*args], region, regions) is None:
+            # a tokenizer-shaped call with invariant arguments on a receiver perfmod cannot vouch for
+            return (call, f"`{self._code(call.func)}` gets the same arguments on every training step, but perfmod "
+                          f"cannot prove `{self._code(receiver)}` is a known tokenizer (and so pure); if it is, "
+                          "move the call before the loop")
+        return f"`{self._code(call.func)}` is not known to be pure"
+
+    def _makes_tensor(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a tensor (or a tokenizer's BatchEncoding), so `.to(device)`, `.long()` ... are conversions?"""
+        while isinstance(expr, cst.Subscript):
+            expr = expr.value
+        if self.context.kinds.fact(expr).kind is Kind.TENSOR:
+            return True
+        if isinstance(expr, cst.Call):
+            names = self.context.names.of(expr.func)
+            return bool(names & DETERMINISTIC_FACTORIES) or self._is_tokenizer_call(expr)[0] or (
+                method_name(expr) in TENSOR_METHODS and self._makes_tensor(expr.func.value))
+        return False
+
+    def _name_variance(self, name: cst.Name, region, regions):
+        if name.value in regions:
+            hoisted_at = regions[name.value]
+            return None if self._inside(region, hoisted_at) else f"`{name.value}` is hoisted only out of an inner loop"
+        scope = self._scopes.get(name)
+        if scope is None:
+            return f"`{name.value}` is not resolved"
+        for assignment in scope[name.value]:
+            if isinstance(assignment, Assignment) and isinstance(assignment.node, cst.CSTNode) and self._inside(assignment.node, region):
+                return f"`{name.value}` is re-bound in the loop"
+        if self._mutated_in(name.value, region):
+            return f"`{name.value}` is changed in place in the loop"
+        return None
+
+    def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode):
+        """Can `name = value` run once before `region`: bound nowhere else in it, read in
+        it only after this statement, and its value never changed in place there?"""
+        scope = self._scopes.get(statement)
+        others = [a for a in scope.assignments[name] if a.node is not statement.targets[0].target
+                  and isinstance(a.node, cst.CSTNode) and self._inside(a.node, region)]
+        if others:
+            return f"`{name}` is bound more than once in the loop"
+        end = self.context.positions[line].end
+        for access in scope.accesses[name]:
+            start = self.context.positions[access.node].start
+            if self._inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
+                return f"`{name}` is read in the loop before it is bound"
+        for alias in sorted(self._aliases(name, region)):
+            if self._mutated_in(alias, region):
+                if alias == name:
+                    return f"`{name}` is changed in place in the loop, and hoisted it would carry the change to the next step"
+                return f"`{alias}`, computed from `{name}` (possibly a view of it), is changed in place in the loop"
+        return None
+
+    def _aliases(self, name: str, region: cst.CSTNode) -> set[str]:
+        """`name` and the names bound in `region` from expressions that read it, transitively."""
+        found, changed = {name}, True
+        assigns = m.findall(region, m.Assign())
+        while changed:
+            changed = False
+            for assign in assigns:
+                if {n.value for n in names_read(assign.value)} & found:
+                    for target in assign.targets:
+                        for bound in m.findall(target.target, m.Name()):
+                            if bound.value not in found:
+                                found.add(bound.value)
+                                changed = True
+        return found
+
+    def _mutated_in(self, name: str, region: cst.CSTNode) -> bool:
+        """Is the object `name` holds changed in place in `region`: `x.add_(1)`, `x.append(y)`,
+        `x[0] = y`, `x.attr = y`, `x += y`, `del x[0]`, `f(out=x)`, also through `x[...]` and views?"""
+        for use in m.findall(region, m.Name(name)):
+            node, parent = use, self.context.parents.get(use)
+            while True:  # climb through the expressions that still share the object's memory
+                if isinstance(parent, cst.Subscript) and parent.value is node:
+                    node, parent = parent, self.context.parents.get(parent)
+                elif isinstance(parent, cst.Attribute) and parent.value is node:
+                    attribute, call = parent, self.context.parents.get(parent)
+                    method = attribute.attr.value
+                    if isinstance(call, cst.Call) and call.func is attribute:
+                        if method in MUTATORS or (method.endswith("_") and not method.startswith("_")):
+                            return True
+                        if method in SAME_PLACE_METHODS:  # views and no-op conversions
+                            node, parent = call, self.context.parents.get(call)
+                            continue
+                        break
+                    if isinstance(self.context.parents.get(attribute), (cst.AssignTarget, cst.AugAssign)):
+                        return True  # `x.attr = y`
+                    break
+                else:
+                    break
+            if isinstance(parent, cst.AssignTarget) and node is not use:
+                return True  # `x[0] = y`
+            if isinstance(parent, cst.AugAssign) and parent.target is node:
+                return True
+            if isinstance(parent, cst.Del) or (isinstance(parent, cst.Arg) and parent.keyword is not None
+                                               and parent.keyword.value == "out"):
+                return True
+        return False
+
+    def _attributes_assigned(self, name: str, region: cst.CSTNode) -> bool:
+        return bool(m.findall(region, m.AssignTarget(target=m.Attribute(value=m.Name(name)))))
+
+    # -- what a tokenizer is -------------------------------------------------------------------
+
+    def _is_tokenizer_call(self, call: cst.Call) -> tuple[bool, cst.BaseExpression | None]:
+        """(known, receiver): known when `call` is `tok(...)` or `tok.<pure method>(...)` on a
+        tokenizer built by a known library; receiver is `tok` for any call shaped like
+        that (a method named like a tokenizer's, or a call of a name with "token" in it)."""
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in TOKENIZER_METHODS:
+            return self._is_known_tokenizer(call.func.value), call.func.value
+        if isinstance(call.func, (cst.Name, cst.Attribute)):
+            if self._is_known_tokenizer(call.func):
+                return True, call.func
+            if "token" in self._code(call.func).lower().rsplit(".", 1)[-1]:
+                return False, call.func
+        return False, None
+
+    def _is_known_tokenizer(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Name):
+            values = self._bindings.values(expr)
+        elif isinstance(expr, cst.Attribute):
+            values = self._bindings.attribute_values(expr)
+        else:
+            return False
+        return bool(values) and all(self._builds_tokenizer(v) for v in values)
+
+    def _builds_tokenizer(self, value: cst.BaseExpression) -> bool:
+        if not isinstance(value, cst.Call):
+            return False
+        for name in self.context.names.of(value.func):
+            if name in TOKENIZER_BUILDERS:
+                return True
+            head, _, last = name.rpartition(".")
+            if name.startswith("transformers.") and last == "from_pretrained" and "Tokenizer" in head.rsplit(".", 1)[-1]:
+                return True
+        return False
+
+    # -- tokenizers in forward: reported ----------------------------------------------------
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value != "forward":
+            return
+        classdef = self.context.parents.get(self.context.parents.get(node))
+        if not isinstance(classdef, cst.ClassDef) or self.context.kinds.class_fact(classdef).kind is not Kind.MODULE:
+            return
+        for call in m.findall(node.body, m.Call()):
+            if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
+                self._reported.add(id(call))
+                self.report(call, f"`{self._code(call.func)}` tokenizes inside the model's forward, on the host, on "
+                                  "every step; tokenize the texts once before training (runtime.data."
+                                  "PretokenizedDataset) or in the DataLoader's workers and pass ids to the model")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """A tokenizer in a DataLoader's collate function runs on every batch too."""
+        collate = kwarg(node, "collate_fn")
+        if collate is None or not self.context.names.is_(node.func, "torch.utils.data.DataLoader"):
+            return
+        function = collate.value if isinstance(collate.value, cst.Lambda) else self._bindings.local_function(collate.value)
+        if function is None:
+            return
+        for call in m.findall(function.body, m.Call()):
+            if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
+                self._reported.add(id(call))
+                self.report(call, f"`{self._code(call.func)}` tokenizes in the DataLoader's collate function, again "
+                                  "for every batch of every epoch (in the workers when there are any); if the texts are "
+                                  "fixed, tokenize them once (runtime.data.PretokenizedDataset) and pad with PadCollate")
+
+    # -- the fix -------------------------------------------------------------------------------
+
+    def _fix(self, hoists: list[_Hoist]) -> None:
+        anchor = hoists[0].region
+        for hoist in hoists:
+            if self._inside(anchor, hoist.region):
+                anchor = hoist.region
+        edits: dict[int, Edit] = {}
+        before: dict[int, list[cst.SimpleStatementLine]] = {}
+        for hoist in hoists:
+            edits[id(hoist.line)] = _remove
+            before.setdefault(id(hoist.region), []).append(hoist.line)
+        for region_id, lines in before.items():
+            if region_id != id(anchor):
+                edits[region_id] = lambda updated, lines=lines: cst.FlattenSentinel(_in_front(lines, updated))
+        replacement = cst.FlattenSentinel(_in_front(before[id(anchor)], anchor.visit(EditsByIdentity(edits))))
+        for hoist in hoists:
+            self.report(anchor, f"`{hoist.name} = {self._short(hoist.value)}` (line {self._line(hoist.line)}) gives the "
+                                "same value on every training step; computed once before the loop",
+                        replacement=replacement)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _enclosing_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        found, current = [], self.context.parents.get(loop)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if isinstance(current, (cst.For, cst.While)):
+                found.append(current)
+            current = self.context.parents.get(current)
+        return found
+
+    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        current = node
+        while current is not None:
+            if current is ancestor:
+                return True
+            current = self.context.parents.get(current)
+        return False
+
+    def _code(self, node: cst.CSTNode) -> str:
+        return self.context.module.code_for_node(node)
+
+    def _short(self, node: cst.CSTNode) -> str:
+        code = " ".join(self._code(node).split())
+        return code if len(code) <= 60 else code[:57] + "..."
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.context.positions[node].start.line
+
+
+def _equal_to(expr: cst.BaseExpression) -> m.BaseMatcher:
+    return m.MatchIfTrue(lambda node: node.deep_equals(expr))
+
+
+def _remove(_):
+    return cst.RemovalSentinel.REMOVE
+
+
+def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
+    return list(block.body) if isinstance(block, cst.IndentedBlock) else []
+
+
+def _in_front(lines: list[cst.SimpleStatementLine], loop: cst.CSTNode) -> list[cst.CSTNode]:
+    """`lines` moved in front of `loop`: blank lines above the loop go above them, the
+    comments above the loop stay with it, each moved line keeps its own comments."""
+    leading = list(loop.leading_lines)
+    first_comment = next((k for k, line in enumerate(leading) if line.comment is not None), len(leading))
+    moved = [line.with_changes(leading_lines=[l for l in line.leading_lines if l.comment is not None]) for line in lines]
+    moved[0] = moved[0].with_changes(leading_lines=[*leading[:first_comment], *moved[0].leading_lines])
+    return [*moved, loop.with_changes(leading_lines=leading[first_comment:])]
+
+
+def _needed(hoists: list[_Hoist]) -> list[_Hoist]:
+    """The hoists worth making: those that call something (a tokenizer, a tensor factory, a
+    conversion), and the plain literals (`messages = [...]`) that such a hoist reads."""
+    kept: list[_Hoist] = []
+    read: set[str] = set()
+    for hoist in reversed(hoists):
+        if m.findall(hoist.value, m.Call()) or hoist.name in read:
+            kept.append(hoist)
+            read |= {n.value for n in names_read(hoist.value)}
+    return kept[::-1]
+
+
+def _single_assignment(line: cst.CSTNode) -> cst.Assign | None:
+    """`name = value` alone on its line."""
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+        return None
+    statement = line.body[0]
+    if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0].target, cst.Name):
+        return statement
+    return None

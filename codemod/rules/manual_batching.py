@@ -1,0 +1,649 @@
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import Assignment, ImportAssignment, ScopeProvider
+
+from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
+from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.names import names_read, positional
+from codemod.rule import Invalid, Level, Rule, Valid
+
+IMPORTS = [("torch.utils.data", "DataLoader"), ("torch.utils.data", "TensorDataset")]
+RANGE = ("range", "builtins.range")
+# Per-step random batches: qualified name -> how the message spells it.
+RANDOM_BATCHES = {
+    "torch.randint": "torch.randint",
+    "random.sample": "random.sample",
+    "random.choices": "random.choices",
+    "numpy.random.randint": "np.random.randint",
+    "numpy.random.choice": "np.random.choice",
+}
+LOADER_NAMES = ("loader", "train_loader", "batches")
+
+PREAMBLE = """\
+import torch
+X, Y = torch.randn(100, 8), torch.randn(100, 1)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+bs = 16
+"""
+STEP = "    loss = torch.nn.functional.mse_loss(model(xb), yb)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+FIXED_PREAMBLE = PREAMBLE.replace("import torch\n", "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n", 1)
+
+
+@dataclass
+class _Window:
+    """How the loop variable `i` of `for i in range(...)` picks one batch."""
+
+    n: cst.BaseExpression  # the number of samples the loop covers
+    drop_last: bool  # the last partial batch is skipped
+    matches: m.BaseMatcher  # the slice `[i:i + bs]` (or `[i * bs:(i + 1) * bs]`)
+
+
+@dataclass
+class _Plan:
+    loop: cst.For
+    batch_size: cst.BaseExpression
+    window: _Window
+    tensors: list[str] = field(default_factory=list)  # dataset tensors, in order of first use
+    uses: dict[int, str] = field(default_factory=dict)  # id(Subscript) -> tensor it batches
+    permutation: str | None = None  # `perm` of `perm = torch.randperm(n)`: shuffled batches
+    permutation_reads: set[int] = field(default_factory=set)  # id(Name) of `perm` in the windows
+
+
+class ManualBatchingInStepLoop(Rule):
+    """
+    ## What it does
+    Finds training loops that cut batches out of in-memory tensors by hand,
+    `for i in range(0, n, bs): xb = X[i:i + bs]`, also through a permutation
+    drawn each epoch (`perm = torch.randperm(n)`, `X[perm[i:i + bs]]`), and
+    rewrites them to iterate over a `DataLoader(TensorDataset(X, Y),
+    batch_size=bs, shuffle=...)` built once before the loop. Loops that draw a
+    fresh random batch every step (`torch.randint`, `random.sample`) and loops
+    that carry state from one window to the next (truncated BPTT) are reported
+    without a fix.
+
+    ## Why is this bad?
+    Batching by hand keeps the data pipeline in the training process: the
+    next batch is only cut, gathered and copied once the previous step is
+    done, and none of the DataLoader's machinery applies: worker processes
+    for per-sample work, pinned memory and copies that overlap compute
+    (PM102, PM103 and PM201 add those to a DataLoader, never to hand-written
+    indexing). On its own the change is not a speed-up: for tensors that are
+    already in memory, a DataLoader fetches samples one by one and stacks them,
+    which costs more host time per batch than one slice. Measured on the CPU
+    (torch 2.13, `benchmarks/bench_tokenize.py`, batch 64, a small MLP): 0.8
+    ms per step with slices, 1.8 ms with `DataLoader(TensorDataset)`, the
+    loader's fetch then 31% of the step. The gain comes from what it makes
+    possible. The LatentWire performance report (the seed of this rule)
+    expects a speed-up from the DataLoader alone; with torch 2.13 that holds
+    for per-sample host work (texts, augmentation) moved into workers, and for
+    tensors only with workers and pinned memory on a GPU, whose numbers are
+    owed.
+
+    ## Example
+    ```python
+    for epoch in range(epochs):
+        for i in range(0, len(X), bs):
+            xb, yb = X[i:i + bs], Y[i:i + bs]
+            loss = F.mse_loss(model(xb), yb)
+            ...
+    ```
+    Use instead:
+    ```python
+    loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)
+    for epoch in range(epochs):
+        for xb, yb in loader:
+            loss = F.mse_loss(model(xb), yb)
+            ...
+    ```
+
+    ## Fix safety
+    Unsafe. For contiguous slices without a permutation, the DataLoader
+    (`shuffle=False`) yields the same batches in the same order, values equal
+    bit for bit, and the last partial batch is kept or dropped as the
+    original's `range` did (`drop_last=True` for `range(0, n - bs + 1, bs)`
+    and `range(n // bs)`): the losses are the same bit for bit. The batches
+    are new tensors, no longer views of `X`: a loop that writes into its
+    batch in place (which would have changed `X`) is reported without a fix.
+    With a per-epoch `torch.randperm`, the DataLoader (`shuffle=True`) still
+    visits every sample once per epoch in batches of `bs`, but draws its
+    permutation from another random stream: batches, and every random number
+    drawn after them (dropout, initialisation), differ from the original's.
+    The rule fixes only tensors it knows are on the host and a range it can
+    tell covers them (`len(X)`, `X.size(0)`, `X.shape[0]`); tensors on the GPU
+    are left alone (a slice of a GPU tensor is already the fastest batch).
+    """
+
+    CODE = "PM202"
+    NAME = "manual-batching-in-step-loop"
+    LEVEL = Level.UNSAFE
+    REQUIRES = ("range", "randint", "sample", "choice")
+    MESSAGE = "batches are cut from in-memory tensors by hand in the training loop; iterate over a DataLoader"
+    GAIN = "none by itself on in-memory tensors; enables workers, pinned memory and overlapped copies (PM102/PM103/PM201)"
+
+    VALID = [
+        Valid(PREAMBLE + "X, Y = X.cuda(), Y.cuda()\nfor i in range(0, len(X), bs):\n"
+              "    xb, yb = X[i:i + bs], Y[i:i + bs]\n" + STEP, "tensors on the GPU: a slice is the fastest batch"),
+        Valid(PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n",
+              "not a training loop"),
+        Valid(PREAMBLE + "from torch.utils.data import DataLoader, TensorDataset\n"
+              "for xb, yb in DataLoader(TensorDataset(X, Y), batch_size=bs):\n" + STEP, "already a DataLoader"),
+        Valid(PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + 2 * bs], Y[i:i + 2 * bs]\n" + STEP,
+              "overlapping windows are not batches"),
+    ]
+    INVALID = [
+        Invalid(
+            PREAMBLE + "for epoch in range(3):\n    for i in range(0, len(X), bs):\n"
+            "        xb = X[i:i + bs]\n        yb = Y[i:i + bs]\n" + STEP.replace("    ", "        "),
+            FIXED_PREAMBLE + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)\n"
+            "for epoch in range(3):\n    for xb, yb in loader:\n" + STEP.replace("    ", "        "),
+            "contiguous slices: the same batches in the same order",
+        ),
+        Invalid(
+            PREAMBLE + "for i in range(len(X) // bs):\n    xb = X[i * bs:(i + 1) * bs].float()\n"
+            "    yb = Y[i * bs:(i + 1) * bs]\n" + STEP,
+            FIXED_PREAMBLE + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False, drop_last=True)\n"
+            "for X_batch, yb in loader:\n    xb = X_batch.float()\n" + STEP,
+            "counted batches drop the last partial one; a slice inside an expression",
+        ),
+        Invalid(
+            PREAMBLE + "for epoch in range(3):\n    perm = torch.randperm(X.size(0))\n"
+            "    for i in range(0, X.size(0), bs):\n        idx = perm[i:i + bs]\n        xb, yb = X[idx], Y[idx]\n"
+            + STEP.replace("    ", "        "),
+            FIXED_PREAMBLE + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=True)\n"
+            "for epoch in range(3):\n    for xb, yb in loader:\n" + STEP.replace("    ", "        "),
+            "a permutation per epoch: shuffle=True",
+        ),
+        Invalid(
+            PREAMBLE + "perm = torch.randperm(len(X))\nfor epoch in range(3):\n"
+            "    for i in range(0, len(X), bs):\n        xb, yb = X[perm[i:i + bs]], Y[perm[i:i + bs]]\n"
+            + STEP.replace("    ", "        "),
+            None,
+            "one permutation for all epochs: shuffle=True would reshuffle",
+        ),
+        Invalid(
+            PREAMBLE + "h = torch.zeros(1, 8)\nfor i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n"
+            "    h = (h + xb.mean(0)).detach()\n" + STEP.replace("model(xb)", "model(xb + h)"),
+            None,
+            "state carried from window to window: order matters",
+        ),
+        Invalid(
+            PREAMBLE + "for step in range(100):\n    idx = torch.randint(0, len(X), (bs,))\n    xb, yb = X[idx], Y[idx]\n"
+            + STEP,
+            None,
+            "a random batch every step, with replacement across steps",
+        ),
+        Invalid(
+            PREAMBLE + "import random\ntexts = ['a', 'b', 'c']\nfor step in range(100):\n"
+            "    idx = random.sample(range(len(texts)), 2)\n    batch = [texts[i] for i in idx]\n"
+            "    xb, yb = X[:2], Y[:2]\n" + STEP,
+            None,
+            "random indices into a list of texts (LatentWire)",
+        ),
+        Invalid(
+            PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n"
+            "    print(i)\n" + STEP,
+            None,
+            "the index is used for more than slicing",
+        ),
+    ]
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._step_loops: set[int] | None = None
+
+    def _in_step_loops(self, loop: cst.CSTNode) -> bool:
+        if self._step_loops is None:
+            self._step_loops = {id(loop) for loop in self.context.loops.step_loops}
+        return id(loop) in self._step_loops
+
+    # -- per-step random batches: reported --------------------------------------
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.context.names.of(node.func) & RANDOM_BATCHES.keys()
+        if not names or self.context.loops.step_loop_of(node) is None:
+            return
+        if not self._indexes_data(node):
+            return
+        spelled = RANDOM_BATCHES[min(names)]
+        self.report(node, f"`{spelled}` draws a new random batch on every training step (samples repeat and "
+                          "others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit every "
+                          "sample once per epoch instead: a different sampling scheme, so it is not rewritten; "
+                          "make that change by hand if it is what you want")
+
+    def _indexes_data(self, call: cst.Call) -> bool:
+        """Is the result used to pick samples: `random.sample(samples, k)` itself, or an
+        index `idx = torch.randint(...)` that subscripts something in the loop?"""
+        parent = self.context.parents.get(call)
+        if self.context.names.is_(call.func, "random.sample", "random.choices"):
+            first = positional(call, 0)
+            if first is not None and not m.matches(first.value, m.Call(func=m.Name("range"))):
+                return True  # samples drawn directly
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+            return isinstance(parent, cst.SubscriptElement) or isinstance(self.context.parents.get(parent), cst.SubscriptElement)
+        index = parent.targets[0].target.value
+        loop = self.context.loops.step_loop_of(call)
+        # `X[idx]`, or `[texts[i] for i in idx]` / `for i in idx: ... texts[i]`
+        if m.findall(loop.body, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(index)))])):
+            return True
+        for each in m.findall(loop.body, m.CompFor(iter=m.Name(index)) | m.For(iter=m.Name(index))):
+            if isinstance(each.target, cst.Name) and m.findall(
+                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each,
+                    m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(each.target.value)))])):
+                return True
+        return False
+
+    # -- manual slicing: fixed ----------------------------------------------------
+
+    def visit_For(self, node: cst.For) -> None:
+        if not self._in_step_loops(node) or not isinstance(node.target, cst.Name):
+            return
+        batch_size, window = self._window(node)
+        if window is None:
+            return
+        plan = _Plan(node, batch_size, window)
+        problem = self._find_batches(plan)
+        if problem is None:
+            problem = self._check(plan)
+        if problem == "" or suppressed_on(node, self.CODE):
+            return  # not manual batching, or batches of GPU tensors (already the fastest)
+        if problem is not None:
+            self.report(node, f"batches are cut from in-memory data by hand in this training loop; not rewritten "
+                              f"to a DataLoader because {problem}")
+            return
+        self._fix(plan)
+
+    def _window(self, loop: cst.For) -> tuple[cst.BaseExpression | None, _Window | None]:
+        call = loop.iter
+        if not isinstance(call, cst.Call) or not self.context.names.is_(call.func, *RANGE):
+            return None, None
+        if any(a.keyword is not None or a.star for a in call.args):
+            return None, None
+        args = [a.value for a in call.args]
+        i = loop.target.value
+        if len(args) == 3 and m.matches(args[0], m.Integer("0")):
+            n, bs = args[1], args[2]
+            drop_last = False
+            # range(0, n - bs + 1, bs): only full batches
+            if m.matches(n, m.BinaryOperation(left=m.BinaryOperation(operator=m.Subtract()), operator=m.Add(),
+                                              right=m.Integer("1"))) and _same(n.left.right, bs):
+                n, drop_last = n.left.left, True
+            upper = m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=_equal_to(bs)) | m.BinaryOperation(
+                left=_equal_to(bs), operator=m.Add(), right=m.Name(i))
+            return bs, _Window(n, drop_last, m.Slice(lower=m.Name(i), upper=upper, step=None))
+        if len(args) == 1 and m.matches(args[0], m.BinaryOperation(operator=m.FloorDivide())):
+            n, bs = args[0].left, args[0].right
+            lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
+            upper = m.BinaryOperation(
+                left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=m.Integer("1")),
+                operator=m.Multiply(), right=_equal_to(bs))
+            return bs, _Window(n, True, m.Slice(lower=lower, upper=upper, step=None))
+        return None, None
+
+    def _find_batches(self, plan: _Plan) -> str | None:
+        """Fill plan.tensors/uses; "" when the loop does not batch by hand, a reason when it
+        does but cannot be rewritten, None when every use of `i` is understood."""
+        loop, i = plan.loop, plan.loop.target.value
+        windows = m.findall(loop.body, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(plan.window.matches)]))
+        if not windows:
+            return ""
+        understood: set[int] = set()
+        for window in windows:
+            understood.update(id(n) for n in m.findall(window.slice[0], m.Name(i)))
+            source = window.value.value
+            permutation = self._permutation(source, loop)
+            if permutation is None:
+                plan.uses[id(window)] = source
+                _append_once(plan.tensors, source)
+                continue
+            plan.permutation = permutation
+            plan.permutation_reads.add(id(window.value))
+            problem = self._permuted_uses(plan, window)
+            if problem is not None:
+                return problem
+        carried = self._carried_state(plan)
+        if carried is not None:
+            return (f"`{carried}` is carried from one batch to the next (state such as a truncated-BPTT "
+                    "hidden state), so the order of the windows matters")
+        others = [n for n in m.findall(loop.body, m.Name(i)) if id(n) not in understood]
+        if others:
+            return f"`{i}` is used for more than slicing (line {self._line(others[0])})"
+        return None
+
+    def _permutation(self, name: str, loop: cst.For) -> str | None:
+        """`name` when it is bound once, by `torch.randperm(n)`, before the step loop."""
+        values = self._values(name, loop)
+        if values is None or len(values) != 1:
+            return None
+        value = values[0]
+        if isinstance(value, cst.Call) and self.context.names.is_(value.func, "torch.randperm"):
+            return name
+        return None
+
+    def _permuted_uses(self, plan: _Plan, window: cst.Subscript) -> str | None:
+        """`X[perm[i:i + bs]]`, or `idx = perm[i:i + bs]` and then only `X[idx]`."""
+        parents = self.context.parents
+        element = parents.get(parents.get(window))
+        holder = parents.get(element) if isinstance(element, cst.SubscriptElement) else None
+        if isinstance(holder, cst.Subscript) and isinstance(holder.value, cst.Name) and len(holder.slice) == 1:
+            plan.uses[id(holder)] = holder.value.value
+            _append_once(plan.tensors, holder.value.value)
+            return None
+        statement = parents.get(window)
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name)):
+            return "a slice of the permutation is used in a way the rule does not follow"
+        if not (isinstance(parents.get(statement), cst.SimpleStatementLine) and len(parents.get(statement).body) == 1):
+            return "the permutation is sliced on a line that does more"
+        index = statement.targets[0].target.value
+        plan.uses[id(statement)] = ""  # the `idx = perm[...]` statement goes
+        for read in m.findall(plan.loop.body, m.Name(index)):
+            if read is statement.targets[0].target:
+                continue
+            element = parents.get(parents.get(read))
+            holder = parents.get(element) if isinstance(element, cst.SubscriptElement) else None
+            if not (isinstance(holder, cst.Subscript) and isinstance(holder.value, cst.Name) and len(holder.slice) == 1):
+                return f"the batch indices `{index}` are used for more than indexing (line {self._line(read)})"
+            plan.uses[id(holder)] = holder.value.value
+            _append_once(plan.tensors, holder.value.value)
+        return None
+
+    def _check(self, plan: _Plan) -> str | None:
+        kinds = self.context.kinds
+        for name in plan.tensors:
+            use = self._a_use(plan, name)
+            fact = kinds.fact(use.value)
+            if fact.kind is Kind.TENSOR and fact.place is Place.CUDA:
+                return ""
+            if fact.kind is not Kind.TENSOR or fact.place is not Place.HOST:
+                return f"`{name}` is not known to be a tensor in host memory"
+            if self._bound_in(name, plan.loop):
+                return f"`{name}` is re-bound inside the loop"
+            if kinds.is_mutated_in_place(use.value):
+                return f"`{name}` is written in place, and its batches would no longer be views of it"
+        if plan.permutation is not None and not self._drawn_per_epoch(plan):
+            return ("the permutation is drawn once and reused in every epoch, and a DataLoader with shuffle=True "
+                    "would draw a new one each epoch")
+        if not self._covers(plan):
+            return (f"the range `{self._code(plan.window.n)}` is not the length of "
+                    f"{' / '.join(f'`{t}`' for t in plan.tensors)}, so the batches may not cover the data")
+        targets = [statement.targets[0].target for statement in self._batch_statements(plan).values()]
+        for line in _lines(plan.loop.body):
+            if _unpacks_only_batches(line, plan.uses):
+                targets += [element.value for element in line.body[0].targets[0].target.elements]
+        for target in targets:
+            if kinds.is_mutated_in_place(target):
+                return f"the batch `{target.value}` is written in place, which changes the data it is a view of"
+        for name in ("DataLoader", "TensorDataset"):
+            if not self._free_or_torch(name):
+                return f"the name `{name}` means something else in this file"
+        return None
+
+    def _drawn_per_epoch(self, plan: _Plan) -> bool:
+        """Is `perm = torch.randperm(n)` inside a loop around the step loop (a new one per epoch)?"""
+        scope = self.context.wrapper.resolve(ScopeProvider).get(plan.loop)
+        binding = next(iter(scope.assignments[plan.permutation])).node
+        current = self.context.parents.get(plan.loop)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if isinstance(current, (cst.For, cst.While)) and self._inside(binding, current):
+                return True
+            current = self.context.parents.get(current)
+        return False
+
+    def _a_use(self, plan: _Plan, name: str) -> cst.Subscript:
+        for node in m.findall(plan.loop.body, m.Subscript(value=m.Name(name))):
+            if plan.uses.get(id(node)) == name:
+                return node
+        raise AssertionError(name)
+
+    def _covers(self, plan: _Plan) -> bool:
+        """Is n spelled as the length of one of the tensors (directly or through one name)?"""
+        n = plan.window.n
+        candidates = [n]
+        if isinstance(n, cst.Name):
+            values = self._values(n.value, plan.loop)
+            if values is not None and len(values) == 1:
+                candidates.append(values[0])
+        if plan.permutation is not None:
+            perm_n = positional(self._values(plan.permutation, plan.loop)[0], 0)
+            if perm_n is None or not _same(perm_n.value, n):
+                return False
+        lengths = {f"len({t})" for t in plan.tensors} | {f"{t}.size(0)" for t in plan.tensors} | {
+            f"{t}.shape[0]" for t in plan.tensors}
+        return any(_normalized(self._code(c)) in lengths for c in candidates)
+
+    def _carried_state(self, plan: _Plan) -> str | None:
+        """A value carried from the previous iteration (read before the body binds it,
+        or computed from such a value) that meets this batch in one statement:
+        `hidden = hidden.detach(); out, hidden = model(xb, hidden)`. Counters and
+        running sums (`total = total + loss.item()`) never meet the batch itself."""
+        lines = _lines(plan.loop.body)
+        batch_names = {s.targets[0].target.value for s in self._batch_statements(plan).values()}
+        for line in lines:
+            if _unpacks_only_batches(line, plan.uses):
+                batch_names |= {e.value.value for e in line.body[0].targets[0].target.elements}
+        bound_in_body = set().union(*(_bound_names(line) for line in lines))
+        bound_so_far: set[str] = {plan.loop.target.value}
+        carried: set[str] = set()
+        for line in lines:
+            reads = {n.value for n in names_read(line)}
+            carried |= (reads - bound_so_far) & bound_in_body - batch_names
+            binds = _bound_names(line)
+            hit = reads & carried
+            if hit and (reads & batch_names or any(id(n) in plan.uses for n in m.findall(line, m.Subscript()))):
+                return sorted(hit)[0]
+            carried = carried | binds if hit else carried - binds
+            bound_so_far |= binds
+        return None
+
+    def _batch_statements(self, plan: _Plan) -> dict[str, cst.Assign]:
+        """tensor -> `xb = X[...]` statement whose value is exactly one use (its name becomes the loop variable)."""
+        found: dict[str, cst.Assign] = {}
+        for node in m.findall(plan.loop.body, m.Subscript()):
+            tensor = plan.uses.get(id(node))
+            if not tensor or tensor in found:
+                continue
+            statement = self.context.parents.get(node)
+            if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                    and isinstance(statement.targets[0].target, cst.Name)
+                    and isinstance(self.context.parents.get(statement), cst.SimpleStatementLine)
+                    and len(self.context.parents.get(statement).body) == 1
+                    and self.context.parents.get(self.context.parents.get(statement)) is plan.loop.body):
+                found[tensor] = statement
+        return found
+
+    def _fix(self, plan: _Plan) -> None:
+        loop, parents = plan.loop, self.context.parents
+        taken = set(re.findall(r"\w+", self.context.code))
+        # Loop variables: the names the batches were assigned to, where a statement did
+        # only that (it goes); a new name where a batch was used inside an expression.
+        variables: dict[str, str] = {}
+        edits: dict[int, Edit] = {}
+        for tensor, statement in self._batch_statements(plan).items():
+            variables[tensor] = statement.targets[0].target.value
+            edits[id(parents.get(statement))] = _remove
+        for line in _lines(loop.body):
+            if _unpacks_only_batches(line, plan.uses):
+                for element, value in zip(line.body[0].targets[0].target.elements, line.body[0].value.elements):
+                    variables.setdefault(plan.uses[id(value.value)], element.value.value)
+                edits[id(line)] = _remove
+        for tensor in plan.tensors:
+            if tensor not in variables:
+                variables[tensor] = _fresh(f"{tensor}_batch", taken)
+        for node in m.findall(loop.body, m.Subscript() | m.Assign()):
+            tensor = plan.uses.get(id(node))
+            if tensor == "":  # `idx = perm[i:i + bs]`
+                edits[id(parents.get(node))] = _remove
+            elif tensor is not None:
+                edits[id(node)] = lambda _, name=variables[tensor]: cst.Name(name)
+        anchor = self._anchor(plan)
+        if plan.permutation is not None:
+            perm_line = self._unused_permutation(plan, anchor)
+            if perm_line is not None:
+                edits[id(perm_line)] = _remove
+        loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
+        names = [variables[t] for t in plan.tensors]
+        if len(names) == 1:  # TensorDataset items are tuples, of one tensor here: `for (xb,) in loader`
+            target = cst.Tuple([cst.Element(cst.Name(names[0]), comma=cst.Comma())])
+        else:
+            target = cst.Tuple([cst.Element(cst.Name(n)) for n in names], lpar=[], rpar=[])
+        edits[id(loop)] = lambda updated: updated.with_changes(target=target, iter=cst.Name(loader))
+        shuffle = "True" if plan.permutation else "False"
+        drop_last = ", drop_last=True" if plan.window.drop_last else ""
+        build = cst.parse_statement(
+            f"{loader} = DataLoader(TensorDataset({', '.join(plan.tensors)}), "
+            f"batch_size={self._code(plan.batch_size)}, shuffle={shuffle}{drop_last})\n")
+        rewritten = anchor.visit(EditsByIdentity(edits))
+        # Blank lines above the loop go above the new line; comments stay with the loop they describe.
+        leading = list(anchor.leading_lines)
+        first_comment = next((k for k, line in enumerate(leading) if line.comment is not None), len(leading))
+        build = build.with_changes(leading_lines=leading[:first_comment])
+        replacement = cst.FlattenSentinel([build, rewritten.with_changes(leading_lines=leading[first_comment:])])
+        order = "shuffled each epoch, as the permutation did" if plan.permutation else "in the same order"
+        self.report(anchor, f"batches are cut from in-memory tensors by hand (line {self._line(loop)}); iterate over "
+                            f"a DataLoader built once, batches of `{self._code(plan.batch_size)}` {order}",
+                    replacement=replacement, imports=IMPORTS)
+
+    def _unused_permutation(self, plan: _Plan, anchor: cst.CSTNode) -> cst.CSTNode | None:
+        """The line `perm = torch.randperm(n)` when the rewritten windows were its only
+        reads and it sits inside the rewritten code; None to keep it."""
+        scope = self.context.wrapper.resolve(ScopeProvider).get(plan.loop)
+        assignments = list(scope.assignments[plan.permutation])
+        line = self.context.parents.get(self.context.parents.get(self.context.parents.get(assignments[0].node)))
+        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self._inside(line, anchor)):
+            return None
+        reads = {id(access.node) for access in scope.accesses[plan.permutation]}
+        return line if reads <= plan.permutation_reads else None
+
+    def _anchor(self, plan: _Plan) -> cst.CSTNode:
+        """The outermost loop around the step loop (same function) in which neither the
+        tensors nor the batch size are re-bound: the DataLoader is built before it."""
+        needed = set(plan.tensors) | {n.value for n in names_read(plan.batch_size)}
+        anchor: cst.CSTNode = plan.loop
+        current = self.context.parents.get(plan.loop)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if isinstance(current, (cst.For, cst.While)):
+                if any(self._bound_in(name, current) for name in needed):
+                    break
+                anchor = current
+            current = self.context.parents.get(current)
+        return anchor
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _values(self, name: str, loop: cst.CSTNode) -> list[cst.BaseExpression] | None:
+        """The values of every plain assignment to `name` in the scope of `loop`."""
+        scope = self.context.wrapper.resolve(ScopeProvider).get(loop)
+        if scope is None or name not in scope:
+            return None
+        values = []
+        for assignment in scope.assignments[name]:
+            if type(assignment) is not Assignment:
+                return None
+            statement = self.context.parents.get(self.context.parents.get(assignment.node))
+            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                    and statement.targets[0].target is assignment.node):
+                return None
+            values.append(statement.value)
+        return values
+
+    def _bound_in(self, name: str, region: cst.CSTNode) -> bool:
+        scope = self.context.wrapper.resolve(ScopeProvider).get(region)
+        if scope is None or name not in scope:
+            return False
+        return any(isinstance(a.node, cst.CSTNode) and self._inside(a.node, region) for a in scope.assignments[name])
+
+    def _free_or_torch(self, name: str) -> bool:
+        """Is `name` unbound in the module, or bound only by an import of torch's class of that name?"""
+        scope = self.context.wrapper.resolve(ScopeProvider).get(self.context.module.body[0]) if self.context.module.body else None
+        if scope is None or name not in scope.globals:
+            return True
+        for assignment in scope.globals.assignments[name]:
+            if not isinstance(assignment, ImportAssignment):
+                return False
+            if not any(q.name in (f"torch.utils.data.{name}", f"torch.utils.data.dataloader.{name}",
+                                  f"torch.utils.data.dataset.{name}")
+                       for q in assignment.get_qualified_names_for(name)):
+                return False
+        return True
+
+    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        current = node
+        while current is not None:
+            if current is ancestor:
+                return True
+            current = self.context.parents.get(current)
+        return False
+
+    def _code(self, node: cst.CSTNode) -> str:
+        return self.context.module.code_for_node(node)
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.context.positions[node].start.line
+
+
+def _remove(_):
+    return cst.RemovalSentinel.REMOVE
+
+
+def _same(a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    return a.deep_equals(b)
+
+
+def _equal_to(expr: cst.BaseExpression) -> m.BaseMatcher:
+    return m.MatchIfTrue(lambda node: node.deep_equals(expr))
+
+
+def _normalized(code: str) -> str:
+    return re.sub(r"\s+", "", code)
+
+
+def _append_once(items: list[str], item: str) -> None:
+    if item not in items:
+        items.append(item)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, k = name, 2
+    while candidate in taken:
+        candidate, k = f"{name}_{k}", k + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
+    return list(block.body) if isinstance(block, cst.IndentedBlock) else [block]
+
+
+def _bound_names(line: cst.CSTNode) -> set[str]:
+    """Names that the assignments of `line` bind (`a.b = ...` and `a[i] = ...` bind none)."""
+    names: set[str] = set()
+    for statement in m.findall(line, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
+        names |= _target_names(statement.target)
+    return names
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(element.value) for element in target.elements))
+    return set()
+
+
+def _unpacks_only_batches(line: cst.CSTNode, uses: dict[int, str]) -> bool:
+    """`xb, yb = X[i:i + bs], Y[i:i + bs]`: a tuple of names from a tuple of batch uses."""
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(line.body[0], cst.Assign)):
+        return False
+    assign = line.body[0]
+    if len(assign.targets) != 1:
+        return False
+    target, value = assign.targets[0].target, assign.value
+    if not (isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements)):
+        return False
+    return all(isinstance(t.value, cst.Name) and uses.get(id(v.value)) for t, v in zip(target.elements, value.elements))

@@ -1,0 +1,93 @@
+"""PM202 on the spellings and edge cases its VALID/INVALID examples do not cover."""
+
+import pytest
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+from codemod.rules.manual_batching import ManualBatchingInStepLoop
+
+HEAD = """\
+import torch
+X, Y = torch.randn(100, 8), torch.randn(100, 1)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+STEP = "    loss = torch.nn.functional.mse_loss(model(xb), yb)\n    loss.backward()\n    opt.step()\n"
+
+
+def run(code: str, level=Level.UNSAFE):
+    result = process_source(code.encode(), "<test>", Settings(select=("PM202",), level=level), [ManualBatchingInStepLoop])
+    assert result.error is None, result.error
+    again = process_source(result.new_source, "<test>", Settings(select=("PM202",), level=level), [ManualBatchingInStepLoop])
+    assert not again.pending and again.new_source == result.new_source  # idempotent
+    return result.findings, result.new_source.decode()
+
+
+def test_not_applied_below_unsafe_and_listed_as_fixable():
+    code = HEAD + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP
+    findings, new = run(code, level=Level.NUMERIC)
+    assert new == code and len(findings) == 1 and findings[0].fixable and not findings[0].applied
+
+
+def test_one_tensor_gives_a_one_element_target_and_an_aliased_import_is_kept():
+    code = ("from torch.utils.data import DataLoader as DL\n" + HEAD + "Y = X.sum(1, keepdim=True)\n"
+            "for i in range(0, X.size(0), 10):\n    xb = X[i:i + 10]\n    yb = xb.sum(1, keepdim=True)\n" + STEP)
+    findings, new = run(code)
+    assert "loader = DataLoader(TensorDataset(X), batch_size=10, shuffle=False)\n" in new
+    assert "for (xb,) in loader:\n" in new
+    assert new.startswith("from torch.utils.data import DataLoader, TensorDataset, DataLoader as DL\n")  # alias kept
+    compile(new, "<new>", "exec")
+
+
+def test_a_taken_loader_name_is_not_reused():
+    code = HEAD + "loader = None\nfor i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP
+    _, new = run(code)
+    assert "train_loader = DataLoader(" in new and "for xb, yb in train_loader:" in new
+
+
+def test_range_minus_batch_plus_one_drops_the_last_partial_batch():
+    code = HEAD + "bs = 32\nfor i in range(0, len(X) - bs + 1, bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n" + STEP
+    _, new = run(code)
+    assert "DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False, drop_last=True)" in new
+
+
+@pytest.mark.parametrize("code,reason", [
+    (HEAD + "for i in range(0, 100, 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
+     "the range `100` is not the length of `X` / `Y`"),
+    (HEAD + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n    xb.mul_(2)\n" + STEP,
+     "the batch `xb` is written in place"),
+    ("from torch.utils.data import Dataset\nclass DataLoader:\n    pass\n" + HEAD
+     + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
+     "the name `DataLoader` means something else in this file"),
+    ("import torch\nfrom data import load\nX, Y = load()\nmodel = torch.nn.Linear(8, 1)\n"
+     "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+     "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
+     "`X` is not known to be a tensor in host memory"),
+])
+def test_unprovable_cases_are_reported_with_the_reason(code, reason):
+    findings, new = run(code)
+    assert new == code
+    assert len(findings) == 1 and not findings[0].fixable and reason in findings[0].message
+
+
+def test_running_sums_are_not_mistaken_for_carried_state():
+    code = (HEAD + "total = 0.0\nfor i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP
+            + "    total = total + loss.item()\n")
+    findings, new = run(code)
+    assert findings[0].applied and "for xb, yb in loader:" in new
+
+
+def test_suppression_on_the_loop_line():
+    code = HEAD + "for i in range(0, len(X), 10):  # perfmod: ignore[PM202]\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP
+    findings, new = run(code)
+    assert new == code and not findings
+
+
+def test_loop_inside_a_function_builds_the_loader_in_the_function_before_the_epoch_loop():
+    code = (HEAD + "def train(X, Y, epochs, bs):\n    for epoch in range(epochs):\n"
+            "        for i in range(0, len(X), bs):\n            xb, yb = X[i:i + bs], Y[i:i + bs]\n"
+            + STEP.replace("    ", "            "))
+    findings, new = run(code)
+    # X and Y are parameters: Kinds cannot tell they are host tensors, so this is reported only
+    assert new == code and not findings[0].fixable

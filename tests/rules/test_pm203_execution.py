@@ -1,0 +1,106 @@
+"""PM203: hoisted tokenization runs once and the scripts train bit for bit as before.
+
+The fixtures import `transformers`; fixtures/scripts/toy_transformers stands in for
+it (a deterministic word-level tokenizer that counts its calls), so the tests can
+check both the losses and how often each script tokenizes.
+"""
+
+import contextlib
+import importlib.util
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rules.loop_invariant_tokenization import LoopInvariantTokenization
+from tests.rules.scripts import one_thread
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures" / "rules" / "PM203"
+TOY_TRANSFORMERS = ROOT / "fixtures" / "scripts" / "toy_transformers" / "transformers.py"
+
+
+@pytest.fixture(autouse=True)
+def toy_transformers(monkeypatch):
+    spec = importlib.util.spec_from_file_location("transformers", TOY_TRANSFORMERS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "transformers", module)
+
+
+def run(source: str) -> tuple[torch.Tensor, dict]:
+    """The losses a script prints, and its globals (to read its tokenizer's call count)."""
+    out, namespace = io.StringIO(), {"__name__": "__main__"}
+    with one_thread(), contextlib.redirect_stdout(out):
+        exec(compile(source, "<fixture>", "exec"), namespace)
+    printed = torch.tensor([float(v) for v in re.findall(r"loss (\S+)", out.getvalue())], dtype=torch.float64)
+    return printed, namespace
+
+
+def rewrite(text: str) -> str:
+    """`text` with PM203's fixes applied; every fixable finding must be applied (the
+    per-batch tokenization of the LatentWire fixture stays, reported)."""
+    result = process_source(text.encode(), "<fixture>", Settings(select=("PM203",)), [LoopInvariantTokenization])
+    assert result.error is None, result.error
+    assert any(f.applied for f in result.findings) and all(f.applied for f in result.findings if f.fixable)
+    return result.new_source.decode()
+
+
+def source(case: str) -> str:
+    return (FIXTURES / f"{case}.in.py").read_text()
+
+
+@pytest.mark.parametrize("case,tokenizer,calls_before,calls_after", [
+    # 30 steps x (chat template + scaffold + questions) -> 2 once + 30 question batches
+    ("latentwire_chat_scaffold", "tokenizer", 90, 32),
+    # 3 epochs x 6 batches x one prefix encode -> once
+    ("prefix_and_constants_epochs", "tok", 18, 1),
+])
+def test_hoisted_tokenization_runs_once_and_trains_bit_for_bit(case, tokenizer, calls_before, calls_after):
+    new_source = rewrite(source(case))
+    assert new_source == (FIXTURES / f"{case}.out.py").read_text()
+    before, original = run(source(case))
+    after, rewritten = run(new_source)
+    assert len(before) >= 18
+    assert torch.equal(after, before)
+    assert (original[tokenizer].calls, rewritten[tokenizer].calls) == (calls_before, calls_after)
+
+
+def test_a_value_changed_in_place_is_not_hoisted_and_hoisting_it_would_change_the_losses():
+    """Why the aliasing check matters: `counts` is rebuilt every step and then written
+    in place; built once, the writes would pile up across steps."""
+    script = (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(6):\n"
+        "    counts = torch.zeros(1, 3)\n"
+        "    counts[0, step % 3] += 1.0\n"
+        "    loss = model(counts).pow(2).sum()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    print(f'step {step} loss {loss.item()!r}')\n"
+    )
+    result = process_source(script.encode(), "<script>", Settings(select=("PM203",)), [LoopInvariantTokenization])
+    assert result.new_source.decode() == script and not result.findings
+    hoisted_by_hand = script.replace("    counts = torch.zeros(1, 3)\n", "").replace(
+        "for step in range(6):\n", "counts = torch.zeros(1, 3)\nfor step in range(6):\n")
+    assert not torch.equal(run(hoisted_by_hand)[0], run(script)[0])
+
+
+def test_unprovable_tokenization_is_reported_and_the_script_left_as_it_is():
+    case = "tokenizer_not_provable"
+    result = process_source(source(case).encode(), case, Settings(select=("PM203",)), [LoopInvariantTokenization])
+    assert result.new_source.decode() == source(case)
+    messages = sorted(f.message for f in result.findings)
+    assert len(messages) == 2 and not any(f.fixable for f in result.findings)
+    assert "inside the model's forward" in messages[0]
+    assert "cannot prove `words` is a known tokenizer" in messages[1]
+    assert len(run(source(case))[0]) == 5  # the fixture itself runs
