@@ -9,6 +9,7 @@ from codemod.rules.async_checkpoint import SynchronousCheckpointInLoop
 from codemod.rules.autocast import ForwardWithoutAutocast
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
+from codemod.rules.manual_attention import ManualAttention
 from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
@@ -25,6 +26,7 @@ RULES: list[type[Rule]] = [
     ForwardWithoutAutocast,
     PerStepHostSync,
     SynchronousCheckpointInLoop,
+    ManualAttention,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
