@@ -76,6 +76,7 @@ class _Attention:
     dropout: cst.BaseExpression | None = None  # SDPA's dropout_p
     consumed: list[int] = field(default_factory=list)  # indices of the statements folded into the last
     links: list[str] = field(default_factory=list)  # the intermediate names, one per consumed statement
+    skipped: list[int] = field(default_factory=list)  # assignments between the chain's statements, kept
 
 
 class _NoMatch(Exception):
@@ -273,16 +274,24 @@ def attend(q, k, v):
         cursor = [index]
 
         def expand(expr):
-            """`expr`, or the value of the statement just before the cursor when `expr` names its target."""
-            if not isinstance(expr, cst.Name) or cursor[0] == 0:
+            """`expr`, or the value of the closest statement before the cursor that assigns the name `expr`;
+            the assignments between (`v = self.value(x)`) stay where they are."""
+            if not isinstance(expr, cst.Name):
                 return expr
-            previous = statements[cursor[0] - 1]
-            if not m.matches(previous, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name(expr.value))])])):
-                return expr
-            cursor[0] -= 1
-            attention.consumed.append(cursor[0])
-            attention.links.append(expr.value)
-            return previous.body[0].value
+            skipped = []
+            for j in range(cursor[0] - 1, -1, -1):
+                previous = statements[j]
+                if m.matches(previous, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name(expr.value))])])):
+                    cursor[0] = j
+                    attention.consumed.append(j)
+                    attention.links.append(expr.value)
+                    attention.skipped += skipped
+                    return previous.body[0].value
+                if not m.matches(previous, m.SimpleStatementLine(body=[m.Assign()])) \
+                        or expr.value in _bound_names(previous.body[0]):
+                    return expr
+                skipped.append(j)
+            return expr
 
         weights, attention.v = self._matmul_operands(product)
         weights = expand(weights)
@@ -501,6 +510,16 @@ def attend(q, k, v):
         for expr in moved:
             if expr is not None and any(n.value in links for n in names_read(expr)):
                 raise _NoMatch(f"`{self.context.module.code_for_node(expr)}` reads an intermediate of the attention")
+        code = self.context.module.code_for_node
+        # v stays in the last statement; q, k, the scale and the mask move down to it past the skipped lines
+        moved = [e for e in moved if e is not None and e is not attention.v]
+        moved_code = " ".join(code(e) for e in moved)
+        moved_reads = {n.value for e in moved for n in names_read(e)}
+        for j in attention.skipped:
+            for bound in _bound_names(statements[j].body[0]):
+                if bound in links or bound in moved_reads or ("." in bound or "[" in bound) and bound in moved_code:
+                    line = self.context.positions[statements[j]].start.line
+                    raise _NoMatch(f"line {line} assigns `{bound}` between the attention's statements")
         scope = self._enclosing(statements[index], cst.FunctionDef) or self.context.module
         reads_in_chain = sum(1 for s in chain for n in names_read(s) if n.value in links)
         for name in names_read(scope):
@@ -536,7 +555,9 @@ def attend(q, k, v):
             first = statements[min([index, *attention.consumed])]
             new = statement.deep_replace(product, self._sdpa_call(attention).with_changes(
                 lpar=product.lpar, rpar=product.rpar))
-            replacements[index] = new.with_changes(leading_lines=first.leading_lines)
+            if not attention.skipped:  # the chain's leading comment, unless lines it skipped come between
+                new = new.with_changes(leading_lines=first.leading_lines)
+            replacements[index] = new
         body = [replacements.get(i, s) for i, s in enumerate(statements) if i not in removed]
         return self.context.parents[block].with_changes(body=block.with_changes(body=body))
 
@@ -605,3 +626,24 @@ def _reciprocal(divisor: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(divisor, cst.BinaryOperation) and not isinstance(divisor.operator, cst.Power):
         divisor = _parenthesized(divisor)
     return cst.BinaryOperation(cst.Integer("1"), cst.Divide(), divisor)
+
+
+def _bound_names(assign: cst.Assign) -> set[str]:
+    """What an assignment binds: names, and the code of attribute / subscript targets."""
+    bound = set()
+    module = cst.Module([])
+
+    def add(target):
+        if isinstance(target, cst.Name):
+            bound.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                add(element.value)
+        elif isinstance(target, cst.StarredElement):
+            add(target.value)
+        else:
+            bound.add(module.code_for_node(target))
+
+    for target in assign.targets:
+        add(target.target)
+    return bound
