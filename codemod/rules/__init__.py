@@ -14,6 +14,7 @@ from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
+from codemod.rules.time_loop_recurrence import TimeLoopRecurrence
 from codemod.rules.zero_grad import ZeroFilledGradients
 
 RULES: list[type[Rule]] = [
@@ -27,6 +28,7 @@ RULES: list[type[Rule]] = [
     PerStepHostSync,
     SynchronousCheckpointInLoop,
     ManualAttention,
+    TimeLoopRecurrence,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
