@@ -10,6 +10,8 @@ from codemod.analysis.names import names_read
 from codemod.rule import Invalid, Level, Rule, Valid
 
 PREAMBLE = "import torch\n"
+# Elementwise functions: applied to x[:, t] for each t, or to x once, they give the same values.
+ELEMENTWISE = ("torch.exp", "torch.sigmoid", "torch.tanh", "torch.nn.functional.sigmoid")
 SCAN_LOOP = """
 def ema(a, x):
     h = torch.zeros_like(x[:, 0])
@@ -230,6 +232,7 @@ def ema(a, x):
         if len(loop.iter.args) != 1 or loop.iter.args[0].keyword or loop.iter.args[0].star:
             raise _Unsupported("the loop is not `for t in range(T)`")
         steps = loop.iter.args[0].value
+        self._steps = steps
         body = _small_statements(loop.body)
         if any(not isinstance(s, (cst.Assign, cst.Expr)) for s in body) or \
                 len(body) != sum(len(line.body) for line in loop.body.body if isinstance(line, cst.SimpleStatementLine)) \
@@ -256,11 +259,12 @@ def ema(a, x):
         update_first = order.index("update") < order.index("append")
 
         def resolve(expr):
+            """A temporary's value for its name (`kv` -> `k[:, :, t].unsqueeze(-1) * ...`)."""
             return temporaries[expr.value] if isinstance(expr, cst.Name) and expr.value in temporaries else expr
 
         _, factor, addend = updates[0]
         collected = appends[0].value.args[0].value
-        if isinstance(resolve(addend), cst.Subscript) and self._time_index(resolve(addend), time, 1) is not None:
+        if self._strip(addend, resolve, time, 1) is not None:
             recurrence = self._scan(resolve, factor, addend, collected, state, time, update_first)
         else:
             recurrence = self._linear_attention(resolve, factor, addend, collected, state, time, update_first, body)
@@ -291,23 +295,26 @@ def ema(a, x):
         return expr.value
 
     def _scan(self, resolve, factor, addend, collected, state, time, update_first) -> _Recurrence:
-        a = self._time_index(resolve(factor), time, 1)
-        x = self._time_index(resolve(addend), time, 1)
+        a = self._strip(factor, resolve, time, 1)
+        x = self._strip(addend, resolve, time, 1)
         if a is None:
-            raise _Unsupported(f"the decay `{self.context.module.code_for_node(factor)}` is not indexed `[:, t]`")
-        if not update_first or not m.matches(collected, m.Name(state)):
-            raise _Unsupported(f"the loop collects `{self.context.module.code_for_node(collected)}`, "
-                               f"not the state `{state}` after its update")
+            raise _Unsupported(f"the decay `{self.context.module.code_for_node(factor)}` is not an elementwise "
+                               "expression of tensors indexed `[:, t]`")
+        if not m.matches(collected, m.Name(state)):
+            raise _Unsupported(f"the loop collects `{self.context.module.code_for_node(collected)}`, not the state `{state}`")
+        if not update_first:
+            raise _Unsupported(f"the loop appends `{state}` before updating it: the states before each step, "
+                               "not after (linear_scan returns the states after)")
         return _Recurrence("linear_scan", [(None, a), (None, x), ("h0", cst.Name(state))], 1)
 
     def _linear_attention(self, resolve, factor, addend, collected, state, time, update_first, body) -> _Recurrence:
         code = self.context.module.code_for_node
-        kv_outer = self._outer(resolve(addend), time)
+        kv_outer = self._outer(resolve(addend), resolve, time)
         if kv_outer is None:
             raise _Unsupported(f"the state's addend `{code(addend)}` is neither x[:, t] nor "
                                "k_t.unsqueeze(-1) * v_t.unsqueeze(-2) with (B, H, T, *) tensors indexed [:, :, t]")
         k, v = kv_outer
-        w = self._time_index(_unsqueezed_last(resolve(factor)), time, 2)
+        w = self._time_index(resolve(_unsqueezed_last(resolve(factor))), time, 2)
         if w is None:
             raise _Unsupported(f"the decay `{code(factor)}` is not w[:, :, t].unsqueeze(-1) (a decay per step and key)")
         read = self._read_out(resolve(collected))
@@ -317,7 +324,7 @@ def ema(a, x):
         r = self._time_index(resolve(r_t), time, 2)
         if r is None:
             raise _Unsupported(f"the query `{code(r_t)}` is not r[:, :, t]")
-        args = [(None, r), (None, k), (None, v), (None, w)]
+        args = [(None, self._slice(r, 2)), (None, k), (None, v), (None, self._slice(w, 2))]
         if update_first and m.matches(source, m.Name(state)):
             pass  # GLA: the current token is in the state it reads
         elif not update_first and isinstance(source, cst.BinaryOperation) and isinstance(source.operator, cst.Add) \
@@ -332,15 +339,15 @@ def ema(a, x):
         args.append(("initial_state", cst.Name(state)))
         return _Recurrence("linear_attention", args, 2)
 
-    def _outer(self, expr, time) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    def _outer(self, expr, resolve, time) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
         """(k, v) for k[:, :, t].unsqueeze(-1) * v[:, :, t].unsqueeze(-2) or einsum('bhk,bhv->bhkv', k_t, v_t)."""
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
-            k = self._time_index(_unsqueezed_last(expr.left), time, 2)
-            v = self._time_index(_unsqueezed(expr.right, "-2"), time, 2)
-            return (k, v) if k is not None and v is not None else None
+            k = self._time_index(resolve(_unsqueezed_last(resolve(expr.left))), time, 2)
+            v = self._time_index(resolve(_unsqueezed(resolve(expr.right), "-2")), time, 2)
+            return (self._slice(k, 2), self._slice(v, 2)) if k is not None and v is not None else None
         if self._einsum(expr, "abc,abd->abcd"):
-            k, v = (self._time_index(a.value, time, 2) for a in expr.args[1:])
-            return (k, v) if k is not None and v is not None else None
+            k, v = (self._time_index(resolve(a.value), time, 2) for a in expr.args[1:])
+            return (self._slice(k, 2), self._slice(v, 2)) if k is not None and v is not None else None
         return None
 
     def _read_out(self, expr) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
@@ -403,9 +410,8 @@ def ema(a, x):
             uses = [n for n in later_reads if n.value == name and not self._inside(n, stacks[0].args[0])]
             if uses:
                 raise _Unsupported(f"`{name}` is read after the loop (line {self.context.positions[uses[0]].start.line})")
-        sliced = self._sliced(steps, recurrence)
         tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-        args = [cst.Arg(sliced(v), keyword=None) if kw is None else
+        args = [cst.Arg(v, keyword=None) if kw is None else
                 cst.Arg(v) if kw == "h0" else cst.Arg(v, keyword=cst.Name(kw), equal=tight)
                 for kw, v in recurrence.args]
         if recurrence.kernel == "linear_scan" and self._zero_literal_state(statements[:index], state):
@@ -432,23 +438,39 @@ def ema(a, x):
         return statements[:start] + statements[start + 1:index] + [new_after, *extra] + statements[index + 2:], \
             recurrence.kernel
 
-    def _sliced(self, steps, recurrence: _Recurrence):
-        """`X[:, :T]` (dim 1) or `X[:, :, :T]` (dim 2), unless T is spelled X.size(dim) / X.shape[dim]."""
+    def _slice(self, tensor: cst.BaseExpression, dim: int) -> cst.BaseExpression:
+        """`X[:, :T]` (dim 1) or `X[:, :, :T]` (dim 2): the steps the loop read, unless T is X.size(dim) / X.shape[dim]."""
         code = self.context.module.code_for_node
-        dim = recurrence.time_dim
+        steps = code(self._steps)
+        if steps in (f"{code(tensor)}.size({dim})", f"{code(tensor)}.shape[{dim}]"):
+            return tensor
+        return cst.parse_expression(f"{code(_parenthesized(tensor))}[{':, ' * dim}:{steps}]")
 
-        def slice_(x):
-            if code(steps) in (f"{code(x)}.size({dim})", f"{code(x)}.shape[{dim}]"):
-                return x
-            return cst.parse_expression(f"({code(x)})[{':, ' * dim}:{code(steps)}]" if not isinstance(
-                x, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) else f"{code(x)}[{':, ' * dim}:{code(steps)}]")
+    def _strip(self, expr, resolve, time: str, dim: int) -> cst.BaseExpression | None:
+        """`expr` over all steps: each `X[:, t]` made `X` (sliced to the loop's steps), for an elementwise
+        expression of such tensors and numbers (+ - * /, unary -, torch.exp / sigmoid / tanh) that holds
+        at least one of them; None otherwise."""
+        stripped = self._stripped(expr, resolve, time, dim)
+        return None if stripped is None or isinstance(stripped, (cst.Integer, cst.Float)) else stripped
 
-        if all(code(steps) in (f"{code(v)}.size({dim})", f"{code(v)}.shape[{dim}]") for kw, v in recurrence.args
-               if kw is None):
-            return lambda x: x
-        steps_owner = {code(v) for kw, v in recurrence.args if kw is None
-                       if code(steps) in (f"{code(v)}.size({dim})", f"{code(v)}.shape[{dim}]")}
-        return lambda x: x if code(x) in steps_owner else slice_(x)
+    def _stripped(self, expr, resolve, time: str, dim: int) -> cst.BaseExpression | None:
+        expr = resolve(expr)
+        if isinstance(expr, cst.Subscript):
+            tensor = self._time_index(expr, time, dim)
+            return None if tensor is None else self._slice(tensor, dim)
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return expr
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            inner = self._stripped(expr.expression, resolve, time, dim)
+            return None if inner is None else expr.with_changes(expression=inner)
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
+            left, right = self._stripped(expr.left, resolve, time, dim), self._stripped(expr.right, resolve, time, dim)
+            return None if left is None or right is None else expr.with_changes(left=left, right=right)
+        if isinstance(expr, cst.Call) and len(expr.args) == 1 and not expr.args[0].keyword and not expr.args[0].star \
+                and self.context.names.is_(expr.func, *ELEMENTWISE):
+            inner = self._strip(expr.args[0].value, resolve, time, dim)
+            return None if inner is None else expr.with_changes(args=[expr.args[0].with_changes(value=inner)])
+        return None
 
     def _zero_literal_state(self, before, state: str) -> bool:
         binds = [s for s in before if _binds(s, state)]
@@ -496,3 +518,9 @@ def _unsqueezed(expr, dim: str) -> cst.BaseExpression | None:
 
 def _unsqueezed_last(expr) -> cst.BaseExpression | None:
     return _unsqueezed(expr, "-1")
+
+
+def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expr.lpar:
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
