@@ -213,6 +213,33 @@ def attend(q, k, v):
     w = F.softmax(q @ k.transpose(-2, -1), dim=1)
     return w @ v
 """), None, "softmax over another dim"),
+        Invalid("""import torch
+from torch.nn.functional import softmax as sm
+
+def attend(q, k, v):
+    return sm(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1) @ v
+""", """import torch
+from torch.nn.functional import softmax as sm
+
+def attend(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+""", "an aliased softmax; no alias of torch.nn.functional: spelled out"),
+        Invalid(_module("""
+class Attention(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.drop = nn.Identity() if p == 0 else nn.Dropout(p)
+
+    def forward(self, q, k, v):
+        w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+        w = self.drop(w)
+        return w @ v
+"""), None, "a module on the weights that may not be Dropout"),
+        Invalid(_module("""
+def attend(q, k, v, mask):
+    w = F.softmax((q @ k.transpose(-2, -1)).masked_fill(mask, -1e4), dim=-1)
+    return w @ v
+"""), None, "a mask fill other than -inf"),
     ]
 
     def __init__(self, context) -> None:

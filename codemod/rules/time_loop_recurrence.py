@@ -176,7 +176,7 @@ def ema(a, x):
             self.report(node, f"a Python loop over time computes a linear recurrence, not rewritten: {why}")
             return
         new_statements, kernel = fix
-        if any(suppressed_on(s, self.CODE) for s in statements[index - 1:index + 2]):
+        if any(suppressed_on(s, self.CODE) for s in statements[max(index - 1, 0):index + 2]):
             return
         owner = self.context.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
         new_block = block.with_changes(body=new_statements)
