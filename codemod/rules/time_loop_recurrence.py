@@ -79,9 +79,19 @@ class TimeLoopRecurrence(Rule):
     every step's state. The kernels do the same work in O(sqrt(T)) or
     O(log T) sequential steps (a chunked parallel scan; chunked linear
     attention whose chunks are matmuls), with a backward that does not store
-    every state: tens of times faster on a GPU at T in the thousands (the
-    seed report's "10-100x" for RWKV loops; `benchmarks/bench_kernels.py`
-    measures it).
+    every state.
+
+    The seed report claims "10-100x speedup for RWKV operations on GPUs" from
+    removing such loops, with flash-linear-attention's kernels or "optimized
+    cumulative operations" as the fallback. Checked against torch 2.13: torch
+    still has no eager scan (`torch._higher_order_ops.associative_scan` is a
+    prototype that needs torch.compile), so the fix calls `runtime.kernels`,
+    which run on CPU and on CUDA without extra packages. A cumulative-product
+    fallback (h_t = P_t cumsum(x / P)) is wrong in float32 once the decays
+    multiply below 1e-38, which the runtime's scan avoids (see its module
+    docstring). The factor is unmeasured on a GPU: `python -m
+    benchmarks.bench_kernels --device cuda` and `python -m benchmarks.bench_rwkv
+    --device cuda` print it (goal: at least 20x the loop at T = 2048 on an H100).
 
     ## Example
     ```python
