@@ -256,8 +256,22 @@ def attend(q, k, v, mask):
     def __init__(self, context) -> None:
         super().__init__(context)
         self.bindings = Bindings(context.wrapper.resolve(ScopeProvider), context.parents)
+        self.blocks_with_softmax: set[int] = set()
 
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+    def visit_Call(self, node: cst.Call) -> None:
+        """Note the block of each call spelled `softmax`: only those blocks can hold a chain."""
+        if m.matches(node.func, m.Name("softmax") | m.Attribute(attr=m.Name("softmax"))) or \
+                m.matches(node.func, m.Name()) and self.context.names.of(node.func) & SOFTMAXES:
+            current = self.context.parents.get(node)
+            while current is not None and not isinstance(current, cst.IndentedBlock):
+                current = self.context.parents.get(current)
+            if current is not None:
+                self.blocks_with_softmax.add(id(current))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        if id(original_node) not in self.blocks_with_softmax:
+            return
+        node = original_node
         statements = list(node.body)
         matches: list[tuple[int, _Attention, cst.BaseExpression]] = []
         for index, statement in enumerate(statements):
