@@ -61,7 +61,9 @@ class TimeLoopRecurrence(Rule):
     ## What it does
     Finds a Python loop over time steps that computes a linear recurrence, one
     step per iteration, and replaces it with one call of a `runtime.kernels`
-    kernel that computes all steps at once:
+    kernel (`linear_scan` or `linear_attention`) that computes all steps at once.
+
+    Two recurrences are recognised:
 
     - the elementwise recurrence `h = a[:, t] * h + x[:, t]` with `hs.append(h)`
       and `torch.stack(hs, dim=1)` becomes `linear_scan(a, x, h)`;
