@@ -179,6 +179,8 @@ def softmax(x, dim):
 def attend(q, k, v):
     return softmax(q @ k.transpose(-2, -1), dim=-1) @ v
 """), "a local softmax"),
+        Valid(_module(CAUSAL.format(body=MANUAL.replace("y = att @ v\n", "y = att @ v  # perfmod: ignore[PM504]\n"))),
+              "suppressed on a line of the chain"),
     ]
     INVALID = [
         Invalid(_module(CAUSAL.format(body=MANUAL)), _module(CAUSAL.format(body=REWRITTEN))),

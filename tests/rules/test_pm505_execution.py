@@ -103,3 +103,25 @@ def test_reported_loops_are_left_as_written():
     result = process_source(source.encode(), "<t>", Settings(select=("PM505",), level=Level.UNSAFE))
     assert result.new_source.decode() == source
     assert [f.line for f in result.findings] == [9, 18, 28] and not any(f.fixable for f in result.findings)
+
+
+def test_a_loop_over_fewer_steps_than_the_tensors_hold_is_sliced_to_them():
+    source = (
+        "import torch\n"
+        "def smooth(a, x, steps):\n"
+        "    h = torch.zeros_like(x[:, 0])\n"
+        "    hs = []\n"
+        "    for t in range(steps):\n"
+        "        h = a[:, t] * h + x[:, t]\n"
+        "        hs.append(h)\n"
+        "    return torch.stack(hs, dim=1)\n"
+    )
+    new_source = rewrite(source, [TimeLoopRecurrence])
+    assert "linear_scan(a[:, :steps], x[:, :steps], h)" in new_source
+    gen = torch.Generator().manual_seed(0)
+    a = torch.rand(2, 9, 3, generator=gen, dtype=torch.float64)
+    x = torch.randn(2, 9, 3, generator=gen, dtype=torch.float64)
+    want = load(source)["smooth"](a, x, 5)
+    got = load(new_source)["smooth"](a, x, 5)
+    assert got.shape == want.shape == (2, 5, 3)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
