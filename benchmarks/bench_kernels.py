@@ -8,6 +8,11 @@ On the GPU machine, from the repository root (prints a markdown table for BENCHM
     python -m benchmarks.bench_kernels --device cuda --chunk-sizes 8 16 32   # pick linear_attention's C
     PERFMOD_KERNELS_COMPILE=0 python -m benchmarks.bench_kernels --device cuda   # scans without torch.compile
 
+The last lines print issue 5's goals for linear attention at T = 2048 on an H100: at least 20x
+faster than the Python loop, at most 1.5x flash-linear-attention's time ("vs fla" column), met or
+not. fla is imported only if installed (`pip install flash-linear-attention` on the GPU machine);
+without it the table says so and the fla row and ratio are left out.
+
 CPU smoke run (tests/runtime/test_bench_kernels.py runs it; CPU numbers are no GPU claim):
 
     python -m benchmarks.bench_kernels --device cpu --quick
@@ -56,6 +61,9 @@ def parse_args(argv=None):
     return args
 
 
+LINEAR_ATTENTION = "linear attention (GLA)"
+FLA = "fla.ops.gla.chunk_gla"
+GOAL_T = 2048  # issue 5: >= 20x the loop and <= 1.5x flash-linear-attention's time there, on an H100
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -156,8 +164,8 @@ def linear_attention_rows(T, args, device, dtype, notes):
     else:
         own = [t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v)]
         own += [w.detach().float().log().transpose(1, 2).contiguous().requires_grad_(), state]
-        impls["fla.ops.gla.chunk_gla"] = (fla, own, args.reps)
-    return bench("linear attention (GLA)", T, impls, inputs, linear_attention_reference, args, device)
+        impls[FLA] = (fla, own, args.reps)
+    return bench(LINEAR_ATTENTION, T, impls, inputs, linear_attention_reference, args, device)
 
 
 def scan_rows(T, args, device, dtype):
@@ -212,15 +220,41 @@ def main(argv=None):
     print(f"torch {torch.__version__}, {datetime.date.today()}, PERFMOD_KERNELS_COMPILE={compile_env}; "
           f"median of {args.reps} runs ({args.loop_reps} for the loops) after {args.warmup} warm-up\n")
     print(f"    {command}\n")
-    print("| op | T | implementation | ms | speed-up | rel err |")
-    print("|---|---:|---|---:|---:|---:|")
-    base = {}
+    print("| op | T | implementation | ms | speed-up | vs fla | rel err |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    base, fla = {}, {(op, T): ms for op, T, impl, ms, _ in rows if impl == FLA}
     for op, T, impl, ms, err in rows:
         base.setdefault((op, T), ms)  # the first implementation of each case is the baseline
-        print(f"| {op} | {T} | {impl} | {ms:.3f} | {base[op, T] / ms:.1f}x | {err:.1e} |")
+        vs_fla = f"{ms / fla[op, T]:.2f}x" if (op, T) in fla else "-"
+        print(f"| {op} | {T} | {impl} | {ms:.3f} | {base[op, T] / ms:.1f}x | {vs_fla} | {err:.1e} |")
+    print()
+    print("speed-up: the first row of the case (the loop, the manual attention) over this one; "
+          "vs fla: this one's time over fla.ops.gla.chunk_gla's (1.00x = as fast)")
+    for line in goal_lines(rows, base, fla):
+        print(f"\n{line}")
     for note in sorted(notes):
         print(f"\n{note}")
 
+
+def goal_lines(rows, base, fla):
+    """Issue 5's goals for linear attention on an H100 at T = 2048: at least 20x the loop's speed,
+    at most 1.5x fla's time; one line per runtime.kernels row at that T, or at the largest T run."""
+    cases = [T for op, T, *_ in rows if op == LINEAR_ATTENTION]
+    T_goal = GOAL_T if GOAL_T in cases else max(cases)
+    lines = []
+    for op, T, impl, ms, _ in rows:
+        if op != LINEAR_ATTENTION or T != T_goal or not impl.startswith("runtime.kernels"):
+            continue
+        speedup = base[op, T] / ms
+        line = f"goal at T={T}: {impl} is {speedup:.1f}x faster than the loop (goal >= 20x: " \
+               f"{'met' if speedup >= 20 else 'not met'})"
+        if (op, T) in fla:
+            ratio = ms / fla[op, T]
+            line += f", {ratio:.2f}x fla's time (goal <= 1.5x: {'met' if ratio <= 1.5 else 'not met'})"
+        else:
+            line += ", fla not measured"
+        lines.append(line + ("" if T == GOAL_T else f"; the goal is set for T={GOAL_T}"))
+    return lines
 
 if __name__ == "__main__":
     main()

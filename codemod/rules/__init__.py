@@ -10,6 +10,7 @@ from codemod.rules.autocast import ForwardWithoutAutocast
 from codemod.rules.compile_model import UncompiledModel
 from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
+from codemod.rules.manual_attention import ManualAttention
 from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
 from codemod.rules.loop_invariant_tokenization import LoopInvariantTokenization
@@ -19,6 +20,7 @@ from codemod.rules.per_call_hooks import PerCallHookRegistration
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.prefetch import BatchCopiedInTheStep
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
+from codemod.rules.time_loop_recurrence import TimeLoopRecurrence
 from codemod.rules.zero_grad import ZeroFilledGradients
 
 RULES: list[type[Rule]] = [
@@ -37,6 +39,8 @@ RULES: list[type[Rule]] = [
     UncompiledModel,
     SingleProcessLoaderInTrainingLoop,
     BatchCopiedInTheStep,
+    ManualAttention,
+    TimeLoopRecurrence,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)

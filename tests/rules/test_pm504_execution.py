@@ -1,0 +1,118 @@
+"""PM504: the rewritten attention fixtures compute what the hand-written ones did.
+
+Each fixture defines a `Model`; the original and the rewritten module are built from
+the same seed and run forward and backward on the same tokens, in float64 and float32.
+The two forms differ only in the order of floating-point sums: measured max difference
+over outputs and gradients, relative to the largest value, 7e-16 in float64 and 4e-7
+in float32 (torch 2.13 CPU); dropping is_causal from the rewrite makes it 1.2. Dropout
+differs by design (SDPA draws its own masks), so outputs are compared in eval mode
+and in train mode with every Dropout's p set to 0; a separate test checks that
+SDPA receives the Dropout module's p in training and 0.0 in eval.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from codemod.rules.manual_attention import ManualAttention
+from tests.rules.scripts import one_thread, rewrite
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM504"
+REWRITTEN = ["nanogpt_causal", "per_head_modules", "padding_mask"]
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-5}
+
+
+def load(source: str) -> dict:
+    namespace = {"__name__": "pm504_fixture"}
+    exec(compile(source, "<fixture>", "exec"), namespace)
+    return namespace
+
+
+def tokens(case: str) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1)
+    idx = torch.randint(1, 30, (4, 12), generator=gen)
+    if case == "padding_mask":
+        idx[:2, 8:] = 0  # padded keys in half the batch
+    return idx
+
+
+def outputs_and_grads(namespace: dict, case: str, dtype, train: bool) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = namespace["Model"]().to(dtype).train(train)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    with one_thread():
+        out = model(tokens(case))
+        out.pow(2).mean().backward()
+    return [out.detach()] + [p.grad for p in model.parameters()]
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    found = {}
+    for case in REWRITTEN:
+        source = (FIXTURES / f"{case}.in.py").read_text()
+        new_source = rewrite(source, [ManualAttention])
+        assert "scaled_dot_product_attention" in new_source and "softmax" not in new_source
+        found[case] = load(source), load(new_source)
+    return found
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train-p0"])
+@pytest.mark.parametrize("dtype", TOLERANCE, ids=str)
+@pytest.mark.parametrize("case", REWRITTEN)
+def test_rewritten_attention_matches_outputs_and_gradients(case, dtype, train, namespaces):
+    original, rewritten = namespaces[case]
+    want = outputs_and_grads(original, case, dtype, train)
+    got = outputs_and_grads(rewritten, case, dtype, train)
+    assert len(got) == len(want) > 1
+    for g, w in zip(got, want):
+        assert g is not None and w is not None
+        assert w.abs().max() > 0  # a real value to compare, not an all-zero gradient
+        torch.testing.assert_close(g, w, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * w.abs().max().item())
+
+
+@pytest.mark.parametrize("case,p", [("nanogpt_causal", 0.1), ("per_head_modules", 0.2)])
+def test_sdpa_gets_the_dropout_modules_p_in_training_only(case, p, namespaces, monkeypatch):
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(kw) or sdpa(*a, **kw))
+    _, rewritten = namespaces[case]
+    torch.manual_seed(0)
+    model = rewritten["Model"]()
+    with torch.no_grad(), one_thread():
+        model.train()(tokens(case))
+        trained = [c["dropout_p"] for c in calls]
+        calls.clear()
+        model.eval()(tokens(case))
+    assert trained and set(trained) == {p}
+    assert {c["dropout_p"] for c in calls} == {0.0}
+    assert all(c["is_causal"] for c in calls)
+
+
+def test_causal_buffer_is_kept_so_checkpoints_still_load(namespaces):
+    original, rewritten = namespaces["nanogpt_causal"]
+    torch.manual_seed(0)
+    state = original["Model"]().state_dict()
+    rewritten["Model"]().load_state_dict(state)  # strict: same keys, the unused `bias` buffer included
+    assert any(key.endswith(".bias") and state[key].dim() == 4 for key in state)
+
+
+def test_a_scale_that_may_be_a_tensor_is_fixed_only_at_level_unsafe():
+    source = (
+        "import torch\n"
+        "def attend(q, k, v, temperature):\n"
+        "    return torch.softmax(q @ k.transpose(-2, -1) * temperature, dim=-1) @ v\n"
+    )
+    from codemod.config import Settings
+    from codemod.engine import process_source
+    from codemod.rule import Level
+
+    numeric = process_source(source.encode(), "<t>", Settings(select=("PM504",), level=Level.NUMERIC))
+    assert numeric.new_source.decode() == source
+    assert [f.level for f in numeric.findings] == [Level.UNSAFE] and "lose its gradient" in numeric.findings[0].message
+    unsafe = process_source(source.encode(), "<t>", Settings(select=("PM504",), level=Level.UNSAFE))
+    assert "scaled_dot_product_attention(q, k, v, scale=temperature)" in unsafe.new_source.decode()

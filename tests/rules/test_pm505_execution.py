@@ -1,0 +1,127 @@
+"""PM505: the rewritten time-loop fixtures compute what the Python loops did.
+
+Each fixture defines a `Model`; the original and the rewritten module are built from the
+same seed and run forward and backward on the same input, in float64 and float32. The
+kernels add in another order than the loop: measured max difference over outputs and
+gradients, relative to the largest value (torch 2.13 CPU), is in MEASURED below. The
+script fixture also trains for its three steps in both forms and prints close losses.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from codemod.rules.time_loop_recurrence import TimeLoopRecurrence
+from tests.rules.scripts import losses, max_relative_difference, one_thread, rewrite
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM505"
+REWRITTEN = {"rwkv_time_mix": "linear_attention", "gla_and_ema": "linear_scan"}
+# measured: rwkv_time_mix 8.6e-16 (float64) / 5.9e-7 (float32); gla_and_ema 4.9e-16 / 2.6e-7;
+# taking the final state from the first step instead of the last makes gla_and_ema 4.0 off
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
+
+
+def load(source: str) -> dict:
+    namespace = {"__name__": "pm505_fixture"}
+    exec(compile(source, "<fixture>", "exec"), namespace)
+    return namespace
+
+
+def model_input(case: str, dtype) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1)
+    if case == "rwkv_time_mix":
+        return torch.randint(0, 64, (3, 37), generator=gen)  # T = 37: not a multiple of the kernel's chunk
+    return torch.randn(3, 29, 24, generator=gen, dtype=torch.float64).to(dtype)
+
+
+def outputs_and_grads(namespace: dict, case: str, dtype) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = namespace["Model"]().to(dtype)
+    x = model_input(case, dtype)
+    if x.is_floating_point():
+        x.requires_grad_()
+    with one_thread():
+        out = model(x)
+        out.pow(2).mean().backward()
+    grads = [p.grad for p in model.parameters()] + ([x.grad] if x.is_floating_point() else [])
+    return [out.detach()] + grads
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    found = {}
+    for case, kernel in REWRITTEN.items():
+        source = (FIXTURES / f"{case}.in.py").read_text()
+        new_source = rewrite(source, [TimeLoopRecurrence])
+        assert f"{kernel}(" in new_source and "for t in range" not in new_source
+        found[case] = load(source), load(new_source)
+    return found
+
+
+@pytest.mark.parametrize("dtype", TOLERANCE, ids=str)
+@pytest.mark.parametrize("case", REWRITTEN)
+def test_rewritten_recurrence_matches_outputs_and_gradients(case, dtype, namespaces):
+    original, rewritten = namespaces[case]
+    want = outputs_and_grads(original, case, dtype)
+    got = outputs_and_grads(rewritten, case, dtype)
+    assert len(got) == len(want) > 1
+    for g, w in zip(got, want):
+        assert g is not None and w is not None and w.abs().max() > 0
+        torch.testing.assert_close(g, w, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * w.abs().max().item())
+
+
+def test_rewritten_rwkv_script_trains_like_the_loop():
+    source = (FIXTURES / "rwkv_time_mix.in.py").read_text()
+    want = losses(source)
+    got = losses(rewrite(source, [TimeLoopRecurrence]))
+    assert len(want) == 3
+    assert max_relative_difference(got, want) < 1e-5  # float32, three AdamW steps
+
+
+def test_final_state_is_the_loops_last_state(namespaces):
+    """FeatureEMA returns the state the loop left; the rewrite assigns it from the scan's last step."""
+    original, rewritten = namespaces["gla_and_ema"]
+    x = model_input("gla_and_ema", torch.float64)
+    results = []
+    for namespace in (original, rewritten):
+        torch.manual_seed(0)
+        ema = namespace["FeatureEMA"](24).double()
+        results.append(ema(x))
+    (y0, h0), (y1, h1) = results
+    torch.testing.assert_close(h1, h0, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y1, y0, rtol=1e-12, atol=1e-12)
+    assert not torch.equal(h0, y0[:, 0])  # the last state, not the first
+
+
+def test_reported_loops_are_left_as_written():
+    from codemod.config import Settings
+    from codemod.engine import process_source
+    from codemod.rule import Level
+
+    source = (FIXTURES / "not_rewritten.in.py").read_text()
+    result = process_source(source.encode(), "<t>", Settings(select=("PM505",), level=Level.UNSAFE))
+    assert result.new_source.decode() == source
+    assert [f.line for f in result.findings] == [9, 18, 28] and not any(f.fixable for f in result.findings)
+
+
+def test_a_loop_over_fewer_steps_than_the_tensors_hold_is_sliced_to_them():
+    source = (
+        "import torch\n"
+        "def smooth(a, x, steps):\n"
+        "    h = torch.zeros_like(x[:, 0])\n"
+        "    hs = []\n"
+        "    for t in range(steps):\n"
+        "        h = a[:, t] * h + x[:, t]\n"
+        "        hs.append(h)\n"
+        "    return torch.stack(hs, dim=1)\n"
+    )
+    new_source = rewrite(source, [TimeLoopRecurrence])
+    assert "linear_scan(a[:, :steps], x[:, :steps], h)" in new_source
+    gen = torch.Generator().manual_seed(0)
+    a = torch.rand(2, 9, 3, generator=gen, dtype=torch.float64)
+    x = torch.randn(2, 9, 3, generator=gen, dtype=torch.float64)
+    want = load(source)["smooth"](a, x, 5)
+    got = load(new_source)["smooth"](a, x, 5)
+    assert got.shape == want.shape == (2, 5, 3)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
