@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -34,6 +35,18 @@ import torch.nn.functional as F
 
 def _module(body: str) -> str:
     return PREAMBLE + body
+
+
+def _pair(before: str, after: str) -> tuple[str, str]:
+    """An example module and its fix: the fix also removes the imports that the
+    rewritten chain was the last to use (imports it never used stay)."""
+    names = {"math": "math.", "torch": "torch.", "torch.nn as nn": "nn.", "torch.nn.functional as F": "F."}
+
+    def uses(text: str, line: str) -> bool:
+        return re.search(r"(?<![\w.])" + re.escape(names[line[len("import "):].strip()]), text) is not None
+
+    kept = [line for line in PREAMBLE.splitlines(keepends=True) if uses(after, line) or not uses(before, line)]
+    return PREAMBLE + before, "".join(kept) + after
 
 
 CAUSAL = """
@@ -183,36 +196,36 @@ def attend(q, k, v):
               "suppressed on a line of the chain"),
     ]
     INVALID = [
-        Invalid(_module(CAUSAL.format(body=MANUAL)), _module(CAUSAL.format(body=REWRITTEN))),
-        Invalid(_module("""
+        Invalid(*_pair(CAUSAL.format(body=MANUAL), CAUSAL.format(body=REWRITTEN))),
+        Invalid(*_pair("""
 def attend(q, k, v, mask):
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + mask, dim=-1) @ v
-"""), _module("""
+""", """
 def attend(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 """), "one expression, an additive mask"),
-        Invalid(_module("""
+        Invalid(*_pair("""
 def attend(q, k, v, pad):
     scores = torch.matmul(q, k.mT) * q.shape[-1] ** -0.5
     scores = scores.masked_fill(pad, -math.inf)
     return torch.matmul(scores.softmax(-1), v)
-"""), _module("""
+""", """
 def attend(q, k, v, pad):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=~pad)
 """), "torch.matmul, .mT, a padding mask"),
-        Invalid(_module("""
+        Invalid(*_pair("""
 def attend(q, k, v, head_dim):
     w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(head_dim), dim=-1)
     return w @ v
-"""), _module("""
+""", """
 def attend(q, k, v, head_dim):
     return F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(head_dim))
 """), "a scale that is not provably the default is passed"),
-        Invalid(_module("""
+        Invalid(*_pair("""
 def attend(q, k, v, scale):
     w = F.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
     return w @ v
-"""), _module("""
+""", """
 def attend(q, k, v, scale):
     return F.scaled_dot_product_attention(q, k, v, scale=scale)
 """), "a scale that may be a tensor: the fix is unsafe", config={"level": Level.UNSAFE}),
@@ -232,11 +245,10 @@ from torch.nn.functional import softmax as sm
 def attend(q, k, v):
     return sm(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1) @ v
 """, """import torch
-from torch.nn.functional import softmax as sm
 
 def attend(q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-""", "an aliased softmax; no alias of torch.nn.functional: spelled out"),
+""", "an aliased softmax; no alias of torch.nn.functional: spelled out; the alias goes with its last use"),
         Invalid(_module("""
 class Attention(nn.Module):
     def __init__(self, p):
@@ -290,15 +302,22 @@ def attend(q, k, v, mask):
             return
         fixes = [(i, a, p) for i, a, p in matches
                  if not any(suppressed_on(statements[j], self.CODE) for j in [i, *a.consumed])]
-        unsafe = [(i, a, p) for i, a, p in fixes if a.scale_unproven]
-        if unsafe:  # one finding per block: every chain's edit lands in the block's replacement together
-            self.report(self.context.parents[node], "hand-written attention; its scale " + unsafe[0][1].scale_unproven,
-                        replacement=self._rewrite(node, fixes), level=Level.UNSAFE,
-                        imports=self._imports())
-        elif fixes:
-            lines = ", ".join(str(self.context.positions[statements[i]].start.line) for i, _, _ in fixes)
-            self.report(self.context.parents[node], f"{self.MESSAGE} (line {lines})",
-                        replacement=self._rewrite(node, fixes), imports=self._imports())
+        if not fixes:
+            return
+        # Every chain's edit lands in one replacement of the block, so all its findings share
+        # it (and its level); each is reported at its own chain.
+        replacement = self._rewrite(node, fixes)
+        unsafe = next((statements[i] for i, a, _ in fixes if a.scale_unproven), None)
+        for i, attention, _ in fixes:
+            if attention.scale_unproven:
+                message = "hand-written attention; its scale " + attention.scale_unproven
+            elif unsafe is not None:
+                message = (f"{self.MESSAGE} (rewritten together with line {self.context.positions[unsafe].start.line}, "
+                           "whose fix needs --level unsafe)")
+            else:
+                message = self.MESSAGE
+            self.report(self.context.parents[node], message, replacement=replacement, imports=self._imports(),
+                        level=Level.UNSAFE if unsafe is not None else None, at=statements[i])
 
     # -- matching ----------------------------------------------------------
 

@@ -162,7 +162,7 @@ def train(model, opt, batches):
     ]
     INVALID = [
         Invalid(PREAMBLE + SCAN_LOOP, PREAMBLE + SCAN_FIXED),
-        Invalid(PREAMBLE + RWKV_LOOP, PREAMBLE + RWKV_FIXED),
+        Invalid(PREAMBLE + RWKV_LOOP, RWKV_FIXED, "torch's import goes with its last use"),
         Invalid(PREAMBLE + """
 def ema(a, x):
     h = torch.zeros_like(x[:, 0])
@@ -193,9 +193,8 @@ def ema(a, x):
         owner = self.context.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
         new_block = block.with_changes(body=new_statements)
         target, replacement = (owner, owner.with_changes(body=new_block)) if owner is not None else (block, new_block)
-        self.report(target, f"{self.MESSAGE} (the loop on line {self.context.positions[node].start.line} "
-                            f"becomes runtime.kernels.{kernel})",
-                    replacement=replacement, imports=[("runtime.kernels", kernel)])
+        self.report(target, f"{self.MESSAGE} (it becomes runtime.kernels.{kernel})",
+                    replacement=replacement, imports=[("runtime.kernels", kernel)], at=node)
 
     # -- matching ----------------------------------------------------------
 
