@@ -11,6 +11,7 @@ from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.non_blocking_copy import NonBlockingCopy
+from codemod.rules.per_position_loss import PerPositionLossLoop
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
 from codemod.rules.zero_grad import ZeroFilledGradients
@@ -25,6 +26,7 @@ RULES: list[type[Rule]] = [
     ForwardWithoutAutocast,
     PerStepHostSync,
     SynchronousCheckpointInLoop,
+    PerPositionLossLoop,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
