@@ -12,6 +12,7 @@ from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
 from codemod.rules.host_sync import PerStepHostSync
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.per_position_loss import PerPositionLossLoop
+from codemod.rules.per_sample_forward import PerSampleForwardLoop
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
 from codemod.rules.zero_grad import ZeroFilledGradients
@@ -27,6 +28,7 @@ RULES: list[type[Rule]] = [
     PerStepHostSync,
     SynchronousCheckpointInLoop,
     PerPositionLossLoop,
+    PerSampleForwardLoop,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)
