@@ -414,7 +414,8 @@ class PerSampleForwardLoop(Rule):
         cannot place, `Encoder()` from another package): `_model_problem` says which."""
         if self.context.training.is_model(func):
             return True
-        return isinstance(func, cst.Name) and not self.context.names.of(func) and self._module_constructor(func) is None
+        return (isinstance(func, cst.Name) and not self.context.names.of(func)
+                and self.bindings.local_function(func) is None and self._module_constructor(func) is None)
 
     def _check_batch_agnostic(self, call: cst.Call, loop: _Loop) -> None:
         """The loss's inputs must mean the same for B samples as for one: the model's
