@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
@@ -40,10 +42,11 @@ class PerPositionLossLoop(Rule):
             loss += F.cross_entropy(logits[:, t], targets[:, t])
 
     (also `logits[:, t, :]`, `range(start, T)`, shifted targets such as
-    `targets[:, t + 1]`, `loss = loss + ...`, a constant factor such as
-    `... / T`, and an `nn.CrossEntropyLoss` module called instead of
-    `F.cross_entropy`), and replaces the loop with one call over all the
-    positions at once.
+    `targets[:, t + 1]`, the last K positions as `logits[:, -K + k]` with
+    `k` in `range(K)`, the slice first assigned to a name in the loop,
+    `loss = loss + ...`, a constant factor such as `... / T`, and an
+    `nn.CrossEntropyLoss` module called instead of `F.cross_entropy`), and
+    replaces the loop with one call over all the positions at once.
 
     ## Why is this bad?
     Each iteration launches its own softmax, gather and reduction over a
@@ -86,7 +89,8 @@ class PerPositionLossLoop(Rule):
     (K-dimensional cross-entropy), or probability targets, would make the fix
     raise or differ. The loop variable must not be read after the loop, and
     the slice bounds must be in range (a `range` past the sequence end raises
-    `IndexError` in the loop but is clipped by a slice).
+    `IndexError` in the loop but is clipped by a slice; for the last-K form,
+    `K` must be at least 1, as `logits[:, -0:]` is every position).
 
     Reported without a fix: `reduction="none"` (a per-sample result the loop
     adds up element-wise), `weight=` together with the mean (each position
@@ -131,6 +135,18 @@ class PerPositionLossLoop(Rule):
             "a loss module: its arguments carried over",
         ),
         Invalid(
+            PREAMBLE + "K = 3\nfor k in range(K):\n    step_logits = logits[:, -K + k, :]\n"
+            "    loss += F.cross_entropy(step_logits, targets[:, k], reduction=\"sum\")\n",
+            PREAMBLE + "K = 3\nloss += F.cross_entropy(logits[:, -K:].flatten(0, 1), targets[:, :K].flatten(0, 1), reduction=\"sum\")\n",
+            "the last K positions, through a name assigned in the loop",
+        ),
+        Invalid(
+            PREAMBLE + "K = 3\nfor k in range(K):\n    step_logits = logits[:, -K + k, :]\n"
+            "    loss += F.cross_entropy(step_logits, targets[:, k])\nprint(step_logits)\n",
+            None,
+            "a name the loop assigns is read after it",
+        ),
+        Invalid(
             PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t], reduction=\"none\")\n",
             None,
             "a per-sample result",
@@ -155,20 +171,24 @@ class PerPositionLossLoop(Rule):
         loop = self._position_loop(node)
         if loop is None:
             return
-        position, start, stop, statement, value = loop
+        position, start, stop, temporaries, statement, value = loop
+        # `step_logits = logits[:, t]` before the loss: read through, as if written in the call
+        inlined = _inline(value, temporaries)
         call, factor = _split_factor(value)
         loss = self._cross_entropy(call)
         if loss is None:
             return
-        sliced = self._sliced(call, loss, position)
+        inlined_call, _ = _split_factor(inlined)
+        sliced = self._sliced(inlined_call, loss, position)
         if sliced is None:
             return
         (logits, logits_offset), (targets, targets_offset) = sliced
-        problem = loss.problem or self._loop_problem(node, position, statement, value, factor)
+        problem = loss.problem or self._loop_problem(node, position, temporaries, statement, value, inlined, factor)
         logits_slice = _slice(start, stop, logits_offset)
         targets_slice = _slice(start, stop, targets_offset)
         if problem is None and (logits_slice is None or targets_slice is None):
-            problem = "a negative position offset from a start the rule cannot see (at `t = 0` it reads the last position)"
+            problem = ("the positions cannot be written as one slice (a negative offset from a start the rule "
+                       "cannot see, or positions counted from the end of another length than the loop's)")
         if problem is not None:
             self.report(node, f"{self.MESSAGE}; not rewritten: {problem}")
             return
@@ -201,25 +221,31 @@ class PerPositionLossLoop(Rule):
         new_statement = statement.with_changes(value=_replace_term(statement.value, value, cst.parse_expression(new_value)))
         line = self.context.parents[statement]
         imports = [(FUNCTIONAL, None)] if loss.module is not None and loss.reduction == "mean" and self._alias() is None else []
-        leading_lines = [*node.leading_lines, *line.leading_lines]  # comments above the loop and in it
+        lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
+        # comments above the loop and in it
+        leading_lines = [*node.leading_lines, *(comment for line in lines for comment in line.leading_lines)]
         self.report(node, replacement=line.with_changes(body=[new_statement], leading_lines=leading_lines),
                     imports=imports)
 
     # -- matching ------------------------------------------------------------------
 
     def _position_loop(self, node: cst.For):
-        """(t, start, stop, statement, added term) of `for t in range(...): acc += term`."""
+        """(t, start, stop, temporaries, statement, added term) of
+        `for t in range(...): [name = subscript ...] acc += term`."""
         if not isinstance(node.target, cst.Name) or node.orelse is not None or node.asynchronous is not None:
             return None
         bounds = self._range_bounds(node.iter)
-        if bounds is None:
+        if bounds is None or not isinstance(node.body, cst.IndentedBlock):
             return None
-        lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
-        if len(lines) != 1 or not isinstance(lines[0], (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        lines = node.body.body
+        if not all(isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in lines):
             return None
-        if isinstance(lines[0], cst.SimpleStatementSuite) or len(lines[0].body) != 1:
-            return None
-        statement = lines[0].body[0]
+        *setup, statement = [line.body[0] for line in lines]
+        temporaries: dict[str, cst.Assign] = {}
+        for assign in setup:
+            if not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Subscript())):
+                return None
+            temporaries[assign.targets[0].target.value] = assign
         if m.matches(statement, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
             value = statement.value
         elif m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())],
@@ -228,7 +254,7 @@ class PerPositionLossLoop(Rule):
             value = statement.value.right
         else:
             return None
-        return node.target, bounds[0], bounds[1], statement, value
+        return node.target, bounds[0], bounds[1], temporaries, statement, value
 
     def _range_bounds(self, iterable: cst.BaseExpression):
         if not isinstance(iterable, cst.Call) or not self.context.names.is_(iterable.func, "range", "builtins.range"):
@@ -289,24 +315,29 @@ class PerPositionLossLoop(Rule):
             return None
         return logits_part, targets_part
 
-    def _loop_problem(self, node: cst.For, position: cst.Name, statement, value, factor) -> str | None:
+    def _loop_problem(self, node: cst.For, position: cst.Name, temporaries, statement, value, inlined, factor) -> str | None:
         accumulator = statement.target if isinstance(statement, cst.AugAssign) else statement.targets[0].target
-        reads = [n.value for n in names_read(value)]
+        reads = [n.value for n in names_read(inlined)]
         if reads.count(position.value) != 2:
             return f"`{position.value}` is used for more than indexing the positions"
         if accumulator.value in reads:
             return f"each term reads `{accumulator.value}`"
         if factor is not None and not _is_constant(factor[1]):
             return "the factor applied to each term is not a plain name or number"
-        if self._read_after_loop(node, position):
-            return f"`{position.value}` is read after the loop, and the fix leaves it unbound"
+        direct_reads = [n.value for n in names_read(value)]
+        for name, assign in temporaries.items():
+            if direct_reads.count(name) != 1 or set(temporaries) & {n.value for n in names_read(assign.value)}:
+                return f"`{name}` is not read once by the loss"
+        for target in [position, *(assign.targets[0].target for assign in temporaries.values())]:
+            if self._read_after_loop(node, target):
+                return f"`{target.value}` is read after the loop, and the fix leaves it unbound"
         return None
 
-    def _read_after_loop(self, node: cst.For, position: cst.Name) -> bool:
-        scope = self.context.wrapper.resolve(cst.metadata.ScopeProvider).get(position)
+    def _read_after_loop(self, node: cst.For, target: cst.Name) -> bool:
+        scope = self.context.wrapper.resolve(cst.metadata.ScopeProvider).get(target)
         if scope is None:
             return True
-        binding = [a for a in scope.assignments[position.value] if isinstance(a, Assignment) and a.node is position]
+        binding = [a for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target]
         if not binding:
             return True
         for access in binding[0].references:
@@ -396,10 +427,16 @@ def _position_index(expr: cst.BaseExpression, position: cst.Name, allow_trailing
     if len(elements) != 2 or not m.matches(elements[0], FULL_SLICE) or not isinstance(elements[1].slice, cst.Index):
         return None
     index = elements[1].slice.value
-    if m.matches(index, m.Name(position.value)):
+    t = m.Name(position.value)
+    length = m.Name() | m.Attribute()
+    if m.matches(index, t):
         offset = 0
-    elif m.matches(index, m.BinaryOperation(left=m.Name(position.value), operator=m.Add() | m.Subtract(), right=m.Integer())):
+    elif m.matches(index, m.BinaryOperation(left=t, operator=m.Add() | m.Subtract(), right=m.Integer())):
         offset = int(index.right.value) * (1 if isinstance(index.operator, cst.Add) else -1)
+    elif m.matches(index, m.BinaryOperation(left=m.UnaryOperation(operator=m.Minus(), expression=length), operator=m.Add(), right=t)):
+        offset = FromEnd(cst.Module([]).code_for_node(index.left.expression))  # `-K + t`
+    elif m.matches(index, m.BinaryOperation(left=t, operator=m.Subtract(), right=length)):
+        offset = FromEnd(cst.Module([]).code_for_node(index.right))  # `t - K`
     else:
         return None
     if position.value in {n.value for n in names_read(expr.value)}:
@@ -407,9 +444,23 @@ def _position_index(expr: cst.BaseExpression, position: cst.Name, allow_trailing
     return expr.value, offset
 
 
-def _slice(start: cst.BaseExpression | None, stop: cst.BaseExpression, offset: int) -> str | None:
+@dataclass(frozen=True)
+class FromEnd:
+    """The offset `-K` of `logits[:, t - K]` with `t` in `range(K)`: the last K positions."""
+
+    length: str  # K, as the code spells it
+
+
+def _slice(start: cst.BaseExpression | None, stop: cst.BaseExpression, offset: "int | FromEnd") -> str | None:
     """`start + offset:stop + offset`, folded where the bounds are literals; None when
     the lower bound could be negative (the loop would index from the end there)."""
+    if isinstance(offset, FromEnd):
+        # t - K for t in range(s, K): positions s - K ... -1, up to the end of the sequence
+        code = cst.Module([]).code_for_node
+        if code(stop) != offset.length or not (start is None or isinstance(start, cst.Integer)):
+            return None
+        first = int(start.value, 0) if start is not None else 0
+        return f"-{offset.length}:" if first == 0 else f"{first} - {offset.length}:"
     first = _shifted(start if start is not None else cst.Integer("0"), offset, lower=True)
     if first is None:
         return None
@@ -428,6 +479,26 @@ def _shifted(bound: cst.BaseExpression, offset: int, lower: bool) -> str | None:
     if offset == 0:
         return text
     return f"{text} + {offset}" if offset > 0 else f"{text} - {-offset}"
+
+
+def _inline(value: cst.BaseExpression, temporaries: dict[str, cst.Assign]) -> cst.BaseExpression:
+    """`value` with each read of a temporary replaced by the expression assigned to it."""
+    if not temporaries:
+        return value
+    reads = {id(name) for name in names_read(value) if name.value in temporaries}
+    return value.visit(_Inline(reads, temporaries))
+
+
+class _Inline(cst.CSTTransformer):
+    def __init__(self, reads: set[int], temporaries: dict[str, cst.Assign]) -> None:
+        super().__init__()
+        self.reads = reads
+        self.temporaries = temporaries
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if id(original) in self.reads:
+            return self.temporaries[original.value].value
+        return updated
 
 
 def _split_factor(value: cst.BaseExpression):

@@ -19,7 +19,8 @@ import torch
 from codemod.rules.per_position_loss import PerPositionLossLoop
 from tests.rules.scripts import one_thread, rewrite
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM503"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures" / "rules" / "PM503"
 RTOL = 1e-12
 
 SETUP = """\
@@ -41,6 +42,10 @@ LOOPS = [
      "for t in range(2, 9):\n    loss += F.cross_entropy(logits[:, t - 2], targets[:, t], label_smoothing=0.1)"),
     ("explicit_ignore_index", 0.4, 0, "",
      "for t in range(1, 8):\n    loss += F.cross_entropy(logits[:, t + 1], targets[:, t], ignore_index=0)"),
+    ("last_k_through_a_name", 0.3, -100, "K = 4",
+     "for k in range(K):\n    step_logits = logits[:, -K + k, :]\n    loss = loss + F.cross_entropy(step_logits, targets[:, k])"),
+    ("last_positions_from_one", 0.3, -100, "K = 5",
+     "for k in range(1, K):\n    loss += F.cross_entropy(logits[:, k - K], targets[:, k])"),
     ("sum", 0.3, -100, "", 'for t in range(9):\n    loss += F.cross_entropy(logits[:, t], targets[:, t], reduction="sum")'),
     ("module_mean", 0.3, 0, "criterion = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.2)",
      "for t in range(9):\n    loss += criterion(logits[:, t], targets[:, t])"),
@@ -61,7 +66,7 @@ def run(source: str) -> tuple[torch.Tensor, torch.Tensor]:
 def test_vectorized_loss_and_gradient_match_the_loop(name, padding, ignore, before, loop):
     source = SETUP.format(padding=padding, ignore=ignore) + before + "\nloss = 0.0\n" + loop + "\n"
     new_source = rewrite(source, [PerPositionLossLoop])
-    assert "for " not in new_source.split("loss = 0.0")[1]  # the loop is gone
+    assert "for " not in new_source.split("loss = 0.0")[1] and "step_logits" not in new_source  # the loop is gone
     want_loss, want_grad = run(source)
     got_loss, got_grad = run(new_source)
     torch.testing.assert_close(got_loss, want_loss, rtol=RTOL, atol=0)
@@ -98,3 +103,27 @@ def test_rewritten_fixture_trains_the_same_model(case):
     torch.testing.assert_close(got_losses, want_losses, rtol=RTOL, atol=0)
     for (name, got), (_, want) in zip(got_model.named_parameters(), want_model.named_parameters()):
         torch.testing.assert_close(got, want, rtol=RTOL, atol=1e-15, msg=name)
+
+
+def test_seed_scripts_k_token_loss_keeps_its_value_and_gradient():
+    """fixtures/scripts/seed_latentwire.py's own `k_token_loss` (the last K positions,
+    through a name), rewritten, on padded float64 logits."""
+    seed = (ROOT / "fixtures" / "scripts" / "seed_latentwire.py").read_text()
+    new_seed = rewrite(seed, [PerPositionLossLoop])
+    assert "for k in range(k_positions)" in seed and "for k in range(k_positions)" not in new_seed
+    results = []
+    for source in (seed, new_seed):
+        namespace = {"__name__": "seed"}
+        exec(compile(source, "<seed>", "exec"), namespace)
+        torch.manual_seed(0)
+        logits = torch.randn(6, 12, 20, dtype=torch.float64, requires_grad=True)
+        targets = torch.randint(20, (6, 4))
+        targets[torch.rand(6, 4) < 0.3] = -100
+        with one_thread():
+            loss = namespace["k_token_loss"](logits, targets, 4)
+            loss.backward()
+        results.append((loss.detach(), logits.grad))
+    (want_loss, want_grad), (got_loss, got_grad) = results
+    torch.testing.assert_close(got_loss, want_loss, rtol=RTOL, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=RTOL, atol=1e-18)
+    assert want_grad[:, -4:].abs().sum() > 0 and want_grad[:, :-4].abs().sum() == 0
