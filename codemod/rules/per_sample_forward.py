@@ -263,6 +263,13 @@ class PerSampleForwardLoop(Rule):
             return None
         return batch if isinstance(batch, (cst.Name, cst.Attribute)) else None
 
+    def _is_python_sequence(self, batch: cst.BaseExpression) -> bool:
+        """Is `batch` visibly built as a list or tuple (`[...]`, a comprehension, `list(...)`)?"""
+        values = self._values(batch) or []
+        sequences = (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
+        return any(isinstance(v, sequences) or (isinstance(v, cst.Call) and self.context.names.is_(
+            v.func, "list", "builtins.list", "tuple", "builtins.tuple", "sorted", "builtins.sorted")) for v in values)
+
     def _is_batch_size(self, expr: cst.BaseExpression, loop: _Loop) -> bool:
         """Is `expr` the loop's batch size, spelled any of the ways `_batch_of_size` reads?"""
         code = self.context.module.code_for_node
@@ -279,13 +286,17 @@ class PerSampleForwardLoop(Rule):
             if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
                 raise _NotBatchable("it runs the model with per-sample functional parameters "
                                     f"(`{self.context.module.code_for_node(call.func)}`, MAML-style)")
+        for batch in loop.batches:
+            if self._is_python_sequence(batch):
+                raise _NotBatchable(f"`{self.context.module.code_for_node(batch)}` is a Python list or tuple: "
+                                    "its samples may differ in shape, and the model cannot take it as one batch")
         lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
         for line in lines:
             if not isinstance(line, cst.SimpleStatementLine):
                 test = getattr(line, "test", None)
                 if test is not None and samples & {n.value for n in names_read(test)}:
                     raise _NotBatchable("it branches on the values of a sample")
-                raise _NotBatchable("its body has control flow the rule does not batch")
+                raise _NotBatchable("its body has a compound statement (`if`, `with`, `for`, `try`) the rule does not batch")
             if len(line.body) != 1:
                 raise _NotBatchable("several statements on one line")
         statements = [line.body[0] for line in lines]

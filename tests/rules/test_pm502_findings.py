@@ -87,3 +87,11 @@ def test_mean_loss_kept_divided_by_something_else_keeps_the_division():
     found, output = findings(PREAMBLE + "accumulation = 4\n" + loop)
     assert len(found) == 1 and found[0].applied
     assert "loss = F.cross_entropy(out, y) * len(x)\nloss = loss / accumulation\nloss.backward()\n" in output
+
+
+def test_a_list_of_samples_is_reported_because_its_rows_may_differ_in_length():
+    loop = LOOP.replace("x[i:i+1]", "seqs[i].unsqueeze(0)").replace("len(x)", "len(seqs)")
+    source = PREAMBLE + "seqs = [torch.randn(n, 4) for n in (2, 3)]\n" + loop
+    found, output = findings(source)
+    assert len(found) == 1 and not found[0].fixable and "is a Python list or tuple" in found[0].message
+    assert output == source
