@@ -105,7 +105,8 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         optimizer.zero_grad()
         running = 0.0
         logits = model(inputs)
-        loss = F.cross_entropy(logits.view(-1, vocab), targets.reshape(-1)) * inputs.size(0)
+        loss = (F.cross_entropy(logits.view(-1, vocab), targets.reshape(-1), reduction="none").view(inputs.size(0), -1).sum(1)
+                / (targets.reshape(-1) != -100).view(inputs.size(0), -1).sum(1)).sum()
         loss.backward()
         running += loss.item()
         optimizer.step()

@@ -222,7 +222,7 @@ class PerPositionLossLoop(Rule):
             keywords = {"reduction": '"none"', **{k: v for k, v in loss.keywords.items() if k != "reduction"}}
             extra = "".join(f", {k}={v}" for k, v in keywords.items())
             ignore = loss.keywords.get("ignore_index", DEFAULT_IGNORE_INDEX)
-            function = code(call.func) if loss.module is None else self._functional_spelling()
+            function = code(call.func) if loss.module is None else f"{functional_alias(self.context.module) or FUNCTIONAL}.cross_entropy"
             per_position_sums = f"({function}({logits_all}.transpose(1, 2), {targets_all}{extra}).sum(0)"
             counts = f"/ ({targets_all} != {ignore}).sum(0)).sum()"
             new_value = f"{per_position_sums} {counts}"
@@ -236,7 +236,8 @@ class PerPositionLossLoop(Rule):
             new_value = f"{new_value} {operator} {code(operand)}"
         new_statement = statement.with_changes(value=_replace_term(statement.value, value, cst.parse_expression(new_value)))
         line = self.context.parents[statement]
-        imports = [(FUNCTIONAL, None)] if loss.module is not None and loss.reduction == "mean" and self._alias() is None else []
+        needs_import = loss.module is not None and loss.reduction == "mean" and functional_alias(self.context.module) is None
+        imports = [(FUNCTIONAL, None)] if needs_import else []
         lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
         # comments above the loop and in it
         leading_lines = [*node.leading_lines, *(comment for line in lines for comment in line.leading_lines)]
@@ -294,7 +295,7 @@ class PerPositionLossLoop(Rule):
         if constructor is None:
             return None
         loss = _loss_arguments(self.context.module, constructor, first_keyword_position=0)
-        if loss.problem is None and any(not _is_literal(v) for v in loss.keyword_nodes.values()):
+        if loss.problem is None and any(not is_literal(v) for v in loss.keyword_nodes.values()):
             loss.problem = "the loss module's arguments are not literals, so they cannot be carried over"
         if loss.problem is None and any(arg.keyword is not None for arg in call.args):
             loss.problem = "the loss module is called with keyword arguments"
@@ -363,35 +364,34 @@ class PerPositionLossLoop(Rule):
 
     # -- spelling ------------------------------------------------------------------
 
-    def _alias(self) -> str | None:
-        """How this file's top-level imports spell torch.nn.functional (`F`,
-        `nn.functional`, `torch.nn.functional`), if they do."""
-        code = self.context.module.code_for_node
-        fallback = None
-        for line in self.context.module.body:
-            if not isinstance(line, cst.SimpleStatementLine):
-                continue
-            for statement in line.body:
-                if isinstance(statement, cst.Import):
-                    for alias in statement.names:
-                        bound = alias.asname.name.value if alias.asname is not None else None
-                        if code(alias.name) == FUNCTIONAL:
-                            return bound or FUNCTIONAL
-                        if code(alias.name) in ("torch", "torch.nn") and bound is None:
-                            fallback = FUNCTIONAL  # a shorter alias may follow
-                elif isinstance(statement, cst.ImportFrom) and statement.module is not None \
-                        and not isinstance(statement.names, cst.ImportStar) and statement.relative == []:
-                    source = code(statement.module)
-                    for alias in statement.names:
-                        bound = alias.asname.name.value if alias.asname is not None else alias.name.value
-                        if source == "torch.nn" and alias.name.value == "functional":
-                            return bound
-                        if source == "torch" and alias.name.value == "nn":
-                            return f"{bound}.functional"
-        return fallback
 
-    def _functional_spelling(self) -> str:
-        return f"{self._alias() or FUNCTIONAL}.cross_entropy"
+
+def functional_alias(module: cst.Module) -> str | None:
+    """How this file's top-level imports spell torch.nn.functional (`F`,
+    `nn.functional`, `torch.nn.functional`), if they do."""
+    code = module.code_for_node
+    fallback = None
+    for line in module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for statement in line.body:
+            if isinstance(statement, cst.Import):
+                for alias in statement.names:
+                    bound = alias.asname.name.value if alias.asname is not None else None
+                    if code(alias.name) == FUNCTIONAL:
+                        return bound or FUNCTIONAL
+                    if code(alias.name) in ("torch", "torch.nn") and bound is None:
+                        fallback = FUNCTIONAL  # a shorter alias may follow
+            elif isinstance(statement, cst.ImportFrom) and statement.module is not None \
+                    and not isinstance(statement.names, cst.ImportStar) and not statement.relative:
+                source = code(statement.module)
+                for alias in statement.names:
+                    bound = alias.asname.name.value if alias.asname is not None else alias.name.value
+                    if source == "torch.nn" and alias.name.value == "functional":
+                        return bound
+                    if source == "torch" and alias.name.value == "nn":
+                        return f"{bound}.functional"
+    return fallback
 
 
 class _Loss:
@@ -536,10 +536,10 @@ def _is_constant(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Attribute) and _is_constant(expr.value)
 
 
-def _is_literal(expr: cst.BaseExpression) -> bool:
+def is_literal(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
         return True
-    return isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and _is_literal(expr.expression)
+    return isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and is_literal(expr.expression)
 
 
 def _replace_term(statement_value: cst.BaseExpression, term: cst.BaseExpression, new: cst.BaseExpression):

@@ -10,6 +10,7 @@ from codemod.analysis.bindings import Bindings
 from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, names_read
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.rules.per_position_loss import functional_alias, is_literal
 
 # Loss functions whose mean is over the elements of the batch, and their modules.
 LOSS_FUNCTIONS = {
@@ -22,8 +23,12 @@ LOSS_MODULES = {
     for prefix in ("torch.nn", "torch.nn.modules.loss")
     for name in "CrossEntropyLoss NLLLoss MSELoss L1Loss SmoothL1Loss HuberLoss BCELoss BCEWithLogitsLoss".split()
 }
-# Losses whose mean divides by the targets that count (not ignore_index, weighted by class).
+# Losses whose mean divides by the targets that count (not ignore_index, weighted by class),
+# and the function a module of them calls.
 COUNTED_LOSSES = {"cross_entropy", "nll_loss", "CrossEntropyLoss", "NLLLoss"}
+FUNCTIONAL_OF = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss"}
+FUNCTIONAL = "torch.nn.functional"
+LINE_LENGTH = 100  # a longer batched loss line is split after the per-sample sums
 # Layers whose output for one sample depends on the other samples of the batch (in training mode).
 CROSS_SAMPLE_LAYERS = {
     f"torch.nn.{name}"
@@ -65,6 +70,17 @@ class _Loop:
     batches: list[cst.BaseExpression] = field(default_factory=list)  # tensors whose rows the loop visits
 
 
+@dataclass
+class _LossCall:
+    """A torch loss call: its reduction and the options it was given."""
+
+    reduction: str  # "mean" or "sum"
+    kind: str  # "cross_entropy", "MSELoss", ...
+    options: dict[str, str]  # keyword -> source text, of the call or of the module's constructor
+    function: str | None  # the functional spelling for a loss module (`F.cross_entropy`)
+    imports: list[tuple[str, str | None]]
+
+
 class _NotBatchable(Exception):
     """Why a per-sample loop cannot be batched: the finding's message."""
 
@@ -83,10 +99,15 @@ class PerSampleForwardLoop(Rule):
 
     and replaces it with one forward and one backward over the whole batch.
     The per-sample backward calls add their gradients up, so the batched loss
-    must be the sum of the per-sample losses: a `reduction="sum"` loss is kept
-    as it is, a mean is multiplied by the batch size, and a `loss / len(x)`
-    that the loop applied to each sample cancels that factor. The value the
-    loop logs (`total += loss.item()`) is therefore the same number.
+    must be the sum of the per-sample losses. A `reduction="sum"` loss is kept
+    as it is. An element-wise mean (`mse_loss`, `l1_loss`, ...) is multiplied
+    by the batch size: every sample has as many elements. A `cross_entropy` or
+    `nll_loss` mean divides each sample by its own count of targets that are
+    not `ignore_index` (-100), which differ between padded sequences, so the
+    fix keeps those per-sample means: `reduction="none"`, summed per sample,
+    divided by the sample's count, and added up. A `loss / len(x)` the loop
+    applied to each sample turns the sum into a mean. The value the loop logs
+    (`total += loss.item()`) is therefore the same number.
 
     Reported without a fix: the model has a BatchNorm layer (in training mode
     it normalises each sample with the batch's statistics, so batching changes
@@ -123,7 +144,8 @@ class PerSampleForwardLoop(Rule):
     ```python
     for x, y in loader:
         logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, vocab), y.view(-1)) * x.size(0)
+        loss = (F.cross_entropy(logits.view(-1, vocab), y.view(-1), reduction="none").view(x.size(0), -1).sum(1)
+                / (y.view(-1) != -100).view(x.size(0), -1).sum(1)).sum()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -149,14 +171,14 @@ class PerSampleForwardLoop(Rule):
     masks differently for one batch than for B single samples: the same
     distribution, not the same numbers.
 
-    A mean loss times the batch size equals the sum of per-sample means only
-    when every sample has the same number of elements that count: always for
-    `mse_loss`, `l1_loss` and the like, and for `cross_entropy`/`nll_loss`
-    when the samples have equal numbers of targets that are not
-    `ignore_index` (-100). Sequences padded with -100 in different amounts
-    weigh their tokens differently once batched; use `reduction="sum"` and
-    your own normalisation if that matters. `cross_entropy` with class
-    `weight=` and a mean is reported without a fix.
+    The per-sample means of `cross_entropy`/`nll_loss` assume what a loop
+    over `F.cross_entropy(out, y[i:i+1])` implies: the targets are class
+    indices, each counted once (probability targets have no `ignore_index`,
+    and the count would include their class dimension); the batch must be
+    the leading dimension of the model's output. `cross_entropy` with class
+    `weight=` and a mean is reported without a fix (each sample divides by
+    its own sum of weights), as are loss modules built with arguments that
+    are not literals.
 
     Names the loop assigns (the output, the loss, the loop variable) must not
     be read after it: after the fix they hold the batch's values, not the
@@ -183,7 +205,30 @@ class PerSampleForwardLoop(Rule):
         Invalid(
             PREAMBLE + "for i in range(x.size(0)):\n    out = model(x[i:i+1])\n    loss = F.cross_entropy(out, y[i:i+1])\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + "out = model(x)\nloss = F.cross_entropy(out, y) * x.size(0)\nloss.backward()\ntotal += loss.item()\n",
+            PREAMBLE + "out = model(x)\nloss = (F.cross_entropy(out, y, reduction=\"none\").view(x.size(0), -1).sum(1)\n"
+            "        / (y != -100).view(x.size(0), -1).sum(1)).sum()\nloss.backward()\ntotal += loss.item()\n",
+        ),
+        Invalid(
+            PREAMBLE + "for i in range(x.size(0)):\n    loss = F.mse_loss(model(x[i:i+1]), x[i:i+1, :3])\n    loss.backward()\n",
+            None,
+            "`x[i:i+1, :3]` is not a batch of one the rule knows",
+        ),
+        Invalid(
+            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0)), y[i:i+1, None].float())\n    loss.backward()\n",
+            None,
+            "`y[i:i+1, None]`: another form of indexing",
+        ),
+        Invalid(
+            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0)), model(x[i:i+1]).detach())\n"
+            "    loss.backward()\n",
+            None,
+            "two model calls per sample",
+        ),
+        Invalid(
+            PREAMBLE + "targets = torch.randn(8, 3)\nfor xi, ti in zip(x, targets):\n    loss = F.mse_loss(model(xi[None]), ti[None])\n"
+            "    loss.backward()\n",
+            PREAMBLE + "targets = torch.randn(8, 3)\nloss = F.mse_loss(model(x), targets) * len(x)\nloss.backward()\n",
+            "an element-wise mean: every sample has as many elements, so the batch mean times B",
         ),
         Invalid(
             PREAMBLE + "criterion = nn.MSELoss(reduction='sum')\nfor xi, yi in zip(x, y):\n"
@@ -194,8 +239,9 @@ class PerSampleForwardLoop(Rule):
         Invalid(
             PREAMBLE + "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i].unsqueeze(0)), y[i:i + 1]) / len(x)\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + "loss = F.cross_entropy(model(x), y)\nloss.backward()\ntotal += loss.item()\n",
-            "the per-sample division by the batch size cancels the factor",
+            PREAMBLE + "loss = (F.cross_entropy(model(x), y, reduction=\"none\").view(len(x), -1).sum(1)\n"
+            "        / (y != -100).view(len(x), -1).sum(1)).mean()\nloss.backward()\ntotal += loss.item()\n",
+            "the per-sample division by the batch size: the mean of the per-sample means",
         ),
         Invalid(
             PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))")
@@ -230,13 +276,13 @@ class PerSampleForwardLoop(Rule):
         if any(method_name(c) in ("step", "zero_grad") for c in calls):
             return  # the optimizer steps per sample: SGD with batch size 1, another algorithm
         try:
-            statements = self._batched_body(node, loop)
+            statements, imports = self._batched_body(node, loop)
         except _NotBatchable as reason:
             self.report(node, f"{self.MESSAGE}; not rewritten: {reason}")
             return
         first = statements[0]
         statements[0] = first.with_changes(leading_lines=[*node.leading_lines, *first.leading_lines])
-        self.report(node, replacement=cst.FlattenSentinel(statements))
+        self.report(node, replacement=cst.FlattenSentinel(statements), imports=imports)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -293,7 +339,7 @@ class PerSampleForwardLoop(Rule):
 
     # -- the body ----------------------------------------------------------------------
 
-    def _batched_body(self, node: cst.For, loop: _Loop) -> list[cst.SimpleStatementLine]:
+    def _batched_body(self, node: cst.For, loop: _Loop) -> tuple[list[cst.SimpleStatementLine], list]:
         samples = {loop.index} if loop.index else set(loop.rows)
         for call in calls_in(node.body):
             if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
@@ -319,7 +365,7 @@ class PerSampleForwardLoop(Rule):
             raise _NotBatchable("it does not end each sample with one plain `loss.backward()`")
         loss_name = statements[backward_at[0]].value.func.value.value
         before, after = statements[: backward_at[0]], statements[backward_at[0] + 1:]
-        new_before = self._forward_and_loss(before, loss_name, loop, samples)
+        new_before, imports = self._forward_and_loss(before, loss_name, loop, samples)
         for statement in after:
             if not self._logs(statement, loss_name):
                 raise _NotBatchable(f"`{self.context.module.code_for_node(statement).strip()}` runs once per sample")
@@ -331,13 +377,14 @@ class PerSampleForwardLoop(Rule):
                     continue
                 statement = new_before[id(statement)]
             result.append(line.with_changes(body=[statement]))
-        return result
+        return result, imports
 
-    def _forward_and_loss(self, statements, loss_name: str, loop: _Loop, samples: set[str]) -> dict[int, cst.CSTNode | None]:
-        """The statements before `backward()`, batched: {id(old): new, or None to drop}."""
+    def _forward_and_loss(self, statements, loss_name: str, loop: _Loop, samples: set[str]):
+        """The statements before `backward()`, batched ({id(old): new, or None to drop}),
+        and the imports the new loss needs."""
         code = self.context.module.code_for_node
         batched = {}
-        model_calls, loss_calls = [], []
+        model_calls = []
         loss_statement = None
         division = None
         for statement in statements:
@@ -368,23 +415,50 @@ class PerSampleForwardLoop(Rule):
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide):
             original, call, divisor = original.left, value.left, value.right
         # Qualified names are known for the nodes of the parsed file, not for the batched copies.
-        reduction = self._loss_reduction(original)
+        loss = self._loss_call(original)
         self._check_batch_agnostic(original, loop)
         if division is not None:
             if divisor is not None:
                 raise _NotBatchable(f"`{loss_name}` is divided twice")
             divisor = division.value if isinstance(division, cst.AugAssign) else division.value.right
-        if reduction == "sum":
+        cancels = divisor is not None and self._is_batch_size(divisor, loop)
+        if cancels and division is not None:
+            batched[id(division)] = None
+        if loss.reduction == "sum":
             new_value = value  # the sum over the batch is the sum of the per-sample sums
-        elif divisor is not None and self._is_batch_size(divisor, loop):
-            new_value, divisor = call, None  # mean of per-sample means times B, divided by B
-            if division is not None:
-                batched[id(division)] = None
+        elif loss.kind in COUNTED_LOSSES:
+            # Each sample's mean divides by its own count of targets that are not ignored:
+            # keep those means, and add them up (or average them, for `loss / len(x)`).
+            sums, counts = self._per_sample_means(loss, call, loop)
+            text = f"{sums} {counts}.{'mean' if cancels else 'sum'}()"
+            if len(text) + len(loss_name) + 3 > LINE_LENGTH:
+                # libcst puts the block's indentation in front of the continuation line itself
+                text = f"{sums}\n{' ' * (len(loss_name) + 4)}{counts}.{'mean' if cancels else 'sum'}()"
+            means = cst.parse_expression(text)
+            new_value = means if divisor is None or cancels or division is not None else value.with_changes(left=means)
+        elif cancels:
+            new_value = call  # the batch mean is the mean of the per-sample means: times B, divided by B
         else:
             factor = cst.BinaryOperation(call, cst.Multiply(), _fresh(loop.count))
             new_value = factor if divisor is None or division is not None else value.with_changes(left=factor)
         batched[id(loss_statement)] = batched[id(loss_statement)].with_changes(value=new_value)
-        return batched
+        return batched, loss.imports
+
+    def _per_sample_means(self, loss: "_LossCall", call: cst.Call, loop: _Loop) -> tuple[str, str]:
+        """`(f(input, target, reduction="none").view(B, -1).sum(1)` and
+        `/ (target != ignore_index).view(B, -1).sum(1))` for the batched `call`."""
+        code = self.context.module.code_for_node
+        positional = [a.value for a in call.args if a.keyword is None]
+        named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        inputs = positional[0] if positional else named["input"]
+        target = positional[1] if len(positional) > 1 else named["target"]
+        keywords = {"reduction": '"none"', **{k: v for k, v in loss.options.items() if k not in ("reduction", "input", "target")}}
+        extra = "".join(f", {k}={v}" for k, v in keywords.items())
+        ignore = loss.options.get("ignore_index", "-100")
+        batch = code(loop.count)
+        function = loss.function if loss.function is not None else code(call.func)
+        return (f"({function}({code(inputs)}, {code(target)}{extra}).view({batch}, -1).sum(1)",
+                f"/ ({code(target)} != {ignore}).view({batch}, -1).sum(1))")
 
     def _divides_loss(self, statement, loss_name: str) -> bool:
         """`loss = loss / d` or `loss /= d`."""
@@ -393,14 +467,14 @@ class PerSampleForwardLoop(Rule):
         return m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name(loss_name))],
                                              value=m.BinaryOperation(left=m.Name(loss_name), operator=m.Divide())))
 
-    def _loss_reduction(self, call: cst.BaseExpression) -> str:
-        """"mean" or "sum" of a known loss call; raises when it is not one or its reduction is unclear."""
+    def _loss_call(self, call: cst.BaseExpression) -> "_LossCall":
+        """What a known loss call reduces by; raises when it is not one or its options are unclear."""
         code = self.context.module.code_for_node
         if not isinstance(call, cst.Call):
             raise _NotBatchable("the loss is not one call of a torch loss")
         names = self.context.names.of(call.func)
         if names & LOSS_FUNCTIONS:
-            options, kind = call, min(names & LOSS_FUNCTIONS).rsplit(".", 1)[1]
+            options, kind, function = call, min(names & LOSS_FUNCTIONS).rsplit(".", 1)[1], None
             extra_positional = len([a for a in call.args if a.keyword is None]) > 2
         else:
             constructor = self._module_constructor(call.func)
@@ -408,6 +482,9 @@ class PerSampleForwardLoop(Rule):
                 raise _NotBatchable(f"`{code(call.func)}` is not a torch loss the rule knows the reduction of")
             options, kind = constructor, min(self.context.names.of(constructor.func) & LOSS_MODULES).rsplit(".", 1)[1]
             extra_positional = any(a.keyword is None for a in constructor.args)
+            if any(a.keyword is not None for a in call.args):
+                raise _NotBatchable("the loss module is called with keyword arguments")
+            function = f"{functional_alias(self.context.module) or FUNCTIONAL}.{FUNCTIONAL_OF.get(kind, '')}"
         if extra_positional or any(a.star for a in options.args) or kwarg(options, "size_average") or kwarg(options, "reduce"):
             raise _NotBatchable("the loss's options are passed by position or unpacked")
         reduction = kwarg(options, "reduction")
@@ -418,7 +495,14 @@ class PerSampleForwardLoop(Rule):
             value = reduction.value.evaluated_value
         if value == "mean" and kind in COUNTED_LOSSES and kwarg(options, "weight") is not None:
             raise _NotBatchable("with class weights each sample's mean divides by its own sum of weights")
-        return value
+        texts = {a.keyword.value: code(a.value) for a in options.args if a.keyword is not None}
+        imports: list[tuple[str, str | None]] = []
+        if function is not None and value == "mean" and kind in COUNTED_LOSSES:
+            if any(not is_literal(a.value) for a in options.args if a.keyword is not None):
+                raise _NotBatchable("the loss module's arguments are not literals, so they cannot be carried over")
+            if functional_alias(self.context.module) is None:
+                imports.append((FUNCTIONAL, None))
+        return _LossCall(value, kind, texts, function, imports)
 
     def _module_constructor(self, func: cst.BaseExpression) -> cst.Call | None:
         values = self._values(func)

@@ -6,12 +6,15 @@ model. The batched forward sums the same per-sample terms in another order
 logged losses and weights agree to rounding: the largest relative differences
 measured (torch 2.13, CPU) were 4.2e-16 for the logged losses and 3.0e-16 for
 the weights after the last optimizer step (relative to each parameter's largest
-entry; AdamW, SGD with momentum, Adam). RTOL =
-1e-10 leaves five orders of magnitude of headroom; a wrong gradient scale (the
-batch mean without the factor B) is off by a factor of B and fails at once
-(test_without_the_factor_the_gradient_is_b_times_smaller).
+entry; AdamW, SGD with and without momentum, Adam). RTOL = 1e-10 leaves five
+orders of magnitude of headroom; a wrong gradient scale (the batch mean without
+the factor B) is off by a factor of B, and B times the batch mean of padded
+sequences by more than 1e-3 relative, so both would fail
+(test_the_batch_mean_alone_gives_one_b_th_of_the_gradient,
+test_with_padding_the_batch_mean_times_b_is_not_the_loop).
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,7 @@ from codemod.rules.per_sample_forward import PerSampleForwardLoop
 from tests.rules.scripts import one_thread, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM502"
-REWRITTEN = ["seed_lm_per_sequence", "zip_regression", "summed_classifier"]
+REWRITTEN = ["seed_lm_per_sequence", "zip_regression", "summed_classifier", "padded_sequences"]
 RTOL = 1e-10
 
 
@@ -53,36 +56,47 @@ def test_batched_rewrite_logs_the_same_losses_and_trains_the_same_weights(case):
         torch.testing.assert_close(got_weights[name], want, rtol=RTOL, atol=1e-13, msg=name)
 
 
-def test_first_gradient_is_the_per_sample_sum():
-    """One batch, gradients compared directly: the seed LM's loop against its rewrite."""
-    source = (FIXTURES / "seed_lm_per_sequence.in.py").read_text()
-    new_source = rewrite(source, [PerSampleForwardLoop], level=Level.UNSAFE)
-    grads = []
-    for text in (source, new_source):
-        # Stop at the first optimizer step and keep the gradients it would apply.
-        text = text.replace("        optimizer.step()\n", "        return {n: p.grad.clone() for n, p in model.named_parameters()}\n", 1)
-        with one_thread():
-            grads.append(load_main(text)())
-    want, got = grads
+def first_gradients(source: str) -> dict[str, torch.Tensor]:
+    """The gradients of the first batch, as the first optimizer step would apply them."""
+    source = source.replace("        optimizer.step()\n", "        return {n: p.grad.clone() for n, p in model.named_parameters()}\n", 1)
+    with one_thread():
+        return load_main(source)()
+
+
+@pytest.mark.parametrize("case", ["seed_lm_per_sequence", "padded_sequences"])
+def test_first_gradient_is_the_per_sample_sum(case):
+    source = (FIXTURES / f"{case}.in.py").read_text()
+    want = first_gradients(source)
+    got = first_gradients(rewrite(source, [PerSampleForwardLoop], level=Level.UNSAFE))
     for name in want:
         assert want[name].abs().sum() > 0, name
         torch.testing.assert_close(got[name], want[name], rtol=RTOL, atol=1e-14, msg=name)
 
 
-def test_without_the_factor_the_gradient_is_b_times_smaller():
-    """The check above can fail: the batch-mean loss alone gives 1/B of the summed gradient."""
-    source = (FIXTURES / "seed_lm_per_sequence.in.py").read_text()
-    new_source = rewrite(source, [PerSampleForwardLoop], level=Level.UNSAFE)
-    naive = new_source.replace(" * inputs.size(0)", "")
-    assert naive != new_source
-    grads = []
-    for text in (new_source, naive):
-        text = text.replace("        optimizer.step()\n", "        return {n: p.grad.clone() for n, p in model.named_parameters()}\n", 1)
-        with one_thread():
-            grads.append(load_main(text)())
+BATCH_MEAN = "F.cross_entropy(logits.view(-1, VOCAB), targets.reshape(-1))"
+
+
+def test_the_batch_mean_alone_gives_one_b_th_of_the_gradient():
+    """The checks above can fail: without padding the plain batch mean is the
+    summed gradient divided by B (the factor the rewrite keeps)."""
+    new_source = rewrite((FIXTURES / "seed_lm_per_sequence.in.py").read_text(), [PerSampleForwardLoop], level=Level.UNSAFE)
+    statement = re.search(r"loss = \(F\.cross_entropy.*?\.sum\(\)\n", new_source, re.S).group(0)
+    naive = new_source.replace(statement, f"loss = {BATCH_MEAN}\n")
+    summed, mean = first_gradients(new_source), first_gradients(naive)
     batch = 6  # BATCH of the fixture
-    for name, summed in grads[0].items():
-        torch.testing.assert_close(grads[1][name] * batch, summed, rtol=RTOL, atol=1e-14)
+    for name in summed:
+        torch.testing.assert_close(mean[name] * batch, summed[name], rtol=RTOL, atol=1e-14)
+
+
+def test_with_padding_the_batch_mean_times_b_is_not_the_loop():
+    """Why the rewrite keeps per-sequence means: with -100 padding in different amounts,
+    B times the mean over all tokens weighs long sequences more than the loop did."""
+    source = (FIXTURES / "padded_sequences.in.py").read_text()
+    new_source = rewrite(source, [PerSampleForwardLoop], level=Level.UNSAFE)
+    statement = re.search(r"loss = \(nn\.functional\.cross_entropy.*?\.mean\(\)\n", new_source, re.S).group(0)
+    naive = new_source.replace(statement, "loss = criterion(logits.reshape(-1, VOCAB), labels.reshape(-1))\n")
+    want, got = first_gradients(source), first_gradients(naive)
+    assert max(((got[n] - want[n]).abs().max() / want[n].abs().max()).item() for n in want) > 1e-3
 
 
 def test_batchnorm_is_why_the_rule_reports_instead_of_fixing():
