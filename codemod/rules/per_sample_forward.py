@@ -225,6 +225,13 @@ class PerSampleForwardLoop(Rule):
             "two model calls per sample",
         ),
         Invalid(
+            PREAMBLE + "z = torch.randn(8, 3)\nfor i in range(len(x)):\n    loss = F.l1_loss(model(x[i:i+1]), z[i:i+1], reduction=\"sum\")\n"
+            "    (loss / len(x)).backward()\n    total += loss.item()\n",
+            PREAMBLE + "z = torch.randn(8, 3)\nloss = F.l1_loss(model(x), z, reduction=\"sum\")\n"
+            "(loss / len(x)).backward()\ntotal += loss.item()\n",
+            "a scale applied in the backward call stays; the logged value is the undivided sum",
+        ),
+        Invalid(
             PREAMBLE + "targets = torch.randn(8, 3)\nfor xi, ti in zip(x, targets):\n    loss = F.mse_loss(model(xi[None]), ti[None])\n"
             "    loss.backward()\n",
             PREAMBLE + "targets = torch.randn(8, 3)\nloss = F.mse_loss(model(x), targets) * len(x)\nloss.backward()\n",
@@ -359,11 +366,18 @@ class PerSampleForwardLoop(Rule):
             if len(line.body) != 1:
                 raise _NotBatchable("several statements on one line")
         statements = [line.body[0] for line in lines]
-        backward_at = [i for i, s in enumerate(statements)
-                       if m.matches(s, m.Expr(value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward")), args=[])))]
+        # `loss.backward()`, or `(loss / k).backward()`: a scale the rewrite keeps as it is
+        backward = m.Expr(value=m.Call(func=m.Attribute(
+            value=m.Name() | m.BinaryOperation(left=m.Name(), operator=m.Divide()), attr=m.Name("backward")), args=[]))
+        backward_at = [i for i, s in enumerate(statements) if m.matches(s, backward)]
         if len(backward_at) != 1:
             raise _NotBatchable("it does not end each sample with one plain `loss.backward()`")
-        loss_name = statements[backward_at[0]].value.func.value.value
+        backward_of = statements[backward_at[0]].value.func.value
+        if isinstance(backward_of, cst.BinaryOperation):
+            if samples & {n.value for n in names_read(backward_of.right)}:
+                raise _NotBatchable("the loss is divided by something of the sample")
+            backward_of = backward_of.left
+        loss_name = backward_of.value
         before, after = statements[: backward_at[0]], statements[backward_at[0] + 1:]
         new_before, imports = self._forward_and_loss(before, loss_name, loop, samples)
         for statement in after:
