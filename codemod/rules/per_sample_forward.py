@@ -180,6 +180,11 @@ class PerSampleForwardLoop(Rule):
     its own sum of weights), as are loss modules built with arguments that
     are not literals.
 
+    The model's output and the targets must have the same shape, as the
+    loss functions ask: a broadcast that works for one sample (an output of
+    `(1, 3)` against a target of `(1,)`) fails for a batch, or, when B happens
+    to equal the broadcast dimension, means something else.
+
     Names the loop assigns (the output, the loss, the loop variable) must not
     be read after it: after the fix they hold the batch's values, not the
     last sample's.
@@ -232,15 +237,22 @@ class PerSampleForwardLoop(Rule):
             "a scale applied in the backward call stays; the logged value is the undivided sum",
         ),
         Invalid(
+            PREAMBLE + "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1], reduction=\"sum\")\n"
+            "    loss /= len(x)\n    loss.backward()\n",
+            PREAMBLE + "loss = F.cross_entropy(model(x), y, reduction=\"sum\")\nloss /= len(x)\nloss.backward()\n",
+            "a summed loss divided by B stays divided",
+        ),
+        Invalid(
             PREAMBLE + "targets = torch.randn(8, 3)\nfor xi, ti in zip(x, targets):\n    loss = F.mse_loss(model(xi[None]), ti[None])\n"
             "    loss.backward()\n",
             PREAMBLE + "targets = torch.randn(8, 3)\nloss = F.mse_loss(model(x), targets) * len(x)\nloss.backward()\n",
             "an element-wise mean: every sample has as many elements, so the batch mean times B",
         ),
         Invalid(
-            PREAMBLE + "criterion = nn.MSELoss(reduction='sum')\nfor xi, yi in zip(x, y):\n"
-            "    loss = criterion(model(xi.unsqueeze(0)), yi[None].float())\n    loss.backward()\n",
-            PREAMBLE + "criterion = nn.MSELoss(reduction='sum')\nloss = criterion(model(x), y.float())\nloss.backward()\n",
+            PREAMBLE + "criterion = nn.MSELoss(reduction='sum')\nnoise = torch.randn(8, 3)\nfor xi, ni in zip(x, noise):\n"
+            "    loss = criterion(model(xi.unsqueeze(0)), ni[None].float())\n    loss.backward()\n",
+            PREAMBLE + "criterion = nn.MSELoss(reduction='sum')\nnoise = torch.randn(8, 3)\n"
+            "loss = criterion(model(x), noise.float())\nloss.backward()\n",
             "zip over the batch, a summed loss module",
         ),
         Invalid(
@@ -435,7 +447,8 @@ class PerSampleForwardLoop(Rule):
             if divisor is not None:
                 raise _NotBatchable(f"`{loss_name}` is divided twice")
             divisor = division.value if isinstance(division, cst.AugAssign) else division.value.right
-        cancels = divisor is not None and self._is_batch_size(divisor, loop)
+        # A mean per sample divided by B: the batched loss is a mean, not a sum, and needs no division
+        cancels = loss.reduction == "mean" and divisor is not None and self._is_batch_size(divisor, loop)
         if cancels and division is not None:
             batched[id(division)] = None
         if loss.reduction == "sum":

@@ -111,3 +111,25 @@ def test_batchnorm_is_why_the_rule_reports_instead_of_fixing():
     assert not torch.allclose(model(x), one_by_one, rtol=1e-3)
     model.eval()  # with running statistics the samples are independent again
     assert torch.allclose(model(x), torch.cat([model(x[i:i + 1]) for i in range(len(x))]), atol=1e-6)
+
+
+FIXED_EXAMPLES = [case for case in PerSampleForwardLoop.INVALID if case.expected_replacement is not None]
+
+
+@pytest.mark.parametrize("case", FIXED_EXAMPLES, ids=[case.note or "first" for case in FIXED_EXAMPLES])
+def test_every_fixed_example_keeps_the_gradients_and_the_logged_total(case):
+    """The rule's own examples, run: same seed, same data, the loop against its
+    rewrite (float32 here, so a tolerance of float32 rounding, 1e-5)."""
+    results = []
+    for source in (case.code, case.expected_replacement):
+        namespace: dict = {}
+        torch.manual_seed(0)
+        with one_thread():
+            exec(compile(source, "<example>", "exec"), namespace)
+        grads = {n: p.grad.clone() for n, p in namespace["model"].named_parameters()}
+        results.append((grads, float(namespace["total"])))
+    (want, want_total), (got, got_total) = results
+    for name in want:
+        assert want[name].abs().sum() > 0
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert got_total == pytest.approx(want_total, rel=1e-5)

@@ -127,3 +127,22 @@ def test_seed_scripts_k_token_loss_keeps_its_value_and_gradient():
     torch.testing.assert_close(got_loss, want_loss, rtol=RTOL, atol=0)
     torch.testing.assert_close(got_grad, want_grad, rtol=RTOL, atol=1e-18)
     assert want_grad[:, -4:].abs().sum() > 0 and want_grad[:, :-4].abs().sum() == 0
+
+
+FIXED_EXAMPLES = [case for case in PerPositionLossLoop.INVALID if case.expected_replacement is not None]
+
+
+@pytest.mark.parametrize("case", FIXED_EXAMPLES, ids=[case.note or "first" for case in FIXED_EXAMPLES])
+def test_every_fixed_example_keeps_the_loss_and_its_gradient(case):
+    """The rule's own examples, run: same seed, same data (float32, so 1e-5)."""
+    results = []
+    for source in (case.code, case.expected_replacement):
+        namespace: dict = {}
+        torch.manual_seed(0)
+        with one_thread():
+            exec(compile(source + "loss.backward()\n", "<example>", "exec"), namespace)
+        results.append((namespace["loss"].detach(), namespace["logits"].grad))
+    (want_loss, want_grad), (got_loss, got_grad) = results
+    assert want_grad.abs().sum() > 0
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-7)
