@@ -195,7 +195,7 @@ class PerPositionLossLoop(Rule):
         if loss is None:
             return
         inlined_call, _ = _split_factor(inlined)
-        sliced = self._sliced(inlined_call, loss, position)
+        sliced = self._sliced(inlined_call, position)
         if sliced is None:
             return
         (logits, logits_offset), (targets, targets_offset) = sliced
@@ -238,9 +238,8 @@ class PerPositionLossLoop(Rule):
         line = self.context.parents[statement]
         needs_import = loss.module is not None and loss.reduction == "mean" and functional_alias(self.context.module) is None
         imports = [(FUNCTIONAL, None)] if needs_import else []
-        lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
         # comments above the loop and in it
-        leading_lines = [*node.leading_lines, *(comment for line in lines for comment in line.leading_lines)]
+        leading_lines = [*node.leading_lines, *(comment for body_line in node.body.body for comment in body_line.leading_lines)]
         self.report(node, replacement=line.with_changes(body=[new_statement], leading_lines=leading_lines),
                     imports=imports)
 
@@ -315,7 +314,7 @@ class PerPositionLossLoop(Rule):
         constructor = values[0]
         return constructor if self.context.names.of(constructor.func) & CROSS_ENTROPY_MODULES else None
 
-    def _sliced(self, call: cst.Call, loss: "_Loss", position: cst.Name):
+    def _sliced(self, call: cst.Call, position: cst.Name):
         """((logits, offset), (targets, offset)) for `f(logits[:, t + k], targets[:, t + j])`."""
         plain = [arg for arg in call.args if arg.keyword is None]
         named = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
