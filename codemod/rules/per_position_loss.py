@@ -55,8 +55,8 @@ class PerPositionLossLoop(Rule):
     `(batch, vocab, T)` tensor, and the backward pass replays them one by one.
     Measured here only on a CPU (torch 2.13, one thread, a 2-layer
     transformer LM, batch 8, a loop over all 64 positions, vocabulary 512,
-    `benchmarks/bench_batching.py`): 1.3-1.4x tokens/s for the whole training
-    step. The GPU numbers are owed (`python -m benchmarks.bench_batching
+    `benchmarks/bench_batching.py`): 1.3-2.1x tokens/s for the whole training
+    step over five runs on a busy two-core machine. The GPU numbers are owed (`python -m benchmarks.bench_batching
     --device cuda`); there each position's three or more kernels are tiny
     launches, so the gap grows with the number of positions.
 
@@ -121,7 +121,7 @@ class PerPositionLossLoop(Rule):
     LEVEL = Level.NUMERIC
     REQUIRES = ("cross_entropy", "CrossEntropyLoss")
     MESSAGE = "cross-entropy computed one sequence position at a time in a Python loop; compute it over all positions in one call"
-    GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-1.4x per step on CPU (T=64); GPU owed"
+    GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-2.1x per step on CPU (T=64); GPU owed"
 
     VALID = [
         Valid(PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t])\n", "not cross-entropy"),

@@ -126,8 +126,9 @@ class PerSampleForwardLoop(Rule):
     per-sample loop leaves most of the device idle between small kernels.
     Measured here only on a CPU (torch 2.13, one thread, a 2-layer
     transformer LM, batch 8 x 64 tokens, `benchmarks/bench_batching.py`):
-    1.7x tokens/s for the whole training step; the GPU numbers, where the gap
-    is expected to be larger, are owed (`python -m benchmarks.bench_batching
+    1.3-2.0x tokens/s for the whole training step over five runs on a busy
+    two-core machine; the GPU numbers, where the gap is expected to be
+    larger, are owed (`python -m benchmarks.bench_batching
     --device cuda`).
 
     ## Example
@@ -195,7 +196,7 @@ class PerSampleForwardLoop(Rule):
     LEVEL = Level.UNSAFE
     REQUIRES = ("backward",)
     MESSAGE = "the model runs on one sample at a time, with a backward per sample; run it once on the whole batch"
-    GAIN = "B forward/backward passes become one batched pass: 1.7x per step on a small CPU model; GPU numbers owed"
+    GAIN = "B forward/backward passes become one batched pass: 1.3-2.0x per step on a small CPU model; GPU numbers owed"
 
     VALID = [
         Valid(PREAMBLE + "for i in range(len(x)):\n    out = model(x[i:i+1])\n    total += F.cross_entropy(out, y[i:i+1]).item()\n",
