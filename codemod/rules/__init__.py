@@ -17,6 +17,8 @@ from codemod.rules.loop_invariant_tokenization import LoopInvariantTokenization
 from codemod.rules.manual_batching import ManualBatchingInStepLoop
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 from codemod.rules.per_call_hooks import PerCallHookRegistration
+from codemod.rules.per_position_loss import PerPositionLossLoop
+from codemod.rules.per_sample_forward import PerSampleForwardLoop
 from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 from codemod.rules.prefetch import BatchCopiedInTheStep
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
@@ -41,6 +43,8 @@ RULES: list[type[Rule]] = [
     BatchCopiedInTheStep,
     ManualAttention,
     TimeLoopRecurrence,
+    PerPositionLossLoop,
+    PerSampleForwardLoop,
 ]
 
 ALL_RULES: list[type[Rule]] = sorted(RULES, key=lambda rule: rule.CODE)

@@ -1,0 +1,148 @@
+"""PM503: the vectorized loss is the loop's loss, and trains the same model.
+
+Everything runs in float64 on the CPU. The rewrite adds the same per-position
+means in another order, so the losses and gradients agree to rounding: the
+largest relative differences measured (torch 2.13, CPU) were 2.2e-16 for the
+snippets' losses and 1.1e-16 for their gradients (relative to the largest
+entry), and for the fixtures identical losses and weights within 3.3e-16
+after 8 optimizer steps. RTOL = 1e-12 leaves three orders of magnitude of
+headroom and still fails on any change of scale (a missing `/ count`, a mean
+where the loop summed, an off-by-one slice), which moves the loss by 1e-3 or
+more (test_padding_makes_the_flat_mean_differ_so_the_check_can_fail).
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from codemod.rules.per_position_loss import PerPositionLossLoop
+from tests.rules.scripts import one_thread, rewrite
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures" / "rules" / "PM503"
+RTOL = 1e-12
+
+SETUP = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+torch.manual_seed(0)
+logits = torch.randn(5, 9, 7, dtype=torch.float64, requires_grad=True)
+targets = torch.randint(1, 7, (5, 9))
+targets[torch.rand(5, 9) < {padding}] = {ignore}
+"""
+# (name, padding probability, ignored id, statements before the loop, the loop)
+LOOPS = [
+    ("mean", 0.3, -100, "", "for t in range(9):\n    loss += F.cross_entropy(logits[:, t], targets[:, t])"),
+    ("mean_no_padding", 0.0, -100, "", "for t in range(9):\n    loss += F.cross_entropy(logits[:, t, :], targets[:, t])"),
+    ("k_tokens_over_k", 0.3, -100, "K = 4",
+     "for k in range(K):\n    loss = loss + F.cross_entropy(logits[:, k], targets[:, k]) / K"),
+    ("shifted_from_start", 0.3, -100, "",
+     "for t in range(2, 9):\n    loss += F.cross_entropy(logits[:, t - 2], targets[:, t], label_smoothing=0.1)"),
+    ("explicit_ignore_index", 0.4, 0, "",
+     "for t in range(1, 8):\n    loss += F.cross_entropy(logits[:, t + 1], targets[:, t], ignore_index=0)"),
+    ("last_k_through_a_name", 0.3, -100, "K = 4",
+     "for k in range(K):\n    step_logits = logits[:, -K + k, :]\n    loss = loss + F.cross_entropy(step_logits, targets[:, k])"),
+    ("last_positions_from_one", 0.3, -100, "K = 5",
+     "for k in range(1, K):\n    loss += F.cross_entropy(logits[:, k - K], targets[:, k])"),
+    ("sum", 0.3, -100, "", 'for t in range(9):\n    loss += F.cross_entropy(logits[:, t], targets[:, t], reduction="sum")'),
+    ("module_mean", 0.3, 0, "criterion = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.2)",
+     "for t in range(9):\n    loss += criterion(logits[:, t], targets[:, t])"),
+    ("module_sum", 0.3, -100, "criterion = nn.CrossEntropyLoss(reduction='sum')",
+     "T = 6\nfor t in range(T):\n    loss += criterion(logits[:, t], targets[:, t + 3]) * 0.5"),
+]
+
+
+def run(source: str) -> tuple[torch.Tensor, torch.Tensor]:
+    namespace: dict = {}
+    with one_thread():
+        exec(compile(source, "<snippet>", "exec"), namespace)
+        namespace["loss"].backward()
+    return namespace["loss"].detach(), namespace["logits"].grad
+
+
+@pytest.mark.parametrize("name,padding,ignore,before,loop", LOOPS, ids=[case[0] for case in LOOPS])
+def test_vectorized_loss_and_gradient_match_the_loop(name, padding, ignore, before, loop):
+    source = SETUP.format(padding=padding, ignore=ignore) + before + "\nloss = 0.0\n" + loop + "\n"
+    new_source = rewrite(source, [PerPositionLossLoop])
+    assert "for " not in new_source.split("loss = 0.0")[1] and "step_logits" not in new_source  # the loop is gone
+    want_loss, want_grad = run(source)
+    got_loss, got_grad = run(new_source)
+    torch.testing.assert_close(got_loss, want_loss, rtol=RTOL, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=RTOL, atol=1e-18)
+    assert want_grad.abs().sum() > 0
+
+
+def test_padding_makes_the_flat_mean_differ_so_the_check_can_fail():
+    """The naive rewrite (K times the mean over all tokens) is off when positions
+    have different counts of ignored targets: the test above would catch it."""
+    source = SETUP.format(padding=0.3, ignore=-100) + "\nloss = 0.0\n" + LOOPS[0][-1] + "\n"
+    want_loss, _ = run(source)
+    naive = source.replace(LOOPS[0][-1], "loss = 9 * F.cross_entropy(logits.flatten(0, 1), targets.flatten())")
+    naive_loss, _ = run(naive)
+    assert abs(naive_loss - want_loss) / want_loss > 1e-3
+
+
+def load_main(source: str):
+    namespace = {"__name__": "fixture"}
+    exec(compile(source, "<fixture>", "exec"), namespace)
+    return namespace["main"]
+
+
+@pytest.mark.parametrize("case", ["k_token_loss", "multi_token_head"])
+def test_rewritten_fixture_trains_the_same_model(case):
+    source = (FIXTURES / f"{case}.in.py").read_text()
+    new_source = (FIXTURES / f"{case}.out.py").read_text()
+    assert new_source == rewrite(source, [PerPositionLossLoop])
+    with one_thread():
+        want_losses, want_model = load_main(source)()
+        got_losses, got_model = load_main(new_source)()
+    want_losses, got_losses = torch.tensor(want_losses), torch.tensor(got_losses)
+    assert torch.isfinite(want_losses).all() and len(want_losses) == 8
+    torch.testing.assert_close(got_losses, want_losses, rtol=RTOL, atol=0)
+    for (name, got), (_, want) in zip(got_model.named_parameters(), want_model.named_parameters()):
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=1e-15, msg=name)
+
+
+def test_seed_scripts_k_token_loss_keeps_its_value_and_gradient():
+    """fixtures/scripts/seed_latentwire.py's own `k_token_loss` (the last K positions,
+    through a name), rewritten, on padded float64 logits."""
+    seed = (ROOT / "fixtures" / "scripts" / "seed_latentwire.py").read_text()
+    new_seed = rewrite(seed, [PerPositionLossLoop])
+    assert "for k in range(k_positions)" in seed and "for k in range(k_positions)" not in new_seed
+    results = []
+    for source in (seed, new_seed):
+        namespace = {"__name__": "seed"}
+        exec(compile(source, "<seed>", "exec"), namespace)
+        torch.manual_seed(0)
+        logits = torch.randn(6, 12, 20, dtype=torch.float64, requires_grad=True)
+        targets = torch.randint(20, (6, 4))
+        targets[torch.rand(6, 4) < 0.3] = -100
+        with one_thread():
+            loss = namespace["k_token_loss"](logits, targets, 4)
+            loss.backward()
+        results.append((loss.detach(), logits.grad))
+    (want_loss, want_grad), (got_loss, got_grad) = results
+    torch.testing.assert_close(got_loss, want_loss, rtol=RTOL, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=RTOL, atol=1e-18)
+    assert want_grad[:, -4:].abs().sum() > 0 and want_grad[:, :-4].abs().sum() == 0
+
+
+FIXED_EXAMPLES = [case for case in PerPositionLossLoop.INVALID if case.expected_replacement is not None]
+
+
+@pytest.mark.parametrize("case", FIXED_EXAMPLES, ids=[case.note or "first" for case in FIXED_EXAMPLES])
+def test_every_fixed_example_keeps_the_loss_and_its_gradient(case):
+    """The rule's own examples, run: same seed, same data (float32, so 1e-5)."""
+    results = []
+    for source in (case.code, case.expected_replacement):
+        namespace: dict = {}
+        torch.manual_seed(0)
+        with one_thread():
+            exec(compile(source + "loss.backward()\n", "<example>", "exec"), namespace)
+        results.append((namespace["loss"].detach(), namespace["logits"].grad))
+    (want_loss, want_grad), (got_loss, got_grad) = results
+    assert want_grad.abs().sum() > 0
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-7)
