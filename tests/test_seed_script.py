@@ -36,8 +36,11 @@ EXPECTED_FINDINGS = {
         "scaffold_ids = torch.tensor(tokenizer.encode(SCAFFOLD), dtype=torch.long).to(device)",
     ],
     "PM102": ["loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True)"],
+    "PM103": ["for question_ids, answer_ids in loader:"],
+    "PM201": ["loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True)"],
     "PM401": ["optimizer.zero_grad(set_to_none=False)"],
     "PM403": ["gc.collect()", "torch.cuda.empty_cache()"],
+    "PM503": ["for k in range(k_positions):"],
 }
 
 
@@ -117,6 +120,24 @@ def test_rewritten_seed_script_trains_bit_for_bit_like_the_original(seed_rewrite
     original_losses, rewritten_losses = losses(original_run), losses(rewritten_run)
     assert rewritten_losses == original_losses
     assert (original_out / "checkpoint.pt").is_file() and (rewritten_out / "checkpoint.pt").is_file()
+
+
+@pytest.mark.slow
+def test_every_fix_at_level_unsafe_trains_within_tolerance_with_two_workers(tmp_path, monkeypatch):
+    # All nineteen rules' fixes together (workers, prefetcher, autocast policy, fused AdamW,
+    # vectorized loss, async checkpoints...): on CPU the autocast policy is off, so the
+    # differences left are the fused optimizer's and the loss's summation order.
+    result = process_source(SEED.read_bytes(), str(SEED), Settings(level=Level.UNSAFE))
+    assert result.error is None and {"PM103", "PM201", "PM405", "PM503"} <= {f.code for f in result.findings if f.applied}
+    rewritten = tmp_path / "seed_latentwire_unsafe.py"
+    rewritten.write_bytes(result.new_source)
+    monkeypatch.setenv("PERFMOD_NUM_WORKERS", "2")
+    original_run = run_steps(SEED, tmp_path / "original")
+    rewritten_run = run_steps(rewritten, tmp_path / "rewritten")
+    original = [float.fromhex(v) for v in losses(original_run)]
+    got = [float.fromhex(v) for v in losses(rewritten_run)]
+    assert got == pytest.approx(original, rel=1e-5)
+    assert (tmp_path / "rewritten" / "checkpoint.pt").is_file()
 
 
 def test_safe_level_finds_nothing_to_fix_in_the_optimized_script():
