@@ -32,13 +32,15 @@ Preparing:
      telling to make the script write elsewhere (an output directory argument);
    - not walked, linked whole: `.git`, venvs (a folder holding `pyvenv.cfg`),
      the engine's SKIP_DIRS (build outputs, caches) and links to folders (data
-     kept elsewhere); `__pycache__` is left out. Links to folders are watched
-     as below;
+     kept elsewhere); `__pycache__` is left out;
    - a folder whose walk would pass WALK_LIMIT (10,000) entries in all is linked
-     whole rather than walked, unless it holds a copy, so big trees stay fast;
-     a note names those folders, and a change of their listing (their mtime)
-     fails the verification as above; a write into an existing file in them
-     goes unseen;
+     whole rather than walked, unless it holds a copy, so that big trees stay
+     fast; a note names those folders;
+   - of a folder linked whole verify watches only the listing (its mtime: an
+     entry created, removed or renamed directly inside fails the verification
+     as above), not what lies deeper nor a write into an existing file; it does
+     not watch version-control folders and caches (`*_cache`), which other
+     tools write into while the runs go;
    - the prepared folder, where `--keep` puts it inside the script's folder,
      is left out.
 
@@ -188,6 +190,7 @@ COPY_LIMIT = 1 << 20  # bytes: a file up to this size is copied into each run's 
 COPY_BUDGET = 64 << 20  # bytes copied into each run's folder in all; past it, small files are linked too
 WALK_LIMIT = 10_000  # entries walked per run's folder; a folder that would pass it is linked whole
 NOT_WALKED = SKIP_DIRS - {"__pycache__"}  # linked whole, never walked: .git, venvs, build outputs, caches
+UNWATCHED = {".git", ".hg", ".svn"}  # linked whole and not watched, as caches: other tools write into them
 NAMED = 10  # folders a note names, at most
 
 
@@ -196,9 +199,9 @@ class Mirror:
     """What `_mirror` linked rather than copied: what a run could write through."""
 
     files: list[str] = field(default_factory=list)  # linked files, relative, POSIX
-    folders: list[str] = field(default_factory=list)  # folders linked whole and watched: cut off, or links
-    cut: list[str] = field(default_factory=list)  # folders linked whole because of WALK_LIMIT
-    unwalked: list[str] = field(default_factory=list)  # .git, venvs, caches: linked whole, not watched
+    folders: list[str] = field(default_factory=list)  # folders linked whole and watched (their listing)
+    cut: list[str] = field(default_factory=list)  # those linked whole because of WALK_LIMIT
+    unwatched: list[str] = field(default_factory=list)  # .git and caches: linked whole, not watched
 
 
 def _mirror(source: Path, target: Path, copies: Mapping[Path, Instrumented], exclude: Path | None = None) -> Mirror:
@@ -242,7 +245,8 @@ def _mirror(source: Path, target: Path, copies: Mapping[Path, Instrumented], exc
             if entry.is_dir(follow_symlinks=False):
                 if entry.name in NOT_WALKED or entry.name.endswith(".egg-info") or (path / "pyvenv.cfg").exists():
                     _link(path, target / relative)
-                    mirror.unwalked.append(relative.as_posix())
+                    watched = entry.name not in UNWATCHED and not entry.name.endswith("_cache")
+                    (mirror.folders if watched else mirror.unwatched).append(relative.as_posix())
                 else:
                     pending.append(relative)
                 continue
@@ -280,8 +284,8 @@ def _cut_note(folders: Sequence[str]) -> str:
     named = ", ".join(f"{name}/" for name in folders[:NAMED])
     more = f" and {len(folders) - NAMED} more" if len(folders) > NAMED else ""
     return (f"the script's folder has more than {WALK_LIMIT} entries: these folders were linked whole, not "
-            f"mirrored: {named}{more}. Files a run writes inside them land in the originals (verify reports "
-            "a change it sees in their listing, and fails): make the script write elsewhere")
+            f"mirrored: {named}{more}. Files a run writes inside them land in the originals (verify fails on "
+            "a file created directly inside, but does not see deeper): make the script write elsewhere")
 
 
 def local_modules(script: Path) -> list[Path]:
