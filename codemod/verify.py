@@ -43,6 +43,9 @@ Preparing:
      tools write into while the runs go;
    - the prepared folder, where `--keep` puts it inside the script's folder,
      is left out.
+   A run that removes or renames a linked file removes its link only. What a
+   script writes outside its folder (an absolute path, `../../x`) is beyond the
+   mirror: give such a script an output directory argument for its outputs.
 
 `verify()` prepares into a temporary folder (or `keep`), runs both copies with
 `verify_run.run_prepared` and removes the folder unless it was `keep`.
