@@ -362,9 +362,12 @@ How it works:
   --level and copied, with the same instrumentation (runtime.trace) added to
   both versions at the training loop the analysis finds: the loss of each
   backward(), the optimizer step, the first model input. Each version runs in
-  its own temporary copy of the script's folder (other files linked, not
-  copied), with the same arguments, environment and seed, and stops after
-  --steps optimizer steps. Losses are read back after the last step, and CUDA
+  its own temporary mirror of the script's folder, with the same arguments,
+  environment and seed, and stops after --steps optimizer steps. In the mirror
+  folders are real and files up to 1 MiB copied, so what a run writes stays
+  there; bigger files are linked: if a run changes one (or a folder linked
+  whole in a tree of over 10,000 entries), verify fails (exit 2) and names it:
+  make the script write elsewhere, e.g. `-- --out /tmp/x`. Losses are read back after the last step, and CUDA
   is synchronised only around the timed steps, so verify adds no per-step
   host sync to either run.
 
@@ -385,7 +388,8 @@ process's peak resident set size (RSS).
 Exit status:
   0  the losses agree within the tolerance
   1  they do not
-  2  a run failed (its stderr is shown), no training loop was found, or a bad option""")
+  2  a run failed (its stderr is shown), a run changed a file beside the script,
+     no training loop was found, or a bad option""")
 @click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True,
@@ -432,8 +436,8 @@ def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol,
     if output_format == "json":
         click.echo(render_json(result))
         if result.error is not None:
-            click.echo(f"error: {result.error['run']} run: {result.error['message']}\n{result.error['stderr']}",
-                       err=True)
+            run = f"{result.error['run']} run: " if result.error["run"] else ""
+            click.echo(f"error: {run}{result.error['message']}\n{result.error['stderr']}", err=True)
     else:
         click.echo(render_text(result), nl=False)
     if keep is not None:

@@ -15,12 +15,37 @@ Preparing:
    the first optimizer step and the first model input of each training loop.
    A script whose files have no training loop is refused (VerifyError).
 3. Each version gets its own folder, `original/` and `rewritten/`, a mirror of
-   the script's folder: the files above are copies; every other entry is a
-   relative symbolic link to the original, so data files read relative to the
-   script or to the working directory (the run's folder) are found, and files a
-   run creates stay in its folder (a run that writes *into* a linked folder
-   writes into the original). `perfmod-verify.json`, the manifest, goes beside
-   them.
+   the script's folder that a run writes into, not through: data read relative
+   to the script or to the working directory (the run's folder) is found, and
+   what a run writes stays in its folder. `perfmod-verify.json`, the manifest,
+   goes beside them. The mirror (`_mirror`):
+   - the files above are the instrumented copies;
+   - folders are made for real, recursively, so a file a run creates (say
+     `checkpoints/last.pt`, `runs/...`) is created in the run's folder;
+   - files up to COPY_LIMIT (1 MiB) are copied, up to COPY_BUDGET (64 MiB) in
+     all per run: a run that overwrites or appends to a config, a log or a small
+     checkpoint beside the script changes its copy;
+   - bigger files (data, weights) are relative symbolic links, which a run can
+     write through. Before the runs verify records the (size, mtime_ns) of what
+     each link leads to, after them it compares: a changed original is named
+     in a note and the verification fails (exit status 2, `error.run` null),
+     telling to make the script write elsewhere (an output directory argument);
+   - not walked, linked whole: `.git`, venvs (a folder holding `pyvenv.cfg`),
+     the engine's SKIP_DIRS (build outputs, caches) and links to folders (data
+     kept elsewhere); `__pycache__` is left out;
+   - a folder whose walk would pass WALK_LIMIT (10,000) entries in all is linked
+     whole rather than walked, unless it holds a copy, so that big trees stay
+     fast; a note names those folders;
+   - of a folder linked whole verify watches only the listing (its mtime: an
+     entry created, removed or renamed directly inside fails the verification
+     as above), not what lies deeper nor a write into an existing file; it does
+     not watch version-control folders and caches (`*_cache`), which other
+     tools write into while the runs go;
+   - the prepared folder, where `--keep` puts it inside the script's folder,
+     is left out.
+   A run that removes or renames a linked file removes its link only. What a
+   script writes outside its folder (an absolute path, `../../x`) is beyond the
+   mirror: give such a script an output directory argument for its outputs.
 
 `verify()` prepares into a temporary folder (or `keep`), runs both copies with
 `verify_run.run_prepared` and removes the folder unless it was `keep`.
@@ -33,11 +58,12 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from codemod.config import ConfigError, Settings, load_settings
-from codemod.engine import process_source
+from codemod.engine import SKIP_DIRS, process_source
 from codemod.instrument import Instrumented, instrument
 from codemod.rule import Level, Rule
 from codemod.verify_run import MANIFEST, RUNS, SCHEMA, UNSAFE_NOTE, VerifyError, VerifyResult, run_prepared
@@ -133,10 +159,13 @@ def prepare(
     folder = Path(folder)
     for run in RUNS:
         shutil.rmtree(folder / run, ignore_errors=True)  # copies an earlier verify left in a kept folder
-        _mirror(source_folder, folder / run, copies[run])
+        mirror = _mirror(source_folder, folder / run, copies[run], exclude=folder)
+    if mirror.cut:
+        notes.append(_cut_note(mirror.cut))
     manifest = {"schema": SCHEMA, "script": str(script), "entry": script.name, "args": list(args),
                 "level": settings.level.label, "applied_level": applied.label, "rtol": rtol, "atol": atol,
-                "fixes": fixes, "sites": sites, "notes": notes}
+                "fixes": fixes, "sites": sites, "notes": notes,
+                "linked": {"files": mirror.files, "folders": mirror.folders}}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
@@ -160,26 +189,106 @@ def _total_sites(copies: Mapping[Path, Instrumented]) -> dict[str, int]:
 
 # -- the copies ----------------------------------------------------------------------------
 
+COPY_LIMIT = 1 << 20  # bytes: a file up to this size is copied into each run's folder, a bigger one linked
+COPY_BUDGET = 64 << 20  # bytes copied into each run's folder in all; past it, small files are linked too
+WALK_LIMIT = 10_000  # entries walked per run's folder; a folder that would pass it is linked whole
+NOT_WALKED = SKIP_DIRS - {"__pycache__"}  # linked whole, never walked: .git, venvs, build outputs, caches
+UNWATCHED = {".git", ".hg", ".svn"}  # linked whole and not watched, as caches: other tools write into them
+NAMED = 10  # folders a note names, at most
 
-def _mirror(source: Path, target: Path, copies: Mapping[Path, Instrumented]) -> None:
-    """`target` as a mirror of the folder `source`: the instrumented copies as files,
-    every other entry a (relative) symbolic link to the original. Folders holding a copy are
-    made for real, their other entries linked in turn."""
+
+@dataclass
+class Mirror:
+    """What `_mirror` linked rather than copied: what a run could write through."""
+
+    files: list[str] = field(default_factory=list)  # linked files, relative, POSIX
+    folders: list[str] = field(default_factory=list)  # folders linked whole and watched (their listing)
+    cut: list[str] = field(default_factory=list)  # those linked whole because of WALK_LIMIT
+    unwatched: list[str] = field(default_factory=list)  # .git and caches: linked whole, not watched
+
+
+def _mirror(source: Path, target: Path, copies: Mapping[Path, Instrumented], exclude: Path | None = None) -> Mirror:
+    """`target` as a mirror of the folder `source` that a run writes into, not through:
+    the instrumented copies as files, folders made for real (recursively), files up to
+    COPY_LIMIT copied, bigger ones relative symbolic links (see the module docstring).
+    `exclude` (the prepared folder, where it lies inside `source`) is left out."""
+    mirror = Mirror()
     target.mkdir(parents=True, exist_ok=True)
     for relative, copy in copies.items():
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
         (target / relative).write_text(copy.source)
-    real_folders = {parent for relative in copies for parent in relative.parents}
-    for folder in sorted(real_folders):
-        for entry in (source / folder).iterdir():
-            relative = entry.relative_to(source)
-            if relative in copies or relative in real_folders or entry.name == "__pycache__":
+    needed = {parent for relative in copies for parent in relative.parents}  # folders that hold a copy
+    if exclude is not None and not exclude.resolve().is_relative_to(source.resolve()):
+        exclude = None  # the usual case: a temporary folder elsewhere; no entry to compare with it
+    exclude = exclude.resolve() if exclude is not None else None
+    pending, walked, budget = [Path(".")], 0, COPY_BUDGET
+    while pending:
+        folder = pending.pop(0)
+        try:
+            entries = list(os.scandir(source / folder))
+        except OSError:
+            entries = []  # unreadable: the run cannot read it either
+        if folder not in needed and walked + len(entries) > WALK_LIMIT:
+            _link(source / folder, target / folder)
+            mirror.folders.append(folder.as_posix())
+            mirror.cut.append(folder.as_posix())
+            continue
+        (target / folder).mkdir(exist_ok=True)
+        walked += len(entries)
+        for entry in sorted(entries, key=lambda e: e.name):
+            relative = folder / entry.name
+            if relative in copies or entry.name == "__pycache__":
                 continue
-            if target.resolve().is_relative_to(entry.resolve()):  # the prepared folder itself (--keep inside)
+            path = source / relative
+            if exclude is not None and exclude.is_relative_to(path.resolve()):
+                if exclude != path.resolve():  # a folder holding the prepared folder: walked, that one left out
+                    needed.add(relative)
+                    pending.append(relative)
                 continue
-            link = target / relative
-            # Relative, so that a prepared folder inside a repository survives being copied with it.
-            link.symlink_to(os.path.relpath(entry, link.parent), target_is_directory=entry.is_dir())
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name in NOT_WALKED or entry.name.endswith(".egg-info") or (path / "pyvenv.cfg").exists():
+                    _link(path, target / relative)
+                    watched = entry.name not in UNWATCHED and not entry.name.endswith("_cache")
+                    (mirror.folders if watched else mirror.unwatched).append(relative.as_posix())
+                else:
+                    pending.append(relative)
+                continue
+            try:
+                size = entry.stat().st_size if entry.is_file() else None  # follows a link to a file
+            except OSError:
+                size = None  # a dangling link
+            if entry.is_dir():  # a link to a folder (data kept elsewhere): linked whole
+                _link(path, target / relative)
+                mirror.folders.append(relative.as_posix())
+            elif size is not None and size <= min(COPY_LIMIT, budget) and _copy(path, target / relative):
+                budget -= size
+            else:
+                _link(path, target / relative)
+                if size is not None:
+                    mirror.files.append(relative.as_posix())
+    return mirror
+
+
+def _copy(path: Path, copy: Path) -> bool:
+    try:
+        shutil.copy2(path, copy)  # with its times: a script that compares them sees the original's
+        return True
+    except OSError:
+        copy.unlink(missing_ok=True)
+        return False
+
+
+def _link(path: Path, link: Path) -> None:
+    # Relative, so that a prepared folder inside a repository survives being copied with it.
+    link.symlink_to(os.path.relpath(path, link.parent), target_is_directory=path.is_dir())
+
+
+def _cut_note(folders: Sequence[str]) -> str:
+    named = ", ".join(f"{name}/" for name in folders[:NAMED])
+    more = f" and {len(folders) - NAMED} more" if len(folders) > NAMED else ""
+    return (f"the script's folder has more than {WALK_LIMIT} entries: these folders were linked whole, not "
+            f"mirrored: {named}{more}. Files a run writes inside them land in the originals (verify fails on "
+            "a file created directly inside, but does not see deeper): make the script write elsewhere")
 
 
 def local_modules(script: Path) -> list[Path]:

@@ -7,7 +7,7 @@ in their own processes), so a machine that has only torch can run copies that
     python -m codemod.verify_run FOLDER [--steps N] [--warmup W] [--format json] [-- ARGS]
 
 FOLDER holds `original/` and `rewritten/` (mirrors of the script's folder, with
-the instrumented copies) and `perfmod-verify.json`, the manifest: the script's
+the instrumented copies; see codemod/verify.py) and `perfmod-verify.json`, the manifest: the script's
 entry file, its arguments, the fixes applied and the tolerance.
 
 Runs. The two go one after the other, the original first, each with its own
@@ -69,7 +69,11 @@ A verify that could not start a run prints the same object with only
 "schema", "script", "agree" (null), "original", "rewritten" (null) and "error".
 
 `exit_code`: 0 the losses agree, 1 they do not, 2 a run failed (or verify
-could not start one: no training loop, a file perfmod cannot parse).
+could not start one: no training loop, a file perfmod cannot parse), or a run
+changed a file of the script's folder through a link of its mirror (the
+manifest's "linked" files and folders, compared before and after the runs by
+(size, mtime_ns); codemod/verify.py says what is linked): then a note names the
+files and "error" is {"run": null, "message": ...}.
 """
 
 from __future__ import annotations
@@ -94,6 +98,13 @@ STDERR_TAIL = 4000  # characters of a failed run's stderr that are kept
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # holds `codemod` and `runtime`
 UNSAFE_NOTE = ("unsafe fixes were applied: they may change losses legitimately (sample order, worker "
                "processes, checkpoint timing); review the diff before trusting or dismissing a difference")
+
+
+MODIFIED_MESSAGE = (
+    "a run wrote into files of the script's folder (named in the notes above): verify must not change your files, "
+    "so this verification failed. Files bigger than 1 MiB are linked, not copied, into the runs' folders; make the "
+    "script write its outputs elsewhere, e.g. pass an output directory argument (`perfmod verify train.py -- "
+    "--out /tmp/x`), and check those files")
 
 
 class VerifyError(Exception):
@@ -233,6 +244,7 @@ def run_prepared(
     tolerance = Tolerance.for_level(manifest["applied_level"], manifest.get("rtol"), manifest.get("atol"))
     result = VerifyResult(manifest["script"], args, manifest["level"], steps, warmup, seed, manifest["fixes"],
                           tolerance, notes=list(manifest["notes"]))
+    watched = _watch(folder / RUNS[0], manifest.get("linked", {}))
     for run in RUNS:
         run_folder = folder / run
         returncode, trace, stderr = _run(run_folder / manifest["entry"], args, run_folder, python, steps, warmup,
@@ -243,9 +255,34 @@ def run_prepared(
         if failure is not None:
             result.error = {"run": run, "message": failure, "stderr": stderr[-STDERR_TAIL:]}
             break
+    changed = sorted(name for name, (path, before) in watched.items() if _stat(path) != before)
+    if changed:
+        result.notes.append(f"a run changed files of the script's folder through the links verify made: "
+                            f"{', '.join(changed)}")
+        if result.error is None:
+            result.error = {"run": None, "message": MODIFIED_MESSAGE, "stderr": ""}
     if result.agree is False and tolerance.level == "unsafe":
         result.notes.append("the losses differ; with unsafe fixes that may be expected (see above)")
     return result
+
+
+def _watch(run_folder: Path, linked: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, tuple | None]]:
+    """What the links of a run's folder lead to, with its (size, mtime_ns) now: the files
+    linked and the folders linked whole (their listings' mtime)."""
+    watched = {}
+    for kind in ("files", "folders"):
+        for name in linked.get(kind, ()):
+            path = os.path.realpath(run_folder / name)
+            watched[name + ("/" if kind == "folders" else "")] = (path, _stat(path))
+    return watched
+
+
+def _stat(path: str) -> tuple | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_size, status.st_mtime_ns
 
 
 def compare(original: Sequence[float | None], rewritten: Sequence[float | None], tolerance: Tolerance) -> dict:
@@ -350,7 +387,8 @@ def render_text(result: VerifyResult) -> str:
     lines.append(f"tolerance ({tolerance.level}): {rule}")
     lines += [f"note: {note}" for note in result.notes]
     if result.error is not None:
-        lines += ["", f"FAILED: {result.error['run']} run: {result.error['message']}"]
+        run = f"{result.error['run']} run: " if result.error["run"] else ""
+        lines += ["", f"FAILED: {run}{result.error['message']}"]
         if result.error["stderr"].strip():
             lines += ["--- stderr (last lines) ---", result.error["stderr"].rstrip()]
     elif result.agree:

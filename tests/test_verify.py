@@ -3,14 +3,17 @@ comparison catches what it must: exact agreement for safe rewrites, agreement
 within tolerance for numeric ones, a rule that changes the math, a crash.
 
 Each verify starts two Python processes that import torch; the runs are few
-and short (a handful of steps of tiny models) and shared between tests.
+(eight processes in all) and short (a handful of steps of tiny models), shared
+between tests, and two of the run pairs go in a background thread.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import libcst as cst
@@ -21,11 +24,13 @@ from codemod.config import Settings
 from codemod.instrument import instrument
 from codemod.rule import Level, Rule
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
+from codemod import verify as verify_module
+from codemod import verify_run
 from codemod.verify import local_modules, prepare, verify
 from codemod.verify_run import (
     DEFAULT_RTOL, MANIFEST, UNSAFE_NOTE, Tolerance, VerifyError, compare, render_text,
 )
-from tests.cli_support import perfmod
+from tests.cli_support import perfmod, write
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "verify"
 SAFE, NUMERIC = FIXTURES / "safe_mlp.py", FIXTURES / "numeric_lm.py"
@@ -52,8 +57,26 @@ class DoubledLearningRate(Rule):
                 args=[a.with_changes(value=doubled) if a is lr else a for a in node.args]))
 
 
+_STARTED: list[Future] = []  # runs in the background thread, waited for before a test patches what they use
+
+
 @pytest.fixture(scope="module")
-def safe_run(tmp_path_factory):
+def background(tmp_path_factory):
+    """Two of the run pairs, in one worker thread while the main thread runs the others:
+    the runs are subprocesses, so the two threads keep two cores busy. Each test that
+    needs one waits for its result; they use no temporary folder (`keep`), so that the
+    watch on `tempfile` in `safe_run` sees only its own."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-runs")
+    runs = {"numeric": pool.submit(verify, NUMERIC, ["--steps", "40"], steps=STEPS, warmup=WARMUP,
+                                   level=Level.NUMERIC, env=ENV, keep=tmp_path_factory.mktemp("numeric")),
+            "local": pool.submit(local_module_run, tmp_path_factory.mktemp("local"))}
+    _STARTED.extend(runs.values())
+    yield runs
+    pool.shutdown(cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def safe_run(tmp_path_factory, background):
     """The safe fixture's verify, with the folders it reads and writes watched."""
     before = snapshot(FIXTURES)
     temporary = tmp_path_factory.mktemp("tmp")
@@ -64,8 +87,13 @@ def safe_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def numeric_run():
-    return verify(NUMERIC, ["--steps", "40"], steps=STEPS, warmup=WARMUP, level=Level.NUMERIC, env=ENV)
+def numeric_run(background):
+    return background["numeric"].result()
+
+
+def wait_for_background_runs() -> None:
+    for run in _STARTED:
+        run.exception()
 
 
 # -- agreement ---------------------------------------------------------------------------------
@@ -173,26 +201,51 @@ def test_warmup_must_leave_steps_to_time():
 # -- local modules -------------------------------------------------------------------------------
 
 
-def test_a_rewrite_that_changes_the_math_disagrees_also_in_a_local_module(tmp_path):
-    """One run pair for two claims: a test-only rule that doubles the learning rate
-    (in train.py) is caught at the exact tolerance it claims; PM403 rewrites the
-    loop of the local module loop.py, and both copies of it are instrumented."""
-    script = FIXTURES / "local_module" / "train.py"
-    assert local_modules(script) == [script.with_name("loop.py")]
-    result = verify(script, ["100"], steps=3, warmup=1, env=ENV, keep=tmp_path,
+def local_module_run(tmp_path: Path):
+    """verify of a copy of fixtures/verify/local_module, with a checkpoint and notes beside
+    the script, which it overwrites: (result, the project, its snapshot before, the kept copies)."""
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURES / "local_module", project)
+    (project / "checkpoints").mkdir()
+    (project / "checkpoints" / "last.pt").write_bytes(b"the user's checkpoint")
+    (project / "notes.txt").write_text("the user's notes\n")
+    before = snapshot(project)
+    kept = tmp_path / "kept"
+    result = verify(project / "train.py", ["100"], steps=3, warmup=1, env=ENV, keep=kept,
                     rules=[DoubledLearningRate, MemoryCleanupInStepLoop])
-    assert result.exit_code == 1 and result.agree is False
+    return result, project, before, kept
+
+
+def test_a_rewrite_that_changes_the_math_disagrees_also_in_a_local_module_and_the_folder_is_untouched(background):
+    """One run pair for three claims: a test-only rule that doubles the learning rate
+    (in train.py) is caught at the exact tolerance it claims; PM403 rewrites the
+    loop of the local module loop.py, and both copies of it are instrumented; the
+    script's writes beside itself (an existing checkpoint and small file overwritten,
+    a new file in an existing folder) land in the runs' folders, not in the project."""
+    result, project, before, kept = background["local"].result()
+    script = project / "train.py"
+    assert local_modules(script) == [script.with_name("loop.py")]
+    assert result.exit_code == 1 and result.agree is False, render_text(result)
     assert [(f["path"], f["code"]) for f in result.fixes] == [("train.py", "PM999"), ("loop.py", "PM403")]
-    before, after = result.original.trace["losses"], result.rewritten.trace["losses"]
-    assert len(before) == len(after) == 3
-    assert before[0] == after[0]  # the first loss comes before any update
-    assert all(a != b for a, b in zip(before[1:], after[1:]))
+    before_losses, after_losses = result.original.trace["losses"], result.rewritten.trace["losses"]
+    assert len(before_losses) == len(after_losses) == 3
+    assert before_losses[0] == after_losses[0]  # the first loss comes before any update
+    assert all(a != b for a, b in zip(before_losses[1:], after_losses[1:]))
     assert result.comparison["worst_step"] > 1 and "losses DISAGREE" in render_text(result)
-    original = (tmp_path / "original" / "loop.py").read_text()
-    rewritten = (tmp_path / "rewritten" / "loop.py").read_text()
+    original = (kept / "original" / "loop.py").read_text()
+    rewritten = (kept / "rewritten" / "loop.py").read_text()
     assert "_perfmod_trace.stepped(optimizer.step())" in original and "gc.collect()" in original
     assert "_perfmod_trace.stepped(optimizer.step())" in rewritten and "gc.collect()" not in rewritten
-    assert "lr=1e-2 * 2" in (tmp_path / "rewritten" / "train.py").read_text()
+    assert "lr=1e-2 * 2" in (kept / "rewritten" / "train.py").read_text()
+    # The project: byte for byte as it was, no new file.
+    assert snapshot(project) == before
+    for run in ("original", "rewritten"):
+        folder = kept / run
+        assert not (folder / "checkpoints").is_symlink() and not (folder / "notes.txt").is_symlink()
+        assert (folder / "notes.txt").read_text() == "training 100 steps\n"
+        assert (folder / "checkpoints" / "config.txt").read_text() == "steps = 100\n"
+        assert (folder / "checkpoints" / "last.pt").read_bytes().startswith(b"PK")  # torch.save's zip
+    assert not any("changed files" in note for note in result.notes)
 
 
 def test_local_modules_follow_packages_and_relative_imports(tmp_path):
@@ -270,10 +323,9 @@ def test_verify_imports_no_torch_and_its_running_half_no_libcst():
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    code = "import sys, codemod.verify, codemod.cli; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
     # The running half needs neither libcst nor torch: a GPU machine with torch alone runs prepared copies.
-    code = "import sys, codemod.verify_run; assert not {'torch', 'libcst'} & set(sys.modules)"
+    code = ("import sys, codemod.verify_run; assert not {'torch', 'libcst'} & set(sys.modules)\n"
+            "import codemod.verify, codemod.cli; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
 
@@ -290,18 +342,82 @@ class UnsafeDoubledLearningRate(DoubledLearningRate):
     LEVEL = Level.UNSAFE
 
 
-def test_prepare_marks_unsafe_fixes_and_mirrors_the_folder_with_relative_links(tmp_path):
-    manifest = prepare(SAFE, tmp_path, ["--steps", "4"], level=Level.UNSAFE, rules=[UnsafeDoubledLearningRate])
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A script's folder with what the mirror treats apart, and small limits."""
+    wait_for_background_runs()  # they read the limits
+    monkeypatch.setattr(verify_module, "COPY_LIMIT", 1000)
+    monkeypatch.setattr(verify_module, "WALK_LIMIT", 20)
+    root = tmp_path / "project"
+    write(root / "train.py", SAFE.read_text())
+    write(root / "notes.txt", "small, copied")
+    write(root / "data" / "big.bin", b"\0" * 2000)  # over COPY_LIMIT: linked
+    write(root / "data" / "labels.txt", "small, copied")
+    write(root / "checkpoints" / "last.pt", b"small, copied")
+    write(root / ".git" / "HEAD", "ref: refs/heads/main\n")
+    write(root / "myenv" / "pyvenv.cfg", "home = /usr\n")
+    write(root / "__pycache__" / "train.cpython-312.pyc", b"")
+    write(tmp_path / "elsewhere" / "shard.bin", b"data kept elsewhere")
+    (root / "external").symlink_to("../elsewhere", target_is_directory=True)
+    for index in range(30):  # over WALK_LIMIT, with what comes before it
+        write(root / "many" / f"{index}.txt", "x")
+    return root
+
+
+def test_prepare_marks_unsafe_fixes_and_mirrors_the_folder_safely(project):
+    prepared = project / "verify-out"  # --keep inside the script's folder: left out of the mirror
+    manifest = prepare(project / "train.py", prepared, ["--steps", "4"], level=Level.UNSAFE,
+                       rules=[UnsafeDoubledLearningRate])
     assert manifest["applied_level"] == "unsafe" and UNSAFE_NOTE in manifest["notes"]
     assert [f["code"] for f in manifest["fixes"]] == ["PM999"]
-    assert manifest["entry"] == "safe_mlp.py" and manifest["args"] == ["--steps", "4"]
+    assert manifest["entry"] == "train.py" and manifest["args"] == ["--steps", "4"]
     assert manifest["sites"]["original"] == manifest["sites"]["rewritten"] == {"loss": 1, "stepped": 1, "batch": 1}
-    assert json.loads((tmp_path / MANIFEST).read_text()) == manifest
-    copy = tmp_path / "rewritten" / "safe_mlp.py"
+    assert json.loads((prepared / MANIFEST).read_text()) == manifest
+    assert Tolerance.for_level(manifest["applied_level"]).rtol == DEFAULT_RTOL
+    copy = prepared / "rewritten" / "train.py"
     assert copy.is_file() and not copy.is_symlink()
     assert "_perfmod_trace.install()" in copy.read_text() and "lr=options.lr * 2" in copy.read_text()
-    sibling = tmp_path / "original" / "numeric_lm.py"
-    assert sibling.is_symlink() and not os.path.isabs(os.readlink(sibling))
-    assert sibling.read_bytes() == NUMERIC.read_bytes()
-    assert (tmp_path / "original" / "local_module").is_symlink()
-    assert Tolerance.for_level(manifest["applied_level"]).rtol == DEFAULT_RTOL
+    for run in ("original", "rewritten"):
+        mirror = prepared / run
+        for name in ("notes.txt", "data/labels.txt", "checkpoints/last.pt"):  # copies, with their times
+            assert not (mirror / name).is_symlink() and (mirror / name).read_bytes() == (project / name).read_bytes()
+            assert (mirror / name).stat().st_mtime_ns == (project / name).stat().st_mtime_ns
+        for name in ("data", "checkpoints"):  # real folders: what a run creates in them stays there
+            assert (mirror / name).is_dir() and not (mirror / name).is_symlink()
+        for name in ("data/big.bin", ".git", "myenv", "external", "many"):  # linked, relative
+            assert (mirror / name).is_symlink() and not os.path.isabs(os.readlink(mirror / name)), name
+        assert (mirror / "data" / "big.bin").read_bytes() == b"\0" * 2000
+        assert (mirror / "external" / "shard.bin").read_bytes() == b"data kept elsewhere"
+        assert not (mirror / "__pycache__").exists() and not (mirror / "verify-out").exists()
+    assert manifest["linked"] == {"files": ["data/big.bin"], "folders": ["external", "myenv", "many"]}  # not .git
+    [note] = [note for note in manifest["notes"] if "linked whole" in note]
+    assert "more than 20 entries" in note and "many/" in note and "external" not in note
+
+
+def test_a_run_that_changes_a_linked_file_fails_and_names_it(project, tmp_path, monkeypatch):
+    """What the runs change through the links is found after them (runs faked: the check is verify_run's)."""
+    prepared = tmp_path / "prepared"
+    prepare(project / "train.py", prepared)
+
+    def run(script, args, cwd, *rest):
+        if cwd.name == "original":
+            with open(cwd / "data" / "big.bin", "ab") as handle:  # through the link: the user's file
+                handle.write(b"appended")
+            (cwd / "many" / "new.txt").write_text("in a folder linked whole")
+            (cwd / "checkpoints" / "last.pt").write_bytes(b"overwritten")  # the copy: harmless
+        return 0, {"completed": True, "steps": 3, "losses": [1.0, 0.5, 0.25]}, ""
+
+    monkeypatch.setattr(verify_run, "_run", run)
+    result = verify_run.run_prepared(prepared, steps=3, warmup=1)
+    assert result.exit_code == 2 and result.agree is None
+    assert result.error == {"run": None, "message": verify_run.MODIFIED_MESSAGE, "stderr": ""}
+    [note] = [note for note in result.notes if "changed files" in note]
+    assert note.endswith(": data/big.bin, many/")
+    text = render_text(result)
+    assert f"note: {note}" in text and "FAILED: a run wrote into files of the script's folder" in text
+    assert "-- --out /tmp/x" in text and "None run" not in text
+    assert json.loads(json.dumps(result.as_json()))["error"]["run"] is None
+    # Nothing changed: no note, the runs' own result.
+    prepare(project / "train.py", prepared)
+    monkeypatch.setattr(verify_run, "_run", lambda *a: (0, {"completed": True, "steps": 3, "losses": [1.0]}, ""))
+    assert verify_run.run_prepared(prepared, steps=3, warmup=1).exit_code == 0
