@@ -3,8 +3,7 @@ comparison catches what it must: exact agreement for safe rewrites, agreement
 within tolerance for numeric ones, a rule that changes the math, a crash.
 
 Each verify starts two Python processes that import torch; the runs are few
-(eight processes in all) and short (a handful of steps of tiny models), shared
-between tests, and two of the run pairs go in a background thread.
+and short (a handful of steps of tiny models) and shared between tests.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import json
 import os
 import shutil
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import libcst as cst
@@ -57,26 +55,8 @@ class DoubledLearningRate(Rule):
                 args=[a.with_changes(value=doubled) if a is lr else a for a in node.args]))
 
 
-_STARTED: list[Future] = []  # runs in the background thread, waited for before a test patches what they use
-
-
 @pytest.fixture(scope="module")
-def background(tmp_path_factory):
-    """Two of the run pairs, in one worker thread while the main thread runs the others:
-    the runs are subprocesses, so the two threads keep two cores busy. Each test that
-    needs one waits for its result; they use no temporary folder (`keep`), so that the
-    watch on `tempfile` in `safe_run` sees only its own."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-runs")
-    runs = {"numeric": pool.submit(verify, NUMERIC, ["--steps", "40"], steps=STEPS, warmup=WARMUP,
-                                   level=Level.NUMERIC, env=ENV, keep=tmp_path_factory.mktemp("numeric")),
-            "local": pool.submit(local_module_run, tmp_path_factory.mktemp("local"))}
-    _STARTED.extend(runs.values())
-    yield runs
-    pool.shutdown(cancel_futures=True)
-
-
-@pytest.fixture(scope="module")
-def safe_run(tmp_path_factory, background):
+def safe_run(tmp_path_factory):
     """The safe fixture's verify, with the folders it reads and writes watched."""
     before = snapshot(FIXTURES)
     temporary = tmp_path_factory.mktemp("tmp")
@@ -87,13 +67,8 @@ def safe_run(tmp_path_factory, background):
 
 
 @pytest.fixture(scope="module")
-def numeric_run(background):
-    return background["numeric"].result()
-
-
-def wait_for_background_runs() -> None:
-    for run in _STARTED:
-        run.exception()
+def numeric_run():
+    return verify(NUMERIC, ["--steps", "40"], steps=STEPS, warmup=WARMUP, level=Level.NUMERIC, env=ENV)
 
 
 # -- agreement ---------------------------------------------------------------------------------
@@ -201,30 +176,22 @@ def test_warmup_must_leave_steps_to_time():
 # -- local modules -------------------------------------------------------------------------------
 
 
-def local_module_run(tmp_path: Path):
-    """verify of a copy of fixtures/verify/local_module, with a checkpoint and notes beside
-    the script, which it overwrites: (result, the project, its snapshot before, the kept copies)."""
+def test_a_rewrite_that_changes_the_math_disagrees_also_in_a_local_module_and_the_folder_is_untouched(tmp_path):
+    """One run pair for three claims: a test-only rule that doubles the learning rate
+    (in train.py) is caught at the exact tolerance it claims; PM403 rewrites the
+    loop of the local module loop.py, and both copies of it are instrumented; the
+    script's writes beside itself (an existing checkpoint and small file overwritten,
+    a new file in an existing folder) land in the runs' folders, not in the project."""
     project = tmp_path / "project"
     shutil.copytree(FIXTURES / "local_module", project)
     (project / "checkpoints").mkdir()
     (project / "checkpoints" / "last.pt").write_bytes(b"the user's checkpoint")
     (project / "notes.txt").write_text("the user's notes\n")
     before = snapshot(project)
-    kept = tmp_path / "kept"
-    result = verify(project / "train.py", ["100"], steps=3, warmup=1, env=ENV, keep=kept,
-                    rules=[DoubledLearningRate, MemoryCleanupInStepLoop])
-    return result, project, before, kept
-
-
-def test_a_rewrite_that_changes_the_math_disagrees_also_in_a_local_module_and_the_folder_is_untouched(background):
-    """One run pair for three claims: a test-only rule that doubles the learning rate
-    (in train.py) is caught at the exact tolerance it claims; PM403 rewrites the
-    loop of the local module loop.py, and both copies of it are instrumented; the
-    script's writes beside itself (an existing checkpoint and small file overwritten,
-    a new file in an existing folder) land in the runs' folders, not in the project."""
-    result, project, before, kept = background["local"].result()
-    script = project / "train.py"
+    script, kept = project / "train.py", tmp_path / "kept"
     assert local_modules(script) == [script.with_name("loop.py")]
+    result = verify(script, ["100"], steps=3, warmup=1, env=ENV, keep=kept,
+                    rules=[DoubledLearningRate, MemoryCleanupInStepLoop])
     assert result.exit_code == 1 and result.agree is False, render_text(result)
     assert [(f["path"], f["code"]) for f in result.fixes] == [("train.py", "PM999"), ("loop.py", "PM403")]
     before_losses, after_losses = result.original.trace["losses"], result.rewritten.trace["losses"]
@@ -345,7 +312,6 @@ class UnsafeDoubledLearningRate(DoubledLearningRate):
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """A script's folder with what the mirror treats apart, and small limits."""
-    wait_for_background_runs()  # they read the limits
     monkeypatch.setattr(verify_module, "COPY_LIMIT", 1000)
     monkeypatch.setattr(verify_module, "WALK_LIMIT", 20)
     root = tmp_path / "project"
