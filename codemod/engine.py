@@ -120,6 +120,7 @@ def process_source(
     if not active:
         result.new_source = data
         return result
+    changed = False
     try:
         for number in range(MAX_PASSES):
             code = module.code
@@ -132,9 +133,19 @@ def process_source(
                 result.findings = findings  # later passes only finish fixes deferred by overlaps
             if not applied:
                 break
+            changed = True
         else:
             codes = sorted({f.code for f in findings if f.applied})
             raise RuntimeError(f"fixes of {', '.join(codes)} keep rewriting after {MAX_PASSES} passes")
+        if not changed:
+            result.new_source = data  # libcst does not give back every file byte for byte
+            return result
+        if parse(data).bytes != data:
+            result.findings = []
+            result.error = (f"{path}:1:1: error: libcst cannot write this file back byte for byte (typically "
+                            "whitespace after the last newline), so its fixes are not applied and it is left unchanged; "
+                            "end the file with a newline and run perfmod again")
+            return result
         result.new_source = module.bytes
     except Exception as error:  # a bug in a rule must not cost the user their file
         result.findings, result.new_source = [], None

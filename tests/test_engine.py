@@ -152,3 +152,25 @@ class NeedsMarker(RenameCallsToSnake):
 def test_rules_skip_files_without_their_required_text():
     assert not run("f(1)\n", rules=[NeedsMarker]).findings
     assert [f.code for f in run("marker = f(1)\n", rules=[NeedsMarker]).findings] == ["PM905"]
+
+
+# libcst does not give back every file byte for byte: whitespace after the last newline is
+# partly dropped (seen in pytorch/examples). Such a file must never change for nothing.
+NOT_ROUND_TRIPPED = "y = f(1)\n   \n   "
+
+
+def test_libcst_really_drops_whitespace_after_the_last_newline():
+    assert cst.parse_module(NOT_ROUND_TRIPPED).code != NOT_ROUND_TRIPPED  # else the tests below test nothing
+
+
+def test_a_file_without_fixes_is_given_back_byte_for_byte_even_where_libcst_would_not():
+    result = run(NOT_ROUND_TRIPPED.replace("f(1)", "h(1)"))
+    assert result.error is None and not result.changed
+    assert result.new_source == NOT_ROUND_TRIPPED.replace("f(1)", "h(1)").encode()
+
+
+def test_fixes_to_a_file_libcst_cannot_write_back_are_an_error_and_the_file_stays():
+    result = run(NOT_ROUND_TRIPPED)
+    assert not result.changed and result.findings == []
+    assert result.error.startswith("t.py:1:1: error: libcst cannot write this file back byte for byte")
+    assert "end the file with a newline" in result.error
