@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import libcst as cst
+
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from codemod.analysis.kinds import Kinds
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.training import Training
+from codemod.analysis.tree import is_inside
 from codemod.config import Settings
 
 
@@ -44,3 +47,14 @@ class FileContext:
     @cached_property
     def positions(self):
         return self.wrapper.resolve(PositionProvider)
+
+    def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        """Is `node` the node `ancestor` or somewhere below it?"""
+        return is_inside(node, ancestor, self.parents)
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    def source(self, node: cst.CSTNode) -> str:
+        """The code of `node` as written."""
+        return self.module.code_for_node(node)

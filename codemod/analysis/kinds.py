@@ -30,6 +30,7 @@ from libcst.metadata import (
 )
 
 from codemod.analysis.names import Names, kwarg, method_name, positional, sole_definition
+from codemod.analysis.tree import is_inside
 
 
 class Kind(enum.Enum):
@@ -476,7 +477,7 @@ class Kinds:
             loop = self._shared_loop(binding.node, use)
             if loop is None:
                 continue
-            if last is not None and reaching == [last] and self._inside(last.node, loop):
+            if last is not None and reaching == [last] and is_inside(last.node, loop, self.parents):
                 continue  # re-bound in every iteration before the use
             reaching.append(binding)
         return reaching
@@ -484,8 +485,8 @@ class Kinds:
     def _binds_before(self, target: cst.CSTNode, use: cst.Name, use_at) -> bool:
         statement = self._binding_statement(target)
         if isinstance(statement, ASSIGN_LIKE):
-            return not self._inside(use, statement) and self._bound_at(target) <= use_at
-        if isinstance(statement, (cst.For, cst.CompFor)) and self._inside(use, statement.iter):
+            return not is_inside(use, statement, self.parents) and self._bound_at(target) <= use_at
+        if isinstance(statement, (cst.For, cst.CompFor)) and is_inside(use, statement.iter, self.parents):
             return False
         return self._bound_at(target) <= use_at
 
@@ -502,15 +503,15 @@ class Kinds:
     def _dominates(self, target: cst.CSTNode, use: cst.CSTNode) -> bool:
         statement = self._binding_statement(target)
         if isinstance(statement, (cst.For, cst.With)):
-            return self._inside(use, statement.body)
+            return is_inside(use, statement.body, self.parents)
         if isinstance(statement, (cst.FunctionDef, cst.Param, cst.Parameters)):
             return True
         block = self._block_of(statement)
-        return block is not None and self._inside(use, block)
+        return block is not None and is_inside(use, block, self.parents)
 
     def _shared_loop(self, target: cst.CSTNode, use: cst.CSTNode) -> cst.CSTNode | None:
         for loop in self.enclosing(use, LOOPS):
-            if self._inside(target, loop):
+            if is_inside(target, loop, self.parents):
                 return loop
         return None
 
@@ -519,14 +520,6 @@ class Kinds:
         while current is not None and not isinstance(current, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)):
             current = self.parents.get(current)
         return current
-
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        current = node
-        while current is not None:
-            if current is ancestor:
-                return True
-            current = self.parents.get(current)
-        return False
 
     def _binding_statement(self, target: cst.CSTNode) -> cst.CSTNode:
         """The Assign / For / CompFor / With / ... that binds `target`."""

@@ -22,6 +22,7 @@ from codemod.analysis.bindings import Bindings, argument_for, returned_values
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.tree import is_inside
 
 DATALOADER = "torch.utils.data.DataLoader"
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)`
@@ -214,7 +215,7 @@ class LoaderLookups:
             if id(assignment.node) in bound:
                 return True
             statement = self.bindings.statement(assignment.node)
-            if not _inside(statement, loop.body, self.context.parents):
+            if not is_inside(statement, loop.body, self.context.parents):
                 continue
             if isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
                 source = statement.value
@@ -383,15 +384,6 @@ def _is_pair(target: cst.BaseExpression, length: int) -> bool:
     return isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == length and not any(
         isinstance(e, cst.StarredElement) for e in target.elements
     )
-
-
-def _inside(node: cst.CSTNode, ancestor: cst.CSTNode, parents) -> bool:
-    current = node
-    while current is not None:
-        if current is ancestor:
-            return True
-        current = parents.get(current)
-    return False
 
 
 def with_dict_entry(literal: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Dict:

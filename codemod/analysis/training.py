@@ -36,6 +36,7 @@ from libcst.metadata import Assignment
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Kinds, Place
 from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.tree import is_inside
 
 AUTOCAST_NAMES = {
     "torch.autocast",
@@ -220,7 +221,7 @@ class Training:
         start = self._start(statement)
         for name in names_read(expr):
             sites = self._binding_sites(name)
-            if any(self._inside(site, statement) for site, _ in sites):
+            if any(is_inside(site, statement, self.parents) for site, _ in sites):
                 return False
             if sites and not any(self._start(site) < start for site, _ in sites):
                 return False
@@ -324,7 +325,7 @@ class Training:
                 candidates.append(loop)
         chosen = []
         for loop in candidates:
-            inner = [other for other in candidates if other is not loop and self._inside(other, loop)]
+            inner = [other for other in candidates if other is not loop and is_inside(other, loop, self.parents)]
             if not inner:
                 chosen.append(loop)
         return sorted(chosen, key=self._start)
@@ -553,9 +554,9 @@ class Training:
                 if name.value in bound_here:
                     continue
                 for site, source in self._binding_sites(name):
-                    if source is None or not self._inside(site, loop):
+                    if source is None or not is_inside(site, loop, self.parents):
                         continue
-                    if any(self._inside(site, s) for s in statements):
+                    if any(is_inside(site, s, self.parents) for s in statements):
                         continue
                     if self._has_model_call(source):
                         return site
@@ -590,7 +591,7 @@ class Training:
         micro_loop = None
         for backward in backwards:
             inner = next((n for n in self._ancestors(backward.call) if isinstance(n, (cst.For, cst.While))), None)
-            if inner is not None and inner is not loop and not any(self._inside(s.call, inner) for s in steps):
+            if inner is not None and inner is not loop and not any(is_inside(s.call, inner, self.parents) for s in steps):
                 micro_loop = inner
         micro_count = self._range_count(micro_loop.iter) if isinstance(micro_loop, cst.For) else None
         counts = [c for c in (modulus, micro_count) if c is not None]
@@ -783,8 +784,8 @@ class Training:
             return True
         if isinstance(model, cst.Attribute):
             cls = next((a for a in self._ancestors(owner) if isinstance(a, cst.ClassDef)), owner)
-            return self._inside(loop, cls)
-        return self._inside(loop, owner)
+            return is_inside(loop, cls, self.parents)
+        return is_inside(loop, owner, self.parents)
 
     def _moves_device(self, call: cst.Call) -> bool:
         method = method_name(call)
@@ -901,9 +902,6 @@ class Training:
             if isinstance(current, SCOPE_BOUNDARIES):
                 return True
         return True
-
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        return node is ancestor or any(a is ancestor for a in self._ancestors(node))
 
     def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
         """The statement of a block (or of the module) that contains `node`."""

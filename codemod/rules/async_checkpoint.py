@@ -282,7 +282,7 @@ class SynchronousCheckpointInLoop(Rule):
             raise _Unfixable(f"the path depends on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only")
         reader = self._later_use(path, statement, loop)
         if reader is not None:
-            raise _Unfixable(f"the file is used at line {self._line(reader)} (`{self._code(reader)}`), which can run "
+            raise _Unfixable(f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
                              f"before a background write of it is done")
         return _Save(call, statement, path)
 
@@ -370,8 +370,7 @@ class SynchronousCheckpointInLoop(Rule):
 
         def later(node: cst.CSTNode) -> bool:
             position = self.context.positions[node].start
-            return (position.line, position.column) > (after.line, after.column) or _inside(
-                self.context.parents, node, loop)
+            return (position.line, position.column) > (after.line, after.column) or self.context.inside(node, loop)
 
         if isinstance(path, cst.Name):
             for use in self._accesses(path):
@@ -380,7 +379,7 @@ class SynchronousCheckpointInLoop(Rule):
             return None
         text = self._code(path)
         for call in m.findall(scope_root, m.Call()):
-            if not later(call) or self._logging(call) or _inside(self.context.parents, call, statement):
+            if not later(call) or self._logging(call) or self.context.inside(call, statement):
                 continue
             if self.context.names.is_(call, *SAVE_NAMES):
                 continue
@@ -415,7 +414,7 @@ class SynchronousCheckpointInLoop(Rule):
             other = sync_paths.get(self._code(plan.path))
             if other is not None:
                 fixable.remove((call, plan))
-                saves[saves.index((call, plan))] = (call, f"line {self._line(other)} saves to the same path synchronously")
+                saves[saves.index((call, plan))] = (call, f"line {self.context.line(other)} saves to the same path synchronously")
         for call, plan in saves:
             if isinstance(plan, str):
                 self.report(call, f"`{self._code(call.func)}` in the training loop stays synchronous: {plan}")
@@ -457,9 +456,6 @@ class SynchronousCheckpointInLoop(Rule):
     def _code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
 
-    def _line(self, node: cst.CSTNode) -> int:
-        return self.context.positions[node].start.line
-
     def _bindings(self, name: cst.Name) -> list[Assignment]:
         scope = self.context.kinds.scopes.get(name)
         return [a for a in scope[name.value] if type(a) is Assignment] if scope is not None else []
@@ -500,10 +496,6 @@ def _ancestors(parents, node: cst.CSTNode):
     while current is not None:
         yield current
         current = parents.get(current)
-
-
-def _inside(parents, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-    return any(a is ancestor for a in _ancestors(parents, node))
 
 
 def _function_of(parents, node: cst.CSTNode) -> cst.FunctionDef | None:

@@ -244,7 +244,7 @@ class ForwardWithoutAutocast(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         training = self.context.training
         inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
-        elsewhere = [use for use in training.autocast_uses if not any(self._inside(use, n) for n in inside_loops)]
+        elsewhere = [use for use in training.autocast_uses if not any(self.context.inside(use, n) for n in inside_loops)]
         for loop in training.loops:
             if loop.autocast is None:
                 self._check(loop, elsewhere)
@@ -253,10 +253,10 @@ class ForwardWithoutAutocast(Rule):
         training = self.context.training
         outer = self._outermost_loop(loop.loop)
         if loop.float64 is not None:
-            return self._decline(loop, outer, f"the model is float64 (line {self._line(loop.float64)}): "
+            return self._decline(loop, outer, f"the model is float64 (line {self.context.line(loop.float64)}): "
                                         "autocast would lower the precision its author chose")
         if elsewhere:
-            return self._decline(loop, outer, f"autocast is already used at line {self._line(elsewhere[0])}; "
+            return self._decline(loop, outer, f"autocast is already used at line {self.context.line(elsewhere[0])}; "
                                         "check whether it covers this loop's forward pass")
         if loop.scaler is not None:
             return self._decline(loop, outer, f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
@@ -380,17 +380,6 @@ class ForwardWithoutAutocast(Rule):
         if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.device"):
             return all(self._is_plain(arg.value) for arg in expr.args)
         return False
-
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        current = node
-        while current is not None:
-            if current is ancestor:
-                return True
-            current = self.context.parents.get(current)
-        return False
-
-    def _line(self, node: cst.CSTNode) -> int:
-        return self.context.positions[node].start.line
 
     def _position(self, node: cst.CSTNode) -> tuple[int, int]:
         start = self.context.positions[node].start

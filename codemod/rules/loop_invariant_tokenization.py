@@ -244,7 +244,7 @@ class LoopInvariantTokenization(Rule):
             if id(call) in self._reported or not self._is_tokenizer_call(call)[0] or self._in_hoisted(call, hoists):
                 continue
             self._reported.add(id(call))
-            spelled = self._code(call.func)
+            spelled = self.context.source(call.func)
             varies = self._variance(call, loop, {})
             if varies is not None:
                 self.report(call, f"`{spelled}` tokenizes inside the training loop on every step ({varies}); if the texts come "
@@ -252,13 +252,13 @@ class LoopInvariantTokenization(Rule):
                                   "by PadCollate) or in the DataLoader's workers; not rewritten automatically, as that "
                                   "changes how the loop gets its batches")
                 continue
-            line = next((l for l in _lines(loop.body) if self._inside(call, l)), None)
+            line = next((l for l in _lines(loop.body) if self.context.inside(call, l)), None)
             reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
             self.report(call, f"`{spelled}` gets the same arguments on every training step but is not moved out "
                               f"of the loop: {reason}; compute it once before the loop if that is safe")
 
     def _in_hoisted(self, node: cst.CSTNode, hoists: list[_Hoist]) -> bool:
-        return any(self._inside(node, hoist.line) for hoist in hoists)
+        return any(self.context.inside(node, hoist.line) for hoist in hoists)
 
     def _outermost_region(self, statement: cst.Assign, line: cst.CSTNode, loop: cst.CSTNode,
                           regions: dict[str, cst.CSTNode]):
@@ -300,7 +300,7 @@ class LoopInvariantTokenization(Rule):
             if self.context.names.of(expr):
                 return None  # `torch.long`: a module attribute
             if isinstance(expr.value, cst.Name) and self._attributes_assigned(expr.value.value, region):
-                return f"`{self._code(expr.value)}` has attributes assigned in the loop"
+                return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
             return self._variance(expr.value, region, regions)
         if isinstance(expr, cst.Subscript):
             parts = [expr.value]
@@ -329,7 +329,7 @@ class LoopInvariantTokenization(Rule):
             own = {n.value for f in m.findall(expr, m.CompFor()) for n in m.findall(f.target, m.Name())}
             varying = self._all([n for n in names_read(expr) if n.value not in own], region, regions)
             return varying or "a comprehension (its calls are not followed)"
-        return f"`{self._code(expr)}` is not an expression perfmod follows"
+        return f"`{self.context.source(expr)}` is not an expression perfmod follows"
 
     def _all(self, exprs, region, regions):
         for expr in exprs:
@@ -351,17 +351,17 @@ class LoopInvariantTokenization(Rule):
         if known:
             for other in m.findall(region, m.Call(func=m.Attribute(value=_equal_to(receiver)))):
                 if method_name(other) not in TOKENIZER_METHODS:
-                    return f"`{self._code(other.func)}` may change the tokenizer in the loop"
+                    return f"`{self.context.source(other.func)}` may change the tokenizer in the loop"
             return self._all([receiver, *args], region, regions)
         method = method_name(call)
         if method in TENSOR_METHODS and self._makes_tensor(call.func.value):
             return self._all([call.func.value, *args], region, regions)
         if receiver is not None and self._all([*args], region, regions) is None:
             # a tokenizer-shaped call with invariant arguments on a receiver perfmod cannot vouch for
-            return (call, f"`{self._code(call.func)}` gets the same arguments on every training step, but perfmod "
-                          f"cannot prove `{self._code(receiver)}` is a known tokenizer (and so pure); if it is, "
+            return (call, f"`{self.context.source(call.func)}` gets the same arguments on every training step, but perfmod "
+                          f"cannot prove `{self.context.source(receiver)}` is a known tokenizer (and so pure); if it is, "
                           "move the call before the loop")
-        return f"`{self._code(call.func)}` is not known to be pure"
+        return f"`{self.context.source(call.func)}` is not known to be pure"
 
     def _makes_tensor(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a tensor (or a tokenizer's BatchEncoding), so `.to(device)`, `.long()` ... are conversions?"""
@@ -378,12 +378,12 @@ class LoopInvariantTokenization(Rule):
     def _name_variance(self, name: cst.Name, region, regions):
         if name.value in regions:
             hoisted_at = regions[name.value]
-            return None if self._inside(region, hoisted_at) else f"`{name.value}` is hoisted only out of an inner loop"
+            return None if self.context.inside(region, hoisted_at) else f"`{name.value}` is hoisted only out of an inner loop"
         scope = self._scopes.get(name)
         if scope is None:
             return f"`{name.value}` is not resolved"
         for assignment in scope[name.value]:
-            if isinstance(assignment, Assignment) and isinstance(assignment.node, cst.CSTNode) and self._inside(assignment.node, region):
+            if isinstance(assignment, Assignment) and isinstance(assignment.node, cst.CSTNode) and self.context.inside(assignment.node, region):
                 return f"`{name.value}` is re-bound in the loop"
         if self._mutated_in(name.value, region):
             return f"`{name.value}` is changed in place in the loop"
@@ -394,13 +394,13 @@ class LoopInvariantTokenization(Rule):
         it only after this statement, and its value never changed in place there?"""
         scope = self._scopes.get(statement)
         others = [a for a in scope.assignments[name] if a.node is not statement.targets[0].target
-                  and isinstance(a.node, cst.CSTNode) and self._inside(a.node, region)]
+                  and isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region)]
         if others:
             return f"`{name}` is bound more than once in the loop"
         end = self.context.positions[line].end
         for access in scope.accesses[name]:
             start = self.context.positions[access.node].start
-            if self._inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
+            if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
                 return f"`{name}` is read in the loop before it is bound"
         for alias in sorted(self._aliases(name, region)):
             if self._mutated_in(alias, region):
@@ -470,7 +470,7 @@ class LoopInvariantTokenization(Rule):
         if isinstance(call.func, (cst.Name, cst.Attribute)):
             if self._is_known_tokenizer(call.func):
                 return True, call.func
-            if "token" in self._code(call.func).lower().rsplit(".", 1)[-1]:
+            if "token" in self.context.source(call.func).lower().rsplit(".", 1)[-1]:
                 return False, call.func
         return False, None
 
@@ -505,7 +505,7 @@ class LoopInvariantTokenization(Rule):
         for call in m.findall(node.body, m.Call()):
             if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
                 self._reported.add(id(call))
-                self.report(call, f"`{self._code(call.func)}` tokenizes inside the model's forward, on the host, on "
+                self.report(call, f"`{self.context.source(call.func)}` tokenizes inside the model's forward, on the host, on "
                                   "every step; tokenize the texts once before training (runtime.data."
                                   "PretokenizedDataset) or in the DataLoader's workers and pass ids to the model")
 
@@ -520,7 +520,7 @@ class LoopInvariantTokenization(Rule):
         for call in m.findall(function.body, m.Call()):
             if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
                 self._reported.add(id(call))
-                self.report(call, f"`{self._code(call.func)}` tokenizes in the DataLoader's collate function, again "
+                self.report(call, f"`{self.context.source(call.func)}` tokenizes in the DataLoader's collate function, again "
                                   "for every batch of every epoch (in the workers when there are any); if the texts are "
                                   "fixed, tokenize them once (runtime.data.PretokenizedDataset) and pad with PadCollate")
 
@@ -529,7 +529,7 @@ class LoopInvariantTokenization(Rule):
     def _fix(self, hoists: list[_Hoist]) -> None:
         anchor = hoists[0].region
         for hoist in hoists:
-            if self._inside(anchor, hoist.region):
+            if self.context.inside(anchor, hoist.region):
                 anchor = hoist.region
         edits: dict[int, Edit] = {}
         before: dict[int, list[cst.SimpleStatementLine]] = {}
@@ -541,7 +541,7 @@ class LoopInvariantTokenization(Rule):
                 edits[region_id] = lambda updated, lines=lines: cst.FlattenSentinel(_in_front(lines, updated))
         replacement = cst.FlattenSentinel(_in_front(before[id(anchor)], anchor.visit(EditsByIdentity(edits))))
         for hoist in hoists:
-            self.report(anchor, f"`{hoist.name} = {self._short(hoist.value)}` (line {self._line(hoist.line)}) gives the "
+            self.report(anchor, f"`{hoist.name} = {self._short(hoist.value)}` (line {self.context.line(hoist.line)}) gives the "
                                 "same value on every training step; computed once before the loop",
                         replacement=replacement)
 
@@ -555,23 +555,10 @@ class LoopInvariantTokenization(Rule):
             current = self.context.parents.get(current)
         return found
 
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        current = node
-        while current is not None:
-            if current is ancestor:
-                return True
-            current = self.context.parents.get(current)
-        return False
-
-    def _code(self, node: cst.CSTNode) -> str:
-        return self.context.module.code_for_node(node)
-
     def _short(self, node: cst.CSTNode) -> str:
-        code = " ".join(self._code(node).split())
+        code = " ".join(self.context.source(node).split())
         return code if len(code) <= 60 else code[:57] + "..."
 
-    def _line(self, node: cst.CSTNode) -> int:
-        return self.context.positions[node].start.line
 
 
 def _equal_to(expr: cst.BaseExpression) -> m.BaseMatcher:

@@ -596,7 +596,7 @@ def attend(q, k, v, mask):
         scope = self._enclosing(statements[index], cst.FunctionDef) or self.context.module
         reads_in_chain = sum(1 for s in chain for n in names_read(s) if n.value in links)
         for name in names_read(scope):
-            if name.value in links and not any(self._inside(name, s) for s in chain):
+            if name.value in links and not any(self.context.inside(name, s) for s in chain):
                 line = self.context.positions[name].start.line
                 raise _NoMatch(f"the attention weights `{name.value}` are also read on line {line} "
                                "(SDPA does not return them)")
@@ -678,14 +678,6 @@ def attend(q, k, v, mask):
         while current is not None and not isinstance(current, kind):
             current = self.context.parents.get(current)
         return current
-
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        while node is not None:
-            if node is ancestor:
-                return True
-            node = self.context.parents.get(node)
-        return False
-
 
 def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expr.lpar:

@@ -312,7 +312,7 @@ class ManualBatchingInStepLoop(Rule):
                     "hidden state), so the order of the windows matters")
         others = [n for n in m.findall(loop.body, m.Name(i)) if id(n) not in understood]
         if others:
-            return f"`{i}` is used for more than slicing (line {self._line(others[0])})"
+            return f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
         return None
 
     def _permutation(self, name: str, loop: cst.For) -> str | None:
@@ -348,7 +348,7 @@ class ManualBatchingInStepLoop(Rule):
             element = parents.get(parents.get(read))
             holder = parents.get(element) if isinstance(element, cst.SubscriptElement) else None
             if not (isinstance(holder, cst.Subscript) and isinstance(holder.value, cst.Name) and len(holder.slice) == 1):
-                return f"the batch indices `{index}` are used for more than indexing (line {self._line(read)})"
+                return f"the batch indices `{index}` are used for more than indexing (line {self.context.line(read)})"
             plan.uses[id(holder)] = holder.value.value
             _append_once(plan.tensors, holder.value.value)
         return None
@@ -370,7 +370,7 @@ class ManualBatchingInStepLoop(Rule):
             return ("the permutation is drawn once and reused in every epoch, and a DataLoader with shuffle=True "
                     "would draw a new one each epoch")
         if not self._covers(plan):
-            return (f"the range `{self._code(plan.window.n)}` is not the length of "
+            return (f"the range `{self.context.source(plan.window.n)}` is not the length of "
                     f"{' / '.join(f'`{t}`' for t in plan.tensors)}, so the batches may not cover the data")
         targets = [statement.targets[0].target for statement in self._batch_statements(plan).values()]
         for line in _lines(plan.loop.body):
@@ -390,7 +390,7 @@ class ManualBatchingInStepLoop(Rule):
         binding = next(iter(scope.assignments[plan.permutation])).node
         current = self.context.parents.get(plan.loop)
         while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            if isinstance(current, (cst.For, cst.While)) and self._inside(binding, current):
+            if isinstance(current, (cst.For, cst.While)) and self.context.inside(binding, current):
                 return True
             current = self.context.parents.get(current)
         return False
@@ -415,7 +415,7 @@ class ManualBatchingInStepLoop(Rule):
                 return False
         lengths = {f"len({t})" for t in plan.tensors} | {f"{t}.size(0)" for t in plan.tensors} | {
             f"{t}.shape[0]" for t in plan.tensors}
-        return any(_normalized(self._code(c)) in lengths for c in candidates)
+        return any(_normalized(self.context.source(c)) in lengths for c in candidates)
 
     def _carried_state(self, plan: _Plan) -> str | None:
         """A value carried from the previous iteration (read before the body binds it,
@@ -497,7 +497,7 @@ class ManualBatchingInStepLoop(Rule):
         drop_last = ", drop_last=True" if plan.window.drop_last else ""
         build = cst.parse_statement(
             f"{loader} = DataLoader(TensorDataset({', '.join(plan.tensors)}), "
-            f"batch_size={self._code(plan.batch_size)}, shuffle={shuffle}{drop_last})\n")
+            f"batch_size={self.context.source(plan.batch_size)}, shuffle={shuffle}{drop_last})\n")
         rewritten = anchor.visit(EditsByIdentity(edits))
         # Blank lines above the loop go above the new line; comments stay with the loop they describe.
         leading = list(anchor.leading_lines)
@@ -505,8 +505,8 @@ class ManualBatchingInStepLoop(Rule):
         build = build.with_changes(leading_lines=leading[:first_comment])
         replacement = cst.FlattenSentinel([build, rewritten.with_changes(leading_lines=leading[first_comment:])])
         order = "shuffled each epoch, as the permutation did" if plan.permutation else "in the same order"
-        self.report(anchor, f"batches are cut from in-memory tensors by hand (line {self._line(loop)}); iterate over "
-                            f"a DataLoader built once, batches of `{self._code(plan.batch_size)}` {order}",
+        self.report(anchor, f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
+                            f"a DataLoader built once, batches of `{self.context.source(plan.batch_size)}` {order}",
                     replacement=replacement, imports=IMPORTS)
 
     def _unused_permutation(self, plan: _Plan, anchor: cst.CSTNode) -> cst.CSTNode | None:
@@ -515,7 +515,7 @@ class ManualBatchingInStepLoop(Rule):
         scope = self.context.wrapper.resolve(ScopeProvider).get(plan.loop)
         assignments = list(scope.assignments[plan.permutation])
         line = self.context.parents.get(self.context.parents.get(self.context.parents.get(assignments[0].node)))
-        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self._inside(line, anchor)):
+        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self.context.inside(line, anchor)):
             return None
         reads = {id(access.node) for access in scope.accesses[plan.permutation]}
         return line if reads <= plan.permutation_reads else None
@@ -556,7 +556,7 @@ class ManualBatchingInStepLoop(Rule):
         scope = self.context.wrapper.resolve(ScopeProvider).get(region)
         if scope is None or name not in scope:
             return False
-        return any(isinstance(a.node, cst.CSTNode) and self._inside(a.node, region) for a in scope.assignments[name])
+        return any(isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region) for a in scope.assignments[name])
 
     def _free_or_torch(self, name: str) -> bool:
         """Is `name` unbound in the module, or bound only by an import of torch's class of that name?"""
@@ -572,19 +572,7 @@ class ManualBatchingInStepLoop(Rule):
                 return False
         return True
 
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        current = node
-        while current is not None:
-            if current is ancestor:
-                return True
-            current = self.context.parents.get(current)
-        return False
 
-    def _code(self, node: cst.CSTNode) -> str:
-        return self.context.module.code_for_node(node)
-
-    def _line(self, node: cst.CSTNode) -> int:
-        return self.context.positions[node].start.line
 
 
 def _remove(_):

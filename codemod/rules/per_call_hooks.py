@@ -278,12 +278,9 @@ class PerCallHookRegistration(Rule):
     def _removed_in_same_call(self, node: cst.Call, removals: list[cst.CSTNode]) -> bool:
         """Is there a loop or per-call function around the registration that also holds a removal?"""
         for region in self._regions(node):
-            if any(self._inside(removal, region) for removal in removals):
+            if any(self.context.inside(removal, region) for removal in removals):
                 return True
         return False
-
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        return node is ancestor or any(a is ancestor for a in self._ancestors(node))
 
     # -- where the handle goes ---------------------------------------------------------
 

@@ -9,6 +9,7 @@ from libcst.metadata import Assignment
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.names import names_read
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.analysis.tree import is_inside
 
 CROSS_ENTROPY = "torch.nn.functional.cross_entropy"
 CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
@@ -357,7 +358,7 @@ class PerPositionLossLoop(Rule):
         if not binding:
             return True
         for access in binding[0].references:
-            if not _inside(access.node, node, self.context.parents):
+            if not is_inside(access.node, node, self.context.parents):
                 return True
         return False
 
@@ -548,9 +549,3 @@ def _replace_term(statement_value: cst.BaseExpression, term: cst.BaseExpression,
     return statement_value.with_changes(right=new)
 
 
-def _inside(node: cst.CSTNode, ancestor: cst.CSTNode, parents) -> bool:
-    while node is not None:
-        if node is ancestor:
-            return True
-        node = parents.get(node)
-    return False

@@ -607,15 +607,8 @@ class PerSampleForwardLoop(Rule):
             for assignment in scope.assignments[target.value]:
                 if not isinstance(assignment, Assignment) or assignment.node is not target:
                     continue
-                if any(not self._inside(access.node, node) for access in assignment.references):
+                if any(not self.context.inside(access.node, node) for access in assignment.references):
                     raise _NotBatchable(f"`{target.value}` is read after the loop, where it would hold the batch's value")
-
-    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        while node is not None:
-            if node is ancestor:
-                return True
-            node = self.context.parents.get(node)
-        return False
 
     # -- the model ---------------------------------------------------------------------
 

@@ -310,7 +310,6 @@ class UnpinnedLoaderToCuda(LoaderLookups, Rule):
         value, imports = self._pin_value(feed, loader)
         self.report(loader, message, replacement=with_kwarg(loader, "pin_memory", value), imports=imports)
 
-
     def _pin_value(self, feed: _Feeds, at: cst.CSTNode) -> tuple[cst.BaseExpression, list[tuple[str, str | None]]]:
         """`True` for CUDA; `device.type == "cuda"` for a torch.device visible at `at`;
         else `torch.cuda.is_available()`."""

@@ -418,7 +418,7 @@ def ema(a, x):
         scope = self._enclosing_scope(loop)
         later_reads = [n for n in names_read(scope) if self._after(n, loop)]
         for name in (outs, *temporaries, loop.target.value):
-            uses = [n for n in later_reads if n.value == name and not self._inside(n, stacks[0].args[0])]
+            uses = [n for n in later_reads if n.value == name and not self.context.inside(n, stacks[0].args[0])]
             if uses:
                 raise _Unsupported(f"`{name}` is read after the loop (line {self.context.positions[uses[0]].start.line})")
         tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
@@ -428,7 +428,7 @@ def ema(a, x):
         if recurrence.kernel == "linear_scan" and self._zero_literal_state(statements[:index], state):
             args = args[:2]
         call = cst.Call(func=cst.Name(recurrence.kernel), args=args)
-        reads_state_after = any(n.value == state for n in later_reads if not self._inside(n, after))
+        reads_state_after = any(n.value == state for n in later_reads if not self.context.inside(n, after))
         new_after = after.deep_replace(stacks[0], call)
         extra = []
         if recurrence.kernel == "linear_attention":
@@ -438,7 +438,7 @@ def ema(a, x):
             new_after = new_after.with_changes(body=[assign.with_changes(targets=[cst.AssignTarget(cst.Tuple(
                 [cst.Element(assign.targets[0].target), cst.Element(cst.Name(state))], lpar=[], rpar=[]))])])
         elif reads_state_after or any(n.value == state for n in names_read(after)
-                                      if not self._inside(n, stacks[0])):
+                                      if not self.context.inside(n, stacks[0])):
             assign = new_after.body[0] if isinstance(new_after, cst.SimpleStatementLine) else None
             if not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name())])) or assign.value is not call:
                 raise _Unsupported(f"the state `{state}` is read after the loop, and the stack is not assigned to one name")
@@ -496,14 +496,6 @@ def ema(a, x):
 
     def _after(self, node, loop) -> bool:
         return self.context.positions[node].start.line > self.context.positions[loop].end.line
-
-    def _inside(self, node, ancestor) -> bool:
-        while node is not None:
-            if node is ancestor:
-                return True
-            node = self.context.parents.get(node)
-        return False
-
 
 def _small_statements(block) -> list[cst.BaseSmallStatement]:
     return [s for line in block.body if isinstance(line, cst.SimpleStatementLine) for s in line.body]

@@ -12,6 +12,7 @@ from codemod.analysis.loops import BACKWARD, calls_in
 from codemod.analysis.training import OptimizerBuild
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.analysis.tree import is_inside
 
 # Receivers whose `zero_grad(set_to_none=...)` is torch's (or a wrapper of it).
 ZEROABLE = (Kind.OPTIMIZER, Kind.MODULE, Kind.UNKNOWN)
@@ -247,7 +248,7 @@ class ZeroFilledGradients(Rule):
         for assignment in self.bindings.assignments(parameter) or ():
             if assignment.node is not parameter:
                 continue
-            return any(not _inside(access.node, loop, self.context.parents) for access in assignment.references)
+            return any(not is_inside(access.node, loop, self.context.parents) for access in assignment.references)
         return False
 
     # -- decision ------------------------------------------------------------------
@@ -297,7 +298,7 @@ class ZeroFilledGradients(Rule):
         positions = self.context.positions
         start = _position(positions[site].end)
         after = [_position(positions[b].start) for b in backwards if _position(positions[b].start) > start]
-        reads = [(_position(positions[r].start), r) for r in self._grad_reads(region) if not _inside(r, site, self.context.parents)]
+        reads = [(_position(positions[r].start), r) for r in self._grad_reads(region) if not is_inside(r, site, self.context.parents)]
         if after:
             window = [r for at, r in reads if start < at < min(after)]
         else:
@@ -332,7 +333,7 @@ class ZeroFilledGradients(Rule):
         if not optimizers or not all(self._is_plain_sgd(o.call) for o in optimizers):
             return False
         module = self.context.module
-        if any(not _inside(r, site, self.context.parents) for r in self._grad_reads(module)):
+        if any(not is_inside(r, site, self.context.parents) for r in self._grad_reads(module)):
             return False
         return not any(self.context.names.of(c.func) & GRAD_NORMS for c in m.findall(module, m.Call()))
 
@@ -445,15 +446,6 @@ def _only_continue(suite: cst.BaseSuite) -> bool:
             return False
         suite = suite.body[0]
     return len(suite.body) == 1 and isinstance(suite.body[0], cst.Continue)
-
-
-def _inside(node: cst.CSTNode, ancestor: cst.CSTNode, parents) -> bool:
-    current = node
-    while current is not None:
-        if current is ancestor:
-            return True
-        current = parents.get(current)
-    return False
 
 
 def _position(position) -> tuple[int, int]:
