@@ -5,7 +5,6 @@ from __future__ import annotations
 from functools import cached_property
 
 import libcst as cst
-
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from codemod.analysis.kinds import Kinds

@@ -120,7 +120,7 @@ def process_source(
     if not active:
         result.new_source = data
         return result
-    changed = False
+    parsed, changed = module, False
     try:
         for number in range(MAX_PASSES):
             code = module.code
@@ -140,7 +140,7 @@ def process_source(
         if not changed:
             result.new_source = data  # libcst does not give back every file byte for byte
             return result
-        if parse(data).bytes != data:
+        if parsed.bytes != data:
             result.findings = []
             result.error = (f"{path}:1:1: error: libcst cannot write this file back byte for byte (typically "
                             "whitespace after the last newline), so its fixes are not applied and it is left unchanged; "
