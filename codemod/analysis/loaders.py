@@ -21,7 +21,7 @@ from libcst.metadata import ScopeProvider
 from codemod.analysis.bindings import Bindings, argument_for, returned_values
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import calls_in
-from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.names import appended, kwarg, method_name, positional
 from codemod.analysis.tree import is_inside
 
 DATALOADER = "torch.utils.data.DataLoader"
@@ -389,23 +389,7 @@ def _is_pair(target: cst.BaseExpression, length: int) -> bool:
 def with_dict_entry(literal: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Dict:
     """`literal` with `key: value` appended, in the quotes of its other keys and the
     layout of its entries (a trailing comma puts the entry on a line of its own)."""
-    elements = list(literal.elements)
+    elements = literal.elements
     quote = "'" if elements and elements[0].key.value.startswith("'") else '"'
     entry = cst.DictElement(key=cst.SimpleString(f"{quote}{key}{quote}"), value=value)
-    if not elements:
-        return literal.with_changes(elements=[entry])
-    last = elements[-1]
-    if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
-        elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        elements.append(entry)
-    else:
-        entry = entry.with_changes(comma=last.comma)
-        if not isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
-            between = cst.SimpleWhitespace(" ")
-        elif len(elements) >= 2:
-            between = elements[-2].comma.whitespace_after
-        else:
-            between = literal.lbrace.whitespace_after
-        elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=between))
-        elements.append(entry)
-    return literal.with_changes(elements=elements)
+    return literal.with_changes(elements=appended(elements, entry, literal.lbrace.whitespace_after))

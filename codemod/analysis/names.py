@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Collection
+from typing import Collection, Sequence
 
 import libcst as cst
 from libcst.metadata import Assignment, MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
@@ -94,29 +94,32 @@ def method_name(call: cst.Call) -> str | None:
 
 def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     """`call` with `name=value` appended, keeping the layout of the argument list."""
-    args = list(call.args)
     new_arg = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
         whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
-    if not args:
-        return call.with_changes(args=[new_arg])
-    last = args[-1]
+    return call.with_changes(args=appended(call.args, new_arg, call.whitespace_before_args))
+
+
+def appended(items: Sequence, new, opening: cst.BaseParenthesizableWhitespace) -> list:
+    """`items` (arguments, dict entries: nodes with a `comma`) with `new` added last,
+    in their layout: `f(a)` -> `f(a, new)`; after a trailing comma (often one item
+    a line) `new` goes on a line of its own, spaced like the item before it, or
+    like the bracket (`opening`, the whitespace after it) for a single item."""
+    items = list(items)
+    if not items:
+        return [new]
+    last = items[-1]
     if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
-        # `f(a)` -> `f(a, name=value)`
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(new_arg)
+        items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return [*items, new]
+    new = new.with_changes(comma=last.comma)
+    if not isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
+        between = cst.SimpleWhitespace(" ")  # `f(a,)` on one line
+    elif len(items) >= 2:
+        between = items[-2].comma.whitespace_after
     else:
-        # A trailing comma (often one argument a line): put the new one on a line
-        # of its own, copying the layout of the comma before it.
-        new_arg = new_arg.with_changes(comma=last.comma)
-        if not isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
-            between = cst.SimpleWhitespace(" ")  # `f(a,)` on one line
-        elif len(args) >= 2:
-            between = args[-2].comma.whitespace_after
-        else:
-            between = call.whitespace_before_args
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=between))
-        args.append(new_arg)
-    return call.with_changes(args=args)
+        between = opening
+    items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=between))
+    return [*items, new]
 
 
 class _Reads(cst.CSTVisitor):
