@@ -99,6 +99,17 @@ def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call
     return call.with_changes(args=appended(call.args, new_arg, call.whitespace_before_args))
 
 
+def subscript_parts(subscript: cst.Subscript) -> list[cst.BaseExpression]:
+    """What `subscript` reads: the subscripted value, then each index and slice bound."""
+    parts = [subscript.value]
+    for element in subscript.slice:
+        if isinstance(element.slice, cst.Index):
+            parts.append(element.slice.value)
+        else:
+            parts.extend(p for p in (element.slice.lower, element.slice.upper, element.slice.step) if p is not None)
+    return parts
+
+
 def appended(items: Sequence, new, opening: cst.BaseParenthesizableWhitespace) -> list:
     """`items` (arguments, dict entries: nodes with a `comma`) with `new` added last,
     in their layout: `f(a)` -> `f(a, new)`; after a trailing comma (often one item

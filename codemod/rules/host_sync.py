@@ -16,7 +16,7 @@ from libcst.metadata import (
 from codemod.analysis.edits import Edit, EditsByIdentity, innermost_statement, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.loops import calls_in
-from codemod.analysis.names import method_name, names_read, positional
+from codemod.analysis.names import method_name, names_read, positional, subscript_parts
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # `.item()` / `.tolist()` / `.cpu()` on a device tensor, and `float(t)` / `int(t)`, wait
@@ -1027,13 +1027,7 @@ def _impure_part(loop: _StepLoop, expr: cst.BaseExpression) -> cst.CSTNode | Non
     if isinstance(expr, cst.Attribute):
         return _impure_part(loop, expr.value)
     if isinstance(expr, cst.Subscript):
-        parts = [expr.value]
-        for element in expr.slice:
-            if isinstance(element.slice, cst.Index):
-                parts.append(element.slice.value)
-            else:
-                parts.extend(p for p in (element.slice.lower, element.slice.upper, element.slice.step) if p is not None)
-        return next((bad for bad in (_impure_part(loop, p) for p in parts) if bad is not None), None)
+        return next((bad for bad in (_impure_part(loop, p) for p in subscript_parts(expr)) if bad is not None), None)
     if isinstance(expr, (cst.BinaryOperation, cst.BooleanOperation)):
         return _impure_part(loop, expr.left) or _impure_part(loop, expr.right)
     if isinstance(expr, cst.Comparison):

@@ -9,7 +9,7 @@ from libcst.metadata import Assignment, ScopeProvider
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind
-from codemod.analysis.names import kwarg, method_name, names_read
+from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # How a known tokenizer is built: qualified name of the call (a prefix and a suffix
@@ -303,13 +303,7 @@ class LoopInvariantTokenization(Rule):
                 return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
             return self._variance(expr.value, region, regions)
         if isinstance(expr, cst.Subscript):
-            parts = [expr.value]
-            for element in expr.slice:
-                if isinstance(element.slice, cst.Index):
-                    parts.append(element.slice.value)
-                else:
-                    parts.extend(p for p in (element.slice.lower, element.slice.upper, element.slice.step) if p is not None)
-            return self._all(parts, region, regions)
+            return self._all(subscript_parts(expr), region, regions)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
             return self._all([e.value for e in expr.elements], region, regions)
         if isinstance(expr, cst.Dict):
