@@ -21,7 +21,9 @@ from typing import Callable, Iterator, Sequence
 import click
 
 from codemod.config import ConfigError, Settings, load_settings, parse_codes
-from codemod.engine import FileResult, atomic_write, discover, process_files, process_source
+from codemod.engine import process_source
+from codemod.files import atomic_write, discover, process_files
+from codemod.result import FileResult
 from codemod.report.as_json import render_json, rules_json
 from codemod.report.diff import colorize, unified_diff
 from codemod.report.html import render_html

@@ -10,15 +10,8 @@ from __future__ import annotations
 
 import ast
 import io
-import os
-import re
-import stat
-import tempfile
 import tokenize
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -27,39 +20,14 @@ from libcst.metadata import MetadataWrapper
 
 from codemod.config import Settings
 from codemod.context import FileContext
-from codemod.rule import Finding, Report, Rule
+from codemod.result import FileResult, Finding, SourceError
+from codemod.rule import Report, Rule
+from codemod.suppression import is_suppressed as _is_suppressed, suppressions as _suppressions
 from codemod.rules import ALL_RULES
 
 MAX_PASSES = 5
-SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "build", "dist",
-             "node_modules", ".mypy_cache", ".pytest_cache", ".eggs", "site-packages"}
-SUPPRESSION = re.compile(r"#\s*perfmod:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?", re.I)
 
 
-@dataclass
-class FileResult:
-    path: str
-    source: bytes
-    new_source: bytes | None = None
-    findings: list[Finding] = field(default_factory=list)
-    error: str | None = None  # "path:line:col: error: ..." when the file could not be processed
-
-    @property
-    def changed(self) -> bool:
-        return self.new_source is not None and self.new_source != self.source
-
-    @property
-    def pending(self) -> list[Finding]:
-        """Findings whose fix applies at the chosen level."""
-        return [f for f in self.findings if f.applied]
-
-
-class SourceError(Exception):
-    """A file that cannot be decoded or parsed; `str()` is `line:col: message`."""
-
-    def __init__(self, line: int, column: int, message: str) -> None:
-        super().__init__(f"{line}:{column}: {message}")
-        self.line, self.column, self.message = line, column, message
 
 
 # -- one source ----------------------------------------------------------------------
@@ -237,124 +205,3 @@ class _Replace(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):
         return self.replacements.get(id(original_node), updated_node)
-
-
-def _suppressions(code: str) -> dict[int, set[str] | None]:
-    """Line -> suppressed codes (None: all) from `# perfmod: ignore[...]` comments."""
-    found: dict[int, set[str] | None] = {}
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return found
-    for token in tokens:
-        if token.type != tokenize.COMMENT:
-            continue
-        match = SUPPRESSION.search(token.string)
-        if match:
-            codes = match.group("codes")
-            found[token.start[0]] = {c.strip().upper() for c in codes.split(",") if c.strip()} if codes else None
-    return found
-
-
-def _is_suppressed(suppressed: dict, line: int, code: str) -> bool:
-    if line not in suppressed:
-        return False
-    codes = suppressed[line]
-    return codes is None or code in codes
-
-
-# -- files ------------------------------------------------------------------------------
-
-
-def discover(paths: Iterable[Path], settings: Settings) -> Iterator[Path]:
-    """Python files under `paths`, skipping VCS folders, virtual environments,
-    build output and the configured `exclude` patterns. Files named directly are
-    always taken, as ruff does."""
-    for path in paths:
-        if path.is_dir():
-            yield from _walk(path, settings)
-        else:
-            yield path
-
-
-def _walk(folder: Path, settings: Settings) -> Iterator[Path]:
-    for root, dirs, files in os.walk(folder):
-        root_path = Path(root)
-        dirs[:] = sorted(
-            d for d in dirs
-            if d not in SKIP_DIRS and not d.endswith(".egg-info")
-            and not (root_path / d / "pyvenv.cfg").exists()
-            and not settings.excluded(root_path / d)
-        )
-        for name in sorted(files):
-            if name.endswith(".py") and not settings.excluded(root_path / name):
-                yield root_path / name
-
-
-def process_file(path: Path, settings: Settings, write: bool) -> FileResult:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        return FileResult(path=str(path), source=b"", error=f"{path}:1:1: error: cannot read: {error.strerror or error}")
-    result = process_source(data, str(path), settings)
-    if result.error is None and write and result.changed:
-        try:
-            atomic_write(path, result.new_source)
-        except OSError as error:
-            result.error = f"{path}:1:1: error: cannot write: {error.strerror or error}"
-    return result
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder and rename over the original,
-    keeping its permission bits (a new file gets open()'s): a crash leaves the old
-    file or the new, never half.
-    A symbolic link is followed, so the link stays and its target gets the new text."""
-    path = Path(os.path.realpath(path))
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode()
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".perfmod", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _new_file_mode() -> int:
-    """The permission bits open() would give a new file (0o666 less the umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def process_files(
-    paths: Sequence[Path],
-    settings: Settings,
-    write: bool,
-    jobs: int = 1,
-    on_result: Callable[[FileResult], None] | None = None,
-) -> list[FileResult]:
-    """Process files, in parallel when `jobs > 1`; results come back in input order."""
-    if jobs <= 1 or len(paths) < 2:
-        results = []
-        for path in paths:
-            results.append(process_file(path, settings, write))
-            if on_result:
-                on_result(results[-1])
-        return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        results = []
-        chunk = max(1, min(32, len(paths) // (jobs * 4)))
-        for result in pool.map(process_file, paths, [settings] * len(paths), [write] * len(paths), chunksize=chunk):
-            results.append(result)
-            if on_result:
-                on_result(result)
-        return results

@@ -8,7 +8,6 @@ without. Rules never print, never touch files and never import click.
 
 from __future__ import annotations
 
-import enum
 import inspect
 import re
 import textwrap
@@ -23,50 +22,17 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from codemod.result import Finding, Level  # noqa: F401  (re-exported: rules import them from here)
+
 if TYPE_CHECKING:
     from codemod.context import FileContext
 
 
-class Level(enum.IntEnum):
-    """How far a fix may change results; `--level` applies fixes up to this one."""
-
-    SAFE = 0  # same results bit for bit; only timing changes
-    NUMERIC = 1  # same computation in other floating point: within tolerance
-    UNSAFE = 2  # may change behaviour in cases the analysis cannot rule out
-
-    @classmethod
-    def parse(cls, text: str) -> "Level":
-        try:
-            return cls[text.strip().upper()]
-        except KeyError:
-            names = ", ".join(level.label for level in cls)
-            raise ValueError(f"unknown level {text!r}; expected one of: {names}") from None
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
 
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One place a rule reports, with or without a fix."""
-
-    path: str
-    line: int
-    column: int  # 1-based, as editors and SARIF count
-    code: str
-    name: str
-    message: str
-    level: Level  # the level its fix needs (the rule's level unless the site asks for more)
-    fixable: bool
-    applied: bool = False
-
-    @property
-    def location(self) -> str:
-        return f"{self.path}:{self.line}:{self.column}"
 
 
 @dataclass(frozen=True)

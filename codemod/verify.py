@@ -63,7 +63,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from codemod.config import ConfigError, Settings, load_settings
-from codemod.engine import SKIP_DIRS, process_source
+from codemod.engine import process_source
+from codemod.files import SKIP_DIRS
 from codemod.instrument import Instrumented, instrument
 from codemod.rule import Level, Rule
 from codemod.verify_run import MANIFEST, RUNS, SCHEMA, UNSAFE_NOTE, VerifyError, VerifyResult, run_prepared

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from codemod import engine
+from codemod import files
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
     FIXABLE, FIXED, UNPARSABLE, catalogue, perfmod, write,
 )
@@ -128,7 +128,7 @@ def test_a_failed_write_leaves_the_original_and_no_temporary_file(tmp_path, monk
     def refuse(source, destination):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(engine.os, "replace", refuse)
+    monkeypatch.setattr(files.os, "replace", refuse)
     result = perfmod("apply", "t.py")
     assert result.exit_code == 2
     assert result.stderr == "t.py:1:1: error: cannot write: Permission denied\n"

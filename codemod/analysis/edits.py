@@ -51,19 +51,4 @@ def innermost_statement(nodes: Iterable[cst.CSTNode], parents) -> cst.CSTNode:
     raise ValueError("the nodes are not in one module")
 
 
-def suppressed_on(statement: cst.CSTNode | None, code: str) -> bool:
-    """Does `statement` carry `# perfmod: ignore` or `# perfmod: ignore[..., code]`? For a
-    compound statement, the comment after its header (`with ...:  # perfmod: ignore`)."""
-    # The engine imports the rule catalogue, so its suppression syntax is imported when used.
-    from codemod.engine import SUPPRESSION
-
-    comment = None
-    if isinstance(statement, cst.SimpleStatementLine):
-        comment = statement.trailing_whitespace.comment
-    elif isinstance(statement, cst.BaseCompoundStatement) and isinstance(statement.body, cst.IndentedBlock):
-        comment = statement.body.header.comment
-    match = SUPPRESSION.search(comment.value) if comment is not None else None
-    if match is None:
-        return False
-    codes = match.group("codes")
-    return codes is None or code in {c.strip().upper() for c in codes.split(",")}
+from codemod.suppression import suppressed_on  # noqa: E402,F401  (rules import it from here)

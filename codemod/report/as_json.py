@@ -19,7 +19,7 @@ import json
 from typing import Sequence
 
 from codemod.docs import fix_availability, page_path
-from codemod.engine import FileResult
+from codemod.result import FileResult
 from codemod.report.summary import Summary
 from codemod.rule import Finding, Level, Rule
 

@@ -27,7 +27,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from codemod.docs import DOCS_FOLDER, page_path
-from codemod.engine import FileResult
+from codemod.result import FileResult
 from codemod.report.diff import decode
 from codemod.report.highlight import Span, highlight_lines
 from codemod.report.review import (

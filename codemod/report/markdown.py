@@ -9,7 +9,7 @@ from typing import Sequence
 
 import jinja2
 
-from codemod.engine import FileResult
+from codemod.result import FileResult
 from codemod.report.diff import unified_diff
 from codemod.report.review import rule_rows, status, verify_headline, verify_rows
 from codemod.report.summary import Summary

@@ -15,7 +15,7 @@ from typing import Sequence
 from urllib.parse import quote
 
 from codemod.docs import fix_availability, page_path
-from codemod.engine import FileResult
+from codemod.result import FileResult
 from codemod.rule import Finding, Level, Rule
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

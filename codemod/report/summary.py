@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from codemod.engine import FileResult
+from codemod.result import FileResult
 from codemod.rule import Finding, Level
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Sequence
 
 from codemod.docs import fix_availability, level_label, level_note, page_path
-from codemod.engine import FileResult
+from codemod.result import FileResult
 from codemod.report.summary import Summary
 from codemod.rule import Finding, Invalid, Level, Rule
 

@@ -1,0 +1,80 @@
+"""What processing a file produces: levels, findings and the file's result.
+
+A leaf module: the engine, the rules, the reports and the command line all
+import it, and it imports none of them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Level(enum.IntEnum):
+    """How far a fix may change results; `--level` applies fixes up to this one."""
+
+    SAFE = 0  # same results bit for bit; only timing changes
+    NUMERIC = 1  # same computation in other floating point: within tolerance
+    UNSAFE = 2  # may change behaviour in cases the analysis cannot rule out
+
+    @classmethod
+    def parse(cls, text: str) -> "Level":
+        try:
+            return cls[text.strip().upper()]
+        except (KeyError, AttributeError):
+            names = ", ".join(level.label for level in cls)
+            raise ValueError(f"unknown level {text!r}; expected one of: {names}") from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One place a rule reports, with or without a fix."""
+
+    path: str
+    line: int
+    column: int  # 1-based, as editors and SARIF count
+    code: str
+    name: str
+    message: str
+    level: Level  # the level its fix needs (the rule's level unless the site asks for more)
+    fixable: bool
+    applied: bool = False
+    end_line: int = 0  # last line of the offending code (0: same as `line`)
+    end_column: int = 0  # 1-based, exclusive
+    # Lines of the original file the fix rewrites (first, last), empty without a fix;
+    # every line the fix changes lies in one of them.
+    fix_lines: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def location(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+@dataclass
+class FileResult:
+    path: str
+    source: bytes
+    new_source: bytes | None = None
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None  # "path:line:col: error: ..." when the file could not be processed
+
+    @property
+    def changed(self) -> bool:
+        return self.new_source is not None and self.new_source != self.source
+
+    @property
+    def pending(self) -> list[Finding]:
+        """Findings whose fix applies at the chosen level."""
+        return [f for f in self.findings if f.applied]
+
+
+class SourceError(Exception):
+    """A file that cannot be decoded or parsed; `str()` is `line:col: message`."""
+
+    def __init__(self, line: int, column: int, message: str) -> None:
+        super().__init__(f"{line}:{column}: {message}")
+        self.line, self.column, self.message = line, column, message
