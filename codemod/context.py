@@ -1,55 +1,76 @@
-"""Everything a rule may ask about the file it visits, computed once per parse."""
+"""Everything a rule may ask about the file it visits, computed once per parse and
+only when first asked: the tree index, scopes, qualified names, positions, what
+expressions hold (Kinds), bindings, the training program and the loaders."""
 
 from __future__ import annotations
 
 from functools import cached_property
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, ScopeProvider
 
+from codemod.analysis.bindings import Bindings
+from codemod.analysis.index import TreeIndex
 from codemod.analysis.kinds import Kinds
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
+from codemod.analysis.positions import Positions
 from codemod.analysis.training import Training
-from codemod.analysis.tree import is_inside
 from codemod.config import Settings
 
 
 class FileContext:
-    def __init__(self, wrapper: MetadataWrapper, path: str, settings: Settings, code: str) -> None:
-        self.wrapper = wrapper
-        self.module = wrapper.module
-        self.code = code  # the module's source text, generated once per pass
+    def __init__(self, module: cst.Module, path: str, settings: Settings, code: str,
+                 index: TreeIndex | None = None) -> None:
+        self.module = module
+        self.code = code  # the module's source text
         self.path = path
         self.settings = settings
+        self.index = index if index is not None else TreeIndex(module)
+        self.parents = self.index.parents
+
+    @classmethod
+    def of_source(cls, code: str, path: str = "<string>", settings: Settings | None = None) -> "FileContext":
+        """A context for source text (tests, tools): parsed here."""
+        module = cst.parse_module(code)
+        return cls(module, path, settings or Settings(), module.code)
+
+    @cached_property
+    def wrapper(self) -> MetadataWrapper:
+        # The tree is fresh from the parser, so its nodes are unique: no copy needed.
+        return MetadataWrapper(self.module, unsafe_skip_copy=True)
+
+    @cached_property
+    def scopes(self):
+        return self.wrapper.resolve(ScopeProvider)
+
+    @cached_property
+    def positions(self) -> Positions:
+        return Positions(self.module, self.parents)
 
     @cached_property
     def names(self) -> Names:
-        return Names(self.wrapper)
+        return Names(self.scopes)
 
     @cached_property
     def kinds(self) -> Kinds:
-        return Kinds(self.wrapper, self.names, self.code)
+        return Kinds(self)
+
+    @cached_property
+    def bindings(self) -> Bindings:
+        return Bindings(self.scopes, self.parents)
 
     @cached_property
     def loops(self) -> TrainingLoops:
-        return TrainingLoops(self.module, self.parents)
+        return TrainingLoops(self)
 
     @cached_property
     def training(self) -> Training:
-        return Training(self.module, self.kinds)
-
-    @cached_property
-    def parents(self):
-        return self.wrapper.resolve(ParentNodeProvider)
-
-    @cached_property
-    def positions(self):
-        return self.wrapper.resolve(PositionProvider)
+        return Training(self)
 
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
         """Is `node` the node `ancestor` or somewhere below it?"""
-        return is_inside(node, ancestor, self.parents)
+        return self.index.inside(node, ancestor)
 
     def line(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line

@@ -1,36 +1,39 @@
-"""Files -> parse once -> run the selected rules -> findings + new source.
+"""One file's bytes -> findings and the rewritten bytes.
 
-The engine is the only code that reads and writes files. Each pass runs every
-selected rule in one batched traversal, applies the fixes allowed at the chosen
-level that do not overlap, and repeats on the new tree until no fix is left, so
-that a second run of perfmod finds nothing to change.
+    parse once -> FileContext (lazy analyses) -> every selected rule visits the
+    tree in one shared walk -> each finding carries its edits -> the scope guard
+    and the conflict plan keep the fixes that can be applied together -> one
+    transform applies them -> imports added and released -> new bytes
+
+A rule that must see another rule's fixes applied declares it (`Rule.AFTER`);
+it runs in a later pass on the output of the earlier one. Each rule runs in
+exactly one pass, so the number of passes is bounded by the longest chain of
+such declarations. The engine never writes files (codemod.files does).
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
 import io
 import tokenize
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import MetadataWrapper
 
+from codemod import edits as edit_model
+from codemod import guard, imports as import_edits
+from codemod.analysis.index import TreeIndex
 from codemod.config import Settings
 from codemod.context import FileContext
+from codemod.edits import Fix, InsertAfter, InsertBefore, Wrap
 from codemod.result import FileResult, Finding, SourceError
 from codemod.rule import Report, Rule
-from codemod.suppression import is_suppressed as _is_suppressed, suppressions as _suppressions
 from codemod.rules import ALL_RULES
+from codemod.suppression import is_suppressed, suppressions
 
-MAX_PASSES = 5
-
-
-
-
-# -- one source ----------------------------------------------------------------------
+# -- parsing ------------------------------------------------------------------------------
 
 
 def parse(data: bytes) -> cst.Module:
@@ -70,8 +73,69 @@ def _decode_error_position(data: bytes) -> tuple[int, int]:
     return 1, 1
 
 
+# -- rules --------------------------------------------------------------------------------
+
+
 def selected_rules(settings: Settings, path: str, rules: Sequence[type[Rule]] | None = None) -> list[type[Rule]]:
     return [rule for rule in (rules if rules is not None else ALL_RULES) if settings.enabled(rule.CODE, path, opt_in=rule.OPT_IN)]
+
+
+def passes(rules: Sequence[type[Rule]]) -> list[list[type[Rule]]]:
+    """The rules grouped by the pass they run in: a rule runs one pass after the
+    latest of the selected rules it names in `AFTER`."""
+    by_code = {rule.CODE: rule for rule in rules}
+    depth: dict[str, int] = {}
+
+    def depth_of(rule: type[Rule], seen: tuple[str, ...] = ()) -> int:
+        if rule.CODE in seen:
+            raise ValueError(f"rules wait for each other's fixes in a cycle: {' -> '.join([*seen, rule.CODE])}")
+        if rule.CODE not in depth:
+            earlier = [by_code[code] for code in rule.AFTER if code in by_code]
+            depth[rule.CODE] = 1 + max((depth_of(r, (*seen, rule.CODE)) for r in earlier), default=-1)
+        return depth[rule.CODE]
+
+    groups: dict[int, list[type[Rule]]] = {}
+    for rule in rules:
+        groups.setdefault(depth_of(rule), []).append(rule)
+    return [groups[number] for number in sorted(groups)]
+
+
+def _dispatch(index: TreeIndex, instances: Sequence[Rule]) -> None:
+    """Call every rule's visit_/leave_ methods in one walk, in document order
+    (a node is left after everything inside it)."""
+    visits: dict[type, list] = {}
+    leaves: dict[type, list] = {}
+    for instance in instances:
+        rule_visits, rule_leaves = type(instance).hooks()
+        for node_type, name in rule_visits.items():
+            visits.setdefault(node_type, []).append(getattr(instance, name))
+        for node_type, name in rule_leaves.items():
+            leaves.setdefault(node_type, []).append(getattr(instance, name))
+    if not leaves:
+        for node in index.find(tuple(visits)) if visits else ():
+            for hook in visits[type(node)]:
+                hook(node)
+        return
+    wanted = tuple({*visits, *leaves})
+    open_nodes: list[tuple[int, cst.CSTNode]] = []  # (last descendant, node) of nodes to leave
+    for node in index.find(wanted):
+        at = index.order(node)
+        while open_nodes and open_nodes[-1][0] < at:
+            _leave(open_nodes.pop()[1], leaves)
+        for hook in visits.get(type(node), ()):
+            hook(node)
+        if type(node) in leaves:
+            open_nodes.append((index.end(node), node))
+    while open_nodes:
+        _leave(open_nodes.pop()[1], leaves)
+
+
+def _leave(node: cst.CSTNode, leaves: dict[type, list]) -> None:
+    for hook in leaves[type(node)]:
+        hook(node)
+
+
+# -- one file -------------------------------------------------------------------------
 
 
 def process_source(
@@ -85,123 +149,214 @@ def process_source(
         result.error = f"{path}:{error.line}:{error.column}: error: {error.message}"
         return result
     active = selected_rules(settings, path, rules)
-    if not active:
-        result.new_source = data
-        return result
-    parsed, changed = module, False
     try:
-        for number in range(MAX_PASSES):
-            code = module.code
-            # Comments move with the code, so suppressions are read again on every pass.
-            suppressed = _suppressions(code) if "perfmod" in code else {}
-            candidates = [rule for rule in active if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
-            module, findings, applied = _run_pass(module, code, path, settings, candidates, suppressed,
-                                                  fresh=number == 0)
-            if number == 0:
-                result.findings = findings  # later passes only finish fixes deferred by overlaps
-            if not applied:
-                break
-            changed = True
-        else:
-            codes = sorted({f.code for f in findings if f.applied})
-            raise RuntimeError(f"fixes of {', '.join(codes)} keep rewriting after {MAX_PASSES} passes")
-        if not changed:
-            result.new_source = data  # libcst does not give back every file byte for byte
-            return result
-        if parsed.bytes != data:
-            result.findings = []
-            result.error = (f"{path}:1:1: error: libcst cannot write this file back byte for byte (typically "
-                            "whitespace after the last newline), so its fixes are not applied and it is left unchanged; "
-                            "end the file with a newline and run perfmod again")
-            return result
-        result.new_source = module.bytes
+        findings, new_module = _run(module, path, settings, active)
     except Exception as error:  # a bug in a rule must not cost the user their file
-        result.findings, result.new_source = [], None
         result.error = (f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
                         "please report it with this file, or skip it with --ignore or `exclude`")
+        return result
+    result.findings = findings
+    if new_module is module:
+        result.new_source = data  # libcst does not give back every file byte for byte
+        return result
+    if module.bytes != data:
+        result.findings = []
+        result.error = (f"{path}:1:1: error: libcst cannot write this file back byte for byte (typically "
+                        "whitespace after the last newline), so its fixes are not applied and it is left unchanged; "
+                        "end the file with a newline and run perfmod again")
+        return result
+    result.new_source = new_module.bytes
     return result
 
 
-def _run_pass(module, code, path, settings, rules, suppressed, fresh: bool) -> tuple[cst.Module, list[Finding], bool]:
-    if not rules:
-        return module, [], False
-    # A freshly parsed tree has unique nodes; a rewritten one may share some, so copy it.
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=fresh)
-    module = wrapper.module
-    context = FileContext(wrapper, path, settings, code)
-    instances = [rule(context) for rule in rules]
-    wrapper.visit_batched(instances)
-    reports = [r for rule in instances for r in rule.reports]
-    positions = context.positions
-    findings, fixes = [], []
-    for report in reports:
-        start = positions[report.location].start
-        if _is_suppressed(suppressed, start.line, report.code):
+def _run(module: cst.Module, path: str, settings: Settings, active: Sequence[type[Rule]]) -> tuple[list[Finding], cst.Module]:
+    findings: list[Finding] = []
+    current, code = module, None
+    original_lines: list[str] | None = None
+    for group in passes(active):
+        code = current.code if code is None else code
+        candidates = [rule for rule in group if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
+        if not candidates:
             continue
-        applies = report.replacement is not None and report.level <= settings.level
-        findings.append(
-            Finding(path, start.line, start.column + 1, report.code, report.name, report.message,
-                    report.level, report.replacement is not None, applies)
-        )
-        if applies:
-            fixes.append(report)
+        outcome = _run_pass(current, code, path, settings, candidates)
+        if current is not module:  # a later pass: its lines are the rewritten file's
+            original_lines = original_lines if original_lines is not None else module.code.splitlines()
+            outcome.findings = _map_lines(outcome.findings, code.splitlines(), original_lines)
+        findings.extend(outcome.findings)
+        if outcome.module is not current:
+            code = outcome.module.code
+            current = parse(code.encode(outcome.module.encoding))
     findings.sort(key=lambda f: (f.line, f.column, f.code))
-    accepted = _without_overlaps(fixes, context.parents)
+    return findings, current
+
+
+@dataclass
+class _Outcome:
+    findings: list[Finding]
+    module: cst.Module
+
+
+def _run_pass(module: cst.Module, code: str, path: str, settings: Settings, rules: Sequence[type[Rule]]) -> _Outcome:
+    context = FileContext(module, path, settings, code)
+    instances = [rule(context) for rule in rules]
+    _dispatch(context.index, instances)
+    suppressed = suppressions(code)
+    reports: list[tuple[Report, int]] = []
+    for instance in instances:
+        for report in instance.reports:
+            line = context.line(report.location)
+            if not is_suppressed(suppressed, line, report.code):
+                reports.append((report, line))
+    fixes, reasons = _candidate_fixes(reports, context)
+    accepted, conflicts = edit_model.plan(fixes, context.index)
+    for key, why in conflicts.items():
+        reasons[key] = f"not fixed in this run: {why}; run perfmod again to fix it"
+    new_module, lines_of = _apply(module, accepted, context)
+    findings = [_finding(path, report, line, key, context, reasons, lines_of) for key, (report, line) in enumerate(reports)]
+    return _Outcome(findings, new_module)
+
+
+def _candidate_fixes(reports: list[tuple[Report, int]], context: FileContext) -> tuple[list[Fix], dict[int, str]]:
+    """The fixes allowed at the chosen level that can be made where they are anchored,
+    and why each fix of the others cannot."""
+    fixes: list[Fix] = []
+    reasons: dict[int, str] = {}
+    module_scope = None
+    for key, (report, line) in enumerate(reports):
+        if not report.has_fix or report.level > context.settings.level:
+            continue
+        fix = Fix(key, report.code, int(report.level), line, list(report.edits), list(report.imports))
+        problem = next(filter(None, (edit_model.validate(edit, context.index) for edit in fix.edits)), None)
+        if problem is None:
+            missing = guard.undefined_names(fix, context.scopes)
+            if missing:
+                problem = (f"the fix would use {_names(missing)}, not defined where it would go; "
+                           "define it there or rewrite by hand")
+        if problem is None and fix.imports:
+            module_scope = module_scope or context.scopes.get(context.module)
+            clashes = guard.import_clashes(fix, module_scope)
+            if clashes:
+                problem = f"the fix imports {_names(clashes)}, a name this file already uses for something else"
+        if problem is None:
+            problem = _runtime_shadowed(fix, context)
+        if problem is not None:
+            reasons[key] = f"not fixed: {problem}"
+            continue
+        fixes.append(fix)
+    return fixes, reasons
+
+
+def _runtime_shadowed(fix: Fix, context: FileContext) -> str | None:
+    """Rewritten code imports perfmod's `runtime` package; a project's own module of
+    that name would be imported instead."""
+    shadow = context.settings.runtime_shadow if hasattr(context.settings, "runtime_shadow") else None
+    if shadow and any(item.module.split(".")[0] == "runtime" for item in fix.imports):
+        return (f"the fix imports perfmod's `runtime` package, but {shadow} would be imported instead; "
+                "rename that module, or install perfmod's runtime where the script runs and rename it")
+    return None
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def _apply(module: cst.Module, accepted: list[Fix], context: FileContext) -> tuple[cst.Module, dict[int, list[tuple[int, int]]]]:
+    """The module with the accepted fixes made, and the original lines each fix changes."""
     if not accepted:
-        return module, findings, False
-    new_module = module.visit(_Replace({id(r.node): r.replacement for r in accepted}))
-    imports = {item for r in accepted for item in r.imports}
-    if imports:
-        codemod_context = CodemodContext()
-        for module_name, obj in sorted(imports, key=lambda i: (i[0], i[1] or "")):
-            AddImportsVisitor.add_needed_import(codemod_context, module_name, obj)
-        new_module = AddImportsVisitor(codemod_context).transform_module(new_module)
-    return _without_released_imports(new_module, wrapper, accepted), findings, True
+        return module, {}
+    index = context.index
+    lines_of: dict[int, list[tuple[int, int]]] = {fix.key: [_span(edit, context) for edit in fix.edits] for fix in accepted}
+    new_module = edit_model.apply(module, accepted, index)
+    needed = import_edits.missing(module, [item for fix in accepted for item in fix.imports])
+    if needed:
+        site = import_edits.import_site(module)
+        line = context.positions[site.after].end.line if site.after is not None else 1
+        for fix in accepted:
+            if any(item in needed for item in fix.imports):
+                lines_of[fix.key].append((line, line))
+        new_module = import_edits.add(new_module, needed, site)
+    released = _imported_names_in_edits(module, accepted, index)
+    if released:
+        new_module, removed = import_edits.without_unused(new_module, set(released))
+        for name in removed:
+            for statement in _import_statements(module, name):
+                span = _statement_span(statement, context)
+                for key in released[name]:
+                    lines_of[key].append(span)
+    return new_module, lines_of
 
 
-def _without_released_imports(new_module: cst.Module, wrapper: MetadataWrapper, fixes: list[Report]) -> cst.Module:
-    """Remove the imports that the replaced code used and nothing uses any more
-    (`import gc` after the last `gc.collect()` goes); imports the user still
-    uses, or never used, stay."""
-    context = CodemodContext(wrapper=wrapper)
-    for report in fixes:
-        try:
-            RemoveImportsVisitor.remove_unused_import_by_node(context, report.node)
-        except ValueError:  # a relative import: its absolute module is unknown, so leave it
-            continue
-    if not context.scratch.get(RemoveImportsVisitor.CONTEXT_KEY):
-        return new_module
-    return RemoveImportsVisitor(context).transform_module(new_module)
+def _imported_names_in_edits(module: cst.Module, fixes: list[Fix], index: TreeIndex) -> dict[str, list[int]]:
+    """Names bound by top-level imports that the code a fix replaces or removes
+    reads: their import may be left unused. Name -> the keys of those fixes."""
+    bound = {import_edits.bound_name(alias, small)
+             for statement in module.body if isinstance(statement, cst.SimpleStatementLine)
+             for small in statement.body if isinstance(small, (cst.Import, cst.ImportFrom))
+             and not isinstance(small.names, cst.ImportStar) for alias in small.names}
+    found: dict[str, list[int]] = {}
+    for fix in fixes:
+        for edit in fix.edits:
+            if isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword)):
+                continue
+            for name in index.find(cst.Name, within=edit.anchor):
+                if name.value in bound and fix.key not in found.setdefault(name.value, []):
+                    found[name.value].append(fix.key)
+    return found
 
 
-def _without_overlaps(fixes: list[Report], parents) -> list[Report]:
-    """Keep fixes whose nodes neither contain nor sit inside another kept fix;
-    deeper nodes first. The rest wait for the next pass, on the updated tree."""
-
-    def ancestors(node):
-        node = parents.get(node)
-        while node is not None:
-            yield node
-            node = parents.get(node)
-
-    chains = {id(r.node): [id(a) for a in ancestors(r.node)] for r in fixes}
-    kept: list[Report] = []
-    kept_ids: set[int] = set()
-    kept_ancestors: set[int] = set()
-    for report in sorted(fixes, key=lambda r: -len(chains[id(r.node)])):
-        chain = chains[id(report.node)]
-        if id(report.node) in kept_ids or id(report.node) in kept_ancestors or kept_ids.intersection(chain):
-            continue
-        kept.append(report)
-        kept_ids.add(id(report.node))
-        kept_ancestors.update(chain)
-    return kept
+def _import_statements(module: cst.Module, name: str) -> list[cst.SimpleStatementLine]:
+    return [statement for statement in module.body if isinstance(statement, cst.SimpleStatementLine)
+            and any(isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar)
+                    and any(import_edits.bound_name(a, small) == name for a in small.names) for small in statement.body)]
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict) -> None:
-        super().__init__()
-        self.replacements = replacements
+def _span(edit, context: FileContext) -> tuple[int, int]:
+    """The original lines an edit changes (for an insertion, the statement it goes next to)."""
+    if isinstance(edit, Wrap):
+        return _statement_span(edit.anchor, context)[0], _statement_span(edit.last, context)[1]
+    if isinstance(edit.anchor, cst.BaseStatement):
+        return _statement_span(edit.anchor, context)
+    position = context.positions[edit.anchor]
+    return position.start.line, position.end.line
 
-    def on_leave(self, original_node, updated_node):
-        return self.replacements.get(id(original_node), updated_node)
+
+def _statement_span(statement: cst.CSTNode, context: FileContext) -> tuple[int, int]:
+    """A statement's lines with the comment lines above it (a removal carries them)."""
+    position = context.positions[statement]
+    first = position.start.line - len(getattr(statement, "leading_lines", ()))
+    end = position.end.line
+    if isinstance(statement, cst.SimpleStatementLine) or position.end.column == 0:
+        end = max(position.start.line, end - (1 if position.end.column == 0 else 0))
+    return max(first, 1), end
+
+
+def _finding(path: str, report: Report, line: int, key: int, context: FileContext,
+             reasons: dict[int, str], lines_of: dict[int, list[tuple[int, int]]]) -> Finding:
+    position = context.positions[report.location]
+    reason = reasons.get(key)
+    message = report.message if reason is None else f"{report.message} ({reason})"
+    return Finding(
+        path, line, position.start.column + 1, report.code, report.name, message, report.level,
+        fixable=report.has_fix and reason is None,
+        applied=key in lines_of,
+        end_line=position.end.line,
+        end_column=position.end.column + 1,
+        fix_lines=tuple(sorted(set(lines_of.get(key, ())))),
+    )
+
+
+def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str]) -> list[Finding]:
+    """Findings of a later pass, moved from the lines of the rewritten file to the
+    original's: an unchanged line maps to itself, a changed one to where its change starts."""
+    matcher = difflib.SequenceMatcher(None, original, rewritten, autojunk=False)
+    table: dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for offset, j in enumerate(range(j1, j2)):
+            table[j + 1] = (i1 + offset + 1) if tag == "equal" else i1 + 1
+    last = len(original)
+
+    def moved(line: int) -> int:
+        return min(table.get(line, last), max(last, 1))
+
+    return [replace(f, line=moved(f.line), end_line=moved(f.end_line or f.line),
+                    fix_lines=tuple((moved(a), moved(b)) for a, b in f.fix_lines)) for f in findings]

@@ -45,8 +45,8 @@ class Finding:
     applied: bool = False
     end_line: int = 0  # last line of the offending code (0: same as `line`)
     end_column: int = 0  # 1-based, exclusive
-    # Lines of the original file the fix rewrites (first, last), empty without a fix;
-    # every line the fix changes lies in one of them.
+    # Spans of lines (first, last) of the original file that the applied fix rewrites,
+    # or next to which it inserts lines (an import goes after the imports at the top).
     fix_lines: tuple[tuple[int, int], ...] = ()
 
     @property

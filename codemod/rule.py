@@ -1,9 +1,12 @@
-"""The rule model: levels, findings, and the base class every rule extends.
+"""The rule model: the base class every rule extends, and its examples.
 
-A rule is a libcst batchable visitor (all rules share one traversal per file,
-as in Fixit). It detects and fixes in the same visit: ``self.report(node,
-replacement=new)`` records a finding with its fix, ``self.report(node)`` one
-without. Rules never print, never touch files and never import click.
+A rule defines `visit_<Node>` / `leave_<Node>` methods, as a libcst visitor
+does; the engine calls them for every node of those types in one walk shared
+by all rules (as in Fixit). A rule detects and fixes in the same visit:
+``self.report(node, edits=[...])`` records a finding with its fix (see
+codemod.edits), ``self.report(node)`` one without. Rules read what they need
+from `self.context` (codemod.context.FileContext) and never print, never touch
+files and never import click.
 """
 
 from __future__ import annotations
@@ -15,13 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Sequence, Union
 
 import libcst as cst
-from libcst.metadata import (
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
 
+from codemod.edits import AddImport, Edit, Replace
 from codemod.result import Finding, Level  # noqa: F401  (re-exported: rules import them from here)
 
 if TYPE_CHECKING:
@@ -31,6 +29,7 @@ if TYPE_CHECKING:
 
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+_HOOK = re.compile(r"^(visit|leave)_([A-Z]\w*)$")
 
 
 
@@ -56,19 +55,22 @@ class Invalid:
 
 @dataclass
 class Report:
-    """What a rule hands the engine: the node, why, and the optional fix."""
+    """What a rule hands the engine: where, why, and the edits of its fix (none: report only)."""
 
-    node: cst.CSTNode  # what the fix replaces
     location: cst.CSTNode  # where the finding is reported (and suppressed): the offending code
     code: str
     name: str
     message: str
     level: Level
-    replacement: Replacement | None
-    imports: tuple[tuple[str, str | None], ...]  # (module, obj) pairs the fix needs
+    edits: tuple[Edit, ...]
+    imports: tuple[AddImport, ...]
+
+    @property
+    def has_fix(self) -> bool:
+        return bool(self.edits or self.imports)
 
 
-class Rule(cst.BatchableCSTVisitor):
+class Rule:
     """Base class: subclasses set the ClassVars and implement visit_* methods.
 
     The class docstring is the rule's documentation page, in ruff's sections:
@@ -89,42 +91,58 @@ class Rule(cst.BatchableCSTVisitor):
     # Opt-in rules run only when `select` names their code exactly (`--select PM506`):
     # prefixes (`PM`, `PM5`) and `ALL` leave them out, so the default run never has them.
     OPT_IN: ClassVar[bool] = False
-
-    METADATA_DEPENDENCIES = (
-        PositionProvider,
-        QualifiedNameProvider,
-        ScopeProvider,
-        ParentNodeProvider,
-    )
+    # Codes of rules whose fixes this rule must see applied: the engine runs it on
+    # their output, in a later pass. Only for rules that rewrite code other rules
+    # edit inside (a per-sample loop, an attention chain): most rules need none.
+    AFTER: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, context: "FileContext") -> None:
-        super().__init__()
         self.context = context
         self.reports: list[Report] = []
+
+    @classmethod
+    def hooks(cls) -> tuple[dict[type, str], dict[type, str]]:
+        """The node types this rule visits and leaves, with the method for each."""
+        found = cls.__dict__.get("_hooks")
+        if found is None:
+            visits: dict[type, str] = {}
+            leaves: dict[type, str] = {}
+            for name in dir(cls):
+                match = _HOOK.match(name)
+                node_type = getattr(cst, match.group(2), None) if match else None
+                if isinstance(node_type, type) and issubclass(node_type, cst.CSTNode):
+                    (visits if match.group(1) == "visit" else leaves)[node_type] = name
+            found = (visits, leaves)
+            cls._hooks = found
+        return found
 
     def report(
         self,
         node: cst.CSTNode,
         message: str | None = None,
         *,
+        edits: Sequence[Edit] = (),
         replacement: Replacement | None = None,
         level: Level | None = None,
         imports: Sequence[tuple[str, str | None]] = (),
         at: cst.CSTNode | None = None,
     ) -> None:
-        """Report `node` (replaced by `replacement` when given); `at` is where to
-        point the user when the fix replaces a larger node (a whole loop) than
-        the offending code."""
+        """Report `node`, fixed by `edits` when given. `replacement` is the edit
+        `Replace(node, replacement)`; `imports` are (module, name) pairs the fix
+        needs (name None for `import module`); `at` is where to point the user
+        when that is not `node` (a fix that rewrites a loop, found at its forward pass)."""
+        edits = list(edits)
+        if replacement is not None:
+            edits.append(Replace(node, replacement))
         self.reports.append(
             Report(
-                node=node,
                 location=at if at is not None else node,
                 code=self.CODE,
                 name=self.NAME,
                 message=message or self.MESSAGE,
                 level=max(level, self.LEVEL) if level is not None else self.LEVEL,
-                replacement=replacement,
-                imports=tuple(imports),
+                edits=tuple(edits),
+                imports=tuple(AddImport(module, name) for module, name in imports) if edits or imports else (),
             )
         )
 

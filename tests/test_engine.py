@@ -1,32 +1,48 @@
-"""The engine's own contract, with small test-only rules."""
+"""The engine's own contract, with small test-only rules: edits compose in one
+pass, conflicts are settled and reported, the scope guard drops fixes that would
+read undefined names, imports come and go, later passes run only on request."""
+
+import difflib
 
 import libcst as cst
-from libcst.metadata import ParentNodeProvider
+import pytest
 
 from codemod.config import Settings
-from codemod.engine import process_source
+from codemod.edits import AddKeyword, InsertBefore, Remove, Replace, Wrap
+from codemod.engine import passes, process_source
 from codemod.rule import Level, Rule
 
 
 class RenameCallsToSnake(Rule):
-    """Test rule: `f(...)` -> `snake(...)` for any call of a bare name `f`."""
+    """`f(...)` -> `snake(...)`: a fixed replacement of the callee name, which is imported."""
 
     CODE, NAME, LEVEL, MESSAGE, GAIN = "PM901", "test-rename", Level.SAFE, "rename", ""
 
     def visit_Call(self, node):
         if isinstance(node.func, cst.Name) and node.func.value == "f":
-            self.report(node, replacement=node.with_changes(func=cst.Name("snake")))
+            self.report(node, edits=[Replace(node.func, cst.Name("snake"))], imports=[("snakes", "snake")])
 
 
 class WrapInList(Rule):
-    """Test rule at level numeric: `g(x)` -> `[g(x)]` (once), adding `import json`."""
+    """`g(x)` -> `[g(x)]` at level numeric, built from the updated call, adding `import json`."""
 
     CODE, NAME, LEVEL, MESSAGE, GAIN = "PM902", "test-wrap", Level.NUMERIC, "wrap", ""
 
     def visit_Call(self, node):
-        wrapped = isinstance(self.get_metadata(ParentNodeProvider, node), cst.Element)
+        wrapped = isinstance(self.context.parents.get(node), cst.Element)
         if isinstance(node.func, cst.Name) and node.func.value == "g" and not wrapped:
-            self.report(node, replacement=cst.List([cst.Element(node)]), imports=[("json", None)])
+            self.report(node, edits=[Replace(node, lambda updated: cst.List([cst.Element(updated)]))],
+                        imports=[("json", None)])
+
+
+class ReplaceWholeStatementOfH(Rule):
+    """A statement calling `h(...)` becomes `done = True`: it discards what was inside."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM906", "test-discard", Level.UNSAFE, "discard", ""
+
+    def visit_SimpleStatementLine(self, node):
+        if "h(" in self.context.source(node):
+            self.report(node, replacement=cst.parse_statement("done = True\n"))
 
 
 class Crashes(Rule):
@@ -37,16 +53,73 @@ class Crashes(Rule):
 
 
 class DropStatementsCallingDrop(Rule):
-    """Test rule: removes every statement `<anything>.drop(...)` or `drop(...)`."""
+    """Removes every statement `<anything>.drop(...)` or `drop(...)`."""
 
     CODE, NAME, LEVEL, MESSAGE, GAIN = "PM904", "test-drop", Level.SAFE, "drop", ""
 
-    def visit_Expr(self, node):
-        call = node.value
+    def visit_SimpleStatementLine(self, node):
+        call = node.body[0].value if isinstance(node.body[0], cst.Expr) else None
         if isinstance(call, cst.Call):
             name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
             if name == "drop":
-                self.report(node, replacement=cst.RemovalSentinel.REMOVE)
+                self.report(node, edits=[Remove(node)])
+
+
+class QuietCalls(Rule):
+    """`run(...)` gets `quiet=True`."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM907", "test-keyword", Level.SAFE, "quiet", ""
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "run":
+            self.report(node, edits=[AddKeyword(node, "quiet", cst.Name("True"))])
+
+
+class GuardLoops(Rule):
+    """The body of every `for` loop goes under `with contextlib.nullcontext(limit):`,
+    and `limit = 3` is set before the loop."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM908", "test-wrap-run", Level.SAFE, "guard", ""
+
+    def visit_For(self, node):
+        body = node.body.body
+        self.report(node, edits=[
+            InsertBefore(node, (cst.parse_statement("limit = 3\n"),)),
+            Wrap(body[0], body[-1], (cst.WithItem(cst.parse_expression("contextlib.nullcontext(limit)")),)),
+        ], imports=[("contextlib", None)])
+
+
+class UsesDevice(Rule):
+    """Inserts `policy = str(device)` before each `step()` statement: it reads `device`."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM909", "test-guard", Level.SAFE, "policy", ""
+
+    def visit_SimpleStatementLine(self, node):
+        if self.context.source(node).strip() == "step()":
+            self.report(node, edits=[InsertBefore(node, (cst.parse_statement("policy = str(device)\n"),))])
+
+
+class ImportsPrecision(Rule):
+    """`mixed()` -> `Precision.on()`, importing Precision from runtime.amp."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM910", "test-import", Level.SAFE, "precision", ""
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "mixed":
+            self.report(node, edits=[Replace(node, cst.parse_expression("Precision.on()"))],
+                        imports=[("runtime.amp", "Precision")])
+
+
+class SeesSnakes(Rule):
+    """Reports `snake(...)` calls, which only exist after PM901's fixes: it runs after PM901."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM911", "test-after", Level.SAFE, "snake seen", ""
+    AFTER = ("PM901",)
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "snake" and not any(
+                a.keyword and a.keyword.value == "seen" for a in node.args):
+            self.report(node, edits=[AddKeyword(node, "seen", cst.Name("True"))])
 
 
 TEST_RULES = [RenameCallsToSnake, WrapInList]
@@ -56,17 +129,58 @@ def run(source: str, level=Level.UNSAFE, rules=TEST_RULES, **settings):
     return process_source(source.encode(), "t.py", Settings(level=level, **settings), rules)
 
 
-def test_nested_fixes_from_different_rules_all_apply_over_passes():
-    # f(...) sits inside g(...): both replacements cannot be applied in one pass.
+def changed_lines_outside_fixes(result) -> list[str]:
+    """Lines of the diff that no applied finding's fix_lines cover."""
+    before = result.source.decode().splitlines()
+    after = result.new_source.decode().splitlines()
+    spans = [span for f in result.findings if f.applied for span in f.fix_lines]
+    outside = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        covered = any((first - 1 <= i1 <= last) if i1 == i2 else (i1 + 1 <= last and i2 >= first)
+                      for first, last in spans)
+        if not covered:
+            outside.append(f"{tag} {i1}:{i2} -> {after[j1:j2]}")
+    return outside
+
+
+# -- composition ------------------------------------------------------------------------
+
+
+def test_nested_fixes_from_different_rules_compose_in_one_pass():
     result = run("y = g(f(1))\n")
-    assert result.new_source.decode() == "import json\n\ny = [g(snake(1))]\n"
+    assert result.new_source.decode() == "import json\nfrom snakes import snake\ny = [g(snake(1))]\n"
     assert [f.code for f in result.findings] == ["PM902", "PM901"]
     assert all(f.applied for f in result.findings)
+    assert changed_lines_outside_fixes(result) == []
+
+
+def test_a_wrap_composes_with_a_keyword_and_a_removal_inside_it():
+    source = "for i in range(2):\n    run(i)\n    drop()\n    x = i\n"
+    result = run(source, rules=[GuardLoops, QuietCalls, DropStatementsCallingDrop])
+    assert result.new_source.decode() == (
+        "import contextlib\nlimit = 3\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        run(i, quiet=True)\n        x = i\n")
+    assert all(f.applied for f in result.findings)
+    assert changed_lines_outside_fixes(result) == []
+
+
+def test_inserted_statements_take_the_blank_lines_and_leave_the_comment_on_its_statement():
+    source = "x = 1\n\n# the loop\nfor i in range(2):\n    pass\n"
+    result = run(source, rules=[GuardLoops])
+    assert result.new_source.decode() == (
+        "import contextlib\nx = 1\n\nlimit = 3\n# the loop\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        pass\n")
+
+
+def test_a_removed_statement_keeps_its_comment_lines_and_an_emptied_block_gets_pass():
+    source = "if ok:\n    # tidy up\n    drop()\nx = 1\n"
+    result = run(source, rules=[DropStatementsCallingDrop])
+    assert result.new_source.decode() == "if ok:\n    # tidy up\n    pass\nx = 1\n"
 
 
 def test_level_gates_fixes_but_keeps_findings():
     result = run("y = g(f(1))\n", level=Level.SAFE)
-    assert result.new_source.decode() == "y = g(snake(1))\n"
+    assert result.new_source.decode() == "from snakes import snake\ny = g(snake(1))\n"
     applied = {f.code: f.applied for f in result.findings}
     assert applied == {"PM901": True, "PM902": False}
 
@@ -78,7 +192,90 @@ def test_second_run_changes_nothing():
     assert b"# keep this comment" in first.new_source
 
 
-def test_import_is_added_once_for_many_fixes():
+# -- conflicts ----------------------------------------------------------------------------
+
+
+def test_a_fix_that_discards_code_wins_over_fixes_inside_it_and_they_say_why():
+    result = run("value = h(f(1))\nother = f(2)\n", rules=[RenameCallsToSnake, ReplaceWholeStatementOfH])
+    assert result.new_source.decode() == "from snakes import snake\ndone = True\nother = snake(2)\n"
+    inner = next(f for f in result.findings if f.code == "PM901" and f.line == 1)
+    assert not inner.applied and not inner.fixable
+    assert "PM906's fix on line 1 removes or rewrites this code" in inner.message
+    assert "run perfmod again" in inner.message
+    assert all(f.applied for f in result.findings if f is not inner)
+
+
+def test_overlapping_wraps_of_one_block_conflict_and_nested_ones_compose():
+    class WrapFirstTwo(Rule):
+        CODE, NAME, LEVEL, MESSAGE, GAIN = "PM912", "test-first-two", Level.SAFE, "two", ""
+
+        def visit_For(self, node):
+            body = node.body.body
+            self.report(node, edits=[Wrap(body[0], body[1], (cst.WithItem(cst.parse_expression("open(i)")),))])
+
+    class WrapLastTwo(WrapFirstTwo):
+        CODE, NAME = "PM913", "test-last-two"
+
+        def visit_For(self, node):
+            body = node.body.body
+            self.report(node, edits=[Wrap(body[1], body[2], (cst.WithItem(cst.parse_expression("len(i)")),))])
+
+    source = "for i in x:\n    p()\n    q()\n    r()\n"
+    result = run(source, rules=[WrapFirstTwo, WrapLastTwo])
+    assert result.new_source.decode() == "for i in x:\n    with open(i):\n        p()\n        q()\n    r()\n"
+    loser = next(f for f in result.findings if f.code == "PM913")
+    assert "wraps an overlapping run of statements" in loser.message and not loser.applied
+    nested = run(source, rules=[WrapFirstTwo, GuardLoops])
+    assert nested.new_source.decode() == (
+        "import contextlib\nlimit = 3\nfor i in x:\n    with contextlib.nullcontext(limit):\n        with open(i):\n            p()\n            q()\n        r()\n")
+
+
+def test_two_rules_passing_the_same_keyword_differently_conflict():
+    class Loud(QuietCalls):
+        CODE, NAME = "PM914", "test-loud"
+
+        def visit_Call(self, node):
+            if isinstance(node.func, cst.Name) and node.func.value == "run":
+                self.report(node, edits=[AddKeyword(node, "quiet", cst.Name("False"))])
+
+    result = run("run(1)\n", rules=[QuietCalls, Loud])
+    assert result.new_source.decode() == "run(1, quiet=True)\n"
+    assert "passes `quiet` differently" in next(f for f in result.findings if f.code == "PM914").message
+
+
+# -- scope guard --------------------------------------------------------------------------
+
+
+def test_a_fix_reading_a_name_not_defined_where_it_goes_is_dropped_and_says_why():
+    source = ("device = 'cuda'\n\nclass Trainer:\n    def __init__(self):\n        self.device = device\n\n"
+              "    def train(self):\n        step()\n\ndef main(device):\n    step()\n")
+    result = run(source.replace("device = 'cuda'\n\n", ""), rules=[UsesDevice])
+    method, function = sorted(result.findings, key=lambda f: f.line)
+    assert not method.applied and "the fix would use `device`, not defined where it would go" in method.message
+    assert function.applied
+    assert result.new_source.decode().count("policy = str(device)") == 1
+    with_global = run(source, rules=[UsesDevice])
+    assert all(f.applied for f in with_global.findings)
+
+
+def test_a_fix_importing_a_name_the_file_uses_for_something_else_is_dropped():
+    result = run("class Precision:\n    pass\nx = mixed()\n", rules=[ImportsPrecision])
+    assert not result.changed
+    assert "imports `Precision`, a name this file already uses" in result.findings[0].message
+
+
+# -- imports ---------------------------------------------------------------------------------
+
+
+def test_imports_go_after_the_docstring_and_the_imports_at_the_top_once():
+    source = '"""Doc."""\nimport os\nfrom runtime.amp import other\n\nx = mixed()\ny = mixed()\n'
+    result = run(source, rules=[ImportsPrecision])
+    assert result.new_source.decode() == (
+        '"""Doc."""\nimport os\nfrom runtime.amp import other, Precision\n\nx = Precision.on()\ny = Precision.on()\n')
+    assert changed_lines_outside_fixes(result) == []
+
+
+def test_an_import_is_added_once_for_many_fixes():
     result = run("import json\na = g(1)\nb = g(2)\n")
     assert result.new_source.decode().count("import json") == 1
 
@@ -88,6 +285,7 @@ def test_an_import_the_fix_made_unused_is_removed_and_others_stay():
               "gc.drop()\ng2.drop()\ndrop()\nkept.drop()\nkept.other()\nx = 1\n")
     result = run(source, rules=[DropStatementsCallingDrop])
     assert result.new_source.decode() == "import kept\nimport never_used\nkept.other()\nx = 1\n"
+    assert changed_lines_outside_fixes(result) == []
 
 
 def test_an_import_still_used_elsewhere_stays():
@@ -95,21 +293,60 @@ def test_an_import_still_used_elsewhere_stays():
     assert result.new_source.decode() == "import gc\nprint(gc.isenabled())\n"
 
 
-def test_a_relative_import_is_left_alone():
+def test_a_relative_import_made_unused_goes_too():
     result = run("from . import gc\ngc.drop()\nx = 1\n", rules=[DropStatementsCallingDrop])
     assert result.error is None
-    assert result.new_source.decode() == "from . import gc\nx = 1\n"
+    assert result.new_source.decode() == "x = 1\n"
+
+
+# -- passes ----------------------------------------------------------------------------------
+
+
+def test_a_rule_that_needs_another_rules_output_runs_after_it_with_original_lines():
+    result = run("import os\n\nx = f(1)\n", rules=[SeesSnakes, RenameCallsToSnake])
+    assert result.new_source.decode() == "import os\nfrom snakes import snake\n\nx = snake(1, seen=True)\n"
+    seen = next(f for f in result.findings if f.code == "PM911")
+    assert seen.applied and seen.line == 3
+    again = process_source(result.new_source, "t.py", Settings(level=Level.UNSAFE), [SeesSnakes, RenameCallsToSnake])
+    assert not again.pending
+
+
+def test_passes_follow_the_declared_order_and_a_cycle_is_an_error():
+    assert [[r.CODE for r in group] for group in passes([SeesSnakes, RenameCallsToSnake])] == [["PM901"], ["PM911"]]
+    assert [[r.CODE for r in group] for group in passes([SeesSnakes])] == [["PM911"]]
+
+    class First(RenameCallsToSnake):
+        CODE, AFTER = "PM915", ("PM916",)
+
+    class Second(RenameCallsToSnake):
+        CODE, AFTER = "PM916", ("PM915",)
+
+    with pytest.raises(ValueError, match="cycle"):
+        passes([First, Second])
+
+
+def test_rules_without_declared_order_need_one_pass_however_many_fixes_nest():
+    assert len(passes([RenameCallsToSnake, WrapInList, GuardLoops, QuietCalls, DropStatementsCallingDrop])) == 1
+
+
+# -- findings ----------------------------------------------------------------------------------
+
+
+def test_findings_carry_their_range():
+    result = run("y = (\n    f(1,\n      2)\n)\n", rules=[RenameCallsToSnake])
+    finding = result.findings[0]
+    assert (finding.line, finding.column, finding.end_line, finding.end_column) == (2, 5, 3, 9)
+    assert finding.fix_lines == ((1, 1), (2, 2))  # the import goes before line 1
 
 
 def test_suppression_comment_blocks_one_code_only():
     result = run("y = f(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n")
-    assert result.new_source.decode() == "y = snake(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n"
+    assert result.new_source.decode() == "from snakes import snake\ny = snake(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n"
 
 
-def test_suppression_holds_in_later_passes():
-    # The outer fix forces a second pass; the suppressed inner call must stay.
-    result = run("y = g(f(1))  # perfmod: ignore[PM901]\n")
-    assert "f(1)" in result.new_source.decode() and "snake" not in result.new_source.decode()
+def test_suppression_holds_for_a_later_pass():
+    result = run("x = f(1)  # perfmod: ignore[PM911]\n", rules=[SeesSnakes, RenameCallsToSnake])
+    assert result.new_source.decode() == "from snakes import snake\nx = snake(1)  # perfmod: ignore[PM911]\n"
 
 
 def test_a_crashing_rule_leaves_the_file_untouched_and_says_so():
@@ -117,19 +354,6 @@ def test_a_crashing_rule_leaves_the_file_untouched_and_says_so():
     assert result.new_source is None and not result.changed
     assert result.error.startswith("t.py:1:1: error: internal error")
     assert "RuntimeError: rule bug" in result.error
-
-
-class NeverSettles(Rule):
-    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM904", "test-loop", Level.SAFE, "grow", ""
-
-    def visit_Integer(self, node):
-        self.report(node, replacement=cst.Integer(str(int(node.value) + 1)))
-
-
-def test_a_rule_that_never_settles_is_an_error_not_a_silent_half_fix():
-    result = run("x = 1\n", rules=[NeverSettles])
-    assert result.new_source is None
-    assert "PM904 keep rewriting" in result.error
 
 
 def test_unparsable_source_reports_line_and_column():

@@ -17,20 +17,15 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Union
 
 import libcst as cst
-from libcst.metadata import (
-    Assignment,
-    ComprehensionScope,
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    ScopeProvider,
-)
+from libcst.metadata import Assignment, ComprehensionScope
 
-from codemod.analysis.names import Names, kwarg, method_name, positional, sole_definition
-from codemod.analysis.tree import is_inside
+from codemod.analysis.names import kwarg, method_name, positional, sole_definition
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
 
 
 class Kind(enum.Enum):
@@ -145,18 +140,17 @@ class Copy:
 class Kinds:
     """Facts about expressions of one file; computed on demand and cached."""
 
-    def __init__(self, wrapper: MetadataWrapper, names: Names, code: str | None = None) -> None:
-        self.names = names
-        self.scopes = wrapper.resolve(ScopeProvider)
-        self.parents = wrapper.resolve(ParentNodeProvider)
-        self.positions = wrapper.resolve(PositionProvider)
+    def __init__(self, context: "FileContext") -> None:
+        self.names = context.names
+        self.scopes = context.scopes
+        self.index = context.index
+        self.parents = context.parents
         self._facts: dict[int, Fact] = {}
         self._guesses: dict[int, Fact] = {}  # expressions being resolved -> current guess
         self._recursive: set[int] = set()  # ... whose guess was used while resolving them
         self._computed: list[int] = []  # cache keys in the order they were filled
         self._class_kinds: dict[int, Fact] = {}
-        code = wrapper.module.code if code is None else code
-        self._default_device_changed = "set_default_device" in code or "set_default_tensor_type" in code
+        self._default_device_changed = "set_default_device" in context.code or "set_default_tensor_type" in context.code
 
     # -- public API ------------------------------------------------------------
 
@@ -477,7 +471,7 @@ class Kinds:
             loop = self._shared_loop(binding.node, use)
             if loop is None:
                 continue
-            if last is not None and reaching == [last] and is_inside(last.node, loop, self.parents):
+            if last is not None and reaching == [last] and self.index.inside(last.node, loop):
                 continue  # re-bound in every iteration before the use
             reaching.append(binding)
         return reaching
@@ -485,33 +479,32 @@ class Kinds:
     def _binds_before(self, target: cst.CSTNode, use: cst.Name, use_at) -> bool:
         statement = self._binding_statement(target)
         if isinstance(statement, ASSIGN_LIKE):
-            return not is_inside(use, statement, self.parents) and self._bound_at(target) <= use_at
-        if isinstance(statement, (cst.For, cst.CompFor)) and is_inside(use, statement.iter, self.parents):
+            return not self.index.inside(use, statement) and self._bound_at(target) < use_at
+        if isinstance(statement, (cst.For, cst.CompFor)) and self.index.inside(use, statement.iter):
             return False
-        return self._bound_at(target) <= use_at
+        return self._bound_at(target) < use_at
 
-    def _bound_at(self, target: cst.CSTNode):
+    def _bound_at(self, target: cst.CSTNode) -> int:
+        """Where the binding takes effect, in document order: after its whole statement
+        for assignments (`x = x + 1` reads the old `x`), after the target otherwise."""
         statement = self._binding_statement(target)
-        node = statement if isinstance(statement, ASSIGN_LIKE) else target
-        position = self.positions[node]
-        return (position.end.line, position.end.column)
+        return self.index.end(statement if isinstance(statement, ASSIGN_LIKE) else target)
 
-    def _start(self, node: cst.CSTNode):
-        position = self.positions[node]
-        return (position.start.line, position.start.column)
+    def _start(self, node: cst.CSTNode) -> int:
+        return self.index.order(node)
 
     def _dominates(self, target: cst.CSTNode, use: cst.CSTNode) -> bool:
         statement = self._binding_statement(target)
         if isinstance(statement, (cst.For, cst.With)):
-            return is_inside(use, statement.body, self.parents)
+            return self.index.inside(use, statement.body)
         if isinstance(statement, (cst.FunctionDef, cst.Param, cst.Parameters)):
             return True
         block = self._block_of(statement)
-        return block is not None and is_inside(use, block, self.parents)
+        return block is not None and self.index.inside(use, block)
 
     def _shared_loop(self, target: cst.CSTNode, use: cst.CSTNode) -> cst.CSTNode | None:
         for loop in self.enclosing(use, LOOPS):
-            if is_inside(target, loop, self.parents):
+            if self.index.inside(target, loop):
                 return loop
         return None
 

@@ -8,8 +8,14 @@ loop runs once per epoch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 import libcst.matchers as m
+
+if TYPE_CHECKING:
+    from codemod.analysis.index import TreeIndex
+    from codemod.context import FileContext
 
 # `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward(loss)`
 BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
@@ -59,18 +65,18 @@ def loops_in(node: cst.CSTNode) -> list[cst.CSTNode]:
 class TrainingLoops:
     """Step loops of one module, found once and shared by the rules."""
 
-    def __init__(self, module: cst.Module, parents) -> None:
-        self._parents = parents
+    def __init__(self, context: "FileContext") -> None:
+        index = self._index = context.index
+        self._parents = context.parents
         self._backward_loops: set[int] = set()
         self.step_loops: list[cst.CSTNode] = []
-        finder = _LoopFinder()
-        module.visit(finder)
-        for loop in finder.loops:
-            if any(m.matches(call, BACKWARD) for call in calls_in(loop.body)):
+        loops = index.find((cst.For, cst.While))
+        for loop in loops:
+            if any(m.matches(call, BACKWARD) for call in own_nodes(index, cst.Call, loop.body)):
                 self._backward_loops.add(id(loop))
-        for loop in finder.loops:
+        for loop in loops:
             if id(loop) in self._backward_loops and not any(
-                id(inner) in self._backward_loops for inner in loops_in(loop.body)
+                id(inner) in self._backward_loops for inner in own_nodes(index, (cst.For, cst.While), loop.body)
             ):
                 self.step_loops.append(loop)
         self._step_ids = {id(loop) for loop in self.step_loops}
@@ -91,13 +97,14 @@ class TrainingLoops:
         return id(loop) in self._backward_loops
 
 
-class _LoopFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.loops: list[cst.CSTNode] = []
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
-    def visit_For(self, node: cst.For) -> None:
-        self.loops.append(node)
 
-    def visit_While(self, node: cst.While) -> None:
-        self.loops.append(node)
-
+def own_nodes(index: "TreeIndex", types, node: cst.CSTNode) -> list:
+    """Nodes of `types` under `node` that run when it runs: not those in nested
+    function, lambda or class bodies."""
+    found = index.find(types, within=node)
+    nested = [n for n in index.find(SCOPES, within=node) if n is not node]
+    if not nested:
+        return found
+    return [f for f in found if not any(f is not scope and index.inside(f, scope) for scope in nested)]

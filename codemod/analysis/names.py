@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Collection, Sequence
 
 import libcst as cst
-from libcst.metadata import Assignment, MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
-from libcst.metadata.base_provider import LazyValue
+from libcst.metadata import Assignment, QualifiedNameSource
 
 # Public re-exports that resolve to the same object as the path users spell.
 CANONICAL = {
@@ -27,12 +26,16 @@ CANONICAL = {
 class Names:
     """Qualified-name look-ups for one file."""
 
-    def __init__(self, wrapper: MetadataWrapper) -> None:
-        self._names = wrapper.resolve(QualifiedNameProvider)
+    def __init__(self, scopes) -> None:
+        self._scopes = scopes
+        self._cache: dict[cst.CSTNode, frozenset] = {}
 
     def _qualified(self, node: cst.CSTNode):
-        value = self._names.get(node, ())
-        return value() if isinstance(value, LazyValue) else value
+        found = self._cache.get(node)
+        if found is None:
+            scope = self._scopes.get(node)
+            found = self._cache[node] = frozenset(scope.get_qualified_names_for(node)) if scope is not None else frozenset()
+        return found
 
     def of(self, node: cst.CSTNode) -> set[str]:
         """Imported or builtin names the expression refers to. None when a name

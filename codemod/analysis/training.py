@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Kinds, Place
 from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, names_read, positional
-from codemod.analysis.tree import is_inside
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
 
 AUTOCAST_NAMES = {
     "torch.autocast",
@@ -184,18 +185,19 @@ class TrainingLoop:
 class Training:
     """Training loops of one file, with the facts above; computed once."""
 
-    def __init__(self, module: cst.Module, kinds: Kinds) -> None:
-        self.module = module
-        self.kinds = kinds
-        self.names = kinds.names
-        self.parents = kinds.parents
-        self.positions = kinds.positions
-        self._calls: list[cst.Call] = m.findall(module, m.Call())
+    def __init__(self, context: "FileContext") -> None:
+        self.module = module = context.module
+        self.context = context
+        self.kinds = context.kinds
+        self.names = context.names
+        self.index = context.index
+        self.parents = context.parents
+        self._calls: list[cst.Call] = self.index.find(cst.Call)
         self._assignments = self._index_assignments()
         self._zero_grad_receivers = {self.code(c.func.value) for c in self._calls if method_name(c) == "zero_grad"}
         self._model_expressions = self._find_model_expressions()
         self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)] + [
-            n for n in m.findall(module, m.Name() | m.Attribute()) if self.names.startswith(n, ("torch.set_autocast_enabled",))
+            n for n in self.index.find((cst.Name, cst.Attribute)) if self.names.startswith(n, ("torch.set_autocast_enabled",))
         ]
         self.cuda_use: cst.CSTNode | None = self._first_cuda_use()
         self.default_float64: cst.CSTNode | None = self._default_float64()
@@ -221,7 +223,7 @@ class Training:
         start = self._start(statement)
         for name in names_read(expr):
             sites = self._binding_sites(name)
-            if any(is_inside(site, statement, self.parents) for site, _ in sites):
+            if any(self.index.inside(site, statement) for site, _ in sites):
                 return False
             if sites and not any(self._start(site) < start for site, _ in sites):
                 return False
@@ -319,13 +321,13 @@ class Training:
 
     def _find_loops(self) -> list[cst.For | cst.While]:
         candidates = []
-        for loop in m.findall(self.module, m.For() | m.While()):
+        for loop in self.index.find((cst.For, cst.While)):
             calls = list(calls_in(loop.body))
             if any(self._backward(c) for c in calls) and any(self._step(c, loop) for c in calls):
                 candidates.append(loop)
         chosen = []
         for loop in candidates:
-            inner = [other for other in candidates if other is not loop and is_inside(other, loop, self.parents)]
+            inner = [other for other in candidates if other is not loop and self.index.inside(other, loop)]
             if not inner:
                 chosen.append(loop)
         return sorted(chosen, key=self._start)
@@ -514,26 +516,26 @@ class Training:
             return None, f"`{self.code(backward.loss)}` is computed outside the block that calls backward()"
         last = binders[-1]
         if not isinstance(body[last], cst.SimpleStatementLine):
-            line = self._start(body[last])[0]
+            line = self.context.line(body[last])
             return None, f"the loss is computed inside a nested block (line {line})"
         first = next((i for i in range(last + 1) if self._has_model_call(body[i])), None)
         outside = self._model_result_outside(loop, body[last if first is None else first : last + 1])
         if outside is not None:
             return None, (f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
-                          f"{self._start(outside)[0]}, outside the block that computes the loss")
+                          f"{self.context.line(outside)}, outside the block that computes the loss")
         if first is None:
             return None, "no model call before the loss in the block that computes it"
         region = ForwardRegion(block, first, last)
         # A generator suspended inside autocast would leak it into its consumer's code.
-        if any(m.findall(stmt, m.Yield() | m.Await()) for stmt in region.statements):
+        if any(self.index.find((cst.Yield, cst.Await), within=stmt) for stmt in region.statements):
             return None, "the forward region yields or awaits"
         return region, None
 
     def _bound_codes(self, statement: cst.CSTNode) -> set[str]:
         """Every expression `statement` assigns: `loss`, `out.loss`, both of `a, b = ...`."""
-        kinds = m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.WithItem() | m.NamedExpr()
+        kinds = (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem, cst.NamedExpr)
         codes = set()
-        for node in m.findall(statement, kinds):
+        for node in self.index.find(kinds, within=statement):
             if isinstance(node, cst.WithItem):
                 bound = node.asname.name if node.asname else None
             else:
@@ -554,9 +556,9 @@ class Training:
                 if name.value in bound_here:
                     continue
                 for site, source in self._binding_sites(name):
-                    if source is None or not is_inside(site, loop, self.parents):
+                    if source is None or not self.index.inside(site, loop):
                         continue
-                    if any(is_inside(site, s, self.parents) for s in statements):
+                    if any(self.index.inside(site, s) for s in statements):
                         continue
                     if self._has_model_call(source):
                         return site
@@ -584,14 +586,14 @@ class Training:
                 if node is loop:
                     break
                 if isinstance(node, cst.If):
-                    found = m.findall(node.test, m.BinaryOperation(operator=m.Modulo()))
+                    found = [b for b in self.index.find(cst.BinaryOperation, within=node.test) if isinstance(b.operator, cst.Modulo)]
                     if found:
                         guard, modulus = node, found[0].right
                         break
         micro_loop = None
         for backward in backwards:
             inner = next((n for n in self._ancestors(backward.call) if isinstance(n, (cst.For, cst.While))), None)
-            if inner is not None and inner is not loop and not any(is_inside(s.call, inner, self.parents) for s in steps):
+            if inner is not None and inner is not loop and not any(self.index.inside(s.call, inner) for s in steps):
                 micro_loop = inner
         micro_count = self._range_count(micro_loop.iter) if isinstance(micro_loop, cst.For) else None
         counts = [c for c in (modulus, micro_count) if c is not None]
@@ -617,7 +619,7 @@ class Training:
                 return self.parents.get(backward.loss), backward.divisor
         roots = {b.loss.value for b in backwards if isinstance(b.loss, cst.Name)}
         count_codes = {self.code(c) for c in counts}
-        for statement in m.findall(loop.body, m.SimpleStatementLine()):
+        for statement in self.index.find(cst.SimpleStatementLine, within=loop.body):
             for small in statement.body:
                 if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign):
                     if isinstance(small.target, cst.Name) and small.target.value in roots:
@@ -652,12 +654,12 @@ class Training:
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
             for source in self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr):
-                if source is not None and any(self._enables_autocast(c, depth + 1) for c in m.findall(source, m.Call())):
+                if source is not None and any(self._enables_autocast(c, depth + 1) for c in self.index.find(cst.Call, within=source)):
                     return "context variable"
         return None
 
     def _loop_autocast(self, loop: cst.CSTNode) -> Autocast | None:
-        inside = [w for w in m.findall(loop.body, m.With()) if not self._crosses_scope(w, loop)]
+        inside = [w for w in self.index.find(cst.With, within=loop.body) if not self._crosses_scope(w, loop)]
         enclosing = [a for a in self._ancestors_in_scope(loop) if isinstance(a, cst.With)]
         for statement in inside + enclosing:
             for item in statement.items:
@@ -701,7 +703,7 @@ class Training:
     def _float64_construction(self, code: str) -> cst.CSTNode | None:
         """`model = nn.Linear(4, 1, dtype=torch.float64)`."""
         for _, source in self._assignments.get(code, ()):
-            for call in m.findall(source, m.Call()) if source is not None else ():
+            for call in self.index.find(cst.Call, within=source) if source is not None else ():
                 dtype = kwarg(call, "dtype")
                 if dtype is not None and self._is_float64(dtype.value):
                     return call
@@ -726,11 +728,11 @@ class Training:
 
     def _first_cuda_use(self) -> cst.CSTNode | None:
         found: list[cst.CSTNode] = []
-        for string in m.findall(self.module, m.SimpleString()):
+        for string in self.index.find(cst.SimpleString):
             value = string.evaluated_value
             if isinstance(value, str) and DEVICE_STRING.match(value) and value.startswith("cuda"):
                 found.append(string)
-        for string in m.findall(self.module, m.FormattedString()):
+        for string in self.index.find(cst.FormattedString):
             if self.kinds.is_device(string):
                 found.append(string)
         for call in self._calls:
@@ -784,8 +786,8 @@ class Training:
             return True
         if isinstance(model, cst.Attribute):
             cls = next((a for a in self._ancestors(owner) if isinstance(a, cst.ClassDef)), owner)
-            return is_inside(loop, cls, self.parents)
-        return is_inside(loop, owner, self.parents)
+            return self.index.inside(loop, cls)
+        return self.index.inside(loop, owner)
 
     def _moves_device(self, call: cst.Call) -> bool:
         method = method_name(call)
@@ -810,7 +812,7 @@ class Training:
     def _index_assignments(self) -> dict[str, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]:
         """Target code -> (target, value) of every plain assignment in the file."""
         index: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression | None]]] = {}
-        for assign in m.findall(self.module, m.Assign() | m.AnnAssign()):
+        for assign in self.index.find((cst.Assign, cst.AnnAssign)):
             targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
             for target in targets:
                 index.setdefault(self.code(target), []).append((target, assign.value))
@@ -912,9 +914,8 @@ class Training:
             current = parent
         return current
 
-    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
-        position = self.positions[node].start
-        return (position.line, position.column)
+    def _start(self, node: cst.CSTNode) -> int:
+        return self.index.order(node)
 
 
 # -- module-level helpers ------------------------------------------------------------------

@@ -223,7 +223,7 @@ class UncompiledModel(Rule):
     def _bound_again(self, anchor: cst.SimpleStatementLine, loop: cst.CSTNode, name: str) -> bool:
         """Is `name` bound between the anchor and the end of the loop (the compiled
         module would not be the one trained)?"""
-        scope = self.get_metadata(ScopeProvider, anchor.body[0], None)
+        scope = self.context.scopes.get(anchor.body[0])
         if scope is None:
             return True
         after, end = self.context.positions[anchor].end.line, self.context.positions[loop].end.line

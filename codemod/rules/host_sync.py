@@ -164,7 +164,6 @@ class PerStepHostSync(Rule):
     MESSAGE = "host sync every step: the CPU waits for the GPU to read a value that is only logged"
     GAIN = "up to 10-20% of step time for short, launch-bound steps once no other sync is left in the step"
 
-    METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ExpressionContextProvider,)
 
     VALID = [
         Valid(PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP

@@ -325,7 +325,7 @@ class PerCallHookRegistration(Rule):
     def _references(self, name: cst.Name) -> list[cst.Name] | None:
         """Every read of the variable `name` in its scope, or None when it is bound
         by something other than a plain assignment or a `for` target."""
-        scope = self.get_metadata(ScopeProvider, name, None)
+        scope = self.context.scopes.get(name)
         if scope is None:
             return None
         reads = []
@@ -370,7 +370,7 @@ class PerCallHookRegistration(Rule):
         for read in reads:
             if not m.matches(self.context.parents.get(read), m.Attribute(attr=m.Name("enter_context"))):
                 return None
-        scope = self.get_metadata(ScopeProvider, name, None)
+        scope = self.context.scopes.get(name)
         removals = []
         for assignment in scope.assignments[name.value]:
             as_name = self.context.parents.get(assignment.node)
@@ -384,7 +384,7 @@ class PerCallHookRegistration(Rule):
     def _list_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
         """Removals of the handles kept in the list `name`: it must be built as a list
         here, and only appended to, cleared, or looped over by `for h in name: h.remove()`."""
-        scope = self.get_metadata(ScopeProvider, name, None)
+        scope = self.context.scopes.get(name)
         if scope is None:
             return None
         for assignment in scope.assignments[name.value]:
@@ -431,7 +431,7 @@ class PerCallHookRegistration(Rule):
         return None
 
     def _name_taken(self, node: cst.CSTNode, function: str) -> bool:
-        scope = self.get_metadata(ScopeProvider, node, None)
+        scope = self.context.scopes.get(node)
         if scope is None:
             return False
         for assignment in scope[function]:

@@ -8,7 +8,7 @@ import pytest
 from libcst.metadata import MetadataWrapper
 
 from codemod.analysis.kinds import Fact, Kind, Kinds, Place
-from codemod.analysis.names import Names
+from codemod.context import FileContext
 
 HEAD = """\
 import torch
@@ -21,8 +21,8 @@ device = torch.device("cuda")
 
 
 def facts_of_probes(code: str) -> list[Fact]:
-    wrapper = MetadataWrapper(cst.parse_module(HEAD + code))
-    kinds = Kinds(wrapper, Names(wrapper))
+    context = FileContext.of_source(HEAD + code)
+    kinds = context.kinds
     found = []
 
     class Probe(cst.CSTVisitor):
@@ -30,7 +30,7 @@ def facts_of_probes(code: str) -> list[Fact]:
             if isinstance(node.func, cst.Name) and node.func.value == "probe":
                 found.append(kinds.fact(node.args[0].value))
 
-    wrapper.module.visit(Probe())
+    context.module.visit(Probe())
     return found
 
 
@@ -88,16 +88,16 @@ def test_fact(code, expected):
 
 
 def copy_of_last_call(code: str):
-    wrapper = MetadataWrapper(cst.parse_module(HEAD + code))
-    kinds = Kinds(wrapper, Names(wrapper))
+    context = FileContext.of_source(HEAD + code)
+    kinds = context.kinds
     calls = []
 
     class Calls(cst.CSTVisitor):  # the outermost call of the last line
         def visit_Call(self, node):
-            if wrapper.module.body[-1].body[0].value is node:
+            if context.module.body[-1].body[0].value is node:
                 calls.append(node)
 
-    wrapper.module.visit(Calls())
+    context.module.visit(Calls())
     return kinds, kinds.copy_of(calls[-1])
 
 
@@ -138,8 +138,8 @@ def test_copy_of_undecidable_or_other(code):
     ],
 )
 def test_in_place_mutation(code, mutated):
-    wrapper = MetadataWrapper(cst.parse_module(HEAD + code))
-    kinds = Kinds(wrapper, Names(wrapper))
+    context = FileContext.of_source(HEAD + code)
+    kinds = context.kinds
     probes = []
 
     class Probe(cst.CSTVisitor):
@@ -147,5 +147,5 @@ def test_in_place_mutation(code, mutated):
             if isinstance(node.func, cst.Name) and node.func.value == "probe":
                 probes.append(node.args[0].value)
 
-    wrapper.module.visit(Probe())
+    context.module.visit(Probe())
     assert kinds.is_mutated_in_place(probes[0]) is mutated

@@ -37,8 +37,7 @@ for x, y in loader:
 
 
 def analyse(code: str, head: str = HEAD) -> Training:
-    wrapper = MetadataWrapper(cst.parse_module(head + textwrap.dedent(code)))
-    return FileContext(wrapper, "<test>", Settings(), wrapper.module.code).training
+    return FileContext.of_source(head + textwrap.dedent(code), "<test>").training
 
 
 def only_loop(code: str, head: str = HEAD) -> tuple[TrainingLoop, Training]:

@@ -1,0 +1,194 @@
+"""One walk over a parsed file: parents, document order and the nodes of each type.
+
+Every rule asks where a node sits (its parent, the loop or function around it,
+whether it is inside another node) and for the nodes of a type under a node
+(the calls in a loop body). libcst answers the first with a metadata provider
+and the second with `matchers.findall`, each a full traversal through its
+visitor machinery; a file with twenty rules paid for dozens of them. This
+index walks the tree once, reading each node's fields directly, and answers
+both from tables: `inside` is an interval check on preorder numbers, `find` a
+bisection in a per-type list.
+
+Whitespace, comments, brackets, commas and operators are not indexed: no rule
+asks about them, and they are half the nodes of a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from bisect import bisect_left, bisect_right
+from typing import Iterator, Mapping, TypeVar
+
+import libcst as cst
+
+NodeT = TypeVar("NodeT", bound=cst.CSTNode)
+
+# Fields that hold only layout (whitespace, brackets, separators).
+_LAYOUT_FIELDS = frozenset(
+    "lpar rpar leading_lines lines_after_decorators trailing_whitespace header footer comma dot equal "
+    "colon semicolon indent star whitespace operator asynchronous default_indent default_newline encoding "
+    "has_trailing_newline".split()
+)
+_LAYOUT_TYPES = (
+    cst.BaseParenthesizableWhitespace,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Newline,
+)
+
+# Types whose fields are declared in another order than the code reads.
+_DOCUMENT_ORDER = {
+    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.Arg: ("keyword", "value"),
+    cst.ImportFrom: ("relative", "module", "names"),
+    cst.Parameters: ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
+    cst.MatchCase: ("pattern", "guard", "body"),
+}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that can hold indexed children, in document order."""
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _DOCUMENT_ORDER.get(kind) or tuple(
+            f.name for f in dataclasses.fields(kind)
+            if f.name not in _LAYOUT_FIELDS and not f.name.startswith("whitespace")
+        )
+        _FIELDS[kind] = names
+    return names
+
+
+class TreeIndex:
+    """Parents, preorder numbers and per-type node lists of one module."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        order: dict[cst.CSTNode, int] = {}
+        nodes: list[cst.CSTNode] = []
+        ends: list[int] = []
+        by_type: dict[type, list[cst.CSTNode]] = {}
+        # Iterative preorder walk; a negative entry closes the subtree opened at that index.
+        stack: list = [module]
+        layout = _LAYOUT_TYPES
+        while stack:
+            node = stack.pop()
+            if type(node) is int:
+                ends[node] = len(nodes) - 1
+                continue
+            index = len(nodes)
+            order[node] = index
+            nodes.append(node)
+            ends.append(index)
+            kind = type(node)
+            bucket = by_type.get(kind)
+            if bucket is None:
+                bucket = by_type[kind] = []
+            bucket.append(node)
+            stack.append(index)
+            children = []
+            for name in _fields(kind):
+                value = getattr(node, name)
+                if isinstance(value, cst.CSTNode):
+                    if not isinstance(value, layout):
+                        children.append(value)
+                elif isinstance(value, (list, tuple)):
+                    for item in value:
+                        if isinstance(item, cst.CSTNode) and not isinstance(item, layout):
+                            children.append(item)
+            for child in children:
+                parents[child] = node
+            stack.extend(reversed(children))
+        self.parents: Mapping[cst.CSTNode, cst.CSTNode] = parents
+        self._order = order
+        self._nodes = nodes
+        self._ends = ends
+        self._by_type = by_type
+        self._type_orders: dict[type, list[int]] = {}
+
+    # -- where a node sits ---------------------------------------------------------
+
+    def __contains__(self, node: cst.CSTNode) -> bool:
+        return node in self._order
+
+    def order(self, node: cst.CSTNode) -> int:
+        """The node's place in document order (preorder)."""
+        return self._order[node]
+
+    def end(self, node: cst.CSTNode) -> int:
+        """The document-order number of the last node below `node` (its own if none)."""
+        return self._ends[self._order[node]]
+
+    def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        """Is `node` the node `ancestor` or somewhere below it?"""
+        at = self._order.get(node)
+        start = self._order.get(ancestor)
+        if at is None or start is None:
+            return False
+        return start <= at <= self._ends[start]
+
+    def before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Does `first` start before `second` in the code?"""
+        return self._order[first] < self._order[second]
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """The nodes around `node`, innermost first."""
+        parent = self.parents.get(node)
+        while parent is not None:
+            yield parent
+            parent = self.parents.get(parent)
+
+    def enclosing(self, node: cst.CSTNode, types) -> Iterator[cst.CSTNode]:
+        """Ancestors of `node` of the given types, innermost first."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, types):
+                yield ancestor
+
+    def first_enclosing(self, node: cst.CSTNode, types) -> cst.CSTNode | None:
+        return next(self.enclosing(node, types), None)
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement (simple line or compound) that holds `node`, or `node` itself."""
+        current: cst.CSTNode | None = node
+        while current is not None and not isinstance(current, cst.BaseStatement):
+            current = self.parents.get(current)
+        return current
+
+    # -- nodes of a type -------------------------------------------------------------
+
+    def find(self, types: type[NodeT] | tuple[type, ...], within: cst.CSTNode | None = None) -> list[NodeT]:
+        """Nodes of `types` (exact classes, or base classes) in document order,
+        below `within` (itself included) when given."""
+        kinds = self._types(types if isinstance(types, tuple) else (types,))
+        if within is None:
+            if len(kinds) == 1:
+                return list(self._by_type.get(kinds[0], ()))
+            found = [node for kind in kinds for node in self._by_type.get(kind, ())]
+            found.sort(key=self._order.__getitem__)
+            return found
+        start = self._order.get(within)
+        if start is None:
+            return []
+        end = self._ends[start]
+        found = []
+        for kind in kinds:
+            orders = self._orders_of(kind)
+            nodes = self._by_type[kind]
+            found.extend(nodes[bisect_left(orders, start): bisect_right(orders, end)])
+        if len(kinds) > 1:
+            found.sort(key=self._order.__getitem__)
+        return found
+
+    def _types(self, wanted: tuple[type, ...]) -> list[type]:
+        """Concrete node classes present in the file that are (subclasses of) `wanted`."""
+        return [kind for kind in self._by_type if issubclass(kind, wanted)]
+
+    def _orders_of(self, kind: type) -> list[int]:
+        orders = self._type_orders.get(kind)
+        if orders is None:
+            orders = self._type_orders[kind] = [self._order[n] for n in self._by_type[kind]]
+        return orders

@@ -1,0 +1,380 @@
+"""Edits: what a fix changes, as small steps anchored to nodes of the parsed file.
+
+A rule's fix is a list of edits, each tied to a node of the tree the rules
+analysed: replace an expression or a statement, remove a statement, insert
+statements before or after one, wrap a run of statements in a `with`, add a
+keyword argument to a call, add an import. The engine gathers the edits of
+every fix of every rule, settles conflicts (see `plan`) and applies them all in
+one transform (`apply`), innermost first: an edit receives its node with the
+edits inside it already made, so a `with` wrapped around statements keeps the
+keyword another fix added to a call in them.
+
+An edit that *replaces* a node with a fixed new node, or *removes* a statement,
+discards what was inside; every other edit composes with the edits inside its
+node. A replacement given as a function of the node (`Replace(node, lambda
+updated: ...)`) composes too: it is called with the updated node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence, Union
+
+import libcst as cst
+
+from codemod.analysis.index import TreeIndex
+from codemod.analysis.names import with_kwarg
+
+Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+BODY_OWNERS = (cst.IndentedBlock, cst.Module)
+
+
+@dataclass(frozen=True, eq=False)
+class Edit:
+    anchor: cst.CSTNode  # a node of the analysed tree
+
+    @property
+    def consumes(self) -> bool:
+        """Does the edit discard the anchor's subtree (so edits inside it cannot apply)?"""
+        return False
+
+    @property
+    def in_block(self) -> bool:
+        """Is the edit made in the block around the anchor (not to the anchor itself)?"""
+        return False
+
+
+@dataclass(frozen=True, eq=False)
+class Replace(Edit):
+    """`anchor` becomes `new`: a node (statements may also become a FlattenSentinel of
+    statements or RemovalSentinel.REMOVE), or a function of the updated node."""
+
+    new: Replacement | Callable[[cst.CSTNode], Replacement]
+
+    @property
+    def consumes(self) -> bool:
+        return not callable(self.new)
+
+    def replacement(self, updated: cst.CSTNode) -> Replacement:
+        return self.new(updated) if callable(self.new) else self.new
+
+
+@dataclass(frozen=True, eq=False)
+class Remove(Edit):
+    """The statement `anchor` is removed; comment lines above it stay. A block left empty gets `pass`."""
+
+    @property
+    def consumes(self) -> bool:
+        return True
+
+    @property
+    def in_block(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, eq=False)
+class InsertBefore(Edit):
+    """`statements` go right before the statement `anchor` (after the blank lines above it)."""
+
+    statements: tuple[cst.BaseStatement, ...]
+
+    @property
+    def in_block(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, eq=False)
+class InsertAfter(Edit):
+    """`statements` go right after the statement `anchor`."""
+
+    statements: tuple[cst.BaseStatement, ...]
+
+    @property
+    def in_block(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, eq=False)
+class Wrap(Edit):
+    """The statements from `anchor` to `last` (one block, in order) become the body of
+    `with <items>:`; the comments above `anchor` go above the `with`."""
+
+    last: cst.BaseStatement
+    items: tuple[cst.WithItem, ...]
+
+    @property
+    def in_block(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, eq=False)
+class AddKeyword(Edit):
+    """The call `anchor` gets `name=value`, appended in the layout of its arguments."""
+
+    name: str
+    value: cst.BaseExpression
+
+
+@dataclass(frozen=True)
+class AddImport:
+    """`import module` (name None) or `from module import name`, added once at the top."""
+
+    module: str
+    name: str | None = None
+
+    @property
+    def bound(self) -> str:
+        """The name the import binds in the file."""
+        return self.name if self.name is not None else self.module.split(".")[0]
+
+
+@dataclass
+class Fix:
+    """One finding's edits: applied all together or not at all."""
+
+    key: int  # the finding's position in the engine's list
+    code: str
+    level: int
+    line: int
+    edits: list[Edit]
+    imports: list[AddImport] = field(default_factory=list)
+
+
+# -- conflicts -------------------------------------------------------------------------
+
+
+def plan(fixes: Sequence[Fix], index: TreeIndex) -> tuple[list[Fix], dict[int, str]]:
+    """The fixes to apply together, and why each other one is left out.
+
+    Fixes are taken in a fixed order and each is kept unless one of its edits
+    conflicts with a kept fix's edit:
+
+    1. A fix that discards code (replaces a region with new code, or removes a
+       statement) comes before the fixes inside that region: their code is gone
+       with it. Among such fixes the one whose region starts first (the outer one) comes first.
+    2. Then the fix at the lower level (safe before numeric before unsafe).
+    3. Then the lower rule code, then the earlier line.
+
+    Two edits conflict when one discards the other's node (or a node around
+    it), when both replace or rewrite the same node, when two keywords of the
+    same name differ, or when two wrapped runs of one block overlap without one
+    containing the other.
+    """
+    ordered = sorted(fixes, key=lambda fix: _priority(fix, index))
+    kept: list[Fix] = []
+    reasons: dict[int, str] = {}
+    for fix in ordered:
+        clash = next(((other, why) for other in kept for why in [_conflict(fix, other, index)] if why), None)
+        if clash is None:
+            kept.append(fix)
+        else:
+            other, why = clash
+            reasons[fix.key] = f"{other.code}'s fix on line {other.line} {why}"
+    kept.sort(key=lambda fix: fix.key)
+    return kept, reasons
+
+
+def _priority(fix: Fix, index: TreeIndex) -> tuple:
+    discarded = [index.order(e.anchor) for e in fix.edits if e.consumes]
+    return (0, min(discarded)) if discarded else (1, 0), fix.level, fix.code, fix.line
+
+
+def _conflict(fix: Fix, kept: Fix, index: TreeIndex) -> str | None:
+    for edit in fix.edits:
+        for other in kept.edits:
+            why = _edits_conflict(edit, other, index)
+            if why:
+                return why
+    return None
+
+
+def _edits_conflict(edit: Edit, kept: Edit, index: TreeIndex) -> str | None:
+    if kept.consumes and _reaches_inside(edit, kept, index):
+        return "removes or rewrites this code"
+    if edit.consumes and _reaches_inside(kept, edit, index):
+        return "changes code inside what this fix rewrites"
+    if edit.anchor is kept.anchor and not (edit.in_block or kept.in_block):
+        if isinstance(edit, AddKeyword) and isinstance(kept, AddKeyword):
+            if edit.name != kept.name:
+                return None
+            same = cst.Module([]).code_for_node(edit.value) == cst.Module([]).code_for_node(kept.value)
+            return None if same else f"passes `{kept.name}` differently"
+        return "changes the same code"
+    if isinstance(edit, Wrap) and isinstance(kept, Wrap):
+        return _runs_overlap(edit, kept, index)
+    return None
+
+
+def _reaches_inside(edit: Edit, consuming: Edit, index: TreeIndex) -> bool:
+    """Does `edit` act inside the code `consuming` discards? Statements may still be
+    inserted around, removed with, or wrapped with a statement replaced or removed."""
+    if edit.anchor is consuming.anchor:
+        return not edit.in_block
+    return index.inside(edit.anchor, consuming.anchor)
+
+
+def _runs_overlap(edit: Wrap, kept: Wrap, index: TreeIndex) -> str | None:
+    block = _block_of(edit.anchor, index)
+    if block is not _block_of(kept.anchor, index):
+        return None
+    first, last = index.order(edit.anchor), index.order(edit.last)
+    other_first, other_last = index.order(kept.anchor), index.order(kept.last)
+    disjoint = last < other_first or other_last < first
+    nested = (first <= other_first and other_last <= last) or (other_first <= first and last <= other_last)
+    return None if disjoint or nested else "wraps an overlapping run of statements"
+
+
+def _block_of(statement: cst.CSTNode, index: TreeIndex) -> cst.CSTNode | None:
+    return index.parents.get(statement)
+
+
+def validate(edit: Edit, index: TreeIndex) -> str | None:
+    """Why `edit` cannot be made where it is anchored, or None."""
+    if edit.anchor not in index:
+        return "it is anchored to code that is not in the file"
+    if edit.in_block and not _in_body(edit.anchor, index):
+        return "it inserts or removes a statement that is not in a block of statements"
+    if isinstance(edit, Replace) and isinstance(edit.new, (cst.FlattenSentinel, cst.RemovalSentinel)):
+        if isinstance(edit.anchor, cst.BaseStatement) and not _in_body(edit.anchor, index):
+            return "it replaces a statement that is not in a block by several statements"
+    if isinstance(edit, Wrap):
+        block = index.parents.get(edit.anchor)
+        if block is None or index.parents.get(edit.last) is not block or index.order(edit.last) < index.order(edit.anchor):
+            return "it wraps statements that are not a run of one block"
+    if isinstance(edit, AddKeyword) and not isinstance(edit.anchor, cst.Call):
+        return "it adds a keyword to something that is not a call"
+    return None
+
+
+def _in_body(statement: cst.CSTNode, index: TreeIndex) -> bool:
+    parent = index.parents.get(statement)
+    return isinstance(parent, BODY_OWNERS) and any(s is statement for s in parent.body)
+
+
+# -- applying --------------------------------------------------------------------------
+
+
+def apply(module: cst.Module, fixes: Iterable[Fix], index: TreeIndex) -> cst.Module:
+    """`module` with every edit of `fixes` made, in one transform."""
+    edits = [edit for fix in fixes for edit in fix.edits]
+    if not edits:
+        return module
+    return module.visit(_Apply(edits, index))
+
+
+class _Apply(cst.CSTTransformer):
+    def __init__(self, edits: list[Edit], index: TreeIndex) -> None:
+        super().__init__()
+        self.at: dict[cst.CSTNode, list[Edit]] = {}
+        self.blocks: dict[cst.CSTNode, list[Edit]] = {}  # block -> the edits of its statements
+        self.around: set[cst.CSTNode] = set()  # nodes with an edit at or below them
+        for edit in edits:
+            self.at.setdefault(edit.anchor, []).append(edit)
+            block = index.parents.get(edit.anchor)
+            if edit.in_block or (isinstance(edit, Replace) and isinstance(block, BODY_OWNERS)
+                                 and isinstance(edit.anchor, cst.BaseStatement)):
+                self.blocks.setdefault(block, []).append(edit)
+            node = edit.anchor
+            while node is not None and node not in self.around:
+                self.around.add(node)
+                node = index.parents.get(node)
+        self.items: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # statement -> what replaces it
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self.around
+
+    def on_leave(self, original_node, updated_node):
+        edits = self.at.get(original_node, ())
+        for edit in edits:
+            if isinstance(edit, AddKeyword):
+                updated_node = with_kwarg(updated_node, edit.name, edit.value)
+        for edit in edits:
+            if isinstance(edit, Replace):
+                result = edit.replacement(updated_node)
+                if original_node in self._statements_with_block_edits():
+                    self.items[original_node] = _as_statements(result)
+                else:
+                    updated_node = result
+        if original_node in self.blocks:
+            updated_node = self._edit_block(original_node, updated_node)
+        return updated_node
+
+    def _statements_with_block_edits(self) -> set:
+        cached = getattr(self, "_statement_set", None)
+        if cached is None:
+            cached = self._statement_set = {e.anchor for block in self.blocks.values() for e in block}
+        return cached
+
+    def _edit_block(self, original, updated):
+        edits = self.blocks[original]
+        removed = {e.anchor for e in edits if isinstance(e, Remove)}
+        before: dict[cst.CSTNode, list] = {}
+        after: dict[cst.CSTNode, list] = {}
+        for edit in edits:
+            if isinstance(edit, InsertBefore):
+                before.setdefault(edit.anchor, []).extend(edit.statements)
+            elif isinstance(edit, InsertAfter):
+                after.setdefault(edit.anchor, []).extend(edit.statements)
+        position = {statement: i for i, statement in enumerate(original.body)}
+        segments: list[list[cst.BaseStatement]] = []
+        carried: list[cst.EmptyLine] = []  # comment lines of removed statements, for the next one
+        for statement, new in zip(original.body, updated.body):
+            core = [] if statement in removed else self.items.get(statement, [new])
+            if not core and _has_comments(statement):
+                carried.extend(statement.leading_lines)
+            inserted = list(before.get(statement, ()))
+            if inserted and core and core[0].leading_lines:
+                blank, kept = _split_blank(core[0].leading_lines)
+                if not inserted[0].leading_lines:
+                    inserted[0] = inserted[0].with_changes(leading_lines=blank)
+                core = [core[0].with_changes(leading_lines=kept), *core[1:]]
+            segment = [*inserted, *core, *after.get(statement, ())]
+            if segment and carried:
+                segment[0] = segment[0].with_changes(leading_lines=[*carried, *segment[0].leading_lines])
+                carried = []
+            segments.append(segment)
+        wraps = sorted((e for e in edits if isinstance(e, Wrap)),
+                       key=lambda w: position[w.last] - position[w.anchor])
+        for wrap in wraps:
+            first, last = position[wrap.anchor], position[wrap.last]
+            body = [s for segment in segments[first:last + 1] for s in segment]
+            for i in range(first, last + 1):
+                segments[i] = []
+            segments[first] = [_with(wrap.items, body)] if body else []
+        statements = [s for segment in segments for s in segment]
+        if isinstance(updated, cst.IndentedBlock) and not statements:
+            statements = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
+            carried = []
+        return updated.with_changes(body=statements, footer=[*carried, *updated.footer])
+
+
+def _as_statements(result: Replacement) -> list[cst.BaseStatement]:
+    if isinstance(result, cst.RemovalSentinel):
+        return []
+    if isinstance(result, cst.FlattenSentinel):
+        return list(result.nodes)
+    return [result]
+
+
+def _has_comments(statement: cst.BaseStatement) -> bool:
+    return any(line.comment is not None for line in statement.leading_lines)
+
+
+def _split_blank(lines: Sequence[cst.EmptyLine]) -> tuple[list, list]:
+    """Leading blank lines (no comment) and the rest."""
+    lines = list(lines)
+    count = 0
+    while count < len(lines) and lines[count].comment is None:
+        count += 1
+    return lines[:count], lines[count:]
+
+
+def _with(items: Sequence[cst.WithItem], body: list[cst.BaseStatement]) -> cst.With:
+    first = body[0]
+    items = list(items)
+    items[:-1] = [item.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for item in items[:-1]]
+    return cst.With(
+        items=items,
+        body=cst.IndentedBlock(body=[first.with_changes(leading_lines=[]), *body[1:]]),
+        leading_lines=first.leading_lines,
+    )

@@ -1,0 +1,143 @@
+"""The scope guard: every name a fix's new code reads must be defined where it goes.
+
+A fix that inserts `Precision.for_device(device)` into a method where `device`
+is not defined would crash the rewritten script on its first step. Before any
+fix is applied, the names its edits introduce (names the new code reads that
+the code it replaces did not) are looked up in the scope at the edit's anchor;
+names the fix itself binds (its inserted assignments, its imports) and
+builtins pass. A fix with a name that does not resolve is dropped and reported.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Iterable
+
+import libcst as cst
+
+from codemod.analysis.names import names_read
+from codemod.edits import AddKeyword, Fix, InsertAfter, InsertBefore, Replace, Wrap
+from codemod.imports import bound_name, dotted
+
+BUILTINS = frozenset(dir(builtins))
+
+
+class _Bound(cst.CSTVisitor):
+    """Names a piece of new code binds: assignment, loop, `with` and comprehension
+    targets, walrus targets, parameters, definitions and imports."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def _targets(self, node: cst.CSTNode | None) -> None:
+        if node is None:
+            return
+        if isinstance(node, cst.Name):
+            self.names.add(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                self._targets(element.value)
+        elif isinstance(node, cst.StarredElement):
+            self._targets(node.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._targets(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._targets(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._targets(node.target)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._targets(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._targets(node.name)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._targets(node.target)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.names.add(node.name.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.names.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.names.add(node.name.value)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        if node.asname is None:
+            name = node.name
+            while isinstance(name, cst.Attribute):
+                name = name.value
+            self._targets(name)
+
+
+def _produced(edit) -> list[cst.CSTNode]:
+    """The new code an edit writes, made on the original anchor."""
+    if isinstance(edit, Replace):
+        result = edit.replacement(edit.anchor)
+        if isinstance(result, cst.FlattenSentinel):
+            return list(result.nodes)
+        return [] if isinstance(result, cst.RemovalSentinel) else [result]
+    if isinstance(edit, (InsertBefore, InsertAfter)):
+        return list(edit.statements)
+    if isinstance(edit, Wrap):
+        return list(edit.items)
+    if isinstance(edit, AddKeyword):
+        return [edit.value]
+    return []
+
+
+def _reads(nodes: Iterable[cst.CSTNode]) -> set[str]:
+    return {name.value for node in nodes for name in names_read(node)}
+
+
+def undefined_names(fix: Fix, scopes) -> list[str]:
+    """Names `fix` would read where they are not defined (empty: the fix may be applied)."""
+    produced = {id(edit): _produced(edit) for edit in fix.edits}
+    binder = _Bound()
+    for nodes in produced.values():
+        for node in nodes:
+            node.visit(binder)
+    own = binder.names | {item.bound for item in fix.imports} | BUILTINS
+    missing: list[str] = []
+    for edit in fix.edits:
+        new = _reads(produced[id(edit)])
+        if isinstance(edit, Replace):
+            new -= _reads([edit.anchor])
+        scope = scopes.get(edit.anchor)
+        for name in sorted(new - own):
+            if scope is None or not scope[name]:
+                if name not in missing:
+                    missing.append(name)
+    return missing
+
+
+def import_clashes(fix: Fix, module_scope) -> list[str]:
+    """Names the fix imports that the file already binds to something else."""
+    clashes = []
+    for item in fix.imports:
+        for assignment in module_scope[item.bound] if module_scope is not None else ():
+            node = getattr(assignment, "node", None)
+            if isinstance(node, (cst.Import, cst.ImportFrom)) and _imports(node, item):
+                continue
+            clashes.append(item.bound)
+            break
+    return clashes
+
+
+def _imports(statement: cst.Import | cst.ImportFrom, item) -> bool:
+    """Does `statement` bind `item.bound` to what `item` imports?"""
+    for alias in statement.names if not isinstance(statement.names, cst.ImportStar) else ():
+        if bound_name(alias, statement) != item.bound:
+            continue
+        if isinstance(statement, cst.ImportFrom):
+            return dotted(statement.module) == item.module and not statement.relative and dotted(alias.name) == item.name
+        return item.name is None and dotted(alias.name).split(".")[0] == item.module.split(".")[0] and alias.asname is None
+    return False
