@@ -61,7 +61,9 @@ class Replace(Edit):
 
 @dataclass(frozen=True, eq=False)
 class Remove(Edit):
-    """The statement `anchor` is removed; comment lines above it stay. A block left empty gets `pass`."""
+    """The statement `anchor` is removed: a line, a compound statement, or one small
+    statement of a line (`a(); b()`). Comment lines above a removed line stay; a
+    block left empty gets `pass`."""
 
     @property
     def consumes(self) -> bool:
@@ -232,6 +234,11 @@ def validate(edit: Edit, index: TreeIndex) -> str | None:
     """Why `edit` cannot be made where it is anchored, or None."""
     if edit.anchor not in index:
         return "it is anchored to code that is not in the file"
+    if isinstance(edit, Remove) and isinstance(edit.anchor, cst.BaseSmallStatement):
+        line = index.parents.get(edit.anchor)
+        if isinstance(line, cst.SimpleStatementSuite) or (isinstance(line, cst.SimpleStatementLine) and _in_body(line, index)):
+            return None
+        return "it removes a statement that is not in a block of statements"
     if edit.in_block and not _in_body(edit.anchor, index):
         return "it inserts or removes a statement that is not in a block of statements"
     if isinstance(edit, Replace) and isinstance(edit.new, (cst.FlattenSentinel, cst.RemovalSentinel)):
@@ -268,10 +275,15 @@ class _Apply(cst.CSTTransformer):
         self.at: dict[cst.CSTNode, list[Edit]] = {}
         self.blocks: dict[cst.CSTNode, list[Edit]] = {}  # block -> the edits of its statements
         self.around: set[cst.CSTNode] = set()  # nodes with an edit at or below them
+        self.removed_parts: dict[cst.CSTNode, set[cst.CSTNode]] = {}  # line -> its small statements removed
         for edit in edits:
             self.at.setdefault(edit.anchor, []).append(edit)
             block = index.parents.get(edit.anchor)
-            if edit.in_block or (isinstance(edit, Replace) and isinstance(block, BODY_OWNERS)
+            if isinstance(edit, Remove) and isinstance(edit.anchor, cst.BaseSmallStatement):
+                self.removed_parts.setdefault(block, set()).add(edit.anchor)
+                if isinstance(block, cst.SimpleStatementLine):
+                    self.blocks.setdefault(index.parents[block], [])
+            elif edit.in_block or (isinstance(edit, Replace) and isinstance(block, BODY_OWNERS)
                                  and isinstance(edit.anchor, cst.BaseStatement)):
                 self.blocks.setdefault(block, []).append(edit)
             node = edit.anchor
@@ -295,9 +307,23 @@ class _Apply(cst.CSTTransformer):
                     self.items[original_node] = _as_statements(result)
                 else:
                     updated_node = result
+        if original_node in self.removed_parts:
+            updated_node = self._without_parts(original_node, updated_node)
         if original_node in self.blocks:
             updated_node = self._edit_block(original_node, updated_node)
         return updated_node
+
+    def _without_parts(self, original, updated):
+        """A line (or one-line suite) without its removed small statements."""
+        removed = self.removed_parts[original]
+        kept = [new for old, new in zip(original.body, updated.body) if old not in removed]
+        if kept:
+            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(body=kept)
+        if isinstance(original, cst.SimpleStatementSuite):
+            return updated.with_changes(body=[cst.Pass()])
+        self.items[original] = []  # the whole line goes: its block drops it
+        return updated
 
     def _statements_with_block_edits(self) -> set:
         cached = getattr(self, "_statement_set", None)

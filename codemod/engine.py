@@ -299,7 +299,8 @@ def _imported_names_in_edits(module: cst.Module, fixes: list[Fix], index: TreeIn
             if isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword)):
                 continue
             for name in index.find(cst.Name, within=edit.anchor):
-                if name.value in bound and fix.key not in found.setdefault(name.value, []):
+                if name.value in bound and import_edits.is_read(name, index.parents) \
+                        and fix.key not in found.setdefault(name.value, []):
                     found[name.value].append(fix.key)
     return found
 

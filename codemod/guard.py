@@ -5,7 +5,8 @@ is not defined would crash the rewritten script on its first step. Before any
 fix is applied, the names its edits introduce (names the new code reads that
 the code it replaces did not) are looked up in the scope at the edit's anchor;
 names the fix itself binds (its inserted assignments, its imports) and
-builtins pass. A fix with a name that does not resolve is dropped and reported.
+builtins pass, and so do names the user's code reads in that same scope
+without a binding perfmod can see (a star import). A fix with a name that does not resolve is dropped and reported.
 """
 
 from __future__ import annotations
@@ -113,7 +114,9 @@ def undefined_names(fix: Fix, scopes) -> list[str]:
             new -= _reads([edit.anchor])
         scope = scopes.get(edit.anchor)
         for name in sorted(new - own):
-            if scope is None or not scope[name]:
+            # Defined in reach, or read by the user's own code in the same scope without
+            # a binding perfmod can see (a star import, a name injected at run time).
+            if scope is None or not (scope[name] or scope.accesses[name]):
                 if name not in missing:
                     missing.append(name)
     return missing

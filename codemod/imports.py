@@ -117,7 +117,17 @@ def add(module: cst.Module, needed: Sequence[AddImport], site: ImportSite) -> cs
         # Keep the first statement's comments (a shebang, a licence) above the new imports.
         new_lines[0] = new_lines[0].with_changes(leading_lines=body[0].leading_lines)
         body[0] = body[0].with_changes(leading_lines=[])
+    if new_lines and at < len(body) and not _is_import(body[at]):
+        following = body[at]
+        if not following.leading_lines or following.leading_lines[0].comment is not None:
+            # A blank line between the imports and the code, as isort and libcst leave it.
+            body[at] = following.with_changes(leading_lines=[cst.EmptyLine(), *following.leading_lines])
     return module.with_changes(body=[*body[:at], *new_lines, *body[at:]])
+
+
+def _is_import(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
 
 
 def _from_import(body: Sequence[cst.BaseStatement], source: str) -> tuple[int, int] | None:
@@ -158,17 +168,15 @@ def names_read(module: cst.Module) -> set[str]:
     """Names the module reads anywhere (not attribute or keyword names, not in imports)."""
     index = TreeIndex(module)
     skipped = {id(n) for imp in index.find((cst.Import, cst.ImportFrom)) for n in index.find(cst.Name, within=imp)}
-    found = set()
-    for name in index.find(cst.Name):
-        if id(name) in skipped:
-            continue
-        parent = index.parents.get(name)
-        if isinstance(parent, cst.Attribute) and parent.attr is name:
-            continue
-        if isinstance(parent, cst.Arg) and parent.keyword is name:
-            continue
-        found.add(name.value)
-    return found
+    return {name.value for name in index.find(cst.Name) if id(name) not in skipped and is_read(name, index.parents)}
+
+
+def is_read(name: cst.Name, parents) -> bool:
+    """Is `name` a variable (not the attribute of `x.name`, nor the keyword of `f(name=...)`)?"""
+    parent = parents.get(name)
+    if isinstance(parent, cst.Attribute) and parent.attr is name:
+        return False
+    return not (isinstance(parent, cst.Arg) and parent.keyword is name)
 
 
 def without_unused(module: cst.Module, candidates: set[str]) -> tuple[cst.Module, set[str]]:

@@ -150,7 +150,7 @@ def changed_lines_outside_fixes(result) -> list[str]:
 
 def test_nested_fixes_from_different_rules_compose_in_one_pass():
     result = run("y = g(f(1))\n")
-    assert result.new_source.decode() == "import json\nfrom snakes import snake\ny = [g(snake(1))]\n"
+    assert result.new_source.decode() == "import json\nfrom snakes import snake\n\ny = [g(snake(1))]\n"
     assert [f.code for f in result.findings] == ["PM902", "PM901"]
     assert all(f.applied for f in result.findings)
     assert changed_lines_outside_fixes(result) == []
@@ -160,7 +160,7 @@ def test_a_wrap_composes_with_a_keyword_and_a_removal_inside_it():
     source = "for i in range(2):\n    run(i)\n    drop()\n    x = i\n"
     result = run(source, rules=[GuardLoops, QuietCalls, DropStatementsCallingDrop])
     assert result.new_source.decode() == (
-        "import contextlib\nlimit = 3\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        run(i, quiet=True)\n        x = i\n")
+        "import contextlib\n\nlimit = 3\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        run(i, quiet=True)\n        x = i\n")
     assert all(f.applied for f in result.findings)
     assert changed_lines_outside_fixes(result) == []
 
@@ -169,7 +169,7 @@ def test_inserted_statements_take_the_blank_lines_and_leave_the_comment_on_its_s
     source = "x = 1\n\n# the loop\nfor i in range(2):\n    pass\n"
     result = run(source, rules=[GuardLoops])
     assert result.new_source.decode() == (
-        "import contextlib\nx = 1\n\nlimit = 3\n# the loop\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        pass\n")
+        "import contextlib\n\nx = 1\n\nlimit = 3\n# the loop\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        pass\n")
 
 
 def test_a_removed_statement_keeps_its_comment_lines_and_an_emptied_block_gets_pass():
@@ -180,7 +180,7 @@ def test_a_removed_statement_keeps_its_comment_lines_and_an_emptied_block_gets_p
 
 def test_level_gates_fixes_but_keeps_findings():
     result = run("y = g(f(1))\n", level=Level.SAFE)
-    assert result.new_source.decode() == "from snakes import snake\ny = g(snake(1))\n"
+    assert result.new_source.decode() == "from snakes import snake\n\ny = g(snake(1))\n"
     applied = {f.code: f.applied for f in result.findings}
     assert applied == {"PM901": True, "PM902": False}
 
@@ -197,7 +197,7 @@ def test_second_run_changes_nothing():
 
 def test_a_fix_that_discards_code_wins_over_fixes_inside_it_and_they_say_why():
     result = run("value = h(f(1))\nother = f(2)\n", rules=[RenameCallsToSnake, ReplaceWholeStatementOfH])
-    assert result.new_source.decode() == "from snakes import snake\ndone = True\nother = snake(2)\n"
+    assert result.new_source.decode() == "from snakes import snake\n\ndone = True\nother = snake(2)\n"
     inner = next(f for f in result.findings if f.code == "PM901" and f.line == 1)
     assert not inner.applied and not inner.fixable
     assert "PM906's fix on line 1 removes or rewrites this code" in inner.message
@@ -227,7 +227,7 @@ def test_overlapping_wraps_of_one_block_conflict_and_nested_ones_compose():
     assert "wraps an overlapping run of statements" in loser.message and not loser.applied
     nested = run(source, rules=[WrapFirstTwo, GuardLoops])
     assert nested.new_source.decode() == (
-        "import contextlib\nlimit = 3\nfor i in x:\n    with contextlib.nullcontext(limit):\n        with open(i):\n            p()\n            q()\n        r()\n")
+        "import contextlib\n\nlimit = 3\nfor i in x:\n    with contextlib.nullcontext(limit):\n        with open(i):\n            p()\n            q()\n        r()\n")
 
 
 def test_two_rules_passing_the_same_keyword_differently_conflict():
@@ -341,12 +341,12 @@ def test_findings_carry_their_range():
 
 def test_suppression_comment_blocks_one_code_only():
     result = run("y = f(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n")
-    assert result.new_source.decode() == "from snakes import snake\ny = snake(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n"
+    assert result.new_source.decode() == "from snakes import snake\n\ny = snake(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n"
 
 
 def test_suppression_holds_for_a_later_pass():
     result = run("x = f(1)  # perfmod: ignore[PM911]\n", rules=[SeesSnakes, RenameCallsToSnake])
-    assert result.new_source.decode() == "from snakes import snake\nx = snake(1)  # perfmod: ignore[PM911]\n"
+    assert result.new_source.decode() == "from snakes import snake\n\nx = snake(1)  # perfmod: ignore[PM911]\n"
 
 
 def test_a_crashing_rule_leaves_the_file_untouched_and_says_so():

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemod.edits import Remove
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # Qualified name -> how the message spells the call.
@@ -220,21 +221,9 @@ class MemoryCleanupInStepLoop(Rule):
             return
         guard = conditions[0] if conditions else None
         if guard is not None and self._only_cleans_up(guard):
-            self.report(guard, message, replacement=cst.RemovalSentinel.REMOVE)
+            self.report(guard, message, edits=[Remove(guard)])
             return
-        target, replacement = self._removal(statement)
-        self.report(target, message, replacement=replacement)
-
-    def _removal(self, statement: cst.Expr) -> tuple[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel]:
-        """Remove `statement`, leaving no stray `;` behind: the last statement of
-        a line is removed by rewriting the line."""
-        line = self.context.parents.get(statement)
-        body = list(line.body)
-        if len(body) == 1 or body[-1] is not statement:
-            return statement, cst.RemovalSentinel.REMOVE
-        rest = body[:-1]
-        rest[-1] = rest[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-        return line, line.with_changes(body=rest)
+        self.report(statement, message, edits=[Remove(statement)])
 
     def _only_cleans_up(self, guard: cst.If) -> bool:
         """`if torch.cuda.is_available():` whose branches (one, or `else` too) only clean up."""
