@@ -104,7 +104,8 @@ def test_higher_level_fixes_are_listed_with_the_flag_that_applies_them(tmp_path)
     assert "--level numeric" not in numeric.stderr and "2 more fixes available with --level unsafe:" in numeric.stderr
     unsafe = perfmod("apply", "t.py", "--level", "UNSAFE")
     assert "more fix" not in unsafe.stdout and "1 finding has no automatic fix" in unsafe.stdout
-    assert (tmp_path / "t.py").read_text() == FIXED + "fast(1)\nbold(2)\nbold(3)\nlook(4)\n"
+    fixed = FIXED.replace("import torch\n", "import torch\nfrom speedups import fast, bold\n\n")
+    assert (tmp_path / "t.py").read_text() == fixed + "fast(1)\nbold(2)\nbold(3)\nlook(4)\n"
 
 
 def test_color_is_forced_by_flag_and_off_when_piped(tmp_path):
