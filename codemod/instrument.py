@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
 from codemod.analysis.loops import calls_in
 from codemod.analysis.names import positional
@@ -49,9 +48,8 @@ def instrument(source: str, path: str, settings: Settings, entry: bool = True) -
     """`source` with a hook around each site of its training loops, and the trace
     header when it has hooks or is the `entry` script (whose header seeds the run
     before any of its code, imports included, runs)."""
-    wrapper = MetadataWrapper(parse(source.encode()))
-    module = wrapper.module
-    training = FileContext(wrapper, path, settings, module.code).training
+    module = parse(source.encode())
+    training = FileContext(module, path, settings, module.code).training
     hooks: dict[int, str] = {}
     for loop in training.loops:
         for backward in loop.backwards:

@@ -22,6 +22,16 @@ from typing import TYPE_CHECKING, Iterator, Union
 import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope
 
+from codemod.analysis.torch_facts import (
+    DATASET_CLASSES,
+    DTYPE_NAMES,
+    HOST_ONLY_FACTORIES,
+    PASS_THROUGH_ITERABLES,
+    SAME_PLACE_METHODS,
+    TENSOR_ATTRIBUTES,
+    TENSOR_FACTORIES,
+    TENSOR_FUNCTIONS,
+)
 from codemod.analysis.names import kwarg, method_name, positional, sole_definition
 
 if TYPE_CHECKING:
@@ -74,50 +84,8 @@ BOTTOM = Fact(Kind.BOTTOM)
 # What iterating or unpacking yields: one fact, or a tuple of shapes (enumerate, zip).
 Shape = Union[Fact, tuple]
 
-TENSOR_FACTORIES = {
-    f"torch.{name}"
-    for name in (
-        "tensor as_tensor zeros ones empty full rand randn randint randperm arange "
-        "linspace logspace eye zeros_like ones_like empty_like full_like rand_like "
-        "randn_like randint_like normal bernoulli multinomial"
-    ).split()
-}
-HOST_ONLY_FACTORIES = {"torch.from_numpy", "torch.frombuffer"}
 # Functions whose result is a tensor on the device of their tensor arguments.
-TENSOR_FUNCTIONS = {
-    f"torch.{name}"
-    for name in (
-        "stack cat concat hstack vstack where matmul bmm mm einsum softmax log_softmax "
-        "exp log tanh sigmoid relu clamp abs sqrt mean sum max min argmax argmin "
-        "flatten reshape transpose permute squeeze unsqueeze cumsum tril triu outer"
-    ).split()
-}
 # Tensor methods that return a tensor on the receiver's device.
-SAME_PLACE_METHODS = set(
-    (
-        "float half double bfloat16 long int short bool byte char view view_as reshape "
-        "reshape_as unsqueeze squeeze permute transpose contiguous clone detach flatten "
-        "t narrow expand expand_as repeat masked_fill type_as index_select gather "
-        "softmax log_softmax exp log tanh sigmoid relu clamp abs sqrt mean sum neg "
-        "add sub mul div matmul bmm mm pow"
-    ).split()
-)
-TENSOR_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "grad"}
-DTYPE_NAMES = set(
-    (
-        "float float16 float32 float64 half double bfloat16 long int int8 int16 int32 "
-        "int64 uint8 short bool complex64 complex128 cfloat cdouble float8_e4m3fn "
-        "float8_e5m2"
-    ).split()
-)
-DATASET_CLASSES = {
-    "torch.utils.data.TensorDataset",
-    "torch.utils.data.Dataset",
-    "torch.utils.data.IterableDataset",
-    "torch.utils.data.Subset",
-    "torch.utils.data.ConcatDataset",
-}
-PASS_THROUGH_ITERABLES = {"iter", "builtins.iter", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"}
 DEVICE_NAME = re.compile(r"^(device|dev|\w+_device|\w+_dev|device_\w+)$")
 DTYPE_NAME = re.compile(r"^(dtype|\w+_dtype)$")
 DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")

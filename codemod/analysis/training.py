@@ -32,49 +32,24 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.kinds import DEVICE_STRING, Kind, Kinds, Place
+from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.torch_facts import (
+    AUTOCAST_NAMES,
+    CLIP_NAMES,
+    CUDA_PROBES,
+    DOUBLE_TENSOR_TYPES,
+    FLOAT64_NAMES,
+    GRAD_SCALER_NAMES,
+    MODULE_METHODS,
+)
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
 
-AUTOCAST_NAMES = {
-    "torch.autocast",
-    "torch.amp.autocast",
-    "torch.cuda.amp.autocast",
-    "torch.cuda.amp.autocast_mode.autocast",
-    "torch.cpu.amp.autocast",
-    "torch.cpu.amp.autocast_mode.autocast",
-}
-GRAD_SCALER_NAMES = {
-    "torch.GradScaler",
-    "torch.amp.GradScaler",
-    "torch.amp.grad_scaler.GradScaler",
-    "torch.cuda.amp.GradScaler",
-    "torch.cpu.amp.GradScaler",
-}
-CLIP_NAMES = {
-    "torch.nn.utils.clip_grad_norm_",
-    "torch.nn.utils.clip_grad_value_",
-    "torch.nn.utils.clip_grad_norm",
-    "torch.nn.utils.clip_grad.clip_grad_norm_",
-    "torch.nn.utils.clip_grad.clip_grad_value_",
-}
-FLOAT64_NAMES = {"torch.float64", "torch.double"}
-DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 # torch.cuda functions that only ask whether CUDA is there; calling them uses nothing.
-CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
 # Methods of a module that are not its forward pass.
-MODULE_METHODS = set(
-    (
-        "parameters named_parameters buffers named_buffers children named_children modules "
-        "named_modules state_dict load_state_dict train eval to cuda cpu half float double "
-        "bfloat16 zero_grad requires_grad_ apply register_forward_hook register_full_backward_hook "
-        "register_forward_pre_hook register_buffer register_parameter add_module get_submodule "
-        "configure_optimizers save_pretrained"
-    ).split()
-)
 BUILTIN_NAMES = set(dir(builtins))
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 MAX_DEPTH = 6  # how many bindings and wrappers a look-up follows
@@ -186,7 +161,7 @@ class Training:
     """Training loops of one file, with the facts above; computed once."""
 
     def __init__(self, context: "FileContext") -> None:
-        self.module = module = context.module
+        self.module = context.module
         self.context = context
         self.kinds = context.kinds
         self.names = context.names

@@ -4,7 +4,6 @@ from typing import Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ScopeProvider
 
 from codemod.analysis.names import kwarg, positional
 from codemod.rule import Invalid, Level, Rule, Valid

@@ -8,6 +8,7 @@ from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.names import names_read
+from codemod.analysis.torch_facts import functional_alias, is_literal
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.analysis.tree import is_inside
 
@@ -366,32 +367,6 @@ class PerPositionLossLoop(Rule):
 
 
 
-def functional_alias(module: cst.Module) -> str | None:
-    """How this file's top-level imports spell torch.nn.functional (`F`,
-    `nn.functional`, `torch.nn.functional`), if they do."""
-    code = module.code_for_node
-    fallback = None
-    for line in module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for statement in line.body:
-            if isinstance(statement, cst.Import):
-                for alias in statement.names:
-                    bound = alias.asname.name.value if alias.asname is not None else None
-                    if code(alias.name) == FUNCTIONAL:
-                        return bound or FUNCTIONAL
-                    if code(alias.name) in ("torch", "torch.nn") and bound is None:
-                        fallback = FUNCTIONAL  # a shorter alias may follow
-            elif isinstance(statement, cst.ImportFrom) and statement.module is not None \
-                    and not isinstance(statement.names, cst.ImportStar) and not statement.relative:
-                source = code(statement.module)
-                for alias in statement.names:
-                    bound = alias.asname.name.value if alias.asname is not None else alias.name.value
-                    if source == "torch.nn" and alias.name.value == "functional":
-                        return bound
-                    if source == "torch" and alias.name.value == "nn":
-                        return f"{bound}.functional"
-    return fallback
 
 
 class _Loss:
@@ -536,10 +511,6 @@ def _is_constant(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Attribute) and _is_constant(expr.value)
 
 
-def is_literal(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
-        return True
-    return isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and is_literal(expr.expression)
 
 
 def _replace_term(statement_value: cst.BaseExpression, term: cst.BaseExpression, new: cst.BaseExpression):

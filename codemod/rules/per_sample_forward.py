@@ -10,7 +10,7 @@ from codemod.analysis.bindings import Bindings
 from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, names_read
 from codemod.rule import Invalid, Level, Rule, Valid
-from codemod.rules.per_position_loss import functional_alias, is_literal
+from codemod.analysis.torch_facts import functional_alias, is_literal
 
 # Loss functions whose mean is over the elements of the batch, and their modules.
 LOSS_FUNCTIONS = {

@@ -5,9 +5,8 @@ asks Kinds for the fact of the probe's argument."""
 
 import libcst as cst
 import pytest
-from libcst.metadata import MetadataWrapper
 
-from codemod.analysis.kinds import Fact, Kind, Kinds, Place
+from codemod.analysis.kinds import Fact, Kind, Place
 from codemod.context import FileContext
 
 HEAD = """\

@@ -5,11 +5,9 @@ import textwrap
 import libcst as cst
 import libcst.matchers as m
 import pytest
-from libcst.metadata import MetadataWrapper
 
 from codemod.analysis.kinds import Place
 from codemod.analysis.training import Training, TrainingLoop
-from codemod.config import Settings
 from codemod.context import FileContext
 
 HEAD = """\
