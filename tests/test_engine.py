@@ -398,3 +398,16 @@ def test_fixes_to_a_file_libcst_cannot_write_back_are_an_error_and_the_file_stay
     assert not result.changed and result.findings == []
     assert result.error.startswith("t.py:1:1: error: libcst cannot write this file back byte for byte")
     assert "end the file with a newline" in result.error
+
+
+def test_the_changes_of_all_fixes_rebuild_the_rewritten_file():
+    from codemod.report.diff import fix_changes
+
+    source = '"""Doc."""\nimport os\n\nfor i in range(2):\n    run(i)\n    drop()\n    x = mixed()\n'
+    result = run(source, rules=[GuardLoops, QuietCalls, DropStatementsCallingDrop, ImportsPrecision])
+    assert all(f.applied for f in result.findings)
+    changes = {(c.offset, c.length): c for per_finding in fix_changes(result) for c in per_finding}
+    text = source
+    for change in sorted(changes.values(), key=lambda c: c.offset, reverse=True):
+        text = text[:change.offset] + change.text + text[change.offset + change.length:]
+    assert text == result.new_source.decode()
