@@ -411,3 +411,32 @@ def test_the_changes_of_all_fixes_rebuild_the_rewritten_file():
     for change in sorted(changes.values(), key=lambda c: c.offset, reverse=True):
         text = text[:change.offset] + change.text + text[change.offset + change.length:]
     assert text == result.new_source.decode()
+
+
+class ImportsPrefetcher(Rule):
+    """`batches()` -> `DevicePrefetcher(batches())`, importing it from perfmod's runtime."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM917", "test-runtime", Level.SAFE, "prefetch", ""
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "batches":
+            self.report(node, edits=[Replace(node, lambda updated: cst.Call(cst.Name("DevicePrefetcher"), [cst.Arg(updated)]))],
+                        imports=[("runtime.data", "DevicePrefetcher")])
+
+
+@pytest.mark.parametrize("shadow", ["runtime.py", "runtime/__init__.py", "runtime/helpers.py"])
+def test_a_projects_own_runtime_module_blocks_fixes_that_import_perfmods(tmp_path, shadow):
+    (tmp_path / shadow).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / shadow).write_text("SEED = 1\n")
+    script = tmp_path / "train.py"
+    result = process_source(b"for b in batches():\n    pass\n", str(script), Settings(), [ImportsPrefetcher])
+    (finding,) = result.findings
+    assert not result.changed and not finding.applied
+    assert f"`{tmp_path / shadow.split('/')[0]}" in finding.message and "rename that module" in finding.message
+
+
+def test_perfmods_own_runtime_beside_a_script_is_no_shadow(tmp_path):
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "__init__.py").write_text('"""What rewritten training code calls; usable on its own."""\n')
+    result = process_source(b"for b in batches():\n    pass\n", str(tmp_path / "train.py"), Settings(), [ImportsPrefetcher])
+    assert result.changed and "DevicePrefetcher(batches())" in result.new_source.decode()
