@@ -2,14 +2,13 @@
 pass, conflicts are settled and reported, the scope guard drops fixes that would
 read undefined names, imports come and go, later passes run only on request."""
 
-import difflib
-
 import libcst as cst
 import pytest
 
 from codemod.config import Settings
 from codemod.edits import AddKeyword, InsertBefore, Remove, Replace, Wrap
 from codemod.engine import passes, process_source
+from codemod.report.diff import unattributed_changes
 from codemod.rule import Level, Rule
 
 
@@ -130,19 +129,7 @@ def run(source: str, level=Level.UNSAFE, rules=TEST_RULES, **settings):
 
 
 def changed_lines_outside_fixes(result) -> list[str]:
-    """Lines of the diff that no applied finding's fix_lines cover."""
-    before = result.source.decode().splitlines()
-    after = result.new_source.decode().splitlines()
-    spans = [span for f in result.findings if f.applied for span in f.fix_lines]
-    outside = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        covered = any((first - 1 <= i1 <= last) if i1 == i2 else (i1 + 1 <= last and i2 >= first)
-                      for first, last in spans)
-        if not covered:
-            outside.append(f"{tag} {i1}:{i2} -> {after[j1:j2]}")
-    return outside
+    return unattributed_changes(result)
 
 
 # -- composition ------------------------------------------------------------------------

@@ -95,6 +95,19 @@ def fix_changes(result: FileResult) -> list[list[Change]]:
     return per_finding
 
 
+def unattributed_changes(result: FileResult) -> list[str]:
+    """The diff's changes that lie in no applied finding's fix lines ("old lines
+    i1:i2 -> new text"); empty when every change is some finding's."""
+    if not result.changed or result.error is not None:
+        return []
+    old = decode(result.source).splitlines(keepends=True)
+    new = decode(result.new_source).splitlines(keepends=True)
+    spans = [span for finding in result.findings if finding.applied for span in finding.fix_lines]
+    return [f"lines {i1 + 1}-{i2}: {''.join(new[j1:j2])!r}"
+            for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+            if tag != "equal" and not any(meets((i1, i2), span) for span in spans)]
+
+
 def meets(lines: tuple[int, int], span: Sequence[int]) -> bool:
     """Do original lines [i1, i2) (0-based; i1 == i2: the point before line i1 + 1)
     meet a fix's span (first, last), 1-based and inclusive? An insertion meets the
