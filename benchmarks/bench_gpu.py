@@ -153,7 +153,7 @@ def run_part(part: Part, tier: str, seconds: float, env: dict) -> Outcome:
     bodies = []
     for args in part.runs[tier]:
         left = seconds - (time.monotonic() - start)
-        if left < 1:
+        if left <= 0:
             return Outcome(f"timed out: no time left for `{shlex.join(args)}`", time.monotonic() - start,
                            "\n\n".join(bodies))
         if part.name == "scripts":  # its own budget: it stops starting runs and prints its table in time
