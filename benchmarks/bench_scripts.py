@@ -294,21 +294,24 @@ def versions(name: str, levels: list[str]) -> dict[str, Path]:
             OPTIMIZED: optimized_path(name)}
 
 
-def measure(script: Script, tier: str, levels: list[str], repeats: int, device: str, deadline: float,
-            timeout: float, threads: int | None) -> dict[str, list[Run]]:
-    """Every version `repeats` times, alternating; a version that failed is not run again,
-    and none is started once the deadline has passed."""
-    runs: dict[str, list[Run]] = {label: [] for label in versions(script.name, levels)}
+def measure(scripts: list[Script], tier: str, levels: list[str], repeats: int, device: str, deadline: float,
+            timeout: float, threads: int | None) -> dict[str, dict[str, list[Run]]]:
+    """Every version of every script `repeats` times, alternating, the repeats outermost
+    (so that a budget spent early still leaves every script measured). A version that
+    failed is not run again; none is started once the deadline has passed."""
+    runs = {script.name: {label: [] for label in versions(script.name, levels)} for script in scripts}
     for _ in range(repeats):
-        for label, path in versions(script.name, levels).items():
-            if any(run.error for run in runs[label]):
-                continue
-            left = deadline - time.monotonic()
-            if left < 1:
-                if not runs[label]:
-                    runs[label].append(Run(error="not run: the time budget was spent"))
-                continue
-            runs[label].append(run_script(path, script.sizes[tier], device, min(timeout, left), threads))
+        for script in scripts:
+            for label, path in versions(script.name, levels).items():
+                done = runs[script.name][label]
+                if any(run.error for run in done):
+                    continue
+                left = deadline - time.monotonic()
+                if left < 1:
+                    if not done:
+                        done.append(Run(error="not run: the time budget was spent"))
+                    continue
+                done.append(run_script(path, script.sizes[tier], device, min(timeout, left), threads))
     return runs
 
 
@@ -321,12 +324,12 @@ class Row:
     error: str | None
 
 
-def summarize(runs: list[Run], memory: str) -> Row:
+def summarize(label: str, runs: list[Run], memory: str) -> Row:
     good = [run for run in runs if run.error is None]
     if not good:
-        return Row("", None, None, [], runs[0].error if runs else "not run")
+        return Row(label, None, None, [], runs[0].error if runs else "not run")
     peaks = [run.peak.get(memory) for run in good if run.peak.get(memory) is not None]
-    return Row("", statistics.median(run.tokens_per_s for run in good), max(peaks) / 2**20 if peaks else None,
+    return Row(label, statistics.median(run.tokens_per_s for run in good), max(peaks) / 2**20 if peaks else None,
                good[0].losses, None)
 
 
@@ -439,15 +442,10 @@ def run(options: argparse.Namespace, argv: list[str]) -> str:
     tier = "quick" if options.quick else device
     memory = "cuda" if device == "cuda" else "rss"
     deadline = time.monotonic() + options.budget
-    results: dict[str, dict[str, Row]] = {}
-    for name in options.scripts:
-        runs = measure(SCRIPTS_BY_NAME[name], tier, options.levels, options.repeats, device, deadline,
-                       options.timeout, options.threads)
-        results[name] = {}
-        for label, version_runs in runs.items():
-            row = summarize(version_runs, memory)
-            row.label = label
-            results[name][label] = row
+    scripts = [SCRIPTS_BY_NAME[name] for name in options.scripts]
+    runs = measure(scripts, tier, options.levels, options.repeats, device, deadline, options.timeout, options.threads)
+    results = {name: {label: summarize(label, version_runs, memory) for label, version_runs in by_label.items()}
+               for name, by_label in runs.items()}
     return table(results, options.levels, device, options.threads, options.repeats, tier, argv)
 
 

@@ -56,7 +56,7 @@ def test_a_failing_or_slow_part_gets_its_row_and_the_next_ones_run(tmp_path, mon
     text = capsys.readouterr().out
     rows = part_rows(text)
     assert rows["broken"].startswith("error: exit status 1: ") and "No module named" in rows["broken"]
-    assert rows["slow"] == "timed out after 2 s"  # the quick sizes get a third of the cap
+    assert rows["slow"] == "timed out after 3 s"  # the quick sizes get half the cap
     assert rows["fine"] == "ok"
     assert "### 3. fine" in text and "usage:" in text
     assert (tmp_path / "doc.md").read_text() == text

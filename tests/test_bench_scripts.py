@@ -89,8 +89,8 @@ def test_failed_and_unrun_versions_get_error_rows(tmp_path):
     run = run_script(broken, [], "cpu", timeout=60)
     assert run.error == "exit status 1: no data found"
     script = SCRIPTS[0]
-    runs = bench_scripts.measure(script, "quick", ["unsafe"], 1, "cpu", deadline=0, timeout=60, threads=None)
-    assert {label: [r.error for r in rs] for label, rs in runs.items()} == {
+    runs = bench_scripts.measure([script], "quick", ["unsafe"], 1, "cpu", deadline=0, timeout=60, threads=None)
+    assert {label: [r.error for r in rs] for label, rs in runs[script.name].items()} == {
         label: ["not run: the time budget was spent"] for label in (ORIGINAL, "rewritten (unsafe)", OPTIMIZED)}
 
 
