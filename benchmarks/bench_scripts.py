@@ -317,19 +317,20 @@ def measure(scripts: list[Script], tier: str, levels: list[str], repeats: int, d
 
 @dataclass
 class Row:
-    label: str
+    """One version's summary: median tokens/s, largest peak, the first good run's losses."""
+
     tokens_per_s: float | None
     peak_mib: float | None
     losses: list[float | None]
     error: str | None
 
 
-def summarize(label: str, runs: list[Run], memory: str) -> Row:
+def summarize(runs: list[Run], memory: str) -> Row:
     good = [run for run in runs if run.error is None]
     if not good:
-        return Row(label, None, None, [], runs[0].error if runs else "not run")
+        return Row(None, None, [], runs[0].error if runs else "not run")
     peaks = [run.peak.get(memory) for run in good if run.peak.get(memory) is not None]
-    return Row(label, statistics.median(run.tokens_per_s for run in good), max(peaks) / 2**20 if peaks else None,
+    return Row(statistics.median(run.tokens_per_s for run in good), max(peaks) / 2**20 if peaks else None,
                good[0].losses, None)
 
 
@@ -444,7 +445,7 @@ def run(options: argparse.Namespace, argv: list[str]) -> str:
     deadline = time.monotonic() + options.budget
     scripts = [SCRIPTS_BY_NAME[name] for name in options.scripts]
     runs = measure(scripts, tier, options.levels, options.repeats, device, deadline, options.timeout, options.threads)
-    results = {name: {label: summarize(label, version_runs, memory) for label, version_runs in by_label.items()}
+    results = {name: {label: summarize(version_runs, memory) for label, version_runs in by_label.items()}
                for name, by_label in runs.items()}
     return table(results, options.levels, device, options.threads, options.repeats, tier, argv)
 
