@@ -552,11 +552,17 @@ def render_text(result: VerifyResult) -> str:
     lines.append(f"level {data['level']} (highest applied: {data['applied_level']}); {result.steps} steps, "
                  f"{result.warmup} warm-up not timed; seed {result.seed}; device {data['device']}; "
                  f"torch {data['torch']}")
+    if result.nproc is not None:
+        lines.append(f"rewritten run: torchrun, {result.nproc} process{'es' if result.nproc > 1 else ''}, against the "
+                     "original in one; its loss per step is the mean over the ranks, its samples/s and tokens/s the "
+                     "sum, its peak memory the largest rank's")
     if result.fixes:
         lines.append("fixes applied:")
         lines += [f"  {f['path']}:{f['line']}: {f['code']} ({f['level']}) {f['message']}" for f in result.fixes]
     if result.original and result.rewritten:
         lines += ["", *_speed_table(result)]
+        if result.rewritten.trace.get("ranks"):
+            lines += ["", *_rank_table(result.rewritten.trace["ranks"])]
         lines += ["", *_loss_table(result)]
     comparison = result.comparison
     tolerance = result.tolerance
@@ -593,6 +599,21 @@ def _speed_table(result: VerifyResult) -> list[str]:
     for label, a, b, change in rows:
         memory = label.startswith("peak")
         lines.append(f"| {label:<28} | {_quantity(a, memory):>12} | {_quantity(b, memory):>12} | {change(a, b):>8} |")
+    return lines
+
+
+def _rank_table(ranks: list[dict]) -> list[str]:
+    kind = ranks[0].get("peak_memory_kind")
+    lines = [f"| {'rewritten, rank':<16} | {'steps/s':>10} | {'samples/s':>10} | {'tokens/s':>10} | "
+             f"{'peak ' + ('CUDA' if kind == 'cuda' else 'RSS'):>12} | {'last loss':>12} |",
+             f"|{'-' * 18}|{'-' * 12}|{'-' * 12}|{'-' * 12}|{'-' * 14}|{'-' * 14}|"]
+    for trace in ranks:
+        losses = trace.get("losses") or []
+        last = f"{losses[-1]:.6g}" if losses and losses[-1] is not None else "-"
+        lines.append(f"| {trace.get('rank', '?'):<16} | {_quantity(trace.get('steps_per_s'), False):>10} | "
+                     f"{_quantity(trace.get('samples_per_s'), False):>10} | "
+                     f"{_quantity(trace.get('tokens_per_s'), False):>10} | "
+                     f"{_quantity(trace.get('peak_memory_bytes'), True):>12} | {last:>12} |")
     return lines
 
 
@@ -652,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--python")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--nproc", type=int, help="run the rewrite under torchrun with this many processes")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.epilog = "Arguments after `--` replace the script's arguments recorded when the copies were prepared."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -660,7 +682,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run_prepared(options.folder, steps=options.steps, warmup=options.warmup, args=args or None,
                               python=options.python, seed=options.seed, deterministic=options.deterministic,
-                              timeout=options.timeout)
+                              timeout=options.timeout, nproc=options.nproc)
     except VerifyError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
