@@ -58,7 +58,8 @@ def log_lines(stdout: str) -> list[str]:
 
 def test_plain_python_runs_the_torchrun_version_exactly_like_the_original(tmp_path):
     args = ("--samples", "256", "--epochs", "2", "--save-every", "4")
-    original, rewritten = launch(ORIGINAL, tmp_path / "original", *args), launch(TORCHRUN, tmp_path / "rewritten", *args)
+    original = launch(ORIGINAL, tmp_path / "original", *args)
+    rewritten = launch(TORCHRUN, tmp_path / "rewritten", *args)
     (status, before, error), (status_after, after, error_after) = finish(original), finish(rewritten)
     assert status == 0, error
     assert status_after == 0, error_after

@@ -476,3 +476,27 @@ def test_the_command_line_takes_nproc():
     assert "--nproc" in perfmod("verify", "--help").stdout
     result = perfmod("verify", SAFE, "--nproc", "0")
     assert result.exit_code == 2 and "--nproc" in result.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
+def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
+    """A hung DDP rank is the usual way a distributed run fails: the launcher and every
+    process it started must go, not only the launcher."""
+    import time
+
+    (tmp_path / "hang.py").write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "open('child.pid', 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n")
+    start = time.monotonic()
+    status, trace, stderr = verify_run._run(tmp_path / "hang.py", [], tmp_path, None, 3, 1, 0, False, 2.0, None)
+    assert status == -1 and trace is None and "killed after 2 s" in stderr
+    assert time.monotonic() - start < 30
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(50):  # reparented and reaped by init once killed
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the run's child {child} outlived the timeout")
