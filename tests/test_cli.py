@@ -5,7 +5,7 @@ import os
 import pty
 import select
 import subprocess
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
 
 import pytest
 
@@ -46,7 +46,7 @@ def test_dry_run_prints_the_diff_writes_nothing_and_exits_1(tmp_path):
     assert result.stdout == DIFF  # the diff alone, ready for `git apply`
     assert "Would apply 1 fix to 1 file (1 file checked)" in result.stderr
     assert script.read_text() == FIXABLE and script.stat().st_mtime_ns == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".perfmod_cache", "t.py"]  # the cache, nothing else
 
 
 def test_dry_run_with_nothing_to_change_exits_0(tmp_path):
@@ -268,7 +268,8 @@ def test_sarif_schema(tmp_path):
     assert [r["id"] for r in rules] == [r.CODE for r in ALL_RULES]
     pm101 = rules[0]
     assert pm101["name"] == "blocking-host-to-device-copy"
-    assert pm101["helpUri"] == "docs/rules/blocking-host-to-device-copy.md"
+    assert pm101["helpUri"] == (f"https://github.com/perfmod/perfmod/blob/v{version('perfmod')}"
+                                "/docs/rules/blocking-host-to-device-copy.md")
     assert "## What it does" in pm101["help"]["markdown"]
     warning, note = run["results"]
     assert warning["ruleId"] == "PM101" and warning["level"] == "warning"
