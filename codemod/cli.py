@@ -68,6 +68,19 @@ class Failure(click.ClickException):
     exit_code = EXIT_ERROR
 
 
+class _Group(click.Group):
+    """Ctrl-C outside a run (where it is a flag the run looks at) ends the
+    command with status 130, not click's "Aborted!" and status 1, which
+    `check` uses for pending fixes."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+
+
 def _known() -> dict[str, str]:
     """Code -> name of every rule in the catalogue."""
     return {rule.CODE: rule.NAME for rule in ALL_RULES}
@@ -269,7 +282,7 @@ def _check_statistics_format(statistics_flag: bool, output_format: str) -> None:
 # -- commands -----------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="""\b
 Examples:
   perfmod check                        every Python file under the working folder (CI, pre-commit)

@@ -124,10 +124,9 @@ def _in_processes(work, finish, stop: threading.Event, jobs: int) -> bool:
     methods = multiprocessing.get_all_start_methods()
     # fork: workers start at once and see this process's catalogue, plugins included
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    chunk = max(1, min(8, len(work) // (jobs * 8)))
     pool = context.Pool(processes=min(jobs, len(work)), initializer=_start_worker)
     try:
-        outcomes = pool.imap_unordered(_work, work, chunksize=chunk)
+        outcomes = pool.imap_unordered(_work, work)  # one file a task: the IPC is small beside the analysis
         for _ in range(len(work)):
             while True:
                 if stop.is_set():

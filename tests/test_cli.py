@@ -370,9 +370,12 @@ def test_version():
     assert perfmod("--version").stdout == "perfmod, version 0.1.0\n"
 
 
-def test_console_script_is_the_click_group():
+def test_console_script_runs_the_click_group(monkeypatch):
     script, = entry_points(group="console_scripts", name="perfmod")
-    assert script.load() is main
+    called = []
+    monkeypatch.setattr("codemod.cli.main", lambda: called.append(True))
+    script.load()()
+    assert called == [True]
 
 
 # -- real processes: terminals and pipes ----------------------------------------------------
