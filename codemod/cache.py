@@ -71,7 +71,7 @@ class Cache:
         `data`), or None."""
         try:
             entry = json.loads(self._entry(path).read_text(encoding="utf-8"))
-            if entry.get("key") != self._key(path, content):
+            if not isinstance(entry, dict) or entry.get("key") != self._key(path, content):
                 return None
             return _outcome(entry, path, data)
         except (OSError, ValueError, KeyError, TypeError):  # missing, half-written by an older format, foreign
@@ -79,12 +79,13 @@ class Cache:
 
     def put(self, path: str, content: str, outcome: Outcome) -> None:
         """Store an outcome; a cache that cannot be written is no error (the next run redoes the work)."""
-        entry = {"key": self._key(path, content), **_as_json(outcome)}
         file = self._entry(path)
         try:
+            entry = {"key": self._key(path, content), **_as_json(outcome)}
+            text = json.dumps(entry, separators=(",", ":"))
             file.parent.mkdir(exist_ok=True)
-            atomic_write(file, json.dumps(entry, separators=(",", ":")).encode())
-        except OSError:
+            atomic_write(file, text.encode(), durable=False)  # a lost entry only costs its file's analysis
+        except (OSError, TypeError, ValueError):  # unwritable, or a finding field JSON cannot hold
             pass
 
 

@@ -471,7 +471,8 @@ def _check(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
 Examples:
   perfmod rules
   perfmod rules --format json""")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: a table (summaries wrapped to the terminal, never cut); json: every field of every rule.")
 def rules(output_format):
     """List the catalogue: code, name, level and what each rule does."""
     if output_format == "json":

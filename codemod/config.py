@@ -80,6 +80,8 @@ class Settings:
         return True
 
     def excluded(self, path: str | Path) -> bool:
+        if not self.exclude:
+            return False
         relative = self._relative(path)
         return any(_glob(relative, pattern) for pattern in self.exclude)
 

@@ -215,20 +215,22 @@ def _sync_folder(folder: Path) -> None:
         os.close(handle)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
     """Write an output file (a report, a cache entry) via a temporary file in
     the same folder renamed over it, keeping an existing file's permission
     bits (a new file gets open()'s): a crash leaves the old file or the new,
-    never half. A symbolic link is followed, so the link stays and its target
-    gets the new text."""
+    never half (with `durable`; without, as the system flushes it, for files
+    whose loss costs only time: cache entries). A symbolic link is followed,
+    so the link stays and its target gets the new text."""
     path = Path(os.path.realpath(path))
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode()
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".perfmod", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
         os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:

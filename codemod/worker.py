@@ -27,6 +27,7 @@ from codemod.suppression import suppression_warnings
 STACK_SIZE = 512 * 1024 * 1024  # bytes; reserved, not used, until the recursion needs it
 RECURSION_LIMIT = 100_000
 PYTHON_RECURSION_LIMIT = 1000  # CPython's default: `python script.py` compiles at this limit
+TOO_DEEP = "nested too deeply for Python to compile (RecursionError at its default recursion limit)"
 
 
 @dataclass
@@ -40,6 +41,9 @@ def analyse(data: bytes, path: str, settings: Settings, known: Sequence[str]) ->
     """The engine's result for one file's bytes, checked against CPython, with
     the suppression warnings; in this thread, whatever its stack."""
     rejected = _cpython_rejects(data)
+    if rejected is not None and rejected[2] == TOO_DEEP:  # nor could libcst: do not try for minutes
+        error = f"{path}:1:1: error: Python rejects this file: {TOO_DEEP}"
+        return Outcome(FileResult(path=path, source=data, error=error))
     try:
         result = process_source(data, path, settings)
     except RecursionError:
@@ -70,7 +74,7 @@ def _cpython_rejects(data: bytes) -> tuple[int, int, str] | None:
     except SyntaxError as error:
         return error.lineno or 1, error.offset or 1, error.msg
     except (RecursionError, MemoryError):
-        return 1, 1, "nested too deeply for Python to compile (RecursionError at its default recursion limit)"
+        return 1, 1, TOO_DEEP
     except ValueError as error:  # null bytes
         return 1, 1, str(error)
     finally:

@@ -7,6 +7,7 @@ import select
 import subprocess
 from importlib.metadata import entry_points, version
 
+import click
 import pytest
 
 from codemod.cli import main
@@ -363,7 +364,20 @@ def test_every_command_has_examples_in_its_help(command):
 @pytest.mark.parametrize("command", ["apply", "check"])
 def test_help_documents_the_exit_codes(command):
     text = perfmod(command, "--help").stdout
-    assert "Exit status:" in text and all(f"  {code}  " in text for code in (0, 1, 2))
+    assert "Exit status:" in text and all(f"  {code}  " in text for code in (0, 1, 2, 130))
+
+
+@pytest.mark.parametrize("command", ["apply", "check", "report", "rules", "verify"])
+def test_every_option_has_help(command):
+    """Each option's --help line says what it does (click shows options without help as bare flags)."""
+    group = main.commands[command]
+    for param in group.params:
+        if isinstance(param, click.Option) and not param.hidden:
+            assert param.help, f"{command} {param.opts} has no help"
+    text = perfmod(command, "--help").stdout
+    for param in group.params:
+        if isinstance(param, click.Option):
+            assert param.opts[-1] in text
 
 
 def test_version():
