@@ -380,8 +380,13 @@ def test_every_option_has_help(command):
             assert param.opts[-1] in text
 
 
-def test_version():
-    assert perfmod("--version").stdout == "perfmod, version 0.1.0\n"
+def test_version_is_the_one_in_pyproject():
+    import re
+
+    from tests.cli_support import REPO
+
+    declared = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert perfmod("--version").stdout == f"perfmod, version {declared}\n"
 
 
 def test_console_script_runs_the_click_group(monkeypatch):

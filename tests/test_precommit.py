@@ -10,6 +10,7 @@ committed in a fresh repository.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,3 +62,44 @@ def test_check_hook_fails_on_a_pending_fix_and_fix_hook_rewrites_it(tmp_path):
     assert "- hook id: perfmod-fix\n- files were modified by this hook" in fix_part, output
     assert "Fixed train.py: 1 fix (PM101)" in fix_part, output
     assert train.read_text() == FIXED
+
+
+def readme_snippet() -> str:
+    """The .pre-commit-config.yaml the README shows, as written."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## pre-commit"):]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_names_the_release_tag_of_this_version():
+    declared = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert re.search(r"^\s+rev: (\S+)$", readme_snippet(), re.M).group(1) == f"v{declared}"
+    assert f"rev: v{declared}" in (REPO / ".pre-commit-hooks.yaml").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PRE_COMMIT is None, reason="pre-commit is not installed (it comes with perfmod[test])")
+def test_the_readme_snippet_works_as_written_and_exclude_applies_to_staged_files(tmp_path):
+    # A clone of this checkout with the release tag the snippet names: CI's clone may have no tags.
+    hooks_repo = snapshot(REPO, tmp_path / "perfmod")
+    snippet = readme_snippet()
+    rev = re.search(r"^\s+rev: (\S+)$", snippet, re.M).group(1)
+    subprocess.run(["git", *GIT_IDENTITY, "tag", "-a", rev, "-m", rev], cwd=hooks_repo, check=True)
+    url = re.search(r"repo: (\S+)", snippet).group(1)
+    assert url == "https://github.com/perfmod/perfmod"
+    project = tmp_path / "project"
+    write(project / ".pre-commit-config.yaml", snippet.replace(url, str(hooks_repo)))  # the one change: where
+    write(project / "pyproject.toml", '[tool.perfmod]\nexclude = ["legacy/"]\n')
+    write(project / "train.py", FIXABLE)
+    write(project / "legacy" / "old.py", FIXABLE)  # staged, so pre-commit names it; `exclude` still applies
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run(["git", "add", "."], cwd=project, check=True)
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
+    run = subprocess.run([PRE_COMMIT, "run", "--all-files", "--color", "never"], cwd=project, env=env,
+                         capture_output=True, text=True, timeout=240)
+    output = run.stdout + run.stderr
+    assert run.returncode == 1, output
+    assert "- hook id: perfmod-check\n- exit code: 1" in output, output
+    assert "train.py:4:5: PM101 [*] host-to-device copy blocks the CPU" in output, output
+    assert "legacy" not in output, output
+    assert (project / "train.py").read_text() == FIXABLE
