@@ -45,13 +45,17 @@ CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
 
 
 class Cache:
-    def __init__(self, folder: Path, fingerprint: str) -> None:
-        self.folder, self.fingerprint = folder, fingerprint
+    def __init__(self, folder: Path, fingerprint: str, read_only: bool = False) -> None:
+        self.folder, self.fingerprint, self.read_only = folder, fingerprint, read_only
         self.entries = folder / FORMAT
 
     @classmethod
-    def open(cls, folder: Path, settings: Settings, rules: Sequence[type]) -> "Cache":
-        """The cache in `folder`, created with its .gitignore if need be; OSError if it cannot be."""
+    def open(cls, folder: Path, settings: Settings, rules: Sequence[type], read_only: bool = False) -> "Cache":
+        """The cache in `folder`, created with its .gitignore if need be; OSError if it
+        cannot be. `read_only`: use what is there, create and store nothing (`report`
+        writes nothing but its output)."""
+        if read_only:
+            return cls(folder, fingerprint(settings, rules), read_only=True)
         (folder / FORMAT).mkdir(parents=True, exist_ok=True)
         for name, text in ((".gitignore", "# Created by perfmod: the whole folder is a cache.\n*\n"),
                            ("CACHEDIR.TAG", CACHEDIR_TAG)):
@@ -79,6 +83,8 @@ class Cache:
 
     def put(self, path: str, content: str, outcome: Outcome) -> None:
         """Store an outcome; a cache that cannot be written is no error (the next run redoes the work)."""
+        if self.read_only:
+            return
         file = self._entry(path)
         try:
             entry = {"key": self._key(path, content), **_as_json(outcome)}

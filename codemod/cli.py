@@ -204,7 +204,7 @@ def _read_stdin(settings: Settings, stdin_filename: str | None, quiet: bool) -> 
 
 
 def _process(paths: Sequence[Path], settings: Settings, *, write: bool, jobs: int, label: str, quiet: bool,
-             no_cache: bool, cache_dir: Path | None) -> Run:
+             no_cache: bool, cache_dir: Path | None, cache_read_only: bool = False) -> Run:
     """Discover, analyse (and with `write`, rewrite) the files; warnings and notes
     go to stderr here, errors are left to the caller."""
     with interrupt_flag() as stop:
@@ -215,7 +215,8 @@ def _process(paths: Sequence[Path], settings: Settings, *, write: bool, jobs: in
                 return Run(total=len(files), interrupted=True)
         if not files and not quiet:
             click.echo("warning: no Python files found under the given paths", err=True)
-        cache = None if no_cache else _open_cache(cache_dir or project_folder(settings) / CACHE_FOLDER, settings, quiet)
+        folder = cache_dir or project_folder(settings) / CACHE_FOLDER
+        cache = None if no_cache else _open_cache(folder, settings, quiet, cache_read_only)
         with Progress.on_terminal(len(files), label, sys.stderr, quiet) as progress:
             run = run_files(files, settings, write=write, known=tuple(_known()), jobs=jobs or os.cpu_count() or 1,
                             cache=cache, on_done=progress.advance, stop=stop)
@@ -223,9 +224,9 @@ def _process(paths: Sequence[Path], settings: Settings, *, write: bool, jobs: in
     return run
 
 
-def _open_cache(folder: Path, settings: Settings, quiet: bool) -> Cache | None:
+def _open_cache(folder: Path, settings: Settings, quiet: bool, read_only: bool) -> Cache | None:
     try:
-        return Cache.open(folder, settings, ALL_RULES)
+        return Cache.open(folder, settings, ALL_RULES, read_only=read_only)
     except OSError as error:
         if not quiet:
             click.echo(f"warning: cannot use the cache in {folder} ({error.strerror or error}); running without "
@@ -624,7 +625,8 @@ Examples:
   perfmod report train.py --level numeric -o review.html --verify-json verify.json
   perfmod report src/ --format markdown > comment.md
 
-The sources are never modified; only the -o file is written (atomically).
+The sources are never modified; only the -o file is written (atomically). Results
+that `check` cached are used; `report` itself adds nothing to the cache.
 
 {EXIT_STATUS_REPORT}""")
 @functools.partial(analysis_options, format_option=REPORT_FORMATS)
@@ -649,7 +651,7 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
         results = [_read_stdin(settings, stdin_filename, quiet)]
     else:
         run = _process(paths, settings, write=False, jobs=jobs, label="perfmod report", quiet=quiet,
-                       no_cache=no_cache, cache_dir=cache_dir)
+                       no_cache=no_cache, cache_dir=cache_dir, cache_read_only=True)
         if run.interrupted:
             _interrupted(ctx, run, write=False)
         results = run.results

@@ -37,7 +37,7 @@ def project(tmp_path):
     return tmp_path
 
 
-def _same(args, expect_hits: bool = True, monkeypatch=None):
+def _same(args):
     uncached = perfmod(*args, "--no-cache")
     first = perfmod(*args)  # fills the cache
     second = perfmod(*args)  # from the cache
@@ -53,7 +53,6 @@ def _same(args, expect_hits: bool = True, monkeypatch=None):
     ["check", "src", "--statistics"],
     ["check", "src", "--level", "unsafe"],
     ["apply", "src", "--dry-run"],
-    ["report", "src", "--format", "markdown"],
 ])
 def test_a_cached_run_prints_exactly_what_an_uncached_one_does(project, args):
     result = _same(args)
@@ -220,3 +219,18 @@ def test_a_warm_rerun_over_500_unchanged_files_takes_under_2_s(tmp_path):
     # A saturated machine stretches the wall time of any process; the CPU time is then what perfmod controls.
     saturated = os.getloadavg()[0] > (os.cpu_count() or 1)
     assert wall < WARM_LIMIT_S or (saturated and cpu < WARM_LIMIT_S / 2), timings
+
+
+def test_report_reads_what_check_cached_and_writes_no_cache_itself(project, monkeypatch):
+    expected = perfmod("report", "src", "--format", "markdown", "--no-cache")
+    assert not (project / ".perfmod_cache").exists()
+    perfmod("report", "src", "--format", "markdown")
+    assert not (project / ".perfmod_cache").exists()  # `report` writes only its output
+    perfmod("check", "src")
+
+    def never(*args, **kwargs):
+        raise AssertionError("processed again")
+
+    monkeypatch.setattr(worker, "process_source", never)
+    cached = perfmod("report", "src", "--format", "markdown")
+    assert (cached.exit_code, cached.stdout, cached.stderr) == (expected.exit_code, expected.stdout, expected.stderr)
