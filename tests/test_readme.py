@@ -33,17 +33,7 @@ def test_the_runtime_section_has_an_example_for_every_component():
     assert "pip install perfmod-runtime" in section and "pip install perfmod[runtime]" in section
 
 
-def test_every_name_the_runtime_examples_import_exists():
-    pytest.importorskip("torch")
-    imports = re.findall(r"^from (runtime[\w.]*) import (.+)$", _runtime_section(), re.M)
-    assert len(imports) >= 5
-    for module, names in imports:
-        loaded = importlib.import_module(module)
-        for name in (n.strip() for n in names.split(",")):
-            assert hasattr(loaded, name), f"{module}.{name}"
-
-
-def test_the_runtime_examples_run(tmp_path, monkeypatch):
+def test_the_runtime_examples_import_what_runtime_has_and_run(tmp_path, monkeypatch):
     """Each example, with small stand-ins for the names it takes from the surrounding script."""
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader, TensorDataset
@@ -57,6 +47,12 @@ def test_the_runtime_examples_run(tmp_path, monkeypatch):
             out = self.layer(x)
             return out if y is None else torch.nn.functional.mse_loss(out, y)
 
+    imports = re.findall(r"^from (runtime[\w.]*) import (.+)$", _runtime_section(), re.M)
+    assert len(imports) >= 5
+    for module, names in imports:
+        loaded = importlib.import_module(module)
+        for name in (n.strip() for n in names.split(",")):
+            assert hasattr(loaded, name), f"{module}.{name}"
     monkeypatch.chdir(tmp_path)  # the checkpoint example writes ckpt.pt
     blocks = re.findall(r"```python\n(.*?)```", _runtime_section(), re.S)
     assert len(blocks) == 5
