@@ -15,7 +15,6 @@ import os
 import shlex
 import shutil
 import sys
-import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -42,7 +41,7 @@ from codemod.report.text import (
 from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES, RULES_BY_CODE
 from codemod.runner import Run, run as run_files
-from codemod.worker import DeepThread, Outcome, deep_recursion
+from codemod.worker import DeepThread, deep_recursion
 
 EXIT_OK, EXIT_PENDING, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 STDIN = "-"

@@ -14,7 +14,7 @@ import pytest
 from codemod import cache as cache_module, worker
 from codemod.config import Settings
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
-    FIXABLE, FIXED, UNPARSABLE, catalogue, perfmod, process_env, write,
+    FIXABLE, UNPARSABLE, catalogue, perfmod, process_env, write,
 )
 
 pytestmark = pytest.mark.usefixtures("catalogue")

@@ -4,7 +4,6 @@
 the rules table on a terminal."""
 
 import json
-import textwrap
 
 import pytest
 

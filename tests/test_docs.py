@@ -94,3 +94,17 @@ def test_explain_every_rule(rule):
     assert result.stdout.startswith(f"{rule.CODE} {rule.NAME}\nLevel: {rule.LEVEL.label}, ")
     assert rule.docs() in result.stdout and f"Expected gain: {rule.GAIN}" in result.stdout
     assert "## Examples from the rule's tests" in result.stdout
+
+
+def test_rule_links_are_absolute_at_the_release_tag():
+    """SARIF helpUri, the review page's links and `explain` work outside a checkout:
+    the page as committed at the tag of the installed version."""
+    from importlib.metadata import version
+
+    rule = ALL_RULES[0]
+    url = docs.page_path(rule)
+    assert url == f"https://github.com/perfmod/perfmod/blob/v{version('perfmod')}/docs/rules/{rule.NAME}.md"
+    assert (REPO / docs.page_file(rule)).is_file()
+    assert f"Docs: {url}\n" in perfmod("explain", rule.CODE).stdout
+    metadata = (REPO / "pyproject.toml").read_text()
+    assert f'/blob/v{version("perfmod")}/docs/rules/README.md"' in metadata  # [project.urls] names the same tag
