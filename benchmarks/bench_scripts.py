@@ -285,8 +285,19 @@ def run_script(path: Path, args: list[str], device: str, timeout: float, threads
     tokens, peak = TOKENS.findall(done.stdout), PEAK.findall(done.stdout)
     if not tokens or not peak:
         return Run(error="no `tokens/s` line or no peak memory in its output")
-    losses = sorted((int(step), float(value)) for step, value in STEP_LOSS.findall(done.stdout))
-    return Run(float(tokens[-1]), json.loads(peak[-1]), [v if math.isfinite(v) else None for _, v in losses])
+    losses = sorted((int(step), _number(value)) for step, value in STEP_LOSS.findall(done.stdout))
+    return Run(float(tokens[-1]), json.loads(peak[-1]), [v if v is not None and math.isfinite(v) else None
+                                                         for _, v in losses])
+
+
+def _number(text: str) -> float | None:
+    """A printed loss: decimal, or hexadecimal (`float.hex`, bit for bit); None if neither."""
+    for parse in (float, float.fromhex):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return None
 
 
 def versions(name: str, levels: list[str]) -> dict[str, Path]:

@@ -103,3 +103,9 @@ def test_reasons_name_the_blocking_fix_the_level_or_the_rule_s_own_reason():
     assert short_reason(finding("x", "unsafe", True), "numeric") == "fixed only at --level unsafe"
     assert short_reason(finding("sync; not rewritten: logged every step; log it"), "unsafe") == \
         "not rewritten: logged every step"
+
+
+def test_losses_print_in_decimal_or_hexadecimal():
+    assert bench_scripts._number("2.5") == 2.5
+    assert bench_scripts._number(float.hex(0.1)) == 0.1  # seed_latentwire prints float.hex, bit for bit
+    assert bench_scripts._number("n/a") is None
