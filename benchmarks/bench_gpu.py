@@ -39,12 +39,13 @@ import json
 import os
 import platform
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.bench_scripts import run_command
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUDGET = 1440.0  # seconds: under 25 minutes on an H100, start-up included
@@ -133,20 +134,6 @@ class Outcome:
     body: str  # the part's output (and the stderr's end when it failed)
 
 
-def run_command(argv: list[str], timeout: float, env: dict) -> tuple[int | None, str, str]:
-    """(exit status or None when it timed out, stdout, stderr); the whole process group is
-    killed at the timeout, DataLoader workers and compile workers included."""
-    process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-        return process.returncode, out, err
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        return None, out, err
-
-
 def run_part(part: Part, tier: str, seconds: float, env: dict) -> Outcome:
     """All of a part's commands within `seconds`; stops at the first that fails."""
     start = time.monotonic()
@@ -159,7 +146,7 @@ def run_part(part: Part, tier: str, seconds: float, env: dict) -> Outcome:
         if part.name == "scripts":  # its own budget: it stops starting runs and prints its table in time
             args = [*args, "--budget", f"{max(left - SCRIPTS_MARGIN, 1):.0f}"]
         argv = [sys.executable, "-m", part.module, *args]
-        code, out, err = run_command(argv, left, env)
+        code, out, err = run_command(argv, left, env, ROOT)
         bodies.append(f"`{shlex.join(['python', '-m', part.module, *args])}`\n\n{demote(out.strip())}")
         if code != 0:
             tail = "\n".join(err.strip().splitlines()[-15:])

@@ -54,6 +54,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -274,20 +275,32 @@ def run_script(path: Path, args: list[str], device: str, timeout: float, threads
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     with tempfile.TemporaryDirectory(prefix="bench-scripts-") as workdir:
-        try:
-            done = subprocess.run([sys.executable, "-c", LAUNCHER, str(path), *args], cwd=workdir, env=env,
-                                  capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return Run(error=f"timed out after {timeout:.0f} s")
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return Run(error=f"exit status {done.returncode}: {last}")
-    tokens, peak = TOKENS.findall(done.stdout), PEAK.findall(done.stdout)
+        code, out, err = run_command([sys.executable, "-c", LAUNCHER, str(path), *args], timeout, env, Path(workdir))
+    if code is None:
+        return Run(error=f"timed out after {timeout:.0f} s")
+    if code != 0:
+        last = (err.strip().splitlines() or ["(no output)"])[-1]
+        return Run(error=f"exit status {code}: {last}")
+    tokens, peak = TOKENS.findall(out), PEAK.findall(out)
     if not tokens or not peak:
         return Run(error="no `tokens/s` line or no peak memory in its output")
-    losses = sorted((int(step), _number(value)) for step, value in STEP_LOSS.findall(done.stdout))
+    losses = sorted((int(step), _number(value)) for step, value in STEP_LOSS.findall(out))
     return Run(float(tokens[-1]), json.loads(peak[-1]), [v if v is not None and math.isfinite(v) else None
                                                          for _, v in losses])
+
+
+def run_command(argv: list[str], timeout: float, env: dict, cwd: Path) -> tuple[int | None, str, str]:
+    """(exit status, or None when it timed out; stdout; stderr). At the timeout the whole
+    process group is killed: DataLoader workers and compile workers too."""
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+        return process.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        return None, out, err
 
 
 def _number(text: str) -> float | None:
