@@ -23,23 +23,17 @@ import click
 from codemod.cache import FOLDER as CACHE_FOLDER, Cache, project_folder
 from codemod.config import ConfigError, Settings, load_settings, parse_codes, suggest
 from codemod.console import Output, interrupt_flag, use_color
-from codemod.engine import process_source
 from codemod.files import atomic_write, discover
 from codemod.progress import Progress
 from codemod.result import FileResult
-from codemod.report.as_json import render_json, rules_json
 from codemod.report.diff import colorize, unified_diff
-from codemod.report.html import render_html
-from codemod.report.markdown import render_markdown
-from codemod.report.review import VerifyError, load_verify
-from codemod.report.sarif import render_sarif
 from codemod.report.summary import Summary
 from codemod.report.text import (
     apply_report, check_report, explain as explain_text, finding_line, interrupted_report, rules_table, statistics,
     statistics_table,
 )
 from codemod.rule import Level, Rule
-from codemod.rules import ALL_RULES, RULES_BY_CODE
+from codemod.rules import ALL_RULES
 from codemod.runner import Run, run as run_files
 from codemod.worker import DeepThread, deep_recursion
 
@@ -250,7 +244,11 @@ def _machine_report(results: Sequence[FileResult], output_format: str, settings:
     if with_statistics:
         return json.dumps(statistics([f for r in results for f in r.findings]), indent=2)
     if output_format == "json":
+        from codemod.report.as_json import render_json
+
         return render_json(results, settings.level)
+    from codemod.report.sarif import render_sarif
+
     return render_sarif(results, ALL_RULES, settings.level)
 
 
@@ -476,6 +474,8 @@ Examples:
 def rules(output_format):
     """List the catalogue: code, name, level and what each rule does."""
     if output_format == "json":
+        from codemod.report.as_json import rules_json
+
         click.echo(rules_json(ALL_RULES))
         return
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
@@ -643,6 +643,11 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
            force_exclude, no_cache, cache_dir, quiet, output, verify_json):
     """Render a review of what `perfmod apply` would change in PATHs (default `.`): per
     file the diff, each change annotated with its rule, level, reason and expected gain."""
+    # The page renderers (jinja2) load only for `report`: `check` in a pre-commit hook stays light.
+    from codemod.report.html import render_html
+    from codemod.report.markdown import render_markdown
+    from codemod.report.review import VerifyError, load_verify
+
     paths = _paths(paths)
     settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
     if output is None and output_format == "html":
