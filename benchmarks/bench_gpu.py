@@ -151,8 +151,9 @@ def run_part(part: Part, tier: str, seconds: float, env: dict) -> Outcome:
         if code != 0:
             tail = "\n".join(err.strip().splitlines()[-15:])
             bodies.append(f"stderr (end):\n\n```\n{tail}\n```" if tail else "")
-            last = err.strip().splitlines()[-1] if err.strip() else "no output on stderr"
-            status = f"timed out after {left:.0f} s" if code is None else f"error: exit status {code}: {last}"
+            last = err.strip().splitlines()[-1] if err.strip() else ""
+            status = (f"timed out after {left:.0f} s" if code is None
+                      else f"error: exit status {code}" + (f": {last}" if last else ""))
             return Outcome(status, time.monotonic() - start, "\n\n".join(bodies))
     return Outcome("ok", time.monotonic() - start, "\n\n".join(bodies))
 
@@ -186,7 +187,6 @@ def document(facts: dict, device: str, command: str, budget: float, outcomes: di
              elapsed: float, parts: list[Part]) -> str:
     where = (f"{facts['device']} (CUDA {facts['cuda']})" if device == "cuda" and facts["device"]
              else "CPU" if device == "cpu" else "CUDA requested, but torch sees no GPU")
-    estimate = "est. H100 s" if tier == "cuda" else "H100 estimate (s)"
     lines = [
         f"## GPU benchmarks: {where}" if device == "cuda" else f"## Benchmarks on the CPU ({tier} sizes)",
         "",
@@ -194,7 +194,7 @@ def document(facts: dict, device: str, command: str, budget: float, outcomes: di
         f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"Command: `{command}`; budget {budget:.0f} s; {elapsed:.0f} s so far",
         "",
-        f"| # | part | what it shows | status | seconds | {estimate} |",
+        "| # | part | what it shows | status | seconds | H100 estimate (s) |",
         "|---|---|---|---|---:|---:|",
     ]
     for number, part in enumerate(parts, 1):
