@@ -33,7 +33,6 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
-from codemod.analysis.loops import calls_in
 from codemod.analysis.names import kwarg, method_name, names_read, positional
 from codemod.analysis.torch_facts import (
     AUTOCAST_NAMES,
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
 BUILTIN_NAMES = set(dir(builtins))
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 MAX_DEPTH = 6  # how many bindings and wrappers a look-up follows
+NO_FORWARD = "no model call before the loss in the block that computes it"
 
 
 # -- facts -------------------------------------------------------------------------
@@ -167,9 +167,9 @@ class Training:
         self.names = context.names
         self.index = context.index
         self.parents = context.parents
+        self.steps = context.loops
         self._calls: list[cst.Call] = self.index.find(cst.Call)
         self._assignments = self._index_assignments()
-        self._zero_grad_receivers = {self.code(c.func.value) for c in self._calls if method_name(c) == "zero_grad"}
         self._model_expressions = self._find_model_expressions()
         self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)] + [
             n for n in self.index.find((cst.Name, cst.Attribute)) if self.names.startswith(n, ("torch.set_autocast_enabled",))
@@ -181,15 +181,44 @@ class Training:
     # -- public helpers ------------------------------------------------------------
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
+        return self.steps.code(node)
 
     def loop_of(self, node: cst.CSTNode) -> TrainingLoop | None:
-        """The training loop whose statement is `node` or contains it."""
+        """The training loop whose statement is `node` or contains it, else the one
+        `node` runs in through calls (a helper the step loop calls)."""
+        by_loop = {loop.loop: loop for loop in self.loops}
         for ancestor in [node, *self._ancestors(node)]:
-            for loop in self.loops:
-                if loop.loop is ancestor:
-                    return loop
+            if ancestor in by_loop:
+                return by_loop[ancestor]
+        for site in self.steps.runs_in(node):
+            if site.loop in by_loop:
+                return by_loop[site.loop]
         return None
+
+    def visible_at(self, expr: cst.BaseExpression, statement: cst.CSTNode) -> bool:
+        """Can `expr`, written elsewhere, be evaluated right before `statement` with the
+        value it has where it is written? Every name it reads must be bound where
+        `statement` is: in the same scope, before `statement` and not re-bound
+        inside it (and to the same binding as where `expr` is written), or in an
+        enclosing scope (a module-level name read in a function)."""
+        scopes = self.context.scopes
+        here = scopes.get(statement)
+        if here is None:
+            return False
+        for name in names_read(expr):
+            visible = set(here[name.value])
+            if not visible:
+                return False
+            there = scopes.get(name)
+            if there is not None and visible != set(there[name.value]) and not self._same_self(visible, set(there[name.value])):
+                return False  # another variable of the same name
+            local = [a for a in visible if type(a) is Assignment and a.scope is here]
+            if local:
+                if any(self.index.inside(a.node, statement) for a in local):
+                    return False
+                if not any(self._start(a.node) < self._start(statement) for a in local):
+                    return False
+        return True
 
     def defined_before(self, expr: cst.BaseExpression, statement: cst.CSTNode) -> bool:
         """Can `expr` be evaluated right before `statement` with the value it has
@@ -203,6 +232,23 @@ class Training:
             if sites and not any(self._start(site) < start for site, _ in sites):
                 return False
         return True
+
+    def _same_self(self, first, second) -> bool:
+        """Are both bindings the `self` of methods of one class (the same instance)?"""
+        classes = set()
+        for assignments in (first, second):
+            if len(assignments) != 1:
+                return False
+            node = next(iter(assignments)).node
+            params = self.parents.get(node)
+            function = self.parents.get(params) if isinstance(params, cst.Parameters) else None
+            if not isinstance(node, cst.Param) or not isinstance(function, cst.FunctionDef) or not params.params or params.params[0] is not node:
+                return False
+            owner = self.parents.get(self.parents.get(function))
+            if not isinstance(owner, cst.ClassDef):
+                return False
+            classes.add(owner)
+        return len(classes) == 1
 
     def is_model(self, expr: cst.BaseExpression) -> bool:
         """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
@@ -295,20 +341,16 @@ class Training:
     # -- loops -----------------------------------------------------------------------
 
     def _find_loops(self) -> list[cst.For | cst.While]:
-        candidates = []
-        for loop in self.index.find((cst.For, cst.While)):
-            calls = list(calls_in(loop.body))
-            if any(self._backward(c) for c in calls) and any(self._step(c, loop) for c in calls):
-                candidates.append(loop)
+        """The step loops (codemod.analysis.loops) that visibly run backward and step."""
         chosen = []
-        for loop in candidates:
-            inner = [other for other in candidates if other is not loop and self.index.inside(other, loop)]
-            if not inner:
+        for loop in self.steps.step_loops:
+            calls = self.steps.reached_calls(loop.body)
+            if any(self._backward(c) for c in calls) and any(self._step(c, loop) for c in calls):
                 chosen.append(loop)
-        return sorted(chosen, key=self._start)
+        return chosen
 
     def _describe(self, loop: cst.For | cst.While) -> TrainingLoop:
-        calls = list(calls_in(loop.body))
+        calls = self.steps.reached_calls(loop.body)
         backwards = tuple(b for b in (self._backward(c) for c in calls) if b is not None)
         steps = tuple(s for s in (self._step(c, loop) for c in calls) if s is not None)
         stepped = {self.code(s.optimizer): s.optimizer for s in steps}  # one entry per optimizer, in order
@@ -345,33 +387,8 @@ class Training:
         return Backward(call, loss, scaled, divisor)
 
     def _step(self, call: cst.Call, loop: cst.CSTNode) -> Step | None:
-        if method_name(call) != "step":
-            return None
-        receiver = call.func.value
-        first = positional(call, 0)
-        if first is not None and len(call.args) == 1 and self._is_scaler(receiver, loop):
-            return Step(call, first.value, True)
-        if not call.args and self._is_optimizer(receiver):
-            return Step(call, receiver, False)
-        return None
-
-    def _is_scaler(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
-        """A GradScaler by its constructor, or anything the loop also `.scale(...)`s with."""
-        source = self._last_source(expr)
-        if isinstance(source, cst.Call) and self.names.is_(source.func, *GRAD_SCALER_NAMES):
-            return True
-        code = self.code(expr)
-        return any(method_name(c) == "scale" and self.code(c.func.value) == code for c in calls_in(loop.body))
-
-    def _is_optimizer(self, expr: cst.BaseExpression) -> bool:
-        """A torch optimizer, or anything with both `.zero_grad()` and `.step()`
-        (learning-rate schedulers have no zero_grad, modules no step)."""
-        if self.kinds.fact(expr).kind is Kind.OPTIMIZER:
-            return True
-        source = self._last_source(expr)
-        if isinstance(source, cst.Call) and self.names.startswith(source.func, ("torch.optim.lr_scheduler",)):
-            return False
-        return self.code(expr) in self._zero_grad_receivers
+        found = self.steps.step_of(call)
+        return Step(call, found[0], found[1]) if found is not None else None
 
     def _optimizer_build(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> OptimizerBuild:
         source = self._last_source(expr, before=loop)
@@ -499,7 +516,7 @@ class Training:
             return None, (f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
                           f"{self.context.line(outside)}, outside the block that computes the loss")
         if first is None:
-            return None, "no model call before the loss in the block that computes it"
+            return None, NO_FORWARD
         region = ForwardRegion(block, first, last)
         # A generator suspended inside autocast would leak it into its consumer's code.
         if any(self.index.find((cst.Yield, cst.Await), within=stmt) for stmt in region.statements):
@@ -520,7 +537,7 @@ class Training:
         return codes
 
     def _has_model_call(self, statement: cst.CSTNode) -> bool:
-        return any(self.is_model_call(c) for c in calls_in(statement))
+        return any(self.is_model_call(c) for c in self.steps.own_calls(statement))
 
     def _model_result_outside(self, loop: cst.CSTNode, statements: Sequence[cst.CSTNode]) -> cst.CSTNode | None:
         """Where the loop binds, from a model call and outside `statements`, a name
@@ -624,7 +641,7 @@ class Training:
             if self._is_autocast_call(expr):
                 return "call"
             function = self._local_function(expr.func)
-            if function is not None and any(self._enables_autocast(c, depth + 1) for c in calls_in(function.body)):
+            if function is not None and any(self._enables_autocast(c, depth + 1) for c in self.steps.own_calls(function.body)):
                 return "helper"
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):

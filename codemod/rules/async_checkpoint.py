@@ -7,10 +7,11 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
-from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
+from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 SAVE_NAMES = ("torch.save", "torch.serialization.save")
 BUFFERS = ("io.BytesIO", "io.StringIO")
@@ -201,12 +202,13 @@ class SynchronousCheckpointInLoop(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        index = self.context.index
         self._defines_checkpointer_class = any(
-            d.name.value == IMPORT[1] for d in m.findall(node, m.ClassDef() | m.FunctionDef()))
-        finder = _SaveCalls(self.context.names)
-        node.visit(finder)
+            d.name.value == IMPORT[1] for d in index.find((cst.ClassDef, cst.FunctionDef)))
+        names = self.context.names
+        saves = [call for call in index.find(cst.Call) if "save" in _callee_name(call) and names.is_(call, *SAVE_NAMES)]
         by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
-        for call in finder.calls:
+        for call in saves:
             loop = self._outer_training_loop(call)
             if loop is None:
                 continue
@@ -277,7 +279,7 @@ class SynchronousCheckpointInLoop(Rule):
         if SHARDED_STATE.search(self.context.code):
             raise _Unfixable("this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
                              "AsyncCheckpointer writes on rank 0 only")
-        rank = next((n for n in m.findall(path, m.Name()) if RANK_NAME.search(n.value)), None)
+        rank = next((n for n in self.context.index.find(cst.Name, within=path) if RANK_NAME.search(n.value)), None)
         if rank is not None:
             raise _Unfixable(f"the path depends on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only")
         reader = self._later_use(path, statement, loop)
@@ -365,12 +367,12 @@ class SynchronousCheckpointInLoop(Rule):
         """A use of the saved file that may come after the save: after it in the function, or
         anywhere in the loop (the next iteration): the path variable read (other than to log
         it or to save to it again), or a call that gets the same path expression."""
-        after = self.context.positions[statement].end
+        index = self.context.index
+        after = index.end(statement)
         scope_root = _function_of(self.context.parents, statement) or self.context.module
 
         def later(node: cst.CSTNode) -> bool:
-            position = self.context.positions[node].start
-            return (position.line, position.column) > (after.line, after.column) or self.context.inside(node, loop)
+            return index.order(node) > after or self.context.inside(node, loop)
 
         if isinstance(path, cst.Name):
             for use in self._accesses(path):
@@ -378,7 +380,7 @@ class SynchronousCheckpointInLoop(Rule):
                     return self._statement_or_call(use)
             return None
         text = self._code(path)
-        for call in m.findall(scope_root, m.Call()):
+        for call in index.find(cst.Call, within=scope_root):
             if not later(call) or self._logging(call) or self.context.inside(call, statement):
                 continue
             if self.context.names.is_(call, *SAVE_NAMES):
@@ -421,30 +423,20 @@ class SynchronousCheckpointInLoop(Rule):
         if not fixable:
             return
         name = self._checkpointer_name()
-        edits: dict[int, Edit] = {}
-        for call, plan in fixable:
-            edits[id(plan.statement)] = _save_edit(plan, name)
-        for leaving in m.findall(loop.body, m.Return()):
+        # One fix for the loop: the checkpointer, its flushes and every save. Each save's
+        # finding carries it (the same edits, made once).
+        edits: list[Edit] = [_save_edit(plan, name) for _, plan in fixable]
+        for leaving in self.context.index.find(cst.Return, within=loop.body):
             if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
-                line = self.context.parents.get(leaving)
-                edits[id(line)] = _flush_before_edit(name)
-        body = loop.visit(EditsByIdentity(edits))
-        # Blank lines above the loop go above the new line; comments stay with the loop they describe.
-        leading = list(loop.leading_lines)
-        first_comment = next((i for i, line in enumerate(leading) if line.comment is not None), len(leading))
-        build = cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))],
-            leading_lines=leading[:first_comment],
-        )
-        replacement = cst.FlattenSentinel([build, body.with_changes(leading_lines=leading[first_comment:]),
-                                           _flush_line(name)])
+                edits.append(_flush_before(leaving, name, self.context.parents))
+        build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
+        edits += [InsertBefore(loop, (build,)), InsertAfter(loop, (_flush_line(name),))]
         for call, plan in fixable:
-            self.report(loop, f"`{self._code(call.func)}` writes the checkpoint while "
-                              f"training waits; saved in the background by `{name}` (the file appears later)",
-                        replacement=replacement, imports=[IMPORT], at=call)
+            self.report(call, f"`{self._code(call.func)}` writes the checkpoint while training waits; saved in the "
+                              f"background by `{name}` (the file appears later)", edits=edits, imports=[IMPORT])
 
     def _checkpointer_name(self) -> str:
-        taken = {n.value for n in m.findall(self.context.module, m.Name())}
+        taken = {n.value for n in self.context.index.find(cst.Name)}
         name, number = CHECKPOINTER, 1
         while name in taken:
             number += 1
@@ -479,16 +471,6 @@ class SynchronousCheckpointInLoop(Rule):
             if isinstance(ancestor, (cst.Call, cst.BaseSmallStatement)):
                 return ancestor
         return node
-
-
-class _SaveCalls(cst.CSTVisitor):
-    def __init__(self, names) -> None:
-        self.names = names
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.names.is_(node, *SAVE_NAMES):
-            self.calls.append(node)
 
 
 def _ancestors(parents, node: cst.CSTNode):
@@ -551,12 +533,11 @@ def _save_edit(plan: _Save, name: str) -> Edit:
     the save becomes that one line."""
     func = cst.Attribute(cst.Name(name), cst.Name("save"))
     if isinstance(plan.statement, cst.SimpleStatementLine):
-        def edit(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-            call = updated.body[0].value
+        def edit(call: cst.Call) -> cst.Call:
             args = [a.with_changes(keyword=cst.Name("path")) if a.keyword is not None and a.keyword.value == "f" else a
                     for a in call.args]
-            return updated.with_changes(body=[updated.body[0].with_changes(value=call.with_changes(func=func, args=args))])
-        return edit
+            return call.with_changes(func=func, args=args)
+        return Replace(plan.call, edit)
     obj = kwarg(plan.call, "obj") or positional(plan.call, 0)
     saved = plan.statement.body.body[0]
     call = cst.Call(func, [obj.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT,
@@ -564,20 +545,25 @@ def _save_edit(plan: _Save, name: str) -> Edit:
                            cst.Arg(plan.path)])
     line = cst.SimpleStatementLine([cst.Expr(call)], leading_lines=plan.statement.leading_lines,
                                    trailing_whitespace=saved.trailing_whitespace)
-    return lambda updated: line
+    return Replace(plan.statement, line)
 
 
 def _flush_line(name: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("flush"))))])
 
 
-def _flush_before_edit(name: str) -> Edit:
+def _flush_before(leaving: cst.Return, name: str, parents) -> Edit:
     """Flush before a `return` that leaves the loop: the caller may read the file at once."""
-    def edit(updated):
-        if isinstance(updated, cst.SimpleStatementLine):
-            flush = _flush_line(name).with_changes(leading_lines=updated.leading_lines)
-            return cst.FlattenSentinel([flush, updated.with_changes(leading_lines=())])
-        # `if done: return path` (a one-line suite) becomes a block with the flush first.
-        return cst.IndentedBlock([_flush_line(name), cst.SimpleStatementLine(updated.body)],
-                                 header=updated.trailing_whitespace)
-    return edit
+    line = parents.get(leaving)
+    if isinstance(line, cst.SimpleStatementLine):
+        return InsertBefore(line, (_flush_line(name),))
+    # `if done: return path` (a one-line suite) becomes a block with the flush first.
+    return Replace(line, lambda updated: cst.IndentedBlock([_flush_line(name), cst.SimpleStatementLine(updated.body)],
+                                                           header=updated.trailing_whitespace))
+
+
+def _callee_name(call: cst.Call) -> str:
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else ""

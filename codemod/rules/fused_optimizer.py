@@ -4,7 +4,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemod.analysis.kinds import Place
-from codemod.analysis.names import kwarg, positional, with_kwarg
+from codemod.analysis.names import kwarg, positional
+from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
 FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW", "torch.optim.SGD"}
@@ -196,7 +197,7 @@ class UnfusedOptimizerOnCuda(Rule):
         if not places <= DEVICE_PLACES:
             self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
             return
-        self.report(node, replacement=with_kwarg(node, "fused", cst.Name("True")))
+        self.report(node, edits=[AddKeyword(node, "fused", cst.Name("True"))])
 
     def _placed(self, expr: cst.BaseExpression, at: cst.Call):
         """The model (`model` for `model[0]` or `model.head`) that is moved before `at`."""
@@ -213,7 +214,9 @@ class UnfusedOptimizerOnCuda(Rule):
 
     def _has_sparse_gradients(self) -> bool:
         """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""
+        if "sparse" not in self.context.code:
+            return False
         return any(
-            m.matches(arg.value, m.Name("True"))
-            for arg in m.findall(self.context.module, m.Arg(keyword=m.Name("sparse")))
+            arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
+            for arg in self.context.index.find(cst.Arg)
         )

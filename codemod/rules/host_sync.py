@@ -6,18 +6,13 @@ from typing import Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import (
-    Assignment,
-    ComprehensionScope,
-    ExpressionContext,
-    ExpressionContextProvider,
-)
+from libcst.metadata import Assignment, ComprehensionScope
 
-from codemod.analysis.edits import Edit, EditsByIdentity, innermost_statement, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
-from codemod.analysis.loops import calls_in
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
+from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 # `.item()` / `.tolist()` / `.cpu()` on a device tensor, and `float(t)` / `int(t)`, wait
 # for every kernel queued before them.
@@ -57,13 +52,13 @@ NO_FLOAT64_DEVICE = re.compile(r"\bmps\b|\bxla\b|torch_xla")
 
 @dataclass
 class _Fix:
-    """One sync the rule removes from the step: its message and the edits that do it."""
+    """One sync the rule removes from the step: its message and what its fix changes."""
 
     message: str
-    edits: dict[int, Edit] = field(default_factory=dict)
+    # Expressions rewritten: (node, function of its updated version).
+    replaces: list[tuple[cst.CSTNode, object]] = field(default_factory=list)
     # Statements moved to the top of log branches: (branch, statement) pairs.
     moves: list[tuple[cst.If, cst.SimpleStatementLine]] = field(default_factory=list)
-    edited: list[cst.CSTNode] = field(default_factory=list)  # the nodes behind the edits, to place the fix
 
 
 class _Unfixable(Exception):
@@ -293,7 +288,7 @@ class PerStepHostSync(Rule):
             self._check_loop(analysis, loop)
 
     def _check_loop(self, analysis: "_FileAnalysis", loop: cst.CSTNode) -> None:
-        scan = _StepLoop(analysis, loop, calls_in(loop.body))
+        scan = _StepLoop(analysis, loop, self.context.loops.own_calls(loop.body))
         fixes: list[_Fix] = []
         syncs: dict[int, cst.CSTNode] = {}  # fix -> the sync it removes, where it is reported
         for sync in scan.syncs():
@@ -305,24 +300,25 @@ class PerStepHostSync(Rule):
                 syncs.update((id(fix), sync) for fix in planned)
             except _Unfixable as why:
                 self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step; not rewritten: {why}")
-        if not fixes:
-            return
-        # One replacement for all the loop's fixes: they edit statements that are not
-        # nested in one another, and the engine replaces one node per fix.
-        container = innermost_statement([node for fix in fixes for node in fix.edited], analysis.parents)
-        edits = {key: edit for fix in fixes for key, edit in fix.edits.items()}
-        moved: dict[int, list[cst.SimpleStatementLine]] = {}
+        # Edits that several fixes need (a statement two syncs move, the statements moved
+        # into one log branch, the reads of one running sum) are one edit they share.
+        shared: dict[object, Edit] = {}
+        into: dict[cst.If, list[cst.SimpleStatementLine]] = {}
         for fix in fixes:
             for branch, statement in fix.moves:
-                moved.setdefault(id(branch), [])
-                if statement not in moved[id(branch)]:  # two syncs of one statement move it once
-                    moved[id(branch)].append(statement)
-        for key, statements in moved.items():
+                into.setdefault(branch, [])
+                if statement not in into[branch]:  # two syncs of one statement move it once
+                    into[branch].append(statement)
+        for statements in into.values():
             statements.sort(key=analysis.start)  # in the order they ran before
-            edits[key] = lambda updated, statements=statements: _prepend(updated, statements)
-        replacement = container.visit(EditsByIdentity(edits))
         for fix in fixes:
-            self.report(container, fix.message, replacement=replacement, at=syncs[id(fix)])
+            edits: list[Edit] = []
+            for branch, statement in fix.moves:
+                edits.append(shared.setdefault(("remove", statement), Remove(statement, keep_comments=False)))
+                edits.append(shared.setdefault(("into", branch), _prepend(branch, into[branch])))
+            for node, function in fix.replaces:
+                edits.append(shared.setdefault(("replace", node), Replace(node, function)))
+            self.report(syncs[id(fix)], fix.message, edits=list(dict.fromkeys(edits)))
 
 
 class _FileAnalysis:
@@ -333,33 +329,46 @@ class _FileAnalysis:
         self.names = context.names
         self.kinds = context.kinds
         self.parents = context.parents
-        self.positions = context.positions
+        self.index = context.index
         self.scopes = context.kinds.scopes
-        self.expression_contexts = context.wrapper.resolve(ExpressionContextProvider)
         self.no_float64 = bool(NO_FLOAT64_DEVICE.search(context.code))
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.context.module.code_for_node(node).strip()
+        return self.context.loops.code(node).strip()
 
     def line(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.line
+        return self.context.line(node)
 
-    def start(self, node: cst.CSTNode) -> tuple[int, int]:
-        position = self.positions[node].start
-        return position.line, position.column
+    def start(self, node: cst.CSTNode) -> int:
+        """The node's place in document order."""
+        return self.index.order(node)
 
-    def end(self, node: cst.CSTNode) -> tuple[int, int]:
-        position = self.positions[node].end
-        return position.line, position.column
+    def end(self, node: cst.CSTNode) -> int:
+        """The place of the last node inside `node` in document order."""
+        return self.index.end(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        current = self.parents.get(node)
-        while current is not None:
-            yield current
-            current = self.parents.get(current)
+        return self.index.ancestors(node)
 
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        return node is ancestor or any(a is ancestor for a in self.ancestors(node))
+        return self.index.inside(node, ancestor)
+
+    def is_written(self, node: cst.CSTNode) -> bool:
+        """Is `node` (a name, attribute or subscript) assigned, augmented or deleted
+        rather than read?"""
+        current = node
+        while True:
+            parent = self.parents.get(current)
+            if isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+                current = parent
+                continue
+            if isinstance(parent, (cst.AssignTarget, cst.Del)):
+                return True
+            if isinstance(parent, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
+                return parent.target is current
+            if isinstance(parent, cst.AsName):
+                return parent.name is current
+            return False
 
     def statement_line(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
         for ancestor in self.ancestors(node):
@@ -746,11 +755,10 @@ class _StepLoop:
                 raise _Unfixable(f"`{target.value}` is also assigned at line {self.a.line(binding.node)}")
         first_body = min((b.body for b in branches.values()), key=self.a.start)
         self._check_stable(assign.value, after=line, before=first_body)
-        edits: dict[int, Edit] = {id(line): lambda updated: cst.RemovalSentinel.REMOVE}
         conditions = " / ".join(f"`{self.a.code(b.test)}`" for b in branches.values())
         message = (f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step, but "
                    f"`{target.value}` is only read when {conditions}; moved under that condition")
-        return _Fix(message, edits, [(branch, line) for branch in branches.values()], [line, *branches.values()])
+        return _Fix(message, moves=[(branch, line) for branch in branches.values()])
 
     def _branch_after(self, line: cst.SimpleStatementLine, block: cst.IndentedBlock, use: cst.CSTNode) -> cst.If | None:
         """The log branch to move `line` into for `use`: an `if` with a periodic test that
@@ -784,7 +792,7 @@ class _StepLoop:
                 raise _Unfixable(f"`{name.value}` is not computed in this step (parameters and other state may "
                                  f"change before the log branch)")
             for binding in self.a.scopes.get(name).assignments[name.value]:
-                if start <= self.a.start(binding.node) < end:
+                if start < self.a.start(binding.node) < end:
                     raise _Unfixable(f"`{name.value}` is assigned again before the log branch "
                                      f"(line {self.a.line(binding.node)})")
             for use in self.a.accesses(name):
@@ -793,7 +801,7 @@ class _StepLoop:
                 changes, anywhere = self._changes(use)
                 # A call may change what it is handed only while it runs; an in-place
                 # write or a second name may act on the value from anywhere in the step.
-                if changes is not None and (anywhere or start <= self.a.start(use) < end):
+                if changes is not None and (anywhere or start < self.a.start(use) < end):
                     raise _Unfixable(f"`{name.value}` {changes} (line {self.a.line(use)})")
 
     def _changes(self, use: cst.Name) -> tuple[str | None, bool]:
@@ -816,8 +824,7 @@ class _StepLoop:
                 chain = parent
             else:
                 break
-        if chain is not use and self.a.expression_contexts.get(chain) in (ExpressionContext.STORE,
-                                                                          ExpressionContext.DEL):
+        if chain is not use and self.a.is_written(chain):
             return "is changed in place", True
         if not shares_storage:
             return None, False
@@ -901,13 +908,12 @@ class _StepLoop:
             self._check_read(use, target.value, scope, accumulations, literals, int_sum)
             reads.append(use)
 
-        edits: dict[int, Edit] = {}
+        replaces: list[tuple[cst.CSTNode, object]] = []
         for term, _ in terms:
-            tensor = _device_value(term, int_sum)
-            edits[id(term)] = lambda updated, tensor=tensor: tensor
+            replaces.append((term, lambda updated, int_sum=int_sum: _device_value(updated, int_sum)))
         wrapper = "int" if int_sum else "float"
         for use in reads:
-            edits[id(use)] = lambda updated, wrapper=wrapper: cst.Call(cst.Name(wrapper), [cst.Arg(updated)])
+            replaces.append((use, lambda updated, wrapper=wrapper: cst.Call(cst.Name(wrapper), [cst.Arg(updated)])))
         how = ("kept as an int64 tensor" if int_sum else "kept in float64 on the device (the same sums, bit for bit)")
         places = [place for place, found in (("at log time", any(self.a.inside(r, self.loop) for r in reads)),
                                              ("outside the loop", any(not self.a.inside(r, self.loop) for r in reads)))
@@ -917,7 +923,7 @@ class _StepLoop:
         for term, _ in terms:
             message = (f"`{self.a.code(term)}` (line {self.a.line(term)}) waits for the GPU every step to add to "
                        f"`{target.value}`; {how} and {where}")
-            fixes.append(_Fix(message, edits if not fixes else {}, edited=[*(t for t, _ in terms), *reads]))
+            fixes.append(_Fix(message, replaces=replaces))
         return fixes
 
     def _terms(self, accumulation, accumulator: str, syncs: list[cst.Call]) -> list[tuple[cst.Call, bool]]:
@@ -947,7 +953,7 @@ class _StepLoop:
         subject = f"`{accumulator}`"
         if not self.a.in_own_scope(use, scope):
             raise _Unfixable(f"{subject} is read in a nested function (line {self.a.line(use)})")
-        if self.a.expression_contexts.get(use) is not ExpressionContext.LOAD:
+        if self.a.is_written(use):
             raise _Unfixable(f"{subject} is written at line {self.a.line(use)}")
         parent = self.a.parents.get(use)
         if isinstance(parent, cst.FormattedStringExpression) and parent.equal is not None:
@@ -984,7 +990,7 @@ class _StepLoop:
             if list(block.body).index(holder) <= list(block.body).index(line):
                 continue
             between = (self.a.end(line), self.a.start(use))
-            if not any(between[0] <= self.a.start(node) < between[1] for node, _ in literals):
+            if not any(between[0] < self.a.start(node) < between[1] for node, _ in literals):
                 return True
         return False
 
@@ -1166,12 +1172,12 @@ def _moved_statement(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     return line.with_changes(leading_lines=comments)
 
 
-def _prepend(branch: cst.If, lines: list[cst.SimpleStatementLine]) -> cst.If:
-    """`branch` with `lines` (original statements) first in its body."""
-    statements = [_moved_statement(line) for line in lines]
+def _prepend(branch: cst.If, lines: list[cst.SimpleStatementLine]) -> Edit:
+    """The edit that puts `lines` (original statements) first in the body of `branch`."""
+    statements = tuple(_moved_statement(line) for line in lines)
     body = branch.body
     if isinstance(body, cst.SimpleStatementSuite):
         # `if c: print(v)` becomes a block: the moved statements need lines of their own.
-        rest = cst.SimpleStatementLine(body=body.body, trailing_whitespace=body.trailing_whitespace)
-        return branch.with_changes(body=cst.IndentedBlock(body=[*statements, rest]))
-    return branch.with_changes(body=body.with_changes(body=[*statements, *body.body]))
+        return Replace(body, lambda updated: cst.IndentedBlock(body=[
+            *statements, cst.SimpleStatementLine(body=updated.body, trailing_whitespace=updated.trailing_whitespace)]))
+    return InsertBefore(body.body[0], statements)

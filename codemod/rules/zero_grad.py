@@ -4,15 +4,12 @@ from typing import Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ScopeProvider
 
-from codemod.analysis.bindings import Bindings
 from codemod.analysis.kinds import Kind
-from codemod.analysis.loops import BACKWARD, calls_in
-from codemod.analysis.training import OptimizerBuild
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.training import OptimizerBuild
+from codemod.edits import Replace
 from codemod.rule import Invalid, Level, Rule, Valid
-from codemod.analysis.tree import is_inside
 
 # Receivers whose `zero_grad(set_to_none=...)` is torch's (or a wrapper of it).
 ZEROABLE = (Kind.OPTIMIZER, Kind.MODULE, Kind.UNKNOWN)
@@ -189,10 +186,6 @@ class ZeroFilledGradients(Rule):
         ),
     ]
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.bindings = Bindings(context.wrapper.resolve(ScopeProvider), context.parents)
-
     # -- sites ---------------------------------------------------------------------
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -200,7 +193,7 @@ class ZeroFilledGradients(Rule):
             return
         if self.context.kinds.fact(node.func.value).kind not in ZEROABLE:
             return
-        self._decide(node, node.with_changes(args=[]), manual=False)
+        self._decide(node, lambda updated: updated.with_changes(args=[]), manual=False)
 
     def visit_For(self, node: cst.For) -> None:
         receiver = self._manual_reset_receiver(node)
@@ -245,15 +238,15 @@ class ZeroFilledGradients(Rule):
 
     def _used_after(self, loop: cst.For, parameter: cst.Name) -> bool:
         """Is the loop variable read after the loop (it keeps the last parameter)?"""
-        for assignment in self.bindings.assignments(parameter) or ():
+        for assignment in self.context.bindings.assignments(parameter) or ():
             if assignment.node is not parameter:
                 continue
-            return any(not is_inside(access.node, loop, self.context.parents) for access in assignment.references)
+            return any(not self.context.inside(access.node, loop) for access in assignment.references)
         return False
 
     # -- decision ------------------------------------------------------------------
 
-    def _decide(self, site: cst.CSTNode, replacement: cst.CSTNode, manual: bool) -> None:
+    def _decide(self, site: cst.CSTNode, replacement, manual: bool, at: cst.CSTNode | None = None) -> None:
         message = (
             "a Python loop zero-fills every .grad, one kernel per parameter; call zero_grad(), which sets them to None"
             if manual else
@@ -264,24 +257,26 @@ class ZeroFilledGradients(Rule):
         training_loop = self.context.training.loop_of(site)
         region = (training_loop.loop if training_loop is not None else None) \
             or self.context.loops.step_loop_of(site) or self._enclosing_body(site)
-        backwards = [c for c in calls_in(region) if self._is_backward(c)]
+        steps = self.context.loops
+        backwards = [c for c in steps.reached_calls(region) if steps.is_backward(c)]
         if not backwards:
-            self.report(site, message + "; left as is: no backward() follows it here, so its readers cannot be checked")
+            self.report(site, message + "; left as is: no backward() follows it here, so its readers cannot be checked", at=at)
             return
         read = self._grad_read_before_backward(site, region, backwards)
         if read is not None:
-            line = self.context.positions[read].start.line
+            line = self.context.line(read)
             self.report(site, message + f"; left as is: .grad is read at line {line} before the next backward(), "
-                                        "where it would be None")
+                                        "where it would be None", at=at)
             return
         optimizers = training_loop.optimizers if training_loop is not None else ()
         if any(self._custom_step_without_none_check(o) for o in optimizers):
-            self.report(site, message + "; left as is: the optimizer's step() uses .grad without a None check")
+            self.report(site, message + "; left as is: the optimizer's step() uses .grad without a None check", at=at)
             return
+        edits = [Replace(site, replacement)]
         if self._zero_step_changes_nothing(optimizers, site):
-            self.report(site, message, replacement=replacement)
+            self.report(site, message, edits=edits, at=at)
         else:
-            self.report(site, message + UNSAFE_WHY, replacement=replacement, level=Level.UNSAFE)
+            self.report(site, message + UNSAFE_WHY, edits=edits, level=Level.UNSAFE, at=at)
 
     def _enclosing_body(self, node: cst.CSTNode) -> cst.CSTNode:
         current = self.context.parents.get(node)
@@ -289,27 +284,26 @@ class ZeroFilledGradients(Rule):
             current = self.context.parents.get(current)
         return current.body if isinstance(current, cst.FunctionDef) else current
 
-    def _is_backward(self, call: cst.Call) -> bool:
-        return m.matches(call, BACKWARD) or self.context.names.is_(call.func, "torch.autograd.backward")
-
     def _grad_read_before_backward(self, site, region, backwards) -> cst.Attribute | None:
         """A `.grad` read between the reset and the next backward, the region read as
         a cycle (a reset at the end of a loop body is followed by its beginning)."""
-        positions = self.context.positions
-        start = _position(positions[site].end)
-        after = [_position(positions[b].start) for b in backwards if _position(positions[b].start) > start]
-        reads = [(_position(positions[r].start), r) for r in self._grad_reads(region) if not is_inside(r, site, self.context.parents)]
+        index = self.context.index
+        start = index.end(site)
+        after = [index.order(b) for b in backwards if index.order(b) > start]
+        reads = [(index.order(r), r) for r in self._grad_reads(region) if not index.inside(r, site)]
         if after:
             window = [r for at, r in reads if start < at < min(after)]
         else:
-            first = min(_position(positions[b].start) for b in backwards)
+            first = min(index.order(b) for b in backwards)
             window = [r for at, r in reads if at > start or at < first]
         return window[0] if window else None
 
     def _grad_reads(self, node: cst.CSTNode) -> Iterator[cst.Attribute]:
         """`.grad` attributes under `node` that are read, not assigned or deleted
         (`torch.autograd.grad`, a function, is not a tensor's `.grad`)."""
-        for attribute in m.findall(node, GRAD):
+        for attribute in self.context.index.find(cst.Attribute, within=node):
+            if attribute.attr.value != "grad":
+                continue
             parent = self.context.parents.get(attribute)
             if isinstance(parent, (cst.AssignTarget, cst.Del)) or self.context.names.of(attribute):
                 continue
@@ -322,8 +316,9 @@ class ZeroFilledGradients(Rule):
         for statement in classdef.body.body:
             if isinstance(statement, cst.FunctionDef) and statement.name.value == "step":
                 reads_grad = any(True for _ in self._grad_reads(statement))
-                checks_none = m.findall(statement, m.Comparison(left=GRAD, comparisons=[
+                checks_none = any(m.matches(c, m.Comparison(left=GRAD, comparisons=[
                     m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))]))
+                    for c in self.context.index.find(cst.Comparison, within=statement))
                 return reads_grad and not checks_none
         return False
 
@@ -333,9 +328,9 @@ class ZeroFilledGradients(Rule):
         if not optimizers or not all(self._is_plain_sgd(o.call) for o in optimizers):
             return False
         module = self.context.module
-        if any(not is_inside(r, site, self.context.parents) for r in self._grad_reads(module)):
+        if any(not self.context.inside(r, site) for r in self._grad_reads(module)):
             return False
-        return not any(self.context.names.of(c.func) & GRAD_NORMS for c in m.findall(module, m.Call()))
+        return not any(self.context.names.of(c.func) & GRAD_NORMS for c in self.context.index.find(cst.Call))
 
     def _is_plain_sgd(self, constructor: cst.Call | None) -> bool:
         """`torch.optim.SGD` without momentum or weight decay: p -= lr * 0 is p."""
@@ -353,7 +348,7 @@ class ZeroFilledGradients(Rule):
     def _groups_are_plain(self, params: cst.BaseExpression) -> bool:
         """Parameter groups that do not set their own momentum or weight decay."""
         if isinstance(params, cst.Name):
-            values = self.bindings.values(params)
+            values = self.context.bindings.values(params)
             return bool(values) and all(self._groups_are_plain(v) for v in values)
         if isinstance(params, (cst.List, cst.Tuple)):
             for element in params.elements:
@@ -447,6 +442,3 @@ def _only_continue(suite: cst.BaseSuite) -> bool:
         suite = suite.body[0]
     return len(suite.body) == 1 and isinstance(suite.body[0], cst.Continue)
 
-
-def _position(position) -> tuple[int, int]:
-    return (position.line, position.column)
