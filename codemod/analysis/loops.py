@@ -111,6 +111,7 @@ class TrainingLoops:
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
         self._runs: dict[cst.CSTNode, tuple[StepSite, ...]] = {}
         self._codes: dict[cst.CSTNode, str] = {}
+        self._attribute_values: dict | None = None
         calls = index.find(cst.Call)
         self._zero_grad_receivers = {self.code(c.func.value) for c in calls if method_name(c) == "zero_grad"}
         self._scale_receivers = {self.code(c.func.value) for c in calls if method_name(c) == "scale" and c.args}
@@ -234,7 +235,10 @@ class TrainingLoops:
     # -- backward and optimizer steps --------------------------------------------------
 
     def is_backward(self, call: cst.Call) -> bool:
-        return m.matches(call, BACKWARD) or self.context.names.is_(call.func, "torch.autograd.backward")
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            return True  # `loss.backward()`, `accelerator.backward(loss)`, `torch.autograd.backward(...)`
+        return isinstance(func, cst.Name) and func.value == "backward" and self.context.names.is_(func, "torch.autograd.backward")
 
     def step_of(self, call: cst.Call) -> tuple[cst.BaseExpression, bool] | None:
         """(optimizer, through a scaler) for `opt.step()` and `scaler.step(opt)`; None
@@ -272,12 +276,26 @@ class TrainingLoops:
 
     def values_of(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         """What `expr` (a name, or `self.<attribute>` in a method) is assigned, as far as seen."""
-        bindings = self.context.bindings
         if isinstance(expr, cst.Name):
-            return bindings.values(expr) or []
-        if isinstance(expr, cst.Attribute):
-            return bindings.attribute_values(expr) or []
+            return self.context.bindings.values(expr) or []
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+            cls = self.class_of_instance(expr.value)
+            return list(self._attributes().get((cls, expr.attr.value), ())) if cls is not None else []
         return []
+
+    def _attributes(self) -> dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]]:
+        """(class, attribute) -> the values `self.<attribute> = value` assigns in its methods."""
+        if self._attribute_values is None:
+            found: dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]] = {}
+            for statement in self._index.find((cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+                for target in targets:
+                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and statement.value is not None:
+                        cls = self.class_of_instance(target.value)
+                        if cls is not None:
+                            found.setdefault((cls, target.attr.value), []).append(statement.value)
+            self._attribute_values = found
+        return self._attribute_values
 
     def reach(self, node: cst.CSTNode) -> frozenset[str]:
         """Which of backward and an optimizer step running `node` may do, through the

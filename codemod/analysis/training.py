@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import libcst as cst
 from libcst.metadata import Assignment
@@ -130,13 +130,28 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """Why a fact is missing: a sentence whose line numbers (`{}` in `text`, for
+    `nodes`) are looked up only when it is read."""
+
+    text: str
+    nodes: tuple[cst.CSTNode, ...] = ()
+    line: Callable[[cst.CSTNode], int] | None = None
+
+    def __str__(self) -> str:
+        if not self.nodes or self.line is None:
+            return self.text
+        return self.text.format(*(self.line(node) for node in self.nodes))
+
+
+@dataclass(frozen=True)
 class TrainingLoop:
     loop: cst.For | cst.While
     backwards: tuple[Backward, ...]
     steps: tuple[Step, ...]
     optimizers: tuple[OptimizerBuild, ...]
     forward: ForwardRegion | None
-    forward_problem: str | None  # why `forward` is None
+    forward_why: "Problem | None"  # why `forward` is None
     accumulation: Accumulation | None
     clips: tuple[cst.Call, ...]  # clip_grad_norm_ / clip_grad_value_ calls
     autocast: Autocast | None
@@ -147,6 +162,11 @@ class TrainingLoop:
     @property
     def loss(self) -> cst.BaseExpression:
         return self.backwards[0].loss
+
+    @property
+    def forward_problem(self) -> str | None:
+        """Why `forward` is None, as a sentence."""
+        return str(self.forward_why) if self.forward_why is not None else None
 
     @property
     def device(self) -> cst.BaseExpression | None:
@@ -171,9 +191,10 @@ class Training:
         self._calls: list[cst.Call] = self.index.find(cst.Call)
         self._assignments = self._index_assignments()
         self._model_expressions = self._find_model_expressions()
-        self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)] + [
-            n for n in self.index.find((cst.Name, cst.Attribute)) if self.names.startswith(n, ("torch.set_autocast_enabled",))
-        ]
+        self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)]
+        if "set_autocast_enabled" in context.code:
+            self.autocast_uses += [n for n in self.index.find((cst.Name, cst.Attribute))
+                                   if self.names.startswith(n, ("torch.set_autocast_enabled",))]
         self.cuda_use: cst.CSTNode | None = self._first_cuda_use()
         self.default_float64: cst.CSTNode | None = self._default_float64()
         self.loops: list[TrainingLoop] = [self._describe(loop) for loop in self._find_loops()]
@@ -287,10 +308,8 @@ class Training:
         moves: list[tuple[cst.Call, cst.BaseExpression | None, frozenset[Place]]] = []
         float64 = self._float64_construction(code)
         split = False
-        for call in self._calls:
+        for call in self._placement_calls():
             method = method_name(call)
-            if method not in ("to", "cuda", "cpu", "double", "type"):
-                continue
             receiver = self.code(call.func.value)
             if receiver.startswith((code + ".", code + "[")) and self._moves_device(call) and self._visible(call, at, expr):
                 # `model.head.to("cuda:1")` moves a submodule in place; `model.pos.to(d)` in an
@@ -316,6 +335,13 @@ class Training:
             return Model(code, None, None, frozenset(), split, float64)
         call, device, places = max(moves, key=lambda move: self._start(move[0]))
         return Model(code, call, device, places, split, float64)
+
+    def _placement_calls(self) -> list[cst.Call]:
+        """`.to(...)`, `.cuda()`, `.cpu()`, `.double()` and `.type(...)` calls of the file."""
+        found = getattr(self, "_placements", None)
+        if found is None:
+            found = self._placements = [c for c in self._calls if method_name(c) in ("to", "cuda", "cpu", "double", "type")]
+        return found
 
     def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
         """Every place a device expression may point to: `"cuda" if ok else "cpu"`
@@ -359,7 +385,7 @@ class Training:
         if len(backwards) == 1:
             forward, problem = self._forward(loop, backwards[0])
         else:
-            forward, problem = None, f"the loop calls backward() {len(backwards)} times"
+            forward, problem = None, Problem(f"the loop calls backward() {len(backwards)} times")
         float64 = self.default_float64 or next((mdl.float64 for mdl in models if mdl.float64 is not None), None)
         return TrainingLoop(
             loop=loop,
@@ -367,7 +393,7 @@ class Training:
             steps=steps,
             optimizers=optimizers,
             forward=forward,
-            forward_problem=problem,
+            forward_why=problem,
             accumulation=self._accumulation(loop, backwards, steps),
             clips=tuple(c for c in calls if self.names.is_(c.func, *CLIP_NAMES)),
             autocast=self._loop_autocast(loop),
@@ -497,30 +523,29 @@ class Training:
         statement = self.statement_of(backward.call)
         block = self.parents.get(statement)
         if not isinstance(block, cst.IndentedBlock):
-            return None, "backward() is not in a block of its own lines"
+            return None, Problem("backward() is not in a block of its own lines")
         body = list(block.body)
         index = _index(body, statement)
         codes = self._loss_codes(backward.loss)
         if codes is None:
-            return None, "the loss is computed in the backward() statement itself"
+            return None, Problem("the loss is computed in the backward() statement itself")
         binders = [i for i in range(index) if self._bound_codes(body[i]) & codes]
         if not binders:
-            return None, f"`{self.code(backward.loss)}` is computed outside the block that calls backward()"
+            return None, Problem(f"`{self.code(backward.loss)}` is computed outside the block that calls backward()")
         last = binders[-1]
         if not isinstance(body[last], cst.SimpleStatementLine):
-            line = self.context.line(body[last])
-            return None, f"the loss is computed inside a nested block (line {line})"
+            return None, Problem("the loss is computed inside a nested block (line {})", (body[last],), self.context.line)
         first = next((i for i in range(last + 1) if self._has_model_call(body[i])), None)
         outside = self._model_result_outside(loop, body[last if first is None else first : last + 1])
         if outside is not None:
-            return None, (f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
-                          f"{self.context.line(outside)}, outside the block that computes the loss")
+            return None, Problem(f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
+                                 "{}, outside the block that computes the loss", (outside,), self.context.line)
         if first is None:
-            return None, NO_FORWARD
+            return None, Problem(NO_FORWARD)
         region = ForwardRegion(block, first, last)
         # A generator suspended inside autocast would leak it into its consumer's code.
         if any(self.index.find((cst.Yield, cst.Await), within=stmt) for stmt in region.statements):
-            return None, "the forward region yields or awaits"
+            return None, Problem("the forward region yields or awaits")
         return region, None
 
     def _bound_codes(self, statement: cst.CSTNode) -> set[str]:
@@ -631,7 +656,11 @@ class Training:
     # -- autocast, scaler, dtype -----------------------------------------------------
 
     def _is_autocast_call(self, call: cst.Call) -> bool:
-        return self.names.is_(call.func, *AUTOCAST_NAMES) or method_name(call) == "autocast"
+        func = call.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name == "autocast":
+            return True  # `torch.autocast`, `amp.autocast`, a policy's or an accelerator's `.autocast()`
+        return "autocast" in name and self.names.is_(func, *AUTOCAST_NAMES)
 
     def _enables_autocast(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
         """How `expr` (a `with` item, a decorator) turns autocast on, or None."""
@@ -719,6 +748,9 @@ class Training:
     # -- CUDA --------------------------------------------------------------------------
 
     def _first_cuda_use(self) -> cst.CSTNode | None:
+        if "cuda" not in self.context.code:
+            return None
+        imported = "from torch.cuda" in self.context.code or "from torch import cuda" in self.context.code
         found: list[cst.CSTNode] = []
         for string in self.index.find(cst.SimpleString):
             value = string.evaluated_value
@@ -730,7 +762,8 @@ class Training:
         for call in self._calls:
             if method_name(call) == "cuda":
                 found.append(call)
-            elif self.names.startswith(call.func, ("torch.cuda",)) and not self.names.is_(call.func, *CUDA_PROBES):
+            elif _mentions(call.func, "cuda", imported) and self.names.startswith(call.func, ("torch.cuda",)) \
+                    and not self.names.is_(call.func, *CUDA_PROBES):
                 found.append(call)
         return min(found, key=self._start) if found else None
 
@@ -920,6 +953,17 @@ def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(target, cst.StarredElement):
         return _bound_targets(target.value)
     return [target]
+
+
+def _mentions(func: cst.BaseExpression, name: str, imported: bool) -> bool:
+    """Can the dotted callee `func` be in the module `name`: does it spell `name`
+    (`torch.cuda.synchronize`), or is it a bare name while the file imports
+    from that module (`synchronize` from `from torch.cuda import synchronize`)?"""
+    while isinstance(func, cst.Attribute):
+        if func.attr.value == name:
+            return True
+        func = func.value
+    return imported and isinstance(func, cst.Name)
 
 
 def _index(body: list, statement: cst.CSTNode) -> int:

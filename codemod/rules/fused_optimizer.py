@@ -69,8 +69,7 @@ class UnfusedOptimizerOnCuda(Rule):
     apart in the last bits. Measured on the CPU with torch 2.13 (a small MLP,
     20 steps, 10 seeds): AdamW's parameters differ by at most 1.0e-7 and
     Adam's by 8.9e-8 from the default implementation; SGD with momentum was
-    bit for bit the same. `tests/rules/test_pm402_execution.py` keeps that
-    measurement.
+    bit for bit the same.
 
     The fix is offered only when every parameter provably comes from
     `.parameters()` / `.named_parameters()` of models (param groups,

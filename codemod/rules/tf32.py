@@ -32,9 +32,13 @@ class Float32MatmulWithoutTf32(Rule):
     ## What it does
     Finds training scripts that use CUDA and never choose a float32 matmul
     precision, and enables TF32 once at start-up with
-    `torch.set_float32_matmul_precision("high")`: right after the last
-    top-level import, or at the top of the function that holds the training
-    loop when it is in one.
+    `torch.set_float32_matmul_precision("high")`, in the entry point: at the
+    top of the function that the `if __name__ == "__main__":` block calls to
+    train (or of that block itself); right after the imports of a script
+    that trains at module level; in a module that only defines training
+    functions, at the top of the function that starts training (never at
+    import time, and never in a function called once per epoch: there, at
+    the top of its caller).
 
     ## Why is this bad?
     By default float32 matrix multiplications on CUDA use full IEEE float32,
@@ -116,8 +120,8 @@ class Float32MatmulWithoutTf32(Rule):
     INVALID = [
         Invalid(
             IMPORTS + "\n" + SCRIPT_BODY,
-            IMPORTS + "\n" + ENABLE_TF32 + "\n\n" + SCRIPT_BODY,
-            "a script: right after the imports",
+            IMPORTS + "\n" + ENABLE_TF32 + "\n" + SCRIPT_BODY,
+            "a script: right after the imports, before its first statement",
         ),
         Invalid(
             IMPORTS + "\n\ndef main():\n" + '    """Train."""\n' + _indented(SCRIPT_BODY)
@@ -185,12 +189,12 @@ class Float32MatmulWithoutTf32(Rule):
             return
         enable = cst.parse_statement(ENABLE_TF32 + "\n")
         edits = self._at_startup(node, training, enable)
+        loop = training.loops[0].loop  # reported at the training loop, fixed at start-up
         if edits:
-            self.report(edits[0].anchor, edits=edits, imports=[("torch", None)])
+            self.report(loop, edits=edits, imports=[("torch", None)])
         else:
-            first = training.loops[0].forward.statements[0] if training.loops[0].forward else training.loops[0].loop
-            self.report(first, f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
-                               "enable TF32 once in its entry point)")
+            self.report(loop, f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
+                              "enable TF32 once in its entry point)")
 
     # -- where start-up is -------------------------------------------------------------
 
@@ -211,14 +215,13 @@ class Float32MatmulWithoutTf32(Rule):
             return [self._at_top(guard, enable)]
         if None in holders or self._runs_at_module_level(module):
             first_statement = self._module_statement(training.loops[0].loop)
-            imports = [
-                statement for statement in module.body[: module.body.index(first_statement)]
-                if isinstance(statement, cst.SimpleStatementLine)
-                and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
-            ]
-            if imports:
-                return [InsertAfter(imports[-1], (enable.with_changes(leading_lines=[cst.EmptyLine()]),))]
-            return [InsertBefore(first_statement, (enable,))]
+            body = list(module.body[: module.body.index(first_statement) + 1])
+            last_import = max((i for i, statement in enumerate(body) if isinstance(statement, cst.SimpleStatementLine)
+                               and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)),
+                              default=-1)
+            # Before the first statement after the imports: the blank lines that
+            # separate them from the code stay above the new line.
+            return [InsertBefore(body[last_import + 1], (enable,))]
         entries = list(dict.fromkeys(holders))
         return [self._at_top(function, enable) for function in entries]
 
