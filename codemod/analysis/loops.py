@@ -180,8 +180,8 @@ class TrainingLoops:
                     and not any(self.code(d.decorator) == "staticmethod" for d in function.decorators):
                 return owner
         values = self.context.bindings.values(name)
-        classes = {sole_definition(self.context.scopes, v.func, cst.ClassDef) if isinstance(v, cst.Call) else None
-                   for v in values or ()}
+        classes = {sole_definition(self.context.scopes, _constructed(v).func, cst.ClassDef)
+                   if isinstance(_constructed(v), cst.Call) else None for v in values or ()}
         return classes.pop() if len(classes) == 1 else None
 
     def method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
@@ -197,6 +197,26 @@ class TrainingLoops:
             if found is not None:
                 return found
         return None
+
+    def returned(self, call: cst.Call, index: int | None = None) -> list[cst.BaseExpression] | None:
+        """What a call of a function of this file returns: the expressions of its
+        `return` statements (element `index` of each, for `a, b = f(...)`); None when
+        the callee is not a function of this file or a return gives no such value."""
+        function = self.callee(call)
+        if function is None:
+            return None
+        values = [r.value for r in self.own(cst.Return, function.body)]
+        if not values or any(v is None for v in values):
+            return None
+        if index is None:
+            return values
+        found = []
+        for value in values:
+            if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements) \
+                    or any(isinstance(e, cst.StarredElement) for e in value.elements):
+                return None
+            found.append(value.elements[index].value)
+        return found
 
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls of this file that run `function`."""
@@ -265,12 +285,15 @@ class TrainingLoops:
         from codemod.analysis.kinds import Kind  # kinds imports nothing of ours; lazily, to keep imports light
 
         values = self.values_of(expr)
+        for value in list(values):  # `self.opt = self.configure_optimizers()`: what it returns
+            if isinstance(value, cst.Call):
+                values.extend(self.returned(value) or ())
         if any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("torch.optim.lr_scheduler",))
                for v in values):
             return False
         if self.code(expr) in self._zero_grad_receivers:
             return True
-        if any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("torch.optim.",)) for v in values):
+        if any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("torch.optim",)) for v in values):
             return True
         return self.context.kinds.fact(expr).kind is Kind.OPTIMIZER
 
@@ -385,6 +408,16 @@ class TrainingLoops:
 
         around(loop, 0)
         return found
+
+
+def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net(...)` for `Net(...).to(device)`, `Net(...).cuda().train()`: methods of a
+    module that return the module itself."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16",
+                                          "requires_grad_"):
+        value = value.func.value
+    return value
 
 
 def own_nodes(index: "TreeIndex", types, node: cst.CSTNode) -> list:

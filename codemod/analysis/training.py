@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
-from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.names import kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.torch_facts import (
     AUTOCAST_NAMES,
     CLIP_NAMES,
@@ -298,11 +299,43 @@ class Training:
             return False
         return any(self.is_model(arg.value) for arg in call.args)
 
-    def model(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
+    def model(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> Model:
         """Where the model `expr` is placed when the code reaches `at` (a loop, an
         optimizer construction), and its dtype. Only calls that `at` can see count:
         those at module level or in a function around it, and for `self.x`
-        anywhere in the class."""
+        anywhere in the class. A model that is a parameter of the function around
+        `at` is where every call of that function passes it from (`train(model,
+        device, loader)` with `model = Net().to(device)` at the call)."""
+        found = self._model_here(expr, at)
+        if found.move is None and isinstance(expr, cst.Name) and depth < MAX_DEPTH:
+            passed = self._passed_model(expr, depth)
+            if passed is not None:
+                return passed
+        return found
+
+    def _passed_model(self, name: cst.Name, depth: int) -> Model | None:
+        sites = [(site, source) for site, source in self._binding_sites(name)]
+        if len(sites) != 1 or not isinstance(sites[0][0], cst.Param):
+            return None
+        param = sites[0][0]
+        function = self.parents.get(self.parents.get(param))
+        calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
+        models = []
+        for call in calls:
+            argument = argument_for(call, function, param)
+            if argument is None:
+                return None
+            models.append(self.model(argument, call, depth + 1))
+        if not models or any(m.move is None for m in models):
+            return None
+        devices = {self.code(m.device) if m.device is not None else None for m in models}
+        if len(devices) != 1 or len({m.places for m in models}) != 1:
+            return None  # placed differently by different callers
+        first = models[0]
+        return Model(self.code(name), first.move, first.device, first.places, any(m.split for m in models),
+                     next((m.float64 for m in models if m.float64 is not None), None))
+
+    def _model_here(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
         code = self.code(expr)
         limit = self._start(at)
         moves: list[tuple[cst.Call, cst.BaseExpression | None, frozenset[Place]]] = []
@@ -343,11 +376,111 @@ class Training:
             found = self._placements = [c for c in self._calls if method_name(c) in ("to", "cuda", "cpu", "double", "type")]
         return found
 
+    def device_types(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[str] | None:
+        """The device types (`"cuda"`, `"cpu"`, `"mps"`, ...) a device expression may
+        name, followed through names, `self.` attributes, attributes of config objects
+        of this file (dataclass defaults included), argparse options limited by
+        `choices`, and what functions of this file return; None when it may be
+        anything (a parameter, an argparse option without choices, `x.device`)."""
+        if expr is None or depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.SimpleString):
+            value = expr.evaluated_value
+            match = DEVICE_STRING.match(value) if isinstance(value, str) else None
+            return frozenset({value.split(":")[0]}) if match else None
+        if isinstance(expr, cst.Integer):
+            return frozenset({"cuda"})  # `.to(0)`
+        if isinstance(expr, cst.FormattedString):
+            return frozenset({"cuda"}) if self.kinds.is_device(expr) else None
+        if isinstance(expr, cst.IfExp):
+            return _union(self.device_types(expr.body, depth + 1), self.device_types(expr.orelse, depth + 1))
+        if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
+            first = positional(expr, 0) or kwarg(expr, "type")
+            return self.device_types(first.value if first else None, depth + 1)
+        if isinstance(expr, cst.Call):
+            returned = self.steps.returned(expr)
+            if returned is not None:
+                return _union(*(self.device_types(v, depth + 1) for v in returned))
+            return None
+        if isinstance(expr, cst.Lambda):
+            return self.device_types(expr.body, depth + 1)
+        if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1 \
+                and isinstance(expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, cst.SimpleString):
+            key = expr.slice[0].slice.value.evaluated_value  # `cfg["device"]` of a dict literal
+            values = []
+            for source in self.value_sources(expr.value):
+                found = _dict_value(source, key, self) if source is not None else None
+                if found is None:
+                    return None
+                values.append(found)
+            return _union(*(self.device_types(v, depth + 1) for v in values)) if values else None
+        if isinstance(expr, cst.Name):
+            sources = self.value_sources(expr)
+            return _union(*(self.device_types(s, depth + 1) for s in sources)) if sources else None
+        if isinstance(expr, cst.Attribute):
+            values = self._attribute_values(expr)
+            return _union(*(self.device_types(v, depth + 1) for v in values)) if values else None
+        return None
+
+    def _attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression]:
+        """What `obj.attr` may hold: `self.attr = ...` in the methods of its class; an
+        argparse option (its `choices`, else nothing is known); the default of a field of
+        a config class of this file and the keyword its construction passes."""
+        steps = self.steps
+        if not isinstance(expr.value, cst.Name):
+            return []
+        values = list(steps.values_of(expr))
+        if values:
+            return values
+        attr = expr.attr.value
+        sources = self.value_sources(expr.value)
+        if not sources:
+            return []
+        for source in sources:
+            if isinstance(source, cst.Call) and method_name(source) == "parse_args":
+                return self._argparse_choices(attr)
+            if isinstance(source, cst.Call):
+                cls = sole_definition(self.context.scopes, source.func, cst.ClassDef)
+                if cls is None:
+                    return []
+                passed = kwarg(source, attr)
+                if passed is not None:
+                    values.append(passed.value)
+                elif any(arg.star for arg in source.args):
+                    return []
+                else:
+                    default = _class_default(cls, attr)
+                    if default is None:
+                        return []
+                    values.append(default)
+            else:
+                return []
+        return values
+
+    def _argparse_choices(self, dest: str) -> list[cst.BaseExpression]:
+        """The `choices` of the argparse option stored in `dest`; empty when it takes any value."""
+        for call in self._calls:
+            if method_name(call) != "add_argument":
+                continue
+            flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+            stored = kwarg(call, "dest")
+            names = {f.lstrip("-").replace("-", "_") for f in flags if isinstance(f, str)}
+            if (stored is not None and isinstance(stored.value, cst.SimpleString) and stored.value.evaluated_value == dest) \
+                    or (stored is None and dest in names):
+                choices = kwarg(call, "choices")
+                if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set)):
+                    return [e.value for e in choices.value.elements]
+                return []
+        return []
+
     def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
         """Every place a device expression may point to: `"cuda" if ok else "cpu"`
         gives {CUDA, HOST} (Kinds joins that to UNKNOWN)."""
         if expr is None or depth > MAX_DEPTH:
             return frozenset({Place.UNKNOWN})
+        types = self.device_types(expr)
+        if types is not None:
+            return frozenset(Place.CUDA if t == "cuda" else Place.HOST if t == "cpu" else Place.UNKNOWN for t in types)
         if isinstance(expr, cst.IfExp):
             return self.device_places(expr.body, depth + 1) | self.device_places(expr.orelse, depth + 1)
         if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
@@ -450,68 +583,116 @@ class Training:
     def parameter_models(self, params: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
         """The modules whose parameters `params` (an optimizer's first argument) is
         made of: `model.parameters()`, param groups, comprehensions and filters over
-        `parameters()` / `named_parameters()`, lists built by appending those, and
-        names bound to any of these. None when it may hold anything else."""
-        if depth > MAX_DEPTH:
+        `parameters()` / `named_parameters()` (and dicts built from those), lists built
+        by appending those, names bound to any of these, and parameters of a function
+        of this file followed to what its calls pass. None when it may hold anything else."""
+        found = self.parameter_model_sites(params, None, depth)
+        return [model for model, _ in found] if found is not None else None
+
+    def parameter_model_sites(self, params: cst.BaseExpression, at: cst.CSTNode | None,
+                              depth: int = 0) -> list[tuple[cst.BaseExpression, cst.CSTNode | None]] | None:
+        """`parameter_models`, each model with the node where its placement counts:
+        `at` (the optimizer's construction), or the call that passes it to a function
+        that builds the optimizer (`build_optimizer(cfg, model.parameters())`)."""
+        if depth > 2 * MAX_DEPTH:  # each container, comprehension and name is a level
             return None
         if isinstance(params, cst.Call):
-            return self._parameter_call_models(params, depth)
+            return self._parameter_call_models(params, at, depth)
         if isinstance(params, (cst.List, cst.Tuple)):
-            return self._all_models([e.value for e in params.elements], depth)
+            return self._all_models([e.value for e in params.elements], at, depth)
         if isinstance(params, cst.Dict):  # a param group: only its "params" hold tensors
             group = [e.value for e in params.elements if isinstance(e, cst.DictElement)
                      and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "params"]
-            return self._all_models(group, depth) if len(group) == 1 else None
-        if isinstance(params, (cst.ListComp, cst.GeneratorExp)):
+            return self._all_models(group, at, depth) if len(group) == 1 else None
+        if isinstance(params, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
             loop = params.for_in
-            if loop.inner_for_in is not None or not isinstance(params.elt, cst.Name):
+            element = params.value if isinstance(params, cst.DictComp) else params.elt
+            if loop.inner_for_in is not None or not isinstance(element, cst.Name):
                 return None
-            if params.elt.value not in {t.value for t in _bound_targets(loop.target) if isinstance(t, cst.Name)}:
+            if element.value not in {t.value for t in _bound_targets(loop.target) if isinstance(t, cst.Name)}:
                 return None
-            return self.parameter_models(loop.iter, depth + 1)
+            return self.parameter_model_sites(loop.iter, at, depth + 1)
         if isinstance(params, cst.BinaryOperation) and isinstance(params.operator, cst.Add):
-            return self._all_models([params.left, params.right], depth)
+            return self._all_models([params.left, params.right], at, depth)
         if isinstance(params, cst.Name):
-            return self._parameter_name_models(params, depth)
+            return self._parameter_name_models(params, at, depth)
         return None
 
-    def _parameter_call_models(self, call: cst.Call, depth: int) -> list[cst.BaseExpression] | None:
+    def _parameter_call_models(self, call: cst.Call, at, depth: int):
         if method_name(call) in ("parameters", "named_parameters"):
-            return [call.func.value]
+            return [(call.func.value, at)]
+        if method_name(call) == "values" and not call.args:  # `{n: p for n, p in m.named_parameters()}.values()`
+            return self.parameter_model_sites(call.func.value, at, depth + 1)
         values = [a.value for a in call.args if a.keyword is None and not a.star]
         if self.names.is_(call.func, "list", "tuple", "builtins.list", "builtins.tuple") and len(values) == 1:
-            return self.parameter_models(values[0], depth + 1)
+            return self.parameter_model_sites(values[0], at, depth + 1)
         if self.names.is_(call.func, "filter", "builtins.filter") and len(values) == 2:
-            return self.parameter_models(values[1], depth + 1)
+            return self.parameter_model_sites(values[1], at, depth + 1)
         if self.names.is_(call.func, "itertools.chain") and values:
-            return self._all_models(values, depth)
+            return self._all_models(values, at, depth)
         return None
 
-    def _parameter_name_models(self, name: cst.Name, depth: int) -> list[cst.BaseExpression] | None:
-        """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add."""
-        sources: list[cst.BaseExpression] = []
-        for _, source in self._binding_sites(name):
+    def _parameter_name_models(self, name: cst.Name, at, depth: int):
+        """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add
+        (also through `(a if c else b).append(p)`); a parameter: what its calls pass."""
+        sources: list[tuple[cst.BaseExpression, cst.CSTNode | None]] = []
+        for site, source in self._binding_sites(name):
+            if source is None and isinstance(site, cst.Param):
+                function = self.parents.get(self.parents.get(site))
+                passed = self._arguments_for(site)
+                calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
+                if any(argument is None for argument in passed) or len(passed) != len(calls):
+                    return None
+                sources.extend(zip(passed, calls))
+                continue
             if source is None:
-                return None
+                source = self._unpacked_literal(site)
+                if source is None:
+                    return None
             if not (isinstance(source, (cst.List, cst.Tuple)) and not source.elements):
-                sources.append(source)  # `decay = []` adds nothing
+                sources.append((source, at))  # `decay = []` adds nothing
         scope = self.kinds.scopes.get(name)
         for access in scope.accesses[name.value] if scope is not None else ():
-            parent = self.parents.get(access.node)
+            receiver: cst.CSTNode = access.node
+            parent = self.parents.get(receiver)
+            if isinstance(parent, cst.IfExp) and parent.test is not receiver:
+                receiver, parent = parent, self.parents.get(parent)  # `(a if c else b).append(p)`
             call = self.parents.get(parent)
-            if isinstance(parent, cst.Attribute) and isinstance(call, cst.Call) and call.func is parent:
+            if isinstance(parent, cst.Attribute) and parent.value is receiver and isinstance(call, cst.Call) \
+                    and call.func is parent:
                 added = positional(call, 0)
                 if parent.attr.value not in ("append", "extend") or added is None:
                     continue
-                sources.append(added.value)  # an appended loop variable stands for its iterable
+                sources.append((added.value, at))  # an appended loop variable stands for its iterable
             elif isinstance(parent, cst.AugAssign) and parent.target is access.node:
-                sources.append(parent.value)
-        return self._all_models(sources, depth) if sources else None
+                sources.append((parent.value, at))
+        if not sources:
+            return None
+        models = []
+        for source, where in sources:
+            found = self.parameter_model_sites(source, where, depth + 1)
+            if found is None:
+                return None
+            models.extend(found)
+        return models
 
-    def _all_models(self, parts: Sequence[cst.BaseExpression], depth: int) -> list[cst.BaseExpression] | None:
-        models: list[cst.BaseExpression] = []
+    def _unpacked_literal(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+        """The value `target` gets from `a, b = [], []` (one for one)."""
+        element = self.parents.get(target)
+        names = self.parents.get(element)
+        holder = self.parents.get(names)
+        statement = self.parents.get(holder)
+        if not (isinstance(element, cst.Element) and isinstance(names, (cst.Tuple, cst.List))
+                and isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign)
+                and isinstance(statement.value, (cst.Tuple, cst.List))
+                and len(statement.value.elements) == len(names.elements)):
+            return None
+        return statement.value.elements[list(names.elements).index(element)].value
+
+    def _all_models(self, parts: Sequence[cst.BaseExpression], at, depth: int):
+        models = []
         for part in parts:
-            found = self.parameter_models(part, depth + 1)
+            found = self.parameter_model_sites(part, at, depth + 1)
             if found is None:
                 return None
             models.extend(found)
@@ -861,6 +1042,33 @@ class Training:
     def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
         return [source for _, source in self._binding_sites(name)]
 
+    def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
+        """The binding sources of `name`, a parameter of a function of this file
+        followed to what every call of that function passes (or its default); None
+        entries where that cannot be told."""
+        found: list[cst.BaseExpression | None] = []
+        for site, source in self._binding_sites(name):
+            if source is None and isinstance(site, cst.Param):
+                found.extend(self._arguments_for(site))
+            else:
+                found.append(source)
+        return found
+
+    def _arguments_for(self, param: cst.Param) -> list[cst.BaseExpression | None]:
+        function = self.parents.get(self.parents.get(param))
+        if not isinstance(function, cst.FunctionDef):
+            return [None]
+        calls = self.steps.call_sites(function)
+        if not calls or self.steps.class_of_instance(param.name) is not None:
+            return [None]  # called from elsewhere, or `self`
+        found: list[cst.BaseExpression | None] = []
+        for call in calls:
+            argument = argument_for(call, function, param)
+            if argument is None and any(arg.star for arg in call.args):
+                return [None]
+            found.append(argument if argument is not None else (param.default if param.default is not None else None))
+        return found
+
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]
 
@@ -953,6 +1161,51 @@ def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(target, cst.StarredElement):
         return _bound_targets(target.value)
     return [target]
+
+
+def _union(*parts: frozenset[str] | None) -> frozenset[str] | None:
+    """The union of device-type sets; None (anything) when one of them is."""
+    if not parts or any(part is None for part in parts):
+        return None
+    return frozenset().union(*parts)
+
+
+def _dict_value(source: cst.BaseExpression, key: str, training: "Training", depth: int = 0) -> cst.BaseExpression | None:
+    """The value a dict literal (or a name bound only to one) holds under `key`."""
+    if isinstance(source, cst.Name) and depth < MAX_DEPTH:
+        sources = training.value_sources(source)
+        found = [_dict_value(s, key, training, depth + 1) if s is not None else None for s in sources]
+        return found[0] if len(found) == 1 else None
+    if not isinstance(source, cst.Dict):
+        return None
+    for element in source.elements:
+        if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                and element.key.evaluated_value == key:
+            return element.value
+    return None
+
+
+def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
+    """The default of the field `attr` of a (data)class: `attr = v`, `attr: T = v`,
+    `attr: T = field(default=v)` or `field(default_factory=lambda: v)`."""
+    for line in cls.body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            value = None
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.target.value == attr:
+                value = small.value
+            elif isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == attr:
+                value = small.value
+            else:
+                continue
+            if isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)) \
+                    and (value.func.value if isinstance(value.func, cst.Name) else value.func.attr.value) == "field":
+                default = kwarg(value, "default") or kwarg(value, "default_factory")
+                return default.value if default is not None else None
+            return value
+    return None
 
 
 def _mentions(func: cst.BaseExpression, name: str, imported: bool) -> bool:

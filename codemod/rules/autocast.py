@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Place
 from codemod.analysis.names import sole_definition
 from codemod.analysis.torch_facts import AUTOCAST_UNSAFE
@@ -338,6 +339,9 @@ class ForwardWithoutAutocast(Rule):
             outer = self._outermost_loop(loop.loop)
             if device is None or training.visible_at(device, outer):
                 return _Placement([InsertBefore(outer, tuple(build("", device_code)))], policy, scaler)
+            parameter = self._device_parameter(device, index.first_enclosing(outer, cst.FunctionDef))
+            if parameter is not None:  # `train(model, device, ...)`: the function's own name for it
+                return _Placement([InsertBefore(outer, tuple(build("", parameter)))], policy, scaler)
         found = self._attribute_placement(loop, model, helper, policy, scaler, build, device_code)
         if found is not None:
             return found
@@ -382,6 +386,23 @@ class ForwardWithoutAutocast(Rule):
         user_self = function.params.params[0].name.value
         return _Placement([InsertAfter(statement, tuple(build(f"{mover_self}.", device_code)))],
                           f"{user_self}.{policy}", f"{user_self}.{scaler}" if scaler is not None else None)
+
+    def _device_parameter(self, device: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+        """The parameter of `function` that every call of it passes `device` to, as the
+        callers spell it (`train(args, model, device, loader)`)."""
+        if function is None:
+            return None
+        calls = self.context.loops.call_sites(function)
+        if not calls:
+            return None
+        spelled = self.context.source(device)
+        for param in (*function.params.params, *function.params.kwonly_params):
+            arguments = [argument_for(call, function, param) for call in calls]
+            if all(a is not None and self.context.source(a) == spelled for a in arguments):
+                if not any(self.context.inside(b.node, function.body) for b in
+                           self.context.bindings.assignments(param.name) or () if b.node is not param.name):
+                    return param.name.value
+        return None
 
     def _after_move(self, model, helper: cst.FunctionDef) -> cst.BaseStatement | None:
         """The statement that moves the model, when the helper sees the names it binds:
@@ -546,6 +567,9 @@ class ForwardWithoutAutocast(Rule):
             return True
         if isinstance(expr, cst.Attribute):
             return self._is_plain(expr.value)
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index) \
+                and isinstance(expr.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
+            return self._is_plain(expr.value)  # `cfg["device"]`
         if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.device"):
             return all(self._is_plain(arg.value) for arg in expr.args)
         return False

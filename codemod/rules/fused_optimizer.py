@@ -12,11 +12,17 @@ FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW", "torch.optim.SGD"}
 # Arguments that pick the implementation or that fused=True rejects
 # (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
 CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
-DEVICE_PLACES = {Place.CUDA, Place.HOST}  # torch 2.13 has fused Adam, AdamW and SGD for both
+# Device types with fused Adam, AdamW and SGD kernels in torch 2.13
+# (torch.utils._foreach_utils._get_fused_kernels_supported_devices).
+FUSED_DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
 
 UNKNOWN_DEVICE = (
     "optimizer steps without fused kernels; pass fused=True if `{device}` is a CUDA device or the CPU "
     "(not fixed: the device cannot be told)"
+)
+PREPARED = (
+    "optimizer steps without fused kernels; pass fused=True if `{prepare}` puts the model on CUDA "
+    "(not fixed: the device is chosen there)"
 )
 UNKNOWN_PARAMETERS = (
     "optimizer steps without fused kernels; pass fused=True if all its parameters are on one CUDA device "
@@ -182,24 +188,34 @@ class UnfusedOptimizerOnCuda(Rule):
             return
         if names.is_(node.func, "torch.optim.SGD") and self._has_sparse_gradients():
             return
-        models = training.parameter_models(params.value)
+        models = training.parameter_model_sites(params.value, node)
         if models is None:
             self.report(node, UNKNOWN_PARAMETERS)
             return
-        placed = [self._placed(model, node) for model in models]
+        placed = [self._placed(model, at) for model, at in models]
         if any(model is None or model.split for model in placed):
+            prepare = self._prepared_by(node)
+            if prepare is not None and not any(model is not None and model.split for model in placed):
+                self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
             return  # not moved before the optimizer is built (CPU), or spread over devices
         devices = {training.code(model.device) if model.device is not None else "cuda" for model in placed}
-        places = frozenset().union(*(model.places for model in placed))
-        if len(devices) > 1 or not places & {Place.CUDA, Place.UNKNOWN}:
+        if len(devices) > 1:
             return
-        if not places <= DEVICE_PLACES:
-            self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
+        types = [training.device_types(model.device) if model.device is not None else frozenset({"cuda"}) for model in placed]
+        if all(t is not None for t in types):
+            known = frozenset().union(*types)
+            if "cuda" not in known:
+                return  # never on CUDA (the CPU, MPS): the rule is about CUDA steps
+            if known <= FUSED_DEVICE_TYPES:
+                self.report(node, edits=[AddKeyword(node, "fused", cst.Name("True"))])
+                return
+        elif not frozenset().union(*(model.places for model in placed)) & {Place.CUDA, Place.UNKNOWN}:
             return
-        self.report(node, edits=[AddKeyword(node, "fused", cst.Name("True"))])
+        self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
 
-    def _placed(self, expr: cst.BaseExpression, at: cst.Call):
-        """The model (`model` for `model[0]` or `model.head`) that is moved before `at`."""
+    def _placed(self, expr: cst.BaseExpression, at: cst.Call, depth: int = 0):
+        """The model (`model` for `model[0]` or `model.head`) that is moved before `at`;
+        for a copy (`local = copy.deepcopy(global_model)`), the model it copies."""
         training = self.context.training
         current = expr
         while True:
@@ -207,9 +223,35 @@ class UnfusedOptimizerOnCuda(Rule):
                 model = training.model(current, at)
                 if model.move is not None:
                     return model
+                copied = self._copied(current)
+                if copied is not None and depth < 4:
+                    return self._placed(copied, at, depth + 1)
             if not isinstance(current, (cst.Attribute, cst.Subscript)):
                 return None
             current = current.value
+
+    def _prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
+        """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
+        style) that is handed the optimizer this call builds: it picks the device."""
+        statement = self.context.parents.get(optimizer)
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name)):
+            return None
+        name = statement.targets[0].target.value
+        for call in self.context.index.find(cst.Call):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize") \
+                    and any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args) \
+                    and self.context.index.before(optimizer, call):
+                return call
+        return None
+
+    def _copied(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`m` for a name bound only to `copy.deepcopy(m)` (a copy keeps the device)."""
+        values = self.context.loops.values_of(expr)
+        if len(values) == 1 and isinstance(values[0], cst.Call) and len(values[0].args) == 1 \
+                and self.context.names.is_(values[0].func, "copy.deepcopy"):
+            return values[0].args[0].value
+        return None
 
     def _has_sparse_gradients(self) -> bool:
         """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""

@@ -44,6 +44,8 @@ NON_MUTATING_CALLEES = {"builtins.print", "builtins.float", "builtins.int", "bui
                         "builtins.repr", "builtins.isinstance", "math.isnan", "math.isfinite", "math.isinf",
                         "torch.isnan", "torch.isfinite", "torch.isinf"}
 NON_MUTATING_METHOD_CALLEES = {"scale"}  # GradScaler.scale(loss) returns a new, scaled tensor
+# Functions that return the gradients' total norm as a tensor.
+GRAD_NORMS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.get_total_norm"}
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FLOAT_PRESENTATION = tuple("eEfFgG%")
 # float64 is not available on these devices, so the float64 device accumulator is not either.
@@ -202,8 +204,11 @@ class PerStepHostSync(Rule):
             + STEP.replace("    ", "        ")
             + "        total += loss.item() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum().item()\n"
             "    print(epoch, total / 400, correct)\n",
-            None,
-            "tuple assignment of the accumulators: not followed",
+            PREAMBLE + "for epoch in range(3):\n    total, correct = 0.0, 0\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        total += loss.detach().double() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum()\n"
+            "    print(epoch, float(total) / 400, int(correct))\n",
+            "accumulators started by one tuple assignment of numbers",
         ),
         Invalid(
             PREAMBLE + "for epoch in range(3):\n    total = 0.0\n    correct = 0\n    for x, y in loader:\n"
@@ -286,6 +291,41 @@ class PerStepHostSync(Rule):
         analysis = _FileAnalysis(self.context)
         for loop in self.context.loops.step_loops:
             self._check_loop(analysis, loop)
+        self._check_helpers(analysis)
+
+    def _check_helpers(self, analysis: "_FileAnalysis") -> None:
+        """Syncs in functions of this file that a step loop calls on every step (an
+        evaluation helper, a step method): reported where they are, with the call that
+        runs them; those called only under a log condition run at log time."""
+        steps = self.context.loops
+        seen: set[cst.CSTNode] = set()
+        for loop in steps.step_loops:
+            scan = _StepLoop(analysis, loop, [])
+            for function in steps.functions_reached(loop.body):
+                for sync in steps.own_calls(function.body):
+                    if sync in seen or scan.sync_kind(sync) is None or id(sync) in scan.suppressed_in(sync):
+                        continue
+                    if any(isinstance(o, cst.Call) and scan.sync_kind(o) is not None for o in scan._chain_above(sync)):
+                        continue  # the outer call of `x.cpu().item()` is the one reported
+                    sites = [site for site in steps.runs_in(sync) if site.loop is loop and self._every_step(scan, site)]
+                    if not sites:
+                        continue
+                    seen.add(sync)
+                    call = sites[0].calls[0]
+                    self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step: `{analysis.code(call.func)}` "
+                                      f"runs it on every step of the loop at line {analysis.line(loop)} (line "
+                                      f"{analysis.line(call)}); not rewritten: it is in another function; call that "
+                                      "function only at log time, or return the tensor and read it there")
+
+    @staticmethod
+    def _every_step(scan: "_StepLoop", site) -> bool:
+        """Does every call on the way from the step loop run on every step (none under a
+        periodic `if`)?"""
+        for number, call in enumerate(site.calls):
+            within = site.loop if number == 0 else None
+            if scan.log_branch(call, within) is not None:
+                return False
+        return True
 
     def _check_loop(self, analysis: "_FileAnalysis", loop: cst.CSTNode) -> None:
         scan = _StepLoop(analysis, loop, self.context.loops.own_calls(loop.body))
@@ -408,15 +448,38 @@ class _FileAnalysis:
             current = parent
 
     def assigned_value(self, target: cst.CSTNode) -> cst.BaseExpression | None:
-        """`value` of a plain `name = value` / `name: T = value` binding of `target`."""
+        """`value` of a plain `name = value` / `name: T = value` binding of `target`, or
+        its element in `a, b = 0.0, 0` (a tuple of values unpacked one for one)."""
         statement = self.binding_statement(target)
         if isinstance(statement, cst.Assign):
-            if len(statement.targets) == 1 and statement.targets[0].target is target:
+            if len(statement.targets) != 1:
+                return None
+            if statement.targets[0].target is target:
                 return statement.value
+            element = self.parents.get(target)
+            names, values = statement.targets[0].target, statement.value
+            if isinstance(element, cst.Element) and self.parents.get(element) is names \
+                    and isinstance(names, (cst.Tuple, cst.List)) and isinstance(values, (cst.Tuple, cst.List)) \
+                    and len(names.elements) == len(values.elements) \
+                    and not any(isinstance(e, cst.StarredElement) for e in (*names.elements, *values.elements)):
+                return values.elements[list(names.elements).index(element)].value
             return None
         if isinstance(statement, cst.AnnAssign) and statement.target is target:
             return statement.value
         return None
+
+    def unpacked_call(self, target: cst.CSTNode) -> tuple[cst.Call, int] | None:
+        """(call, index) for a name bound by `a, b = f(...)`."""
+        statement = self.binding_statement(target)
+        element = self.parents.get(target)
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call)
+                and isinstance(element, cst.Element)):
+            return None
+        names = statement.targets[0].target
+        if self.parents.get(element) is not names or not isinstance(names, (cst.Tuple, cst.List)) \
+                or any(isinstance(e, cst.StarredElement) for e in names.elements):
+            return None
+        return statement.value, list(names.elements).index(element)
 
     def accesses(self, target: cst.Name) -> list[cst.Name]:
         """Every read of the variable that `target` binds, in its scope and nested ones."""
@@ -545,7 +608,7 @@ class _StepLoop:
     def log_branch(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> cst.If | None:
         """The outermost `if` inside `within` (the step loop by default) whose body holds
         `node` and whose test is periodic (`step % N == 0`)."""
-        within = within or self.loop
+        within = within if within is not None else self.loop
         found = None
         child = node
         for ancestor in self.a.ancestors(node):
@@ -556,6 +619,10 @@ class _StepLoop:
             child = ancestor
         return found
 
+    def suppressed_in(self, sync: cst.Call) -> set[int]:
+        """{id(sync)} when `# perfmod: ignore[PM404]` is on its line."""
+        return {id(sync)} if suppressed_on(self.a.statement_line(sync), PerStepHostSync.CODE) else set()
+
     def in_log_branch(self, node: cst.CSTNode) -> bool:
         return self.log_branch(node) is not None
 
@@ -565,13 +632,44 @@ class _StepLoop:
         return self.dtype(expr) is not None or self._tensor_shape(expr)
 
     def _tensor_shape(self, expr: cst.BaseExpression) -> bool:
+        key = ("tensor", id(expr))
+        if key not in self._dtypes:
+            self._dtypes[key] = False  # cycles stay unknown
+            self._dtypes[key] = self._compute_tensor_shape(expr)
+        return self._dtypes[key]
+
+    def _compute_tensor_shape(self, expr: cst.BaseExpression) -> bool:
         if self.a.kinds.fact(expr).kind is Kind.TENSOR:
             return True
-        if isinstance(expr, cst.Call) and method_name(expr) in PURE_METHODS - {"item", "tolist", "size", "dim", "numel"}:
-            return self.is_tensor(expr.func.value)
+        if isinstance(expr, cst.Call) and method_name(expr) in PURE_METHODS - {"item", "tolist", "size", "dim", "numel"} \
+                and isinstance(expr.func, cst.Attribute) and self.is_tensor(expr.func.value):
+            return True
+        if isinstance(expr, cst.Call) and self.a.names.of(expr) & TENSOR_FUNCTIONS:
+            return True  # `torch.sigmoid(x)`, `torch.stack(...)`
         if isinstance(expr, cst.Attribute) and expr.attr.value in ("data", "grad"):
             return self.is_tensor(expr.value)
+        if isinstance(expr, cst.BinaryOperation):  # a tensor combined with anything gives a tensor
+            return self.is_tensor(expr.left) or self.is_tensor(expr.right)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.is_tensor(expr.expression)
+        if isinstance(expr, cst.Name):
+            values = self._values(expr)
+            return bool(values) and all(v is not None and self.is_tensor(v) for v in values)
+        if isinstance(expr, cst.Call):
+            returned = self.a.context.loops.returned(expr)
+            return bool(returned) and all(self.is_tensor(v) for v in returned)
         return False
+
+    def _values(self, name: cst.Name) -> list[cst.BaseExpression | None]:
+        """What the bindings of `name` assign, through `a, b = 0.0, 0` and `a, b = f(...)`
+        of a function of this file."""
+        values: list[cst.BaseExpression | None] = []
+        for binding in self.a.bindings(name) or ():
+            value = self.a.assigned_value(binding.node)
+            unpacked = self.a.unpacked_call(binding.node) if value is None else None
+            returned = self.a.context.loops.returned(*unpacked) if unpacked is not None else None
+            values.extend(returned if returned is not None else [value])
+        return values
 
     def dtype(self, expr: cst.BaseExpression) -> str | None:
         """FLOAT, INT64 or BOOL for a tensor of that dtype; None when unknown or not a tensor."""
@@ -585,9 +683,7 @@ class _StepLoop:
         if isinstance(expr, cst.Name):
             if expr.value in self.backward_roots:
                 return FLOAT
-            found = self.a.bindings(expr)
-            values = [self.a.assigned_value(b.node) for b in found] if found else []
-            kinds = {self.dtype(v) if v is not None else None for v in values}
+            kinds = {self.dtype(v) if v is not None else None for v in self._values(expr)}
             return kinds.pop() if len(kinds) == 1 else None
         if isinstance(expr, cst.Attribute):
             return self.dtype(expr.value) if expr.attr.value == "data" else None
@@ -607,10 +703,14 @@ class _StepLoop:
             return None
         if not isinstance(expr, cst.Call):
             return None
+        if self.a.loss_function(expr) or self.a.loss_module(expr.func) or self.a.names.of(expr) & GRAD_NORMS:
+            return FLOAT  # `F.cross_entropy(...)` (an attribute of a module, not a method), `criterion(...)`, a norm
+        returned = self.a.context.loops.returned(expr)
+        if returned is not None:  # a function of this file: what it returns
+            kinds = {self.dtype(value) for value in returned}
+            return kinds.pop() if len(kinds) == 1 else None
         method = method_name(expr)
         if method is None:
-            if self.a.loss_function(expr) or self.a.loss_module(expr.func):
-                return FLOAT
             return None
         receiver = expr.func.value
         if not self.is_tensor(receiver):
@@ -621,7 +721,7 @@ class _StepLoop:
             return INT64
         if method in BOOL_RESULT_METHODS:
             return BOOL
-        if method == "sum" and not expr.args:
+        if method == "sum" and all(arg.keyword is None or arg.keyword.value in ("dim", "keepdim") for arg in expr.args):
             inner = self.dtype(receiver)
             return INT64 if inner in (INT64, BOOL) else inner
         if method in DTYPE_KEEPING_METHODS and not expr.args:
@@ -671,6 +771,8 @@ class _StepLoop:
                     in_loop = True  # the loop's own target: this step's batch
                     continue
                 value = self.a.assigned_value(binding.node)
+                if value is None and self.a.unpacked_call(binding.node) is not None:
+                    value = self.a.unpacked_call(binding.node)[0]  # `a, b = f(...)`: what a call returns is new
                 if not self.a.inside(statement, self.loop.body):
                     if not _constant(value):
                         return False  # state from before the loop
