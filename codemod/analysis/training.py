@@ -198,6 +198,7 @@ class Training:
                                    if self.names.startswith(n, ("torch.set_autocast_enabled",))]
         self.cuda_use: cst.CSTNode | None = self._first_cuda_use()
         self.default_float64: cst.CSTNode | None = self._default_float64()
+        self.exact_float32: cst.CSTNode | None = self._exact_float32()
         self.loops: list[TrainingLoop] = [self._describe(loop) for loop in self._find_loops()]
 
     # -- public helpers ------------------------------------------------------------
@@ -272,14 +273,18 @@ class Training:
             classes.add(owner)
         return len(classes) == 1
 
-    def is_model(self, expr: cst.BaseExpression) -> bool:
+    def is_model(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
-        modules to Kinds but hold no parameters, so they are not models here."""
+        modules to Kinds but hold no parameters, so they are not models here. A
+        `self.` attribute assigned a model (`self.model = model`) is one."""
         if not isinstance(expr, (cst.Name, cst.Attribute)):
             return False
         if self.code(expr) in self._model_expressions:
             return True
         if self.kinds.fact(expr).kind is not Kind.MODULE:
+            if isinstance(expr, cst.Attribute) and depth < 3:
+                values = self.steps.values_of(expr)
+                return bool(values) and all(self.is_model(v, depth + 1) for v in values)
             return False
         source = self._last_source(expr) if isinstance(expr, cst.Name) else None
         return not (isinstance(source, cst.Call) and self._is_loss_module(source))
@@ -551,6 +556,13 @@ class Training:
 
     def _optimizer_build(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> OptimizerBuild:
         source = self._last_source(expr, before=loop)
+        if source is None and isinstance(expr, cst.Name):
+            # A parameter (`train_one_epoch(model, loader, optimizer)`): what every call passes.
+            passed = [s for s in self.value_sources(expr)]
+            followed = [self._last_source(s) if isinstance(s, cst.Name) else s for s in passed]
+            calls = {self.code(s.func) for s in followed if isinstance(s, cst.Call)}
+            if followed and len(calls) == 1 and all(isinstance(s, cst.Call) for s in followed):
+                source = followed[0]
         if not isinstance(source, cst.Call):
             return OptimizerBuild(self.code(expr), None, None, None)
         names = sorted(self.names.of(source.func))
@@ -853,12 +865,29 @@ class Training:
             function = self._local_function(expr.func)
             if function is not None and any(self._enables_autocast(c, depth + 1) for c in self.steps.own_calls(function.body)):
                 return "helper"
+            if function is None and self._imported_precision_context(expr.func):
+                return "imported"
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
-            for source in self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr):
+            sources = self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr)
+            for source in sources:
                 if source is not None and any(self._enables_autocast(c, depth + 1) for c in self.index.find(cst.Call, within=source)):
                     return "context variable"
+            if not [s for s in sources if s is not None] and self._imported_precision_context(expr):
+                return "imported"
         return None
+
+    def _imported_precision_context(self, expr: cst.BaseExpression) -> bool:
+        """A context manager defined outside this file (imported from the user's own
+        package, or an attribute of an object built elsewhere) whose name says it is
+        about mixed precision: `amp_autocast()`, `self.autocast_ctx`, `mixed_precision()`."""
+        name = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else ""
+        words = set(name.lower().split("_"))
+        if "autocast" not in name.lower() and not words & {"amp", "precision", "fp16", "bf16", "half"}:
+            return False
+        if isinstance(expr, cst.Name):
+            return not self.names.local(expr)  # imported, not a function or variable of this file
+        return True
 
     def _loop_autocast(self, loop: cst.CSTNode) -> Autocast | None:
         inside = [w for w in self.index.find(cst.With, within=loop.body) if not self._crosses_scope(w, loop)]
@@ -900,6 +929,33 @@ class Training:
                 or (isinstance(first.value, cst.SimpleString) and first.value.evaluated_value in DOUBLE_TENSOR_TYPES)
             ):
                 return call
+        return None
+
+    def _exact_float32(self) -> cst.CSTNode | None:
+        """Where the script asks for exact, reproducible float32 results: deterministic
+        algorithms, TF32 turned off, or the "highest" matmul precision. Numeric
+        rewrites (autocast, fused optimizers) would undo what it asked for."""
+        code = self.context.code
+        if not any(word in code for word in ("use_deterministic_algorithms", "allow_tf32", "fp32_precision", "highest")):
+            return None
+        for call in self._calls:
+            first = positional(call, 0)
+            if first is None:
+                continue
+            if self.names.is_(call.func, "torch.use_deterministic_algorithms") and _is_true(first.value):
+                return call
+            if self.names.is_(call.func, "torch.set_float32_matmul_precision") and isinstance(first.value, cst.SimpleString) \
+                    and first.value.evaluated_value == "highest":
+                return call
+        for assign in self.index.find(cst.Assign):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if not isinstance(target, cst.Attribute):
+                continue
+            if target.attr.value == "allow_tf32" and isinstance(assign.value, cst.Name) and assign.value.value == "False":
+                return assign
+            if target.attr.value == "fp32_precision" and isinstance(assign.value, cst.SimpleString) \
+                    and assign.value.evaluated_value == "ieee":
+                return assign
         return None
 
     def _float64_construction(self, code: str) -> cst.CSTNode | None:
@@ -1161,6 +1217,10 @@ def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(target, cst.StarredElement):
         return _bound_targets(target.value)
     return [target]
+
+
+def _is_true(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
 
 
 def _union(*parts: frozenset[str] | None) -> frozenset[str] | None:

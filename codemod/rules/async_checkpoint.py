@@ -80,6 +80,14 @@ class SynchronousCheckpointInLoop(Rule):
     `checkpointer.flush()` after the loop and before any `return` out of it, so
     the last file is on disk before the script goes on or exits.
 
+    A save in a function of the file that training loops call
+    (`save_checkpoint(model, optimizer, epoch, path)`, a trainer's method) is
+    handed over too, when every call of that function runs in a training
+    loop: the checkpointer is built once for the module, after its imports,
+    and flushed after each of those loops. Savers it does not stand in for
+    are reported in training loops: safetensors' `save_file`, a model's
+    `save_pretrained`, `accelerator.save`.
+
     ## Why is this bad?
     `torch.save` pickles and writes the whole state (model, optimizer moments:
     three times the parameters for Adam) while training waits: seconds to minutes
@@ -125,6 +133,9 @@ class SynchronousCheckpointInLoop(Rule):
       `load_state_dict` copies them to the model's and optimizer's devices either way.
     - Only rank 0 writes: files named per rank, or state sharded across ranks
       (FSDP), are left alone.
+    - A file read after the loop is read after the flush; one read in the loop
+      or right after the save (copied, loaded, checked for) keeps its save
+      synchronous.
 
     Left alone as well: saves outside loops and in loops that do not train,
     saves into an in-memory buffer (`io.BytesIO`), saves followed directly by

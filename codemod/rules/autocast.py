@@ -177,7 +177,11 @@ class ForwardWithoutAutocast(Rule):
     CUDA autocast refuses (`F.binary_cross_entropy`, `nn.BCELoss`: compute
     it from logits with `BCEWithLogitsLoss` first); a float64 model (`.double()`,
     `.to(torch.float64)`, `torch.set_default_dtype(torch.float64)`), whose
-    author asked for more precision, not less; autocast used elsewhere in the
+    author asked for more precision, not less; a script that asks for exact
+    float32 results (`torch.use_deterministic_algorithms(True)`, TF32 turned
+    off, the "highest" matmul precision); a forward pass whose values steer
+    what runs next (a sampled action, a value read with `.item()` in an RL
+    rollout), which lower precision could change; autocast used elsewhere in the
     file; a GradScaler without autocast; a forward pass that cannot be
     delimited (the loss computed in a nested block or in the backward call
     itself, the forward split across blocks); a device that cannot be told or
@@ -267,6 +271,9 @@ class ForwardWithoutAutocast(Rule):
         if loop.float64 is not None:
             return self._decline(loop, f"the model is float64 (line {self.context.line(loop.float64)}): "
                                        "autocast would lower the precision its author chose")
+        if training.exact_float32 is not None:
+            return self._decline(loop, f"the script asks for exact float32 results (line "
+                                       f"{self.context.line(training.exact_float32)}); autocast would undo that")
         forward_uses = self._autocast_in_forward(loop)
         if forward_uses:
             return  # the model's forward (or a helper it calls) enters autocast itself
@@ -280,6 +287,11 @@ class ForwardWithoutAutocast(Rule):
             if loop.forward_problem and loop.forward_problem.startswith(NO_FORWARD):
                 return  # nothing runs a model before the loss: no forward pass to speed up
             return self._decline(loop, loop.forward_problem)
+        decision = self._decision_in_forward(loop)
+        if decision is not None:
+            return self._decline(loop, f"the forward pass decides what runs next (`{training.code(decision)}`, line "
+                                       f"{self.context.line(decision)}): in lower precision it may decide otherwise, "
+                                       "and the run would take another path")
         unsafe = self._autocast_unsafe(loop)
         if unsafe is not None:
             call, alternative = unsafe
@@ -437,6 +449,18 @@ class ForwardWithoutAutocast(Rule):
         functions = self._forward_functions(loop.forward.statements)
         return [use for use in self.context.training.autocast_uses
                 if any(self.context.inside(use, f) for f in functions)]
+
+    def _decision_in_forward(self, loop: TrainingLoop) -> cst.Call | None:
+        """A call in the forward region whose result steers the program: a value read to
+        the host (`.item()`, `.tolist()`), or a sample drawn from the model's output."""
+        for statement in loop.forward.statements:
+            for call in self.context.loops.own_calls(statement):
+                method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+                if method in ("item", "tolist", "sample") and not call.args:
+                    return call
+                if self.context.names.is_(call.func, "torch.multinomial", "torch.bernoulli"):
+                    return call
+        return None
 
     def _autocast_unsafe(self, loop: TrainingLoop) -> tuple[cst.Call, str] | None:
         """A call in the forward pass (or in what it runs) that CUDA autocast refuses."""

@@ -20,6 +20,7 @@ UNKNOWN_DEVICE = (
     "optimizer steps without fused kernels; pass fused=True if `{device}` is a CUDA device or the CPU "
     "(not fixed: the device cannot be told)"
 )
+UNFUSED = "optimizer steps without fused kernels; pass fused=True"
 PREPARED = (
     "optimizer steps without fused kernels; pass fused=True if `{prepare}` puts the model on CUDA "
     "(not fixed: the device is chosen there)"
@@ -54,9 +55,19 @@ class UnfusedOptimizerOnCuda(Rule):
     ones, where the step is bound by kernel launches.
 
     Checked against torch 2.13: fused Adam, AdamW and SGD also exist on the
-    CPU (float32, float64, bfloat16 and float16 parameters all step), so a
-    script whose device is `"cuda" if torch.cuda.is_available() else "cpu"`
-    gets `fused=True` too: it is valid on both.
+    CPU (float32, float64, bfloat16 and float16 parameters all step), on MPS,
+    XPU and HPU, so a script whose device is `"cuda" if
+    torch.cuda.is_available() else "cpu"` (or a function that picks CUDA, MPS
+    or the CPU) gets `fused=True` too: it is valid on each.
+
+    The device is followed where the script keeps it: a variable, a `self.`
+    attribute set in `__init__` or `setup`, a config object (a dataclass
+    field's default or what its construction passes, a dict literal), an
+    argparse option limited by `choices`, what a function of the file
+    returns, a parameter to what every call passes; the parameters through
+    factories (`build_optimizer(cfg, model.parameters())`), dicts of
+    `named_parameters()` and lists filled by `append`; a copy of a model
+    (`copy.deepcopy`) sits where the model does.
 
     ## Example
     ```python
@@ -87,8 +98,10 @@ class UnfusedOptimizerOnCuda(Rule):
     built, models whose submodules are moved on their own or that sit on
     different devices (parameters spread over devices), and SGD in a file with
     `sparse=True` (fused SGD rejects sparse gradients). Reported without a fix:
-    parameters that are not all a model's, and models moved to a device the
-    analysis cannot tell (`args.device`).
+    parameters that are not all a model's, models moved to a device the
+    analysis cannot tell (an argparse option that takes any value), models
+    placed by `accelerator.prepare(...)`, and scripts that ask for exact
+    float32 results (deterministic algorithms, TF32 turned off).
     """
 
     CODE = "PM402"
@@ -206,6 +219,10 @@ class UnfusedOptimizerOnCuda(Rule):
             known = frozenset().union(*types)
             if "cuda" not in known:
                 return  # never on CUDA (the CPU, MPS): the rule is about CUDA steps
+            if known <= FUSED_DEVICE_TYPES and training.exact_float32 is not None:
+                self.report(node, f"{UNFUSED} (not fixed: the script asks for exact float32 results, line "
+                                  f"{self.context.line(training.exact_float32)}; the fused kernel rounds differently)")
+                return
             if known <= FUSED_DEVICE_TYPES:
                 self.report(node, edits=[AddKeyword(node, "fused", cst.Name("True"))])
                 return

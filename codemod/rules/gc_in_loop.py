@@ -53,11 +53,18 @@ class MemoryCleanupInStepLoop(Rule):
     Typical gain: from a few percent to more than half of the step time in
     small-model loops.
 
-    Calls in the epoch loop (outside the step loop) run once per epoch and are
-    left alone, as are calls in an `except` handler (recovery after an
-    out-of-memory error). Calls under a periodic condition (`if step % 100 ==
-    0:`) or another condition the rule cannot see through are reported without
-    a fix: their author chose when they run.
+    A clean-up in a function of the file that the step loop calls on every
+    step (`free_memory()`) counts as in the step: it is removed there when
+    every call of that function is such a call, and reported when the
+    function also runs elsewhere. Calls in the epoch loop (outside the step
+    loop) run once per epoch and are left alone, as are calls in an `except`
+    handler (recovery after an out-of-memory error). Calls under a periodic
+    condition (`if step % 100 == 0:`, also around the call of the function
+    that cleans up) or another condition the rule cannot see through are
+    reported without a fix: their author chose when they run. Conditions that
+    only ask whether CUDA is in use (`torch.cuda.is_available()`,
+    `device.type == "cuda"`, a flag assigned from those) hold on every step
+    on a GPU.
 
     ## Example
     ```python
@@ -85,8 +92,9 @@ class MemoryCleanupInStepLoop(Rule):
     `__del__` methods and weakref callbacks of objects in reference cycles run
     later, and `nvidia-smi` (or another process sharing the GPU) sees the
     cached memory as still in use. The fix removes the statement (a block left
-    empty gets `pass`), and removes `if torch.cuda.is_available():` around it
-    when that was all the block did. A call whose result is used is reported
+    empty gets `pass`), and removes a CUDA check around it (`if
+    torch.cuda.is_available():`, `if device.type == "cuda":`) when that was
+    all the block did. A call whose result is used is reported
     without a fix.
     """
 

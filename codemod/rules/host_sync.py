@@ -152,6 +152,13 @@ class PerStepHostSync(Rule):
     saying why, when the value decides control flow every step (early stopping,
     NaN checks), is stored or printed every step, is used after the loop, or
     when the file may run on MPS or XLA, which have no float64.
+
+    Values are followed through the file's own code: sums started together
+    (`total, correct = 0.0, 0`), values a function of the file returns
+    (`loss, dice = compute_loss(...)`, a step method's `return loss, logits`).
+    A sync in a function the step loop calls on every step (an evaluation
+    helper) is reported where it is, with the call that runs it; one called
+    only under the log condition runs at log time and is not reported.
     """
 
     CODE = "PM404"
@@ -657,7 +664,9 @@ class _StepLoop:
             return bool(values) and all(v is not None and self.is_tensor(v) for v in values)
         if isinstance(expr, cst.Call):
             returned = self.a.context.loops.returned(expr)
-            return bool(returned) and all(self.is_tensor(v) for v in returned)
+            if returned is not None:
+                return bool(returned) and all(self.is_tensor(v) for v in returned)
+            return self.a.context.training.is_model(expr.func)  # `model(x)`: a model's output
         return False
 
     def _values(self, name: cst.Name) -> list[cst.BaseExpression | None]:

@@ -46,9 +46,12 @@ UNSAFE = {"level": Level.UNSAFE}
 class ZeroFilledGradients(Rule):
     """
     ## What it does
-    Finds gradients reset by filling them with zeros, `zero_grad(set_to_none=False)`
-    or a Python loop of `p.grad.zero_()` over the parameters, and makes them
-    `zero_grad()`, which sets every `.grad` to `None`.
+    Finds gradients reset by filling them with zeros every step,
+    `zero_grad(set_to_none=False)` or by hand over the parameters (a loop of
+    `p.grad.zero_()` / `p.grad.fill_(0)` / `p.grad = torch.zeros_like(p)`, the
+    same as a list comprehension, or `torch._foreach_zero_` over a list of the
+    gradients), and makes them `zero_grad()`, which sets every `.grad` to
+    `None`. Zero buffers set up once before training are not a reset.
 
     ## Why is this bad?
     Zero-filling launches a fill kernel per parameter (or per group) every step
@@ -102,7 +105,8 @@ class ZeroFilledGradients(Rule):
     Reported without a fix: `.grad` read between the reset and the next
     `backward()` (`p.grad.add_(...)` accumulation, which would fail on `None`),
     an optimizer class of this file whose `step` uses `.grad` without a `None`
-    check, and a reset whose following `backward()` the rule cannot see. The
+    check (also when the optimizer reaches the training function as an
+    argument), and a reset whose following `backward()` the rule cannot see. The
     receiver of `zero_grad` and of `.parameters()` is taken to be a torch
     module or optimizer (or a wrapper of one) unless the analysis knows it is
     something else.
@@ -218,7 +222,7 @@ class ZeroFilledGradients(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) == "zero_grad":
             self._zero_grad_false(node)
-        elif "_foreach_zero_" in self.context.source(node.func) and self.context.names.is_(node.func, "torch._foreach_zero_"):
+        elif _callee(node) == "_foreach_zero_" and self.context.names.is_(node.func, "torch._foreach_zero_"):
             self._foreach_zero(node)
 
     def _foreach_zero(self, node: cst.Call) -> None:
@@ -457,6 +461,11 @@ class ZeroFilledGradients(Rule):
                         return False
             return True
         return isinstance(params, cst.Call) and method_name(params) in ("parameters", "named_parameters")
+
+
+def _callee(call: cst.Call) -> str | None:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
 
 
 def _assigns_grads(loop: cst.For) -> bool:
