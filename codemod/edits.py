@@ -62,8 +62,11 @@ class Replace(Edit):
 @dataclass(frozen=True, eq=False)
 class Remove(Edit):
     """The statement `anchor` is removed: a line, a compound statement, or one small
-    statement of a line (`a(); b()`). Comment lines above a removed line stay; a
+    statement of a line (`a(); b()`). Comment lines above a removed line stay (unless
+    `keep_comments` is False: a statement moved elsewhere takes them along); a
     block left empty gets `pass`."""
+
+    keep_comments: bool = True
 
     @property
     def consumes(self) -> bool:
@@ -184,6 +187,8 @@ def _priority(fix: Fix, index: TreeIndex) -> tuple:
 def _conflict(fix: Fix, kept: Fix, index: TreeIndex) -> str | None:
     for edit in fix.edits:
         for other in kept.edits:
+            if edit is other:
+                continue  # one edit shared by two findings' fixes (one fix that several findings report)
             why = _edits_conflict(edit, other, index)
             if why:
                 return why
@@ -263,7 +268,7 @@ def _in_body(statement: cst.CSTNode, index: TreeIndex) -> bool:
 
 def apply(module: cst.Module, fixes: Iterable[Fix], index: TreeIndex) -> cst.Module:
     """`module` with every edit of `fixes` made, in one transform."""
-    edits = [edit for fix in fixes for edit in fix.edits]
+    edits = list({id(edit): edit for fix in fixes for edit in fix.edits}.values())  # a shared edit is made once
     if not edits:
         return module
     return module.visit(_Apply(edits, index))
@@ -334,6 +339,7 @@ class _Apply(cst.CSTTransformer):
     def _edit_block(self, original, updated):
         edits = self.blocks[original]
         removed = {e.anchor for e in edits if isinstance(e, Remove)}
+        uncommented = {e.anchor for e in edits if isinstance(e, Remove) and not e.keep_comments}
         before: dict[cst.CSTNode, list] = {}
         after: dict[cst.CSTNode, list] = {}
         for edit in edits:
@@ -346,7 +352,7 @@ class _Apply(cst.CSTTransformer):
         carried: list[cst.EmptyLine] = []  # comment lines of removed statements, for the next one
         for statement, new in zip(original.body, updated.body):
             core = [] if statement in removed else self.items.get(statement, [new])
-            if not core and _has_comments(statement):
+            if not core and _has_comments(statement) and statement not in uncommented:
                 carried.extend(statement.leading_lines)
             inserted = list(before.get(statement, ()))
             if inserted and core and core[0].leading_lines:

@@ -97,7 +97,7 @@ def test_expected_rules_fire_on_the_seed_script(seed_rewrite, code):
 
 
 def test_findings_point_at_the_offending_code_not_at_the_loop_their_fix_replaces():
-    # PM301, PM404 and PM405 replace the whole loop; the user is pointed at the forward
+    # PM301, PM404 and PM405 edit across the loop; the user is pointed at the forward
     # pass, the sync and the save (where `# perfmod: ignore` then goes).
     text = SEED.read_text()
     result = process_source(SEED.read_bytes(), str(SEED), Settings(level=Level.UNSAFE))
@@ -153,3 +153,60 @@ def test_optimized_script_runs(tmp_path):
     run = run_steps(OPTIMIZED, tmp_path / "out", "--workers", "0", "--log-every", "1")
     losses(run)
     assert (tmp_path / "out" / "checkpoint.pt").is_file()
+
+
+# -- code shaped like the seeds' own (shared/seeds/000 LatentWire, 002 SPD) --------------------
+
+SAVE_IN_LOOP = (
+    "                torch.save(\n"
+    "                    {\"step\": step, \"encoder\": encoder.state_dict(), \"decoder\": decoder.state_dict(),\n"
+    "                     \"optimizer\": optimizer.state_dict()},\n"
+    "                    os.path.join(args.out, \"checkpoint.pt\"),\n"
+    "                )\n"
+)
+SAVE_THROUGH_HELPER = (
+    "                save_checkpoint(os.path.join(args.out, \"checkpoint.pt\"), step, encoder, decoder, optimizer)\n"
+)
+HELPER = (
+    "def save_checkpoint(path, step, encoder, decoder, optimizer):\n"
+    "    state = {\"step\": step, \"encoder\": encoder.state_dict(), \"decoder\": decoder.state_dict(),\n"
+    "             \"optimizer\": optimizer.state_dict()}\n"
+    "    torch.save(state, path)\n\n\n"
+)
+
+
+def test_latentwire_checkpoint_helper_saves_in_the_background():
+    """LatentWire saves through a helper the training loop calls (seed 000): PM405
+    hands that save to the background checkpointer too."""
+    source = SEED.read_text()
+    assert source.count(SAVE_IN_LOOP) == 1
+    source = source.replace(SAVE_IN_LOOP, SAVE_THROUGH_HELPER).replace("def main():", HELPER + "def main():")
+    result = process_source(source.encode(), "latentwire.py", Settings(level=Level.UNSAFE, select=("PM405",)))
+    [finding] = result.findings
+    assert finding.applied and finding.line == line_of(source, "torch.save(state, path)")
+    new = result.new_source.decode()
+    assert "    checkpointer.save(state, path)\n" in new and new.count("checkpointer.flush()") == 1
+
+
+def test_spd_shaped_script_gets_the_diagnoses_of_seed_002():
+    """Seed 002 (SPD): mixed precision in an accumulating step loop (fixed), the
+    safetensors checkpoints (reported: another file format), clean-up around the
+    periodic evaluation (reported: its period was chosen) and none for the clean-up
+    of the set-up, per-step logging of every loss term (reported)."""
+    script = SCRIPTS / "seed_spd_shaped.py"
+    source = script.read_text()
+    result = process_source(script.read_bytes(), str(script), Settings(level=Level.UNSAFE))
+    assert result.error is None
+    by_code: dict[str, list] = {}
+    for finding in result.findings:
+        by_code.setdefault(finding.code, []).append(finding)
+    [autocast] = by_code["PM301"]
+    assert autocast.applied and autocast.line == line_of(
+        source, "total_loss, terms = compute_total_loss(component_model, target_model, microbatch, args.importance_coeff)")
+    [save] = by_code["PM405"]
+    assert not save.fixable and "safetensors" in save.message
+    cleanups = by_code["PM403"]  # the two in the evaluation branch; none for `cleanup()` at set-up
+    assert len(cleanups) == 2 and all(not f.fixable and "period was chosen" in f.message for f in cleanups)
+    assert all(f.line > line_of(source, "if step % args.eval_freq == 0:") for f in cleanups)
+    assert by_code["PM404"] and not any(f.fixable for f in by_code["PM404"])
+    assert all(f.applied for f in by_code["PM402"] + by_code["PM302"])

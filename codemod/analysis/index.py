@@ -111,6 +111,7 @@ class TreeIndex:
         self._ends = ends
         self._by_type = by_type
         self._type_orders: dict[type, list[int]] = {}
+        self._types_of: dict[tuple[type, ...], list[type]] = {}
 
     # -- where a node sits ---------------------------------------------------------
 
@@ -187,7 +188,10 @@ class TreeIndex:
 
     def _types(self, wanted: tuple[type, ...]) -> list[type]:
         """Concrete node classes present in the file that are (subclasses of) `wanted`."""
-        return [kind for kind in self._by_type if issubclass(kind, wanted)]
+        found = self._types_of.get(wanted)
+        if found is None:
+            found = self._types_of[wanted] = [kind for kind in self._by_type if issubclass(kind, wanted)]
+        return found
 
     def _orders_of(self, kind: type) -> list[int]:
         orders = self._type_orders.get(kind)

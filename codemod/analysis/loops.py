@@ -1,24 +1,48 @@
-"""Training-loop detection: which `for`/`while` loops run optimisation steps.
+"""The training program's loops: one model of where a training step runs.
 
-A *step loop* is the innermost loop whose body (not counting nested function
-definitions) calls `.backward()`; the loops around it (epochs) are *outer
-training loops*. Work placed in a step loop runs once per step; work in an outer
-loop runs once per epoch.
+A *step loop* is the loop that steps the optimizer: the innermost loop whose
+body, with the functions of this file it calls (`train_step(batch)`,
+`self.training_step(batch)`), runs a backward pass and steps an optimizer.
+Backward may sit in the loop's own body, in an inner per-sample or micro-batch
+loop (gradient accumulation: the step loop is the one around it), or in a
+helper. Where a file steps no optimizer that the analysis can see, the
+innermost loop that runs a backward pass stands in for it.
+
+The *epoch loops* of a step loop are the loops around it: in its function,
+and around the calls that (through other functions of this file) reach it.
+
+Code in the step loop's body runs once per step; code in a function the body
+calls runs where that call runs: `runs_in(node)` gives the step loops a node
+runs in with the calls that lead there, so a rule can see an `if step % k:`
+around a call to an evaluation helper.
+
+`step_loop_of(node)` stays lexical (the step loop whose body holds the node in
+the same function): rules that move code within a loop need the loop the code
+is written in.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 import libcst.matchers as m
+
+from codemod.analysis.names import method_name, positional, sole_definition
+from codemod.analysis.torch_facts import GRAD_SCALER_NAMES
 
 if TYPE_CHECKING:
     from codemod.analysis.index import TreeIndex
     from codemod.context import FileContext
 
-# `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward(loss)`
+# `loss.backward()`, `scaler.scale(loss).backward()`, `accelerator.backward(loss)`
 BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+LOOPS = (cst.For, cst.While)
+BACKWARD_EVENT, STEP_EVENT = "backward", "step"
+MAX_DEPTH = 8  # how deep a chain of base classes is followed
 
 
 class _OwnCode(cst.CSTVisitor):
@@ -49,7 +73,8 @@ class _OwnCode(cst.CSTVisitor):
 
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Calls under `node` that run when it runs (not in nested def, lambda or class bodies)."""
+    """Calls under `node` that run when it runs (not in nested def, lambda or class bodies).
+    For code outside a FileContext; with one, use `TrainingLoops.own`."""
     walker = _OwnCode()
     node.visit(walker)
     return walker.calls
@@ -62,49 +87,360 @@ def loops_in(node: cst.CSTNode) -> list[cst.CSTNode]:
     return walker.loops
 
 
+@dataclass(frozen=True)
+class StepSite:
+    """Where a node runs once per step: in `loop`, through `calls` (the call in the
+    loop's body first, each later one in the function the previous one calls; empty
+    when the node is in the loop's body itself)."""
+
+    loop: cst.For | cst.While
+    calls: tuple[cst.Call, ...] = ()
+
+
 class TrainingLoops:
-    """Step loops of one module, found once and shared by the rules."""
+    """Step loops, epoch loops and the local calls between them, for one module;
+    found once and shared by the rules and the training analysis."""
 
     def __init__(self, context: "FileContext") -> None:
+        self.context = context
         index = self._index = context.index
         self._parents = context.parents
-        self._backward_loops: set[int] = set()
-        self.step_loops: list[cst.CSTNode] = []
-        loops = index.find((cst.For, cst.While))
+        self._callees: dict[cst.Call, cst.FunctionDef | None] = {}
+        self._reach: dict[cst.CSTNode, frozenset[str]] = {}
+        self._functions_reached: dict[cst.CSTNode, tuple[cst.FunctionDef, ...]] = {}
+        self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
+        self._runs: dict[cst.CSTNode, tuple[StepSite, ...]] = {}
+        self._codes: dict[cst.CSTNode, str] = {}
+        self._attribute_values: dict | None = None
+        calls = index.find(cst.Call)
+        self._zero_grad_receivers = {self.code(c.func.value) for c in calls if method_name(c) == "zero_grad"}
+        self._scale_receivers = {self.code(c.func.value) for c in calls if method_name(c) == "scale" and c.args}
+        self._function_names = {f.name.value for f in index.find(cst.FunctionDef)}
+        loops = index.find(LOOPS)
+        self._backward_loops = {loop for loop in loops if BACKWARD_EVENT in self.reach(loop.body)}
+        both = [loop for loop in loops if {BACKWARD_EVENT, STEP_EVENT} <= self.reach(loop.body)]
+        steps = [loop for loop in both if not any(inner in both for inner in self._loops_under(loop))]
+        # Backward with no optimizer step in sight: the innermost backward loop stands in.
         for loop in loops:
-            if any(m.matches(call, BACKWARD) for call in own_nodes(index, cst.Call, loop.body)):
-                self._backward_loops.add(id(loop))
-        for loop in loops:
-            if id(loop) in self._backward_loops and not any(
-                id(inner) in self._backward_loops for inner in own_nodes(index, (cst.For, cst.While), loop.body)
-            ):
-                self.step_loops.append(loop)
-        self._step_ids = {id(loop) for loop in self.step_loops}
+            if loop not in self._backward_loops or loop in both:
+                continue
+            if any(inner in self._backward_loops for inner in self._loops_under(loop)):
+                continue
+            if any(self._index.inside(loop, step) for step in steps):
+                continue  # a per-sample or micro-batch loop inside a step loop
+            steps.append(loop)
+        self.step_loops: list[cst.CSTNode] = sorted(steps, key=index.order)
+        self._steps = set(self.step_loops)
+
+    # -- code of this function -------------------------------------------------------
+
+    def code(self, node: cst.CSTNode) -> str:
+        text = self._codes.get(node)
+        if text is None:
+            text = self._codes[node] = self.context.module.code_for_node(node)
+        return text
+
+    def own(self, types, node: cst.CSTNode) -> list:
+        """Nodes of `types` under `node` that run when it runs: not those in nested
+        function, lambda or class bodies."""
+        return own_nodes(self._index, types, node)
+
+    def own_calls(self, node: cst.CSTNode) -> list[cst.Call]:
+        return self.own(cst.Call, node)
+
+    # -- calls between functions of this file ---------------------------------------
+
+    def callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file that `call` runs: `helper(...)` for a `def helper`
+        that is the name's only binding, `self.method(...)` in a method of a class of
+        this file (or of its bases in this file), `obj.method(...)` for an `obj` bound
+        only to instances of one class of this file."""
+        if call in self._callees:
+            return self._callees[call]
+        found = None
+        func = call.func
+        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        if name in self._function_names:
+            if isinstance(func, cst.Name):
+                found = sole_definition(self.context.scopes, func, cst.FunctionDef)
+            elif isinstance(func.value, cst.Name):
+                cls = self.class_of_instance(func.value)
+                found = self.method(cls, name) if cls is not None else None
+        self._callees[call] = found
+        return found
+
+    def class_of_instance(self, name: cst.Name) -> cst.ClassDef | None:
+        """The class of this file that `name` is an instance of: `self` (the first
+        parameter of a method), or a name bound only to `LocalClass(...)`."""
+        function = self._index.first_enclosing(name, SCOPES)
+        if isinstance(function, cst.FunctionDef):
+            params = function.params.params
+            owner = self._parents.get(self._parents.get(function))
+            if params and params[0].name.value == name.value and isinstance(owner, cst.ClassDef) \
+                    and not any(self.code(d.decorator) == "staticmethod" for d in function.decorators):
+                return owner
+        values = self.context.bindings.values(name)
+        classes = {sole_definition(self.context.scopes, _constructed(v).func, cst.ClassDef)
+                   if isinstance(_constructed(v), cst.Call) else None for v in values or ()}
+        return classes.pop() if len(classes) == 1 else None
+
+    def method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
+        """The method `name` of `cls`, or of its first base class of this file that defines it."""
+        if depth > MAX_DEPTH:
+            return None
+        for statement in cls.body.body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+                return statement
+        for base in cls.bases:
+            parent = sole_definition(self.context.scopes, base.value, cst.ClassDef)
+            found = self.method(parent, name, depth + 1) if parent is not None else None
+            if found is not None:
+                return found
+        return None
+
+    def returned(self, call: cst.Call, index: int | None = None) -> list[cst.BaseExpression] | None:
+        """What a call of a function of this file returns: the expressions of its
+        `return` statements (element `index` of each, for `a, b = f(...)`); None when
+        the callee is not a function of this file or a return gives no such value."""
+        function = self.callee(call)
+        if function is None:
+            return None
+        values = [r.value for r in self.own(cst.Return, function.body)]
+        if not values or any(v is None for v in values):
+            return None
+        if index is None:
+            return values
+        found = []
+        for value in values:
+            if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements) \
+                    or any(isinstance(e, cst.StarredElement) for e in value.elements):
+                return None
+            found.append(value.elements[index].value)
+        return found
+
+    def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """The calls of this file that run `function`."""
+        if self._call_sites is None:
+            self._call_sites = {}
+            for call in self._index.find(cst.Call):
+                target = self.callee(call)
+                if target is not None:
+                    self._call_sites.setdefault(target, []).append(call)
+        return self._call_sites.get(function, [])
+
+    def functions_reached(self, node: cst.CSTNode) -> tuple[cst.FunctionDef, ...]:
+        """The functions of this file that running `node` may call, directly or not."""
+        if node in self._functions_reached:
+            return self._functions_reached[node]
+        self._functions_reached[node] = ()  # recursion: what is found so far
+        found: dict[cst.FunctionDef, None] = {}
+        for call in self.own_calls(node):
+            function = self.callee(call)
+            if function is None or function in found:
+                continue
+            found[function] = None
+            for inner in self.functions_reached(function.body):
+                found.setdefault(inner, None)
+        result = tuple(found)
+        self._functions_reached[node] = result
+        return result
+
+    def reached_calls(self, node: cst.CSTNode) -> list[cst.Call]:
+        """Calls that running `node` makes: its own, and those of the functions it reaches."""
+        calls = list(self.own_calls(node))
+        for function in self.functions_reached(node):
+            calls.extend(self.own_calls(function.body))
+        return calls
+
+    # -- backward and optimizer steps --------------------------------------------------
+
+    def is_backward(self, call: cst.Call) -> bool:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            return True  # `loss.backward()`, `accelerator.backward(loss)`, `torch.autograd.backward(...)`
+        return isinstance(func, cst.Name) and func.value == "backward" and self.context.names.is_(func, "torch.autograd.backward")
+
+    def step_of(self, call: cst.Call) -> tuple[cst.BaseExpression, bool] | None:
+        """(optimizer, through a scaler) for `opt.step()` and `scaler.step(opt)`; None
+        for other `.step(...)` calls (learning-rate schedulers, environments)."""
+        if method_name(call) != "step":
+            return None
+        receiver = call.func.value
+        first = positional(call, 0)
+        if first is not None and len(call.args) == 1 and self._is_scaler(receiver):
+            return first.value, True
+        if not call.args and self.is_optimizer(receiver):
+            return receiver, False
+        return None
+
+    def _is_scaler(self, receiver: cst.BaseExpression) -> bool:
+        if self.code(receiver) in self._scale_receivers:
+            return True
+        return any(isinstance(v, cst.Call) and self.context.names.is_(v.func, *GRAD_SCALER_NAMES)
+                   for v in self.values_of(receiver))
+
+    def is_optimizer(self, expr: cst.BaseExpression) -> bool:
+        """A torch optimizer, or anything with both `.zero_grad()` and `.step()`
+        (learning-rate schedulers have no zero_grad, modules no step)."""
+        from codemod.analysis.kinds import Kind  # kinds imports nothing of ours; lazily, to keep imports light
+
+        values = self.values_of(expr)
+        for value in list(values):  # `self.opt = self.configure_optimizers()`: what it returns
+            if isinstance(value, cst.Call):
+                values.extend(self.returned(value) or ())
+        if any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("torch.optim.lr_scheduler",))
+               for v in values):
+            return False
+        if self.code(expr) in self._zero_grad_receivers:
+            return True
+        if any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("torch.optim",)) for v in values):
+            return True
+        return self.context.kinds.fact(expr).kind is Kind.OPTIMIZER
+
+    def values_of(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """What `expr` (a name, or `self.<attribute>` in a method) is assigned, as far as seen."""
+        if isinstance(expr, cst.Name):
+            return self.context.bindings.values(expr) or []
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+            cls = self.class_of_instance(expr.value)
+            return list(self._attributes().get((cls, expr.attr.value), ())) if cls is not None else []
+        return []
+
+    def _attributes(self) -> dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]]:
+        """(class, attribute) -> the values `self.<attribute> = value` assigns in its methods."""
+        if self._attribute_values is None:
+            found: dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]] = {}
+            for statement in self._index.find((cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+                for target in targets:
+                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and statement.value is not None:
+                        cls = self.class_of_instance(target.value)
+                        if cls is not None:
+                            found.setdefault((cls, target.attr.value), []).append(statement.value)
+            self._attribute_values = found
+        return self._attribute_values
+
+    def reach(self, node: cst.CSTNode) -> frozenset[str]:
+        """Which of backward and an optimizer step running `node` may do, through the
+        functions of this file it calls too."""
+        if node in self._reach:
+            return self._reach[node]
+        self._reach[node] = frozenset()  # recursion: nothing more through this path
+        events: set[str] = set()
+        for call in self.own_calls(node):
+            if self.is_backward(call):
+                events.add(BACKWARD_EVENT)
+            elif self.step_of(call) is not None:
+                events.add(STEP_EVENT)
+            function = self.callee(call)
+            if function is not None:
+                events |= self.reach(function.body)
+        result = frozenset(events)
+        self._reach[node] = result
+        return result
+
+    def _loops_under(self, loop: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """Loops that run inside `loop`: in its body, and in the functions it calls."""
+        for inner in self.own(LOOPS, loop.body):
+            yield inner
+        for function in self.functions_reached(loop.body):
+            yield from self.own(LOOPS, function.body)
+
+    # -- where code runs ---------------------------------------------------------------
 
     def step_loop_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        """The step loop whose body contains `node`, if any (stopping at function bodies)."""
+        """The step loop whose body contains `node` in the same function, if any."""
         current = self._parents.get(node)
         child = node
         while current is not None:
-            if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if isinstance(current, SCOPES):
                 return None
-            if id(current) in self._step_ids and child is current.body:
+            if current in self._steps and child is current.body:
                 return current
             child, current = current, self._parents.get(current)
         return None
 
     def is_training_loop(self, loop: cst.CSTNode) -> bool:
-        return id(loop) in self._backward_loops
+        """Does running the loop's body run a backward pass (a step loop, an epoch loop,
+        a per-sample loop inside a step)?"""
+        return loop in self._backward_loops
+
+    def is_step_loop(self, loop: cst.CSTNode) -> bool:
+        return loop in self._steps
+
+    def runs_in(self, node: cst.CSTNode) -> tuple[StepSite, ...]:
+        """The step loops `node` runs in once per step (or once per micro-step, or
+        under a condition along the way), with the calls that lead there."""
+        function = self._index.first_enclosing(node, SCOPES)
+        loop = self.step_loop_of(node)
+        if loop is not None:
+            return (StepSite(loop),)
+        if not isinstance(function, cst.FunctionDef):
+            return ()
+        if function in self._runs:
+            return self._runs[function]
+        self._runs[function] = ()  # recursion
+        sites: list[StepSite] = []
+        for call in self.call_sites(function):
+            for site in self.runs_in(call):
+                if call not in site.calls:
+                    sites.append(StepSite(site.loop, (*site.calls, call)))
+        result = tuple(sites)
+        self._runs[function] = result
+        return result
+
+    def epoch_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """The loops around a step loop, innermost first: in its function, then around
+        the calls that lead to that function (through functions of this file)."""
+        found: list[cst.CSTNode] = []
+        seen: set[cst.CSTNode] = set()
+
+        def around(node: cst.CSTNode, depth: int) -> None:
+            for ancestor in self._index.ancestors(node):
+                if isinstance(ancestor, SCOPES):
+                    if isinstance(ancestor, cst.FunctionDef) and depth < MAX_DEPTH and ancestor not in seen:
+                        seen.add(ancestor)
+                        for call in self.call_sites(ancestor):
+                            around(call, depth + 1)
+                    return
+                if isinstance(ancestor, LOOPS) and ancestor not in found:
+                    found.append(ancestor)
+
+        around(loop, 0)
+        return found
 
 
-SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net(...)` for `Net(...).to(device)`, `Net(...).cuda().train()`: methods of a
+    module that return the module itself."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16",
+                                          "requires_grad_"):
+        value = value.func.value
+    return value
 
 
 def own_nodes(index: "TreeIndex", types, node: cst.CSTNode) -> list:
     """Nodes of `types` under `node` that run when it runs: not those in nested
     function, lambda or class bodies."""
     found = index.find(types, within=node)
+    if not found:
+        return found
     nested = [n for n in index.find(SCOPES, within=node) if n is not node]
     if not nested:
         return found
-    return [f for f in found if not any(f is not scope and index.inside(f, scope) for scope in nested)]
+    starts: list[int] = []
+    ends: list[int] = []
+    for scope in nested:  # document order: keep the outermost of nested ones
+        start = index.order(scope)
+        if ends and start <= ends[-1]:
+            continue
+        starts.append(start)
+        ends.append(index.end(scope))
+    kept = []
+    for item in found:
+        at = index.order(item)
+        i = bisect_right(starts, at) - 1
+        if i < 0 or at > ends[i]:
+            kept.append(item)
+    return kept

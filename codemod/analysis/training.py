@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
-from codemod.analysis.loops import calls_in
-from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.names import kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.torch_facts import (
     AUTOCAST_NAMES,
     CLIP_NAMES,
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 BUILTIN_NAMES = set(dir(builtins))
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 MAX_DEPTH = 6  # how many bindings and wrappers a look-up follows
+NO_FORWARD = "no model call before the loss in the block that computes it"
 
 
 # -- facts -------------------------------------------------------------------------
@@ -130,13 +131,28 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """Why a fact is missing: a sentence whose line numbers (`{}` in `text`, for
+    `nodes`) are looked up only when it is read."""
+
+    text: str
+    nodes: tuple[cst.CSTNode, ...] = ()
+    line: Callable[[cst.CSTNode], int] | None = None
+
+    def __str__(self) -> str:
+        if not self.nodes or self.line is None:
+            return self.text
+        return self.text.format(*(self.line(node) for node in self.nodes))
+
+
+@dataclass(frozen=True)
 class TrainingLoop:
     loop: cst.For | cst.While
     backwards: tuple[Backward, ...]
     steps: tuple[Step, ...]
     optimizers: tuple[OptimizerBuild, ...]
     forward: ForwardRegion | None
-    forward_problem: str | None  # why `forward` is None
+    forward_why: "Problem | None"  # why `forward` is None
     accumulation: Accumulation | None
     clips: tuple[cst.Call, ...]  # clip_grad_norm_ / clip_grad_value_ calls
     autocast: Autocast | None
@@ -147,6 +163,11 @@ class TrainingLoop:
     @property
     def loss(self) -> cst.BaseExpression:
         return self.backwards[0].loss
+
+    @property
+    def forward_problem(self) -> str | None:
+        """Why `forward` is None, as a sentence."""
+        return str(self.forward_why) if self.forward_why is not None else None
 
     @property
     def device(self) -> cst.BaseExpression | None:
@@ -167,29 +188,60 @@ class Training:
         self.names = context.names
         self.index = context.index
         self.parents = context.parents
+        self.steps = context.loops
         self._calls: list[cst.Call] = self.index.find(cst.Call)
         self._assignments = self._index_assignments()
-        self._zero_grad_receivers = {self.code(c.func.value) for c in self._calls if method_name(c) == "zero_grad"}
         self._model_expressions = self._find_model_expressions()
-        self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)] + [
-            n for n in self.index.find((cst.Name, cst.Attribute)) if self.names.startswith(n, ("torch.set_autocast_enabled",))
-        ]
+        self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)]
+        if "set_autocast_enabled" in context.code:
+            self.autocast_uses += [n for n in self.index.find((cst.Name, cst.Attribute))
+                                   if self.names.startswith(n, ("torch.set_autocast_enabled",))]
         self.cuda_use: cst.CSTNode | None = self._first_cuda_use()
         self.default_float64: cst.CSTNode | None = self._default_float64()
+        self.exact_float32: cst.CSTNode | None = self._exact_float32()
         self.loops: list[TrainingLoop] = [self._describe(loop) for loop in self._find_loops()]
 
     # -- public helpers ------------------------------------------------------------
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
+        return self.steps.code(node)
 
     def loop_of(self, node: cst.CSTNode) -> TrainingLoop | None:
-        """The training loop whose statement is `node` or contains it."""
+        """The training loop whose statement is `node` or contains it, else the one
+        `node` runs in through calls (a helper the step loop calls)."""
+        by_loop = {loop.loop: loop for loop in self.loops}
         for ancestor in [node, *self._ancestors(node)]:
-            for loop in self.loops:
-                if loop.loop is ancestor:
-                    return loop
+            if ancestor in by_loop:
+                return by_loop[ancestor]
+        for site in self.steps.runs_in(node):
+            if site.loop in by_loop:
+                return by_loop[site.loop]
         return None
+
+    def visible_at(self, expr: cst.BaseExpression, statement: cst.CSTNode) -> bool:
+        """Can `expr`, written elsewhere, be evaluated right before `statement` with the
+        value it has where it is written? Every name it reads must be bound where
+        `statement` is: in the same scope, before `statement` and not re-bound
+        inside it (and to the same binding as where `expr` is written), or in an
+        enclosing scope (a module-level name read in a function)."""
+        scopes = self.context.scopes
+        here = scopes.get(statement)
+        if here is None:
+            return False
+        for name in names_read(expr):
+            visible = set(here[name.value])
+            if not visible:
+                return False
+            there = scopes.get(name)
+            if there is not None and visible != set(there[name.value]) and not self._same_self(visible, set(there[name.value])):
+                return False  # another variable of the same name
+            local = [a for a in visible if type(a) is Assignment and a.scope is here]
+            if local:
+                if any(self.index.inside(a.node, statement) for a in local):
+                    return False
+                if not any(self._start(a.node) < self._start(statement) for a in local):
+                    return False
+        return True
 
     def defined_before(self, expr: cst.BaseExpression, statement: cst.CSTNode) -> bool:
         """Can `expr` be evaluated right before `statement` with the value it has
@@ -204,14 +256,35 @@ class Training:
                 return False
         return True
 
-    def is_model(self, expr: cst.BaseExpression) -> bool:
+    def _same_self(self, first, second) -> bool:
+        """Are both bindings the `self` of methods of one class (the same instance)?"""
+        classes = set()
+        for assignments in (first, second):
+            if len(assignments) != 1:
+                return False
+            node = next(iter(assignments)).node
+            params = self.parents.get(node)
+            function = self.parents.get(params) if isinstance(params, cst.Parameters) else None
+            if not isinstance(node, cst.Param) or not isinstance(function, cst.FunctionDef) or not params.params or params.params[0] is not node:
+                return False
+            owner = self.parents.get(self.parents.get(function))
+            if not isinstance(owner, cst.ClassDef):
+                return False
+            classes.add(owner)
+        return len(classes) == 1
+
+    def is_model(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
-        modules to Kinds but hold no parameters, so they are not models here."""
+        modules to Kinds but hold no parameters, so they are not models here. A
+        `self.` attribute assigned a model (`self.model = model`) is one."""
         if not isinstance(expr, (cst.Name, cst.Attribute)):
             return False
         if self.code(expr) in self._model_expressions:
             return True
         if self.kinds.fact(expr).kind is not Kind.MODULE:
+            if isinstance(expr, cst.Attribute) and depth < 3:
+                values = self.steps.values_of(expr)
+                return bool(values) and all(self.is_model(v, depth + 1) for v in values)
             return False
         source = self._last_source(expr) if isinstance(expr, cst.Name) else None
         return not (isinstance(source, cst.Call) and self._is_loss_module(source))
@@ -231,20 +304,50 @@ class Training:
             return False
         return any(self.is_model(arg.value) for arg in call.args)
 
-    def model(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
+    def model(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> Model:
         """Where the model `expr` is placed when the code reaches `at` (a loop, an
         optimizer construction), and its dtype. Only calls that `at` can see count:
         those at module level or in a function around it, and for `self.x`
-        anywhere in the class."""
+        anywhere in the class. A model that is a parameter of the function around
+        `at` is where every call of that function passes it from (`train(model,
+        device, loader)` with `model = Net().to(device)` at the call)."""
+        found = self._model_here(expr, at)
+        if found.move is None and isinstance(expr, cst.Name) and depth < MAX_DEPTH:
+            passed = self._passed_model(expr, depth)
+            if passed is not None:
+                return passed
+        return found
+
+    def _passed_model(self, name: cst.Name, depth: int) -> Model | None:
+        sites = [(site, source) for site, source in self._binding_sites(name)]
+        if len(sites) != 1 or not isinstance(sites[0][0], cst.Param):
+            return None
+        param = sites[0][0]
+        function = self.parents.get(self.parents.get(param))
+        calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
+        models = []
+        for call in calls:
+            argument = argument_for(call, function, param)
+            if argument is None:
+                return None
+            models.append(self.model(argument, call, depth + 1))
+        if not models or any(m.move is None for m in models):
+            return None
+        devices = {self.code(m.device) if m.device is not None else None for m in models}
+        if len(devices) != 1 or len({m.places for m in models}) != 1:
+            return None  # placed differently by different callers
+        first = models[0]
+        return Model(self.code(name), first.move, first.device, first.places, any(m.split for m in models),
+                     next((m.float64 for m in models if m.float64 is not None), None))
+
+    def _model_here(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
         code = self.code(expr)
         limit = self._start(at)
         moves: list[tuple[cst.Call, cst.BaseExpression | None, frozenset[Place]]] = []
         float64 = self._float64_construction(code)
         split = False
-        for call in self._calls:
+        for call in self._placement_calls():
             method = method_name(call)
-            if method not in ("to", "cuda", "cpu", "double", "type"):
-                continue
             receiver = self.code(call.func.value)
             if receiver.startswith((code + ".", code + "[")) and self._moves_device(call) and self._visible(call, at, expr):
                 # `model.head.to("cuda:1")` moves a submodule in place; `model.pos.to(d)` in an
@@ -271,11 +374,118 @@ class Training:
         call, device, places = max(moves, key=lambda move: self._start(move[0]))
         return Model(code, call, device, places, split, float64)
 
+    def _placement_calls(self) -> list[cst.Call]:
+        """`.to(...)`, `.cuda()`, `.cpu()`, `.double()` and `.type(...)` calls of the file."""
+        found = getattr(self, "_placements", None)
+        if found is None:
+            found = self._placements = [c for c in self._calls if method_name(c) in ("to", "cuda", "cpu", "double", "type")]
+        return found
+
+    def device_types(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[str] | None:
+        """The device types (`"cuda"`, `"cpu"`, `"mps"`, ...) a device expression may
+        name, followed through names, `self.` attributes, attributes of config objects
+        of this file (dataclass defaults included), argparse options limited by
+        `choices`, and what functions of this file return; None when it may be
+        anything (a parameter, an argparse option without choices, `x.device`)."""
+        if expr is None or depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.SimpleString):
+            value = expr.evaluated_value
+            match = DEVICE_STRING.match(value) if isinstance(value, str) else None
+            return frozenset({value.split(":")[0]}) if match else None
+        if isinstance(expr, cst.Integer):
+            return frozenset({"cuda"})  # `.to(0)`
+        if isinstance(expr, cst.FormattedString):
+            return frozenset({"cuda"}) if self.kinds.is_device(expr) else None
+        if isinstance(expr, cst.IfExp):
+            return _union(self.device_types(expr.body, depth + 1), self.device_types(expr.orelse, depth + 1))
+        if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
+            first = positional(expr, 0) or kwarg(expr, "type")
+            return self.device_types(first.value if first else None, depth + 1)
+        if isinstance(expr, cst.Call):
+            returned = self.steps.returned(expr)
+            if returned is not None:
+                return _union(*(self.device_types(v, depth + 1) for v in returned))
+            return None
+        if isinstance(expr, cst.Lambda):
+            return self.device_types(expr.body, depth + 1)
+        if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1 \
+                and isinstance(expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, cst.SimpleString):
+            key = expr.slice[0].slice.value.evaluated_value  # `cfg["device"]` of a dict literal
+            values = []
+            for source in self.value_sources(expr.value):
+                found = _dict_value(source, key, self) if source is not None else None
+                if found is None:
+                    return None
+                values.append(found)
+            return _union(*(self.device_types(v, depth + 1) for v in values)) if values else None
+        if isinstance(expr, cst.Name):
+            sources = self.value_sources(expr)
+            return _union(*(self.device_types(s, depth + 1) for s in sources)) if sources else None
+        if isinstance(expr, cst.Attribute):
+            values = self._attribute_values(expr)
+            return _union(*(self.device_types(v, depth + 1) for v in values)) if values else None
+        return None
+
+    def _attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression]:
+        """What `obj.attr` may hold: `self.attr = ...` in the methods of its class; an
+        argparse option (its `choices`, else nothing is known); the default of a field of
+        a config class of this file and the keyword its construction passes."""
+        steps = self.steps
+        if not isinstance(expr.value, cst.Name):
+            return []
+        values = list(steps.values_of(expr))
+        if values:
+            return values
+        attr = expr.attr.value
+        sources = self.value_sources(expr.value)
+        if not sources:
+            return []
+        for source in sources:
+            if isinstance(source, cst.Call) and method_name(source) == "parse_args":
+                return self._argparse_choices(attr)
+            if isinstance(source, cst.Call):
+                cls = sole_definition(self.context.scopes, source.func, cst.ClassDef)
+                if cls is None:
+                    return []
+                passed = kwarg(source, attr)
+                if passed is not None:
+                    values.append(passed.value)
+                elif any(arg.star for arg in source.args):
+                    return []
+                else:
+                    default = _class_default(cls, attr)
+                    if default is None:
+                        return []
+                    values.append(default)
+            else:
+                return []
+        return values
+
+    def _argparse_choices(self, dest: str) -> list[cst.BaseExpression]:
+        """The `choices` of the argparse option stored in `dest`; empty when it takes any value."""
+        for call in self._calls:
+            if method_name(call) != "add_argument":
+                continue
+            flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+            stored = kwarg(call, "dest")
+            names = {f.lstrip("-").replace("-", "_") for f in flags if isinstance(f, str)}
+            if (stored is not None and isinstance(stored.value, cst.SimpleString) and stored.value.evaluated_value == dest) \
+                    or (stored is None and dest in names):
+                choices = kwarg(call, "choices")
+                if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set)):
+                    return [e.value for e in choices.value.elements]
+                return []
+        return []
+
     def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
         """Every place a device expression may point to: `"cuda" if ok else "cpu"`
         gives {CUDA, HOST} (Kinds joins that to UNKNOWN)."""
         if expr is None or depth > MAX_DEPTH:
             return frozenset({Place.UNKNOWN})
+        types = self.device_types(expr)
+        if types is not None:
+            return frozenset(Place.CUDA if t == "cuda" else Place.HOST if t == "cpu" else Place.UNKNOWN for t in types)
         if isinstance(expr, cst.IfExp):
             return self.device_places(expr.body, depth + 1) | self.device_places(expr.orelse, depth + 1)
         if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
@@ -295,20 +505,16 @@ class Training:
     # -- loops -----------------------------------------------------------------------
 
     def _find_loops(self) -> list[cst.For | cst.While]:
-        candidates = []
-        for loop in self.index.find((cst.For, cst.While)):
-            calls = list(calls_in(loop.body))
-            if any(self._backward(c) for c in calls) and any(self._step(c, loop) for c in calls):
-                candidates.append(loop)
+        """The step loops (codemod.analysis.loops) that visibly run backward and step."""
         chosen = []
-        for loop in candidates:
-            inner = [other for other in candidates if other is not loop and self.index.inside(other, loop)]
-            if not inner:
+        for loop in self.steps.step_loops:
+            calls = self.steps.reached_calls(loop.body)
+            if any(self._backward(c) for c in calls) and any(self._step(c, loop) for c in calls):
                 chosen.append(loop)
-        return sorted(chosen, key=self._start)
+        return chosen
 
     def _describe(self, loop: cst.For | cst.While) -> TrainingLoop:
-        calls = list(calls_in(loop.body))
+        calls = self.steps.reached_calls(loop.body)
         backwards = tuple(b for b in (self._backward(c) for c in calls) if b is not None)
         steps = tuple(s for s in (self._step(c, loop) for c in calls) if s is not None)
         stepped = {self.code(s.optimizer): s.optimizer for s in steps}  # one entry per optimizer, in order
@@ -317,7 +523,7 @@ class Training:
         if len(backwards) == 1:
             forward, problem = self._forward(loop, backwards[0])
         else:
-            forward, problem = None, f"the loop calls backward() {len(backwards)} times"
+            forward, problem = None, Problem(f"the loop calls backward() {len(backwards)} times")
         float64 = self.default_float64 or next((mdl.float64 for mdl in models if mdl.float64 is not None), None)
         return TrainingLoop(
             loop=loop,
@@ -325,7 +531,7 @@ class Training:
             steps=steps,
             optimizers=optimizers,
             forward=forward,
-            forward_problem=problem,
+            forward_why=problem,
             accumulation=self._accumulation(loop, backwards, steps),
             clips=tuple(c for c in calls if self.names.is_(c.func, *CLIP_NAMES)),
             autocast=self._loop_autocast(loop),
@@ -345,36 +551,18 @@ class Training:
         return Backward(call, loss, scaled, divisor)
 
     def _step(self, call: cst.Call, loop: cst.CSTNode) -> Step | None:
-        if method_name(call) != "step":
-            return None
-        receiver = call.func.value
-        first = positional(call, 0)
-        if first is not None and len(call.args) == 1 and self._is_scaler(receiver, loop):
-            return Step(call, first.value, True)
-        if not call.args and self._is_optimizer(receiver):
-            return Step(call, receiver, False)
-        return None
-
-    def _is_scaler(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
-        """A GradScaler by its constructor, or anything the loop also `.scale(...)`s with."""
-        source = self._last_source(expr)
-        if isinstance(source, cst.Call) and self.names.is_(source.func, *GRAD_SCALER_NAMES):
-            return True
-        code = self.code(expr)
-        return any(method_name(c) == "scale" and self.code(c.func.value) == code for c in calls_in(loop.body))
-
-    def _is_optimizer(self, expr: cst.BaseExpression) -> bool:
-        """A torch optimizer, or anything with both `.zero_grad()` and `.step()`
-        (learning-rate schedulers have no zero_grad, modules no step)."""
-        if self.kinds.fact(expr).kind is Kind.OPTIMIZER:
-            return True
-        source = self._last_source(expr)
-        if isinstance(source, cst.Call) and self.names.startswith(source.func, ("torch.optim.lr_scheduler",)):
-            return False
-        return self.code(expr) in self._zero_grad_receivers
+        found = self.steps.step_of(call)
+        return Step(call, found[0], found[1]) if found is not None else None
 
     def _optimizer_build(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> OptimizerBuild:
         source = self._last_source(expr, before=loop)
+        if source is None and isinstance(expr, cst.Name):
+            # A parameter (`train_one_epoch(model, loader, optimizer)`): what every call passes.
+            passed = [s for s in self.value_sources(expr)]
+            followed = [self._last_source(s) if isinstance(s, cst.Name) else s for s in passed]
+            calls = {self.code(s.func) for s in followed if isinstance(s, cst.Call)}
+            if followed and len(calls) == 1 and all(isinstance(s, cst.Call) for s in followed):
+                source = followed[0]
         if not isinstance(source, cst.Call):
             return OptimizerBuild(self.code(expr), None, None, None)
         names = sorted(self.names.of(source.func))
@@ -407,68 +595,116 @@ class Training:
     def parameter_models(self, params: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
         """The modules whose parameters `params` (an optimizer's first argument) is
         made of: `model.parameters()`, param groups, comprehensions and filters over
-        `parameters()` / `named_parameters()`, lists built by appending those, and
-        names bound to any of these. None when it may hold anything else."""
-        if depth > MAX_DEPTH:
+        `parameters()` / `named_parameters()` (and dicts built from those), lists built
+        by appending those, names bound to any of these, and parameters of a function
+        of this file followed to what its calls pass. None when it may hold anything else."""
+        found = self.parameter_model_sites(params, None, depth)
+        return [model for model, _ in found] if found is not None else None
+
+    def parameter_model_sites(self, params: cst.BaseExpression, at: cst.CSTNode | None,
+                              depth: int = 0) -> list[tuple[cst.BaseExpression, cst.CSTNode | None]] | None:
+        """`parameter_models`, each model with the node where its placement counts:
+        `at` (the optimizer's construction), or the call that passes it to a function
+        that builds the optimizer (`build_optimizer(cfg, model.parameters())`)."""
+        if depth > 2 * MAX_DEPTH:  # each container, comprehension and name is a level
             return None
         if isinstance(params, cst.Call):
-            return self._parameter_call_models(params, depth)
+            return self._parameter_call_models(params, at, depth)
         if isinstance(params, (cst.List, cst.Tuple)):
-            return self._all_models([e.value for e in params.elements], depth)
+            return self._all_models([e.value for e in params.elements], at, depth)
         if isinstance(params, cst.Dict):  # a param group: only its "params" hold tensors
             group = [e.value for e in params.elements if isinstance(e, cst.DictElement)
                      and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "params"]
-            return self._all_models(group, depth) if len(group) == 1 else None
-        if isinstance(params, (cst.ListComp, cst.GeneratorExp)):
+            return self._all_models(group, at, depth) if len(group) == 1 else None
+        if isinstance(params, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
             loop = params.for_in
-            if loop.inner_for_in is not None or not isinstance(params.elt, cst.Name):
+            element = params.value if isinstance(params, cst.DictComp) else params.elt
+            if loop.inner_for_in is not None or not isinstance(element, cst.Name):
                 return None
-            if params.elt.value not in {t.value for t in _bound_targets(loop.target) if isinstance(t, cst.Name)}:
+            if element.value not in {t.value for t in _bound_targets(loop.target) if isinstance(t, cst.Name)}:
                 return None
-            return self.parameter_models(loop.iter, depth + 1)
+            return self.parameter_model_sites(loop.iter, at, depth + 1)
         if isinstance(params, cst.BinaryOperation) and isinstance(params.operator, cst.Add):
-            return self._all_models([params.left, params.right], depth)
+            return self._all_models([params.left, params.right], at, depth)
         if isinstance(params, cst.Name):
-            return self._parameter_name_models(params, depth)
+            return self._parameter_name_models(params, at, depth)
         return None
 
-    def _parameter_call_models(self, call: cst.Call, depth: int) -> list[cst.BaseExpression] | None:
+    def _parameter_call_models(self, call: cst.Call, at, depth: int):
         if method_name(call) in ("parameters", "named_parameters"):
-            return [call.func.value]
+            return [(call.func.value, at)]
+        if method_name(call) == "values" and not call.args:  # `{n: p for n, p in m.named_parameters()}.values()`
+            return self.parameter_model_sites(call.func.value, at, depth + 1)
         values = [a.value for a in call.args if a.keyword is None and not a.star]
         if self.names.is_(call.func, "list", "tuple", "builtins.list", "builtins.tuple") and len(values) == 1:
-            return self.parameter_models(values[0], depth + 1)
+            return self.parameter_model_sites(values[0], at, depth + 1)
         if self.names.is_(call.func, "filter", "builtins.filter") and len(values) == 2:
-            return self.parameter_models(values[1], depth + 1)
+            return self.parameter_model_sites(values[1], at, depth + 1)
         if self.names.is_(call.func, "itertools.chain") and values:
-            return self._all_models(values, depth)
+            return self._all_models(values, at, depth)
         return None
 
-    def _parameter_name_models(self, name: cst.Name, depth: int) -> list[cst.BaseExpression] | None:
-        """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add."""
-        sources: list[cst.BaseExpression] = []
-        for _, source in self._binding_sites(name):
+    def _parameter_name_models(self, name: cst.Name, at, depth: int):
+        """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add
+        (also through `(a if c else b).append(p)`); a parameter: what its calls pass."""
+        sources: list[tuple[cst.BaseExpression, cst.CSTNode | None]] = []
+        for site, source in self._binding_sites(name):
+            if source is None and isinstance(site, cst.Param):
+                function = self.parents.get(self.parents.get(site))
+                passed = self._arguments_for(site)
+                calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
+                if any(argument is None for argument in passed) or len(passed) != len(calls):
+                    return None
+                sources.extend(zip(passed, calls))
+                continue
             if source is None:
-                return None
+                source = self._unpacked_literal(site)
+                if source is None:
+                    return None
             if not (isinstance(source, (cst.List, cst.Tuple)) and not source.elements):
-                sources.append(source)  # `decay = []` adds nothing
+                sources.append((source, at))  # `decay = []` adds nothing
         scope = self.kinds.scopes.get(name)
         for access in scope.accesses[name.value] if scope is not None else ():
-            parent = self.parents.get(access.node)
+            receiver: cst.CSTNode = access.node
+            parent = self.parents.get(receiver)
+            if isinstance(parent, cst.IfExp) and parent.test is not receiver:
+                receiver, parent = parent, self.parents.get(parent)  # `(a if c else b).append(p)`
             call = self.parents.get(parent)
-            if isinstance(parent, cst.Attribute) and isinstance(call, cst.Call) and call.func is parent:
+            if isinstance(parent, cst.Attribute) and parent.value is receiver and isinstance(call, cst.Call) \
+                    and call.func is parent:
                 added = positional(call, 0)
                 if parent.attr.value not in ("append", "extend") or added is None:
                     continue
-                sources.append(added.value)  # an appended loop variable stands for its iterable
+                sources.append((added.value, at))  # an appended loop variable stands for its iterable
             elif isinstance(parent, cst.AugAssign) and parent.target is access.node:
-                sources.append(parent.value)
-        return self._all_models(sources, depth) if sources else None
+                sources.append((parent.value, at))
+        if not sources:
+            return None
+        models = []
+        for source, where in sources:
+            found = self.parameter_model_sites(source, where, depth + 1)
+            if found is None:
+                return None
+            models.extend(found)
+        return models
 
-    def _all_models(self, parts: Sequence[cst.BaseExpression], depth: int) -> list[cst.BaseExpression] | None:
-        models: list[cst.BaseExpression] = []
+    def _unpacked_literal(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+        """The value `target` gets from `a, b = [], []` (one for one)."""
+        element = self.parents.get(target)
+        names = self.parents.get(element)
+        holder = self.parents.get(names)
+        statement = self.parents.get(holder)
+        if not (isinstance(element, cst.Element) and isinstance(names, (cst.Tuple, cst.List))
+                and isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign)
+                and isinstance(statement.value, (cst.Tuple, cst.List))
+                and len(statement.value.elements) == len(names.elements)):
+            return None
+        return statement.value.elements[list(names.elements).index(element)].value
+
+    def _all_models(self, parts: Sequence[cst.BaseExpression], at, depth: int):
+        models = []
         for part in parts:
-            found = self.parameter_models(part, depth + 1)
+            found = self.parameter_model_sites(part, at, depth + 1)
             if found is None:
                 return None
             models.extend(found)
@@ -480,30 +716,29 @@ class Training:
         statement = self.statement_of(backward.call)
         block = self.parents.get(statement)
         if not isinstance(block, cst.IndentedBlock):
-            return None, "backward() is not in a block of its own lines"
+            return None, Problem("backward() is not in a block of its own lines")
         body = list(block.body)
         index = _index(body, statement)
         codes = self._loss_codes(backward.loss)
         if codes is None:
-            return None, "the loss is computed in the backward() statement itself"
+            return None, Problem("the loss is computed in the backward() statement itself")
         binders = [i for i in range(index) if self._bound_codes(body[i]) & codes]
         if not binders:
-            return None, f"`{self.code(backward.loss)}` is computed outside the block that calls backward()"
+            return None, Problem(f"`{self.code(backward.loss)}` is computed outside the block that calls backward()")
         last = binders[-1]
         if not isinstance(body[last], cst.SimpleStatementLine):
-            line = self.context.line(body[last])
-            return None, f"the loss is computed inside a nested block (line {line})"
+            return None, Problem("the loss is computed inside a nested block (line {})", (body[last],), self.context.line)
         first = next((i for i in range(last + 1) if self._has_model_call(body[i])), None)
         outside = self._model_result_outside(loop, body[last if first is None else first : last + 1])
         if outside is not None:
-            return None, (f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
-                          f"{self.context.line(outside)}, outside the block that computes the loss")
+            return None, Problem(f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
+                                 "{}, outside the block that computes the loss", (outside,), self.context.line)
         if first is None:
-            return None, "no model call before the loss in the block that computes it"
+            return None, Problem(NO_FORWARD)
         region = ForwardRegion(block, first, last)
         # A generator suspended inside autocast would leak it into its consumer's code.
         if any(self.index.find((cst.Yield, cst.Await), within=stmt) for stmt in region.statements):
-            return None, "the forward region yields or awaits"
+            return None, Problem("the forward region yields or awaits")
         return region, None
 
     def _bound_codes(self, statement: cst.CSTNode) -> set[str]:
@@ -520,7 +755,7 @@ class Training:
         return codes
 
     def _has_model_call(self, statement: cst.CSTNode) -> bool:
-        return any(self.is_model_call(c) for c in calls_in(statement))
+        return any(self.is_model_call(c) for c in self.steps.own_calls(statement))
 
     def _model_result_outside(self, loop: cst.CSTNode, statements: Sequence[cst.CSTNode]) -> cst.CSTNode | None:
         """Where the loop binds, from a model call and outside `statements`, a name
@@ -614,7 +849,11 @@ class Training:
     # -- autocast, scaler, dtype -----------------------------------------------------
 
     def _is_autocast_call(self, call: cst.Call) -> bool:
-        return self.names.is_(call.func, *AUTOCAST_NAMES) or method_name(call) == "autocast"
+        func = call.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name == "autocast":
+            return True  # `torch.autocast`, `amp.autocast`, a policy's or an accelerator's `.autocast()`
+        return "autocast" in name and self.names.is_(func, *AUTOCAST_NAMES)
 
     def _enables_autocast(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
         """How `expr` (a `with` item, a decorator) turns autocast on, or None."""
@@ -624,14 +863,31 @@ class Training:
             if self._is_autocast_call(expr):
                 return "call"
             function = self._local_function(expr.func)
-            if function is not None and any(self._enables_autocast(c, depth + 1) for c in calls_in(function.body)):
+            if function is not None and any(self._enables_autocast(c, depth + 1) for c in self.steps.own_calls(function.body)):
                 return "helper"
+            if function is None and self._imported_precision_context(expr.func):
+                return "imported"
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
-            for source in self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr):
+            sources = self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr)
+            for source in sources:
                 if source is not None and any(self._enables_autocast(c, depth + 1) for c in self.index.find(cst.Call, within=source)):
                     return "context variable"
+            if not [s for s in sources if s is not None] and self._imported_precision_context(expr):
+                return "imported"
         return None
+
+    def _imported_precision_context(self, expr: cst.BaseExpression) -> bool:
+        """A context manager defined outside this file (imported from the user's own
+        package, or an attribute of an object built elsewhere) whose name says it is
+        about mixed precision: `amp_autocast()`, `self.autocast_ctx`, `mixed_precision()`."""
+        name = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else ""
+        words = set(name.lower().split("_"))
+        if "autocast" not in name.lower() and not words & {"amp", "precision", "fp16", "bf16", "half"}:
+            return False
+        if isinstance(expr, cst.Name):
+            return not self.names.local(expr)  # imported, not a function or variable of this file
+        return True
 
     def _loop_autocast(self, loop: cst.CSTNode) -> Autocast | None:
         inside = [w for w in self.index.find(cst.With, within=loop.body) if not self._crosses_scope(w, loop)]
@@ -675,6 +931,33 @@ class Training:
                 return call
         return None
 
+    def _exact_float32(self) -> cst.CSTNode | None:
+        """Where the script asks for exact, reproducible float32 results: deterministic
+        algorithms, TF32 turned off, or the "highest" matmul precision. Numeric
+        rewrites (autocast, fused optimizers) would undo what it asked for."""
+        code = self.context.code
+        if not any(word in code for word in ("use_deterministic_algorithms", "allow_tf32", "fp32_precision", "highest")):
+            return None
+        for call in self._calls:
+            first = positional(call, 0)
+            if first is None:
+                continue
+            if self.names.is_(call.func, "torch.use_deterministic_algorithms") and _is_true(first.value):
+                return call
+            if self.names.is_(call.func, "torch.set_float32_matmul_precision") and isinstance(first.value, cst.SimpleString) \
+                    and first.value.evaluated_value == "highest":
+                return call
+        for assign in self.index.find(cst.Assign):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if not isinstance(target, cst.Attribute):
+                continue
+            if target.attr.value == "allow_tf32" and isinstance(assign.value, cst.Name) and assign.value.value == "False":
+                return assign
+            if target.attr.value == "fp32_precision" and isinstance(assign.value, cst.SimpleString) \
+                    and assign.value.evaluated_value == "ieee":
+                return assign
+        return None
+
     def _float64_construction(self, code: str) -> cst.CSTNode | None:
         """`model = nn.Linear(4, 1, dtype=torch.float64)`."""
         for _, source in self._assignments.get(code, ()):
@@ -702,6 +985,9 @@ class Training:
     # -- CUDA --------------------------------------------------------------------------
 
     def _first_cuda_use(self) -> cst.CSTNode | None:
+        if "cuda" not in self.context.code:
+            return None
+        imported = "from torch.cuda" in self.context.code or "from torch import cuda" in self.context.code
         found: list[cst.CSTNode] = []
         for string in self.index.find(cst.SimpleString):
             value = string.evaluated_value
@@ -713,7 +999,8 @@ class Training:
         for call in self._calls:
             if method_name(call) == "cuda":
                 found.append(call)
-            elif self.names.startswith(call.func, ("torch.cuda",)) and not self.names.is_(call.func, *CUDA_PROBES):
+            elif _mentions(call.func, "cuda", imported) and self.names.startswith(call.func, ("torch.cuda",)) \
+                    and not self.names.is_(call.func, *CUDA_PROBES):
                 found.append(call)
         return min(found, key=self._start) if found else None
 
@@ -811,6 +1098,33 @@ class Training:
     def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
         return [source for _, source in self._binding_sites(name)]
 
+    def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
+        """The binding sources of `name`, a parameter of a function of this file
+        followed to what every call of that function passes (or its default); None
+        entries where that cannot be told."""
+        found: list[cst.BaseExpression | None] = []
+        for site, source in self._binding_sites(name):
+            if source is None and isinstance(site, cst.Param):
+                found.extend(self._arguments_for(site))
+            else:
+                found.append(source)
+        return found
+
+    def _arguments_for(self, param: cst.Param) -> list[cst.BaseExpression | None]:
+        function = self.parents.get(self.parents.get(param))
+        if not isinstance(function, cst.FunctionDef):
+            return [None]
+        calls = self.steps.call_sites(function)
+        if not calls or self.steps.class_of_instance(param.name) is not None:
+            return [None]  # called from elsewhere, or `self`
+        found: list[cst.BaseExpression | None] = []
+        for call in calls:
+            argument = argument_for(call, function, param)
+            if argument is None and any(arg.star for arg in call.args):
+                return [None]
+            found.append(argument if argument is not None else (param.default if param.default is not None else None))
+        return found
+
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]
 
@@ -903,6 +1217,66 @@ def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(target, cst.StarredElement):
         return _bound_targets(target.value)
     return [target]
+
+
+def _is_true(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _union(*parts: frozenset[str] | None) -> frozenset[str] | None:
+    """The union of device-type sets; None (anything) when one of them is."""
+    if not parts or any(part is None for part in parts):
+        return None
+    return frozenset().union(*parts)
+
+
+def _dict_value(source: cst.BaseExpression, key: str, training: "Training", depth: int = 0) -> cst.BaseExpression | None:
+    """The value a dict literal (or a name bound only to one) holds under `key`."""
+    if isinstance(source, cst.Name) and depth < MAX_DEPTH:
+        sources = training.value_sources(source)
+        found = [_dict_value(s, key, training, depth + 1) if s is not None else None for s in sources]
+        return found[0] if len(found) == 1 else None
+    if not isinstance(source, cst.Dict):
+        return None
+    for element in source.elements:
+        if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                and element.key.evaluated_value == key:
+            return element.value
+    return None
+
+
+def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
+    """The default of the field `attr` of a (data)class: `attr = v`, `attr: T = v`,
+    `attr: T = field(default=v)` or `field(default_factory=lambda: v)`."""
+    for line in cls.body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            value = None
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.target.value == attr:
+                value = small.value
+            elif isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == attr:
+                value = small.value
+            else:
+                continue
+            if isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)) \
+                    and (value.func.value if isinstance(value.func, cst.Name) else value.func.attr.value) == "field":
+                default = kwarg(value, "default") or kwarg(value, "default_factory")
+                return default.value if default is not None else None
+            return value
+    return None
+
+
+def _mentions(func: cst.BaseExpression, name: str, imported: bool) -> bool:
+    """Can the dotted callee `func` be in the module `name`: does it spell `name`
+    (`torch.cuda.synchronize`), or is it a bare name while the file imports
+    from that module (`synchronize` from `from torch.cuda import synchronize`)?"""
+    while isinstance(func, cst.Attribute):
+        if func.attr.value == name:
+            return True
+        func = func.value
+    return imported and isinstance(func, cst.Name)
 
 
 def _index(body: list, statement: cst.CSTNode) -> int:

@@ -7,10 +7,13 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
-from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
+from codemod.analysis.torch_facts import SAVE_FUNCTIONS, SAVE_METHODS
+from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 SAVE_NAMES = ("torch.save", "torch.serialization.save")
 BUFFERS = ("io.BytesIO", "io.StringIO")
@@ -77,6 +80,14 @@ class SynchronousCheckpointInLoop(Rule):
     `checkpointer.flush()` after the loop and before any `return` out of it, so
     the last file is on disk before the script goes on or exits.
 
+    A save in a function of the file that training loops call
+    (`save_checkpoint(model, optimizer, epoch, path)`, a trainer's method) is
+    handed over too, when every call of that function runs in a training
+    loop: the checkpointer is built once for the module, after its imports,
+    and flushed after each of those loops. Savers it does not stand in for
+    are reported in training loops: safetensors' `save_file`, a model's
+    `save_pretrained`, `accelerator.save`.
+
     ## Why is this bad?
     `torch.save` pickles and writes the whole state (model, optimizer moments:
     three times the parameters for Adam) while training waits: seconds to minutes
@@ -122,6 +133,9 @@ class SynchronousCheckpointInLoop(Rule):
       `load_state_dict` copies them to the model's and optimizer's devices either way.
     - Only rank 0 writes: files named per rank, or state sharded across ranks
       (FSDP), are left alone.
+    - A file read after the loop is read after the flush; one read in the loop
+      or right after the save (copied, loaded, checked for) keeps its save
+      synchronous.
 
     Left alone as well: saves outside loops and in loops that do not train,
     saves into an in-memory buffer (`io.BytesIO`), saves followed directly by
@@ -201,26 +215,90 @@ class SynchronousCheckpointInLoop(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        index = self.context.index
         self._defines_checkpointer_class = any(
-            d.name.value == IMPORT[1] for d in m.findall(node, m.ClassDef() | m.FunctionDef()))
-        finder = _SaveCalls(self.context.names)
-        node.visit(finder)
+            d.name.value == IMPORT[1] for d in index.find((cst.ClassDef, cst.FunctionDef)))
+        self._taken: set[str] = {n.value for n in index.find(cst.Name)}
+        names = self.context.names
+        calls = [call for call in index.find(cst.Call) if "save" in _callee_name(call)]
         by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
-        for call in finder.calls:
-            loop = self._outer_training_loop(call)
-            if loop is None:
+        by_helper: dict[cst.FunctionDef, tuple[list, list]] = {}
+        for call in calls:
+            if not names.is_(call, *SAVE_NAMES):
+                self._other_saver(call)
                 continue
             if self._suppressed(call):
                 continue
+            loop = self._outer_training_loop(call)
+            helper = None
+            if loop is None:
+                helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+                sites = self._loop_sites(helper) if isinstance(helper, cst.FunctionDef) else None
+                if not sites:
+                    continue  # not run by a training loop (or not only by one)
             try:
-                found = self._plan(call, loop)
+                found = self._plan(call, loop, helper, sites if helper is not None else ())
             except _Leave:
                 continue
             except _Unfixable as why:
                 found = str(why)
-            by_loop.setdefault(id(loop), (loop, []))[1].append((call, found))
+            if helper is None:
+                by_loop.setdefault(id(loop), (loop, []))[1].append((call, found))
+            else:
+                by_helper.setdefault(helper, (sites, []))[1].append((call, found))
         for loop, saves in by_loop.values():
             self._fix_loop(loop, saves)
+        for helper, (sites, saves) in by_helper.items():
+            self._fix_helper(helper, sites, saves)
+
+    def _other_saver(self, call: cst.Call) -> None:
+        """Savers AsyncCheckpointer does not stand in for, in a training loop or in a
+        function one runs: reported with the reason."""
+        names = self.context.names
+        func = call.func
+        if names.of(call) & SAVE_FUNCTIONS:
+            why = (f"`{self._code(func)}` writes its own file format (safetensors), which AsyncCheckpointer, "
+                   "a background torch.save, does not write")
+        elif isinstance(func, cst.Attribute) and func.attr.value in SAVE_METHODS and self.context.loops.callee(call) is None \
+                and (func.attr.value != "save_pretrained" or self.context.training.is_model(func.value)):
+            why = (f"`{func.attr.value}` writes a folder of files (weights, configuration) through its library, "
+                   "which AsyncCheckpointer does not write")
+        elif isinstance(func, cst.Attribute) and func.attr.value == "save" and self._is_accelerator(func.value):
+            why = "`accelerator.save` coordinates processes itself; AsyncCheckpointer writes on rank 0 only"
+        else:
+            return
+        if self._outer_training_loop(call) is None:
+            helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            if not (isinstance(helper, cst.FunctionDef) and self._loop_sites(helper)):
+                return
+        self.report(call, f"`{self._code(func)}` in the training loop writes the checkpoint while training waits; "
+                          f"not fixed: {why}; save it in a background thread by hand")
+
+    def _is_accelerator(self, expr: cst.BaseExpression) -> bool:
+        values = self.context.loops.values_of(expr)
+        return any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("accelerate",)) for v in values) \
+            or self.context.names.startswith(expr, ("accelerate",)) is not None
+
+    def _loop_sites(self, function: cst.FunctionDef, depth: int = 0) -> list[tuple[cst.CSTNode, tuple[cst.Call, ...]]] | None:
+        """(outermost training loop, calls from it down to `function`) for every way
+        `function` runs; None unless each call of it runs inside a training loop
+        (directly, or through functions of this file)."""
+        steps = self.context.loops
+        calls = steps.call_sites(function)
+        if not calls or depth > 6:
+            return None
+        sites = []
+        for call in calls:
+            loop = self._outer_training_loop(call)
+            if loop is not None:
+                sites.append((loop, (call,)))
+                continue
+            caller = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            above = self._loop_sites(caller, depth + 1) if isinstance(caller, cst.FunctionDef) and caller is not function else None
+            if above is None:
+                return None
+            sites.extend((outer, (*path, call)) for outer, path in above)
+        return sites
 
     # -- where saves are -----------------------------------------------------------------
 
@@ -245,7 +323,8 @@ class SynchronousCheckpointInLoop(Rule):
 
     # -- one save --------------------------------------------------------------------------
 
-    def _plan(self, call: cst.Call, loop: cst.CSTNode) -> _Save:
+    def _plan(self, call: cst.Call, loop: cst.CSTNode | None, helper: cst.FunctionDef | None = None,
+              sites=()) -> _Save:
         parents = self.context.parents
         obj_arg = kwarg(call, "obj") or positional(call, 0)
         file_arg = _file_argument(call)
@@ -261,7 +340,7 @@ class SynchronousCheckpointInLoop(Rule):
         line = parents.get(expression)
         if not (isinstance(expression, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
             raise _Unfixable("the save is not a statement of its own")
-        if _next_statement_returns(parents, line):
+        if helper is None and _next_statement_returns(parents, line):
             raise _Leave
         statement, path = line, target
         opened = self._opened_file(target, line)
@@ -277,14 +356,37 @@ class SynchronousCheckpointInLoop(Rule):
         if SHARDED_STATE.search(self.context.code):
             raise _Unfixable("this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
                              "AsyncCheckpointer writes on rank 0 only")
-        rank = next((n for n in m.findall(path, m.Name()) if RANK_NAME.search(n.value)), None)
+        rank = next((n for n in self.context.index.find(cst.Name, within=path) if RANK_NAME.search(n.value)), None)
         if rank is not None:
             raise _Unfixable(f"the path depends on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only")
         reader = self._later_use(path, statement, loop)
+        if reader is None and helper is not None:
+            reader = self._later_use_by_callers(path, helper, sites)
         if reader is not None:
             raise _Unfixable(f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
                              f"before a background write of it is done")
         return _Save(call, statement, path)
+
+    def _later_use_by_callers(self, path: cst.BaseExpression, helper: cst.FunctionDef, sites) -> cst.CSTNode | None:
+        """For a path handed to the helper as a parameter: a use of what each call passes,
+        after the call or elsewhere in its training loop."""
+        if not isinstance(path, cst.Name):
+            return None
+        param = next((p for p in (*helper.params.params, *helper.params.kwonly_params) if p.name.value == path.value), None)
+        if param is None:
+            return None
+        for loop, calls in sites:
+            call = next((c for c in calls if self.context.loops.callee(c) is helper), None)
+            if call is None:
+                continue
+            argument = argument_for(call, helper, param)
+            if argument is None:
+                return call  # not passed where perfmod can see it
+            statement = self.context.index.statement_of(call)
+            found = self._later_use(argument, statement, loop) if self._is_path(argument) else argument
+            if found is not None:
+                return found
+        return None
 
     def _is_buffer(self, target: cst.BaseExpression) -> bool:
         values = [target]
@@ -365,12 +467,23 @@ class SynchronousCheckpointInLoop(Rule):
         """A use of the saved file that may come after the save: after it in the function, or
         anywhere in the loop (the next iteration): the path variable read (other than to log
         it or to save to it again), or a call that gets the same path expression."""
-        after = self.context.positions[statement].end
+        index = self.context.index
+        after = index.end(statement)
         scope_root = _function_of(self.context.parents, statement) or self.context.module
 
+        loop_end = index.end(loop) if loop is not None else None
+        loop_function = _function_of(self.context.parents, loop) if loop is not None else None
+
         def later(node: cst.CSTNode) -> bool:
-            position = self.context.positions[node].start
-            return (position.line, position.column) > (after.line, after.column) or self.context.inside(node, loop)
+            if self.context.inside(node, statement):
+                return False  # the save itself (`with open(path, "wb") as f:` around it too)
+            if loop is not None and self.context.inside(node, loop):
+                return True  # the next iteration
+            at = index.order(node)
+            if at <= after:
+                return False
+            # After the loop in its function: the checkpointer is flushed when the loop is left.
+            return not (loop_end is not None and at > loop_end and _function_of(self.context.parents, node) is loop_function)
 
         if isinstance(path, cst.Name):
             for use in self._accesses(path):
@@ -378,7 +491,7 @@ class SynchronousCheckpointInLoop(Rule):
                     return self._statement_or_call(use)
             return None
         text = self._code(path)
-        for call in m.findall(scope_root, m.Call()):
+        for call in index.find(cst.Call, within=scope_root):
             if not later(call) or self._logging(call) or self.context.inside(call, statement):
                 continue
             if self.context.names.is_(call, *SAVE_NAMES):
@@ -421,34 +534,66 @@ class SynchronousCheckpointInLoop(Rule):
         if not fixable:
             return
         name = self._checkpointer_name()
-        edits: dict[int, Edit] = {}
-        for call, plan in fixable:
-            edits[id(plan.statement)] = _save_edit(plan, name)
-        for leaving in m.findall(loop.body, m.Return()):
+        # One fix for the loop: the checkpointer, its flushes and every save. Each save's
+        # finding carries it (the same edits, made once).
+        edits: list[Edit] = [_save_edit(plan, name) for _, plan in fixable]
+        for leaving in self.context.index.find(cst.Return, within=loop.body):
             if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
-                line = self.context.parents.get(leaving)
-                edits[id(line)] = _flush_before_edit(name)
-        body = loop.visit(EditsByIdentity(edits))
-        # Blank lines above the loop go above the new line; comments stay with the loop they describe.
-        leading = list(loop.leading_lines)
-        first_comment = next((i for i, line in enumerate(leading) if line.comment is not None), len(leading))
-        build = cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))],
-            leading_lines=leading[:first_comment],
-        )
-        replacement = cst.FlattenSentinel([build, body.with_changes(leading_lines=leading[first_comment:]),
-                                           _flush_line(name)])
+                edits.append(_flush_before(leaving, name, self.context.parents))
+        build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
+        edits += [InsertBefore(loop, (build,)), InsertAfter(loop, (_flush_line(name),))]
         for call, plan in fixable:
-            self.report(loop, f"`{self._code(call.func)}` writes the checkpoint while "
-                              f"training waits; saved in the background by `{name}` (the file appears later)",
-                        replacement=replacement, imports=[IMPORT], at=call)
+            self.report(call, f"`{self._code(call.func)}` writes the checkpoint while training waits; saved in the "
+                              f"background by `{name}` (the file appears later)", edits=edits, imports=[IMPORT])
+
+    def _fix_helper(self, helper: cst.FunctionDef, sites, saves: list) -> None:
+        """Saves in a function that training loops run (`save_checkpoint(...)`): one
+        checkpointer for the module, built after its imports, each save through it, and a
+        flush after every training loop that runs the function."""
+        for call, plan in saves:
+            if isinstance(plan, str):
+                self.report(call, f"`{self._code(call.func)}` in `{helper.name.value}`, which the training loop runs, "
+                                  f"stays synchronous: {plan}")
+        fixable = [(call, plan) for call, plan in saves if isinstance(plan, _Save)]
+        if not fixable:
+            return
+        name = self._checkpointer_name()
+        edits: list[Edit] = [_save_edit(plan, name) for _, plan in fixable]
+        anchor = self._after_imports()
+        build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
+        edits.append(InsertAfter(anchor, (build,)) if anchor is not None else InsertBefore(self.context.module.body[0], (build,)))
+        loops = list(dict.fromkeys(loop for loop, _ in sites))
+        for loop in loops:
+            edits.append(InsertAfter(loop, (_flush_line(name),)))
+            for leaving in self.context.index.find(cst.Return, within=loop.body):
+                if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
+                    edits.append(_flush_before(leaving, name, self.context.parents))
+        first = sites[0][1][0]
+        for call, plan in fixable:
+            self.report(call, f"`{self._code(call.func)}` writes the checkpoint while training waits (`{helper.name.value}` "
+                              f"runs in the training loop at line {self.context.line(sites[0][0])}, through line "
+                              f"{self.context.line(first)}); saved in the background by `{name}` (the file appears later)",
+                        edits=edits, imports=[IMPORT])
+
+    def _after_imports(self) -> cst.BaseStatement | None:
+        """The last top-level import statement before any other code."""
+        found = None
+        for statement in self.context.module.body:
+            if isinstance(statement, cst.SimpleStatementLine) and all(
+                    isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body):
+                found = statement
+            elif not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                      and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)):
+                break
+        return found
 
     def _checkpointer_name(self) -> str:
-        taken = {n.value for n in m.findall(self.context.module, m.Name())}
+        taken = self._taken
         name, number = CHECKPOINTER, 1
         while name in taken:
             number += 1
             name = f"{CHECKPOINTER}_{number}"
+        taken.add(name)  # one name per checkpointer of this file
         return name
 
     # -- look-ups --------------------------------------------------------------------------
@@ -479,16 +624,6 @@ class SynchronousCheckpointInLoop(Rule):
             if isinstance(ancestor, (cst.Call, cst.BaseSmallStatement)):
                 return ancestor
         return node
-
-
-class _SaveCalls(cst.CSTVisitor):
-    def __init__(self, names) -> None:
-        self.names = names
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.names.is_(node, *SAVE_NAMES):
-            self.calls.append(node)
 
 
 def _ancestors(parents, node: cst.CSTNode):
@@ -551,12 +686,11 @@ def _save_edit(plan: _Save, name: str) -> Edit:
     the save becomes that one line."""
     func = cst.Attribute(cst.Name(name), cst.Name("save"))
     if isinstance(plan.statement, cst.SimpleStatementLine):
-        def edit(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-            call = updated.body[0].value
+        def edit(call: cst.Call) -> cst.Call:
             args = [a.with_changes(keyword=cst.Name("path")) if a.keyword is not None and a.keyword.value == "f" else a
                     for a in call.args]
-            return updated.with_changes(body=[updated.body[0].with_changes(value=call.with_changes(func=func, args=args))])
-        return edit
+            return call.with_changes(func=func, args=args)
+        return Replace(plan.call, edit)
     obj = kwarg(plan.call, "obj") or positional(plan.call, 0)
     saved = plan.statement.body.body[0]
     call = cst.Call(func, [obj.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT,
@@ -564,20 +698,25 @@ def _save_edit(plan: _Save, name: str) -> Edit:
                            cst.Arg(plan.path)])
     line = cst.SimpleStatementLine([cst.Expr(call)], leading_lines=plan.statement.leading_lines,
                                    trailing_whitespace=saved.trailing_whitespace)
-    return lambda updated: line
+    return Replace(plan.statement, line)
 
 
 def _flush_line(name: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("flush"))))])
 
 
-def _flush_before_edit(name: str) -> Edit:
+def _flush_before(leaving: cst.Return, name: str, parents) -> Edit:
     """Flush before a `return` that leaves the loop: the caller may read the file at once."""
-    def edit(updated):
-        if isinstance(updated, cst.SimpleStatementLine):
-            flush = _flush_line(name).with_changes(leading_lines=updated.leading_lines)
-            return cst.FlattenSentinel([flush, updated.with_changes(leading_lines=())])
-        # `if done: return path` (a one-line suite) becomes a block with the flush first.
-        return cst.IndentedBlock([_flush_line(name), cst.SimpleStatementLine(updated.body)],
-                                 header=updated.trailing_whitespace)
-    return edit
+    line = parents.get(leaving)
+    if isinstance(line, cst.SimpleStatementLine):
+        return InsertBefore(line, (_flush_line(name),))
+    # `if done: return path` (a one-line suite) becomes a block with the flush first.
+    return Replace(line, lambda updated: cst.IndentedBlock([_flush_line(name), cst.SimpleStatementLine(updated.body)],
+                                                           header=updated.trailing_whitespace))
+
+
+def _callee_name(call: cst.Call) -> str:
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else ""

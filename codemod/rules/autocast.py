@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Place
-from codemod.analysis.training import TrainingLoop
+from codemod.analysis.names import sole_definition
+from codemod.analysis.torch_facts import AUTOCAST_UNSAFE
+from codemod.analysis.training import NO_FORWARD, TrainingLoop
+from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
 
 POLICY_NAMES = ("precision", "amp_precision")
@@ -24,6 +27,7 @@ model = nn.Linear(8, 2).to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 data = [(torch.randn(4, 8), torch.randint(0, 2, (4,))) for _ in range(3)]
 """
+ARGS = "args = parser.parse_args()\n"
 POLICY_HEAD = HEAD.replace("\ndevice =", "\nfrom runtime.amp import Precision\n\ndevice =")
 LOOP = """\
 for x, y in data:
@@ -78,29 +82,26 @@ for epoch in range(2):
 """
 
 
-@dataclass
-class _Fix:
-    """The edits of one loop, keyed by the identity of the nodes they replace."""
-
-    region: list[int]  # ids of the forward statements, in order
-    autocast: cst.BaseExpression  # `precision.autocast()`
-    calls: dict[int, Callable[[cst.Call], cst.Call]]  # id(call) -> how to rewrite its updated version
-    after: dict[int, cst.BaseStatement]  # id(statement) -> statement to put after it
-    before: dict[int, cst.BaseStatement]  # id(statement) -> statement to put before it
-
-
 class ForwardWithoutAutocast(Rule):
     """
     ## What it does
     Finds training loops whose forward pass and loss run in float32 and wraps
     them in autocast: one `with precision.autocast():` block around the
     statements from the first model call to the loss, with the precision
-    policy of `runtime.amp` built once before the loop from the script's own
-    device expression:
+    policy of `runtime.amp` built once from the script's own device
+    expression:
 
     ```python
     precision = Precision.for_device(device)
     ```
+
+    The policy goes before the loop when the device is defined there; in a
+    trainer class whose `__init__` moves the model, right after that move
+    (`self.precision = Precision.for_device(device)`, used as
+    `self.precision.autocast()`); for a training step in a helper function,
+    right after the statement that moves the model. Where the device is
+    defined nowhere the forward pass can see, the policy reads the model's
+    own: `Precision.for_device(next(model.parameters()).device)`.
 
     The default (`amp = "bf16"` in `[tool.perfmod]`) needs nothing else:
     bfloat16 has float32's exponent range, so gradients do not underflow. With
@@ -115,8 +116,11 @@ class ForwardWithoutAutocast(Rule):
     On GPUs with tensor cores, matmuls and convolutions in bfloat16 or float16
     run several times faster than in float32 and move half the bytes;
     autocast runs those ops in the low precision and keeps reductions,
-    softmax and losses in float32. Typical gain: 1.5-3x step time on
-    Ampere or newer GPUs for matmul-heavy models, and less activation memory.
+    softmax and losses in float32. On an A100, peak float16 and bfloat16
+    matmul throughput is 16 times float32's (8 times TF32's); for whole
+    training steps NVIDIA reports up to 3x for math-heavy models, so expect
+    1.5-3x on matmul-heavy models on Ampere or newer GPUs, and less
+    activation memory.
 
     The policy (`runtime.amp.Precision`) picks what the device supports:
     bf16 on CUDA GPUs that run it natively (Ampere, sm_80, or newer), nothing
@@ -124,9 +128,9 @@ class ForwardWithoutAutocast(Rule):
     writes), nothing on the CPU unless asked (CPU autocast pays off only
     with bf16 units): so the rewritten script still runs, unchanged, where it
     ran before. The `PERFMOD_AMP` environment variable (`bf16`, `fp16`,
-    `off`) overrides it without editing code. Seeds of this rule used
-    `torch.cuda.amp.autocast` and `torch.cuda.amp.GradScaler`; torch 2.13
-    deprecates both (FutureWarning) for `torch.amp.autocast(device_type)` and
+    `off`) overrides it without editing code. The older spellings
+    `torch.cuda.amp.autocast` and `torch.cuda.amp.GradScaler` are deprecated
+    in torch 2.13 (FutureWarning) for `torch.amp.autocast(device_type)` and
     `torch.amp.GradScaler(device_type)`, which the policy uses.
 
     ## Example
@@ -153,10 +157,11 @@ class ForwardWithoutAutocast(Rule):
     ## Fix safety
     Numeric: the forward pass computes in bf16 (8 significant bits) or fp16
     (11), so losses move away from float32's in the third or fourth digit and
-    drift slowly; `perfmod verify` compares them. On the CPU, with autocast
-    forced (`PERFMOD_AMP=bf16` or `fp16`), the fixtures' losses stayed within
-    1.1e-3 relative of float32 over 20 steps; the tests allow 5e-3
-    (`tests/rules/test_pm301_execution.py`). With fp16 the scaler skips a
+    drift slowly; `perfmod verify` compares them. Measured on the CPU with
+    autocast forced (`PERFMOD_AMP=bf16` or `fp16`) on four small training
+    scripts (an MLP with accumulation and clipping, a CNN trainer class, a
+    small language model, nanoGPT-style micro-steps), the losses stayed
+    within 1.1e-3 relative of float32 over 20 steps. With fp16 the scaler skips a
     step whose scaled gradients overflow, by design, and the run then follows
     its own path. With the default `amp = "bf16"`, a GPU older than Ampere
     trains in float32 as before: set `amp = "fp16"` to get fp16 with a
@@ -165,10 +170,18 @@ class ForwardWithoutAutocast(Rule):
     Not reported where autocast is already on in any form (`torch.autocast`,
     `torch.amp.autocast`, `torch.cuda.amp.autocast`, `torch.cpu.amp.autocast`,
     a `ctx = nullcontext() if ... else autocast(...)` variable, a helper that
-    returns one, a policy's `.autocast()`), nor for a model that stays on the
-    CPU. Reported without a fix: a float64 model (`.double()`,
+    returns one, a policy's `.autocast()`, a context manager imported from
+    elsewhere whose name says autocast or amp, autocast inside the model's
+    own `forward`), nor for a model that stays on the CPU, nor for a loop
+    that runs no model before its loss. Reported without a fix: a loss that
+    CUDA autocast refuses (`F.binary_cross_entropy`, `nn.BCELoss`: compute
+    it from logits with `BCEWithLogitsLoss` first); a float64 model (`.double()`,
     `.to(torch.float64)`, `torch.set_default_dtype(torch.float64)`), whose
-    author asked for more precision, not less; autocast used elsewhere in the
+    author asked for more precision, not less; a script that asks for exact
+    float32 results (`torch.use_deterministic_algorithms(True)`, TF32 turned
+    off, the "highest" matmul precision); a forward pass whose values steer
+    what runs next (a sampled action, a value read with `.item()` in an RL
+    rollout), which lower precision could change; autocast used elsewhere in the
     file; a GradScaler without autocast; a forward pass that cannot be
     delimited (the loss computed in a nested block or in the backward call
     itself, the forward split across blocks); a device that cannot be told or
@@ -220,8 +233,9 @@ class ForwardWithoutAutocast(Rule):
             "a GradScaler without autocast",
         ),
         Invalid(
-            HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)") + LOOP + "x = torch.zeros(1).cuda()\n",
-            POLICY_HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)")
+            HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace("device = ", ARGS + "device = ")
+            + LOOP + "x = torch.zeros(1).cuda()\n",
+            POLICY_HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace("device = ", ARGS + "device = ")
             + LOOP_BF16.replace("for_device(device)", "for_device(args.device)") + "x = torch.zeros(1).cuda()\n",
             "the device expression the script uses, whatever it is",
         ),
@@ -245,58 +259,256 @@ class ForwardWithoutAutocast(Rule):
         training = self.context.training
         inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
         elsewhere = [use for use in training.autocast_uses if not any(self.context.inside(use, n) for n in inside_loops)]
+        done: set[cst.CSTNode] = set()  # forward regions already handled (a helper several loops call)
         for loop in training.loops:
-            if loop.autocast is None:
+            key = loop.forward.statements[0] if loop.forward is not None else loop.loop
+            if loop.autocast is None and key not in done:
+                done.add(key)
                 self._check(loop, elsewhere)
 
     def _check(self, loop: TrainingLoop, elsewhere: list[cst.CSTNode]) -> None:
         training = self.context.training
-        outer = self._outermost_loop(loop.loop)
         if loop.float64 is not None:
-            return self._decline(loop, outer, f"the model is float64 (line {self.context.line(loop.float64)}): "
-                                        "autocast would lower the precision its author chose")
+            return self._decline(loop, f"the model is float64 (line {self.context.line(loop.float64)}): "
+                                       "autocast would lower the precision its author chose")
+        if training.exact_float32 is not None:
+            return self._decline(loop, f"the script asks for exact float32 results (line "
+                                       f"{self.context.line(training.exact_float32)}); autocast would undo that")
+        forward_uses = self._autocast_in_forward(loop)
+        if forward_uses:
+            return  # the model's forward (or a helper it calls) enters autocast itself
         if elsewhere:
-            return self._decline(loop, outer, f"autocast is already used at line {self.context.line(elsewhere[0])}; "
-                                        "check whether it covers this loop's forward pass")
+            return self._decline(loop, f"autocast is already used at line {self.context.line(elsewhere[0])}; "
+                                       "check whether it covers this loop's forward pass")
         if loop.scaler is not None:
-            return self._decline(loop, outer, f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
-                                        "add autocast around the forward pass by hand")
+            return self._decline(loop, f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
+                                       "add autocast around the forward pass by hand")
         if loop.forward is None:
-            return self._decline(loop, outer, loop.forward_problem)
+            if loop.forward_problem and loop.forward_problem.startswith(NO_FORWARD):
+                return  # nothing runs a model before the loss: no forward pass to speed up
+            return self._decline(loop, loop.forward_problem)
+        decision = self._decision_in_forward(loop)
+        if decision is not None:
+            return self._decline(loop, f"the forward pass decides what runs next (`{training.code(decision)}`, line "
+                                       f"{self.context.line(decision)}): in lower precision it may decide otherwise, "
+                                       "and the run would take another path")
+        unsafe = self._autocast_unsafe(loop)
+        if unsafe is not None:
+            call, alternative = unsafe
+            return self._decline(loop, f"`{training.code(call.func)}` (line {self.context.line(call)}) raises under "
+                                       f"CUDA autocast; compute the loss from logits with {alternative}, then run "
+                                       "the forward pass under autocast")
         model = next((model for model in loop.models if model.move is not None), None)
         if model is None:
             if training.cuda_use is not None:
-                self._decline(loop, outer, "cannot tell which device the model runs on")
+                self._decline(loop, "cannot tell which device the model runs on")
             return
         if model.places == {Place.HOST}:
             return  # CPU autocast pays off only on CPUs with bf16 units; the policy leaves it off there
-        device = training.code(model.device) if model.device is not None else '"cuda"'
-        if model.device is not None and not (self._is_plain(model.device) and training.defined_before(model.device, outer)):
-            return self._decline(loop, outer, f"the device `{device}` is not a plain expression defined before the loop")
         fp16 = self.context.settings.amp == "fp16"
         problem = self._fp16_problem(loop) if fp16 else None
         if problem is not None:
-            return self._decline(loop, outer, problem)
-        taken = {name.value for name in m.findall(self.context.module, m.Name())}
+            return self._decline(loop, problem)
+        taken = {name.value for name in self.context.index.find(cst.Name)}
         policy = next((n for n in POLICY_NAMES if n not in taken), None)
         scaler = next((n for n in SCALER_NAMES if n not in taken), None)
         if policy is None or (fp16 and scaler is None):
-            return self._decline(loop, outer, "the names the fix would use are all taken")
-        prefer = ', prefer="fp16"' if fp16 else ""
-        setup = [cst.parse_statement(f"{policy} = Precision.for_device({device}{prefer})\n")]
+            return self._decline(loop, "the names the fix would use are all taken")
+        placement = self._placement(loop, model, policy, scaler if fp16 else None)
+        if isinstance(placement, str):
+            return self._decline(loop, placement)
+        region = loop.forward.statements
+        item = cst.WithItem(cst.parse_expression(f"{placement.policy}.autocast()"))
+        edits: list[Edit] = [*placement.edits, Wrap(region[0], region[-1], (item,))]
         if fp16:
-            setup.append(cst.parse_statement(f"{scaler} = {policy}.grad_scaler()\n"))
-        fix = _Fix(
-            region=[id(s) for s in loop.forward.statements],
-            autocast=cst.parse_expression(f"{policy}.autocast()"),
-            calls={}, after={}, before={},
-        )
-        if fp16:
-            self._scale(loop, fix, scaler)
-        new_outer = outer.visit(_Rewrite(fix))
-        setup[0] = setup[0].with_changes(leading_lines=outer.leading_lines)
-        replacement = cst.FlattenSentinel([*setup, new_outer.with_changes(leading_lines=[])])
-        self.report(outer, replacement=replacement, imports=[POLICY_IMPORT], at=self._forward_start(loop))
+            edits += self._scale_edits(loop, placement.scaler)
+        self.report(self._forward_start(loop), edits=edits, imports=[POLICY_IMPORT])
+
+    # -- where the policy is built ---------------------------------------------------
+
+    def _placement(self, loop: TrainingLoop, model, policy: str, scaler: str | None) -> "_Placement | str":
+        """Where the policy (and the fp16 scaler) is built once, and how the forward
+        pass spells it: before the outermost loop of the step loop's function when
+        the device is defined there; else as an attribute set where a trainer class
+        moves its model; else, in a helper, before the helper or at its top."""
+        training = self.context.training
+        index = self.context.index
+        device = model.device
+        device_code = training.code(device) if device is not None else '"cuda"'
+        if device is not None and not self._is_plain(device):
+            return f"the device `{device_code}` is not a plain expression the policy can be built from"
+        region = loop.forward.statements[0]
+        helper = None if index.inside(region, loop.loop) else index.first_enclosing(region, cst.FunctionDef)
+        prefer = ', prefer="fp16"' if scaler is not None else ""
+
+        def build(target: str, device_code: str) -> list[cst.BaseStatement]:
+            lines = [cst.parse_statement(f"{target}{policy} = Precision.for_device({device_code}{prefer})\n")]
+            if scaler is not None:
+                lines.append(cst.parse_statement(f"{target}{scaler} = {target}{policy}.grad_scaler()\n"))
+            return lines
+
+        if helper is None:
+            outer = self._outermost_loop(loop.loop)
+            if device is None or training.visible_at(device, outer):
+                return _Placement([InsertBefore(outer, tuple(build("", device_code)))], policy, scaler)
+            parameter = self._device_parameter(device, index.first_enclosing(outer, cst.FunctionDef))
+            if parameter is not None:  # `train(model, device, ...)`: the function's own name for it
+                return _Placement([InsertBefore(outer, tuple(build("", parameter)))], policy, scaler)
+        found = self._attribute_placement(loop, model, helper, policy, scaler, build, device_code)
+        if found is not None:
+            return found
+        if helper is not None and device is not None:
+            after_move = self._after_move(model, helper)
+            if after_move is not None:
+                return _Placement([InsertAfter(after_move, tuple(build("", device_code)))], policy, scaler)
+            first = _first_statement(helper)
+            if scaler is None and first is not None and training.visible_at(device, first):
+                return _Placement([InsertBefore(first, tuple(build("", device_code)))], policy, None)
+        # The device the model's parameters are on when the loop starts.
+        parameters_device = f"next({model.expression}.parameters()).device"
+        expression = cst.parse_expression(parameters_device)
+        anchor = self._outermost_loop(loop.loop) if helper is None else (_first_statement(helper) if scaler is None else None)
+        if anchor is not None and training.visible_at(expression, anchor):
+            return _Placement([InsertBefore(anchor, tuple(build("", parameters_device)))], policy, scaler)
+        return f"the device `{device_code}` is not defined where the policy would be built"
+
+    def _attribute_placement(self, loop, model, helper, policy, scaler, build, device_code) -> "_Placement | None":
+        """`self.precision = Precision.for_device(device)` right after a trainer class
+        moves its model (`self.model = model.to(device)` in `__init__`), for a forward
+        pass in a method of that class."""
+        index = self.context.index
+        function = helper or index.first_enclosing(loop.loop, cst.FunctionDef)
+        if model.move is None or function is None or not self._is_method(function):
+            return None
+        mover = index.first_enclosing(model.move, cst.FunctionDef)
+        if mover is None or not self._is_method(mover):
+            return None
+        cls = self._class_of(function)
+        if cls is None or self._class_of(mover) is not cls:
+            return None
+        statement = index.statement_of(model.move)
+        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(self.context.parents.get(statement), cst.IndentedBlock):
+            return None
+        if index.first_enclosing(statement, cst.FunctionDef) is not mover or index.first_enclosing(statement, (cst.For, cst.While)):
+            return None
+        attributes = {a.attr.value for a in index.find(cst.Attribute)}
+        if policy in attributes or (scaler is not None and scaler in attributes):
+            return None
+        mover_self = mover.params.params[0].name.value
+        user_self = function.params.params[0].name.value
+        return _Placement([InsertAfter(statement, tuple(build(f"{mover_self}.", device_code)))],
+                          f"{user_self}.{policy}", f"{user_self}.{scaler}" if scaler is not None else None)
+
+    def _device_parameter(self, device: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+        """The parameter of `function` that every call of it passes `device` to, as the
+        callers spell it (`train(args, model, device, loader)`)."""
+        if function is None:
+            return None
+        calls = self.context.loops.call_sites(function)
+        if not calls:
+            return None
+        spelled = self.context.source(device)
+        for param in (*function.params.params, *function.params.kwonly_params):
+            arguments = [argument_for(call, function, param) for call in calls]
+            if all(a is not None and self.context.source(a) == spelled for a in arguments):
+                if not any(self.context.inside(b.node, function.body) for b in
+                           self.context.bindings.assignments(param.name) or () if b.node is not param.name):
+                    return param.name.value
+        return None
+
+    def _after_move(self, model, helper: cst.FunctionDef) -> cst.BaseStatement | None:
+        """The statement that moves the model, when the helper sees the names it binds:
+        a statement of the module, or of a function around the helper, not in a loop."""
+        index = self.context.index
+        statement = index.statement_of(model.move)
+        block = self.context.parents.get(statement)
+        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(block, (cst.Module, cst.IndentedBlock)):
+            return None
+        owner = index.first_enclosing(statement, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.For, cst.While))
+        if isinstance(owner, (cst.For, cst.While, cst.ClassDef, cst.Lambda)):
+            return None
+        if owner is not None and not index.inside(helper, owner):
+            return None
+        return statement
+
+    def _is_method(self, function: cst.FunctionDef) -> bool:
+        return self._class_of(function) is not None and bool(function.params.params) and not any(
+            self.context.source(d.decorator) == "staticmethod" for d in function.decorators)
+
+    def _class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        owner = self.context.parents.get(self.context.parents.get(function))
+        return owner if isinstance(owner, cst.ClassDef) else None
+
+    # -- autocast already there, or refused --------------------------------------------
+
+    def _autocast_in_forward(self, loop: TrainingLoop) -> list[cst.CSTNode]:
+        """Autocast entered by what the forward pass runs: the model's own forward
+        method (a class of this file), or a function of this file it calls."""
+        if loop.forward is None:
+            return []
+        functions = self._forward_functions(loop.forward.statements)
+        return [use for use in self.context.training.autocast_uses
+                if any(self.context.inside(use, f) for f in functions)]
+
+    def _decision_in_forward(self, loop: TrainingLoop) -> cst.Call | None:
+        """A call in the forward region whose result steers the program: a value read to
+        the host (`.item()`, `.tolist()`), or a sample drawn from the model's output."""
+        for statement in loop.forward.statements:
+            for call in self.context.loops.own_calls(statement):
+                method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+                if method in ("item", "tolist", "sample") and not call.args:
+                    return call
+                if self.context.names.is_(call.func, "torch.multinomial", "torch.bernoulli"):
+                    return call
+        return None
+
+    def _autocast_unsafe(self, loop: TrainingLoop) -> tuple[cst.Call, str] | None:
+        """A call in the forward pass (or in what it runs) that CUDA autocast refuses."""
+        names = self.context.names
+        steps = self.context.loops
+        calls = [c for s in loop.forward.statements for c in steps.own_calls(s)]
+        calls += [c for f in self._forward_functions(loop.forward.statements) for c in steps.own_calls(f.body)]
+        for call in calls:
+            for name in names.of(call.func):
+                if name in AUTOCAST_UNSAFE:
+                    return call, AUTOCAST_UNSAFE[name]
+            for value in steps.values_of(call.func):  # `criterion(out, y)` with `criterion = nn.BCELoss()`
+                if isinstance(value, cst.Call):
+                    for name in names.of(value.func):
+                        if name in AUTOCAST_UNSAFE:
+                            return call, AUTOCAST_UNSAFE[name]
+        return None
+
+    def _forward_functions(self, statements) -> list[cst.FunctionDef]:
+        """Functions of this file the statements run: helpers they call, and the
+        `forward` of model classes of this file they call."""
+        steps = self.context.loops
+        found: list[cst.FunctionDef] = []
+        for statement in statements:
+            for call in steps.own_calls(statement):
+                targets = [steps.callee(call)]
+                cls = self._model_class(call.func)
+                if cls is not None:
+                    targets.append(steps.method(cls, "forward"))
+                for target in targets:
+                    if target is not None and target not in found:
+                        found.append(target)
+                        found.extend(f for f in steps.functions_reached(target.body) if f not in found)
+        return found
+
+    def _model_class(self, func: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class of this file that `model` in `model(x)` is an instance of."""
+        steps = self.context.loops
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            func = func.value
+        classes = set()
+        for value in steps.values_of(func):
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
+                value = value.func.value  # `Net().to(device)`
+            if not isinstance(value, cst.Call):
+                return None
+            classes.add(sole_definition(self.context.scopes, value.func, cst.ClassDef))
+        return classes.pop() if len(classes) == 1 else None
 
     # -- fp16 ----------------------------------------------------------------------
 
@@ -308,25 +520,28 @@ class ForwardWithoutAutocast(Rule):
             if not self._own_line(step.call):
                 return "the optimizer step shares a one-line block; `scaler.update()` cannot follow it"
         if loop.clips:
-            clip = min(loop.clips, key=self._position)
+            clip = min(loop.clips, key=self.context.index.order)
             if not self._own_line(clip) or not all(self._clips_before_step(c, s) for c in loop.clips for s in loop.steps):
                 return ("gradient clipping is not in the optimizer step's block before the step; "
                         "`scaler.unscale_` could not run exactly once per step")
         return None
 
-    def _scale(self, loop: TrainingLoop, fix: _Fix, scaler: str) -> None:
+    def _scale_edits(self, loop: TrainingLoop, scaler: str) -> list[Edit]:
+        """`scaler.scale(loss).backward()`, `scaler.step(opt)` then `scaler.update()`, and
+        `scaler.unscale_(opt)` before clipping; each a small edit that keeps what other
+        fixes do inside it."""
         training = self.context.training
+        receiver = cst.parse_expression(scaler)
         backward = loop.backwards[0].call
-        fix.calls[id(backward)] = lambda call: call.with_changes(
-            func=call.func.with_changes(value=_method(scaler, "scale", call.func.value.with_changes(lpar=[], rpar=[])))
-        )
+        edits: list[Edit] = [Replace(backward.func.value, lambda loss: _method(receiver, "scale", loss.with_changes(lpar=[], rpar=[])))]
         for step in loop.steps:
-            fix.calls[id(step.call)] = lambda call: _method(scaler, "step", call.func.value)
-            fix.after[id(training.statement_of(step.call))] = cst.parse_statement(f"{scaler}.update()\n")
+            edits.append(Replace(step.call, lambda call: _method(receiver, "step", call.func.value)))
+            edits.append(InsertAfter(training.statement_of(step.call), (cst.parse_statement(f"{scaler}.update()\n"),)))
         if loop.clips:
-            clip = min(loop.clips, key=self._position)
+            clip = min(loop.clips, key=self.context.index.order)
             optimizer = training.code(loop.steps[0].optimizer)
-            fix.before[id(training.statement_of(clip))] = cst.parse_statement(f"{scaler}.unscale_({optimizer})\n")
+            edits.append(InsertBefore(training.statement_of(clip), (cst.parse_statement(f"{scaler}.unscale_({optimizer})\n"),)))
+        return edits
 
     def _clips_before_step(self, clip: cst.Call, step) -> bool:
         """Is `clip` in the step's block, before it, and not inside a nested loop there?"""
@@ -337,8 +552,7 @@ class ForwardWithoutAutocast(Rule):
         while not isinstance(current, (cst.For, cst.While)):
             parent = self.context.parents.get(current)
             if parent is block:
-                body = list(block.body)
-                return _index(body, current) < _index(body, step_statement)
+                return self.context.index.before(current, step_statement)
             if parent is None:
                 return False
             current = parent
@@ -352,8 +566,8 @@ class ForwardWithoutAutocast(Rule):
 
     # -- helpers -------------------------------------------------------------------
 
-    def _decline(self, loop: TrainingLoop, outer: cst.CSTNode, why: str) -> None:
-        self.report(outer, f"{self.MESSAGE} (not fixed: {why})", at=self._forward_start(loop))
+    def _decline(self, loop: TrainingLoop, why: str | None) -> None:
+        self.report(self._forward_start(loop), f"{self.MESSAGE} (not fixed: {why})")
 
     @staticmethod
     def _forward_start(loop: TrainingLoop) -> cst.CSTNode:
@@ -363,11 +577,11 @@ class ForwardWithoutAutocast(Rule):
     def _outermost_loop(self, loop: cst.CSTNode) -> cst.CSTNode:
         """The loop to put the policy before: the outermost loop around `loop` in its function."""
         outer = loop
-        current = self.context.parents.get(loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        for current in self.context.index.ancestors(loop):
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
             if isinstance(current, (cst.For, cst.While)):
                 outer = current
-            current = self.context.parents.get(current)
         return outer
 
     def _is_plain(self, expr: cst.BaseExpression) -> bool:
@@ -377,48 +591,31 @@ class ForwardWithoutAutocast(Rule):
             return True
         if isinstance(expr, cst.Attribute):
             return self._is_plain(expr.value)
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index) \
+                and isinstance(expr.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
+            return self._is_plain(expr.value)  # `cfg["device"]`
         if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.device"):
             return all(self._is_plain(arg.value) for arg in expr.args)
         return False
 
-    def _position(self, node: cst.CSTNode) -> tuple[int, int]:
-        start = self.context.positions[node].start
-        return (start.line, start.column)
+
+@dataclass
+class _Placement:
+    edits: list[Edit]  # the statements that build the policy (and scaler)
+    policy: str  # how the forward pass spells it: `precision`, `self.precision`
+    scaler: str | None
 
 
-class _Rewrite(cst.CSTTransformer):
-    """Applies a `_Fix` to the outermost loop: the forward statements become one
-    `with` block (the last of them is replaced by it, the others removed)."""
-
-    def __init__(self, fix: _Fix) -> None:
-        super().__init__()
-        self.fix = fix
-        self.wrapped: list[cst.BaseStatement] = []
-
-    def on_leave(self, original_node, updated_node):
-        key = id(original_node)
-        if key in self.fix.calls:
-            updated_node = self.fix.calls[key](updated_node)
-        if key in self.fix.region:
-            self.wrapped.append(updated_node)
-            if key != self.fix.region[-1]:
-                return cst.RemovalSentinel.REMOVE
-            first, rest = self.wrapped[0], self.wrapped[1:]
-            return cst.With(
-                items=[cst.WithItem(item=self.fix.autocast)],
-                body=cst.IndentedBlock(body=[first.with_changes(leading_lines=[]), *rest]),
-                leading_lines=first.leading_lines,
-            )
-        if key in self.fix.after:
-            return cst.FlattenSentinel([updated_node, self.fix.after[key]])
-        if key in self.fix.before:
-            return cst.FlattenSentinel([self.fix.before[key], updated_node])
-        return updated_node
+def _first_statement(function: cst.FunctionDef) -> cst.BaseStatement | None:
+    """The first statement of a function's body after its docstring."""
+    body = function.body
+    if not isinstance(body, cst.IndentedBlock):
+        return None
+    statements = list(body.body)
+    if statements and m.matches(statements[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])):
+        statements = statements[1:]
+    return statements[0] if statements else None
 
 
-def _method(receiver: str, name: str, argument: cst.BaseExpression) -> cst.Call:
-    return cst.Call(func=cst.Attribute(value=cst.Name(receiver), attr=cst.Name(name)), args=[cst.Arg(argument)])
-
-
-def _index(body: list, statement: cst.CSTNode) -> int:
-    return next(i for i, s in enumerate(body) if s is statement)
+def _method(receiver: cst.BaseExpression, name: str, argument: cst.BaseExpression) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(name)), args=[cst.Arg(argument)])

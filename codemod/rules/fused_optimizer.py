@@ -4,18 +4,26 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemod.analysis.kinds import Place
-from codemod.analysis.names import kwarg, positional, with_kwarg
+from codemod.analysis.names import kwarg, positional
+from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
 FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW", "torch.optim.SGD"}
 # Arguments that pick the implementation or that fused=True rejects
 # (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
 CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
-DEVICE_PLACES = {Place.CUDA, Place.HOST}  # torch 2.13 has fused Adam, AdamW and SGD for both
+# Device types with fused Adam, AdamW and SGD kernels in torch 2.13
+# (torch.utils._foreach_utils._get_fused_kernels_supported_devices).
+FUSED_DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
 
 UNKNOWN_DEVICE = (
     "optimizer steps without fused kernels; pass fused=True if `{device}` is a CUDA device or the CPU "
     "(not fixed: the device cannot be told)"
+)
+UNFUSED = "optimizer steps without fused kernels; pass fused=True"
+PREPARED = (
+    "optimizer steps without fused kernels; pass fused=True if `{prepare}` puts the model on CUDA "
+    "(not fixed: the device is chosen there)"
 )
 UNKNOWN_PARAMETERS = (
     "optimizer steps without fused kernels; pass fused=True if all its parameters are on one CUDA device "
@@ -47,9 +55,19 @@ class UnfusedOptimizerOnCuda(Rule):
     ones, where the step is bound by kernel launches.
 
     Checked against torch 2.13: fused Adam, AdamW and SGD also exist on the
-    CPU (float32, float64, bfloat16 and float16 parameters all step), so a
-    script whose device is `"cuda" if torch.cuda.is_available() else "cpu"`
-    gets `fused=True` too: it is valid on both.
+    CPU (float32, float64, bfloat16 and float16 parameters all step), on MPS,
+    XPU and HPU, so a script whose device is `"cuda" if
+    torch.cuda.is_available() else "cpu"` (or a function that picks CUDA, MPS
+    or the CPU) gets `fused=True` too: it is valid on each.
+
+    The device is followed where the script keeps it: a variable, a `self.`
+    attribute set in `__init__` or `setup`, a config object (a dataclass
+    field's default or what its construction passes, a dict literal), an
+    argparse option limited by `choices`, what a function of the file
+    returns, a parameter to what every call passes; the parameters through
+    factories (`build_optimizer(cfg, model.parameters())`), dicts of
+    `named_parameters()` and lists filled by `append`; a copy of a model
+    (`copy.deepcopy`) sits where the model does.
 
     ## Example
     ```python
@@ -68,8 +86,7 @@ class UnfusedOptimizerOnCuda(Rule):
     apart in the last bits. Measured on the CPU with torch 2.13 (a small MLP,
     20 steps, 10 seeds): AdamW's parameters differ by at most 1.0e-7 and
     Adam's by 8.9e-8 from the default implementation; SGD with momentum was
-    bit for bit the same. `tests/rules/test_pm402_execution.py` keeps that
-    measurement.
+    bit for bit the same.
 
     The fix is offered only when every parameter provably comes from
     `.parameters()` / `.named_parameters()` of models (param groups,
@@ -81,8 +98,10 @@ class UnfusedOptimizerOnCuda(Rule):
     built, models whose submodules are moved on their own or that sit on
     different devices (parameters spread over devices), and SGD in a file with
     `sparse=True` (fused SGD rejects sparse gradients). Reported without a fix:
-    parameters that are not all a model's, and models moved to a device the
-    analysis cannot tell (`args.device`).
+    parameters that are not all a model's, models moved to a device the
+    analysis cannot tell (an argparse option that takes any value), models
+    placed by `accelerator.prepare(...)`, and scripts that ask for exact
+    float32 results (deterministic algorithms, TF32 turned off).
     """
 
     CODE = "PM402"
@@ -182,24 +201,38 @@ class UnfusedOptimizerOnCuda(Rule):
             return
         if names.is_(node.func, "torch.optim.SGD") and self._has_sparse_gradients():
             return
-        models = training.parameter_models(params.value)
+        models = training.parameter_model_sites(params.value, node)
         if models is None:
             self.report(node, UNKNOWN_PARAMETERS)
             return
-        placed = [self._placed(model, node) for model in models]
+        placed = [self._placed(model, at) for model, at in models]
         if any(model is None or model.split for model in placed):
+            prepare = self._prepared_by(node)
+            if prepare is not None and not any(model is not None and model.split for model in placed):
+                self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
             return  # not moved before the optimizer is built (CPU), or spread over devices
         devices = {training.code(model.device) if model.device is not None else "cuda" for model in placed}
-        places = frozenset().union(*(model.places for model in placed))
-        if len(devices) > 1 or not places & {Place.CUDA, Place.UNKNOWN}:
+        if len(devices) > 1:
             return
-        if not places <= DEVICE_PLACES:
-            self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
+        types = [training.device_types(model.device) if model.device is not None else frozenset({"cuda"}) for model in placed]
+        if all(t is not None for t in types):
+            known = frozenset().union(*types)
+            if "cuda" not in known:
+                return  # never on CUDA (the CPU, MPS): the rule is about CUDA steps
+            if known <= FUSED_DEVICE_TYPES and training.exact_float32 is not None:
+                self.report(node, f"{UNFUSED} (not fixed: the script asks for exact float32 results, line "
+                                  f"{self.context.line(training.exact_float32)}; the fused kernel rounds differently)")
+                return
+            if known <= FUSED_DEVICE_TYPES:
+                self.report(node, edits=[AddKeyword(node, "fused", cst.Name("True"))])
+                return
+        elif not frozenset().union(*(model.places for model in placed)) & {Place.CUDA, Place.UNKNOWN}:
             return
-        self.report(node, replacement=with_kwarg(node, "fused", cst.Name("True")))
+        self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
 
-    def _placed(self, expr: cst.BaseExpression, at: cst.Call):
-        """The model (`model` for `model[0]` or `model.head`) that is moved before `at`."""
+    def _placed(self, expr: cst.BaseExpression, at: cst.Call, depth: int = 0):
+        """The model (`model` for `model[0]` or `model.head`) that is moved before `at`;
+        for a copy (`local = copy.deepcopy(global_model)`), the model it copies."""
         training = self.context.training
         current = expr
         while True:
@@ -207,13 +240,41 @@ class UnfusedOptimizerOnCuda(Rule):
                 model = training.model(current, at)
                 if model.move is not None:
                     return model
+                copied = self._copied(current)
+                if copied is not None and depth < 4:
+                    return self._placed(copied, at, depth + 1)
             if not isinstance(current, (cst.Attribute, cst.Subscript)):
                 return None
             current = current.value
 
+    def _prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
+        """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
+        style) that is handed the optimizer this call builds: it picks the device."""
+        statement = self.context.parents.get(optimizer)
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name)):
+            return None
+        name = statement.targets[0].target.value
+        for call in self.context.index.find(cst.Call):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize") \
+                    and any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args) \
+                    and self.context.index.before(optimizer, call):
+                return call
+        return None
+
+    def _copied(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`m` for a name bound only to `copy.deepcopy(m)` (a copy keeps the device)."""
+        values = self.context.loops.values_of(expr)
+        if len(values) == 1 and isinstance(values[0], cst.Call) and len(values[0].args) == 1 \
+                and self.context.names.is_(values[0].func, "copy.deepcopy"):
+            return values[0].args[0].value
+        return None
+
     def _has_sparse_gradients(self) -> bool:
         """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""
+        if "sparse" not in self.context.code:
+            return False
         return any(
-            m.matches(arg.value, m.Name("True"))
-            for arg in m.findall(self.context.module, m.Arg(keyword=m.Name("sparse")))
+            arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
+            for arg in self.context.index.find(cst.Arg)
         )

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from codemod.edits import Remove
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -19,7 +18,6 @@ COSTS = {
         "cudaMalloc them again (which synchronizes)"
     ),
 }
-PERIODIC = m.BinaryOperation(operator=m.Modulo())
 
 PREAMBLE = """\
 import gc
@@ -55,11 +53,18 @@ class MemoryCleanupInStepLoop(Rule):
     Typical gain: from a few percent to more than half of the step time in
     small-model loops.
 
-    Calls in the epoch loop (outside the step loop) run once per epoch and are
-    left alone, as are calls in an `except` handler (recovery after an
-    out-of-memory error). Calls under a periodic condition (`if step % 100 ==
-    0:`) or another condition the rule cannot see through are reported without
-    a fix: their author chose when they run.
+    A clean-up in a function of the file that the step loop calls on every
+    step (`free_memory()`) counts as in the step: it is removed there when
+    every call of that function is such a call, and reported when the
+    function also runs elsewhere. Calls in the epoch loop (outside the step
+    loop) run once per epoch and are left alone, as are calls in an `except`
+    handler (recovery after an out-of-memory error). Calls under a periodic
+    condition (`if step % 100 == 0:`, also around the call of the function
+    that cleans up) or another condition the rule cannot see through are
+    reported without a fix: their author chose when they run. Conditions that
+    only ask whether CUDA is in use (`torch.cuda.is_available()`,
+    `device.type == "cuda"`, a flag assigned from those) hold on every step
+    on a GPU.
 
     ## Example
     ```python
@@ -87,8 +92,9 @@ class MemoryCleanupInStepLoop(Rule):
     `__del__` methods and weakref callbacks of objects in reference cycles run
     later, and `nvidia-smi` (or another process sharing the GPU) sees the
     cached memory as still in use. The fix removes the statement (a block left
-    empty gets `pass`), and removes `if torch.cuda.is_available():` around it
-    when that was all the block did. A call whose result is used is reported
+    empty gets `pass`), and removes a CUDA check around it (`if
+    torch.cuda.is_available():`, `if device.type == "cuda":`) when that was
+    all the block did. A call whose result is used is reported
     without a fix.
     """
 
@@ -191,39 +197,73 @@ class MemoryCleanupInStepLoop(Rule):
         names = self.context.names.of(node.func) & MEMORY_CLEANUPS.keys()
         if not names:
             return
-        step_loop = self.context.loops.step_loop_of(node)
-        if step_loop is None:
-            return
         spelled = MEMORY_CLEANUPS[min(names)]
-        parents = self.context.parents
-        statement = parents.get(node)
-        conditions: list[cst.If] = []
-        current = statement
-        while current is not step_loop:
-            if isinstance(current, cst.ExceptHandler):
-                return  # clean-up after an error, not on every step
-            if isinstance(current, cst.If):
-                conditions.append(current)
-            current = parents.get(current)
-        if any(m.findall(condition.test, PERIODIC) for condition in conditions):
-            self.report(node, f"{spelled} runs every few steps in the training loop and {COSTS[spelled]}; "
+        steps = self.context.loops
+        step_loop = steps.step_loop_of(node)
+        if step_loop is not None:
+            conditions = self._conditions(node, step_loop)
+            through = ""
+        else:
+            # In a function of this file: where it runs is where its calls run.
+            sites = steps.runs_in(node)
+            function = self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            if not sites or not isinstance(function, cst.FunctionDef):
+                return
+            conditions = self._conditions(node, function)
+            for site in sites:
+                for number, call in enumerate(site.calls):
+                    stop = site.loop if number == 0 else self.context.index.first_enclosing(call, cst.FunctionDef)
+                    found = self._conditions(call, stop)
+                    if found is None:
+                        return  # called from an `except` handler
+                    conditions += found
+            if conditions is None:
+                return
+            first = sites[0].calls[0]
+            through = f" (through `{self.context.source(first.func)}` at line {self.context.line(first)})"
+            callers = {call for site in sites for call in site.calls}
+            if not set(steps.call_sites(function)) <= callers:
+                self.report(node, f"{spelled} runs on every training step{through} and {COSTS[spelled]}; left in place "
+                                  f"because `{function.name.value}` is also called outside the training loop")
+                return
+        if conditions is None:
+            return  # clean-up after an error, not on every step
+        if any(self.context.index.find(cst.BinaryOperation, within=c.test) and any(
+                isinstance(b.operator, cst.Modulo) for b in self.context.index.find(cst.BinaryOperation, within=c.test))
+               for c in conditions):
+            self.report(node, f"{spelled} runs every few steps in the training loop{through} and {COSTS[spelled]}; "
                               "left in place because its period was chosen: make it rarer or move it to the end of the epoch")
             return
         opaque = [c for c in conditions if not self._is_cuda_check(c.test)]
         if opaque:
-            condition = self.context.module.code_for_node(opaque[0].test)
-            self.report(node, f"{spelled} in the training step loop runs on every step where `{condition}` holds "
+            condition = self.context.source(opaque[0].test)
+            self.report(node, f"{spelled} in the training step loop{through} runs on every step where `{condition}` holds "
                               f"and {COSTS[spelled]}; remove it if that is every step")
             return
-        message = f"{spelled} on every training step {COSTS[spelled]}; remove it"
+        statement = self.context.parents.get(node)
+        message = f"{spelled} on every training step{through} {COSTS[spelled]}; remove it"
         if not isinstance(statement, cst.Expr):
-            self.report(node, f"{spelled} in the training step loop {COSTS[spelled]}; its result is used, so it is not removed")
+            self.report(node, f"{spelled} in the training step loop{through} {COSTS[spelled]}; its result is used, so it is not removed")
             return
-        guard = conditions[0] if conditions else None
+        own = self._conditions(node, self.context.index.first_enclosing(node, (cst.FunctionDef, cst.For, cst.While)) or node)
+        guard = own[0] if own else None
         if guard is not None and self._only_cleans_up(guard):
-            self.report(guard, message, edits=[Remove(guard)])
+            self.report(guard, message, edits=[Remove(guard)], at=node)
             return
-        self.report(statement, message, edits=[Remove(statement)])
+        self.report(statement, message, edits=[Remove(statement)], at=node)
+
+    def _conditions(self, node: cst.CSTNode, stop: cst.CSTNode) -> list[cst.If] | None:
+        """The `if` statements between `node` and `stop` (innermost first); None when
+        an `except` handler is on the way (clean-up after an error)."""
+        found: list[cst.If] = []
+        for ancestor in self.context.index.ancestors(node):
+            if ancestor is stop:
+                break
+            if isinstance(ancestor, cst.ExceptHandler):
+                return None
+            if isinstance(ancestor, cst.If) and not self.context.inside(node, ancestor.test):
+                found.append(ancestor)
+        return found
 
     def _only_cleans_up(self, guard: cst.If) -> bool:
         """`if torch.cuda.is_available():` whose branches (one, or `else` too) only clean up."""
@@ -234,8 +274,38 @@ class MemoryCleanupInStepLoop(Rule):
             return False  # an `elif` tests something else
         return all(self._is_cleanup(s) for branch in branches for s in _statements(branch))
 
-    def _is_cuda_check(self, test: cst.BaseExpression) -> bool:
-        return isinstance(test, cst.Call) and self.context.names.is_(test.func, "torch.cuda.is_available")
+    def _is_cuda_check(self, test: cst.BaseExpression, depth: int = 0) -> bool:
+        """A test that only asks whether CUDA is in use: `torch.cuda.is_available()`,
+        `device.type == "cuda"`, `x.is_cuda`, `a and b` of those, or a flag assigned
+        only such tests (`args.cuda = not args.no_cuda and torch.cuda.is_available()`)."""
+        if depth > 4:
+            return False
+        if isinstance(test, cst.Call):
+            if self.context.names.is_(test.func, "torch.cuda.is_available"):
+                return True
+            func = test.func
+            return isinstance(func, cst.Attribute) and func.attr.value == "startswith" and _is_cuda_string(positional_value(test))
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                and isinstance(test.comparisons[0].operator, cst.Equal):
+            return _is_cuda_string(test.left) or _is_cuda_string(test.comparisons[0].comparator)
+        if isinstance(test, cst.Attribute) and test.attr.value == "is_cuda":
+            return True
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return self._is_cuda_check(test.left, depth + 1) or self._is_cuda_check(test.right, depth + 1)
+        if isinstance(test, (cst.Name, cst.Attribute)):
+            values = self._flag_values(test)
+            return bool(values) and all(self._is_cuda_check(v, depth + 1) for v in values)
+        return False
+
+    def _flag_values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The values assigned to a flag: a name's bindings, or every `x.attr = ...` of
+        the file for an attribute such as `args.cuda`."""
+        values = self.context.loops.values_of(expr)
+        if values or not isinstance(expr, cst.Attribute):
+            return values
+        code = self.context.source(expr)
+        return [a.value for a in self.context.index.find(cst.Assign)
+                if len(a.targets) == 1 and self.context.source(a.targets[0].target) == code]
 
     def _is_cleanup(self, statement: cst.BaseSmallStatement) -> bool:
         return (
@@ -243,6 +313,14 @@ class MemoryCleanupInStepLoop(Rule):
             and isinstance(statement.value, cst.Call)
             and bool(self.context.names.of(statement.value.func) & MEMORY_CLEANUPS.keys())
         )
+
+
+def _is_cuda_string(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.SimpleString) and str(expr.evaluated_value).startswith("cuda")
+
+
+def positional_value(call: cst.Call) -> cst.BaseExpression | None:
+    return call.args[0].value if call.args and call.args[0].keyword is None else None
 
 
 def _statements(block: cst.BaseSuite) -> list[cst.CSTNode]:

@@ -6,18 +6,13 @@ from typing import Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import (
-    Assignment,
-    ComprehensionScope,
-    ExpressionContext,
-    ExpressionContextProvider,
-)
+from libcst.metadata import Assignment, ComprehensionScope
 
-from codemod.analysis.edits import Edit, EditsByIdentity, innermost_statement, suppressed_on
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
-from codemod.analysis.loops import calls_in
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
+from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 # `.item()` / `.tolist()` / `.cpu()` on a device tensor, and `float(t)` / `int(t)`, wait
 # for every kernel queued before them.
@@ -49,6 +44,8 @@ NON_MUTATING_CALLEES = {"builtins.print", "builtins.float", "builtins.int", "bui
                         "builtins.repr", "builtins.isinstance", "math.isnan", "math.isfinite", "math.isinf",
                         "torch.isnan", "torch.isfinite", "torch.isinf"}
 NON_MUTATING_METHOD_CALLEES = {"scale"}  # GradScaler.scale(loss) returns a new, scaled tensor
+# Functions that return the gradients' total norm as a tensor.
+GRAD_NORMS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.get_total_norm"}
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FLOAT_PRESENTATION = tuple("eEfFgG%")
 # float64 is not available on these devices, so the float64 device accumulator is not either.
@@ -57,13 +54,13 @@ NO_FLOAT64_DEVICE = re.compile(r"\bmps\b|\bxla\b|torch_xla")
 
 @dataclass
 class _Fix:
-    """One sync the rule removes from the step: its message and the edits that do it."""
+    """One sync the rule removes from the step: its message and what its fix changes."""
 
     message: str
-    edits: dict[int, Edit] = field(default_factory=dict)
+    # Expressions rewritten: (node, function of its updated version).
+    replaces: list[tuple[cst.CSTNode, object]] = field(default_factory=list)
     # Statements moved to the top of log branches: (branch, statement) pairs.
     moves: list[tuple[cst.If, cst.SimpleStatementLine]] = field(default_factory=list)
-    edited: list[cst.CSTNode] = field(default_factory=list)  # the nodes behind the edits, to place the fix
 
 
 class _Unfixable(Exception):
@@ -155,6 +152,13 @@ class PerStepHostSync(Rule):
     saying why, when the value decides control flow every step (early stopping,
     NaN checks), is stored or printed every step, is used after the loop, or
     when the file may run on MPS or XLA, which have no float64.
+
+    Values are followed through the file's own code: sums started together
+    (`total, correct = 0.0, 0`), values a function of the file returns
+    (`loss, dice = compute_loss(...)`, a step method's `return loss, logits`).
+    A sync in a function the step loop calls on every step (an evaluation
+    helper) is reported where it is, with the call that runs it; one called
+    only under the log condition runs at log time and is not reported.
     """
 
     CODE = "PM404"
@@ -207,8 +211,11 @@ class PerStepHostSync(Rule):
             + STEP.replace("    ", "        ")
             + "        total += loss.item() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum().item()\n"
             "    print(epoch, total / 400, correct)\n",
-            None,
-            "tuple assignment of the accumulators: not followed",
+            PREAMBLE + "for epoch in range(3):\n    total, correct = 0.0, 0\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        total += loss.detach().double() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum()\n"
+            "    print(epoch, float(total) / 400, int(correct))\n",
+            "accumulators started by one tuple assignment of numbers",
         ),
         Invalid(
             PREAMBLE + "for epoch in range(3):\n    total = 0.0\n    correct = 0\n    for x, y in loader:\n"
@@ -291,9 +298,44 @@ class PerStepHostSync(Rule):
         analysis = _FileAnalysis(self.context)
         for loop in self.context.loops.step_loops:
             self._check_loop(analysis, loop)
+        self._check_helpers(analysis)
+
+    def _check_helpers(self, analysis: "_FileAnalysis") -> None:
+        """Syncs in functions of this file that a step loop calls on every step (an
+        evaluation helper, a step method): reported where they are, with the call that
+        runs them; those called only under a log condition run at log time."""
+        steps = self.context.loops
+        seen: set[cst.CSTNode] = set()
+        for loop in steps.step_loops:
+            scan = _StepLoop(analysis, loop, [])
+            for function in steps.functions_reached(loop.body):
+                for sync in steps.own_calls(function.body):
+                    if sync in seen or scan.sync_kind(sync) is None or id(sync) in scan.suppressed_in(sync):
+                        continue
+                    if any(isinstance(o, cst.Call) and scan.sync_kind(o) is not None for o in scan._chain_above(sync)):
+                        continue  # the outer call of `x.cpu().item()` is the one reported
+                    sites = [site for site in steps.runs_in(sync) if site.loop is loop and self._every_step(scan, site)]
+                    if not sites:
+                        continue
+                    seen.add(sync)
+                    call = sites[0].calls[0]
+                    self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step: `{analysis.code(call.func)}` "
+                                      f"runs it on every step of the loop at line {analysis.line(loop)} (line "
+                                      f"{analysis.line(call)}); not rewritten: it is in another function; call that "
+                                      "function only at log time, or return the tensor and read it there")
+
+    @staticmethod
+    def _every_step(scan: "_StepLoop", site) -> bool:
+        """Does every call on the way from the step loop run on every step (none under a
+        periodic `if`)?"""
+        for number, call in enumerate(site.calls):
+            within = site.loop if number == 0 else None
+            if scan.log_branch(call, within) is not None:
+                return False
+        return True
 
     def _check_loop(self, analysis: "_FileAnalysis", loop: cst.CSTNode) -> None:
-        scan = _StepLoop(analysis, loop, calls_in(loop.body))
+        scan = _StepLoop(analysis, loop, self.context.loops.own_calls(loop.body))
         fixes: list[_Fix] = []
         syncs: dict[int, cst.CSTNode] = {}  # fix -> the sync it removes, where it is reported
         for sync in scan.syncs():
@@ -305,24 +347,25 @@ class PerStepHostSync(Rule):
                 syncs.update((id(fix), sync) for fix in planned)
             except _Unfixable as why:
                 self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step; not rewritten: {why}")
-        if not fixes:
-            return
-        # One replacement for all the loop's fixes: they edit statements that are not
-        # nested in one another, and the engine replaces one node per fix.
-        container = innermost_statement([node for fix in fixes for node in fix.edited], analysis.parents)
-        edits = {key: edit for fix in fixes for key, edit in fix.edits.items()}
-        moved: dict[int, list[cst.SimpleStatementLine]] = {}
+        # Edits that several fixes need (a statement two syncs move, the statements moved
+        # into one log branch, the reads of one running sum) are one edit they share.
+        shared: dict[object, Edit] = {}
+        into: dict[cst.If, list[cst.SimpleStatementLine]] = {}
         for fix in fixes:
             for branch, statement in fix.moves:
-                moved.setdefault(id(branch), [])
-                if statement not in moved[id(branch)]:  # two syncs of one statement move it once
-                    moved[id(branch)].append(statement)
-        for key, statements in moved.items():
+                into.setdefault(branch, [])
+                if statement not in into[branch]:  # two syncs of one statement move it once
+                    into[branch].append(statement)
+        for statements in into.values():
             statements.sort(key=analysis.start)  # in the order they ran before
-            edits[key] = lambda updated, statements=statements: _prepend(updated, statements)
-        replacement = container.visit(EditsByIdentity(edits))
         for fix in fixes:
-            self.report(container, fix.message, replacement=replacement, at=syncs[id(fix)])
+            edits: list[Edit] = []
+            for branch, statement in fix.moves:
+                edits.append(shared.setdefault(("remove", statement), Remove(statement, keep_comments=False)))
+                edits.append(shared.setdefault(("into", branch), _prepend(branch, into[branch])))
+            for node, function in fix.replaces:
+                edits.append(shared.setdefault(("replace", node), Replace(node, function)))
+            self.report(syncs[id(fix)], fix.message, edits=list(dict.fromkeys(edits)))
 
 
 class _FileAnalysis:
@@ -333,33 +376,46 @@ class _FileAnalysis:
         self.names = context.names
         self.kinds = context.kinds
         self.parents = context.parents
-        self.positions = context.positions
+        self.index = context.index
         self.scopes = context.kinds.scopes
-        self.expression_contexts = context.wrapper.resolve(ExpressionContextProvider)
         self.no_float64 = bool(NO_FLOAT64_DEVICE.search(context.code))
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.context.module.code_for_node(node).strip()
+        return self.context.loops.code(node).strip()
 
     def line(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.line
+        return self.context.line(node)
 
-    def start(self, node: cst.CSTNode) -> tuple[int, int]:
-        position = self.positions[node].start
-        return position.line, position.column
+    def start(self, node: cst.CSTNode) -> int:
+        """The node's place in document order."""
+        return self.index.order(node)
 
-    def end(self, node: cst.CSTNode) -> tuple[int, int]:
-        position = self.positions[node].end
-        return position.line, position.column
+    def end(self, node: cst.CSTNode) -> int:
+        """The place of the last node inside `node` in document order."""
+        return self.index.end(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        current = self.parents.get(node)
-        while current is not None:
-            yield current
-            current = self.parents.get(current)
+        return self.index.ancestors(node)
 
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        return node is ancestor or any(a is ancestor for a in self.ancestors(node))
+        return self.index.inside(node, ancestor)
+
+    def is_written(self, node: cst.CSTNode) -> bool:
+        """Is `node` (a name, attribute or subscript) assigned, augmented or deleted
+        rather than read?"""
+        current = node
+        while True:
+            parent = self.parents.get(current)
+            if isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+                current = parent
+                continue
+            if isinstance(parent, (cst.AssignTarget, cst.Del)):
+                return True
+            if isinstance(parent, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
+                return parent.target is current
+            if isinstance(parent, cst.AsName):
+                return parent.name is current
+            return False
 
     def statement_line(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
         for ancestor in self.ancestors(node):
@@ -399,15 +455,38 @@ class _FileAnalysis:
             current = parent
 
     def assigned_value(self, target: cst.CSTNode) -> cst.BaseExpression | None:
-        """`value` of a plain `name = value` / `name: T = value` binding of `target`."""
+        """`value` of a plain `name = value` / `name: T = value` binding of `target`, or
+        its element in `a, b = 0.0, 0` (a tuple of values unpacked one for one)."""
         statement = self.binding_statement(target)
         if isinstance(statement, cst.Assign):
-            if len(statement.targets) == 1 and statement.targets[0].target is target:
+            if len(statement.targets) != 1:
+                return None
+            if statement.targets[0].target is target:
                 return statement.value
+            element = self.parents.get(target)
+            names, values = statement.targets[0].target, statement.value
+            if isinstance(element, cst.Element) and self.parents.get(element) is names \
+                    and isinstance(names, (cst.Tuple, cst.List)) and isinstance(values, (cst.Tuple, cst.List)) \
+                    and len(names.elements) == len(values.elements) \
+                    and not any(isinstance(e, cst.StarredElement) for e in (*names.elements, *values.elements)):
+                return values.elements[list(names.elements).index(element)].value
             return None
         if isinstance(statement, cst.AnnAssign) and statement.target is target:
             return statement.value
         return None
+
+    def unpacked_call(self, target: cst.CSTNode) -> tuple[cst.Call, int] | None:
+        """(call, index) for a name bound by `a, b = f(...)`."""
+        statement = self.binding_statement(target)
+        element = self.parents.get(target)
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call)
+                and isinstance(element, cst.Element)):
+            return None
+        names = statement.targets[0].target
+        if self.parents.get(element) is not names or not isinstance(names, (cst.Tuple, cst.List)) \
+                or any(isinstance(e, cst.StarredElement) for e in names.elements):
+            return None
+        return statement.value, list(names.elements).index(element)
 
     def accesses(self, target: cst.Name) -> list[cst.Name]:
         """Every read of the variable that `target` binds, in its scope and nested ones."""
@@ -536,7 +615,7 @@ class _StepLoop:
     def log_branch(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> cst.If | None:
         """The outermost `if` inside `within` (the step loop by default) whose body holds
         `node` and whose test is periodic (`step % N == 0`)."""
-        within = within or self.loop
+        within = within if within is not None else self.loop
         found = None
         child = node
         for ancestor in self.a.ancestors(node):
@@ -547,6 +626,10 @@ class _StepLoop:
             child = ancestor
         return found
 
+    def suppressed_in(self, sync: cst.Call) -> set[int]:
+        """{id(sync)} when `# perfmod: ignore[PM404]` is on its line."""
+        return {id(sync)} if suppressed_on(self.a.statement_line(sync), PerStepHostSync.CODE) else set()
+
     def in_log_branch(self, node: cst.CSTNode) -> bool:
         return self.log_branch(node) is not None
 
@@ -556,13 +639,46 @@ class _StepLoop:
         return self.dtype(expr) is not None or self._tensor_shape(expr)
 
     def _tensor_shape(self, expr: cst.BaseExpression) -> bool:
+        key = ("tensor", id(expr))
+        if key not in self._dtypes:
+            self._dtypes[key] = False  # cycles stay unknown
+            self._dtypes[key] = self._compute_tensor_shape(expr)
+        return self._dtypes[key]
+
+    def _compute_tensor_shape(self, expr: cst.BaseExpression) -> bool:
         if self.a.kinds.fact(expr).kind is Kind.TENSOR:
             return True
-        if isinstance(expr, cst.Call) and method_name(expr) in PURE_METHODS - {"item", "tolist", "size", "dim", "numel"}:
-            return self.is_tensor(expr.func.value)
+        if isinstance(expr, cst.Call) and method_name(expr) in PURE_METHODS - {"item", "tolist", "size", "dim", "numel"} \
+                and isinstance(expr.func, cst.Attribute) and self.is_tensor(expr.func.value):
+            return True
+        if isinstance(expr, cst.Call) and self.a.names.of(expr) & TENSOR_FUNCTIONS:
+            return True  # `torch.sigmoid(x)`, `torch.stack(...)`
         if isinstance(expr, cst.Attribute) and expr.attr.value in ("data", "grad"):
             return self.is_tensor(expr.value)
+        if isinstance(expr, cst.BinaryOperation):  # a tensor combined with anything gives a tensor
+            return self.is_tensor(expr.left) or self.is_tensor(expr.right)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.is_tensor(expr.expression)
+        if isinstance(expr, cst.Name):
+            values = self._values(expr)
+            return bool(values) and all(v is not None and self.is_tensor(v) for v in values)
+        if isinstance(expr, cst.Call):
+            returned = self.a.context.loops.returned(expr)
+            if returned is not None:
+                return bool(returned) and all(self.is_tensor(v) for v in returned)
+            return self.a.context.training.is_model(expr.func)  # `model(x)`: a model's output
         return False
+
+    def _values(self, name: cst.Name) -> list[cst.BaseExpression | None]:
+        """What the bindings of `name` assign, through `a, b = 0.0, 0` and `a, b = f(...)`
+        of a function of this file."""
+        values: list[cst.BaseExpression | None] = []
+        for binding in self.a.bindings(name) or ():
+            value = self.a.assigned_value(binding.node)
+            unpacked = self.a.unpacked_call(binding.node) if value is None else None
+            returned = self.a.context.loops.returned(*unpacked) if unpacked is not None else None
+            values.extend(returned if returned is not None else [value])
+        return values
 
     def dtype(self, expr: cst.BaseExpression) -> str | None:
         """FLOAT, INT64 or BOOL for a tensor of that dtype; None when unknown or not a tensor."""
@@ -576,9 +692,7 @@ class _StepLoop:
         if isinstance(expr, cst.Name):
             if expr.value in self.backward_roots:
                 return FLOAT
-            found = self.a.bindings(expr)
-            values = [self.a.assigned_value(b.node) for b in found] if found else []
-            kinds = {self.dtype(v) if v is not None else None for v in values}
+            kinds = {self.dtype(v) if v is not None else None for v in self._values(expr)}
             return kinds.pop() if len(kinds) == 1 else None
         if isinstance(expr, cst.Attribute):
             return self.dtype(expr.value) if expr.attr.value == "data" else None
@@ -598,10 +712,14 @@ class _StepLoop:
             return None
         if not isinstance(expr, cst.Call):
             return None
+        if self.a.loss_function(expr) or self.a.loss_module(expr.func) or self.a.names.of(expr) & GRAD_NORMS:
+            return FLOAT  # `F.cross_entropy(...)` (an attribute of a module, not a method), `criterion(...)`, a norm
+        returned = self.a.context.loops.returned(expr)
+        if returned is not None:  # a function of this file: what it returns
+            kinds = {self.dtype(value) for value in returned}
+            return kinds.pop() if len(kinds) == 1 else None
         method = method_name(expr)
         if method is None:
-            if self.a.loss_function(expr) or self.a.loss_module(expr.func):
-                return FLOAT
             return None
         receiver = expr.func.value
         if not self.is_tensor(receiver):
@@ -612,7 +730,7 @@ class _StepLoop:
             return INT64
         if method in BOOL_RESULT_METHODS:
             return BOOL
-        if method == "sum" and not expr.args:
+        if method == "sum" and all(arg.keyword is None or arg.keyword.value in ("dim", "keepdim") for arg in expr.args):
             inner = self.dtype(receiver)
             return INT64 if inner in (INT64, BOOL) else inner
         if method in DTYPE_KEEPING_METHODS and not expr.args:
@@ -662,6 +780,8 @@ class _StepLoop:
                     in_loop = True  # the loop's own target: this step's batch
                     continue
                 value = self.a.assigned_value(binding.node)
+                if value is None and self.a.unpacked_call(binding.node) is not None:
+                    value = self.a.unpacked_call(binding.node)[0]  # `a, b = f(...)`: what a call returns is new
                 if not self.a.inside(statement, self.loop.body):
                     if not _constant(value):
                         return False  # state from before the loop
@@ -746,11 +866,10 @@ class _StepLoop:
                 raise _Unfixable(f"`{target.value}` is also assigned at line {self.a.line(binding.node)}")
         first_body = min((b.body for b in branches.values()), key=self.a.start)
         self._check_stable(assign.value, after=line, before=first_body)
-        edits: dict[int, Edit] = {id(line): lambda updated: cst.RemovalSentinel.REMOVE}
         conditions = " / ".join(f"`{self.a.code(b.test)}`" for b in branches.values())
         message = (f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step, but "
                    f"`{target.value}` is only read when {conditions}; moved under that condition")
-        return _Fix(message, edits, [(branch, line) for branch in branches.values()], [line, *branches.values()])
+        return _Fix(message, moves=[(branch, line) for branch in branches.values()])
 
     def _branch_after(self, line: cst.SimpleStatementLine, block: cst.IndentedBlock, use: cst.CSTNode) -> cst.If | None:
         """The log branch to move `line` into for `use`: an `if` with a periodic test that
@@ -784,7 +903,7 @@ class _StepLoop:
                 raise _Unfixable(f"`{name.value}` is not computed in this step (parameters and other state may "
                                  f"change before the log branch)")
             for binding in self.a.scopes.get(name).assignments[name.value]:
-                if start <= self.a.start(binding.node) < end:
+                if start < self.a.start(binding.node) < end:
                     raise _Unfixable(f"`{name.value}` is assigned again before the log branch "
                                      f"(line {self.a.line(binding.node)})")
             for use in self.a.accesses(name):
@@ -793,7 +912,7 @@ class _StepLoop:
                 changes, anywhere = self._changes(use)
                 # A call may change what it is handed only while it runs; an in-place
                 # write or a second name may act on the value from anywhere in the step.
-                if changes is not None and (anywhere or start <= self.a.start(use) < end):
+                if changes is not None and (anywhere or start < self.a.start(use) < end):
                     raise _Unfixable(f"`{name.value}` {changes} (line {self.a.line(use)})")
 
     def _changes(self, use: cst.Name) -> tuple[str | None, bool]:
@@ -816,8 +935,7 @@ class _StepLoop:
                 chain = parent
             else:
                 break
-        if chain is not use and self.a.expression_contexts.get(chain) in (ExpressionContext.STORE,
-                                                                          ExpressionContext.DEL):
+        if chain is not use and self.a.is_written(chain):
             return "is changed in place", True
         if not shares_storage:
             return None, False
@@ -901,13 +1019,12 @@ class _StepLoop:
             self._check_read(use, target.value, scope, accumulations, literals, int_sum)
             reads.append(use)
 
-        edits: dict[int, Edit] = {}
+        replaces: list[tuple[cst.CSTNode, object]] = []
         for term, _ in terms:
-            tensor = _device_value(term, int_sum)
-            edits[id(term)] = lambda updated, tensor=tensor: tensor
+            replaces.append((term, lambda updated, int_sum=int_sum: _device_value(updated, int_sum)))
         wrapper = "int" if int_sum else "float"
         for use in reads:
-            edits[id(use)] = lambda updated, wrapper=wrapper: cst.Call(cst.Name(wrapper), [cst.Arg(updated)])
+            replaces.append((use, lambda updated, wrapper=wrapper: cst.Call(cst.Name(wrapper), [cst.Arg(updated)])))
         how = ("kept as an int64 tensor" if int_sum else "kept in float64 on the device (the same sums, bit for bit)")
         places = [place for place, found in (("at log time", any(self.a.inside(r, self.loop) for r in reads)),
                                              ("outside the loop", any(not self.a.inside(r, self.loop) for r in reads)))
@@ -917,7 +1034,7 @@ class _StepLoop:
         for term, _ in terms:
             message = (f"`{self.a.code(term)}` (line {self.a.line(term)}) waits for the GPU every step to add to "
                        f"`{target.value}`; {how} and {where}")
-            fixes.append(_Fix(message, edits if not fixes else {}, edited=[*(t for t, _ in terms), *reads]))
+            fixes.append(_Fix(message, replaces=replaces))
         return fixes
 
     def _terms(self, accumulation, accumulator: str, syncs: list[cst.Call]) -> list[tuple[cst.Call, bool]]:
@@ -947,7 +1064,7 @@ class _StepLoop:
         subject = f"`{accumulator}`"
         if not self.a.in_own_scope(use, scope):
             raise _Unfixable(f"{subject} is read in a nested function (line {self.a.line(use)})")
-        if self.a.expression_contexts.get(use) is not ExpressionContext.LOAD:
+        if self.a.is_written(use):
             raise _Unfixable(f"{subject} is written at line {self.a.line(use)}")
         parent = self.a.parents.get(use)
         if isinstance(parent, cst.FormattedStringExpression) and parent.equal is not None:
@@ -984,7 +1101,7 @@ class _StepLoop:
             if list(block.body).index(holder) <= list(block.body).index(line):
                 continue
             between = (self.a.end(line), self.a.start(use))
-            if not any(between[0] <= self.a.start(node) < between[1] for node, _ in literals):
+            if not any(between[0] < self.a.start(node) < between[1] for node, _ in literals):
                 return True
         return False
 
@@ -1166,12 +1283,12 @@ def _moved_statement(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     return line.with_changes(leading_lines=comments)
 
 
-def _prepend(branch: cst.If, lines: list[cst.SimpleStatementLine]) -> cst.If:
-    """`branch` with `lines` (original statements) first in its body."""
-    statements = [_moved_statement(line) for line in lines]
+def _prepend(branch: cst.If, lines: list[cst.SimpleStatementLine]) -> Edit:
+    """The edit that puts `lines` (original statements) first in the body of `branch`."""
+    statements = tuple(_moved_statement(line) for line in lines)
     body = branch.body
     if isinstance(body, cst.SimpleStatementSuite):
         # `if c: print(v)` becomes a block: the moved statements need lines of their own.
-        rest = cst.SimpleStatementLine(body=body.body, trailing_whitespace=body.trailing_whitespace)
-        return branch.with_changes(body=cst.IndentedBlock(body=[*statements, rest]))
-    return branch.with_changes(body=body.with_changes(body=[*statements, *body.body]))
+        return Replace(body, lambda updated: cst.IndentedBlock(body=[
+            *statements, cst.SimpleStatementLine(body=updated.body, trailing_whitespace=updated.trailing_whitespace)]))
+    return InsertBefore(body.body[0], statements)

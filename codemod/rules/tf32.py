@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # Any of these names means the script already chose its float32 matmul precision
@@ -31,9 +32,13 @@ class Float32MatmulWithoutTf32(Rule):
     ## What it does
     Finds training scripts that use CUDA and never choose a float32 matmul
     precision, and enables TF32 once at start-up with
-    `torch.set_float32_matmul_precision("high")`: right after the last
-    top-level import, or at the top of the function that holds the training
-    loop when it is in one.
+    `torch.set_float32_matmul_precision("high")`, in the entry point: at the
+    top of the function that the `if __name__ == "__main__":` block calls to
+    train (or of that block itself); right after the imports of a script
+    that trains at module level; in a module that only defines training
+    functions, at the top of the function that starts training (never at
+    import time, and never in a function called once per epoch: there, at
+    the top of its caller).
 
     ## Why is this bad?
     By default float32 matrix multiplications on CUDA use full IEEE float32,
@@ -115,8 +120,8 @@ class Float32MatmulWithoutTf32(Rule):
     INVALID = [
         Invalid(
             IMPORTS + "\n" + SCRIPT_BODY,
-            IMPORTS + "\n" + ENABLE_TF32 + "\n\n" + SCRIPT_BODY,
-            "a script: right after the imports",
+            IMPORTS + "\n" + ENABLE_TF32 + "\n" + SCRIPT_BODY,
+            "a script: right after the imports, before its first statement",
         ),
         Invalid(
             IMPORTS + "\n\ndef main():\n" + '    """Train."""\n' + _indented(SCRIPT_BODY)
@@ -138,9 +143,39 @@ class Float32MatmulWithoutTf32(Rule):
         Invalid(
             IMPORTS + "\ndef pretrain(model, opt, data):\n" + _indented(LOOP)
             + "\ndef finetune(model, opt, data):\n" + _indented(LOOP) + 'device = "cuda"\n',
-            IMPORTS + "\n" + ENABLE_TF32 + "\n\ndef pretrain(model, opt, data):\n" + _indented(LOOP)
-            + "\ndef finetune(model, opt, data):\n" + _indented(LOOP) + 'device = "cuda"\n',
-            "loops in two functions: once, after the imports",
+            IMPORTS + "\ndef pretrain(model, opt, data):\n    " + ENABLE_TF32 + "\n" + _indented(LOOP)
+            + "\ndef finetune(model, opt, data):\n    " + ENABLE_TF32 + "\n" + _indented(LOOP) + 'device = "cuda"\n',
+            "a library module with two training functions: at the top of each, never at import time",
+        ),
+        Invalid(
+            IMPORTS + "\ndef train_epoch(model, opt, data):\n" + _indented(LOOP)
+            + "\ndef main():\n    model = nn.Linear(8, 1).cuda()\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    for epoch in range(3):\n        train_epoch(model, opt, [])\n"
+            + '\n\nif __name__ == "__main__":\n    main()\n',
+            IMPORTS + "\ndef train_epoch(model, opt, data):\n" + _indented(LOOP)
+            + "\ndef main():\n    " + ENABLE_TF32 + "\n    model = nn.Linear(8, 1).cuda()\n"
+            "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    for epoch in range(3):\n        train_epoch(model, opt, [])\n"
+            + '\n\nif __name__ == "__main__":\n    main()\n',
+            "the entry point main(), not the function it calls once per epoch",
+        ),
+        Invalid(
+            IMPORTS + "\ndef train(model, opt, data):\n" + _indented(LOOP)
+            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
+            "    train(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
+            IMPORTS + "\ndef train(model, opt, data):\n    " + ENABLE_TF32 + "\n" + _indented(LOOP)
+            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
+            "    train(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
+            "the function the main block calls to train",
+        ),
+        Invalid(
+            IMPORTS + "\nclass Trainer:\n    def fit(self, model, opt, data):\n" + _indented(_indented(LOOP))
+            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
+            "    Trainer().fit(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
+            IMPORTS + "\nclass Trainer:\n    def fit(self, model, opt, data):\n" + _indented(_indented(LOOP))
+            + '\n\nif __name__ == "__main__":\n    ' + ENABLE_TF32 + "\n    net = nn.Linear(8, 1).cuda()\n"
+            "    Trainer().fit(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
+            "the main block itself when it trains through objects",
         ),
     ]
 
@@ -150,41 +185,91 @@ class Float32MatmulWithoutTf32(Rule):
             return
         if all(loop.float64 is not None for loop in training.loops):
             return  # TF32 changes float32 matmuls only
-        if any(name.value in PRECISION_SETTINGS for name in m.findall(node, m.Name())):
+        if any(name.value in PRECISION_SETTINGS for name in self.context.index.find(cst.Name)):
             return
         enable = cst.parse_statement(ENABLE_TF32 + "\n")
-        functions = {self._outermost_function(loop.loop) for loop in training.loops}
-        function = functions.pop() if len(functions) == 1 else None
-        if function is not None:
-            self._report_at_top_of(function, enable)
-            return
-        first_statement = self._module_statement(training.loops[0].loop)
-        imports = [
-            statement for statement in node.body[: node.body.index(first_statement)]
-            if isinstance(statement, cst.SimpleStatementLine)
-            and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
-        ]
-        if imports:
-            separated = enable.with_changes(leading_lines=[cst.EmptyLine()])
-            self.report(imports[-1], replacement=cst.FlattenSentinel([imports[-1], separated]), imports=[("torch", None)])
+        edits = self._at_startup(node, training, enable)
+        loop = training.loops[0].loop  # reported at the training loop, fixed at start-up
+        if edits:
+            self.report(loop, edits=edits, imports=[("torch", None)])
         else:
-            self.report(first_statement, replacement=cst.FlattenSentinel([enable, first_statement]),
-                        imports=[("torch", None)])
+            self.report(loop, f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
+                              "enable TF32 once in its entry point)")
 
-    def _report_at_top_of(self, function: cst.FunctionDef, enable: cst.BaseStatement) -> None:
-        first = function.body.body[0]
+    # -- where start-up is -------------------------------------------------------------
+
+    def _at_startup(self, module: cst.Module, training, enable: cst.BaseStatement) -> list[Edit]:
+        """The edits that enable TF32 once at start-up of the entry script: at the top of
+        the function its `if __name__ == "__main__":` block calls (or of that block);
+        after the imports of a script that trains at module level; at the top of the
+        functions that start training in a library module (never at its import time,
+        never in a function called once per epoch)."""
+        steps = self.context.loops
+        guard = next((s for s in module.body if isinstance(s, cst.If) and _is_main_guard(s.test)), None)
+        holders = [self._entry_of(loop.loop) for loop in training.loops]
+        if guard is not None:
+            for call in steps.own_calls(guard.body):
+                function = steps.callee(call)
+                if function is not None and any(h is function or self._reaches(function, h) for h in holders):
+                    return [self._at_top(function, enable)]
+            return [self._at_top(guard, enable)]
+        if None in holders or self._runs_at_module_level(module):
+            first_statement = self._module_statement(training.loops[0].loop)
+            body = list(module.body[: module.body.index(first_statement) + 1])
+            last_import = max((i for i, statement in enumerate(body) if isinstance(statement, cst.SimpleStatementLine)
+                               and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)),
+                              default=-1)
+            # Before the first statement after the imports: the blank lines that
+            # separate them from the code stay above the new line.
+            return [InsertBefore(body[last_import + 1], (enable,))]
+        entries = list(dict.fromkeys(holders))
+        return [self._at_top(function, enable) for function in entries]
+
+    def _entry_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The function that starts the training `node` belongs to: the outermost function
+        around it, or, when that is called from a loop of this file (once per epoch), the
+        function holding that loop. None at module level."""
+        steps = self.context.loops
+        seen: set[cst.CSTNode] = set()
+        function = self._outermost_function(node)
+        while function is not None and function not in seen:
+            seen.add(function)
+            in_loops = [call for call in steps.call_sites(function)
+                        if self.context.index.first_enclosing(call, (cst.For, cst.While)) is not None]
+            if not in_loops:
+                return function
+            caller = self._outermost_function(in_loops[0])
+            if caller is None:
+                return None  # called from a loop at module level: a script
+            function = caller
+        return function
+
+    def _reaches(self, function: cst.FunctionDef, target: cst.FunctionDef | None) -> bool:
+        return target is not None and (target in self.context.loops.functions_reached(function.body)
+                                       or self.context.inside(target, function))
+
+    def _runs_at_module_level(self, module: cst.Module) -> bool:
+        """Does the module do work when it runs (a script), beyond defining names?"""
+        for statement in module.body:
+            if isinstance(statement, (cst.For, cst.While, cst.With, cst.Try)):
+                return True
+            if isinstance(statement, cst.SimpleStatementLine) and any(
+                    isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in statement.body):
+                return True
+        return False
+
+    @staticmethod
+    def _at_top(owner: cst.CSTNode, enable: cst.BaseStatement) -> Edit:
+        first = owner.body.body[0]
         if m.matches(first, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])):
-            self.report(first, replacement=cst.FlattenSentinel([first, enable]), imports=[("torch", None)])
-        else:
-            self.report(first, replacement=cst.FlattenSentinel([enable, first]), imports=[("torch", None)])
+            return InsertAfter(first, (enable,))
+        return InsertBefore(first, (enable,))
 
     def _outermost_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         outermost = None
-        current = self.context.parents.get(node)
-        while current is not None:
+        for current in self.context.index.ancestors(node):
             if isinstance(current, cst.FunctionDef):
                 outermost = current
-            current = self.context.parents.get(current)
         return outermost
 
     def _module_statement(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -192,3 +277,14 @@ class Float32MatmulWithoutTf32(Rule):
         while not isinstance(self.context.parents.get(current), cst.Module):
             current = self.context.parents.get(current)
         return current
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"` (either way round)."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)):
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
+    strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
+    return len(names) == 1 and len(strings) == 1

@@ -4,15 +4,12 @@ from typing import Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ScopeProvider
 
-from codemod.analysis.bindings import Bindings
 from codemod.analysis.kinds import Kind
-from codemod.analysis.loops import BACKWARD, calls_in
-from codemod.analysis.training import OptimizerBuild
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.training import OptimizerBuild
+from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
-from codemod.analysis.tree import is_inside
 
 # Receivers whose `zero_grad(set_to_none=...)` is torch's (or a wrapper of it).
 ZEROABLE = (Kind.OPTIMIZER, Kind.MODULE, Kind.UNKNOWN)
@@ -49,9 +46,12 @@ UNSAFE = {"level": Level.UNSAFE}
 class ZeroFilledGradients(Rule):
     """
     ## What it does
-    Finds gradients reset by filling them with zeros, `zero_grad(set_to_none=False)`
-    or a Python loop of `p.grad.zero_()` over the parameters, and makes them
-    `zero_grad()`, which sets every `.grad` to `None`.
+    Finds gradients reset by filling them with zeros every step,
+    `zero_grad(set_to_none=False)` or by hand over the parameters (a loop of
+    `p.grad.zero_()` / `p.grad.fill_(0)` / `p.grad = torch.zeros_like(p)`, the
+    same as a list comprehension, or `torch._foreach_zero_` over a list of the
+    gradients), and makes them `zero_grad()`, which sets every `.grad` to
+    `None`. Zero buffers set up once before training are not a reset.
 
     ## Why is this bad?
     Zero-filling launches a fill kernel per parameter (or per group) every step
@@ -105,7 +105,8 @@ class ZeroFilledGradients(Rule):
     Reported without a fix: `.grad` read between the reset and the next
     `backward()` (`p.grad.add_(...)` accumulation, which would fail on `None`),
     an optimizer class of this file whose `step` uses `.grad` without a `None`
-    check, and a reset whose following `backward()` the rule cannot see. The
+    check (also when the optimizer reaches the training function as an
+    argument), and a reset whose following `backward()` the rule cannot see. The
     receiver of `zero_grad` and of `.parameters()` is taken to be a torch
     module or optimizer (or a wrapper of one) unless the analysis knows it is
     something else.
@@ -114,7 +115,7 @@ class ZeroFilledGradients(Rule):
     CODE = "PM401"
     NAME = "zero-filled-gradients"
     LEVEL = Level.SAFE
-    REQUIRES = ("zero_", "fill_")  # zero_grad, p.grad.zero_(), p.grad.fill_(0)
+    REQUIRES = ("zero_", "fill_", "zeros_like", "new_zeros")  # zero_grad, p.grad.zero_(), fill_(0), _foreach_zero_
     MESSAGE = "gradients are reset by filling them with zeros; let zero_grad() set them to None"
     GAIN = "a fill kernel per parameter per step saved, and the gradients' memory between steps"
 
@@ -189,26 +190,91 @@ class ZeroFilledGradients(Rule):
         ),
     ]
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.bindings = Bindings(context.wrapper.resolve(ScopeProvider), context.parents)
-
     # -- sites ---------------------------------------------------------------------
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def _zero_grad_false(self, node: cst.Call) -> None:
         if method_name(node) != "zero_grad" or not _passes_false(node):
             return
         if self.context.kinds.fact(node.func.value).kind not in ZEROABLE:
             return
-        self._decide(node, node.with_changes(args=[]), manual=False)
+        self._decide(node, lambda updated: updated.with_changes(args=[]), manual=False)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        """`[p.grad.zero_() for p in model.parameters() if p.grad is not None]`: the
+        same reset loop written as a comprehension statement."""
+        if len(node.body) != 1 or not isinstance(node.body[0], cst.Expr):
+            return
+        comp = node.body[0].value
+        if not isinstance(comp, (cst.ListComp, cst.GeneratorExp, cst.SetComp)) or comp.for_in.inner_for_in is not None:
+            return
+        loop = comp.for_in
+        if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call) \
+                or method_name(loop.iter) != "parameters" or loop.iter.args:
+            return
+        receiver, name = loop.iter.func.value, loop.target.value
+        checks = cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(comp.elt)])])
+        if any(not _is_not_none_check(c.test, name) for c in loop.ifs) or not _only_resets(checks, name, self._zeros_like):
+            return
+        if not _is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (Kind.MODULE, Kind.UNKNOWN):
+            return
+        self._decide(comp, _zero_grad_call(receiver), manual=True)  # the line keeps its comments
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) == "zero_grad":
+            self._zero_grad_false(node)
+        elif _callee(node) == "_foreach_zero_" and self.context.names.is_(node.func, "torch._foreach_zero_"):
+            self._foreach_zero(node)
+
+    def _foreach_zero(self, node: cst.Call) -> None:
+        """`grads = [p.grad for p in model.parameters() if p.grad is not None]` then
+        `torch._foreach_zero_(grads)` (under `if grads:` or not): one kernel launch
+        per group instead of per parameter, but still a fill of every buffer."""
+        statement = self.context.parents.get(node)
+        line = self.context.parents.get(statement)
+        if not (isinstance(statement, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                and len(node.args) == 1 and isinstance(node.args[0].value, cst.Name)):
+            return
+        grads = node.args[0].value
+        assignments = self.context.bindings.assignments(grads) or []
+        values = self.context.bindings.values(grads) or []
+        if len(assignments) != 1 or len(values) != 1:
+            return
+        comp = values[0]
+        if not (isinstance(comp, cst.ListComp) and comp.for_in.inner_for_in is None and isinstance(comp.for_in.target, cst.Name)
+                and isinstance(comp.for_in.iter, cst.Call) and method_name(comp.for_in.iter) == "parameters"
+                and not comp.for_in.iter.args and m.matches(comp.elt, m.Attribute(value=m.Name(comp.for_in.target.value),
+                                                                                 attr=m.Name("grad")))
+                and all(_is_not_none_check(c.test, comp.for_in.target.value) for c in comp.for_in.ifs)):
+            return
+        receiver = comp.for_in.iter.func.value
+        if not _is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (Kind.MODULE, Kind.UNKNOWN):
+            return
+        built = self.context.bindings.statement(assignments[0].node)
+        built_line = self.context.parents.get(built)
+        guard = self.context.parents.get(self.context.parents.get(line))
+        uses = [a.node for a in assignments[0].references]
+        site: cst.CSTNode = line
+        if isinstance(guard, cst.If) and guard.orelse is None and isinstance(guard.body, cst.IndentedBlock) \
+                and list(guard.body.body) == [line] and isinstance(guard.test, cst.Name) and guard.test.value == grads.value:
+            site = guard  # `if grads: torch._foreach_zero_(grads)` goes whole
+        extra = []
+        if all(self.context.inside(use, site) for use in uses) and isinstance(built_line, cst.SimpleStatementLine) \
+                and len(built_line.body) == 1 and isinstance(self.context.parents.get(built_line), cst.IndentedBlock):
+            extra.append(Remove(built_line))  # the list of gradients is only built for the fill
+        elif site is guard:
+            site = line
+        if site is line:  # the call only: the line keeps its comments
+            self._decide(node, _zero_grad_call(receiver), manual=True, extra=extra)
+        else:
+            self._decide(site, _zero_grad_line(receiver, site), manual=True, extra=extra)
 
     def visit_For(self, node: cst.For) -> None:
         receiver = self._manual_reset_receiver(node)
         if receiver is None:
             return
-        call = cst.Call(func=cst.Attribute(value=receiver.deep_clone(), attr=cst.Name("zero_grad")))
-        replacement = cst.SimpleStatementLine(body=[cst.Expr(call)], leading_lines=node.leading_lines)
-        self._decide(node, replacement, manual=True)
+        if _assigns_grads(node) and not (self.context.loops.step_loop_of(node) or self.context.loops.runs_in(node)):
+            return  # `p.grad = torch.zeros_like(p)` once before training: buffers set up, not reset
+        self._decide(node, _zero_grad_line(receiver, node), manual=True)
 
     def _manual_reset_receiver(self, loop: cst.For) -> cst.BaseExpression | None:
         """`model` for `for p in model.parameters(): p.grad.zero_()`, `opt` for the
@@ -237,23 +303,50 @@ class ZeroFilledGradients(Rule):
             return None
         if not isinstance(parameter, cst.Name) or not _is_plain_reference(receiver):
             return None
-        if kinds.fact(receiver).kind not in allowed or not _only_resets(body, parameter.value):
+        if kinds.fact(receiver).kind not in allowed or not _only_resets(body, parameter.value, self._zeros_like):
             return None
         if self._used_after(loop, parameter):
             return None
         return receiver
 
+    def _zeros_like(self, value: cst.BaseExpression, parameter: str) -> bool:
+        """`torch.zeros_like(p)` (or `p.new_zeros(p.shape)` / `torch.zeros_like(p.data)`)."""
+        if not isinstance(value, cst.Call) or not value.args:
+            return False
+        first = value.args[0].value
+        if m.matches(first, m.Attribute(value=m.Name(parameter), attr=m.Name("data"))):
+            first = first.value
+        if self.context.names.is_(value.func, "torch.zeros_like"):
+            return m.matches(first, m.Name(parameter)) and len(value.args) == 1
+        return method_name(value) == "new_zeros" and m.matches(value.func.value, m.Name(parameter)) \
+            and m.matches(first, m.Attribute(value=m.Name(parameter), attr=m.Name("shape")))
+
     def _used_after(self, loop: cst.For, parameter: cst.Name) -> bool:
         """Is the loop variable read after the loop (it keeps the last parameter)?"""
-        for assignment in self.bindings.assignments(parameter) or ():
+        assignments = self.context.bindings.assignments(parameter) or ()
+        others = [a.node for a in assignments if a.node is not parameter]
+        for assignment in assignments:
             if assignment.node is not parameter:
                 continue
-            return any(not is_inside(access.node, loop, self.context.parents) for access in assignment.references)
+            return any(not self.context.inside(access.node, loop) and not self._rebound_around(access.node, others)
+                       for access in assignment.references)
+        return False
+
+    def _rebound_around(self, read: cst.CSTNode, others: list[cst.CSTNode]) -> bool:
+        """Is `read` inside a loop or comprehension that binds the name again
+        (`for p in other.parameters(): ... p ...`)? It then reads that binding."""
+        index = self.context.index
+        for other in others:
+            holder = self.context.parents.get(other)
+            while isinstance(holder, (cst.Element, cst.Tuple, cst.List, cst.StarredElement)):
+                holder = self.context.parents.get(holder)
+            if isinstance(holder, (cst.For, cst.CompFor)) and index.inside(read, holder) and not index.inside(read, holder.iter):
+                return True
         return False
 
     # -- decision ------------------------------------------------------------------
 
-    def _decide(self, site: cst.CSTNode, replacement: cst.CSTNode, manual: bool) -> None:
+    def _decide(self, site: cst.CSTNode, replacement, manual: bool, at: cst.CSTNode | None = None, extra=()) -> None:
         message = (
             "a Python loop zero-fills every .grad, one kernel per parameter; call zero_grad(), which sets them to None"
             if manual else
@@ -264,24 +357,26 @@ class ZeroFilledGradients(Rule):
         training_loop = self.context.training.loop_of(site)
         region = (training_loop.loop if training_loop is not None else None) \
             or self.context.loops.step_loop_of(site) or self._enclosing_body(site)
-        backwards = [c for c in calls_in(region) if self._is_backward(c)]
+        steps = self.context.loops
+        backwards = [c for c in steps.reached_calls(region) if steps.is_backward(c)]
         if not backwards:
-            self.report(site, message + "; left as is: no backward() follows it here, so its readers cannot be checked")
+            self.report(site, message + "; left as is: no backward() follows it here, so its readers cannot be checked", at=at)
             return
         read = self._grad_read_before_backward(site, region, backwards)
         if read is not None:
-            line = self.context.positions[read].start.line
+            line = self.context.line(read)
             self.report(site, message + f"; left as is: .grad is read at line {line} before the next backward(), "
-                                        "where it would be None")
+                                        "where it would be None", at=at)
             return
         optimizers = training_loop.optimizers if training_loop is not None else ()
         if any(self._custom_step_without_none_check(o) for o in optimizers):
-            self.report(site, message + "; left as is: the optimizer's step() uses .grad without a None check")
+            self.report(site, message + "; left as is: the optimizer's step() uses .grad without a None check", at=at)
             return
+        edits = [Replace(site, replacement), *extra]
         if self._zero_step_changes_nothing(optimizers, site):
-            self.report(site, message, replacement=replacement)
+            self.report(site, message, edits=edits, at=at)
         else:
-            self.report(site, message + UNSAFE_WHY, replacement=replacement, level=Level.UNSAFE)
+            self.report(site, message + UNSAFE_WHY, edits=edits, level=Level.UNSAFE, at=at)
 
     def _enclosing_body(self, node: cst.CSTNode) -> cst.CSTNode:
         current = self.context.parents.get(node)
@@ -289,27 +384,26 @@ class ZeroFilledGradients(Rule):
             current = self.context.parents.get(current)
         return current.body if isinstance(current, cst.FunctionDef) else current
 
-    def _is_backward(self, call: cst.Call) -> bool:
-        return m.matches(call, BACKWARD) or self.context.names.is_(call.func, "torch.autograd.backward")
-
     def _grad_read_before_backward(self, site, region, backwards) -> cst.Attribute | None:
         """A `.grad` read between the reset and the next backward, the region read as
         a cycle (a reset at the end of a loop body is followed by its beginning)."""
-        positions = self.context.positions
-        start = _position(positions[site].end)
-        after = [_position(positions[b].start) for b in backwards if _position(positions[b].start) > start]
-        reads = [(_position(positions[r].start), r) for r in self._grad_reads(region) if not is_inside(r, site, self.context.parents)]
+        index = self.context.index
+        start = index.end(site)
+        after = [index.order(b) for b in backwards if index.order(b) > start]
+        reads = [(index.order(r), r) for r in self._grad_reads(region) if not index.inside(r, site)]
         if after:
             window = [r for at, r in reads if start < at < min(after)]
         else:
-            first = min(_position(positions[b].start) for b in backwards)
+            first = min(index.order(b) for b in backwards)
             window = [r for at, r in reads if at > start or at < first]
         return window[0] if window else None
 
     def _grad_reads(self, node: cst.CSTNode) -> Iterator[cst.Attribute]:
         """`.grad` attributes under `node` that are read, not assigned or deleted
         (`torch.autograd.grad`, a function, is not a tensor's `.grad`)."""
-        for attribute in m.findall(node, GRAD):
+        for attribute in self.context.index.find(cst.Attribute, within=node):
+            if attribute.attr.value != "grad":
+                continue
             parent = self.context.parents.get(attribute)
             if isinstance(parent, (cst.AssignTarget, cst.Del)) or self.context.names.of(attribute):
                 continue
@@ -322,8 +416,9 @@ class ZeroFilledGradients(Rule):
         for statement in classdef.body.body:
             if isinstance(statement, cst.FunctionDef) and statement.name.value == "step":
                 reads_grad = any(True for _ in self._grad_reads(statement))
-                checks_none = m.findall(statement, m.Comparison(left=GRAD, comparisons=[
+                checks_none = any(m.matches(c, m.Comparison(left=GRAD, comparisons=[
                     m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))]))
+                    for c in self.context.index.find(cst.Comparison, within=statement))
                 return reads_grad and not checks_none
         return False
 
@@ -333,9 +428,9 @@ class ZeroFilledGradients(Rule):
         if not optimizers or not all(self._is_plain_sgd(o.call) for o in optimizers):
             return False
         module = self.context.module
-        if any(not is_inside(r, site, self.context.parents) for r in self._grad_reads(module)):
+        if any(not self.context.inside(r, site) for r in self._grad_reads(module)):
             return False
-        return not any(self.context.names.of(c.func) & GRAD_NORMS for c in m.findall(module, m.Call()))
+        return not any(self.context.names.of(c.func) & GRAD_NORMS for c in self.context.index.find(cst.Call))
 
     def _is_plain_sgd(self, constructor: cst.Call | None) -> bool:
         """`torch.optim.SGD` without momentum or weight decay: p -= lr * 0 is p."""
@@ -353,7 +448,7 @@ class ZeroFilledGradients(Rule):
     def _groups_are_plain(self, params: cst.BaseExpression) -> bool:
         """Parameter groups that do not set their own momentum or weight decay."""
         if isinstance(params, cst.Name):
-            values = self.bindings.values(params)
+            values = self.context.bindings.values(params)
             return bool(values) and all(self._groups_are_plain(v) for v in values)
         if isinstance(params, (cst.List, cst.Tuple)):
             for element in params.elements:
@@ -366,6 +461,37 @@ class ZeroFilledGradients(Rule):
                         return False
             return True
         return isinstance(params, cst.Call) and method_name(params) in ("parameters", "named_parameters")
+
+
+def _callee(call: cst.Call) -> str | None:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+
+
+def _assigns_grads(loop: cst.For) -> bool:
+    return any(isinstance(small, cst.Assign) for line in _lines(loop.body) for small in getattr(line, "body", ()))
+
+
+def _lines(block: cst.BaseSuite):
+    for line in block.body if isinstance(block, cst.IndentedBlock) else [block]:
+        if isinstance(line, (cst.For, cst.If)):
+            yield from _lines(line.body)
+        else:
+            yield line
+
+
+def _zero_grad_call(receiver: cst.BaseExpression) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=receiver.deep_clone(), attr=cst.Name("zero_grad")))
+
+
+def _zero_grad_line(receiver: cst.BaseExpression, site: cst.CSTNode) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine(body=[cst.Expr(_zero_grad_call(receiver))], leading_lines=getattr(site, "leading_lines", ()))
+
+
+def _is_not_none_check(test: cst.BaseExpression, parameter: str) -> bool:
+    """`p.grad is not None`."""
+    return m.matches(test, m.Comparison(left=m.Attribute(value=m.Name(parameter), attr=m.Name("grad")), comparisons=[
+        m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name("None"))]))
 
 
 def _passes_false(call: cst.Call) -> bool:
@@ -390,7 +516,7 @@ def _only_statement(block: cst.BaseSuite) -> cst.CSTNode | None:
     return None
 
 
-def _only_resets(block: cst.BaseSuite, parameter: str) -> bool:
+def _only_resets(block: cst.BaseSuite, parameter: str, zeros_like=lambda value, parameter: False) -> bool:
     """Does `block` only reset `<parameter>.grad` in place, zeroing it at least once?
     Allowed: `p.grad[.data].zero_()`, `.fill_(0)`, `.detach_()`, `.requires_grad_(False)`,
     under `if p.grad is not None:` or after `if p.grad is None: continue`."""
@@ -401,6 +527,10 @@ def _only_resets(block: cst.BaseSuite, parameter: str) -> bool:
 
     def reset(statement: cst.BaseSmallStatement) -> bool:
         nonlocal zeroes
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
+                and m.matches(statement.targets[0].target, grad) and zeros_like(statement.value, parameter):
+            zeroes = True  # `p.grad = torch.zeros_like(p)`: a new zero buffer every step
+            return True
         if not (isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call)):
             return False
         call = statement.value
@@ -447,6 +577,3 @@ def _only_continue(suite: cst.BaseSuite) -> bool:
         suite = suite.body[0]
     return len(suite.body) == 1 and isinstance(suite.body[0], cst.Continue)
 
-
-def _position(position) -> tuple[int, int]:
-    return (position.line, position.column)

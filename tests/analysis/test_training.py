@@ -71,14 +71,34 @@ def test_plain_loop_and_its_parts():
         "for x, y in loader:\n    loss = model(x).sum()\n    loss.backward()\n",  # no step
         "for x, y in loader:\n    sched.step()\n",  # a scheduler steps, nothing trains
         "for x, y in loader:\n    with torch.no_grad():\n        out = model(x)\n",
-        "def helper(batch):\n    model(batch).sum().backward()\n    opt.step()\nfor b in loader:\n    helper(b)\n",
     ],
-    ids=["backward-only", "scheduler-only", "eval-only", "step-in-called-function"],
+    ids=["backward-only", "scheduler-only", "eval-only"],
 )
 def test_loops_that_do_not_train(code):
     head = HEAD + "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     head += "sched = torch.optim.lr_scheduler.StepLR(opt, 10)\n"
     assert analyse(code, head).loops == []
+
+
+def test_a_step_in_a_called_function_trains_the_loop_that_calls_it():
+    """A training step in its own function (`train_step(batch)`) runs once per
+    iteration of the loop that calls it: that loop is the training loop, and its
+    backward and step are the helper's."""
+    loop, training = only_loop(
+        """\
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        def helper(batch):
+            loss = model(batch).sum()
+            loss.backward()
+            opt.step()
+        for b in loader:
+            helper(b)
+        """
+    )
+    assert training.code(loop.loop).startswith("for b in loader")
+    assert [training.code(b.call) for b in loop.backwards] == ["loss.backward()"]
+    assert [training.code(s) for s in loop.forward.statements] == ["loss = model(batch).sum()\n"]
 
 
 def test_scheduler_step_is_not_an_optimizer_step():
