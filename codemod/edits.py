@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Sequence, Union
 import libcst as cst
 
 from codemod.analysis.index import TreeIndex
-from codemod.analysis.names import with_kwarg
+from codemod.analysis.names import with_entry, with_kwarg
 
 Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
 BODY_OWNERS = (cst.IndentedBlock, cst.Module)
@@ -62,8 +62,11 @@ class Replace(Edit):
 @dataclass(frozen=True, eq=False)
 class Remove(Edit):
     """The statement `anchor` is removed: a line, a compound statement, or one small
-    statement of a line (`a(); b()`). Comment lines above a removed line stay; a
+    statement of a line (`a(); b()`). Comment lines above a removed line stay (unless
+    `keep_comments` is False: a statement moved elsewhere takes its comments along); a
     block left empty gets `pass`."""
+
+    keep_comments: bool = True
 
     @property
     def consumes(self) -> bool:
@@ -111,7 +114,8 @@ class Wrap(Edit):
 
 @dataclass(frozen=True, eq=False)
 class AddKeyword(Edit):
-    """The call `anchor` gets `name=value`, appended in the layout of its arguments."""
+    """The call `anchor` gets `name=value`, appended in the layout of its arguments; a
+    dict literal `anchor` (a `**kwargs` dict) gets the entry `"name": value` the same way."""
 
     name: str
     value: cst.BaseExpression
@@ -248,8 +252,8 @@ def validate(edit: Edit, index: TreeIndex) -> str | None:
         block = index.parents.get(edit.anchor)
         if block is None or index.parents.get(edit.last) is not block or index.order(edit.last) < index.order(edit.anchor):
             return "it wraps statements that are not a run of one block"
-    if isinstance(edit, AddKeyword) and not isinstance(edit.anchor, cst.Call):
-        return "it adds a keyword to something that is not a call"
+    if isinstance(edit, AddKeyword) and not isinstance(edit.anchor, (cst.Call, cst.Dict)):
+        return "it adds a keyword to something that is not a call or a dict literal"
     return None
 
 
@@ -299,7 +303,8 @@ class _Apply(cst.CSTTransformer):
         edits = self.at.get(original_node, ())
         for edit in edits:
             if isinstance(edit, AddKeyword):
-                updated_node = with_kwarg(updated_node, edit.name, edit.value)
+                add = with_entry if isinstance(updated_node, cst.Dict) else with_kwarg
+                updated_node = add(updated_node, edit.name, edit.value)
         for edit in edits:
             if isinstance(edit, Replace):
                 result = edit.replacement(updated_node)
@@ -334,6 +339,7 @@ class _Apply(cst.CSTTransformer):
     def _edit_block(self, original, updated):
         edits = self.blocks[original]
         removed = {e.anchor for e in edits if isinstance(e, Remove)}
+        moved = {e.anchor for e in edits if isinstance(e, Remove) and not e.keep_comments}
         before: dict[cst.CSTNode, list] = {}
         after: dict[cst.CSTNode, list] = {}
         for edit in edits:
@@ -346,7 +352,7 @@ class _Apply(cst.CSTTransformer):
         carried: list[cst.EmptyLine] = []  # comment lines of removed statements, for the next one
         for statement, new in zip(original.body, updated.body):
             core = [] if statement in removed else self.items.get(statement, [new])
-            if not core and _has_comments(statement):
+            if not core and _has_comments(statement) and statement not in moved:
                 carried.extend(statement.leading_lines)
             inserted = list(before.get(statement, ()))
             if inserted and core and core[0].leading_lines:

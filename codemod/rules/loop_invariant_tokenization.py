@@ -2,15 +2,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import Assignment, ScopeProvider
+from collections import defaultdict
 
-from codemod.analysis.bindings import Bindings
-from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
+import libcst as cst
+from libcst.metadata import Assignment
+
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
+from codemod.edits import InsertBefore, Remove
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 # How a known tokenizer is built: qualified name of the call (a prefix and a suffix
 # for the `transformers.<Class>.from_pretrained` family).
@@ -129,6 +130,10 @@ class LoopInvariantTokenization(Rule):
     LEVEL = Level.SAFE
     # a known tokenizer's module or class (`tiktoken`, `AutoTokenizer`), or torch for its factories
     REQUIRES = ("token", "Token", "torch")
+    # It moves whole statements out of the loop, and the moved statement must carry the
+    # edits other rules make inside it (PM101's non_blocking on the hoisted `.to(device)`):
+    # it runs on their output.
+    AFTER = ("PM101",)
     MESSAGE = "the same value is computed on every training step; compute it once before the loop"
     GAIN = "the host time of the repeated tokenization / tensor building, every step (10-15% of step time in the seed)"
 
@@ -208,9 +213,11 @@ class LoopInvariantTokenization(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._scopes = context.wrapper.resolve(ScopeProvider)
-        self._bindings = Bindings(self._scopes, context.parents)
+        self._scopes = context.scopes
+        self._bindings = context.bindings
+        self._index = context.index
         self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
+        self._names_in: dict[int, dict[str, list[cst.Name]]] = {}  # region -> its Name nodes by spelling
 
     # -- step loops: hoist -------------------------------------------------------------
 
@@ -237,10 +244,10 @@ class LoopInvariantTokenization(Rule):
                 continue
             regions[name] = region
             hoists.append(_Hoist(line, name, region, statement.value))
-        hoists = _needed(hoists)
+        hoists = _needed(hoists, self._index)
         if hoists:
             self._fix(hoists)
-        for call in m.findall(loop.body, m.Call()):
+        for call in self._index.find(cst.Call, within=loop.body):
             if id(call) in self._reported or not self._is_tokenizer_call(call)[0] or self._in_hoisted(call, hoists):
                 continue
             self._reported.add(id(call))
@@ -287,7 +294,7 @@ class LoopInvariantTokenization(Rule):
     def _variance(self, expr: cst.BaseExpression, region: cst.CSTNode, regions: dict[str, cst.CSTNode]):
         """None when `expr` gives the same value on every iteration of `region`; else a
         reason: a string, or (call, message) when only an unproven callee stands in the way."""
-        if isinstance(expr, LITERALS) or m.matches(expr, m.Name("True") | m.Name("False") | m.Name("None")):
+        if isinstance(expr, LITERALS) or (isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")):
             return None
         if isinstance(expr, cst.ConcatenatedString):
             return self._variance(expr.left, region, regions) or self._variance(expr.right, region, regions)
@@ -320,7 +327,8 @@ class LoopInvariantTokenization(Rule):
         if isinstance(expr, cst.Call):
             return self._call_variance(expr, region, regions)
         if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-            own = {n.value for f in m.findall(expr, m.CompFor()) for n in m.findall(f.target, m.Name())}
+            own = {n.value for f in self._index.find(cst.CompFor, within=expr)
+                   for n in self._index.find(cst.Name, within=f.target)}
             varying = self._all([n for n in names_read(expr) if n.value not in own], region, regions)
             return varying or "a comprehension (its calls are not followed)"
         return f"`{self.context.source(expr)}` is not an expression perfmod follows"
@@ -343,7 +351,9 @@ class LoopInvariantTokenization(Rule):
             return self._all(args, region, regions)
         known, receiver = self._is_tokenizer_call(call)
         if known:
-            for other in m.findall(region, m.Call(func=m.Attribute(value=_equal_to(receiver)))):
+            for other in self._index.find(cst.Call, within=region):
+                if not (isinstance(other.func, cst.Attribute) and other.func.value.deep_equals(receiver)):
+                    continue
                 if method_name(other) not in TOKENIZER_METHODS:
                     return f"`{self.context.source(other.func)}` may change the tokenizer in the loop"
             return self._all([receiver, *args], region, regions)
@@ -406,13 +416,13 @@ class LoopInvariantTokenization(Rule):
     def _aliases(self, name: str, region: cst.CSTNode) -> set[str]:
         """`name` and the names bound in `region` from expressions that read it, transitively."""
         found, changed = {name}, True
-        assigns = m.findall(region, m.Assign())
+        assigns = self._index.find(cst.Assign, within=region)
         while changed:
             changed = False
             for assign in assigns:
                 if {n.value for n in names_read(assign.value)} & found:
                     for target in assign.targets:
-                        for bound in m.findall(target.target, m.Name()):
+                        for bound in self._index.find(cst.Name, within=target.target):
                             if bound.value not in found:
                                 found.add(bound.value)
                                 changed = True
@@ -421,7 +431,7 @@ class LoopInvariantTokenization(Rule):
     def _mutated_in(self, name: str, region: cst.CSTNode) -> bool:
         """Is the object `name` holds changed in place in `region`: `x.add_(1)`, `x.append(y)`,
         `x[0] = y`, `x.attr = y`, `x += y`, `del x[0]`, `f(out=x)`, also through `x[...]` and views?"""
-        for use in m.findall(region, m.Name(name)):
+        for use in self._names(region, name):
             node, parent = use, self.context.parents.get(use)
             while True:  # climb through the expressions that still share the object's memory
                 if isinstance(parent, cst.Subscript) and parent.value is node:
@@ -451,7 +461,17 @@ class LoopInvariantTokenization(Rule):
         return False
 
     def _attributes_assigned(self, name: str, region: cst.CSTNode) -> bool:
-        return bool(m.findall(region, m.AssignTarget(target=m.Attribute(value=m.Name(name)))))
+        return any(isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                   and t.target.value.value == name for t in self._index.find(cst.AssignTarget, within=region))
+
+    def _names(self, region: cst.CSTNode, name: str) -> list[cst.Name]:
+        """The Name nodes spelled `name` in `region` (one table per region)."""
+        table = self._names_in.get(id(region))
+        if table is None:
+            table = self._names_in[id(region)] = defaultdict(list)
+            for node in self._index.find(cst.Name, within=region):
+                table[node.value].append(node)
+        return table.get(name, [])
 
     # -- what a tokenizer is -------------------------------------------------------------------
 
@@ -496,7 +516,7 @@ class LoopInvariantTokenization(Rule):
         classdef = self.context.parents.get(self.context.parents.get(node))
         if not isinstance(classdef, cst.ClassDef) or self.context.kinds.class_fact(classdef).kind is not Kind.MODULE:
             return
-        for call in m.findall(node.body, m.Call()):
+        for call in self._index.find(cst.Call, within=node.body):
             if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
                 self._reported.add(id(call))
                 self.report(call, f"`{self.context.source(call.func)}` tokenizes inside the model's forward, on the host, on "
@@ -511,7 +531,7 @@ class LoopInvariantTokenization(Rule):
         function = collate.value if isinstance(collate.value, cst.Lambda) else self._bindings.local_function(collate.value)
         if function is None:
             return
-        for call in m.findall(function.body, m.Call()):
+        for call in self._index.find(cst.Call, within=function.body):
             if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
                 self._reported.add(id(call))
                 self.report(call, f"`{self.context.source(call.func)}` tokenizes in the DataLoader's collate function, again "
@@ -521,23 +541,18 @@ class LoopInvariantTokenization(Rule):
     # -- the fix -------------------------------------------------------------------------------
 
     def _fix(self, hoists: list[_Hoist]) -> None:
-        anchor = hoists[0].region
+        """Each hoisted line leaves the loop and goes, in order, in front of the outermost
+        loop it is invariant in (a line a later one reads goes first: fixes apply in order)."""
+        first_of_region: set[int] = set()
         for hoist in hoists:
-            if self.context.inside(anchor, hoist.region):
-                anchor = hoist.region
-        edits: dict[int, Edit] = {}
-        before: dict[int, list[cst.SimpleStatementLine]] = {}
-        for hoist in hoists:
-            edits[id(hoist.line)] = _remove
-            before.setdefault(id(hoist.region), []).append(hoist.line)
-        for region_id, lines in before.items():
-            if region_id != id(anchor):
-                edits[region_id] = lambda updated, lines=lines: cst.FlattenSentinel(_in_front(lines, updated))
-        replacement = cst.FlattenSentinel(_in_front(before[id(anchor)], anchor.visit(EditsByIdentity(edits))))
-        for hoist in hoists:
-            self.report(anchor, f"`{hoist.name} = {self._short(hoist.value)}` (line {self.context.line(hoist.line)}) gives the "
-                                "same value on every training step; computed once before the loop",
-                        replacement=replacement)
+            if id(hoist.region) in first_of_region:
+                moved = _moved(hoist.line)
+            else:
+                first_of_region.add(id(hoist.region))
+                moved = _in_front([hoist.line], hoist.region)[0]
+            self.report(hoist.line, f"`{hoist.name} = {self._short(hoist.value)}` gives the same value on every training "
+                                    "step; computed once before the loop",
+                        edits=[Remove(hoist.line, keep_comments=False), InsertBefore(hoist.region, (moved,))])
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -555,35 +570,32 @@ class LoopInvariantTokenization(Rule):
 
 
 
-def _equal_to(expr: cst.BaseExpression) -> m.BaseMatcher:
-    return m.MatchIfTrue(lambda node: node.deep_equals(expr))
-
-
-def _remove(_):
-    return cst.RemovalSentinel.REMOVE
-
-
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
     return list(block.body) if isinstance(block, cst.IndentedBlock) else []
 
 
-def _in_front(lines: list[cst.SimpleStatementLine], loop: cst.CSTNode) -> list[cst.CSTNode]:
-    """`lines` moved in front of `loop`: blank lines above the loop go above them, the
-    comments above the loop stay with it, each moved line keeps its own comments."""
+def _in_front(lines: list[cst.SimpleStatementLine], loop: cst.CSTNode) -> list[cst.SimpleStatementLine]:
+    """`lines` as they go in front of `loop`: the blank lines above the loop go above them
+    (the comments above the loop stay with it), each line keeps its own comments."""
     leading = list(loop.leading_lines)
     first_comment = next((k for k, line in enumerate(leading) if line.comment is not None), len(leading))
-    moved = [line.with_changes(leading_lines=[l for l in line.leading_lines if l.comment is not None]) for line in lines]
+    moved = [_moved(line) for line in lines]
     moved[0] = moved[0].with_changes(leading_lines=[*leading[:first_comment], *moved[0].leading_lines])
-    return [*moved, loop.with_changes(leading_lines=leading[first_comment:])]
+    return moved
 
 
-def _needed(hoists: list[_Hoist]) -> list[_Hoist]:
+def _moved(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`line` without the blank lines above it: its comments go along."""
+    return line.with_changes(leading_lines=[l for l in line.leading_lines if l.comment is not None])
+
+
+def _needed(hoists: list[_Hoist], index) -> list[_Hoist]:
     """The hoists worth making: those that call something (a tokenizer, a tensor factory, a
     conversion), and the plain literals (`messages = [...]`) that such a hoist reads."""
     kept: list[_Hoist] = []
     read: set[str] = set()
     for hoist in reversed(hoists):
-        if m.findall(hoist.value, m.Call()) or hoist.name in read:
+        if index.find(cst.Call, within=hoist.value) or hoist.name in read:
             kept.append(hoist)
             read |= {n.value for n in names_read(hoist.value)}
     return kept[::-1]

@@ -5,12 +5,13 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import Assignment, ImportAssignment, ScopeProvider
+from libcst.metadata import Assignment, ImportAssignment
 
-from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import names_read, positional
+from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 IMPORTS = [("torch.utils.data", "DataLoader"), ("torch.utils.data", "TensorDataset")]
 RANGE = ("range", "builtins.range")
@@ -229,14 +230,18 @@ class ManualBatchingInStepLoop(Rule):
         index = parent.targets[0].target.value
         loop = self.context.loops.step_loop_of(call)
         # `X[idx]`, or `[texts[i] for i in idx]` / `for i in idx: ... texts[i]`
-        if m.findall(loop.body, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(index)))])):
+        if self._indexed_by(loop.body, index):
             return True
-        for each in m.findall(loop.body, m.CompFor(iter=m.Name(index)) | m.For(iter=m.Name(index))):
-            if isinstance(each.target, cst.Name) and m.findall(
-                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each,
-                    m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(each.target.value)))])):
+        for each in self.context.index.find((cst.CompFor, cst.For), within=loop.body):
+            if _is_name(each.iter, index) and isinstance(each.target, cst.Name) and self._indexed_by(
+                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each, each.target.value):
                 return True
         return False
+
+    def _indexed_by(self, node: cst.CSTNode, name: str) -> bool:
+        """Is something under `node` subscripted by the plain name `name`: `X[name]`?"""
+        return any(len(s.slice) == 1 and isinstance(s.slice[0].slice, cst.Index) and _is_name(s.slice[0].slice.value, name)
+                   for s in self.context.index.find(cst.Subscript, within=node))
 
     # -- manual slicing: fixed ----------------------------------------------------
 
@@ -289,12 +294,15 @@ class ManualBatchingInStepLoop(Rule):
         """Fill plan.tensors/uses; "" when the loop does not batch by hand, a reason when it
         does but cannot be rewritten, None when every use of `i` is understood."""
         loop, i = plan.loop, plan.loop.target.value
-        windows = m.findall(loop.body, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(plan.window.matches)]))
+        index = self.context.index
+        pattern = m.Subscript(value=m.Name(), slice=[m.SubscriptElement(plan.window.matches)])
+        windows = [s for s in index.find(cst.Subscript, within=loop.body)
+                   if isinstance(s.value, cst.Name) and len(s.slice) == 1 and m.matches(s, pattern)]
         if not windows:
             return ""
         understood: set[int] = set()
         for window in windows:
-            understood.update(id(n) for n in m.findall(window.slice[0], m.Name(i)))
+            understood.update(id(n) for n in self._names(window.slice[0], i))
             source = window.value.value
             permutation = self._permutation(source, loop)
             if permutation is None:
@@ -310,7 +318,7 @@ class ManualBatchingInStepLoop(Rule):
         if carried is not None:
             return (f"`{carried}` is carried from one batch to the next (state such as a truncated-BPTT "
                     "hidden state), so the order of the windows matters")
-        others = [n for n in m.findall(loop.body, m.Name(i)) if id(n) not in understood]
+        others = [n for n in self._names(loop.body, i) if id(n) not in understood]
         if others:
             return f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
         return None
@@ -342,7 +350,7 @@ class ManualBatchingInStepLoop(Rule):
             return "the permutation is sliced on a line that does more"
         index = statement.targets[0].target.value
         plan.uses[id(statement)] = ""  # the `idx = perm[...]` statement goes
-        for read in m.findall(plan.loop.body, m.Name(index)):
+        for read in self._names(plan.loop.body, index):
             if read is statement.targets[0].target:
                 continue
             element = parents.get(parents.get(read))
@@ -386,7 +394,7 @@ class ManualBatchingInStepLoop(Rule):
 
     def _drawn_per_epoch(self, plan: _Plan) -> bool:
         """Is `perm = torch.randperm(n)` inside a loop around the step loop (a new one per epoch)?"""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(plan.loop)
+        scope = self.context.scopes.get(plan.loop)
         binding = next(iter(scope.assignments[plan.permutation])).node
         current = self.context.parents.get(plan.loop)
         while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
@@ -396,7 +404,7 @@ class ManualBatchingInStepLoop(Rule):
         return False
 
     def _a_use(self, plan: _Plan, name: str) -> cst.Subscript:
-        for node in m.findall(plan.loop.body, m.Subscript(value=m.Name(name))):
+        for node in self.context.index.find(cst.Subscript, within=plan.loop.body):
             if plan.uses.get(id(node)) == name:
                 return node
         raise AssertionError(name)
@@ -427,15 +435,16 @@ class ManualBatchingInStepLoop(Rule):
         for line in lines:
             if _unpacks_only_batches(line, plan.uses):
                 batch_names |= {e.value.value for e in line.body[0].targets[0].target.elements}
-        bound_in_body = set().union(*(_bound_names(line) for line in lines))
+        bound_in_body = set().union(*(self._bound_names(line) for line in lines))
         bound_so_far: set[str] = {plan.loop.target.value}
         carried: set[str] = set()
         for line in lines:
             reads = {n.value for n in names_read(line)}
             carried |= (reads - bound_so_far) & bound_in_body - batch_names
-            binds = _bound_names(line)
+            binds = self._bound_names(line)
             hit = reads & carried
-            if hit and (reads & batch_names or any(id(n) in plan.uses for n in m.findall(line, m.Subscript()))):
+            if hit and (reads & batch_names or any(id(n) in plan.uses
+                                                   for n in self.context.index.find(cst.Subscript, within=line))):
                 return sorted(hit)[0]
             carried = carried | binds if hit else carried - binds
             bound_so_far |= binds
@@ -444,7 +453,7 @@ class ManualBatchingInStepLoop(Rule):
     def _batch_statements(self, plan: _Plan) -> dict[str, cst.Assign]:
         """tensor -> `xb = X[...]` statement whose value is exactly one use (its name becomes the loop variable)."""
         found: dict[str, cst.Assign] = {}
-        for node in m.findall(plan.loop.body, m.Subscript()):
+        for node in self.context.index.find(cst.Subscript, within=plan.loop.body):
             tensor = plan.uses.get(id(node))
             if not tensor or tensor in found:
                 continue
@@ -463,56 +472,58 @@ class ManualBatchingInStepLoop(Rule):
         # Loop variables: the names the batches were assigned to, where a statement did
         # only that (it goes); a new name where a batch was used inside an expression.
         variables: dict[str, str] = {}
-        edits: dict[int, Edit] = {}
+        removed: list[cst.CSTNode] = []
         for tensor, statement in self._batch_statements(plan).items():
             variables[tensor] = statement.targets[0].target.value
-            edits[id(parents.get(statement))] = _remove
+            removed.append(parents.get(statement))
         for line in _lines(loop.body):
             if _unpacks_only_batches(line, plan.uses):
                 for element, value in zip(line.body[0].targets[0].target.elements, line.body[0].value.elements):
                     variables.setdefault(plan.uses[id(value.value)], element.value.value)
-                edits[id(line)] = _remove
+                removed.append(line)
         for tensor in plan.tensors:
             if tensor not in variables:
                 variables[tensor] = _fresh(f"{tensor}_batch", taken)
-        for node in m.findall(loop.body, m.Subscript() | m.Assign()):
+        replaced: list[Edit] = []
+        index = self.context.index
+        for node in index.find((cst.Subscript, cst.Assign), within=loop.body):
             tensor = plan.uses.get(id(node))
             if tensor == "":  # `idx = perm[i:i + bs]`
-                edits[id(parents.get(node))] = _remove
-            elif tensor is not None:
-                edits[id(node)] = lambda _, name=variables[tensor]: cst.Name(name)
+                removed.append(parents.get(node))
+            elif tensor is not None and not any(index.inside(node, line) for line in removed):
+                replaced.append(Replace(node, cst.Name(variables[tensor])))
         anchor = self._anchor(plan)
         if plan.permutation is not None:
             perm_line = self._unused_permutation(plan, anchor)
             if perm_line is not None:
-                edits[id(perm_line)] = _remove
+                removed.append(perm_line)
         loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
         names = [variables[t] for t in plan.tensors]
         if len(names) == 1:  # TensorDataset items are tuples, of one tensor here: `for (xb,) in loader`
             target = cst.Tuple([cst.Element(cst.Name(names[0]), comma=cst.Comma())])
         else:
             target = cst.Tuple([cst.Element(cst.Name(n)) for n in names], lpar=[], rpar=[])
-        edits[id(loop)] = lambda updated: updated.with_changes(target=target, iter=cst.Name(loader))
         shuffle = "True" if plan.permutation else "False"
         drop_last = ", drop_last=True" if plan.window.drop_last else ""
         build = cst.parse_statement(
             f"{loader} = DataLoader(TensorDataset({', '.join(plan.tensors)}), "
             f"batch_size={self.context.source(plan.batch_size)}, shuffle={shuffle}{drop_last})\n")
-        rewritten = anchor.visit(EditsByIdentity(edits))
-        # Blank lines above the loop go above the new line; comments stay with the loop they describe.
-        leading = list(anchor.leading_lines)
-        first_comment = next((k for k, line in enumerate(leading) if line.comment is not None), len(leading))
-        build = build.with_changes(leading_lines=leading[:first_comment])
-        replacement = cst.FlattenSentinel([build, rewritten.with_changes(leading_lines=leading[first_comment:])])
+        edits: list[Edit] = [
+            InsertBefore(anchor, (build,)),
+            # the header as a function of the loop, so that edits inside its body compose
+            Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader))),
+            *replaced,
+            *(Remove(line) for line in removed),
+        ]
         order = "shuffled each epoch, as the permutation did" if plan.permutation else "in the same order"
-        self.report(anchor, f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
-                            f"a DataLoader built once, batches of `{self.context.source(plan.batch_size)}` {order}",
-                    replacement=replacement, imports=IMPORTS)
+        self.report(loop, f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
+                          f"a DataLoader built once, batches of `{self.context.source(plan.batch_size)}` {order}",
+                    edits=edits, imports=IMPORTS)
 
     def _unused_permutation(self, plan: _Plan, anchor: cst.CSTNode) -> cst.CSTNode | None:
         """The line `perm = torch.randperm(n)` when the rewritten windows were its only
         reads and it sits inside the rewritten code; None to keep it."""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(plan.loop)
+        scope = self.context.scopes.get(plan.loop)
         assignments = list(scope.assignments[plan.permutation])
         line = self.context.parents.get(self.context.parents.get(self.context.parents.get(assignments[0].node)))
         if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self.context.inside(line, anchor)):
@@ -536,9 +547,20 @@ class ManualBatchingInStepLoop(Rule):
 
     # -- helpers -----------------------------------------------------------------
 
+    def _names(self, node: cst.CSTNode, name: str) -> list[cst.Name]:
+        """The Name nodes spelled `name` under `node`."""
+        return [n for n in self.context.index.find(cst.Name, within=node) if n.value == name]
+
+    def _bound_names(self, line: cst.CSTNode) -> set[str]:
+        """Names that the assignments of `line` bind (`a.b = ...` and `a[i] = ...` bind none)."""
+        names: set[str] = set()
+        for statement in self.context.index.find((cst.AssignTarget, cst.AugAssign, cst.AnnAssign), within=line):
+            names |= _target_names(statement.target)
+        return names
+
     def _values(self, name: str, loop: cst.CSTNode) -> list[cst.BaseExpression] | None:
         """The values of every plain assignment to `name` in the scope of `loop`."""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(loop)
+        scope = self.context.scopes.get(loop)
         if scope is None or name not in scope:
             return None
         values = []
@@ -553,14 +575,14 @@ class ManualBatchingInStepLoop(Rule):
         return values
 
     def _bound_in(self, name: str, region: cst.CSTNode) -> bool:
-        scope = self.context.wrapper.resolve(ScopeProvider).get(region)
+        scope = self.context.scopes.get(region)
         if scope is None or name not in scope:
             return False
         return any(isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region) for a in scope.assignments[name])
 
     def _free_or_torch(self, name: str) -> bool:
         """Is `name` unbound in the module, or bound only by an import of torch's class of that name?"""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(self.context.module.body[0]) if self.context.module.body else None
+        scope = self.context.scopes.get(self.context.module.body[0]) if self.context.module.body else None
         if scope is None or name not in scope.globals:
             return True
         for assignment in scope.globals.assignments[name]:
@@ -575,8 +597,8 @@ class ManualBatchingInStepLoop(Rule):
 
 
 
-def _remove(_):
-    return cst.RemovalSentinel.REMOVE
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
 
 
 def _same(a: cst.CSTNode, b: cst.CSTNode) -> bool:
@@ -608,12 +630,6 @@ def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
     return list(block.body) if isinstance(block, cst.IndentedBlock) else [block]
 
 
-def _bound_names(line: cst.CSTNode) -> set[str]:
-    """Names that the assignments of `line` bind (`a.b = ...` and `a[i] = ...` bind none)."""
-    names: set[str] = set()
-    for statement in m.findall(line, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
-        names |= _target_names(statement.target)
-    return names
 
 
 def _target_names(target: cst.BaseExpression) -> set[str]:

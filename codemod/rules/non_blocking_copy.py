@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.kinds import Kind, Place
-from codemod.analysis.names import with_kwarg
+from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
 PREAMBLE = """\
@@ -155,4 +155,4 @@ class NonBlockingCopy(Rule):
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return
-        self.report(node, replacement=with_kwarg(node, "non_blocking", cst.Name("True")))
+        self.report(node, edits=[AddKeyword(node, "non_blocking", cst.Name("True"))])
