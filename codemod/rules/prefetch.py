@@ -48,16 +48,17 @@ class BatchCopiedInTheStep(Rule):
     copy. `DevicePrefetcher` queues the copy of the next batch on a side CUDA
     stream while the current step computes, and makes the step's stream wait
     for exactly that copy (an event, plus `record_stream` so the memory is not
-    reused early). Typical gain: the whole host-to-device copy time per step in
-    input-heavy loops (large images, long sequences); nothing on the CPU, where
-    the prefetcher is plain iteration.
+    reused early). The gain is the host-to-device copy time of each batch,
+    hidden behind the previous step's compute: largest in input-heavy loops
+    (large images, long sequences); nothing on the CPU, where the prefetcher is
+    plain iteration.
 
-    Checked against torch 2.13: the seed reports' hand-written prefetch
-    (`next_batch = next(it).to(device, non_blocking=True)` before the step,
-    on the default stream) frees the host but does not overlap the copy with
-    compute, because one CUDA stream runs its work in order: the copy runs
-    before the forward queued after it. Overlap needs the copy on another
-    stream, and then the wait and `record_stream` that DevicePrefetcher does.
+    A hand-written prefetch (`next_batch = next(it).to(device,
+    non_blocking=True)` before the step, on the default stream) frees the host
+    but does not overlap the copy with compute, because one CUDA stream runs
+    its work in order: the copy runs before the forward queued after it.
+    Overlap needs the copy on another stream, and then the wait and
+    `record_stream` that DevicePrefetcher does. Such loops are reported.
 
     ## Example
     ```python
@@ -89,16 +90,15 @@ class BatchCopiedInTheStep(Rule):
     `enumerate`, `iter` or `tqdm`), every name the loop binds for the batch is
     copied by a statement `x = x.to(device)` / `x.cuda()` (`non_blocking`
     allowed, nothing else), `batch = [t.to(device) for t in batch]` or
-    `batch = {k: v.to(device) for k, v in batch.items()}` of the loop body itself, to one device expression
-    bound before the loop, and no statement before its copy uses it; the
-    loader has the default `collate_fn` (or `default_collate`, `PadCollate`),
-    so a batch holds only tensors, mappings and sequences; it is pinned
-    (`pin_memory` passed and not `False`, or PM102 selected in the same run,
-    which adds it: without it the copies cannot overlap) and not a subclass
-    overriding `__iter__`. A loop whose copies match but whose loader is not
-    pinned, with PM102 not selected, is reported without a fix: run PM102
-    first, since once the copies are gone from the loop PM102 no longer sees
-    that the batches go to CUDA.
+    `batch = {k: v.to(device) for k, v in batch.items()}` of the loop body
+    itself, to one device expression bound before the loop, and no statement
+    before its copy uses it; the loader has the default `collate_fn` (or
+    `default_collate`, `PadCollate`), so a batch holds only tensors, mappings
+    and sequences; it is pinned (`pin_memory` passed and not `False`: PM102,
+    which runs first in the same run, adds it; without it the copies cannot
+    overlap) and not a subclass overriding `__iter__`. A loop whose copies
+    match but whose loader is not pinned (PM102 not selected, or unable to
+    pin it) is reported without a fix.
     """
 
     CODE = "PM103"
