@@ -3,10 +3,12 @@ and PM103 share, built once per file (`context.loaders`).
 
 It finds every DataLoader construction (torch's, under any alias, and subclasses of
 this file) and answers: which constructions an expression may evaluate to (through
-names, helper functions that build and return the loader, `self.` attributes set in
-another method, enumerate/zip/tqdm/iter), which loops each loader feeds, which copies
-to a device a loop makes of its batches, whether the dataset may hold CUDA data, and
-what a `**kwargs` dict holds.
+names, parameters, helper functions that build and return the loader, `self.`
+attributes set in another method, enumerate/zip/tqdm/iter), which loops each loader
+feeds (iterating it, or taking `next(it)` from it), which copies to a device a loop
+makes of its batches (also in the functions and methods of this file it hands the
+batch to), whether a loop trains (calls `backward()`, itself or through those
+functions), whether the dataset may hold CUDA data, and what a `**kwargs` dict holds.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.bindings import argument_for, returned_values
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.torch_facts import NOT_TENSOR_FUNCTIONS, TENSOR_COLLATES, TENSOR_FUNCTIONS, TENSOR_NAMESPACES
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -33,6 +35,9 @@ LOOKS_THROUGH = {"itertools.islice", "runtime.data.DevicePrefetcher", "runtime.D
 MAX_DEPTH = 8  # how many assignments and helper calls a look-up follows
 ENUMERATE = ("enumerate", "builtins.enumerate")
 ZIP = ("zip", "builtins.zip")
+NEXT = ("next", "builtins.next")
+LOOPS = (cst.For, cst.While)
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 
 def memoized(method):
@@ -64,11 +69,13 @@ def _key(argument):
 
 @dataclass(frozen=True)
 class Feed:
-    """A `for` loop over (something built from) a DataLoader construction."""
+    """A loop that gets its batches from a DataLoader construction: a `for` over (something
+    built from) it, or a loop that takes `next(it)` of an iterator over it."""
 
     loader: cst.Call
-    loop: cst.For
-    target: cst.BaseExpression  # the part of the loop target bound to the loader's batches
+    loop: cst.CSTNode  # a For, a While, or a comprehension (`[step(b) for b in loader]`)
+    target: cst.BaseExpression  # what binds the loader's batches: (part of) the loop target, or `x, y` of `x, y = next(it)`
+    fetch: cst.Call | None = None  # the `next(it)` call, for a loop that fetches its batches
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,6 @@ class Loaders:
         self.kinds = context.kinds
         self.bindings = context.bindings
         self._memo: dict[tuple, object] = {}
-        self._calls_of: dict[int, list[cst.Call]] | None = None
         # Every spelling of torch's DataLoader (an alias, a subclass) names it somewhere in the
         # file; without it, skip resolving the qualified name of every call.
         self.constructions: list[cst.Call] = []
@@ -123,15 +129,80 @@ class Loaders:
 
     @functools.cached_property
     def feeds(self) -> list[Feed]:
-        """Every `for` loop over a loader, with the loader and the target its batches bind."""
+        """Every loop over a loader, with the loader and what binds its batches."""
         found: list[Feed] = []
         if not self.constructions:
             return found
-        for loop in self.index.find(cst.For):
+        for loop in self.index.find((cst.For, cst.CompFor)):
             for iterable, target in self.iterated(loop.iter, loop.target):
                 for loader in self.sources(iterable, (), 0):
-                    found.append(Feed(loader, loop, target))
+                    found.append(Feed(loader, loop if isinstance(loop, cst.For) else self.index.first_enclosing(
+                        loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)), target))
+        for call in self.index.find(cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value == "next" and call.args
+                    and self.names.is_(call.func, *NEXT)):
+                continue
+            loop = self.index.first_enclosing(call, (*LOOPS, *SCOPES))
+            statement = self.context.parents.get(call)
+            if not isinstance(loop, LOOPS) or not (isinstance(statement, cst.Assign) and statement.value is call
+                                                   and len(statement.targets) == 1):
+                continue
+            for loader in self.sources(call.args[0].value, (), 0):
+                found.append(Feed(loader, loop, statement.targets[0].target, call))
         return found
+
+    @functools.cached_property
+    def step_loops(self) -> list[cst.CSTNode]:
+        """Loops that run one training step per iteration: `backward()` is called in their
+        body, or in a function or method of this file it calls, and not inside a loop
+        nested on the way (that inner loop is the step loop then)."""
+        return [loop for loop in self.index.find(LOOPS) if self._steps(loop.body, 0)]
+
+    def step_loop_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The innermost step loop whose body holds `node` in the same function, if any."""
+        steps = self._step_ids
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, SCOPES):
+                return None
+            if id(ancestor) in steps and self.index.inside(node, ancestor.body):
+                return ancestor
+        return None
+
+    @functools.cached_property
+    def _step_ids(self) -> set[int]:
+        return {id(loop) for loop in self.step_loops}
+
+    @memoized
+    def _steps(self, region: cst.CSTNode, depth: int) -> bool:
+        if depth > 3:
+            return False
+        calls = [call for call in own_nodes(self.index, cst.Call, region) if not self._in_inner_loop(call, region)]
+        if any(method_name(call) == "backward" for call in calls):
+            return True
+        return any((callee := self.kinds.local_callee(call)) is not None and self._steps(callee.body, depth + 1)
+                   for call in calls)
+
+    def _in_inner_loop(self, node: cst.CSTNode, region: cst.CSTNode) -> bool:
+        loop = self.index.first_enclosing(node, LOOPS)
+        return loop is not None and self.index.inside(loop, region)
+
+    def trains(self, loop: cst.CSTNode) -> bool:
+        """Does the loop's body call `backward()`, itself or in a function or method of this
+        file it calls (followed a few calls deep)?"""
+        return self._calls_backward(body(loop), 0)
+
+    @memoized
+    def _calls_backward(self, region: cst.CSTNode, depth: int) -> bool:
+        if depth > 3:
+            return False
+        for call in own_nodes(self.index, cst.Call, region):
+            if method_name(call) == "backward":
+                return True
+        for call in own_nodes(self.index, cst.Call, region):
+            callee = self.kinds.local_callee(call)
+            if callee is not None and self._calls_backward(callee.body, depth + 1):
+                return True
+        return False
 
     def iterated(self, iterable: cst.BaseExpression, target: cst.BaseExpression):
         """(iterable, the part of the loop target its items bind) through enumerate, zip, tqdm, iter."""
@@ -163,15 +234,18 @@ class Loaders:
         if isinstance(expr, cst.Call):
             if id(expr) in self._ids:
                 return [] if path else [expr]
-            function = self.local_function(expr.func)
+            through = self._looked_through(expr)
+            if through is not None:
+                return self.sources(through, path, depth + 1)
+            function = self.kinds.local_callee(expr)
             if function is None:
                 return []
-            return [found for value in returned_values(function) for found in self.sources(value, path, depth + 1)]
+            return [found for value in self.kinds.returned(function) for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.Name):
             return [found for source, inner in self.bound_values(expr)
                     for found in self.sources(source, inner + path, depth + 1)]
         if isinstance(expr, cst.Attribute):  # `self.train_loader`, assigned in another method
-            values = self.bindings.attribute_values(expr) or []
+            values = self.kinds.self_attribute_values(expr) or []
             return [found for value in values for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.IfExp):
             return self.sources(expr.body, path, depth + 1) + self.sources(expr.orelse, path, depth + 1)
@@ -191,14 +265,17 @@ class Loaders:
         if isinstance(expr, cst.Call):
             if id(expr) in self._ids:
                 return not path
-            function = self.local_function(expr.func)
-            values = returned_values(function) if function is not None else []
+            through = self._looked_through(expr)
+            if through is not None:
+                return self.only_loaders(through, path, depth + 1)
+            function = self.kinds.local_callee(expr)
+            values = self.kinds.returned(function) if function is not None else []
             return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
         if isinstance(expr, cst.Name):
             sources = self.bound_values(expr)
             return bool(sources) and all(self.only_loaders(source, inner + path, depth + 1) for source, inner in sources)
         if isinstance(expr, cst.Attribute):
-            values = self.bindings.attribute_values(expr) or []
+            values = self.kinds.self_attribute_values(expr) or []
             return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
         if isinstance(expr, cst.IfExp):
             return self.only_loaders(expr.body, path, depth + 1) and self.only_loaders(expr.orelse, path, depth + 1)
@@ -206,6 +283,13 @@ class Loaders:
 
     def local_function(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
         return self.bindings.local_function(func)
+
+    def _looked_through(self, call: cst.Call) -> cst.BaseExpression | None:
+        """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable: the same batches."""
+        if call.args and call.args[0].keyword is None and not call.args[0].star \
+                and self.names.is_(call.func, *LOOKS_THROUGH):
+            return call.args[0].value
+        return None
 
     @memoized
     def bound_values(self, name: cst.Name) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
@@ -215,7 +299,7 @@ class Loaders:
         parameter = self.bindings.param_of(name)
         if parameter is not None:
             function, param = parameter
-            passed = [argument_for(call, function, param) for call in self.calls_of(function)]
+            passed = [self.kinds.argument(call, function, param, offset) for call, offset in self.kinds.callers(function) or ()]
             return [(argument, ()) for argument in passed if argument is not None]
         found = []
         for assignment in self.bindings.assignments(name) or ():
@@ -231,29 +315,23 @@ class Loaders:
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
         return found
 
-    def calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
-        """The calls of this file to `function` (by its name)."""
-        if self._calls_of is None:
-            defined = {f.name.value for f in self.index.find(cst.FunctionDef)}
-            self._calls_of = {}
-            for call in self.index.find(cst.Call):
-                if isinstance(call.func, cst.Name) and call.func.value in defined:
-                    target = self.local_function(call.func)
-                    if target is not None:
-                        self._calls_of.setdefault(id(target), []).append(call)
-        return self._calls_of.get(id(function), [])
-
     # -- what a loop does with its batches -------------------------------------------------
 
-    def copies_to_device(self, loop: cst.For, target: cst.BaseExpression) -> list[DeviceCopy]:
-        """Each copy of the batch (bound to `target`) to a device in the loop body."""
+    def copies_to_device(self, loop: cst.CSTNode, target: cst.BaseExpression) -> list[DeviceCopy]:
+        """Each copy of the batch (bound to `target`) to a device in the loop body, or in
+        the functions and methods of this file the loop hands (a part of) the batch to."""
         bound = frozenset(id(node) for node in self.index.find(cst.Name, within=target))
+        return self._copies_in(body(loop), bound, 0)
+
+    @memoized
+    def _copies_in(self, region: cst.CSTNode, bound: frozenset, depth: int) -> list[DeviceCopy]:
         found = []
-        for call in own_nodes(self.index, cst.Call, loop.body):
+        for call in own_nodes(self.index, cst.Call, region):
             method = method_name(call)
             if method not in ("to", "cuda"):
+                found.extend(self._copies_in_callee(call, bound, region, depth))
                 continue
-            if not self.derives_from(call.func.value, bound, loop, 0):
+            if not self.derives_from(call.func.value, bound, region, 0):
                 continue
             if method == "cuda":
                 found.append(DeviceCopy(call, Place.CUDA, None))
@@ -267,13 +345,28 @@ class Loaders:
                 found.append(DeviceCopy(call, Place.UNKNOWN, device.value))  # `cfg.train_device`: named like a device
         return found
 
+    def _copies_in_callee(self, call: cst.Call, bound: frozenset, region: cst.CSTNode, depth: int) -> list[DeviceCopy]:
+        """The copies a function or method of this file makes of the parameters `call`
+        passes (a part of) the batch to: `x = to_device(batch)`, `self.train_step(batch)`."""
+        if depth >= 3:
+            return []
+        callee = self.kinds.local_callee(call)
+        if callee is None:
+            return []
+        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        params = [*callee.params.posonly_params, *callee.params.params, *callee.params.kwonly_params]
+        passed = frozenset(id(param) for param in params
+                           if (value := self.kinds.argument(call, callee, param, offset)) is not None
+                           and self.derives_from(value, bound, region, 0))
+        return self._copies_in(callee.body, passed, depth + 1) if passed else []
+
     @memoized
-    def derives_from(self, expr: cst.BaseExpression, bound: frozenset, loop: cst.For, depth: int) -> bool:
-        """Is `expr` (a part of) what the loop target `bound` (ids of its names) holds,
-        directly or through assignments and comprehensions inside the loop?"""
+    def derives_from(self, expr: cst.BaseExpression, bound: frozenset, region: cst.CSTNode, depth: int) -> bool:
+        """Is `expr` (a part of) what `bound` (ids of the names or parameters that bind the
+        batch) holds, directly or through assignments and comprehensions in `region`?"""
         if depth > MAX_DEPTH:
             return False
-        return any(self._name_derives_from(name, bound, loop, depth) for name in self._roots(expr))
+        return any(self._name_derives_from(name, bound, region, depth) for name in self._roots(expr))
 
     def _roots(self, expr: cst.BaseExpression) -> list[cst.Name]:
         expr = self.kinds.storage_root(expr)
@@ -288,12 +381,12 @@ class Loaders:
                 return [root for arg in expr.args for root in self._roots(arg.value)]
         return []
 
-    def _name_derives_from(self, name: cst.Name, bound: frozenset, loop: cst.For, depth: int) -> bool:
+    def _name_derives_from(self, name: cst.Name, bound: frozenset, region: cst.CSTNode, depth: int) -> bool:
         for assignment in self.bindings.assignments(name) or ():
             if id(assignment.node) in bound:
                 return True
             statement = self.bindings.statement(assignment.node)
-            if not self.index.inside(statement, loop.body):
+            if not self.index.inside(statement, region):
                 continue
             if isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
                 source = statement.value
@@ -301,7 +394,7 @@ class Loaders:
                 source = statement.iter
             else:
                 continue
-            if self.derives_from(source, bound, loop, depth + 1):
+            if self.derives_from(source, bound, region, depth + 1):
                 return True
         return False
 
@@ -362,6 +455,57 @@ class Loaders:
             if device is not None and self.kinds.device_place(device.value) is not Place.HOST:
                 return True
         return False
+
+    def collate(self, loader: cst.Call) -> cst.BaseExpression | None:
+        """The `collate_fn` the loader is built with, if any."""
+        arg = kwarg(loader, "collate_fn") or (
+            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None)
+        return arg.value if arg is not None else None
+
+    @memoized
+    def collates_tensors(self, collate: cst.BaseExpression, depth: int) -> bool:
+        """Does the collate function `collate` build batches of tensors only (tensors, and
+        tuples, lists and dicts of them)? torch's and Hugging Face's collators, and functions
+        of this file that return such values."""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(collate, cst.Call):
+            if self.names.is_(collate.func, "functools.partial"):
+                first = positional(collate, 0)
+                return first is not None and self.collates_tensors(first.value, depth + 1)
+            collate_class = collate.func  # an instance: `DataCollatorWithPadding(tokenizer)`, `PadCollate(0)`
+            return self._is_tensor_collate(collate_class)
+        if self._is_tensor_collate(collate):
+            return True
+        if isinstance(collate, cst.Name):
+            function = self.local_function(collate)
+            if function is not None:
+                returned = self.kinds.returned(function)
+                return bool(returned) and all(self._is_tensors(value, 0) for value in returned)
+            values = self.bound_values(collate)
+            return bool(values) and all(self.collates_tensors(value, depth + 1) for value, _ in values)
+        return False
+
+    def _is_tensor_collate(self, expr: cst.BaseExpression) -> bool:
+        for name in self.names.of(expr):
+            last = name.rsplit(".", 1)[-1]
+            if name in TENSOR_COLLATES or (name.startswith("transformers.") and last.startswith("DataCollator")):
+                return True
+        return False
+
+    def _is_tensors(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """Is `expr` a tensor, or a tuple, list or dict of tensors?"""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return bool(expr.elements) and all(not isinstance(e, cst.StarredElement) and self._is_tensors(e.value, depth + 1)
+                                               for e in expr.elements)
+        if isinstance(expr, cst.Dict):
+            return bool(expr.elements) and all(isinstance(e, cst.DictElement) and self._is_tensors(e.value, depth + 1)
+                                               for e in expr.elements)
+        if isinstance(expr, cst.Call) and any(_in_namespace(name) for name in self.names.of(expr.func)):
+            return True
+        return self.kinds.fact(expr).kind in (Kind.TENSOR, Kind.BATCH)
 
     def collate_moves_to_device(self, loader: cst.Call) -> bool:
         arg = kwarg(loader, "collate_fn") or (
@@ -463,6 +607,16 @@ class Loaders:
             written = isinstance(parents.get(parent), (cst.AssignTarget, cst.AugAssign))
             return {key.evaluated_value} if written else set()
         return None
+
+
+def _in_namespace(name: str) -> bool:
+    head, _, last = name.rpartition(".")
+    return name in TENSOR_FUNCTIONS or (head in TENSOR_NAMESPACES and last[:1].islower() and name not in NOT_TENSOR_FUNCTIONS)
+
+
+def body(loop: cst.CSTNode) -> cst.CSTNode:
+    """What runs on every iteration: a loop's body, a comprehension's element (all of it)."""
+    return loop.body if isinstance(loop, LOOPS) else loop
 
 
 def _is_tuple_of(target: cst.BaseExpression, length: int) -> bool:

@@ -3,7 +3,6 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from codemod.analysis.bindings import returned_values
 from codemod.analysis.loaders import MAX_DEPTH, NUM_WORKERS_POSITION
 from codemod.analysis.names import kwarg, positional
 from codemod.edits import AddKeyword
@@ -236,11 +235,9 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         loaders = self.context.loaders
         if not loaders.constructions:
             return
-        index = self.context.index
-        training = [t.loop for t in self.context.training.loops]
-        feeds: dict[int, cst.For] = {}
+        feeds: dict[int, cst.CSTNode] = {}
         for feed in loaders.feeds:
-            if any(index.inside(t, feed.loop) for t in training):
+            if loaders.trains(feed.loop):
                 feeds.setdefault(id(feed.loader), feed.loop)
         for loader in loaders.constructions:
             if id(loader) in feeds:
@@ -325,7 +322,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             return "map"  # Subsets, whichever is taken
         function = self.context.bindings.local_function(dataset.func)
         if function is not None:  # a helper of this file that builds and returns the dataset
-            styles = {self._style(value, path, depth + 1) for value in returned_values(function)}
+            styles = {self._style(value, path, depth + 1) for value in self.context.kinds.returned(function)}
             return styles.pop() if len(styles) == 1 else "unknown"
         if path:
             return "unknown"

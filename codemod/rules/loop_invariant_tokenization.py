@@ -489,7 +489,7 @@ class LoopInvariantTokenization(Rule):
         if isinstance(expr, cst.Name):
             values = self._bindings.values(expr)
         elif isinstance(expr, cst.Attribute):
-            values = self._bindings.attribute_values(expr)
+            values = self.context.kinds.self_attribute_values(expr)
         else:
             return False
         return bool(values) and all(self._builds_tokenizer(v) for v in values)

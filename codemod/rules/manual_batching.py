@@ -8,7 +8,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment, ImportAssignment
 
 from codemod.analysis.kinds import Kind, Place
-from codemod.analysis.names import names_read, positional
+from codemod.analysis.names import kwarg, method_name, names_read, positional
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -204,41 +204,117 @@ class ManualBatchingInStepLoop(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.context.names.of(node.func) & RANDOM_BATCHES.keys()
-        if not names or self.context.loops.step_loop_of(node) is None:
+        if not names:
             return
-        if not self._indexes_data(node):
+        data, direct = self._sampled_data(node)
+        if not data:
             return
         spelled = RANDOM_BATCHES[min(names)]
-        self.report(node, f"`{spelled}` draws a new random batch on every training step (samples repeat and "
-                          "others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit every "
-                          "sample once per epoch instead: a different sampling scheme, so it is not rewritten; "
-                          "make that change by hand if it is what you want")
+        why = ("(samples repeat and others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit "
+               "every sample once per epoch instead: a different sampling scheme, so it is not rewritten; make that "
+               "change by hand if it is what you want")
+        loaders = self.context.loaders
+        loop = loaders.step_loop_of(node)
+        if loop is not None:
+            if direct or self._indexes(node, data, loop.body):
+                self.report(node, f"`{spelled}` draws a new random batch on every training step {why}")
+            return
+        function = self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+        if not isinstance(function, cst.FunctionDef) or not (direct or self._indexes(node, data, function.body)):
+            return
+        for call, _ in self.context.kinds.callers(function) or ():
+            if loaders.step_loop_of(call) is not None:
+                self.report(call, f"`{self.context.source(call.func)}()` draws a new random batch (`{spelled}`, line "
+                                  f"{self.context.line(node)}) on every training step {why}")
 
-    def _indexes_data(self, call: cst.Call) -> bool:
-        """Is the result used to pick samples: `random.sample(samples, k)` itself, or an
-        index `idx = torch.randint(...)` that subscripts something in the loop?"""
+    def _sampled_data(self, call: cst.Call) -> tuple[set[str], bool]:
+        """(the names of the data `call` draws sample indices for, whether it draws the samples
+        themselves): `torch.randint(0, len(X), ...)`, `random.sample(range(len(texts)), k)`,
+        `random.sample(texts, k)`, `np.random.choice(len(X), k)`; empty when the range is not
+        the length of something (`torch.randint(0, T, ...)`: timesteps, not samples)."""
+        names = self.context.names
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if names.is_(call.func, "random.sample", "random.choices", "numpy.random.choice"):
+            population = args[0] if args else None
+            if population is None:
+                return set(), False
+            if isinstance(population, cst.Call) and names.is_(population.func, *RANGE):
+                bound = [a.value for a in population.args]
+                return (self._lengths_of(bound[-1] if len(bound) <= 1 else bound[1], 0) if bound else set()), False
+            if isinstance(population, cst.Name):
+                lengths = self._lengths_of(population, 0)  # `np.random.choice(n, k)`, n = len(X)
+                if lengths:
+                    return lengths, False
+                return {population.value}, True
+            return self._lengths_of(population, 0), False
+        high = kwarg(call, "high")
+        if high is not None:
+            bound = high.value
+        elif len(args) >= 3 or (names.is_(call.func, "numpy.random.randint") and len(args) >= 2
+                                and kwarg(call, "size") is not None):
+            bound = args[1]
+        elif args:
+            bound = args[0]
+        else:
+            return set(), False
+        return self._lengths_of(bound, 0), False
+
+    def _lengths_of(self, bound: cst.BaseExpression, depth: int) -> set[str]:
+        """The names whose length `bound` is: `len(X)`, `X.shape[0]`, `X.size(0)`, `len(X) - k`,
+        `n` where `n = len(X)`."""
+        if depth > 3:
+            return set()
+        if isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.Subtract):
+            return self._lengths_of(bound.left, depth + 1)
+        if isinstance(bound, cst.Call) and self.context.names.is_(bound.func, "len", "builtins.len") and bound.args:
+            owner = bound.args[0].value
+        elif isinstance(bound, cst.Call) and method_name(bound) == "size" and len(bound.args) == 1 \
+                and isinstance(bound.args[0].value, cst.Integer) and bound.args[0].value.value == "0":
+            owner = bound.func.value
+        elif isinstance(bound, cst.Subscript) and isinstance(bound.value, cst.Attribute) \
+                and bound.value.attr.value == "shape" and len(bound.slice) == 1 \
+                and isinstance(bound.slice[0].slice, cst.Index) and isinstance(bound.slice[0].slice.value, cst.Integer) \
+                and bound.slice[0].slice.value.value == "0":
+            owner = bound.value.value
+        elif isinstance(bound, cst.Name):
+            values = self.context.bindings.values(bound)
+            return self._lengths_of(values[0], depth + 1) if values and len(values) == 1 else set()
+        else:
+            return set()
+        return {owner.value} if isinstance(owner, cst.Name) else set()
+
+    def _indexes(self, call: cst.Call, data: set[str], region: cst.CSTNode) -> bool:
+        """Do the indices `call` draws pick samples of `data` in `region`: `X[idx]`, or
+        `X[i]` / `X[i:i + n]` for each `i` of them (in a loop or a comprehension)?"""
         parent = self.context.parents.get(call)
-        if self.context.names.is_(call.func, "random.sample", "random.choices"):
-            first = positional(call, 0)
-            if first is not None and not m.matches(first.value, m.Call(func=m.Name("range"))):
-                return True  # samples drawn directly
+        if isinstance(parent, cst.Index):  # `X[torch.randint(...)]`
+            subscript = self.context.index.first_enclosing(call, cst.Subscript)
+            return subscript is not None and _is_data(subscript.value, data)
         if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
-            return isinstance(parent, cst.SubscriptElement) or isinstance(self.context.parents.get(parent), cst.SubscriptElement)
+            return False
         index = parent.targets[0].target.value
-        loop = self.context.loops.step_loop_of(call)
-        # `X[idx]`, or `[texts[i] for i in idx]` / `for i in idx: ... texts[i]`
-        if self._indexed_by(loop.body, index):
+        if self._subscripted_by(region, index, data, slices=False):
             return True
-        for each in self.context.index.find((cst.CompFor, cst.For), within=loop.body):
-            if _is_name(each.iter, index) and isinstance(each.target, cst.Name) and self._indexed_by(
-                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each, each.target.value):
+        for each in self.context.index.find((cst.CompFor, cst.For), within=region):
+            if _is_name(each.iter, index) and isinstance(each.target, cst.Name) and self._subscripted_by(
+                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each, each.target.value, data,
+                    slices=True):
                 return True
         return False
 
-    def _indexed_by(self, node: cst.CSTNode, name: str) -> bool:
-        """Is something under `node` subscripted by the plain name `name`: `X[name]`?"""
-        return any(len(s.slice) == 1 and isinstance(s.slice[0].slice, cst.Index) and _is_name(s.slice[0].slice.value, name)
-                   for s in self.context.index.find(cst.Subscript, within=node))
+    def _subscripted_by(self, node: cst.CSTNode, name: str, data: set[str], slices: bool) -> bool:
+        """Is one of `data` subscripted under `node` by `name` (`X[name]`), or, with `slices`,
+        by a slice that starts from it (`X[name:name + n]`, `X[name + 1:...]`)?"""
+        for subscript in self.context.index.find(cst.Subscript, within=node):
+            if len(subscript.slice) != 1 or not _is_data(subscript.value, data):
+                continue
+            part = subscript.slice[0].slice
+            if isinstance(part, cst.Index) and _is_name(part.value, name):
+                return True
+            if slices and isinstance(part, cst.Slice) and part.lower is not None and any(
+                    n.value == name for n in self.context.index.find(cst.Name, within=part.lower)):
+                return True
+        return False
 
     # -- manual slicing: fixed ----------------------------------------------------
 
@@ -592,6 +668,10 @@ class ManualBatchingInStepLoop(Rule):
         return True
 
 
+
+
+def _is_data(expr: cst.BaseExpression, data: set[str]) -> bool:
+    return isinstance(expr, cst.Name) and expr.value in data
 
 
 def _is_name(node: cst.CSTNode, name: str) -> bool:

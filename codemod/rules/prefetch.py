@@ -3,16 +3,12 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES
-from codemod.analysis.loaders import COLLATE_FN_POSITION, ENUMERATE, PIN_MEMORY_POSITION
+from codemod.analysis.loaders import ENUMERATE, PIN_MEMORY_POSITION
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "DevicePrefetcher")
-# collate_fns whose batches hold only tensors, mappings and sequences (the prefetcher moves
-# every tensor in them, as the loop's copies did); a custom one may return objects it cannot see into.
-KNOWN_COLLATES = {"torch.utils.data.default_collate", "torch.utils.data.dataloader.default_collate",
-                  "runtime.data.PadCollate", "runtime.PadCollate"}
 
 PREAMBLE = """\
 import torch
@@ -113,22 +109,33 @@ class BatchCopiedInTheStep(Rule):
 
     VALID = [
         Valid(PREAMBLE + "for x, y in loader:\n    print(x.sum())\n", "no copy"),
-        Valid(PREAMBLE + "for x, y in loader:\n    print(x.shape)\n    x, y = x.to(device), y.to(device)\n" + STEP,
-              "the batch is used before its copy"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x = x.to(device)\n" + STEP, "y is not copied: it stays on the host"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
-              "a copy that also converts"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, "two devices"),
-        Valid(PREAMBLE + "import sys\nbatches = loader if sys.argv else [(torch.randn(8, 8), torch.randn(8, 1))]\n"
-              "for x, y in batches:\n    x, y = x.to(device), y.to(device)\n" + STEP, "not only a loader"),
-        Valid(PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
-              "    x, y = batch\n" + STEP, "a comprehension that filters"),
-        Valid(PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b") +
-              "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n" + STEP, "a custom collate_fn"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    device = 'cpu'\n" + STEP,
-              "the device is bound in the loop"),
+        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    print(model(x).sum())\n",
+              "not a training loop"),
     ]
     INVALID = [
+        # Copies in the step that the fix cannot prove it may replace: reported without a fix.
+        Invalid(PREAMBLE + "for x, y in loader:\n    print(x.shape)\n    x, y = x.to(device), y.to(device)\n" + STEP,
+                None, "the batch is used before its copy"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x = x.to(device)\n" + STEP, None,
+                "y is not copied: it stays on the host"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
+                None, "a copy that also converts"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, None, "two devices"),
+        Invalid(PREAMBLE + "import sys\nbatches = loader if sys.argv else [(torch.randn(8, 8), torch.randn(8, 1))]\n"
+                "for x, y in batches:\n    x, y = x.to(device), y.to(device)\n" + STEP, None, "not only a loader"),
+        Invalid(PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
+                "    x, y = batch\n" + STEP, None, "a comprehension that filters"),
+        Invalid(PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b") +
+                "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n" + STEP, None, "a custom collate_fn"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    device = 'cpu'\n" + STEP,
+                None, "the device is bound in the loop"),
+        Invalid(PREAMBLE + "def step(batch):\n    x, y = batch\n    x, y = x.to(device), y.to(device)\n"
+                + STEP.replace("    ", "    ") + "for batch in loader:\n    step(batch)\n", None,
+                "copied in a function the step calls"),
+        Invalid(PREAMBLE + "it = iter(loader)\nnext_x, next_y = next(it)\nfor _ in range(len(loader) - 1):\n"
+                "    x, y = next_x.to(device, non_blocking=True), next_y.to(device, non_blocking=True)\n"
+                "    next_x, next_y = next(it)\n" + STEP, None,
+                "a hand-written prefetch: the copy still runs on the step's stream"),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)\n"
             + STEP,
@@ -161,32 +168,60 @@ class BatchCopiedInTheStep(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.context.loaders.constructions:
+        loaders = self.context.loaders
+        if not loaders.constructions:
             return
+        done: set[int] = set()
         for loop in self.context.index.find(cst.For):
-            self._check(loop)
+            if loaders.trains(loop) and self._check(loop):
+                done.add(id(loop))
+        for feed in loaders.feeds:
+            if id(feed.loop) in done or not loaders.trains(feed.loop):
+                continue
+            copies = loaders.copies_to_device(feed.loop, feed.target)
+            if not copies:
+                continue
+            done.add(id(feed.loop))
+            first = copies[0].call
+            line = self.context.line(first)
+            helper = self.context.index.first_enclosing(first, cst.FunctionDef)
+            if feed.fetch is not None:
+                why = (f"each batch is taken with `next()` and copied to the device in the step (line {line}): on "
+                       "the step's stream, so the copy cannot overlap with compute, even when fetched a step ahead; "
+                       "iterate over `runtime.data.DevicePrefetcher(loader, device)`, which copies the next batch "
+                       "on a side stream")
+            elif helper is not None and not self.context.inside(first, feed.loop):
+                why = (f"each batch is copied to the device inside the step, in `{helper.name.value}` (line {line}); "
+                       "prefetch it on a side stream while the previous step runs (`runtime.data.DevicePrefetcher("
+                       "loader, device)`); not rewritten: the copies are made in a function the loop calls")
+            else:
+                why = (f"{self.MESSAGE} (line {line}); not rewritten: the batch is not copied whole by plain "
+                       "`x = x.to(device)` statements at the top of the loop, so perfmod cannot tell the prefetched "
+                       "batch would be used the same way")
+            self.report(first, why)
 
-    def _check(self, loop: cst.For) -> None:
+    def _check(self, loop: cst.For) -> bool:
+        """Fix the loop, or report it unpinned; False when it is not in the shape the fix needs."""
         loaders = self.context.loaders
         found = self._loader_and_batch(loop.iter, loop.target)
         if found is None:
-            return
+            return False
         loader_expr, batch = found
         names = _batch_names(batch)
         if names is None or not isinstance(loop.body, cst.IndentedBlock):
-            return
+            return False
         copies = self._copy_statements(loop, names)
         if copies is None:
-            return
+            return False
         statements, device = copies
         sources = loaders.sources(loader_expr, (), 0)
         if not sources or not all(self._yields_plain_batches(loader) for loader in sources):
-            return
+            return False
         if not all(self._is_pinned(loader) for loader in sources):
             line = self.context.line(sources[0])
             self.report(loop, self.MESSAGE + f"; the DataLoader on line {line} is not pinned, so the copies could not "
                         "overlap: pass pin_memory (PM102) and run again")
-            return
+            return True
 
         def prefetched(updated: cst.BaseExpression) -> cst.Call:
             return cst.Call(func=cst.Name("DevicePrefetcher"), args=[
@@ -195,6 +230,7 @@ class BatchCopiedInTheStep(Rule):
 
         edits = [Replace(loader_expr, prefetched), *(Remove(statement) for statement in statements)]
         self.report(loop, self.MESSAGE, edits=edits, imports=[IMPORT])
+        return True
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -331,12 +367,9 @@ class BatchCopiedInTheStep(Rule):
         loaders = self.context.loaders
         if loaders.overridden_subclass(loader):
             return False
-        collate = kwarg(loader, "collate_fn") or (
-            positional(loader, COLLATE_FN_POSITION) if loaders.is_torch_loader(loader) else None)
-        if collate is not None:
-            function = collate.value.func if isinstance(collate.value, cst.Call) else collate.value
-            if not self.context.names.is_(function, *KNOWN_COLLATES):
-                return False
+        collate = loaders.collate(loader)
+        if collate is not None and not loaders.collates_tensors(collate, 0):
+            return False
         if any(arg.star for arg in loader.args):
             literal = loaders.star_kwargs_keys(loader)
             if literal is None or "collate_fn" in literal:
