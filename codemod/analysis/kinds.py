@@ -75,6 +75,7 @@ class Place(enum.Enum):
 class Fact:
     kind: Kind
     place: Place = Place.UNKNOWN
+    single: bool = False  # a loader whose batches are single tensors (its dataset's items are tensors)
 
     def join(self, other: "Fact") -> "Fact":
         if self.kind is Kind.BOTTOM:
@@ -83,7 +84,7 @@ class Fact:
             return self
         if self.kind is not other.kind:
             return UNKNOWN
-        return Fact(self.kind, self.place.join(other.place))
+        return Fact(self.kind, self.place.join(other.place), self.single and other.single)
 
     @property
     def is_host_tensor(self) -> bool:
@@ -137,6 +138,7 @@ class Kinds:
         self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] = {}
+        self._instances: dict[int, cst.ClassDef | None] = {}  # binding node -> the local class it holds an instance of
 
     # -- public API ------------------------------------------------------------
 
@@ -308,7 +310,7 @@ class Kinds:
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
             if any(isinstance(e, cst.StarredElement) for e in expr.elements):
                 return UNKNOWN
-            return _container([self._fact(e.value) for e in expr.elements])
+            return _container([self._fact(e.value) for e in expr.elements] + self._appended(expr))
         if isinstance(expr, cst.Dict):
             if any(not isinstance(e, cst.DictElement) for e in expr.elements):
                 return UNKNOWN
@@ -319,6 +321,8 @@ class Kinds:
             return _container([self._fact(expr.value)])
         if isinstance(expr, cst.BinaryOperation):
             return _tensor_join([self._fact(expr.left), self._fact(expr.right)])
+        if isinstance(expr, cst.Comparison):  # `(day >= 5)`: a bool tensor where its operands are
+            return _tensor_join([self._fact(expr.left), *(self._fact(c.comparator) for c in expr.comparisons)])
         if isinstance(expr, cst.UnaryOperation):
             operand = self._fact(expr.expression)
             return operand if operand.kind in (Kind.TENSOR, Kind.BOTTOM) else UNKNOWN
@@ -327,6 +331,44 @@ class Kinds:
         if isinstance(expr, cst.SimpleString) and self.is_device(expr):
             return Fact(Kind.DEVICE, self.device_place(expr))
         return UNKNOWN
+
+    def _appended(self, literal: cst.BaseExpression) -> list[Fact]:
+        """Facts of what is appended to the list `xs = [...]` later (`xs.append(x)`,
+        `xs.extend(more)`), for a list literal bound to a plain name."""
+        if not isinstance(literal, cst.List):
+            return []
+        name = self._bound_to(literal)
+        if name is None:
+            return []
+        scope = self.scopes.get(name)
+        assignment = next((a for a in scope.assignments[name.value] if a.node is name), None) if scope is not None else None
+        found = []
+        for access in assignment.references if assignment is not None else ():
+            attribute = self.parents.get(access.node)
+            call = self.parents.get(attribute)
+            if isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute and call.args:
+                if attribute.attr.value in ("append", "insert"):
+                    found.append(self._fact(call.args[-1].value))
+                elif attribute.attr.value == "extend":
+                    found.append(_element(self._fact(call.args[0].value)))
+        return found
+
+    def _bound_to(self, value: cst.BaseExpression) -> cst.Name | None:
+        """The name `value` is assigned to: `xs = value`, or `xs, ys = value, other`."""
+        parent = self.parents.get(value)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            return target if isinstance(target, cst.Name) else None
+        if isinstance(parent, cst.Element):
+            container = self.parents.get(parent)
+            statement = self.parents.get(container)
+            if isinstance(container, cst.Tuple) and isinstance(statement, cst.Assign) and statement.value is container \
+                    and len(statement.targets) == 1 and isinstance(statement.targets[0].target, (cst.Tuple, cst.List)):
+                targets = statement.targets[0].target.elements
+                position = list(container.elements).index(parent)
+                if len(targets) == len(container.elements) and isinstance(targets[position].value, cst.Name):
+                    return targets[position].value
+        return None
 
     def _attribute_fact(self, expr: cst.Attribute) -> Fact:
         attr = expr.attr.value
@@ -395,13 +437,15 @@ class Kinds:
             return _as_fact(self._item_shape(first.value))
         if name in TENSOR_FUNCTIONS or _in_tensor_namespace(name):
             values = [a.value for a in call.args if a.keyword is None and not a.star]
+            if values and isinstance(values[0], (cst.List, cst.Tuple)):  # `torch.stack([x, y])`
+                values = [e.value for e in values[0].elements if isinstance(e, cst.Element)] + values[1:]
             return _tensor_join([self._fact(v) for v in values])
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             return self._fact(first.value) if first else UNKNOWN
         if name == "torch.device":
             return Fact(Kind.DEVICE, self.device_place(first.value) if first else Place.UNKNOWN)
         if name == "torch.utils.data.DataLoader":
-            return Fact(Kind.LOADER, self._loader_place(call))
+            return Fact(Kind.LOADER, self._loader_place(call), self._single_items(call))
         if name in DATASET_CLASSES:
             return _tensor_join([self._fact(a.value) for a in call.args], Kind.DATASET, default=Place.HOST)
         if name == "torch.compile":
@@ -455,6 +499,32 @@ class Kinds:
         if method in ("get", "pop") and receiver.kind is Kind.BATCH:
             return _element(receiver)  # `batch.get("input_ids")`
         return UNKNOWN
+
+    def _single_items(self, call: cst.Call) -> bool:
+        """Does the loader `call` builds batch single tensors: the default collate over a
+        dataset class of this file whose `__getitem__` returns a tensor?"""
+        if kwarg(call, "collate_fn") is not None or positional(call, 6) is not None or any(a.star for a in call.args):
+            return False
+        dataset = kwarg(call, "dataset") or positional(call, 0)
+        value = dataset.value if dataset is not None else None
+        if isinstance(value, cst.Name):
+            scope = self.scopes.get(value)
+            bindings = list(scope[value.value]) if scope is not None else []
+            if len(bindings) != 1 or type(bindings[0]) is not Assignment:
+                return False
+            statement = self._binding_statement(bindings[0].node)
+            value = statement.value if isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
+                and statement.targets[0].target is bindings[0].node else None
+        if not isinstance(value, cst.Call):
+            return False
+        classdef = self.local_class(value.func)
+        getitem = _method(classdef, "__getitem__") if classdef is not None else None
+        if getitem is None or any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitems__", "__iter__")
+                                  for s in classdef.body.body):
+            return False
+        returned = self.returned(getitem)
+        return bool(returned) and len(returned) == len(self.exits(getitem)[0]) and all(
+            self.fact(v).kind is Kind.TENSOR and not isinstance(v, (cst.Tuple, cst.List, cst.Dict)) for v in returned)
 
     def _loader_place(self, call: cst.Call) -> Place:
         dataset = kwarg(call, "dataset") or positional(call, 0)
@@ -571,11 +641,15 @@ class Kinds:
         path.reverse()
         statement = self._binding_statement(target)
         if isinstance(statement, cst.Assign):
+            if not path:
+                return self._fact(statement.value)
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.AnnAssign, cst.NamedExpr)) and statement.value is not None:
             if isinstance(statement, cst.AnnAssign) and self._is_tensor_annotation(statement.annotation.annotation):
                 value = self._fact(statement.value)
                 return value if value.kind is Kind.TENSOR else Fact(Kind.TENSOR)
+            if not path:
+                return self._fact(statement.value)
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.For, cst.CompFor)):
             return _destructure(self._item_shape(statement.iter), path)
@@ -621,12 +695,14 @@ class Kinds:
         func = call.func
         if isinstance(func, cst.Name):
             found = sole_definition(self.scopes, func, cst.FunctionDef)
-            return found if found is not None and self._class_of(found) is None else None
+            if found is not None:
+                return found if self._class_of(found) is None else None
         if isinstance(func, cst.Attribute):
             classdef = self._instance_class(func.value)
             if classdef is not None:
                 return _method(classdef, func.attr.value)
-        return None
+        classdef = self._instance_class(func) if isinstance(func, cst.Name) else None
+        return _method(classdef, "__call__") if classdef is not None else None  # `tokenizer(texts)` on an instance
 
     def _class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
         """The class whose body defines `function`, if it is a method."""
@@ -654,17 +730,34 @@ class Kinds:
         bindings = list(scope[expr.value])
         if not bindings or not all(type(a) is Assignment for a in bindings):
             return None
-        classes = set()
+        key = id(bindings[0].node) if len(bindings) == 1 else None
+        if key is not None and key in self._instances:
+            return self._instances[key]
+        if key is not None:
+            self._instances[key] = None  # a parameter passed on to itself: not followed
+        values = []
         for binding in bindings:
+            if isinstance(binding.node, cst.Param):  # `def fit(self, module)`: what every call passes
+                passed = self._passed(binding.node)
+                if not passed:
+                    return None
+                values.extend(passed)
+                continue
             statement = self._binding_statement(binding.node)
             if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                    and statement.targets[0].target is binding.node and isinstance(statement.value, cst.Call)):
+                    and statement.targets[0].target is binding.node):
                 return None
-            classdef = self.local_class(statement.value.func)
+            values.append(statement.value)
+        classes = {}
+        for value in values:
+            classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
             if classdef is None:
                 return None
-            classes.add(id(classdef))
-        return classdef if len(classes) == 1 else None
+            classes[id(classdef)] = classdef
+        found = next(iter(classes.values())) if len(classes) == 1 else None
+        if key is not None:
+            self._instances[key] = found
+        return found
 
     def _self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values the methods of a class of this file assign to `self.<attr>`, for an
@@ -672,7 +765,38 @@ class Kinds:
         classdef = self._instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
         if classdef is None:
             return None
-        return self._assigned_attributes(classdef).get(expr.attr.value)
+        assigned = self._assigned_attributes(classdef)
+        if expr.attr.value in assigned:
+            return assigned[expr.attr.value]
+        return self._field_values(expr.value, classdef, expr.attr.value)
+
+    def _field_values(self, owner: cst.Name, classdef: cst.ClassDef, field: str) -> list[cst.BaseExpression] | None:
+        """The values the calls that build `owner` pass to the field `field` of a dataclass
+        or NamedTuple of this file (`ctx = Context(ids=table)`: `ctx.ids` is `table`)."""
+        fields = [s.body[0] for s in classdef.body.body if isinstance(s, cst.SimpleStatementLine)
+                  and len(s.body) == 1 and isinstance(s.body[0], cst.AnnAssign) and isinstance(s.body[0].target, cst.Name)]
+        names = [f.target.value for f in fields]
+        if field not in names or self._class_of_method_named(classdef, "__init__"):
+            return None
+        scope = self.scopes.get(owner)
+        values = []
+        for binding in scope[owner.value] if scope is not None else ():
+            statement = self._binding_statement(binding.node)
+            call = statement.value if isinstance(statement, cst.Assign) else None
+            if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
+                return None
+            passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == field), None)
+            if passed is None:
+                plain = [arg.value for arg in call.args if arg.keyword is None]
+                position = names.index(field)
+                passed = plain[position] if position < len(plain) else fields[position].value
+            if passed is None:
+                return None
+            values.append(passed)
+        return values or None
+
+    def _class_of_method_named(self, classdef: cst.ClassDef, name: str) -> bool:
+        return _method(classdef, name) is not None
 
     def _assigned_attributes(self, classdef: cst.ClassDef) -> dict[str, list[cst.BaseExpression] | None]:
         """attribute -> the values the class's methods assign to `self.<attribute>` (None when
@@ -795,12 +919,21 @@ class Kinds:
     def _is_tensor_annotation(self, annotation: cst.BaseExpression) -> bool:
         return self.names.is_(annotation, "torch.Tensor")
 
-    def _value_shape(self, value: cst.BaseExpression) -> Shape:
-        if isinstance(value, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
-            return tuple(self._value_shape(e.value) for e in value.elements)
+    def _value_shape(self, value: cst.BaseExpression, depth: int = 0) -> Shape:
+        if isinstance(value, (cst.Tuple, cst.List)) and value.elements \
+                and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return tuple(self._value_shape(e.value, depth) for e in value.elements)
         if isinstance(value, cst.Call) and self.names.is_(value.func, "next", "builtins.next"):
             first = positional(value, 0)
             return self._item_shape(first.value) if first else UNKNOWN
+        if isinstance(value, cst.Call) and depth < 3:
+            function = self._local_callee(value)
+            if function is not None:  # `train_loader, val_loader = build_loaders(cfg)`
+                returns, yields = self.exits(function)
+                if returns and not yields and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns):
+                    shapes = [self._value_shape(r.value, depth + 1) for r in returns]
+                    if all(isinstance(shape, tuple) and len(shape) == len(shapes[0]) for shape in shapes):
+                        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
         return self._fact(value)
 
     def _item_shape(self, iterable: cst.BaseExpression) -> Shape:
@@ -819,7 +952,7 @@ class Kinds:
                 return (UNKNOWN, element) if method == "items" else element
         fact = self._fact(iterable)
         if fact.kind is Kind.LOADER:
-            return Fact(Kind.BATCH, fact.place)
+            return Fact(Kind.TENSOR if fact.single else Kind.BATCH, fact.place)
         return _element(fact)
 
 
@@ -912,6 +1045,16 @@ def _argument(call: cst.Call, function: cst.FunctionDef, param: cst.Param, offse
     return plain[index] if index < len(plain) else None
 
 
+def _join_shapes(shapes: list[Shape]) -> Shape:
+    """The shape every one of `shapes` fits: tuples element-wise when they agree, else facts."""
+    if all(isinstance(shape, tuple) for shape in shapes) and len({len(shape) for shape in shapes}) == 1:
+        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+    result = BOTTOM
+    for shape in shapes:
+        result = result.join(_as_fact(shape))
+    return result
+
+
 def _element(fact: Fact) -> Fact:
     """An element of a batch or a row of a tensor: a tensor in the same place."""
     if fact.kind is Kind.BOTTOM:
@@ -927,7 +1070,7 @@ def _destructure(shape: Shape, path: list[int]) -> Fact:
             shape = shape[index] if index < len(shape) else UNKNOWN
         else:
             shape = _element(shape)
-    return shape if isinstance(shape, Fact) else UNKNOWN
+    return _as_fact(shape)
 
 
 def _tensor_join(facts: list[Fact], kind: Kind = Kind.TENSOR, default: Place | None = None) -> Fact:

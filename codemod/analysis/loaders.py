@@ -398,6 +398,35 @@ class Loaders:
                 return True
         return False
 
+    @functools.cached_property
+    def device_copies(self) -> dict[int, list[DeviceCopy]]:
+        """id of a loader -> the copies to a device its batches get in the loops it feeds."""
+        found: dict[int, list[DeviceCopy]] = {}
+        for feed in self.feeds:
+            copies = self.copies_to_device(feed.loop, feed.target)
+            if copies:
+                found.setdefault(id(feed.loader), []).extend(copies)
+        return found
+
+    def pinnable(self, loader: cst.Call) -> bool:
+        """Should, and can, the loader get `pin_memory` (PM102's fix): its batches go to a
+        device, it does not choose pin_memory (in its call or its visible `**kwargs` dict),
+        and pinning is possible (host data, a collate_fn that stays on the host, no
+        subclass that overrides `__init__` / `__iter__`, no `*args`)?"""
+        if not self.device_copies.get(id(loader)) or kwarg(loader, "pin_memory") is not None:
+            return False
+        if self.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
+            return False
+        if self.overridden_subclass(loader) or any(arg.star == "*" for arg in loader.args):
+            return False
+        if self.may_hold_device_data(self.dataset(loader), 0) or self.collate_moves_to_device(loader):
+            return False
+        stars = [arg for arg in loader.args if arg.star == "**"]
+        if stars:
+            found = self.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+            return found is not None and not found[2] and "pin_memory" not in found[1]
+        return True
+
     # -- the data -------------------------------------------------------------------------
 
     def subclass_overrides(self, classdef: cst.ClassDef | None) -> bool:

@@ -66,7 +66,8 @@ DATASET_CLASSES = {
     "torch.utils.data.Subset",
     "torch.utils.data.ConcatDataset",
 }
-PASS_THROUGH_ITERABLES = {"iter", "builtins.iter", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"}
+PASS_THROUGH_ITERABLES = {"iter", "builtins.iter", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm",
+                          "itertools.islice", "itertools.cycle"}
 # Namespaces whose lowercase functions compute tensors where their tensor arguments are
 # (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
 TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")

@@ -268,9 +268,9 @@ class UnpinnedLoaderToCuda(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         loaders = self.context.loaders
         feeds: dict[int, _Feeds] = {}
-        for feed in loaders.feeds:
-            for copy in loaders.copies_to_device(feed.loop, feed.target):
-                found = feeds.setdefault(id(feed.loader), _Feeds())
+        for key, copies in loaders.device_copies.items():
+            found = feeds[key] = _Feeds()
+            for copy in copies:
                 found.copies.append(copy.call)
                 found.places.append(copy.place)
                 found.devices.append(copy.device)

@@ -9,6 +9,7 @@ from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "DevicePrefetcher")
+PIN_MEMORY_RULE = "PM102"
 
 PREAMBLE = """\
 import torch
@@ -90,20 +91,19 @@ class BatchCopiedInTheStep(Rule):
     itself, to one device expression bound before the loop, and no statement
     before its copy uses it; the loader has the default `collate_fn` (or
     `default_collate`, `PadCollate`), so a batch holds only tensors, mappings
-    and sequences; it is pinned (`pin_memory` passed and not `False`: PM102,
-    which runs first in the same run, adds it; without it the copies cannot
-    overlap) and not a subclass overriding `__iter__`. A loop whose copies
-    match but whose loader is not pinned (PM102 not selected, or unable to
-    pin it) is reported without a fix.
+    and sequences; it is pinned (`pin_memory` passed and not `False`, or added
+    by PM102 in the same run; without it the copies cannot overlap) and not a
+    subclass overriding `__iter__`. A loop whose copies match but whose loader
+    is not pinned (PM102 not selected, or unable to pin it) is reported
+    without a fix.
     """
 
     CODE = "PM103"
     NAME = "batch-copied-in-the-step"
     LEVEL = Level.UNSAFE
     REQUIRES = ("DataLoader",)
-    # It removes the copy statements PM101 makes non-blocking, and it prefetches only from
-    # loaders that are pinned, which PM102 does: it runs on their output.
-    AFTER = ("PM101", "PM102")
+    # It removes the copy statements PM101 makes non-blocking: it runs on PM101's output.
+    AFTER = ("PM101",)
     MESSAGE = "each batch is copied to the device inside the step; prefetch it on a side stream while the previous step runs"
     GAIN = "hides the host-to-device copy of every batch behind the previous step's compute"
 
@@ -377,15 +377,16 @@ class BatchCopiedInTheStep(Rule):
         return not loaders.may_hold_device_data(loaders.dataset(loader), 0)
 
     def _is_pinned(self, loader: cst.Call) -> bool:
-        """Is `pin_memory` passed and not False? (This rule runs after PM102, which pins the
-        loaders whose batches go to CUDA.)"""
+        """Is `pin_memory` passed and not False, or will PM102, selected in this run, pass it?"""
         loaders = self.context.loaders
         pin = kwarg(loader, "pin_memory") or (
             positional(loader, PIN_MEMORY_POSITION) if loaders.is_torch_loader(loader) else None)
         if pin is not None:
             return not _is_name(pin.value, "False")
         keys = loaders.star_kwargs_keys(loader)
-        return keys is not None and "pin_memory" in keys
+        if keys is not None and "pin_memory" in keys:
+            return True
+        return self.context.settings.enabled(PIN_MEMORY_RULE, self.context.path) and loaders.pinnable(loader)
 
 
 def _is_name(node: cst.CSTNode, name: str) -> bool:
