@@ -104,7 +104,10 @@ DTYPE_NAME = re.compile(r"^(dtype|\w+_dtype)$")
 DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
 ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
 LOOPS = (cst.For, cst.While)
-CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is: a batch
+CONTAINERS = (Kind.TENSOR, Kind.BATCH)
+# Module methods that neither move it nor hand it out.
+STAYING = {"eval", "train", "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
+           "zero_grad", "forward", "extra_repr", "requires_grad_"}  # what a list, tuple or dict of them is: a batch
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 
@@ -406,7 +409,7 @@ class Kinds:
             return Fact(Kind.BATCH, Place.HOST)  # a Hugging Face tokenizer's BatchEncoding: CPU tensors
         local = self.local_class(call.func)
         if local is not None:
-            return self.class_fact(local)
+            return self._built_module(self.class_fact(local), call)
         function = self._local_callee(call)
         if function is not None:
             return self._returns_fact(function)
@@ -426,8 +429,9 @@ class Kinds:
         first = positional(call, 0)
         if name in TENSOR_FACTORIES:
             device = kwarg(call, "device")
-            if device is not None:
-                return Fact(Kind.TENSOR, self.device_place(device.value))
+            if device is not None:  # made where the run computes, when that may be the GPU or the CPU
+                place = self.device_place(device.value)
+                return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place)
             return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST)
         if name in HOST_ONLY_FACTORIES:
             return Fact(Kind.TENSOR, Place.HOST)
@@ -450,7 +454,8 @@ class Kinds:
             return _tensor_join([self._fact(a.value) for a in call.args], Kind.DATASET, default=Place.HOST)
         if name == "torch.compile":
             return self._fact(first.value) if first else UNKNOWN
-        return self._class_name_fact(name)
+        fact = self._class_name_fact(name)
+        return self._built_module(fact, call) if fact is not None else None
 
     def _class_name_fact(self, name: str) -> Fact | None:
         """Kinds of library classes, from their qualified name alone."""
@@ -466,6 +471,32 @@ class Kinds:
         if name.startswith("torch.nn.") and not name.startswith(("torch.nn.functional", "torch.nn.parameter", "torch.nn.init", "torch.nn.utils")):
             return Fact(Kind.MODULE)
         return None
+
+    def _built_module(self, fact: Fact, call: cst.Call) -> Fact:
+        """A module just built: on the host (or on its `device=`), unless the default device
+        was changed; whether it stays there is decided where a name holds it."""
+        if fact.kind is not Kind.MODULE or fact.place is not Place.UNKNOWN:
+            return fact
+        device = kwarg(call, "device")
+        if device is not None:
+            return Fact(Kind.MODULE, self.device_place(device.value))
+        return fact if self._default_device_changed else Fact(Kind.MODULE, Place.HOST)
+
+    def _stays(self, name: cst.Name) -> bool:
+        """Is the module `name` holds only called, or asked for its parameters and modes, so
+        that nothing can move it in place (`model.to(device)`, `prepare(model)`, `model.fc...`)?"""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return False
+        for assignment in scope[name.value]:
+            for access in getattr(assignment, "references", ()):
+                parent = self.parents.get(access.node)
+                if isinstance(parent, cst.Call) and parent.func is access.node:
+                    continue
+                if isinstance(parent, cst.Attribute) and parent.value is access.node and parent.attr.value in STAYING:
+                    continue
+                return False
+        return True
 
     def _class_ref_fact(self, base: cst.BaseExpression) -> Fact:
         """What instances of the class named by `base` are."""
@@ -550,6 +581,8 @@ class Kinds:
         result = facts[0]
         for fact in facts[1:]:
             result = result.join(fact)
+        if result.kind is Kind.MODULE and result.place is Place.HOST and not self._stays(name):
+            return Fact(Kind.MODULE)  # may be moved in place somewhere
         return result
 
     def _reaching(self, use: cst.Name, bindings: list[Assignment]) -> list[Assignment]:
@@ -779,10 +812,15 @@ class Kinds:
         if field not in names or self._class_of_method_named(classdef, "__init__"):
             return None
         scope = self.scopes.get(owner)
-        values = []
+        calls = []
         for binding in scope[owner.value] if scope is not None else ():
+            if isinstance(binding.node, cst.Param):
+                calls.extend(self._passed(binding.node) or [None])
+                continue
             statement = self._binding_statement(binding.node)
-            call = statement.value if isinstance(statement, cst.Assign) else None
+            calls.append(statement.value if isinstance(statement, cst.Assign) else None)
+        values = []
+        for call in calls:
             if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
                 return None
             passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == field), None)

@@ -143,12 +143,12 @@ class Loaders:
                     and self.names.is_(call.func, *NEXT)):
                 continue
             loop = self.index.first_enclosing(call, (*LOOPS, *SCOPES))
-            statement = self.context.parents.get(call)
-            if not isinstance(loop, LOOPS) or not (isinstance(statement, cst.Assign) and statement.value is call
-                                                   and len(statement.targets) == 1):
+            if not isinstance(loop, LOOPS):
                 continue
+            statement = self.context.parents.get(call)
+            assigned = isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1
             for loader in self.sources(call.args[0].value, (), 0):
-                found.append(Feed(loader, loop, statement.targets[0].target, call))
+                found.append(Feed(loader, loop, statement.targets[0].target if assigned else call, call))
         return found
 
     @functools.cached_property
@@ -285,11 +285,32 @@ class Loaders:
         return self.bindings.local_function(func)
 
     def _looked_through(self, call: cst.Call) -> cst.BaseExpression | None:
-        """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable: the same batches."""
+        """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable, or of a generator of
+        this file that yields the batches of its parameter (`def cycle(dl): while True:
+        for batch in dl: yield batch`): the same batches."""
         if call.args and call.args[0].keyword is None and not call.args[0].star \
                 and self.names.is_(call.func, *LOOKS_THROUGH):
             return call.args[0].value
-        return None
+        callee = self.kinds.local_callee(call)
+        if callee is None:
+            return None
+        returns, yields = self.kinds.exits(callee)
+        if returns or not yields:
+            return None
+        sources = set()
+        for node in yields:
+            loop = self.index.first_enclosing(node, (cst.For, cst.FunctionDef))
+            if not (isinstance(loop, cst.For) and isinstance(node.value, cst.Name) and isinstance(loop.target, cst.Name)
+                    and node.value.value == loop.target.value and isinstance(loop.iter, cst.Name)):
+                return None
+            parameter = self.bindings.param_of(loop.iter)
+            if parameter is None or parameter[0] is not callee:
+                return None
+            sources.add(parameter[1])
+        if len(sources) != 1:
+            return None
+        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        return self.kinds.argument(call, callee, sources.pop(), offset)
 
     @memoized
     def bound_values(self, name: cst.Name) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
@@ -320,7 +341,7 @@ class Loaders:
     def copies_to_device(self, loop: cst.CSTNode, target: cst.BaseExpression) -> list[DeviceCopy]:
         """Each copy of the batch (bound to `target`) to a device in the loop body, or in
         the functions and methods of this file the loop hands (a part of) the batch to."""
-        bound = frozenset(id(node) for node in self.index.find(cst.Name, within=target))
+        bound = frozenset({id(target), *(id(node) for node in self.index.find(cst.Name, within=target))})
         return self._copies_in(body(loop), bound, 0)
 
     @memoized
@@ -366,11 +387,14 @@ class Loaders:
         batch) holds, directly or through assignments and comprehensions in `region`?"""
         if depth > MAX_DEPTH:
             return False
-        return any(self._name_derives_from(name, bound, region, depth) for name in self._roots(expr))
+        return any(id(root) in bound or (isinstance(root, cst.Name) and self._name_derives_from(root, bound, region, depth))
+                   for root in self._roots(expr))
 
-    def _roots(self, expr: cst.BaseExpression) -> list[cst.Name]:
+    def _roots(self, expr: cst.BaseExpression) -> list[cst.CSTNode]:
+        """The names (or `next(it)` calls) whose value `expr` is (a part of)."""
         expr = self.kinds.storage_root(expr)
-        if isinstance(expr, cst.Name):
+        if isinstance(expr, cst.Name) or (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name)
+                                          and expr.func.value == "next"):
             return [expr]
         if isinstance(expr, (cst.Tuple, cst.List)):
             return [root for element in expr.elements for root in self._roots(element.value)]
@@ -379,7 +403,30 @@ class Loaders:
                 return self._roots(expr.func.value)
             if self.names.is_(expr.func, *ZIP, *ENUMERATE, "list", "builtins.list", "tuple", "builtins.tuple"):
                 return [root for arg in expr.args for root in self._roots(arg.value)]
+            return self._roots_through_call(expr)
         return []
+
+    def _roots_through_call(self, call: cst.Call) -> list[cst.CSTNode]:
+        """The roots of the arguments a function of this file returns (a part of):
+        `extract(batch)` where `def extract(b): return b["x"]`."""
+        callee = self.kinds.local_callee(call)
+        if callee is None:
+            return []
+        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        params = {param.name.value: param for param in (*callee.params.posonly_params, *callee.params.params,
+                                                        *callee.params.kwonly_params)}
+        roots = []
+        values = list(self.kinds.returned(callee))
+        while any(isinstance(v, cst.IfExp) for v in values):
+            values = [part for v in values for part in ((v.body, v.orelse) if isinstance(v, cst.IfExp) else (v,))]
+        for value in values:
+            root = self.kinds.storage_root(value)
+            param = params.get(root.value) if isinstance(root, cst.Name) else None
+            if param is not None and self.bindings.param_of(root) is not None:
+                argument = self.kinds.argument(call, callee, param, offset)
+                if argument is not None:
+                    roots.extend(self._roots(argument))
+        return roots
 
     def _name_derives_from(self, name: cst.Name, bound: frozenset, region: cst.CSTNode, depth: int) -> bool:
         for assignment in self.bindings.assignments(name) or ():
@@ -549,6 +596,101 @@ class Loaders:
             return self.moves_to_device(function.body)
         local = self.local_function(function) or self.kinds.local_class(function)
         return local is not None and self.moves_to_device(local)
+
+    # -- settings -------------------------------------------------------------------------------
+
+    @memoized
+    def setting(self, expr: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
+        """The literal a setting evaluates to when the script runs as written: `0`, a name
+        bound to it, `args.workers` (the `default=` of its `add_argument`), `cfg["workers"]`
+        (a dict literal), `cfg.workers` (a dataclass default, a SimpleNamespace keyword);
+        None when it cannot be told."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)) or (
+                isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")):
+            return expr
+        if isinstance(expr, cst.Name):
+            values = [value for value, path in self.bound_values(expr) if not path]
+            found = {self.context.source(v) for v in (self.setting(value, depth + 1) for value in values) if v is not None}
+            if values and len(found) == 1 and all(self.setting(value, depth + 1) is not None for value in values):
+                return self.setting(values[0], depth + 1)
+            return None
+        if isinstance(expr, cst.Attribute):
+            default = self._argparse_default(expr.attr.value) if self._parsed_arguments(expr.value) else None
+            if default is not None:
+                return self.setting(default, depth + 1)
+            values = self.kinds.self_attribute_values(expr) or []
+            if len(values) == 1:
+                return self.setting(values[0], depth + 1)
+            owner = self.setting_owner(expr.value, depth + 1)
+            if isinstance(owner, cst.Call):  # SimpleNamespace(workers=0)
+                passed = kwarg(owner, expr.attr.value)
+                return self.setting(passed.value, depth + 1) if passed is not None else None
+            return None
+        if isinstance(expr, cst.Subscript):
+            entry = self._entry(expr, depth + 1)
+            return self.setting(entry, depth + 1) if entry is not None else None
+        return None
+
+    def _entry(self, expr: cst.Subscript, depth: int) -> cst.BaseExpression | None:
+        """The value a dict literal holds under the key of `cfg["key"]`."""
+        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return None
+        key = expr.slice[0].slice.value
+        owner = self.setting_owner(expr.value, depth + 1)
+        if isinstance(owner, cst.Dict) and isinstance(key, cst.SimpleString):
+            for element in owner.elements:
+                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                        and element.key.evaluated_value == key.evaluated_value:
+                    return element.value
+        return None
+
+    def setting_owner(self, expr: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
+        """The dict literal or call a configuration object is built by."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, (cst.Dict, cst.Call)):
+            return expr
+        if isinstance(expr, cst.Subscript):
+            entry = self._entry(expr, depth + 1)
+            return self.setting_owner(entry, depth + 1) if entry is not None else None
+        if isinstance(expr, cst.Name):
+            values = [value for value, path in self.bound_values(expr) if not path]
+            return self.setting_owner(values[0], depth + 1) if len(values) == 1 else None
+        return None
+
+    def _parsed_arguments(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` the namespace `parser.parse_args()` returns (directly, or through the
+        parameters it is passed to)?"""
+        if not isinstance(expr, cst.Name):
+            return False
+        values = [value for value, _ in self.bound_values(expr)]
+        return bool(values) and all(
+            (isinstance(v, cst.Call) and method_name(v) in ("parse_args", "parse_known_args"))
+            or (isinstance(v, cst.Subscript) and isinstance(v.value, cst.Call) and method_name(v.value) == "parse_known_args")
+            or (isinstance(v, cst.Name) and self._parsed_arguments(v)) for v in values)
+
+    def _argparse_default(self, dest: str) -> cst.BaseExpression | None:
+        """The `default=` of the one `add_argument("--dest")` (or `--de-st`) of this file."""
+        table = self._argparse
+        return table.get(dest)
+
+    @functools.cached_property
+    def _argparse(self) -> dict[str, cst.BaseExpression]:
+        found: dict[str, list[cst.BaseExpression]] = {}
+        for call in self.index.find(cst.Call):
+            if method_name(call) != "add_argument" or not call.args:
+                continue
+            flags = [a.value.evaluated_value for a in call.args if a.keyword is None
+                     and isinstance(a.value, cst.SimpleString) and isinstance(a.value.evaluated_value, str)]
+            dest = kwarg(call, "dest")
+            name = (dest.value.evaluated_value if dest is not None and isinstance(dest.value, cst.SimpleString)
+                    else next((f.lstrip("-").replace("-", "_") for f in flags if f.startswith("--")), None))
+            default = kwarg(call, "default")
+            if name:
+                found.setdefault(name, []).append(default.value if default is not None else None)
+        return {name: values[0] for name, values in found.items() if len(values) == 1 and values[0] is not None}
 
     # -- what a **kwargs dict holds ----------------------------------------------------------
 

@@ -150,8 +150,12 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     VALID = [
         Valid(PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=2)\nfor x, y in loader:\n" + STEP,
               "an explicit worker count is kept"),
-        Valid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
+        Valid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 2)\nfor x, y in loader:\n" + STEP,
               "num_workers passed by position"),
+        Valid(PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
+              "parser.add_argument('--workers', type=int, default=4)\nargs = parser.parse_args()\n"
+              "loader = DataLoader(dataset, batch_size=8, num_workers=args.workers)\nfor x, y in loader:\n" + STEP,
+              "a configured worker count that is not 0"),
         Valid(PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(model(x).sum())\n",
               "not a training loop"),
         Valid(
@@ -171,12 +175,27 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             "__getitem__ makes CUDA tensors: CUDA cannot run in forked workers",
         ),
         Valid(
-            PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
+            PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 2}\n"
             "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP,
             "the kwargs dict sets num_workers",
         ),
     ]
     INVALID = [
+        # An explicit num_workers=0 (written, or the default of the script's configuration)
+        # feeding a training loop: reported, the choice left to the user.
+        Invalid(PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=0)\nfor x, y in loader:\n" + STEP,
+                None, "num_workers=0 written out"),
+        Invalid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
+                None, "num_workers=0 passed by position"),
+        Invalid(PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
+                "parser.add_argument('--num-workers', type=int, default=0)\nargs = parser.parse_args()\n"
+                "loader = DataLoader(dataset, batch_size=8, num_workers=args.num_workers)\nfor x, y in loader:\n" + STEP,
+                None, "an argparse option whose default is 0"),
+        Invalid(PREAMBLE + "cfg = {'loader': {'num_workers': 0}}\n"
+                "loader = DataLoader(dataset, batch_size=8, num_workers=cfg['loader']['num_workers'])\n"
+                "for x, y in loader:\n" + STEP, None, "a configuration dict"),
+        Invalid(PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
+                "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP, None, "in the kwargs dict"),
         Invalid(
             PREAMBLE + _guarded("loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP),
             _imported(PREAMBLE + _guarded(f"loader = DataLoader(dataset, batch_size=8, {WORKERS})\nfor x, y in loader:\n"
@@ -245,11 +264,14 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     # -- the decision ------------------------------------------------------------------------
 
-    def _check(self, loader: cst.Call, loop: cst.For) -> None:
+    def _check(self, loader: cst.Call, loop: cst.CSTNode) -> None:
         loaders = self.context.loaders
-        if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
+        count = kwarg(loader, "num_workers") or (
+            positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None)
+        if count is not None:
+            self._explicit_zero(loader, loop, count.value)
             return
-        if loaders.is_torch_loader(loader) and positional(loader, NUM_WORKERS_POSITION) is not None:
+        if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
             return
         if loaders.overridden_subclass(loader):
             return
@@ -262,6 +284,12 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         anchor: cst.CSTNode = loader
         if stars:
             found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+            if found is not None and "num_workers" in found[1] and isinstance(found[0], cst.Dict):
+                value = next((e.value for e in found[0].elements if isinstance(e, cst.DictElement)
+                              and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "num_workers"), None)
+                if value is not None:
+                    self._explicit_zero(loader, loop, value)
+                return
             if found is not None and any(option in found[1] for option in WORKER_OPTIONS):
                 return
             if found is None or found[2]:
@@ -290,6 +318,19 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         self.report(loader, message + "; give it worker processes" + where,
                     edits=[AddKeyword(anchor, "num_workers", count), AddKeyword(anchor, "persistent_workers", persistent)],
                     imports=[IMPORT])
+
+    def _explicit_zero(self, loader: cst.Call, loop: cst.CSTNode, count: cst.BaseExpression) -> None:
+        """Report `num_workers=0`, written or configured (`args.workers` defaulting to 0), on
+        a loader that feeds a training loop: the choice is the user's, so no fix."""
+        value = self.context.loaders.setting(count, 0)
+        if not (isinstance(value, cst.Integer) and value.evaluated_value == 0):
+            return
+        spelled = self.context.source(count)
+        where = "" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)"
+        self.report(loader, f"this DataLoader feeds the training loop on line {self.context.line(loop)} with "
+                            f"num_workers=0{where}, so every batch is loaded in the training process between steps; "
+                            "give it worker processes (e.g. `runtime.data.default_num_workers()`) unless the dataset "
+                            "must load in the main process")
 
     def _memoized(self, key, compute):
         if key not in self._memo:

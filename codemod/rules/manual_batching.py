@@ -387,6 +387,8 @@ class ManualBatchingInStepLoop(Rule):
             problem = self._permuted_uses(plan, window)
             if problem is not None:
                 return problem
+        if any(self._on_device(plan, name) for name in plan.tensors):
+            return ""  # batches of tensors already on the device: a slice is the fastest batch
         carried = self._carried_state(plan)
         if carried is not None:
             return (f"`{carried}` is carried from one batch to the next (state such as a truncated-BPTT "
@@ -434,12 +436,16 @@ class ManualBatchingInStepLoop(Rule):
             _append_once(plan.tensors, holder.value.value)
         return None
 
+    def _on_device(self, plan: _Plan, name: str) -> bool:
+        fact = self.context.kinds.fact(self._a_use(plan, name).value)
+        return fact.kind is Kind.TENSOR and fact.place in (Place.CUDA, Place.DEVICE)
+
     def _check(self, plan: _Plan) -> str | None:
         kinds = self.context.kinds
         for name in plan.tensors:
             use = self._a_use(plan, name)
             fact = kinds.fact(use.value)
-            if fact.kind is Kind.TENSOR and fact.place is Place.CUDA:
+            if self._on_device(plan, name):
                 return ""
             if fact.kind is not Kind.TENSOR or fact.place is not Place.HOST:
                 return f"`{name}` is not known to be a tensor in host memory"
@@ -496,14 +502,48 @@ class ManualBatchingInStepLoop(Rule):
                 return False
         lengths = {f"len({t})" for t in plan.tensors} | {f"{t}.size(0)" for t in plan.tensors} | {
             f"{t}.shape[0]" for t in plan.tensors}
-        return any(_normalized(self.context.source(c)) in lengths for c in candidates)
+        if any(_normalized(self.context.source(c)) in lengths for c in candidates):
+            return True
+        # `X = T[:n]` holds the first n rows when n is at most len(T): `n = int(0.9 * len(T))`, `len(T) - k`
+        spelled = {_normalized(self.context.source(c)) for c in candidates}
+        for tensor in plan.tensors:
+            values = self._values(tensor, plan.loop)
+            value = values[0] if values is not None and len(values) == 1 else None
+            if not (isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Slice)):
+                continue
+            part = value.slice[0].slice
+            if part.lower is not None and not (isinstance(part.lower, cst.Integer) and part.lower.value == "0"):
+                continue
+            if part.upper is None or part.step is not None or _normalized(self.context.source(part.upper)) not in spelled:
+                continue
+            if any(self._at_most_length(c, value.value) for c in candidates):
+                return True
+        return False
+
+    def _at_most_length(self, n: cst.BaseExpression, owner: cst.BaseExpression) -> bool:
+        """Is `n` at most the length of `owner`: `int(0.9 * len(T))`, `len(T) - k`, `len(T) // 2`?"""
+        length = {f"len({self.context.source(owner)})", f"{self.context.source(owner)}.size(0)",
+                  f"{self.context.source(owner)}.shape[0]"}
+        length = {_normalized(x) for x in length}
+        if isinstance(n, cst.Call) and self.context.names.is_(n.func, "int", "builtins.int") and len(n.args) == 1:
+            n = n.args[0].value
+        if isinstance(n, cst.BinaryOperation):
+            left, right = _normalized(self.context.source(n.left)), _normalized(self.context.source(n.right))
+            if isinstance(n.operator, cst.Multiply):
+                factor = n.left if right in length else n.right if left in length else None
+                return isinstance(factor, (cst.Float, cst.Integer)) and 0 <= float(factor.value) <= 1
+            if isinstance(n.operator, cst.Subtract):
+                return left in length and isinstance(n.right, cst.Integer)
+            if isinstance(n.operator, cst.FloorDivide):
+                return left in length and isinstance(n.right, cst.Integer) and int(n.right.value) >= 1
+        return False
 
     def _carried_state(self, plan: _Plan) -> str | None:
         """A value carried from the previous iteration (read before the body binds it,
         or computed from such a value) that meets this batch in one statement:
         `hidden = hidden.detach(); out, hidden = model(xb, hidden)`. Counters and
         running sums (`total = total + loss.item()`) never meet the batch itself."""
-        lines = _lines(plan.loop.body)
+        lines = _flat(_lines(plan.loop.body))
         batch_names = {s.targets[0].target.value for s in self._batch_statements(plan).values()}
         for line in lines:
             if _unpacks_only_batches(line, plan.uses):
@@ -637,14 +677,21 @@ class ManualBatchingInStepLoop(Rule):
         if scope is None or name not in scope:
             return None
         values = []
+        bindings = self.context.bindings
         for assignment in scope.assignments[name]:
             if type(assignment) is not Assignment:
                 return None
-            statement = self.context.parents.get(self.context.parents.get(assignment.node))
-            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                    and statement.targets[0].target is assignment.node):
-                return None
-            values.append(statement.value)
+            value = bindings.assigned_value(assignment)
+            if value is None:  # `a, b = x, y`: the element of the literal
+                unpacked = bindings.unpacked(assignment)
+                if unpacked is None or not isinstance(unpacked[0], (cst.Tuple, cst.List)) \
+                        or unpacked[1] >= len(unpacked[0].elements):
+                    return None
+                element = unpacked[0].elements[unpacked[1]]
+                if not isinstance(element, cst.Element):
+                    return None
+                value = element.value
+            values.append(value)
         return values
 
     def _bound_in(self, name: str, region: cst.CSTNode) -> bool:
@@ -701,6 +748,18 @@ def _fresh(name: str, taken: set[str]) -> str:
         candidate, k = f"{name}_{k}", k + 1
     taken.add(candidate)
     return candidate
+
+
+def _flat(lines: list[cst.CSTNode]) -> list[cst.CSTNode]:
+    """The statements of `lines` in the order they run, `with` blocks opened (their body
+    runs once, in order); other compound statements stay whole."""
+    flat = []
+    for line in lines:
+        if isinstance(line, cst.With) and isinstance(line.body, cst.IndentedBlock):
+            flat.extend(_flat(list(line.body.body)))
+        else:
+            flat.append(line)
+    return flat
 
 
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
