@@ -689,6 +689,14 @@ class Kinds:
         return UNKNOWN
 
     def _param_fact(self, param: cst.Param) -> Fact:
+        function = self.parents.get(self.parents.get(param))
+        if isinstance(function, cst.FunctionDef) and function.params.params and function.params.params[0] is param \
+                and not _decorated(function, STATIC):
+            classdef = self._class_of(function)
+            if classdef is not None:  # `self` of a model's method is the model
+                fact = self.class_fact(classdef)
+                if fact.kind is not Kind.UNKNOWN:
+                    return fact
         passed = self._passed(param)
         if passed:  # what every call of the function in this file passes
             result = BOTTOM
@@ -755,7 +763,7 @@ class Kinds:
             if classdef is not None:
                 scope = self.scopes.get(expr)
                 found = list(scope[expr.value]) if scope is not None else []
-                if len(found) == 1 and found[0].node is method.params.params[0]:
+                if len(found) == 1 and getattr(found[0], "node", None) is method.params.params[0]:
                     return classdef
         scope = self.scopes.get(expr)
         if scope is None:
@@ -814,6 +822,8 @@ class Kinds:
         scope = self.scopes.get(owner)
         calls = []
         for binding in scope[owner.value] if scope is not None else ():
+            if type(binding) is not Assignment:
+                return None
             if isinstance(binding.node, cst.Param):
                 calls.extend(self._passed(binding.node) or [None])
                 continue

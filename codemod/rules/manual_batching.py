@@ -197,7 +197,7 @@ class ManualBatchingInStepLoop(Rule):
 
     def _in_step_loops(self, loop: cst.CSTNode) -> bool:
         if self._step_loops is None:
-            self._step_loops = {id(loop) for loop in self.context.loops.step_loops}
+            self._step_loops = {id(loop) for loop in self.context.loaders.step_loops}
         return id(loop) in self._step_loops
 
     # -- per-step random batches: reported --------------------------------------
