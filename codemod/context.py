@@ -12,6 +12,7 @@ from libcst.metadata import MetadataWrapper, ScopeProvider
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.kinds import Kinds
+from codemod.analysis.loaders import Loaders
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.positions import Positions
@@ -69,6 +70,10 @@ class FileContext:
     @cached_property
     def training(self) -> Training:
         return Training(self)
+
+    @cached_property
+    def loaders(self) -> Loaders:
+        return Loaders(self)
 
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
         """Is `node` the node `ancestor` or somewhere below it?"""

@@ -2,6 +2,13 @@
 dataset or device, and for tensors and devices whether they live on the host or
 on CUDA. Unknown stays unknown: rules fix only what this analysis can tell.
 
+Values are followed through the file's own code: a call of a function or method
+of this file holds what its returns hold; a parameter holds what every call of
+its function in this file passes (when the function is only ever called there);
+`self.x` holds what the methods of the class assign to it. A tensor computed by
+a model (or from such a tensor) lives on the model's device (Place.DEVICE): a
+copy of it is not a host-to-device copy.
+
 Names are resolved flow-sensitively enough for training scripts: of the
 bindings that come before a use, the last one wins when it dominates the use
 (it sits in a block enclosing the use); otherwise all are joined. Bindings later
@@ -26,11 +33,15 @@ from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
     HOST_ONLY_FACTORIES,
+    NOT_SAME_PLACE_METHODS,
+    NOT_TENSOR_FUNCTIONS,
     PASS_THROUGH_ITERABLES,
+    RETURN_TENSORS,
     SAME_PLACE_METHODS,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
     TENSOR_FUNCTIONS,
+    TENSOR_NAMESPACES,
 )
 from codemod.analysis.names import kwarg, method_name, positional, sole_definition
 
@@ -53,6 +64,7 @@ class Kind(enum.Enum):
 class Place(enum.Enum):
     HOST = "host"
     CUDA = "cuda"
+    DEVICE = "device"  # where the model runs: computed by a model, or from what it computed
     UNKNOWN = "unknown"
 
     def join(self, other: "Place") -> "Place":
@@ -63,6 +75,7 @@ class Place(enum.Enum):
 class Fact:
     kind: Kind
     place: Place = Place.UNKNOWN
+    single: bool = False  # a loader whose batches are single tensors (its dataset's items are tensors)
 
     def join(self, other: "Fact") -> "Fact":
         if self.kind is Kind.BOTTOM:
@@ -71,7 +84,7 @@ class Fact:
             return self
         if self.kind is not other.kind:
             return UNKNOWN
-        return Fact(self.kind, self.place.join(other.place))
+        return Fact(self.kind, self.place.join(other.place), self.single and other.single)
 
     @property
     def is_host_tensor(self) -> bool:
@@ -91,6 +104,12 @@ DTYPE_NAME = re.compile(r"^(dtype|\w+_dtype)$")
 DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
 ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
 LOOPS = (cst.For, cst.While)
+CONTAINERS = (Kind.TENSOR, Kind.BATCH)
+# Module methods that neither move it nor hand it out.
+STAYING = {"eval", "train", "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
+           "zero_grad", "forward", "extra_repr", "requires_grad_"}  # what a list, tuple or dict of them is: a batch
+FUNCTIONS = (cst.FunctionDef, cst.Lambda)
+STATIC = ("staticmethod", "classmethod")
 
 
 @dataclass(frozen=True)
@@ -119,6 +138,10 @@ class Kinds:
         self._computed: list[int] = []  # cache keys in the order they were filled
         self._class_kinds: dict[int, Fact] = {}
         self._default_device_changed = "set_default_device" in context.code or "set_default_tensor_type" in context.code
+        self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
+        self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
+        self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] = {}
+        self._instances: dict[int, cst.ClassDef | None] = {}  # binding node -> the local class it holds an instance of
 
     # -- public API ------------------------------------------------------------
 
@@ -180,7 +203,8 @@ class Kinds:
             return self.is_device(expr.body) and self.is_device(expr.orelse)
         if self.fact(expr).kind is Kind.DEVICE:
             return True
-        return isinstance(expr, cst.Name) and bool(DEVICE_NAME.match(expr.value))
+        named = _device_named(expr)
+        return named is not None and bool(DEVICE_NAME.match(named))
 
     def is_dtype(self, expr: cst.BaseExpression) -> bool:
         if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype":
@@ -269,11 +293,7 @@ class Kinds:
 
     def enclosing(self, node: cst.CSTNode, types) -> Iterator[cst.CSTNode]:
         """Ancestors of `node` of the given types, innermost first."""
-        current = self.parents.get(node)
-        while current is not None:
-            if isinstance(current, types):
-                yield current
-            current = self.parents.get(current)
+        return self.index.enclosing(node, types)
 
     # -- expressions -------------------------------------------------------------
 
@@ -283,11 +303,29 @@ class Kinds:
         if isinstance(expr, cst.Call):
             return self._call_fact(expr)
         if isinstance(expr, cst.Subscript):
-            return _element(self._fact(expr.value))
+            owner = self._fact(expr.value)
+            named = _device_named(expr)
+            if named is not None and DEVICE_NAME.match(named) and owner.kind not in (Kind.BATCH, Kind.TENSOR, Kind.BOTTOM):
+                return Fact(Kind.DEVICE)  # `cfg["device"]`
+            return _element(owner)
         if isinstance(expr, cst.Attribute):
             return self._attribute_fact(expr)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            if any(isinstance(e, cst.StarredElement) for e in expr.elements):
+                return UNKNOWN
+            return _container([self._fact(e.value) for e in expr.elements] + self._appended(expr))
+        if isinstance(expr, cst.Dict):
+            if any(not isinstance(e, cst.DictElement) for e in expr.elements):
+                return UNKNOWN
+            return _container([self._fact(e.value) for e in expr.elements])
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            return _container([self._fact(expr.elt)])
+        if isinstance(expr, cst.DictComp):
+            return _container([self._fact(expr.value)])
         if isinstance(expr, cst.BinaryOperation):
             return _tensor_join([self._fact(expr.left), self._fact(expr.right)])
+        if isinstance(expr, cst.Comparison):  # `(day >= 5)`: a bool tensor where its operands are
+            return _tensor_join([self._fact(expr.left), *(self._fact(c.comparator) for c in expr.comparisons)])
         if isinstance(expr, cst.UnaryOperation):
             operand = self._fact(expr.expression)
             return operand if operand.kind in (Kind.TENSOR, Kind.BOTTOM) else UNKNOWN
@@ -297,58 +335,127 @@ class Kinds:
             return Fact(Kind.DEVICE, self.device_place(expr))
         return UNKNOWN
 
+    def _appended(self, literal: cst.BaseExpression) -> list[Fact]:
+        """Facts of what is appended to the list `xs = [...]` later (`xs.append(x)`,
+        `xs.extend(more)`), for a list literal bound to a plain name."""
+        if not isinstance(literal, cst.List):
+            return []
+        name = self._bound_to(literal)
+        if name is None:
+            return []
+        scope = self.scopes.get(name)
+        assignment = next((a for a in scope.assignments[name.value] if a.node is name), None) if scope is not None else None
+        found = []
+        for access in assignment.references if assignment is not None else ():
+            attribute = self.parents.get(access.node)
+            call = self.parents.get(attribute)
+            if isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute and call.args:
+                if attribute.attr.value in ("append", "insert"):
+                    found.append(self._fact(call.args[-1].value))
+                elif attribute.attr.value == "extend":
+                    found.append(_element(self._fact(call.args[0].value)))
+        return found
+
+    def _bound_to(self, value: cst.BaseExpression) -> cst.Name | None:
+        """The name `value` is assigned to: `xs = value`, or `xs, ys = value, other`."""
+        parent = self.parents.get(value)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            return target if isinstance(target, cst.Name) else None
+        if isinstance(parent, cst.Element):
+            container = self.parents.get(parent)
+            statement = self.parents.get(container)
+            if isinstance(container, cst.Tuple) and isinstance(statement, cst.Assign) and statement.value is container \
+                    and len(statement.targets) == 1 and isinstance(statement.targets[0].target, (cst.Tuple, cst.List)):
+                targets = statement.targets[0].target.elements
+                position = list(container.elements).index(parent)
+                if len(targets) == len(container.elements) and isinstance(targets[position].value, cst.Name):
+                    return targets[position].value
+        return None
+
     def _attribute_fact(self, expr: cst.Attribute) -> Fact:
         attr = expr.attr.value
+        assigned = self._self_attribute_values(expr)
+        if assigned:  # `self.x`, assigned in the methods of its class
+            facts = [self._fact(value) for value in assigned]
+            result = facts[0]
+            for fact in facts[1:]:
+                result = result.join(fact)
+            if result.kind is not Kind.UNKNOWN:
+                return result
         if attr == "device":
             owner = self._fact(expr.value)
             if owner.kind is Kind.BOTTOM:
                 return BOTTOM
-            return Fact(Kind.DEVICE, owner.place if owner.kind is Kind.TENSOR else Place.UNKNOWN)
+            place = owner.place if owner.kind in (Kind.TENSOR, Kind.MODULE) else Place.UNKNOWN
+            return Fact(Kind.DEVICE, Place.UNKNOWN if place is Place.DEVICE else place)
         if attr in TENSOR_ATTRIBUTES:
             owner = self._fact(expr.value)
             return owner if owner.kind is Kind.TENSOR else UNKNOWN
-        return UNKNOWN
+        if DEVICE_NAME.match(attr):
+            return Fact(Kind.DEVICE)  # `args.device`, `cfg.train_device`
+        owner = self._fact(expr.value)
+        if owner.kind is Kind.BATCH:  # `encoding.input_ids`, `batch.x`
+            return Fact(Kind.TENSOR, owner.place)
+        return BOTTOM if owner.kind is Kind.BOTTOM else UNKNOWN
 
     def _call_fact(self, call: cst.Call) -> Fact:
         for name in sorted(self.names.of(call.func)):
             fact = self._library_call_fact(name, call)
             if fact is not None:
                 return fact
+        encoded = kwarg(call, RETURN_TENSORS)
+        if encoded is not None and isinstance(encoded.value, cst.SimpleString) and encoded.value.evaluated_value == "pt":
+            return Fact(Kind.BATCH, Place.HOST)  # a Hugging Face tokenizer's BatchEncoding: CPU tensors
         local = self.local_class(call.func)
         if local is not None:
-            return self.class_fact(local)
+            return self._built_module(self.class_fact(local), call)
+        function = self._local_callee(call)
+        if function is not None:
+            return self._returns_fact(function)
+        if isinstance(call.func, cst.Attribute) and self._self_attribute_values(call.func):
+            callee = self._fact(call.func)  # `self.model(x)`
+            if callee.kind is Kind.MODULE:
+                return Fact(Kind.TENSOR, _computed_on(callee.place))
         method = method_name(call)
         if method is not None:
             return self._method_fact(call, method)
-        if self._fact(call.func).kind is Kind.MODULE:  # model(x)
-            return Fact(Kind.TENSOR)
-        return UNKNOWN
+        callee = self._fact(call.func)
+        if callee.kind is Kind.MODULE:  # model(x)
+            return Fact(Kind.TENSOR, _computed_on(callee.place))
+        return BOTTOM if callee.kind is Kind.BOTTOM else UNKNOWN
 
     def _library_call_fact(self, name: str, call: cst.Call) -> Fact | None:
         first = positional(call, 0)
         if name in TENSOR_FACTORIES:
             device = kwarg(call, "device")
-            if device is not None:
-                return Fact(Kind.TENSOR, self.device_place(device.value))
+            if device is not None:  # made where the run computes, when that may be the GPU or the CPU
+                place = self.device_place(device.value)
+                return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place)
             return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST)
         if name in HOST_ONLY_FACTORIES:
             return Fact(Kind.TENSOR, Place.HOST)
-        if name in TENSOR_FUNCTIONS:
+        if name in PASS_THROUGH_ITERABLES and first is not None:
+            return self._fact(first.value)  # `iter(loader)`, `tqdm(loader)`: iterates the same items
+        if name in ("next", "builtins.next") and first is not None:
+            return _as_fact(self._item_shape(first.value))
+        if name in TENSOR_FUNCTIONS or _in_tensor_namespace(name):
             values = [a.value for a in call.args if a.keyword is None and not a.star]
-            if values and isinstance(values[0], (cst.List, cst.Tuple)):
-                values = [e.value for e in values[0].elements]
+            if values and isinstance(values[0], (cst.List, cst.Tuple)):  # `torch.stack([x, y])`
+                values = [e.value for e in values[0].elements if isinstance(e, cst.Element)] + values[1:]
             return _tensor_join([self._fact(v) for v in values])
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             return self._fact(first.value) if first else UNKNOWN
         if name == "torch.device":
             return Fact(Kind.DEVICE, self.device_place(first.value) if first else Place.UNKNOWN)
         if name == "torch.utils.data.DataLoader":
-            return Fact(Kind.LOADER, self._loader_place(call))
+            return Fact(Kind.LOADER, self._loader_place(call), self._single_items(call))
         if name in DATASET_CLASSES:
             return _tensor_join([self._fact(a.value) for a in call.args], Kind.DATASET, default=Place.HOST)
         if name == "torch.compile":
             return self._fact(first.value) if first else UNKNOWN
-        return self._class_name_fact(name)
+        fact = self._class_name_fact(name)
+        return self._built_module(fact, call) if fact is not None else None
 
     def _class_name_fact(self, name: str) -> Fact | None:
         """Kinds of library classes, from their qualified name alone."""
@@ -364,6 +471,32 @@ class Kinds:
         if name.startswith("torch.nn.") and not name.startswith(("torch.nn.functional", "torch.nn.parameter", "torch.nn.init", "torch.nn.utils")):
             return Fact(Kind.MODULE)
         return None
+
+    def _built_module(self, fact: Fact, call: cst.Call) -> Fact:
+        """A module just built: on the host (or on its `device=`), unless the default device
+        was changed; whether it stays there is decided where a name holds it."""
+        if fact.kind is not Kind.MODULE or fact.place is not Place.UNKNOWN:
+            return fact
+        device = kwarg(call, "device")
+        if device is not None:
+            return Fact(Kind.MODULE, self.device_place(device.value))
+        return fact if self._default_device_changed else Fact(Kind.MODULE, Place.HOST)
+
+    def _stays(self, name: cst.Name) -> bool:
+        """Is the module `name` holds only called, or asked for its parameters and modes, so
+        that nothing can move it in place (`model.to(device)`, `prepare(model)`, `model.fc...`)?"""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return False
+        for assignment in scope[name.value]:
+            for access in getattr(assignment, "references", ()):
+                parent = self.parents.get(access.node)
+                if isinstance(parent, cst.Call) and parent.func is access.node:
+                    continue
+                if isinstance(parent, cst.Attribute) and parent.value is access.node and parent.attr.value in STAYING:
+                    continue
+                return False
+        return True
 
     def _class_ref_fact(self, base: cst.BaseExpression) -> Fact:
         """What instances of the class named by `base` are."""
@@ -391,9 +524,38 @@ class Kinds:
             return Fact(receiver.kind, Place.HOST) if receiver.kind in (Kind.TENSOR, Kind.MODULE) else UNKNOWN
         if method == "pin_memory":
             return Fact(Kind.TENSOR, Place.HOST) if receiver.kind is Kind.TENSOR else UNKNOWN
-        if method in SAME_PLACE_METHODS and receiver.kind is Kind.TENSOR:
+        if receiver.kind is Kind.TENSOR and (method in SAME_PLACE_METHODS or (
+                method not in NOT_SAME_PLACE_METHODS and not method.startswith("is_"))):
             return receiver
+        if method in ("get", "pop") and receiver.kind is Kind.BATCH:
+            return _element(receiver)  # `batch.get("input_ids")`
         return UNKNOWN
+
+    def _single_items(self, call: cst.Call) -> bool:
+        """Does the loader `call` builds batch single tensors: the default collate over a
+        dataset class of this file whose `__getitem__` returns a tensor?"""
+        if kwarg(call, "collate_fn") is not None or positional(call, 6) is not None or any(a.star for a in call.args):
+            return False
+        dataset = kwarg(call, "dataset") or positional(call, 0)
+        value = dataset.value if dataset is not None else None
+        if isinstance(value, cst.Name):
+            scope = self.scopes.get(value)
+            bindings = list(scope[value.value]) if scope is not None else []
+            if len(bindings) != 1 or type(bindings[0]) is not Assignment:
+                return False
+            statement = self._binding_statement(bindings[0].node)
+            value = statement.value if isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
+                and statement.targets[0].target is bindings[0].node else None
+        if not isinstance(value, cst.Call):
+            return False
+        classdef = self.local_class(value.func)
+        getitem = _method(classdef, "__getitem__") if classdef is not None else None
+        if getitem is None or any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitems__", "__iter__")
+                                  for s in classdef.body.body):
+            return False
+        returned = self.returned(getitem)
+        return bool(returned) and len(returned) == len(self.exits(getitem)[0]) and all(
+            self.fact(v).kind is Kind.TENSOR and not isinstance(v, (cst.Tuple, cst.List, cst.Dict)) for v in returned)
 
     def _loader_place(self, call: cst.Call) -> Place:
         dataset = kwarg(call, "dataset") or positional(call, 0)
@@ -419,6 +581,8 @@ class Kinds:
         result = facts[0]
         for fact in facts[1:]:
             result = result.join(fact)
+        if result.kind is Kind.MODULE and result.place is Place.HOST and not self._stays(name):
+            return Fact(Kind.MODULE)  # may be moved in place somewhere
         return result
 
     def _reaching(self, use: cst.Name, bindings: list[Assignment]) -> list[Assignment]:
@@ -477,10 +641,7 @@ class Kinds:
         return None
 
     def _block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        current = self.parents.get(node)
-        while current is not None and not isinstance(current, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)):
-            current = self.parents.get(current)
-        return current
+        return self.index.first_enclosing(node, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite))
 
     def _binding_statement(self, target: cst.CSTNode) -> cst.CSTNode:
         """The Assign / For / CompFor / With / ... that binds `target`."""
@@ -513,32 +674,314 @@ class Kinds:
         path.reverse()
         statement = self._binding_statement(target)
         if isinstance(statement, cst.Assign):
+            if not path:
+                return self._fact(statement.value)
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.AnnAssign, cst.NamedExpr)) and statement.value is not None:
             if isinstance(statement, cst.AnnAssign) and self._is_tensor_annotation(statement.annotation.annotation):
                 value = self._fact(statement.value)
                 return value if value.kind is Kind.TENSOR else Fact(Kind.TENSOR)
+            if not path:
+                return self._fact(statement.value)
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.For, cst.CompFor)):
             return _destructure(self._item_shape(statement.iter), path)
         return UNKNOWN
 
     def _param_fact(self, param: cst.Param) -> Fact:
+        function = self.parents.get(self.parents.get(param))
+        if isinstance(function, cst.FunctionDef) and function.params.params and function.params.params[0] is param \
+                and not _decorated(function, STATIC):
+            classdef = self._class_of(function)
+            if classdef is not None:  # `self` of a model's method is the model
+                fact = self.class_fact(classdef)
+                if fact.kind is not Kind.UNKNOWN:
+                    return fact
+        passed = self._passed(param)
+        if passed:  # what every call of the function in this file passes
+            result = BOTTOM
+            for value in passed:
+                result = result.join(self._fact(value))
+            if result.kind is not Kind.UNKNOWN:
+                return result
         if param.annotation is not None and self._is_tensor_annotation(param.annotation.annotation):
             return Fact(Kind.TENSOR)
         if DEVICE_NAME.match(param.name.value):
             return Fact(Kind.DEVICE)
         return UNKNOWN
 
+    # -- the file's own functions, methods and attributes ------------------------------
+
+    def local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function or method of this file `call` calls, if perfmod can tell."""
+        return self._local_callee(call)
+
+    def returns(self, function: cst.FunctionDef) -> Fact:
+        """What a call of `function` gives."""
+        fact = self._returns_fact(function)
+        return UNKNOWN if fact.kind is Kind.BOTTOM else fact
+
+    def self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """The values assigned to `self.<attr>` in the methods of the class of this file
+        that `expr`'s owner is an instance of; None when they cannot all be followed."""
+        return self._self_attribute_values(expr)
+
+    def argument(self, call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int):
+        """What `call` passes to `param` (None when it cannot be told or is not passed)."""
+        return _argument(call, function, param, offset)
+
+    def _local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file `call` calls: `helper(...)` or `self.helper(...)` /
+        `obj.helper(...)` on an instance of a class of this file."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            found = sole_definition(self.scopes, func, cst.FunctionDef)
+            if found is not None:
+                return found if self._class_of(found) is None else None
+        if isinstance(func, cst.Attribute):
+            classdef = self._instance_class(func.value)
+            if classdef is not None:
+                return _method(classdef, func.attr.value)
+        classdef = self._instance_class(func) if isinstance(func, cst.Name) else None
+        return _method(classdef, "__call__") if classdef is not None else None  # `tokenizer(texts)` on an instance
+
+    def _class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        """The class whose body defines `function`, if it is a method."""
+        block = self.parents.get(function)
+        owner = self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        return owner if isinstance(owner, cst.ClassDef) else None
+
+    def _instance_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class of this file `expr` is an instance of: the `self` of one of its methods,
+        or a name every binding of which calls the class."""
+        if not isinstance(expr, cst.Name):
+            return None
+        method = self.index.first_enclosing(expr, FUNCTIONS)
+        if isinstance(method, cst.FunctionDef) and method.params.params \
+                and method.params.params[0].name.value == expr.value and not _decorated(method, STATIC):
+            classdef = self._class_of(method)
+            if classdef is not None:
+                scope = self.scopes.get(expr)
+                found = list(scope[expr.value]) if scope is not None else []
+                if len(found) == 1 and getattr(found[0], "node", None) is method.params.params[0]:
+                    return classdef
+        scope = self.scopes.get(expr)
+        if scope is None:
+            return None
+        bindings = list(scope[expr.value])
+        if not bindings or not all(type(a) is Assignment for a in bindings):
+            return None
+        key = id(bindings[0].node) if len(bindings) == 1 else None
+        if key is not None and key in self._instances:
+            return self._instances[key]
+        if key is not None:
+            self._instances[key] = None  # a parameter passed on to itself: not followed
+        values = []
+        for binding in bindings:
+            if isinstance(binding.node, cst.Param):  # `def fit(self, module)`: what every call passes
+                passed = self._passed(binding.node)
+                if not passed:
+                    return None
+                values.extend(passed)
+                continue
+            statement = self._binding_statement(binding.node)
+            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                    and statement.targets[0].target is binding.node):
+                return None
+            values.append(statement.value)
+        classes = {}
+        for value in values:
+            classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
+            if classdef is None:
+                return None
+            classes[id(classdef)] = classdef
+        found = next(iter(classes.values())) if len(classes) == 1 else None
+        if key is not None:
+            self._instances[key] = found
+        return found
+
+    def _self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """The values the methods of a class of this file assign to `self.<attr>`, for an
+        `expr` spelled `self.<attr>` (or `obj.<attr>` on an instance of that class)."""
+        classdef = self._instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
+        if classdef is None:
+            return None
+        assigned = self._assigned_attributes(classdef)
+        if expr.attr.value in assigned:
+            return assigned[expr.attr.value]
+        return self._field_values(expr.value, classdef, expr.attr.value)
+
+    def _field_values(self, owner: cst.Name, classdef: cst.ClassDef, field: str) -> list[cst.BaseExpression] | None:
+        """The values the calls that build `owner` pass to the field `field` of a dataclass
+        or NamedTuple of this file (`ctx = Context(ids=table)`: `ctx.ids` is `table`)."""
+        fields = [s.body[0] for s in classdef.body.body if isinstance(s, cst.SimpleStatementLine)
+                  and len(s.body) == 1 and isinstance(s.body[0], cst.AnnAssign) and isinstance(s.body[0].target, cst.Name)]
+        names = [f.target.value for f in fields]
+        if field not in names or self._class_of_method_named(classdef, "__init__"):
+            return None
+        scope = self.scopes.get(owner)
+        calls = []
+        for binding in scope[owner.value] if scope is not None else ():
+            if type(binding) is not Assignment:
+                return None
+            if isinstance(binding.node, cst.Param):
+                calls.extend(self._passed(binding.node) or [None])
+                continue
+            statement = self._binding_statement(binding.node)
+            calls.append(statement.value if isinstance(statement, cst.Assign) else None)
+        values = []
+        for call in calls:
+            if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
+                return None
+            passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == field), None)
+            if passed is None:
+                plain = [arg.value for arg in call.args if arg.keyword is None]
+                position = names.index(field)
+                passed = plain[position] if position < len(plain) else fields[position].value
+            if passed is None:
+                return None
+            values.append(passed)
+        return values or None
+
+    def _class_of_method_named(self, classdef: cst.ClassDef, name: str) -> bool:
+        return _method(classdef, name) is not None
+
+    def _assigned_attributes(self, classdef: cst.ClassDef) -> dict[str, list[cst.BaseExpression] | None]:
+        """attribute -> the values the class's methods assign to `self.<attribute>` (None when
+        one assignment cannot be followed: unpacked, augmented, annotated without a value)."""
+        key = id(classdef)
+        table = self._class_attributes.get(key)
+        if table is not None:
+            return table
+        table = self._class_attributes[key] = {}
+        for statement in self.index.find((cst.Assign, cst.AnnAssign, cst.AugAssign), within=classdef):
+            method = self.index.first_enclosing(statement, FUNCTIONS)
+            if not isinstance(method, cst.FunctionDef) or self._class_of(method) is not classdef or not method.params.params:
+                continue
+            owner = method.params.params[0].name.value
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                for part in _target_parts(target):
+                    if not (isinstance(part, cst.Attribute) and isinstance(part.value, cst.Name) and part.value.value == owner):
+                        continue
+                    name = part.attr.value
+                    plain = isinstance(statement, cst.Assign) and len(statement.targets) == 1 and part is target
+                    if isinstance(statement, cst.AnnAssign) and statement.value is not None:
+                        plain = True
+                    if not plain:
+                        table[name] = None
+                    elif table.get(name, []) is not None:
+                        table.setdefault(name, []).append(statement.value)
+        return table
+
+    def exits(self, function: cst.FunctionDef) -> tuple[list[cst.Return], list[cst.Yield]]:
+        """The `return` and `yield` of `function` itself (not of functions nested in it)."""
+        returns, yields = [], []
+        for node in self.index.find((cst.Return, cst.Yield), within=function.body):
+            if self.index.first_enclosing(node, FUNCTIONS) is not function:
+                continue
+            (yields if isinstance(node, cst.Yield) else returns).append(node)
+        return returns, yields
+
+    def returned(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """The expressions `function` returns."""
+        return [node.value for node in self.exits(function)[0] if node.value is not None]
+
+    def _returns_fact(self, function: cst.FunctionDef) -> Fact:
+        """What a call of `function` gives: the join of what it returns; for a generator,
+        a batch of what it yields."""
+        returns, yields = self.exits(function)
+        if yields:
+            if any(y.value is None or isinstance(y.value, cst.From) for y in yields):
+                return UNKNOWN
+            return _container([self._fact(y.value) for y in yields])
+        if not returns or any(r.value is None for r in returns):
+            return UNKNOWN
+        result = BOTTOM
+        for node in returns:
+            result = result.join(self._fact(node.value))
+        return result
+
+    def _passed(self, param: cst.Param) -> list[cst.BaseExpression] | None:
+        """What every call of this file passes to `param` (its default where a call leaves
+        it out); None when a call cannot be read or the function may be called elsewhere."""
+        parameters = self.parents.get(param)
+        function = self.parents.get(parameters)
+        if not isinstance(function, cst.FunctionDef) or param.star:
+            return None
+        callers = self.callers(function)
+        if not callers:
+            return None
+        passed = []
+        for call, offset in callers:
+            value = _argument(call, function, param, offset)
+            if value is None:
+                if param.default is None:
+                    return None
+                value = param.default
+            passed.append(value)
+        return passed
+
+    def callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
+        """The calls of `function` in this file, with how many leading parameters the call
+        fills itself (1 for a method called on an instance); None when the function is
+        also used otherwise (passed as a value, called on something perfmod cannot see)
+        or never called here."""
+        key = id(function)
+        if key not in self._callers:
+            self._callers[key] = None  # a call of itself while this runs: unknown
+            self._callers[key] = self._find_callers(function)
+        return self._callers[key]
+
+    def _find_callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
+        name = function.name.value
+        classdef = self._class_of(function)
+        if classdef is None:
+            scope = self.scopes.get(function)
+            found = list(scope.assignments[name]) if scope is not None else []
+            if len(found) != 1 or found[0].node is not function:
+                return None
+            calls = []
+            for access in found[0].references:
+                call = self.parents.get(access.node)
+                if not (isinstance(call, cst.Call) and call.func is access.node):
+                    return None  # passed as a value: called where perfmod cannot see
+                calls.append((call, 0))
+            return calls or None
+        if _decorated(function, STATIC) or function.decorators or name.startswith("__"):
+            return None
+        if self._attributes is None:
+            self._attributes = {}
+            for node in self.index.find(cst.Attribute):
+                self._attributes.setdefault(node.attr.value, []).append(node)
+        calls = []
+        for attribute in self._attributes.get(name, ()):
+            if self._instance_class(attribute.value) is not classdef:
+                continue
+            call = self.parents.get(attribute)
+            if not (isinstance(call, cst.Call) and call.func is attribute):
+                return None  # a bound method passed as a value
+            calls.append((call, 1))
+        return calls or None
+
     def _is_tensor_annotation(self, annotation: cst.BaseExpression) -> bool:
         return self.names.is_(annotation, "torch.Tensor")
 
-    def _value_shape(self, value: cst.BaseExpression) -> Shape:
-        if isinstance(value, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
-            return tuple(self._value_shape(e.value) for e in value.elements)
+    def _value_shape(self, value: cst.BaseExpression, depth: int = 0) -> Shape:
+        if isinstance(value, (cst.Tuple, cst.List)) and value.elements \
+                and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return tuple(self._value_shape(e.value, depth) for e in value.elements)
         if isinstance(value, cst.Call) and self.names.is_(value.func, "next", "builtins.next"):
             first = positional(value, 0)
             return self._item_shape(first.value) if first else UNKNOWN
+        if isinstance(value, cst.Call) and depth < 3:
+            function = self._local_callee(value)
+            if function is not None:  # `train_loader, val_loader = build_loaders(cfg)`
+                returns, yields = self.exits(function)
+                if returns and not yields and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns):
+                    shapes = [self._value_shape(r.value, depth + 1) for r in returns]
+                    if all(isinstance(shape, tuple) and len(shape) == len(shapes[0]) for shape in shapes):
+                        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
         return self._fact(value)
 
     def _item_shape(self, iterable: cst.BaseExpression) -> Shape:
@@ -557,8 +1000,107 @@ class Kinds:
                 return (UNKNOWN, element) if method == "items" else element
         fact = self._fact(iterable)
         if fact.kind is Kind.LOADER:
-            return Fact(Kind.BATCH, fact.place)
+            return Fact(Kind.TENSOR if fact.single else Kind.BATCH, fact.place)
         return _element(fact)
+
+
+def _device_named(expr: cst.BaseExpression) -> str | None:
+    """The name a device expression is spelled with: `device`, `self.device`, `cfg["device"]`."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str):
+            return key.evaluated_value
+    return None
+
+
+def _in_tensor_namespace(name: str) -> bool:
+    """`torch.cos`, `torch.nn.functional.relu`: a function computing tensors from tensors."""
+    head, _, last = name.rpartition(".")
+    return head in TENSOR_NAMESPACES and last[:1].islower() and not last.startswith("_") and name not in NOT_TENSOR_FUNCTIONS
+
+
+def _computed_on(module_place: Place) -> Place:
+    """Where a model's outputs live: where it was moved, else on its device."""
+    return module_place if module_place in (Place.HOST, Place.CUDA) else Place.DEVICE
+
+
+def _container(facts: list[Fact]) -> Fact:
+    """A list, tuple, dict or generator of tensors (or of such): a batch where they are."""
+    if not facts:
+        return UNKNOWN
+    if all(f.kind is Kind.BOTTOM for f in facts):
+        return BOTTOM
+    facts = [f for f in facts if f.kind is not Kind.BOTTOM]
+    if not all(f.kind in CONTAINERS for f in facts):
+        return UNKNOWN
+    place = facts[0].place
+    for fact in facts[1:]:
+        place = place.join(fact.place)
+    return Fact(Kind.BATCH, place)
+
+
+def _as_fact(shape: Shape) -> Fact:
+    """A tuple shape as the batch it is."""
+    if isinstance(shape, Fact):
+        return shape
+    return _container([_as_fact(part) for part in shape])
+
+
+def _target_parts(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [part for element in target.elements for part in _target_parts(element.value)]
+    return [target]
+
+
+def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    """The method `name` the class body defines (the last definition wins)."""
+    found = None
+    for statement in classdef.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            found = statement
+    return found
+
+
+def _decorated(function: cst.FunctionDef, names) -> bool:
+    for decorator in function.decorators:
+        spelled = decorator.decorator
+        if isinstance(spelled, cst.Name) and spelled.value in names:
+            return True
+    return False
+
+
+def _argument(call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int) -> cst.BaseExpression | None:
+    """What `call` passes to `param` of `function`, the first `offset` parameters being
+    filled by the call itself (`self`); None when `*args` / `**kwargs` hide it or it is
+    not passed."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == param.name.value:
+            return arg.value
+    positional_params = [*function.params.posonly_params, *function.params.params][offset:]
+    if param not in positional_params:
+        return None
+    index = positional_params.index(param)
+    plain = []
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            plain.append(arg.value)
+    return plain[index] if index < len(plain) else None
+
+
+def _join_shapes(shapes: list[Shape]) -> Shape:
+    """The shape every one of `shapes` fits: tuples element-wise when they agree, else facts."""
+    if all(isinstance(shape, tuple) for shape in shapes) and len({len(shape) for shape in shapes}) == 1:
+        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+    result = BOTTOM
+    for shape in shapes:
+        result = result.join(_as_fact(shape))
+    return result
 
 
 def _element(fact: Fact) -> Fact:
@@ -576,14 +1118,14 @@ def _destructure(shape: Shape, path: list[int]) -> Fact:
             shape = shape[index] if index < len(shape) else UNKNOWN
         else:
             shape = _element(shape)
-    return shape if isinstance(shape, Fact) else UNKNOWN
+    return _as_fact(shape)
 
 
 def _tensor_join(facts: list[Fact], kind: Kind = Kind.TENSOR, default: Place | None = None) -> Fact:
     """A tensor (or `kind`) placed where its tensor operands are; unknown without any."""
     if facts and all(f.kind is Kind.BOTTOM for f in facts):
         return BOTTOM
-    places = [f.place for f in facts if f.kind is Kind.TENSOR]
+    places = [f.place for f in facts if f.kind in CONTAINERS]
     if not places:
         return Fact(kind, default) if default is not None else UNKNOWN
     place = places[0]

@@ -1,28 +1,31 @@
 """Which DataLoaders a file builds and which loops they feed: the look-ups PM102, PM201
-and PM103 share.
+and PM103 share, built once per file (`context.loaders`).
 
-`LoaderLookups` is a mixin for rules: it collects, in the rule's own traversal, every
-DataLoader construction (torch's, under any alias, and subclasses of this file), every
-`for` loop and every call of a function of this file; a rule then asks, at
-`leave_Module`, which constructions a loop's iterable may evaluate to (through names,
-helper functions that build and return the loader, `self.` attributes, enumerate/zip/
-tqdm), whether the dataset may hold CUDA data, and what a `**kwargs` dict holds.
+It finds every DataLoader construction (torch's, under any alias, and subclasses of
+this file) and answers: which constructions an expression may evaluate to (through
+names, parameters, helper functions that build and return the loader, `self.`
+attributes set in another method, enumerate/zip/tqdm/iter), which loops each loader
+feeds (iterating it, or taking `next(it)` from it), which copies to a device a loop
+makes of its batches (also in the functions and methods of this file it hands the
+batch to), whether a loop trains (calls `backward()`, itself or through those
+functions), whether the dataset may hold CUDA data, and what a `**kwargs` dict holds.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import ScopeProvider
 
-from codemod.analysis.bindings import Bindings, argument_for, returned_values
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
-from codemod.analysis.loops import calls_in
-from codemod.analysis.names import appended, kwarg, method_name, positional
-from codemod.analysis.tree import is_inside
+from codemod.analysis.loops import own_nodes
+from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.torch_facts import NOT_TENSOR_FUNCTIONS, TENSOR_COLLATES, TENSOR_FUNCTIONS, TENSOR_NAMESPACES
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
 
 DATALOADER = "torch.utils.data.DataLoader"
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)`
@@ -30,11 +33,16 @@ NUM_WORKERS_POSITION, COLLATE_FN_POSITION, PIN_MEMORY_POSITION = 5, 6, 7
 # Iterables whose items are their first argument's (PM103 writes DevicePrefetcher(loader, device)).
 LOOKS_THROUGH = {"itertools.islice", "runtime.data.DevicePrefetcher", "runtime.DevicePrefetcher", *PASS_THROUGH_ITERABLES}
 MAX_DEPTH = 8  # how many assignments and helper calls a look-up follows
+ENUMERATE = ("enumerate", "builtins.enumerate")
+ZIP = ("zip", "builtins.zip")
+NEXT = ("next", "builtins.next")
+LOOPS = (cst.For, cst.While)
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 
 def memoized(method):
-    """Cache a recursive look-up per rule instance, keyed by node identity: without
-    it, a name with many bindings makes the walk exponential in MAX_DEPTH."""
+    """Cache a recursive look-up, keyed by node identity: without it, a name with many
+    bindings makes the walk exponential in MAX_DEPTH."""
 
     @functools.wraps(method)
     def cached(self, *args):
@@ -50,7 +58,7 @@ def memoized(method):
 
 
 def _key(argument):
-    """Nodes live as long as the tree the rule visits, so their identity is a key;
+    """Nodes live as long as the tree the rules visit, so their identity is a key;
     a set of node ids is keyed by its contents (a freed set's id can be reused)."""
     if isinstance(argument, (set, frozenset)):
         return frozenset(argument)
@@ -59,66 +67,162 @@ def _key(argument):
     return id(argument)
 
 
-class LoaderLookups:
-    """Mixin for a Rule (list it before Rule): collects loaders, loops and calls while the
-    rule visits, and answers the look-ups below."""
+@dataclass(frozen=True)
+class Feed:
+    """A loop that gets its batches from a DataLoader construction: a `for` over (something
+    built from) it, or a loop that takes `next(it)` of an iterator over it."""
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.scopes = context.wrapper.resolve(ScopeProvider)
-        self.bindings = Bindings(self.scopes, context.parents)
-        self.loaders: list[cst.Call] = []
-        self.loader_ids: set[int] = set()
+    loader: cst.Call
+    loop: cst.CSTNode  # a For, a While, or a comprehension (`[step(b) for b in loader]`)
+    target: cst.BaseExpression  # what binds the loader's batches: (part of) the loop target, or `x, y` of `x, y = next(it)`
+    fetch: cst.Call | None = None  # the `next(it)` call, for a loop that fetches its batches
+
+
+@dataclass(frozen=True)
+class DeviceCopy:
+    """A copy of a loop's batch to a device: `x.to(device)`, `x.cuda()`."""
+
+    call: cst.Call
+    place: Place
+    device: cst.BaseExpression | None  # None for `.cuda()`
+
+
+class Loaders:
+    """DataLoader constructions of one file and the loops they feed."""
+
+    def __init__(self, context: "FileContext") -> None:
+        self.context = context
+        self.index = context.index
+        self.names = context.names
+        self.kinds = context.kinds
+        self.bindings = context.bindings
         self._memo: dict[tuple, object] = {}
-        self.loops: list[cst.For] = []
-        self.calls_of: dict[int, list[cst.Call]] = defaultdict(list)  # function of this file -> its calls
-        # Every spelling of torch's DataLoader (an alias, a subclass) names it somewhere
-        # in the file; without it, skip resolving the qualified name of every call.
-        self.enabled = "DataLoader" in context.code
+        # Every spelling of torch's DataLoader (an alias, a subclass) names it somewhere in the
+        # file; without it, skip resolving the qualified name of every call.
+        self.constructions: list[cst.Call] = []
+        if "DataLoader" in context.code:
+            spellings = {"DataLoader"} | {c.name.value for c in self.index.find(cst.ClassDef)}
+            aliases = {a.asname.name.value for a in self.index.find(cst.ImportAlias)
+                       if a.asname is not None and isinstance(a.asname.name, cst.Name)}
+            spellings |= aliases
+            self.constructions = [call for call in self.index.find(cst.Call)
+                                  if _last_name(call.func) in spellings and self.is_construction(call)]
+        self._ids = {id(call) for call in self.constructions}
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if not self.enabled:
-            return
-        if self._is_loader_construction(node):
-            self.loaders.append(node)
-            self.loader_ids.add(id(node))
-        function = self.bindings.local_function(node.func)
-        if function is not None:
-            self.calls_of[id(function)].append(node)
+    # -- what a loader is ------------------------------------------------------------------
 
-    def visit_For(self, node: cst.For) -> None:
-        if self.enabled:
-            self.loops.append(node)
+    def is_construction(self, call: cst.Call) -> bool:
+        """`DataLoader(...)` of torch (any alias), or of a subclass of it defined in this file."""
+        if self.names.is_(call.func, DATALOADER):
+            return not self.names.local(call.func)  # a class of this file shadowing the import is not torch's
+        classdef = self.kinds.local_class(call.func)
+        return classdef is not None and self.kinds.class_fact(classdef).kind is Kind.LOADER
+
+    def is_torch_loader(self, call: cst.Call) -> bool:
+        return self.names.is_(call.func, DATALOADER)
+
+    def dataset(self, loader: cst.Call) -> cst.BaseExpression | None:
+        arg = kwarg(loader, "dataset") or positional(loader, 0)
+        return arg.value if arg is not None else None
 
     # -- which loaders feed which loops -------------------------------------------------
 
-    def _is_loader_construction(self, call: cst.Call) -> bool:
-        names = self.context.names
-        if names.is_(call.func, DATALOADER):
-            return not names.local(call.func)  # a class of this file shadowing the import is not torch's
-        classdef = self.context.kinds.local_class(call.func)
-        return classdef is not None and self.context.kinds.class_fact(classdef).kind is Kind.LOADER
+    @functools.cached_property
+    def feeds(self) -> list[Feed]:
+        """Every loop over a loader, with the loader and what binds its batches."""
+        found: list[Feed] = []
+        if not self.constructions:
+            return found
+        for loop in self.index.find((cst.For, cst.CompFor)):
+            for iterable, target in self.iterated(loop.iter, loop.target):
+                for loader in self.sources(iterable, (), 0):
+                    found.append(Feed(loader, loop if isinstance(loop, cst.For) else self.index.first_enclosing(
+                        loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)), target))
+        for call in self.index.find(cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value == "next" and call.args
+                    and self.names.is_(call.func, *NEXT)):
+                continue
+            loop = self.index.first_enclosing(call, (*LOOPS, *SCOPES))
+            if not isinstance(loop, LOOPS):
+                continue
+            statement = self.context.parents.get(call)
+            assigned = isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1
+            for loader in self.sources(call.args[0].value, (), 0):
+                found.append(Feed(loader, loop, statement.targets[0].target if assigned else call, call))
+        return found
 
-    def _iterated(self, iterable: cst.BaseExpression, target: cst.BaseExpression):
+    @functools.cached_property
+    def step_loops(self) -> list[cst.CSTNode]:
+        """Loops that run one training step per iteration: `backward()` is called in their
+        body, or in a function or method of this file it calls, and not inside a loop
+        nested on the way (that inner loop is the step loop then)."""
+        return [loop for loop in self.index.find(LOOPS) if self._steps(loop.body, 0)]
+
+    def step_loop_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The innermost step loop whose body holds `node` in the same function, if any."""
+        steps = self._step_ids
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, SCOPES):
+                return None
+            if id(ancestor) in steps and self.index.inside(node, ancestor.body):
+                return ancestor
+        return None
+
+    @functools.cached_property
+    def _step_ids(self) -> set[int]:
+        return {id(loop) for loop in self.step_loops}
+
+    @memoized
+    def _steps(self, region: cst.CSTNode, depth: int) -> bool:
+        if depth > 3:
+            return False
+        calls = [call for call in own_nodes(self.index, cst.Call, region) if not self._in_inner_loop(call, region)]
+        if any(method_name(call) == "backward" for call in calls):
+            return True
+        return any((callee := self.kinds.local_callee(call)) is not None and self._steps(callee.body, depth + 1)
+                   for call in calls)
+
+    def _in_inner_loop(self, node: cst.CSTNode, region: cst.CSTNode) -> bool:
+        loop = self.index.first_enclosing(node, LOOPS)
+        return loop is not None and self.index.inside(loop, region)
+
+    def trains(self, loop: cst.CSTNode) -> bool:
+        """Does the loop's body call `backward()`, itself or in a function or method of this
+        file it calls (followed a few calls deep)?"""
+        return self._calls_backward(body(loop), 0)
+
+    @memoized
+    def _calls_backward(self, region: cst.CSTNode, depth: int) -> bool:
+        if depth > 3:
+            return False
+        for call in own_nodes(self.index, cst.Call, region):
+            if method_name(call) == "backward":
+                return True
+        for call in own_nodes(self.index, cst.Call, region):
+            callee = self.kinds.local_callee(call)
+            if callee is not None and self._calls_backward(callee.body, depth + 1):
+                return True
+        return False
+
+    def iterated(self, iterable: cst.BaseExpression, target: cst.BaseExpression):
         """(iterable, the part of the loop target its items bind) through enumerate, zip, tqdm, iter."""
         if isinstance(iterable, cst.Call):
-            names = self.context.names
             args = [a.value for a in iterable.args if a.keyword is None and not a.star]
-            if names.is_(iterable.func, "enumerate", "builtins.enumerate") and args:
-                inner = target.elements[1].value if _is_pair(target, 2) else target
-                return self._iterated(args[0], inner)
-            if names.is_(iterable.func, "zip", "builtins.zip"):
+            if self.names.is_(iterable.func, *ENUMERATE) and args:
+                inner = target.elements[1].value if _is_tuple_of(target, 2) else target
+                return self.iterated(args[0], inner)
+            if self.names.is_(iterable.func, *ZIP):
                 found = []
                 for index, arg in enumerate(args):
-                    inner = target.elements[index].value if _is_pair(target, len(args)) else target
-                    found.extend(self._iterated(arg, inner))
+                    inner = target.elements[index].value if _is_tuple_of(target, len(args)) else target
+                    found.extend(self.iterated(arg, inner))
                 return found
-            if names.is_(iterable.func, *LOOKS_THROUGH) and args:
-                return self._iterated(args[0], target)
+            if self.names.is_(iterable.func, *LOOKS_THROUGH) and args:
+                return self.iterated(args[0], target)
         return [(iterable, target)]
 
     @memoized
-    def _loader_sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
+    def sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
         """The DataLoader constructions `expr` may evaluate to; `path` indexes into
         tuples on the way (`train, val = make_loaders()` takes element 0 or 1)."""
         if depth > MAX_DEPTH:
@@ -126,32 +230,97 @@ class LoaderLookups:
         if isinstance(expr, (cst.Tuple, cst.List)) and path:
             if path[0] >= len(expr.elements) or any(isinstance(e, cst.StarredElement) for e in expr.elements):
                 return []
-            return self._loader_sources(expr.elements[path[0]].value, path[1:], depth + 1)
+            return self.sources(expr.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(expr, cst.Call):
-            if id(expr) in self.loader_ids:
+            if id(expr) in self._ids:
                 return [] if path else [expr]
-            function = self.bindings.local_function(expr.func)
+            through = self._looked_through(expr)
+            if through is not None:
+                return self.sources(through, path, depth + 1)
+            function = self.kinds.local_callee(expr)
             if function is None:
                 return []
-            return [found for value in returned_values(function) for found in self._loader_sources(value, path, depth + 1)]
+            return [found for value in self.kinds.returned(function) for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.Name):
-            return [found for source, inner in self._sources(expr)
-                    for found in self._loader_sources(source, inner + path, depth + 1)]
+            return [found for source, inner in self.bound_values(expr)
+                    for found in self.sources(source, inner + path, depth + 1)]
         if isinstance(expr, cst.Attribute):  # `self.train_loader`, assigned in another method
-            values = self.bindings.attribute_values(expr) or []
-            return [found for value in values for found in self._loader_sources(value, path, depth + 1)]
+            values = self.kinds.self_attribute_values(expr) or []
+            return [found for value in values for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.IfExp):
-            return self._loader_sources(expr.body, path, depth + 1) + self._loader_sources(expr.orelse, path, depth + 1)
+            return self.sources(expr.body, path, depth + 1) + self.sources(expr.orelse, path, depth + 1)
         return []
 
-    def _sources(self, name: cst.Name) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
+    @memoized
+    def only_loaders(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> bool:
+        """Is every value `expr` may have a DataLoader construction of this file? (`sources`
+        finds the loaders among other values; a loop over `loader if a else my_batches`
+        must not be rewritten as if it were a loader's.)"""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.Tuple, cst.List)) and path:
+            if path[0] >= len(expr.elements) or any(isinstance(e, cst.StarredElement) for e in expr.elements):
+                return False
+            return self.only_loaders(expr.elements[path[0]].value, path[1:], depth + 1)
+        if isinstance(expr, cst.Call):
+            if id(expr) in self._ids:
+                return not path
+            through = self._looked_through(expr)
+            if through is not None:
+                return self.only_loaders(through, path, depth + 1)
+            function = self.kinds.local_callee(expr)
+            values = self.kinds.returned(function) if function is not None else []
+            return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
+        if isinstance(expr, cst.Name):
+            sources = self.bound_values(expr)
+            return bool(sources) and all(self.only_loaders(source, inner + path, depth + 1) for source, inner in sources)
+        if isinstance(expr, cst.Attribute):
+            values = self.kinds.self_attribute_values(expr) or []
+            return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
+        if isinstance(expr, cst.IfExp):
+            return self.only_loaders(expr.body, path, depth + 1) and self.only_loaders(expr.orelse, path, depth + 1)
+        return False
+
+    def local_function(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        return self.bindings.local_function(func)
+
+    def _looked_through(self, call: cst.Call) -> cst.BaseExpression | None:
+        """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable, or of a generator of
+        this file that yields the batches of its parameter (`def cycle(dl): while True:
+        for batch in dl: yield batch`): the same batches."""
+        if call.args and call.args[0].keyword is None and not call.args[0].star \
+                and self.names.is_(call.func, *LOOKS_THROUGH):
+            return call.args[0].value
+        callee = self.kinds.local_callee(call)
+        if callee is None:
+            return None
+        returns, yields = self.kinds.exits(callee)
+        if returns or not yields:
+            return None
+        sources = set()
+        for node in yields:
+            loop = self.index.first_enclosing(node, (cst.For, cst.FunctionDef))
+            if not (isinstance(loop, cst.For) and isinstance(node.value, cst.Name) and isinstance(loop.target, cst.Name)
+                    and node.value.value == loop.target.value and isinstance(loop.iter, cst.Name)):
+                return None
+            parameter = self.bindings.param_of(loop.iter)
+            if parameter is None or parameter[0] is not callee:
+                return None
+            sources.add(parameter[1])
+        if len(sources) != 1:
+            return None
+        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        return self.kinds.argument(call, callee, sources.pop(), offset)
+
+    @memoized
+    def bound_values(self, name: cst.Name) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
         """What `name` is bound to: each assigned value (with the index `a, b = value`
         unpacks), each element of a literal it loops over, or, for a parameter, the
         argument every call of its function passes."""
         parameter = self.bindings.param_of(name)
         if parameter is not None:
             function, param = parameter
-            passed = [argument_for(call, function, param) for call in self.calls_of.get(id(function), [])]
+            passed = [self.kinds.argument(call, function, param, offset) for call, offset in self.kinds.callers(function) or ()]
             return [(argument, ()) for argument in passed if argument is not None]
         found = []
         for assignment in self.bindings.assignments(name) or ():
@@ -167,55 +336,104 @@ class LoaderLookups:
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
         return found
 
-    def _copies_to_device(self, loop: cst.For, target: cst.BaseExpression):
-        """(call, place, device expression) of each copy of the batch to a device in the loop body."""
-        bound = {id(node) for node in m.findall(target, m.Name())}
-        kinds = self.context.kinds
-        for call in calls_in(loop.body):
-            method = method_name(call)
-            if method not in ("to", "cuda"):
-                continue
-            if not self._derives_from(call.func.value, bound, loop, 0):
-                continue
-            if method == "cuda":
-                yield call, Place.CUDA, None
-                continue
-            copy = kinds.copy_of(call)
-            device = kwarg(call, "device") or positional(call, 0)
-            if copy is not None and copy.moves_device and copy.target is not Place.HOST:
-                yield call, copy.target, device.value if device is not None else None
-            elif copy is None and device is not None and m.matches(device.value, m.Attribute()) \
-                    and DEVICE_NAME.match(device.value.attr.value):
-                yield call, Place.UNKNOWN, device.value  # `cfg.train_device`: named like a device
+    # -- what a loop does with its batches -------------------------------------------------
+
+    def copies_to_device(self, loop: cst.CSTNode, target: cst.BaseExpression) -> list[DeviceCopy]:
+        """Each copy of the batch (bound to `target`) to a device in the loop body, or in
+        the functions and methods of this file the loop hands (a part of) the batch to."""
+        bound = frozenset({id(target), *(id(node) for node in self.index.find(cst.Name, within=target))})
+        return self._copies_in(body(loop), bound, 0)
 
     @memoized
-    def _derives_from(self, expr: cst.BaseExpression, bound: set[int], loop: cst.For, depth: int) -> bool:
-        """Is `expr` (a part of) what the loop target `bound` holds, directly or through
-        assignments and comprehensions inside the loop?"""
+    def _copies_in(self, region: cst.CSTNode, bound: frozenset, depth: int) -> list[DeviceCopy]:
+        found = []
+        for call in own_nodes(self.index, cst.Call, region):
+            method = method_name(call)
+            if method not in ("to", "cuda"):
+                found.extend(self._copies_in_callee(call, bound, region, depth))
+                continue
+            if not self.derives_from(call.func.value, bound, region, 0):
+                continue
+            if method == "cuda":
+                found.append(DeviceCopy(call, Place.CUDA, None))
+                continue
+            copy = self.kinds.copy_of(call)
+            device = kwarg(call, "device") or positional(call, 0)
+            if copy is not None and copy.moves_device and copy.target is not Place.HOST:
+                found.append(DeviceCopy(call, copy.target, device.value if device is not None else None))
+            elif copy is None and device is not None and isinstance(device.value, cst.Attribute) \
+                    and DEVICE_NAME.match(device.value.attr.value):
+                found.append(DeviceCopy(call, Place.UNKNOWN, device.value))  # `cfg.train_device`: named like a device
+        return found
+
+    def _copies_in_callee(self, call: cst.Call, bound: frozenset, region: cst.CSTNode, depth: int) -> list[DeviceCopy]:
+        """The copies a function or method of this file makes of the parameters `call`
+        passes (a part of) the batch to: `x = to_device(batch)`, `self.train_step(batch)`."""
+        if depth >= 3:
+            return []
+        callee = self.kinds.local_callee(call)
+        if callee is None:
+            return []
+        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        params = [*callee.params.posonly_params, *callee.params.params, *callee.params.kwonly_params]
+        passed = frozenset(id(param) for param in params
+                           if (value := self.kinds.argument(call, callee, param, offset)) is not None
+                           and self.derives_from(value, bound, region, 0))
+        return self._copies_in(callee.body, passed, depth + 1) if passed else []
+
+    @memoized
+    def derives_from(self, expr: cst.BaseExpression, bound: frozenset, region: cst.CSTNode, depth: int) -> bool:
+        """Is `expr` (a part of) what `bound` (ids of the names or parameters that bind the
+        batch) holds, directly or through assignments and comprehensions in `region`?"""
         if depth > MAX_DEPTH:
             return False
-        return any(self._name_derives_from(name, bound, loop, depth) for name in self._roots(expr))
+        return any(id(root) in bound or (isinstance(root, cst.Name) and self._name_derives_from(root, bound, region, depth))
+                   for root in self._roots(expr))
 
-    def _roots(self, expr: cst.BaseExpression) -> list[cst.Name]:
-        expr = self.context.kinds.storage_root(expr)
-        if isinstance(expr, cst.Name):
+    def _roots(self, expr: cst.BaseExpression) -> list[cst.CSTNode]:
+        """The names (or `next(it)` calls) whose value `expr` is (a part of)."""
+        expr = self.kinds.storage_root(expr)
+        if isinstance(expr, cst.Name) or (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name)
+                                          and expr.func.value == "next"):
             return [expr]
         if isinstance(expr, (cst.Tuple, cst.List)):
             return [root for element in expr.elements for root in self._roots(element.value)]
         if isinstance(expr, cst.Call):
             if method_name(expr) in ("items", "values"):
                 return self._roots(expr.func.value)
-            if self.context.names.is_(expr.func, "zip", "builtins.zip", "enumerate", "builtins.enumerate", "list",
-                                      "builtins.list", "tuple", "builtins.tuple"):
+            if self.names.is_(expr.func, *ZIP, *ENUMERATE, "list", "builtins.list", "tuple", "builtins.tuple"):
                 return [root for arg in expr.args for root in self._roots(arg.value)]
+            return self._roots_through_call(expr)
         return []
 
-    def _name_derives_from(self, name: cst.Name, bound: set[int], loop: cst.For, depth: int) -> bool:
+    def _roots_through_call(self, call: cst.Call) -> list[cst.CSTNode]:
+        """The roots of the arguments a function of this file returns (a part of):
+        `extract(batch)` where `def extract(b): return b["x"]`."""
+        callee = self.kinds.local_callee(call)
+        if callee is None:
+            return []
+        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        params = {param.name.value: param for param in (*callee.params.posonly_params, *callee.params.params,
+                                                        *callee.params.kwonly_params)}
+        roots = []
+        values = list(self.kinds.returned(callee))
+        while any(isinstance(v, cst.IfExp) for v in values):
+            values = [part for v in values for part in ((v.body, v.orelse) if isinstance(v, cst.IfExp) else (v,))]
+        for value in values:
+            root = self.kinds.storage_root(value)
+            param = params.get(root.value) if isinstance(root, cst.Name) else None
+            if param is not None and self.bindings.param_of(root) is not None:
+                argument = self.kinds.argument(call, callee, param, offset)
+                if argument is not None:
+                    roots.extend(self._roots(argument))
+        return roots
+
+    def _name_derives_from(self, name: cst.Name, bound: frozenset, region: cst.CSTNode, depth: int) -> bool:
         for assignment in self.bindings.assignments(name) or ():
             if id(assignment.node) in bound:
                 return True
             statement = self.bindings.statement(assignment.node)
-            if not is_inside(statement, loop.body, self.context.parents):
+            if not self.index.inside(statement, region):
                 continue
             if isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
                 source = statement.value
@@ -223,17 +441,42 @@ class LoaderLookups:
                 source = statement.iter
             else:
                 continue
-            if self._derives_from(source, bound, loop, depth + 1):
+            if self.derives_from(source, bound, region, depth + 1):
                 return True
         return False
 
-    # -- the decision ------------------------------------------------------------------------
+    @functools.cached_property
+    def device_copies(self) -> dict[int, list[DeviceCopy]]:
+        """id of a loader -> the copies to a device its batches get in the loops it feeds."""
+        found: dict[int, list[DeviceCopy]] = {}
+        for feed in self.feeds:
+            copies = self.copies_to_device(feed.loop, feed.target)
+            if copies:
+                found.setdefault(id(feed.loader), []).extend(copies)
+        return found
 
-    def _dataset(self, loader: cst.Call) -> cst.BaseExpression | None:
-        arg = kwarg(loader, "dataset") or positional(loader, 0)
-        return arg.value if arg is not None else None
+    def pinnable(self, loader: cst.Call) -> bool:
+        """Should, and can, the loader get `pin_memory` (PM102's fix): its batches go to a
+        device, it does not choose pin_memory (in its call or its visible `**kwargs` dict),
+        and pinning is possible (host data, a collate_fn that stays on the host, no
+        subclass that overrides `__init__` / `__iter__`, no `*args`)?"""
+        if not self.device_copies.get(id(loader)) or kwarg(loader, "pin_memory") is not None:
+            return False
+        if self.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
+            return False
+        if self.overridden_subclass(loader) or any(arg.star == "*" for arg in loader.args):
+            return False
+        if self.may_hold_device_data(self.dataset(loader), 0) or self.collate_moves_to_device(loader):
+            return False
+        stars = [arg for arg in loader.args if arg.star == "**"]
+        if stars:
+            found = self.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+            return found is not None and not found[2] and "pin_memory" not in found[1]
+        return True
 
-    def _subclass_overrides(self, classdef: cst.ClassDef | None) -> bool:
+    # -- the data -------------------------------------------------------------------------
+
+    def subclass_overrides(self, classdef: cst.ClassDef | None) -> bool:
         """Does a DataLoader subclass of this file (or a local base of it) define its own
         `__init__` (arguments unknown) or `__iter__` (batches unknown)?"""
         seen = 0
@@ -241,69 +484,218 @@ class LoaderLookups:
             for statement in classdef.body.body:
                 if isinstance(statement, cst.FunctionDef) and statement.name.value in ("__init__", "__iter__"):
                     return True
-            bases = [self.context.kinds.local_class(base.value) for base in classdef.bases]
+            bases = [self.kinds.local_class(base.value) for base in classdef.bases]
             classdef = next((base for base in bases if base is not None), None)
             seen += 1
         return False
 
+    def overridden_subclass(self, loader: cst.Call) -> bool:
+        """Is `loader` built from a subclass of this file that overrides `__init__` or `__iter__`?"""
+        return not self.is_torch_loader(loader) and self.subclass_overrides(self.kinds.local_class(loader.func))
+
     @memoized
-    def _may_hold_device_data(self, expr: cst.BaseExpression | None, depth: int) -> bool:
+    def may_hold_device_data(self, expr: cst.BaseExpression | None, depth: int) -> bool:
         """Could the dataset `expr` yield CUDA tensors, which pinning cannot take?"""
         if expr is None or depth > MAX_DEPTH:
             return False
-        kinds = self.context.kinds
-        fact = kinds.fact(expr)
+        fact = self.kinds.fact(expr)
         if fact.kind in (Kind.TENSOR, Kind.DATASET, Kind.BATCH) and fact.place is not Place.HOST:
             return True
         if isinstance(expr, cst.Name):
             # A value unpacked from a tuple is judged by the whole tuple: cautious, and simple.
-            return any(self._may_hold_device_data(source, depth + 1) for source, _ in self._sources(expr))
+            return any(self.may_hold_device_data(source, depth + 1) for source, _ in self.bound_values(expr))
         if isinstance(expr, (cst.Tuple, cst.List)):
-            return any(self._may_hold_device_data(e.value, depth + 1) for e in expr.elements)
+            return any(self.may_hold_device_data(e.value, depth + 1) for e in expr.elements)
         if isinstance(expr, cst.Call):
-            if self.context.names.is_(expr.func, "torch.load") and kwarg(expr, "map_location") is None \
+            if self.names.is_(expr.func, "torch.load") and kwarg(expr, "map_location") is None \
                     and positional(expr, 1) is None:
                 return True
-            classdef = kinds.local_class(expr.func)
-            if classdef is not None and self._moves_to_device(classdef):
+            classdef = self.kinds.local_class(expr.func)
+            if classdef is not None and self.moves_to_device(classdef):
                 return True
-            return any(self._may_hold_device_data(a.value, depth + 1) for a in expr.args)
+            return any(self.may_hold_device_data(a.value, depth + 1) for a in expr.args)
         return False
 
-    def _moves_to_device(self, node: cst.CSTNode) -> bool:
+    @memoized
+    def moves_to_device(self, node: cst.CSTNode) -> bool:
         """Does code under `node` copy to a device, or make tensors on one?"""
-        kinds = self.context.kinds
-        for call in m.findall(node, m.Call()):
+        for call in self.index.find(cst.Call, within=node):
             method = method_name(call)
             if method == "cuda":
                 return True
             if method == "to":
-                copy = kinds.copy_of(call)
+                copy = self.kinds.copy_of(call)
                 if copy is None or (copy.moves_device and copy.target is not Place.HOST):
                     return True
             device = kwarg(call, "device")
-            if device is not None and kinds.device_place(device.value) is not Place.HOST:
+            if device is not None and self.kinds.device_place(device.value) is not Place.HOST:
                 return True
         return False
 
-    def _collate_moves_to_device(self, loader: cst.Call, is_torch_loader: bool) -> bool:
-        arg = kwarg(loader, "collate_fn") or (positional(loader, COLLATE_FN_POSITION) if is_torch_loader else None)
+    def collate(self, loader: cst.Call) -> cst.BaseExpression | None:
+        """The `collate_fn` the loader is built with, if any."""
+        arg = kwarg(loader, "collate_fn") or (
+            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None)
+        return arg.value if arg is not None else None
+
+    @memoized
+    def collates_tensors(self, collate: cst.BaseExpression, depth: int) -> bool:
+        """Does the collate function `collate` build batches of tensors only (tensors, and
+        tuples, lists and dicts of them)? torch's and Hugging Face's collators, and functions
+        of this file that return such values."""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(collate, cst.Call):
+            if self.names.is_(collate.func, "functools.partial"):
+                first = positional(collate, 0)
+                return first is not None and self.collates_tensors(first.value, depth + 1)
+            collate_class = collate.func  # an instance: `DataCollatorWithPadding(tokenizer)`, `PadCollate(0)`
+            return self._is_tensor_collate(collate_class)
+        if self._is_tensor_collate(collate):
+            return True
+        if isinstance(collate, cst.Name):
+            function = self.local_function(collate)
+            if function is not None:
+                returned = self.kinds.returned(function)
+                return bool(returned) and all(self._is_tensors(value, 0) for value in returned)
+            values = self.bound_values(collate)
+            return bool(values) and all(self.collates_tensors(value, depth + 1) for value, _ in values)
+        return False
+
+    def _is_tensor_collate(self, expr: cst.BaseExpression) -> bool:
+        for name in self.names.of(expr):
+            last = name.rsplit(".", 1)[-1]
+            if name in TENSOR_COLLATES or (name.startswith("transformers.") and last.startswith("DataCollator")):
+                return True
+        return False
+
+    def _is_tensors(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """Is `expr` a tensor, or a tuple, list or dict of tensors?"""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return bool(expr.elements) and all(not isinstance(e, cst.StarredElement) and self._is_tensors(e.value, depth + 1)
+                                               for e in expr.elements)
+        if isinstance(expr, cst.Dict):
+            return bool(expr.elements) and all(isinstance(e, cst.DictElement) and self._is_tensors(e.value, depth + 1)
+                                               for e in expr.elements)
+        if isinstance(expr, cst.Call) and any(_in_namespace(name) for name in self.names.of(expr.func)):
+            return True
+        return self.kinds.fact(expr).kind in (Kind.TENSOR, Kind.BATCH)
+
+    def collate_moves_to_device(self, loader: cst.Call) -> bool:
+        arg = kwarg(loader, "collate_fn") or (
+            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None)
         if arg is None:
             return False
         function = arg.value
-        if isinstance(function, cst.Call) and self.context.names.is_(function.func, "functools.partial"):
+        if isinstance(function, cst.Call) and self.names.is_(function.func, "functools.partial"):
             first = positional(function, 0)
             function = first.value if first is not None else function
         if isinstance(function, cst.Lambda):
-            return self._moves_to_device(function.body)
-        local = self.bindings.local_function(function) or self.context.kinds.local_class(function)
-        return local is not None and self._moves_to_device(local)
+            return self.moves_to_device(function.body)
+        local = self.local_function(function) or self.kinds.local_class(function)
+        return local is not None and self.moves_to_device(local)
 
-    # -- what to write -------------------------------------------------------------------------
+    # -- settings -------------------------------------------------------------------------------
+
+    @memoized
+    def setting(self, expr: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
+        """The literal a setting evaluates to when the script runs as written: `0`, a name
+        bound to it, `args.workers` (the `default=` of its `add_argument`), `cfg["workers"]`
+        (a dict literal), `cfg.workers` (a dataclass default, a SimpleNamespace keyword);
+        None when it cannot be told."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)) or (
+                isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")):
+            return expr
+        if isinstance(expr, cst.Name):
+            values = [value for value, path in self.bound_values(expr) if not path]
+            found = {self.context.source(v) for v in (self.setting(value, depth + 1) for value in values) if v is not None}
+            if values and len(found) == 1 and all(self.setting(value, depth + 1) is not None for value in values):
+                return self.setting(values[0], depth + 1)
+            return None
+        if isinstance(expr, cst.Attribute):
+            default = self._argparse_default(expr.attr.value) if self._parsed_arguments(expr.value) else None
+            if default is not None:
+                return self.setting(default, depth + 1)
+            values = self.kinds.self_attribute_values(expr) or []
+            if len(values) == 1:
+                return self.setting(values[0], depth + 1)
+            owner = self.setting_owner(expr.value, depth + 1)
+            if isinstance(owner, cst.Call):  # SimpleNamespace(workers=0)
+                passed = kwarg(owner, expr.attr.value)
+                return self.setting(passed.value, depth + 1) if passed is not None else None
+            return None
+        if isinstance(expr, cst.Subscript):
+            entry = self._entry(expr, depth + 1)
+            return self.setting(entry, depth + 1) if entry is not None else None
+        return None
+
+    def _entry(self, expr: cst.Subscript, depth: int) -> cst.BaseExpression | None:
+        """The value a dict literal holds under the key of `cfg["key"]`."""
+        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return None
+        key = expr.slice[0].slice.value
+        owner = self.setting_owner(expr.value, depth + 1)
+        if isinstance(owner, cst.Dict) and isinstance(key, cst.SimpleString):
+            for element in owner.elements:
+                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                        and element.key.evaluated_value == key.evaluated_value:
+                    return element.value
+        return None
+
+    def setting_owner(self, expr: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
+        """The dict literal or call a configuration object is built by."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, (cst.Dict, cst.Call)):
+            return expr
+        if isinstance(expr, cst.Subscript):
+            entry = self._entry(expr, depth + 1)
+            return self.setting_owner(entry, depth + 1) if entry is not None else None
+        if isinstance(expr, cst.Name):
+            values = [value for value, path in self.bound_values(expr) if not path]
+            return self.setting_owner(values[0], depth + 1) if len(values) == 1 else None
+        return None
+
+    def _parsed_arguments(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` the namespace `parser.parse_args()` returns (directly, or through the
+        parameters it is passed to)?"""
+        if not isinstance(expr, cst.Name):
+            return False
+        values = [value for value, _ in self.bound_values(expr)]
+        return bool(values) and all(
+            (isinstance(v, cst.Call) and method_name(v) in ("parse_args", "parse_known_args"))
+            or (isinstance(v, cst.Subscript) and isinstance(v.value, cst.Call) and method_name(v.value) == "parse_known_args")
+            or (isinstance(v, cst.Name) and self._parsed_arguments(v)) for v in values)
+
+    def _argparse_default(self, dest: str) -> cst.BaseExpression | None:
+        """The `default=` of the one `add_argument("--dest")` (or `--de-st`) of this file."""
+        table = self._argparse
+        return table.get(dest)
+
+    @functools.cached_property
+    def _argparse(self) -> dict[str, cst.BaseExpression]:
+        found: dict[str, list[cst.BaseExpression]] = {}
+        for call in self.index.find(cst.Call):
+            if method_name(call) != "add_argument" or not call.args:
+                continue
+            flags = [a.value.evaluated_value for a in call.args if a.keyword is None
+                     and isinstance(a.value, cst.SimpleString) and isinstance(a.value.evaluated_value, str)]
+            dest = kwarg(call, "dest")
+            name = (dest.value.evaluated_value if dest is not None and isinstance(dest.value, cst.SimpleString)
+                    else next((f.lstrip("-").replace("-", "_") for f in flags if f.startswith("--")), None))
+            default = kwarg(call, "default")
+            if name:
+                found.setdefault(name, []).append(default.value if default is not None else None)
+        return {name: values[0] for name, values in found.items() if len(values) == 1 and values[0] is not None}
 
     # -- what a **kwargs dict holds ----------------------------------------------------------
 
-    def _kwargs_literal(self, expr: cst.BaseExpression) -> tuple[cst.CSTNode, set[str], bool] | None:
+    @memoized
+    def kwargs_literal(self, expr: cst.BaseExpression) -> tuple[cst.CSTNode, set[str], bool] | None:
         """(the dict literal or `dict(...)` behind `**expr`, its keys, whether other code may
         add keys or see the dict), or None when there is no single literal to look at."""
         if not isinstance(expr, cst.Name):
@@ -324,6 +716,14 @@ class LoaderLookups:
                 keys |= added
         return literal, keys, opaque
 
+    def star_kwargs_keys(self, loader: cst.Call) -> set[str] | None:
+        """The keys of the one `**dict` the loader is built with, when they can all be seen."""
+        stars = [arg for arg in loader.args if arg.star]
+        if len(stars) != 1 or stars[0].star != "**":
+            return None
+        found = self.kwargs_literal(stars[0].value)
+        return found[1] if found is not None and not found[2] else None
+
     def _literal_keys(self, literal) -> set[str] | None:
         if isinstance(literal, cst.Dict):
             keys = set()
@@ -332,7 +732,7 @@ class LoaderLookups:
                     return None
                 keys.add(element.key.evaluated_value)
             return keys
-        if isinstance(literal, cst.Call) and self.context.names.is_(literal.func, "dict", "builtins.dict"):
+        if isinstance(literal, cst.Call) and self.names.is_(literal.func, "dict", "builtins.dict"):
             if any(arg.keyword is None for arg in literal.args):
                 return None
             return {arg.keyword.value for arg in literal.args}
@@ -345,7 +745,7 @@ class LoaderLookups:
         parent = parents.get(use)
         if isinstance(parent, cst.Arg) and parent.star == "**":
             call = parents.get(parent)
-            return set() if isinstance(call, cst.Call) and self._is_loader_construction(call) else None
+            return set() if isinstance(call, cst.Call) and self.is_construction(call) else None
         if isinstance(parent, cst.Attribute) and parent.value is use:
             call = parents.get(parent)
             if not (isinstance(call, cst.Call) and call.func is parent):
@@ -380,16 +780,25 @@ class LoaderLookups:
         return None
 
 
-def _is_pair(target: cst.BaseExpression, length: int) -> bool:
+def _in_namespace(name: str) -> bool:
+    head, _, last = name.rpartition(".")
+    return name in TENSOR_FUNCTIONS or (head in TENSOR_NAMESPACES and last[:1].islower() and name not in NOT_TENSOR_FUNCTIONS)
+
+
+def body(loop: cst.CSTNode) -> cst.CSTNode:
+    """What runs on every iteration: a loop's body, a comprehension's element (all of it)."""
+    return loop.body if isinstance(loop, LOOPS) else loop
+
+
+def _is_tuple_of(target: cst.BaseExpression, length: int) -> bool:
     return isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == length and not any(
         isinstance(e, cst.StarredElement) for e in target.elements
     )
 
 
-def with_dict_entry(literal: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Dict:
-    """`literal` with `key: value` appended, in the quotes of its other keys and the
-    layout of its entries (a trailing comma puts the entry on a line of its own)."""
-    elements = literal.elements
-    quote = "'" if elements and elements[0].key.value.startswith("'") else '"'
-    entry = cst.DictElement(key=cst.SimpleString(f"{quote}{key}{quote}"), value=value)
-    return literal.with_changes(elements=appended(elements, entry, literal.lbrace.whitespace_after))
+def _last_name(func: cst.BaseExpression) -> str | None:
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return None

@@ -102,6 +102,16 @@ def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call
     return call.with_changes(args=appended(call.args, new_arg, call.whitespace_before_args))
 
 
+def with_entry(literal: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Dict:
+    """`literal` with `key: value` appended, in the quotes of its other keys and the
+    layout of its entries (a trailing comma puts the entry on a line of its own)."""
+    elements = literal.elements
+    first = elements[0].key if elements and isinstance(elements[0], cst.DictElement) else None
+    quote = "'" if isinstance(first, cst.SimpleString) and first.value.startswith("'") else '"'
+    entry = cst.DictElement(key=cst.SimpleString(f"{quote}{key}{quote}"), value=value)
+    return literal.with_changes(elements=appended(elements, entry, literal.lbrace.whitespace_after))
+
+
 def subscript_parts(subscript: cst.Subscript) -> list[cst.BaseExpression]:
     """What `subscript` reads: the subscripted value, then each index and slice bound."""
     parts = [subscript.value]

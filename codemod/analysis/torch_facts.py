@@ -41,6 +41,17 @@ SAME_PLACE_METHODS = set(
     ).split()
 )
 TENSOR_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "grad"}
+# Tensor methods whose result is not a tensor where the receiver is (every other method of
+# a tensor, `argmax`, `chunk`, `new_zeros`, gives tensors on the receiver's device); those
+# named `is_*` answer a question.
+NOT_SAME_PLACE_METHODS = set(
+    (
+        "to cuda cpu pin_memory numpy tolist item size dim ndimension numel nelement element_size "
+        "data_ptr stride storage untyped_storage storage_offset get_device type equal allclose "
+        "backward register_hook retain_grad share_memory_ record_stream __len__ __repr__ __str__ "
+        "__format__ __bool__ __int__ __float__ __index__ __array__ __iter__"
+    ).split()
+)
 DTYPE_NAMES = set(
     (
         "float float16 float32 float64 half double bfloat16 long int int8 int16 int32 "
@@ -55,7 +66,30 @@ DATASET_CLASSES = {
     "torch.utils.data.Subset",
     "torch.utils.data.ConcatDataset",
 }
-PASS_THROUGH_ITERABLES = {"iter", "builtins.iter", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"}
+PASS_THROUGH_ITERABLES = {"iter", "builtins.iter", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm",
+                          "itertools.islice", "itertools.cycle"}
+# Namespaces whose lowercase functions compute tensors where their tensor arguments are
+# (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
+TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")
+# collate functions whose batches hold only tensors, mappings and sequences of them (and
+# Hugging Face's collators, `transformers.DataCollator*`, whose batches are dicts of tensors).
+TENSOR_COLLATES = {"torch.utils.data.default_collate", "torch.utils.data.dataloader.default_collate",
+                   "torch.utils.data._utils.collate.default_collate", "runtime.data.PadCollate", "runtime.PadCollate",
+                   "transformers.default_data_collator", "transformers.data.data_collator.default_data_collator"}
+NOT_TENSOR_FUNCTIONS = {
+    f"torch.{name}"
+    for name in (
+        "save load device manual_seed seed initial_seed compile no_grad enable_grad set_grad_enabled "
+        "inference_mode is_grad_enabled is_tensor is_floating_point is_complex is_nonzero numel typename "
+        "get_default_dtype set_default_dtype set_default_device get_default_device autocast "
+        "use_deterministic_algorithms set_num_threads get_num_threads set_num_interop_threads "
+        "set_float32_matmul_precision get_float32_matmul_precision get_rng_state set_rng_state "
+        "set_printoptions result_type promote_types can_cast finfo iinfo broadcast_shapes"
+    ).split()
+}
+# Keyword of Hugging Face tokenizers and processors whose "pt" value returns a BatchEncoding
+# of CPU tensors (`tokenizer(texts, return_tensors="pt")`).
+RETURN_TENSORS = "return_tensors"
 
 # -- training ----------------------------------------------------------------------------
 

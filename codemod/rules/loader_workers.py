@@ -3,16 +3,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from codemod.analysis.bindings import returned_values
-from codemod.analysis.loaders import (
-    DATALOADER,
-    MAX_DEPTH,
-    NUM_WORKERS_POSITION,
-    LoaderLookups,
-    memoized,
-    with_dict_entry,
-)
-from codemod.analysis.names import kwarg, positional, with_kwarg
+from codemod.analysis.loaders import MAX_DEPTH, NUM_WORKERS_POSITION
+from codemod.analysis.names import kwarg, positional
+from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "default_num_workers")
@@ -61,7 +54,7 @@ def _guarded(body: str) -> str:
         + "\nif __name__ == \"__main__\":\n    main()\n"
 
 
-class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
+class SingleProcessLoaderInTrainingLoop(Rule):
     """
     ## What it does
     Finds `torch.utils.data.DataLoader`s that feed a training loop (the loop
@@ -80,22 +73,16 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
     processes load the next batches while the current step runs (each keeps
     `prefetch_factor=2` batches ready). `persistent_workers` keeps them alive
     between epochs instead of starting them, and copying the dataset to them,
-    every epoch. Typical gain: data-bound loops become compute-bound; up to the
-    number of workers times faster loading. The count is chosen when the script
-    runs, not written in: a literal suits one machine. `persistent_workers` is
+    every epoch. A loop that waits for its data then waits at most for the
+    slowest of the workers, up to the number of workers times less. The count
+    is chosen when the script runs, not written in: a literal suits one
+    machine, oversubscribes a smaller one and under-uses a larger one.
+    `persistent_workers` is
     written as a comparison because torch 2.13 raises
     `ValueError: persistent_workers option needs num_workers > 0` when it is
     `True` and the machine gives no worker. `prefetch_factor` is left at
     torch's default (2 batches per worker): giving it with 0 workers raises
     too.
-
-    Checked against torch 2.13: the seed reports write `num_workers=4` (or 8)
-    and `persistent_workers=True` as literals. A literal count oversubscribes
-    a small machine and under-uses a large one, and with
-    `persistent_workers=True` it cannot be lowered to 0 without an error;
-    persistent workers also change the random stream from the second epoch
-    (see Fix safety). Their caveat about `IterableDataset` is right, and is
-    what the rule checks.
 
     ## Example
     ```python
@@ -154,14 +141,21 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
     NAME = "single-process-loader-in-training-loop"
     LEVEL = Level.UNSAFE
     REQUIRES = ("DataLoader",)
+    # PM202 turns hand-made batching into a DataLoader, which this rule then configures:
+    # it runs on PM202's output, so that one run leaves nothing pending.
+    AFTER = ("PM202",)
     MESSAGE = "this DataLoader feeds the training loop and loads every batch in the training process; give it worker processes"
     GAIN = "data-bound loops: loading overlaps with the step, up to num_workers times faster loading"
 
     VALID = [
         Valid(PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=2)\nfor x, y in loader:\n" + STEP,
               "an explicit worker count is kept"),
-        Valid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
+        Valid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 2)\nfor x, y in loader:\n" + STEP,
               "num_workers passed by position"),
+        Valid(PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
+              "parser.add_argument('--workers', type=int, default=4)\nargs = parser.parse_args()\n"
+              "loader = DataLoader(dataset, batch_size=8, num_workers=args.workers)\nfor x, y in loader:\n" + STEP,
+              "a configured worker count that is not 0"),
         Valid(PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(model(x).sum())\n",
               "not a training loop"),
         Valid(
@@ -181,12 +175,27 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
             "__getitem__ makes CUDA tensors: CUDA cannot run in forked workers",
         ),
         Valid(
-            PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
+            PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 2}\n"
             "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP,
             "the kwargs dict sets num_workers",
         ),
     ]
     INVALID = [
+        # An explicit num_workers=0 (written, or the default of the script's configuration)
+        # feeding a training loop: reported, the choice left to the user.
+        Invalid(PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=0)\nfor x, y in loader:\n" + STEP,
+                None, "num_workers=0 written out"),
+        Invalid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
+                None, "num_workers=0 passed by position"),
+        Invalid(PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
+                "parser.add_argument('--num-workers', type=int, default=0)\nargs = parser.parse_args()\n"
+                "loader = DataLoader(dataset, batch_size=8, num_workers=args.num_workers)\nfor x, y in loader:\n" + STEP,
+                None, "an argparse option whose default is 0"),
+        Invalid(PREAMBLE + "cfg = {'loader': {'num_workers': 0}}\n"
+                "loader = DataLoader(dataset, batch_size=8, num_workers=cfg['loader']['num_workers'])\n"
+                "for x, y in loader:\n" + STEP, None, "a configuration dict"),
+        Invalid(PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
+                "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP, None, "in the kwargs dict"),
         Invalid(
             PREAMBLE + _guarded("loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP),
             _imported(PREAMBLE + _guarded(f"loader = DataLoader(dataset, batch_size=8, {WORKERS})\nfor x, y in loader:\n"
@@ -237,47 +246,57 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
         ),
     ]
 
-    def leave_Module(self, original_node: cst.Module) -> None:
-        if not self.loaders:
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._memo: dict[tuple, str | bool] = {}
+
+    def visit_Module(self, node: cst.Module) -> None:
+        loaders = self.context.loaders
+        if not loaders.constructions:
             return
-        training = [t.loop for t in self.context.training.loops]
-        feeds: dict[int, cst.For] = {}
-        for loop in self.loops:
-            if not any(t is loop or _contains(loop.body, t, self.context.parents) for t in training):
-                continue
-            for iterable, _ in self._iterated(loop.iter, loop.target):
-                for loader in self._loader_sources(iterable, (), 0):
-                    feeds.setdefault(id(loader), loop)
-        for loader in self.loaders:
+        feeds: dict[int, cst.CSTNode] = {}
+        for feed in loaders.feeds:
+            if loaders.trains(feed.loop):
+                feeds.setdefault(id(feed.loader), feed.loop)
+        for loader in loaders.constructions:
             if id(loader) in feeds:
                 self._check(loader, feeds[id(loader)])
 
     # -- the decision ------------------------------------------------------------------------
 
-    def _check(self, loader: cst.Call, loop: cst.For) -> None:
-        is_torch_loader = self.context.names.is_(loader.func, DATALOADER)
+    def _check(self, loader: cst.Call, loop: cst.CSTNode) -> None:
+        loaders = self.context.loaders
+        count = kwarg(loader, "num_workers") or (
+            positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None)
+        if count is not None:
+            self._explicit_zero(loader, loop, count.value)
+            return
         if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
             return
-        if is_torch_loader and positional(loader, NUM_WORKERS_POSITION) is not None:
+        if loaders.overridden_subclass(loader):
             return
-        if not is_torch_loader and self._subclass_overrides(self.context.kinds.local_class(loader.func)):
+        dataset = loaders.dataset(loader)
+        if loaders.may_hold_device_data(dataset, 0) or loaders.collate_moves_to_device(loader):
             return
-        dataset = self._dataset(loader)
-        if self._may_hold_device_data(dataset, 0) or self._collate_moves_to_device(loader, is_torch_loader):
-            return
-        line = self.context.positions[loop].start.line
+        line = self.context.line(loop)
         message = f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
         stars = [arg for arg in loader.args if arg.star == "**"]
-        literal = None
+        anchor: cst.CSTNode = loader
         if stars:
-            found = self._kwargs_literal(stars[0].value) if len(stars) == 1 else None
+            found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+            if found is not None and "num_workers" in found[1] and isinstance(found[0], cst.Dict):
+                value = next((e.value for e in found[0].elements if isinstance(e, cst.DictElement)
+                              and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "num_workers"), None)
+                if value is not None:
+                    self._explicit_zero(loader, loop, value)
+                return
             if found is not None and any(option in found[1] for option in WORKER_OPTIONS):
                 return
             if found is None or found[2]:
-                name = self.context.module.code_for_node(stars[0].value)
+                name = self.context.source(stars[0].value)
                 self.report(loader, message + f"; `**{name}` cannot be seen whole here, so num_workers is not added")
                 return
-            literal = found[0]
+            anchor = found[0]
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
             return
@@ -287,7 +306,7 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
                         "in __iter__, so each worker would yield every item: shard it, then set num_workers")
             return
         if style not in ("map", "sharded"):
-            what = self.context.module.code_for_node(dataset) if dataset is not None else "its dataset"
+            what = self.context.source(dataset) if dataset is not None else "its dataset"
             self.report(loader, message + f"; the rule cannot see whether `{what}` is map-style (an IterableDataset "
                         "that does not shard would yield every item once per worker): check it, then set num_workers")
             return
@@ -295,20 +314,33 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
                                      else "default_num_workers()")
         persistent = cst.Comparison(left=count, comparisons=[
             cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))])
-        if literal is None:
-            fixed = with_kwarg(with_kwarg(loader, "num_workers", count), "persistent_workers", persistent)
-            self.report(loader, message + "; give it worker processes", replacement=fixed, imports=[IMPORT])
-        elif isinstance(literal, cst.Dict):
-            fixed = with_dict_entry(with_dict_entry(literal, "num_workers", count), "persistent_workers", persistent)
-            self.report(literal, message + "; give it worker processes (in the kwargs dict)", replacement=fixed,
-                        imports=[IMPORT])
-        else:
-            fixed = with_kwarg(with_kwarg(literal, "num_workers", count), "persistent_workers", persistent)
-            self.report(literal, message + "; give it worker processes (in the kwargs dict)", replacement=fixed,
-                        imports=[IMPORT])
+        where = "" if anchor is loader else " (in the kwargs dict)"
+        self.report(loader, message + "; give it worker processes" + where,
+                    edits=[AddKeyword(anchor, "num_workers", count), AddKeyword(anchor, "persistent_workers", persistent)],
+                    imports=[IMPORT])
 
-    @memoized
+    def _explicit_zero(self, loader: cst.Call, loop: cst.CSTNode, count: cst.BaseExpression) -> None:
+        """Report `num_workers=0`, written or configured (`args.workers` defaulting to 0), on
+        a loader that feeds a training loop: the choice is the user's, so no fix."""
+        value = self.context.loaders.setting(count, 0)
+        if not (isinstance(value, cst.Integer) and value.evaluated_value == 0):
+            return
+        spelled = self.context.source(count)
+        where = "" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)"
+        self.report(loader, f"this DataLoader feeds the training loop on line {self.context.line(loop)} with "
+                            f"num_workers=0{where}, so every batch is loaded in the training process between steps; "
+                            "give it worker processes (e.g. `runtime.data.default_num_workers()`) unless the dataset "
+                            "must load in the main process")
+
+    def _memoized(self, key, compute):
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
     def _style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
+        return self._memoized(("style", id(dataset), path), lambda: self._find_style(dataset, path, depth))
+
+    def _find_style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
         """"map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
         among workers), "unsharded" (one that does not) or "unknown"; `path` indexes into the
         tuple `dataset` evaluates to (`train_set, val_set = ...` takes element 0 or 1)."""
@@ -320,7 +352,8 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
                 return "unknown"
             return self._style(dataset.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(dataset, cst.Name):
-            styles = {self._style(source, inner + path, depth + 1) for source, inner in self._sources(dataset)}
+            styles = {self._style(source, inner + path, depth + 1)
+                      for source, inner in self.context.loaders.bound_values(dataset)}
             return styles.pop() if len(styles) == 1 else "unknown"
         if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
             return "map"  # a sequence of samples
@@ -328,9 +361,9 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
             return "unknown"
         if names.is_(dataset.func, "torch.utils.data.random_split"):
             return "map"  # Subsets, whichever is taken
-        function = self.bindings.local_function(dataset.func)
+        function = self.context.bindings.local_function(dataset.func)
         if function is not None:  # a helper of this file that builds and returns the dataset
-            styles = {self._style(value, path, depth + 1) for value in returned_values(function)}
+            styles = {self._style(value, path, depth + 1) for value in self.context.kinds.returned(function)}
             return styles.pop() if len(styles) == 1 else "unknown"
         if path:
             return "unknown"
@@ -347,7 +380,7 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
         iterable = any(self.context.names.is_(base.value, ITERABLE_DATASET) for base in classdef.bases)
         if "__iter__" in methods and (iterable or "__getitem__" not in methods):
             shards = any(self.context.names.is_(call.func, *GET_WORKER_INFO)
-                         for call in m.findall(methods["__iter__"], m.Call()))
+                         for call in self.context.index.find(cst.Call, within=methods["__iter__"]))
             return "sharded" if shards else "unsharded"
         if "__getitem__" in methods:
             return "map"
@@ -370,41 +403,34 @@ class SingleProcessLoaderInTrainingLoop(LoaderLookups, Rule):
         of a module that has that guard? (A function the module calls outside the guard is
         taken as guarded: the usual `main()` call sits in the guard.)"""
         module_level = True
-        for ancestor in _ancestors(loop, self.context.parents):
-            if m.matches(ancestor, MAIN_GUARD):
+        for ancestor in self.context.index.ancestors(loop):
+            if isinstance(ancestor, cst.If) and m.matches(ancestor, MAIN_GUARD):
                 return True
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 module_level = False
-        return not module_level and any(m.matches(statement, MAIN_GUARD) for statement in self.context.module.body)
+        return not module_level and any(isinstance(statement, cst.If) and m.matches(statement, MAIN_GUARD)
+                                        for statement in self.context.module.body)
 
-    @memoized
     def _holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
+        return self._memoized(("pickle", id(expr)), lambda: self._find_unpicklable(expr, depth))
+
+    def _find_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
         """Does `expr` (a loader or dataset expression) hold a lambda or a function or class
         defined inside a function, directly or in a variable passed as an argument? Pickle
         finds functions and classes by their module-level name; those have none."""
         if depth > MAX_DEPTH:
             return True  # too deep to tell: assume it might
-        if m.findall(expr, m.Lambda()):
+        index = self.context.index
+        if index.find(cst.Lambda, within=expr):
             return True
-        for name in m.findall(expr, m.Name()):
-            local = self.bindings.local_function(name) or self.context.kinds.local_class(name)
-            if local is not None and any(isinstance(a, (cst.FunctionDef, cst.ClassDef))
-                                         for a in _ancestors(local, self.context.parents)):
+        for name in index.find(cst.Name, within=expr):
+            local = self.context.bindings.local_function(name) or self.context.kinds.local_class(name)
+            if local is not None and index.first_enclosing(local, (cst.FunctionDef, cst.ClassDef)) is not None:
                 return True
         if isinstance(expr, cst.Name):
-            return any(self._holds_unpicklable(source, depth + 1) for source, _ in self._sources(expr))
+            return any(self._holds_unpicklable(source, depth + 1)
+                       for source, _ in self.context.loaders.bound_values(expr))
         if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
             return any(self._holds_unpicklable(arg.value, depth + 1) for arg in expr.args
                        if isinstance(arg.value, cst.Name))
         return False
-
-
-def _ancestors(node: cst.CSTNode, parents):
-    current = parents.get(node)
-    while current is not None:
-        yield current
-        current = parents.get(current)
-
-
-def _contains(ancestor: cst.CSTNode, node: cst.CSTNode, parents) -> bool:
-    return any(a is ancestor for a in _ancestors(node, parents))

@@ -2,15 +2,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import Assignment, ScopeProvider
+from collections import defaultdict
 
-from codemod.analysis.bindings import Bindings
-from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
-from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind
+import libcst as cst
+from libcst.metadata import Assignment
+
+from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
+from codemod.analysis.torch_facts import NOT_SAME_PLACE_METHODS
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
+from codemod.edits import InsertBefore, Remove
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 # How a known tokenizer is built: qualified name of the call (a prefix and a suffix
 # for the `transformers.<Class>.from_pretrained` family).
@@ -27,7 +29,20 @@ TOKENIZER_METHODS = {
     "convert_tokens_to_ids", "encode_ordinary", "encode_batch",
 }
 # torch functions whose result depends only on their arguments (no RNG, no uninitialized memory).
-DETERMINISTIC_FACTORIES = {f"torch.{n}" for n in "tensor as_tensor arange zeros ones full eye linspace".split()}
+DETERMINISTIC_FACTORIES = {f"torch.{n}" for n in (
+    "tensor as_tensor arange zeros ones full eye linspace logspace tril_indices triu_indices "
+    "hann_window hamming_window blackman_window bartlett_window kaiser_window").split()} | {
+    "torch.nn.Transformer.generate_square_subsequent_mask", "torch.nn.modules.transformer.Transformer.generate_square_subsequent_mask"}
+# Tensor methods that draw random numbers (the others compute from the tensor and their arguments).
+RANDOM_METHODS = {"bernoulli", "multinomial", "normal", "uniform", "random", "exponential", "geometric", "cauchy",
+                  "log_normal"}
+RANDOM_FUNCTIONS = {f"torch.{n}" for n in (
+    "rand randn randint randperm rand_like randn_like randint_like normal bernoulli multinomial poisson").split()}
+# Context managers whose block may give up a statement that does not depend on them: they
+# change how ops are computed (precision, gradients), not what a factory or a tokenizer gives.
+TRANSPARENT_BLOCKS = {"torch.no_grad", "torch.enable_grad", "torch.inference_mode", "torch.autocast", "torch.amp.autocast",
+                      "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "contextlib.nullcontext"}
+TOKENIZING_WORDS = ("tokeniz", "chat_template")
 PURE_BUILTINS = {f"builtins.{n}" for n in "len int float str bool tuple min max abs round".split()} | {
     "len", "int", "float", "str", "bool", "tuple", "min", "max", "abs", "round"}
 TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
@@ -69,16 +84,13 @@ class LoopInvariantTokenization(Rule):
     Tokenizing is host work: Python (or Rust behind a Python call) that runs
     while the GPU waits for the next step's kernels, and `torch.tensor(...)`
     of the ids is one more host allocation and, with `.to(device)`, one more
-    blocking copy per step. The LatentWire performance report (the seed of
-    this rule) puts the re-tokenized chat scaffolds at about 10-15% of step
-    time. What it costs depends on the tokenizer and on how long the GPU's
-    step is; measured on the CPU (torch 2.13, a pure-Python word-level
+    blocking copy per step. What it costs depends on the tokenizer and on how
+    long the GPU's step is; measured on the CPU (torch 2.13, a pure-Python word-level
     tokenizer, batch 64, a 100-token scaffold, `benchmarks/bench_tokenize.py`)
     the host time to build one batch falls from 2.1 ms to 1.8 ms when the
     scaffold is tokenized once, and to 0.7 ms (none on the training process
-    with DataLoader workers) when the questions are pretokenized too; the
-    share of a GPU step is owed. Work that gives the same result every step
-    can run once.
+    with DataLoader workers) when the questions are pretokenized too. Work that
+    gives the same result every step can run once.
 
     A call is moved only when perfmod can prove its result invariant: the
     callee is known to be pure (a tokenizer built by
@@ -129,8 +141,12 @@ class LoopInvariantTokenization(Rule):
     LEVEL = Level.SAFE
     # a known tokenizer's module or class (`tiktoken`, `AutoTokenizer`), or torch for its factories
     REQUIRES = ("token", "Token", "torch")
+    # It moves whole statements out of the loop, and the moved statement must carry the
+    # edits other rules make inside it (PM101's non_blocking on the hoisted `.to(device)`):
+    # it runs on their output.
+    AFTER = ("PM101",)
     MESSAGE = "the same value is computed on every training step; compute it once before the loop"
-    GAIN = "the host time of the repeated tokenization / tensor building, every step (10-15% of step time in the seed)"
+    GAIN = "host time per batch 2.1 -> 1.8 ms with a 100-token scaffold tokenized once (bench_tokenize, CPU)"
 
     VALID = [
         Valid(PREAMBLE + "ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\nfor step in range(3):\n" + STEP,
@@ -208,21 +224,23 @@ class LoopInvariantTokenization(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._scopes = context.wrapper.resolve(ScopeProvider)
-        self._bindings = Bindings(self._scopes, context.parents)
+        self._scopes = context.scopes
+        self._bindings = context.bindings
+        self._index = context.index
         self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
+        self._names_in: dict[int, dict[str, list[cst.Name]]] = {}  # region -> its Name nodes by spelling
 
     # -- step loops: hoist -------------------------------------------------------------
 
     def visit_Module(self, node: cst.Module) -> None:
-        for loop in self.context.loops.step_loops:
+        for loop in self.context.loaders.step_loops:
             self._hoist_from(loop)
 
     def _hoist_from(self, loop: cst.CSTNode) -> None:
         hoists: list[_Hoist] = []
         regions: dict[str, cst.CSTNode] = {}  # hoisted name -> loop it now sits in front of
         blocked: dict[int, str] = {}  # id(line) -> why its invariant value cannot move
-        for line in _lines(loop.body):
+        for line in self._step_lines(loop):
             statement = _single_assignment(line)
             if statement is None or suppressed_on(line, self.CODE):
                 continue
@@ -237,25 +255,187 @@ class LoopInvariantTokenization(Rule):
                 continue
             regions[name] = region
             hoists.append(_Hoist(line, name, region, statement.value))
-        hoists = _needed(hoists)
+        hoists = _needed(hoists, self._index)
         if hoists:
             self._fix(hoists)
-        for call in m.findall(loop.body, m.Call()):
-            if id(call) in self._reported or not self._is_tokenizer_call(call)[0] or self._in_hoisted(call, hoists):
+        for call in self._index.find(cst.Call, within=loop.body):
+            if id(call) in self._reported or not self._tokenizes(call, 0) or self._in_hoisted(call, hoists):
                 continue
             self._reported.add(id(call))
             spelled = self.context.source(call.func)
             varies = self._variance(call, loop, {})
             if varies is not None:
+                args_vary = self._all([arg.value for arg in call.args], loop, {}) is not None
+                if args_vary and not any(self._from_corpus(arg.value, loop, 0) for arg in call.args) \
+                        and any(self._generated(arg.value, loop, 0) for arg in call.args):
+                    continue  # text the model generated in the step: tokenizing it is the step's work
                 self.report(call, f"`{spelled}` tokenizes inside the training loop on every step ({varies}); if the texts come "
                                   "from a fixed corpus, tokenize them once (runtime.data.PretokenizedDataset, batched "
                                   "by PadCollate) or in the DataLoader's workers; not rewritten automatically, as that "
                                   "changes how the loop gets its batches")
                 continue
-            line = next((l for l in _lines(loop.body) if self.context.inside(call, l)), None)
+            line = next((l for l in self._step_lines(loop) if self.context.inside(call, l)), None)
             reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
             self.report(call, f"`{spelled}` gets the same arguments on every training step but is not moved out "
                               f"of the loop: {reason}; compute it once before the loop if that is safe")
+        self._report_repeated_copies(loop, hoists, blocked)
+
+    def _step_lines(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """The statements of the loop body that run once per step, in order, the blocks of
+        `with torch.no_grad():` / autocast opened (a statement may leave them)."""
+        found = []
+
+        def walk(lines):
+            for line in lines:
+                if isinstance(line, cst.With) and isinstance(line.body, cst.IndentedBlock) and all(
+                        isinstance(item.item, cst.Call) and (self.context.names.of(item.item.func) & TRANSPARENT_BLOCKS
+                                                             or method_name(item.item) == "autocast")
+                        for item in line.items):
+                    walk(line.body.body)
+                else:
+                    found.append(line)
+
+        walk(_lines(loop.body))
+        return found
+
+    def _tokenizes(self, call: cst.Call, depth: int) -> bool:
+        """Does `call` tokenize text: a known tokenizer, a tokenizer's method (`encode`,
+        `apply_chat_template`, ...) on something that is not a model, a callee named like a
+        tokenizer (`tokenizer(...)`, `tokenize(...)`, an instance of a `*Tokenizer` class), or
+        a function of this file (not a model's method) that tokenizes?"""
+        func = call.func
+        kinds = self.context.kinds
+        if kinds.fact(func).kind is Kind.MODULE:
+            return False  # `self.encoder(x)`: a model
+        if isinstance(func, cst.Attribute):
+            receiver = func.value
+            if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+                return False  # `"text".encode()`: bytes
+            if kinds.fact(receiver).kind is Kind.MODULE and not kinds.self_attribute_values(func):
+                return False  # `vae.encode(x)`: a model's method (`self.tokenizer(...)` is an attribute's call)
+        if self._is_tokenizer_call(call)[0]:
+            return True
+        spelled = (func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else "")
+        if isinstance(func, cst.Attribute) and spelled in TOKENIZER_METHODS:
+            return True
+        if any(word in spelled.lower() for word in TOKENIZING_WORDS):
+            return True
+        classdef = kinds._instance_class(func) if isinstance(func, cst.Name) else None
+        if classdef is not None and "tokeniz" in classdef.name.value.lower() and kinds.class_fact(classdef).kind is not Kind.MODULE:
+            return True
+        callee = kinds.local_callee(call)
+        if callee is None or depth >= 2 or kinds._class_of(callee) is not None:
+            return False
+        return any(self._tokenizes(inner, depth + 1) for inner in self._index.find(cst.Call, within=callee.body))
+
+    def _from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int) -> bool:
+        """Does `expr` take its text from data kept outside the step (picked by the step's
+        indices, `texts[i]`, or handed out by the loop, `for batch in loader`), rather than
+        make it in the step (`tok.decode(model.generate(...))`)?"""
+        if depth > 6:
+            return False
+        index = self._index
+        if isinstance(expr, cst.Subscript):
+            if isinstance(expr.value, cst.Name) and not self._bound_inside(expr.value, loop):
+                return True  # `texts[i]`
+            return self._from_corpus(expr.value, loop, depth + 1)
+        if isinstance(expr, cst.Attribute):
+            return self._from_corpus(expr.value, loop, depth + 1)
+        if isinstance(expr, cst.Name):
+            for assignment in self._scopes.get(expr)[expr.value] if self._scopes.get(expr) is not None else ():
+                node = getattr(assignment, "node", None)
+                if not isinstance(node, cst.CSTNode) or not index.inside(node, loop):
+                    continue
+                statement = self._bindings.statement(node)
+                if statement is loop or (isinstance(statement, cst.For) and index.inside(loop, statement)):
+                    return True  # the loop's own target: a batch of the loader or list it iterates
+                if isinstance(statement, (cst.For, cst.CompFor)):
+                    if self._from_corpus(statement.iter, loop, depth + 1):
+                        return True
+                elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
+                    if self._from_corpus(statement.value, loop, depth + 1):
+                        return True
+            return False
+        if isinstance(expr, cst.Call):
+            if self.context.names.is_(expr.func, "random.sample", "random.choice", "random.choices"):
+                first = expr.args[0].value if expr.args else None
+                return isinstance(first, cst.Name) and not self._bound_inside(first, loop)
+            if self.context.kinds.fact(expr.func).kind is Kind.MODULE or method_name(expr) in ("decode", "batch_decode", "generate"):
+                return False
+            parts = [a.value for a in expr.args]
+            if isinstance(expr.func, cst.Attribute):
+                parts.append(expr.func.value)
+            return any(self._from_corpus(part, loop, depth + 1) for part in parts)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            return any(isinstance(e, cst.Element) and self._from_corpus(e.value, loop, depth + 1) for e in expr.elements)
+        if isinstance(expr, cst.Dict):
+            return any(isinstance(e, cst.DictElement) and self._from_corpus(e.value, loop, depth + 1) for e in expr.elements)
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+            return self._from_corpus(expr.elt, loop, depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            return self._from_corpus(expr.left, loop, depth + 1) or self._from_corpus(expr.right, loop, depth + 1)
+        if isinstance(expr, cst.FormattedString):
+            return any(isinstance(p, cst.FormattedStringExpression) and self._from_corpus(p.expression, loop, depth + 1)
+                       for p in expr.parts)
+        return False
+
+    def _generated(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int) -> bool:
+        """Is `expr` text a model made in the step: decoded or generated ids, or a value
+        computed by a call given a model?"""
+        if depth > 6:
+            return False
+        kinds = self.context.kinds
+        if isinstance(expr, cst.Call):
+            if method_name(expr) in ("decode", "batch_decode", "generate") or kinds.fact(expr.func).kind is Kind.MODULE:
+                return True
+            if any(kinds.fact(a.value).kind is Kind.MODULE for a in expr.args):
+                return True
+            parts = [a.value for a in expr.args] + ([expr.func.value] if isinstance(expr.func, cst.Attribute) else [])
+            return any(self._generated(part, loop, depth + 1) for part in parts)
+        if isinstance(expr, (cst.Subscript, cst.Attribute)):
+            return self._generated(expr.value, loop, depth + 1)
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+            return self._generated(expr.elt, loop, depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            return self._generated(expr.left, loop, depth + 1) or self._generated(expr.right, loop, depth + 1)
+        if isinstance(expr, cst.Name):
+            scope = self._scopes.get(expr)
+            for assignment in scope[expr.value] if scope is not None else ():
+                node = getattr(assignment, "node", None)
+                if not isinstance(node, cst.CSTNode) or not self._index.inside(node, loop):
+                    continue
+                statement = self._bindings.statement(node)
+                if isinstance(statement, (cst.For, cst.CompFor)) and statement is not loop:
+                    if self._generated(statement.iter, loop, depth + 1):
+                        return True
+                elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
+                    if self._generated(statement.value, loop, depth + 1):
+                        return True
+        return False
+
+    def _bound_inside(self, name: cst.Name, loop: cst.CSTNode) -> bool:
+        scope = self._scopes.get(name)
+        return scope is not None and any(isinstance(getattr(a, "node", None), cst.CSTNode) and self._index.inside(a.node, loop)
+                                         for a in scope[name.value])
+
+    def _report_repeated_copies(self, loop: cst.CSTNode, hoists: list[_Hoist], blocked: dict[int, str]) -> None:
+        """Copies of the same host tensor to the device, made again on every step, that could
+        not be moved out with their statement: reported."""
+        kinds = self.context.kinds
+        for call in self._index.find(cst.Call, within=loop.body):
+            if id(call) in self._reported or method_name(call) not in ("to", "cuda") or self._in_hoisted(call, hoists):
+                continue
+            copy = kinds.copy_of(call)
+            if copy is None or not copy.moves_device or copy.receiver.kind is not Kind.TENSOR \
+                    or copy.receiver.place is not Place.HOST:
+                continue
+            if self._variance(call.func.value, loop, {}) is not None:
+                continue
+            self._reported.add(id(call))
+            line = next((l for l in self._step_lines(loop) if self.context.inside(call, l)), None)
+            reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
+            self.report(call, f"`{self._short(call)}` copies the same host tensor to the device on every training step; "
+                              f"not moved out of the loop ({reason}); copy it once before the loop")
 
     def _in_hoisted(self, node: cst.CSTNode, hoists: list[_Hoist]) -> bool:
         return any(self.context.inside(node, hoist.line) for hoist in hoists)
@@ -287,7 +467,7 @@ class LoopInvariantTokenization(Rule):
     def _variance(self, expr: cst.BaseExpression, region: cst.CSTNode, regions: dict[str, cst.CSTNode]):
         """None when `expr` gives the same value on every iteration of `region`; else a
         reason: a string, or (call, message) when only an unproven callee stands in the way."""
-        if isinstance(expr, LITERALS) or m.matches(expr, m.Name("True") | m.Name("False") | m.Name("None")):
+        if isinstance(expr, LITERALS) or (isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")):
             return None
         if isinstance(expr, cst.ConcatenatedString):
             return self._variance(expr.left, region, regions) or self._variance(expr.right, region, regions)
@@ -299,6 +479,8 @@ class LoopInvariantTokenization(Rule):
         if isinstance(expr, cst.Attribute):
             if self.context.names.of(expr):
                 return None  # `torch.long`: a module attribute
+            if self.context.kinds.fact(expr.value).kind is Kind.MODULE:
+                return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
             if isinstance(expr.value, cst.Name) and self._attributes_assigned(expr.value.value, region):
                 return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
             return self._variance(expr.value, region, regions)
@@ -320,7 +502,8 @@ class LoopInvariantTokenization(Rule):
         if isinstance(expr, cst.Call):
             return self._call_variance(expr, region, regions)
         if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-            own = {n.value for f in m.findall(expr, m.CompFor()) for n in m.findall(f.target, m.Name())}
+            own = {n.value for f in self._index.find(cst.CompFor, within=expr)
+                   for n in self._index.find(cst.Name, within=f.target)}
             varying = self._all([n for n in names_read(expr) if n.value not in own], region, regions)
             return varying or "a comprehension (its calls are not followed)"
         return f"`{self.context.source(expr)}` is not an expression perfmod follows"
@@ -343,22 +526,49 @@ class LoopInvariantTokenization(Rule):
             return self._all(args, region, regions)
         known, receiver = self._is_tokenizer_call(call)
         if known:
-            for other in m.findall(region, m.Call(func=m.Attribute(value=_equal_to(receiver)))):
+            for other in self._index.find(cst.Call, within=region):
+                if not (isinstance(other.func, cst.Attribute) and other.func.value.deep_equals(receiver)):
+                    continue
                 if method_name(other) not in TOKENIZER_METHODS:
                     return f"`{self.context.source(other.func)}` may change the tokenizer in the loop"
             return self._all([receiver, *args], region, regions)
         method = method_name(call)
-        if method in TENSOR_METHODS and self._makes_tensor(call.func.value):
+        if method is not None and (method in TENSOR_METHODS or (
+                not method.endswith("_") and method not in RANDOM_METHODS and method not in NOT_SAME_PLACE_METHODS
+                and not method.startswith("_"))) and self._makes_tensor(call.func.value):
             return self._all([call.func.value, *args], region, regions)
         if receiver is not None and self._all([*args], region, regions) is None:
             # a tokenizer-shaped call with invariant arguments on a receiver perfmod cannot vouch for
             return (call, f"`{self.context.source(call.func)}` gets the same arguments on every training step, but perfmod "
                           f"cannot prove `{self.context.source(receiver)}` is a known tokenizer (and so pure); if it is, "
                           "move the call before the loop")
+        callee = self.context.kinds.local_callee(call)
+        if callee is not None and isinstance(call.func, cst.Name) and self._all([*args], region, regions) is None \
+                and not self._draws_or_trains(callee, args):
+            # a function of this file given the same arguments every step
+            return (call, f"`{self.context.source(call.func)}(...)` gets the same arguments on every training step, but "
+                          f"perfmod cannot prove `{call.func.value}` is pure (no side effects, no randomness); if it is, "
+                          "compute it once before the loop")
         return f"`{self.context.source(call.func)}` is not known to be pure"
+
+    def _draws_or_trains(self, function: cst.FunctionDef, args: list[cst.BaseExpression]) -> bool:
+        """Does `function` draw random numbers (a new batch each call), or is it handed a
+        model or an optimizer (whose state the steps change)?"""
+        kinds = self.context.kinds
+        if any(kinds.fact(arg).kind in (Kind.MODULE, Kind.OPTIMIZER) for arg in args):
+            return True
+        for call in self._index.find(cst.Call, within=function.body):
+            for name in self.context.names.of(call.func):
+                if name.startswith(("random.", "numpy.random.")) or name in RANDOM_FUNCTIONS or "Generator" in name:
+                    return True
+            if kinds.fact(call.func).kind is Kind.MODULE:
+                return True
+        return False
 
     def _makes_tensor(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a tensor (or a tokenizer's BatchEncoding), so `.to(device)`, `.long()` ... are conversions?"""
+        if self.context.kinds.fact(expr).kind is Kind.TENSOR:
+            return True
         while isinstance(expr, cst.Subscript):
             expr = expr.value
         if self.context.kinds.fact(expr).kind is Kind.TENSOR:
@@ -381,7 +591,40 @@ class LoopInvariantTokenization(Rule):
                 return f"`{name.value}` is re-bound in the loop"
         if self._mutated_in(name.value, region):
             return f"`{name.value}` is changed in place in the loop"
+        if self._trained(name):
+            return f"`{name.value}` is trained: the optimizer changes it in place every step"
         return None
+
+    def _trained(self, name: cst.Name) -> bool:
+        """Does `name` hold a model, a parameter, or a tensor that requires grad, which the
+        optimizer changes in place (or autograd would see used in two steps)?"""
+        kinds = self.context.kinds
+        if kinds.fact(name).kind is Kind.MODULE:
+            return True
+        scope = self._scopes.get(name)
+        for assignment in scope[name.value] if scope is not None else ():
+            node = getattr(assignment, "node", None)
+            if isinstance(node, cst.CSTNode):
+                statement = self._bindings.statement(node)
+                value = getattr(statement, "value", None)
+                if isinstance(value, cst.Call) and (
+                        self.context.names.is_(value.func, "torch.nn.Parameter", "torch.nn.parameter.Parameter")
+                        or kwarg(value, "requires_grad") is not None):
+                    return True
+            for access in getattr(assignment, "references", ()):
+                parent = self.context.parents.get(access.node)
+                if isinstance(parent, cst.Attribute) and parent.attr.value == "requires_grad_":
+                    return True
+                child = access.node
+                for ancestor in self._index.ancestors(access.node):
+                    if isinstance(ancestor, cst.Call) and kinds.fact(ancestor).kind is Kind.OPTIMIZER:
+                        params = kwarg(ancestor, "params") or (ancestor.args[0] if ancestor.args else None)
+                        if params is not None and self._index.inside(access.node, params):
+                            return True  # `torch.optim.Adam([x], ...)`
+                    if isinstance(ancestor, (cst.BaseStatement, cst.Lambda)):
+                        break
+                    child = ancestor
+        return False
 
     def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode):
         """Can `name = value` run once before `region`: bound nowhere else in it, read in
@@ -404,24 +647,27 @@ class LoopInvariantTokenization(Rule):
         return None
 
     def _aliases(self, name: str, region: cst.CSTNode) -> set[str]:
-        """`name` and the names bound in `region` from expressions that read it, transitively."""
+        """`name` and the names bound in `region` to values that may share its object or
+        storage (`b = a`, `b = a[0]`, `b = a.view(-1)`, `b = a.to(device)`, `b = [a]`),
+        transitively; a result that is a new object (`a.clone()`, `a + 1`, `model(a)`,
+        `a.item()`) is not one."""
         found, changed = {name}, True
-        assigns = m.findall(region, m.Assign())
+        pairs = []
+        for assign in self._index.find(cst.Assign, within=region):
+            for target in assign.targets:
+                pairs.extend(_assigned_pairs(target.target, assign.value))
         while changed:
             changed = False
-            for assign in assigns:
-                if {n.value for n in names_read(assign.value)} & found:
-                    for target in assign.targets:
-                        for bound in m.findall(target.target, m.Name()):
-                            if bound.value not in found:
-                                found.add(bound.value)
-                                changed = True
+            for target, value in pairs:
+                if target not in found and _shares(value, found):
+                    found.add(target)
+                    changed = True
         return found
 
     def _mutated_in(self, name: str, region: cst.CSTNode) -> bool:
         """Is the object `name` holds changed in place in `region`: `x.add_(1)`, `x.append(y)`,
         `x[0] = y`, `x.attr = y`, `x += y`, `del x[0]`, `f(out=x)`, also through `x[...]` and views?"""
-        for use in m.findall(region, m.Name(name)):
+        for use in self._names(region, name):
             node, parent = use, self.context.parents.get(use)
             while True:  # climb through the expressions that still share the object's memory
                 if isinstance(parent, cst.Subscript) and parent.value is node:
@@ -451,7 +697,17 @@ class LoopInvariantTokenization(Rule):
         return False
 
     def _attributes_assigned(self, name: str, region: cst.CSTNode) -> bool:
-        return bool(m.findall(region, m.AssignTarget(target=m.Attribute(value=m.Name(name)))))
+        return any(isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                   and t.target.value.value == name for t in self._index.find(cst.AssignTarget, within=region))
+
+    def _names(self, region: cst.CSTNode, name: str) -> list[cst.Name]:
+        """The Name nodes spelled `name` in `region` (one table per region)."""
+        table = self._names_in.get(id(region))
+        if table is None:
+            table = self._names_in[id(region)] = defaultdict(list)
+            for node in self._index.find(cst.Name, within=region):
+                table[node.value].append(node)
+        return table.get(name, [])
 
     # -- what a tokenizer is -------------------------------------------------------------------
 
@@ -468,16 +724,22 @@ class LoopInvariantTokenization(Rule):
                 return False, call.func
         return False, None
 
-    def _is_known_tokenizer(self, expr: cst.BaseExpression) -> bool:
+    def _is_known_tokenizer(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Is `expr` a tokenizer a known library built (followed through names, parameters
+        and `self` attributes)?"""
+        if depth > 4:
+            return False
         if isinstance(expr, cst.Name):
-            values = self._bindings.values(expr)
+            values = [value for value, path in self.context.loaders.bound_values(expr) if not path] or None
         elif isinstance(expr, cst.Attribute):
-            values = self._bindings.attribute_values(expr)
+            values = self.context.kinds.self_attribute_values(expr)
         else:
             return False
-        return bool(values) and all(self._builds_tokenizer(v) for v in values)
+        return bool(values) and all(self._builds_tokenizer(v, depth) for v in values)
 
-    def _builds_tokenizer(self, value: cst.BaseExpression) -> bool:
+    def _builds_tokenizer(self, value: cst.BaseExpression, depth: int = 0) -> bool:
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            return self._is_known_tokenizer(value, depth + 1)
         if not isinstance(value, cst.Call):
             return False
         for name in self.context.names.of(value.func):
@@ -496,8 +758,8 @@ class LoopInvariantTokenization(Rule):
         classdef = self.context.parents.get(self.context.parents.get(node))
         if not isinstance(classdef, cst.ClassDef) or self.context.kinds.class_fact(classdef).kind is not Kind.MODULE:
             return
-        for call in m.findall(node.body, m.Call()):
-            if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
+        for call in self._index.find(cst.Call, within=node.body):
+            if id(call) not in self._reported and self._tokenizes(call, 0):
                 self._reported.add(id(call))
                 self.report(call, f"`{self.context.source(call.func)}` tokenizes inside the model's forward, on the host, on "
                                   "every step; tokenize the texts once before training (runtime.data."
@@ -511,8 +773,8 @@ class LoopInvariantTokenization(Rule):
         function = collate.value if isinstance(collate.value, cst.Lambda) else self._bindings.local_function(collate.value)
         if function is None:
             return
-        for call in m.findall(function.body, m.Call()):
-            if id(call) not in self._reported and self._is_tokenizer_call(call)[0]:
+        for call in self._index.find(cst.Call, within=function.body):
+            if id(call) not in self._reported and self._tokenizes(call, 0):
                 self._reported.add(id(call))
                 self.report(call, f"`{self.context.source(call.func)}` tokenizes in the DataLoader's collate function, again "
                                   "for every batch of every epoch (in the workers when there are any); if the texts are "
@@ -521,32 +783,28 @@ class LoopInvariantTokenization(Rule):
     # -- the fix -------------------------------------------------------------------------------
 
     def _fix(self, hoists: list[_Hoist]) -> None:
-        anchor = hoists[0].region
+        """Each hoisted line leaves the loop and goes, in order, in front of the outermost
+        loop it is invariant in (a line a later one reads goes first: fixes apply in order)."""
+        first_of_region: set[int] = set()
         for hoist in hoists:
-            if self.context.inside(anchor, hoist.region):
-                anchor = hoist.region
-        edits: dict[int, Edit] = {}
-        before: dict[int, list[cst.SimpleStatementLine]] = {}
-        for hoist in hoists:
-            edits[id(hoist.line)] = _remove
-            before.setdefault(id(hoist.region), []).append(hoist.line)
-        for region_id, lines in before.items():
-            if region_id != id(anchor):
-                edits[region_id] = lambda updated, lines=lines: cst.FlattenSentinel(_in_front(lines, updated))
-        replacement = cst.FlattenSentinel(_in_front(before[id(anchor)], anchor.visit(EditsByIdentity(edits))))
-        for hoist in hoists:
-            self.report(anchor, f"`{hoist.name} = {self._short(hoist.value)}` (line {self.context.line(hoist.line)}) gives the "
-                                "same value on every training step; computed once before the loop",
-                        replacement=replacement)
+            if id(hoist.region) in first_of_region:
+                moved = _moved(hoist.line)
+            else:
+                first_of_region.add(id(hoist.region))
+                moved = _in_front([hoist.line], hoist.region)[0]
+            self.report(hoist.line, f"`{hoist.name} = {self._short(hoist.value)}` gives the same value on every training "
+                                    "step; computed once before the loop",
+                        edits=[Remove(hoist.line, keep_comments=False), InsertBefore(hoist.region, (moved,))])
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _enclosing_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
-        found, current = [], self.context.parents.get(loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        found = []
+        for current in self._index.ancestors(loop):
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
             if isinstance(current, (cst.For, cst.While)):
                 found.append(current)
-            current = self.context.parents.get(current)
         return found
 
     def _short(self, node: cst.CSTNode) -> str:
@@ -555,35 +813,80 @@ class LoopInvariantTokenization(Rule):
 
 
 
-def _equal_to(expr: cst.BaseExpression) -> m.BaseMatcher:
-    return m.MatchIfTrue(lambda node: node.deep_equals(expr))
-
-
-def _remove(_):
-    return cst.RemovalSentinel.REMOVE
-
-
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
     return list(block.body) if isinstance(block, cst.IndentedBlock) else []
 
 
-def _in_front(lines: list[cst.SimpleStatementLine], loop: cst.CSTNode) -> list[cst.CSTNode]:
-    """`lines` moved in front of `loop`: blank lines above the loop go above them, the
-    comments above the loop stay with it, each moved line keeps its own comments."""
+def _in_front(lines: list[cst.SimpleStatementLine], loop: cst.CSTNode) -> list[cst.SimpleStatementLine]:
+    """`lines` as they go in front of `loop`: the blank lines above the loop go above them
+    (the comments above the loop stay with it), each line keeps its own comments."""
     leading = list(loop.leading_lines)
     first_comment = next((k for k, line in enumerate(leading) if line.comment is not None), len(leading))
-    moved = [line.with_changes(leading_lines=[l for l in line.leading_lines if l.comment is not None]) for line in lines]
+    moved = [_moved(line) for line in lines]
     moved[0] = moved[0].with_changes(leading_lines=[*leading[:first_comment], *moved[0].leading_lines])
-    return [*moved, loop.with_changes(leading_lines=leading[first_comment:])]
+    return moved
 
 
-def _needed(hoists: list[_Hoist]) -> list[_Hoist]:
+# Methods and attributes whose result may be the receiver itself or a view of its storage.
+SHARING_METHODS = {"view", "view_as", "reshape", "reshape_as", "unsqueeze", "squeeze", "permute", "transpose", "t",
+                   "narrow", "expand", "expand_as", "flatten", "unflatten", "contiguous", "detach", "float", "half",
+                   "double", "bfloat16", "long", "int", "short", "bool", "byte", "char", "to", "cuda", "cpu", "type",
+                   "type_as", "as_strided", "unbind", "split", "chunk", "select", "diagonal", "movedim", "requires_grad_",
+                   "pin_memory", "get", "values", "items", "__getitem__"}
+SHARING_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "real", "imag"}
+
+
+def _shares(value: cst.BaseExpression, names: set[str]) -> bool:
+    """May `value` be (a part or view of) the object one of `names` holds?"""
+    while True:
+        if isinstance(value, cst.Subscript):
+            value = value.value
+        elif isinstance(value, cst.Attribute) and value.attr.value in SHARING_ATTRIBUTES:
+            value = value.value
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in SHARING_METHODS:
+            value = value.func.value
+        else:
+            break
+    if isinstance(value, cst.Name):
+        return value.value in names
+    if isinstance(value, cst.IfExp):
+        return _shares(value.body, names) or _shares(value.orelse, names)
+    if isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+        return any(isinstance(e, (cst.Element, cst.StarredElement)) and _shares(e.value, names) for e in value.elements)
+    if isinstance(value, cst.Dict):
+        return any(isinstance(e, cst.DictElement) and _shares(e.value, names) for e in value.elements)
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return _shares(value.elt, names) or _shares(value.for_in.iter, names)
+    if isinstance(value, cst.DictComp):
+        return _shares(value.value, names) or _shares(value.for_in.iter, names)
+    return False
+
+
+def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]]:
+    """(name, the value it gets) for `target = value`; pairwise through a tuple of both,
+    every name with the whole value otherwise."""
+    if isinstance(target, cst.Name):
+        return [(target.value, value)]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements) and not any(
+                isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements)):
+            return [pair for t, v in zip(target.elements, value.elements) for pair in _assigned_pairs(t.value, v.value)]
+        return [pair for t in target.elements for pair in _assigned_pairs(t.value, value)]
+    return []
+
+
+def _moved(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`line` without the blank lines above it: its comments go along."""
+    return line.with_changes(leading_lines=[l for l in line.leading_lines if l.comment is not None])
+
+
+def _needed(hoists: list[_Hoist], index) -> list[_Hoist]:
     """The hoists worth making: those that call something (a tokenizer, a tensor factory, a
     conversion), and the plain literals (`messages = [...]`) that such a hoist reads."""
     kept: list[_Hoist] = []
     read: set[str] = set()
     for hoist in reversed(hoists):
-        if m.findall(hoist.value, m.Call()) or hoist.name in read:
+        if index.find(cst.Call, within=hoist.value) or hoist.name in read:
             kept.append(hoist)
             read |= {n.value for n in names_read(hoist.value)}
     return kept[::-1]

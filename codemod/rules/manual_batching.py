@@ -5,12 +5,13 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import Assignment, ImportAssignment, ScopeProvider
+from libcst.metadata import Assignment, ImportAssignment
 
-from codemod.analysis.edits import Edit, EditsByIdentity, suppressed_on
 from codemod.analysis.kinds import Kind, Place
-from codemod.analysis.names import names_read, positional
+from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 IMPORTS = [("torch.utils.data", "DataLoader"), ("torch.utils.data", "TensorDataset")]
 RANGE = ("range", "builtins.range")
@@ -79,11 +80,8 @@ class ManualBatchingInStepLoop(Rule):
     (torch 2.13, `benchmarks/bench_tokenize.py`, batch 64, a small MLP): 0.8
     ms per step with slices, 1.8 ms with `DataLoader(TensorDataset)`, the
     loader's fetch then 31% of the step. The gain comes from what it makes
-    possible. The LatentWire performance report (the seed of this rule)
-    expects a speed-up from the DataLoader alone; with torch 2.13 that holds
-    for per-sample host work (texts, augmentation) moved into workers, and for
-    tensors only with workers and pinned memory on a GPU, whose numbers are
-    owed.
+    possible: per-sample host work (texts, augmentation) moved into workers,
+    and for tensors, workers with pinned memory and copies overlapped on a GPU.
 
     ## Example
     ```python
@@ -199,42 +197,122 @@ class ManualBatchingInStepLoop(Rule):
 
     def _in_step_loops(self, loop: cst.CSTNode) -> bool:
         if self._step_loops is None:
-            self._step_loops = {id(loop) for loop in self.context.loops.step_loops}
+            self._step_loops = {id(loop) for loop in self.context.loaders.step_loops}
         return id(loop) in self._step_loops
 
     # -- per-step random batches: reported --------------------------------------
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.context.names.of(node.func) & RANDOM_BATCHES.keys()
-        if not names or self.context.loops.step_loop_of(node) is None:
+        if not names:
             return
-        if not self._indexes_data(node):
+        data, direct = self._sampled_data(node)
+        if not data:
             return
         spelled = RANDOM_BATCHES[min(names)]
-        self.report(node, f"`{spelled}` draws a new random batch on every training step (samples repeat and "
-                          "others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit every "
-                          "sample once per epoch instead: a different sampling scheme, so it is not rewritten; "
-                          "make that change by hand if it is what you want")
+        why = ("(samples repeat and others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit "
+               "every sample once per epoch instead: a different sampling scheme, so it is not rewritten; make that "
+               "change by hand if it is what you want")
+        loaders = self.context.loaders
+        loop = loaders.step_loop_of(node)
+        if loop is not None:
+            if direct or self._indexes(node, data, loop.body):
+                self.report(node, f"`{spelled}` draws a new random batch on every training step {why}")
+            return
+        function = self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+        if not isinstance(function, cst.FunctionDef) or not (direct or self._indexes(node, data, function.body)):
+            return
+        for call, _ in self.context.kinds.callers(function) or ():
+            if loaders.step_loop_of(call) is not None:
+                self.report(call, f"`{self.context.source(call.func)}()` draws a new random batch (`{spelled}`, line "
+                                  f"{self.context.line(node)}) on every training step {why}")
 
-    def _indexes_data(self, call: cst.Call) -> bool:
-        """Is the result used to pick samples: `random.sample(samples, k)` itself, or an
-        index `idx = torch.randint(...)` that subscripts something in the loop?"""
+    def _sampled_data(self, call: cst.Call) -> tuple[set[str], bool]:
+        """(the names of the data `call` draws sample indices for, whether it draws the samples
+        themselves): `torch.randint(0, len(X), ...)`, `random.sample(range(len(texts)), k)`,
+        `random.sample(texts, k)`, `np.random.choice(len(X), k)`; empty when the range is not
+        the length of something (`torch.randint(0, T, ...)`: timesteps, not samples)."""
+        names = self.context.names
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if names.is_(call.func, "random.sample", "random.choices", "numpy.random.choice"):
+            population = args[0] if args else None
+            if population is None:
+                return set(), False
+            if isinstance(population, cst.Call) and names.is_(population.func, *RANGE):
+                bound = [a.value for a in population.args]
+                return (self._lengths_of(bound[-1] if len(bound) <= 1 else bound[1], 0) if bound else set()), False
+            if isinstance(population, cst.Name):
+                lengths = self._lengths_of(population, 0)  # `np.random.choice(n, k)`, n = len(X)
+                if lengths:
+                    return lengths, False
+                return {population.value}, True
+            return self._lengths_of(population, 0), False
+        high = kwarg(call, "high")
+        if high is not None:
+            bound = high.value
+        elif len(args) >= 3 or (names.is_(call.func, "numpy.random.randint") and len(args) >= 2
+                                and kwarg(call, "size") is not None):
+            bound = args[1]
+        elif args:
+            bound = args[0]
+        else:
+            return set(), False
+        return self._lengths_of(bound, 0), False
+
+    def _lengths_of(self, bound: cst.BaseExpression, depth: int) -> set[str]:
+        """The names whose length `bound` is: `len(X)`, `X.shape[0]`, `X.size(0)`, `len(X) - k`,
+        `n` where `n = len(X)`."""
+        if depth > 3:
+            return set()
+        if isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.Subtract):
+            return self._lengths_of(bound.left, depth + 1)
+        if isinstance(bound, cst.Call) and self.context.names.is_(bound.func, "len", "builtins.len") and bound.args:
+            owner = bound.args[0].value
+        elif isinstance(bound, cst.Call) and method_name(bound) == "size" and len(bound.args) == 1 \
+                and isinstance(bound.args[0].value, cst.Integer) and bound.args[0].value.value == "0":
+            owner = bound.func.value
+        elif isinstance(bound, cst.Subscript) and isinstance(bound.value, cst.Attribute) \
+                and bound.value.attr.value == "shape" and len(bound.slice) == 1 \
+                and isinstance(bound.slice[0].slice, cst.Index) and isinstance(bound.slice[0].slice.value, cst.Integer) \
+                and bound.slice[0].slice.value.value == "0":
+            owner = bound.value.value
+        elif isinstance(bound, cst.Name):
+            values = self.context.bindings.values(bound)
+            return self._lengths_of(values[0], depth + 1) if values and len(values) == 1 else set()
+        else:
+            return set()
+        return {owner.value} if isinstance(owner, cst.Name) else set()
+
+    def _indexes(self, call: cst.Call, data: set[str], region: cst.CSTNode) -> bool:
+        """Do the indices `call` draws pick samples of `data` in `region`: `X[idx]`, or
+        `X[i]` / `X[i:i + n]` for each `i` of them (in a loop or a comprehension)?"""
         parent = self.context.parents.get(call)
-        if self.context.names.is_(call.func, "random.sample", "random.choices"):
-            first = positional(call, 0)
-            if first is not None and not m.matches(first.value, m.Call(func=m.Name("range"))):
-                return True  # samples drawn directly
+        if isinstance(parent, cst.Index):  # `X[torch.randint(...)]`
+            subscript = self.context.index.first_enclosing(call, cst.Subscript)
+            return subscript is not None and _is_data(subscript.value, data)
         if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
-            return isinstance(parent, cst.SubscriptElement) or isinstance(self.context.parents.get(parent), cst.SubscriptElement)
+            return False
         index = parent.targets[0].target.value
-        loop = self.context.loops.step_loop_of(call)
-        # `X[idx]`, or `[texts[i] for i in idx]` / `for i in idx: ... texts[i]`
-        if m.findall(loop.body, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(index)))])):
+        if self._subscripted_by(region, index, data, slices=False):
             return True
-        for each in m.findall(loop.body, m.CompFor(iter=m.Name(index)) | m.For(iter=m.Name(index))):
-            if isinstance(each.target, cst.Name) and m.findall(
-                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each,
-                    m.Subscript(slice=[m.SubscriptElement(m.Index(m.Name(each.target.value)))])):
+        for each in self.context.index.find((cst.CompFor, cst.For), within=region):
+            if _is_name(each.iter, index) and isinstance(each.target, cst.Name) and self._subscripted_by(
+                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each, each.target.value, data,
+                    slices=True):
+                return True
+        return False
+
+    def _subscripted_by(self, node: cst.CSTNode, name: str, data: set[str], slices: bool) -> bool:
+        """Is one of `data` subscripted under `node` by `name` (`X[name]`), or, with `slices`,
+        by a slice that starts from it (`X[name:name + n]`, `X[name + 1:...]`)?"""
+        for subscript in self.context.index.find(cst.Subscript, within=node):
+            if len(subscript.slice) != 1 or not _is_data(subscript.value, data):
+                continue
+            part = subscript.slice[0].slice
+            if isinstance(part, cst.Index) and _is_name(part.value, name):
+                return True
+            if slices and isinstance(part, cst.Slice) and part.lower is not None and any(
+                    n.value == name for n in self.context.index.find(cst.Name, within=part.lower)):
                 return True
         return False
 
@@ -289,12 +367,15 @@ class ManualBatchingInStepLoop(Rule):
         """Fill plan.tensors/uses; "" when the loop does not batch by hand, a reason when it
         does but cannot be rewritten, None when every use of `i` is understood."""
         loop, i = plan.loop, plan.loop.target.value
-        windows = m.findall(loop.body, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(plan.window.matches)]))
+        index = self.context.index
+        pattern = m.Subscript(value=m.Name(), slice=[m.SubscriptElement(plan.window.matches)])
+        windows = [s for s in index.find(cst.Subscript, within=loop.body)
+                   if isinstance(s.value, cst.Name) and len(s.slice) == 1 and m.matches(s, pattern)]
         if not windows:
             return ""
         understood: set[int] = set()
         for window in windows:
-            understood.update(id(n) for n in m.findall(window.slice[0], m.Name(i)))
+            understood.update(id(n) for n in self._names(window.slice[0], i))
             source = window.value.value
             permutation = self._permutation(source, loop)
             if permutation is None:
@@ -306,11 +387,13 @@ class ManualBatchingInStepLoop(Rule):
             problem = self._permuted_uses(plan, window)
             if problem is not None:
                 return problem
+        if any(self._on_device(plan, name) for name in plan.tensors):
+            return ""  # batches of tensors already on the device: a slice is the fastest batch
         carried = self._carried_state(plan)
         if carried is not None:
             return (f"`{carried}` is carried from one batch to the next (state such as a truncated-BPTT "
                     "hidden state), so the order of the windows matters")
-        others = [n for n in m.findall(loop.body, m.Name(i)) if id(n) not in understood]
+        others = [n for n in self._names(loop.body, i) if id(n) not in understood]
         if others:
             return f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
         return None
@@ -342,7 +425,7 @@ class ManualBatchingInStepLoop(Rule):
             return "the permutation is sliced on a line that does more"
         index = statement.targets[0].target.value
         plan.uses[id(statement)] = ""  # the `idx = perm[...]` statement goes
-        for read in m.findall(plan.loop.body, m.Name(index)):
+        for read in self._names(plan.loop.body, index):
             if read is statement.targets[0].target:
                 continue
             element = parents.get(parents.get(read))
@@ -353,12 +436,16 @@ class ManualBatchingInStepLoop(Rule):
             _append_once(plan.tensors, holder.value.value)
         return None
 
+    def _on_device(self, plan: _Plan, name: str) -> bool:
+        fact = self.context.kinds.fact(self._a_use(plan, name).value)
+        return fact.kind is Kind.TENSOR and fact.place in (Place.CUDA, Place.DEVICE)
+
     def _check(self, plan: _Plan) -> str | None:
         kinds = self.context.kinds
         for name in plan.tensors:
             use = self._a_use(plan, name)
             fact = kinds.fact(use.value)
-            if fact.kind is Kind.TENSOR and fact.place is Place.CUDA:
+            if self._on_device(plan, name):
                 return ""
             if fact.kind is not Kind.TENSOR or fact.place is not Place.HOST:
                 return f"`{name}` is not known to be a tensor in host memory"
@@ -386,17 +473,17 @@ class ManualBatchingInStepLoop(Rule):
 
     def _drawn_per_epoch(self, plan: _Plan) -> bool:
         """Is `perm = torch.randperm(n)` inside a loop around the step loop (a new one per epoch)?"""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(plan.loop)
+        scope = self.context.scopes.get(plan.loop)
         binding = next(iter(scope.assignments[plan.permutation])).node
-        current = self.context.parents.get(plan.loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        for current in self.context.index.ancestors(plan.loop):
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
             if isinstance(current, (cst.For, cst.While)) and self.context.inside(binding, current):
                 return True
-            current = self.context.parents.get(current)
         return False
 
     def _a_use(self, plan: _Plan, name: str) -> cst.Subscript:
-        for node in m.findall(plan.loop.body, m.Subscript(value=m.Name(name))):
+        for node in self.context.index.find(cst.Subscript, within=plan.loop.body):
             if plan.uses.get(id(node)) == name:
                 return node
         raise AssertionError(name)
@@ -415,27 +502,62 @@ class ManualBatchingInStepLoop(Rule):
                 return False
         lengths = {f"len({t})" for t in plan.tensors} | {f"{t}.size(0)" for t in plan.tensors} | {
             f"{t}.shape[0]" for t in plan.tensors}
-        return any(_normalized(self.context.source(c)) in lengths for c in candidates)
+        if any(_normalized(self.context.source(c)) in lengths for c in candidates):
+            return True
+        # `X = T[:n]` holds the first n rows when n is at most len(T): `n = int(0.9 * len(T))`, `len(T) - k`
+        spelled = {_normalized(self.context.source(c)) for c in candidates}
+        for tensor in plan.tensors:
+            values = self._values(tensor, plan.loop)
+            value = values[0] if values is not None and len(values) == 1 else None
+            if not (isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Slice)):
+                continue
+            part = value.slice[0].slice
+            if part.lower is not None and not (isinstance(part.lower, cst.Integer) and part.lower.value == "0"):
+                continue
+            if part.upper is None or part.step is not None or _normalized(self.context.source(part.upper)) not in spelled:
+                continue
+            if any(self._at_most_length(c, value.value) for c in candidates):
+                return True
+        return False
+
+    def _at_most_length(self, n: cst.BaseExpression, owner: cst.BaseExpression) -> bool:
+        """Is `n` at most the length of `owner`: `int(0.9 * len(T))`, `len(T) - k`, `len(T) // 2`?"""
+        length = {f"len({self.context.source(owner)})", f"{self.context.source(owner)}.size(0)",
+                  f"{self.context.source(owner)}.shape[0]"}
+        length = {_normalized(x) for x in length}
+        if isinstance(n, cst.Call) and self.context.names.is_(n.func, "int", "builtins.int") and len(n.args) == 1:
+            n = n.args[0].value
+        if isinstance(n, cst.BinaryOperation):
+            left, right = _normalized(self.context.source(n.left)), _normalized(self.context.source(n.right))
+            if isinstance(n.operator, cst.Multiply):
+                factor = n.left if right in length else n.right if left in length else None
+                return isinstance(factor, (cst.Float, cst.Integer)) and 0 <= float(factor.value) <= 1
+            if isinstance(n.operator, cst.Subtract):
+                return left in length and isinstance(n.right, cst.Integer)
+            if isinstance(n.operator, cst.FloorDivide):
+                return left in length and isinstance(n.right, cst.Integer) and int(n.right.value) >= 1
+        return False
 
     def _carried_state(self, plan: _Plan) -> str | None:
         """A value carried from the previous iteration (read before the body binds it,
         or computed from such a value) that meets this batch in one statement:
         `hidden = hidden.detach(); out, hidden = model(xb, hidden)`. Counters and
         running sums (`total = total + loss.item()`) never meet the batch itself."""
-        lines = _lines(plan.loop.body)
+        lines = _flat(_lines(plan.loop.body))
         batch_names = {s.targets[0].target.value for s in self._batch_statements(plan).values()}
         for line in lines:
             if _unpacks_only_batches(line, plan.uses):
                 batch_names |= {e.value.value for e in line.body[0].targets[0].target.elements}
-        bound_in_body = set().union(*(_bound_names(line) for line in lines))
+        bound_in_body = set().union(*(self._bound_names(line) for line in lines))
         bound_so_far: set[str] = {plan.loop.target.value}
         carried: set[str] = set()
         for line in lines:
             reads = {n.value for n in names_read(line)}
             carried |= (reads - bound_so_far) & bound_in_body - batch_names
-            binds = _bound_names(line)
+            binds = self._bound_names(line)
             hit = reads & carried
-            if hit and (reads & batch_names or any(id(n) in plan.uses for n in m.findall(line, m.Subscript()))):
+            if hit and (reads & batch_names or any(id(n) in plan.uses
+                                                   for n in self.context.index.find(cst.Subscript, within=line))):
                 return sorted(hit)[0]
             carried = carried | binds if hit else carried - binds
             bound_so_far |= binds
@@ -444,7 +566,7 @@ class ManualBatchingInStepLoop(Rule):
     def _batch_statements(self, plan: _Plan) -> dict[str, cst.Assign]:
         """tensor -> `xb = X[...]` statement whose value is exactly one use (its name becomes the loop variable)."""
         found: dict[str, cst.Assign] = {}
-        for node in m.findall(plan.loop.body, m.Subscript()):
+        for node in self.context.index.find(cst.Subscript, within=plan.loop.body):
             tensor = plan.uses.get(id(node))
             if not tensor or tensor in found:
                 continue
@@ -463,56 +585,58 @@ class ManualBatchingInStepLoop(Rule):
         # Loop variables: the names the batches were assigned to, where a statement did
         # only that (it goes); a new name where a batch was used inside an expression.
         variables: dict[str, str] = {}
-        edits: dict[int, Edit] = {}
+        removed: list[cst.CSTNode] = []
         for tensor, statement in self._batch_statements(plan).items():
             variables[tensor] = statement.targets[0].target.value
-            edits[id(parents.get(statement))] = _remove
+            removed.append(parents.get(statement))
         for line in _lines(loop.body):
             if _unpacks_only_batches(line, plan.uses):
                 for element, value in zip(line.body[0].targets[0].target.elements, line.body[0].value.elements):
                     variables.setdefault(plan.uses[id(value.value)], element.value.value)
-                edits[id(line)] = _remove
+                removed.append(line)
         for tensor in plan.tensors:
             if tensor not in variables:
                 variables[tensor] = _fresh(f"{tensor}_batch", taken)
-        for node in m.findall(loop.body, m.Subscript() | m.Assign()):
+        replaced: list[Edit] = []
+        index = self.context.index
+        for node in index.find((cst.Subscript, cst.Assign), within=loop.body):
             tensor = plan.uses.get(id(node))
             if tensor == "":  # `idx = perm[i:i + bs]`
-                edits[id(parents.get(node))] = _remove
-            elif tensor is not None:
-                edits[id(node)] = lambda _, name=variables[tensor]: cst.Name(name)
+                removed.append(parents.get(node))
+            elif tensor is not None and not any(index.inside(node, line) for line in removed):
+                replaced.append(Replace(node, cst.Name(variables[tensor])))
         anchor = self._anchor(plan)
         if plan.permutation is not None:
             perm_line = self._unused_permutation(plan, anchor)
             if perm_line is not None:
-                edits[id(perm_line)] = _remove
+                removed.append(perm_line)
         loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
         names = [variables[t] for t in plan.tensors]
         if len(names) == 1:  # TensorDataset items are tuples, of one tensor here: `for (xb,) in loader`
             target = cst.Tuple([cst.Element(cst.Name(names[0]), comma=cst.Comma())])
         else:
             target = cst.Tuple([cst.Element(cst.Name(n)) for n in names], lpar=[], rpar=[])
-        edits[id(loop)] = lambda updated: updated.with_changes(target=target, iter=cst.Name(loader))
         shuffle = "True" if plan.permutation else "False"
         drop_last = ", drop_last=True" if plan.window.drop_last else ""
         build = cst.parse_statement(
             f"{loader} = DataLoader(TensorDataset({', '.join(plan.tensors)}), "
             f"batch_size={self.context.source(plan.batch_size)}, shuffle={shuffle}{drop_last})\n")
-        rewritten = anchor.visit(EditsByIdentity(edits))
-        # Blank lines above the loop go above the new line; comments stay with the loop they describe.
-        leading = list(anchor.leading_lines)
-        first_comment = next((k for k, line in enumerate(leading) if line.comment is not None), len(leading))
-        build = build.with_changes(leading_lines=leading[:first_comment])
-        replacement = cst.FlattenSentinel([build, rewritten.with_changes(leading_lines=leading[first_comment:])])
+        edits: list[Edit] = [
+            InsertBefore(anchor, (build,)),
+            # the header as a function of the loop, so that edits inside its body compose
+            Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader))),
+            *replaced,
+            *(Remove(line) for line in removed),
+        ]
         order = "shuffled each epoch, as the permutation did" if plan.permutation else "in the same order"
-        self.report(anchor, f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
-                            f"a DataLoader built once, batches of `{self.context.source(plan.batch_size)}` {order}",
-                    replacement=replacement, imports=IMPORTS)
+        self.report(loop, f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
+                          f"a DataLoader built once, batches of `{self.context.source(plan.batch_size)}` {order}",
+                    edits=edits, imports=IMPORTS)
 
     def _unused_permutation(self, plan: _Plan, anchor: cst.CSTNode) -> cst.CSTNode | None:
         """The line `perm = torch.randperm(n)` when the rewritten windows were its only
         reads and it sits inside the rewritten code; None to keep it."""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(plan.loop)
+        scope = self.context.scopes.get(plan.loop)
         assignments = list(scope.assignments[plan.permutation])
         line = self.context.parents.get(self.context.parents.get(self.context.parents.get(assignments[0].node)))
         if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self.context.inside(line, anchor)):
@@ -525,42 +649,60 @@ class ManualBatchingInStepLoop(Rule):
         tensors nor the batch size are re-bound: the DataLoader is built before it."""
         needed = set(plan.tensors) | {n.value for n in names_read(plan.batch_size)}
         anchor: cst.CSTNode = plan.loop
-        current = self.context.parents.get(plan.loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        for current in self.context.index.ancestors(plan.loop):
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
             if isinstance(current, (cst.For, cst.While)):
                 if any(self._bound_in(name, current) for name in needed):
                     break
                 anchor = current
-            current = self.context.parents.get(current)
         return anchor
 
     # -- helpers -----------------------------------------------------------------
 
+    def _names(self, node: cst.CSTNode, name: str) -> list[cst.Name]:
+        """The Name nodes spelled `name` under `node`."""
+        return [n for n in self.context.index.find(cst.Name, within=node) if n.value == name]
+
+    def _bound_names(self, line: cst.CSTNode) -> set[str]:
+        """Names that the assignments of `line` bind (`a.b = ...` and `a[i] = ...` bind none)."""
+        names: set[str] = set()
+        for statement in self.context.index.find((cst.AssignTarget, cst.AugAssign, cst.AnnAssign), within=line):
+            names |= _target_names(statement.target)
+        return names
+
     def _values(self, name: str, loop: cst.CSTNode) -> list[cst.BaseExpression] | None:
         """The values of every plain assignment to `name` in the scope of `loop`."""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(loop)
+        scope = self.context.scopes.get(loop)
         if scope is None or name not in scope:
             return None
         values = []
+        bindings = self.context.bindings
         for assignment in scope.assignments[name]:
             if type(assignment) is not Assignment:
                 return None
-            statement = self.context.parents.get(self.context.parents.get(assignment.node))
-            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                    and statement.targets[0].target is assignment.node):
-                return None
-            values.append(statement.value)
+            value = bindings.assigned_value(assignment)
+            if value is None:  # `a, b = x, y`: the element of the literal
+                unpacked = bindings.unpacked(assignment)
+                if unpacked is None or not isinstance(unpacked[0], (cst.Tuple, cst.List)) \
+                        or unpacked[1] >= len(unpacked[0].elements):
+                    return None
+                element = unpacked[0].elements[unpacked[1]]
+                if not isinstance(element, cst.Element):
+                    return None
+                value = element.value
+            values.append(value)
         return values
 
     def _bound_in(self, name: str, region: cst.CSTNode) -> bool:
-        scope = self.context.wrapper.resolve(ScopeProvider).get(region)
+        scope = self.context.scopes.get(region)
         if scope is None or name not in scope:
             return False
         return any(isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region) for a in scope.assignments[name])
 
     def _free_or_torch(self, name: str) -> bool:
         """Is `name` unbound in the module, or bound only by an import of torch's class of that name?"""
-        scope = self.context.wrapper.resolve(ScopeProvider).get(self.context.module.body[0]) if self.context.module.body else None
+        scope = self.context.scopes.get(self.context.module.body[0]) if self.context.module.body else None
         if scope is None or name not in scope.globals:
             return True
         for assignment in scope.globals.assignments[name]:
@@ -575,8 +717,12 @@ class ManualBatchingInStepLoop(Rule):
 
 
 
-def _remove(_):
-    return cst.RemovalSentinel.REMOVE
+def _is_data(expr: cst.BaseExpression, data: set[str]) -> bool:
+    return isinstance(expr, cst.Name) and expr.value in data
+
+
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
 
 
 def _same(a: cst.CSTNode, b: cst.CSTNode) -> bool:
@@ -604,16 +750,22 @@ def _fresh(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _flat(lines: list[cst.CSTNode]) -> list[cst.CSTNode]:
+    """The statements of `lines` in the order they run, `with` blocks opened (their body
+    runs once, in order); other compound statements stay whole."""
+    flat = []
+    for line in lines:
+        if isinstance(line, cst.With) and isinstance(line.body, cst.IndentedBlock):
+            flat.extend(_flat(list(line.body.body)))
+        else:
+            flat.append(line)
+    return flat
+
+
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
     return list(block.body) if isinstance(block, cst.IndentedBlock) else [block]
 
 
-def _bound_names(line: cst.CSTNode) -> set[str]:
-    """Names that the assignments of `line` bind (`a.b = ...` and `a[i] = ...` bind none)."""
-    names: set[str] = set()
-    for statement in m.findall(line, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
-        names |= _target_names(statement.target)
-    return names
 
 
 def _target_names(target: cst.BaseExpression) -> set[str]:

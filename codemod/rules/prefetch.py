@@ -1,27 +1,14 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES
-from codemod.analysis.bindings import returned_values
-from codemod.analysis.loaders import (
-    COLLATE_FN_POSITION,
-    DATALOADER,
-    MAX_DEPTH,
-    PIN_MEMORY_POSITION,
-    LoaderLookups,
-    memoized,
-)
-from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.loaders import ENUMERATE, PIN_MEMORY_POSITION
+from codemod.analysis.names import kwarg, method_name, positional
+from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "DevicePrefetcher")
-# collate_fns whose batches hold only tensors, mappings and sequences (the prefetcher moves
-# every tensor in them, as the loop's copies did); a custom one may return objects it cannot see into.
-KNOWN_COLLATES = {"torch.utils.data.default_collate", "torch.utils.data.dataloader.default_collate",
-                  "runtime.data.PadCollate", "runtime.PadCollate"}
-ENUMERATE = ("enumerate", "builtins.enumerate")
 PIN_MEMORY_RULE = "PM102"
 
 PREAMBLE = """\
@@ -41,7 +28,7 @@ def _imported(code: str) -> str:
     return code.replace(last, last + "from runtime.data import DevicePrefetcher\n\n", 1)
 
 
-class BatchCopiedInTheStep(LoaderLookups, Rule):
+class BatchCopiedInTheStep(Rule):
     """
     ## What it does
     Finds loops over a pinned `torch.utils.data.DataLoader` that copy each
@@ -58,16 +45,17 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
     copy. `DevicePrefetcher` queues the copy of the next batch on a side CUDA
     stream while the current step computes, and makes the step's stream wait
     for exactly that copy (an event, plus `record_stream` so the memory is not
-    reused early). Typical gain: the whole host-to-device copy time per step in
-    input-heavy loops (large images, long sequences); nothing on the CPU, where
-    the prefetcher is plain iteration.
+    reused early). The gain is the host-to-device copy time of each batch,
+    hidden behind the previous step's compute: largest in input-heavy loops
+    (large images, long sequences); nothing on the CPU, where the prefetcher is
+    plain iteration.
 
-    Checked against torch 2.13: the seed reports' hand-written prefetch
-    (`next_batch = next(it).to(device, non_blocking=True)` before the step,
-    on the default stream) frees the host but does not overlap the copy with
-    compute, because one CUDA stream runs its work in order: the copy runs
-    before the forward queued after it. Overlap needs the copy on another
-    stream, and then the wait and `record_stream` that DevicePrefetcher does.
+    A hand-written prefetch (`next_batch = next(it).to(device,
+    non_blocking=True)` before the step, on the default stream) frees the host
+    but does not overlap the copy with compute, because one CUDA stream runs
+    its work in order: the copy runs before the forward queued after it.
+    Overlap needs the copy on another stream, and then the wait and
+    `record_stream` that DevicePrefetcher does. Such loops are reported.
 
     ## Example
     ```python
@@ -99,43 +87,55 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
     `enumerate`, `iter` or `tqdm`), every name the loop binds for the batch is
     copied by a statement `x = x.to(device)` / `x.cuda()` (`non_blocking`
     allowed, nothing else), `batch = [t.to(device) for t in batch]` or
-    `batch = {k: v.to(device) for k, v in batch.items()}` of the loop body itself, to one device expression
-    bound before the loop, and no statement before its copy uses it; the
-    loader has the default `collate_fn` (or `default_collate`, `PadCollate`),
-    so a batch holds only tensors, mappings and sequences; it is pinned
-    (`pin_memory` passed and not `False`, or PM102 selected in the same run,
-    which adds it: without it the copies cannot overlap) and not a subclass
-    overriding `__iter__`. A loop whose copies match but whose loader is not
-    pinned, with PM102 not selected, is reported without a fix: run PM102
-    first, since once the copies are gone from the loop PM102 no longer sees
-    that the batches go to CUDA.
+    `batch = {k: v.to(device) for k, v in batch.items()}` of the loop body
+    itself, to one device expression bound before the loop, and no statement
+    before its copy uses it; the loader has the default `collate_fn` (or
+    `default_collate`, `PadCollate`), so a batch holds only tensors, mappings
+    and sequences; it is pinned (`pin_memory` passed and not `False`, or added
+    by PM102 in the same run; without it the copies cannot overlap) and not a
+    subclass overriding `__iter__`. A loop whose copies match but whose loader
+    is not pinned (PM102 not selected, or unable to pin it) is reported
+    without a fix.
     """
 
     CODE = "PM103"
     NAME = "batch-copied-in-the-step"
     LEVEL = Level.UNSAFE
     REQUIRES = ("DataLoader",)
+    # It removes the copy statements PM101 makes non-blocking: it runs on PM101's output.
+    AFTER = ("PM101",)
     MESSAGE = "each batch is copied to the device inside the step; prefetch it on a side stream while the previous step runs"
     GAIN = "hides the host-to-device copy of every batch behind the previous step's compute"
 
     VALID = [
         Valid(PREAMBLE + "for x, y in loader:\n    print(x.sum())\n", "no copy"),
-        Valid(PREAMBLE + "for x, y in loader:\n    print(x.shape)\n    x, y = x.to(device), y.to(device)\n" + STEP,
-              "the batch is used before its copy"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x = x.to(device)\n" + STEP, "y is not copied: it stays on the host"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
-              "a copy that also converts"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, "two devices"),
-        Valid(PREAMBLE + "import sys\nbatches = loader if sys.argv else [(torch.randn(8, 8), torch.randn(8, 1))]\n"
-              "for x, y in batches:\n    x, y = x.to(device), y.to(device)\n" + STEP, "not only a loader"),
-        Valid(PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
-              "    x, y = batch\n" + STEP, "a comprehension that filters"),
-        Valid(PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b") +
-              "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n" + STEP, "a custom collate_fn"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    device = 'cpu'\n" + STEP,
-              "the device is bound in the loop"),
+        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    print(model(x).sum())\n",
+              "not a training loop"),
     ]
     INVALID = [
+        # Copies in the step that the fix cannot prove it may replace: reported without a fix.
+        Invalid(PREAMBLE + "for x, y in loader:\n    print(x.shape)\n    x, y = x.to(device), y.to(device)\n" + STEP,
+                None, "the batch is used before its copy"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x = x.to(device)\n" + STEP, None,
+                "y is not copied: it stays on the host"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
+                None, "a copy that also converts"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, None, "two devices"),
+        Invalid(PREAMBLE + "import sys\nbatches = loader if sys.argv else [(torch.randn(8, 8), torch.randn(8, 1))]\n"
+                "for x, y in batches:\n    x, y = x.to(device), y.to(device)\n" + STEP, None, "not only a loader"),
+        Invalid(PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
+                "    x, y = batch\n" + STEP, None, "a comprehension that filters"),
+        Invalid(PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b") +
+                "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n" + STEP, None, "a custom collate_fn"),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    device = 'cpu'\n" + STEP,
+                None, "the device is bound in the loop"),
+        Invalid(PREAMBLE + "def step(batch):\n    x, y = batch\n    x, y = x.to(device), y.to(device)\n"
+                + STEP.replace("    ", "    ") + "for batch in loader:\n    step(batch)\n", None,
+                "copied in a function the step calls"),
+        Invalid(PREAMBLE + "it = iter(loader)\nnext_x, next_y = next(it)\nfor _ in range(len(loader) - 1):\n"
+                "    x, y = next_x.to(device, non_blocking=True), next_y.to(device, non_blocking=True)\n"
+                "    next_x, next_y = next(it)\n" + STEP, None,
+                "a hand-written prefetch: the copy still runs on the step's stream"),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)\n"
             + STEP,
@@ -167,32 +167,70 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
         ),
     ]
 
-    def leave_Module(self, original_node: cst.Module) -> None:
-        for loop in self.loops:
-            self._check(loop)
+    def visit_Module(self, node: cst.Module) -> None:
+        loaders = self.context.loaders
+        if not loaders.constructions:
+            return
+        done: set[int] = set()
+        for loop in self.context.index.find(cst.For):
+            if loaders.trains(loop) and self._check(loop):
+                done.add(id(loop))
+        for feed in loaders.feeds:
+            if id(feed.loop) in done or not loaders.trains(feed.loop):
+                continue
+            copies = loaders.copies_to_device(feed.loop, feed.target)
+            if not copies:
+                continue
+            done.add(id(feed.loop))
+            first = copies[0].call
+            line = self.context.line(first)
+            helper = self.context.index.first_enclosing(first, cst.FunctionDef)
+            if feed.fetch is not None:
+                why = (f"each batch is taken with `next()` and copied to the device in the step (line {line}): on "
+                       "the step's stream, so the copy cannot overlap with compute, even when fetched a step ahead; "
+                       "iterate over `runtime.data.DevicePrefetcher(loader, device)`, which copies the next batch "
+                       "on a side stream")
+            elif helper is not None and not self.context.inside(first, feed.loop):
+                why = (f"each batch is copied to the device inside the step, in `{helper.name.value}` (line {line}); "
+                       "prefetch it on a side stream while the previous step runs (`runtime.data.DevicePrefetcher("
+                       "loader, device)`); not rewritten: the copies are made in a function the loop calls")
+            else:
+                why = (f"{self.MESSAGE} (line {line}); not rewritten: the batch is not copied whole by plain "
+                       "`x = x.to(device)` statements at the top of the loop, so perfmod cannot tell the prefetched "
+                       "batch would be used the same way")
+            self.report(first, why)
 
-    def _check(self, loop: cst.For) -> None:
+    def _check(self, loop: cst.For) -> bool:
+        """Fix the loop, or report it unpinned; False when it is not in the shape the fix needs."""
+        loaders = self.context.loaders
         found = self._loader_and_batch(loop.iter, loop.target)
         if found is None:
-            return
+            return False
         loader_expr, batch = found
         names = _batch_names(batch)
         if names is None or not isinstance(loop.body, cst.IndentedBlock):
-            return
+            return False
         copies = self._copy_statements(loop, names)
         if copies is None:
-            return
+            return False
         statements, device = copies
-        loaders = self._loader_sources(loader_expr, (), 0)
-        if not loaders or not all(self._yields_plain_batches(loader) for loader in loaders):
-            return
-        if not all(self._is_pinned(loader) for loader in loaders):
-            line = self.context.positions[loaders[0]].start.line
+        sources = loaders.sources(loader_expr, (), 0)
+        if not sources or not all(self._yields_plain_batches(loader) for loader in sources):
+            return False
+        if not all(self._is_pinned(loader) for loader in sources):
+            line = self.context.line(sources[0])
             self.report(loop, self.MESSAGE + f"; the DataLoader on line {line} is not pinned, so the copies could not "
                         "overlap: pass pin_memory (PM102) and run again")
-            return
-        self.report(loop, self.MESSAGE, replacement=self._rewritten(loop, loader_expr, device, statements),
-                    imports=[IMPORT])
+            return True
+
+        def prefetched(updated: cst.BaseExpression) -> cst.Call:
+            return cst.Call(func=cst.Name("DevicePrefetcher"), args=[
+                cst.Arg(updated, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Arg(device.deep_clone())])
+
+        edits = [Replace(loader_expr, prefetched), *(Remove(statement) for statement in statements)]
+        self.report(loop, self.MESSAGE, edits=edits, imports=[IMPORT])
+        return True
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -207,37 +245,9 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
                 return self._loader_and_batch(args[0].value, target.elements[1].value)
             if names.is_(iterable.func, *PASS_THROUGH_ITERABLES) and args:
                 return self._loader_and_batch(args[0].value, target)
-        if self._only_loaders(iterable, (), 0):
+        if self.context.loaders.only_loaders(iterable, (), 0):
             return iterable, target
         return None
-
-    @memoized
-    def _only_loaders(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> bool:
-        """Is every value `expr` may have a DataLoader construction of this file? (The
-        look-up `_loader_sources` finds the loaders among other values; a loop over
-        `loader if a else my_batches` must not be rewritten as if it were a loader's.)"""
-        if depth > MAX_DEPTH:
-            return False
-        if isinstance(expr, (cst.Tuple, cst.List)) and path:
-            if path[0] >= len(expr.elements) or any(isinstance(e, cst.StarredElement) for e in expr.elements):
-                return False
-            return self._only_loaders(expr.elements[path[0]].value, path[1:], depth + 1)
-        if isinstance(expr, cst.Call):
-            if id(expr) in self.loader_ids:
-                return not path
-            function = self.bindings.local_function(expr.func)
-            values = returned_values(function) if function is not None else []
-            return bool(values) and all(self._only_loaders(value, path, depth + 1) for value in values)
-        if isinstance(expr, cst.Name):
-            sources = self._sources(expr)
-            return bool(sources) and all(self._only_loaders(source, inner + path, depth + 1)
-                                         for source, inner in sources)
-        if isinstance(expr, cst.Attribute):
-            values = self.bindings.attribute_values(expr) or []
-            return bool(values) and all(self._only_loaders(value, path, depth + 1) for value in values)
-        if isinstance(expr, cst.IfExp):
-            return self._only_loaders(expr.body, path, depth + 1) and self._only_loaders(expr.orelse, path, depth + 1)
-        return False
 
     def _copy_statements(self, loop: cst.For, names: list[str]):
         """(the statements of the loop body that copy the batch, the device expression) when
@@ -253,11 +263,11 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
                 statements.append(statement)
                 devices.extend(copied.values())
                 continue
-            if _mentions(statement, pending):
+            if self._mentions(statement, pending):
                 return None
         if pending or len(statements) == len(body):
             return None
-        codes = {self.context.module.code_for_node(device) for device in devices}
+        codes = {self.context.source(device) for device in devices}
         if len(codes) != 1 or len(devices) != len(names):
             return None
         device = devices[0]
@@ -299,20 +309,25 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
         if loop.ifs or loop.inner_for_in is not None or loop.asynchronous is not None:
             return None
         if isinstance(value, cst.ListComp):
-            if not (isinstance(loop.target, cst.Name) and m.matches(loop.iter, m.Name(name))):
+            if not (isinstance(loop.target, cst.Name) and _is_name(loop.iter, name)):
                 return None
             return self._copy_device(value.elt, loop.target.value)
-        if not (m.matches(loop.target, m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]))
-                and m.matches(loop.iter, m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("items")), args=[]))):
+        pair = loop.target
+        if not (isinstance(pair, cst.Tuple) and len(pair.elements) == 2
+                and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in pair.elements)):
             return None
-        key, item = (element.value.value for element in loop.target.elements)
-        if not m.matches(value.key, m.Name(key)) or key == item:
+        items = loop.iter
+        if not (isinstance(items, cst.Call) and not items.args and method_name(items) == "items"
+                and _is_name(items.func.value, name)):
+            return None
+        key, item = (element.value.value for element in pair.elements)
+        if not _is_name(value.key, key) or key == item:
             return None
         return self._copy_device(value.value, item)
 
     def _copy_device(self, call: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
         """The device of `name.to(device[, non_blocking=...])` / `name.cuda([non_blocking=...])`."""
-        if not (isinstance(call, cst.Call) and m.matches(call.func, m.Attribute(value=m.Name(name)))):
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and _is_name(call.func.value, name)):
             return None
         if any(arg.star or (arg.keyword is not None and arg.keyword.value not in ("device", "non_blocking"))
                for arg in call.args):
@@ -331,63 +346,51 @@ class BatchCopiedInTheStep(LoaderLookups, Rule):
         named = device.value.attr.value if isinstance(device.value, cst.Attribute) else getattr(device.value, "value", "")
         return device.value if isinstance(named, str) and DEVICE_NAME.match(named) else None
 
+    def _mentions(self, node: cst.CSTNode, names: set[str]) -> bool:
+        """Does `node` read or bind one of `names` (not as an attribute or keyword name)?"""
+        parents = self.context.parents
+        for name in self.context.index.find(cst.Name, within=node):
+            if name.value not in names:
+                continue
+            parent = parents.get(name)
+            if isinstance(parent, cst.Attribute) and parent.attr is name:
+                continue
+            if isinstance(parent, cst.Arg) and parent.keyword is name:
+                continue
+            return True
+        return False
+
     # -- the loader --------------------------------------------------------------------------
 
     def _yields_plain_batches(self, loader: cst.Call) -> bool:
         """Default collation (batches of tensors, mappings, sequences), host data, no own __iter__."""
-        is_torch_loader = self.context.names.is_(loader.func, DATALOADER)
-        if not is_torch_loader and self._subclass_overrides(self.context.kinds.local_class(loader.func)):
+        loaders = self.context.loaders
+        if loaders.overridden_subclass(loader):
             return False
-        collate = kwarg(loader, "collate_fn") or (positional(loader, COLLATE_FN_POSITION) if is_torch_loader else None)
-        if collate is not None:
-            function = collate.value.func if isinstance(collate.value, cst.Call) else collate.value
-            if not self.context.names.is_(function, *KNOWN_COLLATES):
-                return False
+        collate = loaders.collate(loader)
+        if collate is not None and not loaders.collates_tensors(collate, 0):
+            return False
         if any(arg.star for arg in loader.args):
-            literal = self._star_kwargs_keys(loader)
+            literal = loaders.star_kwargs_keys(loader)
             if literal is None or "collate_fn" in literal:
                 return False
-        return not self._may_hold_device_data(self._dataset(loader), 0)
+        return not loaders.may_hold_device_data(loaders.dataset(loader), 0)
 
     def _is_pinned(self, loader: cst.Call) -> bool:
-        """Is `pin_memory` passed and not False, or left to PM102, which runs in this run too
-        and pins the loaders whose batches go to CUDA?"""
+        """Is `pin_memory` passed and not False, or will PM102, selected in this run, pass it?"""
+        loaders = self.context.loaders
         pin = kwarg(loader, "pin_memory") or (
-            positional(loader, PIN_MEMORY_POSITION) if self.context.names.is_(loader.func, DATALOADER) else None)
+            positional(loader, PIN_MEMORY_POSITION) if loaders.is_torch_loader(loader) else None)
         if pin is not None:
-            return not m.matches(pin.value, m.Name("False"))
-        keys = self._star_kwargs_keys(loader)
+            return not _is_name(pin.value, "False")
+        keys = loaders.star_kwargs_keys(loader)
         if keys is not None and "pin_memory" in keys:
             return True
-        return self.context.settings.enabled(PIN_MEMORY_RULE, self.context.path)
+        return self.context.settings.enabled(PIN_MEMORY_RULE, self.context.path) and loaders.pinnable(loader)
 
-    def _star_kwargs_keys(self, loader: cst.Call) -> set[str] | None:
-        """The keys of the one `**dict` the loader is built with, when the rule can see them all."""
-        stars = [arg for arg in loader.args if arg.star]
-        if len(stars) != 1 or stars[0].star != "**":
-            return None
-        found = self._kwargs_literal(stars[0].value)
-        return found[1] if found is not None and not found[2] else None
 
-    # -- the rewrite -------------------------------------------------------------------------
-
-    def _rewritten(self, loop: cst.For, loader_expr: cst.BaseExpression, device: cst.BaseExpression,
-                   copies: list[cst.BaseStatement]) -> cst.For:
-        prefetcher = cst.Call(func=cst.Name("DevicePrefetcher"), args=[
-            cst.Arg(loader_expr, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-            cst.Arg(device.deep_clone())])
-        removed = {id(statement) for statement in copies}
-        body, carried = [], []
-        for statement in loop.body.body:
-            if id(statement) in removed:
-                carried.extend(statement.leading_lines)  # comments above a removed copy stay
-                continue
-            if carried:
-                statement = statement.with_changes(leading_lines=[*carried, *statement.leading_lines])
-                carried = []
-            body.append(statement)
-        new_iter = _replace_node(loop.iter, loader_expr, prefetcher)
-        return loop.with_changes(iter=new_iter, body=loop.body.with_changes(body=body))
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
 
 
 def _batch_names(target: cst.BaseExpression) -> list[str] | None:
@@ -398,28 +401,3 @@ def _batch_names(target: cst.BaseExpression) -> list[str] | None:
         names = [e.value.value for e in target.elements]
         return names if len(set(names)) == len(names) else None
     return None
-
-
-def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
-    """Does `node` read or bind one of `names`?"""
-    read = {name.value for name in names_read(node)}
-    bound = set()
-    for target in m.findall(node, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.CompFor()
-                            | m.NamedExpr() | m.AsName()):
-        part = getattr(target, "target", None) or getattr(target, "name", None)
-        if part is not None:
-            bound |= {n.value for n in m.findall(part, m.Name())}
-    return bool((read | bound) & names)
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, old: cst.CSTNode, new: cst.CSTNode) -> None:
-        super().__init__()
-        self.old, self.new = old, new
-
-    def on_leave(self, original_node, updated_node):
-        return self.new if original_node is self.old else updated_node
-
-
-def _replace_node(tree: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
-    return new if tree is old else tree.visit(_Replace(old, new))

@@ -48,7 +48,8 @@ CASES = [
     ("x = torch.randn(3).to(torch.float16)\nprobe(x)", [TENSOR_HOST]),
     ("x = torch.randn(3, device=device)\nprobe(x.cpu())\nprobe(x[0])", [TENSOR_HOST, TENSOR_CUDA]),
     ("m = nn.Linear(2, 2)\nprobe(m)\nprobe(m.to(device))", [Fact(Kind.MODULE), Fact(Kind.MODULE, Place.CUDA)]),
-    ("class Net(nn.Module):\n    pass\nclass Big(Net):\n    pass\nprobe(Big())", [Fact(Kind.MODULE)]),
+    # a module just built is on the host; one a name holds and moves in place is not known to be
+    ("class Net(nn.Module):\n    pass\nclass Big(Net):\n    pass\nprobe(Big())", [Fact(Kind.MODULE, Place.HOST)]),
     ("class DataLoader:\n    pass\nprobe(DataLoader())", [UNKNOWN]),
     # The import of DL in HEAD is shadowed by a local class: not torch's loader any more.
     ("class DL:\n    pass\nprobe(DL(None))", [UNKNOWN]),

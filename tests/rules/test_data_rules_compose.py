@@ -1,0 +1,183 @@
+"""The data rules' fixes composed with other rules' fixes in the same loop or statement.
+
+Each program below is rewritten with every rule at `--level unsafe` in one
+`process_source` call: every finding is applied, a second run finds nothing to
+fix, and the rewrite trains like the original on the CPU (loader workers kept at
+0 with PERFMOD_NUM_WORKERS, so the batches come in the same order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+import torch
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+from runtime import data
+from tests.rules.scripts import one_thread
+
+# PM101 in the copies PM103 removes, PM102 + PM201 on the same loader call, PM403 and
+# PM404 in the same step.
+LOADER_LOOP = '''\
+import gc
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(8, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    wild_losses = []
+    total = 0.0
+    for epoch in range(2):
+        for x, y in loader:
+            x = x.to(device)
+            y = y.to(device)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            gc.collect()
+            total += loss.item()
+            wild_losses.append(loss.detach())
+    print("total", total)
+    print("WILD_LOSSES", torch.stack(wild_losses).tolist())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# PM202 rewrites the loop whose batch PM101 copies (inside the rewritten code); PM203
+# hoists a constant whose copy PM101 makes non-blocking; PM404 sums the losses.
+MANUAL_BATCHES = '''\
+import torch
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    X, Y = torch.randn(100, 8), torch.randn(100, 1)
+    model = torch.nn.Linear(8, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    bs = 16
+    wild_losses = []
+    running = 0.0
+    for epoch in range(3):
+        for i in range(0, len(X), bs):
+            xb = X[i:i + bs].to(device)
+            yb = Y[i:i + bs].to(device)
+            scale = torch.tensor([0.5, 2.0]).to(device)
+            loss = torch.nn.functional.mse_loss(model(xb) * scale[0], yb * scale[1])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            running = running + loss.item()
+            wild_losses.append(loss.detach())
+    print("running", running)
+    print("WILD_LOSSES", torch.stack(wild_losses).tolist())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# PM102 and PM201 both add entries to one **kwargs dict; PM101 copies dict batches in a
+# comprehension that PM103 removes.
+KWARGS_DICT = '''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dataset = TensorDataset(torch.randn(48, 4), torch.randint(0, 3, (48,)))
+    train_kwargs = {"batch_size": 6, "shuffle": False}
+    loader = DataLoader(dataset, **train_kwargs)
+    model = torch.nn.Linear(4, 3).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    wild_losses = []
+    for batch in loader:
+        batch = [t.to(device) for t in batch]
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        wild_losses.append(loss.detach())
+    print("WILD_LOSSES", torch.stack(wild_losses).tolist())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+PROGRAMS = {"loader_loop": LOADER_LOOP, "manual_batches": MANUAL_BATCHES, "kwargs_dict": KWARGS_DICT}
+OURS = {"loader_loop": {"PM101", "PM102", "PM103", "PM201"},
+        "manual_batches": {"PM101", "PM202", "PM203", "PM201"},
+        "kwargs_dict": {"PM101", "PM102", "PM103", "PM201"}}
+
+
+def run_all(source: str):
+    result = process_source(source.encode(), "<compose>", Settings(level=Level.UNSAFE))
+    assert result.error is None, result.error
+    return result
+
+
+def wild_losses(source: str) -> torch.Tensor:
+    out = io.StringIO()
+    with one_thread(), contextlib.redirect_stdout(out):
+        exec(compile(source, "<compose>", "exec"), {"__name__": "__main__"})
+    found = re.search(r"WILD_LOSSES (\[.*\])", out.getvalue())
+    return torch.tensor(eval(found.group(1)), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_one_run_applies_every_fix_and_a_second_finds_nothing(name):
+    source = PROGRAMS[name]
+    result = run_all(source)
+    codes = {f.code for f in result.findings}
+    assert OURS[name] <= codes, codes
+    assert all(f.applied for f in result.findings), [f for f in result.findings if not f.applied]
+    new = result.new_source.decode()
+    compile(new, "<rewritten>", "exec")
+    again = run_all(new)
+    assert not again.pending and again.new_source == result.new_source, again.findings
+
+
+def test_loader_loop_rewrite_composes_and_trains_the_same(monkeypatch):
+    new = run_all(LOADER_LOOP).new_source.decode()
+    assert "DataLoader(dataset, batch_size=8, shuffle=True, pin_memory=device.type == \"cuda\", num_workers=" in new
+    assert "for x, y in DevicePrefetcher(loader, device):" in new
+    assert "x = x.to(device" not in new and "gc.collect()" not in new
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
+    assert torch.equal(wild_losses(new), wild_losses(LOADER_LOOP))
+
+
+def test_manual_batches_rewrite_keeps_the_copies_non_blocking_and_trains_the_same(monkeypatch):
+    new = run_all(MANUAL_BATCHES).new_source.decode()
+    assert "for X_batch, Y_batch in loader:" in new
+    assert "xb = X_batch.to(device, non_blocking=True)" in new
+    assert "    scale = torch.tensor([0.5, 2.0]).to(device, non_blocking=True)\n    for epoch in range(3):" in new
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
+    assert torch.equal(wild_losses(new), wild_losses(MANUAL_BATCHES))
+
+
+def test_both_loader_rules_write_into_one_kwargs_dict(monkeypatch):
+    new = run_all(KWARGS_DICT).new_source.decode()
+    assert ('train_kwargs = {"batch_size": 6, "shuffle": False, "pin_memory": device.type == "cuda", '
+            '"num_workers": default_num_workers(), "persistent_workers": default_num_workers() > 0}') in new
+    assert "for batch in DevicePrefetcher(loader, device):" in new
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
+    assert torch.equal(wild_losses(new), wild_losses(KWARGS_DICT))
