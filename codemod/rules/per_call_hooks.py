@@ -6,6 +6,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemod.analysis.names import kwarg, positional
+from codemod.edits import Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # torch's method -> the runtime function that takes its place
@@ -233,26 +234,15 @@ class PerCallHookRegistration(Rule):
             self.report(node, f"hook registered and removed on every call, but this file binds `{function}` "
                               "to something else; rename it to apply the fix")
             return
-        replacement = node.with_changes(
-            func=cst.Name(function),
-            args=[cst.Arg(node.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                  *node.args],
-        )
-        self.report(node, replacement=replacement, imports=[(RUNTIME_MODULE, function)])
+        self.report(node, edits=[Replace(node, lambda updated: _per_call(updated, function))],
+                    imports=[(RUNTIME_MODULE, function)])
 
     # -- where it runs -----------------------------------------------------------------
-
-    def _ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        parents = self.context.parents
-        node = parents.get(node)
-        while node is not None:
-            yield node
-            node = parents.get(node)
 
     def _regions(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Loops and per-call functions around `node`, innermost first, up to the
         enclosing function (a lambda or a plain function: unknown how often it runs)."""
-        for ancestor in self._ancestors(node):
+        for ancestor in self.context.index.ancestors(node):
             if isinstance(ancestor, (cst.For, cst.While)):
                 yield ancestor
             elif isinstance(ancestor, cst.FunctionDef):
@@ -439,3 +429,12 @@ class PerCallHookRegistration(Rule):
                     and self.context.module.code_for_node(statement.module) == RUNTIME_MODULE):
                 return True
         return False
+
+
+def _per_call(call: cst.Call, function: str) -> cst.Call:
+    """`module.register_forward_hook(fn, ...)` -> `function(module, fn, ...)`, from the
+    call as other fixes left it (an edit inside its arguments is kept)."""
+    return call.with_changes(
+        func=cst.Name(function),
+        args=[cst.Arg(call.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args],
+    )

@@ -6,15 +6,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
-from codemod.analysis.bindings import Bindings
+from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.names import names_read
-from codemod.analysis.torch_facts import functional_alias, is_literal
+from codemod.analysis.torch_facts import CROSS_ENTROPY, CROSS_ENTROPY_MODULES, FUNCTIONAL, functional_alias, is_literal
+from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
-from codemod.analysis.tree import is_inside
 
-CROSS_ENTROPY = "torch.nn.functional.cross_entropy"
-CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
-FUNCTIONAL = "torch.nn.functional"
 # Keyword arguments of `F.cross_entropy` (and of the module's constructor) the fix understands.
 KNOWN_KEYWORDS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 DEFAULT_IGNORE_INDEX = "-100"
@@ -181,10 +178,6 @@ class PerPositionLossLoop(Rule):
         ),
     ]
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.bindings = Bindings(context.wrapper.resolve(cst.metadata.ScopeProvider), context.parents)
-
     def visit_For(self, node: cst.For) -> None:
         loop = self._position_loop(node)
         if loop is None:
@@ -202,15 +195,16 @@ class PerPositionLossLoop(Rule):
             return
         (logits, logits_offset), (targets, targets_offset) = sliced
         problem = loss.problem or self._loop_problem(node, position, temporaries, statement, value, inlined, factor)
-        logits_slice = _slice(start, stop, logits_offset)
-        targets_slice = _slice(start, stop, targets_offset)
+        code = self.context.module.code_for_node
+        count = self._count(start, stop)
+        logits_slice = _slice(start, stop, logits_offset, code(logits), count)
+        targets_slice = _slice(start, stop, targets_offset, code(targets), count)
         if problem is None and (logits_slice is None or targets_slice is None):
             problem = ("the positions cannot be written as one slice (a negative offset from a start the rule "
                        "cannot see, or positions counted from the end of another length than the loop's)")
         if problem is not None:
             self.report(node, f"{self.MESSAGE}; not rewritten: {problem}")
             return
-        code = self.context.module.code_for_node
         logits_all = f"{code(logits)}[:, {logits_slice}]"
         targets_all = f"{code(targets)}[:, {targets_slice}]"
         if loss.reduction == "sum":
@@ -236,14 +230,13 @@ class PerPositionLossLoop(Rule):
         if factor is not None:
             operator, operand = factor
             new_value = f"{new_value} {operator} {code(operand)}"
-        new_statement = statement.with_changes(value=_replace_term(statement.value, value, cst.parse_expression(new_value)))
-        line = self.context.parents[statement]
         needs_import = loss.module is not None and loss.reduction == "mean" and functional_alias(self.context.module) is None
         imports = [(FUNCTIONAL, None)] if needs_import else []
-        # comments above the loop and in it
-        leading_lines = [*node.leading_lines, *(comment for body_line in node.body.body for comment in body_line.leading_lines)]
-        self.report(node, replacement=line.with_changes(body=[new_statement], leading_lines=leading_lines),
-                    imports=imports)
+        # The slices assigned to names in the loop are read through: their lines go;
+        # the loop runs its (remaining) body once.
+        edits = [Remove(self.context.parents[assign]) for assign in temporaries.values()]
+        edits += [Replace(value, cst.parse_expression(new_value)), unwrap(node)]
+        self.report(node, edits=edits, imports=imports)
 
     # -- matching ------------------------------------------------------------------
 
@@ -306,15 +299,32 @@ class PerPositionLossLoop(Rule):
     def _module_constructor(self, func: cst.BaseExpression) -> cst.Call | None:
         """The `nn.CrossEntropyLoss(...)` call that `func` (a name or `self.attr`) was built by."""
         if isinstance(func, cst.Name):
-            values = self.bindings.values(func)
+            values = self.context.bindings.values(func)
         elif isinstance(func, cst.Attribute):
-            values = self.bindings.attribute_values(func)
+            values = self.context.bindings.attribute_values(func)
         else:
             return None
         if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
             return None
         constructor = values[0]
         return constructor if self.context.names.of(constructor.func) & CROSS_ENTROPY_MODULES else None
+
+    def _count(self, start: cst.BaseExpression | None, stop: cst.BaseExpression) -> int | None:
+        """How many positions `range(start, stop)` visits, when both are numbers the code
+        shows (literals, or names bound only to literals)."""
+        first = 0 if start is None else self._integer(start)
+        last = self._integer(stop)
+        return None if first is None or last is None else last - first
+
+    def _integer(self, expr: cst.BaseExpression) -> int | None:
+        if isinstance(expr, cst.Integer):
+            return int(expr.value, 0)
+        if isinstance(expr, cst.Name):
+            values = self.context.bindings.values(expr)
+            found = {int(v.value, 0) for v in values or () if isinstance(v, cst.Integer)}
+            if values and len(found) == 1 and len(values) == len([v for v in values if isinstance(v, cst.Integer)]):
+                return found.pop()
+        return None
 
     def _sliced(self, call: cst.Call, position: cst.Name):
         """((logits, offset), (targets, offset)) for `f(logits[:, t + k], targets[:, t + j])`."""
@@ -352,14 +362,14 @@ class PerPositionLossLoop(Rule):
         return None
 
     def _read_after_loop(self, node: cst.For, target: cst.Name) -> bool:
-        scope = self.context.wrapper.resolve(cst.metadata.ScopeProvider).get(target)
+        scope = self.context.scopes.get(target)
         if scope is None:
             return True
         binding = [a for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target]
         if not binding:
             return True
         for access in binding[0].references:
-            if not is_inside(access.node, node, self.context.parents):
+            if not self.context.inside(access.node, node):
                 return True
         return False
 
@@ -442,16 +452,22 @@ class FromEnd:
     length: str  # K, as the code spells it
 
 
-def _slice(start: cst.BaseExpression | None, stop: cst.BaseExpression, offset: "int | FromEnd") -> str | None:
+def _slice(start: cst.BaseExpression | None, stop: cst.BaseExpression, offset: "int | FromEnd",
+           base: str, count: int | None) -> str | None:
     """`start + offset:stop + offset`, folded where the bounds are literals; None when
-    the lower bound could be negative (the loop would index from the end there)."""
+    the lower bound could be negative (the loop would index from the end there).
+    `count` is the number of positions when the bounds are known numbers."""
     if isinstance(offset, FromEnd):
         # t - K for t in range(s, K): positions s - K ... -1, up to the end of the sequence
         code = cst.Module([]).code_for_node
         if code(stop) != offset.length or not (start is None or isinstance(start, cst.Integer)):
             return None
         first = int(start.value, 0) if start is not None else 0
-        return f"-{offset.length}:" if first == 0 else f"{first} - {offset.length}:"
+        if count is not None and count >= 1:
+            return f"-{offset.length}:" if first == 0 else f"{first} - {offset.length}:"
+        # K may be 0 (or no more than s): the loop adds nothing, while `[-0:]` is every
+        # position. Counted from the length, the slice is empty then.
+        return f"{base}.size(1) - {offset.length}{f' + {first}' if first else ''}:"
     first = _shifted(start if start is not None else cst.Integer("0"), offset, lower=True)
     if first is None:
         return None
@@ -511,12 +527,5 @@ def _is_constant(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Attribute) and _is_constant(expr.value)
 
 
-
-
-def _replace_term(statement_value: cst.BaseExpression, term: cst.BaseExpression, new: cst.BaseExpression):
-    """The statement's value with the added `term` replaced (for `acc = acc + term`, only the right side)."""
-    if statement_value is term:
-        return new
-    return statement_value.with_changes(right=new)
 
 

@@ -4,38 +4,26 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import Assignment, ScopeProvider
+from libcst.metadata import Assignment
 
-from codemod.analysis.bindings import Bindings
-from codemod.analysis.loops import calls_in
+from codemod.analysis.loop_edits import unwrap
+from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, names_read
+from codemod.analysis.torch_facts import (
+    BATCH_MIXING_LAYERS,
+    COUNTED_LOSSES,
+    FUNCTIONAL,
+    FUNCTIONAL_OF,
+    FUNCTIONAL_PARAMETERS,
+    LOSS_FUNCTIONS,
+    LOSS_MODULES,
+    functional_alias,
+    is_literal,
+)
+from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
-from codemod.analysis.torch_facts import functional_alias, is_literal
 
-# Loss functions whose mean is over the elements of the batch, and their modules.
-LOSS_FUNCTIONS = {
-    f"torch.nn.functional.{name}"
-    for name in ("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss "
-                 "binary_cross_entropy binary_cross_entropy_with_logits").split()
-}
-LOSS_MODULES = {
-    f"{prefix}.{name}"
-    for prefix in ("torch.nn", "torch.nn.modules.loss")
-    for name in "CrossEntropyLoss NLLLoss MSELoss L1Loss SmoothL1Loss HuberLoss BCELoss BCEWithLogitsLoss".split()
-}
-# Losses whose mean divides by the targets that count (not ignore_index, weighted by class),
-# and the function a module of them calls.
-COUNTED_LOSSES = {"cross_entropy", "nll_loss", "CrossEntropyLoss", "NLLLoss"}
-FUNCTIONAL_OF = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss"}
-FUNCTIONAL = "torch.nn.functional"
 LINE_LENGTH = 100  # a longer batched loss line is split after the per-sample sums
-# Layers whose output for one sample depends on the other samples of the batch (in training mode).
-CROSS_SAMPLE_LAYERS = {
-    f"torch.nn.{name}"
-    for name in ("BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d "
-                 "SyncBatchNorm").split()
-} | {"torch.nn.functional.batch_norm"}
-FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
 # Methods that give a module back (`Net().to(device)`): the class is the receiver's.
 MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "bfloat16", "train"}
 # Methods a batch-of-one output or target may go through and stay correct for a batch.
@@ -283,26 +271,19 @@ class PerSampleForwardLoop(Rule):
         ),
     ]
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.scopes = context.wrapper.resolve(ScopeProvider)
-        self.bindings = Bindings(self.scopes, context.parents)
-
     def visit_For(self, node: cst.For) -> None:
         loop = self._per_sample(node)
         if loop is None or not self.context.loops.is_training_loop(node):
             return  # not over samples, or a metric loop without backward
-        calls = calls_in(node.body)
+        calls = own_nodes(self.context.index, cst.Call, node.body)
         if any(method_name(c) in ("step", "zero_grad") for c in calls):
             return  # the optimizer steps per sample: SGD with batch size 1, another algorithm
         try:
-            statements, imports = self._batched_body(node, loop)
+            edits, imports = self._batched_body(node, loop)
         except _NotBatchable as reason:
             self.report(node, f"{self.MESSAGE}; not rewritten: {reason}")
             return
-        first = statements[0]
-        statements[0] = first.with_changes(leading_lines=[*node.leading_lines, *first.leading_lines])
-        self.report(node, replacement=cst.FlattenSentinel(statements), imports=imports)
+        self.report(node, edits=[*edits, unwrap(node)], imports=imports)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -361,7 +342,7 @@ class PerSampleForwardLoop(Rule):
 
     def _batched_body(self, node: cst.For, loop: _Loop) -> tuple[list[cst.SimpleStatementLine], list]:
         samples = {loop.index} if loop.index else set(loop.rows)
-        for call in calls_in(node.body):
+        for call in own_nodes(self.context.index, cst.Call, node.body):
             if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
                 raise _NotBatchable("it runs the model with per-sample functional parameters "
                                     f"(`{self.context.module.code_for_node(call.func)}`, MAML-style)")
@@ -392,25 +373,20 @@ class PerSampleForwardLoop(Rule):
             backward_of = backward_of.left
         loss_name = backward_of.value
         before, after = statements[: backward_at[0]], statements[backward_at[0] + 1:]
-        new_before, imports = self._forward_and_loss(before, loss_name, loop, samples)
+        edits, imports = self._forward_and_loss(before, loss_name, loop, samples)
         for statement in after:
             if not self._logs(statement, loss_name):
                 raise _NotBatchable(f"`{self.context.module.code_for_node(statement).strip()}` runs once per sample")
         self._check_not_read_after(node, before + statements[backward_at[0]:backward_at[0] + 1], samples)
-        result = []
-        for line, statement in zip(lines, statements):
-            if id(statement) in new_before:
-                if new_before[id(statement)] is None:
-                    continue
-                statement = new_before[id(statement)]
-            result.append(line.with_changes(body=[statement]))
-        return result, imports
+        return edits, imports
 
     def _forward_and_loss(self, statements, loss_name: str, loop: _Loop, samples: set[str]):
-        """The statements before `backward()`, batched ({id(old): new, or None to drop}),
-        and the imports the new loss needs."""
+        """The edits that batch the statements before `backward()` (each batch of one
+        becomes the batch; the loss is made the sum of the per-sample losses), and the
+        imports the new loss needs."""
         code = self.context.module.code_for_node
-        batched = {}
+        index = self.context.index
+        edits: list = []
         model_calls = []
         loss_statement = None
         division = None
@@ -423,13 +399,20 @@ class PerSampleForwardLoop(Rule):
             if not m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
                 raise _NotBatchable(f"`{code(statement).strip()}` runs once per sample")
             target = statement.targets[0].target.value
-            new_value = statement.value.visit(_BatchOfOne(loop))
-            if samples & {n.value for n in names_read(new_value)}:
+            replaced = []
+            for candidate in index.find((cst.Subscript, cst.Call), within=statement.value):
+                if any(index.inside(candidate, done) for done in replaced):
+                    continue
+                batch = _batch_of_one(candidate, loop)
+                if batch is not None:
+                    replaced.append(candidate)
+                    edits.append(Replace(candidate, batch))
+            if any(n.value in samples and not any(index.inside(n, done) for done in replaced)
+                   for n in names_read(statement.value)):
                 raise _NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`)")
-            model_calls += [c for c in calls_in(statement.value) if self._may_be_model(c.func)]
+            model_calls += [c for c in own_nodes(index, cst.Call, statement.value) if self._may_be_model(c.func)]
             if target == loss_name:
                 loss_statement = statement
-            batched[id(statement)] = statement.with_changes(value=new_value)
         if len(model_calls) != 1:
             raise _NotBatchable("it does not call the model exactly once per sample")
         if loss_statement is None or not isinstance(loss_statement, cst.Assign):
@@ -437,13 +420,11 @@ class PerSampleForwardLoop(Rule):
         problem = self._model_problem(model_calls[0].func)
         if problem is not None:
             raise _NotBatchable(problem)
-        original, value = loss_statement.value, batched[id(loss_statement)].value
-        call, divisor = value, None
-        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide):
-            original, call, divisor = original.left, value.left, value.right
-        # Qualified names are known for the nodes of the parsed file, not for the batched copies.
-        loss = self._loss_call(original)
-        self._check_batch_agnostic(original, loop)
+        original = loss_statement.value
+        divided = isinstance(original, cst.BinaryOperation) and isinstance(original.operator, cst.Divide)
+        call, divisor = (original.left, original.right) if divided else (original, None)
+        loss = self._loss_call(call)
+        self._check_batch_agnostic(call, loop)
         if division is not None:
             if divisor is not None:
                 raise _NotBatchable(f"`{loss_name}` is divided twice")
@@ -451,31 +432,39 @@ class PerSampleForwardLoop(Rule):
         # A mean per sample divided by B: the batched loss is a mean, not a sum, and needs no division
         cancels = loss.reduction == "mean" and divisor is not None and self._is_batch_size(divisor, loop)
         if cancels and division is not None:
-            batched[id(division)] = None
+            edits.append(Remove(self.context.parents[division]))
         if loss.reduction == "sum":
-            new_value = value  # the sum over the batch is the sum of the per-sample sums
-        elif loss.kind in COUNTED_LOSSES:
-            # Each sample's mean divides by its own count of targets that are not ignored:
-            # keep those means, and add them up (or average them, for `loss / len(x)`).
-            sums, counts = self._per_sample_means(loss, call, loop)
-            text = f"{sums} {counts}.{'mean' if cancels else 'sum'}()"
-            if len(text) + len(loss_name) + 3 > LINE_LENGTH:
-                # libcst puts the block's indentation in front of the continuation line itself
-                text = f"{sums}\n{' ' * (len(loss_name) + 4)}{counts}.{'mean' if cancels else 'sum'}()"
-            means = cst.parse_expression(text)
-            new_value = means if divisor is None or cancels or division is not None else value.with_changes(left=means)
-        elif cancels:
-            new_value = call  # the batch mean is the mean of the per-sample means: times B, divided by B
-        else:
-            factor = cst.BinaryOperation(call, cst.Multiply(), _fresh(loop.count))
-            new_value = factor if divisor is None or division is not None else value.with_changes(left=factor)
-        batched[id(loss_statement)] = batched[id(loss_statement)].with_changes(value=new_value)
-        return batched, loss.imports
+            return edits, loss.imports  # the sum over the batch is the sum of the per-sample sums
+        count = code(loop.count)
+        keep_divisor = divided and not cancels
 
-    def _per_sample_means(self, loss: "_LossCall", call: cst.Call, loop: _Loop) -> tuple[str, str]:
+        def batched(updated: cst.BaseExpression) -> cst.BaseExpression:
+            """The loss value, its batches of one already replaced, as the sum of the
+            per-sample losses (or their mean, where the loop divides by B)."""
+            updated_call = updated.left if divided else updated
+            if loss.kind in COUNTED_LOSSES:
+                # Each sample's mean divides by its own count of targets that are not ignored:
+                # keep those means, and add them up (or average them, for `loss / len(x)`).
+                sums, counts = self._per_sample_means(loss, updated_call, count)
+                reduce = "mean" if cancels else "sum"
+                text = f"{sums} {counts}.{reduce}()"
+                if len(text) + len(loss_name) + 3 > LINE_LENGTH:
+                    # libcst puts the block's indentation in front of the continuation line itself
+                    text = f"{sums}\n{' ' * (len(loss_name) + 4)}{counts}.{reduce}()"
+                new = cst.parse_expression(text)
+            elif cancels:
+                new = updated_call  # the batch mean is the mean of the per-sample means: times B, divided by B
+            else:
+                new = cst.BinaryOperation(updated_call, cst.Multiply(), cst.parse_expression(count))
+            return updated.with_changes(left=new) if keep_divisor else new
+
+        edits.append(Replace(original, batched))
+        return edits, loss.imports
+
+    def _per_sample_means(self, loss: "_LossCall", call: cst.Call, batch: str) -> tuple[str, str]:
         """`(f(input, target, reduction="none").view(B, -1).sum(1)` and
         `/ (target != ignore_index).view(B, -1).sum(1))` for the batched `call`."""
-        code = self.context.module.code_for_node
+        code = cst.Module([]).code_for_node
         positional = [a.value for a in call.args if a.keyword is None]
         named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         inputs = positional[0] if positional else named["input"]
@@ -483,7 +472,6 @@ class PerSampleForwardLoop(Rule):
         keywords = {"reduction": '"none"', **{k: v for k, v in loss.options.items() if k not in ("reduction", "input", "target")}}
         extra = "".join(f", {k}={v}" for k, v in keywords.items())
         ignore = loss.options.get("ignore_index", "-100")
-        batch = code(loop.count)
         function = loss.function if loss.function is not None else code(call.func)
         return (f"({function}({code(inputs)}, {code(target)}{extra}).view({batch}, -1).sum(1)",
                 f"/ ({code(target)} != {ignore}).view({batch}, -1).sum(1))")
@@ -540,9 +528,9 @@ class PerSampleForwardLoop(Rule):
 
     def _values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
         if isinstance(expr, cst.Name):
-            return self.bindings.values(expr)
+            return self.context.bindings.values(expr)
         if isinstance(expr, cst.Attribute):
-            return self.bindings.attribute_values(expr)
+            return self.context.bindings.attribute_values(expr)
         return None
 
     def _may_be_model(self, func: cst.BaseExpression) -> bool:
@@ -551,7 +539,7 @@ class PerSampleForwardLoop(Rule):
         if self.context.training.is_model(func):
             return True
         return (isinstance(func, cst.Name) and not self.context.names.of(func)
-                and self.bindings.local_function(func) is None and self._module_constructor(func) is None)
+                and self.context.bindings.local_function(func) is None and self._module_constructor(func) is None)
 
     def _check_batch_agnostic(self, call: cst.Call, loop: _Loop) -> None:
         """The loss's inputs must mean the same for B samples as for one: the model's
@@ -571,7 +559,7 @@ class PerSampleForwardLoop(Rule):
                 expr = expr.func.value
             if isinstance(expr, cst.Call) and self._may_be_model(expr.func):
                 continue
-            expr = expr.visit(_BatchOfOne(loop))  # `y[i:i+1]` -> `y`
+            expr = _batch_of_one(expr, loop) or expr  # `y[i:i+1]` -> `y`
             while isinstance(expr, cst.Attribute):
                 expr = expr.value  # `out.logits`
             if not isinstance(expr, cst.Name):
@@ -601,7 +589,7 @@ class PerSampleForwardLoop(Rule):
             if isinstance(statement, cst.Assign):
                 targets.append(statement.targets[0].target)
         for target in targets:
-            scope = self.scopes.get(target)
+            scope = self.context.scopes.get(target)
             if scope is None:
                 continue
             for assignment in scope.assignments[target.value]:
@@ -626,7 +614,7 @@ class PerSampleForwardLoop(Rule):
         if not isinstance(expr, cst.Call) or depth > MAX_DEPTH:
             return f"the model `{code}` is not built by a class call the rule can follow"
         names = self.context.names.of(expr.func)
-        if names & CROSS_SAMPLE_LAYERS:
+        if names & BATCH_MIXING_LAYERS:
             return f"the model `{code}` has BatchNorm, which mixes the samples of a batch in training mode"
         if any(n.startswith("torch.nn.") for n in names):
             for arg in expr.args:  # nn.Sequential(nn.Linear(...), nn.BatchNorm1d(...))
@@ -647,9 +635,9 @@ class PerSampleForwardLoop(Rule):
                 problem = self._class_problem(local, code, depth + 1)
                 if problem is not None:
                     return problem
-        for call in m.findall(classdef, m.Call()):
+        for call in self.context.index.find(cst.Call, within=classdef):
             names = self.context.names.of(call.func)
-            if names & CROSS_SAMPLE_LAYERS:
+            if names & BATCH_MIXING_LAYERS:
                 return f"the model `{code}` has BatchNorm, which mixes the samples of a batch in training mode"
             if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
                 return f"the model `{code}` calls `{self.context.module.code_for_node(call.func)}`"
@@ -670,41 +658,31 @@ class PerSampleForwardLoop(Rule):
             m.matches(t.target, m.Attribute(value=m.Name("self"))) for t in statement.targets)
 
 
-class _BatchOfOne(cst.CSTTransformer):
-    """`x[i:i+1]`, `x[i].unsqueeze(0)`, `x[i][None]`, `xi.unsqueeze(0)`, `xi[None]` -> `x`."""
-
-    def __init__(self, loop: _Loop) -> None:
-        super().__init__()
-        self.loop = loop
-
-    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
-        index = self.loop.index
-        if index is not None and m.matches(updated, m.Subscript(slice=[m.SubscriptElement(slice=m.Slice(
+def _batch_of_one(node: cst.CSTNode, loop: _Loop) -> cst.BaseExpression | None:
+    """The batch for a batch of one sample: `x[i:i+1]`, `x[i].unsqueeze(0)`, `x[i][None]`,
+    `xi.unsqueeze(0)`, `xi[None]` -> `x` (a fresh copy); None for anything else."""
+    index = loop.index
+    if isinstance(node, cst.Subscript):
+        if index is not None and m.matches(node, m.Subscript(slice=[m.SubscriptElement(slice=m.Slice(
                 lower=m.Name(index), upper=m.BinaryOperation(left=m.Name(index), operator=m.Add(), right=m.Integer("1")),
                 step=None))])):
-            return _fresh(updated.value)
-        if m.matches(updated, m.Subscript(slice=[m.SubscriptElement(slice=m.Index(value=m.Name("None")))])):
-            batch = self._batch_of_row(updated.value)
-            if batch is not None:
-                return batch
-        return updated
+            return _fresh(node.value)
+        if m.matches(node, m.Subscript(slice=[m.SubscriptElement(slice=m.Index(value=m.Name("None")))])):
+            return _batch_of_row(node.value, loop)
+    elif m.matches(node, m.Call(func=m.Attribute(attr=m.Name("unsqueeze")),
+                                args=[m.Arg(value=m.Integer("0"), keyword=m.DoNotCare())])):
+        return _batch_of_row(node.func.value, loop)
+    return None
 
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if m.matches(updated, m.Call(func=m.Attribute(attr=m.Name("unsqueeze")),
-                                     args=[m.Arg(value=m.Integer("0"), keyword=m.DoNotCare())])):
-            batch = self._batch_of_row(updated.func.value)
-            if batch is not None:
-                return batch
-        return updated
 
-    def _batch_of_row(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """`x` for a row `x[i]` or a zip row name."""
-        index = self.loop.index
-        if index is not None and m.matches(expr, m.Subscript(slice=[m.SubscriptElement(slice=m.Index(value=m.Name(index)))])):
-            return _fresh(expr.value)
-        if isinstance(expr, cst.Name) and expr.value in self.loop.rows:
-            return _fresh(self.loop.rows[expr.value])
-        return None
+def _batch_of_row(expr: cst.BaseExpression, loop: _Loop) -> cst.BaseExpression | None:
+    """`x` for a row `x[i]` or a zip row name."""
+    index = loop.index
+    if index is not None and m.matches(expr, m.Subscript(slice=[m.SubscriptElement(slice=m.Index(value=m.Name(index)))])):
+        return _fresh(expr.value)
+    if isinstance(expr, cst.Name) and expr.value in loop.rows:
+        return _fresh(loop.rows[expr.value])
+    return None
 
 
 def _fresh(expr: cst.BaseExpression) -> cst.BaseExpression:
