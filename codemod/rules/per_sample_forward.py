@@ -112,12 +112,14 @@ class PerSampleForwardLoop(Rule):
     passes of matrix-vector work, each with its own kernel launches and
     Python overhead, instead of one pass of matrix-matrix work: on a GPU the
     per-sample loop leaves most of the device idle between small kernels.
-    Measured here only on a CPU (torch 2.13, one thread, a 2-layer
-    transformer LM, batch 8 x 64 tokens, `benchmarks/bench_batching.py`):
-    1.3-2.0x tokens/s for the whole training step over five runs on a busy
-    two-core machine; the GPU numbers, where the gap is expected to be
-    larger, are owed (`python -m benchmarks.bench_batching
-    --device cuda`).
+    Measured on a CPU (torch 2.13, one thread, a 2-layer transformer LM,
+    batch 8 x 64 tokens, `python -m benchmarks.bench_batching`): 1.3-2.0x
+    tokens/s for the whole training step over five runs on a busy two-core
+    machine; the same benchmark takes `--device cuda`.
+
+    The batched loss must be the *sum* of the per-sample losses: B
+    `backward()` calls add up B gradients, and a batch-mean loss would give
+    1/B of that sum (a learning rate B times too small).
 
     ## Example
     ```python
@@ -139,16 +141,6 @@ class PerSampleForwardLoop(Rule):
         optimizer.step()
         optimizer.zero_grad()
     ```
-
-    ## References
-    Seed report 004 ("no true batching"): a trainer processed each sequence
-    of a batch of 32 separately and measured 183 tokens/s; it *expected*
-    1,500-2,000 tokens/s (8-10x) from a batched forward, a number it did not
-    measure, for C++ code that, by its own account, did not back-propagate
-    yet. It says nothing about the gradient scale, which is where a batched
-    rewrite of a PyTorch loop goes wrong: B `backward()` calls sum B
-    gradients, and a batch-mean loss gives 1/B of that sum (the rewrite
-    multiplies by B; the tests check the gradients).
 
     ## Fix safety
     Unsafe: the fix is exact (up to floating-point rounding) only for models
@@ -184,7 +176,7 @@ class PerSampleForwardLoop(Rule):
     LEVEL = Level.UNSAFE
     REQUIRES = ("backward",)
     MESSAGE = "the model runs on one sample at a time, with a backward per sample; run it once on the whole batch"
-    GAIN = "B forward/backward passes become one batched pass: 1.3-2.0x per step on a small CPU model; GPU numbers owed"
+    GAIN = "B forward/backward passes become one batched pass: 1.3-2.0x per step on a small CPU model (benchmarks/bench_batching.py)"
 
     VALID = [
         Valid(PREAMBLE + "for i in range(len(x)):\n    out = model(x[i:i+1])\n    total += F.cross_entropy(out, y[i:i+1]).item()\n",

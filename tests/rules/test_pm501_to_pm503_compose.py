@@ -91,9 +91,10 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Net().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = [(torch.randn(8, 4), torch.randint(3, (8,))) for _ in range(4)]
+    inputs, labels = torch.randn(4, 8, 4), torch.randint(3, (4, 8))
     wild_losses = []
-    for x, y in data:
+    for step in range(4):
+        x, y = inputs[step], labels[step]
         opt.zero_grad()
         total = 0.0
         for i in range(x.size(0)):
@@ -102,7 +103,9 @@ def main():
             loss.backward()
             total += loss.item()
         opt.step()
-        wild_losses.append(torch.tensor(total))
+        if step % 2 == 1:
+            print("total", total)
+        wild_losses.append(model.fc.weight.detach().sum())
     print("WILD_LOSSES", torch.stack(wild_losses).tolist())
 
 
@@ -133,10 +136,10 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = TinyLM().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = [torch.randint(0, 11, (4, 9)) for _ in range(5)]
+    data = torch.randint(0, 11, (5, 4, 9))
     wild_losses = []
-    for batch in data:
-        batch = batch.to(device)
+    for step in range(5):
+        batch = data[step].to(device)
         inputs, targets = batch[:, :-1], batch[:, 1:]
         logits = model(inputs)
         loss = 0.0
