@@ -315,9 +315,10 @@ class PerSampleForwardLoop(Rule):
         loop = self._per_sample(node)
         if loop is None:
             return
-        calls = own_nodes(self.context.index, cst.Call, node.body)
-        if any(method_name(c) in ("step", "zero_grad") for c in calls):
-            return  # the optimizer steps per sample: SGD with batch size 1, another algorithm
+        if self._reaches_step(node.body, 0):
+            # the optimizer steps per sample (SGD with batch size 1, another algorithm), or
+            # this is the loop over batches, not over the samples of one
+            return
         training = self.context.loops.is_training_loop(node)
         collected = None if training else self._collected_losses(node)
         if not training and collected is None:
@@ -330,6 +331,19 @@ class PerSampleForwardLoop(Rule):
             self.report(node, f"{self.MESSAGE}; not rewritten: {reason}")
             return
         self.report(node, edits=[*edits, unwrap(node)], imports=imports)
+
+    def _reaches_step(self, node: cst.CSTNode, depth: int) -> bool:
+        """Does running `node` step an optimizer or reset gradients, itself or through the
+        functions of this file it calls?"""
+        calls = local_calls(self.context)
+        for call in own_nodes(self.context.index, cst.Call, node):
+            if method_name(call) in ("step", "zero_grad"):
+                return True
+            function = calls.callee(call)
+            if function is not None and depth < MAX_DEPTH and function is not self.context.index.first_enclosing(
+                    node, cst.FunctionDef) and self._reaches_step(function.body, depth + 1):
+                return True
+        return False
 
     def _per_sample(self, node: cst.For) -> _Loop | None:
         """What the loop iterates over, when it is the samples of a batch:
