@@ -155,7 +155,19 @@ FUNCTIONAL_OF = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss", "MS
 AUTOCAST_UNSAFE = {f"{FUNCTIONAL}.binary_cross_entropy": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
                    "torch.nn.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
                    "torch.nn.modules.loss.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits"}
+CROSS_ENTROPY = f"{FUNCTIONAL}.cross_entropy"
+CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
+NLL_LOSS = f"{FUNCTIONAL}.nll_loss"
+NLL_LOSS_MODULES = {"torch.nn.NLLLoss", "torch.nn.modules.loss.NLLLoss"}
 SOFTMAXES = {f"{FUNCTIONAL}.softmax", "torch.softmax", "torch.special.softmax"}
+# Layers whose output for one sample depends on the other samples of the batch (in training mode).
+BATCH_MIXING_LAYERS = {
+    f"torch.nn.{name}"
+    for name in ("BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d "
+                 "SyncBatchNorm").split()
+} | {f"{FUNCTIONAL}.batch_norm"}
+# Libraries that run a model with parameters passed per call (MAML-style inner loops).
+FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
 DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
 SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 
@@ -180,7 +192,9 @@ def functional_alias(module: cst.Module) -> str | None:
                     bound = alias.asname.name.value if alias.asname is not None else None
                     if code(alias.name) == FUNCTIONAL:
                         return bound or FUNCTIONAL
-                    if code(alias.name) in ("torch", "torch.nn") and bound is None:
+                    if code(alias.name) == "torch.nn" and bound is not None:
+                        fallback = f"{bound}.functional"  # `import torch.nn as nn`; `F` may follow
+                    elif code(alias.name) in ("torch", "torch.nn") and bound is None and fallback is None:
                         fallback = FUNCTIONAL  # a shorter alias may follow
             elif isinstance(statement, cst.ImportFrom) and statement.module is not None \
                     and not isinstance(statement.names, cst.ImportStar) and not statement.relative:

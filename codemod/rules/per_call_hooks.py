@@ -5,7 +5,9 @@ from typing import Iterator
 import libcst as cst
 import libcst.matchers as m
 
+from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, positional
+from codemod.edits import Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # torch's method -> the runtime function that takes its place
@@ -63,14 +65,12 @@ class PerCallHookRegistration(Rule):
     disappears in large ones; `benchmarks/bench_model.py` measures a hooked LM
     end to end.
 
-    The seed report also says that per-call registration "is fundamentally
-    incompatible" with `torch.compile`. With torch 2.13 that is not what
-    happens: dynamo traces the hooks of a compiled module, and a module whose
-    hook is registered and removed around each of 8 calls compiled to the same
-    2 graphs as the same module using this rule's dispatcher (backend "eager",
-    hook state passed as a tensor). Per-call hooks whose state is a Python
-    number still make dynamo specialize on it for the first values it sees,
-    with or without this rule.
+    Per-call registration does not stop `torch.compile` on torch 2.13: dynamo
+    traces the hooks of a compiled module, and a module whose hook is
+    registered and removed around each of 8 calls compiled to the same 2
+    graphs as the same module using this rule's dispatcher (backend "eager",
+    hook state passed as a tensor). Hook state kept in a Python number makes
+    dynamo specialize on the first values it sees, with or without this rule.
 
     A handle counts as removed in the same call when the code calls
     `handle.remove()` (directly, or for each handle of a list built in the
@@ -207,6 +207,10 @@ class PerCallHookRegistration(Rule):
         ),
     ]
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._following: set[tuple] = set()  # (scope, name) of handles and containers being followed
+
     def visit_Call(self, node: cst.Call) -> None:
         if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in TORCH_TO_RUNTIME:
             return
@@ -233,37 +237,29 @@ class PerCallHookRegistration(Rule):
             self.report(node, f"hook registered and removed on every call, but this file binds `{function}` "
                               "to something else; rename it to apply the fix")
             return
-        replacement = node.with_changes(
-            func=cst.Name(function),
-            args=[cst.Arg(node.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                  *node.args],
-        )
-        self.report(node, replacement=replacement, imports=[(RUNTIME_MODULE, function)])
+        self.report(node, edits=[Replace(node, lambda updated: _per_call(updated, function))],
+                    imports=[(RUNTIME_MODULE, function)])
 
     # -- where it runs -----------------------------------------------------------------
 
-    def _ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        parents = self.context.parents
-        node = parents.get(node)
-        while node is not None:
-            yield node
-            node = parents.get(node)
-
     def _regions(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Loops and per-call functions around `node`, innermost first, up to the
-        enclosing function (a lambda or a plain function: unknown how often it runs)."""
-        for ancestor in self._ancestors(node):
+        enclosing function: a `forward`, a `@contextmanager`, or a function some call
+        of which runs in a loop or in such a function (`collect(model, x)` called in
+        the training loop). A lambda or a function that runs once ends the search."""
+        calls = local_calls(self.context)
+        for ancestor in self.context.index.ancestors(node):
             if isinstance(ancestor, (cst.For, cst.While)):
                 yield ancestor
             elif isinstance(ancestor, cst.FunctionDef):
-                if ancestor.name.value in PER_CALL_FUNCTIONS or self._is_context_manager(ancestor):
+                if self._is_context_manager(ancestor) or calls.runs_per_call(ancestor):
                     yield ancestor
                 return
             elif isinstance(ancestor, (cst.Lambda, cst.ClassDef)):
                 return
 
     def _per_call_region(self, node: cst.CSTNode) -> str | None:
-        """`"function"` inside a forward or @contextmanager, `"loop"` inside a loop, else None."""
+        """`"function"` inside a per-call function, `"loop"` inside a loop, else None."""
         kinds = ["function" if isinstance(r, cst.FunctionDef) else "loop" for r in self._regions(node)]
         return "function" if "function" in kinds else (kinds[0] if kinds else None)
 
@@ -282,6 +278,13 @@ class PerCallHookRegistration(Rule):
         return False
 
     # -- where the handle goes ---------------------------------------------------------
+    #
+    # The handle may go to a name, into a list or a dict (built in the function, by
+    # `[...]`, `{}`, `.append`, `+=`, `d[k] = ...`), or into a `with`; it counts as
+    # removed by `h.remove()`, `with h:`, a loop over the container that removes each
+    # (`for h in hs:`, `for h in hs.values():`, `for k, h in hs.items():`, `[h.remove()
+    # for h in hs]`), `hs.pop().remove()` (in `while hs:` too) or `hs[k].remove()`.
+    # Any other use (stored on self, returned, passed on) is not followed.
 
     def _removals(self, call: cst.Call) -> list[cst.CSTNode] | None:
         """The nodes that remove the handle `call` returns ([] when none does), or None
@@ -291,23 +294,32 @@ class PerCallHookRegistration(Rule):
             return [parent]
         if isinstance(parent, cst.Expr):
             return []  # the handle is dropped: the hook stays
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-            return self._handle_removals(parent.targets[0].target)
-        if isinstance(parent, cst.Arg):
-            outer = self.context.parents.get(parent)
-            if not (isinstance(outer, cst.Call) and len(outer.args) == 1
-                    and m.matches(outer.func, m.Attribute(value=m.Name()))):
-                return None
-            if outer.func.attr.value == "append":
-                return self._list_removals(outer.func.value)
-            if outer.func.attr.value == "enter_context":
-                return self._exit_stack_removals(outer.func.value)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            if isinstance(target, cst.Name):
+                return self._handle_removals(target)
+            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                return self._container_removals(target.value)  # `handles[name] = ...`
             return None
+        if isinstance(parent, cst.Arg):
+            return self._passed_removals(parent)
         # `handles = [m.register_...(f)]`, `handles += [... for ...]`
         display = self.context.parents.get(parent) if isinstance(parent, cst.Element) else parent
         if isinstance(display, cst.List) or (isinstance(display, cst.ListComp) and call is display.elt):
             target = self._list_target(self.context.parents.get(display))
-            return self._list_removals(target) if target is not None else None
+            return self._container_removals(target) if target is not None else None
+        return None
+
+    def _passed_removals(self, arg: cst.Arg) -> list[cst.CSTNode] | None:
+        """`handles.append(<handle>)` or `stack.enter_context(<handle>)`."""
+        outer = self.context.parents.get(arg)
+        if not (isinstance(outer, cst.Call) and len(outer.args) == 1 and arg.keyword is None and not arg.star
+                and m.matches(outer.func, m.Attribute(value=m.Name()))):
+            return None
+        if outer.func.attr.value == "append":
+            return self._container_removals(outer.func.value)
+        if outer.func.attr.value == "enter_context":
+            return self._exit_stack_removals(outer.func.value)
         return None
 
     @staticmethod
@@ -335,6 +347,7 @@ class PerCallHookRegistration(Rule):
         return reads
 
     def _is_remove(self, read: cst.CSTNode) -> cst.Call | None:
+        """The call `read.remove()`, if that is what `read` is the receiver of."""
         attribute = self.context.parents.get(read)
         call = self.context.parents.get(attribute)
         if (isinstance(attribute, cst.Attribute) and attribute.value is read and attribute.attr.value == "remove"
@@ -343,11 +356,25 @@ class PerCallHookRegistration(Rule):
         return None
 
     def _handle_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
-        """Removals of the handle held by `name`: `name.remove()` or `with name:`; it may
-        also be compared with None. Any other read: None."""
+        """Removals of the handle held by `name`: `name.remove()` or `with name:`, or
+        those of the list or dict it is put in; it may also be compared with None.
+        Any other read: None."""
+        key = self._following_key(name)
+        if key in self._following:
+            return []  # followed already, further up: its reads are being checked there
         reads = self._references(name)
         if reads is None:
             return None
+        self._following.add(key)
+        try:
+            return self._handle_reads(reads)
+        finally:
+            self._following.discard(key)
+
+    def _following_key(self, name: cst.Name) -> tuple:
+        return (self.context.scopes.get(name), name.value)
+
+    def _handle_reads(self, reads: list[cst.Name]) -> list[cst.CSTNode] | None:
         removals = []
         for read in reads:
             parent = self.context.parents.get(read)
@@ -355,6 +382,17 @@ class PerCallHookRegistration(Rule):
                 removals.append(parent)
             elif (removal := self._is_remove(read)) is not None:
                 removals.append(removal)
+            elif isinstance(parent, cst.Arg):
+                found = self._passed_removals(parent)
+                if found is None:
+                    return None
+                removals += found
+            elif isinstance(parent, cst.Assign) and parent.value is read and len(parent.targets) == 1 \
+                    and m.matches(parent.targets[0].target, m.Subscript(value=m.Name())):
+                found = self._container_removals(parent.targets[0].target.value)  # `handles[k] = h`
+                if found is None:
+                    return None
+                removals += found
             elif not m.matches(parent, m.Comparison(left=m.Name(), comparisons=[
                     m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))])):
                 return None  # `if h is not None:` reads it the same way for either handle
@@ -380,36 +418,106 @@ class PerCallHookRegistration(Rule):
             removals.append(self.context.parents.get(item))
         return removals
 
-    def _list_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
-        """Removals of the handles kept in the list `name`: it must be built as a list
-        here, and only appended to, cleared, or looped over by `for h in name: h.remove()`."""
+    def _container_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
+        """Removals of the handles kept in the list or dict `name`: it must be built here
+        (`[...]`, `{}`, a comprehension, `list()`, `dict()`), and only be filled,
+        cleared, measured, or emptied by removing each handle."""
         scope = self.context.scopes.get(name)
         if scope is None:
             return None
+        key = self._following_key(name)
+        if key in self._following:
+            return []
         for assignment in scope.assignments[name.value]:
+            if not isinstance(assignment.node, cst.Name):
+                return None
             parent = self.context.parents.get(assignment.node)
             statement = self.context.parents.get(parent) if isinstance(parent, cst.AssignTarget) else parent
-            if self._list_target(statement) is None:
+            if self._list_target(statement) is None and not self._empty_container(statement):
                 return None
         reads = self._references(name)
         if reads is None:
             return None
-        removals = []
-        for read in reads:
-            parent = self.context.parents.get(read)
-            if m.matches(parent, m.Attribute(attr=m.Name("append") | m.Name("clear"))) and isinstance(
-                    self.context.parents.get(parent), cst.Call):
-                continue
-            if isinstance(parent, cst.AugAssign) and parent.target is read:
-                continue  # `L += [...]`, checked with the assignments above
-            if isinstance(parent, cst.For) and parent.iter is read and isinstance(parent.target, cst.Name):
-                found = self._handle_removals(parent.target)
-                if not found:
+        self._following.add(key)
+        try:
+            removals = []
+            for read in reads:
+                found = self._container_read(read)
+                if found is None:
                     return None
                 removals += found
-                continue
+            return removals
+        finally:
+            self._following.discard(key)
+
+    def _empty_container(self, statement: cst.CSTNode | None) -> bool:
+        """`d = {}`, `d = dict()`, `l = list()`."""
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+            return False
+        value = statement.value
+        if isinstance(value, cst.Dict):
+            return not value.elements
+        return (isinstance(value, cst.Call) and not value.args
+                and self.context.names.is_(value.func, "dict", "builtins.dict", "list", "builtins.list"))
+
+    def _container_read(self, read: cst.Name) -> list[cst.CSTNode] | None:
+        """What one read of a handle container does: the removals it makes ([] for a read
+        that adds, clears or measures), or None for a use the rule does not follow."""
+        parents = self.context.parents
+        parent = parents.get(read)
+        if isinstance(parent, cst.Attribute) and parent.value is read:
+            call = parents.get(parent)
+            method = parent.attr.value
+            if not (isinstance(call, cst.Call) and call.func is parent):
+                return None
+            if method in ("append", "clear", "extend"):
+                return []
+            if method == "pop":  # `hs.pop().remove()`
+                removal = self._is_remove(call)
+                return [removal] if removal is not None else None
+            if method in ("values", "items") and not call.args:
+                return self._iteration_removals(call, pairs=method == "items")
             return None
-        return removals
+        if isinstance(parent, cst.AugAssign) and parent.target is read:
+            return []  # `hs += [...]`, checked with the assignments
+        if isinstance(parent, cst.SubscriptElement) or isinstance(parent, cst.Subscript):
+            subscript = parent if isinstance(parent, cst.Subscript) else None
+            if subscript is None or subscript.value is not read:
+                return None
+            holder = parents.get(subscript)
+            if isinstance(holder, cst.AssignTarget):
+                return []  # `hs[k] = handle`
+            removal = self._is_remove(subscript)  # `hs[k].remove()`
+            return [removal] if removal is not None else None
+        if isinstance(parent, cst.While) and parent.test is read:
+            return []  # `while hs: hs.pop().remove()`
+        if isinstance(parent, cst.Arg) and m.matches(parents.get(parent), m.Call(func=m.Name("len") | m.Name("reversed"))):
+            call = parents.get(parent)
+            if call.func.value == "len":
+                return []
+            return self._iteration_removals(call, pairs=False)
+        return self._iteration_removals(read, pairs=False)
+
+    def _iteration_removals(self, iterable: cst.CSTNode, pairs: bool) -> list[cst.CSTNode] | None:
+        """`for h in <iterable>: h.remove()` (`for k, h in ...` when `pairs`), or
+        `[h.remove() for h in <iterable>]`: the removals; None for any other use."""
+        parent = self.context.parents.get(iterable)
+        if not isinstance(parent, (cst.For, cst.CompFor)) or parent.iter is not iterable:
+            return None
+        target = parent.target
+        if pairs:
+            if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
+                return None
+            target = target.elements[1].value
+        if not isinstance(target, cst.Name):
+            return None
+        if self._following_key(target) in self._following:
+            return []  # `h = register(...); hs.append(h)` ... `for h in hs:`: the same name, checked already
+        if isinstance(parent, cst.CompFor):
+            found = self._handle_removals(target) if isinstance(self.context.parents.get(parent), cst.ListComp) else None
+        else:
+            found = self._handle_removals(target)
+        return found or None
 
     # -- the call itself ---------------------------------------------------------------
 
@@ -439,3 +547,12 @@ class PerCallHookRegistration(Rule):
                     and self.context.module.code_for_node(statement.module) == RUNTIME_MODULE):
                 return True
         return False
+
+
+def _per_call(call: cst.Call, function: str) -> cst.Call:
+    """`module.register_forward_hook(fn, ...)` -> `function(module, fn, ...)`, from the
+    call as other fixes left it (an edit inside its arguments is kept)."""
+    return call.with_changes(
+        func=cst.Name(function),
+        args=[cst.Arg(call.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args],
+    )

@@ -1,25 +1,33 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
-from codemod.analysis.bindings import Bindings
+from codemod.analysis.loop_edits import unwrap
+from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import names_read
-from codemod.analysis.torch_facts import functional_alias, is_literal
+from codemod.analysis.torch_facts import (
+    CROSS_ENTROPY,
+    CROSS_ENTROPY_MODULES,
+    FUNCTIONAL,
+    NLL_LOSS,
+    NLL_LOSS_MODULES,
+    functional_alias,
+    is_literal,
+)
+from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
-from codemod.analysis.tree import is_inside
 
-CROSS_ENTROPY = "torch.nn.functional.cross_entropy"
-CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
-FUNCTIONAL = "torch.nn.functional"
-# Keyword arguments of `F.cross_entropy` (and of the module's constructor) the fix understands.
+# Keyword arguments of the loss functions (and of their modules' constructors) the fix understands.
 KNOWN_KEYWORDS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 DEFAULT_IGNORE_INDEX = "-100"
 LINE_LENGTH = 100  # a longer rewritten line is split after the per-position sums
 FULL_SLICE = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
+# Calls whose value is the length of a dimension, or a count: never negative.
+SIZES = ("size", "numel", "dim")
 
 PREAMBLE = """\
 import torch
@@ -34,33 +42,93 @@ PER_POSITION_MEAN = (
 )
 
 
+@dataclass
+class _Loop:
+    """The positions a loop (or comprehension) visits: `t` in `range(start, stop)`,
+    or, for `zip(a.unbind(1), b.unbind(1))`, every position of the tensors named in `rows`."""
+
+    var: str | None
+    start: cst.BaseExpression | None = None
+    stop: cst.BaseExpression | None = None
+    rows: dict[str, cst.BaseExpression] = field(default_factory=dict)  # row name -> the tensor
+
+
+@dataclass
+class _Operand:
+    """`base[:, sign * t + offset]` (offset: 0, a number, or an expression that does not
+    change in the loop), or every position of `base` (`full`)."""
+
+    base: cst.BaseExpression
+    sign: int = 1
+    offset: int | cst.BaseExpression = 0
+    full: bool = False
+
+
+@dataclass
+class _Loss:
+    """What a cross-entropy or NLL call (or its module's constructor) says about its reduction."""
+
+    function: str  # "cross_entropy" or "nll_loss"
+    reduction: str = "mean"
+    keywords: dict[str, str] = field(default_factory=dict)  # keyword -> source text, in the call's order
+    keyword_nodes: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    module: cst.BaseExpression | None = None
+    problem: str | None = None
+
+
+@dataclass
+class _Term:
+    """One position's loss: `call`, possibly times or divided by `factor`, as the loop adds it."""
+
+    node: cst.BaseExpression  # what the loop adds (the call, or the call with its factor)
+    call: cst.Call
+    factor: tuple[str, cst.BaseExpression] | None
+    loss: _Loss
+    input: _Operand
+    target: _Operand
+
+
+class _NotRewritten(Exception):
+    """Why a per-position loop is reported without a fix: the finding's message."""
+
+
 class PerPositionLossLoop(Rule):
     """
     ## What it does
     Finds a Python loop over sequence positions that adds up one
-    cross-entropy per position,
+    cross-entropy (or NLL) per position,
 
         for t in range(T):
             loss += F.cross_entropy(logits[:, t], targets[:, t])
 
-    (also `logits[:, t, :]`, `range(start, T)`, shifted targets such as
-    `targets[:, t + 1]`, the last K positions as `logits[:, -K + k]` with
-    `k` in `range(K)`, the slice first assigned to a name in the loop,
-    `loss = loss + ...`, a constant factor such as `... / T`, and an
-    `nn.CrossEntropyLoss` module called instead of `F.cross_entropy`), and
-    replaces the loop with one call over all the positions at once.
+    and replaces it with one call over all the positions at once. The loop
+    may be written in many ways: `logits[:, t, :]`; `range(start, T)`,
+    `range(T - 1)`; shifted positions such as `targets[:, t + 1]`,
+    `logits[:, prefix + t]` or the last K positions (`logits[:, -K + k]`,
+    `logits[:, -k]`); the slice first assigned to a name in the loop;
+    `loss = loss + ...`; a constant factor (`... / T`); an
+    `nn.CrossEntropyLoss` or `nn.NLLLoss` module; `ignore_index=`,
+    `label_smoothing=`, or class weights with a summed loss; a loop over
+    `zip(logits.unbind(1), labels.unbind(1))`; the per-position losses
+    appended to a list that is then `torch.stack`ed or `sum`med; or a
+    generator, `sum(F.cross_entropy(logits[:, t], y[:, t]) for t in range(T))`.
+
+    A loop whose positions each run the whole model (teacher forcing,
+    `model(x[:, :t])[:, -1]`) is reported with the batched alternative: a
+    causal model gives every position's logits in one call, `model(x[:, :-1])`.
 
     ## Why is this bad?
     Each iteration launches its own softmax, gather and reduction over a
     `(batch, vocab)` slice, plus the autograd nodes for them; with T positions
     that is T times the kernel launches and Python overhead of one call over a
     `(batch, vocab, T)` tensor, and the backward pass replays them one by one.
-    Measured here only on a CPU (torch 2.13, one thread, a 2-layer
-    transformer LM, batch 8, a loop over all 64 positions, vocabulary 512,
-    `benchmarks/bench_batching.py`): 1.3-2.1x tokens/s for the whole training
-    step over five runs on a busy two-core machine. The GPU numbers are owed (`python -m benchmarks.bench_batching
-    --device cuda`); there each position's three or more kernels are tiny
-    launches, so the gap grows with the number of positions.
+    Measured on a CPU (torch 2.13, one thread, a 2-layer transformer LM,
+    batch 8, a loop over all 64 positions, vocabulary 512, `python -m
+    benchmarks.bench_batching`): 1.3-2.1x tokens/s for the whole training
+    step over five runs on a busy two-core machine. On a GPU each position's
+    three or more kernels are tiny launches, so the gap grows with the
+    number of positions. A teacher-forced loop runs the model T times
+    instead of once: the cost grows with T.
 
     The sum over positions of per-position means is not the mean over all
     tokens: with `reduction="mean"` (the default) each position is divided by
@@ -86,18 +154,6 @@ class PerPositionLossLoop(Rule):
              / (targets[:, :T] != -100).sum(0)).sum()
     ```
 
-    ## References
-    The LatentWire seed report (item 6, "loop over K tokens instead of
-    parallel computation") puts the cost at 5-10% of the step; that is a
-    guess for its K = 4 answer tokens (the report measured nothing), and the
-    right order only for small K. Its implied fix, one call over the
-    flattened tokens, is a different loss: `K * F.cross_entropy(flat)` is the
-    loop's sum of per-position means only when no target is `ignore_index`
-    (or every position has the same count of them). Checked against torch
-    2.13: per-position means of `reduction="none"` losses divided by the
-    per-position counts reproduce the loop to 2e-16 in float64, with label
-    smoothing too.
-
     ## Fix safety
     Numeric: the same per-position means and their sum, added in another
     order, so the loss and the gradients agree within floating-point rounding
@@ -105,33 +161,43 @@ class PerPositionLossLoop(Rule):
     what the loop's indexing implies: `logits[:, t]` is `(batch, classes)` and
     `targets[:, t]` holds class indices; a `logits[:, t]` with more dimensions
     (K-dimensional cross-entropy), or probability targets, would make the fix
-    raise or differ. The loop variable must not be read after the loop, and
-    the slice bounds must be in range (a `range` past the sequence end raises
-    `IndexError` in the loop but is clipped by a slice; for the last-K form,
-    `K` must be at least 1, as `logits[:, -0:]` is every position).
+    raise or differ. Names the loop assigns (the loop variable, the slices)
+    must not be read after it.
+
+    Positions become a slice where its bounds are known not to wrap around
+    (numbers, sizes, lengths); a loop over the last K positions becomes
+    `[-K:]` only when K is a positive number, and is counted from the length
+    otherwise (`[-0:]` would be every position, while the loop adds nothing).
+    Other positions are gathered with the loop's own index arithmetic,
+    `logits[:, torch.arange(K, device=logits.device) + prefix - 1]`, which
+    wraps negative positions and raises on positions out of range as the
+    loop does. A `range` past the sequence end raises `IndexError` in the
+    loop; its slice is clipped instead. `zip(a.unbind(1), b.unbind(1))`
+    stops at the shorter of the two; the fix needs them to have the same
+    number of positions (it raises otherwise).
 
     Reported without a fix: `reduction="none"` (a per-sample result the loop
-    adds up element-wise), `weight=` together with the mean (each position
+    combines in its own way), `weight=` together with the mean (each position
     is divided by its own sum of class weights), constructor arguments of the
-    loss module that are not literals, a negative position offset from a start
-    the rule cannot see (`targets[:, t - 1]` from `t = 0` reads the last
-    position), and `size_average`/`reduce`.
+    loss module that are not literals, `size_average`/`reduce`, a loop that
+    does more than add one loss per position, and teacher-forced loops.
     """
 
     CODE = "PM503"
     NAME = "per-position-loss-loop"
     LEVEL = Level.NUMERIC
-    REQUIRES = ("cross_entropy", "CrossEntropyLoss")
+    REQUIRES = ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss")
     MESSAGE = "cross-entropy computed one sequence position at a time in a Python loop; compute it over all positions in one call"
-    GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-2.1x per step on CPU (T=64); GPU owed"
+    GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-2.1x per step on CPU (T=64, benchmarks/bench_batching.py)"
 
     VALID = [
         Valid(PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t])\n", "not cross-entropy"),
         Valid(PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[t], targets[t])\n", "a loop over samples, not positions"),
-        Valid(PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t])\n    print(t)\n",
-              "the loop does more than add losses"),
         Valid(PREAMBLE + "def cross_entropy(a, b):\n    return (a - b).sum()\nfor t in range(6):\n"
               "    loss += cross_entropy(logits[:, t], targets[:, t])\n", "a local function of the same name"),
+        Valid(PREAMBLE + "heads = [logits, logits]\nfor k, head in enumerate(heads):\n"
+              "    loss += F.cross_entropy(head[:, : 6 - k].flatten(0, 1), targets[:, k:].flatten())\n",
+              "one loss per prediction head, over all positions each"),
     ]
     INVALID = [
         Invalid(
@@ -159,6 +225,18 @@ class PerPositionLossLoop(Rule):
             "the last K positions, through a name assigned in the loop",
         ),
         Invalid(
+            PREAMBLE + "T = logits.size(1)\nlosses = []\nfor t in range(T):\n"
+            "    losses.append(F.cross_entropy(logits[:, t], targets[:, t]))\nloss = torch.stack(losses).mean()\n",
+            PREAMBLE + "T = logits.size(1)\nlosses = (F.cross_entropy(logits.transpose(1, 2), targets[:, :T], reduction=\"none\").sum(0)\n"
+            "          / (targets[:, :T] != -100).sum(0))\nloss = losses.mean()\n",
+            "per-position losses collected in a list: one vector of them",
+        ),
+        Invalid(
+            PREAMBLE + "loss = sum(F.cross_entropy(logits[:, t], targets[:, t], reduction=\"sum\") for t in range(6)) / 6\n",
+            PREAMBLE + "loss = F.cross_entropy(logits[:, :6].flatten(0, 1), targets[:, :6].flatten(0, 1), reduction=\"sum\") / 6\n",
+            "a generator summed",
+        ),
+        Invalid(
             PREAMBLE + "K = 3\nfor k in range(K):\n    step_logits = logits[:, -K + k, :]\n"
             "    loss += F.cross_entropy(step_logits, targets[:, k])\nprint(step_logits)\n",
             None,
@@ -179,102 +257,45 @@ class PerPositionLossLoop(Rule):
             None,
             "the loop variable is read after the loop",
         ),
+        Invalid(
+            PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t])\n    print(t)\n",
+            None,
+            "the loop does more than add losses",
+        ),
+        Invalid(
+            PREAMBLE + "model = torch.nn.Linear(6, 10)\nx = torch.randn(4, 6)\nfor t in range(1, 6):\n"
+            "    loss = loss + F.cross_entropy(model(x[:, :t].sum(1, keepdim=True).expand(4, 6)), targets[:, t])\n",
+            None,
+            "each position runs the model (teacher forcing)",
+        ),
     ]
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.bindings = Bindings(context.wrapper.resolve(cst.metadata.ScopeProvider), context.parents)
+    # -- loops ---------------------------------------------------------------------
 
     def visit_For(self, node: cst.For) -> None:
-        loop = self._position_loop(node)
+        loop = self._for_positions(node)
         if loop is None:
             return
-        position, start, stop, temporaries, statement, value = loop
-        # `step_logits = logits[:, t]` before the loss: read through, as if written in the call
-        inlined = _inline(value, temporaries)
-        call, factor = _split_factor(value)
-        loss = self._cross_entropy(call)
-        if loss is None:
+        losses = self._position_losses(node.body, loop)
+        if not losses:
             return
-        inlined_call, _ = _split_factor(inlined)
-        sliced = self._sliced(inlined_call, position)
-        if sliced is None:
+        try:
+            edits, imports = self._rewrite_loop(node, loop)
+        except _NotRewritten as reason:
+            self.report(node, f"{self._message(node.body, loop)}; not rewritten: {reason}")
             return
-        (logits, logits_offset), (targets, targets_offset) = sliced
-        problem = loss.problem or self._loop_problem(node, position, temporaries, statement, value, inlined, factor)
-        logits_slice = _slice(start, stop, logits_offset)
-        targets_slice = _slice(start, stop, targets_offset)
-        if problem is None and (logits_slice is None or targets_slice is None):
-            problem = ("the positions cannot be written as one slice (a negative offset from a start the rule "
-                       "cannot see, or positions counted from the end of another length than the loop's)")
-        if problem is not None:
-            self.report(node, f"{self.MESSAGE}; not rewritten: {problem}")
-            return
-        code = self.context.module.code_for_node
-        logits_all = f"{code(logits)}[:, {logits_slice}]"
-        targets_all = f"{code(targets)}[:, {targets_slice}]"
-        if loss.reduction == "sum":
-            if loss.module is not None:
-                summed = f"{code(loss.module)}({logits_all}.flatten(0, 1), {targets_all}.flatten(0, 1))"
-            else:
-                extra = "".join(f", {k}={v}" for k, v in loss.keywords.items())
-                summed = f"{code(call.func)}({logits_all}.flatten(0, 1), {targets_all}.flatten(0, 1){extra})"
-            new_value = summed
-        else:
-            keywords = {"reduction": '"none"', **{k: v for k, v in loss.keywords.items() if k != "reduction"}}
-            extra = "".join(f", {k}={v}" for k, v in keywords.items())
-            ignore = loss.keywords.get("ignore_index", DEFAULT_IGNORE_INDEX)
-            function = code(call.func) if loss.module is None else f"{functional_alias(self.context.module) or FUNCTIONAL}.cross_entropy"
-            per_position_sums = f"({function}({logits_all}.transpose(1, 2), {targets_all}{extra}).sum(0)"
-            counts = f"/ ({targets_all} != {ignore}).sum(0)).sum()"
-            new_value = f"{per_position_sums} {counts}"
-            head = code(statement).split(code(value))[0]  # `loss += ` / `loss = loss + `
-            column = self.context.positions[node].start.column + len(head)
-            if column + len(new_value) > LINE_LENGTH:
-                # libcst puts the block's indentation in front of the continuation line itself
-                new_value = f"{per_position_sums}\n{' ' * (len(head) + 1)}{counts}"
-        if factor is not None:
-            operator, operand = factor
-            new_value = f"{new_value} {operator} {code(operand)}"
-        new_statement = statement.with_changes(value=_replace_term(statement.value, value, cst.parse_expression(new_value)))
-        line = self.context.parents[statement]
-        needs_import = loss.module is not None and loss.reduction == "mean" and functional_alias(self.context.module) is None
-        imports = [(FUNCTIONAL, None)] if needs_import else []
-        # comments above the loop and in it
-        leading_lines = [*node.leading_lines, *(comment for body_line in node.body.body for comment in body_line.leading_lines)]
-        self.report(node, replacement=line.with_changes(body=[new_statement], leading_lines=leading_lines),
-                    imports=imports)
+        self.report(node, edits=edits, imports=imports)
 
-    # -- matching ------------------------------------------------------------------
-
-    def _position_loop(self, node: cst.For):
-        """(t, start, stop, temporaries, statement, added term) of
-        `for t in range(...): [name = subscript ...] acc += term`."""
-        if not isinstance(node.target, cst.Name) or node.orelse is not None or node.asynchronous is not None:
+    def _for_positions(self, node: cst.For) -> _Loop | None:
+        if node.orelse is not None or node.asynchronous is not None:
             return None
-        bounds = self._range_bounds(node.iter)
-        if bounds is None or not isinstance(node.body, cst.IndentedBlock):
-            return None
-        lines = node.body.body
-        if not all(isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in lines):
-            return None
-        *setup, statement = [line.body[0] for line in lines]
-        temporaries: dict[str, cst.Assign] = {}
-        for assign in setup:
-            if not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Subscript())):
-                return None
-            temporaries[assign.targets[0].target.value] = assign
-        if m.matches(statement, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
-            value = statement.value
-        elif m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())],
-                                           value=m.BinaryOperation(left=m.Name(), operator=m.Add()))) \
-                and statement.value.left.value == statement.targets[0].target.value:
-            value = statement.value.right
-        else:
-            return None
-        return node.target, bounds[0], bounds[1], temporaries, statement, value
+        if isinstance(node.target, cst.Name):
+            bounds = self._range_bounds(node.iter)
+            return _Loop(node.target.value, *bounds) if bounds is not None else None
+        return self._unbound_rows(node.target, node.iter)
 
     def _range_bounds(self, iterable: cst.BaseExpression):
+        """(start, stop) of `range(stop)` / `range(start, stop)`."""
         if not isinstance(iterable, cst.Call) or not self.context.names.is_(iterable.func, "range", "builtins.range"):
             return None
         if any(arg.keyword is not None or arg.star for arg in iterable.args):
@@ -286,102 +307,542 @@ class PerPositionLossLoop(Rule):
             return values[0], values[1]
         return None
 
-    def _cross_entropy(self, call: cst.BaseExpression) -> "_Loss | None":
-        if not isinstance(call, cst.Call):
+    def _unbound_rows(self, target: cst.BaseExpression, iterable: cst.BaseExpression) -> _Loop | None:
+        """`for a, b in zip(x.unbind(1), y.unbind(1))` (or `unbind(dim=1)`): a = x[:, t], b = y[:, t]."""
+        if not (isinstance(iterable, cst.Call) and self.context.names.is_(iterable.func, "zip", "builtins.zip")):
             return None
-        names = self.context.names
-        if names.is_(call.func, CROSS_ENTROPY):
-            return _loss_arguments(self.context.module, call, first_keyword_position=2)
+        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(iterable.args) or not iterable.args:
+            return None
+        rows = {}
+        for element, arg in zip(target.elements, iterable.args):
+            value = arg.value
+            if not (isinstance(element.value, cst.Name) and arg.keyword is None and not arg.star
+                    and m.matches(value, m.Call(func=m.Attribute(attr=m.Name("unbind")), args=[m.Arg(value=m.Integer("1"))]))
+                    and value.args[0].keyword in (None,) + tuple(k for k in [value.args[0].keyword] if k and k.value == "dim")
+                    and isinstance(value.func.value, (cst.Name, cst.Attribute))):
+                return None
+            rows[element.value.value] = value.func.value
+        return _Loop(None, rows=rows)
+
+    def _position_losses(self, body: cst.CSTNode, loop: _Loop) -> list[cst.Call]:
+        """The cross-entropy / NLL calls in `body` whose input or target is one position
+        of the loop, `x[:, <t>]` (directly or through a name the body assigns)."""
+        assigned = None
+        found = []
+        for call in own_nodes(self.context.index, cst.Call, body):
+            if self._loss_kind(call) is None:
+                continue
+            for arg in call.args[:2]:
+                value = arg.value
+                if isinstance(value, cst.Name) and value.value not in loop.rows:
+                    assigned = self._assigned_in(body) if assigned is None else assigned
+                    value = assigned.get(value.value, value)
+                if self._at_position(value, loop):
+                    found.append(call)
+                    break
+        return found
+
+    def _at_position(self, expr: cst.BaseExpression, loop: _Loop) -> bool:
+        """`x[:, <reads t>, ...]` (through calls and attributes of it), or a row of the zip."""
+        if isinstance(expr, cst.Name):
+            return expr.value in loop.rows
+        while isinstance(expr, (cst.Call, cst.Attribute)):
+            expr = expr.func if isinstance(expr, cst.Call) else expr.value
+        if loop.var is None or not isinstance(expr, cst.Subscript) or len(expr.slice) < 2:
+            return False
+        first, second = expr.slice[0], expr.slice[1]
+        return (m.matches(first, FULL_SLICE) and isinstance(second.slice, cst.Index)
+                and loop.var in {n.value for n in names_read(second.slice.value)})
+
+    def _assigned_in(self, body: cst.CSTNode) -> dict[str, cst.BaseExpression]:
+        found = {}
+        for assign in own_nodes(self.context.index, cst.Assign, body):
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+                found[assign.targets[0].target.value] = assign.value
+        return found
+
+    def _message(self, body: cst.CSTNode, loop: _Loop) -> str:
+        if loop.var is not None and self._teacher_forced(body, loop):
+            return ("the model runs once per sequence position (teacher forcing) and cross-entropy is computed per "
+                    "position; a causal model gives every position's logits in one call (`logits = model(x[:, :-1])`), "
+                    "then one cross-entropy over all positions")
+        return self.MESSAGE
+
+    def _teacher_forced(self, body: cst.CSTNode, loop: _Loop) -> bool:
+        """Does the body run the model (or another callable of this program) on something
+        that reads the position: `model(x[:, :t])`?"""
+        for call in own_nodes(self.context.index, cst.Call, body):
+            if self._loss_kind(call) is not None:
+                continue
+            if isinstance(call.func, cst.Attribute) and not self.context.training.is_model(call.func):
+                continue  # a method of a tensor or of a library
+            names = self.context.names.of(call.func)
+            if names and all(n.startswith(("torch.", "builtins.")) for n in names):
+                continue
+            if any(loop.var in {n.value for n in names_read(arg.value)} for arg in call.args):
+                return True
+        return False
+
+    def _rewrite_loop(self, node: cst.For, loop: _Loop):
+        """The edits that turn the loop into one call, or _NotRewritten."""
+        if self._teacher_forced(node.body, loop):
+            raise _NotRewritten("each position runs the model on its own prefix")
+        if not isinstance(node.body, cst.IndentedBlock) or not all(
+                isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in node.body.body):
+            raise _NotRewritten("the loop does more than add one loss per position")
+        *setup, statement = [line.body[0] for line in node.body.body]
+        temporaries: dict[str, cst.Assign] = {}
+        for assign in setup:
+            if not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Subscript())):
+                raise _NotRewritten("the loop does more than add one loss per position")
+            temporaries[assign.targets[0].target.value] = assign
+        accumulated = self._accumulated(statement)
+        appended = self._appended(statement) if accumulated is None else None
+        if accumulated is None and appended is None:
+            raise _NotRewritten("the loop does more than add one loss per position")
+        value = accumulated[1] if accumulated is not None else appended[1]
+        term = self._term(value, loop, temporaries)
+        accumulator = accumulated[0] if accumulated is not None else appended[0]
+        reads = [n.value for n in names_read(_inline(value, temporaries))]
+        if accumulator.value in reads:
+            raise _NotRewritten(f"each term reads `{accumulator.value}`")
+        for name, assign in temporaries.items():
+            if [n.value for n in names_read(value)].count(name) != 1 or set(temporaries) & {
+                    n.value for n in names_read(assign.value)}:
+                raise _NotRewritten(f"`{name}` is not read once by the loss")
+        targets = [*(a.targets[0].target for a in temporaries.values())]
+        targets += [node.target] if loop.var is not None else [e.value for e in node.target.elements]
+        for target in targets:
+            if self._read_after(node, target):
+                raise _NotRewritten(f"`{target.value}` is read after the loop, and the fix leaves it unbound")
+        edits: list = [Remove(self.context.parents[assign]) for assign in temporaries.values()]
+        imports = self._imports(term)
+        if accumulated is not None:
+            head = self.context.source(statement).split(self.context.source(value))[0]  # `loss += `
+            indent = self.context.positions[node].start.column
+            edits.append(Replace(value, self._expression(term, loop, "total", indent + len(head), indent)))
+        else:
+            edits += self._list_edits(node, statement, term, loop)
+        edits.append(unwrap(node))
+        return edits, imports
+
+    @staticmethod
+    def _accumulated(statement: cst.BaseSmallStatement) -> tuple[cst.Name, cst.BaseExpression] | None:
+        """(acc, term) of `acc += term` or `acc = acc + term`."""
+        if m.matches(statement, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
+            return statement.target, statement.value
+        if m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())],
+                                         value=m.BinaryOperation(left=m.Name(), operator=m.Add()))) \
+                and statement.value.left.value == statement.targets[0].target.value:
+            return statement.targets[0].target, statement.value.right
+        return None
+
+    @staticmethod
+    def _appended(statement: cst.BaseSmallStatement) -> tuple[cst.Name, cst.BaseExpression] | None:
+        """(L, term) of `L.append(term)`."""
+        if m.matches(statement, m.Expr(value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append")),
+                                                     args=[m.Arg(keyword=None, star="")]))):
+            call = statement.value
+            return call.func.value, call.args[0].value
+        return None
+
+    def _list_edits(self, node: cst.For, statement: cst.Expr, term: _Term, loop: _Loop) -> list:
+        """`L = []` before the loop, `L.append(term)` in it, and one `torch.stack(L)` or
+        `sum(L)` after it: L becomes the vector of per-position losses."""
+        name = statement.value.func.value
+        scope = self.context.scopes.get(name)
+        assignments = [a for a in scope.assignments[name.value]] if scope is not None else []
+        if len(assignments) != 1 or not isinstance(assignments[0], Assignment):
+            raise _NotRewritten(f"`{name.value}` is bound more than once")
+        created = self.context.bindings.statement(assignments[0].node)
+        line = self.context.parents.get(created)
+        if not (isinstance(created, cst.Assign) and m.matches(created.value, m.List(elements=[]))
+                and self.context.parents.get(line) is self.context.parents.get(node)
+                and self.context.index.before(created, node)):
+            raise _NotRewritten(f"`{name.value}` is not an empty list made right before the loop")
+        uses = [access.node for access in assignments[0].references if not self.context.inside(access.node, node)]
+        if len(uses) != 1:
+            raise _NotRewritten(f"`{name.value}` is read more than once after the loop")
+        use = uses[0]
+        arg = self.context.parents.get(use)
+        call = self.context.parents.get(arg)
+        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and len(call.args) == 1 and arg.keyword is None
+                and self.context.index.before(node, call)):
+            raise _NotRewritten(f"`{name.value}` is used after the loop other than by `torch.stack` or `sum`")
+        if self.context.names.is_(call.func, "torch.stack"):
+            replacement = cst.Name(name.value)
+        elif self.context.names.is_(call.func, "sum", "builtins.sum"):
+            replacement = cst.parse_expression(f"{name.value}.sum()")
+        else:
+            raise _NotRewritten(f"`{name.value}` is used after the loop other than by `torch.stack` or `sum`")
+        indent = self.context.positions[node].start.column
+        vector = self._expression(term, loop, "vector", indent + len(name.value) + 3, indent)
+        assign = cst.Assign(targets=[cst.AssignTarget(cst.Name(name.value))], value=vector)
+        return [Remove(line), Replace(statement, assign), Replace(call, replacement)]
+
+    # -- comprehensions ------------------------------------------------------------
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._comprehension(node)
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._comprehension(node)
+
+    def _comprehension(self, node: cst.GeneratorExp | cst.ListComp) -> None:
+        """`sum(<loss of t> for t in range(...))` and `torch.stack([<loss of t> for t in ...])`."""
+        comp = node.for_in
+        if comp.inner_for_in is not None or comp.asynchronous is not None:
+            return
+        if isinstance(comp.target, cst.Name):
+            bounds = self._range_bounds(comp.iter)
+            loop = _Loop(comp.target.value, *bounds) if bounds is not None else None
+        else:
+            loop = self._unbound_rows(comp.target, comp.iter)
+        if loop is None or not self._position_losses(node.elt, loop):
+            return
+        parent = self.context.parents.get(node)
+        call = self.context.parents.get(parent) if isinstance(parent, cst.Arg) else parent
+        try:
+            if comp.ifs:
+                raise _NotRewritten("the positions are filtered")
+            if not (isinstance(call, cst.Call) and len(call.args) == 1 and isinstance(parent, cst.Arg)
+                    and parent.keyword is None and not parent.star):
+                raise _NotRewritten("the per-position losses are not summed or stacked")
+            if self.context.names.is_(call.func, "sum", "builtins.sum"):
+                kind = "total"
+            elif self.context.names.is_(call.func, "torch.stack") and isinstance(node, cst.ListComp):
+                kind = "vector"
+            else:
+                raise _NotRewritten("the per-position losses are not summed or stacked")
+            term = self._term(node.elt, loop, {})
+        except _NotRewritten as reason:
+            self.report(node, f"{self.MESSAGE}; not rewritten: {reason}")
+            return
+        statement = self.context.index.statement_of(call)
+        indent = self.context.positions[statement].start.column
+        column = self.context.positions[call].start.column
+        expression = self._expression(term, loop, kind, column, indent, parenthesize=term.factor is not None)
+        self.report(node, edits=[Replace(call, expression)], imports=self._imports(term))
+
+    # -- the loss of one position ------------------------------------------------------
+
+    def _term(self, value: cst.BaseExpression, loop: _Loop, temporaries: dict[str, cst.Assign]) -> _Term:
+        call, factor = _split_factor(value)
+        loss = self._loss(call)
+        if loss is None:
+            raise _NotRewritten("what the loop adds is not one cross-entropy call (times a constant)")
+        if loss.problem is not None:
+            raise _NotRewritten(loss.problem)
+        if factor is not None and not _is_constant(factor[1], loop):
+            raise _NotRewritten("the factor applied to each term is not a plain name or number")
+        plain = [arg for arg in call.args if arg.keyword is None]
+        named = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        if loss.module is None:
+            inputs = plain[0].value if plain else named.get("input")
+            target = plain[1].value if len(plain) > 1 else named.get("target")
+        else:
+            inputs, target = (plain[0].value, plain[1].value) if len(plain) == 2 else (None, None)
+        if inputs is None or target is None:
+            raise _NotRewritten("the loss's input and target are not both given")
+        input_operand = self._operand(_inline(inputs, temporaries), loop, trailing=True)
+        target_operand = self._operand(_inline(target, temporaries), loop, trailing=False)
+        if input_operand is None or target_operand is None:
+            raise _NotRewritten("the loss does not read `x[:, t]` and `y[:, t]` of the loop's position `t`")
+        read = [n.value for n in names_read(_inline(call, temporaries))]
+        if loop.var is not None and read.count(loop.var) != 2:
+            raise _NotRewritten(f"`{loop.var}` is used for more than indexing the positions")
+        return _Term(value, call, factor, loss, input_operand, target_operand)
+
+    def _loss_kind(self, call: cst.Call) -> str | None:
+        names = self.context.names.of(call.func)
+        if CROSS_ENTROPY in names:
+            return "cross_entropy"
+        if NLL_LOSS in names:
+            return "nll_loss"
         constructor = self._module_constructor(call.func)
         if constructor is None:
             return None
-        loss = _loss_arguments(self.context.module, constructor, first_keyword_position=0)
-        if loss.problem is None and any(not is_literal(v) for v in loss.keyword_nodes.values()):
-            loss.problem = "the loss module's arguments are not literals, so they cannot be carried over"
+        return "cross_entropy" if self.context.names.of(constructor.func) & CROSS_ENTROPY_MODULES else "nll_loss"
+
+    def _loss(self, call: cst.BaseExpression) -> _Loss | None:
+        if not isinstance(call, cst.Call):
+            return None
+        kind = self._loss_kind(call)
+        if kind is None:
+            return None
+        if self.context.names.of(call.func) & {CROSS_ENTROPY, NLL_LOSS}:
+            return _loss_arguments(self.context.module, call, kind, first_keyword_position=2)
+        constructor = self._module_constructor(call.func)
+        loss = _loss_arguments(self.context.module, constructor, kind, first_keyword_position=0)
+        for keyword, value in loss.keyword_nodes.items():
+            if not is_literal(value):  # read back from the module: `criterion.ignore_index`
+                loss.keywords[keyword] = f"{self.context.module.code_for_node(call.func)}.{keyword}"
         if loss.problem is None and any(arg.keyword is not None for arg in call.args):
             loss.problem = "the loss module is called with keyword arguments"
         loss.module = call.func
         return loss
 
     def _module_constructor(self, func: cst.BaseExpression) -> cst.Call | None:
-        """The `nn.CrossEntropyLoss(...)` call that `func` (a name or `self.attr`) was built by."""
+        """The `nn.CrossEntropyLoss(...)` / `nn.NLLLoss(...)` call that `func` (a name or
+        `self.attr`) was built by."""
         if isinstance(func, cst.Name):
-            values = self.bindings.values(func)
+            values = self.context.bindings.values(func)
         elif isinstance(func, cst.Attribute):
-            values = self.bindings.attribute_values(func)
+            values = self.context.bindings.attribute_values(func)
         else:
             return None
         if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
             return None
         constructor = values[0]
-        return constructor if self.context.names.of(constructor.func) & CROSS_ENTROPY_MODULES else None
+        names = self.context.names.of(constructor.func)
+        return constructor if names & (CROSS_ENTROPY_MODULES | NLL_LOSS_MODULES) else None
 
-    def _sliced(self, call: cst.Call, position: cst.Name):
-        """((logits, offset), (targets, offset)) for `f(logits[:, t + k], targets[:, t + j])`."""
-        plain = [arg for arg in call.args if arg.keyword is None]
-        named = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-        if len(plain) >= 2:
-            logits, targets = plain[0].value, plain[1].value
+    def _operand(self, expr: cst.BaseExpression, loop: _Loop, trailing: bool) -> _Operand | None:
+        """`base[:, t + offset]` (`base[:, t + offset, :]` for the input), or a row of `zip(... .unbind(1))`."""
+        if isinstance(expr, cst.Name) and expr.value in loop.rows:
+            return _Operand(loop.rows[expr.value], full=True)
+        if loop.var is None or not isinstance(expr, cst.Subscript) or not isinstance(expr.value, (cst.Name, cst.Attribute)):
+            return None
+        elements = list(expr.slice)
+        if len(elements) == 3 and trailing and m.matches(elements[2], FULL_SLICE):
+            elements = elements[:2]
+        if len(elements) != 2 or not m.matches(elements[0], FULL_SLICE) or not isinstance(elements[1].slice, cst.Index):
+            return None
+        affine = self._affine(elements[1].slice.value, loop.var)
+        if affine is None or loop.var in {n.value for n in names_read(expr.value)}:
+            return None
+        sign, offset = affine
+        return _Operand(expr.value, sign, offset)
+
+    def _affine(self, index: cst.BaseExpression, var: str) -> tuple[int, int | cst.BaseExpression] | None:
+        """(sign, offset) for an index `sign * t + offset`, where the offset is a number or
+        an expression that does not read `t`."""
+        if isinstance(index, cst.Name) and index.value == var:
+            return 1, 0
+        if m.matches(index, m.UnaryOperation(operator=m.Minus(), expression=m.Name(var))):
+            return -1, 0
+        if not isinstance(index, cst.BinaryOperation) or not isinstance(index.operator, (cst.Add, cst.Subtract)):
+            return None
+        plus = isinstance(index.operator, cst.Add)
+        left_reads = var in {n.value for n in names_read(index.left)}
+        right_reads = var in {n.value for n in names_read(index.right)}
+        if left_reads == right_reads:
+            return None
+        if left_reads:  # `t + X`, `t - X`, `(t + a) + b`
+            inner = self._affine(index.left, var)
+            other = index.right
+            if inner is None:
+                return None
+            return inner[0], _combine(inner[1], other, plus)
+        if not plus:  # `X - t`
+            inner = self._affine(index.right, var)
+            if inner is None:
+                return None
+            return -inner[0], _combine(index.left, inner[1], False)
+        inner = self._affine(index.right, var)  # `X + t`
+        if inner is None:
+            return None
+        return inner[0], _combine(index.left, inner[1], True)
+
+    # -- the batched expression -----------------------------------------------------
+
+    def _expression(self, term: _Term, loop: _Loop, kind: str, column: int, indent: int,
+                    parenthesize: bool = False) -> cst.BaseExpression:
+        """The loss over all positions: their sum (`kind` "total"), or the vector of
+        per-position losses ("vector"), for an expression that starts at `column` of a
+        statement indented by `indent`."""
+        code = self.context.module.code_for_node
+        inputs, targets = self._batched_operands(term, loop)
+        loss = term.loss
+        alias = functional_alias(self.context.module) or FUNCTIONAL
+        function = code(term.call.func) if loss.module is None else f"{alias}.{loss.function}"
+        if loss.reduction == "sum" and kind == "total":
+            if loss.module is not None:
+                text = f"{code(loss.module)}({inputs}.flatten(0, 1), {targets}.flatten(0, 1))"
+            else:
+                extra = "".join(f", {k}={v}" for k, v in loss.keywords.items())
+                text = f"{function}({inputs}.flatten(0, 1), {targets}.flatten(0, 1){extra})"
+            lines = [text]
         else:
-            logits = plain[0].value if plain else named.get("input")
-            targets = named.get("target")
-        if logits is None or targets is None:
-            return None
-        logits_part = _position_index(logits, position, allow_trailing_slice=True)
-        targets_part = _position_index(targets, position, allow_trailing_slice=False)
-        if logits_part is None or targets_part is None:
-            return None
-        return logits_part, targets_part
+            keywords = {"reduction": '"none"', **{k: v for k, v in loss.keywords.items() if k != "reduction"}}
+            extra = "".join(f", {k}={v}" for k, v in keywords.items())
+            if loss.reduction == "sum":  # the vector of per-position sums
+                lines = [f"{function}({inputs}.transpose(1, 2), {targets}{extra}).sum(0)"]
+            else:
+                ignore = loss.keywords.get("ignore_index", DEFAULT_IGNORE_INDEX)
+                close = ".sum()" if kind == "total" else ""
+                lines = [f"({function}({inputs}.transpose(1, 2), {targets}{extra}).sum(0)",
+                         f"/ ({targets} != {ignore}).sum(0)){close}"]
+        if term.factor is not None:
+            operator, operand = term.factor
+            lines[-1] = f"{lines[-1]} {operator} {code(operand)}"
+        if parenthesize:
+            lines[0] = f"({lines[0]}"
+            lines[-1] = f"{lines[-1]})"
+        text = " ".join(lines)
+        if len(lines) > 1 and column + len(text) > LINE_LENGTH:
+            # libcst puts the block's indentation in front of the continuation line itself
+            text = f"{lines[0]}\n{' ' * (column - indent + 1)}{lines[1]}"
+        return cst.parse_expression(text)
 
-    def _loop_problem(self, node: cst.For, position: cst.Name, temporaries, statement, value, inlined, factor) -> str | None:
-        accumulator = statement.target if isinstance(statement, cst.AugAssign) else statement.targets[0].target
-        reads = [n.value for n in names_read(inlined)]
-        if reads.count(position.value) != 2:
-            return f"`{position.value}` is used for more than indexing the positions"
-        if accumulator.value in reads:
-            return f"each term reads `{accumulator.value}`"
-        if factor is not None and not _is_constant(factor[1]):
-            return "the factor applied to each term is not a plain name or number"
-        direct_reads = [n.value for n in names_read(value)]
-        for name, assign in temporaries.items():
-            if direct_reads.count(name) != 1 or set(temporaries) & {n.value for n in names_read(assign.value)}:
-                return f"`{name}` is not read once by the loss"
-        for target in [position, *(assign.targets[0].target for assign in temporaries.values())]:
-            if self._read_after_loop(node, target):
-                return f"`{target.value}` is read after the loop, and the fix leaves it unbound"
+    def _batched_operands(self, term: _Term, loop: _Loop) -> tuple[str, str]:
+        """The input and the target over every position the loop visits, as text, in the
+        same order for both: slices where the positions are one range that does not wrap
+        around, else the loop's index arithmetic over `torch.arange`."""
+        pair = (term.input, term.target)
+        if all(o.full for o in pair):
+            return tuple(self.context.module.code_for_node(o.base) for o in pair)
+        if any(o.full for o in pair):
+            raise _NotRewritten("the positions of the input and the target are not visited the same way")
+        sliced = [self._sliced(o, loop) if o.sign == pair[0].sign else None for o in pair]
+        if all(s is not None for s in sliced):
+            return tuple(sliced)
+        # Slices run in ascending positions; `-t` visits them in descending order, which
+        # only slices of both keep aligned. Ascending ones may mix slices and gathers.
+        return tuple(s if s is not None and o.sign == 1 else self._gathered(o, loop) for s, o in zip(sliced, pair))
+
+    def _sliced(self, operand: _Operand, loop: _Loop) -> str | None:
+        code = cst.Module([]).code_for_node
+        base = code(operand.base)
+        start, stop, offset = loop.start, loop.stop, operand.offset
+        if operand.sign == 1 and offset == 0 and (start is None or _is_zero(start)) and self._is_length(stop, operand.base):
+            return base  # every position
+        if operand.sign == -1:
+            # -t for t in range(1, K + 1) (or range(1, S)): positions -K ... -1
+            if offset != 0 or start is None or not _is_integer(start, 1):
+                return None
+            count, count_node = _minus_one(stop)
+            if (count_node is not None and self._positive(count_node)) or (_integer(stop) or 0) >= 2:
+                return f"{base}[:, -{_wrapped(count)}:]"
+            return f"{base}[:, {base}.size(1) - {_wrapped(count)}:]"
+        if isinstance(offset, cst.BaseExpression) and _is_negated_stop(offset, stop):
+            # t - K (or -K + t) for t in range(s, K): positions s - K ... -1
+            first = _integer(start) if start is not None else 0
+            if first is None:
+                return None
+            count = self._count(start, stop)
+            length = code(stop)
+            if count is not None and count >= 1:
+                return f"{base}[:, -{_wrapped(length)}:]" if first == 0 else f"{base}[:, {first} - {_wrapped(length)}:]"
+            # K may be 0 (or no more than s): the loop adds nothing, while `[-0:]` is every position
+            return f"{base}[:, {base}.size(1) - {_wrapped(length)}{f' + {first}' if first else ''}:]"
+        lower = _add(start, offset)
+        upper = _add(stop, offset)
+        if lower is None or upper is None:
+            return None
+        lower_text, lower_value = lower
+        if lower_value is not None:
+            if lower_value < 0:
+                return None
+        elif not (self._non_negative(start) and (isinstance(offset, int) and offset >= 0 or self._non_negative(offset))):
+            return None
+        return f"{base}[:, {'' if lower_text == '0' else lower_text}:{upper[0]}]"
+
+    def _gathered(self, operand: _Operand, loop: _Loop) -> str:
+        """`base[:, torch.arange(start, stop, device=base.device) + offset]` (or `offset - arange`)."""
+        code = cst.Module([]).code_for_node
+        base = code(operand.base)
+        bounds = ([code(loop.start)] if loop.start is not None else []) + [code(loop.stop)]
+        positions = f"torch.arange({', '.join(bounds)}, device={base}.device)"
+        offset = operand.offset
+        offset_text = str(offset) if isinstance(offset, int) else code(offset)
+        if operand.sign == 1:
+            if offset == 0:
+                index = positions
+            elif isinstance(offset, int) and offset < 0:
+                index = f"{positions} - {-offset}"
+            else:
+                index = f"{positions} + {_wrapped(offset_text)}"
+        else:
+            index = f"-{positions}" if offset == 0 else f"{_wrapped(offset_text)} - {positions}"
+        return f"{base}[:, {index}]"
+
+    def _imports(self, term: _Term) -> list[tuple[str, str | None]]:
+        imports = []
+        if term.loss.module is not None and functional_alias(self.context.module) is None:
+            imports.append((FUNCTIONAL, None))
+        return imports
+
+    # -- facts about numbers ------------------------------------------------------------
+
+    def _is_length(self, stop: cst.BaseExpression, base: cst.BaseExpression) -> bool:
+        """Is `stop` the length of `base`'s dimension 1 (`base.size(1)`, `base.shape[1]`,
+        a name bound only to one of those or unpacked from `base.shape`)?"""
+        code = cst.Module([]).code_for_node
+        text = code(base)
+        if code(stop) in (f"{text}.size(1)", f"{text}.shape[1]"):
+            return True
+        if not isinstance(stop, cst.Name):
+            return False
+        values = self.context.bindings.values(stop)
+        if values:
+            return len(values) == 1 and self._is_length(values[0], base)
+        assignments = self.context.bindings.assignments(stop)
+        if not assignments or len(assignments) != 1:
+            return False
+        unpacked = self.context.bindings.unpacked(assignments[0])
+        if unpacked is None:
+            return False
+        value, position = unpacked
+        return position == 1 and code(value) in (f"{text}.shape", f"{text}.size()")
+
+    def _count(self, start: cst.BaseExpression | None, stop: cst.BaseExpression) -> int | None:
+        """How many positions `range(start, stop)` visits, when both are numbers the code
+        shows (literals, or names bound only to literals)."""
+        first = 0 if start is None else self._integer(start)
+        last = self._integer(stop)
+        return None if first is None or last is None else last - first
+
+    def _integer(self, expr: cst.BaseExpression) -> int | None:
+        value = _integer(expr)
+        if value is not None:
+            return value
+        if isinstance(expr, cst.Name):
+            values = self.context.bindings.values(expr)
+            found = {_integer(v) for v in values or ()}
+            if values and len(found) == 1 and None not in found:
+                return found.pop()
         return None
 
-    def _read_after_loop(self, node: cst.For, target: cst.Name) -> bool:
-        scope = self.context.wrapper.resolve(cst.metadata.ScopeProvider).get(target)
+    def _positive(self, expr: cst.BaseExpression) -> bool:
+        value = self._integer(expr)
+        return value is not None and value >= 1
+
+    def _non_negative(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
+        """Is `expr` a number, size or length that cannot be negative (sums and products
+        of those too, and names bound only to them)?"""
+        if expr is None:
+            return True
+        if depth > 4:
+            return False
+        value = _integer(expr)
+        if value is not None:
+            return value >= 0
+        if isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in SIZES:
+                return True
+            return self.context.names.is_(expr.func, "len", "builtins.len")
+        if isinstance(expr, cst.Subscript) and m.matches(expr.value, m.Attribute(attr=m.Name("shape"))):
+            return True
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Multiply)):
+            return self._non_negative(expr.left, depth + 1) and self._non_negative(expr.right, depth + 1)
+        if isinstance(expr, cst.Name):
+            values = self.context.bindings.values(expr)
+            return bool(values) and all(self._non_negative(v, depth + 1) for v in values)
+        return False
+
+    def _read_after(self, node: cst.CSTNode, target: cst.Name) -> bool:
+        scope = self.context.scopes.get(target)
         if scope is None:
             return True
         binding = [a for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target]
         if not binding:
             return True
-        for access in binding[0].references:
-            if not is_inside(access.node, node, self.context.parents):
-                return True
-        return False
-
-    # -- spelling ------------------------------------------------------------------
+        return any(not self.context.inside(access.node, node) for access in binding[0].references)
 
 
-
-
-
-class _Loss:
-    """What a cross-entropy call (or the module's constructor) says about its reduction."""
-
-    def __init__(self) -> None:
-        self.reduction = "mean"
-        self.keywords: dict[str, str] = {}  # keyword -> source text, in the call's order
-        self.keyword_nodes: dict[str, cst.BaseExpression] = {}
-        self.module: cst.BaseExpression | None = None
-        self.problem: str | None = None
-
-
-def _loss_arguments(module: cst.Module, call: cst.Call, first_keyword_position: int) -> _Loss:
-    loss = _Loss()
+def _loss_arguments(module: cst.Module, call: cst.Call, function: str, first_keyword_position: int) -> _Loss:
+    loss = _Loss(function)
     positional = [arg for arg in call.args if arg.keyword is None]
     if len(positional) > first_keyword_position or any(arg.star for arg in call.args):
         loss.problem = "arguments passed by position or unpacked (weight, ignore_index ...) are not followed"
@@ -402,74 +863,102 @@ def _loss_arguments(module: cst.Module, call: cst.Call, first_keyword_position: 
             return loss
         loss.reduction = reduction.evaluated_value
     if loss.reduction == "none":
-        loss.problem = 'reduction="none" adds per-sample losses element-wise'
+        loss.problem = 'reduction="none" gives per-sample losses that the loop combines in its own way'
     elif loss.reduction == "mean" and "weight" in loss.keywords:
         loss.problem = "with class weights each position's mean divides by its own sum of weights"
     return loss
 
 
-def _position_index(expr: cst.BaseExpression, position: cst.Name, allow_trailing_slice: bool):
-    """(base, offset) for `base[:, t + offset]` (and `base[:, t + offset, :]` when allowed)."""
-    if not isinstance(expr, cst.Subscript) or not isinstance(expr.value, (cst.Name, cst.Attribute)):
-        return None
-    elements = list(expr.slice)
-    if len(elements) == 3 and allow_trailing_slice and m.matches(elements[2], FULL_SLICE):
-        elements = elements[:2]
-    if len(elements) != 2 or not m.matches(elements[0], FULL_SLICE) or not isinstance(elements[1].slice, cst.Index):
-        return None
-    index = elements[1].slice.value
-    t = m.Name(position.value)
-    length = m.Name() | m.Attribute()
-    if m.matches(index, t):
-        offset = 0
-    elif m.matches(index, m.BinaryOperation(left=t, operator=m.Add() | m.Subtract(), right=m.Integer())):
-        offset = int(index.right.value) * (1 if isinstance(index.operator, cst.Add) else -1)
-    elif m.matches(index, m.BinaryOperation(left=m.UnaryOperation(operator=m.Minus(), expression=length), operator=m.Add(), right=t)):
-        offset = FromEnd(cst.Module([]).code_for_node(index.left.expression))  # `-K + t`
-    elif m.matches(index, m.BinaryOperation(left=t, operator=m.Subtract(), right=length)):
-        offset = FromEnd(cst.Module([]).code_for_node(index.right))  # `t - K`
-    else:
-        return None
-    if position.value in {n.value for n in names_read(expr.value)}:
-        return None
-    return expr.value, offset
+def _integer(expr: cst.BaseExpression | None) -> int | None:
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if m.matches(expr, m.UnaryOperation(operator=m.Minus(), expression=m.Integer())):
+        return -int(expr.expression.value, 0)
+    return None
 
 
-@dataclass(frozen=True)
-class FromEnd:
-    """The offset `-K` of `logits[:, t - K]` with `t` in `range(K)`: the last K positions."""
-
-    length: str  # K, as the code spells it
+def _is_zero(expr: cst.BaseExpression) -> bool:
+    return _integer(expr) == 0
 
 
-def _slice(start: cst.BaseExpression | None, stop: cst.BaseExpression, offset: "int | FromEnd") -> str | None:
-    """`start + offset:stop + offset`, folded where the bounds are literals; None when
-    the lower bound could be negative (the loop would index from the end there)."""
-    if isinstance(offset, FromEnd):
-        # t - K for t in range(s, K): positions s - K ... -1, up to the end of the sequence
-        code = cst.Module([]).code_for_node
-        if code(stop) != offset.length or not (start is None or isinstance(start, cst.Integer)):
-            return None
-        first = int(start.value, 0) if start is not None else 0
-        return f"-{offset.length}:" if first == 0 else f"{first} - {offset.length}:"
-    first = _shifted(start if start is not None else cst.Integer("0"), offset, lower=True)
-    if first is None:
-        return None
-    return f"{'' if first == '0' else first}:{_shifted(stop, offset, lower=False)}"
+def _is_integer(expr: cst.BaseExpression, value: int) -> bool:
+    return _integer(expr) == value
 
 
-def _shifted(bound: cst.BaseExpression, offset: int, lower: bool) -> str | None:
-    if isinstance(bound, cst.Integer):
-        value = int(bound.value, 0) + offset
-        return str(value) if value >= 0 or not lower else None
-    if offset < 0 and lower:
-        return None
-    text = cst.Module([]).code_for_node(bound)
-    if not isinstance(bound, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-        text = f"({text})"
-    if offset == 0:
+def _combine(left: int | cst.BaseExpression, right: int | cst.BaseExpression, plus: bool) -> int | cst.BaseExpression:
+    """`left + right` (or `left - right`) of two offsets, folded where both are numbers."""
+    left_value = left if isinstance(left, int) else _integer(left)
+    right_value = right if isinstance(right, int) else _integer(right)
+    if left_value is not None and right_value is not None:
+        return left_value + right_value if plus else left_value - right_value
+    if right_value == 0:
+        return left
+    if left_value == 0:
+        if plus:
+            return right
+        return cst.UnaryOperation(cst.Minus(), _node(right))
+    return cst.BinaryOperation(_node(left), cst.Add() if plus else cst.Subtract(), _node(right))
+
+
+def _node(value: int | cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(value, int):
+        return cst.Integer(str(value)) if value >= 0 else cst.UnaryOperation(cst.Minus(), cst.Integer(str(-value)))
+    return value
+
+
+def _is_negated_stop(offset: cst.BaseExpression, stop: cst.BaseExpression | None) -> bool:
+    """Is `offset` the negated loop end, `-K` for `range(..., K)`?"""
+    code = cst.Module([]).code_for_node
+    return (stop is not None and isinstance(offset, cst.UnaryOperation) and isinstance(offset.operator, cst.Minus)
+            and isinstance(offset.expression, (cst.Name, cst.Attribute)) and code(offset.expression) == code(stop))
+
+
+def _add(bound: cst.BaseExpression | None, offset: int | cst.BaseExpression) -> tuple[str, int | None] | None:
+    """The text of `bound + offset` folded where it can be, and its value when it is a number."""
+    code = cst.Module([]).code_for_node
+    if isinstance(offset, int) and offset and m.matches(bound, m.BinaryOperation(operator=m.Add() | m.Subtract(),
+                                                                                right=m.Integer())):
+        # `T - 1` shifted by 1: `T`
+        inner = int(bound.right.value, 0) * (1 if isinstance(bound.operator, cst.Add) else -1)
+        return _add(bound.left, inner + offset)
+    bound_value = 0 if bound is None else _integer(bound)
+    offset_value = offset if isinstance(offset, int) else _integer(offset)
+    if bound_value is not None and offset_value is not None:
+        value = bound_value + offset_value
+        return str(value), value
+    if offset_value == 0:
+        return code(bound) if bound is not None else "0", bound_value  # alone in a slice: no parentheses
+    bound_text = "" if bound_value == 0 else _wrapped(code(bound))
+    if offset_value is not None:
+        return (f"{bound_text} + {offset_value}" if offset_value > 0 else f"{bound_text} - {-offset_value}"), None
+    offset_text = code(offset)
+    if not bound_text:
+        return offset_text, None
+    if isinstance(offset, cst.UnaryOperation) and isinstance(offset.operator, cst.Minus):
+        return f"{bound_text} - {_wrapped(code(offset.expression))}", None
+    return f"{bound_text} + {offset_text}", None
+
+
+def _wrapped(text: str) -> str:
+    """`text` in parentheses unless it is an atom (a name, attribute, call, subscript, number)."""
+    try:
+        expr = cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        return f"({text})"
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer)) or expr.lpar:
         return text
-    return f"{text} + {offset}" if offset > 0 else f"{text} - {-offset}"
+    return f"({text})"
+
+
+def _minus_one(stop: cst.BaseExpression) -> tuple[str, cst.BaseExpression | None]:
+    """`stop - 1` as text, `K` for a stop written `K + 1` (with the node `K`)."""
+    code = cst.Module([]).code_for_node
+    value = _integer(stop)
+    if value is not None:
+        return str(value - 1), None
+    if m.matches(stop, m.BinaryOperation(operator=m.Add(), right=m.Integer("1"))):
+        return code(stop.left), stop.left
+    return f"{_wrapped(code(stop))} - 1", None
 
 
 def _inline(value: cst.BaseExpression, temporaries: dict[str, cst.Assign]) -> cst.BaseExpression:
@@ -502,21 +991,12 @@ def _split_factor(value: cst.BaseExpression):
     return value, None
 
 
-def _is_constant(expr: cst.BaseExpression) -> bool:
-    """A number, or a name or attribute read once: the same in every iteration."""
+def _is_constant(expr: cst.BaseExpression, loop: _Loop) -> bool:
+    """A number, or an expression of names and numbers that does not read the position."""
     if isinstance(expr, (cst.Integer, cst.Float)):
         return True
-    if isinstance(expr, cst.Name):
-        return True
-    return isinstance(expr, cst.Attribute) and _is_constant(expr.value)
-
-
-
-
-def _replace_term(statement_value: cst.BaseExpression, term: cst.BaseExpression, new: cst.BaseExpression):
-    """The statement's value with the added `term` replaced (for `acc = acc + term`, only the right side)."""
-    if statement_value is term:
-        return new
-    return statement_value.with_changes(right=new)
-
-
+    reads = {n.value for n in names_read(expr)}
+    if loop.var in reads or reads & set(loop.rows):
+        return False
+    return isinstance(expr, (cst.Name, cst.Attribute)) or (
+        isinstance(expr, cst.BinaryOperation) and _is_constant(expr.left, loop) and _is_constant(expr.right, loop))

@@ -4,45 +4,49 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import Assignment, ScopeProvider
+from libcst.metadata import Assignment
 
-from codemod.analysis.bindings import Bindings
-from codemod.analysis.loops import calls_in
+from codemod.analysis.local_calls import local_calls
+from codemod.analysis.loop_edits import unwrap
+from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, names_read
+from codemod.analysis.torch_facts import (
+    BATCH_MIXING_LAYERS,
+    COUNTED_LOSSES,
+    FUNCTIONAL,
+    FUNCTIONAL_OF,
+    FUNCTIONAL_PARAMETERS,
+    LOSS_FUNCTIONS,
+    LOSS_MODULES,
+    functional_alias,
+    is_literal,
+)
+from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
-from codemod.analysis.torch_facts import functional_alias, is_literal
 
-# Loss functions whose mean is over the elements of the batch, and their modules.
-LOSS_FUNCTIONS = {
-    f"torch.nn.functional.{name}"
-    for name in ("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss "
-                 "binary_cross_entropy binary_cross_entropy_with_logits").split()
-}
-LOSS_MODULES = {
-    f"{prefix}.{name}"
-    for prefix in ("torch.nn", "torch.nn.modules.loss")
-    for name in "CrossEntropyLoss NLLLoss MSELoss L1Loss SmoothL1Loss HuberLoss BCELoss BCEWithLogitsLoss".split()
-}
-# Losses whose mean divides by the targets that count (not ignore_index, weighted by class),
-# and the function a module of them calls.
-COUNTED_LOSSES = {"cross_entropy", "nll_loss", "CrossEntropyLoss", "NLLLoss"}
-FUNCTIONAL_OF = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss"}
-FUNCTIONAL = "torch.nn.functional"
 LINE_LENGTH = 100  # a longer batched loss line is split after the per-sample sums
-# Layers whose output for one sample depends on the other samples of the batch (in training mode).
-CROSS_SAMPLE_LAYERS = {
-    f"torch.nn.{name}"
-    for name in ("BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d "
-                 "SyncBatchNorm").split()
-} | {"torch.nn.functional.batch_norm"}
-FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
 # Methods that give a module back (`Net().to(device)`): the class is the receiver's.
 MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "bfloat16", "train"}
-# Methods a batch-of-one output or target may go through and stay correct for a batch.
-BATCH_AGNOSTIC = {"to", "float", "double", "long", "half", "bfloat16", "contiguous", "detach"}
 MAX_DEPTH = 6
 # Calls of these libraries in a model's class build torch layers or plain values.
 KNOWN_LIBRARIES = ("torch.", "builtins.", "math.")
+# Calls that build a Python list of examples.
+PYTHON_SEQUENCES = ("list", "builtins.list", "tuple", "builtins.tuple", "sorted", "builtins.sorted",
+                    "random.sample", "random.choices")
+# `loss.backward()`, or `(loss / k).backward()`: a scale the rewrite keeps as it is
+BACKWARD = m.Expr(value=m.Call(func=m.Attribute(
+    value=m.Name() | m.BinaryOperation(left=m.Name(), operator=m.Divide()), attr=m.Name("backward")), args=[]))
+# Tensor methods that keep a value's layout (dtype, device, copies).
+SAME_LAYOUT_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "bool", "detach", "contiguous", "clone",
+                       "cpu", "cuda", "type_as"}
+# Element-wise tensor methods and functions (numbers as their other arguments).
+ELEMENTWISE_METHODS = {"exp", "log", "log1p", "expm1", "abs", "neg", "sqrt", "rsqrt", "square", "pow", "sigmoid", "tanh",
+                       "relu", "clamp", "clamp_min", "clamp_max", "sin", "cos", "softplus"}
+ELEMENTWISE_FUNCTIONS = {f"torch.{name}" for name in ELEMENTWISE_METHODS} | {
+    f"torch.nn.functional.{name}" for name in ("relu", "gelu", "silu", "sigmoid", "tanh", "logsigmoid", "softplus", "elu")}
+REDUCTIONS = {"torch.sum", "torch.mean"}
+# Layouts of a value in a per-sample loop (see _Batcher).
+INV, ROW, ONE, FLAT, SUM, MEAN, COUNTED, MODEL_TUPLE = "inv row one flat sum mean counted model-tuple".split()
 
 PREAMBLE = """\
 import torch
@@ -64,10 +68,11 @@ total = 0.0
 class _Loop:
     """What a per-sample loop iterates over."""
 
-    index: str | None  # `i` of `for i in range(len(x))`
-    rows: dict[str, cst.BaseExpression] = field(default_factory=dict)  # `xi` -> `x` of `zip(x, y)`
-    count: cst.BaseExpression | None = None  # the batch size: `len(x)`, `x.size(0)`
-    batches: list[cst.BaseExpression] = field(default_factory=list)  # tensors whose rows the loop visits
+    index: str | None  # `i` of `for i in range(len(x))` or `enumerate(x)`
+    count: str  # the batch size as text: `len(x)`, `x.size(0)`, `batch_size`
+    rows: dict[str, tuple[str, str]] = field(default_factory=dict)  # `xi` -> (ROW or ONE, `x`)
+    batches: list[cst.BaseExpression] = field(default_factory=list)  # tensors whose samples the loop visits
+    problem: str | None = None  # why it is reported without a fix whatever its body
 
 
 @dataclass
@@ -81,6 +86,19 @@ class _LossCall:
     imports: list[tuple[str, str | None]]
 
 
+@dataclass
+class _Value:
+    """What an expression of the loop body is for one sample (see _Batcher)."""
+
+    kind: str
+    origin: tuple = ()  # where a per-sample tensor comes from: element-wise operations need one origin
+    sequence: bool = False  # a row sliced along its first dimension: at least one dimension
+    loss: _LossCall | None = None  # COUNTED: the loss
+    call: cst.Call | None = None  # COUNTED: its call
+    inline: tuple | None = None  # COUNTED through a function of this file: (function, the call of it)
+    reduced: cst.Call | None = None  # SUM / MEAN: the reduction
+
+
 class _NotBatchable(Exception):
     """Why a per-sample loop cannot be batched: the finding's message."""
 
@@ -88,48 +106,65 @@ class _NotBatchable(Exception):
 class PerSampleForwardLoop(Rule):
     """
     ## What it does
-    Finds a training loop over the samples of a batch that runs the model on
-    one sample at a time and calls `backward()` per sample,
+    Finds a loop over the samples of a batch that runs the model on one
+    sample at a time and calls `backward()` per sample,
 
-        for i in range(x.size(0)):          # or range(len(x)), zip(x, y)
-            out = model(x[i:i+1])           # or x[i].unsqueeze(0), xi.unsqueeze(0)
+        for i in range(x.size(0)):          # or range(batch_size), zip(x, y), enumerate(x), x.split(1)
+            out = model(x[i:i+1])           # or x[i].unsqueeze(0), x[i][None], xi.view(1, -1)
             loss = F.cross_entropy(out, y[i:i+1])
             loss.backward()
             total += loss.item()
 
-    and replaces it with one forward and one backward over the whole batch.
-    The per-sample backward calls add their gradients up, so the batched loss
-    must be the sum of the per-sample losses. A `reduction="sum"` loss is kept
-    as it is. An element-wise mean (`mse_loss`, `l1_loss`, ...) is multiplied
-    by the batch size: every sample has as many elements. A `cross_entropy` or
-    `nll_loss` mean divides each sample by its own count of targets that are
-    not `ignore_index` (-100), which differ between padded sequences, so the
-    fix keeps those per-sample means: `reduction="none"`, summed per sample,
-    divided by the sample's count, and added up. A `loss / len(x)` the loop
-    applied to each sample turns the sum into a mean. The value the loop logs
-    (`total += loss.item()`) is therefore the same number.
+    (or that appends each sample's loss to a list that is stacked after the
+    loop), and replaces it with one forward and one backward over the whole
+    batch. The per-sample backward calls add their gradients up, so the
+    batched loss must be the sum of the per-sample losses. A
+    `reduction="sum"` loss, or a loss built from sums, is kept as it is. An
+    element-wise mean (`mse_loss`, `.mean()` of an element-wise expression)
+    is multiplied by the batch size: every sample has as many elements. A
+    `cross_entropy` or `nll_loss` mean divides each sample by its own count
+    of targets that are not `ignore_index`, which differ between padded
+    sequences, so the fix keeps those per-sample means: `reduction="none"`,
+    summed per sample, divided by the sample's count, and added up. A
+    `loss / len(x)` the loop applied to each sample turns the sum into a
+    mean. A loss computed by a function of the same file is followed into
+    it: a sum or an element-wise mean keeps the call, a token mean is
+    written out with the per-sample means. What the loop adds up per sample
+    (`total += loss.item()`, `correct += (pred == y).sum()`, `tokens +=
+    targets.numel()`) is therefore the same number.
+
+    The samples may be taken apart and reshaped on the way (`seq =
+    batch[i]; inputs = seq[:-1].unsqueeze(0); targets = seq[1:]`,
+    `logits.squeeze(0)`, `logits.view(-1, V)`): the fix rewrites each step for
+    the batch (`batch[:, :-1]`, and the per-sample targets flattened as the
+    logits are), and several model calls per sample (a pair of inputs) each
+    become one batched call.
 
     Reported without a fix: the model has a BatchNorm layer (in training mode
     it normalises each sample with the batch's statistics, so batching changes
     the model's output), the model's class is not defined in this file (the
     rule cannot see whether it mixes samples), the loop uses per-sample
     functional parameters (`torch.func.functional_call`, MAML-style inner
-    loops), branches on the values of a sample, or does anything else with a
-    sample than feed it to the model and the loss. A loop that also steps the
-    optimizer per sample is training with batch size 1, another algorithm,
-    and is left alone, as are loops without `backward()` (metrics).
+    loops), branches on the values of a sample, iterates over a Python list
+    of examples (they may differ in shape), runs the model on a sample
+    without its batch dimension, or does anything else with a sample than
+    feed it to the model and the loss. A loop that also steps the optimizer
+    per sample is training with batch size 1, another algorithm, and is left
+    alone, as are loops without `backward()` (metrics).
 
     ## Why is this bad?
     A batch of B samples run one at a time costs B forward and B backward
     passes of matrix-vector work, each with its own kernel launches and
     Python overhead, instead of one pass of matrix-matrix work: on a GPU the
     per-sample loop leaves most of the device idle between small kernels.
-    Measured here only on a CPU (torch 2.13, one thread, a 2-layer
-    transformer LM, batch 8 x 64 tokens, `benchmarks/bench_batching.py`):
-    1.3-2.0x tokens/s for the whole training step over five runs on a busy
-    two-core machine; the GPU numbers, where the gap is expected to be
-    larger, are owed (`python -m benchmarks.bench_batching
-    --device cuda`).
+    Measured on a CPU (torch 2.13, one thread, a 2-layer transformer LM,
+    batch 8 x 64 tokens, `python -m benchmarks.bench_batching`): 1.3-2.0x
+    tokens/s for the whole training step over five runs on a busy two-core
+    machine; the same benchmark takes `--device cuda`.
+
+    The batched loss must be the *sum* of the per-sample losses: B
+    `backward()` calls add up B gradients, and a batch-mean loss would give
+    1/B of that sum (a learning rate B times too small).
 
     ## Example
     ```python
@@ -151,16 +186,6 @@ class PerSampleForwardLoop(Rule):
         optimizer.step()
         optimizer.zero_grad()
     ```
-
-    ## References
-    Seed report 004 ("no true batching"): a trainer processed each sequence
-    of a batch of 32 separately and measured 183 tokens/s; it *expected*
-    1,500-2,000 tokens/s (8-10x) from a batched forward, a number it did not
-    measure, for C++ code that, by its own account, did not back-propagate
-    yet. It says nothing about the gradient scale, which is where a batched
-    rewrite of a PyTorch loop goes wrong: B `backward()` calls sum B
-    gradients, and a batch-mean loss gives 1/B of that sum (the rewrite
-    multiplies by B; the tests check the gradients).
 
     ## Fix safety
     Unsafe: the fix is exact (up to floating-point rounding) only for models
@@ -196,7 +221,7 @@ class PerSampleForwardLoop(Rule):
     LEVEL = Level.UNSAFE
     REQUIRES = ("backward",)
     MESSAGE = "the model runs on one sample at a time, with a backward per sample; run it once on the whole batch"
-    GAIN = "B forward/backward passes become one batched pass: 1.3-2.0x per step on a small CPU model; GPU numbers owed"
+    GAIN = "B forward/backward passes become one batched pass: 1.3-2.0x per step on a small CPU model (benchmarks/bench_batching.py)"
 
     VALID = [
         Valid(PREAMBLE + "for i in range(len(x)):\n    out = model(x[i:i+1])\n    total += F.cross_entropy(out, y[i:i+1]).item()\n",
@@ -216,19 +241,20 @@ class PerSampleForwardLoop(Rule):
         ),
         Invalid(
             PREAMBLE + "for i in range(x.size(0)):\n    loss = F.mse_loss(model(x[i:i+1]), x[i:i+1, :3])\n    loss.backward()\n",
-            None,
-            "`x[i:i+1, :3]` is not a batch of one the rule knows",
+            PREAMBLE + "loss = F.mse_loss(model(x), x[:, :3]) * x.size(0)\nloss.backward()\n",
+            "a batch of one with more indices: the same indices on the batch",
         ),
         Invalid(
-            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0)), y[i:i+1, None].float())\n    loss.backward()\n",
-            None,
-            "`y[i:i+1, None]`: another form of indexing",
-        ),
-        Invalid(
-            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0)), model(x[i:i+1]).detach())\n"
+            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0))[:, :1], y[i:i+1, None].float())\n"
             "    loss.backward()\n",
-            None,
-            "two model calls per sample",
+            PREAMBLE + "loss = F.mse_loss(model(x)[:, :1], y[:, None].float()) * len(x)\nloss.backward()\n",
+            "`y[i:i+1, None]`: a batch of one with a new axis",
+        ),
+        Invalid(
+            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0)), model(x[i:i+1] * 2).detach())\n"
+            "    loss.backward()\n",
+            PREAMBLE + "loss = F.mse_loss(model(x), model(x * 2).detach()) * len(x)\nloss.backward()\n",
+            "two model calls per sample: each batched",
         ),
         Invalid(
             PREAMBLE + "z = torch.randn(8, 3)\nfor i in range(len(x)):\n    loss = F.l1_loss(model(x[i:i+1]), z[i:i+1], reduction=\"sum\")\n"
@@ -283,54 +309,155 @@ class PerSampleForwardLoop(Rule):
         ),
     ]
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.scopes = context.wrapper.resolve(ScopeProvider)
-        self.bindings = Bindings(self.scopes, context.parents)
+    # -- the loop ----------------------------------------------------------------------
 
     def visit_For(self, node: cst.For) -> None:
         loop = self._per_sample(node)
-        if loop is None or not self.context.loops.is_training_loop(node):
-            return  # not over samples, or a metric loop without backward
-        calls = calls_in(node.body)
-        if any(method_name(c) in ("step", "zero_grad") for c in calls):
-            return  # the optimizer steps per sample: SGD with batch size 1, another algorithm
+        if loop is None:
+            return
+        if self._reaches_step(node.body, 0):
+            # the optimizer steps per sample (SGD with batch size 1, another algorithm), or
+            # this is the loop over batches, not over the samples of one
+            return
+        training = self.context.loops.is_training_loop(node)
+        collected = None if training else self._collected_losses(node)
+        if not training and collected is None:
+            return  # a metric loop without backward
         try:
-            statements, imports = self._batched_body(node, loop)
+            if loop.problem is not None:
+                raise _NotBatchable(loop.problem)
+            edits, imports = _Batcher(self, node, loop, collected).edits()
         except _NotBatchable as reason:
             self.report(node, f"{self.MESSAGE}; not rewritten: {reason}")
             return
-        first = statements[0]
-        statements[0] = first.with_changes(leading_lines=[*node.leading_lines, *first.leading_lines])
-        self.report(node, replacement=cst.FlattenSentinel(statements), imports=imports)
+        self.report(node, edits=[*edits, unwrap(node)], imports=imports)
 
-    # -- the loop ----------------------------------------------------------------------
+    def _reaches_step(self, node: cst.CSTNode, depth: int) -> bool:
+        """Does running `node` step an optimizer or reset gradients, itself or through the
+        functions of this file it calls?"""
+        calls = local_calls(self.context)
+        for call in own_nodes(self.context.index, cst.Call, node):
+            if method_name(call) in ("step", "zero_grad"):
+                return True
+            function = calls.callee(call)
+            if function is not None and depth < MAX_DEPTH and function is not self.context.index.first_enclosing(
+                    node, cst.FunctionDef) and self._reaches_step(function.body, depth + 1):
+                return True
+        return False
 
     def _per_sample(self, node: cst.For) -> _Loop | None:
-        """`for i in range(len(x) | x.size(0) | x.shape[0])` or `for xi, yi in zip(x, y)`."""
-        iterable = node.iter
-        if node.orelse is not None or not isinstance(iterable, cst.Call) or any(a.keyword or a.star for a in iterable.args):
+        """What the loop iterates over, when it is the samples of a batch:
+        `for i in range(len(x) | x.size(0) | x.shape[0] | batch_size)`,
+        `for i, row in enumerate(x)`, `for row in x`, `for a, b in zip(x, y)`,
+        `for a, b in zip(x.split(1), y.split(1))`."""
+        if node.orelse is not None or node.asynchronous is not None:
             return None
-        args = [a.value for a in iterable.args]
+        iterable, target = node.iter, node.target
         names = self.context.names
-        if names.is_(iterable.func, "range", "builtins.range") and len(args) == 1 and isinstance(node.target, cst.Name):
-            batch = self._batch_of_size(args[0])
-            if batch is None:
+        code = self.context.module.code_for_node
+        if isinstance(iterable, cst.Call) and not any(a.keyword or a.star for a in iterable.args):
+            args = [a.value for a in iterable.args]
+            if names.is_(iterable.func, "range", "builtins.range") and len(args) == 1 and isinstance(target, cst.Name):
+                batch = self._batch_of_size(args[0])
+                if batch is not None:
+                    loop = _Loop(target.value, code(args[0]), batches=[batch])
+                    if self._is_python_sequence(batch):
+                        loop.problem = _python_list(code(batch))
+                    return loop
+                if self._indexes_rows(node.body, target.value):
+                    return _Loop(target.value, code(args[0]), problem=f"the loop count `{code(args[0])}` is not "
+                                 "visibly the batch size (`len(x)`, `x.size(0)`)")
                 return None
-            return _Loop(node.target.value, count=args[0], batches=[batch])
-        if names.is_(iterable.func, "zip", "builtins.zip") and args:
-            targets = node.target.elements if isinstance(node.target, (cst.Tuple, cst.List)) else None
-            if targets is None or len(targets) != len(args) or not all(isinstance(t.value, cst.Name) for t in targets):
+            if names.is_(iterable.func, "enumerate", "builtins.enumerate") and len(args) == 1:
+                if not (isinstance(target, cst.Tuple) and len(target.elements) == 2
+                        and all(isinstance(e.value, cst.Name) for e in target.elements)):
+                    return None
+                index, row = target.elements[0].value.value, target.elements[1].value
+                return self._rows_loop(index, [row], [args[0]])
+            if names.is_(iterable.func, "zip", "builtins.zip") and args:
+                elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else None
+                if elements is None or len(elements) != len(args) or not all(isinstance(e.value, cst.Name) for e in elements):
+                    return None
+                return self._rows_loop(None, [e.value for e in elements], args)
+        if isinstance(target, cst.Name) and isinstance(iterable, (cst.Name, cst.Attribute, cst.Call)):
+            return self._rows_loop(None, [target], [iterable])
+        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(iterable, (cst.Name, cst.Attribute)) \
+                and all(isinstance(e.value, cst.Name) for e in target.elements):
+            # `for prompt, answer in batch`: examples of a sequence, each unpacked
+            names = [e.value for e in target.elements]
+            if not self._feeds_model(names):
                 return None
-            if not all(isinstance(a, (cst.Name, cst.Attribute)) for a in args):
-                return None
-            rows = {t.value.value: a for t, a in zip(targets, args)}
-            count = cst.parse_expression(f"len({self.context.module.code_for_node(args[0])})")
-            return _Loop(None, rows, count, list(args))
+            kind = "a Python list or tuple" if self._is_python_sequence(iterable) else "a sequence"
+            return _Loop(None, f"len({code(iterable)})", batches=[iterable], problem=(
+                f"`{code(iterable)}` is {kind} of examples, each unpacked: they may differ in shape, and the model "
+                "cannot take them as one batch; collate them into tensors (padded) first"))
         return None
 
-    def _batch_of_size(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """`x` for `len(x)`, `x.size(0)`, `x.shape[0]`."""
+    def _rows_loop(self, index: str | None, targets: list[cst.Name], iterables: list[cst.BaseExpression]) -> _Loop | None:
+        """Rows of tensors (`for a, b in zip(x, y)`), or batches of one (`x.split(1)`)."""
+        code = self.context.module.code_for_node
+        rows: dict[str, tuple[str, str]] = {}
+        batches = []
+        for target, iterable in zip(targets, iterables):
+            one = _split_of_one(iterable)
+            source = one if one is not None else iterable
+            if not isinstance(source, (cst.Name, cst.Attribute)):
+                return None
+            rows[target.value] = (ONE if one is not None else ROW, code(source))
+            batches.append(source)
+        loop = _Loop(index, f"len({code(batches[0])})", rows, batches)
+        for batch in batches:
+            if self._is_python_sequence(batch):
+                loop.problem = _python_list(code(batch))
+        if loop.problem is None and not self._feeds_model(targets):
+            return None  # a loop over something else (layers, parameters, files)
+        return loop
+
+    def _feeds_model(self, targets: list[cst.Name]) -> bool:
+        """Does any read of the loop's rows reach a model call (or a loss)?"""
+        for target in targets:
+            for read in self._reads(target):
+                for ancestor in self.context.index.ancestors(read):
+                    if isinstance(ancestor, cst.Call) and (self._may_be_model(ancestor.func) or self._is_loss(ancestor)):
+                        return True
+                    if isinstance(ancestor, cst.BaseStatement):
+                        break
+        return self._later_fed(targets)
+
+    def _later_fed(self, targets: list[cst.Name]) -> bool:
+        """A row passed on through names assigned in the body (`ids, labels = build(prompt)`)."""
+        return any(isinstance(self.context.index.statement_of(read), cst.SimpleStatementLine)
+                   and isinstance(self.context.index.statement_of(read).body[0], cst.Assign)
+                   for target in targets for read in self._reads(target))
+
+    def _reads(self, target: cst.Name) -> list[cst.Name]:
+        scope = self.context.scopes.get(target)
+        if scope is None:
+            return []
+        return [access.node for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target
+                for access in a.references]
+
+    def _indexes_rows(self, body: cst.CSTNode, index: str) -> bool:
+        """Does the body take samples by the loop variable (`x[i]`) and make batches of one
+        of them, or run the model with per-sample parameters (MAML)?"""
+        index_nodes = own_nodes(self.context.index, cst.Subscript, body)
+        indexed = [s for s in index_nodes if isinstance(s.slice[0].slice, cst.Index)
+                   and m.matches(s.slice[0].slice.value, m.Name(index))]
+        if not indexed:
+            return False
+        if any(self.context.names.startswith(c.func, FUNCTIONAL_PARAMETERS)
+               for c in own_nodes(self.context.index, cst.Call, body)):
+            return True
+        for subscript in indexed:
+            parent = self.context.parents.get(subscript)
+            outer = self.context.parents.get(parent)
+            if isinstance(parent, cst.Attribute) and parent.attr.value in ("unsqueeze", "view", "reshape") \
+                    and isinstance(outer, cst.Call):
+                return True
+        return any(m.matches(s.slice[0].slice, m.Slice(lower=m.Name(index))) for s in index_nodes)
+
+    def _batch_of_size(self, expr: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression | None:
+        """`x` for `len(x)`, `x.size(0)`, `x.shape[0]`, or a name bound only to one of those."""
         if m.matches(expr, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None)])) and self.context.names.is_(expr.func, "len", "builtins.len"):
             batch = expr.args[0].value
         elif m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("size")), args=[m.Arg(value=m.Integer("0"), keyword=None)])):
@@ -338,176 +465,64 @@ class PerSampleForwardLoop(Rule):
         elif m.matches(expr, m.Subscript(value=m.Attribute(attr=m.Name("shape")),
                                          slice=[m.SubscriptElement(slice=m.Index(value=m.Integer("0")))])):
             batch = expr.value.value
+        elif isinstance(expr, cst.Name) and depth == 0:
+            values = self.context.bindings.values(expr)
+            return self._batch_of_size(values[0], 1) if values and len(values) == 1 else None
         else:
             return None
         return batch if isinstance(batch, (cst.Name, cst.Attribute)) else None
 
     def _is_python_sequence(self, batch: cst.BaseExpression) -> bool:
-        """Is `batch` visibly built as a list or tuple (`[...]`, a comprehension, `list(...)`)?"""
+        """Is `batch` visibly built as a list or tuple (`[...]`, a comprehension, `list(...)`,
+        `random.sample(...)`)?"""
         values = self._values(batch) or []
         sequences = (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
         return any(isinstance(v, sequences) or (isinstance(v, cst.Call) and self.context.names.is_(
-            v.func, "list", "builtins.list", "tuple", "builtins.tuple", "sorted", "builtins.sorted")) for v in values)
+            v.func, *PYTHON_SEQUENCES)) for v in values)
 
-    def _is_batch_size(self, expr: cst.BaseExpression, loop: _Loop) -> bool:
-        """Is `expr` the loop's batch size, spelled any of the ways `_batch_of_size` reads?"""
+    def _collected_losses(self, node: cst.For) -> tuple[cst.Name, cst.Call, cst.SimpleStatementLine] | None:
+        """(L, its use) for a loop without backward that ends `L.append(<loss>)`, with
+        `L = []` right before it and `torch.stack(L)` / `sum(L)` its one use after."""
+        if not isinstance(node.body, cst.IndentedBlock) or not node.body.body:
+            return None
+        last = node.body.body[-1]
+        if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 and m.matches(last.body[0], m.Expr(
+                value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append")), args=[m.Arg(keyword=None, star="")])))):
+            return None
+        name = last.body[0].value.func.value
+        scope = self.context.scopes.get(name)
+        assignments = list(scope.assignments[name.value]) if scope is not None else []
+        if len(assignments) != 1 or not isinstance(assignments[0], Assignment):
+            return None
+        created = self.context.bindings.statement(assignments[0].node)
+        line = self.context.parents.get(created)
+        if not (isinstance(created, cst.Assign) and m.matches(created.value, m.List(elements=[]))
+                and self.context.parents.get(line) is self.context.parents.get(node) and self.context.index.before(line, node)):
+            return None
+        uses = [a.node for a in assignments[0].references if not self.context.inside(a.node, node)]
+        if len(uses) != 1:
+            return None
+        arg = self.context.parents.get(uses[0])
+        call = self.context.parents.get(arg)
+        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and len(call.args) == 1 and arg.keyword is None
+                and self.context.names.is_(call.func, "torch.stack", "sum", "builtins.sum")):
+            return None
+        return name, call, line
+
+    # -- what the loop calls -------------------------------------------------------------
+
+    def _is_loss(self, call: cst.Call) -> bool:
+        return bool(self.context.names.of(call.func) & LOSS_FUNCTIONS) or self._module_constructor(call.func) is not None
+
+    def _loss_call(self, call: cst.Call) -> _LossCall:
+        """What a known loss call reduces by; raises when its options are unclear."""
         code = self.context.module.code_for_node
-        batch = self._batch_of_size(expr)
-        if batch is not None and code(batch) in {code(b) for b in loop.batches}:
-            return True
-        return loop.count is not None and code(expr) == code(loop.count)
-
-    # -- the body ----------------------------------------------------------------------
-
-    def _batched_body(self, node: cst.For, loop: _Loop) -> tuple[list[cst.SimpleStatementLine], list]:
-        samples = {loop.index} if loop.index else set(loop.rows)
-        for call in calls_in(node.body):
-            if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
-                raise _NotBatchable("it runs the model with per-sample functional parameters "
-                                    f"(`{self.context.module.code_for_node(call.func)}`, MAML-style)")
-        for batch in loop.batches:
-            if self._is_python_sequence(batch):
-                raise _NotBatchable(f"`{self.context.module.code_for_node(batch)}` is a Python list or tuple: "
-                                    "its samples may differ in shape, and the model cannot take it as one batch")
-        lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
-        for line in lines:
-            if not isinstance(line, cst.SimpleStatementLine):
-                test = getattr(line, "test", None)
-                if test is not None and samples & {n.value for n in names_read(test)}:
-                    raise _NotBatchable("it branches on the values of a sample")
-                raise _NotBatchable("its body has a compound statement (`if`, `with`, `for`, `try`) the rule does not batch")
-            if len(line.body) != 1:
-                raise _NotBatchable("several statements on one line")
-        statements = [line.body[0] for line in lines]
-        # `loss.backward()`, or `(loss / k).backward()`: a scale the rewrite keeps as it is
-        backward = m.Expr(value=m.Call(func=m.Attribute(
-            value=m.Name() | m.BinaryOperation(left=m.Name(), operator=m.Divide()), attr=m.Name("backward")), args=[]))
-        backward_at = [i for i, s in enumerate(statements) if m.matches(s, backward)]
-        if len(backward_at) != 1:
-            raise _NotBatchable("it does not end each sample with one plain `loss.backward()`")
-        backward_of = statements[backward_at[0]].value.func.value
-        if isinstance(backward_of, cst.BinaryOperation):
-            if samples & {n.value for n in names_read(backward_of.right)}:
-                raise _NotBatchable("the loss is divided by something of the sample")
-            backward_of = backward_of.left
-        loss_name = backward_of.value
-        before, after = statements[: backward_at[0]], statements[backward_at[0] + 1:]
-        new_before, imports = self._forward_and_loss(before, loss_name, loop, samples)
-        for statement in after:
-            if not self._logs(statement, loss_name):
-                raise _NotBatchable(f"`{self.context.module.code_for_node(statement).strip()}` runs once per sample")
-        self._check_not_read_after(node, before + statements[backward_at[0]:backward_at[0] + 1], samples)
-        result = []
-        for line, statement in zip(lines, statements):
-            if id(statement) in new_before:
-                if new_before[id(statement)] is None:
-                    continue
-                statement = new_before[id(statement)]
-            result.append(line.with_changes(body=[statement]))
-        return result, imports
-
-    def _forward_and_loss(self, statements, loss_name: str, loop: _Loop, samples: set[str]):
-        """The statements before `backward()`, batched ({id(old): new, or None to drop}),
-        and the imports the new loss needs."""
-        code = self.context.module.code_for_node
-        batched = {}
-        model_calls = []
-        loss_statement = None
-        division = None
-        for statement in statements:
-            if self._divides_loss(statement, loss_name):
-                division = statement
-                if samples & {n.value for n in names_read(statement.value)}:
-                    raise _NotBatchable("the loss is divided by something of the sample")
-                continue
-            if not m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
-                raise _NotBatchable(f"`{code(statement).strip()}` runs once per sample")
-            target = statement.targets[0].target.value
-            new_value = statement.value.visit(_BatchOfOne(loop))
-            if samples & {n.value for n in names_read(new_value)}:
-                raise _NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`)")
-            model_calls += [c for c in calls_in(statement.value) if self._may_be_model(c.func)]
-            if target == loss_name:
-                loss_statement = statement
-            batched[id(statement)] = statement.with_changes(value=new_value)
-        if len(model_calls) != 1:
-            raise _NotBatchable("it does not call the model exactly once per sample")
-        if loss_statement is None or not isinstance(loss_statement, cst.Assign):
-            raise _NotBatchable(f"`{loss_name}` is not computed in the loop")
-        problem = self._model_problem(model_calls[0].func)
-        if problem is not None:
-            raise _NotBatchable(problem)
-        original, value = loss_statement.value, batched[id(loss_statement)].value
-        call, divisor = value, None
-        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide):
-            original, call, divisor = original.left, value.left, value.right
-        # Qualified names are known for the nodes of the parsed file, not for the batched copies.
-        loss = self._loss_call(original)
-        self._check_batch_agnostic(original, loop)
-        if division is not None:
-            if divisor is not None:
-                raise _NotBatchable(f"`{loss_name}` is divided twice")
-            divisor = division.value if isinstance(division, cst.AugAssign) else division.value.right
-        # A mean per sample divided by B: the batched loss is a mean, not a sum, and needs no division
-        cancels = loss.reduction == "mean" and divisor is not None and self._is_batch_size(divisor, loop)
-        if cancels and division is not None:
-            batched[id(division)] = None
-        if loss.reduction == "sum":
-            new_value = value  # the sum over the batch is the sum of the per-sample sums
-        elif loss.kind in COUNTED_LOSSES:
-            # Each sample's mean divides by its own count of targets that are not ignored:
-            # keep those means, and add them up (or average them, for `loss / len(x)`).
-            sums, counts = self._per_sample_means(loss, call, loop)
-            text = f"{sums} {counts}.{'mean' if cancels else 'sum'}()"
-            if len(text) + len(loss_name) + 3 > LINE_LENGTH:
-                # libcst puts the block's indentation in front of the continuation line itself
-                text = f"{sums}\n{' ' * (len(loss_name) + 4)}{counts}.{'mean' if cancels else 'sum'}()"
-            means = cst.parse_expression(text)
-            new_value = means if divisor is None or cancels or division is not None else value.with_changes(left=means)
-        elif cancels:
-            new_value = call  # the batch mean is the mean of the per-sample means: times B, divided by B
-        else:
-            factor = cst.BinaryOperation(call, cst.Multiply(), _fresh(loop.count))
-            new_value = factor if divisor is None or division is not None else value.with_changes(left=factor)
-        batched[id(loss_statement)] = batched[id(loss_statement)].with_changes(value=new_value)
-        return batched, loss.imports
-
-    def _per_sample_means(self, loss: "_LossCall", call: cst.Call, loop: _Loop) -> tuple[str, str]:
-        """`(f(input, target, reduction="none").view(B, -1).sum(1)` and
-        `/ (target != ignore_index).view(B, -1).sum(1))` for the batched `call`."""
-        code = self.context.module.code_for_node
-        positional = [a.value for a in call.args if a.keyword is None]
-        named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-        inputs = positional[0] if positional else named["input"]
-        target = positional[1] if len(positional) > 1 else named["target"]
-        keywords = {"reduction": '"none"', **{k: v for k, v in loss.options.items() if k not in ("reduction", "input", "target")}}
-        extra = "".join(f", {k}={v}" for k, v in keywords.items())
-        ignore = loss.options.get("ignore_index", "-100")
-        batch = code(loop.count)
-        function = loss.function if loss.function is not None else code(call.func)
-        return (f"({function}({code(inputs)}, {code(target)}{extra}).view({batch}, -1).sum(1)",
-                f"/ ({code(target)} != {ignore}).view({batch}, -1).sum(1))")
-
-    def _divides_loss(self, statement, loss_name: str) -> bool:
-        """`loss = loss / d` or `loss /= d`."""
-        if m.matches(statement, m.AugAssign(target=m.Name(loss_name), operator=m.DivideAssign())):
-            return True
-        return m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name(loss_name))],
-                                             value=m.BinaryOperation(left=m.Name(loss_name), operator=m.Divide())))
-
-    def _loss_call(self, call: cst.BaseExpression) -> "_LossCall":
-        """What a known loss call reduces by; raises when it is not one or its options are unclear."""
-        code = self.context.module.code_for_node
-        if not isinstance(call, cst.Call):
-            raise _NotBatchable("the loss is not one call of a torch loss")
         names = self.context.names.of(call.func)
         if names & LOSS_FUNCTIONS:
             options, kind, function = call, min(names & LOSS_FUNCTIONS).rsplit(".", 1)[1], None
             extra_positional = len([a for a in call.args if a.keyword is None]) > 2
         else:
             constructor = self._module_constructor(call.func)
-            if constructor is None:
-                raise _NotBatchable(f"`{code(call.func)}` is not a torch loss the rule knows the reduction of")
             options, kind = constructor, min(self.context.names.of(constructor.func) & LOSS_MODULES).rsplit(".", 1)[1]
             extra_positional = any(a.keyword is None for a in constructor.args)
             if any(a.keyword is not None for a in call.args):
@@ -526,8 +541,9 @@ class PerSampleForwardLoop(Rule):
         texts = {a.keyword.value: code(a.value) for a in options.args if a.keyword is not None}
         imports: list[tuple[str, str | None]] = []
         if function is not None and value == "mean" and kind in COUNTED_LOSSES:
-            if any(not is_literal(a.value) for a in options.args if a.keyword is not None):
-                raise _NotBatchable("the loss module's arguments are not literals, so they cannot be carried over")
+            for keyword, arg in ((a.keyword.value, a.value) for a in options.args if a.keyword is not None):
+                if not is_literal(arg):  # read back from the module: `criterion.ignore_index`
+                    texts[keyword] = f"{code(call.func)}.{keyword}"
             if functional_alias(self.context.module) is None:
                 imports.append((FUNCTIONAL, None))
         return _LossCall(value, kind, texts, function, imports)
@@ -540,9 +556,9 @@ class PerSampleForwardLoop(Rule):
 
     def _values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
         if isinstance(expr, cst.Name):
-            return self.bindings.values(expr)
+            return self.context.bindings.values(expr)
         if isinstance(expr, cst.Attribute):
-            return self.bindings.attribute_values(expr)
+            return self.context.bindings.attribute_values(expr)
         return None
 
     def _may_be_model(self, func: cst.BaseExpression) -> bool:
@@ -550,75 +566,57 @@ class PerSampleForwardLoop(Rule):
         cannot place, `Encoder()` from another package): `_model_problem` says which."""
         if self.context.training.is_model(func):
             return True
+        if isinstance(func, cst.Attribute) and self._builds_module(func):
+            return True  # `self.model`, set from a parameter every caller passes a model to
         return (isinstance(func, cst.Name) and not self.context.names.of(func)
-                and self.bindings.local_function(func) is None and self._module_constructor(func) is None)
+                and self.context.bindings.local_function(func) is None and self._module_constructor(func) is None)
 
-    def _check_batch_agnostic(self, call: cst.Call, loop: _Loop) -> None:
-        """The loss's inputs must mean the same for B samples as for one: the model's
-        output or the batch as they are, through `.view(-1, ...)`/`.reshape(-1, ...)`
-        and dtype or device conversions; `out[0]` or `out.squeeze(0)` would pick or
-        reshape the batch dimension."""
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value not in ("input", "target"):
-                continue  # options such as reduction=
-            expr = arg.value
-            while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-                method = expr.func.attr.value
-                first = expr.args[0].value if expr.args else None
-                flattens = method in ("view", "reshape") and m.matches(first, m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1")))
-                if method not in BATCH_AGNOSTIC and not flattens:
-                    break
-                expr = expr.func.value
-            if isinstance(expr, cst.Call) and self._may_be_model(expr.func):
-                continue
-            expr = expr.visit(_BatchOfOne(loop))  # `y[i:i+1]` -> `y`
-            while isinstance(expr, cst.Attribute):
-                expr = expr.value  # `out.logits`
-            if not isinstance(expr, cst.Name):
-                raise _NotBatchable(f"the loss reads `{self.context.module.code_for_node(arg.value)}`, "
-                                    "which may mean something else for a batch than for one sample")
-
-    def _logs(self, statement, loss_name: str) -> bool:
-        """`total += loss.item()` (or `loss.detach()`, `float(loss)`): one number per batch,
-        the same as the per-sample sum because the batched loss is that sum."""
-        if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign):
-            value = statement.value
-        elif m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.BinaryOperation(operator=m.Add()))) \
-                and m.matches(statement.value.left, m.Name(statement.targets[0].target.value)):
-            value = statement.value.right
-        else:
-            return False
-        loss = m.Name(loss_name)
-        return m.matches(value, m.Call(func=m.Attribute(value=loss, attr=m.Name("item") | m.Name("detach")), args=[])
-                         | m.Call(func=m.Attribute(value=m.Call(func=m.Attribute(value=loss, attr=m.Name("detach")), args=[]),
-                                                   attr=m.Name("item")), args=[])
-                         | m.Call(func=m.Name("float"), args=[m.Arg(value=loss)]))
-
-    def _check_not_read_after(self, node: cst.For, statements, samples: set[str]) -> None:
-        """Names the loop binds for each sample must not be read after it."""
-        targets = [node.target] if isinstance(node.target, cst.Name) else [e.value for e in node.target.elements]
-        for statement in statements:
-            if isinstance(statement, cst.Assign):
-                targets.append(statement.targets[0].target)
-        for target in targets:
-            scope = self.scopes.get(target)
-            if scope is None:
-                continue
-            for assignment in scope.assignments[target.value]:
-                if not isinstance(assignment, Assignment) or assignment.node is not target:
-                    continue
-                if any(not self.context.inside(access.node, node) for access in assignment.references):
-                    raise _NotBatchable(f"`{target.value}` is read after the loop, where it would hold the batch's value")
+    def _builds_module(self, func: cst.Attribute) -> bool:
+        values = self._model_values(func, 0) or []
+        return bool(values) and all(isinstance(v, cst.Call) and (
+            self.context.kinds.local_class(v.func) is not None
+            or any(n.startswith("torch.nn.") for n in self.context.names.of(v.func))) for v in values)
 
     # -- the model ---------------------------------------------------------------------
 
     def _model_problem(self, model: cst.BaseExpression) -> str | None:
         """Why the model may mix the samples of a batch, or None when every layer is per-sample."""
-        values = self._values(model)
         code = self.context.module.code_for_node(model)
-        if not values or len(values) != 1:
+        values = self._model_values(model, 0)
+        if not values:
             return f"the model `{code}` is not built once in this file, so the rule cannot see whether it mixes samples"
-        return self._construction_problem(values[0], code, 0)
+        for value in values:
+            problem = self._construction_problem(value, code, 0)
+            if problem is not None:
+                return problem
+        return None
+
+    def _model_values(self, expr: cst.BaseExpression, depth: int) -> list[cst.BaseExpression] | None:
+        """What builds the model `expr`: its one assignment, followed through a parameter
+        (`self.model = model` in `__init__`) to what every call of the function passes."""
+        values = self._values(expr)
+        if not values or len(values) != 1:
+            return None
+        value = values[0]
+        if isinstance(value, cst.Name) and depth < MAX_DEPTH:
+            found = self.context.bindings.param_of(value)
+            if found is not None:
+                function, param = found
+                sites = local_calls(self.context).call_sites(function)
+                method = isinstance(self.context.parents.get(self.context.parents.get(function)), cst.ClassDef)
+                passed = [_argument_for(site, function, param, skip_first=method) for site in sites]
+                if not sites or any(p is None for p in passed):
+                    return None
+                result = []
+                for argument in passed:
+                    inner = self._model_values(argument, depth + 1) if isinstance(argument, (cst.Name, cst.Attribute)) \
+                        else [argument]
+                    if not inner:
+                        return None
+                    result += inner
+                return result
+            return self._model_values(value, depth + 1)
+        return [value]
 
     def _construction_problem(self, expr: cst.BaseExpression, code: str, depth: int) -> str | None:
         while isinstance(expr, cst.Call) and method_name(expr) in MODULE_RETURNING:
@@ -626,7 +624,7 @@ class PerSampleForwardLoop(Rule):
         if not isinstance(expr, cst.Call) or depth > MAX_DEPTH:
             return f"the model `{code}` is not built by a class call the rule can follow"
         names = self.context.names.of(expr.func)
-        if names & CROSS_SAMPLE_LAYERS:
+        if names & BATCH_MIXING_LAYERS:
             return f"the model `{code}` has BatchNorm, which mixes the samples of a batch in training mode"
         if any(n.startswith("torch.nn.") for n in names):
             for arg in expr.args:  # nn.Sequential(nn.Linear(...), nn.BatchNorm1d(...))
@@ -647,9 +645,9 @@ class PerSampleForwardLoop(Rule):
                 problem = self._class_problem(local, code, depth + 1)
                 if problem is not None:
                     return problem
-        for call in m.findall(classdef, m.Call()):
+        for call in self.context.index.find(cst.Call, within=classdef):
             names = self.context.names.of(call.func)
-            if names & CROSS_SAMPLE_LAYERS:
+            if names & BATCH_MIXING_LAYERS:
                 return f"the model `{code}` has BatchNorm, which mixes the samples of a batch in training mode"
             if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
                 return f"the model `{code}` calls `{self.context.module.code_for_node(call.func)}`"
@@ -670,43 +668,829 @@ class PerSampleForwardLoop(Rule):
             m.matches(t.target, m.Attribute(value=m.Name("self"))) for t in statement.targets)
 
 
-class _BatchOfOne(cst.CSTTransformer):
-    """`x[i:i+1]`, `x[i].unsqueeze(0)`, `x[i][None]`, `xi.unsqueeze(0)`, `xi[None]` -> `x`."""
+# -- the batched body --------------------------------------------------------------------
 
-    def __init__(self, loop: _Loop) -> None:
-        super().__init__()
+
+class _Batcher:
+    """Works out what each statement of a per-sample loop computes per sample, and
+    the edits that make it compute the same for the whole batch.
+
+    Every value has a layout: INV (the same for every sample), ROW (one sample,
+    without a batch dimension: `x[i]`), ONE (one sample with a batch dimension
+    of 1: `x[i:i+1]`, a model's output), FLAT (a batch of one flattened into its
+    first dimension: `out.view(-1, V)`), or a per-sample number: SUM (the batched
+    value is the sum over the samples), MEAN (the batched value is the mean of
+    equally sized samples) or COUNTED (a cross-entropy mean that divides each
+    sample by its own count of targets)."""
+
+    def __init__(self, rule: PerSampleForwardLoop, node: cst.For, loop: _Loop, collected) -> None:
+        self.rule = rule
+        self.context = rule.context
+        self.node = node
         self.loop = loop
+        self.collected = collected
+        self.env: dict[str, _Value] = {name: _Value(kind, origin=("data", text)) for name, (kind, text) in loop.rows.items()}
+        self.list_edits: list = []
+        self.found: list = []  # edits
+        self.imports: list[tuple[str, str | None]] = []
+        self.samples = set(loop.rows) | ({loop.index} if loop.index else set())
+        self.model_calls = 0
+        self.collect = True
+        self.inlining = 0
+        self.accumulators: set[str] = set()  # `total` of `total += loss.item()`
 
-    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+    def code(self, node: cst.CSTNode) -> str:
+        return self.context.module.code_for_node(node)
+
+    def edit(self, node: cst.CSTNode, new) -> None:
+        if self.collect:
+            self.found.append(Replace(node, new))
+
+    def edits(self):
+        node, index = self.node, self.context.index
+        for call in own_nodes(index, cst.Call, node.body):
+            if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
+                raise _NotBatchable("it runs the model with per-sample functional parameters "
+                                    f"(`{self.code(call.func)}`, MAML-style)")
+        lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
+        for line in lines:
+            if not isinstance(line, cst.SimpleStatementLine):
+                test = getattr(line, "test", None)
+                if test is not None and self.samples & {n.value for n in names_read(test)}:
+                    raise _NotBatchable("it branches on the values of a sample")
+                raise _NotBatchable("its body has a compound statement (`if`, `with`, `for`, `try`) the rule does not batch")
+            if len(line.body) != 1:
+                raise _NotBatchable("several statements on one line")
+        statements = [line.body[0] for line in lines]
+        backward_at = [i for i, s in enumerate(statements) if m.matches(s, BACKWARD)]
+        if self.collected is None and len(backward_at) != 1:
+            raise _NotBatchable("it does not end each sample with one plain `loss.backward()`")
+        loss_name = None
+        if backward_at:
+            backward_of = statements[backward_at[0]].value.func.value
+            if isinstance(backward_of, cst.BinaryOperation):
+                if self.samples & {n.value for n in names_read(backward_of.right)}:
+                    raise _NotBatchable("the loss is divided by something of the sample")
+                backward_of = backward_of.left
+            loss_name = backward_of.value
+        bound_here = self._bound_names(statements)
+        division = self._division(statements, loss_name, backward_at)
+        loss_statement = None
+        for position, statement in enumerate(statements):
+            if (backward_at and position == backward_at[0]) or statement is division:
+                continue
+            if self._accumulates(statement, bound_here):
+                continue
+            if self.collected is not None and position == len(statements) - 1:
+                self._collect(statement)
+                continue
+            if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+                raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+            target = statement.targets[0].target
+            if loss_name is not None and isinstance(target, cst.Name) and target.value == loss_name:
+                if loss_statement is not None or (backward_at and position > backward_at[0]):
+                    raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+                loss_statement = statement
+                self._loss_statement(statement, division)
+                continue
+            value = self.value(statement.value)
+            self._bind(target, value, statement)
+        if loss_name is not None and loss_statement is None:
+            raise _NotBatchable(f"`{loss_name}` is not computed in the loop")
+        if division is not None and self.context.index.before(division, loss_statement):
+            raise _NotBatchable(f"`{self.code(division).strip()}` runs once per sample")
+        if self.model_calls == 0:
+            raise _NotBatchable("it does not call the model on the sample")
+        self._check_not_read_after(statements)
+        return [*self.found, *self.list_edits], self.imports
+
+    # -- statements --------------------------------------------------------------------
+
+    def _bound_names(self, statements) -> dict[str, int]:
+        """How many statements of the body bind each name."""
+        counts: dict[str, int] = {}
+        for statement in statements:
+            targets = []
+            if isinstance(statement, cst.Assign):
+                for target in statement.targets:
+                    targets += _names_of(target.target)
+            elif isinstance(statement, cst.AugAssign):
+                targets += _names_of(statement.target)
+            for name in targets:
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def _bind(self, target: cst.BaseExpression, value: _Value, statement) -> None:
+        if isinstance(target, cst.Name):
+            if target.value in self.samples:
+                raise _NotBatchable(f"`{target.value}` is rebound in the loop")
+            self.env[target.value] = value
+            return
+        if isinstance(target, (cst.Tuple, cst.List)) and value.kind == MODEL_TUPLE:
+            for element in target.elements:
+                if not isinstance(element.value, cst.Name):
+                    raise _NotBatchable(f"`{self.code(statement).strip()}` unpacks into something other than names")
+                self.env[element.value.value] = _Value(ONE, origin=value.origin + (element.value.value,))
+            return
+        raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+
+    def _divides_loss(self, statement, loss_name: str) -> bool:
+        """`loss = loss / d` or `loss /= d`."""
+        if m.matches(statement, m.AugAssign(target=m.Name(loss_name), operator=m.DivideAssign())):
+            return True
+        return m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name(loss_name))],
+                                             value=m.BinaryOperation(left=m.Name(loss_name), operator=m.Divide())))
+
+    def _accumulates(self, statement, bound_here: dict[str, int]) -> bool:
+        """`total += g` / `total = total + g` with g a per-sample number whose sum over
+        the samples is its batched value (the loss itself, a `.sum()`, a `.numel()`)."""
+        if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign):
+            target, added = statement.target, statement.value
+        elif m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.BinaryOperation(operator=m.Add()))) \
+                and m.matches(statement.value.left, m.Name(statement.targets[0].target.value)):
+            target, added = statement.targets[0].target, statement.value.right
+        else:
+            return False
+        if not isinstance(target, cst.Name) or bound_here.get(target.value, 0) != 1 or target.value in self.env:
+            return False
+        value = self.value(added)
+        if value.kind != SUM:
+            raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+        self.accumulators.add(target.value)
+        return True
+
+    def _division(self, statements, loss_name: str | None, backward_at: list[int]):
+        """The statement `loss /= d` (or `loss = loss / d`) before the backward, if any."""
+        if loss_name is None:
+            return None
+        found = [s for i, s in enumerate(statements) if (not backward_at or i < backward_at[0])
+                 and self._divides_loss(s, loss_name)]
+        if len(found) > 1:
+            raise _NotBatchable(f"`{loss_name}` is divided twice")
+        if found and self.samples & {n.value for n in names_read(found[0].value)}:
+            raise _NotBatchable("the loss is divided by something of the sample")
+        return found[0] if found else None
+
+    def _loss_statement(self, statement: cst.Assign, division) -> None:
+        """`loss = <value>`: the batched loss is the sum of the per-sample losses."""
+        value = self.value(statement.value)
+        expr = statement.value
+        divided = isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide)
+        if divided and division is not None:
+            raise _NotBatchable(f"`{statement.targets[0].target.value}` is divided twice")
+        divisor = division.value if isinstance(division, cst.AugAssign) else division.value.right if division else None
+        cancels = (divided and self._is_batch_size(expr.right)) or (divisor is not None and self._is_batch_size(divisor))
+        if value.kind == SUM:
+            pass  # the sum over the batch is the sum of the per-sample sums
+        elif value.kind == COUNTED:
+            # Each sample's mean divides by its own count of targets that are not ignored:
+            # keep those means, and add them up (or average them, for `loss / len(x)`).
+            self._counted(value, "mean" if cancels else "sum")
+            if cancels and divided:
+                self.edit(expr, lambda updated: updated.left)
+        elif value.kind == MEAN:
+            if not cancels:
+                # an element-wise mean: every sample has as many elements, so the batch mean times B
+                target = expr.left if divided else expr
+                count = self.loop.count
+                self.edit(target, lambda updated: cst.BinaryOperation(
+                    _parenthesized(updated), cst.Multiply(), cst.parse_expression(count)))
+            elif divided:
+                self.edit(expr, lambda updated: updated.left)  # the mean of the per-sample means
+        else:
+            raise _NotBatchable("the loss is not a number per sample the rule can add up")
+        if cancels and division is not None and value.kind in (COUNTED, MEAN):
+            self.found.append(Remove(self.context.parents[division]))
+        self.env[statement.targets[0].target.value] = _Value(SUM, origin=("loss",))
+
+    def _counted(self, value: _Value, reduce: str, column: int | None = None) -> None:
+        """The per-sample means of a cross-entropy (or NLL) mean, summed or averaged."""
+        loss = value.loss
+        count = self.loop.count
+        anchor = value.inline[1] if value.inline is not None else value.call
+        if column is None:
+            statement = self.context.index.statement_of(anchor)
+            column = self.context.positions[anchor].start.column - self.context.positions[statement].start.column
+
+        def means(updated: cst.Call) -> cst.BaseExpression:
+            return cst.parse_expression(_per_sample_means(loss, updated, count, reduce, column))
+
+        if value.inline is not None:
+            function = value.inline[0]
+            self.edit(anchor, lambda updated: means(cst.parse_expression(self._inlined(function, updated))))
+        else:
+            self.edit(anchor, means)
+        self.imports += loss.imports
+
+    def _collect(self, statement) -> None:
+        """`L.append(<loss>)` of a loop without backward: L becomes the vector of the
+        per-sample losses, and its `torch.stack(L)` / `sum(L)` after the loop reads it."""
+        name, use, line = self.collected
+        if not (isinstance(statement, cst.Expr) and self.context.parents.get(statement) is not None):
+            raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+        value = self.value(statement.value.args[0].value)
+        if value.kind != COUNTED:
+            raise _NotBatchable("the per-sample losses collected are not cross-entropy means the rule can batch")
+        self._counted(value, "none", column=len(name.value) + 3)
+        new_use = cst.Name(name.value) if self.context.names.is_(use.func, "torch.stack") \
+            else cst.parse_expression(f"{name.value}.sum()")
+        target = name.value
+        self.list_edits += [
+            Remove(line),
+            Replace(statement, lambda updated: cst.Assign(targets=[cst.AssignTarget(cst.Name(target))],
+                                                          value=updated.value.args[0].value)),
+            Replace(use, new_use),
+        ]
+
+    def _check_not_read_after(self, statements) -> None:
+        """Names the loop binds for each sample must not be read after it."""
+        node = self.node
+        targets = [node.target] if isinstance(node.target, cst.Name) else [e.value for e in node.target.elements]
+        for statement in statements:
+            if isinstance(statement, cst.Assign):
+                for target in statement.targets:
+                    targets += [n for n in _name_nodes(target.target) if n.value not in self.accumulators]
+        for target in targets:
+            scope = self.context.scopes.get(target)
+            if scope is None:
+                continue
+            for assignment in scope.assignments[target.value]:
+                if not isinstance(assignment, Assignment) or assignment.node is not target:
+                    continue
+                if any(not self.context.inside(access.node, node) for access in assignment.references):
+                    raise _NotBatchable(f"`{target.value}` is read after the loop, where it would hold the batch's value")
+
+    def _is_batch_size(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` the loop's batch size, spelled any of the ways the loop reads?"""
+        batch = self.rule._batch_of_size(expr)
+        batches = {self.code(b) for b in self.loop.batches}
+        if batch is not None and self.code(batch) in batches:
+            return True
+        return self.code(expr) == self.loop.count
+
+    # -- expressions -------------------------------------------------------------------
+
+    def value(self, expr: cst.BaseExpression) -> _Value:
+        """What `expr` is per sample; records the edits that batch it."""
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary)):
+            return _Value(INV)
+        if isinstance(expr, cst.Name):
+            return self._name(expr)
+        if isinstance(expr, cst.Subscript):
+            return self._subscript(expr)
+        if isinstance(expr, cst.Attribute):
+            return self._attribute(expr)
+        if isinstance(expr, cst.Call):
+            return self._call(expr)
+        if isinstance(expr, cst.BinaryOperation):
+            return self._binary(expr)
+        if isinstance(expr, cst.UnaryOperation):
+            inner = self.value(expr.expression)
+            return inner if inner.kind != MODEL_TUPLE else self._reject(expr)
+        if isinstance(expr, cst.Comparison):
+            values = [self.value(expr.left)] + [self.value(c.comparator) for c in expr.comparisons]
+            return self._elementwise(expr, values)
+        if self._reads_sample(expr):
+            return self._reject(expr)
+        return _Value(INV)
+
+    def _reject(self, expr: cst.BaseExpression) -> _Value:
+        raise _NotBatchable(f"`{self.code(expr)}` may mean something else for a batch than for one sample")
+
+    def _reads_sample(self, expr: cst.BaseExpression) -> bool:
+        reads = {n.value for n in names_read(expr)}
+        return bool(reads & (self.samples | {k for k, v in self.env.items() if v.kind != INV}))
+
+    def _name(self, expr: cst.Name) -> _Value:
+        if self.loop.index is not None and expr.value == self.loop.index:
+            raise _NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`)")
+        if expr.value in self.loop.rows:
+            kind, text = self.loop.rows[expr.value]
+            self.edit(expr, cst.parse_expression(text))  # the row's name becomes the batch
+            return self.env[expr.value]
+        found = self.env.get(expr.value)
+        return found if found is not None else _Value(INV)
+
+    def _attribute(self, expr: cst.Attribute) -> _Value:
+        inner = self.value(expr.value)
+        if inner.kind == INV:
+            return inner
+        if inner.kind == ONE and expr.attr.value not in ("shape", "T", "mT", "data", "grad"):
+            return _Value(ONE, origin=inner.origin + ("." + expr.attr.value,))  # `out.logits`
+        return self._reject(expr)
+
+    def _subscript(self, expr: cst.Subscript) -> _Value:
+        elements = list(expr.slice)
         index = self.loop.index
-        if index is not None and m.matches(updated, m.Subscript(slice=[m.SubscriptElement(slice=m.Slice(
-                lower=m.Name(index), upper=m.BinaryOperation(left=m.Name(index), operator=m.Add(), right=m.Integer("1")),
-                step=None))])):
-            return _fresh(updated.value)
-        if m.matches(updated, m.Subscript(slice=[m.SubscriptElement(slice=m.Index(value=m.Name("None")))])):
-            batch = self._batch_of_row(updated.value)
-            if batch is not None:
-                return batch
-        return updated
+        first = elements[0].slice
+        if index is not None and index in {n.value for n in names_read(first)}:
+            return self._sample_access(expr, elements)
+        for element in elements:
+            if self._reads_sample(element):
+                return self._reject(expr)
+        base = self.value(expr.value)
+        if base.kind == INV:
+            return base
+        origin = base.origin + (self.code(expr)[len(self.code(expr.value)):],)
+        leading = _leading(first)
+        if base.kind == ROW:
+            if leading == "none":  # `row[None]`, `row[None, 1:]`: a batch of one
+                self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
+                return _Value(ONE, origin=origin)
+            if leading == "ellipsis":
+                return _Value(ROW, origin=origin, sequence=base.sequence)
+            self.edit(expr, _prepend_full)  # `row[1:]` -> `batch[:, 1:]`
+            return _Value(ROW, origin=origin, sequence=base.sequence or leading == "slice")
+        if base.kind == ONE:
+            if leading in ("full", "ellipsis"):
+                return _Value(ONE, origin=origin)
+            if leading == "zero":  # `out[0]`: the sample without its batch dimension
+                self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
+                return _Value(ROW, origin=origin)
+            return self._reject(expr)
+        if base.kind == FLAT and leading == "ellipsis":
+            return base
+        return self._reject(expr)
 
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if m.matches(updated, m.Call(func=m.Attribute(attr=m.Name("unsqueeze")),
-                                     args=[m.Arg(value=m.Integer("0"), keyword=m.DoNotCare())])):
-            batch = self._batch_of_row(updated.func.value)
-            if batch is not None:
-                return batch
-        return updated
-
-    def _batch_of_row(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """`x` for a row `x[i]` or a zip row name."""
+    def _sample_access(self, expr: cst.Subscript, elements) -> _Value:
+        """`x[i]` (a row), `x[i:i+1]` / `x[[i]]` (a batch of one), `x[i, ...]`, `x[i:i+1, ...]`."""
         index = self.loop.index
-        if index is not None and m.matches(expr, m.Subscript(slice=[m.SubscriptElement(slice=m.Index(value=m.Name(index)))])):
-            return _fresh(expr.value)
-        if isinstance(expr, cst.Name) and expr.value in self.loop.rows:
-            return _fresh(self.loop.rows[expr.value])
+        first = elements[0].slice
+        if self._reads_sample(expr.value) or any(self._reads_sample(e) for e in elements[1:]):
+            return self._reject(expr)
+        if self.rule._is_python_sequence(expr.value):
+            raise _NotBatchable(_python_list(self.code(expr.value)))
+        origin = ("data", self.code(expr.value), len(elements))
+        if isinstance(first, cst.Index) and m.matches(first.value, m.Name(index)):
+            self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
+            return _Value(ROW, origin=origin)
+        one = m.matches(first, m.Slice(lower=m.Name(index), upper=m.BinaryOperation(
+            left=m.Name(index), operator=m.Add(), right=m.Integer("1")), step=None)) or (
+            isinstance(first, cst.Index) and m.matches(first.value, m.List(elements=[m.Element(value=m.Name(index))])))
+        if one:
+            self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
+            return _Value(ONE, origin=origin)
+        raise _NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`)")
+
+    def _call(self, call: cst.Call) -> _Value:
+        names = self.context.names.of(call.func)
+        if self.rule._is_loss(call):
+            return self._loss(call)
+        if names & ELEMENTWISE_FUNCTIONS:
+            values = [self.value(a.value) for a in call.args if a.keyword is None]
+            if any(self._reads_sample(a.value) for a in call.args if a.keyword is not None):
+                return self._reject(call)
+            return self._elementwise(call, values)
+        if names & REDUCTIONS and len(call.args) == 1 and call.args[0].keyword is None:
+            return self._reduced(call, self.value(call.args[0].value), min(names & REDUCTIONS).rsplit(".", 1)[1])
+        if names & {"builtins.float"} and len(call.args) == 1:
+            inner = self.value(call.args[0].value)
+            return inner if inner.kind in (SUM, MEAN, INV) else self._reject(call)
+        if self.rule._may_be_model(call.func):
+            return self._model_call(call)
+        function = local_calls(self.context).callee(call)
+        if function is not None and isinstance(call.func, cst.Name):
+            return self._local_call(call, function)
+        if isinstance(call.func, cst.Attribute):
+            receiver = self.value(call.func.value)
+            if receiver.kind != INV:
+                return self._method(call, receiver)
+        if any(self._reads_sample(a.value) for a in call.args) or self._reads_sample(call.func):
+            return self._reject(call)
+        return _Value(INV)
+
+    def _method(self, call: cst.Call, receiver: _Value) -> _Value:
+        method = call.func.attr.value
+        args = call.args
+        for arg in args:
+            if self.value(arg.value).kind != INV:  # `logits.size(-1)` is a number
+                return self._reject(call)
+        kind = receiver.kind
+        origin = receiver.origin + ("." + method,)
+        if kind in (SUM, MEAN, COUNTED, MODEL_TUPLE):
+            if kind != MODEL_TUPLE and (method in ("detach", "item", "float", "double", "cpu", "clone")
+                                        or (method == "to" and args)):
+                return receiver
+            return self._reject(call)
+        if method in SAME_LAYOUT_METHODS or (method == "to" and args):
+            return _Value(kind, origin=origin, sequence=receiver.sequence)
+        if method in ELEMENTWISE_METHODS:
+            return _Value(kind, origin=origin, sequence=receiver.sequence)
+        first = args[0].value if args else None
+        if method == "unsqueeze" and kind == ROW and len(args) == 1 and _integer(first) == 0:
+            self.edit(call, lambda updated: updated.func.value)  # `row.unsqueeze(0)` -> `batch`
+            return _Value(ONE, origin=receiver.origin)
+        if method == "squeeze" and kind == ONE and len(args) == 1 and _integer(first) == 0:
+            self.edit(call, lambda updated: updated.func.value)  # `out.squeeze(0)` -> `out`
+            return _Value(ROW, origin=receiver.origin)
+        if method in ("view", "reshape") and args and all(a.keyword is None for a in args):
+            leading = _integer(first)
+            if kind == ROW and leading == 1:  # `row.view(1, -1)` -> `batch.view(batch.size(0), -1)`
+                self.edit(call, _view_batch)
+                return _Value(ONE, origin=receiver.origin + (self.code(call)[len(self.code(call.func.value)):],))
+            if leading == -1 and kind in (ROW, ONE, FLAT):
+                if kind == ROW and len(args) != 1:
+                    return self._reject(call)  # `row.view(-1, V)`: the sample's first dimension merged with others
+                return _Value(FLAT, origin=origin)
+            return self._reject(call)
+        if method == "flatten" and (not args or (kind == ONE and [_integer(a.value) for a in args] == [0, 1])):
+            if kind in (ONE, FLAT) or (kind == ROW and not args):
+                return _Value(FLAT, origin=origin)
+            return self._reject(call)
+        if method in ("sum", "mean") and not args and kind in (ROW, ONE, FLAT):
+            return self._reduced(call, receiver, method)
+        if method == "numel" and not args and kind in (ROW, ONE, FLAT):
+            return _Value(SUM, origin=origin)
+        if method == "size" and len(args) == 1 and (
+                (_integer(first) or 0) < 0 or (kind == ONE and (_integer(first) or 0) >= 1)):
+            return _Value(INV)  # a size other than the batch's
+        return self._reject(call)
+
+    def _reduced(self, call: cst.Call, inner: _Value, how: str) -> _Value:
+        """`e.sum()` / `e.mean()` / `torch.sum(e)` of a per-sample tensor."""
+        if inner.kind not in (ROW, ONE, FLAT):
+            return self._reject(call)
+        return _Value(SUM if how == "sum" else MEAN, origin=inner.origin + (how,), reduced=call)
+
+    def _binary(self, expr: cst.BinaryOperation) -> _Value:
+        left, right = self.value(expr.left), self.value(expr.right)
+        operator = expr.operator
+        if left.kind == INV and right.kind == INV:
+            return left
+        scalars = (SUM, MEAN)
+        if left.kind in scalars or right.kind in scalars:
+            if left.kind == right.kind and isinstance(operator, (cst.Add, cst.Subtract)):
+                return _Value(left.kind, origin=("sum",))
+            if right.kind == INV and isinstance(operator, (cst.Multiply, cst.Divide)) and _is_scalar(expr.right):
+                return left
+            if left.kind == INV and isinstance(operator, cst.Multiply) and _is_scalar(expr.left):
+                return right
+            return self._reject(expr)
+        if COUNTED in (left.kind, right.kind):
+            if left.kind == COUNTED and right.kind == INV and isinstance(operator, (cst.Multiply, cst.Divide)) \
+                    and _is_scalar(expr.right):
+                return left
+            if right.kind == COUNTED and left.kind == INV and isinstance(operator, cst.Multiply) and _is_scalar(expr.left):
+                return right
+            return self._reject(expr)
+        return self._elementwise(expr, [left, right])
+
+    def _elementwise(self, expr: cst.BaseExpression, values: list[_Value]) -> _Value:
+        """An element-wise operation: per-sample tensors of one origin (two outputs of
+        the same model), with numbers."""
+        tensors = [v for v in values if v.kind != INV]
+        if not tensors:
+            return _Value(INV)
+        kinds = {v.kind for v in tensors}
+        if len(kinds) != 1 or kinds & {SUM, MEAN, COUNTED, MODEL_TUPLE}:
+            return self._reject(expr)
+        origins = {_shape_origin(v.origin) for v in tensors}
+        if len(origins) != 1:
+            return self._reject(expr)
+        for operand in _operands(expr):
+            if self.value_kind_is_inv(operand) and not _is_scalar(operand):
+                return self._reject(expr)
+        return _Value(tensors[0].kind, origin=tensors[0].origin + ("elementwise",))
+
+    def value_kind_is_inv(self, expr: cst.BaseExpression) -> bool:
+        return not self._reads_sample(expr)
+
+    def _model_call(self, call: cst.Call) -> _Value:
+        values = []
+        for arg in call.args:
+            if arg.star:
+                return self._reject(call)
+            value = self.value(arg.value)
+            if value.kind not in (ONE, INV):
+                if value.kind == ROW:
+                    raise _NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`): "
+                                        f"`{self.code(call)}` runs the model on a sample without its batch dimension")
+                return self._reject(call)
+            values.append(value)
+        if not any(v.kind == ONE for v in values):
+            return self._reject(call)
+        problem = self.rule._model_problem(call.func)
+        if problem is not None:
+            raise _NotBatchable(problem)
+        self.model_calls += 1
+        origin = ("model", self.code(call.func))
+        parent = self.context.parents.get(call)
+        if isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, (cst.Tuple, cst.List)):
+            return _Value(MODEL_TUPLE, origin=origin)
+        return _Value(ONE, origin=origin)
+
+    def _loss(self, call: cst.Call) -> _Value:
+        loss = self.rule._loss_call(call)
+        plain = [a for a in call.args if a.keyword is None]
+        named = {a.keyword.value: a for a in call.args if a.keyword is not None}
+        inputs = plain[0] if plain else named.get("input")
+        target = plain[1] if len(plain) > 1 else named.get("target")
+        if inputs is None or target is None:
+            raise _NotBatchable("the loss's input and target are not both given")
+        for keyword, arg in named.items():
+            if keyword not in ("input", "target") and self._reads_sample(arg.value):
+                return self._reject(call)
+        first, second = self.value(inputs.value), self.value(target.value)
+        pair = (first.kind, second.kind)
+        counted = loss.kind in COUNTED_LOSSES
+        if pair in ((ONE, ONE), (FLAT, FLAT)):
+            pass
+        elif pair == (FLAT, ROW):
+            self.edit(target.value, _flattened)  # the sample's targets, flattened as the logits are
+        elif pair == (ROW, ROW) and (second.sequence or not counted):
+            if counted:  # `F.cross_entropy(logits.squeeze(0), seq[1:])`: (T, V) and (T,)
+                self.edit(inputs.value, _flattened)
+                self.edit(target.value, _flattened)
+        else:
+            return self._reject(call)
+        if loss.reduction == "sum":
+            return _Value(SUM, origin=("loss",))
+        if counted:
+            return _Value(COUNTED, origin=("loss",), loss=loss, call=call)
+        return _Value(MEAN, origin=("loss",))
+
+    def _local_call(self, call: cst.Call, function: cst.FunctionDef) -> _Value:
+        """A loss computed by a function of this file: what it returns for the sample's
+        arguments. A sum or an element-wise mean keeps the call; a counted mean is
+        written out (inlined) with its per-sample means."""
+        returned = _single_return(function)
+        if returned is None or self.inlining > 2:
+            return self._reject(call)
+        mapping = _arguments(call, function)
+        if mapping is None:
+            return self._reject(call)
+        saved = (self.env, self.collect, self.found)
+        inner_env = dict(self.env)
+        for param, argument in mapping.items():
+            inner_env[param] = self.value(argument) if argument is not None else _Value(INV)
+        self.env, self.collect, self.found = inner_env, False, []
+        self.inlining += 1
+        try:
+            for statement in _local_assignments(function):
+                self._bind(statement.targets[0].target, self.value(statement.value), statement)
+            found = self.value(returned)
+            inner_edits = self.found
+        finally:
+            self.env, self.collect, self.found = saved
+            self.inlining -= 1
+        if found.kind == COUNTED:
+            if inner_edits or found.call is not returned:
+                raise _NotBatchable(f"`{self.code(call.func)}` computes a token mean the rule cannot write out for a batch")
+            return _Value(COUNTED, origin=("loss",), loss=found.loss, call=found.call, inline=(function, call))
+        if inner_edits:
+            return self._reject(call)
+        if found.kind in (SUM, MEAN):
+            return _Value(found.kind, origin=("loss",))
+        return self._reject(call)
+
+    def _inlined(self, function: cst.FunctionDef, call: cst.Call) -> str:
+        """The expression `function` returns, for the (updated) arguments of `call`."""
+        mapping = _arguments(call, function)
+        texts = {param: cst.Module([]).code_for_node(arg) for param, arg in mapping.items() if arg is not None}
+        for statement in _local_assignments(function):
+            texts[statement.targets[0].target.value] = _substituted(statement.value, texts)
+        return _substituted(_single_return(function), texts)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _python_list(name: str) -> str:
+    return (f"`{name}` is a Python list or tuple: its examples may differ in shape, and the model cannot take it "
+            "as one batch; collate them into tensors (padded) first")
+
+
+def _integer(expr: cst.BaseExpression | None) -> int | None:
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if m.matches(expr, m.UnaryOperation(operator=m.Minus(), expression=m.Integer())):
+        return -int(expr.expression.value, 0)
+    return None
+
+
+def _leading(element: cst.BaseSlice) -> str:
+    """What the first index of a subscript does: "none", "ellipsis", "full", "zero", "slice", "index"."""
+    if isinstance(element, cst.Slice):
+        return "full" if element.lower is None and element.upper is None and element.step is None else "slice"
+    value = element.value
+    if m.matches(value, m.Name("None")):
+        return "none"
+    if isinstance(value, cst.Ellipsis):
+        return "ellipsis"
+    return "zero" if _integer(value) == 0 else "index"
+
+
+def _full_element(comma: bool) -> cst.SubscriptElement:
+    return cst.SubscriptElement(cst.Slice(lower=None, upper=None),
+                                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if comma else cst.MaybeSentinel.DEFAULT)
+
+
+def _drop_first(updated: cst.Subscript) -> cst.BaseExpression:
+    """`x[i]` -> `x`."""
+    return updated.value
+
+
+def _first_full(updated: cst.Subscript) -> cst.Subscript:
+    """`x[i, 1:]` -> `x[:, 1:]`."""
+    return updated.with_changes(slice=[_full_element(True), *updated.slice[1:]])
+
+
+def _prepend_full(updated: cst.Subscript) -> cst.Subscript:
+    """`row[1:]` -> `batch[:, 1:]`."""
+    return updated.with_changes(slice=[_full_element(True), *updated.slice])
+
+
+def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` in parentheses unless it is an atom (or already parenthesized)."""
+    atoms = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString, cst.List,
+             cst.Tuple, cst.Dict)
+    if isinstance(node, atoms) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` as the left operand of `*`: parentheses around lower-precedence operations."""
+    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison, cst.IfExp, cst.Lambda)) and not node.lpar:
+        return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return node
+
+
+def _flattened(updated: cst.BaseExpression) -> cst.Call:
+    """`e` -> `e.flatten(0, 1)`: a batch of rows with their sample dimension merged into the next."""
+    return cst.parse_expression(f"{cst.Module([]).code_for_node(_atom(updated))}.flatten(0, 1)")
+
+
+def _view_batch(updated: cst.Call) -> cst.Call:
+    """`row.view(1, -1)` (receiver already the batch) -> `batch.view(batch.size(0), -1)`."""
+    receiver = cst.Module([]).code_for_node(_atom(updated.func.value))
+    first = updated.args[0].with_changes(value=cst.parse_expression(f"{receiver}.size(0)"))
+    return updated.with_changes(args=[first, *updated.args[1:]])
+
+
+def _split_of_one(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x` for `x.split(1)` / `x.split(1, 0)` / `x.split(1, dim=0)`: batches of one."""
+    if m.matches(iterable, m.Call(func=m.Attribute(attr=m.Name("split")))) and iterable.args \
+            and _integer(iterable.args[0].value) == 1 and all(_integer(a.value) == 0 for a in iterable.args[1:]):
+        return iterable.func.value
+    return None
+
+
+def _shape_origin(origin: tuple) -> tuple:
+    """Values of one origin have the same shape per sample: the outputs of one model
+    (its tuple's elements too), or one access of one batch tensor."""
+    if origin and origin[0] == "model":
+        return origin[:2]
+    return origin[:3]
+
+
+def _operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(expr, cst.BinaryOperation):
+        return [expr.left, expr.right]
+    if isinstance(expr, cst.Comparison):
+        return [expr.left, *(c.comparator for c in expr.comparisons)]
+    if isinstance(expr, cst.Call):
+        return [a.value for a in expr.args]
+    return []
+
+
+def _is_scalar(expr: cst.BaseExpression) -> bool:
+    """A number, a size, a length, or a name or attribute (taken as a number)."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation):
+        return _is_scalar(expr.expression)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return True
+    if isinstance(expr, cst.Call):
+        return m.matches(expr.func, m.Name("len") | m.Name("float") | m.Name("int")) or method_name(expr) in ("size", "numel")
+    if isinstance(expr, cst.Subscript):
+        return m.matches(expr.value, m.Attribute(attr=m.Name("shape")))
+    if isinstance(expr, cst.BinaryOperation):
+        return _is_scalar(expr.left) and _is_scalar(expr.right)
+    return False
+
+
+def _names_of(target: cst.BaseExpression) -> list[str]:
+    return [n.value for n in _name_nodes(target)]
+
+
+def _name_nodes(target: cst.BaseExpression) -> list[cst.Name]:
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _name_nodes(e.value)]
+    return []
+
+
+def _single_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The expression a function returns when its body is simple assignments (and a
+    docstring) followed by one `return`."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else []
+    if not body or not isinstance(body[-1], cst.SimpleStatementLine) or not isinstance(body[-1].body[0], cst.Return):
         return None
+    for line in body[:-1]:
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        small = line.body[0]
+        docstring = isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+        if not docstring and not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                                  and isinstance(small.targets[0].target, (cst.Name, cst.Tuple))):
+            return None
+    return body[-1].body[0].value
 
 
-def _fresh(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """A copy of `expr` to put somewhere else in the tree (nodes must not be shared)."""
-    return cst.parse_expression(cst.Module([]).code_for_node(expr))
+def _local_assignments(function: cst.FunctionDef) -> list[cst.Assign]:
+    return [line.body[0] for line in function.body.body[:-1] if isinstance(line.body[0], cst.Assign)]
+
+
+def _arguments(call: cst.Call, function: cst.FunctionDef) -> dict[str, cst.BaseExpression | None] | None:
+    """Parameter name -> the argument `call` passes (or the default), for a plain
+    function; None when `*args`/`**kwargs` hide what goes where."""
+    params = function.params
+    if params.star_arg is not cst.MaybeSentinel.DEFAULT and params.star_arg is not None or params.star_kwarg is not None:
+        return None
+    if any(a.star for a in call.args):
+        return None
+    positional = [*params.posonly_params, *params.params]
+    mapping: dict[str, cst.BaseExpression | None] = {}
+    plain = [a.value for a in call.args if a.keyword is None]
+    if len(plain) > len(positional):
+        return None
+    for param, value in zip(positional, plain):
+        mapping[param.name.value] = value
+    named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    for param in [*positional, *params.kwonly_params]:
+        name = param.name.value
+        if name in mapping:
+            continue
+        if name in named:
+            mapping[name] = named.pop(name)
+        elif param.default is not None:
+            mapping[name] = param.default
+        else:
+            return None
+    return None if named else mapping
+
+
+def _argument_for(call: cst.Call, function: cst.FunctionDef, param: cst.Param, skip_first: bool) -> cst.BaseExpression | None:
+    """What `call` passes to `param` (the first parameter, `self`, skipped for a method)."""
+    params = [*function.params.posonly_params, *function.params.params]
+    if skip_first:
+        params = params[1:]
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is not None and arg.keyword.value == param.name.value:
+            return arg.value
+    plain = [a.value for a in call.args if a.keyword is None]
+    if param in params and params.index(param) < len(plain):
+        return plain[params.index(param)]
+    return param.default
+
+
+def _substituted(expr: cst.BaseExpression, texts: dict[str, str]) -> str:
+    """The code of `expr` with each name it reads in `texts` replaced by that text."""
+    reads = {id(n) for n in names_read(expr) if n.value in texts}
+    replaced = expr.visit(_Substitute(reads, texts))
+    return cst.Module([]).code_for_node(replaced)
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, reads: set[int], texts: dict[str, str]) -> None:
+        super().__init__()
+        self.reads, self.texts = reads, texts
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if id(original) in self.reads:
+            return _atom(cst.parse_expression(self.texts[original.value]))
+        return updated
+
+
+def _per_sample_means(loss: _LossCall, call: cst.Call, batch: str, reduce: str, indent: int) -> str:
+    """The per-sample means of a batched cross-entropy (or NLL) `call`:
+    `(f(input, target, reduction="none").view(B, -1).sum(1) / (target != ignore).view(B, -1).sum(1))`,
+    then `.sum()` or `.mean()` (`reduce` "none": the vector)."""
+    code = cst.Module([]).code_for_node
+    positional = [a.value for a in call.args if a.keyword is None]
+    named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    inputs = positional[0] if positional else named["input"]
+    target = positional[1] if len(positional) > 1 else named["target"]
+    if loss.function is None:  # a function call: its own keywords
+        options = {k: code(v) for k, v in named.items() if k not in ("input", "target")}
+        function = code(call.func)
+    else:
+        options = dict(loss.options)
+        function = loss.function
+    keywords = {"reduction": '"none"', **{k: v for k, v in options.items() if k not in ("reduction", "input", "target")}}
+    extra = "".join(f", {k}={v}" for k, v in keywords.items())
+    ignore = options.get("ignore_index", "-100")
+    target_text = code(target)
+    sums = f"({function}({code(inputs)}, {target_text}{extra}).view({batch}, -1).sum(1)"
+    counts = f"/ ({target_text} != {ignore}).view({batch}, -1).sum(1))"
+    close = "" if reduce == "none" else f".{reduce}()"
+    text = f"{sums} {counts}{close}"
+    if indent + len(text) > LINE_LENGTH:
+        # libcst puts the block's indentation in front of the continuation line itself
+        text = f"{sums}\n{' ' * (indent + 1)}{counts}{close}"
+    return text

@@ -42,6 +42,12 @@ def in_loop(body: str) -> str:
     "hs = []\nhs += [model.register_forward_hook(print) for _ in range(2)]\nfor h in hs:\n    h.remove()\n",
     "h = model.register_forward_hook(print, with_kwargs=True)\ntry:\n    model(x)\nfinally:\n    h.remove()\n",
     "h = model.register_forward_hook(hook=print)\nh.remove()\n",
+    "hs = {}\nhs['a'] = model.register_forward_hook(print)\nfor h in hs.values():\n    h.remove()\n",
+    "hs = dict()\nhs[0] = model.register_forward_hook(print)\nfor k, h in hs.items():\n    h.remove()\n",
+    "hs = {}\nh = model.register_forward_hook(print)\nhs['a'] = h\nhs['a'].remove()\n",
+    "hs = []\nh = model.register_forward_hook(print)\nhs.append(h)\nwhile hs:\n    hs.pop().remove()\n",
+    "hs = []\nhs.append(model.register_forward_pre_hook(print))\n[h.remove() for h in hs]\n",
+    "hs = []\nhs.append(model.register_forward_hook(print))\nfor h in reversed(hs):\n    h.remove()\n",
 ])
 def test_followed_handles_are_fixed(body):
     found = findings(in_loop(body))
@@ -53,7 +59,8 @@ def test_followed_handles_are_fixed(body):
     ("h = model.register_forward_hook(print, prepend=True)\nh.remove()\n", "prepend"),
     ("kw = {}\nh = model.register_forward_hook(print, **kw)\nh.remove()\n", "**kwargs"),
     ("h = model.register_forward_hook(print)\nprint(h.id)\nh.remove()\n", "the handle is read"),
-    ("hs = {}\nhs['a'] = model.register_forward_hook(print)\nfor h in hs.values():\n    h.remove()\n", "a dict"),
+    ("hs = {}\nhs['a'] = model.register_forward_hook(print)\nfor h in hs.values():\n    print(h)\n", "a dict read"),
+    ("hs = {}\nhs['a'] = model.register_forward_hook(print)\nreturn_later = hs\n", "a dict aliased"),
     ("hs = [model.register_forward_hook(print)]\nkeep = hs\nfor h in hs:\n    h.remove()\n", "the list is aliased"),
 ])
 def test_handles_it_cannot_follow_or_arguments_it_cannot_keep_are_reported(body, why):
