@@ -6,6 +6,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemod.analysis.names import method_name
+from codemod.edits import InsertAfter
 from codemod.rule import Invalid, Level, Rule, Valid
 
 COMPILERS = ("torch.compile",)
@@ -168,22 +169,32 @@ class UncompiledModel(Rule):
                                    f"add `{name}.compile()` after its last binding")
             else:
                 compile_line = cst.parse_statement(f"{name}.compile()\n")
-                self.report(anchor, replacement=cst.FlattenSentinel([anchor, compile_line]))
+                self.report(anchor, edits=[InsertAfter(anchor, (compile_line,))])
 
     # -- what the file does already ------------------------------------------------------
 
     def _compiled_already(self, module: cst.Module) -> bool:
-        names = self.context.names
-        for node in m.findall(module, m.Name() | m.Attribute()):
-            if names.is_(node, *COMPILERS):
+        names, index = self.context.names, self.context.index
+        # torch.compile is spelled `torch.compile` (any alias of torch) or imported by name
+        # (`from torch import compile as jit`): only those nodes need a qualified-name look-up.
+        for node in index.find(cst.ImportFrom):
+            if node.module is not None and not node.relative and module.code_for_node(node.module) == "torch" \
+                    and not isinstance(node.names, cst.ImportStar) \
+                    and any(_last_name(alias.name) == "compile" for alias in node.names):
+                return True
+        for node in index.find(cst.Attribute):
+            if node.attr.value == "compile" and names.is_(node, *COMPILERS):
                 return True
         models = {model.expression for loop in self.context.training.loops for model in loop.models}
         return any(method_name(call) == "compile" and module.code_for_node(call.func.value) in models
-                   for call in m.findall(module, m.Call(func=m.Attribute())))
+                   for call in index.find(cst.Call) if isinstance(call.func, cst.Attribute))
 
     def _hook_registration(self, module: cst.Module) -> cst.Call | None:
-        for call in m.findall(module, m.Call()):
-            if method_name(call) in HOOK_METHODS or self.context.names.is_(call, *PER_CALL_HOOKS):
+        per_call = {name.rsplit(".", 1)[1] for name in PER_CALL_HOOKS}
+        for call in self.context.index.find(cst.Call):
+            if method_name(call) in HOOK_METHODS:
+                return call
+            if _last_name(call.func) in per_call and self.context.names.is_(call, *PER_CALL_HOOKS):
                 return call
         return None
 
@@ -225,6 +236,14 @@ class UncompiledModel(Rule):
         scope = self.context.scopes.get(anchor.body[0])
         if scope is None:
             return True
-        after, end = self.context.positions[anchor].end.line, self.context.positions[loop].end.line
-        return any(after < self.context.positions[a.node].start.line <= end
+        index = self.context.index
+        after, end = index.end(anchor), index.end(loop)
+        return any(a.node in index and after < index.order(a.node) <= end
                    for a in scope.assignments[name] if isinstance(a.node, cst.CSTNode))
+
+
+def _last_name(node: cst.CSTNode) -> str | None:
+    """`c` for `a.b.c` and for `c`."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else None

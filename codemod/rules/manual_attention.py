@@ -5,16 +5,12 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ScopeProvider
 
-from codemod.analysis.bindings import Bindings
-from codemod.analysis.edits import suppressed_on
 from codemod.analysis.names import kwarg, names_read, positional
+from codemod.analysis.torch_facts import DROPOUTS, SDPA, SOFTMAXES, functional_alias
+from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
-
-SDPA = "torch.nn.functional.scaled_dot_product_attention"
-SOFTMAXES = {"torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax"}
-DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
+from codemod.suppression import suppressed_on
 NEG_INF = (
     m.Call(func=m.Name("float"), args=[m.Arg(m.SimpleString(m.MatchIfTrue(
         lambda s: s.strip("'\"").lower() in ("-inf", "-infinity"))))])
@@ -269,18 +265,16 @@ def attend(q, k, v, mask):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self.bindings = Bindings(context.wrapper.resolve(ScopeProvider), context.parents)
+        self.bindings = context.bindings
         self.blocks_with_softmax: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         """Note the block of each call spelled `softmax`: only those blocks can hold a chain."""
         if m.matches(node.func, m.Name("softmax") | m.Attribute(attr=m.Name("softmax"))) or \
                 m.matches(node.func, m.Name()) and self.context.names.of(node.func) & SOFTMAXES:
-            current = self.context.parents.get(node)
-            while current is not None and not isinstance(current, cst.IndentedBlock):
-                current = self.context.parents.get(current)
-            if current is not None:
-                self.blocks_with_softmax.add(id(current))
+            block = self.context.index.first_enclosing(node, cst.IndentedBlock)
+            if block is not None:
+                self.blocks_with_softmax.add(id(block))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
         if id(original_node) not in self.blocks_with_softmax:
@@ -298,26 +292,16 @@ def attend(q, k, v, mask):
                     continue
                 if attention is not None and not self._beside_fast_path(node):
                     matches.append((index, attention, product))
-        if not matches:
-            return
-        fixes = [(i, a, p) for i, a, p in matches
-                 if not any(suppressed_on(statements[j], self.CODE) for j in [i, *a.consumed])]
-        if not fixes:
-            return
-        # Every chain's edit lands in one replacement of the block, so all its findings share
-        # it (and its level); each is reported at its own chain.
-        replacement = self._rewrite(node, fixes)
-        unsafe = next((statements[i] for i, a, _ in fixes if a.scale_unproven), None)
-        for i, attention, _ in fixes:
+        for index, attention, product in matches:
+            if any(suppressed_on(statements[j], self.CODE) for j in [index, *attention.consumed]):
+                continue
+            message = self.MESSAGE
             if attention.scale_unproven:
                 message = "hand-written attention; its scale " + attention.scale_unproven
-            elif unsafe is not None:
-                message = (f"{self.MESSAGE} (rewritten together with line {self.context.positions[unsafe].start.line}, "
-                           "whose fix needs --level unsafe)")
-            else:
-                message = self.MESSAGE
-            self.report(self.context.parents[node], message, replacement=replacement, imports=self._imports(),
-                        level=Level.UNSAFE if unsafe is not None else None, at=statements[i])
+            edits = [Remove(statements[j]) for j in attention.consumed]
+            edits.append(Replace(product, lambda updated, a=attention: self._sdpa_call(a, updated)))
+            self.report(product, message, edits=edits, imports=self._imports(),
+                        level=Level.UNSAFE if attention.scale_unproven else None, at=statements[index])
 
     # -- matching ----------------------------------------------------------
 
@@ -326,7 +310,7 @@ def attend(q, k, v, mask):
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return []
         found = []
-        for node in m.findall(statement, m.BinaryOperation(operator=m.MatrixMultiply()) | m.Call()):
+        for node in self.context.index.find((cst.BinaryOperation, cst.Call), within=statement):
             left = self._matmul_operands(node)
             if left is not None and (isinstance(left[0], cst.Name) or self._softmax_input(left[0]) is not None):
                 found.append(node)
@@ -526,7 +510,9 @@ def attend(q, k, v, mask):
             return None
         name = attribute.attr.value
         values = []
-        for call in m.findall(classdef, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("register_buffer")))):
+        for call in self.context.index.find(cst.Call, within=classdef):
+            if not m.matches(call.func, m.Attribute(value=m.Name("self"), attr=m.Name("register_buffer"))):
+                continue
             first = positional(call, 0)
             if first is None or not isinstance(first.value, cst.SimpleString):
                 return None  # a buffer named at run time could be this one
@@ -591,15 +577,16 @@ def attend(q, k, v, mask):
         for j in attention.skipped:
             for bound in _bound_names(statements[j].body[0]):
                 if bound in links or bound in moved_reads or ("." in bound or "[" in bound) and bound in moved_code:
-                    line = self.context.positions[statements[j]].start.line
+                    line = self.context.line(statements[j])
                     raise _NoMatch(f"line {line} assigns `{bound}` between the attention's statements")
-        scope = self._enclosing(statements[index], cst.FunctionDef) or self.context.module
+        scope = self.context.scopes.get(statements[index])
         reads_in_chain = sum(1 for s in chain for n in names_read(s) if n.value in links)
-        for name in names_read(scope):
-            if name.value in links and not any(self.context.inside(name, s) for s in chain):
-                line = self.context.positions[name].start.line
-                raise _NoMatch(f"the attention weights `{name.value}` are also read on line {line} "
-                               "(SDPA does not return them)")
+        for name in sorted(links):
+            for access in scope.accesses[name] if scope is not None else ():
+                if not any(self.context.inside(access.node, s) for s in chain):
+                    line = self.context.line(access.node)
+                    raise _NoMatch(f"the attention weights `{name}` are also read on line {line} "
+                                   "(SDPA does not return them)")
         if reads_in_chain != len(attention.links):
             raise _NoMatch("an intermediate of the attention is read more than once")
 
@@ -611,37 +598,25 @@ def attend(q, k, v, mask):
                 code = self.context.module.code_for_node(current.test)
                 if "flash" in code.lower() or "scaled_dot_product_attention" in code:
                     return True
-                for call in m.findall(current, m.Call()):
-                    if self.context.names.is_(call.func, SDPA):
+                for call in self.context.index.find(cst.Call, within=current):
+                    if m.matches(call.func, m.Attribute(attr=m.Name("scaled_dot_product_attention"))
+                                 | m.Name("scaled_dot_product_attention")) and self.context.names.is_(call.func, SDPA):
                         return True
             current = self.context.parents.get(current)
         return False
 
     # -- rewriting ---------------------------------------------------------
 
-    def _rewrite(self, block: cst.IndentedBlock, fixes) -> cst.CSTNode:
-        statements = list(block.body)
-        removed = {j for _, attention, _ in fixes for j in attention.consumed}
-        replacements = {}
-        for index, attention, product in fixes:
-            statement = statements[index]
-            first = statements[min([index, *attention.consumed])]
-            new = statement.deep_replace(product, self._sdpa_call(attention).with_changes(
-                lpar=product.lpar, rpar=product.rpar))
-            if not attention.skipped:  # the chain's leading comment, unless lines it skipped come between
-                new = new.with_changes(leading_lines=first.leading_lines)
-            replacements[index] = new
-        body = [replacements.get(i, s) for i, s in enumerate(statements) if i not in removed]
-        return self.context.parents[block].with_changes(body=block.with_changes(body=body))
-
-    def _sdpa_call(self, attention: _Attention) -> cst.Call:
-        args = [cst.Arg(attention.q), cst.Arg(attention.k), cst.Arg(attention.v)]
+    def _sdpa_call(self, attention: _Attention, product: cst.BaseExpression) -> cst.Call:
+        """The SDPA call that replaces `product` (`weights @ v`, maybe with edits inside v already made)."""
+        v = product.right if isinstance(product, cst.BinaryOperation) else product.args[1].value
+        args = [cst.Arg(attention.q), cst.Arg(attention.k), cst.Arg(v)]
         keywords = [("attn_mask", attention.mask), ("dropout_p", attention.dropout),
                     ("is_causal", cst.Name("True") if attention.causal else None), ("scale", attention.scale)]
         args += [cst.Arg(value, keyword=cst.Name(key), equal=cst.AssignEqual(
             cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))) for key, value in keywords if value is not None]
         args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args[:-1]] + args[-1:]
-        return cst.Call(func=self._sdpa_name(), args=args)
+        return cst.Call(func=self._sdpa_name(), args=args, lpar=product.lpar, rpar=product.rpar)
 
     def _sdpa_name(self) -> cst.BaseExpression:
         """`F.scaled_dot_product_attention` through the file's alias of torch.nn.functional, else spelled out."""
@@ -651,33 +626,20 @@ def attend(q, k, v, mask):
         return cst.parse_expression(SDPA)
 
     def _functional_alias(self) -> str | None:
-        for statement in self.context.module.body:
-            for node in m.findall(statement, m.Import() | m.ImportFrom()):
-                if isinstance(node, cst.Import):
-                    for alias in node.names:
-                        if alias.asname is not None and self.context.module.code_for_node(alias.name) == "torch.nn.functional":
-                            return alias.asname.name.value
-                elif node.module is not None and self.context.module.code_for_node(node.module) == "torch.nn" \
-                        and not isinstance(node.names, cst.ImportStar):
-                    for alias in node.names:
-                        if alias.name.value == "functional":
-                            return alias.asname.name.value if alias.asname is not None else "functional"
-        return None
+        alias = functional_alias(self.context.module)
+        return None if alias == "torch.nn.functional" else alias
 
     def _imports(self) -> list[tuple[str, str | None]]:
         """`import torch.nn.functional` when the call is spelled out and the file does not import torch."""
         if self._functional_alias() is not None:
             return []
         imported = any(alias.name.value == "torch" and alias.asname is None
-                       for node in m.findall(self.context.module, m.Import()) for alias in node.names
+                       for node in self.context.index.find(cst.Import) for alias in node.names
                        if isinstance(alias.name, cst.Name))
         return [] if imported else [("torch.nn.functional", None)]
 
     def _enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
-        current = self.context.parents.get(node)
-        while current is not None and not isinstance(current, kind):
-            current = self.context.parents.get(current)
-        return current
+        return self.context.index.first_enclosing(node, kind)
 
 def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expr.lpar:

@@ -5,9 +5,10 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from codemod.analysis.edits import suppressed_on
 from codemod.analysis.names import names_read
+from codemod.edits import InsertAfter, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.suppression import suppressed_on
 
 PREAMBLE = "import torch\n"
 # Elementwise functions: applied to x[:, t] for each t, or to x once, they give the same values.
@@ -187,14 +188,11 @@ def ema(a, x):
         except _Unsupported as why:
             self.report(node, f"a Python loop over time computes a linear recurrence, not rewritten: {why}")
             return
-        new_statements, kernel = fix
+        edits, kernel = fix
         if any(suppressed_on(s, self.CODE) for s in statements[max(index - 1, 0):index + 2]):
             return
-        owner = self.context.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
-        new_block = block.with_changes(body=new_statements)
-        target, replacement = (owner, owner.with_changes(body=new_block)) if owner is not None else (block, new_block)
-        self.report(target, f"{self.MESSAGE} (it becomes runtime.kernels.{kernel})",
-                    replacement=replacement, imports=[("runtime.kernels", kernel)], at=node)
+        self.report(node, f"{self.MESSAGE} (it becomes runtime.kernels.{kernel})",
+                    edits=edits, imports=[("runtime.kernels", kernel)], at=node)
 
     # -- matching ----------------------------------------------------------
 
@@ -217,7 +215,8 @@ def ema(a, x):
                 continue
             parts = [update[1], update[2]]
             parts += [temporaries[n.value] for part in parts for n in names_read(part) if n.value in temporaries]
-            if any(m.findall(part, time_indexed) for part in parts):
+            if any(m.matches(node, time_indexed) for part in parts
+                   for node in self.context.index.find(cst.Subscript, within=part)):
                 return True
         return False
 
@@ -238,7 +237,7 @@ def ema(a, x):
 
     def _match(self, loop: cst.For, statements, index: int):
         time = loop.target.value
-        if loop.orelse is not None or m.findall(loop.body, m.Break() | m.Continue() | m.Return() | m.Yield()):
+        if loop.orelse is not None or self.context.index.find((cst.Break, cst.Continue, cst.Return, cst.Yield), within=loop.body):
             raise _Unsupported("the loop has break / continue / return / else")
         if len(loop.iter.args) != 1 or loop.iter.args[0].keyword or loop.iter.args[0].star:
             raise _Unsupported("the loop is not `for t in range(T)`")
@@ -398,7 +397,7 @@ def ema(a, x):
 
     def _rewrite(self, statements, index, loop, outs, state, steps, recurrence: _Recurrence, temporaries):
         code = self.context.module.code_for_node
-        before = [i for i in range(index) if _binds(statements[i], outs)]
+        before = [i for i in range(index) if self._binds(statements[i], outs)]
         if not before or not m.matches(statements[before[-1]], m.SimpleStatementLine(
                 body=[m.Assign(targets=[m.AssignTarget(m.Name(outs))], value=m.List(elements=[]))])):
             raise _Unsupported(f"`{outs}` is not made an empty list before the loop")
@@ -408,19 +407,21 @@ def ema(a, x):
         if index + 1 >= len(statements):
             raise _Unsupported(f"`{outs}` is not stacked right after the loop")
         after = statements[index + 1]
-        stacks = [c for c in m.findall(after, m.Call()) if self.context.names.is_(c.func, "torch.stack")
+        stacks = [c for c in self.context.index.find(cst.Call, within=after) if self.context.names.is_(c.func, "torch.stack")
                   and c.args and m.matches(c.args[0].value, m.Name(outs))]
         dim_ok = len(stacks) == 1 and len(stacks[0].args) == 2 and \
             (stacks[0].args[1].keyword is None or stacks[0].args[1].keyword.value == "dim") and \
             code(stacks[0].args[1].value) in (str(recurrence.time_dim), f"-{4 - recurrence.time_dim}" if recurrence.time_dim == 2 else "")
         if not dim_ok:
             raise _Unsupported(f"the statement after the loop does not stack `{outs}` at dim {recurrence.time_dim}")
-        scope = self._enclosing_scope(loop)
-        later_reads = [n for n in names_read(scope) if self._after(n, loop)]
+        scope = self.context.scopes.get(loop)
+        later_reads = [] if scope is None else sorted(
+            (access.node for name in (outs, state, *temporaries, loop.target.value) for access in scope.accesses[name]
+             if isinstance(access.node, cst.Name) and self._after(access.node, loop)), key=self.context.index.order)
         for name in (outs, *temporaries, loop.target.value):
             uses = [n for n in later_reads if n.value == name and not self.context.inside(n, stacks[0].args[0])]
             if uses:
-                raise _Unsupported(f"`{name}` is read after the loop (line {self.context.positions[uses[0]].start.line})")
+                raise _Unsupported(f"`{name}` is read after the loop (line {self.context.line(uses[0])})")
         tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
         args = [cst.Arg(v, keyword=None) if kw is None else
                 cst.Arg(v) if kw == "h0" else cst.Arg(v, keyword=cst.Name(kw), equal=tight)
@@ -429,25 +430,26 @@ def ema(a, x):
             args = args[:2]
         call = cst.Call(func=cst.Name(recurrence.kernel), args=args)
         reads_state_after = any(n.value == state for n in later_reads if not self.context.inside(n, after))
-        new_after = after.deep_replace(stacks[0], call)
-        extra = []
+        edits = [Remove(statements[start]), Remove(loop), Replace(stacks[0], call)]
+        assign = after.body[0] if isinstance(after, cst.SimpleStatementLine) and len(after.body) == 1 else None
+        stack_assigned = m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name())])) and assign.value is stacks[0]
         if recurrence.kernel == "linear_attention":
-            assign = new_after.body[0] if isinstance(new_after, cst.SimpleStatementLine) else None
-            if not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name())])) or assign.value is not call:
+            if not stack_assigned:
                 raise _Unsupported(f"the stacked `{outs}` is not assigned to one name right after the loop")
-            new_after = new_after.with_changes(body=[assign.with_changes(targets=[cst.AssignTarget(cst.Tuple(
-                [cst.Element(assign.targets[0].target), cst.Element(cst.Name(state))], lpar=[], rpar=[]))])])
+            target = assign.targets[0].target
+            edits.append(Replace(target, cst.Tuple([cst.Element(target), cst.Element(cst.Name(state))], lpar=[], rpar=[])))
         elif reads_state_after or any(n.value == state for n in names_read(after)
                                       if not self.context.inside(n, stacks[0])):
-            assign = new_after.body[0] if isinstance(new_after, cst.SimpleStatementLine) else None
-            if not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name())])) or assign.value is not call:
+            if not stack_assigned:
                 raise _Unsupported(f"the state `{state}` is read after the loop, and the stack is not assigned to one name")
-            if state in {n.value for n in names_read(after)} - {n.value for n in names_read(call)}:
+            if state in {n.value for n in names_read(after)} - {n.value for n in names_read(stacks[0])}:
                 raise _Unsupported(f"the statement after the loop reads the state `{state}` beside the stack")
-            extra = [cst.parse_statement(f"{assign.targets[0].target.value}[:, -1]".join([f"{state} = ", "\n"]))]
-        new_after = new_after.with_changes(leading_lines=statements[start].leading_lines)
-        return statements[:start] + statements[start + 1:index] + [new_after, *extra] + statements[index + 2:], \
-            recurrence.kernel
+            edits.append(InsertAfter(after, (cst.parse_statement(f"{state} = {assign.targets[0].target.value}[:, -1]\n"),)))
+        first = statements[start]
+        if not any(line.comment is not None for line in first.leading_lines):
+            # the blank lines above the list go above the kernel call (comments are carried by the removal)
+            edits.append(Replace(after, lambda updated: updated.with_changes(leading_lines=first.leading_lines)))
+        return edits, recurrence.kernel
 
     def _slice(self, tensor: cst.BaseExpression, dim: int) -> cst.BaseExpression:
         """`X[:, :T]` (dim 1) or `X[:, :, :T]` (dim 2): the steps the loop read, unless T is X.size(dim) / X.shape[dim]."""
@@ -484,25 +486,21 @@ def ema(a, x):
         return None
 
     def _zero_literal_state(self, before, state: str) -> bool:
-        binds = [s for s in before if _binds(s, state)]
+        binds = [s for s in before if self._binds(s, state)]
         return bool(binds) and m.matches(binds[-1], m.SimpleStatementLine(
             body=[m.Assign(value=m.Integer("0") | m.Float(m.MatchIfTrue(lambda v: float(v) == 0.0)))]))
 
-    def _enclosing_scope(self, node):
-        current = self.context.parents.get(node)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Module)):
-            current = self.context.parents.get(current)
-        return current
+    def _binds(self, statement, name: str) -> bool:
+        return any(m.matches(t.target, m.Name(name))
+                   for s in self.context.index.find(cst.Assign, within=statement) for t in s.targets)
 
     def _after(self, node, loop) -> bool:
-        return self.context.positions[node].start.line > self.context.positions[loop].end.line
+        return self.context.index.order(node) > self.context.index.end(loop)
 
 def _small_statements(block) -> list[cst.BaseSmallStatement]:
     return [s for line in block.body if isinstance(line, cst.SimpleStatementLine) for s in line.body]
 
 
-def _binds(statement, name: str) -> bool:
-    return any(m.matches(t.target, m.Name(name)) for s in m.findall(statement, m.Assign()) for t in s.targets)
 
 
 def _unsqueezed(expr, dim: str) -> cst.BaseExpression | None:
