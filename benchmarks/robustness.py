@@ -5,6 +5,7 @@ check each file:
 - no crash: an engine error is fine only where Python's own `compile` rejects
   the file too; an internal error, or a parse error on valid Python, is a failure;
 - the rewrite compiles;
+- every line the rewrite changes lies in the lines of an applied finding's fix;
 - a second run over the rewrite changes nothing and has nothing left to fix.
 
     python -m benchmarks.robustness                       # all of torch, 2 jobs
@@ -30,6 +31,7 @@ from typing import Iterator, Sequence
 
 from codemod.config import Settings
 from codemod.engine import process_source
+from codemod.report.diff import unattributed_changes
 from codemod.rule import Level
 from codemod.rules import ALL_RULES
 
@@ -43,6 +45,7 @@ REJECTED_BY_BOTH = "unparsable, and Python rejects it too"
 INTERNAL_ERROR = "internal error"
 VALID_PYTHON_REJECTED = "engine error on code Python compiles"
 REWRITE_DOES_NOT_COMPILE = "rewrite does not compile"
+CHANGE_OUTSIDE_FIXES = "a change outside every finding's fix"
 SECOND_RUN_ERROR = "second run errors"
 SECOND_RUN_CHANGES = "second run changes the rewrite"
 FINE = (CLEAN, REJECTED_BY_BOTH)
@@ -86,6 +89,9 @@ def check_source(source: bytes, path: str) -> Outcome:
     why = compile_error(first.new_source, path)
     if why is not None:
         return Outcome(path, REWRITE_DOES_NOT_COMPILE, changed=True, detail=why)
+    stray = unattributed_changes(first)
+    if stray:
+        return Outcome(path, CHANGE_OUTSIDE_FIXES, changed=True, detail="; ".join(stray))
     second = process_source(first.new_source, path, SETTINGS)
     if second.error is not None:
         return Outcome(path, SECOND_RUN_ERROR, changed=True, detail=second.error)
@@ -135,8 +141,8 @@ def summary(outcomes: Sequence[Outcome], seconds: float) -> str:
         "errors by kind:",
     ]
     lines += [f"  {kind}: {kinds[kind]}" for kind in (
-        REJECTED_BY_BOTH, INTERNAL_ERROR, VALID_PYTHON_REJECTED, REWRITE_DOES_NOT_COMPILE, SECOND_RUN_ERROR,
-        SECOND_RUN_CHANGES)]
+        REJECTED_BY_BOTH, INTERNAL_ERROR, VALID_PYTHON_REJECTED, REWRITE_DOES_NOT_COMPILE, CHANGE_OUTSIDE_FIXES,
+        SECOND_RUN_ERROR, SECOND_RUN_CHANGES)]
     lines += [f"failures: {sum(outcome.failed for outcome in outcomes)}", f"seconds: {seconds:.1f}",
               "slowest files (CPU seconds of their check):"]
     slowest = sorted(outcomes, key=lambda outcome: outcome.seconds, reverse=True)[:SLOWEST_SHOWN]

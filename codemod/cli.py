@@ -495,8 +495,7 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
     _report_errors(results)
     if output_format == "html":
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
-        page = render_html(results, settings.level, ALL_RULES, alone=fixes_alone(settings),
-                           verify=verify, command=command)
+        page = render_html(results, settings.level, ALL_RULES, verify=verify, command=command)
     else:
         page = render_markdown(results, settings.level, ALL_RULES, verify=verify)
     if output is None or str(output) == STDIN:
@@ -511,14 +510,3 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
                    f"{summary.checked} files at level {settings.level.label}.", err=True)
     ctx.exit(EXIT_ERROR if any(result.error for result in results) else EXIT_OK)
 
-
-def fixes_alone(settings: Settings) -> Callable[[FileResult, str], bytes | None]:
-    """(file, rule code) -> the file with only that rule's fixes, for the page
-    to tell which change is whose where the finding lines do not."""
-
-    def alone(result: FileResult, code: str) -> bytes | None:
-        if {f.code for f in result.findings if f.applied} == {code}:
-            return result.new_source
-        return process_source(result.source, result.path, settings, rules=[RULES_BY_CODE[code]]).new_source
-
-    return alone

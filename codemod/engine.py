@@ -18,6 +18,8 @@ import difflib
 import io
 import tokenize
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 from typing import Sequence
 
 import libcst as cst
@@ -32,6 +34,10 @@ from codemod.result import FileResult, Finding, SourceError
 from codemod.rule import Report, Rule
 from codemod.rules import ALL_RULES
 from codemod.suppression import is_suppressed, suppressions
+
+RUNTIME_PACKAGE = "runtime"
+# perfmod's runtime says so in its docstring; a project's own `runtime` does not.
+RUNTIME_MARK = "What rewritten training code calls"
 
 # -- parsing ------------------------------------------------------------------------------
 
@@ -248,11 +254,34 @@ def _candidate_fixes(reports: list[tuple[Report, int]], context: FileContext) ->
 
 def _runtime_shadowed(fix: Fix, context: FileContext) -> str | None:
     """Rewritten code imports perfmod's `runtime` package; a project's own module of
-    that name would be imported instead."""
-    shadow = context.settings.runtime_shadow if hasattr(context.settings, "runtime_shadow") else None
-    if shadow and any(item.module.split(".")[0] == "runtime" for item in fix.imports):
-        return (f"the fix imports perfmod's `runtime` package, but {shadow} would be imported instead; "
-                "rename that module, or install perfmod's runtime where the script runs and rename it")
+    that name beside the script (or at the project root) would be imported instead."""
+    if not any(item.module.split(".")[0] == RUNTIME_PACKAGE for item in fix.imports):
+        return None
+    folders = [Path(context.path).resolve().parent] if context.path and not context.path.startswith("<") else []
+    if context.settings.root is not None:
+        folders.append(Path(context.settings.root).resolve())
+    for folder in folders:
+        shadow = _foreign_runtime(folder)
+        if shadow is not None:
+            return (f"the fix imports perfmod's `{RUNTIME_PACKAGE}` package, but `{shadow}` would be imported instead; "
+                    "rename that module to apply this fix")
+    return None
+
+
+@lru_cache(maxsize=256)
+def _foreign_runtime(folder: Path) -> str | None:
+    """A `runtime` module or package in `folder` that is not perfmod's own."""
+    module, package = folder / f"{RUNTIME_PACKAGE}.py", folder / RUNTIME_PACKAGE
+    if module.is_file():
+        return str(module)
+    if package.is_dir():
+        init = package / "__init__.py"
+        try:
+            own = init.is_file() and RUNTIME_MARK in init.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            own = False
+        if not own:
+            return str(package) + "/"
     return None
 
 

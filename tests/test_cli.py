@@ -242,7 +242,8 @@ def test_json_schema(tmp_path):
     assert document["findings"][0] == {
         "path": "a.py", "line": 4, "column": 5, "code": "PM101", "name": "blocking-host-to-device-copy",
         "message": "host-to-device copy blocks the CPU; pass non_blocking=True", "level": "safe",
-        "fixable": True, "applied": True,
+        "fixable": True, "applied": True, "end_line": 4, "end_column": 17,
+        "changes": [{"first": 4, "last": 4, "text": "y = x.to(device, non_blocking=True)\n"}],
     }
     assert [(f["code"], f["level"], f["fixable"], f["applied"]) for f in document["findings"][1:]] == [
         ("PM992", "unsafe", True, False), ("PM993", "safe", False, False)]
@@ -275,8 +276,17 @@ def test_sarif_schema(tmp_path):
     assert warning["ruleId"] == "PM101" and warning["level"] == "warning"
     assert rules[warning["ruleIndex"]]["id"] == "PM101"
     assert warning["locations"][0]["physicalLocation"] == {
-        "artifactLocation": {"uri": "src/a.py"}, "region": {"startLine": 4, "startColumn": 5}}
-    assert note["ruleId"] == "PM992" and note["level"] == "note"
+        "artifactLocation": {"uri": "src/a.py"},
+        "region": {"startLine": 4, "startColumn": 5, "endLine": 4, "endColumn": 17}}
+    (fix,) = warning["fixes"]
+    (change,) = fix["artifactChanges"]
+    (replacement,) = change["replacements"]
+    original = FIXABLE + "risky(1)\n"
+    region = replacement["deletedRegion"]
+    start, length = region["charOffset"], region["charLength"]
+    assert change["artifactLocation"] == {"uri": "src/a.py"}
+    assert original[:start] + replacement["insertedContent"]["text"] + original[start + length:] == FIXED + "risky(1)\n"
+    assert note["ruleId"] == "PM992" and note["level"] == "note" and "fixes" not in note
     invocation, = run["invocations"]
     assert invocation["executionSuccessful"] is False
     notification, = invocation["toolExecutionNotifications"]

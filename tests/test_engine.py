@@ -2,14 +2,13 @@
 pass, conflicts are settled and reported, the scope guard drops fixes that would
 read undefined names, imports come and go, later passes run only on request."""
 
-import difflib
-
 import libcst as cst
 import pytest
 
 from codemod.config import Settings
 from codemod.edits import AddKeyword, InsertBefore, Remove, Replace, Wrap
 from codemod.engine import passes, process_source
+from codemod.report.diff import unattributed_changes
 from codemod.rule import Level, Rule
 
 
@@ -130,19 +129,7 @@ def run(source: str, level=Level.UNSAFE, rules=TEST_RULES, **settings):
 
 
 def changed_lines_outside_fixes(result) -> list[str]:
-    """Lines of the diff that no applied finding's fix_lines cover."""
-    before = result.source.decode().splitlines()
-    after = result.new_source.decode().splitlines()
-    spans = [span for f in result.findings if f.applied for span in f.fix_lines]
-    outside = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        covered = any((first - 1 <= i1 <= last) if i1 == i2 else (i1 + 1 <= last and i2 >= first)
-                      for first, last in spans)
-        if not covered:
-            outside.append(f"{tag} {i1}:{i2} -> {after[j1:j2]}")
-    return outside
+    return unattributed_changes(result)
 
 
 # -- composition ------------------------------------------------------------------------
@@ -398,3 +385,45 @@ def test_fixes_to_a_file_libcst_cannot_write_back_are_an_error_and_the_file_stay
     assert not result.changed and result.findings == []
     assert result.error.startswith("t.py:1:1: error: libcst cannot write this file back byte for byte")
     assert "end the file with a newline" in result.error
+
+
+def test_the_changes_of_all_fixes_rebuild_the_rewritten_file():
+    from codemod.report.diff import fix_changes
+
+    source = '"""Doc."""\nimport os\n\nfor i in range(2):\n    run(i)\n    drop()\n    x = mixed()\n'
+    result = run(source, rules=[GuardLoops, QuietCalls, DropStatementsCallingDrop, ImportsPrecision])
+    assert all(f.applied for f in result.findings)
+    changes = {(c.offset, c.length): c for per_finding in fix_changes(result) for c in per_finding}
+    text = source
+    for change in sorted(changes.values(), key=lambda c: c.offset, reverse=True):
+        text = text[:change.offset] + change.text + text[change.offset + change.length:]
+    assert text == result.new_source.decode()
+
+
+class ImportsPrefetcher(Rule):
+    """`batches()` -> `DevicePrefetcher(batches())`, importing it from perfmod's runtime."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM917", "test-runtime", Level.SAFE, "prefetch", ""
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "batches":
+            self.report(node, edits=[Replace(node, lambda updated: cst.Call(cst.Name("DevicePrefetcher"), [cst.Arg(updated)]))],
+                        imports=[("runtime.data", "DevicePrefetcher")])
+
+
+@pytest.mark.parametrize("shadow", ["runtime.py", "runtime/__init__.py", "runtime/helpers.py"])
+def test_a_projects_own_runtime_module_blocks_fixes_that_import_perfmods(tmp_path, shadow):
+    (tmp_path / shadow).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / shadow).write_text("SEED = 1\n")
+    script = tmp_path / "train.py"
+    result = process_source(b"for b in batches():\n    pass\n", str(script), Settings(), [ImportsPrefetcher])
+    (finding,) = result.findings
+    assert not result.changed and not finding.applied
+    assert f"`{tmp_path / shadow.split('/')[0]}" in finding.message and "rename that module" in finding.message
+
+
+def test_perfmods_own_runtime_beside_a_script_is_no_shadow(tmp_path):
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "__init__.py").write_text('"""What rewritten training code calls; usable on its own."""\n')
+    result = process_source(b"for b in batches():\n    pass\n", str(tmp_path / "train.py"), Settings(), [ImportsPrefetcher])
+    assert result.changed and "DevicePrefetcher(batches())" in result.new_source.decode()

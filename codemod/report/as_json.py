@@ -2,14 +2,17 @@
 
     {"version": 1, "level": "safe",
      "files":    [{"path", "changed", "error"}],            input order
-     "findings": [{"path", "line", "column", "code", "name", "message",
-                   "level", "fixable", "applied"}],          file by file, by line
+     "findings": [{"path", "line", "column", "end_line", "end_column", "code",
+                   "name", "message", "level", "fixable", "applied",
+                   "changes": [{"first", "last", "text"}]}],  file by file, by line
      "summary":  {"files", "changed", "errors", "findings", "applied",
                   "fixable_at_higher_level": {level: n}, "report_only"}}
 
 `changed`: the fixes at the chosen level rewrite the file (`apply` wrote it;
 `check` and `--dry-run` did not). `applied`: the finding's fix is within the
-chosen level. `error` is the `path:line:col: error: ...` line, or null. Fields
+chosen level; `changes` are then the lines of the original file it replaces
+(`first` to `last`, 1-based; `last` is `first - 1` for an insertion before
+`first`) and the text written there, else empty. `error` is the `path:line:col: error: ...` line, or null. Fields
 are only ever added; a change to any existing one bumps `version`.
 """
 
@@ -19,6 +22,7 @@ import json
 from typing import Sequence
 
 from codemod.docs import fix_availability, page_path
+from codemod.report.diff import Change, fix_changes
 from codemod.result import FileResult
 from codemod.report.summary import Summary
 from codemod.rule import Finding, Level, Rule
@@ -26,17 +30,20 @@ from codemod.rule import Finding, Level, Rule
 SCHEMA_VERSION = 1
 
 
-def finding_dict(finding: Finding) -> dict:
+def finding_dict(finding: Finding, changes: Sequence[Change] = ()) -> dict:
     return {
         "path": finding.path,
         "line": finding.line,
         "column": finding.column,
+        "end_line": finding.end_line or finding.line,
+        "end_column": finding.end_column or finding.column,
         "code": finding.code,
         "name": finding.name,
         "message": finding.message,
         "level": finding.level.label,
         "fixable": finding.fixable,
         "applied": finding.applied,
+        "changes": [{"first": c.first, "last": c.last, "text": c.text} for c in changes],
     }
 
 
@@ -45,7 +52,7 @@ def render_json(results: Sequence[FileResult], level: Level) -> str:
         "version": SCHEMA_VERSION,
         "level": level.label,
         "files": [{"path": r.path, "changed": r.changed and r.error is None, "error": r.error} for r in results],
-        "findings": [finding_dict(f) for r in results for f in r.findings],
+        "findings": [finding_dict(f, c) for r in results for f, c in zip(r.findings, fix_changes(r))],
         "summary": Summary.of(results).as_dict(),
     }
     return json.dumps(document, indent=2)

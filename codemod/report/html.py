@@ -6,13 +6,11 @@ with each change annotated by the finding(s) that made it, and the findings
 left for a higher level or without a fix. CSS is inline and nothing is loaded
 from elsewhere, so the page works offline and as a CI artifact.
 
-Which finding made which change: the engine reports a finding at the start of
-the node it replaces, which may be lines above the lines that change (a loop
-wrapped in autocast), and a fix may change lines far from it (an import, a
-value read at log time). Where every change holds a finding's line and every
-finding sits on a change, the lines settle it; otherwise `alone` (a rule's
-fixes applied on their own, which the CLI gets from the engine) tells which
-changes are that rule's.
+Which finding made which change: every applied finding carries the lines
+its fix rewrites (`Finding.fix_lines`, from the engine's edits), which may lie
+away from the finding itself (an import, a setting before the loop, a value
+read at log time). A change is shown under the findings whose lines it meets;
+the first change of a finding gets its note, later ones point back at it.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import jinja2
 from markupsafe import Markup, escape
@@ -37,7 +35,6 @@ from codemod.report.summary import Summary
 from codemod.rule import Finding, Level, Rule
 
 CONTEXT_LINES = 3
-Alone = Callable[[FileResult, str], "bytes | None"]  # (file, rule code) -> the file with that rule's fixes alone
 PAIR_RATIO = 0.5  # a removed and an added line this alike are one line edited: mark the words that differ
 INLINE_CODE = re.compile(r"`([^`]+)`")
 WORD = re.compile(r"\w+|\s+|[^\w\s]")
@@ -110,20 +107,16 @@ def render_html(
     level: Level,
     rules: Sequence[type[Rule]],
     *,
-    alone: Alone | None = None,
     verify: dict | None = None,
     command: str = "",
     generated: datetime | None = None,
 ) -> str:
-    """The page for `results` at `level`. `alone(result, code)`: the file's
-    source with only that rule's fixes applied (asked only where the lines
-    leave a change's rule open); without it, changes go by finding lines alone.
-    `verify`: a document checked by review.load_verify."""
+    """The page for `results` at `level`. `verify`: a document checked by review.load_verify."""
     summary = Summary.of(results)
     docs = {rule.CODE: page_path(rule) for rule in rules}
     gains = {rule.CODE: rule.GAIN for rule in rules}
     files = [
-        file_view(result, index, docs, gains, alone)
+        file_view(result, index, docs, gains)
         for index, result in enumerate(results)
         if result.error or result.findings or result.changed
     ]
@@ -165,8 +158,7 @@ def inline_code(text: str) -> Markup:
     return Markup(INLINE_CODE.sub(r"<code>\1</code>", str(escape(text))))
 
 
-def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Mapping[str, str],
-              alone: Alone | None) -> FileView:
+def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Mapping[str, str]) -> FileView:
     old_text = decode(result.source)
     old_lines = old_text.splitlines()
     old_spans = highlight_lines(old_text)
@@ -176,8 +168,7 @@ def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Ma
     if result.changed and result.error is None:
         new_text = decode(result.new_source)
         hunks = diff_hunks(old_lines, new_text.splitlines(), old_spans, highlight_lines(new_text))
-        lone = None if alone is None else lambda code: alone(result, code)
-        unplaced = annotate(hunks, fixed, old_lines, docs, gains, lone)
+        unplaced = annotate(hunks, fixed, docs, gains)
     outstanding = [
         Outstanding(f, status(f), css_spans(old_spans[f.line - 1]) if 0 < f.line <= len(old_spans) else [],
                     docs.get(f.code, ""))
@@ -281,75 +272,39 @@ def _range(start: int, end: int) -> str:
     return f"{start if length == 0 else start + 1},{length}"
 
 
-def annotate(hunks: Sequence[Hunk], fixed: Sequence[Finding], old_lines: Sequence[str],
-             docs: Mapping[str, str], gains: Mapping[str, str],
-             alone: Callable[[str], bytes | None] | None) -> list[Note]:
-    """Put each fixed finding under the change it made; returns the findings
-    that no change could be tied to."""
+def annotate(hunks: Sequence[Hunk], fixed: Sequence[Finding], docs: Mapping[str, str],
+             gains: Mapping[str, str]) -> list[Note]:
+    """Put each fixed finding under the changes its fix made; returns the
+    findings that no change could be tied to."""
     changes = [block for hunk in hunks for block in hunk.blocks if block.change]
     unplaced = []
-    for code, (touched, by_own_diff) in _changes_by_rule(changes, fixed, old_lines, alone).items():
-        own = [f for f in fixed if f.code == code]
-        homes: dict[int, list[Finding]] = {}
-        for finding in own:
-            home = _home(touched, finding.line)
-            if home is None:
-                unplaced.append(Note(finding, gains.get(code, ""), docs.get(code, "")))
-            else:
-                homes.setdefault(id(home), []).append(finding)
+    for finding in fixed:
+        touched = [block for block in changes if any(_overlaps(block.old_range, (first - 1, last))
+                                                     for first, last in finding.fix_lines)]
+        if not touched:
+            unplaced.append(Note(finding, gains.get(finding.code, ""), docs.get(finding.code, "")))
+            continue
+        home = _home(touched, finding.line)
         for block in touched:
-            for finding in homes.get(id(block), []):
-                same = [n for n in block.notes if (n.finding.code, n.finding.line, n.finding.message)
+            if block is home:
+                same = [n for n in block.notes if not n.continued and (n.finding.code, n.finding.line, n.finding.message)
                         == (finding.code, finding.line, finding.message)]
                 if same:  # `x.to(d), y.to(d)`: one note for both copies
                     same[0].sites += 1
-                else:
-                    block.notes.append(Note(finding, gains.get(code, ""), docs.get(code, "")))
-            if id(block) not in homes and by_own_diff:
-                # A further part of one fix (an import, the value read at log time): point back at its finding.
-                before = [f for f in own if f.line <= block.old_range[0] + 1]
-                block.notes.append(Note(before[-1] if before else own[0], gains.get(code, ""),
-                                        docs.get(code, ""), continued=True))
+                    continue
+                block.notes.append(Note(finding, gains.get(finding.code, ""), docs.get(finding.code, "")))
+            elif not any(n.continued and n.finding.code == finding.code for n in block.notes):
+                # A further part of the fix (an import, the value read at log time): point back at it.
+                block.notes.append(Note(finding, gains.get(finding.code, ""), docs.get(finding.code, ""), continued=True))
     for block in changes:
         block.notes.sort(key=lambda note: (note.continued, note.finding.line, note.finding.column, note.finding.code))
     return unplaced
-
-
-def _changes_by_rule(changes: Sequence[Block], fixed: Sequence[Finding], old_lines: Sequence[str],
-                     alone: Callable[[str], bytes | None] | None) -> dict[str, tuple[list[Block], bool]]:
-    """Rule code -> the changes that are its, and whether the rule's own diff
-    says so: it does where the lines leave it open and `alone` can tell; else
-    the changes at the rule's finding lines (all changes, where the lines leave
-    it open and nothing can tell)."""
-    codes = list(dict.fromkeys(f.code for f in fixed))
-    at_lines = {code: [b for b in changes if any(_holds(b, f.line) for f in fixed if f.code == code)]
-                for code in codes}
-    if any(not any(_holds(b, f.line) for f in fixed) for b in changes):
-        open_codes = codes  # a change no finding sits on: any rule may have made it
-    else:
-        open_codes = [code for code in codes
-                      if not all(any(_holds(b, f.line) for b in changes) for f in fixed if f.code == code)]
-    by_rule = {}
-    for code in codes:
-        source = alone(code) if alone is not None and code in open_codes else None
-        if source is not None:
-            by_rule[code] = (_touched_by(changes, old_lines, decode(source).splitlines()), True)
-        else:
-            by_rule[code] = (at_lines[code] if code not in open_codes else list(changes), False)
-    return by_rule
 
 
 def _holds(block: Block, line: int) -> bool:
     """Whether the change is at `line`; an insertion is at the line after it."""
     start, end = block.old_range
     return start + 1 <= line <= max(end, start + 1)
-
-
-def _touched_by(changes: Sequence[Block], old: Sequence[str], alone: Sequence[str]) -> list[Block]:
-    """The change blocks that overlap a change the rule makes on its own."""
-    matcher = difflib.SequenceMatcher(None, old, alone, autojunk=False)
-    own = [(i1, i2) for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal"]
-    return [block for block in changes if any(_overlaps(block.old_range, span) for span in own)]
 
 
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:

@@ -1,8 +1,9 @@
 """`--format sarif`: SARIF 2.1.0 for code-scanning tools (GitHub, VS Code's SARIF viewer).
 
-Findings whose fix applies at the chosen level are warnings, the others
-(a higher level needed, or report only) notes; files that could not be
-processed are error notifications of the invocation.
+Findings whose fix applies at the chosen level are warnings, with the fix as
+`fixes` (character ranges of the original file and the text that replaces
+them); the others (a higher level needed, or report only) are notes. Files that
+could not be processed are error notifications of the invocation.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Sequence
 from urllib.parse import quote
 
 from codemod.docs import fix_availability, page_path
+from codemod.report.diff import Change, fix_changes
 from codemod.result import FileResult
 from codemod.rule import Finding, Level, Rule
 
@@ -25,7 +27,7 @@ def render_sarif(results: Sequence[FileResult], rules: Sequence[type[Rule]], lev
     index = {rule.CODE: number for number, rule in enumerate(rules)}
     run = {
         "tool": {"driver": {"name": "perfmod", "version": _version(), "rules": [_descriptor(r) for r in rules]}},
-        "results": [_result(f, index) for r in results for f in r.findings],
+        "results": [_result(f, index, changes) for r in results for f, changes in zip(r.findings, fix_changes(r))],
         "invocations": [
             {
                 "executionSuccessful": not any(r.error for r in results),
@@ -57,8 +59,8 @@ def _descriptor(rule: type[Rule]) -> dict:
     }
 
 
-def _result(finding: Finding, index: dict[str, int]) -> dict:
-    return {
+def _result(finding: Finding, index: dict[str, int], changes: Sequence[Change]) -> dict:
+    result = {
         "ruleId": finding.code,
         "ruleIndex": index[finding.code],
         "level": "warning" if finding.applied else "note",
@@ -67,12 +69,27 @@ def _result(finding: Finding, index: dict[str, int]) -> dict:
             {
                 "physicalLocation": {
                     "artifactLocation": {"uri": artifact_uri(finding.path)},
-                    "region": {"startLine": finding.line, "startColumn": finding.column},
+                    "region": {"startLine": finding.line, "startColumn": finding.column,
+                               "endLine": finding.end_line or finding.line,
+                               "endColumn": finding.end_column or finding.column},
                 }
             }
         ],
         "properties": {"level": finding.level.label, "fixable": finding.fixable, "applied": finding.applied},
     }
+    if changes:
+        result["fixes"] = [{
+            "description": {"text": f"perfmod {finding.code}: {finding.name}"},
+            "artifactChanges": [{
+                "artifactLocation": {"uri": artifact_uri(finding.path)},
+                "replacements": [
+                    {"deletedRegion": {"charOffset": change.offset, "charLength": change.length},
+                     "insertedContent": {"text": change.text}}
+                    for change in changes
+                ],
+            }],
+        }]
+    return result
 
 
 def _notification(result: FileResult) -> dict:

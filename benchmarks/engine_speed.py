@@ -1,0 +1,129 @@
+"""How fast the whole catalogue runs, and how its cost grows with file size.
+
+    python -m benchmarks.engine_speed                      # this checkout
+    python -m benchmarks.engine_speed --baseline af55e8e   # and an older commit, side by side
+
+1. `perfmod check --level unsafe` on the bundled seed script, as a user runs it
+   (a fresh process: start-up included); the fastest of --repeats runs, wall time.
+2. Training files of about 2,000, 10,000 and 50,000 lines, built from the
+   training code under fixtures/ (rule fixture inputs and scripts, in turn, until
+   the size is reached), processed in one process with every rule at level
+   unsafe: seconds, and seconds per 10,000 lines (constant when the cost is linear).
+
+With --baseline, the same runs use a checkout of that commit (a temporary git
+worktree of this repository), in the same session, so the ratio is measured
+side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = REPO / "fixtures" / "scripts" / "seed_latentwire.py"
+SIZES = (2_000, 10_000, 50_000)
+
+# Run in a child process against a checkout: process one file, print seconds.
+TIME_FILE = """
+import sys, time
+from pathlib import Path
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.result import Level
+data = Path(sys.argv[1]).read_bytes()
+start = time.perf_counter()
+result = process_source(data, sys.argv[1], Settings(level=Level.UNSAFE))
+print(time.perf_counter() - start, len(result.findings), result.error or "")
+"""
+
+
+def training_file(lines: int, folder: Path) -> Path:
+    """A file of at least `lines` lines of training code from fixtures/."""
+    pieces = sorted((REPO / "fixtures" / "rules").rglob("*.in.py")) + sorted((REPO / "fixtures" / "scripts").glob("*.py"))
+    texts = [p.read_text(encoding="utf-8") for p in pieces]
+    out, count, index = [], 0, 0
+    while count < lines:
+        text = texts[index % len(texts)]
+        out.append(text if text.endswith("\n") else text + "\n")
+        count += text.count("\n")
+        index += 1
+    path = folder / f"train_{lines}.py"
+    path.write_text("".join(out), encoding="utf-8")
+    return path
+
+
+def check_seconds(checkout: Path, python: str, repeats: int) -> float:
+    """Wall seconds of `perfmod check --level unsafe` on the seed script, fastest of `repeats`."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([python, "-c", "from codemod.cli import main; main()", "check", str(SEED), "--level", "unsafe"],
+                       cwd=checkout, env=env, capture_output=True)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def file_seconds(checkout: Path, python: str, path: Path) -> tuple[float, str]:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run([python, "-c", TIME_FILE, str(path)], cwd=checkout, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        return float("nan"), done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+    seconds, findings, error = (done.stdout.strip().split(" ", 2) + ["", ""])[:3]
+    return float(seconds), f"{findings} findings" + (f", error: {error}" if error else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", help="a commit to time side by side (a temporary worktree)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of the seed check; the fastest counts")
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), help="lines of the generated files")
+    args = parser.parse_args(argv)
+    python = sys.executable
+    checkouts = {"this checkout": REPO}
+    scratch = Path(tempfile.mkdtemp(prefix="perfmod-speed-"))
+    try:
+        if args.baseline:
+            tree = scratch / "baseline"
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), args.baseline],
+                           check=True, capture_output=True)
+            checkouts[f"commit {args.baseline}"] = tree
+        files = [training_file(lines, scratch) for lines in args.sizes]
+        print(f"date {date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+              f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f}")
+        print()
+        print("| checkout | `perfmod check --level unsafe` seed script (s, wall, start-up included) |")
+        print("|---|---|")
+        seed = {name: check_seconds(tree, python, args.repeats) for name, tree in checkouts.items()}
+        for name, seconds in seed.items():
+            print(f"| {name} | {seconds:.2f} |")
+        if len(seed) == 2:
+            ours, base = seed["this checkout"], seed[f"commit {args.baseline}"]
+            print(f"\nspeed-up on the seed script: {base / ours:.1f}x")
+        print()
+        print("| checkout | lines | seconds | seconds per 10,000 lines | result |")
+        print("|---|---|---|---|---|")
+        for name, tree in checkouts.items():
+            for path in files:
+                lines = path.read_text(encoding="utf-8").count("\n")
+                seconds, note = file_seconds(tree, python, path)
+                print(f"| {name} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} | {note} |")
+    finally:
+        if args.baseline:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(scratch / "baseline")],
+                           capture_output=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
