@@ -28,6 +28,7 @@ class FileContext:
         self.settings = settings
         self.index = index if index is not None else TreeIndex(module)
         self.parents = self.index.parents
+        self._shared: dict = {}
 
     @classmethod
     def of_source(cls, code: str, path: str = "<string>", settings: Settings | None = None) -> "FileContext":
@@ -67,6 +68,14 @@ class FileContext:
     @cached_property
     def training(self) -> Training:
         return Training(self)
+
+    def shared(self, key: str, build):
+        """The analysis `build(self)` made once for this file and shared by every rule
+        that asks for `key` (for analyses kept in their own modules)."""
+        found = self._shared.get(key)
+        if found is None:
+            found = self._shared[key] = build(self)
+        return found
 
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
         """Is `node` the node `ancestor` or somewhere below it?"""
