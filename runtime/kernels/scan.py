@@ -28,6 +28,11 @@ Gradients come from the adjoint recurrence, the same scan run backwards in time:
 so backward costs one more scan and saves only a and h (autograd through the chunked
 steps would save every intermediate). float16/bfloat16 inputs are computed in float32.
 On CUDA the scan runs through torch.compile where that works (see _compile.py).
+
+`linear_recurrence` is the same recurrence with torch's broadcasting and time on any
+dim: what a Python loop `h = a_t * h + x_t` computes when a_t, x_t and the state have
+shapes that only broadcast (a decay per channel, an initial state of zeros, a state with
+more dims than the input), and when time is not dim 1.
 """
 
 import math
@@ -56,6 +61,96 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     if h0 is not None and h0.shape != x[:, 0].shape:
         raise ValueError(f"h0 {tuple(h0.shape)} must have shape {tuple(x[:, 0].shape)}")
     return _LinearScan.apply(a, x, h0)
+
+
+def linear_recurrence_reference(a, x, h0=None, dim: int = 1) -> torch.Tensor:
+    """The loop `h = a_t * h + x_t` over `dim` of the broadcast of a and x, stacked at `dim`."""
+    shape = torch.broadcast_shapes(_shape(a), _shape(x))
+    position = dim % len(shape)
+    h = 0.0 if h0 is None else h0
+    hs = []
+    for t in range(shape[position]):
+        h = _step(a, position, len(shape), t) * h + _step(x, position, len(shape), t)
+        hs.append(h)
+    return torch.stack(hs, dim=dim)
+
+
+def linear_recurrence(a, x, h0=None, dim: int = 1) -> torch.Tensor:
+    """h_t = a_t * h_{t-1} + x_t along `dim`, for `a` and `x` that broadcast: the states
+    after each step, stacked at `dim`.
+
+    `dim` counts in the broadcast shape of a and x (a negative dim counts from the right,
+    as broadcasting does); there a and x have size T, or 1 for a value that is the same at
+    every step (a constant decay). Either may be a Python number. h0, the state before
+    the first step (zeros if None; a number or a tensor), broadcasts against one step
+    (the broadcast shape without `dim`), and so may have more dims than a and x. The
+    result has the broadcast shape of a, x and h0 with time at `dim`, and the dtype the
+    loop's first step gives (a * h0 + x).
+    """
+    if not isinstance(a, torch.Tensor) and not isinstance(x, torch.Tensor):
+        raise ValueError("a or x must be a tensor")
+    like = x if isinstance(x, torch.Tensor) else a
+    try:
+        shape = torch.broadcast_shapes(_shape(a), _shape(x))
+    except RuntimeError as err:
+        raise ValueError(f"a {tuple(_shape(a))} and x {tuple(_shape(x))} do not broadcast") from err
+    rank = len(shape)
+    if not -rank <= dim < rank:
+        raise ValueError(f"dim {dim} is out of range for the broadcast shape {tuple(shape)}")
+    position = dim % rank
+    T = shape[position]
+    if T == 0:
+        raise ValueError("there must be at least one step")
+    dtype = _first_step_dtype(a, x, h0)
+    after = rank - position - 1  # dims after time: h0 broadcasts against them without a time dim
+    if isinstance(h0, torch.Tensor) and h0.dim() > after:
+        h0_timed = h0.unsqueeze(position - rank)
+    else:
+        h0_timed = h0
+    try:
+        full = torch.broadcast_shapes(shape, _shape(h0_timed) if h0 is not None else ())
+    except RuntimeError as err:
+        raise ValueError(f"h0 {tuple(_shape(h0))} does not broadcast against a step {tuple(shape)}") from err
+    if full[full_position := position + len(full) - rank] != T:
+        raise ValueError(f"h0 {tuple(_shape(h0))} has a time dim")
+    a_, x_ = (torch.as_tensor(t, dtype=dtype, device=like.device).to(dtype).expand(full) for t in (a, x))
+    front = full_position
+    a_ = a_.movedim(front, 0).reshape(1, T, -1)
+    x_ = x_.movedim(front, 0).reshape(1, T, -1)
+    step_shape = full[:front] + full[front + 1:]
+    if h0 is None:
+        start = None
+    else:
+        start = torch.as_tensor(h0, dtype=dtype, device=like.device).to(dtype)
+        start = start.expand(step_shape).reshape(1, -1)
+    h = linear_scan(a_, x_, start)  # (1, T, N)
+    return h.reshape(T, *step_shape).movedim(0, front)
+
+
+def _shape(value) -> torch.Size:
+    return value.shape if isinstance(value, torch.Tensor) else torch.Size()
+
+
+def _step(value, position: int, rank: int, t: int):
+    """One step of a recurrence input: index `t` at `position` of the broadcast shape
+    (size-1 dims there give their one value)."""
+    if not isinstance(value, torch.Tensor) or value.dim() < rank - position:
+        return value
+    at = value.dim() - (rank - position)
+    return value.select(at, t if value.shape[at] > 1 else 0)
+
+
+def _first_step_dtype(a, x, h0) -> torch.dtype:
+    """The dtype of `a * h0 + x` under torch's promotion rules (numbers and 0-dim tensors
+    take part as scalars)."""
+    def probe(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        return value.new_empty(()) if value.dim() == 0 else value.new_empty((0,))
+    h = 0.0 if h0 is None else probe(h0)
+    result = probe(a) * h + probe(x)
+    dtype = result.dtype if isinstance(result, torch.Tensor) else torch.get_default_dtype()
+    return dtype
 
 
 def broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
