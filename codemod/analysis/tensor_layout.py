@@ -330,6 +330,61 @@ class Layouts:
         shape = self.shape(expr)
         return None if shape is None else len(shape)
 
+    def rank_key(self, expr: cst.BaseExpression, depth: int = 0):
+        """The rank of `expr`, or when it is not known, (code, delta): the rank of the
+        tensor `code` (a parameter, say) plus delta. Two expressions with equal keys have
+        equal ranks; None when neither can be told."""
+        rank = self.rank(expr)
+        if rank is not None:
+            return rank
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Name):
+            value = self._single_value(expr) if expr in self.index else None
+            if isinstance(value, cst.BaseExpression):
+                return self.rank_key(value, depth + 1)
+            if value is None and expr in self.index:
+                binding = self._reaching(expr)
+                if binding is not None and isinstance(self._statement(binding), (cst.Param, cst.Parameters)):
+                    return (expr.value, 0)
+            return None
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            names = self.names.of(func)
+            values = [a.value for a in expr.args if a.keyword is None]
+            if names & SAME_SHAPE_FUNCTIONS and values:
+                return self.rank_key(values[0], depth + 1)
+            if isinstance(func, cst.Attribute) and not names:
+                method = func.attr.value
+                if method in SAME_SHAPE_METHODS or method in ("transpose", "swapaxes", "movedim"):
+                    return self.rank_key(func.value, depth + 1)
+                if method in ("unsqueeze", "squeeze") and len(values) == 1:
+                    inner = self.rank_key(func.value, depth + 1)
+                    return _shifted(inner, 1 if method == "unsqueeze" else -1)
+            module = self.attributes.value(func) if isinstance(func, cst.Attribute) else None
+            if isinstance(module, cst.Call) and len(values) == 1 and self.names.of(module.func) & (
+                    {"torch.nn.Linear", "torch.nn.modules.linear.Linear"} | SAME_SHAPE_MODULES):
+                return self.rank_key(values[0], depth + 1)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.rank_key(expr.expression, depth + 1)
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+            left, right = self.rank_key(expr.left, depth + 1), self.rank_key(expr.right, depth + 1)
+            if self.is_number(expr.left):
+                return right
+            if self.is_number(expr.right):
+                return left
+            return left if left == right else None
+        if isinstance(expr, cst.Subscript):
+            inner = self.rank_key(expr.value, depth + 1)
+            if isinstance(inner, tuple) and not any(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis)
+                                                    for e in expr.slice):
+                dropped = sum(1 for e in expr.slice if isinstance(e.slice, cst.Index)
+                              and not (isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"))
+                added = sum(1 for e in expr.slice if isinstance(e.slice, cst.Index)
+                            and isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None")
+                return _shifted(inner, added - dropped)
+        return None
+
     def size(self, expr: cst.BaseExpression) -> str | None:
         """The canonical code of a size expression: `x.size(1)`, `x.shape[1]` and a
         name bound once to either are the code of x's dim 1 when it is known."""
@@ -895,6 +950,14 @@ def n_is_len(names: set[str]) -> bool:
 
 def layouts(context: "FileContext") -> Layouts:
     return context.shared("tensor_layout.layouts", Layouts)
+
+
+def _shifted(key, delta: int):
+    if key is None:
+        return None
+    if isinstance(key, int):
+        return key + delta
+    return (key[0], key[1] + delta)
 
 
 def matmul_shape(a, b):

@@ -93,17 +93,20 @@ RECURRENCES = [
     ((7, 5), (2, 7, 5), (5,), -2),
     ((9, 2, 3), (9, 1, 3), (), 0),
     ((2, 6, 3), (2, 1, 3), (2, 3), 1),
+    ((3, 8), (4, 8, 3), None, 1),  # inputs of different ranks, time at dim 1 of each
+    ((8, 3), (4, 8, 3), (2, 1, 1, 3), -2),
 ]
 
 
+@pytest.mark.parametrize("before", [False, True], ids=["after", "before"])
 @pytest.mark.parametrize("a_shape,x_shape,h0_shape,dim", RECURRENCES)
-def test_linear_recurrence_broadcasts_as_the_loop_does(a_shape, x_shape, h0_shape, dim):
+def test_linear_recurrence_broadcasts_as_the_loop_does(a_shape, x_shape, h0_shape, dim, before):
     gen = torch.Generator().manual_seed(2)
     a = 0.9 if a_shape is None else torch.rand(a_shape, generator=gen, dtype=torch.float64).requires_grad_()
     x = torch.randn(x_shape, generator=gen, dtype=torch.float64).requires_grad_()
     h0 = None if h0_shape is None else torch.randn(h0_shape, generator=gen, dtype=torch.float64).requires_grad_()
-    got = linear_recurrence(a, x, h0, dim)
-    want = linear_recurrence_reference(a, x, h0, dim)
+    got = linear_recurrence(a, x, h0, dim, before=before)
+    want = linear_recurrence_reference(a, x, h0, dim, before=before)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert_close(got, want.detach(), TOL[torch.float64])
     inputs = [t for t in (a, x, h0) if isinstance(t, torch.Tensor)]
@@ -120,7 +123,7 @@ def test_linear_recurrence_takes_the_dtype_of_the_first_step():
 
 @pytest.mark.parametrize("a_shape,x_shape,h0_shape,dim", [
     ((2, 5, 3), (2, 4, 3), None, 1),  # T differs
-    ((2, 5, 3), (2, 5, 3), (2, 5, 3), 1),  # h0 has a time dim
+    ((2, 5, 3), (2, 5, 3), (2, 5, 3), 1),  # h0 has a time dim (and so does not broadcast to a step)
     ((2, 5, 3), (2, 5, 3), (4, 3), 1),  # h0 does not broadcast
     ((2, 5, 3), (2, 5, 3), None, 3),  # no such dim
 ])
