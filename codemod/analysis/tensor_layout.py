@@ -413,9 +413,10 @@ class Layouts:
             if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("item", "numel", "dim", "ndim"):
                 return True
             names = self.names.of(expr.func)
-            return any(n.startswith("math.") or n in ("builtins.float", "builtins.int", "builtins.len",
-                                                       "builtins.min", "builtins.max") for n in names) \
-                and all(self.is_number(a.value, depth + 1) or n_is_len(names) for a in expr.args)
+            if any(n.startswith("math.") or n in ("builtins.float", "builtins.int", "builtins.len") for n in names):
+                return True  # these return Python numbers (or raise)
+            return any(n in ("builtins.min", "builtins.max", "builtins.abs", "builtins.round") for n in names) \
+                and all(self.is_number(a.value, depth + 1) for a in expr.args)
         if isinstance(expr, cst.Attribute) and expr.attr.value in ("ndim",):
             return True
         if isinstance(expr, cst.Name) and expr in self.index:
@@ -944,8 +945,6 @@ class Layouts:
 _NOT_A_METHOD = object()
 
 
-def n_is_len(names: set[str]) -> bool:
-    return "builtins.len" in names
 
 
 def layouts(context: "FileContext") -> Layouts:
