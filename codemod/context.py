@@ -15,6 +15,7 @@ from codemod.analysis.kinds import Kinds
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.positions import Positions
+from codemod.analysis.visits import read_only_visits
 from codemod.analysis.training import Training
 from codemod.config import Settings
 
@@ -43,7 +44,8 @@ class FileContext:
 
     @cached_property
     def scopes(self):
-        return self.wrapper.resolve(ScopeProvider)
+        with read_only_visits():
+            return self.wrapper.resolve(ScopeProvider)
 
     @cached_property
     def positions(self) -> Positions:

@@ -27,6 +27,7 @@ import libcst as cst
 from codemod import edits as edit_model
 from codemod import guard, imports as import_edits
 from codemod.analysis.index import TreeIndex
+from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.edits import Fix, InsertAfter, InsertBefore, Wrap
@@ -204,16 +205,17 @@ class _Outcome:
 
 def _run_pass(module: cst.Module, code: str, path: str, settings: Settings, rules: Sequence[type[Rule]]) -> _Outcome:
     context = FileContext(module, path, settings, code)
-    instances = [rule(context) for rule in rules]
-    _dispatch(context.index, instances)
     suppressed = suppressions(code)
     reports: list[tuple[Report, int]] = []
-    for instance in instances:
-        for report in instance.reports:
-            line = context.line(report.location)
-            if not is_suppressed(suppressed, line, report.code):
-                reports.append((report, line))
-    fixes, reasons = _candidate_fixes(reports, context)
+    with read_only_visits():  # the analysis reads the tree; only `_apply` below rebuilds it
+        instances = [rule(context) for rule in rules]
+        _dispatch(context.index, instances)
+        for instance in instances:
+            for report in instance.reports:
+                line = context.line(report.location)
+                if not is_suppressed(suppressed, line, report.code):
+                    reports.append((report, line))
+        fixes, reasons = _candidate_fixes(reports, context)
     accepted, conflicts = edit_model.plan(fixes, context.index)
     for key, why in conflicts.items():
         reasons[key] = f"not fixed in this run: {why}; run perfmod again to fix it"

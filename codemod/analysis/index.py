@@ -27,7 +27,7 @@ NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 _LAYOUT_FIELDS = frozenset(
     "lpar rpar leading_lines lines_after_decorators trailing_whitespace header footer comma dot equal "
     "colon semicolon indent star whitespace operator asynchronous default_indent default_newline encoding "
-    "has_trailing_newline".split()
+    "has_trailing_newline lbracket rbracket lbrace rbrace first_colon second_colon leading_whitespace".split()
 )
 _LAYOUT_TYPES = (
     cst.BaseParenthesizableWhitespace,
@@ -46,6 +46,8 @@ _DOCUMENT_ORDER = {
     cst.ImportFrom: ("relative", "module", "names"),
     cst.Parameters: ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
     cst.MatchCase: ("pattern", "guard", "body"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
 }
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
