@@ -422,12 +422,61 @@ class Layouts:
         if isinstance(expr, cst.Name) and expr in self.index:
             if expr.value in ("True", "False"):
                 return False
+            if self._all_numbers(expr, depth) or self._used_as_size(expr):
+                return True
             value = self._single_value(expr)
             if isinstance(value, cst.BaseExpression):
                 return self.is_number(value, depth + 1)
             if isinstance(value, tuple) and _shape_read(value[0]) is not None:
                 return True  # `B, T, C = x.shape`
+            if isinstance(value, tuple) and isinstance(value[0], (cst.Tuple, cst.List)) \
+                    and value[1] < len(value[0].elements):
+                return self.is_number(value[0].elements[value[1]].value, depth + 1)  # `D, H = 16, 2`
         return False
+
+    def _used_as_size(self, name: cst.Name) -> bool:
+        """Is the name given, in its scope, as a size to `view` / `reshape` / a factory (which
+        take only ints, so the code proves it is one)?"""
+        scope = self.context.scopes.get(name)
+        binding = self._reaching(name)
+        if scope is None or binding is None:
+            return False
+        for access in scope.accesses[name.value]:
+            node = access.node
+            arg = self.context.parents.get(node)
+            call = self.context.parents.get(arg)
+            if not (isinstance(arg, cst.Arg) and arg.keyword is None and isinstance(call, cst.Call)):
+                continue
+            method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+            sized = method in ("view", "reshape", "new_zeros", "new_ones", "new_empty", "expand") or \
+                self.names.is_(call.func, *FACTORIES)
+            if sized and node in self.index and self._reaching(node) is binding:
+                return True
+        return False
+
+    def _all_numbers(self, name: cst.Name, depth: int) -> bool:
+        """Every binding of `name` in its scope gives a number: assignments of numbers, and
+        parameters annotated int / float (Optional too)."""
+        scope = self.context.scopes.get(name)
+        if scope is None:
+            return False
+        bindings = list(scope[name.value])
+        if not bindings or not all(type(a) is Assignment and isinstance(a.node, cst.CSTNode) for a in bindings):
+            return False
+        for binding in bindings:
+            target = binding.node
+            statement = self._statement(target)
+            if isinstance(statement, (cst.Param, cst.Parameters)) or isinstance(target, cst.Param):
+                param = target if isinstance(target, cst.Param) else self.context.parents.get(target)
+                if not (isinstance(param, cst.Param) and _number_annotation(param)):
+                    return False
+            elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and getattr(statement, "value", None) is not None \
+                    and (not isinstance(statement, cst.Assign) or statement.targets[0].target is target):
+                if not self.is_number(statement.value, depth + 1):
+                    return False
+            else:
+                return False
+        return True
 
     # -- sizes -----------------------------------------------------------------------
 
@@ -565,7 +614,7 @@ class Layouts:
         if any(a.star for a in call.args):
             return None
         func = call.func
-        name = next((q for q in sorted(self.names.of(func)) if q.startswith("torch.")), None)
+        name = next((q for q in sorted(self.names.of(func)) if q.startswith("torch.")), None) if _dotted(func) else None
         if name is not None:
             return self._torch_shape(call, name, depth)
         if isinstance(func, cst.Attribute):
@@ -604,7 +653,10 @@ class Layouts:
                 else:
                     dims.append(str(number) if number is not None else self._dim_code(value, depth))
             if method == "repeat":
-                return tuple(None for _ in dims)
+                base = self.shape(receiver, depth)
+                if base is not None and len(base) > len(dims):
+                    return tuple(None for _ in base)
+                return tuple(None for _ in dims) if base is not None else None
             return tuple(dims)
         if method in ("transpose", "swapaxes", "swapdims"):
             shape = self.shape(receiver, depth)
@@ -750,7 +802,7 @@ class Layouts:
         if name in ("torch.outer",):
             shapes = [self.shape(v, depth) for v in positional_values]
             return (shapes[0][0], shapes[1][0]) if len(shapes) == 2 and all(s is not None and len(s) == 1 for s in shapes) else None
-        if name == "torch.arange":
+        if name in ("torch.arange", "torch.linspace", "torch.logspace"):
             return (None,)
         return None
 
@@ -788,8 +840,17 @@ class Layouts:
         return tuple(out)
 
     def _module_call_shape(self, call: cst.Call, depth: int):
-        """`self.proj(x)` / `proj(x)` for modules whose effect on the shape is known."""
+        """`self.proj(x)` / `proj(x)` for modules whose effect on the shape is known, and calls of
+        this file's functions whose every return has one rank (literal sizes kept)."""
         func = call.func
+        function = self.context.bindings.local_function(func) if isinstance(func, cst.Name) else None
+        if function is not None:
+            from codemod.analysis.bindings import returned_values
+            shapes = [self.shape(value, depth) for value in returned_values(function)]
+            if shapes and all(s is not None for s in shapes) and len({len(s) for s in shapes}) == 1:
+                literal = [_literal_dims(s) for s in shapes]
+                return literal[0] if all(s == literal[0] for s in literal) else tuple(None for _ in literal[0])
+            return None
         module = self.attributes.value(func) if isinstance(func, cst.Attribute) else (
             self._single_value(func) if isinstance(func, cst.Name) else None)
         if not isinstance(module, cst.Call) or len(call.args) != 1 or call.args[0].keyword is not None:
@@ -929,9 +990,44 @@ class Layouts:
         return None
 
     def value_of(self, name: cst.Name) -> cst.BaseExpression | None:
-        """The expression the one reaching plain assignment gives `name`, or None."""
+        """The expression the one reaching assignment gives `name`, or None; for an element of
+        an unpacking, the element of the tuple (written, or returned by a function or a method
+        of this file)."""
         value = self._single_value(name)
+        if isinstance(value, tuple):
+            return self.element(*value[:2])
         return value if isinstance(value, cst.BaseExpression) else None
+
+    def element(self, value: cst.BaseExpression, position: int, depth: int = 0) -> cst.BaseExpression | None:
+        """Element `position` of the tuple `value` is: a tuple display, or the one tuple a local
+        function or `self.<method>()` returns."""
+        if depth > 3:
+            return None
+        if isinstance(value, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return value.elements[position].value if position < len(value.elements) else None
+        if isinstance(value, cst.Call):
+            function = self.function_of(value)
+            if function is not None:
+                from codemod.analysis.bindings import returned_values
+                returns = returned_values(function)
+                if len(returns) == 1:
+                    return self.element(returns[0], position, depth + 1)
+        return None
+
+    def function_of(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The `def` of this file a call runs: a module-level or nested function, or a method
+        called on `self` from another method of its class."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return self.context.bindings.local_function(func)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func in self.index:
+            method = self.index.first_enclosing(func, cst.FunctionDef)
+            classdef = self.index.first_enclosing(method, cst.ClassDef) if method is not None else None
+            if classdef is None or not _is_self(func.value, method):
+                return None
+            found = [s for s in classdef.body.body if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value]
+            return found[0] if len(found) == 1 and not found[0].decorators else None
+        return None
 
     def binding_of(self, name: cst.Name) -> cst.CSTNode | None:
         return self._reaching(name)
@@ -949,6 +1045,22 @@ _NOT_A_METHOD = object()
 
 def layouts(context: "FileContext") -> Layouts:
     return context.shared("tensor_layout.layouts", Layouts)
+
+
+def _number_annotation(param: cst.Param) -> bool:
+    """`x: int`, `x: float`, `x: Optional[float]`, `x: float | None`."""
+    if param.annotation is None:
+        return False
+    code = cst.Module([]).code_for_node(param.annotation.annotation).replace(" ", "")
+    return code in ("int", "float", "Optional[float]", "Optional[int]", "float|None", "int|None",
+                    "typing.Optional[float]", "typing.Optional[int]")
+
+
+def _dotted(node) -> bool:
+    """`a.b.c` or `a`: a name imports may resolve (not a method of a computed value)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
 
 
 def _shifted(key, delta: int):

@@ -408,6 +408,16 @@ class LoopReader:
             if len(statement.targets) != 1:
                 raise Unsupported("a chained assignment in the loop")
             target = statement.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(statement.value, (cst.Tuple, cst.List)) \
+                    and len(target.elements) == len(statement.value.elements) \
+                    and all(isinstance(e.value, cst.Name) for e in target.elements) \
+                    and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *statement.value.elements)):
+                values = [self.sym(e.value) for e in statement.value.elements]  # all read before any is bound
+                for element, value in zip(target.elements, values):
+                    if element.value.value in states:
+                        raise Unsupported(f"the state `{element.value.value}` is assigned in a tuple")
+                    self.env[element.value.value] = value
+                return
             if isinstance(target, cst.Name):
                 value = self.sym(statement.value)
                 if target.value in states:
@@ -533,6 +543,8 @@ class LoopReader:
         if isinstance(node, cst.BinaryOperation):
             return self._is_tensor(node.left) or self._is_tensor(node.right)
         if isinstance(node, cst.Subscript):
+            if any(_is_none(e) or isinstance(e.slice, cst.Slice) for e in node.slice):
+                return True  # a number cannot be sliced or given new dims
             return self._is_tensor(node.value)
         if isinstance(node, cst.Name) and node in self.context.index:
             value = self.layouts.value_of(node)
@@ -885,6 +897,10 @@ def _index(inner: Sym, elements, node, code) -> Sym:
         position += 1
     if not ellipses and value.rank is not None and position > value.rank:
         raise Unsupported(f"`{code(node)}` indexes past the dims")
+    if not ellipses and isinstance(value, Op) and value.op == "unsqueeze" and value is not inner \
+            and value.params[0] >= 0 and value.rank is None:
+        # every element addresses a dim: the value has at least as many dims as there are elements
+        value = Op(value.rank, "unsqueeze", value.args, (value.params[0], position), value.node)
     count = 0
     for element in reversed(tail):
         if _is_none(element):
@@ -1045,7 +1061,9 @@ def moved(lift: Lift, destination: int) -> Lift:
         if source == target:
             return Lift(lift.code, destination, lift.rank)
         if abs(source - target) == 1:
-            return Lift(method(lift.code, "transpose", integer(lift.time), integer(destination)), destination, lift.rank)
+            return Lift(method(lift.code, "transpose", integer(min(source, target)), integer(max(source, target))),
+                        destination, lift.rank)
+        return Lift(method(lift.code, "movedim", integer(source), integer(target)), destination, lift.rank)
     return Lift(method(lift.code, "movedim", integer(lift.time), integer(destination)), destination, lift.rank)
 
 
@@ -1437,6 +1455,8 @@ def _min_rank(sym: Sym) -> int:
         return sym.time if sym.time >= 0 else -sym.time - 1
     if isinstance(sym, Op) and sym.op == "unsqueeze":
         low = _min_rank(sym.args[0]) + 1
+        if len(sym.params) > 1:
+            low = max(low, sym.params[1])
         return max(low, sym.params[0] + 1) if sym.params[0] >= 0 else low
     if isinstance(sym, Op) and sym.op == "slice":
         return max(_min_rank(sym.args[0]), sym.params[0] + 1 if sym.params[0] >= 0 else -sym.params[0])

@@ -81,6 +81,9 @@ class _Attention:
     out_spec: Spec | None = None  # the einsum of the weights and v, if the output is one
     v_order: tuple | None = None  # (v's letters, SDPA's order) when v must be permuted
     out_order: tuple | None = None  # (SDPA's output letters, the product's) when the output must be
+    scores: cst.BaseExpression | None = None  # the q @ k^T product (where the finding points)
+    v_argument: int = -1  # where v is among the product call's arguments
+    origins: list = field(default_factory=list)  # the code the chain moves down to the product, as written
     consumed: list[int] = field(default_factory=list)  # indices of the statements folded into the last
     links: list[str] = field(default_factory=list)  # the intermediate names, one per consumed statement
     skipped: list[int] = field(default_factory=list)  # assignments between the chain's statements, kept
@@ -264,6 +267,7 @@ def attend(q, k, v, mask):
         self.blocks_with_softmax: set[int] = set()
         self._strict = False
         self._finfo: list = []
+        self._partial: _Attention | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
         """Note the block of each call that may be a softmax: only those blocks can hold a chain."""
@@ -287,7 +291,8 @@ def attend(q, k, v, mask):
                 except _NoMatch as why:
                     fast_path = self._beside_fast_path(original_node) if fast_path is None else fast_path
                     if not fast_path:
-                        self.report(product, f"hand-written attention, not rewritten: {why}", at=statements[index])
+                        self.report(product, f"hand-written attention, not rewritten: {why}",
+                                    at=self._where(self._partial, statements, index))
                     continue
                 if attention is None:
                     continue
@@ -300,7 +305,21 @@ def attend(q, k, v, mask):
                 edits = [Remove(statements[j]) for j in sorted(set(attention.consumed))]
                 edits.append(Replace(product, lambda updated, a=attention: self._sdpa_call(a, updated)))
                 self.report(product, message, edits=edits, imports=self._imports(),
-                            level=Level.UNSAFE if attention.scale_unproven else None, at=statements[index])
+                            level=Level.UNSAFE if attention.scale_unproven else None,
+                            at=self._where(attention, statements, index))
+
+    def _where(self, attention: _Attention | None, statements, index: int) -> cst.CSTNode:
+        """The statement a finding points at: the one computing q @ k^T, else the chain's first."""
+        if attention is not None and attention.scores is not None and attention.scores in self.context.index:
+            return self.context.index.statement_of(attention.scores)
+        first = min(attention.consumed) if attention is not None and attention.consumed else index
+        for j in range(first, -1, -1):  # the closest product before: where q @ k^T is
+            if any(self._product(node) is not None and not self._weights_like(self._product(node)[0])
+                   for node in self.context.index.find((cst.BinaryOperation, cst.Call), within=statements[j])):
+                return statements[j]
+            if index - j > 12:
+                break
+        return statements[first]
 
     def _qualified(self, func) -> set[str]:
         """The imported names `func` refers to; none for a method of a computed value."""
@@ -316,11 +335,12 @@ def attend(q, k, v, mask):
         found = []
         for node in self.context.index.find((cst.BinaryOperation, cst.Call), within=statement):
             operands = self._product(node)
-            if operands is not None and (isinstance(operands[0], cst.Name) or self._weights_like(operands[0])):
+            if operands is not None and any(isinstance(o, cst.Name) or self._weights_like(o) for o in operands[:2]):
                 found.append(node)
         return found
 
     def _weights_like(self, expr) -> bool:
+        """A softmax, maybe behind casts and a dropout (not through names)."""
         for _ in range(4):
             if self._softmax_input(expr) is not None:
                 return True
@@ -357,10 +377,22 @@ def attend(q, k, v, mask):
     def _match(self, statements, index: int, product) -> _Attention | None:
         """The attention that `product` (`weights @ v`) computes, reading back through the
         statements before `index`; None when it is no softmax attention at all."""
-        attention = _Attention()
+        found = self._match_order(statements, index, product, swapped=False)
+        operands = self._product(product)
+        if found is None and operands is not None and operands[2] is not None:
+            found = self._match_order(statements, index, product, swapped=True)  # einsum(spec, v, weights)
+        return found
+
+    def _match_order(self, statements, index: int, product, swapped: bool) -> _Attention | None:
+        attention = self._partial = _Attention()
         self._finfo.clear()
         chain = _Chain(self, statements, index, attention)
         weights, attention.v, attention.out_spec = self._product(product)
+        if swapped:
+            spec = attention.out_spec
+            weights, attention.v = attention.v, weights
+            attention.out_spec = Spec((spec.inputs[1], spec.inputs[0]), spec.output)
+        attention.v_argument = 1 if swapped else -1
         weights = chain.expand(weights)
         while True:  # casts and dropout on the weights
             cast = self._cast_input(weights)
@@ -372,13 +404,20 @@ def attend(q, k, v, mask):
                 if attention.dropout is not None:
                     raise _NoMatch("two dropouts on the weights")
                 attention.dropout = self._dropout_p(weights)
+                if self.context.names.is_(weights.func, *FUNCTIONAL_DROPOUTS):
+                    attention.origins += [a.value for a in weights.args if a.value is not dropped]
+                else:
+                    attention.origins.append(weights.func)
                 weights = chain.expand(dropped)
                 continue
             break
         softmax = self._softmax_input(weights)
         if softmax is None:
+            if self._mentions_softmax(weights, chain):
+                raise _NoMatch("the weights are changed after the softmax (SDPA's weights are the softmax itself)")
             return None
         scores, dim = softmax
+        chain.strict = True
         scores = chain.expand(scores)
         while self._upcast_input(scores) is not None:
             scores = chain.expand(self._upcast_input(scores))
@@ -390,6 +429,9 @@ def attend(q, k, v, mask):
                 mask, scores = masked
                 masks.append(mask)
                 scores = chain.expand(scores)
+                continue
+            if self._upcast_input(scores) is not None:
+                scores = chain.expand(self._upcast_input(scores))
                 continue
             scaled = self._scaled_masks(scores, chain) if masks == [] and outer_scale is None else None
             if scaled is not None:
@@ -409,15 +451,28 @@ def attend(q, k, v, mask):
             self._strict = False
         if dim is None or not self._last_dim(dim, attention):
             raise _NoMatch("softmax is not provably over the keys (the last dim)")
-        if len(masks) > 1:
-            raise _NoMatch("two masks on the scores (SDPA takes one)")
-        if masks:
+        for mask in masks:
+            attention.origins += [n for n in (mask.condition, mask.optional) if n is not None]
+        if len(masks) == 1:
             self._mask(masks[0], attention)
+        elif masks:
+            self._masks(masks, attention)
         self._layout(attention)
         attention.ignored = list(self._finfo)
         self._finfo.clear()
         chain.check(product)
         return attention
+
+    def _mentions_softmax(self, expr, chain, depth: int = 0) -> bool:
+        """Is a softmax among the values `expr` is computed from (through names, arithmetic)?"""
+        if depth > 6:
+            return False
+        expr = chain.peek(expr) if isinstance(expr, cst.Name) else expr
+        if self._softmax_input(expr) is not None:
+            return True
+        if isinstance(expr, cst.BinaryOperation):
+            return self._mentions_softmax(expr.left, chain, depth + 1) or self._mentions_softmax(expr.right, chain, depth + 1)
+        return False
 
     def _softmax_input(self, expr) -> tuple[cst.BaseExpression, cst.BaseExpression | None] | None:
         """(input, dim) for a softmax call, dim None when it is not given plainly."""
@@ -465,6 +520,9 @@ def attend(q, k, v, mask):
                 return expr.func.value
             if method in ("type_as",) and len(expr.args) == 1:
                 return expr.func.value
+            if method == "type" and len(expr.args) == 1 and expr.args[0].keyword is None \
+                    and self.context.kinds.is_dtype(expr.args[0].value):
+                return expr.func.value
             if method == "to" and len(expr.args) == 1 and expr.args[0].keyword is None \
                     and self.context.kinds.is_dtype(expr.args[0].value):
                 return expr.func.value
@@ -478,6 +536,10 @@ def attend(q, k, v, mask):
             if expr.func.attr.value == "to" and len(expr.args) == 1 \
                     and self.context.names.is_(expr.args[0].value, "torch.float32", "torch.float"):
                 return expr.func.value
+            if expr.func.attr.value == "to" and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.Attribute) \
+                    and expr.args[0].value.attr.value == "dtype" \
+                    and self.context.source(expr.args[0].value.value) == self.context.source(expr.func.value):
+                return expr.func.value  # x.to(x.dtype)
         return None
 
     # -- dropout -------------------------------------------------------------------
@@ -545,16 +607,19 @@ def attend(q, k, v, mask):
                     return _Mask("add", other.with_changes(lpar=[], rpar=[]), None), side
         return None
 
-    def _leads_to_scores(self, expr, chain) -> bool:
+    def _leads_to_scores(self, expr, chain, depth: int = 0) -> bool:
         """Does `expr` (maybe through names, scales and other masks) hold q @ k^T?"""
+        if depth > 8:
+            return False
         for _ in range(6):
             expr = chain.peek(expr)
             if isinstance(expr, (cst.BinaryOperation, cst.Call)) and self._product(expr) is not None:
                 return True
             if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide, cst.Add)):
-                if self._leads_to_scores(expr.left, chain):
+                if self._leads_to_scores(expr.left, chain, depth + 1):
                     return True
-                if isinstance(expr.operator, (cst.Multiply, cst.Add)) and self._leads_to_scores(expr.right, chain):
+                if isinstance(expr.operator, (cst.Multiply, cst.Add)) and self._leads_to_scores(expr.right, chain,
+                                                                                                 depth + 1):
                     return True
                 return False
             if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in (
@@ -589,6 +654,40 @@ def attend(q, k, v, mask):
             attention.mask = _optional(mask, condition)
             return
         attention.mask = _optional(mask, _negated(condition))
+
+    def _masks(self, masks: list[_Mask], attention: _Attention) -> None:
+        """Several masks on the scores as SDPA's one attn_mask: additive ones summed, masked_fill /
+        where ones as one keep-mask (keys kept by all)."""
+        if any(m.optional is not None for m in masks):
+            raise _NoMatch("several masks, some applied only when given")
+        kinds = {"add" if m.kind == "add" else "bool" for m in masks}
+        if len(kinds) > 1:
+            raise _NoMatch("an additive mask and a masked_fill on the same scores")
+        if kinds == {"add"}:
+            if any(self._is_bool(m.condition) for m in masks):
+                raise _NoMatch("a boolean mask added to the scores")
+            total = None
+            for mask in reversed(masks):  # masks were read from the last applied back
+                part = _parenthesized(mask.condition.with_changes(lpar=[], rpar=[]))
+                total = part if total is None else cst.BinaryOperation(total, cst.Add(), part)
+            attention.mask = total
+            return
+        keeps = []
+        for mask in reversed(masks):
+            fill = self._fill(mask.value) if mask.kind == "fill" else self._fill(mask.value)
+            if fill is None:
+                raise _NoMatch(f"the mask fills {self.context.source(mask.value)}, not -inf")
+            if fill != "-inf" and not self._causal(mask):
+                raise _NoMatch(f"the mask fills {self.context.source(mask.value)}, not -inf, beside another mask: a row "
+                               "whose keys are all masked would average the values instead of giving zeros")
+            condition = mask.condition.with_changes(lpar=[], rpar=[])
+            keeps.append(_parenthesized(condition if mask.kind == "keep" else _negated(condition)))
+        if any(self._fill(m.value) != "-inf" for m in masks):
+            raise _NoMatch("a finite fill beside another mask: a row whose keys are all masked would average the values")
+        total = keeps[0]
+        for keep in keeps[1:]:
+            total = cst.BinaryOperation(total, cst.BitAnd(), keep)
+        attention.mask = total
 
     def _fill(self, value) -> str | None:
         """"-inf" for -inf spelled any way; "finite" for a fill so low that exp(fill - max) is 0 in
@@ -667,6 +766,8 @@ def attend(q, k, v, mask):
         if qk is None:
             return False
         attention.q, attention.k, attention.score_spec = qk
+        attention.scores = scores
+        attention.origins += [attention.q, attention.k] + ([scale] if scale is not None else [])
         head_dims = self._head_dims(attention)
         if scale is None:
             attention.scale = cst.Float("1.0")
@@ -903,7 +1004,7 @@ def attend(q, k, v, mask):
                 and len(product.args) == 1:
             v = product.args[0].value
         else:
-            v = product.args[-1].value
+            v = product.args[attention.v_argument].value
         if attention.v_order is not None:
             v = _permuted(v, *attention.v_order)
         args = [cst.Arg(attention.q), cst.Arg(attention.k), cst.Arg(v)]
@@ -915,7 +1016,7 @@ def attend(q, k, v, mask):
         call = cst.Call(func=self._sdpa_name(), args=args)
         if attention.out_order is not None:
             call = _permuted(call, *attention.out_order)
-        return call.with_changes(lpar=product.lpar, rpar=product.rpar) if not call.lpar else call
+        return call
 
     def _sdpa_name(self) -> cst.BaseExpression:
         """`F.scaled_dot_product_attention` through the file's alias of torch.nn.functional, else spelled out."""
@@ -966,13 +1067,26 @@ class _Chain:
         self.cursor = index
         self.attention = attention
         self.pending: list[tuple[str, _Mask, cst.BaseExpression]] = []
+        self.strict = False  # past the softmax: a binding the chain cannot follow is reported
 
-    def _find(self, name: str):
-        """(position, value, kind) of the closest statement before the cursor that binds `name`:
-        an assignment, an in-place masked_fill_, or `if m is not None:` around one; None if another
-        kind of statement binds it or none does."""
+    def _position(self, node) -> int:
+        """The index of the chain block's statement that holds `node` (the cursor if none does)."""
+        index = self.rule.context.index
+        if node not in index:
+            return self.cursor
+        for ancestor in [node, *index.ancestors(node)]:
+            for i, statement in enumerate(self.statements):
+                if statement is ancestor:
+                    return i
+        return self.cursor
+
+    def _find(self, name: str, before: int | None = None):
+        """(position, value, kind) of the closest statement before the cursor (or `before`) that
+        binds `name`: an assignment, an in-place masked_fill_, or `if m is not None:` around one;
+        None if another kind of statement binds it or none does."""
         skipped = []
-        for j in range(self.cursor - 1, -1, -1):
+        start = self.cursor if before is None else before
+        for j in range(start - 1, -1, -1):
             statement = self.statements[j]
             simple = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
                 else None
@@ -983,15 +1097,16 @@ class _Chain:
                     and isinstance(simple.value.func, cst.Attribute) and simple.value.func.attr.value == "masked_fill_" \
                     and isinstance(simple.value.func.value, cst.Name) and simple.value.func.value.value == name:
                 return j, simple.value, "inplace", skipped
+            if isinstance(simple, cst.AugAssign) and isinstance(simple.target, cst.Name) and simple.target.value == name \
+                    and isinstance(simple.operator, cst.AddAssign):
+                return j, simple, "augadd", skipped
             if isinstance(statement, cst.If) and self._optional_mask(statement, name) is not None:
                 return j, statement, "optional", skipped
-            if isinstance(simple, cst.Assign) and name not in _bound_names(simple):
-                skipped.append(j)
-                continue
-            if isinstance(simple, (cst.Expr,)) and name not in read_names(self.rule.context, simple):
-                skipped.append(j)
-                continue
-            return None
+            if isinstance(simple, cst.Assign) and name in _bound_names(simple):
+                return j, statement, "other", skipped
+            if name in _statement_binds(statement):
+                return j, statement, "other", skipped
+            skipped.append(j)  # kept where it is; what it reads and binds is checked against the chain
         return None
 
     def _optional_mask(self, statement: cst.If, name: str):
@@ -1011,11 +1126,11 @@ class _Chain:
         return None
 
     def peek(self, expr):
-        """`expr`, or what the name `expr` holds (without consuming anything)."""
+        """`expr`, or what the name `expr` holds where it is read (without consuming anything)."""
         if not isinstance(expr, cst.Name):
             return expr
-        found = self._find(expr.value)
-        if found is None or found[2] != "assign":
+        found = self._find(expr.value, min(self._position(expr), self.cursor))
+        if found is None or found[2] not in ("assign",):
             return expr
         return found[1]
 
@@ -1026,12 +1141,20 @@ class _Chain:
         if found is None:
             return expr
         j, value, kind, skipped = found
+        if kind == "other":
+            if self.strict:
+                raise _NoMatch(f"`{expr.value}` is changed on line {self.rule.context.line(value)} by a statement "
+                               "the rule does not follow")
+            return expr
         self.cursor = j
         self.attention.consumed.append(j)
         self.attention.links.append(expr.value)
         self.attention.skipped += skipped
         if kind == "assign":
             return value
+        if kind == "augadd":
+            self.pending.append((expr.value, _Mask("add", value.value.with_changes(lpar=[], rpar=[]), None), expr))
+            return expr
         if kind == "inplace":
             fill, fill_value = positional(value, 0), positional(value, 1)
             if fill is None or fill_value is None or len(value.args) != 2:
@@ -1041,7 +1164,8 @@ class _Chain:
         optional, inner = self._optional_mask(value, expr.value)
         masked = self.rule._masked(inner, self)
         if masked is None:
-            raise _NoMatch("the scores are changed under `if ... is not None:` by other than a mask")
+            raise _NoMatch(f"`{expr.value}` is changed under `if {self.rule.context.source(optional)} is not None:` by "
+                           "other than a mask (a module passed in, whose effect the rule cannot see)")
         mask, rest = masked
         if not (isinstance(rest, cst.Name) and rest.value == expr.value):
             raise _NoMatch("the mask under `if ... is not None:` is not applied to the scores")
@@ -1064,18 +1188,26 @@ class _Chain:
         attention = self.attention
         statement = context.index.statement_of(product)
         chain = [self.statements[i] for i in attention.consumed] + [statement]
-        moved = [attention.q, attention.k, attention.scale, attention.mask, attention.dropout]
+        moved = [node for node in attention.origins if node in context.index]
         links = set(attention.links)
         for expr in moved:
             if expr is not None and read_names(context, expr) & links:
                 raise _NoMatch(f"`{context.source(expr)}` reads an intermediate of the attention")
-        moved_reads = {n for e in moved if e is not None for n in read_names(context, e)}
-        moved_code = " ".join(context.source(e) for e in moved if e is not None and e in context.index)
         for j in attention.skipped:
             skipped = self.statements[j]
-            for bound in _bound_names(skipped.body[0]) if isinstance(skipped, cst.SimpleStatementLine) else ():
-                if bound in links or bound in moved_reads or ("." in bound or "[" in bound) and bound in moved_code:
-                    raise _NoMatch(f"line {context.line(skipped)} assigns `{bound}` between the attention's statements")
+            bound_here = set().union(*(_bound_names(small) for small in skipped.body)) \
+                if isinstance(skipped, cst.SimpleStatementLine) else _statement_binds(skipped)
+            for expr in moved:
+                if self._position(expr) > j:
+                    continue  # read after this statement: what it binds is what the chain read
+                reads_here = read_names(context, expr)
+                code = context.source(expr)
+                for bound in bound_here:
+                    if bound in reads_here or ("." in bound or "[" in bound) and bound in code:
+                        raise _NoMatch(f"line {context.line(skipped)} assigns `{bound}` between the attention's "
+                                       "statements")
+            for bound in bound_here & links:
+                raise _NoMatch(f"line {context.line(skipped)} assigns `{bound}` between the attention's statements")
         scope = context.scopes.get(statement)
         for name in sorted(links):
             for access in scope.accesses[name] if scope is not None else ():
@@ -1201,6 +1333,12 @@ class _MaskReader:
         if self.rule._fill(value) != "-inf":
             return None
         return "additive" if self.read(condition, depth + 1) == "upper" else None
+
+
+def _statement_binds(statement) -> set[str]:
+    """Names a (compound) statement binds anywhere in it."""
+    from codemod.analysis.time_loops import _bound_in
+    return _bound_in(statement)
 
 
 def _flip(meaning):

@@ -4,7 +4,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.tensor_layout import layouts, read_names
+from codemod.analysis.tensor_layout import SAME_SHAPE_FUNCTIONS, layouts, read_names
+from codemod.analysis.time_loops import _dotted
 from codemod.analysis.time_loops import (
     ONE,
     Const,
@@ -66,6 +67,11 @@ def wkv(r, k, v, w, u, state):
     return o, state
 """
 KERNELS = "runtime.kernels"
+# Calls a state may go through in a loop that is still a (maybe non-linear) elementwise recurrence.
+ELEMENTWISE_NAMES = frozenset(n.rsplit(".", 1)[1] for n in SAME_SHAPE_FUNCTIONS) | {"einsum", "matmul", "outer", "where"}
+TENSOR_METHODS_OK = frozenset(
+    "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as mT softmax clamp abs neg sqrt"
+    " matmul mul add sub div".split())
 
 
 @dataclass
@@ -264,58 +270,91 @@ def ema(a, x):
 
     def _looks_like_recurrence(self, loop: cst.For) -> bool:
         """Worth reporting when not rewritten: a loop over a tensor's time dim (indexed
-        `[:, t]`, `[..., t]`, or iterated with `unbind`) where a state is updated from its
-        own value by `* state` or `state +`."""
+        `[:, t]`, `[..., t]`, or iterated with `unbind`) of simple statements, where a state
+        is updated from its own value as `a * state (+ ...)`, with `a` free of the states (an
+        RNN, whose gates read its state, is not a linear recurrence at all), or as
+        `state + <outer product>`, and no state goes into a module or function call (an RNN
+        cell)."""
         time = loop.target.value if isinstance(loop.target, cst.Name) else None
-        targets = {n.value for n in self.context.index.find(cst.Name, within=loop.target)}
         if not isinstance(loop.body, cst.IndentedBlock) or not self._over_time(loop, time):
             return False
+        if any(not isinstance(line, cst.SimpleStatementLine) for line in loop.body.body):
+            return False
+        assigned: dict[str, cst.BaseExpression] = {}
         for line in loop.body.body:
-            for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
-                if not (isinstance(small, cst.Assign) and len(small.targets) == 1
-                        and isinstance(small.targets[0].target, cst.Name)):
+            for small in line.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                    assigned.setdefault(small.targets[0].target.value, small.value)
+        states = {name for name, value in assigned.items() if name in read_names(self.context, value)}
+        if not states:
+            return False
+        for call in self.context.index.find(cst.Call, within=loop.body):
+            if self._feeds_state(call, states, assigned):
+                return False
+        for name in sorted(states):
+            value = assigned[name]
+            for op in self.context.index.find(cst.BinaryOperation, within=value):
+                sides = [op.left, op.right]
+                if not any(isinstance(side, cst.Name) and side.value == name for side in sides):
                     continue
-                state = small.targets[0].target.value
-                if state not in read_names(self.context, small.value):
-                    continue
-                stepped = bool(read_names(self.context, loop.body) & (targets | ({time} if time else set())))
-                for op in self.context.index.find(cst.BinaryOperation, within=small.value):
-                    sides = [op.left, op.right]
-                    if isinstance(op.operator, cst.Multiply) and any(isinstance(s, cst.Name) and s.value == state
-                                                                     for s in sides) and stepped:
-                        return True
-                    if isinstance(op.operator, cst.Add) and any(isinstance(s, cst.Name) and s.value == state
-                                                                for s in sides) and stepped and time is not None \
-                            and self._indexes_by(loop, time):
-                        return self._has_outer_or_decay(small.value)
+                other = op.right if isinstance(op.left, cst.Name) and op.left.value == name else op.left
+                if isinstance(op.operator, cst.Multiply) and not self._reads_states(other, states, assigned):
+                    return True
+                if isinstance(op.operator, cst.Add) and self._has_outer_or_decay(other) \
+                        and not self._reads_states(other, states - {name}, assigned):
+                    return True
         return False
 
+    def _reads_states(self, expr, states: set[str], assigned: dict, depth: int = 0) -> bool:
+        """Does `expr` read a state, directly or through the loop's temporaries?"""
+        names = read_names(self.context, expr) if expr in self.context.index else set()
+        if names & states:
+            return True
+        return depth < 4 and any(self._reads_states(assigned[n], states, assigned, depth + 1)
+                                 for n in names if n in assigned and n not in states)
+
+    def _feeds_state(self, call: cst.Call, states: set[str], assigned: dict) -> bool:
+        """Is a state (maybe through temporaries) an argument of a call that is not an
+        elementwise torch function or tensor method?"""
+        func = call.func
+        names = self.context.names.of(func) if _dotted(func) else set()
+        if any(n.startswith("torch.") and n.rsplit(".", 1)[1] in ELEMENTWISE_NAMES for n in names):
+            return False
+        if isinstance(func, cst.Attribute) and not names and func.attr.value in TENSOR_METHODS_OK:
+            return False
+        if isinstance(func, cst.Attribute) and func.attr.value == "append":
+            return False
+        args = [a.value for a in call.args]
+        if isinstance(func, cst.Attribute) and not names and not isinstance(func.value, cst.Name):
+            args.append(func.value)
+        return any(self._reads_states(a, states, assigned) for a in args)
+
     def _over_time(self, loop: cst.For, time: str | None) -> bool:
+        """Does the loop index a tensor by its step (`x[:, t]`, `x[..., t]`, `x[t]` of a tensor),
+        or iterate over one with `unbind`?"""
         if "unbind" in self.context.source(loop.iter):
             return True
         if time is None:
             return False
+        layout = layouts(self.context)
         for subscript in self.context.index.find(cst.Subscript, within=loop.body):
-            elements = list(subscript.slice)
-            for position, element in enumerate(elements):
-                if isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
-                        and element.slice.value.value == time and position > 0:
-                    return True
-                if isinstance(element.slice, cst.Slice) and isinstance(element.slice.lower, cst.Name) \
-                        and element.slice.lower.value == time and position > 0:
+            for position, element in enumerate(subscript.slice):
+                stepped = isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
+                    and element.slice.value.value == time or isinstance(element.slice, cst.Slice) \
+                    and isinstance(element.slice.lower, cst.Name) and element.slice.lower.value == time
+                if stepped and (position > 0 or layout.shape(subscript.value) is not None):
                     return True
         return False
 
-    def _indexes_by(self, loop: cst.For, time: str) -> bool:
-        return self._over_time(loop, time)
-
     def _has_outer_or_decay(self, value: cst.BaseExpression) -> bool:
-        code = self.context.source(value)
-        return "unsqueeze" in code or "einsum" in code or "None" in code or "@" in code or "*" in code
+        """An outer product of step vectors, as people spell one."""
+        code = self.context.source(value) if value in self.context.index else ""
+        return "unsqueeze" in code or "einsum" in code or "None" in code or "@" in code or "outer" in code
 
     # -- rewriting ---------------------------------------------------------------------
 
     def _rewrite(self, model: TimeLoop):
+        _LAYOUTS[0] = layouts(self.context)
         loop = model.loop
         order = self._order(model)
         attention = {name: self._attention(model, model.states[name]) for name in order}
@@ -560,7 +599,7 @@ def ema(a, x):
                    final_reads) -> None:
         a, x = update
         before = uses.get((name, "prev"), 0) > 0
-        after = uses.get((name, "new"), 0) > 0 or name in final_reads
+        after = uses.get((name, "new"), 0) > 0
         if before and after:
             raise Unsupported(f"the state `{name}` is read both before and after its update")
         lifted = [lifter.lift(a) if a is not None else Lift(cst.Float("0.0"), None, 0, "number"),
@@ -570,22 +609,27 @@ def ema(a, x):
         (a_lift, x_lift), time = lifter.kernel_operands(lifted)
         args = [cst.Arg(a_lift.code), cst.Arg(x_lift.code), cst.Arg(cst.Name(name)),
                 cst.Arg(integer(time), keyword=cst.Name("dim"), equal=_tight())]
+        final = name in final_reads
         if before:
             args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("before"), equal=_tight()))
+            if final:  # the states before each step leave out the last one
+                args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("final"), equal=_tight()))
         call = cst.Call(cst.Name("linear_recurrence"), _commas(args))
         result.kernels.add("linear_recurrence")
-        rank = None
-        lift = Lift(call, time, rank)
+        lift = Lift(call, time, None)
         mode = "prev" if before else "new"
         total = sum(n for (s, _), n in uses.items() if s == name)
-        if total > 1 or name in final_reads:
+        if total > 1 or final:
             states_name = self._fresh(f"{name}s" if not name.endswith("s") else f"{name}_all", scope_names)
             result.fresh.add(states_name)
-            result.statements.append(_assign([states_name], call))
-            lift = Lift(cst.Name(states_name), time, rank)
+            if before and final:
+                result.statements.append(_assign([states_name, name], call))
+            else:
+                result.statements.append(_assign([states_name], call))
+                if final:
+                    result.statements.append(_assign([name], _last(cst.Name(states_name), time)))
+            lift = Lift(cst.Name(states_name), time, None)
             result.names[name] = states_name
-            if name in final_reads:
-                result.statements.append(_assign([name], _last(cst.Name(states_name), time)))
         lifts[(name, mode)] = lift
 
     def _fresh(self, base: str, taken: set[str]) -> str:
@@ -727,9 +771,13 @@ def _occurrences(sym: Sym, pair) -> int:
 
 
 def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
-    """x for `x.unsqueeze(dim)` (as read: `x[..., None]` too), also of a constant; `rank` is
-    the rank the value must have (the state's), which makes an unsqueeze at a dim counted
-    from the left one counted from the right."""
+    """x for `x.unsqueeze(dim)` (as read: `x[..., None]` too), also of a constant, and through
+    an elementwise function (`x[..., None].exp()` is `x.exp()[..., None]`); `rank` is the rank
+    the value must have (the state's), which makes an unsqueeze at a dim counted from the
+    left one counted from the right."""
+    if isinstance(sym, Op) and sym.op in ("map", "neg") and len(sym.args) == 1:
+        inner = _unsq(sym.args[0], dim, rank)
+        return None if inner is None else Op(_plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
     if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] == dim:
         return sym.args[0]
     if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] >= 0 and sym.rank is None \
@@ -738,6 +786,11 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
     if isinstance(sym, Const) and sym.kind != "number":
         node = sym.node
         inner = None
+        if isinstance(node, cst.Name) and _LAYOUTS[0] is not None and node in _LAYOUTS[0].index:
+            value = _LAYOUTS[0].value_of(node)  # `u = self.bonus.unsqueeze(-1)` before the loop
+            if isinstance(value, (cst.Call, cst.Subscript)) and value in _LAYOUTS[0].index:
+                shape = _LAYOUTS[0].shape(value)
+                return _unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "unsqueeze" \
                 and len(node.args) == 1 and node.args[0].keyword is None:
             from codemod.analysis.tensor_layout import int_value
@@ -752,9 +805,23 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
             elif sym.rank is not None and kinds.count("None") == 1 and set(kinds) <= {":", "None"} \
                     and len(kinds) <= sym.rank and kinds.index("None") - sym.rank == dim:
                 inner = node.value
+            elif rank is not None and "..." not in kinds and set(kinds) <= {":", "None"} and len(kinds) == rank \
+                    and dim + len(kinds) >= 0 and kinds[dim + len(kinds)] == "None":
+                # `u[None, :, None, :]` in a value of the state's rank: its dims are those written
+                rest = [e for i, e in enumerate(node.slice) if i != dim + len(kinds)]
+                if all(_element_kind(e) == ":" for e in rest):
+                    inner = node.value
+                else:
+                    rest = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in rest[:-1]] \
+                        + [rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+                    inner = node.with_changes(slice=rest)
+                return Const(len(kinds) - 1, inner, sym.kind)
         if inner is not None:
             return Const(_plus(sym.rank, -1), inner, sym.kind)
     return None
+
+
+_LAYOUTS: list = [None]  # the file's Layouts while a loop is matched (for constants bound by name)
 
 
 def _element_kind(element: cst.SubscriptElement) -> str:
@@ -830,7 +897,7 @@ def _state_term(sym: Sym, state: State, code):
                 for u_side, x_side in (second.args, second.args[::-1]):
                     if same(x_side, state.x, code):
                         for axis in (-1, -2):
-                            u = _unsq(u_side, axis)
+                            u = _unsq(u_side, axis, _state_rank(state))
                             if u is not None and isinstance(u, Const):
                                 return "prev", u, -2 if axis == -1 else -1
     return None

@@ -75,14 +75,15 @@ def linear_recurrence_reference(a, x, h0=None, dim: int = 1, before: bool = Fals
     return torch.stack(hs, dim=dim)
 
 
-def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False) -> torch.Tensor:
+def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False, final: bool = False):
     """h_t = a_t * h_{t-1} + x_t for a_t = a.select(dim, t) and x_t = x.select(dim, t) (each
     in its own dims), broadcast as in the loop: the states after each step, stacked at
     `dim` like `torch.stack` (with `before=True`, the states each step starts from
     instead: h0, h_0, ..., h_{T-2}).
 
-    A number, a 0-dim tensor, or a tensor of size 1 at `dim` gives the same value at every
-    step (a constant decay). h0, the state before the first step (zeros if None; a number
+    With `final=True`, returns (states, h_{T-1}): the state after the last step too (which
+    `before=True` leaves out). A number, a 0-dim tensor, or a tensor of size 1 at `dim`
+    gives the same value at every step (a constant decay). h0, the state before the first step (zeros if None; a number
     or a tensor), broadcasts against a step, and so may have more dims than a_t and x_t.
     The result has the dtype the loop's first step gives (a * h0 + x).
     """
@@ -107,10 +108,12 @@ def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False) -> torc
     a_, x_ = (_over_steps(v, dim, T, step, dtype, device).reshape(1, T, -1) for v in (a, x))
     start = None if h0 is None else torch.as_tensor(h0, dtype=dtype, device=device).to(dtype).expand(step).reshape(1, -1)
     h = linear_scan(a_, x_, start)  # (1, T, N)
+    last = h[0, -1].reshape(step)
     if before:
         first = torch.zeros_like(h[:, :1]) if start is None else start[:, None]
         h = torch.cat([first, h[:, :-1]], 1)
-    return h.reshape(T, *step).movedim(0, dim)
+    states = h.reshape(T, *step).movedim(0, dim)
+    return (states, last) if final else states
 
 
 def _shape(value) -> torch.Size:

@@ -115,6 +115,16 @@ def test_linear_recurrence_broadcasts_as_the_loop_does(a_shape, x_shape, h0_shap
         assert_close(g, w, TOL[torch.float64])
 
 
+@pytest.mark.parametrize("before", [False, True], ids=["after", "before"])
+def test_linear_recurrence_gives_the_final_state(before):
+    gen = torch.Generator().manual_seed(4)
+    a, x, h0 = (torch.rand(2, 6, 3, generator=gen, dtype=torch.float64), torch.randn(2, 6, 3, generator=gen,
+                dtype=torch.float64), torch.randn(2, 3, generator=gen, dtype=torch.float64))
+    states, last = linear_recurrence(a, x, h0, dim=1, before=before, final=True)
+    torch.testing.assert_close(states, linear_recurrence_reference(a, x, h0, 1, before=before))
+    torch.testing.assert_close(last, linear_recurrence_reference(a, x, h0, 1)[:, -1])
+
+
 def test_linear_recurrence_takes_the_dtype_of_the_first_step():
     x = torch.randn(2, 5, 3)
     assert linear_recurrence(0.5, x, torch.zeros(2, 3, dtype=torch.float64)).dtype == torch.float64
