@@ -113,7 +113,14 @@ def _bound_here(name: cst.Name, top: cst.CSTNode, parents) -> bool:
 
 
 def read_names(context: "FileContext", node: cst.CSTNode) -> set[str]:
-    return {name.value for name in reads(context, node)}
+    """The names `node` reads (cached per node of the parsed tree)."""
+    if node not in context.index:
+        return {name.value for name in names_read(node)}
+    cache = context.shared("tensor_layout.read_names", lambda _: {})
+    found = cache.get(node)
+    if found is None:
+        found = cache[node] = frozenset(name.value for name in reads(context, node))
+    return set(found)
 
 
 # -- attributes ----------------------------------------------------------------------------
@@ -307,6 +314,7 @@ class Layouts:
         self.attributes = attributes(context)
         self._cache: dict[int, object] = {}
         self._busy: set[int] = set()
+        self._reach: dict = {}
 
     # -- public ----------------------------------------------------------------------
 
@@ -927,6 +935,12 @@ class Layouts:
     def _reaching(self, name: cst.Name) -> cst.CSTNode | None:
         """The binding target of the one binding of `name` that reaches this use: the last
         one before it in a block around it; None when that is not clear."""
+        cached = self._reach.get(name, _MISSING)
+        if cached is _MISSING:
+            cached = self._reach[name] = self._find_reaching(name)
+        return cached
+
+    def _find_reaching(self, name: cst.Name) -> cst.CSTNode | None:
         scope = self.context.scopes.get(name)
         if scope is None:
             return None
@@ -1039,6 +1053,7 @@ class Layouts:
 
 
 _NOT_A_METHOD = object()
+_MISSING = object()
 
 
 

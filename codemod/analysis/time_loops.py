@@ -479,7 +479,7 @@ class LoopReader:
     # -- expressions -------------------------------------------------------------------
 
     def depends(self, node: cst.CSTNode) -> bool:
-        return bool(read_names(self.context, node) & self.bound)
+        return not self.bound.isdisjoint(read_names(self.context, node))
 
     def sym(self, node: cst.BaseExpression) -> Sym:
         if not self.depends(node):
