@@ -171,6 +171,16 @@ FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", 
 DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
 SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 
+# Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
+# another order, they give other values.
+RANDOM_FUNCTIONS = {
+    *(f"torch.{name}" for name in "rand randn randint rand_like randn_like randint_like randperm bernoulli "
+      "multinomial normal poisson".split()),
+    f"{FUNCTIONAL}.dropout", f"{FUNCTIONAL}.dropout1d", f"{FUNCTIONAL}.dropout2d", f"{FUNCTIONAL}.alpha_dropout",
+    f"{FUNCTIONAL}.gumbel_softmax",
+}
+RANDOM_METHODS = {"bernoulli", "bernoulli_", "normal_", "uniform_", "random_", "exponential_", "multinomial"}
+
 # -- checkpoints ------------------------------------------------------------------------------
 
 # Calls that write a checkpoint synchronously: (qualified name or method, what it saves).

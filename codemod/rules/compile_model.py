@@ -6,6 +6,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemod.analysis.names import method_name
+from codemod.analysis.tensor_layout import layouts
+from codemod.edits import InsertAfter
 from codemod.rule import Invalid, Level, Rule, Valid
 
 COMPILERS = ("torch.compile",)
@@ -15,6 +17,11 @@ HOOK_METHODS = {
     "register_full_backward_pre_hook", "register_backward_hook",
 }
 PER_CALL_HOOKS = ("runtime.hooks.per_call_forward_hook", "runtime.hooks.per_call_forward_pre_hook")
+# What a model is set up with before training (the compile goes after the last of these).
+SET_UP_METHODS = frozenset("to cuda cpu half float double bfloat16 type apply load_state_dict requires_grad_ "
+                           "to_empty share_memory".split())
+MODULE_TABLES = {"torch.nn.ModuleDict", "torch.nn.ModuleList", "torch.nn.modules.container.ModuleDict",
+                 "torch.nn.modules.container.ModuleList"}
 
 SETUP = """\
 import torch
@@ -38,28 +45,38 @@ class UncompiledModel(Rule):
     """
     ## What it does
     Finds a model trained in eager mode and compiles it once, right after the
-    last statement that builds or moves it before the training loop, with
-    `model.compile()`.
+    last statement that builds or moves it before the training loop (not after
+    a `.train()` in the epoch loop), with `model.compile()`. What is compiled is
+    what runs the forward on every step: a model called in the loop, directly
+    or through a helper it is given to; an optimizer's parameter table
+    (`nn.ParameterDict`) or a module read only for its weights is not.
+
+    Where the model cannot be compiled in place, the finding points to where it
+    is built: in the caller that passes it to the training function, at the
+    module-level lines that build and move a global model, at the `self.model =
+    ...` of a trainer class. When module hooks block the model's compile, the
+    rule also reports what else runs every step and could be compiled: the
+    loss function (`@torch.compile`) and an `nn.ModuleDict` / `nn.ModuleList`
+    of small networks called every step.
 
     ## Why is this bad?
     In eager mode every operation is a separate kernel launched from Python, and
     every intermediate result goes through memory. `torch.compile` traces the
     forward (and, through AOTAutograd, the backward) into graphs whose
     pointwise operations are fused into generated kernels, which saves memory
-    traffic and launch overhead; PyTorch's own benchmarks report 1.3-2x for
-    training steps of transformer models on recent GPUs, less for models
-    dominated by large matmuls (not measured by perfmod yet:
-    `python -m benchmarks.bench_model --device cuda --case char_lm` does). The
-    first steps pay for compilation (seconds to minutes).
+    traffic and launch overhead; PyTorch's own benchmarks (the PyTorch 2.0
+    release, over 163 open-source models) report 1.3-2x for training steps on
+    A100s, less for models dominated by large matmuls;
+    `python -m benchmarks.bench_model --case char_lm` measures it on your
+    device. The first steps pay for compilation (seconds to minutes).
 
     `model.compile()` (`nn.Module.compile`, torch 2.2 and later) compiles the
     module's `__call__` in place. Unlike `model = torch.compile(model)`, which
     returns an `OptimizedModule` wrapper whose `state_dict()` keys gain an
     `_orig_mod.` prefix (so checkpoints no longer load into an uncompiled
     model), it keeps the same object, its attributes and its `state_dict()`
-    keys, and `torch.save(model)` still works (checked with torch 2.13). The
-    seed report suggests `target_model = torch.compile(target_model)`; this
-    rule writes the in-place form for that reason.
+    keys, and `torch.save(model)` still works (checked with torch 2.13), so
+    this rule writes the in-place form.
 
     Left alone: files that already use `torch.compile` (any alias, a decorator)
     or call `.compile()` on the model. Reported without a fix: files that
@@ -107,7 +124,7 @@ class UncompiledModel(Rule):
     OPT_IN = True
     REQUIRES = ("backward",)
     MESSAGE = "model trained in eager mode; compile it once with `model.compile()` (keeps its state_dict keys)"
-    GAIN = "reported 1.3-2x for transformer training steps on GPU (unmeasured here), after a compile of seconds to minutes"
+    GAIN = "1.3-2x per training step on GPUs in PyTorch 2.0's benchmarks, after a compile of seconds to minutes"
 
     VALID = [
         Valid(SETUP + "model = torch.compile(model)\n" + LOOP, "already compiled"),
@@ -141,49 +158,237 @@ class UncompiledModel(Rule):
         hook = self._hook_registration(node)
         seen: set[int] = set()
         for loop in self.context.training.loops:
-            if not loop.models:
+            called = self._called_models(loop)
+            for name in called:
+                self._model(loop, name, hook, seen)
+            if hook is not None or not called:  # the model's forward cannot be compiled: what else runs every step
+                self._loss_functions(loop, seen)
+            self._module_tables(loop, seen)
+
+    def _model(self, loop, name: str, hook, seen: set[int]) -> None:
+        """Compile (or report) the model `name` whose forward runs in `loop`."""
+        if not name.isidentifier():
+            where = self._attribute_site(loop.loop, name) or loop.loop
+            if id(where) not in seen:
+                seen.add(id(where))
+                self.report(where, f"`{name}` is trained in eager mode; PM506 compiles only models held "
+                                   f"in a variable: add `{name}.compile()` where it is built")
+            return
+        anchor = self._anchor(loop.loop, name)
+        if anchor is None:
+            site = self._caller_site(loop.loop, name)
+            how = "is given it"
+            if site is None:
+                site = self._global_site(loop.loop, name)
+                how = "reads it as a global"
+            where = site or loop.loop
+            if id(where) not in seen:
+                seen.add(id(where))
+                self.report(where, f"`{name}` could be compiled, but it is built outside the function that trains "
+                                   f"it (which {how}); add `{name}.compile()` where it is built and moved")
+            return
+        if id(anchor) in seen:
+            return
+        seen.add(id(anchor))
+        if hook is not None:
+            self.report(anchor, f"`{name}` could be compiled, but this file registers module hooks "
+                                f"(line {self.context.line(hook)}), which dynamo traces and "
+                                "may recompile for; fix PM501, then compile by hand and check with perfmod verify")
+        elif self._bound_again(anchor, loop.loop, name):
+            self.report(anchor, f"`{name}` could be compiled, but it is bound again after this line; "
+                                f"add `{name}.compile()` after its last binding")
+        else:
+            compile_line = cst.parse_statement(f"{name}.compile()\n")
+            self.report(anchor, edits=[InsertAfter(anchor, (compile_line,))])
+
+    # -- what runs the forward -------------------------------------------------------------
+
+    def _called_models(self, loop) -> list[str]:
+        """The models of the loop whose forward runs in it: called (`model(x)`, `model.forward`),
+        or given to a function of this file that calls them. An optimizer's parameter tables
+        (`nn.ParameterDict`) and modules only read for their weights are not called."""
+        found = []
+        calls = own_calls(self.context, loop.loop)
+        candidates = [model.expression for model in loop.models] + self._passed_modules(loop.loop, calls)
+        for name in candidates:
+            if name in found:
                 continue
-            name = loop.models[0].expression
-            if not name.isidentifier():
-                if id(loop.loop) not in seen:
-                    seen.add(id(loop.loop))
-                    self.report(loop.loop, f"`{name}` is trained in eager mode; PM506 compiles only models held "
-                                           f"in a variable: add `{name}.compile()` where it is built")
+            if any(self._calls_model(call, name) for call in calls):
+                found.append(name)
+        return found
+
+    def _passed_modules(self, loop: cst.CSTNode, calls) -> list[str]:
+        """Parameters of the training function called in the loop that a caller in this file
+        gives a module (`train(net, opt)` with `net = nn.Linear(...)`)."""
+        from codemod.analysis.kinds import Kind
+
+        function = self.context.index.first_enclosing(loop, cst.FunctionDef)
+        if function is None:
+            return []
+        params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+        called = {call.func.value for call in calls if isinstance(call.func, cst.Name)} & set(params)
+        found = []
+        for call in self.context.index.find(cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value == function.name.value):
                 continue
-            anchor = self._anchor(loop.loop, name)
-            key = id(anchor) if anchor is not None else id(loop.loop)
-            if key in seen:
+            args = [a for a in call.args if a.keyword is None and not a.star]
+            for position, name in enumerate(params):
+                if name in called and position < len(args) and \
+                        self.context.kinds.fact(args[position].value).kind is Kind.MODULE and name not in found:
+                    found.append(name)
+        return found
+
+    def _calls_model(self, call: cst.Call, name: str, depth: int = 0) -> bool:
+        code = self.context.source
+        func = call.func
+        if code(func) == name or isinstance(func, cst.Attribute) and func.attr.value == "forward" \
+                and code(func.value) == name:
+            return True
+        if depth > 1:
+            return False
+        function = layouts(self.context).function_of(call)
+        if function is None:
+            return False
+        params = [*function.params.posonly_params, *function.params.params]
+        for arg, param in zip([a for a in call.args if a.keyword is None and not a.star], params):
+            if code(arg.value) == name:
+                inner = param.name.value
+                if any(self._calls_model(c, inner, depth + 1) for c in own_calls(self.context, function.body)):
+                    return True
+        return False
+
+    # -- other things that run every step ----------------------------------------------------
+
+    def _loss_functions(self, loop, seen: set[int]) -> None:
+        """A function of this file that computes the loss every step: worth compiling on its own."""
+        if not loop.backwards:
+            return
+        sources = [loop.backwards[0].loss]
+        frontier = list(sources)
+        for _ in range(2):  # the loss, and the values its names hold, two steps back
+            found = []
+            for source in frontier:
+                names = [source] if isinstance(source, cst.Name) else \
+                    (self.context.index.find(cst.Name, within=source) if source in self.context.index else [])
+                for name in names:
+                    value = layouts(self.context).value_of(name) if name in self.context.index else None
+                    if value is not None and value not in sources:
+                        sources.append(value)
+                        found.append(value)
+            frontier = found
+        for source in sources[:12]:
+            for call in self.context.index.find(cst.Call, within=source) if source in self.context.index else ():
+                function = layouts(self.context).function_of(call)
+                if function is None or id(function) in seen or function.name.value in ("forward",):
+                    continue
+                if self._calls_a_model(function):
+                    continue  # it runs the model: compiling the model covers it
+                seen.add(id(function))
+                self.report(function, f"`{function.name.value}` computes the loss on every step in eager mode; "
+                                      f"decorate it with `@torch.compile` to fuse its operations (check the "
+                                      "result with perfmod verify)")
+
+    def _calls_a_model(self, function: cst.FunctionDef) -> bool:
+        training = self.context.training
+        return any(training.is_model_call(call) for call in own_calls(self.context, function.body)
+                   if not self.context.names.startswith(call.func, ("torch",)))
+
+    def _module_tables(self, loop, seen: set[int]) -> None:
+        """An `nn.ModuleDict` / `nn.ModuleList` of small networks, each called every step."""
+        for call in own_calls(self.context, loop.loop):
+            func = call.func
+            if not isinstance(func, cst.Subscript) or not isinstance(func.value, cst.Name):
                 continue
-            seen.add(key)
-            where = anchor or loop.loop
-            if hook is not None:
-                self.report(where, f"`{name}` could be compiled, but this file registers module hooks "
-                                   f"(line {self.context.positions[hook].start.line}), which dynamo traces and "
-                                   "may recompile for; fix PM501, then compile by hand and check with perfmod verify")
-            elif anchor is None:
-                self.report(where, f"`{name}` could be compiled, but it is not built or moved in the function "
-                                   f"that trains it; add `{name}.compile()` where it is built")
-            elif self._bound_again(anchor, loop.loop, name):
-                self.report(where, f"`{name}` could be compiled, but it is bound again after this line; "
-                                   f"add `{name}.compile()` after its last binding")
-            else:
-                compile_line = cst.parse_statement(f"{name}.compile()\n")
-                self.report(anchor, replacement=cst.FlattenSentinel([anchor, compile_line]))
+            value = layouts(self.context).value_of(func.value) if func.value in self.context.index else None
+            if not (isinstance(value, cst.Call) and self.context.names.of(value.func) & MODULE_TABLES):
+                continue
+            site = self.context.index.statement_of(value)
+            if site is None or id(site) in seen:
+                continue
+            seen.add(id(site))
+            name = func.value.value
+            self.report(site, f"the networks of `{name}` are called on every step in eager mode; compile each "
+                              f"(`for net in {name}.values(): net.compile()`) and check with perfmod verify")
+
+    # -- where a model given to the training function is built ------------------------------
+
+    def _caller_site(self, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
+        """For a model that is a parameter of the training function: where the caller builds
+        or moves what it passes (one call of the function in this file)."""
+        function = self.context.index.first_enclosing(loop, cst.FunctionDef)
+        if function is None:
+            return None
+        params = [*function.params.posonly_params, *function.params.params]
+        position = next((i for i, p in enumerate(params) if p.name.value == name), None)
+        if position is None:
+            return None
+        for call in self.context.index.find(cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value == function.name.value) \
+                    or layouts(self.context).function_of(call) is not function:
+                continue
+            args = [a for a in call.args if a.keyword is None and not a.star]
+            keyword = next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+            arg = keyword or (args[position] if position < len(args) else None)
+            if arg is not None and isinstance(arg.value, cst.Name):
+                statement = self.context.index.statement_of(call)
+                site = self._anchor(statement, arg.value.value)
+                if site is not None:
+                    return site
+        return None
+
+    def _global_site(self, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
+        """For a model the training function reads as a module-level name: the last module-level
+        statement (or one in an `if` there) that builds or moves it."""
+        function = self.context.index.first_enclosing(loop, cst.FunctionDef)
+        if function is None:
+            return None
+        scope = self.context.scopes.get(self.context.module)
+        if scope is None or not scope[name]:
+            return None
+        found = None
+        for statement in self.context.module.body:
+            candidates = [statement]
+            if isinstance(statement, cst.If):
+                candidates = list(statement.body.body) if isinstance(statement.body, cst.IndentedBlock) else []
+            for candidate in candidates:
+                if isinstance(candidate, cst.SimpleStatementLine) and any(self._sets_up(s, name) for s in candidate.body):
+                    found = candidate
+        return found
+
+    def _attribute_site(self, loop: cst.CSTNode, expression: str) -> cst.CSTNode | None:
+        """For `self.model`: the statement of the class that assigns it."""
+        for call in own_calls(self.context, loop):
+            for node in [call.func, *(a.value for a in call.args)]:
+                if isinstance(node, cst.Attribute) and self.context.source(node) == expression:
+                    values = layouts(self.context).attributes.values(node)
+                    if values:
+                        return self.context.index.statement_of(values[-1])
+        return None
 
     # -- what the file does already ------------------------------------------------------
 
     def _compiled_already(self, module: cst.Module) -> bool:
-        names = self.context.names
-        for node in m.findall(module, m.Name() | m.Attribute()):
-            if names.is_(node, *COMPILERS):
+        names, index = self.context.names, self.context.index
+        # torch.compile is spelled `torch.compile` (any alias of torch) or imported by name
+        # (`from torch import compile as jit`): only those nodes need a qualified-name look-up.
+        for node in index.find(cst.ImportFrom):
+            if node.module is not None and not node.relative and module.code_for_node(node.module) == "torch" \
+                    and not isinstance(node.names, cst.ImportStar) \
+                    and any(_last_name(alias.name) == "compile" for alias in node.names):
+                return True
+        for node in index.find(cst.Attribute):
+            if node.attr.value == "compile" and names.is_(node, *COMPILERS):
                 return True
         models = {model.expression for loop in self.context.training.loops for model in loop.models}
         return any(method_name(call) == "compile" and module.code_for_node(call.func.value) in models
-                   for call in m.findall(module, m.Call(func=m.Attribute())))
+                   for call in index.find(cst.Call) if isinstance(call.func, cst.Attribute))
 
     def _hook_registration(self, module: cst.Module) -> cst.Call | None:
-        for call in m.findall(module, m.Call()):
-            if method_name(call) in HOOK_METHODS or self.context.names.is_(call, *PER_CALL_HOOKS):
+        per_call = {name.rsplit(".", 1)[1] for name in PER_CALL_HOOKS}
+        for call in self.context.index.find(cst.Call):
+            if method_name(call) in HOOK_METHODS:
+                return call
+            if _last_name(call.func) in per_call and self.context.names.is_(call, *PER_CALL_HOOKS):
                 return call
         return None
 
@@ -202,8 +407,13 @@ class UncompiledModel(Rule):
             child, parent = parent, parents.get(parent)
 
     def _anchor(self, loop: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:
-        """The last statement before the loop, in a block around it, that builds or moves the model."""
+        """The last statement before the loop, in a block around it that runs once (not the
+        body of an epoch loop), that builds or moves the model."""
         for block, index in self._blocks_out(loop):
+            if self.context.index.first_enclosing(block, (cst.For, cst.While, cst.FunctionDef)) is not None and \
+                    isinstance(self.context.index.first_enclosing(block, (cst.For, cst.While, cst.FunctionDef)),
+                               (cst.For, cst.While)):
+                continue
             for statement in reversed(list(block.body)[:index]):
                 if isinstance(statement, cst.SimpleStatementLine) and any(
                         self._sets_up(small, name) for small in statement.body):
@@ -212,12 +422,14 @@ class UncompiledModel(Rule):
 
     @staticmethod
     def _sets_up(small: cst.BaseSmallStatement, name: str) -> bool:
-        """`name = ...`, `name: T = ...`, or `name.method(...)` (`.to(device)`, `.cuda()`)."""
+        """`name = ...`, `name: T = ...`, or `name.method(...)` that moves or loads it (`.to(device)`,
+        `.cuda()`, `.load_state_dict(...)`); not a mode switch (`.train()`, `.eval()`)."""
         if isinstance(small, cst.Assign):
-            return any(m.matches(t.target, m.Name(name)) for t in small.targets)
+            return any(_binds(t.target, name) for t in small.targets)
         if isinstance(small, cst.AnnAssign):
             return m.matches(small.target, m.Name(name)) and small.value is not None
-        return isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(name))))
+        return isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(name)))) \
+            and small.value.func.attr.value in SET_UP_METHODS
 
     def _bound_again(self, anchor: cst.SimpleStatementLine, loop: cst.CSTNode, name: str) -> bool:
         """Is `name` bound between the anchor and the end of the loop (the compiled
@@ -225,6 +437,28 @@ class UncompiledModel(Rule):
         scope = self.context.scopes.get(anchor.body[0])
         if scope is None:
             return True
-        after, end = self.context.positions[anchor].end.line, self.context.positions[loop].end.line
-        return any(after < self.context.positions[a.node].start.line <= end
+        index = self.context.index
+        after, end = index.end(anchor), index.end(loop)
+        return any(a.node in index and after < index.order(a.node) <= end
                    for a in scope.assignments[name] if isinstance(a.node, cst.CSTNode))
+
+
+def _binds(target: cst.BaseExpression, name: str) -> bool:
+    if isinstance(target, cst.Name):
+        return target.value == name
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return any(_binds(e.value, name) for e in target.elements)
+    return False
+
+
+def own_calls(context, node: cst.CSTNode) -> list[cst.Call]:
+    """Calls under `node` that run when it runs (not in nested functions, lambdas, classes)."""
+    from codemod.analysis.loops import own_nodes
+    return own_nodes(context.index, cst.Call, node)
+
+
+def _last_name(node: cst.CSTNode) -> str | None:
+    """`c` for `a.b.c` and for `c`."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else None

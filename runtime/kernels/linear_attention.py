@@ -1,15 +1,18 @@
 """Decayed linear attention with a matrix state (GLA, RWKV-6), computed in chunks.
 
-Shapes: q (RWKV's r) and k (B, H, T, K); v (B, H, T, V); w (B, H, T, K) or a 4-dim shape
-that broadcasts to it, e.g. (1, H, 1, K) for one decay per head and key dim; u (H, K);
-states (B, H, K, V). Rows are vectors: k_t^T v_t is a (K, V) outer product, q_t S a (V,) vector. No 1/sqrt(K)
-scale is applied: scale q first if the model wants it.
+Shapes: q (RWKV's r) and k (..., T, K); v (..., T, V); w (..., T, K), or a shape that
+broadcasts to it (a number, (H, 1, K) for one decay per head and key dim); u (..., K),
+broadcast over time (a number too); states (..., K, V). The leading dims ("...", usually
+(B, H)) of all of them broadcast, as they would in the time loop. Rows are vectors: k_t^T v_t
+is a (K, V) outer product, q_t S a (V,) vector. No 1/sqrt(K) scale is applied: scale q
+first if the model wants it.
 
 Without u (gated linear attention, GLA): the current token enters the state, then is read.
     S_t = diag(w_t) S_{t-1} + k_t^T v_t
     o_t = q_t S_t
 With u (RWKV-6 "bonus"): the query reads the state before the current token, and the
-current token through u instead; the state update is the same.
+current token through u instead; the state update is the same. u = 0 reads the state
+before the current token and nothing else.
     o_t = q_t (S_{t-1} + diag(u) k_t^T v_t)
     S_t = diag(w_t) S_{t-1} + k_t^T v_t
 S_{-1} is initial_state (zeros if not given); both functions return (o, S_{T-1}).
@@ -51,40 +54,77 @@ from .scan import broadcasts_to, linear_scan
 
 
 def linear_attention_reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
-    u: torch.Tensor | None = None, initial_state: torch.Tensor | None = None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w,
+    u=None, initial_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The time loop of the module docstring's recurrences: (o (B, H, T, V), S (B, H, K, V))."""
-    w = torch.broadcast_to(w, k.shape)
-    S = q.new_zeros(*k.shape[:2], k.shape[-1], v.shape[-1]) if initial_state is None else initial_state
+    """The time loop of the module docstring's recurrences: (o (..., T, V), S (..., K, V))."""
+    S = 0.0 if initial_state is None else initial_state
     outs = []
-    for t in range(q.shape[2]):
-        kv = k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, H, K, V)
+    for t in range(q.shape[-2]):
+        kv = k[..., t, :, None] * v[..., t, None, :]  # (..., K, V)
+        w_t = w[..., t if w.shape[-2] > 1 else 0, :, None] if isinstance(w, torch.Tensor) and w.dim() >= 2 else w
         if u is None:
-            S = w[:, :, t, :, None] * S + kv
-            outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))
+            S = w_t * S + kv
+            outs.append(torch.einsum("...k,...kv->...v", q[..., t, :], S))
         else:
-            outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S + u[:, :, None] * kv))
-            S = w[:, :, t, :, None] * S + kv
-    return torch.stack(outs, dim=2), S
+            bonus = u[..., None] * kv if isinstance(u, torch.Tensor) else u * kv
+            outs.append(torch.einsum("...k,...kv->...v", q[..., t, :], S + bonus))
+            S = w_t * S + kv
+    return torch.stack(outs, dim=-2), S
 
 
 def linear_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
-    u: torch.Tensor | None = None, initial_state: torch.Tensor | None = None, chunk_size: int = 8,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w,
+    u=None, initial_state: torch.Tensor | None = None, chunk_size: int = 8,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GLA (u=None) or RWKV-6 (u given) in chunks: (o (B, H, T, V), S (B, H, K, V)); see the module docstring."""
-    B, H, T, K = q.shape
-    V = v.shape[-1]
-    if k.shape != q.shape or v.shape != (B, H, T, V) or not broadcasts_to(w.shape, k.shape):
-        raise ValueError(f"q, k {tuple(k.shape)} must be (B, H, T, K), v {tuple(v.shape)} (B, H, T, V), "
-                         f"w {tuple(w.shape)} broadcastable to k")
+    """GLA (u=None) or RWKV-6 (u given) in chunks: (o (..., T, V), S (..., K, V)); see the module docstring."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError("q, k and v must have a time and a feature dim")
+    T, K, V = q.shape[-2], q.shape[-1], v.shape[-1]
+    if k.shape[-2:] != (T, K) or v.shape[-2] != T:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must be (..., T, K), v {tuple(v.shape)} (..., T, V)")
     if T == 0 or chunk_size < 1:
         raise ValueError(f"T = {T} and chunk_size = {chunk_size} must be at least 1")
-    if u is not None and u.shape != (H, K):
-        raise ValueError(f"u {tuple(u.shape)} must be (H, K) = {(H, K)}")
-    if initial_state is not None and initial_state.shape != (B, H, K, V):
-        raise ValueError(f"initial_state {tuple(initial_state.shape)} must be (B, H, K, V) = {(B, H, K, V)}")
+    w_shape = w.shape if isinstance(w, torch.Tensor) else torch.Size()
+    u_shape = u.shape if isinstance(u, torch.Tensor) else torch.Size()
+    leading = [q.shape[:-2], k.shape[:-2], v.shape[:-2]]
+    if len(w_shape) > 2:
+        leading.append(w_shape[:-2])
+    if len(u_shape) > 1:
+        leading.append(u_shape[:-1])
+    if initial_state is not None:
+        if initial_state.dim() < 2 or initial_state.shape[-2:] != (K, V):
+            raise ValueError(f"initial_state {tuple(initial_state.shape)} must be (..., K, V) = (..., {K}, {V})")
+        leading.append(initial_state.shape[:-2])
+    try:
+        batch = torch.broadcast_shapes(*leading)
+        torch.broadcast_shapes(w_shape, (*batch, T, K))
+        torch.broadcast_shapes(u_shape, (*batch, K))
+    except RuntimeError as err:
+        raise ValueError(f"the leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
+                         f"w {tuple(w_shape)}, u {tuple(u_shape)} and the state do not broadcast") from err
+    if torch.broadcast_shapes(w_shape, (*batch, T, K)) != (*batch, T, K) or \
+            torch.broadcast_shapes(u_shape, (*batch, K)) != (*batch, K):
+        raise ValueError(f"w {tuple(w_shape)} and u {tuple(u_shape)} must broadcast to (..., T, K) and (..., K)")
+    N = batch.numel()
+    q, k = (t.expand(*batch, T, K).reshape(N, 1, T, K) for t in (q, k))
+    v = v.expand(*batch, T, V).reshape(N, 1, T, V)
+    number = torch.promote_types(q.dtype, torch.float32)  # the dtype a Python number w or u is taken in
+    w = w if isinstance(w, torch.Tensor) else torch.tensor(w, dtype=number, device=q.device)
+    w = w.to(torch.promote_types(w.dtype, torch.float32)).expand(*batch, T, K).reshape(N, 1, T, K)
+    if u is not None:
+        u = u if isinstance(u, torch.Tensor) else torch.tensor(u, dtype=number, device=q.device)
+        u = u.to(torch.promote_types(u.dtype, torch.float32)).expand(*batch, K).reshape(N, 1, K)
+    if initial_state is not None:
+        initial_state = initial_state.expand(*batch, K, V).reshape(N, 1, K, V)
+    o, S = _chunked(q, k, v, w, u, initial_state, chunk_size)
+    return o.reshape(*batch, T, V), S.reshape(*batch, K, V)
+
+
+def _chunked(q, k, v, w, u, initial_state, chunk_size):
+    """The chunked form on q, k (B, H, T, K), v (B, H, T, V), w (B, H, T, K), u (B, H, K), S (B, H, K, V)."""
+    B, H, T, K = q.shape
+    V = v.shape[-1]
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     ct = torch.promote_types(dtype, torch.float32)  # compute type
     C = min(chunk_size, T)
@@ -105,7 +145,7 @@ def linear_attention(
     scores = (q[..., :, None, :] * k[..., None, :, :] * decay).sum(-1)  # (B, H, N, C, C)
     o = scores @ v  # (B, H, N, C, V)
     if u is not None:  # RWKV's bonus: the current token through u
-        o = o + (q * u.to(ct)[:, None, None] * k).sum(-1, keepdim=True) * v
+        o = o + (q * u.to(ct)[:, :, None, None] * k).sum(-1, keepdim=True) * v
 
     # across chunks: the state at each chunk end, then what each query reads from the one entering its chunk
     to_end = F.pad(log_w.flip(3).cumsum(3).flip(3)[..., 1:, :], (0, 0, 0, 1))  # after step s to the chunk end

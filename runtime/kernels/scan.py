@@ -28,6 +28,11 @@ Gradients come from the adjoint recurrence, the same scan run backwards in time:
 so backward costs one more scan and saves only a and h (autograd through the chunked
 steps would save every intermediate). float16/bfloat16 inputs are computed in float32.
 On CUDA the scan runs through torch.compile where that works (see _compile.py).
+
+`linear_recurrence` is the same recurrence as a Python loop `h = a[:, t] * h + x[:, t]`
+writes it: time on any dim of each input, a_t, x_t and the state broadcast as the loop's
+arithmetic does (a decay per channel, an initial state of zeros, a state with more dims
+than the inputs), inputs that stay the same at every step.
 """
 
 import math
@@ -56,6 +61,108 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     if h0 is not None and h0.shape != x[:, 0].shape:
         raise ValueError(f"h0 {tuple(h0.shape)} must have shape {tuple(x[:, 0].shape)}")
     return _LinearScan.apply(a, x, h0)
+
+
+def linear_recurrence_reference(a, x, h0=None, dim: int = 1, before: bool = False) -> torch.Tensor:
+    """The loop `h = a_t * h + x_t`, a_t and x_t taken at `dim` of each, stacked at `dim`."""
+    T = max(_steps(a, dim), _steps(x, dim))
+    h = 0.0 if h0 is None else h0
+    hs = []
+    for t in range(T):
+        new = _at(a, dim, t) * h + _at(x, dim, t)
+        hs.append(h * torch.ones_like(new) if before else new)
+        h = new
+    return torch.stack(hs, dim=dim)
+
+
+def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False, final: bool = False):
+    """h_t = a_t * h_{t-1} + x_t for a_t = a.select(dim, t) and x_t = x.select(dim, t) (each
+    in its own dims), broadcast as in the loop: the states after each step, stacked at
+    `dim` like `torch.stack` (with `before=True`, the states each step starts from
+    instead: h0, h_0, ..., h_{T-2}).
+
+    With `final=True`, returns (states, h_{T-1}): the state after the last step too (which
+    `before=True` leaves out). A number, a 0-dim tensor, or a tensor of size 1 at `dim`
+    gives the same value at every step (a constant decay). h0, the state before the first step (zeros if None; a number
+    or a tensor), broadcasts against a step, and so may have more dims than a_t and x_t.
+    The result has the dtype the loop's first step gives (a * h0 + x).
+    """
+    if not isinstance(a, torch.Tensor) and not isinstance(x, torch.Tensor):
+        raise ValueError("a or x must be a tensor")
+    like = x if isinstance(x, torch.Tensor) and x.dim() > 0 else a
+    T = max(_steps(a, dim), _steps(x, dim))
+    for value in (a, x):
+        if _steps(value, dim) not in (1, T):
+            raise ValueError(f"a {tuple(_shape(a))} and x {tuple(_shape(x))} have different numbers of steps at dim {dim}")
+    if T == 0:
+        raise ValueError("there must be at least one step")
+    try:
+        step = torch.broadcast_shapes(_step_shape(a, dim), _step_shape(x, dim), _shape(h0))
+    except RuntimeError as err:
+        raise ValueError(f"a {tuple(_shape(a))}, x {tuple(_shape(x))} and h0 {tuple(_shape(h0))} "
+                         f"do not broadcast at each step of dim {dim}") from err
+    if not -len(step) - 1 <= dim <= len(step):
+        raise ValueError(f"dim {dim} is out of range for steps of shape {tuple(step)}")
+    dtype = _first_step_dtype(a, x, h0)
+    device = like.device
+    a_, x_ = (_over_steps(v, dim, T, step, dtype, device).reshape(1, T, -1) for v in (a, x))
+    start = None if h0 is None else torch.as_tensor(h0, dtype=dtype, device=device).to(dtype).expand(step).reshape(1, -1)
+    h = linear_scan(a_, x_, start)  # (1, T, N)
+    last = h[0, -1].reshape(step)
+    if before:
+        first = torch.zeros_like(h[:, :1]) if start is None else start[:, None]
+        h = torch.cat([first, h[:, :-1]], 1)
+    states = h.reshape(T, *step).movedim(0, dim)
+    return (states, last) if final else states
+
+
+def _shape(value) -> torch.Size:
+    return value.shape if isinstance(value, torch.Tensor) else torch.Size()
+
+
+def _steps(value, dim: int) -> int:
+    """How many steps `value` has at `dim` (1 for a number or a 0-dim tensor)."""
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return 1
+    if not -value.dim() <= dim < value.dim():
+        raise ValueError(f"dim {dim} is out of range for a tensor of shape {tuple(value.shape)}")
+    return value.shape[dim]
+
+
+def _step_shape(value, dim: int) -> torch.Size:
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return torch.Size()
+    position = dim % value.dim()
+    return value.shape[:position] + value.shape[position + 1:]
+
+
+def _at(value, dim: int, t: int):
+    """`value` at step t (its one value when it has a single step)."""
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return value
+    return value.select(dim, t if value.shape[dim] > 1 else 0)
+
+
+def _over_steps(value, dim: int, T: int, step: torch.Size, dtype, device) -> torch.Tensor:
+    """`value` as a (T, *step) tensor: its steps first, its step dims broadcast to `step`."""
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return torch.as_tensor(value, dtype=dtype, device=device).to(dtype).expand(T, *step)
+    moved = value.to(dtype).movedim(dim, 0)
+    ones = (1,) * (len(step) - (moved.dim() - 1))
+    return moved.reshape(moved.shape[0], *ones, *moved.shape[1:]).expand(T, *step)
+
+
+def _first_step_dtype(a, x, h0) -> torch.dtype:
+    """The dtype of `a * h0 + x` under torch's promotion rules (numbers and 0-dim tensors
+    take part as scalars)."""
+    def probe(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        return value.new_empty(()) if value.dim() == 0 else value.new_empty((0,))
+    h = 0.0 if h0 is None else probe(h0)
+    result = probe(a) * h + probe(x)
+    dtype = result.dtype if isinstance(result, torch.Tensor) else torch.get_default_dtype()
+    return dtype
 
 
 def broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:

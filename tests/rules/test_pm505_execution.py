@@ -16,7 +16,7 @@ from codemod.rules.time_loop_recurrence import TimeLoopRecurrence
 from tests.rules.scripts import losses, max_relative_difference, one_thread, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM505"
-REWRITTEN = {"rwkv_time_mix": "linear_attention", "gla_and_ema": "linear_scan"}
+REWRITTEN = {"rwkv_time_mix": "linear_attention", "gla_and_ema": "linear_recurrence"}
 # measured: rwkv_time_mix 8.6e-16 (float64) / 5.9e-7 (float32); gla_and_ema 4.9e-16 / 2.6e-7;
 # taking the final state from the first step instead of the last makes gla_and_ema 4.0 off
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -102,7 +102,7 @@ def test_reported_loops_are_left_as_written():
     source = (FIXTURES / "not_rewritten.in.py").read_text()
     result = process_source(source.encode(), "<t>", Settings(select=("PM505",), level=Level.UNSAFE))
     assert result.new_source.decode() == source
-    assert [f.line for f in result.findings] == [9, 18, 28] and not any(f.fixable for f in result.findings)
+    assert [f.line for f in result.findings] == [9, 19, 30] and not any(f.fixable for f in result.findings)
 
 
 def test_a_loop_over_fewer_steps_than_the_tensors_hold_is_sliced_to_them():
@@ -117,7 +117,7 @@ def test_a_loop_over_fewer_steps_than_the_tensors_hold_is_sliced_to_them():
         "    return torch.stack(hs, dim=1)\n"
     )
     new_source = rewrite(source, [TimeLoopRecurrence])
-    assert "linear_scan(a[:, :steps], x[:, :steps], h)" in new_source
+    assert "linear_recurrence(a[:, :steps], x[:, :steps], h, dim=1)" in new_source
     gen = torch.Generator().manual_seed(0)
     a = torch.rand(2, 9, 3, generator=gen, dtype=torch.float64)
     x = torch.randn(2, 9, 3, generator=gen, dtype=torch.float64)

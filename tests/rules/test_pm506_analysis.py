@@ -23,10 +23,12 @@ def rewrite(source: str):
 
 
 def test_compile_goes_after_the_last_build_or_move_before_the_loop():
+    """A mode switch (`.train()`) is not set-up: it often sits in the epoch loop, where a
+    compile would run every epoch."""
     found, new = rewrite("import torch\nmodel = torch.nn.Linear(2, 1)\nmodel.to('cpu')\nmodel.train()\n"
                          + LOOP.format(indent="", model="model"))
-    assert found == [(4, True)]
-    assert "model.train()\nmodel.compile()\nopt = " in new
+    assert found == [(3, True)]
+    assert "model.to('cpu')\nmodel.compile()\nmodel.train()\nopt = " in new
 
 
 def test_two_loops_over_one_model_compile_it_once():

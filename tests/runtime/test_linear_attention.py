@@ -95,13 +95,41 @@ def test_zero_decays_have_no_nan(bonus):
 def test_rejects_bad_shapes(change):
     (q, k, v, w, u, state), _ = attention_inputs(2, 3, 10, 4, 5, bonus=True)
     args = {"q": q, "k": k, "v": v, "w": w, "u": u, "initial_state": state}
-    bad = {"k": k[..., :3], "v": v[:, :2], "w": w[..., :1, :2], "u": u.T, "state": state[:1]}
+    bad = {"k": k[..., :3], "v": v[:, :2], "w": w[..., :1, :2], "u": u.T, "state": state[:, :2]}
     if change == "chunk":
         args["chunk_size"] = 0
     else:
         args["initial_state" if change == "state" else change] = bad[change]
     with pytest.raises(ValueError):
         linear_attention(**args)
+
+
+@pytest.mark.parametrize("bonus", [False, True, 0.0], ids=["gla", "rwkv", "before"])
+def test_leading_dims_broadcast_as_in_the_loop(bonus):
+    """Leading dims that only broadcast (one k and v for the whole batch, one decay per head
+    and key dim, a state with an extra dim, no head dim at all) give the loop's values."""
+    gen = torch.Generator().manual_seed(3)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()
+    cases = [
+        (rand(2, 3, 11, 4), rand(3, 11, 4), rand(3, 11, 5), torch.rand(3, 1, 4, generator=gen, dtype=torch.float64),
+         rand(2, 3, 4, 5)),
+        (rand(6, 11, 4), rand(6, 11, 4), rand(6, 11, 5), 0.9, rand(2, 6, 4, 5)),
+        (rand(11, 4), rand(11, 4), rand(11, 5), torch.rand(11, 4, generator=gen, dtype=torch.float64), None),
+    ]
+    for q, k, v, w, state in cases:
+        u = rand(*q.shape[:-2], 4) if bonus is True else (None if bonus is False else bonus)
+        got = linear_attention(q, k, v, w, u, state)
+        want = linear_attention_reference(q, k, v, w, u, state)
+        for g, r in zip(got, want):
+            assert g.shape == r.shape
+            assert_close(g, r.detach(), TOL[torch.float64])
+        inputs = [t for t in (q, k, v, state, u) if isinstance(t, torch.Tensor) and t.requires_grad]
+        grads = torch.autograd.grad(sum(g.sum() for g in got), inputs)
+        expected = torch.autograd.grad(sum(r.sum() for r in want), inputs)
+        for g, r in zip(grads, expected):
+            assert_close(g, r, TOL[torch.float64])
 
 
 @pytest.mark.gpu

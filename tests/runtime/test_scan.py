@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import runtime
-from runtime.kernels.scan import linear_scan, linear_scan_reference
+from runtime.kernels.scan import linear_recurrence, linear_recurrence_reference, linear_scan, linear_scan_reference
 
 # Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
 # atol relative to the reference's largest magnitude (elements near 0 cancel). Measured
@@ -81,6 +81,66 @@ def test_rejects_bad_shapes(a_shape, x_shape, h0_shape):
     h0 = None if h0_shape is None else torch.zeros(h0_shape)
     with pytest.raises(ValueError):
         linear_scan(torch.rand(a_shape), torch.randn(x_shape), h0)
+
+
+# (a, x, h0, dim) as a time loop may have them: a decay per channel, a number, a state with
+# more dims than the inputs, time last or first, one input constant over time.
+RECURRENCES = [
+    ((3, 7, 5), (3, 7, 5), (3, 5), 1),
+    ((5, 1), (2, 5, 9), None, -1),
+    (None, (2, 5, 9), (4, 2, 5), -1),
+    ((2, 4, 6, 1, 1), (2, 4, 6, 3, 5), (2, 6, 3, 5), 1),
+    ((7, 5), (2, 7, 5), (5,), -2),
+    ((9, 2, 3), (9, 1, 3), (), 0),
+    ((2, 6, 3), (2, 1, 3), (2, 3), 1),
+    ((3, 8), (4, 8, 3), None, 1),  # inputs of different ranks, time at dim 1 of each
+    ((8, 3), (4, 8, 3), (2, 1, 1, 3), -2),
+]
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["after", "before"])
+@pytest.mark.parametrize("a_shape,x_shape,h0_shape,dim", RECURRENCES)
+def test_linear_recurrence_broadcasts_as_the_loop_does(a_shape, x_shape, h0_shape, dim, before):
+    gen = torch.Generator().manual_seed(2)
+    a = 0.9 if a_shape is None else torch.rand(a_shape, generator=gen, dtype=torch.float64).requires_grad_()
+    x = torch.randn(x_shape, generator=gen, dtype=torch.float64).requires_grad_()
+    h0 = None if h0_shape is None else torch.randn(h0_shape, generator=gen, dtype=torch.float64).requires_grad_()
+    got = linear_recurrence(a, x, h0, dim, before=before)
+    want = linear_recurrence_reference(a, x, h0, dim, before=before)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert_close(got, want.detach(), TOL[torch.float64])
+    inputs = [t for t in (a, x, h0) if isinstance(t, torch.Tensor)]
+    weights = torch.randn(want.shape, generator=gen, dtype=torch.float64)
+    for g, w in zip(torch.autograd.grad((got * weights).sum(), inputs), torch.autograd.grad((want * weights).sum(), inputs)):
+        assert_close(g, w, TOL[torch.float64])
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["after", "before"])
+def test_linear_recurrence_gives_the_final_state(before):
+    gen = torch.Generator().manual_seed(4)
+    a, x, h0 = (torch.rand(2, 6, 3, generator=gen, dtype=torch.float64), torch.randn(2, 6, 3, generator=gen,
+                dtype=torch.float64), torch.randn(2, 3, generator=gen, dtype=torch.float64))
+    states, last = linear_recurrence(a, x, h0, dim=1, before=before, final=True)
+    torch.testing.assert_close(states, linear_recurrence_reference(a, x, h0, 1, before=before))
+    torch.testing.assert_close(last, linear_recurrence_reference(a, x, h0, 1)[:, -1])
+
+
+def test_linear_recurrence_takes_the_dtype_of_the_first_step():
+    x = torch.randn(2, 5, 3)
+    assert linear_recurrence(0.5, x, torch.zeros(2, 3, dtype=torch.float64)).dtype == torch.float64
+    assert linear_recurrence(torch.rand(2, 5, 3, dtype=torch.bfloat16), x.bfloat16()).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("a_shape,x_shape,h0_shape,dim", [
+    ((2, 5, 3), (2, 4, 3), None, 1),  # T differs
+    ((2, 5, 3), (2, 5, 3), (2, 5, 3), 1),  # h0 has a time dim (and so does not broadcast to a step)
+    ((2, 5, 3), (2, 5, 3), (4, 3), 1),  # h0 does not broadcast
+    ((2, 5, 3), (2, 5, 3), None, 3),  # no such dim
+])
+def test_linear_recurrence_rejects_bad_shapes(a_shape, x_shape, h0_shape, dim):
+    h0 = None if h0_shape is None else torch.zeros(h0_shape)
+    with pytest.raises(ValueError):
+        linear_recurrence(torch.rand(a_shape), torch.randn(x_shape), h0, dim)
 
 
 @pytest.mark.gpu

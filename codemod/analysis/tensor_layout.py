@@ -1,0 +1,1175 @@
+"""Tensor layouts: the shapes the code shows, and the einsum specs it writes.
+
+A *shape* is a tuple with one entry per dim: the code of its size when the code
+names it (`"B"`, `"self.n_head"`, `"4"`), or None when only the dim's existence
+is known; the shape itself is None when not even the rank is known. Shapes come
+from what builds a tensor (`view(B, T, H, K)`, `torch.zeros(B, H, K, V)`,
+`x.new_zeros(...)`), what keeps or moves its dims (`transpose`, `permute`,
+`unsqueeze`, indexing, elementwise ops, `einsum`, `@`, `nn.Linear`), what takes it
+apart (`q, k, v = t.unbind(0)`, `.split`, `.chunk`), and what reads it
+(`B, T, C = x.shape` proves x has three dims of those sizes).
+
+Sizes are compared as code: `T` and `x.size(1)` are the same size when `x`'s dim 1
+is `T`; a name bound once to `x.shape[1]` is that size too. Codes are only
+meaningful inside one function, so a shape taken from another one (an attribute
+set in `__init__`) keeps its rank and literal sizes only.
+
+Einsum specs are parsed here too (`Spec`), with `...` as one leading group.
+
+This module also gives the rules two cheap look-ups over the shared tree index:
+`reads` (the names an expression reads) and `Attributes` (what a class assigns
+to `self.<name>`, `register_buffer` included), built once per file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import libcst as cst
+from libcst.metadata import Assignment
+
+from codemod.analysis.names import kwarg, names_read, positional
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+Shape = "tuple[str | None, ...] | None"
+MAX_DEPTH = 10
+
+# Methods and functions whose result has the shape of their (first) tensor argument.
+SAME_SHAPE_METHODS = frozenset((
+    "contiguous float double half bfloat16 to type type_as clone detach requires_grad_ cpu cuda "
+    "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
+    "softmax log_softmax cumsum cumprod masked_fill masked_fill_ clamp clamp_min clamp_max "
+    "pow mul add sub div exp_ sigmoid_ tanh_ relu_ mul_ add_ div_ sub_ float_power logsigmoid "
+    "softplus silu gelu erf tril triu nan_to_num detach_ lerp"
+).split())
+SAME_SHAPE_FUNCTIONS = frozenset(
+    [f"torch.{n}" for n in (
+        "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
+        "softmax log_softmax cumsum cumprod clamp tril triu erf nan_to_num logsigmoid"
+    ).split()]
+    + [f"torch.nn.functional.{n}" for n in (
+        "silu gelu relu elu leaky_relu softplus sigmoid tanh softmax log_softmax dropout normalize "
+        "layer_norm logsigmoid mish hardswish relu6 selu celu glu"
+    ).split() if n != "glu"]
+    + ["torch.special.expit", "torch.special.softmax"]
+)
+FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty randn rand full".split())
+LIKE_FACTORIES = frozenset(f"torch.{n}" for n in "zeros_like ones_like empty_like randn_like rand_like full_like".split())
+NEW_FACTORIES = frozenset("new_zeros new_ones new_empty new_full".split())
+# Modules whose output has the shape of their input (activations, norms over the last dims, dropout).
+SAME_SHAPE_MODULES = frozenset(
+    f"torch.nn.{n}" for n in (
+        "Dropout LayerNorm RMSNorm GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish "
+        "Hardswish ReLU6 GroupNorm Softmax"
+    ).split()
+)
+
+
+# -- reading names -------------------------------------------------------------------------
+
+_BINDING_PARENTS = (cst.AssignTarget, cst.AsName, cst.Param)
+
+
+def reads(context: "FileContext", node: cst.CSTNode) -> list[cst.Name]:
+    """The names `node` reads (not attribute or keyword names, not assignment targets),
+    from the shared index when `node` is in the parsed tree."""
+    index = context.index
+    if node not in index:
+        return names_read(node)
+    found = []
+    parents = index.parents
+    for name in index.find(cst.Name, within=node):
+        parent = parents.get(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            continue
+        if isinstance(parent, cst.Arg) and parent.keyword is name:
+            continue
+        if _bound_here(name, node, parents):
+            continue
+        found.append(name)
+    return found
+
+
+def _bound_here(name: cst.Name, top: cst.CSTNode, parents) -> bool:
+    """Is `name` a target of a binding inside `top` (an assignment, a loop target, a parameter)?"""
+    current, child = parents.get(name), name
+    while current is not None and child is not top:
+        if isinstance(current, _BINDING_PARENTS) or isinstance(current, cst.ImportAlias):
+            return True
+        if isinstance(current, (cst.For, cst.CompFor)) and current.target is child:
+            return True
+        if isinstance(current, cst.NamedExpr) and current.target is child:
+            return True
+        if isinstance(current, (cst.AugAssign, cst.AnnAssign)) and current.target is child:
+            return True
+        if isinstance(current, (cst.Subscript, cst.Attribute, cst.Call, cst.BinaryOperation)):
+            return False  # a read inside a target (`x[i] = ...` reads i): not a binding of it
+        child, current = current, parents.get(current)
+    return False
+
+
+def read_names(context: "FileContext", node: cst.CSTNode) -> set[str]:
+    """The names `node` reads (cached per node of the parsed tree)."""
+    if node not in context.index:
+        return {name.value for name in names_read(node)}
+    cache = context.shared("tensor_layout.read_names", lambda _: {})
+    found = cache.get(node)
+    if found is None:
+        found = cache[node] = frozenset(name.value for name in reads(context, node))
+    return set(found)
+
+
+# -- attributes ----------------------------------------------------------------------------
+
+
+class Attributes:
+    """`self.<name> = value` and `self.register_buffer("<name>", value)` in the methods of
+    each class of the file, found once."""
+
+    def __init__(self, context: "FileContext") -> None:
+        self.context = context
+        self._values: dict[tuple[int, str], list[cst.BaseExpression | None]] = {}
+        index = context.index
+        for statement in index.find((cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                for element in _flat_targets(target):
+                    owner = self._owner(element)
+                    if owner is None:
+                        continue
+                    classdef, attr = owner
+                    plain = isinstance(statement, cst.Assign) and len(statement.targets) == 1 and element is target
+                    value = statement.value if plain else None
+                    self._values.setdefault((id(classdef), attr), []).append(value)
+        for call in index.find(cst.Call):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value in ("register_buffer", "register_parameter")
+                    and isinstance(func.value, cst.Name)):
+                continue
+            method = index.first_enclosing(call, cst.FunctionDef)
+            classdef = index.first_enclosing(method, cst.ClassDef) if method is not None else None
+            if classdef is None or not _is_self(func.value, method):
+                continue
+            first = positional(call, 0) or kwarg(call, "name")
+            second = positional(call, 1) or kwarg(call, "tensor") or kwarg(call, "param")
+            if first is None or not isinstance(first.value, cst.SimpleString):
+                self._values.setdefault((id(classdef), "*"), []).append(None)  # a name made at run time
+                continue
+            name = first.value.evaluated_value
+            self._values.setdefault((id(classdef), name), []).append(second.value if second is not None else None)
+
+    def _owner(self, target: cst.CSTNode) -> tuple[cst.ClassDef, str] | None:
+        if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)):
+            return None
+        index = self.context.index
+        method = index.first_enclosing(target, cst.FunctionDef)
+        classdef = index.first_enclosing(method, cst.ClassDef) if method is not None else None
+        if classdef is None or not _is_self(target.value, method):
+            return None
+        return classdef, target.attr.value
+
+    def values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+        """The values assigned to `self.<name>` (for `expr` spelled so in a method) in its
+        class; None when there are none, or one is not a plain assignment, or a buffer
+        is registered under a name made at run time."""
+        if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+            return None
+        index = self.context.index
+        method = index.first_enclosing(expr, cst.FunctionDef)
+        classdef = index.first_enclosing(method, cst.ClassDef) if method is not None else None
+        if classdef is None or not _is_self(expr.value, method):
+            return None
+        if (id(classdef), "*") in self._values:
+            return None
+        found = self._values.get((id(classdef), expr.attr.value))
+        if not found or any(v is None for v in found):
+            return None
+        return list(found)
+
+    def value(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        found = self.values(expr)
+        return found[0] if found is not None and len(found) == 1 else None
+
+
+def attributes(context: "FileContext") -> Attributes:
+    return context.shared("tensor_layout.attributes", Attributes)
+
+
+def _is_self(name: cst.Name, method: cst.FunctionDef) -> bool:
+    params = method.params.params
+    return bool(params) and params[0].name.value == name.value
+
+
+def _flat_targets(target: cst.BaseExpression) -> Iterable[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _flat_targets(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _flat_targets(target.value)
+    else:
+        yield target
+
+
+# -- einsum specs --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """An einsum equation: each operand's letters and the output's, `...` as the letter
+    '.' (at most once per term, leading)."""
+
+    inputs: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> "Spec | None":
+        text = text.replace(" ", "")
+        if "->" not in text:
+            return None  # the implicit output (sorted letters) is left out
+        left, output = text.split("->")
+        terms = left.split(",")
+        parsed = [_letters(term) for term in [*terms, output]]
+        if any(p is None for p in parsed):
+            return None
+        *inputs, out = parsed
+        letters = {c for term in inputs for c in term}
+        if any(c not in letters for c in out) or len(set(out)) != len(out):
+            return None
+        return cls(tuple(inputs), out)
+
+    @property
+    def has_ellipsis(self) -> bool:
+        return any("." in term for term in (*self.inputs, self.output))
+
+    def text(self) -> str:
+        def show(term):
+            return "".join("..." if c == "." else c for c in term)
+        return ",".join(show(t) for t in self.inputs) + "->" + show(self.output)
+
+
+def _letters(term: str) -> tuple[str, ...] | None:
+    if "..." in term:
+        head, _, tail = term.partition("...")
+        if head or "." in tail:
+            return None  # only a leading ellipsis
+        term = "." + tail
+    if not re.fullmatch(r"\.?[A-Za-z]*", term):
+        return None
+    return tuple(term)
+
+
+# -- shapes --------------------------------------------------------------------------------
+
+
+def broadcast(first, second):
+    """The broadcast of two shapes (right-aligned); None when either rank is unknown."""
+    if first is None or second is None:
+        return None
+    n = max(len(first), len(second))
+    a = (None,) * (n - len(first)) + tuple(first) if len(first) < n else tuple(first)
+    b = (None,) * (n - len(second)) + tuple(second) if len(second) < n else tuple(second)
+    pad_a, pad_b = n - len(first), n - len(second)
+    dims = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if i < pad_a:
+            dims.append(y)
+        elif i < pad_b:
+            dims.append(x)
+        elif x == y or y == "1":
+            dims.append(x)
+        elif x == "1":
+            dims.append(y)
+        else:
+            dims.append(None)
+    return tuple(dims)
+
+
+def normalize_dim(dim: int, rank: int) -> int | None:
+    """`dim` as a position in [0, rank), or None when out of range."""
+    if -rank <= dim < rank:
+        return dim % rank
+    return None
+
+
+def int_value(expr: cst.BaseExpression | None) -> int | None:
+    """The integer a literal (`2`, `-1`) spells."""
+    if isinstance(expr, cst.Integer):
+        return int(expr.value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+        return -int(expr.expression.value)
+    return None
+
+
+class Layouts:
+    """Shapes of expressions in one file, computed on demand and cached."""
+
+    def __init__(self, context: "FileContext") -> None:
+        self.context = context
+        self.index = context.index
+        self.names = context.names
+        self.attributes = attributes(context)
+        self._cache: dict[int, object] = {}
+        self._busy: set[int] = set()
+        self._reach: dict = {}
+
+    # -- public ----------------------------------------------------------------------
+
+    def shape(self, expr: cst.BaseExpression, depth: int = 0):
+        """The shape of `expr` (see the module docstring), or None."""
+        key = id(expr)
+        if key in self._cache:
+            return self._cache[key]
+        if key in self._busy or depth > MAX_DEPTH:
+            return None
+        self._busy.add(key)
+        try:
+            found = self._shape(expr, depth + 1)
+        finally:
+            self._busy.discard(key)
+        if expr in self.index:
+            self._cache[key] = found
+        return found
+
+    def rank(self, expr: cst.BaseExpression) -> int | None:
+        shape = self.shape(expr)
+        return None if shape is None else len(shape)
+
+    def rank_key(self, expr: cst.BaseExpression, depth: int = 0):
+        """The rank of `expr`, or when it is not known, (code, delta): the rank of the
+        tensor `code` (a parameter, say) plus delta. Two expressions with equal keys have
+        equal ranks; None when neither can be told."""
+        rank = self.rank(expr)
+        if rank is not None:
+            return rank
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Name):
+            value = self._single_value(expr) if expr in self.index else None
+            if isinstance(value, cst.BaseExpression):
+                return self.rank_key(value, depth + 1)
+            if value is None and expr in self.index:
+                binding = self._reaching(expr)
+                if binding is not None and isinstance(self._statement(binding), (cst.Param, cst.Parameters)):
+                    return (expr.value, 0)
+            return None
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            names = self.names.of(func)
+            values = [a.value for a in expr.args if a.keyword is None]
+            if names & SAME_SHAPE_FUNCTIONS and values:
+                return self.rank_key(values[0], depth + 1)
+            if isinstance(func, cst.Attribute) and not names:
+                method = func.attr.value
+                if method in SAME_SHAPE_METHODS or method in ("transpose", "swapaxes", "movedim"):
+                    return self.rank_key(func.value, depth + 1)
+                if method in ("unsqueeze", "squeeze") and len(values) == 1:
+                    inner = self.rank_key(func.value, depth + 1)
+                    return _shifted(inner, 1 if method == "unsqueeze" else -1)
+            module = self.attributes.value(func) if isinstance(func, cst.Attribute) else None
+            if isinstance(module, cst.Call) and len(values) == 1 and self.names.of(module.func) & (
+                    {"torch.nn.Linear", "torch.nn.modules.linear.Linear"} | SAME_SHAPE_MODULES):
+                return self.rank_key(values[0], depth + 1)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.rank_key(expr.expression, depth + 1)
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+            left, right = self.rank_key(expr.left, depth + 1), self.rank_key(expr.right, depth + 1)
+            if self.is_number(expr.left):
+                return right
+            if self.is_number(expr.right):
+                return left
+            return left if left == right else None
+        if isinstance(expr, cst.Subscript):
+            inner = self.rank_key(expr.value, depth + 1)
+            if isinstance(inner, tuple) and not any(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis)
+                                                    for e in expr.slice):
+                dropped = sum(1 for e in expr.slice if isinstance(e.slice, cst.Index)
+                              and not (isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"))
+                added = sum(1 for e in expr.slice if isinstance(e.slice, cst.Index)
+                            and isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None")
+                return _shifted(inner, added - dropped)
+        return None
+
+    def size(self, expr: cst.BaseExpression) -> str | None:
+        """The canonical code of a size expression: `x.size(1)`, `x.shape[1]` and a
+        name bound once to either are the code of x's dim 1 when it is known."""
+        return self._size(expr, 0)
+
+    def same_size(self, first: cst.BaseExpression | str | None, second: cst.BaseExpression | str | None) -> bool:
+        a = first if isinstance(first, str) or first is None else self.size(first)
+        b = second if isinstance(second, str) or second is None else self.size(second)
+        return a is not None and a == b
+
+    def is_number(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Provably a Python int or float (not a tensor): literals, sizes (`x.size(1)`,
+        `x.shape[-1]`), `math.*`, `float()` / `int()` / `len()`, `.item()`, arithmetic of
+        these, and names bound once to one of them."""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(expr, cst.UnaryOperation):
+            return self.is_number(expr.expression, depth + 1)
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+            return self.is_number(expr.left, depth + 1) and self.is_number(expr.right, depth + 1)
+        if _dim_read(expr) is not None:
+            return True
+        if isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("item", "numel", "dim", "ndim"):
+                return True
+            names = self.names.of(expr.func)
+            if any(n.startswith("math.") or n in ("builtins.float", "builtins.int", "builtins.len") for n in names):
+                return True  # these return Python numbers (or raise)
+            return any(n in ("builtins.min", "builtins.max", "builtins.abs", "builtins.round") for n in names) \
+                and all(self.is_number(a.value, depth + 1) for a in expr.args)
+        if isinstance(expr, cst.Attribute) and expr.attr.value in ("ndim",):
+            return True
+        if isinstance(expr, cst.Name) and expr in self.index:
+            if expr.value in ("True", "False"):
+                return False
+            if self._all_numbers(expr, depth) or self._used_as_size(expr):
+                return True
+            value = self._single_value(expr)
+            if isinstance(value, cst.BaseExpression):
+                return self.is_number(value, depth + 1)
+            if isinstance(value, tuple) and _shape_read(value[0]) is not None:
+                return True  # `B, T, C = x.shape`
+            if isinstance(value, tuple) and isinstance(value[0], (cst.Tuple, cst.List)) \
+                    and value[1] < len(value[0].elements):
+                return self.is_number(value[0].elements[value[1]].value, depth + 1)  # `D, H = 16, 2`
+        return False
+
+    def _used_as_size(self, name: cst.Name) -> bool:
+        """Is the name given, in its scope, as a size to `view` / `reshape` / a factory (which
+        take only ints, so the code proves it is one)?"""
+        scope = self.context.scopes.get(name)
+        binding = self._reaching(name)
+        if scope is None or binding is None:
+            return False
+        for access in scope.accesses[name.value]:
+            node = access.node
+            arg = self.context.parents.get(node)
+            call = self.context.parents.get(arg)
+            if not (isinstance(arg, cst.Arg) and arg.keyword is None and isinstance(call, cst.Call)):
+                continue
+            method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+            sized = method in ("view", "reshape", "new_zeros", "new_ones", "new_empty", "expand") or \
+                self.names.is_(call.func, *FACTORIES)
+            if sized and node in self.index and self._reaching(node) is binding:
+                return True
+        return False
+
+    def _all_numbers(self, name: cst.Name, depth: int) -> bool:
+        """Every binding of `name` in its scope gives a number: assignments of numbers, and
+        parameters annotated int / float (Optional too)."""
+        scope = self.context.scopes.get(name)
+        if scope is None:
+            return False
+        bindings = list(scope[name.value])
+        if not bindings or not all(type(a) is Assignment and isinstance(a.node, cst.CSTNode) for a in bindings):
+            return False
+        for binding in bindings:
+            target = binding.node
+            statement = self._statement(target)
+            if isinstance(statement, (cst.Param, cst.Parameters)) or isinstance(target, cst.Param):
+                param = target if isinstance(target, cst.Param) else self.context.parents.get(target)
+                if not (isinstance(param, cst.Param) and _number_annotation(param)):
+                    return False
+            elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and getattr(statement, "value", None) is not None \
+                    and (not isinstance(statement, cst.Assign) or statement.targets[0].target is target):
+                if not self.is_number(statement.value, depth + 1):
+                    return False
+            else:
+                return False
+        return True
+
+    # -- sizes -----------------------------------------------------------------------
+
+    def _size(self, expr, depth: int) -> str | None:
+        code = self.context.module.code_for_node
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Integer):
+            return expr.value
+        dim_of = _dim_read(expr)
+        if dim_of is not None:
+            tensor, dim = dim_of
+            shape = self.shape(tensor)
+            position = normalize_dim(dim, len(shape)) if shape is not None else None
+            if position is not None and shape[position] is not None:
+                return shape[position]
+            if shape is not None and position is not None:
+                return f"{code(tensor)}.shape[{position}]"
+            return f"{code(tensor)}.shape[{dim}]"
+        if isinstance(expr, cst.Name) and expr in self.index:
+            value = self._single_value(expr)
+            if value is not None and not isinstance(value, tuple):
+                inner = self._size(value, depth + 1)
+                if inner is not None:
+                    return inner
+            unpacked = self._unpacked_size(expr, depth)
+            if unpacked is not None:
+                return unpacked
+        return code(expr) if isinstance(expr, (cst.Name, cst.Attribute, cst.BinaryOperation)) else None
+
+    def _unpacked_size(self, name: cst.Name, depth: int) -> str | None:
+        """For `B, T, C = x.shape`: T is x's dim 1."""
+        binding = self._reaching(name)
+        if binding is None:
+            return None
+        statement = self.index.first_enclosing(binding, cst.Assign)
+        element = self.context.parents.get(binding)
+        if statement is None or not isinstance(element, cst.Element):
+            return None
+        container = self.context.parents.get(element)
+        tensor = _shape_read(statement.value)
+        if tensor is None or not isinstance(container, cst.Tuple):
+            return None
+        position = list(container.elements).index(element)
+        shape = self.shape(tensor, depth + 1)
+        if shape is not None and position < len(shape) and shape[position] is not None \
+                and shape[position] != name.value:
+            return shape[position]
+        return None
+
+    # -- shapes ----------------------------------------------------------------------
+
+    def _shape(self, expr, depth: int):
+        if isinstance(expr, (cst.Integer, cst.Float)) or self.is_number(expr):
+            return ()
+        if isinstance(expr, cst.Name):
+            return self._name_shape(expr, depth)
+        if isinstance(expr, cst.Attribute):
+            return self._attribute_shape(expr, depth)
+        if isinstance(expr, cst.Subscript):
+            return self._subscript_shape(expr, depth)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.shape(expr.expression, depth)
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.MatrixMultiply):
+                return matmul_shape(self.shape(expr.left, depth), self.shape(expr.right, depth))
+            return broadcast(self.shape(expr.left, depth), self.shape(expr.right, depth))
+        if isinstance(expr, cst.Call):
+            return self._call_shape(expr, depth)
+        return None
+
+    def _name_shape(self, name: cst.Name, depth: int):
+        if name not in self.index:
+            return None
+        value = self._single_value(name)
+        found = None
+        if isinstance(value, tuple):
+            found = self._element_shape(*value, depth)
+        elif value is not None:
+            found = self.shape(value, depth)
+            if found is not None and self._other_function(name, value):
+                found = _literal_dims(found)
+        if found is None:
+            found = self._read_shape(name)
+        return found
+
+    def _read_shape(self, name: cst.Name):
+        """`B, T, C = x.shape` / `x.size()` in the same function proves x's shape."""
+        binding = self._reaching(name)
+        scope = self.context.scopes.get(name)
+        if scope is None:
+            return None
+        for access in scope.accesses[name.value]:
+            node = access.node
+            if not isinstance(node, cst.Name) or node is name:
+                continue
+            read = self.context.parents.get(node)
+            statement = self.context.parents.get(self.context.parents.get(read)) if read is not None else None
+            if read is None or statement is None:
+                continue
+            holder = self.index.first_enclosing(node, cst.Assign)
+            if holder is None or _shape_read(holder.value) is not node:
+                continue
+            if self._reaching(node) is not binding:
+                continue
+            targets = holder.targets[0].target if len(holder.targets) == 1 else None
+            if isinstance(targets, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in targets.elements):
+                return tuple(e.value.value if isinstance(e.value, cst.Name) and e.value.value != "_" else None
+                             for e in targets.elements)
+        return None
+
+    def _attribute_shape(self, expr: cst.Attribute, depth: int):
+        attr = expr.attr.value
+        if attr in ("mT", "mH"):
+            shape = self.shape(expr.value, depth)
+            return None if shape is None or len(shape) < 2 else (*shape[:-2], shape[-1], shape[-2])
+        if attr in ("T",):
+            shape = self.shape(expr.value, depth)
+            return None if shape is None else tuple(reversed(shape))
+        if attr in ("data", "real"):
+            return self.shape(expr.value, depth)
+        value = self.attributes.value(expr)
+        if value is not None:
+            found = self.shape(value, depth)
+            return _literal_dims(found) if found is not None else None
+        return None
+
+    def _subscript_shape(self, expr: cst.Subscript, depth: int):
+        shape = self.shape(expr.value, depth)
+        if shape is None:
+            return None
+        return index_shape(shape, expr.slice, self.context.module.code_for_node)
+
+    def _call_shape(self, call: cst.Call, depth: int):
+        if any(a.star for a in call.args):
+            return None
+        func = call.func
+        name = next((q for q in sorted(self.names.of(func)) if q.startswith("torch.")), None) if _dotted(func) else None
+        if name is not None:
+            return self._torch_shape(call, name, depth)
+        if isinstance(func, cst.Attribute):
+            found = self._method_shape(call, func.attr.value, func.value, depth)
+            if found is not _NOT_A_METHOD:
+                return found
+        return self._module_call_shape(call, depth)
+
+    def _method_shape(self, call: cst.Call, method: str, receiver, depth: int):
+        code = self.context.module.code_for_node
+        positional_values = [a.value for a in call.args if a.keyword is None]
+        if method in SAME_SHAPE_METHODS:
+            shape = self.shape(receiver, depth)
+            if method in ("masked_fill", "lerp", "mul", "add", "sub", "div", "pow") and shape is not None and positional_values:
+                other = self.shape(positional_values[0], depth) if method != "masked_fill" else ()
+                return broadcast(shape, other) if other is not None else (shape if method == "masked_fill" else None)
+            return shape
+        if method in ("view", "reshape", "expand", "repeat"):
+            if len(positional_values) == 1 and isinstance(positional_values[0], (cst.Tuple, cst.List)):
+                positional_values = [e.value for e in positional_values[0].elements]
+            elif len(positional_values) == 1:
+                inner = self._sizes_of(positional_values[0], depth)
+                if inner is not None:
+                    return inner
+                if int_value(positional_values[0]) is None:
+                    return None
+            dims = []
+            base = self.shape(receiver, depth) if method in ("expand", "repeat") else None
+            for i, value in enumerate(positional_values):
+                number = int_value(value)
+                if number == -1:
+                    if method == "expand" and base is not None and len(base) == len(positional_values):
+                        dims.append(base[i])
+                    else:
+                        dims.append(None)
+                else:
+                    dims.append(str(number) if number is not None else self._dim_code(value, depth))
+            if method == "repeat":
+                base = self.shape(receiver, depth)
+                if base is not None and len(base) > len(dims):
+                    return tuple(None for _ in base)
+                return tuple(None for _ in dims) if base is not None else None
+            return tuple(dims)
+        if method in ("transpose", "swapaxes", "swapdims"):
+            shape = self.shape(receiver, depth)
+            dims = [int_value(v) for v in positional_values]
+            if shape is None or len(dims) != 2 or None in dims:
+                return None
+            a, b = (normalize_dim(d, len(shape)) for d in dims)
+            if a is None or b is None:
+                return None
+            new = list(shape)
+            new[a], new[b] = new[b], new[a]
+            return tuple(new)
+        if method == "permute":
+            if len(positional_values) == 1 and isinstance(positional_values[0], (cst.Tuple, cst.List)):
+                positional_values = [e.value for e in positional_values[0].elements]
+            shape = self.shape(receiver, depth)
+            dims = [int_value(v) for v in positional_values]
+            if None in dims:
+                return None
+            if shape is None:
+                return tuple(None for _ in dims)
+            if len(dims) != len(shape):
+                return None
+            order = [normalize_dim(d, len(shape)) for d in dims]
+            return None if None in order else tuple(shape[i] for i in order)
+        if method == "movedim":
+            shape = self.shape(receiver, depth)
+            dims = [int_value(v) for v in positional_values]
+            if shape is None or len(dims) != 2 or None in dims:
+                return None
+            source, destination = (normalize_dim(d, len(shape)) for d in dims)
+            if source is None or destination is None:
+                return None
+            new = list(shape)
+            moved = new.pop(source)
+            new.insert(destination, moved)
+            return tuple(new)
+        if method == "unsqueeze":
+            shape = self.shape(receiver, depth)
+            dim = int_value(positional_values[0]) if positional_values else None
+            if shape is None or dim is None:
+                return None
+            position = normalize_dim(dim, len(shape) + 1)
+            return None if position is None else (*shape[:position], "1", *shape[position:])
+        if method == "squeeze":
+            shape = self.shape(receiver, depth)
+            dim = int_value(positional_values[0]) if positional_values else None
+            if shape is None or dim is None:
+                return None
+            position = normalize_dim(dim, len(shape))
+            if position is None:
+                return None
+            return (*shape[:position], *shape[position + 1:]) if shape[position] == "1" else None
+        if method == "flatten":
+            shape = self.shape(receiver, depth)
+            start = int_value(positional_values[0]) if positional_values else 0
+            end = int_value(positional_values[1]) if len(positional_values) > 1 else -1
+            if shape is None or start is None or end is None:
+                return None
+            a, b = normalize_dim(start, len(shape)) if shape else 0, normalize_dim(end, len(shape)) if shape else 0
+            if a is None or b is None or b < a:
+                return None
+            merged = shape[a] if a == b else None
+            return (*shape[:a], merged, *shape[b + 1:])
+        if method == "unflatten":
+            shape = self.shape(receiver, depth)
+            dim = int_value(positional_values[0]) if positional_values else None
+            sizes = positional_values[1] if len(positional_values) > 1 else None
+            if shape is None or dim is None or not isinstance(sizes, (cst.Tuple, cst.List)):
+                return None
+            position = normalize_dim(dim, len(shape))
+            if position is None:
+                return None
+            new = tuple(None if int_value(e.value) == -1 else self._dim_code(e.value, depth) for e in sizes.elements)
+            return (*shape[:position], *new, *shape[position + 1:])
+        if method in NEW_FACTORIES:
+            return self._factory_dims(positional_values[:1] if method == "new_full" else positional_values, depth)
+        if method in ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp", "norm"):
+            return self._reduced(call, receiver, method, depth)
+        if method in ("split", "chunk", "unbind", "size", "item", "tolist", "numel", "dim"):
+            return None
+        if method in ("matmul", "bmm", "mm"):
+            return matmul_shape(self.shape(receiver, depth), self.shape(positional_values[0], depth)) \
+                if positional_values else None
+        return _NOT_A_METHOD
+
+    def _reduced(self, call: cst.Call, receiver, method: str, depth: int):
+        shape = self.shape(receiver, depth)
+        dim_arg = positional(call, 0) or kwarg(call, "dim")
+        keep = kwarg(call, "keepdim")
+        keepdim = keep is not None and isinstance(keep.value, cst.Name) and keep.value.value == "True"
+        if keep is not None and not (isinstance(keep.value, cst.Name) and keep.value.value in ("True", "False")):
+            return None
+        if shape is None or dim_arg is None:
+            return () if shape is not None and dim_arg is None and method != "norm" else None
+        values = [e.value for e in dim_arg.value.elements] if isinstance(dim_arg.value, (cst.Tuple, cst.List)) else [dim_arg.value]
+        dims = [int_value(v) for v in values]
+        if None in dims:
+            return None
+        positions = {normalize_dim(d, len(shape)) for d in dims}
+        if None in positions:
+            return None
+        if keepdim:
+            return tuple("1" if i in positions else d for i, d in enumerate(shape))
+        return tuple(d for i, d in enumerate(shape) if i not in positions)
+
+    def _torch_shape(self, call: cst.Call, name: str, depth: int):
+        positional_values = [a.value for a in call.args if a.keyword is None]
+        if name in SAME_SHAPE_FUNCTIONS:
+            return self.shape(positional_values[0], depth) if positional_values else None
+        if name in FACTORIES:
+            values = positional_values[:1] if name == "torch.full" else positional_values
+            size = kwarg(call, "size")
+            if size is not None:
+                values = [size.value]
+            return self._factory_dims(values, depth)
+        if name in LIKE_FACTORIES:
+            return self.shape(positional_values[0], depth) if positional_values else None
+        if name == "torch.einsum":
+            return self._einsum_shape(call, depth)
+        if name in ("torch.matmul", "torch.bmm"):
+            if len(positional_values) != 2:
+                return None
+            return matmul_shape(self.shape(positional_values[0], depth), self.shape(positional_values[1], depth))
+        if name in ("torch.transpose", "torch.permute", "torch.unsqueeze", "torch.squeeze", "torch.flatten",
+                    "torch.movedim", "torch.reshape", "torch.sum", "torch.mean"):
+            method = name.rsplit(".", 1)[1]
+            if not positional_values:
+                return None
+            rest = call.with_changes(func=cst.Attribute(positional_values[0], cst.Name(method)),
+                                     args=[a for a in call.args if a.value is not positional_values[0]])
+            found = self._method_shape(rest, method, positional_values[0], depth)
+            return None if found is _NOT_A_METHOD else found
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.tensor", "torch.as_tensor"):
+            if name in ("torch.tensor", "torch.as_tensor"):
+                return _literal_shape(positional_values[0]) if positional_values else None
+            return self.shape(positional_values[0], depth) if positional_values else None
+        if name in ("torch.where",):
+            shapes = [self.shape(v, depth) for v in positional_values]
+            if len(shapes) != 3:
+                return None
+            return broadcast(broadcast(shapes[0], shapes[1]), shapes[2])
+        if name in ("torch.outer",):
+            shapes = [self.shape(v, depth) for v in positional_values]
+            return (shapes[0][0], shapes[1][0]) if len(shapes) == 2 and all(s is not None and len(s) == 1 for s in shapes) else None
+        if name in ("torch.arange", "torch.linspace", "torch.logspace"):
+            return (None,)
+        return None
+
+    def _einsum_shape(self, call: cst.Call, depth: int):
+        values = [a.value for a in call.args]
+        if not values or not isinstance(values[0], cst.SimpleString):
+            return None
+        spec = Spec.parse(values[0].evaluated_value)
+        operands = values[1:]
+        if spec is None or len(operands) != len(spec.inputs):
+            return None
+        sizes: dict[str, str | None] = {}
+        batch = None
+        for letters, operand in zip(spec.inputs, operands):
+            shape = self.shape(operand, depth)
+            named = [c for c in letters if c != "."]
+            if shape is None:
+                continue
+            if "." in letters:
+                batch = broadcast(batch, shape[:len(shape) - len(named)]) if batch is not None else shape[:len(shape) - len(named)]
+                shape = shape[len(shape) - len(named):]
+            elif len(shape) != len(named):
+                return None
+            for c, d in zip(named, shape):
+                if sizes.get(c) is None or d is not None and sizes[c] == "1":
+                    sizes[c] = d
+        out = []
+        for c in spec.output:
+            if c == ".":
+                if batch is None:
+                    return None
+                out.extend(batch)
+            else:
+                out.append(sizes.get(c))
+        return tuple(out)
+
+    def _module_call_shape(self, call: cst.Call, depth: int):
+        """`self.proj(x)` / `proj(x)` for modules whose effect on the shape is known, and calls of
+        this file's functions whose every return has one rank (literal sizes kept)."""
+        func = call.func
+        function = self.context.bindings.local_function(func) if isinstance(func, cst.Name) else None
+        if function is not None:
+            from codemod.analysis.bindings import returned_values
+            shapes = [self.shape(value, depth) for value in returned_values(function)]
+            if shapes and all(s is not None for s in shapes) and len({len(s) for s in shapes}) == 1:
+                literal = [_literal_dims(s) for s in shapes]
+                return literal[0] if all(s == literal[0] for s in literal) else tuple(None for _ in literal[0])
+            return None
+        module = self.attributes.value(func) if isinstance(func, cst.Attribute) else (
+            self._single_value(func) if isinstance(func, cst.Name) else None)
+        if not isinstance(module, cst.Call) or len(call.args) != 1 or call.args[0].keyword is not None:
+            return None
+        kinds = self.names.of(module.func)
+        input_shape = self.shape(call.args[0].value, depth)
+        if input_shape is None:
+            return None
+        if kinds & {"torch.nn.Linear", "torch.nn.modules.linear.Linear"}:
+            return (*input_shape[:-1], None) if input_shape else None
+        if kinds & {"torch.nn.Embedding", "torch.nn.modules.sparse.Embedding"}:
+            return (*input_shape, None)
+        if kinds & SAME_SHAPE_MODULES:
+            return input_shape
+        return None
+
+    def _factory_dims(self, values, depth: int):
+        if len(values) == 1:
+            sizes = self._sizes_of(values[0], depth)
+            if sizes is not None:
+                return sizes
+            if isinstance(values[0], (cst.Tuple, cst.List)):
+                values = [e.value for e in values[0].elements]
+        return tuple(self._dim_code(v, depth) for v in values)
+
+    def _sizes_of(self, expr, depth: int):
+        """The dims a size argument spells: `x.shape`, `x.size()`, `(B, T)`."""
+        tensor = _shape_read(expr)
+        if tensor is not None:
+            return self.shape(tensor, depth)
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return tuple(self._dim_code(e.value, depth) for e in expr.elements)
+        return None
+
+    def _dim_code(self, expr, depth: int) -> str | None:
+        number = int_value(expr)
+        if number is not None:
+            return str(number)
+        return self._size(expr, depth + 1)
+
+    def _element_shape(self, value, position: int, how: str, depth: int):
+        """The shape of element `position` of `value` taken apart by `how` ("unpack":
+        iterating over dim 0, "split"/"chunk" along a dim, "unbind")."""
+        if how == "unpack":
+            if isinstance(value, cst.Call) and value.func and isinstance(value.func, cst.Attribute):
+                method = value.func.attr.value
+                receiver = value.func.value
+                args = [a.value for a in value.args if a.keyword is None]
+                dim_arg = kwarg(value, "dim")
+                if method in ("split", "chunk"):
+                    dim = int_value(dim_arg.value if dim_arg else (args[1] if len(args) > 1 else None)) or 0
+                    shape = self.shape(receiver, depth)
+                    position = normalize_dim(dim, len(shape)) if shape is not None else None
+                    if shape is None or position is None:
+                        return None
+                    return (*shape[:position], None, *shape[position + 1:])
+                if method == "unbind":
+                    dim = int_value(dim_arg.value if dim_arg else (args[0] if args else None)) or 0
+                    shape = self.shape(receiver, depth)
+                    position = normalize_dim(dim, len(shape)) if shape is not None else None
+                    if shape is None or position is None:
+                        return None
+                    return (*shape[:position], *shape[position + 1:])
+            if isinstance(value, cst.GeneratorExp) or isinstance(value, cst.ListComp):
+                return self.shape(value.elt, depth)
+            if isinstance(value, (cst.Tuple, cst.List)) and position < len(value.elements):
+                return self.shape(value.elements[position].value, depth)
+            shape = self.shape(value, depth)
+            return None if shape is None or not shape else tuple(shape[1:])
+        return None
+
+    # -- bindings --------------------------------------------------------------------
+
+    def _reaching(self, name: cst.Name) -> cst.CSTNode | None:
+        """The binding target of the one binding of `name` that reaches this use: the last
+        one before it in a block around it; None when that is not clear."""
+        cached = self._reach.get(name, _MISSING)
+        if cached is _MISSING:
+            cached = self._reach[name] = self._find_reaching(name)
+        return cached
+
+    def _find_reaching(self, name: cst.Name) -> cst.CSTNode | None:
+        scope = self.context.scopes.get(name)
+        if scope is None:
+            return None
+        bindings = [a for a in scope[name.value]]
+        if not bindings or not all(type(a) is Assignment and isinstance(a.node, cst.CSTNode) for a in bindings):
+            return None
+        if any(a.scope is not scope for a in bindings):
+            return bindings[0].node if len(bindings) == 1 else None
+        at = self.index.order(name)
+        before = [a.node for a in bindings if a.node in self.index and self._bound_at(a.node) < at]
+        if not before:
+            return None
+        last = max(before, key=self._bound_at)
+        statement = self._statement(last)
+        block = self.index.first_enclosing(statement, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite))
+        if isinstance(statement, (cst.Param, cst.Parameters)):
+            return last if len(bindings) == 1 else None
+        if block is None or not self.index.inside(name, block):
+            return None
+        # a binding later in a loop around both would reach the use on the next iteration
+        for loop in self.index.enclosing(name, (cst.For, cst.While)):
+            if self.index.inside(last, loop):
+                break
+            if any(self.index.inside(a.node, loop) and a.node is not last for a in bindings if a.node in self.index):
+                return None
+        return last
+
+    def _bound_at(self, target: cst.CSTNode) -> int:
+        statement = self._statement(target)
+        if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            return self.index.end(statement)
+        return self.index.end(target)
+
+    def _statement(self, target: cst.CSTNode) -> cst.CSTNode:
+        current = target
+        while True:
+            parent = self.context.parents.get(current)
+            if parent is None or not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement,
+                                                         cst.AssignTarget, cst.AsName, cst.WithItem)):
+                return parent if parent is not None else current
+            current = parent
+
+    def _single_value(self, name: cst.Name):
+        """The value of the binding that reaches `name`: an expression, or (value, position,
+        how) for an element of an unpacking, or None."""
+        target = self._reaching(name)
+        if target is None:
+            return None
+        statement = self._statement(target)
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+            if statement.targets[0].target is target:
+                return statement.value
+            element = self.context.parents.get(target)
+            container = self.context.parents.get(element)
+            if isinstance(element, cst.Element) and isinstance(container, (cst.Tuple, cst.List)) \
+                    and container is statement.targets[0].target \
+                    and not any(isinstance(e, cst.StarredElement) for e in container.elements):
+                return (statement.value, list(container.elements).index(element), "unpack")
+        if isinstance(statement, cst.AnnAssign) and statement.target is target:
+            return statement.value
+        return None
+
+    def value_of(self, name: cst.Name) -> cst.BaseExpression | None:
+        """The expression the one reaching assignment gives `name`, or None; for an element of
+        an unpacking, the element of the tuple (written, or returned by a function or a method
+        of this file)."""
+        value = self._single_value(name)
+        if isinstance(value, tuple):
+            return self.element(*value[:2])
+        return value if isinstance(value, cst.BaseExpression) else None
+
+    def element(self, value: cst.BaseExpression, position: int, depth: int = 0) -> cst.BaseExpression | None:
+        """Element `position` of the tuple `value` is: a tuple display, or the one tuple a local
+        function or `self.<method>()` returns."""
+        if depth > 3:
+            return None
+        if isinstance(value, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return value.elements[position].value if position < len(value.elements) else None
+        if isinstance(value, cst.Call):
+            function = self.function_of(value)
+            if function is not None:
+                from codemod.analysis.bindings import returned_values
+                returns = returned_values(function)
+                if len(returns) == 1:
+                    return self.element(returns[0], position, depth + 1)
+        return None
+
+    def function_of(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The `def` of this file a call runs: a module-level or nested function, or a method
+        called on `self` from another method of its class."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return self.context.bindings.local_function(func)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func in self.index:
+            method = self.index.first_enclosing(func, cst.FunctionDef)
+            classdef = self.index.first_enclosing(method, cst.ClassDef) if method is not None else None
+            if classdef is None or not _is_self(func.value, method):
+                return None
+            found = [s for s in classdef.body.body if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value]
+            return found[0] if len(found) == 1 and not found[0].decorators else None
+        return None
+
+    def binding_of(self, name: cst.Name) -> cst.CSTNode | None:
+        return self._reaching(name)
+
+    def _other_function(self, use: cst.CSTNode, value: cst.CSTNode) -> bool:
+        first = self.index.first_enclosing(use, (cst.FunctionDef, cst.Lambda))
+        second = self.index.first_enclosing(value, (cst.FunctionDef, cst.Lambda)) if value in self.index else None
+        return first is not second
+
+
+_NOT_A_METHOD = object()
+_MISSING = object()
+
+
+
+
+def layouts(context: "FileContext") -> Layouts:
+    return context.shared("tensor_layout.layouts", Layouts)
+
+
+def _number_annotation(param: cst.Param) -> bool:
+    """`x: int`, `x: float`, `x: Optional[float]`, `x: float | None`."""
+    if param.annotation is None:
+        return False
+    code = cst.Module([]).code_for_node(param.annotation.annotation).replace(" ", "")
+    return code in ("int", "float", "Optional[float]", "Optional[int]", "float|None", "int|None",
+                    "typing.Optional[float]", "typing.Optional[int]")
+
+
+def _dotted(node) -> bool:
+    """`a.b.c` or `a`: a name imports may resolve (not a method of a computed value)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _shifted(key, delta: int):
+    if key is None:
+        return None
+    if isinstance(key, int):
+        return key + delta
+    return (key[0], key[1] + delta)
+
+
+def matmul_shape(a, b):
+    """The shape of `a @ b` (torch.matmul's rules), None when a rank is unknown."""
+    if a is None or b is None or not a or not b:
+        return None
+    if len(a) == 1 and len(b) == 1:
+        return ()
+    if len(a) == 1:
+        return (*b[:-2], b[-1])
+    if len(b) == 1:
+        return tuple(a[:-1])
+    batch = broadcast(a[:-2], b[:-2])
+    return (*batch, a[-2], b[-1])
+
+
+def index_shape(shape, elements: Sequence[cst.SubscriptElement], code) -> tuple | None:
+    """The shape of `x[elements]` for x of `shape`: integers drop a dim, slices keep it
+    (full ones keep its size), None adds one, `...` stands for the dims not named."""
+    named = sum(1 for e in elements if not _is_none(e) and not _is_ellipsis(e))
+    if named > len(shape):
+        return None
+    out: list[str | None] = []
+    position = 0
+    for element in elements:
+        if _is_ellipsis(element):
+            skip = len(shape) - named
+            out.extend(shape[position:position + skip])
+            position += skip
+        elif _is_none(element):
+            out.append("1")
+        elif isinstance(element.slice, cst.Slice):
+            full = element.slice.lower is None and element.slice.upper is None and element.slice.step is None
+            out.append(shape[position] if full else None)
+            position += 1
+        else:
+            position += 1  # an integer (or tensor) index: drops the dim
+    out.extend(shape[position:])
+    return tuple(out)
+
+
+def _is_none(element: cst.SubscriptElement) -> bool:
+    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
+        and element.slice.value.value == "None"
+
+
+def _is_ellipsis(element: cst.SubscriptElement) -> bool:
+    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Ellipsis)
+
+
+def _dim_read(expr) -> tuple[cst.BaseExpression, int] | None:
+    """(x, i) for `x.size(i)`, `x.shape[i]`, `x.size()[i]`."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" \
+            and len(expr.args) == 1 and expr.args[0].keyword is None:
+        dim = int_value(expr.args[0].value)
+        return (expr.func.value, dim) if dim is not None else None
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        dim = int_value(expr.slice[0].slice.value)
+        tensor = _shape_read(expr.value)
+        if dim is not None and tensor is not None:
+            return tensor, dim
+    return None
+
+
+def _shape_read(expr) -> cst.BaseExpression | None:
+    """x for `x.shape` and `x.size()`."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "shape":
+        return expr.value
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" \
+            and not expr.args:
+        return expr.func.value
+    return None
+
+
+def _literal_dims(shape):
+    """A shape from another function: its rank and literal sizes only."""
+    return None if shape is None else tuple(d if d is not None and d.isdigit() else None for d in shape)
+
+
+def _literal_shape(expr) -> tuple | None:
+    if isinstance(expr, (cst.Integer, cst.Float)) or int_value(expr) is not None:
+        return ()
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float)):
+        return ()
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        inner = [_literal_shape(e.value) for e in expr.elements]
+        if inner and all(s == inner[0] for s in inner) and inner[0] is not None:
+            return (str(len(inner)), *inner[0])
+    return None

@@ -1,0 +1,1467 @@
+"""Python loops over time as math: what each step computes, and the same for all steps at once.
+
+A loop `for t in range(T)` (or `for x_t in x.unbind(1)`) is read statement by
+statement into *step values*: symbolic expressions of
+
+- time-indexed tensors (`x[:, t]`, `k[:, :, t]`, `x[t]`, `x[..., t]`, `x[:, t:t + 1]`,
+  a loop target over `x.unbind(1)`), each a tensor with time at a known dim;
+- values that do not change over the loop (`self.decay`, `0.9`, `A`), kept as code;
+- the *states*: names bound before the loop, read in it and updated in it, as their
+  value before the step's update (`Prev`) or after it (`New`);
+- the operations between them: arithmetic with broadcasting, elementwise functions,
+  `unsqueeze` / `[..., None]`, sums and means over dims, `transpose` / `.mT`,
+  `einsum`, `@`, and modules that act on the last dim (`nn.Linear`).
+
+Each state's update must be affine in it, S = A * S + X (A and X free of S), which is
+the linear recurrence the kernels compute; the values the loop collects (`outs.append`,
+`out[:, t] = ...`) may be any of these expressions of the states and the inputs.
+
+*Lifting* turns a step value into the tensor of its values at all steps, with time as
+one more dim: a time-indexed tensor is itself (sliced to the loop's steps), an op on
+lifted values is the same op with its dims shifted past the time dim, a value that does
+not change broadcasts over time. Where the lifted dims are known (`Layouts`), the code
+keeps the tensors' own layout; where they are not, time is moved next to the dims the
+op names (`movedim`), which is exact for any rank. A value whose layout cannot be
+proven (a constant that may be a number or a tensor) makes the loop unsupported, with
+the reason: rules report such loops instead of rewriting them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import libcst as cst
+
+from codemod.analysis.names import kwarg, positional
+from codemod.analysis.tensor_layout import (
+    SAME_SHAPE_FUNCTIONS,
+    SAME_SHAPE_MODULES,
+    Spec,
+    attributes,
+    int_value,
+    layouts,
+    read_names,
+    reads,
+)
+from codemod.analysis.torch_facts import RANDOM_FUNCTIONS, RANDOM_METHODS
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+
+class Unsupported(Exception):
+    """The loop is not one this analysis can prove; the message says what differs."""
+
+
+# Elementwise methods of a tensor (their other arguments must not change over time).
+ELEMENTWISE_METHODS = frozenset((
+    "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
+    "clamp clamp_min clamp_max float double half bfloat16 to type_as contiguous clone detach "
+    "nan_to_num erf logsigmoid softplus silu gelu"
+).split())
+ELEMENTWISE_FUNCTIONS = frozenset(
+    name for name in SAME_SHAPE_FUNCTIONS
+    if name.rsplit(".", 1)[1] not in ("softmax", "log_softmax", "cumsum", "cumprod", "tril", "triu",
+                                      "dropout", "normalize", "layer_norm")
+)
+REDUCTIONS = frozenset("sum mean amax amin prod".split())
+# Methods only tensors have: calling one proves the receiver (and the result) is a tensor.
+TENSOR_ONLY_METHODS = frozenset(
+    "unsqueeze squeeze transpose view reshape permute expand flatten unflatten movedim contiguous "
+    "float double half bfloat16 type_as exp sigmoid tanh softmax log_softmax matmul sum mean detach clone".split()
+)
+LAST_DIM_MODULES = frozenset(("torch.nn.Linear", "torch.nn.modules.linear.Linear", "torch.nn.LayerNorm",
+                              "torch.nn.RMSNorm"))
+
+
+# -- step values ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Sym:
+    rank: int | None  # the rank of one step's value, when known
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Sym):
+    """A value that does not change over the loop: code evaluated where the loop was."""
+
+    node: cst.BaseExpression = field(repr=False)
+    kind: str  # "number", "tensor" or "unknown"
+
+
+@dataclass(frozen=True, eq=False)
+class Timed(Sym):
+    """`tensor` indexed by the step at dim `time` (from the left if >= 0, else from the right)."""
+
+    tensor: cst.BaseExpression = field(repr=False)
+    time: int
+    size: str | None  # the code of the tensor's size at that dim, when known
+    key: object = None  # the tensor's rank key (tensor_layout.Layouts.rank_key) when its rank is not known
+
+
+@dataclass(frozen=True, eq=False)
+class Prev(Sym):
+    state: str
+
+
+@dataclass(frozen=True, eq=False)
+class New(Sym):
+    state: str
+
+
+@dataclass(frozen=True, eq=False)
+class Read(Sym):
+    """What a linear-attention kernel computes for `state` at each step: r_t S over the key dim."""
+
+    state: str
+
+
+@dataclass(frozen=True, eq=False)
+class Op(Sym):
+    op: str
+    args: tuple
+    params: tuple = ()
+    node: cst.CSTNode | None = field(default=None, repr=False)  # the code it was read from
+
+
+ONE = Const(None, cst.Integer("1"), "number")
+
+
+def mentions(sym: Sym, predicate: Callable[[Sym], bool]) -> bool:
+    if predicate(sym):
+        return True
+    return isinstance(sym, Op) and any(mentions(a, predicate) for a in sym.args)
+
+
+def states_in(sym: Sym) -> set[tuple[str, str]]:
+    """(state, "prev" | "new" | "read") pairs a value depends on."""
+    found = set()
+
+    def walk(s):
+        if isinstance(s, Prev):
+            found.add((s.state, "prev"))
+        elif isinstance(s, New):
+            found.add((s.state, "new"))
+        elif isinstance(s, Read):
+            found.add((s.state, "read"))
+        elif isinstance(s, Op):
+            for a in s.args:
+                walk(a)
+    walk(sym)
+    return found
+
+
+# -- the loop ------------------------------------------------------------------------------
+
+
+@dataclass
+class Output:
+    kind: str  # "list" (appended, stacked after the loop) or "slot" (`out[:, t] = ...`)
+    name: str
+    value: Sym
+    statement: cst.CSTNode = field(repr=False)  # the append or the slot assignment in the loop
+    slot: cst.Subscript | None = field(default=None, repr=False)  # the target of a slot assignment
+    slot_time: int | None = None  # the dim the slot indexes by time
+
+
+@dataclass
+class State:
+    name: str
+    update: Sym  # its new value in terms of Prev(name) and other step values
+    a: Sym | None = None  # S_new = a * S_prev + x (None: 0)
+    x: Sym | None = None
+    statement: cst.CSTNode | None = field(default=None, repr=False)
+
+
+@dataclass
+class Steps:
+    """Which steps the loop runs: `range(stop)`, `range(start, stop)`, or every step of the
+    iterated tensors."""
+
+    start: cst.BaseExpression | None
+    stop: cst.BaseExpression | None  # None: all of the tensors' time dim
+
+
+@dataclass
+class TimeLoop:
+    loop: cst.For
+    time: str | None  # the step variable (`t`), if any
+    steps: Steps
+    states: dict[str, State] = field(default_factory=dict)
+    outputs: list[Output] = field(default_factory=list)
+    temporaries: set[str] = field(default_factory=set)
+    bound: set[str] = field(default_factory=set)  # every name the loop binds
+
+
+class LoopReader:
+    """Reads one `for` loop into a TimeLoop, or raises Unsupported (why), or returns None
+    when the loop is not over time at all."""
+
+    def __init__(self, context: "FileContext") -> None:
+        self.context = context
+        self.layouts = layouts(context)
+        self.names = context.names
+        self.code = context.module.code_for_node
+
+    # -- the header ------------------------------------------------------------------
+
+    def header(self, loop: cst.For) -> tuple[str | None, Steps, dict[str, Sym]] | None:
+        """(step variable, steps, loop targets bound to time-indexed tensors), or None."""
+        target, iterable = loop.target, loop.iter
+        if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "builtins.range") \
+                and isinstance(target, cst.Name):
+            args = [a for a in iterable.args]
+            if any(a.keyword or a.star for a in args) or not 1 <= len(args) <= 2:
+                return None
+            if len(args) == 1:
+                return target.value, Steps(None, args[0].value), {}
+            return target.value, Steps(args[0].value, args[1].value), {}
+        time = None
+        if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "builtins.enumerate") \
+                and len(iterable.args) == 1 and isinstance(target, cst.Tuple) and len(target.elements) == 2 \
+                and isinstance(target.elements[0].value, cst.Name):
+            time = target.elements[0].value.value
+            target, iterable = target.elements[1].value, iterable.args[0].value
+        pairs = self._iterated(target, iterable)
+        if pairs is None:
+            return None
+        bound = {}
+        for name, tensor, dim in pairs:
+            shape = self.layouts.shape(tensor)
+            size = None
+            if shape is not None:
+                position = dim if dim >= 0 else len(shape) + dim
+                size = shape[position] if 0 <= position < len(shape) else None
+            rank = None if shape is None else len(shape) - 1
+            bound[name] = Timed(rank, tensor, dim, size, None if rank is not None else self.layouts.rank_key(tensor))
+        return time, Steps(None, None), bound
+
+    def _iterated(self, target, iterable) -> list[tuple[str, cst.BaseExpression, int]] | None:
+        """(name, tensor, time dim) for `x_t in x.unbind(d)` / `x` / `zip(...)` of these."""
+        if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "builtins.zip"):
+            if not isinstance(target, cst.Tuple) or len(target.elements) != len(iterable.args):
+                return None
+            found = []
+            for element, arg in zip(target.elements, iterable.args):
+                inner = self._iterated(element.value, arg.value)
+                if inner is None or arg.keyword or arg.star:
+                    return None
+                found += inner
+            return found
+        if not isinstance(target, cst.Name):
+            return None
+        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute) \
+                and iterable.func.attr.value == "unbind" and len(iterable.args) <= 1:
+            dim = int_value(iterable.args[0].value) if iterable.args else 0
+            if dim is None or (iterable.args and iterable.args[0].keyword not in (None,) and
+                               iterable.args[0].keyword.value != "dim"):
+                return None
+            return [(target.value, iterable.func.value, dim)]
+        if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "torch.unbind"):
+            tensor = positional(iterable, 0)
+            dim_arg = positional(iterable, 1) or kwarg(iterable, "dim")
+            dim = int_value(dim_arg.value) if dim_arg is not None else 0
+            if tensor is None or dim is None:
+                return None
+            return [(target.value, tensor.value, dim)]
+        shape = self.layouts.shape(iterable)
+        if shape is not None and len(shape) >= 1:
+            return [(target.value, iterable, 0)]  # a tensor iterates over its dim 0
+        return None
+
+    # -- the body ----------------------------------------------------------------------
+
+    def read(self, loop: cst.For) -> TimeLoop | None:
+        header = self.header(loop)
+        if header is None:
+            return None
+        time, steps, targets = header
+        self.time = time
+        self.loop = loop
+        result = TimeLoop(loop, time, steps)
+        if loop.orelse is not None:
+            raise Unsupported("the loop has an `else` clause")
+        if not isinstance(loop.body, cst.IndentedBlock):
+            raise Unsupported("the loop body is on the loop's line")
+        statements = []
+        for line in loop.body.body:
+            if not isinstance(line, cst.SimpleStatementLine):
+                raise Unsupported(f"the loop body holds a `{type(line).__name__.lower()}` statement")
+            statements.extend(line.body)
+        assigned = self._assigned(statements)
+        result.bound = set(assigned) | set(targets) | ({time} if time else set())
+        self.bound = result.bound
+        first_read = self._first_reads(statements)
+        self.env: dict[str, Sym] = dict(targets)
+        states = {name for name in assigned if name in first_read and first_read[name] <= assigned[name][0]}
+        self.rank_hints = self._rank_hints(loop)
+        for name in states:
+            if len(assigned[name]) > 1:
+                raise Unsupported(f"the state `{name}` is assigned more than once in a step")
+            if not self._bound_before(name, loop):
+                raise Unsupported(f"`{name}` is read before it is assigned in the loop and not bound before it")
+            self.env[name] = Prev(self._state_rank(name, loop), name)
+        result.temporaries = set(assigned) - states
+        lists = self._collected_lists(statements, loop)
+        for position, statement in enumerate(statements):
+            self._statement(statement, result, states, lists)
+        for state in result.states.values():
+            split = affine(state.update, state.name)
+            if split is None:
+                raise Unsupported(f"the update of `{state.name}` is not linear in it "
+                                  f"(`{self.code(state.statement)}`)")
+            state.a, state.x = split
+            if state.a is not None and mentions(state.a, lambda s: isinstance(s, (Prev, New)) and s.state == state.name):
+                raise Unsupported(f"the update of `{state.name}` is not linear in it")
+        return result
+
+    def _state_rank(self, name: str, loop: cst.For) -> int | None:
+        """The rank of a state: from an einsum that reads it, or from its value before the loop."""
+        if name in self.rank_hints:
+            return self.rank_hints[name]
+        block = self.context.parents.get(loop)
+        statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        position = next((i for i, s in enumerate(statements) if s is loop), 0)
+        for statement in reversed(statements[:position]):
+            if not isinstance(statement, cst.SimpleStatementLine):
+                if name in _bound_in(statement):
+                    return None
+                continue
+            for small in reversed(statement.body):
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == name:
+                    return self.layouts.rank(small.value)
+                if name in _bound_in(small):
+                    return None
+        return None
+
+    def _rank_hints(self, loop: cst.For) -> dict[str, int]:
+        """Ranks the loop's einsums prove: `einsum("bhk,...", r[:, :, t], ...)` makes r 4-dim."""
+        hints: dict[str, int] = {}
+        for call in self.context.index.find(cst.Call, within=loop.body):
+            if not self.names.is_(call.func, "torch.einsum") or not call.args \
+                    or not isinstance(call.args[0].value, cst.SimpleString):
+                continue
+            spec = Spec.parse(call.args[0].value.evaluated_value)
+            if spec is None or len(spec.inputs) != len(call.args) - 1:
+                continue
+            for letters, arg in zip(spec.inputs, call.args[1:]):
+                value = arg.value
+                if "." not in letters and isinstance(value, cst.Name):
+                    hints[value.value] = len(letters)
+                    continue
+                if "." in letters or not isinstance(value, cst.Subscript) or self.time is None:
+                    continue
+                elements = list(value.slice)
+                dropped = sum(1 for e in elements if _is_step(e, self.time) or (
+                    isinstance(e.slice, cst.Index) and int_value(e.slice.value) is not None))
+                added = sum(1 for e in elements if _is_none(e))
+                if any(_is_ellipsis(e) for e in elements) or dropped != 1:
+                    continue
+                hints[self.code(value.value)] = len(letters) + dropped - added
+        return hints
+
+    def _assigned(self, statements) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for position, statement in enumerate(statements):
+            if isinstance(statement, cst.Assign):
+                for target in statement.targets:
+                    for name in _target_names(target.target):
+                        found.setdefault(name, []).append(position)
+            elif isinstance(statement, (cst.AugAssign, cst.AnnAssign)) and isinstance(statement.target, cst.Name):
+                found.setdefault(statement.target.value, []).append(position)
+        return found
+
+    def _first_reads(self, statements) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for position, statement in enumerate(statements):
+            names = read_names(self.context, statement)
+            if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
+                names.add(statement.target.value)
+            for name in names:
+                found.setdefault(name, position)
+        return found
+
+    def _bound_before(self, name: str, loop: cst.For) -> bool:
+        scope = self.context.scopes.get(loop)
+        if scope is None:
+            return False
+        index = self.context.index
+        return any(isinstance(a.node, cst.CSTNode) and a.node in index and index.order(a.node) < index.order(loop)
+                   for a in scope[name])
+
+    def _collected_lists(self, statements, loop) -> dict[str, cst.CSTNode]:
+        """Lists the loop appends to: name -> the append call."""
+        found = {}
+        for statement in statements:
+            if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call) \
+                    and isinstance(statement.value.func, cst.Attribute) \
+                    and statement.value.func.attr.value == "append" \
+                    and isinstance(statement.value.func.value, cst.Name):
+                found[statement.value.func.value.value] = statement
+        return found
+
+    def _statement(self, statement, result: TimeLoop, states: set[str], lists) -> None:
+        if isinstance(statement, cst.Assign):
+            if len(statement.targets) != 1:
+                raise Unsupported("a chained assignment in the loop")
+            target = statement.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(statement.value, (cst.Tuple, cst.List)) \
+                    and len(target.elements) == len(statement.value.elements) \
+                    and all(isinstance(e.value, cst.Name) for e in target.elements) \
+                    and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *statement.value.elements)):
+                values = [self.sym(e.value) for e in statement.value.elements]  # all read before any is bound
+                for element, value in zip(target.elements, values):
+                    if element.value.value in states:
+                        raise Unsupported(f"the state `{element.value.value}` is assigned in a tuple")
+                    self.env[element.value.value] = value
+                return
+            if isinstance(target, cst.Name):
+                value = self.sym(statement.value)
+                if target.value in states:
+                    result.states[target.value] = State(target.value, value, statement=statement)
+                    prev = self.env[target.value]
+                    self.env[target.value] = New(prev.rank if prev.rank is not None else value.rank, target.value)
+                else:
+                    self.env[target.value] = value
+                return
+            if isinstance(target, cst.Subscript):
+                slot = self._slot(target)
+                if slot is None:
+                    raise Unsupported(f"the loop writes `{self.code(target)}`, not a slot of a tensor at the step")
+                name, dim = slot
+                result.outputs.append(Output("slot", name, self.sym(statement.value), statement, target, dim))
+                return
+            raise Unsupported(f"the loop assigns `{self.code(target)}`")
+        if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
+            operator = {cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract,
+                        cst.MultiplyAssign: cst.Multiply, cst.DivideAssign: cst.Divide}.get(type(statement.operator))
+            if operator is None:
+                raise Unsupported(f"`{self.code(statement)}` in the loop")
+            name = statement.target.value
+            node = cst.BinaryOperation(cst.Name(name), operator(), _atom(statement.value))
+            left = self.env.get(name) or self.sym(statement.target)
+            value = Op(None, {cst.Add: "add", cst.Subtract: "sub", cst.Multiply: "mul", cst.Divide: "div"}[operator],
+                       (left, self.sym(statement.value)), (), node)
+            value = Op(_broadcast_rank(value.args), value.op, value.args, (), node)
+            if name in states:
+                result.states[name] = State(name, value, statement=statement)
+                prev = self.env[name]
+                self.env[name] = New(prev.rank if prev.rank is not None else value.rank, name)
+            else:
+                self.env[name] = value
+            return
+        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            call = statement.value
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "append" \
+                    and isinstance(call.func.value, cst.Name) and len(call.args) == 1 and not call.args[0].keyword:
+                name = call.func.value.value
+                if any(o.name == name for o in result.outputs):
+                    raise Unsupported(f"`{name}` is appended to twice in a step")
+                result.outputs.append(Output("list", name, self.sym(call.args[0].value), statement))
+                return
+        raise Unsupported(f"the loop body runs `{self.code(statement)}`")
+
+    def _slot(self, target: cst.Subscript) -> tuple[str, int] | None:
+        """(name, dim) for `out[:, t] = ...` / `out[t] = ...` (leading full slices, then the step)."""
+        if self.time is None or not isinstance(target.value, cst.Name) or target.value.value in self.bound:
+            return None
+        elements = list(target.slice)
+        for position, element in enumerate(elements):
+            if _is_step(element, self.time):
+                if all(_is_full(e) for e in elements[:position]) and all(_is_full(e) for e in elements[position + 1:]):
+                    return target.value.value, position
+                return None
+        return None
+
+    # -- expressions -------------------------------------------------------------------
+
+    def depends(self, node: cst.CSTNode) -> bool:
+        return not self.bound.isdisjoint(read_names(self.context, node))
+
+    def sym(self, node: cst.BaseExpression) -> Sym:
+        if not self.depends(node):
+            return self.constant(node)
+        if isinstance(node, cst.Name):
+            if node.value == self.time:
+                raise Unsupported(f"the step number `{node.value}` is used as a value")
+            found = self.env.get(node.value)
+            if found is None:
+                raise Unsupported(f"`{node.value}` is read before it is assigned in the step")
+            return found
+        if isinstance(node, cst.BinaryOperation):
+            return self._binary(node)
+        if isinstance(node, cst.UnaryOperation):
+            if isinstance(node.operator, cst.Plus):
+                return self.sym(node.expression)
+            if isinstance(node.operator, cst.Minus):
+                inner = self.sym(node.expression)
+                return Op(inner.rank, "neg", (inner,), (), node)
+            raise Unsupported(f"`{self.code(node)}`")
+        if isinstance(node, cst.Subscript):
+            return self._subscript(node)
+        if isinstance(node, cst.Attribute):
+            if node.attr.value == "mT":
+                inner = self.sym(node.value)
+                return _transpose(inner, -2, -1, node)
+            raise Unsupported(f"`{self.code(node)}` on a step value")
+        if isinstance(node, cst.Call):
+            return self._call(node)
+        raise Unsupported(f"`{self.code(node)}` in the loop")
+
+    def constant(self, node: cst.BaseExpression) -> Const:
+        for call in [node] if node not in self.context.index else self.context.index.find(cst.Call, within=node):
+            if isinstance(call, cst.Call) and self._random(call):
+                raise Unsupported(f"`{self.code(call)}` draws random numbers at each step")
+        if self.layouts.is_number(node):
+            return Const(0, node, "number")
+        shape = self.layouts.shape(node)
+        if shape is not None:
+            return Const(len(shape), node, "tensor")
+        if self._is_tensor(node):
+            return Const(None, node, "tensor")
+        return Const(None, node, "unknown")
+
+    def _is_tensor(self, node) -> bool:
+        from codemod.analysis.kinds import Kind
+
+        if self.context.kinds.fact(node).kind is Kind.TENSOR:
+            return True
+        if isinstance(node, cst.Call):
+            names = self.names.of(node.func) if _dotted(node.func) else set()
+            if any(n.startswith("torch.") and not n.startswith("torch.nn.") for n in names):
+                return True
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_ONLY_METHODS:
+                return True  # a number has no such method
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in ELEMENTWISE_METHODS | {
+                    "unsqueeze", "transpose", "view", "reshape", "exp", "sigmoid", "float"}:
+                return self._is_tensor(node.func.value)
+        if isinstance(node, cst.UnaryOperation):
+            return self._is_tensor(node.expression)
+        if isinstance(node, cst.BinaryOperation):
+            return self._is_tensor(node.left) or self._is_tensor(node.right)
+        if isinstance(node, cst.Subscript):
+            if any(_is_none(e) or isinstance(e.slice, cst.Slice) for e in node.slice):
+                return True  # a number cannot be sliced or given new dims
+            return self._is_tensor(node.value)
+        if isinstance(node, cst.Name) and node in self.context.index:
+            value = self.layouts.value_of(node)
+            return value is not None and self._is_tensor(value)
+        if isinstance(node, cst.Attribute):
+            values = attributes(self.context).values(node)
+            return bool(values) and all(isinstance(v, cst.Call) and self.names.of(v.func) & {
+                "torch.nn.Parameter", "torch.nn.parameter.Parameter"} or self._is_tensor_value(v) for v in values)
+        return False
+
+    def _is_tensor_value(self, value) -> bool:
+        return isinstance(value, cst.Call) and any(
+            n.startswith("torch.") and not n.startswith("torch.nn.") for n in self.names.of(value.func))
+
+    def _random(self, call: cst.Call) -> bool:
+        if self.names.of(call.func) & RANDOM_FUNCTIONS:
+            return True
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in RANDOM_METHODS:
+            return True
+        module = attributes(self.context).value(call.func) if isinstance(call.func, cst.Attribute) else None
+        return isinstance(module, cst.Call) and bool(self.names.of(module.func) & {
+            "torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"})
+
+    def _binary(self, node: cst.BinaryOperation) -> Sym:
+        ops = {cst.Add: "add", cst.Subtract: "sub", cst.Multiply: "mul", cst.Divide: "div", cst.MatrixMultiply: "matmul"}
+        if isinstance(node.operator, cst.Power):
+            base = self.sym(node.left)
+            if self.depends(node.right) or not self.layouts.is_number(node.right):
+                raise Unsupported(f"`{self.code(node)}`: a power whose exponent is not a number")
+            return Op(base.rank, "map", (base,), ("left",), node)
+        op = ops.get(type(node.operator))
+        if op is None:
+            raise Unsupported(f"`{self.code(node)}` in the loop")
+        left, right = self.sym(node.left), self.sym(node.right)
+        if op == "matmul":
+            return Op(_matmul_rank(left.rank, right.rank), op, (left, right), (), node)
+        return Op(_broadcast_rank((left, right)), op, (left, right), (), node)
+
+    def _subscript(self, node: cst.Subscript) -> Sym:
+        elements = list(node.slice)
+        steps = [i for i, e in enumerate(elements) if self.time is not None and _mentions_step(e, self.time, self.code)]
+        if steps:
+            if len(steps) != 1 or self.depends(node.value):
+                raise Unsupported(f"`{self.code(node)}`: the step indexes a value computed in the loop")
+            return self._timed(node, elements, steps[0])
+        inner = self.sym(node.value)
+        return _index(inner, elements, node, self.code)
+
+    def _timed(self, node: cst.Subscript, elements, at: int) -> Sym:
+        tensor = node.value
+        element = elements[at]
+        keep = not _is_step(element, self.time)
+        if keep and not _is_step_slice(element, self.time, self.code):
+            raise Unsupported(f"`{self.code(node)}`: the step indexes other than [t] or [t:t + 1]")
+        before, after = elements[:at], elements[at + 1:]
+        shape = self.layouts.shape(tensor)
+        if all(_is_full(e) for e in before):
+            time = at
+            rest = [*before, *after]
+        elif len(before) >= 1 and _is_ellipsis(before[0]) and all(_is_full(e) for e in before[1:]) \
+                and all(_is_full(e) for e in after):
+            time = -1 - len(after)
+            rest = []
+        else:
+            raise Unsupported(f"`{self.code(node)}`: indexes before the step other than `:`")
+        size = None
+        rank = None
+        if shape is None and self.code(tensor) in self.rank_hints:
+            shape = (None,) * self.rank_hints[self.code(tensor)]
+        if shape is not None:
+            position = time if time >= 0 else len(shape) + time
+            if not 0 <= position < len(shape):
+                raise Unsupported(f"`{self.code(node)}` indexes past the tensor's dims")
+            size = shape[position]
+            rank = len(shape) - 1
+        leaf = Timed(rank, tensor, time, size, None if rank is not None else self.layouts.rank_key(tensor))
+        value: Sym = leaf
+        if keep:  # x[:, t:t + 1]: the step's value keeps a dim of size 1 where time was
+            value = _unsqueeze(leaf, time if time >= 0 else None, node, negative=time if time < 0 else None)
+        if rest and not all(_is_full(e) for e in rest):
+            value = _index(value, rest, node, self.code)
+        return value
+
+    def _call(self, node: cst.Call) -> Sym:
+        func = node.func
+        names = self.names.of(func) if _dotted(func) else set()
+        torch_name = next((n for n in sorted(names) if n.startswith("torch.")), None)
+        if self._random(node):
+            raise Unsupported(f"`{self.code(node)}` draws random numbers at each step")
+        if any(a.star for a in node.args):
+            raise Unsupported(f"`{self.code(node)}` passes *args")
+        if torch_name is not None:
+            return self._torch_call(node, torch_name)
+        if isinstance(func, cst.Attribute) and self.depends(func.value):
+            return self._method(node, func.attr.value, func.value)
+        module = attributes(self.context).value(func) if isinstance(func, cst.Attribute) else (
+            self.layouts.value_of(func) if isinstance(func, cst.Name) and func in self.context.index else None)
+        if isinstance(module, cst.Call) and len(node.args) == 1 and node.args[0].keyword is None:
+            kinds = self.names.of(module.func)
+            operand = self.sym(node.args[0].value)
+            if kinds & LAST_DIM_MODULES:
+                return Op(operand.rank, "last_dim", (operand,), (), node)
+            if kinds & SAME_SHAPE_MODULES and not kinds & {"torch.nn.Dropout", "torch.nn.Softmax", "torch.nn.GroupNorm"}:
+                return Op(operand.rank, "map", (operand,), ("arg0",), node)
+        raise Unsupported(f"`{self.code(func)}` is called on a step value")
+
+    def _constant_args(self, node: cst.Call, skip: cst.BaseExpression) -> None:
+        for arg in node.args:
+            if arg.value is not skip and self.depends(arg.value):
+                raise Unsupported(f"`{self.code(node)}`: another argument changes over the loop")
+
+    def _method(self, node: cst.Call, method: str, receiver) -> Sym:
+        inner = self.sym(receiver)
+        values = [a.value for a in node.args if a.keyword is None]
+        if method in ("mul", "add", "sub", "div") and len(node.args) == 1 and node.args[0].keyword is None:
+            other = self.sym(values[0])
+            return Op(_broadcast_rank((inner, other)), method, (inner, other), (), node)
+        if method in ("matmul",) and len(values) == 1:
+            other = self.sym(values[0])
+            return Op(_matmul_rank(inner.rank, other.rank), "matmul", (inner, other), (), node)
+        if method in ELEMENTWISE_METHODS:
+            self._constant_args(node, receiver)
+            if method in ("contiguous", "clone"):
+                return inner
+            return Op(inner.rank, "map", (inner,), ("receiver",), node)
+        if method == "unsqueeze" and len(values) == 1:
+            dim = int_value(values[0])
+            if dim is None:
+                raise Unsupported(f"`{self.code(node)}`")
+            return _unsqueeze(inner, dim if dim >= 0 else None, node, negative=dim if dim < 0 else None)
+        if method == "squeeze" and len(values) == 1 and int_value(values[0]) is not None:
+            return Op(_plus(inner.rank, -1), "squeeze", (inner,), (int_value(values[0]),), node)
+        if method in ("transpose", "swapaxes", "swapdims") and len(values) == 2:
+            a, b = (int_value(v) for v in values)
+            if a is None or b is None:
+                raise Unsupported(f"`{self.code(node)}`")
+            return _transpose(inner, a, b, node)
+        if method in REDUCTIONS:
+            return self._reduction(node, inner, method)
+        if method in ("softmax", "log_softmax") and len(node.args) == 1:
+            dim = int_value(node.args[0].value)
+            if dim is None:
+                raise Unsupported(f"`{self.code(node)}`")
+            return Op(inner.rank, "dimwise", (inner,), (dim, "receiver"), node)
+        if method == "lerp" and len(values) == 2:
+            return _lerp(inner, self.sym(values[0]), self.sym(values[1]))
+        if method in ("view", "reshape", "flatten", "unflatten", "permute", "expand", "repeat", "chunk", "split"):
+            raise Unsupported(f"`{self.code(node)}` reshapes a step value")
+        raise Unsupported(f"`.{method}()` on a step value")
+
+    def _reduction(self, node: cst.Call, inner: Sym, method: str, skip_first: bool = False) -> Sym:
+        args = list(node.args)[1:] if skip_first else list(node.args)
+        dim_arg = next((a for a in args if a.keyword is None), None) or kwarg(node, "dim")
+        keep = kwarg(node, "keepdim")
+        extra = [a for a in args if a is not dim_arg and a is not keep]
+        if dim_arg is None or extra:
+            raise Unsupported(f"`{self.code(node)}` reduces over every dim")
+        values = [e.value for e in dim_arg.value.elements] if isinstance(dim_arg.value, (cst.Tuple, cst.List)) \
+            else [dim_arg.value]
+        dims = [int_value(v) for v in values]
+        keepdim = keep is not None and isinstance(keep.value, cst.Name) and keep.value.value == "True"
+        if None in dims or (keep is not None and not (isinstance(keep.value, cst.Name)
+                                                      and keep.value.value in ("True", "False"))):
+            raise Unsupported(f"`{self.code(node)}`")
+        rank = inner.rank if keepdim else _plus(inner.rank, -len(dims))
+        return Op(rank, "reduce", (inner,), (tuple(dims), keepdim, method, skip_first), node)
+
+    def _torch_call(self, node: cst.Call, name: str) -> Sym:
+        short = name.rsplit(".", 1)[1]
+        values = [a.value for a in node.args if a.keyword is None]
+        if name == "torch.einsum":
+            if not values or not isinstance(values[0], cst.SimpleString) or len(node.args) != len(values):
+                raise Unsupported(f"`{self.code(node)}`: an einsum whose equation is not a string literal")
+            spec = Spec.parse(values[0].evaluated_value)
+            if spec is None or len(spec.inputs) != len(values) - 1:
+                raise Unsupported(f"`{self.code(node)}`: an einsum equation without `->` or with other operands")
+            operands = tuple(self.sym(v) for v in values[1:])
+            for letters, operand in zip(spec.inputs, operands):
+                if "." not in letters and operand.rank is not None and operand.rank != len(letters):
+                    raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
+            rank = None if spec.has_ellipsis else len(spec.output)
+            return Op(rank, "einsum", operands, (spec,), node)
+        if name in ("torch.matmul", "torch.bmm") and len(values) == 2 and len(node.args) == 2:
+            left, right = self.sym(values[0]), self.sym(values[1])
+            return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
+        if name == "torch.outer" and len(values) == 2:  # of two vectors: a[:, None] * b[None, :]
+            left, right = self.sym(values[0]), self.sym(values[1])
+            if left.rank not in (1, None) or right.rank not in (1, None):
+                raise Unsupported(f"`{self.code(node)}` of values that are not vectors")
+            left, right = Op(2, "unsqueeze", (left,), (-1,), None), Op(2, "unsqueeze", (right,), (-2,), None)
+            return Op(2, "mul", (left, right), (), None)
+        if name in ELEMENTWISE_FUNCTIONS and values:
+            inner = self.sym(values[0])
+            self._constant_args(node, values[0])
+            return Op(inner.rank, "map", (inner,), ("arg0",), node)
+        if short in REDUCTIONS and values:
+            inner = self.sym(values[0])
+            return self._reduction(node, inner, short, skip_first=True)
+        if short in ("softmax", "log_softmax") and values:
+            inner = self.sym(values[0])
+            dim_arg = positional(node, 1) or kwarg(node, "dim")
+            dim = int_value(dim_arg.value) if dim_arg is not None else None
+            if dim is None or len(node.args) != 2:
+                raise Unsupported(f"`{self.code(node)}`")
+            return Op(inner.rank, "dimwise", (inner,), (dim, "arg0"), node)
+        if short == "lerp" and len(values) == 3:
+            return _lerp(self.sym(values[0]), self.sym(values[1]), self.sym(values[2]))
+        if short in ("unsqueeze", "transpose", "squeeze") and values:
+            rest = node.with_changes(func=cst.Attribute(_atom(values[0]), cst.Name(short)),
+                                     args=[a for a in node.args if a.value is not values[0]])
+            return self._method(rest, short, values[0])
+        raise Unsupported(f"`{self.code(node.func)}` on a step value")
+
+
+# -- helpers for reading -------------------------------------------------------------------
+
+
+def _bound_in(node) -> set[str]:
+    from codemod.analysis.names import names_read  # noqa: F401
+    found = set()
+    for child in _walk(node):
+        if isinstance(child, cst.AssignTarget):
+            found |= set(_target_names(child.target))
+        elif isinstance(child, (cst.AugAssign, cst.AnnAssign)) and isinstance(child.target, cst.Name):
+            found.add(child.target.value)
+        elif isinstance(child, cst.For):
+            found |= set(_target_names(child.target))
+    return found
+
+
+def _walk(node):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(c for c in current.children if isinstance(c, cst.CSTNode))
+
+
+def _dotted(node) -> bool:
+    """`a.b.c` or `a`: a name the imports may resolve (not a method of a computed value)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _target_names(target) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
+
+
+def _is_full(element: cst.SubscriptElement) -> bool:
+    s = element.slice
+    return isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None
+
+
+def _is_ellipsis(element: cst.SubscriptElement) -> bool:
+    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Ellipsis)
+
+
+def _is_none(element: cst.SubscriptElement) -> bool:
+    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
+        and element.slice.value.value == "None"
+
+
+def _is_step(element: cst.SubscriptElement, time: str) -> bool:
+    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
+        and element.slice.value.value == time
+
+
+def _is_step_slice(element: cst.SubscriptElement, time: str, code) -> bool:
+    """`t:t + 1` (any spacing, `1 + t` too)."""
+    s = element.slice
+    if not isinstance(s, cst.Slice) or s.step is not None or not isinstance(s.lower, cst.Name) or s.lower.value != time:
+        return False
+    upper = code(s.upper).replace(" ", "") if s.upper is not None else ""
+    return upper in (f"{time}+1", f"1+{time}")
+
+
+def _mentions_step(element: cst.SubscriptElement, time: str, code) -> bool:
+    return _is_step(element, time) or _is_step_slice(element, time, code) or (
+        time in {n.value for n in _names_in(element)})
+
+
+def _names_in(node) -> list[cst.Name]:
+    from codemod.analysis.names import names_read
+    return names_read(node)
+
+
+def _plus(rank: int | None, delta: int) -> int | None:
+    return None if rank is None else rank + delta
+
+
+def _broadcast_rank(args) -> int | None:
+    ranks = [a.rank for a in args]
+    return None if None in ranks else max(ranks)
+
+
+def _matmul_rank(a: int | None, b: int | None) -> int | None:
+    if a is None or b is None:
+        return None
+    if a == 1 and b == 1:
+        return 0
+    if a == 1 or b == 1:
+        return max(a, b) - 1
+    return max(a, b)
+
+
+def _unsqueeze(inner: Sym, dim: int | None, node, negative: int | None = None) -> Sym:
+    """`inner.unsqueeze(d)`, d given as a position from the left (`dim`) or the right (`negative`),
+    kept as a negative dim when the rank is known."""
+    if negative is None and dim is not None and inner.rank is not None:
+        negative = dim - (inner.rank + 1)
+    if negative is not None:
+        return Op(_plus(inner.rank, 1), "unsqueeze", (inner,), (negative,), node)
+    return Op(_plus(inner.rank, 1), "unsqueeze", (inner,), (dim,), node)
+
+
+def _transpose(inner: Sym, a: int, b: int, node) -> Sym:
+    if inner.rank is not None:
+        a, b = (d - inner.rank if d >= 0 else d for d in (a, b))
+    a, b = sorted((a, b))
+    if a == -2 and b == -1 and isinstance(inner, Op) and inner.op == "unsqueeze" and inner.params[0] in (-1, -2):
+        # (x.unsqueeze(-2)).mT is x.unsqueeze(-1), and the other way round
+        return Op(inner.rank, "unsqueeze", inner.args, (-1 if inner.params[0] == -2 else -2,), node)
+    return Op(inner.rank, "transpose", (inner,), (a, b), node)
+
+
+def _index(inner: Sym, elements, node, code) -> Sym:
+    """A step value indexed with `:`, `None`, `...` and slices with constant bounds: as
+    unsqueezes and slices of one dim."""
+    value = inner
+    if any(not (isinstance(e.slice, cst.Slice) or _is_none(e) or _is_ellipsis(e)) for e in elements):
+        raise Unsupported(f"`{code(node)}` indexes a step value")
+    ellipses = [i for i, e in enumerate(elements) if _is_ellipsis(e)]
+    if len(ellipses) > 1:
+        raise Unsupported(f"`{code(node)}`")
+    head = elements[:ellipses[0]] if ellipses else elements
+    tail = elements[ellipses[0] + 1:] if ellipses else []
+    position = 0
+    for element in head:
+        if _is_none(element):
+            value = _unsqueeze(value, position, node)
+        elif not _is_full(element):
+            value = _slice(value, position, element)
+        position += 1
+    if not ellipses and value.rank is not None and position > value.rank:
+        raise Unsupported(f"`{code(node)}` indexes past the dims")
+    if not ellipses and isinstance(value, Op) and value.op == "unsqueeze" and value is not inner \
+            and value.params[0] >= 0 and value.rank is None:
+        # every element addresses a dim: the value has at least as many dims as there are elements
+        value = Op(value.rank, "unsqueeze", value.args, (value.params[0], position), value.node)
+    count = 0
+    for element in reversed(tail):
+        if _is_none(element):
+            value = _unsqueeze(value, None, node, negative=-(count + 1))
+        elif not _is_full(element):
+            value = _slice(value, -(count + 1), element)
+        count += 1
+    return value
+
+
+def _slice(inner: Sym, dim: int, element: cst.SubscriptElement) -> Sym:
+    if inner.rank is not None and dim >= 0:
+        dim = dim - inner.rank
+    return Op(inner.rank, "slice", (inner,), (dim, element.slice), None)
+
+
+def _lerp(start: Sym, end: Sym, weight: Sym) -> Sym:
+    """torch.lerp(start, end, weight) = start + weight * (end - start)."""
+    diff = Op(_broadcast_rank((end, start)), "sub", (end, start), (), None)
+    scaled = Op(_broadcast_rank((weight, diff)), "mul", (weight, diff), (), None)
+    return Op(_broadcast_rank((start, scaled)), "add", (start, scaled), (), None)
+
+
+def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)) \
+            or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+# -- the affine split ----------------------------------------------------------------------
+
+
+def affine(sym: Sym, state: str):
+    """(a, x) with sym = a * Prev(state) + x, a and x free of the state (None for 0); or None
+    when sym is not affine in the state."""
+    def has(s):
+        return mentions(s, lambda v: isinstance(v, Prev) and v.state == state)
+
+    if isinstance(sym, Prev) and sym.state == state:
+        return ONE, None
+    if not has(sym):
+        return None, sym
+    if not isinstance(sym, Op):
+        return None
+    if sym.op in ("add", "sub"):
+        left, right = (affine(a, state) for a in sym.args)
+        if left is None or right is None:
+            return None
+        return _combine(sym, left[0], right[0]), _combine(sym, left[1], right[1])
+    if sym.op in ("mul", "div"):
+        left, right = sym.args
+        if has(left) and not has(right):
+            split = affine(left, state)
+            if split is None:
+                return None
+            return tuple(None if part is None else _scaled(sym, part, right, first=True) for part in split)
+        if sym.op == "mul" and has(right) and not has(left):
+            split = affine(right, state)
+            if split is None:
+                return None
+            return tuple(None if part is None else _scaled(sym, left, part, first=False) for part in split)
+        return None
+    if sym.op == "neg":
+        split = affine(sym.args[0], state)
+        if split is None:
+            return None
+        return tuple(None if part is None else Op(part.rank, "neg", (part,), (), sym.node) for part in split)
+    return None
+
+
+def _combine(sym: Op, left: Sym | None, right: Sym | None) -> Sym | None:
+    if right is None:
+        return left
+    if left is None:
+        if sym.op == "add":
+            return right
+        return Op(right.rank, "neg", (right,), (), None)
+    return Op(_broadcast_rank((left, right)), sym.op, (left, right), (), None)
+
+
+def _scaled(sym: Op, left: Sym, right: Sym, first: bool) -> Sym:
+    if left is ONE and sym.op == "mul":
+        return right
+    if right is ONE:
+        return left
+    return Op(_broadcast_rank((left, right)), sym.op, (left, right), (), None)
+
+
+def same(first: Sym | None, second: Sym | None, code) -> bool:
+    """Do two step values compute the same thing (same structure, same code at the leaves)?"""
+    if first is second:
+        return True
+    if first is None or second is None or type(first) is not type(second):
+        return False
+    if isinstance(first, Const):
+        return code(first.node) == code(second.node)
+    if isinstance(first, Timed):
+        return code(first.tensor) == code(second.tensor) and first.time == second.time
+    if isinstance(first, (Prev, New, Read)):
+        return first.state == second.state
+    if isinstance(first, Op):
+        if first.op != second.op or len(first.args) != len(second.args):
+            return False
+        if first.op == "map":
+            return code(first.node) == code(second.node)
+        if first.params != second.params and first.op != "einsum":
+            return False
+        if first.op == "einsum" and first.params[0] != second.params[0]:
+            return False
+        if all(same(a, b, code) for a, b in zip(first.args, second.args)):
+            return True
+        if first.op in ("add", "mul") and len(first.args) == 2:
+            return same(first.args[0], second.args[1], code) and same(first.args[1], second.args[0], code)
+    return False
+
+
+# -- lifting -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lift:
+    """A step value over all steps: `code` is a tensor with time at dim `time` (from the left
+    if >= 0, from the right if < 0), or a value that is the same at every step (`time`
+    None, `kind` says whether a number or a tensor)."""
+
+    code: cst.BaseExpression
+    time: int | None
+    rank: int | None  # the rank of one step's value
+    kind: str = "tensor"
+    key: object = None  # when the rank is not known: a key equal for values of equal rank
+
+    @property
+    def constant(self) -> bool:
+        return self.time is None
+
+
+def integer(n: int) -> cst.BaseExpression:
+    return cst.Integer(str(n)) if n >= 0 else cst.UnaryOperation(cst.Minus(), cst.Integer(str(-n)))
+
+
+def method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression, **keywords) -> cst.Call:
+    arguments = [cst.Arg(a) for a in args] + [
+        cst.Arg(v, keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        for k, v in keywords.items()]
+    arguments = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in arguments[:-1]] \
+        + arguments[-1:]
+    return cst.Call(cst.Attribute(_atom(receiver), cst.Name(name)), arguments)
+
+
+def moved(lift: Lift, destination: int) -> Lift:
+    """`lift` with its time dim moved to `destination` (same sign conventions)."""
+    if lift.time == destination:
+        return lift
+    if lift.rank is not None:
+        total = lift.rank + 1
+        source, target = lift.time % total, destination % total
+        if source == target:
+            return Lift(lift.code, destination, lift.rank)
+        if abs(source - target) == 1:
+            return Lift(method(lift.code, "transpose", integer(min(source, target)), integer(max(source, target))),
+                        destination, lift.rank)
+        return Lift(method(lift.code, "movedim", integer(source), integer(target)), destination, lift.rank)
+    return Lift(method(lift.code, "movedim", integer(lift.time), integer(destination)), destination, lift.rank)
+
+
+def to_right(lift: Lift) -> Lift:
+    """Time counted from the right: free when the rank is known, else time moves to the last dim."""
+    if lift.constant or lift.time < 0:
+        return lift
+    if lift.rank is not None:
+        return Lift(lift.code, lift.time - (lift.rank + 1), lift.rank)
+    return moved(lift, -1)
+
+
+def to_left(lift: Lift) -> Lift:
+    if lift.constant or lift.time >= 0:
+        return lift
+    if lift.rank is not None:
+        return Lift(lift.code, lift.time + lift.rank + 1, lift.rank)
+    return moved(lift, 0)
+
+
+class Lifter:
+    """Lifts step values of one loop; `states` gives the lifted Prev / New / Read values."""
+
+    def __init__(self, context: "FileContext", steps: Steps, time: str | None,
+                 states: dict[tuple[str, str], Lift]) -> None:
+        self.context = context
+        self.code = context.module.code_for_node
+        self.layouts = layouts(context)
+        self.steps = steps
+        self.time = time
+        self.states = states
+        self.letters_used: set[str] = set()
+
+    def lift(self, sym: Sym) -> Lift:
+        if isinstance(sym, Const):
+            return Lift(sym.node, None, sym.rank, sym.kind)
+        if isinstance(sym, Timed):
+            return Lift(self._sliced(sym), sym.time, sym.rank, key=sym.key)
+        if isinstance(sym, (Prev, New, Read)):
+            key = (sym.state, {Prev: "prev", New: "new", Read: "read"}[type(sym)])
+            if key not in self.states:
+                raise Unsupported(f"the state `{sym.state}` is read in a way the kernel does not give")
+            return self.states[key]
+        return getattr(self, f"_lift_{sym.op}")(sym)
+
+    # -- leaves ----------------------------------------------------------------------
+
+    def _sliced(self, sym: Timed) -> cst.BaseExpression:
+        """The tensor cut to the loop's steps along its time dim, unless they are all of it."""
+        start, stop = self.steps.start, self.steps.stop
+        if stop is None or (start is None and self._whole(sym, stop)):
+            return sym.tensor
+        bound = cst.Slice(lower=start, upper=stop)
+        if sym.time >= 0:
+            elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * sym.time + [cst.SubscriptElement(bound)]
+        else:
+            elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + \
+                [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - sym.time)
+        elements = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]] \
+            + elements[-1:]
+        return cst.Subscript(_atom(sym.tensor), elements)
+
+    def _whole(self, sym: Timed, stop: cst.BaseExpression) -> bool:
+        size = sym.size if sym.size is not None else f"{self.code(sym.tensor)}.shape[{sym.time}]"
+        return self.layouts.same_size(stop, size)
+
+    # -- broadcasting ------------------------------------------------------------------
+
+    def _align(self, lifts: list[Lift]) -> list[Lift]:
+        """Operands of one broadcast with their time dims on the same dim, constants given
+        a dim of size 1 there where they reach it."""
+        timed = [l for l in lifts if not l.constant]
+        if not timed:
+            return lifts
+        if all(l.time >= 0 for l in timed) and len({l.time for l in timed}) == 1 \
+                and len({_rank_of(l) for l in timed}) == 1 and _rank_of(timed[0]) is not None \
+                and all(c.kind == "number" or (c.rank is not None and timed[0].rank is not None
+                                               and c.rank <= timed[0].rank - timed[0].time)
+                        for c in lifts if c.constant):
+            return lifts  # the tensors' own layout: equal ranks, time on the same dim
+        rights = {id(l): to_right(l) for l in timed}
+        target = max(r.time for r in rights.values())
+        if any(c.constant and c.kind != "number" and c.rank is None for c in lifts):
+            target = -1  # a constant of unknown rank gets its size-1 time dim last
+        aligned = []
+        for lift in lifts:
+            if not lift.constant:
+                aligned.append(moved(rights[id(lift)], target))
+            elif lift.kind == "number":
+                aligned.append(lift)
+            elif lift.kind == "unknown":
+                raise Unsupported(f"`{self.code(lift.code)}` may be a number or a tensor: where its dims "
+                                  "meet time cannot be told")
+            elif lift.rank is not None and lift.rank <= -target - 1:
+                aligned.append(lift)
+            else:
+                aligned.append(Lift(method(lift.code, "unsqueeze", integer(target)), None,
+                                    None if lift.rank is None else lift.rank + 1, "tensor"))
+        return aligned
+
+    def kernel_operands(self, lifts: list[Lift]) -> tuple[list[Lift], int]:
+        """Operands for a kernel that takes each operand's step at `dim` of its own dims
+        (`linear_recurrence`): their time dims on one dim index, constant tensors with a
+        dim of size 1 there. Returns the operands and that dim."""
+        timed = [l for l in lifts if not l.constant]
+        if not timed:
+            raise Unsupported("nothing in the update changes over time")
+        times = {l.time for l in timed}
+        dim = times.pop() if len(times) == 1 else None
+        if dim is None:
+            rights = [to_right(l) for l in timed]
+            dim = max(r.time for r in rights)
+        ready = []
+        for lift in lifts:
+            if lift.constant:
+                if lift.kind == "number" or lift.rank == 0:
+                    ready.append(lift)
+                    continue
+                if lift.kind == "unknown":
+                    raise Unsupported(f"`{self.code(lift.code)}` may be a number or a tensor: where its dims "
+                                      "meet time cannot be told")
+                fits = lift.rank is not None and (lift.rank >= dim if dim >= 0 else lift.rank >= -dim - 1)
+                if not fits and dim != -1:
+                    return self.kernel_operands([moved(to_right(l), -1) if not l.constant else l for l in lifts])
+                ready.append(Lift(method(lift.code, "unsqueeze", integer(dim)), None, _plus(lift.rank, 1), "tensor"))
+            else:
+                ready.append(lift if lift.time == dim else moved(to_right(lift), dim) if dim < 0 else moved(lift, dim))
+        return ready, dim
+
+    def _binary(self, sym: Op, left: Lift, right: Lift) -> Lift:
+        left, right = self._align([left, right])
+        node = sym.node
+        rank = _broadcast_rank(sym.args)
+        if isinstance(node, cst.BinaryOperation) and len(sym.args) == 2 and {"add": cst.Add, "sub": cst.Subtract,
+                                                                             "mul": cst.Multiply, "div": cst.Divide,
+                                                                             }[sym.op] is type(node.operator):
+            code = node.with_changes(left=left.code if left.code is not node.left else node.left,
+                                     right=right.code if right.code is not node.right else node.right)
+            code = code.with_changes(left=_operand(code.left, node.operator, "left"),
+                                     right=_operand(code.right, node.operator, "right"))
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == sym.op:
+            code = node.with_changes(func=node.func.with_changes(value=_atom(left.code)),
+                                     args=[node.args[0].with_changes(value=right.code)])
+        else:
+            operator = {"add": cst.Add, "sub": cst.Subtract, "mul": cst.Multiply, "div": cst.Divide}[sym.op]()
+            code = cst.BinaryOperation(_operand(left.code, operator, "left"), operator, _operand(right.code, operator, "right"))
+            code = code.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        times = {l.time for l in (left, right) if not l.constant}
+        time = times.pop() if times else None
+        keys = {_rank_of(l) for l in (left, right) if not l.constant}
+        key = keys.pop() if len(keys) == 1 and rank is None else None
+        return Lift(code, time, rank, key=key)
+
+    def _lift_add(self, sym):
+        return self._binary(sym, *(self.lift(a) for a in sym.args))
+
+    _lift_sub = _lift_mul = _lift_div = _lift_add
+
+    def _lift_neg(self, sym):
+        inner = self.lift(sym.args[0])
+        if isinstance(sym.node, cst.UnaryOperation):
+            code = sym.node.with_changes(expression=_atom(inner.code))
+        else:
+            code = cst.UnaryOperation(cst.Minus(), _atom(inner.code))
+        return Lift(code, inner.time, inner.rank, inner.kind, inner.key)
+
+    def _lift_map(self, sym):
+        inner = self.lift(sym.args[0])
+        where = sym.params[0]
+        node = sym.node
+        if where == "receiver":
+            code = node.with_changes(func=node.func.with_changes(value=_atom(inner.code)))
+        elif where == "left":
+            code = node.with_changes(left=_atom(inner.code))
+        else:
+            first = positional(node, 0)
+            code = node.with_changes(args=[a.with_changes(value=inner.code) if a is first else a for a in node.args])
+        return Lift(code, inner.time, inner.rank, inner.kind, inner.key)
+
+    def _lift_last_dim(self, sym):
+        inner = self.lift(sym.args[0])
+        if inner.constant:
+            raise Unsupported("a module applied to a constant in the loop")
+        last = inner.time == -1 or (inner.time >= 0 and (inner.rank is None or inner.time >= inner.rank))
+        if last:
+            inner = moved(inner, 0)
+        code = sym.node.with_changes(args=[sym.node.args[0].with_changes(value=inner.code)])
+        return Lift(code, inner.time, inner.rank)
+
+    # -- dims --------------------------------------------------------------------------
+
+    def _lift_unsqueeze(self, sym):
+        inner = self.lift(sym.args[0])
+        d = sym.params[0]
+        if inner.constant:
+            return Lift(method(inner.code, "unsqueeze", integer(d)), None, _plus(inner.rank, 1), inner.kind)
+        rank = _plus(inner.rank, 1)
+        if d < 0:
+            inner = to_right(inner)
+            after_time, after_new = -inner.time - 1, -d - 1
+            if after_new <= after_time:
+                return Lift(method(inner.code, "unsqueeze", integer(d)), inner.time - 1, rank)
+            return Lift(method(inner.code, "unsqueeze", integer(d - 1)), inner.time, rank)
+        inner = to_left(inner)
+        if d <= inner.time:
+            return Lift(method(inner.code, "unsqueeze", integer(d)), inner.time + 1, rank)
+        return Lift(method(inner.code, "unsqueeze", integer(d + 1)), inner.time, rank)
+
+    def _dims(self, inner: Lift, dims: tuple[int, ...], rank: int | None) -> tuple[Lift, list[int], list[bool]]:
+        """The lifted dims for step dims `dims`, and for each whether it lies before time."""
+        if rank is not None:
+            dims = tuple(d - rank if d >= 0 else d for d in dims)
+        if all(d < 0 for d in dims):
+            inner = to_right(inner)
+            after_time = -inner.time - 1
+            before = [-d - 1 >= after_time for d in dims]
+            return inner, [d - 1 if b else d for d, b in zip(dims, before)], before
+        if all(d >= 0 for d in dims):
+            inner = to_left(inner)
+            before = [d < inner.time for d in dims]
+            return inner, [d if b else d + 1 for d, b in zip(dims, before)], before
+        raise Unsupported("dims counted from both ends of a value of unknown rank")
+
+    def _lift_reduce(self, sym):
+        dims, keepdim, name, skip_first = sym.params
+        inner = self.lift(sym.args[0])
+        if inner.constant:
+            raise Unsupported("a reduction of a constant inside the loop")
+        inner, lifted, before = self._dims(inner, dims, sym.args[0].rank)
+        dim_code = integer(lifted[0]) if len(lifted) == 1 else cst.Tuple([cst.Element(integer(d)) for d in lifted])
+        keywords = {"keepdim": cst.Name("True")} if keepdim else {}
+        code = method(inner.code, name, dim_code, **keywords)
+        time = inner.time
+        if not keepdim:
+            if time >= 0:
+                time -= sum(before)
+            else:
+                time += sum(not b for b in before)
+        return Lift(code, time, sym.rank)
+
+    def _lift_squeeze(self, sym):
+        inner = self.lift(sym.args[0])
+        inner, lifted, before = self._dims(inner, sym.params, sym.args[0].rank)
+        time = inner.time - (1 if before[0] else 0) if inner.time >= 0 else inner.time + (0 if before[0] else 1)
+        return Lift(method(inner.code, "squeeze", integer(lifted[0])), time, sym.rank)
+
+    def _lift_slice(self, sym):
+        dim, bound = sym.params
+        inner = self.lift(sym.args[0])
+        if inner.constant:
+            raise Unsupported("a slice of a constant inside the loop")
+        inner, lifted, _ = self._dims(inner, (dim,), sym.args[0].rank)
+        d = lifted[0]
+        if d >= 0:
+            elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * d + [cst.SubscriptElement(bound)]
+        else:
+            elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + \
+                [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - d)
+        elements = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]] \
+            + elements[-1:]
+        return Lift(cst.Subscript(_atom(inner.code), elements), inner.time, inner.rank, key=inner.key)
+
+    def _lift_transpose(self, sym):
+        inner = self.lift(sym.args[0])
+        if inner.constant:
+            return Lift(method(inner.code, "transpose", *(integer(d) for d in sym.params)), None, inner.rank, inner.kind)
+        inner, lifted, _ = self._dims(inner, sym.params, sym.args[0].rank)
+        return Lift(method(inner.code, "transpose", *(integer(d) for d in lifted)), inner.time, sym.rank)
+
+    def _lift_dimwise(self, sym):
+        dim, where = sym.params
+        inner = self.lift(sym.args[0])
+        inner, lifted, _ = self._dims(inner, (dim,), sym.args[0].rank)
+        node = sym.node
+        if where == "receiver":
+            code = node.with_changes(func=node.func.with_changes(value=_atom(inner.code)),
+                                     args=[node.args[0].with_changes(value=integer(lifted[0]))])
+        else:
+            first = positional(node, 0)
+            args = []
+            for arg in node.args:
+                if arg is first:
+                    args.append(arg.with_changes(value=inner.code))
+                elif int_value(arg.value) == dim:
+                    args.append(arg.with_changes(value=integer(lifted[0])))
+                else:
+                    args.append(arg)
+            code = node.with_changes(args=args)
+        return Lift(code, inner.time, inner.rank)
+
+    # -- products ----------------------------------------------------------------------
+
+    def _lift_matmul(self, sym):
+        left, right = (self.lift(a) for a in sym.args)
+        low = [_min_rank(a) for a in sym.args]
+        if any(r < 2 for r in low):
+            raise Unsupported("a matrix product of values that may be vectors")
+        timed = [l for l in (left, right) if not l.constant]
+        rights = [to_right(l) for l in timed]
+        target = min([-3] + [r.time for r in rights])
+        operands = []
+        for lift, original in zip((left, right), sym.args):
+            if lift.constant:
+                if lift.rank is None:
+                    raise Unsupported(f"`{self.code(lift.code)}`: a matrix of unknown rank times a step value")
+                if lift.rank - 2 > -target - 3:
+                    lift = Lift(method(lift.code, "unsqueeze", integer(target)), None, lift.rank + 1)
+                operands.append(lift)
+            else:
+                operands.append(moved(to_right(lift), target))
+        node = sym.node
+        if isinstance(node, cst.BinaryOperation):
+            code = node.with_changes(left=_atom(operands[0].code), right=_atom(operands[1].code))
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "matmul":
+            code = node.with_changes(func=node.func.with_changes(value=_atom(operands[0].code)),
+                                     args=[node.args[0].with_changes(value=operands[1].code)])
+        elif isinstance(node, cst.Call):
+            code = node.with_changes(args=[a.with_changes(value=o.code) for a, o in zip(node.args, operands)])
+        else:
+            code = cst.BinaryOperation(_atom(operands[0].code), cst.MatrixMultiply(), _atom(operands[1].code))
+        return Lift(code, target, sym.rank)
+
+    def _lift_einsum(self, sym):
+        spec: Spec = sym.params[0]
+        used = {c for term in (*spec.inputs, spec.output) for c in term}
+        tau = next(c for c in "tsuzyxwTSUZYXW" + "abcdefghijklmnopqr" if c not in used)
+        terms, operands = [], []
+        for letters, original in zip(spec.inputs, sym.args):
+            lift = self.lift(original)
+            if lift.constant:
+                terms.append(letters)
+                operands.append(lift.code)
+                continue
+            named = [c for c in letters if c != "."]
+            if "." not in letters:
+                rank = len(named)
+                lift = Lift(lift.code, lift.time, rank)
+                lift = to_left(lift)
+                term = (*named[:lift.time], tau, *named[lift.time:])
+            else:
+                lift = to_right(lift)
+                after_time = -lift.time - 1
+                if after_time > len(named):
+                    lift = moved(lift, -1)
+                    after_time = 0
+                split = len(named) - after_time
+                term = (".", *named[:split], tau, *named[split:])
+            terms.append(term)
+            operands.append(lift.code)
+        output = (*spec.output, tau)
+        text = Spec(tuple(terms), output).text()
+        node = sym.node
+        string = node.args[0].value
+        quote = string.quote if isinstance(string, cst.SimpleString) else '"'
+        args = [node.args[0].with_changes(value=cst.SimpleString(f"{quote}{text}{quote}"))]
+        args += [arg.with_changes(value=code) for arg, code in zip(node.args[1:], operands)]
+        return Lift(node.with_changes(args=args), -1, sym.rank)
+
+
+def _rank_of(lift: Lift):
+    return lift.rank if lift.rank is not None else lift.key
+
+
+def _operand(code: cst.BaseExpression, operator, side: str) -> cst.BaseExpression:
+    """`code` as an operand of `operator`, parenthesized where Python's precedence needs it."""
+    if not isinstance(code, cst.BinaryOperation) or code.lpar:
+        return code if not isinstance(code, cst.UnaryOperation) or not isinstance(operator, cst.Power) else _atom(code)
+    inner, outer = _precedence(code.operator), _precedence(operator)
+    if inner < outer or (inner == outer and side == "right" and not isinstance(operator, (cst.Add, cst.Multiply))):
+        return _atom(code)
+    return code
+
+
+def _precedence(operator) -> int:
+    if isinstance(operator, (cst.Add, cst.Subtract)):
+        return 1
+    if isinstance(operator, (cst.Multiply, cst.Divide, cst.MatrixMultiply, cst.FloorDivide, cst.Modulo)):
+        return 2
+    if isinstance(operator, cst.Power):
+        return 3
+    return 0
+
+
+def _min_rank(sym: Sym) -> int:
+    """A lower bound of a step value's rank."""
+    if sym.rank is not None:
+        return sym.rank
+    if isinstance(sym, Timed):
+        return sym.time if sym.time >= 0 else -sym.time - 1
+    if isinstance(sym, Op) and sym.op == "unsqueeze":
+        low = _min_rank(sym.args[0]) + 1
+        if len(sym.params) > 1:
+            low = max(low, sym.params[1])
+        return max(low, sym.params[0] + 1) if sym.params[0] >= 0 else low
+    if isinstance(sym, Op) and sym.op == "slice":
+        return max(_min_rank(sym.args[0]), sym.params[0] + 1 if sym.params[0] >= 0 else -sym.params[0])
+    if isinstance(sym, Op) and sym.op in ("map", "neg", "transpose"):
+        return _min_rank(sym.args[0])
+    if isinstance(sym, Op) and sym.op in ("add", "sub", "mul", "div"):
+        return max(_min_rank(a) for a in sym.args)
+    return 0

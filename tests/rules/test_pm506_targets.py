@@ -1,0 +1,128 @@
+"""What PM506 compiles: what runs the forward on every step, written from the rule's
+description (a model called in the loop; not a parameter table read for its weights, nor
+a module whose forward never runs), and where it says to compile what it cannot."""
+
+import textwrap
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+from codemod.rules.compile_model import UncompiledModel
+
+
+def findings(source: str):
+    settings = Settings(select=("PM506",), level=Level.NUMERIC)
+    result = process_source(textwrap.dedent(source).encode(), "t.py", settings, [UncompiledModel])
+    assert result.error is None, result.error
+    return [(f.line, f.fixable, f.message) for f in result.findings], result.new_source.decode()
+
+
+def test_a_parameter_table_and_a_module_read_for_its_weights_are_not_compiled():
+    found, new = findings("""\
+        import torch
+        import torch.nn as nn
+
+        class Biases(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.item = nn.Parameter(torch.zeros(n))
+
+            def forward(self, i):
+                return self.item[i]
+
+        factors = nn.ParameterDict({"user": nn.Parameter(torch.randn(5, 3))})
+        biases = Biases(5)
+        opt = torch.optim.SGD(list(factors.parameters()) + list(biases.parameters()), lr=0.1)
+        for step in range(3):
+            i = torch.randint(0, 5, (4,))
+            loss = (factors["user"][i].sum(-1) + biases.item[i]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """)
+    assert found == [] and ".compile()" not in new
+
+
+def test_the_model_a_helper_calls_is_compiled_after_it_is_built_and_moved():
+    found, new = findings("""\
+        import torch
+
+        def loss_of(net, x):
+            return net(x).pow(2).mean()
+
+        model = torch.nn.Linear(4, 1)
+        model.to("cpu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            model.train()
+            for x in [torch.randn(2, 4)]:
+                loss = loss_of(model, x)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """)
+    assert [(line, fixable) for line, fixable, _ in found] == [(7, True)]
+    assert 'model.to("cpu")\nmodel.compile()\nopt = ' in new  # not in the epoch loop, where it would run again
+
+
+def test_a_model_built_by_the_caller_is_reported_where_it_is_built():
+    found, new = findings("""\
+        import torch
+
+        def train(model, opt):
+            for x in [torch.randn(2, 4)]:
+                loss = model(x).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+        def main():
+            net = torch.nn.Linear(4, 1).to("cpu")
+            train(net, torch.optim.SGD(net.parameters(), lr=0.1))
+        """)
+    assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
+
+
+def test_a_global_model_trained_in_a_function_is_reported_where_it_is_moved():
+    found, _ = findings("""\
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        if torch.cuda.is_available():
+            model.cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def train():
+            for x in [torch.randn(2, 4)]:
+                loss = model(x).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """)
+    assert [(line, fixable) for line, fixable, _ in found] == [(5, False)]
+
+
+def test_with_hooks_the_loss_function_and_a_table_of_small_networks_are_reported():
+    found, new = findings("""\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        def kl(pred, ref):
+            return F.kl_div(F.log_softmax(pred, -1), F.log_softmax(ref, -1), log_target=True, reduction="batchmean")
+
+        target = nn.Linear(4, 4)
+        handle = target.register_forward_hook(lambda m, i, o: o * 2)
+        gates = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+        opt = torch.optim.SGD(gates.parameters(), lr=0.1)
+        for step in range(3):
+            x = torch.randn(2, 4)
+            out = target(x) + gates["a"](x) + gates["b"](x)
+            loss = kl(out, x)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """)
+    lines = sorted((line, fixable) for line, fixable, _ in found)
+    assert (5, False) in lines and (10, False) in lines, found  # kl, the ModuleDict
+    assert all(not fixable for _, fixable in lines) and ".compile()" not in new
