@@ -410,6 +410,10 @@ Exit status:
 @click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True,
               help="Seconds each run may take.")
+@click.option("--nproc", type=click.IntRange(min=1),
+              help="Run the rewrite under torchrun with N processes (gloo on CPU, NCCL on GPUs) and compare it with "
+                   "the single-process original at the same global batch: the mean loss over the ranks per step, "
+                   "throughput summed over them (codemod/verify_run.py).")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
               help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
                    "(`python -m codemod.verify_run FOLDER`, which needs torch but not libcst).")
@@ -419,7 +423,7 @@ Exit status:
               help="pyproject.toml to read [tool.perfmod] from.")
 @click.pass_context
 def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol, atol, seed, deterministic, python,
-           timeout, keep, output_format, config):
+           timeout, nproc, keep, output_format, config):
     """Run SCRIPT and its rewrite N steps each; compare losses, speed and memory.
 
     Arguments after `--` go to the script, the same for both runs.
@@ -430,7 +434,8 @@ def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol,
     settings = _settings([script], config, level, select, ignore, None)
     try:
         result = run_verify(script, script_args, steps=steps, warmup=warmup, settings=settings, python=python,
-                            rtol=rtol, atol=atol, seed=seed, deterministic=deterministic, timeout=timeout, keep=keep)
+                            rtol=rtol, atol=atol, seed=seed, deterministic=deterministic, timeout=timeout, keep=keep,
+                            nproc=nproc)
     except VerifyError as error:
         if output_format == "json":
             click.echo(error_json(script, str(error)))

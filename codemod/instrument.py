@@ -68,11 +68,13 @@ def instrument(source: str, path: str, settings: Settings, entry: bool = True) -
 
 
 def _first_model_input(training, loop) -> cst.BaseExpression | None:
-    """The first positional argument of the loop's first model call. Not taken
-    from the forward region: a rewrite that wraps the forward in `with autocast`
-    has none, and both copies must be measured alike."""
+    """The first positional argument of the loop's first model call with arguments.
+    Not taken from the forward region: a rewrite that wraps the forward in `with
+    autocast` has none, and both copies must be measured alike. Calls without
+    any are passed over: `with model.no_sync():` (DDP) around the forward reads
+    as a model call too."""
     for call in calls_in(loop.loop.body):
-        if training.is_model_call(call):
+        if call.args and training.is_model_call(call):
             first = positional(call, 0)
             return first.value if first is not None else None
     return None

@@ -48,7 +48,14 @@ Preparing:
    mirror: give such a script an output directory argument for its outputs.
 
 `verify()` prepares into a temporary folder (or `keep`), runs both copies with
-`verify_run.run_prepared` and removes the folder unless it was `keep`.
+`verify_run.run_prepared` and removes the folder unless it was `keep`; with
+`nproc` the rewrite runs under torchrun (verify_run's docstring says how the
+runs are then compared).
+
+`rewritten` replaces the engine: the given file is the rewrite of the script
+(its local modules stay as they are), as when checking a hand-written target
+(fixtures/distributed/train_ddp_candidate.torchrun.py) or a rewrite made
+elsewhere; no fixes are listed and the tolerance is that of `level`.
 """
 
 from __future__ import annotations
@@ -87,21 +94,26 @@ def verify(
     timeout: float | None = 900.0,
     env: Mapping[str, str] | None = None,
     keep: str | Path | None = None,
+    nproc: int | None = None,
+    rewritten: str | Path | None = None,
 ) -> VerifyResult:
     """Rewrite, instrument, run both versions and compare.
 
     `rules` replaces the catalogue (tests inject rules that break the math);
     `keep` names a folder to prepare in and leave behind instead of a temporary
-    one. Raises VerifyError when nothing could be run.
+    one; `nproc` runs the rewrite under torchrun with that many processes;
+    `rewritten` is a file to use as the rewrite instead of the engine's.
+    Raises VerifyError when nothing could be run.
     """
     if not 1 <= warmup < steps:
         raise VerifyError(f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps, so that some "
                           "steps are timed after the first (which pays for start-up)")
     folder = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="perfmod-verify-"))
     try:
-        prepare(script, folder, args, level=level, settings=settings, rules=rules, rtol=rtol, atol=atol)
+        prepare(script, folder, args, level=level, settings=settings, rules=rules, rtol=rtol, atol=atol,
+                rewritten=rewritten)
         return run_prepared(folder, steps=steps, warmup=warmup, python=python, seed=seed,
-                            deterministic=deterministic, timeout=timeout, env=env)
+                            deterministic=deterministic, timeout=timeout, env=env, nproc=nproc)
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -117,6 +129,7 @@ def prepare(
     rules: Sequence[type[Rule]] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    rewritten: str | Path | None = None,
 ) -> dict:
     """Write the instrumented original and rewrite of `script` under `folder`,
     with the manifest that verify_run reads; returns the manifest."""
@@ -129,17 +142,25 @@ def prepare(
     for path in [script, *local_modules(script)]:
         relative = path.relative_to(source_folder)
         data = path.read_bytes()
+        originals[relative] = data.decode()
+        if rewritten is not None:
+            rewrites[relative] = Path(rewritten).read_text() if path == script else originals[relative]
+            continue
         result = process_source(data, str(path), settings, rules)
         if result.error is not None:
             raise VerifyError(result.error)
-        originals[relative], rewrites[relative] = data.decode(), result.new_source.decode()
+        rewrites[relative] = result.new_source.decode()
         fixes += [{"path": relative.as_posix(), "line": f.line, "code": f.code, "level": f.level.label,
                    "message": f.message} for f in result.findings if f.applied]
     applied = max((Level.parse(f["level"]) for f in fixes), default=Level.SAFE)
     notes = []
-    if not fixes:
+    if rewritten is not None:
+        applied = settings.level
+        notes.append(f"the rewrite is {Path(rewritten).name}, given in place of perfmod's; tolerance of level "
+                     f"{applied.label}")
+    elif not fixes:
         notes.append(f"no fix applies at level {settings.level.label}: the rewrite is the original")
-    if applied is Level.UNSAFE:
+    if applied is Level.UNSAFE and rewritten is None:
         notes.append(UNSAFE_NOTE)
     entry = Path(script.name)
     copies = {

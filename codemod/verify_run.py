@@ -17,6 +17,37 @@ PYTHONHASHSEED (0 unless set), PYTHONDONTWRITEBYTECODE=1, the folder holding
 `runtime` appended to PYTHONPATH and the tracer's settings (runtime/trace.py).
 `runtime.trace.install()` seeds `random`, torch and numpy with `seed` before
 the script's code runs. Each run stops cleanly after `steps` optimizer steps.
+A run is its own session (process group): at the timeout it is killed whole,
+DataLoader workers and torchrun's processes included.
+
+Distributed (`nproc`, `perfmod verify --nproc N`): the original runs as one
+process as always; the rewrite runs under `python -m torch.distributed.run
+--standalone --nproc_per_node N` (torchrun; gloo on the CPU, NCCL on GPUs, as
+the script's runtime.distributed.setup() picks), with the same arguments. The
+two are compared at the same global batch: a torchrun-ready script splits each
+batch of the original over the ranks (runtime.distributed.local_batch_size), so
+the N ranks together step on the samples one original step did, and DDP's
+averaged gradient is the single-process one. Each rank writes its own trace
+(runtime/trace.py); verify combines them:
+- losses: at each backward(), the mean of the ranks' losses, which is the loss
+  of the whole global batch when each rank's loss is the mean over its equal
+  share (what runtime.distributed.all_reduce_mean would log). Computed from the
+  traces after the run: no collective is added to the step;
+- steps/s: the optimizer steps timed over the slowest rank's window (DDP keeps
+  the ranks in step); samples/s and tokens/s: the ranks' samples (tokens) in
+  their windows, summed, over that window; peak memory: the largest rank's;
+- per rank: each rank's own steps/s, samples/s, peak memory and losses.
+Both runs get PERFMOD_TRACE_PIN_SHUFFLE=1 (runtime/trace.py): a shuffling
+DataLoader in the original and the rewrite's DistributedSampler then draw the
+same permutation each epoch, so the same samples make up each global batch and
+the per-step losses are comparable (a rewrite that forgets `set_epoch` is seen
+from the second epoch on). The rewrite fails the run (exit 2) when a rank had
+not joined a process group of N processes by its first optimizer step (the
+script is not torchrun-ready: each process would train alone), and disagrees
+(exit 1) when the global batch differs from the original's (samples per
+optimizer step, summed over the ranks). torchrun sets OMP_NUM_THREADS=1 in
+its processes when it is not set: on the CPU set it for both runs to compare
+speeds fairly.
 
 Tolerance, by the highest level of the fixes applied (not of `--level`):
 - safe: exact, every loss bit for bit equal (rtol = atol = 0);
@@ -43,12 +74,14 @@ meaningful on a GPU, at a cost in speed that both runs pay. An op that has no
 deterministic kernel only warns, on the run's stderr (run the copies kept with
 `--keep` by hand to read it): if the losses still differ, it is the first suspect.
 
-Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 1:
+Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 2
+(schema 1 had no "nproc" keys):
 
-    {"schema": 1,
+    {"schema": 2,
      "script": str, "args": [str], "level": "safe"|"numeric"|"unsafe" (--level),
      "applied_level": str (highest level among the applied fixes; "safe" if none),
      "steps": int, "warmup": int, "seed": int, "device": str|null, "torch": str|null,
+     "nproc": int|null (processes the rewrite ran in under torchrun; null: one, without torchrun),
      "fixes": [{"path": str (relative to the script's folder), "line": int,
                 "code": str, "level": str, "message": str}],
      "original" / "rewritten": null (not run) | {
@@ -56,7 +89,10 @@ Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 1:
         "peak_memory_bytes": int, "peak_memory_kind": "cuda"|"rss",
         "losses": [float|null],   (one per backward(); null for NaN or inf)
         "elapsed_s": float|null, "returncode": int,
-        "sites": {"loss": int, "stepped": int, "batch": int}},   (hooks instrumented)
+        "sites": {"loss": int, "stepped": int, "batch": int},   (hooks instrumented)
+        "nproc": int|null, (as above, for this run; the figures above then combine the ranks)
+        "ranks": null | [{"rank": int, "steps_per_s", "samples_per_s", "tokens_per_s": float|null,
+                          "peak_memory_bytes": int|null, "elapsed_s": float|null, "losses": [float|null]}]},
      "speedup": float|null (rewritten steps/s over original steps/s),
      "max_abs_deviation": float|null, "max_rel_deviation": float|null, (null: not finite)
      "worst_step": int|null (1-based index into losses),
@@ -67,6 +103,8 @@ Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 1:
 
 A verify that could not start a run prints the same object with only
 "schema", "script", "agree" (null), "original", "rewritten" (null) and "error".
+A run of N ranks that did not end cleanly may have fewer "ranks" (those that
+wrote a trace) and null figures.
 
 `exit_code`: 0 the losses agree, 1 they do not, 2 a run failed (or verify
 could not start one: no training loop, a file perfmod cannot parse), or a run
@@ -82,18 +120,20 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-SCHEMA = 1
+SCHEMA = 2
 DEFAULT_RTOL = 1e-2
 EXIT_AGREE, EXIT_DISAGREE, EXIT_FAILED = 0, 1, 2
 MANIFEST = "perfmod-verify.json"
 RUNS = ("original", "rewritten")
-TRACE_FILE = ".perfmod-trace.json"
+TRACE_FILE = ".perfmod-trace.json"  # rank r of a torchrun run: ".perfmod-trace.rank<r>.json" (runtime/trace.py)
+LAUNCHER = ("-m", "torch.distributed.run", "--standalone")  # torchrun, with the script's interpreter
 STDERR_TAIL = 4000  # characters of a failed run's stderr that are kept
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # holds `codemod` and `runtime`
 UNSAFE_NOTE = ("unsafe fixes were applied: they may change losses legitimately (sample order, worker "
@@ -135,13 +175,24 @@ class RunResult:
     """One run's trace, as runtime.trace wrote it, and how the process ended."""
 
     returncode: int
-    trace: dict
+    trace: dict  # of a torchrun run: the ranks' traces combined (`combine`), theirs under "ranks"
     sites: dict[str, int]
+
+    @property
+    def nproc(self) -> int | None:
+        return self.trace.get("nproc")
 
     def as_json(self) -> dict:
         keys = ("steps_per_s", "samples_per_s", "tokens_per_s", "peak_memory_bytes", "peak_memory_kind",
                 "losses", "elapsed_s")
-        return {**{key: self.trace.get(key) for key in keys}, "returncode": self.returncode, "sites": self.sites}
+        ranks = self.trace.get("ranks")
+        return {**{key: self.trace.get(key) for key in keys}, "returncode": self.returncode, "sites": self.sites,
+                "nproc": self.nproc,
+                "ranks": None if ranks is None else [
+                    {"rank": t.get("rank"), **{key: t.get(key) for key in RANK_KEYS}} for t in ranks]}
+
+
+RANK_KEYS = ("steps_per_s", "samples_per_s", "tokens_per_s", "peak_memory_bytes", "elapsed_s", "losses")
 
 
 @dataclass
@@ -158,12 +209,27 @@ class VerifyResult:
     rewritten: RunResult | None = None
     notes: list[str] = field(default_factory=list)
     error: dict | None = None
+    nproc: int | None = None  # the rewrite ran under torchrun with this many processes
 
     @property
     def agree(self) -> bool | None:
         if self.error is not None or self.original is None or self.rewritten is None:
             return None
-        return self.comparison["agree"]
+        return self.comparison["agree"] and self.global_batches is None
+
+    @property
+    def global_batches(self) -> tuple[int, int] | None:
+        """(original, rewrite) samples per optimizer step where a --nproc rewrite's ranks
+        together step on another number than the original did; None where they agree or
+        cannot be told (samples unknown)."""
+        if self.nproc is None or self.original is None or self.rewritten is None:
+            return None
+        pairs = zip(self.original.trace.get("samples_per_step") or [],
+                    self.rewritten.trace.get("samples_per_step") or [])
+        for before, after in pairs:
+            if before is not None and after is not None and before != after:
+                return before, after
+        return None
 
     @property
     def exit_code(self) -> int:
@@ -196,6 +262,7 @@ class VerifyResult:
             "seed": self.seed,
             "device": first.trace.get("device") if first else None,
             "torch": first.trace.get("torch") if first else None,
+            "nproc": self.nproc,
             "fixes": self.fixes,
             "original": self.original.as_json() if self.original else None,
             "rewritten": self.rewritten.as_json() if self.rewritten else None,
@@ -229,9 +296,11 @@ def run_prepared(
     deterministic: bool = False,
     timeout: float | None = 900.0,
     env: Mapping[str, str] | None = None,
+    nproc: int | None = None,
 ) -> VerifyResult:
     """Run both copies in `folder` (see the module docstring) and compare them.
-    `args` replaces the arguments the manifest recorded."""
+    `args` replaces the arguments the manifest recorded; `nproc` runs the rewrite
+    under torchrun with that many processes."""
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
@@ -240,16 +309,19 @@ def run_prepared(
     if not 1 <= warmup < steps:
         raise VerifyError(f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps, so that some "
                           "steps are timed after the first (which pays for start-up)")
+    if nproc is not None and nproc < 1:
+        raise VerifyError(f"--nproc {nproc}: need at least one process")
     args = list(manifest["args"] if args is None else args)
     tolerance = Tolerance.for_level(manifest["applied_level"], manifest.get("rtol"), manifest.get("atol"))
     result = VerifyResult(manifest["script"], args, manifest["level"], steps, warmup, seed, manifest["fixes"],
-                          tolerance, notes=list(manifest["notes"]))
+                          tolerance, notes=list(manifest["notes"]), nproc=nproc)
     watched = _watch(folder / RUNS[0], manifest.get("linked", {}))
     for run in RUNS:
         run_folder = folder / run
+        launch = nproc if run == "rewritten" else None
         returncode, trace, stderr = _run(run_folder / manifest["entry"], args, run_folder, python, steps, warmup,
-                                         seed, deterministic, timeout, env)
-        failure = _failure(returncode, trace, steps)
+                                         seed, deterministic, timeout, env, launch, nproc is not None)
+        failure = _failure(returncode, trace, steps, launch)
         if trace is not None:
             setattr(result, run, RunResult(returncode, trace, manifest["sites"][run]))
         if failure is not None:
@@ -261,6 +333,11 @@ def run_prepared(
                             f"{', '.join(changed)}")
         if result.error is None:
             result.error = {"run": None, "message": MODIFIED_MESSAGE, "stderr": ""}
+    if result.global_batches is not None and result.error is None:
+        before, after = result.global_batches
+        result.notes.append(f"the global batch differs: {after} samples per optimizer step over the {nproc} ranks of "
+                            f"the rewrite, {before} in the original; a torchrun-ready script splits each batch over "
+                            "the ranks (runtime.distributed.local_batch_size) so that they step on the same samples")
     if result.agree is False and tolerance.level == "unsafe":
         result.notes.append("the losses differ; with unsafe fixes that may be expected (see above)")
     return result
@@ -306,29 +383,120 @@ def compare(original: Sequence[float | None], rewritten: Sequence[float | None],
 
 
 def _run(script: Path, args: list[str], cwd: Path, python: str | None, steps: int, warmup: int, seed: int,
-         deterministic: bool, timeout: float | None, env: Mapping[str, str] | None) -> tuple[int, dict | None, str]:
-    """Run one instrumented copy; (exit status, its trace or None, its stderr)."""
+         deterministic: bool, timeout: float | None, env: Mapping[str, str] | None, nproc: int | None = None,
+         pin_shuffle: bool = False) -> tuple[int, dict | None, str]:
+    """Run one instrumented copy, under torchrun with `nproc` processes when given;
+    (exit status, its trace (the ranks' combined) or None, its stderr)."""
     out = cwd / TRACE_FILE
-    out.unlink(missing_ok=True)  # from an earlier run of a kept folder
+    for stale in [out, *cwd.glob(".perfmod-trace.rank*.json")]:  # from an earlier run of a kept folder
+        stale.unlink(missing_ok=True)
     environment = dict(os.environ if env is None else env)
     environment.setdefault("PYTHONHASHSEED", "0")
     environment["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the linked folders
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (environment.get("PYTHONPATH"), str(PACKAGE_ROOT)) if p)
     environment.update({"PERFMOD_TRACE_OUT": str(out), "PERFMOD_TRACE_STEPS": str(steps),
                         "PERFMOD_TRACE_WARMUP": str(warmup), "PERFMOD_TRACE_SEED": str(seed)})
+    if pin_shuffle:
+        environment["PERFMOD_TRACE_PIN_SHUFFLE"] = "1"
     if deterministic:
         environment.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         environment["PERFMOD_TRACE_DETERMINISTIC"] = "1"
-    command = [python or sys.executable, str(script), *args]
+    launcher = [*LAUNCHER, f"--nproc_per_node={nproc}"] if nproc is not None else []
+    command = [python or sys.executable, *launcher, str(script), *args]
     try:
-        process = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True,
-                                 errors="replace", timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        stderr = expired.stderr.decode(errors="replace") if isinstance(expired.stderr, bytes) else expired.stderr or ""
-        return -1, _read_trace(out), stderr + f"\n(perfmod verify: killed after {timeout:g} s; see --timeout)"
+        # A session of its own, so that a timeout ends the run's whole process group.
+        process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, errors="replace", start_new_session=True)
     except OSError as error:
         return -1, None, f"cannot start {command[0]}: {error}"
-    return process.returncode, _read_trace(out), process.stderr
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(process)
+        _, stderr = process.communicate()
+        return -1, _read_traces(out, nproc), (stderr or "") + f"\n(perfmod verify: killed after {timeout:g} s; see --timeout)"
+    return process.returncode, _read_traces(out, nproc), stderr
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """End the run's session: SIGTERM, then SIGKILL to what is left after 5 s."""
+    if not hasattr(os, "killpg"):  # Windows: the process itself
+        process.kill()
+        return
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        if grace is not None:
+            try:
+                process.wait(grace)
+                os.killpg(process.pid, signal.SIGKILL)  # the launcher is gone; its children may not be
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                continue
+            return
+
+
+def _read_traces(out: Path, nproc: int | None) -> dict | None:
+    """The run's trace: the one file of a plain run, the ranks' files combined under torchrun."""
+    if nproc is None:
+        return _read_trace(out)
+    traces = [_read_trace(out.with_name(f"{out.stem}.rank{rank}{out.suffix}")) for rank in range(nproc)]
+    if nproc == 1 and traces[0] is None:  # torchrun with one process: WORLD_SIZE 1, the plain file
+        traces = [_read_trace(out)]
+    return combine(traces) if any(t is not None for t in traces) else None
+
+
+def combine(traces: Sequence[dict | None]) -> dict:
+    """One trace for the ranks of a torchrun run (see the module docstring); ranks that
+    wrote none are listed under "missing_ranks", and the run is then not complete."""
+    present = [t for t in traces if t is not None]
+    missing = [rank for rank, t in enumerate(traces) if t is None]
+    steps = min(t["steps"] for t in present)
+    timed = min(t.get("timed_steps") or 0 for t in present)
+    elapsed = [t.get("elapsed_s") for t in present]
+    window = max(elapsed) if timed and all(e is not None for e in elapsed) else None
+    warmup = present[0].get("warmup", 0)
+    combined = {
+        "completed": not missing and all(t["completed"] for t in present),
+        "steps": steps,
+        "warmup": warmup,
+        "timed_steps": timed,
+        "elapsed_s": window,
+        "steps_per_s": timed / window if window else None,
+        "samples_per_step": _sum_by_step([t.get("samples_per_step") or [] for t in present]),
+        "samples_per_s": _summed_rate(present, "samples_per_step", warmup, steps, window),
+        "tokens_per_s": _summed_rate(present, "tokens_per_step", warmup, steps, window),
+        "losses": _mean_by_step([t["losses"] for t in present]),
+        "peak_memory_bytes": max((t.get("peak_memory_bytes") or 0 for t in present), default=None) or None,
+        "peak_memory_kind": present[0].get("peak_memory_kind"),
+        "device": present[0].get("device"),
+        "torch": present[0].get("torch"),
+        "nproc": len(traces),
+        "ranks": present,
+    }
+    if missing:
+        combined["missing_ranks"] = missing
+    return combined
+
+
+def _sum_by_step(series: list[list]) -> list:
+    length = min(map(len, series), default=0)
+    return [None if any(s[i] is None for s in series) else sum(s[i] for s in series) for i in range(length)]
+
+
+def _mean_by_step(series: list[list]) -> list:
+    # Over the steps every rank has: a rank with more backward() calls leaves the lengths unequal to the original's.
+    length = min(map(len, series), default=0)
+    return [None if any(s[i] is None for s in series) else sum(s[i] for s in series) / len(series)
+            for i in range(length)]
+
+
+def _summed_rate(traces: list[dict], key: str, warmup: int, steps: int, window: float | None) -> float | None:
+    counts = [c for t in traces for c in (t.get(key) or [None])[warmup:steps]]
+    if not window or not counts or any(c is None for c in counts):
+        return None
+    return sum(counts) / window
 
 
 def _read_trace(path: Path) -> dict | None:
@@ -338,14 +506,27 @@ def _read_trace(path: Path) -> dict | None:
         return None
 
 
-def _failure(returncode: int, trace: dict | None, steps: int) -> str | None:
+def _failure(returncode: int, trace: dict | None, steps: int, nproc: int | None = None) -> str | None:
+    launched = f" under torchrun with {nproc} processes" if nproc is not None else ""
     if returncode != 0:
-        return f"the script failed (exit status {returncode})"
+        return f"the script failed{launched} (exit status {returncode})"
     if trace is None:
         return "the script ended without a trace (did it run the training loop in this process?)"
+    if trace.get("missing_ranks"):
+        ranks = ", ".join(map(str, trace["missing_ranks"]))
+        return f"rank {ranks} of the {nproc} processes ended without a trace (did every rank run the training loop?)"
     if not trace["completed"]:
         return (f"the script ended after {trace['steps']} of {steps} optimizer steps: lower --steps or pass "
                 "arguments that train longer")
+    if nproc is not None and nproc > 1:
+        for rank in trace["ranks"]:
+            group = rank.get("process_group") or {}
+            if not group.get("initialized") or group.get("world_size") != nproc:
+                joined = f"a process group of {group['world_size']}" if group.get("initialized") else "no process group"
+                return (f"rank {rank.get('rank')} had joined {joined} by its first optimizer step, not one of the "
+                        f"{nproc} processes torchrun started: each process trained alone. The script is not "
+                        "torchrun-ready: call runtime.distributed.setup() (or init_process_group) and wrap the model "
+                        "in DistributedDataParallel")
     return None
 
 
@@ -371,11 +552,17 @@ def render_text(result: VerifyResult) -> str:
     lines.append(f"level {data['level']} (highest applied: {data['applied_level']}); {result.steps} steps, "
                  f"{result.warmup} warm-up not timed; seed {result.seed}; device {data['device']}; "
                  f"torch {data['torch']}")
+    if result.nproc is not None:
+        lines.append(f"rewritten run: torchrun, {result.nproc} process{'es' if result.nproc > 1 else ''}, against the "
+                     "original in one; its loss per step is the mean over the ranks, its samples/s and tokens/s the "
+                     "sum, its peak memory the largest rank's")
     if result.fixes:
         lines.append("fixes applied:")
         lines += [f"  {f['path']}:{f['line']}: {f['code']} ({f['level']}) {f['message']}" for f in result.fixes]
     if result.original and result.rewritten:
         lines += ["", *_speed_table(result)]
+        if result.rewritten.trace.get("ranks"):
+            lines += ["", *_rank_table(result.rewritten.trace["ranks"])]
         lines += ["", *_loss_table(result)]
     comparison = result.comparison
     tolerance = result.tolerance
@@ -412,6 +599,21 @@ def _speed_table(result: VerifyResult) -> list[str]:
     for label, a, b, change in rows:
         memory = label.startswith("peak")
         lines.append(f"| {label:<28} | {_quantity(a, memory):>12} | {_quantity(b, memory):>12} | {change(a, b):>8} |")
+    return lines
+
+
+def _rank_table(ranks: list[dict]) -> list[str]:
+    kind = ranks[0].get("peak_memory_kind")
+    lines = [f"| {'rewritten, rank':<16} | {'steps/s':>10} | {'samples/s':>10} | {'tokens/s':>10} | "
+             f"{'peak ' + ('CUDA' if kind == 'cuda' else 'RSS'):>12} | {'last loss':>12} |",
+             f"|{'-' * 18}|{'-' * 12}|{'-' * 12}|{'-' * 12}|{'-' * 14}|{'-' * 14}|"]
+    for trace in ranks:
+        losses = trace.get("losses") or []
+        last = f"{losses[-1]:.6g}" if losses and losses[-1] is not None else "-"
+        lines.append(f"| {trace.get('rank', '?'):<16} | {_quantity(trace.get('steps_per_s'), False):>10} | "
+                     f"{_quantity(trace.get('samples_per_s'), False):>10} | "
+                     f"{_quantity(trace.get('tokens_per_s'), False):>10} | "
+                     f"{_quantity(trace.get('peak_memory_bytes'), True):>12} | {last:>12} |")
     return lines
 
 
@@ -471,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--python")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--nproc", type=int, help="run the rewrite under torchrun with this many processes")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.epilog = "Arguments after `--` replace the script's arguments recorded when the copies were prepared."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -479,7 +682,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run_prepared(options.folder, steps=options.steps, warmup=options.warmup, args=args or None,
                               python=options.python, seed=options.seed, deterministic=options.deterministic,
-                              timeout=options.timeout)
+                              timeout=options.timeout, nproc=options.nproc)
     except VerifyError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -17,7 +17,7 @@ _EXPORTS = {
     "linear_scan": "kernels",
     "linear_attention": "kernels",
 }
-_SUBMODULES = {"amp", "checkpoint", "data", "hooks", "kernels", "trace"}
+_SUBMODULES = {"amp", "checkpoint", "data", "distributed", "hooks", "kernels", "trace"}
 
 __all__ = sorted(_EXPORTS) + sorted(_SUBMODULES)
 

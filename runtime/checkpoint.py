@@ -7,6 +7,8 @@
     ckpt.close()
 
 save() copies the state to CPU and returns; a thread writes it while training goes on.
+wait_for_writes() waits for the writes of every checkpointer of this process:
+runtime.distributed's barrier() and cleanup() call it.
 """
 
 import atexit
@@ -14,6 +16,7 @@ import contextlib
 import copy
 import os
 import uuid
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -32,6 +35,8 @@ class AsyncCheckpointer:
     - A failed write leaves the previous file as it was; its error is raised by the next
       save() (which then saves nothing) or flush().
     - Under torch.distributed, ranks other than 0 do nothing: DDP ranks hold the same state.
+      The rank is the process group's, or before one is joined torchrun's RANK variable;
+      save() is no collective, so a rank that skips never leaves another waiting.
     - Pending writes are flushed by close(), on leaving a `with` block (exceptions too)
       and at interpreter exit.
 
@@ -45,9 +50,10 @@ class AsyncCheckpointer:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
         self._pending: Future | None = None
         atexit.register(self.flush)
+        _open.add(self)
 
     def save(self, obj, path: str | os.PathLike) -> None:
-        if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        if _rank() != 0:
             return
         self.flush()
         snapshot = _snapshot_to_cpu(obj)
@@ -66,12 +72,36 @@ class AsyncCheckpointer:
         finally:
             self._writer.shutdown()
             atexit.unregister(self.flush)
+            _open.discard(self)
 
     def __enter__(self) -> "AsyncCheckpointer":
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# The checkpointers not closed yet, for wait_for_writes(); weak, so an abandoned one can go.
+_open: "weakref.WeakSet[AsyncCheckpointer]" = weakref.WeakSet()
+
+
+def wait_for_writes() -> None:
+    """Wait for the pending write of every open AsyncCheckpointer of this process (before a
+    barrier, before destroy_process_group); raise the first write error after waiting for all."""
+    errors = []
+    for ckpt in list(_open):
+        try:
+            ckpt.flush()
+        except BaseException as error:  # noqa: BLE001 - the others must still be waited for
+            errors.append(error)
+    if errors:
+        raise errors[0]
+
+
+def _rank() -> int:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK") or 0)  # torchrun's, before the script joins a process group
 
 
 def _snapshot_to_cpu(obj):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.distributed import local_device
+
 NUM_WORKERS_ENV = "PERFMOD_NUM_WORKERS"  # a worker count that wins over default_num_workers' choice
 
 
@@ -43,6 +45,9 @@ class DevicePrefetcher:
     The loader must hand out fresh host memory per batch (DataLoader does): the copy of a
     batch is still in flight when the loader is asked for the next one.
 
+    `device="cuda"` without an index is this process's GPU: under torchrun the GPU of its
+    LOCAL_RANK, as runtime.distributed.setup() picks it, else the current one.
+
     On other devices it is plain iteration: the CPU gets the loader's batches as they are,
     other devices a blocking `.to(device)` of each tensor. `len()` is the loader's, and
     each `for` over the prefetcher is a new epoch of the loader.
@@ -50,9 +55,8 @@ class DevicePrefetcher:
 
     def __init__(self, loader: Iterable, device: torch.device | str):
         self.loader = loader
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:  # "cuda": the current GPU, now
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        # "cuda" is this process's GPU, fixed now: under torchrun its LOCAL_RANK's (runtime.distributed).
+        self.device = local_device(device)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._pinning_checked = False
 

@@ -12,8 +12,29 @@ instrumentation (codemod/instrument.py) adds the same calls to both copies:
 
 Settings come from the environment, so that both runs get the same ones:
 PERFMOD_TRACE_OUT (where the JSON result goes), PERFMOD_TRACE_STEPS (N),
-PERFMOD_TRACE_WARMUP (steps left out of the timing), PERFMOD_TRACE_SEED, and
-PERFMOD_TRACE_DETERMINISTIC ("1": deterministic kernels only).
+PERFMOD_TRACE_WARMUP (steps left out of the timing), PERFMOD_TRACE_SEED,
+PERFMOD_TRACE_DETERMINISTIC ("1": deterministic kernels only) and
+PERFMOD_TRACE_PIN_SHUFFLE ("1": the sample order pinned, below).
+
+Under torchrun (WORLD_SIZE > 1) every process traces itself: rank r writes to
+PERFMOD_TRACE_OUT with `.rank<r>` before its suffix (`trace.json` ->
+`trace.rank1.json`; `rank_path`), and its result says its rank, the world size
+torchrun gave it, and whether it had joined a process group of that size by its
+first optimizer step. Nothing is reduced across ranks in the process: `perfmod
+verify --nproc` combines the ranks' files afterwards, so tracing adds no
+collective to the step.
+
+Pinned shuffle (`perfmod verify --nproc`): a single-process script shuffles with
+a DataLoader's RandomSampler, which seeds each pass from torch's global
+generator (or the loader's own); its torchrun-ready rewrite shuffles with a
+DistributedSampler, which seeds epoch e's permutation with `seed + e` and deals
+it out to the ranks. So that the same samples make up each global batch in both
+runs, a RandomSampler (without replacement, over the whole dataset) draws the
+permutation of its k-th pass as a DistributedSampler draws that of epoch k,
+`torch.randperm(n)` from a generator seeded with PERFMOD_TRACE_SEED + k, and a
+DistributedSampler's seed is set to PERFMOD_TRACE_SEED. Its `set_epoch` is left
+alone: a rewrite that does not call it every epoch repeats the first epoch's
+order, and verify sees it.
 
 What it measures, and what it does not disturb:
 - Losses are kept as detached tensors and read back (`.item()`) once, after the
@@ -56,6 +77,7 @@ import torch
 OUT_VAR, STEPS_VAR, WARMUP_VAR, SEED_VAR = "PERFMOD_TRACE_OUT", "PERFMOD_TRACE_STEPS", "PERFMOD_TRACE_WARMUP", \
     "PERFMOD_TRACE_SEED"
 DETERMINISTIC_VAR = "PERFMOD_TRACE_DETERMINISTIC"  # "1": deterministic kernels where torch has them
+PIN_SHUFFLE_VAR = "PERFMOD_TRACE_PIN_SHUFFLE"  # "1": RandomSampler and DistributedSampler draw alike
 
 
 class TraceStop(SystemExit):
@@ -76,6 +98,9 @@ class Tracer:
     samples: list = field(default_factory=list)  # per optimizer step: samples, or None when unknown
     tokens: list = field(default_factory=list)
     done: int = 0  # optimizer steps so far
+    rank: int = 0  # torchrun's RANK and WORLD_SIZE; 0 and 1 for a plain run
+    world_size: int = 1
+    process_group: dict | None = None  # at the first optimizer step: {"initialized", "world_size", "backend"}
     window_start: float | None = None
     window_end: float | None = None
     written: bool = False
@@ -101,6 +126,8 @@ class Tracer:
         if self.written:  # the script caught TraceStop and trained on
             os._exit(0)
         self.done += 1
+        if self.process_group is None:
+            self.process_group = _process_group()
         self.samples.append(self._samples)
         self.tokens.append(self._tokens)
         self._samples = self._tokens = None
@@ -126,11 +153,15 @@ class Tracer:
             "samples_per_s": _rate(self.samples[window], elapsed) if timed else None,
             "tokens_per_s": _rate(self.tokens[window], elapsed) if timed else None,
             "samples_per_step": self.samples,
+            "tokens_per_step": self.tokens,
             "losses": [_finite_or_none(v) for v in _read_back(self.losses)],
             **peak_memory(),
             "device": device_name(),
             "torch": torch.__version__,
             "python": platform.python_version(),
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "process_group": self.process_group,
         }
 
     def write(self, completed: bool) -> None:
@@ -159,9 +190,13 @@ def install() -> Tracer:
     if missing:
         raise RuntimeError(f"runtime.trace: {', '.join(missing)} not set; this copy is meant to be run by "
                            "`perfmod verify`")
-    _tracer = Tracer(out=os.environ[OUT_VAR], steps=int(os.environ[STEPS_VAR]),
-                     warmup=int(os.environ.get(WARMUP_VAR, "1")))
+    rank, world_size = int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1)
+    out = os.environ[OUT_VAR] if world_size == 1 else rank_path(os.environ[OUT_VAR], rank)
+    _tracer = Tracer(out=out, steps=int(os.environ[STEPS_VAR]), warmup=int(os.environ.get(WARMUP_VAR, "1")),
+                     rank=rank, world_size=world_size)
     seed(int(os.environ.get(SEED_VAR, "0")))
+    if os.environ.get(PIN_SHUFFLE_VAR) == "1":
+        pin_shuffle(int(os.environ.get(SEED_VAR, "0")))
     if os.environ.get(DETERMINISTIC_VAR) == "1":
         # warn_only: an op without a deterministic kernel warns instead of ending the run.
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -182,6 +217,46 @@ def seed(value: int) -> None:
     except ImportError:
         return
     numpy.random.seed(value)
+
+
+def rank_path(out: str, rank: int) -> str:
+    """Where rank `rank` writes its trace: `.rank<r>` before the suffix of `out`."""
+    stem, suffix = os.path.splitext(out)
+    return f"{stem}.rank{rank}{suffix}"
+
+
+def pin_shuffle(seed: int) -> None:
+    """Make a shuffling DataLoader draw its k-th pass as a DistributedSampler with `seed`
+    draws epoch k (see the module docstring), for this process."""
+    from torch.utils.data import DistributedSampler, RandomSampler
+
+    if getattr(RandomSampler.__iter__, "_perfmod_pinned", False):
+        return
+    shuffled, initialised = RandomSampler.__iter__, DistributedSampler.__init__
+
+    def pinned_iter(self):
+        if self.replacement or self.num_samples != len(self.data_source):
+            return shuffled(self)  # not one permutation of the dataset: as the script wrote it
+        passes = getattr(self, "_perfmod_passes", 0)
+        self._perfmod_passes = passes + 1
+        generator = torch.Generator()
+        generator.manual_seed(seed + passes)
+        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
+
+    def pinned_init(self, *args, **kwargs):
+        initialised(self, *args, **kwargs)
+        self.seed = seed
+
+    pinned_iter._perfmod_pinned = True
+    RandomSampler.__iter__, DistributedSampler.__init__ = pinned_iter, pinned_init
+
+
+def _process_group() -> dict:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return {"initialized": False, "world_size": None, "backend": None}
+    return {"initialized": True, "world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
 
 
 def loss(value):

@@ -207,3 +207,40 @@ def test_cuda_state_is_snapshotted_to_cpu(tmp_path):
             model.weight.add_(1)  # queued on the stream right after the copies
     loaded = torch.load(tmp_path / "ckpt.pt")
     assert_same(dict(loaded), expected)
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_before_a_process_group_torchruns_rank_decides(tmp_path, monkeypatch, rank):
+    """Under torchrun, a script that saves before joining a group still writes once."""
+    monkeypatch.setenv("RANK", rank)
+    with AsyncCheckpointer() as ckpt:
+        ckpt.save({"w": torch.ones(2)}, tmp_path / "ckpt.pt")
+    assert (tmp_path / "ckpt.pt").exists() == (rank == "0")
+
+
+def test_wait_for_writes_waits_for_every_open_checkpointer_and_raises_after(tmp_path, gated_torch_save):
+    started, release = gated_torch_save
+    failing, slow = AsyncCheckpointer(), AsyncCheckpointer()
+    failing.save({"step": 1}, tmp_path / "missing" / "a.pt")  # no such folder: fails once it runs
+    slow.save({"step": 1}, tmp_path / "b.pt")
+    assert started.wait(5)
+    raised = []
+
+    def wait():
+        try:
+            checkpoint.wait_for_writes()
+        except OSError as error:
+            raised.append(error)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive()  # the slow write is still gated
+    release.set()
+    waiting.join(5)
+    assert not waiting.is_alive() and torch.load(tmp_path / "b.pt") == {"step": 1}
+    assert [type(error) for error in raised] == [FileNotFoundError]  # the failed write, raised after the wait
+    for ckpt in (failing, slow):
+        ckpt.close()
+        assert ckpt not in checkpoint._open
+    checkpoint.wait_for_writes()  # none open: returns at once
