@@ -117,6 +117,7 @@ files and "error" is {"run": null, "message": ...}.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -414,27 +415,23 @@ def _run(script: Path, args: list[str], cwd: Path, python: str | None, steps: in
     except subprocess.TimeoutExpired:
         _kill(process)
         _, stderr = process.communicate()
-        return -1, _read_traces(out, nproc), (stderr or "") + f"\n(perfmod verify: killed after {timeout:g} s; see --timeout)"
+        stderr = (stderr or "") + f"\n(perfmod verify: killed after {timeout:g} s; see --timeout)"
+        return -1, _read_traces(out, nproc), stderr
     return process.returncode, _read_traces(out, nproc), stderr
 
 
 def _kill(process: subprocess.Popen) -> None:
-    """End the run's session: SIGTERM, then SIGKILL to what is left after 5 s."""
+    """End the run's session: SIGTERM, then after 5 s SIGKILL to what is left of it
+    (torchrun's processes and DataLoader workers outlive a killed launcher)."""
     if not hasattr(os, "killpg"):  # Windows: the process itself
         process.kill()
         return
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        if grace is not None:
-            try:
-                process.wait(grace)
-                os.killpg(process.pid, signal.SIGKILL)  # the launcher is gone; its children may not be
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                continue
-            return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _read_traces(out: Path, nproc: int | None) -> dict | None:

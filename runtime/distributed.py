@@ -33,6 +33,8 @@ Plain torch keeps what it has one idiom for (DistributedSampler, set_epoch, DDP(
 model.no_sync()); this module holds what a script would otherwise get subtly wrong:
 which device and backend, rank-0-only output, means for logging, the batch split,
 checkpoint writes finished before the group is destroyed, unwrapping for state_dict().
+`DDP(model)` needs no device_ids: the model is on one device, this process's, whose
+batches the script moves there itself (device_ids would only make DDP move them too).
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ def setup(device: str | torch.device | None = None) -> torch.device:
 
     `device` is what the script uses when it runs alone (default: "cuda" when available,
     else "cpu"). With WORLD_SIZE > 1, a CUDA device becomes this process's GPU
-    (local_device), made current, and the process group uses NCCL; a CPU device uses gloo.
+    (local_device), made current, and the process group uses NCCL; another device (the
+    CPU) uses gloo.
     Alone (plain `python`, or torchrun with one process) it returns `device` and makes no
     process group: nothing to synchronise with, and the script runs as it did before.
     A second call returns the device without joining again.
@@ -119,7 +122,9 @@ def is_main() -> bool:
 
 
 def print0(*args, **kwargs) -> None:
-    """print() on rank 0 only: one log line per step, not one per process."""
+    """print() on rank 0 only: one log line per step, not one per process. Its arguments
+    are evaluated on every rank, so an all_reduce_mean among them runs everywhere, as a
+    collective must."""
     if is_main():
         print(*args, **kwargs)
 

@@ -58,7 +58,8 @@ def log_lines(stdout: str) -> list[str]:
 
 def test_plain_python_runs_the_torchrun_version_exactly_like_the_original(tmp_path):
     args = ("--samples", "256", "--epochs", "2", "--save-every", "4")
-    original, rewritten = launch(ORIGINAL, tmp_path / "original", *args), launch(TORCHRUN, tmp_path / "rewritten", *args)
+    original = launch(ORIGINAL, tmp_path / "original", *args)
+    rewritten = launch(TORCHRUN, tmp_path / "rewritten", *args)
     (status, before, error), (status_after, after, error_after) = finish(original), finish(rewritten)
     assert status == 0, error
     assert status_after == 0, error_after
@@ -136,3 +137,13 @@ def test_a_rewrite_that_forgets_set_epoch_is_caught_from_the_second_epoch(tmp_pa
     deviations = [abs(a - b) / abs(a) for a, b in losses]
     assert max(deviations[:8]) < 1e-5  # epoch 0 (4 steps of 2 micro-batches): the same samples
     assert max(deviations[8:]) > 1e-2  # epoch 1 repeats epoch 0's order in the rewrite
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_two_gpus_train_like_one_with_nccl():
+    result = verify_two_ranks(TORCHRUN)
+    assert result.exit_code == 0 and result.agree, render_text(result)
+    ranks = result.rewritten.trace["ranks"]
+    assert all(r["process_group"]["backend"] == "nccl" and r["device"].startswith("cuda") for r in ranks)
+    assert result.comparison["max_rel_deviation"] < 1e-3  # cuBLAS may sum in another order than on one GPU

@@ -107,13 +107,15 @@ def test_nothing_outside_the_temporary_folder_is_written_and_it_is_removed(safe_
 def test_json_has_the_documented_keys(safe_run):
     data = json.loads(json.dumps(safe_run[0].as_json()))
     assert set(data) == {"schema", "script", "args", "level", "applied_level", "steps", "warmup", "seed", "device",
-                         "torch", "fixes", "original", "rewritten", "speedup", "max_abs_deviation",
+                         "torch", "nproc", "fixes", "original", "rewritten", "speedup", "max_abs_deviation",
                          "max_rel_deviation", "worst_step", "tolerance", "agree", "notes", "error"}
-    assert data["schema"] == 1 and data["agree"] is True and data["error"] is None
+    assert data["schema"] == 2 and data["agree"] is True and data["error"] is None and data["nproc"] is None
     assert data["steps"] == STEPS and data["warmup"] == WARMUP and data["level"] == "safe"
     assert data["device"].startswith("cpu") and data["args"] == ["--steps", "40"]
     assert set(data["original"]) == {"steps_per_s", "samples_per_s", "tokens_per_s", "peak_memory_bytes",
-                                     "peak_memory_kind", "losses", "elapsed_s", "returncode", "sites"}
+                                     "peak_memory_kind", "losses", "elapsed_s", "returncode", "sites", "nproc",
+                                     "ranks"}
+    assert data["original"]["nproc"] is None and data["original"]["ranks"] is None
     assert data["speedup"] == pytest.approx(data["rewritten"]["steps_per_s"] / data["original"]["steps_per_s"])
     assert data["max_abs_deviation"] == 0 and data["tolerance"] == {"level": "safe", "rtol": 0, "atol": 0,
                                                                    "exact": True}
@@ -387,3 +389,114 @@ def test_a_run_that_changes_a_linked_file_fails_and_names_it(project, tmp_path, 
     prepare(project / "train.py", prepared)
     monkeypatch.setattr(verify_run, "_run", lambda *a: (0, {"completed": True, "steps": 3, "losses": [1.0]}, ""))
     assert verify_run.run_prepared(prepared, steps=3, warmup=1).exit_code == 0
+
+
+# -- --nproc: the rewrite under torchrun (runs faked here; real ones in tests/test_distributed_fixture.py) ---------
+
+
+def rank_trace(rank, losses, samples, elapsed, group=True, peak=100):
+    steps = len(samples)
+    return {"completed": True, "steps": steps, "warmup": 1, "timed_steps": steps - 1, "elapsed_s": elapsed,
+            "steps_per_s": (steps - 1) / elapsed, "samples_per_step": samples, "tokens_per_step": [None] * steps,
+            "losses": losses, "peak_memory_bytes": peak, "peak_memory_kind": "rss", "device": "cpu (test)",
+            "torch": "x", "rank": rank, "world_size": 2,
+            "process_group": {"initialized": True, "world_size": 2, "backend": "gloo"} if group else
+            {"initialized": False, "world_size": None, "backend": None}}
+
+
+def test_the_ranks_traces_combine_into_the_global_step():
+    combined = verify_run.combine([rank_trace(0, [1.0, 0.5, 0.25], [8, 8, 8], 2.0, peak=300),
+                                   rank_trace(1, [3.0, 1.5, None], [8, 8, 8], 4.0, peak=200)])
+    assert combined["losses"] == [2.0, 1.0, None]  # the mean over the ranks; NaN anywhere stays NaN
+    assert combined["samples_per_step"] == [16, 16, 16]  # the global batch
+    assert combined["elapsed_s"] == 4.0 and combined["steps_per_s"] == 2 / 4.0  # paced by the slowest rank
+    assert combined["samples_per_s"] == 2 * 16 / 4.0 and combined["tokens_per_s"] is None
+    assert combined["peak_memory_bytes"] == 300 and combined["nproc"] == 2 and combined["completed"]
+    partial = verify_run.combine([rank_trace(0, [1.0], [8, 8], 1.0), None])
+    assert partial["missing_ranks"] == [1] and not partial["completed"]
+
+
+@pytest.fixture
+def prepared(tmp_path):
+    prepare(SAFE, tmp_path)
+    return tmp_path
+
+
+def fake_runs(original, ranks):
+    """A verify_run._run that returns `original` for the original and the ranks combined for the rewrite."""
+    def run(script, args, cwd, python, steps, warmup, seed, deterministic, timeout, env, nproc=None, pin=False):
+        assert pin  # both runs draw the same shuffle under --nproc
+        if cwd.name == "original":
+            assert nproc is None
+            return 0, original, ""
+        assert nproc == 2
+        return 0, verify_run.combine(ranks), ""
+    return run
+
+
+def test_nproc_compares_the_mean_over_ranks_and_reports_each_rank(prepared, monkeypatch):
+    original = rank_trace(0, [2.0, 1.0, 0.5], [16, 16, 16], 2.0)
+    ranks = [rank_trace(0, [1.5, 0.5, 0.25], [8, 8, 8], 1.0), rank_trace(1, [2.5, 1.5, 0.75], [8, 8, 8], 1.0)]
+    monkeypatch.setattr(verify_run, "_run", fake_runs(original, ranks))
+    result = verify_run.run_prepared(prepared, steps=3, warmup=1, nproc=2)
+    assert result.exit_code == 0 and result.agree and result.comparison["max_abs_deviation"] == 0
+    data = json.loads(json.dumps(result.as_json()))
+    assert data["nproc"] == 2 and data["rewritten"]["nproc"] == 2 and data["original"]["nproc"] is None
+    assert [r["rank"] for r in data["rewritten"]["ranks"]] == [0, 1]
+    assert data["rewritten"]["ranks"][1]["losses"] == [2.5, 1.5, 0.75]
+    assert set(data["rewritten"]["ranks"][0]) == {"rank", *verify_run.RANK_KEYS}
+    text = render_text(result)
+    assert "rewritten run: torchrun, 2 processes" in text and "| rewritten, rank" in text
+
+
+def test_nproc_fails_a_rewrite_whose_ranks_train_alone(prepared, monkeypatch):
+    """Without PM601 the rewrite is the original: under torchrun each process trains on
+    its own, and the mean of identical losses would agree: verify must not say so."""
+    original = rank_trace(0, [2.0, 1.0, 0.5], [16, 16, 16], 2.0)
+    alone = [rank_trace(r, [2.0, 1.0, 0.5], [16, 16, 16], 2.0, group=False) for r in (0, 1)]
+    monkeypatch.setattr(verify_run, "_run", fake_runs(original, alone))
+    result = verify_run.run_prepared(prepared, steps=3, warmup=1, nproc=2)
+    assert result.exit_code == 2 and result.agree is None and result.error["run"] == "rewritten"
+    assert "rank 0 had joined no process group by its first optimizer step" in result.error["message"]
+    assert "not torchrun-ready" in result.error["message"]
+
+
+def test_nproc_disagrees_when_the_ranks_step_on_a_bigger_global_batch(prepared, monkeypatch):
+    original = rank_trace(0, [2.0, 1.0, 0.5], [16, 16, 16], 2.0)
+    doubled = [rank_trace(r, [2.0, 1.0, 0.5], [16, 16, 16], 2.0) for r in (0, 1)]  # each rank the whole batch
+    monkeypatch.setattr(verify_run, "_run", fake_runs(original, doubled))
+    result = verify_run.run_prepared(prepared, steps=3, warmup=1, nproc=2)
+    assert result.comparison["agree"] and result.agree is False and result.exit_code == 1
+    assert result.global_batches == (16, 32)
+    assert any("the global batch differs: 32 samples per optimizer step over the 2 ranks" in n for n in result.notes)
+    assert "losses DISAGREE" in render_text(result)
+
+
+def test_the_command_line_takes_nproc():
+    assert "--nproc" in perfmod("verify", "--help").stdout
+    result = perfmod("verify", SAFE, "--nproc", "0")
+    assert result.exit_code == 2 and "--nproc" in result.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
+def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
+    """A hung DDP rank is the usual way a distributed run fails: the launcher and every
+    process it started must go, not only the launcher."""
+    import time
+
+    (tmp_path / "hang.py").write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "open('child.pid', 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n")
+    start = time.monotonic()
+    status, trace, stderr = verify_run._run(tmp_path / "hang.py", [], tmp_path, None, 3, 1, 0, False, 2.0, None)
+    assert status == -1 and trace is None and "killed after 2 s" in stderr
+    assert time.monotonic() - start < 30
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(50):  # reparented and reaped by init once killed
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the run's child {child} outlived the timeout")

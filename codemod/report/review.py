@@ -152,6 +152,8 @@ def verify_facts(document: dict) -> list[tuple[str, str]]:
                        ("warmup", "warm-up steps")):
         if document.get(key) is not None:
             facts.append((label, str(document[key])))
+    if document.get("nproc") is not None:  # schema 2: the rewrite ran under torchrun
+        facts.append(("processes (rewrite, torchrun)", str(document["nproc"])))
     speedup = document.get("speedup")
     if isinstance(speedup, (int, float)):
         facts.append(("speed-up", f"{speedup:.2f}x"))

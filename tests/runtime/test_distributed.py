@@ -186,3 +186,15 @@ def test_an_error_on_one_rank_ends_the_run_after_its_checkpoint_write(two_ranks)
     for seen in ranks.values():
         assert seen["initialized_at_exit"] is False  # cleanup() destroyed the group on both ranks
     assert "exitcode  : -6" not in stderr and "terminate called" not in stderr  # no abort at exit (gloo)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_alone_on_a_gpu_the_prefetcher_and_setup_use_the_current_gpu(alone):
+    from runtime.data import DevicePrefetcher
+
+    assert distributed.setup() == torch.device("cuda") and not dist.is_initialized()
+    current = torch.device("cuda", torch.cuda.current_device())
+    assert distributed.local_device("cuda") == current
+    batches = list(DevicePrefetcher([torch.ones(2, pin_memory=True)], "cuda"))
+    assert batches[0].device == current

@@ -130,3 +130,45 @@ def test_a_spawned_worker_that_imports_the_script_again_writes_nothing(tmp_path,
     monkeypatch.setenv(trace.STEPS_VAR, "7")
     trace.install().write(completed=False)
     assert registered == [] and not (tmp_path / "t.json").exists()
+
+
+def test_under_torchrun_each_rank_writes_its_own_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace, "_tracer", None)
+    monkeypatch.setattr(trace.atexit, "register", lambda *args, **kwargs: None)
+    monkeypatch.setenv(trace.OUT_VAR, str(tmp_path / "t.json"))
+    monkeypatch.setenv(trace.STEPS_VAR, "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    tracer = trace.install()
+    assert tracer.out == str(tmp_path / "t.rank1.json") == trace.rank_path(str(tmp_path / "t.json"), 1)
+    with pytest.raises(TraceStop):
+        run_steps(tracer, [torch.tensor(1.0), torch.tensor(2.0)], torch.zeros(3, 2))
+    data = json.loads((tmp_path / "t.rank1.json").read_text())
+    assert (data["rank"], data["world_size"]) == (1, 2) and not (tmp_path / "t.json").exists()
+    # This process never joined a group: verify --nproc tells a script that is not torchrun-ready by it.
+    assert data["process_group"] == {"initialized": False, "world_size": None, "backend": None}
+    assert data["samples_per_step"] == [3, 3] and data["tokens_per_step"] == [None, None]
+
+
+def test_pinned_shuffle_makes_a_shuffling_loader_draw_the_distributed_samplers_global_batches(monkeypatch):
+    from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+    # Restored after the test: pin_shuffle patches the classes for the whole process.
+    monkeypatch.setattr(RandomSampler, "__iter__", RandomSampler.__iter__)
+    monkeypatch.setattr(DistributedSampler, "__init__", DistributedSampler.__init__)
+    trace.pin_shuffle(7)
+    trace.pin_shuffle(7)  # once only: not wrapped twice
+    dataset = list(range(40))
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    samplers = [DistributedSampler(dataset, num_replicas=2, rank=rank, seed=123) for rank in (0, 1)]
+    assert [s.seed for s in samplers] == [7, 7]  # the script's seed gives way to verify's
+    for epoch in range(2):
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+        ranks = [list(DataLoader(dataset, batch_size=4, sampler=s)) for s in samplers]
+        global_batches = [sorted(a.tolist() + b.tolist()) for a, b in zip(*ranks)]
+        assert [sorted(batch.tolist()) for batch in loader] == global_batches
+    assert [b.tolist() for b in loader] != [b.tolist() for b in loader]  # passes 3 and 4: seeds 9 and 10
+    with_replacement = RandomSampler(dataset, replacement=True)
+    assert len(list(with_replacement)) == 40  # not a permutation: left as torch draws it
+
