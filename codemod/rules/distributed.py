@@ -701,7 +701,10 @@ class _Planner:
         origin = self.origin
         check = self._world_check(origin.anchor)
         wrap = cst.If(check, cst.IndentedBlock([_line(f"{origin.code} = DistributedDataParallel({origin.code})\n")]))
-        self.edits.append(InsertAfter(origin.anchor, (wrap,)))
+        # The anchor becomes [anchor, wrap] rather than getting the wrap inserted after it: what
+        # other rules insert after the anchor (PM506's `model.compile()`) then follows the wrap,
+        # and DDP is compiled whole (DDPOptimizer splits its graph at the gradient buckets).
+        self.edits.append(Replace(origin.anchor, lambda updated: cst.FlattenSentinel([updated, wrap])))
         self.imports.append(IMPORT_DDP)
 
     # -- setup() -------------------------------------------------------------------------------
