@@ -13,6 +13,7 @@ from codemod.rule import Invalid, Level, Rule, Valid
 
 DATALOADER = "torch.utils.data.DataLoader"
 SAVES = ("torch.save", "torch.serialization.save")
+SAFETENSORS_SAVES = ("safetensors.torch.save_file", "safetensors.torch.save_model")
 PRINT = ("builtins.print", "print")
 TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange")
 # Iterables whose items are their first argument's.
@@ -40,9 +41,10 @@ NOT_FORWARD = DDP_ANSWERS | {
 # no model call, no collective, nothing another rank waits for.
 RANK0_SAFE_CALLS = {"builtins.print", "builtins.str", "builtins.len", "builtins.dict", "builtins.list", "builtins.int",
                     "builtins.float", "builtins.round", "builtins.min", "builtins.max", "builtins.open", "copy.deepcopy",
-                    *SAVES, "json.dump", "json.dumps"}
+                    *SAVES, *SAFETENSORS_SAVES, "json.dump", "json.dumps"}
 RANK0_SAFE_METHODS = {"state_dict", "cpu", "detach", "clone", "item", "format", "join", "write", "items", "keys",
-                      "values", "copy", "tolist", "numpy", "with_suffix", "joinpath", "replace", "unwrap"}
+                      "values", "copy", "tolist", "numpy", "with_suffix", "joinpath", "replace", "unwrap",
+                      "save_pretrained"}
 RANK0_SAFE_PREFIXES = ("os.", "pathlib.", "shutil.", "logging.")
 
 # Methods that set a model up in place: the DDP wrap goes after the last of them.
@@ -476,10 +478,7 @@ class _Planner:
     def __init__(self, context) -> None:
         self.context = context
         self.index = context.index
-        self.names = context.names
         self.parents = context.parents
-        self.scopes = context.scopes
-        self.bindings = context.bindings
         self.edits: list[Edit] = []
         self.imports: list[tuple[str, str | None]] = []
         self.notes: list[str] = []
@@ -488,6 +487,27 @@ class _Planner:
         self.world_uses: list[cst.CSTNode] = []  # where the `world` variable is read
         self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
         self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
+
+    def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """facts.calls_of, once per function."""
+        if not hasattr(self, "_calls_cache"):
+            self._calls_cache: dict[int, list[cst.Call]] = {}
+        found = self._calls_cache.get(id(function))
+        if found is None:
+            found = self._calls_cache[id(function)] = facts.calls_of(self.context, function)
+        return found
+
+    @property
+    def names(self):
+        return self.context.names
+
+    @property
+    def scopes(self):
+        return self.context.scopes
+
+    @property
+    def bindings(self):
+        return self.context.bindings
 
     # -- the plan ------------------------------------------------------------------------------
 
@@ -605,9 +625,7 @@ class _Planner:
     def _model_origin(self, loop) -> _Origin:
         """Where the trained model is built, following the one call of a training function
         that is given it."""
-        if not loop.models:
-            raise _Blocked(loop.loop, "it cannot tell which model this loop trains")
-        code = loop.models[0].expression
+        code = self._trained_model(loop)
         handles: list[tuple[cst.CSTNode, str, cst.CSTNode | None]] = []
         scope: cst.FunctionDef | None = self.step_function
         limit: cst.CSTNode = loop.loop
@@ -627,7 +645,7 @@ class _Planner:
             if code not in params:
                 raise _Blocked(loop.loop, f"`{code}` is not built in the function that trains it, nor passed to it; "
                                           "wrap it in DistributedDataParallel where it is built")
-            calls = facts.calls_of(self.context, scope)
+            calls = self._calls_of(scope)
             if len(calls) != 1:
                 raise _Blocked(loop.loop, f"`{scope.name.value}` trains the model it is given and is called "
                                           f"{len(calls)} times; PM601 follows one call")
@@ -639,6 +657,32 @@ class _Planner:
             limit = self.index.statement_of(calls[0])
             scope = facts.function_of(self.context, calls[0])
         raise _Blocked(loop.loop, "the model is passed through too many functions")
+
+    def _trained_model(self, loop) -> str:
+        """How the loop spells the one model its optimizers train (not a frozen teacher
+        it also calls); raises when they train several (a GAN) or it cannot tell."""
+        training = self.context.training
+        trained: list[str] = []
+        unknown = False
+        for optimizer in loop.optimizers:
+            found = training.parameter_models(optimizer.params) if optimizer.params is not None else None
+            if found is None:
+                unknown = True
+                continue
+            for model in found:
+                if self._src(model) not in trained:
+                    trained.append(self._src(model))
+        if len(trained) > 1:
+            raise _Blocked(loop.loop, f"the loop trains several models ({', '.join(f'`{t}`' for t in trained)}); wrap "
+                                      "each in DistributedDataParallel by hand (two forwards of one DDP model per "
+                                      "step need `static_graph` or separate wrappers)")
+        if len(trained) == 1 and not unknown:
+            return trained[0]
+        models = [m.expression for m in loop.models]
+        if len(models) == 1 or (trained and models and models[0] == trained[0]):
+            return models[0]
+        raise _Blocked(loop.loop, "it cannot tell which model this loop trains" if not models else
+                       f"it cannot tell which of {', '.join(f'`{m}`' for m in models)} the optimizer trains")
 
     def _attribute_origin(self, code: str, scope, handles) -> _Origin:
         classdef = facts.class_of(self.context, scope)
@@ -851,7 +895,7 @@ class _Planner:
             seen.add(id(function))
             if init_class is not None and facts.class_of(self.context, function) is init_class:
                 return True
-            calls = facts.calls_of(self.context, function)
+            calls = self._calls_of(function)
             if len(calls) != 1:
                 return False
             caller = facts.function_of(self.context, calls[0])
@@ -931,14 +975,14 @@ class _Planner:
                 values = returned_values(helper)
                 if len(values) != 1:
                     return None
-                shared = shared or len(facts.calls_of(self.context, helper)) != 1
+                shared = shared or len(self._calls_of(helper)) != 1
                 expr = values[0]
                 continue
             if isinstance(expr, cst.Name):
                 parameter = self.bindings.param_of(expr)
                 if parameter is not None:
                     function, param = parameter
-                    calls = facts.calls_of(self.context, function)
+                    calls = self._calls_of(function)
                     if len(calls) != 1:
                         return None
                     expr = argument_for(calls[0], function, param)
@@ -1077,7 +1121,7 @@ class _Planner:
             function = facts.function_of(self.context, node)
             if function is None:
                 return None, None
-            calls = facts.calls_of(self.context, function)
+            calls = self._calls_of(function)
             if len(calls) != 1:
                 return None, None
             node = calls[0]
@@ -1151,29 +1195,65 @@ class _Planner:
         return permutation
 
     def _random_batches(self, loop: cst.For) -> bool:
-        """Batches drawn at random every step (`torch.randint(n, (batch_size,))`, in the loop
-        or in a helper it calls): each rank draws its share, `local_batch_size(batch_size)`,
-        from its own reseeded generator (see _seeds)."""
-        found = []
+        """Batches drawn at random every step (`torch.randint(n, (batch_size,))`,
+        `torch.randn(batch_size, d)`, in the loop or in a helper only it calls): each rank
+        draws its share, `local_batch_size(batch_size)`, in every draw that batch size
+        sizes, from its own reseeded generator (see _seeds)."""
+        places: list[tuple[cst.CSTNode, cst.Call | None]] = [(loop.body, None)]
         for call in own_nodes(self.index, cst.Call, loop.body):
             helper = self.bindings.local_function(call.func) if isinstance(call.func, cst.Name) else None
-            inner = own_nodes(self.index, cst.Call, helper.body) if helper is not None else [call]
-            for draw in inner:
-                if not self.names.is_(draw.func, "torch.randint"):
-                    continue
-                size = kwarg(draw, "size") or (positional(draw, 2) if len([a for a in draw.args if a.keyword is None]) > 2
-                                               else positional(draw, 1))
-                if size is None or not isinstance(size.value, cst.Tuple) or not size.value.elements:
-                    continue
-                found.append((call, draw, size.value.elements[0].value))
-        if len(found) != 1:
+            if helper is not None and len(self._calls_of(helper)) == 1:
+                places.append((helper.body, call))
+        found = []
+        for body, call in places:
+            for draw in own_nodes(self.index, cst.Call, body):
+                size = self._first_dimension(draw)
+                if size is not None:
+                    found.append((body, call, draw, size))
+        if not found:
             return False
-        call, draw, batch = found[0]
+        bodies = {id(body) for body, _, _, _ in found}
+        spelled = {_code(size) for _, _, _, size in found}
+        if len(bodies) != 1 or len(spelled) != 1:
+            raise _Blocked(found[0][2], "the step draws its batches at random in several places or with several sizes; "
+                                        "PM601 cannot tell which to split over the ranks")
+        body, call, draw, batch = found[0]
         if isinstance(batch, cst.Integer) and int(batch.value) == 1:
             raise _Blocked(draw, "the loop draws one sample per step, which cannot be split over the ranks")
-        self.edits.append(Replace(batch, lambda value: _call("distributed.local_batch_size", value)))
-        self.batch_statement = self._statement_in_loop(call, loop)
+        # The draws must be all the batch size sizes: `x = sample(B)` beside `t = randint(T, (B,))`
+        # would keep B rows where the draw makes B / N.
+        sizes = {id(size) for _, _, _, size in found}
+        code = _code(batch)
+        others = [n for n in own_nodes(self.index, (cst.Name, cst.Attribute), body)
+                  if _code(n) == code and id(n) not in sizes and not isinstance(self.parents.get(n), cst.Attribute)]
+        if others:
+            raise _Blocked(others[0], f"`{code}` sizes more than the random draws of each step (line "
+                                      f"{self.context.line(others[0])}); PM601 cannot tell which sizes are per sample, "
+                                      "to split them over the ranks")
+        for _, _, _, size in found:
+            self.edits.append(Replace(size, lambda value: _call("distributed.local_batch_size", value)))
+        self.batch_statement = self.index.statement_of(call if call is not None else draw)
         return True
+
+    def _first_dimension(self, draw: cst.Call) -> cst.BaseExpression | None:
+        """The first size of a torch random draw: `n` of `torch.randn(n, d)`,
+        `torch.rand((n, d))`, `torch.randint(lo, hi, (n,))`, `size=(n, ...)`."""
+        names = self.names.of(draw.func)
+        if not names & facts.TORCH_DRAWS or names & {"torch.randperm"} or any(a.star for a in draw.args):
+            return None
+        if any(a.keyword is not None and a.keyword.value == "generator" for a in draw.args):
+            return None
+        size = kwarg(draw, "size")
+        plain = [a.value for a in draw.args if a.keyword is None]
+        if size is None and names & {"torch.randint"}:
+            size = cst.Arg(plain[-1]) if len(plain) in (2, 3) else None
+        if size is None and names & {"torch.rand", "torch.randn"} and plain:
+            size = cst.Arg(plain[0]) if isinstance(plain[0], (cst.Tuple, cst.List)) else cst.Arg(
+                cst.Tuple([cst.Element(plain[0])]))
+        if size is None or not isinstance(size.value, (cst.Tuple, cst.List)) or not size.value.elements:
+            return None
+        first = size.value.elements[0].value
+        return first if isinstance(first, (cst.Name, cst.Attribute, cst.Integer, cst.Subscript)) else None
 
     def _statement_in_loop(self, node: cst.CSTNode, loop: cst.For) -> cst.CSTNode:
         statement = self.index.statement_of(node)
@@ -1349,13 +1429,13 @@ class _Planner:
         for candidate in candidates:
             if not isinstance(candidate, cst.Name):
                 continue
-            for value in self.bindings.values(candidate) or []:
-                if self._is_seeded_generator(value):
-                    return candidate.value
-            for other in self.index.find(cst.Call):  # `g = torch.Generator(); g.manual_seed(seed)`
-                if method_name(other) in ("manual_seed", "seed") and _code(other.func.value) == candidate.value \
-                        and other.args and any(self._is_generator(v) for v in self.bindings.values(candidate) or []):
-                    return candidate.value
+            values = self.bindings.values(candidate) or []
+            if any(self._is_seeded_generator(value) for value in values):
+                return candidate.value
+            if any(self._is_generator(value) for value in values) and any(  # `g = Generator(); g.manual_seed(s)`
+                    method_name(other) in ("manual_seed", "seed") and other.args
+                    and _code(other.func.value) == candidate.value for other in self.index.find(cst.Call)):
+                return candidate.value
         return None
 
     def _is_generator(self, value: cst.BaseExpression) -> bool:
@@ -1405,7 +1485,7 @@ class _Planner:
         model_calls = [c for c in self.index.find(cst.Call, within=loop) if self.context.training.is_model_call(c)]
         local = facts.rank_local(self.context, body, seeds | losses, losses, model_calls)
         if self.step_function is not None:  # what the training function returns, where it is called
-            for call in facts.calls_of(self.context, self.step_function):
+            for call in self._calls_of(self.step_function):
                 statement = self.index.statement_of(call)
                 if isinstance(statement, cst.SimpleStatementLine):
                     bound = facts.assigned_names(self.context, statement)
@@ -1416,8 +1496,58 @@ class _Planner:
     # -- checkpoints on rank 0 -------------------------------------------------------------------
 
     def _saves(self) -> None:
-        for call in facts.calls_named(self.context, set(SAVES)):
+        saves = facts.calls_named(self.context, set(SAVES))
+        writes = saves + facts.calls_named(self.context, set(SAFETENSORS_SAVES)) + [
+            c for c in self.index.find(cst.Call) if method_name(c) == "save_pretrained"]
+        for call in sorted(writes, key=self.index.order):
             self._save_on_main(call)
+        self._loads_after(saves)
+
+    def _loads_after(self, saves: list[cst.Call]) -> None:
+        """A file rank 0 saves and every rank then loads (the best model, restored after
+        training): `distributed.barrier()` before the load, so that no rank reads before the
+        write is done. A path in a temporary folder each process makes for itself is a file
+        only rank 0 has: reported."""
+        saved = {}
+        for call in saves:
+            path = kwarg(call, "f") or positional(call, 1)
+            if path is not None:
+                saved.setdefault(_code(path.value), []).append(call)
+        if not saved:
+            return
+        barriers: set[int] = set()
+        for load in facts.calls_named(self.context, {"torch.load", "torch.serialization.load"}):
+            path = kwarg(load, "f") or positional(load, 0)
+            if path is None or _code(path.value) not in saved:
+                continue
+            if not any(self._runs_after(load, save) for save in saved[_code(path.value)]):
+                continue  # a file that is there before the run (resuming)
+            if self._per_process_path(path.value):
+                raise _Blocked(load, f"`{self._src(path.value)}` is in a temporary folder each process makes for "
+                                     "itself; rank 0 alone saves the checkpoint there, and the other ranks would read "
+                                     "from theirs: save to a path all ranks share")
+            statement = self.index.statement_of(load)
+            if id(statement) in barriers or not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
+                continue
+            if any(self.index.inside(load, region) for region in self.rank0):
+                continue
+            barriers.add(id(statement))
+            self.edits.append(InsertBefore(statement, (_line("distributed.barrier()\n"),)))
+
+    def _runs_after(self, node: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+        """Does `node` run after `earlier` (later in its function, or in a loop around both)?"""
+        if facts.function_of(self.context, node) is not facts.function_of(self.context, earlier):
+            return False
+        return self.index.before(earlier, node) or any(self.index.inside(node, loop)
+                                                       for loop in self._enclosing_loops(earlier))
+
+    def _per_process_path(self, path: cst.BaseExpression) -> bool:
+        """Is the path made from `tempfile` (a folder or name of each process's own)?"""
+        expressions = [path]
+        for name in names_read(path):
+            expressions.extend(self.bindings.values(name) or [])
+        return any(self.names.startswith(call.func, ("tempfile",))
+                   for expression in expressions for call in self.index.find(cst.Call, within=expression))
 
     def _save_on_main(self, call: cst.Call) -> None:
         if any(self.index.inside(call, region) for region in self.rank0):
@@ -1429,11 +1559,11 @@ class _Planner:
             statement = opened
         elif not (isinstance(small, cst.Expr) and isinstance(statement, cst.SimpleStatementLine)
                   and len(statement.body) == 1):
-            raise _Blocked(call, "`torch.save` is part of a larger statement; PM601 saves on rank 0 only statements "
-                                 "of their own")
+            raise _Blocked(call, f"`{self._src(call.func)}` is part of a larger statement; PM601 writes checkpoints "
+                                 "on rank 0 only in statements of their own")
         holder = self.parents.get(statement)
         if not isinstance(holder, (cst.IndentedBlock, cst.Module)):
-            raise _Blocked(call, "`torch.save` is on the line of its `if`; put it on a line of its own")
+            raise _Blocked(call, f"`{self._src(call.func)}` is on the line of its `if`; put it on a line of its own")
         condition = self.parents.get(holder)
         if isinstance(condition, cst.If) and condition.orelse is None and self._rank0_safe(condition):
             self.rank0.append(condition)
@@ -1487,8 +1617,8 @@ class _Planner:
             if isinstance(call.func, cst.Name) and call.func.value == "print" and self.names.is_(call.func, *PRINT):
                 self.edits.append(Replace(call.func, _expr("distributed.print0")))
                 self._reduce(call)
-            elif self.names.is_(call.func, *TQDM) and kwarg(call, "disable") is None \
-                    and not any(a.star for a in call.args):
+            elif _spelled(call.func) in ("tqdm", "trange") and self.names.is_(call.func, *TQDM) \
+                    and kwarg(call, "disable") is None and not any(a.star for a in call.args):
                 self.edits.append(AddKeyword(call, "disable", _expr("not distributed.is_main()")))
             elif method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value):
                 self._rank0_statement(call)
@@ -1541,7 +1671,7 @@ class _Planner:
     def _caller_of_step(self, function) -> bool:
         if self.step_function is None:
             return False
-        return any(facts.function_of(self.context, c) is function for c in facts.calls_of(self.context, self.step_function))
+        return any(facts.function_of(self.context, c) is function for c in self._calls_of(self.step_function))
 
     # -- reads of the wrapped model --------------------------------------------------------------
 
@@ -1671,6 +1801,13 @@ class _Planner:
                 continue
             return None
         return found[0] if len(found) == 1 else None
+
+
+def _spelled(func: cst.BaseExpression) -> str | None:
+    """The last name of a called expression: `tqdm` of `tqdm.auto.tqdm`."""
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else None
 
 
 def _only_on_main(updated: cst.BaseStatement) -> cst.If:
