@@ -454,6 +454,24 @@ class SingleProcessTraining(Rule):
                 "two training loops"),
         Invalid(LOOP.replace("mse_loss(model(x), y)", 'mse_loss(model(x), y, reduction="sum")'), None,
                 "a summed loss: DDP's average would shrink its gradient"),
+        Invalid(LOOP.replace("opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+                             "head = torch.nn.Linear(1, 1)\n"
+                             "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)")
+                .replace("mse_loss(model(x), y)", "mse_loss(head(model(x)), y)"), None,
+                "two trained models: each needs its own wrap"),
+        Invalid(SCRIPT.replace('        torch.save(model.state_dict(), "last.pt")\n',
+                               '        torch.save(model.state_dict(), "last.pt")\n'
+                               '    model.load_state_dict(torch.load("last.pt"))\n'),
+                SCRIPT_TORCHRUN.replace('            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n',
+                                        '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n'
+                                        '    distributed.barrier()\n'
+                                        '    distributed.unwrap(model).load_state_dict(torch.load("last.pt"))\n'),
+                "read back what rank 0 saved: a barrier first"),
+        Invalid("import tempfile\n" + SCRIPT.replace('"last.pt"', "path").replace(
+                    "    model = torch.nn", "    path = tempfile.mktemp()\n    model = torch.nn")
+                .replace('        torch.save(model.state_dict(), path)\n',
+                         '        torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n'),
+                None, "a checkpoint in each process's own temporary folder, read back by every rank"),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
