@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test docs browser clean
+.PHONY: setup demo test docs browser runtime-wheel clean
 
 setup: $(VENV)/.installed
 
@@ -17,8 +17,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
+# The README's "A real before/after" shows this command and what it prints
+# (tests/test_readme.py checks that the two name the same command).
 demo: setup
-	$(BIN)/perfmod apply fixtures/scripts/seed_latentwire.py --dry-run --level unsafe; \
+	$(BIN)/perfmod apply fixtures/scripts/seed_latentwire.py --dry-run; \
 	  status=$$?; [ $$status -le 1 ] || exit $$status
 	$(BIN)/perfmod check fixtures/scripts/seed_latentwire.py; \
 	  echo "perfmod check exit status: $$? (1: fixes pending at level safe)"
@@ -42,5 +44,10 @@ browser:
 docs: setup
 	$(BIN)/python -m codemod.docs docs/rules
 
+# perfmod-runtime: the `runtime` package alone (torch its only dependency), for
+# machines that only run rewritten code; see packaging/runtime/pyproject.toml.
+runtime-wheel: setup
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist packaging/runtime
+
 clean:
-	rm -rf $(VENV) .pytest_cache .coverage htmlcov
+	rm -rf $(VENV) .pytest_cache .coverage htmlcov .perfmod_cache dist

@@ -2,54 +2,57 @@
 print what codemod.report makes of the results.
 
 Streams: stdout carries the product (findings, the summary of a write, a diff,
-a JSON or SARIF document, the rewritten source of `apply -`); errors, progress
-and any note that would spoil the product (the summary after a diff) go to stderr.
+a JSON or SARIF document, the rewritten source of `apply -`), or the
+--output-file does; errors, warnings, progress and any note that would spoil
+the product (the summary after a diff) go to stderr.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
+import json
 import os
 import shlex
 import shutil
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import click
 
-from codemod.config import ConfigError, Settings, load_settings, parse_codes
-from codemod.engine import process_source
-from codemod.files import atomic_write, discover, process_files
+from codemod.cache import FOLDER as CACHE_FOLDER, Cache, project_folder
+from codemod.config import ConfigError, Settings, load_settings, parse_codes, suggest
+from codemod.console import Output, interrupt_flag, use_color
+from codemod.files import atomic_write, discover
+from codemod.progress import Progress
 from codemod.result import FileResult
-from codemod.report.as_json import render_json, rules_json
 from codemod.report.diff import colorize, unified_diff
-from codemod.report.html import render_html
-from codemod.report.markdown import render_markdown
-from codemod.report.review import VerifyError, load_verify
-from codemod.report.sarif import render_sarif
 from codemod.report.summary import Summary
-from codemod.report.text import apply_report, check_report, explain as explain_text, finding_line, rules_table
+from codemod.report.text import (
+    apply_report, check_report, explain as explain_text, finding_line, interrupted_report, rules_table, statistics,
+    statistics_table,
+)
 from codemod.rule import Level, Rule
-from codemod.rules import ALL_RULES, RULES_BY_CODE
+from codemod.rules import ALL_RULES
+from codemod.runner import Run, run as run_files
+from codemod.worker import DeepThread, deep_recursion
 
-EXIT_OK, EXIT_PENDING, EXIT_ERROR = 0, 1, 2
-PROGRESS_MIN_FILES = 20  # fewer files finish before a bar would tell anything
+EXIT_OK, EXIT_PENDING, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 STDIN = "-"
 
 EXIT_STATUS_APPLY = """\b
 Exit status:
-  0  done; without --dry-run, changed files were written
-  1  --dry-run only: some file would change
-  2  error: a file could not be read or parsed, or a bad option or configuration"""
+  0    done; without --dry-run, changed files were written
+  1    --dry-run/--diff only: some file would change (0 with --exit-zero)
+  2    error: a file could not be read, parsed or written, or a bad option or configuration
+  130  interrupted (Ctrl-C): the files rewritten until then are listed, no other was touched"""
 
 EXIT_STATUS_CHECK = """\b
 Exit status:
-  0  nothing to fix at the chosen level (higher-level and report-only findings do not count)
-  1  fixes are pending at the chosen level
-  2  error: a file could not be read or parsed, or a bad option or configuration"""
+  0    nothing to fix at the chosen level (higher-level and report-only findings do not count)
+  1    fixes are pending at the chosen level (0 with --exit-zero)
+  2    error: a file could not be read or parsed, or a bad option or configuration
+  130  interrupted (Ctrl-C)"""
 
 
 class Failure(click.ClickException):
@@ -58,39 +61,45 @@ class Failure(click.ClickException):
     exit_code = EXIT_ERROR
 
 
+class _Group(click.Group):
+    """Ctrl-C outside a run (where it is a flag the run looks at) ends the
+    command with status 130, not click's "Aborted!" and status 1, which
+    `check` uses for pending fixes."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+
+
+def _known() -> dict[str, str]:
+    """Code -> name of every rule in the catalogue."""
+    return {rule.CODE: rule.NAME for rule in ALL_RULES}
+
+
 def _codes_option(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
     try:
-        codes = parse_codes(value)
+        return parse_codes(value, _known())
     except ConfigError as error:
         raise click.BadParameter(str(error)) from None
-    for code in codes:
-        if code != "ALL" and not any(rule.CODE.startswith(code) for rule in ALL_RULES):
-            raise click.BadParameter(f"{code} matches no rule. {_suggest(code)}")
-    return codes
 
 
 def _suggest(text: str) -> str:
-    """Codes (or names) close to `text`, or where to find them all."""
-    text = text.upper()
-    names = {rule.NAME.upper(): rule.CODE for rule in ALL_RULES}
-    close = [code for code in RULES_BY_CODE if code.startswith(text)] or list(dict.fromkeys(
-        difflib.get_close_matches(text, RULES_BY_CODE, n=3, cutoff=0.6)
-        + [names[name] for name in difflib.get_close_matches(text, names, n=3, cutoff=0.6)]))
-    if close:
-        return f"Did you mean {', '.join(close)}? `perfmod rules` lists every rule."
-    return f"Known codes: {', '.join(RULES_BY_CODE)}; `perfmod rules` lists them with their names."
+    return suggest(text, _known())
 
 
 TEXT_FORMATS = click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif"]), default="text",
-                            show_default=True, help="text for people; json or sarif for tools (on stdout).")
+                            show_default=True, help="text for people; json or sarif for tools.")
 
 
 def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) -> Callable:
     """The options `apply`, `check` and `report` share; `report` has its own --format."""
     options = [
-        click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True)),
+        click.argument("paths", nargs=-1, type=click.Path(path_type=Path, allow_dash=True)),
         click.option("--level", type=click.Choice([level.label for level in Level], case_sensitive=False),
                      help="Highest level of fix to apply: safe (bit-identical results, the default), "
                           "numeric (results within tolerance) or unsafe (review the diff). "
@@ -109,25 +118,63 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
         click.option("--stdin-filename", metavar="PATH",
                      help="With PATH `-`: the file name the source stands for, for configuration "
                           "(per-file-ignores) and messages."),
+        click.option("--respect-gitignore/--no-respect-gitignore", default=None,
+                     help="Skip files that .gitignore files ignore when walking folders (default: on; "
+                          "`respect-gitignore` in [tool.perfmod])."),
+        click.option("--force-exclude/--no-force-exclude", default=None,
+                     help="Apply `exclude` to files named on the command line too, as pre-commit names "
+                          "them (default: off; the pre-commit hooks turn it on)."),
+        click.option("--no-cache", is_flag=True,
+                     help=f"Neither read nor write the result cache ({CACHE_FOLDER}/ at the project root)."),
+        click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="PERFMOD_CACHE_DIR",
+                     help=f"Folder of the result cache (default: {CACHE_FOLDER}/ beside the pyproject.toml, "
+                          "else in the working folder; env PERFMOD_CACHE_DIR)."),
+        click.option("-q", "--quiet", is_flag=True,
+                     help="Print findings, diffs and errors only: no summary, warnings, notes or progress."),
     ]
     for option in reversed(options):
         command = option(command)
     return command
 
 
+def gate_options(command: Callable) -> Callable:
+    """The options of the commands that gate CI: `check` and `apply`."""
+    options = [
+        click.option("--statistics", is_flag=True,
+                     help="Count the findings per rule (instead of listing them, for check)."),
+        click.option("--exit-zero", is_flag=True,
+                     help="Exit 0 even when fixes are pending (errors still exit 2)."),
+        click.option("-o", "--output-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Write what goes to stdout (findings, diff, JSON, SARIF) to this file instead, atomically."),
+        click.option("--color/--no-color", default=None,
+                     help="Colour findings and diffs. Default: on a terminal, unless NO_COLOR is set; "
+                          "FORCE_COLOR turns it on."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _paths(paths: Sequence[Path]) -> tuple[Path, ...]:
+    """`.` when no path is given, as ruff does."""
+    return tuple(paths) or (Path("."),)
+
+
 def _settings(paths: Sequence[Path], config: Path | None, level: str | None, select: tuple[str, ...] | None,
-              ignore: tuple[str, ...] | None, stdin_filename: str | None) -> Settings:
+              ignore: tuple[str, ...] | None, stdin_filename: str | None, respect_gitignore: bool | None = None,
+              force_exclude: bool | None = None) -> Settings:
     named = [path for path in paths if str(path) != STDIN]
     start = Path(stdin_filename) if stdin_filename else named[0] if named else None
     try:
-        settings = load_settings(start, config)
+        settings = load_settings(start, config, known=_known())
     except ConfigError as error:
         raise Failure(str(error)) from None
     if select is not None:  # as in ruff: a selection on the command line starts afresh
         settings = settings.with_overrides(select=select, ignore=ignore or ())
     elif ignore is not None:
         settings = settings.with_overrides(ignore=settings.ignore + ignore)
-    return settings.with_overrides(level=Level.parse(level) if level else None)
+    return settings.with_overrides(level=Level.parse(level) if level else None, respect_gitignore=respect_gitignore,
+                                   force_exclude=force_exclude)
 
 
 def _is_stdin(paths: Sequence[Path]) -> bool:
@@ -138,27 +185,52 @@ def _is_stdin(paths: Sequence[Path]) -> bool:
     return True
 
 
-def _read_stdin(settings: Settings, stdin_filename: str | None) -> FileResult:
+def _read_stdin(settings: Settings, stdin_filename: str | None, quiet: bool) -> FileResult:
     data = sys.stdin.buffer.read()
-    return process_source(data, stdin_filename or STDIN, settings)
+    with deep_recursion():
+        thread = DeepThread(data, stdin_filename or STDIN, settings, tuple(_known()))
+        thread.start()
+        thread.join()
+    outcome = thread.outcome()
+    _print_notes(outcome.warnings + ([outcome.note] if outcome.note else []), quiet)
+    return outcome.result
 
 
-def _process(paths: Sequence[Path], settings: Settings, write: bool, jobs: int, label: str) -> list[FileResult]:
-    files = list(discover(paths, settings))
-    if not files:
-        click.echo("warning: no Python files found under the given paths", err=True)
-    with _progress(len(files), label) as advance:
-        return process_files(files, settings, write, jobs=jobs or os.cpu_count() or 1, on_result=advance)
+def _process(paths: Sequence[Path], settings: Settings, *, write: bool, jobs: int, label: str, quiet: bool,
+             no_cache: bool, cache_dir: Path | None, cache_read_only: bool = False) -> Run:
+    """Discover, analyse (and with `write`, rewrite) the files; warnings and notes
+    go to stderr here, errors are left to the caller."""
+    with interrupt_flag() as stop:
+        files = []
+        for file in discover(paths, settings):
+            files.append(file)
+            if stop.is_set():
+                return Run(total=len(files), interrupted=True)
+        if not files and not quiet:
+            click.echo("warning: no Python files found under the given paths", err=True)
+        folder = cache_dir or project_folder(settings) / CACHE_FOLDER
+        cache = None if no_cache else _open_cache(folder, settings, quiet, cache_read_only)
+        with Progress.on_terminal(len(files), label, sys.stderr, quiet) as progress:
+            run = run_files(files, settings, write=write, known=tuple(_known()), jobs=jobs or os.cpu_count() or 1,
+                            cache=cache, on_done=progress.advance, stop=stop)
+    _print_notes(run.warnings + run.notes, quiet)
+    return run
 
 
-@contextmanager
-def _progress(count: int, label: str) -> Iterator[Callable[[FileResult], None] | None]:
-    """A progress bar on stderr for a many-file run on a terminal; none when piped."""
-    if count <= PROGRESS_MIN_FILES or not sys.stderr.isatty():
-        yield None
-        return
-    with click.progressbar(length=count, label=label, file=sys.stderr) as bar:
-        yield lambda result: bar.update(1)
+def _open_cache(folder: Path, settings: Settings, quiet: bool, read_only: bool) -> Cache | None:
+    try:
+        return Cache.open(folder, settings, ALL_RULES, read_only=read_only)
+    except OSError as error:
+        if not quiet:
+            click.echo(f"warning: cannot use the cache in {folder} ({error.strerror or error}); running without "
+                       "it (--no-cache, or --cache-dir elsewhere, silences this)", err=True)
+        return None
+
+
+def _print_notes(lines: Sequence[str], quiet: bool) -> None:
+    if not quiet:
+        for line in lines:
+            click.echo(line, err=True)
 
 
 def _report_errors(results: Sequence[FileResult]) -> None:
@@ -167,42 +239,64 @@ def _report_errors(results: Sequence[FileResult]) -> None:
             click.echo(result.error, err=True)
 
 
-def _machine_report(results: Sequence[FileResult], output_format: str, settings: Settings) -> str:
+def _machine_report(results: Sequence[FileResult], output_format: str, settings: Settings,
+                    with_statistics: bool = False) -> str:
+    if with_statistics:
+        return json.dumps(statistics([f for r in results for f in r.findings]), indent=2)
     if output_format == "json":
+        from codemod.report.as_json import render_json
+
         return render_json(results, settings.level)
+    from codemod.report.sarif import render_sarif
+
     return render_sarif(results, ALL_RULES, settings.level)
 
 
-def _exit(ctx: click.Context, results: Sequence[FileResult], pending_fails: bool) -> None:
+def _exit_status(results: Sequence[FileResult], pending_fails: bool) -> int:
     if any(result.error for result in results):
-        ctx.exit(EXIT_ERROR)
+        return EXIT_ERROR
     if pending_fails and any(result.changed for result in results):
-        ctx.exit(EXIT_PENDING)
-    ctx.exit(EXIT_OK)
+        return EXIT_PENDING
+    return EXIT_OK
 
 
-def _use_color(flag: bool | None) -> bool:
-    """--color/--no-color if given, else colour only on a terminal and without NO_COLOR (no-color.org)."""
-    if flag is not None:
-        return flag
-    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+def _interrupted(ctx: click.Context, run: Run, write: bool) -> None:
+    click.echo(interrupted_report(run.written, len(run.results), run.total, write), err=True)
+    ctx.exit(EXIT_INTERRUPTED)
+
+
+def _close(output: Output) -> None:
+    try:
+        output.close()
+    except OSError as error:
+        raise Failure(f"cannot write --output-file {output.file}: {error.strerror or error}") from None
+
+
+def _check_statistics_format(statistics_flag: bool, output_format: str) -> None:
+    if statistics_flag and output_format == "sarif":
+        raise click.UsageError("--statistics is text or json; SARIF has no place for it")
 
 
 # -- commands -----------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="""\b
 Examples:
-  perfmod apply train.py --dry-run     show the diff, write nothing
-  perfmod apply train.py               rewrite in place (atomic)
-  perfmod check src/                   CI and pre-commit: exit 1 when fixes are pending
+  perfmod check                        every Python file under the working folder (CI, pre-commit)
+  perfmod apply train.py --dry-run     show the diff, write nothing (also: --diff)
+  perfmod apply train.py               rewrite in place (atomic; also: check --fix)
   perfmod rules                        the catalogue
   perfmod explain PM101                one rule's docs and examples
   perfmod verify train.py -- ARGS      run before and after; compare losses and speed
   perfmod report src/ -o review.html   a page to review every change with its reason
 
-Settings come from [tool.perfmod] in the nearest pyproject.toml; options override them.""")
+\b
+Exit status of check and apply: 0 clean or done, 1 fixes pending (check,
+--dry-run), 2 error, 130 interrupted; each command's --help has the details.
+
+Settings come from [tool.perfmod] in the nearest pyproject.toml; options override them.
+Results are cached in .perfmod_cache/ at the project root (--no-cache).""")
 @click.version_option(package_name="perfmod", prog_name="perfmod")
 def main() -> None:
     """perfmod: rewrite slow PyTorch training code into fast code, as a reviewable diff.
@@ -215,110 +309,173 @@ def main() -> None:
 
 @main.command(epilog=f"""\b
 Examples:
-  perfmod apply train.py --dry-run              show the diff, write nothing
-  perfmod apply src/                            rewrite every .py file under src/
+  perfmod apply train.py --dry-run              show the diff, write nothing (--diff is the same)
+  perfmod apply                                 rewrite every .py file under the working folder
   perfmod apply src/ --level numeric -j 0       numeric fixes too, one process per CPU
   perfmod apply src/ --select PM1 --ignore PM103
   perfmod apply - --stdin-filename train.py < train.py > fast.py
 
 Fixes that need a higher level than the chosen one, and findings without a
-fix, are listed after the summary.
+fix, are listed after the summary. A file is written only if it still holds
+what perfmod read (an edit made meanwhile is kept and reported); read-only
+files are refused; owner, group and mode are kept; hard-linked files are
+written in place. Ctrl-C stops within a second: the file being written is
+finished, no other is started.
 
 {EXIT_STATUS_APPLY}""")
 @analysis_options
+@gate_options
 @click.option("--dry-run", is_flag=True, help="Print a unified diff instead of writing; exit 1 if a file would change.")
-@click.option("--color/--no-color", default=None,
-              help="Colour the diff. Default: on a terminal, unless NO_COLOR is set.")
+@click.option("--diff", is_flag=True, help="The same as --dry-run, as in ruff.")
 @click.pass_context
-def apply(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, dry_run, color):
-    """Rewrite PATHs (files or folders) in place, atomically.
+def apply(ctx, dry_run, diff, **options):
+    """Rewrite PATHs (files or folders; default `.`) in place, atomically.
 
     PATH `-` reads a source from stdin and writes the result to stdout (the
     diff with --dry-run), the report to stderr: for editors.
     """
-    settings = _settings(paths, config, level, select, ignore, stdin_filename)
-    use_color = _use_color(color)
+    _apply(ctx, dry_run=dry_run or diff, **options)
+
+
+def _apply(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, respect_gitignore,
+           force_exclude, no_cache, cache_dir, quiet, statistics, exit_zero, output_file, color, dry_run):
+    _check_statistics_format(statistics, output_format)
+    paths = _paths(paths)
+    settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
+    output = Output(output_file)
+    colour = not output.to_file and use_color(color)
     if _is_stdin(paths):
-        results = [_read_stdin(settings, stdin_filename)]
-        _print_stdin_apply(results[0], settings, output_format, dry_run, use_color)
+        results = [_read_stdin(settings, stdin_filename, quiet)]
+        _print_stdin_apply(results[0], settings, output_format, dry_run, colour, output, quiet)
     else:
-        results = _process(paths, settings, write=not dry_run, jobs=jobs, label="perfmod apply")
-        _print_apply(results, settings, output_format, dry_run, use_color)
-    _exit(ctx, results, pending_fails=dry_run)
+        run = _process(paths, settings, write=not dry_run, jobs=jobs, label="perfmod apply", quiet=quiet,
+                       no_cache=no_cache, cache_dir=cache_dir)
+        if run.interrupted:
+            _interrupted(ctx, run, write=not dry_run)
+        results = run.results
+        _print_apply(results, settings, output_format, dry_run, colour, output, quiet, statistics, len(run.notes))
+    _close(output)
+    status = _exit_status(results, pending_fails=dry_run)
+    ctx.exit(EXIT_OK if exit_zero and status == EXIT_PENDING else status)
 
 
-def _print_diffs(results: Sequence[FileResult], use_color: bool) -> None:
+def _print_diffs(results: Sequence[FileResult], colour: bool, output: Output) -> None:
     for result in results:
-        if result.changed:
+        if result.changed and result.error is None:
             diff = unified_diff(result.path, result.source, result.new_source)
-            click.echo(colorize(diff) if use_color else diff, nl=False, color=use_color)
+            output.text(colorize(diff) if colour else diff, nl=False, color=colour)
 
 
 def _print_apply(results: Sequence[FileResult], settings: Settings, output_format: str, dry_run: bool,
-                 use_color: bool) -> None:
+                 colour: bool, output: Output, quiet: bool, with_statistics: bool, skipped: int) -> None:
+    findings = [f for r in results for f in r.findings]
     if output_format != "text":
-        click.echo(_machine_report(results, output_format, settings))
+        output.text(_machine_report(results, output_format, settings, with_statistics))
         _report_errors(results)
-    elif dry_run:  # the diff alone on stdout, so that it can go to `git apply`
-        _print_diffs(results, use_color)
+        return
+    if dry_run:  # the diff alone on stdout, so that it can go to `git apply`
+        _print_diffs(results, colour, output)
         _report_errors(results)
-        click.echo(apply_report(results, settings.level, dry_run=True), err=True)
-    else:
-        _report_errors(results)
-        click.echo(apply_report(results, settings.level, dry_run=False))
+        if not quiet:
+            click.echo(apply_report(results, settings.level, dry_run=True, skipped=skipped), err=True)
+            if with_statistics:
+                click.echo("\n".join(statistics_table(findings)), err=True)
+        return
+    _report_errors(results)
+    if not quiet:
+        output.text(apply_report(results, settings.level, dry_run=False, skipped=skipped))
+    if with_statistics and findings:
+        output.text("\n".join(statistics_table(findings)))
 
 
 def _print_stdin_apply(result: FileResult, settings: Settings, output_format: str, dry_run: bool,
-                       use_color: bool) -> None:
+                       colour: bool, output: Output, quiet: bool) -> None:
     if dry_run:
-        _print_diffs([result], use_color)
+        _print_diffs([result], colour, output)
     else:  # an editor replaces its buffer with this: on an error, the source as it came
-        sys.stdout.buffer.write(result.new_source if result.error is None else result.source)
-        sys.stdout.buffer.flush()
+        output.binary(result.new_source if result.error is None else result.source)
     _report_errors([result])
     if output_format == "text":
-        for finding in result.findings:
-            click.echo(finding_line(finding), err=True)
+        if not quiet:
+            for finding in result.findings:
+                click.echo(finding_line(finding), err=True)
     else:
         click.echo(_machine_report([result], output_format, settings), err=True)
 
 
 @main.command(epilog=f"""\b
 Examples:
-  perfmod check src/
+  perfmod check                                 every Python file under the working folder
   perfmod check src/ --level numeric
-  perfmod check src/ --format sarif > perfmod.sarif
+  perfmod check src/ --format sarif -o perfmod.sarif
+  perfmod check --statistics                    findings counted per rule
+  perfmod check --fix                           the same as `perfmod apply`
+  perfmod check --diff                          the same as `perfmod apply --dry-run`
   perfmod check - --stdin-filename train.py < train.py
 
 Findings read `path:line:col: CODE [*] message`; [*] marks a fix that applies
-at the chosen level (`perfmod apply` makes it).
+at the chosen level (`perfmod apply` or `check --fix` makes it). Results are
+cached by file content, settings and perfmod version, so a re-run only
+processes changed files (--no-cache to turn that off).
 
 {EXIT_STATUS_CHECK}""")
 @analysis_options
+@gate_options
+@click.option("--fix", is_flag=True, help="Apply the fixes: the same as `perfmod apply` (exit status as apply's).")
+@click.option("--diff", is_flag=True, help="Print the fixes as a diff, write nothing: `perfmod apply --dry-run`.")
 @click.pass_context
-def check(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename):
-    """Report what `perfmod apply` would change in PATHs; never writes."""
-    settings = _settings(paths, config, level, select, ignore, stdin_filename)
+def check(ctx, fix, diff, **options):
+    """Report what `perfmod apply` would change in PATHs (default `.`); never writes."""
+    if fix or diff:
+        _apply(ctx, dry_run=diff, **options)
+    else:
+        _check(ctx, **options)
+
+
+def _check(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, respect_gitignore,
+           force_exclude, no_cache, cache_dir, quiet, statistics, exit_zero, output_file, color):
+    _check_statistics_format(statistics, output_format)
+    paths = _paths(paths)
+    settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
+    output = Output(output_file)
+    colour = not output.to_file and use_color(color)
+    skipped = 0
     if _is_stdin(paths):
-        results = [_read_stdin(settings, stdin_filename)]
+        results = [_read_stdin(settings, stdin_filename, quiet)]
     else:
-        results = _process(paths, settings, write=False, jobs=jobs, label="perfmod check")
+        run = _process(paths, settings, write=False, jobs=jobs, label="perfmod check", quiet=quiet,
+                       no_cache=no_cache, cache_dir=cache_dir)
+        if run.interrupted:
+            _interrupted(ctx, run, write=False)
+        results, skipped = run.results, len(run.notes)
     _report_errors(results)
-    if output_format == "text":
-        click.echo(check_report(results, settings.level))
+    findings = [f for r in results for f in r.findings]
+    if output_format != "text":
+        output.text(_machine_report(results, output_format, settings, statistics))
+    elif quiet:
+        for line in statistics_table(findings) if statistics else [finding_line(f, color=colour) for f in findings]:
+            output.text(line, color=colour)
     else:
-        click.echo(_machine_report(results, output_format, settings))
-    _exit(ctx, results, pending_fails=True)
+        if statistics and findings:
+            output.text("\n".join(statistics_table(findings)))
+        output.text(check_report(results, settings.level, skipped=skipped, findings=not statistics, color=colour),
+                    color=colour)
+    _close(output)
+    status = _exit_status(results, pending_fails=True)
+    ctx.exit(EXIT_OK if exit_zero and status == EXIT_PENDING else status)
 
 
 @main.command(epilog="""\b
 Examples:
   perfmod rules
   perfmod rules --format json""")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: a table (summaries wrapped to the terminal, never cut); json: every field of every rule.")
 def rules(output_format):
     """List the catalogue: code, name, level and what each rule does."""
     if output_format == "json":
+        from codemod.report.as_json import rules_json
+
         click.echo(rules_json(ALL_RULES))
         return
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
@@ -456,9 +613,10 @@ def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol,
 
 EXIT_STATUS_REPORT = """\b
 Exit status:
-  0  the report was written (pending fixes do not count: `check` is the gate)
-  2  error: a file could not be read or parsed (it is in the report too, and on
-     stderr), a bad option, configuration or --verify-json, or -o could not be written"""
+  0    the report was written (pending fixes do not count: `check` is the gate)
+  2    error: a file could not be read or parsed (it is in the report too, and on
+       stderr), a bad option, configuration or --verify-json, or -o could not be written
+  130  interrupted (Ctrl-C): nothing was written"""
 
 REPORT_FORMATS = click.option("--format", "output_format", type=click.Choice(["html", "markdown"]), default="html",
                               show_default=True,
@@ -471,7 +629,8 @@ Examples:
   perfmod report train.py --level numeric -o review.html --verify-json verify.json
   perfmod report src/ --format markdown > comment.md
 
-The sources are never modified; only the -o file is written (atomically).
+The sources are never modified; only the -o file is written (atomically). Results
+that `check` cached are used; `report` itself adds nothing to the cache.
 
 {EXIT_STATUS_REPORT}""")
 @functools.partial(analysis_options, format_option=REPORT_FORMATS)
@@ -480,10 +639,17 @@ The sources are never modified; only the -o file is written (atomically).
 @click.option("--verify-json", type=click.Path(dir_okay=False, path_type=Path),
               help="A `perfmod verify --format json` result to show with the changes.")
 @click.pass_context
-def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, output, verify_json):
-    """Render a review of what `perfmod apply` would change in PATHs: per file the
-    diff, each change annotated with its rule, level, reason and expected gain."""
-    settings = _settings(paths, config, level, select, ignore, stdin_filename)
+def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, respect_gitignore,
+           force_exclude, no_cache, cache_dir, quiet, output, verify_json):
+    """Render a review of what `perfmod apply` would change in PATHs (default `.`): per
+    file the diff, each change annotated with its rule, level, reason and expected gain."""
+    # The page renderers (jinja2) load only for `report`: `check` in a pre-commit hook stays light.
+    from codemod.report.html import render_html
+    from codemod.report.markdown import render_markdown
+    from codemod.report.review import VerifyError, load_verify
+
+    paths = _paths(paths)
+    settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
     if output is None and output_format == "html":
         raise click.UsageError("the HTML page goes to a file: pass -o FILE.html (or -o - for stdout)")
     try:
@@ -491,9 +657,13 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
     except VerifyError as error:
         raise Failure(str(error)) from None
     if _is_stdin(paths):
-        results = [_read_stdin(settings, stdin_filename)]
+        results = [_read_stdin(settings, stdin_filename, quiet)]
     else:
-        results = _process(paths, settings, write=False, jobs=jobs, label="perfmod report")
+        run = _process(paths, settings, write=False, jobs=jobs, label="perfmod report", quiet=quiet,
+                       no_cache=no_cache, cache_dir=cache_dir, cache_read_only=True)
+        if run.interrupted:
+            _interrupted(ctx, run, write=False)
+        results = run.results
     if output is not None and str(output) != STDIN and any(
             os.path.realpath(result.path) == os.path.realpath(output) for result in results):
         raise Failure(f"-o {output} is one of the files to review; `report` never writes a source")
@@ -511,7 +681,8 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
         except OSError as error:
             raise Failure(f"cannot write {output}: {error.strerror or error}") from None
         summary = Summary.of(results)
-        click.echo(f"Wrote {output}: {len(summary.applied)} fixes in {len(summary.changed)} of "
-                   f"{summary.checked} files at level {settings.level.label}.", err=True)
+        if not quiet:
+            click.echo(f"Wrote {output}: {len(summary.applied)} fixes in {len(summary.changed)} of "
+                       f"{summary.checked} files at level {settings.level.label}.", err=True)
     ctx.exit(EXIT_ERROR if any(result.error for result in results) else EXIT_OK)
 

@@ -6,17 +6,25 @@
     ignore = ["PM403"]
     exclude = ["legacy/*", "*_pb2.py"]
     per-file-ignores = { "scripts/*" = ["PM101"] }
+    respect-gitignore = true       # skip what .gitignore files ignore when walking folders
+    force-exclude = false          # apply `exclude` to files named on the command line too
+
+Every value is checked against its expected type; a wrong one is a
+ConfigError whose message names the file, the key and what was expected,
+on one line. Codes are checked against the catalogue when one is given.
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Iterable, Mapping
 
-from codemod.rule import Level
+from codemod.result import Level
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +36,19 @@ class ConfigError(ValueError):
     """A setting that cannot be used; the message says which and why."""
 
 
-KNOWN_KEYS = {"level", "select", "ignore", "exclude", "per-file-ignores", "amp"}
+LEVELS = ", ".join(f'"{level.label}"' for level in Level)
+# key -> what a value must be, as the error message says it
+KNOWN_KEYS = {
+    "level": f"one of {LEVELS}",
+    "select": 'a list of rule codes or prefixes, e.g. ["PM1", "PM401"]',
+    "ignore": 'a list of rule codes or prefixes, e.g. ["PM403"]',
+    "exclude": 'a list of glob patterns, e.g. ["legacy/", "*_pb2.py"]',
+    "per-file-ignores": 'a table of glob pattern = list of codes, e.g. { "scripts/*" = ["PM101"] }',
+    "amp": 'one of "bf16", "fp16"',
+    "respect-gitignore": "true or false",
+    "force-exclude": "true or false",
+}
+CODE_SHAPE = re.compile(r"^(PM\d*|ALL)$")
 
 
 @dataclass(frozen=True)
@@ -40,6 +60,8 @@ class Settings:
     per_file_ignores: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     amp: str = "bf16"  # precision PM301 writes: bf16 (no scaler) or fp16 (GradScaler)
     root: Path | None = None  # folder of the pyproject.toml the settings came from
+    respect_gitignore: bool = True
+    force_exclude: bool = False
 
     def with_overrides(self, **overrides) -> "Settings":
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
@@ -58,6 +80,8 @@ class Settings:
         return True
 
     def excluded(self, path: str | Path) -> bool:
+        if not self.exclude:
+            return False
         relative = self._relative(path)
         return any(_glob(relative, pattern) for pattern in self.exclude)
 
@@ -83,14 +107,19 @@ def _glob(relative: str, pattern: str) -> bool:
     return any(fnmatch.fnmatchcase(c, pattern) for c in candidates)
 
 
+# -- reading ------------------------------------------------------------------------------
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml above `start` that has a [tool.perfmod] table;
     as ruff does, a project file without one does not hide a parent's settings."""
     start = start.absolute()
     for folder in [start, *start.parents] if start.is_dir() else start.parents:
         candidate = folder / "pyproject.toml"
-        if candidate.is_file() and "perfmod" in _read_toml(candidate).get("tool", {}):
-            return candidate
+        if candidate.is_file():
+            tool = _read_toml(candidate).get("tool", {})
+            if isinstance(tool, dict) and "perfmod" in tool:
+                return candidate
     return None
 
 
@@ -98,60 +127,155 @@ def _read_toml(path: Path) -> dict:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read configuration: {error}") from error
+        reason = getattr(error, "strerror", None) or error
+        raise ConfigError(f"{path}: cannot read configuration: {reason}; fix the file or pass --config") from None
 
 
-def load_settings(start: Path | None = None, config_file: Path | None = None) -> Settings:
+def load_settings(start: Path | None = None, config_file: Path | None = None,
+                  known: Mapping[str, str] | None = None) -> Settings:
     """Settings from `config_file`, or the nearest pyproject.toml above `start`
-    with a [tool.perfmod] table; defaults when there is none."""
+    with a [tool.perfmod] table; defaults when there is none. `known` (code ->
+    rule name) makes codes that match no rule an error."""
     path = config_file or find_pyproject(start or Path.cwd())
     if path is None:
         return Settings()
-    table = _read_toml(path).get("tool", {}).get("perfmod")
+    tool = _read_toml(path).get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: `tool` must be a table ([tool.perfmod]), got {_shown(tool)}")
+    table = tool.get("perfmod")
     if table is None:
         return Settings(root=path.parent)
-    return settings_from_table(table, source=str(path), root=path.parent)
+    return settings_from_table(table, source=str(path), root=path.parent, known=known)
 
 
-def settings_from_table(table: Mapping, source: str = "[tool.perfmod]", root: Path | None = None) -> Settings:
-    unknown = set(table) - KNOWN_KEYS
-    if unknown:
-        raise ConfigError(f"{source}: unknown key(s) in [tool.perfmod]: {', '.join(sorted(unknown))}")
-    try:
-        level = Level.parse(table.get("level", "safe"))
-    except ValueError as error:
-        raise ConfigError(f"{source}: {error}") from None
-    amp = table.get("amp", "bf16")
-    if amp not in ("bf16", "fp16"):
-        raise ConfigError(f"{source}: amp must be 'bf16' or 'fp16', not {amp!r}")
+def settings_from_table(table, source: str = "pyproject.toml", root: Path | None = None,
+                        known: Mapping[str, str] | None = None) -> Settings:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [tool.perfmod] must be a table of settings (level = \"safe\", ...), "
+                          f"got {_shown(table)}")
+    for key in table:
+        if key not in KNOWN_KEYS:
+            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"{source}: [tool.perfmod] unknown key {key!r}; {hint}"
+                              f"known keys: {', '.join(KNOWN_KEYS)}")
+    check = _Checker(source, known)
     per_file = table.get("per-file-ignores", {})
+    if not isinstance(per_file, dict):
+        raise check.error("per-file-ignores", per_file)
     return Settings(
-        level=level,
-        select=_codes(table.get("select", ["PM"]), source, "select"),
-        ignore=_codes(table.get("ignore", []), source, "ignore"),
-        exclude=tuple(_strings(table.get("exclude", []), source, "exclude")),
-        per_file_ignores={k: _codes(v, source, f"per-file-ignores.{k}") for k, v in per_file.items()},
-        amp=amp,
+        level=Level.parse(check.choice("level", table.get("level", "safe"), [level.label for level in Level])),
+        select=check.codes("select", table.get("select", ["PM"])),
+        ignore=check.codes("ignore", table.get("ignore", [])),
+        exclude=check.strings("exclude", table.get("exclude", [])),
+        per_file_ignores={pattern: check.codes("ignore", codes, f'per-file-ignores."{pattern}"')
+                          for pattern, codes in per_file.items()},
+        amp=check.choice("amp", table.get("amp", "bf16"), ["bf16", "fp16"]),
+        respect_gitignore=check.boolean("respect-gitignore", table.get("respect-gitignore", True)),
+        force_exclude=check.boolean("force-exclude", table.get("force-exclude", False)),
         root=root,
     )
 
 
-def parse_codes(text: str) -> tuple[str, ...]:
+class _Checker:
+    """Type checks of one table's values, each failing with the file, the key and
+    what was expected."""
+
+    def __init__(self, source: str, known: Mapping[str, str] | None) -> None:
+        self.source, self.known = source, known
+
+    def error(self, key: str, value, detail: str = "", shown_key: str | None = None) -> ConfigError:
+        detail = detail or f"got {_shown(value)}"
+        return ConfigError(f"{self.source}: [tool.perfmod] {shown_key or key}: expected {KNOWN_KEYS[key]}; {detail}")
+
+    def choice(self, key: str, value, choices: list[str]) -> str:
+        if not isinstance(value, str) or value.strip().lower() not in choices:
+            raise self.error(key, value)
+        return value.strip().lower()
+
+    def boolean(self, key: str, value) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(key, value)
+        return value
+
+    def strings(self, key: str, value, shown_key: str | None = None) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self.error(key, value, shown_key=shown_key)
+        return tuple(value)
+
+    def codes(self, key: str, value, shown_key: str | None = None) -> tuple[str, ...]:
+        shown_key = shown_key or key
+        if isinstance(value, str) and value.strip():
+            listed = ", ".join(f'"{code}"' for code in split_codes(value))
+            raise self.error(key, value, f'got the string {_shown(value)}; write a list: [{listed}]', shown_key)
+        codes = self.strings(key, value, shown_key)
+        for code in codes:
+            problem = code_problem(code, self.known)
+            if problem:
+                raise self.error(key, value, problem, shown_key)
+        return tuple(code.strip().upper() for code in codes)
+
+
+def split_codes(text: str) -> list[str]:
+    """`PM101,PM4` or `PM101 PM4` -> the codes, upper case."""
+    return [code.upper() for code in re.split(r"[\s,]+", text.strip()) if code]
+
+
+def code_problem(code: str, known: Mapping[str, str] | None) -> str | None:
+    """Why `code` cannot be used in a selection (None when it can): it is not a
+    code at all, several codes in one string, or (with `known`, code -> name) a
+    code that matches no rule."""
+    text = code.strip().upper()
+    if len(split_codes(text)) > 1:
+        listed = ", ".join(f'"{part}"' for part in split_codes(text))
+        return f"{code!r} holds several codes; give each its own string: [{listed}]"
+    if not CODE_SHAPE.match(text):
+        return f"{code!r} is not a perfmod code (PMnnn, a prefix such as PM1, or ALL)"
+    if known is not None and text != "ALL" and not any(rule.startswith(text) for rule in known):
+        return f"{text} matches no rule. {suggest(text, known)}"
+    return None
+
+
+def parse_codes(text: str, known: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """`PM101,PM4` from the command line."""
-    return _codes([c for c in text.split(",") if c.strip()], "command line", "codes")
-
-
-def _strings(value, source: str, key: str) -> list[str]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{source}: {key} must be a list of strings")
-    return value
-
-
-def _codes(value, source: str, key: str) -> tuple[str, ...]:
-    codes = tuple(c.strip().upper() for c in _strings(value, source, key))
+    codes = split_codes(text)
     for code in codes:
-        if code != "ALL" and not code.startswith("PM"):
-            raise ConfigError(f"{source}: {key}: {code!r} is not a perfmod code (PMnnn, a prefix such as PM1, or ALL)")
-    return codes
+        problem = code_problem(code, known)
+        if problem:
+            raise ConfigError(problem)
+    return tuple(codes)
+
+
+def suggest(text: str, known: Mapping[str, str]) -> str:
+    """Codes (or rule names) close to `text`, or where to find them all; `known` is code -> name."""
+    text = text.upper()
+    names = {name.upper(): code for code, name in known.items()}
+    close = [code for code in known if code.startswith(text)] or sorted(set(
+        difflib.get_close_matches(text, list(known), n=3, cutoff=0.6)
+        + [names[name] for name in difflib.get_close_matches(text, list(names), n=3, cutoff=0.6)]))
+    if close:
+        return f"Did you mean {', '.join(close)}? `perfmod rules` lists every rule."
+    return f"Known codes: {', '.join(known)}; `perfmod rules` lists them with their names."
+
+
+def _shown(value) -> str:
+    """A TOML value as the user wrote it, and its TOML type."""
+    kinds = [(bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+             (list, "an array"), (dict, "a table")]
+    kind = next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
+    text = _toml(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({kind})"
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + " }"
+    return str(value)

@@ -10,7 +10,9 @@ the body is its docstring; tests/test_docs.py fails when a page is stale.
 
 from __future__ import annotations
 
+import re
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Sequence
 
@@ -18,6 +20,10 @@ from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES
 
 DOCS_FOLDER = "docs/rules"  # where the pages live, relative to the repository root
+# Where a rule's page is read outside a checkout (SARIF helpUri, the review page, `explain`):
+# the page as committed at the release tag of the installed perfmod, so a link
+# always shows the docs of the version that reported the finding.
+RULE_PAGE_URL = "https://github.com/perfmod/perfmod/blob/{ref}/docs/rules/{page}"
 INDEX = "README.md"
 DO_NOT_EDIT = "DO NOT EDIT"
 COMMAND = "python -m codemod.docs docs/rules"
@@ -34,8 +40,63 @@ def page_name(rule: type[Rule]) -> str:
 
 
 def page_path(rule: type[Rule]) -> str:
-    """The page's path from the repository root, as links and SARIF name it."""
+    """The page's absolute address, as links, SARIF and `explain` name it."""
+    return RULE_PAGE_URL.format(ref=release_ref(), page=page_name(rule))
+
+
+def page_file(rule: type[Rule]) -> str:
+    """The page's path from the repository root."""
     return f"{DOCS_FOLDER}/{page_name(rule)}"
+
+
+def release_ref() -> str:
+    """The git tag of the installed release (`v0.2.0`); `main` where perfmod runs
+    from a source tree that was never installed."""
+    try:
+        return f"v{version('perfmod')}"
+    except PackageNotFoundError:
+        return "main"
+
+
+SENTENCE_END = re.compile(r"[.!?][)\"'`]*$")
+
+
+def summary(rule: type[Rule]) -> str:
+    """What the rule does, in whole sentences, on one line: the first paragraph
+    under '## What it does', continued past an example (a code block) when the
+    paragraph stops mid-sentence, and closed with a full stop where it ends in a
+    colon that introduces the example."""
+    section = re.search(r"## What it does\s*\n(.*?)(?=\n##|\Z)", rule.docs(), re.S)
+    if section is None:
+        return " ".join(rule.MESSAGE.split())
+    text = ""
+    for paragraph in _prose(section.group(1)):
+        if text:  # a sentence that goes on after the example: up to its first full stop
+            end = re.search(r"[.!?](?=\s+[A-Z(`])", paragraph)
+            text = f"{text} {paragraph[:end.end()] if end else paragraph}"
+        else:
+            text = paragraph
+        if SENTENCE_END.search(text):
+            return text
+        if text.endswith(":"):
+            return text[:-1] + "."
+    return text.rstrip(",;:") + "." if text else " ".join(rule.MESSAGE.split())
+
+
+def _prose(section: str) -> list[str]:
+    """The paragraphs of a markdown section that are text, each on one line;
+    fenced and indented code blocks left out."""
+    paragraphs, fenced = [], False
+    for block in re.split(r"\n\s*\n", section.strip("\n")):
+        lines = block.splitlines()
+        fences = sum(1 for line in lines if line.lstrip().startswith("```"))
+        if fenced or (lines and lines[0].lstrip().startswith("```")):
+            fenced = fenced != (fences % 2 == 1)
+            continue
+        if lines and all(line.startswith(("    ", "\t")) or not line.strip() for line in lines):
+            continue
+        paragraphs.append(" ".join(block.split()))
+    return paragraphs
 
 
 def source_path(rule: type[Rule]) -> str:
@@ -86,7 +147,7 @@ def rule_page(rule: type[Rule]) -> str:
 def index_page(rules: Sequence[type[Rule]]) -> str:
     rows = [
         f"| {rule.CODE} | [{rule.NAME}]({page_name(rule)}) | {level_label(rule)} | "
-        f"{fix_availability(rule)} | {_cell(rule.summary())} |"
+        f"{fix_availability(rule)} | {_cell(summary(rule))} |"
         for rule in rules
     ]
     return "\n".join(

@@ -5,8 +5,9 @@ import os
 import pty
 import select
 import subprocess
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
 
+import click
 import pytest
 
 from codemod.cli import main
@@ -46,7 +47,7 @@ def test_dry_run_prints_the_diff_writes_nothing_and_exits_1(tmp_path):
     assert result.stdout == DIFF  # the diff alone, ready for `git apply`
     assert "Would apply 1 fix to 1 file (1 file checked)" in result.stderr
     assert script.read_text() == FIXABLE and script.stat().st_mtime_ns == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".perfmod_cache", "t.py"]  # the cache, nothing else
 
 
 def test_dry_run_with_nothing_to_change_exits_0(tmp_path):
@@ -270,7 +271,8 @@ def test_sarif_schema(tmp_path):
     assert [r["id"] for r in rules] == [r.CODE for r in ALL_RULES]
     pm101 = rules[0]
     assert pm101["name"] == "blocking-host-to-device-copy"
-    assert pm101["helpUri"] == "docs/rules/blocking-host-to-device-copy.md"
+    assert pm101["helpUri"] == (f"https://github.com/perfmod/perfmod/blob/v{version('perfmod')}"
+                                "/docs/rules/blocking-host-to-device-copy.md")
     assert "## What it does" in pm101["help"]["markdown"]
     warning, note = run["results"]
     assert warning["ruleId"] == "PM101" and warning["level"] == "warning"
@@ -373,16 +375,37 @@ def test_every_command_has_examples_in_its_help(command):
 @pytest.mark.parametrize("command", ["apply", "check"])
 def test_help_documents_the_exit_codes(command):
     text = perfmod(command, "--help").stdout
-    assert "Exit status:" in text and all(f"  {code}  " in text for code in (0, 1, 2))
+    assert "Exit status:" in text and all(f"  {code}  " in text for code in (0, 1, 2, 130))
 
 
-def test_version():
-    assert perfmod("--version").stdout == "perfmod, version 0.1.0\n"
+@pytest.mark.parametrize("command", ["apply", "check", "report", "rules", "verify"])
+def test_every_option_has_help(command):
+    """Each option's --help line says what it does (click shows options without help as bare flags)."""
+    group = main.commands[command]
+    for param in group.params:
+        if isinstance(param, click.Option) and not param.hidden:
+            assert param.help, f"{command} {param.opts} has no help"
+    text = perfmod(command, "--help").stdout
+    for param in group.params:
+        if isinstance(param, click.Option):
+            assert param.opts[-1] in text
 
 
-def test_console_script_is_the_click_group():
+def test_version_is_the_one_in_pyproject():
+    import re
+
+    from tests.cli_support import REPO
+
+    declared = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert perfmod("--version").stdout == f"perfmod, version {declared}\n"
+
+
+def test_console_script_runs_the_click_group(monkeypatch):
     script, = entry_points(group="console_scripts", name="perfmod")
-    assert script.load() is main
+    called = []
+    monkeypatch.setattr("codemod.cli.main", lambda: called.append(True))
+    script.load()()
+    assert called == [True]
 
 
 # -- real processes: terminals and pipes ----------------------------------------------------

@@ -118,19 +118,83 @@ def test_ignore_option_adds_to_the_configured_ignore(tmp_path):
     assert codes("t.py", "--ignore", "pm991") == ["PM101", "PM993"]
 
 
+EXPECT_LEVEL = 'level: expected one of "safe", "numeric", "unsafe"'
+EXPECT_CODES = "select: expected a list of rule codes or prefixes"
+
+
 @pytest.mark.parametrize("table, message", [
-    ('level = "reckless"\n', "unknown level 'reckless'"),
-    ('colour = "red"\n', "unknown key(s) in [tool.perfmod]: colour"),
-    ('select = ["E501"]\n', "select: 'E501' is not a perfmod code"),
-    ("select = PM101\n", "cannot read configuration"),
+    ("level = 3\n", f"{EXPECT_LEVEL}; got 3 (an integer)"),
+    ('level = ["safe"]\n', f'{EXPECT_LEVEL}; got ["safe"] (an array)'),
+    ('level = "reckless"\n', f'{EXPECT_LEVEL}; got "reckless" (a string)'),
+    ('select = "PM101,PM993"\n', f'{EXPECT_CODES}, e.g. ["PM1", "PM401"]; got the string "PM101,PM993" (a string); '
+                                 'write a list: ["PM101", "PM993"]'),
+    ('select = ["PM101,PM993"]\n', "'PM101,PM993' holds several codes; give each its own string: [\"PM101\", \"PM993\"]"),
+    ('select = ["PM999"]\n', "PM999 matches no rule. Did you mean PM991, PM992, PM993?"),
+    ('select = ["E501"]\n', "'E501' is not a perfmod code (PMnnn, a prefix such as PM1, or ALL)"),
+    ("select = [101]\n", f"{EXPECT_CODES}, e.g. [\"PM1\", \"PM401\"]; got [101] (an array)"),
+    ("select = PM101\n", "cannot read configuration: Invalid value"),
+    ('ignore = "PM101"\n', 'ignore: expected a list of rule codes or prefixes, e.g. ["PM403"]; got the string'),
+    ('ignore = ["PM1011"]\n', "ignore: expected a list of rule codes or prefixes, e.g. [\"PM403\"]; PM1011 matches no rule. "
+                              "Did you mean PM101?"),
+    ('exclude = "legacy"\n', 'exclude: expected a list of glob patterns, e.g. ["legacy/", "*_pb2.py"]; got "legacy" (a string)'),
+    ("exclude = [1, 2]\n", "exclude: expected a list of glob patterns"),
+    ('per-file-ignores = ["x"]\n', 'per-file-ignores: expected a table of glob pattern = list of codes, '
+                                   'e.g. { "scripts/*" = ["PM101"] }; got ["x"] (an array)'),
+    ('per-file-ignores = { "a/*" = "PM101" }\n', 'per-file-ignores."a/*": expected a list of rule codes or prefixes'),
+    ('per-file-ignores = { "a/*" = ["PM99x"] }\n', "per-file-ignores.\"a/*\": expected a list of rule codes or prefixes, "
+                                                 "e.g. [\"PM403\"]; 'PM99x' is not a perfmod code"),
+    ("amp = 16\n", 'amp: expected one of "bf16", "fp16"; got 16 (an integer)'),
+    ('respect-gitignore = "yes"\n', 'respect-gitignore: expected true or false; got "yes" (a string)'),
+    ("force-exclude = 1\n", "force-exclude: expected true or false; got 1 (an integer)"),
+    ('selct = ["PM1"]\n', "unknown key 'selct'; did you mean 'select'? known keys: level, select, ignore,"),
 ])
-def test_a_bad_configuration_exits_2_with_the_reason(tmp_path, table, message):
+def test_a_bad_configuration_exits_2_with_one_line_naming_the_file_key_and_expectation(tmp_path, table, message):
     project(tmp_path, table)
     for command in ("check", "apply"):
         result = perfmod(command, "t.py")
-        assert result.exit_code == 2
-        assert message in result.stderr and str(tmp_path / "pyproject.toml") in result.stderr
+        assert result.exit_code == 2, result.stderr
+        assert result.stdout == ""
+        line, = result.stderr.splitlines()  # one line, no traceback
+        assert line.startswith(f"Error: {tmp_path / 'pyproject.toml'}: "), line
+        assert message in line, line
     assert (tmp_path / "t.py").read_text() == SCRIPT
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[tool]\nperfmod = 3\n", "[tool.perfmod] must be a table of settings (level = \"safe\", ...), got 3 (an integer)"),
+    ('[tool]\nperfmod = "safe"\n', '[tool.perfmod] must be a table of settings (level = "safe", ...), '
+                                   'got "safe" (a string)'),
+    ("tool = 3\n", "`tool` must be a table ([tool.perfmod]), got 3 (an integer)"),
+])
+def test_a_perfmod_table_of_the_wrong_type_exits_2(tmp_path, text, message):
+    write(tmp_path / "pyproject.toml", text)
+    write(tmp_path / "t.py", SCRIPT)
+    args = ("--config", tmp_path / "pyproject.toml") if text.startswith("tool") else ()
+    result = perfmod("check", "t.py", *args)
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {tmp_path / 'pyproject.toml'}: {message}\n"
+
+
+def test_a_pyproject_whose_tool_is_no_table_does_not_hide_the_parents(tmp_path):
+    project(tmp_path, 'select = ["PM993"]\n', files=("inner/t.py",))
+    write(tmp_path / "inner" / "pyproject.toml", "tool = 3\n")
+    assert codes("inner/t.py") == ["PM993"]
+
+
+def test_unknown_codes_in_the_real_catalogue_are_rejected_too(tmp_path, monkeypatch):
+    """Without the test catalogue: PM999 is no rule of perfmod's either."""
+    from codemod import rules
+
+    monkeypatch.setattr("tests.cli_support.ALL_RULES", rules.ALL_RULES)
+    write(tmp_path / "pyproject.toml", '[tool.perfmod]\nselect = ["PM999"]\n')
+    write(tmp_path / "t.py", SCRIPT)
+    result = perfmod("check", "t.py")
+    assert result.exit_code == 2 and "PM999 matches no rule." in result.stderr
+
+
+def test_codes_may_be_written_in_lower_case_and_bools_and_levels_are_read(tmp_path):
+    project(tmp_path, 'select = ["pm101", "pm99"]\nlevel = "Numeric"\nrespect-gitignore = false\nforce-exclude = true\n')
+    assert applied("t.py") == ["PM101", "PM991"]
 
 
 def test_suppression_comments(tmp_path):
@@ -151,3 +215,56 @@ def test_suppression_comments(tmp_path):
         .replace("slow(x.to(device))", "slow(x.to(device, non_blocking=True))")
     )
     assert result.stdout.startswith("Fixed t.py: 2 fixes (PM101 x2)\n")
+
+
+SUPPRESSED = (
+    "import torch\n"
+    'device = torch.device("cuda")\n'
+    "x = torch.randn(4)\n"
+    "a = slow(x.to(device))  # perfmod: ignore PM101\n"  # ruff's `# noqa: X` habit: these codes only
+    "b = slow(x.to(device))  # perfmod: ignore: PM991, PM101\n"
+    "c = slow(x.to(device))  # perfmod: ignore[PM999]\n"
+    "d = slow(x.to(device))  # perfmod: ignore PM1011\n"
+    "e = slow(x.to(device))  # perfmod: ignore[PM1]\n"
+    "f = slow(x.to(device))  # perfmod: ignore[]\n"
+    "g = slow(x.to(device))  # perfmod: ingore\n"
+    "h = slow(x.to(device))  # perfmod: ignore  because it is legacy code\n"
+)
+
+
+def test_a_bare_code_after_ignore_is_a_code_list_never_everything(tmp_path):
+    write(tmp_path / "t.py", SUPPRESSED)
+    found = [(f["line"], f["code"]) for f in json.loads(perfmod("check", "t.py", "--format", "json").stdout)["findings"]]
+    assert [code for line, code in found if line == 4] == ["PM991"]  # PM101 suppressed, PM991 not
+    assert [code for line, code in found if line == 5] == []
+    for line in (6, 7, 8, 9, 10):  # bad codes, prefixes, empty brackets, a misspelt directive: nothing suppressed
+        assert sorted(code for at, code in found if at == line) == ["PM101", "PM991"], line
+    assert [code for line, code in found if line == 11] == []  # `ignore` and a reason: every rule
+
+
+def test_suppression_comments_that_do_nothing_are_warned_about_with_path_and_line(tmp_path):
+    write(tmp_path / "t.py", SUPPRESSED)
+    result = perfmod("check", "t.py")
+    warnings = [line for line in result.stderr.splitlines() if ": warning: " in line]
+    assert warnings == [
+        "t.py:6: warning: `PM999` in `# perfmod: ignore` is no perfmod rule, so it suppresses nothing; "
+        "did you mean PM991, PM992, PM993?",
+        "t.py:7: warning: `PM1011` in `# perfmod: ignore` is no perfmod rule, so it suppresses nothing; "
+        "did you mean PM101?",
+        "t.py:8: warning: `PM1` in `# perfmod: ignore` is a prefix, and suppression names codes in full: write PM101",
+        "t.py:9: warning: `# perfmod: ignore[]` names no code and suppresses nothing; name the codes, "
+        "or write `# perfmod: ignore` to suppress every rule on the line",
+        "t.py:10: warning: `# perfmod: ingore` is not a perfmod directive; write `# perfmod: ignore` or "
+        "`# perfmod: ignore[CODE]`",
+    ]
+    assert result.stdout.startswith("t.py:4:5: PM991")  # warnings stay out of the findings
+    assert perfmod("check", "t.py").stderr == result.stderr  # from the cache: the same warnings
+    assert perfmod("check", "t.py", "-q").stderr == ""
+
+
+def test_suppression_warnings_come_from_worker_processes_too(tmp_path):
+    write(tmp_path / "a.py", SUPPRESSED)
+    write(tmp_path / "b.py", "x = 1  # perfmod: ignore[PM999]\n")
+    result = perfmod("check", ".", "-j", "2", "--no-cache")
+    assert [line.split(": warning")[0] for line in result.stderr.splitlines() if "warning" in line] == [
+        "a.py:6", "a.py:7", "a.py:8", "a.py:9", "a.py:10", "b.py:1"]

@@ -83,7 +83,8 @@ def test_rules_lists_the_whole_catalogue():
     assert [line.split()[:3] for line in table] == [[r.CODE, r.NAME, r.LEVEL.label] for r in ALL_RULES]
     listed = json.loads(perfmod("rules", "--format", "json").stdout)
     assert [(r["code"], r["docs"]) for r in listed] == [(r.CODE, docs.page_path(r)) for r in ALL_RULES]
-    assert all((REPO / r["docs"]).is_file() for r in listed)
+    assert all(r["docs"].endswith("/" + docs.page_file(rule)) and (REPO / docs.page_file(rule)).is_file()
+               for r, rule in zip(listed, ALL_RULES))
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda rule: rule.CODE)
@@ -93,3 +94,17 @@ def test_explain_every_rule(rule):
     assert result.stdout.startswith(f"{rule.CODE} {rule.NAME}\nLevel: {rule.LEVEL.label}, ")
     assert rule.docs() in result.stdout and f"Expected gain: {rule.GAIN}" in result.stdout
     assert "## Examples from the rule's tests" in result.stdout
+
+
+def test_rule_links_are_absolute_at_the_release_tag():
+    """SARIF helpUri, the review page's links and `explain` work outside a checkout:
+    the page as committed at the tag of the installed version."""
+    from importlib.metadata import version
+
+    rule = ALL_RULES[0]
+    url = docs.page_path(rule)
+    assert url == f"https://github.com/perfmod/perfmod/blob/v{version('perfmod')}/docs/rules/{rule.NAME}.md"
+    assert (REPO / docs.page_file(rule)).is_file()
+    assert f"Docs: {url}\n" in perfmod("explain", rule.CODE).stdout
+    metadata = (REPO / "pyproject.toml").read_text()
+    assert f'/blob/v{version("perfmod")}/docs/rules/README.md"' in metadata  # [project.urls] names the same tag

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from codemod import files
+from codemod import files, worker
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
     FIXABLE, FIXED, UNPARSABLE, catalogue, perfmod, write,
 )
@@ -119,7 +119,7 @@ def test_no_temporary_files_are_left_behind(tmp_path):
     for number in range(3):
         write(tmp_path / f"m{number}.py", FIXABLE)
     perfmod("apply", ".")
-    assert sorted(os.listdir(tmp_path)) == ["m0.py", "m1.py", "m2.py"]
+    assert sorted(os.listdir(tmp_path)) == [".perfmod_cache", "m0.py", "m1.py", "m2.py"]
 
 
 def test_a_failed_write_leaves_the_original_and_no_temporary_file(tmp_path, monkeypatch):
@@ -129,10 +129,10 @@ def test_a_failed_write_leaves_the_original_and_no_temporary_file(tmp_path, monk
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(files.os, "replace", refuse)
-    result = perfmod("apply", "t.py")
+    result = perfmod("apply", "t.py", "--no-cache")
     assert result.exit_code == 2
     assert result.stderr == "t.py:1:1: error: cannot write: Permission denied\n"
-    assert "Nothing to fix" in result.stdout  # nothing was applied
+    assert result.stdout == "1 fix in 1 file not written: see the errors above (1 file checked, 1 error).\n"
     assert script.read_text() == FIXABLE and os.listdir(tmp_path) == ["t.py"]
 
 
@@ -142,3 +142,157 @@ def test_a_symbolic_link_stays_a_link_to_the_rewritten_file(tmp_path):
     link.symlink_to(target)
     assert perfmod("apply", "train.py").exit_code == 0
     assert link.is_symlink() and target.read_text() == FIXED
+
+
+# -- what a write must respect ----------------------------------------------------------------
+
+
+def test_an_edit_made_while_apply_runs_is_kept_and_reported(tmp_path, monkeypatch):
+    script = write(tmp_path / "t.py", FIXABLE)
+    edited = FIXABLE + "z = 1  # typed while perfmod ran\n"
+    original = worker.process_source
+
+    def edit_meanwhile(data, path, settings, rules=None):
+        result = original(data, path, settings, rules)
+        script.write_text(edited)  # the user saves in the editor after perfmod read the file
+        return result
+
+    monkeypatch.setattr(worker, "process_source", edit_meanwhile)
+    result = perfmod("apply", "t.py")
+    assert result.exit_code == 2
+    assert result.stderr == ("t.py:1:1: error: changed on disk while perfmod ran, left as it is (your edit is kept); "
+                             "run perfmod again to fix the new version\n")
+    assert "Nothing to fix" not in result.stdout and "1 fix in 1 file not written" in result.stdout
+    assert script.read_text() == edited
+
+
+def test_write_back_checks_the_content_not_only_the_size_and_time(tmp_path):
+    script = write(tmp_path / "t.py", "x = 1\n")
+    snapshot = files.read(script)
+    stamp = script.stat()
+    script.write_text("y = 2\n")  # same size
+    os.utime(script, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # same time
+    with pytest.raises(files.WriteRefused, match="changed on disk"):
+        files.write_back(script, b"z = 3\n", snapshot)
+    assert script.read_text() == "y = 2\n"
+
+
+def test_a_read_only_file_is_refused_even_where_it_could_be_written(tmp_path):
+    script = write(tmp_path / "t.py", FIXABLE)
+    script.chmod(0o444)  # root could write it anyway: perfmod looks at the mode bits
+    result = perfmod("apply", "t.py")
+    assert result.exit_code == 2
+    assert result.stderr == ("t.py:1:1: error: read-only file (mode 0444), left as it is; make it writable "
+                             "(chmod u+w t.py) to apply the fixes, or exclude it\n")
+    assert result.stdout == "1 fix in 1 file not written: see the errors above (1 file checked, 1 error).\n"
+    assert script.read_text() == FIXABLE and stat.S_IMODE(script.stat().st_mode) == 0o444
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_owner_group_and_mode_are_kept(tmp_path):
+    script = write(tmp_path / "t.py", FIXABLE)
+    os.chown(script, 1234, 5678)
+    script.chmod(0o640)
+    assert perfmod("apply", "t.py").exit_code == 0
+    info = script.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (1234, 5678, 0o640)
+    assert script.read_text() == FIXED
+
+
+def test_a_file_whose_owner_cannot_be_kept_is_written_in_place(tmp_path, monkeypatch):
+    """Not root, and another user's group-writable file: a rename would make it
+    ours, so perfmod writes the file itself."""
+    script = write(tmp_path / "t.py", FIXABLE)
+    inode = script.stat().st_ino
+    os.chown(script, os.getuid(), os.getgid())
+    monkeypatch.setattr(files.os, "stat", _stat_with_owner(os.stat, script, uid=4321))
+    monkeypatch.setattr(files.os, "chown", _refuse)
+    assert perfmod("apply", "t.py", "--no-cache").exit_code == 0
+    assert script.read_text() == FIXED and script.stat().st_ino == inode
+    assert sorted(os.listdir(tmp_path)) == ["t.py"]  # the backup is gone
+
+
+def _stat_with_owner(real_stat, path, uid):
+    def fake(target, *args, **kwargs):
+        info = real_stat(target, *args, **kwargs)
+        if os.path.realpath(target) == os.path.realpath(path):
+            values = list(info)
+            values[stat.ST_UID] = uid
+            return os.stat_result(values)
+        return info
+    return fake
+
+
+def _refuse(*args, **kwargs):
+    raise PermissionError(1, "Operation not permitted")
+
+
+def test_hard_links_stay_linked_and_all_see_the_fix(tmp_path):
+    script = write(tmp_path / "t.py", FIXABLE)
+    link = tmp_path / "elsewhere.py.bak"
+    os.link(script, link)
+    assert perfmod("apply", "t.py").exit_code == 0
+    assert script.read_text() == FIXED and link.read_text() == FIXED
+    assert script.stat().st_ino == link.stat().st_ino and script.stat().st_nlink == 2
+    assert sorted(os.listdir(tmp_path)) == [".perfmod_cache", "elsewhere.py.bak", "t.py"]
+
+
+def test_a_failed_in_place_write_puts_the_original_back(tmp_path, monkeypatch):
+    script = write(tmp_path / "t.py", FIXABLE)
+    os.link(script, tmp_path / "link")
+    real_overwrite = files._overwrite
+    calls = []
+
+    def full_disk(path, data):
+        calls.append(data)
+        if len(calls) == 1:
+            with open(path, "r+b") as out:
+                out.write(data[:10])  # half of it made it to disk
+            raise OSError(28, "No space left on device")
+        real_overwrite(path, data)
+
+    monkeypatch.setattr(files, "_overwrite", full_disk)
+    result = perfmod("apply", "t.py", "--no-cache")
+    assert result.exit_code == 2 and "cannot write: No space left on device" in result.stderr
+    assert script.read_text() == FIXABLE
+    assert sorted(os.listdir(tmp_path)) == ["link", "t.py"]
+
+
+def test_an_unwritable_folder_is_an_error_and_the_summary_says_so(tmp_path, monkeypatch):
+    script = write(tmp_path / "src" / "t.py", FIXABLE)
+    real_mkstemp = files.tempfile.mkstemp
+
+    def unwritable(*args, dir=None, **kwargs):
+        if os.path.realpath(dir) == os.path.realpath(tmp_path / "src"):
+            raise PermissionError(13, "Permission denied")
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", unwritable)
+    result = perfmod("apply", "src")
+    assert result.exit_code == 2
+    assert result.stderr == (f"src/t.py:1:1: error: its folder {tmp_path / 'src'} is not writable, and perfmod writes "
+                             "a temporary file beside a file to replace it atomically; make the folder writable\n")
+    assert "Nothing to fix" not in result.stdout
+    assert result.stdout == "1 fix in 1 file not written: see the errors above (1 file checked, 1 error).\n"
+    assert script.read_text() == FIXABLE
+
+
+def test_a_file_removed_while_apply_runs_is_not_written_again(tmp_path, monkeypatch):
+    script = write(tmp_path / "t.py", FIXABLE)
+    original = worker.process_source
+
+    def remove_meanwhile(data, path, settings, rules=None):
+        script.unlink()
+        return original(data, path, settings, rules)
+
+    monkeypatch.setattr(worker, "process_source", remove_meanwhile)
+    result = perfmod("apply", "t.py")
+    assert result.exit_code == 2 and "removed while perfmod ran, so not written again" in result.stderr
+    assert not script.exists()
+
+
+def test_a_file_named_twice_is_processed_once(tmp_path):
+    write(tmp_path / "t.py", FIXABLE)
+    result = perfmod("apply", "t.py", "./t.py", ".")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "Fixed t.py: 1 fix (PM101)\nApplied 1 fix to 1 file (1 file checked).\n"

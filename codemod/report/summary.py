@@ -18,6 +18,8 @@ class Summary:
     applied: tuple[Finding, ...]  # fixed at the chosen level (written, or pending for check / --dry-run)
     higher: dict[Level, tuple[Finding, ...]]  # fixable only at a higher level, by that level
     report_only: tuple[Finding, ...]  # reported without a fix
+    # fixes at the chosen level in files that could not be written (read-only, changed meanwhile, ...)
+    unwritten: tuple[Finding, ...] = ()
 
     @classmethod
     def of(cls, results: Sequence[FileResult]) -> "Summary":
@@ -37,6 +39,7 @@ class Summary:
             applied=applied,
             higher=higher,
             report_only=tuple(f for f in findings if not f.fixable),
+            unwritten=tuple(f for r in results if r.error for f in r.findings if f.applied),
         )
 
     def as_dict(self) -> dict:

@@ -9,7 +9,9 @@ import textwrap
 from collections import Counter
 from typing import Sequence
 
-from codemod.docs import fix_availability, level_label, level_note, page_path
+import click
+
+from codemod.docs import fix_availability, level_label, level_note, page_path, summary
 from codemod.result import FileResult
 from codemod.report.summary import Summary
 from codemod.rule import Finding, Invalid, Level, Rule
@@ -17,35 +19,50 @@ from codemod.rule import Finding, Invalid, Level, Rule
 FIXABLE_MARK = "[*]"
 
 
-def finding_line(finding: Finding, hint: bool = True) -> str:
+def finding_line(finding: Finding, hint: bool = True, color: bool = False) -> str:
     """`path:line:col: CODE [*] message`, the mark when the fix applies at the
-    chosen level; with `hint`, other findings say what would fix them."""
+    chosen level; with `hint`, other findings say what would fix them; with
+    `color`, ANSI colours as ruff uses them (bold path, red code, cyan mark)."""
+    paint = _paint if color else _plain
+    location = f"{paint(finding.path, bold=True)}:{finding.line}:{finding.column}:"
+    code = paint(finding.code, fg="red", bold=True)
     if finding.applied:
-        return f"{finding.location}: {finding.code} {FIXABLE_MARK} {finding.message}"
-    line = f"{finding.location}: {finding.code} {finding.message}"
+        return f"{location} {code} {paint(FIXABLE_MARK, fg='cyan')} {finding.message}"
+    line = f"{location} {code} {finding.message}"
     if not hint:
         return line
     if finding.fixable:
-        return f"{line} (fix with --level {finding.level.label})"
-    return f"{line} (no automatic fix)"
+        return line + paint(f" (fix with --level {finding.level.label})", dim=True)
+    return line + paint(" (no automatic fix)", dim=True)
 
 
-def check_report(results: Sequence[FileResult], level: Level) -> str:
+def _paint(text: str, **style) -> str:
+    return click.style(text, **style)
+
+
+def _plain(text: str, **style) -> str:
+    return text
+
+
+def check_report(results: Sequence[FileResult], level: Level, *, skipped: int = 0, findings: bool = True,
+                 color: bool = False) -> str:
+    """The findings (unless `findings` is false: --statistics shows them) and a summary;
+    `skipped`: files left alone as too deep to analyse."""
     summary = Summary.of(results)
-    lines = [finding_line(f) for f in summary.findings]
+    lines = [finding_line(f, color=color) for f in summary.findings] if findings else []
     if not summary.findings:
-        lines.append(f"No findings ({_checked(summary)}).")
+        lines.append(f"No findings ({_checked(summary, skipped)}).")
         return "\n".join(lines)
     with_findings = len({f.path for f in summary.findings})
     lines.append(f"Found {_count(len(summary.findings), 'finding')} in {_count(with_findings, 'file')} "
-                 f"({_checked(summary)}).")
+                 f"({_checked(summary, skipped)}).")
     if summary.applied:
         lines.append(f"{FIXABLE_MARK} {len(summary.applied)} fixable at level {level.label} with `perfmod apply`.")
     lines += outstanding(summary, locations=False)
     return "\n".join(lines)
 
 
-def apply_report(results: Sequence[FileResult], level: Level, dry_run: bool) -> str:
+def apply_report(results: Sequence[FileResult], level: Level, dry_run: bool, *, skipped: int = 0) -> str:
     summary = Summary.of(results)
     lines = []
     if not dry_run:  # with --dry-run the diff shows each file
@@ -56,9 +73,13 @@ def apply_report(results: Sequence[FileResult], level: Level, dry_run: bool) -> 
     if summary.applied:
         verb, tail = ("Would apply", "; run without --dry-run to write them") if dry_run else ("Applied", "")
         lines.append(f"{verb} {_count(len(summary.applied), 'fix', 'fixes')} to {_count(len(summary.changed), 'file')} "
-                     f"({_checked(summary)}){tail}.")
-    else:
-        lines.append(f"Nothing to fix at level {level.label} ({_checked(summary)}).")
+                     f"({_checked(summary, skipped)}){tail}.")
+    if summary.unwritten:
+        files = len({f.path for f in summary.unwritten})
+        lines.append(f"{_count(len(summary.unwritten), 'fix', 'fixes')} in {_count(files, 'file')} not written: "
+                     f"see the errors above ({_checked(summary, skipped)}).")
+    if not summary.applied and not summary.unwritten:
+        lines.append(f"Nothing to fix at level {level.label} ({_checked(summary, skipped)}).")
     lines += outstanding(summary, locations=True)
     return "\n".join(lines)
 
@@ -80,14 +101,47 @@ def outstanding(summary: Summary, locations: bool) -> list[str]:
     return lines
 
 
+def statistics(findings: Sequence[Finding]) -> list[dict]:
+    """Per rule, most frequent first: code, name, findings, how many are fixed at the chosen level."""
+    rows: dict[str, dict] = {}
+    for finding in findings:
+        row = rows.setdefault(finding.code, {"code": finding.code, "name": finding.name, "count": 0, "fixable": 0})
+        row["count"] += 1
+        row["fixable"] += finding.applied
+    return sorted(rows.values(), key=lambda row: (-row["count"], row["code"]))
+
+
+def statistics_table(findings: Sequence[Finding]) -> list[str]:
+    """`count  CODE  [*] name` per rule, as ruff's --statistics; [*]: some fixable at the level."""
+    rows = statistics(findings)
+    width = max((len(str(row["count"])) for row in rows), default=1)
+    return [f"{row['count']:>{width}}  {row['code']}  {FIXABLE_MARK if row['fixable'] else '   '} {row['name']}"
+            for row in rows]
+
+
+def interrupted_report(written: Sequence[str], finished: int, total: int, write: bool) -> str:
+    """What a Ctrl-C left behind: the files rewritten before it, and that no other was touched."""
+    lines = [f"Interrupted after {finished} of {_count(total, 'file')}."]
+    if written:
+        lines.append(f"Rewritten before the interrupt ({len(written)}); no other file was changed:")
+        lines += [f"  {path}" for path in written]
+    elif write:
+        lines.append("No file was rewritten.")
+    else:
+        lines.append("Nothing is written by this command.")
+    return "\n".join(lines)
+
+
 def _count(number: int, singular: str, plural: str | None = None) -> str:
     return f"{number} {singular if number == 1 else plural or singular + 's'}"
 
 
-def _checked(summary: Summary) -> str:
+def _checked(summary: Summary, skipped: int = 0) -> str:
     text = f"{_count(summary.checked, 'file')} checked"
     if summary.errors:
         text += f", {_count(len(summary.errors), 'error')}"
+    if skipped:
+        text += f", {skipped} too deep to analyse"
     return text
 
 
@@ -100,17 +154,20 @@ def _codes(findings: Sequence[Finding]) -> str:
 
 
 def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
-    """Code, name, level and summary, one rule a line; summaries are shortened
-    to fit `width` when one is given (a terminal), whole otherwise."""
-    rows = [("CODE", "NAME", "LEVEL", "SUMMARY")] + [(r.CODE, r.NAME, level_label(r), r.summary()) for r in rules]
+    """Code, name, level and summary, one rule a line; on a terminal of `width`
+    columns a long summary goes on under its column, whole words and whole
+    sentences always (never cut)."""
+    rows = [("CODE", "NAME", "LEVEL", "SUMMARY")] + [(r.CODE, r.NAME, level_label(r), summary(r)) for r in rules]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     lines = []
     for row in rows:
         prefix = "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  "
-        summary = row[3]
-        if width is not None:
-            summary = textwrap.shorten(summary, max(20, width - len(prefix)), placeholder="...")
-        lines.append(prefix + summary)
+        if width is None:
+            lines.append(prefix + row[3])
+            continue
+        wrapped = textwrap.wrap(row[3], max(30, width - len(prefix)), break_on_hyphens=False) or [""]
+        lines.append(prefix + wrapped[0])
+        lines += [" " * len(prefix) + more for more in wrapped[1:]]
     return "\n".join(lines)
 
 

@@ -1,0 +1,203 @@
+"""Results of earlier runs, so that a re-run skips files that did not change
+(as ruff's `.ruff_cache`).
+
+    .perfmod_cache/            at the project root (the folder of the pyproject.toml), or --cache-dir
+      .gitignore               `*`: never committed
+      CACHEDIR.TAG             backup tools skip it
+      v1/ab/cdef....json       one entry per file path
+
+An entry holds what processing the file gave (findings, error, the rewritten
+source for diffs, warnings, note) under a key: the hash of the file's bytes,
+the path as named, and a fingerprint of everything else the result depends
+on: the perfmod version, the Python and libcst versions, the settings, the
+rule catalogue, and the size and time of every source file of perfmod and of
+the rules (so an edited rule is never served old results). A changed key is a
+miss. Entries are written atomically (temporary file and rename), so parallel
+jobs and concurrent runs at worst write the same entry twice. Entries are
+JSON, never pickles: a cache folder that came with a cloned repository can
+make perfmod report wrong findings at worst, never run code. `apply` never
+writes a file from an entry: a file with fixes is always processed afresh.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Sequence
+
+from codemod.config import Settings
+from codemod.files import atomic_write
+from codemod.result import FileResult, Finding, Level
+from codemod.worker import Outcome
+
+FOLDER = ".perfmod_cache"
+FORMAT = "v1"
+CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by perfmod.\n"
+                "# For information about cache directory tags see https://bford.info/cachedir/\n")
+
+
+class Cache:
+    def __init__(self, folder: Path, fingerprint: str, read_only: bool = False) -> None:
+        self.folder, self.fingerprint, self.read_only = folder, fingerprint, read_only
+        self.entries = folder / FORMAT
+
+    @classmethod
+    def open(cls, folder: Path, settings: Settings, rules: Sequence[type], read_only: bool = False) -> "Cache":
+        """The cache in `folder`, created with its .gitignore if need be; OSError if it
+        cannot be. `read_only`: use what is there, create and store nothing (`report`
+        writes nothing but its output)."""
+        if read_only:
+            return cls(folder, fingerprint(settings, rules), read_only=True)
+        (folder / FORMAT).mkdir(parents=True, exist_ok=True)
+        for name, text in ((".gitignore", "# Created by perfmod: the whole folder is a cache.\n*\n"),
+                           ("CACHEDIR.TAG", CACHEDIR_TAG)):
+            if not (folder / name).exists():
+                atomic_write(folder / name, text.encode())
+        return cls(folder, fingerprint(settings, rules))
+
+    def _entry(self, path: str) -> Path:
+        name = hashlib.sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()
+        return self.entries / name[:2] / f"{name[2:]}.json"
+
+    def _key(self, path: str, content: str) -> str:
+        return hashlib.sha256(f"{self.fingerprint}\0{content}\0{path}".encode("utf-8", "surrogateescape")).hexdigest()
+
+    def get(self, path: str, content: str, data: bytes) -> Outcome | None:
+        """The outcome stored for `path` with content hash `content` (its bytes are
+        `data`), or None."""
+        try:
+            entry = json.loads(self._entry(path).read_text(encoding="utf-8"))
+            if not isinstance(entry, dict) or entry.get("key") != self._key(path, content):
+                return None
+            return _outcome(entry, path, data)
+        except (OSError, ValueError, KeyError, TypeError):  # missing, half-written by an older format, foreign
+            return None
+
+    def put(self, path: str, content: str, outcome: Outcome) -> None:
+        """Store an outcome; a cache that cannot be written is no error (the next run redoes the work)."""
+        if self.read_only:
+            return
+        file = self._entry(path)
+        try:
+            entry = {"key": self._key(path, content), **_as_json(outcome)}
+            text = json.dumps(entry, separators=(",", ":"))
+            file.parent.mkdir(exist_ok=True)
+            atomic_write(file, text.encode(), durable=False)  # a lost entry only costs its file's analysis
+        except (OSError, TypeError, ValueError):  # unwritable, or a finding field JSON cannot hold
+            pass
+
+
+def project_folder(settings: Settings) -> Path:
+    """Where `.perfmod_cache` goes: beside the pyproject.toml the settings came
+    from, else the working folder (as ruff does)."""
+    return settings.root if settings.root is not None else Path.cwd()
+
+
+# -- the key ------------------------------------------------------------------------------
+
+
+def fingerprint(settings: Settings, rules: Sequence[type]) -> str:
+    parts = [
+        f"perfmod {_version()}",
+        f"python {sys.version_info[0]}.{sys.version_info[1]}",
+        f"libcst {_version('libcst')}",
+        repr([(f.name, _plain(getattr(settings, f.name))) for f in dataclasses.fields(settings)]),
+    ]
+    sources = {str(Path(__file__).parent)}
+    for rule in rules:
+        parts.append(f"{rule.__module__}.{rule.__qualname__} {getattr(rule, 'CODE', '')} "
+                     f"{getattr(rule, 'LEVEL', '')} {getattr(rule, 'OPT_IN', '')}")
+        try:
+            sources.add(inspect.getfile(rule))
+        except TypeError:
+            pass
+    parts += _stamps(sources)
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _version(package: str = "perfmod") -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return sorted((str(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _stamps(sources: set[str]) -> list[str]:
+    """Size and modification time of every .py file in `sources` (files, or folders walked)."""
+    stamps = []
+    for source in sorted(sources):
+        if os.path.isdir(source):
+            for root, dirs, files in os.walk(source):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                stamps += [_stamp(os.path.join(root, f)) for f in sorted(files) if f.endswith(".py")]
+        else:
+            stamps.append(_stamp(source))
+    return stamps
+
+
+def _stamp(file: str) -> str:
+    try:
+        info = os.stat(file)
+    except OSError:
+        return f"{file} missing"
+    return f"{file} {info.st_size} {info.st_mtime_ns}"
+
+
+# -- entries ------------------------------------------------------------------------------
+
+
+def _as_json(outcome: Outcome) -> dict:
+    result = outcome.result
+    new = result.new_source
+    return {
+        "findings": [_finding_json(f) for f in result.findings],
+        "error": result.error,
+        "new_source": None if new is None else "same" if new == result.source else base64.b64encode(new).decode(),
+        "warnings": outcome.warnings,
+        "note": outcome.note,
+    }
+
+
+def _finding_json(finding: Finding) -> dict:
+    entry = {}
+    for f in dataclasses.fields(finding):
+        value = getattr(finding, f.name)
+        entry[f.name] = value.label if isinstance(value, Level) else value
+    return entry
+
+
+def _outcome(entry: dict, path: str, data: bytes) -> Outcome:
+    new = entry["new_source"]
+    result = FileResult(
+        path=path,
+        source=data,
+        new_source=None if new is None else data if new == "same" else base64.b64decode(new),
+        findings=[_finding(f, path) for f in entry["findings"]],
+        error=entry["error"],
+    )
+    return Outcome(result, list(entry["warnings"]), entry["note"])
+
+
+def _finding(entry: dict, path: str) -> Finding:
+    values = dict(entry)
+    values["level"] = Level.parse(values["level"])
+    values["path"] = path
+    if "fix_lines" in values:
+        values["fix_lines"] = tuple(tuple(span) for span in values["fix_lines"])
+    return Finding(**values)

@@ -1,0 +1,136 @@
+"""One file's analysis as the command line needs it: the engine's result, the
+warnings about its suppression comments, and what CPython thinks of it.
+
+Deep but valid code (a 500-term `a + b + ...`, 150 nested calls) is deeper
+than Python's default recursion limit lets libcst walk, so the engine runs in
+a thread with a large stack and a raised limit, as other libcst tools do.
+Code that is still too deep gets a note and is left alone (not an error).
+Code that CPython itself rejects (it does not compile at Python's default
+limit, or a rule of the compiler rather than the grammar: `return` outside a
+function, too many nested blocks) is an error, never "no findings".
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.result import FileResult
+from codemod.suppression import suppression_warnings
+
+STACK_SIZE = 512 * 1024 * 1024  # bytes; reserved, not used, until the recursion needs it
+RECURSION_LIMIT = 100_000
+PYTHON_RECURSION_LIMIT = 1000  # CPython's default: `python script.py` compiles at this limit
+TOO_DEEP = "nested too deeply for Python to compile (RecursionError at its default recursion limit)"
+
+
+@dataclass
+class Outcome:
+    result: FileResult
+    warnings: list[str] = field(default_factory=list)  # "path:line: warning: ..." (suppression comments)
+    note: str | None = None  # "path:1:1: note: ..." when the file was left alone but that is no error
+
+
+def analyse(data: bytes, path: str, settings: Settings, known: Sequence[str]) -> Outcome:
+    """The engine's result for one file's bytes, checked against CPython, with
+    the suppression warnings; in this thread, whatever its stack."""
+    rejected = _cpython_rejects(data)
+    if rejected is not None and rejected[2] == TOO_DEEP:  # nor could libcst: do not try for minutes
+        error = f"{path}:1:1: error: Python rejects this file: {TOO_DEEP}"
+        return Outcome(FileResult(path=path, source=data, error=error))
+    try:
+        result = process_source(data, path, settings)
+    except RecursionError:
+        result = FileResult(path=path, source=data, error=f"{path}:1:1: error: internal error (RecursionError)")
+    outcome = Outcome(result, [f"{path}:{line}: warning: {message}" for line, message in suppression_warnings(data, known)])
+    if result.error is not None and "RecursionError" in result.error and "internal error" in result.error:
+        if rejected is None:
+            result.error, result.findings, result.new_source = None, [], data
+            outcome.note = (f"{path}:1:1: note: too deep to analyse (nested deeper than perfmod's recursion "
+                            f"limit of {sys.getrecursionlimit()}); left unchanged")
+            return outcome
+    if rejected is not None and (result.error is None or "internal error" in result.error):
+        line, column, message = rejected
+        result.error, result.findings, result.new_source = (
+            f"{path}:{line}:{column}: error: Python rejects this file: {message}", [], None)
+    return outcome
+
+
+def _cpython_rejects(data: bytes) -> tuple[int, int, str] | None:
+    """Where and why CPython refuses to compile `data` at its default recursion
+    limit; None when it compiles."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(PYTHON_RECURSION_LIMIT)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes and the like are not ours to report
+            compile(data, "<perfmod>", "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return error.lineno or 1, error.offset or 1, error.msg
+    except (RecursionError, MemoryError):
+        return 1, 1, TOO_DEEP
+    except ValueError as error:  # null bytes
+        return 1, 1, str(error)
+    finally:
+        sys.setrecursionlimit(limit)
+    return None
+
+
+@contextmanager
+def deep_recursion() -> Iterator[None]:
+    """Python's recursion limit raised to RECURSION_LIMIT (it is process-wide),
+    for DeepThreads; put back afterwards."""
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)
+
+
+def analyse_deep(data: bytes, path: str, settings: Settings, known: Sequence[str]) -> Outcome:
+    """`analyse` in a new thread with a large stack; call it under deep_recursion()."""
+    thread = DeepThread(data, path, settings, known)
+    thread.start()
+    thread.join()
+    return thread.outcome()
+
+
+class DeepThread(threading.Thread):
+    """A daemon thread that analyses one file with a large stack (under
+    deep_recursion()); `join` it, with a timeout to stay responsive, then read
+    `outcome()`. A daemon, so that an interrupted run need not wait for it."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, data: bytes, path: str, settings: Settings, known: Sequence[str]) -> None:
+        super().__init__(daemon=True, name=f"perfmod {path}")
+        self.args_ = (data, path, settings, known)
+        self._outcome: Outcome | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        with DeepThread._lock:  # stack_size is process-wide: set it for this thread only
+            previous = threading.stack_size(STACK_SIZE)
+            try:
+                super().start()
+            finally:
+                threading.stack_size(previous)
+
+    def run(self) -> None:
+        try:
+            self._outcome = analyse(*self.args_)
+        except BaseException as error:  # handed to the thread that waits
+            self._error = error
+
+    def outcome(self) -> Outcome:
+        if self._error is not None:
+            raise self._error
+        assert self._outcome is not None, "outcome() before the thread finished"
+        return self._outcome
