@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import method_name, names_read
+from codemod.analysis.names import names_read
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -214,10 +213,6 @@ def calls_of(context: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
     return found
 
 
-def own_statements(context: FileContext, node: cst.CSTNode) -> list[cst.BaseStatement]:
-    return own_nodes(context.index, (cst.SimpleStatementLine, cst.BaseCompoundStatement), node)
-
-
 # -- values each rank has for itself -------------------------------------------------------
 
 
@@ -305,7 +300,3 @@ def bindings_of(context: FileContext, name: cst.Name) -> list[Assignment]:
     if scope is None:
         return []
     return [a for a in scope[name.value] if type(a) is Assignment]
-
-
-def is_method_call(call: cst.Call, *methods: str) -> bool:
-    return method_name(call) in methods

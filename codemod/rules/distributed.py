@@ -1273,10 +1273,6 @@ class _Planner:
         first = size.value.elements[0].value
         return first if isinstance(first, (cst.Name, cst.Attribute, cst.Integer, cst.Subscript)) else None
 
-    def _statement_in_loop(self, node: cst.CSTNode, loop: cst.For) -> cst.CSTNode:
-        statement = self.index.statement_of(node)
-        return statement
-
     # -- no_sync -------------------------------------------------------------------------------
 
     def _no_sync(self) -> None:
