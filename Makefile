@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test docs browser runtime-wheel clean
+.PHONY: setup demo test docs browser runtime-wheel clean bench-gpu bench-cpu bench-scripts bench-prepare
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,28 @@ browser:
 	else \
 	  echo "note: no apt-get as root here; install Chromium to run tests/test_report_browser.py (skipped otherwise)"; \
 	fi
+
+# Benchmarks (BENCHMARKS.md). bench-gpu is for a GPU machine that has torch but no
+# libcst and no network: it needs no venv (the venv's python where there is one,
+# else python3) and nothing but committed files. BENCH_ARGS passes options, e.g.
+# BENCH_ARGS="--only scripts" or "--budget 600" (python -m benchmarks.bench_gpu --help).
+BENCH_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+BENCH_ARGS ?=
+
+bench-gpu:
+	$(BENCH_PYTHON) -m benchmarks.bench_gpu --device cuda $(BENCH_ARGS)
+
+# The same benchmarks on the CPU at small sizes (a few minutes): a check that all of them run.
+bench-cpu: setup
+	$(BIN)/python -m benchmarks.bench_gpu --device cpu $(BENCH_ARGS)
+
+# The CPU table of BENCHMARKS.md: the three seed-style scripts, original, rewrite and hand-optimized.
+bench-scripts: setup
+	$(BIN)/python -m benchmarks.bench_scripts --device cpu $(BENCH_ARGS)
+
+# Rewrite the benchmark scripts again with the current rules (needs libcst); commit the result.
+bench-prepare: setup
+	$(BIN)/python -m benchmarks.bench_scripts prepare
 
 docs: setup
 	$(BIN)/python -m codemod.docs docs/rules

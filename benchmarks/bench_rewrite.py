@@ -10,8 +10,8 @@ Two steps, because the GPU machine has torch but not libcst:
     python -m benchmarks.bench_rewrite run benchmarks/prepared/seed_latentwire \\
         --repeats 3 -- --steps 300 --batch-size 64
 
-`run` starts each script in a fresh interpreter through a small launcher that
-reads torch's peak memory at exit, so the scripts need no change; the script
+`run` starts each script in a fresh interpreter through bench_scripts' launcher,
+which reads torch's peak memory at exit, so the scripts need no change; the script
 itself must print a line `tokens/s <number>` (the fixtures do). Runs alternate
 (original, rewrite, original, ...) so that drift in clocks or temperature hits
 both alike; the table reports the median of the repeats.
@@ -22,32 +22,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import re
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from benchmarks.bench_scripts import run_script
+
 ROOT = Path(__file__).resolve().parent.parent
-TOKENS = re.compile(r"^tokens/s\s+([0-9.eE+-]+)\s*$", re.M)
-LAUNCHER = """\
-import atexit, json, runpy, sys
-import torch
-
-def report():
-    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
-    print("PERFMOD_PEAK_MEMORY " + json.dumps(peak), flush=True)
-
-atexit.register(report)
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-sys.path.insert(0, {root!r})
-runpy.run_path(script, run_name="__main__")
-"""
 
 
 def prepare(script: Path, level: str, out: Path) -> dict:
@@ -68,21 +51,13 @@ def prepare(script: Path, level: str, out: Path) -> dict:
     return meta
 
 
-def run_once(script: Path, args: list[str], workdir: Path) -> tuple[float, int | None]:
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as launcher:
-        launcher.write(LAUNCHER.format(root=str(ROOT)))
-    try:
-        done = subprocess.run([sys.executable, launcher.name, str(script), *args], cwd=workdir,
-                              capture_output=True, text=True)
-    finally:
-        os.unlink(launcher.name)
-    if done.returncode != 0:
-        raise SystemExit(f"{script} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    tokens = TOKENS.findall(done.stdout)
-    peak = re.findall(r"^PERFMOD_PEAK_MEMORY (.*)$", done.stdout, re.M)
-    if not tokens or not peak:
-        raise SystemExit(f"{script} printed no `tokens/s` line or no peak memory:\n{done.stdout[-2000:]}")
-    return float(tokens[-1]), json.loads(peak[-1])
+def run_once(script: Path, args: list[str]) -> tuple[float, int | None]:
+    """(tokens/s, peak CUDA bytes or None) of one run in a fresh interpreter, through
+    bench_scripts' launcher (it reads torch's peak memory at exit)."""
+    result = run_script(script, args, device="cuda", timeout=3600)  # "cuda": CUDA where the machine has it
+    if result.error:
+        raise SystemExit(f"{script}: {result.error}")
+    return result.tokens_per_s, result.peak.get("cuda")
 
 
 def run(prepared: Path, repeats: int, args: list[str]) -> str:
@@ -90,10 +65,9 @@ def run(prepared: Path, repeats: int, args: list[str]) -> str:
 
     meta = json.loads((prepared / "meta.json").read_text())
     measured: dict[str, list[tuple[float, int | None]]] = {"original": [], "rewritten": []}
-    with tempfile.TemporaryDirectory() as workdir:
-        for _ in range(repeats):
-            for name in measured:
-                measured[name].append(run_once((prepared / f"{name}.py").resolve(), args, Path(workdir)))
+    for _ in range(repeats):
+        for name in measured:
+            measured[name].append(run_once((prepared / f"{name}.py").resolve(), args))
     rows = {name: (statistics.median(t for t, _ in runs), max((p or 0) for _, p in runs)) for name, runs in measured.items()}
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     command = "python -m benchmarks.bench_rewrite run " + shlex.join([str(prepared), "--repeats", str(repeats), "--", *args])

@@ -99,17 +99,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""  # the script picks the CPU
         device = "CPU"
-    folder = options.prepared or Path(tempfile.mkdtemp(prefix="perfmod-verify-bench-"))
+    # The runs write into their copies' folders (traces, checkpoints): prepared copies are
+    # run from a scratch copy, so that a committed folder stays as it is.
+    scratch = Path(tempfile.mkdtemp(prefix="perfmod-verify-bench-"))
+    folder = scratch / "prepared"
     try:
         if options.prepared is None:
             prepare(options.script.resolve(), folder, options.level, script_args)
+        else:
+            shutil.copytree(options.prepared, folder, symlinks=True)
         result = run_prepared(folder, steps=options.steps, warmup=options.warmup, args=script_args, env=env,
                               deterministic=options.deterministic)
     finally:
-        if options.prepared is None:
-            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     command = "python -m benchmarks.verify_seed " + shlex.join(argv)
     print(markdown(result, device, command), end="")
+    if result.error:
+        print(f"error ({result.error['run'] or 'after the runs'}): {result.error['message']}\n{result.error['stderr']}",
+              file=sys.stderr)
     return result.exit_code
 
 
