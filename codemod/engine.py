@@ -302,9 +302,11 @@ def _apply(module: cst.Module, accepted: list[Fix], context: FileContext) -> tup
     if needed:
         site = import_edits.import_site(module)
         line = context.positions[site.after].end.line if site.after is not None else 1
+        merged = _merged_import_spans(module, needed, context)
         for fix in accepted:
             if any(item in needed for item in fix.imports):
                 lines_of[fix.key].append((line, line))
+            lines_of[fix.key].extend(merged[item] for item in fix.imports if item in merged)
         new_module = import_edits.add(new_module, needed, site)
     released = _imported_names_in_edits(module, accepted, index)
     if released:
@@ -315,6 +317,20 @@ def _apply(module: cst.Module, accepted: list[Fix], context: FileContext) -> tup
                 for key in released[name]:
                     lines_of[key].append(span)
     return new_module, lines_of
+
+
+def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileContext) -> dict:
+    """The lines of the `from m import ...` statements that new names of `needed` join
+    (import_edits.add merges `from m import name` into the first plain one it finds, which
+    need not be at the import site), by import."""
+    spans = {}
+    for item in needed:
+        if item.name is None:
+            continue
+        position = import_edits._from_import(module.body, item.module)
+        if position is not None:
+            spans[item] = _statement_span(module.body[position[0]], context)
+    return spans
 
 
 def _imported_names_in_edits(module: cst.Module, fixes: list[Fix], index: TreeIndex) -> dict[str, list[int]]:

@@ -16,7 +16,7 @@ SCRIPT = RULES_BY_CODE["PM506"].INVALID[0].code  # a training script PM506 would
 
 def test_pm506_is_opt_in_and_the_other_rules_are_not():
     assert COMPILE.OPT_IN
-    assert [rule.CODE for rule in ALL_RULES if rule.OPT_IN] == ["PM506"]
+    assert [rule.CODE for rule in ALL_RULES if rule.OPT_IN] == ["PM506", "PM601"]
 
 
 @pytest.mark.parametrize("select", [("PM",), ("PM5",), ("ALL",), ("PM50",), ("PM501",)])

@@ -1,0 +1,302 @@
+"""What a training script already does about running in several processes, and the
+facts PM601 needs to make a single-process one torchrun-ready: whether anything
+distributed is there already, layers and calls that behave differently per rank,
+random draws and the seeds behind them, where a value is the same on every rank
+and where it is each rank's own, and where a function of this file is called.
+
+Everything here reads the shared index, names and scopes of FileContext; nothing
+walks the tree on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from libcst.metadata import Assignment
+
+from codemod.analysis.names import names_read
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+# A file that names any of these runs in several processes already, or leaves that to a
+# framework: PM601 leaves it alone.
+DISTRIBUTED_NAMES = (
+    "torch.distributed",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed",
+    "torch.utils.data.DistributedSampler",
+    "torch.utils.data.distributed",
+    "torch.multiprocessing.spawn",
+    "accelerate",
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "deepspeed",
+    "horovod",
+    "torch_xla",
+    "colossalai",
+    "runtime.distributed",
+)
+# Text without which none of the above can be in a file (a cheap first look).
+DISTRIBUTED_TEXT = ("distributed", "Distributed", "accelerate", "Accelerator", "lightning", "Lightning", "deepspeed",
+                    "horovod", "torch_xla", "colossalai", "RANK", "WORLD_SIZE", "fully_shard", "FullySharded", "spawn")
+# Variables a launcher sets; a script that reads them handles its ranks itself.
+LAUNCHER_VARIABLES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+DATA_PARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
+BATCH_NORMS = {
+    f"{prefix}.{name}"
+    for prefix in ("torch.nn", "torch.nn.modules.batchnorm")
+    for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d")
+}
+# Model zoos whose models (ResNets, EfficientNets, ...) mostly hold BatchNorm layers.
+BATCH_NORM_ZOOS = ("torchvision.models",)
+
+# Random draws, by the generator they draw from.
+TORCH_DRAWS = {
+    f"torch.{name}"
+    for name in ("rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
+                 "bernoulli", "multinomial", "poisson")
+}
+SEEDS = {
+    "torch": {"torch.manual_seed", "torch.random.manual_seed"},
+    "numpy": {"numpy.random.seed"},
+    "random": {"random.seed"},
+}
+PERMUTATIONS = {"torch.randperm", "numpy.random.permutation"}
+
+FUNCTIONS = (cst.FunctionDef, cst.Lambda)
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+# -- already distributed -------------------------------------------------------------------
+
+
+def distributed_use(context: FileContext) -> cst.CSTNode | None:
+    """The first import, name or launcher variable that shows the file runs in several
+    processes already (or through a framework that does), or None."""
+    code = context.code
+    if not any(text in code for text in DISTRIBUTED_TEXT):
+        return None
+    names, index = context.names, context.index
+    for statement in index.find((cst.Import, cst.ImportFrom)):
+        for full in _imported(statement):
+            if _under(full, DISTRIBUTED_NAMES):
+                return statement
+    for node in index.find(cst.Attribute):
+        if node.attr.value in ("distributed", "DistributedDataParallel", "DistributedSampler", "spawn") \
+                and names.startswith(node, DISTRIBUTED_NAMES):
+            return node
+    for string in index.find(cst.SimpleString):
+        if string.evaluated_value in LAUNCHER_VARIABLES:
+            return string
+    return None
+
+
+def _imported(statement: cst.Import | cst.ImportFrom) -> Iterator[str]:
+    if isinstance(statement, cst.Import):
+        for alias in statement.names:
+            yield _dotted(alias.name)
+        return
+    if statement.relative or statement.module is None:
+        return
+    module = _dotted(statement.module)
+    yield module
+    if not isinstance(statement.names, cst.ImportStar):
+        for alias in statement.names:
+            yield f"{module}.{_dotted(alias.name)}"
+
+
+def _under(name: str, prefixes: Iterable[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _dotted(node: cst.CSTNode) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def calls_named(context: FileContext, qualified: set[str], prefixes: tuple[str, ...] = ()) -> list[cst.Call]:
+    """Calls of the file to any of `qualified` (aliases resolved) or under `prefixes`."""
+    last = {name.rsplit(".", 1)[-1] for name in qualified}
+    found = []
+    for call in context.index.find(cst.Call):
+        func = call.func
+        spelled = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if spelled is None:
+            continue
+        if spelled in last and context.names.is_(func, *qualified):
+            found.append(call)
+        elif prefixes and context.names.startswith(func, prefixes):
+            found.append(call)
+    return found
+
+
+def batch_norms(context: FileContext) -> list[cst.Call]:
+    """BatchNorm layers the file builds, and models of zoos that hold them."""
+    if "BatchNorm" not in context.code and not any(zoo.split(".")[0] in context.code for zoo in BATCH_NORM_ZOOS):
+        return []
+    return calls_named(context, BATCH_NORMS, BATCH_NORM_ZOOS)
+
+
+def data_parallel(context: FileContext) -> list[cst.Call]:
+    if "DataParallel" not in context.code:
+        return []
+    return calls_named(context, DATA_PARALLEL)
+
+
+# -- random draws and seeds ---------------------------------------------------------------------
+
+
+def generator_of(context: FileContext, call: cst.Call) -> str | None:
+    """"torch", "numpy" or "random": the global generator a call draws from; None
+    when it draws from none (or from a generator object of its own)."""
+    names = context.names
+    for name in names.of(call.func):
+        if name in TORCH_DRAWS:
+            if any(a.keyword is not None and a.keyword.value == "generator" for a in call.args):
+                return None
+            return "torch"
+        if name.startswith("numpy.random.") and name not in SEEDS["numpy"] and not name.endswith(
+                ("default_rng", "RandomState", "Generator", "SeedSequence")):
+            return "numpy"
+        if name.startswith("random.") and name not in SEEDS["random"] and name not in ("random.Random",
+                                                                                       "random.SystemRandom"):
+            return "random"
+    return None
+
+
+def seed_calls(context: FileContext, generator: str) -> list[cst.Call]:
+    """The calls that seed a global generator ("torch", "numpy", "random"), in code order."""
+    if "seed" not in context.code:
+        return []
+    return calls_named(context, SEEDS[generator])
+
+
+# -- where code runs -------------------------------------------------------------------------
+
+
+def function_of(context: FileContext, node: cst.CSTNode) -> cst.FunctionDef | None:
+    """The function whose body holds `node` (None: module level)."""
+    found = context.index.first_enclosing(node, FUNCTIONS)
+    return found if isinstance(found, cst.FunctionDef) else None
+
+
+def class_of(context: FileContext, function: cst.FunctionDef | None) -> cst.ClassDef | None:
+    """The class `function` is a method of."""
+    if function is None:
+        return None
+    parent = context.parents.get(function)
+    holder = context.parents.get(parent) if isinstance(parent, cst.IndentedBlock) else None
+    return holder if isinstance(holder, cst.ClassDef) else None
+
+
+def calls_of(context: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
+    """Calls of this file to `function` by its name (`train(...)`, `self.train(...)` for a method)."""
+    name = function.name.value
+    method = class_of(context, function) is not None
+    found = []
+    for call in context.index.find(cst.Call):
+        func = call.func
+        if method:
+            if isinstance(func, cst.Attribute) and func.attr.value == name:
+                found.append(call)
+        elif isinstance(func, cst.Name) and func.value == name:
+            if context.bindings.local_function(func) is function:
+                found.append(call)
+    return found
+
+
+# -- values each rank has for itself -------------------------------------------------------
+
+
+@dataclass
+class RankLocal:
+    """Names of one function whose values differ between ranks: what a rank computes
+    from its own batches (its share of the data) and the loss."""
+
+    names: set[str]  # data- or loss-derived
+    loss_names: set[str]  # derived from the loss (what logging averages over the ranks)
+
+    def reads(self, node: cst.CSTNode) -> bool:
+        return any(name.value in self.names for name in names_read(node))
+
+    def reads_loss(self, node: cst.CSTNode) -> bool:
+        return any(name.value in self.loss_names for name in names_read(node))
+
+
+def rank_local(context: FileContext, function_body: cst.CSTNode, seeds: set[str], loss_seeds: set[str],
+               sources: Iterable[cst.Call] = ()) -> RankLocal:
+    """Names bound in `function_body` from `seeds` (a batch, the loss) or from calls to
+    `sources` (the model), followed through assignments to a fixed point."""
+    source_ids = {id(call) for call in sources}
+    bindings = []
+    for statement in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For), within=function_body):
+        if isinstance(statement, cst.For):
+            targets, value = [statement.target], statement.iter
+        elif isinstance(statement, cst.Assign):
+            targets, value = [t.target for t in statement.targets], statement.value
+        else:
+            targets, value = [statement.target], statement.value
+        if value is None:
+            continue
+        bound = {n.value for t in targets for n in _target_names(t)}
+        read = {n.value for n in names_read(value)}
+        if isinstance(statement, cst.AugAssign):
+            read |= bound
+        calls = any(id(c) in source_ids for c in context.index.find(cst.Call, within=value))
+        bindings.append((bound, read, calls))
+    local, loss = set(seeds), set(loss_seeds)
+    changed = True
+    while changed:
+        changed = False
+        for bound, read, calls in bindings:
+            if (read & local or calls) and not bound <= local:
+                local |= bound
+                changed = True
+            if read & loss and not bound <= loss:
+                loss |= bound
+                changed = True
+    return RankLocal(local, loss)
+
+
+def _target_names(target: cst.CSTNode) -> list[cst.Name]:
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
+
+
+def target_names(target: cst.CSTNode) -> list[cst.Name]:
+    """The names a `for` / assignment target binds, through tuples and lists."""
+    return _target_names(target)
+
+
+def assigned_names(context: FileContext, node: cst.CSTNode) -> set[str]:
+    """Names assigned anywhere under `node`."""
+    found: set[str] = set()
+    for statement in context.index.find((cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr,
+                                         cst.WithItem), within=node):
+        if isinstance(statement, cst.WithItem):
+            target = statement.asname.name if statement.asname else None
+        else:
+            target = statement.target
+        if target is not None:
+            found.update(n.value for n in _target_names(target))
+    return found
+
+
+def bindings_of(context: FileContext, name: cst.Name) -> list[Assignment]:
+    scope = context.scopes.get(name)
+    if scope is None:
+        return []
+    return [a for a in scope[name.value] if type(a) is Assignment]
