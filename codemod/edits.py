@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Sequence, Union
 import libcst as cst
 
 from codemod.analysis.index import TreeIndex
-from codemod.analysis.names import with_kwarg
+from codemod.analysis.names import with_entry, with_kwarg
 
 Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
 BODY_OWNERS = (cst.IndentedBlock, cst.Module)
@@ -114,7 +114,8 @@ class Wrap(Edit):
 
 @dataclass(frozen=True, eq=False)
 class AddKeyword(Edit):
-    """The call `anchor` gets `name=value`, appended in the layout of its arguments."""
+    """The call `anchor` gets `name=value`, appended in the layout of its arguments; a
+    dict literal `anchor` (a `**kwargs` dict) gets the entry `"name": value` the same way."""
 
     name: str
     value: cst.BaseExpression
@@ -253,8 +254,8 @@ def validate(edit: Edit, index: TreeIndex) -> str | None:
         block = index.parents.get(edit.anchor)
         if block is None or index.parents.get(edit.last) is not block or index.order(edit.last) < index.order(edit.anchor):
             return "it wraps statements that are not a run of one block"
-    if isinstance(edit, AddKeyword) and not isinstance(edit.anchor, cst.Call):
-        return "it adds a keyword to something that is not a call"
+    if isinstance(edit, AddKeyword) and not isinstance(edit.anchor, (cst.Call, cst.Dict)):
+        return "it adds a keyword to something that is not a call or a dict literal"
     return None
 
 
@@ -304,7 +305,8 @@ class _Apply(cst.CSTTransformer):
         edits = self.at.get(original_node, ())
         for edit in edits:
             if isinstance(edit, AddKeyword):
-                updated_node = with_kwarg(updated_node, edit.name, edit.value)
+                add = with_entry if isinstance(updated_node, cst.Dict) else with_kwarg
+                updated_node = add(updated_node, edit.name, edit.value)
         for edit in edits:
             if isinstance(edit, Replace):
                 result = edit.replacement(updated_node)
