@@ -128,7 +128,7 @@ import time
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
-from runtime.data import default_num_workers, DevicePrefetcher
+from runtime.data import DevicePrefetcher, default_num_workers
 
 WARMUP_STEPS = 3  # steps left out of the measurement: CUDA start-up, first worker batches
 

@@ -31,10 +31,10 @@ def test_every_part_runs_where_libcst_cannot_be_imported(tmp_path):
     (blocker / "__init__.py").write_text("raise ImportError('libcst is not installed on the GPU machine')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(REPO)]), OUT=str(tmp_path / "out"))
     done = subprocess.run([sys.executable, "-m", "benchmarks.bench_gpu", "--device", "cpu", "--quick",
-                           "--budget", "25"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                           "--budget", "8"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     text = done.stdout
     assert text.startswith("## Benchmarks on the CPU (quick sizes)"), done.stderr
-    assert "Command: `python -m benchmarks.bench_gpu --device cpu --quick --budget 25`" in text
+    assert "Command: `python -m benchmarks.bench_gpu --device cpu --quick --budget 8`" in text
     rows = part_rows(text)
     assert list(rows) == [part.name for part in PARTS]
     assert all(status.startswith(STATUSES) for status in rows.values()), rows

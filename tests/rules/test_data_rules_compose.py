@@ -149,7 +149,8 @@ def test_one_run_applies_every_fix_and_a_second_finds_nothing(name):
     result = run_all(source)
     codes = {f.code for f in result.findings}
     assert OURS[name] <= codes, codes
-    assert all(f.applied for f in result.findings), [f for f in result.findings if not f.applied]
+    # every fix is applied in this one run (PM103 reports a copy into a new name without fixing it)
+    assert all(f.applied for f in result.findings if f.fixable), [f for f in result.findings if f.fixable and not f.applied]
     new = result.new_source.decode()
     compile(new, "<rewritten>", "exec")
     again = run_all(new)
