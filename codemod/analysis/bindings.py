@@ -10,7 +10,7 @@ back the syntax itself, so a rule can inspect or rewrite it.
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 from libcst.metadata import Assignment
 
 from codemod.analysis.names import sole_definition

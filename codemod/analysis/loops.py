@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 
 from codemod.analysis.names import method_name, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES

@@ -4,7 +4,7 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import argument_for

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Place

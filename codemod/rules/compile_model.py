@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 
 from codemod.analysis.names import method_name
 from codemod.analysis.tensor_layout import layouts

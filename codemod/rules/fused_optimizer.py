@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 
 from codemod.analysis.kinds import Place
 from codemod.analysis.names import kwarg, positional

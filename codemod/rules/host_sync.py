@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 from libcst.metadata import Assignment, ComprehensionScope
 
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place

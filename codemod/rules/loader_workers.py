@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 
 from codemod.analysis.loaders import MAX_DEPTH, NUM_WORKERS_POSITION
 from codemod.analysis.names import kwarg, positional

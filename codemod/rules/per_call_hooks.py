@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, positional

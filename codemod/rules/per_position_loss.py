@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 from libcst.metadata import Assignment
 
 from codemod.analysis.loop_edits import unwrap

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+from codemod.analysis import match as m
 
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
