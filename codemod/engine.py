@@ -157,13 +157,13 @@ def process_source(
         return result
     active = selected_rules(settings, path, rules)
     try:
-        findings, new_module = _run(module, path, settings, active)
+        findings, new_code = _run(module, data, path, settings, active)
     except Exception as error:  # a bug in a rule must not cost the user their file
         result.error = (f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
                         "please report it with this file, or skip it with --ignore or `exclude`")
         return result
     result.findings = findings
-    if new_module is module:
+    if new_code is None:
         result.new_source = data  # libcst does not give back every file byte for byte
         return result
     if module.bytes != data:
@@ -172,29 +172,41 @@ def process_source(
                         "whitespace after the last newline), so its fixes are not applied and it is left unchanged; "
                         "end the file with a newline and run perfmod again")
         return result
-    result.new_source = new_module.bytes
+    result.new_source = new_code.encode(module.encoding)
     return result
 
 
-def _run(module: cst.Module, path: str, settings: Settings, active: Sequence[type[Rule]]) -> tuple[list[Finding], cst.Module]:
+def _run(module: cst.Module, data: bytes, path: str, settings: Settings,
+         active: Sequence[type[Rule]]) -> tuple[list[Finding], str | None]:
+    """Every pass's findings, and the rewritten text (None when nothing changed). A
+    rewritten text is parsed again only when a later pass has rules to run on it."""
     findings: list[Finding] = []
-    current, code = module, None
-    original_lines: list[str] | None = None
+    original = _text(module, data)
+    current, code = module, original
     for group in passes(active):
-        code = current.code if code is None else code
         candidates = [rule for rule in group if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
         if not candidates:
             continue
+        if current is None:
+            current = parse(code.encode(module.encoding))
         outcome = _run_pass(current, code, path, settings, candidates)
-        if current is not module:  # a later pass: its lines are the rewritten file's
-            original_lines = original_lines if original_lines is not None else module.code.splitlines()
-            outcome.findings = _map_lines(outcome.findings, code.splitlines(), original_lines)
+        if code is not original:  # a later pass: its lines are the rewritten file's
+            outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
         findings.extend(outcome.findings)
         if outcome.module is not current:
-            code = outcome.module.code
-            current = parse(code.encode(outcome.module.encoding))
+            code, current = outcome.module.code, None
     findings.sort(key=lambda f: (f.line, f.column, f.code))
-    return findings, current
+    return findings, None if code is original else code
+
+
+def _text(module: cst.Module, data: bytes) -> str:
+    """The module's text, decoded from its bytes rather than generated again (a file
+    libcst cannot write back byte for byte is refused before any fix is written)."""
+    try:
+        code = data.decode(module.encoding)
+    except (UnicodeDecodeError, LookupError):
+        return module.code
+    return module.code if code.startswith("\ufeff") else code
 
 
 @dataclass
