@@ -50,7 +50,7 @@ class FileContext:
 
     @cached_property
     def positions(self) -> Positions:
-        return Positions(self.module, self.parents)
+        return Positions(self.module, self.parents, self.code)
 
     @cached_property
     def names(self) -> Names:

@@ -12,7 +12,6 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from codemod.analysis.index import TreeIndex
 from codemod.analysis.names import appended
 from codemod.edits import AddImport
 
@@ -166,9 +165,21 @@ def bound_name(alias: cst.ImportAlias, statement: cst.Import | cst.ImportFrom) -
 
 def names_read(module: cst.Module) -> set[str]:
     """Names the module reads anywhere (not attribute or keyword names, not in imports)."""
-    index = TreeIndex(module)
-    skipped = {id(n) for imp in index.find((cst.Import, cst.ImportFrom)) for n in index.find(cst.Name, within=imp)}
-    return {name.value for name in index.find(cst.Name) if id(name) not in skipped and is_read(name, index.parents)}
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = [module]
+    while stack:  # a plain walk: this runs on the rewritten tree, which has no index
+        node = stack.pop()
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            continue
+        if isinstance(node, cst.Name):
+            found.add(node.value)
+        elif isinstance(node, cst.Attribute):
+            stack.append(node.value)  # `x.name`: `name` is not read as a variable
+        elif isinstance(node, cst.Arg):
+            stack.append(node.value)  # `f(name=...)`: the keyword is not a variable
+        else:
+            stack.extend(node.children)
+    return found
 
 
 def is_read(name: cst.Name, parents) -> bool:

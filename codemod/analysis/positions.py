@@ -3,16 +3,23 @@
 libcst's PositionProvider generates the code of the whole module while
 recording every node's range; most files need the position of a handful of
 nodes (the findings), so this computes the ranges of the top-level statement
-that holds the node asked for, starting at that statement's line.
+that holds the node asked for, starting at that statement's line. Where each
+top-level statement starts is read from Python's own parser (`ast`), which
+gives it without generating code.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import ast
+import re
+import warnings
+from collections.abc import Mapping
 
 import libcst as cst
 from libcst._position import CodePosition, CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
+
+_BARE_CONTINUATION = re.compile(r"^[ \t]*\\\n", re.MULTILINE)
 
 
 class _Collector:
@@ -26,26 +33,60 @@ class Positions(Mapping):
     """node -> CodeRange, like libcst's PositionProvider (syntactic positions:
     1-based lines, 0-based columns)."""
 
-    def __init__(self, module: cst.Module, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> None:
+    def __init__(self, module: cst.Module, parents: Mapping[cst.CSTNode, cst.CSTNode], code: str | None = None) -> None:
         self.module = module
+        self.code = code  # the module's text, when the caller has it
         self.parents = parents
         self._ranges: dict[cst.CSTNode, CodeRange] = {}
         self._starts: dict[cst.CSTNode, int] | None = None  # top-level statement -> its first line
         self._done: set[cst.CSTNode] = set()
 
     def _statement_lines(self) -> dict[cst.CSTNode, int]:
+        """Top-level statement -> the line its leading blank and comment lines start on."""
         if self._starts is None:
-            line = 1 + sum(self._lines(empty) for empty in self.module.header)
-            starts = {}
-            for statement in self.module.body:
-                starts[statement] = line
-                line += self.module.code_for_node(statement).count("\n")
-            self._starts = starts
+            self._starts = self._lines_from_ast() or self._lines_from_code()
         return self._starts
 
-    @staticmethod
-    def _lines(empty: cst.EmptyLine) -> int:
-        return 1
+    def _lines_from_code(self) -> dict[cst.CSTNode, int]:
+        line = 1 + len(self.module.header)
+        starts = {}
+        for statement in self.module.body:
+            starts[statement] = line
+            line += self.module.code_for_node(statement).count("\n")
+        return starts
+
+    def _lines_from_ast(self) -> dict[cst.CSTNode, int] | None:
+        """The same table from `ast`'s line numbers: a line of small statements
+        (`a = 1; b = 2`) is one libcst statement and several `ast` ones; a decorated
+        definition starts at its first decorator. None where the two parsers do not
+        line up (a file `ast` cannot read, stray line endings, a line that is only a
+        backslash continuation)."""
+        if self.code is None or "\r" in self.code or "\f" in self.code or _BARE_CONTINUATION.search(self.code):
+            return None
+        try:
+            with warnings.catch_warnings():  # `ast` warns about invalid escapes; libcst's parse stands
+                warnings.simplefilter("ignore")
+                tree = ast.parse(self.code)
+        except (SyntaxError, ValueError):
+            return None
+        statements = iter(tree.body)
+        starts = {}
+        for statement in self.module.body:
+            node = next(statements, None)
+            if node is None:
+                return None
+            if isinstance(statement, cst.SimpleStatementLine):
+                for _ in statement.body[1:]:
+                    next(statements, None)
+            decorators = getattr(node, "decorator_list", None)
+            if decorators:  # the first decorator's line, less the lines libcst keeps before it
+                first = decorators[0].lineno - len(statement.decorators[0].leading_lines)
+            else:
+                first = node.lineno
+            starts[statement] = first - len(statement.leading_lines)
+        if next(statements, None) is not None:
+            return None
+        return starts
 
     def _top(self, node: cst.CSTNode) -> cst.CSTNode:
         current = node

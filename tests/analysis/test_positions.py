@@ -1,0 +1,37 @@
+"""Positions are libcst's own (PositionProvider), computed one top-level statement
+at a time from start lines that Python's `ast` gives without generating code."""
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from codemod.analysis.index import TreeIndex
+from codemod.analysis.positions import Positions
+
+SOURCES = {
+    "decorators_and_comments": "x = 1\n\n(\n  a\n).b = 2\n# c\n\n@d\n# between\n@e(\n 1)\ndef f():\n    pass\n\n\n"
+                               "class C: pass\na = 1; b = 2\nif x:\n    y = 1  # note\nelse:\n    pass\n\n\n# tail\n",
+    "header_and_strings": "#!/usr/bin/env python\n# header\n\nimport os\n'''doc\nstring'''\nx = '\\d'\n"
+                          "async def g():\n    await h(\n        1)\n",
+    "bare_continuation": "x = [\n1,\n2]\n\\\n\ny = 3\n",
+    "crlf": "x = 1\r\ny = 2\r\n",
+}
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_every_node_has_libcsts_position(name):
+    code = SOURCES[name]
+    module = cst.parse_module(code)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = Positions(module, TreeIndex(module).parents, code)
+    for node in TreeIndex(module).find(cst.CSTNode):
+        if node is not module and node in expected:
+            assert positions[node] == expected[node], module.code_for_node(node)
+
+
+def test_start_lines_come_from_ast_where_it_lines_up_and_from_code_elsewhere():
+    code = SOURCES["decorators_and_comments"]
+    module = cst.parse_module(code)
+    positions = Positions(module, {}, code)
+    assert positions._lines_from_ast() == positions._lines_from_code()
+    assert Positions(module, {}, SOURCES["bare_continuation"])._lines_from_ast() is None
