@@ -124,7 +124,9 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     (reported without a fix, for the same reason), data already on the GPU
     (`TensorDataset(x.cuda())`, a dataset class or `collate_fn` that moves to a
     device: CUDA cannot be used in forked workers), a DataLoader subclass of
-    this file that overrides `__init__` or `__iter__`, a loader that already
+    this file that overrides `__init__` or `__iter__`, a dataset the training
+    loop changes (`dataset.set_epoch(epoch)`: each worker keeps its own copy
+    and would not see it; reported without a fix), a loader that already
     passes `num_workers`, `persistent_workers`, `prefetch_factor` or
     `multiprocessing_context` (in its call or its `**kwargs` dict), `*args`.
 
@@ -239,6 +241,19 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             "the IterableDataset of the tuple a helper returns",
         ),
         Invalid(
+            "import torch\nfrom torch.utils.data import DataLoader, Dataset\n"
+            "class Views(Dataset):\n    def __init__(self):\n        self.epoch = 0\n"
+            "    def set_epoch(self, epoch):\n        self.epoch = epoch\n"
+            "    def __len__(self):\n        return 64\n"
+            "    def __getitem__(self, i):\n        return torch.randn(8) * self.epoch, torch.randn(1)\n"
+            "model = torch.nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "dataset = Views()\nloader = DataLoader(dataset, batch_size=8)\nfor epoch in range(3):\n"
+            "    dataset.set_epoch(epoch)\n    for x, y in loader:\n"
+            + "".join("    " + line + "\n" for line in STEP.splitlines()),
+            None,
+            "the epoch loop changes the dataset, which workers would not see",
+        ),
+        Invalid(
             PREAMBLE + "def train(data):\n    loader = DataLoader(data)\n    for x, y in loader:\n"
             + "".join("    " + line + "\n" for line in STEP.splitlines()),
             None,
@@ -300,6 +315,13 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
             return
+        changed = self._dataset_changed(dataset, loop)
+        if changed is not None:
+            self.report(loader, message + f"; the training loop changes its dataset (`{self.context.source(changed)}`, "
+                        f"line {self.context.line(changed)}), which worker processes, holding their own copy, would not "
+                        "see: make that change inside the workers (in `__getitem__` from the epoch, or a shared value), "
+                        "then set num_workers")
+            return
         style = self._style(dataset, (), 0)
         if style == "unsharded":
             self.report(loader, message + "; its IterableDataset does not shard by torch.utils.data.get_worker_info() "
@@ -318,6 +340,26 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         self.report(loader, message + "; give it worker processes" + where,
                     edits=[AddKeyword(anchor, "num_workers", count), AddKeyword(anchor, "persistent_workers", persistent)],
                     imports=[IMPORT])
+
+    def _dataset_changed(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
+        one of its attributes in the loop the batches feed or a loop around it: the change
+        happens in the training process, after the workers took their copy."""
+        if not isinstance(dataset, cst.Name):
+            return None
+        index = self.context.index
+        outer = [node for node in (loop, *index.ancestors(loop)) if isinstance(node, (cst.For, cst.While))]
+        for region in outer[-1:]:  # the outermost loop holds every inner one
+            for node in index.find((cst.Call, cst.AssignTarget, cst.AugAssign), within=region):
+                target = node.func if isinstance(node, cst.Call) else node.target
+                while isinstance(target, (cst.Attribute, cst.Subscript)):
+                    owner = target.value
+                    if isinstance(owner, cst.Name) and owner.value == dataset.value:
+                        return node
+                    if isinstance(owner, cst.Attribute) and owner.attr.value == "dataset":
+                        return node
+                    target = owner
+        return None
 
     def _explicit_zero(self, loader: cst.Call, loop: cst.CSTNode, count: cst.BaseExpression) -> None:
         """Report `num_workers=0`, written or configured (`args.workers` defaulting to 0), on

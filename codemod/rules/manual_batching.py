@@ -105,7 +105,10 @@ class ManualBatchingInStepLoop(Rule):
     (`shuffle=False`) yields the same batches in the same order, values equal
     bit for bit, and the last partial batch is kept or dropped as the
     original's `range` did (`drop_last=True` for `range(0, n - bs + 1, bs)`
-    and `range(n // bs)`): the losses are the same bit for bit. The batches
+    and `range(n // bs)`). The losses are the same bit for bit unless the step
+    draws from torch's global random generator (dropout, sampling): each pass
+    over a DataLoader draws one number from it to seed its workers, so later
+    random draws differ from the original's. The batches
     are new tensors, no longer views of `X`: a loop that writes into its
     batch in place (which would have changed `X`) is reported without a fix.
     With a per-epoch `torch.randperm`, the DataLoader (`shuffle=True`) still
