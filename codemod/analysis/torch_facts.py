@@ -125,7 +125,7 @@ MODULE_METHODS = set(
         "named_modules state_dict load_state_dict train eval to cuda cpu half float double "
         "bfloat16 zero_grad requires_grad_ apply register_forward_hook register_full_backward_hook "
         "register_forward_pre_hook register_buffer register_parameter add_module get_submodule "
-        "configure_optimizers save_pretrained"
+        "configure_optimizers save_pretrained no_sync"
     ).split()
 )
 BUILTIN_PREFIXES = ("builtins.",)

@@ -828,7 +828,7 @@ class _StepLoop:
                 callee = self.a.code(ancestor.func)
                 if method in ("append", "extend", "add", "put"):
                     return f"{subject} is stored every step (`{callee}`, line {line})"
-                if method in ("log", "info", "debug", "set_postfix", "set_description", "write") or callee in (
+                if method in ("log", "info", "debug", "set_postfix", "set_description", "write", "print0") or callee in (
                     "print", "wandb.log"
                 ):
                     return f"{subject} is logged every step (`{callee}`, line {line}); log it under `if step % N == 0:`"
