@@ -66,6 +66,7 @@ def test_code_cpython_rejects_is_an_error_never_no_findings(tmp_path, source, me
     result = perfmod("check", "blocks.py")
     assert result.exit_code == 2
     assert result.stderr == message + "\n"
-    assert result.stdout == "No findings (1 file checked, 1 error).\n"
+    assert result.stdout == ("No findings in the files that could be checked (1 file checked, 1 error); "
+                             "fix the errors above and run perfmod again.\n")
     assert perfmod("apply", "blocks.py").exit_code == 2
     assert (tmp_path / "blocks.py").read_text() == source

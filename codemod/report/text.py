@@ -51,7 +51,11 @@ def check_report(results: Sequence[FileResult], level: Level, *, skipped: int = 
     summary = Summary.of(results)
     lines = [finding_line(f, color=color) for f in summary.findings] if findings else []
     if not summary.findings:
-        lines.append(f"No findings ({_checked(summary, skipped)}).")
+        if summary.errors:  # a file that could not be read or parsed was not checked: not "no findings"
+            lines.append(f"No findings in the files that could be checked ({_checked(summary, skipped)}); "
+                         "fix the errors above and run perfmod again.")
+        else:
+            lines.append(f"No findings ({_checked(summary, skipped)}).")
         return "\n".join(lines)
     with_findings = len({f.path for f in summary.findings})
     lines.append(f"Found {_count(len(summary.findings), 'finding')} in {_count(with_findings, 'file')} "
