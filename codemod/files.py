@@ -53,22 +53,21 @@ def _walk(folder: Path, settings: Settings) -> Iterator[Path]:
     for root, dirs, files in os.walk(folder):
         root_path = Path(root)
         here = patterns.pop(os.path.abspath(root), None)
-
-        def skipped(name: str, is_dir: bool) -> bool:
-            path = root_path / name
-            return settings.excluded(path) or (here is not None and here.match(path, is_dir))
-
         dirs[:] = sorted(
             d for d in dirs
             if d not in SKIP_DIRS and not d.endswith(".egg-info")
             and not (root_path / d / "pyvenv.cfg").exists()
-            and not skipped(d, True)
+            and not _skipped(root_path / d, True, settings, here)
         )
         for d in dirs:
             patterns[os.path.abspath(root_path / d)] = here.entering(root_path / d) if here is not None else None
         for name in sorted(files):
-            if name.endswith(".py") and not skipped(name, False):
+            if name.endswith(".py") and not _skipped(root_path / name, False, settings, here):
                 yield root_path / name
+
+
+def _skipped(path: Path, is_dir: bool, settings: Settings, ignored: Gitignore | None) -> bool:
+    return settings.excluded(path) or (ignored is not None and ignored.match(path, is_dir))
 
 
 # -- reading ------------------------------------------------------------------------------
