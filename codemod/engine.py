@@ -407,12 +407,14 @@ def _finding(path: str, report: Report, line: int, key: int, context: FileContex
 
 def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str]) -> list[Finding]:
     """Findings of a later pass, moved from the lines of the rewritten file to the
-    original's: an unchanged line maps to itself, a changed one to where its change starts."""
+    original's: an unchanged line maps to itself, the lines of a changed run to the
+    original run's lines in order (its last line for lines the change added), an
+    inserted line to the original line after it."""
     matcher = difflib.SequenceMatcher(None, original, rewritten, autojunk=False)
     table: dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for _tag, i1, i2, j1, j2 in matcher.get_opcodes():
         for offset, j in enumerate(range(j1, j2)):
-            table[j + 1] = (i1 + offset + 1) if tag == "equal" else i1 + 1
+            table[j + 1] = i1 + min(offset, max(i2 - i1 - 1, 0)) + 1
     last = len(original)
 
     def moved(line: int) -> int:
