@@ -609,7 +609,9 @@ class SynchronousCheckpointInLoop(Rule):
         scope = self.context.kinds.scopes.get(name)
         if scope is None:
             return []
-        return list({id(r.node): r.node for a in scope.assignments[name.value] for r in a.references}.values())
+        # libcst keeps references in sets; document order makes the reported use the first one.
+        found = {id(r.node): r.node for a in scope.assignments[name.value] for r in a.references}
+        return sorted(found.values(), key=self.context.index.order)
 
     def _assigned_value(self, target: cst.CSTNode) -> cst.BaseExpression | None:
         statement = _binding_statement(self.context.parents, target)

@@ -1228,7 +1228,8 @@ class _Chain:
                 raise _NoMatch(f"line {context.line(skipped)} assigns `{bound}` between the attention's statements")
         scope = context.scopes.get(statement)
         for name in sorted(links):
-            for access in scope.accesses[name] if scope is not None else ():
+            # libcst keeps accesses in a set; document order reports the first read.
+            for access in sorted(scope.accesses[name], key=lambda a: context.index.order(a.node)) if scope is not None else ():
                 if not any(context.inside(access.node, s) for s in chain):
                     raise _NoMatch(f"the attention weights `{name}` are also read on line {context.line(access.node)} "
                                    "(SDPA does not return them)")
