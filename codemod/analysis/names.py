@@ -7,7 +7,7 @@ from typing import Collection, Sequence
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource, Scope
+from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource
 
 # Public re-exports that resolve to the same object as the path users spell.
 CANONICAL = {
@@ -36,7 +36,7 @@ class Names:
         self._scopes = scopes
         self._cache: dict[cst.CSTNode, frozenset] = {}
         self._by_referent: dict[BaseAssignment, frozenset] = {}
-        self._by_dotted_name: dict[tuple[Scope, str], frozenset] = {}
+        self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
         self._binding_nodes: set[cst.CSTNode] | None = None
 
     def _qualified(self, node: cst.CSTNode):
@@ -61,11 +61,26 @@ class Names:
         dotted = get_full_name_for_node(node)
         if dotted is None:
             return frozenset()
-        key = (scope, dotted)
+        # libcst's look-up by spelling: the bindings of the longest prefix bound here.
+        bindings: Collection[BaseAssignment] = ()
+        prefix: str | None = dotted
+        while prefix:
+            if prefix in scope:
+                bindings = scope[prefix]
+                break
+            prefix = prefix.rpartition(".")[0] or None
+        if not bindings:
+            return frozenset()
+        # libcst hands out the set of bindings of the scope that binds the name, so every
+        # scope that sees the same bindings shares one answer (a module-level `torch`).
+        key = (id(bindings), dotted)
         found = self._by_dotted_name.get(key)
-        if found is None:  # the same for every node of that spelling in the scope
-            found = self._by_dotted_name[key] = frozenset(scope.get_qualified_names_for(dotted))
-        return found
+        if found is None:
+            names: set = set()
+            for binding in bindings:
+                names |= binding.get_qualified_names_for(dotted)
+            found = self._by_dotted_name[key] = (bindings, frozenset(names))  # the set is kept: its id stays unique
+        return found[1]
 
     def _referent_names(self, referent: BaseAssignment) -> frozenset:
         found = self._by_referent.get(referent)
