@@ -603,8 +603,10 @@ class Kinds:
             reaching = [last]
         else:
             reaching = before
+        loops = list(self.enclosing(use, LOOPS)) if after else []  # innermost first
         for binding in after:
-            loop = self._shared_loop(binding.node, use)
+            # A later binding reaches the use through the innermost loop around both.
+            loop = next((loop for loop in loops if self.index.inside(binding.node, loop)), None)
             if loop is None:
                 continue
             if last is not None and reaching == [last] and self.index.inside(last.node, loop):
@@ -641,12 +643,6 @@ class Kinds:
             return True
         block = self._block_of(statement)
         return block is not None and self.index.inside(use, block)
-
-    def _shared_loop(self, target: cst.CSTNode, use: cst.CSTNode) -> cst.CSTNode | None:
-        for loop in self.enclosing(use, LOOPS):
-            if self.index.inside(target, loop):
-                return loop
-        return None
 
     def _block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.index.first_enclosing(node, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite))
