@@ -13,7 +13,7 @@ as c`); every other call skips the look-up, and the scopes come out the same
 
 from __future__ import annotations
 
-from typing import Collection
+from collections.abc import Collection
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node

@@ -379,7 +379,7 @@ class Training:
         device = self._device_argument(call)
         return Model(code, call, device, self.device_places(device), split, float64)
 
-    def _placements(self) -> "_Placements":
+    def _placements(self) -> _Placements:
         """The `.to(...)`, `.cuda()`, `.cpu()`, `.double()` and `.type(...)` calls of the
         file, found once: every model query looks through them."""
         found = getattr(self, "_placement_table", None)
