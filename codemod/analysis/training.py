@@ -193,6 +193,8 @@ class Training:
         self._calls: list[cst.Call] = self.index.find(cst.Call)
         self._device_types: dict[tuple[cst.CSTNode, int], frozenset[str] | None] = {}
         self._argparse_options: dict[str, cst.Call] | None = None
+        self._float64_constructions: dict[str, cst.CSTNode | None] = {}
+        self._sites_of_bindings: dict[int, tuple[object, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]] = {}
         self._assignments = self._index_assignments()
         self._model_expressions = self._find_model_expressions()
         self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)]
@@ -988,6 +990,11 @@ class Training:
 
     def _float64_construction(self, code: str) -> cst.CSTNode | None:
         """`model = nn.Linear(4, 1, dtype=torch.float64)`."""
+        if code not in self._float64_constructions:  # asked by every query about the model `code`
+            self._float64_constructions[code] = self._find_float64_construction(code)
+        return self._float64_constructions[code]
+
+    def _find_float64_construction(self, code: str) -> cst.CSTNode | None:
         for _, source in self._assignments.get(code, ()):
             for call in self.index.find(cst.Call, within=source) if source is not None else ():
                 dtype = kwarg(call, "dtype")
@@ -1115,13 +1122,14 @@ class Training:
         scope = self.kinds.scopes.get(name)
         if scope is None:
             return []
-        sites = []
-        for assignment in scope[name.value]:
-            if not isinstance(assignment, Assignment):
-                continue
-            node = assignment.node
-            sites.append((node, self._source_of(node)))
-        return sites
+        assignments = scope[name.value]
+        # libcst shares one set of bindings between the scopes that see them: a name bound
+        # many times at module level is asked about from each of its uses.
+        key = id(assignments)
+        if key not in self._sites_of_bindings:
+            sites = [(a.node, self._source_of(a.node)) for a in assignments if isinstance(a, Assignment)]
+            self._sites_of_bindings[key] = (assignments, sites)  # the set is kept: its id stays unique
+        return list(self._sites_of_bindings[key][1])
 
     def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
         return [source for _, source in self._binding_sites(name)]
