@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cached_property
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ScopeProvider
+from libcst.metadata import MetadataWrapper
 
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.index import TreeIndex
@@ -16,6 +16,7 @@ from codemod.analysis.loaders import Loaders
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.positions import Positions
+from codemod.analysis.scopes import scope_provider
 from codemod.analysis.visits import read_only_visits
 from codemod.analysis.training import Training
 from codemod.config import Settings
@@ -46,7 +47,7 @@ class FileContext:
     @cached_property
     def scopes(self):
         with read_only_visits():
-            return self.wrapper.resolve(ScopeProvider)
+            return self.wrapper.resolve(scope_provider(self.index))
 
     @cached_property
     def positions(self) -> Positions:

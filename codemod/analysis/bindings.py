@@ -25,6 +25,7 @@ class Bindings:
     def __init__(self, scopes, parents) -> None:
         self.scopes = scopes
         self.parents = parents
+        self._attribute_assignments: dict[cst.ClassDef, dict[str, list[tuple[cst.CSTNode, cst.Attribute]]]] = {}
 
     def assignments(self, name: cst.Name) -> list[Assignment] | None:
         """The bindings of `name` visible where it is used; None when there are none
@@ -93,20 +94,29 @@ class Bindings:
         if classdef is None or not params or params[0].name.value != expr.value.value:
             return None
         values = []
-        for statement in m.findall(classdef, m.Assign() | m.AnnAssign() | m.AugAssign()):
-            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
-            for target in targets:
-                if not m.matches(target, m.Attribute(value=m.Name(), attr=m.Name(expr.attr.value))):
-                    continue
-                owner = self._enclosing(statement, cst.FunctionDef)
-                owner_params = owner.params.params if owner is not None else ()
-                if not owner_params or owner_params[0].name.value != target.value.value:
-                    continue  # `other.<name> = ...`: another object's attribute
-                if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-                    values.append(statement.value)
-                else:
-                    return None  # unpacked, augmented or annotated without a value: not followed
+        for statement, target in self._attribute_targets(classdef).get(expr.attr.value, ()):
+            owner = self._enclosing(statement, cst.FunctionDef)
+            owner_params = owner.params.params if owner is not None else ()
+            if not owner_params or owner_params[0].name.value != target.value.value:
+                continue  # `other.<name> = ...`: another object's attribute
+            if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+                values.append(statement.value)
+            else:
+                return None  # unpacked, augmented or annotated without a value: not followed
         return values or None
+
+    def _attribute_targets(self, classdef: cst.ClassDef) -> dict[str, list[tuple[cst.CSTNode, cst.Attribute]]]:
+        """Attribute name -> (statement, target) of each assignment in the class to
+        `<name>.<attribute>`, in document order; one walk of the class for all look-ups."""
+        found = self._attribute_assignments.get(classdef)
+        if found is None:
+            found = self._attribute_assignments[classdef] = {}
+            for statement in m.findall(classdef, m.Assign() | m.AnnAssign() | m.AugAssign()):
+                targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+                for target in targets:
+                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+                        found.setdefault(target.attr.value, []).append((statement, target))
+        return found
 
     def _enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
         current = self.parents.get(node)

@@ -142,6 +142,10 @@ class Kinds:
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] = {}
         self._instances: dict[int, cst.ClassDef | None] = {}  # binding node -> the local class it holds an instance of
+        # Binding node -> its statement, and where the binding takes effect: a name bound
+        # many times is looked up from each of its uses.
+        self._binding_statements: dict[int, cst.CSTNode] = {}
+        self._bound_ats: dict[int, int] = {}
 
     # -- public API ------------------------------------------------------------
 
@@ -599,8 +603,10 @@ class Kinds:
             reaching = [last]
         else:
             reaching = before
+        loops = list(self.enclosing(use, LOOPS)) if after else []  # innermost first
         for binding in after:
-            loop = self._shared_loop(binding.node, use)
+            # A later binding reaches the use through the innermost loop around both.
+            loop = next((loop for loop in loops if self.index.inside(binding.node, loop)), None)
             if loop is None:
                 continue
             if last is not None and reaching == [last] and self.index.inside(last.node, loop):
@@ -619,8 +625,12 @@ class Kinds:
     def _bound_at(self, target: cst.CSTNode) -> int:
         """Where the binding takes effect, in document order: after its whole statement
         for assignments (`x = x + 1` reads the old `x`), after the target otherwise."""
-        statement = self._binding_statement(target)
-        return self.index.end(statement if isinstance(statement, ASSIGN_LIKE) else target)
+        key = id(target)
+        found = self._bound_ats.get(key)
+        if found is None:
+            statement = self._binding_statement(target)
+            found = self._bound_ats[key] = self.index.end(statement if isinstance(statement, ASSIGN_LIKE) else target)
+        return found
 
     def _start(self, node: cst.CSTNode) -> int:
         return self.index.order(node)
@@ -634,24 +644,23 @@ class Kinds:
         block = self._block_of(statement)
         return block is not None and self.index.inside(use, block)
 
-    def _shared_loop(self, target: cst.CSTNode, use: cst.CSTNode) -> cst.CSTNode | None:
-        for loop in self.enclosing(use, LOOPS):
-            if self.index.inside(target, loop):
-                return loop
-        return None
-
     def _block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.index.first_enclosing(node, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite))
 
     def _binding_statement(self, target: cst.CSTNode) -> cst.CSTNode:
         """The Assign / For / CompFor / With / ... that binds `target`."""
+        key = id(target)
+        found = self._binding_statements.get(key)
+        if found is not None:
+            return found
         current = target
         while True:
             parent = self.parents.get(current)
             if parent is None or not isinstance(
                 parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
             ):
-                return parent if parent is not None else current
+                found = self._binding_statements[key] = parent if parent is not None else current
+                return found
             current = parent
 
     def _binding_fact(self, target: cst.CSTNode) -> Fact:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Collection, Sequence
 
 import libcst as cst
-from libcst.metadata import Assignment, QualifiedNameSource
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource
 
 # Public re-exports that resolve to the same object as the path users spell.
 CANONICAL = {
@@ -24,18 +25,87 @@ CANONICAL = {
 
 
 class Names:
-    """Qualified-name look-ups for one file."""
+    """Qualified-name look-ups for one file.
+
+    The answers are libcst's `Scope.get_qualified_names_for(node)`, computed from
+    tables: libcst goes through every binding the name may refer to on each
+    call, and in a long file that imports `torch` many times (or reads `torch`
+    thousands of times) most look-ups repeat the work of an earlier one."""
 
     def __init__(self, scopes) -> None:
         self._scopes = scopes
         self._cache: dict[cst.CSTNode, frozenset] = {}
+        self._by_referent: dict[BaseAssignment, frozenset] = {}
+        self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
+        self._binding_nodes: set[cst.CSTNode] | None = None
 
     def _qualified(self, node: cst.CSTNode):
         found = self._cache.get(node)
         if found is None:
-            scope = self._scopes.get(node)
-            found = self._cache[node] = frozenset(scope.get_qualified_names_for(node)) if scope is not None else frozenset()
+            found = self._cache[node] = self._compute_qualified(node)
         return found
+
+    def _compute_qualified(self, node: cst.CSTNode) -> frozenset:
+        scope = self._scopes.get(node)
+        if scope is None:
+            return frozenset()
+        accesses = scope._accesses_by_node.get(node)
+        if accesses:  # a name read: what each binding it may read is called
+            found: set = set()
+            for access in accesses:
+                for referent in access.referents:
+                    found |= self._referent_names(referent)
+            return frozenset(found)
+        if node in self._bindings():  # a name bound here: libcst answers for that binding alone
+            return frozenset(scope.get_qualified_names_for(node))
+        dotted = get_full_name_for_node(node)
+        if dotted is None:
+            return frozenset()
+        # libcst's look-up by spelling: the bindings of the longest prefix bound here.
+        bindings: Collection[BaseAssignment] = ()
+        prefix: str | None = dotted
+        while prefix:
+            if prefix in scope:
+                bindings = scope[prefix]
+                break
+            prefix = prefix.rpartition(".")[0] or None
+        if not bindings:
+            return frozenset()
+        # libcst hands out the set of bindings of the scope that binds the name, so every
+        # scope that sees the same bindings shares one answer (a module-level `torch`).
+        key = (id(bindings), dotted)
+        found = self._by_dotted_name.get(key)
+        if found is None:
+            names: set = set()
+            for binding in bindings:
+                names |= binding.get_qualified_names_for(dotted)
+            found = self._by_dotted_name[key] = (bindings, frozenset(names))  # the set is kept: its id stays unique
+        return found[1]
+
+    def _referent_names(self, referent: BaseAssignment) -> frozenset:
+        found = self._by_referent.get(referent)
+        if found is None:
+            found = self._by_referent[referent] = frozenset(referent.get_qualified_names_for(referent.name))
+        return found
+
+    def _bindings(self) -> set[cst.CSTNode]:
+        """The nodes libcst takes for a binding itself (`_is_assignment`): the bound
+        name, def or class, and the names of import aliases."""
+        if self._binding_nodes is None:
+            found: set[cst.CSTNode] = set()
+            for scope in {id(scope): scope for scope in self._scopes.values()}.values():
+                for assignment in scope.assignments:
+                    if not isinstance(assignment, Assignment):
+                        continue
+                    found.add(assignment.node)
+                    if isinstance(assignment.node, (cst.Import, cst.ImportFrom)) \
+                            and not isinstance(assignment.node.names, cst.ImportStar):
+                        for alias in assignment.node.names:
+                            found.add(alias.name)
+                            if alias.asname is not None:
+                                found.add(alias.asname.name)
+            self._binding_nodes = found
+        return self._binding_nodes
 
     def of(self, node: cst.CSTNode) -> set[str]:
         """Imported or builtin names the expression refers to. None when a name

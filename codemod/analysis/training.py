@@ -26,6 +26,7 @@ and models imported from the user's own packages, which Kinds cannot see into.
 from __future__ import annotations
 
 import builtins
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
@@ -190,6 +191,10 @@ class Training:
         self.parents = context.parents
         self.steps = context.loops
         self._calls: list[cst.Call] = self.index.find(cst.Call)
+        self._device_types: dict[tuple[cst.CSTNode, int], frozenset[str] | None] = {}
+        self._argparse_options: dict[str, cst.Call] | None = None
+        self._float64_constructions: dict[str, cst.CSTNode | None] = {}
+        self._sites_of_bindings: dict[int, tuple[object, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]] = {}
         self._assignments = self._index_assignments()
         self._model_expressions = self._find_model_expressions()
         self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)]
@@ -343,42 +348,52 @@ class Training:
     def _model_here(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
         code = self.code(expr)
         limit = self._start(at)
-        moves: list[tuple[cst.Call, cst.BaseExpression | None, frozenset[Place]]] = []
+        moves: list[cst.Call] = []
         float64 = self._float64_construction(code)
         split = False
-        for call in self._placement_calls():
-            method = method_name(call)
-            receiver = self.code(call.func.value)
-            if receiver.startswith((code + ".", code + "[")) and self._moves_device(call) and self._visible(call, at, expr):
+        placements = self._placements()
+        for call, receiver in placements.under(code):
+            if self._moves_device(call) and self._visible(call, at, expr):
                 # `model.head.to("cuda:1")` moves a submodule in place; `model.pos.to(d)` in an
                 # expression copies a tensor attribute and moves nothing.
                 statement = self.parents.get(call)
-                split = split or isinstance(statement, cst.Expr) or (
+                if isinstance(statement, cst.Expr) or (
                     isinstance(statement, cst.Assign) and any(self.code(t.target) == receiver for t in statement.targets)
-                )
-            if not self._acts_on(call, code) or not self._visible(call, at, expr):
+                ):
+                    split = True
+                    break
+        for call in placements.acting_on.get(code, ()):
+            if not self._visible(call, at, expr):
                 continue
             if self._makes_float64(call):
                 float64 = float64 or call
             if not self._moves_device(call) or self._start(call) >= limit:
                 continue
-            if method == "cuda":
-                moves.append((call, None, frozenset({Place.CUDA})))
-            elif method == "cpu":
-                moves.append((call, None, frozenset({Place.HOST})))
-            else:
-                device = self._device_argument(call)
-                moves.append((call, device, self.device_places(device)))
+            moves.append(call)
         if not moves:
             return Model(code, None, None, frozenset(), split, float64)
-        call, device, places = max(moves, key=lambda move: self._start(move[0]))
-        return Model(code, call, device, places, split, float64)
+        call = max(moves, key=self._start)  # the last move before `at`; only its device is followed
+        method = method_name(call)
+        if method == "cuda":
+            return Model(code, call, None, frozenset({Place.CUDA}), split, float64)
+        if method == "cpu":
+            return Model(code, call, None, frozenset({Place.HOST}), split, float64)
+        device = self._device_argument(call)
+        return Model(code, call, device, self.device_places(device), split, float64)
 
-    def _placement_calls(self) -> list[cst.Call]:
-        """`.to(...)`, `.cuda()`, `.cpu()`, `.double()` and `.type(...)` calls of the file."""
-        found = getattr(self, "_placements", None)
+    def _placements(self) -> _Placements:
+        """The `.to(...)`, `.cuda()`, `.cpu()`, `.double()` and `.type(...)` calls of the
+        file, found once: every model query looks through them."""
+        found = getattr(self, "_placement_table", None)
         if found is None:
-            found = self._placements = [c for c in self._calls if method_name(c) in ("to", "cuda", "cpu", "double", "type")]
+            calls = [c for c in self._calls if method_name(c) in ("to", "cuda", "cpu", "double", "type")]
+            acting_on: dict[str, list[cst.Call]] = {}
+            for call in calls:
+                for code in self._acted_on(call):
+                    acting_on.setdefault(code, []).append(call)
+            receivers = sorted((self.code(c.func.value), self._start(c), c) for c in calls)
+            found = self._placement_table = _Placements([r for r, _, _ in receivers], [(c, r) for r, _, c in receivers],
+                                                        acting_on)
         return found
 
     def device_types(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[str] | None:
@@ -389,6 +404,12 @@ class Training:
         anything (a parameter, an argparse option without choices, `x.device`)."""
         if expr is None or depth > MAX_DEPTH:
             return None
+        key = (expr, depth)  # the depth matters only where the look-up is cut off
+        if key not in self._device_types:
+            self._device_types[key] = self._compute_device_types(expr, depth)
+        return self._device_types[key]
+
+    def _compute_device_types(self, expr: cst.BaseExpression, depth: int) -> frozenset[str] | None:
         if isinstance(expr, cst.SimpleString):
             value = expr.evaluated_value
             match = DEVICE_STRING.match(value) if isinstance(value, str) else None
@@ -464,18 +485,27 @@ class Training:
 
     def _argparse_choices(self, dest: str) -> list[cst.BaseExpression]:
         """The `choices` of the argparse option stored in `dest`; empty when it takes any value."""
-        for call in self._calls:
-            if method_name(call) != "add_argument":
-                continue
-            flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
-            stored = kwarg(call, "dest")
-            names = {f.lstrip("-").replace("-", "_") for f in flags if isinstance(f, str)}
-            if (stored is not None and isinstance(stored.value, cst.SimpleString) and stored.value.evaluated_value == dest) \
-                    or (stored is None and dest in names):
-                choices = kwarg(call, "choices")
-                if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set)):
-                    return [e.value for e in choices.value.elements]
-                return []
+        if self._argparse_options is None:
+            options: dict[str, cst.Call] = {}  # dest -> the first `add_argument` call that stores it
+            for call in self._calls:
+                if method_name(call) != "add_argument":
+                    continue
+                stored = kwarg(call, "dest")
+                if stored is None:
+                    flags = [a.value.evaluated_value for a in call.args
+                             if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+                    dests = {f.lstrip("-").replace("-", "_") for f in flags if isinstance(f, str)}
+                elif isinstance(stored.value, cst.SimpleString):
+                    dests = {stored.value.evaluated_value}
+                else:
+                    dests = set()
+                for name in dests:
+                    options.setdefault(name, call)
+            self._argparse_options = options
+        call = self._argparse_options.get(dest)
+        choices = kwarg(call, "choices") if call is not None else None
+        if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set)):
+            return [e.value for e in choices.value.elements]
         return []
 
     def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
@@ -960,6 +990,11 @@ class Training:
 
     def _float64_construction(self, code: str) -> cst.CSTNode | None:
         """`model = nn.Linear(4, 1, dtype=torch.float64)`."""
+        if code not in self._float64_constructions:  # asked by every query about the model `code`
+            self._float64_constructions[code] = self._find_float64_construction(code)
+        return self._float64_constructions[code]
+
+    def _find_float64_construction(self, code: str) -> cst.CSTNode | None:
         for _, source in self._assignments.get(code, ()):
             for call in self.index.find(cst.Call, within=source) if source is not None else ():
                 dtype = kwarg(call, "dtype")
@@ -1016,18 +1051,18 @@ class Training:
                 found.add(self.code(call.func.value))  # a bare `x.to(device)` only makes sense for modules
         return found
 
-    def _acts_on(self, call: cst.Call, code: str) -> bool:
-        """Is `call` a method applied to the model `code`: `model.to(d)`, or a link
-        of the chain assigned to it (`model = torch.compile(Net().cuda().double())`)?"""
-        if self.code(call.func.value) == code:
-            return True
+    def _acted_on(self, call: cst.Call) -> list[str]:
+        """The models (as code) `call` is a method applied to: `model.to(d)` acts on
+        `model`; a link of a chain acts on what the chain is assigned to as well
+        (`model = torch.compile(Net().cuda().double())`)."""
+        found = [self.code(call.func.value)]
         current: cst.CSTNode = call
         while True:
             parent = self.parents.get(current)
             if isinstance(parent, cst.Attribute) and parent.value is current:
                 current = self.parents.get(parent)
                 if not isinstance(current, cst.Call):
-                    return False
+                    return found
                 continue
             if isinstance(parent, cst.Arg) and isinstance(self.parents.get(parent), cst.Call):
                 outer = self.parents.get(parent)
@@ -1037,10 +1072,10 @@ class Training:
             break
         assign = self.parents.get(current)
         if isinstance(assign, cst.Assign) and assign.value is current:
-            return any(self.code(t.target) == code for t in assign.targets)
-        if isinstance(assign, cst.AnnAssign) and assign.value is current:
-            return self.code(assign.target) == code
-        return False
+            found += [self.code(t.target) for t in assign.targets]
+        elif isinstance(assign, cst.AnnAssign) and assign.value is current:
+            found.append(self.code(assign.target))
+        return list(dict.fromkeys(found))
 
     def _visible(self, call: cst.Call, loop: cst.CSTNode, model: cst.BaseExpression) -> bool:
         owner = next((a for a in self._ancestors(call) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None)
@@ -1087,13 +1122,14 @@ class Training:
         scope = self.kinds.scopes.get(name)
         if scope is None:
             return []
-        sites = []
-        for assignment in scope[name.value]:
-            if not isinstance(assignment, Assignment):
-                continue
-            node = assignment.node
-            sites.append((node, self._source_of(node)))
-        return sites
+        assignments = scope[name.value]
+        # libcst shares one set of bindings between the scopes that see them: a name bound
+        # many times at module level is asked about from each of its uses.
+        key = id(assignments)
+        if key not in self._sites_of_bindings:
+            sites = [(a.node, self._source_of(a.node)) for a in assignments if isinstance(a, Assignment)]
+            self._sites_of_bindings[key] = (assignments, sites)  # the set is kept: its id stays unique
+        return list(self._sites_of_bindings[key][1])
 
     def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
         return [source for _, source in self._binding_sites(name)]
@@ -1221,6 +1257,20 @@ def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 def _is_true(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+@dataclass(frozen=True)
+class _Placements:
+    receivers: list[str]  # the code of each placement call's receiver, sorted
+    calls: list[tuple[cst.Call, str]]  # (call, receiver), in the order of `receivers`
+    acting_on: dict[str, list[cst.Call]]  # model code -> the placement calls applied to it (Training._acted_on)
+
+    def under(self, code: str) -> Iterator[tuple[cst.Call, str]]:
+        """(call, receiver) of the calls on a part of `code`: `code.head.to(d)`, `code[0].cuda()`."""
+        for prefix in (code + ".", code + "["):
+            # The receivers that start with `prefix` sort together, before `prefix` with its last character bumped.
+            end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            yield from self.calls[bisect_left(self.receivers, prefix): bisect_left(self.receivers, end)]
 
 
 def _union(*parts: frozenset[str] | None) -> frozenset[str] | None:

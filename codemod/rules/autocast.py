@@ -255,6 +255,10 @@ class ForwardWithoutAutocast(Rule):
         ),
     ]
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._taken: set[str] | None = None
+
     def visit_Module(self, node: cst.Module) -> None:
         training = self.context.training
         inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
@@ -309,7 +313,7 @@ class ForwardWithoutAutocast(Rule):
         problem = self._fp16_problem(loop) if fp16 else None
         if problem is not None:
             return self._decline(loop, problem)
-        taken = {name.value for name in self.context.index.find(cst.Name)}
+        taken = self._taken_names()
         policy = next((n for n in POLICY_NAMES if n not in taken), None)
         scaler = next((n for n in SCALER_NAMES if n not in taken), None)
         if policy is None or (fp16 and scaler is None):
@@ -323,6 +327,12 @@ class ForwardWithoutAutocast(Rule):
         if fp16:
             edits += self._scale_edits(loop, placement.scaler)
         self.report(self._forward_start(loop), edits=edits, imports=[POLICY_IMPORT])
+
+    def _taken_names(self) -> set[str]:
+        """Every name the file spells, found once for all its loops."""
+        if self._taken is None:
+            self._taken = {name.value for name in self.context.index.find(cst.Name)}
+        return self._taken
 
     # -- where the policy is built ---------------------------------------------------
 

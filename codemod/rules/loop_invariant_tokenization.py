@@ -229,6 +229,7 @@ class LoopInvariantTokenization(Rule):
         self._index = context.index
         self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
         self._names_in: dict[int, dict[str, list[cst.Name]]] = {}  # region -> its Name nodes by spelling
+        self._trained_by_bindings: dict[int, tuple[object, bool]] = {}
 
     # -- step loops: hoist -------------------------------------------------------------
 
@@ -598,11 +599,24 @@ class LoopInvariantTokenization(Rule):
     def _trained(self, name: cst.Name) -> bool:
         """Does `name` hold a model, a parameter, or a tensor that requires grad, which the
         optimizer changes in place (or autograd would see used in two steps)?"""
-        kinds = self.context.kinds
-        if kinds.fact(name).kind is Kind.MODULE:
+        if self.context.kinds.fact(name).kind is Kind.MODULE:
             return True
         scope = self._scopes.get(name)
-        for assignment in scope[name.value] if scope is not None else ():
+        return scope is not None and self._trained_bindings(scope[name.value])
+
+    def _trained_bindings(self, assignments) -> bool:
+        """`_trained` for what the bindings (a scope's set of them for one name) hold.
+        Memoized by the set, which libcst shares between the scopes that see the same
+        bindings: a module-level name is asked about from each of its uses."""
+        key = id(assignments)
+        if key not in self._trained_by_bindings:
+            # The set is kept with the answer so that its id is not reused.
+            self._trained_by_bindings[key] = (assignments, self._compute_trained_bindings(assignments))
+        return self._trained_by_bindings[key][1]
+
+    def _compute_trained_bindings(self, assignments) -> bool:
+        kinds = self.context.kinds
+        for assignment in assignments:
             node = getattr(assignment, "node", None)
             if isinstance(node, cst.CSTNode):
                 statement = self._bindings.statement(node)
