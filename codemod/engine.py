@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import gc
 import io
 import tokenize
 from dataclasses import dataclass, replace
@@ -156,12 +157,17 @@ def process_source(
         result.error = f"{path}:{error.line}:{error.column}: error: {error.message}"
         return result
     active = selected_rules(settings, path, rules)
+    collecting = gc.isenabled()
+    gc.disable()  # the trees and tables hold no garbage cycles worth a collection mid-file
     try:
         findings, new_code = _run(module, data, path, settings, active)
     except Exception as error:  # a bug in a rule must not cost the user their file
         result.error = (f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
                         "please report it with this file, or skip it with --ignore or `exclude`")
         return result
+    finally:
+        if collecting:
+            gc.enable()
     result.findings = findings
     if new_code is None:
         result.new_source = data  # libcst does not give back every file byte for byte
@@ -410,11 +416,22 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     original's: an unchanged line maps to itself, the lines of a changed run to the
     original run's lines in order (its last line for lines the change added), an
     inserted line to the original line after it."""
-    matcher = difflib.SequenceMatcher(None, original, rewritten, autojunk=False)
-    table: dict[int, int] = {}
-    for _tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    # Only the part between the common first and last lines is compared (difflib is
+    # quadratic in what it compares; the rest maps to itself).
+    head = 0
+    while head < min(len(original), len(rewritten)) and original[head] == rewritten[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(original), len(rewritten)) - head and original[-1 - tail] == rewritten[-1 - tail]:
+        tail += 1
+    table: dict[int, int] = {line: line for line in range(1, head + 1)}
+    shift = len(original) - len(rewritten)
+    table.update((len(rewritten) - k, len(rewritten) - k + shift) for k in range(tail))
+    middle = difflib.SequenceMatcher(None, original[head:len(original) - tail], rewritten[head:len(rewritten) - tail],
+                                     autojunk=False)
+    for _tag, i1, i2, j1, j2 in middle.get_opcodes():
         for offset, j in enumerate(range(j1, j2)):
-            table[j + 1] = i1 + min(offset, max(i2 - i1 - 1, 0)) + 1
+            table[head + j + 1] = head + i1 + min(offset, max(i2 - i1 - 1, 0)) + 1
     last = len(original)
 
     def moved(line: int) -> int:
