@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
+from codemod.analysis.index import children_of
 from codemod.analysis.names import appended
 from codemod.edits import AddImport
 
@@ -169,16 +170,15 @@ def names_read(module: cst.Module) -> set[str]:
     stack: list[cst.CSTNode] = [module]
     while stack:  # a plain walk: this runs on the rewritten tree, which has no index
         node = stack.pop()
-        if isinstance(node, (cst.Import, cst.ImportFrom)):
-            continue
-        if isinstance(node, cst.Name):
+        kind = type(node)
+        if kind is cst.Name:
             found.add(node.value)
-        elif isinstance(node, cst.Attribute):
+        elif kind is cst.Attribute:
             stack.append(node.value)  # `x.name`: `name` is not read as a variable
-        elif isinstance(node, cst.Arg):
+        elif kind is cst.Arg:
             stack.append(node.value)  # `f(name=...)`: the keyword is not a variable
-        else:
-            stack.extend(node.children)
+        elif kind is not cst.Import and kind is not cst.ImportFrom:
+            stack.extend(children_of(node))
     return found
 
 

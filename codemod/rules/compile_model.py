@@ -1,10 +1,10 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
 from codemod.analysis import match as m
-
 from codemod.analysis.names import method_name
 from codemod.analysis.tensor_layout import layouts
 from codemod.edits import InsertAfter
@@ -39,6 +39,10 @@ for step in range(10):
     opt.step()
 torch.save(model.state_dict(), "model.pt")
 """
+
+# Random ops in a model's code: compiled, they draw other numbers than in eager mode.
+RANDOM_OPS = re.compile(r"\b(Dropout\w*|dropout\w*|rand(?:n|int)?_like|bernoulli_?|multinomial)\s*\(")
+DOUBLE_BACKWARD = re.compile(r"\bcreate_graph\s*=\s*True")
 
 
 class UncompiledModel(Rule):
@@ -113,9 +117,14 @@ class UncompiledModel(Rule):
     Numeric: the compiled graphs compute the same operations, but fused
     kernels may order floating-point reductions differently, so losses agree
     within tolerance, not bit for bit (the rule's CPU test compares a few
-    steps). Compilation can also fail on code dynamo does not support, graph
-    breaks can make it slower than eager, and models called with changing
-    shapes recompile; run `perfmod verify` before keeping it.
+    steps). Unsafe where the file uses random ops (dropout, `torch.rand*`,
+    `bernoulli`): compiled code draws its own random numbers, equally random
+    but not the eager ones, so losses differ by more than rounding. Not fixed
+    where the file differentiates through gradients (`create_graph=True`):
+    torch.compile does not support double backward. Compilation can also fail on
+    code dynamo does not support, graph breaks can make it slower than eager,
+    and models called with changing shapes recompile; run `perfmod verify`
+    before keeping it.
     """
 
     CODE = "PM506"
@@ -148,6 +157,16 @@ class UncompiledModel(Rule):
         ),
         Invalid(SETUP + "h = model[0].register_forward_hook(lambda m, a, o: None)\n" + LOOP, None,
                 "hooks: reported without a fix"),
+        Invalid(SETUP + LOOP.replace("    loss = model(x).pow(2).mean()\n",
+                                     "    y = model(x)\n    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)\n"
+                                     "    loss = g.pow(2).mean()\n"),
+                None, "double backward, which torch.compile does not support"),
+        Invalid(SETUP + LOOP.replace("    loss = model(x).pow(2).mean()\n",
+                                     "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n"),
+                SETUP + "model.compile()\n" + LOOP.replace(
+                    "    loss = model(x).pow(2).mean()\n",
+                    "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n"),
+                "random ops: fixed at level unsafe", config={"level": Level.UNSAFE}),
         Invalid(SETUP + LOOP.replace("    opt.step()\n", "    opt.step()\n    model = model.to(device)\n"), None,
                 "rebound in the loop"),
     ]
@@ -197,9 +216,19 @@ class UncompiledModel(Rule):
         elif self._bound_again(anchor, loop.loop, name):
             self.report(anchor, f"`{name}` could be compiled, but it is bound again after this line; "
                                 f"add `{name}.compile()` after its last binding")
+        elif (double := DOUBLE_BACKWARD.search(self.context.code)) is not None:
+            line = self.context.code.count("\n", 0, double.start()) + 1
+            self.report(anchor, f"`{name}` could be compiled, but this file differentiates through gradients "
+                                f"(`create_graph=True`, line {line}): torch.compile does not support double backward")
         else:
             compile_line = cst.parse_statement(f"{name}.compile()\n")
-            self.report(anchor, edits=[InsertAfter(anchor, (compile_line,))])
+            random = RANDOM_OPS.search(self.context.code)
+            if random is None:
+                self.report(anchor, edits=[InsertAfter(anchor, (compile_line,))])
+            else:  # inductor draws its own random numbers: equally random, not the eager ones
+                self.report(anchor, self.MESSAGE + f"; unsafe: its random ops (`{random.group(1)}`) draw other "
+                            "numbers when compiled, so losses differ from eager ones by more than rounding",
+                            edits=[InsertAfter(anchor, (compile_line,))], level=Level.UNSAFE)
 
     # -- what runs the forward -------------------------------------------------------------
 
