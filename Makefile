@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test docs browser runtime-wheel clean bench-gpu bench-cpu bench-scripts bench-prepare
+.PHONY: setup demo test lint docs browser runtime-wheel clean bench-gpu bench-cpu bench-scripts bench-prepare
 
 setup: $(VENV)/.installed
 
@@ -25,8 +25,13 @@ demo: setup
 	$(BIN)/perfmod check fixtures/scripts/seed_latentwire.py; \
 	  echo "perfmod check exit status: $$? (1: fixes pending at level safe)"
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest -q --cov=codemod --cov=runtime --cov-report=term $(PYTEST_ARGS)
+
+# The project's own lint and format check (configured in pyproject.toml).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Chromium for tests/test_report_browser.py: Debian's package, installed where
 # apt-get runs as root (about 40 s on a fresh Debian 12 machine); elsewhere a

@@ -33,7 +33,7 @@ import sys
 
 import torch
 
-MODEL = '''\
+MODEL = """\
 import time
 
 import torch
@@ -66,9 +66,11 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-'''
+"""
 
-ORIGINAL_PER_SAMPLE = MODEL + '''\
+ORIGINAL_PER_SAMPLE = (
+    MODEL
+    + """\
 def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads):
     torch.manual_seed(0)
     model = SeedLM(vocab, width, layers, heads, seq_len).to(device)
@@ -89,9 +91,12 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         optimizer.step()
     synchronize(device)
     return steps * batch_size * seq_len / (time.perf_counter() - start), running
-'''
+"""
+)
 
-REWRITTEN_PER_SAMPLE = MODEL + '''\
+REWRITTEN_PER_SAMPLE = (
+    MODEL
+    + """\
 def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads):
     torch.manual_seed(0)
     model = SeedLM(vocab, width, layers, heads, seq_len).to(device)
@@ -112,9 +117,12 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         optimizer.step()
     synchronize(device)
     return steps * batch_size * seq_len / (time.perf_counter() - start), running
-'''
+"""
+)
 
-ORIGINAL_PER_POSITION = MODEL + '''\
+ORIGINAL_PER_POSITION = (
+    MODEL
+    + """\
 def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads):
     torch.manual_seed(0)
     model = SeedLM(vocab, width, layers, heads, seq_len).to(device)
@@ -134,9 +142,12 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         optimizer.step()
     synchronize(device)
     return steps * batch_size * seq_len / (time.perf_counter() - start), loss.item()
-'''
+"""
+)
 
-REWRITTEN_PER_POSITION = MODEL + '''\
+REWRITTEN_PER_POSITION = (
+    MODEL
+    + """\
 def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads):
     torch.manual_seed(0)
     model = SeedLM(vocab, width, layers, heads, seq_len).to(device)
@@ -156,7 +167,8 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         optimizer.step()
     synchronize(device)
     return steps * batch_size * seq_len / (time.perf_counter() - start), loss.item()
-'''
+"""
+)
 
 # workload -> (rule, original script, rewritten script)
 WORKLOADS = {
@@ -164,7 +176,16 @@ WORKLOADS = {
     "per-position loss": ("PM503", ORIGINAL_PER_POSITION, REWRITTEN_PER_POSITION),
 }
 SIZES = ("batch_size", "seq_len", "vocab", "width", "layers", "heads")
-DEFAULTS = {"batch_size": 32, "seq_len": 256, "vocab": 8192, "width": 512, "layers": 4, "heads": 8, "steps": 10, "warmup": 2}
+DEFAULTS = {
+    "batch_size": 32,
+    "seq_len": 256,
+    "vocab": 8192,
+    "width": 512,
+    "layers": 4,
+    "heads": 8,
+    "steps": 10,
+    "warmup": 2,
+}
 QUICK = {"batch_size": 2, "seq_len": 8, "vocab": 32, "width": 16, "layers": 1, "heads": 2, "steps": 2, "warmup": 1}
 
 
@@ -173,7 +194,9 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a smoke test")
     for name in (*SIZES, "steps", "warmup"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"default {DEFAULTS[name]} (quick {QUICK[name]})")
+        parser.add_argument(
+            "--" + name.replace("_", "-"), type=int, help=f"default {DEFAULTS[name]} (quick {QUICK[name]})"
+        )
     args = parser.parse_args(argv)
     for name, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, name) is None:

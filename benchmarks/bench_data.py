@@ -255,8 +255,10 @@ def table(results: dict[str, list[dict]], command: str, device: str) -> str:
     ]
     for version, runs in results.items():
         peak = median(runs, "peak MiB")
-        lines.append(f"| {version} | {median(runs, 'tokens/s'):,.0f} | {share(median(runs, 'data wait'))} | "
-                     f"{share(median(runs, 'GPU busy'))} | {'n/a (CPU)' if peak is None else f'{peak:.1f}'} |")
+        lines.append(
+            f"| {version} | {median(runs, 'tokens/s'):,.0f} | {share(median(runs, 'data wait'))} | "
+            f"{share(median(runs, 'GPU busy'))} | {'n/a (CPU)' if peak is None else f'{peak:.1f}'} |"
+        )
     speedup = median(results["rewritten"], "tokens/s") / median(results["original"], "tokens/s")
     same = all(a["losses"] == b["losses"] for a, b in zip(results["original"], results["rewritten"]))
     lines.append(f"\nSpeed-up: {speedup:.2f}x; losses bit-identical: {'yes' if same else 'no'}")

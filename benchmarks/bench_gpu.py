@@ -66,63 +66,213 @@ class Part:
 
 
 PARTS = [
-    Part("scripts", "three seed-style scripts: original, perfmod's rewrite at safe/numeric/unsafe and "
-                    "hand-optimized; tokens/s, speed-ups, rewrite/hand-optimized (goal >= 0.9x), peak memory, losses",
-         "benchmarks.bench_scripts",
-         {"cuda": [["--device", "cuda", "--levels", "safe", "numeric", "unsafe", "--repeats", "3"]],
-          "cpu": [["--device", "cpu", "--quick", "--levels", "safe", "numeric", "unsafe"]],
-          "quick": [["--device", "cpu", "--quick", "--scripts", "gpt_seed000"]]},
-         460, 570),
-    Part("kernels", "linear attention (GLA/RWKV) and linear scan: Python loop vs runtime.kernels vs "
-                    "flash-linear-attention at T = 512/2048/8192 (issue 5's goals at T = 2048); "
-                    "hand-written softmax(QK^T/sqrt(d))V vs F.scaled_dot_product_attention",
-         "benchmarks.bench_kernels",
-         {"cuda": [["--device", "cuda"]], "cpu": [["--device", "cpu", "--quick"]],
-          "quick": [["--device", "cpu", "--quick", "--reps", "1", "--loop-reps", "1"]]},
-         270, 420),
-    Part("rwkv", "the RWKV-style fixture before/after PM505 (Python time loop vs runtime.kernels.linear_attention), "
-                 "T = 1024 and T = 2048",
-         "benchmarks.bench_rwkv",
-         {"cuda": [["--device", "cuda"], ["--device", "cuda", "--seq-len", "2048", "--batch", "4"]],
-          "cpu": [["--device", "cpu", "--quick"]], "quick": [["--device", "cpu", "--quick"]]},
-         150, 300),
-    Part("batching", "per-sample forward/backward loop vs PM502's batched pass; per-position loss loop vs PM503",
-         "benchmarks.bench_batching",
-         {"cuda": [["--device", "cuda"]], "cpu": [["--device", "cpu", "--quick"]],
-          "quick": [["--device", "cpu", "--quick"]]},
-         40, 180),
-    Part("model", "per-call hooks vs PM501's persistent hooks; eager vs PM506's model.compile()",
-         "benchmarks.bench_model",
-         {"cuda": [["--device", "cuda"]],
-          "cpu": [["--device", "cpu", "--case", "hook_lm", "--steps", "4", "--warmup", "1", "--repeats", "1",
-                   "--batch", "4", "--seq", "32", "--width", "64", "--vocab", "256"]],
-          "quick": [["--device", "cpu", "--case", "hook_lm", "--steps", "2", "--warmup", "1", "--repeats", "1",
-                     "--batch", "2", "--seq", "8", "--width", "16", "--vocab", "32"]]},
-         150, 300),
-    Part("data", "a data-bound loop before/after PM102 + PM201 + PM103: tokens/s, data wait, GPU busy "
-                 "(with per-item host work, and with none: the copy overlap alone)",
-         "benchmarks.bench_data",
-         {"cuda": [["--device", "cuda"], ["--device", "cuda", "--work", "0"]],
-          "cpu": [["--device", "cpu", "--steps", "8", "--batch-size", "8", "--seq-len", "32", "--work", "2",
-                   "--repeats", "1"]],
-          "quick": [["--device", "cpu", "--steps", "5", "--batch-size", "2", "--seq-len", "8", "--work", "1",
-                     "--repeats", "1"]]},
-         120, 240),
-    Part("tokenize", "tokenizing in the step (seed) vs PM203's hoisted scaffold vs pretokenized; "
-                     "sliced batches vs PM202's DataLoader, with workers",
-         "benchmarks.bench_tokenize",
-         {"cuda": [["--device", "cuda"]], "cpu": [["--device", "cpu", "--quick"]],
-          "quick": [["--device", "cpu", "--quick", "--steps", "2"]]},
-         60, 180),
-    Part("verify", "perfmod verify on the seed script at level numeric: steps/s, tokens/s, peak memory, "
-                   "loss agreement (the README's verify table)",
-         "benchmarks.verify_seed",
-         {"cuda": [["--device", "cuda", "--prepared", PREPARED]],
-          "cpu": [["--device", "cpu", "--prepared", PREPARED, "--steps", "4", "--warmup", "1", "--",
-                   "--samples", "64", "--batch-size", "8"]],
-          "quick": [["--device", "cpu", "--prepared", PREPARED, "--steps", "2", "--warmup", "1", "--",
-                     "--samples", "16", "--batch-size", "4"]]},
-         45, 180),
+    Part(
+        "scripts",
+        "three seed-style scripts: original, perfmod's rewrite at safe/numeric/unsafe and "
+        "hand-optimized; tokens/s, speed-ups, rewrite/hand-optimized (goal >= 0.9x), peak memory, losses",
+        "benchmarks.bench_scripts",
+        {
+            "cuda": [["--device", "cuda", "--levels", "safe", "numeric", "unsafe", "--repeats", "3"]],
+            "cpu": [["--device", "cpu", "--quick", "--levels", "safe", "numeric", "unsafe"]],
+            "quick": [["--device", "cpu", "--quick", "--scripts", "gpt_seed000"]],
+        },
+        460,
+        570,
+    ),
+    Part(
+        "kernels",
+        "linear attention (GLA/RWKV) and linear scan: Python loop vs runtime.kernels vs "
+        "flash-linear-attention at T = 512/2048/8192 (issue 5's goals at T = 2048); "
+        "hand-written softmax(QK^T/sqrt(d))V vs F.scaled_dot_product_attention",
+        "benchmarks.bench_kernels",
+        {
+            "cuda": [["--device", "cuda"]],
+            "cpu": [["--device", "cpu", "--quick"]],
+            "quick": [["--device", "cpu", "--quick", "--reps", "1", "--loop-reps", "1"]],
+        },
+        270,
+        420,
+    ),
+    Part(
+        "rwkv",
+        "the RWKV-style fixture before/after PM505 (Python time loop vs runtime.kernels.linear_attention), "
+        "T = 1024 and T = 2048",
+        "benchmarks.bench_rwkv",
+        {
+            "cuda": [["--device", "cuda"], ["--device", "cuda", "--seq-len", "2048", "--batch", "4"]],
+            "cpu": [["--device", "cpu", "--quick"]],
+            "quick": [["--device", "cpu", "--quick"]],
+        },
+        150,
+        300,
+    ),
+    Part(
+        "batching",
+        "per-sample forward/backward loop vs PM502's batched pass; per-position loss loop vs PM503",
+        "benchmarks.bench_batching",
+        {
+            "cuda": [["--device", "cuda"]],
+            "cpu": [["--device", "cpu", "--quick"]],
+            "quick": [["--device", "cpu", "--quick"]],
+        },
+        40,
+        180,
+    ),
+    Part(
+        "model",
+        "per-call hooks vs PM501's persistent hooks; eager vs PM506's model.compile()",
+        "benchmarks.bench_model",
+        {
+            "cuda": [["--device", "cuda"]],
+            "cpu": [
+                [
+                    "--device",
+                    "cpu",
+                    "--case",
+                    "hook_lm",
+                    "--steps",
+                    "4",
+                    "--warmup",
+                    "1",
+                    "--repeats",
+                    "1",
+                    "--batch",
+                    "4",
+                    "--seq",
+                    "32",
+                    "--width",
+                    "64",
+                    "--vocab",
+                    "256",
+                ]
+            ],
+            "quick": [
+                [
+                    "--device",
+                    "cpu",
+                    "--case",
+                    "hook_lm",
+                    "--steps",
+                    "2",
+                    "--warmup",
+                    "1",
+                    "--repeats",
+                    "1",
+                    "--batch",
+                    "2",
+                    "--seq",
+                    "8",
+                    "--width",
+                    "16",
+                    "--vocab",
+                    "32",
+                ]
+            ],
+        },
+        150,
+        300,
+    ),
+    Part(
+        "data",
+        "a data-bound loop before/after PM102 + PM201 + PM103: tokens/s, data wait, GPU busy "
+        "(with per-item host work, and with none: the copy overlap alone)",
+        "benchmarks.bench_data",
+        {
+            "cuda": [["--device", "cuda"], ["--device", "cuda", "--work", "0"]],
+            "cpu": [
+                [
+                    "--device",
+                    "cpu",
+                    "--steps",
+                    "8",
+                    "--batch-size",
+                    "8",
+                    "--seq-len",
+                    "32",
+                    "--work",
+                    "2",
+                    "--repeats",
+                    "1",
+                ]
+            ],
+            "quick": [
+                [
+                    "--device",
+                    "cpu",
+                    "--steps",
+                    "5",
+                    "--batch-size",
+                    "2",
+                    "--seq-len",
+                    "8",
+                    "--work",
+                    "1",
+                    "--repeats",
+                    "1",
+                ]
+            ],
+        },
+        120,
+        240,
+    ),
+    Part(
+        "tokenize",
+        "tokenizing in the step (seed) vs PM203's hoisted scaffold vs pretokenized; "
+        "sliced batches vs PM202's DataLoader, with workers",
+        "benchmarks.bench_tokenize",
+        {
+            "cuda": [["--device", "cuda"]],
+            "cpu": [["--device", "cpu", "--quick"]],
+            "quick": [["--device", "cpu", "--quick", "--steps", "2"]],
+        },
+        60,
+        180,
+    ),
+    Part(
+        "verify",
+        "perfmod verify on the seed script at level numeric: steps/s, tokens/s, peak memory, "
+        "loss agreement (the README's verify table)",
+        "benchmarks.verify_seed",
+        {
+            "cuda": [["--device", "cuda", "--prepared", PREPARED]],
+            "cpu": [
+                [
+                    "--device",
+                    "cpu",
+                    "--prepared",
+                    PREPARED,
+                    "--steps",
+                    "4",
+                    "--warmup",
+                    "1",
+                    "--",
+                    "--samples",
+                    "64",
+                    "--batch-size",
+                    "8",
+                ]
+            ],
+            "quick": [
+                [
+                    "--device",
+                    "cpu",
+                    "--prepared",
+                    PREPARED,
+                    "--steps",
+                    "2",
+                    "--warmup",
+                    "1",
+                    "--",
+                    "--samples",
+                    "16",
+                    "--batch-size",
+                    "4",
+                ]
+            ],
+        },
+        45,
+        180,
+    ),
 ]
 PARTS_BY_NAME = {part.name: part for part in PARTS}
 
@@ -141,8 +291,9 @@ def run_part(part: Part, tier: str, seconds: float, env: dict) -> Outcome:
     for args in part.runs[tier]:
         left = seconds - (time.monotonic() - start)
         if left <= 0:
-            return Outcome(f"timed out: no time left for `{shlex.join(args)}`", time.monotonic() - start,
-                           "\n\n".join(bodies))
+            return Outcome(
+                f"timed out: no time left for `{shlex.join(args)}`", time.monotonic() - start, "\n\n".join(bodies)
+            )
         if part.name == "scripts":  # its own budget: it stops starting runs and prints its table in time
             args = [*args, "--budget", f"{max(left - SCRIPTS_MARGIN, 1):.0f}"]
         argv = [sys.executable, "-m", part.module, *args]
@@ -152,8 +303,11 @@ def run_part(part: Part, tier: str, seconds: float, env: dict) -> Outcome:
             tail = "\n".join(err.strip().splitlines()[-15:])
             bodies.append(f"stderr (end):\n\n```\n{tail}\n```" if tail else "")
             last = err.strip().splitlines()[-1] if err.strip() else ""
-            status = (f"timed out after {left:.0f} s" if code is None
-                      else f"error: exit status {code}" + (f": {last}" if last else ""))
+            status = (
+                f"timed out after {left:.0f} s"
+                if code is None
+                else f"error: exit status {code}" + (f": {last}" if last else "")
+            )
             return Outcome(status, time.monotonic() - start, "\n\n".join(bodies))
     return Outcome("ok", time.monotonic() - start, "\n\n".join(bodies))
 
@@ -174,19 +328,34 @@ def probe(env: dict, device: str) -> dict:
         except metadata.PackageNotFoundError:
             version = "not installed"
         return {"torch": version, "python": platform.python_version(), "cuda": None, "device": None}
-    code = ("import json, platform, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__,"
-            " 'python': platform.python_version(), 'cuda': torch.version.cuda,"
-            " 'device': torch.cuda.get_device_name() if c else None}))")
+    code = (
+        "import json, platform, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__,"
+        " 'python': platform.python_version(), 'cuda': torch.version.cuda,"
+        " 'device': torch.cuda.get_device_name() if c else None}))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         return {"torch": "not importable", "python": sys.version.split()[0], "cuda": None, "device": None}
     return json.loads(done.stdout)
 
 
-def document(facts: dict, device: str, command: str, budget: float, outcomes: dict[str, Outcome], tier: str,
-             elapsed: float, parts: list[Part]) -> str:
-    where = (f"{facts['device']} (CUDA {facts['cuda']})" if device == "cuda" and facts["device"]
-             else "CPU" if device == "cpu" else "CUDA requested, but torch sees no GPU")
+def document(
+    facts: dict,
+    device: str,
+    command: str,
+    budget: float,
+    outcomes: dict[str, Outcome],
+    tier: str,
+    elapsed: float,
+    parts: list[Part],
+) -> str:
+    where = (
+        f"{facts['device']} (CUDA {facts['cuda']})"
+        if device == "cuda" and facts["device"]
+        else "CPU"
+        if device == "cpu"
+        else "CUDA requested, but torch sees no GPU"
+    )
     lines = [
         f"## GPU benchmarks: {where}" if device == "cuda" else f"## Benchmarks on the CPU ({tier} sizes)",
         "",
@@ -231,8 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: dict[str, Outcome] = {}
 
     def write() -> str:
-        text = document(facts, options.device, command, options.budget, outcomes, tier, time.monotonic() - start,
-                        parts)
+        text = document(facts, options.device, command, options.budget, outcomes, tier, time.monotonic() - start, parts)
         if output:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(text)

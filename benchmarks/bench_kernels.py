@@ -157,7 +157,10 @@ def linear_attention_rows(T, args, device, dtype, notes):
     impls = {"Python loop (reference)": (linear_attention_reference, None, args.loop_reps)}
     for C in args.chunk_sizes:
         impls[f"runtime.kernels.linear_attention C={C}"] = (
-            lambda *a, C=C: linear_attention(*a, chunk_size=C), None, args.reps)
+            lambda *a, C=C: linear_attention(*a, chunk_size=C),
+            None,
+            args.reps,
+        )
     fla, why = fla_chunk_gla() if device.type == "cuda" else (None, "flash-linear-attention needs CUDA")
     if fla is None:
         notes.add(f"fla row skipped: {why}")
@@ -170,10 +173,15 @@ def linear_attention_rows(T, args, device, dtype, notes):
 
 def scan_rows(T, args, device, dtype):
     B, D = (2, 32) if args.quick else (4, 1024)
-    inputs = [leaf(B, T, D, device=device, dtype=dtype, low=0.9), leaf(B, T, D, device=device, dtype=dtype),
-              leaf(B, D, device=device, dtype=dtype)]
-    impls = {"Python loop (reference)": (linear_scan_reference, None, args.loop_reps),
-             "runtime.kernels.linear_scan": (linear_scan, None, args.reps)}
+    inputs = [
+        leaf(B, T, D, device=device, dtype=dtype, low=0.9),
+        leaf(B, T, D, device=device, dtype=dtype),
+        leaf(B, D, device=device, dtype=dtype),
+    ]
+    impls = {
+        "Python loop (reference)": (linear_scan_reference, None, args.loop_reps),
+        "runtime.kernels.linear_scan": (linear_scan, None, args.reps),
+    }
     return bench("linear scan", T, impls, inputs, linear_scan_reference, args, device)
 
 
@@ -192,8 +200,10 @@ def sdpa(q, k, v):
 def attention_rows(T, args, device, dtype):
     B, H, d = (1, 2, 16) if args.quick else (4, 8, 64)
     inputs = [leaf(B, H, T, d, device=device, dtype=dtype) for _ in range(3)]
-    impls = {"manual softmax(QK^T/sqrt(d))V": (manual_attention, None, args.reps),
-             "F.scaled_dot_product_attention": (sdpa, None, args.reps)}
+    impls = {
+        "manual softmax(QK^T/sqrt(d))V": (manual_attention, None, args.reps),
+        "F.scaled_dot_product_attention": (sdpa, None, args.reps),
+    }
     return bench("causal attention", T, impls, inputs, manual_attention, args, device)
 
 
@@ -217,8 +227,10 @@ def main(argv=None):
     command = " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.bench_kernels", *sys.argv[1:]])
     compile_env = os.environ.get("PERFMOD_KERNELS_COMPILE", "unset")
     print(f"### Kernels: {name}, {args.dtype}, forward + backward\n")
-    print(f"torch {torch.__version__}, {datetime.date.today()}, PERFMOD_KERNELS_COMPILE={compile_env}; "
-          f"median of {args.reps} runs ({args.loop_reps} for the loops) after {args.warmup} warm-up\n")
+    print(
+        f"torch {torch.__version__}, {datetime.date.today()}, PERFMOD_KERNELS_COMPILE={compile_env}; "
+        f"median of {args.reps} runs ({args.loop_reps} for the loops) after {args.warmup} warm-up\n"
+    )
     print(f"    {command}\n")
     print("| op | T | implementation | ms | speed-up | vs fla | rel err |")
     print("|---|---:|---|---:|---:|---:|---:|")
@@ -228,8 +240,10 @@ def main(argv=None):
         vs_fla = f"{ms / fla[op, T]:.2f}x" if (op, T) in fla else "-"
         print(f"| {op} | {T} | {impl} | {ms:.3f} | {base[op, T] / ms:.1f}x | {vs_fla} | {err:.1e} |")
     print()
-    print("speed-up: the first row of the case (the loop, the manual attention) over this one; "
-          "vs fla: this one's time over fla.ops.gla.chunk_gla's (1.00x = as fast)")
+    print(
+        "speed-up: the first row of the case (the loop, the manual attention) over this one; "
+        "vs fla: this one's time over fla.ops.gla.chunk_gla's (1.00x = as fast)"
+    )
     for line in goal_lines(rows, base, fla):
         print(f"\n{line}")
     for note in sorted(notes):
@@ -246,8 +260,10 @@ def goal_lines(rows, base, fla):
         if op != LINEAR_ATTENTION or T != T_goal or not impl.startswith("runtime.kernels"):
             continue
         speedup = base[op, T] / ms
-        line = f"goal at T={T}: {impl} is {speedup:.1f}x faster than the loop (goal >= 20x: " \
-               f"{'met' if speedup >= 20 else 'not met'})"
+        line = (
+            f"goal at T={T}: {impl} is {speedup:.1f}x faster than the loop (goal >= 20x: "
+            f"{'met' if speedup >= 20 else 'not met'})"
+        )
         if (op, T) in fla:
             ratio = ms / fla[op, T]
             line += f", {ratio:.2f}x fla's time (goal <= 1.5x: {'met' if ratio <= 1.5 else 'not met'})"
@@ -255,6 +271,7 @@ def goal_lines(rows, base, fla):
             line += ", fla not measured"
         lines.append(line + ("" if T == GOAL_T else f"; the goal is set for T={GOAL_T}"))
     return lines
+
 
 if __name__ == "__main__":
     main()

@@ -29,9 +29,9 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -58,8 +58,10 @@ def train_hook_lm(namespace: dict, device: torch.device, options: argparse.Names
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, options.vocab, (options.batch, options.seq + 1), generator=generator).to(device)
-    masks = {"blocks.0": (torch.rand(options.width, generator=generator) > 0.2).float().to(device),
-             "blocks.1.down": (torch.rand(options.width, generator=generator) > 0.2).float().to(device)}
+    masks = {
+        "blocks.0": (torch.rand(options.width, generator=generator) > 0.2).float().to(device),
+        "blocks.1.down": (torch.rand(options.width, generator=generator) > 0.2).float().to(device),
+    }
 
     def step() -> torch.Tensor:
         logits, cache = model(tokens[:, :-1], masks)
@@ -85,9 +87,15 @@ def train_char_lm(namespace: dict, device: torch.device, options: argparse.Names
     """The character LM of PM506's fixture: its own main() trains and times the steps
     after the warm-up, so the rewritten version's compile time is not counted."""
     with contextlib.redirect_stdout(io.StringIO()):
-        model, _, elapsed = namespace["main"](steps=options.steps, warmup=max(options.warmup, 1), batch=options.batch,
-                                              seq=options.seq, width=options.width, vocab=options.vocab,
-                                              device=str(device))
+        model, _, elapsed = namespace["main"](
+            steps=options.steps,
+            warmup=max(options.warmup, 1),
+            batch=options.batch,
+            seq=options.seq,
+            width=options.width,
+            vocab=options.vocab,
+            device=str(device),
+        )
     tokens = torch.randint(0, options.vocab, (options.batch, options.seq), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():  # the final loss of the trained weights, one eager forward
         loss = F.cross_entropy(model(tokens.to(device)).reshape(-1, options.vocab), tokens.to(device).reshape(-1))
@@ -95,10 +103,20 @@ def train_char_lm(namespace: dict, device: torch.device, options: argparse.Names
 
 
 CASES = [
-    Case("hook_lm", FIXTURES / "PM501" / "seed_lm.in.py", FIXTURES / "PM501" / "seed_lm.out.py", train_hook_lm,
-         "PM501: 4 forward hooks registered per call -> runtime.hooks dispatchers"),
-    Case("char_lm", FIXTURES / "PM506" / "train_lm.in.py", FIXTURES / "PM506" / "train_lm.out.py", train_char_lm,
-         "PM506: model.compile() (inductor)"),
+    Case(
+        "hook_lm",
+        FIXTURES / "PM501" / "seed_lm.in.py",
+        FIXTURES / "PM501" / "seed_lm.out.py",
+        train_hook_lm,
+        "PM501: 4 forward hooks registered per call -> runtime.hooks dispatchers",
+    ),
+    Case(
+        "char_lm",
+        FIXTURES / "PM506" / "train_lm.in.py",
+        FIXTURES / "PM506" / "train_lm.out.py",
+        train_char_lm,
+        "PM506: model.compile() (inductor)",
+    ),
 ]
 
 
@@ -119,15 +137,17 @@ def run_version(path: Path, case: Case, device: torch.device, options: argparse.
     return tokens / elapsed, peak, loss
 
 
-def measure(case: Case, device: torch.device, options: argparse.Namespace) -> dict[str, tuple[float, int | None, float]]:
+def measure(
+    case: Case, device: torch.device, options: argparse.Namespace
+) -> dict[str, tuple[float, int | None, float]]:
     runs: dict[str, list] = {"original": [], "rewritten": []}
     for _ in range(options.repeats):
         for version, path in (("original", case.original), ("rewritten", case.rewritten)):
             runs[version].append(run_version(path, case, device, options))
-    return {version: (statistics.median(r[0] for r in results),
-                      max((r[1] or 0) for r in results) or None,
-                      results[-1][2])
-            for version, results in runs.items()}
+    return {
+        version: (statistics.median(r[0] for r in results), max((r[1] or 0) for r in results) or None, results[-1][2])
+        for version, results in runs.items()
+    }
 
 
 def table(results: dict[str, dict], device: torch.device, argv: list[str]) -> str:
@@ -144,7 +164,9 @@ def table(results: dict[str, dict], device: torch.device, argv: list[str]) -> st
         base = rows["original"][0]
         for version, (rate, peak, loss) in rows.items():
             memory = f"{peak / 2**20:.1f}" if peak else "n/a (CPU)"
-            lines.append(f"| {case_name} | {what} | {version} | {rate:,.0f} | {memory} | {rate / base:.2f}x | {loss!r} |")
+            lines.append(
+                f"| {case_name} | {what} | {version} | {rate:,.0f} | {memory} | {rate / base:.2f}x | {loss!r} |"
+            )
     return "\n".join(lines)
 
 
@@ -152,8 +174,9 @@ def main(argv: list[str] | None = None) -> str:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--case", action="append", choices=[case.name for case in CASES],
-                        help="run only these cases (default: all)")
+    parser.add_argument(
+        "--case", action="append", choices=[case.name for case in CASES], help="run only these cases (default: all)"
+    )
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
@@ -166,8 +189,9 @@ def main(argv: list[str] | None = None) -> str:
     if options.threads:
         torch.set_num_threads(options.threads)
     device = torch.device(options.device)
-    results = {case.name: measure(case, device, options)
-               for case in CASES if options.case is None or case.name in options.case}
+    results = {
+        case.name: measure(case, device, options) for case in CASES if options.case is None or case.name in options.case
+    }
     text = table(results, device, argv)
     print(text)
     return text

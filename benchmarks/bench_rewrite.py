@@ -68,9 +68,13 @@ def run(prepared: Path, repeats: int, args: list[str]) -> str:
     for _ in range(repeats):
         for name in measured:
             measured[name].append(run_once((prepared / f"{name}.py").resolve(), args))
-    rows = {name: (statistics.median(t for t, _ in runs), max((p or 0) for _, p in runs)) for name, runs in measured.items()}
+    rows = {
+        name: (statistics.median(t for t, _ in runs), max((p or 0) for _, p in runs)) for name, runs in measured.items()
+    }
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    command = "python -m benchmarks.bench_rewrite run " + shlex.join([str(prepared), "--repeats", str(repeats), "--", *args])
+    command = "python -m benchmarks.bench_rewrite run " + shlex.join(
+        [str(prepared), "--repeats", str(repeats), "--", *args]
+    )
     speedup = rows["rewritten"][0] / rows["original"][0]
     lines = [
         f"Device: {device}; torch {torch.__version__}; date {datetime.date.today().isoformat()}",
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     bench.add_argument("prepared", type=Path)
     bench.add_argument("--repeats", type=int, default=3)
     argv = sys.argv[1:] if argv is None else argv
-    script_args = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: for both scripts
+    script_args = argv[argv.index("--") + 1 :] if "--" in argv else []  # after --: for both scripts
     options = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if options.command == "prepare":
         print(json.dumps(prepare(options.script, options.level, options.out)))

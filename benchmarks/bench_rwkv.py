@@ -47,8 +47,15 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, help="timed steps (default 10, quick 2)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (default 2, quick 1)")
     args = parser.parse_args(argv)
-    for name, full, quick in [("batch", 8, 2), ("seq_len", 1024, 40), ("d_model", 512, 32), ("heads", 8, 4),
-                              ("layers", 4, 2), ("steps", 10, 2), ("warmup", 2, 1)]:
+    for name, full, quick in [
+        ("batch", 8, 2),
+        ("seq_len", 1024, 40),
+        ("d_model", 512, 32),
+        ("heads", 8, 4),
+        ("layers", 4, 2),
+        ("steps", 10, 2),
+        ("warmup", 2, 1),
+    ]:
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     return args
@@ -57,8 +64,10 @@ def parse_args(argv=None):
 def scripts() -> dict[str, str]:
     """The fixture as written and as PM505 rewrites it."""
     rewritten = FIXTURE.with_name(FIXTURE.name.replace(".in.py", ".out.py"))
-    return {"original (Python time loop)": FIXTURE.read_text(),
-            "rewritten (runtime.kernels.linear_attention)": rewritten.read_text()}
+    return {
+        "original (Python time loop)": FIXTURE.read_text(),
+        "rewritten (runtime.kernels.linear_attention)": rewritten.read_text(),
+    }
 
 
 def run(source: str, args, device: torch.device) -> tuple[float, str, list[float]]:
@@ -67,11 +76,15 @@ def run(source: str, args, device: torch.device) -> tuple[float, str, list[float
     exec(compile(source, str(FIXTURE), "exec"), namespace)
     torch.manual_seed(0)
     vocab = 256
-    model = namespace["Model"](vocab_size=vocab, d_model=args.d_model, n_head=args.heads, n_layer=args.layers).to(device)
+    model = namespace["Model"](vocab_size=vocab, d_model=args.d_model, n_head=args.heads, n_layer=args.layers).to(
+        device
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(1)
-    batches = [torch.randint(0, vocab, (args.batch, args.seq_len + 1), generator=gen).to(device)
-               for _ in range(args.warmup + args.steps)]
+    batches = [
+        torch.randint(0, vocab, (args.batch, args.seq_len + 1), generator=gen).to(device)
+        for _ in range(args.warmup + args.steps)
+    ]
     losses = []
 
     def step(data):
@@ -82,13 +95,13 @@ def run(source: str, args, device: torch.device) -> tuple[float, str, list[float
         opt.zero_grad(set_to_none=True)
         losses.append(loss.detach())
 
-    for data in batches[:args.warmup]:
+    for data in batches[: args.warmup]:
         step(data)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    for data in batches[args.warmup:]:
+    for data in batches[args.warmup :]:
         step(data)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -101,7 +114,7 @@ def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
     results = {name: run(source, args, device) for name, source in scripts().items()}
-    (base_rate, _, base_losses), = [results[n] for n in results if n.startswith("original")]
+    ((base_rate, _, base_losses),) = [results[n] for n in results if n.startswith("original")]
 
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -109,9 +122,11 @@ def main(argv=None):
         name = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     command = " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.bench_rwkv", *sys.argv[1:]])
     print(f"### RWKV-style training script before/after PM505: {name}, float32\n")
-    print(f"torch {torch.__version__}, {datetime.date.today()}; B={args.batch}, T={args.seq_len}, "
-          f"d_model={args.d_model}, heads={args.heads}, layers={args.layers}; "
-          f"{args.steps} timed AdamW steps after {args.warmup} warm-up\n")
+    print(
+        f"torch {torch.__version__}, {datetime.date.today()}; B={args.batch}, T={args.seq_len}, "
+        f"d_model={args.d_model}, heads={args.heads}, layers={args.layers}; "
+        f"{args.steps} timed AdamW steps after {args.warmup} warm-up\n"
+    )
     print(f"    {command}\n")
     print("| script | tokens/s | speed-up | peak memory | loss diff |")
     print("|---|---:|---:|---:|---:|")

@@ -108,12 +108,66 @@ SCRIPTS = [
         "gpt_seed000",
         "small GPT on chat transcripts, seed-000 habits",
         {
-            "cuda": ["--steps", "40", "--warmup", "5", "--batch-size", "32", "--seq-len", "512", "--d-model", "512",
-                     "--n-heads", "8", "--n-layers", "6", "--samples", "2048", "--save-every", "20"],
-            "cpu": ["--steps", "12", "--warmup", "2", "--batch-size", "8", "--seq-len", "128", "--d-model", "128",
-                    "--n-heads", "4", "--n-layers", "2", "--samples", "256", "--save-every", "5"],
-            "quick": ["--steps", "2", "--warmup", "1", "--batch-size", "2", "--seq-len", "16", "--d-model", "16",
-                      "--n-heads", "2", "--n-layers", "1", "--samples", "8", "--save-every", "1"],
+            "cuda": [
+                "--steps",
+                "40",
+                "--warmup",
+                "5",
+                "--batch-size",
+                "32",
+                "--seq-len",
+                "512",
+                "--d-model",
+                "512",
+                "--n-heads",
+                "8",
+                "--n-layers",
+                "6",
+                "--samples",
+                "2048",
+                "--save-every",
+                "20",
+            ],
+            "cpu": [
+                "--steps",
+                "12",
+                "--warmup",
+                "2",
+                "--batch-size",
+                "8",
+                "--seq-len",
+                "128",
+                "--d-model",
+                "128",
+                "--n-heads",
+                "4",
+                "--n-layers",
+                "2",
+                "--samples",
+                "256",
+                "--save-every",
+                "5",
+            ],
+            "quick": [
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--batch-size",
+                "2",
+                "--seq-len",
+                "16",
+                "--d-model",
+                "16",
+                "--n-heads",
+                "2",
+                "--n-layers",
+                "1",
+                "--samples",
+                "8",
+                "--save-every",
+                "1",
+            ],
         },
         {
             "PM101/PM103": "non_blocking copies",
@@ -135,12 +189,60 @@ SCRIPTS = [
         "rwkv_lm",
         "RWKV-6-style LM, time mixing as a Python loop over time (seed 003)",
         {
-            "cuda": ["--steps", "20", "--warmup", "3", "--batch-size", "16", "--seq-len", "512", "--d-model", "512",
-                     "--n-head", "8", "--n-layer", "4", "--corpus-chars", "1000000"],
-            "cpu": ["--steps", "12", "--warmup", "2", "--batch-size", "8", "--seq-len", "128", "--d-model", "128",
-                    "--n-head", "4", "--n-layer", "2", "--corpus-chars", "100000"],
-            "quick": ["--steps", "2", "--warmup", "1", "--batch-size", "2", "--seq-len", "16", "--d-model", "16",
-                      "--n-head", "2", "--n-layer", "1", "--corpus-chars", "2000"],
+            "cuda": [
+                "--steps",
+                "20",
+                "--warmup",
+                "3",
+                "--batch-size",
+                "16",
+                "--seq-len",
+                "512",
+                "--d-model",
+                "512",
+                "--n-head",
+                "8",
+                "--n-layer",
+                "4",
+                "--corpus-chars",
+                "1000000",
+            ],
+            "cpu": [
+                "--steps",
+                "12",
+                "--warmup",
+                "2",
+                "--batch-size",
+                "8",
+                "--seq-len",
+                "128",
+                "--d-model",
+                "128",
+                "--n-head",
+                "4",
+                "--n-layer",
+                "2",
+                "--corpus-chars",
+                "100000",
+            ],
+            "quick": [
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--batch-size",
+                "2",
+                "--seq-len",
+                "16",
+                "--d-model",
+                "16",
+                "--n-head",
+                "2",
+                "--n-layer",
+                "1",
+                "--corpus-chars",
+                "2000",
+            ],
         },
         {
             "PM101/PM103": "non_blocking copies",
@@ -156,12 +258,66 @@ SCRIPTS = [
         "per_sample_trainer",
         "transformer LM trained one sequence at a time (seed 004)",
         {
-            "cuda": ["--steps", "30", "--warmup", "3", "--batch-size", "32", "--seq-len", "256", "--d-model", "512",
-                     "--n-heads", "8", "--n-layers", "4", "--vocab-size", "2048", "--corpus-tokens", "400000"],
-            "cpu": ["--steps", "12", "--warmup", "2", "--batch-size", "8", "--seq-len", "64", "--d-model", "128",
-                    "--n-heads", "4", "--n-layers", "2", "--vocab-size", "512", "--corpus-tokens", "20000"],
-            "quick": ["--steps", "2", "--warmup", "1", "--batch-size", "2", "--seq-len", "8", "--d-model", "16",
-                      "--n-heads", "2", "--n-layers", "1", "--vocab-size", "32", "--corpus-tokens", "200"],
+            "cuda": [
+                "--steps",
+                "30",
+                "--warmup",
+                "3",
+                "--batch-size",
+                "32",
+                "--seq-len",
+                "256",
+                "--d-model",
+                "512",
+                "--n-heads",
+                "8",
+                "--n-layers",
+                "4",
+                "--vocab-size",
+                "2048",
+                "--corpus-tokens",
+                "400000",
+            ],
+            "cpu": [
+                "--steps",
+                "12",
+                "--warmup",
+                "2",
+                "--batch-size",
+                "8",
+                "--seq-len",
+                "64",
+                "--d-model",
+                "128",
+                "--n-heads",
+                "4",
+                "--n-layers",
+                "2",
+                "--vocab-size",
+                "512",
+                "--corpus-tokens",
+                "20000",
+            ],
+            "quick": [
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--batch-size",
+                "2",
+                "--seq-len",
+                "8",
+                "--d-model",
+                "16",
+                "--n-heads",
+                "2",
+                "--n-layers",
+                "1",
+                "--vocab-size",
+                "32",
+                "--corpus-tokens",
+                "200",
+            ],
         },
         {
             "PM101/PM103": "non_blocking copies",
@@ -222,8 +378,11 @@ def rewrites() -> dict[Path, bytes]:
                 "file": rewritten_path(script.name, level).name,
                 "applied_level": max((f.level for f in applied), default=Level.SAFE).label,
                 "applied": sorted({f.code for f in applied}),
-                "not_applied": [{"code": f.code, "line": f.line, "level": f.level.label, "fixable": f.fixable,
-                                 "message": f.message} for f in result.findings if not f.applied],
+                "not_applied": [
+                    {"code": f.code, "line": f.line, "level": f.level.label, "fixable": f.fixable, "message": f.message}
+                    for f in result.findings
+                    if not f.applied
+                ],
             }
     files[REWRITES] = (json.dumps(summary, indent=2) + "\n").encode()
     files.update(verify_seed_copies())
@@ -242,8 +401,11 @@ def verify_seed_copies() -> dict[Path, bytes]:
         data = json.loads(manifest.read_text())
         data["script"] = Path(data["script"]).relative_to(ROOT).as_posix()
         manifest.write_text(json.dumps(data, indent=2) + "\n")
-        return {VERIFY_PREPARED / path.relative_to(folder): path.read_bytes()
-                for path in sorted(folder.rglob("*")) if path.is_file() and "__pycache__" not in path.parts}
+        return {
+            VERIFY_PREPARED / path.relative_to(folder): path.read_bytes()
+            for path in sorted(folder.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts
+        }
 
 
 def prepare() -> list[Path]:
@@ -268,8 +430,12 @@ class Run:
 
 def run_script(path: Path, args: list[str], device: str, timeout: float, threads: int | None = None) -> Run:
     """One run of one version in a fresh interpreter and a scratch folder."""
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        PYTHONHASHSEED="0",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the scripts pick CUDA when they see it
     if threads:
@@ -285,15 +451,17 @@ def run_script(path: Path, args: list[str], device: str, timeout: float, threads
     if not tokens or not peak:
         return Run(error="no `tokens/s` line or no peak memory in its output")
     losses = sorted((int(step), _number(value)) for step, value in STEP_LOSS.findall(out))
-    return Run(float(tokens[-1]), json.loads(peak[-1]), [v if v is not None and math.isfinite(v) else None
-                                                         for _, v in losses])
+    return Run(
+        float(tokens[-1]), json.loads(peak[-1]), [v if v is not None and math.isfinite(v) else None for _, v in losses]
+    )
 
 
 def run_command(argv: list[str], timeout: float, env: dict, cwd: Path) -> tuple[int | None, str, str]:
     """(exit status, or None when it timed out; stdout; stderr). At the timeout the whole
     process group is killed: DataLoader workers and compile workers too."""
-    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = process.communicate(timeout=timeout)
         return process.returncode, out, err
@@ -314,12 +482,23 @@ def _number(text: str) -> float | None:
 
 
 def versions(name: str, levels: list[str]) -> dict[str, Path]:
-    return {ORIGINAL: original_path(name), **{rewritten_label(level): rewritten_path(name, level) for level in levels},
-            OPTIMIZED: optimized_path(name)}
+    return {
+        ORIGINAL: original_path(name),
+        **{rewritten_label(level): rewritten_path(name, level) for level in levels},
+        OPTIMIZED: optimized_path(name),
+    }
 
 
-def measure(scripts: list[Script], tier: str, levels: list[str], repeats: int, device: str, deadline: float,
-            timeout: float, threads: int | None) -> dict[str, dict[str, list[Run]]]:
+def measure(
+    scripts: list[Script],
+    tier: str,
+    levels: list[str],
+    repeats: int,
+    device: str,
+    deadline: float,
+    timeout: float,
+    threads: int | None,
+) -> dict[str, dict[str, list[Run]]]:
     """Every version of every script `repeats` times, alternating, the repeats outermost
     (so that a budget spent early still leaves every script measured). A version that
     failed is not run again; none is started once the deadline has passed."""
@@ -354,8 +533,9 @@ def summarize(runs: list[Run], memory: str) -> Row:
     if not good:
         return Row(None, None, [], runs[0].error if runs else "not run")
     peaks = [run.peak.get(memory) for run in good if run.peak.get(memory) is not None]
-    return Row(statistics.median(run.tokens_per_s for run in good), max(peaks) / 2**20 if peaks else None,
-               good[0].losses, None)
+    return Row(
+        statistics.median(run.tokens_per_s for run in good), max(peaks) / 2**20 if peaks else None, good[0].losses, None
+    )
 
 
 def agreement(original: Row, row: Row, level: str) -> str:
@@ -383,7 +563,7 @@ def short_reason(finding: dict, level: str) -> str:
     if "not rewritten:" in message:
         return "not rewritten: " + message.split("not rewritten:", 1)[1].split(";")[0].strip()
     if "cannot prove" in message:
-        return "reported only: " + message[message.index("cannot prove"):].split(";")[0]
+        return "reported only: " + message[message.index("cannot prove") :].split(";")[0]
     return "reported without a fix"
 
 
@@ -400,20 +580,35 @@ def missing_lines(summary: dict, tokens: dict[str, Row], level: str) -> list[str
         reasons = {}
         for finding in facts.get("not_applied", []):
             reasons.setdefault(finding["code"], short_reason(finding, level))
-        lacking = [f"{codes} ({what}): " + "; ".join(f"{code} {reasons.get(code, 'not reported')}" for code in codes.split("/"))
-                   for codes, what in script.by_hand.items() if not applied & set(codes.split("/"))]
+        lacking = [
+            f"{codes} ({what}): "
+            + "; ".join(f"{code} {reasons.get(code, 'not reported')}" for code in codes.split("/"))
+            for codes, what in script.by_hand.items()
+            if not applied & set(codes.split("/"))
+        ]
         if rewrite and optimized and rewrite.tokens_per_s and optimized.tokens_per_s:
             ratio = rewrite.tokens_per_s / optimized.tokens_per_s
-            verdict = f"{ratio:.2f}x the hand-optimized tokens/s (goal >= {GOAL}x: {'met' if ratio >= GOAL else 'not met'})"
+            verdict = (
+                f"{ratio:.2f}x the hand-optimized tokens/s (goal >= {GOAL}x: {'met' if ratio >= GOAL else 'not met'})"
+            )
         else:
             verdict = "not measured"
-        lines.append(f"- `{script.name}` at `{level}`: {verdict}. Applied: {', '.join(sorted(applied)) or 'none'}. "
-                     f"Missing against the hand-optimized version: {'; '.join(lacking) or 'nothing'}.")
+        lines.append(
+            f"- `{script.name}` at `{level}`: {verdict}. Applied: {', '.join(sorted(applied)) or 'none'}. "
+            f"Missing against the hand-optimized version: {'; '.join(lacking) or 'nothing'}."
+        )
     return lines
 
 
-def table(results: dict[str, dict[str, Row]], levels: list[str], device: str, threads: int | None, repeats: int,
-          tier: str, argv: list[str]) -> str:
+def table(
+    results: dict[str, dict[str, Row]],
+    levels: list[str],
+    device: str,
+    threads: int | None,
+    repeats: int,
+    tier: str,
+    argv: list[str],
+) -> str:
     import torch
 
     if device == "cpu":
@@ -443,18 +638,26 @@ def table(results: dict[str, dict[str, Row]], levels: list[str], device: str, th
             elif label == OPTIMIZED:
                 agree = agreement(rows[ORIGINAL], row, "numeric")
             else:
-                level = label[len("rewritten ("):-1]
-                agree = agreement(rows[ORIGINAL], row, summary.get(script_name, {}).get(level, {}).get("applied_level", level))
+                level = label[len("rewritten (") : -1]
+                agree = agreement(
+                    rows[ORIGINAL], row, summary.get(script_name, {}).get(level, {}).get("applied_level", level)
+                )
             final = row.losses[-1] if row.losses else None
             lines.append(
                 f"| {script_name} | {label} | {row.tokens_per_s:,.0f} | {_ratio(row.tokens_per_s, base)} | "
                 f"{_ratio(row.tokens_per_s, best)} | {'-' if row.peak_mib is None else f'{row.peak_mib:,.0f}'} | "
-                f"{'n/a' if final is None else f'{final:.4f}'} | {agree} |")
+                f"{'n/a' if final is None else f'{final:.4f}'} | {agree} |"
+            )
     top = levels[-1]
     lines += ["", f"The rewrite at `{top}` against the hand-optimized version (what the rewrite lacks, and why):", ""]
     lines += missing_lines(summary, results, top)
-    lines += ["", "Arguments per script (`" + tier + "`): " + "; ".join(
-        f"`{name}` {' '.join(SCRIPTS_BY_NAME[name].sizes[tier])}" for name in results)]
+    lines += [
+        "",
+        "Arguments per script (`"
+        + tier
+        + "`): "
+        + "; ".join(f"`{name}` {' '.join(SCRIPTS_BY_NAME[name].sizes[tier])}" for name in results),
+    ]
     return "\n".join(lines)
 
 
@@ -469,25 +672,37 @@ def run(options: argparse.Namespace, argv: list[str]) -> str:
     deadline = time.monotonic() + options.budget
     scripts = [SCRIPTS_BY_NAME[name] for name in options.scripts]
     runs = measure(scripts, tier, options.levels, options.repeats, device, deadline, options.timeout, options.threads)
-    results = {name: {label: summarize(version_runs, memory) for label, version_runs in by_label.items()}
-               for name, by_label in runs.items()}
+    results = {
+        name: {label: summarize(version_runs, memory) for label, version_runs in by_label.items()}
+        for name, by_label in runs.items()
+    }
     return table(results, options.levels, device, options.threads, options.repeats, tier, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", nargs="?", choices=["run", "prepare"], default="run",
-                        help="run (default): measure and print the table; prepare: write the rewrites again")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=["run", "prepare"],
+        default="run",
+        help="run (default): measure and print the table; prepare: write the rewrites again",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 2 steps, one run each: a smoke test")
-    parser.add_argument("--levels", nargs="+", choices=LEVELS, default=["unsafe"],
-                        help="the rewrites to run (default: unsafe)")
+    parser.add_argument(
+        "--levels", nargs="+", choices=LEVELS, default=["unsafe"], help="the rewrites to run (default: unsafe)"
+    )
     parser.add_argument("--scripts", nargs="+", choices=list(SCRIPTS_BY_NAME), default=list(SCRIPTS_BY_NAME))
     parser.add_argument("--repeats", type=int, help="runs of each version (default 3, quick 1)")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the runs (default: torch's choice)")
-    parser.add_argument("--budget", type=float, default=3600.0,
-                        help="seconds for the whole benchmark; no run starts after them (default 3600)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=3600.0,
+        help="seconds for the whole benchmark; no run starts after them (default 3600)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one run (default 900)")
     parser.add_argument("--output", type=Path, help="also write the table to this file")
     options = parser.parse_args(argv)

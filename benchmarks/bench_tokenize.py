@@ -53,10 +53,14 @@ from runtime.data import PadCollate, PretokenizedDataset
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY_TRANSFORMERS = ROOT / "fixtures" / "scripts" / "toy_transformers" / "transformers.py"
-SYSTEM = ("You are a careful assistant. Read the question, think about the numbers it names, "
-          "and answer with the number only, without words, units or punctuation. ") * 3
-WORDS = ("what is the sum of and plus minus times apples pears left over after giving away "
-         "each basket holds how many in total remain").split()
+SYSTEM = (
+    "You are a careful assistant. Read the question, think about the numbers it names, "
+    "and answer with the number only, without words, units or punctuation. "
+) * 3
+WORDS = (
+    "what is the sum of and plus minus times apples pears left over after giving away "
+    "each basket holds how many in total remain"
+).split()
 CLASSES = 32
 
 
@@ -118,13 +122,14 @@ class Reader(nn.Module):
         batch = ids.size(0)
         x = torch.cat([self.embed(scaffold_ids).expand(batch, -1, -1), self.embed(ids)], dim=1)
         pad = torch.cat([torch.zeros(batch, scaffold_ids.size(1), dtype=torch.bool, device=ids.device), mask == 0], 1)
-        h = self.encoder(x, src_key_padding_mask=pad)[:, scaffold_ids.size(1):]
+        h = self.encoder(x, src_key_padding_mask=pad)[:, scaffold_ids.size(1) :]
         return self.head((h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
 
 
 def scaffold_ids_of(tokenizer, device):
-    text = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "system", "content": SYSTEM}], tokenize=False, add_generation_prompt=True
+    )
     return tokenizer(text, return_tensors="pt")["input_ids"].to(device)
 
 
@@ -136,24 +141,39 @@ def seed_batches(tokenizer, texts, labels, args, device, hoisted):
         idx = rng.sample(range(len(texts)), args.batch_size)
         scaffold_ids = scaffold if hoisted else scaffold_ids_of(tokenizer, device)
         encoded = tokenizer([texts[i] for i in idx], padding=True, return_tensors="pt")
-        yield (scaffold_ids, encoded["input_ids"].to(device), encoded["attention_mask"].to(device),
-               torch.tensor([labels[i] for i in idx]).to(device))
+        yield (
+            scaffold_ids,
+            encoded["input_ids"].to(device),
+            encoded["attention_mask"].to(device),
+            torch.tensor([labels[i] for i in idx]).to(device),
+        )
 
 
 def pretokenized_batches(tokenizer, texts, labels, args, device):
     """Tokenizes the corpus now (the row's setup time), then yields batches."""
     cuda = device.type == "cuda"
     dataset = StackDataset(PretokenizedDataset(texts, tokenizer), torch.tensor(labels))
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                        collate_fn=PadCollate.for_tokenizer(tokenizer), num_workers=args.workers,
-                        pin_memory=cuda, persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=PadCollate.for_tokenizer(tokenizer),
+        num_workers=args.workers,
+        pin_memory=cuda,
+        persistent_workers=args.workers > 0,
+    )
     scaffold = scaffold_ids_of(tokenizer, device)
 
     def batches():
         while True:
             for encoded, target in loader:
-                yield (scaffold, encoded["input_ids"].to(device, non_blocking=True),
-                       encoded["attention_mask"].to(device, non_blocking=True), target.to(device, non_blocking=True))
+                yield (
+                    scaffold,
+                    encoded["input_ids"].to(device, non_blocking=True),
+                    encoded["attention_mask"].to(device, non_blocking=True),
+                    target.to(device, non_blocking=True),
+                )
 
     return batches()
 
@@ -161,13 +181,20 @@ def pretokenized_batches(tokenizer, texts, labels, args, device):
 def sliced_batches(X, Y, args, device):
     while True:
         for i in range(0, len(X) - args.batch_size + 1, args.batch_size):
-            yield X[i:i + args.batch_size].to(device), Y[i:i + args.batch_size].to(device)
+            yield X[i : i + args.batch_size].to(device), Y[i : i + args.batch_size].to(device)
 
 
 def loader_batches(X, Y, args, device, workers):
     cuda = device.type == "cuda"
-    loader = DataLoader(TensorDataset(X, Y), batch_size=args.batch_size, shuffle=False, drop_last=True,
-                        num_workers=workers, pin_memory=cuda and workers > 0, persistent_workers=workers > 0)
+    loader = DataLoader(
+        TensorDataset(X, Y),
+        batch_size=args.batch_size,
+        shuffle=False,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=cuda and workers > 0,
+        persistent_workers=workers > 0,
+    )
     while True:
         for xb, yb in loader:
             yield xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
@@ -202,8 +229,10 @@ def tokenization_rows(args, device):
     variants = [
         ("per-step tokenization (seed)", lambda: seed_batches(tokenizer, texts, labels, args, device, hoisted=False)),
         ("scaffold hoisted (PM203 fix)", lambda: seed_batches(tokenizer, texts, labels, args, device, hoisted=True)),
-        (f"pretokenized, DataLoader {args.workers} workers (PM203 report, by hand)",
-         lambda: pretokenized_batches(tokenizer, texts, labels, args, device)),
+        (
+            f"pretokenized, DataLoader {args.workers} workers (PM203 report, by hand)",
+            lambda: pretokenized_batches(tokenizer, texts, labels, args, device),
+        ),
     ]
     for name, make in variants:
         torch.manual_seed(0)
@@ -239,8 +268,10 @@ def batching_rows(args, device):
     variants = [
         ("slices X[i:i + bs] (seed)", lambda: sliced_batches(X, Y, args, device)),
         ("DataLoader(TensorDataset) (PM202 fix)", lambda: loader_batches(X, Y, args, device, 0)),
-        (f"DataLoader, {args.workers} workers{', pinned' if device.type == 'cuda' else ''} (+ PM201/PM102)",
-         lambda: loader_batches(X, Y, args, device, args.workers)),
+        (
+            f"DataLoader, {args.workers} workers{', pinned' if device.type == 'cuda' else ''} (+ PM201/PM102)",
+            lambda: loader_batches(X, Y, args, device, args.workers),
+        ),
     ]
     for name, make in variants:
         torch.manual_seed(0)
@@ -273,11 +304,15 @@ def main(argv=None):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     print(f"device: {device.type} ({name}); torch {torch.__version__}; python {platform.python_version()}")
     print(f"command: python -m benchmarks.bench_tokenize {shlex.join(sys.argv[1:] if argv is None else argv)}")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; tokenizer: {tokenizer_name}; "
-          f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, d_model {args.d_model}, "
-          f"{args.layers} layers, {args.texts} texts, {torch.get_num_threads()} torch threads")
+    print(
+        f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; tokenizer: {tokenizer_name}; "
+        f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, d_model {args.d_model}, "
+        f"{args.layers} layers, {args.texts} texts, {torch.get_num_threads()} torch threads"
+    )
     print()
-    print("| part | loop | tokens/s (samples/s for batching) | ms/step (median) | host share | peak memory (MiB) | setup (s) |")
+    print(
+        "| part | loop | tokens/s (samples/s for batching) | ms/step (median) | host share | peak memory (MiB) | setup (s) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for part, loop, rate, ms, share, peak, setup in rows:
         peak_text = f"{peak / 2**20:.1f}" if peak is not None else "n/a"

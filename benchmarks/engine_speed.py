@@ -54,7 +54,9 @@ print(time.perf_counter() - start, len(result.findings), result.error or "")
 
 def training_file(lines: int, folder: Path) -> Path:
     """A file of at least `lines` lines of training code from fixtures/."""
-    pieces = sorted((REPO / "fixtures" / "rules").rglob("*.in.py")) + sorted((REPO / "fixtures" / "scripts").glob("*.py"))
+    pieces = sorted((REPO / "fixtures" / "rules").rglob("*.in.py")) + sorted(
+        (REPO / "fixtures" / "scripts").glob("*.py")
+    )
     texts = [p.read_text(encoding="utf-8") for p in pieces]
     out, count, index = [], 0, 0
     while count < lines:
@@ -129,12 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.baseline:
             tree = scratch / "baseline"
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), args.baseline],
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), args.baseline],
+                check=True,
+                capture_output=True,
+            )
             checkouts[f"commit {args.baseline}"] = tree
         files = [training_file(lines, scratch) for lines in args.sizes]
-        print(f"date {date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-              f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"date {date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+            f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f}"
+        )
         print()
         print("| checkout | `perfmod check --level unsafe` seed script (s, wall, start-up included) |")
         print("|---|---|")
@@ -154,12 +161,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {name} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} | {note} |")
         if (REPO / "codemod" / "cache.py").exists():
             first, again = warm_cache_seconds(REPO, python, scratch)
-            print(f"\n`perfmod check` over 500 files (this checkout): {first:.1f} s filling the cache, "
-                  f"{again:.2f} s re-run with every file unchanged")
+            print(
+                f"\n`perfmod check` over 500 files (this checkout): {first:.1f} s filling the cache, "
+                f"{again:.2f} s re-run with every file unchanged"
+            )
     finally:
         if args.baseline:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(scratch / "baseline")],
-                           capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(scratch / "baseline")],
+                capture_output=True,
+            )
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
 

@@ -139,8 +139,13 @@ def analyse(program: Program, codes: tuple[str, ...] | None = None) -> FileOutco
 
 def _nearest(markers: list[Marker], finding) -> Marker | None:
     last = max(finding.end_line or finding.line, finding.line)
-    candidates = [m for m in markers if m.code == finding.code and not m.reported
-                  and (finding.line <= m.line <= last or abs(m.line - finding.line) <= NEAR)]
+    candidates = [
+        m
+        for m in markers
+        if m.code == finding.code
+        and not m.reported
+        and (finding.line <= m.line <= last or abs(m.line - finding.line) <= NEAR)
+    ]
     return min(candidates, key=lambda m: abs(m.line - finding.line), default=None)
 
 
@@ -154,8 +159,9 @@ def run_program(source: bytes, name: str, timeout: float) -> tuple[list[float] |
         script.write_bytes(source)
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
         try:
-            done = subprocess.run([sys.executable, script.name], cwd=folder, env=env, capture_output=True,
-                                  timeout=timeout, text=True)
+            done = subprocess.run(
+                [sys.executable, script.name], cwd=folder, env=env, capture_output=True, timeout=timeout, text=True
+            )
         except subprocess.TimeoutExpired:
             return None, f"timed out after {timeout:.0f} s"
         if done.returncode != 0:
@@ -284,12 +290,17 @@ def table(outcomes: list[FileOutcome], codes: list[str]) -> list[RuleRow]:
 
 
 def markdown(rows: list[RuleRow], outcomes: list[FileOutcome], ran: bool) -> str:
-    lines = ["| rule | files | instances (fix) | reported | fixed (of fix) | fixed though marked report | "
-             "false positives | unexpected | wrong fixes |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| rule | files | instances (fix) | reported | fixed (of fix) | fixed though marked report | "
+        "false positives | unexpected | wrong fixes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r.code} | {r.files} | {r.instances} ({r.fix_instances}) | {r.reported} ({_pct(r.report_rate)}) | "
-                     f"{r.fixed} ({_pct(r.fix_rate)}) | {r.fixed_report_only} | {r.false_positives} | {r.unexpected} | "
-                     f"{r.wrong if ran else 'not run'} |")
+        lines.append(
+            f"| {r.code} | {r.files} | {r.instances} ({r.fix_instances}) | {r.reported} ({_pct(r.report_rate)}) | "
+            f"{r.fixed} ({_pct(r.fix_rate)}) | {r.fixed_report_only} | {r.false_positives} | {r.unexpected} | "
+            f"{r.wrong if ran else 'not run'} |"
+        )
     errors = [o for o in outcomes if o.result.error]
     runnable = [o for o in outcomes if o.program.runnable]
     lines.append("")
@@ -324,14 +335,18 @@ def evaluate(root: Path = CORPUS, run: bool = True, jobs: int = 0, timeout: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder of the corpus (default: fixtures/wild)")
     parser.add_argument("--rules", help="comma-separated codes or prefixes to show (default: all)")
     parser.add_argument("--no-run", action="store_true", help="findings only; do not run the programs")
     parser.add_argument("--jobs", type=int, default=0, help="programs run at once (default: one per CPU)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per program run")
     parser.add_argument("--format", choices=["markdown", "json"], default="markdown")
-    parser.add_argument("--details", action="store_true", help="also list missed instances, unexpected findings and wrong fixes")
+    parser.add_argument(
+        "--details", action="store_true", help="also list missed instances, unexpected findings and wrong fixes"
+    )
     args = parser.parse_args(argv)
     codes = [rule.CODE for rule in ALL_RULES]
     if args.rules:
@@ -340,24 +355,49 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = evaluate(args.corpus, run=not args.no_run, jobs=args.jobs, timeout=args.timeout)
     rows = table(outcomes, codes)
     if args.format == "json":
-        print(json.dumps({
-            "rules": [{**vars(r), "report_rate": r.report_rate, "fix_rate": r.fix_rate} for r in rows],
-            "files": [{"path": _relative(o.program.path), "error": o.result.error, "run": o.run,
-                       "missed": [f"{m.code}:{m.line}" for m in o.program.markers if not m.reported and m.code in codes],
-                       "unfixed": [f"{m.code}:{m.line}" for m in o.program.markers
-                                   if m.reported and m.expects_fix and not m.fixed and m.code in codes],
-                       "unexpected": o.unexpected, "false_positives": o.false_positives, "wrong": o.wrong}
-                      for o in outcomes],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "rules": [{**vars(r), "report_rate": r.report_rate, "fix_rate": r.fix_rate} for r in rows],
+                    "files": [
+                        {
+                            "path": _relative(o.program.path),
+                            "error": o.result.error,
+                            "run": o.run,
+                            "missed": [
+                                f"{m.code}:{m.line}" for m in o.program.markers if not m.reported and m.code in codes
+                            ],
+                            "unfixed": [
+                                f"{m.code}:{m.line}"
+                                for m in o.program.markers
+                                if m.reported and m.expects_fix and not m.fixed and m.code in codes
+                            ],
+                            "unexpected": o.unexpected,
+                            "false_positives": o.false_positives,
+                            "wrong": o.wrong,
+                        }
+                        for o in outcomes
+                    ],
+                },
+                indent=2,
+            )
+        )
         return 0
     print(markdown(rows, outcomes, ran=not args.no_run))
     if args.details:
         for o in outcomes:
             missed = [f"{m.code}:{m.line}" for m in o.program.markers if m.code in codes and not m.reported]
-            unfixed = [f"{m.code}:{m.line}" for m in o.program.markers
-                       if m.code in codes and m.reported and m.expects_fix and not m.fixed]
-            notes = [f"missed {', '.join(missed)}" if missed else "", f"not fixed {', '.join(unfixed)}" if unfixed else "",
-                     f"error {o.result.error}" if o.result.error else "", f"run: {o.run}" if o.program.runnable else ""]
+            unfixed = [
+                f"{m.code}:{m.line}"
+                for m in o.program.markers
+                if m.code in codes and m.reported and m.expects_fix and not m.fixed
+            ]
+            notes = [
+                f"missed {', '.join(missed)}" if missed else "",
+                f"not fixed {', '.join(unfixed)}" if unfixed else "",
+                f"error {o.result.error}" if o.result.error else "",
+                f"run: {o.run}" if o.program.runnable else "",
+            ]
             notes += [f"unexpected {u}" for u in o.unexpected] + [f"WRONG {c}: {w}" for c, w in o.wrong.items()]
             notes = [n for n in notes if n]
             if notes:

@@ -24,10 +24,10 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from codemod.config import Settings
 from codemod.engine import process_source
@@ -140,11 +140,23 @@ def summary(outcomes: Sequence[Outcome], seconds: float) -> str:
         f"changed: {sum(outcome.changed for outcome in outcomes)}",
         "errors by kind:",
     ]
-    lines += [f"  {kind}: {kinds[kind]}" for kind in (
-        REJECTED_BY_BOTH, INTERNAL_ERROR, VALID_PYTHON_REJECTED, REWRITE_DOES_NOT_COMPILE, CHANGE_OUTSIDE_FIXES,
-        SECOND_RUN_ERROR, SECOND_RUN_CHANGES)]
-    lines += [f"failures: {sum(outcome.failed for outcome in outcomes)}", f"seconds: {seconds:.1f}",
-              "slowest files (CPU seconds of their check):"]
+    lines += [
+        f"  {kind}: {kinds[kind]}"
+        for kind in (
+            REJECTED_BY_BOTH,
+            INTERNAL_ERROR,
+            VALID_PYTHON_REJECTED,
+            REWRITE_DOES_NOT_COMPILE,
+            CHANGE_OUTSIDE_FIXES,
+            SECOND_RUN_ERROR,
+            SECOND_RUN_CHANGES,
+        )
+    ]
+    lines += [
+        f"failures: {sum(outcome.failed for outcome in outcomes)}",
+        f"seconds: {seconds:.1f}",
+        "slowest files (CPU seconds of their check):",
+    ]
     slowest = sorted(outcomes, key=lambda outcome: outcome.seconds, reverse=True)[:SLOWEST_SHOWN]
     lines += [f"  {outcome.seconds:.1f} {outcome.path}" for outcome in slowest]
     return "\n".join(lines)

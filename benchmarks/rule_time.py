@@ -29,8 +29,11 @@ from codemod.rules import ALL_RULES
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = REPO / "fixtures" / "scripts" / "seed_latentwire.py"
-PARTS = [SEED, REPO / "fixtures" / "scripts" / "optimized_nanogpt_style.py",
-         *sorted((REPO / "fixtures" / "training").glob("*.py"))]
+PARTS = [
+    SEED,
+    REPO / "fixtures" / "scripts" / "optimized_nanogpt_style.py",
+    *sorted((REPO / "fixtures" / "training").glob("*.py")),
+]
 
 
 def training_file(lines: int = 2000) -> str:
@@ -40,8 +43,13 @@ def training_file(lines: int = 2000) -> str:
     while total < lines:
         for part in PARTS:
             code = part.read_text()
-            defined = set(re.findall(r"^\s*(?:def|class)\s+(\w+)", code, re.M)) - {"__init__", "forward", "__len__",
-                                                                                     "__getitem__", "__iter__"}
+            defined = set(re.findall(r"^\s*(?:def|class)\s+(\w+)", code, re.M)) - {
+                "__init__",
+                "forward",
+                "__len__",
+                "__getitem__",
+                "__iter__",
+            }
             for name in sorted(defined, key=len, reverse=True):
                 code = re.sub(rf"\b{name}\b", f"{name}_{copy}", code)
             chunks.append(code)
@@ -75,6 +83,7 @@ def hook_seconds(source: bytes, codes: tuple[str, ...], rounds: int) -> tuple[fl
                 return hook(node)
             finally:
                 spent[code] = spent.get(code, 0.0) + time.process_time() - start
+
         return call
 
     def dispatch(index, instances):
@@ -107,8 +116,11 @@ def main(argv=None) -> None:
     options = parser.parse_args(argv)
     everything = tuple(rule.CODE for rule in ALL_RULES if not rule.OPT_IN)
     wanted = options.rules or list(everything)
-    files = [(path.name, path.read_bytes()) for path in options.file] if options.file else [
-        (SEED.name, SEED.read_bytes()), ("2,000-line training file", training_file().encode())]
+    files = (
+        [(path.name, path.read_bytes()) for path in options.file]
+        if options.file
+        else [(SEED.name, SEED.read_bytes()), ("2,000-line training file", training_file().encode())]
+    )
     for name, source in files:
         full, spent = hook_seconds(source, everything, options.rounds)
         lines = source.count(b"\n")

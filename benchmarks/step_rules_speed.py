@@ -27,9 +27,13 @@ from codemod.rules import ALL_RULES
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_RULES = ("PM301", "PM302", "PM401", "PM402", "PM403", "PM404", "PM405")
-SOURCES = [REPO / "fixtures" / "scripts" / "seed_latentwire.py", REPO / "fixtures" / "training" / "seed_lm.py",
-           REPO / "fixtures" / "training" / "accumulation_clipping.py", REPO / "fixtures" / "training" / "nanogpt_optimised.py",
-           REPO / "fixtures" / "scripts" / "optimized_nanogpt_style.py"]
+SOURCES = [
+    REPO / "fixtures" / "scripts" / "seed_latentwire.py",
+    REPO / "fixtures" / "training" / "seed_lm.py",
+    REPO / "fixtures" / "training" / "accumulation_clipping.py",
+    REPO / "fixtures" / "training" / "nanogpt_optimised.py",
+    REPO / "fixtures" / "scripts" / "optimized_nanogpt_style.py",
+]
 DEFINITION = re.compile(r"^(?:def|class) (\w+)", re.M)
 
 
@@ -95,8 +99,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    files = {"seed_latentwire.py": (REPO / "fixtures" / "scripts" / "seed_latentwire.py").read_bytes(),
-             "training_2000_lines.py": training_file().encode()}
+    files = {
+        "seed_latentwire.py": (REPO / "fixtures" / "scripts" / "seed_latentwire.py").read_bytes(),
+        "training_2000_lines.py": training_file().encode(),
+    }
     codes = [rule.CODE for rule in ALL_RULES if rule.CODE in STEP_RULES]
     for name, source in files.items():
         compile(source, name, "exec")

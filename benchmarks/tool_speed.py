@@ -22,9 +22,9 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from benchmarks.robustness import torch_files
 
@@ -76,7 +76,9 @@ def command_for(tool: str, jobs: int, files: Sequence[Path]) -> list[str]:
 def measure(tool: str, jobs: int, files: Sequence[Path]) -> Timing:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    process = subprocess.run(command_for(tool, jobs, files), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.run(
+        command_for(tool, jobs, files), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -94,7 +96,9 @@ def spread(files: Sequence[Path], count: int) -> list[Path]:
 
 def perfmod_revision() -> str:
     """The commit perfmod runs from, and whether codemod/ differs from it."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "codemod"], cwd=REPO, capture_output=True, text=True).stdout
     return f"{commit or 'unknown'}{' with uncommitted changes in codemod/' if dirty else ''}"
 
@@ -116,11 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = spread(torch_files(), args.files)
     print(f"machine: {os.cpu_count()} cores, {cpu_model()}; load average {os.getloadavg()[0]:.2f} at start")
     print(f"perfmod at {perfmod_revision()}")
-    print(f"python {platform.python_version()}; libcst {tool_version(Path(sys.executable), 'libcst')} (perfmod); "
-          f"torchfix {tool_version(TORCHFIX_VENV / 'bin' / 'python', 'torchfix')} with libcst "
-          f"{tool_version(TORCHFIX_VENV / 'bin' / 'python', 'libcst')}")
-    print(f"files: {len(files)} ({sum(path.stat().st_size for path in files)} bytes) from {files[0].parents[0]}; "
-          f"{sum(b'torch' in path.read_bytes() for path in files)} name torch (TorchFix parses only those)")
+    print(
+        f"python {platform.python_version()}; libcst {tool_version(Path(sys.executable), 'libcst')} (perfmod); "
+        f"torchfix {tool_version(TORCHFIX_VENV / 'bin' / 'python', 'torchfix')} with libcst "
+        f"{tool_version(TORCHFIX_VENV / 'bin' / 'python', 'libcst')}"
+    )
+    print(
+        f"files: {len(files)} ({sum(path.stat().st_size for path in files)} bytes) from {files[0].parents[0]}; "
+        f"{sum(b'torch' in path.read_bytes() for path in files)} name torch (TorchFix parses only those)"
+    )
     print("commands:")
     for jobs in args.jobs:
         for tool in ("perfmod", "torchfix"):
@@ -131,8 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for jobs in args.jobs:
             for tool in ("perfmod", "torchfix"):
                 timing = measure(tool, jobs, files)
-                print(f"round {round_number + 1}: {tool} -j {jobs}: wall {timing.wall:.1f} s, cpu {timing.cpu:.1f} s, "
-                      f"exit {timing.returncode}", flush=True)
+                print(
+                    f"round {round_number + 1}: {tool} -j {jobs}: wall {timing.wall:.1f} s, cpu {timing.cpu:.1f} s, "
+                    f"exit {timing.returncode}",
+                    flush=True,
+                )
                 key = (tool, jobs)
                 if key not in best or timing.wall < best[key].wall:
                     best[key] = timing
@@ -140,8 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| tool | jobs | files | wall s | files/s | cpu s | files per cpu-s |")
     print("|---|---|---|---|---|---|---|")
     for (tool, jobs), timing in sorted(best.items()):
-        print(f"| {tool} | {jobs} | {timing.files} | {timing.wall:.1f} | {timing.files_per_second:.2f} | "
-              f"{timing.cpu:.1f} | {timing.files_per_cpu_second:.2f} |")
+        print(
+            f"| {tool} | {jobs} | {timing.files} | {timing.wall:.1f} | {timing.files_per_second:.2f} | "
+            f"{timing.cpu:.1f} | {timing.files_per_cpu_second:.2f} |"
+        )
     failed = [t for t in best.values() if t.returncode not in RAN_THROUGH[t.tool]]
     return 1 if failed else 0
 

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.epilog = "Arguments after `--` go to the script."
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
-    options, script_args = parser.parse_args(argv[:split]), argv[split + 1:]
+    options, script_args = parser.parse_args(argv[:split]), argv[split + 1 :]
     if not script_args and options.device == "cuda":
         script_args = GPU_ARGS
     if options.prepare_only:
@@ -108,15 +108,23 @@ def main(argv: list[str] | None = None) -> int:
             prepare(options.script.resolve(), folder, options.level, script_args)
         else:
             shutil.copytree(options.prepared, folder, symlinks=True)
-        result = run_prepared(folder, steps=options.steps, warmup=options.warmup, args=script_args, env=env,
-                              deterministic=options.deterministic)
+        result = run_prepared(
+            folder,
+            steps=options.steps,
+            warmup=options.warmup,
+            args=script_args,
+            env=env,
+            deterministic=options.deterministic,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     command = "python -m benchmarks.verify_seed " + shlex.join(argv)
     print(markdown(result, device, command), end="")
     if result.error:
-        print(f"error ({result.error['run'] or 'after the runs'}): {result.error['message']}\n{result.error['stderr']}",
-              file=sys.stderr)
+        print(
+            f"error ({result.error['run'] or 'after the runs'}): {result.error['message']}\n{result.error['stderr']}",
+            file=sys.stderr,
+        )
     return result.exit_code
 
 

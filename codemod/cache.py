@@ -28,9 +28,9 @@ import inspect
 import json
 import os
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Sequence
 
 from codemod.config import Settings
 from codemod.files import atomic_write
@@ -39,9 +39,11 @@ from codemod.worker import Outcome
 
 FOLDER = ".perfmod_cache"
 FORMAT = "v1"
-CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
-                "# This file is a cache directory tag created by perfmod.\n"
-                "# For information about cache directory tags see https://bford.info/cachedir/\n")
+CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by perfmod.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
 
 
 class Cache:
@@ -50,15 +52,17 @@ class Cache:
         self.entries = folder / FORMAT
 
     @classmethod
-    def open(cls, folder: Path, settings: Settings, rules: Sequence[type], read_only: bool = False) -> "Cache":
+    def open(cls, folder: Path, settings: Settings, rules: Sequence[type], read_only: bool = False) -> Cache:
         """The cache in `folder`, created with its .gitignore if need be; OSError if it
         cannot be. `read_only`: use what is there, create and store nothing (`report`
         writes nothing but its output)."""
         if read_only:
             return cls(folder, fingerprint(settings, rules), read_only=True)
         (folder / FORMAT).mkdir(parents=True, exist_ok=True)
-        for name, text in ((".gitignore", "# Created by perfmod: the whole folder is a cache.\n*\n"),
-                           ("CACHEDIR.TAG", CACHEDIR_TAG)):
+        for name, text in (
+            (".gitignore", "# Created by perfmod: the whole folder is a cache.\n*\n"),
+            ("CACHEDIR.TAG", CACHEDIR_TAG),
+        ):
             if not (folder / name).exists():
                 atomic_write(folder / name, text.encode())
         return cls(folder, fingerprint(settings, rules))
@@ -113,8 +117,10 @@ def fingerprint(settings: Settings, rules: Sequence[type]) -> str:
     ]
     sources = {str(Path(__file__).parent)}
     for rule in rules:
-        parts.append(f"{rule.__module__}.{rule.__qualname__} {getattr(rule, 'CODE', '')} "
-                     f"{getattr(rule, 'LEVEL', '')} {getattr(rule, 'OPT_IN', '')}")
+        parts.append(
+            f"{rule.__module__}.{rule.__qualname__} {getattr(rule, 'CODE', '')} "
+            f"{getattr(rule, 'LEVEL', '')} {getattr(rule, 'OPT_IN', '')}"
+        )
         try:
             sources.add(inspect.getfile(rule))
         except TypeError:

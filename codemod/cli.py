@@ -15,26 +15,36 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import click
 
-from codemod.cache import FOLDER as CACHE_FOLDER, Cache, project_folder
+from codemod.cache import FOLDER as CACHE_FOLDER
+from codemod.cache import Cache, project_folder
 from codemod.config import ConfigError, Settings, load_settings, parse_codes, suggest
 from codemod.console import Output, interrupt_flag, use_color
 from codemod.files import atomic_write, discover
 from codemod.progress import Progress
-from codemod.result import FileResult
 from codemod.report.diff import colorize, unified_diff
 from codemod.report.summary import Summary
 from codemod.report.text import (
-    apply_report, check_report, explain as explain_text, finding_line, interrupted_report, rules_table, statistics,
+    apply_report,
+    check_report,
+    finding_line,
+    interrupted_report,
+    rules_table,
+    statistics,
     statistics_table,
 )
+from codemod.report.text import (
+    explain as explain_text,
+)
+from codemod.result import FileResult
 from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES
-from codemod.runner import Run, run as run_files
+from codemod.runner import Run
+from codemod.runner import run as run_files
 from codemod.worker import DeepThread, deep_recursion
 
 EXIT_OK, EXIT_PENDING, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -92,45 +102,90 @@ def _suggest(text: str) -> str:
     return suggest(text, _known())
 
 
-TEXT_FORMATS = click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif"]), default="text",
-                            show_default=True, help="text for people; json or sarif for tools.")
+TEXT_FORMATS = click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json", "sarif"]),
+    default="text",
+    show_default=True,
+    help="text for people; json or sarif for tools.",
+)
 
 
 def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) -> Callable:
     """The options `apply`, `check` and `report` share; `report` has its own --format."""
     options = [
         click.argument("paths", nargs=-1, type=click.Path(path_type=Path, allow_dash=True)),
-        click.option("--level", type=click.Choice([level.label for level in Level], case_sensitive=False),
-                     help="Highest level of fix to apply: safe (bit-identical results, the default), "
-                          "numeric (results within tolerance) or unsafe (review the diff). "
-                          "Overrides `level` in [tool.perfmod]."),
-        click.option("--select", metavar="CODES", callback=_codes_option,
-                     help="Comma-separated codes or prefixes to run (PM101,PM4 or ALL). Replaces the "
-                          "configured select and ignore."),
-        click.option("--ignore", metavar="CODES", callback=_codes_option,
-                     help="Comma-separated codes or prefixes to skip, on top of the configured ones."),
+        click.option(
+            "--level",
+            type=click.Choice([level.label for level in Level], case_sensitive=False),
+            help="Highest level of fix to apply: safe (bit-identical results, the default), "
+            "numeric (results within tolerance) or unsafe (review the diff). "
+            "Overrides `level` in [tool.perfmod].",
+        ),
+        click.option(
+            "--select",
+            metavar="CODES",
+            callback=_codes_option,
+            help="Comma-separated codes or prefixes to run (PM101,PM4 or ALL). Replaces the "
+            "configured select and ignore.",
+        ),
+        click.option(
+            "--ignore",
+            metavar="CODES",
+            callback=_codes_option,
+            help="Comma-separated codes or prefixes to skip, on top of the configured ones.",
+        ),
         format_option,
-        click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
-                     help="Files processed in parallel; 0 for one per CPU."),
-        click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="pyproject.toml to read [tool.perfmod] from, instead of the nearest one "
-                          "above the first PATH."),
-        click.option("--stdin-filename", metavar="PATH",
-                     help="With PATH `-`: the file name the source stands for, for configuration "
-                          "(per-file-ignores) and messages."),
-        click.option("--respect-gitignore/--no-respect-gitignore", default=None,
-                     help="Skip files that .gitignore files ignore when walking folders (default: on; "
-                          "`respect-gitignore` in [tool.perfmod])."),
-        click.option("--force-exclude/--no-force-exclude", default=None,
-                     help="Apply `exclude` to files named on the command line too, as pre-commit names "
-                          "them (default: off; the pre-commit hooks turn it on)."),
-        click.option("--no-cache", is_flag=True,
-                     help=f"Neither read nor write the result cache ({CACHE_FOLDER}/ at the project root)."),
-        click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="PERFMOD_CACHE_DIR",
-                     help=f"Folder of the result cache (default: {CACHE_FOLDER}/ beside the pyproject.toml, "
-                          "else in the working folder; env PERFMOD_CACHE_DIR)."),
-        click.option("-q", "--quiet", is_flag=True,
-                     help="Print findings, diffs and errors only: no summary, warnings, notes or progress."),
+        click.option(
+            "-j",
+            "--jobs",
+            type=click.IntRange(min=0),
+            default=1,
+            show_default=True,
+            help="Files processed in parallel; 0 for one per CPU.",
+        ),
+        click.option(
+            "--config",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="pyproject.toml to read [tool.perfmod] from, instead of the nearest one above the first PATH.",
+        ),
+        click.option(
+            "--stdin-filename",
+            metavar="PATH",
+            help="With PATH `-`: the file name the source stands for, for configuration "
+            "(per-file-ignores) and messages.",
+        ),
+        click.option(
+            "--respect-gitignore/--no-respect-gitignore",
+            default=None,
+            help="Skip files that .gitignore files ignore when walking folders (default: on; "
+            "`respect-gitignore` in [tool.perfmod]).",
+        ),
+        click.option(
+            "--force-exclude/--no-force-exclude",
+            default=None,
+            help="Apply `exclude` to files named on the command line too, as pre-commit names "
+            "them (default: off; the pre-commit hooks turn it on).",
+        ),
+        click.option(
+            "--no-cache",
+            is_flag=True,
+            help=f"Neither read nor write the result cache ({CACHE_FOLDER}/ at the project root).",
+        ),
+        click.option(
+            "--cache-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            envvar="PERFMOD_CACHE_DIR",
+            help=f"Folder of the result cache (default: {CACHE_FOLDER}/ beside the pyproject.toml, "
+            "else in the working folder; env PERFMOD_CACHE_DIR).",
+        ),
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            help="Print findings, diffs and errors only: no summary, warnings, notes or progress.",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -140,15 +195,21 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
 def gate_options(command: Callable) -> Callable:
     """The options of the commands that gate CI: `check` and `apply`."""
     options = [
-        click.option("--statistics", is_flag=True,
-                     help="Count the findings per rule (instead of listing them, for check)."),
-        click.option("--exit-zero", is_flag=True,
-                     help="Exit 0 even when fixes are pending (errors still exit 2)."),
-        click.option("-o", "--output-file", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Write what goes to stdout (findings, diff, JSON, SARIF) to this file instead, atomically."),
-        click.option("--color/--no-color", default=None,
-                     help="Colour findings and diffs. Default: on a terminal, unless NO_COLOR is set; "
-                          "FORCE_COLOR turns it on."),
+        click.option(
+            "--statistics", is_flag=True, help="Count the findings per rule (instead of listing them, for check)."
+        ),
+        click.option("--exit-zero", is_flag=True, help="Exit 0 even when fixes are pending (errors still exit 2)."),
+        click.option(
+            "-o",
+            "--output-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write what goes to stdout (findings, diff, JSON, SARIF) to this file instead, atomically.",
+        ),
+        click.option(
+            "--color/--no-color",
+            default=None,
+            help="Colour findings and diffs. Default: on a terminal, unless NO_COLOR is set; FORCE_COLOR turns it on.",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -160,9 +221,16 @@ def _paths(paths: Sequence[Path]) -> tuple[Path, ...]:
     return tuple(paths) or (Path("."),)
 
 
-def _settings(paths: Sequence[Path], config: Path | None, level: str | None, select: tuple[str, ...] | None,
-              ignore: tuple[str, ...] | None, stdin_filename: str | None, respect_gitignore: bool | None = None,
-              force_exclude: bool | None = None) -> Settings:
+def _settings(
+    paths: Sequence[Path],
+    config: Path | None,
+    level: str | None,
+    select: tuple[str, ...] | None,
+    ignore: tuple[str, ...] | None,
+    stdin_filename: str | None,
+    respect_gitignore: bool | None = None,
+    force_exclude: bool | None = None,
+) -> Settings:
     named = [path for path in paths if str(path) != STDIN]
     start = Path(stdin_filename) if stdin_filename else named[0] if named else None
     try:
@@ -173,8 +241,9 @@ def _settings(paths: Sequence[Path], config: Path | None, level: str | None, sel
         settings = settings.with_overrides(select=select, ignore=ignore or ())
     elif ignore is not None:
         settings = settings.with_overrides(ignore=settings.ignore + ignore)
-    return settings.with_overrides(level=Level.parse(level) if level else None, respect_gitignore=respect_gitignore,
-                                   force_exclude=force_exclude)
+    return settings.with_overrides(
+        level=Level.parse(level) if level else None, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    )
 
 
 def _is_stdin(paths: Sequence[Path]) -> bool:
@@ -196,8 +265,18 @@ def _read_stdin(settings: Settings, stdin_filename: str | None, quiet: bool) -> 
     return outcome.result
 
 
-def _process(paths: Sequence[Path], settings: Settings, *, write: bool, jobs: int, label: str, quiet: bool,
-             no_cache: bool, cache_dir: Path | None, cache_read_only: bool = False) -> Run:
+def _process(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    write: bool,
+    jobs: int,
+    label: str,
+    quiet: bool,
+    no_cache: bool,
+    cache_dir: Path | None,
+    cache_read_only: bool = False,
+) -> Run:
     """Discover, analyse (and with `write`, rewrite) the files; warnings and notes
     go to stderr here, errors are left to the caller."""
     with interrupt_flag() as stop:
@@ -211,8 +290,16 @@ def _process(paths: Sequence[Path], settings: Settings, *, write: bool, jobs: in
         folder = cache_dir or project_folder(settings) / CACHE_FOLDER
         cache = None if no_cache else _open_cache(folder, settings, quiet, cache_read_only)
         with Progress.on_terminal(len(files), label, sys.stderr, quiet) as progress:
-            run = run_files(files, settings, write=write, known=tuple(_known()), jobs=jobs or os.cpu_count() or 1,
-                            cache=cache, on_done=progress.advance, stop=stop)
+            run = run_files(
+                files,
+                settings,
+                write=write,
+                known=tuple(_known()),
+                jobs=jobs or os.cpu_count() or 1,
+                cache=cache,
+                on_done=progress.advance,
+                stop=stop,
+            )
     _print_notes(run.warnings + run.notes, quiet)
     return run
 
@@ -222,8 +309,11 @@ def _open_cache(folder: Path, settings: Settings, quiet: bool, read_only: bool) 
         return Cache.open(folder, settings, ALL_RULES, read_only=read_only)
     except OSError as error:
         if not quiet:
-            click.echo(f"warning: cannot use the cache in {folder} ({error.strerror or error}); running without "
-                       "it (--no-cache, or --cache-dir elsewhere, silences this)", err=True)
+            click.echo(
+                f"warning: cannot use the cache in {folder} ({error.strerror or error}); running without "
+                "it (--no-cache, or --cache-dir elsewhere, silences this)",
+                err=True,
+            )
         return None
 
 
@@ -239,8 +329,9 @@ def _report_errors(results: Sequence[FileResult]) -> None:
             click.echo(result.error, err=True)
 
 
-def _machine_report(results: Sequence[FileResult], output_format: str, settings: Settings,
-                    with_statistics: bool = False) -> str:
+def _machine_report(
+    results: Sequence[FileResult], output_format: str, settings: Settings, with_statistics: bool = False
+) -> str:
     if with_statistics:
         return json.dumps(statistics([f for r in results for f in r.findings]), indent=2)
     if output_format == "json":
@@ -280,8 +371,10 @@ def _check_statistics_format(statistics_flag: bool, output_format: str) -> None:
 # -- commands -----------------------------------------------------------------------------
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-             epilog="""\b
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="""\b
 Examples:
   perfmod check                        every Python file under the working folder (CI, pre-commit)
   perfmod apply train.py --dry-run     show the diff, write nothing (also: --diff)
@@ -296,7 +389,8 @@ Exit status of check and apply: 0 clean or done, 1 fixes pending (check,
 --dry-run), 2 error, 130 interrupted; each command's --help has the details.
 
 Settings come from [tool.perfmod] in the nearest pyproject.toml; options override them.
-Results are cached in .perfmod_cache/ at the project root (--no-cache).""")
+Results are cached in .perfmod_cache/ at the project root (--no-cache).""",
+)
 @click.version_option(package_name="perfmod", prog_name="perfmod")
 def main() -> None:
     """perfmod: rewrite slow PyTorch training code into fast code, as a reviewable diff.
@@ -307,7 +401,8 @@ def main() -> None:
     """
 
 
-@main.command(epilog=f"""\b
+@main.command(
+    epilog=f"""\b
 Examples:
   perfmod apply train.py --dry-run              show the diff, write nothing (--diff is the same)
   perfmod apply                                 rewrite every .py file under the working folder
@@ -322,7 +417,8 @@ files are refused; owner, group and mode are kept; hard-linked files are
 written in place. Ctrl-C stops within a second: the file being written is
 finished, no other is started.
 
-{EXIT_STATUS_APPLY}""")
+{EXIT_STATUS_APPLY}"""
+)
 @analysis_options
 @gate_options
 @click.option("--dry-run", is_flag=True, help="Print a unified diff instead of writing; exit 1 if a file would change.")
@@ -337,8 +433,27 @@ def apply(ctx, dry_run, diff, **options):
     _apply(ctx, dry_run=dry_run or diff, **options)
 
 
-def _apply(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, respect_gitignore,
-           force_exclude, no_cache, cache_dir, quiet, statistics, exit_zero, output_file, color, dry_run):
+def _apply(
+    ctx,
+    paths,
+    level,
+    select,
+    ignore,
+    output_format,
+    jobs,
+    config,
+    stdin_filename,
+    respect_gitignore,
+    force_exclude,
+    no_cache,
+    cache_dir,
+    quiet,
+    statistics,
+    exit_zero,
+    output_file,
+    color,
+    dry_run,
+):
     _check_statistics_format(statistics, output_format)
     paths = _paths(paths)
     settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
@@ -348,8 +463,16 @@ def _apply(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
         results = [_read_stdin(settings, stdin_filename, quiet)]
         _print_stdin_apply(results[0], settings, output_format, dry_run, colour, output, quiet)
     else:
-        run = _process(paths, settings, write=not dry_run, jobs=jobs, label="perfmod apply", quiet=quiet,
-                       no_cache=no_cache, cache_dir=cache_dir)
+        run = _process(
+            paths,
+            settings,
+            write=not dry_run,
+            jobs=jobs,
+            label="perfmod apply",
+            quiet=quiet,
+            no_cache=no_cache,
+            cache_dir=cache_dir,
+        )
         if run.interrupted:
             _interrupted(ctx, run, write=not dry_run)
         results = run.results
@@ -366,8 +489,17 @@ def _print_diffs(results: Sequence[FileResult], colour: bool, output: Output) ->
             output.text(colorize(diff) if colour else diff, nl=False, color=colour)
 
 
-def _print_apply(results: Sequence[FileResult], settings: Settings, output_format: str, dry_run: bool,
-                 colour: bool, output: Output, quiet: bool, with_statistics: bool, skipped: int) -> None:
+def _print_apply(
+    results: Sequence[FileResult],
+    settings: Settings,
+    output_format: str,
+    dry_run: bool,
+    colour: bool,
+    output: Output,
+    quiet: bool,
+    with_statistics: bool,
+    skipped: int,
+) -> None:
     findings = [f for r in results for f in r.findings]
     if output_format != "text":
         output.text(_machine_report(results, output_format, settings, with_statistics))
@@ -388,8 +520,9 @@ def _print_apply(results: Sequence[FileResult], settings: Settings, output_forma
         output.text("\n".join(statistics_table(findings)))
 
 
-def _print_stdin_apply(result: FileResult, settings: Settings, output_format: str, dry_run: bool,
-                       colour: bool, output: Output, quiet: bool) -> None:
+def _print_stdin_apply(
+    result: FileResult, settings: Settings, output_format: str, dry_run: bool, colour: bool, output: Output, quiet: bool
+) -> None:
     if dry_run:
         _print_diffs([result], colour, output)
     else:  # an editor replaces its buffer with this: on an error, the source as it came
@@ -403,7 +536,8 @@ def _print_stdin_apply(result: FileResult, settings: Settings, output_format: st
         click.echo(_machine_report([result], output_format, settings), err=True)
 
 
-@main.command(epilog=f"""\b
+@main.command(
+    epilog=f"""\b
 Examples:
   perfmod check                                 every Python file under the working folder
   perfmod check src/ --level numeric
@@ -418,7 +552,8 @@ at the chosen level (`perfmod apply` or `check --fix` makes it). Results are
 cached by file content, settings and perfmod version, so a re-run only
 processes changed files (--no-cache to turn that off).
 
-{EXIT_STATUS_CHECK}""")
+{EXIT_STATUS_CHECK}"""
+)
 @analysis_options
 @gate_options
 @click.option("--fix", is_flag=True, help="Apply the fixes: the same as `perfmod apply` (exit status as apply's).")
@@ -432,8 +567,26 @@ def check(ctx, fix, diff, **options):
         _check(ctx, **options)
 
 
-def _check(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, respect_gitignore,
-           force_exclude, no_cache, cache_dir, quiet, statistics, exit_zero, output_file, color):
+def _check(
+    ctx,
+    paths,
+    level,
+    select,
+    ignore,
+    output_format,
+    jobs,
+    config,
+    stdin_filename,
+    respect_gitignore,
+    force_exclude,
+    no_cache,
+    cache_dir,
+    quiet,
+    statistics,
+    exit_zero,
+    output_file,
+    color,
+):
     _check_statistics_format(statistics, output_format)
     paths = _paths(paths)
     settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
@@ -443,8 +596,16 @@ def _check(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
     if _is_stdin(paths):
         results = [_read_stdin(settings, stdin_filename, quiet)]
     else:
-        run = _process(paths, settings, write=False, jobs=jobs, label="perfmod check", quiet=quiet,
-                       no_cache=no_cache, cache_dir=cache_dir)
+        run = _process(
+            paths,
+            settings,
+            write=False,
+            jobs=jobs,
+            label="perfmod check",
+            quiet=quiet,
+            no_cache=no_cache,
+            cache_dir=cache_dir,
+        )
         if run.interrupted:
             _interrupted(ctx, run, write=False)
         results, skipped = run.results, len(run.notes)
@@ -458,19 +619,28 @@ def _check(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
     else:
         if statistics and findings:
             output.text("\n".join(statistics_table(findings)))
-        output.text(check_report(results, settings.level, skipped=skipped, findings=not statistics, color=colour),
-                    color=colour)
+        output.text(
+            check_report(results, settings.level, skipped=skipped, findings=not statistics, color=colour), color=colour
+        )
     _close(output)
     status = _exit_status(results, pending_fails=True)
     ctx.exit(EXIT_OK if exit_zero and status == EXIT_PENDING else status)
 
 
-@main.command(epilog="""\b
+@main.command(
+    epilog="""\b
 Examples:
   perfmod rules
-  perfmod rules --format json""")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text: a table (summaries wrapped to the terminal, never cut); json: every field of every rule.")
+  perfmod rules --format json"""
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a table (summaries wrapped to the terminal, never cut); json: every field of every rule.",
+)
 def rules(output_format):
     """List the catalogue: code, name, level and what each rule does."""
     if output_format == "json":
@@ -482,12 +652,14 @@ def rules(output_format):
     click.echo(rules_table(ALL_RULES, width))
 
 
-@main.command(epilog="""\b
+@main.command(
+    epilog="""\b
 Examples:
   perfmod explain PM101
   perfmod explain blocking-host-to-device-copy
 
-Exit status 2 for an unknown code, with the closest ones.""")
+Exit status 2 for an unknown code, with the closest ones."""
+)
 @click.argument("code")
 def explain(code):
     """Print a rule's documentation, level, expected gain and examples.
@@ -508,7 +680,8 @@ def _rule(text: str) -> type[Rule]:
 # -- verify ---------------------------------------------------------------------------------
 
 
-@main.command(epilog="""\b
+@main.command(
+    epilog="""\b
 Examples:
   perfmod verify train.py -- --epochs 1
   perfmod verify train.py --level numeric --steps 50 --warmup 5 -- --batch-size 64
@@ -548,39 +721,92 @@ Exit status:
   0  the losses agree within the tolerance
   1  they do not
   2  a run failed (its stderr is shown), a run changed a file beside the script,
-     no training loop was found, or a bad option""")
+     no training loop was found, or a bad option"""
+)
 @click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True,
-              help="Optimizer steps each run makes before it is stopped.")
-@click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True,
-              help="First steps left out of the timing (start-up, allocator, kernel selection); less than --steps.")
-@click.option("--level", type=click.Choice([level.label for level in Level], case_sensitive=False),
-              help="Highest level of fix to apply to the rewritten copy; overrides [tool.perfmod].")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=2),
+    default=20,
+    show_default=True,
+    help="Optimizer steps each run makes before it is stopped.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="First steps left out of the timing (start-up, allocator, kernel selection); less than --steps.",
+)
+@click.option(
+    "--level",
+    type=click.Choice([level.label for level in Level], case_sensitive=False),
+    help="Highest level of fix to apply to the rewritten copy; overrides [tool.perfmod].",
+)
 @click.option("--select", metavar="CODES", callback=_codes_option, help="Codes or prefixes of the rules to apply.")
 @click.option("--ignore", metavar="CODES", callback=_codes_option, help="Codes or prefixes of rules to skip.")
 @click.option("--rtol", type=click.FloatRange(min=0), help="Relative tolerance (default: 0 for safe, 1e-2 above).")
 @click.option("--atol", type=click.FloatRange(min=0), help="Absolute tolerance (default 0).")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed for random, torch and numpy, set in both runs before the script's code.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed for random, torch and numpy, set in both runs before the script's code.",
+)
 @click.option("--deterministic", is_flag=True, help="Both runs use deterministic kernels only (slower on CUDA).")
 @click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True,
-              help="Seconds each run may take.")
-@click.option("--nproc", type=click.IntRange(min=1),
-              help="Run the rewrite under torchrun with N processes (gloo on CPU, NCCL on GPUs) and compare it with "
-                   "the single-process original at the same global batch: the mean loss over the ranks per step, "
-                   "throughput summed over them (codemod/verify_run.py).")
-@click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
-              help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
-                   "(`python -m codemod.verify_run FOLDER`, which needs torch but not libcst).")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one object on stdout, its schema in codemod/verify_run.py.")
-@click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="pyproject.toml to read [tool.perfmod] from.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds each run may take."
+)
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    help="Run the rewrite under torchrun with N processes (gloo on CPU, NCCL on GPUs) and compare it with "
+    "the single-process original at the same global batch: the mean loss over the ranks per step, "
+    "throughput summed over them (codemod/verify_run.py).",
+)
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
+    "(`python -m codemod.verify_run FOLDER`, which needs torch but not libcst).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object on stdout, its schema in codemod/verify_run.py.",
+)
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="pyproject.toml to read [tool.perfmod] from.",
+)
 @click.pass_context
-def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol, atol, seed, deterministic, python,
-           timeout, nproc, keep, output_format, config):
+def verify(
+    ctx,
+    script,
+    script_args,
+    steps,
+    warmup,
+    level,
+    select,
+    ignore,
+    rtol,
+    atol,
+    seed,
+    deterministic,
+    python,
+    timeout,
+    nproc,
+    keep,
+    output_format,
+    config,
+):
     """Run SCRIPT and its rewrite N steps each; compare losses, speed and memory.
 
     Arguments after `--` go to the script, the same for both runs.
@@ -590,9 +816,21 @@ def verify(ctx, script, script_args, steps, warmup, level, select, ignore, rtol,
 
     settings = _settings([script], config, level, select, ignore, None)
     try:
-        result = run_verify(script, script_args, steps=steps, warmup=warmup, settings=settings, python=python,
-                            rtol=rtol, atol=atol, seed=seed, deterministic=deterministic, timeout=timeout, keep=keep,
-                            nproc=nproc)
+        result = run_verify(
+            script,
+            script_args,
+            steps=steps,
+            warmup=warmup,
+            settings=settings,
+            python=python,
+            rtol=rtol,
+            atol=atol,
+            seed=seed,
+            deterministic=deterministic,
+            timeout=timeout,
+            keep=keep,
+            nproc=nproc,
+        )
     except VerifyError as error:
         if output_format == "json":
             click.echo(error_json(script, str(error)))
@@ -618,12 +856,18 @@ Exit status:
        stderr), a bad option, configuration or --verify-json, or -o could not be written
   130  interrupted (Ctrl-C): nothing was written"""
 
-REPORT_FORMATS = click.option("--format", "output_format", type=click.Choice(["html", "markdown"]), default="html",
-                              show_default=True,
-                              help="html: one self-contained page (needs -o); markdown: a pull-request comment.")
+REPORT_FORMATS = click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["html", "markdown"]),
+    default="html",
+    show_default=True,
+    help="html: one self-contained page (needs -o); markdown: a pull-request comment.",
+)
 
 
-@main.command(epilog=f"""\b
+@main.command(
+    epilog=f"""\b
 Examples:
   perfmod report src/ -o review.html
   perfmod report train.py --level numeric -o review.html --verify-json verify.json
@@ -632,15 +876,39 @@ Examples:
 The sources are never modified; only the -o file is written (atomically). Results
 that `check` cached are used; `report` itself adds nothing to the cache.
 
-{EXIT_STATUS_REPORT}""")
+{EXIT_STATUS_REPORT}"""
+)
 @functools.partial(analysis_options, format_option=REPORT_FORMATS)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
-              help="File to write (atomically); `-` or none for stdout (markdown only without -o).")
-@click.option("--verify-json", type=click.Path(dir_okay=False, path_type=Path),
-              help="A `perfmod verify --format json` result to show with the changes.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+    help="File to write (atomically); `-` or none for stdout (markdown only without -o).",
+)
+@click.option(
+    "--verify-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A `perfmod verify --format json` result to show with the changes.",
+)
 @click.pass_context
-def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin_filename, respect_gitignore,
-           force_exclude, no_cache, cache_dir, quiet, output, verify_json):
+def report(
+    ctx,
+    paths,
+    level,
+    select,
+    ignore,
+    output_format,
+    jobs,
+    config,
+    stdin_filename,
+    respect_gitignore,
+    force_exclude,
+    no_cache,
+    cache_dir,
+    quiet,
+    output,
+    verify_json,
+):
     """Render a review of what `perfmod apply` would change in PATHs (default `.`): per
     file the diff, each change annotated with its rule, level, reason and expected gain."""
     # The page renderers (jinja2) load only for `report`: `check` in a pre-commit hook stays light.
@@ -659,13 +927,25 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
     if _is_stdin(paths):
         results = [_read_stdin(settings, stdin_filename, quiet)]
     else:
-        run = _process(paths, settings, write=False, jobs=jobs, label="perfmod report", quiet=quiet,
-                       no_cache=no_cache, cache_dir=cache_dir, cache_read_only=True)
+        run = _process(
+            paths,
+            settings,
+            write=False,
+            jobs=jobs,
+            label="perfmod report",
+            quiet=quiet,
+            no_cache=no_cache,
+            cache_dir=cache_dir,
+            cache_read_only=True,
+        )
         if run.interrupted:
             _interrupted(ctx, run, write=False)
         results = run.results
-    if output is not None and str(output) != STDIN and any(
-            os.path.realpath(result.path) == os.path.realpath(output) for result in results):
+    if (
+        output is not None
+        and str(output) != STDIN
+        and any(os.path.realpath(result.path) == os.path.realpath(output) for result in results)
+    ):
         raise Failure(f"-o {output} is one of the files to review; `report` never writes a source")
     _report_errors(results)
     if output_format == "html":
@@ -682,7 +962,9 @@ def report(ctx, paths, level, select, ignore, output_format, jobs, config, stdin
             raise Failure(f"cannot write {output}: {error.strerror or error}") from None
         summary = Summary.of(results)
         if not quiet:
-            click.echo(f"Wrote {output}: {len(summary.applied)} fixes in {len(summary.changed)} of "
-                       f"{summary.checked} files at level {settings.level.label}.", err=True)
+            click.echo(
+                f"Wrote {output}: {len(summary.applied)} fixes in {len(summary.changed)} of "
+                f"{summary.checked} files at level {settings.level.label}.",
+                err=True,
+            )
     ctx.exit(EXIT_ERROR if any(result.error for result in results) else EXIT_OK)
-

@@ -20,9 +20,9 @@ import difflib
 import fnmatch
 import re
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
-from typing import Iterable, Mapping
 
 from codemod.result import Level
 
@@ -63,7 +63,7 @@ class Settings:
     respect_gitignore: bool = True
     force_exclude: bool = False
 
-    def with_overrides(self, **overrides) -> "Settings":
+    def with_overrides(self, **overrides) -> Settings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
     def enabled(self, code: str, path: str | None = None, *, opt_in: bool = False) -> bool:
@@ -131,8 +131,9 @@ def _read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read configuration: {reason}; fix the file or pass --config") from None
 
 
-def load_settings(start: Path | None = None, config_file: Path | None = None,
-                  known: Mapping[str, str] | None = None) -> Settings:
+def load_settings(
+    start: Path | None = None, config_file: Path | None = None, known: Mapping[str, str] | None = None
+) -> Settings:
     """Settings from `config_file`, or the nearest pyproject.toml above `start`
     with a [tool.perfmod] table; defaults when there is none. `known` (code ->
     rule name) makes codes that match no rule an error."""
@@ -148,17 +149,20 @@ def load_settings(start: Path | None = None, config_file: Path | None = None,
     return settings_from_table(table, source=str(path), root=path.parent, known=known)
 
 
-def settings_from_table(table, source: str = "pyproject.toml", root: Path | None = None,
-                        known: Mapping[str, str] | None = None) -> Settings:
+def settings_from_table(
+    table, source: str = "pyproject.toml", root: Path | None = None, known: Mapping[str, str] | None = None
+) -> Settings:
     if not isinstance(table, dict):
-        raise ConfigError(f"{source}: [tool.perfmod] must be a table of settings (level = \"safe\", ...), "
-                          f"got {_shown(table)}")
+        raise ConfigError(
+            f'{source}: [tool.perfmod] must be a table of settings (level = "safe", ...), got {_shown(table)}'
+        )
     for key in table:
         if key not in KNOWN_KEYS:
             close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ConfigError(f"{source}: [tool.perfmod] unknown key {key!r}; {hint}"
-                              f"known keys: {', '.join(KNOWN_KEYS)}")
+            raise ConfigError(
+                f"{source}: [tool.perfmod] unknown key {key!r}; {hint}known keys: {', '.join(KNOWN_KEYS)}"
+            )
     check = _Checker(source, known)
     per_file = table.get("per-file-ignores", {})
     if not isinstance(per_file, dict):
@@ -168,8 +172,10 @@ def settings_from_table(table, source: str = "pyproject.toml", root: Path | None
         select=check.codes("select", table.get("select", ["PM"])),
         ignore=check.codes("ignore", table.get("ignore", [])),
         exclude=check.strings("exclude", table.get("exclude", [])),
-        per_file_ignores={pattern: check.codes("ignore", codes, f'per-file-ignores."{pattern}"')
-                          for pattern, codes in per_file.items()},
+        per_file_ignores={
+            pattern: check.codes("ignore", codes, f'per-file-ignores."{pattern}"')
+            for pattern, codes in per_file.items()
+        },
         amp=check.choice("amp", table.get("amp", "bf16"), ["bf16", "fp16"]),
         respect_gitignore=check.boolean("respect-gitignore", table.get("respect-gitignore", True)),
         force_exclude=check.boolean("force-exclude", table.get("force-exclude", False)),
@@ -207,7 +213,7 @@ class _Checker:
         shown_key = shown_key or key
         if isinstance(value, str) and value.strip():
             listed = ", ".join(f'"{code}"' for code in split_codes(value))
-            raise self.error(key, value, f'got the string {_shown(value)}; write a list: [{listed}]', shown_key)
+            raise self.error(key, value, f"got the string {_shown(value)}; write a list: [{listed}]", shown_key)
         codes = self.strings(key, value, shown_key)
         for code in codes:
             problem = code_problem(code, self.known)
@@ -250,9 +256,12 @@ def suggest(text: str, known: Mapping[str, str]) -> str:
     """Codes (or rule names) close to `text`, or where to find them all; `known` is code -> name."""
     text = text.upper()
     names = {name.upper(): code for code, name in known.items()}
-    close = [code for code in known if code.startswith(text)] or sorted(set(
-        difflib.get_close_matches(text, list(known), n=3, cutoff=0.6)
-        + [names[name] for name in difflib.get_close_matches(text, list(names), n=3, cutoff=0.6)]))
+    close = [code for code in known if code.startswith(text)] or sorted(
+        set(
+            difflib.get_close_matches(text, list(known), n=3, cutoff=0.6)
+            + [names[name] for name in difflib.get_close_matches(text, list(names), n=3, cutoff=0.6)]
+        )
+    )
     if close:
         return f"Did you mean {', '.join(close)}? `perfmod rules` lists every rule."
     return f"Known codes: {', '.join(known)}; `perfmod rules` lists them with their names."
@@ -260,8 +269,14 @@ def suggest(text: str, known: Mapping[str, str]) -> str:
 
 def _shown(value) -> str:
     """A TOML value as the user wrote it, and its TOML type."""
-    kinds = [(bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
-             (list, "an array"), (dict, "a table")]
+    kinds = [
+        (bool, "a boolean"),
+        (int, "an integer"),
+        (float, "a float"),
+        (str, "a string"),
+        (list, "an array"),
+        (dict, "a table"),
+    ]
     kind = next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
     text = _toml(value)
     if len(text) > 60:

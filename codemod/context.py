@@ -17,14 +17,15 @@ from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.positions import Positions
 from codemod.analysis.scopes import scope_provider
-from codemod.analysis.visits import read_only_visits
 from codemod.analysis.training import Training
+from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
 
 
 class FileContext:
-    def __init__(self, module: cst.Module, path: str, settings: Settings, code: str,
-                 index: TreeIndex | None = None) -> None:
+    def __init__(
+        self, module: cst.Module, path: str, settings: Settings, code: str, index: TreeIndex | None = None
+    ) -> None:
         self.module = module
         self.code = code  # the module's source text
         self.path = path
@@ -34,7 +35,7 @@ class FileContext:
         self._shared: dict = {}
 
     @classmethod
-    def of_source(cls, code: str, path: str = "<string>", settings: Settings | None = None) -> "FileContext":
+    def of_source(cls, code: str, path: str = "<string>", settings: Settings | None = None) -> FileContext:
         """A context for source text (tests, tools): parsed here."""
         module = cst.parse_module(code)
         return cls(module, path, settings or Settings(), module.code)

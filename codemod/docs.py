@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Sequence
 
 from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES
@@ -73,7 +73,7 @@ def summary(rule: type[Rule]) -> str:
     for paragraph in _prose(section.group(1)):
         if text:  # a sentence that goes on after the example: up to its first full stop
             end = re.search(r"[.!?](?=\s+[A-Z(`])", paragraph)
-            text = f"{text} {paragraph[:end.end()] if end else paragraph}"
+            text = f"{text} {paragraph[: end.end()] if end else paragraph}"
         else:
             text = paragraph
         if SENTENCE_END.search(text):
@@ -181,7 +181,8 @@ def pages(rules: Sequence[type[Rule]] = ALL_RULES) -> dict[str, str]:
 def stale_pages(folder: Path, expected: dict[str, str]) -> list[Path]:
     """Generated pages in `folder` that no rule generates any more."""
     return sorted(
-        path for path in folder.glob("*.md")
+        path
+        for path in folder.glob("*.md")
         if path.name not in expected and DO_NOT_EDIT in path.read_text(encoding="utf-8")
     )
 

@@ -17,15 +17,15 @@ updated: ...)`) composes too: it is called with the updated node.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence, Union
 
 import libcst as cst
 
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.names import with_entry, with_kwarg
 
-Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+Replacement = cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel
 BODY_OWNERS = (cst.IndentedBlock, cst.Module)
 
 
@@ -242,7 +242,9 @@ def validate(edit: Edit, index: TreeIndex) -> str | None:
         return "it is anchored to code that is not in the file"
     if isinstance(edit, Remove) and isinstance(edit.anchor, cst.BaseSmallStatement):
         line = index.parents.get(edit.anchor)
-        if isinstance(line, cst.SimpleStatementSuite) or (isinstance(line, cst.SimpleStatementLine) and _in_body(line, index)):
+        if isinstance(line, cst.SimpleStatementSuite) or (
+            isinstance(line, cst.SimpleStatementLine) and _in_body(line, index)
+        ):
             return None
         return "it removes a statement that is not in a block of statements"
     if edit.in_block and not _in_body(edit.anchor, index):
@@ -252,7 +254,11 @@ def validate(edit: Edit, index: TreeIndex) -> str | None:
             return "it replaces a statement that is not in a block by several statements"
     if isinstance(edit, Wrap):
         block = index.parents.get(edit.anchor)
-        if block is None or index.parents.get(edit.last) is not block or index.order(edit.last) < index.order(edit.anchor):
+        if (
+            block is None
+            or index.parents.get(edit.last) is not block
+            or index.order(edit.last) < index.order(edit.anchor)
+        ):
             return "it wraps statements that are not a run of one block"
     if isinstance(edit, AddKeyword) and not isinstance(edit.anchor, (cst.Call, cst.Dict)):
         return "it adds a keyword to something that is not a call or a dict literal"
@@ -289,8 +295,11 @@ class _Apply(cst.CSTTransformer):
                 self.removed_parts.setdefault(block, set()).add(edit.anchor)
                 if isinstance(block, cst.SimpleStatementLine):
                     self.blocks.setdefault(index.parents[block], [])
-            elif edit.in_block or (isinstance(edit, Replace) and isinstance(block, BODY_OWNERS)
-                                 and isinstance(edit.anchor, cst.BaseStatement)):
+            elif edit.in_block or (
+                isinstance(edit, Replace)
+                and isinstance(block, BODY_OWNERS)
+                and isinstance(edit.anchor, cst.BaseStatement)
+            ):
                 self.blocks.setdefault(block, []).append(edit)
             node = edit.anchor
             while node is not None and node not in self.around:
@@ -367,11 +376,10 @@ class _Apply(cst.CSTTransformer):
                 segment[0] = segment[0].with_changes(leading_lines=[*carried, *segment[0].leading_lines])
                 carried = []
             segments.append(segment)
-        wraps = sorted((e for e in edits if isinstance(e, Wrap)),
-                       key=lambda w: position[w.last] - position[w.anchor])
+        wraps = sorted((e for e in edits if isinstance(e, Wrap)), key=lambda w: position[w.last] - position[w.anchor])
         for wrap in wraps:
             first, last = position[wrap.anchor], position[wrap.last]
-            body = [s for segment in segments[first:last + 1] for s in segment]
+            body = [s for segment in segments[first : last + 1] for s in segment]
             for i in range(first, last + 1):
                 segments[i] = []
             segments[first] = [_with(wrap.items, body)] if body else []

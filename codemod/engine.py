@@ -18,15 +18,16 @@ import difflib
 import gc
 import io
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 import libcst as cst
 
 from codemod import edits as edit_model
-from codemod import guard, imports as import_edits
+from codemod import guard
+from codemod import imports as import_edits
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
@@ -85,7 +86,11 @@ def _decode_error_position(data: bytes) -> tuple[int, int]:
 
 
 def selected_rules(settings: Settings, path: str, rules: Sequence[type[Rule]] | None = None) -> list[type[Rule]]:
-    return [rule for rule in (rules if rules is not None else ALL_RULES) if settings.enabled(rule.CODE, path, opt_in=rule.OPT_IN)]
+    return [
+        rule
+        for rule in (rules if rules is not None else ALL_RULES)
+        if settings.enabled(rule.CODE, path, opt_in=rule.OPT_IN)
+    ]
 
 
 def passes(rules: Sequence[type[Rule]]) -> list[list[type[Rule]]]:
@@ -146,9 +151,7 @@ def _leave(node: cst.CSTNode, leaves: dict[type, list]) -> None:
 # -- one file -------------------------------------------------------------------------
 
 
-def process_source(
-    data: bytes, path: str, settings: Settings, rules: Sequence[type[Rule]] | None = None
-) -> FileResult:
+def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[type[Rule]] | None = None) -> FileResult:
     """Analyse and fix one file's bytes; never raises for bad input."""
     result = FileResult(path=path, source=data)
     try:
@@ -162,8 +165,10 @@ def process_source(
     try:
         findings, new_code = _run(module, data, path, settings, active)
     except Exception as error:  # a bug in a rule must not cost the user their file
-        result.error = (f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
-                        "please report it with this file, or skip it with --ignore or `exclude`")
+        result.error = (
+            f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
+            "please report it with this file, or skip it with --ignore or `exclude`"
+        )
         return result
     finally:
         if collecting:
@@ -174,16 +179,19 @@ def process_source(
         return result
     if module.bytes != data:
         result.findings = []
-        result.error = (f"{path}:1:1: error: libcst cannot write this file back byte for byte (typically "
-                        "whitespace after the last newline), so its fixes are not applied and it is left unchanged; "
-                        "end the file with a newline and run perfmod again")
+        result.error = (
+            f"{path}:1:1: error: libcst cannot write this file back byte for byte (typically "
+            "whitespace after the last newline), so its fixes are not applied and it is left unchanged; "
+            "end the file with a newline and run perfmod again"
+        )
         return result
     result.new_source = new_code.encode(module.encoding)
     return result
 
 
-def _run(module: cst.Module, data: bytes, path: str, settings: Settings,
-         active: Sequence[type[Rule]]) -> tuple[list[Finding], str | None]:
+def _run(
+    module: cst.Module, data: bytes, path: str, settings: Settings, active: Sequence[type[Rule]]
+) -> tuple[list[Finding], str | None]:
     """Every pass's findings, and the rewritten text (None when nothing changed). A
     rewritten text is parsed again only when a later pass has rules to run on it."""
     findings: list[Finding] = []
@@ -238,7 +246,9 @@ def _run_pass(module: cst.Module, code: str, path: str, settings: Settings, rule
     for key, why in conflicts.items():
         reasons[key] = f"not fixed in this run: {why}; run perfmod again to fix it"
     new_module, lines_of = _apply(module, accepted, context)
-    findings = [_finding(path, report, line, key, context, reasons, lines_of) for key, (report, line) in enumerate(reports)]
+    findings = [
+        _finding(path, report, line, key, context, reasons, lines_of) for key, (report, line) in enumerate(reports)
+    ]
     return _Outcome(findings, new_module)
 
 
@@ -256,8 +266,10 @@ def _candidate_fixes(reports: list[tuple[Report, int]], context: FileContext) ->
         if problem is None:
             missing = guard.undefined_names(fix, context.scopes)
             if missing:
-                problem = (f"the fix would use {_names(missing)}, not defined where it would go; "
-                           "define it there or rewrite by hand")
+                problem = (
+                    f"the fix would use {_names(missing)}, not defined where it would go; "
+                    "define it there or rewrite by hand"
+                )
         if problem is None and fix.imports:
             module_scope = module_scope or context.scopes.get(context.module)
             clashes = guard.import_clashes(fix, module_scope)
@@ -283,8 +295,10 @@ def _runtime_shadowed(fix: Fix, context: FileContext) -> str | None:
     for folder in folders:
         shadow = _foreign_runtime(folder)
         if shadow is not None:
-            return (f"the fix imports perfmod's `{RUNTIME_PACKAGE}` package, but `{shadow}` would be imported instead; "
-                    "rename that module to apply this fix")
+            return (
+                f"the fix imports perfmod's `{RUNTIME_PACKAGE}` package, but `{shadow}` would be imported instead; "
+                "rename that module to apply this fix"
+            )
     return None
 
 
@@ -309,12 +323,16 @@ def _names(names: Sequence[str]) -> str:
     return ", ".join(f"`{name}`" for name in names)
 
 
-def _apply(module: cst.Module, accepted: list[Fix], context: FileContext) -> tuple[cst.Module, dict[int, list[tuple[int, int]]]]:
+def _apply(
+    module: cst.Module, accepted: list[Fix], context: FileContext
+) -> tuple[cst.Module, dict[int, list[tuple[int, int]]]]:
     """The module with the accepted fixes made, and the original lines each fix changes."""
     if not accepted:
         return module, {}
     index = context.index
-    lines_of: dict[int, list[tuple[int, int]]] = {fix.key: [_span(edit, context) for edit in fix.edits] for fix in accepted}
+    lines_of: dict[int, list[tuple[int, int]]] = {
+        fix.key: [_span(edit, context) for edit in fix.edits] for fix in accepted
+    }
     new_module = edit_model.apply(module, accepted, index)
     needed = import_edits.missing(module, [item for fix in accepted for item in fix.imports])
     if needed:
@@ -354,26 +372,41 @@ def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileCont
 def _imported_names_in_edits(module: cst.Module, fixes: list[Fix], index: TreeIndex) -> dict[str, list[int]]:
     """Names bound by top-level imports that the code a fix replaces or removes
     reads: their import may be left unused. Name -> the keys of those fixes."""
-    bound = {import_edits.bound_name(alias, small)
-             for statement in module.body if isinstance(statement, cst.SimpleStatementLine)
-             for small in statement.body if isinstance(small, (cst.Import, cst.ImportFrom))
-             and not isinstance(small.names, cst.ImportStar) for alias in small.names}
+    bound = {
+        import_edits.bound_name(alias, small)
+        for statement in module.body
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar)
+        for alias in small.names
+    }
     found: dict[str, list[int]] = {}
     for fix in fixes:
         for edit in fix.edits:
             if isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword)):
                 continue
             for name in index.find(cst.Name, within=edit.anchor):
-                if name.value in bound and import_edits.is_read(name, index.parents) \
-                        and fix.key not in found.setdefault(name.value, []):
+                if (
+                    name.value in bound
+                    and import_edits.is_read(name, index.parents)
+                    and fix.key not in found.setdefault(name.value, [])
+                ):
                     found[name.value].append(fix.key)
     return found
 
 
 def _import_statements(module: cst.Module, name: str) -> list[cst.SimpleStatementLine]:
-    return [statement for statement in module.body if isinstance(statement, cst.SimpleStatementLine)
-            and any(isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar)
-                    and any(import_edits.bound_name(a, small) == name for a in small.names) for small in statement.body)]
+    return [
+        statement
+        for statement in module.body
+        if isinstance(statement, cst.SimpleStatementLine)
+        and any(
+            isinstance(small, (cst.Import, cst.ImportFrom))
+            and not isinstance(small.names, cst.ImportStar)
+            and any(import_edits.bound_name(a, small) == name for a in small.names)
+            for small in statement.body
+        )
+    ]
 
 
 def _span(edit, context: FileContext) -> tuple[int, int]:
@@ -396,13 +429,26 @@ def _statement_span(statement: cst.CSTNode, context: FileContext) -> tuple[int, 
     return max(first, 1), end
 
 
-def _finding(path: str, report: Report, line: int, key: int, context: FileContext,
-             reasons: dict[int, str], lines_of: dict[int, list[tuple[int, int]]]) -> Finding:
+def _finding(
+    path: str,
+    report: Report,
+    line: int,
+    key: int,
+    context: FileContext,
+    reasons: dict[int, str],
+    lines_of: dict[int, list[tuple[int, int]]],
+) -> Finding:
     position = context.positions[report.location]
     reason = reasons.get(key)
     message = report.message if reason is None else f"{report.message} ({reason})"
     return Finding(
-        path, line, position.start.column + 1, report.code, report.name, message, report.level,
+        path,
+        line,
+        position.start.column + 1,
+        report.code,
+        report.name,
+        message,
+        report.level,
         fixable=report.has_fix and reason is None,
         applied=key in lines_of,
         end_line=position.end.line,
@@ -427,8 +473,9 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     table: dict[int, int] = {line: line for line in range(1, head + 1)}
     shift = len(original) - len(rewritten)
     table.update((len(rewritten) - k, len(rewritten) - k + shift) for k in range(tail))
-    middle = difflib.SequenceMatcher(None, original[head:len(original) - tail], rewritten[head:len(rewritten) - tail],
-                                     autojunk=False)
+    middle = difflib.SequenceMatcher(
+        None, original[head : len(original) - tail], rewritten[head : len(rewritten) - tail], autojunk=False
+    )
     for _tag, i1, i2, j1, j2 in middle.get_opcodes():
         for offset, j in enumerate(range(j1, j2)):
             table[head + j + 1] = head + i1 + min(offset, max(i2 - i1 - 1, 0)) + 1
@@ -437,5 +484,12 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     def moved(line: int) -> int:
         return min(table.get(line, last), max(last, 1))
 
-    return [replace(f, line=moved(f.line), end_line=moved(f.end_line or f.line),
-                    fix_lines=tuple((moved(a), moved(b)) for a, b in f.fix_lines)) for f in findings]
+    return [
+        replace(
+            f,
+            line=moved(f.line),
+            end_line=moved(f.end_line or f.line),
+            fix_lines=tuple((moved(a), moved(b)) for a, b in f.fix_lines),
+        )
+        for f in findings
+    ]

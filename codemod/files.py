@@ -14,16 +14,33 @@ import hashlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from codemod.config import Settings
 from codemod.gitignore import Gitignore
 
-SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "build", "dist",
-             "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".perfmod_cache", ".eggs",
-             "site-packages"}
+SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".venv",
+    "venv",
+    "env",
+    ".tox",
+    ".nox",
+    "build",
+    "dist",
+    "node_modules",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".perfmod_cache",
+    ".eggs",
+    "site-packages",
+}
 
 
 # -- discovery ----------------------------------------------------------------------------
@@ -54,8 +71,10 @@ def _walk(folder: Path, settings: Settings) -> Iterator[Path]:
         root_path = Path(root)
         here = patterns.pop(os.path.abspath(root), None)
         dirs[:] = sorted(
-            d for d in dirs
-            if d not in SKIP_DIRS and not d.endswith(".egg-info")
+            d
+            for d in dirs
+            if d not in SKIP_DIRS
+            and not d.endswith(".egg-info")
             and not (root_path / d / "pyvenv.cfg").exists()
             and not _skipped(root_path / d, True, settings, here)
         )
@@ -107,8 +126,10 @@ def write_back(path: Path, data: bytes, snapshot: Snapshot) -> None:
     info = real.stat()
     mode = stat.S_IMODE(info.st_mode)
     if not mode & 0o222 or not os.access(real, os.W_OK):
-        raise WriteRefused(f"read-only file (mode {mode:04o}), left as it is; make it writable "
-                           f"(chmod u+w {path}) to apply the fixes, or exclude it")
+        raise WriteRefused(
+            f"read-only file (mode {mode:04o}), left as it is; make it writable "
+            f"(chmod u+w {path}) to apply the fixes, or exclude it"
+        )
     if info.st_nlink > 1:  # a rename would split the links: write the one file all of them share
         _write_in_place(real, data, snapshot)
         return
@@ -128,16 +149,20 @@ def _unchanged(real: Path, snapshot: Snapshot) -> None:
     except FileNotFoundError:
         raise WriteRefused("removed while perfmod ran, so not written again") from None
     if digest(current) != snapshot.digest:
-        raise WriteRefused("changed on disk while perfmod ran, left as it is (your edit is kept); "
-                           "run perfmod again to fix the new version")
+        raise WriteRefused(
+            "changed on disk while perfmod ran, left as it is (your edit is kept); "
+            "run perfmod again to fix the new version"
+        )
 
 
 def _temporary(real: Path, suffix: str) -> tuple[int, str]:
     try:
         return tempfile.mkstemp(prefix=f".{real.name}.", suffix=suffix, dir=real.parent)
     except PermissionError:
-        raise WriteRefused(f"its folder {real.parent} is not writable, and perfmod writes a temporary "
-                           "file beside a file to replace it atomically; make the folder writable") from None
+        raise WriteRefused(
+            f"its folder {real.parent} is not writable, and perfmod writes a temporary "
+            "file beside a file to replace it atomically; make the folder writable"
+        ) from None
 
 
 def _replace(real: Path, data: bytes, info: os.stat_result, snapshot: Snapshot) -> None:

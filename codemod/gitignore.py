@@ -32,7 +32,7 @@ class Pattern:
             return False
         if not path.startswith(self.base + "/"):
             return False
-        return self.regex.fullmatch(path[len(self.base) + 1:]) is not None
+        return self.regex.fullmatch(path[len(self.base) + 1 :]) is not None
 
 
 def parse_line(line: str, base: str) -> Pattern | None:
@@ -85,12 +85,12 @@ def _translate(pattern: str) -> str:
             out.append("[^/]")
             i += 1
         elif pattern[i] == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1:i + 2] in ("!", "^") else i + 1)
+            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^") else i + 1)
             if end == -1:
                 out.append(re.escape("["))
                 i += 1
                 continue
-            body = pattern[i + 1:end]
+            body = pattern[i + 1 : end]
             if body[:1] in ("!", "^"):
                 body = "^" + body[1:]
             out.append("[" + body.replace("\\", "\\\\") + "]")
@@ -127,7 +127,7 @@ class Gitignore:
     patterns: tuple[Pattern, ...] = ()
 
     @classmethod
-    def for_walk(cls, folder: Path) -> "Gitignore":
+    def for_walk(cls, folder: Path) -> Gitignore:
         """The patterns that apply in `folder`: the repository's info/exclude and
         every .gitignore from the repository root down to `folder` (outside a
         repository, `folder`'s own)."""
@@ -146,7 +146,7 @@ class Gitignore:
             patterns += read_patterns(directory / ".gitignore", directory)
         return cls(tuple(patterns))
 
-    def entering(self, folder: Path) -> "Gitignore":
+    def entering(self, folder: Path) -> Gitignore:
         """These patterns and those of `folder`/.gitignore, for the walk below it."""
         added = read_patterns(folder / ".gitignore", folder)
         return Gitignore(self.patterns + tuple(added)) if added else self

@@ -12,7 +12,7 @@ without a binding perfmod can see (a star import). A fix with a name that does n
 from __future__ import annotations
 
 import builtins
-from typing import Iterable
+from collections.abc import Iterable
 
 import libcst as cst
 
@@ -141,6 +141,10 @@ def _imports(statement: cst.Import | cst.ImportFrom, item) -> bool:
         if bound_name(alias, statement) != item.bound:
             continue
         if isinstance(statement, cst.ImportFrom):
-            return dotted(statement.module) == item.module and not statement.relative and dotted(alias.name) == item.name
-        return item.name is None and dotted(alias.name).split(".")[0] == item.module.split(".")[0] and alias.asname is None
+            return (
+                dotted(statement.module) == item.module and not statement.relative and dotted(alias.name) == item.name
+            )
+        return (
+            item.name is None and dotted(alias.name).split(".")[0] == item.module.split(".")[0] and alias.asname is None
+        )
     return False

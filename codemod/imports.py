@@ -7,8 +7,8 @@ module reads and edits those directly.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import libcst as cst
 
@@ -38,7 +38,11 @@ def import_site(module: cst.Module) -> ImportSite:
     after = None
     for index, statement in enumerate(module.body):
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
-        if index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+        if (
+            index == 0
+            and isinstance(small, cst.Expr)
+            and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+        ):
             after = statement
         elif isinstance(small, (cst.Import, cst.ImportFrom)):
             after = statement
@@ -50,10 +54,16 @@ def import_site(module: cst.Module) -> ImportSite:
 def _satisfied(imports: Sequence[cst.SmallStatement], needed: AddImport) -> bool:
     for statement in imports:
         if isinstance(statement, cst.ImportFrom) and needed.name is not None:
-            if statement.relative or dotted(statement.module) != needed.module or isinstance(statement.names, cst.ImportStar):
+            if (
+                statement.relative
+                or dotted(statement.module) != needed.module
+                or isinstance(statement.names, cst.ImportStar)
+            ):
                 continue
-            if any(dotted(alias.name) == needed.name and (alias.asname is None or dotted(alias.asname.name) == needed.name)
-                   for alias in statement.names):
+            if any(
+                dotted(alias.name) == needed.name and (alias.asname is None or dotted(alias.asname.name) == needed.name)
+                for alias in statement.names
+            ):
                 return True
         elif isinstance(statement, cst.Import) and needed.name is None:
             for alias in statement.names:
@@ -64,8 +74,13 @@ def _satisfied(imports: Sequence[cst.SmallStatement], needed: AddImport) -> bool
 
 
 def _top_level_imports(module: cst.Module) -> list[cst.SmallStatement]:
-    return [small for statement in module.body if isinstance(statement, cst.SimpleStatementLine)
-            for small in statement.body if isinstance(small, (cst.Import, cst.ImportFrom))]
+    return [
+        small
+        for statement in module.body
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, (cst.Import, cst.ImportFrom))
+    ]
 
 
 def missing(module: cst.Module, needed: Iterable[AddImport]) -> list[AddImport]:
@@ -102,8 +117,11 @@ def add(module: cst.Module, needed: Sequence[AddImport], site: ImportSite) -> cs
         statement = line.body[small_index]
         merged = list(statement.names)
         for name in names:
-            merged = appended(merged, cst.ImportAlias(cst.Name(name)),
-                              statement.lpar.whitespace_after if statement.lpar else cst.SimpleWhitespace(""))
+            merged = appended(
+                merged,
+                cst.ImportAlias(cst.Name(name)),
+                statement.lpar.whitespace_after if statement.lpar else cst.SimpleWhitespace(""),
+            )
         new_small = [*line.body]
         new_small[small_index] = statement.with_changes(names=merged)
         body[line_index] = line.with_changes(body=new_small)
@@ -127,7 +145,8 @@ def add(module: cst.Module, needed: Sequence[AddImport], site: ImportSite) -> cs
 
 def _is_import(statement: cst.BaseStatement) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and any(
-        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
 
 
 def _from_import(body: Sequence[cst.BaseStatement], source: str) -> tuple[int, int] | None:
@@ -136,8 +155,12 @@ def _from_import(body: Sequence[cst.BaseStatement], source: str) -> tuple[int, i
         if not isinstance(line, cst.SimpleStatementLine):
             continue
         for small_index, small in enumerate(line.body):
-            if (isinstance(small, cst.ImportFrom) and not small.relative and dotted(small.module) == source
-                    and not isinstance(small.names, cst.ImportStar)):
+            if (
+                isinstance(small, cst.ImportFrom)
+                and not small.relative
+                and dotted(small.module) == source
+                and not isinstance(small.names, cst.ImportStar)
+            ):
                 return line_index, small_index
     return None
 
@@ -151,7 +174,9 @@ def _name(dotted_name: str) -> cst.Attribute | cst.Name:
 
 
 def _commas(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
-    return [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in aliases[:-1]] + aliases[-1:]
+    return [
+        a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in aliases[:-1]
+    ] + aliases[-1:]
 
 
 # -- unused imports ----------------------------------------------------------------------

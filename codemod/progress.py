@@ -23,7 +23,7 @@ class Progress:
             self._draw()
 
     @classmethod
-    def on_terminal(cls, total: int, label: str, stream: TextIO, quiet: bool = False) -> "Progress":
+    def on_terminal(cls, total: int, label: str, stream: TextIO, quiet: bool = False) -> Progress:
         return cls(total, label, stream, enabled=not quiet and _is_terminal(stream))
 
     def advance(self, count: int = 1) -> None:
@@ -56,7 +56,7 @@ class Progress:
             self.stream.flush()
             self.width = 0
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc_info) -> None:

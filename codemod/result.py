@@ -18,7 +18,7 @@ class Level(enum.IntEnum):
     UNSAFE = 2  # may change behaviour in cases the analysis cannot rule out
 
     @classmethod
-    def parse(cls, text: str) -> "Level":
+    def parse(cls, text: str) -> Level:
         try:
             return cls[text.strip().upper()]
         except (KeyError, AttributeError):

@@ -14,8 +14,9 @@ from __future__ import annotations
 import inspect
 import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Sequence, Union
+from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
@@ -26,12 +27,8 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 
-
-
-Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+Replacement = cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel
 _HOOK = re.compile(r"^(visit|leave)_([A-Z]\w*)$")
-
-
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,7 @@ class Rule:
     # edit inside (a per-sample loop, an attention chain): most rules need none.
     AFTER: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self.reports: list[Report] = []
 

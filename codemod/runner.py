@@ -15,9 +15,9 @@ import multiprocessing
 import signal
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from codemod.cache import Cache
 from codemod.config import Settings
@@ -39,9 +39,17 @@ class Run:
     interrupted: bool = False
 
 
-def run(paths: Sequence[Path], settings: Settings, *, write: bool, known: Sequence[str], jobs: int = 1,
-        cache: Cache | None = None, on_done: Callable[[], None] | None = None,
-        stop: threading.Event | None = None) -> Run:
+def run(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    write: bool,
+    known: Sequence[str],
+    jobs: int = 1,
+    cache: Cache | None = None,
+    on_done: Callable[[], None] | None = None,
+    stop: threading.Event | None = None,
+) -> Run:
     stop = stop or threading.Event()
     on_done = on_done or (lambda: None)
     outcomes: dict[int, Outcome] = {}

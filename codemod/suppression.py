@@ -20,7 +20,8 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -45,15 +46,22 @@ def parse(comment: str) -> Directive | None:
         return None
     word, rest = match.group("word").lower(), match.group("rest")
     if word != "ignore":
-        return Directive(set(), [f"`# perfmod: {match.group('word')}` is not a perfmod directive; "
-                                 "write `# perfmod: ignore` or `# perfmod: ignore[CODE]`"])
+        return Directive(
+            set(),
+            [
+                f"`# perfmod: {match.group('word')}` is not a perfmod directive; "
+                "write `# perfmod: ignore` or `# perfmod: ignore[CODE]`"
+            ],
+        )
     if rest.startswith("["):
         brackets = BRACKETS.match(rest)
         codes = _split(brackets.group("codes"))
         problems = [] if brackets.group("close") else ["`# perfmod: ignore[` has no closing `]`"]
         if not codes:
-            problems.append("`# perfmod: ignore[]` names no code and suppresses nothing; name the codes, "
-                            "or write `# perfmod: ignore` to suppress every rule on the line")
+            problems.append(
+                "`# perfmod: ignore[]` names no code and suppresses nothing; name the codes, "
+                "or write `# perfmod: ignore` to suppress every rule on the line"
+            )
         return Directive(codes, problems)
     listed = CODE_LIST.match(rest.lstrip()) if rest[:1] in ("", " ", "\t", ":", "=") else None
     if listed:
@@ -127,13 +135,19 @@ def suppression_warnings(source: str | bytes, known: Iterable[str]) -> list[tupl
             if code in known:
                 continue
             if CODE.match(code) and any(rule.startswith(code) for rule in known):
-                warnings.append((line, f"`{code}` in `# perfmod: ignore` is a prefix, and suppression names "
-                                       f"codes in full: write {', '.join(r for r in known if r.startswith(code))}"))
+                warnings.append(
+                    (
+                        line,
+                        f"`{code}` in `# perfmod: ignore` is a prefix, and suppression names "
+                        f"codes in full: write {', '.join(r for r in known if r.startswith(code))}",
+                    )
+                )
             else:
                 close = [rule for rule in known if _close(code, rule)]
                 hint = f"; did you mean {', '.join(close)}?" if close else "; `perfmod rules` lists the codes"
-                warnings.append((line, f"`{code}` in `# perfmod: ignore` is no perfmod rule, so it suppresses "
-                                       f"nothing{hint}"))
+                warnings.append(
+                    (line, f"`{code}` in `# perfmod: ignore` is no perfmod rule, so it suppresses nothing{hint}")
+                )
     return warnings
 
 
@@ -141,7 +155,11 @@ def _close(code: str, rule: str) -> bool:
     """One edit apart (a typo or a transposition), for a "did you mean"."""
     if len(code) == len(rule):
         diff = [i for i, (a, b) in enumerate(zip(code, rule)) if a != b]
-        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
-                                  and code[diff[0]] == rule[diff[1]] and code[diff[1]] == rule[diff[0]])
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and code[diff[0]] == rule[diff[1]]
+            and code[diff[1]] == rule[diff[0]]
+        )
     short, long = sorted((code, rule), key=len)
-    return len(long) - len(short) == 1 and any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+    return len(long) - len(short) == 1 and any(long[:i] + long[i + 1 :] == short for i in range(len(long)))

@@ -26,6 +26,8 @@ def check_invalid(rule: type[Rule], case: Invalid) -> None:
         assert not any(f.fixable for f in found), f"{rule.CODE} should report without a fix:\n{case.code}"
         assert output == case.code
         return
-    assert output == case.expected_replacement, f"{rule.CODE} fix differs.\n--- got\n{output}\n--- want\n{case.expected_replacement}"
+    assert output == case.expected_replacement, (
+        f"{rule.CODE} fix differs.\n--- got\n{output}\n--- want\n{case.expected_replacement}"
+    )
     again = process_source(result.new_source, "<invalid>", settings, [rule])
     assert not again.pending and again.new_source == result.new_source, f"{rule.CODE} is not idempotent:\n{output}"

@@ -65,9 +65,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from codemod.config import ConfigError, Settings, load_settings
 from codemod.engine import process_source
@@ -106,14 +106,26 @@ def verify(
     Raises VerifyError when nothing could be run.
     """
     if not 1 <= warmup < steps:
-        raise VerifyError(f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps, so that some "
-                          "steps are timed after the first (which pays for start-up)")
+        raise VerifyError(
+            f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps, so that some "
+            "steps are timed after the first (which pays for start-up)"
+        )
     folder = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="perfmod-verify-"))
     try:
-        prepare(script, folder, args, level=level, settings=settings, rules=rules, rtol=rtol, atol=atol,
-                rewritten=rewritten)
-        return run_prepared(folder, steps=steps, warmup=warmup, python=python, seed=seed,
-                            deterministic=deterministic, timeout=timeout, env=env, nproc=nproc)
+        prepare(
+            script, folder, args, level=level, settings=settings, rules=rules, rtol=rtol, atol=atol, rewritten=rewritten
+        )
+        return run_prepared(
+            folder,
+            steps=steps,
+            warmup=warmup,
+            python=python,
+            seed=seed,
+            deterministic=deterministic,
+            timeout=timeout,
+            env=env,
+            nproc=nproc,
+        )
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -150,22 +162,28 @@ def prepare(
         if result.error is not None:
             raise VerifyError(result.error)
         rewrites[relative] = result.new_source.decode()
-        fixes += [{"path": relative.as_posix(), "line": f.line, "code": f.code, "level": f.level.label,
-                   "message": f.message} for f in result.findings if f.applied]
+        fixes += [
+            {"path": relative.as_posix(), "line": f.line, "code": f.code, "level": f.level.label, "message": f.message}
+            for f in result.findings
+            if f.applied
+        ]
     applied = max((Level.parse(f["level"]) for f in fixes), default=Level.SAFE)
     notes = []
     if rewritten is not None:
         applied = settings.level
-        notes.append(f"the rewrite is {Path(rewritten).name}, given in place of perfmod's; tolerance of level "
-                     f"{applied.label}")
+        notes.append(
+            f"the rewrite is {Path(rewritten).name}, given in place of perfmod's; tolerance of level {applied.label}"
+        )
     elif not fixes:
         notes.append(f"no fix applies at level {settings.level.label}: the rewrite is the original")
     if applied is Level.UNSAFE and rewritten is None:
         notes.append(UNSAFE_NOTE)
     entry = Path(script.name)
     copies = {
-        run: {path: instrument(text, str(source_folder / path), settings, entry=path == entry)
-              for path, text in texts.items()}
+        run: {
+            path: instrument(text, str(source_folder / path), settings, entry=path == entry)
+            for path, text in texts.items()
+        }
         for run, texts in (("original", originals), ("rewritten", rewrites))
     }
     sites = {run: _total_sites(files) for run, files in copies.items()}
@@ -174,20 +192,33 @@ def prepare(
         raise VerifyError(
             f"no training loop found in {names}: verify instruments a for/while loop that calls "
             "<loss>.backward() and <optimizer>.step() (or scaler.step(optimizer)), in the script or in a module "
-            "of its folder that it imports. Point verify at the script that runs such a loop.")
+            "of its folder that it imports. Point verify at the script that runs such a loop."
+        )
     if sites["original"] != sites["rewritten"]:
-        notes.append(f"the rewrite was instrumented at other places than the original ({sites['rewritten']} "
-                     f"vs {sites['original']}): compare with care")
+        notes.append(
+            f"the rewrite was instrumented at other places than the original ({sites['rewritten']} "
+            f"vs {sites['original']}): compare with care"
+        )
     folder = Path(folder)
     for run in RUNS:
         shutil.rmtree(folder / run, ignore_errors=True)  # copies an earlier verify left in a kept folder
         mirror = _mirror(source_folder, folder / run, copies[run], exclude=folder)
     if mirror.cut:
         notes.append(_cut_note(mirror.cut))
-    manifest = {"schema": SCHEMA, "script": str(script), "entry": script.name, "args": list(args),
-                "level": settings.level.label, "applied_level": applied.label, "rtol": rtol, "atol": atol,
-                "fixes": fixes, "sites": sites, "notes": notes,
-                "linked": {"files": mirror.files, "folders": mirror.folders}}
+    manifest = {
+        "schema": SCHEMA,
+        "script": str(script),
+        "entry": script.name,
+        "args": list(args),
+        "level": settings.level.label,
+        "applied_level": applied.label,
+        "rtol": rtol,
+        "atol": atol,
+        "fixes": fixes,
+        "sites": sites,
+        "notes": notes,
+        "linked": {"files": mirror.files, "folders": mirror.folders},
+    }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
@@ -308,9 +339,11 @@ def _link(path: Path, link: Path) -> None:
 def _cut_note(folders: Sequence[str]) -> str:
     named = ", ".join(f"{name}/" for name in folders[:NAMED])
     more = f" and {len(folders) - NAMED} more" if len(folders) > NAMED else ""
-    return (f"the script's folder has more than {WALK_LIMIT} entries: these folders were linked whole, not "
-            f"mirrored: {named}{more}. Files a run writes inside them land in the originals (verify fails on "
-            "a file created directly inside, but does not see deeper): make the script write elsewhere")
+    return (
+        f"the script's folder has more than {WALK_LIMIT} entries: these folders were linked whole, not "
+        f"mirrored: {named}{more}. Files a run writes inside them land in the originals (verify fails on "
+        "a file created directly inside, but does not see deeper): make the script write elsewhere"
+    )
 
 
 def local_modules(script: Path) -> list[Path]:

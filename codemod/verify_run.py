@@ -124,9 +124,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 SCHEMA = 2
 DEFAULT_RTOL = 1e-2
@@ -137,15 +137,18 @@ TRACE_FILE = ".perfmod-trace.json"  # rank r of a torchrun run: ".perfmod-trace.
 LAUNCHER = ("-m", "torch.distributed.run", "--standalone")  # torchrun, with the script's interpreter
 STDERR_TAIL = 4000  # characters of a failed run's stderr that are kept
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # holds `codemod` and `runtime`
-UNSAFE_NOTE = ("unsafe fixes were applied: they may change losses legitimately (sample order, worker "
-               "processes, checkpoint timing); review the diff before trusting or dismissing a difference")
+UNSAFE_NOTE = (
+    "unsafe fixes were applied: they may change losses legitimately (sample order, worker "
+    "processes, checkpoint timing); review the diff before trusting or dismissing a difference"
+)
 
 
 MODIFIED_MESSAGE = (
     "a run wrote into files of the script's folder (named in the notes above): verify must not change your files, "
     "so this verification failed. Files bigger than 1 MiB are linked, not copied, into the runs' folders; make the "
     "script write its outputs elsewhere, e.g. pass an output directory argument (`perfmod verify train.py -- "
-    "--out /tmp/x`), and check those files")
+    "--out /tmp/x`), and check those files"
+)
 
 
 class VerifyError(Exception):
@@ -159,7 +162,7 @@ class Tolerance:
     atol: float
 
     @classmethod
-    def for_level(cls, level: str, rtol: float | None = None, atol: float | None = None) -> "Tolerance":
+    def for_level(cls, level: str, rtol: float | None = None, atol: float | None = None) -> Tolerance:
         default = 0.0 if level == "safe" else DEFAULT_RTOL
         return cls(level, default if rtol is None else rtol, 0.0 if atol is None else atol)
 
@@ -184,13 +187,25 @@ class RunResult:
         return self.trace.get("nproc")
 
     def as_json(self) -> dict:
-        keys = ("steps_per_s", "samples_per_s", "tokens_per_s", "peak_memory_bytes", "peak_memory_kind",
-                "losses", "elapsed_s")
+        keys = (
+            "steps_per_s",
+            "samples_per_s",
+            "tokens_per_s",
+            "peak_memory_bytes",
+            "peak_memory_kind",
+            "losses",
+            "elapsed_s",
+        )
         ranks = self.trace.get("ranks")
-        return {**{key: self.trace.get(key) for key in keys}, "returncode": self.returncode, "sites": self.sites,
-                "nproc": self.nproc,
-                "ranks": None if ranks is None else [
-                    {"rank": t.get("rank"), **{key: t.get(key) for key in RANK_KEYS}} for t in ranks]}
+        return {
+            **{key: self.trace.get(key) for key in keys},
+            "returncode": self.returncode,
+            "sites": self.sites,
+            "nproc": self.nproc,
+            "ranks": None
+            if ranks is None
+            else [{"rank": t.get("rank"), **{key: t.get(key) for key in RANK_KEYS}} for t in ranks],
+        }
 
 
 RANK_KEYS = ("steps_per_s", "samples_per_s", "tokens_per_s", "peak_memory_bytes", "elapsed_s", "losses")
@@ -225,8 +240,9 @@ class VerifyResult:
         cannot be told (samples unknown)."""
         if self.nproc is None or self.original is None or self.rewritten is None:
             return None
-        pairs = zip(self.original.trace.get("samples_per_step") or [],
-                    self.rewritten.trace.get("samples_per_step") or [])
+        pairs = zip(
+            self.original.trace.get("samples_per_step") or [], self.rewritten.trace.get("samples_per_step") or []
+        )
         for before, after in pairs:
             if before is not None and after is not None and before != after:
                 return before, after
@@ -308,20 +324,44 @@ def run_prepared(
     except (OSError, ValueError) as error:
         raise VerifyError(f"{folder}: not a folder prepared by perfmod verify ({MANIFEST}: {error})") from None
     if not 1 <= warmup < steps:
-        raise VerifyError(f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps, so that some "
-                          "steps are timed after the first (which pays for start-up)")
+        raise VerifyError(
+            f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps, so that some "
+            "steps are timed after the first (which pays for start-up)"
+        )
     if nproc is not None and nproc < 1:
         raise VerifyError(f"--nproc {nproc}: need at least one process")
     args = list(manifest["args"] if args is None else args)
     tolerance = Tolerance.for_level(manifest["applied_level"], manifest.get("rtol"), manifest.get("atol"))
-    result = VerifyResult(manifest["script"], args, manifest["level"], steps, warmup, seed, manifest["fixes"],
-                          tolerance, notes=list(manifest["notes"]), nproc=nproc)
+    result = VerifyResult(
+        manifest["script"],
+        args,
+        manifest["level"],
+        steps,
+        warmup,
+        seed,
+        manifest["fixes"],
+        tolerance,
+        notes=list(manifest["notes"]),
+        nproc=nproc,
+    )
     watched = _watch(folder / RUNS[0], manifest.get("linked", {}))
     for run in RUNS:
         run_folder = folder / run
         launch = nproc if run == "rewritten" else None
-        returncode, trace, stderr = _run(run_folder / manifest["entry"], args, run_folder, python, steps, warmup,
-                                         seed, deterministic, timeout, env, launch, nproc is not None)
+        returncode, trace, stderr = _run(
+            run_folder / manifest["entry"],
+            args,
+            run_folder,
+            python,
+            steps,
+            warmup,
+            seed,
+            deterministic,
+            timeout,
+            env,
+            launch,
+            nproc is not None,
+        )
         failure = _failure(returncode, trace, steps, launch)
         if trace is not None:
             setattr(result, run, RunResult(returncode, trace, manifest["sites"][run]))
@@ -330,15 +370,18 @@ def run_prepared(
             break
     changed = sorted(name for name, (path, before) in watched.items() if _stat(path) != before)
     if changed:
-        result.notes.append(f"a run changed files of the script's folder through the links verify made: "
-                            f"{', '.join(changed)}")
+        result.notes.append(
+            f"a run changed files of the script's folder through the links verify made: {', '.join(changed)}"
+        )
         if result.error is None:
             result.error = {"run": None, "message": MODIFIED_MESSAGE, "stderr": ""}
     if result.global_batches is not None and result.error is None:
         before, after = result.global_batches
-        result.notes.append(f"the global batch differs: {after} samples per optimizer step over the {nproc} ranks of "
-                            f"the rewrite, {before} in the original; a torchrun-ready script splits each batch over "
-                            "the ranks (runtime.distributed.local_batch_size) so that they step on the same samples")
+        result.notes.append(
+            f"the global batch differs: {after} samples per optimizer step over the {nproc} ranks of "
+            f"the rewrite, {before} in the original; a torchrun-ready script splits each batch over "
+            "the ranks (runtime.distributed.local_batch_size) so that they step on the same samples"
+        )
     if result.agree is False and tolerance.level == "unsafe":
         result.notes.append("the losses differ; with unsafe fixes that may be expected (see above)")
     return result
@@ -383,9 +426,20 @@ def compare(original: Sequence[float | None], rewritten: Sequence[float | None],
     return {"agree": agree, "max_abs_deviation": max_abs, "max_rel_deviation": max_rel, "worst_step": worst}
 
 
-def _run(script: Path, args: list[str], cwd: Path, python: str | None, steps: int, warmup: int, seed: int,
-         deterministic: bool, timeout: float | None, env: Mapping[str, str] | None, nproc: int | None = None,
-         pin_shuffle: bool = False) -> tuple[int, dict | None, str]:
+def _run(
+    script: Path,
+    args: list[str],
+    cwd: Path,
+    python: str | None,
+    steps: int,
+    warmup: int,
+    seed: int,
+    deterministic: bool,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    nproc: int | None = None,
+    pin_shuffle: bool = False,
+) -> tuple[int, dict | None, str]:
     """Run one instrumented copy, under torchrun with `nproc` processes when given;
     (exit status, its trace (the ranks' combined) or None, its stderr)."""
     out = cwd / TRACE_FILE
@@ -395,8 +449,14 @@ def _run(script: Path, args: list[str], cwd: Path, python: str | None, steps: in
     environment.setdefault("PYTHONHASHSEED", "0")
     environment["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the linked folders
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (environment.get("PYTHONPATH"), str(PACKAGE_ROOT)) if p)
-    environment.update({"PERFMOD_TRACE_OUT": str(out), "PERFMOD_TRACE_STEPS": str(steps),
-                        "PERFMOD_TRACE_WARMUP": str(warmup), "PERFMOD_TRACE_SEED": str(seed)})
+    environment.update(
+        {
+            "PERFMOD_TRACE_OUT": str(out),
+            "PERFMOD_TRACE_STEPS": str(steps),
+            "PERFMOD_TRACE_WARMUP": str(warmup),
+            "PERFMOD_TRACE_SEED": str(seed),
+        }
+    )
     if pin_shuffle:
         environment["PERFMOD_TRACE_PIN_SHUFFLE"] = "1"
     if deterministic:
@@ -406,8 +466,16 @@ def _run(script: Path, args: list[str], cwd: Path, python: str | None, steps: in
     command = [python or sys.executable, *launcher, str(script), *args]
     try:
         # A session of its own, so that a timeout ends the run's whole process group.
-        process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, errors="replace", start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
     except OSError as error:
         return -1, None, f"cannot start {command[0]}: {error}"
     try:
@@ -485,8 +553,9 @@ def _sum_by_step(series: list[list]) -> list:
 def _mean_by_step(series: list[list]) -> list:
     # Over the steps every rank has: a rank with more backward() calls leaves the lengths unequal to the original's.
     length = min(map(len, series), default=0)
-    return [None if any(s[i] is None for s in series) else sum(s[i] for s in series) / len(series)
-            for i in range(length)]
+    return [
+        None if any(s[i] is None for s in series) else sum(s[i] for s in series) / len(series) for i in range(length)
+    ]
 
 
 def _summed_rate(traces: list[dict], key: str, warmup: int, steps: int, window: float | None) -> float | None:
@@ -513,17 +582,21 @@ def _failure(returncode: int, trace: dict | None, steps: int, nproc: int | None 
         ranks = ", ".join(map(str, trace["missing_ranks"]))
         return f"rank {ranks} of the {nproc} processes ended without a trace (did every rank run the training loop?)"
     if not trace["completed"]:
-        return (f"the script ended after {trace['steps']} of {steps} optimizer steps: lower --steps or pass "
-                "arguments that train longer")
+        return (
+            f"the script ended after {trace['steps']} of {steps} optimizer steps: lower --steps or pass "
+            "arguments that train longer"
+        )
     if nproc is not None and nproc > 1:
         for rank in trace["ranks"]:
             group = rank.get("process_group") or {}
             if not group.get("initialized") or group.get("world_size") != nproc:
                 joined = f"a process group of {group['world_size']}" if group.get("initialized") else "no process group"
-                return (f"rank {rank.get('rank')} had joined {joined} by its first optimizer step, not one of the "
-                        f"{nproc} processes torchrun started: each process trained alone. The script is not "
-                        "torchrun-ready: call runtime.distributed.setup() (or init_process_group) and wrap the model "
-                        "in DistributedDataParallel")
+                return (
+                    f"rank {rank.get('rank')} had joined {joined} by its first optimizer step, not one of the "
+                    f"{nproc} processes torchrun started: each process trained alone. The script is not "
+                    "torchrun-ready: call runtime.distributed.setup() (or init_process_group) and wrap the model "
+                    "in DistributedDataParallel"
+                )
     return None
 
 
@@ -536,8 +609,17 @@ def render_json(result: VerifyResult) -> str:
 
 def error_json(script: str | Path, message: str) -> str:
     """The JSON of a verify that could not run a script: the schema's keys, nothing measured."""
-    return json.dumps({"schema": SCHEMA, "script": str(script), "agree": None, "original": None, "rewritten": None,
-                       "error": {"run": None, "message": message, "stderr": ""}}, indent=2)
+    return json.dumps(
+        {
+            "schema": SCHEMA,
+            "script": str(script),
+            "agree": None,
+            "original": None,
+            "rewritten": None,
+            "error": {"run": None, "message": message, "stderr": ""},
+        },
+        indent=2,
+    )
 
 
 MAX_LOSS_ROWS = 12  # the first and last steps, and the worst one, beyond this many
@@ -546,13 +628,17 @@ MAX_LOSS_ROWS = 12  # the first and last steps, and the worst one, beyond this m
 def render_text(result: VerifyResult) -> str:
     lines = [f"perfmod verify {result.script}"]
     data = result.as_json()
-    lines.append(f"level {data['level']} (highest applied: {data['applied_level']}); {result.steps} steps, "
-                 f"{result.warmup} warm-up not timed; seed {result.seed}; device {data['device']}; "
-                 f"torch {data['torch']}")
+    lines.append(
+        f"level {data['level']} (highest applied: {data['applied_level']}); {result.steps} steps, "
+        f"{result.warmup} warm-up not timed; seed {result.seed}; device {data['device']}; "
+        f"torch {data['torch']}"
+    )
     if result.nproc is not None:
-        lines.append(f"rewritten run: torchrun, {result.nproc} process{'es' if result.nproc > 1 else ''}, against the "
-                     "original in one; its loss per step is the mean over the ranks, its samples/s and tokens/s the "
-                     "sum, its peak memory the largest rank's")
+        lines.append(
+            f"rewritten run: torchrun, {result.nproc} process{'es' if result.nproc > 1 else ''}, against the "
+            "original in one; its loss per step is the mean over the ranks, its samples/s and tokens/s the "
+            "sum, its peak memory the largest rank's"
+        )
     if result.fixes:
         lines.append("fixes applied:")
         lines += [f"  {f['path']}:{f['line']}: {f['code']} ({f['level']}) {f['message']}" for f in result.fixes]
@@ -565,9 +651,11 @@ def render_text(result: VerifyResult) -> str:
     tolerance = result.tolerance
     rule = "exact (bit for bit)" if tolerance.exact else f"rtol {tolerance.rtol:g}, atol {tolerance.atol:g}"
     if comparison["max_abs_deviation"] is not None:
-        lines.append(f"largest deviation: abs {comparison['max_abs_deviation']:.3g}, "
-                     f"rel {comparison['max_rel_deviation']:.3g}"
-                     + (f" (step {comparison['worst_step']})" if comparison["worst_step"] else ""))
+        lines.append(
+            f"largest deviation: abs {comparison['max_abs_deviation']:.3g}, "
+            f"rel {comparison['max_rel_deviation']:.3g}"
+            + (f" (step {comparison['worst_step']})" if comparison["worst_step"] else "")
+        )
     lines.append(f"tolerance ({tolerance.level}): {rule}")
     lines += [f"note: {note}" for note in result.notes]
     if result.error is not None:
@@ -589,10 +677,18 @@ def _speed_table(result: VerifyResult) -> list[str]:
         if before.get(key) is not None or after.get(key) is not None:
             rows.append((label, before.get(key), after.get(key), _ratio))
     kind = before.get("peak_memory_kind")
-    rows.append((f"peak memory ({'CUDA allocated' if kind == 'cuda' else 'process RSS'})",
-                 before.get("peak_memory_bytes"), after.get("peak_memory_bytes"), _memory_change))
-    lines = [f"| {'':<28} | {'original':>12} | {'rewritten':>12} | {'change':>8} |",
-             f"|{'-' * 30}|{'-' * 14}|{'-' * 14}|{'-' * 10}|"]
+    rows.append(
+        (
+            f"peak memory ({'CUDA allocated' if kind == 'cuda' else 'process RSS'})",
+            before.get("peak_memory_bytes"),
+            after.get("peak_memory_bytes"),
+            _memory_change,
+        )
+    )
+    lines = [
+        f"| {'':<28} | {'original':>12} | {'rewritten':>12} | {'change':>8} |",
+        f"|{'-' * 30}|{'-' * 14}|{'-' * 14}|{'-' * 10}|",
+    ]
     for label, a, b, change in rows:
         memory = label.startswith("peak")
         lines.append(f"| {label:<28} | {_quantity(a, memory):>12} | {_quantity(b, memory):>12} | {change(a, b):>8} |")
@@ -601,16 +697,20 @@ def _speed_table(result: VerifyResult) -> list[str]:
 
 def _rank_table(ranks: list[dict]) -> list[str]:
     kind = ranks[0].get("peak_memory_kind")
-    lines = [f"| {'rewritten, rank':<16} | {'steps/s':>10} | {'samples/s':>10} | {'tokens/s':>10} | "
-             f"{'peak ' + ('CUDA' if kind == 'cuda' else 'RSS'):>12} | {'last loss':>12} |",
-             f"|{'-' * 18}|{'-' * 12}|{'-' * 12}|{'-' * 12}|{'-' * 14}|{'-' * 14}|"]
+    lines = [
+        f"| {'rewritten, rank':<16} | {'steps/s':>10} | {'samples/s':>10} | {'tokens/s':>10} | "
+        f"{'peak ' + ('CUDA' if kind == 'cuda' else 'RSS'):>12} | {'last loss':>12} |",
+        f"|{'-' * 18}|{'-' * 12}|{'-' * 12}|{'-' * 12}|{'-' * 14}|{'-' * 14}|",
+    ]
     for trace in ranks:
         losses = trace.get("losses") or []
         last = f"{losses[-1]:.6g}" if losses and losses[-1] is not None else "-"
-        lines.append(f"| {trace.get('rank', '?'):<16} | {_quantity(trace.get('steps_per_s'), False):>10} | "
-                     f"{_quantity(trace.get('samples_per_s'), False):>10} | "
-                     f"{_quantity(trace.get('tokens_per_s'), False):>10} | "
-                     f"{_quantity(trace.get('peak_memory_bytes'), True):>12} | {last:>12} |")
+        lines.append(
+            f"| {trace.get('rank', '?'):<16} | {_quantity(trace.get('steps_per_s'), False):>10} | "
+            f"{_quantity(trace.get('samples_per_s'), False):>10} | "
+            f"{_quantity(trace.get('tokens_per_s'), False):>10} | "
+            f"{_quantity(trace.get('peak_memory_bytes'), True):>12} | {last:>12} |"
+        )
     return lines
 
 
@@ -622,8 +722,10 @@ def _loss_table(result: VerifyResult) -> list[str]:
     if count > MAX_LOSS_ROWS:
         half = MAX_LOSS_ROWS // 2
         shown = sorted({*range(1, half + 1), *range(count - half + 1, count + 1), *([worst] if worst else [])})
-    lines = [f"| {'loss #':>6} | {'original':>22} | {'rewritten':>22} | {'abs diff':>9} |",
-             f"|{'-' * 8}|{'-' * 24}|{'-' * 24}|{'-' * 11}|"]
+    lines = [
+        f"| {'loss #':>6} | {'original':>22} | {'rewritten':>22} | {'abs diff':>9} |",
+        f"|{'-' * 8}|{'-' * 24}|{'-' * 24}|{'-' * 11}|",
+    ]
     previous = 0
     for index in shown:
         if index != previous + 1:
@@ -661,8 +763,10 @@ def _memory_change(before: float | None, after: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m codemod.verify_run",
-                                     description="Run the copies `perfmod verify --keep FOLDER` prepared; compare.")
+    parser = argparse.ArgumentParser(
+        prog="python -m codemod.verify_run",
+        description="Run the copies `perfmod verify --keep FOLDER` prepared; compare.",
+    )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
@@ -675,11 +779,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.epilog = "Arguments after `--` replace the script's arguments recorded when the copies were prepared."
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
-    options, args = parser.parse_args(argv[:split]), argv[split + 1:]
+    options, args = parser.parse_args(argv[:split]), argv[split + 1 :]
     try:
-        result = run_prepared(options.folder, steps=options.steps, warmup=options.warmup, args=args or None,
-                              python=options.python, seed=options.seed, deterministic=options.deterministic,
-                              timeout=options.timeout, nproc=options.nproc)
+        result = run_prepared(
+            options.folder,
+            steps=options.steps,
+            warmup=options.warmup,
+            args=args or None,
+            python=options.python,
+            seed=options.seed,
+            deterministic=options.deterministic,
+            timeout=options.timeout,
+            nproc=options.nproc,
+        )
     except VerifyError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 from codemod.config import Settings
 from codemod.engine import process_source
@@ -48,17 +48,24 @@ def analyse(data: bytes, path: str, settings: Settings, known: Sequence[str]) ->
         result = process_source(data, path, settings)
     except RecursionError:
         result = FileResult(path=path, source=data, error=f"{path}:1:1: error: internal error (RecursionError)")
-    outcome = Outcome(result, [f"{path}:{line}: warning: {message}" for line, message in suppression_warnings(data, known)])
+    outcome = Outcome(
+        result, [f"{path}:{line}: warning: {message}" for line, message in suppression_warnings(data, known)]
+    )
     if result.error is not None and "RecursionError" in result.error and "internal error" in result.error:
         if rejected is None:
             result.error, result.findings, result.new_source = None, [], data
-            outcome.note = (f"{path}:1:1: note: too deep to analyse (nested deeper than perfmod's recursion "
-                            f"limit of {sys.getrecursionlimit()}); left unchanged")
+            outcome.note = (
+                f"{path}:1:1: note: too deep to analyse (nested deeper than perfmod's recursion "
+                f"limit of {sys.getrecursionlimit()}); left unchanged"
+            )
             return outcome
     if rejected is not None and (result.error is None or "internal error" in result.error):
         line, column, message = rejected
         result.error, result.findings, result.new_source = (
-            f"{path}:{line}:{column}: error: Python rejects this file: {message}", [], None)
+            f"{path}:{line}:{column}: error: Python rejects this file: {message}",
+            [],
+            None,
+        )
     return outcome
 
 

@@ -133,8 +133,14 @@ def _copy_tree(obj, copies: dict):
 def _copy_tensor(tensor: torch.Tensor, copies: dict) -> torch.Tensor:
     # Equal storage, offset, shape and strides: one tensor under two names (tied weights).
     # Copied once, so torch.save stores it once and torch.load gives it back shared.
-    key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
-           tensor.shape, tensor.stride(), tensor.dtype)
+    key = (
+        tensor.device,
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tensor.shape,
+        tensor.stride(),
+        tensor.dtype,
+    )
     if key not in copies:
         if tensor.is_cuda:
             # Pinned memory lets the copy run asynchronously; _snapshot_to_cpu waits once.

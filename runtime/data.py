@@ -1,11 +1,11 @@
 """Feeding the training loop: batches copied ahead on a side stream, worker counts, pretokenized text.
 
-    loader = DataLoader(dataset, batch_size=64, num_workers=default_num_workers(), pin_memory=True)
-    for xb, yb in DevicePrefetcher(loader, device):
-        loss = model(xb, yb)          # xb, yb are on `device` already
+loader = DataLoader(dataset, batch_size=64, num_workers=default_num_workers(), pin_memory=True)
+for xb, yb in DevicePrefetcher(loader, device):
+    loss = model(xb, yb)          # xb, yb are on `device` already
 
-    data = PretokenizedDataset(texts, tokenizer)      # tokenized once, not every step
-    loader = DataLoader(data, batch_size=32, collate_fn=PadCollate(tokenizer.pad_token_id))
+data = PretokenizedDataset(texts, tokenizer)      # tokenized once, not every step
+loader = DataLoader(data, batch_size=32, collate_fn=PadCollate(tokenizer.pad_token_id))
 """
 
 import multiprocessing
@@ -100,7 +100,9 @@ class DevicePrefetcher:
                 warnings.warn(
                     "DevicePrefetcher: batches are in pageable host memory, so their copies to "
                     "CUDA block the host and cannot overlap with compute; pass pin_memory=True "
-                    "to the DataLoader", stacklevel=3)
+                    "to the DataLoader",
+                    stacklevel=3,
+                )
         return batch, copies, self.stream.record_event()
 
 

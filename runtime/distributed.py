@@ -166,8 +166,10 @@ def local_batch_size(global_batch_size: int) -> int:
     evenly: a rounded share would change the global batch and the math."""
     size = world().size
     if global_batch_size % size:
-        raise ValueError(f"a global batch of {global_batch_size} does not split evenly over {size} processes; "
-                         f"use a multiple of {size}")
+        raise ValueError(
+            f"a global batch of {global_batch_size} does not split evenly over {size} processes; "
+            f"use a multiple of {size}"
+        )
     return global_batch_size // size
 
 

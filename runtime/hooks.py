@@ -219,8 +219,9 @@ class _ForwardPreDispatcher(_Dispatcher):
                 result = entry.hook(module, args, kwargs)
                 if result is not None:
                     if not (isinstance(result, tuple) and len(result) == 2):
-                        raise RuntimeError("forward pre-hook must return None or a tuple "
-                                           f"of (new_args, new_kwargs), but got {result}.")
+                        raise RuntimeError(
+                            f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but got {result}."
+                        )
                     args, kwargs = result
                     changed = True
             else:

@@ -74,8 +74,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-OUT_VAR, STEPS_VAR, WARMUP_VAR, SEED_VAR = "PERFMOD_TRACE_OUT", "PERFMOD_TRACE_STEPS", "PERFMOD_TRACE_WARMUP", \
-    "PERFMOD_TRACE_SEED"
+OUT_VAR, STEPS_VAR, WARMUP_VAR, SEED_VAR = (
+    "PERFMOD_TRACE_OUT",
+    "PERFMOD_TRACE_STEPS",
+    "PERFMOD_TRACE_WARMUP",
+    "PERFMOD_TRACE_SEED",
+)
 DETERMINISTIC_VAR = "PERFMOD_TRACE_DETERMINISTIC"  # "1": deterministic kernels where torch has them
 PIN_SHUFFLE_VAR = "PERFMOD_TRACE_PIN_SHUFFLE"  # "1": RandomSampler and DistributedSampler draw alike
 
@@ -188,12 +192,18 @@ def install() -> Tracer:
         return _tracer
     missing = [name for name in (OUT_VAR, STEPS_VAR) if not os.environ.get(name)]
     if missing:
-        raise RuntimeError(f"runtime.trace: {', '.join(missing)} not set; this copy is meant to be run by "
-                           "`perfmod verify`")
+        raise RuntimeError(
+            f"runtime.trace: {', '.join(missing)} not set; this copy is meant to be run by `perfmod verify`"
+        )
     rank, world_size = int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1)
     out = os.environ[OUT_VAR] if world_size == 1 else rank_path(os.environ[OUT_VAR], rank)
-    _tracer = Tracer(out=out, steps=int(os.environ[STEPS_VAR]), warmup=int(os.environ.get(WARMUP_VAR, "1")),
-                     rank=rank, world_size=world_size)
+    _tracer = Tracer(
+        out=out,
+        steps=int(os.environ[STEPS_VAR]),
+        warmup=int(os.environ.get(WARMUP_VAR, "1")),
+        rank=rank,
+        world_size=world_size,
+    )
     seed(int(os.environ.get(SEED_VAR, "0")))
     if os.environ.get(PIN_SHUFFLE_VAR) == "1":
         pin_shuffle(int(os.environ.get(SEED_VAR, "0")))

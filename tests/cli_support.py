@@ -56,7 +56,9 @@ class _CallRename(Rule):
             if self.NEW is None:
                 self.report(node)
             else:  # the new name comes from an import, as a real fix's would
-                self.report(node, replacement=node.with_changes(func=cst.Name(self.NEW)), imports=[("speedups", self.NEW)])
+                self.report(
+                    node, replacement=node.with_changes(func=cst.Name(self.NEW)), imports=[("speedups", self.NEW)]
+                )
 
 
 class SlowCall(_CallRename):

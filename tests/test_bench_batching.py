@@ -31,10 +31,14 @@ def test_quick_cpu_run_prints_the_table_and_both_versions_agree(capsys):
     table = capsys.readouterr().out
     assert table.startswith(f"Device: CPU; torch {torch.__version__}; date ")
     assert "Command: `python -m benchmarks.bench_batching --device cpu --quick`" in table
-    rows = re.findall(r"^\| ([\w -]+) \| (PM50\d) \| (original|rewritten) \| ([\d,]+) \| n/a \(CPU\) \| ([\d.]+) \|", table, re.M)
+    rows = re.findall(
+        r"^\| ([\w -]+) \| (PM50\d) \| (original|rewritten) \| ([\d,]+) \| n/a \(CPU\) \| ([\d.]+) \|", table, re.M
+    )
     assert [(w, r, v) for w, r, v, _, _ in rows] == [
-        ("per-sample forward", "PM502", "original"), ("per-sample forward", "PM502", "rewritten"),
-        ("per-position loss", "PM503", "original"), ("per-position loss", "PM503", "rewritten"),
+        ("per-sample forward", "PM502", "original"),
+        ("per-sample forward", "PM502", "rewritten"),
+        ("per-position loss", "PM503", "original"),
+        ("per-position loss", "PM503", "rewritten"),
     ]
     for before, after in (rows[0:2], rows[2:4]):
         # Same data, same seed: the rewrite's last loss is the original's to float32 rounding.

@@ -30,8 +30,14 @@ def test_every_part_runs_where_libcst_cannot_be_imported(tmp_path):
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('libcst is not installed on the GPU machine')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(REPO)]), OUT=str(tmp_path / "out"))
-    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_gpu", "--device", "cpu", "--quick",
-                           "--budget", "8"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_gpu", "--device", "cpu", "--quick", "--budget", "8"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     text = done.stdout
     assert text.startswith("## Benchmarks on the CPU (quick sizes)"), done.stderr
     assert "Command: `python -m benchmarks.bench_gpu --device cpu --quick --budget 8`" in text
@@ -46,8 +52,14 @@ def test_every_part_runs_where_libcst_cannot_be_imported(tmp_path):
 def test_a_failing_or_slow_part_gets_its_row_and_the_next_ones_run(tmp_path, monkeypatch, capsys):
     fake = [
         Part("broken", "a benchmark that fails", "benchmarks.no_such_benchmark", {"quick": [[]]}, 1, 30),
-        Part("slow", "a benchmark that runs past its time", "timeit",
-             {"quick": [["-n", "1", "import time; time.sleep(60)"]]}, 1, 6),
+        Part(
+            "slow",
+            "a benchmark that runs past its time",
+            "timeit",
+            {"quick": [["-n", "1", "import time; time.sleep(60)"]]},
+            1,
+            6,
+        ),
         Part("fine", "a benchmark that works", "json.tool", {"quick": [["--help"]]}, 1, 30),
     ]
     monkeypatch.setattr(bench_gpu, "PARTS", fake)

@@ -10,8 +10,24 @@ from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rules import RULES_BY_CODE
 
-TINY = ["--device", "cpu", "--steps", "2", "--warmup", "1", "--repeats", "1",
-        "--batch", "2", "--seq", "8", "--width", "16", "--vocab", "32"]
+TINY = [
+    "--device",
+    "cpu",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--repeats",
+    "1",
+    "--batch",
+    "2",
+    "--seq",
+    "8",
+    "--width",
+    "16",
+    "--vocab",
+    "32",
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)

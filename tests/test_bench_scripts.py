@@ -25,8 +25,11 @@ REGENERATE = "regenerate with `python -m benchmarks.bench_scripts prepare` (make
 
 def test_committed_rewrites_are_what_perfmod_writes_now():
     expected = bench_scripts.rewrites()
-    stale = [path.relative_to(bench_scripts.ROOT) for path, data in expected.items()
-             if not path.is_file() or path.read_bytes() != data]
+    stale = [
+        path.relative_to(bench_scripts.ROOT)
+        for path, data in expected.items()
+        if not path.is_file() or path.read_bytes() != data
+    ]
     assert not stale, f"out of date: {stale}; {REGENERATE}"
     extra = {path for path in VERIFY_PREPARED.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
     assert extra <= set(expected), f"left over: {sorted(extra - set(expected))}; {REGENERATE}"
@@ -34,14 +37,20 @@ def test_committed_rewrites_are_what_perfmod_writes_now():
 
 def test_every_script_has_all_its_versions_and_the_unsafe_rewrite_changes_it():
     for script in SCRIPTS:
-        paths = [original_path(script.name), optimized_path(script.name),
-                 *(rewritten_path(script.name, level) for level in LEVELS)]
+        paths = [
+            original_path(script.name),
+            optimized_path(script.name),
+            *(rewritten_path(script.name, level) for level in LEVELS),
+        ]
         assert all(path.is_file() for path in paths), script.name
         assert rewritten_path(script.name, "unsafe").read_bytes() != original_path(script.name).read_bytes()
 
 
-VERSIONS = [(script, label, path) for script in SCRIPTS
-            for label, path in bench_scripts.versions(script.name, list(LEVELS)).items()]
+VERSIONS = [
+    (script, label, path)
+    for script in SCRIPTS
+    for label, path in bench_scripts.versions(script.name, list(LEVELS)).items()
+]
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +100,8 @@ def test_failed_and_unrun_versions_get_error_rows(tmp_path):
     script = SCRIPTS[0]
     runs = bench_scripts.measure([script], "quick", ["unsafe"], 1, "cpu", deadline=0, timeout=60, threads=None)
     assert {label: [r.error for r in rs] for label, rs in runs[script.name].items()} == {
-        label: ["not run: the time budget was spent"] for label in (ORIGINAL, "rewritten (unsafe)", OPTIMIZED)}
+        label: ["not run: the time budget was spent"] for label in (ORIGINAL, "rewritten (unsafe)", OPTIMIZED)
+    }
 
 
 def test_reasons_name_the_blocking_fix_the_level_or_the_rule_s_own_reason():
@@ -101,8 +111,10 @@ def test_reasons_name_the_blocking_fix_the_level_or_the_rule_s_own_reason():
     blocked = "copy blocks (not fixed in this run: PM301's fix on line 9 removes or rewrites this code; run again)"
     assert short_reason(finding(blocked), "unsafe") == "blocked in the same run by PM301's fix"
     assert short_reason(finding("x", "unsafe", True), "numeric") == "fixed only at --level unsafe"
-    assert short_reason(finding("sync; not rewritten: logged every step; log it"), "unsafe") == \
-        "not rewritten: logged every step"
+    assert (
+        short_reason(finding("sync; not rewritten: logged every step; log it"), "unsafe")
+        == "not rewritten: logged every step"
+    )
 
 
 def test_losses_print_in_decimal_or_hexadecimal():

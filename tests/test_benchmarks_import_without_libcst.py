@@ -9,12 +9,30 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_BENCHMARKS = ["bench_batching", "bench_data", "bench_gpu", "bench_kernels", "bench_model", "bench_rewrite",
-                  "bench_rwkv", "bench_scripts", "bench_tokenize", "verify_seed"]
+GPU_BENCHMARKS = [
+    "bench_batching",
+    "bench_data",
+    "bench_gpu",
+    "bench_kernels",
+    "bench_model",
+    "bench_rewrite",
+    "bench_rwkv",
+    "bench_scripts",
+    "bench_tokenize",
+    "verify_seed",
+]
 
 
 def test_the_list_names_every_gpu_benchmark():
-    cpu_only = {"__init__", "engine_speed", "recall", "robustness", "rule_time", "step_rules_speed", "tool_speed"}  # they measure perfmod itself, here
+    cpu_only = {
+        "__init__",
+        "engine_speed",
+        "recall",
+        "robustness",
+        "rule_time",
+        "step_rules_speed",
+        "tool_speed",
+    }  # they measure perfmod itself, here
     assert sorted(p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem not in cpu_only) == GPU_BENCHMARKS
 
 

@@ -11,10 +11,16 @@ import time
 
 import pytest
 
-from codemod import cache as cache_module, worker
+from codemod import cache as cache_module
+from codemod import worker
 from codemod.config import Settings
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
-    FIXABLE, UNPARSABLE, catalogue, perfmod, process_env, write,
+    FIXABLE,
+    UNPARSABLE,
+    catalogue,
+    perfmod,
+    process_env,
+    write,
 )
 
 pytestmark = pytest.mark.usefixtures("catalogue")
@@ -30,7 +36,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 @pytest.fixture
 def project(tmp_path):
-    write(tmp_path / "pyproject.toml", "[tool.perfmod]\nlevel = \"safe\"\n")
+    write(tmp_path / "pyproject.toml", '[tool.perfmod]\nlevel = "safe"\n')
     write(tmp_path / "src" / "a.py", SCRIPT)
     write(tmp_path / "src" / "b.py", UNPARSABLE)
     write(tmp_path / "src" / "c.py", "x = 1\n")
@@ -46,14 +52,17 @@ def _same(args):
     return uncached
 
 
-@pytest.mark.parametrize("args", [
-    ["check", "src"],
-    ["check", "src", "--format", "json"],
-    ["check", "src", "--format", "sarif"],
-    ["check", "src", "--statistics"],
-    ["check", "src", "--level", "unsafe"],
-    ["apply", "src", "--dry-run"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "src"],
+        ["check", "src", "--format", "json"],
+        ["check", "src", "--format", "sarif"],
+        ["check", "src", "--statistics"],
+        ["check", "src", "--level", "unsafe"],
+        ["apply", "src", "--dry-run"],
+    ],
+)
 def test_a_cached_run_prints_exactly_what_an_uncached_one_does(project, args):
     result = _same(args)
     assert result.exit_code in (1, 2) and result.stdout
@@ -118,8 +127,13 @@ def test_the_cache_folder_is_at_the_project_root_and_ignores_itself(project, mon
     assert (folder / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
     assert not (project / "src" / ".perfmod_cache").exists()
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=project,
-                            capture_output=True, text=True, check=True).stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert ".perfmod_cache" not in status
 
 
@@ -176,8 +190,17 @@ def _plain_env():
 def test_concurrent_runs_with_jobs_share_the_cache_safely(tmp_path):
     for number in range(12):
         write(tmp_path / "src" / f"m{number:02}.py", FIXABLE if number % 3 else "x = 1  # perfmod: ignore PM999\n")
-    runs = [subprocess.Popen(PERFMOD_PROCESS + ["check", "src", "-j", "2"], cwd=tmp_path, env=process_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            PERFMOD_PROCESS + ["check", "src", "-j", "2"],
+            cwd=tmp_path,
+            env=process_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [(run.communicate(timeout=300), run.returncode) for run in runs]
     assert outputs[0] == outputs[1]
     (stdout, stderr), status = outputs[0]
@@ -185,8 +208,9 @@ def test_concurrent_runs_with_jobs_share_the_cache_safely(tmp_path):
     entries = list((tmp_path / ".perfmod_cache" / "v1").rglob("*.json"))
     assert len(entries) == 12 and all(json.loads(entry.read_text())["key"] for entry in entries)
     assert not [p for p in (tmp_path / ".perfmod_cache").rglob("*") if p.name.endswith(".perfmod")]  # no leftovers
-    warm = subprocess.run(PERFMOD_PROCESS + ["check", "src"], cwd=tmp_path, env=process_env(),
-                          capture_output=True, text=True)
+    warm = subprocess.run(
+        PERFMOD_PROCESS + ["check", "src"], cwd=tmp_path, env=process_env(), capture_output=True, text=True
+    )
     assert ((warm.stdout, warm.stderr), warm.returncode) == outputs[0]
 
 
@@ -215,8 +239,10 @@ def test_a_warm_rerun_over_500_unchanged_files_takes_under_2_s(tmp_path):
         if wall < WARM_LIMIT_S:
             break
     wall, cpu = min(timings)
-    print(f"warm re-run over {WARM_FILES} files: {wall:.2f} s wall, {cpu:.2f} s CPU "
-          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    print(
+        f"warm re-run over {WARM_FILES} files: {wall:.2f} s wall, {cpu:.2f} s CPU "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
     # A saturated machine stretches the wall time of any process; the CPU time is then what perfmod controls.
     saturated = os.getloadavg()[0] > (os.cpu_count() or 1)
     assert wall < WARM_LIMIT_S or (saturated and cpu < WARM_LIMIT_S / 2), timings

@@ -13,7 +13,16 @@ import pytest
 from codemod.cli import main
 from codemod.rules import ALL_RULES
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
-    CLEAN, FINDING_MESSAGE, FIXABLE, FIXED, PERFMOD, UNPARSABLE, catalogue, perfmod, process_env, write,
+    CLEAN,
+    FINDING_MESSAGE,
+    FIXABLE,
+    FIXED,
+    PERFMOD,
+    UNPARSABLE,
+    catalogue,
+    perfmod,
+    process_env,
+    write,
 )
 
 pytestmark = pytest.mark.usefixtures("catalogue")
@@ -237,19 +246,40 @@ def test_json_schema(tmp_path):
     assert document["version"] == 1 and document["level"] == "safe"
     assert document["files"] == [
         {"path": "a.py", "changed": True, "error": None},
-        {"path": "b.py", "changed": False, "error": "b.py:4:5: error: syntax error: closing parenthesis ']' "
-                                                    "does not match opening parenthesis '(' on line 2"},
+        {
+            "path": "b.py",
+            "changed": False,
+            "error": "b.py:4:5: error: syntax error: closing parenthesis ']' "
+            "does not match opening parenthesis '(' on line 2",
+        },
     ]
     assert document["findings"][0] == {
-        "path": "a.py", "line": 4, "column": 5, "code": "PM101", "name": "blocking-host-to-device-copy",
-        "message": "host-to-device copy blocks the CPU; pass non_blocking=True", "level": "safe",
-        "fixable": True, "applied": True, "end_line": 4, "end_column": 17,
+        "path": "a.py",
+        "line": 4,
+        "column": 5,
+        "code": "PM101",
+        "name": "blocking-host-to-device-copy",
+        "message": "host-to-device copy blocks the CPU; pass non_blocking=True",
+        "level": "safe",
+        "fixable": True,
+        "applied": True,
+        "end_line": 4,
+        "end_column": 17,
         "changes": [{"first": 4, "last": 4, "text": "y = x.to(device, non_blocking=True)\n"}],
     }
     assert [(f["code"], f["level"], f["fixable"], f["applied"]) for f in document["findings"][1:]] == [
-        ("PM992", "unsafe", True, False), ("PM993", "safe", False, False)]
-    assert document["summary"] == {"files": 2, "changed": 1, "errors": 1, "findings": 3, "applied": 1,
-                                   "fixable_at_higher_level": {"unsafe": 1}, "report_only": 1}
+        ("PM992", "unsafe", True, False),
+        ("PM993", "safe", False, False),
+    ]
+    assert document["summary"] == {
+        "files": 2,
+        "changed": 1,
+        "errors": 1,
+        "findings": 3,
+        "applied": 1,
+        "fixable_at_higher_level": {"unsafe": 1},
+        "report_only": 1,
+    }
 
 
 def test_json_after_apply_reports_the_written_files(tmp_path):
@@ -266,20 +296,22 @@ def test_sarif_schema(tmp_path):
     assert result.exit_code == 2
     sarif = json.loads(result.stdout)
     assert sarif["version"] == "2.1.0" and sarif["$schema"].endswith("sarif-2.1.0.json")
-    run, = sarif["runs"]
+    (run,) = sarif["runs"]
     rules = run["tool"]["driver"]["rules"]
     assert [r["id"] for r in rules] == [r.CODE for r in ALL_RULES]
     pm101 = rules[0]
     assert pm101["name"] == "blocking-host-to-device-copy"
-    assert pm101["helpUri"] == (f"https://github.com/perfmod/perfmod/blob/v{version('perfmod')}"
-                                "/docs/rules/blocking-host-to-device-copy.md")
+    assert pm101["helpUri"] == (
+        f"https://github.com/perfmod/perfmod/blob/v{version('perfmod')}/docs/rules/blocking-host-to-device-copy.md"
+    )
     assert "## What it does" in pm101["help"]["markdown"]
     warning, note = run["results"]
     assert warning["ruleId"] == "PM101" and warning["level"] == "warning"
     assert rules[warning["ruleIndex"]]["id"] == "PM101"
     assert warning["locations"][0]["physicalLocation"] == {
         "artifactLocation": {"uri": "src/a.py"},
-        "region": {"startLine": 4, "startColumn": 5, "endLine": 4, "endColumn": 17}}
+        "region": {"startLine": 4, "startColumn": 5, "endLine": 4, "endColumn": 17},
+    }
     (fix,) = warning["fixes"]
     (change,) = fix["artifactChanges"]
     (replacement,) = change["replacements"]
@@ -287,11 +319,13 @@ def test_sarif_schema(tmp_path):
     region = replacement["deletedRegion"]
     start, length = region["charOffset"], region["charLength"]
     assert change["artifactLocation"] == {"uri": "src/a.py"}
-    assert original[:start] + replacement["insertedContent"]["text"] + original[start + length:] == FIXED + "risky(1)\n"
+    assert (
+        original[:start] + replacement["insertedContent"]["text"] + original[start + length :] == FIXED + "risky(1)\n"
+    )
     assert note["ruleId"] == "PM992" and note["level"] == "note" and "fixes" not in note
-    invocation, = run["invocations"]
+    (invocation,) = run["invocations"]
     assert invocation["executionSuccessful"] is False
-    notification, = invocation["toolExecutionNotifications"]
+    (notification,) = invocation["toolExecutionNotifications"]
     assert notification["level"] == "error" and notification["message"]["text"].startswith("src/b.py:4:5: error:")
 
 
@@ -401,7 +435,7 @@ def test_version_is_the_one_in_pyproject():
 
 
 def test_console_script_runs_the_click_group(monkeypatch):
-    script, = entry_points(group="console_scripts", name="perfmod")
+    (script,) = entry_points(group="console_scripts", name="perfmod")
     called = []
     monkeypatch.setattr("codemod.cli.main", lambda: called.append(True))
     script.load()()
@@ -415,9 +449,13 @@ def _run_on_terminal(args, stream: str, env=None) -> tuple[int, str]:
     """Run perfmod with `stream` ("stdout" or "stderr") on a pseudo-terminal;
     returns its exit status and what it wrote there."""
     controller, terminal = pty.openpty()
-    process = subprocess.Popen(PERFMOD + args, stdin=subprocess.DEVNULL, env=env or process_env(),
-                               stdout=terminal if stream == "stdout" else subprocess.DEVNULL,
-                               stderr=terminal if stream == "stderr" else subprocess.DEVNULL)
+    process = subprocess.Popen(
+        PERFMOD + args,
+        stdin=subprocess.DEVNULL,
+        env=env or process_env(),
+        stdout=terminal if stream == "stdout" else subprocess.DEVNULL,
+        stderr=terminal if stream == "stderr" else subprocess.DEVNULL,
+    )
     os.close(terminal)
     chunks = []
     while True:

@@ -10,7 +10,14 @@ import pytest
 from codemod.docs import summary
 from codemod.report.text import rules_table
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
-    CLEAN, FIXABLE, FIXED, FINDING_MESSAGE, UNPARSABLE, catalogue, perfmod, write,
+    CLEAN,
+    FINDING_MESSAGE,
+    FIXABLE,
+    FIXED,
+    UNPARSABLE,
+    catalogue,
+    perfmod,
+    write,
 )
 from tests.test_cli import DIFF, _many_files, _run_on_terminal
 
@@ -75,7 +82,9 @@ def test_statistics_counts_findings_per_rule(tmp_path):
     ]
     assert perfmod("check", ".", "--statistics", "-q").stdout.splitlines() == result.stdout.splitlines()[:3]
     applied = perfmod("apply", "b.py", "--statistics")
-    assert applied.stdout.endswith("Applied 1 fix to 1 file (1 file checked).\n1  PM101  [*] blocking-host-to-device-copy\n")
+    assert applied.stdout.endswith(
+        "Applied 1 fix to 1 file (1 file checked).\n1  PM101  [*] blocking-host-to-device-copy\n"
+    )
     sarif = perfmod("check", ".", "--statistics", "--format", "sarif")
     assert sarif.exit_code == 2 and "--statistics is text or json" in sarif.stderr
 
@@ -88,8 +97,15 @@ def test_exit_zero_turns_pending_fixes_into_0_but_not_errors(tmp_path):
     assert perfmod("check", ".", "--exit-zero").exit_code == 2
 
 
-@pytest.mark.parametrize("args", [["check", "t.py"], ["check", "t.py", "--format", "sarif"],
-                                  ["apply", "t.py", "--dry-run"], ["check", "t.py", "--diff"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "t.py"],
+        ["check", "t.py", "--format", "sarif"],
+        ["apply", "t.py", "--dry-run"],
+        ["check", "t.py", "--diff"],
+    ],
+)
 def test_output_file_gets_what_stdout_would(tmp_path, args):
     write(tmp_path / "t.py", FIXABLE)
     expected = perfmod(*args, "--no-cache")
@@ -114,7 +130,10 @@ def test_check_fix_is_apply_and_diff_is_a_dry_run(tmp_path):
         assert "Would apply 1 fix" in result.stderr
     assert (tmp_path / "t.py").read_text() == FIXABLE
     fixed = perfmod("check", "--fix", "t.py")
-    assert fixed.exit_code == 0 and fixed.stdout == "Fixed t.py: 1 fix (PM101)\nApplied 1 fix to 1 file (1 file checked).\n"
+    assert (
+        fixed.exit_code == 0
+        and fixed.stdout == "Fixed t.py: 1 fix (PM101)\nApplied 1 fix to 1 file (1 file checked).\n"
+    )
     assert (tmp_path / "t.py").read_text() == FIXED
 
 

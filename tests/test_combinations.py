@@ -68,12 +68,14 @@ def test_two_rules_fixtures_in_one_file_apply_in_one_go(pair):
 
 RUNNING_LOSS = (
     ("    step = 0\n", "    step = 0\n    running_loss = 0.0\n"),
-    ("            tokens_seen += question_ids.numel() + answer_ids.numel()\n",
-     "            tokens_seen += question_ids.numel() + answer_ids.numel()\n"
-     "            running_loss += loss.item()\n"
-     "            if (step + 1) % 10 == 0:\n"
-     "                print(f\"running loss {running_loss / 10:.4f}\")\n"
-     "                running_loss = 0.0\n"),
+    (
+        "            tokens_seen += question_ids.numel() + answer_ids.numel()\n",
+        "            tokens_seen += question_ids.numel() + answer_ids.numel()\n"
+        "            running_loss += loss.item()\n"
+        "            if (step + 1) % 10 == 0:\n"
+        '                print(f"running loss {running_loss / 10:.4f}")\n'
+        "                running_loss = 0.0\n",
+    ),
 )
 
 
@@ -103,8 +105,12 @@ def test_the_rewritten_seed_script_with_a_running_loss_trains_the_same(tmp_path)
         out.mkdir()
         done = subprocess.run(
             [sys.executable, name, "--steps", "12", "--seed", "0", "--batch-size", "8", "--out", str(out)],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO), "PERFMOD_NUM_WORKERS": "0"})
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO), "PERFMOD_NUM_WORKERS": "0"},
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         losses.append([float.fromhex(value) for _, value in STEP_LINE.findall(done.stdout)])
         assert "running loss" in done.stdout

@@ -6,7 +6,11 @@ import json
 import pytest
 
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
-    FIXABLE, FIXED, catalogue, perfmod, write,
+    FIXABLE,
+    FIXED,
+    catalogue,
+    perfmod,
+    write,
 )
 
 pytestmark = pytest.mark.usefixtures("catalogue")
@@ -57,12 +61,16 @@ def test_level(tmp_path):
 def test_exclude_prunes_folders_and_files(tmp_path):
     project(tmp_path, 'exclude = ["scripts", "*_old.py"]\n', files=("src/a.py", "src/a_old.py", "scripts/b.py"))
     assert [entry["path"] for entry in json.loads(perfmod("check", ".", "--format", "json").stdout)["files"]] == [
-        "src/a.py"]
+        "src/a.py"
+    ]
 
 
 def test_per_file_ignores_match_from_the_project_root_wherever_perfmod_runs(tmp_path, monkeypatch):
-    project(tmp_path, '[tool.perfmod.per-file-ignores]\n"scripts/*" = ["PM101", "PM99"]\n',
-            files=("scripts/a.py", "src/b.py"))
+    project(
+        tmp_path,
+        '[tool.perfmod.per-file-ignores]\n"scripts/*" = ["PM101", "PM99"]\n',
+        files=("scripts/a.py", "src/b.py"),
+    )
     assert codes("scripts/a.py") == []
     assert codes("src/b.py") == ["PM101", "PM991", "PM992", "PM993"]
     monkeypatch.chdir(tmp_path / "src")
@@ -122,50 +130,82 @@ EXPECT_LEVEL = 'level: expected one of "safe", "numeric", "unsafe"'
 EXPECT_CODES = "select: expected a list of rule codes or prefixes"
 
 
-@pytest.mark.parametrize("table, message", [
-    ("level = 3\n", f"{EXPECT_LEVEL}; got 3 (an integer)"),
-    ('level = ["safe"]\n', f'{EXPECT_LEVEL}; got ["safe"] (an array)'),
-    ('level = "reckless"\n', f'{EXPECT_LEVEL}; got "reckless" (a string)'),
-    ('select = "PM101,PM993"\n', f'{EXPECT_CODES}, e.g. ["PM1", "PM401"]; got the string "PM101,PM993" (a string); '
-                                 'write a list: ["PM101", "PM993"]'),
-    ('select = ["PM101,PM993"]\n', "'PM101,PM993' holds several codes; give each its own string: [\"PM101\", \"PM993\"]"),
-    ('select = ["PM999"]\n', "PM999 matches no rule. Did you mean PM991, PM992, PM993?"),
-    ('select = ["E501"]\n', "'E501' is not a perfmod code (PMnnn, a prefix such as PM1, or ALL)"),
-    ("select = [101]\n", f"{EXPECT_CODES}, e.g. [\"PM1\", \"PM401\"]; got [101] (an array)"),
-    ("select = PM101\n", "cannot read configuration: Invalid value"),
-    ('ignore = "PM101"\n', 'ignore: expected a list of rule codes or prefixes, e.g. ["PM403"]; got the string'),
-    ('ignore = ["PM1011"]\n', "ignore: expected a list of rule codes or prefixes, e.g. [\"PM403\"]; PM1011 matches no rule. "
-                              "Did you mean PM101?"),
-    ('exclude = "legacy"\n', 'exclude: expected a list of glob patterns, e.g. ["legacy/", "*_pb2.py"]; got "legacy" (a string)'),
-    ("exclude = [1, 2]\n", "exclude: expected a list of glob patterns"),
-    ('per-file-ignores = ["x"]\n', 'per-file-ignores: expected a table of glob pattern = list of codes, '
-                                   'e.g. { "scripts/*" = ["PM101"] }; got ["x"] (an array)'),
-    ('per-file-ignores = { "a/*" = "PM101" }\n', 'per-file-ignores."a/*": expected a list of rule codes or prefixes'),
-    ('per-file-ignores = { "a/*" = ["PM99x"] }\n', "per-file-ignores.\"a/*\": expected a list of rule codes or prefixes, "
-                                                 "e.g. [\"PM403\"]; 'PM99x' is not a perfmod code"),
-    ("amp = 16\n", 'amp: expected one of "bf16", "fp16"; got 16 (an integer)'),
-    ('respect-gitignore = "yes"\n', 'respect-gitignore: expected true or false; got "yes" (a string)'),
-    ("force-exclude = 1\n", "force-exclude: expected true or false; got 1 (an integer)"),
-    ('selct = ["PM1"]\n', "unknown key 'selct'; did you mean 'select'? known keys: level, select, ignore,"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ("level = 3\n", f"{EXPECT_LEVEL}; got 3 (an integer)"),
+        ('level = ["safe"]\n', f'{EXPECT_LEVEL}; got ["safe"] (an array)'),
+        ('level = "reckless"\n', f'{EXPECT_LEVEL}; got "reckless" (a string)'),
+        (
+            'select = "PM101,PM993"\n',
+            f'{EXPECT_CODES}, e.g. ["PM1", "PM401"]; got the string "PM101,PM993" (a string); '
+            'write a list: ["PM101", "PM993"]',
+        ),
+        (
+            'select = ["PM101,PM993"]\n',
+            '\'PM101,PM993\' holds several codes; give each its own string: ["PM101", "PM993"]',
+        ),
+        ('select = ["PM999"]\n', "PM999 matches no rule. Did you mean PM991, PM992, PM993?"),
+        ('select = ["E501"]\n', "'E501' is not a perfmod code (PMnnn, a prefix such as PM1, or ALL)"),
+        ("select = [101]\n", f'{EXPECT_CODES}, e.g. ["PM1", "PM401"]; got [101] (an array)'),
+        ("select = PM101\n", "cannot read configuration: Invalid value"),
+        ('ignore = "PM101"\n', 'ignore: expected a list of rule codes or prefixes, e.g. ["PM403"]; got the string'),
+        (
+            'ignore = ["PM1011"]\n',
+            'ignore: expected a list of rule codes or prefixes, e.g. ["PM403"]; PM1011 matches no rule. '
+            "Did you mean PM101?",
+        ),
+        (
+            'exclude = "legacy"\n',
+            'exclude: expected a list of glob patterns, e.g. ["legacy/", "*_pb2.py"]; got "legacy" (a string)',
+        ),
+        ("exclude = [1, 2]\n", "exclude: expected a list of glob patterns"),
+        (
+            'per-file-ignores = ["x"]\n',
+            "per-file-ignores: expected a table of glob pattern = list of codes, "
+            'e.g. { "scripts/*" = ["PM101"] }; got ["x"] (an array)',
+        ),
+        (
+            'per-file-ignores = { "a/*" = "PM101" }\n',
+            'per-file-ignores."a/*": expected a list of rule codes or prefixes',
+        ),
+        (
+            'per-file-ignores = { "a/*" = ["PM99x"] }\n',
+            'per-file-ignores."a/*": expected a list of rule codes or prefixes, '
+            "e.g. [\"PM403\"]; 'PM99x' is not a perfmod code",
+        ),
+        ("amp = 16\n", 'amp: expected one of "bf16", "fp16"; got 16 (an integer)'),
+        ('respect-gitignore = "yes"\n', 'respect-gitignore: expected true or false; got "yes" (a string)'),
+        ("force-exclude = 1\n", "force-exclude: expected true or false; got 1 (an integer)"),
+        ('selct = ["PM1"]\n', "unknown key 'selct'; did you mean 'select'? known keys: level, select, ignore,"),
+    ],
+)
 def test_a_bad_configuration_exits_2_with_one_line_naming_the_file_key_and_expectation(tmp_path, table, message):
     project(tmp_path, table)
     for command in ("check", "apply"):
         result = perfmod(command, "t.py")
         assert result.exit_code == 2, result.stderr
         assert result.stdout == ""
-        line, = result.stderr.splitlines()  # one line, no traceback
+        (line,) = result.stderr.splitlines()  # one line, no traceback
         assert line.startswith(f"Error: {tmp_path / 'pyproject.toml'}: "), line
         assert message in line, line
     assert (tmp_path / "t.py").read_text() == SCRIPT
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[tool]\nperfmod = 3\n", "[tool.perfmod] must be a table of settings (level = \"safe\", ...), got 3 (an integer)"),
-    ('[tool]\nperfmod = "safe"\n', '[tool.perfmod] must be a table of settings (level = "safe", ...), '
-                                   'got "safe" (a string)'),
-    ("tool = 3\n", "`tool` must be a table ([tool.perfmod]), got 3 (an integer)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "[tool]\nperfmod = 3\n",
+            '[tool.perfmod] must be a table of settings (level = "safe", ...), got 3 (an integer)',
+        ),
+        (
+            '[tool]\nperfmod = "safe"\n',
+            '[tool.perfmod] must be a table of settings (level = "safe", ...), got "safe" (a string)',
+        ),
+        ("tool = 3\n", "`tool` must be a table ([tool.perfmod]), got 3 (an integer)"),
+    ],
+)
 def test_a_perfmod_table_of_the_wrong_type_exits_2(tmp_path, text, message):
     write(tmp_path / "pyproject.toml", text)
     write(tmp_path / "t.py", SCRIPT)
@@ -193,7 +233,9 @@ def test_unknown_codes_in_the_real_catalogue_are_rejected_too(tmp_path, monkeypa
 
 
 def test_codes_may_be_written_in_lower_case_and_bools_and_levels_are_read(tmp_path):
-    project(tmp_path, 'select = ["pm101", "pm99"]\nlevel = "Numeric"\nrespect-gitignore = false\nforce-exclude = true\n')
+    project(
+        tmp_path, 'select = ["pm101", "pm99"]\nlevel = "Numeric"\nrespect-gitignore = false\nforce-exclude = true\n'
+    )
     assert applied("t.py") == ["PM101", "PM991"]
 
 
@@ -211,8 +253,9 @@ def test_suppression_comments(tmp_path):
     result = perfmod("apply", "t.py", "--level", "numeric")
     assert result.exit_code == 0
     assert script.read_text() == (
-        source.replace("c = x.to(device)", "c = x.to(device, non_blocking=True)")
-        .replace("slow(x.to(device))", "slow(x.to(device, non_blocking=True))")
+        source.replace("c = x.to(device)", "c = x.to(device, non_blocking=True)").replace(
+            "slow(x.to(device))", "slow(x.to(device, non_blocking=True))"
+        )
     )
     assert result.stdout.startswith("Fixed t.py: 2 fixes (PM101 x2)\n")
 
@@ -221,7 +264,7 @@ SUPPRESSED = (
     "import torch\n"
     'device = torch.device("cuda")\n'
     "x = torch.randn(4)\n"
-    "a = slow(x.to(device))  # perfmod: ignore PM101\n"  # ruff's `# noqa: X` habit: these codes only
+    "a = slow(x.to(device))  # perfmod: ignore PM101\n"  # the colon habit of ruff's noqa comments: these codes only
     "b = slow(x.to(device))  # perfmod: ignore: PM991, PM101\n"
     "c = slow(x.to(device))  # perfmod: ignore[PM999]\n"
     "d = slow(x.to(device))  # perfmod: ignore PM1011\n"
@@ -234,7 +277,9 @@ SUPPRESSED = (
 
 def test_a_bare_code_after_ignore_is_a_code_list_never_everything(tmp_path):
     write(tmp_path / "t.py", SUPPRESSED)
-    found = [(f["line"], f["code"]) for f in json.loads(perfmod("check", "t.py", "--format", "json").stdout)["findings"]]
+    found = [
+        (f["line"], f["code"]) for f in json.loads(perfmod("check", "t.py", "--format", "json").stdout)["findings"]
+    ]
     assert [code for line, code in found if line == 4] == ["PM991"]  # PM101 suppressed, PM991 not
     assert [code for line, code in found if line == 5] == []
     for line in (6, 7, 8, 9, 10):  # bad codes, prefixes, empty brackets, a misspelt directive: nothing suppressed
@@ -267,4 +312,10 @@ def test_suppression_warnings_come_from_worker_processes_too(tmp_path):
     write(tmp_path / "b.py", "x = 1  # perfmod: ignore[PM999]\n")
     result = perfmod("check", ".", "-j", "2", "--no-cache")
     assert [line.split(": warning")[0] for line in result.stderr.splitlines() if "warning" in line] == [
-        "a.py:6", "a.py:7", "a.py:8", "a.py:9", "a.py:10", "b.py:1"]
+        "a.py:6",
+        "a.py:7",
+        "a.py:8",
+        "a.py:9",
+        "a.py:10",
+        "b.py:1",
+    ]

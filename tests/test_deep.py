@@ -43,30 +43,42 @@ def test_code_too_deep_for_perfmod_gets_a_note_and_exit_0(tmp_path, monkeypatch)
     write(tmp_path / "fine.py", FIXABLE)
     result = perfmod("apply", ".")
     assert result.exit_code == 0
-    assert result.stderr == ("deep.py:1:1: note: too deep to analyse (nested deeper than perfmod's recursion limit "
-                             "of 1000); left unchanged\n")
-    assert result.stdout == ("Fixed fine.py: 1 fix (PM101)\n"
-                             "Applied 1 fix to 1 file (2 files checked, 1 too deep to analyse).\n")
+    assert result.stderr == (
+        "deep.py:1:1: note: too deep to analyse (nested deeper than perfmod's recursion limit "
+        "of 1000); left unchanged\n"
+    )
+    assert result.stdout == (
+        "Fixed fine.py: 1 fix (PM101)\nApplied 1 fix to 1 file (2 files checked, 1 too deep to analyse).\n"
+    )
     assert deep.read_text().startswith(FIXABLE)
     again = perfmod("check", "deep.py")  # the same from the cache
     assert again.exit_code == 0 and again.stderr == result.stderr
     assert again.stdout == "No findings (1 file checked, 1 too deep to analyse).\n"
 
 
-@pytest.mark.parametrize("source, message", [
-    ("".join("    " * i + f"for i{i} in range(2):\n" for i in range(25)) + "    " * 25 + "pass\n",
-     "blocks.py:21:81: error: Python rejects this file: too many statically nested blocks"),
-    (FIXABLE + "return y\n", "blocks.py:5:1: error: Python rejects this file: 'return' outside function"),
-    ("total = " + " + ".join(f"a{i}" for i in range(6000)) + "\n",
-     "blocks.py:1:1: error: Python rejects this file: nested too deeply for Python to compile (RecursionError "
-     "at its default recursion limit)"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "".join("    " * i + f"for i{i} in range(2):\n" for i in range(25)) + "    " * 25 + "pass\n",
+            "blocks.py:21:81: error: Python rejects this file: too many statically nested blocks",
+        ),
+        (FIXABLE + "return y\n", "blocks.py:5:1: error: Python rejects this file: 'return' outside function"),
+        (
+            "total = " + " + ".join(f"a{i}" for i in range(6000)) + "\n",
+            "blocks.py:1:1: error: Python rejects this file: nested too deeply for Python to compile (RecursionError "
+            "at its default recursion limit)",
+        ),
+    ],
+)
 def test_code_cpython_rejects_is_an_error_never_no_findings(tmp_path, source, message):
     write(tmp_path / "blocks.py", source)
     result = perfmod("check", "blocks.py")
     assert result.exit_code == 2
     assert result.stderr == message + "\n"
-    assert result.stdout == ("No findings in the files that could be checked (1 file checked, 1 error); "
-                             "fix the errors above and run perfmod again.\n")
+    assert result.stdout == (
+        "No findings in the files that could be checked (1 file checked, 1 error); "
+        "fix the errors above and run perfmod again.\n"
+    )
     assert perfmod("apply", "blocks.py").exit_code == 2
     assert (tmp_path / "blocks.py").read_text() == source

@@ -39,8 +39,14 @@ def environment() -> dict[str, str]:
 
 def launch(script: Path, out: Path, *args: str, nproc: int | None = None) -> subprocess.Popen:
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc else []
-    return subprocess.Popen([sys.executable, *launcher, str(script), "--out", str(out), *args], cwd=out.parent,
-                            env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *launcher, str(script), "--out", str(out), *args],
+        cwd=out.parent,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
@@ -66,8 +72,11 @@ def test_plain_python_runs_the_torchrun_version_exactly_like_the_original(tmp_pa
     assert len(log_lines(before)) == 8 and log_lines(after) == log_lines(before)  # 8 batches of 32 / 2 per step
     for name in ("step4.pt", "step8.pt"):  # the whole training state, bit for bit
         want, got = torch.load(tmp_path / "original" / name), torch.load(tmp_path / "rewritten" / name)
-        assert list(got["model"]) == list(want["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight",
-                                                              "4.bias"]
+        assert (
+            list(got["model"])
+            == list(want["model"])
+            == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
+        )
         assert all(torch.equal(got["model"][key], want["model"][key]) for key in want["model"])
         assert got["optimizer"]["state"].keys() == want["optimizer"]["state"].keys()
         for index, state in want["optimizer"]["state"].items():
@@ -79,16 +88,18 @@ def test_two_ranks_log_once_per_step_and_write_each_checkpoint_once(tmp_path):
     """250 samples: 125 per rank (DistributedSampler pads one), 7 batches of 16 each per
     epoch, so 3 optimizer steps and a micro-batch whose gradient is carried into the next
     epoch, as in the original. Both ranks make the same steps: none waits forever."""
-    status, stdout, stderr = finish(launch(TORCHRUN, tmp_path / "out", "--samples", "250", "--epochs", "2",
-                                           "--save-every", "2", nproc=2))
+    status, stdout, stderr = finish(
+        launch(TORCHRUN, tmp_path / "out", "--samples", "250", "--epochs", "2", "--save-every", "2", nproc=2)
+    )
     assert status == 0, stderr
     steps = [int(line.split()[3]) for line in log_lines(stdout)]
     assert steps == [1, 2, 3, 4, 5, 6]  # one line a step, from rank 0 alone
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["step2.pt", "step4.pt", "step6.pt"]
     state = torch.load(tmp_path / "out" / "step6.pt")
     assert state["step"] == 6 and not any(key.startswith("module.") for key in state["model"])
-    model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128),
-                                torch.nn.GELU(), torch.nn.Linear(128, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.GELU(), torch.nn.Linear(128, 10)
+    )
     model.load_state_dict(state["model"])  # the single-process model loads it as is
     assert "terminate called" not in stderr
 
@@ -106,8 +117,17 @@ STEPS = 10
 
 
 def verify_two_ranks(rewritten: Path):
-    return verify(ORIGINAL, ARGS, steps=STEPS, warmup=2, level=Level.UNSAFE, nproc=2, rewritten=rewritten,
-                  env=environment(), timeout=300)
+    return verify(
+        ORIGINAL,
+        ARGS,
+        steps=STEPS,
+        warmup=2,
+        level=Level.UNSAFE,
+        nproc=2,
+        rewritten=rewritten,
+        env=environment(),
+        timeout=300,
+    )
 
 
 def test_two_ranks_train_like_one_process_at_the_same_global_batch():

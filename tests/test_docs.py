@@ -64,12 +64,15 @@ class _Example(Rule):
     CODE, NAME, LEVEL, MESSAGE, GAIN = "PM990", "test-example", Level.SAFE, "m", "g"
 
 
-@pytest.mark.parametrize("replacements, text", [
-    (["fixed\n", "fixed\n"], "always available"),
-    (["fixed\n", None], "sometimes available"),
-    ([None], "none, report only"),
-    ([], "none, report only"),
-])
+@pytest.mark.parametrize(
+    "replacements, text",
+    [
+        (["fixed\n", "fixed\n"], "always available"),
+        (["fixed\n", None], "sometimes available"),
+        ([None], "none, report only"),
+        ([], "none, report only"),
+    ],
+)
 def test_fix_availability_follows_the_invalid_examples(replacements, text):
     rule = type("Example", (_Example,), {"INVALID": [Invalid("code\n", r) for r in replacements]})
     assert docs.fix_availability(rule) == text
@@ -83,8 +86,10 @@ def test_rules_lists_the_whole_catalogue():
     assert [line.split()[:3] for line in table] == [[r.CODE, r.NAME, r.LEVEL.label] for r in ALL_RULES]
     listed = json.loads(perfmod("rules", "--format", "json").stdout)
     assert [(r["code"], r["docs"]) for r in listed] == [(r.CODE, docs.page_path(r)) for r in ALL_RULES]
-    assert all(r["docs"].endswith("/" + docs.page_file(rule)) and (REPO / docs.page_file(rule)).is_file()
-               for r, rule in zip(listed, ALL_RULES))
+    assert all(
+        r["docs"].endswith("/" + docs.page_file(rule)) and (REPO / docs.page_file(rule)).is_file()
+        for r, rule in zip(listed, ALL_RULES)
+    )
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda rule: rule.CODE)

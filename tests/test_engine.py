@@ -30,8 +30,9 @@ class WrapInList(Rule):
     def visit_Call(self, node):
         wrapped = isinstance(self.context.parents.get(node), cst.Element)
         if isinstance(node.func, cst.Name) and node.func.value == "g" and not wrapped:
-            self.report(node, edits=[Replace(node, lambda updated: cst.List([cst.Element(updated)]))],
-                        imports=[("json", None)])
+            self.report(
+                node, edits=[Replace(node, lambda updated: cst.List([cst.Element(updated)]))], imports=[("json", None)]
+            )
 
 
 class ReplaceWholeStatementOfH(Rule):
@@ -82,10 +83,14 @@ class GuardLoops(Rule):
 
     def visit_For(self, node):
         body = node.body.body
-        self.report(node, edits=[
-            InsertBefore(node, (cst.parse_statement("limit = 3\n"),)),
-            Wrap(body[0], body[-1], (cst.WithItem(cst.parse_expression("contextlib.nullcontext(limit)")),)),
-        ], imports=[("contextlib", None)])
+        self.report(
+            node,
+            edits=[
+                InsertBefore(node, (cst.parse_statement("limit = 3\n"),)),
+                Wrap(body[0], body[-1], (cst.WithItem(cst.parse_expression("contextlib.nullcontext(limit)")),)),
+            ],
+            imports=[("contextlib", None)],
+        )
 
 
 class UsesDevice(Rule):
@@ -105,8 +110,11 @@ class ImportsPrecision(Rule):
 
     def visit_Call(self, node):
         if isinstance(node.func, cst.Name) and node.func.value == "mixed":
-            self.report(node, edits=[Replace(node, cst.parse_expression("Precision.on()"))],
-                        imports=[("runtime.amp", "Precision")])
+            self.report(
+                node,
+                edits=[Replace(node, cst.parse_expression("Precision.on()"))],
+                imports=[("runtime.amp", "Precision")],
+            )
 
 
 class SeesSnakes(Rule):
@@ -116,8 +124,11 @@ class SeesSnakes(Rule):
     AFTER = ("PM901",)
 
     def visit_Call(self, node):
-        if isinstance(node.func, cst.Name) and node.func.value == "snake" and not any(
-                a.keyword and a.keyword.value == "seen" for a in node.args):
+        if (
+            isinstance(node.func, cst.Name)
+            and node.func.value == "snake"
+            and not any(a.keyword and a.keyword.value == "seen" for a in node.args)
+        ):
             self.report(node, edits=[AddKeyword(node, "seen", cst.Name("True"))])
 
 
@@ -147,7 +158,8 @@ def test_a_wrap_composes_with_a_keyword_and_a_removal_inside_it():
     source = "for i in range(2):\n    run(i)\n    drop()\n    x = i\n"
     result = run(source, rules=[GuardLoops, QuietCalls, DropStatementsCallingDrop])
     assert result.new_source.decode() == (
-        "import contextlib\n\nlimit = 3\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        run(i, quiet=True)\n        x = i\n")
+        "import contextlib\n\nlimit = 3\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        run(i, quiet=True)\n        x = i\n"
+    )
     assert all(f.applied for f in result.findings)
     assert changed_lines_outside_fixes(result) == []
 
@@ -156,7 +168,8 @@ def test_inserted_statements_take_the_blank_lines_and_leave_the_comment_on_its_s
     source = "x = 1\n\n# the loop\nfor i in range(2):\n    pass\n"
     result = run(source, rules=[GuardLoops])
     assert result.new_source.decode() == (
-        "import contextlib\n\nx = 1\n\nlimit = 3\n# the loop\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        pass\n")
+        "import contextlib\n\nx = 1\n\nlimit = 3\n# the loop\nfor i in range(2):\n    with contextlib.nullcontext(limit):\n        pass\n"
+    )
 
 
 def test_a_removed_statement_keeps_its_comment_lines_and_an_emptied_block_gets_pass():
@@ -214,7 +227,8 @@ def test_overlapping_wraps_of_one_block_conflict_and_nested_ones_compose():
     assert "wraps an overlapping run of statements" in loser.message and not loser.applied
     nested = run(source, rules=[WrapFirstTwo, GuardLoops])
     assert nested.new_source.decode() == (
-        "import contextlib\n\nlimit = 3\nfor i in x:\n    with contextlib.nullcontext(limit):\n        with open(i):\n            p()\n            q()\n        r()\n")
+        "import contextlib\n\nlimit = 3\nfor i in x:\n    with contextlib.nullcontext(limit):\n        with open(i):\n            p()\n            q()\n        r()\n"
+    )
 
 
 def test_two_rules_passing_the_same_keyword_differently_conflict():
@@ -234,8 +248,10 @@ def test_two_rules_passing_the_same_keyword_differently_conflict():
 
 
 def test_a_fix_reading_a_name_not_defined_where_it_goes_is_dropped_and_says_why():
-    source = ("device = 'cuda'\n\nclass Trainer:\n    def __init__(self):\n        self.device = device\n\n"
-              "    def train(self):\n        step()\n\ndef main(device):\n    step()\n")
+    source = (
+        "device = 'cuda'\n\nclass Trainer:\n    def __init__(self):\n        self.device = device\n\n"
+        "    def train(self):\n        step()\n\ndef main(device):\n    step()\n"
+    )
     result = run(source.replace("device = 'cuda'\n\n", ""), rules=[UsesDevice])
     method, function = sorted(result.findings, key=lambda f: f.line)
     assert not method.applied and "the fix would use `device`, not defined where it would go" in method.message
@@ -258,7 +274,8 @@ def test_imports_go_after_the_docstring_and_the_imports_at_the_top_once():
     source = '"""Doc."""\nimport os\nfrom runtime.amp import other\n\nx = mixed()\ny = mixed()\n'
     result = run(source, rules=[ImportsPrecision])
     assert result.new_source.decode() == (
-        '"""Doc."""\nimport os\nfrom runtime.amp import other, Precision\n\nx = Precision.on()\ny = Precision.on()\n')
+        '"""Doc."""\nimport os\nfrom runtime.amp import other, Precision\n\nx = Precision.on()\ny = Precision.on()\n'
+    )
     assert changed_lines_outside_fixes(result) == []
 
 
@@ -268,8 +285,10 @@ def test_an_import_is_added_once_for_many_fixes():
 
 
 def test_an_import_the_fix_made_unused_is_removed_and_others_stay():
-    source = ("import gc\nimport os.path as g2\nfrom shelf import drop\nimport kept\nimport never_used\n"
-              "gc.drop()\ng2.drop()\ndrop()\nkept.drop()\nkept.other()\nx = 1\n")
+    source = (
+        "import gc\nimport os.path as g2\nfrom shelf import drop\nimport kept\nimport never_used\n"
+        "gc.drop()\ng2.drop()\ndrop()\nkept.drop()\nkept.other()\nx = 1\n"
+    )
     result = run(source, rules=[DropStatementsCallingDrop])
     assert result.new_source.decode() == "import kept\nimport never_used\nkept.other()\nx = 1\n"
     assert changed_lines_outside_fixes(result) == []
@@ -328,7 +347,10 @@ def test_findings_carry_their_range():
 
 def test_suppression_comment_blocks_one_code_only():
     result = run("y = f(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n")
-    assert result.new_source.decode() == "from snakes import snake\n\ny = snake(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n"
+    assert (
+        result.new_source.decode()
+        == "from snakes import snake\n\ny = snake(1)  # perfmod: ignore[PM902]\nz = f(2)  # perfmod: ignore\n"
+    )
 
 
 def test_suppression_holds_for_a_later_pass():
@@ -396,7 +418,7 @@ def test_the_changes_of_all_fixes_rebuild_the_rewritten_file():
     changes = {(c.offset, c.length): c for per_finding in fix_changes(result) for c in per_finding}
     text = source
     for change in sorted(changes.values(), key=lambda c: c.offset, reverse=True):
-        text = text[:change.offset] + change.text + text[change.offset + change.length:]
+        text = text[: change.offset] + change.text + text[change.offset + change.length :]
     assert text == result.new_source.decode()
 
 
@@ -407,8 +429,11 @@ class ImportsPrefetcher(Rule):
 
     def visit_Call(self, node):
         if isinstance(node.func, cst.Name) and node.func.value == "batches":
-            self.report(node, edits=[Replace(node, lambda updated: cst.Call(cst.Name("DevicePrefetcher"), [cst.Arg(updated)]))],
-                        imports=[("runtime.data", "DevicePrefetcher")])
+            self.report(
+                node,
+                edits=[Replace(node, lambda updated: cst.Call(cst.Name("DevicePrefetcher"), [cst.Arg(updated)]))],
+                imports=[("runtime.data", "DevicePrefetcher")],
+            )
 
 
 @pytest.mark.parametrize("shadow", ["runtime.py", "runtime/__init__.py", "runtime/helpers.py"])
@@ -425,5 +450,7 @@ def test_a_projects_own_runtime_module_blocks_fixes_that_import_perfmods(tmp_pat
 def test_perfmods_own_runtime_beside_a_script_is_no_shadow(tmp_path):
     (tmp_path / "runtime").mkdir()
     (tmp_path / "runtime" / "__init__.py").write_text('"""What rewritten training code calls; usable on its own."""\n')
-    result = process_source(b"for b in batches():\n    pass\n", str(tmp_path / "train.py"), Settings(), [ImportsPrefetcher])
+    result = process_source(
+        b"for b in batches():\n    pass\n", str(tmp_path / "train.py"), Settings(), [ImportsPrefetcher]
+    )
     assert result.changed and "DevicePrefetcher(batches())" in result.new_source.decode()

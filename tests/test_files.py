@@ -9,7 +9,12 @@ import pytest
 
 from codemod import files, worker
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
-    FIXABLE, FIXED, UNPARSABLE, catalogue, perfmod, write,
+    FIXABLE,
+    FIXED,
+    UNPARSABLE,
+    catalogue,
+    perfmod,
+    write,
 )
 
 pytestmark = pytest.mark.usefixtures("catalogue")
@@ -64,7 +69,8 @@ def test_diff_marks_a_missing_final_newline(tmp_path):
     result = perfmod("apply", "t.py", "--dry-run")
     assert result.stdout.endswith(
         "-y = x.to(device)\n\\ No newline at end of file\n+y = x.to(device, non_blocking=True)\n"
-        "\\ No newline at end of file\n")
+        "\\ No newline at end of file\n"
+    )
 
 
 def test_diff_of_an_absolute_path_has_no_prefix(tmp_path):
@@ -90,9 +96,19 @@ def test_broken_files_are_reported_left_alone_and_do_not_stop_the_others(tmp_pat
 
 def test_folders_skip_vcs_virtualenvs_build_output_and_excluded_patterns(tmp_path):
     write(tmp_path / "pyproject.toml", '[tool.perfmod]\nexclude = ["legacy", "*_pb2.py"]\n')
-    for path in [".git/hooks/x.py", ".venv/lib/x.py", "myenv/lib/x.py", "build/lib/x.py",
-                 "legacy/old.py", "src/legacy/old.py", "src/msg_pb2.py", "pkg.egg-info/x.py",
-                 "src/train.py", "src/model.py", "notes.txt"]:
+    for path in [
+        ".git/hooks/x.py",
+        ".venv/lib/x.py",
+        "myenv/lib/x.py",
+        "build/lib/x.py",
+        "legacy/old.py",
+        "src/legacy/old.py",
+        "src/msg_pb2.py",
+        "pkg.egg-info/x.py",
+        "src/train.py",
+        "src/model.py",
+        "notes.txt",
+    ]:
         write(tmp_path / path, FIXABLE)
     write(tmp_path / "myenv" / "pyvenv.cfg", "home = /usr\n")
     assert checked_paths(".") == ["src/model.py", "src/train.py"]
@@ -160,8 +176,10 @@ def test_an_edit_made_while_apply_runs_is_kept_and_reported(tmp_path, monkeypatc
     monkeypatch.setattr(worker, "process_source", edit_meanwhile)
     result = perfmod("apply", "t.py")
     assert result.exit_code == 2
-    assert result.stderr == ("t.py:1:1: error: changed on disk while perfmod ran, left as it is (your edit is kept); "
-                             "run perfmod again to fix the new version\n")
+    assert result.stderr == (
+        "t.py:1:1: error: changed on disk while perfmod ran, left as it is (your edit is kept); "
+        "run perfmod again to fix the new version\n"
+    )
     assert "Nothing to fix" not in result.stdout and "1 fix in 1 file not written" in result.stdout
     assert script.read_text() == edited
 
@@ -182,8 +200,10 @@ def test_a_read_only_file_is_refused_even_where_it_could_be_written(tmp_path):
     script.chmod(0o444)  # root could write it anyway: perfmod looks at the mode bits
     result = perfmod("apply", "t.py")
     assert result.exit_code == 2
-    assert result.stderr == ("t.py:1:1: error: read-only file (mode 0444), left as it is; make it writable "
-                             "(chmod u+w t.py) to apply the fixes, or exclude it\n")
+    assert result.stderr == (
+        "t.py:1:1: error: read-only file (mode 0444), left as it is; make it writable "
+        "(chmod u+w t.py) to apply the fixes, or exclude it\n"
+    )
     assert result.stdout == "1 fix in 1 file not written: see the errors above (1 file checked, 1 error).\n"
     assert script.read_text() == FIXABLE and stat.S_IMODE(script.stat().st_mode) == 0o444
 
@@ -220,6 +240,7 @@ def _stat_with_owner(real_stat, path, uid):
             values[stat.ST_UID] = uid
             return os.stat_result(values)
         return info
+
     return fake
 
 
@@ -270,8 +291,10 @@ def test_an_unwritable_folder_is_an_error_and_the_summary_says_so(tmp_path, monk
     monkeypatch.setattr(files.tempfile, "mkstemp", unwritable)
     result = perfmod("apply", "src")
     assert result.exit_code == 2
-    assert result.stderr == (f"src/t.py:1:1: error: its folder {tmp_path / 'src'} is not writable, and perfmod writes "
-                             "a temporary file beside a file to replace it atomically; make the folder writable\n")
+    assert result.stderr == (
+        f"src/t.py:1:1: error: its folder {tmp_path / 'src'} is not writable, and perfmod writes "
+        "a temporary file beside a file to replace it atomically; make the folder writable\n"
+    )
     assert "Nothing to fix" not in result.stdout
     assert result.stdout == "1 fix in 1 file not written: see the errors above (1 file checked, 1 error).\n"
     assert script.read_text() == FIXABLE

@@ -38,18 +38,44 @@ NESTED = """\
 """
 
 PATHS = [
-    "x.log", "keep.log", "sub/y.log", "sub/keep.log",
-    "build/a.py", "sub/build/a.py", "build",
-    "top_only.py", "sub/top_only.py",
-    "docs/a.py", "docs/sub/a.py", "sub/docs/a.py",
-    "generated/a.py", "sub/generated/x/a.py", "generated",
-    "a/deep.py", "a/b/deep.py", "a/b/c/deep.py", "b/a/deep.py",
-    "gen_1.py", "gen_12.py", "data5.py", "dataX.py",
-    "#hash.py", "!bang.py", "trailing.py", "trailing.py   ",
-    "logs/x.py", "logs/important/y.py",
-    "vendor", "vendor/lib.py", "src/vendor/lib.py",
-    "nested/a.py", "nested/wanted.py", "nested/deeper/b.py", "nested/deeper/wanted.py",
-    "plain.py", "src/plain.py",
+    "x.log",
+    "keep.log",
+    "sub/y.log",
+    "sub/keep.log",
+    "build/a.py",
+    "sub/build/a.py",
+    "build",
+    "top_only.py",
+    "sub/top_only.py",
+    "docs/a.py",
+    "docs/sub/a.py",
+    "sub/docs/a.py",
+    "generated/a.py",
+    "sub/generated/x/a.py",
+    "generated",
+    "a/deep.py",
+    "a/b/deep.py",
+    "a/b/c/deep.py",
+    "b/a/deep.py",
+    "gen_1.py",
+    "gen_12.py",
+    "data5.py",
+    "dataX.py",
+    "#hash.py",
+    "!bang.py",
+    "trailing.py",
+    "trailing.py   ",
+    "logs/x.py",
+    "logs/important/y.py",
+    "vendor",
+    "vendor/lib.py",
+    "src/vendor/lib.py",
+    "nested/a.py",
+    "nested/wanted.py",
+    "nested/deeper/b.py",
+    "nested/deeper/wanted.py",
+    "plain.py",
+    "src/plain.py",
 ]
 
 
@@ -65,8 +91,13 @@ def test_matching_agrees_with_git_check_ignore(tmp_path):
             write(tmp_path / path, "")
     listed = "".join(f"{path}\n" for path in paths)
     # --no-index: as if nothing were tracked; -v -n: every path with the pattern that decided it
-    answer = subprocess.run([GIT, "check-ignore", "--no-index", "-v", "-n", "--stdin"], cwd=tmp_path, input=listed,
-                            capture_output=True, text=True).stdout.splitlines()
+    answer = subprocess.run(
+        [GIT, "check-ignore", "--no-index", "-v", "-n", "--stdin"],
+        cwd=tmp_path,
+        input=listed,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     by_git = {}
     for line in answer:
         source, path = line.split("\t")
@@ -100,9 +131,15 @@ def test_a_file_in_an_ignored_folder_is_never_reached(tmp_path, monkeypatch, cat
     assert _checked(tmp_path, ".") == ["kept.py"]
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("", None), ("# comment", None), ("/", None), ("!", None),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("", None),
+        ("# comment", None),
+        ("/", None),
+        ("!", None),
+    ],
+)
 def test_lines_that_are_no_pattern(line, expected):
     assert parse_line(line, "/base") is expected
 
@@ -134,7 +171,12 @@ def test_gitignore_files_above_the_walked_folder_count(repository):
 
 def test_no_respect_gitignore_walks_everything(repository):
     assert _checked(repository, "--no-respect-gitignore") == [
-        "generated/out.py", "other/scratch.py", "src/model_gen.py", "src/scratch.py", "src/train.py"]
+        "generated/out.py",
+        "other/scratch.py",
+        "src/model_gen.py",
+        "src/scratch.py",
+        "src/train.py",
+    ]
 
 
 def test_respect_gitignore_false_in_the_configuration(repository):

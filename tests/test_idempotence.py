@@ -18,9 +18,11 @@ from benchmarks.robustness import check_file
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_OUTPUTS = REPO / "fixtures" / "bench" / "verify_seed"
-FIXTURES = sorted(path for path in (REPO / "fixtures").rglob("*.py")
-                  if not path.name.endswith(".out.py") and ".rewritten" not in path.name
-                  and BENCH_OUTPUTS not in path.parents)
+FIXTURES = sorted(
+    path
+    for path in (REPO / "fixtures").rglob("*.py")
+    if not path.name.endswith(".out.py") and ".rewritten" not in path.name and BENCH_OUTPUTS not in path.parents
+)
 
 
 def test_fixtures_are_found():

@@ -28,8 +28,14 @@ def test_ctrl_c_stops_quickly_lists_the_rewritten_files_and_writes_no_other(tmp_
     folder = tmp_path / "src"
     for number in range(FILES):
         write(folder / f"m{number:03}.py", FIXABLE)
-    process = subprocess.Popen(PERFMOD + ["apply", "src", "-j", jobs, "--no-cache"], cwd=tmp_path,
-                               env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        PERFMOD + ["apply", "src", "-j", jobs, "--no-cache"],
+        cwd=tmp_path,
+        env=process_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not _rewritten(folder) and time.monotonic() < deadline:  # wait until it is writing
         time.sleep(0.02)
@@ -45,7 +51,7 @@ def test_ctrl_c_stops_quickly_lists_the_rewritten_files_and_writes_no_other(tmp_
     assert "Traceback" not in stderr and stdout == ""
     lines = stderr.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("Rewritten before the interrupt"))
-    listed = {os.path.basename(line.strip()) for line in lines[header + 1:]}
+    listed = {os.path.basename(line.strip()) for line in lines[header + 1 :]}
     assert lines[header - 1].startswith("Interrupted after ") and lines[header - 1].endswith(f"of {FILES} files.")
     assert listed == _rewritten(folder)  # every file written is listed, and only those
     assert 0 < len(listed) < FILES
@@ -61,8 +67,14 @@ def test_ctrl_c_stops_quickly_lists_the_rewritten_files_and_writes_no_other(tmp_
 def test_ctrl_c_during_check_exits_130_and_says_nothing_was_written(tmp_path):
     for number in range(FILES):
         write(tmp_path / f"m{number:03}.py", FIXABLE)
-    process = subprocess.Popen(PERFMOD + ["check", "."], cwd=tmp_path, env=process_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        PERFMOD + ["check", "."],
+        cwd=tmp_path,
+        env=process_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     entries = tmp_path / ".perfmod_cache" / "v1"
     deadline = time.monotonic() + 60
     while not (entries.is_dir() and any(entries.rglob("*.json"))) and time.monotonic() < deadline:

@@ -49,8 +49,9 @@ def test_rules_that_are_not_opt_in_are_selected_as_before():
 def test_the_default_run_does_not_compile_and_a_named_one_does():
     plain = process_source(SCRIPT.encode(), "train.py", Settings(level=COMPILE.LEVEL))
     assert all(f.code != "PM506" for f in plain.findings) and b".compile()" not in plain.new_source
-    named = process_source(SCRIPT.encode(), "train.py", settings_from_table({"select": ["PM", "PM506"],
-                                                                             "level": "numeric"}))
+    named = process_source(
+        SCRIPT.encode(), "train.py", settings_from_table({"select": ["PM", "PM506"], "level": "numeric"})
+    )
     assert [f.code for f in named.findings if f.applied].count("PM506") == 1
     assert b"model.compile()" in named.new_source
 

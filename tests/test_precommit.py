@@ -25,8 +25,12 @@ GIT_IDENTITY = ["-c", "user.name=perfmod tests", "-c", "user.email=tests@perfmod
 
 
 def snapshot(repo: Path, into: Path) -> Path:
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=repo, capture_output=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in filter(None, listed.split(b"\0")):
         source = repo / os.fsdecode(name)
         if source.is_file():  # a tracked file deleted in the working tree is listed too
@@ -42,7 +46,7 @@ def snapshot(repo: Path, into: Path) -> Path:
 def readme_snippet() -> str:
     """The .pre-commit-config.yaml the README shows, as written."""
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## pre-commit"):]
+    section = readme[readme.index("## pre-commit") :]
     return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
@@ -68,8 +72,12 @@ def test_the_readme_snippet_as_written_then_the_fix_hook(tmp_path):
     assert url == "https://github.com/perfmod/perfmod"
     project = tmp_path / "project"
     write(project / ".pre-commit-config.yaml", snippet.replace(url, str(hooks_repo)))  # the one change: where
-    write(project / "fix-config.yaml", snippet.replace(url, str(hooks_repo))
-          .replace("- id: perfmod-check", "- id: perfmod-fix").replace("# - id: perfmod-fix", "#"))
+    write(
+        project / "fix-config.yaml",
+        snippet.replace(url, str(hooks_repo))
+        .replace("- id: perfmod-check", "- id: perfmod-fix")
+        .replace("# - id: perfmod-fix", "#"),
+    )
     write(project / "pyproject.toml", '[tool.perfmod]\nexclude = ["legacy/"]\n')
     train = write(project / "train.py", FIXABLE)
     write(project / "clean.py", CLEAN)
@@ -79,8 +87,14 @@ def test_the_readme_snippet_as_written_then_the_fix_hook(tmp_path):
     env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
 
     def pre_commit(*args):
-        run = subprocess.run([PRE_COMMIT, "run", "--all-files", "--color", "never", *args], cwd=project, env=env,
-                             capture_output=True, text=True, timeout=240)
+        run = subprocess.run(
+            [PRE_COMMIT, "run", "--all-files", "--color", "never", *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         return run.returncode, run.stdout + run.stderr
 
     status, output = pre_commit()

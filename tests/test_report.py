@@ -38,7 +38,7 @@ SEED = FIXTURES / "scripts" / "seed_latentwire.py"  # only tokenized: the engine
 
 # Two host-to-device copies four lines apart, and a string and a comment that
 # would be markup if the page did not escape them.
-COPIES = '''\
+COPIES = """\
 import torch
 device = torch.device("cuda")
 x = torch.randn(4)
@@ -48,16 +48,33 @@ z = torch.ones(2)
 w = z * 2
 print(banner)
 v = z.to(device)
-'''
+"""
 
 VERIFY = {
-    "script": "train.py", "level": "numeric", "steps": 50, "warmup": 5, "device": "cuda",
-    "original": {"steps_per_s": 10.0, "samples_per_s": 320.0, "peak_memory_bytes": 3 * 2**30,
-                 "peak_memory_kind": "cuda", "losses": [2.5, 2.25, 2.0]},
-    "rewritten": {"steps_per_s": 17.5, "samples_per_s": 560.0, "peak_memory_bytes": 2 * 2**30,
-                  "peak_memory_kind": "cuda", "losses": [2.5, 2.25, 2.0001]},
-    "speedup": 1.75, "max_abs_deviation": 1e-4, "max_rel_deviation": 5e-5,
-    "tolerance": {"rtol": 0.01}, "agree": True,
+    "script": "train.py",
+    "level": "numeric",
+    "steps": 50,
+    "warmup": 5,
+    "device": "cuda",
+    "original": {
+        "steps_per_s": 10.0,
+        "samples_per_s": 320.0,
+        "peak_memory_bytes": 3 * 2**30,
+        "peak_memory_kind": "cuda",
+        "losses": [2.5, 2.25, 2.0],
+    },
+    "rewritten": {
+        "steps_per_s": 17.5,
+        "samples_per_s": 560.0,
+        "peak_memory_bytes": 2 * 2**30,
+        "peak_memory_kind": "cuda",
+        "losses": [2.5, 2.25, 2.0001],
+    },
+    "speedup": 1.75,
+    "max_abs_deviation": 1e-4,
+    "max_rel_deviation": 5e-5,
+    "tolerance": {"rtol": 0.01},
+    "agree": True,
     "fixes": [{"path": "train.py", "line": 14, "code": "PM301", "message": "autocast"}],
 }
 
@@ -81,9 +98,19 @@ def page_of(tmp_path, *args, name="review.html"):
 
 
 def test_highlight_classes_the_tokens():
-    (line,) = highlight_lines('def f(x=1.5):  # note\n')
-    assert line == [("kw", "def"), ("", " "), ("def", "f"), ("op", "("), ("", "x"), ("op", "="), ("num", "1.5"),
-                    ("op", "):"), ("", "  "), ("com", "# note")]
+    (line,) = highlight_lines("def f(x=1.5):  # note\n")
+    assert line == [
+        ("kw", "def"),
+        ("", " "),
+        ("def", "f"),
+        ("op", "("),
+        ("", "x"),
+        ("op", "="),
+        ("num", "1.5"),
+        ("op", "):"),
+        ("", "  "),
+        ("com", "# note"),
+    ]
     (line,) = highlight_lines('y = f"{a!r}" if None else b"raw"\n')
     assert ("str", 'f"{a!r}"') in line and ("const", "None") in line and ("str", 'b"raw"') in line
 
@@ -128,11 +155,16 @@ def test_each_change_is_annotated_with_its_finding_on_its_line(tmp_path):
     (file,) = read_page(page_of(tmp_path, "t.py", "--select", "PM101")).files
     notes = file.notes()
     assert [(n.code, n.line, n.continued) for n in notes] == [("PM101", 5, False), ("PM101", 9, False)]
-    for note, before, after in zip(notes, ["y = x.to(device)", "v = z.to(device)"],
-                                   ["y = x.to(device, non_blocking=True)", "v = z.to(device, non_blocking=True)"]):
+    for note, before, after in zip(
+        notes,
+        ["y = x.to(device)", "v = z.to(device)"],
+        ["y = x.to(device, non_blocking=True)", "v = z.to(device, non_blocking=True)"],
+    ):
         rows = file.rows_before(note)
-        assert [(r.kind, r.old, r.new, r.text) for r in rows] == [("removed", note.line, None, before),
-                                                                   ("added", None, note.line, after)]
+        assert [(r.kind, r.old, r.new, r.text) for r in rows] == [
+            ("removed", note.line, None, before),
+            ("added", None, note.line, after),
+        ]
         assert "host-to-device copy blocks the CPU" in note.text and "Expected gain" in note.text
 
 
@@ -157,8 +189,7 @@ def test_each_finding_is_shown_under_the_change_its_rule_made(tmp_path):
     # The parts of PM301's fix away from its finding (the import at the top, the policy built
     # before the loop) are tied back to it, not left bare.
     # (Both such notes read the same, so they are told apart by the row above each.)
-    parts = [(file.items[i - 1].text, item) for i, item in enumerate(file.items)
-             if item in by_code[("PM301", True)]]
+    parts = [(file.items[i - 1].text, item) for i, item in enumerate(file.items) if item in by_code[("PM301", True)]]
     for part in ("from runtime.amp import", "precision = Precision.for_device"):
         assert any(part in row and note.line == 16 and "Part of the fix" in note.text for row, note in parts), part
 
@@ -198,8 +229,9 @@ def test_hunks_are_those_of_the_unified_diff():
     result = process_source(RUNNING_SUM.read_bytes(), "t.py", Settings(level=Level.NUMERIC))
     old, new = result.source.decode(), result.new_source.decode()
     hunks = diff_hunks(old.splitlines(), new.splitlines(), highlight_lines(old), highlight_lines(new))
-    expected = [line for line in unified_diff("t.py", result.source, result.new_source).splitlines()
-                if line.startswith("@@")]
+    expected = [
+        line for line in unified_diff("t.py", result.source, result.new_source).splitlines() if line.startswith("@@")
+    ]
     assert [hunk.header for hunk in hunks] == expected and expected
     old = [f"line{i}" for i in range(20)]
     for new in (old[:2] + ["changed"] + old[3:17] + old[18:], ["first"] + old, old[:19]):
@@ -218,8 +250,11 @@ def test_summary_counts_findings_by_rule_and_level_with_the_rules_gains(tmp_path
         row = re.search(rf'<tr data-code="{code}">(.*?)</tr>', table, re.S).group(1)
         numbers = [int(n) for n in re.findall(r'<td class="num[^"]*">(\d+)</td>', row)]
         found = [f for f in results.findings if f.code == code]
-        assert numbers == [sum(f.applied for f in found), sum(f.fixable and not f.applied for f in found),
-                           sum(not f.fixable for f in found)]
+        assert numbers == [
+            sum(f.applied for f in found),
+            sum(f.fixable and not f.applied for f in found),
+            sum(not f.fixable for f in found),
+        ]
         assert f"lvl-{rules[code].LEVEL.label}" in row
         assert re.sub(r"\s+", " ", rules[code].GAIN.replace("'", "&#39;")) in row
         assert f'id="rule-{code}"' in page and f'href="{page_path(rules[code])}"' in page
@@ -260,7 +295,9 @@ def test_verify_results_are_shown(tmp_path):
 
 
 def test_verify_document_with_only_the_required_keys_renders(tmp_path):
-    verify = write(tmp_path / "verify.json", json.dumps({"original": {}, "rewritten": {"steps_per_s": 3}, "agree": False}))
+    verify = write(
+        tmp_path / "verify.json", json.dumps({"original": {}, "rewritten": {"steps_per_s": 3}, "agree": False})
+    )
     write(tmp_path / "t.py", COPIES)
     page = page_of(tmp_path, "t.py", "--select", "PM101", "--verify-json", verify)
     assert '<span class="pill bad">disagree</span>' in page and "losses DO NOT agree" in page
@@ -268,12 +305,15 @@ def test_verify_document_with_only_the_required_keys_renders(tmp_path):
     assert re.search(r"<td>steps/s</td><td class=\"num\">–</td><td class=\"num\">3.00</td>", page)
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "is not JSON"),
-    ("[1, 2]", "expected an object"),
-    ('{"original": {}, "speedup": 2}', "missing 'rewritten', 'agree'"),
-    ('{"original": 1, "rewritten": {}, "agree": true}', "'original' should be an object"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "is not JSON"),
+        ("[1, 2]", "expected an object"),
+        ('{"original": {}, "speedup": 2}', "missing 'rewritten', 'agree'"),
+        ('{"original": 1, "rewritten": {}, "agree": true}', "'original' should be an object"),
+    ],
+)
 def test_a_bad_verify_document_is_an_error(tmp_path, content, message):
     verify = write(tmp_path / "verify.json", content)
     result = report("t.py", "-o", tmp_path / "review.html", "--verify-json", verify)
@@ -353,8 +393,9 @@ def test_a_clean_file_is_listed_as_such(tmp_path):
 
 
 def test_report_reads_stdin(tmp_path):
-    result = perfmod("report", "-", "--stdin-filename", "train.py", "-o", "-", "--select", "PM101",
-                     input=COPIES.encode())
+    result = perfmod(
+        "report", "-", "--stdin-filename", "train.py", "-o", "-", "--select", "PM101", input=COPIES.encode()
+    )
     assert result.exit_code == 0
     (file,) = read_page(result.stdout).files
     assert file.path == "train.py" and [n.line for n in file.notes()] == [5, 9]
@@ -372,13 +413,17 @@ def test_markdown_summary_for_a_pull_request(tmp_path):
     text = result.stdout
     assert text.startswith("### perfmod: 2 fixes at level `safe` in 1 of 2 files\n")
     assert "\n\n**Verify:** PASS: losses agree within tolerance; 1.75x speed-up. steps/s 10.00 → 17.50;" in text
-    assert "peak memory (cuda) 3.0 GiB → 2.0 GiB; final loss 2 → 2.0001.\n\n| Rule |" in text  # a table needs the blank line
+    assert (
+        "peak memory (cuda) 3.0 GiB → 2.0 GiB; final loss 2 → 2.0001.\n\n| Rule |" in text
+    )  # a table needs the blank line
     assert "| `PM101` blocking-host-to-device-copy | safe | 2 | 0 | 0 | " in text
     assert "| `t.py` | 2 | 0 | changed |" in text and "clean.py" not in text
     details = re.search(r"<details><summary><code>t.py</code>: 2 fixed, 0 left</summary>\n(.*?)</details>", text, re.S)
     body = details.group(1)
     assert "- line 5: `PM101` (safe; fixed) host-to-device copy blocks the CPU" in body
-    diff = unified_diff("t.py", COPIES.encode(), COPIES.replace(".to(device)", ".to(device, non_blocking=True)").encode())
+    diff = unified_diff(
+        "t.py", COPIES.encode(), COPIES.replace(".to(device)", ".to(device, non_blocking=True)").encode()
+    )
     assert f"```diff\n{diff}```\n" in body
 
 
@@ -419,7 +464,11 @@ def test_the_page_ties_changes_to_findings_by_their_fix_lines_without_running_ru
     (file,) = read_page(render_html([result], Level.NUMERIC, ALL_RULES)).files
     assert any(n.continued and n.code == "PM301" for n in file.notes())  # its import and policy line
     assert sorted((n.code, n.line) for n in file.notes() if not n.continued) == [
-        ("PM101", 15), ("PM301", 16), ("PM404", 20), ("PM404", 21)]
+        ("PM101", 15),
+        ("PM301", 16),
+        ("PM404", 20),
+        ("PM404", 21),
+    ]
 
 
 def test_renderers_take_engine_results_directly():

@@ -14,17 +14,24 @@ import shutil
 import struct
 import subprocess
 import zlib
-from pathlib import Path
 
 import pytest
 
-from tests.cli_support import write, perfmod
+from tests.cli_support import perfmod, write
 from tests.report_page import read_page
 from tests.test_report import COPIES, REPORT_ONLY, VERIFY
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 WINDOW = (1280, 2000)
 TIMEOUT = 120
 
@@ -36,8 +43,9 @@ def chromium() -> str:
     for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    pytest.skip("no Chromium to render the page: install Debian's chromium "
-                "(apt-get install -y chromium, or `make browser`)")
+    pytest.skip(
+        "no Chromium to render the page: install Debian's chromium (apt-get install -y chromium, or `make browser`)"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +66,16 @@ def rendered(tmp_path_factory):
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
     run = [browser, *FLAGS, f"--user-data-dir={folder / 'profile'}"]
-    dom = subprocess.run([*run, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=TIMEOUT,
-                         check=True).stdout
+    dom = subprocess.run(
+        [*run, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=TIMEOUT, check=True
+    ).stdout
     screenshot = folder / "report.png"
-    subprocess.run([*run, f"--screenshot={screenshot}", f"--window-size={WINDOW[0]},{WINDOW[1]}", page.as_uri()],
-                   capture_output=True, timeout=TIMEOUT, check=True)
+    subprocess.run(
+        [*run, f"--screenshot={screenshot}", f"--window-size={WINDOW[0]},{WINDOW[1]}", page.as_uri()],
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
     return dom, screenshot
 
 
@@ -94,8 +107,8 @@ def png_colours(data: bytes, wanted: set[tuple[int, int, int]]) -> tuple[int, in
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     position, chunks = 8, {}
     while position < len(data):
-        length, kind = struct.unpack(">I4s", data[position:position + 8])
-        chunks.setdefault(kind, []).append(data[position + 8:position + 8 + length])
+        length, kind = struct.unpack(">I4s", data[position : position + 8])
+        chunks.setdefault(kind, []).append(data[position + 8 : position + 8 + length])
         position += 12 + length
     width, height, depth, colour_type, _, _, interlace = struct.unpack(">IIBBBBB", chunks[b"IHDR"][0])
     assert depth == 8 and colour_type in (2, 6) and interlace == 0, (depth, colour_type, interlace)
@@ -106,7 +119,7 @@ def png_colours(data: bytes, wanted: set[tuple[int, int, int]]) -> tuple[int, in
     previous = bytearray(stride)
     for y in range(height):
         start = y * (stride + 1)
-        row = _unfilter(raw[start], bytearray(raw[start + 1:start + 1 + stride]), previous, channels)
+        row = _unfilter(raw[start], bytearray(raw[start + 1 : start + 1 + stride]), previous, channels)
         for x in range(0, stride, channels * 4):  # every fourth pixel is plenty for colours
             colours.add((row[x], row[x + 1], row[x + 2]))
         previous = row

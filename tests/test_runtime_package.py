@@ -24,11 +24,25 @@ def test_the_runtime_wheel_holds_runtime_only_and_depends_on_torch_only(tmp_path
     shutil.copytree(REPO / "packaging" / "runtime", tmp_path / "packaging" / "runtime")
     shutil.copytree(REPO / "runtime", tmp_path / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "codemod", tmp_path / "codemod", ignore=shutil.ignore_patterns("__pycache__"))
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "-q", "-w", str(tmp_path / "dist"), str(tmp_path / "packaging" / "runtime")],
-                           capture_output=True, text=True)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(tmp_path / "packaging" / "runtime"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
-    wheel, = (tmp_path / "dist").glob("perfmod_runtime-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("perfmod_runtime-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     sources = sorted(str(p.relative_to(REPO)) for p in (REPO / "runtime").rglob("*.py"))
     assert sorted(n for n in names if n.startswith("runtime/")) == sources

@@ -53,8 +53,19 @@ def line_of(source: str, text: str) -> int:
 def run_steps(script: Path, out: Path, *extra: str) -> subprocess.Popen:
     """Start `script` for STEPS steps on CPU with seed 0; output goes to `out`."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, str(script), "--steps", str(STEPS), "--seed", "0", "--batch-size", "8",
-               "--out", str(out), *extra]
+    command = [
+        sys.executable,
+        str(script),
+        "--steps",
+        str(STEPS),
+        "--seed",
+        "0",
+        "--batch-size",
+        "8",
+        "--out",
+        str(out),
+        *extra,
+    ]
     return subprocess.Popen(command, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -128,7 +139,9 @@ def test_every_fix_at_level_unsafe_trains_within_tolerance_with_two_workers(tmp_
     # vectorized loss, async checkpoints...): on CPU the autocast policy is off, so the
     # differences left are the fused optimizer's and the loss's summation order.
     result = process_source(SEED.read_bytes(), str(SEED), Settings(level=Level.UNSAFE))
-    assert result.error is None and {"PM103", "PM201", "PM405", "PM503"} <= {f.code for f in result.findings if f.applied}
+    assert result.error is None and {"PM103", "PM201", "PM405", "PM503"} <= {
+        f.code for f in result.findings if f.applied
+    }
     rewritten = tmp_path / "seed_latentwire_unsafe.py"
     rewritten.write_bytes(result.new_source)
     monkeypatch.setenv("PERFMOD_NUM_WORKERS", "2")
@@ -159,18 +172,18 @@ def test_optimized_script_runs(tmp_path):
 
 SAVE_IN_LOOP = (
     "                torch.save(\n"
-    "                    {\"step\": step, \"encoder\": encoder.state_dict(), \"decoder\": decoder.state_dict(),\n"
-    "                     \"optimizer\": optimizer.state_dict()},\n"
-    "                    os.path.join(args.out, \"checkpoint.pt\"),\n"
+    '                    {"step": step, "encoder": encoder.state_dict(), "decoder": decoder.state_dict(),\n'
+    '                     "optimizer": optimizer.state_dict()},\n'
+    '                    os.path.join(args.out, "checkpoint.pt"),\n'
     "                )\n"
 )
 SAVE_THROUGH_HELPER = (
-    "                save_checkpoint(os.path.join(args.out, \"checkpoint.pt\"), step, encoder, decoder, optimizer)\n"
+    '                save_checkpoint(os.path.join(args.out, "checkpoint.pt"), step, encoder, decoder, optimizer)\n'
 )
 HELPER = (
     "def save_checkpoint(path, step, encoder, decoder, optimizer):\n"
-    "    state = {\"step\": step, \"encoder\": encoder.state_dict(), \"decoder\": decoder.state_dict(),\n"
-    "             \"optimizer\": optimizer.state_dict()}\n"
+    '    state = {"step": step, "encoder": encoder.state_dict(), "decoder": decoder.state_dict(),\n'
+    '             "optimizer": optimizer.state_dict()}\n'
     "    torch.save(state, path)\n\n\n"
 )
 
@@ -202,7 +215,9 @@ def test_spd_shaped_script_gets_the_diagnoses_of_seed_002():
         by_code.setdefault(finding.code, []).append(finding)
     [autocast] = by_code["PM301"]
     assert autocast.applied and autocast.line == line_of(
-        source, "total_loss, terms = compute_total_loss(component_model, target_model, microbatch, args.importance_coeff)")
+        source,
+        "total_loss, terms = compute_total_loss(component_model, target_model, microbatch, args.importance_coeff)",
+    )
     [save] = by_code["PM405"]
     assert not save.fixable and "safetensors" in save.message
     cleanups = by_code["PM403"]  # the two in the evaluation branch; none for `cleanup()` at set-up

@@ -17,16 +17,22 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from codemod import verify as verify_module
+from codemod import verify_run
 from codemod.analysis.names import kwarg
 from codemod.config import Settings
 from codemod.instrument import instrument
 from codemod.rule import Level, Rule
 from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
-from codemod import verify as verify_module
-from codemod import verify_run
 from codemod.verify import local_modules, prepare, verify
 from codemod.verify_run import (
-    DEFAULT_RTOL, MANIFEST, UNSAFE_NOTE, Tolerance, VerifyError, compare, render_text,
+    DEFAULT_RTOL,
+    MANIFEST,
+    UNSAFE_NOTE,
+    Tolerance,
+    VerifyError,
+    compare,
+    render_text,
 )
 from tests.cli_support import perfmod, write
 
@@ -37,8 +43,11 @@ STEPS, WARMUP = 4, 1
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 class DoubledLearningRate(Rule):
@@ -51,8 +60,12 @@ class DoubledLearningRate(Rule):
         lr = kwarg(node, "lr")
         if lr is not None and not isinstance(lr.value, cst.BinaryOperation):  # once: `x * 2` is not doubled again
             doubled = cst.BinaryOperation(lr.value, cst.Multiply(), cst.Integer("2"))
-            self.report(node, replacement=node.with_changes(
-                args=[a.with_changes(value=doubled) if a is lr else a for a in node.args]))
+            self.report(
+                node,
+                replacement=node.with_changes(
+                    args=[a.with_changes(value=doubled) if a is lr else a for a in node.args]
+                ),
+            )
 
 
 @pytest.fixture(scope="module")
@@ -106,19 +119,54 @@ def test_nothing_outside_the_temporary_folder_is_written_and_it_is_removed(safe_
 
 def test_json_has_the_documented_keys(safe_run):
     data = json.loads(json.dumps(safe_run[0].as_json()))
-    assert set(data) == {"schema", "script", "args", "level", "applied_level", "steps", "warmup", "seed", "device",
-                         "torch", "nproc", "fixes", "original", "rewritten", "speedup", "max_abs_deviation",
-                         "max_rel_deviation", "worst_step", "tolerance", "agree", "notes", "error"}
+    assert set(data) == {
+        "schema",
+        "script",
+        "args",
+        "level",
+        "applied_level",
+        "steps",
+        "warmup",
+        "seed",
+        "device",
+        "torch",
+        "nproc",
+        "fixes",
+        "original",
+        "rewritten",
+        "speedup",
+        "max_abs_deviation",
+        "max_rel_deviation",
+        "worst_step",
+        "tolerance",
+        "agree",
+        "notes",
+        "error",
+    }
     assert data["schema"] == 2 and data["agree"] is True and data["error"] is None and data["nproc"] is None
     assert data["steps"] == STEPS and data["warmup"] == WARMUP and data["level"] == "safe"
     assert data["device"].startswith("cpu") and data["args"] == ["--steps", "40"]
-    assert set(data["original"]) == {"steps_per_s", "samples_per_s", "tokens_per_s", "peak_memory_bytes",
-                                     "peak_memory_kind", "losses", "elapsed_s", "returncode", "sites", "nproc",
-                                     "ranks"}
+    assert set(data["original"]) == {
+        "steps_per_s",
+        "samples_per_s",
+        "tokens_per_s",
+        "peak_memory_bytes",
+        "peak_memory_kind",
+        "losses",
+        "elapsed_s",
+        "returncode",
+        "sites",
+        "nproc",
+        "ranks",
+    }
     assert data["original"]["nproc"] is None and data["original"]["ranks"] is None
     assert data["speedup"] == pytest.approx(data["rewritten"]["steps_per_s"] / data["original"]["steps_per_s"])
-    assert data["max_abs_deviation"] == 0 and data["tolerance"] == {"level": "safe", "rtol": 0, "atol": 0,
-                                                                   "exact": True}
+    assert data["max_abs_deviation"] == 0 and data["tolerance"] == {
+        "level": "safe",
+        "rtol": 0,
+        "atol": 0,
+        "exact": True,
+    }
     assert {"path": "safe_mlp.py", "code": "PM403", "level": "safe"}.items() <= data["fixes"][-1].items()
 
 
@@ -192,8 +240,9 @@ def test_a_rewrite_that_changes_the_math_disagrees_also_in_a_local_module_and_th
     before = snapshot(project)
     script, kept = project / "train.py", tmp_path / "kept"
     assert local_modules(script) == [script.with_name("loop.py")]
-    result = verify(script, ["100"], steps=3, warmup=1, env=ENV, keep=kept,
-                    rules=[DoubledLearningRate, MemoryCleanupInStepLoop])
+    result = verify(
+        script, ["100"], steps=3, warmup=1, env=ENV, keep=kept, rules=[DoubledLearningRate, MemoryCleanupInStepLoop]
+    )
     assert result.exit_code == 1 and result.agree is False, render_text(result)
     assert [(f["path"], f["code"]) for f in result.fixes] == [("train.py", "PM999"), ("loop.py", "PM403")]
     before_losses, after_losses = result.original.trace["losses"], result.rewritten.trace["losses"]
@@ -270,8 +319,13 @@ class Trainer:
 def test_instrumentation_hooks_after_the_header_and_inside_classes():
     instrumented = instrument(INSTRUMENTED_SOURCE, "t.py", Settings())
     lines = instrumented.source.splitlines()
-    assert lines[:5] == ['"""Docstring."""', "from __future__ import annotations",
-                         "import runtime.trace as _perfmod_trace", "_perfmod_trace.install()", "import torch"]
+    assert lines[:5] == [
+        '"""Docstring."""',
+        "from __future__ import annotations",
+        "import runtime.trace as _perfmod_trace",
+        "_perfmod_trace.install()",
+        "import torch",
+    ]
     assert "            self.scaler.scale(_perfmod_trace.loss(loss) / accum).backward()" in lines
     assert "                _perfmod_trace.stepped(self.scaler.step(self.optimizer))" in lines
     assert "            loss = self.loss_fn(self.model(_perfmod_trace.batch(x)), y)" in lines
@@ -283,7 +337,8 @@ def test_only_the_entry_script_and_files_with_loops_get_the_header():
     helper = "import torch\n\n\ndef act(x):\n    return torch.relu(x)\n"
     assert instrument(helper, "helpers.py", Settings(), entry=False).source == helper
     assert instrument(helper, "train.py", Settings(), entry=True).source.startswith(
-        "import runtime.trace as _perfmod_trace\n_perfmod_trace.install()\nimport torch\n")
+        "import runtime.trace as _perfmod_trace\n_perfmod_trace.install()\nimport torch\n"
+    )
 
 
 def test_verify_imports_no_torch_and_its_running_half_no_libcst():
@@ -293,8 +348,10 @@ def test_verify_imports_no_torch_and_its_running_half_no_libcst():
 
     root = Path(__file__).resolve().parents[1]
     # The running half needs neither libcst nor torch: a GPU machine with torch alone runs prepared copies.
-    code = ("import sys, codemod.verify_run; assert not {'torch', 'libcst'} & set(sys.modules)\n"
-            "import codemod.verify, codemod.cli; assert 'torch' not in sys.modules")
+    code = (
+        "import sys, codemod.verify_run; assert not {'torch', 'libcst'} & set(sys.modules)\n"
+        "import codemod.verify, codemod.cli; assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
 
@@ -334,8 +391,9 @@ def project(tmp_path, monkeypatch):
 
 def test_prepare_marks_unsafe_fixes_and_mirrors_the_folder_safely(project):
     prepared = project / "verify-out"  # --keep inside the script's folder: left out of the mirror
-    manifest = prepare(project / "train.py", prepared, ["--steps", "4"], level=Level.UNSAFE,
-                       rules=[UnsafeDoubledLearningRate])
+    manifest = prepare(
+        project / "train.py", prepared, ["--steps", "4"], level=Level.UNSAFE, rules=[UnsafeDoubledLearningRate]
+    )
     assert manifest["applied_level"] == "unsafe" and UNSAFE_NOTE in manifest["notes"]
     assert [f["code"] for f in manifest["fixes"]] == ["PM999"]
     assert manifest["entry"] == "train.py" and manifest["args"] == ["--steps", "4"]
@@ -396,17 +454,35 @@ def test_a_run_that_changes_a_linked_file_fails_and_names_it(project, tmp_path, 
 
 def rank_trace(rank, losses, samples, elapsed, group=True, peak=100):
     steps = len(samples)
-    return {"completed": True, "steps": steps, "warmup": 1, "timed_steps": steps - 1, "elapsed_s": elapsed,
-            "steps_per_s": (steps - 1) / elapsed, "samples_per_step": samples, "tokens_per_step": [None] * steps,
-            "losses": losses, "peak_memory_bytes": peak, "peak_memory_kind": "rss", "device": "cpu (test)",
-            "torch": "x", "rank": rank, "world_size": 2,
-            "process_group": {"initialized": True, "world_size": 2, "backend": "gloo"} if group else
-            {"initialized": False, "world_size": None, "backend": None}}
+    return {
+        "completed": True,
+        "steps": steps,
+        "warmup": 1,
+        "timed_steps": steps - 1,
+        "elapsed_s": elapsed,
+        "steps_per_s": (steps - 1) / elapsed,
+        "samples_per_step": samples,
+        "tokens_per_step": [None] * steps,
+        "losses": losses,
+        "peak_memory_bytes": peak,
+        "peak_memory_kind": "rss",
+        "device": "cpu (test)",
+        "torch": "x",
+        "rank": rank,
+        "world_size": 2,
+        "process_group": {"initialized": True, "world_size": 2, "backend": "gloo"}
+        if group
+        else {"initialized": False, "world_size": None, "backend": None},
+    }
 
 
 def test_the_ranks_traces_combine_into_the_global_step():
-    combined = verify_run.combine([rank_trace(0, [1.0, 0.5, 0.25], [8, 8, 8], 2.0, peak=300),
-                                   rank_trace(1, [3.0, 1.5, None], [8, 8, 8], 4.0, peak=200)])
+    combined = verify_run.combine(
+        [
+            rank_trace(0, [1.0, 0.5, 0.25], [8, 8, 8], 2.0, peak=300),
+            rank_trace(1, [3.0, 1.5, None], [8, 8, 8], 4.0, peak=200),
+        ]
+    )
     assert combined["losses"] == [2.0, 1.0, None]  # the mean over the ranks; NaN anywhere stays NaN
     assert combined["samples_per_step"] == [16, 16, 16]  # the global batch
     assert combined["elapsed_s"] == 4.0 and combined["steps_per_s"] == 2 / 4.0  # paced by the slowest rank
@@ -424,6 +500,7 @@ def prepared(tmp_path):
 
 def fake_runs(original, ranks):
     """A verify_run._run that returns `original` for the original and the ranks combined for the rewrite."""
+
     def run(script, args, cwd, python, steps, warmup, seed, deterministic, timeout, env, nproc=None, pin=False):
         assert pin  # both runs draw the same shuffle under --nproc
         if cwd.name == "original":
@@ -431,6 +508,7 @@ def fake_runs(original, ranks):
             return 0, original, ""
         assert nproc == 2
         return 0, verify_run.combine(ranks), ""
+
     return run
 
 
@@ -488,7 +566,8 @@ def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
         "import subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
         "open('child.pid', 'w').write(str(child.pid))\n"
-        "time.sleep(60)\n")
+        "time.sleep(60)\n"
+    )
     start = time.monotonic()
     status, trace, stderr = verify_run._run(tmp_path / "hang.py", [], tmp_path, None, 3, 1, 0, False, 2.0, None)
     assert status == -1 and trace is None and "killed after 2 s" in stderr

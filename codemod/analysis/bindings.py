@@ -10,9 +10,9 @@ back the syntax itself, so a rule can inspect or rewrite it.
 from __future__ import annotations
 
 import libcst as cst
-from codemod.analysis import match as m
 from libcst.metadata import Assignment
 
+from codemod.analysis import match as m
 from codemod.analysis.names import sole_definition
 
 # Nodes between a bound Name and the statement that binds it.
@@ -67,8 +67,12 @@ class Bindings:
         container = self.parents.get(element)
         target = self.parents.get(container)
         statement = self.parents.get(target)
-        if not (isinstance(container, (cst.Tuple, cst.List)) and isinstance(target, cst.AssignTarget)
-                and isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+        if not (
+            isinstance(container, (cst.Tuple, cst.List))
+            and isinstance(target, cst.AssignTarget)
+            and isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+        ):
             return None
         if any(isinstance(e, cst.StarredElement) for e in container.elements):
             return None
@@ -112,7 +116,9 @@ class Bindings:
         if found is None:
             found = self._attribute_assignments[classdef] = {}
             for statement in m.findall(classdef, m.Assign() | m.AnnAssign() | m.AugAssign()):
-                targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+                targets = (
+                    [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+                )
                 for target in targets:
                     if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
                         found.setdefault(target.attr.value, []).append((statement, target))

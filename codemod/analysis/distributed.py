@@ -42,11 +42,30 @@ DISTRIBUTED_NAMES = (
     "runtime.distributed",
 )
 # Text without which none of the above can be in a file (a cheap first look).
-DISTRIBUTED_TEXT = ("distributed", "Distributed", "accelerate", "Accelerator", "lightning", "Lightning", "deepspeed",
-                    "horovod", "torch_xla", "colossalai", "RANK", "WORLD_SIZE", "fully_shard", "FullySharded", "spawn")
+DISTRIBUTED_TEXT = (
+    "distributed",
+    "Distributed",
+    "accelerate",
+    "Accelerator",
+    "lightning",
+    "Lightning",
+    "deepspeed",
+    "horovod",
+    "torch_xla",
+    "colossalai",
+    "RANK",
+    "WORLD_SIZE",
+    "fully_shard",
+    "FullySharded",
+    "spawn",
+)
 # Variables a launcher sets; a script that reads them handles its ranks itself.
 LAUNCHER_VARIABLES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-DATA_PARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
+DATA_PARALLEL = {
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+}
 BATCH_NORMS = {
     f"{prefix}.{name}"
     for prefix in ("torch.nn", "torch.nn.modules.batchnorm")
@@ -58,8 +77,19 @@ BATCH_NORM_ZOOS = ("torchvision.models",)
 # Random draws, by the generator they draw from.
 TORCH_DRAWS = {
     f"torch.{name}"
-    for name in ("rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
-                 "bernoulli", "multinomial", "poisson")
+    for name in (
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "normal",
+        "bernoulli",
+        "multinomial",
+        "poisson",
+    )
 }
 SEEDS = {
     "torch": {"torch.manual_seed", "torch.random.manual_seed"},
@@ -87,8 +117,12 @@ def distributed_use(context: FileContext) -> cst.CSTNode | None:
             if _under(full, DISTRIBUTED_NAMES):
                 return statement
     for node in index.find(cst.Attribute):
-        if node.attr.value in ("distributed", "DistributedDataParallel", "DistributedSampler", "spawn") \
-                and names.startswith(node, DISTRIBUTED_NAMES):
+        if node.attr.value in (
+            "distributed",
+            "DistributedDataParallel",
+            "DistributedSampler",
+            "spawn",
+        ) and names.startswith(node, DISTRIBUTED_NAMES):
             return node
     for string in index.find(cst.SimpleString):
         if string.evaluated_value in LAUNCHER_VARIABLES:
@@ -128,7 +162,9 @@ def calls_named(context: FileContext, qualified: set[str], prefixes: tuple[str, 
     found = []
     for call in context.index.find(cst.Call):
         func = call.func
-        spelled = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        spelled = (
+            func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        )
         if spelled is None:
             continue
         if spelled in last and context.names.is_(func, *qualified):
@@ -155,7 +191,7 @@ def data_parallel(context: FileContext) -> list[cst.Call]:
 
 
 def generator_of(context: FileContext, call: cst.Call) -> str | None:
-    """"torch", "numpy" or "random": the global generator a call draws from; None
+    """ "torch", "numpy" or "random": the global generator a call draws from; None
     when it draws from none (or from a generator object of its own)."""
     names = context.names
     for name in names.of(call.func):
@@ -163,11 +199,17 @@ def generator_of(context: FileContext, call: cst.Call) -> str | None:
             if any(a.keyword is not None and a.keyword.value == "generator" for a in call.args):
                 return None
             return "torch"
-        if name.startswith("numpy.random.") and name not in SEEDS["numpy"] and not name.endswith(
-                ("default_rng", "RandomState", "Generator", "SeedSequence")):
+        if (
+            name.startswith("numpy.random.")
+            and name not in SEEDS["numpy"]
+            and not name.endswith(("default_rng", "RandomState", "Generator", "SeedSequence"))
+        ):
             return "numpy"
-        if name.startswith("random.") and name not in SEEDS["random"] and name not in ("random.Random",
-                                                                                       "random.SystemRandom"):
+        if (
+            name.startswith("random.")
+            and name not in SEEDS["random"]
+            and name not in ("random.Random", "random.SystemRandom")
+        ):
             return "random"
     return None
 
@@ -231,8 +273,13 @@ class RankLocal:
         return any(name.value in self.loss_names for name in names_read(node))
 
 
-def rank_local(context: FileContext, function_body: cst.CSTNode, seeds: set[str], loss_seeds: set[str],
-               sources: Iterable[cst.Call] = ()) -> RankLocal:
+def rank_local(
+    context: FileContext,
+    function_body: cst.CSTNode,
+    seeds: set[str],
+    loss_seeds: set[str],
+    sources: Iterable[cst.Call] = (),
+) -> RankLocal:
     """Names bound in `function_body` from `seeds` (a batch, the loss) or from calls to
     `sources` (the model), followed through assignments to a fixed point."""
     source_ids = {id(call) for call in sources}
@@ -284,8 +331,9 @@ def target_names(target: cst.CSTNode) -> list[cst.Name]:
 def assigned_names(context: FileContext, node: cst.CSTNode) -> set[str]:
     """Names assigned anywhere under `node`."""
     found: set[str] = set()
-    for statement in context.index.find((cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr,
-                                         cst.WithItem), within=node):
+    for statement in context.index.find(
+        (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr, cst.WithItem), within=node
+    ):
         if isinstance(statement, cst.WithItem):
             target = statement.asname.name if statement.asname else None
         else:

@@ -14,7 +14,7 @@ cause, which the engine (checking the finding's line) would not.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import libcst as cst
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left, bisect_right
-from typing import Iterator, Mapping, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
 
 import libcst as cst
 
@@ -57,7 +58,8 @@ def _fields(kind: type) -> tuple[str, ...]:
     names = _FIELDS.get(kind)
     if names is None:
         names = _DOCUMENT_ORDER.get(kind) or tuple(
-            f.name for f in dataclasses.fields(kind)
+            f.name
+            for f in dataclasses.fields(kind)
             if f.name not in _LAYOUT_FIELDS and not f.name.startswith("whitespace")
         )
         _FIELDS[kind] = names
@@ -74,7 +76,9 @@ def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
             if not isinstance(value, _LAYOUT_TYPES):
                 children.append(value)
         elif isinstance(value, (list, tuple)):
-            children.extend(item for item in value if isinstance(item, cst.CSTNode) and not isinstance(item, _LAYOUT_TYPES))
+            children.extend(
+                item for item in value if isinstance(item, cst.CSTNode) and not isinstance(item, _LAYOUT_TYPES)
+            )
     return children
 
 
@@ -195,7 +199,7 @@ class TreeIndex:
         for kind in kinds:
             orders = self._orders_of(kind)
             nodes = self._by_type[kind]
-            found.extend(nodes[bisect_left(orders, start): bisect_right(orders, end)])
+            found.extend(nodes[bisect_left(orders, start) : bisect_right(orders, end)])
         if len(kinds) > 1:
             found.sort(key=self._order.__getitem__)
         return found

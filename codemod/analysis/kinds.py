@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Union
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope
 
+from codemod.analysis.names import kwarg, method_name, positional, sole_definition
 from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
@@ -43,7 +45,6 @@ from codemod.analysis.torch_facts import (
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
 )
-from codemod.analysis.names import kwarg, method_name, positional, sole_definition
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -67,7 +68,7 @@ class Place(enum.Enum):
     DEVICE = "device"  # where the model runs: computed by a model, or from what it computed
     UNKNOWN = "unknown"
 
-    def join(self, other: "Place") -> "Place":
+    def join(self, other: Place) -> Place:
         return self if self is other else Place.UNKNOWN
 
 
@@ -77,7 +78,7 @@ class Fact:
     place: Place = Place.UNKNOWN
     single: bool = False  # a loader whose batches are single tensors (its dataset's items are tensors)
 
-    def join(self, other: "Fact") -> "Fact":
+    def join(self, other: Fact) -> Fact:
         if self.kind is Kind.BOTTOM:
             return other
         if other.kind is Kind.BOTTOM:
@@ -95,7 +96,7 @@ UNKNOWN = Fact(Kind.UNKNOWN)
 BOTTOM = Fact(Kind.BOTTOM)
 
 # What iterating or unpacking yields: one fact, or a tuple of shapes (enumerate, zip).
-Shape = Union[Fact, tuple]
+Shape = Fact | tuple
 
 # Functions whose result is a tensor on the device of their tensor arguments.
 # Tensor methods that return a tensor on the receiver's device.
@@ -106,8 +107,19 @@ ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
 LOOPS = (cst.For, cst.While)
 CONTAINERS = (Kind.TENSOR, Kind.BATCH)
 # Module methods that neither move it nor hand it out.
-STAYING = {"eval", "train", "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
-           "zero_grad", "forward", "extra_repr", "requires_grad_"}  # what a list, tuple or dict of them is: a batch
+STAYING = {
+    "eval",
+    "train",
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "named_buffers",
+    "state_dict",
+    "zero_grad",
+    "forward",
+    "extra_repr",
+    "requires_grad_",
+}  # what a list, tuple or dict of them is: a batch
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 
@@ -127,7 +139,7 @@ class Copy:
 class Kinds:
     """Facts about expressions of one file; computed on demand and cached."""
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.names = context.names
         self.scopes = context.scopes
         self.index = context.index
@@ -251,7 +263,9 @@ class Kinds:
         """The variable whose storage `expr` may share: `buf` for `buf[0].float()`
         (indexing makes views, and a conversion to the same dtype returns self)."""
         while True:
-            if isinstance(expr, cst.Subscript) or (isinstance(expr, cst.Attribute) and expr.attr.value in TENSOR_ATTRIBUTES):
+            if isinstance(expr, cst.Subscript) or (
+                isinstance(expr, cst.Attribute) and expr.attr.value in TENSOR_ATTRIBUTES
+            ):
                 expr = expr.value
             elif isinstance(expr, cst.Call) and method_name(expr) in SAME_PLACE_METHODS:
                 expr = expr.func.value
@@ -270,7 +284,11 @@ class Kinds:
             parent = self.parents.get(access.node)
             if isinstance(parent, cst.Attribute) and parent.value is access.node:
                 call = self.parents.get(parent)
-                if isinstance(call, cst.Call) and parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
+                if (
+                    isinstance(call, cst.Call)
+                    and parent.attr.value.endswith("_")
+                    and not parent.attr.value.startswith("_")
+                ):
                     return True
             if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), cst.AssignTarget):
                 return True
@@ -309,7 +327,11 @@ class Kinds:
         if isinstance(expr, cst.Subscript):
             owner = self._fact(expr.value)
             named = _device_named(expr)
-            if named is not None and DEVICE_NAME.match(named) and owner.kind not in (Kind.BATCH, Kind.TENSOR, Kind.BOTTOM):
+            if (
+                named is not None
+                and DEVICE_NAME.match(named)
+                and owner.kind not in (Kind.BATCH, Kind.TENSOR, Kind.BOTTOM)
+            ):
                 return Fact(Kind.DEVICE)  # `cfg["device"]`
             return _element(owner)
         if isinstance(expr, cst.Attribute):
@@ -348,12 +370,19 @@ class Kinds:
         if name is None:
             return []
         scope = self.scopes.get(name)
-        assignment = next((a for a in scope.assignments[name.value] if a.node is name), None) if scope is not None else None
+        assignment = (
+            next((a for a in scope.assignments[name.value] if a.node is name), None) if scope is not None else None
+        )
         found = []
         for access in assignment.references if assignment is not None else ():
             attribute = self.parents.get(access.node)
             call = self.parents.get(attribute)
-            if isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute and call.args:
+            if (
+                isinstance(attribute, cst.Attribute)
+                and isinstance(call, cst.Call)
+                and call.func is attribute
+                and call.args
+            ):
                 if attribute.attr.value in ("append", "insert"):
                     found.append(self._fact(call.args[-1].value))
                 elif attribute.attr.value == "extend":
@@ -369,8 +398,13 @@ class Kinds:
         if isinstance(parent, cst.Element):
             container = self.parents.get(parent)
             statement = self.parents.get(container)
-            if isinstance(container, cst.Tuple) and isinstance(statement, cst.Assign) and statement.value is container \
-                    and len(statement.targets) == 1 and isinstance(statement.targets[0].target, (cst.Tuple, cst.List)):
+            if (
+                isinstance(container, cst.Tuple)
+                and isinstance(statement, cst.Assign)
+                and statement.value is container
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, (cst.Tuple, cst.List))
+            ):
                 targets = statement.targets[0].target.elements
                 position = list(container.elements).index(parent)
                 if len(targets) == len(container.elements) and isinstance(targets[position].value, cst.Name):
@@ -409,7 +443,11 @@ class Kinds:
             if fact is not None:
                 return fact
         encoded = kwarg(call, RETURN_TENSORS)
-        if encoded is not None and isinstance(encoded.value, cst.SimpleString) and encoded.value.evaluated_value == "pt":
+        if (
+            encoded is not None
+            and isinstance(encoded.value, cst.SimpleString)
+            and encoded.value.evaluated_value == "pt"
+        ):
             return Fact(Kind.BATCH, Place.HOST)  # a Hugging Face tokenizer's BatchEncoding: CPU tensors
         local = self.local_class(call.func)
         if local is not None:
@@ -472,7 +510,9 @@ class Kinds:
             return None
         if name.startswith("torch.optim.") and ".lr_scheduler" not in name:
             return Fact(Kind.OPTIMIZER)
-        if name.startswith("torch.nn.") and not name.startswith(("torch.nn.functional", "torch.nn.parameter", "torch.nn.init", "torch.nn.utils")):
+        if name.startswith("torch.nn.") and not name.startswith(
+            ("torch.nn.functional", "torch.nn.parameter", "torch.nn.init", "torch.nn.utils")
+        ):
             return Fact(Kind.MODULE)
         return None
 
@@ -528,8 +568,9 @@ class Kinds:
             return Fact(receiver.kind, Place.HOST) if receiver.kind in (Kind.TENSOR, Kind.MODULE) else UNKNOWN
         if method == "pin_memory":
             return Fact(Kind.TENSOR, Place.HOST) if receiver.kind is Kind.TENSOR else UNKNOWN
-        if receiver.kind is Kind.TENSOR and (method in SAME_PLACE_METHODS or (
-                method not in NOT_SAME_PLACE_METHODS and not method.startswith("is_"))):
+        if receiver.kind is Kind.TENSOR and (
+            method in SAME_PLACE_METHODS or (method not in NOT_SAME_PLACE_METHODS and not method.startswith("is_"))
+        ):
             return receiver
         if method in ("get", "pop") and receiver.kind is Kind.BATCH:
             return _element(receiver)  # `batch.get("input_ids")`
@@ -548,18 +589,30 @@ class Kinds:
             if len(bindings) != 1 or type(bindings[0]) is not Assignment:
                 return False
             statement = self._binding_statement(bindings[0].node)
-            value = statement.value if isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
-                and statement.targets[0].target is bindings[0].node else None
+            value = (
+                statement.value
+                if isinstance(statement, cst.Assign)
+                and len(statement.targets) == 1
+                and statement.targets[0].target is bindings[0].node
+                else None
+            )
         if not isinstance(value, cst.Call):
             return False
         classdef = self.local_class(value.func)
         getitem = _method(classdef, "__getitem__") if classdef is not None else None
-        if getitem is None or any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitems__", "__iter__")
-                                  for s in classdef.body.body):
+        if getitem is None or any(
+            isinstance(s, cst.FunctionDef) and s.name.value in ("__getitems__", "__iter__") for s in classdef.body.body
+        ):
             return False
         returned = self.returned(getitem)
-        return bool(returned) and len(returned) == len(self.exits(getitem)[0]) and all(
-            self.fact(v).kind is Kind.TENSOR and not isinstance(v, (cst.Tuple, cst.List, cst.Dict)) for v in returned)
+        return (
+            bool(returned)
+            and len(returned) == len(self.exits(getitem)[0])
+            and all(
+                self.fact(v).kind is Kind.TENSOR and not isinstance(v, (cst.Tuple, cst.List, cst.Dict))
+                for v in returned
+            )
+        )
 
     def _loader_place(self, call: cst.Call) -> Place:
         dataset = kwarg(call, "dataset") or positional(call, 0)
@@ -657,7 +710,8 @@ class Kinds:
         while True:
             parent = self.parents.get(current)
             if parent is None or not isinstance(
-                parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
+                parent,
+                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
             ):
                 found = self._binding_statements[key] = parent if parent is not None else current
                 return found
@@ -699,8 +753,12 @@ class Kinds:
 
     def _param_fact(self, param: cst.Param) -> Fact:
         function = self.parents.get(self.parents.get(param))
-        if isinstance(function, cst.FunctionDef) and function.params.params and function.params.params[0] is param \
-                and not _decorated(function, STATIC):
+        if (
+            isinstance(function, cst.FunctionDef)
+            and function.params.params
+            and function.params.params[0] is param
+            and not _decorated(function, STATIC)
+        ):
             classdef = self._class_of(function)
             if classdef is not None:  # `self` of a model's method is the model
                 fact = self.class_fact(classdef)
@@ -766,8 +824,12 @@ class Kinds:
         if not isinstance(expr, cst.Name):
             return None
         method = self.index.first_enclosing(expr, FUNCTIONS)
-        if isinstance(method, cst.FunctionDef) and method.params.params \
-                and method.params.params[0].name.value == expr.value and not _decorated(method, STATIC):
+        if (
+            isinstance(method, cst.FunctionDef)
+            and method.params.params
+            and method.params.params[0].name.value == expr.value
+            and not _decorated(method, STATIC)
+        ):
             classdef = self._class_of(method)
             if classdef is not None:
                 scope = self.scopes.get(expr)
@@ -794,8 +856,11 @@ class Kinds:
                 values.extend(passed)
                 continue
             statement = self._binding_statement(binding.node)
-            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                    and statement.targets[0].target is binding.node):
+            if not (
+                isinstance(statement, cst.Assign)
+                and len(statement.targets) == 1
+                and statement.targets[0].target is binding.node
+            ):
                 return None
             values.append(statement.value)
         classes = {}
@@ -823,8 +888,14 @@ class Kinds:
     def _field_values(self, owner: cst.Name, classdef: cst.ClassDef, field: str) -> list[cst.BaseExpression] | None:
         """The values the calls that build `owner` pass to the field `field` of a dataclass
         or NamedTuple of this file (`ctx = Context(ids=table)`: `ctx.ids` is `table`)."""
-        fields = [s.body[0] for s in classdef.body.body if isinstance(s, cst.SimpleStatementLine)
-                  and len(s.body) == 1 and isinstance(s.body[0], cst.AnnAssign) and isinstance(s.body[0].target, cst.Name)]
+        fields = [
+            s.body[0]
+            for s in classdef.body.body
+            if isinstance(s, cst.SimpleStatementLine)
+            and len(s.body) == 1
+            and isinstance(s.body[0], cst.AnnAssign)
+            and isinstance(s.body[0].target, cst.Name)
+        ]
         names = [f.target.value for f in fields]
         if field not in names or self._class_of_method_named(classdef, "__init__"):
             return None
@@ -842,7 +913,9 @@ class Kinds:
         for call in calls:
             if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
                 return None
-            passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == field), None)
+            passed = next(
+                (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == field), None
+            )
             if passed is None:
                 plain = [arg.value for arg in call.args if arg.keyword is None]
                 position = names.index(field)
@@ -865,13 +938,21 @@ class Kinds:
         table = self._class_attributes[key] = {}
         for statement in self.index.find((cst.Assign, cst.AnnAssign, cst.AugAssign), within=classdef):
             method = self.index.first_enclosing(statement, FUNCTIONS)
-            if not isinstance(method, cst.FunctionDef) or self._class_of(method) is not classdef or not method.params.params:
+            if (
+                not isinstance(method, cst.FunctionDef)
+                or self._class_of(method) is not classdef
+                or not method.params.params
+            ):
                 continue
             owner = method.params.params[0].name.value
             targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
             for target in targets:
                 for part in _target_parts(target):
-                    if not (isinstance(part, cst.Attribute) and isinstance(part.value, cst.Name) and part.value.value == owner):
+                    if not (
+                        isinstance(part, cst.Attribute)
+                        and isinstance(part.value, cst.Name)
+                        and part.value.value == owner
+                    ):
                         continue
                     name = part.attr.value
                     plain = isinstance(statement, cst.Assign) and len(statement.targets) == 1 and part is target
@@ -977,8 +1058,11 @@ class Kinds:
         return self.names.is_(annotation, "torch.Tensor")
 
     def _value_shape(self, value: cst.BaseExpression, depth: int = 0) -> Shape:
-        if isinstance(value, (cst.Tuple, cst.List)) and value.elements \
-                and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+        if (
+            isinstance(value, (cst.Tuple, cst.List))
+            and value.elements
+            and not any(isinstance(e, cst.StarredElement) for e in value.elements)
+        ):
             return tuple(self._value_shape(e.value, depth) for e in value.elements)
         if isinstance(value, cst.Call) and self.names.is_(value.func, "next", "builtins.next"):
             first = positional(value, 0)
@@ -1029,7 +1113,12 @@ def _device_named(expr: cst.BaseExpression) -> str | None:
 def _in_tensor_namespace(name: str) -> bool:
     """`torch.cos`, `torch.nn.functional.relu`: a function computing tensors from tensors."""
     head, _, last = name.rpartition(".")
-    return head in TENSOR_NAMESPACES and last[:1].islower() and not last.startswith("_") and name not in NOT_TENSOR_FUNCTIONS
+    return (
+        head in TENSOR_NAMESPACES
+        and last[:1].islower()
+        and not last.startswith("_")
+        and name not in NOT_TENSOR_FUNCTIONS
+    )
 
 
 def _computed_on(module_place: Place) -> Place:

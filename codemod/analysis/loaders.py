@@ -31,7 +31,12 @@ DATALOADER = "torch.utils.data.DataLoader"
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)`
 NUM_WORKERS_POSITION, COLLATE_FN_POSITION, PIN_MEMORY_POSITION = 5, 6, 7
 # Iterables whose items are their first argument's (PM103 writes DevicePrefetcher(loader, device)).
-LOOKS_THROUGH = {"itertools.islice", "runtime.data.DevicePrefetcher", "runtime.DevicePrefetcher", *PASS_THROUGH_ITERABLES}
+LOOKS_THROUGH = {
+    "itertools.islice",
+    "runtime.data.DevicePrefetcher",
+    "runtime.DevicePrefetcher",
+    *PASS_THROUGH_ITERABLES,
+}
 MAX_DEPTH = 8  # how many assignments and helper calls a look-up follows
 ENUMERATE = ("enumerate", "builtins.enumerate")
 ZIP = ("zip", "builtins.zip")
@@ -74,7 +79,9 @@ class Feed:
 
     loader: cst.Call
     loop: cst.CSTNode  # a For, a While, or a comprehension (`[step(b) for b in loader]`)
-    target: cst.BaseExpression  # what binds the loader's batches: (part of) the loop target, or `x, y` of `x, y = next(it)`
+    target: (
+        cst.BaseExpression
+    )  # what binds the loader's batches: (part of) the loop target, or `x, y` of `x, y = next(it)`
     fetch: cst.Call | None = None  # the `next(it)` call, for a loop that fetches its batches
 
 
@@ -90,7 +97,7 @@ class DeviceCopy:
 class Loaders:
     """DataLoader constructions of one file and the loops they feed."""
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self.index = context.index
         self.names = context.names
@@ -102,11 +109,17 @@ class Loaders:
         self.constructions: list[cst.Call] = []
         if "DataLoader" in context.code:
             spellings = {"DataLoader"} | {c.name.value for c in self.index.find(cst.ClassDef)}
-            aliases = {a.asname.name.value for a in self.index.find(cst.ImportAlias)
-                       if a.asname is not None and isinstance(a.asname.name, cst.Name)}
+            aliases = {
+                a.asname.name.value
+                for a in self.index.find(cst.ImportAlias)
+                if a.asname is not None and isinstance(a.asname.name, cst.Name)
+            }
             spellings |= aliases
-            self.constructions = [call for call in self.index.find(cst.Call)
-                                  if _last_name(call.func) in spellings and self.is_construction(call)]
+            self.constructions = [
+                call
+                for call in self.index.find(cst.Call)
+                if _last_name(call.func) in spellings and self.is_construction(call)
+            ]
         self._ids = {id(call) for call in self.constructions}
 
     # -- what a loader is ------------------------------------------------------------------
@@ -136,11 +149,24 @@ class Loaders:
         for loop in self.index.find((cst.For, cst.CompFor)):
             for iterable, target in self.iterated(loop.iter, loop.target):
                 for loader in self.sources(iterable, (), 0):
-                    found.append(Feed(loader, loop if isinstance(loop, cst.For) else self.index.first_enclosing(
-                        loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)), target))
+                    found.append(
+                        Feed(
+                            loader,
+                            loop
+                            if isinstance(loop, cst.For)
+                            else self.index.first_enclosing(
+                                loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+                            ),
+                            target,
+                        )
+                    )
         for call in self.index.find(cst.Call):
-            if not (isinstance(call.func, cst.Name) and call.func.value == "next" and call.args
-                    and self.names.is_(call.func, *NEXT)):
+            if not (
+                isinstance(call.func, cst.Name)
+                and call.func.value == "next"
+                and call.args
+                and self.names.is_(call.func, *NEXT)
+            ):
                 continue
             loop = self.index.first_enclosing(call, (*LOOPS, *SCOPES))
             if not isinstance(loop, LOOPS):
@@ -179,8 +205,10 @@ class Loaders:
         calls = [call for call in own_nodes(self.index, cst.Call, region) if not self._in_inner_loop(call, region)]
         if any(method_name(call) == "backward" for call in calls):
             return True
-        return any((callee := self.kinds.local_callee(call)) is not None and self._steps(callee.body, depth + 1)
-                   for call in calls)
+        return any(
+            (callee := self.kinds.local_callee(call)) is not None and self._steps(callee.body, depth + 1)
+            for call in calls
+        )
 
     def _in_inner_loop(self, node: cst.CSTNode, region: cst.CSTNode) -> bool:
         loop = self.index.first_enclosing(node, LOOPS)
@@ -242,8 +270,11 @@ class Loaders:
                 return []
             return [found for value in self.kinds.returned(function) for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.Name):
-            return [found for source, inner in self.bound_values(expr)
-                    for found in self.sources(source, inner + path, depth + 1)]
+            return [
+                found
+                for source, inner in self.bound_values(expr)
+                for found in self.sources(source, inner + path, depth + 1)
+            ]
         if isinstance(expr, cst.Attribute):  # `self.train_loader`, assigned in another method
             values = self.kinds.self_attribute_values(expr) or []
             return [found for value in values for found in self.sources(value, path, depth + 1)]
@@ -273,7 +304,9 @@ class Loaders:
             return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
         if isinstance(expr, cst.Name):
             sources = self.bound_values(expr)
-            return bool(sources) and all(self.only_loaders(source, inner + path, depth + 1) for source, inner in sources)
+            return bool(sources) and all(
+                self.only_loaders(source, inner + path, depth + 1) for source, inner in sources
+            )
         if isinstance(expr, cst.Attribute):
             values = self.kinds.self_attribute_values(expr) or []
             return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
@@ -288,8 +321,12 @@ class Loaders:
         """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable, or of a generator of
         this file that yields the batches of its parameter (`def cycle(dl): while True:
         for batch in dl: yield batch`): the same batches."""
-        if call.args and call.args[0].keyword is None and not call.args[0].star \
-                and self.names.is_(call.func, *LOOKS_THROUGH):
+        if (
+            call.args
+            and call.args[0].keyword is None
+            and not call.args[0].star
+            and self.names.is_(call.func, *LOOKS_THROUGH)
+        ):
             return call.args[0].value
         callee = self.kinds.local_callee(call)
         if callee is None:
@@ -300,8 +337,13 @@ class Loaders:
         sources = set()
         for node in yields:
             loop = self.index.first_enclosing(node, (cst.For, cst.FunctionDef))
-            if not (isinstance(loop, cst.For) and isinstance(node.value, cst.Name) and isinstance(loop.target, cst.Name)
-                    and node.value.value == loop.target.value and isinstance(loop.iter, cst.Name)):
+            if not (
+                isinstance(loop, cst.For)
+                and isinstance(node.value, cst.Name)
+                and isinstance(loop.target, cst.Name)
+                and node.value.value == loop.target.value
+                and isinstance(loop.iter, cst.Name)
+            ):
                 return None
             parameter = self.bindings.param_of(loop.iter)
             if parameter is None or parameter[0] is not callee:
@@ -320,7 +362,10 @@ class Loaders:
         parameter = self.bindings.param_of(name)
         if parameter is not None:
             function, param = parameter
-            passed = [self.kinds.argument(call, function, param, offset) for call, offset in self.kinds.callers(function) or ()]
+            passed = [
+                self.kinds.argument(call, function, param, offset)
+                for call, offset in self.kinds.callers(function) or ()
+            ]
             return [(argument, ()) for argument in passed if argument is not None]
         found = []
         for assignment in self.bindings.assignments(name) or ():
@@ -331,8 +376,11 @@ class Loaders:
                 found.append((value, ()))
             elif unpacked is not None:
                 found.append((unpacked[0], (unpacked[1],)))
-            elif isinstance(statement, cst.For) and statement.target is assignment.node \
-                    and isinstance(statement.iter, (cst.Tuple, cst.List)):
+            elif (
+                isinstance(statement, cst.For)
+                and statement.target is assignment.node
+                and isinstance(statement.iter, (cst.Tuple, cst.List))
+            ):
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
         return found
 
@@ -361,8 +409,12 @@ class Loaders:
             device = kwarg(call, "device") or positional(call, 0)
             if copy is not None and copy.moves_device and copy.target is not Place.HOST:
                 found.append(DeviceCopy(call, copy.target, device.value if device is not None else None))
-            elif copy is None and device is not None and isinstance(device.value, cst.Attribute) \
-                    and DEVICE_NAME.match(device.value.attr.value):
+            elif (
+                copy is None
+                and device is not None
+                and isinstance(device.value, cst.Attribute)
+                and DEVICE_NAME.match(device.value.attr.value)
+            ):
                 found.append(DeviceCopy(call, Place.UNKNOWN, device.value))  # `cfg.train_device`: named like a device
         return found
 
@@ -376,9 +428,12 @@ class Loaders:
             return []
         offset = 1 if isinstance(call.func, cst.Attribute) else 0
         params = [*callee.params.posonly_params, *callee.params.params, *callee.params.kwonly_params]
-        passed = frozenset(id(param) for param in params
-                           if (value := self.kinds.argument(call, callee, param, offset)) is not None
-                           and self.derives_from(value, bound, region, 0))
+        passed = frozenset(
+            id(param)
+            for param in params
+            if (value := self.kinds.argument(call, callee, param, offset)) is not None
+            and self.derives_from(value, bound, region, 0)
+        )
         return self._copies_in(callee.body, passed, depth + 1) if passed else []
 
     @memoized
@@ -387,14 +442,17 @@ class Loaders:
         batch) holds, directly or through assignments and comprehensions in `region`?"""
         if depth > MAX_DEPTH:
             return False
-        return any(id(root) in bound or (isinstance(root, cst.Name) and self._name_derives_from(root, bound, region, depth))
-                   for root in self._roots(expr))
+        return any(
+            id(root) in bound or (isinstance(root, cst.Name) and self._name_derives_from(root, bound, region, depth))
+            for root in self._roots(expr)
+        )
 
     def _roots(self, expr: cst.BaseExpression) -> list[cst.CSTNode]:
         """The names (or `next(it)` calls) whose value `expr` is (a part of)."""
         expr = self.kinds.storage_root(expr)
-        if isinstance(expr, cst.Name) or (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name)
-                                          and expr.func.value == "next"):
+        if isinstance(expr, cst.Name) or (
+            isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "next"
+        ):
             return [expr]
         if isinstance(expr, (cst.Tuple, cst.List)):
             return [root for element in expr.elements for root in self._roots(element.value)]
@@ -413,8 +471,10 @@ class Loaders:
         if callee is None:
             return []
         offset = 1 if isinstance(call.func, cst.Attribute) else 0
-        params = {param.name.value: param for param in (*callee.params.posonly_params, *callee.params.params,
-                                                        *callee.params.kwonly_params)}
+        params = {
+            param.name.value: param
+            for param in (*callee.params.posonly_params, *callee.params.params, *callee.params.kwonly_params)
+        }
         roots = []
         values = list(self.kinds.returned(callee))
         while any(isinstance(v, cst.IfExp) for v in values):
@@ -507,8 +567,11 @@ class Loaders:
         if isinstance(expr, (cst.Tuple, cst.List)):
             return any(self.may_hold_device_data(e.value, depth + 1) for e in expr.elements)
         if isinstance(expr, cst.Call):
-            if self.names.is_(expr.func, "torch.load") and kwarg(expr, "map_location") is None \
-                    and positional(expr, 1) is None:
+            if (
+                self.names.is_(expr.func, "torch.load")
+                and kwarg(expr, "map_location") is None
+                and positional(expr, 1) is None
+            ):
                 return True
             classdef = self.kinds.local_class(expr.func)
             if classdef is not None and self.moves_to_device(classdef):
@@ -535,7 +598,8 @@ class Loaders:
     def collate(self, loader: cst.Call) -> cst.BaseExpression | None:
         """The `collate_fn` the loader is built with, if any."""
         arg = kwarg(loader, "collate_fn") or (
-            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None)
+            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None
+        )
         return arg.value if arg is not None else None
 
     @memoized
@@ -574,18 +638,21 @@ class Loaders:
         if depth > MAX_DEPTH:
             return False
         if isinstance(expr, (cst.Tuple, cst.List)):
-            return bool(expr.elements) and all(not isinstance(e, cst.StarredElement) and self._is_tensors(e.value, depth + 1)
-                                               for e in expr.elements)
+            return bool(expr.elements) and all(
+                not isinstance(e, cst.StarredElement) and self._is_tensors(e.value, depth + 1) for e in expr.elements
+            )
         if isinstance(expr, cst.Dict):
-            return bool(expr.elements) and all(isinstance(e, cst.DictElement) and self._is_tensors(e.value, depth + 1)
-                                               for e in expr.elements)
+            return bool(expr.elements) and all(
+                isinstance(e, cst.DictElement) and self._is_tensors(e.value, depth + 1) for e in expr.elements
+            )
         if isinstance(expr, cst.Call) and any(_in_namespace(name) for name in self.names.of(expr.func)):
             return True
         return self.kinds.fact(expr).kind in (Kind.TENSOR, Kind.BATCH)
 
     def collate_moves_to_device(self, loader: cst.Call) -> bool:
         arg = kwarg(loader, "collate_fn") or (
-            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None)
+            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None
+        )
         if arg is None:
             return False
         function = arg.value
@@ -608,11 +675,14 @@ class Loaders:
         if depth > MAX_DEPTH:
             return None
         if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)) or (
-                isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")):
+            isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")
+        ):
             return expr
         if isinstance(expr, cst.Name):
             values = [value for value, path in self.bound_values(expr) if not path]
-            found = {self.context.source(v) for v in (self.setting(value, depth + 1) for value in values) if v is not None}
+            found = {
+                self.context.source(v) for v in (self.setting(value, depth + 1) for value in values) if v is not None
+            }
             if values and len(found) == 1 and all(self.setting(value, depth + 1) is not None for value in values):
                 return self.setting(values[0], depth + 1)
             return None
@@ -641,8 +711,11 @@ class Loaders:
         owner = self.setting_owner(expr.value, depth + 1)
         if isinstance(owner, cst.Dict) and isinstance(key, cst.SimpleString):
             for element in owner.elements:
-                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
-                        and element.key.evaluated_value == key.evaluated_value:
+                if (
+                    isinstance(element, cst.DictElement)
+                    and isinstance(element.key, cst.SimpleString)
+                    and element.key.evaluated_value == key.evaluated_value
+                ):
                     return element.value
         return None
 
@@ -668,8 +741,14 @@ class Loaders:
         values = [value for value, _ in self.bound_values(expr)]
         return bool(values) and all(
             (isinstance(v, cst.Call) and method_name(v) in ("parse_args", "parse_known_args"))
-            or (isinstance(v, cst.Subscript) and isinstance(v.value, cst.Call) and method_name(v.value) == "parse_known_args")
-            or (isinstance(v, cst.Name) and self._parsed_arguments(v)) for v in values)
+            or (
+                isinstance(v, cst.Subscript)
+                and isinstance(v.value, cst.Call)
+                and method_name(v.value) == "parse_known_args"
+            )
+            or (isinstance(v, cst.Name) and self._parsed_arguments(v))
+            for v in values
+        )
 
     def _argparse_default(self, dest: str) -> cst.BaseExpression | None:
         """The `default=` of the one `add_argument("--dest")` (or `--de-st`) of this file."""
@@ -682,11 +761,19 @@ class Loaders:
         for call in self.index.find(cst.Call):
             if method_name(call) != "add_argument" or not call.args:
                 continue
-            flags = [a.value.evaluated_value for a in call.args if a.keyword is None
-                     and isinstance(a.value, cst.SimpleString) and isinstance(a.value.evaluated_value, str)]
+            flags = [
+                a.value.evaluated_value
+                for a in call.args
+                if a.keyword is None
+                and isinstance(a.value, cst.SimpleString)
+                and isinstance(a.value.evaluated_value, str)
+            ]
             dest = kwarg(call, "dest")
-            name = (dest.value.evaluated_value if dest is not None and isinstance(dest.value, cst.SimpleString)
-                    else next((f.lstrip("-").replace("-", "_") for f in flags if f.startswith("--")), None))
+            name = (
+                dest.value.evaluated_value
+                if dest is not None and isinstance(dest.value, cst.SimpleString)
+                else next((f.lstrip("-").replace("-", "_") for f in flags if f.startswith("--")), None)
+            )
             default = kwarg(call, "default")
             if name:
                 found.setdefault(name, []).append(default.value if default is not None else None)
@@ -782,7 +869,9 @@ class Loaders:
 
 def _in_namespace(name: str) -> bool:
     head, _, last = name.rpartition(".")
-    return name in TENSOR_FUNCTIONS or (head in TENSOR_NAMESPACES and last[:1].islower() and name not in NOT_TENSOR_FUNCTIONS)
+    return name in TENSOR_FUNCTIONS or (
+        head in TENSOR_NAMESPACES and last[:1].islower() and name not in NOT_TENSOR_FUNCTIONS
+    )
 
 
 def body(loop: cst.CSTNode) -> cst.CSTNode:
@@ -791,8 +880,10 @@ def body(loop: cst.CSTNode) -> cst.CSTNode:
 
 
 def _is_tuple_of(target: cst.BaseExpression, length: int) -> bool:
-    return isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == length and not any(
-        isinstance(e, cst.StarredElement) for e in target.elements
+    return (
+        isinstance(target, (cst.Tuple, cst.List))
+        and len(target.elements) == length
+        and not any(isinstance(e, cst.StarredElement) for e in target.elements)
     )
 
 

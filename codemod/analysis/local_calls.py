@@ -36,12 +36,12 @@ PER_CALL_METHODS = ("forward", "__call__")
 MAX_DEPTH = 8
 
 
-def local_calls(context: "FileContext") -> "LocalCalls":
+def local_calls(context: FileContext) -> LocalCalls:
     return context.shared(KEY, LocalCalls)
 
 
 class LocalCalls:
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self.index = context.index
         self._names = {f.name.value for f in self.index.find(cst.FunctionDef)}
@@ -76,13 +76,21 @@ class LocalCalls:
         if isinstance(function, cst.FunctionDef):
             params = function.params.params
             owner = self.index.parents.get(self.index.parents.get(function))
-            if (params and params[0].name.value == name.value and isinstance(owner, cst.ClassDef)
-                    and not any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
-                                for d in function.decorators)):
+            if (
+                params
+                and params[0].name.value == name.value
+                and isinstance(owner, cst.ClassDef)
+                and not any(
+                    isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+                    for d in function.decorators
+                )
+            ):
                 return owner
         values = self.context.bindings.values(name)
-        classes = {sole_definition(self.context.scopes, v.func, cst.ClassDef) if isinstance(v, cst.Call) else None
-                   for v in values or ()}
+        classes = {
+            sole_definition(self.context.scopes, v.func, cst.ClassDef) if isinstance(v, cst.Call) else None
+            for v in values or ()
+        }
         return classes.pop() if len(classes) == 1 else None
 
     def method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
@@ -105,7 +113,13 @@ class LocalCalls:
             self._sites = {}
             for call in self.index.find(cst.Call):
                 func = call.func
-                name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+                name = (
+                    func.value
+                    if isinstance(func, cst.Name)
+                    else func.attr.value
+                    if isinstance(func, cst.Attribute)
+                    else None
+                )
                 if name is None:
                     continue
                 target = self.callee(call)

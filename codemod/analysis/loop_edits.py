@@ -25,9 +25,14 @@ def unwrap(loop: cst.For | cst.While) -> Replace:
 def _body_statements(updated: cst.For | cst.While) -> cst.FlattenSentinel | cst.RemovalSentinel:
     body = updated.body
     if isinstance(body, cst.SimpleStatementSuite):
-        statements: list[cst.BaseStatement] = [cst.SimpleStatementLine(body=[
-            small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(body.body) - 1 else small
-            for i, small in enumerate(body.body)])]
+        statements: list[cst.BaseStatement] = [
+            cst.SimpleStatementLine(
+                body=[
+                    small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(body.body) - 1 else small
+                    for i, small in enumerate(body.body)
+                ]
+            )
+        ]
         header = body.trailing_whitespace.comment
     else:
         statements = list(body.body)

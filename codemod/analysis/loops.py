@@ -24,12 +24,13 @@ is written in.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
-from codemod.analysis import match as m
 
+from codemod.analysis import match as m
 from codemod.analysis.names import method_name, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES
 
@@ -101,7 +102,7 @@ class TrainingLoops:
     """Step loops, epoch loops and the local calls between them, for one module;
     found once and shared by the rules and the training analysis."""
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         index = self._index = context.index
         self._parents = context.parents
@@ -159,7 +160,9 @@ class TrainingLoops:
             return self._callees[call]
         found = None
         func = call.func
-        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        name = (
+            func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        )
         if name in self._function_names:
             if isinstance(func, cst.Name):
                 found = sole_definition(self.context.scopes, func, cst.FunctionDef)
@@ -176,12 +179,20 @@ class TrainingLoops:
         if isinstance(function, cst.FunctionDef):
             params = function.params.params
             owner = self._parents.get(self._parents.get(function))
-            if params and params[0].name.value == name.value and isinstance(owner, cst.ClassDef) \
-                    and not any(self.code(d.decorator) == "staticmethod" for d in function.decorators):
+            if (
+                params
+                and params[0].name.value == name.value
+                and isinstance(owner, cst.ClassDef)
+                and not any(self.code(d.decorator) == "staticmethod" for d in function.decorators)
+            ):
                 return owner
         values = self.context.bindings.values(name)
-        classes = {sole_definition(self.context.scopes, _constructed(v).func, cst.ClassDef)
-                   if isinstance(_constructed(v), cst.Call) else None for v in values or ()}
+        classes = {
+            sole_definition(self.context.scopes, _constructed(v).func, cst.ClassDef)
+            if isinstance(_constructed(v), cst.Call)
+            else None
+            for v in values or ()
+        }
         return classes.pop() if len(classes) == 1 else None
 
     def method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
@@ -212,8 +223,11 @@ class TrainingLoops:
             return values
         found = []
         for value in values:
-            if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements) \
-                    or any(isinstance(e, cst.StarredElement) for e in value.elements):
+            if (
+                not isinstance(value, (cst.Tuple, cst.List))
+                or index >= len(value.elements)
+                or any(isinstance(e, cst.StarredElement) for e in value.elements)
+            ):
                 return None
             found.append(value.elements[index].value)
         return found
@@ -258,7 +272,11 @@ class TrainingLoops:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             return True  # `loss.backward()`, `accelerator.backward(loss)`, `torch.autograd.backward(...)`
-        return isinstance(func, cst.Name) and func.value == "backward" and self.context.names.is_(func, "torch.autograd.backward")
+        return (
+            isinstance(func, cst.Name)
+            and func.value == "backward"
+            and self.context.names.is_(func, "torch.autograd.backward")
+        )
 
     def step_of(self, call: cst.Call) -> tuple[cst.BaseExpression, bool] | None:
         """(optimizer, through a scaler) for `opt.step()` and `scaler.step(opt)`; None
@@ -276,8 +294,10 @@ class TrainingLoops:
     def _is_scaler(self, receiver: cst.BaseExpression) -> bool:
         if self.code(receiver) in self._scale_receivers:
             return True
-        return any(isinstance(v, cst.Call) and self.context.names.is_(v.func, *GRAD_SCALER_NAMES)
-                   for v in self.values_of(receiver))
+        return any(
+            isinstance(v, cst.Call) and self.context.names.is_(v.func, *GRAD_SCALER_NAMES)
+            for v in self.values_of(receiver)
+        )
 
     def is_optimizer(self, expr: cst.BaseExpression) -> bool:
         """A torch optimizer, or anything with both `.zero_grad()` and `.step()`
@@ -288,8 +308,10 @@ class TrainingLoops:
         for value in list(values):  # `self.opt = self.configure_optimizers()`: what it returns
             if isinstance(value, cst.Call):
                 values.extend(self.returned(value) or ())
-        if any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("torch.optim.lr_scheduler",))
-               for v in values):
+        if any(
+            isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("torch.optim.lr_scheduler",))
+            for v in values
+        ):
             return False
         if self.code(expr) in self._zero_grad_receivers:
             return True
@@ -311,9 +333,15 @@ class TrainingLoops:
         if self._attribute_values is None:
             found: dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]] = {}
             for statement in self._index.find((cst.Assign, cst.AnnAssign)):
-                targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+                targets = (
+                    [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+                )
                 for target in targets:
-                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and statement.value is not None:
+                    if (
+                        isinstance(target, cst.Attribute)
+                        and isinstance(target.value, cst.Name)
+                        and statement.value is not None
+                    ):
                         cls = self.class_of_instance(target.value)
                         if cls is not None:
                             found.setdefault((cls, target.attr.value), []).append(statement.value)
@@ -341,8 +369,7 @@ class TrainingLoops:
 
     def _loops_under(self, loop: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Loops that run inside `loop`: in its body, and in the functions it calls."""
-        for inner in self.own(LOOPS, loop.body):
-            yield inner
+        yield from self.own(LOOPS, loop.body)
         for function in self.functions_reached(loop.body):
             yield from self.own(LOOPS, function.body)
 
@@ -413,14 +440,17 @@ class TrainingLoops:
 def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
     """`Net(...)` for `Net(...).to(device)`, `Net(...).cuda().train()`: methods of a
     module that return the module itself."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-            and value.func.attr.value in ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16",
-                                          "requires_grad_"):
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value
+        in ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_")
+    ):
         value = value.func.value
     return value
 
 
-def own_nodes(index: "TreeIndex", types, node: cst.CSTNode) -> list:
+def own_nodes(index: TreeIndex, types, node: cst.CSTNode) -> list:
     """Nodes of `types` under `node` that run when it runs: not those in nested
     function, lambda or class bodies."""
     found = index.find(types, within=node)

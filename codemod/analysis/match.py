@@ -52,15 +52,19 @@ class NodePattern(BaseMatcher):
 
     def matches(self, node: object) -> bool:
         return isinstance(node, self.node_type) and all(
-            _field_matches(getattr(node, name), pattern) for name, pattern in self.fields.items())
+            _field_matches(getattr(node, name), pattern) for name, pattern in self.fields.items()
+        )
 
 
 def _field_matches(value: object, pattern: object) -> bool:
     if isinstance(pattern, BaseMatcher):
         return pattern.matches(value)
     if isinstance(pattern, (list, tuple)):
-        return isinstance(value, Sequence) and len(value) == len(pattern) and all(
-            _field_matches(v, p) for v, p in zip(value, pattern))
+        return (
+            isinstance(value, Sequence)
+            and len(value) == len(pattern)
+            and all(_field_matches(v, p) for v, p in zip(value, pattern))
+        )
     return value == pattern
 
 

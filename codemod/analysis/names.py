@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -98,8 +98,9 @@ class Names:
                     if not isinstance(assignment, Assignment):
                         continue
                     found.add(assignment.node)
-                    if isinstance(assignment.node, (cst.Import, cst.ImportFrom)) \
-                            and not isinstance(assignment.node.names, cst.ImportStar):
+                    if isinstance(assignment.node, (cst.Import, cst.ImportFrom)) and not isinstance(
+                        assignment.node.names, cst.ImportStar
+                    ):
                         for alias in assignment.node.names:
                             found.add(alias.name)
                             if alias.asname is not None:
@@ -167,8 +168,11 @@ def method_name(call: cst.Call) -> str | None:
 
 def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     """`call` with `name=value` appended, keeping the layout of the argument list."""
-    new_arg = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    new_arg = cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     return call.with_changes(args=appended(call.args, new_arg, call.whitespace_before_args))
 
 

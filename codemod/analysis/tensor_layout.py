@@ -24,8 +24,9 @@ to `self.<name>`, `register_buffer` included), built once per file.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import Assignment
@@ -39,30 +40,42 @@ Shape = "tuple[str | None, ...] | None"
 MAX_DEPTH = 10
 
 # Methods and functions whose result has the shape of their (first) tensor argument.
-SAME_SHAPE_METHODS = frozenset((
-    "contiguous float double half bfloat16 to type type_as clone detach requires_grad_ cpu cuda "
-    "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
-    "softmax log_softmax cumsum cumprod masked_fill masked_fill_ clamp clamp_min clamp_max "
-    "pow mul add sub div exp_ sigmoid_ tanh_ relu_ mul_ add_ div_ sub_ float_power logsigmoid "
-    "softplus silu gelu erf tril triu nan_to_num detach_ lerp"
-).split())
-SAME_SHAPE_FUNCTIONS = frozenset(
-    [f"torch.{n}" for n in (
+SAME_SHAPE_METHODS = frozenset(
+    (
+        "contiguous float double half bfloat16 to type type_as clone detach requires_grad_ cpu cuda "
         "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
-        "softmax log_softmax cumsum cumprod clamp tril triu erf nan_to_num logsigmoid"
-    ).split()]
-    + [f"torch.nn.functional.{n}" for n in (
-        "silu gelu relu elu leaky_relu softplus sigmoid tanh softmax log_softmax dropout normalize "
-        "layer_norm logsigmoid mish hardswish relu6 selu celu glu"
-    ).split() if n != "glu"]
+        "softmax log_softmax cumsum cumprod masked_fill masked_fill_ clamp clamp_min clamp_max "
+        "pow mul add sub div exp_ sigmoid_ tanh_ relu_ mul_ add_ div_ sub_ float_power logsigmoid "
+        "softplus silu gelu erf tril triu nan_to_num detach_ lerp"
+    ).split()
+)
+SAME_SHAPE_FUNCTIONS = frozenset(
+    [
+        f"torch.{n}"
+        for n in (
+            "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
+            "softmax log_softmax cumsum cumprod clamp tril triu erf nan_to_num logsigmoid"
+        ).split()
+    ]
+    + [
+        f"torch.nn.functional.{n}"
+        for n in (
+            "silu gelu relu elu leaky_relu softplus sigmoid tanh softmax log_softmax dropout normalize "
+            "layer_norm logsigmoid mish hardswish relu6 selu celu glu"
+        ).split()
+        if n != "glu"
+    ]
     + ["torch.special.expit", "torch.special.softmax"]
 )
 FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty randn rand full".split())
-LIKE_FACTORIES = frozenset(f"torch.{n}" for n in "zeros_like ones_like empty_like randn_like rand_like full_like".split())
+LIKE_FACTORIES = frozenset(
+    f"torch.{n}" for n in "zeros_like ones_like empty_like randn_like rand_like full_like".split()
+)
 NEW_FACTORIES = frozenset("new_zeros new_ones new_empty new_full".split())
 # Modules whose output has the shape of their input (activations, norms over the last dims, dropout).
 SAME_SHAPE_MODULES = frozenset(
-    f"torch.nn.{n}" for n in (
+    f"torch.nn.{n}"
+    for n in (
         "Dropout LayerNorm RMSNorm GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish "
         "Hardswish ReLU6 GroupNorm Softmax"
     ).split()
@@ -74,7 +87,7 @@ SAME_SHAPE_MODULES = frozenset(
 _BINDING_PARENTS = (cst.AssignTarget, cst.AsName, cst.Param)
 
 
-def reads(context: "FileContext", node: cst.CSTNode) -> list[cst.Name]:
+def reads(context: FileContext, node: cst.CSTNode) -> list[cst.Name]:
     """The names `node` reads (not attribute or keyword names, not assignment targets),
     from the shared index when `node` is in the parsed tree."""
     index = context.index
@@ -112,7 +125,7 @@ def _bound_here(name: cst.Name, top: cst.CSTNode, parents) -> bool:
     return False
 
 
-def read_names(context: "FileContext", node: cst.CSTNode) -> set[str]:
+def read_names(context: FileContext, node: cst.CSTNode) -> set[str]:
     """The names `node` reads (cached per node of the parsed tree)."""
     if node not in context.index:
         return {name.value for name in names_read(node)}
@@ -130,7 +143,7 @@ class Attributes:
     """`self.<name> = value` and `self.register_buffer("<name>", value)` in the methods of
     each class of the file, found once."""
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self._values: dict[tuple[int, str], list[cst.BaseExpression | None]] = {}
         index = context.index
@@ -147,8 +160,11 @@ class Attributes:
                     self._values.setdefault((id(classdef), attr), []).append(value)
         for call in index.find(cst.Call):
             func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value in ("register_buffer", "register_parameter")
-                    and isinstance(func.value, cst.Name)):
+            if not (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in ("register_buffer", "register_parameter")
+                and isinstance(func.value, cst.Name)
+            ):
                 continue
             method = index.first_enclosing(call, cst.FunctionDef)
             classdef = index.first_enclosing(method, cst.ClassDef) if method is not None else None
@@ -195,7 +211,7 @@ class Attributes:
         return found[0] if found is not None and len(found) == 1 else None
 
 
-def attributes(context: "FileContext") -> Attributes:
+def attributes(context: FileContext) -> Attributes:
     return context.shared("tensor_layout.attributes", Attributes)
 
 
@@ -226,7 +242,7 @@ class Spec:
     output: tuple[str, ...]
 
     @classmethod
-    def parse(cls, text: str) -> "Spec | None":
+    def parse(cls, text: str) -> Spec | None:
         text = text.replace(" ", "")
         if "->" not in text:
             return None  # the implicit output (sorted letters) is left out
@@ -248,6 +264,7 @@ class Spec:
     def text(self) -> str:
         def show(term):
             return "".join("..." if c == "." else c for c in term)
+
         return ",".join(show(t) for t in self.inputs) + "->" + show(self.output)
 
 
@@ -299,7 +316,11 @@ def int_value(expr: cst.BaseExpression | None) -> int | None:
     """The integer a literal (`2`, `-1`) spells."""
     if isinstance(expr, cst.Integer):
         return int(expr.value)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+    if (
+        isinstance(expr, cst.UnaryOperation)
+        and isinstance(expr.operator, cst.Minus)
+        and isinstance(expr.expression, cst.Integer)
+    ):
         return -int(expr.expression.value)
     return None
 
@@ -307,7 +328,7 @@ def int_value(expr: cst.BaseExpression | None) -> int | None:
 class Layouts:
     """Shapes of expressions in one file, computed on demand and cached."""
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self.index = context.index
         self.names = context.names
@@ -370,8 +391,12 @@ class Layouts:
                     inner = self.rank_key(func.value, depth + 1)
                     return _shifted(inner, 1 if method == "unsqueeze" else -1)
             module = self.attributes.value(func) if isinstance(func, cst.Attribute) else None
-            if isinstance(module, cst.Call) and len(values) == 1 and self.names.of(module.func) & (
-                    {"torch.nn.Linear", "torch.nn.modules.linear.Linear"} | SAME_SHAPE_MODULES):
+            if (
+                isinstance(module, cst.Call)
+                and len(values) == 1
+                and self.names.of(module.func)
+                & ({"torch.nn.Linear", "torch.nn.modules.linear.Linear"} | SAME_SHAPE_MODULES)
+            ):
                 return self.rank_key(values[0], depth + 1)
         if isinstance(expr, cst.UnaryOperation):
             return self.rank_key(expr.expression, depth + 1)
@@ -384,12 +409,22 @@ class Layouts:
             return left if left == right else None
         if isinstance(expr, cst.Subscript):
             inner = self.rank_key(expr.value, depth + 1)
-            if isinstance(inner, tuple) and not any(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis)
-                                                    for e in expr.slice):
-                dropped = sum(1 for e in expr.slice if isinstance(e.slice, cst.Index)
-                              and not (isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"))
-                added = sum(1 for e in expr.slice if isinstance(e.slice, cst.Index)
-                            and isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None")
+            if isinstance(inner, tuple) and not any(
+                isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis) for e in expr.slice
+            ):
+                dropped = sum(
+                    1
+                    for e in expr.slice
+                    if isinstance(e.slice, cst.Index)
+                    and not (isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None")
+                )
+                added = sum(
+                    1
+                    for e in expr.slice
+                    if isinstance(e.slice, cst.Index)
+                    and isinstance(e.slice.value, cst.Name)
+                    and e.slice.value.value == "None"
+                )
                 return _shifted(inner, added - dropped)
         return None
 
@@ -423,8 +458,9 @@ class Layouts:
             names = self.names.of(expr.func)
             if any(n.startswith("math.") or n in ("builtins.float", "builtins.int", "builtins.len") for n in names):
                 return True  # these return Python numbers (or raise)
-            return any(n in ("builtins.min", "builtins.max", "builtins.abs", "builtins.round") for n in names) \
-                and all(self.is_number(a.value, depth + 1) for a in expr.args)
+            return any(n in ("builtins.min", "builtins.max", "builtins.abs", "builtins.round") for n in names) and all(
+                self.is_number(a.value, depth + 1) for a in expr.args
+            )
         if isinstance(expr, cst.Attribute) and expr.attr.value in ("ndim",):
             return True
         if isinstance(expr, cst.Name) and expr in self.index:
@@ -437,8 +473,11 @@ class Layouts:
                 return self.is_number(value, depth + 1)
             if isinstance(value, tuple) and _shape_read(value[0]) is not None:
                 return True  # `B, T, C = x.shape`
-            if isinstance(value, tuple) and isinstance(value[0], (cst.Tuple, cst.List)) \
-                    and value[1] < len(value[0].elements):
+            if (
+                isinstance(value, tuple)
+                and isinstance(value[0], (cst.Tuple, cst.List))
+                and value[1] < len(value[0].elements)
+            ):
                 return self.is_number(value[0].elements[value[1]].value, depth + 1)  # `D, H = 16, 2`
         return False
 
@@ -456,8 +495,9 @@ class Layouts:
             if not (isinstance(arg, cst.Arg) and arg.keyword is None and isinstance(call, cst.Call)):
                 continue
             method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-            sized = method in ("view", "reshape", "new_zeros", "new_ones", "new_empty", "expand") or \
-                self.names.is_(call.func, *FACTORIES)
+            sized = method in ("view", "reshape", "new_zeros", "new_ones", "new_empty", "expand") or self.names.is_(
+                call.func, *FACTORIES
+            )
             if sized and node in self.index and self._reaching(node) is binding:
                 return True
         return False
@@ -478,8 +518,11 @@ class Layouts:
                 param = target if isinstance(target, cst.Param) else self.context.parents.get(target)
                 if not (isinstance(param, cst.Param) and _number_annotation(param)):
                     return False
-            elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and getattr(statement, "value", None) is not None \
-                    and (not isinstance(statement, cst.Assign) or statement.targets[0].target is target):
+            elif (
+                isinstance(statement, (cst.Assign, cst.AnnAssign))
+                and getattr(statement, "value", None) is not None
+                and (not isinstance(statement, cst.Assign) or statement.targets[0].target is target)
+            ):
                 if not self.is_number(statement.value, depth + 1):
                     return False
             else:
@@ -530,8 +573,12 @@ class Layouts:
             return None
         position = list(container.elements).index(element)
         shape = self.shape(tensor, depth + 1)
-        if shape is not None and position < len(shape) and shape[position] is not None \
-                and shape[position] != name.value:
+        if (
+            shape is not None
+            and position < len(shape)
+            and shape[position] is not None
+            and shape[position] != name.value
+        ):
             return shape[position]
         return None
 
@@ -591,9 +638,13 @@ class Layouts:
             if self._reaching(node) is not binding:
                 continue
             targets = holder.targets[0].target if len(holder.targets) == 1 else None
-            if isinstance(targets, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in targets.elements):
-                return tuple(e.value.value if isinstance(e.value, cst.Name) and e.value.value != "_" else None
-                             for e in targets.elements)
+            if isinstance(targets, (cst.Tuple, cst.List)) and not any(
+                isinstance(e, cst.StarredElement) for e in targets.elements
+            ):
+                return tuple(
+                    e.value.value if isinstance(e.value, cst.Name) and e.value.value != "_" else None
+                    for e in targets.elements
+                )
         return None
 
     def _attribute_shape(self, expr: cst.Attribute, depth: int):
@@ -632,11 +683,14 @@ class Layouts:
         return self._module_call_shape(call, depth)
 
     def _method_shape(self, call: cst.Call, method: str, receiver, depth: int):
-        code = self.context.module.code_for_node
         positional_values = [a.value for a in call.args if a.keyword is None]
         if method in SAME_SHAPE_METHODS:
             shape = self.shape(receiver, depth)
-            if method in ("masked_fill", "lerp", "mul", "add", "sub", "div", "pow") and shape is not None and positional_values:
+            if (
+                method in ("masked_fill", "lerp", "mul", "add", "sub", "div", "pow")
+                and shape is not None
+                and positional_values
+            ):
                 other = self.shape(positional_values[0], depth) if method != "masked_fill" else ()
                 return broadcast(shape, other) if other is not None else (shape if method == "masked_fill" else None)
             return shape
@@ -717,7 +771,7 @@ class Layouts:
             position = normalize_dim(dim, len(shape))
             if position is None:
                 return None
-            return (*shape[:position], *shape[position + 1:]) if shape[position] == "1" else None
+            return (*shape[:position], *shape[position + 1 :]) if shape[position] == "1" else None
         if method == "flatten":
             shape = self.shape(receiver, depth)
             start = int_value(positional_values[0]) if positional_values else 0
@@ -728,7 +782,7 @@ class Layouts:
             if a is None or b is None or b < a:
                 return None
             merged = shape[a] if a == b else None
-            return (*shape[:a], merged, *shape[b + 1:])
+            return (*shape[:a], merged, *shape[b + 1 :])
         if method == "unflatten":
             shape = self.shape(receiver, depth)
             dim = int_value(positional_values[0]) if positional_values else None
@@ -739,7 +793,7 @@ class Layouts:
             if position is None:
                 return None
             new = tuple(None if int_value(e.value) == -1 else self._dim_code(e.value, depth) for e in sizes.elements)
-            return (*shape[:position], *new, *shape[position + 1:])
+            return (*shape[:position], *new, *shape[position + 1 :])
         if method in NEW_FACTORIES:
             return self._factory_dims(positional_values[:1] if method == "new_full" else positional_values, depth)
         if method in ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp", "norm"):
@@ -747,8 +801,11 @@ class Layouts:
         if method in ("split", "chunk", "unbind", "size", "item", "tolist", "numel", "dim"):
             return None
         if method in ("matmul", "bmm", "mm"):
-            return matmul_shape(self.shape(receiver, depth), self.shape(positional_values[0], depth)) \
-                if positional_values else None
+            return (
+                matmul_shape(self.shape(receiver, depth), self.shape(positional_values[0], depth))
+                if positional_values
+                else None
+            )
         return _NOT_A_METHOD
 
     def _reduced(self, call: cst.Call, receiver, method: str, depth: int):
@@ -760,7 +817,11 @@ class Layouts:
             return None
         if shape is None or dim_arg is None:
             return () if shape is not None and dim_arg is None and method != "norm" else None
-        values = [e.value for e in dim_arg.value.elements] if isinstance(dim_arg.value, (cst.Tuple, cst.List)) else [dim_arg.value]
+        values = (
+            [e.value for e in dim_arg.value.elements]
+            if isinstance(dim_arg.value, (cst.Tuple, cst.List))
+            else [dim_arg.value]
+        )
         dims = [int_value(v) for v in values]
         if None in dims:
             return None
@@ -789,13 +850,24 @@ class Layouts:
             if len(positional_values) != 2:
                 return None
             return matmul_shape(self.shape(positional_values[0], depth), self.shape(positional_values[1], depth))
-        if name in ("torch.transpose", "torch.permute", "torch.unsqueeze", "torch.squeeze", "torch.flatten",
-                    "torch.movedim", "torch.reshape", "torch.sum", "torch.mean"):
+        if name in (
+            "torch.transpose",
+            "torch.permute",
+            "torch.unsqueeze",
+            "torch.squeeze",
+            "torch.flatten",
+            "torch.movedim",
+            "torch.reshape",
+            "torch.sum",
+            "torch.mean",
+        ):
             method = name.rsplit(".", 1)[1]
             if not positional_values:
                 return None
-            rest = call.with_changes(func=cst.Attribute(positional_values[0], cst.Name(method)),
-                                     args=[a for a in call.args if a.value is not positional_values[0]])
+            rest = call.with_changes(
+                func=cst.Attribute(positional_values[0], cst.Name(method)),
+                args=[a for a in call.args if a.value is not positional_values[0]],
+            )
             found = self._method_shape(rest, method, positional_values[0], depth)
             return None if found is _NOT_A_METHOD else found
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.tensor", "torch.as_tensor"):
@@ -809,7 +881,11 @@ class Layouts:
             return broadcast(broadcast(shapes[0], shapes[1]), shapes[2])
         if name in ("torch.outer",):
             shapes = [self.shape(v, depth) for v in positional_values]
-            return (shapes[0][0], shapes[1][0]) if len(shapes) == 2 and all(s is not None and len(s) == 1 for s in shapes) else None
+            return (
+                (shapes[0][0], shapes[1][0])
+                if len(shapes) == 2 and all(s is not None and len(s) == 1 for s in shapes)
+                else None
+            )
         if name in ("torch.arange", "torch.linspace", "torch.logspace"):
             return (None,)
         return None
@@ -830,8 +906,12 @@ class Layouts:
             if shape is None:
                 continue
             if "." in letters:
-                batch = broadcast(batch, shape[:len(shape) - len(named)]) if batch is not None else shape[:len(shape) - len(named)]
-                shape = shape[len(shape) - len(named):]
+                batch = (
+                    broadcast(batch, shape[: len(shape) - len(named)])
+                    if batch is not None
+                    else shape[: len(shape) - len(named)]
+                )
+                shape = shape[len(shape) - len(named) :]
             elif len(shape) != len(named):
                 return None
             for c, d in zip(named, shape):
@@ -854,13 +934,17 @@ class Layouts:
         function = self.context.bindings.local_function(func) if isinstance(func, cst.Name) else None
         if function is not None:
             from codemod.analysis.bindings import returned_values
+
             shapes = [self.shape(value, depth) for value in returned_values(function)]
             if shapes and all(s is not None for s in shapes) and len({len(s) for s in shapes}) == 1:
                 literal = [_literal_dims(s) for s in shapes]
                 return literal[0] if all(s == literal[0] for s in literal) else tuple(None for _ in literal[0])
             return None
-        module = self.attributes.value(func) if isinstance(func, cst.Attribute) else (
-            self._single_value(func) if isinstance(func, cst.Name) else None)
+        module = (
+            self.attributes.value(func)
+            if isinstance(func, cst.Attribute)
+            else (self._single_value(func) if isinstance(func, cst.Name) else None)
+        )
         if not isinstance(module, cst.Call) or len(call.args) != 1 or call.args[0].keyword is not None:
             return None
         kinds = self.names.of(module.func)
@@ -914,14 +998,14 @@ class Layouts:
                     position = normalize_dim(dim, len(shape)) if shape is not None else None
                     if shape is None or position is None:
                         return None
-                    return (*shape[:position], None, *shape[position + 1:])
+                    return (*shape[:position], None, *shape[position + 1 :])
                 if method == "unbind":
                     dim = int_value(dim_arg.value if dim_arg else (args[0] if args else None)) or 0
                     shape = self.shape(receiver, depth)
                     position = normalize_dim(dim, len(shape)) if shape is not None else None
                     if shape is None or position is None:
                         return None
-                    return (*shape[:position], *shape[position + 1:])
+                    return (*shape[:position], *shape[position + 1 :])
             if isinstance(value, cst.GeneratorExp) or isinstance(value, cst.ListComp):
                 return self.shape(value.elt, depth)
             if isinstance(value, (cst.Tuple, cst.List)) and position < len(value.elements):
@@ -978,8 +1062,10 @@ class Layouts:
         current = target
         while True:
             parent = self.context.parents.get(current)
-            if parent is None or not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement,
-                                                         cst.AssignTarget, cst.AsName, cst.WithItem)):
+            if parent is None or not isinstance(
+                parent,
+                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
+            ):
                 return parent if parent is not None else current
             current = parent
 
@@ -995,9 +1081,12 @@ class Layouts:
                 return statement.value
             element = self.context.parents.get(target)
             container = self.context.parents.get(element)
-            if isinstance(element, cst.Element) and isinstance(container, (cst.Tuple, cst.List)) \
-                    and container is statement.targets[0].target \
-                    and not any(isinstance(e, cst.StarredElement) for e in container.elements):
+            if (
+                isinstance(element, cst.Element)
+                and isinstance(container, (cst.Tuple, cst.List))
+                and container is statement.targets[0].target
+                and not any(isinstance(e, cst.StarredElement) for e in container.elements)
+            ):
                 return (statement.value, list(container.elements).index(element), "unpack")
         if isinstance(statement, cst.AnnAssign) and statement.target is target:
             return statement.value
@@ -1017,12 +1106,15 @@ class Layouts:
         function or `self.<method>()` returns."""
         if depth > 3:
             return None
-        if isinstance(value, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+        if isinstance(value, (cst.Tuple, cst.List)) and not any(
+            isinstance(e, cst.StarredElement) for e in value.elements
+        ):
             return value.elements[position].value if position < len(value.elements) else None
         if isinstance(value, cst.Call):
             function = self.function_of(value)
             if function is not None:
                 from codemod.analysis.bindings import returned_values
+
                 returns = returned_values(function)
                 if len(returns) == 1:
                     return self.element(returns[0], position, depth + 1)
@@ -1039,7 +1131,9 @@ class Layouts:
             classdef = self.index.first_enclosing(method, cst.ClassDef) if method is not None else None
             if classdef is None or not _is_self(func.value, method):
                 return None
-            found = [s for s in classdef.body.body if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value]
+            found = [
+                s for s in classdef.body.body if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value
+            ]
             return found[0] if len(found) == 1 and not found[0].decorators else None
         return None
 
@@ -1056,9 +1150,7 @@ _NOT_A_METHOD = object()
 _MISSING = object()
 
 
-
-
-def layouts(context: "FileContext") -> Layouts:
+def layouts(context: FileContext) -> Layouts:
     return context.shared("tensor_layout.layouts", Layouts)
 
 
@@ -1067,8 +1159,16 @@ def _number_annotation(param: cst.Param) -> bool:
     if param.annotation is None:
         return False
     code = cst.Module([]).code_for_node(param.annotation.annotation).replace(" ", "")
-    return code in ("int", "float", "Optional[float]", "Optional[int]", "float|None", "int|None",
-                    "typing.Optional[float]", "typing.Optional[int]")
+    return code in (
+        "int",
+        "float",
+        "Optional[float]",
+        "Optional[int]",
+        "float|None",
+        "int|None",
+        "typing.Optional[float]",
+        "typing.Optional[int]",
+    )
 
 
 def _dotted(node) -> bool:
@@ -1111,7 +1211,7 @@ def index_shape(shape, elements: Sequence[cst.SubscriptElement], code) -> tuple 
     for element in elements:
         if _is_ellipsis(element):
             skip = len(shape) - named
-            out.extend(shape[position:position + skip])
+            out.extend(shape[position : position + skip])
             position += skip
         elif _is_none(element):
             out.append("1")
@@ -1126,8 +1226,11 @@ def index_shape(shape, elements: Sequence[cst.SubscriptElement], code) -> tuple 
 
 
 def _is_none(element: cst.SubscriptElement) -> bool:
-    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
+    return (
+        isinstance(element.slice, cst.Index)
+        and isinstance(element.slice.value, cst.Name)
         and element.slice.value.value == "None"
+    )
 
 
 def _is_ellipsis(element: cst.SubscriptElement) -> bool:
@@ -1136,8 +1239,13 @@ def _is_ellipsis(element: cst.SubscriptElement) -> bool:
 
 def _dim_read(expr) -> tuple[cst.BaseExpression, int] | None:
     """(x, i) for `x.size(i)`, `x.shape[i]`, `x.size()[i]`."""
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" \
-            and len(expr.args) == 1 and expr.args[0].keyword is None:
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "size"
+        and len(expr.args) == 1
+        and expr.args[0].keyword is None
+    ):
         dim = int_value(expr.args[0].value)
         return (expr.func.value, dim) if dim is not None else None
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
@@ -1152,8 +1260,12 @@ def _shape_read(expr) -> cst.BaseExpression | None:
     """x for `x.shape` and `x.size()`."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "shape":
         return expr.value
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" \
-            and not expr.args:
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "size"
+        and not expr.args
+    ):
         return expr.func.value
     return None
 

@@ -28,8 +28,9 @@ the reason: rules report such loops instead of rewriting them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -42,7 +43,6 @@ from codemod.analysis.tensor_layout import (
     int_value,
     layouts,
     read_names,
-    reads,
 )
 from codemod.analysis.torch_facts import RANDOM_FUNCTIONS, RANDOM_METHODS
 
@@ -55,15 +55,18 @@ class Unsupported(Exception):
 
 
 # Elementwise methods of a tensor (their other arguments must not change over time).
-ELEMENTWISE_METHODS = frozenset((
-    "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
-    "clamp clamp_min clamp_max float double half bfloat16 to type_as contiguous clone detach "
-    "nan_to_num erf logsigmoid softplus silu gelu"
-).split())
+ELEMENTWISE_METHODS = frozenset(
+    (
+        "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
+        "clamp clamp_min clamp_max float double half bfloat16 to type_as contiguous clone detach "
+        "nan_to_num erf logsigmoid softplus silu gelu"
+    ).split()
+)
 ELEMENTWISE_FUNCTIONS = frozenset(
-    name for name in SAME_SHAPE_FUNCTIONS
-    if name.rsplit(".", 1)[1] not in ("softmax", "log_softmax", "cumsum", "cumprod", "tril", "triu",
-                                      "dropout", "normalize", "layer_norm")
+    name
+    for name in SAME_SHAPE_FUNCTIONS
+    if name.rsplit(".", 1)[1]
+    not in ("softmax", "log_softmax", "cumsum", "cumprod", "tril", "triu", "dropout", "normalize", "layer_norm")
 )
 REDUCTIONS = frozenset("sum mean amax amin prod".split())
 # Methods only tensors have: calling one proves the receiver (and the result) is a tensor.
@@ -71,8 +74,9 @@ TENSOR_ONLY_METHODS = frozenset(
     "unsqueeze squeeze transpose view reshape permute expand flatten unflatten movedim contiguous "
     "float double half bfloat16 type_as exp sigmoid tanh softmax log_softmax matmul sum mean detach clone".split()
 )
-LAST_DIM_MODULES = frozenset(("torch.nn.Linear", "torch.nn.modules.linear.Linear", "torch.nn.LayerNorm",
-                              "torch.nn.RMSNorm"))
+LAST_DIM_MODULES = frozenset(
+    ("torch.nn.Linear", "torch.nn.modules.linear.Linear", "torch.nn.LayerNorm", "torch.nn.RMSNorm")
+)
 
 
 # -- step values ---------------------------------------------------------------------------
@@ -149,6 +153,7 @@ def states_in(sym: Sym) -> set[tuple[str, str]]:
         elif isinstance(s, Op):
             for a in s.args:
                 walk(a)
+
     walk(sym)
     return found
 
@@ -199,7 +204,7 @@ class LoopReader:
     """Reads one `for` loop into a TimeLoop, or raises Unsupported (why), or returns None
     when the loop is not over time at all."""
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self.layouts = layouts(context)
         self.names = context.names
@@ -210,8 +215,11 @@ class LoopReader:
     def header(self, loop: cst.For) -> tuple[str | None, Steps, dict[str, Sym]] | None:
         """(step variable, steps, loop targets bound to time-indexed tensors), or None."""
         target, iterable = loop.target, loop.iter
-        if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "builtins.range") \
-                and isinstance(target, cst.Name):
+        if (
+            isinstance(iterable, cst.Call)
+            and self.names.is_(iterable.func, "builtins.range")
+            and isinstance(target, cst.Name)
+        ):
             args = [a for a in iterable.args]
             if any(a.keyword or a.star for a in args) or not 1 <= len(args) <= 2:
                 return None
@@ -219,9 +227,14 @@ class LoopReader:
                 return target.value, Steps(None, args[0].value), {}
             return target.value, Steps(args[0].value, args[1].value), {}
         time = None
-        if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "builtins.enumerate") \
-                and len(iterable.args) == 1 and isinstance(target, cst.Tuple) and len(target.elements) == 2 \
-                and isinstance(target.elements[0].value, cst.Name):
+        if (
+            isinstance(iterable, cst.Call)
+            and self.names.is_(iterable.func, "builtins.enumerate")
+            and len(iterable.args) == 1
+            and isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and isinstance(target.elements[0].value, cst.Name)
+        ):
             time = target.elements[0].value.value
             target, iterable = target.elements[1].value, iterable.args[0].value
         pairs = self._iterated(target, iterable)
@@ -252,11 +265,16 @@ class LoopReader:
             return found
         if not isinstance(target, cst.Name):
             return None
-        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute) \
-                and iterable.func.attr.value == "unbind" and len(iterable.args) <= 1:
+        if (
+            isinstance(iterable, cst.Call)
+            and isinstance(iterable.func, cst.Attribute)
+            and iterable.func.attr.value == "unbind"
+            and len(iterable.args) <= 1
+        ):
             dim = int_value(iterable.args[0].value) if iterable.args else 0
-            if dim is None or (iterable.args and iterable.args[0].keyword not in (None,) and
-                               iterable.args[0].keyword.value != "dim"):
+            if dim is None or (
+                iterable.args and iterable.args[0].keyword not in (None,) and iterable.args[0].keyword.value != "dim"
+            ):
                 return None
             return [(target.value, iterable.func.value, dim)]
         if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "torch.unbind"):
@@ -305,15 +323,16 @@ class LoopReader:
             self.env[name] = Prev(self._state_rank(name, loop), name)
         result.temporaries = set(assigned) - states
         lists = self._collected_lists(statements, loop)
-        for position, statement in enumerate(statements):
+        for statement in statements:
             self._statement(statement, result, states, lists)
         for state in result.states.values():
             split = affine(state.update, state.name)
             if split is None:
-                raise Unsupported(f"the update of `{state.name}` is not linear in it "
-                                  f"(`{self.code(state.statement)}`)")
+                raise Unsupported(f"the update of `{state.name}` is not linear in it (`{self.code(state.statement)}`)")
             state.a, state.x = split
-            if state.a is not None and mentions(state.a, lambda s: isinstance(s, (Prev, New)) and s.state == state.name):
+            if state.a is not None and mentions(
+                state.a, lambda s, name=state.name: isinstance(s, (Prev, New)) and s.state == name
+            ):
                 raise Unsupported(f"the update of `{state.name}` is not linear in it")
         return result
 
@@ -330,8 +349,12 @@ class LoopReader:
                     return None
                 continue
             for small in reversed(statement.body):
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == name:
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                    and small.targets[0].target.value == name
+                ):
                     return self.layouts.rank(small.value)
                 if name in _bound_in(small):
                     return None
@@ -341,8 +364,11 @@ class LoopReader:
         """Ranks the loop's einsums prove: `einsum("bhk,...", r[:, :, t], ...)` makes r 4-dim."""
         hints: dict[str, int] = {}
         for call in self.context.index.find(cst.Call, within=loop.body):
-            if not self.names.is_(call.func, "torch.einsum") or not call.args \
-                    or not isinstance(call.args[0].value, cst.SimpleString):
+            if (
+                not self.names.is_(call.func, "torch.einsum")
+                or not call.args
+                or not isinstance(call.args[0].value, cst.SimpleString)
+            ):
                 continue
             spec = Spec.parse(call.args[0].value.evaluated_value)
             if spec is None or len(spec.inputs) != len(call.args) - 1:
@@ -355,8 +381,12 @@ class LoopReader:
                 if "." in letters or not isinstance(value, cst.Subscript) or self.time is None:
                     continue
                 elements = list(value.slice)
-                dropped = sum(1 for e in elements if _is_step(e, self.time) or (
-                    isinstance(e.slice, cst.Index) and int_value(e.slice.value) is not None))
+                dropped = sum(
+                    1
+                    for e in elements
+                    if _is_step(e, self.time)
+                    or (isinstance(e.slice, cst.Index) and int_value(e.slice.value) is not None)
+                )
                 added = sum(1 for e in elements if _is_none(e))
                 if any(_is_ellipsis(e) for e in elements) or dropped != 1:
                     continue
@@ -389,17 +419,22 @@ class LoopReader:
         if scope is None:
             return False
         index = self.context.index
-        return any(isinstance(a.node, cst.CSTNode) and a.node in index and index.order(a.node) < index.order(loop)
-                   for a in scope[name])
+        return any(
+            isinstance(a.node, cst.CSTNode) and a.node in index and index.order(a.node) < index.order(loop)
+            for a in scope[name]
+        )
 
     def _collected_lists(self, statements, loop) -> dict[str, cst.CSTNode]:
         """Lists the loop appends to: name -> the append call."""
         found = {}
         for statement in statements:
-            if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call) \
-                    and isinstance(statement.value.func, cst.Attribute) \
-                    and statement.value.func.attr.value == "append" \
-                    and isinstance(statement.value.func.value, cst.Name):
+            if (
+                isinstance(statement, cst.Expr)
+                and isinstance(statement.value, cst.Call)
+                and isinstance(statement.value.func, cst.Attribute)
+                and statement.value.func.attr.value == "append"
+                and isinstance(statement.value.func.value, cst.Name)
+            ):
                 found[statement.value.func.value.value] = statement
         return found
 
@@ -408,10 +443,13 @@ class LoopReader:
             if len(statement.targets) != 1:
                 raise Unsupported("a chained assignment in the loop")
             target = statement.targets[0].target
-            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(statement.value, (cst.Tuple, cst.List)) \
-                    and len(target.elements) == len(statement.value.elements) \
-                    and all(isinstance(e.value, cst.Name) for e in target.elements) \
-                    and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *statement.value.elements)):
+            if (
+                isinstance(target, (cst.Tuple, cst.List))
+                and isinstance(statement.value, (cst.Tuple, cst.List))
+                and len(target.elements) == len(statement.value.elements)
+                and all(isinstance(e.value, cst.Name) for e in target.elements)
+                and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *statement.value.elements))
+            ):
                 values = [self.sym(e.value) for e in statement.value.elements]  # all read before any is bound
                 for element, value in zip(target.elements, values):
                     if element.value.value in states:
@@ -436,15 +474,24 @@ class LoopReader:
                 return
             raise Unsupported(f"the loop assigns `{self.code(target)}`")
         if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
-            operator = {cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract,
-                        cst.MultiplyAssign: cst.Multiply, cst.DivideAssign: cst.Divide}.get(type(statement.operator))
+            operator = {
+                cst.AddAssign: cst.Add,
+                cst.SubtractAssign: cst.Subtract,
+                cst.MultiplyAssign: cst.Multiply,
+                cst.DivideAssign: cst.Divide,
+            }.get(type(statement.operator))
             if operator is None:
                 raise Unsupported(f"`{self.code(statement)}` in the loop")
             name = statement.target.value
             node = cst.BinaryOperation(cst.Name(name), operator(), _atom(statement.value))
             left = self.env.get(name) or self.sym(statement.target)
-            value = Op(None, {cst.Add: "add", cst.Subtract: "sub", cst.Multiply: "mul", cst.Divide: "div"}[operator],
-                       (left, self.sym(statement.value)), (), node)
+            value = Op(
+                None,
+                {cst.Add: "add", cst.Subtract: "sub", cst.Multiply: "mul", cst.Divide: "div"}[operator],
+                (left, self.sym(statement.value)),
+                (),
+                node,
+            )
             value = Op(_broadcast_rank(value.args), value.op, value.args, (), node)
             if name in states:
                 result.states[name] = State(name, value, statement=statement)
@@ -455,8 +502,13 @@ class LoopReader:
             return
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             call = statement.value
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "append" \
-                    and isinstance(call.func.value, cst.Name) and len(call.args) == 1 and not call.args[0].keyword:
+            if (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "append"
+                and isinstance(call.func.value, cst.Name)
+                and len(call.args) == 1
+                and not call.args[0].keyword
+            ):
                 name = call.func.value.value
                 if any(o.name == name for o in result.outputs):
                     raise Unsupported(f"`{name}` is appended to twice in a step")
@@ -471,7 +523,7 @@ class LoopReader:
         elements = list(target.slice)
         for position, element in enumerate(elements):
             if _is_step(element, self.time):
-                if all(_is_full(e) for e in elements[:position]) and all(_is_full(e) for e in elements[position + 1:]):
+                if all(_is_full(e) for e in elements[:position]) and all(_is_full(e) for e in elements[position + 1 :]):
                     return target.value.value, position
                 return None
         return None
@@ -536,7 +588,14 @@ class LoopReader:
             if isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_ONLY_METHODS:
                 return True  # a number has no such method
             if isinstance(node.func, cst.Attribute) and node.func.attr.value in ELEMENTWISE_METHODS | {
-                    "unsqueeze", "transpose", "view", "reshape", "exp", "sigmoid", "float"}:
+                "unsqueeze",
+                "transpose",
+                "view",
+                "reshape",
+                "exp",
+                "sigmoid",
+                "float",
+            }:
                 return self._is_tensor(node.func.value)
         if isinstance(node, cst.UnaryOperation):
             return self._is_tensor(node.expression)
@@ -551,13 +610,18 @@ class LoopReader:
             return value is not None and self._is_tensor(value)
         if isinstance(node, cst.Attribute):
             values = attributes(self.context).values(node)
-            return bool(values) and all(isinstance(v, cst.Call) and self.names.of(v.func) & {
-                "torch.nn.Parameter", "torch.nn.parameter.Parameter"} or self._is_tensor_value(v) for v in values)
+            return bool(values) and all(
+                isinstance(v, cst.Call)
+                and self.names.of(v.func) & {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
+                or self._is_tensor_value(v)
+                for v in values
+            )
         return False
 
     def _is_tensor_value(self, value) -> bool:
         return isinstance(value, cst.Call) and any(
-            n.startswith("torch.") and not n.startswith("torch.nn.") for n in self.names.of(value.func))
+            n.startswith("torch.") and not n.startswith("torch.nn.") for n in self.names.of(value.func)
+        )
 
     def _random(self, call: cst.Call) -> bool:
         if self.names.of(call.func) & RANDOM_FUNCTIONS:
@@ -565,11 +629,18 @@ class LoopReader:
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in RANDOM_METHODS:
             return True
         module = attributes(self.context).value(call.func) if isinstance(call.func, cst.Attribute) else None
-        return isinstance(module, cst.Call) and bool(self.names.of(module.func) & {
-            "torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"})
+        return isinstance(module, cst.Call) and bool(
+            self.names.of(module.func) & {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
+        )
 
     def _binary(self, node: cst.BinaryOperation) -> Sym:
-        ops = {cst.Add: "add", cst.Subtract: "sub", cst.Multiply: "mul", cst.Divide: "div", cst.MatrixMultiply: "matmul"}
+        ops = {
+            cst.Add: "add",
+            cst.Subtract: "sub",
+            cst.Multiply: "mul",
+            cst.Divide: "div",
+            cst.MatrixMultiply: "matmul",
+        }
         if isinstance(node.operator, cst.Power):
             base = self.sym(node.left)
             if self.depends(node.right) or not self.layouts.is_number(node.right):
@@ -599,13 +670,17 @@ class LoopReader:
         keep = not _is_step(element, self.time)
         if keep and not _is_step_slice(element, self.time, self.code):
             raise Unsupported(f"`{self.code(node)}`: the step indexes other than [t] or [t:t + 1]")
-        before, after = elements[:at], elements[at + 1:]
+        before, after = elements[:at], elements[at + 1 :]
         shape = self.layouts.shape(tensor)
         if all(_is_full(e) for e in before):
             time = at
             rest = [*before, *after]
-        elif len(before) >= 1 and _is_ellipsis(before[0]) and all(_is_full(e) for e in before[1:]) \
-                and all(_is_full(e) for e in after):
+        elif (
+            len(before) >= 1
+            and _is_ellipsis(before[0])
+            and all(_is_full(e) for e in before[1:])
+            and all(_is_full(e) for e in after)
+        ):
             time = -1 - len(after)
             rest = []
         else:
@@ -640,14 +715,21 @@ class LoopReader:
             return self._torch_call(node, torch_name)
         if isinstance(func, cst.Attribute) and self.depends(func.value):
             return self._method(node, func.attr.value, func.value)
-        module = attributes(self.context).value(func) if isinstance(func, cst.Attribute) else (
-            self.layouts.value_of(func) if isinstance(func, cst.Name) and func in self.context.index else None)
+        module = (
+            attributes(self.context).value(func)
+            if isinstance(func, cst.Attribute)
+            else (self.layouts.value_of(func) if isinstance(func, cst.Name) and func in self.context.index else None)
+        )
         if isinstance(module, cst.Call) and len(node.args) == 1 and node.args[0].keyword is None:
             kinds = self.names.of(module.func)
             operand = self.sym(node.args[0].value)
             if kinds & LAST_DIM_MODULES:
                 return Op(operand.rank, "last_dim", (operand,), (), node)
-            if kinds & SAME_SHAPE_MODULES and not kinds & {"torch.nn.Dropout", "torch.nn.Softmax", "torch.nn.GroupNorm"}:
+            if kinds & SAME_SHAPE_MODULES and not kinds & {
+                "torch.nn.Dropout",
+                "torch.nn.Softmax",
+                "torch.nn.GroupNorm",
+            }:
                 return Op(operand.rank, "map", (operand,), ("arg0",), node)
         raise Unsupported(f"`{self.code(func)}` is called on a step value")
 
@@ -702,12 +784,16 @@ class LoopReader:
         extra = [a for a in args if a is not dim_arg and a is not keep]
         if dim_arg is None or extra:
             raise Unsupported(f"`{self.code(node)}` reduces over every dim")
-        values = [e.value for e in dim_arg.value.elements] if isinstance(dim_arg.value, (cst.Tuple, cst.List)) \
+        values = (
+            [e.value for e in dim_arg.value.elements]
+            if isinstance(dim_arg.value, (cst.Tuple, cst.List))
             else [dim_arg.value]
+        )
         dims = [int_value(v) for v in values]
         keepdim = keep is not None and isinstance(keep.value, cst.Name) and keep.value.value == "True"
-        if None in dims or (keep is not None and not (isinstance(keep.value, cst.Name)
-                                                      and keep.value.value in ("True", "False"))):
+        if None in dims or (
+            keep is not None and not (isinstance(keep.value, cst.Name) and keep.value.value in ("True", "False"))
+        ):
             raise Unsupported(f"`{self.code(node)}`")
         rank = inner.rank if keepdim else _plus(inner.rank, -len(dims))
         return Op(rank, "reduce", (inner,), (tuple(dims), keepdim, method, skip_first), node)
@@ -753,8 +839,10 @@ class LoopReader:
         if short == "lerp" and len(values) == 3:
             return _lerp(self.sym(values[0]), self.sym(values[1]), self.sym(values[2]))
         if short in ("unsqueeze", "transpose", "squeeze") and values:
-            rest = node.with_changes(func=cst.Attribute(_atom(values[0]), cst.Name(short)),
-                                     args=[a for a in node.args if a.value is not values[0]])
+            rest = node.with_changes(
+                func=cst.Attribute(_atom(values[0]), cst.Name(short)),
+                args=[a for a in node.args if a.value is not values[0]],
+            )
             return self._method(rest, short, values[0])
         raise Unsupported(f"`{self.code(node.func)}` on a step value")
 
@@ -764,6 +852,7 @@ class LoopReader:
 
 def _bound_in(node) -> set[str]:
     from codemod.analysis.names import names_read  # noqa: F401
+
     found = set()
     for child in _walk(node):
         if isinstance(child, cst.AssignTarget):
@@ -810,13 +899,19 @@ def _is_ellipsis(element: cst.SubscriptElement) -> bool:
 
 
 def _is_none(element: cst.SubscriptElement) -> bool:
-    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
+    return (
+        isinstance(element.slice, cst.Index)
+        and isinstance(element.slice.value, cst.Name)
         and element.slice.value.value == "None"
+    )
 
 
 def _is_step(element: cst.SubscriptElement, time: str) -> bool:
-    return isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
+    return (
+        isinstance(element.slice, cst.Index)
+        and isinstance(element.slice.value, cst.Name)
         and element.slice.value.value == time
+    )
 
 
 def _is_step_slice(element: cst.SubscriptElement, time: str, code) -> bool:
@@ -829,12 +924,16 @@ def _is_step_slice(element: cst.SubscriptElement, time: str, code) -> bool:
 
 
 def _mentions_step(element: cst.SubscriptElement, time: str, code) -> bool:
-    return _is_step(element, time) or _is_step_slice(element, time, code) or (
-        time in {n.value for n in _names_in(element)})
+    return (
+        _is_step(element, time)
+        or _is_step_slice(element, time, code)
+        or (time in {n.value for n in _names_in(element)})
+    )
 
 
 def _names_in(node) -> list[cst.Name]:
     from codemod.analysis.names import names_read
+
     return names_read(node)
 
 
@@ -886,8 +985,8 @@ def _index(inner: Sym, elements, node, code) -> Sym:
     ellipses = [i for i, e in enumerate(elements) if _is_ellipsis(e)]
     if len(ellipses) > 1:
         raise Unsupported(f"`{code(node)}`")
-    head = elements[:ellipses[0]] if ellipses else elements
-    tail = elements[ellipses[0] + 1:] if ellipses else []
+    head = elements[: ellipses[0]] if ellipses else elements
+    tail = elements[ellipses[0] + 1 :] if ellipses else []
     position = 0
     for element in head:
         if _is_none(element):
@@ -897,8 +996,14 @@ def _index(inner: Sym, elements, node, code) -> Sym:
         position += 1
     if not ellipses and value.rank is not None and position > value.rank:
         raise Unsupported(f"`{code(node)}` indexes past the dims")
-    if not ellipses and isinstance(value, Op) and value.op == "unsqueeze" and value is not inner \
-            and value.params[0] >= 0 and value.rank is None:
+    if (
+        not ellipses
+        and isinstance(value, Op)
+        and value.op == "unsqueeze"
+        and value is not inner
+        and value.params[0] >= 0
+        and value.rank is None
+    ):
         # every element addresses a dim: the value has at least as many dims as there are elements
         value = Op(value.rank, "unsqueeze", value.args, (value.params[0], position), value.node)
     count = 0
@@ -925,8 +1030,10 @@ def _lerp(start: Sym, end: Sym, weight: Sym) -> Sym:
 
 
 def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)) \
-            or node.lpar:
+    if (
+        isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString))
+        or node.lpar
+    ):
         return node
     return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
@@ -937,6 +1044,7 @@ def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
 def affine(sym: Sym, state: str):
     """(a, x) with sym = a * Prev(state) + x, a and x free of the state (None for 0); or None
     when sym is not affine in the state."""
+
     def has(s):
         return mentions(s, lambda v: isinstance(v, Prev) and v.state == state)
 
@@ -1045,9 +1153,11 @@ def integer(n: int) -> cst.BaseExpression:
 def method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression, **keywords) -> cst.Call:
     arguments = [cst.Arg(a) for a in args] + [
         cst.Arg(v, keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
-        for k, v in keywords.items()]
-    arguments = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in arguments[:-1]] \
-        + arguments[-1:]
+        for k, v in keywords.items()
+    ]
+    arguments = [
+        a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in arguments[:-1]
+    ] + arguments[-1:]
     return cst.Call(cst.Attribute(_atom(receiver), cst.Name(name)), arguments)
 
 
@@ -1061,8 +1171,11 @@ def moved(lift: Lift, destination: int) -> Lift:
         if source == target:
             return Lift(lift.code, destination, lift.rank)
         if abs(source - target) == 1:
-            return Lift(method(lift.code, "transpose", integer(min(source, target)), integer(max(source, target))),
-                        destination, lift.rank)
+            return Lift(
+                method(lift.code, "transpose", integer(min(source, target)), integer(max(source, target))),
+                destination,
+                lift.rank,
+            )
         return Lift(method(lift.code, "movedim", integer(source), integer(target)), destination, lift.rank)
     return Lift(method(lift.code, "movedim", integer(lift.time), integer(destination)), destination, lift.rank)
 
@@ -1087,8 +1200,9 @@ def to_left(lift: Lift) -> Lift:
 class Lifter:
     """Lifts step values of one loop; `states` gives the lifted Prev / New / Read values."""
 
-    def __init__(self, context: "FileContext", steps: Steps, time: str | None,
-                 states: dict[tuple[str, str], Lift]) -> None:
+    def __init__(
+        self, context: FileContext, steps: Steps, time: str | None, states: dict[tuple[str, str], Lift]
+    ) -> None:
         self.context = context
         self.code = context.module.code_for_node
         self.layouts = layouts(context)
@@ -1118,12 +1232,16 @@ class Lifter:
             return sym.tensor
         bound = cst.Slice(lower=start, upper=stop)
         if sym.time >= 0:
-            elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * sym.time + [cst.SubscriptElement(bound)]
+            elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * sym.time + [
+                cst.SubscriptElement(bound)
+            ]
         else:
-            elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + \
-                [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - sym.time)
-        elements = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]] \
-            + elements[-1:]
+            elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + [
+                cst.SubscriptElement(cst.Slice(lower=None, upper=None))
+            ] * (-1 - sym.time)
+        elements = [
+            e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
+        ] + elements[-1:]
         return cst.Subscript(_atom(sym.tensor), elements)
 
     def _whole(self, sym: Timed, stop: cst.BaseExpression) -> bool:
@@ -1138,11 +1256,18 @@ class Lifter:
         timed = [l for l in lifts if not l.constant]
         if not timed:
             return lifts
-        if all(l.time >= 0 for l in timed) and len({l.time for l in timed}) == 1 \
-                and len({_rank_of(l) for l in timed}) == 1 and _rank_of(timed[0]) is not None \
-                and all(c.kind == "number" or (c.rank is not None and timed[0].rank is not None
-                                               and c.rank <= timed[0].rank - timed[0].time)
-                        for c in lifts if c.constant):
+        if (
+            all(l.time >= 0 for l in timed)
+            and len({l.time for l in timed}) == 1
+            and len({_rank_of(l) for l in timed}) == 1
+            and _rank_of(timed[0]) is not None
+            and all(
+                c.kind == "number"
+                or (c.rank is not None and timed[0].rank is not None and c.rank <= timed[0].rank - timed[0].time)
+                for c in lifts
+                if c.constant
+            )
+        ):
             return lifts  # the tensors' own layout: equal ranks, time on the same dim
         rights = {id(l): to_right(l) for l in timed}
         target = max(r.time for r in rights.values())
@@ -1155,13 +1280,20 @@ class Lifter:
             elif lift.kind == "number":
                 aligned.append(lift)
             elif lift.kind == "unknown":
-                raise Unsupported(f"`{self.code(lift.code)}` may be a number or a tensor: where its dims "
-                                  "meet time cannot be told")
+                raise Unsupported(
+                    f"`{self.code(lift.code)}` may be a number or a tensor: where its dims meet time cannot be told"
+                )
             elif lift.rank is not None and lift.rank <= -target - 1:
                 aligned.append(lift)
             else:
-                aligned.append(Lift(method(lift.code, "unsqueeze", integer(target)), None,
-                                    None if lift.rank is None else lift.rank + 1, "tensor"))
+                aligned.append(
+                    Lift(
+                        method(lift.code, "unsqueeze", integer(target)),
+                        None,
+                        None if lift.rank is None else lift.rank + 1,
+                        "tensor",
+                    )
+                )
         return aligned
 
     def kernel_operands(self, lifts: list[Lift]) -> tuple[list[Lift], int]:
@@ -1183,8 +1315,9 @@ class Lifter:
                     ready.append(lift)
                     continue
                 if lift.kind == "unknown":
-                    raise Unsupported(f"`{self.code(lift.code)}` may be a number or a tensor: where its dims "
-                                      "meet time cannot be told")
+                    raise Unsupported(
+                        f"`{self.code(lift.code)}` may be a number or a tensor: where its dims meet time cannot be told"
+                    )
                 fits = lift.rank is not None and (lift.rank >= dim if dim >= 0 else lift.rank >= -dim - 1)
                 if not fits and dim != -1:
                     return self.kernel_operands([moved(to_right(l), -1) if not l.constant else l for l in lifts])
@@ -1197,19 +1330,33 @@ class Lifter:
         left, right = self._align([left, right])
         node = sym.node
         rank = _broadcast_rank(sym.args)
-        if isinstance(node, cst.BinaryOperation) and len(sym.args) == 2 and {"add": cst.Add, "sub": cst.Subtract,
-                                                                             "mul": cst.Multiply, "div": cst.Divide,
-                                                                             }[sym.op] is type(node.operator):
-            code = node.with_changes(left=left.code if left.code is not node.left else node.left,
-                                     right=right.code if right.code is not node.right else node.right)
-            code = code.with_changes(left=_operand(code.left, node.operator, "left"),
-                                     right=_operand(code.right, node.operator, "right"))
+        if (
+            isinstance(node, cst.BinaryOperation)
+            and len(sym.args) == 2
+            and {
+                "add": cst.Add,
+                "sub": cst.Subtract,
+                "mul": cst.Multiply,
+                "div": cst.Divide,
+            }[sym.op]
+            is type(node.operator)
+        ):
+            code = node.with_changes(
+                left=left.code if left.code is not node.left else node.left,
+                right=right.code if right.code is not node.right else node.right,
+            )
+            code = code.with_changes(
+                left=_operand(code.left, node.operator, "left"), right=_operand(code.right, node.operator, "right")
+            )
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == sym.op:
-            code = node.with_changes(func=node.func.with_changes(value=_atom(left.code)),
-                                     args=[node.args[0].with_changes(value=right.code)])
+            code = node.with_changes(
+                func=node.func.with_changes(value=_atom(left.code)), args=[node.args[0].with_changes(value=right.code)]
+            )
         else:
             operator = {"add": cst.Add, "sub": cst.Subtract, "mul": cst.Multiply, "div": cst.Divide}[sym.op]()
-            code = cst.BinaryOperation(_operand(left.code, operator, "left"), operator, _operand(right.code, operator, "right"))
+            code = cst.BinaryOperation(
+                _operand(left.code, operator, "left"), operator, _operand(right.code, operator, "right")
+            )
             code = code.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         times = {l.time for l in (left, right) if not l.constant}
         time = times.pop() if times else None
@@ -1320,16 +1467,20 @@ class Lifter:
         if d >= 0:
             elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * d + [cst.SubscriptElement(bound)]
         else:
-            elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + \
-                [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - d)
-        elements = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]] \
-            + elements[-1:]
+            elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + [
+                cst.SubscriptElement(cst.Slice(lower=None, upper=None))
+            ] * (-1 - d)
+        elements = [
+            e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
+        ] + elements[-1:]
         return Lift(cst.Subscript(_atom(inner.code), elements), inner.time, inner.rank, key=inner.key)
 
     def _lift_transpose(self, sym):
         inner = self.lift(sym.args[0])
         if inner.constant:
-            return Lift(method(inner.code, "transpose", *(integer(d) for d in sym.params)), None, inner.rank, inner.kind)
+            return Lift(
+                method(inner.code, "transpose", *(integer(d) for d in sym.params)), None, inner.rank, inner.kind
+            )
         inner, lifted, _ = self._dims(inner, sym.params, sym.args[0].rank)
         return Lift(method(inner.code, "transpose", *(integer(d) for d in lifted)), inner.time, sym.rank)
 
@@ -1339,8 +1490,10 @@ class Lifter:
         inner, lifted, _ = self._dims(inner, (dim,), sym.args[0].rank)
         node = sym.node
         if where == "receiver":
-            code = node.with_changes(func=node.func.with_changes(value=_atom(inner.code)),
-                                     args=[node.args[0].with_changes(value=integer(lifted[0]))])
+            code = node.with_changes(
+                func=node.func.with_changes(value=_atom(inner.code)),
+                args=[node.args[0].with_changes(value=integer(lifted[0]))],
+            )
         else:
             first = positional(node, 0)
             args = []
@@ -1365,7 +1518,7 @@ class Lifter:
         rights = [to_right(l) for l in timed]
         target = min([-3] + [r.time for r in rights])
         operands = []
-        for lift, original in zip((left, right), sym.args):
+        for lift, _original in zip((left, right), sym.args):
             if lift.constant:
                 if lift.rank is None:
                     raise Unsupported(f"`{self.code(lift.code)}`: a matrix of unknown rank times a step value")
@@ -1378,8 +1531,10 @@ class Lifter:
         if isinstance(node, cst.BinaryOperation):
             code = node.with_changes(left=_atom(operands[0].code), right=_atom(operands[1].code))
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "matmul":
-            code = node.with_changes(func=node.func.with_changes(value=_atom(operands[0].code)),
-                                     args=[node.args[0].with_changes(value=operands[1].code)])
+            code = node.with_changes(
+                func=node.func.with_changes(value=_atom(operands[0].code)),
+                args=[node.args[0].with_changes(value=operands[1].code)],
+            )
         elif isinstance(node, cst.Call):
             code = node.with_changes(args=[a.with_changes(value=o.code) for a, o in zip(node.args, operands)])
         else:
@@ -1402,7 +1557,7 @@ class Lifter:
                 rank = len(named)
                 lift = Lift(lift.code, lift.time, rank)
                 lift = to_left(lift)
-                term = (*named[:lift.time], tau, *named[lift.time:])
+                term = (*named[: lift.time], tau, *named[lift.time :])
             else:
                 lift = to_right(lift)
                 after_time = -lift.time - 1

@@ -66,16 +66,30 @@ DATASET_CLASSES = {
     "torch.utils.data.Subset",
     "torch.utils.data.ConcatDataset",
 }
-PASS_THROUGH_ITERABLES = {"iter", "builtins.iter", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm",
-                          "itertools.islice", "itertools.cycle"}
+PASS_THROUGH_ITERABLES = {
+    "iter",
+    "builtins.iter",
+    "tqdm.tqdm",
+    "tqdm.auto.tqdm",
+    "tqdm.notebook.tqdm",
+    "tqdm.std.tqdm",
+    "itertools.islice",
+    "itertools.cycle",
+}
 # Namespaces whose lowercase functions compute tensors where their tensor arguments are
 # (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
 TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")
 # collate functions whose batches hold only tensors, mappings and sequences of them (and
 # Hugging Face's collators, `transformers.DataCollator*`, whose batches are dicts of tensors).
-TENSOR_COLLATES = {"torch.utils.data.default_collate", "torch.utils.data.dataloader.default_collate",
-                   "torch.utils.data._utils.collate.default_collate", "runtime.data.PadCollate", "runtime.PadCollate",
-                   "transformers.default_data_collator", "transformers.data.data_collator.default_data_collator"}
+TENSOR_COLLATES = {
+    "torch.utils.data.default_collate",
+    "torch.utils.data.dataloader.default_collate",
+    "torch.utils.data._utils.collate.default_collate",
+    "runtime.data.PadCollate",
+    "runtime.PadCollate",
+    "transformers.default_data_collator",
+    "transformers.data.data_collator.default_data_collator",
+}
 NOT_TENSOR_FUNCTIONS = {
     f"torch.{name}"
     for name in (
@@ -136,8 +150,10 @@ BUILTIN_PREFIXES = ("builtins.",)
 # of the batch.
 LOSS_FUNCTIONS = {
     f"{FUNCTIONAL}.{name}"
-    for name in ("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss "
-                 "binary_cross_entropy binary_cross_entropy_with_logits kl_div").split()
+    for name in (
+        "cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss "
+        "binary_cross_entropy binary_cross_entropy_with_logits kl_div"
+    ).split()
 }
 LOSS_MODULES = {
     f"{prefix}.{name}"
@@ -147,14 +163,23 @@ LOSS_MODULES = {
 # Losses whose mean divides by the targets that count (not ignore_index; weighted by class).
 COUNTED_LOSSES = {"cross_entropy", "nll_loss", "CrossEntropyLoss", "NLLLoss"}
 # The function a loss module calls.
-FUNCTIONAL_OF = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss", "MSELoss": "mse_loss",
-                 "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss",
-                 "BCELoss": "binary_cross_entropy", "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
-                 "KLDivLoss": "kl_div"}
+FUNCTIONAL_OF = {
+    "CrossEntropyLoss": "cross_entropy",
+    "NLLLoss": "nll_loss",
+    "MSELoss": "mse_loss",
+    "L1Loss": "l1_loss",
+    "SmoothL1Loss": "smooth_l1_loss",
+    "HuberLoss": "huber_loss",
+    "BCELoss": "binary_cross_entropy",
+    "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
+    "KLDivLoss": "kl_div",
+}
 # Ops CUDA autocast refuses to run in reduced precision (it raises): use the logits form.
-AUTOCAST_UNSAFE = {f"{FUNCTIONAL}.binary_cross_entropy": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
-                   "torch.nn.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
-                   "torch.nn.modules.loss.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits"}
+AUTOCAST_UNSAFE = {
+    f"{FUNCTIONAL}.binary_cross_entropy": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
+    "torch.nn.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
+    "torch.nn.modules.loss.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
+}
 CROSS_ENTROPY = f"{FUNCTIONAL}.cross_entropy"
 CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"
@@ -163,8 +188,9 @@ SOFTMAXES = {f"{FUNCTIONAL}.softmax", "torch.softmax", "torch.special.softmax"}
 # Layers whose output for one sample depends on the other samples of the batch (in training mode).
 BATCH_MIXING_LAYERS = {
     f"torch.nn.{name}"
-    for name in ("BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d "
-                 "SyncBatchNorm").split()
+    for name in (
+        "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm"
+    ).split()
 } | {f"{FUNCTIONAL}.batch_norm"}
 # Libraries that run a model with parameters passed per call (MAML-style inner loops).
 FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
@@ -174,9 +200,15 @@ SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
 # another order, they give other values.
 RANDOM_FUNCTIONS = {
-    *(f"torch.{name}" for name in "rand randn randint rand_like randn_like randint_like randperm bernoulli "
-      "multinomial normal poisson".split()),
-    f"{FUNCTIONAL}.dropout", f"{FUNCTIONAL}.dropout1d", f"{FUNCTIONAL}.dropout2d", f"{FUNCTIONAL}.alpha_dropout",
+    *(
+        f"torch.{name}"
+        for name in "rand randn randint rand_like randn_like randint_like randperm bernoulli "
+        "multinomial normal poisson".split()
+    ),
+    f"{FUNCTIONAL}.dropout",
+    f"{FUNCTIONAL}.dropout1d",
+    f"{FUNCTIONAL}.dropout2d",
+    f"{FUNCTIONAL}.alpha_dropout",
     f"{FUNCTIONAL}.gumbel_softmax",
 }
 RANDOM_METHODS = {"bernoulli", "bernoulli_", "normal_", "uniform_", "random_", "exponential_", "multinomial"}
@@ -184,7 +216,12 @@ RANDOM_METHODS = {"bernoulli", "bernoulli_", "normal_", "uniform_", "random_", "
 # -- checkpoints ------------------------------------------------------------------------------
 
 # Calls that write a checkpoint synchronously: (qualified name or method, what it saves).
-SAVE_FUNCTIONS = {"torch.save", "torch.serialization.save", "safetensors.torch.save_file", "safetensors.torch.save_model"}
+SAVE_FUNCTIONS = {
+    "torch.save",
+    "torch.serialization.save",
+    "safetensors.torch.save_file",
+    "safetensors.torch.save_model",
+}
 SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Accelerate
 
 
@@ -206,8 +243,12 @@ def functional_alias(module: cst.Module) -> str | None:
                         fallback = f"{bound}.functional"  # `import torch.nn as nn`; `F` may follow
                     elif code(alias.name) in ("torch", "torch.nn") and bound is None and fallback is None:
                         fallback = FUNCTIONAL  # a shorter alias may follow
-            elif isinstance(statement, cst.ImportFrom) and statement.module is not None \
-                    and not isinstance(statement.names, cst.ImportStar) and not statement.relative:
+            elif (
+                isinstance(statement, cst.ImportFrom)
+                and statement.module is not None
+                and not isinstance(statement.names, cst.ImportStar)
+                and not statement.relative
+            ):
                 source = code(statement.module)
                 for alias in statement.names:
                     bound = alias.asname.name.value if alias.asname is not None else alias.name.value

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import builtins
 from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import Assignment
@@ -153,7 +154,7 @@ class TrainingLoop:
     steps: tuple[Step, ...]
     optimizers: tuple[OptimizerBuild, ...]
     forward: ForwardRegion | None
-    forward_why: "Problem | None"  # why `forward` is None
+    forward_why: Problem | None  # why `forward` is None
     accumulation: Accumulation | None
     clips: tuple[cst.Call, ...]  # clip_grad_norm_ / clip_grad_value_ calls
     autocast: Autocast | None
@@ -182,7 +183,7 @@ class TrainingLoop:
 class Training:
     """Training loops of one file, with the facts above; computed once."""
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.module = context.module
         self.context = context
         self.kinds = context.kinds
@@ -199,8 +200,11 @@ class Training:
         self._model_expressions = self._find_model_expressions()
         self.autocast_uses: list[cst.CSTNode] = [c for c in self._calls if self._is_autocast_call(c)]
         if "set_autocast_enabled" in context.code:
-            self.autocast_uses += [n for n in self.index.find((cst.Name, cst.Attribute))
-                                   if self.names.startswith(n, ("torch.set_autocast_enabled",))]
+            self.autocast_uses += [
+                n
+                for n in self.index.find((cst.Name, cst.Attribute))
+                if self.names.startswith(n, ("torch.set_autocast_enabled",))
+            ]
         self.cuda_use: cst.CSTNode | None = self._first_cuda_use()
         self.default_float64: cst.CSTNode | None = self._default_float64()
         self.exact_float32: cst.CSTNode | None = self._exact_float32()
@@ -238,7 +242,11 @@ class Training:
             if not visible:
                 return False
             there = scopes.get(name)
-            if there is not None and visible != set(there[name.value]) and not self._same_self(visible, set(there[name.value])):
+            if (
+                there is not None
+                and visible != set(there[name.value])
+                and not self._same_self(visible, set(there[name.value]))
+            ):
                 return False  # another variable of the same name
             local = [a for a in visible if type(a) is Assignment and a.scope is here]
             if local:
@@ -270,7 +278,12 @@ class Training:
             node = next(iter(assignments)).node
             params = self.parents.get(node)
             function = self.parents.get(params) if isinstance(params, cst.Parameters) else None
-            if not isinstance(node, cst.Param) or not isinstance(function, cst.FunctionDef) or not params.params or params.params[0] is not node:
+            if (
+                not isinstance(node, cst.Param)
+                or not isinstance(function, cst.FunctionDef)
+                or not params.params
+                or params.params[0] is not node
+            ):
                 return False
             owner = self.parents.get(self.parents.get(function))
             if not isinstance(owner, cst.ClassDef):
@@ -342,8 +355,14 @@ class Training:
         if len(devices) != 1 or len({m.places for m in models}) != 1:
             return None  # placed differently by different callers
         first = models[0]
-        return Model(self.code(name), first.move, first.device, first.places, any(m.split for m in models),
-                     next((m.float64 for m in models if m.float64 is not None), None))
+        return Model(
+            self.code(name),
+            first.move,
+            first.device,
+            first.places,
+            any(m.split for m in models),
+            next((m.float64 for m in models if m.float64 is not None), None),
+        )
 
     def _model_here(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
         code = self.code(expr)
@@ -358,7 +377,8 @@ class Training:
                 # expression copies a tensor attribute and moves nothing.
                 statement = self.parents.get(call)
                 if isinstance(statement, cst.Expr) or (
-                    isinstance(statement, cst.Assign) and any(self.code(t.target) == receiver for t in statement.targets)
+                    isinstance(statement, cst.Assign)
+                    and any(self.code(t.target) == receiver for t in statement.targets)
                 ):
                     split = True
                     break
@@ -392,8 +412,9 @@ class Training:
                 for code in self._acted_on(call):
                     acting_on.setdefault(code, []).append(call)
             receivers = sorted((self.code(c.func.value), self._start(c), c) for c in calls)
-            found = self._placement_table = _Placements([r for r, _, _ in receivers], [(c, r) for r, _, c in receivers],
-                                                        acting_on)
+            found = self._placement_table = _Placements(
+                [r for r, _, _ in receivers], [(c, r) for r, _, c in receivers], acting_on
+            )
         return found
 
     def device_types(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[str] | None:
@@ -430,8 +451,13 @@ class Training:
             return None
         if isinstance(expr, cst.Lambda):
             return self.device_types(expr.body, depth + 1)
-        if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1 \
-                and isinstance(expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, cst.SimpleString):
+        if (
+            isinstance(expr, cst.Subscript)
+            and isinstance(expr.value, cst.Name)
+            and len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+            and isinstance(expr.slice[0].slice.value, cst.SimpleString)
+        ):
             key = expr.slice[0].slice.value.evaluated_value  # `cfg["device"]` of a dict literal
             values = []
             for source in self.value_sources(expr.value):
@@ -492,8 +518,11 @@ class Training:
                     continue
                 stored = kwarg(call, "dest")
                 if stored is None:
-                    flags = [a.value.evaluated_value for a in call.args
-                             if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+                    flags = [
+                        a.value.evaluated_value
+                        for a in call.args
+                        if a.keyword is None and isinstance(a.value, cst.SimpleString)
+                    ]
                     dests = {f.lstrip("-").replace("-", "_") for f in flags if isinstance(f, str)}
                 elif isinstance(stored.value, cst.SimpleString):
                     dests = {stored.value.evaluated_value}
@@ -610,7 +639,9 @@ class Training:
             func = call.func
             if self.is_model(func):
                 candidates.append(func)
-            elif isinstance(func, cst.Attribute) and self.is_model(func.value) and func.attr.value not in MODULE_METHODS:
+            elif (
+                isinstance(func, cst.Attribute) and self.is_model(func.value) and func.attr.value not in MODULE_METHODS
+            ):
                 candidates.append(func.value)
         for optimizer in optimizers:
             if optimizer.params is not None:
@@ -631,8 +662,9 @@ class Training:
         found = self.parameter_model_sites(params, None, depth)
         return [model for model, _ in found] if found is not None else None
 
-    def parameter_model_sites(self, params: cst.BaseExpression, at: cst.CSTNode | None,
-                              depth: int = 0) -> list[tuple[cst.BaseExpression, cst.CSTNode | None]] | None:
+    def parameter_model_sites(
+        self, params: cst.BaseExpression, at: cst.CSTNode | None, depth: int = 0
+    ) -> list[tuple[cst.BaseExpression, cst.CSTNode | None]] | None:
         """`parameter_models`, each model with the node where its placement counts:
         `at` (the optimizer's construction), or the call that passes it to a function
         that builds the optimizer (`build_optimizer(cfg, model.parameters())`)."""
@@ -643,8 +675,13 @@ class Training:
         if isinstance(params, (cst.List, cst.Tuple)):
             return self._all_models([e.value for e in params.elements], at, depth)
         if isinstance(params, cst.Dict):  # a param group: only its "params" hold tensors
-            group = [e.value for e in params.elements if isinstance(e, cst.DictElement)
-                     and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "params"]
+            group = [
+                e.value
+                for e in params.elements
+                if isinstance(e, cst.DictElement)
+                and isinstance(e.key, cst.SimpleString)
+                and e.key.evaluated_value == "params"
+            ]
             return self._all_models(group, at, depth) if len(group) == 1 else None
         if isinstance(params, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
             loop = params.for_in
@@ -700,8 +737,12 @@ class Training:
             if isinstance(parent, cst.IfExp) and parent.test is not receiver:
                 receiver, parent = parent, self.parents.get(parent)  # `(a if c else b).append(p)`
             call = self.parents.get(parent)
-            if isinstance(parent, cst.Attribute) and parent.value is receiver and isinstance(call, cst.Call) \
-                    and call.func is parent:
+            if (
+                isinstance(parent, cst.Attribute)
+                and parent.value is receiver
+                and isinstance(call, cst.Call)
+                and call.func is parent
+            ):
                 added = positional(call, 0)
                 if parent.attr.value not in ("append", "extend") or added is None:
                     continue
@@ -724,10 +765,14 @@ class Training:
         names = self.parents.get(element)
         holder = self.parents.get(names)
         statement = self.parents.get(holder)
-        if not (isinstance(element, cst.Element) and isinstance(names, (cst.Tuple, cst.List))
-                and isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign)
-                and isinstance(statement.value, (cst.Tuple, cst.List))
-                and len(statement.value.elements) == len(names.elements)):
+        if not (
+            isinstance(element, cst.Element)
+            and isinstance(names, (cst.Tuple, cst.List))
+            and isinstance(holder, cst.AssignTarget)
+            and isinstance(statement, cst.Assign)
+            and isinstance(statement.value, (cst.Tuple, cst.List))
+            and len(statement.value.elements) == len(names.elements)
+        ):
             return None
         return statement.value.elements[list(names.elements).index(element)].value
 
@@ -757,12 +802,18 @@ class Training:
             return None, Problem(f"`{self.code(backward.loss)}` is computed outside the block that calls backward()")
         last = binders[-1]
         if not isinstance(body[last], cst.SimpleStatementLine):
-            return None, Problem("the loss is computed inside a nested block (line {})", (body[last],), self.context.line)
+            return None, Problem(
+                "the loss is computed inside a nested block (line {})", (body[last],), self.context.line
+            )
         first = next((i for i in range(last + 1) if self._has_model_call(body[i])), None)
         outside = self._model_result_outside(loop, body[last if first is None else first : last + 1])
         if outside is not None:
-            return None, Problem(f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
-                                 "{}, outside the block that computes the loss", (outside,), self.context.line)
+            return None, Problem(
+                f"the forward spans blocks: `{self.code(outside)}` comes from a model call at line "
+                "{}, outside the block that computes the loss",
+                (outside,),
+                self.context.line,
+            )
         if first is None:
             return None, Problem(NO_FORWARD)
         region = ForwardRegion(block, first, last)
@@ -826,7 +877,11 @@ class Training:
                 if node is loop:
                     break
                 if isinstance(node, cst.If):
-                    found = [b for b in self.index.find(cst.BinaryOperation, within=node.test) if isinstance(b.operator, cst.Modulo)]
+                    found = [
+                        b
+                        for b in self.index.find(cst.BinaryOperation, within=node.test)
+                        if isinstance(b.operator, cst.Modulo)
+                    ]
                     if found:
                         guard, modulus = node, found[0].right
                         break
@@ -853,7 +908,9 @@ class Training:
             return args[1]
         return None
 
-    def _loss_division(self, loop, backwards: Sequence[Backward], counts) -> tuple[cst.CSTNode | None, cst.BaseExpression | None]:
+    def _loss_division(
+        self, loop, backwards: Sequence[Backward], counts
+    ) -> tuple[cst.CSTNode | None, cst.BaseExpression | None]:
         for backward in backwards:
             if backward.divisor is not None:
                 return self.parents.get(backward.loss), backward.divisor
@@ -893,7 +950,9 @@ class Training:
             if self._is_autocast_call(expr):
                 return "call"
             function = self._local_function(expr.func)
-            if function is not None and any(self._enables_autocast(c, depth + 1) for c in self.steps.own_calls(function.body)):
+            if function is not None and any(
+                self._enables_autocast(c, depth + 1) for c in self.steps.own_calls(function.body)
+            ):
                 return "helper"
             if function is None and self._imported_precision_context(expr.func):
                 return "imported"
@@ -901,7 +960,9 @@ class Training:
         if isinstance(expr, (cst.Name, cst.Attribute)):
             sources = self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr)
             for source in sources:
-                if source is not None and any(self._enables_autocast(c, depth + 1) for c in self.index.find(cst.Call, within=source)):
+                if source is not None and any(
+                    self._enables_autocast(c, depth + 1) for c in self.index.find(cst.Call, within=source)
+                ):
                     return "context variable"
             if not [s for s in sources if s is not None] and self._imported_precision_context(expr):
                 return "imported"
@@ -966,7 +1027,9 @@ class Training:
         algorithms, TF32 turned off, or the "highest" matmul precision. Numeric
         rewrites (autocast, fused optimizers) would undo what it asked for."""
         code = self.context.code
-        if not any(word in code for word in ("use_deterministic_algorithms", "allow_tf32", "fp32_precision", "highest")):
+        if not any(
+            word in code for word in ("use_deterministic_algorithms", "allow_tf32", "fp32_precision", "highest")
+        ):
             return None
         for call in self._calls:
             first = positional(call, 0)
@@ -974,17 +1037,27 @@ class Training:
                 continue
             if self.names.is_(call.func, "torch.use_deterministic_algorithms") and _is_true(first.value):
                 return call
-            if self.names.is_(call.func, "torch.set_float32_matmul_precision") and isinstance(first.value, cst.SimpleString) \
-                    and first.value.evaluated_value == "highest":
+            if (
+                self.names.is_(call.func, "torch.set_float32_matmul_precision")
+                and isinstance(first.value, cst.SimpleString)
+                and first.value.evaluated_value == "highest"
+            ):
                 return call
         for assign in self.index.find(cst.Assign):
             target = assign.targets[0].target if len(assign.targets) == 1 else None
             if not isinstance(target, cst.Attribute):
                 continue
-            if target.attr.value == "allow_tf32" and isinstance(assign.value, cst.Name) and assign.value.value == "False":
+            if (
+                target.attr.value == "allow_tf32"
+                and isinstance(assign.value, cst.Name)
+                and assign.value.value == "False"
+            ):
                 return assign
-            if target.attr.value == "fp32_precision" and isinstance(assign.value, cst.SimpleString) \
-                    and assign.value.evaluated_value == "ieee":
+            if (
+                target.attr.value == "fp32_precision"
+                and isinstance(assign.value, cst.SimpleString)
+                and assign.value.evaluated_value == "ieee"
+            ):
                 return assign
         return None
 
@@ -1008,7 +1081,9 @@ class Training:
             return True
         if method == "type":
             first = positional(call, 0)
-            return first is not None and (self._is_float64(first.value) or self.names.is_(first.value, *DOUBLE_TENSOR_TYPES))
+            return first is not None and (
+                self._is_float64(first.value) or self.names.is_(first.value, *DOUBLE_TENSOR_TYPES)
+            )
         if method == "to":
             values = [a.value for a in call.args if a.keyword is None or a.keyword.value == "dtype"]
             return any(self._is_float64(v) for v in values)
@@ -1034,8 +1109,11 @@ class Training:
         for call in self._calls:
             if method_name(call) == "cuda":
                 found.append(call)
-            elif _mentions(call.func, "cuda", imported) and self.names.startswith(call.func, ("torch.cuda",)) \
-                    and not self.names.is_(call.func, *CUDA_PROBES):
+            elif (
+                _mentions(call.func, "cuda", imported)
+                and self.names.startswith(call.func, ("torch.cuda",))
+                and not self.names.is_(call.func, *CUDA_PROBES)
+            ):
                 found.append(call)
         return min(found, key=self._start) if found else None
 
@@ -1270,7 +1348,7 @@ class _Placements:
         for prefix in (code + ".", code + "["):
             # The receivers that start with `prefix` sort together, before `prefix` with its last character bumped.
             end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-            yield from self.calls[bisect_left(self.receivers, prefix): bisect_left(self.receivers, end)]
+            yield from self.calls[bisect_left(self.receivers, prefix) : bisect_left(self.receivers, end)]
 
 
 def _union(*parts: frozenset[str] | None) -> frozenset[str] | None:
@@ -1280,7 +1358,7 @@ def _union(*parts: frozenset[str] | None) -> frozenset[str] | None:
     return frozenset().union(*parts)
 
 
-def _dict_value(source: cst.BaseExpression, key: str, training: "Training", depth: int = 0) -> cst.BaseExpression | None:
+def _dict_value(source: cst.BaseExpression, key: str, training: Training, depth: int = 0) -> cst.BaseExpression | None:
     """The value a dict literal (or a name bound only to one) holds under `key`."""
     if isinstance(source, cst.Name) and depth < MAX_DEPTH:
         sources = training.value_sources(source)
@@ -1289,8 +1367,11 @@ def _dict_value(source: cst.BaseExpression, key: str, training: "Training", dept
     if not isinstance(source, cst.Dict):
         return None
     for element in source.elements:
-        if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
-                and element.key.evaluated_value == key:
+        if (
+            isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and element.key.evaluated_value == key
+        ):
             return element.value
     return None
 
@@ -1305,13 +1386,20 @@ def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
             value = None
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.target.value == attr:
                 value = small.value
-            elif isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                    and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == attr:
+            elif (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value == attr
+            ):
                 value = small.value
             else:
                 continue
-            if isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)) \
-                    and (value.func.value if isinstance(value.func, cst.Name) else value.func.attr.value) == "field":
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, (cst.Name, cst.Attribute))
+                and (value.func.value if isinstance(value.func, cst.Name) else value.func.attr.value) == "field"
+            ):
                 default = kwarg(value, "default") or kwarg(value, "default_factory")
                 return default.value if default is not None else None
             return value

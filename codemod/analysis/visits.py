@@ -15,8 +15,8 @@ on every fixture); transformers and other threads are not affected.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import libcst as cst
 

@@ -19,12 +19,12 @@ are only ever added; a change to any existing one bumps `version`.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from codemod.docs import fix_availability, page_path
 from codemod.report.diff import Change, fix_changes
-from codemod.result import FileResult
 from codemod.report.summary import Summary
+from codemod.result import FileResult
 from codemod.rule import Finding, Level, Rule
 
 SCHEMA_VERSION = 1

@@ -6,10 +6,9 @@ import difflib
 import io
 import os
 import tokenize
-from pathlib import PurePath
-
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import PurePath
 
 import click
 
@@ -47,8 +46,13 @@ def _headers(path: str) -> tuple[str, str]:
     return f"a/{posix}", f"b/{posix}"
 
 
-DIFF_STYLES = (("+++", {"bold": True}), ("---", {"bold": True}), ("@@", {"fg": "cyan"}),
-               ("+", {"fg": "green"}), ("-", {"fg": "red"}))
+DIFF_STYLES = (
+    ("+++", {"bold": True}),
+    ("---", {"bold": True}),
+    ("@@", {"fg": "cyan"}),
+    ("+", {"fg": "green"}),
+    ("-", {"fg": "red"}),
+)
 
 
 def colorize(diff: str) -> str:
@@ -56,7 +60,7 @@ def colorize(diff: str) -> str:
     out = []
     for line in diff.splitlines(keepends=True):
         body = line.rstrip("\r\n")
-        ending = line[len(body):]
+        ending = line[len(body) :]
         style = next((s for prefix, s in DIFF_STYLES if body.startswith(prefix)), None)
         out.append((click.style(body, **style) if style else body) + ending)
     return "".join(out)
@@ -103,9 +107,11 @@ def unattributed_changes(result: FileResult) -> list[str]:
     old = decode(result.source).splitlines(keepends=True)
     new = decode(result.new_source).splitlines(keepends=True)
     spans = [span for finding in result.findings if finding.applied for span in finding.fix_lines]
-    return [f"lines {i1 + 1}-{i2}: {''.join(new[j1:j2])!r}"
-            for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
-            if tag != "equal" and not any(meets((i1, i2), span) for span in spans)]
+    return [
+        f"lines {i1 + 1}-{i2}: {''.join(new[j1:j2])!r}"
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+        if tag != "equal" and not any(meets((i1, i2), span) for span in spans)
+    ]
 
 
 def meets(lines: tuple[int, int], span: Sequence[int]) -> bool:

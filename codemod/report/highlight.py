@@ -13,11 +13,20 @@ import tokenize
 Span = tuple[str, str]  # (css class or "", text)
 
 KEYWORD, BUILTIN_CONSTANT, STRING, NUMBER, COMMENT, OPERATOR, DEFINED, DECORATOR = (
-    "kw", "const", "str", "num", "com", "op", "def", "deco")
+    "kw",
+    "const",
+    "str",
+    "num",
+    "com",
+    "op",
+    "def",
+    "deco",
+)
 CONSTANTS = {"True", "False", "None"}
 # f-strings are three or more tokens since Python 3.12; one string class covers them all.
-STRING_TYPES = {token.STRING} | {getattr(token, name) for name in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
-                                 if hasattr(token, name)}
+STRING_TYPES = {token.STRING} | {
+    getattr(token, name) for name in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(token, name)
+}
 
 
 def highlight_lines(text: str) -> list[list[Span]]:
@@ -31,9 +40,9 @@ def highlight_lines(text: str) -> list[list[Span]]:
         position = offset
         while index < len(regions) and regions[index][0] < body_end:
             start, end, css = regions[index]
-            _add(spans, "", text[position:max(position, start)])
+            _add(spans, "", text[position : max(position, start)])
             position = max(position, start)
-            _add(spans, css, text[position:min(end, body_end)])
+            _add(spans, css, text[position : min(end, body_end)])
             position = min(end, body_end)
             if end > body_end:  # a token over several lines (a docstring) goes on with the next
                 break

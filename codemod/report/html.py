@@ -17,21 +17,28 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Mapping, Sequence
 
 import jinja2
 from markupsafe import Markup, escape
 
 from codemod.docs import DOCS_FOLDER, page_path
-from codemod.result import FileResult
 from codemod.report.diff import decode
 from codemod.report.highlight import Span, highlight_lines
 from codemod.report.review import (
-    level_counts, loss_chart, rule_rows, status, verify_facts, verify_fixes, verify_headline, verify_rows,
+    level_counts,
+    loss_chart,
+    rule_rows,
+    status,
+    verify_facts,
+    verify_fixes,
+    verify_headline,
+    verify_rows,
 )
 from codemod.report.summary import Summary
+from codemod.result import FileResult
 from codemod.rule import Finding, Level, Rule
 
 CONTEXT_LINES = 3
@@ -170,9 +177,11 @@ def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Ma
         hunks = diff_hunks(old_lines, new_text.splitlines(), old_spans, highlight_lines(new_text))
         unplaced = annotate(hunks, fixed, docs, gains)
     outstanding = [
-        Outstanding(f, status(f), css_spans(old_spans[f.line - 1]) if 0 < f.line <= len(old_spans) else [],
-                    docs.get(f.code, ""))
-        for f in result.findings if not f.applied
+        Outstanding(
+            f, status(f), css_spans(old_spans[f.line - 1]) if 0 < f.line <= len(old_spans) else [], docs.get(f.code, "")
+        )
+        for f in result.findings
+        if not f.applied
     ]
     rows = [row for hunk in hunks for block in hunk.blocks for row in block.rows]
     return FileView(
@@ -189,8 +198,9 @@ def file_view(result: FileResult, index: int, docs: Mapping[str, str], gains: Ma
     )
 
 
-def diff_hunks(old: Sequence[str], new: Sequence[str], old_spans: Sequence[list[Span]],
-               new_spans: Sequence[list[Span]]) -> list[Hunk]:
+def diff_hunks(
+    old: Sequence[str], new: Sequence[str], old_spans: Sequence[list[Span]], new_spans: Sequence[list[Span]]
+) -> list[Hunk]:
     """The unified diff's hunks (as `apply --dry-run` prints them), as rows in
     blocks: each change (a run of removed and added lines) is a block of its own."""
     hunks = []
@@ -199,15 +209,24 @@ def diff_hunks(old: Sequence[str], new: Sequence[str], old_spans: Sequence[list[
         blocks = []
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                blocks.append(Block([Row("context", i + 1, j + 1, css_spans(old_spans[i]))
-                                     for i, j in zip(range(i1, i2), range(j1, j2))],
-                                    change=False, old_range=(i1, i2)))
+                blocks.append(
+                    Block(
+                        [
+                            Row("context", i + 1, j + 1, css_spans(old_spans[i]))
+                            for i, j in zip(range(i1, i2), range(j1, j2))
+                        ],
+                        change=False,
+                        old_range=(i1, i2),
+                    )
+                )
                 continue
             marks_old, marks_new = changed_words(old[i1:i2], new[j1:j2])
-            rows = [Row("removed", i + 1, None, css_spans(old_spans[i], marks_old.get(i - i1, ())))
-                    for i in range(i1, i2)]
-            rows += [Row("added", None, j + 1, css_spans(new_spans[j], marks_new.get(j - j1, ())))
-                     for j in range(j1, j2)]
+            rows = [
+                Row("removed", i + 1, None, css_spans(old_spans[i], marks_old.get(i - i1, ()))) for i in range(i1, i2)
+            ]
+            rows += [
+                Row("added", None, j + 1, css_spans(new_spans[j], marks_new.get(j - j1, ()))) for j in range(j1, j2)
+            ]
             blocks.append(Block(rows, change=True, old_range=(i1, i2)))
         first, last = group[0], group[-1]
         header = f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@"
@@ -223,8 +242,10 @@ def changed_words(removed: Sequence[str], added: Sequence[str]) -> tuple[dict[in
     marks_new: dict[int, list] = {}
     start = 0
     for i, before in enumerate(removed):
-        scored = [(difflib.SequenceMatcher(None, before, added[j], autojunk=False).ratio(), j)
-                  for j in range(start, len(added))]
+        scored = [
+            (difflib.SequenceMatcher(None, before, added[j], autojunk=False).ratio(), j)
+            for j in range(start, len(added))
+        ]
         ratio, j = max(scored, default=(0.0, -1), key=lambda item: (item[0], -item[1]))
         if ratio < PAIR_RATIO:
             continue
@@ -272,30 +293,41 @@ def _range(start: int, end: int) -> str:
     return f"{start if length == 0 else start + 1},{length}"
 
 
-def annotate(hunks: Sequence[Hunk], fixed: Sequence[Finding], docs: Mapping[str, str],
-             gains: Mapping[str, str]) -> list[Note]:
+def annotate(
+    hunks: Sequence[Hunk], fixed: Sequence[Finding], docs: Mapping[str, str], gains: Mapping[str, str]
+) -> list[Note]:
     """Put each fixed finding under the changes its fix made; returns the
     findings that no change could be tied to."""
     changes = [block for hunk in hunks for block in hunk.blocks if block.change]
     unplaced = []
     for finding in fixed:
-        touched = [block for block in changes if any(_overlaps(block.old_range, (first - 1, last))
-                                                     for first, last in finding.fix_lines)]
+        touched = [
+            block
+            for block in changes
+            if any(_overlaps(block.old_range, (first - 1, last)) for first, last in finding.fix_lines)
+        ]
         if not touched:
             unplaced.append(Note(finding, gains.get(finding.code, ""), docs.get(finding.code, "")))
             continue
         home = _home(touched, finding.line)
         for block in touched:
             if block is home:
-                same = [n for n in block.notes if not n.continued and (n.finding.code, n.finding.line, n.finding.message)
-                        == (finding.code, finding.line, finding.message)]
+                same = [
+                    n
+                    for n in block.notes
+                    if not n.continued
+                    and (n.finding.code, n.finding.line, n.finding.message)
+                    == (finding.code, finding.line, finding.message)
+                ]
                 if same:  # `x.to(d), y.to(d)`: one note for both copies
                     same[0].sites += 1
                     continue
                 block.notes.append(Note(finding, gains.get(finding.code, ""), docs.get(finding.code, "")))
             elif not any(n.continued and n.finding.code == finding.code for n in block.notes):
                 # A further part of the fix (an import, the value read at log time): point back at it.
-                block.notes.append(Note(finding, gains.get(finding.code, ""), docs.get(finding.code, ""), continued=True))
+                block.notes.append(
+                    Note(finding, gains.get(finding.code, ""), docs.get(finding.code, ""), continued=True)
+                )
     for block in changes:
         block.notes.sort(key=lambda note: (note.continued, note.finding.line, note.finding.column, note.finding.code))
     return unplaced

@@ -5,23 +5,28 @@ file's diff folded in a `<details>` block (GitHub and GitLab render both)."""
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import jinja2
 
-from codemod.result import FileResult
 from codemod.report.diff import unified_diff
 from codemod.report.review import rule_rows, status, verify_headline, verify_rows
 from codemod.report.summary import Summary
+from codemod.result import FileResult
 from codemod.rule import Level, Rule
-
 
 # GitHub refuses comments over 65,536 characters; the diffs get what the rest leaves.
 DIFF_BUDGET = 50_000
 
 
-def render_markdown(results: Sequence[FileResult], level: Level, rules: Sequence[type[Rule]], *,
-                    verify: dict | None = None, diff_budget: int = DIFF_BUDGET) -> str:
+def render_markdown(
+    results: Sequence[FileResult],
+    level: Level,
+    rules: Sequence[type[Rule]],
+    *,
+    verify: dict | None = None,
+    diff_budget: int = DIFF_BUDGET,
+) -> str:
     """The comment; diffs that would take it past `diff_budget` characters are
     left out (file by file, in order) with a note saying so."""
     summary = Summary.of(results)
@@ -30,18 +35,24 @@ def render_markdown(results: Sequence[FileResult], level: Level, rules: Sequence
     for result in results:
         if not (result.error or result.findings or result.changed):
             continue
-        diff = unified_diff(result.path, result.source, result.new_source) if result.changed and result.error is None else ""
+        diff = (
+            unified_diff(result.path, result.source, result.new_source)
+            if result.changed and result.error is None
+            else ""
+        )
         omitted = bool(diff) and spent + len(diff) > diff_budget
         spent += 0 if omitted else len(diff)
-        files.append({
-            "path": result.path,
-            "error": result.error,
-            "fixed": sum(1 for f in result.findings if f.applied) if result.error is None else 0,
-            "left": sum(1 for f in result.findings if not f.applied),
-            "diff": "" if omitted else diff,
-            "omitted": omitted,
-            "findings": result.findings,
-        })
+        files.append(
+            {
+                "path": result.path,
+                "error": result.error,
+                "fixed": sum(1 for f in result.findings if f.applied) if result.error is None else 0,
+                "left": sum(1 for f in result.findings if not f.applied),
+                "diff": "" if omitted else diff,
+                "omitted": omitted,
+                "findings": result.findings,
+            }
+        )
     context = {
         "level": level.label,
         "summary": summary,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from codemod.docs import page_path
 from codemod.report.summary import Summary
@@ -46,17 +46,19 @@ def rule_rows(summary: Summary, rules: Sequence[type[Rule]]) -> list[RuleRow]:
     for code in codes:
         found = [f for f in summary.findings if f.code == code]
         rule = by_code.get(code)
-        rows.append(RuleRow(
-            code=code,
-            name=rule.NAME if rule else found[0].name,
-            level=rule.LEVEL.label if rule else found[0].level.label,
-            fixed=sum(1 for f in found if f.applied),
-            higher=sum(1 for f in found if f.fixable and not f.applied),
-            report_only=sum(1 for f in found if not f.fixable),
-            gain=rule.GAIN if rule else "",
-            summary=rule.summary() if rule else found[0].message,
-            docs=page_path(rule) if rule else "",
-        ))
+        rows.append(
+            RuleRow(
+                code=code,
+                name=rule.NAME if rule else found[0].name,
+                level=rule.LEVEL.label if rule else found[0].level.label,
+                fixed=sum(1 for f in found if f.applied),
+                higher=sum(1 for f in found if f.fixable and not f.applied),
+                report_only=sum(1 for f in found if not f.fixable),
+                gain=rule.GAIN if rule else "",
+                summary=rule.summary() if rule else found[0].message,
+                docs=page_path(rule) if rule else "",
+            )
+        )
     return rows
 
 
@@ -86,8 +88,9 @@ def load_verify(path: Path) -> dict:
         raise VerifyError(f"{path} is not a `perfmod verify --format json` result: expected an object")
     missing = [key for key in VERIFY_REQUIRED if key not in document]
     if missing:
-        raise VerifyError(f"{path} is not a `perfmod verify --format json` result: "
-                          f"missing {', '.join(repr(k) for k in missing)}")
+        raise VerifyError(
+            f"{path} is not a `perfmod verify --format json` result: missing {', '.join(repr(k) for k in missing)}"
+        )
     for side in ("original", "rewritten"):
         if not isinstance(document[side], dict):
             raise VerifyError(f"{path}: {side!r} should be an object with the run's measurements")
@@ -148,8 +151,13 @@ def byte_size(count: float) -> str:
 def verify_facts(document: dict) -> list[tuple[str, str]]:
     """The run's settings and outcome as (label, text), for the keys present."""
     facts = []
-    for key, label in (("script", "script"), ("device", "device"), ("level", "level"), ("steps", "steps"),
-                       ("warmup", "warm-up steps")):
+    for key, label in (
+        ("script", "script"),
+        ("device", "device"),
+        ("level", "level"),
+        ("steps", "steps"),
+        ("warmup", "warm-up steps"),
+    ):
         if document.get(key) is not None:
             facts.append((label, str(document[key])))
     if document.get("nproc") is not None:  # schema 2: the rewrite ran under torchrun
@@ -157,7 +165,10 @@ def verify_facts(document: dict) -> list[tuple[str, str]]:
     speedup = document.get("speedup")
     if isinstance(speedup, (int, float)):
         facts.append(("speed-up", f"{speedup:.2f}x"))
-    for key, label in (("max_abs_deviation", "max abs loss deviation"), ("max_rel_deviation", "max rel loss deviation")):
+    for key, label in (
+        ("max_abs_deviation", "max abs loss deviation"),
+        ("max_rel_deviation", "max rel loss deviation"),
+    ):
         if isinstance(document.get(key), (int, float)):
             facts.append((label, f"{document[key]:.3g}"))
     tolerance = document.get("tolerance")
@@ -187,8 +198,11 @@ def verify_fixes(document: dict) -> list[str]:
 def verify_headline(document: dict) -> str:
     """One sentence: agree or not, and the speed-up when there is one."""
     agree = document.get("agree")
-    text = "losses agree within tolerance" if agree is True else (
-        "losses DO NOT agree within tolerance" if agree is False else f"agreement unknown ({agree!r})")
+    text = (
+        "losses agree within tolerance"
+        if agree is True
+        else ("losses DO NOT agree within tolerance" if agree is False else f"agreement unknown ({agree!r})")
+    )
     speedup = document.get("speedup")
     if isinstance(speedup, (int, float)):
         text += f"; {speedup:.2f}x speed-up"
@@ -222,7 +236,9 @@ def loss_chart(document: dict, width: int = 480, height: int = 120) -> LossChart
     def points(curve: list[float | None]) -> str:
         return " ".join(
             f"{pad + (width - 2 * pad) * i / (steps - 1):.1f},{pad + (height - 2 * pad) * (high - v) / span:.1f}"
-            for i, v in enumerate(curve) if v is not None)
+            for i, v in enumerate(curve)
+            if v is not None
+        )
 
     return LossChart(width, height, points(curves[0]), points(curves[1]), f"{low:.4g}", f"{high:.4g}", steps)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path, PurePath
-from typing import Sequence
 from urllib.parse import quote
 
 from codemod.docs import fix_availability, page_path
@@ -69,26 +69,35 @@ def _result(finding: Finding, index: dict[str, int], changes: Sequence[Change]) 
             {
                 "physicalLocation": {
                     "artifactLocation": {"uri": artifact_uri(finding.path)},
-                    "region": {"startLine": finding.line, "startColumn": finding.column,
-                               "endLine": finding.end_line or finding.line,
-                               "endColumn": finding.end_column or finding.column},
+                    "region": {
+                        "startLine": finding.line,
+                        "startColumn": finding.column,
+                        "endLine": finding.end_line or finding.line,
+                        "endColumn": finding.end_column or finding.column,
+                    },
                 }
             }
         ],
         "properties": {"level": finding.level.label, "fixable": finding.fixable, "applied": finding.applied},
     }
     if changes:
-        result["fixes"] = [{
-            "description": {"text": f"perfmod {finding.code}: {finding.name}"},
-            "artifactChanges": [{
-                "artifactLocation": {"uri": artifact_uri(finding.path)},
-                "replacements": [
-                    {"deletedRegion": {"charOffset": change.offset, "charLength": change.length},
-                     "insertedContent": {"text": change.text}}
-                    for change in changes
+        result["fixes"] = [
+            {
+                "description": {"text": f"perfmod {finding.code}: {finding.name}"},
+                "artifactChanges": [
+                    {
+                        "artifactLocation": {"uri": artifact_uri(finding.path)},
+                        "replacements": [
+                            {
+                                "deletedRegion": {"charOffset": change.offset, "charLength": change.length},
+                                "insertedContent": {"text": change.text},
+                            }
+                            for change in changes
+                        ],
+                    }
                 ],
-            }],
-        }]
+            }
+        ]
     return result
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from codemod.result import FileResult
 from codemod.rule import Finding, Level
@@ -22,7 +22,7 @@ class Summary:
     unwritten: tuple[Finding, ...] = ()
 
     @classmethod
-    def of(cls, results: Sequence[FileResult]) -> "Summary":
+    def of(cls, results: Sequence[FileResult]) -> Summary:
         # A file whose write failed keeps its findings, but nothing of it was applied.
         findings = tuple(f for r in results for f in r.findings)
         applied = tuple(f for r in results if r.error is None for f in r.findings if f.applied)

@@ -7,13 +7,13 @@ import difflib
 import os
 import textwrap
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import click
 
 from codemod.docs import fix_availability, level_label, level_note, page_path, summary
-from codemod.result import FileResult
 from codemod.report.summary import Summary
+from codemod.result import FileResult
 from codemod.rule import Finding, Invalid, Level, Rule
 
 FIXABLE_MARK = "[*]"
@@ -44,22 +44,27 @@ def _plain(text: str, **style) -> str:
     return text
 
 
-def check_report(results: Sequence[FileResult], level: Level, *, skipped: int = 0, findings: bool = True,
-                 color: bool = False) -> str:
+def check_report(
+    results: Sequence[FileResult], level: Level, *, skipped: int = 0, findings: bool = True, color: bool = False
+) -> str:
     """The findings (unless `findings` is false: --statistics shows them) and a summary;
     `skipped`: files left alone as too deep to analyse."""
     summary = Summary.of(results)
     lines = [finding_line(f, color=color) for f in summary.findings] if findings else []
     if not summary.findings:
         if summary.errors:  # a file that could not be read or parsed was not checked: not "no findings"
-            lines.append(f"No findings in the files that could be checked ({_checked(summary, skipped)}); "
-                         "fix the errors above and run perfmod again.")
+            lines.append(
+                f"No findings in the files that could be checked ({_checked(summary, skipped)}); "
+                "fix the errors above and run perfmod again."
+            )
         else:
             lines.append(f"No findings ({_checked(summary, skipped)}).")
         return "\n".join(lines)
     with_findings = len({f.path for f in summary.findings})
-    lines.append(f"Found {_count(len(summary.findings), 'finding')} in {_count(with_findings, 'file')} "
-                 f"({_checked(summary, skipped)}).")
+    lines.append(
+        f"Found {_count(len(summary.findings), 'finding')} in {_count(with_findings, 'file')} "
+        f"({_checked(summary, skipped)})."
+    )
     if summary.applied:
         lines.append(f"{FIXABLE_MARK} {len(summary.applied)} fixable at level {level.label} with `perfmod apply`.")
     lines += outstanding(summary, locations=False)
@@ -76,12 +81,16 @@ def apply_report(results: Sequence[FileResult], level: Level, dry_run: bool, *, 
                 lines.append(f"Fixed {result.path}: {_count(len(fixes), 'fix', 'fixes')} ({_codes(fixes)})")
     if summary.applied:
         verb, tail = ("Would apply", "; run without --dry-run to write them") if dry_run else ("Applied", "")
-        lines.append(f"{verb} {_count(len(summary.applied), 'fix', 'fixes')} to {_count(len(summary.changed), 'file')} "
-                     f"({_checked(summary, skipped)}){tail}.")
+        lines.append(
+            f"{verb} {_count(len(summary.applied), 'fix', 'fixes')} to {_count(len(summary.changed), 'file')} "
+            f"({_checked(summary, skipped)}){tail}."
+        )
     if summary.unwritten:
         files = len({f.path for f in summary.unwritten})
-        lines.append(f"{_count(len(summary.unwritten), 'fix', 'fixes')} in {_count(files, 'file')} not written: "
-                     f"see the errors above ({_checked(summary, skipped)}).")
+        lines.append(
+            f"{_count(len(summary.unwritten), 'fix', 'fixes')} in {_count(files, 'file')} not written: "
+            f"see the errors above ({_checked(summary, skipped)})."
+        )
     if not summary.applied and not summary.unwritten:
         lines.append(f"Nothing to fix at level {level.label} ({_checked(summary, skipped)}).")
     lines += outstanding(summary, locations=True)
@@ -91,12 +100,18 @@ def apply_report(results: Sequence[FileResult], level: Level, dry_run: bool, *, 
 def outstanding(summary: Summary, locations: bool) -> list[str]:
     """Findings left as they are: each higher level with the flag that applies
     its fixes, then the report-only ones; with `locations`, one line each."""
-    groups = [(f"{_count(len(found), 'more fix', 'more fixes')} available with --level {level.label}", found)
-              for level, found in summary.higher.items()]
+    groups = [
+        (f"{_count(len(found), 'more fix', 'more fixes')} available with --level {level.label}", found)
+        for level, found in summary.higher.items()
+    ]
     if summary.report_only:
         count = len(summary.report_only)
-        groups.append((f"{count} {'finding has' if count == 1 else 'findings have'} no automatic fix (report only)",
-                       summary.report_only))
+        groups.append(
+            (
+                f"{count} {'finding has' if count == 1 else 'findings have'} no automatic fix (report only)",
+                summary.report_only,
+            )
+        )
     lines = []
     for header, found in groups:
         lines.append(header + (":" if locations else "."))
@@ -119,8 +134,10 @@ def statistics_table(findings: Sequence[Finding]) -> list[str]:
     """`count  CODE  [*] name` per rule, as ruff's --statistics; [*]: some fixable at the level."""
     rows = statistics(findings)
     width = max((len(str(row["count"])) for row in rows), default=1)
-    return [f"{row['count']:>{width}}  {row['code']}  {FIXABLE_MARK if row['fixable'] else '   '} {row['name']}"
-            for row in rows]
+    return [
+        f"{row['count']:>{width}}  {row['code']}  {FIXABLE_MARK if row['fixable'] else '   '} {row['name']}"
+        for row in rows
+    ]
 
 
 def interrupted_report(written: Sequence[str], finished: int, total: int, write: bool) -> str:
@@ -201,8 +218,8 @@ def _examples(rule: type[Rule]) -> list[str]:
     reported = [case for case in rule.INVALID if case.expected_replacement is None]
     sections = [
         (f"Fixed at --level {rule.LEVEL.label}:", [(case.note, _fix_diff(case, setup)) for case in fixed]),
-        ("Reported without a fix:", [(case.note, case.code[len(setup):]) for case in reported]),
-        ("Left alone:", [(case.note, case.code[len(setup):]) for case in rule.VALID]),
+        ("Reported without a fix:", [(case.note, case.code[len(setup) :]) for case in reported]),
+        ("Left alone:", [(case.note, case.code[len(setup) :]) for case in rule.VALID]),
     ]
     for title, examples in sections:
         if examples:
@@ -225,7 +242,7 @@ def _fix_diff(case: Invalid, setup: str) -> str:
     """The example's own lines as a diff; the set-up too where the fix changes it (an import)."""
     before, after = case.code, case.expected_replacement
     if after.startswith(setup):
-        before, after = before[len(setup):], after[len(setup):]
+        before, after = before[len(setup) :], after[len(setup) :]
     before_lines, after_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
     context = len(before_lines) + len(after_lines)  # whole example in one hunk
     diff = difflib.unified_diff(before_lines, after_lines, n=context)

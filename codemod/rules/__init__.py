@@ -14,8 +14,12 @@ def _discover() -> list[type[Rule]]:
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
         for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, Rule) and value.__module__ == module.__name__ \
-                    and "CODE" in value.__dict__:
+            if (
+                isinstance(value, type)
+                and issubclass(value, Rule)
+                and value.__module__ == module.__name__
+                and "CODE" in value.__dict__
+            ):
                 if value.CODE in found:
                     raise ImportError(f"rule code {value.CODE} is defined twice: {found[value.CODE]} and {value}")
                 found[value.CODE] = value

@@ -4,7 +4,6 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
-from codemod.analysis import match as m
 from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import argument_for
@@ -19,12 +18,23 @@ SAVE_NAMES = ("torch.save", "torch.serialization.save")
 BUFFERS = ("io.BytesIO", "io.StringIO")
 # Objects that the checkpointer would deep-copy whole (and on their device): a module,
 # an optimizer or a loader is saved through its state_dict() instead.
-DEEP_COPIED_KINDS = {Kind.MODULE: "module", Kind.OPTIMIZER: "optimizer", Kind.LOADER: "DataLoader",
-                     Kind.DATASET: "dataset"}
+DEEP_COPIED_KINDS = {
+    Kind.MODULE: "module",
+    Kind.OPTIMIZER: "optimizer",
+    Kind.LOADER: "DataLoader",
+    Kind.DATASET: "dataset",
+}
 # Names that say a value is a file path and not an open file.
 PATH_NAME = re.compile(r"(^|_)(path|filename|fname|ckpt|checkpoint)$", re.I)
-PATH_FUNCTIONS = {"os.path.join", "os.path.abspath", "os.path.expanduser", "os.fspath", "pathlib.Path",
-                  "pathlib.PurePath", "builtins.str"}
+PATH_FUNCTIONS = {
+    "os.path.join",
+    "os.path.abspath",
+    "os.path.expanduser",
+    "os.fspath",
+    "pathlib.Path",
+    "pathlib.PurePath",
+    "builtins.str",
+}
 PATH_METHODS = {"joinpath", "with_suffix", "with_name", "format", "replace", "resolve", "absolute"}
 LOGGING_CALLS = {"builtins.print"}
 LOGGING_METHODS = {"info", "debug", "warning", "log", "write", "set_description", "set_postfix"}
@@ -153,71 +163,130 @@ class SynchronousCheckpointInLoop(Rule):
 
     VALID = [
         Valid(PREAMBLE + LOOP + "torch.save(model.state_dict(), 'final.pt')\n", "after the loop"),
-        Valid(PREAMBLE + "import io\n" + LOOP + "    buffer = io.BytesIO()\n    torch.save(model.state_dict(), buffer)\n",
-              "in-memory buffer, not a checkpoint file"),
-        Valid(PREAMBLE + "def train(path):\n" + _indented(LOOP)
-              + "        if loss < 0.1:\n            torch.save(model.state_dict(), path)\n            return path\n",
-              "returns right after the save: nothing to overlap with"),
-        Valid(PREAMBLE + "for path in ['a.pt', 'b.pt']:\n    torch.save(model.state_dict(), path)\n",
-              "not a training loop"),
-        Valid(PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt')  # perfmod: ignore[PM405]\n",
-              "suppressed on the line of the save"),
-        Valid(PREAMBLE + LOOP + "    with open('last.pt', 'wb') as f:  # perfmod: ignore\n"
-              "        torch.save(model.state_dict(), f)\n", "suppressed on the `with` that opens the file"),
+        Valid(
+            PREAMBLE + "import io\n" + LOOP + "    buffer = io.BytesIO()\n    torch.save(model.state_dict(), buffer)\n",
+            "in-memory buffer, not a checkpoint file",
+        ),
+        Valid(
+            PREAMBLE
+            + "def train(path):\n"
+            + _indented(LOOP)
+            + "        if loss < 0.1:\n            torch.save(model.state_dict(), path)\n            return path\n",
+            "returns right after the save: nothing to overlap with",
+        ),
+        Valid(
+            PREAMBLE + "for path in ['a.pt', 'b.pt']:\n    torch.save(model.state_dict(), path)\n",
+            "not a training loop",
+        ),
+        Valid(
+            PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt')  # perfmod: ignore[PM405]\n",
+            "suppressed on the line of the save",
+        ),
+        Valid(
+            PREAMBLE + LOOP + "    with open('last.pt', 'wb') as f:  # perfmod: ignore\n"
+            "        torch.save(model.state_dict(), f)\n",
+            "suppressed on the `with` that opens the file",
+        ),
     ]
     INVALID = [
         Invalid(
             PREAMBLE + LOOP + "    torch.save(model.state_dict(), f'ckpt_{epoch}.pt')\nprint('done')\n",
-            IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n" + LOOP
+            IMPORTS
+            + ADDED_IMPORT
+            + SETUP
+            + "checkpointer = AsyncCheckpointer()\n"
+            + LOOP
             + "    checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\ncheckpointer.flush()\nprint('done')\n",
             "built before the loop, flushed after it",
         ),
         Invalid(
-            "import torch as th\n" + PREAMBLE + LOOP
+            "import torch as th\n"
+            + PREAMBLE
+            + LOOP
             + "    th.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch},\n"
             "            'last.pt')\n",
-            IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n" + LOOP
+            IMPORTS
+            + ADDED_IMPORT
+            + SETUP
+            + "checkpointer = AsyncCheckpointer()\n"
+            + LOOP
             + "    checkpointer.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch},\n"
             "            'last.pt')\ncheckpointer.flush()\n",
             "alias of torch; optimizer state included",
         ),
         Invalid(
-            "from torch import save\n" + PREAMBLE + "# train\n" + LOOP
+            "from torch import save\n"
+            + PREAMBLE
+            + "# train\n"
+            + LOOP
             + "    if epoch % 5 == 0:\n        with open(f'ckpt_{epoch}.pt', 'wb') as f:\n"
             "            save(model.state_dict(), f)\n",
-            IMPORTS + ADDED_IMPORT + SETUP + "checkpointer = AsyncCheckpointer()\n# train\n"
-            + LOOP + "    if epoch % 5 == 0:\n        checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
+            IMPORTS
+            + ADDED_IMPORT
+            + SETUP
+            + "checkpointer = AsyncCheckpointer()\n# train\n"
+            + LOOP
+            + "    if epoch % 5 == 0:\n        checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
             "checkpointer.flush()\n",
             "`with open(p, 'wb') as f: save(obj, f)` becomes one save of the path",
         ),
         Invalid(
-            PREAMBLE + "def train(max_epochs):\n" + _indented(LOOP)
+            PREAMBLE
+            + "def train(max_epochs):\n"
+            + _indented(LOOP)
             + "        torch.save(model.state_dict(), 'last.pt')\n        if epoch == max_epochs: return 'last.pt'\n"
             "    return None\n",
-            IMPORTS + ADDED_IMPORT + SETUP + "def train(max_epochs):\n    checkpointer = AsyncCheckpointer()\n"
-            + _indented(LOOP) + "        checkpointer.save(model.state_dict(), 'last.pt')\n        if epoch == max_epochs:\n"
+            IMPORTS
+            + ADDED_IMPORT
+            + SETUP
+            + "def train(max_epochs):\n    checkpointer = AsyncCheckpointer()\n"
+            + _indented(LOOP)
+            + "        checkpointer.save(model.state_dict(), 'last.pt')\n        if epoch == max_epochs:\n"
             "            checkpointer.flush()\n            return 'last.pt'\n    checkpointer.flush()\n    return None\n",
             "flushed before a return that leaves the loop",
         ),
-        Invalid(PREAMBLE + LOOP + "    torch.save(model, 'model.pt')\n", None,
-                "a whole module would be deep-copied on its device"),
-        Invalid(PREAMBLE + "rank = 0\n" + LOOP + "    torch.save(model.state_dict(), f'rank{rank}.pt')\n", None,
-                "files per rank: the checkpointer writes on rank 0 only"),
-        Invalid(PREAMBLE + "import shutil\n" + LOOP
-                + "    path = f'ckpt_{epoch}.pt'\n    torch.save(model.state_dict(), path)\n"
-                "    shutil.copy(path, 'best.pt')\n", None, "the file is read right after the save"),
-        Invalid(PREAMBLE + "import os\n" + LOOP + "    if os.path.exists('last.pt'):\n        print('resumable')\n"
-                "    torch.save(model.state_dict(), 'last.pt')\n", None, "the next iteration looks at the file"),
-        Invalid(PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt', pickle_protocol=4)\n", None,
-                "an argument the checkpointer does not take"),
-        Invalid(PREAMBLE + "def train(out):\n" + _indented(LOOP) + "        torch.save(model.state_dict(), out)\n", None,
-                "`out` may be an open file"),
+        Invalid(
+            PREAMBLE + LOOP + "    torch.save(model, 'model.pt')\n",
+            None,
+            "a whole module would be deep-copied on its device",
+        ),
+        Invalid(
+            PREAMBLE + "rank = 0\n" + LOOP + "    torch.save(model.state_dict(), f'rank{rank}.pt')\n",
+            None,
+            "files per rank: the checkpointer writes on rank 0 only",
+        ),
+        Invalid(
+            PREAMBLE
+            + "import shutil\n"
+            + LOOP
+            + "    path = f'ckpt_{epoch}.pt'\n    torch.save(model.state_dict(), path)\n"
+            "    shutil.copy(path, 'best.pt')\n",
+            None,
+            "the file is read right after the save",
+        ),
+        Invalid(
+            PREAMBLE + "import os\n" + LOOP + "    if os.path.exists('last.pt'):\n        print('resumable')\n"
+            "    torch.save(model.state_dict(), 'last.pt')\n",
+            None,
+            "the next iteration looks at the file",
+        ),
+        Invalid(
+            PREAMBLE + LOOP + "    torch.save(model.state_dict(), 'last.pt', pickle_protocol=4)\n",
+            None,
+            "an argument the checkpointer does not take",
+        ),
+        Invalid(
+            PREAMBLE + "def train(out):\n" + _indented(LOOP) + "        torch.save(model.state_dict(), out)\n",
+            None,
+            "`out` may be an open file",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         index = self.context.index
         self._defines_checkpointer_class = any(
-            d.name.value == IMPORT[1] for d in index.find((cst.ClassDef, cst.FunctionDef)))
+            d.name.value == IMPORT[1] for d in index.find((cst.ClassDef, cst.FunctionDef))
+        )
         self._taken: set[str] = {n.value for n in index.find(cst.Name)}
         names = self.context.names
         calls = [call for call in index.find(cst.Call) if "save" in _callee_name(call)]
@@ -257,12 +326,20 @@ class SynchronousCheckpointInLoop(Rule):
         names = self.context.names
         func = call.func
         if names.of(call) & SAVE_FUNCTIONS:
-            why = (f"`{self._code(func)}` writes its own file format (safetensors), which AsyncCheckpointer, "
-                   "a background torch.save, does not write")
-        elif isinstance(func, cst.Attribute) and func.attr.value in SAVE_METHODS and self.context.loops.callee(call) is None \
-                and (func.attr.value != "save_pretrained" or self.context.training.is_model(func.value)):
-            why = (f"`{func.attr.value}` writes a folder of files (weights, configuration) through its library, "
-                   "which AsyncCheckpointer does not write")
+            why = (
+                f"`{self._code(func)}` writes its own file format (safetensors), which AsyncCheckpointer, "
+                "a background torch.save, does not write"
+            )
+        elif (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in SAVE_METHODS
+            and self.context.loops.callee(call) is None
+            and (func.attr.value != "save_pretrained" or self.context.training.is_model(func.value))
+        ):
+            why = (
+                f"`{func.attr.value}` writes a folder of files (weights, configuration) through its library, "
+                "which AsyncCheckpointer does not write"
+            )
         elif isinstance(func, cst.Attribute) and func.attr.value == "save" and self._is_accelerator(func.value):
             why = "`accelerator.save` coordinates processes itself; AsyncCheckpointer writes on rank 0 only"
         else:
@@ -271,15 +348,22 @@ class SynchronousCheckpointInLoop(Rule):
             helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
             if not (isinstance(helper, cst.FunctionDef) and self._loop_sites(helper)):
                 return
-        self.report(call, f"`{self._code(func)}` in the training loop writes the checkpoint while training waits; "
-                          f"not fixed: {why}; save it in a background thread by hand")
+        self.report(
+            call,
+            f"`{self._code(func)}` in the training loop writes the checkpoint while training waits; "
+            f"not fixed: {why}; save it in a background thread by hand",
+        )
 
     def _is_accelerator(self, expr: cst.BaseExpression) -> bool:
         values = self.context.loops.values_of(expr)
-        return any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("accelerate",)) for v in values) \
+        return (
+            any(isinstance(v, cst.Call) and self.context.names.startswith(v.func, ("accelerate",)) for v in values)
             or self.context.names.startswith(expr, ("accelerate",)) is not None
+        )
 
-    def _loop_sites(self, function: cst.FunctionDef, depth: int = 0) -> list[tuple[cst.CSTNode, tuple[cst.Call, ...]]] | None:
+    def _loop_sites(
+        self, function: cst.FunctionDef, depth: int = 0
+    ) -> list[tuple[cst.CSTNode, tuple[cst.Call, ...]]] | None:
         """(outermost training loop, calls from it down to `function`) for every way
         `function` runs; None unless each call of it runs inside a training loop
         (directly, or through functions of this file)."""
@@ -294,7 +378,11 @@ class SynchronousCheckpointInLoop(Rule):
                 sites.append((loop, (call,)))
                 continue
             caller = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-            above = self._loop_sites(caller, depth + 1) if isinstance(caller, cst.FunctionDef) and caller is not function else None
+            above = (
+                self._loop_sites(caller, depth + 1)
+                if isinstance(caller, cst.FunctionDef) and caller is not function
+                else None
+            )
             if above is None:
                 return None
             sites.extend((outer, (*path, call)) for outer, path in above)
@@ -318,13 +406,13 @@ class SynchronousCheckpointInLoop(Rule):
     def _suppressed(self, call: cst.Call) -> bool:
         """`# perfmod: ignore[PM405]` on the save's line, or on the `with open(...)` around it."""
         line = next((a for a in _ancestors(self.context.parents, call) if isinstance(a, cst.SimpleStatementLine)), None)
-        return line is not None and (suppressed_on(line, self.CODE)
-                                     or suppressed_on(_enclosing_with(self.context.parents, line), self.CODE))
+        return line is not None and (
+            suppressed_on(line, self.CODE) or suppressed_on(_enclosing_with(self.context.parents, line), self.CODE)
+        )
 
     # -- one save --------------------------------------------------------------------------
 
-    def _plan(self, call: cst.Call, loop: cst.CSTNode | None, helper: cst.FunctionDef | None = None,
-              sites=()) -> _Save:
+    def _plan(self, call: cst.Call, loop: cst.CSTNode | None, helper: cst.FunctionDef | None = None, sites=()) -> _Save:
         parents = self.context.parents
         obj_arg = kwarg(call, "obj") or positional(call, 0)
         file_arg = _file_argument(call)
@@ -335,7 +423,9 @@ class SynchronousCheckpointInLoop(Rule):
             raise _Leave
         extra = [a for a in call.args if a is not obj_arg and a is not file_arg]
         if extra:
-            raise _Unfixable(f"`{self._code(extra[0]).rstrip(', ')}` is an argument AsyncCheckpointer.save does not take")
+            raise _Unfixable(
+                f"`{self._code(extra[0]).rstrip(', ')}` is an argument AsyncCheckpointer.save does not take"
+            )
         expression = parents.get(call)
         line = parents.get(expression)
         if not (isinstance(expression, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
@@ -354,8 +444,10 @@ class SynchronousCheckpointInLoop(Rule):
         if self._defines_checkpointer_class:
             raise _Unfixable("this file defines its own `AsyncCheckpointer`, which the import would shadow")
         if SHARDED_STATE.search(self.context.code):
-            raise _Unfixable("this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
-                             "AsyncCheckpointer writes on rank 0 only")
+            raise _Unfixable(
+                "this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
+                "AsyncCheckpointer writes on rank 0 only"
+            )
         rank = next((n for n in self.context.index.find(cst.Name, within=path) if RANK_NAME.search(n.value)), None)
         if rank is not None:
             raise _Unfixable(f"the path depends on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only")
@@ -363,8 +455,10 @@ class SynchronousCheckpointInLoop(Rule):
         if reader is None and helper is not None:
             reader = self._later_use_by_callers(path, helper, sites)
         if reader is not None:
-            raise _Unfixable(f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
-                             f"before a background write of it is done")
+            raise _Unfixable(
+                f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
+                f"before a background write of it is done"
+            )
         return _Save(call, statement, path)
 
     def _later_use_by_callers(self, path: cst.BaseExpression, helper: cst.FunctionDef, sites) -> cst.CSTNode | None:
@@ -372,7 +466,9 @@ class SynchronousCheckpointInLoop(Rule):
         after the call or elsewhere in its training loop."""
         if not isinstance(path, cst.Name):
             return None
-        param = next((p for p in (*helper.params.params, *helper.params.kwonly_params) if p.name.value == path.value), None)
+        param = next(
+            (p for p in (*helper.params.params, *helper.params.kwonly_params) if p.name.value == path.value), None
+        )
         if param is None:
             return None
         for loop, calls in sites:
@@ -435,8 +531,11 @@ class SynchronousCheckpointInLoop(Rule):
         if isinstance(expr, cst.Call):
             if names.of(expr) & PATH_FUNCTIONS:
                 return True
-            return isinstance(expr.func, cst.Attribute) and expr.func.attr.value in PATH_METHODS and self._is_path(
-                expr.func.value)
+            return (
+                isinstance(expr.func, cst.Attribute)
+                and expr.func.attr.value in PATH_METHODS
+                and self._is_path(expr.func.value)
+            )
         if isinstance(expr, cst.Attribute):
             return bool(PATH_NAME.search(expr.attr.value))
         if isinstance(expr, cst.Name):
@@ -459,8 +558,10 @@ class SynchronousCheckpointInLoop(Rule):
             for part in _container_parts(value):
                 kind = self.context.kinds.fact(part).kind
                 if kind in DEEP_COPIED_KINDS:
-                    return (f"`{self._code(part)}` is a whole {DEEP_COPIED_KINDS[kind]}, which AsyncCheckpointer would "
-                            f"deep-copy on its device; save its state_dict() instead")
+                    return (
+                        f"`{self._code(part)}` is a whole {DEEP_COPIED_KINDS[kind]}, which AsyncCheckpointer would "
+                        f"deep-copy on its device; save its state_dict() instead"
+                    )
         return None
 
     def _later_use(self, path: cst.BaseExpression, statement: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
@@ -483,7 +584,9 @@ class SynchronousCheckpointInLoop(Rule):
             if at <= after:
                 return False
             # After the loop in its function: the checkpointer is flushed when the loop is left.
-            return not (loop_end is not None and at > loop_end and _function_of(self.context.parents, node) is loop_function)
+            return not (
+                loop_end is not None and at > loop_end and _function_of(self.context.parents, node) is loop_function
+            )
 
         if isinstance(path, cst.Name):
             for use in self._accesses(path):
@@ -515,19 +618,25 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _logging(self, call: cst.Call) -> bool:
         return bool(self.context.names.of(call) & LOGGING_CALLS) or (
-            isinstance(call.func, cst.Attribute) and call.func.attr.value in LOGGING_METHODS)
+            isinstance(call.func, cst.Attribute) and call.func.attr.value in LOGGING_METHODS
+        )
 
     # -- the fix -------------------------------------------------------------------------
 
     def _fix_loop(self, loop: cst.CSTNode, saves: list) -> None:
         fixable = [(call, plan) for call, plan in saves if isinstance(plan, _Save)]
         # A synchronous save to the same path could be overwritten by a later background write.
-        sync_paths = {self._code(_file_argument(c).value): c for c, p in saves if isinstance(p, str) and _file_argument(c)}
+        sync_paths = {
+            self._code(_file_argument(c).value): c for c, p in saves if isinstance(p, str) and _file_argument(c)
+        }
         for call, plan in list(fixable):
             other = sync_paths.get(self._code(plan.path))
             if other is not None:
                 fixable.remove((call, plan))
-                saves[saves.index((call, plan))] = (call, f"line {self.context.line(other)} saves to the same path synchronously")
+                saves[saves.index((call, plan))] = (
+                    call,
+                    f"line {self.context.line(other)} saves to the same path synchronously",
+                )
         for call, plan in saves:
             if isinstance(plan, str):
                 self.report(call, f"`{self._code(call.func)}` in the training loop stays synchronous: {plan}")
@@ -542,9 +651,14 @@ class SynchronousCheckpointInLoop(Rule):
                 edits.append(_flush_before(leaving, name, self.context.parents))
         build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
         edits += [InsertBefore(loop, (build,)), InsertAfter(loop, (_flush_line(name),))]
-        for call, plan in fixable:
-            self.report(call, f"`{self._code(call.func)}` writes the checkpoint while training waits; saved in the "
-                              f"background by `{name}` (the file appears later)", edits=edits, imports=[IMPORT])
+        for call, _plan in fixable:
+            self.report(
+                call,
+                f"`{self._code(call.func)}` writes the checkpoint while training waits; saved in the "
+                f"background by `{name}` (the file appears later)",
+                edits=edits,
+                imports=[IMPORT],
+            )
 
     def _fix_helper(self, helper: cst.FunctionDef, sites, saves: list) -> None:
         """Saves in a function that training loops run (`save_checkpoint(...)`): one
@@ -552,8 +666,11 @@ class SynchronousCheckpointInLoop(Rule):
         flush after every training loop that runs the function."""
         for call, plan in saves:
             if isinstance(plan, str):
-                self.report(call, f"`{self._code(call.func)}` in `{helper.name.value}`, which the training loop runs, "
-                                  f"stays synchronous: {plan}")
+                self.report(
+                    call,
+                    f"`{self._code(call.func)}` in `{helper.name.value}`, which the training loop runs, "
+                    f"stays synchronous: {plan}",
+                )
         fixable = [(call, plan) for call, plan in saves if isinstance(plan, _Save)]
         if not fixable:
             return
@@ -561,7 +678,9 @@ class SynchronousCheckpointInLoop(Rule):
         edits: list[Edit] = [_save_edit(plan, name) for _, plan in fixable]
         anchor = self._after_imports()
         build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
-        edits.append(InsertAfter(anchor, (build,)) if anchor is not None else InsertBefore(self.context.module.body[0], (build,)))
+        edits.append(
+            InsertAfter(anchor, (build,)) if anchor is not None else InsertBefore(self.context.module.body[0], (build,))
+        )
         loops = list(dict.fromkeys(loop for loop, _ in sites))
         for loop in loops:
             edits.append(InsertAfter(loop, (_flush_line(name),)))
@@ -569,21 +688,30 @@ class SynchronousCheckpointInLoop(Rule):
                 if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
                     edits.append(_flush_before(leaving, name, self.context.parents))
         first = sites[0][1][0]
-        for call, plan in fixable:
-            self.report(call, f"`{self._code(call.func)}` writes the checkpoint while training waits (`{helper.name.value}` "
-                              f"runs in the training loop at line {self.context.line(sites[0][0])}, through line "
-                              f"{self.context.line(first)}); saved in the background by `{name}` (the file appears later)",
-                        edits=edits, imports=[IMPORT])
+        for call, _plan in fixable:
+            self.report(
+                call,
+                f"`{self._code(call.func)}` writes the checkpoint while training waits (`{helper.name.value}` "
+                f"runs in the training loop at line {self.context.line(sites[0][0])}, through line "
+                f"{self.context.line(first)}); saved in the background by `{name}` (the file appears later)",
+                edits=edits,
+                imports=[IMPORT],
+            )
 
     def _after_imports(self) -> cst.BaseStatement | None:
         """The last top-level import statement before any other code."""
         found = None
         for statement in self.context.module.body:
             if isinstance(statement, cst.SimpleStatementLine) and all(
-                    isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body):
+                isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+            ):
                 found = statement
-            elif not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                      and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)):
+            elif not (
+                isinstance(statement, cst.SimpleStatementLine)
+                and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr)
+                and isinstance(statement.body[0].value, cst.SimpleString)
+            ):
                 break
         return found
 
@@ -687,18 +815,31 @@ def _save_edit(plan: _Save, name: str) -> Edit:
     the save becomes that one line."""
     func = cst.Attribute(cst.Name(name), cst.Name("save"))
     if isinstance(plan.statement, cst.SimpleStatementLine):
+
         def edit(call: cst.Call) -> cst.Call:
-            args = [a.with_changes(keyword=cst.Name("path")) if a.keyword is not None and a.keyword.value == "f" else a
-                    for a in call.args]
+            args = [
+                a.with_changes(keyword=cst.Name("path")) if a.keyword is not None and a.keyword.value == "f" else a
+                for a in call.args
+            ]
             return call.with_changes(func=func, args=args)
+
         return Replace(plan.call, edit)
     obj = kwarg(plan.call, "obj") or positional(plan.call, 0)
     saved = plan.statement.body.body[0]
-    call = cst.Call(func, [obj.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT,
-                                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                           cst.Arg(plan.path)])
-    line = cst.SimpleStatementLine([cst.Expr(call)], leading_lines=plan.statement.leading_lines,
-                                   trailing_whitespace=saved.trailing_whitespace)
+    call = cst.Call(
+        func,
+        [
+            obj.with_changes(
+                keyword=None,
+                equal=cst.MaybeSentinel.DEFAULT,
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+            ),
+            cst.Arg(plan.path),
+        ],
+    )
+    line = cst.SimpleStatementLine(
+        [cst.Expr(call)], leading_lines=plan.statement.leading_lines, trailing_whitespace=saved.trailing_whitespace
+    )
     return Replace(plan.statement, line)
 
 
@@ -712,8 +853,12 @@ def _flush_before(leaving: cst.Return, name: str, parents) -> Edit:
     if isinstance(line, cst.SimpleStatementLine):
         return InsertBefore(line, (_flush_line(name),))
     # `if done: return path` (a one-line suite) becomes a block with the flush first.
-    return Replace(line, lambda updated: cst.IndentedBlock([_flush_line(name), cst.SimpleStatementLine(updated.body)],
-                                                           header=updated.trailing_whitespace))
+    return Replace(
+        line,
+        lambda updated: cst.IndentedBlock(
+            [_flush_line(name), cst.SimpleStatementLine(updated.body)], header=updated.trailing_whitespace
+        ),
+    )
 
 
 def _callee_name(call: cst.Call) -> str:

@@ -3,8 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-from codemod.analysis import match as m
 
+from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Place
 from codemod.analysis.names import sole_definition
@@ -197,57 +197,90 @@ class ForwardWithoutAutocast(Rule):
     GAIN = "1.5-3x step time on Ampere or newer GPUs for matmul-heavy models, and less activation memory"
 
     VALID = [
-        Valid(HEAD + LOOP.replace("    logits = model(x)\n    loss = F.cross_entropy(logits, y)  # mean over the batch\n",
-                                  "    with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n"
-                                  "        logits = model(x)\n        loss = F.cross_entropy(logits, y)\n"),
-              "autocast already there"),
+        Valid(
+            HEAD
+            + LOOP.replace(
+                "    logits = model(x)\n    loss = F.cross_entropy(logits, y)  # mean over the batch\n",
+                "    with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n"
+                "        logits = model(x)\n        loss = F.cross_entropy(logits, y)\n",
+            ),
+            "autocast already there",
+        ),
         Valid(POLICY_HEAD + LOOP_BF16, "the fix itself: nothing left to do"),
-        Valid("from contextlib import nullcontext\n" + HEAD + "ctx = nullcontext() if device.type == 'cpu' else "
-              "torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16)\n"
-              + LOOP.replace("    logits = model(x)\n", "    with ctx:\n        logits = model(x)\n"),
-              "nanoGPT's context variable"),
-        Valid(HEAD.replace('torch.device("cuda" if torch.cuda.is_available() else "cpu")', '"cpu"') + LOOP,
-              "a CPU model: autocast rarely pays off there"),
-        Valid(HEAD + "for x, y in data:\n    with torch.no_grad():\n        print(model(x.to(device)))\n",
-              "no training loop"),
+        Valid(
+            "from contextlib import nullcontext\n" + HEAD + "ctx = nullcontext() if device.type == 'cpu' else "
+            "torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16)\n"
+            + LOOP.replace("    logits = model(x)\n", "    with ctx:\n        logits = model(x)\n"),
+            "nanoGPT's context variable",
+        ),
+        Valid(
+            HEAD.replace('torch.device("cuda" if torch.cuda.is_available() else "cpu")', '"cpu"') + LOOP,
+            "a CPU model: autocast rarely pays off there",
+        ),
+        Valid(
+            HEAD + "for x, y in data:\n    with torch.no_grad():\n        print(model(x.to(device)))\n",
+            "no training loop",
+        ),
     ]
     INVALID = [
         Invalid(HEAD + LOOP, POLICY_HEAD + LOOP_BF16, "bf16: one with-block, comments kept, policy before the loop"),
-        Invalid(HEAD + ACCUMULATION, POLICY_HEAD + ACCUMULATION_FP16,
-                "fp16: scaler, unscale_ before clipping, update only on step iterations", config=FP16),
         Invalid(
-            HEAD + "model.double()\n" + LOOP, None, "float64 model: more precision was asked for, not less",
+            HEAD + ACCUMULATION,
+            POLICY_HEAD + ACCUMULATION_FP16,
+            "fp16: scaler, unscale_ before clipping, update only on step iterations",
+            config=FP16,
         ),
         Invalid(
-            HEAD + LOOP.replace("    loss = F.cross_entropy(logits, y)  # mean over the batch\n",
-                                "    if y.numel() > 2:\n        loss = F.cross_entropy(logits, y)\n"
-                                "    else:\n        loss = logits.sum()\n"),
+            HEAD + "model.double()\n" + LOOP,
+            None,
+            "float64 model: more precision was asked for, not less",
+        ),
+        Invalid(
+            HEAD
+            + LOOP.replace(
+                "    loss = F.cross_entropy(logits, y)  # mean over the batch\n",
+                "    if y.numel() > 2:\n        loss = F.cross_entropy(logits, y)\n"
+                "    else:\n        loss = logits.sum()\n",
+            ),
             None,
             "the loss is computed in branches",
         ),
         Invalid(
-            HEAD + "scaler = torch.amp.GradScaler('cuda')\n"
-            + LOOP.replace("loss.backward()", "scaler.scale(loss).backward()")
-            .replace("optimizer.step()", "scaler.step(optimizer)\n    scaler.update()"),
+            HEAD
+            + "scaler = torch.amp.GradScaler('cuda')\n"
+            + LOOP.replace("loss.backward()", "scaler.scale(loss).backward()").replace(
+                "optimizer.step()", "scaler.step(optimizer)\n    scaler.update()"
+            ),
             None,
             "a GradScaler without autocast",
         ),
         Invalid(
-            HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace("device = ", ARGS + "device = ")
-            + LOOP + "x = torch.zeros(1).cuda()\n",
-            POLICY_HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace("device = ", ARGS + "device = ")
-            + LOOP_BF16.replace("for_device(device)", "for_device(args.device)") + "x = torch.zeros(1).cuda()\n",
+            HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace(
+                "device = ", ARGS + "device = "
+            )
+            + LOOP
+            + "x = torch.zeros(1).cuda()\n",
+            POLICY_HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace(
+                "device = ", ARGS + "device = "
+            )
+            + LOOP_BF16.replace("for_device(device)", "for_device(args.device)")
+            + "x = torch.zeros(1).cuda()\n",
             "the device expression the script uses, whatever it is",
         ),
         Invalid(
-            HEAD + LOOP.replace("    optimizer.step()\n", "    for group in optimizer.param_groups:\n"
-                                "        torch.nn.utils.clip_grad_norm_(group['params'], 1.0)\n    optimizer.step()\n"),
+            HEAD
+            + LOOP.replace(
+                "    optimizer.step()\n",
+                "    for group in optimizer.param_groups:\n"
+                "        torch.nn.utils.clip_grad_norm_(group['params'], 1.0)\n    optimizer.step()\n",
+            ),
             None,
             "fp16 with clipping in a loop: unscale_ must run once per step",
             config=FP16,
         ),
         Invalid(
-            HEAD + "head = nn.Linear(2, 2).to(device)\nopt2 = torch.optim.SGD(head.parameters(), lr=0.1)\n"
+            HEAD
+            + "head = nn.Linear(2, 2).to(device)\nopt2 = torch.optim.SGD(head.parameters(), lr=0.1)\n"
             + LOOP.replace("    optimizer.step()\n", "    optimizer.step()\n    opt2.step()\n"),
             None,
             "fp16 with two optimizers: left to a human",
@@ -262,7 +295,9 @@ class ForwardWithoutAutocast(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         training = self.context.training
         inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
-        elsewhere = [use for use in training.autocast_uses if not any(self.context.inside(use, n) for n in inside_loops)]
+        elsewhere = [
+            use for use in training.autocast_uses if not any(self.context.inside(use, n) for n in inside_loops)
+        ]
         done: set[cst.CSTNode] = set()  # forward regions already handled (a helper several loops call)
         for loop in training.loops:
             key = loop.forward.statements[0] if loop.forward is not None else loop.loop
@@ -273,35 +308,53 @@ class ForwardWithoutAutocast(Rule):
     def _check(self, loop: TrainingLoop, elsewhere: list[cst.CSTNode]) -> None:
         training = self.context.training
         if loop.float64 is not None:
-            return self._decline(loop, f"the model is float64 (line {self.context.line(loop.float64)}): "
-                                       "autocast would lower the precision its author chose")
+            return self._decline(
+                loop,
+                f"the model is float64 (line {self.context.line(loop.float64)}): "
+                "autocast would lower the precision its author chose",
+            )
         if training.exact_float32 is not None:
-            return self._decline(loop, f"the script asks for exact float32 results (line "
-                                       f"{self.context.line(training.exact_float32)}); autocast would undo that")
+            return self._decline(
+                loop,
+                f"the script asks for exact float32 results (line "
+                f"{self.context.line(training.exact_float32)}); autocast would undo that",
+            )
         forward_uses = self._autocast_in_forward(loop)
         if forward_uses:
             return  # the model's forward (or a helper it calls) enters autocast itself
         if elsewhere:
-            return self._decline(loop, f"autocast is already used at line {self.context.line(elsewhere[0])}; "
-                                       "check whether it covers this loop's forward pass")
+            return self._decline(
+                loop,
+                f"autocast is already used at line {self.context.line(elsewhere[0])}; "
+                "check whether it covers this loop's forward pass",
+            )
         if loop.scaler is not None:
-            return self._decline(loop, f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
-                                       "add autocast around the forward pass by hand")
+            return self._decline(
+                loop,
+                f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
+                "add autocast around the forward pass by hand",
+            )
         if loop.forward is None:
             if loop.forward_problem and loop.forward_problem.startswith(NO_FORWARD):
                 return  # nothing runs a model before the loss: no forward pass to speed up
             return self._decline(loop, loop.forward_problem)
         decision = self._decision_in_forward(loop)
         if decision is not None:
-            return self._decline(loop, f"the forward pass decides what runs next (`{training.code(decision)}`, line "
-                                       f"{self.context.line(decision)}): in lower precision it may decide otherwise, "
-                                       "and the run would take another path")
+            return self._decline(
+                loop,
+                f"the forward pass decides what runs next (`{training.code(decision)}`, line "
+                f"{self.context.line(decision)}): in lower precision it may decide otherwise, "
+                "and the run would take another path",
+            )
         unsafe = self._autocast_unsafe(loop)
         if unsafe is not None:
             call, alternative = unsafe
-            return self._decline(loop, f"`{training.code(call.func)}` (line {self.context.line(call)}) raises under "
-                                       f"CUDA autocast; compute the loss from logits with {alternative}, then run "
-                                       "the forward pass under autocast")
+            return self._decline(
+                loop,
+                f"`{training.code(call.func)}` (line {self.context.line(call)}) raises under "
+                f"CUDA autocast; compute the loss from logits with {alternative}, then run "
+                "the forward pass under autocast",
+            )
         model = next((model for model in loop.models if model.move is not None), None)
         if model is None:
             if training.cuda_use is not None:
@@ -336,7 +389,7 @@ class ForwardWithoutAutocast(Rule):
 
     # -- where the policy is built ---------------------------------------------------
 
-    def _placement(self, loop: TrainingLoop, model, policy: str, scaler: str | None) -> "_Placement | str":
+    def _placement(self, loop: TrainingLoop, model, policy: str, scaler: str | None) -> _Placement | str:
         """Where the policy (and the fp16 scaler) is built once, and how the forward
         pass spells it: before the outermost loop of the step loop's function when
         the device is defined there; else as an attribute set where a trainer class
@@ -377,12 +430,16 @@ class ForwardWithoutAutocast(Rule):
         # The device the model's parameters are on when the loop starts.
         parameters_device = f"next({model.expression}.parameters()).device"
         expression = cst.parse_expression(parameters_device)
-        anchor = self._outermost_loop(loop.loop) if helper is None else (_first_statement(helper) if scaler is None else None)
+        anchor = (
+            self._outermost_loop(loop.loop)
+            if helper is None
+            else (_first_statement(helper) if scaler is None else None)
+        )
         if anchor is not None and training.visible_at(expression, anchor):
             return _Placement([InsertBefore(anchor, tuple(build("", parameters_device)))], policy, scaler)
         return f"the device `{device_code}` is not defined where the policy would be built"
 
-    def _attribute_placement(self, loop, model, helper, policy, scaler, build, device_code) -> "_Placement | None":
+    def _attribute_placement(self, loop, model, helper, policy, scaler, build, device_code) -> _Placement | None:
         """`self.precision = Precision.for_device(device)` right after a trainer class
         moves its model (`self.model = model.to(device)` in `__init__`), for a forward
         pass in a method of that class."""
@@ -397,17 +454,24 @@ class ForwardWithoutAutocast(Rule):
         if cls is None or self._class_of(mover) is not cls:
             return None
         statement = index.statement_of(model.move)
-        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(self.context.parents.get(statement), cst.IndentedBlock):
+        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(
+            self.context.parents.get(statement), cst.IndentedBlock
+        ):
             return None
-        if index.first_enclosing(statement, cst.FunctionDef) is not mover or index.first_enclosing(statement, (cst.For, cst.While)):
+        if index.first_enclosing(statement, cst.FunctionDef) is not mover or index.first_enclosing(
+            statement, (cst.For, cst.While)
+        ):
             return None
         attributes = {a.attr.value for a in index.find(cst.Attribute)}
         if policy in attributes or (scaler is not None and scaler in attributes):
             return None
         mover_self = mover.params.params[0].name.value
         user_self = function.params.params[0].name.value
-        return _Placement([InsertAfter(statement, tuple(build(f"{mover_self}.", device_code)))],
-                          f"{user_self}.{policy}", f"{user_self}.{scaler}" if scaler is not None else None)
+        return _Placement(
+            [InsertAfter(statement, tuple(build(f"{mover_self}.", device_code)))],
+            f"{user_self}.{policy}",
+            f"{user_self}.{scaler}" if scaler is not None else None,
+        )
 
     def _device_parameter(self, device: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
         """The parameter of `function` that every call of it passes `device` to, as the
@@ -421,8 +485,11 @@ class ForwardWithoutAutocast(Rule):
         for param in (*function.params.params, *function.params.kwonly_params):
             arguments = [argument_for(call, function, param) for call in calls]
             if all(a is not None and self.context.source(a) == spelled for a in arguments):
-                if not any(self.context.inside(b.node, function.body) for b in
-                           self.context.bindings.assignments(param.name) or () if b.node is not param.name):
+                if not any(
+                    self.context.inside(b.node, function.body)
+                    for b in self.context.bindings.assignments(param.name) or ()
+                    if b.node is not param.name
+                ):
                     return param.name.value
         return None
 
@@ -442,8 +509,11 @@ class ForwardWithoutAutocast(Rule):
         return statement
 
     def _is_method(self, function: cst.FunctionDef) -> bool:
-        return self._class_of(function) is not None and bool(function.params.params) and not any(
-            self.context.source(d.decorator) == "staticmethod" for d in function.decorators)
+        return (
+            self._class_of(function) is not None
+            and bool(function.params.params)
+            and not any(self.context.source(d.decorator) == "staticmethod" for d in function.decorators)
+        )
 
     def _class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
         owner = self.context.parents.get(self.context.parents.get(function))
@@ -457,8 +527,9 @@ class ForwardWithoutAutocast(Rule):
         if loop.forward is None:
             return []
         functions = self._forward_functions(loop.forward.statements)
-        return [use for use in self.context.training.autocast_uses
-                if any(self.context.inside(use, f) for f in functions)]
+        return [
+            use for use in self.context.training.autocast_uses if any(self.context.inside(use, f) for f in functions)
+        ]
 
     def _decision_in_forward(self, loop: TrainingLoop) -> cst.Call | None:
         """A call in the forward region whose result steers the program: a value read to
@@ -513,7 +584,11 @@ class ForwardWithoutAutocast(Rule):
             func = func.value
         classes = set()
         for value in steps.values_of(func):
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
+            while (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in ("to", "cuda")
+            ):
                 value = value.func.value  # `Net().to(device)`
             if not isinstance(value, cst.Call):
                 return None
@@ -531,9 +606,13 @@ class ForwardWithoutAutocast(Rule):
                 return "the optimizer step shares a one-line block; `scaler.update()` cannot follow it"
         if loop.clips:
             clip = min(loop.clips, key=self.context.index.order)
-            if not self._own_line(clip) or not all(self._clips_before_step(c, s) for c in loop.clips for s in loop.steps):
-                return ("gradient clipping is not in the optimizer step's block before the step; "
-                        "`scaler.unscale_` could not run exactly once per step")
+            if not self._own_line(clip) or not all(
+                self._clips_before_step(c, s) for c in loop.clips for s in loop.steps
+            ):
+                return (
+                    "gradient clipping is not in the optimizer step's block before the step; "
+                    "`scaler.unscale_` could not run exactly once per step"
+                )
         return None
 
     def _scale_edits(self, loop: TrainingLoop, scaler: str) -> list[Edit]:
@@ -543,14 +622,18 @@ class ForwardWithoutAutocast(Rule):
         training = self.context.training
         receiver = cst.parse_expression(scaler)
         backward = loop.backwards[0].call
-        edits: list[Edit] = [Replace(backward.func.value, lambda loss: _method(receiver, "scale", loss.with_changes(lpar=[], rpar=[])))]
+        edits: list[Edit] = [
+            Replace(backward.func.value, lambda loss: _method(receiver, "scale", loss.with_changes(lpar=[], rpar=[])))
+        ]
         for step in loop.steps:
             edits.append(Replace(step.call, lambda call: _method(receiver, "step", call.func.value)))
             edits.append(InsertAfter(training.statement_of(step.call), (cst.parse_statement(f"{scaler}.update()\n"),)))
         if loop.clips:
             clip = min(loop.clips, key=self.context.index.order)
             optimizer = training.code(loop.steps[0].optimizer)
-            edits.append(InsertBefore(training.statement_of(clip), (cst.parse_statement(f"{scaler}.unscale_({optimizer})\n"),)))
+            edits.append(
+                InsertBefore(training.statement_of(clip), (cst.parse_statement(f"{scaler}.unscale_({optimizer})\n"),))
+            )
         return edits
 
     def _clips_before_step(self, clip: cst.Call, step) -> bool:
@@ -601,8 +684,12 @@ class ForwardWithoutAutocast(Rule):
             return True
         if isinstance(expr, cst.Attribute):
             return self._is_plain(expr.value)
-        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index) \
-                and isinstance(expr.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
+        if (
+            isinstance(expr, cst.Subscript)
+            and len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+            and isinstance(expr.slice[0].slice.value, (cst.SimpleString, cst.Integer))
+        ):
             return self._is_plain(expr.value)  # `cfg["device"]`
         if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.device"):
             return all(self._is_plain(arg.value) for arg in expr.args)
@@ -622,7 +709,9 @@ def _first_statement(function: cst.FunctionDef) -> cst.BaseStatement | None:
     if not isinstance(body, cst.IndentedBlock):
         return None
     statements = list(body.body)
-    if statements and m.matches(statements[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])):
+    if statements and m.matches(
+        statements[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])
+    ):
         statements = statements[1:]
     return statements[0] if statements else None
 

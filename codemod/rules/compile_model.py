@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import libcst as cst
+
 from codemod.analysis import match as m
 from codemod.analysis.names import method_name
 from codemod.analysis.tensor_layout import layouts
@@ -13,15 +14,23 @@ from codemod.rule import Invalid, Level, Rule, Valid
 COMPILERS = ("torch.compile",)
 # Hook registrations: a model whose hooks change per call recompiles (PM501 first).
 HOOK_METHODS = {
-    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-    "register_full_backward_pre_hook", "register_backward_hook",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_full_backward_pre_hook",
+    "register_backward_hook",
 }
 PER_CALL_HOOKS = ("runtime.hooks.per_call_forward_hook", "runtime.hooks.per_call_forward_pre_hook")
 # What a model is set up with before training (the compile goes after the last of these).
-SET_UP_METHODS = frozenset("to cuda cpu half float double bfloat16 type apply load_state_dict requires_grad_ "
-                           "to_empty share_memory".split())
-MODULE_TABLES = {"torch.nn.ModuleDict", "torch.nn.ModuleList", "torch.nn.modules.container.ModuleDict",
-                 "torch.nn.modules.container.ModuleList"}
+SET_UP_METHODS = frozenset(
+    "to cuda cpu half float double bfloat16 type apply load_state_dict requires_grad_ to_empty share_memory".split()
+)
+MODULE_TABLES = {
+    "torch.nn.ModuleDict",
+    "torch.nn.ModuleList",
+    "torch.nn.modules.container.ModuleDict",
+    "torch.nn.modules.container.ModuleList",
+}
 
 SETUP = """\
 import torch
@@ -137,11 +146,17 @@ class UncompiledModel(Rule):
 
     VALID = [
         Valid(SETUP + "model = torch.compile(model)\n" + LOOP, "already compiled"),
-        Valid(SETUP.replace("import torch\n", "import torch\nfrom torch import compile as jit\n")
-              + "model = jit(model)\n" + LOOP, "already compiled, through an alias"),
+        Valid(
+            SETUP.replace("import torch\n", "import torch\nfrom torch import compile as jit\n")
+            + "model = jit(model)\n"
+            + LOOP,
+            "already compiled, through an alias",
+        ),
         Valid(SETUP + "model.compile()\n" + LOOP, "already compiled in place"),
-        Valid(SETUP + "@torch.compile\ndef loss_of(x):\n    return model(x).pow(2).mean()\n" + LOOP,
-              "the user compiles what they chose"),
+        Valid(
+            SETUP + "@torch.compile\ndef loss_of(x):\n    return model(x).pow(2).mean()\n" + LOOP,
+            "the user compiles what they chose",
+        ),
         Valid(SETUP + "for x in [torch.randn(2, 8)]:\n    model(x)\n", "no training loop"),
     ]
     INVALID = [
@@ -155,20 +170,41 @@ class UncompiledModel(Rule):
             "        for x in [torch.randn(4, 8).cuda()]:\n            net(x).sum().backward()\n            opt.step()\n",
             "inside a function, after an in-place move, outside the epoch loop",
         ),
-        Invalid(SETUP + "h = model[0].register_forward_hook(lambda m, a, o: None)\n" + LOOP, None,
-                "hooks: reported without a fix"),
-        Invalid(SETUP + LOOP.replace("    loss = model(x).pow(2).mean()\n",
-                                     "    y = model(x)\n    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)\n"
-                                     "    loss = g.pow(2).mean()\n"),
-                None, "double backward, which torch.compile does not support"),
-        Invalid(SETUP + LOOP.replace("    loss = model(x).pow(2).mean()\n",
-                                     "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n"),
-                SETUP + "model.compile()\n" + LOOP.replace(
-                    "    loss = model(x).pow(2).mean()\n",
-                    "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n"),
-                "random ops: fixed at level unsafe", config={"level": Level.UNSAFE}),
-        Invalid(SETUP + LOOP.replace("    opt.step()\n", "    opt.step()\n    model = model.to(device)\n"), None,
-                "rebound in the loop"),
+        Invalid(
+            SETUP + "h = model[0].register_forward_hook(lambda m, a, o: None)\n" + LOOP,
+            None,
+            "hooks: reported without a fix",
+        ),
+        Invalid(
+            SETUP
+            + LOOP.replace(
+                "    loss = model(x).pow(2).mean()\n",
+                "    y = model(x)\n    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)\n"
+                "    loss = g.pow(2).mean()\n",
+            ),
+            None,
+            "double backward, which torch.compile does not support",
+        ),
+        Invalid(
+            SETUP
+            + LOOP.replace(
+                "    loss = model(x).pow(2).mean()\n",
+                "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n",
+            ),
+            SETUP
+            + "model.compile()\n"
+            + LOOP.replace(
+                "    loss = model(x).pow(2).mean()\n",
+                "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n",
+            ),
+            "random ops: fixed at level unsafe",
+            config={"level": Level.UNSAFE},
+        ),
+        Invalid(
+            SETUP + LOOP.replace("    opt.step()\n", "    opt.step()\n    model = model.to(device)\n"),
+            None,
+            "rebound in the loop",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -190,8 +226,11 @@ class UncompiledModel(Rule):
             where = self._attribute_site(loop.loop, name) or loop.loop
             if id(where) not in seen:
                 seen.add(id(where))
-                self.report(where, f"`{name}` is trained in eager mode; PM506 compiles only models held "
-                                   f"in a variable: add `{name}.compile()` where it is built")
+                self.report(
+                    where,
+                    f"`{name}` is trained in eager mode; PM506 compiles only models held "
+                    f"in a variable: add `{name}.compile()` where it is built",
+                )
             return
         anchor = self._anchor(loop.loop, name)
         if anchor is None:
@@ -203,32 +242,48 @@ class UncompiledModel(Rule):
             where = site or loop.loop
             if id(where) not in seen:
                 seen.add(id(where))
-                self.report(where, f"`{name}` could be compiled, but it is built outside the function that trains "
-                                   f"it (which {how}); add `{name}.compile()` where it is built and moved")
+                self.report(
+                    where,
+                    f"`{name}` could be compiled, but it is built outside the function that trains "
+                    f"it (which {how}); add `{name}.compile()` where it is built and moved",
+                )
             return
         if id(anchor) in seen:
             return
         seen.add(id(anchor))
         if hook is not None:
-            self.report(anchor, f"`{name}` could be compiled, but this file registers module hooks "
-                                f"(line {self.context.line(hook)}), which dynamo traces and "
-                                "may recompile for; fix PM501, then compile by hand and check with perfmod verify")
+            self.report(
+                anchor,
+                f"`{name}` could be compiled, but this file registers module hooks "
+                f"(line {self.context.line(hook)}), which dynamo traces and "
+                "may recompile for; fix PM501, then compile by hand and check with perfmod verify",
+            )
         elif self._bound_again(anchor, loop.loop, name):
-            self.report(anchor, f"`{name}` could be compiled, but it is bound again after this line; "
-                                f"add `{name}.compile()` after its last binding")
+            self.report(
+                anchor,
+                f"`{name}` could be compiled, but it is bound again after this line; "
+                f"add `{name}.compile()` after its last binding",
+            )
         elif (double := DOUBLE_BACKWARD.search(self.context.code)) is not None:
             line = self.context.code.count("\n", 0, double.start()) + 1
-            self.report(anchor, f"`{name}` could be compiled, but this file differentiates through gradients "
-                                f"(`create_graph=True`, line {line}): torch.compile does not support double backward")
+            self.report(
+                anchor,
+                f"`{name}` could be compiled, but this file differentiates through gradients "
+                f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
+            )
         else:
             compile_line = cst.parse_statement(f"{name}.compile()\n")
             random = RANDOM_OPS.search(self.context.code)
             if random is None:
                 self.report(anchor, edits=[InsertAfter(anchor, (compile_line,))])
             else:  # inductor draws its own random numbers: equally random, not the eager ones
-                self.report(anchor, self.MESSAGE + f"; unsafe: its random ops (`{random.group(1)}`) draw other "
-                            "numbers when compiled, so losses differ from eager ones by more than rounding",
-                            edits=[InsertAfter(anchor, (compile_line,))], level=Level.UNSAFE)
+                self.report(
+                    anchor,
+                    self.MESSAGE + f"; unsafe: its random ops (`{random.group(1)}`) draw other "
+                    "numbers when compiled, so losses differ from eager ones by more than rounding",
+                    edits=[InsertAfter(anchor, (compile_line,))],
+                    level=Level.UNSAFE,
+                )
 
     # -- what runs the forward -------------------------------------------------------------
 
@@ -262,16 +317,24 @@ class UncompiledModel(Rule):
                 continue
             args = [a for a in call.args if a.keyword is None and not a.star]
             for position, name in enumerate(params):
-                if name in called and position < len(args) and \
-                        self.context.kinds.fact(args[position].value).kind is Kind.MODULE and name not in found:
+                if (
+                    name in called
+                    and position < len(args)
+                    and self.context.kinds.fact(args[position].value).kind is Kind.MODULE
+                    and name not in found
+                ):
                     found.append(name)
         return found
 
     def _calls_model(self, call: cst.Call, name: str, depth: int = 0) -> bool:
         code = self.context.source
         func = call.func
-        if code(func) == name or isinstance(func, cst.Attribute) and func.attr.value == "forward" \
-                and code(func.value) == name:
+        if (
+            code(func) == name
+            or isinstance(func, cst.Attribute)
+            and func.attr.value == "forward"
+            and code(func.value) == name
+        ):
             return True
         if depth > 1:
             return False
@@ -297,8 +360,11 @@ class UncompiledModel(Rule):
         for _ in range(2):  # the loss, and the values its names hold, two steps back
             found = []
             for source in frontier:
-                names = [source] if isinstance(source, cst.Name) else \
-                    (self.context.index.find(cst.Name, within=source) if source in self.context.index else [])
+                names = (
+                    [source]
+                    if isinstance(source, cst.Name)
+                    else (self.context.index.find(cst.Name, within=source) if source in self.context.index else [])
+                )
                 for name in names:
                     value = layouts(self.context).value_of(name) if name in self.context.index else None
                     if value is not None and value not in sources:
@@ -313,14 +379,20 @@ class UncompiledModel(Rule):
                 if self._calls_a_model(function):
                     continue  # it runs the model: compiling the model covers it
                 seen.add(id(function))
-                self.report(function, f"`{function.name.value}` computes the loss on every step in eager mode; "
-                                      f"decorate it with `@torch.compile` to fuse its operations (check the "
-                                      "result with perfmod verify)")
+                self.report(
+                    function,
+                    f"`{function.name.value}` computes the loss on every step in eager mode; "
+                    f"decorate it with `@torch.compile` to fuse its operations (check the "
+                    "result with perfmod verify)",
+                )
 
     def _calls_a_model(self, function: cst.FunctionDef) -> bool:
         training = self.context.training
-        return any(training.is_model_call(call) for call in own_calls(self.context, function.body)
-                   if not self.context.names.startswith(call.func, ("torch",)))
+        return any(
+            training.is_model_call(call)
+            for call in own_calls(self.context, function.body)
+            if not self.context.names.startswith(call.func, ("torch",))
+        )
 
     def _module_tables(self, loop, seen: set[int]) -> None:
         """An `nn.ModuleDict` / `nn.ModuleList` of small networks, each called every step."""
@@ -336,8 +408,11 @@ class UncompiledModel(Rule):
                 continue
             seen.add(id(site))
             name = func.value.value
-            self.report(site, f"the networks of `{name}` are called on every step in eager mode; compile each "
-                              f"(`for net in {name}.values(): net.compile()`) and check with perfmod verify")
+            self.report(
+                site,
+                f"the networks of `{name}` are called on every step in eager mode; compile each "
+                f"(`for net in {name}.values(): net.compile()`) and check with perfmod verify",
+            )
 
     # -- where a model given to the training function is built ------------------------------
 
@@ -352,8 +427,10 @@ class UncompiledModel(Rule):
         if position is None:
             return None
         for call in self.context.index.find(cst.Call):
-            if not (isinstance(call.func, cst.Name) and call.func.value == function.name.value) \
-                    or layouts(self.context).function_of(call) is not function:
+            if (
+                not (isinstance(call.func, cst.Name) and call.func.value == function.name.value)
+                or layouts(self.context).function_of(call) is not function
+            ):
                 continue
             args = [a for a in call.args if a.keyword is None and not a.star]
             keyword = next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
@@ -380,7 +457,9 @@ class UncompiledModel(Rule):
             if isinstance(statement, cst.If):
                 candidates = list(statement.body.body) if isinstance(statement.body, cst.IndentedBlock) else []
             for candidate in candidates:
-                if isinstance(candidate, cst.SimpleStatementLine) and any(self._sets_up(s, name) for s in candidate.body):
+                if isinstance(candidate, cst.SimpleStatementLine) and any(
+                    self._sets_up(s, name) for s in candidate.body
+                ):
                     found = candidate
         return found
 
@@ -401,16 +480,23 @@ class UncompiledModel(Rule):
         # torch.compile is spelled `torch.compile` (any alias of torch) or imported by name
         # (`from torch import compile as jit`): only those nodes need a qualified-name look-up.
         for node in index.find(cst.ImportFrom):
-            if node.module is not None and not node.relative and module.code_for_node(node.module) == "torch" \
-                    and not isinstance(node.names, cst.ImportStar) \
-                    and any(_last_name(alias.name) == "compile" for alias in node.names):
+            if (
+                node.module is not None
+                and not node.relative
+                and module.code_for_node(node.module) == "torch"
+                and not isinstance(node.names, cst.ImportStar)
+                and any(_last_name(alias.name) == "compile" for alias in node.names)
+            ):
                 return True
         for node in index.find(cst.Attribute):
             if node.attr.value == "compile" and names.is_(node, *COMPILERS):
                 return True
         models = {model.expression for loop in self.context.training.loops for model in loop.models}
-        return any(method_name(call) == "compile" and module.code_for_node(call.func.value) in models
-                   for call in index.find(cst.Call) if isinstance(call.func, cst.Attribute))
+        return any(
+            method_name(call) == "compile" and module.code_for_node(call.func.value) in models
+            for call in index.find(cst.Call)
+            if isinstance(call.func, cst.Attribute)
+        )
 
     def _hook_registration(self, module: cst.Module) -> cst.Call | None:
         per_call = {name.rsplit(".", 1)[1] for name in PER_CALL_HOOKS}
@@ -439,13 +525,16 @@ class UncompiledModel(Rule):
         """The last statement before the loop, in a block around it that runs once (not the
         body of an epoch loop), that builds or moves the model."""
         for block, index in self._blocks_out(loop):
-            if self.context.index.first_enclosing(block, (cst.For, cst.While, cst.FunctionDef)) is not None and \
-                    isinstance(self.context.index.first_enclosing(block, (cst.For, cst.While, cst.FunctionDef)),
-                               (cst.For, cst.While)):
+            if self.context.index.first_enclosing(
+                block, (cst.For, cst.While, cst.FunctionDef)
+            ) is not None and isinstance(
+                self.context.index.first_enclosing(block, (cst.For, cst.While, cst.FunctionDef)), (cst.For, cst.While)
+            ):
                 continue
             for statement in reversed(list(block.body)[:index]):
                 if isinstance(statement, cst.SimpleStatementLine) and any(
-                        self._sets_up(small, name) for small in statement.body):
+                    self._sets_up(small, name) for small in statement.body
+                ):
                     return statement
         return None
 
@@ -457,8 +546,11 @@ class UncompiledModel(Rule):
             return any(_binds(t.target, name) for t in small.targets)
         if isinstance(small, cst.AnnAssign):
             return m.matches(small.target, m.Name(name)) and small.value is not None
-        return isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(name)))) \
+        return (
+            isinstance(small, cst.Expr)
+            and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(name))))
             and small.value.func.attr.value in SET_UP_METHODS
+        )
 
     def _bound_again(self, anchor: cst.SimpleStatementLine, loop: cst.CSTNode, name: str) -> bool:
         """Is `name` bound between the anchor and the end of the loop (the compiled
@@ -468,8 +560,11 @@ class UncompiledModel(Rule):
             return True
         index = self.context.index
         after, end = index.end(anchor), index.end(loop)
-        return any(a.node in index and after < index.order(a.node) <= end
-                   for a in scope.assignments[name] if isinstance(a.node, cst.CSTNode))
+        return any(
+            a.node in index and after < index.order(a.node) <= end
+            for a in scope.assignments[name]
+            if isinstance(a.node, cst.CSTNode)
+        )
 
 
 def _binds(target: cst.BaseExpression, name: str) -> bool:
@@ -483,6 +578,7 @@ def _binds(target: cst.BaseExpression, name: str) -> bool:
 def own_calls(context, node: cst.CSTNode) -> list[cst.Call]:
     """Calls under `node` that run when it runs (not in nested functions, lambdas, classes)."""
     from codemod.analysis.loops import own_nodes
+
     return own_nodes(context.index, cst.Call, node)
 
 

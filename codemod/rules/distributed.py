@@ -22,34 +22,114 @@ LOGGING_METHODS = {"info", "debug"}
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 BATCH_SIZE_AT, SHUFFLE_AT, SAMPLER_AT, BATCH_SAMPLER_AT = 1, 2, 3, 4
 # Datasets cheap and pure to build twice (the sampler needs only their length).
-REBUILDABLE_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.Subset", "torch.utils.data.dataset.Subset",
-                        "torch.utils.data.dataset.TensorDataset"}
+REBUILDABLE_DATASETS = {
+    "torch.utils.data.TensorDataset",
+    "torch.utils.data.Subset",
+    "torch.utils.data.dataset.Subset",
+    "torch.utils.data.dataset.TensorDataset",
+}
 # What DistributedDataParallel answers like the module it wraps; any other attribute of
 # the wrapped model is read through distributed.unwrap(model).
 DDP_ANSWERS = {
-    "parameters", "train", "eval", "zero_grad", "to", "cuda", "cpu", "modules", "children", "buffers",
-    "requires_grad_", "apply", "training", "no_sync", "forward", "half", "float", "double", "bfloat16", "type",
+    "parameters",
+    "train",
+    "eval",
+    "zero_grad",
+    "to",
+    "cuda",
+    "cpu",
+    "modules",
+    "children",
+    "buffers",
+    "requires_grad_",
+    "apply",
+    "training",
+    "no_sync",
+    "forward",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "type",
 }
 # Methods that run outside the model's forward pass; a training forward through any
 # other method skips DDP's gradient synchronisation.
 NOT_FORWARD = DDP_ANSWERS | {
-    "state_dict", "load_state_dict", "named_parameters", "named_modules", "named_buffers", "named_children",
-    "get_submodule", "get_parameter", "get_buffer", "register_buffer", "save_pretrained", "compile",
-    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "state_dict",
+    "load_state_dict",
+    "named_parameters",
+    "named_modules",
+    "named_buffers",
+    "named_children",
+    "get_submodule",
+    "get_parameter",
+    "get_buffer",
+    "register_buffer",
+    "save_pretrained",
+    "compile",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
 }
 # Calls an `if` that saves a checkpoint may make and still run on rank 0 alone:
 # no model call, no collective, nothing another rank waits for.
-RANK0_SAFE_CALLS = {"builtins.print", "builtins.str", "builtins.len", "builtins.dict", "builtins.list", "builtins.int",
-                    "builtins.float", "builtins.round", "builtins.min", "builtins.max", "builtins.open", "copy.deepcopy",
-                    *SAVES, *SAFETENSORS_SAVES, "json.dump", "json.dumps"}
-RANK0_SAFE_METHODS = {"state_dict", "cpu", "detach", "clone", "item", "format", "join", "write", "items", "keys",
-                      "values", "copy", "tolist", "numpy", "with_suffix", "joinpath", "replace", "unwrap",
-                      "save_pretrained"}
+RANK0_SAFE_CALLS = {
+    "builtins.print",
+    "builtins.str",
+    "builtins.len",
+    "builtins.dict",
+    "builtins.list",
+    "builtins.int",
+    "builtins.float",
+    "builtins.round",
+    "builtins.min",
+    "builtins.max",
+    "builtins.open",
+    "copy.deepcopy",
+    *SAVES,
+    *SAFETENSORS_SAVES,
+    "json.dump",
+    "json.dumps",
+}
+RANK0_SAFE_METHODS = {
+    "state_dict",
+    "cpu",
+    "detach",
+    "clone",
+    "item",
+    "format",
+    "join",
+    "write",
+    "items",
+    "keys",
+    "values",
+    "copy",
+    "tolist",
+    "numpy",
+    "with_suffix",
+    "joinpath",
+    "replace",
+    "unwrap",
+    "save_pretrained",
+}
 RANK0_SAFE_PREFIXES = ("os.", "pathlib.", "shutil.", "logging.")
 
 # Methods that set a model up in place: the DDP wrap goes after the last of them.
-CONFIGURES = {"to", "cuda", "compile", "load_state_dict", "apply", "half", "float", "double", "bfloat16",
-              "requires_grad_", "init_weights", "reset_parameters", "tie_weights"}
+CONFIGURES = {
+    "to",
+    "cuda",
+    "compile",
+    "load_state_dict",
+    "apply",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "requires_grad_",
+    "init_weights",
+    "reset_parameters",
+    "tie_weights",
+}
 
 IMPORT_DISTRIBUTED = ("runtime", "distributed")
 IMPORT_SAMPLER = ("torch.utils.data", "DistributedSampler")
@@ -76,8 +156,10 @@ def _code(node: cst.CSTNode) -> str:
 
 def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
     """`expr` as an operand of `and` / `not`: in parentheses unless it binds tighter."""
-    if isinstance(expr, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr, cst.UnaryOperation)) \
-            and not expr.lpar:
+    if (
+        isinstance(expr, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr, cst.UnaryOperation))
+        and not expr.lpar
+    ):
         return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return expr
 
@@ -96,8 +178,9 @@ def _negated(test: cst.BaseExpression) -> cst.BaseExpression:
         target = test.comparisons[0]
         swap = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}.get(type(target.operator))
         if swap is not None:
-            operator = swap(whitespace_before=target.operator.whitespace_before,
-                            whitespace_after=target.operator.whitespace_after)
+            operator = swap(
+                whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after
+            )
             return test.with_changes(comparisons=[target.with_changes(operator=operator)])
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return test.expression
@@ -143,6 +226,7 @@ class _Loader:
     function: cst.FunctionDef | None
     handles: dict[int, cst.BaseExpression]  # id(scope) -> how that scope spells the loader
     shared: bool  # built by a helper also used elsewhere
+
 
 SCRIPT = """\
 import torch
@@ -419,59 +503,101 @@ class SingleProcessTraining(Rule):
     LEVEL = Level.UNSAFE
     OPT_IN = True
     REQUIRES = ("backward",)
-    MESSAGE = ("training runs in one process; make the script torchrun-ready (distributed.setup(), "
-               "DistributedDataParallel, each rank its share of every batch, output and checkpoints on rank 0)")
-    GAIN = ("up to N times the samples per second on N GPUs: near-linear to 256 GPUs in the DDP paper (Li et al., "
-            "VLDB 2020, arXiv:2006.15704); on 2 CPU processes (gloo, a shared 2-core box) `perfmod verify --nproc 2` "
-            "measured 0.99-1.60x at a batch of 1024 and 0.36-0.51x at 32 on fixtures/distributed/train_ddp_candidate.py")
+    MESSAGE = (
+        "training runs in one process; make the script torchrun-ready (distributed.setup(), "
+        "DistributedDataParallel, each rank its share of every batch, output and checkpoints on rank 0)"
+    )
+    GAIN = (
+        "up to N times the samples per second on N GPUs: near-linear to 256 GPUs in the DDP paper (Li et al., "
+        "VLDB 2020, arXiv:2006.15704); on 2 CPU processes (gloo, a shared 2-core box) `perfmod verify --nproc 2` "
+        "measured 0.99-1.60x at a batch of 1024 and 0.36-0.51x at 32 on fixtures/distributed/train_ddp_candidate.py"
+    )
 
     VALID = [
         Valid("import torch.distributed as dist\n" + LOOP, "already distributed: torch.distributed"),
-        Valid(LOOP.replace("opt = ", "model = torch.nn.parallel.DistributedDataParallel(model)\nopt = "),
-              "already distributed: DDP"),
-        Valid("import os\n" + LOOP.replace("opt = ", "rank = int(os.environ.get('LOCAL_RANK', 0))\nopt = "),
-              "reads torchrun's variables"),
+        Valid(
+            LOOP.replace("opt = ", "model = torch.nn.parallel.DistributedDataParallel(model)\nopt = "),
+            "already distributed: DDP",
+        ),
+        Valid(
+            "import os\n" + LOOP.replace("opt = ", "rank = int(os.environ.get('LOCAL_RANK', 0))\nopt = "),
+            "reads torchrun's variables",
+        ),
         Valid("from accelerate import Accelerator\n" + LOOP, "Accelerate runs the processes"),
         Valid(SCRIPT_TORCHRUN, "the rewrite: runtime.distributed"),
         Valid("import torch\nmodel = torch.nn.Linear(8, 1)\nprint(model(torch.randn(2, 8)))\n", "no training loop"),
     ]
     INVALID = [
         Invalid(SCRIPT, SCRIPT_TORCHRUN, "setup at the device, sampler, DDP, print0, rank-0 save, cleanup"),
-        Invalid(ACCUMULATION, ACCUMULATION_TORCHRUN,
-                "module level, `.cuda()`: setup() of its own and atexit; accumulation under no_sync()"),
-        Invalid(LOOP.replace("torch.nn.Linear(8, 1)", "torch.nn.Sequential(torch.nn.Linear(8, 8), "
-                                                      "torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))"),
-                None, "BatchNorm: SyncBatchNorm is the author's call"),
+        Invalid(
+            ACCUMULATION,
+            ACCUMULATION_TORCHRUN,
+            "module level, `.cuda()`: setup() of its own and atexit; accumulation under no_sync()",
+        ),
+        Invalid(
+            LOOP.replace(
+                "torch.nn.Linear(8, 1)",
+                "torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))",
+            ),
+            None,
+            "BatchNorm: SyncBatchNorm is the author's call",
+        ),
         Invalid(LOOP.replace("opt = ", "model = torch.nn.DataParallel(model)\nopt = "), None, "DataParallel"),
         Invalid(LOOP.replace("batch_size=32, ", ""), None, "one sample per step: the global batch would change"),
-        Invalid(LOOP.replace("torch.nn.Linear(8, 1)", 'torch.nn.Linear(8, 1).to("cuda:0")'), None,
-                "a fixed GPU for every rank"),
-        Invalid(LOOP.replace("torch.nn.functional.mse_loss(model(x), y)", "model.loss(x, y)"), None,
-                "a forward DDP does not see"),
-        Invalid(LOOP + "        if loss.item() < 1e-3:\n            break\n", None,
-                "a rank would leave the loop alone"),
-        Invalid(LOOP + "for x, y in loader:\n    model(x).sum().backward()\n    opt.step()\n", None,
-                "two training loops"),
-        Invalid(LOOP.replace("mse_loss(model(x), y)", 'mse_loss(model(x), y, reduction="sum")'), None,
-                "a summed loss: DDP's average would shrink its gradient"),
-        Invalid(LOOP.replace("opt = torch.optim.SGD(model.parameters(), lr=0.1)",
-                             "head = torch.nn.Linear(1, 1)\n"
-                             "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)")
-                .replace("mse_loss(model(x), y)", "mse_loss(head(model(x)), y)"), None,
-                "two trained models: each needs its own wrap"),
-        Invalid(SCRIPT.replace('        torch.save(model.state_dict(), "last.pt")\n',
-                               '        torch.save(model.state_dict(), "last.pt")\n'
-                               '    model.load_state_dict(torch.load("last.pt"))\n'),
-                SCRIPT_TORCHRUN.replace('            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n',
-                                        '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n'
-                                        '    distributed.barrier()\n'
-                                        '    distributed.unwrap(model).load_state_dict(torch.load("last.pt"))\n'),
-                "read back what rank 0 saved: a barrier first"),
-        Invalid("import tempfile\n" + SCRIPT.replace('"last.pt"', "path").replace(
-                    "    model = torch.nn", "    path = tempfile.mktemp()\n    model = torch.nn")
-                .replace('        torch.save(model.state_dict(), path)\n',
-                         '        torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n'),
-                None, "a checkpoint in each process's own temporary folder, read back by every rank"),
+        Invalid(
+            LOOP.replace("torch.nn.Linear(8, 1)", 'torch.nn.Linear(8, 1).to("cuda:0")'),
+            None,
+            "a fixed GPU for every rank",
+        ),
+        Invalid(
+            LOOP.replace("torch.nn.functional.mse_loss(model(x), y)", "model.loss(x, y)"),
+            None,
+            "a forward DDP does not see",
+        ),
+        Invalid(
+            LOOP + "        if loss.item() < 1e-3:\n            break\n", None, "a rank would leave the loop alone"
+        ),
+        Invalid(
+            LOOP + "for x, y in loader:\n    model(x).sum().backward()\n    opt.step()\n", None, "two training loops"
+        ),
+        Invalid(
+            LOOP.replace("mse_loss(model(x), y)", 'mse_loss(model(x), y, reduction="sum")'),
+            None,
+            "a summed loss: DDP's average would shrink its gradient",
+        ),
+        Invalid(
+            LOOP.replace(
+                "opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+                "head = torch.nn.Linear(1, 1)\n"
+                "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)",
+            ).replace("mse_loss(model(x), y)", "mse_loss(head(model(x)), y)"),
+            None,
+            "two trained models: each needs its own wrap",
+        ),
+        Invalid(
+            SCRIPT.replace(
+                '        torch.save(model.state_dict(), "last.pt")\n',
+                '        torch.save(model.state_dict(), "last.pt")\n    model.load_state_dict(torch.load("last.pt"))\n',
+            ),
+            SCRIPT_TORCHRUN.replace(
+                '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n',
+                '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n'
+                "    distributed.barrier()\n"
+                '    distributed.unwrap(model).load_state_dict(torch.load("last.pt"))\n',
+            ),
+            "read back what rank 0 saved: a barrier first",
+        ),
+        Invalid(
+            "import tempfile\n"
+            + SCRIPT.replace('"last.pt"', "path")
+            .replace("    model = torch.nn", "    path = tempfile.mktemp()\n    model = torch.nn")
+            .replace(
+                "        torch.save(model.state_dict(), path)\n",
+                "        torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n",
+            ),
+            None,
+            "a checkpoint in each process's own temporary folder, read back by every rank",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -479,8 +605,10 @@ class SingleProcessTraining(Rule):
         try:
             result = plan.build()
         except _Blocked as blocked:
-            self.report(blocked.node, f"training runs in one process, and PM601 cannot make it torchrun-ready: "
-                                      f"{blocked.message}")
+            self.report(
+                blocked.node,
+                f"training runs in one process, and PM601 cannot make it torchrun-ready: {blocked.message}",
+            )
             return
         if result is None:
             return
@@ -539,23 +667,36 @@ class _Planner:
         if not loops:
             return None
         for call in facts.data_parallel(context):
-            raise _Blocked(call, "it uses DataParallel (one process, several GPUs); replace it with "
-                                 "DistributedDataParallel by hand, or remove it and run PM601 again")
+            raise _Blocked(
+                call,
+                "it uses DataParallel (one process, several GPUs); replace it with "
+                "DistributedDataParallel by hand, or remove it and run PM601 again",
+            )
         if len(loops) > 1:
             raise _Blocked(loops[1].loop, f"the file has {len(loops)} training loops; PM601 rewrites scripts with one")
         loop = self.loop = loops[0]
         self.step_function = facts.function_of(context, loop.loop)
         for call in facts.batch_norms(context):
-            raise _Blocked(call, f"`{self._src(call.func)}` holds BatchNorm, which would normalise over each rank's "
-                                 "share of the batch instead of the whole batch; on GPUs convert the model with "
-                                 "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping it in DDP")
+            raise _Blocked(
+                call,
+                f"`{self._src(call.func)}` holds BatchNorm, which would normalise over each rank's "
+                "share of the batch instead of the whole batch; on GPUs convert the model with "
+                "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping it in DDP",
+            )
         for call in self.index.find(cst.Call):
             reduction = kwarg(call, "reduction")
-            if reduction is not None and isinstance(reduction.value, cst.SimpleString) \
-                    and reduction.value.evaluated_value == "sum" and self.names.startswith(call.func, ("torch.nn",)):
-                raise _Blocked(call, "the loss is summed over the batch (reduction=\"sum\"); DDP averages the ranks' "
-                                     "gradients, so each step would move by 1/N of the single-process step: use the "
-                                     "mean, or scale the loss by the number of processes")
+            if (
+                reduction is not None
+                and isinstance(reduction.value, cst.SimpleString)
+                and reduction.value.evaluated_value == "sum"
+                and self.names.startswith(call.func, ("torch.nn",))
+            ):
+                raise _Blocked(
+                    call,
+                    'the loss is summed over the batch (reduction="sum"); DDP averages the ranks\' '
+                    "gradients, so each step would move by 1/N of the single-process step: use the "
+                    "mean, or scale the loss by the number of processes",
+                )
         self.origin = self._model_origin(loop)
         self.loader = self._find_loader(loop)
         self.setup = self._setup_site()
@@ -623,8 +764,13 @@ class _Planner:
             found = scope[name.value]
             if not found:
                 return False
-            if not any(a.scope is not scope or not isinstance(getattr(a, "node", None), cst.CSTNode)
-                       or a.node not in self.index or self.index.before(a.node, at) for a in found):
+            if not any(
+                a.scope is not scope
+                or not isinstance(getattr(a, "node", None), cst.CSTNode)
+                or a.node not in self.index
+                or self.index.before(a.node, at)
+                for a in found
+            ):
                 return False
         return True
 
@@ -651,8 +797,9 @@ class _Planner:
             if code.startswith("self.") and code[5:].isidentifier():
                 return self._attribute_origin(code, scope, handles)
             if not code.isidentifier():
-                raise _Blocked(loop.loop, f"the model is `{code}`; PM601 wraps models held in a variable or `self.` "
-                                          "attribute")
+                raise _Blocked(
+                    loop.loop, f"the model is `{code}`; PM601 wraps models held in a variable or `self.` attribute"
+                )
             setup = self._setup_statements(code, limit)
             if any(self._binds(s, code) for s in setup):
                 anchor = self._anchor(setup, code)
@@ -661,12 +808,18 @@ class _Planner:
                 return _Origin(scope or self.context.module, code, anchor, setup, handles)
             params = {p.name.value: p for p in scope.params.params} if isinstance(scope, cst.FunctionDef) else {}
             if code not in params:
-                raise _Blocked(loop.loop, f"`{code}` is not built in the function that trains it, nor passed to it; "
-                                          "wrap it in DistributedDataParallel where it is built")
+                raise _Blocked(
+                    loop.loop,
+                    f"`{code}` is not built in the function that trains it, nor passed to it; "
+                    "wrap it in DistributedDataParallel where it is built",
+                )
             calls = self._calls_of(scope)
             if len(calls) != 1:
-                raise _Blocked(loop.loop, f"`{scope.name.value}` trains the model it is given and is called "
-                                          f"{len(calls)} times; PM601 follows one call")
+                raise _Blocked(
+                    loop.loop,
+                    f"`{scope.name.value}` trains the model it is given and is called "
+                    f"{len(calls)} times; PM601 follows one call",
+                )
             argument = argument_for(calls[0], scope, params[code])
             if argument is None:
                 raise _Blocked(calls[0], f"it cannot tell which model this call passes as `{code}`")
@@ -691,16 +844,23 @@ class _Planner:
                 if self._src(model) not in trained:
                     trained.append(self._src(model))
         if len(trained) > 1:
-            raise _Blocked(loop.loop, f"the loop trains several models ({', '.join(f'`{t}`' for t in trained)}); wrap "
-                                      "each in DistributedDataParallel by hand (two forwards of one DDP model per "
-                                      "step need `static_graph` or separate wrappers)")
+            raise _Blocked(
+                loop.loop,
+                f"the loop trains several models ({', '.join(f'`{t}`' for t in trained)}); wrap "
+                "each in DistributedDataParallel by hand (two forwards of one DDP model per "
+                "step need `static_graph` or separate wrappers)",
+            )
         if len(trained) == 1 and not unknown:
             return trained[0]
         models = [m.expression for m in loop.models]
         if len(models) == 1 or (trained and models and models[0] == trained[0]):
             return models[0]
-        raise _Blocked(loop.loop, "it cannot tell which model this loop trains" if not models else
-                       f"it cannot tell which of {', '.join(f'`{m}`' for m in models)} the optimizer trains")
+        raise _Blocked(
+            loop.loop,
+            "it cannot tell which model this loop trains"
+            if not models
+            else f"it cannot tell which of {', '.join(f'`{m}`' for m in models)} the optimizer trains",
+        )
 
     def _attribute_origin(self, code: str, scope, handles) -> _Origin:
         classdef = facts.class_of(self.context, scope)
@@ -711,12 +871,16 @@ class _Planner:
             if not isinstance(method, cst.FunctionDef):
                 continue
             for statement in method.body.body:
-                if isinstance(statement, cst.SimpleStatementLine) and any(self._sets_up(s, code) for s in statement.body):
+                if isinstance(statement, cst.SimpleStatementLine) and any(
+                    self._sets_up(s, code) for s in statement.body
+                ):
                     owners.setdefault(id(method), (method, []))[1].append(statement)
         building = [(m, s) for m, s in owners.values() if any(self._binds(x, code) for x in s)]
         if len(building) != 1 or len(owners) != 1:
-            raise _Blocked(self.loop.loop, f"`{code}` is built or moved in {len(owners) or 'no'} methods; PM601 wraps a "
-                                           "model built in one")
+            raise _Blocked(
+                self.loop.loop,
+                f"`{code}` is built or moved in {len(owners) or 'no'} methods; PM601 wraps a model built in one",
+            )
         method, setup = building[0]
         anchor = self._anchor(setup, code)
         handles.insert(0, (classdef, code, anchor))
@@ -730,9 +894,13 @@ class _Planner:
             return any(_code(t.target) == code for t in small.targets)
         if isinstance(small, cst.AnnAssign):
             return _code(small.target) == code and small.value is not None
-        return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
-            and isinstance(small.value.func, cst.Attribute) and _code(small.value.func.value) == code \
+        return (
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and isinstance(small.value.func, cst.Attribute)
+            and _code(small.value.func.value) == code
             and small.value.func.attr.value in CONFIGURES
+        )
 
     @staticmethod
     def _binds(statement: cst.SimpleStatementLine, code: str) -> bool:
@@ -748,7 +916,9 @@ class _Planner:
                 for statement in parent.body:
                     if statement is child:
                         break
-                    if isinstance(statement, cst.SimpleStatementLine) and any(self._sets_up(s, code) for s in statement.body):
+                    if isinstance(statement, cst.SimpleStatementLine) and any(
+                        self._sets_up(s, code) for s in statement.body
+                    ):
                         found.append(statement)
             if isinstance(parent, facts.SCOPES):
                 break
@@ -758,8 +928,10 @@ class _Planner:
     def _is_compile(self, statement: cst.SimpleStatementLine, code: str) -> bool:
         for small in statement.body:
             value = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr)) else None
-            if isinstance(value, cst.Call) and (self.names.is_(value.func, "torch.compile")
-                                                or (method_name(value) == "compile" and _code(value.func.value) == code)):
+            if isinstance(value, cst.Call) and (
+                self.names.is_(value.func, "torch.compile")
+                or (method_name(value) == "compile" and _code(value.func.value) == code)
+            ):
                 return True
         return False
 
@@ -767,8 +939,11 @@ class _Planner:
         """The last statement that builds or moves the model before it is compiled."""
         kept = [s for s in setup if not self._is_compile(s, code)]
         if not kept:
-            raise _Blocked(setup[-1], f"`{code}` is compiled where it is built; wrap it in DistributedDataParallel "
-                                      "before torch.compile by hand")
+            raise _Blocked(
+                setup[-1],
+                f"`{code}` is compiled where it is built; wrap it in DistributedDataParallel "
+                "before torch.compile by hand",
+            )
         compiles = [s for s in setup if self._is_compile(s, code)]
         if compiles and self.index.before(compiles[0], kept[-1]):
             raise _Blocked(compiles[0], f"`{code}` is compiled before it is moved; DDP goes between the two")
@@ -785,8 +960,11 @@ class _Planner:
             if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For)) and parent.target is name:
                 statement = self.index.statement_of(name)
                 if not (isinstance(statement, cst.SimpleStatementLine) and self._is_compile(statement, code)):
-                    raise _Blocked(statement, f"`{code}` is bound again after line {self.context.line(anchor)}; "
-                                              "the DDP wrap would not be the model trained")
+                    raise _Blocked(
+                        statement,
+                        f"`{code}` is bound again after line {self.context.line(anchor)}; "
+                        "the DDP wrap would not be the model trained",
+                    )
 
     def _wrap_model(self) -> None:
         origin = self.origin
@@ -817,8 +995,9 @@ class _Planner:
         device = self._model_device()
         needs = self._needs()
         if device is not None and isinstance(device, (cst.Name, cst.Attribute)):
-            statement, value = (self._single_assignment(device) if isinstance(device, cst.Name)
-                                else self._attribute_assignment(device))
+            statement, value = (
+                self._single_assignment(device) if isinstance(device, cst.Name) else self._attribute_assignment(device)
+            )
             if statement is not None:
                 self._check_device_index(value)
                 setup = _Setup(statement, facts.function_of(self.context, statement), value, None)
@@ -826,28 +1005,41 @@ class _Planner:
                     return setup
                 device = value  # chosen too late: setup() goes earlier, with the same value
         first = origin.setup[0]
-        if self.loader is not None and facts.function_of(self.context, self.loader.statement) is \
-                facts.function_of(self.context, first) and self.index.before(self.loader.statement, first) \
-                and self.index.inside(first, self.parents.get(self.loader.statement)):
+        if (
+            self.loader is not None
+            and facts.function_of(self.context, self.loader.statement) is facts.function_of(self.context, first)
+            and self.index.before(self.loader.statement, first)
+            and self.index.inside(first, self.parents.get(self.loader.statement))
+        ):
             first = self.loader.statement
         if device is None:
             device = _expr('"cpu"')
         if not self._visible(device, first):
-            raise _Blocked(first, f"the device (`{self._src(device)}`) is chosen after the code that needs the process "
-                                  "group; choose it before the DataLoader and the model are built")
+            raise _Blocked(
+                first,
+                f"the device (`{self._src(device)}`) is chosen after the code that needs the process "
+                "group; choose it before the DataLoader and the model are built",
+            )
         setup = _Setup(first, facts.function_of(self.context, first), None, device)
         for node, what in needs:
             if not self._after_setup(node, setup):
-                raise _Blocked(node, f"{what} at line {self.context.line(node)}, in code that may run before the "
-                                     f"device is chosen (line {self.context.line(first)}); PM601 puts "
-                                     "distributed.setup() where the device is chosen")
+                raise _Blocked(
+                    node,
+                    f"{what} at line {self.context.line(node)}, in code that may run before the "
+                    f"device is chosen (line {self.context.line(first)}); PM601 puts "
+                    "distributed.setup() where the device is chosen",
+                )
         return setup
 
     def _model_device(self) -> cst.BaseExpression | None:
         """The device the model's last move puts it on (`"cuda"` for `.cuda()`), None when
         it is not moved (a CPU script); raises for a fixed GPU or a move it cannot read."""
-        moves = [call for statement in self.origin.setup for call in self.index.find(cst.Call, within=statement)
-                 if method_name(call) in ("to", "cuda")]
+        moves = [
+            call
+            for statement in self.origin.setup
+            for call in self.index.find(cst.Call, within=statement)
+            if method_name(call) in ("to", "cuda")
+        ]
         for call in reversed(moves):
             if method_name(call) == "cuda":
                 if call.args:
@@ -865,8 +1057,11 @@ class _Planner:
         for string in self.index.find(cst.SimpleString, within=value):
             text = string.evaluated_value
             if isinstance(text, str) and text.startswith("cuda:"):
-                raise _Blocked(string, f"the device is the fixed GPU {text!r}; every rank would use it (write \"cuda\": "
-                                       "setup() gives each process its own)")
+                raise _Blocked(
+                    string,
+                    f'the device is the fixed GPU {text!r}; every rank would use it (write "cuda": '
+                    "setup() gives each process its own)",
+                )
         if isinstance(value, cst.Call) and self.names.is_(value.func, "torch.device") and len(value.args) > 1:
             raise _Blocked(value, "the device is a fixed GPU; every rank would use it")
 
@@ -877,8 +1072,12 @@ class _Planner:
             return None, None
         value = self.bindings.assigned_value(found[0])
         statement = self.index.statement_of(found[0].node)
-        if value is None or not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1 \
-                or not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
+        if (
+            value is None
+            or not isinstance(statement, cst.SimpleStatementLine)
+            or len(statement.body) != 1
+            or not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module))
+        ):
             return None, None
         return statement, value
 
@@ -890,8 +1089,11 @@ class _Planner:
         if classdef is None:
             return None, None
         code = _code(attribute)
-        found = [a for a in self.index.find(cst.Assign, within=classdef)
-                 if len(a.targets) == 1 and _code(a.targets[0].target) == code]
+        found = [
+            a
+            for a in self.index.find(cst.Assign, within=classdef)
+            if len(a.targets) == 1 and _code(a.targets[0].target) == code
+        ]
         if len(found) != 1:
             return None, None
         statement = self.index.statement_of(found[0])
@@ -937,8 +1139,11 @@ class _Planner:
         if hook is not None:
             lines.append(hook)
         if lines:
-            edits.append(InsertBefore(setup.statement, tuple(lines)) if setup.value is None
-                         else InsertAfter(setup.statement, tuple(lines)))
+            edits.append(
+                InsertBefore(setup.statement, tuple(lines))
+                if setup.value is None
+                else InsertAfter(setup.statement, tuple(lines))
+            )
         self.edits[:0] = edits
 
     # -- batches -------------------------------------------------------------------------------
@@ -946,8 +1151,11 @@ class _Planner:
     def _find_loader(self, loop) -> _Loader | None:
         statement = loop.loop
         if not isinstance(statement, cst.For):
-            raise _Blocked(statement, "the training loop is a `while` loop; PM601 splits the batches of a `for` loop "
-                                      "over a DataLoader or over a permutation")
+            raise _Blocked(
+                statement,
+                "the training loop is a `while` loop; PM601 splits the batches of a `for` loop "
+                "over a DataLoader or over a permutation",
+            )
         return self._loader(self._strip(statement.iter))
 
     def _batches(self, loop) -> cst.Call | None:
@@ -963,8 +1171,11 @@ class _Planner:
             return permutation
         if self._random_batches(statement):
             return None
-        raise _Blocked(statement.iter, f"it cannot tell where the batches of `{self._src(statement.iter)}` come from, "
-                                       "so it cannot split them over the ranks; use a DataLoader")
+        raise _Blocked(
+            statement.iter,
+            f"it cannot tell where the batches of `{self._src(statement.iter)}` come from, "
+            "so it cannot split them over the ranks; use a DataLoader",
+        )
 
     def _strip(self, iterable: cst.BaseExpression) -> cst.BaseExpression:
         while isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *PASS_THROUGH):
@@ -1024,8 +1235,11 @@ class _Planner:
     def _shard_loader(self, loader: _Loader, loop: cst.For) -> None:
         call, statement = loader.call, loader.statement
         if loader.shared:
-            raise _Blocked(call, "the helper that builds this DataLoader builds others too (evaluation?); give the "
-                                 "training loader a DistributedSampler by hand")
+            raise _Blocked(
+                call,
+                "the helper that builds this DataLoader builds others too (evaluation?); give the "
+                "training loader a DistributedSampler by hand",
+            )
         if any(a.star for a in call.args):
             raise _Blocked(call, "the DataLoader takes `*args`/`**kwargs`; PM601 cannot see its sampler and batch size")
         for keyword, position in (("sampler", SAMPLER_AT), ("batch_sampler", BATCH_SAMPLER_AT)):
@@ -1033,8 +1247,9 @@ class _Planner:
                 raise _Blocked(call, f"the DataLoader has its own `{keyword}`; split it over the ranks by hand")
         if not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
             raise _Blocked(call, "the DataLoader is not built in a statement of its own")
-        if self.index.inside(statement, loop) or any(self.index.inside(statement, outer)
-                                                     for outer in self._enclosing_loops(loop)):
+        if self.index.inside(statement, loop) or any(
+            self.index.inside(statement, outer) for outer in self._enclosing_loops(loop)
+        ):
             raise _Blocked(call, "a new DataLoader is built every epoch; build it once, before the loop")
         dataset = kwarg(call, "dataset") or positional(call, 0)
         if dataset is None:
@@ -1042,8 +1257,11 @@ class _Planner:
         self._check_dataset(dataset.value)
         size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_AT)
         if size is None or (isinstance(size.value, cst.Integer) and int(size.value.value) == 1):
-            raise _Blocked(call, "the DataLoader yields one sample per step, which cannot be split over the ranks "
-                                 "(the global batch would grow with their number); give it a batch_size")
+            raise _Blocked(
+                call,
+                "the DataLoader yields one sample per step, which cannot be split over the ranks "
+                "(the global batch would grow with their number); give it a batch_size",
+            )
         if isinstance(size.value, cst.Name) and size.value.value == "None":
             raise _Blocked(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
         sampler_name = self._fresh("sampler")
@@ -1061,11 +1279,18 @@ class _Planner:
             arguments.append(cst.Arg(seed, keyword=cst.Name("seed")))
         space = cst.SimpleWhitespace(" ")
         arguments = [a.with_changes(comma=cst.Comma(whitespace_after=space)) for a in arguments[:-1]] + arguments[-1:]
-        arguments = [a.with_changes(equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
-                     if a.keyword is not None else a for a in arguments]
+        arguments = [
+            a.with_changes(equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            if a.keyword is not None
+            else a
+            for a in arguments
+        ]
         sampler = cst.IfExp(test=check, body=cst.Call(cst.Name("DistributedSampler"), arguments), orelse=_expr("None"))
-        self.edits.append(InsertBefore(statement, (cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.Name(sampler_name))], sampler)]),)))
+        self.edits.append(
+            InsertBefore(
+                statement, (cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(sampler_name))], sampler)]),)
+            )
+        )
         self.edits.append(Replace(size.value, lambda value: _call("distributed.local_batch_size", value)))
         if shuffled:
             absent = _expr(f"{sampler_name} is None")
@@ -1080,24 +1305,34 @@ class _Planner:
     def _check_dataset(self, dataset: cst.BaseExpression) -> None:
         if isinstance(dataset, cst.Call):
             if not self.names.is_(dataset.func, *REBUILDABLE_DATASETS) or not all(
-                    isinstance(a.value, (cst.Name, cst.Attribute, cst.Integer)) for a in dataset.args):
-                raise _Blocked(dataset, "the dataset is built inside the DataLoader call; build it in a variable "
-                                        "first, so that its sampler can be given the same dataset")
+                isinstance(a.value, (cst.Name, cst.Attribute, cst.Integer)) for a in dataset.args
+            ):
+                raise _Blocked(
+                    dataset,
+                    "the dataset is built inside the DataLoader call; build it in a variable "
+                    "first, so that its sampler can be given the same dataset",
+                )
             return
         if not isinstance(dataset, (cst.Name, cst.Attribute)):
             raise _Blocked(dataset, "the DataLoader's dataset is an expression PM601 would evaluate twice")
-        values = (self.bindings.values(dataset) if isinstance(dataset, cst.Name)
-                  else self.bindings.attribute_values(dataset)) or []
+        values = (
+            self.bindings.values(dataset) if isinstance(dataset, cst.Name) else self.bindings.attribute_values(dataset)
+        ) or []
         for value in values:
             if not isinstance(value, cst.Call):
                 continue
             classdef = self.context.kinds.local_class(value.func)
             bases = [value.func]
             for _ in range(8):
-                if any(self.names.is_(b, "torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
-                       for b in bases):
-                    raise _Blocked(dataset, "the dataset is an IterableDataset, which a DistributedSampler cannot "
-                                            "split; shard it per rank by hand")
+                if any(
+                    self.names.is_(b, "torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
+                    for b in bases
+                ):
+                    raise _Blocked(
+                        dataset,
+                        "the dataset is an IterableDataset, which a DistributedSampler cannot "
+                        "split; shard it per rank by hand",
+                    )
                 if classdef is None:
                     break
                 bases = [b.value for b in classdef.bases]
@@ -1116,8 +1351,12 @@ class _Planner:
                 return seed if self._visible(seed, statement) else None
             if isinstance(generator.value, cst.Name):  # `g = torch.Generator(); g.manual_seed(s)`
                 for seeded in self.index.find(cst.Call):
-                    if method_name(seeded) == "manual_seed" and _code(seeded.func.value) == generator.value.value \
-                            and seeded.args and self._visible(seeded.args[0].value, statement):
+                    if (
+                        method_name(seeded) == "manual_seed"
+                        and _code(seeded.func.value) == generator.value.value
+                        and seeded.args
+                        and self._visible(seeded.args[0].value, statement)
+                    ):
                         return seeded.args[0].value
             return None
         same = facts.function_of(self.context, statement)
@@ -1156,12 +1395,19 @@ class _Planner:
         else:
             spelled = loader.handles.get(id(function))
             if spelled is None or not self._visible(spelled, epoch_loop):
-                raise _Blocked(epoch_loop, "the DataLoader is not visible in the epoch loop, where its sampler must be "
-                                           "told the epoch (set_epoch)")
+                raise _Blocked(
+                    epoch_loop,
+                    "the DataLoader is not visible in the epoch loop, where its sampler must be "
+                    "told the epoch (set_epoch)",
+                )
             handle = cst.Attribute(spelled, cst.Name("sampler"))
-            guard = cst.Call(cst.Name("isinstance"), [
-                cst.Arg(handle, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                cst.Arg(cst.Name("DistributedSampler"))])
+            guard = cst.Call(
+                cst.Name("isinstance"),
+                [
+                    cst.Arg(handle, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                    cst.Arg(cst.Name("DistributedSampler")),
+                ],
+            )
         body = epoch_loop.body
         if not isinstance(body, cst.IndentedBlock):
             raise _Blocked(epoch_loop, "the epoch loop is written on one line")
@@ -1190,21 +1436,30 @@ class _Planner:
             if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Slice):
                 continue
             part = subscript.slice[0].slice
-            if not any(n.value == index_name for bound in (part.lower, part.upper) if bound is not None
-                       for n in names_read(bound)):
+            if not any(
+                n.value == index_name
+                for bound in (part.lower, part.upper)
+                if bound is not None
+                for n in names_read(bound)
+            ):
                 continue
             if not isinstance(subscript.value, cst.Name):
                 continue
             values = self.bindings.values(subscript.value) or []
-            permutations = [v for v in values if isinstance(v, cst.Call) and self.names.is_(v.func, *facts.PERMUTATIONS)]
+            permutations = [
+                v for v in values if isinstance(v, cst.Call) and self.names.is_(v.func, *facts.PERMUTATIONS)
+            ]
             if permutations and len(permutations) == len(values):
                 found.append((subscript, permutations[0]))
         if len(found) != 1:
             return None
         subscript, permutation = found[0]
         if not self._sees_world(subscript):
-            raise _Blocked(subscript, "the batches are sliced in another function than the one that chooses the "
-                                      "device; split them over the ranks by hand")
+            raise _Blocked(
+                subscript,
+                "the batches are sliced in another function than the one that chooses the "
+                "device; split them over the ranks by hand",
+            )
         self.world_uses.append(subscript)
         world = self.world_name
         share = cst.SubscriptElement(cst.Slice(lower=_expr(f"{world}.rank"), upper=None, step=_expr(f"{world}.size")))
@@ -1233,8 +1488,11 @@ class _Planner:
         bodies = {id(body) for body, _, _, _ in found}
         spelled = {_code(size) for _, _, _, size in found}
         if len(bodies) != 1 or len(spelled) != 1:
-            raise _Blocked(found[0][2], "the step draws its batches at random in several places or with several sizes; "
-                                        "PM601 cannot tell which to split over the ranks")
+            raise _Blocked(
+                found[0][2],
+                "the step draws its batches at random in several places or with several sizes; "
+                "PM601 cannot tell which to split over the ranks",
+            )
         body, call, draw, batch = found[0]
         if isinstance(batch, cst.Integer) and int(batch.value) == 1:
             raise _Blocked(draw, "the loop draws one sample per step, which cannot be split over the ranks")
@@ -1242,12 +1500,18 @@ class _Planner:
         # would keep B rows where the draw makes B / N.
         sizes = {id(size) for _, _, _, size in found}
         code = _code(batch)
-        others = [n for n in own_nodes(self.index, (cst.Name, cst.Attribute), body)
-                  if _code(n) == code and id(n) not in sizes and not isinstance(self.parents.get(n), cst.Attribute)]
+        others = [
+            n
+            for n in own_nodes(self.index, (cst.Name, cst.Attribute), body)
+            if _code(n) == code and id(n) not in sizes and not isinstance(self.parents.get(n), cst.Attribute)
+        ]
         if others:
-            raise _Blocked(others[0], f"`{code}` sizes more than the random draws of each step (line "
-                                      f"{self.context.line(others[0])}); PM601 cannot tell which sizes are per sample, "
-                                      "to split them over the ranks")
+            raise _Blocked(
+                others[0],
+                f"`{code}` sizes more than the random draws of each step (line "
+                f"{self.context.line(others[0])}); PM601 cannot tell which sizes are per sample, "
+                "to split them over the ranks",
+            )
         for _, _, _, size in found:
             self.edits.append(Replace(size, lambda value: _call("distributed.local_batch_size", value)))
         self.batch_statement = self.index.statement_of(call if call is not None else draw)
@@ -1266,8 +1530,11 @@ class _Planner:
         if size is None and names & {"torch.randint"}:
             size = cst.Arg(plain[-1]) if len(plain) in (2, 3) else None
         if size is None and names & {"torch.rand", "torch.randn"} and plain:
-            size = cst.Arg(plain[0]) if isinstance(plain[0], (cst.Tuple, cst.List)) else cst.Arg(
-                cst.Tuple([cst.Element(plain[0])]))
+            size = (
+                cst.Arg(plain[0])
+                if isinstance(plain[0], (cst.Tuple, cst.List))
+                else cst.Arg(cst.Tuple([cst.Element(plain[0])]))
+            )
         if size is None or not isinstance(size.value, (cst.Tuple, cst.List)) or not size.value.elements:
             return None
         first = size.value.elements[0].value
@@ -1285,8 +1552,10 @@ class _Planner:
         if step_guard is None and micro is None and continue_guard is None:
             return  # no accumulation: every backward steps
         if region is None:
-            self.notes.append(f"gradients are averaged over the ranks on every micro-batch ({loop.forward_problem}; "
-                              "add `model.no_sync()` by hand)")
+            self.notes.append(
+                f"gradients are averaged over the ranks on every micro-batch ({loop.forward_problem}; "
+                "add `model.no_sync()` by hand)"
+            )
             return
         model = self._handle_in(facts.function_of(self.context, loop.loop))
         if model is None:
@@ -1301,27 +1570,40 @@ class _Planner:
             for candidate, negate in ((continue_guard, False), (step_guard, True)):
                 if candidate is None or candidate not in statements or statements.index(candidate) <= last:
                     continue
-                if self._rebound_between(candidate.test, statements[first:statements.index(candidate)]):
+                if self._rebound_between(candidate.test, statements[first : statements.index(candidate)]):
                     continue
-                accumulating, guard, negated = (_negated(candidate.test) if negate else candidate.test), candidate, negate
+                accumulating, guard, negated = (
+                    (_negated(candidate.test) if negate else candidate.test),
+                    candidate,
+                    negate,
+                )
                 break
         if accumulating is None and micro is not None and self.index.inside(region.block, micro):
             accumulating = self._micro_condition(micro)
         if accumulating is None:
-            self.notes.append("gradients are averaged over the ranks on every micro-batch (PM601 cannot tell which "
-                              "micro-steps step; add `model.no_sync()` by hand)")
+            self.notes.append(
+                "gradients are averaged over the ranks on every micro-batch (PM601 cannot tell which "
+                "micro-steps step; add `model.no_sync()` by hand)"
+            )
             return
         if guard is not None and first > 0:
             name = self._fresh("accumulating")
-            self.edits.append(InsertAfter(statements[first - 1], (cst.SimpleStatementLine(
-                [cst.Assign([cst.AssignTarget(cst.Name(name))], accumulating)]),)))
+            self.edits.append(
+                InsertAfter(
+                    statements[first - 1],
+                    (cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], accumulating)]),),
+                )
+            )
             self.edits.append(Replace(guard.test, _expr(f"not {name}" if negated else name)))
             condition: cst.BaseExpression = cst.Name(name)
         else:
             condition = accumulating
         check = self._world_check(statements[first])
-        item = cst.IfExp(test=_and(check, condition), body=cst.Call(cst.Attribute(_expr(model), cst.Name("no_sync"))),
-                         orelse=_call("contextlib.nullcontext"))
+        item = cst.IfExp(
+            test=_and(check, condition),
+            body=cst.Call(cst.Attribute(_expr(model), cst.Name("no_sync"))),
+            orelse=_call("contextlib.nullcontext"),
+        )
         self.edits.append(Wrap(statements[first], statements[last], (cst.WithItem(item),)))
         self.imports.append(IMPORT_CONTEXTLIB)
 
@@ -1340,7 +1622,7 @@ class _Planner:
         """`if (i + 1) % accum != 0: continue` after the forward, before the step."""
         if region.block is not self.loop.loop.body:
             return None
-        for statement in list(region.block.body)[region.last + 1:]:
+        for statement in list(region.block.body)[region.last + 1 :]:
             if isinstance(statement, cst.If) and statement.orelse is None and self._is_modulo(statement.test):
                 body = list(statement.body.body)
                 only = body[0] if len(body) == 1 else None
@@ -1404,9 +1686,12 @@ class _Planner:
                 continue
             owned = self._seeded_generator(call)
             if owned is not None:
-                raise _Blocked(call, f"the loop draws from `{owned}`, a generator seeded alike on every rank, which "
-                                     "PM601 cannot reseed per rank without changing what else it draws; seed it with "
-                                     "`seed + distributed.seed_offset()` by hand")
+                raise _Blocked(
+                    call,
+                    f"the loop draws from `{owned}`, a generator seeded alike on every rank, which "
+                    "PM601 cannot reseed per rank without changing what else it draws; seed it with "
+                    "`seed + distributed.seed_offset()` by hand",
+                )
             generator = facts.generator_of(self.context, call)
             if generator is not None:
                 draws.setdefault(generator, call)
@@ -1414,18 +1699,28 @@ class _Planner:
         lines = []
         for generator, draw in draws.items():
             seeds = [s for s in facts.seed_calls(self.context, generator) if s.args]
-            seeds = [s for s in seeds if facts.function_of(self.context, s) is not facts.function_of(self.context, outer)
-                     or self.index.before(s, outer)]
+            seeds = [
+                s
+                for s in seeds
+                if facts.function_of(self.context, s) is not facts.function_of(self.context, outer)
+                or self.index.before(s, outer)
+            ]
             if not seeds:
                 continue  # never seeded: each process starts from the OS's entropy
             seed = seeds[-1]
             if not self._visible(seed.args[0].value, outer):
-                raise _Blocked(draw, f"`{self._src(draw.func)}` draws from a generator seeded alike on every rank "
-                                     f"(line {self.context.line(seed)}), and that seed is out of reach of the loop; "
-                                     "reseed it with `seed + distributed.seed_offset()` by hand")
+                raise _Blocked(
+                    draw,
+                    f"`{self._src(draw.func)}` draws from a generator seeded alike on every rank "
+                    f"(line {self.context.line(seed)}), and that seed is out of reach of the loop; "
+                    "reseed it with `seed + distributed.seed_offset()` by hand",
+                )
             if permutation is not None:
-                raise _Blocked(draw, "the loop draws random numbers besides the batch permutation, which must be the "
-                                     "same on every rank; give one of them a generator of its own")
+                raise _Blocked(
+                    draw,
+                    "the loop draws random numbers besides the batch permutation, which must be the "
+                    "same on every rank; give one of them a generator of its own",
+                )
             value = cst.BinaryOperation(_parenthesized(seed.args[0].value), cst.Add(), _call("distributed.seed_offset"))
             lines.append(cst.SimpleStatementLine([cst.Expr(cst.Call(seed.func, [cst.Arg(value)]))]))
         if lines:
@@ -1447,15 +1742,23 @@ class _Planner:
             if any(self._is_seeded_generator(value) for value in values):
                 return candidate.value
             if any(self._is_generator(value) for value in values) and any(  # `g = Generator(); g.manual_seed(s)`
-                    method_name(other) in ("manual_seed", "seed") and other.args
-                    and _code(other.func.value) == candidate.value for other in self.index.find(cst.Call)):
+                method_name(other) in ("manual_seed", "seed")
+                and other.args
+                and _code(other.func.value) == candidate.value
+                for other in self.index.find(cst.Call)
+            ):
                 return candidate.value
         return None
 
     def _is_generator(self, value: cst.BaseExpression) -> bool:
         return isinstance(value, cst.Call) and self.names.is_(
-            value.func, "torch.Generator", "numpy.random.default_rng", "numpy.random.RandomState",
-            "numpy.random.Generator", "random.Random")
+            value.func,
+            "torch.Generator",
+            "numpy.random.default_rng",
+            "numpy.random.RandomState",
+            "numpy.random.Generator",
+            "random.Random",
+        )
 
     def _is_seeded_generator(self, value: cst.BaseExpression) -> bool:
         if isinstance(value, cst.Call) and method_name(value) == "manual_seed" and value.args:
@@ -1474,15 +1777,21 @@ class _Planner:
             exits = own_nodes(self.index, (cst.Break, cst.Continue, cst.Return), node)
             steps = [c for c in own_nodes(self.index, cst.Call, node) if method_name(c) in ("backward", "step")]
             if exits or steps:
-                raise _Blocked(node.test, f"`{self._src(node.test)}` depends on each rank's own batch and decides "
-                                          "whether a step runs or the loop goes on; ranks would fall out of step")
+                raise _Blocked(
+                    node.test,
+                    f"`{self._src(node.test)}` depends on each rank's own batch and decides "
+                    "whether a step runs or the loop goes on; ranks would fall out of step",
+                )
 
     def _rank_local(self) -> facts.RankLocal:
         loop = self.loop.loop
         seeds: set[str] = set()
         target, iterable = loop.target, loop.iter
-        while isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *PASS_THROUGH) \
-                and positional(iterable, 0) is not None:
+        while (
+            isinstance(iterable, cst.Call)
+            and self.names.is_(iterable.func, *PASS_THROUGH)
+            and positional(iterable, 0) is not None
+        ):
             if self.names.is_(iterable.func, "enumerate", "builtins.enumerate"):
                 if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2):
                     break
@@ -1511,8 +1820,11 @@ class _Planner:
 
     def _saves(self) -> None:
         saves = facts.calls_named(self.context, set(SAVES))
-        writes = saves + facts.calls_named(self.context, set(SAFETENSORS_SAVES)) + [
-            c for c in self.index.find(cst.Call) if method_name(c) == "save_pretrained"]
+        writes = (
+            saves
+            + facts.calls_named(self.context, set(SAFETENSORS_SAVES))
+            + [c for c in self.index.find(cst.Call) if method_name(c) == "save_pretrained"]
+        )
         for call in sorted(writes, key=self.index.order):
             self._save_on_main(call)
         self._loads_after(saves)
@@ -1537,11 +1849,16 @@ class _Planner:
             if not any(self._runs_after(load, save) for save in saved[_code(path.value)]):
                 continue  # a file that is there before the run (resuming)
             if self._per_process_path(path.value):
-                raise _Blocked(load, f"`{self._src(path.value)}` is in a temporary folder each process makes for "
-                                     "itself; rank 0 alone saves the checkpoint there, and the other ranks would read "
-                                     "from theirs: save to a path all ranks share")
+                raise _Blocked(
+                    load,
+                    f"`{self._src(path.value)}` is in a temporary folder each process makes for "
+                    "itself; rank 0 alone saves the checkpoint there, and the other ranks would read "
+                    "from theirs: save to a path all ranks share",
+                )
             statement = self.index.statement_of(load)
-            if id(statement) in barriers or not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
+            if id(statement) in barriers or not isinstance(
+                self.parents.get(statement), (cst.IndentedBlock, cst.Module)
+            ):
                 continue
             if any(self.index.inside(load, region) for region in self.rank0):
                 continue
@@ -1552,16 +1869,20 @@ class _Planner:
         """Does `node` run after `earlier` (later in its function, or in a loop around both)?"""
         if facts.function_of(self.context, node) is not facts.function_of(self.context, earlier):
             return False
-        return self.index.before(earlier, node) or any(self.index.inside(node, loop)
-                                                       for loop in self._enclosing_loops(earlier))
+        return self.index.before(earlier, node) or any(
+            self.index.inside(node, loop) for loop in self._enclosing_loops(earlier)
+        )
 
     def _per_process_path(self, path: cst.BaseExpression) -> bool:
         """Is the path made from `tempfile` (a folder or name of each process's own)?"""
         expressions = [path]
         for name in names_read(path):
             expressions.extend(self.bindings.values(name) or [])
-        return any(self.names.startswith(call.func, ("tempfile",))
-                   for expression in expressions for call in self.index.find(cst.Call, within=expression))
+        return any(
+            self.names.startswith(call.func, ("tempfile",))
+            for expression in expressions
+            for call in self.index.find(cst.Call, within=expression)
+        )
 
     def _save_on_main(self, call: cst.Call) -> None:
         if any(self.index.inside(call, region) for region in self.rank0):
@@ -1571,10 +1892,14 @@ class _Planner:
         opened = self._opened_for(statement)
         if opened is not None:
             statement = opened
-        elif not (isinstance(small, cst.Expr) and isinstance(statement, cst.SimpleStatementLine)
-                  and len(statement.body) == 1):
-            raise _Blocked(call, f"`{self._src(call.func)}` is part of a larger statement; PM601 writes checkpoints "
-                                 "on rank 0 only in statements of their own")
+        elif not (
+            isinstance(small, cst.Expr) and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+        ):
+            raise _Blocked(
+                call,
+                f"`{self._src(call.func)}` is part of a larger statement; PM601 writes checkpoints "
+                "on rank 0 only in statements of their own",
+            )
         holder = self.parents.get(statement)
         if not isinstance(holder, (cst.IndentedBlock, cst.Module)):
             raise _Blocked(call, f"`{self._src(call.func)}` is on the line of its `if`; put it on a line of its own")
@@ -1590,9 +1915,14 @@ class _Planner:
         """The `with open(path, "wb") as f:` whose whole body is the save."""
         block = self.parents.get(statement)
         holder = self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
-        if isinstance(holder, cst.With) and len(block.body) == 1 and all(
+        if (
+            isinstance(holder, cst.With)
+            and len(block.body) == 1
+            and all(
                 isinstance(i.item, cst.Call) and self.names.is_(i.item.func, "builtins.open", "io.open")
-                for i in holder.items):
+                for i in holder.items
+            )
+        ):
             return holder
         return None
 
@@ -1631,8 +1961,12 @@ class _Planner:
             if isinstance(call.func, cst.Name) and call.func.value == "print" and self.names.is_(call.func, *PRINT):
                 self.edits.append(Replace(call.func, _expr("distributed.print0")))
                 self._reduce(call)
-            elif _spelled(call.func) in ("tqdm", "trange") and self.names.is_(call.func, *TQDM) \
-                    and kwarg(call, "disable") is None and not any(a.star for a in call.args):
+            elif (
+                _spelled(call.func) in ("tqdm", "trange")
+                and self.names.is_(call.func, *TQDM)
+                and kwarg(call, "disable") is None
+                and not any(a.star for a in call.args)
+            ):
                 self.edits.append(AddKeyword(call, "disable", _expr("not distributed.is_main()")))
             elif method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value):
                 self._rank0_statement(call)
@@ -1642,14 +1976,19 @@ class _Planner:
             return True
         if isinstance(receiver, cst.Name):
             values = self.bindings.values(receiver) or []
-            return bool(values) and all(isinstance(v, cst.Call) and self.names.is_(v.func, "logging.getLogger")
-                                        for v in values)
+            return bool(values) and all(
+                isinstance(v, cst.Call) and self.names.is_(v.func, "logging.getLogger") for v in values
+            )
         return False
 
     def _rank0_statement(self, call: cst.Call) -> None:
         statement = self.index.statement_of(call)
-        if not (isinstance(self.parents.get(call), cst.Expr) and isinstance(statement, cst.SimpleStatementLine)
-                and len(statement.body) == 1 and isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module))):
+        if not (
+            isinstance(self.parents.get(call), cst.Expr)
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module))
+        ):
             return  # part of a larger statement: left on every rank
         self.rank0.append(statement)
         self.edits.append(Replace(statement, _only_on_main))
@@ -1677,8 +2016,11 @@ class _Planner:
         for part in parts:
             if not local.reads_loss(part):
                 continue
-            items = [c for c in self.index.find(cst.Call, within=part)
-                     if method_name(c) == "item" and not c.args and local.reads_loss(c.func.value)]
+            items = [
+                c
+                for c in self.index.find(cst.Call, within=part)
+                if method_name(c) == "item" and not c.args and local.reads_loss(c.func.value)
+            ]
             for target in [item.func.value for item in items] or [part]:
                 self.edits.append(Replace(target, lambda value: _call("distributed.all_reduce_mean", value)))
 
@@ -1703,10 +2045,17 @@ class _Planner:
                     if attribute in DDP_ANSWERS:
                         continue
                     call = self.parents.get(parent)
-                    if self.index.inside(use, step_loop) and attribute not in NOT_FORWARD \
-                            and isinstance(call, cst.Call) and call.func is parent:
-                        raise _Blocked(call, f"the training forward runs through `{code}.{attribute}(...)`; DDP "
-                                             f"synchronises gradients only for calls of `{code}(...)` itself")
+                    if (
+                        self.index.inside(use, step_loop)
+                        and attribute not in NOT_FORWARD
+                        and isinstance(call, cst.Call)
+                        and call.func is parent
+                    ):
+                        raise _Blocked(
+                            call,
+                            f"the training forward runs through `{code}.{attribute}(...)`; DDP "
+                            f"synchronises gradients only for calls of `{code}(...)` itself",
+                        )
                     self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
                 elif isinstance(parent, cst.Arg) and parent.value is use:
                     call = self.parents.get(parent)
@@ -1743,8 +2092,12 @@ class _Planner:
         if code.startswith("self."):
             attribute = code[5:]
             for node in self.index.find(cst.Attribute, within=scope):
-                if node.attr.value == attribute and isinstance(node.value, cst.Name) and node.value.value == "self" \
-                        and not self._is_target(node):
+                if (
+                    node.attr.value == attribute
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value == "self"
+                    and not self._is_target(node)
+                ):
                     found.append(node)
             return found
         function = scope if isinstance(scope, cst.FunctionDef) else None
@@ -1784,8 +2137,11 @@ class _Planner:
             finally_ = cst.Finally(cst.IndentedBlock([_line("distributed.cleanup()\n")]))
 
             def protected(updated: cst.SimpleStatementLine) -> cst.Try:
-                return cst.Try(cst.IndentedBlock([updated.with_changes(leading_lines=[])]), finalbody=finally_,
-                               leading_lines=updated.leading_lines)
+                return cst.Try(
+                    cst.IndentedBlock([updated.with_changes(leading_lines=[])]),
+                    finalbody=finally_,
+                    leading_lines=updated.leading_lines,
+                )
 
             self.edits.append(Replace(statement, protected))
             return None
@@ -1806,10 +2162,12 @@ class _Planner:
             statement = self.index.statement_of(call)
             block = self.parents.get(statement)
             holder = self.parents.get(block)
-            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-                    and isinstance(statement.body[0], cst.Expr) and (
-                        isinstance(block, cst.Module)
-                        or (isinstance(holder, cst.If) and "__name__" in _code(holder.test))):
+            if (
+                isinstance(statement, cst.SimpleStatementLine)
+                and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr)
+                and (isinstance(block, cst.Module) or (isinstance(holder, cst.If) and "__name__" in _code(holder.test)))
+            ):
                 if statement not in found:
                     found.append(statement)
                 continue

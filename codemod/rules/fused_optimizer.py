@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import libcst as cst
-from codemod.analysis import match as m
 
+from codemod.analysis import match as m
 from codemod.analysis.kinds import Place
 from codemod.analysis.names import kwarg, positional
 from codemod.edits import AddKeyword
@@ -112,37 +112,73 @@ class UnfusedOptimizerOnCuda(Rule):
     GAIN = "optimizer step 1.5-3x faster: one fused kernel per tensor group instead of one per update term"
 
     VALID = [
-        Valid(PREAMBLE + "model = nn.Linear(8, 1)\nopt = torch.optim.AdamW(model.parameters())\nx = torch.zeros(1).cuda()\n",
-              "the model stays on the CPU"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1).to('cpu')\nopt = torch.optim.AdamW(model.parameters())\n"
-              "x = torch.zeros(1).cuda()\n", "moved to the CPU"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.AdamW(model.parameters(), foreach=False)\n",
-              "an explicit implementation"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.Adam(model.parameters(), fused=False)\n",
-              "an explicit choice"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.Adam(model.parameters(), capturable=True)\n",
-              "capturable: CUDA-graph set-up, left to its author"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1).to(device)\n"
-              "opt = torch.optim.SGD(model.parameters(), lr=0.1, differentiable=True)\n", "fused rejects differentiable"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.RMSprop(model.parameters())\n",
-              "no fused RMSprop"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1).to(device)\nkw = {'lr': 0.1}\nopt = torch.optim.SGD(model.parameters(), **kw)\n",
-              "**kwargs may hold fused or foreach"),
-        Valid(PREAMBLE + "model = nn.Linear(8, 1)\nopt = torch.optim.AdamW(model.parameters())\nmodel.to(device)\n",
-              "built before the model is moved"),
-        Valid(PREAMBLE + "model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1)).to(device)\nmodel[1].to('cuda:1')\n"
-              "opt = torch.optim.AdamW(model.parameters())\n", "a submodule on another device"),
-        Valid(PREAMBLE + "a = nn.Linear(8, 8).to('cuda:0')\nb = nn.Linear(8, 1).to('cuda:1')\n"
-              "opt = torch.optim.AdamW(list(a.parameters()) + list(b.parameters()))\n", "two models on two devices"),
-        Valid(PREAMBLE + "model = nn.Embedding(10, 4, sparse=True).to(device)\n"
-              "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "fused SGD rejects sparse gradients"),
-        Valid("import torch\nmodel = torch.nn.Linear(8, 1).to('mps')\nopt = torch.optim.AdamW(model.parameters())\n",
-              "no CUDA in the file"),
+        Valid(
+            PREAMBLE
+            + "model = nn.Linear(8, 1)\nopt = torch.optim.AdamW(model.parameters())\nx = torch.zeros(1).cuda()\n",
+            "the model stays on the CPU",
+        ),
+        Valid(
+            PREAMBLE + "model = nn.Linear(8, 1).to('cpu')\nopt = torch.optim.AdamW(model.parameters())\n"
+            "x = torch.zeros(1).cuda()\n",
+            "moved to the CPU",
+        ),
+        Valid(
+            PREAMBLE
+            + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.AdamW(model.parameters(), foreach=False)\n",
+            "an explicit implementation",
+        ),
+        Valid(
+            PREAMBLE + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.Adam(model.parameters(), fused=False)\n",
+            "an explicit choice",
+        ),
+        Valid(
+            PREAMBLE
+            + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.Adam(model.parameters(), capturable=True)\n",
+            "capturable: CUDA-graph set-up, left to its author",
+        ),
+        Valid(
+            PREAMBLE + "model = nn.Linear(8, 1).to(device)\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1, differentiable=True)\n",
+            "fused rejects differentiable",
+        ),
+        Valid(
+            PREAMBLE + "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.RMSprop(model.parameters())\n",
+            "no fused RMSprop",
+        ),
+        Valid(
+            PREAMBLE
+            + "model = nn.Linear(8, 1).to(device)\nkw = {'lr': 0.1}\nopt = torch.optim.SGD(model.parameters(), **kw)\n",
+            "**kwargs may hold fused or foreach",
+        ),
+        Valid(
+            PREAMBLE + "model = nn.Linear(8, 1)\nopt = torch.optim.AdamW(model.parameters())\nmodel.to(device)\n",
+            "built before the model is moved",
+        ),
+        Valid(
+            PREAMBLE + "model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1)).to(device)\nmodel[1].to('cuda:1')\n"
+            "opt = torch.optim.AdamW(model.parameters())\n",
+            "a submodule on another device",
+        ),
+        Valid(
+            PREAMBLE + "a = nn.Linear(8, 8).to('cuda:0')\nb = nn.Linear(8, 1).to('cuda:1')\n"
+            "opt = torch.optim.AdamW(list(a.parameters()) + list(b.parameters()))\n",
+            "two models on two devices",
+        ),
+        Valid(
+            PREAMBLE + "model = nn.Embedding(10, 4, sparse=True).to(device)\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+            "fused SGD rejects sparse gradients",
+        ),
+        Valid(
+            "import torch\nmodel = torch.nn.Linear(8, 1).to('mps')\nopt = torch.optim.AdamW(model.parameters())\n",
+            "no CUDA in the file",
+        ),
     ]
     INVALID = [
         Invalid(
             PREAMBLE + "model = nn.Linear(8, 1).cuda()\nopt = torch.optim.Adam(model.parameters(), lr=1e-3)\n",
-            PREAMBLE + "model = nn.Linear(8, 1).cuda()\nopt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)\n",
+            PREAMBLE
+            + "model = nn.Linear(8, 1).cuda()\nopt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)\n",
         ),
         Invalid(
             "import torch\nfrom torch.optim import AdamW as Opt\n"
@@ -214,14 +250,19 @@ class UnfusedOptimizerOnCuda(Rule):
         devices = {training.code(model.device) if model.device is not None else "cuda" for model in placed}
         if len(devices) > 1:
             return
-        types = [training.device_types(model.device) if model.device is not None else frozenset({"cuda"}) for model in placed]
+        types = [
+            training.device_types(model.device) if model.device is not None else frozenset({"cuda"}) for model in placed
+        ]
         if all(t is not None for t in types):
             known = frozenset().union(*types)
             if "cuda" not in known:
                 return  # never on CUDA (the CPU, MPS): the rule is about CUDA steps
             if known <= FUSED_DEVICE_TYPES and training.exact_float32 is not None:
-                self.report(node, f"{UNFUSED} (not fixed: the script asks for exact float32 results, line "
-                                  f"{self.context.line(training.exact_float32)}; the fused kernel rounds differently)")
+                self.report(
+                    node,
+                    f"{UNFUSED} (not fixed: the script asks for exact float32 results, line "
+                    f"{self.context.line(training.exact_float32)}; the fused kernel rounds differently)",
+                )
                 return
             if known <= FUSED_DEVICE_TYPES:
                 self.report(node, edits=[AddKeyword(node, "fused", cst.Name("True"))])
@@ -251,22 +292,32 @@ class UnfusedOptimizerOnCuda(Rule):
         """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
         style) that is handed the optimizer this call builds: it picks the device."""
         statement = self.context.parents.get(optimizer)
-        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0].target, cst.Name)):
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)
+        ):
             return None
         name = statement.targets[0].target.value
         for call in self.context.index.find(cst.Call):
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize") \
-                    and any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args) \
-                    and self.context.index.before(optimizer, call):
+            if (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in ("prepare", "setup", "initialize")
+                and any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args)
+                and self.context.index.before(optimizer, call)
+            ):
                 return call
         return None
 
     def _copied(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
         """`m` for a name bound only to `copy.deepcopy(m)` (a copy keeps the device)."""
         values = self.context.loops.values_of(expr)
-        if len(values) == 1 and isinstance(values[0], cst.Call) and len(values[0].args) == 1 \
-                and self.context.names.is_(values[0].func, "copy.deepcopy"):
+        if (
+            len(values) == 1
+            and isinstance(values[0], cst.Call)
+            and len(values[0].args) == 1
+            and self.context.names.is_(values[0].func, "copy.deepcopy")
+        ):
             return values[0].args[0].value
         return None
 

@@ -28,7 +28,9 @@ data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(3)]
 """
 # PREAMBLE once the fix has removed the last use of gc: its import goes too.
 WITHOUT_GC = PREAMBLE.replace("import gc\n", "")
-STEP = "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+STEP = (
+    "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+)
 
 
 class MemoryCleanupInStepLoop(Rule):
@@ -108,12 +110,16 @@ class MemoryCleanupInStepLoop(Rule):
     VALID = [
         Valid(PREAMBLE + "gc.collect()\nfor x, y in data:\n" + STEP, "outside the loop"),
         Valid(
-            PREAMBLE + "for epoch in range(2):\n    for x, y in data:\n" + STEP.replace("    ", "        ")
+            PREAMBLE
+            + "for epoch in range(2):\n    for x, y in data:\n"
+            + STEP.replace("    ", "        ")
             + "    gc.collect()\n    torch.cuda.empty_cache()\n",
             "once per epoch",
         ),
         Valid(
-            PREAMBLE + "for x, y in data:\n    try:\n" + STEP.replace("    ", "        ")
+            PREAMBLE
+            + "for x, y in data:\n    try:\n"
+            + STEP.replace("    ", "        ")
             + "    except torch.cuda.OutOfMemoryError:\n        torch.cuda.empty_cache()\n",
             "recovery after an out-of-memory error",
         ),
@@ -122,8 +128,13 @@ class MemoryCleanupInStepLoop(Rule):
             PREAMBLE + "def cleanup():\n    gc.collect()\nfor x, y in data:\n" + STEP,
             "a function body is not the loop body",
         ),
-        Valid(PREAMBLE + "class Cache:\n    def collect(self):\n        pass\ncache = Cache()\nfor x, y in data:\n"
-              + STEP + "    cache.collect()\n", "not gc's collect"),
+        Valid(
+            PREAMBLE
+            + "class Cache:\n    def collect(self):\n        pass\ncache = Cache()\nfor x, y in data:\n"
+            + STEP
+            + "    cache.collect()\n",
+            "not gc's collect",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -131,8 +142,12 @@ class MemoryCleanupInStepLoop(Rule):
             WITHOUT_GC + "for x, y in data:\n" + STEP,
         ),
         Invalid(
-            PREAMBLE.replace("import gc\n", "import gc as g\nfrom gc import collect\nfrom torch.cuda import empty_cache\n")
-            + "for x, y in data:\n    g.collect()\n" + STEP + "    collect(); empty_cache()\n",
+            PREAMBLE.replace(
+                "import gc\n", "import gc as g\nfrom gc import collect\nfrom torch.cuda import empty_cache\n"
+            )
+            + "for x, y in data:\n    g.collect()\n"
+            + STEP
+            + "    collect(); empty_cache()\n",
             WITHOUT_GC + "for x, y in data:\n" + STEP,
             "aliases, and two calls on one line",
         ),
@@ -142,12 +157,18 @@ class MemoryCleanupInStepLoop(Rule):
             "the last statement of a line",
         ),
         Invalid(
-            PREAMBLE + "for x, y in data:\n" + STEP + "    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n",
+            PREAMBLE
+            + "for x, y in data:\n"
+            + STEP
+            + "    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n",
             PREAMBLE + "for x, y in data:\n" + STEP,
             "the guard goes with the call",
         ),
         Invalid(
-            PREAMBLE + "for x, y in data:\n" + STEP + "    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n"
+            PREAMBLE
+            + "for x, y in data:\n"
+            + STEP
+            + "    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n"
             "    else:\n        gc.collect()\n",
             WITHOUT_GC + "for x, y in data:\n" + STEP,
             "both branches clean up",
@@ -172,7 +193,10 @@ class MemoryCleanupInStepLoop(Rule):
             "a block left empty gets pass",
         ),
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(data):\n" + STEP + "    if step % 100 == 0:\n        gc.collect()\n",
+            PREAMBLE
+            + "for step, (x, y) in enumerate(data):\n"
+            + STEP
+            + "    if step % 100 == 0:\n        gc.collect()\n",
             None,
             "periodic: the author chose when",
         ),
@@ -223,29 +247,47 @@ class MemoryCleanupInStepLoop(Rule):
             through = f" (through `{self.context.source(first.func)}` at line {self.context.line(first)})"
             callers = {call for site in sites for call in site.calls}
             if not set(steps.call_sites(function)) <= callers:
-                self.report(node, f"{spelled} runs on every training step{through} and {COSTS[spelled]}; left in place "
-                                  f"because `{function.name.value}` is also called outside the training loop")
+                self.report(
+                    node,
+                    f"{spelled} runs on every training step{through} and {COSTS[spelled]}; left in place "
+                    f"because `{function.name.value}` is also called outside the training loop",
+                )
                 return
         if conditions is None:
             return  # clean-up after an error, not on every step
-        if any(self.context.index.find(cst.BinaryOperation, within=c.test) and any(
-                isinstance(b.operator, cst.Modulo) for b in self.context.index.find(cst.BinaryOperation, within=c.test))
-               for c in conditions):
-            self.report(node, f"{spelled} runs every few steps in the training loop{through} and {COSTS[spelled]}; "
-                              "left in place because its period was chosen: make it rarer or move it to the end of the epoch")
+        if any(
+            self.context.index.find(cst.BinaryOperation, within=c.test)
+            and any(
+                isinstance(b.operator, cst.Modulo) for b in self.context.index.find(cst.BinaryOperation, within=c.test)
+            )
+            for c in conditions
+        ):
+            self.report(
+                node,
+                f"{spelled} runs every few steps in the training loop{through} and {COSTS[spelled]}; "
+                "left in place because its period was chosen: make it rarer or move it to the end of the epoch",
+            )
             return
         opaque = [c for c in conditions if not self._is_cuda_check(c.test)]
         if opaque:
             condition = self.context.source(opaque[0].test)
-            self.report(node, f"{spelled} in the training step loop{through} runs on every step where `{condition}` holds "
-                              f"and {COSTS[spelled]}; remove it if that is every step")
+            self.report(
+                node,
+                f"{spelled} in the training step loop{through} runs on every step where `{condition}` holds "
+                f"and {COSTS[spelled]}; remove it if that is every step",
+            )
             return
         statement = self.context.parents.get(node)
         message = f"{spelled} on every training step{through} {COSTS[spelled]}; remove it"
         if not isinstance(statement, cst.Expr):
-            self.report(node, f"{spelled} in the training step loop{through} {COSTS[spelled]}; its result is used, so it is not removed")
+            self.report(
+                node,
+                f"{spelled} in the training step loop{through} {COSTS[spelled]}; its result is used, so it is not removed",
+            )
             return
-        own = self._conditions(node, self.context.index.first_enclosing(node, (cst.FunctionDef, cst.For, cst.While)) or node)
+        own = self._conditions(
+            node, self.context.index.first_enclosing(node, (cst.FunctionDef, cst.For, cst.While)) or node
+        )
         guard = own[0] if own else None
         if guard is not None and self._only_cleans_up(guard):
             self.report(guard, message, edits=[Remove(guard)], at=node)
@@ -284,9 +326,16 @@ class MemoryCleanupInStepLoop(Rule):
             if self.context.names.is_(test.func, "torch.cuda.is_available"):
                 return True
             func = test.func
-            return isinstance(func, cst.Attribute) and func.attr.value == "startswith" and _is_cuda_string(positional_value(test))
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
-                and isinstance(test.comparisons[0].operator, cst.Equal):
+            return (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "startswith"
+                and _is_cuda_string(positional_value(test))
+            )
+        if (
+            isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)
+        ):
             return _is_cuda_string(test.left) or _is_cuda_string(test.comparisons[0].comparator)
         if isinstance(test, cst.Attribute) and test.attr.value == "is_cuda":
             return True
@@ -304,8 +353,11 @@ class MemoryCleanupInStepLoop(Rule):
         if values or not isinstance(expr, cst.Attribute):
             return values
         code = self.context.source(expr)
-        return [a.value for a in self.context.index.find(cst.Assign)
-                if len(a.targets) == 1 and self.context.source(a.targets[0].target) == code]
+        return [
+            a.value
+            for a in self.context.index.find(cst.Assign)
+            if len(a.targets) == 1 and self.context.source(a.targets[0].target) == code
+        ]
 
     def _is_cleanup(self, statement: cst.BaseSmallStatement) -> bool:
         return (

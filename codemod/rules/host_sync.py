@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import libcst as cst
-from codemod.analysis import match as m
 from libcst.metadata import Assignment, ComprehensionScope
 
+from codemod.analysis import match as m
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
 from codemod.edits import Edit, InsertBefore, Remove, Replace
@@ -25,27 +25,90 @@ FLOAT, INT64, BOOL = "float", "int64", "bool"
 FLOAT_RESULT_METHODS = {"float", "double", "half", "bfloat16", "mean", "std", "var", "norm"}
 INT64_RESULT_METHODS = {"long", "argmax", "argmin", "count_nonzero"}
 BOOL_RESULT_METHODS = {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "bool", "logical_not"}
-DTYPE_KEEPING_METHODS = {"detach", "clone", "cpu", "cuda", "contiguous", "squeeze", "unsqueeze", "view",
-                         "reshape", "flatten", "abs", "neg", "max", "min", "amax", "amin"}
+DTYPE_KEEPING_METHODS = {
+    "detach",
+    "clone",
+    "cpu",
+    "cuda",
+    "contiguous",
+    "squeeze",
+    "unsqueeze",
+    "view",
+    "reshape",
+    "flatten",
+    "abs",
+    "neg",
+    "max",
+    "min",
+    "amax",
+    "amin",
+}
 LOSS_FUNCTIONS = {"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"}
 
 # Methods that return the receiver itself or a view of it: a value built with them
 # shares storage with the receiver, so it is only as fresh as the receiver.
-VIEW_OR_SELF_METHODS = {"detach", "view", "view_as", "reshape", "reshape_as", "squeeze", "unsqueeze", "t",
-                        "transpose", "permute", "contiguous", "flatten", "expand", "expand_as", "narrow",
-                        "float", "double", "half", "bfloat16", "long", "int", "bool", "to", "cuda", "cpu",
-                        "type_as", "numpy", "requires_grad_"}
-PURE_METHODS = ({name for name in SAME_PLACE_METHODS if not name.endswith("_")} | FLOAT_RESULT_METHODS
-                | INT64_RESULT_METHODS | BOOL_RESULT_METHODS | DTYPE_KEEPING_METHODS
-                | {"sum", "item", "tolist", "numpy", "size", "dim", "numel"})
+VIEW_OR_SELF_METHODS = {
+    "detach",
+    "view",
+    "view_as",
+    "reshape",
+    "reshape_as",
+    "squeeze",
+    "unsqueeze",
+    "t",
+    "transpose",
+    "permute",
+    "contiguous",
+    "flatten",
+    "expand",
+    "expand_as",
+    "narrow",
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "long",
+    "int",
+    "bool",
+    "to",
+    "cuda",
+    "cpu",
+    "type_as",
+    "numpy",
+    "requires_grad_",
+}
+PURE_METHODS = (
+    {name for name in SAME_PLACE_METHODS if not name.endswith("_")}
+    | FLOAT_RESULT_METHODS
+    | INT64_RESULT_METHODS
+    | BOOL_RESULT_METHODS
+    | DTYPE_KEEPING_METHODS
+    | {"sum", "item", "tolist", "numpy", "size", "dim", "numel"}
+)
 PURE_BUILTINS = {f"builtins.{name}" for name in ("float", "int", "round", "abs", "len", "min", "max", "bool", "str")}
 # Calls that may receive a tensor between the sync and the log branch without changing it.
-NON_MUTATING_CALLEES = {"builtins.print", "builtins.float", "builtins.int", "builtins.len", "builtins.str",
-                        "builtins.repr", "builtins.isinstance", "math.isnan", "math.isfinite", "math.isinf",
-                        "torch.isnan", "torch.isfinite", "torch.isinf"}
+NON_MUTATING_CALLEES = {
+    "builtins.print",
+    "builtins.float",
+    "builtins.int",
+    "builtins.len",
+    "builtins.str",
+    "builtins.repr",
+    "builtins.isinstance",
+    "math.isnan",
+    "math.isfinite",
+    "math.isinf",
+    "torch.isnan",
+    "torch.isfinite",
+    "torch.isinf",
+}
 NON_MUTATING_METHOD_CALLEES = {"scale"}  # GradScaler.scale(loss) returns a new, scaled tensor
 # Functions that return the gradients' total norm as a tensor.
-GRAD_NORMS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.get_total_norm"}
+GRAD_NORMS = {
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.get_total_norm",
+}
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FLOAT_PRESENTATION = tuple("eEfFgG%")
 # float64 is not available on these devices, so the float64 device accumulator is not either.
@@ -168,126 +231,184 @@ class PerStepHostSync(Rule):
     MESSAGE = "host sync every step: the CPU waits for the GPU to read a value that is only logged"
     GAIN = "up to 10-20% of step time for short, launch-bound steps once no other sync is left in the step"
 
-
     VALID = [
-        Valid(PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
-              + "    if step % 10 == 0:\n        print(loss.item())\n", "already read at log time"),
-        Valid(PREAMBLE + "for x, y in loader:\n    loss = F.mse_loss(model(x), y)\n    print(loss.item())\n",
-              "not a training loop (no backward)"),
-        Valid(PREAMBLE + "x = torch.randn(4)\nfor step in range(10):\n    loss = (x * step).sum()\n"
-              "    loss.backward()\n    v = x.sum().item()\n", "host tensor: nothing to wait for"),
-        Valid(PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
-              + "    v = loss.item()  # perfmod: ignore[PM404]\n    if step % 10 == 0:\n        print(v)\n",
-              "suppressed on the line of the sync"),
-        Valid(PREAMBLE + "def train():\n    for step, (x, y) in enumerate(loader):\n" + STEP.replace("    ", "        ")
-              + "        def show():\n            print(loss.item())\n", "nested function: runs elsewhere"),
+        Valid(
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    if step % 10 == 0:\n        print(loss.item())\n",
+            "already read at log time",
+        ),
+        Valid(
+            PREAMBLE + "for x, y in loader:\n    loss = F.mse_loss(model(x), y)\n    print(loss.item())\n",
+            "not a training loop (no backward)",
+        ),
+        Valid(
+            PREAMBLE + "x = torch.randn(4)\nfor step in range(10):\n    loss = (x * step).sum()\n"
+            "    loss.backward()\n    v = x.sum().item()\n",
+            "host tensor: nothing to wait for",
+        ),
+        Valid(
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    v = loss.item()  # perfmod: ignore[PM404]\n    if step % 10 == 0:\n        print(v)\n",
+            "suppressed on the line of the sync",
+        ),
+        Valid(
+            PREAMBLE
+            + "def train():\n    for step, (x, y) in enumerate(loader):\n"
+            + STEP.replace("    ", "        ")
+            + "        def show():\n            print(loss.item())\n",
+            "nested function: runs elsewhere",
+        ),
     ]
     INVALID = [
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
-            + "    loss_val = loss.item()\n    if step % 10 == 0:\n        print(f\"step {step} loss {loss_val:.4f}\")\n",
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
-            + "    if step % 10 == 0:\n        loss_val = loss.item()\n        print(f\"step {step} loss {loss_val:.4f}\")\n",
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + '    loss_val = loss.item()\n    if step % 10 == 0:\n        print(f"step {step} loss {loss_val:.4f}")\n',
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + '    if step % 10 == 0:\n        loss_val = loss.item()\n        print(f"step {step} loss {loss_val:.4f}")\n',
             "value read only under the log condition: moved there",
         ),
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    # the loss of this step\n    v = float(loss)\n\n    if step % 10 == 0: print(v)\n",
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "\n    if step % 10 == 0:\n        # the loss of this step\n        v = float(loss)\n        print(v)\n",
             "one-line branch becomes a block; comments move with the statement",
         ),
         Invalid(
-            PREAMBLE + "running = 0.0\nfor step, (x, y) in enumerate(loader):\n" + STEP
-            + "    running += loss.item()\n    if step % 10 == 9:\n        print(f\"loss {running / 10:.4f}\")\n"
+            PREAMBLE
+            + "running = 0.0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + '    running += loss.item()\n    if step % 10 == 9:\n        print(f"loss {running / 10:.4f}")\n'
             "        running = 0.0\n",
-            PREAMBLE + "running = 0.0\nfor step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "running = 0.0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    running += loss.detach().double()\n    if step % 10 == 9:\n"
-            "        print(f\"loss {float(running) / 10:.4f}\")\n        running = 0.0\n",
+            '        print(f"loss {float(running) / 10:.4f}")\n        running = 0.0\n',
             "running sum: float64 on the device, read at log time",
         ),
         Invalid(
-            PREAMBLE + "for epoch in range(3):\n    total, correct = 0.0, 0\n    for x, y in loader:\n"
+            PREAMBLE
+            + "for epoch in range(3):\n    total, correct = 0.0, 0\n    for x, y in loader:\n"
             + STEP.replace("    ", "        ")
             + "        total += loss.item() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum().item()\n"
             "    print(epoch, total / 400, correct)\n",
-            PREAMBLE + "for epoch in range(3):\n    total, correct = 0.0, 0\n    for x, y in loader:\n"
+            PREAMBLE
+            + "for epoch in range(3):\n    total, correct = 0.0, 0\n    for x, y in loader:\n"
             + STEP.replace("    ", "        ")
             + "        total += loss.detach().double() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum()\n"
             "    print(epoch, float(total) / 400, int(correct))\n",
             "accumulators started by one tuple assignment of numbers",
         ),
         Invalid(
-            PREAMBLE + "for epoch in range(3):\n    total = 0.0\n    correct = 0\n    for x, y in loader:\n"
+            PREAMBLE
+            + "for epoch in range(3):\n    total = 0.0\n    correct = 0\n    for x, y in loader:\n"
             + STEP.replace("    ", "        ")
             + "        total += loss.item() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum().item()\n"
             "    print(epoch, total / 400, correct)\n",
-            PREAMBLE + "for epoch in range(3):\n    total = 0.0\n    correct = 0\n    for x, y in loader:\n"
+            PREAMBLE
+            + "for epoch in range(3):\n    total = 0.0\n    correct = 0\n    for x, y in loader:\n"
             + STEP.replace("    ", "        ")
             + "        total += loss.detach().double() * x.size(0)\n        correct += (model(x) > 0).eq(y > 0).sum()\n"
             "    print(epoch, float(total) / 400, int(correct))\n",
             "epoch sums read after the step loop; counts stay integers",
         ),
         Invalid(
-            PREAMBLE + "smooth = 0.0\nfor step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "smooth = 0.0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    smooth = 0.9 * smooth + 0.1 * loss.item()\n    if step % 10 == 0:\n        print(smooth)\n",
-            PREAMBLE + "smooth = 0.0\nfor step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "smooth = 0.0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    smooth = 0.9 * smooth + 0.1 * loss.detach().double()\n    if step % 10 == 0:\n"
             "        print(float(smooth))\n",
             "exponential moving average: the same double operations in the same order",
         ),
         Invalid(
-            PREAMBLE + "total = 0\nfor step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "total = 0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    total += loss.item()\n    if step % 10 == 9:\n        print(total)\n        total = 0\n",
-            PREAMBLE + "total = 0\nfor step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "total = 0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    total += loss.detach().double()\n    if step % 10 == 9:\n        print(float(total))\n"
             "        total = 0\n",
             "int start, but every read comes after an addition in the same step",
         ),
         Invalid(
-            PREAMBLE + "total = 0\nfor epoch in range(2):\n    for x, y in loader:\n" + STEP.replace("    ", "        ")
+            PREAMBLE
+            + "total = 0\nfor epoch in range(2):\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
             + "        total += loss.item()\n    print(total)\n",
             None,
             "int start printed where no step may have added to it: 0 would print as 0.0",
         ),
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    v = loss.item()\n    if v < 0.01:\n        break\n",
             None,
             "early stopping: the value decides control flow every step",
         ),
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    if not torch.isfinite(loss).item():\n        raise RuntimeError('nan')\n",
             None,
             "NaN check every step",
         ),
         Invalid(
-            PREAMBLE + "losses = []\nfor step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "losses = []\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    losses.append(loss.item())\n",
             None,
             "stored every step",
         ),
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    v = loss.item()\n    if step % 10 == 0:\n        print(v)\nprint('last', v)\n",
             None,
             "also used after the loop",
         ),
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE
+            + "for step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    w = model.weight.norm().item()\n    optimizer.step()\n    if step % 10 == 0:\n        print(w)\n",
             None,
             "reads parameters that the optimizer changes in place",
         ),
         Invalid(
-            PREAMBLE + "total = 0.0\nfor step, (x, y) in enumerate(loader):\n" + STEP
-            + "    total += loss.item()\n    if step % 10 == 0:\n        print(f\"{total=}\")\n",
+            PREAMBLE
+            + "total = 0.0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + '    total += loss.item()\n    if step % 10 == 0:\n        print(f"{total=}")\n',
             None,
             "f-string `=` prints the expression's text",
         ),
         Invalid(
-            PREAMBLE.replace(".cuda()", '.to("mps")') + "total = 0.0\nfor step, (x, y) in enumerate(loader):\n" + STEP
+            PREAMBLE.replace(".cuda()", '.to("mps")')
+            + "total = 0.0\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
             + "    total += loss.item()\n    if step % 10 == 0:\n        print(total)\n",
             None,
             "MPS has no float64",
@@ -300,7 +421,7 @@ class PerStepHostSync(Rule):
             self._check_loop(analysis, loop)
         self._check_helpers(analysis)
 
-    def _check_helpers(self, analysis: "_FileAnalysis") -> None:
+    def _check_helpers(self, analysis: _FileAnalysis) -> None:
         """Syncs in functions of this file that a step loop calls on every step (an
         evaluation helper, a step method): reported where they are, with the call that
         runs them; those called only under a log condition run at log time."""
@@ -319,13 +440,16 @@ class PerStepHostSync(Rule):
                         continue
                     seen.add(sync)
                     call = sites[0].calls[0]
-                    self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step: `{analysis.code(call.func)}` "
-                                      f"runs it on every step of the loop at line {analysis.line(loop)} (line "
-                                      f"{analysis.line(call)}); not rewritten: it is in another function; call that "
-                                      "function only at log time, or return the tensor and read it there")
+                    self.report(
+                        sync,
+                        f"`{analysis.code(sync)}` waits for the GPU every step: `{analysis.code(call.func)}` "
+                        f"runs it on every step of the loop at line {analysis.line(loop)} (line "
+                        f"{analysis.line(call)}); not rewritten: it is in another function; call that "
+                        "function only at log time, or return the tensor and read it there",
+                    )
 
     @staticmethod
-    def _every_step(scan: "_StepLoop", site) -> bool:
+    def _every_step(scan: _StepLoop, site) -> bool:
         """Does every call on the way from the step loop run on every step (none under a
         periodic `if`)?"""
         for number, call in enumerate(site.calls):
@@ -334,7 +458,7 @@ class PerStepHostSync(Rule):
                 return False
         return True
 
-    def _check_loop(self, analysis: "_FileAnalysis", loop: cst.CSTNode) -> None:
+    def _check_loop(self, analysis: _FileAnalysis, loop: cst.CSTNode) -> None:
         scan = _StepLoop(analysis, loop, self.context.loops.own_calls(loop.body))
         fixes: list[_Fix] = []
         syncs: dict[int, cst.CSTNode] = {}  # fix -> the sync it removes, where it is reported
@@ -448,8 +572,8 @@ class _FileAnalysis:
         while True:
             parent = self.parents.get(current)
             if parent is None or not isinstance(
-                parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName,
-                         cst.WithItem)
+                parent,
+                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
             ):
                 return parent if parent is not None else current
             current = parent
@@ -465,10 +589,14 @@ class _FileAnalysis:
                 return statement.value
             element = self.parents.get(target)
             names, values = statement.targets[0].target, statement.value
-            if isinstance(element, cst.Element) and self.parents.get(element) is names \
-                    and isinstance(names, (cst.Tuple, cst.List)) and isinstance(values, (cst.Tuple, cst.List)) \
-                    and len(names.elements) == len(values.elements) \
-                    and not any(isinstance(e, cst.StarredElement) for e in (*names.elements, *values.elements)):
+            if (
+                isinstance(element, cst.Element)
+                and self.parents.get(element) is names
+                and isinstance(names, (cst.Tuple, cst.List))
+                and isinstance(values, (cst.Tuple, cst.List))
+                and len(names.elements) == len(values.elements)
+                and not any(isinstance(e, cst.StarredElement) for e in (*names.elements, *values.elements))
+            ):
                 return values.elements[list(names.elements).index(element)].value
             return None
         if isinstance(statement, cst.AnnAssign) and statement.target is target:
@@ -479,12 +607,19 @@ class _FileAnalysis:
         """(call, index) for a name bound by `a, b = f(...)`."""
         statement = self.binding_statement(target)
         element = self.parents.get(target)
-        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call)
-                and isinstance(element, cst.Element)):
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.value, cst.Call)
+            and isinstance(element, cst.Element)
+        ):
             return None
         names = statement.targets[0].target
-        if self.parents.get(element) is not names or not isinstance(names, (cst.Tuple, cst.List)) \
-                or any(isinstance(e, cst.StarredElement) for e in names.elements):
+        if (
+            self.parents.get(element) is not names
+            or not isinstance(names, (cst.Tuple, cst.List))
+            or any(isinstance(e, cst.StarredElement) for e in names.elements)
+        ):
             return None
         return statement.value, list(names.elements).index(element)
 
@@ -539,8 +674,9 @@ class _StepLoop:
         self._fresh: dict[int, bool] = {}
         # Accumulator -> why it stays (None once planned): all its syncs get one answer.
         self._accumulators: dict[tuple, str | None] = {}
-        self.suppressed = {id(sync) for sync in self.syncs()
-                           if suppressed_on(analysis.statement_line(sync), PerStepHostSync.CODE)}
+        self.suppressed = {
+            id(sync) for sync in self.syncs() if suppressed_on(analysis.statement_line(sync), PerStepHostSync.CODE)
+        }
 
     # -- finding syncs ----------------------------------------------------------------
 
@@ -565,7 +701,7 @@ class _StepLoop:
         return roots
 
     def sync_kind(self, call: cst.Call) -> str | None:
-        """"item", "tolist", "cpu", "float" or "int" when `call` copies a device value to the host."""
+        """ "item", "tolist", "cpu", "float" or "int" when `call` copies a device value to the host."""
         method = method_name(call)
         if method in SYNC_METHODS and not call.args:
             receiver = call.func.value
@@ -590,8 +726,11 @@ class _StepLoop:
         of a chain such as `x.cpu().item()` (the outermost call is the one reported)."""
         found = [call for call in self.calls if self.sync_kind(call) is not None]
         ids = {id(call) for call in found}
-        return [call for call in found
-                if not self.in_log_branch(call) and not any(id(outer) in ids for outer in self._chain_above(call))]
+        return [
+            call
+            for call in found
+            if not self.in_log_branch(call) and not any(id(outer) in ids for outer in self._chain_above(call))
+        ]
 
     def _chain_above(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Calls that consume `node` directly: `node.m(...)` and `float(node)`."""
@@ -648,8 +787,12 @@ class _StepLoop:
     def _compute_tensor_shape(self, expr: cst.BaseExpression) -> bool:
         if self.a.kinds.fact(expr).kind is Kind.TENSOR:
             return True
-        if isinstance(expr, cst.Call) and method_name(expr) in PURE_METHODS - {"item", "tolist", "size", "dim", "numel"} \
-                and isinstance(expr.func, cst.Attribute) and self.is_tensor(expr.func.value):
+        if (
+            isinstance(expr, cst.Call)
+            and method_name(expr) in PURE_METHODS - {"item", "tolist", "size", "dim", "numel"}
+            and isinstance(expr.func, cst.Attribute)
+            and self.is_tensor(expr.func.value)
+        ):
             return True
         if isinstance(expr, cst.Call) and self.a.names.of(expr) & TENSOR_FUNCTIONS:
             return True  # `torch.sigmoid(x)`, `torch.stack(...)`
@@ -705,9 +848,11 @@ class _StepLoop:
                 return None
             if isinstance(expr.operator, cst.Divide) or FLOAT in (left, right):
                 return FLOAT  # true division of integers gives floating point too
-            if isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply)) and INT64 in (left, right) and {
-                left, right
-            } <= {INT64, BOOL}:
+            if (
+                isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply))
+                and INT64 in (left, right)
+                and {left, right} <= {INT64, BOOL}
+            ):
                 return INT64
             return None
         if not isinstance(expr, cst.Call):
@@ -758,8 +903,18 @@ class _StepLoop:
         return self._fresh[key]
 
     def _compute_fresh(self, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.BooleanOperation,
-                             cst.Integer, cst.Float, *STRINGS)):
+        if isinstance(
+            expr,
+            (
+                cst.BinaryOperation,
+                cst.UnaryOperation,
+                cst.Comparison,
+                cst.BooleanOperation,
+                cst.Integer,
+                cst.Float,
+                *STRINGS,
+            ),
+        ):
             return True
         if isinstance(expr, (cst.Attribute, cst.Subscript)):
             return self.fresh(expr.value)
@@ -800,7 +955,8 @@ class _StepLoop:
         line = self.a.statement_line(sync)
         small = _small_statement_of(self.a, sync, line)
         if isinstance(small, cst.AugAssign) or (
-            isinstance(small, cst.Assign) and len(small.targets) == 1
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
             and _reads_name(small.value, small.targets[0].target.value)
         ):
@@ -828,9 +984,15 @@ class _StepLoop:
                 callee = self.a.code(ancestor.func)
                 if method in ("append", "extend", "add", "put"):
                     return f"{subject} is stored every step (`{callee}`, line {line})"
-                if method in ("log", "info", "debug", "set_postfix", "set_description", "write", "print0") or callee in (
-                    "print", "wandb.log"
-                ):
+                if method in (
+                    "log",
+                    "info",
+                    "debug",
+                    "set_postfix",
+                    "set_description",
+                    "write",
+                    "print0",
+                ) or callee in ("print", "wandb.log"):
                     return f"{subject} is logged every step (`{callee}`, line {line}); log it under `if step % N == 0:`"
         return f"{subject} is used every step (line {line})"
 
@@ -854,21 +1016,26 @@ class _StepLoop:
             branch = self._branch_after(line, block, use)
             if branch is None or not self.a.in_own_scope(use, scope):
                 if self.in_log_branch(use):
-                    raise _Unfixable(f"`{target.value}` is read in a log branch (line {self.a.line(use)}) that is "
-                                     f"not reached from the assignment's block through `if` statements only")
+                    raise _Unfixable(
+                        f"`{target.value}` is read in a log branch (line {self.a.line(use)}) that is "
+                        f"not reached from the assignment's block through `if` statements only"
+                    )
                 raise _Unfixable(self._use_reason(use, f"`{target.value}`"))
             branches[id(branch)] = branch
         if not branches:
             raise _Unfixable(f"`{target.value}` is never read; perfmod leaves dead code to you")
         for binding in scope.assignments[target.value]:
-            if binding.node is not target and (self.a.inside(binding.node, self.loop)
-                                               or not self.a.in_own_scope(binding.node, scope)):
+            if binding.node is not target and (
+                self.a.inside(binding.node, self.loop) or not self.a.in_own_scope(binding.node, scope)
+            ):
                 raise _Unfixable(f"`{target.value}` is also assigned at line {self.a.line(binding.node)}")
         first_body = min((b.body for b in branches.values()), key=self.a.start)
         self._check_stable(assign.value, after=line, before=first_body)
         conditions = " / ".join(f"`{self.a.code(b.test)}`" for b in branches.values())
-        message = (f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step, but "
-                   f"`{target.value}` is only read when {conditions}; moved under that condition")
+        message = (
+            f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step, but "
+            f"`{target.value}` is only read when {conditions}; moved under that condition"
+        )
         return _Fix(message, moves=[(branch, line) for branch in branches.values()])
 
     def _branch_after(self, line: cst.SimpleStatementLine, block: cst.IndentedBlock, use: cst.CSTNode) -> cst.If | None:
@@ -900,12 +1067,15 @@ class _StepLoop:
             if self.a.is_import_or_builtin(name):
                 continue
             if not self.fresh(name):
-                raise _Unfixable(f"`{name.value}` is not computed in this step (parameters and other state may "
-                                 f"change before the log branch)")
+                raise _Unfixable(
+                    f"`{name.value}` is not computed in this step (parameters and other state may "
+                    f"change before the log branch)"
+                )
             for binding in self.a.scopes.get(name).assignments[name.value]:
                 if start < self.a.start(binding.node) < end:
-                    raise _Unfixable(f"`{name.value}` is assigned again before the log branch "
-                                     f"(line {self.a.line(binding.node)})")
+                    raise _Unfixable(
+                        f"`{name.value}` is assigned again before the log branch (line {self.a.line(binding.node)})"
+                    )
             for use in self.a.accesses(name):
                 if not self.a.inside(use, self.loop):
                     continue
@@ -977,8 +1147,10 @@ class _StepLoop:
         for binding in scope.assignments[target.value]:
             node = binding.node
             if not self.a.in_own_scope(node, scope):
-                raise _Unfixable(f"`{target.value}` is also bound in another function (line {self.a.line(node)}), "
-                                 f"which may run between a step and the read")
+                raise _Unfixable(
+                    f"`{target.value}` is also bound in another function (line {self.a.line(node)}), "
+                    f"which may run between a step and the read"
+                )
             bound_by = self.a.binding_statement(node)
             value = self.a.assigned_value(node) if not isinstance(bound_by, cst.AugAssign) else None
             if isinstance(value, (cst.Integer, cst.Float)):
@@ -986,8 +1158,7 @@ class _StepLoop:
             elif isinstance(bound_by, (cst.AugAssign, cst.Assign)) and self.a.inside(bound_by, self.loop.body):
                 accumulations.append(bound_by)
             else:
-                raise _Unfixable(f"`{target.value}` is also bound at line {self.a.line(node)}, not to a number "
-                                 f"literal")
+                raise _Unfixable(f"`{target.value}` is also bound at line {self.a.line(node)}, not to a number literal")
         syncs = self.syncs()
         terms = []  # (sync call, bare): bare when the sync is the whole added value
         for accumulation in accumulations:
@@ -1007,8 +1178,10 @@ class _StepLoop:
             if not all(self.is_tensor(_synced_tensor(s)) for s, _ in terms):
                 raise _Unfixable(f"perfmod cannot tell that `{self.a.code(sync)}` reads a tensor")
             if cst.Integer in literal_kinds and term_dtypes != {FLOAT}:
-                raise _Unfixable(f"`{target.value}` starts as an int and perfmod cannot tell whether "
-                                 f"`{self.a.code(sync)}` gives an int or a float")
+                raise _Unfixable(
+                    f"`{target.value}` starts as an int and perfmod cannot tell whether "
+                    f"`{self.a.code(sync)}` gives an int or a float"
+                )
             if term_dtypes != {FLOAT} and not all(bare for _, bare in terms):
                 raise _Unfixable(f"perfmod cannot tell whether `{self.a.code(sync)}` gives an int or a float")
 
@@ -1025,15 +1198,22 @@ class _StepLoop:
         wrapper = "int" if int_sum else "float"
         for use in reads:
             replaces.append((use, lambda updated, wrapper=wrapper: cst.Call(cst.Name(wrapper), [cst.Arg(updated)])))
-        how = ("kept as an int64 tensor" if int_sum else "kept in float64 on the device (the same sums, bit for bit)")
-        places = [place for place, found in (("at log time", any(self.a.inside(r, self.loop) for r in reads)),
-                                             ("outside the loop", any(not self.a.inside(r, self.loop) for r in reads)))
-                  if found]
+        how = "kept as an int64 tensor" if int_sum else "kept in float64 on the device (the same sums, bit for bit)"
+        places = [
+            place
+            for place, found in (
+                ("at log time", any(self.a.inside(r, self.loop) for r in reads)),
+                ("outside the loop", any(not self.a.inside(r, self.loop) for r in reads)),
+            )
+            if found
+        ]
         where = f"read {' and '.join(places)}" if places else "never read"
         fixes = []
         for term, _ in terms:
-            message = (f"`{self.a.code(term)}` (line {self.a.line(term)}) waits for the GPU every step to add to "
-                       f"`{target.value}`; {how} and {where}")
+            message = (
+                f"`{self.a.code(term)}` (line {self.a.line(term)}) waits for the GPU every step to add to "
+                f"`{target.value}`; {how} and {where}"
+            )
             fixes.append(_Fix(message, replaces=replaces))
         return fixes
 
@@ -1045,10 +1225,15 @@ class _StepLoop:
             value, bare = accumulation.value, [accumulation.value]
         else:
             value = accumulation.value
-            bare = [value.left, value.right] if isinstance(value, cst.BinaryOperation) and isinstance(
-                value.operator, cst.Add) else []
+            bare = (
+                [value.left, value.right]
+                if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
+                else []
+            )
         sync_ids = {id(s) for s in syncs}
-        problem = _arithmetic_problem(self, value, accumulator, sync_ids, allow_accumulator=isinstance(accumulation, cst.Assign))
+        problem = _arithmetic_problem(
+            self, value, accumulator, sync_ids, allow_accumulator=isinstance(accumulation, cst.Assign)
+        )
         if problem is not None:
             raise _Unfixable(problem)
         return [(s, any(s is b for b in bare)) for s in syncs]
@@ -1068,15 +1253,18 @@ class _StepLoop:
             raise _Unfixable(f"{subject} is written at line {self.a.line(use)}")
         parent = self.a.parents.get(use)
         if isinstance(parent, cst.FormattedStringExpression) and parent.equal is not None:
-            raise _Unfixable(f"{subject} is printed with `=` in an f-string (line {self.a.line(use)}), which shows "
-                             f"the expression's text")
+            raise _Unfixable(
+                f"{subject} is printed with `=` in an f-string (line {self.a.line(use)}), which shows "
+                f"the expression's text"
+            )
         if self.a.inside(use, self.loop):
             branch = self.log_branch(use)
             if branch is None or _reads_name(branch.test, accumulator):
                 raise _Unfixable(self._use_reason(use, subject))
-        elif self.a.context.loops.step_loop_of(use) is not None and self.log_branch(
-            use, self.a.context.loops.step_loop_of(use)
-        ) is None:
+        elif (
+            self.a.context.loops.step_loop_of(use) is not None
+            and self.log_branch(use, self.a.context.loops.step_loop_of(use)) is None
+        ):
             raise _Unfixable(f"{subject} is read every step of another loop (line {self.a.line(use)})")
         if int_sum or not any(isinstance(v, cst.Integer) for _, v in literals):
             return
@@ -1085,9 +1273,11 @@ class _StepLoop:
         if _float_context(self.a, use) or self._after_accumulation(use, accumulations, literals):
             return
         start = next(v for _, v in literals if isinstance(v, cst.Integer))
-        raise _Unfixable(f"{subject} starts as the int {start.value} and is read at line {self.a.line(use)}, where no "
-                         f"step may have added to it yet (it would print as {start.value}.0); start it at "
-                         f"{start.value}.0")
+        raise _Unfixable(
+            f"{subject} starts as the int {start.value} and is read at line {self.a.line(use)}, where no "
+            f"step may have added to it yet (it would print as {start.value}.0); start it at "
+            f"{start.value}.0"
+        )
 
     def _after_accumulation(self, use: cst.Name, accumulations, literals) -> bool:
         """Does an accumulation run before `use` in every step that reaches it, with no
@@ -1205,7 +1395,9 @@ def _nonzero_literal(loop: _StepLoop, expr: cst.BaseExpression) -> bool:
     return False
 
 
-def _arithmetic_problem(loop: _StepLoop, expr, accumulator: str, sync_ids: set[int], allow_accumulator: bool) -> str | None:
+def _arithmetic_problem(
+    loop: _StepLoop, expr, accumulator: str, sync_ids: set[int], allow_accumulator: bool
+) -> str | None:
     """Why `expr` is not `+ - * /` over syncs, the accumulator and Python numbers, with
     divisions only by non-zero literals; None when it is."""
     if id(expr) in sync_ids:
@@ -1218,8 +1410,9 @@ def _arithmetic_problem(loop: _StepLoop, expr, accumulator: str, sync_ids: set[i
             return f"`{loop.a.code(expr.operator).strip()}` may round differently on the device"
         if isinstance(expr.operator, cst.Divide) and not _nonzero_literal(loop, expr.right):
             return "a division by something other than a non-zero number: a tensor gives inf where Python raises"
-        return (_arithmetic_problem(loop, expr.left, accumulator, sync_ids, allow_accumulator)
-                or _arithmetic_problem(loop, expr.right, accumulator, sync_ids, allow_accumulator))
+        return _arithmetic_problem(loop, expr.left, accumulator, sync_ids, allow_accumulator) or _arithmetic_problem(
+            loop, expr.right, accumulator, sync_ids, allow_accumulator
+        )
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         return _arithmetic_problem(loop, expr.expression, accumulator, sync_ids, allow_accumulator)
     return _scalar_problem(loop, expr)
@@ -1272,8 +1465,9 @@ def _float_context(analysis: _FileAnalysis, use: cst.Name) -> bool:
         return True
     if isinstance(parent, cst.FormattedStringExpression) and parent.format_spec:
         parts = parent.format_spec
-        return all(isinstance(p, cst.FormattedStringText) for p in parts) and "".join(
-            p.value for p in parts).endswith(FLOAT_PRESENTATION)
+        return all(isinstance(p, cst.FormattedStringText) for p in parts) and "".join(p.value for p in parts).endswith(
+            FLOAT_PRESENTATION
+        )
     return False
 
 
@@ -1289,6 +1483,13 @@ def _prepend(branch: cst.If, lines: list[cst.SimpleStatementLine]) -> Edit:
     body = branch.body
     if isinstance(body, cst.SimpleStatementSuite):
         # `if c: print(v)` becomes a block: the moved statements need lines of their own.
-        return Replace(body, lambda updated: cst.IndentedBlock(body=[
-            *statements, cst.SimpleStatementLine(body=updated.body, trailing_whitespace=updated.trailing_whitespace)]))
+        return Replace(
+            body,
+            lambda updated: cst.IndentedBlock(
+                body=[
+                    *statements,
+                    cst.SimpleStatementLine(body=updated.body, trailing_whitespace=updated.trailing_whitespace),
+                ]
+            ),
+        )
     return InsertBefore(body.body[0], statements)

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import libcst as cst
-from codemod.analysis import match as m
 
+from codemod.analysis import match as m
 from codemod.analysis.loaders import MAX_DEPTH, NUM_WORKERS_POSITION
 from codemod.analysis.names import kwarg, positional
 from codemod.edits import AddKeyword
@@ -27,8 +27,16 @@ MAP_STYLE_PREFIXES = ("torchvision.datasets.",)  # all map-style, ImageFolder, M
 # Keyword arguments that only mean something with worker processes: a loader that passes
 # one of them has chosen how it loads.
 WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
-MAIN_GUARD = m.If(test=m.Comparison(left=m.Name("__name__"), comparisons=[
-    m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString('"__main__"') | m.SimpleString("'__main__'"))]))
+MAIN_GUARD = m.If(
+    test=m.Comparison(
+        left=m.Name("__name__"),
+        comparisons=[
+            m.ComparisonTarget(
+                operator=m.Equal(), comparator=m.SimpleString('"__main__"') | m.SimpleString("'__main__'")
+            )
+        ],
+    )
+)
 
 PREAMBLE = """\
 import torch
@@ -37,10 +45,14 @@ model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
 """
-STEP = "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+STEP = (
+    "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+)
 GUARDED_STEP = "        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        opt.step()\n"
 WORKERS = "num_workers=default_num_workers(), persistent_workers=default_num_workers() > 0"
-FORK_WORKERS = "num_workers=default_num_workers(fork_only=True), persistent_workers=default_num_workers(fork_only=True) > 0"
+FORK_WORKERS = (
+    "num_workers=default_num_workers(fork_only=True), persistent_workers=default_num_workers(fork_only=True) > 0"
+)
 
 
 def _imported(code: str) -> str:
@@ -50,8 +62,11 @@ def _imported(code: str) -> str:
 
 
 def _guarded(body: str) -> str:
-    return "def main():\n" + "".join("    " + line + "\n" for line in body.splitlines()) \
-        + "\nif __name__ == \"__main__\":\n    main()\n"
+    return (
+        "def main():\n"
+        + "".join("    " + line + "\n" for line in body.splitlines())
+        + '\nif __name__ == "__main__":\n    main()\n'
+    )
 
 
 class SingleProcessLoaderInTrainingLoop(Rule):
@@ -150,16 +165,24 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     GAIN = "data-bound loops: loading overlaps with the step, up to num_workers times faster loading"
 
     VALID = [
-        Valid(PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=2)\nfor x, y in loader:\n" + STEP,
-              "an explicit worker count is kept"),
-        Valid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 2)\nfor x, y in loader:\n" + STEP,
-              "num_workers passed by position"),
-        Valid(PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
-              "parser.add_argument('--workers', type=int, default=4)\nargs = parser.parse_args()\n"
-              "loader = DataLoader(dataset, batch_size=8, num_workers=args.workers)\nfor x, y in loader:\n" + STEP,
-              "a configured worker count that is not 0"),
-        Valid(PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(model(x).sum())\n",
-              "not a training loop"),
+        Valid(
+            PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=2)\nfor x, y in loader:\n" + STEP,
+            "an explicit worker count is kept",
+        ),
+        Valid(
+            PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 2)\nfor x, y in loader:\n" + STEP,
+            "num_workers passed by position",
+        ),
+        Valid(
+            PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
+            "parser.add_argument('--workers', type=int, default=4)\nargs = parser.parse_args()\n"
+            "loader = DataLoader(dataset, batch_size=8, num_workers=args.workers)\nfor x, y in loader:\n" + STEP,
+            "a configured worker count that is not 0",
+        ),
+        Valid(
+            PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(model(x).sum())\n",
+            "not a training loop",
+        ),
         Valid(
             PREAMBLE + "cuda_set = TensorDataset(torch.randn(64, 8).cuda(), torch.randn(64, 1).cuda())\n"
             "loader = DataLoader(cuda_set)\nfor x, y in loader:\n" + STEP,
@@ -185,44 +208,79 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     INVALID = [
         # An explicit num_workers=0 (written, or the default of the script's configuration)
         # feeding a training loop: reported, the choice left to the user.
-        Invalid(PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=0)\nfor x, y in loader:\n" + STEP,
-                None, "num_workers=0 written out"),
-        Invalid(PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
-                None, "num_workers=0 passed by position"),
-        Invalid(PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
-                "parser.add_argument('--num-workers', type=int, default=0)\nargs = parser.parse_args()\n"
-                "loader = DataLoader(dataset, batch_size=8, num_workers=args.num_workers)\nfor x, y in loader:\n" + STEP,
-                None, "an argparse option whose default is 0"),
-        Invalid(PREAMBLE + "cfg = {'loader': {'num_workers': 0}}\n"
-                "loader = DataLoader(dataset, batch_size=8, num_workers=cfg['loader']['num_workers'])\n"
-                "for x, y in loader:\n" + STEP, None, "a configuration dict"),
-        Invalid(PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
-                "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP, None, "in the kwargs dict"),
+        Invalid(
+            PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=0)\nfor x, y in loader:\n" + STEP,
+            None,
+            "num_workers=0 written out",
+        ),
+        Invalid(
+            PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
+            None,
+            "num_workers=0 passed by position",
+        ),
+        Invalid(
+            PREAMBLE + "import argparse\nparser = argparse.ArgumentParser()\n"
+            "parser.add_argument('--num-workers', type=int, default=0)\nargs = parser.parse_args()\n"
+            "loader = DataLoader(dataset, batch_size=8, num_workers=args.num_workers)\nfor x, y in loader:\n" + STEP,
+            None,
+            "an argparse option whose default is 0",
+        ),
+        Invalid(
+            PREAMBLE + "cfg = {'loader': {'num_workers': 0}}\n"
+            "loader = DataLoader(dataset, batch_size=8, num_workers=cfg['loader']['num_workers'])\n"
+            "for x, y in loader:\n" + STEP,
+            None,
+            "a configuration dict",
+        ),
+        Invalid(
+            PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
+            "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP,
+            None,
+            "in the kwargs dict",
+        ),
         Invalid(
             PREAMBLE + _guarded("loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP),
-            _imported(PREAMBLE + _guarded(f"loader = DataLoader(dataset, batch_size=8, {WORKERS})\nfor x, y in loader:\n"
-                                           + STEP)),
+            _imported(
+                PREAMBLE
+                + _guarded(f"loader = DataLoader(dataset, batch_size=8, {WORKERS})\nfor x, y in loader:\n" + STEP)
+            ),
         ),
         Invalid(
             PREAMBLE + "loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP,
-            _imported(PREAMBLE + f"loader = DataLoader(dataset, batch_size=8, {FORK_WORKERS})\nfor x, y in loader:\n"
-                      + STEP),
+            _imported(
+                PREAMBLE + f"loader = DataLoader(dataset, batch_size=8, {FORK_WORKERS})\nfor x, y in loader:\n" + STEP
+            ),
             "no __main__ guard: workers only where they start by fork",
         ),
         Invalid(
-            PREAMBLE + _guarded("loader = DataLoader(dataset, collate_fn=lambda b: torch.utils.data.default_collate(b))\n"
-                                "for x, y in loader:\n" + STEP),
-            _imported(PREAMBLE + _guarded("loader = DataLoader(dataset, collate_fn=lambda b: torch.utils.data."
-                                           f"default_collate(b), {FORK_WORKERS})\nfor x, y in loader:\n" + STEP)),
+            PREAMBLE
+            + _guarded(
+                "loader = DataLoader(dataset, collate_fn=lambda b: torch.utils.data.default_collate(b))\n"
+                "for x, y in loader:\n" + STEP
+            ),
+            _imported(
+                PREAMBLE
+                + _guarded(
+                    "loader = DataLoader(dataset, collate_fn=lambda b: torch.utils.data."
+                    f"default_collate(b), {FORK_WORKERS})\nfor x, y in loader:\n" + STEP
+                )
+            ),
             "a lambda cannot be pickled for spawned workers",
         ),
         Invalid(
-            PREAMBLE + _guarded("train_kwargs = {'batch_size': 8, 'shuffle': True}\n"
-                                "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n" + STEP),
-            _imported(PREAMBLE + _guarded(
-                "train_kwargs = {'batch_size': 8, 'shuffle': True, 'num_workers': default_num_workers(), "
-                "'persistent_workers': default_num_workers() > 0}\n"
-                "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n" + STEP)),
+            PREAMBLE
+            + _guarded(
+                "train_kwargs = {'batch_size': 8, 'shuffle': True}\n"
+                "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n" + STEP
+            ),
+            _imported(
+                PREAMBLE
+                + _guarded(
+                    "train_kwargs = {'batch_size': 8, 'shuffle': True, 'num_workers': default_num_workers(), "
+                    "'persistent_workers': default_num_workers() > 0}\n"
+                    "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n" + STEP
+                )
+            ),
             "the entries go in the kwargs dict",
         ),
         Invalid(
@@ -254,7 +312,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             "the epoch loop changes the dataset, which workers would not see",
         ),
         Invalid(
-            PREAMBLE + "def train(data):\n    loader = DataLoader(data)\n    for x, y in loader:\n"
+            PREAMBLE
+            + "def train(data):\n    loader = DataLoader(data)\n    for x, y in loader:\n"
             + "".join("    " + line + "\n" for line in STEP.splitlines()),
             None,
             "a dataset the rule cannot see",
@@ -282,7 +341,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     def _check(self, loader: cst.Call, loop: cst.CSTNode) -> None:
         loaders = self.context.loaders
         count = kwarg(loader, "num_workers") or (
-            positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None)
+            positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None
+        )
         if count is not None:
             self._explicit_zero(loader, loop, count.value)
             return
@@ -294,14 +354,24 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         if loaders.may_hold_device_data(dataset, 0) or loaders.collate_moves_to_device(loader):
             return
         line = self.context.line(loop)
-        message = f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
+        message = (
+            f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
+        )
         stars = [arg for arg in loader.args if arg.star == "**"]
         anchor: cst.CSTNode = loader
         if stars:
             found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
             if found is not None and "num_workers" in found[1] and isinstance(found[0], cst.Dict):
-                value = next((e.value for e in found[0].elements if isinstance(e, cst.DictElement)
-                              and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "num_workers"), None)
+                value = next(
+                    (
+                        e.value
+                        for e in found[0].elements
+                        if isinstance(e, cst.DictElement)
+                        and isinstance(e.key, cst.SimpleString)
+                        and e.key.evaluated_value == "num_workers"
+                    ),
+                    None,
+                )
                 if value is not None:
                     self._explicit_zero(loader, loop, value)
                 return
@@ -317,29 +387,45 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             return
         changed = self._dataset_changed(dataset, loop)
         if changed is not None:
-            self.report(loader, message + f"; the training loop changes its dataset (`{self.context.source(changed)}`, "
-                        f"line {self.context.line(changed)}), which worker processes, holding their own copy, would not "
-                        "see: make that change inside the workers (in `__getitem__` from the epoch, or a shared value), "
-                        "then set num_workers")
+            self.report(
+                loader,
+                message + f"; the training loop changes its dataset (`{self.context.source(changed)}`, "
+                f"line {self.context.line(changed)}), which worker processes, holding their own copy, would not "
+                "see: make that change inside the workers (in `__getitem__` from the epoch, or a shared value), "
+                "then set num_workers",
+            )
             return
         style = self._style(dataset, (), 0)
         if style == "unsharded":
-            self.report(loader, message + "; its IterableDataset does not shard by torch.utils.data.get_worker_info() "
-                        "in __iter__, so each worker would yield every item: shard it, then set num_workers")
+            self.report(
+                loader,
+                message + "; its IterableDataset does not shard by torch.utils.data.get_worker_info() "
+                "in __iter__, so each worker would yield every item: shard it, then set num_workers",
+            )
             return
         if style not in ("map", "sharded"):
             what = self.context.source(dataset) if dataset is not None else "its dataset"
-            self.report(loader, message + f"; the rule cannot see whether `{what}` is map-style (an IterableDataset "
-                        "that does not shard would yield every item once per worker): check it, then set num_workers")
+            self.report(
+                loader,
+                message + f"; the rule cannot see whether `{what}` is map-style (an IterableDataset "
+                "that does not shard would yield every item once per worker): check it, then set num_workers",
+            )
             return
-        count = cst.parse_expression("default_num_workers(fork_only=True)" if self._needs_fork(loader, loop, dataset)
-                                     else "default_num_workers()")
-        persistent = cst.Comparison(left=count, comparisons=[
-            cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))])
+        count = cst.parse_expression(
+            "default_num_workers(fork_only=True)"
+            if self._needs_fork(loader, loop, dataset)
+            else "default_num_workers()"
+        )
+        persistent = cst.Comparison(
+            left=count, comparisons=[cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))]
+        )
         where = "" if anchor is loader else " (in the kwargs dict)"
-        self.report(loader, message + "; give it worker processes" + where,
-                    edits=[AddKeyword(anchor, "num_workers", count), AddKeyword(anchor, "persistent_workers", persistent)],
-                    imports=[IMPORT])
+        self.report(
+            loader,
+            message + "; give it worker processes" + where,
+            edits=[AddKeyword(anchor, "num_workers", count), AddKeyword(anchor, "persistent_workers", persistent)],
+            imports=[IMPORT],
+        )
 
     def _dataset_changed(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
         """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
@@ -369,10 +455,13 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             return
         spelled = self.context.source(count)
         where = "" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)"
-        self.report(loader, f"this DataLoader feeds the training loop on line {self.context.line(loop)} with "
-                            f"num_workers=0{where}, so every batch is loaded in the training process between steps; "
-                            "give it worker processes (e.g. `runtime.data.default_num_workers()`) unless the dataset "
-                            "must load in the main process")
+        self.report(
+            loader,
+            f"this DataLoader feeds the training loop on line {self.context.line(loop)} with "
+            f"num_workers=0{where}, so every batch is loaded in the training process between steps; "
+            "give it worker processes (e.g. `runtime.data.default_num_workers()`) unless the dataset "
+            "must load in the main process",
+        )
 
     def _memoized(self, key, compute):
         if key not in self._memo:
@@ -383,7 +472,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         return self._memoized(("style", id(dataset), path), lambda: self._find_style(dataset, path, depth))
 
     def _find_style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
-        """"map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
+        """ "map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
         among workers), "unsharded" (one that does not) or "unknown"; `path` indexes into the
         tuple `dataset` evaluates to (`train_set, val_set = ...` takes element 0 or 1)."""
         if dataset is None or depth > MAX_DEPTH:
@@ -394,8 +483,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 return "unknown"
             return self._style(dataset.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(dataset, cst.Name):
-            styles = {self._style(source, inner + path, depth + 1)
-                      for source, inner in self.context.loaders.bound_values(dataset)}
+            styles = {
+                self._style(source, inner + path, depth + 1)
+                for source, inner in self.context.loaders.bound_values(dataset)
+            }
             return styles.pop() if len(styles) == 1 else "unknown"
         if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
             return "map"  # a sequence of samples
@@ -417,12 +508,17 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     def _class_style(self, classdef: cst.ClassDef, depth: int) -> str:
         """The style of instances of a dataset class of this file: its own `__iter__` /
         `__getitem__`, else its bases'."""
-        methods = {statement.name.value: statement for statement in classdef.body.body
-                   if isinstance(statement, cst.FunctionDef)}
+        methods = {
+            statement.name.value: statement
+            for statement in classdef.body.body
+            if isinstance(statement, cst.FunctionDef)
+        }
         iterable = any(self.context.names.is_(base.value, ITERABLE_DATASET) for base in classdef.bases)
         if "__iter__" in methods and (iterable or "__getitem__" not in methods):
-            shards = any(self.context.names.is_(call.func, *GET_WORKER_INFO)
-                         for call in self.context.index.find(cst.Call, within=methods["__iter__"]))
+            shards = any(
+                self.context.names.is_(call.func, *GET_WORKER_INFO)
+                for call in self.context.index.find(cst.Call, within=methods["__iter__"])
+            )
             return "sharded" if shards else "unsharded"
         if "__getitem__" in methods:
             return "map"
@@ -437,8 +533,11 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     def _needs_fork(self, loader: cst.Call, loop: cst.For, dataset: cst.BaseExpression | None) -> bool:
         """Could workers fail to start under spawn / forkserver: an unpicklable argument
         (lambda, nested function or class) or a training loop the re-imported script runs?"""
-        return not self._loop_is_guarded(loop) or self._holds_unpicklable(loader, 0) or (
-            dataset is not None and self._holds_unpicklable(dataset, 0))
+        return (
+            not self._loop_is_guarded(loop)
+            or self._holds_unpicklable(loader, 0)
+            or (dataset is not None and self._holds_unpicklable(dataset, 0))
+        )
 
     def _loop_is_guarded(self, loop: cst.For) -> bool:
         """Does the loop run only under `if __name__ == "__main__":`, directly or in a function
@@ -450,8 +549,9 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 return True
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 module_level = False
-        return not module_level and any(isinstance(statement, cst.If) and m.matches(statement, MAIN_GUARD)
-                                        for statement in self.context.module.body)
+        return not module_level and any(
+            isinstance(statement, cst.If) and m.matches(statement, MAIN_GUARD) for statement in self.context.module.body
+        )
 
     def _holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
         return self._memoized(("pickle", id(expr)), lambda: self._find_unpicklable(expr, depth))
@@ -470,9 +570,11 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             if local is not None and index.first_enclosing(local, (cst.FunctionDef, cst.ClassDef)) is not None:
                 return True
         if isinstance(expr, cst.Name):
-            return any(self._holds_unpicklable(source, depth + 1)
-                       for source, _ in self.context.loaders.bound_values(expr))
+            return any(
+                self._holds_unpicklable(source, depth + 1) for source, _ in self.context.loaders.bound_values(expr)
+            )
         if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
-            return any(self._holds_unpicklable(arg.value, depth + 1) for arg in expr.args
-                       if isinstance(arg.value, cst.Name))
+            return any(
+                self._holds_unpicklable(arg.value, depth + 1) for arg in expr.args if isinstance(arg.value, cst.Name)
+            )
         return False

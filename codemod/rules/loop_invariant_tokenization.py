@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections import defaultdict
+from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
-from codemod.analysis.torch_facts import NOT_SAME_PLACE_METHODS
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
+from codemod.analysis.torch_facts import NOT_SAME_PLACE_METHODS
 from codemod.edits import InsertBefore, Remove
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -25,30 +24,87 @@ TOKENIZER_BUILDERS = {
 }
 # Methods of those tokenizers that compute ids from their arguments and change nothing.
 TOKENIZER_METHODS = {
-    "encode", "encode_plus", "batch_encode_plus", "apply_chat_template", "tokenize",
-    "convert_tokens_to_ids", "encode_ordinary", "encode_batch",
+    "encode",
+    "encode_plus",
+    "batch_encode_plus",
+    "apply_chat_template",
+    "tokenize",
+    "convert_tokens_to_ids",
+    "encode_ordinary",
+    "encode_batch",
 }
 # torch functions whose result depends only on their arguments (no RNG, no uninitialized memory).
-DETERMINISTIC_FACTORIES = {f"torch.{n}" for n in (
-    "tensor as_tensor arange zeros ones full eye linspace logspace tril_indices triu_indices "
-    "hann_window hamming_window blackman_window bartlett_window kaiser_window").split()} | {
-    "torch.nn.Transformer.generate_square_subsequent_mask", "torch.nn.modules.transformer.Transformer.generate_square_subsequent_mask"}
+DETERMINISTIC_FACTORIES = {
+    f"torch.{n}"
+    for n in (
+        "tensor as_tensor arange zeros ones full eye linspace logspace tril_indices triu_indices "
+        "hann_window hamming_window blackman_window bartlett_window kaiser_window"
+    ).split()
+} | {
+    "torch.nn.Transformer.generate_square_subsequent_mask",
+    "torch.nn.modules.transformer.Transformer.generate_square_subsequent_mask",
+}
 # Tensor methods that draw random numbers (the others compute from the tensor and their arguments).
-RANDOM_METHODS = {"bernoulli", "multinomial", "normal", "uniform", "random", "exponential", "geometric", "cauchy",
-                  "log_normal"}
-RANDOM_FUNCTIONS = {f"torch.{n}" for n in (
-    "rand randn randint randperm rand_like randn_like randint_like normal bernoulli multinomial poisson").split()}
+RANDOM_METHODS = {
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "uniform",
+    "random",
+    "exponential",
+    "geometric",
+    "cauchy",
+    "log_normal",
+}
+RANDOM_FUNCTIONS = {
+    f"torch.{n}"
+    for n in (
+        "rand randn randint randperm rand_like randn_like randint_like normal bernoulli multinomial poisson"
+    ).split()
+}
 # Context managers whose block may give up a statement that does not depend on them: they
 # change how ops are computed (precision, gradients), not what a factory or a tokenizer gives.
-TRANSPARENT_BLOCKS = {"torch.no_grad", "torch.enable_grad", "torch.inference_mode", "torch.autocast", "torch.amp.autocast",
-                      "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "contextlib.nullcontext"}
+TRANSPARENT_BLOCKS = {
+    "torch.no_grad",
+    "torch.enable_grad",
+    "torch.inference_mode",
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.cpu.amp.autocast",
+    "contextlib.nullcontext",
+}
 TOKENIZING_WORDS = ("tokeniz", "chat_template")
 PURE_BUILTINS = {f"builtins.{n}" for n in "len int float str bool tuple min max abs round".split()} | {
-    "len", "int", "float", "str", "bool", "tuple", "min", "max", "abs", "round"}
+    "len",
+    "int",
+    "float",
+    "str",
+    "bool",
+    "tuple",
+    "min",
+    "max",
+    "abs",
+    "round",
+}
 TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
 # Methods that change their receiver: tensors' `*_`, lists', dicts' and sets'.
-MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
-            "setdefault", "popitem", "add", "discard", "__setitem__"}
+MUTATORS = {
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+    "update",
+    "setdefault",
+    "popitem",
+    "add",
+    "discard",
+    "__setitem__",
+}
 LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
 
 PREAMBLE = """\
@@ -149,15 +205,25 @@ class LoopInvariantTokenization(Rule):
     GAIN = "host time per batch 2.1 -> 1.8 ms with a 100-token scaffold tokenized once (bench_tokenize, CPU)"
 
     VALID = [
-        Valid(PREAMBLE + "ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\nfor step in range(3):\n" + STEP,
-              "already before the loop"),
+        Valid(
+            PREAMBLE + "ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\nfor step in range(3):\n" + STEP,
+            "already before the loop",
+        ),
         Valid(PREAMBLE + "for step in range(3):\n    print(tokenizer(PROMPT))\n", "not a training loop"),
-        Valid(PREAMBLE + "for step in range(3):\n    ids = torch.randint(0, 1000, (1, 4))\n" + STEP, "random: not invariant"),
-        Valid(PREAMBLE + "for step in range(3):\n    w = torch.ones(8, requires_grad=True)\n"
-              "    loss = (model(torch.tensor([1])) * w).sum()\n    loss.backward()\n    opt.step()\n",
-              "a leaf that collects gradients is new every step"),
-        Valid(PREAMBLE + "lengths = []\nfor step in range(3):\n    ids = torch.tensor([[1, 2, step]])\n"
-              "    lengths.append(len(ids))\n" + STEP, "reads the loop variable"),
+        Valid(
+            PREAMBLE + "for step in range(3):\n    ids = torch.randint(0, 1000, (1, 4))\n" + STEP,
+            "random: not invariant",
+        ),
+        Valid(
+            PREAMBLE + "for step in range(3):\n    w = torch.ones(8, requires_grad=True)\n"
+            "    loss = (model(torch.tensor([1])) * w).sum()\n    loss.backward()\n    opt.step()\n",
+            "a leaf that collects gradients is new every step",
+        ),
+        Valid(
+            PREAMBLE + "lengths = []\nfor step in range(3):\n    ids = torch.tensor([[1, 2, step]])\n"
+            "    lengths.append(len(ids))\n" + STEP,
+            "reads the loop variable",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -195,8 +261,12 @@ class LoopInvariantTokenization(Rule):
             "torch.tensor of a constant",
         ),
         Invalid(
-            PREAMBLE.replace('tokenizer = AutoTokenizer.from_pretrained("gpt2")', "from mytok import MyTokenizer\ntokenizer = MyTokenizer()")
-            + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode(PROMPT)])\n" + STEP,
+            PREAMBLE.replace(
+                'tokenizer = AutoTokenizer.from_pretrained("gpt2")',
+                "from mytok import MyTokenizer\ntokenizer = MyTokenizer()",
+            )
+            + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode(PROMPT)])\n"
+            + STEP,
             None,
             "a tokenizer class perfmod does not know: not known pure",
         ),
@@ -267,18 +337,27 @@ class LoopInvariantTokenization(Rule):
             varies = self._variance(call, loop, {})
             if varies is not None:
                 args_vary = self._all([arg.value for arg in call.args], loop, {}) is not None
-                if args_vary and not any(self._from_corpus(arg.value, loop, 0) for arg in call.args) \
-                        and any(self._generated(arg.value, loop, 0) for arg in call.args):
+                if (
+                    args_vary
+                    and not any(self._from_corpus(arg.value, loop, 0) for arg in call.args)
+                    and any(self._generated(arg.value, loop, 0) for arg in call.args)
+                ):
                     continue  # text the model generated in the step: tokenizing it is the step's work
-                self.report(call, f"`{spelled}` tokenizes inside the training loop on every step ({varies}); if the texts come "
-                                  "from a fixed corpus, tokenize them once (runtime.data.PretokenizedDataset, batched "
-                                  "by PadCollate) or in the DataLoader's workers; not rewritten automatically, as that "
-                                  "changes how the loop gets its batches")
+                self.report(
+                    call,
+                    f"`{spelled}` tokenizes inside the training loop on every step ({varies}); if the texts come "
+                    "from a fixed corpus, tokenize them once (runtime.data.PretokenizedDataset, batched "
+                    "by PadCollate) or in the DataLoader's workers; not rewritten automatically, as that "
+                    "changes how the loop gets its batches",
+                )
                 continue
             line = next((l for l in self._step_lines(loop) if self.context.inside(call, l)), None)
             reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
-            self.report(call, f"`{spelled}` gets the same arguments on every training step but is not moved out "
-                              f"of the loop: {reason}; compute it once before the loop if that is safe")
+            self.report(
+                call,
+                f"`{spelled}` gets the same arguments on every training step but is not moved out "
+                f"of the loop: {reason}; compute it once before the loop if that is safe",
+            )
         self._report_repeated_copies(loop, hoists, blocked)
 
     def _step_lines(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
@@ -288,10 +367,18 @@ class LoopInvariantTokenization(Rule):
 
         def walk(lines):
             for line in lines:
-                if isinstance(line, cst.With) and isinstance(line.body, cst.IndentedBlock) and all(
-                        isinstance(item.item, cst.Call) and (self.context.names.of(item.item.func) & TRANSPARENT_BLOCKS
-                                                             or method_name(item.item) == "autocast")
-                        for item in line.items):
+                if (
+                    isinstance(line, cst.With)
+                    and isinstance(line.body, cst.IndentedBlock)
+                    and all(
+                        isinstance(item.item, cst.Call)
+                        and (
+                            self.context.names.of(item.item.func) & TRANSPARENT_BLOCKS
+                            or method_name(item.item) == "autocast"
+                        )
+                        for item in line.items
+                    )
+                ):
                     walk(line.body.body)
                 else:
                     found.append(line)
@@ -316,13 +403,19 @@ class LoopInvariantTokenization(Rule):
                 return False  # `vae.encode(x)`: a model's method (`self.tokenizer(...)` is an attribute's call)
         if self._is_tokenizer_call(call)[0]:
             return True
-        spelled = (func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else "")
+        spelled = (
+            func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        )
         if isinstance(func, cst.Attribute) and spelled in TOKENIZER_METHODS:
             return True
         if any(word in spelled.lower() for word in TOKENIZING_WORDS):
             return True
         classdef = kinds._instance_class(func) if isinstance(func, cst.Name) else None
-        if classdef is not None and "tokeniz" in classdef.name.value.lower() and kinds.class_fact(classdef).kind is not Kind.MODULE:
+        if (
+            classdef is not None
+            and "tokeniz" in classdef.name.value.lower()
+            and kinds.class_fact(classdef).kind is not Kind.MODULE
+        ):
             return True
         callee = kinds.local_callee(call)
         if callee is None or depth >= 2 or kinds._class_of(callee) is not None:
@@ -361,23 +454,33 @@ class LoopInvariantTokenization(Rule):
             if self.context.names.is_(expr.func, "random.sample", "random.choice", "random.choices"):
                 first = expr.args[0].value if expr.args else None
                 return isinstance(first, cst.Name) and not self._bound_inside(first, loop)
-            if self.context.kinds.fact(expr.func).kind is Kind.MODULE or method_name(expr) in ("decode", "batch_decode", "generate"):
+            if self.context.kinds.fact(expr.func).kind is Kind.MODULE or method_name(expr) in (
+                "decode",
+                "batch_decode",
+                "generate",
+            ):
                 return False
             parts = [a.value for a in expr.args]
             if isinstance(expr.func, cst.Attribute):
                 parts.append(expr.func.value)
             return any(self._from_corpus(part, loop, depth + 1) for part in parts)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return any(isinstance(e, cst.Element) and self._from_corpus(e.value, loop, depth + 1) for e in expr.elements)
+            return any(
+                isinstance(e, cst.Element) and self._from_corpus(e.value, loop, depth + 1) for e in expr.elements
+            )
         if isinstance(expr, cst.Dict):
-            return any(isinstance(e, cst.DictElement) and self._from_corpus(e.value, loop, depth + 1) for e in expr.elements)
+            return any(
+                isinstance(e, cst.DictElement) and self._from_corpus(e.value, loop, depth + 1) for e in expr.elements
+            )
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
             return self._from_corpus(expr.elt, loop, depth + 1)
         if isinstance(expr, cst.BinaryOperation):
             return self._from_corpus(expr.left, loop, depth + 1) or self._from_corpus(expr.right, loop, depth + 1)
         if isinstance(expr, cst.FormattedString):
-            return any(isinstance(p, cst.FormattedStringExpression) and self._from_corpus(p.expression, loop, depth + 1)
-                       for p in expr.parts)
+            return any(
+                isinstance(p, cst.FormattedStringExpression) and self._from_corpus(p.expression, loop, depth + 1)
+                for p in expr.parts
+            )
         return False
 
     def _generated(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int) -> bool:
@@ -416,8 +519,10 @@ class LoopInvariantTokenization(Rule):
 
     def _bound_inside(self, name: cst.Name, loop: cst.CSTNode) -> bool:
         scope = self._scopes.get(name)
-        return scope is not None and any(isinstance(getattr(a, "node", None), cst.CSTNode) and self._index.inside(a.node, loop)
-                                         for a in scope[name.value])
+        return scope is not None and any(
+            isinstance(getattr(a, "node", None), cst.CSTNode) and self._index.inside(a.node, loop)
+            for a in scope[name.value]
+        )
 
     def _report_repeated_copies(self, loop: cst.CSTNode, hoists: list[_Hoist], blocked: dict[int, str]) -> None:
         """Copies of the same host tensor to the device, made again on every step, that could
@@ -427,22 +532,30 @@ class LoopInvariantTokenization(Rule):
             if id(call) in self._reported or method_name(call) not in ("to", "cuda") or self._in_hoisted(call, hoists):
                 continue
             copy = kinds.copy_of(call)
-            if copy is None or not copy.moves_device or copy.receiver.kind is not Kind.TENSOR \
-                    or copy.receiver.place is not Place.HOST:
+            if (
+                copy is None
+                or not copy.moves_device
+                or copy.receiver.kind is not Kind.TENSOR
+                or copy.receiver.place is not Place.HOST
+            ):
                 continue
             if self._variance(call.func.value, loop, {}) is not None:
                 continue
             self._reported.add(id(call))
             line = next((l for l in self._step_lines(loop) if self.context.inside(call, l)), None)
             reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
-            self.report(call, f"`{self._short(call)}` copies the same host tensor to the device on every training step; "
-                              f"not moved out of the loop ({reason}); copy it once before the loop")
+            self.report(
+                call,
+                f"`{self._short(call)}` copies the same host tensor to the device on every training step; "
+                f"not moved out of the loop ({reason}); copy it once before the loop",
+            )
 
     def _in_hoisted(self, node: cst.CSTNode, hoists: list[_Hoist]) -> bool:
         return any(self.context.inside(node, hoist.line) for hoist in hoists)
 
-    def _outermost_region(self, statement: cst.Assign, line: cst.CSTNode, loop: cst.CSTNode,
-                          regions: dict[str, cst.CSTNode]):
+    def _outermost_region(
+        self, statement: cst.Assign, line: cst.CSTNode, loop: cst.CSTNode, regions: dict[str, cst.CSTNode]
+    ):
         """The outermost loop (the step loop or one around it, same function) out of which
         `statement` can move; else (None, (node, message)) when a report is due, or (None, None)."""
         name = statement.targets[0].target.value
@@ -473,8 +586,9 @@ class LoopInvariantTokenization(Rule):
         if isinstance(expr, cst.ConcatenatedString):
             return self._variance(expr.left, region, regions) or self._variance(expr.right, region, regions)
         if isinstance(expr, cst.FormattedString):
-            return self._all([p.expression for p in expr.parts if isinstance(p, cst.FormattedStringExpression)],
-                             region, regions)
+            return self._all(
+                [p.expression for p in expr.parts if isinstance(p, cst.FormattedStringExpression)], region, regions
+            )
         if isinstance(expr, cst.Name):
             return self._name_variance(expr, region, regions)
         if isinstance(expr, cst.Attribute):
@@ -503,8 +617,11 @@ class LoopInvariantTokenization(Rule):
         if isinstance(expr, cst.Call):
             return self._call_variance(expr, region, regions)
         if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-            own = {n.value for f in self._index.find(cst.CompFor, within=expr)
-                   for n in self._index.find(cst.Name, within=f.target)}
+            own = {
+                n.value
+                for f in self._index.find(cst.CompFor, within=expr)
+                for n in self._index.find(cst.Name, within=f.target)
+            }
             varying = self._all([n for n in names_read(expr) if n.value not in own], region, regions)
             return varying or "a comprehension (its calls are not followed)"
         return f"`{self.context.source(expr)}` is not an expression perfmod follows"
@@ -534,22 +651,42 @@ class LoopInvariantTokenization(Rule):
                     return f"`{self.context.source(other.func)}` may change the tokenizer in the loop"
             return self._all([receiver, *args], region, regions)
         method = method_name(call)
-        if method is not None and (method in TENSOR_METHODS or (
-                not method.endswith("_") and method not in RANDOM_METHODS and method not in NOT_SAME_PLACE_METHODS
-                and not method.startswith("_"))) and self._makes_tensor(call.func.value):
+        if (
+            method is not None
+            and (
+                method in TENSOR_METHODS
+                or (
+                    not method.endswith("_")
+                    and method not in RANDOM_METHODS
+                    and method not in NOT_SAME_PLACE_METHODS
+                    and not method.startswith("_")
+                )
+            )
+            and self._makes_tensor(call.func.value)
+        ):
             return self._all([call.func.value, *args], region, regions)
         if receiver is not None and self._all([*args], region, regions) is None:
             # a tokenizer-shaped call with invariant arguments on a receiver perfmod cannot vouch for
-            return (call, f"`{self.context.source(call.func)}` gets the same arguments on every training step, but perfmod "
-                          f"cannot prove `{self.context.source(receiver)}` is a known tokenizer (and so pure); if it is, "
-                          "move the call before the loop")
+            return (
+                call,
+                f"`{self.context.source(call.func)}` gets the same arguments on every training step, but perfmod "
+                f"cannot prove `{self.context.source(receiver)}` is a known tokenizer (and so pure); if it is, "
+                "move the call before the loop",
+            )
         callee = self.context.kinds.local_callee(call)
-        if callee is not None and isinstance(call.func, cst.Name) and self._all([*args], region, regions) is None \
-                and not self._draws_or_trains(callee, args):
+        if (
+            callee is not None
+            and isinstance(call.func, cst.Name)
+            and self._all([*args], region, regions) is None
+            and not self._draws_or_trains(callee, args)
+        ):
             # a function of this file given the same arguments every step
-            return (call, f"`{self.context.source(call.func)}(...)` gets the same arguments on every training step, but "
-                          f"perfmod cannot prove `{call.func.value}` is pure (no side effects, no randomness); if it is, "
-                          "compute it once before the loop")
+            return (
+                call,
+                f"`{self.context.source(call.func)}(...)` gets the same arguments on every training step, but "
+                f"perfmod cannot prove `{call.func.value}` is pure (no side effects, no randomness); if it is, "
+                "compute it once before the loop",
+            )
         return f"`{self.context.source(call.func)}` is not known to be pure"
 
     def _draws_or_trains(self, function: cst.FunctionDef, args: list[cst.BaseExpression]) -> bool:
@@ -576,19 +713,30 @@ class LoopInvariantTokenization(Rule):
             return True
         if isinstance(expr, cst.Call):
             names = self.context.names.of(expr.func)
-            return bool(names & DETERMINISTIC_FACTORIES) or self._is_tokenizer_call(expr)[0] or (
-                method_name(expr) in TENSOR_METHODS and self._makes_tensor(expr.func.value))
+            return (
+                bool(names & DETERMINISTIC_FACTORIES)
+                or self._is_tokenizer_call(expr)[0]
+                or (method_name(expr) in TENSOR_METHODS and self._makes_tensor(expr.func.value))
+            )
         return False
 
     def _name_variance(self, name: cst.Name, region, regions):
         if name.value in regions:
             hoisted_at = regions[name.value]
-            return None if self.context.inside(region, hoisted_at) else f"`{name.value}` is hoisted only out of an inner loop"
+            return (
+                None
+                if self.context.inside(region, hoisted_at)
+                else f"`{name.value}` is hoisted only out of an inner loop"
+            )
         scope = self._scopes.get(name)
         if scope is None:
             return f"`{name.value}` is not resolved"
         for assignment in scope[name.value]:
-            if isinstance(assignment, Assignment) and isinstance(assignment.node, cst.CSTNode) and self.context.inside(assignment.node, region):
+            if (
+                isinstance(assignment, Assignment)
+                and isinstance(assignment.node, cst.CSTNode)
+                and self.context.inside(assignment.node, region)
+            ):
                 return f"`{name.value}` is re-bound in the loop"
         if self._mutated_in(name.value, region):
             return f"`{name.value}` is changed in place in the loop"
@@ -622,14 +770,14 @@ class LoopInvariantTokenization(Rule):
                 statement = self._bindings.statement(node)
                 value = getattr(statement, "value", None)
                 if isinstance(value, cst.Call) and (
-                        self.context.names.is_(value.func, "torch.nn.Parameter", "torch.nn.parameter.Parameter")
-                        or kwarg(value, "requires_grad") is not None):
+                    self.context.names.is_(value.func, "torch.nn.Parameter", "torch.nn.parameter.Parameter")
+                    or kwarg(value, "requires_grad") is not None
+                ):
                     return True
             for access in getattr(assignment, "references", ()):
                 parent = self.context.parents.get(access.node)
                 if isinstance(parent, cst.Attribute) and parent.attr.value == "requires_grad_":
                     return True
-                child = access.node
                 for ancestor in self._index.ancestors(access.node):
                     if isinstance(ancestor, cst.Call) and kinds.fact(ancestor).kind is Kind.OPTIMIZER:
                         params = kwarg(ancestor, "params") or (ancestor.args[0] if ancestor.args else None)
@@ -637,15 +785,19 @@ class LoopInvariantTokenization(Rule):
                             return True  # `torch.optim.Adam([x], ...)`
                     if isinstance(ancestor, (cst.BaseStatement, cst.Lambda)):
                         break
-                    child = ancestor
         return False
 
     def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode):
         """Can `name = value` run once before `region`: bound nowhere else in it, read in
         it only after this statement, and its value never changed in place there?"""
         scope = self._scopes.get(statement)
-        others = [a for a in scope.assignments[name] if a.node is not statement.targets[0].target
-                  and isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region)]
+        others = [
+            a
+            for a in scope.assignments[name]
+            if a.node is not statement.targets[0].target
+            and isinstance(a.node, cst.CSTNode)
+            and self.context.inside(a.node, region)
+        ]
         if others:
             return f"`{name}` is bound more than once in the loop"
         end = self.context.positions[line].end
@@ -705,14 +857,19 @@ class LoopInvariantTokenization(Rule):
                 return True  # `x[0] = y`
             if isinstance(parent, cst.AugAssign) and parent.target is node:
                 return True
-            if isinstance(parent, cst.Del) or (isinstance(parent, cst.Arg) and parent.keyword is not None
-                                               and parent.keyword.value == "out"):
+            if isinstance(parent, cst.Del) or (
+                isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out"
+            ):
                 return True
         return False
 
     def _attributes_assigned(self, name: str, region: cst.CSTNode) -> bool:
-        return any(isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
-                   and t.target.value.value == name for t in self._index.find(cst.AssignTarget, within=region))
+        return any(
+            isinstance(t.target, cst.Attribute)
+            and isinstance(t.target.value, cst.Name)
+            and t.target.value.value == name
+            for t in self._index.find(cst.AssignTarget, within=region)
+        )
 
     def _names(self, region: cst.CSTNode, name: str) -> list[cst.Name]:
         """The Name nodes spelled `name` in `region` (one table per region)."""
@@ -760,7 +917,11 @@ class LoopInvariantTokenization(Rule):
             if name in TOKENIZER_BUILDERS:
                 return True
             head, _, last = name.rpartition(".")
-            if name.startswith("transformers.") and last == "from_pretrained" and "Tokenizer" in head.rsplit(".", 1)[-1]:
+            if (
+                name.startswith("transformers.")
+                and last == "from_pretrained"
+                and "Tokenizer" in head.rsplit(".", 1)[-1]
+            ):
                 return True
         return False
 
@@ -775,24 +936,32 @@ class LoopInvariantTokenization(Rule):
         for call in self._index.find(cst.Call, within=node.body):
             if id(call) not in self._reported and self._tokenizes(call, 0):
                 self._reported.add(id(call))
-                self.report(call, f"`{self.context.source(call.func)}` tokenizes inside the model's forward, on the host, on "
-                                  "every step; tokenize the texts once before training (runtime.data."
-                                  "PretokenizedDataset) or in the DataLoader's workers and pass ids to the model")
+                self.report(
+                    call,
+                    f"`{self.context.source(call.func)}` tokenizes inside the model's forward, on the host, on "
+                    "every step; tokenize the texts once before training (runtime.data."
+                    "PretokenizedDataset) or in the DataLoader's workers and pass ids to the model",
+                )
 
     def visit_Call(self, node: cst.Call) -> None:
         """A tokenizer in a DataLoader's collate function runs on every batch too."""
         collate = kwarg(node, "collate_fn")
         if collate is None or not self.context.names.is_(node.func, "torch.utils.data.DataLoader"):
             return
-        function = collate.value if isinstance(collate.value, cst.Lambda) else self._bindings.local_function(collate.value)
+        function = (
+            collate.value if isinstance(collate.value, cst.Lambda) else self._bindings.local_function(collate.value)
+        )
         if function is None:
             return
         for call in self._index.find(cst.Call, within=function.body):
             if id(call) not in self._reported and self._tokenizes(call, 0):
                 self._reported.add(id(call))
-                self.report(call, f"`{self.context.source(call.func)}` tokenizes in the DataLoader's collate function, again "
-                                  "for every batch of every epoch (in the workers when there are any); if the texts are "
-                                  "fixed, tokenize them once (runtime.data.PretokenizedDataset) and pad with PadCollate")
+                self.report(
+                    call,
+                    f"`{self.context.source(call.func)}` tokenizes in the DataLoader's collate function, again "
+                    "for every batch of every epoch (in the workers when there are any); if the texts are "
+                    "fixed, tokenize them once (runtime.data.PretokenizedDataset) and pad with PadCollate",
+                )
 
     # -- the fix -------------------------------------------------------------------------------
 
@@ -806,9 +975,12 @@ class LoopInvariantTokenization(Rule):
             else:
                 first_of_region.add(id(hoist.region))
                 moved = _in_front([hoist.line], hoist.region)[0]
-            self.report(hoist.line, f"`{hoist.name} = {self._short(hoist.value)}` gives the same value on every training "
-                                    "step; computed once before the loop",
-                        edits=[Remove(hoist.line, keep_comments=False), InsertBefore(hoist.region, (moved,))])
+            self.report(
+                hoist.line,
+                f"`{hoist.name} = {self._short(hoist.value)}` gives the same value on every training "
+                "step; computed once before the loop",
+                edits=[Remove(hoist.line, keep_comments=False), InsertBefore(hoist.region, (moved,))],
+            )
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -826,7 +998,6 @@ class LoopInvariantTokenization(Rule):
         return code if len(code) <= 60 else code[:57] + "..."
 
 
-
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
     return list(block.body) if isinstance(block, cst.IndentedBlock) else []
 
@@ -842,11 +1013,52 @@ def _in_front(lines: list[cst.SimpleStatementLine], loop: cst.CSTNode) -> list[c
 
 
 # Methods and attributes whose result may be the receiver itself or a view of its storage.
-SHARING_METHODS = {"view", "view_as", "reshape", "reshape_as", "unsqueeze", "squeeze", "permute", "transpose", "t",
-                   "narrow", "expand", "expand_as", "flatten", "unflatten", "contiguous", "detach", "float", "half",
-                   "double", "bfloat16", "long", "int", "short", "bool", "byte", "char", "to", "cuda", "cpu", "type",
-                   "type_as", "as_strided", "unbind", "split", "chunk", "select", "diagonal", "movedim", "requires_grad_",
-                   "pin_memory", "get", "values", "items", "__getitem__"}
+SHARING_METHODS = {
+    "view",
+    "view_as",
+    "reshape",
+    "reshape_as",
+    "unsqueeze",
+    "squeeze",
+    "permute",
+    "transpose",
+    "t",
+    "narrow",
+    "expand",
+    "expand_as",
+    "flatten",
+    "unflatten",
+    "contiguous",
+    "detach",
+    "float",
+    "half",
+    "double",
+    "bfloat16",
+    "long",
+    "int",
+    "short",
+    "bool",
+    "byte",
+    "char",
+    "to",
+    "cuda",
+    "cpu",
+    "type",
+    "type_as",
+    "as_strided",
+    "unbind",
+    "split",
+    "chunk",
+    "select",
+    "diagonal",
+    "movedim",
+    "requires_grad_",
+    "pin_memory",
+    "get",
+    "values",
+    "items",
+    "__getitem__",
+}
 SHARING_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "real", "imag"}
 
 
@@ -857,7 +1069,11 @@ def _shares(value: cst.BaseExpression, names: set[str]) -> bool:
             value = value.value
         elif isinstance(value, cst.Attribute) and value.attr.value in SHARING_ATTRIBUTES:
             value = value.value
-        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in SHARING_METHODS:
+        elif (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in SHARING_METHODS
+        ):
             value = value.func.value
         else:
             break
@@ -882,8 +1098,11 @@ def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> li
     if isinstance(target, cst.Name):
         return [(target.value, value)]
     if isinstance(target, (cst.Tuple, cst.List)):
-        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements) and not any(
-                isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements)):
+        if (
+            isinstance(value, (cst.Tuple, cst.List))
+            and len(value.elements) == len(target.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements))
+        ):
             return [pair for t, v in zip(target.elements, value.elements) for pair in _assigned_pairs(t.value, v.value)]
         return [pair for t in target.elements for pair in _assigned_pairs(t.value, value)]
     return []
@@ -911,6 +1130,10 @@ def _single_assignment(line: cst.CSTNode) -> cst.Assign | None:
     if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
         return None
     statement = line.body[0]
-    if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0].target, cst.Name):
+    if (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
         return statement
     return None

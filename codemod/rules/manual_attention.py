@@ -33,7 +33,7 @@ def _pair(before: str, after: str) -> tuple[str, str]:
     names = {"math": "math.", "torch": "torch.", "torch.nn as nn": "nn.", "torch.nn.functional as F": "F."}
 
     def uses(text: str, line: str) -> bool:
-        return re.search(r"(?<![\w.])" + re.escape(names[line[len("import "):].strip()]), text) is not None
+        return re.search(r"(?<![\w.])" + re.escape(names[line[len("import ") :].strip()]), text) is not None
 
     kept = [line for line in PREAMBLE.splitlines(keepends=True) if uses(after, line) or not uses(before, line)]
     return PREAMBLE + before, "".join(kept) + after
@@ -185,80 +185,134 @@ class ManualAttention(Rule):
     GAIN = "2-4x faster attention op on recent GPUs (FlashAttention-2's reported range) and O(T) memory for it"
 
     VALID = [
-        Valid(_module(CAUSAL.format(body="""\
+        Valid(
+            _module(
+                CAUSAL.format(
+                    body="""\
         if hasattr(F, "scaled_dot_product_attention"):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-""" + MANUAL.replace("        ", "            "))), "beside an SDPA fast path"),
-        Valid(_module("""
+"""
+                    + MANUAL.replace("        ", "            ")
+                )
+            ),
+            "beside an SDPA fast path",
+        ),
+        Valid(
+            _module("""
 def sample(logits, temperature):
     probs = F.softmax(logits / temperature, dim=-1)
     return torch.multinomial(probs, 1)
-"""), "a sampling softmax is not attention"),
-        Valid(_module("""
+"""),
+            "a sampling softmax is not attention",
+        ),
+        Valid(
+            _module("""
 def softmax(x, dim):
     return x
 def attend(q, k, v):
     return softmax(q @ k.transpose(-2, -1), dim=-1) @ v
-"""), "a local softmax"),
-        Valid(_module(CAUSAL.format(body=MANUAL.replace("y = att @ v\n", "y = att @ v  # perfmod: ignore[PM504]\n"))),
-              "suppressed on a line of the chain"),
+"""),
+            "a local softmax",
+        ),
+        Valid(
+            _module(CAUSAL.format(body=MANUAL.replace("y = att @ v\n", "y = att @ v  # perfmod: ignore[PM504]\n"))),
+            "suppressed on a line of the chain",
+        ),
     ]
     INVALID = [
         Invalid(*_pair(CAUSAL.format(body=MANUAL), CAUSAL.format(body=REWRITTEN))),
-        Invalid(*_pair("""
+        Invalid(
+            *_pair(
+                """
 def attend(q, k, v, mask):
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + mask, dim=-1) @ v
-""", """
+""",
+                """
 def attend(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-"""), "one expression, an additive mask"),
-        Invalid(*_pair("""
+""",
+            ),
+            "one expression, an additive mask",
+        ),
+        Invalid(
+            *_pair(
+                """
 def attend(q, k, v, pad):
     scores = torch.matmul(q, k.mT) * q.shape[-1] ** -0.5
     scores = scores.masked_fill(pad, -math.inf)
     return torch.matmul(scores.softmax(-1), v)
-""", """
+""",
+                """
 def attend(q, k, v, pad):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=~pad)
-"""), "torch.matmul, .mT, a padding mask"),
-        Invalid(*_pair("""
+""",
+            ),
+            "torch.matmul, .mT, a padding mask",
+        ),
+        Invalid(
+            *_pair(
+                """
 def attend(q, k, v, head_dim):
     w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(head_dim), dim=-1)
     return w @ v
-""", """
+""",
+                """
 def attend(q, k, v, head_dim):
     return F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(head_dim))
-"""), "a scale that is not provably the default is passed"),
-        Invalid(*_pair("""
+""",
+            ),
+            "a scale that is not provably the default is passed",
+        ),
+        Invalid(
+            *_pair(
+                """
 def attend(q, k, v, scale):
     w = F.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
     return w @ v
-""", """
+""",
+                """
 def attend(q, k, v, scale):
     return F.scaled_dot_product_attention(q, k, v, scale=scale)
-"""), "a scale that may be a tensor: the fix is unsafe", config={"level": Level.UNSAFE}),
-        Invalid(_module("""
+""",
+            ),
+            "a scale that may be a tensor: the fix is unsafe",
+            config={"level": Level.UNSAFE},
+        ),
+        Invalid(
+            _module("""
 def attend(q, k, v):
     w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
     return w @ v, w
-"""), None, "the weights are returned"),
-        Invalid(_module("""
+"""),
+            None,
+            "the weights are returned",
+        ),
+        Invalid(
+            _module("""
 def attend(q, k, v):
     w = F.softmax(q @ k.transpose(-2, -1), dim=1)
     return w @ v
-"""), None, "softmax over another dim"),
-        Invalid("""import torch
+"""),
+            None,
+            "softmax over another dim",
+        ),
+        Invalid(
+            """import torch
 from torch.nn.functional import softmax as sm
 
 def attend(q, k, v):
     return sm(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1) @ v
-""", """import torch
+""",
+            """import torch
 
 def attend(q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-""", "an aliased softmax; no alias of torch.nn.functional: spelled out; the alias goes with its last use"),
-        Invalid(_module("""
+""",
+            "an aliased softmax; no alias of torch.nn.functional: spelled out; the alias goes with its last use",
+        ),
+        Invalid(
+            _module("""
 class Attention(nn.Module):
     def __init__(self, p):
         super().__init__()
@@ -268,12 +322,19 @@ class Attention(nn.Module):
         w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
         w = self.drop(w)
         return w @ v
-"""), None, "a module on the weights that may not be Dropout"),
-        Invalid(_module("""
+"""),
+            None,
+            "a module on the weights that may not be Dropout",
+        ),
+        Invalid(
+            _module("""
 def attend(q, k, v, mask):
     w = F.softmax((q @ k.transpose(-2, -1)).masked_fill(mask, -1e4), dim=-1)
     return w @ v
-"""), None, "a mask fill other than -inf"),
+"""),
+            None,
+            "a mask fill other than -inf",
+        ),
     ]
 
     def __init__(self, context) -> None:
@@ -288,11 +349,20 @@ def attend(q, k, v, mask):
     def visit_Call(self, node: cst.Call) -> None:
         """Note the block of each call that may be a softmax: only those blocks can hold a chain."""
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "softmax" or isinstance(func, cst.Name) \
-                and (func.value == "softmax" or self.context.names.of(func) & SOFTMAXES) \
-                or isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
-                and "soft" in func.attr.value.lower() or isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
-                and func.value.value == "self" and self._softmax_module(func) is not None:
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "softmax"
+            or isinstance(func, cst.Name)
+            and (func.value == "softmax" or self.context.names.of(func) & SOFTMAXES)
+            or isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+            and "soft" in func.attr.value.lower()
+            or isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+            and self._softmax_module(func) is not None
+        ):
             block = self.context.index.first_enclosing(node, cst.IndentedBlock)
             if block is not None:
                 self.blocks_with_softmax.add(id(block))
@@ -309,8 +379,11 @@ def attend(q, k, v, mask):
                 except _NoMatch as why:
                     fast_path = self._beside_fast_path(original_node) if fast_path is None else fast_path
                     if not fast_path:
-                        self.report(product, f"hand-written attention, not rewritten: {why}",
-                                    at=self._where(self._partial, statements, index))
+                        self.report(
+                            product,
+                            f"hand-written attention, not rewritten: {why}",
+                            at=self._where(self._partial, statements, index),
+                        )
                     continue
                 if attention is None:
                     continue
@@ -322,9 +395,14 @@ def attend(q, k, v, mask):
                     message = "hand-written attention; its scale " + attention.scale_unproven
                 edits = [Remove(statements[j]) for j in sorted(set(attention.consumed))]
                 edits.append(Replace(product, lambda updated, a=attention: self._sdpa_call(a, updated)))
-                self.report(product, message, edits=edits, imports=self._imports(),
-                            level=Level.UNSAFE if attention.scale_unproven else None,
-                            at=self._where(attention, statements, index))
+                self.report(
+                    product,
+                    message,
+                    edits=edits,
+                    imports=self._imports(),
+                    level=Level.UNSAFE if attention.scale_unproven else None,
+                    at=self._where(attention, statements, index),
+                )
 
     def _where(self, attention: _Attention | None, statements, index: int) -> cst.CSTNode:
         """The statement a finding points at: the one computing q @ k^T, else the chain's first."""
@@ -332,8 +410,10 @@ def attend(q, k, v, mask):
             return self.context.index.statement_of(attention.scores)
         first = min(attention.consumed) if attention is not None and attention.consumed else index
         for j in range(first, -1, -1):  # the closest product before: where q @ k^T is
-            if any(self._product(node) is not None and not self._weights_like(self._product(node)[0])
-                   for node in self.context.index.find((cst.BinaryOperation, cst.Call), within=statements[j])):
+            if any(
+                self._product(node) is not None and not self._weights_like(self._product(node)[0])
+                for node in self.context.index.find((cst.BinaryOperation, cst.Call), within=statements[j])
+            ):
                 return statements[j]
             if index - j > 12:
                 break
@@ -378,13 +458,20 @@ def attend(q, k, v, mask):
         values = [a.value for a in node.args if a.keyword is None]
         if len(values) != len(node.args):
             return None
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "matmul" and len(values) == 1 \
-                and not self._qualified(node.func):
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "matmul"
+            and len(values) == 1
+            and not self._qualified(node.func)
+        ):
             return node.func.value, values[0], None
         if self.context.names.is_(node.func, "torch.matmul", "torch.bmm") and len(values) == 2:
             return values[0], values[1], None
-        if self.context.names.is_(node.func, "torch.einsum") and len(values) == 3 \
-                and isinstance(values[0], cst.SimpleString):
+        if (
+            self.context.names.is_(node.func, "torch.einsum")
+            and len(values) == 3
+            and isinstance(values[0], cst.SimpleString)
+        ):
             spec = Spec.parse(values[0].evaluated_value)
             if spec is not None and len(spec.inputs) == 2:
                 return values[1], values[2], spec
@@ -489,7 +576,9 @@ def attend(q, k, v, mask):
         if self._softmax_input(expr) is not None:
             return True
         if isinstance(expr, cst.BinaryOperation):
-            return self._mentions_softmax(expr.left, chain, depth + 1) or self._mentions_softmax(expr.right, chain, depth + 1)
+            return self._mentions_softmax(expr.left, chain, depth + 1) or self._mentions_softmax(
+                expr.right, chain, depth + 1
+            )
         return False
 
     def _softmax_input(self, expr) -> tuple[cst.BaseExpression, cst.BaseExpression | None] | None:
@@ -503,8 +592,12 @@ def attend(q, k, v, mask):
             return expr.args[0].value, self._softmax_module(expr.func)
         if names & SOFTMAXES:
             source, rest = positional(expr, 0), [a for a in expr.args if a is not positional(expr, 0)]
-        elif isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "softmax" and not names \
-                and not (isinstance(expr.func.value, cst.Name) and expr.func.value.value == "self"):
+        elif (
+            isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value == "softmax"
+            and not names
+            and not (isinstance(expr.func.value, cst.Name) and expr.func.value.value == "self")
+        ):
             source, rest = cst.Arg(expr.func.value), list(expr.args)
         else:
             return None
@@ -520,8 +613,10 @@ def attend(q, k, v, mask):
             return None
         dims = []
         for value in values:
-            if not (isinstance(value, cst.Call) and self.context.names.of(value.func) & {
-                    "torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}):
+            if not (
+                isinstance(value, cst.Call)
+                and self.context.names.of(value.func) & {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
+            ):
                 return None
             arg = positional(value, 0) or kwarg(value, "dim")
             if arg is None or int_value(arg.value) is None:
@@ -538,11 +633,19 @@ def attend(q, k, v, mask):
                 return expr.func.value
             if method in ("type_as",) and len(expr.args) == 1:
                 return expr.func.value
-            if method == "type" and len(expr.args) == 1 and expr.args[0].keyword is None \
-                    and self.context.kinds.is_dtype(expr.args[0].value):
+            if (
+                method == "type"
+                and len(expr.args) == 1
+                and expr.args[0].keyword is None
+                and self.context.kinds.is_dtype(expr.args[0].value)
+            ):
                 return expr.func.value
-            if method == "to" and len(expr.args) == 1 and expr.args[0].keyword is None \
-                    and self.context.kinds.is_dtype(expr.args[0].value):
+            if (
+                method == "to"
+                and len(expr.args) == 1
+                and expr.args[0].keyword is None
+                and self.context.kinds.is_dtype(expr.args[0].value)
+            ):
                 return expr.func.value
         return None
 
@@ -551,12 +654,19 @@ def attend(q, k, v, mask):
         if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not self._qualified(expr.func):
             if expr.func.attr.value == "float" and not expr.args:
                 return expr.func.value
-            if expr.func.attr.value == "to" and len(expr.args) == 1 \
-                    and self.context.names.is_(expr.args[0].value, "torch.float32", "torch.float"):
+            if (
+                expr.func.attr.value == "to"
+                and len(expr.args) == 1
+                and self.context.names.is_(expr.args[0].value, "torch.float32", "torch.float")
+            ):
                 return expr.func.value
-            if expr.func.attr.value == "to" and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.Attribute) \
-                    and expr.args[0].value.attr.value == "dtype" \
-                    and self.context.source(expr.args[0].value.value) == self.context.source(expr.func.value):
+            if (
+                expr.func.attr.value == "to"
+                and len(expr.args) == 1
+                and isinstance(expr.args[0].value, cst.Attribute)
+                and expr.args[0].value.attr.value == "dtype"
+                and self.context.source(expr.args[0].value.value) == self.context.source(expr.func.value)
+            ):
                 return expr.func.value  # x.to(x.dtype)
         return None
 
@@ -568,21 +678,34 @@ def attend(q, k, v, mask):
         if self.context.names.is_(expr.func, *FUNCTIONAL_DROPOUTS):
             first = positional(expr, 0) or kwarg(expr, "input")
             return first.value if first is not None else None
-        if isinstance(expr.func, (cst.Attribute, cst.Name)) and len(expr.args) == 1 and expr.args[0].keyword is None \
-                and self._module_values(expr.func) is not None:
+        if (
+            isinstance(expr.func, (cst.Attribute, cst.Name))
+            and len(expr.args) == 1
+            and expr.args[0].keyword is None
+            and self._module_values(expr.func) is not None
+        ):
             return expr.args[0].value
         return None
 
     def _module_values(self, func) -> list | None:
-        values = self.attributes.values(func) if isinstance(func, cst.Attribute) else (
-            [self.layouts.value_of(func)] if isinstance(func, cst.Name) and func in self.context.index
-            and self.layouts.value_of(func) is not None else None)
+        values = (
+            self.attributes.values(func)
+            if isinstance(func, cst.Attribute)
+            else (
+                [self.layouts.value_of(func)]
+                if isinstance(func, cst.Name) and func in self.context.index and self.layouts.value_of(func) is not None
+                else None
+            )
+        )
         if not values:
             return None
         if all(isinstance(v, cst.Call) and self.context.names.of(v.func) & DROPOUTS for v in values):
             return values
-        if any(isinstance(v, cst.Call) and self.context.names.of(v.func) & DROPOUTS for v in values) or \
-                isinstance(func, cst.Attribute) and any("drop" in self.context.source(v).lower() for v in values):
+        if (
+            any(isinstance(v, cst.Call) and self.context.names.of(v.func) & DROPOUTS for v in values)
+            or isinstance(func, cst.Attribute)
+            and any("drop" in self.context.source(v).lower() for v in values)
+        ):
             raise _NoMatch(f"{self.context.source(func)} on the weights is not provably an nn.Dropout of this module")
         return None
 
@@ -597,8 +720,11 @@ def attend(q, k, v, mask):
                 return p_value
             return cst.IfExp(test=training.value, body=p_value, orelse=cst.Float("0.0"))
         module = expr.func
-        return cst.IfExp(test=cst.Attribute(module, cst.Name("training")), body=cst.Attribute(module, cst.Name("p")),
-                         orelse=cst.Float("0.0"))
+        return cst.IfExp(
+            test=cst.Attribute(module, cst.Name("training")),
+            body=cst.Attribute(module, cst.Name("p")),
+            orelse=cst.Float("0.0"),
+        )
 
     # -- masks ---------------------------------------------------------------------
 
@@ -609,9 +735,15 @@ def attend(q, k, v, mask):
         if pending is not None:
             return pending
         if isinstance(scores, cst.Call):
-            if isinstance(scores.func, cst.Attribute) and scores.func.attr.value == "masked_fill" \
-                    and not self._qualified(scores.func):
-                fill, value = positional(scores, 0) or kwarg(scores, "mask"), positional(scores, 1) or kwarg(scores, "value")
+            if (
+                isinstance(scores.func, cst.Attribute)
+                and scores.func.attr.value == "masked_fill"
+                and not self._qualified(scores.func)
+            ):
+                fill, value = (
+                    positional(scores, 0) or kwarg(scores, "mask"),
+                    positional(scores, 1) or kwarg(scores, "value"),
+                )
                 if fill is None or value is None or len(scores.args) != 2:
                     raise _NoMatch("masked_fill with other than (mask, value) arguments")
                 return _Mask("fill", fill.value, value.value), scores.func.value
@@ -636,12 +768,16 @@ def attend(q, k, v, mask):
             if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide, cst.Add)):
                 if self._leads_to_scores(expr.left, chain, depth + 1):
                     return True
-                if isinstance(expr.operator, (cst.Multiply, cst.Add)) and self._leads_to_scores(expr.right, chain,
-                                                                                                 depth + 1):
+                if isinstance(expr.operator, (cst.Multiply, cst.Add)) and self._leads_to_scores(
+                    expr.right, chain, depth + 1
+                ):
                     return True
                 return False
-            if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in (
-                    "masked_fill", "float"):
+            if (
+                isinstance(expr, cst.Call)
+                and isinstance(expr.func, cst.Attribute)
+                and expr.func.attr.value in ("masked_fill", "float")
+            ):
                 expr = expr.func.value
                 continue
             return False
@@ -664,9 +800,11 @@ def attend(q, k, v, mask):
             attention.causal = True
             return
         if fill != "-inf":
-            raise _NoMatch(f"the mask fills {self.context.source(mask.value)}, not -inf: a row whose keys are all "
-                           "masked would average the values instead of giving zeros (only a causal mask, which keeps "
-                           "a key in every row, is rewritten with a finite fill)")
+            raise _NoMatch(
+                f"the mask fills {self.context.source(mask.value)}, not -inf: a row whose keys are all "
+                "masked would average the values instead of giving zeros (only a causal mask, which keeps "
+                "a key in every row, is rewritten with a finite fill)"
+            )
         condition = mask.condition.with_changes(lpar=[], rpar=[])
         if mask.kind == "keep":
             attention.mask = _optional(mask, condition)
@@ -696,30 +834,55 @@ def attend(q, k, v, mask):
             if fill is None:
                 raise _NoMatch(f"the mask fills {self.context.source(mask.value)}, not -inf")
             if fill != "-inf" and not self._causal(mask):
-                raise _NoMatch(f"the mask fills {self.context.source(mask.value)}, not -inf, beside another mask: a row "
-                               "whose keys are all masked would average the values instead of giving zeros")
+                raise _NoMatch(
+                    f"the mask fills {self.context.source(mask.value)}, not -inf, beside another mask: a row "
+                    "whose keys are all masked would average the values instead of giving zeros"
+                )
             condition = mask.condition.with_changes(lpar=[], rpar=[])
             keeps.append(_parenthesized(condition if mask.kind == "keep" else _negated(condition)))
         if any(self._fill(m.value) != "-inf" for m in masks):
-            raise _NoMatch("a finite fill beside another mask: a row whose keys are all masked would average the values")
+            raise _NoMatch(
+                "a finite fill beside another mask: a row whose keys are all masked would average the values"
+            )
         total = keeps[0]
         for keep in keeps[1:]:
             total = cst.BinaryOperation(total, cst.BitAnd(), keep)
         attention.mask = total
 
     def _fill(self, value) -> str | None:
-        """"-inf" for -inf spelled any way; "finite" for a fill so low that exp(fill - max) is 0 in
+        """ "-inf" for -inf spelled any way; "finite" for a fill so low that exp(fill - max) is 0 in
         float32 whenever a row keeps a key (-1e9 and below, torch.finfo(...).min); else None."""
         code = self.context.source(value).replace(" ", "")
-        if code in ('float("-inf")', "float('-inf')", "-float('inf')", '-float("inf")', "-math.inf", "-torch.inf",
-                    "-np.inf", "-numpy.inf", 'float("-infinity")', "float('-infinity')") or \
-                self.context.names.startswith(value, ("math.inf",)) and False:
+        if (
+            code
+            in (
+                'float("-inf")',
+                "float('-inf')",
+                "-float('inf')",
+                '-float("inf")',
+                "-math.inf",
+                "-torch.inf",
+                "-np.inf",
+                "-numpy.inf",
+                'float("-infinity")',
+                "float('-infinity')",
+            )
+            or self.context.names.startswith(value, ("math.inf",))
+            and False
+        ):
             return "-inf"
-        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) \
-                and self.context.names.is_(value.expression, "math.inf", "torch.inf", "numpy.inf"):
+        if (
+            isinstance(value, cst.UnaryOperation)
+            and isinstance(value.operator, cst.Minus)
+            and self.context.names.is_(value.expression, "math.inf", "torch.inf", "numpy.inf")
+        ):
             return "-inf"
-        if isinstance(value, cst.Attribute) and value.attr.value == "min" and isinstance(value.value, cst.Call) \
-                and self.context.names.is_(value.value.func, "torch.finfo"):
+        if (
+            isinstance(value, cst.Attribute)
+            and value.attr.value == "min"
+            and isinstance(value.value, cst.Call)
+            and self.context.names.is_(value.value.func, "torch.finfo")
+        ):
             self._finfo.append(value)
             return "finite"
         number = _literal_float(value)
@@ -743,9 +906,11 @@ def attend(q, k, v, mask):
         return meaning == "additive"
 
     def _is_bool(self, expr) -> bool:
-        return isinstance(expr, (cst.Comparison,)) or (
-            isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert)) or (
-            isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "bool")
+        return (
+            isinstance(expr, (cst.Comparison,))
+            or (isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert))
+            or (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "bool")
+        )
 
     # -- the scores ----------------------------------------------------------------
 
@@ -754,9 +919,13 @@ def attend(q, k, v, mask):
         the scores: the scale moves inside (a positive scale keeps -inf at -inf)."""
         if isinstance(scores, cst.BinaryOperation) and isinstance(scores.operator, (cst.Multiply, cst.Divide)):
             inner = chain.peek(scores.left)
-            masked = isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
-                and inner.func.attr.value in ("masked_fill",) or isinstance(inner, cst.Call) \
+            masked = (
+                isinstance(inner, cst.Call)
+                and isinstance(inner.func, cst.Attribute)
+                and inner.func.attr.value in ("masked_fill",)
+                or isinstance(inner, cst.Call)
                 and self.context.names.is_(inner.func, "torch.masked_fill", "torch.where")
+            )
             if masked:
                 return (scores.right, isinstance(scores.operator, cst.Divide)), scores.left
         return None
@@ -794,9 +963,11 @@ def attend(q, k, v, mask):
         else:
             attention.scale = _reciprocal(scale) if divide else scale.with_changes(lpar=[], rpar=[])
             if not self._is_number(scale):
-                attention.scale_unproven = (f"`{self.context.source(scale)}` is not provably a Python number: "
-                                            "SDPA's scale= takes a float, and a tensor scale (a learned temperature) "
-                                            "would lose its gradient")
+                attention.scale_unproven = (
+                    f"`{self.context.source(scale)}` is not provably a Python number: "
+                    "SDPA's scale= takes a float, and a tensor scale (a learned temperature) "
+                    "would lose its gradient"
+                )
         return True
 
     def _positive(self, scale, divide: bool) -> bool:
@@ -810,8 +981,11 @@ def attend(q, k, v, mask):
         if isinstance(scale, cst.BinaryOperation) and isinstance(scale.operator, cst.Power):
             return _literal_float(scale.right) in (0.5, -0.5)
         if isinstance(scale, cst.BinaryOperation) and isinstance(scale.operator, cst.Divide):
-            return _literal_float(scale.left) is not None and _literal_float(scale.left) > 0 \
+            return (
+                _literal_float(scale.left) is not None
+                and _literal_float(scale.left) > 0
                 and self._positive(scale.right, True)
+            )
         return False
 
     def _qk(self, expr) -> tuple[cst.BaseExpression, cst.BaseExpression, Spec | None] | None:
@@ -824,10 +998,16 @@ def attend(q, k, v, mask):
         if spec is not None:
             return q, kt, spec
         k = self._transposed(kt, bmm=isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.bmm"))
-        if k is None and isinstance(kt, cst.Call) and isinstance(kt.func, cst.Attribute) \
-                and kt.func.attr.value in ("transpose", "permute") and self._strict:
-            raise _NoMatch(f"`{self.context.source(kt)}` is not provably k with its last two dims swapped "
-                           "(its rank is not known)")
+        if (
+            k is None
+            and isinstance(kt, cst.Call)
+            and isinstance(kt.func, cst.Attribute)
+            and kt.func.attr.value in ("transpose", "permute")
+            and self._strict
+        ):
+            raise _NoMatch(
+                f"`{self.context.source(kt)}` is not provably k with its last two dims swapped (its rank is not known)"
+            )
         return (q, k, None) if k is not None else None
 
     def _transposed(self, expr, bmm: bool = False) -> cst.BaseExpression | None:
@@ -872,8 +1052,12 @@ def attend(q, k, v, mask):
 
     def _head_dims(self, attention: _Attention) -> set[str]:
         code = self.context.source
-        dims = {f"{code(t)}{suffix}" for t in (attention.q, attention.k) if attention.score_spec is None
-                for suffix in (".size(-1)", ".shape[-1]")}
+        dims = {
+            f"{code(t)}{suffix}"
+            for t in (attention.q, attention.k)
+            if attention.score_spec is None
+            for suffix in (".size(-1)", ".shape[-1]")
+        }
         sizes = set()
         for tensor in (attention.q, attention.k):
             shape = self.layouts.shape(tensor)
@@ -907,11 +1091,18 @@ def attend(q, k, v, mask):
         return False
 
     def _is_sqrt_of(self, expr, head_dims: set[str]) -> bool:
-        if isinstance(expr, cst.Call) and len(expr.args) == 1 and (
-                self.context.names.is_(expr.func, "math.sqrt", "numpy.sqrt")):
+        if (
+            isinstance(expr, cst.Call)
+            and len(expr.args) == 1
+            and (self.context.names.is_(expr.func, "math.sqrt", "numpy.sqrt"))
+        ):
             return self._is_head_dim(expr.args[0].value, head_dims)
-        return isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Power) \
-            and self._is_head_dim(expr.left, head_dims) and _literal_float(expr.right) == 0.5
+        return (
+            isinstance(expr, cst.BinaryOperation)
+            and isinstance(expr.operator, cst.Power)
+            and self._is_head_dim(expr.left, head_dims)
+            and _literal_float(expr.right) == 0.5
+        )
 
     def _is_head_dim(self, expr, head_dims: set[str]) -> bool:
         expr = expr.with_changes(lpar=[], rpar=[])
@@ -931,8 +1122,9 @@ def attend(q, k, v, mask):
             return self._is_number(expr.left) and self._is_number(expr.right)
         if isinstance(expr, cst.Attribute):
             values = self.attributes.values(expr)
-            return bool(values) and all(self.layouts.is_number(v) or _literal_float(v) is not None
-                                        or self._is_number_in_init(v) for v in values)
+            return bool(values) and all(
+                self.layouts.is_number(v) or _literal_float(v) is not None or self._is_number_in_init(v) for v in values
+            )
         return False
 
     def _is_number_in_init(self, value) -> bool:
@@ -944,8 +1136,9 @@ def attend(q, k, v, mask):
         if isinstance(value, cst.UnaryOperation):
             return self._is_number_in_init(value.expression)
         if isinstance(value, cst.Call):
-            return bool(self.context.names.startswith(value.func, ["math"])) or \
-                self.context.names.is_(value.func, "builtins.float", "builtins.int")
+            return bool(self.context.names.startswith(value.func, ["math"])) or self.context.names.is_(
+                value.func, "builtins.float", "builtins.int"
+            )
         if isinstance(value, cst.Name):
             return self.layouts.is_number(value) or self._param_default_number(value)
         if isinstance(value, cst.Attribute):
@@ -955,8 +1148,13 @@ def attend(q, k, v, mask):
     def _param_default_number(self, name: cst.Name) -> bool:
         """A parameter annotated `int` / `float` or with a number as its default."""
         binding = self.layouts.binding_of(name) if name in self.context.index else None
-        param = binding if isinstance(binding, cst.Param) else self.context.parents.get(binding) if binding is not None \
+        param = (
+            binding
+            if isinstance(binding, cst.Param)
+            else self.context.parents.get(binding)
+            if binding is not None
             else None
+        )
         if not isinstance(param, cst.Param):
             return False
         annotation = param.annotation.annotation if param.annotation is not None else None
@@ -987,9 +1185,13 @@ def attend(q, k, v, mask):
         if len(contracted) != 1 or len(values) != 1 or qi in k_letters or kj in q_letters:
             raise _NoMatch("an einsum that is not q and k contracted over one head dim")
         d, e = contracted[0], values[0]
-        if sorted(q_letters) != sorted((*batch, qi, d)) or sorted(k_letters) != sorted((*batch, kj, d)) \
-                or sorted(v_named) != sorted((*batch, kj, e)) or sorted(o_named) != sorted((*batch, qi, e)) \
-                or kj in o_named:
+        if (
+            sorted(q_letters) != sorted((*batch, qi, d))
+            or sorted(k_letters) != sorted((*batch, kj, d))
+            or sorted(v_named) != sorted((*batch, kj, e))
+            or sorted(o_named) != sorted((*batch, qi, e))
+            or kj in o_named
+        ):
             raise _NoMatch("einsum letters that are not batch, query, key and head dims")
         attention.q = _permuted(attention.q, q_letters, (*batch, qi, d))
         attention.k = _permuted(attention.k, k_letters, (*batch, kj, d))
@@ -1008,9 +1210,11 @@ def attend(q, k, v, mask):
                 if "flash" in code.lower() or "scaled_dot_product_attention" in code:
                     return True
                 for call in self.context.index.find(cst.Call, within=current):
-                    if isinstance(call.func, (cst.Attribute, cst.Name)) and (
-                            getattr(call.func, "attr", call.func).value == "scaled_dot_product_attention") \
-                            and self.context.names.is_(call.func, SDPA):
+                    if (
+                        isinstance(call.func, (cst.Attribute, cst.Name))
+                        and (getattr(call.func, "attr", call.func).value == "scaled_dot_product_attention")
+                        and self.context.names.is_(call.func, SDPA)
+                    ):
                         return True
         return False
 
@@ -1018,19 +1222,29 @@ def attend(q, k, v, mask):
         """The SDPA call that replaces `product` (maybe with edits inside v already made)."""
         if isinstance(product, cst.BinaryOperation):
             v = product.right
-        elif isinstance(product.func, cst.Attribute) and product.func.attr.value == "matmul" \
-                and len(product.args) == 1:
+        elif isinstance(product.func, cst.Attribute) and product.func.attr.value == "matmul" and len(product.args) == 1:
             v = product.args[0].value
         else:
             v = product.args[attention.v_argument].value
         if attention.v_order is not None:
             v = _permuted(v, *attention.v_order)
         args = [cst.Arg(attention.q), cst.Arg(attention.k), cst.Arg(v)]
-        keywords = [("attn_mask", attention.mask), ("dropout_p", attention.dropout),
-                    ("is_causal", cst.Name("True") if attention.causal else None), ("scale", attention.scale)]
-        args += [cst.Arg(value, keyword=cst.Name(key), equal=cst.AssignEqual(
-            cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))) for key, value in keywords if value is not None]
-        args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args[:-1]] + args[-1:]
+        keywords = [
+            ("attn_mask", attention.mask),
+            ("dropout_p", attention.dropout),
+            ("is_causal", cst.Name("True") if attention.causal else None),
+            ("scale", attention.scale),
+        ]
+        args += [
+            cst.Arg(
+                value, keyword=cst.Name(key), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+            )
+            for key, value in keywords
+            if value is not None
+        ]
+        args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args[:-1]] + args[
+            -1:
+        ]
         call = cst.Call(func=self._sdpa_name(), args=args)
         if attention.out_order is not None:
             call = _permuted(call, *attention.out_order)
@@ -1051,9 +1265,12 @@ def attend(q, k, v, mask):
         """`import torch.nn.functional` when the call is spelled out and the file does not import torch."""
         if self._functional_alias() is not None:
             return []
-        imported = any(alias.name.value == "torch" and alias.asname is None
-                       for node in self.context.index.find(cst.Import) for alias in node.names
-                       if isinstance(alias.name, cst.Name))
+        imported = any(
+            alias.name.value == "torch" and alias.asname is None
+            for node in self.context.index.find(cst.Import)
+            for alias in node.names
+            if isinstance(alias.name, cst.Name)
+        )
         return [] if imported else [("torch.nn.functional", None)]
 
 
@@ -1106,17 +1323,33 @@ class _Chain:
         start = self.cursor if before is None else before
         for j in range(start - 1, -1, -1):
             statement = self.statements[j]
-            simple = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            simple = (
+                statement.body[0]
+                if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
                 else None
-            if isinstance(simple, cst.Assign) and len(simple.targets) == 1 \
-                    and isinstance(simple.targets[0].target, cst.Name) and simple.targets[0].target.value == name:
+            )
+            if (
+                isinstance(simple, cst.Assign)
+                and len(simple.targets) == 1
+                and isinstance(simple.targets[0].target, cst.Name)
+                and simple.targets[0].target.value == name
+            ):
                 return j, simple.value, "assign", skipped
-            if isinstance(simple, cst.Expr) and isinstance(simple.value, cst.Call) \
-                    and isinstance(simple.value.func, cst.Attribute) and simple.value.func.attr.value == "masked_fill_" \
-                    and isinstance(simple.value.func.value, cst.Name) and simple.value.func.value.value == name:
+            if (
+                isinstance(simple, cst.Expr)
+                and isinstance(simple.value, cst.Call)
+                and isinstance(simple.value.func, cst.Attribute)
+                and simple.value.func.attr.value == "masked_fill_"
+                and isinstance(simple.value.func.value, cst.Name)
+                and simple.value.func.value.value == name
+            ):
                 return j, simple.value, "inplace", skipped
-            if isinstance(simple, cst.AugAssign) and isinstance(simple.target, cst.Name) and simple.target.value == name \
-                    and isinstance(simple.operator, cst.AddAssign):
+            if (
+                isinstance(simple, cst.AugAssign)
+                and isinstance(simple.target, cst.Name)
+                and simple.target.value == name
+                and isinstance(simple.operator, cst.AddAssign)
+            ):
                 return j, simple, "augadd", skipped
             if isinstance(statement, cst.If) and self._optional_mask(statement, name) is not None:
                 return j, statement, "optional", skipped
@@ -1130,16 +1363,26 @@ class _Chain:
     def _optional_mask(self, statement: cst.If, name: str):
         """(m, value) for `if m is not None: name = <value>` (no else), value reading `name`."""
         test = statement.test
-        if statement.orelse is not None or not isinstance(statement.body, cst.IndentedBlock) \
-                or len(statement.body.body) != 1 or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 \
-                or not isinstance(test.comparisons[0].operator, cst.IsNot) \
-                or not (isinstance(test.comparisons[0].comparator, cst.Name)
-                        and test.comparisons[0].comparator.value == "None"):
+        if (
+            statement.orelse is not None
+            or not isinstance(statement.body, cst.IndentedBlock)
+            or len(statement.body.body) != 1
+            or not isinstance(test, cst.Comparison)
+            or len(test.comparisons) != 1
+            or not isinstance(test.comparisons[0].operator, cst.IsNot)
+            or not (
+                isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"
+            )
+        ):
             return None
         line = statement.body.body[0]
         simple = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-        if isinstance(simple, cst.Assign) and len(simple.targets) == 1 and isinstance(simple.targets[0].target, cst.Name) \
-                and simple.targets[0].target.value == name:
+        if (
+            isinstance(simple, cst.Assign)
+            and len(simple.targets) == 1
+            and isinstance(simple.targets[0].target, cst.Name)
+            and simple.targets[0].target.value == name
+        ):
             return test.left, simple.value
         return None
 
@@ -1161,8 +1404,10 @@ class _Chain:
         j, value, kind, skipped = found
         if kind == "other":
             if self.strict:
-                raise _NoMatch(f"`{expr.value}` is changed on line {self.rule.context.line(value)} by a statement "
-                               "the rule does not follow")
+                raise _NoMatch(
+                    f"`{expr.value}` is changed on line {self.rule.context.line(value)} by a statement "
+                    "the rule does not follow"
+                )
             return expr
         self.cursor = j
         self.attention.consumed.append(j)
@@ -1182,8 +1427,10 @@ class _Chain:
         optional, inner = self._optional_mask(value, expr.value)
         masked = self.rule._masked(inner, self)
         if masked is None:
-            raise _NoMatch(f"`{expr.value}` is changed under `if {self.rule.context.source(optional)} is not None:` by "
-                           "other than a mask (a module passed in, whose effect the rule cannot see)")
+            raise _NoMatch(
+                f"`{expr.value}` is changed under `if {self.rule.context.source(optional)} is not None:` by "
+                "other than a mask (a module passed in, whose effect the rule cannot see)"
+            )
         mask, rest = masked
         if not (isinstance(rest, cst.Name) and rest.value == expr.value):
             raise _NoMatch("the mask under `if ... is not None:` is not applied to the scores")
@@ -1193,8 +1440,12 @@ class _Chain:
     def pending_mask(self, scores):
         """The in-place or conditional mask met while expanding `scores`, with the name that
         still holds the scores before it."""
-        if self.pending and isinstance(scores, cst.Name) and self.pending[-1][0] == scores.value \
-                and self.pending[-1][2] is scores:
+        if (
+            self.pending
+            and isinstance(scores, cst.Name)
+            and self.pending[-1][0] == scores.value
+            and self.pending[-1][2] is scores
+        ):
             name, mask, node = self.pending.pop()
             return mask, cst.Name(name)
         return None
@@ -1213,8 +1464,11 @@ class _Chain:
                 raise _NoMatch(f"`{context.source(expr)}` reads an intermediate of the attention")
         for j in attention.skipped:
             skipped = self.statements[j]
-            bound_here = set().union(*(_bound_names(small) for small in skipped.body)) \
-                if isinstance(skipped, cst.SimpleStatementLine) else _statement_binds(skipped)
+            bound_here = (
+                set().union(*(_bound_names(small) for small in skipped.body))
+                if isinstance(skipped, cst.SimpleStatementLine)
+                else _statement_binds(skipped)
+            )
             for expr in moved:
                 if self._position(expr) > j:
                     continue  # read after this statement: what it binds is what the chain read
@@ -1222,8 +1476,9 @@ class _Chain:
                 code = context.source(expr)
                 for bound in bound_here:
                     if bound in reads_here or ("." in bound or "[" in bound) and bound in code:
-                        raise _NoMatch(f"line {context.line(skipped)} assigns `{bound}` between the attention's "
-                                       "statements")
+                        raise _NoMatch(
+                            f"line {context.line(skipped)} assigns `{bound}` between the attention's statements"
+                        )
             for bound in bound_here & links:
                 raise _NoMatch(f"line {context.line(skipped)} assigns `{bound}` between the attention's statements")
         scope = context.scopes.get(statement)
@@ -1231,15 +1486,23 @@ class _Chain:
             accesses = scope.accesses[name] if scope is not None else ()
             for access in sorted(accesses, key=lambda a: context.index.order(a.node)):  # the first read is reported
                 if not any(context.inside(access.node, s) for s in chain):
-                    raise _NoMatch(f"the attention weights `{name}` are also read on line {context.line(access.node)} "
-                                   "(SDPA does not return them)")
+                    raise _NoMatch(
+                        f"the attention weights `{name}` are also read on line {context.line(access.node)} "
+                        "(SDPA does not return them)"
+                    )
         ignored = attention.ignored
-        over = [n for s in chain for n in reads(context, s) if n.value in links
-                and not any(context.inside(n, i) for i in ignored)]
+        over = [
+            n
+            for s in chain
+            for n in reads(context, s)
+            if n.value in links and not any(context.inside(n, i) for i in ignored)
+        ]
         if len(over) != len(attention.links):
             extra = over[-1]
-            raise _NoMatch(f"`{extra.value}` is read again on line {context.line(extra)}: SDPA does not return "
-                           "the attention weights or the scores")
+            raise _NoMatch(
+                f"`{extra.value}` is read again on line {context.line(extra)}: SDPA does not return "
+                "the attention weights or the scores"
+            )
 
 
 class _MaskReader:
@@ -1272,8 +1535,11 @@ class _MaskReader:
             target = expr.comparisons[0]
             inner = self.read(expr.left, depth + 1)
             value = _literal_float(target.comparator)
-            if target.comparator is not None and isinstance(target.comparator, cst.Name) \
-                    and target.comparator.value in ("False", "True"):
+            if (
+                target.comparator is not None
+                and isinstance(target.comparator, cst.Name)
+                and target.comparator.value in ("False", "True")
+            ):
                 value = 1.0 if target.comparator.value == "True" else 0.0
             if inner not in ("lower", "upper") or value not in (0.0, 1.0):
                 return None
@@ -1290,10 +1556,24 @@ class _MaskReader:
             if isinstance(func, cst.Attribute) and not qualified:
                 method = func.attr.value
                 receiver = func.value
-                if method in ("bool", "to", "type_as", "float", "cuda", "view", "reshape", "unsqueeze", "expand",
-                              "contiguous", "detach", "clone", "int", "long") and (
-                        method not in ("view", "reshape", "expand") or all(
-                        int_value(a.value) == 1 for a in expr.args[:-2])):
+                if method in (
+                    "bool",
+                    "to",
+                    "type_as",
+                    "float",
+                    "cuda",
+                    "view",
+                    "reshape",
+                    "unsqueeze",
+                    "expand",
+                    "contiguous",
+                    "detach",
+                    "clone",
+                    "int",
+                    "long",
+                ) and (
+                    method not in ("view", "reshape", "expand") or all(int_value(a.value) == 1 for a in expr.args[:-2])
+                ):
                     return self.read(receiver, depth + 1)
                 if method == "logical_not" and not expr.args:
                     return _flip(self.read(receiver, depth + 1))
@@ -1303,13 +1583,17 @@ class _MaskReader:
                     return self._additive(receiver, expr.args[0].value, expr.args[1].value, depth)
             if qualified & {"torch.tril", "torch.triu"} and expr.args:
                 diagonal = positional(expr, 1) or kwarg(expr, "diagonal")
-                return self._triangle(next(iter(qualified)).rsplit(".", 1)[1], expr.args[0].value,
-                                      diagonal.value if diagonal is not None else None)
+                return self._triangle(
+                    next(iter(qualified)).rsplit(".", 1)[1],
+                    expr.args[0].value,
+                    diagonal.value if diagonal is not None else None,
+                )
             if qualified & {"torch.logical_not"} and expr.args:
                 return _flip(self.read(expr.args[0].value, depth + 1))
             function = self.context.bindings.local_function(func) if isinstance(func, cst.Name) else None
             if function is not None:
                 from codemod.analysis.bindings import returned_values
+
                 values = returned_values(function)
                 if len(values) == 1:
                     return self.read(values[0], depth + 1)
@@ -1328,7 +1612,7 @@ class _MaskReader:
         return None
 
     def _square_fill(self, expr) -> str | None:
-        """"ones" for torch.ones(n, n) (any dtype, device), "-inf" for torch.full((n, n), -inf)."""
+        """ "ones" for torch.ones(n, n) (any dtype, device), "-inf" for torch.full((n, n), -inf)."""
         if isinstance(expr, cst.Name) and expr in self.context.index:
             value = self.rule.layouts.value_of(expr)
             return self._square_fill(value) if value is not None else None
@@ -1357,6 +1641,7 @@ class _MaskReader:
 def _statement_binds(statement) -> set[str]:
     """Names a (compound) statement binds anywhere in it."""
     from codemod.analysis.time_loops import _bound_in
+
     return _bound_in(statement)
 
 
@@ -1396,8 +1681,13 @@ def _literal_float(expr) -> float | None:
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         inner = _literal_float(expr.expression)
         return -inner if inner is not None else None
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "float" \
-            and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.SimpleString):
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value == "float"
+        and len(expr.args) == 1
+        and isinstance(expr.args[0].value, cst.SimpleString)
+    ):
         try:
             return float(expr.args[0].value.evaluated_value)
         except ValueError:
@@ -1409,11 +1699,18 @@ def _optional(mask: _Mask, value: cst.BaseExpression) -> cst.BaseExpression:
     """`value`, or `None if m is None else value` for a mask applied under `if m is not None:`."""
     if mask.optional is None:
         return value
-    if mask.kind == "add" and isinstance(value, cst.Name) and isinstance(mask.optional, cst.Name) \
-            and value.value == mask.optional.value:
+    if (
+        mask.kind == "add"
+        and isinstance(value, cst.Name)
+        and isinstance(mask.optional, cst.Name)
+        and value.value == mask.optional.value
+    ):
         return value  # attn_mask=None is no mask
-    return cst.IfExp(test=cst.Comparison(mask.optional, [cst.ComparisonTarget(cst.Is(), cst.Name("None"))]),
-                     body=cst.Name("None"), orelse=value)
+    return cst.IfExp(
+        test=cst.Comparison(mask.optional, [cst.ComparisonTarget(cst.Is(), cst.Name("None"))]),
+        body=cst.Name("None"),
+        orelse=value,
+    )
 
 
 def _negated(condition: cst.BaseExpression) -> cst.BaseExpression:
@@ -1422,12 +1719,24 @@ def _negated(condition: cst.BaseExpression) -> cst.BaseExpression:
         target = condition.comparisons[0]
         flipped = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}.get(type(target.operator))
         if flipped is not None:
-            return condition.with_changes(comparisons=[target.with_changes(operator=flipped(
-                whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after))])
+            return condition.with_changes(
+                comparisons=[
+                    target.with_changes(
+                        operator=flipped(
+                            whitespace_before=target.operator.whitespace_before,
+                            whitespace_after=target.operator.whitespace_after,
+                        )
+                    )
+                ]
+            )
     if isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.BitInvert):
         return condition.expression.with_changes(lpar=[], rpar=[])
-    if isinstance(condition, cst.Call) and isinstance(condition.func, cst.Attribute) \
-            and condition.func.attr.value == "logical_not" and not condition.args:
+    if (
+        isinstance(condition, cst.Call)
+        and isinstance(condition.func, cst.Attribute)
+        and condition.func.attr.value == "logical_not"
+        and not condition.args
+    ):
         return condition.func.value
     return cst.UnaryOperation(cst.BitInvert(), _parenthesized(condition))
 
@@ -1446,11 +1755,19 @@ def _permuted(expr: cst.BaseExpression, letters, target) -> cst.BaseExpression:
         call = f"transpose({a}, {b})"
     else:
         call = f"permute({', '.join(str(i) for i in order)})"
-    return cst.parse_expression(f"({cst.Module([]).code_for_node(expr)}).{call}") if not isinstance(
-        expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else cst.Call(
-        cst.Attribute(expr, cst.Name(call.split("(")[0])),
-        [cst.Arg(cst.Integer(n.strip())) if not n.strip().startswith("-") else cst.Arg(cst.parse_expression(n.strip()))
-         for n in call[call.index("(") + 1:-1].split(",")])
+    return (
+        cst.parse_expression(f"({cst.Module([]).code_for_node(expr)}).{call}")
+        if not isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+        else cst.Call(
+            cst.Attribute(expr, cst.Name(call.split("(")[0])),
+            [
+                cst.Arg(cst.Integer(n.strip()))
+                if not n.strip().startswith("-")
+                else cst.Arg(cst.parse_expression(n.strip()))
+                for n in call[call.index("(") + 1 : -1].split(",")
+            ],
+        )
+    )
 
 
 def reads_of(context, statement) -> list[str]:

@@ -4,9 +4,9 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from codemod.analysis import match as m
 from libcst.metadata import Assignment, ImportAssignment
 
+from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read, positional
 from codemod.edits import Edit, InsertBefore, Remove, Replace
@@ -32,8 +32,12 @@ model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 bs = 16
 """
-STEP = "    loss = torch.nn.functional.mse_loss(model(xb), yb)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
-FIXED_PREAMBLE = PREAMBLE.replace("import torch\n", "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n", 1)
+STEP = (
+    "    loss = torch.nn.functional.mse_loss(model(xb), yb)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+)
+FIXED_PREAMBLE = PREAMBLE.replace(
+    "import torch\n", "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n", 1
+)
 
 
 @dataclass
@@ -125,17 +129,28 @@ class ManualBatchingInStepLoop(Rule):
     LEVEL = Level.UNSAFE
     REQUIRES = ("range", "randint", "sample", "choice")
     MESSAGE = "batches are cut from in-memory tensors by hand in the training loop; iterate over a DataLoader"
-    GAIN = "none by itself on in-memory tensors; enables workers, pinned memory and overlapped copies (PM102/PM103/PM201)"
+    GAIN = (
+        "none by itself on in-memory tensors; enables workers, pinned memory and overlapped copies (PM102/PM103/PM201)"
+    )
 
     VALID = [
-        Valid(PREAMBLE + "X, Y = X.cuda(), Y.cuda()\nfor i in range(0, len(X), bs):\n"
-              "    xb, yb = X[i:i + bs], Y[i:i + bs]\n" + STEP, "tensors on the GPU: a slice is the fastest batch"),
-        Valid(PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n",
-              "not a training loop"),
-        Valid(PREAMBLE + "from torch.utils.data import DataLoader, TensorDataset\n"
-              "for xb, yb in DataLoader(TensorDataset(X, Y), batch_size=bs):\n" + STEP, "already a DataLoader"),
-        Valid(PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + 2 * bs], Y[i:i + 2 * bs]\n" + STEP,
-              "overlapping windows are not batches"),
+        Valid(
+            PREAMBLE + "X, Y = X.cuda(), Y.cuda()\nfor i in range(0, len(X), bs):\n"
+            "    xb, yb = X[i:i + bs], Y[i:i + bs]\n" + STEP,
+            "tensors on the GPU: a slice is the fastest batch",
+        ),
+        Valid(
+            PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n", "not a training loop"
+        ),
+        Valid(
+            PREAMBLE + "from torch.utils.data import DataLoader, TensorDataset\n"
+            "for xb, yb in DataLoader(TensorDataset(X, Y), batch_size=bs):\n" + STEP,
+            "already a DataLoader",
+        ),
+        Valid(
+            PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + 2 * bs], Y[i:i + 2 * bs]\n" + STEP,
+            "overlapping windows are not batches",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -174,7 +189,8 @@ class ManualBatchingInStepLoop(Rule):
             "state carried from window to window: order matters",
         ),
         Invalid(
-            PREAMBLE + "for step in range(100):\n    idx = torch.randint(0, len(X), (bs,))\n    xb, yb = X[idx], Y[idx]\n"
+            PREAMBLE
+            + "for step in range(100):\n    idx = torch.randint(0, len(X), (bs,))\n    xb, yb = X[idx], Y[idx]\n"
             + STEP,
             None,
             "a random batch every step, with replacement across steps",
@@ -187,8 +203,7 @@ class ManualBatchingInStepLoop(Rule):
             "random indices into a list of texts (LatentWire)",
         ),
         Invalid(
-            PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n"
-            "    print(i)\n" + STEP,
+            PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n    print(i)\n" + STEP,
             None,
             "the index is used for more than slicing",
         ),
@@ -213,9 +228,11 @@ class ManualBatchingInStepLoop(Rule):
         if not data:
             return
         spelled = RANDOM_BATCHES[min(names)]
-        why = ("(samples repeat and others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit "
-               "every sample once per epoch instead: a different sampling scheme, so it is not rewritten; make that "
-               "change by hand if it is what you want")
+        why = (
+            "(samples repeat and others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit "
+            "every sample once per epoch instead: a different sampling scheme, so it is not rewritten; make that "
+            "change by hand if it is what you want"
+        )
         loaders = self.context.loaders
         loop = loaders.step_loop_of(node)
         if loop is not None:
@@ -227,8 +244,11 @@ class ManualBatchingInStepLoop(Rule):
             return
         for call, _ in self.context.kinds.callers(function) or ():
             if loaders.step_loop_of(call) is not None:
-                self.report(call, f"`{self.context.source(call.func)}()` draws a new random batch (`{spelled}`, line "
-                                  f"{self.context.line(node)}) on every training step {why}")
+                self.report(
+                    call,
+                    f"`{self.context.source(call.func)}()` draws a new random batch (`{spelled}`, line "
+                    f"{self.context.line(node)}) on every training step {why}",
+                )
 
     def _sampled_data(self, call: cst.Call) -> tuple[set[str], bool]:
         """(the names of the data `call` draws sample indices for, whether it draws the samples
@@ -253,8 +273,9 @@ class ManualBatchingInStepLoop(Rule):
         high = kwarg(call, "high")
         if high is not None:
             bound = high.value
-        elif len(args) >= 3 or (names.is_(call.func, "numpy.random.randint") and len(args) >= 2
-                                and kwarg(call, "size") is not None):
+        elif len(args) >= 3 or (
+            names.is_(call.func, "numpy.random.randint") and len(args) >= 2 and kwarg(call, "size") is not None
+        ):
             bound = args[1]
         elif args:
             bound = args[0]
@@ -271,13 +292,23 @@ class ManualBatchingInStepLoop(Rule):
             return self._lengths_of(bound.left, depth + 1)
         if isinstance(bound, cst.Call) and self.context.names.is_(bound.func, "len", "builtins.len") and bound.args:
             owner = bound.args[0].value
-        elif isinstance(bound, cst.Call) and method_name(bound) == "size" and len(bound.args) == 1 \
-                and isinstance(bound.args[0].value, cst.Integer) and bound.args[0].value.value == "0":
+        elif (
+            isinstance(bound, cst.Call)
+            and method_name(bound) == "size"
+            and len(bound.args) == 1
+            and isinstance(bound.args[0].value, cst.Integer)
+            and bound.args[0].value.value == "0"
+        ):
             owner = bound.func.value
-        elif isinstance(bound, cst.Subscript) and isinstance(bound.value, cst.Attribute) \
-                and bound.value.attr.value == "shape" and len(bound.slice) == 1 \
-                and isinstance(bound.slice[0].slice, cst.Index) and isinstance(bound.slice[0].slice.value, cst.Integer) \
-                and bound.slice[0].slice.value.value == "0":
+        elif (
+            isinstance(bound, cst.Subscript)
+            and isinstance(bound.value, cst.Attribute)
+            and bound.value.attr.value == "shape"
+            and len(bound.slice) == 1
+            and isinstance(bound.slice[0].slice, cst.Index)
+            and isinstance(bound.slice[0].slice.value, cst.Integer)
+            and bound.slice[0].slice.value.value == "0"
+        ):
             owner = bound.value.value
         elif isinstance(bound, cst.Name):
             values = self.context.bindings.values(bound)
@@ -293,15 +324,26 @@ class ManualBatchingInStepLoop(Rule):
         if isinstance(parent, cst.Index):  # `X[torch.randint(...)]`
             subscript = self.context.index.first_enclosing(call, cst.Subscript)
             return subscript is not None and _is_data(subscript.value, data)
-        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        if not (
+            isinstance(parent, cst.Assign)
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, cst.Name)
+        ):
             return False
         index = parent.targets[0].target.value
         if self._subscripted_by(region, index, data, slices=False):
             return True
         for each in self.context.index.find((cst.CompFor, cst.For), within=region):
-            if _is_name(each.iter, index) and isinstance(each.target, cst.Name) and self._subscripted_by(
-                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each, each.target.value, data,
-                    slices=True):
+            if (
+                _is_name(each.iter, index)
+                and isinstance(each.target, cst.Name)
+                and self._subscripted_by(
+                    self.context.parents.get(each) if isinstance(each, cst.CompFor) else each,
+                    each.target.value,
+                    data,
+                    slices=True,
+                )
+            ):
                 return True
         return False
 
@@ -314,8 +356,12 @@ class ManualBatchingInStepLoop(Rule):
             part = subscript.slice[0].slice
             if isinstance(part, cst.Index) and _is_name(part.value, name):
                 return True
-            if slices and isinstance(part, cst.Slice) and part.lower is not None and any(
-                    n.value == name for n in self.context.index.find(cst.Name, within=part.lower)):
+            if (
+                slices
+                and isinstance(part, cst.Slice)
+                and part.lower is not None
+                and any(n.value == name for n in self.context.index.find(cst.Name, within=part.lower))
+            ):
                 return True
         return False
 
@@ -334,8 +380,11 @@ class ManualBatchingInStepLoop(Rule):
         if problem == "" or suppressed_on(node, self.CODE):
             return  # not manual batching, or batches of GPU tensors (already the fastest)
         if problem is not None:
-            self.report(node, f"batches are cut from in-memory data by hand in this training loop; not rewritten "
-                              f"to a DataLoader because {problem}")
+            self.report(
+                node,
+                f"batches are cut from in-memory data by hand in this training loop; not rewritten "
+                f"to a DataLoader because {problem}",
+            )
             return
         self._fix(plan)
 
@@ -351,18 +400,25 @@ class ManualBatchingInStepLoop(Rule):
             n, bs = args[1], args[2]
             drop_last = False
             # range(0, n - bs + 1, bs): only full batches
-            if m.matches(n, m.BinaryOperation(left=m.BinaryOperation(operator=m.Subtract()), operator=m.Add(),
-                                              right=m.Integer("1"))) and _same(n.left.right, bs):
+            if m.matches(
+                n,
+                m.BinaryOperation(
+                    left=m.BinaryOperation(operator=m.Subtract()), operator=m.Add(), right=m.Integer("1")
+                ),
+            ) and _same(n.left.right, bs):
                 n, drop_last = n.left.left, True
             upper = m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=_equal_to(bs)) | m.BinaryOperation(
-                left=_equal_to(bs), operator=m.Add(), right=m.Name(i))
+                left=_equal_to(bs), operator=m.Add(), right=m.Name(i)
+            )
             return bs, _Window(n, drop_last, m.Slice(lower=m.Name(i), upper=upper, step=None))
         if len(args) == 1 and m.matches(args[0], m.BinaryOperation(operator=m.FloorDivide())):
             n, bs = args[0].left, args[0].right
             lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
             upper = m.BinaryOperation(
                 left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=m.Integer("1")),
-                operator=m.Multiply(), right=_equal_to(bs))
+                operator=m.Multiply(),
+                right=_equal_to(bs),
+            )
             return bs, _Window(n, True, m.Slice(lower=lower, upper=upper, step=None))
         return None, None
 
@@ -372,8 +428,11 @@ class ManualBatchingInStepLoop(Rule):
         loop, i = plan.loop, plan.loop.target.value
         index = self.context.index
         pattern = m.Subscript(value=m.Name(), slice=[m.SubscriptElement(plan.window.matches)])
-        windows = [s for s in index.find(cst.Subscript, within=loop.body)
-                   if isinstance(s.value, cst.Name) and len(s.slice) == 1 and m.matches(s, pattern)]
+        windows = [
+            s
+            for s in index.find(cst.Subscript, within=loop.body)
+            if isinstance(s.value, cst.Name) and len(s.slice) == 1 and m.matches(s, pattern)
+        ]
         if not windows:
             return ""
         understood: set[int] = set()
@@ -394,8 +453,10 @@ class ManualBatchingInStepLoop(Rule):
             return ""  # batches of tensors already on the device: a slice is the fastest batch
         carried = self._carried_state(plan)
         if carried is not None:
-            return (f"`{carried}` is carried from one batch to the next (state such as a truncated-BPTT "
-                    "hidden state), so the order of the windows matters")
+            return (
+                f"`{carried}` is carried from one batch to the next (state such as a truncated-BPTT "
+                "hidden state), so the order of the windows matters"
+            )
         others = [n for n in self._names(loop.body, i) if id(n) not in understood]
         if others:
             return f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
@@ -421,8 +482,11 @@ class ManualBatchingInStepLoop(Rule):
             _append_once(plan.tensors, holder.value.value)
             return None
         statement = parents.get(window)
-        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0].target, cst.Name)):
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)
+        ):
             return "a slice of the permutation is used in a way the rule does not follow"
         if not (isinstance(parents.get(statement), cst.SimpleStatementLine) and len(parents.get(statement).body) == 1):
             return "the permutation is sliced on a line that does more"
@@ -433,7 +497,9 @@ class ManualBatchingInStepLoop(Rule):
                 continue
             element = parents.get(parents.get(read))
             holder = parents.get(element) if isinstance(element, cst.SubscriptElement) else None
-            if not (isinstance(holder, cst.Subscript) and isinstance(holder.value, cst.Name) and len(holder.slice) == 1):
+            if not (
+                isinstance(holder, cst.Subscript) and isinstance(holder.value, cst.Name) and len(holder.slice) == 1
+            ):
                 return f"the batch indices `{index}` are used for more than indexing (line {self.context.line(read)})"
             plan.uses[id(holder)] = holder.value.value
             _append_once(plan.tensors, holder.value.value)
@@ -457,11 +523,15 @@ class ManualBatchingInStepLoop(Rule):
             if kinds.is_mutated_in_place(use.value):
                 return f"`{name}` is written in place, and its batches would no longer be views of it"
         if plan.permutation is not None and not self._drawn_per_epoch(plan):
-            return ("the permutation is drawn once and reused in every epoch, and a DataLoader with shuffle=True "
-                    "would draw a new one each epoch")
+            return (
+                "the permutation is drawn once and reused in every epoch, and a DataLoader with shuffle=True "
+                "would draw a new one each epoch"
+            )
         if not self._covers(plan):
-            return (f"the range `{self.context.source(plan.window.n)}` is not the length of "
-                    f"{' / '.join(f'`{t}`' for t in plan.tensors)}, so the batches may not cover the data")
+            return (
+                f"the range `{self.context.source(plan.window.n)}` is not the length of "
+                f"{' / '.join(f'`{t}`' for t in plan.tensors)}, so the batches may not cover the data"
+            )
         targets = [statement.targets[0].target for statement in self._batch_statements(plan).values()]
         for line in _lines(plan.loop.body):
             if _unpacks_only_batches(line, plan.uses):
@@ -503,8 +573,11 @@ class ManualBatchingInStepLoop(Rule):
             perm_n = positional(self._values(plan.permutation, plan.loop)[0], 0)
             if perm_n is None or not _same(perm_n.value, n):
                 return False
-        lengths = {f"len({t})" for t in plan.tensors} | {f"{t}.size(0)" for t in plan.tensors} | {
-            f"{t}.shape[0]" for t in plan.tensors}
+        lengths = (
+            {f"len({t})" for t in plan.tensors}
+            | {f"{t}.size(0)" for t in plan.tensors}
+            | {f"{t}.shape[0]" for t in plan.tensors}
+        )
         if any(_normalized(self.context.source(c)) in lengths for c in candidates):
             return True
         # `X = T[:n]` holds the first n rows when n is at most len(T): `n = int(0.9 * len(T))`, `len(T) - k`
@@ -512,12 +585,20 @@ class ManualBatchingInStepLoop(Rule):
         for tensor in plan.tensors:
             values = self._values(tensor, plan.loop)
             value = values[0] if values is not None and len(values) == 1 else None
-            if not (isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Slice)):
+            if not (
+                isinstance(value, cst.Subscript)
+                and len(value.slice) == 1
+                and isinstance(value.slice[0].slice, cst.Slice)
+            ):
                 continue
             part = value.slice[0].slice
             if part.lower is not None and not (isinstance(part.lower, cst.Integer) and part.lower.value == "0"):
                 continue
-            if part.upper is None or part.step is not None or _normalized(self.context.source(part.upper)) not in spelled:
+            if (
+                part.upper is None
+                or part.step is not None
+                or _normalized(self.context.source(part.upper)) not in spelled
+            ):
                 continue
             if any(self._at_most_length(c, value.value) for c in candidates):
                 return True
@@ -525,8 +606,11 @@ class ManualBatchingInStepLoop(Rule):
 
     def _at_most_length(self, n: cst.BaseExpression, owner: cst.BaseExpression) -> bool:
         """Is `n` at most the length of `owner`: `int(0.9 * len(T))`, `len(T) - k`, `len(T) // 2`?"""
-        length = {f"len({self.context.source(owner)})", f"{self.context.source(owner)}.size(0)",
-                  f"{self.context.source(owner)}.shape[0]"}
+        length = {
+            f"len({self.context.source(owner)})",
+            f"{self.context.source(owner)}.size(0)",
+            f"{self.context.source(owner)}.shape[0]",
+        }
         length = {_normalized(x) for x in length}
         if isinstance(n, cst.Call) and self.context.names.is_(n.func, "int", "builtins.int") and len(n.args) == 1:
             n = n.args[0].value
@@ -559,8 +643,10 @@ class ManualBatchingInStepLoop(Rule):
             carried |= (reads - bound_so_far) & bound_in_body - batch_names
             binds = self._bound_names(line)
             hit = reads & carried
-            if hit and (reads & batch_names or any(id(n) in plan.uses
-                                                   for n in self.context.index.find(cst.Subscript, within=line))):
+            if hit and (
+                reads & batch_names
+                or any(id(n) in plan.uses for n in self.context.index.find(cst.Subscript, within=line))
+            ):
                 return sorted(hit)[0]
             carried = carried | binds if hit else carried - binds
             bound_so_far |= binds
@@ -574,11 +660,14 @@ class ManualBatchingInStepLoop(Rule):
             if not tensor or tensor in found:
                 continue
             statement = self.context.parents.get(node)
-            if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                    and isinstance(statement.targets[0].target, cst.Name)
-                    and isinstance(self.context.parents.get(statement), cst.SimpleStatementLine)
-                    and len(self.context.parents.get(statement).body) == 1
-                    and self.context.parents.get(self.context.parents.get(statement)) is plan.loop.body):
+            if (
+                isinstance(statement, cst.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name)
+                and isinstance(self.context.parents.get(statement), cst.SimpleStatementLine)
+                and len(self.context.parents.get(statement).body) == 1
+                and self.context.parents.get(self.context.parents.get(statement)) is plan.loop.body
+            ):
                 found[tensor] = statement
         return found
 
@@ -623,7 +712,8 @@ class ManualBatchingInStepLoop(Rule):
         drop_last = ", drop_last=True" if plan.window.drop_last else ""
         build = cst.parse_statement(
             f"{loader} = DataLoader(TensorDataset({', '.join(plan.tensors)}), "
-            f"batch_size={self.context.source(plan.batch_size)}, shuffle={shuffle}{drop_last})\n")
+            f"batch_size={self.context.source(plan.batch_size)}, shuffle={shuffle}{drop_last})\n"
+        )
         edits: list[Edit] = [
             InsertBefore(anchor, (build,)),
             # the header as a function of the loop, so that edits inside its body compose
@@ -632,9 +722,13 @@ class ManualBatchingInStepLoop(Rule):
             *(Remove(line) for line in removed),
         ]
         order = "shuffled each epoch, as the permutation did" if plan.permutation else "in the same order"
-        self.report(loop, f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
-                          f"a DataLoader built once, batches of `{self.context.source(plan.batch_size)}` {order}",
-                    edits=edits, imports=IMPORTS)
+        self.report(
+            loop,
+            f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
+            f"a DataLoader built once, batches of `{self.context.source(plan.batch_size)}` {order}",
+            edits=edits,
+            imports=IMPORTS,
+        )
 
     def _unused_permutation(self, plan: _Plan, anchor: cst.CSTNode) -> cst.CSTNode | None:
         """The line `perm = torch.randperm(n)` when the rewritten windows were its only
@@ -642,7 +736,9 @@ class ManualBatchingInStepLoop(Rule):
         scope = self.context.scopes.get(plan.loop)
         assignments = list(scope.assignments[plan.permutation])
         line = self.context.parents.get(self.context.parents.get(self.context.parents.get(assignments[0].node)))
-        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self.context.inside(line, anchor)):
+        if not (
+            isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self.context.inside(line, anchor)
+        ):
             return None
         reads = {id(access.node) for access in scope.accesses[plan.permutation]}
         return line if reads <= plan.permutation_reads else None
@@ -687,8 +783,11 @@ class ManualBatchingInStepLoop(Rule):
             value = bindings.assigned_value(assignment)
             if value is None:  # `a, b = x, y`: the element of the literal
                 unpacked = bindings.unpacked(assignment)
-                if unpacked is None or not isinstance(unpacked[0], (cst.Tuple, cst.List)) \
-                        or unpacked[1] >= len(unpacked[0].elements):
+                if (
+                    unpacked is None
+                    or not isinstance(unpacked[0], (cst.Tuple, cst.List))
+                    or unpacked[1] >= len(unpacked[0].elements)
+                ):
                     return None
                 element = unpacked[0].elements[unpacked[1]]
                 if not isinstance(element, cst.Element):
@@ -701,7 +800,9 @@ class ManualBatchingInStepLoop(Rule):
         scope = self.context.scopes.get(region)
         if scope is None or name not in scope:
             return False
-        return any(isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region) for a in scope.assignments[name])
+        return any(
+            isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region) for a in scope.assignments[name]
+        )
 
     def _free_or_torch(self, name: str) -> bool:
         """Is `name` unbound in the module, or bound only by an import of torch's class of that name?"""
@@ -711,13 +812,17 @@ class ManualBatchingInStepLoop(Rule):
         for assignment in scope.globals.assignments[name]:
             if not isinstance(assignment, ImportAssignment):
                 return False
-            if not any(q.name in (f"torch.utils.data.{name}", f"torch.utils.data.dataloader.{name}",
-                                  f"torch.utils.data.dataset.{name}")
-                       for q in assignment.get_qualified_names_for(name)):
+            if not any(
+                q.name
+                in (
+                    f"torch.utils.data.{name}",
+                    f"torch.utils.data.dataloader.{name}",
+                    f"torch.utils.data.dataset.{name}",
+                )
+                for q in assignment.get_qualified_names_for(name)
+            ):
                 return False
         return True
-
-
 
 
 def _is_data(expr: cst.BaseExpression, data: set[str]) -> bool:
@@ -769,8 +874,6 @@ def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
     return list(block.body) if isinstance(block, cst.IndentedBlock) else [block]
 
 
-
-
 def _target_names(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}
@@ -787,6 +890,8 @@ def _unpacks_only_batches(line: cst.CSTNode, uses: dict[int, str]) -> bool:
     if len(assign.targets) != 1:
         return False
     target, value = assign.targets[0].target, assign.value
-    if not (isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements)):
+    if not (
+        isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements)
+    ):
         return False
     return all(isinstance(t.value, cst.Name) and uses.get(id(v.value)) for t, v in zip(target.elements, value.elements))

@@ -124,7 +124,8 @@ class NonBlockingCopy(Rule):
         ),
         Invalid(
             PREAMBLE + "for batch in loader:\n    batch = {k: v.to(device) for k, v in batch.items()}\n",
-            PREAMBLE + "for batch in loader:\n    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}\n",
+            PREAMBLE
+            + "for batch in loader:\n    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}\n",
         ),
         Invalid(
             PREAMBLE + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).to(device)\n",
@@ -132,7 +133,8 @@ class NonBlockingCopy(Rule):
         ),
         Invalid(
             PREAMBLE + "x = torch.randn(4)\ntarget_device = 'cuda:1'\nx = x.float().to(target_device)\n",
-            PREAMBLE + "x = torch.randn(4)\ntarget_device = 'cuda:1'\nx = x.float().to(target_device, non_blocking=True)\n",
+            PREAMBLE
+            + "x = torch.randn(4)\ntarget_device = 'cuda:1'\nx = x.float().to(target_device, non_blocking=True)\n",
         ),
         Invalid(
             PREAMBLE + "x = torch.randn(4)\ny = x.to(\n    device,\n)\n",

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import libcst as cst
-from codemod.analysis import match as m
 
+from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, positional
 from codemod.edits import Replace
@@ -144,38 +144,61 @@ class PerCallHookRegistration(Rule):
     NAME = "per-call-hook-registration"
     LEVEL = Level.UNSAFE
     REQUIRES = tuple(TORCH_TO_RUNTIME)
-    MESSAGE = ("hook registered and removed on every call; register it once "
-               "(runtime.hooks.per_call_forward_hook keeps one dispatcher per module)")
+    MESSAGE = (
+        "hook registered and removed on every call; register it once "
+        "(runtime.hooks.per_call_forward_hook keeps one dispatcher per module)"
+    )
     GAIN = "about 3 us of Python per hook per call: shows only in small models with many hooked layers"
 
     VALID = [
-        Valid(PREAMBLE + "handle = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
-              "for x in data:\n    model(x).sum().backward()\n    opt.step()\nhandle.remove()\n",
-              "one-shot hook outside loops"),
-        Valid(PREAMBLE + "handles = []\nfor i, layer in enumerate(model):\n"
-              "    handles.append(layer.register_forward_hook(functools.partial(keep, name=i)))\n"
-              "for x in data:\n    model(x).sum().backward()\nfor h in handles:\n    h.remove()\n",
-              "registered in a loop over layers, removed after training: once"),
-        Valid(PREAMBLE + "def attach():\n    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
-              "    model(data[0])\n    h.remove()\n", "a plain function may run once"),
-        Valid(PREAMBLE + "class Hooker:\n    def register_forward_hook(self, fn):\n        return fn\n"
-              "hooker = Hooker()\nfor x in data:\n    hooker.register_forward_hook(print)\n",
-              "the result is never removed: not a per-call pair"),
+        Valid(
+            PREAMBLE + "handle = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
+            "for x in data:\n    model(x).sum().backward()\n    opt.step()\nhandle.remove()\n",
+            "one-shot hook outside loops",
+        ),
+        Valid(
+            PREAMBLE + "handles = []\nfor i, layer in enumerate(model):\n"
+            "    handles.append(layer.register_forward_hook(functools.partial(keep, name=i)))\n"
+            "for x in data:\n    model(x).sum().backward()\nfor h in handles:\n    h.remove()\n",
+            "registered in a loop over layers, removed after training: once",
+        ),
+        Valid(
+            PREAMBLE + "def attach():\n    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
+            "    model(data[0])\n    h.remove()\n",
+            "a plain function may run once",
+        ),
+        Valid(
+            PREAMBLE + "class Hooker:\n    def register_forward_hook(self, fn):\n        return fn\n"
+            "hooker = Hooker()\nfor x in data:\n    hooker.register_forward_hook(print)\n",
+            "the result is never removed: not a per-call pair",
+        ),
     ]
     INVALID = [
         Invalid(
-            _loop_with("    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
-                       "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"),
-            _imported(_loop_with("    h = per_call_forward_hook(model[0], functools.partial(keep, name=0))\n"
-                                 "    try:\n        out = model(x)\n    finally:\n        h.remove()\n")),
+            _loop_with(
+                "    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
+                "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"
+            ),
+            _imported(
+                _loop_with(
+                    "    h = per_call_forward_hook(model[0], functools.partial(keep, name=0))\n"
+                    "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"
+                )
+            ),
             "try/finally in the training loop",
         ),
         Invalid(
-            _loop_with("    h = None\n    try:\n        h = model[2].register_forward_hook(lambda m, a, o: o * 2)\n"
-                       "        out = model(x)\n    finally:\n        if h is not None:\n            h.remove()\n"),
-            _imported(_loop_with("    h = None\n    try:\n        h = per_call_forward_hook(model[2], lambda m, a, o: o * 2)\n"
-                                 "        out = model(x)\n    finally:\n        if h is not None:\n"
-                                 "            h.remove()\n")),
+            _loop_with(
+                "    h = None\n    try:\n        h = model[2].register_forward_hook(lambda m, a, o: o * 2)\n"
+                "        out = model(x)\n    finally:\n        if h is not None:\n            h.remove()\n"
+            ),
+            _imported(
+                _loop_with(
+                    "    h = None\n    try:\n        h = per_call_forward_hook(model[2], lambda m, a, o: o * 2)\n"
+                    "        out = model(x)\n    finally:\n        if h is not None:\n"
+                    "            h.remove()\n"
+                )
+            ),
             "a handle compared with None before removal",
         ),
         Invalid(
@@ -183,11 +206,13 @@ class PerCallHookRegistration(Rule):
             "        self.net = net\n    def forward(self, x, shift):\n"
             "        with self.net[0].register_forward_pre_hook(lambda m, args: (args[0] + shift,)):\n"
             "            return self.net(x)\n",
-            _imported(PREAMBLE
-            + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
-            "        self.net = net\n    def forward(self, x, shift):\n"
-            "        with per_call_forward_pre_hook(self.net[0], lambda m, args: (args[0] + shift,)):\n"
-            "            return self.net(x)\n", "per_call_forward_pre_hook"),
+            _imported(
+                PREAMBLE + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
+                "        self.net = net\n    def forward(self, x, shift):\n"
+                "        with per_call_forward_pre_hook(self.net[0], lambda m, args: (args[0] + shift,)):\n"
+                "            return self.net(x)\n",
+                "per_call_forward_pre_hook",
+            ),
             "a pre-hook in forward, removed by `with`",
         ),
         Invalid(
@@ -200,8 +225,10 @@ class PerCallHookRegistration(Rule):
             "the handle is kept on self: reported without a fix",
         ),
         Invalid(
-            _loop_with("    h = model[0].register_forward_hook(functools.partial(keep, name=0), prepend=True)\n"
-                       "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"),
+            _loop_with(
+                "    h = model[0].register_forward_hook(functools.partial(keep, name=0), prepend=True)\n"
+                "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"
+            ),
             None,
             "prepend=True: reported without a fix",
         ),
@@ -222,9 +249,12 @@ class PerCallHookRegistration(Rule):
             # The handle goes somewhere the rule cannot follow: report only where the
             # code visibly runs per call.
             if per_call != "loop" or self._in_training_loop(node):
-                self.report(node, "hook registered on every call, but its handle is stored or used other than by "
-                                  "`.remove()` (on self, in a dict, returned); register it once by hand, e.g. with "
-                                  "runtime.hooks.PersistentHooks")
+                self.report(
+                    node,
+                    "hook registered on every call, but its handle is stored or used other than by "
+                    "`.remove()` (on self, in a dict, returned); register it once by hand, e.g. with "
+                    "runtime.hooks.PersistentHooks",
+                )
             return
         if not removals or not self._removed_in_same_call(node, removals):
             return  # never removed, or removed elsewhere: registered once, or unknown how often
@@ -234,11 +264,17 @@ class PerCallHookRegistration(Rule):
             return
         function = TORCH_TO_RUNTIME[node.func.attr.value]
         if self._name_taken(node, function):
-            self.report(node, f"hook registered and removed on every call, but this file binds `{function}` "
-                              "to something else; rename it to apply the fix")
+            self.report(
+                node,
+                f"hook registered and removed on every call, but this file binds `{function}` "
+                "to something else; rename it to apply the fix",
+            )
             return
-        self.report(node, edits=[Replace(node, lambda updated: _per_call(updated, function))],
-                    imports=[(RUNTIME_MODULE, function)])
+        self.report(
+            node,
+            edits=[Replace(node, lambda updated: _per_call(updated, function))],
+            imports=[(RUNTIME_MODULE, function)],
+        )
 
     # -- where it runs -----------------------------------------------------------------
 
@@ -267,8 +303,9 @@ class PerCallHookRegistration(Rule):
         return any(self.context.names.is_(d.decorator, *CONTEXT_MANAGERS) for d in function.decorators)
 
     def _in_training_loop(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(r, (cst.For, cst.While)) and self.context.loops.is_training_loop(r)
-                   for r in self._regions(node))
+        return any(
+            isinstance(r, (cst.For, cst.While)) and self.context.loops.is_training_loop(r) for r in self._regions(node)
+        )
 
     def _removed_in_same_call(self, node: cst.Call, removals: list[cst.CSTNode]) -> bool:
         """Is there a loop or per-call function around the registration that also holds a removal?"""
@@ -313,8 +350,13 @@ class PerCallHookRegistration(Rule):
     def _passed_removals(self, arg: cst.Arg) -> list[cst.CSTNode] | None:
         """`handles.append(<handle>)` or `stack.enter_context(<handle>)`."""
         outer = self.context.parents.get(arg)
-        if not (isinstance(outer, cst.Call) and len(outer.args) == 1 and arg.keyword is None and not arg.star
-                and m.matches(outer.func, m.Attribute(value=m.Name()))):
+        if not (
+            isinstance(outer, cst.Call)
+            and len(outer.args) == 1
+            and arg.keyword is None
+            and not arg.star
+            and m.matches(outer.func, m.Attribute(value=m.Name()))
+        ):
             return None
         if outer.func.attr.value == "append":
             return self._container_removals(outer.func.value)
@@ -331,7 +373,9 @@ class PerCallHookRegistration(Rule):
             target = statement.target
         else:
             return None
-        return target if isinstance(target, cst.Name) and isinstance(statement.value, (cst.List, cst.ListComp)) else None
+        return (
+            target if isinstance(target, cst.Name) and isinstance(statement.value, (cst.List, cst.ListComp)) else None
+        )
 
     def _references(self, name: cst.Name) -> list[cst.Name] | None:
         """Every read of the variable `name` in its scope, or None when it is bound
@@ -350,8 +394,14 @@ class PerCallHookRegistration(Rule):
         """The call `read.remove()`, if that is what `read` is the receiver of."""
         attribute = self.context.parents.get(read)
         call = self.context.parents.get(attribute)
-        if (isinstance(attribute, cst.Attribute) and attribute.value is read and attribute.attr.value == "remove"
-                and isinstance(call, cst.Call) and call.func is attribute and not call.args):
+        if (
+            isinstance(attribute, cst.Attribute)
+            and attribute.value is read
+            and attribute.attr.value == "remove"
+            and isinstance(call, cst.Call)
+            and call.func is attribute
+            and not call.args
+        ):
             return call
         return None
 
@@ -387,14 +437,23 @@ class PerCallHookRegistration(Rule):
                 if found is None:
                     return None
                 removals += found
-            elif isinstance(parent, cst.Assign) and parent.value is read and len(parent.targets) == 1 \
-                    and m.matches(parent.targets[0].target, m.Subscript(value=m.Name())):
+            elif (
+                isinstance(parent, cst.Assign)
+                and parent.value is read
+                and len(parent.targets) == 1
+                and m.matches(parent.targets[0].target, m.Subscript(value=m.Name()))
+            ):
                 found = self._container_removals(parent.targets[0].target.value)  # `handles[k] = h`
                 if found is None:
                     return None
                 removals += found
-            elif not m.matches(parent, m.Comparison(left=m.Name(), comparisons=[
-                    m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))])):
+            elif not m.matches(
+                parent,
+                m.Comparison(
+                    left=m.Name(),
+                    comparisons=[m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))],
+                ),
+            ):
                 return None  # `if h is not None:` reads it the same way for either handle
         return removals
 
@@ -412,8 +471,11 @@ class PerCallHookRegistration(Rule):
         for assignment in scope.assignments[name.value]:
             as_name = self.context.parents.get(assignment.node)
             item = self.context.parents.get(as_name)
-            if not (isinstance(as_name, cst.AsName) and isinstance(item, cst.WithItem)
-                    and self.context.names.is_(item.item, "contextlib.ExitStack")):
+            if not (
+                isinstance(as_name, cst.AsName)
+                and isinstance(item, cst.WithItem)
+                and self.context.names.is_(item.item, "contextlib.ExitStack")
+            ):
                 return None
             removals.append(self.context.parents.get(item))
         return removals
@@ -457,8 +519,11 @@ class PerCallHookRegistration(Rule):
         value = statement.value
         if isinstance(value, cst.Dict):
             return not value.elements
-        return (isinstance(value, cst.Call) and not value.args
-                and self.context.names.is_(value.func, "dict", "builtins.dict", "list", "builtins.list"))
+        return (
+            isinstance(value, cst.Call)
+            and not value.args
+            and self.context.names.is_(value.func, "dict", "builtins.dict", "list", "builtins.list")
+        )
 
     def _container_read(self, read: cst.Name) -> list[cst.CSTNode] | None:
         """What one read of a handle container does: the removals it makes ([] for a read
@@ -491,7 +556,9 @@ class PerCallHookRegistration(Rule):
             return [removal] if removal is not None else None
         if isinstance(parent, cst.While) and parent.test is read:
             return []  # `while hs: hs.pop().remove()`
-        if isinstance(parent, cst.Arg) and m.matches(parents.get(parent), m.Call(func=m.Name("len") | m.Name("reversed"))):
+        if isinstance(parent, cst.Arg) and m.matches(
+            parents.get(parent), m.Call(func=m.Name("len") | m.Name("reversed"))
+        ):
             call = parents.get(parent)
             if call.func.value == "len":
                 return []
@@ -514,7 +581,9 @@ class PerCallHookRegistration(Rule):
         if self._following_key(target) in self._following:
             return []  # `h = register(...); hs.append(h)` ... `for h in hs:`: the same name, checked already
         if isinstance(parent, cst.CompFor):
-            found = self._handle_removals(target) if isinstance(self.context.parents.get(parent), cst.ListComp) else None
+            found = (
+                self._handle_removals(target) if isinstance(self.context.parents.get(parent), cst.ListComp) else None
+            )
         else:
             found = self._handle_removals(target)
         return found or None
@@ -526,8 +595,10 @@ class PerCallHookRegistration(Rule):
             return "its arguments are passed with * or **"
         for name in ("prepend", "always_call"):
             if kwarg(call, name) is not None:
-                return (f"it passes `{name}=`: the runtime's dispatcher runs after the module's other hooks"
-                        " and only after a forward that returned")
+                return (
+                    f"it passes `{name}=`: the runtime's dispatcher runs after the module's other hooks"
+                    " and only after a forward that returned"
+                )
         known = {"hook", "with_kwargs"}
         if any(arg.keyword is not None and arg.keyword.value not in known for arg in call.args):
             return "it passes an argument the runtime does not take"
@@ -543,8 +614,11 @@ class PerCallHookRegistration(Rule):
             return False
         for assignment in scope[function]:
             statement = getattr(assignment, "node", None)
-            if not (isinstance(statement, cst.ImportFrom) and isinstance(statement.module, (cst.Attribute, cst.Name))
-                    and self.context.module.code_for_node(statement.module) == RUNTIME_MODULE):
+            if not (
+                isinstance(statement, cst.ImportFrom)
+                and isinstance(statement.module, (cst.Attribute, cst.Name))
+                and self.context.module.code_for_node(statement.module) == RUNTIME_MODULE
+            ):
                 return True
         return False
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-from codemod.analysis import match as m
 from libcst.metadata import Assignment
 
+from codemod.analysis import match as m
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import names_read
@@ -191,13 +191,23 @@ class PerPositionLossLoop(Rule):
     GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-2.1x per step on CPU (T=64, benchmarks/bench_batching.py)"
 
     VALID = [
-        Valid(PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t])\n", "not cross-entropy"),
-        Valid(PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[t], targets[t])\n", "a loop over samples, not positions"),
-        Valid(PREAMBLE + "def cross_entropy(a, b):\n    return (a - b).sum()\nfor t in range(6):\n"
-              "    loss += cross_entropy(logits[:, t], targets[:, t])\n", "a local function of the same name"),
-        Valid(PREAMBLE + "heads = [logits, logits]\nfor k, head in enumerate(heads):\n"
-              "    loss += F.cross_entropy(head[:, : 6 - k].flatten(0, 1), targets[:, k:].flatten())\n",
-              "one loss per prediction head, over all positions each"),
+        Valid(
+            PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t])\n", "not cross-entropy"
+        ),
+        Valid(
+            PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[t], targets[t])\n",
+            "a loop over samples, not positions",
+        ),
+        Valid(
+            PREAMBLE + "def cross_entropy(a, b):\n    return (a - b).sum()\nfor t in range(6):\n"
+            "    loss += cross_entropy(logits[:, t], targets[:, t])\n",
+            "a local function of the same name",
+        ),
+        Valid(
+            PREAMBLE + "heads = [logits, logits]\nfor k, head in enumerate(heads):\n"
+            "    loss += F.cross_entropy(head[:, : 6 - k].flatten(0, 1), targets[:, k:].flatten())\n",
+            "one loss per prediction head, over all positions each",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -205,35 +215,40 @@ class PerPositionLossLoop(Rule):
             PREAMBLE + f"loss += {PER_POSITION_MEAN}\n",
         ),
         Invalid(
-            PREAMBLE + "for t in range(1, 5):\n    loss = loss + F.cross_entropy(logits[:, t - 1, :], targets[:, t], reduction=\"sum\") / 4\n",
+            PREAMBLE
+            + 'for t in range(1, 5):\n    loss = loss + F.cross_entropy(logits[:, t - 1, :], targets[:, t], reduction="sum") / 4\n',
             PREAMBLE + "loss = loss + F.cross_entropy(logits[:, :4].flatten(0, 1), targets[:, 1:5].flatten(0, 1), "
-            "reduction=\"sum\") / 4\n",
+            'reduction="sum") / 4\n',
             "shifted targets, a summed loss and a constant factor",
         ),
         Invalid(
             PREAMBLE + "criterion = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)\n"
             "for t in range(6):\n    loss += criterion(logits[:, t], targets[:, t])\n",
             PREAMBLE + "criterion = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)\n"
-            "loss += (F.cross_entropy(logits[:, :6].transpose(1, 2), targets[:, :6], reduction=\"none\", "
+            'loss += (F.cross_entropy(logits[:, :6].transpose(1, 2), targets[:, :6], reduction="none", '
             "ignore_index=0, label_smoothing=0.1).sum(0)\n         / (targets[:, :6] != 0).sum(0)).sum()\n",
             "a loss module: its arguments carried over",
         ),
         Invalid(
             PREAMBLE + "K = 3\nfor k in range(K):\n    step_logits = logits[:, -K + k, :]\n"
-            "    loss += F.cross_entropy(step_logits, targets[:, k], reduction=\"sum\")\n",
-            PREAMBLE + "K = 3\nloss += F.cross_entropy(logits[:, -K:].flatten(0, 1), targets[:, :K].flatten(0, 1), reduction=\"sum\")\n",
+            '    loss += F.cross_entropy(step_logits, targets[:, k], reduction="sum")\n',
+            PREAMBLE
+            + 'K = 3\nloss += F.cross_entropy(logits[:, -K:].flatten(0, 1), targets[:, :K].flatten(0, 1), reduction="sum")\n',
             "the last K positions, through a name assigned in the loop",
         ),
         Invalid(
             PREAMBLE + "T = logits.size(1)\nlosses = []\nfor t in range(T):\n"
             "    losses.append(F.cross_entropy(logits[:, t], targets[:, t]))\nloss = torch.stack(losses).mean()\n",
-            PREAMBLE + "T = logits.size(1)\nlosses = (F.cross_entropy(logits.transpose(1, 2), targets[:, :T], reduction=\"none\").sum(0)\n"
+            PREAMBLE
+            + 'T = logits.size(1)\nlosses = (F.cross_entropy(logits.transpose(1, 2), targets[:, :T], reduction="none").sum(0)\n'
             "          / (targets[:, :T] != -100).sum(0))\nloss = losses.mean()\n",
             "per-position losses collected in a list: one vector of them",
         ),
         Invalid(
-            PREAMBLE + "loss = sum(F.cross_entropy(logits[:, t], targets[:, t], reduction=\"sum\") for t in range(6)) / 6\n",
-            PREAMBLE + "loss = F.cross_entropy(logits[:, :6].flatten(0, 1), targets[:, :6].flatten(0, 1), reduction=\"sum\") / 6\n",
+            PREAMBLE
+            + 'loss = sum(F.cross_entropy(logits[:, t], targets[:, t], reduction="sum") for t in range(6)) / 6\n',
+            PREAMBLE
+            + 'loss = F.cross_entropy(logits[:, :6].flatten(0, 1), targets[:, :6].flatten(0, 1), reduction="sum") / 6\n',
             "a generator summed",
         ),
         Invalid(
@@ -243,12 +258,14 @@ class PerPositionLossLoop(Rule):
             "a name the loop assigns is read after it",
         ),
         Invalid(
-            PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t], reduction=\"none\")\n",
+            PREAMBLE
+            + 'for t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t], reduction="none")\n',
             None,
             "a per-sample result",
         ),
         Invalid(
-            PREAMBLE + "w = torch.ones(10)\nfor t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t], weight=w)\n",
+            PREAMBLE
+            + "w = torch.ones(10)\nfor t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t], weight=w)\n",
             None,
             "class weights with the mean",
         ),
@@ -311,15 +328,26 @@ class PerPositionLossLoop(Rule):
         """`for a, b in zip(x.unbind(1), y.unbind(1))` (or `unbind(dim=1)`): a = x[:, t], b = y[:, t]."""
         if not (isinstance(iterable, cst.Call) and self.context.names.is_(iterable.func, "zip", "builtins.zip")):
             return None
-        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(iterable.args) or not iterable.args:
+        if (
+            not isinstance(target, (cst.Tuple, cst.List))
+            or len(target.elements) != len(iterable.args)
+            or not iterable.args
+        ):
             return None
         rows = {}
         for element, arg in zip(target.elements, iterable.args):
             value = arg.value
-            if not (isinstance(element.value, cst.Name) and arg.keyword is None and not arg.star
-                    and m.matches(value, m.Call(func=m.Attribute(attr=m.Name("unbind")), args=[m.Arg(value=m.Integer("1"))]))
-                    and value.args[0].keyword in (None,) + tuple(k for k in [value.args[0].keyword] if k and k.value == "dim")
-                    and isinstance(value.func.value, (cst.Name, cst.Attribute))):
+            if not (
+                isinstance(element.value, cst.Name)
+                and arg.keyword is None
+                and not arg.star
+                and m.matches(
+                    value, m.Call(func=m.Attribute(attr=m.Name("unbind")), args=[m.Arg(value=m.Integer("1"))])
+                )
+                and value.args[0].keyword
+                in (None,) + tuple(k for k in [value.args[0].keyword] if k and k.value == "dim")
+                and isinstance(value.func.value, (cst.Name, cst.Attribute))
+            ):
                 return None
             rows[element.value.value] = value.func.value
         return _Loop(None, rows=rows)
@@ -351,8 +379,11 @@ class PerPositionLossLoop(Rule):
         if loop.var is None or not isinstance(expr, cst.Subscript) or len(expr.slice) < 2:
             return False
         first, second = expr.slice[0], expr.slice[1]
-        return (m.matches(first, FULL_SLICE) and isinstance(second.slice, cst.Index)
-                and loop.var in {n.value for n in names_read(second.slice.value)})
+        return (
+            m.matches(first, FULL_SLICE)
+            and isinstance(second.slice, cst.Index)
+            and loop.var in {n.value for n in names_read(second.slice.value)}
+        )
 
     def _assigned_in(self, body: cst.CSTNode) -> dict[str, cst.BaseExpression]:
         found = {}
@@ -363,9 +394,11 @@ class PerPositionLossLoop(Rule):
 
     def _message(self, body: cst.CSTNode, loop: _Loop) -> str:
         if loop.var is not None and self._teacher_forced(body, loop):
-            return ("the model runs once per sequence position (teacher forcing) and cross-entropy is computed per "
-                    "position; a causal model gives every position's logits in one call (`logits = model(x[:, :-1])`), "
-                    "then one cross-entropy over all positions")
+            return (
+                "the model runs once per sequence position (teacher forcing) and cross-entropy is computed per "
+                "position; a causal model gives every position's logits in one call (`logits = model(x[:, :-1])`), "
+                "then one cross-entropy over all positions"
+            )
         return self.MESSAGE
 
     def _teacher_forced(self, body: cst.CSTNode, loop: _Loop) -> bool:
@@ -388,7 +421,8 @@ class PerPositionLossLoop(Rule):
         if self._teacher_forced(node.body, loop):
             raise _NotRewritten("each position runs the model on its own prefix")
         if not isinstance(node.body, cst.IndentedBlock) or not all(
-                isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in node.body.body):
+            isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in node.body.body
+        ):
             raise _NotRewritten("the loop does more than add one loss per position")
         *setup, statement = [line.body[0] for line in node.body.body]
         temporaries: dict[str, cst.Assign] = {}
@@ -408,7 +442,8 @@ class PerPositionLossLoop(Rule):
             raise _NotRewritten(f"each term reads `{accumulator.value}`")
         for name, assign in temporaries.items():
             if [n.value for n in names_read(value)].count(name) != 1 or set(temporaries) & {
-                    n.value for n in names_read(assign.value)}:
+                n.value for n in names_read(assign.value)
+            }:
                 raise _NotRewritten(f"`{name}` is not read once by the loss")
         targets = [*(a.targets[0].target for a in temporaries.values())]
         targets += [node.target] if loop.var is not None else [e.value for e in node.target.elements]
@@ -431,17 +466,29 @@ class PerPositionLossLoop(Rule):
         """(acc, term) of `acc += term` or `acc = acc + term`."""
         if m.matches(statement, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
             return statement.target, statement.value
-        if m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())],
-                                         value=m.BinaryOperation(left=m.Name(), operator=m.Add()))) \
-                and statement.value.left.value == statement.targets[0].target.value:
+        if (
+            m.matches(
+                statement,
+                m.Assign(
+                    targets=[m.AssignTarget(target=m.Name())], value=m.BinaryOperation(left=m.Name(), operator=m.Add())
+                ),
+            )
+            and statement.value.left.value == statement.targets[0].target.value
+        ):
             return statement.targets[0].target, statement.value.right
         return None
 
     @staticmethod
     def _appended(statement: cst.BaseSmallStatement) -> tuple[cst.Name, cst.BaseExpression] | None:
         """(L, term) of `L.append(term)`."""
-        if m.matches(statement, m.Expr(value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append")),
-                                                     args=[m.Arg(keyword=None, star="")]))):
+        if m.matches(
+            statement,
+            m.Expr(
+                value=m.Call(
+                    func=m.Attribute(value=m.Name(), attr=m.Name("append")), args=[m.Arg(keyword=None, star="")]
+                )
+            ),
+        ):
             call = statement.value
             return call.func.value, call.args[0].value
         return None
@@ -456,9 +503,12 @@ class PerPositionLossLoop(Rule):
             raise _NotRewritten(f"`{name.value}` is bound more than once")
         created = self.context.bindings.statement(assignments[0].node)
         line = self.context.parents.get(created)
-        if not (isinstance(created, cst.Assign) and m.matches(created.value, m.List(elements=[]))
-                and self.context.parents.get(line) is self.context.parents.get(node)
-                and self.context.index.before(created, node)):
+        if not (
+            isinstance(created, cst.Assign)
+            and m.matches(created.value, m.List(elements=[]))
+            and self.context.parents.get(line) is self.context.parents.get(node)
+            and self.context.index.before(created, node)
+        ):
             raise _NotRewritten(f"`{name.value}` is not an empty list made right before the loop")
         uses = [access.node for access in assignments[0].references if not self.context.inside(access.node, node)]
         if len(uses) != 1:
@@ -466,8 +516,13 @@ class PerPositionLossLoop(Rule):
         use = uses[0]
         arg = self.context.parents.get(use)
         call = self.context.parents.get(arg)
-        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and len(call.args) == 1 and arg.keyword is None
-                and self.context.index.before(node, call)):
+        if not (
+            isinstance(arg, cst.Arg)
+            and isinstance(call, cst.Call)
+            and len(call.args) == 1
+            and arg.keyword is None
+            and self.context.index.before(node, call)
+        ):
             raise _NotRewritten(f"`{name.value}` is used after the loop other than by `torch.stack` or `sum`")
         if self.context.names.is_(call.func, "torch.stack"):
             replacement = cst.Name(name.value)
@@ -505,8 +560,13 @@ class PerPositionLossLoop(Rule):
         try:
             if comp.ifs:
                 raise _NotRewritten("the positions are filtered")
-            if not (isinstance(call, cst.Call) and len(call.args) == 1 and isinstance(parent, cst.Arg)
-                    and parent.keyword is None and not parent.star):
+            if not (
+                isinstance(call, cst.Call)
+                and len(call.args) == 1
+                and isinstance(parent, cst.Arg)
+                and parent.keyword is None
+                and not parent.star
+            ):
                 raise _NotRewritten("the per-position losses are not summed or stacked")
             if self.context.names.is_(call.func, "sum", "builtins.sum"):
                 kind = "total"
@@ -601,7 +661,11 @@ class PerPositionLossLoop(Rule):
         """`base[:, t + offset]` (`base[:, t + offset, :]` for the input), or a row of `zip(... .unbind(1))`."""
         if isinstance(expr, cst.Name) and expr.value in loop.rows:
             return _Operand(loop.rows[expr.value], full=True)
-        if loop.var is None or not isinstance(expr, cst.Subscript) or not isinstance(expr.value, (cst.Name, cst.Attribute)):
+        if (
+            loop.var is None
+            or not isinstance(expr, cst.Subscript)
+            or not isinstance(expr.value, (cst.Name, cst.Attribute))
+        ):
             return None
         elements = list(expr.slice)
         if len(elements) == 3 and trailing and m.matches(elements[2], FULL_SLICE):
@@ -646,8 +710,9 @@ class PerPositionLossLoop(Rule):
 
     # -- the batched expression -----------------------------------------------------
 
-    def _expression(self, term: _Term, loop: _Loop, kind: str, column: int, indent: int,
-                    parenthesize: bool = False) -> cst.BaseExpression:
+    def _expression(
+        self, term: _Term, loop: _Loop, kind: str, column: int, indent: int, parenthesize: bool = False
+    ) -> cst.BaseExpression:
         """The loss over all positions: their sum (`kind` "total"), or the vector of
         per-position losses ("vector"), for an expression that starts at `column` of a
         statement indented by `indent`."""
@@ -671,8 +736,10 @@ class PerPositionLossLoop(Rule):
             else:
                 ignore = loss.keywords.get("ignore_index", DEFAULT_IGNORE_INDEX)
                 close = ".sum()" if kind == "total" else ""
-                lines = [f"({function}({inputs}.transpose(1, 2), {targets}{extra}).sum(0)",
-                         f"/ ({targets} != {ignore}).sum(0)){close}"]
+                lines = [
+                    f"({function}({inputs}.transpose(1, 2), {targets}{extra}).sum(0)",
+                    f"/ ({targets} != {ignore}).sum(0)){close}",
+                ]
         if term.factor is not None:
             operator, operand = term.factor
             lines[-1] = f"{lines[-1]} {operator} {code(operand)}"
@@ -705,7 +772,12 @@ class PerPositionLossLoop(Rule):
         code = cst.Module([]).code_for_node
         base = code(operand.base)
         start, stop, offset = loop.start, loop.stop, operand.offset
-        if operand.sign == 1 and offset == 0 and (start is None or _is_zero(start)) and self._is_length(stop, operand.base):
+        if (
+            operand.sign == 1
+            and offset == 0
+            and (start is None or _is_zero(start))
+            and self._is_length(stop, operand.base)
+        ):
             return base  # every position
         if operand.sign == -1:
             # -t for t in range(1, K + 1) (or range(1, S)): positions -K ... -1
@@ -734,7 +806,9 @@ class PerPositionLossLoop(Rule):
         if lower_value is not None:
             if lower_value < 0:
                 return None
-        elif not (self._non_negative(start) and (isinstance(offset, int) and offset >= 0 or self._non_negative(offset))):
+        elif not (
+            self._non_negative(start) and (isinstance(offset, int) and offset >= 0 or self._non_negative(offset))
+        ):
             return None
         return f"{base}[:, {'' if lower_text == '0' else lower_text}:{upper[0]}]"
 
@@ -909,15 +983,23 @@ def _node(value: int | cst.BaseExpression) -> cst.BaseExpression:
 def _is_negated_stop(offset: cst.BaseExpression, stop: cst.BaseExpression | None) -> bool:
     """Is `offset` the negated loop end, `-K` for `range(..., K)`?"""
     code = cst.Module([]).code_for_node
-    return (stop is not None and isinstance(offset, cst.UnaryOperation) and isinstance(offset.operator, cst.Minus)
-            and isinstance(offset.expression, (cst.Name, cst.Attribute)) and code(offset.expression) == code(stop))
+    return (
+        stop is not None
+        and isinstance(offset, cst.UnaryOperation)
+        and isinstance(offset.operator, cst.Minus)
+        and isinstance(offset.expression, (cst.Name, cst.Attribute))
+        and code(offset.expression) == code(stop)
+    )
 
 
 def _add(bound: cst.BaseExpression | None, offset: int | cst.BaseExpression) -> tuple[str, int | None] | None:
     """The text of `bound + offset` folded where it can be, and its value when it is a number."""
     code = cst.Module([]).code_for_node
-    if isinstance(offset, int) and offset and m.matches(bound, m.BinaryOperation(operator=m.Add() | m.Subtract(),
-                                                                                right=m.Integer())):
+    if (
+        isinstance(offset, int)
+        and offset
+        and m.matches(bound, m.BinaryOperation(operator=m.Add() | m.Subtract(), right=m.Integer()))
+    ):
         # `T - 1` shifted by 1: `T`
         inner = int(bound.right.value, 0) * (1 if isinstance(bound.operator, cst.Add) else -1)
         return _add(bound.left, inner + offset)
@@ -999,4 +1081,5 @@ def _is_constant(expr: cst.BaseExpression, loop: _Loop) -> bool:
     if loop.var in reads or reads & set(loop.rows):
         return False
     return isinstance(expr, (cst.Name, cst.Attribute)) or (
-        isinstance(expr, cst.BinaryOperation) and _is_constant(expr.left, loop) and _is_constant(expr.right, loop))
+        isinstance(expr, cst.BinaryOperation) and _is_constant(expr.left, loop) and _is_constant(expr.right, loop)
+    )

@@ -3,9 +3,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-from codemod.analysis import match as m
 from libcst.metadata import Assignment
 
+from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
@@ -31,19 +31,67 @@ MAX_DEPTH = 6
 # Calls of these libraries in a model's class build torch layers or plain values.
 KNOWN_LIBRARIES = ("torch.", "builtins.", "math.")
 # Calls that build a Python list of examples.
-PYTHON_SEQUENCES = ("list", "builtins.list", "tuple", "builtins.tuple", "sorted", "builtins.sorted",
-                    "random.sample", "random.choices")
+PYTHON_SEQUENCES = (
+    "list",
+    "builtins.list",
+    "tuple",
+    "builtins.tuple",
+    "sorted",
+    "builtins.sorted",
+    "random.sample",
+    "random.choices",
+)
 # `loss.backward()`, or `(loss / k).backward()`: a scale the rewrite keeps as it is
-BACKWARD = m.Expr(value=m.Call(func=m.Attribute(
-    value=m.Name() | m.BinaryOperation(left=m.Name(), operator=m.Divide()), attr=m.Name("backward")), args=[]))
+BACKWARD = m.Expr(
+    value=m.Call(
+        func=m.Attribute(
+            value=m.Name() | m.BinaryOperation(left=m.Name(), operator=m.Divide()), attr=m.Name("backward")
+        ),
+        args=[],
+    )
+)
 # Tensor methods that keep a value's layout (dtype, device, copies).
-SAME_LAYOUT_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "bool", "detach", "contiguous", "clone",
-                       "cpu", "cuda", "type_as"}
+SAME_LAYOUT_METHODS = {
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "long",
+    "int",
+    "bool",
+    "detach",
+    "contiguous",
+    "clone",
+    "cpu",
+    "cuda",
+    "type_as",
+}
 # Element-wise tensor methods and functions (numbers as their other arguments).
-ELEMENTWISE_METHODS = {"exp", "log", "log1p", "expm1", "abs", "neg", "sqrt", "rsqrt", "square", "pow", "sigmoid", "tanh",
-                       "relu", "clamp", "clamp_min", "clamp_max", "sin", "cos", "softplus"}
+ELEMENTWISE_METHODS = {
+    "exp",
+    "log",
+    "log1p",
+    "expm1",
+    "abs",
+    "neg",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "pow",
+    "sigmoid",
+    "tanh",
+    "relu",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "sin",
+    "cos",
+    "softplus",
+}
 ELEMENTWISE_FUNCTIONS = {f"torch.{name}" for name in ELEMENTWISE_METHODS} | {
-    f"torch.nn.functional.{name}" for name in ("relu", "gelu", "silu", "sigmoid", "tanh", "logsigmoid", "softplus", "elu")}
+    f"torch.nn.functional.{name}"
+    for name in ("relu", "gelu", "silu", "sigmoid", "tanh", "logsigmoid", "softplus", "elu")
+}
 REDUCTIONS = {"torch.sum", "torch.mean"}
 # Layouts of a value in a per-sample loop (see _Batcher).
 INV, ROW, ONE, FLAT, SUM, MEAN, COUNTED, MODEL_TUPLE = "inv row one flat sum mean counted model-tuple".split()
@@ -224,68 +272,85 @@ class PerSampleForwardLoop(Rule):
     GAIN = "B forward/backward passes become one batched pass: 1.3-2.0x per step on a small CPU model (benchmarks/bench_batching.py)"
 
     VALID = [
-        Valid(PREAMBLE + "for i in range(len(x)):\n    out = model(x[i:i+1])\n    total += F.cross_entropy(out, y[i:i+1]).item()\n",
-              "a metric loop: no backward"),
-        Valid(PREAMBLE + "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i in range(len(x)):\n"
-              "    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n",
-              "SGD with batch size 1: the optimizer steps per sample"),
-        Valid(PREAMBLE + "for i in range(0, len(x), 4):\n    loss = F.cross_entropy(model(x[i:i+4]), y[i:i+4])\n    loss.backward()\n",
-              "micro-batches of gradient accumulation, not samples"),
+        Valid(
+            PREAMBLE
+            + "for i in range(len(x)):\n    out = model(x[i:i+1])\n    total += F.cross_entropy(out, y[i:i+1]).item()\n",
+            "a metric loop: no backward",
+        ),
+        Valid(
+            PREAMBLE + "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i in range(len(x)):\n"
+            "    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n",
+            "SGD with batch size 1: the optimizer steps per sample",
+        ),
+        Valid(
+            PREAMBLE
+            + "for i in range(0, len(x), 4):\n    loss = F.cross_entropy(model(x[i:i+4]), y[i:i+4])\n    loss.backward()\n",
+            "micro-batches of gradient accumulation, not samples",
+        ),
     ]
     INVALID = [
         Invalid(
-            PREAMBLE + "for i in range(x.size(0)):\n    out = model(x[i:i+1])\n    loss = F.cross_entropy(out, y[i:i+1])\n"
+            PREAMBLE
+            + "for i in range(x.size(0)):\n    out = model(x[i:i+1])\n    loss = F.cross_entropy(out, y[i:i+1])\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + "out = model(x)\nloss = (F.cross_entropy(out, y, reduction=\"none\").view(x.size(0), -1).sum(1)\n"
+            PREAMBLE + 'out = model(x)\nloss = (F.cross_entropy(out, y, reduction="none").view(x.size(0), -1).sum(1)\n'
             "        / (y != -100).view(x.size(0), -1).sum(1)).sum()\nloss.backward()\ntotal += loss.item()\n",
         ),
         Invalid(
-            PREAMBLE + "for i in range(x.size(0)):\n    loss = F.mse_loss(model(x[i:i+1]), x[i:i+1, :3])\n    loss.backward()\n",
+            PREAMBLE
+            + "for i in range(x.size(0)):\n    loss = F.mse_loss(model(x[i:i+1]), x[i:i+1, :3])\n    loss.backward()\n",
             PREAMBLE + "loss = F.mse_loss(model(x), x[:, :3]) * x.size(0)\nloss.backward()\n",
             "a batch of one with more indices: the same indices on the batch",
         ),
         Invalid(
-            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0))[:, :1], y[i:i+1, None].float())\n"
+            PREAMBLE
+            + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0))[:, :1], y[i:i+1, None].float())\n"
             "    loss.backward()\n",
             PREAMBLE + "loss = F.mse_loss(model(x)[:, :1], y[:, None].float()) * len(x)\nloss.backward()\n",
             "`y[i:i+1, None]`: a batch of one with a new axis",
         ),
         Invalid(
-            PREAMBLE + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0)), model(x[i:i+1] * 2).detach())\n"
+            PREAMBLE
+            + "for i in range(len(x)):\n    loss = F.mse_loss(model(x[i].unsqueeze(0)), model(x[i:i+1] * 2).detach())\n"
             "    loss.backward()\n",
             PREAMBLE + "loss = F.mse_loss(model(x), model(x * 2).detach()) * len(x)\nloss.backward()\n",
             "two model calls per sample: each batched",
         ),
         Invalid(
-            PREAMBLE + "z = torch.randn(8, 3)\nfor i in range(len(x)):\n    loss = F.l1_loss(model(x[i:i+1]), z[i:i+1], reduction=\"sum\")\n"
+            PREAMBLE
+            + 'z = torch.randn(8, 3)\nfor i in range(len(x)):\n    loss = F.l1_loss(model(x[i:i+1]), z[i:i+1], reduction="sum")\n'
             "    (loss / len(x)).backward()\n    total += loss.item()\n",
-            PREAMBLE + "z = torch.randn(8, 3)\nloss = F.l1_loss(model(x), z, reduction=\"sum\")\n"
+            PREAMBLE + 'z = torch.randn(8, 3)\nloss = F.l1_loss(model(x), z, reduction="sum")\n'
             "(loss / len(x)).backward()\ntotal += loss.item()\n",
             "a scale applied in the backward call stays; the logged value is the undivided sum",
         ),
         Invalid(
-            PREAMBLE + "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1], reduction=\"sum\")\n"
+            PREAMBLE
+            + 'for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1], reduction="sum")\n'
             "    loss /= len(x)\n    loss.backward()\n",
-            PREAMBLE + "loss = F.cross_entropy(model(x), y, reduction=\"sum\")\nloss /= len(x)\nloss.backward()\n",
+            PREAMBLE + 'loss = F.cross_entropy(model(x), y, reduction="sum")\nloss /= len(x)\nloss.backward()\n',
             "a summed loss divided by B stays divided",
         ),
         Invalid(
-            PREAMBLE + "targets = torch.randn(8, 3)\nfor xi, ti in zip(x, targets):\n    loss = F.mse_loss(model(xi[None]), ti[None])\n"
+            PREAMBLE
+            + "targets = torch.randn(8, 3)\nfor xi, ti in zip(x, targets):\n    loss = F.mse_loss(model(xi[None]), ti[None])\n"
             "    loss.backward()\n",
             PREAMBLE + "targets = torch.randn(8, 3)\nloss = F.mse_loss(model(x), targets) * len(x)\nloss.backward()\n",
             "an element-wise mean: every sample has as many elements, so the batch mean times B",
         ),
         Invalid(
-            PREAMBLE + "criterion = nn.MSELoss(reduction='sum')\nnoise = torch.randn(8, 3)\nfor xi, ni in zip(x, noise):\n"
+            PREAMBLE
+            + "criterion = nn.MSELoss(reduction='sum')\nnoise = torch.randn(8, 3)\nfor xi, ni in zip(x, noise):\n"
             "    loss = criterion(model(xi.unsqueeze(0)), ni[None].float())\n    loss.backward()\n",
             PREAMBLE + "criterion = nn.MSELoss(reduction='sum')\nnoise = torch.randn(8, 3)\n"
             "loss = criterion(model(x), noise.float())\nloss.backward()\n",
             "zip over the batch, a summed loss module",
         ),
         Invalid(
-            PREAMBLE + "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i].unsqueeze(0)), y[i:i + 1]) / len(x)\n"
+            PREAMBLE
+            + "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i].unsqueeze(0)), y[i:i + 1]) / len(x)\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + "loss = (F.cross_entropy(model(x), y, reduction=\"none\").view(len(x), -1).sum(1)\n"
+            PREAMBLE + 'loss = (F.cross_entropy(model(x), y, reduction="none").view(len(x), -1).sum(1)\n'
             "        / (y != -100).view(len(x), -1).sum(1)).mean()\nloss.backward()\ntotal += loss.item()\n",
             "the per-sample division by the batch size: the mean of the per-sample means",
         ),
@@ -296,7 +361,8 @@ class PerSampleForwardLoop(Rule):
             "BatchNorm mixes the samples of a batch",
         ),
         Invalid(
-            PREAMBLE + "for i in range(len(x)):\n    if y[i] > 0:\n        loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n"
+            PREAMBLE
+            + "for i in range(len(x)):\n    if y[i] > 0:\n        loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n"
             "        loss.backward()\n",
             None,
             "branches on the values of a sample",
@@ -340,8 +406,12 @@ class PerSampleForwardLoop(Rule):
             if method_name(call) in ("step", "zero_grad"):
                 return True
             function = calls.callee(call)
-            if function is not None and depth < MAX_DEPTH and function is not self.context.index.first_enclosing(
-                    node, cst.FunctionDef) and self._reaches_step(function.body, depth + 1):
+            if (
+                function is not None
+                and depth < MAX_DEPTH
+                and function is not self.context.index.first_enclosing(node, cst.FunctionDef)
+                and self._reaches_step(function.body, depth + 1)
+            ):
                 return True
         return False
 
@@ -365,35 +435,57 @@ class PerSampleForwardLoop(Rule):
                         loop.problem = _python_list(code(batch))
                     return loop
                 if self._indexes_rows(node.body, target.value):
-                    return _Loop(target.value, code(args[0]), problem=f"the loop count `{code(args[0])}` is not "
-                                 "visibly the batch size (`len(x)`, `x.size(0)`)")
+                    return _Loop(
+                        target.value,
+                        code(args[0]),
+                        problem=f"the loop count `{code(args[0])}` is not "
+                        "visibly the batch size (`len(x)`, `x.size(0)`)",
+                    )
                 return None
             if names.is_(iterable.func, "enumerate", "builtins.enumerate") and len(args) == 1:
-                if not (isinstance(target, cst.Tuple) and len(target.elements) == 2
-                        and all(isinstance(e.value, cst.Name) for e in target.elements)):
+                if not (
+                    isinstance(target, cst.Tuple)
+                    and len(target.elements) == 2
+                    and all(isinstance(e.value, cst.Name) for e in target.elements)
+                ):
                     return None
                 index, row = target.elements[0].value.value, target.elements[1].value
                 return self._rows_loop(index, [row], [args[0]])
             if names.is_(iterable.func, "zip", "builtins.zip") and args:
                 elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else None
-                if elements is None or len(elements) != len(args) or not all(isinstance(e.value, cst.Name) for e in elements):
+                if (
+                    elements is None
+                    or len(elements) != len(args)
+                    or not all(isinstance(e.value, cst.Name) for e in elements)
+                ):
                     return None
                 return self._rows_loop(None, [e.value for e in elements], args)
         if isinstance(target, cst.Name) and isinstance(iterable, (cst.Name, cst.Attribute, cst.Call)):
             return self._rows_loop(None, [target], [iterable])
-        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(iterable, (cst.Name, cst.Attribute)) \
-                and all(isinstance(e.value, cst.Name) for e in target.elements):
+        if (
+            isinstance(target, (cst.Tuple, cst.List))
+            and isinstance(iterable, (cst.Name, cst.Attribute))
+            and all(isinstance(e.value, cst.Name) for e in target.elements)
+        ):
             # `for prompt, answer in batch`: examples of a sequence, each unpacked
             names = [e.value for e in target.elements]
             if not self._feeds_model(names):
                 return None
             kind = "a Python list or tuple" if self._is_python_sequence(iterable) else "a sequence"
-            return _Loop(None, f"len({code(iterable)})", batches=[iterable], problem=(
-                f"`{code(iterable)}` is {kind} of examples, each unpacked: they may differ in shape, and the model "
-                "cannot take them as one batch; collate them into tensors (padded) first"))
+            return _Loop(
+                None,
+                f"len({code(iterable)})",
+                batches=[iterable],
+                problem=(
+                    f"`{code(iterable)}` is {kind} of examples, each unpacked: they may differ in shape, and the model "
+                    "cannot take them as one batch; collate them into tensors (padded) first"
+                ),
+            )
         return None
 
-    def _rows_loop(self, index: str | None, targets: list[cst.Name], iterables: list[cst.BaseExpression]) -> _Loop | None:
+    def _rows_loop(
+        self, index: str | None, targets: list[cst.Name], iterables: list[cst.BaseExpression]
+    ) -> _Loop | None:
         """Rows of tensors (`for a, b in zip(x, y)`), or batches of one (`x.split(1)`)."""
         code = self.context.module.code_for_node
         rows: dict[str, tuple[str, str]] = {}
@@ -418,7 +510,9 @@ class PerSampleForwardLoop(Rule):
         for target in targets:
             for read in self._reads(target):
                 for ancestor in self.context.index.ancestors(read):
-                    if isinstance(ancestor, cst.Call) and (self._may_be_model(ancestor.func) or self._is_loss(ancestor)):
+                    if isinstance(ancestor, cst.Call) and (
+                        self._may_be_model(ancestor.func) or self._is_loss(ancestor)
+                    ):
                         return True
                     if isinstance(ancestor, cst.BaseStatement):
                         break
@@ -426,44 +520,67 @@ class PerSampleForwardLoop(Rule):
 
     def _later_fed(self, targets: list[cst.Name]) -> bool:
         """A row passed on through names assigned in the body (`ids, labels = build(prompt)`)."""
-        return any(isinstance(self.context.index.statement_of(read), cst.SimpleStatementLine)
-                   and isinstance(self.context.index.statement_of(read).body[0], cst.Assign)
-                   for target in targets for read in self._reads(target))
+        return any(
+            isinstance(self.context.index.statement_of(read), cst.SimpleStatementLine)
+            and isinstance(self.context.index.statement_of(read).body[0], cst.Assign)
+            for target in targets
+            for read in self._reads(target)
+        )
 
     def _reads(self, target: cst.Name) -> list[cst.Name]:
         scope = self.context.scopes.get(target)
         if scope is None:
             return []
-        return [access.node for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target
-                for access in a.references]
+        return [
+            access.node
+            for a in scope.assignments[target.value]
+            if isinstance(a, Assignment) and a.node is target
+            for access in a.references
+        ]
 
     def _indexes_rows(self, body: cst.CSTNode, index: str) -> bool:
         """Does the body take samples by the loop variable (`x[i]`) and make batches of one
         of them, or run the model with per-sample parameters (MAML)?"""
         index_nodes = own_nodes(self.context.index, cst.Subscript, body)
-        indexed = [s for s in index_nodes if isinstance(s.slice[0].slice, cst.Index)
-                   and m.matches(s.slice[0].slice.value, m.Name(index))]
+        indexed = [
+            s
+            for s in index_nodes
+            if isinstance(s.slice[0].slice, cst.Index) and m.matches(s.slice[0].slice.value, m.Name(index))
+        ]
         if not indexed:
             return False
-        if any(self.context.names.startswith(c.func, FUNCTIONAL_PARAMETERS)
-               for c in own_nodes(self.context.index, cst.Call, body)):
+        if any(
+            self.context.names.startswith(c.func, FUNCTIONAL_PARAMETERS)
+            for c in own_nodes(self.context.index, cst.Call, body)
+        ):
             return True
         for subscript in indexed:
             parent = self.context.parents.get(subscript)
             outer = self.context.parents.get(parent)
-            if isinstance(parent, cst.Attribute) and parent.attr.value in ("unsqueeze", "view", "reshape") \
-                    and isinstance(outer, cst.Call):
+            if (
+                isinstance(parent, cst.Attribute)
+                and parent.attr.value in ("unsqueeze", "view", "reshape")
+                and isinstance(outer, cst.Call)
+            ):
                 return True
         return any(m.matches(s.slice[0].slice, m.Slice(lower=m.Name(index))) for s in index_nodes)
 
     def _batch_of_size(self, expr: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression | None:
         """`x` for `len(x)`, `x.size(0)`, `x.shape[0]`, or a name bound only to one of those."""
-        if m.matches(expr, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None)])) and self.context.names.is_(expr.func, "len", "builtins.len"):
+        if m.matches(expr, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None)])) and self.context.names.is_(
+            expr.func, "len", "builtins.len"
+        ):
             batch = expr.args[0].value
-        elif m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("size")), args=[m.Arg(value=m.Integer("0"), keyword=None)])):
+        elif m.matches(
+            expr, m.Call(func=m.Attribute(attr=m.Name("size")), args=[m.Arg(value=m.Integer("0"), keyword=None)])
+        ):
             batch = expr.func.value
-        elif m.matches(expr, m.Subscript(value=m.Attribute(attr=m.Name("shape")),
-                                         slice=[m.SubscriptElement(slice=m.Index(value=m.Integer("0")))])):
+        elif m.matches(
+            expr,
+            m.Subscript(
+                value=m.Attribute(attr=m.Name("shape")), slice=[m.SubscriptElement(slice=m.Index(value=m.Integer("0")))]
+            ),
+        ):
             batch = expr.value.value
         elif isinstance(expr, cst.Name) and depth == 0:
             values = self.context.bindings.values(expr)
@@ -477,8 +594,10 @@ class PerSampleForwardLoop(Rule):
         `random.sample(...)`)?"""
         values = self._values(batch) or []
         sequences = (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
-        return any(isinstance(v, sequences) or (isinstance(v, cst.Call) and self.context.names.is_(
-            v.func, *PYTHON_SEQUENCES)) for v in values)
+        return any(
+            isinstance(v, sequences) or (isinstance(v, cst.Call) and self.context.names.is_(v.func, *PYTHON_SEQUENCES))
+            for v in values
+        )
 
     def _collected_losses(self, node: cst.For) -> tuple[cst.Name, cst.Call, cst.SimpleStatementLine] | None:
         """(L, its use) for a loop without backward that ends `L.append(<loss>)`, with
@@ -486,8 +605,18 @@ class PerSampleForwardLoop(Rule):
         if not isinstance(node.body, cst.IndentedBlock) or not node.body.body:
             return None
         last = node.body.body[-1]
-        if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 and m.matches(last.body[0], m.Expr(
-                value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append")), args=[m.Arg(keyword=None, star="")])))):
+        if not (
+            isinstance(last, cst.SimpleStatementLine)
+            and len(last.body) == 1
+            and m.matches(
+                last.body[0],
+                m.Expr(
+                    value=m.Call(
+                        func=m.Attribute(value=m.Name(), attr=m.Name("append")), args=[m.Arg(keyword=None, star="")]
+                    )
+                ),
+            )
+        ):
             return None
         name = last.body[0].value.func.value
         scope = self.context.scopes.get(name)
@@ -496,23 +625,34 @@ class PerSampleForwardLoop(Rule):
             return None
         created = self.context.bindings.statement(assignments[0].node)
         line = self.context.parents.get(created)
-        if not (isinstance(created, cst.Assign) and m.matches(created.value, m.List(elements=[]))
-                and self.context.parents.get(line) is self.context.parents.get(node) and self.context.index.before(line, node)):
+        if not (
+            isinstance(created, cst.Assign)
+            and m.matches(created.value, m.List(elements=[]))
+            and self.context.parents.get(line) is self.context.parents.get(node)
+            and self.context.index.before(line, node)
+        ):
             return None
         uses = [a.node for a in assignments[0].references if not self.context.inside(a.node, node)]
         if len(uses) != 1:
             return None
         arg = self.context.parents.get(uses[0])
         call = self.context.parents.get(arg)
-        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and len(call.args) == 1 and arg.keyword is None
-                and self.context.names.is_(call.func, "torch.stack", "sum", "builtins.sum")):
+        if not (
+            isinstance(arg, cst.Arg)
+            and isinstance(call, cst.Call)
+            and len(call.args) == 1
+            and arg.keyword is None
+            and self.context.names.is_(call.func, "torch.stack", "sum", "builtins.sum")
+        ):
             return None
         return name, call, line
 
     # -- what the loop calls -------------------------------------------------------------
 
     def _is_loss(self, call: cst.Call) -> bool:
-        return bool(self.context.names.of(call.func) & LOSS_FUNCTIONS) or self._module_constructor(call.func) is not None
+        return (
+            bool(self.context.names.of(call.func) & LOSS_FUNCTIONS) or self._module_constructor(call.func) is not None
+        )
 
     def _loss_call(self, call: cst.Call) -> _LossCall:
         """What a known loss call reduces by; raises when its options are unclear."""
@@ -528,13 +668,21 @@ class PerSampleForwardLoop(Rule):
             if any(a.keyword is not None for a in call.args):
                 raise _NotBatchable("the loss module is called with keyword arguments")
             function = f"{functional_alias(self.context.module) or FUNCTIONAL}.{FUNCTIONAL_OF.get(kind, '')}"
-        if extra_positional or any(a.star for a in options.args) or kwarg(options, "size_average") or kwarg(options, "reduce"):
+        if (
+            extra_positional
+            or any(a.star for a in options.args)
+            or kwarg(options, "size_average")
+            or kwarg(options, "reduce")
+        ):
             raise _NotBatchable("the loss's options are passed by position or unpacked")
         reduction = kwarg(options, "reduction")
         value = "mean"
         if reduction is not None:
-            if not isinstance(reduction.value, cst.SimpleString) or reduction.value.evaluated_value not in ("mean", "sum"):
-                raise _NotBatchable("the loss's reduction is not a literal \"mean\" or \"sum\"")
+            if not isinstance(reduction.value, cst.SimpleString) or reduction.value.evaluated_value not in (
+                "mean",
+                "sum",
+            ):
+                raise _NotBatchable('the loss\'s reduction is not a literal "mean" or "sum"')
             value = reduction.value.evaluated_value
         if value == "mean" and kind in COUNTED_LOSSES and kwarg(options, "weight") is not None:
             raise _NotBatchable("with class weights each sample's mean divides by its own sum of weights")
@@ -568,14 +716,23 @@ class PerSampleForwardLoop(Rule):
             return True
         if isinstance(func, cst.Attribute) and self._builds_module(func):
             return True  # `self.model`, set from a parameter every caller passes a model to
-        return (isinstance(func, cst.Name) and not self.context.names.of(func)
-                and self.context.bindings.local_function(func) is None and self._module_constructor(func) is None)
+        return (
+            isinstance(func, cst.Name)
+            and not self.context.names.of(func)
+            and self.context.bindings.local_function(func) is None
+            and self._module_constructor(func) is None
+        )
 
     def _builds_module(self, func: cst.Attribute) -> bool:
         values = self._model_values(func, 0) or []
-        return bool(values) and all(isinstance(v, cst.Call) and (
-            self.context.kinds.local_class(v.func) is not None
-            or any(n.startswith("torch.nn.") for n in self.context.names.of(v.func))) for v in values)
+        return bool(values) and all(
+            isinstance(v, cst.Call)
+            and (
+                self.context.kinds.local_class(v.func) is not None
+                or any(n.startswith("torch.nn.") for n in self.context.names.of(v.func))
+            )
+            for v in values
+        )
 
     # -- the model ---------------------------------------------------------------------
 
@@ -609,8 +766,11 @@ class PerSampleForwardLoop(Rule):
                     return None
                 result = []
                 for argument in passed:
-                    inner = self._model_values(argument, depth + 1) if isinstance(argument, (cst.Name, cst.Attribute)) \
+                    inner = (
+                        self._model_values(argument, depth + 1)
+                        if isinstance(argument, (cst.Name, cst.Attribute))
                         else [argument]
+                    )
                     if not inner:
                         return None
                     result += inner
@@ -665,7 +825,8 @@ class PerSampleForwardLoop(Rule):
         """`self.<attr> = f(...)`: possibly a submodule."""
         statement = self.context.parents.get(call)
         return isinstance(statement, cst.Assign) and any(
-            m.matches(t.target, m.Attribute(value=m.Name("self"))) for t in statement.targets)
+            m.matches(t.target, m.Attribute(value=m.Name("self"))) for t in statement.targets
+        )
 
 
 # -- the batched body --------------------------------------------------------------------
@@ -689,7 +850,9 @@ class _Batcher:
         self.node = node
         self.loop = loop
         self.collected = collected
-        self.env: dict[str, _Value] = {name: _Value(kind, origin=("data", text)) for name, (kind, text) in loop.rows.items()}
+        self.env: dict[str, _Value] = {
+            name: _Value(kind, origin=("data", text)) for name, (kind, text) in loop.rows.items()
+        }
         self.list_edits: list = []
         self.found: list = []  # edits
         self.imports: list[tuple[str, str | None]] = []
@@ -710,15 +873,18 @@ class _Batcher:
         node, index = self.node, self.context.index
         for call in own_nodes(index, cst.Call, node.body):
             if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
-                raise _NotBatchable("it runs the model with per-sample functional parameters "
-                                    f"(`{self.code(call.func)}`, MAML-style)")
+                raise _NotBatchable(
+                    f"it runs the model with per-sample functional parameters (`{self.code(call.func)}`, MAML-style)"
+                )
         lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
         for line in lines:
             if not isinstance(line, cst.SimpleStatementLine):
                 test = getattr(line, "test", None)
                 if test is not None and self.samples & {n.value for n in names_read(test)}:
                     raise _NotBatchable("it branches on the values of a sample")
-                raise _NotBatchable("its body has a compound statement (`if`, `with`, `for`, `try`) the rule does not batch")
+                raise _NotBatchable(
+                    "its body has a compound statement (`if`, `with`, `for`, `try`) the rule does not batch"
+                )
             if len(line.body) != 1:
                 raise _NotBatchable("several statements on one line")
         statements = [line.body[0] for line in lines]
@@ -798,16 +964,22 @@ class _Batcher:
         """`loss = loss / d` or `loss /= d`."""
         if m.matches(statement, m.AugAssign(target=m.Name(loss_name), operator=m.DivideAssign())):
             return True
-        return m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name(loss_name))],
-                                             value=m.BinaryOperation(left=m.Name(loss_name), operator=m.Divide())))
+        return m.matches(
+            statement,
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Name(loss_name))],
+                value=m.BinaryOperation(left=m.Name(loss_name), operator=m.Divide()),
+            ),
+        )
 
     def _accumulates(self, statement, bound_here: dict[str, int]) -> bool:
         """`total += g` / `total = total + g` with g a per-sample number whose sum over
         the samples is its batched value (the loss itself, a `.sum()`, a `.numel()`)."""
         if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign):
             target, added = statement.target, statement.value
-        elif m.matches(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.BinaryOperation(operator=m.Add()))) \
-                and m.matches(statement.value.left, m.Name(statement.targets[0].target.value)):
+        elif m.matches(
+            statement, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.BinaryOperation(operator=m.Add()))
+        ) and m.matches(statement.value.left, m.Name(statement.targets[0].target.value)):
             target, added = statement.targets[0].target, statement.value.right
         else:
             return False
@@ -823,8 +995,11 @@ class _Batcher:
         """The statement `loss /= d` (or `loss = loss / d`) before the backward, if any."""
         if loss_name is None:
             return None
-        found = [s for i, s in enumerate(statements) if (not backward_at or i < backward_at[0])
-                 and self._divides_loss(s, loss_name)]
+        found = [
+            s
+            for i, s in enumerate(statements)
+            if (not backward_at or i < backward_at[0]) and self._divides_loss(s, loss_name)
+        ]
         if len(found) > 1:
             raise _NotBatchable(f"`{loss_name}` is divided twice")
         if found and self.samples & {n.value for n in names_read(found[0].value)}:
@@ -839,7 +1014,9 @@ class _Batcher:
         if divided and division is not None:
             raise _NotBatchable(f"`{statement.targets[0].target.value}` is divided twice")
         divisor = division.value if isinstance(division, cst.AugAssign) else division.value.right if division else None
-        cancels = (divided and self._is_batch_size(expr.right)) or (divisor is not None and self._is_batch_size(divisor))
+        cancels = (divided and self._is_batch_size(expr.right)) or (
+            divisor is not None and self._is_batch_size(divisor)
+        )
         if value.kind == SUM:
             pass  # the sum over the batch is the sum of the per-sample sums
         elif value.kind == COUNTED:
@@ -853,8 +1030,12 @@ class _Batcher:
                 # an element-wise mean: every sample has as many elements, so the batch mean times B
                 target = expr.left if divided else expr
                 count = self.loop.count
-                self.edit(target, lambda updated: cst.BinaryOperation(
-                    _parenthesized(updated), cst.Multiply(), cst.parse_expression(count)))
+                self.edit(
+                    target,
+                    lambda updated: cst.BinaryOperation(
+                        _parenthesized(updated), cst.Multiply(), cst.parse_expression(count)
+                    ),
+                )
             elif divided:
                 self.edit(expr, lambda updated: updated.left)  # the mean of the per-sample means
         else:
@@ -892,13 +1073,20 @@ class _Batcher:
         if value.kind != COUNTED:
             raise _NotBatchable("the per-sample losses collected are not cross-entropy means the rule can batch")
         self._counted(value, "none", column=len(name.value) + 3)
-        new_use = cst.Name(name.value) if self.context.names.is_(use.func, "torch.stack") \
+        new_use = (
+            cst.Name(name.value)
+            if self.context.names.is_(use.func, "torch.stack")
             else cst.parse_expression(f"{name.value}.sum()")
+        )
         target = name.value
         self.list_edits += [
             Remove(line),
-            Replace(statement, lambda updated: cst.Assign(targets=[cst.AssignTarget(cst.Name(target))],
-                                                          value=updated.value.args[0].value)),
+            Replace(
+                statement,
+                lambda updated: cst.Assign(
+                    targets=[cst.AssignTarget(cst.Name(target))], value=updated.value.args[0].value
+                ),
+            ),
             Replace(use, new_use),
         ]
 
@@ -918,7 +1106,9 @@ class _Batcher:
                 if not isinstance(assignment, Assignment) or assignment.node is not target:
                     continue
                 if any(not self.context.inside(access.node, node) for access in assignment.references):
-                    raise _NotBatchable(f"`{target.value}` is read after the loop, where it would hold the batch's value")
+                    raise _NotBatchable(
+                        f"`{target.value}` is read after the loop, where it would hold the batch's value"
+                    )
 
     def _is_batch_size(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` the loop's batch size, spelled any of the ways the loop reads?"""
@@ -991,7 +1181,7 @@ class _Batcher:
         base = self.value(expr.value)
         if base.kind == INV:
             return base
-        origin = base.origin + (self.code(expr)[len(self.code(expr.value)):],)
+        origin = base.origin + (self.code(expr)[len(self.code(expr.value)) :],)
         leading = _leading(first)
         if base.kind == ROW:
             if leading == "none":  # `row[None]`, `row[None, 1:]`: a batch of one
@@ -1024,9 +1214,16 @@ class _Batcher:
         if isinstance(first, cst.Index) and m.matches(first.value, m.Name(index)):
             self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
             return _Value(ROW, origin=origin)
-        one = m.matches(first, m.Slice(lower=m.Name(index), upper=m.BinaryOperation(
-            left=m.Name(index), operator=m.Add(), right=m.Integer("1")), step=None)) or (
-            isinstance(first, cst.Index) and m.matches(first.value, m.List(elements=[m.Element(value=m.Name(index))])))
+        one = m.matches(
+            first,
+            m.Slice(
+                lower=m.Name(index),
+                upper=m.BinaryOperation(left=m.Name(index), operator=m.Add(), right=m.Integer("1")),
+                step=None,
+            ),
+        ) or (
+            isinstance(first, cst.Index) and m.matches(first.value, m.List(elements=[m.Element(value=m.Name(index))]))
+        )
         if one:
             self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
             return _Value(ONE, origin=origin)
@@ -1068,8 +1265,9 @@ class _Batcher:
         kind = receiver.kind
         origin = receiver.origin + ("." + method,)
         if kind in (SUM, MEAN, COUNTED, MODEL_TUPLE):
-            if kind != MODEL_TUPLE and (method in ("detach", "item", "float", "double", "cpu", "clone")
-                                        or (method == "to" and args)):
+            if kind != MODEL_TUPLE and (
+                method in ("detach", "item", "float", "double", "cpu", "clone") or (method == "to" and args)
+            ):
                 return receiver
             return self._reject(call)
         if method in SAME_LAYOUT_METHODS or (method == "to" and args):
@@ -1087,7 +1285,7 @@ class _Batcher:
             leading = _integer(first)
             if kind == ROW and leading == 1:  # `row.view(1, -1)` -> `batch.view(batch.size(0), -1)`
                 self.edit(call, _view_batch)
-                return _Value(ONE, origin=receiver.origin + (self.code(call)[len(self.code(call.func.value)):],))
+                return _Value(ONE, origin=receiver.origin + (self.code(call)[len(self.code(call.func.value)) :],))
             if leading == -1 and kind in (ROW, ONE, FLAT):
                 if kind == ROW and len(args) != 1:
                     return self._reject(call)  # `row.view(-1, V)`: the sample's first dimension merged with others
@@ -1101,8 +1299,11 @@ class _Batcher:
             return self._reduced(call, receiver, method)
         if method == "numel" and not args and kind in (ROW, ONE, FLAT):
             return _Value(SUM, origin=origin)
-        if method == "size" and len(args) == 1 and (
-                (_integer(first) or 0) < 0 or (kind == ONE and (_integer(first) or 0) >= 1)):
+        if (
+            method == "size"
+            and len(args) == 1
+            and ((_integer(first) or 0) < 0 or (kind == ONE and (_integer(first) or 0) >= 1))
+        ):
             return _Value(INV)  # a size other than the batch's
         return self._reject(call)
 
@@ -1127,10 +1328,19 @@ class _Batcher:
                 return right
             return self._reject(expr)
         if COUNTED in (left.kind, right.kind):
-            if left.kind == COUNTED and right.kind == INV and isinstance(operator, (cst.Multiply, cst.Divide)) \
-                    and _is_scalar(expr.right):
+            if (
+                left.kind == COUNTED
+                and right.kind == INV
+                and isinstance(operator, (cst.Multiply, cst.Divide))
+                and _is_scalar(expr.right)
+            ):
                 return left
-            if right.kind == COUNTED and left.kind == INV and isinstance(operator, cst.Multiply) and _is_scalar(expr.left):
+            if (
+                right.kind == COUNTED
+                and left.kind == INV
+                and isinstance(operator, cst.Multiply)
+                and _is_scalar(expr.left)
+            ):
                 return right
             return self._reject(expr)
         return self._elementwise(expr, [left, right])
@@ -1163,8 +1373,10 @@ class _Batcher:
             value = self.value(arg.value)
             if value.kind not in (ONE, INV):
                 if value.kind == ROW:
-                    raise _NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`): "
-                                        f"`{self.code(call)}` runs the model on a sample without its batch dimension")
+                    raise _NotBatchable(
+                        "a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`): "
+                        f"`{self.code(call)}` runs the model on a sample without its batch dimension"
+                    )
                 return self._reject(call)
             values.append(value)
         if not any(v.kind == ONE for v in values):
@@ -1235,7 +1447,9 @@ class _Batcher:
             self.inlining -= 1
         if found.kind == COUNTED:
             if inner_edits or found.call is not returned:
-                raise _NotBatchable(f"`{self.code(call.func)}` computes a token mean the rule cannot write out for a batch")
+                raise _NotBatchable(
+                    f"`{self.code(call.func)}` computes a token mean the rule cannot write out for a batch"
+                )
             return _Value(COUNTED, origin=("loss",), loss=found.loss, call=found.call, inline=(function, call))
         if inner_edits:
             return self._reject(call)
@@ -1256,8 +1470,10 @@ class _Batcher:
 
 
 def _python_list(name: str) -> str:
-    return (f"`{name}` is a Python list or tuple: its examples may differ in shape, and the model cannot take it "
-            "as one batch; collate them into tensors (padded) first")
+    return (
+        f"`{name}` is a Python list or tuple: its examples may differ in shape, and the model cannot take it "
+        "as one batch; collate them into tensors (padded) first"
+    )
 
 
 def _integer(expr: cst.BaseExpression | None) -> int | None:
@@ -1281,8 +1497,10 @@ def _leading(element: cst.BaseSlice) -> str:
 
 
 def _full_element(comma: bool) -> cst.SubscriptElement:
-    return cst.SubscriptElement(cst.Slice(lower=None, upper=None),
-                                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if comma else cst.MaybeSentinel.DEFAULT)
+    return cst.SubscriptElement(
+        cst.Slice(lower=None, upper=None),
+        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if comma else cst.MaybeSentinel.DEFAULT,
+    )
 
 
 def _drop_first(updated: cst.Subscript) -> cst.BaseExpression:
@@ -1302,8 +1520,18 @@ def _prepend_full(updated: cst.Subscript) -> cst.Subscript:
 
 def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` in parentheses unless it is an atom (or already parenthesized)."""
-    atoms = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString, cst.List,
-             cst.Tuple, cst.Dict)
+    atoms = (
+        cst.Name,
+        cst.Attribute,
+        cst.Call,
+        cst.Subscript,
+        cst.Integer,
+        cst.Float,
+        cst.SimpleString,
+        cst.List,
+        cst.Tuple,
+        cst.Dict,
+    )
     if isinstance(node, atoms) or node.lpar:
         return node
     return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
@@ -1311,7 +1539,10 @@ def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
 
 def _parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` as the left operand of `*`: parentheses around lower-precedence operations."""
-    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison, cst.IfExp, cst.Lambda)) and not node.lpar:
+    if (
+        isinstance(node, (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison, cst.IfExp, cst.Lambda))
+        and not node.lpar
+    ):
         return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return node
 
@@ -1330,8 +1561,12 @@ def _view_batch(updated: cst.Call) -> cst.Call:
 
 def _split_of_one(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
     """`x` for `x.split(1)` / `x.split(1, 0)` / `x.split(1, dim=0)`: batches of one."""
-    if m.matches(iterable, m.Call(func=m.Attribute(attr=m.Name("split")))) and iterable.args \
-            and _integer(iterable.args[0].value) == 1 and all(_integer(a.value) == 0 for a in iterable.args[1:]):
+    if (
+        m.matches(iterable, m.Call(func=m.Attribute(attr=m.Name("split"))))
+        and iterable.args
+        and _integer(iterable.args[0].value) == 1
+        and all(_integer(a.value) == 0 for a in iterable.args[1:])
+    ):
         return iterable.func.value
     return None
 
@@ -1363,7 +1598,10 @@ def _is_scalar(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.Name, cst.Attribute)):
         return True
     if isinstance(expr, cst.Call):
-        return m.matches(expr.func, m.Name("len") | m.Name("float") | m.Name("int")) or method_name(expr) in ("size", "numel")
+        return m.matches(expr.func, m.Name("len") | m.Name("float") | m.Name("int")) or method_name(expr) in (
+            "size",
+            "numel",
+        )
     if isinstance(expr, cst.Subscript):
         return m.matches(expr.value, m.Attribute(attr=m.Name("shape")))
     if isinstance(expr, cst.BinaryOperation):
@@ -1394,8 +1632,11 @@ def _single_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
             return None
         small = line.body[0]
         docstring = isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
-        if not docstring and not (isinstance(small, cst.Assign) and len(small.targets) == 1
-                                  and isinstance(small.targets[0].target, (cst.Name, cst.Tuple))):
+        if not docstring and not (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, (cst.Name, cst.Tuple))
+        ):
             return None
     return body[-1].body[0].value
 
@@ -1408,7 +1649,11 @@ def _arguments(call: cst.Call, function: cst.FunctionDef) -> dict[str, cst.BaseE
     """Parameter name -> the argument `call` passes (or the default), for a plain
     function; None when `*args`/`**kwargs` hide what goes where."""
     params = function.params
-    if params.star_arg is not cst.MaybeSentinel.DEFAULT and params.star_arg is not None or params.star_kwarg is not None:
+    if (
+        params.star_arg is not cst.MaybeSentinel.DEFAULT
+        and params.star_arg is not None
+        or params.star_kwarg is not None
+    ):
         return None
     if any(a.star for a in call.args):
         return None
@@ -1433,7 +1678,9 @@ def _arguments(call: cst.Call, function: cst.FunctionDef) -> dict[str, cst.BaseE
     return None if named else mapping
 
 
-def _argument_for(call: cst.Call, function: cst.FunctionDef, param: cst.Param, skip_first: bool) -> cst.BaseExpression | None:
+def _argument_for(
+    call: cst.Call, function: cst.FunctionDef, param: cst.Param, skip_first: bool
+) -> cst.BaseExpression | None:
     """What `call` passes to `param` (the first parameter, `self`, skipped for a method)."""
     params = [*function.params.posonly_params, *function.params.params]
     if skip_first:
@@ -1482,7 +1729,10 @@ def _per_sample_means(loss: _LossCall, call: cst.Call, batch: str, reduce: str, 
     else:
         options = dict(loss.options)
         function = loss.function
-    keywords = {"reduction": '"none"', **{k: v for k, v in options.items() if k not in ("reduction", "input", "target")}}
+    keywords = {
+        "reduction": '"none"',
+        **{k: v for k, v in options.items() if k not in ("reduction", "input", "target")},
+    }
     extra = "".join(f", {k}={v}" for k, v in keywords.items())
     ignore = options.get("ignore_index", "-100")
     target_text = code(target)

@@ -88,14 +88,23 @@ class UnpinnedLoaderToCuda(Rule):
     # PM202 turns hand-made batching into a DataLoader, which this rule then configures:
     # it runs on PM202's output, so that one run leaves nothing pending.
     AFTER = ("PM202",)
-    MESSAGE = "DataLoader batches are copied to CUDA from pageable memory; pass pin_memory so the copies can be asynchronous"
+    MESSAGE = (
+        "DataLoader batches are copied to CUDA from pageable memory; pass pin_memory so the copies can be asynchronous"
+    )
     GAIN = "pinned copies reach up to ~2x the bandwidth of pageable ones (NVIDIA); with PM101 they overlap compute"
 
     VALID = [
-        Valid(PREAMBLE + "loader = DataLoader(dataset, pin_memory=False)\nfor x, y in loader:\n    x = x.cuda()\n",
-              "an explicit choice is kept"),
-        Valid(PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(x.sum())\n", "batches stay on the host"),
-        Valid(PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    x = x.to(torch.float16)\n", "dtype only"),
+        Valid(
+            PREAMBLE + "loader = DataLoader(dataset, pin_memory=False)\nfor x, y in loader:\n    x = x.cuda()\n",
+            "an explicit choice is kept",
+        ),
+        Valid(
+            PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(x.sum())\n",
+            "batches stay on the host",
+        ),
+        Valid(
+            PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    x = x.to(torch.float16)\n", "dtype only"
+        ),
         Valid(
             PREAMBLE + "cuda_set = TensorDataset(torch.randn(64, 8).cuda())\nloader = DataLoader(cuda_set)\n"
             "for (x,) in loader:\n    x = x.cuda()\n",
@@ -158,17 +167,22 @@ class UnpinnedLoaderToCuda(Rule):
     ]
     INVALID = [
         Invalid(
-            PREAMBLE + "loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n    x, y = x.cuda(), y.cuda()\n",
+            PREAMBLE
+            + "loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n    x, y = x.cuda(), y.cuda()\n",
             PREAMBLE + "loader = DataLoader(dataset, batch_size=8, pin_memory=True)\nfor x, y in loader:\n"
             "    x, y = x.cuda(), y.cuda()\n",
         ),
         Invalid(
-            PREAMBLE.replace("from torch.utils.data import DataLoader, TensorDataset", "import torch.utils.data as tud\n"
-                             "from torch.utils.data import TensorDataset")
+            PREAMBLE.replace(
+                "from torch.utils.data import DataLoader, TensorDataset",
+                "import torch.utils.data as tud\nfrom torch.utils.data import TensorDataset",
+            )
             + "device = torch.device('cuda:0')\nloader = tud.DataLoader(dataset)\n"
             "for step, (x, y) in enumerate(loader):\n    x = x.to(device)\n",
-            PREAMBLE.replace("from torch.utils.data import DataLoader, TensorDataset", "import torch.utils.data as tud\n"
-                             "from torch.utils.data import TensorDataset")
+            PREAMBLE.replace(
+                "from torch.utils.data import DataLoader, TensorDataset",
+                "import torch.utils.data as tud\nfrom torch.utils.data import TensorDataset",
+            )
             + "device = torch.device('cuda:0')\nloader = tud.DataLoader(dataset, pin_memory=True)\n"
             "for step, (x, y) in enumerate(loader):\n    x = x.to(device)\n",
             "a module alias, through enumerate",
@@ -179,19 +193,21 @@ class UnpinnedLoaderToCuda(Rule):
             "loader = DL(dataset)\nfor batch in loader:\n    batch = [t.to(device) for t in batch]\n",
             PREAMBLE + "from torch.utils.data import DataLoader as DL\n"
             "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
-            "loader = DL(dataset, pin_memory=device.type == \"cuda\")\nfor batch in loader:\n"
+            'loader = DL(dataset, pin_memory=device.type == "cuda")\nfor batch in loader:\n'
             "    batch = [t.to(device) for t in batch]\n",
             "a device that may be the CPU",
         ),
         Invalid(
             PREAMBLE + "def train(device):\n    loader = torch.utils.data.DataLoader(dataset)\n"
             "    for x, y in loader:\n        x = x.to(device)\n",
-            PREAMBLE + "def train(device):\n    loader = torch.utils.data.DataLoader(dataset, pin_memory=torch.cuda.is_available())\n"
+            PREAMBLE
+            + "def train(device):\n    loader = torch.utils.data.DataLoader(dataset, pin_memory=torch.cuda.is_available())\n"
             "    for x, y in loader:\n        x = x.to(device)\n",
             "a device the rule cannot place",
         ),
         Invalid(
-            PREAMBLE + "train_kwargs = {'batch_size': 8, 'shuffle': True}\nloader = DataLoader(dataset, **train_kwargs)\n"
+            PREAMBLE
+            + "train_kwargs = {'batch_size': 8, 'shuffle': True}\nloader = DataLoader(dataset, **train_kwargs)\n"
             "for x, y in loader:\n    x = x.cuda()\n",
             PREAMBLE + "train_kwargs = {'batch_size': 8, 'shuffle': True, 'pin_memory': True}\n"
             "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n    x = x.cuda()\n",
@@ -200,7 +216,8 @@ class UnpinnedLoaderToCuda(Rule):
         Invalid(
             PREAMBLE + "loader_kwargs = dict(batch_size=8)\nloader = DataLoader(dataset, **loader_kwargs)\n"
             "for x, y in loader:\n    x = x.cuda()\n",
-            PREAMBLE + "loader_kwargs = dict(batch_size=8, pin_memory=True)\nloader = DataLoader(dataset, **loader_kwargs)\n"
+            PREAMBLE
+            + "loader_kwargs = dict(batch_size=8, pin_memory=True)\nloader = DataLoader(dataset, **loader_kwargs)\n"
             "for x, y in loader:\n    x = x.cuda()\n",
         ),
         Invalid(
@@ -252,7 +269,8 @@ class UnpinnedLoaderToCuda(Rule):
             "a dict other code sees too",
         ),
         Invalid(
-            PREAMBLE + "options = (8, True)\nloader = DataLoader(dataset, *options)\nfor x, y in loader:\n    x = x.cuda()\n",
+            PREAMBLE
+            + "options = (8, True)\nloader = DataLoader(dataset, *options)\nfor x, y in loader:\n    x = x.cuda()\n",
             None,
             "*args may pass pin_memory",
         ),
@@ -363,5 +381,9 @@ class UnpinnedLoaderToCuda(Rule):
             return
         literal, _, _ = literals[0]
         value, imports = self._pin_value(feed, literal)
-        self.report(loader, message + " (added to the kwargs dict)", edits=[AddKeyword(literal, "pin_memory", value)],
-                    imports=imports)
+        self.report(
+            loader,
+            message + " (added to the kwargs dict)",
+            edits=[AddKeyword(literal, "pin_memory", value)],
+            imports=imports,
+        )

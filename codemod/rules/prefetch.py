@@ -104,48 +104,88 @@ class BatchCopiedInTheStep(Rule):
     REQUIRES = ("DataLoader",)
     # It removes the copy statements PM101 makes non-blocking: it runs on PM101's output.
     AFTER = ("PM101",)
-    MESSAGE = "each batch is copied to the device inside the step; prefetch it on a side stream while the previous step runs"
+    MESSAGE = (
+        "each batch is copied to the device inside the step; prefetch it on a side stream while the previous step runs"
+    )
     GAIN = "hides the host-to-device copy of every batch behind the previous step's compute"
 
     VALID = [
         Valid(PREAMBLE + "for x, y in loader:\n    print(x.sum())\n", "no copy"),
-        Valid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    print(model(x).sum())\n",
-              "not a training loop"),
+        Valid(
+            PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    print(model(x).sum())\n",
+            "not a training loop",
+        ),
     ]
     INVALID = [
         # Copies in the step that the fix cannot prove it may replace: reported without a fix.
-        Invalid(PREAMBLE + "for x, y in loader:\n    print(x.shape)\n    x, y = x.to(device), y.to(device)\n" + STEP,
-                None, "the batch is used before its copy"),
-        Invalid(PREAMBLE + "for x, y in loader:\n    x = x.to(device)\n" + STEP, None,
-                "y is not copied: it stays on the host"),
-        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
-                None, "a copy that also converts"),
-        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, None, "two devices"),
-        Invalid(PREAMBLE + "import sys\nbatches = loader if sys.argv else [(torch.randn(8, 8), torch.randn(8, 1))]\n"
-                "for x, y in batches:\n    x, y = x.to(device), y.to(device)\n" + STEP, None, "not only a loader"),
-        Invalid(PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
-                "    x, y = batch\n" + STEP, None, "a comprehension that filters"),
-        Invalid(PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b") +
-                "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n" + STEP, None, "a custom collate_fn"),
-        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    device = 'cpu'\n" + STEP,
-                None, "the device is bound in the loop"),
-        Invalid(PREAMBLE + "def step(batch):\n    x, y = batch\n    x, y = x.to(device), y.to(device)\n"
-                + STEP.replace("    ", "    ") + "for batch in loader:\n    step(batch)\n", None,
-                "copied in a function the step calls"),
-        Invalid(PREAMBLE + "it = iter(loader)\nnext_x, next_y = next(it)\nfor _ in range(len(loader) - 1):\n"
-                "    x, y = next_x.to(device, non_blocking=True), next_y.to(device, non_blocking=True)\n"
-                "    next_x, next_y = next(it)\n" + STEP, None,
-                "a hand-written prefetch: the copy still runs on the step's stream"),
         Invalid(
-            PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)\n"
+            PREAMBLE + "for x, y in loader:\n    print(x.shape)\n    x, y = x.to(device), y.to(device)\n" + STEP,
+            None,
+            "the batch is used before its copy",
+        ),
+        Invalid(
+            PREAMBLE + "for x, y in loader:\n    x = x.to(device)\n" + STEP,
+            None,
+            "y is not copied: it stays on the host",
+        ),
+        Invalid(
+            PREAMBLE + "for x, y in loader:\n    x, y = x.to(device, torch.float16), y.to(device)\n" + STEP,
+            None,
+            "a copy that also converts",
+        ),
+        Invalid(PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.to(device)\n" + STEP, None, "two devices"),
+        Invalid(
+            PREAMBLE + "import sys\nbatches = loader if sys.argv else [(torch.randn(8, 8), torch.randn(8, 1))]\n"
+            "for x, y in batches:\n    x, y = x.to(device), y.to(device)\n" + STEP,
+            None,
+            "not only a loader",
+        ),
+        Invalid(
+            PREAMBLE + "for batch in loader:\n    batch = [t.to(device) for t in batch if t.dim() > 1]\n"
+            "    x, y = batch\n" + STEP,
+            None,
+            "a comprehension that filters",
+        ),
+        Invalid(
+            PREAMBLE.replace("pin_memory=True", "pin_memory=True, collate_fn=lambda b: b")
+            + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n"
+            + STEP,
+            None,
+            "a custom collate_fn",
+        ),
+        Invalid(
+            PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    device = 'cpu'\n" + STEP,
+            None,
+            "the device is bound in the loop",
+        ),
+        Invalid(
+            PREAMBLE
+            + "def step(batch):\n    x, y = batch\n    x, y = x.to(device), y.to(device)\n"
+            + STEP.replace("    ", "    ")
+            + "for batch in loader:\n    step(batch)\n",
+            None,
+            "copied in a function the step calls",
+        ),
+        Invalid(
+            PREAMBLE + "it = iter(loader)\nnext_x, next_y = next(it)\nfor _ in range(len(loader) - 1):\n"
+            "    x, y = next_x.to(device, non_blocking=True), next_y.to(device, non_blocking=True)\n"
+            "    next_x, next_y = next(it)\n" + STEP,
+            None,
+            "a hand-written prefetch: the copy still runs on the step's stream",
+        ),
+        Invalid(
+            PREAMBLE
+            + "for x, y in loader:\n    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)\n"
             + STEP,
             _imported(PREAMBLE + "for x, y in DevicePrefetcher(loader, device):\n" + STEP),
         ),
         Invalid(
             PREAMBLE + "for step, (x, y) in enumerate(loader):\n    opt.zero_grad()\n    # to the GPU\n"
             "    x = x.to(device)\n    y = y.to(device)\n" + STEP,
-            _imported(PREAMBLE + "for step, (x, y) in enumerate(DevicePrefetcher(loader, device)):\n"
-                      "    opt.zero_grad()\n    # to the GPU\n" + STEP),
+            _imported(
+                PREAMBLE + "for step, (x, y) in enumerate(DevicePrefetcher(loader, device)):\n"
+                "    opt.zero_grad()\n    # to the GPU\n" + STEP
+            ),
             "through enumerate, copies after a statement that does not touch the batch",
         ),
         Invalid(
@@ -156,11 +196,12 @@ class BatchCopiedInTheStep(Rule):
         ),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.cuda(), y.cuda()\n" + STEP,
-            _imported(PREAMBLE + "for x, y in DevicePrefetcher(loader, \"cuda\"):\n" + STEP),
+            _imported(PREAMBLE + 'for x, y in DevicePrefetcher(loader, "cuda"):\n' + STEP),
             ".cuda() copies",
         ),
         Invalid(
-            PREAMBLE.replace(", pin_memory=True", "") + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n"
+            PREAMBLE.replace(", pin_memory=True", "")
+            + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n"
             + STEP,
             None,
             "an unpinned loader: pin it first (PM102)",
@@ -186,18 +227,24 @@ class BatchCopiedInTheStep(Rule):
             line = self.context.line(first)
             helper = self.context.index.first_enclosing(first, cst.FunctionDef)
             if feed.fetch is not None:
-                why = (f"each batch is taken with `next()` and copied to the device in the step (line {line}): on "
-                       "the step's stream, so the copy cannot overlap with compute, even when fetched a step ahead; "
-                       "iterate over `runtime.data.DevicePrefetcher(loader, device)`, which copies the next batch "
-                       "on a side stream")
+                why = (
+                    f"each batch is taken with `next()` and copied to the device in the step (line {line}): on "
+                    "the step's stream, so the copy cannot overlap with compute, even when fetched a step ahead; "
+                    "iterate over `runtime.data.DevicePrefetcher(loader, device)`, which copies the next batch "
+                    "on a side stream"
+                )
             elif helper is not None and not self.context.inside(first, feed.loop):
-                why = (f"each batch is copied to the device inside the step, in `{helper.name.value}` (line {line}); "
-                       "prefetch it on a side stream while the previous step runs (`runtime.data.DevicePrefetcher("
-                       "loader, device)`); not rewritten: the copies are made in a function the loop calls")
+                why = (
+                    f"each batch is copied to the device inside the step, in `{helper.name.value}` (line {line}); "
+                    "prefetch it on a side stream while the previous step runs (`runtime.data.DevicePrefetcher("
+                    "loader, device)`); not rewritten: the copies are made in a function the loop calls"
+                )
             else:
-                why = (f"{self.MESSAGE} (line {line}); not rewritten: the batch is not copied whole by plain "
-                       "`x = x.to(device)` statements at the top of the loop, so perfmod cannot tell the prefetched "
-                       "batch would be used the same way")
+                why = (
+                    f"{self.MESSAGE} (line {line}); not rewritten: the batch is not copied whole by plain "
+                    "`x = x.to(device)` statements at the top of the loop, so perfmod cannot tell the prefetched "
+                    "batch would be used the same way"
+                )
             self.report(first, why)
 
     def _check(self, loop: cst.For) -> bool:
@@ -219,14 +266,21 @@ class BatchCopiedInTheStep(Rule):
             return False
         if not all(self._is_pinned(loader) for loader in sources):
             line = self.context.line(sources[0])
-            self.report(loop, self.MESSAGE + f"; the DataLoader on line {line} is not pinned, so the copies could not "
-                        "overlap: pass pin_memory (PM102) and run again")
+            self.report(
+                loop,
+                self.MESSAGE + f"; the DataLoader on line {line} is not pinned, so the copies could not "
+                "overlap: pass pin_memory (PM102) and run again",
+            )
             return True
 
         def prefetched(updated: cst.BaseExpression) -> cst.Call:
-            return cst.Call(func=cst.Name("DevicePrefetcher"), args=[
-                cst.Arg(updated, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                cst.Arg(device.deep_clone())])
+            return cst.Call(
+                func=cst.Name("DevicePrefetcher"),
+                args=[
+                    cst.Arg(updated, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                    cst.Arg(device.deep_clone()),
+                ],
+            )
 
         edits = [Replace(loader_expr, prefetched), *(Remove(statement) for statement in statements)]
         self.report(loop, self.MESSAGE, edits=edits, imports=[IMPORT])
@@ -240,8 +294,12 @@ class BatchCopiedInTheStep(Rule):
         names = self.context.names
         if isinstance(iterable, cst.Call):
             args = [a for a in iterable.args if a.keyword is None and not a.star]
-            if names.is_(iterable.func, *ENUMERATE) and args and isinstance(target, cst.Tuple) \
-                    and len(target.elements) == 2:
+            if (
+                names.is_(iterable.func, *ENUMERATE)
+                and args
+                and isinstance(target, cst.Tuple)
+                and len(target.elements) == 2
+            ):
                 return self._loader_and_batch(args[0].value, target.elements[1].value)
             if names.is_(iterable.func, *PASS_THROUGH_ITERABLES) and args:
                 return self._loader_and_batch(args[0].value, target)
@@ -277,15 +335,22 @@ class BatchCopiedInTheStep(Rule):
 
     def _copied_names(self, statement: cst.BaseStatement) -> dict[str, cst.BaseExpression] | None:
         """{name: device} for `x = x.to(device)` and `x, y = x.to(device), y.to(device)`."""
-        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1):
+        if not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign)
+            and len(statement.body[0].targets) == 1
+        ):
             return None
         assign = statement.body[0]
         target, value = assign.targets[0].target, assign.value
         if isinstance(target, cst.Name):
             pairs = [(target, value)]
-        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
-                and len(target.elements) == len(value.elements):
+        elif (
+            isinstance(target, (cst.Tuple, cst.List))
+            and isinstance(value, (cst.Tuple, cst.List))
+            and len(target.elements) == len(value.elements)
+        ):
             pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
         else:
             return None
@@ -313,12 +378,19 @@ class BatchCopiedInTheStep(Rule):
                 return None
             return self._copy_device(value.elt, loop.target.value)
         pair = loop.target
-        if not (isinstance(pair, cst.Tuple) and len(pair.elements) == 2
-                and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in pair.elements)):
+        if not (
+            isinstance(pair, cst.Tuple)
+            and len(pair.elements) == 2
+            and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in pair.elements)
+        ):
             return None
         items = loop.iter
-        if not (isinstance(items, cst.Call) and not items.args and method_name(items) == "items"
-                and _is_name(items.func.value, name)):
+        if not (
+            isinstance(items, cst.Call)
+            and not items.args
+            and method_name(items) == "items"
+            and _is_name(items.func.value, name)
+        ):
             return None
         key, item = (element.value.value for element in pair.elements)
         if not _is_name(value.key, key) or key == item:
@@ -327,10 +399,14 @@ class BatchCopiedInTheStep(Rule):
 
     def _copy_device(self, call: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
         """The device of `name.to(device[, non_blocking=...])` / `name.cuda([non_blocking=...])`."""
-        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and _is_name(call.func.value, name)):
+        if not (
+            isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and _is_name(call.func.value, name)
+        ):
             return None
-        if any(arg.star or (arg.keyword is not None and arg.keyword.value not in ("device", "non_blocking"))
-               for arg in call.args):
+        if any(
+            arg.star or (arg.keyword is not None and arg.keyword.value not in ("device", "non_blocking"))
+            for arg in call.args
+        ):
             return None
         method = method_name(call)
         if method == "cuda":
@@ -343,7 +419,9 @@ class BatchCopiedInTheStep(Rule):
         copy = self.context.kinds.copy_of(call)
         if copy is not None:
             return device.value if copy.moves_device else None
-        named = device.value.attr.value if isinstance(device.value, cst.Attribute) else getattr(device.value, "value", "")
+        named = (
+            device.value.attr.value if isinstance(device.value, cst.Attribute) else getattr(device.value, "value", "")
+        )
         return device.value if isinstance(named, str) and DEVICE_NAME.match(named) else None
 
     def _mentions(self, node: cst.CSTNode, names: set[str]) -> bool:
@@ -380,7 +458,8 @@ class BatchCopiedInTheStep(Rule):
         """Is `pin_memory` passed and not False, or will PM102, selected in this run, pass it?"""
         loaders = self.context.loaders
         pin = kwarg(loader, "pin_memory") or (
-            positional(loader, PIN_MEMORY_POSITION) if loaders.is_torch_loader(loader) else None)
+            positional(loader, PIN_MEMORY_POSITION) if loaders.is_torch_loader(loader) else None
+        )
         if pin is not None:
             return not _is_name(pin.value, "False")
         keys = loaders.star_kwargs_keys(loader)
@@ -397,7 +476,8 @@ def _batch_names(target: cst.BaseExpression) -> list[str] | None:
     if isinstance(target, cst.Name):
         return [target.value]
     if isinstance(target, (cst.Tuple, cst.List)) and all(
-            isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements):
+        isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements
+    ):
         names = [e.value.value for e in target.elements]
         return names if len(set(names)) == len(names) else None
     return None

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import libcst as cst
-from codemod.analysis import match as m
 
+from codemod.analysis import match as m
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -106,16 +106,25 @@ class Float32MatmulWithoutTf32(Rule):
     GAIN = "1.5-3x on matmul-bound float32 training on Ampere or newer GPUs"
 
     VALID = [
-        Valid(IMPORTS + 'device = torch.device("cuda")\nmodel = nn.Linear(8, 1).to(device)\n'
-              "print(model(torch.randn(2, 8, device=device)))\n", "no training loop"),
+        Valid(
+            IMPORTS + 'device = torch.device("cuda")\nmodel = nn.Linear(8, 1).to(device)\n'
+            "print(model(torch.randn(2, 8, device=device)))\n",
+            "no training loop",
+        ),
         Valid(IMPORTS + SCRIPT_BODY.replace('"cuda"', '"cpu"'), "no CUDA in sight"),
         Valid(IMPORTS + SCRIPT_BODY.replace(".to(device)\nopt", ".double().to(device)\nopt"), "a float64 model"),
         Valid(IMPORTS + "torch.backends.cuda.matmul.allow_tf32 = True\n" + SCRIPT_BODY, "already on, legacy flag"),
-        Valid(IMPORTS + "torch.backends.cudnn.allow_tf32 = False\n" + SCRIPT_BODY, "an explicit choice, even for cuDNN"),
+        Valid(
+            IMPORTS + "torch.backends.cudnn.allow_tf32 = False\n" + SCRIPT_BODY, "an explicit choice, even for cuDNN"
+        ),
         Valid(IMPORTS + 'torch.set_float32_matmul_precision("highest")\n' + SCRIPT_BODY, "exact float32 asked for"),
         Valid(IMPORTS + 'torch.backends.cuda.matmul.fp32_precision = "ieee"\n' + SCRIPT_BODY, "new API"),
-        Valid(IMPORTS + "from torch import set_float32_matmul_precision as precision\nprecision('medium')\n"
-              + SCRIPT_BODY, "imported under another name"),
+        Valid(
+            IMPORTS
+            + "from torch import set_float32_matmul_precision as precision\nprecision('medium')\n"
+            + SCRIPT_BODY,
+            "imported under another name",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -124,9 +133,17 @@ class Float32MatmulWithoutTf32(Rule):
             "a script: right after the imports, before its first statement",
         ),
         Invalid(
-            IMPORTS + "\n\ndef main():\n" + '    """Train."""\n' + _indented(SCRIPT_BODY)
+            IMPORTS
+            + "\n\ndef main():\n"
+            + '    """Train."""\n'
+            + _indented(SCRIPT_BODY)
             + '\n\nif __name__ == "__main__":\n    main()\n',
-            IMPORTS + "\n\ndef main():\n" + '    """Train."""\n    ' + ENABLE_TF32 + "\n" + _indented(SCRIPT_BODY)
+            IMPORTS
+            + "\n\ndef main():\n"
+            + '    """Train."""\n    '
+            + ENABLE_TF32
+            + "\n"
+            + _indented(SCRIPT_BODY)
             + '\n\nif __name__ == "__main__":\n    main()\n',
             "the loop is in main(): at its top, after the docstring",
         ),
@@ -141,39 +158,69 @@ class Float32MatmulWithoutTf32(Rule):
             "a method; torch is imported for the call",
         ),
         Invalid(
-            IMPORTS + "\ndef pretrain(model, opt, data):\n" + _indented(LOOP)
-            + "\ndef finetune(model, opt, data):\n" + _indented(LOOP) + 'device = "cuda"\n',
-            IMPORTS + "\ndef pretrain(model, opt, data):\n    " + ENABLE_TF32 + "\n" + _indented(LOOP)
-            + "\ndef finetune(model, opt, data):\n    " + ENABLE_TF32 + "\n" + _indented(LOOP) + 'device = "cuda"\n',
+            IMPORTS
+            + "\ndef pretrain(model, opt, data):\n"
+            + _indented(LOOP)
+            + "\ndef finetune(model, opt, data):\n"
+            + _indented(LOOP)
+            + 'device = "cuda"\n',
+            IMPORTS
+            + "\ndef pretrain(model, opt, data):\n    "
+            + ENABLE_TF32
+            + "\n"
+            + _indented(LOOP)
+            + "\ndef finetune(model, opt, data):\n    "
+            + ENABLE_TF32
+            + "\n"
+            + _indented(LOOP)
+            + 'device = "cuda"\n',
             "a library module with two training functions: at the top of each, never at import time",
         ),
         Invalid(
-            IMPORTS + "\ndef train_epoch(model, opt, data):\n" + _indented(LOOP)
+            IMPORTS
+            + "\ndef train_epoch(model, opt, data):\n"
+            + _indented(LOOP)
             + "\ndef main():\n    model = nn.Linear(8, 1).cuda()\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
             "    for epoch in range(3):\n        train_epoch(model, opt, [])\n"
             + '\n\nif __name__ == "__main__":\n    main()\n',
-            IMPORTS + "\ndef train_epoch(model, opt, data):\n" + _indented(LOOP)
-            + "\ndef main():\n    " + ENABLE_TF32 + "\n    model = nn.Linear(8, 1).cuda()\n"
+            IMPORTS
+            + "\ndef train_epoch(model, opt, data):\n"
+            + _indented(LOOP)
+            + "\ndef main():\n    "
+            + ENABLE_TF32
+            + "\n    model = nn.Linear(8, 1).cuda()\n"
             "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
             "    for epoch in range(3):\n        train_epoch(model, opt, [])\n"
             + '\n\nif __name__ == "__main__":\n    main()\n',
             "the entry point main(), not the function it calls once per epoch",
         ),
         Invalid(
-            IMPORTS + "\ndef train(model, opt, data):\n" + _indented(LOOP)
+            IMPORTS
+            + "\ndef train(model, opt, data):\n"
+            + _indented(LOOP)
             + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
             "    train(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
-            IMPORTS + "\ndef train(model, opt, data):\n    " + ENABLE_TF32 + "\n" + _indented(LOOP)
+            IMPORTS
+            + "\ndef train(model, opt, data):\n    "
+            + ENABLE_TF32
+            + "\n"
+            + _indented(LOOP)
             + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
             "    train(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
             "the function the main block calls to train",
         ),
         Invalid(
-            IMPORTS + "\nclass Trainer:\n    def fit(self, model, opt, data):\n" + _indented(_indented(LOOP))
+            IMPORTS
+            + "\nclass Trainer:\n    def fit(self, model, opt, data):\n"
+            + _indented(_indented(LOOP))
             + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
             "    Trainer().fit(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
-            IMPORTS + "\nclass Trainer:\n    def fit(self, model, opt, data):\n" + _indented(_indented(LOOP))
-            + '\n\nif __name__ == "__main__":\n    ' + ENABLE_TF32 + "\n    net = nn.Linear(8, 1).cuda()\n"
+            IMPORTS
+            + "\nclass Trainer:\n    def fit(self, model, opt, data):\n"
+            + _indented(_indented(LOOP))
+            + '\n\nif __name__ == "__main__":\n    '
+            + ENABLE_TF32
+            + "\n    net = nn.Linear(8, 1).cuda()\n"
             "    Trainer().fit(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
             "the main block itself when it trains through objects",
         ),
@@ -193,8 +240,11 @@ class Float32MatmulWithoutTf32(Rule):
         if edits:
             self.report(loop, edits=edits, imports=[("torch", None)])
         else:
-            self.report(loop, f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
-                              "enable TF32 once in its entry point)")
+            self.report(
+                loop,
+                f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
+                "enable TF32 once in its entry point)",
+            )
 
     # -- where start-up is -------------------------------------------------------------
 
@@ -216,9 +266,15 @@ class Float32MatmulWithoutTf32(Rule):
         if None in holders or self._runs_at_module_level(module):
             first_statement = self._module_statement(training.loops[0].loop)
             body = list(module.body[: module.body.index(first_statement) + 1])
-            last_import = max((i for i, statement in enumerate(body) if isinstance(statement, cst.SimpleStatementLine)
-                               and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)),
-                              default=-1)
+            last_import = max(
+                (
+                    i
+                    for i, statement in enumerate(body)
+                    if isinstance(statement, cst.SimpleStatementLine)
+                    and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+                ),
+                default=-1,
+            )
             # Before the first statement after the imports: the blank lines that
             # separate them from the code stay above the new line.
             return [InsertBefore(body[last_import + 1], (enable,))]
@@ -234,8 +290,11 @@ class Float32MatmulWithoutTf32(Rule):
         function = self._outermost_function(node)
         while function is not None and function not in seen:
             seen.add(function)
-            in_loops = [call for call in steps.call_sites(function)
-                        if self.context.index.first_enclosing(call, (cst.For, cst.While)) is not None]
+            in_loops = [
+                call
+                for call in steps.call_sites(function)
+                if self.context.index.first_enclosing(call, (cst.For, cst.While)) is not None
+            ]
             if not in_loops:
                 return function
             caller = self._outermost_function(in_loops[0])
@@ -245,8 +304,9 @@ class Float32MatmulWithoutTf32(Rule):
         return function
 
     def _reaches(self, function: cst.FunctionDef, target: cst.FunctionDef | None) -> bool:
-        return target is not None and (target in self.context.loops.functions_reached(function.body)
-                                       or self.context.inside(target, function))
+        return target is not None and (
+            target in self.context.loops.functions_reached(function.body) or self.context.inside(target, function)
+        )
 
     def _runs_at_module_level(self, module: cst.Module) -> bool:
         """Does the module do work when it runs (a script), beyond defining names?"""
@@ -254,7 +314,8 @@ class Float32MatmulWithoutTf32(Rule):
             if isinstance(statement, (cst.For, cst.While, cst.With, cst.Try)):
                 return True
             if isinstance(statement, cst.SimpleStatementLine) and any(
-                    isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in statement.body):
+                isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in statement.body
+            ):
                 return True
         return False
 
@@ -281,8 +342,11 @@ class Float32MatmulWithoutTf32(Rule):
 
 def _is_main_guard(test: cst.BaseExpression) -> bool:
     """`__name__ == "__main__"` (either way round)."""
-    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-            and isinstance(test.comparisons[0].operator, cst.Equal)):
+    if not (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Equal)
+    ):
         return False
     sides = [test.left, test.comparisons[0].comparator]
     names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from codemod.analysis.tensor_layout import SAME_SHAPE_FUNCTIONS, layouts, read_names
-from codemod.analysis.time_loops import _dotted
 from codemod.analysis.time_loops import (
     ONE,
     Const,
@@ -21,10 +20,10 @@ from codemod.analysis.time_loops import (
     TimeLoop,
     Unsupported,
     _atom,
+    _dotted,
     _min_rank,
     _plus,
     integer,
-    mentions,
     moved,
     same,
     states_in,
@@ -68,10 +67,16 @@ def wkv(r, k, v, w, u, state):
 """
 KERNELS = "runtime.kernels"
 # Calls a state may go through in a loop that is still a (maybe non-linear) elementwise recurrence.
-ELEMENTWISE_NAMES = frozenset(n.rsplit(".", 1)[1] for n in SAME_SHAPE_FUNCTIONS) | {"einsum", "matmul", "outer", "where"}
+ELEMENTWISE_NAMES = frozenset(n.rsplit(".", 1)[1] for n in SAME_SHAPE_FUNCTIONS) | {
+    "einsum",
+    "matmul",
+    "outer",
+    "where",
+}
 TENSOR_METHODS_OK = frozenset(
     "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as mT softmax clamp abs neg sqrt"
-    " matmul mul add sub div".split())
+    " matmul mul add sub div".split()
+)
 
 
 @dataclass
@@ -189,11 +194,15 @@ class TimeLoopRecurrence(Rule):
     LEVEL = Level.NUMERIC
     REQUIRES = ("for",)
     MESSAGE = "a Python loop over time computes a linear recurrence; use a runtime.kernels kernel"
-    GAIN = "O(sqrt T) sequential steps instead of T: 21-52x on 2 CPU threads at T = 512 (bench_kernels), " \
-           "reported 10-100x on GPUs at T in the thousands"
+    GAIN = (
+        "O(sqrt T) sequential steps instead of T: 21-52x on 2 CPU threads at T = 512 (bench_kernels), "
+        "reported 10-100x on GPUs at T in the thousands"
+    )
 
     VALID = [
-        Valid(PREAMBLE + """
+        Valid(
+            PREAMBLE
+            + """
 def rnn(W, x):
     h = torch.zeros_like(x[:, 0])
     hs = []
@@ -201,8 +210,12 @@ def rnn(W, x):
         h = torch.tanh(h @ W + x[:, t])
         hs.append(h)
     return torch.stack(hs, dim=1)
-""", "a non-linear recurrence"),
-        Valid(PREAMBLE + """
+""",
+            "a non-linear recurrence",
+        ),
+        Valid(
+            PREAMBLE
+            + """
 def train(model, opt, batches):
     ema = 0.0
     losses = []
@@ -211,12 +224,16 @@ def train(model, opt, batches):
         ema = 0.9 * ema + 0.1 * loss.item()
         losses.append(ema)
     return losses
-""", "a loss average, not a recurrence over a tensor's time dim"),
+""",
+            "a loss average, not a recurrence over a tensor's time dim",
+        ),
     ]
     INVALID = [
         Invalid(PREAMBLE + SCAN_LOOP, PREAMBLE + SCAN_FIXED),
         Invalid(PREAMBLE + RWKV_LOOP, RWKV_FIXED, "torch's import goes with its last use"),
-        Invalid(PREAMBLE + """
+        Invalid(
+            PREAMBLE
+            + """
 def ema(a, x):
     h = torch.zeros_like(x[:, 0])
     hs = []
@@ -224,7 +241,10 @@ def ema(a, x):
         h = torch.tanh(a[:, t] * h + x[:, t])
         hs.append(h)
     return torch.stack(hs, dim=1)
-""", None, "a nonlinearity around the update"),
+""",
+            None,
+            "a nonlinearity around the update",
+        ),
     ]
 
     def visit_For(self, node: cst.For) -> None:
@@ -245,11 +265,16 @@ def ema(a, x):
         block = self.context.parents.get(node)
         statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [node]
         index = next(i for i, s in enumerate(statements) if s is node)
-        if any(suppressed_on(s, self.CODE) for s in statements[max(index - 1, 0):index + 2]):
+        if any(suppressed_on(s, self.CODE) for s in statements[max(index - 1, 0) : index + 2]):
             return
         names = ", ".join(f"runtime.kernels.{k}" for k in sorted(kernels))
-        self.report(node, f"{self.MESSAGE} (it becomes {names})", edits=edits,
-                    imports=[(KERNELS, k) for k in sorted(kernels)], at=node)
+        self.report(
+            node,
+            f"{self.MESSAGE} (it becomes {names})",
+            edits=edits,
+            imports=[(KERNELS, k) for k in sorted(kernels)],
+            at=node,
+        )
 
     # -- which loops -----------------------------------------------------------------
 
@@ -262,7 +287,11 @@ def ema(a, x):
         for line in loop.body.body:
             if isinstance(line, cst.SimpleStatementLine):
                 for small in line.body:
-                    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                    if (
+                        isinstance(small, cst.Assign)
+                        and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name)
+                    ):
                         assigned.add(small.targets[0].target.value)
                     elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
                         assigned.add(small.target.value)
@@ -283,7 +312,11 @@ def ema(a, x):
         assigned: dict[str, cst.BaseExpression] = {}
         for line in loop.body.body:
             for small in line.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                ):
                     assigned.setdefault(small.targets[0].target.value, small.value)
         states = {name for name, value in assigned.items() if name in read_names(self.context, value)}
         if not states:
@@ -300,8 +333,11 @@ def ema(a, x):
                 other = op.right if isinstance(op.left, cst.Name) and op.left.value == name else op.left
                 if isinstance(op.operator, cst.Multiply) and not self._reads_states(other, states, assigned):
                     return True
-                if isinstance(op.operator, cst.Add) and self._has_outer_or_decay(other) \
-                        and not self._reads_states(other, states - {name}, assigned):
+                if (
+                    isinstance(op.operator, cst.Add)
+                    and self._has_outer_or_decay(other)
+                    and not self._reads_states(other, states - {name}, assigned)
+                ):
                     return True
         return False
 
@@ -310,8 +346,11 @@ def ema(a, x):
         names = read_names(self.context, expr) if expr in self.context.index else set()
         if names & states:
             return True
-        return depth < 4 and any(self._reads_states(assigned[n], states, assigned, depth + 1)
-                                 for n in names if n in assigned and n not in states)
+        return depth < 4 and any(
+            self._reads_states(assigned[n], states, assigned, depth + 1)
+            for n in names
+            if n in assigned and n not in states
+        )
 
     def _feeds_state(self, call: cst.Call, states: set[str], assigned: dict) -> bool:
         """Is a state (maybe through temporaries) an argument of a call that is not an
@@ -339,9 +378,14 @@ def ema(a, x):
         layout = layouts(self.context)
         for subscript in self.context.index.find(cst.Subscript, within=loop.body):
             for position, element in enumerate(subscript.slice):
-                stepped = isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name) \
-                    and element.slice.value.value == time or isinstance(element.slice, cst.Slice) \
-                    and isinstance(element.slice.lower, cst.Name) and element.slice.lower.value == time
+                stepped = (
+                    isinstance(element.slice, cst.Index)
+                    and isinstance(element.slice.value, cst.Name)
+                    and element.slice.value.value == time
+                    or isinstance(element.slice, cst.Slice)
+                    and isinstance(element.slice.lower, cst.Name)
+                    and element.slice.lower.value == time
+                )
                 if stepped and (position > 0 or layout.shape(subscript.value) is not None):
                     return True
         return False
@@ -367,9 +411,13 @@ def ema(a, x):
         scope_names = self._scope_names(loop)
         # the values the loop collects, with read-outs of attention states made Read(state)
         values = {id(o): self._with_reads(o.value, attention) for o in model.outputs}
-        updates = {name: (self._with_reads(s.a, attention) if s.a is not None else None,
-                          self._with_reads(s.x, attention) if s.x is not None else None)
-                   for name, s in model.states.items()}
+        updates = {
+            name: (
+                self._with_reads(s.a, attention) if s.a is not None else None,
+                self._with_reads(s.x, attention) if s.x is not None else None,
+            )
+            for name, s in model.states.items()
+        }
         uses = self._uses(model, values, updates, final_reads)
         for name in order:
             state = model.states[name]
@@ -413,28 +461,48 @@ def ema(a, x):
                 if self._binds(statement, output.name):
                     init = statement
                     break
-            if init is None or not (isinstance(init, cst.SimpleStatementLine) and len(init.body) == 1
-                                    and isinstance(init.body[0], cst.Assign)
-                                    and isinstance(init.body[0].value, cst.List) and not init.body[0].value.elements):
+            if init is None or not (
+                isinstance(init, cst.SimpleStatementLine)
+                and len(init.body) == 1
+                and isinstance(init.body[0], cst.Assign)
+                and isinstance(init.body[0].value, cst.List)
+                and not init.body[0].value.elements
+            ):
                 raise Unsupported(f"`{output.name}` is not made an empty list just before the loop")
-            reads_in_loop = [n for n in self.context.index.find(cst.Name, within=loop.body)
-                             if n.value == output.name and not self.context.inside(n, output.statement)]
+            reads_in_loop = [
+                n
+                for n in self.context.index.find(cst.Name, within=loop.body)
+                if n.value == output.name and not self.context.inside(n, output.statement)
+            ]
             if reads_in_loop:
                 raise Unsupported(f"`{output.name}` is read in the loop")
-            later = [a.node for a in scope.accesses[output.name] if isinstance(a.node, cst.Name)
-                     and self.context.index.order(a.node) > self.context.index.end(loop)] if scope else []
+            later = (
+                [
+                    a.node
+                    for a in scope.accesses[output.name]
+                    if isinstance(a.node, cst.Name) and self.context.index.order(a.node) > self.context.index.end(loop)
+                ]
+                if scope
+                else []
+            )
             later.sort(key=self.context.index.order)
             if len(later) != 1:
                 raise Unsupported(f"`{output.name}` is read {'more than once' if later else 'nowhere'} after the loop")
             stack = self.context.parents.get(self.context.parents.get(later[0]))
-            if not (isinstance(stack, cst.Call) and stack.args and stack.args[0].value is later[0]
-                    and self.context.names.is_(stack.func, "torch.stack", "torch.cat")):
+            if not (
+                isinstance(stack, cst.Call)
+                and stack.args
+                and stack.args[0].value is later[0]
+                and self.context.names.is_(stack.func, "torch.stack", "torch.cat")
+            ):
                 raise Unsupported(f"`{output.name}` is used after the loop other than by torch.stack")
             dim_arg = stack.args[1] if len(stack.args) > 1 else None
-            if len(stack.args) > 2 or (dim_arg is not None and dim_arg.keyword is not None
-                                       and dim_arg.keyword.value != "dim"):
+            if len(stack.args) > 2 or (
+                dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
+            ):
                 raise Unsupported("torch.stack with other arguments than the list and dim")
             from codemod.analysis.tensor_layout import int_value
+
             dim = int_value(dim_arg.value) if dim_arg is not None else 0
             if dim is None:
                 raise Unsupported("the stack's dim is not a number")
@@ -462,7 +530,7 @@ def ema(a, x):
         if block_after is None:
             return None
         i, j = statements.index(loop), statements.index(block_after)
-        return statements[i + 1:j]
+        return statements[i + 1 : j]
 
     def _binds(self, statement, name: str) -> bool:
         for assign in self.context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=statement):
@@ -480,8 +548,11 @@ def ema(a, x):
         for name in model.states:
             for access in scope.accesses[name] if scope else ():
                 node = access.node
-                if isinstance(node, cst.Name) and node in self.context.index \
-                        and self.context.index.order(node) > self.context.index.end(loop):
+                if (
+                    isinstance(node, cst.Name)
+                    and node in self.context.index
+                    and self.context.index.order(node) > self.context.index.end(loop)
+                ):
                     found.add(name)
         return found
 
@@ -489,7 +560,9 @@ def ema(a, x):
         scope = self.context.scopes.get(loop)
         if scope is None:
             return set()
-        return {a.name for a in scope.assignments} | {a.node.value for a in scope.accesses if isinstance(a.node, cst.Name)}
+        return {a.name for a in scope.assignments} | {
+            a.node.value for a in scope.accesses if isinstance(a.node, cst.Name)
+        }
 
     def _uses(self, model, values, updates, final_reads) -> dict[tuple[str, str], int]:
         count: dict[tuple[str, str], int] = {}
@@ -499,6 +572,7 @@ def ema(a, x):
                 return
             for pair in states_in(sym):
                 count[pair] = count.get(pair, 0) + _occurrences(sym, pair)
+
         for value in values.values():
             walk(value)
         for a, x in updates.values():
@@ -522,16 +596,21 @@ def ema(a, x):
             return None
         reads: list[tuple] = []
         code = self.context.module.code_for_node
-        uses = [o.value for o in model.outputs] + [s.a for s in model.states.values() if s is not state and s.a] + \
-            [s.x for s in model.states.values() if s is not state and s.x]
+        uses = (
+            [o.value for o in model.outputs]
+            + [s.a for s in model.states.values() if s is not state and s.a]
+            + [s.x for s in model.states.values() if s is not state and s.x]
+        )
         for value in uses:
             if not _collect_reads(value, state, reads, code):
                 return None
         if not reads:
             return None
         r, mode, key, u, _ = reads[0]
-        if any(not (same(r, other[0], code) and mode == other[1] and key == other[2] and same(u, other[3], code))
-               for other in reads[1:]):
+        if any(
+            not (same(r, other[0], code) and mode == other[1] and key == other[2] and same(u, other[3], code))
+            for other in reads[1:]
+        ):
             return None
         axis, w = decay
         if axis is not None and axis != key:
@@ -549,8 +628,9 @@ def ema(a, x):
             sym = _replace_reads(sym, model_state(name), plan, code)
         return sym
 
-    def _plan_attention(self, name, plan: _Attention, lifter: Lifter, lifts, result: _Plan, uses, scope_names,
-                        final_reads) -> None:
+    def _plan_attention(
+        self, name, plan: _Attention, lifter: Lifter, lifts, result: _Plan, uses, scope_names, final_reads
+    ) -> None:
         q, k, v = (moved(self._vector(lifter.lift(s), s), -2) for s in (plan.r, plan.k, plan.v))
         args = [cst.Arg(q.code), cst.Arg(k.code), cst.Arg(v.code)]
         if plan.w is None:
@@ -581,7 +661,9 @@ def ema(a, x):
         out_name = self._fresh(f"{name}_out", scope_names)
         result.statements.append(_assign([out_name, name], call))
         if plan.key == -1:
-            result.statements.append(_assign([name], _call_method(cst.Name(name), "transpose", integer(-1), integer(-2))))
+            result.statements.append(
+                _assign([name], _call_method(cst.Name(name), "transpose", integer(-1), integer(-2)))
+            )
         result.names[name] = out_name
         result.fresh.add(out_name)
         lifts[(name, "read")] = Lift(cst.Name(out_name), -2, plan.rank)
@@ -595,20 +677,27 @@ def ema(a, x):
 
     # -- scans ---------------------------------------------------------------------------
 
-    def _plan_scan(self, name, state: State, update, lifter: Lifter, lifts, result: _Plan, uses, scope_names,
-                   final_reads) -> None:
+    def _plan_scan(
+        self, name, state: State, update, lifter: Lifter, lifts, result: _Plan, uses, scope_names, final_reads
+    ) -> None:
         a, x = update
         before = uses.get((name, "prev"), 0) > 0
         after = uses.get((name, "new"), 0) > 0
         if before and after:
             raise Unsupported(f"the state `{name}` is read both before and after its update")
-        lifted = [lifter.lift(a) if a is not None else Lift(cst.Float("0.0"), None, 0, "number"),
-                  lifter.lift(x) if x is not None else Lift(cst.Float("0.0"), None, 0, "number")]
+        lifted = [
+            lifter.lift(a) if a is not None else Lift(cst.Float("0.0"), None, 0, "number"),
+            lifter.lift(x) if x is not None else Lift(cst.Float("0.0"), None, 0, "number"),
+        ]
         if all(l.constant for l in lifted):
             raise Unsupported(f"the update of `{name}` does not change over time")
         (a_lift, x_lift), time = lifter.kernel_operands(lifted)
-        args = [cst.Arg(a_lift.code), cst.Arg(x_lift.code), cst.Arg(cst.Name(name)),
-                cst.Arg(integer(time), keyword=cst.Name("dim"), equal=_tight())]
+        args = [
+            cst.Arg(a_lift.code),
+            cst.Arg(x_lift.code),
+            cst.Arg(cst.Name(name)),
+            cst.Arg(integer(time), keyword=cst.Name("dim"), equal=_tight()),
+        ]
         final = name in final_reads
         if before:
             args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("before"), equal=_tight()))
@@ -657,8 +746,9 @@ def ema(a, x):
             if cat:
                 inner = _strip_unsqueeze(values[id(output)], dim)
                 if inner is None:
-                    raise Unsupported(f"`{output.name}` is concatenated, not stacked, and its values have no dim "
-                                      "of size 1 there")
+                    raise Unsupported(
+                        f"`{output.name}` is concatenated, not stacked, and its values have no dim of size 1 there"
+                    )
                 value = lifter.lift(inner)
             placed.append((output, moved(value, dim), init, stack, after, between))
         edits += [Remove(init) for _, _, init, _, _, _ in placed]
@@ -668,9 +758,14 @@ def ema(a, x):
             output, value, init, stack, after, _ = placed[0]
             edits.append(Remove(loop))
             leading = [] if any(line.comment is not None for line in init.leading_lines) else list(init.leading_lines)
-            pure = isinstance(after, cst.SimpleStatementLine) and len(after.body) == 1 \
-                and isinstance(after.body[0], cst.Assign) and len(after.body[0].targets) == 1 \
-                and isinstance(after.body[0].targets[0].target, cst.Name) and after.body[0].value is stack
+            pure = (
+                isinstance(after, cst.SimpleStatementLine)
+                and len(after.body) == 1
+                and isinstance(after.body[0], cst.Assign)
+                and len(after.body[0].targets) == 1
+                and isinstance(after.body[0].targets[0].target, cst.Name)
+                and after.body[0].value is stack
+            )
             if not new_statements:
                 edits.append(Replace(stack, value.code))
                 if leading or not init.leading_lines:
@@ -686,7 +781,7 @@ def ema(a, x):
                 edits.append(InsertBefore(after, tuple(new_statements)))
                 edits.append(Replace(stack, value.code))
             return edits, plan.kernels
-        for output, value, init, stack, after, between in placed:
+        for output, value, _init, stack, _after, between in placed:
             if between is None or any(read_names(self.context, value.code) & self._bound_names(s) for s in between):
                 raise Unsupported(f"`{output.name}` is stacked after statements that change what it reads")
             new_statements.append(_assign([output.name], value.code))
@@ -713,7 +808,6 @@ def ema(a, x):
 
     def _slot_write(self, model: TimeLoop, output, value: Lift) -> cst.BaseStatement:
         """`out[:, :T] = <values>` for `out[:, t] = ...` in the loop."""
-        shape = layouts(self.context).shape(cst.Name(output.name)) if False else None
         steps = model.steps
         target = output.slot
         out_rank = layouts(self.context).rank(target.value)
@@ -723,14 +817,17 @@ def ema(a, x):
             if value.rank is not None and value.rank + 1 < -time:
                 raise Unsupported(f"the values written into `{output.name}` have fewer dims than its slots")
             placed = moved(to_right(value), time)
-            elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * output.slot_time + [cst.SubscriptElement(bound)]
+            elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * output.slot_time + [
+                cst.SubscriptElement(bound)
+            ]
             receiver = target.value
         else:
             placed = moved(to_right(value), -1)
             receiver = _call_method(target.value, "movedim", integer(output.slot_time), integer(-1))
             elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)]
-        elements = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]] \
-            + elements[-1:]
+        elements = [
+            e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
+        ] + elements[-1:]
         slot = cst.Subscript(receiver, elements)
         return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(slot)], placed.code)])
 
@@ -754,6 +851,7 @@ def _state_rank(state) -> int | None:
         elif isinstance(sym, Op):
             for a in sym.args:
                 walk(a)
+
     walk(state.update)
     if found:
         return found[0]
@@ -780,8 +878,15 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
         return None if inner is None else Op(_plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
     if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] == dim:
         return sym.args[0]
-    if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] >= 0 and sym.rank is None \
-            and rank is not None and sym.params[0] - rank == dim and _min_rank(sym) >= rank:
+    if (
+        isinstance(sym, Op)
+        and sym.op == "unsqueeze"
+        and sym.params[0] >= 0
+        and sym.rank is None
+        and rank is not None
+        and sym.params[0] - rank == dim
+        and _min_rank(sym) >= rank
+    ):
         return sym.args[0]
     if isinstance(sym, Const) and sym.kind != "number":
         node = sym.node
@@ -791,9 +896,15 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
             if isinstance(value, (cst.Call, cst.Subscript)) and value in _LAYOUTS[0].index:
                 shape = _LAYOUTS[0].shape(value)
                 return _unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "unsqueeze" \
-                and len(node.args) == 1 and node.args[0].keyword is None:
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "unsqueeze"
+            and len(node.args) == 1
+            and node.args[0].keyword is None
+        ):
             from codemod.analysis.tensor_layout import int_value
+
             d = int_value(node.args[0].value)
             if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
                 inner = node.func.value
@@ -802,18 +913,30 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
             pattern = ["...", "None"] if dim == -1 else ["...", "None", ":"]
             if kinds == pattern:
                 inner = node.value
-            elif sym.rank is not None and kinds.count("None") == 1 and set(kinds) <= {":", "None"} \
-                    and len(kinds) <= sym.rank and kinds.index("None") - sym.rank == dim:
+            elif (
+                sym.rank is not None
+                and kinds.count("None") == 1
+                and set(kinds) <= {":", "None"}
+                and len(kinds) <= sym.rank
+                and kinds.index("None") - sym.rank == dim
+            ):
                 inner = node.value
-            elif rank is not None and "..." not in kinds and set(kinds) <= {":", "None"} and len(kinds) == rank \
-                    and dim + len(kinds) >= 0 and kinds[dim + len(kinds)] == "None":
+            elif (
+                rank is not None
+                and "..." not in kinds
+                and set(kinds) <= {":", "None"}
+                and len(kinds) == rank
+                and dim + len(kinds) >= 0
+                and kinds[dim + len(kinds)] == "None"
+            ):
                 # `u[None, :, None, :]` in a value of the state's rank: its dims are those written
                 rest = [e for i, e in enumerate(node.slice) if i != dim + len(kinds)]
                 if all(_element_kind(e) == ":" for e in rest):
                     inner = node.value
                 else:
-                    rest = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in rest[:-1]] \
-                        + [rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+                    rest = [
+                        e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in rest[:-1]
+                    ] + [rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
                     inner = node.with_changes(slice=rest)
                 return Const(len(kinds) - 1, inner, sym.kind)
         if inner is not None:
@@ -931,8 +1054,13 @@ def _read_out(sym: Sym, state: State, code):
             if u is not None and u_key != key:
                 return None
             return sym.args[1 - s_at], mode, key, u, None
-    if isinstance(sym, Op) and sym.op == "reduce" and sym.params[0] in ((-2,), (-1,)) and not sym.params[1] \
-            and sym.params[2] == "sum":
+    if (
+        isinstance(sym, Op)
+        and sym.op == "reduce"
+        and sym.params[0] in ((-2,), (-1,))
+        and not sym.params[1]
+        and sym.params[2] == "sum"
+    ):
         key = sym.params[0][0]
         inner = sym.args[0]
         if isinstance(inner, Op) and inner.op == "mul":
@@ -980,8 +1108,13 @@ def _replace_reads(sym: Sym, name: str, plan: _Attention, code) -> Sym:
             return result
         args = tuple(_replace_reads(a, name, plan, code) for a in sym.args)
         if any(n is not o for n, o in zip(args, sym.args)):
-            if sym.op == "squeeze" and isinstance(args[0], Op) and args[0].op == "unsqueeze" \
-                    and args[0].params[0] == sym.params[0] and isinstance(args[0].args[0], Read):
+            if (
+                sym.op == "squeeze"
+                and isinstance(args[0], Op)
+                and args[0].op == "unsqueeze"
+                and args[0].params[0] == sym.params[0]
+                and isinstance(args[0].args[0], Read)
+            ):
                 return args[0].args[0]
             return Op(sym.rank, sym.op, args, sym.params, sym.node)
     return sym
@@ -998,8 +1131,11 @@ class _StateView:
 
 
 def _strip_unsqueeze(sym: Sym, dim: int) -> Sym | None:
-    if isinstance(sym, Op) and sym.op == "unsqueeze" and (sym.params[0] == dim or (
-            sym.rank is not None and dim >= 0 and sym.params[0] == dim - sym.rank)):
+    if (
+        isinstance(sym, Op)
+        and sym.op == "unsqueeze"
+        and (sym.params[0] == dim or (sym.rank is not None and dim >= 0 and sym.params[0] == dim - sym.rank))
+    ):
         return sym.args[0]
     return None
 
@@ -1012,8 +1148,13 @@ def _rename_outputs(statements: list, fresh: set[str]) -> list:
     throughout), where only the plan's own statements read o_out and none reads o."""
     statements = list(statements)
     last = statements[-1].body[0] if isinstance(statements[-1], cst.SimpleStatementLine) else None
-    if not (isinstance(last, cst.Assign) and isinstance(last.value, cst.Name) and last.value.value in fresh
-            and len(last.targets) == 1 and isinstance(last.targets[0].target, cst.Name)):
+    if not (
+        isinstance(last, cst.Assign)
+        and isinstance(last.value, cst.Name)
+        and last.value.value in fresh
+        and len(last.targets) == 1
+        and isinstance(last.targets[0].target, cst.Name)
+    ):
         return statements
     made, target = last.value.value, last.targets[0].target.value
     if any(target in _names_of(s) or target in _targets_of(s) for s in statements[:-1]):
@@ -1036,15 +1177,20 @@ def _targets_of(statement) -> set[str]:
     for small in statement.body:
         if isinstance(small, cst.Assign):
             for target in small.targets:
-                found |= {e.value.value for e in target.target.elements} if isinstance(target.target, cst.Tuple) \
-                    else {target.target.value} if isinstance(target.target, cst.Name) else set()
+                found |= (
+                    {e.value.value for e in target.target.elements}
+                    if isinstance(target.target, cst.Tuple)
+                    else {target.target.value}
+                    if isinstance(target.target, cst.Name)
+                    else set()
+                )
     return found
 
 
 def _names_of(statement) -> set[str]:
     from codemod.analysis.names import names_read
-    return {n.value for n in names_read(statement)}
 
+    return {n.value for n in names_read(statement)}
 
 
 def _tight() -> cst.AssignEqual:
@@ -1070,10 +1216,14 @@ def _assign(targets: list[str], value: cst.BaseExpression) -> cst.SimpleStatemen
 def _last(states: cst.BaseExpression, time: int) -> cst.BaseExpression:
     """The last step of `states` (time at `time`)."""
     if time >= 0:
-        elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * time + [cst.SubscriptElement(cst.Index(integer(-1)))]
+        elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * time + [
+            cst.SubscriptElement(cst.Index(integer(-1)))
+        ]
     else:
-        elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(cst.Index(integer(-1)))] + \
-            [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - time)
-    elements = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]] \
-        + elements[-1:]
+        elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(cst.Index(integer(-1)))] + [
+            cst.SubscriptElement(cst.Slice(lower=None, upper=None))
+        ] * (-1 - time)
+    elements = [
+        e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
+    ] + elements[-1:]
     return cst.Subscript(states, elements)

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import libcst as cst
-from codemod.analysis import match as m
 
+from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.training import OptimizerBuild
@@ -154,11 +154,15 @@ class ZeroFilledGradients(Rule):
             "positional set_to_none",
         ),
         Invalid(
-            SGD + LOOP + "    for p in model.parameters():\n        if p.grad is not None:\n            p.grad.zero_()\n",
+            SGD
+            + LOOP
+            + "    for p in model.parameters():\n        if p.grad is not None:\n            p.grad.zero_()\n",
             SGD + LOOP + "    model.zero_grad()\n",
         ),
         Invalid(
-            PREAMBLE + LOOP + "    for p in model.parameters():\n        p.grad.detach_()\n        p.grad.data.zero_()\n",
+            PREAMBLE
+            + LOOP
+            + "    for p in model.parameters():\n        p.grad.detach_()\n        p.grad.data.zero_()\n",
             PREAMBLE + LOOP + "    model.zero_grad()\n",
             config=UNSAFE,
         ),
@@ -177,7 +181,9 @@ class ZeroFilledGradients(Rule):
             config=UNSAFE,
         ),
         Invalid(
-            SGD + LOOP + "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    opt.zero_grad(set_to_none=False)\n",
+            SGD
+            + LOOP
+            + "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    opt.zero_grad(set_to_none=False)\n",
             SGD + LOOP + "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    opt.zero_grad()\n",
             "a gradient norm over a different list may round differently: unsafe",
             config=UNSAFE,
@@ -208,14 +214,23 @@ class ZeroFilledGradients(Rule):
         if not isinstance(comp, (cst.ListComp, cst.GeneratorExp, cst.SetComp)) or comp.for_in.inner_for_in is not None:
             return
         loop = comp.for_in
-        if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call) \
-                or method_name(loop.iter) != "parameters" or loop.iter.args:
+        if (
+            not isinstance(loop.target, cst.Name)
+            or not isinstance(loop.iter, cst.Call)
+            or method_name(loop.iter) != "parameters"
+            or loop.iter.args
+        ):
             return
         receiver, name = loop.iter.func.value, loop.target.value
         checks = cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(comp.elt)])])
-        if any(not _is_not_none_check(c.test, name) for c in loop.ifs) or not _only_resets(checks, name, self._zeros_like):
+        if any(not _is_not_none_check(c.test, name) for c in loop.ifs) or not _only_resets(
+            checks, name, self._zeros_like
+        ):
             return
-        if not _is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (Kind.MODULE, Kind.UNKNOWN):
+        if not _is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (
+            Kind.MODULE,
+            Kind.UNKNOWN,
+        ):
             return
         self._decide(comp, _zero_grad_call(receiver), manual=True)  # the line keeps its comments
 
@@ -231,8 +246,13 @@ class ZeroFilledGradients(Rule):
         per group instead of per parameter, but still a fill of every buffer."""
         statement = self.context.parents.get(node)
         line = self.context.parents.get(statement)
-        if not (isinstance(statement, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
-                and len(node.args) == 1 and isinstance(node.args[0].value, cst.Name)):
+        if not (
+            isinstance(statement, cst.Expr)
+            and isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+            and len(node.args) == 1
+            and isinstance(node.args[0].value, cst.Name)
+        ):
             return
         grads = node.args[0].value
         assignments = self.context.bindings.assignments(grads) or []
@@ -240,26 +260,44 @@ class ZeroFilledGradients(Rule):
         if len(assignments) != 1 or len(values) != 1:
             return
         comp = values[0]
-        if not (isinstance(comp, cst.ListComp) and comp.for_in.inner_for_in is None and isinstance(comp.for_in.target, cst.Name)
-                and isinstance(comp.for_in.iter, cst.Call) and method_name(comp.for_in.iter) == "parameters"
-                and not comp.for_in.iter.args and m.matches(comp.elt, m.Attribute(value=m.Name(comp.for_in.target.value),
-                                                                                 attr=m.Name("grad")))
-                and all(_is_not_none_check(c.test, comp.for_in.target.value) for c in comp.for_in.ifs)):
+        if not (
+            isinstance(comp, cst.ListComp)
+            and comp.for_in.inner_for_in is None
+            and isinstance(comp.for_in.target, cst.Name)
+            and isinstance(comp.for_in.iter, cst.Call)
+            and method_name(comp.for_in.iter) == "parameters"
+            and not comp.for_in.iter.args
+            and m.matches(comp.elt, m.Attribute(value=m.Name(comp.for_in.target.value), attr=m.Name("grad")))
+            and all(_is_not_none_check(c.test, comp.for_in.target.value) for c in comp.for_in.ifs)
+        ):
             return
         receiver = comp.for_in.iter.func.value
-        if not _is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (Kind.MODULE, Kind.UNKNOWN):
+        if not _is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (
+            Kind.MODULE,
+            Kind.UNKNOWN,
+        ):
             return
         built = self.context.bindings.statement(assignments[0].node)
         built_line = self.context.parents.get(built)
         guard = self.context.parents.get(self.context.parents.get(line))
         uses = [a.node for a in assignments[0].references]
         site: cst.CSTNode = line
-        if isinstance(guard, cst.If) and guard.orelse is None and isinstance(guard.body, cst.IndentedBlock) \
-                and list(guard.body.body) == [line] and isinstance(guard.test, cst.Name) and guard.test.value == grads.value:
+        if (
+            isinstance(guard, cst.If)
+            and guard.orelse is None
+            and isinstance(guard.body, cst.IndentedBlock)
+            and list(guard.body.body) == [line]
+            and isinstance(guard.test, cst.Name)
+            and guard.test.value == grads.value
+        ):
             site = guard  # `if grads: torch._foreach_zero_(grads)` goes whole
         extra = []
-        if all(self.context.inside(use, site) for use in uses) and isinstance(built_line, cst.SimpleStatementLine) \
-                and len(built_line.body) == 1 and isinstance(self.context.parents.get(built_line), cst.IndentedBlock):
+        if (
+            all(self.context.inside(use, site) for use in uses)
+            and isinstance(built_line, cst.SimpleStatementLine)
+            and len(built_line.body) == 1
+            and isinstance(self.context.parents.get(built_line), cst.IndentedBlock)
+        ):
             extra.append(Remove(built_line))  # the list of gradients is only built for the fill
         elif site is guard:
             site = line
@@ -287,12 +325,23 @@ class ZeroFilledGradients(Rule):
             inner = _only_statement(loop.body)
             if not (isinstance(loop.target, cst.Name) and isinstance(inner, cst.For) and inner.orelse is None):
                 return None
-            if not m.matches(inner.iter, m.Subscript(value=m.Name(loop.target.value), slice=[
-                    m.SubscriptElement(slice=m.Index(value=m.SimpleString("'params'") | m.SimpleString('"params"')))])):
+            if not m.matches(
+                inner.iter,
+                m.Subscript(
+                    value=m.Name(loop.target.value),
+                    slice=[
+                        m.SubscriptElement(slice=m.Index(value=m.SimpleString("'params'") | m.SimpleString('"params"')))
+                    ],
+                ),
+            ):
                 return None
             receiver, parameter, body = iterable.value, inner.target, inner.body
             allowed = (Kind.OPTIMIZER, Kind.UNKNOWN)
-        elif isinstance(iterable, cst.Call) and method_name(iterable) in ("parameters", "named_parameters") and not iterable.args:
+        elif (
+            isinstance(iterable, cst.Call)
+            and method_name(iterable) in ("parameters", "named_parameters")
+            and not iterable.args
+        ):
             receiver, parameter, body = iterable.func.value, loop.target, loop.body
             if method_name(iterable) == "named_parameters":
                 if not (isinstance(parameter, cst.Tuple) and len(parameter.elements) == 2):
@@ -318,8 +367,11 @@ class ZeroFilledGradients(Rule):
             first = first.value
         if self.context.names.is_(value.func, "torch.zeros_like"):
             return m.matches(first, m.Name(parameter)) and len(value.args) == 1
-        return method_name(value) == "new_zeros" and m.matches(value.func.value, m.Name(parameter)) \
+        return (
+            method_name(value) == "new_zeros"
+            and m.matches(value.func.value, m.Name(parameter))
             and m.matches(first, m.Attribute(value=m.Name(parameter), attr=m.Name("shape")))
+        )
 
     def _used_after(self, loop: cst.For, parameter: cst.Name) -> bool:
         """Is the loop variable read after the loop (it keeps the last parameter)?"""
@@ -328,8 +380,10 @@ class ZeroFilledGradients(Rule):
         for assignment in assignments:
             if assignment.node is not parameter:
                 continue
-            return any(not self.context.inside(access.node, loop) and not self._rebound_around(access.node, others)
-                       for access in assignment.references)
+            return any(
+                not self.context.inside(access.node, loop) and not self._rebound_around(access.node, others)
+                for access in assignment.references
+            )
         return False
 
     def _rebound_around(self, read: cst.CSTNode, others: list[cst.CSTNode]) -> bool:
@@ -340,7 +394,11 @@ class ZeroFilledGradients(Rule):
             holder = self.context.parents.get(other)
             while isinstance(holder, (cst.Element, cst.Tuple, cst.List, cst.StarredElement)):
                 holder = self.context.parents.get(holder)
-            if isinstance(holder, (cst.For, cst.CompFor)) and index.inside(read, holder) and not index.inside(read, holder.iter):
+            if (
+                isinstance(holder, (cst.For, cst.CompFor))
+                and index.inside(read, holder)
+                and not index.inside(read, holder.iter)
+            ):
                 return True
         return False
 
@@ -349,24 +407,33 @@ class ZeroFilledGradients(Rule):
     def _decide(self, site: cst.CSTNode, replacement, manual: bool, at: cst.CSTNode | None = None, extra=()) -> None:
         message = (
             "a Python loop zero-fills every .grad, one kernel per parameter; call zero_grad(), which sets them to None"
-            if manual else
-            "zero_grad(set_to_none=False) zero-fills every .grad each step; zero_grad() sets them to None"
+            if manual
+            else "zero_grad(set_to_none=False) zero-fills every .grad each step; zero_grad() sets them to None"
         )
         # The loop that steps the optimizer holds the reset and the backward it precedes
         # (with accumulation that is the loop around the micro-steps).
         training_loop = self.context.training.loop_of(site)
-        region = (training_loop.loop if training_loop is not None else None) \
-            or self.context.loops.step_loop_of(site) or self._enclosing_body(site)
+        region = (
+            (training_loop.loop if training_loop is not None else None)
+            or self.context.loops.step_loop_of(site)
+            or self._enclosing_body(site)
+        )
         steps = self.context.loops
         backwards = [c for c in steps.reached_calls(region) if steps.is_backward(c)]
         if not backwards:
-            self.report(site, message + "; left as is: no backward() follows it here, so its readers cannot be checked", at=at)
+            self.report(
+                site, message + "; left as is: no backward() follows it here, so its readers cannot be checked", at=at
+            )
             return
         read = self._grad_read_before_backward(site, region, backwards)
         if read is not None:
             line = self.context.line(read)
-            self.report(site, message + f"; left as is: .grad is read at line {line} before the next backward(), "
-                                        "where it would be None", at=at)
+            self.report(
+                site,
+                message + f"; left as is: .grad is read at line {line} before the next backward(), "
+                "where it would be None",
+                at=at,
+            )
             return
         optimizers = training_loop.optimizers if training_loop is not None else ()
         if any(self._custom_step_without_none_check(o) for o in optimizers):
@@ -416,9 +483,16 @@ class ZeroFilledGradients(Rule):
         for statement in classdef.body.body:
             if isinstance(statement, cst.FunctionDef) and statement.name.value == "step":
                 reads_grad = any(True for _ in self._grad_reads(statement))
-                checks_none = any(m.matches(c, m.Comparison(left=GRAD, comparisons=[
-                    m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))]))
-                    for c in self.context.index.find(cst.Comparison, within=statement))
+                checks_none = any(
+                    m.matches(
+                        c,
+                        m.Comparison(
+                            left=GRAD,
+                            comparisons=[m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))],
+                        ),
+                    )
+                    for c in self.context.index.find(cst.Comparison, within=statement)
+                )
                 return reads_grad and not checks_none
         return False
 
@@ -485,13 +559,20 @@ def _zero_grad_call(receiver: cst.BaseExpression) -> cst.Call:
 
 
 def _zero_grad_line(receiver: cst.BaseExpression, site: cst.CSTNode) -> cst.SimpleStatementLine:
-    return cst.SimpleStatementLine(body=[cst.Expr(_zero_grad_call(receiver))], leading_lines=getattr(site, "leading_lines", ()))
+    return cst.SimpleStatementLine(
+        body=[cst.Expr(_zero_grad_call(receiver))], leading_lines=getattr(site, "leading_lines", ())
+    )
 
 
 def _is_not_none_check(test: cst.BaseExpression, parameter: str) -> bool:
     """`p.grad is not None`."""
-    return m.matches(test, m.Comparison(left=m.Attribute(value=m.Name(parameter), attr=m.Name("grad")), comparisons=[
-        m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name("None"))]))
+    return m.matches(
+        test,
+        m.Comparison(
+            left=m.Attribute(value=m.Name(parameter), attr=m.Name("grad")),
+            comparisons=[m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name("None"))],
+        ),
+    )
 
 
 def _passes_false(call: cst.Call) -> bool:
@@ -522,13 +603,19 @@ def _only_resets(block: cst.BaseSuite, parameter: str, zeros_like=lambda value, 
     under `if p.grad is not None:` or after `if p.grad is None: continue`."""
     grad = m.Attribute(value=m.Name(parameter), attr=m.Name("grad"))
     is_none = m.Comparison(left=grad, comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])
-    is_not_none = m.Comparison(left=grad, comparisons=[m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name("None"))])
+    is_not_none = m.Comparison(
+        left=grad, comparisons=[m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name("None"))]
+    )
     zeroes = False
 
     def reset(statement: cst.BaseSmallStatement) -> bool:
         nonlocal zeroes
-        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
-                and m.matches(statement.targets[0].target, grad) and zeros_like(statement.value, parameter):
+        if (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and m.matches(statement.targets[0].target, grad)
+            and zeros_like(statement.value, parameter)
+        ):
             zeroes = True  # `p.grad = torch.zeros_like(p)`: a new zero buffer every step
             return True
         if not (isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call)):
@@ -576,4 +663,3 @@ def _only_continue(suite: cst.BaseSuite) -> bool:
             return False
         suite = suite.body[0]
     return len(suite.body) == 1 and isinstance(suite.body[0], cst.Continue)
-

@@ -23,8 +23,12 @@ def compiled_on_cuda(fn):
     @functools.wraps(fn)
     def run(*tensors):
         nonlocal compiled
-        if compiled is False or not tensors[0].is_cuda or torch.compiler.is_compiling() \
-                or os.environ.get(ENV_VAR) == "0":
+        if (
+            compiled is False
+            or not tensors[0].is_cuda
+            or torch.compiler.is_compiling()
+            or os.environ.get(ENV_VAR) == "0"
+        ):
             return fn(*tensors)
         try:
             compiled = compiled or torch.compile(fn, dynamic=False)

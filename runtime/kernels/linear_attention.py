@@ -50,12 +50,16 @@ the chunk states still add up in float32 (measured within 4e-3 of the loop at T 
 import torch
 import torch.nn.functional as F
 
-from .scan import broadcasts_to, linear_scan
+from .scan import linear_scan
 
 
 def linear_attention_reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w,
-    u=None, initial_state: torch.Tensor | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w,
+    u=None,
+    initial_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The time loop of the module docstring's recurrences: (o (..., T, V), S (..., K, V))."""
     S = 0.0 if initial_state is None else initial_state
@@ -74,15 +78,22 @@ def linear_attention_reference(
 
 
 def linear_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w,
-    u=None, initial_state: torch.Tensor | None = None, chunk_size: int = 8,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w,
+    u=None,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int = 8,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GLA (u=None) or RWKV-6 (u given) in chunks: (o (..., T, V), S (..., K, V)); see the module docstring."""
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError("q, k and v must have a time and a feature dim")
     T, K, V = q.shape[-2], q.shape[-1], v.shape[-1]
     if k.shape[-2:] != (T, K) or v.shape[-2] != T:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must be (..., T, K), v {tuple(v.shape)} (..., T, V)")
+        raise ValueError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} must be (..., T, K), v {tuple(v.shape)} (..., T, V)"
+        )
     if T == 0 or chunk_size < 1:
         raise ValueError(f"T = {T} and chunk_size = {chunk_size} must be at least 1")
     w_shape = w.shape if isinstance(w, torch.Tensor) else torch.Size()
@@ -101,10 +112,13 @@ def linear_attention(
         torch.broadcast_shapes(w_shape, (*batch, T, K))
         torch.broadcast_shapes(u_shape, (*batch, K))
     except RuntimeError as err:
-        raise ValueError(f"the leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
-                         f"w {tuple(w_shape)}, u {tuple(u_shape)} and the state do not broadcast") from err
-    if torch.broadcast_shapes(w_shape, (*batch, T, K)) != (*batch, T, K) or \
-            torch.broadcast_shapes(u_shape, (*batch, K)) != (*batch, K):
+        raise ValueError(
+            f"the leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
+            f"w {tuple(w_shape)}, u {tuple(u_shape)} and the state do not broadcast"
+        ) from err
+    if torch.broadcast_shapes(w_shape, (*batch, T, K)) != (*batch, T, K) or torch.broadcast_shapes(
+        u_shape, (*batch, K)
+    ) != (*batch, K):
         raise ValueError(f"w {tuple(w_shape)} and u {tuple(u_shape)} must broadcast to (..., T, K) and (..., K)")
     N = batch.numel()
     q, k = (t.expand(*batch, T, K).reshape(N, 1, T, K) for t in (q, k))
@@ -135,7 +149,7 @@ def _chunked(q, k, v, w, u, initial_state, chunk_size):
     log_w = F.pad(torch.broadcast_to(log_w, (B, H, T, K)), pad).unflatten(2, (N, C))  # (B, H, N, C, K)
     # The log-decays a query has seen up to: through its own step (GLA), before it (RWKV).
     shift = 0 if u is None else 1
-    log_wq = F.pad(log_w[..., :C - 1, :], (0, 0, 1, 0)) if shift else log_w  # (B, H, N, C, K)
+    log_wq = F.pad(log_w[..., : C - 1, :], (0, 0, 1, 0)) if shift else log_w  # (B, H, N, C, K)
     # Each log-decay below is the sum of the log w it spans, never a difference of cumulative sums.
     steps = torch.ones(C, C, dtype=torch.bool, device=q.device)
     span = log_wq[..., :, None, :].masked_fill(~steps.tril(-1 - shift)[..., None], 0).cumsum(3)

@@ -93,20 +93,26 @@ def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False, final: 
     T = max(_steps(a, dim), _steps(x, dim))
     for value in (a, x):
         if _steps(value, dim) not in (1, T):
-            raise ValueError(f"a {tuple(_shape(a))} and x {tuple(_shape(x))} have different numbers of steps at dim {dim}")
+            raise ValueError(
+                f"a {tuple(_shape(a))} and x {tuple(_shape(x))} have different numbers of steps at dim {dim}"
+            )
     if T == 0:
         raise ValueError("there must be at least one step")
     try:
         step = torch.broadcast_shapes(_step_shape(a, dim), _step_shape(x, dim), _shape(h0))
     except RuntimeError as err:
-        raise ValueError(f"a {tuple(_shape(a))}, x {tuple(_shape(x))} and h0 {tuple(_shape(h0))} "
-                         f"do not broadcast at each step of dim {dim}") from err
+        raise ValueError(
+            f"a {tuple(_shape(a))}, x {tuple(_shape(x))} and h0 {tuple(_shape(h0))} "
+            f"do not broadcast at each step of dim {dim}"
+        ) from err
     if not -len(step) - 1 <= dim <= len(step):
         raise ValueError(f"dim {dim} is out of range for steps of shape {tuple(step)}")
     dtype = _first_step_dtype(a, x, h0)
     device = like.device
     a_, x_ = (_over_steps(v, dim, T, step, dtype, device).reshape(1, T, -1) for v in (a, x))
-    start = None if h0 is None else torch.as_tensor(h0, dtype=dtype, device=device).to(dtype).expand(step).reshape(1, -1)
+    start = (
+        None if h0 is None else torch.as_tensor(h0, dtype=dtype, device=device).to(dtype).expand(step).reshape(1, -1)
+    )
     h = linear_scan(a_, x_, start)  # (1, T, N)
     last = h[0, -1].reshape(step)
     if before:
@@ -133,7 +139,7 @@ def _step_shape(value, dim: int) -> torch.Size:
     if not isinstance(value, torch.Tensor) or value.dim() == 0:
         return torch.Size()
     position = dim % value.dim()
-    return value.shape[:position] + value.shape[position + 1:]
+    return value.shape[:position] + value.shape[position + 1 :]
 
 
 def _at(value, dim: int, t: int):
@@ -155,10 +161,12 @@ def _over_steps(value, dim: int, T: int, step: torch.Size, dtype, device) -> tor
 def _first_step_dtype(a, x, h0) -> torch.dtype:
     """The dtype of `a * h0 + x` under torch's promotion rules (numbers and 0-dim tensors
     take part as scalars)."""
+
     def probe(value):
         if not isinstance(value, torch.Tensor):
             return value
         return value.new_empty(()) if value.dim() == 0 else value.new_empty((0,))
+
     h = 0.0 if h0 is None else probe(h0)
     result = probe(a) * h + probe(x)
     dtype = result.dtype if isinstance(result, torch.Tensor) else torch.get_default_dtype()

@@ -26,14 +26,17 @@ def code_of(module: cst.Module, nodes) -> list[str]:
     return [module.code_for_node(node) for node in nodes]
 
 
-@pytest.mark.parametrize("code, values", [
-    ("x = 1\nif c:\n    x = f()\nprobe(x)\n", ["1", "f()"]),
-    ("x: int = 2\nprobe(x)\n", ["2"]),
-    ("a, x = g()\nprobe(x)\n", None),  # unpacked: not a plain value
-    ("import x\nprobe(x)\n", None),
-    ("for x in range(3):\n    probe(x)\n", None),
-    ("def f(x):\n    probe(x)\n", None),
-])
+@pytest.mark.parametrize(
+    "code, values",
+    [
+        ("x = 1\nif c:\n    x = f()\nprobe(x)\n", ["1", "f()"]),
+        ("x: int = 2\nprobe(x)\n", ["2"]),
+        ("a, x = g()\nprobe(x)\n", None),  # unpacked: not a plain value
+        ("import x\nprobe(x)\n", None),
+        ("for x in range(3):\n    probe(x)\n", None),
+        ("def f(x):\n    probe(x)\n", None),
+    ],
+)
 def test_values_are_plain_assignments_only(code, values):
     bindings, module, name = probed(code)
     found = bindings.values(name)

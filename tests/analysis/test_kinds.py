@@ -56,10 +56,16 @@ CASES = [
     ("opt = torch.optim.AdamW([])\nprobe(opt)", [Fact(Kind.OPTIMIZER)]),
     ("sched = torch.optim.lr_scheduler.StepLR(None, 1)\nprobe(sched)", [UNKNOWN]),
     ("ds = TensorDataset(torch.randn(4, 2))\nl = DL(ds)\nprobe(l)", [Fact(Kind.LOADER, Place.HOST)]),
-    ("ds = TensorDataset(torch.randn(4, 2, device=device))\nl = tud.DataLoader(ds)\nprobe(l)", [Fact(Kind.LOADER, Place.CUDA)]),
+    (
+        "ds = TensorDataset(torch.randn(4, 2, device=device))\nl = tud.DataLoader(ds)\nprobe(l)",
+        [Fact(Kind.LOADER, Place.CUDA)],
+    ),
     ("l = DL(None)\nfor x, y in l:\n    probe(x)\n    probe(y)", [TENSOR_HOST, TENSOR_HOST]),
     ("l = DL(None)\nfor i, (x, y) in enumerate(l):\n    probe(i)\n    probe(x)", [UNKNOWN, TENSOR_HOST]),
-    ("l = DL(None)\nfor batch in l:\n    probe(batch)\n    probe(batch['ids'])", [Fact(Kind.BATCH, Place.HOST), TENSOR_HOST]),
+    (
+        "l = DL(None)\nfor batch in l:\n    probe(batch)\n    probe(batch['ids'])",
+        [Fact(Kind.BATCH, Place.HOST), TENSOR_HOST],
+    ),
     ("l = DL(None)\nfor batch in l:\n    probe({k: probe(v) for k, v in batch.items()})", [UNKNOWN, TENSOR_HOST]),
     ("l = DL(None)\nbatch = next(iter(l))\nx, y = batch\nprobe(x)", [TENSOR_HOST]),
     # The last binding before a use wins when it dominates the use ...

@@ -10,9 +10,9 @@ from codemod.analysis.positions import Positions
 
 SOURCES = {
     "decorators_and_comments": "x = 1\n\n(\n  a\n).b = 2\n# c\n\n@d\n# between\n@e(\n 1)\ndef f():\n    pass\n\n\n"
-                               "class C: pass\na = 1; b = 2\nif x:\n    y = 1  # note\nelse:\n    pass\n\n\n# tail\n",
+    "class C: pass\na = 1; b = 2\nif x:\n    y = 1  # note\nelse:\n    pass\n\n\n# tail\n",
     "header_and_strings": "#!/usr/bin/env python\n# header\n\nimport os\n'''doc\nstring'''\nx = '\\d'\n"
-                          "async def g():\n    await h(\n        1)\n",
+    "async def g():\n    await h(\n        1)\n",
     "bare_continuation": "x = [\n1,\n2]\n\\\n\ny = 3\n",
     "crlf": "x = 1\r\ny = 2\r\n",
 }

@@ -10,7 +10,7 @@ from codemod.analysis.visits import read_only_visits
 from tests.analysis.test_visits import FILES, REPO, facts
 
 # String annotations that only the typing calls make visible, under every spelling.
-TYPING = '''
+TYPING = """
 import typing
 import typing as t
 from typing import NewType, TypeVar, cast
@@ -31,7 +31,7 @@ Key = NT("Key", "Model")
 E = torch.tensor([1.0]).cast("Model") if False else None
 def f(x: "Model") -> "Batch":
     return cast("Batch", x)
-'''
+"""
 
 
 def scopes_both_ways(source: str):

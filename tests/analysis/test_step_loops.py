@@ -92,7 +92,8 @@ def test_a_step_method_makes_the_loop_that_calls_it_the_step_loop():
     assert site.loop is loop and [ctx.source(c) for c in site.calls] == ["self.train_step(batch)"]
     [training] = ctx.training.loops
     assert training.loop is loop and [ctx.source(s) for s in training.forward.statements] == [
-        "loss = self.model(batch).sum()\n"]
+        "loss = self.model(batch).sum()\n"
+    ]
 
 
 def test_train_one_epoch_called_per_epoch():
@@ -183,21 +184,44 @@ for x in loader:
     [
         ('model = nn.Linear(2, 2).to("cuda" if torch.cuda.is_available() else "cpu")', {"cuda", "cpu"}),
         ('device = torch.device("cuda:0")\nmodel = nn.Linear(2, 2).to(device)', {"cuda"}),
-        ('parser = argparse.ArgumentParser()\nparser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])\n'
-         'args = parser.parse_args()\nmodel = nn.Linear(2, 2).to(args.device)', {"cuda", "cpu"}),
-        ('parser = argparse.ArgumentParser()\nparser.add_argument("--device", default="cuda")\n'
-         'args = parser.parse_args()\nmodel = nn.Linear(2, 2).to(args.device)', None),
-        ('@dataclass\nclass Config:\n    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")\n'
-         'cfg = Config()\nmodel = nn.Linear(2, 2).to(cfg.device)', {"cuda", "cpu"}),
-        ('@dataclass\nclass Config:\n    device: str = "cpu"\ncfg = Config(device="mps")\nmodel = nn.Linear(2, 2).to(cfg.device)',
-         {"mps"}),
+        (
+            'parser = argparse.ArgumentParser()\nparser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])\n'
+            "args = parser.parse_args()\nmodel = nn.Linear(2, 2).to(args.device)",
+            {"cuda", "cpu"},
+        ),
+        (
+            'parser = argparse.ArgumentParser()\nparser.add_argument("--device", default="cuda")\n'
+            "args = parser.parse_args()\nmodel = nn.Linear(2, 2).to(args.device)",
+            None,
+        ),
+        (
+            '@dataclass\nclass Config:\n    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")\n'
+            "cfg = Config()\nmodel = nn.Linear(2, 2).to(cfg.device)",
+            {"cuda", "cpu"},
+        ),
+        (
+            '@dataclass\nclass Config:\n    device: str = "cpu"\ncfg = Config(device="mps")\nmodel = nn.Linear(2, 2).to(cfg.device)',
+            {"mps"},
+        ),
         ('CONFIG = {"device": "cuda"}\nmodel = nn.Linear(2, 2).to(CONFIG["device"])', {"cuda"}),
-        ('def pick():\n    if torch.cuda.is_available():\n        return torch.device("cuda")\n    return torch.device("cpu")\n'
-         'model = nn.Linear(2, 2).to(pick())', {"cuda", "cpu"}),
+        (
+            'def pick():\n    if torch.cuda.is_available():\n        return torch.device("cuda")\n    return torch.device("cpu")\n'
+            "model = nn.Linear(2, 2).to(pick())",
+            {"cuda", "cpu"},
+        ),
         ("device = get_device()\nmodel = nn.Linear(2, 2).to(device)", None),
     ],
-    ids=["if-else", "torch.device", "argparse-choices", "argparse-any", "dataclass-factory", "dataclass-passed",
-         "dict-config", "function-returns", "unknown-call"],
+    ids=[
+        "if-else",
+        "torch.device",
+        "argparse-choices",
+        "argparse-any",
+        "dataclass-factory",
+        "dataclass-passed",
+        "dict-config",
+        "function-returns",
+        "unknown-call",
+    ],
 )
 def test_device_types_followed_through_the_program(setup, types):
     got = device_of_model(setup + TRAIN)
@@ -249,12 +273,18 @@ def test_a_model_passed_to_the_training_function_is_placed_where_it_is_passed():
     "code,models",
     [
         ("opt = torch.optim.AdamW(model.parameters())", ["model"]),
-        ("params = {n: p for n, p in model.named_parameters() if p.requires_grad}\n"
-         "decay = [p for p in params.values() if p.dim() >= 2]\nrest = [p for p in params.values() if p.dim() < 2]\n"
-         "opt = torch.optim.AdamW([{'params': decay}, {'params': rest, 'weight_decay': 0.0}])", ["model", "model"]),
-        ("decay, no_decay = [], []\nfor name, p in model.named_parameters():\n"
-         "    (no_decay if name.endswith('bias') else decay).append(p)\n"
-         "opt = torch.optim.AdamW([{'params': decay}, {'params': no_decay}])", ["model", "model"]),
+        (
+            "params = {n: p for n, p in model.named_parameters() if p.requires_grad}\n"
+            "decay = [p for p in params.values() if p.dim() >= 2]\nrest = [p for p in params.values() if p.dim() < 2]\n"
+            "opt = torch.optim.AdamW([{'params': decay}, {'params': rest, 'weight_decay': 0.0}])",
+            ["model", "model"],
+        ),
+        (
+            "decay, no_decay = [], []\nfor name, p in model.named_parameters():\n"
+            "    (no_decay if name.endswith('bias') else decay).append(p)\n"
+            "opt = torch.optim.AdamW([{'params': decay}, {'params': no_decay}])",
+            ["model", "model"],
+        ),
         ("def build(params):\n    return torch.optim.SGD(params, lr=0.1)\nopt = build(model.parameters())", ["model"]),
         ("extra = torch.zeros(3, requires_grad=True)\nopt = torch.optim.SGD([extra] + list(model.parameters()))", None),
     ],

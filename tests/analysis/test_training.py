@@ -56,7 +56,10 @@ def test_plain_loop_and_its_parts():
     assert isinstance(loop.loop, cst.For)
     [opt] = loop.optimizers
     assert (opt.expression, opt.qualified_name, training.code(opt.params)) == (
-        "optimizer", "torch.optim.AdamW", "model.parameters()")
+        "optimizer",
+        "torch.optim.AdamW",
+        "model.parameters()",
+    )
     assert training.code(loop.loss) == "loss"
     assert [training.code(s) for s in loop.forward.statements] == ["out = model(x)\n", "loss = criterion(out, y)\n"]
     assert loop.accumulation is None and loop.clips == () and loop.autocast is None and loop.scaler is None
@@ -152,7 +155,10 @@ def test_while_loop_with_micro_steps_nanogpt_style():
     [opt] = loop.optimizers
     assert opt.qualified_name is None and opt.params is None  # configure_optimizers: not a torch.optim call
     assert training.code(opt.call) == "model.configure_optimizers(0.1, 6e-4)"
-    assert [training.code(s) for s in loop.forward.statements] == ["logits, loss = model(X, Y)\n", "loss = loss / accum\n"]
+    assert [training.code(s) for s in loop.forward.statements] == [
+        "logits, loss = model(X, Y)\n",
+        "loss = loss / accum\n",
+    ]
     acc = loop.accumulation
     assert training.code(acc.steps) == "accum" and isinstance(acc.micro_loop, cst.For) and acc.step_guard is None
     assert training.code(acc.division) == "loss = loss / accum\n"
@@ -276,7 +282,10 @@ def test_forward_in_a_trainer_class_uses_self_model():
                     self.opt.zero_grad()
         """
     )
-    assert [training.code(s) for s in loop.forward.statements] == ["out = self.model(x)\n", "loss = ((out - y) ** 2).mean()\n"]
+    assert [training.code(s) for s in loop.forward.statements] == [
+        "out = self.model(x)\n",
+        "loss = ((out - y) ** 2).mean()\n",
+    ]
     assert loop.optimizers[0].qualified_name == "torch.optim.AdamW"
     [model] = loop.models
     assert model.expression == "self.model"
@@ -295,8 +304,10 @@ def test_forward_in_a_trainer_class_uses_self_model():
         ),
         ("model(x).sum().backward()\nopt.step()\n", "the loss is computed in the backward() statement itself"),
         ("loss = x.sum()\nloss.backward()\nopt.step()\n", "no model call before the loss"),
-        ("loss = model(x).sum()\nloss.backward()\nloss2 = model(x).mean()\nloss2.backward()\nopt.step()\n",
-         "the loop calls backward() 2 times"),
+        (
+            "loss = model(x).sum()\nloss.backward()\nloss2 = model(x).mean()\nloss2.backward()\nopt.step()\n",
+            "the loop calls backward() 2 times",
+        ),
         ("out = model(x)\nyield out\nloss = out.sum()\nloss.backward()\nopt.step()\n", "the forward region yields"),
     ],
     ids=["loss-in-branches", "forward-spans-blocks", "loss-inline", "no-model-call", "two-backwards", "yields"],
@@ -395,8 +406,12 @@ for x, y in loader:
         ("from torch.cuda.amp import autocast", "autocast()", "call"),
         ("", "torch.cuda.amp.autocast(dtype=torch.float16)", "call"),
         ("", "torch.cpu.amp.autocast()", "call"),
-        ("from contextlib import nullcontext\nctx = nullcontext() if device.type == 'cpu' else "
-         "torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16)", "ctx", "context variable"),
+        (
+            "from contextlib import nullcontext\nctx = nullcontext() if device.type == 'cpu' else "
+            "torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16)",
+            "ctx",
+            "context variable",
+        ),
         ("def amp_context():\n    return torch.autocast('cuda', dtype=torch.bfloat16)", "amp_context()", "helper"),
         ("from runtime.amp import Precision\nprecision = Precision.for_device(device)", "precision.autocast()", "call"),
     ],
@@ -453,8 +468,10 @@ def test_autocast_elsewhere_in_the_file_is_listed(elsewhere):
     ],
 )
 def test_float64_models(code):
-    loop, _ = only_loop(code + "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-                        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n")
+    loop, _ = only_loop(
+        code + "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+    )
     assert loop.float64 is not None
 
 
@@ -469,25 +486,35 @@ def test_float64_models(code):
     ],
 )
 def test_models_that_are_not_float64(code):
-    loop, _ = only_loop(code + "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-                        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n")
+    loop, _ = only_loop(
+        code + "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+    )
     assert loop.float64 is None
 
 
 # -- devices ------------------------------------------------------------------------------------------
 
-DEVICE_LOOP = "{code}\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in loader:\n" \
-              "    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n{after}"
+DEVICE_LOOP = (
+    "{code}\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in loader:\n"
+    "    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n{after}"
+)
 
 
 @pytest.mark.parametrize(
     "code,device,places",
     [
         ("model = Net().to(device)", "device", {Place.CUDA}),
-        ("dev = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = Net()\nmodel.to(dev)", "dev",
-         {Place.CUDA, Place.HOST}),
-        ("dev = torch.device('cuda:0' if ok else 'cpu')\nmodel = Net()\nmodel = model.to(dev)", "dev",
-         {Place.CUDA, Place.HOST}),
+        (
+            "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = Net()\nmodel.to(dev)",
+            "dev",
+            {Place.CUDA, Place.HOST},
+        ),
+        (
+            "dev = torch.device('cuda:0' if ok else 'cpu')\nmodel = Net()\nmodel = model.to(dev)",
+            "dev",
+            {Place.CUDA, Place.HOST},
+        ),
         ("model = torch.compile(Net().to('cuda'))", "'cuda'", {Place.CUDA}),
         ("model = Net().to(args.device)", "args.device", {Place.UNKNOWN}),
         ("model = Net().to('cpu')", "'cpu'", {Place.HOST}),
@@ -546,14 +573,24 @@ def test_cuda_use(code, uses):
         ("", "model.parameters()", ["model"]),
         ("", "[p for p in model.parameters() if p.requires_grad]", ["model"]),
         ("", "filter(lambda p: p.requires_grad, model.parameters())", ["model"]),
-        ("", "[{'params': model.body.parameters()}, {'params': model.head.parameters(), 'lr': 1e-4}]",
-         ["model.body", "model.head"]),
-        ("decay = [p for n, p in model.named_parameters() if p.dim() >= 2]\n"
-         "no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]\n"
-         "groups = [{'params': decay, 'weight_decay': 0.1}, {'params': no_decay, 'weight_decay': 0.0}]\n",
-         "groups", ["model", "model"]),
+        (
+            "",
+            "[{'params': model.body.parameters()}, {'params': model.head.parameters(), 'lr': 1e-4}]",
+            ["model.body", "model.head"],
+        ),
+        (
+            "decay = [p for n, p in model.named_parameters() if p.dim() >= 2]\n"
+            "no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]\n"
+            "groups = [{'params': decay, 'weight_decay': 0.1}, {'params': no_decay, 'weight_decay': 0.0}]\n",
+            "groups",
+            ["model", "model"],
+        ),
         ("decay = []\nfor name, p in model.named_parameters():\n    decay.append(p)\n", "decay", ["model"]),
-        ("import itertools\nhead = Net()\n", "itertools.chain(model.parameters(), head.parameters())", ["model", "head"]),
+        (
+            "import itertools\nhead = Net()\n",
+            "itertools.chain(model.parameters(), head.parameters())",
+            ["model", "head"],
+        ),
         ("", "list(model.parameters()) + [torch.zeros(3, requires_grad=True)]", None),
         ("", "[torch.zeros(3, requires_grad=True)]", None),
         ("", "[{'lr': 0.1}]", None),

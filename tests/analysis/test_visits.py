@@ -13,10 +13,13 @@ from codemod.analysis.visits import read_only_visits
 REPO = Path(__file__).resolve().parents[2]
 # Whole scripts, a sample of rule fixtures, and perfmod's own biggest modules (classes, closures,
 # comprehensions, try/except, decorators, walrus...).
-FILES = (sorted((REPO / "fixtures" / "scripts").glob("*.py")) + sorted((REPO / "fixtures" / "training").glob("*.py"))
-         + sorted((REPO / "fixtures" / "rules").rglob("*.in.py"))[::6]
-         + [REPO / "codemod" / name for name in ("engine.py", "edits.py", "cli.py", "verify_run.py")]
-         + [REPO / "codemod" / "analysis" / name for name in ("kinds.py", "training.py")])
+FILES = (
+    sorted((REPO / "fixtures" / "scripts").glob("*.py"))
+    + sorted((REPO / "fixtures" / "training").glob("*.py"))
+    + sorted((REPO / "fixtures" / "rules").rglob("*.in.py"))[::6]
+    + [REPO / "codemod" / name for name in ("engine.py", "edits.py", "cli.py", "verify_run.py")]
+    + [REPO / "codemod" / "analysis" / name for name in ("kinds.py", "training.py")]
+)
 
 
 def facts(scopes) -> Counter:
@@ -24,10 +27,15 @@ def facts(scopes) -> Counter:
     found = Counter()
     for node, scope in scopes.items():
         if isinstance(node, cst.Name) and scope is not None:
-            found[(node.value, type(scope).__name__,
-                   tuple(sorted((type(a).__name__, a.name) for a in scope[node.value])),
-                   len(scope.accesses[node.value]),
-                   tuple(sorted((q.name, q.source.name) for q in scope.get_qualified_names_for(node))))] += 1
+            found[
+                (
+                    node.value,
+                    type(scope).__name__,
+                    tuple(sorted((type(a).__name__, a.name) for a in scope[node.value])),
+                    len(scope.accesses[node.value]),
+                    tuple(sorted((q.name, q.source.name) for q in scope.get_qualified_names_for(node))),
+                )
+            ] += 1
     return found
 
 

@@ -8,7 +8,6 @@ from codemod.engine import process_source
 from codemod.result import FileResult, Level
 
 
-
 def apply_every_rule(source: str, opt_in: tuple[str, ...] = ()) -> FileResult:
     """`source` rewritten by the whole catalogue (`--select ALL`, plus the opt-in rules
     named) in one run; every fix applied, none left for a second run, the result
@@ -23,7 +22,8 @@ def apply_every_rule(source: str, opt_in: tuple[str, ...] = ()) -> FileResult:
     again = process_source(result.new_source, "program.py", settings)
     assert again.error is None, again.error
     assert not again.pending and again.new_source == result.new_source, [
-        f"{f.line} {f.code} {f.message}" for f in again.pending]
+        f"{f.line} {f.code} {f.message}" for f in again.pending
+    ]
     return result
 
 

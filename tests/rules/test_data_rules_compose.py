@@ -23,7 +23,7 @@ from tests.rules.scripts import one_thread
 
 # PM101 in the copies PM103 removes, PM102 + PM201 on the same loader call, PM403 and
 # PM404 in the same step.
-LOADER_LOOP = '''\
+LOADER_LOOP = """\
 import gc
 
 import torch
@@ -56,11 +56,11 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 # PM202 rewrites the loop whose batch PM101 copies (inside the rewritten code); PM203
 # hoists a constant whose copy PM101 makes non-blocking; PM404 sums the losses.
-MANUAL_BATCHES = '''\
+MANUAL_BATCHES = """\
 import torch
 
 
@@ -90,11 +90,11 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 # PM102 and PM201 both add entries to one **kwargs dict; PM101 copies dict batches in a
 # comprehension that PM103 removes.
-KWARGS_DICT = '''\
+KWARGS_DICT = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -121,12 +121,14 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 PROGRAMS = {"loader_loop": LOADER_LOOP, "manual_batches": MANUAL_BATCHES, "kwargs_dict": KWARGS_DICT}
-OURS = {"loader_loop": {"PM101", "PM102", "PM103", "PM201"},
-        "manual_batches": {"PM101", "PM202", "PM203", "PM201"},
-        "kwargs_dict": {"PM101", "PM102", "PM103", "PM201"}}
+OURS = {
+    "loader_loop": {"PM101", "PM102", "PM103", "PM201"},
+    "manual_batches": {"PM101", "PM202", "PM203", "PM201"},
+    "kwargs_dict": {"PM101", "PM102", "PM103", "PM201"},
+}
 
 
 def run_all(source: str):
@@ -150,7 +152,9 @@ def test_one_run_applies_every_fix_and_a_second_finds_nothing(name):
     codes = {f.code for f in result.findings}
     assert OURS[name] <= codes, codes
     # every fix is applied in this one run (PM103 reports a copy into a new name without fixing it)
-    assert all(f.applied for f in result.findings if f.fixable), [f for f in result.findings if f.fixable and not f.applied]
+    assert all(f.applied for f in result.findings if f.fixable), [
+        f for f in result.findings if f.fixable and not f.applied
+    ]
     new = result.new_source.decode()
     compile(new, "<rewritten>", "exec")
     again = run_all(new)
@@ -159,7 +163,7 @@ def test_one_run_applies_every_fix_and_a_second_finds_nothing(name):
 
 def test_loader_loop_rewrite_composes_and_trains_the_same(monkeypatch):
     new = run_all(LOADER_LOOP).new_source.decode()
-    assert "DataLoader(dataset, batch_size=8, shuffle=True, pin_memory=device.type == \"cuda\", num_workers=" in new
+    assert 'DataLoader(dataset, batch_size=8, shuffle=True, pin_memory=device.type == "cuda", num_workers=' in new
     assert "for x, y in DevicePrefetcher(loader, device):" in new
     assert "x = x.to(device" not in new and "gc.collect()" not in new
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
@@ -177,8 +181,10 @@ def test_manual_batches_rewrite_keeps_the_copies_non_blocking_and_trains_the_sam
 
 def test_both_loader_rules_write_into_one_kwargs_dict(monkeypatch):
     new = run_all(KWARGS_DICT).new_source.decode()
-    assert ('train_kwargs = {"batch_size": 6, "shuffle": False, "pin_memory": device.type == "cuda", '
-            '"num_workers": default_num_workers(), "persistent_workers": default_num_workers() > 0}') in new
+    assert (
+        'train_kwargs = {"batch_size": 6, "shuffle": False, "pin_memory": device.type == "cuda", '
+        '"num_workers": default_num_workers(), "persistent_workers": default_num_workers() > 0}'
+    ) in new
     assert "for batch in DevicePrefetcher(loader, device):" in new
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
     assert torch.equal(wild_losses(new), wild_losses(KWARGS_DICT))

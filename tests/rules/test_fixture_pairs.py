@@ -28,16 +28,20 @@ def settings_for(source: Path) -> Settings:
     return Settings(select=(rule.CODE,), level=level)
 
 
-@pytest.mark.parametrize("source", INPUTS, ids=lambda path: f"{path.parent.name}/{path.name[:-len('.in.py')]}")
+@pytest.mark.parametrize("source", INPUTS, ids=lambda path: f"{path.parent.name}/{path.name[: -len('.in.py')]}")
 def test_rewrite_matches_the_expected_output(source):
     settings = settings_for(source)
     result = process_source(source.read_bytes(), str(source), settings)
     assert result.error is None, result.error
     got = result.new_source.decode()
-    assert got == expected_output(source).read_text(encoding="utf-8"), f"{source.name}: rewrite differs from the .out.py"
+    assert got == expected_output(source).read_text(encoding="utf-8"), (
+        f"{source.name}: rewrite differs from the .out.py"
+    )
     compile(got, str(expected_output(source)), "exec")
     again = process_source(result.new_source, str(source), settings)
-    assert again.error is None and not again.pending and again.new_source == result.new_source, f"{source.name}: not idempotent"
+    assert again.error is None and not again.pending and again.new_source == result.new_source, (
+        f"{source.name}: not idempotent"
+    )
 
 
 def test_every_input_has_an_output_and_every_output_an_input():

@@ -56,8 +56,9 @@ def test_each_guard_of_the_left_alone_fixture_is_what_keeps_its_loader():
     replacements = [")", "TensorDataset(features, labels)", ""]
     for guard, replacement in zip(guards, replacements):
         assert guard in source
-        result = process_source(source.replace(guard, replacement).encode(), "<test>",
-                                Settings(select=("PM102",)), [UnpinnedLoaderToCuda])
+        result = process_source(
+            source.replace(guard, replacement).encode(), "<test>", Settings(select=("PM102",)), [UnpinnedLoaderToCuda]
+        )
         assert len(result.findings) == 1, guard
 
 
@@ -71,8 +72,11 @@ def test_many_rebindings_of_a_loader_stay_fast():
     from codemod.rules.pin_memory import UnpinnedLoaderToCuda
 
     rebinds = "".join(f"if flag{i}:\n    loader = loader\n" for i in range(25))
-    source = ("import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader([1])\n" + rebinds
-              + "for x in loader:\n    x = x.cuda()\n")
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader([1])\n"
+        + rebinds
+        + "for x in loader:\n    x = x.cuda()\n"
+    )
     start = time.process_time()
     result = process_source(source.encode(), "t.py", Settings(select=("PM102",)), [UnpinnedLoaderToCuda])
     assert time.process_time() - start < 10

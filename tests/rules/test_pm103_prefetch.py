@@ -77,8 +77,9 @@ def test_prefetcher_yields_the_loaders_batches_in_order_every_epoch_with_workers
     dataset = TensorDataset(torch.randn(40, 3), torch.arange(40))
 
     def loader():
-        return DataLoader(dataset, batch_size=6, shuffle=True, num_workers=2, timeout=60,
-                          generator=torch.Generator().manual_seed(3))
+        return DataLoader(
+            dataset, batch_size=6, shuffle=True, num_workers=2, timeout=60, generator=torch.Generator().manual_seed(3)
+        )
 
     prefetcher, reference = DevicePrefetcher(loader(), torch.device("cpu")), loader()
     assert len(prefetcher) == len(reference) == 7

@@ -76,6 +76,7 @@ class Noisy(torch.utils.data.Dataset):
 def test_random_augmentation_differs_in_workers():
     """The Fix safety's first case: workers seed their own generators, so random
     transforms give other values than in the training process (and leave its generator alone)."""
+
     def values(**options):
         torch.manual_seed(0)
         batches = torch.cat(list(DataLoader(Noisy(), batch_size=4, **options)))
@@ -150,9 +151,14 @@ def test_each_guard_of_the_left_alone_fixture_is_what_keeps_its_loader():
     vacuous."""
     source = (FIXTURES / "left_alone.in.py").read_text()
     guards = [
-        ("        for _ in range(256):\n", "        info = torch.utils.data.get_worker_info()\n"
-                                           "        for _ in range(256):\n"),
-        ("    def __iter__(self):\n        for batch in super()", "    def batches(self):\n        for batch in super()"),
+        (
+            "        for _ in range(256):\n",
+            "        info = torch.utils.data.get_worker_info()\n        for _ in range(256):\n",
+        ),
+        (
+            "    def __iter__(self):\n        for batch in super()",
+            "    def batches(self):\n        for batch in super()",
+        ),
         ("TensorDataset(features.to(device), labels.to(device))", "TensorDataset(features, labels)"),
         (", num_workers=0)", ")"),
         ('fit(Corpus("train.txt"))', "fit(TensorDataset(features, labels))"),

@@ -69,7 +69,7 @@ def test_shuffled_rewrite_visits_every_sample_once_per_epoch(fetched):
     printed = losses(rewritten("randperm_epochs"))
     assert len(printed) == EPOCHS * 7  # batches per epoch: 6 of 32, 1 of 11, as the slices gave
     assert len(fetched) == EPOCHS * SAMPLES
-    epochs = [fetched[e * SAMPLES:(e + 1) * SAMPLES] for e in range(EPOCHS)]
+    epochs = [fetched[e * SAMPLES : (e + 1) * SAMPLES] for e in range(EPOCHS)]
     for order in epochs:
         assert sorted(order) == list(range(SAMPLES))
     assert len({tuple(order) for order in epochs}) == EPOCHS  # reshuffled every epoch
@@ -86,10 +86,13 @@ def test_shuffled_rewrite_keeps_the_loss_curve_within_tolerance():
     assert before[0] / before[-1] > 20 and after[0] / after[-1] > 20  # both trained
 
 
-@pytest.mark.parametrize("case,reason", [
-    ("bptt_language_model", "`hidden` is carried from one batch to the next"),
-    ("random_batch_every_step", "draws a new random batch on every training step"),
-])
+@pytest.mark.parametrize(
+    "case,reason",
+    [
+        ("bptt_language_model", "`hidden` is carried from one batch to the next"),
+        ("random_batch_every_step", "draws a new random batch on every training step"),
+    ],
+)
 def test_order_and_sampling_contracts_are_reported_not_rewritten(case, reason):
     settings = Settings(select=("PM202",), level=Level.UNSAFE)
     result = process_source(source(case).encode(), case, settings, [ManualBatchingInStepLoop])

@@ -17,9 +17,13 @@ STEP = "    loss = torch.nn.functional.mse_loss(model(xb), yb)\n    loss.backwar
 
 
 def run(code: str, level=Level.UNSAFE):
-    result = process_source(code.encode(), "<test>", Settings(select=("PM202",), level=level), [ManualBatchingInStepLoop])
+    result = process_source(
+        code.encode(), "<test>", Settings(select=("PM202",), level=level), [ManualBatchingInStepLoop]
+    )
     assert result.error is None, result.error
-    again = process_source(result.new_source, "<test>", Settings(select=("PM202",), level=level), [ManualBatchingInStepLoop])
+    again = process_source(
+        result.new_source, "<test>", Settings(select=("PM202",), level=level), [ManualBatchingInStepLoop]
+    )
     assert not again.pending and again.new_source == result.new_source  # idempotent
     return result.findings, result.new_source.decode()
 
@@ -31,8 +35,10 @@ def test_not_applied_below_unsafe_and_listed_as_fixable():
 
 
 def test_one_tensor_gives_a_one_element_target_and_an_aliased_import_is_kept():
-    code = ("from torch.utils.data import DataLoader as DL\n" + HEAD + "Y = X.sum(1, keepdim=True)\n"
-            "for i in range(0, X.size(0), 10):\n    xb = X[i:i + 10]\n    yb = xb.sum(1, keepdim=True)\n" + STEP)
+    code = (
+        "from torch.utils.data import DataLoader as DL\n" + HEAD + "Y = X.sum(1, keepdim=True)\n"
+        "for i in range(0, X.size(0), 10):\n    xb = X[i:i + 10]\n    yb = xb.sum(1, keepdim=True)\n" + STEP
+    )
     findings, new = run(code)
     assert "loader = DataLoader(TensorDataset(X), batch_size=10, shuffle=False)\n" in new
     assert "for (xb,) in loader:\n" in new
@@ -53,19 +59,32 @@ def test_range_minus_batch_plus_one_drops_the_last_partial_batch():
     assert "DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False, drop_last=True)" in new
 
 
-@pytest.mark.parametrize("code,reason", [
-    (HEAD + "for i in range(0, 100, 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
-     "the range `100` is not the length of `X` / `Y`"),
-    (HEAD + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n    xb.mul_(2)\n" + STEP,
-     "the batch `xb` is written in place"),
-    ("from torch.utils.data import Dataset\nclass DataLoader:\n    pass\n" + HEAD
-     + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
-     "the name `DataLoader` means something else in this file"),
-    ("import torch\nfrom data import load\nX, Y = load()\nmodel = torch.nn.Linear(8, 1)\n"
-     "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-     "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
-     "`X` is not known to be a tensor in host memory"),
-])
+@pytest.mark.parametrize(
+    "code,reason",
+    [
+        (
+            HEAD + "for i in range(0, 100, 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
+            "the range `100` is not the length of `X` / `Y`",
+        ),
+        (
+            HEAD + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n    xb.mul_(2)\n" + STEP,
+            "the batch `xb` is written in place",
+        ),
+        (
+            "from torch.utils.data import Dataset\nclass DataLoader:\n    pass\n"
+            + HEAD
+            + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n"
+            + STEP,
+            "the name `DataLoader` means something else in this file",
+        ),
+        (
+            "import torch\nfrom data import load\nX, Y = load()\nmodel = torch.nn.Linear(8, 1)\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
+            "`X` is not known to be a tensor in host memory",
+        ),
+    ],
+)
 def test_unprovable_cases_are_reported_with_the_reason(code, reason):
     findings, new = run(code)
     assert new == code
@@ -73,22 +92,32 @@ def test_unprovable_cases_are_reported_with_the_reason(code, reason):
 
 
 def test_running_sums_are_not_mistaken_for_carried_state():
-    code = (HEAD + "total = 0.0\nfor i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP
-            + "    total = total + loss.item()\n")
+    code = (
+        HEAD
+        + "total = 0.0\nfor i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n"
+        + STEP
+        + "    total = total + loss.item()\n"
+    )
     findings, new = run(code)
     assert findings[0].applied and "for xb, yb in loader:" in new
 
 
 def test_suppression_on_the_loop_line():
-    code = HEAD + "for i in range(0, len(X), 10):  # perfmod: ignore[PM202]\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP
+    code = (
+        HEAD
+        + "for i in range(0, len(X), 10):  # perfmod: ignore[PM202]\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n"
+        + STEP
+    )
     findings, new = run(code)
     assert new == code and not findings
 
 
 def test_loop_inside_a_function_builds_the_loader_in_the_function_before_the_epoch_loop():
-    code = (HEAD + "def train(X, Y, epochs, bs):\n    for epoch in range(epochs):\n"
-            "        for i in range(0, len(X), bs):\n            xb, yb = X[i:i + bs], Y[i:i + bs]\n"
-            + STEP.replace("    ", "            "))
+    code = (
+        HEAD + "def train(X, Y, epochs, bs):\n    for epoch in range(epochs):\n"
+        "        for i in range(0, len(X), bs):\n            xb, yb = X[i:i + bs], Y[i:i + bs]\n"
+        + STEP.replace("    ", "            ")
+    )
     findings, new = run(code)
     # X and Y are parameters: Kinds cannot tell they are host tensors, so this is reported only
     assert new == code and not findings[0].fixable

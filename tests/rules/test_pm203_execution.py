@@ -55,12 +55,15 @@ def source(case: str) -> str:
     return (FIXTURES / f"{case}.in.py").read_text()
 
 
-@pytest.mark.parametrize("case,tokenizer,calls_before,calls_after", [
-    # 30 steps x (chat template + scaffold + questions) -> 2 once + 30 question batches
-    ("latentwire_chat_scaffold", "tokenizer", 90, 32),
-    # 3 epochs x 6 batches x one prefix encode -> once
-    ("prefix_and_constants_epochs", "tok", 18, 1),
-])
+@pytest.mark.parametrize(
+    "case,tokenizer,calls_before,calls_after",
+    [
+        # 30 steps x (chat template + scaffold + questions) -> 2 once + 30 question batches
+        ("latentwire_chat_scaffold", "tokenizer", 90, 32),
+        # 3 epochs x 6 batches x one prefix encode -> once
+        ("prefix_and_constants_epochs", "tok", 18, 1),
+    ],
+)
 def test_hoisted_tokenization_runs_once_and_trains_bit_for_bit(case, tokenizer, calls_before, calls_after):
     new_source = rewrite(source(case))
     assert new_source == (FIXTURES / f"{case}.out.py").read_text()
@@ -91,7 +94,8 @@ def test_a_value_changed_in_place_is_not_hoisted_and_hoisting_it_would_change_th
     result = process_source(script.encode(), "<script>", Settings(select=("PM203",)), [LoopInvariantTokenization])
     assert result.new_source.decode() == script and not result.findings
     hoisted_by_hand = script.replace("    counts = torch.zeros(1, 3)\n", "").replace(
-        "for step in range(6):\n", "counts = torch.zeros(1, 3)\nfor step in range(6):\n")
+        "for step in range(6):\n", "counts = torch.zeros(1, 3)\nfor step in range(6):\n"
+    )
     assert not torch.equal(run(hoisted_by_hand)[0], run(script)[0])
 
 

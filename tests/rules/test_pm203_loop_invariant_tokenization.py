@@ -23,91 +23,140 @@ def run(code: str):
     return result.findings, new
 
 
-@pytest.mark.parametrize("build", [
-    "import tiktoken\ntok = tiktoken.get_encoding('gpt2')\n",
-    "from tokenizers import Tokenizer\ntok = Tokenizer.from_file('tok.json')\n",
-    "import transformers\ntok = transformers.GPT2TokenizerFast.from_pretrained('gpt2')\n",
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        "import tiktoken\ntok = tiktoken.get_encoding('gpt2')\n",
+        "from tokenizers import Tokenizer\ntok = Tokenizer.from_file('tok.json')\n",
+        "import transformers\ntok = transformers.GPT2TokenizerFast.from_pretrained('gpt2')\n",
+    ],
+)
 def test_known_tokenizer_libraries(build):
-    code = "import torch\n" + build + MODEL + "for step in range(3):\n    ids = torch.tensor([tok.encode('fixed')])\n" + STEP
+    code = (
+        "import torch\n"
+        + build
+        + MODEL
+        + "for step in range(3):\n    ids = torch.tensor([tok.encode('fixed')])\n"
+        + STEP
+    )
     findings, new = run(code)
     assert findings and all(f.applied for f in findings)
     assert "ids = torch.tensor([tok.encode('fixed')])\nfor step in range(3):\n" in new
 
 
-@pytest.mark.parametrize("build,receiver", [
-    ("from transformers import AutoTokenizer\ndef AutoTokenizer():\n    pass\ntok = AutoTokenizer()\n", "tok"),
-    ("from transformers import AutoModel\ntok = AutoModel.from_pretrained('gpt2')\n", "tok"),
-])
+@pytest.mark.parametrize(
+    "build,receiver",
+    [
+        ("from transformers import AutoTokenizer\ndef AutoTokenizer():\n    pass\ntok = AutoTokenizer()\n", "tok"),
+        ("from transformers import AutoModel\ntok = AutoModel.from_pretrained('gpt2')\n", "tok"),
+    ],
+)
 def test_lookalikes_are_not_known_tokenizers(build, receiver):
-    code = "import torch\n" + build + MODEL + "for step in range(3):\n    ids = torch.tensor([tok.encode('fixed')])\n" + STEP
+    code = (
+        "import torch\n"
+        + build
+        + MODEL
+        + "for step in range(3):\n    ids = torch.tensor([tok.encode('fixed')])\n"
+        + STEP
+    )
     findings, new = run(code)
     assert new == code
     assert len(findings) == 1 and f"cannot prove `{receiver}` is a known tokenizer" in findings[0].message
 
 
 def test_a_tokenizer_passed_as_a_parameter_is_reported():
-    code = ("import torch\n" + MODEL + "def train(tokenizer, prompt):\n    for step in range(3):\n"
-            "        ids = tokenizer(prompt, return_tensors='pt')['input_ids']\n" + STEP.replace("    ", "        "))
+    code = (
+        "import torch\n" + MODEL + "def train(tokenizer, prompt):\n    for step in range(3):\n"
+        "        ids = tokenizer(prompt, return_tensors='pt')['input_ids']\n" + STEP.replace("    ", "        ")
+    )
     findings, new = run(code)
     assert new == code and len(findings) == 1 and not findings[0].fixable
 
 
-HEAD = "import torch\nfrom transformers import AutoTokenizer\ntok = AutoTokenizer.from_pretrained('x')\nPROMPT = 'p'\n" + MODEL
+HEAD = (
+    "import torch\nfrom transformers import AutoTokenizer\ntok = AutoTokenizer.from_pretrained('x')\nPROMPT = 'p'\n"
+    + MODEL
+)
 
 
-@pytest.mark.parametrize("between,reason", [
-    ("    del ids\n", "`ids` is changed in place"),
-    ("    ids.append(1)\n", "`ids` is changed in place"),
-    ("    view = ids[0]\n    view.add_(1)\n", "`view`, computed from `ids`"),
-    ("    torch.add(ids, 1, out=ids)\n", "`ids` is changed in place"),
-])
+@pytest.mark.parametrize(
+    "between,reason",
+    [
+        ("    del ids\n", "`ids` is changed in place"),
+        ("    ids.append(1)\n", "`ids` is changed in place"),
+        ("    view = ids[0]\n    view.add_(1)\n", "`view`, computed from `ids`"),
+        ("    torch.add(ids, 1, out=ids)\n", "`ids` is changed in place"),
+    ],
+)
 def test_values_changed_in_the_loop_stay(between, reason):
-    code = HEAD + "for step in range(3):\n    ids = tok.encode(PROMPT)\n" + between + "    loss = model(torch.tensor([1])).sum()\n    loss.backward()\n    opt.step()\n"
+    code = (
+        HEAD
+        + "for step in range(3):\n    ids = tok.encode(PROMPT)\n"
+        + between
+        + "    loss = model(torch.tensor([1])).sum()\n    loss.backward()\n    opt.step()\n"
+    )
     findings, new = run(code)
     assert new == code
     assert len(findings) == 1 and reason in findings[0].message and not findings[0].fixable
 
 
 def test_a_target_read_before_it_is_bound_in_the_loop_stays():
-    code = (HEAD + "ids = None\nfor step in range(3):\n    if ids is not None:\n        print(ids)\n"
-            "    ids = tok(PROMPT, return_tensors='pt')['input_ids']\n" + STEP)
+    code = (
+        HEAD + "ids = None\nfor step in range(3):\n    if ids is not None:\n        print(ids)\n"
+        "    ids = tok(PROMPT, return_tensors='pt')['input_ids']\n" + STEP
+    )
     findings, new = run(code)
     assert new == code and "read in the loop before it is bound" in findings[0].message
 
 
 def test_an_argument_changed_in_the_loop_keeps_the_call_in_the_loop():
-    code = HEAD + "parts = ['a']\nfor step in range(3):\n    parts.append('b')\n    ids = tok(' '.join(parts), return_tensors='pt')['input_ids']\n" + STEP
+    code = (
+        HEAD
+        + "parts = ['a']\nfor step in range(3):\n    parts.append('b')\n    ids = tok(' '.join(parts), return_tensors='pt')['input_ids']\n"
+        + STEP
+    )
     findings, new = run(code)
     assert new == code and len(findings) == 1 and "tokenizes inside the training loop" in findings[0].message
 
 
 def test_hoisted_only_out_of_the_loops_it_is_invariant_in():
-    code = (HEAD + "for epoch in range(2):\n    prompt = f'epoch {epoch}: ' + PROMPT\n    for step in range(3):\n"
-            "        ids = tok(prompt, return_tensors='pt')['input_ids']\n" + STEP.replace("    ", "        "))
+    code = (
+        HEAD + "for epoch in range(2):\n    prompt = f'epoch {epoch}: ' + PROMPT\n    for step in range(3):\n"
+        "        ids = tok(prompt, return_tensors='pt')['input_ids']\n" + STEP.replace("    ", "        ")
+    )
     findings, new = run(code)
     assert findings[0].applied
-    assert ("    prompt = f'epoch {epoch}: ' + PROMPT\n    ids = tok(prompt, return_tensors='pt')['input_ids']\n"
-            "    for step in range(3):\n") in new
+    assert (
+        "    prompt = f'epoch {epoch}: ' + PROMPT\n    ids = tok(prompt, return_tensors='pt')['input_ids']\n"
+        "    for step in range(3):\n"
+    ) in new
 
 
 def test_a_while_loop_in_a_trainer_method_with_self_tokenizer():
-    code = ("import torch\nfrom transformers import AutoTokenizer\nclass Trainer:\n    def __init__(self):\n"
-            "        self.tokenizer = AutoTokenizer.from_pretrained('x')\n"
-            "        self.model = torch.nn.Embedding(1000, 8)\n"
-            "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
-            "    def fit(self, steps):\n        step = 0\n        while step < steps:\n"
-            "            ids = self.tokenizer('fixed', return_tensors='pt')['input_ids']\n"
-            "            loss = self.model(ids).sum()\n            loss.backward()\n            self.opt.step()\n"
-            "            step += 1\n")
+    code = (
+        "import torch\nfrom transformers import AutoTokenizer\nclass Trainer:\n    def __init__(self):\n"
+        "        self.tokenizer = AutoTokenizer.from_pretrained('x')\n"
+        "        self.model = torch.nn.Embedding(1000, 8)\n"
+        "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
+        "    def fit(self, steps):\n        step = 0\n        while step < steps:\n"
+        "            ids = self.tokenizer('fixed', return_tensors='pt')['input_ids']\n"
+        "            loss = self.model(ids).sum()\n            loss.backward()\n            self.opt.step()\n"
+        "            step += 1\n"
+    )
     findings, new = run(code)
     assert findings[0].applied
-    assert ("        step = 0\n        ids = self.tokenizer('fixed', return_tensors='pt')['input_ids']\n"
-            "        while step < steps:\n") in new
+    assert (
+        "        step = 0\n        ids = self.tokenizer('fixed', return_tensors='pt')['input_ids']\n"
+        "        while step < steps:\n"
+    ) in new
 
 
 def test_suppressed_statement_stays_and_is_not_reported():
-    code = HEAD + "for step in range(3):\n    ids = tok(PROMPT, return_tensors='pt')['input_ids']  # perfmod: ignore[PM203]\n" + STEP
+    code = (
+        HEAD
+        + "for step in range(3):\n    ids = tok(PROMPT, return_tensors='pt')['input_ids']  # perfmod: ignore[PM203]\n"
+        + STEP
+    )
     findings, new = run(code)
     assert new == code and not findings
 

@@ -70,8 +70,11 @@ def test_a_parameter_skipped_in_some_steps_trains_differently_with_adam():
 
 
 def test_plain_sgd_steps_a_zero_gradient_as_a_no_op_so_the_fix_is_safe():
-    before = (FIXTURES / "skipped_head.unsafe.in.py").read_text().replace(
-        "torch.optim.Adam(model.parameters(), lr=1e-2)", "torch.optim.SGD(model.parameters(), lr=1e-2)")
+    before = (
+        (FIXTURES / "skipped_head.unsafe.in.py")
+        .read_text()
+        .replace("torch.optim.Adam(model.parameters(), lr=1e-2)", "torch.optim.SGD(model.parameters(), lr=1e-2)")
+    )
     result = findings(before, Level.SAFE)
     assert [(f.level, f.applied) for f in result.findings] == [(Level.SAFE, True)]
     assert identical(trained_parameters(before), trained_parameters(result.new_source.decode()))
@@ -89,25 +92,34 @@ for step in range(3):
 """
 
 
-@pytest.mark.parametrize("optimizer, between, level", [
-    ("torch.optim.SGD(model.parameters(), lr=0.1)", "", Level.SAFE),
-    ("torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0, weight_decay=0)", "", Level.SAFE),
-    ("torch.optim.SGD([{'params': model.parameters()}], lr=0.1)", "", Level.SAFE),
-    ("torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)", "", Level.UNSAFE),
-    ("torch.optim.SGD(model.parameters(), 0.1, 0.9)", "", Level.UNSAFE),
-    ("torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-4)", "", Level.UNSAFE),
-    ("torch.optim.SGD([{'params': model.parameters(), 'momentum': 0.9}], lr=0.1)", "", Level.UNSAFE),
-    ("torch.optim.SGD(**{'params': model.parameters(), 'lr': 0.1})", "", Level.UNSAFE),
-    ("torch.optim.Adam(model.parameters())", "", Level.UNSAFE),
-    # a norm over the gradients runs over another list of tensors when one is None
-    ("torch.optim.SGD(model.parameters(), lr=0.1)", "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
-     Level.UNSAFE),
-    # reading .grad after backward sees None for a parameter that got no gradient
-    ("torch.optim.SGD(model.parameters(), lr=0.1)", "    print(model.weight.grad.norm())\n", Level.UNSAFE),
-    # torch.autograd.grad is a function, not a read of a .grad
-    ("torch.optim.SGD(model.parameters(), lr=0.1)", "    g = torch.autograd.grad(model.bias.sum(), model.bias)\n",
-     Level.SAFE),
-])
+@pytest.mark.parametrize(
+    "optimizer, between, level",
+    [
+        ("torch.optim.SGD(model.parameters(), lr=0.1)", "", Level.SAFE),
+        ("torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0, weight_decay=0)", "", Level.SAFE),
+        ("torch.optim.SGD([{'params': model.parameters()}], lr=0.1)", "", Level.SAFE),
+        ("torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)", "", Level.UNSAFE),
+        ("torch.optim.SGD(model.parameters(), 0.1, 0.9)", "", Level.UNSAFE),
+        ("torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-4)", "", Level.UNSAFE),
+        ("torch.optim.SGD([{'params': model.parameters(), 'momentum': 0.9}], lr=0.1)", "", Level.UNSAFE),
+        ("torch.optim.SGD(**{'params': model.parameters(), 'lr': 0.1})", "", Level.UNSAFE),
+        ("torch.optim.Adam(model.parameters())", "", Level.UNSAFE),
+        # a norm over the gradients runs over another list of tensors when one is None
+        (
+            "torch.optim.SGD(model.parameters(), lr=0.1)",
+            "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+            Level.UNSAFE,
+        ),
+        # reading .grad after backward sees None for a parameter that got no gradient
+        ("torch.optim.SGD(model.parameters(), lr=0.1)", "    print(model.weight.grad.norm())\n", Level.UNSAFE),
+        # torch.autograd.grad is a function, not a read of a .grad
+        (
+            "torch.optim.SGD(model.parameters(), lr=0.1)",
+            "    g = torch.autograd.grad(model.bias.sum(), model.bias)\n",
+            Level.SAFE,
+        ),
+    ],
+)
 def test_level_follows_what_a_zero_gradient_step_would_do(optimizer, between, level):
     result = findings(SGD_LOOP.format(optimizer=optimizer, between=between))
     assert [(f.level, f.fixable) for f in result.findings] == [(level, True)]
@@ -115,16 +127,23 @@ def test_level_follows_what_a_zero_gradient_step_would_do(optimizer, between, le
 
 def test_reset_at_the_end_of_the_loop_is_checked_against_reads_at_its_start():
     source = SGD_LOOP.format(optimizer="torch.optim.SGD(model.parameters(), lr=0.1)", between="").replace(
-        "for step in range(3):\n", "for step in range(3):\n    model.weight.grad.mul_(0.5)\n")
+        "for step in range(3):\n", "for step in range(3):\n    model.weight.grad.mul_(0.5)\n"
+    )
     [finding] = findings(source).findings
     assert not finding.fixable and "read at line 5 before the next backward()" in finding.message
 
 
-@pytest.mark.parametrize("step_body, fixable", [
-    ("for p in self.params:\n            p.data.add_(p.grad.data, alpha=-0.1)\n", False),
-    ("for p in self.params:\n            if p.grad is None:\n                continue\n"
-     "            p.data.add_(p.grad, alpha=-0.1)\n", True),
-])
+@pytest.mark.parametrize(
+    "step_body, fixable",
+    [
+        ("for p in self.params:\n            p.data.add_(p.grad.data, alpha=-0.1)\n", False),
+        (
+            "for p in self.params:\n            if p.grad is None:\n                continue\n"
+            "            p.data.add_(p.grad, alpha=-0.1)\n",
+            True,
+        ),
+    ],
+)
 def test_a_custom_optimizer_must_check_for_none_grads(step_body, fixable):
     source = (
         "import torch\n"

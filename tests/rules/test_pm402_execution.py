@@ -48,12 +48,15 @@ def test_rewritten_script_trains_within_tolerance(case):
 
 
 def test_fused_adamw_on_cpu_stays_within_tolerance_of_the_default():
-    differences = [(adamw_parameters(True, seed) - adamw_parameters(False, seed)).abs().max().item() for seed in range(3)]
+    differences = [
+        (adamw_parameters(True, seed) - adamw_parameters(False, seed)).abs().max().item() for seed in range(3)
+    ]
     assert 0 < max(differences) < TOLERANCE  # another kernel (not bit for bit), within tolerance
 
 
 def test_the_tolerance_is_sharp_enough_to_see_a_wrong_update():
     """The same comparison fails when the update itself differs (no weight decay)."""
     with pytest.raises(AssertionError):
-        torch.testing.assert_close(adamw_parameters(True, 0, weight_decay=0.0), adamw_parameters(False, 0),
-                                   rtol=0, atol=TOLERANCE)
+        torch.testing.assert_close(
+            adamw_parameters(True, 0, weight_decay=0.0), adamw_parameters(False, 0), rtol=0, atol=TOLERANCE
+        )

@@ -24,7 +24,7 @@ from tests.rules.scripts import one_thread
 
 # PM501 rewrites a registration whose arguments hold a host-to-device copy (PM101
 # inside the rewritten call); PM101 on the batch, PM403 and PM404 in the same step.
-PER_CALL_HOOKS = '''\
+PER_CALL_HOOKS = """\
 import functools
 import gc
 
@@ -66,12 +66,12 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 # PM502 batches a per-sample loop in which PM101 makes the copies of the samples
 # non-blocking (inside the expressions PM502 replaces), PM301 wraps the forward and
 # the loss, and PM404 keeps the logged sum on the device.
-PER_SAMPLE = '''\
+PER_SAMPLE = """\
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -111,11 +111,11 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 # PM503 vectorizes a per-position loop inside the forward region PM301 wraps; PM101
 # copies the batch, PM401 resets the gradients, PM403 removes the cache flush.
-PER_POSITION = '''\
+PER_POSITION = """\
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -156,7 +156,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 # program -> (its source, codes that must be found and fixed in it, exact losses?)
 PROGRAMS = {
@@ -186,8 +186,9 @@ def test_one_run_applies_every_fix_and_trains_the_same(name):
     result = run_all(source)
     fixed = {f.code for f in result.findings if f.applied}
     assert codes <= fixed, [f for f in result.findings if f.code in codes - fixed]
-    assert all(f.applied for f in result.findings if f.fixable or f.code in codes), \
-        [f.message for f in result.findings if not f.applied]
+    assert all(f.applied for f in result.findings if f.fixable or f.code in codes), [
+        f.message for f in result.findings if not f.applied
+    ]
     new = result.new_source.decode()
     compile(new, "<rewritten>", "exec")
     again = run_all(new)
@@ -208,5 +209,7 @@ def test_the_per_sample_rewrite_keeps_the_other_fixes_inside_the_loop():
 
 def test_the_hook_rewrite_keeps_the_copy_fix_in_its_arguments():
     new = run_all(PER_CALL_HOOKS).new_source.decode()
-    assert "per_call_forward_hook(model[1], functools.partial(keep, store=store, " \
-           "scale=scale.to(device, non_blocking=True)))" in new
+    assert (
+        "per_call_forward_hook(model[1], functools.partial(keep, store=store, "
+        "scale=scale.to(device, non_blocking=True)))" in new
+    )

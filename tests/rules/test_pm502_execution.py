@@ -58,7 +58,9 @@ def test_batched_rewrite_logs_the_same_losses_and_trains_the_same_weights(case):
 
 def first_gradients(source: str) -> dict[str, torch.Tensor]:
     """The gradients of the first batch, as the first optimizer step would apply them."""
-    source = source.replace("        optimizer.step()\n", "        return {n: p.grad.clone() for n, p in model.named_parameters()}\n", 1)
+    source = source.replace(
+        "        optimizer.step()\n", "        return {n: p.grad.clone() for n, p in model.named_parameters()}\n", 1
+    )
     with one_thread():
         return load_main(source)()
 
@@ -79,7 +81,9 @@ BATCH_MEAN = "F.cross_entropy(logits.view(-1, VOCAB), targets.reshape(-1))"
 def test_the_batch_mean_alone_gives_one_b_th_of_the_gradient():
     """The checks above can fail: without padding the plain batch mean is the
     summed gradient divided by B (the factor the rewrite keeps)."""
-    new_source = rewrite((FIXTURES / "seed_lm_per_sequence.in.py").read_text(), [PerSampleForwardLoop], level=Level.UNSAFE)
+    new_source = rewrite(
+        (FIXTURES / "seed_lm_per_sequence.in.py").read_text(), [PerSampleForwardLoop], level=Level.UNSAFE
+    )
     statement = re.search(r"loss = \(F\.cross_entropy.*?\.sum\(\)\n", new_source, re.S).group(0)
     naive = new_source.replace(statement, f"loss = {BATCH_MEAN}\n")
     summed, mean = first_gradients(new_source), first_gradients(naive)
@@ -107,10 +111,10 @@ def test_batchnorm_is_why_the_rule_reports_instead_of_fixing():
     torch.manual_seed(0)
     model = namespace["Tagger"]()
     x = torch.randn(4, 2, 5)
-    one_by_one = torch.cat([model(x[i:i + 1]) for i in range(len(x))])
+    one_by_one = torch.cat([model(x[i : i + 1]) for i in range(len(x))])
     assert not torch.allclose(model(x), one_by_one, rtol=1e-3)
     model.eval()  # with running statistics the samples are independent again
-    assert torch.allclose(model(x), torch.cat([model(x[i:i + 1]) for i in range(len(x))]), atol=1e-6)
+    assert torch.allclose(model(x), torch.cat([model(x[i : i + 1]) for i in range(len(x))]), atol=1e-6)
 
 
 FIXED_EXAMPLES = [case for case in PerSampleForwardLoop.INVALID if case.expected_replacement is not None]

@@ -18,16 +18,21 @@ LOOP = "for i in range(len(x)):\n    out = model(x[i:i+1])\n    loss = F.cross_e
 
 
 def findings(source: str):
-    result = process_source(source.encode(), "<test>", Settings(select=("PM502",), level=Level.UNSAFE), [PerSampleForwardLoop])
+    result = process_source(
+        source.encode(), "<test>", Settings(select=("PM502",), level=Level.UNSAFE), [PerSampleForwardLoop]
+    )
     assert result.error is None, result.error
     return result.findings, result.new_source.decode()
 
 
-@pytest.mark.parametrize("case,reason", [
-    ("batchnorm_model", "has BatchNorm"),
-    ("maml_inner_loop", "per-sample functional parameters"),
-    ("per_sample_branch", "branches on the values of a sample"),
-])
+@pytest.mark.parametrize(
+    "case,reason",
+    [
+        ("batchnorm_model", "has BatchNorm"),
+        ("maml_inner_loop", "per-sample functional parameters"),
+        ("per_sample_branch", "branches on the values of a sample"),
+    ],
+)
 def test_reported_fixtures_are_left_as_they_are_with_the_reason(case, reason):
     source = (FIXTURES / f"{case}.in.py").read_text()
     found, output = findings(source)
@@ -41,20 +46,32 @@ def test_metric_loops_and_per_sample_optimizer_steps_are_not_reported(case):
     assert findings(source) == ([], source)
 
 
-@pytest.mark.parametrize("loop,reason", [
-    (LOOP + "print(out.shape)\n", "`out` is read after the loop"),
-    (LOOP + "    seen += 1\n", "`seen += 1` runs once per sample"),
-    (LOOP.replace("out = model(x[i:i+1])", "out = model(x[i])"), "a sample is used other than as a batch of one"),
-    (LOOP.replace("F.cross_entropy(out, ", "F.cross_entropy(out[0], "), "may mean something else for a batch"),
-    (LOOP.replace("F.cross_entropy(out, y[i:i+1])", "F.cross_entropy(out, y[i:i+1], weight=w)"), "class weights"),
-    (LOOP.replace("F.cross_entropy(out, y[i:i+1])", "F.cross_entropy(out, y[i:i+1], reduction=mode)"), "not a literal"),
-    (LOOP.replace("F.cross_entropy(out, y[i:i+1])", "my_loss(out, y[i:i+1])"),
-     "`(a - b)` may mean something else for a batch"),
-    (LOOP.replace("F.cross_entropy(out, y[i:i+1])", "F.cross_entropy(out, y[i:i+1]).exp()"),
-     "may mean something else for a batch"),
-])
+@pytest.mark.parametrize(
+    "loop,reason",
+    [
+        (LOOP + "print(out.shape)\n", "`out` is read after the loop"),
+        (LOOP + "    seen += 1\n", "`seen += 1` runs once per sample"),
+        (LOOP.replace("out = model(x[i:i+1])", "out = model(x[i])"), "a sample is used other than as a batch of one"),
+        (LOOP.replace("F.cross_entropy(out, ", "F.cross_entropy(out[0], "), "may mean something else for a batch"),
+        (LOOP.replace("F.cross_entropy(out, y[i:i+1])", "F.cross_entropy(out, y[i:i+1], weight=w)"), "class weights"),
+        (
+            LOOP.replace("F.cross_entropy(out, y[i:i+1])", "F.cross_entropy(out, y[i:i+1], reduction=mode)"),
+            "not a literal",
+        ),
+        (
+            LOOP.replace("F.cross_entropy(out, y[i:i+1])", "my_loss(out, y[i:i+1])"),
+            "`(a - b)` may mean something else for a batch",
+        ),
+        (
+            LOOP.replace("F.cross_entropy(out, y[i:i+1])", "F.cross_entropy(out, y[i:i+1]).exp()"),
+            "may mean something else for a batch",
+        ),
+    ],
+)
 def test_unproven_preconditions_are_reported_without_a_fix(loop, reason):
-    source = PREAMBLE + "w = torch.ones(3)\nmode = 'mean'\nseen = 0\ndef my_loss(a, b):\n    return (a - b).sum()\n" + loop
+    source = (
+        PREAMBLE + "w = torch.ones(3)\nmode = 'mean'\nseen = 0\ndef my_loss(a, b):\n    return (a - b).sum()\n" + loop
+    )
     found, output = findings(source)
     assert len(found) == 1 and not found[0].fixable, found
     assert reason in found[0].message, found[0].message
@@ -62,22 +79,33 @@ def test_unproven_preconditions_are_reported_without_a_fix(loop, reason):
 
 
 def test_a_model_passed_in_is_reported_because_its_class_is_unseen():
-    source = PREAMBLE + "def train(net, x, y):\n" + "".join("    " + line + "\n" for line in LOOP.replace("model(", "net(").splitlines())
+    source = (
+        PREAMBLE
+        + "def train(net, x, y):\n"
+        + "".join("    " + line + "\n" for line in LOOP.replace("model(", "net(").splitlines())
+    )
     found, output = findings(source)
     assert len(found) == 1 and not found[0].fixable and "`net` is not built once in this file" in found[0].message
 
 
 def test_a_submodule_of_an_unseen_class_is_reported():
-    source = PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = Block(4, 3)").replace(
-        "from torch import nn\n", "from torch import nn\nfrom blocks import Block\n") + LOOP
+    source = (
+        PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = Block(4, 3)").replace(
+            "from torch import nn\n", "from torch import nn\nfrom blocks import Block\n"
+        )
+        + LOOP
+    )
     found, _ = findings(source)
     assert len(found) == 1 and not found[0].fixable and "submodule built by `Block`" in found[0].message
 
 
-@pytest.mark.parametrize("loop", [
-    "for i in range(8):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n",
-    "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i:i+2]), y[i:i+2])\n    loss.backward()\n",
-])
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for i in range(8):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n",
+        "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i:i+2]), y[i:i+2])\n    loss.backward()\n",
+    ],
+)
 def test_loops_not_over_the_batch_size_are_not_per_sample(loop):
     """A literal count need not be the batch size; a window of two is not one sample."""
     found, _ = findings(PREAMBLE + loop)
@@ -88,8 +116,10 @@ def test_mean_loss_kept_divided_by_something_else_keeps_the_division():
     loop = LOOP.replace("    loss.backward()\n", "    loss = loss / accumulation\n    loss.backward()\n")
     found, output = findings(PREAMBLE + "accumulation = 4\n" + loop)
     assert len(found) == 1 and found[0].applied
-    assert ("loss = (F.cross_entropy(out, y, reduction=\"none\").view(len(x), -1).sum(1)\n"
-            "        / (y != -100).view(len(x), -1).sum(1)).sum()\nloss = loss / accumulation\nloss.backward()\n") in output
+    assert (
+        'loss = (F.cross_entropy(out, y, reduction="none").view(len(x), -1).sum(1)\n'
+        "        / (y != -100).view(len(x), -1).sum(1)).sum()\nloss = loss / accumulation\nloss.backward()\n"
+    ) in output
 
 
 def test_a_list_of_samples_is_reported_because_its_rows_may_differ_in_length():

@@ -6,7 +6,7 @@ run, a second run finds nothing, and the rewrite trains like the original."""
 from tests.rules.composition import applied, apply_every_rule
 from tests.rules.scripts import losses, max_relative_difference
 
-PROGRAM = '''\
+PROGRAM = """\
 import math
 
 import torch
@@ -31,7 +31,7 @@ for step in range(6):
     loss.backward()
     opt.step()
     print(f"step {step} loss {loss.item()!r}")
-'''
+"""
 
 
 def test_attention_and_the_fixes_around_and_inside_it_apply_in_one_run():

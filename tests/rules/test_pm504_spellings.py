@@ -20,7 +20,8 @@ HEADS = {"q": (B, H, T, D), "k": (B, H, T, D), "v": (B, H, T, D)}
 TIME_MAJOR_HEADS = {"q": (B, T, H, D), "k": (B, T, H, D), "v": (B, T, H, D)}
 
 CASES = {
-    "causal_mask_built_in_between": ("""
+    "causal_mask_built_in_between": (
+        """
         def f(q, k, v):
             T = q.size(-2)
             mask = torch.tril(torch.ones(T, T, device=q.device))
@@ -28,65 +29,101 @@ CASES = {
             att = att.masked_fill(mask == 0, float("-inf"))
             att = F.softmax(att, dim=-1)
             return att @ v
-        """, HEADS, "fix"),
-    "triu_bool_mask": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "triu_bool_mask": (
+        """
         def f(q, k, v):
             T = q.shape[2]
             causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
             scores = torch.matmul(q, k.mT) * q.shape[-1] ** -0.5
             scores = scores.masked_fill(causal, -float("inf"))
             return torch.matmul(scores.softmax(-1), v)
-        """, HEADS, "fix"),
-    "ones_tril_bool_inverted": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "ones_tril_bool_inverted": (
+        """
         def f(q, k, v):
             T = q.size(2)
             keep = torch.ones(T, T).tril().bool()
             w = torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf) / math.sqrt(q.size(-1)), dim=-1)
             return w @ v
-        """, HEADS, "fix"),
-    "finite_fill_with_causal_mask": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "finite_fill_with_causal_mask": (
+        """
         def f(q, k, v):
             T = q.size(-2)
             mask = torch.tril(torch.ones(T, T))
             att = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
             att = att.masked_fill(mask == 0, -1e9)
             return att.softmax(dim=-1) @ v
-        """, HEADS, "fix"),
-    "finfo_min_fill_with_causal_mask": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "finfo_min_fill_with_causal_mask": (
+        """
         def f(q, k, v):
             T = q.size(-2)
             future = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
             att = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
             att = att.masked_fill(future, torch.finfo(att.dtype).min)
             return att.softmax(dim=-1) @ v
-        """, HEADS, "fix"),
-    "finite_fill_with_padding_mask": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "finite_fill_with_padding_mask": (
+        """
         def f(q, k, v, pad):
             att = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
             att = att.masked_fill(pad, -1e9)
             return att.softmax(dim=-1) @ v
-        """, {**HEADS, "pad": "pad"}, "all masked"),
-    "additive_causal_mask": ("""
+        """,
+        {**HEADS, "pad": "pad"},
+        "all masked",
+    ),
+    "additive_causal_mask": (
+        """
         def f(q, k, v):
             T = q.size(2)
             bias = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
             scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.size(-1)))
             return F.softmax(scores + bias, dim=-1) @ v
-        """, HEADS, "fix"),
-    "inf_padding_mask": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "inf_padding_mask": (
+        """
         def f(q, k, v, pad):
             att = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
             att = att.masked_fill(pad, float("-inf"))
             return att.softmax(dim=-1) @ v
-        """, {**HEADS, "pad": "pad"}, "fix"),
-    "einsum_heads_first": ("""
+        """,
+        {**HEADS, "pad": "pad"},
+        "fix",
+    ),
+    "einsum_heads_first": (
+        """
         def f(q, k, v):
             scale = q.shape[-1] ** -0.5
             scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * scale
             probs = scores.softmax(dim=-1)
             return torch.einsum("bhqk,bhkd->bhqd", probs, v)
-        """, HEADS, "fix"),
-    "einsum_heads_after_time": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "einsum_heads_after_time": (
+        """
         def f(q, k, v):
             T = q.shape[1]
             causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
@@ -94,29 +131,45 @@ CASES = {
             sim = sim.masked_fill(~causal, float("-inf"))
             attn = sim.softmax(dim=-1)
             return torch.einsum("bhij,bjhd->bihd", attn, v)
-        """, TIME_MAJOR_HEADS, "fix"),
-    "heads_after_time_with_transposes": ("""
+        """,
+        TIME_MAJOR_HEADS,
+        "fix",
+    ),
+    "heads_after_time_with_transposes": (
+        """
         def f(x, w_qkv):
             B, T, C = x.shape
             q, k, v = (x @ w_qkv).view(B, T, 3, 4, C // 4).unbind(2)
             att = q.transpose(1, 2) @ k.transpose(1, 2).transpose(2, 3) / math.sqrt(C // 4)
             att = F.softmax(att, dim=-1)
             return (att @ v.transpose(1, 2)).transpose(1, 2).reshape(B, T, C)
-        """, {"x": (B, T, 16), "w_qkv": (16, 48)}, "fix"),
-    "prescaled_query": ("""
+        """,
+        {"x": (B, T, 16), "w_qkv": (16, 48)},
+        "fix",
+    ),
+    "prescaled_query": (
+        """
         def f(q, k, v):
             q = q * q.size(-1) ** -0.5
             attn = q @ k.transpose(-2, -1)
             attn = attn.softmax(dim=-1)
             return attn @ v
-        """, HEADS, "fix"),
-    "dropout_in_eval": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "dropout_in_eval": (
+        """
         def f(q, k, v):
             att = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
             att = F.dropout(att, p=0.1, training=False)
             return att @ v
-        """, HEADS, "fix"),
-    "softmax_module_and_dropout_module": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "softmax_module_and_dropout_module": (
+        """
         class Attention(nn.Module):
             def __init__(self, head_dim: int):
                 super().__init__()
@@ -132,8 +185,12 @@ CASES = {
 
         def f(q, k, v):
             return Attention(q.shape[-1]).eval()(q, k, v)
-        """, HEADS, "fix"),
-    "llama_optional_additive_mask": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "llama_optional_additive_mask": (
+        """
         def f(x, wq, wk, wv, mask):
             bsz, seqlen, _ = x.shape
             n_heads, head_dim = 2, 4
@@ -146,9 +203,13 @@ CASES = {
             scores = F.softmax(scores.float(), dim=-1).type_as(xq)
             output = torch.matmul(scores, values)
             return output
-        """, {"x": (B, T, D), "wq": (D, 8), "wk": (D, 8), "wv": (D, 8), "mask": "causal_additive"}, "fix",
-        1e-6),  # its softmax runs in float32 (`.float()`), SDPA's in float64
-    "in_place_mask": ("""
+        """,
+        {"x": (B, T, D), "wq": (D, 8), "wk": (D, 8), "wv": (D, 8), "mask": "causal_additive"},
+        "fix",
+        1e-6,
+    ),  # its softmax runs in float32 (`.float()`), SDPA's in float64
+    "in_place_mask": (
+        """
         def f(q, k, v):
             T = q.size(-2)
             mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
@@ -156,29 +217,48 @@ CASES = {
             att.masked_fill_(mask, float("-inf"))
             att = att.softmax(-1)
             return att @ v
-        """, HEADS, "fix"),
-    "where_keep_mask": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "where_keep_mask": (
+        """
         def f(q, k, v, keep):
             scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
             scores = torch.where(keep, scores, float("-inf"))
             return torch.softmax(scores, dim=-1) @ v
-        """, {**HEADS, "keep": "keep"}, "fix"),
-    "bmm_three_dims": ("""
+        """,
+        {**HEADS, "keep": "keep"},
+        "fix",
+    ),
+    "bmm_three_dims": (
+        """
         def f(q, k, v):
             q, k, v = (t.flatten(0, 1) for t in (q, k, v))
             w = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.size(-1))
             return torch.bmm(torch.softmax(w, dim=-1), v)
-        """, HEADS, "fix"),
-    "weights_returned": ("""
+        """,
+        HEADS,
+        "fix",
+    ),
+    "weights_returned": (
+        """
         def f(q, k, v):
             att = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
             return att @ v, att
-        """, HEADS, "SDPA does not return"),
-    "softmax_over_queries": ("""
+        """,
+        HEADS,
+        "SDPA does not return",
+    ),
+    "softmax_over_queries": (
+        """
         def f(q, k, v):
             att = F.softmax(q @ k.transpose(-2, -1), dim=-2)
             return att @ v
-        """, HEADS, "last dim"),
+        """,
+        HEADS,
+        "last dim",
+    ),
 }
 
 
@@ -188,7 +268,7 @@ def make_inputs(spec: dict, seed: int = 0) -> dict:
     for name, shape in spec.items():
         if shape == "pad":  # key padding: the last keys of the second sequence, never a whole row
             pad = torch.zeros(B, 1, 1, T, dtype=torch.bool)
-            pad[1, ..., T - 3:] = True
+            pad[1, ..., T - 3 :] = True
             inputs[name] = pad
         elif shape == "keep":
             keep = torch.ones(B, 1, T, T, dtype=torch.bool)

@@ -7,7 +7,7 @@ trains like the original."""
 from tests.rules.composition import applied, apply_every_rule
 from tests.rules.scripts import losses, max_relative_difference
 
-PROGRAM = '''\
+PROGRAM = """\
 import torch
 
 torch.manual_seed(0)
@@ -32,7 +32,7 @@ for step in range(5):
     loss.backward()
     opt.step()
     print(f"step {step} loss {loss.item()!r}")
-'''
+"""
 
 
 def test_time_loop_and_the_fixes_around_and_inside_it_apply_in_one_run():

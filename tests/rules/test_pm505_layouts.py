@@ -21,15 +21,20 @@ B, H, T, K, V, D, N = 2, 3, 11, 4, 5, 6, 3
 
 # name -> (source, {argument: shape or a float}, expected: "fix" or a word of the report)
 CASES = {
-    "time_on_dim_0": ("""
+    "time_on_dim_0": (
+        """
         def f(a, x, h):
             ys = []
             for t in range(x.shape[0]):
                 h = a[t] * h + x[t]
                 ys.append(h)
             return torch.stack(ys)
-        """, {"a": "rand(T, B, D)", "x": (T, B, D), "h": (B, D)}, "fix"),
-    "time_last": ("""
+        """,
+        {"a": "rand(T, B, D)", "x": (T, B, D), "h": (B, D)},
+        "fix",
+    ),
+    "time_last": (
+        """
         def f(a, x):
             h = torch.zeros_like(x[..., 0])
             ys = []
@@ -37,8 +42,12 @@ CASES = {
                 h = a[..., t] * h + x[..., t]
                 ys.append(h)
             return torch.stack(ys, dim=-1)
-        """, {"a": "rand(B, D, T)", "x": (B, D, T)}, "fix"),
-    "ema_constant_decay": ("""
+        """,
+        {"a": "rand(B, D, T)", "x": (B, D, T)},
+        "fix",
+    ),
+    "ema_constant_decay": (
+        """
         def f(x):
             decay = 0.9
             h = x[:, 0]
@@ -47,8 +56,12 @@ CASES = {
                 h = decay * h + (1 - decay) * x[:, t]
                 ys.append(h)
             return torch.stack(ys, dim=1)
-        """, {"x": (B, T, D)}, "fix"),
-    "per_channel_decay_tensor": ("""
+        """,
+        {"x": (B, T, D)},
+        "fix",
+    ),
+    "per_channel_decay_tensor": (
+        """
         def f(x, logit):
             B, T, D = x.shape
             decay = torch.sigmoid(logit).view(1, D)
@@ -58,8 +71,12 @@ CASES = {
                 h = decay * h + x[:, t]
                 out[:, t] = h
             return out
-        """, {"x": (B, T, D), "logit": (D,)}, "fix"),
-    "gla_heads_after_time": ("""
+        """,
+        {"x": (B, T, D), "logit": (D,)},
+        "fix",
+    ),
+    "gla_heads_after_time": (
+        """
         def f(q, k, v, g):
             B, T, H, K = q.shape
             S = torch.zeros(B, H, K, v.shape[-1], dtype=q.dtype)
@@ -69,8 +86,12 @@ CASES = {
                 S = torch.sigmoid(g[:, t]).unsqueeze(-1) * S + kv
                 outs.append(torch.einsum("bhk,bhkv->bhv", q[:, t], S))
             return torch.stack(outs, dim=1)
-        """, {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V), "g": (B, T, H, K)}, "fix"),
-    "state_value_by_key": ("""
+        """,
+        {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V), "g": (B, T, H, K)},
+        "fix",
+    ),
+    "state_value_by_key": (
+        """
         def f(r, k, v, w):
             B, H, T, K = r.shape
             S = torch.zeros(B, H, v.shape[-1], K, dtype=r.dtype)
@@ -79,8 +100,12 @@ CASES = {
                 S = w[:, :, t].unsqueeze(-2) * S + v[:, :, t].unsqueeze(-1) * k[:, :, t].unsqueeze(-2)
                 outs.append((S * r[:, :, t].unsqueeze(-2)).sum(-1))
             return torch.stack(outs, dim=2)
-        """, {"r": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w": "rand(B, H, T, K)"}, "fix"),
-    "matmul_outer_and_readout_keep_dims": ("""
+        """,
+        {"r": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w": "rand(B, H, T, K)"},
+        "fix",
+    ),
+    "matmul_outer_and_readout_keep_dims": (
+        """
         def f(x, wq, wk, wv):
             B, T, C = x.shape
             q, k, v = ((x @ w).view(B, T, 3, -1).transpose(1, 2) for w in (wq, wk, wv))
@@ -90,8 +115,12 @@ CASES = {
                 S = S + k[:, :, t:t + 1].mT @ v[:, :, t:t + 1]
                 outs.append(q[:, :, t:t + 1] @ S)
             return torch.cat(outs, dim=2)
-        """, {"x": (B, T, D), "wq": (D, 12), "wk": (D, 12), "wv": (D, 6)}, "fix"),
-    "matmul_outer_of_tensors_of_unknown_rank": ("""
+        """,
+        {"x": (B, T, D), "wq": (D, 12), "wk": (D, 12), "wv": (D, 6)},
+        "fix",
+    ),
+    "matmul_outer_of_tensors_of_unknown_rank": (
+        """
         def f(q, k, v):
             B, H, T, K = q.shape
             S = torch.zeros(B, H, K, v.shape[-1], dtype=q.dtype)
@@ -100,10 +129,14 @@ CASES = {
                 S = S + k[:, :, t:t + 1].mT @ v[:, :, t:t + 1]
                 outs.append(q[:, :, t:t + 1] @ S)
             return torch.cat(outs, dim=2)
-        """, {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V)}, "concatenated"),
+        """,
+        {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V)},
+        "concatenated",
+    ),
     # reported by a user: the output read the state before the update (o = r S; S = w S + k v),
     # and an earlier rewrite computed it after the update (outputs off by up to 4, losses by 83%)
-    "output_reads_the_state_before_its_update": ("""
+    "output_reads_the_state_before_its_update": (
+        """
         def f(r, k, v, w, S):
             outs = []
             for t in range(r.shape[2]):
@@ -111,9 +144,12 @@ CASES = {
                 S = w[:, :, t, :, None] * S + torch.einsum("bhk,bhv->bhkv", k[:, :, t], v[:, :, t])
                 outs.append(o)
             return torch.stack(outs, dim=2), S
-        """, {"r": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w": "rand(B, H, T, K)", "S": (B, H, K, V)},
-        "fix"),
-    "rwkv_bonus_constant_decay": ("""
+        """,
+        {"r": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w": "rand(B, H, T, K)", "S": (B, H, K, V)},
+        "fix",
+    ),
+    "rwkv_bonus_constant_decay": (
+        """
         def f(r, k, v, time_decay, u):
             H, K = time_decay.shape
             w = torch.exp(-torch.exp(time_decay))
@@ -124,8 +160,12 @@ CASES = {
                 outs.append((r[:, :, t, :, None] * (state + u.unsqueeze(-1) * kv)).sum(-2))
                 state = w[:, :, None] * state + kv
             return torch.stack(outs, 2)
-        """, {"r": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "time_decay": (H, K), "u": (H, K)}, "fix"),
-    "per_step_decay_computed_in_the_loop": ("""
+        """,
+        {"r": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "time_decay": (H, K), "u": (H, K)},
+        "fix",
+    ),
+    "per_step_decay_computed_in_the_loop": (
+        """
         def f(q, k, v, w_log):
             S = torch.zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1], dtype=q.dtype)
             outs = []
@@ -134,8 +174,12 @@ CASES = {
                 S = decay[..., None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
                 outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S) * torch.sigmoid(q[:, :, t, :1]))
             return torch.stack(outs, dim=2)
-        """, {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w_log": (B, H, T, K)}, "fix"),
-    "selective_scan": ("""
+        """,
+        {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w_log": (B, H, T, K)},
+        "fix",
+    ),
+    "selective_scan": (
+        """
         def f(x, dt, A_log, Bm, C):
             A = -torch.exp(A_log)
             b, l, d = x.shape
@@ -145,8 +189,12 @@ CASES = {
                 h = torch.exp(dt[:, t, :, None] * A) * h + dt[:, t, :, None] * Bm[:, t, None, :] * x[:, t, :, None]
                 ys.append((h * C[:, t, None, :]).sum(-1))
             return torch.stack(ys, dim=1)
-        """, {"x": (B, T, D), "dt": "rand(B, T, D)", "A_log": (D, N), "Bm": (B, T, N), "C": (B, T, N)}, "fix"),
-    "linear_attention_with_normalizer": ("""
+        """,
+        {"x": (B, T, D), "dt": "rand(B, T, D)", "A_log": (D, N), "Bm": (B, T, N), "C": (B, T, N)},
+        "fix",
+    ),
+    "linear_attention_with_normalizer": (
+        """
         def f(q, k, v):
             q, k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
             B, H, T, K = q.shape
@@ -160,16 +208,24 @@ CASES = {
                 den = (q[:, :, t] * z).sum(-1, keepdim=True)
                 outs.append(num / den)
             return torch.stack(outs, dim=2)
-        """, {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V)}, "fix"),
-    "unbind_iteration": ("""
+        """,
+        {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V)},
+        "fix",
+    ),
+    "unbind_iteration": (
+        """
         def f(a, x, h):
             ys = []
             for a_t, x_t in zip(a.unbind(1), x.unbind(1)):
                 h = a_t * h + x_t
                 ys.append(h)
             return torch.stack(ys, 1), h
-        """, {"a": "rand(B, T, D)", "x": (B, T, D), "h": (B, D)}, "fix"),
-    "lagged_states": ("""
+        """,
+        {"a": "rand(B, T, D)", "x": (B, T, D), "h": (B, D)},
+        "fix",
+    ),
+    "lagged_states": (
+        """
         def f(a, x):
             h = torch.zeros_like(x[:, 0])
             hs = []
@@ -177,8 +233,12 @@ CASES = {
                 hs.append(h)
                 h = a[:, t] * h + x[:, t]
             return torch.stack(hs, dim=1)
-        """, {"a": "rand(B, T, D)", "x": (B, T, D)}, "fix"),
-    "fewer_steps_than_the_tensor": ("""
+        """,
+        {"a": "rand(B, T, D)", "x": (B, T, D)},
+        "fix",
+    ),
+    "fewer_steps_than_the_tensor": (
+        """
         def f(a, x):
             steps = 7
             h = torch.zeros_like(x[:, 0])
@@ -187,17 +247,24 @@ CASES = {
                 h = a[:, t] * h + x[:, t]
                 hs.append(h)
             return torch.stack(hs, dim=1)
-        """, {"a": "rand(B, T, D)", "x": (B, T, D)}, "fix"),
-    "decay_along_values": ("""
+        """,
+        {"a": "rand(B, T, D)", "x": (B, T, D)},
+        "fix",
+    ),
+    "decay_along_values": (
+        """
         def f(q, k, v, w, S):
             outs = []
             for t in range(q.shape[2]):
                 S = w[:, :, t].unsqueeze(-2) * S + k[:, :, t].unsqueeze(-1) * v[:, :, t].unsqueeze(-2)
                 outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))
             return torch.stack(outs, dim=2)
-        """, {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w": "rand(B, H, T, V)", "S": (B, H, K, V)},
-        "fix"),
-    "time_major_preallocated": ("""
+        """,
+        {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, V), "w": "rand(B, H, T, V)", "S": (B, H, K, V)},
+        "fix",
+    ),
+    "time_major_preallocated": (
+        """
         def f(gates, inputs):
             state = torch.zeros_like(inputs[0])
             out = torch.empty_like(inputs)
@@ -205,8 +272,12 @@ CASES = {
                 state = gates[t] * state + inputs[t]
                 out[t] = state
             return out
-        """, {"gates": "rand(T, B, D)", "inputs": (T, B, D)}, "fix"),
-    "nonlinear_update": ("""
+        """,
+        {"gates": "rand(T, B, D)", "inputs": (T, B, D)},
+        "fix",
+    ),
+    "nonlinear_update": (
+        """
         def f(a, x):
             h = torch.zeros_like(x[:, 0])
             hs = []
@@ -214,8 +285,12 @@ CASES = {
                 h = torch.tanh(a[:, t] * h + x[:, t])
                 hs.append(h)
             return torch.stack(hs, dim=1)
-        """, {"a": "rand(B, T, D)", "x": (B, T, D)}, "linear"),
-    "head_scrambling_reshape": ("""
+        """,
+        {"a": "rand(B, T, D)", "x": (B, T, D)},
+        "linear",
+    ),
+    "head_scrambling_reshape": (
+        """
         def f(q, k, v):
             B, H, T, K = q.shape
             S = torch.zeros(B, H, K, K, dtype=q.dtype)
@@ -225,8 +300,12 @@ CASES = {
                 S = 0.9 * S + kv
                 outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))
             return torch.stack(outs, dim=2)
-        """, {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, K)}, "reshape"),
-    "dropout_in_the_loop": ("""
+        """,
+        {"q": (B, H, T, K), "k": (B, H, T, K), "v": (B, H, T, K)},
+        "reshape",
+    ),
+    "dropout_in_the_loop": (
+        """
         def f(a, x):
             h = torch.zeros_like(x[:, 0])
             hs = []
@@ -234,8 +313,12 @@ CASES = {
                 h = a[:, t] * h + torch.nn.functional.dropout(x[:, t], 0.1)
                 hs.append(h)
             return torch.stack(hs, dim=1)
-        """, {"a": "rand(B, T, D)", "x": (B, T, D)}, "random"),
-    "decay_of_unknown_kind": ("""
+        """,
+        {"a": "rand(B, T, D)", "x": (B, T, D)},
+        "random",
+    ),
+    "decay_of_unknown_kind": (
+        """
         def f(x, decay):
             h = torch.zeros_like(x[:, 0])
             hs = []
@@ -243,7 +326,10 @@ CASES = {
                 h = decay * h + x[:, t]
                 hs.append(h)
             return torch.stack(hs, dim=1)
-        """, {"x": (B, T, D), "decay": 0.5}, "number or a tensor"),
+        """,
+        {"x": (B, T, D), "decay": 0.5},
+        "number or a tensor",
+    ),
 }
 
 
@@ -257,10 +343,12 @@ def make_inputs(spec: dict, seed: int = 0) -> dict:
             continue
         if isinstance(shape, str):  # "rand(...)", "-rand(...)": values in (0, 1) or (-1, 0)
             sign = -1.0 if shape.startswith("-") else 1.0
-            dims = [sizes[d.strip()] for d in shape[shape.index("(") + 1:-1].split(",")]
+            dims = [sizes[d.strip()] for d in shape[shape.index("(") + 1 : -1].split(",")]
             value = sign * (0.05 + 0.9 * torch.rand(dims, generator=gen, dtype=torch.float64))
         else:
-            value = torch.randn([sizes[d] if isinstance(d, str) else d for d in shape], generator=gen, dtype=torch.float64)
+            value = torch.randn(
+                [sizes[d] if isinstance(d, str) else d for d in shape], generator=gen, dtype=torch.float64
+            )
         inputs[name] = value.requires_grad_()
     return inputs
 

@@ -25,8 +25,10 @@ def rewrite(source: str):
 def test_compile_goes_after_the_last_build_or_move_before_the_loop():
     """A mode switch (`.train()`) is not set-up: it often sits in the epoch loop, where a
     compile would run every epoch."""
-    found, new = rewrite("import torch\nmodel = torch.nn.Linear(2, 1)\nmodel.to('cpu')\nmodel.train()\n"
-                         + LOOP.format(indent="", model="model"))
+    found, new = rewrite(
+        "import torch\nmodel = torch.nn.Linear(2, 1)\nmodel.to('cpu')\nmodel.train()\n"
+        + LOOP.format(indent="", model="model")
+    )
     assert found == [(3, True)]
     assert "model.to('cpu')\nmodel.compile()\nmodel.train()\nopt = " in new
 
@@ -38,28 +40,37 @@ def test_two_loops_over_one_model_compile_it_once():
 
 
 def test_a_model_given_to_the_training_function_is_reported_without_a_fix():
-    found, new = rewrite("import torch\ndef train(model):\n" + LOOP.format(indent="    ", model="model")
-                         + "train(torch.nn.Linear(2, 1))\n")
+    found, new = rewrite(
+        "import torch\ndef train(model):\n"
+        + LOOP.format(indent="    ", model="model")
+        + "train(torch.nn.Linear(2, 1))\n"
+    )
     assert found == [(4, False)] and ".compile()" not in new
 
 
 def test_a_model_in_an_attribute_is_reported_without_a_fix():
-    source = ("import torch\nclass Trainer:\n    def __init__(self):\n        self.model = torch.nn.Linear(2, 1)\n"
-              "    def fit(self):\n" + LOOP.format(indent="        ", model="self.model"))
+    source = (
+        "import torch\nclass Trainer:\n    def __init__(self):\n        self.model = torch.nn.Linear(2, 1)\n"
+        "    def fit(self):\n" + LOOP.format(indent="        ", model="self.model")
+    )
     found, new = rewrite(source)
     assert [fixable for _, fixable in found] == [False] and ".compile()" not in new
 
 
 def test_other_compile_calls_do_not_count_as_compiling_the_model():
-    found, _ = rewrite("import re\nimport torch\npattern = re.compile('x')\nmodel = torch.nn.Linear(2, 1)\n"
-                       + LOOP.format(indent="", model="model"))
+    found, _ = rewrite(
+        "import re\nimport torch\npattern = re.compile('x')\nmodel = torch.nn.Linear(2, 1)\n"
+        + LOOP.format(indent="", model="model")
+    )
     assert found == [(4, True)]
 
 
 def test_per_call_hooks_rewritten_by_pm501_still_block_the_compile():
-    source = ("import torch\nfrom runtime.hooks import per_call_forward_hook\nmodel = torch.nn.Linear(2, 1)\n"
-              "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in [torch.randn(1, 2)]:\n"
-              "    with per_call_forward_hook(model, print):\n        loss = model(x).sum()\n"
-              "    loss.backward()\n    opt.step()\n")
+    source = (
+        "import torch\nfrom runtime.hooks import per_call_forward_hook\nmodel = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in [torch.randn(1, 2)]:\n"
+        "    with per_call_forward_hook(model, print):\n        loss = model(x).sum()\n"
+        "    loss.backward()\n    opt.step()\n"
+    )
     found, new = rewrite(source)
     assert found == [(3, False)] and ".compile()" not in new

@@ -13,7 +13,7 @@ import torch
 from tests.rules.composition import applied, apply_every_rule
 from tests.rules.scripts import losses, max_relative_difference
 
-PROGRAM = '''\
+PROGRAM = """\
 import torch
 
 torch.manual_seed(0)
@@ -28,7 +28,7 @@ for step in range(4):
     loss.backward()
     opt.step()
     print(f"step {step} loss {loss.item()!r}")
-'''
+"""
 HAS_CXX = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 

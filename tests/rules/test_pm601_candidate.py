@@ -58,8 +58,13 @@ def without_docstring(source: str) -> str:
 
 
 def environment() -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     for name in TORCHRUN_VARS:
         env.pop(name, None)
     return env
@@ -130,8 +135,11 @@ def test_with_every_rule_selected_everything_applies_in_one_run():
     assert [f.code for f in first.findings if f.applied].count("PM601") == 1
 
 
-@pytest.mark.parametrize("source", sorted((ROOT / "fixtures" / "rules" / "PM601").glob("*.in.py")),
-                         ids=lambda path: path.name[: -len(".in.py")])
+@pytest.mark.parametrize(
+    "source",
+    sorted((ROOT / "fixtures" / "rules" / "PM601").glob("*.in.py")),
+    ids=lambda path: path.name[: -len(".in.py")],
+)
 def test_every_fixture_with_every_rule_applies_in_one_run(source):
     converges_with_every_rule(source)
 
@@ -165,8 +173,16 @@ def test_two_processes_log_each_step_once_save_once_and_train_like_one(tmp_path,
 
 
 def test_verify_nproc_2_rewrites_with_pm601_and_finds_agreement():
-    result = verify(ORIGINAL, ["--samples", "256", "--epochs", "2"], steps=8, warmup=2, settings=PM601,
-                    nproc=2, env=environment(), timeout=300)
+    result = verify(
+        ORIGINAL,
+        ["--samples", "256", "--epochs", "2"],
+        steps=8,
+        warmup=2,
+        settings=PM601,
+        nproc=2,
+        env=environment(),
+        timeout=300,
+    )
     assert result.exit_code == 0 and result.agree, render_text(result)
     assert [fix["code"] for fix in result.fixes] == ["PM601"]
     assert result.comparison["max_rel_deviation"] < 1e-5

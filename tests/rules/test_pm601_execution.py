@@ -35,8 +35,13 @@ CASES = {
 
 
 def environment(stand_ins: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(stand_ins)]), "OMP_NUM_THREADS": "1",
-           "PYTHONDONTWRITEBYTECODE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(stand_ins)]),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     for name in TORCHRUN_VARS:
         env.pop(name, None)
     return env
@@ -45,8 +50,14 @@ def environment(stand_ins: Path) -> dict[str, str]:
 def start(script: Path, folder: Path, args, stand_ins: Path, nproc: int | None = None) -> subprocess.Popen:
     folder.mkdir(parents=True)
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc else []
-    return subprocess.Popen([sys.executable, *launcher, str(script), *args], cwd=folder, env=environment(stand_ins),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *launcher, str(script), *args],
+        cwd=folder,
+        env=environment(stand_ins),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen) -> str:
@@ -75,8 +86,10 @@ def test_the_rewrite_runs_alone_exactly_as_before_and_under_torchrun_on_rank_0(c
     (stand_ins / "tqdm.py").write_text(TQDM)
     args = CASES[case]
     original, rewrite = FIXTURES / f"{case}.in.py", FIXTURES / f"{case}.out.py"
-    runs = {"original": start(original, tmp_path / "original", args, stand_ins),
-            "rewritten": start(rewrite, tmp_path / "rewritten", args, stand_ins)}
+    runs = {
+        "original": start(original, tmp_path / "original", args, stand_ins),
+        "rewritten": start(rewrite, tmp_path / "rewritten", args, stand_ins),
+    }
     printed = {name: finish(process) for name, process in runs.items()}
     assert printed["original"] and printed["rewritten"] == printed["original"]
     before, after = checkpoints(tmp_path / "original"), checkpoints(tmp_path / "rewritten")

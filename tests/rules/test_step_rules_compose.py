@@ -68,7 +68,9 @@ def test_every_fix_lands_in_one_apply_and_a_second_run_finds_nothing(case):
     name, source, result, settings, codes = case
     assert result.error is None, result.error
     assert {f.code for f in result.findings} == codes, name
-    assert all(f.applied for f in result.findings), [f"{f.code}:{f.line} {f.message}" for f in result.findings if not f.applied]
+    assert all(f.applied for f in result.findings), [
+        f"{f.code}:{f.line} {f.message}" for f in result.findings if not f.applied
+    ]
     compile(result.new_source, name, "exec")
     again = process_source(result.new_source, "compose.py", settings)
     assert again.error is None and not again.pending and again.new_source == result.new_source, again.pending

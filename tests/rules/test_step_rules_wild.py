@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -133,15 +132,21 @@ def test_pm301_step_in_a_helper_is_wrapped_there_and_the_policy_built_once():
     "forward,why",
     [
         ("    loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)\n", "BCEWithLogitsLoss"),
-        ("    probs = torch.softmax(model(x), -1)\n    action = torch.distributions.Categorical(probs=probs).sample()\n"
-         "    loss = -torch.log(probs[0, action])\n", "decides what runs next"),
+        (
+            "    probs = torch.softmax(model(x), -1)\n    action = torch.distributions.Categorical(probs=probs).sample()\n"
+            "    loss = -torch.log(probs[0, action])\n",
+            "decides what runs next",
+        ),
     ],
     ids=["bce-on-probabilities", "sampled-action"],
 )
 def test_pm301_reports_forward_passes_autocast_would_break(forward, why):
-    code = ("device = torch.device('cuda')\nmodel = nn.Linear(8, 2).to(device)\n"
-            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in data:\n" + forward
-            + "    loss.backward()\n    opt.step()\n    opt.zero_grad()\n")
+    code = (
+        "device = torch.device('cuda')\nmodel = nn.Linear(8, 2).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in data:\n"
+        + forward
+        + "    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+    )
     _, new, findings = apply(code, "PM301", Level.NUMERIC)
     finding = only(findings, "PM301")
     assert not finding.fixable and why in finding.message
@@ -172,17 +177,21 @@ def test_pm301_no_finding(code):
 
 
 def test_pm301_exact_float32_is_reported():
-    code = ("torch.use_deterministic_algorithms(True)\nmodel = nn.Linear(8, 2).cuda()\n"
-            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in data:\n"
-            "    loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n")
+    code = (
+        "torch.use_deterministic_algorithms(True)\nmodel = nn.Linear(8, 2).cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in data:\n"
+        "    loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+    )
     _, _, findings = apply(code, "PM301", Level.NUMERIC)
     assert "exact float32" in only(findings, "PM301").message
 
 
 # -- PM402 ----------------------------------------------------------------------------------
 
-FIT = ("opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\nfor x in data:\n    model(x).sum().backward()\n"
-       "    opt.step()\n    opt.zero_grad()\n")
+FIT = (
+    "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\nfor x in data:\n    model(x).sum().backward()\n"
+    "    opt.step()\n    opt.zero_grad()\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -209,24 +218,35 @@ def test_pm402_fuses_on_devices_followed_through_the_program(setup):
 @pytest.mark.parametrize(
     "setup,why",
     [
-        ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cuda')\n"
-         "args = parser.parse_args()\nmodel = nn.Linear(4, 4).to(args.device)\n", "cannot be told"),
-        ("from accelerate import Accelerator\naccelerator = Accelerator()\nmodel = nn.Linear(4, 4)\n"
-         "x = torch.zeros(1).cuda()\n", "accelerator.prepare"),
+        (
+            "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cuda')\n"
+            "args = parser.parse_args()\nmodel = nn.Linear(4, 4).to(args.device)\n",
+            "cannot be told",
+        ),
+        (
+            "from accelerate import Accelerator\naccelerator = Accelerator()\nmodel = nn.Linear(4, 4)\n"
+            "x = torch.zeros(1).cuda()\n",
+            "accelerator.prepare",
+        ),
         ("torch.backends.cuda.matmul.allow_tf32 = False\nmodel = nn.Linear(4, 4).cuda()\n", "exact float32"),
     ],
     ids=["argparse-any-device", "accelerator-prepare", "exact-float32"],
 )
 def test_pm402_reports_what_it_cannot_decide(setup, why):
-    fit = FIT if "accelerator" not in setup else FIT.replace(
-        "for x in data", "model, opt = accelerator.prepare(model, opt)\nfor x in data")
+    fit = (
+        FIT
+        if "accelerator" not in setup
+        else FIT.replace("for x in data", "model, opt = accelerator.prepare(model, opt)\nfor x in data")
+    )
     _, new, findings = apply(setup + fit, "PM402", Level.NUMERIC)
     finding = only(findings, "PM402")
     assert not finding.fixable and why in finding.message and "fused" not in new.split("opt =")[1].split("\n")[0]
 
 
 def test_pm402_never_on_cuda_no_finding():
-    setup = "model = nn.Linear(4, 4).to('mps' if torch.backends.mps.is_available() else 'cpu')\nx = torch.zeros(1).cuda()\n"
+    setup = (
+        "model = nn.Linear(4, 4).to('mps' if torch.backends.mps.is_available() else 'cpu')\nx = torch.zeros(1).cuda()\n"
+    )
     _, _, findings = apply(setup + FIT, "PM402", Level.NUMERIC)
     assert not findings
 
@@ -266,27 +286,35 @@ def test_pm401_hand_written_resets_become_zero_grad_and_train_the_same(reset):
 
 
 def test_pm401_a_later_loop_over_the_same_name_does_not_block_the_fix():
-    code = RESET_HEAD + "    for p in model.parameters():\n        p.grad.zero_()\n" + RESET_TAIL + (
-        "for p in model.parameters():\n    print(p.shape)\n")
+    code = (
+        RESET_HEAD
+        + "    for p in model.parameters():\n        p.grad.zero_()\n"
+        + RESET_TAIL
+        + ("for p in model.parameters():\n    print(p.shape)\n")
+    )
     _, _, findings = apply(code, "PM401")
     assert only(findings, "PM401").applied
 
 
 def test_pm401_buffers_set_up_before_training_are_not_a_reset():
-    code = ("model = nn.Linear(4, 4)\nfor p in model.parameters():\n    p.grad = torch.zeros_like(p)\n"
-            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in data:\n    model(x).sum().backward()\n"
-            "    opt.step()\n")
+    code = (
+        "model = nn.Linear(4, 4)\nfor p in model.parameters():\n    p.grad = torch.zeros_like(p)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in data:\n    model(x).sum().backward()\n"
+        "    opt.step()\n"
+    )
     _, _, findings = apply(code, "PM401")
     assert not findings
 
 
 def test_pm401_an_optimizer_passed_in_whose_step_needs_grads_is_reported():
-    code = ("class Sign(torch.optim.Optimizer):\n    def __init__(self, params):\n        super().__init__(params, {})\n"
-            "    def step(self):\n        for group in self.param_groups:\n            for p in group['params']:\n"
-            "                p.add_(p.grad.sign(), alpha=-0.01)\n"
-            "def train(model, loader, optimizer):\n    for x in loader:\n        optimizer.zero_grad(set_to_none=False)\n"
-            "        model(x).sum().backward()\n        optimizer.step()\n"
-            "net = nn.Linear(4, 4)\ntrain(net, [], Sign(net.parameters()))\n")
+    code = (
+        "class Sign(torch.optim.Optimizer):\n    def __init__(self, params):\n        super().__init__(params, {})\n"
+        "    def step(self):\n        for group in self.param_groups:\n            for p in group['params']:\n"
+        "                p.add_(p.grad.sign(), alpha=-0.01)\n"
+        "def train(model, loader, optimizer):\n    for x in loader:\n        optimizer.zero_grad(set_to_none=False)\n"
+        "        model(x).sum().backward()\n        optimizer.step()\n"
+        "net = nn.Linear(4, 4)\ntrain(net, [], Sign(net.parameters()))\n"
+    )
     _, _, findings = apply(code, "PM401")
     finding = only(findings, "PM401")
     assert not finding.fixable and "without a None check" in finding.message
@@ -295,8 +323,10 @@ def test_pm401_an_optimizer_passed_in_whose_step_needs_grads_is_reported():
 # -- PM403 ----------------------------------------------------------------------------------
 
 STEP = "    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
-CLEAN_HEAD = ("device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\nmodel = nn.Linear(4, 4).to(device)\n"
-              "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+CLEAN_HEAD = (
+    "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\nmodel = nn.Linear(4, 4).to(device)\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -305,14 +335,24 @@ CLEAN_HEAD = ("device = torch.device('cuda' if torch.cuda.is_available() else 'c
     ids=["device-type", "device-string", "flag"],
 )
 def test_pm403_guards_that_ask_for_cuda_go_with_the_call(guard):
-    code = CLEAN_HEAD + "use_cuda = torch.cuda.is_available()\nfor x in data:\n" + STEP + f"    {guard}\n        torch.cuda.empty_cache()\n"
+    code = (
+        CLEAN_HEAD
+        + "use_cuda = torch.cuda.is_available()\nfor x in data:\n"
+        + STEP
+        + f"    {guard}\n        torch.cuda.empty_cache()\n"
+    )
     _, new, findings = apply(code, "PM403")
     assert only(findings, "PM403").applied and "empty_cache" not in new and guard not in new
 
 
 def test_pm403_clean_up_in_a_helper_the_step_calls():
-    code = ("def free_memory():\n    gc.collect()\n    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n"
-            + CLEAN_HEAD + "for x in data:\n" + STEP + "    free_memory()\n")
+    code = (
+        "def free_memory():\n    gc.collect()\n    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n"
+        + CLEAN_HEAD
+        + "for x in data:\n"
+        + STEP
+        + "    free_memory()\n"
+    )
     _, new, findings = apply(code, "PM403")
     assert [f.applied for f in findings if f.code == "PM403"] == [True, True]
     assert "gc.collect()" not in new and "empty_cache" not in new and "free_memory()" in new
@@ -327,7 +367,9 @@ def test_pm403_clean_up_in_a_helper_the_step_calls():
     ids=["periodic-call", "also-called-after-training"],
 )
 def test_pm403_helper_clean_up_left_in_place(call_site, why):
-    code = ("def free_memory():\n    gc.collect()\n" + CLEAN_HEAD + "for step, x in enumerate(data):\n" + STEP + call_site)
+    code = (
+        "def free_memory():\n    gc.collect()\n" + CLEAN_HEAD + "for step, x in enumerate(data):\n" + STEP + call_site
+    )
     _, new, findings = apply(code, "PM403")
     finding = only(findings, "PM403")
     assert not finding.fixable and why in finding.message and "gc.collect()" in new
@@ -344,7 +386,9 @@ data = [(torch.randn(8, 6), torch.randint(0, 3, (8,))) for _ in range(9)]
 
 
 def test_pm404_sums_started_together_from_a_helper_that_returns_two_losses():
-    code = SYNC_HEAD + """\
+    code = (
+        SYNC_HEAD
+        + """\
 def compute_loss(model, x, y):
     logits = model(x)
     ce = F.cross_entropy(logits, y)
@@ -363,13 +407,16 @@ for epoch in range(2):
         correct += (model(x).argmax(1) == y).sum().item()
     print(epoch, total / len(data), ce_total / len(data), correct)
 """
+    )
     source, new, findings = apply(code, "PM404")
     assert [f.applied for f in findings if f.code == "PM404"] == [True, True, True]
     assert run(new) == run(source)  # bit for bit
 
 
 def test_pm404_value_from_a_step_method_moved_to_log_time():
-    code = SYNC_HEAD + """\
+    code = (
+        SYNC_HEAD
+        + """\
 class Trainer:
     def __init__(self, model, opt):
         self.model, self.opt, self.step = model, opt, 0
@@ -392,13 +439,16 @@ class Trainer:
 
 Trainer(model, opt).fit(data)
 """
+    )
     source, new, findings = apply(code, "PM404")
     assert only(findings, "PM404").applied
     assert run(new) == run(source)
 
 
 def test_pm404_sync_in_an_evaluation_helper_the_step_runs_is_reported_there():
-    code = SYNC_HEAD + """\
+    code = (
+        SYNC_HEAD
+        + """\
 def accuracy(model, x, y):
     return (model(x).argmax(1) == y).float().mean().item()
 
@@ -411,13 +461,16 @@ for step, (x, y) in enumerate(data):
     if step % 100 == 0:
         print(acc)
 """
+    )
     _, _, findings = apply(code, "PM404")
     helper = [f for f in findings if f.code == "PM404" and "`accuracy` runs it" in f.message]
     assert len(helper) == 1 and not helper[0].fixable
 
 
 def test_pm404_a_helper_called_only_at_log_time_is_fine():
-    code = SYNC_HEAD + """\
+    code = (
+        SYNC_HEAD
+        + """\
 def accuracy(model, x, y):
     return (model(x).argmax(1) == y).float().mean().item()
 
@@ -429,6 +482,7 @@ for step, (x, y) in enumerate(data):
     if step % 100 == 0:
         print(accuracy(model, x, y))
 """
+    )
     _, _, findings = apply(code, "PM404")
     assert not findings
 
@@ -478,8 +532,10 @@ def test_pm405_a_helper_the_training_loop_calls_saves_in_the_background(tmp_path
 @pytest.mark.parametrize(
     "change,why",
     [
-        (lambda code: code + "save_checkpoint(model, opt, 99, os.path.join(out_dir, 'final.pt'))\n",
-         "stays synchronous" ),
+        (
+            lambda code: code + "save_checkpoint(model, opt, 99, os.path.join(out_dir, 'final.pt'))\n",
+            "stays synchronous",
+        ),
         (lambda code: code.replace("path)\n\n", "path)\n    os.replace(path, path + '.done')\n\n"), "is used at line"),
     ],
     ids=["also-called-after-training", "file-used-right-after"],
@@ -503,16 +559,21 @@ def test_pm405_helper_saves_left_synchronous(change, why):
     ids=["safetensors", "save-pretrained"],
 )
 def test_pm405_other_savers_are_reported(save, why):
-    code = ("from safetensors.torch import save_file\n" + SAVE_HEAD + "for epoch in range(3):\n    for x in data:\n"
-            "        loss = model(x).pow(2).mean()\n        loss.backward()\n        opt.step()\n" + save
-            + "    tokenizer.save_pretrained(out_dir)\n")
+    code = (
+        "from safetensors.torch import save_file\n" + SAVE_HEAD + "for epoch in range(3):\n    for x in data:\n"
+        "        loss = model(x).pow(2).mean()\n        loss.backward()\n        opt.step()\n"
+        + save
+        + "    tokenizer.save_pretrained(out_dir)\n"
+    )
     _, _, findings = apply(code, "PM405")
     finding = only(findings, "PM405")  # the tokenizer's files are not a checkpoint
     assert not finding.fixable and why in finding.message
 
 
 def test_pm405_the_file_read_after_the_loop_is_flushed_first():
-    code = SAVE_HEAD + """\
+    code = (
+        SAVE_HEAD
+        + """\
 best = os.path.join(out_dir, "best.pt")
 for epoch in range(3):
     for x in data:
@@ -523,6 +584,7 @@ for epoch in range(3):
     torch.save(model.state_dict(), best)
 model.load_state_dict(torch.load(best))
 """
+    )
     _, new, findings = apply(code, "PM405")
     assert only(findings, "PM405").applied
     assert "checkpointer.flush()\nmodel.load_state_dict(torch.load(best))" in new

@@ -44,9 +44,15 @@ def slow_torch_save(seconds: float):
 def main() -> None:
     device = distributed.setup()
     world = distributed.world()
-    results.update(device=str(device), world=[world.rank, world.local_rank, world.size],
-                   initialized=dist.is_initialized(), backend=dist.get_backend(), is_main=distributed.is_main(),
-                   seed_offset=distributed.seed_offset(), local_batch=distributed.local_batch_size(32))
+    results.update(
+        device=str(device),
+        world=[world.rank, world.local_rank, world.size],
+        initialized=dist.is_initialized(),
+        backend=dist.get_backend(),
+        is_main=distributed.is_main(),
+        seed_offset=distributed.seed_offset(),
+        local_batch=distributed.local_batch_size(32),
+    )
     try:
         distributed.local_batch_size(33)
     except ValueError as error:
@@ -54,17 +60,24 @@ def main() -> None:
 
     mine = torch.tensor([1.0, 2.0]) * (world.rank + 1)  # rank 0: [1, 2]; rank 1: [2, 4]
     mean = distributed.all_reduce_mean(mine)
-    results.update(mean=mean.tolist(), mine_after=mine.tolist(), mean_is_new=mean is not mine,
-                   mean_float=distributed.all_reduce_mean(float(world.rank)))
+    results.update(
+        mean=mean.tolist(),
+        mine_after=mine.tolist(),
+        mean_is_new=mean is not mine,
+        mean_float=distributed.all_reduce_mean(float(world.rank)),
+    )
     distributed.print0(f"printed by rank {world.rank}", flush=True)
 
     torch.manual_seed(world.rank)  # different weights on each rank until DDP broadcasts rank 0's
     model = torch.nn.Linear(4, 2)
     ddp = DDP(model)
     ddp(torch.ones(3, 4)).sum().backward()
-    results.update(unwrapped_is_model=distributed.unwrap(ddp) is model,
-                   keys=list(distributed.unwrap(ddp).state_dict()), weight=model.weight.flatten().tolist(),
-                   grad=model.weight.grad.flatten().tolist())
+    results.update(
+        unwrapped_is_model=distributed.unwrap(ddp) is model,
+        keys=list(distributed.unwrap(ddp).state_dict()),
+        weight=model.weight.flatten().tolist(),
+        grad=model.weight.grad.flatten().tolist(),
+    )
 
     # Both ranks save; rank 0 alone writes, slowly; the barrier waits for that write.
     torch.save = slow_torch_save(0.5)
@@ -72,9 +85,11 @@ def main() -> None:
     path = os.path.join(OUT, "shared.pt")
     ckpt.save({"rank": world.rank, "weight": model.weight}, path)
     distributed.barrier()
-    results.update(exists_after_barrier=os.path.exists(path),
-                   saved_by=torch.load(path)["rank"] if os.path.exists(path) else None,
-                   prefetch_device=str(DevicePrefetcher([torch.ones(2)], device).device))
+    results.update(
+        exists_after_barrier=os.path.exists(path),
+        saved_by=torch.load(path)["rank"] if os.path.exists(path) else None,
+        prefetch_device=str(DevicePrefetcher([torch.ones(2)], device).device),
+    )
     atexit.register(lambda: (results.update(initialized_at_exit=dist.is_initialized()), record()))
     record()
     distributed.barrier()  # both have recorded: rank 0 may now fail

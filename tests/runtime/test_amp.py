@@ -22,12 +22,15 @@ def test_cpu_is_off_by_default(device):
     assert not precision.grad_scaler().is_enabled()
 
 
-@pytest.mark.parametrize("env,kwargs,dtype", [
-    (None, {"enabled": True}, torch.bfloat16),
-    ("bf16", {}, torch.bfloat16),
-    (None, {"enabled": True, "prefer": "fp16"}, torch.float16),
-    ("fp16", {"enabled": False}, torch.float16),  # the environment wins
-])
+@pytest.mark.parametrize(
+    "env,kwargs,dtype",
+    [
+        (None, {"enabled": True}, torch.bfloat16),
+        ("bf16", {}, torch.bfloat16),
+        (None, {"enabled": True, "prefer": "fp16"}, torch.float16),
+        ("fp16", {"enabled": False}, torch.float16),  # the environment wins
+    ],
+)
 def test_forced_precision_autocasts_on_cpu(monkeypatch, env, kwargs, dtype):
     if env:
         monkeypatch.setenv(ENV_VAR, env)
@@ -49,13 +52,16 @@ def test_unknown_dtype_names_are_errors(monkeypatch, env, prefer):
         Precision.for_device("cpu", prefer=prefer)
 
 
-@pytest.mark.parametrize("native_bf16,prefer,dtype", [
-    (True, "bf16", torch.bfloat16),
-    # pre-Ampere: emulated bf16 would be slow, and fp16 would need a scaler bf16 code lacks
-    (False, "bf16", torch.float32),
-    (False, "fp16", torch.float16),
-    (True, "fp16", torch.float16),
-])
+@pytest.mark.parametrize(
+    "native_bf16,prefer,dtype",
+    [
+        (True, "bf16", torch.bfloat16),
+        # pre-Ampere: emulated bf16 would be slow, and fp16 would need a scaler bf16 code lacks
+        (False, "bf16", torch.float32),
+        (False, "fp16", torch.float16),
+        (True, "fp16", torch.float16),
+    ],
+)
 def test_cuda_policy(native_bf16, prefer, dtype):
     asked = []
 

@@ -43,8 +43,13 @@ def train_step(model, optimizer, x):
 
 
 def state_of(model, optimizer, step):
-    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-            "history": [1.5, (2, "x"), None], "seen_shards": {0, 1}}
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": step,
+        "history": [1.5, (2, "x"), None],
+        "seen_shards": {0, 1},
+    }
 
 
 @pytest.fixture

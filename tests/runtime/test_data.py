@@ -97,8 +97,7 @@ def test_prefetcher_without_len_iterates_and_has_no_len():
 def test_map_tensors_applies_fn_to_every_tensor_and_keeps_the_rest():
     x, ids = torch.randn(2, 3), torch.arange(4)
     batch = {"a": Pair(x, [ids, ("s", 1)]), "b": collections.OrderedDict(c=(ids, None))}
-    expected = {"a": Pair(x.double(), [ids.double(), ("s", 1)]),
-                "b": collections.OrderedDict(c=(ids.double(), None))}
+    expected = {"a": Pair(x.double(), [ids.double(), ("s", 1)]), "b": collections.OrderedDict(c=(ids.double(), None))}
     assert_same(data._map_tensors(torch.Tensor.double, batch), expected)
 
 
@@ -111,6 +110,7 @@ def cores(monkeypatch):
     def set_cores(n):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
         monkeypatch.setattr(os, "cpu_count", lambda: 10 * n)  # more than we may use
+
     return set_cores
 
 
@@ -156,7 +156,6 @@ def test_num_workers_env_override_wins_uncapped(cores, monkeypatch):
             default_num_workers()
 
 
-
 @pytest.mark.parametrize("method, expected", [("fork", 3), ("spawn", 0), ("forkserver", 0)])
 def test_fork_only_gives_no_workers_unless_they_start_by_fork(cores, monkeypatch, method, expected):
     cores(4)
@@ -169,6 +168,7 @@ def test_fork_only_gives_no_workers_unless_they_start_by_fork(cores, monkeypatch
 
 def test_fork_only_follows_the_platform_default_and_does_not_fix_it(cores, monkeypatch):
     import multiprocessing
+
     cores(4)
     monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: None)
     for defaults, expected in [(["fork", "spawn"], 3), (["spawn", "fork"], 0), (["forkserver", "fork"], 0)]:
@@ -181,15 +181,29 @@ def test_start_method_stays_unset_for_the_script():
     once the context is fixed); checked in a fresh interpreter, where nothing chose yet."""
     import subprocess
     import sys
-    code = ("import multiprocessing, runtime.data as d; d._start_method(); "
-            "assert multiprocessing.get_start_method(allow_none=True) is None; "
-            "multiprocessing.set_start_method('spawn')")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120,
-                   env={**os.environ, "PYTHONPATH": root})
 
-TEXTS = ["the cat sat", "", "a much longer sentence with many words in it", "on the mat",
-         "x", "tokens tokens tokens", "the end", "héllo wörld", "one two three four five"]
+    code = (
+        "import multiprocessing, runtime.data as d; d._start_method(); "
+        "assert multiprocessing.get_start_method(allow_none=True) is None; "
+        "multiprocessing.set_start_method('spawn')"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=root, timeout=120, env={**os.environ, "PYTHONPATH": root}
+    )
+
+
+TEXTS = [
+    "the cat sat",
+    "",
+    "a much longer sentence with many words in it",
+    "on the mat",
+    "x",
+    "tokens tokens tokens",
+    "the end",
+    "héllo wörld",
+    "one two three four five",
+]
 PAD = 0
 
 
@@ -211,10 +225,14 @@ def tokenize_in_the_loop(texts, padding_side="right"):
     ones = [[1] * len(s) for s in seqs]
     zeros = [[0] * len(p) for p in pads]
     if padding_side == "right":
-        return {"input_ids": torch.tensor([s + p for s, p in zip(seqs, pads)]),
-                "attention_mask": torch.tensor([o + z for o, z in zip(ones, zeros)])}
-    return {"input_ids": torch.tensor([p + s for s, p in zip(seqs, pads)]),
-            "attention_mask": torch.tensor([z + o for o, z in zip(ones, zeros)])}
+        return {
+            "input_ids": torch.tensor([s + p for s, p in zip(seqs, pads)]),
+            "attention_mask": torch.tensor([o + z for o, z in zip(ones, zeros)]),
+        }
+    return {
+        "input_ids": torch.tensor([p + s for s, p in zip(seqs, pads)]),
+        "attention_mask": torch.tensor([z + o for o, z in zip(ones, zeros)]),
+    }
 
 
 def tensor_tokenize(text):
@@ -251,8 +269,7 @@ def test_pretokenized_rejects_batched_output():
 def test_pretokenized_batches_equal_tokenizing_in_the_loop(padding_side, batch_size):
     dataset = PretokenizedDataset(TEXTS, toy_tokenize)
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=PadCollate(PAD, padding_side))
-    expected = [tokenize_in_the_loop(TEXTS[i:i + batch_size], padding_side)
-                for i in range(0, len(TEXTS), batch_size)]
+    expected = [tokenize_in_the_loop(TEXTS[i : i + batch_size], padding_side) for i in range(0, len(TEXTS), batch_size)]
     for epoch in range(2):
         got = list(loader)
         assert len(got) == len(expected)
@@ -262,9 +279,10 @@ def test_pretokenized_batches_equal_tokenizing_in_the_loop(padding_side, batch_s
 
 def test_pretokenized_batches_from_two_workers_are_identical_and_in_order():
     dataset = PretokenizedDataset(TEXTS * 3, toy_tokenize)
-    loader = DataLoader(dataset, batch_size=4, shuffle=False, num_workers=2,
-                        collate_fn=PadCollate(PAD), timeout=60)  # a stuck worker fails, not hangs
-    expected = [tokenize_in_the_loop((TEXTS * 3)[i:i + 4]) for i in range(0, 3 * len(TEXTS), 4)]
+    loader = DataLoader(
+        dataset, batch_size=4, shuffle=False, num_workers=2, collate_fn=PadCollate(PAD), timeout=60
+    )  # a stuck worker fails, not hangs
+    expected = [tokenize_in_the_loop((TEXTS * 3)[i : i + 4]) for i in range(0, 3 * len(TEXTS), 4)]
     got = list(loader)
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
@@ -278,8 +296,13 @@ def test_pad_collate_rejects_unknown_side():
 
 def test_exported_from_runtime():
     import runtime
-    assert (runtime.DevicePrefetcher, runtime.default_num_workers, runtime.PretokenizedDataset,
-            runtime.PadCollate) == (DevicePrefetcher, default_num_workers, PretokenizedDataset, PadCollate)
+
+    assert (runtime.DevicePrefetcher, runtime.default_num_workers, runtime.PretokenizedDataset, runtime.PadCollate) == (
+        DevicePrefetcher,
+        default_num_workers,
+        PretokenizedDataset,
+        PadCollate,
+    )
 
 
 # --- CUDA: run where a GPU is present -------------------------------------------------

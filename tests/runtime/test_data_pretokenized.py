@@ -42,8 +42,13 @@ def test_latentwire_batches_equal_tokenizing_in_the_loop(padding_side, num_worke
         expected.append((encoded, torch.tensor([ANSWERS[i] for i in idx])))
 
     dataset = StackDataset(PretokenizedDataset(QUESTIONS, tokenizer), torch.tensor(ANSWERS))
-    loader = DataLoader(dataset, batch_sampler=batches, collate_fn=PadCollate.for_tokenizer(tokenizer),
-                        num_workers=num_workers, timeout=60 if num_workers else 0)
+    loader = DataLoader(
+        dataset,
+        batch_sampler=batches,
+        collate_fn=PadCollate.for_tokenizer(tokenizer),
+        num_workers=num_workers,
+        timeout=60 if num_workers else 0,
+    )
     got = list(loader)
     assert len(got) == len(expected)
     for (encoded, answers), (want_encoded, want_answers) in zip(got, expected):

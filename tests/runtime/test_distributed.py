@@ -132,11 +132,25 @@ def two_ranks(tmp_path_factory):
     for name in TORCHRUN_VARS:
         env.pop(name, None)
     process = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(Path(__file__).with_name("distributed_worker.py")), str(out)],
-        capture_output=True, text=True, env=env, timeout=120)
-    ranks = {rank: json.loads((out / f"rank{rank}.json").read_text())
-             for rank in (0, 1) if (out / f"rank{rank}.json").exists()}
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(Path(__file__).with_name("distributed_worker.py")),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    ranks = {
+        rank: json.loads((out / f"rank{rank}.json").read_text())
+        for rank in (0, 1)
+        if (out / f"rank{rank}.json").exists()
+    }
     return process.returncode, process.stdout, process.stderr, ranks, out
 
 

@@ -34,6 +34,7 @@ class Net(torch.nn.Module):
 
 # The hooks as the per-call code writes them: per-call values bound with functools.partial.
 
+
 def mask_output(module, args, output, mask):  # replaces the output
     return output * mask
 
@@ -61,8 +62,7 @@ def run_with_per_call_hooks(model, x, call, store):
         block = model.blocks[i]
         handles += [
             block.register_forward_hook(functools.partial(mask_output, mask=call["masks"][i])),
-            block.register_forward_pre_hook(functools.partial(rescale_kwargs, factor=call["factor"]),
-                                            with_kwargs=True),
+            block.register_forward_pre_hook(functools.partial(rescale_kwargs, factor=call["factor"]), with_kwargs=True),
             block.register_forward_hook(add_scale, with_kwargs=True),
             block.lin.register_forward_hook(functools.partial(record, store=store, name=i)),
         ]
@@ -80,8 +80,9 @@ def persistent_hooks(model, store):
     for i, block in enumerate(model.blocks):
         hooks.forward(block, functools.partial(mask_output_from_state, name=i))
         hooks.forward_pre(block, rescale_kwargs_from_state, with_kwargs=True)
-        hooks.forward(block, lambda m, args, kwargs, output, state: add_scale(m, args, kwargs, output),
-                      with_kwargs=True)
+        hooks.forward(
+            block, lambda m, args, kwargs, output, state: add_scale(m, args, kwargs, output), with_kwargs=True
+        )
         hooks.forward(block.lin, functools.partial(record_from_state, store=store, name=i))
     return hooks
 
@@ -108,9 +109,16 @@ def calls(n=6):
     """Per-call values, including which blocks are hooked: all, some, none."""
     g = torch.Generator().manual_seed(1)
     subsets = [[0, 1, 2], [1], [], [0, 2], [2, 0], [0, 1, 2]]
-    return [{"x": torch.randn(4, 6, generator=g), "blocks": subsets[k % len(subsets)],
-             "masks": [(torch.rand(4, 6, generator=g) > 0.3).float() for _ in range(3)],
-             "factor": 1.0 + k / 4, "shift": torch.randn(6, generator=g)} for k in range(n)]
+    return [
+        {
+            "x": torch.randn(4, 6, generator=g),
+            "blocks": subsets[k % len(subsets)],
+            "masks": [(torch.rand(4, 6, generator=g) > 0.3).float() for _ in range(3)],
+            "factor": 1.0 + k / 4,
+            "shift": torch.randn(6, generator=g),
+        }
+        for k in range(n)
+    ]
 
 
 def models():
@@ -397,8 +405,10 @@ def test_reentrant_and_nested_registrations_match_torch():
 def test_pre_hook_returns_are_used_as_torch_uses_them():
     def run(register):
         layer = torch.nn.Linear(2, 2)
-        handles = [register(layer, lambda m, args: args[0] * 3),  # not a tuple: wrapped
-                   register(layer, lambda m, args, kwargs: ((args[0] + 1,), kwargs), with_kwargs=True)]
+        handles = [
+            register(layer, lambda m, args: args[0] * 3),  # not a tuple: wrapped
+            register(layer, lambda m, args, kwargs: ((args[0] + 1,), kwargs), with_kwargs=True),
+        ]
         out = layer(torch.ones(1, 2))
         bad = register(layer, lambda m, args, kwargs: args, with_kwargs=True)
         with pytest.raises(RuntimeError, match="must return None or a tuple"):

@@ -14,17 +14,20 @@ TOL = {torch.float64: 1e-13, torch.float32: 2e-6, torch.bfloat16: 1e-2}
 DECAYS = {"uniform": (0.05, 1.0), "near0": (1e-12, 1e-3), "near1": (1 - 1e-3, 1.0)}
 
 
-def attention_inputs(B, H, T, K, V, decay="uniform", dtype=torch.float64, bonus=False, state=True,
-                     w_shape=None, seed=0):
+def attention_inputs(
+    B, H, T, K, V, decay="uniform", dtype=torch.float64, bonus=False, state=True, w_shape=None, seed=0
+):
     """q, k, v, w, u, initial_state in dtype (u and the state may be None), and the same in float64."""
     gen = torch.Generator().manual_seed(seed)
     lo, hi = DECAYS[decay]
-    low = [torch.randn(B, H, T, K, generator=gen, dtype=torch.float64),
-           torch.randn(B, H, T, K, generator=gen, dtype=torch.float64),
-           torch.randn(B, H, T, V, generator=gen, dtype=torch.float64),
-           lo + (hi - lo) * torch.rand(w_shape or (B, H, T, K), generator=gen, dtype=torch.float64),
-           torch.randn(H, K, generator=gen, dtype=torch.float64) if bonus else None,
-           torch.randn(B, H, K, V, generator=gen, dtype=torch.float64) if state else None]
+    low = [
+        torch.randn(B, H, T, K, generator=gen, dtype=torch.float64),
+        torch.randn(B, H, T, K, generator=gen, dtype=torch.float64),
+        torch.randn(B, H, T, V, generator=gen, dtype=torch.float64),
+        lo + (hi - lo) * torch.rand(w_shape or (B, H, T, K), generator=gen, dtype=torch.float64),
+        torch.randn(H, K, generator=gen, dtype=torch.float64) if bonus else None,
+        torch.randn(B, H, K, V, generator=gen, dtype=torch.float64) if state else None,
+    ]
     low = [None if t is None else t.to(dtype).requires_grad_() for t in low]
     return low, [None if t is None else t.detach().double().requires_grad_() for t in low]
 
@@ -54,13 +57,16 @@ def test_forward_and_grads_match_reference(dtype, decay, bonus):
 
 
 @pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
-@pytest.mark.parametrize("T,chunk_size,state,w_shape", [
-    (1, 8, False, None),
-    (130, 16, True, (1, 3, 1, 5)),  # one decay per head and key dim, broadcast over B and T
-    (16, 16, True, None),  # exactly one chunk
-    (97, 64, False, None),
-    (33, 1, True, None),  # chunks of one step
-])
+@pytest.mark.parametrize(
+    "T,chunk_size,state,w_shape",
+    [
+        (1, 8, False, None),
+        (130, 16, True, (1, 3, 1, 5)),  # one decay per head and key dim, broadcast over B and T
+        (16, 16, True, None),  # exactly one chunk
+        (97, 64, False, None),
+        (33, 1, True, None),  # chunks of one step
+    ],
+)
 def test_odd_shapes_match_reference(T, chunk_size, state, w_shape, bonus):
     low, ref = attention_inputs(2, 3, T, 5, 4, bonus=bonus, state=state, w_shape=w_shape)
     for got, want in run_both(low, ref, chunk_size=chunk_size):
@@ -85,7 +91,7 @@ def test_zero_decays_have_no_nan(bonus):
     for w in (low[3], ref[3]):
         w.detach().masked_fill_(zero, 0.0)
     (o, want_o), (state, want_state), *grads = run_both(low, ref)
-    (dw, want_dw), = grads[3:4]
+    ((dw, want_dw),) = grads[3:4]
     assert (dw[zero] == 0).all()  # the documented exception: the exact gradient there is finite
     for got, want in [(o, want_o), (state, want_state), (dw[~zero], want_dw[~zero])] + grads[:3] + grads[4:]:
         assert_close(got, want, TOL[torch.float64])
@@ -112,9 +118,15 @@ def test_leading_dims_broadcast_as_in_the_loop(bonus):
 
     def rand(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()
+
     cases = [
-        (rand(2, 3, 11, 4), rand(3, 11, 4), rand(3, 11, 5), torch.rand(3, 1, 4, generator=gen, dtype=torch.float64),
-         rand(2, 3, 4, 5)),
+        (
+            rand(2, 3, 11, 4),
+            rand(3, 11, 4),
+            rand(3, 11, 5),
+            torch.rand(3, 1, 4, generator=gen, dtype=torch.float64),
+            rand(2, 3, 4, 5),
+        ),
         (rand(6, 11, 4), rand(6, 11, 4), rand(6, 11, 5), 0.9, rand(2, 6, 4, 5)),
         (rand(11, 4), rand(11, 4), rand(11, 5), torch.rand(11, 4, generator=gen, dtype=torch.float64), None),
     ]

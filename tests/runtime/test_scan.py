@@ -12,8 +12,12 @@ TOL = {torch.float64: 1e-13, torch.float32: 1e-5, torch.bfloat16: 1e-2}
 # Ranges of a: cumulative products underflow within a chunk near 0; growth for |a| > 1.
 DECAYS = {"uniform": (0.0, 1.0), "near0": (1e-6, 1e-3), "near1": (1 - 1e-4, 1.0), "signed": (-1.05, 1.05)}
 # (shape of a, shape of x): T not a multiple of the chunk, T = 1, a broadcast over trailing dims and batch.
-SHAPES = [((3, 97, 33), (3, 97, 33)), ((2, 1, 33), (2, 1, 33)),
-          ((2, 130, 4, 1), (2, 130, 4, 6)), ((1, 50, 7), (3, 50, 7))]
+SHAPES = [
+    ((3, 97, 33), (3, 97, 33)),
+    ((2, 1, 33), (2, 1, 33)),
+    ((2, 130, 4, 1), (2, 130, 4, 6)),
+    ((1, 50, 7), (3, 50, 7)),
+]
 
 
 def scan_inputs(shape_a, shape_x, decay, dtype, with_h0, seed=0):
@@ -67,16 +71,20 @@ def test_second_derivatives():
 def test_final_state_continues_a_split_sequence():
     (a, x, h0), _ = scan_inputs((2, 97, 5), (2, 97, 5), "uniform", torch.float64, with_h0=True)
     first = linear_scan(a[:, :40], x[:, :40], h0)
-    torch.testing.assert_close(torch.cat([first, linear_scan(a[:, 40:], x[:, 40:], first[:, -1])], 1),
-                               linear_scan(a, x, h0))
+    torch.testing.assert_close(
+        torch.cat([first, linear_scan(a[:, 40:], x[:, 40:], first[:, -1])], 1), linear_scan(a, x, h0)
+    )
 
 
-@pytest.mark.parametrize("a_shape,x_shape,h0_shape", [
-    ((2, 9, 3), (2, 10, 3), None),  # T differs
-    ((2, 10, 4), (2, 10, 3), None),  # does not broadcast
-    ((2, 0, 3), (2, 0, 3), None),  # T = 0
-    ((2, 10, 3), (2, 10, 3), (2, 1, 3)),  # h0 not (B, D)
-])
+@pytest.mark.parametrize(
+    "a_shape,x_shape,h0_shape",
+    [
+        ((2, 9, 3), (2, 10, 3), None),  # T differs
+        ((2, 10, 4), (2, 10, 3), None),  # does not broadcast
+        ((2, 0, 3), (2, 0, 3), None),  # T = 0
+        ((2, 10, 3), (2, 10, 3), (2, 1, 3)),  # h0 not (B, D)
+    ],
+)
 def test_rejects_bad_shapes(a_shape, x_shape, h0_shape):
     h0 = None if h0_shape is None else torch.zeros(h0_shape)
     with pytest.raises(ValueError):
@@ -111,15 +119,20 @@ def test_linear_recurrence_broadcasts_as_the_loop_does(a_shape, x_shape, h0_shap
     assert_close(got, want.detach(), TOL[torch.float64])
     inputs = [t for t in (a, x, h0) if isinstance(t, torch.Tensor)]
     weights = torch.randn(want.shape, generator=gen, dtype=torch.float64)
-    for g, w in zip(torch.autograd.grad((got * weights).sum(), inputs), torch.autograd.grad((want * weights).sum(), inputs)):
+    for g, w in zip(
+        torch.autograd.grad((got * weights).sum(), inputs), torch.autograd.grad((want * weights).sum(), inputs)
+    ):
         assert_close(g, w, TOL[torch.float64])
 
 
 @pytest.mark.parametrize("before", [False, True], ids=["after", "before"])
 def test_linear_recurrence_gives_the_final_state(before):
     gen = torch.Generator().manual_seed(4)
-    a, x, h0 = (torch.rand(2, 6, 3, generator=gen, dtype=torch.float64), torch.randn(2, 6, 3, generator=gen,
-                dtype=torch.float64), torch.randn(2, 3, generator=gen, dtype=torch.float64))
+    a, x, h0 = (
+        torch.rand(2, 6, 3, generator=gen, dtype=torch.float64),
+        torch.randn(2, 6, 3, generator=gen, dtype=torch.float64),
+        torch.randn(2, 3, generator=gen, dtype=torch.float64),
+    )
     states, last = linear_recurrence(a, x, h0, dim=1, before=before, final=True)
     torch.testing.assert_close(states, linear_recurrence_reference(a, x, h0, 1, before=before))
     torch.testing.assert_close(last, linear_recurrence_reference(a, x, h0, 1)[:, -1])
@@ -131,12 +144,15 @@ def test_linear_recurrence_takes_the_dtype_of_the_first_step():
     assert linear_recurrence(torch.rand(2, 5, 3, dtype=torch.bfloat16), x.bfloat16()).dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("a_shape,x_shape,h0_shape,dim", [
-    ((2, 5, 3), (2, 4, 3), None, 1),  # T differs
-    ((2, 5, 3), (2, 5, 3), (2, 5, 3), 1),  # h0 has a time dim (and so does not broadcast to a step)
-    ((2, 5, 3), (2, 5, 3), (4, 3), 1),  # h0 does not broadcast
-    ((2, 5, 3), (2, 5, 3), None, 3),  # no such dim
-])
+@pytest.mark.parametrize(
+    "a_shape,x_shape,h0_shape,dim",
+    [
+        ((2, 5, 3), (2, 4, 3), None, 1),  # T differs
+        ((2, 5, 3), (2, 5, 3), (2, 5, 3), 1),  # h0 has a time dim (and so does not broadcast to a step)
+        ((2, 5, 3), (2, 5, 3), (4, 3), 1),  # h0 does not broadcast
+        ((2, 5, 3), (2, 5, 3), None, 3),  # no such dim
+    ],
+)
 def test_linear_recurrence_rejects_bad_shapes(a_shape, x_shape, h0_shape, dim):
     h0 = None if h0_shape is None else torch.zeros(h0_shape)
     with pytest.raises(ValueError):

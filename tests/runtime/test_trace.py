@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from runtime import trace
-from runtime.trace import TraceStop, Tracer
+from runtime.trace import Tracer, TraceStop
 
 
 def run_steps(tracer: Tracer, losses, batch=None):
@@ -171,4 +171,3 @@ def test_pinned_shuffle_makes_a_shuffling_loader_draw_the_distributed_samplers_g
     assert [b.tolist() for b in loader] != [b.tolist() for b in loader]  # passes 3 and 4: seeds 9 and 10
     with_replacement = RandomSampler(dataset, replacement=True)
     assert len(list(with_replacement)) == 40  # not a permutation: left as torch draws it
-
