@@ -50,6 +50,10 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 
+# Facts computed for one question at most (typical questions need a few dozen).
+WORK_PER_QUESTION = 5_000
+
+
 class Kind(enum.Enum):
     TENSOR = "tensor"
     BATCH = "batch"  # what a DataLoader yields: a tuple/list/dict of tensors
@@ -148,6 +152,12 @@ class Kinds:
         self._guesses: dict[int, Fact] = {}  # expressions being resolved -> current guess
         self._recursive: set[int] = set()  # ... whose guess was used while resolving them
         self._computed: list[int] = []  # cache keys in the order they were filled
+        # Facts that depend on themselves across many functions can make the fixpoint
+        # recompute the same facts over and over (seen on 7,000-line files): past a
+        # budget of computations per question a rule asks, facts not yet known are
+        # UNKNOWN, which only makes rules report or leave code alone.
+        self._spent = 0
+        self._asking = 0
         self._class_kinds: dict[int, Fact] = {}
         self._default_device_changed = "set_default_device" in context.code or "set_default_tensor_type" in context.code
         self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
@@ -162,7 +172,13 @@ class Kinds:
     # -- public API ------------------------------------------------------------
 
     def fact(self, expr: cst.BaseExpression) -> Fact:
-        fact = self._fact(expr)
+        if not self._asking:
+            self._spent = 0
+        self._asking += 1
+        try:
+            fact = self._fact(expr)
+        finally:
+            self._asking -= 1
         return UNKNOWN if fact.kind is Kind.BOTTOM else fact
 
     def _fact(self, expr: cst.BaseExpression) -> Fact:
@@ -176,9 +192,12 @@ class Kinds:
         if key in self._guesses:
             self._recursive.add(key)
             return self._guesses[key]
+        if self._spent >= WORK_PER_QUESTION:
+            return UNKNOWN
         self._guesses[key] = BOTTOM
         while True:
             mark = len(self._computed)
+            self._spent += 1
             fact = self._compute(expr)
             if key not in self._recursive or fact == self._guesses[key]:
                 break

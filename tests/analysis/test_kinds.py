@@ -155,3 +155,15 @@ def test_in_place_mutation(code, mutated):
 
     context.module.visit(Probe())
     assert kinds.is_mutated_in_place(probes[0]) is mutated
+
+
+def test_a_question_that_needs_more_work_than_its_budget_is_unknown(monkeypatch):
+    """A chain of helpers, each returning what the next gives: known within the
+    budget, UNKNOWN (never a guess) past it."""
+    chain = "def f0():\n    return torch.zeros(3)\n" + "".join(
+        f"def f{i}():\n    return f{i - 1}()\n" for i in range(1, 40)
+    )
+    code = chain + "probe(f39())\n"
+    assert facts_of_probes(code) == [TENSOR_HOST]
+    monkeypatch.setattr("codemod.analysis.kinds.WORK_PER_QUESTION", 10)
+    assert facts_of_probes(code) == [UNKNOWN]
