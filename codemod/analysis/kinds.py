@@ -35,6 +35,7 @@ from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
     HOST_ONLY_FACTORIES,
+    LOSS_MODULES,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
     PASS_THROUGH_ITERABLES,
@@ -148,6 +149,7 @@ class Kinds:
         self.scopes = context.scopes
         self.index = context.index
         self.parents = context.parents
+        self._context = context
         self._facts: dict[int, Fact] = {}
         self._guesses: dict[int, Fact] = {}  # expressions being resolved -> current guess
         self._recursive: set[int] = set()  # ... whose guess was used while resolving them
@@ -474,6 +476,9 @@ class Kinds:
         function = self._local_callee(call)
         if function is not None:
             return self._returns_fact(function)
+        loss = self._loss_module_output(call)
+        if loss is not None:
+            return loss
         if isinstance(call.func, cst.Attribute) and self._self_attribute_values(call.func):
             callee = self._fact(call.func)  # `self.model(x)`
             if callee.kind is Kind.MODULE:
@@ -485,6 +490,22 @@ class Kinds:
         if callee.kind is Kind.MODULE:  # model(x)
             return Fact(Kind.TENSOR, _computed_on(callee.place))
         return BOTTOM if callee.kind is Kind.BOTTOM else UNKNOWN
+
+    def _loss_module_output(self, call: cst.Call) -> Fact | None:
+        """`criterion(out, y)` for `criterion = nn.CrossEntropyLoss()` (or `self.criterion`):
+        a loss module holds no parameters, so its output is where its input is."""
+        bindings = self._context.bindings
+        if isinstance(call.func, cst.Name):
+            values = bindings.values(call.func)
+        elif isinstance(call.func, cst.Attribute):
+            values = bindings.attribute_values(call.func)
+        else:
+            return None
+        if not values or not all(isinstance(v, cst.Call) and self.names.of(v.func) & LOSS_MODULES for v in values):
+            return None
+        first = positional(call, 0)
+        fact = self._fact(first.value) if first is not None else UNKNOWN
+        return Fact(Kind.TENSOR, fact.place) if fact.kind is Kind.TENSOR else None
 
     def _library_call_fact(self, name: str, call: cst.Call) -> Fact | None:
         first = positional(call, 0)

@@ -53,6 +53,12 @@ CASES = [
     ("class DataLoader:\n    pass\nprobe(DataLoader())", [UNKNOWN]),
     # The import of DL in HEAD is shadowed by a local class: not torch's loader any more.
     ("class DL:\n    pass\nprobe(DL(None))", [UNKNOWN]),
+    # a loss module holds no parameters: its output is where its input is
+    (
+        "criterion = nn.CrossEntropyLoss()\nx = torch.randn(4, 3).to(device)\nprobe(criterion(x, None))",
+        [TENSOR_CUDA],
+    ),
+    ("criterion = nn.MSELoss()\nprobe(criterion(torch.randn(4), torch.randn(4)))", [TENSOR_HOST]),
     ("opt = torch.optim.AdamW([])\nprobe(opt)", [Fact(Kind.OPTIMIZER)]),
     ("sched = torch.optim.lr_scheduler.StepLR(None, 1)\nprobe(sched)", [UNKNOWN]),
     ("ds = TensorDataset(torch.randn(4, 2))\nl = DL(ds)\nprobe(l)", [Fact(Kind.LOADER, Place.HOST)]),
