@@ -586,7 +586,7 @@ def ema(a, x):
 
     def _attention(self, model: TimeLoop, state: State) -> _Attention | None:
         """The decayed-linear-attention reading of a state, if every use of it fits."""
-        rank = model.states[state.name].update.rank if False else _state_rank(state)
+        rank = _state_rank(state)
         outer = _outer(state.x, self.context.module.code_for_node, rank) if state.x is not None else None
         if outer is None:
             return None
