@@ -92,10 +92,6 @@ class Fact:
             return UNKNOWN
         return Fact(self.kind, self.place.join(other.place), self.single and other.single)
 
-    @property
-    def is_host_tensor(self) -> bool:
-        return self.kind is Kind.TENSOR and self.place is Place.HOST
-
 
 UNKNOWN = Fact(Kind.UNKNOWN)
 BOTTOM = Fact(Kind.BOTTOM)

@@ -47,21 +47,14 @@ MAX_DEPTH = 8  # how deep a chain of base classes is followed
 
 
 class _OwnCode(cst.CSTVisitor):
-    """Calls and loops under a node that run when it runs: nested function,
-    lambda and class bodies run elsewhere, so they are skipped."""
+    """Calls under a node that run when it runs: nested function, lambda and
+    class bodies run elsewhere, so they are skipped."""
 
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
-        self.loops: list[cst.CSTNode] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
-
-    def visit_For(self, node: cst.For) -> None:
-        self.loops.append(node)
-
-    def visit_While(self, node: cst.While) -> None:
-        self.loops.append(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
@@ -79,13 +72,6 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     walker = _OwnCode()
     node.visit(walker)
     return walker.calls
-
-
-def loops_in(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """`for`/`while` loops under `node` that run when it runs."""
-    walker = _OwnCode()
-    node.visit(walker)
-    return walker.loops
 
 
 @dataclass(frozen=True)
@@ -391,9 +377,6 @@ class TrainingLoops:
         """Does running the loop's body run a backward pass (a step loop, an epoch loop,
         a per-sample loop inside a step)?"""
         return loop in self._backward_loops
-
-    def is_step_loop(self, loop: cst.CSTNode) -> bool:
-        return loop in self._steps
 
     def runs_in(self, node: cst.CSTNode) -> tuple[StepSite, ...]:
         """The step loops `node` runs in once per step (or once per micro-step, or

@@ -1770,10 +1770,6 @@ def _permuted(expr: cst.BaseExpression, letters, target) -> cst.BaseExpression:
     )
 
 
-def reads_of(context, statement) -> list[str]:
-    return [n.value for n in reads(context, statement)]
-
-
 def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expr.lpar:
         return expr

@@ -793,11 +793,6 @@ def ema(a, x):
         edits.append(Replace(loop, cst.FlattenSentinel(new_statements)))
         return edits, plan.kernels
 
-    def _keep_blank_lines(self, edits, init, after) -> None:
-        if not any(line.comment is not None for line in init.leading_lines):
-            lines = init.leading_lines
-            edits.append(Replace(after, lambda updated: updated.with_changes(leading_lines=lines)))
-
     def _bound_names(self, statement) -> set[str]:
         found = set()
         for assign in self.context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For), within=statement):
