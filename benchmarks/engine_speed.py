@@ -74,7 +74,7 @@ def child_env(checkout: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(checkout)}
 
 
-def perfmod(checkout: Path, python: str, *args: str) -> list[str]:
+def perfmod(python: str, *args: str) -> list[str]:
     return [python, "-c", "from codemod.cli import main; main()", *args]
 
 
@@ -82,7 +82,7 @@ def check_seconds(checkout: Path, python: str, repeats: int) -> float:
     """Wall seconds of `perfmod check --level unsafe` on the seed script, fastest of
     `repeats` (after one untimed run that compiles the bytecode)."""
     no_cache = ["--no-cache"] if (checkout / "codemod" / "cache.py").exists() else []
-    command = perfmod(checkout, python, "check", str(SEED), "--level", "unsafe", *no_cache)
+    command = perfmod(python, "check", str(SEED), "--level", "unsafe", *no_cache)
     best = float("inf")
     for attempt in range(repeats + 1):
         start = time.perf_counter()
@@ -101,7 +101,7 @@ def warm_cache_seconds(checkout: Path, python: str, folder: Path, count: int = 5
         target = tree / f"package_{index // 50}" / f"module_{index}.py"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(sources[index % len(sources)], target)
-    command = perfmod(checkout, python, "check", str(tree), "--level", "unsafe", "--cache-dir", str(folder / "cache"))
+    command = perfmod(python, "check", str(tree), "--level", "unsafe", "--cache-dir", str(folder / "cache"))
     runs = []
     for _ in range(2):
         start = time.perf_counter()

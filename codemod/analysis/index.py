@@ -94,7 +94,6 @@ class TreeIndex:
         by_type: dict[type, list[cst.CSTNode]] = {}
         # Iterative preorder walk; a negative entry closes the subtree opened at that index.
         stack: list = [module]
-        layout = _LAYOUT_TYPES
         while stack:
             node = stack.pop()
             if type(node) is int:
@@ -110,16 +109,7 @@ class TreeIndex:
                 bucket = by_type[kind] = []
             bucket.append(node)
             stack.append(index)
-            children = []
-            for name in _fields(kind):
-                value = getattr(node, name)
-                if isinstance(value, cst.CSTNode):
-                    if not isinstance(value, layout):
-                        children.append(value)
-                elif isinstance(value, (list, tuple)):
-                    for item in value:
-                        if isinstance(item, cst.CSTNode) and not isinstance(item, layout):
-                            children.append(item)
+            children = children_of(node)
             for child in children:
                 parents[child] = node
             stack.extend(reversed(children))

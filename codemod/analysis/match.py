@@ -10,9 +10,11 @@ it constrains, checked on demand. A field's pattern is another pattern, a litera
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import libcst as cst
+
+from codemod.analysis.index import children_of
 
 
 class BaseMatcher:
@@ -73,16 +75,16 @@ def matches(node: object, pattern: BaseMatcher) -> bool:
 
 
 def findall(tree: cst.CSTNode, pattern: BaseMatcher) -> list[cst.CSTNode]:
-    """The nodes of `tree` (itself included) that match, in document order."""
-    return [node for node in _walk(tree) if pattern.matches(node)]
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
+    """The nodes of `tree` (itself included, whitespace and punctuation left out) that
+    match, in document order."""
+    found = []
+    stack = [tree]
     while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
+        node = stack.pop()
+        if pattern.matches(node):
+            found.append(node)
+        stack.extend(reversed(children_of(node)))
+    return found
 
 
 def __getattr__(name: str) -> Callable[..., NodePattern]:
