@@ -153,13 +153,16 @@ def returned_values(function: cst.FunctionDef) -> list[cst.BaseExpression]:
     return collector.values
 
 
-def argument_for(call: cst.Call, function: cst.FunctionDef, param: cst.Param) -> cst.BaseExpression | None:
-    """What `call` passes to `param` of `function`: by keyword, or by position
-    (None when `*args`/`**kwargs` at the call hide it, or when it is not passed)."""
+def argument_for(
+    call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int = 0
+) -> cst.BaseExpression | None:
+    """What `call` passes to `param` of `function`: by keyword, or by position, the
+    first `offset` parameters being filled by the call itself (`self` of a method);
+    None when `*args`/`**kwargs` at the call hide it, or when it is not passed."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == param.name.value:
             return arg.value
-    positional_params = [*function.params.posonly_params, *function.params.params]
+    positional_params = [*function.params.posonly_params, *function.params.params][offset:]
     if param not in positional_params:
         return None
     index = positional_params.index(param)

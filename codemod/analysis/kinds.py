@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, method_name, positional, sole_definition
 from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
@@ -831,7 +832,7 @@ class Kinds:
 
     def argument(self, call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int):
         """What `call` passes to `param` (None when it cannot be told or is not passed)."""
-        return _argument(call, function, param, offset)
+        return argument_for(call, function, param, offset)
 
     def _local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function of this file `call` calls: `helper(...)` or `self.helper(...)` /
@@ -1040,7 +1041,7 @@ class Kinds:
             return None
         passed = []
         for call, offset in callers:
-            value = _argument(call, function, param, offset)
+            value = argument_for(call, function, param, offset)
             if value is None:
                 if param.default is None:
                     return None
@@ -1205,26 +1206,6 @@ def _decorated(function: cst.FunctionDef, names) -> bool:
         if isinstance(spelled, cst.Name) and spelled.value in names:
             return True
     return False
-
-
-def _argument(call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int) -> cst.BaseExpression | None:
-    """What `call` passes to `param` of `function`, the first `offset` parameters being
-    filled by the call itself (`self`); None when `*args` / `**kwargs` hide it or it is
-    not passed."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == param.name.value:
-            return arg.value
-    positional_params = [*function.params.posonly_params, *function.params.params][offset:]
-    if param not in positional_params:
-        return None
-    index = positional_params.index(param)
-    plain = []
-    for arg in call.args:
-        if arg.star:
-            return None
-        if arg.keyword is None:
-            plain.append(arg.value)
-    return plain[index] if index < len(plain) else None
 
 
 def _join_shapes(shapes: list[Shape]) -> Shape:

@@ -95,9 +95,9 @@ class LocalCalls:
 
     def method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
         """The method `name` of `cls`, or of its first base class of this file that defines it."""
-        if depth > MAX_DEPTH or not isinstance(cls.body, cst.IndentedBlock):
+        if depth > MAX_DEPTH:
             return None
-        for statement in cls.body.body:
+        for statement in cls.body.body:  # a one-line class body holds no `def`
             if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
                 return statement
         for base in cls.bases:

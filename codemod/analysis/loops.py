@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import method_name, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES
 
@@ -154,7 +155,7 @@ class TrainingLoops:
                 found = sole_definition(self.context.scopes, func, cst.FunctionDef)
             elif isinstance(func.value, cst.Name):
                 cls = self.class_of_instance(func.value)
-                found = self.method(cls, name) if cls is not None else None
+                found = local_calls(self.context).method(cls, name) if cls is not None else None
         self._callees[call] = found
         return found
 
@@ -180,20 +181,6 @@ class TrainingLoops:
             for v in values or ()
         }
         return classes.pop() if len(classes) == 1 else None
-
-    def method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
-        """The method `name` of `cls`, or of its first base class of this file that defines it."""
-        if depth > MAX_DEPTH:
-            return None
-        for statement in cls.body.body:
-            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
-                return statement
-        for base in cls.bases:
-            parent = sole_definition(self.context.scopes, base.value, cst.ClassDef)
-            found = self.method(parent, name, depth + 1) if parent is not None else None
-            if found is not None:
-                return found
-        return None
 
     def returned(self, call: cst.Call, index: int | None = None) -> list[cst.BaseExpression] | None:
         """What a call of a function of this file returns: the expressions of its

@@ -7,6 +7,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Place
+from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import sole_definition
 from codemod.analysis.torch_facts import AUTOCAST_UNSAFE
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
@@ -570,7 +571,7 @@ class ForwardWithoutAutocast(Rule):
                 targets = [steps.callee(call)]
                 cls = self._model_class(call.func)
                 if cls is not None:
-                    targets.append(steps.method(cls, "forward"))
+                    targets.append(local_calls(self.context).method(cls, "forward"))
                 for target in targets:
                     if target is not None and target not in found:
                         found.append(target)
