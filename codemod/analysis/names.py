@@ -143,6 +143,19 @@ def kwarg(call: cst.Call, name: str) -> cst.Arg | None:
     return None
 
 
+def integer_value(expr: cst.BaseExpression | None) -> int | None:
+    """The value of an integer literal, `3` or `-3`; None for anything else."""
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if (
+        isinstance(expr, cst.UnaryOperation)
+        and isinstance(expr.operator, cst.Minus)
+        and isinstance(expr.expression, cst.Integer)
+    ):
+        return -int(expr.expression.value, 0)
+    return None
+
+
 def positional(call: cst.Call, index: int) -> cst.Arg | None:
     """The `index`-th positional argument, or None (also when a *args hides positions)."""
     plain = []

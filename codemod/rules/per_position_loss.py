@@ -8,7 +8,7 @@ from libcst.metadata import Assignment
 from codemod.analysis import match as m
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import names_read
+from codemod.analysis.names import integer_value, names_read
 from codemod.analysis.torch_facts import (
     CROSS_ENTROPY,
     CROSS_ENTROPY_MODULES,
@@ -784,12 +784,12 @@ class PerPositionLossLoop(Rule):
             if offset != 0 or start is None or not _is_integer(start, 1):
                 return None
             count, count_node = _minus_one(stop)
-            if (count_node is not None and self._positive(count_node)) or (_integer(stop) or 0) >= 2:
+            if (count_node is not None and self._positive(count_node)) or (integer_value(stop) or 0) >= 2:
                 return f"{base}[:, -{_wrapped(count)}:]"
             return f"{base}[:, {base}.size(1) - {_wrapped(count)}:]"
         if isinstance(offset, cst.BaseExpression) and _is_negated_stop(offset, stop):
             # t - K (or -K + t) for t in range(s, K): positions s - K ... -1
-            first = _integer(start) if start is not None else 0
+            first = integer_value(start) if start is not None else 0
             if first is None:
                 return None
             count = self._count(start, stop)
@@ -868,12 +868,12 @@ class PerPositionLossLoop(Rule):
         return None if first is None or last is None else last - first
 
     def _integer(self, expr: cst.BaseExpression) -> int | None:
-        value = _integer(expr)
+        value = integer_value(expr)
         if value is not None:
             return value
         if isinstance(expr, cst.Name):
             values = self.context.bindings.values(expr)
-            found = {_integer(v) for v in values or ()}
+            found = {integer_value(v) for v in values or ()}
             if values and len(found) == 1 and None not in found:
                 return found.pop()
         return None
@@ -889,7 +889,7 @@ class PerPositionLossLoop(Rule):
             return True
         if depth > 4:
             return False
-        value = _integer(expr)
+        value = integer_value(expr)
         if value is not None:
             return value >= 0
         if isinstance(expr, cst.Call):
@@ -943,26 +943,18 @@ def _loss_arguments(module: cst.Module, call: cst.Call, function: str, first_key
     return loss
 
 
-def _integer(expr: cst.BaseExpression | None) -> int | None:
-    if isinstance(expr, cst.Integer):
-        return int(expr.value, 0)
-    if m.matches(expr, m.UnaryOperation(operator=m.Minus(), expression=m.Integer())):
-        return -int(expr.expression.value, 0)
-    return None
-
-
 def _is_zero(expr: cst.BaseExpression) -> bool:
-    return _integer(expr) == 0
+    return integer_value(expr) == 0
 
 
 def _is_integer(expr: cst.BaseExpression, value: int) -> bool:
-    return _integer(expr) == value
+    return integer_value(expr) == value
 
 
 def _combine(left: int | cst.BaseExpression, right: int | cst.BaseExpression, plus: bool) -> int | cst.BaseExpression:
     """`left + right` (or `left - right`) of two offsets, folded where both are numbers."""
-    left_value = left if isinstance(left, int) else _integer(left)
-    right_value = right if isinstance(right, int) else _integer(right)
+    left_value = left if isinstance(left, int) else integer_value(left)
+    right_value = right if isinstance(right, int) else integer_value(right)
     if left_value is not None and right_value is not None:
         return left_value + right_value if plus else left_value - right_value
     if right_value == 0:
@@ -1003,8 +995,8 @@ def _add(bound: cst.BaseExpression | None, offset: int | cst.BaseExpression) -> 
         # `T - 1` shifted by 1: `T`
         inner = int(bound.right.value, 0) * (1 if isinstance(bound.operator, cst.Add) else -1)
         return _add(bound.left, inner + offset)
-    bound_value = 0 if bound is None else _integer(bound)
-    offset_value = offset if isinstance(offset, int) else _integer(offset)
+    bound_value = 0 if bound is None else integer_value(bound)
+    offset_value = offset if isinstance(offset, int) else integer_value(offset)
     if bound_value is not None and offset_value is not None:
         value = bound_value + offset_value
         return str(value), value
@@ -1035,7 +1027,7 @@ def _wrapped(text: str) -> str:
 def _minus_one(stop: cst.BaseExpression) -> tuple[str, cst.BaseExpression | None]:
     """`stop - 1` as text, `K` for a stop written `K + 1` (with the node `K`)."""
     code = cst.Module([]).code_for_node
-    value = _integer(stop)
+    value = integer_value(stop)
     if value is not None:
         return str(value - 1), None
     if m.matches(stop, m.BinaryOperation(operator=m.Add(), right=m.Integer("1"))):

@@ -9,7 +9,7 @@ from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, names_read
+from codemod.analysis.names import integer_value, kwarg, method_name, names_read
 from codemod.analysis.torch_facts import (
     BATCH_MIXING_LAYERS,
     COUNTED_LOSSES,
@@ -1275,14 +1275,14 @@ class _Batcher:
         if method in ELEMENTWISE_METHODS:
             return _Value(kind, origin=origin, sequence=receiver.sequence)
         first = args[0].value if args else None
-        if method == "unsqueeze" and kind == ROW and len(args) == 1 and _integer(first) == 0:
+        if method == "unsqueeze" and kind == ROW and len(args) == 1 and integer_value(first) == 0:
             self.edit(call, lambda updated: updated.func.value)  # `row.unsqueeze(0)` -> `batch`
             return _Value(ONE, origin=receiver.origin)
-        if method == "squeeze" and kind == ONE and len(args) == 1 and _integer(first) == 0:
+        if method == "squeeze" and kind == ONE and len(args) == 1 and integer_value(first) == 0:
             self.edit(call, lambda updated: updated.func.value)  # `out.squeeze(0)` -> `out`
             return _Value(ROW, origin=receiver.origin)
         if method in ("view", "reshape") and args and all(a.keyword is None for a in args):
-            leading = _integer(first)
+            leading = integer_value(first)
             if kind == ROW and leading == 1:  # `row.view(1, -1)` -> `batch.view(batch.size(0), -1)`
                 self.edit(call, _view_batch)
                 return _Value(ONE, origin=receiver.origin + (self.code(call)[len(self.code(call.func.value)) :],))
@@ -1291,7 +1291,7 @@ class _Batcher:
                     return self._reject(call)  # `row.view(-1, V)`: the sample's first dimension merged with others
                 return _Value(FLAT, origin=origin)
             return self._reject(call)
-        if method == "flatten" and (not args or (kind == ONE and [_integer(a.value) for a in args] == [0, 1])):
+        if method == "flatten" and (not args or (kind == ONE and [integer_value(a.value) for a in args] == [0, 1])):
             if kind in (ONE, FLAT) or (kind == ROW and not args):
                 return _Value(FLAT, origin=origin)
             return self._reject(call)
@@ -1302,7 +1302,7 @@ class _Batcher:
         if (
             method == "size"
             and len(args) == 1
-            and ((_integer(first) or 0) < 0 or (kind == ONE and (_integer(first) or 0) >= 1))
+            and ((integer_value(first) or 0) < 0 or (kind == ONE and (integer_value(first) or 0) >= 1))
         ):
             return _Value(INV)  # a size other than the batch's
         return self._reject(call)
@@ -1476,14 +1476,6 @@ def _python_list(name: str) -> str:
     )
 
 
-def _integer(expr: cst.BaseExpression | None) -> int | None:
-    if isinstance(expr, cst.Integer):
-        return int(expr.value, 0)
-    if m.matches(expr, m.UnaryOperation(operator=m.Minus(), expression=m.Integer())):
-        return -int(expr.expression.value, 0)
-    return None
-
-
 def _leading(element: cst.BaseSlice) -> str:
     """What the first index of a subscript does: "none", "ellipsis", "full", "zero", "slice", "index"."""
     if isinstance(element, cst.Slice):
@@ -1493,7 +1485,7 @@ def _leading(element: cst.BaseSlice) -> str:
         return "none"
     if isinstance(value, cst.Ellipsis):
         return "ellipsis"
-    return "zero" if _integer(value) == 0 else "index"
+    return "zero" if integer_value(value) == 0 else "index"
 
 
 def _full_element(comma: bool) -> cst.SubscriptElement:
@@ -1564,8 +1556,8 @@ def _split_of_one(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
     if (
         m.matches(iterable, m.Call(func=m.Attribute(attr=m.Name("split"))))
         and iterable.args
-        and _integer(iterable.args[0].value) == 1
-        and all(_integer(a.value) == 0 for a in iterable.args[1:])
+        and integer_value(iterable.args[0].value) == 1
+        and all(integer_value(a.value) == 0 for a in iterable.args[1:])
     ):
         return iterable.func.value
     return None
