@@ -27,6 +27,7 @@ from codemod.analysis.names import with_entry, with_kwarg
 
 Replacement = cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel
 BODY_OWNERS = (cst.IndentedBlock, cst.Module)
+SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +68,10 @@ class Remove(Edit):
     block left empty gets `pass`."""
 
     keep_comments: bool = True
+    # True when the fix does the removed statement's work another way (a prefetcher that
+    # makes the copies the statement made): another rule's fix inside it is then settled
+    # by this one rather than left for a second run.
+    supersedes: bool = False
 
     @property
     def consumes(self) -> bool:
@@ -97,6 +102,24 @@ class InsertAfter(Edit):
     @property
     def in_block(self) -> bool:
         return True
+
+
+@dataclass(frozen=True, eq=False)
+class Move(Edit):
+    """The statement `anchor`, with the edits inside it made, leaves its block and goes
+    right before the statement `to`, in the same function: `to` encloses it or is an
+    earlier statement of a block around it. `shape` (given the moved statement) may
+    change its layout, e.g. the lines above it. Its comment lines go along."""
+
+    to: cst.BaseStatement
+    shape: Callable[[cst.BaseStatement], cst.BaseStatement] | None = None
+
+    @property
+    def in_block(self) -> bool:
+        return True
+
+    def moved(self, updated: cst.BaseStatement) -> cst.BaseStatement:
+        return self.shape(updated) if self.shape is not None else updated
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,8 +172,16 @@ class Fix:
 # -- conflicts -------------------------------------------------------------------------
 
 
-def plan(fixes: Sequence[Fix], index: TreeIndex) -> tuple[list[Fix], dict[int, str]]:
-    """The fixes to apply together, and why each other one is left out.
+@dataclass
+class Plan:
+    kept: list[Fix]  # applied together
+    reasons: dict[int, str]  # key -> why that fix is left out
+    settled: dict[int, Fix]  # key -> the kept fix that removes all of its code and does its work
+
+
+def plan(fixes: Sequence[Fix], index: TreeIndex) -> Plan:
+    """The fixes to apply together, why each other one is left out, and which are
+    settled by a kept fix that supersedes the code they would change.
 
     Fixes are taken in a fixed order and each is kept unless one of its edits
     conflicts with a kept fix's edit:
@@ -169,7 +200,12 @@ def plan(fixes: Sequence[Fix], index: TreeIndex) -> tuple[list[Fix], dict[int, s
     ordered = sorted(fixes, key=lambda fix: _priority(fix, index))
     kept: list[Fix] = []
     reasons: dict[int, str] = {}
+    settled: dict[int, Fix] = {}
     for fix in ordered:
+        superseding = _superseded_by(fix, kept, index)
+        if superseding is not None:
+            settled[fix.key] = superseding
+            continue
         clash = next(((other, why) for other in kept for why in [_conflict(fix, other, index)] if why), None)
         if clash is None:
             kept.append(fix)
@@ -177,7 +213,23 @@ def plan(fixes: Sequence[Fix], index: TreeIndex) -> tuple[list[Fix], dict[int, s
             other, why = clash
             reasons[fix.key] = f"{other.code}'s fix on line {other.line} {why}"
     kept.sort(key=lambda fix: fix.key)
-    return kept, reasons
+    return Plan(kept, reasons, settled)
+
+
+def _superseded_by(fix: Fix, kept: list[Fix], index: TreeIndex) -> Fix | None:
+    """The kept fix that removes, superseding it, the code of every edit of `fix`."""
+    for other in kept:
+        gone = [e.anchor for e in other.edits if isinstance(e, Remove) and e.supersedes]
+        if gone and all(any(_lost_with(edit, statement, index) for statement in gone) for edit in fix.edits):
+            return other
+    return None
+
+
+def _lost_with(edit: Edit, statement: cst.CSTNode, index: TreeIndex) -> bool:
+    """Does `edit` change code that goes with `statement` (not merely code next to it)?"""
+    if edit.anchor is statement:
+        return not edit.in_block
+    return index.inside(edit.anchor, statement)
 
 
 def _priority(fix: Fix, index: TreeIndex) -> tuple:
@@ -201,6 +253,8 @@ def _edits_conflict(edit: Edit, kept: Edit, index: TreeIndex) -> str | None:
         return "removes or rewrites this code"
     if edit.consumes and _reaches_inside(kept, edit, index):
         return "changes code inside what this fix rewrites"
+    if edit.anchor is kept.anchor and _takes_away(edit) and _takes_away(kept):
+        return "moves or removes the same statement"
     if edit.anchor is kept.anchor and not (edit.in_block or kept.in_block):
         if isinstance(edit, AddKeyword) and isinstance(kept, AddKeyword):
             if edit.name != kept.name:
@@ -211,6 +265,10 @@ def _edits_conflict(edit: Edit, kept: Edit, index: TreeIndex) -> str | None:
     if isinstance(edit, Wrap) and isinstance(kept, Wrap):
         return _runs_overlap(edit, kept, index)
     return None
+
+
+def _takes_away(edit: Edit) -> bool:
+    return isinstance(edit, (Move, Remove)) or (isinstance(edit, Replace) and edit.consumes)
 
 
 def _reaches_inside(edit: Edit, consuming: Edit, index: TreeIndex) -> bool:
@@ -260,6 +318,14 @@ def validate(edit: Edit, index: TreeIndex) -> str | None:
             or index.order(edit.last) < index.order(edit.anchor)
         ):
             return "it wraps statements that are not a run of one block"
+    if isinstance(edit, Move):
+        target_block = index.parents.get(edit.to)
+        if not _in_body(edit.to, index) or not index.inside(edit.anchor, target_block):
+            return "it moves a statement to a block that does not contain it"
+        if index.first_enclosing(edit.anchor, SCOPES) is not index.first_enclosing(edit.to, SCOPES):
+            return "it moves a statement out of its function"
+        if index.order(edit.to) > index.order(edit.anchor):
+            return "it moves a statement after itself"
     if isinstance(edit, AddKeyword) and not isinstance(edit.anchor, (cst.Call, cst.Dict)):
         return "it adds a keyword to something that is not a call or a dict literal"
     return None
@@ -301,11 +367,14 @@ class _Apply(cst.CSTTransformer):
                 and isinstance(edit.anchor, cst.BaseStatement)
             ):
                 self.blocks.setdefault(block, []).append(edit)
+            if isinstance(edit, Move) and index.parents.get(edit.to) is not block:
+                self.blocks.setdefault(index.parents.get(edit.to), []).append(edit)
             node = edit.anchor
             while node is not None and node not in self.around:
                 self.around.add(node)
                 node = index.parents.get(node)
         self.items: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # statement -> what replaces it
+        self.moved: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # moved statement -> what it became
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return node in self.around
@@ -349,8 +418,13 @@ class _Apply(cst.CSTTransformer):
 
     def _edit_block(self, original, updated):
         edits = self.blocks[original]
-        removed = {e.anchor for e in edits if isinstance(e, Remove)}
-        uncommented = {e.anchor for e in edits if isinstance(e, Remove) and not e.keep_comments}
+        position = {statement: i for i, statement in enumerate(original.body)}
+        leaving = {e.anchor for e in edits if isinstance(e, Move) and e.anchor in position}
+        for statement, new in zip(original.body, updated.body):
+            if statement in leaving:  # taken out here, before the block it goes to is made
+                self.moved[statement] = self.items.get(statement, [new])
+        removed = {e.anchor for e in edits if isinstance(e, Remove)} | leaving
+        uncommented = {e.anchor for e in edits if isinstance(e, Remove) and not e.keep_comments} | leaving
         before: dict[cst.CSTNode, list] = {}
         after: dict[cst.CSTNode, list] = {}
         for edit in edits:
@@ -358,7 +432,10 @@ class _Apply(cst.CSTTransformer):
                 before.setdefault(edit.anchor, []).extend(edit.statements)
             elif isinstance(edit, InsertAfter):
                 after.setdefault(edit.anchor, []).extend(edit.statements)
-        position = {statement: i for i, statement in enumerate(original.body)}
+            elif isinstance(edit, Move) and edit.to in position:
+                moved = self.moved[edit.anchor]
+                if moved:
+                    before.setdefault(edit.to, []).extend([edit.moved(moved[0]), *moved[1:]])
         segments: list[list[cst.BaseStatement]] = []
         carried: list[cst.EmptyLine] = []  # comment lines of removed statements, for the next one
         for statement, new in zip(original.body, updated.body):

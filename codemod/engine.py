@@ -5,10 +5,12 @@
     and the conflict plan keep the fixes that can be applied together -> one
     transform applies them -> imports added and released -> new bytes
 
-A rule that must see another rule's fixes applied declares it (`Rule.AFTER`);
-it runs in a later pass on the output of the earlier one. Each rule runs in
-exactly one pass, so the number of passes is bounded by the longest chain of
-such declarations. The engine never writes files (codemod.files does).
+A rule that must see another rule's fixes applied declares it (`Rule.AFTER`).
+Every rule runs in the first pass; where a rule it waits for has a fix there,
+its findings of that pass are dropped and it runs again on the rewritten file.
+So the number of passes is bounded by the longest chain of such declarations,
+and a file whose earlier rules fix nothing takes one pass. The engine never
+writes files (codemod.files does).
 """
 
 from __future__ import annotations
@@ -194,21 +196,25 @@ def _run(
 ) -> tuple[list[Finding], str | None]:
     """Every pass's findings, and the rewritten text (None when nothing changed). A
     rewritten text is parsed again only when a later pass has rules to run on it."""
+    passes(active)  # a cycle of AFTER declarations is an error before any work
     findings: list[Finding] = []
     original = _text(module, data)
-    current, code = module, original
-    for group in passes(active):
-        candidates = [rule for rule in group if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
+    current, code, context = module, original, None
+    pending = list(active)
+    while pending:
+        candidates = [rule for rule in pending if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
         if not candidates:
-            continue
+            break
         if current is None:
             current = parse(code.encode(module.encoding))
-        outcome = _run_pass(current, code, path, settings, candidates)
+        context = context if context is not None else FileContext(current, path, settings, code)
+        outcome = _run_pass(context, candidates, pending)
         if code is not original:  # a later pass: its lines are the rewritten file's
             outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
         findings.extend(outcome.findings)
         if outcome.module is not current:
-            code, current = outcome.module.code, None
+            code, current, context = outcome.module.code, None, None
+        pending = outcome.waiting
     findings.sort(key=lambda f: (f.line, f.column, f.code))
     return findings, None if code is original else code
 
@@ -227,29 +233,63 @@ def _text(module: cst.Module, data: bytes) -> str:
 class _Outcome:
     findings: list[Finding]
     module: cst.Module
+    waiting: list[type[Rule]]  # rules to run again on the rewritten module
 
 
-def _run_pass(module: cst.Module, code: str, path: str, settings: Settings, rules: Sequence[type[Rule]]) -> _Outcome:
-    context = FileContext(module, path, settings, code)
+def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequence[type[Rule]]) -> _Outcome:
+    """Run `rules` on the context's module and apply their fixes. Of the `pending` rules,
+    those that need the output of a rule with a fix here (`Rule.AFTER`) wait for the next
+    pass: their findings here are dropped (a pass whose earlier rules fix nothing is the
+    last one)."""
+    module, code, path = context.module, context.code, context.path
     suppressed = suppressions(code)
     reports: list[tuple[Report, int]] = []
     with read_only_visits():  # the analysis reads the tree; only `_apply` below rebuilds it
         instances = [rule(context) for rule in rules]
         _dispatch(context.index, instances)
+        fixing = {
+            report.code
+            for instance in instances
+            for report in instance.reports
+            if report.has_fix and report.level <= context.settings.level
+        }
+        waiting = _waiting(pending, fixing)
         for instance in instances:
+            if type(instance) in waiting:
+                continue
             for report in instance.reports:
                 line = context.line(report.location)
                 if not is_suppressed(suppressed, line, report.code):
                     reports.append((report, line))
         fixes, reasons = _candidate_fixes(reports, context)
-    accepted, conflicts = edit_model.plan(fixes, context.index)
-    for key, why in conflicts.items():
+    plan = edit_model.plan(fixes, context.index)
+    for key, why in plan.reasons.items():
         reasons[key] = f"not fixed in this run: {why}; run perfmod again to fix it"
-    new_module, lines_of = _apply(module, accepted, context)
+    new_module, lines_of = _apply(module, plan.kept, context)
+    notes = {}
+    for key, superseding in plan.settled.items():
+        notes[key] = f"fixed by {superseding.code}'s fix on line {superseding.line}, which replaces this code"
+        lines_of[key] = lines_of[superseding.key]
     findings = [
-        _finding(path, report, line, key, context, reasons, lines_of) for key, (report, line) in enumerate(reports)
+        _finding(path, report, line, key, context, reasons | notes, lines_of)
+        for key, (report, line) in enumerate(reports)
     ]
-    return _Outcome(findings, new_module)
+    return _Outcome(findings, new_module, [rule for rule in pending if rule in waiting])
+
+
+def _waiting(pending: Sequence[type[Rule]], fixing: set[str]) -> set[type[Rule]]:
+    """The pending rules that must see the fixes of a rule in `fixing` first, directly or
+    through another waiting rule."""
+    waiting: set[type[Rule]] = set()
+    changed = True
+    while changed:
+        changed = False
+        late = fixing | {rule.CODE for rule in waiting}
+        for rule in pending:
+            if rule not in waiting and any(code in late for code in rule.AFTER):
+                waiting.add(rule)
+                changed = True
+    return waiting
 
 
 def _candidate_fixes(reports: list[tuple[Report, int]], context: FileContext) -> tuple[list[Fix], dict[int, str]]:
@@ -331,7 +371,7 @@ def _apply(
         return module, {}
     index = context.index
     lines_of: dict[int, list[tuple[int, int]]] = {
-        fix.key: [_span(edit, context) for edit in fix.edits] for fix in accepted
+        fix.key: [span for edit in fix.edits for span in _spans(edit, context)] for fix in accepted
     }
     new_module = edit_model.apply(module, accepted, index)
     needed = import_edits.missing(module, [item for fix in accepted for item in fix.imports])
@@ -383,7 +423,7 @@ def _imported_names_in_edits(module: cst.Module, fixes: list[Fix], index: TreeIn
     found: dict[str, list[int]] = {}
     for fix in fixes:
         for edit in fix.edits:
-            if isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword)):
+            if isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword, edit_model.Move)):
                 continue
             for name in index.find(cst.Name, within=edit.anchor):
                 if (
@@ -409,14 +449,18 @@ def _import_statements(module: cst.Module, name: str) -> list[cst.SimpleStatemen
     ]
 
 
-def _span(edit, context: FileContext) -> tuple[int, int]:
-    """The original lines an edit changes (for an insertion, the statement it goes next to)."""
+def _spans(edit, context: FileContext) -> list[tuple[int, int]]:
+    """The original lines an edit changes (for an insertion, the statement it goes next
+    to; for a move, the statement and the first line of the one it goes in front of)."""
     if isinstance(edit, Wrap):
-        return _statement_span(edit.anchor, context)[0], _statement_span(edit.last, context)[1]
+        return [(_statement_span(edit.anchor, context)[0], _statement_span(edit.last, context)[1])]
+    if isinstance(edit, edit_model.Move):
+        first, _ = _statement_span(edit.to, context)
+        return [_statement_span(edit.anchor, context), (first, context.positions[edit.to].start.line)]
     if isinstance(edit.anchor, cst.BaseStatement):
-        return _statement_span(edit.anchor, context)
+        return [_statement_span(edit.anchor, context)]
     position = context.positions[edit.anchor]
-    return position.start.line, position.end.line
+    return [(position.start.line, position.end.line)]
 
 
 def _statement_span(statement: cst.CSTNode, context: FileContext) -> tuple[int, int]:
@@ -449,7 +493,7 @@ def _finding(
         report.name,
         message,
         report.level,
-        fixable=report.has_fix and reason is None,
+        fixable=report.has_fix and (reason is None or key in lines_of),
         applied=key in lines_of,
         end_line=position.end.line,
         end_column=position.end.column + 1,

@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 
 from codemod.config import Settings
-from codemod.edits import AddKeyword, InsertBefore, Remove, Replace, Wrap
+from codemod.edits import AddKeyword, InsertBefore, Move, Remove, Replace, Wrap
 from codemod.engine import passes, process_source
 from codemod.report.diff import unattributed_changes
 from codemod.rule import Level, Rule
@@ -130,6 +130,29 @@ class SeesSnakes(Rule):
             and not any(a.keyword and a.keyword.value == "seen" for a in node.args)
         ):
             self.report(node, edits=[AddKeyword(node, "seen", cst.Name("True"))])
+
+
+class HoistConstants(Rule):
+    """Moves `k = const(...)` out of the `for` loop around it, in front of that loop."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM912", "test-move", Level.SAFE, "hoist", ""
+
+    def visit_SimpleStatementLine(self, node):
+        if not self.context.source(node.body[0]).startswith("k = const("):
+            return
+        loop = self.context.index.first_enclosing(node, cst.For)
+        if loop is not None:
+            self.report(node, edits=[Move(node, loop)])
+
+
+class PrefetchCopies(Rule):
+    """Removes `x = copy(x)` statements, doing their work elsewhere (it supersedes them)."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM913", "test-supersede", Level.UNSAFE, "prefetch", ""
+
+    def visit_SimpleStatementLine(self, node):
+        if self.context.source(node).strip().startswith("x = copy("):
+            self.report(node, edits=[Remove(node, supersedes=True)])
 
 
 TEST_RULES = [RenameCallsToSnake, WrapInList]
@@ -333,6 +356,93 @@ def test_passes_follow_the_declared_order_and_a_cycle_is_an_error():
 
 def test_rules_without_declared_order_need_one_pass_however_many_fixes_nest():
     assert len(passes([RenameCallsToSnake, WrapInList, GuardLoops, QuietCalls, DropStatementsCallingDrop])) == 1
+
+
+def test_a_later_pass_runs_only_where_the_rule_it_waits_for_has_a_fix(monkeypatch):
+    from codemod import engine
+
+    calls = []
+    original = engine._run_pass
+    monkeypatch.setattr(engine, "_run_pass", lambda *a: calls.append(1) or original(*a))
+    result = run("x = snake(1)\n", rules=[SeesSnakes, RenameCallsToSnake])  # PM901 fixes nothing
+    assert len(calls) == 1 and [f.code for f in result.findings] == ["PM911"] and result.findings[0].applied
+    calls.clear()
+    result = run("x = snake(1)\ny = f(2)\n", rules=[SeesSnakes, RenameCallsToSnake])
+    assert len(calls) == 2
+    assert (
+        result.new_source.decode() == "from snakes import snake\n\nx = snake(1, seen=True)\ny = snake(2, seen=True)\n"
+    )
+    assert sorted((f.line, f.code) for f in result.findings) == [(1, "PM911"), (2, "PM901"), (2, "PM911")]
+
+
+# -- moves and superseding removals ------------------------------------------------------------
+
+
+def test_a_moved_statement_carries_the_edits_inside_it_and_its_comments():
+    source = "for i in range(2):\n    # the table\n    k = const(run(1))\n    run(i)\n"
+    result = run(source, rules=[HoistConstants, QuietCalls])
+    assert result.new_source.decode() == (
+        "# the table\nk = const(run(1, quiet=True))\nfor i in range(2):\n    run(i, quiet=True)\n"
+    )
+    assert all(f.applied for f in result.findings)
+    assert changed_lines_outside_fixes(result) == []
+    assert not run(result.new_source.decode(), rules=[HoistConstants]).findings
+
+
+def test_a_move_out_of_nested_loops_and_a_block_left_empty():
+    source = "def main():\n    for e in range(2):\n        for i in range(3):\n            k = const(2)\n"
+
+    class HoistOutOfAll(HoistConstants):
+        def visit_SimpleStatementLine(self, node):
+            loops = list(self.context.index.enclosing(node, cst.For))
+            if loops:
+                self.report(node, edits=[Move(node, loops[-1])])
+
+    result = run(source, rules=[HoistOutOfAll])
+    assert result.new_source.decode() == (
+        "def main():\n    k = const(2)\n    for e in range(2):\n        for i in range(3):\n            pass\n"
+    )
+
+
+def test_a_move_conflicts_with_a_removal_of_the_same_statement_and_is_validated():
+    class DropHoisted(DropStatementsCallingDrop):
+        def visit_SimpleStatementLine(self, node):
+            if self.context.source(node).strip().startswith("k = const("):
+                self.report(node, edits=[Remove(node)])
+
+    result = run("for i in range(2):\n    k = const(1)\n", rules=[HoistConstants, DropHoisted])
+    assert [f.applied for f in result.findings].count(True) == 1
+    assert any("moves or removes the same statement" in f.message for f in result.findings)
+
+    class MovesIntoAnotherFunction(HoistConstants):
+        def visit_SimpleStatementLine(self, node):
+            if self.context.source(node).strip().startswith("k = const("):
+                self.report(node, edits=[Move(node, self.context.module.body[0])])
+
+    result = run("def f():\n    pass\ndef g():\n    k = const(1)\n", rules=[MovesIntoAnotherFunction])
+    assert not result.changed
+    assert "moves a statement out of its function" in result.findings[0].message
+
+    class MovesIntoTheOtherBranch(HoistConstants):
+        def visit_SimpleStatementLine(self, node):
+            if self.context.source(node.body[0]).startswith("k = const("):
+                branch = self.context.module.body[0].body.body[0]
+                self.report(node, edits=[Move(node, branch)])
+
+    result = run("if c:\n    pass\nelse:\n    k = const(1)\n", rules=[MovesIntoTheOtherBranch])
+    assert not result.changed
+    assert "moves a statement to a block that does not contain it" in result.findings[0].message
+
+
+def test_a_fix_inside_a_statement_that_another_fix_supersedes_is_settled_by_it():
+    source = "for b in data:\n    x = copy(run(b))\n    use(x)\n"
+    result = run(source, rules=[PrefetchCopies, QuietCalls])
+    assert result.new_source.decode() == "for b in data:\n    use(x)\n"
+    quiet = next(f for f in result.findings if f.code == "PM907")
+    assert quiet.applied and quiet.fixable and "fixed by PM913's fix on line 2" in quiet.message
+    # a plain removal does not settle it: the keyword's fix is left for the next run
+    result = run(source, rules=[DropStatementsCallingDrop, QuietCalls])
+    assert all(f.applied for f in result.findings)
 
 
 # -- findings ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES
+from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Place
 from codemod.analysis.loaders import ENUMERATE, PIN_MEMORY_POSITION
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.edits import Remove, Replace
@@ -102,14 +102,21 @@ class BatchCopiedInTheStep(Rule):
     NAME = "batch-copied-in-the-step"
     LEVEL = Level.UNSAFE
     REQUIRES = ("DataLoader",)
-    # It removes the copy statements PM101 makes non-blocking: it runs on PM101's output.
-    AFTER = ("PM101",)
+    # PM202 turns hand-made batching into a DataLoader loop, which this rule then
+    # prefetches: it runs on PM202's output, so that one run leaves nothing pending.
+    AFTER = ("PM202",)
     MESSAGE = (
         "each batch is copied to the device inside the step; prefetch it on a side stream while the previous step runs"
     )
     GAIN = "hides the host-to-device copy of every batch behind the previous step's compute"
 
     VALID = [
+        Valid(
+            PREAMBLE.replace('torch.device("cuda" if torch.cuda.is_available() else "cpu")', '"cpu"')
+            + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n"
+            + STEP,
+            "copies to the CPU: nothing to prefetch",
+        ),
         Valid(PREAMBLE + "for x, y in loader:\n    print(x.sum())\n", "no copy"),
         Valid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    print(model(x).sum())\n",
@@ -261,6 +268,8 @@ class BatchCopiedInTheStep(Rule):
         if copies is None:
             return False
         statements, device = copies
+        if self.context.kinds.device_place(device) is Place.HOST:
+            return True  # copies to the CPU: nothing to prefetch
         sources = loaders.sources(loader_expr, (), 0)
         if not sources or not all(self._yields_plain_batches(loader) for loader in sources):
             return False
@@ -282,7 +291,7 @@ class BatchCopiedInTheStep(Rule):
                 ],
             )
 
-        edits = [Replace(loader_expr, prefetched), *(Remove(statement) for statement in statements)]
+        edits = [Replace(loader_expr, prefetched), *(Remove(statement, supersedes=True) for statement in statements)]
         self.report(loop, self.MESSAGE, edits=edits, imports=[IMPORT])
         return True
 
