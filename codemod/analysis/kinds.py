@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import re
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -138,6 +139,13 @@ class Copy:
     has_non_blocking: bool
 
 
+@dataclass(frozen=True)
+class _NameBindings:
+    ordered: list[Assignment]  # by where each takes effect
+    bound_at: list[int]  # ... and those places, for bisection
+    local: bool  # all bound in the scope the name is looked up from (not a comprehension)
+
+
 class Kinds:
     """Facts about expressions of one file; computed on demand and cached."""
 
@@ -167,6 +175,7 @@ class Kinds:
         # many times is looked up from each of its uses.
         self._binding_statements: dict[int, cst.CSTNode] = {}
         self._bound_ats: dict[int, int] = {}
+        self._name_tables: dict[tuple[int, str], _NameBindings | None] = {}
 
     # -- public API ------------------------------------------------------------
 
@@ -664,12 +673,10 @@ class Kinds:
         scope = self.scopes.get(name)
         if scope is None:
             return UNKNOWN
-        bindings = [a for a in scope[name.value]]
-        if not bindings:
-            return UNKNOWN
-        if not all(isinstance(a, Assignment) for a in bindings):
-            return UNKNOWN  # builtins, imports: not values we track
-        facts = [self._binding_fact(a.node) for a in self._reaching(name, bindings)]
+        table = self._name_table(scope, name.value)
+        if table is None:
+            return UNKNOWN  # unbound, or builtins and imports: not values we track
+        facts = [self._binding_fact(a.node) for a in self._reaching(name, table)]
         if not facts:
             return UNKNOWN
         result = facts[0]
@@ -679,22 +686,41 @@ class Kinds:
             return Fact(Kind.MODULE)  # may be moved in place somewhere
         return result
 
-    def _reaching(self, use: cst.Name, bindings: list[Assignment]) -> list[Assignment]:
-        use_scope = self.scopes.get(use)
-        if any(a.scope is not use_scope or isinstance(a.scope, ComprehensionScope) for a in bindings):
-            return bindings  # bound in an enclosing scope or a comprehension: no order to use
+    def _name_table(self, scope, name: str) -> _NameBindings | None:
+        """The bindings of `name` seen from `scope`, in the order they take effect (built
+        once per scope and name: a name bound many times is looked up from each use)."""
+        key = (id(scope), name)
+        if key in self._name_tables:
+            return self._name_tables[key]
+        bindings = list(scope[name])
+        table = None
+        if bindings and all(isinstance(a, Assignment) for a in bindings):
+            ordered = sorted(bindings, key=lambda a: self._bound_at(a.node))
+            local = all(a.scope is scope and not isinstance(a.scope, ComprehensionScope) for a in bindings)
+            table = _NameBindings(ordered, [self._bound_at(a.node) for a in ordered], local)
+        self._name_tables[key] = table
+        return table
+
+    def _reaching(self, use: cst.Name, table: _NameBindings) -> list[Assignment]:
+        if not table.local:
+            return table.ordered  # bound in an enclosing scope or a comprehension: no order to use
         use_at = self._start(use)
+        split = bisect_left(table.bound_at, use_at)
         before, after = [], []
-        for binding in bindings:
+        for binding in table.ordered[:split]:  # (a loop target read in its own `in` clause comes after)
             (before if self._binds_before(binding.node, use, use_at) else after).append(binding)
-        before.sort(key=lambda a: self._bound_at(a.node))
-        last = before[-1] if before else None
-        if last is not None and self._dominates(last.node, use):
-            reaching = [last]
-        else:
-            reaching = before
+        after.extend(table.ordered[split:])
+        # The latest binding before the use on every path to it hides the earlier ones.
+        first = next((k for k in range(len(before) - 1, -1, -1) if self._dominates(before[k].node, use)), None)
+        reaching = before if first is None else before[first:]
+        last = reaching[-1] if reaching else None
         loops = list(self.enclosing(use, LOOPS)) if after else []  # innermost first
+        if not loops:
+            return reaching
+        loops_end = self.index.end(loops[-1])
         for binding in after:
+            if self._bound_at(binding.node) > loops_end:
+                break  # ends past every loop around the use: cannot reach it
             # A later binding reaches the use through the innermost loop around both.
             loop = next((loop for loop in loops if self.index.inside(binding.node, loop)), None)
             if loop is None:
