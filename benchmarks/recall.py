@@ -17,8 +17,11 @@ review (a true instance the author did not mark, or a false positive).
 
 Runs: each runnable file and its rewrite run in a fresh folder with the same
 environment; their WILD_LOSSES are compared at the highest level of the fixes
-applied to the file (exact for safe; relative 1e-3 above; the last loss within
-10% for `compare=final` files). A rewrite that does not compile, crashes, or
+applied to the file (exact for safe; relative 1e-3 for numeric; the last loss
+within 10% for unsafe fixes, which may change random streams or data order as
+their docs say, and for `compare=final` files). Programs run with one intra-op
+thread, so that a background thread of a rewrite cannot change the rounding of
+CPU reductions. A rewrite that does not compile, crashes, or
 trains differently is a wrong fix, blamed on the rules whose fixes alone
 reproduce the difference (all of the file's rules when none does alone).
 """
@@ -157,7 +160,16 @@ def run_program(source: bytes, name: str, timeout: float) -> tuple[list[float] |
     with tempfile.TemporaryDirectory(prefix="perfmod-recall-") as folder:
         script = Path(folder) / name
         script.write_bytes(source)
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "PYTHONHASHSEED": "0",
+            "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+            # One intra-op thread: a background thread of the rewrite (a checkpoint writer)
+            # must not change how CPU reductions are split, hence their rounding.
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
         try:
             done = subprocess.run(
                 [sys.executable, script.name], cwd=folder, env=env, capture_output=True, timeout=timeout, text=True
@@ -178,7 +190,7 @@ def run_program(source: bytes, name: str, timeout: float) -> tuple[list[float] |
 
 def agree(before: list[float], after: list[float], level: Level, final_only: bool) -> str:
     """Why the losses disagree at `level`, or an empty string."""
-    if final_only:
+    if final_only or level == Level.UNSAFE:  # unsafe fixes may change random streams or data order
         if not before or not after:
             return "no losses"
         a, b = before[-1], after[-1]

@@ -57,7 +57,9 @@ def test_losses_agree_by_level():
     assert agree([1.0, 0.5], [1.0, 0.5], Level.SAFE, False) == ""
     assert agree([1.0, 0.5], [1.0, 0.5000001], Level.SAFE, False).startswith("step 1")
     assert agree([1.0, 0.5], [1.0, 0.5000001], Level.NUMERIC, False) == ""
-    assert agree([1.0, 0.5], [1.0, 0.6], Level.UNSAFE, False).startswith("step 1")
+    # unsafe fixes may change random streams or data order: the last loss, within 10%
+    assert agree([1.0, 0.5], [1.0, 0.6], Level.UNSAFE, False).startswith("last loss")
+    assert agree([1.0, 0.5], [1.1, 0.52], Level.UNSAFE, False) == ""
     assert agree([1.0, 0.5], [9.0, 0.52], Level.UNSAFE, True) == ""  # only the last loss, within 10%
     assert agree([1.0], [1.0, 2.0], Level.SAFE, False) == "1 losses -> 2"
 
