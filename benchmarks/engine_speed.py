@@ -52,8 +52,11 @@ print(time.perf_counter() - start, len(result.findings), result.error or "")
 """
 
 
-def training_file(lines: int, folder: Path) -> Path:
-    """A file of at least `lines` lines of training code from fixtures/."""
+def training_file(lines: int, folder: Path, in_functions: bool = False) -> Path:
+    """A file of at least `lines` lines of training code from fixtures/. Pieces follow
+    one another at module level (so each rebinds the module-level names of the ones
+    before it: `model`, `loader`, ... bound hundreds of times in one scope), or, with
+    `in_functions`, each in a function of its own, as a large file is organised."""
     pieces = sorted((REPO / "fixtures" / "rules").rglob("*.in.py")) + sorted(
         (REPO / "fixtures" / "scripts").glob("*.py")
     )
@@ -61,12 +64,23 @@ def training_file(lines: int, folder: Path) -> Path:
     out, count, index = [], 0, 0
     while count < lines:
         text = texts[index % len(texts)]
-        out.append(text if text.endswith("\n") else text + "\n")
+        text = text if text.endswith("\n") else text + "\n"
+        if in_functions:
+            text = _as_function(text, f"part_{index}")
+        out.append(text)
         count += text.count("\n")
         index += 1
-    path = folder / f"train_{lines}.py"
+    path = folder / f"train_{lines}{'_functions' if in_functions else ''}.py"
     path.write_text("".join(out), encoding="utf-8")
     return path
+
+
+def _as_function(text: str, name: str) -> str:
+    """`text` as the body of `def name():` (without its `from __future__` imports, which
+    only a module's first statements may hold)."""
+    body = [line for line in text.splitlines() if not line.startswith("from __future__ import")]
+    indented = ["    " + line if line.strip() else "" for line in body]
+    return f"def {name}():\n" + "\n".join(indented) + "\n    pass\n\n\n"
 
 
 def child_env(checkout: Path) -> dict[str, str]:
