@@ -19,7 +19,7 @@ import gc
 import io
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from codemod import edits as edit_model
 from codemod import guard
 from codemod import imports as import_edits
 from codemod.analysis.index import TreeIndex
+from codemod.analysis.project import project_dependencies
 from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
 from codemod.context import FileContext
@@ -162,8 +163,9 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
     active = selected_rules(settings, path, rules)
     collecting = gc.isenabled()
     gc.disable()  # the trees and tables hold no garbage cycles worth a collection mid-file
+    dependencies: dict = {}
     try:
-        findings, new_code = _run(module, data, path, settings, active)
+        findings, new_code = _run(module, data, path, settings, active, dependencies)
     except Exception as error:  # a bug in a rule must not cost the user their file
         result.error = (
             f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
@@ -174,6 +176,7 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
         if collecting:
             gc.enable()
     result.findings = findings
+    result.dependencies = tuple(dependencies.values())
     if new_code is None:
         result.new_source = data  # libcst does not give back every file byte for byte
         return result
@@ -190,10 +193,16 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
 
 
 def _run(
-    module: cst.Module, data: bytes, path: str, settings: Settings, active: Sequence[type[Rule]]
+    module: cst.Module,
+    data: bytes,
+    path: str,
+    settings: Settings,
+    active: Sequence[type[Rule]],
+    dependencies: dict | None = None,
 ) -> tuple[list[Finding], str | None]:
     """Every pass's findings, and the rewritten text (None when nothing changed). A
-    rewritten text is parsed again only when a later pass has rules to run on it."""
+    rewritten text is parsed again only when a later pass has rules to run on it. The
+    project files the analysis read go into `dependencies` (path -> Stamp)."""
     findings: list[Finding] = []
     original = _text(module, data)
     current, code = module, original
@@ -204,6 +213,8 @@ def _run(
         if current is None:
             current = parse(code.encode(module.encoding))
         outcome = _run_pass(current, code, path, settings, candidates)
+        if dependencies is not None:
+            dependencies.update((stamp.path, stamp) for stamp in outcome.dependencies)
         if code is not original:  # a later pass: its lines are the rewritten file's
             outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
         findings.extend(outcome.findings)
@@ -227,6 +238,7 @@ def _text(module: cst.Module, data: bytes) -> str:
 class _Outcome:
     findings: list[Finding]
     module: cst.Module
+    dependencies: list = field(default_factory=list)  # project files read (codemod.analysis.project.Stamp)
 
 
 def _run_pass(module: cst.Module, code: str, path: str, settings: Settings, rules: Sequence[type[Rule]]) -> _Outcome:
@@ -249,7 +261,7 @@ def _run_pass(module: cst.Module, code: str, path: str, settings: Settings, rule
     findings = [
         _finding(path, report, line, key, context, reasons, lines_of) for key, (report, line) in enumerate(reports)
     ]
-    return _Outcome(findings, new_module)
+    return _Outcome(findings, new_module, project_dependencies(context))
 
 
 def _candidate_fixes(reports: list[tuple[Report, int]], context: FileContext) -> tuple[list[Fix], dict[int, str]]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -9,6 +10,7 @@ from libcst.metadata import Assignment
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, SAVE_METHODS
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -289,12 +291,17 @@ class SynchronousCheckpointInLoop(Rule):
         )
         self._taken: set[str] = {n.value for n in index.find(cst.Name)}
         names = self.context.names
-        calls = [call for call in index.find(cst.Call) if "save" in _callee_name(call)]
+        project = project_of(self.context)
+        imports_project = project.imports_project()
+        calls = [call for call in index.find(cst.Call) if imports_project or "save" in _callee_name(call)]
         by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
         by_helper: dict[cst.FunctionDef, tuple[list, list]] = {}
         for call in calls:
             if not names.is_(call, *SAVE_NAMES):
-                self._other_saver(call)
+                if imports_project and self._project_saver(call):
+                    continue
+                if "save" in _callee_name(call):
+                    self._other_saver(call)
                 continue
             if self._suppressed(call):
                 continue
@@ -353,6 +360,40 @@ class SynchronousCheckpointInLoop(Rule):
             f"`{self._code(func)}` in the training loop writes the checkpoint while training waits; "
             f"not fixed: {why}; save it in a background thread by hand",
         )
+
+    def _project_saver(self, call: cst.Call) -> bool:
+        """A function of another module of the project that writes a checkpoint, called in a
+        training loop (or in a function one runs): reported, never fixed. The checkpointer
+        would have to call that function in a background thread, with whatever else it does
+        (choosing a format, making folders, logging) moved there too, and this rule never
+        edits another file."""
+        project = project_of(self.context)
+        function = project.called(call)
+        saver = project.saver(function) if function is not None else None
+        if saver is None or self._suppressed(call):
+            return saver is not None
+        if self._outer_training_loop(call) is None:
+            helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            if not (isinstance(helper, cst.FunctionDef) and self._loop_sites(helper)):
+                return True
+        where = self._relative(function.where)
+        self.report(
+            call,
+            f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
+            "not fixed: it is a function of another module, which perfmod does not rewrite; save in the "
+            "background there (e.g. with runtime.checkpoint.AsyncCheckpointer, built once and flushed "
+            "after the loop) or call torch.save through an AsyncCheckpointer here",
+        )
+        return True
+
+    def _relative(self, where: str) -> str:
+        root = self.context.settings.root or project_of(self.context).root
+        if root is not None:
+            try:
+                return os.path.relpath(where, root)
+            except ValueError:
+                pass
+        return where
 
     def _is_accelerator(self, expr: cst.BaseExpression) -> bool:
         values = self.context.loops.values_of(expr)
