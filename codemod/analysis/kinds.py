@@ -1216,7 +1216,9 @@ class Kinds:
         size = project.arity(function) if function is not None else None
         if not size:
             return None
-        return tuple(project.returned(function, (k,)) or project.annotated(function, (k,)) or UNKNOWN for k in range(size))
+        return tuple(
+            project.returned(function, (k,)) or project.annotated(function, (k,)) or UNKNOWN for k in range(size)
+        )
 
     def _value_shape(self, value: cst.BaseExpression, depth: int = 0) -> Shape:
         if (

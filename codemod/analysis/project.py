@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -110,8 +111,23 @@ class _Module:
                 self.project = Project(self._context)
         return self._context
 
+    def may_define(self, name: str) -> bool:
+        """Can `name` be a function of this module, defined or imported there? Read from its
+        text before it is parsed, so that a module a file imports only classes or constants
+        from (`Config(...)`) is never parsed."""
+        if self._parsed or self._data is None:
+            return self._parsed and self._context is not None
+        data, word = self._data, re.escape(name.encode())
+        if re.search(rb"\bdef\s+" + word + rb"\b", data):
+            return True
+        if re.search(rb"\bclass\s+" + word + rb"\b", data):
+            return False
+        return b"import" in data and re.search(rb"\b" + word + rb"\b", data) is not None
+
     def function(self, name: str) -> cst.FunctionDef | None:
         """The top-level `def name` of this module (the last one wins)."""
+        if not self.may_define(name):
+            return None
         context = self.context
         if context is None:
             return None
@@ -123,6 +139,8 @@ class _Module:
 
     def re_export(self, name: str) -> str | None:
         """The qualified name a top-level `from x import f [as name]` binds `name` to."""
+        if not self.may_define(name):
+            return None
         context = self.context
         if context is None:
             return None
@@ -259,6 +277,18 @@ class Project:
             )
         return self._imports
 
+    def shown(self, function: Function, node: cst.CSTNode | None = None) -> str:
+        """`path:line` of `node` (a node of the function's module; its `def` by default), the
+        path relative to the project root."""
+        context = function.context
+        path = function.module.path
+        if self.root is not None:
+            try:
+                path = os.path.relpath(path, self.root)
+            except ValueError:
+                pass
+        return f"{path}:{context.line(node if node is not None else function.node)}"
+
     def called(self, call: cst.Call) -> Function | None:
         return self.function(call.func)
 
@@ -381,7 +411,12 @@ class Project:
             if isinstance(r.value, (cst.Tuple, cst.List))
             and not any(isinstance(e, cst.StarredElement) for e in r.value.elements)
         }
-        if not yields and returns and len(sizes) == 1 and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns):
+        if (
+            not yields
+            and returns
+            and len(sizes) == 1
+            and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns)
+        ):
             return sizes.pop()
         annotation = function.node.returns.annotation if function.node.returns is not None else None
         parts = _tuple_annotation(function.context, annotation)
@@ -426,7 +461,9 @@ def _saver(function: Function) -> str | None:
     for call in _own_calls(context, function.node):
         local = context.kinds.local_callee(call)
         if local is not None and context.kinds._class_of(local) is None:
-            inner = _summary(module, ("saver", local.name.value), lambda local=local: _saver(Function(module, local, "")))
+            inner = _summary(
+                module, ("saver", local.name.value), lambda local=local: _saver(Function(module, local, ""))
+            )
             if inner is not None:
                 return f"{inner} in `{local.name.value}`"
             continue
@@ -542,7 +579,9 @@ def _yields_items_of(function: Function) -> cst.Param | None:
             iterable = value.args[0].value
         elif isinstance(value, cst.Name):
             loop = context.index.first_enclosing(found, (cst.For, cst.FunctionDef))
-            if not (isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and loop.target.value == value.value):
+            if not (
+                isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and loop.target.value == value.value
+            ):
                 return None
             iterable = loop.iter
         else:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
@@ -367,16 +366,16 @@ class SynchronousCheckpointInLoop(Rule):
         would have to call that function in a background thread, with whatever else it does
         (choosing a format, making folders, logging) moved there too, and this rule never
         edits another file."""
+        if self._outer_training_loop(call) is None:
+            helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            if not (isinstance(helper, cst.FunctionDef) and self._loop_sites(helper)):
+                return False  # not run by a training loop: no finding, whatever it does
         project = project_of(self.context)
         function = project.called(call)
         saver = project.saver(function) if function is not None else None
         if saver is None or self._suppressed(call):
             return saver is not None
-        if self._outer_training_loop(call) is None:
-            helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-            if not (isinstance(helper, cst.FunctionDef) and self._loop_sites(helper)):
-                return True
-        where = self._relative(function.where)
+        where = project.shown(function)
         self.report(
             call,
             f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
@@ -385,15 +384,6 @@ class SynchronousCheckpointInLoop(Rule):
             "after the loop) or call torch.save through an AsyncCheckpointer here",
         )
         return True
-
-    def _relative(self, where: str) -> str:
-        root = self.context.settings.root or project_of(self.context).root
-        if root is not None:
-            try:
-                return os.path.relpath(where, root)
-            except ValueError:
-                pass
-        return where
 
     def _is_accelerator(self, expr: cst.BaseExpression) -> bool:
         values = self.context.loops.values_of(expr)
