@@ -97,7 +97,13 @@ class SynchronousCheckpointInLoop(Rule):
     loop: the checkpointer is built once for the module, after its imports,
     and flushed after each of those loops. Savers it does not stand in for
     are reported in training loops: safetensors' `save_file`, a model's
-    `save_pretrained`, `accelerator.save`.
+    `save_pretrained`, `accelerator.save`, and a function of another module of
+    the project that calls one of them (`save_file(state, path)` of the
+    project's `utils`, which picks a format and calls `torch.save`). Such a
+    wrapper is not rewritten: the checkpointer would run it in a background
+    thread with everything else it does (choosing a format, making folders,
+    logging), and perfmod does not edit another file; make the save
+    asynchronous in the wrapper, or call `AsyncCheckpointer.save` here.
 
     ## Why is this bad?
     `torch.save` pickles and writes the whole state (model, optimizer moments:

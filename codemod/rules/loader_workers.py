@@ -145,6 +145,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     and would not see it; reported without a fix), a loader that already
     passes `num_workers`, `persistent_workers`, `prefetch_factor` or
     `multiprocessing_context` (in its call or its `**kwargs` dict), `*args`.
+    A loader built by a function of another module of the project
+    (`data.make_loaders(cfg)`) that feeds a training loop of this file is
+    reported at that call, with the file and line of the DataLoader: perfmod
+    does not edit another file, and does not look at that loader's dataset.
 
     Start methods: under `spawn` and `forkserver` (macOS, Windows, Linux from
     Python 3.14) workers receive the dataset and `collate_fn` by pickle and

@@ -95,7 +95,10 @@ class BatchCopiedInTheStep(Rule):
     by PM102 in the same run; without it the copies cannot overlap) and not a
     subclass overriding `__iter__`. A loop whose copies match but whose loader
     is not pinned (PM102 not selected, or unable to pin it) is reported
-    without a fix.
+    without a fix, and so is a training loop that copies the batches of a
+    loader built elsewhere (a parameter annotated `DataLoader`, a loader made by
+    another module of the project), whose pinning and batches perfmod cannot
+    check.
     """
 
     CODE = "PM103"
