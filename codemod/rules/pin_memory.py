@@ -33,8 +33,9 @@ class UnpinnedLoaderToCuda(Rule):
     Finds `torch.utils.data.DataLoader`s whose batches the script copies to a
     CUDA device (`for x, y in loader: x = x.to(device)`, also through
     `enumerate`, `tqdm` and `zip`, and through helper functions that build and
-    return the loader) and that do not pass `pin_memory`, and adds it. A loader
-    built by a function of another module of the project (`train, val =
+    return the loader) and that do not pass `pin_memory`, and adds it.
+
+    A loader built by a function of another module of the project (`train, val =
     data.make_loaders(cfg)`) whose batches this file copies is reported at that
     call, with the file and line of the DataLoader to change: perfmod does not
     edit another file.
