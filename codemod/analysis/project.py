@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 MAX_DEPTH = 4  # calls followed from module to module for one summary
-MAX_MODULES = 128  # parsed modules kept per process
+MAX_MODULES = 64  # parsed modules kept per process
 MAX_BYTES = 2_000_000  # larger files are not parsed (unknown)
 MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
 # Methods that move or write a tensor: a helper that calls them may hand back something

@@ -331,7 +331,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         loaders = self.context.loaders
-        if not loaders.constructions and not loaders.external:
+        if not loaders.constructions and not loaders.feeds:  # feeds find the loaders of other modules
             return
         feeds: dict[int, cst.CSTNode] = {}
         for feed in loaders.feeds:
