@@ -12,7 +12,10 @@ the path as named, and a fingerprint of everything else the result depends
 on: the perfmod version, the Python and libcst versions, the settings, the
 rule catalogue, and the size and time of every source file of perfmod and of
 the rules (so an edited rule is never served old results). A changed key is a
-miss. Entries are written atomically (temporary file and rename), so parallel
+miss. An entry also lists the other files of the project its findings were
+computed from (the modules a training script imports its helpers from: path,
+size, modification time and content hash); when one of them no longer holds
+the same bytes, the entry is a miss too. Entries are written atomically (temporary file and rename), so parallel
 jobs and concurrent runs at worst write the same entry twice. Entries are
 JSON, never pickles: a cache folder that came with a cloned repository can
 make perfmod report wrong findings at worst, never run code. `apply` never
@@ -32,6 +35,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from codemod.analysis.project import Stamp
 from codemod.config import Settings
 from codemod.files import atomic_write
 from codemod.result import FileResult, Finding, Level
@@ -81,7 +85,12 @@ class Cache:
             entry = json.loads(self._entry(path).read_text(encoding="utf-8"))
             if not isinstance(entry, dict) or entry.get("key") != self._key(path, content):
                 return None
-            return _outcome(entry, path, data)
+            dependencies = tuple(Stamp(*item) for item in entry.get("dependencies", ()))
+            if not all(stamp.fresh() for stamp in dependencies):
+                return None  # a module of the project it read changed since
+            outcome = _outcome(entry, path, data)
+            outcome.result.dependencies = dependencies
+            return outcome
         except (OSError, ValueError, KeyError, TypeError):  # missing, half-written by an older format, foreign
             return None
 
@@ -177,6 +186,7 @@ def _as_json(outcome: Outcome) -> dict:
         "new_source": None if new is None else "same" if new == result.source else base64.b64encode(new).decode(),
         "warnings": outcome.warnings,
         "note": outcome.note,
+        "dependencies": [[d.path, d.size, d.mtime_ns, d.digest] for d in result.dependencies],
     }
 
 

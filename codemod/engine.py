@@ -21,7 +21,7 @@ import gc
 import io
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from codemod import edits as edit_model
 from codemod import guard
 from codemod import imports as import_edits
 from codemod.analysis.index import TreeIndex
+from codemod.analysis.project import project_dependencies
 from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
 from codemod.context import FileContext
@@ -164,8 +165,9 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
     active = selected_rules(settings, path, rules)
     collecting = gc.isenabled()
     gc.disable()  # the trees and tables hold no garbage cycles worth a collection mid-file
+    dependencies: dict = {}
     try:
-        findings, new_code = _run(module, data, path, settings, active)
+        findings, new_code = _run(module, data, path, settings, active, dependencies)
     except Exception as error:  # a bug in a rule must not cost the user their file
         result.error = (
             f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
@@ -176,6 +178,7 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
         if collecting:
             gc.enable()
     result.findings = findings
+    result.dependencies = tuple(dependencies.values())
     if new_code is None:
         result.new_source = data  # libcst does not give back every file byte for byte
         return result
@@ -192,10 +195,16 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
 
 
 def _run(
-    module: cst.Module, data: bytes, path: str, settings: Settings, active: Sequence[type[Rule]]
+    module: cst.Module,
+    data: bytes,
+    path: str,
+    settings: Settings,
+    active: Sequence[type[Rule]],
+    dependencies: dict | None = None,
 ) -> tuple[list[Finding], str | None]:
     """Every pass's findings, and the rewritten text (None when nothing changed). A
-    rewritten text is parsed again only when a later pass has rules to run on it."""
+    rewritten text is parsed again only when a later pass has rules to run on it. The
+    project files the analysis read go into `dependencies` (path -> Stamp)."""
     passes(active)  # a cycle of AFTER declarations is an error before any work
     findings: list[Finding] = []
     original = _text(module, data)
@@ -209,6 +218,8 @@ def _run(
             current = parse(code.encode(module.encoding))
         context = context if context is not None else FileContext(current, path, settings, code)
         outcome = _run_pass(context, candidates, pending)
+        if dependencies is not None:
+            dependencies.update((stamp.path, stamp) for stamp in outcome.dependencies)
         if code is not original:  # a later pass: its lines are the rewritten file's
             outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
         findings.extend(outcome.findings)
@@ -234,6 +245,7 @@ class _Outcome:
     findings: list[Finding]
     module: cst.Module
     waiting: list[type[Rule]]  # rules to run again on the rewritten module
+    dependencies: list = field(default_factory=list)  # project files read (codemod.analysis.project.Stamp)
 
 
 def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequence[type[Rule]]) -> _Outcome:
@@ -274,7 +286,7 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
         _finding(path, report, line, key, context, reasons | notes, lines_of)
         for key, (report, line) in enumerate(reports)
     ]
-    return _Outcome(findings, new_module, [rule for rule in pending if rule in waiting])
+    return _Outcome(findings, new_module, [rule for rule in pending if rule in waiting], project_dependencies(context))
 
 
 def _waiting(pending: Sequence[type[Rule]], fixing: set[str]) -> set[type[Rule]]:

@@ -61,6 +61,9 @@ class FileResult:
     new_source: bytes | None = None
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None  # "path:line:col: error: ..." when the file could not be processed
+    # Other files of the project the findings were computed from (codemod.analysis.project.Stamp):
+    # a cached result is stale when one of them changed.
+    dependencies: tuple = ()
 
     @property
     def changed(self) -> bool:

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment, ComprehensionScope
+from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
 from codemod.analysis.bindings import argument_for
-from codemod.analysis.names import kwarg, method_name, positional, sole_definition
+from codemod.analysis.names import CANONICAL, kwarg, method_name, positional, sole_definition
 from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
@@ -100,6 +100,19 @@ BOTTOM = Fact(Kind.BOTTOM)
 
 # What iterating or unpacking yields: one fact, or a tuple of shapes (enumerate, zip).
 Shape = Fact | tuple
+
+# What a value annotated with one of these classes holds (PEP 585 subscripts and unions
+# are looked through by Kinds.annotation_fact).
+ANNOTATED = {
+    "torch.Tensor": Fact(Kind.TENSOR),
+    "torch.nn.Parameter": Fact(Kind.TENSOR),
+    "torch.nn.parameter.Parameter": Fact(Kind.TENSOR),
+    "torch.nn.Module": Fact(Kind.MODULE),
+    "torch.utils.data.DataLoader": Fact(Kind.LOADER, Place.HOST),
+    "torch.device": Fact(Kind.DEVICE),
+    "torch.optim.Optimizer": Fact(Kind.OPTIMIZER),
+    "torch.optim.optimizer.Optimizer": Fact(Kind.OPTIMIZER),
+}
 
 # Functions whose result is a tensor on the device of their tensor arguments.
 # Tensor methods that return a tensor on the receiver's device.
@@ -176,6 +189,8 @@ class Kinds:
         self._binding_statements: dict[int, cst.CSTNode] = {}
         self._bound_ats: dict[int, int] = {}
         self._name_tables: dict[tuple[int, str], _NameBindings | None] = {}
+        self._annotations: dict[int, Fact] = {}  # annotation node -> what it says the value holds
+        self._project_modules = None  # the project's own modules (codemod.analysis.project), when first asked
 
     # -- public API ------------------------------------------------------------
 
@@ -482,6 +497,9 @@ class Kinds:
         function = self._local_callee(call)
         if function is not None:
             return self._returns_fact(function)
+        imported = self._project_call_fact(call)
+        if imported is not None:
+            return imported
         loss = self._loss_module_output(call)
         if loss is not None:
             return loss
@@ -804,9 +822,11 @@ class Kinds:
                 return self._fact(statement.value)
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.AnnAssign, cst.NamedExpr)) and statement.value is not None:
-            if isinstance(statement, cst.AnnAssign) and self._is_tensor_annotation(statement.annotation.annotation):
-                value = self._fact(statement.value)
-                return value if value.kind is Kind.TENSOR else Fact(Kind.TENSOR)
+            if isinstance(statement, cst.AnnAssign):
+                annotated = self.annotation_fact(statement.annotation.annotation)
+                if annotated.kind is not Kind.UNKNOWN:
+                    value = self._fact(statement.value)
+                    return value if value.kind in (annotated.kind, Kind.BOTTOM) else annotated
             if not path:
                 return self._fact(statement.value)
             return _destructure(self._value_shape(statement.value), path)
@@ -834,8 +854,10 @@ class Kinds:
                 result = result.join(self._fact(value))
             if result.kind is not Kind.UNKNOWN:
                 return result
-        if param.annotation is not None and self._is_tensor_annotation(param.annotation.annotation):
-            return Fact(Kind.TENSOR)
+        if param.annotation is not None:
+            annotated = self.annotation_fact(param.annotation.annotation)
+            if annotated.kind is not Kind.UNKNOWN:
+                return annotated
         if DEVICE_NAME.match(param.name.value):
             return Fact(Kind.DEVICE)
         return UNKNOWN
@@ -1117,8 +1139,112 @@ class Kinds:
             calls.append((call, 1))
         return calls or None
 
-    def _is_tensor_annotation(self, annotation: cst.BaseExpression) -> bool:
-        return self.names.is_(annotation, "torch.Tensor")
+    # -- annotations and the project's own modules --------------------------------------
+
+    def annotation_fact(self, annotation: cst.BaseExpression) -> Fact:
+        """What a value annotated `annotation` holds: `Tensor`, `nn.Module`, `DataLoader[...]`,
+        `torch.device` (any alias, in quotes too), through `X | None`, `Optional[X]`,
+        `Union[X, Y]` (when all agree), `Annotated[X, ...]` and jaxtyping's `Float[Tensor, "b d"]`.
+        A DataLoader of unknown dataset yields host tensors (the default collate builds CPU
+        tensors), as one built in this file does; anything else is UNKNOWN."""
+        key = id(annotation)
+        found = self._annotations.get(key)
+        if found is None:
+            found = self._annotations[key] = self._annotation(annotation, None, 0)
+        return found
+
+    def _annotation(self, expr: cst.BaseExpression, quoted: cst.SimpleString | None, depth: int) -> Fact:
+        """`quoted`: the string `expr` was parsed from, for an annotation written in quotes."""
+        if depth > 8:
+            return UNKNOWN
+        if isinstance(expr, cst.SimpleString):
+            value = expr.evaluated_value
+            try:
+                parsed = cst.parse_expression(value) if isinstance(value, str) else None
+            except cst.ParserSyntaxError:
+                parsed = None
+            return self._annotation(parsed, quoted or expr, depth + 1) if parsed is not None else UNKNOWN
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.BitOr):
+            return _join_annotated([self._annotation(side, quoted, depth + 1) for side in (expr.left, expr.right)])
+        if isinstance(expr, cst.Name) and expr.value == "None":
+            return BOTTOM
+        if isinstance(expr, cst.Subscript):
+            names = self._annotation_names(expr.value, quoted)
+            parts = [e.slice.value for e in expr.slice if isinstance(e.slice, cst.Index)]
+            if names & {"typing.Optional", "typing.Union"}:
+                return _join_annotated([self._annotation(part, quoted, depth + 1) for part in parts])
+            if names & {"typing.Annotated", "typing_extensions.Annotated"} or any(
+                name.startswith("jaxtyping.") for name in names
+            ):
+                return self._annotation(parts[0], quoted, depth + 1) if parts else UNKNOWN
+            expr = expr.value
+        for name in sorted(self._annotation_names(expr, quoted)):
+            fact = ANNOTATED.get(name)
+            if fact is not None:
+                return fact
+        return UNKNOWN
+
+    def _annotation_names(self, expr: cst.BaseExpression, quoted: cst.SimpleString | None) -> set[str]:
+        """Qualified names of an annotation's class; for one written in quotes, looked up by
+        its spelling where the string is (imported names only)."""
+        if quoted is None:
+            return self.names.of(expr)
+        dotted = _dotted(expr)
+        scope = self.scopes.get(quoted) if dotted else None
+        head = dotted.split(".")[0] if dotted else ""
+        if scope is None or head not in scope:
+            return set()
+        found: set[str] = set()
+        for binding in scope[head]:
+            for name in binding.get_qualified_names_for(dotted):
+                if name.source is QualifiedNameSource.LOCAL:
+                    return set()
+                found.add(CANONICAL.get(name.name, name.name))
+        return found
+
+    def _project(self):
+        if self._project_modules is None:
+            from codemod.analysis.project import project_of
+
+            self._project_modules = project_of(self._context)
+        return self._project_modules
+
+    def _project_call_fact(self, call: cst.Call) -> Fact | None:
+        """What a call of a function of another module of the project gives: its argument's
+        place kept when it returns (a part of) its argument, the items of its argument for a
+        generator that yields them, else what its module's analysis or its annotation says."""
+        project = self._project()
+        function = project.called(call) if project.folder is not None else None
+        if function is None:
+            return None
+        through = project.passes_through(function)
+        argument = project.argument(call, function, through.param) if through is not None else None
+        if argument is not None:
+            passed = self._fact(argument)
+            if through.whole or passed.kind is Kind.BOTTOM:
+                return passed
+            annotated = project.annotated(function)
+            if annotated is not None and annotated.kind is Kind.TENSOR:
+                return Fact(Kind.TENSOR, passed.place if passed.kind in CONTAINERS else Place.UNKNOWN)
+            if through.items and passed.kind in CONTAINERS:
+                return _element(passed)
+            return annotated
+        items = project.yields_items_of(function)
+        argument = project.argument(call, function, items) if items is not None else None
+        if argument is not None:
+            return self._fact(argument)  # `cycle(loader)`: iterates the loader's batches, as `iter(loader)`
+        return project.returned(function) or project.annotated(function)
+
+    def _project_call_shape(self, call: cst.Call) -> Shape | None:
+        """The tuple a project function returns, element by element."""
+        project = self._project()
+        function = project.called(call) if project.folder is not None else None
+        size = project.arity(function) if function is not None else None
+        if not size:
+            return None
+        return tuple(
+            project.returned(function, (k,)) or project.annotated(function, (k,)) or UNKNOWN for k in range(size)
+        )
 
     def _value_shape(self, value: cst.BaseExpression, depth: int = 0) -> Shape:
         if (
@@ -1138,6 +1264,9 @@ class Kinds:
                     shapes = [self._value_shape(r.value, depth + 1) for r in returns]
                     if all(isinstance(shape, tuple) and len(shape) == len(shapes[0]) for shape in shapes):
                         return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+            shape = self._project_call_shape(value)
+            if shape is not None:  # `train_loader, val_loader = data.make_loaders(cfg)`
+                return shape
         return self._fact(value)
 
     def _item_shape(self, iterable: cst.BaseExpression) -> Shape:
@@ -1158,6 +1287,23 @@ class Kinds:
         if fact.kind is Kind.LOADER:
             return Fact(Kind.TENSOR if fact.single else Kind.BATCH, fact.place)
         return _element(fact)
+
+
+def _join_annotated(facts: list[Fact]) -> Fact:
+    """The fact of a union annotation: its members agree (None left out), else UNKNOWN."""
+    result = BOTTOM
+    for fact in facts:
+        result = result.join(fact)
+    return UNKNOWN if result.kind is Kind.BOTTOM else result
+
+
+def _dotted(expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        owner = _dotted(expr.value)
+        return f"{owner}.{expr.attr.value}" if owner else None
+    return None
 
 
 def _device_named(expr: cst.BaseExpression) -> str | None:

@@ -22,6 +22,7 @@ import libcst as cst
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import NOT_TENSOR_FUNCTIONS, TENSOR_COLLATES, TENSOR_FUNCTIONS, TENSOR_NAMESPACES
 
 if TYPE_CHECKING:
@@ -121,6 +122,9 @@ class Loaders:
                 if _last_name(call.func) in spellings and self.is_construction(call)
             ]
         self._ids = {id(call) for call in self.constructions}
+        # DataLoaders built in another module of the project, by a function this file calls:
+        # id of the construction there -> (construction, the function, the call here).
+        self.external: dict[int, tuple[cst.Call, object, cst.Call]] = {}
 
     # -- what a loader is ------------------------------------------------------------------
 
@@ -144,7 +148,7 @@ class Loaders:
     def feeds(self) -> list[Feed]:
         """Every loop over a loader, with the loader and what binds its batches."""
         found: list[Feed] = []
-        if not self.constructions:
+        if not self.constructions and not self._may_feed_from_elsewhere():
             return found
         for loop in self.index.find((cst.For, cst.CompFor)):
             for iterable, target in self.iterated(loop.iter, loop.target):
@@ -267,20 +271,57 @@ class Loaders:
                 return self.sources(through, path, depth + 1)
             function = self.kinds.local_callee(expr)
             if function is None:
-                return []
+                return self._project_sources(expr, path, depth)
             return [found for value in self.kinds.returned(function) for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.Name):
-            return [
-                found
-                for source, inner in self.bound_values(expr)
-                for found in self.sources(source, inner + path, depth + 1)
-            ]
+            bound = self.bound_values(expr)
+            if not bound and not path:
+                return self._annotated_loader(expr)
+            return [found for source, inner in bound for found in self.sources(source, inner + path, depth + 1)]
         if isinstance(expr, cst.Attribute):  # `self.train_loader`, assigned in another method
             values = self.kinds.self_attribute_values(expr) or []
             return [found for value in values for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.IfExp):
             return self.sources(expr.body, path, depth + 1) + self.sources(expr.orelse, path, depth + 1)
         return []
+
+    def _may_feed_from_elsewhere(self) -> bool:
+        """Can a loop of this file get its batches from a loader built elsewhere: a parameter
+        annotated `DataLoader`, or a function of another module of the project?"""
+        return "DataLoader" in self.context.code or project_of(self.context).imports_project()
+
+    def _project_sources(self, call: cst.Call, path: tuple[int, ...], depth: int) -> list:
+        """The loaders a call of a function of another module of the project gives: the
+        constructions it returns there, or, for a generator of its argument's items, the
+        argument's loaders."""
+        project = project_of(self.context)
+        if not project.imports_project():
+            return []
+        function = project.called(call)
+        if function is None:
+            return []
+        items = project.yields_items_of(function)
+        argument = project.argument(call, function, items) if items is not None else None
+        if argument is not None:
+            return self.sources(argument, path, depth + 1)
+        made = project.loaders_made(function, path)
+        for loader in made:
+            self.external.setdefault(id(loader), (loader, function, call))
+        return made
+
+    def _annotated_loader(self, name: cst.Name) -> list:
+        """The parameter `name` is bound to, when it is annotated `DataLoader` and no call of
+        its function in this file says which loader it gets: a loader built elsewhere."""
+        parameter = self.bindings.param_of(name)
+        if parameter is None or parameter[1].annotation is None:
+            return []
+        fact = self.kinds.annotation_fact(parameter[1].annotation.annotation)
+        return [parameter[1]] if fact.kind is Kind.LOADER else []
+
+    def is_construction_here(self, loader: cst.CSTNode) -> bool:
+        """Is `loader` (a source of a feed) a DataLoader construction of this file, rather than
+        one of another module or a parameter?"""
+        return id(loader) in self._ids
 
     @memoized
     def only_loaders(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> bool:
@@ -469,7 +510,7 @@ class Loaders:
         `extract(batch)` where `def extract(b): return b["x"]`."""
         callee = self.kinds.local_callee(call)
         if callee is None:
-            return []
+            return self._roots_through_project(call)
         offset = 1 if isinstance(call.func, cst.Attribute) else 0
         params = {
             param.name.value: param
@@ -487,6 +528,17 @@ class Loaders:
                 if argument is not None:
                     roots.extend(self._roots(argument))
         return roots
+
+    def _roots_through_project(self, call: cst.Call) -> list[cst.CSTNode]:
+        """The roots of the argument a function of another module of the project returns (a
+        part of): `extract(next(it))` where `extract` returns an item of its argument."""
+        project = project_of(self.context)
+        if not project.imports_project():
+            return []
+        function = project.called(call)
+        through = project.passes_through(function) if function is not None else None
+        argument = project.argument(call, function, through.param) if through is not None else None
+        return self._roots(argument) if argument is not None else []
 
     def _name_derives_from(self, name: cst.Name, bound: frozenset, region: cst.CSTNode, depth: int) -> bool:
         for assignment in self.bindings.assignments(name) or ():

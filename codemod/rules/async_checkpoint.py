@@ -9,6 +9,7 @@ from libcst.metadata import Assignment
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, SAVE_METHODS
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -96,7 +97,13 @@ class SynchronousCheckpointInLoop(Rule):
     loop: the checkpointer is built once for the module, after its imports,
     and flushed after each of those loops. Savers it does not stand in for
     are reported in training loops: safetensors' `save_file`, a model's
-    `save_pretrained`, `accelerator.save`.
+    `save_pretrained`, `accelerator.save`, and a function of another module of
+    the project that calls one of them (`save_file(state, path)` of the
+    project's `utils`, which picks a format and calls `torch.save`). Such a
+    wrapper is not rewritten: the checkpointer would run it in a background
+    thread with everything else it does (choosing a format, making folders,
+    logging), and perfmod does not edit another file; make the save
+    asynchronous in the wrapper, or call `AsyncCheckpointer.save` here.
 
     ## Why is this bad?
     `torch.save` pickles and writes the whole state (model, optimizer moments:
@@ -289,12 +296,17 @@ class SynchronousCheckpointInLoop(Rule):
         )
         self._taken: set[str] = {n.value for n in index.find(cst.Name)}
         names = self.context.names
-        calls = [call for call in index.find(cst.Call) if "save" in _callee_name(call)]
+        project = project_of(self.context)
+        imports_project = project.imports_project()
+        calls = [call for call in index.find(cst.Call) if imports_project or "save" in _callee_name(call)]
         by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
         by_helper: dict[cst.FunctionDef, tuple[list, list]] = {}
         for call in calls:
             if not names.is_(call, *SAVE_NAMES):
-                self._other_saver(call)
+                if imports_project and self._project_saver(call):
+                    continue
+                if "save" in _callee_name(call):
+                    self._other_saver(call)
                 continue
             if self._suppressed(call):
                 continue
@@ -353,6 +365,31 @@ class SynchronousCheckpointInLoop(Rule):
             f"`{self._code(func)}` in the training loop writes the checkpoint while training waits; "
             f"not fixed: {why}; save it in a background thread by hand",
         )
+
+    def _project_saver(self, call: cst.Call) -> bool:
+        """A function of another module of the project that writes a checkpoint, called in a
+        training loop (or in a function one runs): reported, never fixed. The checkpointer
+        would have to call that function in a background thread, with whatever else it does
+        (choosing a format, making folders, logging) moved there too, and this rule never
+        edits another file."""
+        if self._outer_training_loop(call) is None:
+            helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            if not (isinstance(helper, cst.FunctionDef) and self._loop_sites(helper)):
+                return False  # not run by a training loop: no finding, whatever it does
+        project = project_of(self.context)
+        function = project.called(call)
+        saver = project.saver(function) if function is not None else None
+        if saver is None or self._suppressed(call):
+            return saver is not None
+        where = project.shown(function)
+        self.report(
+            call,
+            f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
+            "not fixed: it is a function of another module, which perfmod does not rewrite; save in the "
+            "background there (e.g. with runtime.checkpoint.AsyncCheckpointer, built once and flushed "
+            "after the loop) or call torch.save through an AsyncCheckpointer here",
+        )
+        return True
 
     def _is_accelerator(self, expr: cst.BaseExpression) -> bool:
         values = self.context.loops.values_of(expr)

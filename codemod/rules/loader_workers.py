@@ -5,6 +5,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.loaders import MAX_DEPTH, NUM_WORKERS_POSITION
 from codemod.analysis.names import kwarg, positional
+from codemod.analysis.project import project_of
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -144,6 +145,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     and would not see it; reported without a fix), a loader that already
     passes `num_workers`, `persistent_workers`, `prefetch_factor` or
     `multiprocessing_context` (in its call or its `**kwargs` dict), `*args`.
+    A loader built by a function of another module of the project
+    (`data.make_loaders(cfg)`) that feeds a training loop of this file is
+    reported at that call, with the file and line of the DataLoader: perfmod
+    does not edit another file, and does not look at that loader's dataset.
 
     Start methods: under `spawn` and `forkserver` (macOS, Windows, Linux from
     Python 3.14) workers receive the dataset and `collate_fn` by pickle and
@@ -326,7 +331,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         loaders = self.context.loaders
-        if not loaders.constructions:
+        if not loaders.constructions and not loaders.feeds:  # feeds find the loaders of other modules
             return
         feeds: dict[int, cst.CSTNode] = {}
         for feed in loaders.feeds:
@@ -335,6 +340,34 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         for loader in loaders.constructions:
             if id(loader) in feeds:
                 self._check(loader, feeds[id(loader)])
+        for loader, function, call in loaders.external.values():
+            if id(loader) in feeds:
+                self._check_elsewhere(loader, function, call, feeds[id(loader)])
+
+    def _check_elsewhere(self, loader: cst.Call, function, call: cst.Call, loop: cst.CSTNode) -> None:
+        """A DataLoader built in another module of the project (`loader`, by `function`, called
+        here as `call`) that feeds a training loop of this file: reported here; the worker
+        count belongs in that module, which this rule does not edit."""
+        there = function.context.loaders
+        if any(kwarg(loader, option) is not None for option in ("num_workers", *WORKER_OPTIONS)):
+            return
+        if any(arg.star for arg in loader.args):
+            return  # perhaps passed through `*args` / `**kwargs`
+        if there.is_torch_loader(loader) and positional(loader, NUM_WORKERS_POSITION) is not None:
+            return
+        if there.overridden_subclass(loader):
+            return
+        if there.may_hold_device_data(there.dataset(loader), 0) or there.collate_moves_to_device(loader):
+            return
+        project = project_of(self.context)
+        self.report(
+            call,
+            f"the DataLoader built by `{function.qualified}` ({project.shown(function, loader)}) feeds the training "
+            f"loop on line {self.context.line(loop)} and loads every batch in the training process; not fixed: it is "
+            "built in another module, which perfmod does not edit: pass num_workers there (and "
+            "persistent_workers=True), once its dataset is known to be map-style or an IterableDataset that shards "
+            "by worker, and nothing changes the dataset between epochs",
+        )
 
     # -- the decision ------------------------------------------------------------------------
 

@@ -58,6 +58,16 @@ class NonBlockingCopy(Rule):
     device-to-device: both are ordered on the stream). A tensor that may already
     be on a device, moved to a device that may be the CPU, is reported without a
     fix.
+    Batches are followed into the project's own modules and through type
+    annotations: a parameter annotated `DataLoader` holds a loader whose batches
+    are host tensors (the default collate builds them on the CPU, as for a
+    loader built in the file from a dataset perfmod cannot see), a generator of
+    the project that yields a loader's batches (`for b in loader: yield b`)
+    yields host batches, and a helper of the project that returns its argument
+    or a part of it (`batch["input_ids"]`, `batch[0]`), and neither moves nor
+    hands its argument to another function, returns what is where its argument
+    is. A helper that moves the batch itself (`return batch.to(device)`) is not
+    taken for one.
     It leaves alone modules (`model.to(device)`), dtype-only conversions
     (`x.to(torch.float16)`), device-to-host copies (`.cpu()`, `.to("cpu")`),
     whose result the host could read before the copy lands, calls that already

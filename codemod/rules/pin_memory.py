@@ -7,6 +7,7 @@ import libcst as cst
 from codemod.analysis.kinds import Place
 from codemod.analysis.loaders import MAX_DEPTH, PIN_MEMORY_POSITION
 from codemod.analysis.names import has_star_kwargs, kwarg, positional
+from codemod.analysis.project import project_of
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -33,6 +34,11 @@ class UnpinnedLoaderToCuda(Rule):
     CUDA device (`for x, y in loader: x = x.to(device)`, also through
     `enumerate`, `tqdm` and `zip`, and through helper functions that build and
     return the loader) and that do not pass `pin_memory`, and adds it.
+
+    A loader built by a function of another module of the project (`train, val =
+    data.make_loaders(cfg)`) whose batches this file copies is reported at that
+    call, with the file and line of the DataLoader to change: perfmod does not
+    edit another file.
 
     ## Why is this bad?
     A batch in ordinary (pageable) host memory cannot be copied to the GPU by
@@ -84,7 +90,8 @@ class UnpinnedLoaderToCuda(Rule):
     CODE = "PM102"
     NAME = "unpinned-loader-batches-to-cuda"
     LEVEL = Level.SAFE
-    REQUIRES = ("DataLoader",)
+    # "import": a loader made by a function of another module of the project needs no mention here.
+    REQUIRES = ("DataLoader", "import")
     # PM202 turns hand-made batching into a DataLoader, which this rule then configures:
     # it runs on PM202's output, so that one run leaves nothing pending.
     AFTER = ("PM202",)
@@ -296,6 +303,31 @@ class UnpinnedLoaderToCuda(Rule):
             found = feeds.get(id(loader))
             if found is not None and found.places:
                 self._check(loader, found)
+        for loader, function, call in loaders.external.values():
+            found = feeds.get(id(loader))
+            if found is not None and found.places:
+                self._check_elsewhere(loader, function, call, found)
+
+    def _check_elsewhere(self, loader: cst.Call, function, call: cst.Call, feed: _Feeds) -> None:
+        """A DataLoader built in another module of the project (`loader`, by `function`, called
+        here as `call`) whose batches this file copies to the GPU: reported here, where the
+        copies are; the fix belongs in that module, which this rule does not edit."""
+        there = function.context.loaders
+        if kwarg(loader, "pin_memory") is not None or any(arg.star for arg in loader.args):
+            return  # passed, or perhaps passed through `*args` / `**kwargs`
+        if there.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
+            return
+        if there.overridden_subclass(loader):
+            return
+        if there.may_hold_device_data(there.dataset(loader), 0) or there.collate_moves_to_device(loader):
+            return
+        project = project_of(self.context)
+        self.report(
+            call,
+            f"the DataLoader built by `{function.qualified}` ({project.shown(function, loader)}) has no pin_memory; "
+            f"its batches are copied to the GPU from pageable memory here (line {self.context.line(feed.copies[0])}): "
+            "pass pin_memory=True there (not fixed: perfmod does not edit another file)",
+        )
 
     # -- the decision ------------------------------------------------------------------------
 

@@ -95,7 +95,10 @@ class BatchCopiedInTheStep(Rule):
     by PM102 in the same run; without it the copies cannot overlap) and not a
     subclass overriding `__iter__`. A loop whose copies match but whose loader
     is not pinned (PM102 not selected, or unable to pin it) is reported
-    without a fix.
+    without a fix, and so is a training loop that copies the batches of a
+    loader built elsewhere (a parameter annotated `DataLoader`, a loader made by
+    another module of the project), whose pinning and batches perfmod cannot
+    check.
     """
 
     CODE = "PM103"
@@ -217,10 +220,10 @@ class BatchCopiedInTheStep(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         loaders = self.context.loaders
-        if not loaders.constructions:
+        if not loaders.feeds:
             return
         done: set[int] = set()
-        for loop in self.context.index.find(cst.For):
+        for loop in self.context.index.find(cst.For) if loaders.constructions else ():
             if loaders.trains(loop) and self._check(loop):
                 done.add(id(loop))
         for feed in loaders.feeds:
@@ -239,6 +242,13 @@ class BatchCopiedInTheStep(Rule):
                     "the step's stream, so the copy cannot overlap with compute, even when fetched a step ahead; "
                     "iterate over `runtime.data.DevicePrefetcher(loader, device)`, which copies the next batch "
                     "on a side stream"
+                )
+            elif not loaders.is_construction_here(feed.loader):
+                why = (
+                    f"{self.MESSAGE} (line {line}); not rewritten: the DataLoader is built elsewhere (passed in, "
+                    "or made by another module of the project), where perfmod cannot check that it is pinned and "
+                    "yields plain batches of tensors; iterate over `runtime.data.DevicePrefetcher(loader, device)` "
+                    "if it does"
                 )
             elif helper is not None and not self.context.inside(first, feed.loop):
                 why = (

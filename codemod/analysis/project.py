@@ -1,0 +1,707 @@
+"""The project's own modules: which file of the project an imported function comes
+from, and small summaries of that function that the rules need in the file that
+calls it.
+
+    from .utils import extract          # relative: from the file's package
+    from mypkg.data import make_loader  # absolute: `mypkg` is a folder (or module) at the
+    import mypkg.io as io               #   project root, or beside the file
+
+The project root is `settings.root` (the folder of the pyproject.toml the
+settings came from), else the nearest folder above the file that holds a
+pyproject.toml, setup.py, setup.cfg or .git. Only files of the project are read;
+a name that resolves to nothing there (an installed library, a missing file, a
+class) is unknown. A file is parsed at most once per process while its size and
+modification time stay the same; a file that cannot be read or parsed is unknown,
+never an error.
+
+Summaries, each computed once per function and only when a rule asks:
+
+- `saver`: the function writes a checkpoint with one of torch_facts.SAVE_FUNCTIONS
+  (`torch.save`, safetensors' `save_file`), itself or through functions it calls
+  (of its module, or of the project, a few calls deep);
+- `passes_through`: every value it returns is its argument or a part of it
+  (an item, an attribute, the same tensor in another dtype), and it moves nothing:
+  what the argument holds on the host, the result holds on the host;
+- `yields_items_of`: a generator that yields the items of its argument
+  (`for b in loader: yield b`, `it = iter(loader) ... yield next(it)`);
+- `returned`: what a call gives, from its module's own analysis (for a function
+  its module does not call itself) or from its return annotation;
+- `loaders_made`: the DataLoader constructions of its module that it returns.
+
+`Project.dependencies()` lists the files the answers for one file were read from,
+so that a cached result is not served after one of them changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis.bindings import argument_for
+from codemod.analysis.names import method_name
+from codemod.analysis.torch_facts import SAME_PLACE_METHODS, SAVE_FUNCTIONS
+
+if TYPE_CHECKING:
+    from codemod.analysis.kinds import Fact
+    from codemod.config import Settings
+    from codemod.context import FileContext
+
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+MAX_DEPTH = 4  # calls followed from module to module for one summary
+MAX_MODULES = 64  # parsed modules kept per process
+MAX_BYTES = 2_000_000  # larger files are not parsed (unknown)
+MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
+# Methods that move or write a tensor: a helper that calls them may hand back something
+# else than a part of its argument where its argument was.
+MOVING_METHODS = {"to", "cuda", "cpu", "pin_memory", "copy_", "set_", "share_memory_"}
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a cached result read from a project file: its path, size, time and hash."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    digest: str
+
+    def fresh(self) -> bool:
+        """Does the file still hold what it held (same size and time, or same bytes)?"""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return False
+        if info.st_size == self.size and info.st_mtime_ns == self.mtime_ns:
+            return True
+        if info.st_size != self.size:
+            return False
+        try:
+            with open(self.path, "rb") as handle:
+                return hashlib.sha256(handle.read()).hexdigest() == self.digest
+        except OSError:
+            return False
+
+
+class _Module:
+    """One parsed file of the project, with its own analysis (built when first asked)."""
+
+    def __init__(self, path: str, stamp: Stamp, data: bytes | None, settings: Settings) -> None:
+        self.path, self.stamp, self.settings = path, stamp, settings
+        self._data = data
+        self._context: FileContext | None = None
+        self._parsed = False
+        self.project: Project | None = None
+        self.summaries: dict[tuple[str, str], object] = {}
+
+    @property
+    def context(self) -> FileContext | None:
+        if not self._parsed:
+            self._parsed = True
+            self._context = _parse(self._data, self.path, self.settings)
+            self._data = None
+            if self._context is not None:
+                self.project = Project(self._context)
+        return self._context
+
+    def may_define(self, name: str) -> bool:
+        """Can `name` be a function of this module, defined or imported there? Read from its
+        text before it is parsed, so that a module a file imports only classes or constants
+        from (`Config(...)`) is never parsed."""
+        if self._parsed or self._data is None:
+            return self._parsed and self._context is not None
+        data, word = self._data, re.escape(name.encode())
+        if re.search(rb"\bdef\s+" + word + rb"\b", data):
+            return True
+        if re.search(rb"\bclass\s+" + word + rb"\b", data):
+            return False
+        return b"import" in data and re.search(rb"\b" + word + rb"\b", data) is not None
+
+    def function(self, name: str) -> cst.FunctionDef | None:
+        """The top-level `def name` of this module (the last one wins)."""
+        if not self.may_define(name):
+            return None
+        context = self.context
+        if context is None:
+            return None
+        found = None
+        for statement in context.module.body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+                found = statement
+        return found
+
+    def re_export(self, name: str) -> str | None:
+        """The qualified name a top-level `from x import f [as name]` binds `name` to."""
+        if not self.may_define(name):
+            return None
+        context = self.context
+        if context is None:
+            return None
+        for statement in context.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                    continue
+                for alias in small.names:
+                    bound = alias.asname.name if alias.asname is not None else alias.name
+                    if isinstance(bound, cst.Name) and bound.value == name:
+                        names = context.names.of(bound)
+                        return next(iter(sorted(names)), None)
+        return None
+
+
+_MODULES: OrderedDict[str, _Module] = OrderedDict()
+
+
+def _parse(data: bytes | None, path: str, settings: Settings) -> FileContext | None:
+    from codemod.context import FileContext
+
+    if data is None:
+        return None
+    try:
+        module = cst.parse_module(data)
+        code = data.decode(module.encoding)
+    except Exception:  # a file this libcst or Python cannot read: unknown
+        return None
+    return FileContext(module, path, settings, code)
+
+
+def _load(path: str, settings: Settings) -> _Module | None:
+    """The module of the project file `path`, parsed once while it stays unchanged."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    known = _MODULES.get(path)
+    if known is not None and known.stamp.size == info.st_size and known.stamp.mtime_ns == info.st_mtime_ns:
+        _MODULES.move_to_end(path)
+        return known
+    data: bytes | None = None
+    digest = ""
+    if info.st_size <= MAX_BYTES:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            digest = hashlib.sha256(data).hexdigest()
+        except OSError:
+            data = None
+    loaded = _Module(path, Stamp(path, info.st_size, info.st_mtime_ns, digest), data, settings)
+    _MODULES[path] = loaded
+    while len(_MODULES) > MAX_MODULES:
+        _MODULES.popitem(last=False)
+    return loaded
+
+
+@dataclass(frozen=True)
+class Function:
+    """A top-level function of a project module."""
+
+    module: _Module
+    node: cst.FunctionDef
+    qualified: str  # as the calling file names it: `pkg.data.make_loader`, `.utils.extract`
+
+    @property
+    def context(self) -> FileContext:
+        return self.module.context
+
+    @property
+    def where(self) -> str:
+        """`path:line` of its `def`."""
+        return f"{self.module.path}:{self.context.line(self.node)}"
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """A function whose result is its argument `param`, or a part of it."""
+
+    param: cst.Param
+    whole: bool  # every return is the argument itself
+    items: bool  # every return is an item (`x[k]`) of it
+
+
+@dataclass
+class _Walk:
+    """The summaries being computed on this thread's call chain (cycles, depth)."""
+
+    active: list = field(default_factory=list)
+
+
+_WALK = _Walk()
+
+
+class Project:
+    """The project modules one file imports from, and the summaries it asks for."""
+
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self._used: dict[str, _Module] = {}
+        self._tops: dict[str, bool] = {}
+        self._functions: dict[str, Function | None] = {}
+        self._imports: bool | None = None
+        path = context.path
+        self.folder: Path | None = None
+        self.root: Path | None = None
+        if path and not path.startswith("<"):
+            self.folder = Path(os.path.abspath(path)).parent
+            root = context.settings.root
+            self.root = Path(os.path.abspath(root)) if root is not None else _marked_root(self.folder)
+
+    # -- which function a call calls ---------------------------------------------------
+
+    def function(self, func: cst.BaseExpression) -> Function | None:
+        """The project function `func` (the callee of a call) names, if any."""
+        if self.folder is None:
+            return None
+        for name in sorted(self.context.names.of(func)):
+            found = self._resolve(name, 0)
+            if found is not None:
+                return found
+        return None
+
+    def imports_project(self) -> bool:
+        """Does the file import from a module of the project (a relative import, or a
+        package at the project root or beside the file)? Cheap: rules ask it first."""
+        if self._imports is None:
+            self._imports = self.folder is not None and any(
+                top is None or self._is_project_top(top)
+                for statement in self.context.index.find((cst.Import, cst.ImportFrom))
+                for top in _imported_tops(statement)
+            )
+        return self._imports
+
+    def shown(self, function: Function, node: cst.CSTNode | None = None) -> str:
+        """`path:line` of `node` (a node of the function's module; its `def` by default), the
+        path relative to the project root."""
+        context = function.context
+        path = function.module.path
+        if self.root is not None:
+            try:
+                path = os.path.relpath(path, self.root)
+            except ValueError:
+                pass
+        return f"{path}:{context.line(node if node is not None else function.node)}"
+
+    def called(self, call: cst.Call) -> Function | None:
+        return self.function(call.func)
+
+    def _resolve(self, name: str, depth: int) -> Function | None:
+        key = name
+        if key in self._functions:
+            return self._functions[key]
+        self._functions[key] = None
+        found = self._find(name, depth)
+        self._functions[key] = found
+        return found
+
+    def _find(self, name: str, depth: int) -> Function | None:
+        dots = len(name) - len(name.lstrip("."))
+        parts = name[dots:].split(".")
+        if len(parts) < 2 or not all(parts):
+            return None
+        if dots:
+            base = self.folder
+            for _ in range(dots - 1):
+                base = base.parent
+            bases = [base]
+        else:
+            if not self._is_project_top(parts[0]):
+                return None
+            bases = [b for b in (self.root, self.root / "src" if self.root else None, self.folder) if b is not None]
+        module_parts, function_name = parts[:-1], parts[-1]
+        for base in bases:
+            path = _module_file(base, module_parts)
+            if path is None:
+                continue
+            module = _load(path, self.context.settings)
+            if module is None:
+                return None
+            self._used[path] = module
+            node = module.function(function_name)
+            if node is not None:
+                return Function(module, node, name)
+            target = module.re_export(function_name)
+            if target is not None and depth < MAX_RE_EXPORTS and module.project is not None:
+                found = module.project._resolve(target, depth + 1)
+                if found is not None:
+                    return Function(found.module, found.node, name)
+            return None
+        return None
+
+    def _is_project_top(self, top: str) -> bool:
+        """Is `top` a package or module of the project (at its root, in `src/`, or beside the file)?"""
+        known = self._tops.get(top)
+        if known is None:
+            known = False
+            for base in (self.root, self.root / "src" if self.root else None, self.folder):
+                if base is not None and ((base / top).is_dir() or (base / f"{top}.py").is_file()):
+                    known = True
+                    break
+            self._tops[top] = known
+        return known
+
+    # -- what the answers were read from --------------------------------------------------
+
+    def dependencies(self) -> list[Stamp]:
+        """The project files the answers for this file were read from, also through
+        the modules they led to."""
+        seen: dict[str, Stamp] = {}
+        todo = list(self._used.values())
+        while todo:
+            module = todo.pop()
+            if module.path in seen:
+                continue
+            seen[module.path] = module.stamp
+            if module.project is not None:
+                todo.extend(module.project._used.values())
+        own = os.path.abspath(self.context.path) if self.folder is not None else None
+        return [stamp for path, stamp in sorted(seen.items()) if path != own]
+
+    # -- summaries ---------------------------------------------------------------------------
+
+    def saver(self, function: Function) -> str | None:
+        """The checkpoint writer `function` calls (`torch.save`), itself or through the
+        functions it calls; None when it calls none that perfmod can see."""
+        return _summary(function.module, ("saver", function.node.name.value), lambda: _saver(function))
+
+    def passes_through(self, function: Function) -> PassThrough | None:
+        return _summary(function.module, ("through", function.node.name.value), lambda: _passes_through(function))
+
+    def yields_items_of(self, function: Function) -> cst.Param | None:
+        return _summary(function.module, ("yields", function.node.name.value), lambda: _yields_items_of(function))
+
+    def argument(self, call: cst.Call, function: Function, param: cst.Param) -> cst.BaseExpression | None:
+        """What `call` passes to `param` of the project function it calls."""
+        return argument_for(call, function.node, param)
+
+    def returned(self, function: Function, path: tuple[int, ...] = ()) -> Fact | None:
+        """What a call of `function` gives (the element at `path` of the tuple it returns),
+        as its module's analysis sees it; None when perfmod cannot tell."""
+        key = ("returned", function.node.name.value, path)
+        return _summary(function.module, key, lambda: _returned(function, path))
+
+    def annotated(self, function: Function, path: tuple[int, ...] = ()) -> Fact | None:
+        """What the return annotation of `function` says a call gives (`-> Tensor`,
+        `-> tuple[DataLoader, Tokenizer]` at `path`); None when it says nothing perfmod knows."""
+        annotation = function.node.returns.annotation if function.node.returns is not None else None
+        for index in path:
+            parts = _tuple_annotation(function.context, annotation)
+            annotation = parts[index] if parts is not None and index < len(parts) else None
+        if annotation is None:
+            return None
+        from codemod.analysis.kinds import Kind
+
+        fact = function.context.kinds.annotation_fact(annotation)
+        return None if fact.kind is Kind.UNKNOWN else fact
+
+    def arity(self, function: Function) -> int | None:
+        """How many values the tuple `function` returns holds: every `return` a tuple of
+        that many, or a `tuple[A, B]` return annotation; None otherwise."""
+        returns, yields = function.context.kinds.exits(function.node)
+        sizes = {
+            len(r.value.elements)
+            for r in returns
+            if isinstance(r.value, (cst.Tuple, cst.List))
+            and not any(isinstance(e, cst.StarredElement) for e in r.value.elements)
+        }
+        if (
+            not yields
+            and returns
+            and len(sizes) == 1
+            and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns)
+        ):
+            return sizes.pop()
+        annotation = function.node.returns.annotation if function.node.returns is not None else None
+        parts = _tuple_annotation(function.context, annotation)
+        return len(parts) if parts else None
+
+    def loaders_made(self, function: Function, path: tuple[int, ...] = ()) -> list[cst.Call]:
+        """The DataLoader constructions of its module that `function` returns (at `path`)."""
+        key = ("loaders", function.node.name.value, path)
+        return _summary(function.module, key, lambda: _loaders_made(function, path)) or []
+
+
+def _summary(module: _Module, key: tuple, compute):
+    """A summary of `module`, computed once; unknown (None) past MAX_DEPTH or in a cycle."""
+    if key in module.summaries:
+        return module.summaries[key]
+    marker = (module.path, key)
+    if marker in _WALK.active or len(_WALK.active) >= MAX_DEPTH:
+        return None
+    _WALK.active.append(marker)
+    try:
+        found = compute()
+    finally:
+        _WALK.active.pop()
+    module.summaries[key] = found
+    return found
+
+
+def _own_calls(context: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
+    return [
+        call
+        for call in context.index.find(cst.Call, within=function.body)
+        if context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda)) is function
+    ]
+
+
+def _saver(function: Function) -> str | None:
+    context, module = function.context, function.module
+    for call in _own_calls(context, function.node):
+        found = context.names.of(call) & SAVE_FUNCTIONS
+        if found:
+            return f"`{sorted(found)[0]}`"
+    for call in _own_calls(context, function.node):
+        local = context.kinds.local_callee(call)
+        if local is not None and context.kinds._class_of(local) is None:
+            inner = _summary(
+                module, ("saver", local.name.value), lambda local=local: _saver(Function(module, local, ""))
+            )
+            if inner is not None:
+                return f"{inner} in `{local.name.value}`"
+            continue
+        other = module.project.called(call) if module.project is not None else None
+        if other is not None:
+            inner = module.project.saver(other)
+            if inner is not None:
+                return f"{inner} in `{other.qualified}`"
+    return None
+
+
+def _params(function: cst.FunctionDef) -> dict[str, cst.Param]:
+    params = function.params
+    return {p.name.value: p for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+
+
+def _local_values(context: FileContext, name: cst.Name, function: cst.FunctionDef) -> list[cst.BaseExpression] | None:
+    """The values every binding of the local `name` of `function` assigns; None unless all
+    are plain `name = value` statements of the function."""
+    values = context.bindings.values(name)
+    if not values:
+        return None
+    for assignment in context.bindings.assignments(name) or ():
+        if context.index.first_enclosing(assignment.node, (cst.FunctionDef, cst.Lambda)) is not function:
+            return None
+    return values
+
+
+def _passes_through(function: Function) -> PassThrough | None:
+    context, node = function.context, function.node
+    kinds = context.kinds
+    returns, yields = kinds.exits(node)
+    if yields or not returns or any(r.value is None for r in returns):
+        return None
+    for call in _own_calls(context, node):
+        if method_name(call) in MOVING_METHODS:
+            return None  # it may move (a part of) its argument before returning it
+    for target in context.index.find((cst.AssignTarget, cst.AugAssign, cst.AnnAssign), within=node.body):
+        written = target.target
+        if isinstance(written, (cst.Subscript, cst.Attribute)):
+            return None  # it may replace a part of its argument
+    params = _params(node)
+    if not _only_read(context, node, params):
+        return None
+    found: set[str] = set()
+    hows: set[str] = set()
+    todo = [(r.value, "whole") for r in returns]
+    seen: set[int] = set()
+    while todo:
+        expr, how = todo.pop()
+        if id(expr) in seen or len(seen) > 64:
+            continue
+        seen.add(id(expr))
+        if isinstance(expr, cst.Subscript):
+            todo.append((expr.value, "item" if how in ("whole", "item") else how))
+        elif isinstance(expr, cst.Attribute):
+            todo.append((expr.value, "part"))
+        elif isinstance(expr, cst.Call) and method_name(expr) in SAME_PLACE_METHODS:
+            todo.append((expr.func.value, "part"))
+        elif isinstance(expr, cst.IfExp):
+            todo += [(expr.body, how), (expr.orelse, how)]
+        elif isinstance(expr, cst.Name) and expr.value in params and context.bindings.param_of(expr) is not None:
+            found.add(expr.value)
+            hows.add(how)
+        elif isinstance(expr, cst.Name):
+            values = _local_values(context, expr, node)
+            if values is None:
+                return None
+            todo += [(value, how) for value in values]
+        else:
+            return None
+    if len(found) != 1:
+        return None
+    return PassThrough(params[found.pop()], whole=hows == {"whole"}, items=hows == {"item"})
+
+
+# Methods that only read a batch or a tensor (others may change it in place).
+READING_METHODS = {"keys", "values", "items", "get", "size", "dim", "numel", "__len__"} | SAME_PLACE_METHODS
+
+
+def _only_read(context: FileContext, function: cst.FunctionDef, params: dict[str, cst.Param]) -> bool:
+    """Is every parameter of `function` only read in its body: indexed, asked for a part, or
+    passed to a builtin (`isinstance`, `len`), never handed to another function or changed
+    through one of its methods, which could move what the function returns?"""
+    index, parents = context.index, context.parents
+    for name in index.find(cst.Name, within=function.body):
+        if name.value not in params or context.bindings.param_of(name) is None:
+            continue
+        parent = parents.get(name)
+        if isinstance(parent, cst.Attribute) and parent.value is name:
+            call = parents.get(parent)
+            if isinstance(call, cst.Call) and call.func is parent and parent.attr.value not in READING_METHODS:
+                return False
+        elif isinstance(parent, cst.Arg):
+            call = parents.get(parent)
+            if isinstance(call, cst.Call) and not any(n.startswith("builtins.") for n in context.names.of(call)):
+                return False
+    return True
+
+
+def _yields_items_of(function: Function) -> cst.Param | None:
+    context, node = function.context, function.node
+    returns, yields = context.kinds.exits(node)
+    if not yields or any(r.value is not None for r in returns):
+        return None
+    params = _params(node)
+    sources: set[str] = set()
+    for found in yields:
+        value = found.value
+        if isinstance(value, cst.From):
+            iterable = value.item
+        elif isinstance(value, cst.Call) and context.names.is_(value.func, "next", "builtins.next") and value.args:
+            iterable = value.args[0].value
+        elif isinstance(value, cst.Name):
+            loop = context.index.first_enclosing(found, (cst.For, cst.FunctionDef))
+            if not (
+                isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and loop.target.value == value.value
+            ):
+                return None
+            iterable = loop.iter
+        else:
+            return None
+        source = _iterated_param(context, iterable, node, params)
+        if source is None:
+            return None
+        sources.add(source)
+    return params[sources.pop()] if len(sources) == 1 else None
+
+
+def _iterated_param(context: FileContext, expr, function: cst.FunctionDef, params: dict, depth: int = 0) -> str | None:
+    """The parameter `expr` iterates: the parameter, `iter(param)`, or a local bound only to those."""
+    if depth > 3:
+        return None
+    if isinstance(expr, cst.Call) and context.names.is_(expr.func, "iter", "builtins.iter") and len(expr.args) == 1:
+        return _iterated_param(context, expr.args[0].value, function, params, depth + 1)
+    if not isinstance(expr, cst.Name):
+        return None
+    if expr.value in params and context.bindings.param_of(expr) is not None:
+        return expr.value
+    values = _local_values(context, expr, function)
+    if not values:
+        return None
+    found = {_iterated_param(context, value, function, params, depth + 1) for value in values}
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def _returned(function: Function, path: tuple[int, ...]) -> Fact | None:
+    from codemod.analysis.kinds import UNKNOWN, Kind
+
+    context, node = function.context, function.node
+    kinds = context.kinds
+    returns, yields = kinds.exits(node)
+    if yields or not returns or any(r.value is None for r in returns):
+        return None
+    if kinds.callers(node) is not None:
+        return None  # its parameters would hold what its own module passes, not what this call does
+    result = None
+    for found in returns:
+        value = found.value
+        for index in path:
+            if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements):
+                return None
+            if any(isinstance(e, cst.StarredElement) for e in value.elements):
+                return None
+            value = value.elements[index].value
+        fact = kinds.fact(value)
+        result = fact if result is None else result.join(fact)
+    if result is None or result.kind is Kind.UNKNOWN:
+        return None
+    return result if result != UNKNOWN else None
+
+
+def _loaders_made(function: Function, path: tuple[int, ...]) -> list[cst.Call]:
+    context = function.context
+    loaders = context.loaders
+    if not loaders.constructions:
+        return []
+    found = []
+    for value in context.kinds.returned(function.node):
+        if not loaders.only_loaders(value, path, 0):
+            return []
+        found.extend(loaders.sources(value, path, 0))
+    return list({id(call): call for call in found}.values())
+
+
+def _imported_tops(statement: cst.Import | cst.ImportFrom) -> list[str | None]:
+    """The top packages an import reads from; None for a relative import."""
+    if isinstance(statement, cst.ImportFrom):
+        modules = [] if statement.relative else [statement.module]
+        if statement.relative:
+            return [None]
+    else:
+        modules = [alias.name for alias in statement.names]
+    tops = []
+    for module in modules:
+        while isinstance(module, cst.Attribute):
+            module = module.value
+        if isinstance(module, cst.Name):
+            tops.append(module.value)
+    return tops
+
+
+def _tuple_annotation(context: FileContext, annotation) -> list[cst.BaseExpression] | None:
+    """The members of a `tuple[A, B]` / `Tuple[A, B]` annotation (not `tuple[A, ...]`)."""
+    if not isinstance(annotation, cst.Subscript):
+        return None
+    if not context.names.is_(annotation.value, "builtins.tuple", "tuple", "typing.Tuple"):
+        return None
+    parts = [e.slice.value for e in annotation.slice if isinstance(e.slice, cst.Index)]
+    if len(parts) != len(annotation.slice) or any(isinstance(p, cst.Ellipsis) for p in parts):
+        return None
+    return parts
+
+
+def _module_file(base: Path, parts: list[str]) -> str | None:
+    folder = base.joinpath(*parts[:-1]) if len(parts) > 1 else base
+    last = parts[-1]
+    for candidate in (folder / f"{last}.py", folder / last / "__init__.py"):
+        if candidate.is_file():
+            return os.path.abspath(candidate)
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _marked_root(folder: Path) -> Path:
+    """The nearest folder at or above `folder` with a project marker; `folder` itself without one."""
+    for candidate in (folder, *folder.parents):
+        if any((candidate / marker).exists() for marker in ROOT_MARKERS):
+            return candidate
+    return folder
+
+
+def project_of(context: FileContext) -> Project:
+    """The file's Project, built once and shared by every rule and analysis."""
+    return context.shared("project", Project)
+
+
+def project_dependencies(context: FileContext) -> list[Stamp]:
+    """The project files the analysis of `context` read (none when it never looked)."""
+    project = context._shared.get("project")
+    return project.dependencies() if project is not None else []

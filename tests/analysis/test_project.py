@@ -1,0 +1,409 @@
+"""Values followed into the project's own modules and through type annotations.
+
+Each test writes a small multi-file project into a temporary folder (a package
+with the helpers in `utils.py`, the loader factory in `data.py`, the training
+loop in `train.py`) and checks what perfmod says about `train.py`, written from
+the anti-patterns (a blocking copy of a batch a helper extracts, a checkpoint
+written by a project wrapper, an unpinned loader a factory builds), not from
+the implementation. Fixes are run on the CPU and must train the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from codemod.analysis.kinds import Kind, Place
+from codemod.config import Settings
+from codemod.context import FileContext
+from codemod.engine import process_source
+from codemod.result import Level
+from tests.cli_support import perfmod, process_env
+
+UTILS = """\
+import json
+
+import torch
+from torch import Tensor
+
+
+def extract(batch, key: str = "x") -> Tensor:
+    if isinstance(batch, dict):
+        out = batch[key]
+    elif isinstance(batch, (tuple, list)):
+        out = batch[0]
+    else:
+        out = batch
+    return out
+
+
+def loop_forever(loader):
+    it = iter(loader)
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            it = iter(loader)
+
+
+def _write_torch(obj, path):
+    torch.save(obj, path)
+
+
+def save_any(obj, path):
+    if str(path).endswith(".json"):
+        with open(path, "w") as f:
+            json.dump(obj, f)
+    else:
+        _write_torch(obj, path)
+
+
+def save_json(obj, path):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+def to_device(batch, device):
+    return batch[0].to(device)
+
+
+def extract_moved(batch):
+    batch[0] = batch[0].cuda()
+    return batch[0]
+"""
+
+DATA = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_loaders(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    data = TensorDataset(torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g))
+    train = DataLoader(data, batch_size=8)
+    val = DataLoader(data, batch_size=8, pin_memory=True, num_workers=2)
+    return train, val
+"""
+
+TRAIN = """\
+import sys
+
+import torch
+from torch.utils.data import DataLoader
+
+from .utils import extract, loop_forever
+import pkg.utils as u
+
+
+def optimize(model: torch.nn.Module, loader: DataLoader, device: str, steps: int) -> list:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    it = loop_forever(loader)
+    losses = []
+    for step in range(steps):
+        x = extract(next(it)).to(device)
+        y = u.extract(next(it), "y").to(device)
+        loss = (model(x) - y[:, :1]).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def main():
+    from pkg.data import make_loaders
+
+    torch.manual_seed(0)
+    train, _ = make_loaders(64)
+    model = torch.nn.Linear(4, 1)
+    print(optimize(model, train, sys.argv[1] if len(sys.argv) > 1 else "cpu", 6))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _project(root: Path, files: dict[str, str]) -> Path:
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    for name, text in {"pkg/__init__.py": "", **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def _check(path: Path, *codes: str, level: Level = Level.UNSAFE):
+    settings = Settings(level=level, select=codes or ("ALL",))
+    return process_source(path.read_bytes(), str(path), settings)
+
+
+def _lines(result, code: str) -> dict[int, list]:
+    found: dict[int, list] = {}
+    for finding in result.findings:
+        if finding.code == code:
+            found.setdefault(finding.line, []).append(finding)
+    return found
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+# -- blocking copies of what a project helper hands back --------------------------------
+
+
+def test_copy_of_an_extracted_batch_is_made_non_blocking(tmp_path):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    train = root / "pkg" / "train.py"
+    result = _check(train, "PM101")
+    copies = _lines(result, "PM101")
+    for text in ("x = extract(next(it))", "y = u.extract(next(it)"):  # relative import; `import pkg.utils as u`
+        line = _line_of(train, text)
+        assert [f.applied for f in copies.get(line, [])] == [True], (text, copies)
+    new = result.new_source.decode()
+    assert "x = extract(next(it)).to(device, non_blocking=True)" in new
+    assert 'y = u.extract(next(it), "y").to(device, non_blocking=True)' in new
+    again = process_source(result.new_source, str(train), Settings(level=Level.UNSAFE, select=("PM101",)))
+    assert not again.findings  # idempotent
+
+
+def test_rewritten_loop_trains_the_same_on_cpu(tmp_path):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    train = root / "pkg" / "train.py"
+    before = _run(root)
+    result = _check(train, "PM101")
+    assert result.changed and result.error is None
+    train.write_bytes(result.new_source)
+    after = _run(root)
+    assert len(before) == 6 and before == after
+
+
+def _run(root: Path) -> list[float]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pkg.train", "cpu"],
+        cwd=root,
+        env=process_env(PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "helper",
+    [
+        "to_device(next(it), device)",  # the helper moves the batch itself
+        "extract_moved(next(it))",  # it replaces a part of its argument before returning it
+    ],
+)
+def test_helpers_that_move_the_batch_are_not_taken_for_host_tensors(tmp_path, helper):
+    loop = TRAIN.replace("x = extract(next(it)).to(device)", f"x = u.{helper}.to(device)")
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": loop})
+    train = root / "pkg" / "train.py"
+    result = _check(train, "PM101")
+    line = _line_of(train, helper)
+    assert not any(f.applied for f in _lines(result, "PM101").get(line, []))
+
+
+def test_a_module_that_does_not_parse_is_unknown(tmp_path):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS + "def broken(:\n", "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    train = root / "pkg" / "train.py"
+    result = _check(train)
+    assert result.error is None
+    assert not any(f.applied for f in _lines(result, "PM101").get(_line_of(train, "x = extract("), []))
+
+
+def test_a_file_without_project_imports_reads_no_other_file(tmp_path):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/solo.py": "import torch\nx = torch.randn(3).cuda()\n"})
+    result = _check(root / "pkg" / "solo.py")
+    assert result.dependencies == ()
+    assert [f.applied for f in result.findings if f.code == "PM101"] == [True]
+
+
+# -- type annotations ------------------------------------------------------------------
+
+
+ANNOTATED = """\
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float
+from torch import Tensor
+from torch.utils.data import DataLoader as DL
+
+
+def f(
+    loader: DL[tuple[Tensor, Tensor]] | None,
+    model: nn.Module,
+    dev: "torch.device",
+    x: Optional[Tensor],
+    y: Float[Tensor, "b d"],
+    z: "Tensor | None",
+    n: int,
+    either: Tensor | nn.Module,
+):
+    return loader, model, dev, x, y, z, n, either
+"""
+
+
+def test_annotations_say_what_parameters_hold():
+    context = FileContext.of_source(ANNOTATED)
+    function = next(s for s in context.module.body if isinstance(s, cst.FunctionDef))
+    returned = function.body.body[0].body[0].value.elements
+    facts = [context.kinds.fact(element.value) for element in returned]
+    assert [fact.kind for fact in facts] == [
+        Kind.LOADER,
+        Kind.MODULE,
+        Kind.DEVICE,
+        Kind.TENSOR,
+        Kind.TENSOR,
+        Kind.TENSOR,
+        Kind.UNKNOWN,
+        Kind.UNKNOWN,
+    ]
+    assert facts[0].place is Place.HOST  # a loader of unknown dataset yields host tensors
+    assert facts[3].place is Place.UNKNOWN  # a tensor parameter may be anywhere
+
+
+def test_a_local_class_named_like_torch_is_not_torch():
+    context = FileContext.of_source("class Tensor:\n    pass\n\n\ndef f(x: 'Tensor'):\n    return x\n")
+    function = context.module.body[1]
+    assert context.kinds.fact(function.body.body[0].body[0].value).kind is Kind.UNKNOWN
+
+
+def test_batches_of_a_loader_parameter_are_copied_without_blocking(tmp_path):
+    path = tmp_path / "loop.py"
+    path.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "def fit(model, loader: 'DataLoader', device):\n"
+        "    for x, y in loader:\n"
+        "        x = x.to(device)\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+    )
+    result = _check(path, "PM101")
+    assert [f.applied for f in result.findings] == [True]
+
+
+# -- checkpoints written by a project wrapper -------------------------------------------------
+
+SAVING = """\
+import torch
+from pkg.utils import save_any, save_json
+
+
+def train(model, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        loss = model(torch.randn(2, 4)).sum()
+        loss.backward()
+        opt.step()
+        save_json({"step": step}, "log.json")
+        save_any(model.state_dict(), f"ckpt_{step}.pt")
+"""
+
+
+def test_a_checkpoint_written_by_a_project_wrapper_is_reported(tmp_path):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/train.py": SAVING})
+    train = root / "pkg" / "train.py"
+    result = _check(train, "PM405")
+    assert [(f.line, f.fixable) for f in result.findings] == [(_line_of(train, "save_any(model"), False)]
+    message = result.findings[0].message
+    assert "pkg/utils.py" in message and "torch.save" in message and "_write_torch" in message
+    assert not result.changed  # never rewritten: the wrapper lives in another file
+
+
+# -- loaders built by a project factory -------------------------------------------------------
+
+
+def test_an_unpinned_loader_from_a_factory_is_reported_where_its_batches_are_copied(tmp_path):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    loop = (
+        "import torch\nfrom pkg.data import make_loaders\n\n\n"
+        "def run(model, opt):\n"
+        "    train, val = make_loaders(64)\n"
+        "    for x, y in train:\n"
+        "        x, y = x.cuda(), y.cuda()\n"
+        "        loss = (model(x) - y).pow(2).mean()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "    for x, y in val:\n"
+        "        x, y = x.cuda(), y.cuda()\n"
+        "        loss = (model(x) - y).pow(2).mean()\n"
+        "        loss.backward()\n"
+    )
+    path = root / "pkg" / "loop.py"
+    path.write_text(loop)
+    result = _check(path, "PM102", "PM201")
+    call = _line_of(path, "make_loaders(64)")
+    found = sorted((f.code, f.line, f.fixable) for f in result.findings)
+    assert found == [("PM102", call, False)]  # `val` is pinned
+    assert "`pkg.data.make_loaders` (pkg/data.py:8) has no pin_memory" in result.findings[0].message
+    assert not result.changed
+    # PM201 (a second-pass rule) looks only at files that name DataLoader, here in an annotation.
+    path.write_text(
+        "from torch.utils.data import DataLoader\n"
+        + loop.replace("train, val =", "train: DataLoader\n    train, val =")
+    )
+    result = _check(path, "PM102", "PM201")
+    call = _line_of(path, "make_loaders(64)")
+    found = sorted((f.code, f.line, f.fixable) for f in result.findings)
+    assert found == [("PM102", call, False), ("PM201", call, False)]
+    assert all("pkg/data.py:8" in f.message for f in result.findings)
+
+
+def test_a_pinned_loader_from_a_factory_is_left_alone(tmp_path):
+    data = DATA.replace("DataLoader(data, batch_size=8)", "DataLoader(data, batch_size=8, pin_memory=True)")
+    root = _project(tmp_path, {"pkg/data.py": data})
+    path = root / "pkg" / "loop.py"
+    path.write_text(
+        "from pkg.data import make_loaders\n\n\n"
+        "def run(model):\n"
+        "    train, _ = make_loaders(64)\n"
+        "    for x, y in train:\n"
+        "        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)\n"
+        "        model(x).sum().backward()\n"
+    )
+    assert _check(path, "PM102").findings == []
+
+
+# -- the result cache ---------------------------------------------------------------------------
+
+
+def test_the_cache_is_not_served_after_an_imported_module_changes(tmp_path, monkeypatch):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("PERFMOD_CACHE_DIR", raising=False)
+    args = ["check", "pkg/train.py", "--select", "PM101", "--format", "json"]
+
+    def fixable() -> int:
+        run = perfmod(*args)
+        return sum(1 for f in json.loads(run.stdout)["findings"] if f["applied"])
+
+    assert fixable() == 2
+    assert fixable() == 2  # from the cache
+    utils = root / "pkg" / "utils.py"
+    moved = UTILS.replace("    return out\n", "    return out.cuda()\n", 1)
+    utils.write_text(moved)  # `extract` now moves the batch itself
+    assert fixable() == 0
+    stat = utils.stat()
+    utils.write_text(moved)  # same bytes, newer time: still served
+    os.utime(utils, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10_000_000))
+    assert fixable() == 0
+
+
+def test_cache_entries_record_the_project_files_read(tmp_path):
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    result = _check(root / "pkg" / "train.py", "PM101")
+    assert {Path(d.path).name for d in result.dependencies} >= {"utils.py"}
+    assert all(d.fresh() for d in result.dependencies)
