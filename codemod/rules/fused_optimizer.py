@@ -68,9 +68,9 @@ device = torch.device("cuda")
 class UnfusedOptimizerOnCuda(Rule):
     """
     ## What it does
-    Finds `torch.optim.Adam`, `AdamW` and `SGD` built over the parameters of
-    a model on CUDA without choosing an implementation, and passes
-    `fused=True`.
+    Finds `torch.optim.Adam`, `AdamW` and `SGD` built over parameters on
+    CUDA (a model's, or tensors made to be trained) without choosing an
+    implementation, and passes `fused=True`.
 
     ## Why is this bad?
     Without `foreach` or `fused`, torch picks the *foreach* implementation on
@@ -94,8 +94,15 @@ class UnfusedOptimizerOnCuda(Rule):
     argparse option limited by `choices`, what a function of the file
     returns, a parameter to what every call passes; the parameters through
     factories (`build_optimizer(cfg, model.parameters())`), dicts of
-    `named_parameters()` and lists filled by `append`; a copy of a model
-    (`copy.deepcopy`) sits where the model does.
+    `named_parameters()`, lists filled by `append` or `extend` and added
+    with `+`; another name of a model (`net = model`, `copy.deepcopy(model)`,
+    `DistributedDataParallel(model)` and its `.module`, `torch.compile(model)`)
+    sits where the model does. Tensors trained directly count too: a tensor
+    made with `requires_grad=True` or `requires_grad_()`, or wrapped in
+    `nn.Parameter(...)`, sits where its factory's `device=` or its last
+    `.to(device)` / `.cuda()` puts it (on the host without either), also in a
+    comprehension (`[nn.Parameter(torch.randn(d, device=device)) for _ in
+    range(n)]`) or a `self.` attribute.
 
     ## Example
     ```python
@@ -119,17 +126,19 @@ class UnfusedOptimizerOnCuda(Rule):
     The fix is offered only when every parameter provably comes from
     `.parameters()` / `.named_parameters()` of models (param groups,
     comprehensions, `filter`, lists built by appending them) that are moved,
-    before the optimizer is built, to one device that is CUDA or may be CUDA
-    or the CPU. Left alone: an explicit `fused`, `foreach`, `capturable` or
-    `differentiable` argument, `**kwargs`, other optimizers, models that are
-    not moved (they train on the CPU) or are moved after the optimizer is
-    built, models whose submodules are moved on their own or that sit on
-    different devices (parameters spread over devices), and SGD in a file with
-    `sparse=True` (fused SGD rejects sparse gradients). Reported without a fix:
-    parameters that are not all a model's, models moved to a device the
-    analysis cannot tell (an argparse option that takes any value), models
-    placed by `accelerator.prepare(...)`, and scripts that ask for exact
-    float32 results (deterministic algorithms, TF32 turned off).
+    before the optimizer is built, or from tensors made for training (above),
+    all on one device that is CUDA or may be CUDA or the CPU. Left alone: an
+    explicit `fused`, `foreach`, `capturable` or `differentiable` argument,
+    `**kwargs`, other optimizers, parameters that all stay on the host (they
+    train on the CPU), models moved after the optimizer is built, models
+    whose submodules are moved on their own or parameters on two different
+    devices (`cuda:0` and `cuda:1`), complex tensors (fused kernels take
+    floating-point tensors only), and SGD in a file with `sparse=True` (fused
+    SGD rejects sparse gradients). Reported without a fix: a parameter whose
+    origin or device the analysis cannot tell (the message names it), a host
+    tensor trained together with parameters moved to a device, models placed
+    by `accelerator.prepare(...)`, and scripts that ask for exact float32
+    results (deterministic algorithms, TF32 turned off).
     """
 
     CODE = "PM402"
