@@ -233,7 +233,7 @@ def test_complex_parameters_are_left_alone():
 
 # -- run ------------------------------------------------------------------------------------
 
-SCRIPT = '''\
+SCRIPT = """\
 import torch
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -250,7 +250,7 @@ for step in range(20):
     loss.backward()
     optimizer.step()
     print("step", step, "loss", repr(loss.item()))
-'''
+"""
 
 
 def test_the_fused_rewrite_of_a_tensor_fit_trains_within_tolerance():
