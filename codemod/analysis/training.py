@@ -825,9 +825,9 @@ class Training:
             return None, Problem(f"`{self.code(backward.loss)}` is computed outside the block that calls backward()")
         last = binders[-1]
         if not isinstance(body[last], cst.SimpleStatementLine):
-            return None, Problem(
-                "the loss is computed inside a nested block (line {})", (body[last],), self.context.line
-            )
+            nested = self._nested_loss_problem(body, last)
+            if nested is not None:
+                return None, nested
         first = next((i for i in range(last + 1) if self._has_model_call(body[i])), None)
         outside = self._model_result_outside(loop, body[last if first is None else first : last + 1])
         if outside is not None:
@@ -844,6 +844,47 @@ class Training:
         if any(self.index.find((cst.Yield, cst.Await), within=stmt) for stmt in region.statements):
             return None, Problem("the forward region yields or awaits")
         return region, None
+
+    def _nested_loss_problem(self, body: list, last: int) -> Problem | None:
+        """Why the compound statement `body[last]`, which computes the loss last, cannot
+        end the forward region; None for an `if`, `with` or `try` that only computes
+        values (the region then ends with it): not a loop (the loss may be
+        accumulated over passes of its own), no backward or optimizer step inside, and
+        no `if` that tests a value the step computed before it (in lower precision the
+        test could come out otherwise)."""
+        statement = body[last]
+        line = self.context.line
+        if not isinstance(statement, (cst.If, cst.With, cst.Try)):
+            return Problem(
+                "the loss is computed inside a nested loop (line {}); wrap the forward pass and that "
+                "loop in autocast by hand",
+                (statement,),
+                line,
+            )
+        for call in self.steps.reached_calls(statement):
+            if self.steps.is_backward(call) or self.steps.step_of(call) is not None:
+                return Problem(
+                    "the block that computes the loss (line {}) also runs backward() or an optimizer "
+                    "step (line {}); wrap only the forward pass in autocast by hand",
+                    (statement, call),
+                    line,
+                )
+        earlier: set[str] = set()
+        for before in body[:last]:
+            earlier |= self._bound_codes(before)
+        branch: cst.CSTNode | None = statement
+        while isinstance(branch, cst.If):
+            read = next((n for n in names_read(branch.test) if n.value in earlier), None)
+            if read is not None:
+                return Problem(
+                    f"the `if` that computes the loss (line {{}}) tests `{read.value}`, which the step "
+                    "computes before it: in lower precision the test may come out otherwise; wrap the "
+                    "forward pass in autocast by hand if the branch taken does not depend on its precision",
+                    (branch,),
+                    line,
+                )
+            branch = branch.orelse
+        return None
 
     def _bound_codes(self, statement: cst.CSTNode) -> set[str]:
         """Every expression `statement` assigns: `loss`, `out.loss`, both of `a, b = ...`."""
