@@ -116,3 +116,34 @@ def test_a_script_that_already_chooses_a_precision_is_left_alone():
     settings = Settings(select=("PM302",), level=Level.NUMERIC)
     result = process_source(source.encode(), "train.py", settings, [Float32MatmulWithoutTf32])
     assert result.findings == [] and (result.new_source is None or result.new_source.decode() == source)
+
+
+def test_a_library_function_that_runs_another_training_phase_gets_it_once():
+    """`fit` runs a warm-up phase (its own training loop) and then the main loop: the
+    line goes once, at the top of `fit`, not again in the warm-up it calls."""
+    new = fixed(
+        """\
+        import torch
+        import torch.nn as nn
+
+
+        def warm_up(model, opt, batches):
+            for x in batches:
+                loss = model(x).abs().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+
+        def fit(model, batches, device):
+            model.cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            warm_up(model, opt, batches[:2])
+            for x in batches:
+                loss = model(x.to(device)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """
+    )
+    assert function_of(new, LINE) == "fit"
