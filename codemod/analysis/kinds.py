@@ -301,6 +301,16 @@ class Kinds:
             return None
         return Copy(call, "to", receiver, self.device_place(target), True, non_blocking)
 
+    def reaching(self, use: cst.Name) -> list[Assignment]:
+        """The bindings of this file whose value `use` may read (as the module docstring
+        describes: the last one before it that dominates it, else all before it, and
+        later ones carried round a loop); empty when one is not an assignment here."""
+        scope = self.scopes.get(use)
+        bindings = list(scope[use.value]) if scope is not None else []
+        if not bindings or not all(isinstance(a, Assignment) for a in bindings):
+            return []
+        return self._reaching(use, bindings)
+
     def storage_root(self, expr: cst.BaseExpression) -> cst.BaseExpression:
         """The variable whose storage `expr` may share: `buf` for `buf[0].float()`
         (indexing makes views, and a conversion to the same dtype returns self)."""

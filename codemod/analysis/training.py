@@ -56,6 +56,10 @@ BUILTIN_NAMES = set(dir(builtins))
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 MAX_DEPTH = 6  # how many bindings and wrappers a look-up follows
 NO_FORWARD = "no model call before the loss in the block that computes it"
+# What `parameter_model_sites` asks about a part that is not a model's parameters.
+TensorSites = Callable[
+    [cst.BaseExpression, "cst.CSTNode | None"], "list[tuple[cst.BaseExpression, cst.CSTNode | None]] | None"
+]
 
 
 # -- facts -------------------------------------------------------------------------
@@ -663,17 +667,36 @@ class Training:
         return [model for model, _ in found] if found is not None else None
 
     def parameter_model_sites(
-        self, params: cst.BaseExpression, at: cst.CSTNode | None, depth: int = 0
+        self,
+        params: cst.BaseExpression,
+        at: cst.CSTNode | None,
+        depth: int = 0,
+        tensors: TensorSites | None = None,
     ) -> list[tuple[cst.BaseExpression, cst.CSTNode | None]] | None:
         """`parameter_models`, each model with the node where its placement counts:
         `at` (the optimizer's construction), or the call that passes it to a function
-        that builds the optimizer (`build_optimizer(cfg, model.parameters())`)."""
+        that builds the optimizer (`build_optimizer(cfg, model.parameters())`).
+
+        `tensors`, when given, is asked about the parts that are not parameters of a
+        model (a name first, anything else when it is no container of parameters): it
+        returns the sites it stands for (a tensor made to be trained, `nn.Parameter(...)`),
+        or None when it cannot tell; the lists, sums and appends around them are followed here."""
         if depth > 2 * MAX_DEPTH:  # each container, comprehension and name is a level
             return None
+        if tensors is not None and isinstance(params, cst.Name):
+            own = tensors(params, at)
+            if own is not None:
+                return own
+        found = self._parameter_sites(params, at, depth, tensors)
+        if found is None and tensors is not None and not isinstance(params, cst.Name):
+            return tensors(params, at)
+        return found
+
+    def _parameter_sites(self, params: cst.BaseExpression, at, depth: int, tensors: TensorSites | None):
         if isinstance(params, cst.Call):
-            return self._parameter_call_models(params, at, depth)
+            return self._parameter_call_models(params, at, depth, tensors)
         if isinstance(params, (cst.List, cst.Tuple)):
-            return self._all_models([e.value for e in params.elements], at, depth)
+            return self._all_models([e.value for e in params.elements], at, depth, tensors)
         if isinstance(params, cst.Dict):  # a param group: only its "params" hold tensors
             group = [
                 e.value
@@ -682,7 +705,7 @@ class Training:
                 and isinstance(e.key, cst.SimpleString)
                 and e.key.evaluated_value == "params"
             ]
-            return self._all_models(group, at, depth) if len(group) == 1 else None
+            return self._all_models(group, at, depth, tensors) if len(group) == 1 else None
         if isinstance(params, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
             loop = params.for_in
             element = params.value if isinstance(params, cst.DictComp) else params.elt
@@ -690,28 +713,28 @@ class Training:
                 return None
             if element.value not in {t.value for t in _bound_targets(loop.target) if isinstance(t, cst.Name)}:
                 return None
-            return self.parameter_model_sites(loop.iter, at, depth + 1)
+            return self.parameter_model_sites(loop.iter, at, depth + 1, tensors)
         if isinstance(params, cst.BinaryOperation) and isinstance(params.operator, cst.Add):
-            return self._all_models([params.left, params.right], at, depth)
+            return self._all_models([params.left, params.right], at, depth, tensors)
         if isinstance(params, cst.Name):
-            return self._parameter_name_models(params, at, depth)
+            return self._parameter_name_models(params, at, depth, tensors)
         return None
 
-    def _parameter_call_models(self, call: cst.Call, at, depth: int):
+    def _parameter_call_models(self, call: cst.Call, at, depth: int, tensors: TensorSites | None):
         if method_name(call) in ("parameters", "named_parameters"):
             return [(call.func.value, at)]
         if method_name(call) == "values" and not call.args:  # `{n: p for n, p in m.named_parameters()}.values()`
-            return self.parameter_model_sites(call.func.value, at, depth + 1)
+            return self.parameter_model_sites(call.func.value, at, depth + 1, tensors)
         values = [a.value for a in call.args if a.keyword is None and not a.star]
         if self.names.is_(call.func, "list", "tuple", "builtins.list", "builtins.tuple") and len(values) == 1:
-            return self.parameter_model_sites(values[0], at, depth + 1)
+            return self.parameter_model_sites(values[0], at, depth + 1, tensors)
         if self.names.is_(call.func, "filter", "builtins.filter") and len(values) == 2:
-            return self.parameter_model_sites(values[1], at, depth + 1)
+            return self.parameter_model_sites(values[1], at, depth + 1, tensors)
         if self.names.is_(call.func, "itertools.chain") and values:
-            return self._all_models(values, at, depth)
+            return self._all_models(values, at, depth, tensors)
         return None
 
-    def _parameter_name_models(self, name: cst.Name, at, depth: int):
+    def _parameter_name_models(self, name: cst.Name, at, depth: int, tensors: TensorSites | None):
         """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add
         (also through `(a if c else b).append(p)`); a parameter: what its calls pass."""
         sources: list[tuple[cst.BaseExpression, cst.CSTNode | None]] = []
@@ -753,7 +776,7 @@ class Training:
             return None
         models = []
         for source, where in sources:
-            found = self.parameter_model_sites(source, where, depth + 1)
+            found = self.parameter_model_sites(source, where, depth + 1, tensors)
             if found is None:
                 return None
             models.extend(found)
@@ -776,10 +799,10 @@ class Training:
             return None
         return statement.value.elements[list(names.elements).index(element)].value
 
-    def _all_models(self, parts: Sequence[cst.BaseExpression], at, depth: int):
+    def _all_models(self, parts: Sequence[cst.BaseExpression], at, depth: int, tensors: TensorSites | None):
         models = []
         for part in parts:
-            found = self.parameter_model_sites(part, at, depth + 1)
+            found = self.parameter_model_sites(part, at, depth + 1, tensors)
             if found is None:
                 return None
             models.extend(found)
@@ -802,9 +825,9 @@ class Training:
             return None, Problem(f"`{self.code(backward.loss)}` is computed outside the block that calls backward()")
         last = binders[-1]
         if not isinstance(body[last], cst.SimpleStatementLine):
-            return None, Problem(
-                "the loss is computed inside a nested block (line {})", (body[last],), self.context.line
-            )
+            nested = self._nested_loss_problem(body, last)
+            if nested is not None:
+                return None, nested
         first = next((i for i in range(last + 1) if self._has_model_call(body[i])), None)
         outside = self._model_result_outside(loop, body[last if first is None else first : last + 1])
         if outside is not None:
@@ -821,6 +844,47 @@ class Training:
         if any(self.index.find((cst.Yield, cst.Await), within=stmt) for stmt in region.statements):
             return None, Problem("the forward region yields or awaits")
         return region, None
+
+    def _nested_loss_problem(self, body: list, last: int) -> Problem | None:
+        """Why the compound statement `body[last]`, which computes the loss last, cannot
+        end the forward region; None for an `if`, `with` or `try` that only computes
+        values (the region then ends with it): not a loop (the loss may be
+        accumulated over passes of its own), no backward or optimizer step inside, and
+        no `if` that tests a value the step computed before it (in lower precision the
+        test could come out otherwise)."""
+        statement = body[last]
+        line = self.context.line
+        if not isinstance(statement, (cst.If, cst.With, cst.Try)):
+            return Problem(
+                "the loss is computed inside a nested loop (line {}); wrap the forward pass and that "
+                "loop in autocast by hand",
+                (statement,),
+                line,
+            )
+        for call in self.steps.reached_calls(statement):
+            if self.steps.is_backward(call) or self.steps.step_of(call) is not None:
+                return Problem(
+                    "the block that computes the loss (line {}) also runs backward() or an optimizer "
+                    "step (line {}); wrap only the forward pass in autocast by hand",
+                    (statement, call),
+                    line,
+                )
+        earlier: set[str] = set()
+        for before in body[:last]:
+            earlier |= self._bound_codes(before)
+        branch: cst.CSTNode | None = statement
+        while isinstance(branch, cst.If):
+            read = next((n for n in names_read(branch.test) if n.value in earlier), None)
+            if read is not None:
+                return Problem(
+                    f"the `if` that computes the loss (line {{}}) tests `{read.value}`, which the step "
+                    "computes before it: in lower precision the test may come out otherwise; wrap the "
+                    "forward pass in autocast by hand if the branch taken does not depend on its precision",
+                    (branch,),
+                    line,
+                )
+            branch = branch.orelse
+        return None
 
     def _bound_codes(self, statement: cst.CSTNode) -> set[str]:
         """Every expression `statement` assigns: `loss`, `out.loss`, both of `a, b = ...`."""

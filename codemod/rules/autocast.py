@@ -88,7 +88,9 @@ class ForwardWithoutAutocast(Rule):
     ## What it does
     Finds training loops whose forward pass and loss run in float32 and wraps
     them in autocast: one `with precision.autocast():` block around the
-    statements from the first model call to the loss, with the precision
+    statements from the first model call to the loss (including an `if`,
+    `with` or `try` that finishes it, such as an optional auxiliary term
+    added under `if aux_weight > 0:`), with the precision
     policy of `runtime.amp` built once from the script's own device
     expression:
 
@@ -184,8 +186,10 @@ class ForwardWithoutAutocast(Rule):
     what runs next (a sampled action, a value read with `.item()` in an RL
     rollout), which lower precision could change; autocast used elsewhere in the
     file; a GradScaler without autocast; a forward pass that cannot be
-    delimited (the loss computed in a nested block or in the backward call
-    itself, the forward split across blocks); a device that cannot be told or
+    delimited (the loss computed in a nested loop or in the backward call
+    itself, the forward split across blocks, an `if` that finishes the loss
+    but tests a value the step computed, a block that also runs backward);
+    a device that cannot be told or
     is defined only inside the loop; and, for fp16, several optimizers or
     clipping placed where `unscale_` could not go once per step.
     """

@@ -8,6 +8,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.names import method_name
 from codemod.analysis.tensor_layout import layouts
+from codemod.analysis.torch_facts import MODULE_METHODS
 from codemod.edits import InsertAfter
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -20,6 +21,12 @@ HOOK_METHODS = {
     "register_full_backward_pre_hook",
     "register_backward_hook",
 }
+# Wrappers that run the model they are given (their `.module`).
+DATA_PARALLEL = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+)
 PER_CALL_HOOKS = ("runtime.hooks.per_call_forward_hook", "runtime.hooks.per_call_forward_pre_hook")
 # What a model is set up with before training (the compile goes after the last of these).
 SET_UP_METHODS = frozenset(
@@ -60,9 +67,12 @@ class UncompiledModel(Rule):
     Finds a model trained in eager mode and compiles it once, right after the
     last statement that builds or moves it before the training loop (not after
     a `.train()` in the epoch loop), with `model.compile()`. What is compiled is
-    what runs the forward on every step: a model called in the loop, directly
-    or through a helper it is given to; an optimizer's parameter table
-    (`nn.ParameterDict`) or a module read only for its weights is not.
+    what runs the forward on every step: a model called in the loop, directly,
+    through a helper it is given to, or through another name
+    (`DistributedDataParallel(model)` and its `.module`, `net = model`): then
+    the model itself is compiled, before it is wrapped. An optimizer's
+    parameter table (`nn.ParameterDict`) or a module read only for its weights
+    is not.
 
     Where the model cannot be compiled in place, the finding points to where it
     is built: in the caller that passes it to the training function, at the
@@ -98,8 +108,13 @@ class UncompiledModel(Rule):
     specialize and recompile: fix PM501, then compile by hand and check the
     compile with `perfmod verify`), a model that is
     rebound after the place where the compile would go, a model that is
-    not built in the function (or module) that trains it, and a model held in
-    an attribute (`self.model`).
+    not built in the function (or module) that trains it, a model held in
+    an attribute (`self.model`), and a model of a class from another module
+    of your code whose step also calls into it besides its forward
+    (`model.calc_importances(...)`): `model.compile()` compiles `model(...)`
+    only, and perfmod cannot read that class to check its forward for hooks
+    registered per call; the message names the calls to compile where the
+    class is defined.
 
     ## Options
     Opt-in: the rule runs only when selected by its code
@@ -264,6 +279,17 @@ class UncompiledModel(Rule):
                 f"`{name}` could be compiled, but it is bound again after this line; "
                 f"add `{name}.compile()` after its last binding",
             )
+        elif (unseen := self._class_elsewhere(anchor, name)) and (methods := self._step_methods(loop, name)):
+            listed = ", ".join(f"`{name}.{method}`" for method in methods)
+            self.report(
+                anchor,
+                f"`{name}` is trained in eager mode, and the step also calls {listed}, which "
+                f"`{name}.compile()` would leave in eager mode (it compiles `{name}(...)` only); not fixed: "
+                f"`{unseen}` is defined in another module, where perfmod cannot check its forward for hooks "
+                "registered per call (dynamo breaks the graph and recompiles for them): compile what those "
+                f"calls run where `{unseen}` is defined, add `{name}.compile()` after this line if its "
+                "forward registers no hooks per call, and check with perfmod verify",
+            )
         elif (double := DOUBLE_BACKWARD.search(self.context.code)) is not None:
             line = self.context.code.count("\n", 0, double.start()) + 1
             self.report(
@@ -289,8 +315,10 @@ class UncompiledModel(Rule):
 
     def _called_models(self, loop) -> list[str]:
         """The models of the loop whose forward runs in it: called (`model(x)`, `model.forward`),
-        or given to a function of this file that calls them. An optimizer's parameter tables
-        (`nn.ParameterDict`) and modules only read for their weights are not called."""
+        or given to a function of this file that calls them, or called through another name
+        (`ddp = DistributedDataParallel(model)`, `net = model if ... else ddp`). An
+        optimizer's parameter tables (`nn.ParameterDict`) and modules only read for their
+        weights are not called."""
         found = []
         calls = own_calls(self.context, loop.loop)
         candidates = [model.expression for model in loop.models] + self._passed_modules(loop.loop, calls)
@@ -298,7 +326,84 @@ class UncompiledModel(Rule):
             if name in found:
                 continue
             if any(self._calls_model(call, name) for call in calls):
-                found.append(name)
+                node = next((c.func for c in calls if m.matches(c.func, m.Name(name))), None)
+                wrapped = self._runs(node) if node is not None else None
+                found.append(wrapped if wrapped is not None and wrapped not in found else name)
+        for call in calls:
+            func = call.func.value if m.matches(call.func, m.Attribute(attr=m.Name("forward"))) else call.func
+            if isinstance(func, cst.Name) and func.value not in found:
+                model = self._runs(func)
+                if model is not None and model != func.value and model not in found:
+                    found.append(model)
+        return found
+
+    def _runs(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """The name of the model `expr` runs when called: a model's own name, or the model
+        every binding of another name wraps or names (`DistributedDataParallel(model)`,
+        `DataParallel(model)`, its `.module`, `a if c else b`)."""
+        if depth > 6:
+            return None
+        if isinstance(expr, cst.Name):
+            values = self.context.loops.values_of(expr)
+            found = {self._runs(value, depth + 1) for value in values}
+            if values and len(found) == 1 and None not in found and expr.value not in found:
+                return found.pop()  # another name of one model
+            return expr.value if self.context.training.is_model(expr) else None
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "module":
+            return self._runs(expr.value, depth + 1)
+        if isinstance(expr, cst.IfExp):
+            found = {self._runs(expr.body, depth + 1), self._runs(expr.orelse, depth + 1)}
+            return found.pop() if len(found) == 1 else None
+        if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, *DATA_PARALLEL):
+            first = expr.args[0] if expr.args and expr.args[0].keyword is None else None
+            return self._runs(first.value, depth + 1) if first is not None else None
+        return None
+
+    def _class_elsewhere(self, anchor: cst.CSTNode, name: str) -> str | None:
+        """The class of the model `name` when it is built in this file from a class of
+        another module of the user's code (`model = ComponentModel(...)`), whose code perfmod
+        cannot see; None for classes of this file and of torch."""
+        index = self.context.index
+        scope = index.first_enclosing(anchor, cst.FunctionDef) or self.context.module
+        target = next(
+            (
+                node
+                for node in index.find(cst.Name, within=scope)
+                if node.value == name and isinstance(self.context.parents.get(node), cst.AssignTarget)
+            ),
+            None,
+        )
+        values = self.context.loops.values_of(target) if target is not None else []
+        classes = set()
+        for value in values:
+            while isinstance(value, cst.Call) and method_name(value) in SET_UP_METHODS:
+                value = value.func.value  # `Net(...).to(device)`
+            if not isinstance(value, cst.Call) or not isinstance(value.func, (cst.Name, cst.Attribute)):
+                return None
+            if self.context.kinds.local_class(value.func) is not None:
+                return None
+            qualified = self.context.names.of(value.func)
+            if not qualified or any(q.startswith(("torch.", "transformers.", "timm.")) for q in qualified):
+                return None
+            classes.add(self.context.source(value.func))
+        return classes.pop() if len(classes) == 1 else None
+
+    def _step_methods(self, loop, name: str) -> list[str]:
+        """What the loop calls every step on the model `name` (under any of its names)
+        besides its forward (`model.encode(x)`, `model.head(x)`): `model.compile()`
+        compiles `model(...)` only and leaves those in eager mode."""
+        found: list[str] = []
+        for call in own_calls(self.context, loop.loop):
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value not in MODULE_METHODS
+                and func.attr.value not in ("forward", "compile")
+                and isinstance(func.value, cst.Name)
+                and func.attr.value not in found
+                and self._runs(func.value) == name
+            ):
+                found.append(func.attr.value)
         return found
 
     def _passed_modules(self, loop: cst.CSTNode, calls) -> list[str]:

@@ -3,8 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import Place
-from codemod.analysis.names import kwarg, positional
+from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.torch_facts import TENSOR_FACTORIES
+from codemod.analysis.training import Model
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -29,6 +31,32 @@ UNKNOWN_PARAMETERS = (
     "optimizer steps without fused kernels; pass fused=True if all its parameters are on one CUDA device "
     "(not fixed: they are not all parameters of a model moved there)"
 )
+UNKNOWN_TENSOR = (
+    "optimizer steps without fused kernels; pass fused=True if all its parameters are on one CUDA device "
+    "(not fixed: where `{part}` lives cannot be told)"
+)
+MIXED = (
+    "optimizer steps without fused kernels; pass fused=True once all its parameters are on one CUDA device "
+    "(not fixed: `{part}` is on the host while other parameters are moved to a device)"
+)
+# Wrappers whose parameters are the wrapped model's, on its device.
+WRAPPERS = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.compile",
+    "copy.deepcopy",
+}
+FLOAT_DTYPES = frozenset(f"torch.{n}" for n in "float float16 float32 float64 half double bfloat16".split())
+COMPLEX_DTYPES = frozenset(f"torch.{n}" for n in "complex32 complex64 complex128 chalf cfloat cdouble".split())
+# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
+# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
+KEEPING = frozenset(
+    "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
+    "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
+)
+UNFUSABLE = "unfusable"  # a complex tensor: fused kernels take floating-point tensors only
+MAX_DEPTH = 8
 
 PREAMBLE = """\
 import torch
@@ -40,9 +68,9 @@ device = torch.device("cuda")
 class UnfusedOptimizerOnCuda(Rule):
     """
     ## What it does
-    Finds `torch.optim.Adam`, `AdamW` and `SGD` built over the parameters of
-    a model on CUDA without choosing an implementation, and passes
-    `fused=True`.
+    Finds `torch.optim.Adam`, `AdamW` and `SGD` built over parameters on
+    CUDA (a model's, or tensors made to be trained) without choosing an
+    implementation, and passes `fused=True`.
 
     ## Why is this bad?
     Without `foreach` or `fused`, torch picks the *foreach* implementation on
@@ -66,8 +94,15 @@ class UnfusedOptimizerOnCuda(Rule):
     argparse option limited by `choices`, what a function of the file
     returns, a parameter to what every call passes; the parameters through
     factories (`build_optimizer(cfg, model.parameters())`), dicts of
-    `named_parameters()` and lists filled by `append`; a copy of a model
-    (`copy.deepcopy`) sits where the model does.
+    `named_parameters()`, lists filled by `append` or `extend` and added
+    with `+`; another name of a model (`net = model`, `copy.deepcopy(model)`,
+    `DistributedDataParallel(model)` and its `.module`, `torch.compile(model)`)
+    sits where the model does. Tensors trained directly count too: a tensor
+    made with `requires_grad=True` or `requires_grad_()`, or wrapped in
+    `nn.Parameter(...)`, sits where its factory's `device=` or its last
+    `.to(device)` / `.cuda()` puts it (on the host without either), also in a
+    comprehension (`[nn.Parameter(torch.randn(d, device=device)) for _ in
+    range(n)]`) or a `self.` attribute.
 
     ## Example
     ```python
@@ -91,17 +126,19 @@ class UnfusedOptimizerOnCuda(Rule):
     The fix is offered only when every parameter provably comes from
     `.parameters()` / `.named_parameters()` of models (param groups,
     comprehensions, `filter`, lists built by appending them) that are moved,
-    before the optimizer is built, to one device that is CUDA or may be CUDA
-    or the CPU. Left alone: an explicit `fused`, `foreach`, `capturable` or
-    `differentiable` argument, `**kwargs`, other optimizers, models that are
-    not moved (they train on the CPU) or are moved after the optimizer is
-    built, models whose submodules are moved on their own or that sit on
-    different devices (parameters spread over devices), and SGD in a file with
-    `sparse=True` (fused SGD rejects sparse gradients). Reported without a fix:
-    parameters that are not all a model's, models moved to a device the
-    analysis cannot tell (an argparse option that takes any value), models
-    placed by `accelerator.prepare(...)`, and scripts that ask for exact
-    float32 results (deterministic algorithms, TF32 turned off).
+    before the optimizer is built, or from tensors made for training (above),
+    all on one device that is CUDA or may be CUDA or the CPU. Left alone: an
+    explicit `fused`, `foreach`, `capturable` or `differentiable` argument,
+    `**kwargs`, other optimizers, parameters that all stay on the host (they
+    train on the CPU), models moved after the optimizer is built, models
+    whose submodules are moved on their own or parameters on two different
+    devices (`cuda:0` and `cuda:1`), complex tensors (fused kernels take
+    floating-point tensors only), and SGD in a file with `sparse=True` (fused
+    SGD rejects sparse gradients). Reported without a fix: a parameter whose
+    origin or device the analysis cannot tell (the message names it), a host
+    tensor trained together with parameters moved to a device, models placed
+    by `accelerator.prepare(...)`, and scripts that ask for exact float32
+    results (deterministic algorithms, TF32 turned off).
     """
 
     CODE = "PM402"
@@ -237,11 +274,23 @@ class UnfusedOptimizerOnCuda(Rule):
             return
         if names.is_(node.func, "torch.optim.SGD") and self._has_sparse_gradients():
             return
-        models = training.parameter_model_sites(params.value, node)
+        self._tensors: dict[cst.CSTNode, Model | str] = {}
+        self._untold: cst.BaseExpression | None = None
+        models = training.parameter_model_sites(params.value, node, tensors=self._tensor_sites)
         if models is None:
-            self.report(node, UNKNOWN_PARAMETERS)
+            if self._untold is not None:
+                self.report(node, UNKNOWN_TENSOR.format(part=_short(self.context.source(self._untold))))
+            else:
+                self.report(node, UNKNOWN_PARAMETERS)
             return
-        placed = [self._placed(model, at) for model, at in models]
+        if any(self._tensors.get(model) == UNFUSABLE for model, _ in models):
+            return  # a complex parameter: fused=True would be rejected
+        placed = [self._tensor_or_model(model, at) for model, at in models]
+        host = next((model for (model, _), where in zip(models, placed) if where is None), None)
+        moved = [model for model in placed if model is not None]
+        if host is not None and moved and not any(model.split for model in moved) and self._may_be_cuda(moved):
+            self.report(node, MIXED.format(part=_short(self.context.source(host))))
+            return
         if any(model is None or model.split for model in placed):
             prepare = self._prepared_by(node)
             if prepare is not None and not any(model is not None and model.split for model in placed):
@@ -271,22 +320,232 @@ class UnfusedOptimizerOnCuda(Rule):
             return
         self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
 
-    def _placed(self, expr: cst.BaseExpression, at: cst.Call, depth: int = 0):
+    def _may_be_cuda(self, placed: list[Model]) -> bool:
+        training = self.context.training
+        for model in placed:
+            types = training.device_types(model.device) if model.device is not None else frozenset({"cuda"})
+            if types is None:
+                if model.places & {Place.CUDA, Place.UNKNOWN}:
+                    return True
+            elif "cuda" in types:
+                return True
+        return False
+
+    def _tensor_or_model(self, expr: cst.BaseExpression, at: cst.CSTNode | None):
+        """The placement of one part of the parameters: a tensor followed by
+        `_tensor_sites` (None: on the host), else the model whose parameters it is."""
+        if expr in self._tensors:
+            found = self._tensors[expr]
+            return found if isinstance(found, Model) and found.move is not None else None
+        return self._placed(expr, at)
+
+    def _placed(self, expr: cst.BaseExpression, at: cst.CSTNode | None, depth: int = 0):
         """The model (`model` for `model[0]` or `model.head`) that is moved before `at`;
-        for a copy (`local = copy.deepcopy(global_model)`), the model it copies."""
+        for another name of it (`net = model`, `local = copy.deepcopy(model)`, `ddp =
+        DistributedDataParallel(model)` and its `.module`, `torch.compile(model)`), the
+        model it names, when every binding names the same placed model."""
         training = self.context.training
         current = expr
         while True:
+            if isinstance(current, cst.Call) and depth < MAX_DEPTH:
+                wrapped = self._wrapped(current)
+                return self._placed(wrapped, at, depth + 1) if wrapped is not None else None
+            if isinstance(current, cst.IfExp) and depth < MAX_DEPTH:
+                return self._same_model([self._placed(v, at, depth + 1) for v in (current.body, current.orelse)])
             if isinstance(current, (cst.Name, cst.Attribute)):
                 model = training.model(current, at)
                 if model.move is not None:
                     return model
-                copied = self._copied(current)
-                if copied is not None and depth < 4:
-                    return self._placed(copied, at, depth + 1)
+                if depth < MAX_DEPTH:
+                    aliased = self._aliased(current, at, depth)
+                    if aliased is not None:
+                        return aliased
             if not isinstance(current, (cst.Attribute, cst.Subscript)):
                 return None
             current = current.value
+
+    def _aliased(self, expr: cst.BaseExpression, at: cst.CSTNode | None, depth: int) -> Model | None:
+        """The placed model every binding of `expr` names (all on one device), else None."""
+        values = self.context.loops.values_of(expr)
+        if not values or any(v is expr for v in values):
+            return None
+        return self._same_model([self._placed(value, at, depth + 1) for value in values])
+
+    def _same_model(self, found: list[Model | None]) -> Model | None:
+        """The placement all of `found` share, else None."""
+        if not found or any(model is None for model in found):
+            return None
+        training = self.context.training
+        keys = {(training.code(m.device) if m.device is not None else None, m.places, m.split) for m in found}
+        return found[0] if len(keys) == 1 else None
+
+    def _wrapped(self, call: cst.Call) -> cst.BaseExpression | None:
+        """`m` of `DistributedDataParallel(m, ...)`, `torch.compile(m)`, `copy.deepcopy(m)`."""
+        first = positional(call, 0) or kwarg(call, "module") or kwarg(call, "model")
+        if first is None or not self.context.names.is_(call.func, *WRAPPERS):
+            return None
+        return first.value
+
+    # -- tensors made to be trained ----------------------------------------------
+
+    def _tensor_sites(self, expr: cst.BaseExpression, at: cst.CSTNode | None):
+        """Asked by the parameter analysis about a part that is no model's parameters:
+        a tensor whose device can be followed stands for itself."""
+        if isinstance(expr, cst.Attribute) and self.context.training.is_model(expr.value):
+            return [(expr, at)]  # `model.weight`: where the model is
+        found = self._tensor_place(expr, 0, set())
+        if found is None or found == ():
+            if self._untold is None or not self.context.inside(self._untold, expr):
+                self._untold = expr  # the innermost part that cannot be told is the one to name
+            return None
+        self._tensors[expr] = found
+        return [(expr, at)]
+
+    def _tensor_place(self, expr: cst.BaseExpression, depth: int, seen: set) -> Model | str | None:
+        """Where the tensor `expr` is made: a Model whose `move` is the call that puts it
+        on a device (None: the host), UNFUSABLE for a complex tensor, None when it
+        cannot be told. Followed through names, `self.` attributes, `nn.Parameter`,
+        `requires_grad_()` and other methods that keep the device, arithmetic with
+        numbers, and what functions of this file return."""
+        if depth > MAX_DEPTH:
+            return None
+        training = self.context.training
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            key = (id(self.context.scopes.get(expr)), training.code(expr))
+            if key in seen:
+                return ()  # a binding that refers to itself (`w = nn.Parameter(w)`): adds nothing
+            seen = seen | {key}
+            if isinstance(expr, cst.Name):
+                sources = self._reaching_values(expr)
+            else:
+                sources = self.context.loops.values_of(expr)
+            if not sources or any(source is None for source in sources):
+                return None
+            return self._join([self._tensor_place(source, depth + 1, seen) for source in sources])
+        if isinstance(expr, cst.Call):
+            return self._made_by(expr, depth, seen)
+        if isinstance(expr, cst.BinaryOperation):
+            sides = [side for side in (expr.left, expr.right) if self.context.kinds.fact(side).kind is Kind.TENSOR]
+            return self._join([self._tensor_place(side, depth + 1, seen) for side in sides]) if sides else None
+        if isinstance(expr, cst.UnaryOperation):
+            return self._tensor_place(expr.expression, depth + 1, seen)
+        if isinstance(expr, cst.IfExp):
+            return self._join([self._tensor_place(v, depth + 1, seen) for v in (expr.body, expr.orelse)])
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp)) and expr.for_in.inner_for_in is None:
+            return self._tensor_place(expr.elt, depth + 1, seen)
+        return None
+
+    def _reaching_values(self, name: cst.Name) -> list[cst.BaseExpression | None]:
+        """What `name` may hold where it is read: the assignments that reach it
+        (`w = torch.randn(n); w = w.to(device)` reads the second), else every binding
+        (a parameter: what the calls of its function pass)."""
+        reaching = self.context.kinds.reaching(name)
+        values = [self.context.bindings.assigned_value(a) for a in reaching]
+        if reaching and all(v is not None for v in values):
+            return values
+        return self.context.training.value_sources(name)
+
+    def _made_by(self, call: cst.Call, depth: int, seen: set) -> Model | str | None:
+        training = self.context.training
+        names = self.context.names
+        code = training.code(call)
+        first = positional(call, 0)
+        if names.is_(call.func, "torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            data = first or kwarg(call, "data")
+            return self._tensor_place(data.value, depth + 1, seen) if data is not None else None
+        if names.startswith(call.func, ("torch.nn.init.",)):
+            return self._tensor_place(first.value, depth + 1, seen) if first is not None else None
+        factory = next((n for n in names.of(call.func) if n in TENSOR_FACTORIES), None)
+        if factory is not None:
+            dtype = self._dtype(kwarg(call, "dtype"))
+            if dtype != "float":
+                return dtype
+            device = kwarg(call, "device")
+            if device is not None:
+                return Model(code, call, device.value, training.device_places(device.value), False, None)
+            if factory.endswith("_like"):
+                return self._tensor_place(first.value, depth + 1, seen) if first is not None else None
+            if "set_default_device" in self.context.code or "set_default_tensor_type" in self.context.code:
+                return None
+            return Model(code, None, None, frozenset(), False, None)  # made on the host
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if receiver is not None and not isinstance(receiver, cst.Call) and names.startswith(receiver, ("torch",)):
+            receiver = None  # `torch.sigmoid(...)`, `torch.nn.init.normal_(...)`: a function, no method
+        method = method_name(call) if receiver is not None else None
+        if receiver is None and names.startswith(call.func, ("torch",)):
+            return None
+        if method in KEEPING:
+            return self._tensor_place(receiver, depth + 1, seen)
+        if method in ("cfloat", "cdouble", "chalf"):
+            return UNFUSABLE
+        if method == "cpu":
+            return Model(code, None, None, frozenset(), False, None)
+        if method == "cuda":
+            index = first or kwarg(call, "device")
+            if index is not None:
+                return Model(code, call, index.value, training.device_places(index.value), False, None)
+            return Model(code, call, None, frozenset({Place.CUDA}), False, None)
+        if method == "to":
+            return self._moved(call, receiver, depth, seen)
+        returned = self.context.loops.returned(call)
+        if returned:
+            return self._join([self._tensor_place(v, depth + 1, seen) for v in returned])
+        return None
+
+    def _moved(self, call: cst.Call, receiver: cst.BaseExpression, depth: int, seen: set) -> Model | str | None:
+        """`x.to(device)`, `x.to(device, dtype)`, `x.to(dtype=...)`."""
+        kinds = self.context.kinds
+        training = self.context.training
+        if any(arg.star for arg in call.args):
+            return None
+        device = kwarg(call, "device")
+        dtype = kwarg(call, "dtype")
+        for arg in call.args:
+            if arg.keyword is not None:
+                continue
+            if kinds.is_dtype(arg.value) and dtype is None:
+                dtype = arg
+            elif kinds.is_device(arg.value) and device is None:
+                device = arg
+            else:
+                return None  # `.to(other)` or an argument that cannot be told
+        kind = self._dtype(dtype)
+        if kind != "float":
+            return kind
+        if device is None:
+            return self._tensor_place(receiver, depth + 1, seen)
+        return Model(training.code(call), call, device.value, training.device_places(device.value), False, None)
+
+    def _dtype(self, arg: cst.Arg | None, depth: int = 0) -> str | None:
+        """ "float" for no dtype or a floating one, UNFUSABLE for a complex one, None when it cannot be told."""
+        if arg is None:
+            return "float"
+        expr = arg.value if isinstance(arg, cst.Arg) else arg
+        qualified = self.context.names.of(expr)
+        if qualified & FLOAT_DTYPES:
+            return "float"
+        if qualified & COMPLEX_DTYPES:
+            return UNFUSABLE
+        if isinstance(expr, cst.Name) and depth < 3:
+            sources = self.context.training.value_sources(expr)
+            kinds = {self._dtype(s, depth + 1) if s is not None else None for s in sources}
+            if sources and len(kinds) == 1:
+                return kinds.pop()
+        return None
+
+    def _join(self, found: list) -> Model | str | None | tuple:
+        """One placement for several possible ones: all the same, else None (cannot be told).
+        `()` stands for a binding that adds nothing."""
+        found = [f for f in found if f != ()]
+        if not found:
+            return ()
+        if any(f is None for f in found):
+            return None
+        if UNFUSABLE in found:
+            return UNFUSABLE
+        training = self.context.training
+        keys = {(m.move is None, training.code(m.device) if m.device is not None else None, m.places) for m in found}
+        return found[0] if len(keys) == 1 else None
 
     def _prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
         """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
@@ -309,18 +568,6 @@ class UnfusedOptimizerOnCuda(Rule):
                 return call
         return None
 
-    def _copied(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """`m` for a name bound only to `copy.deepcopy(m)` (a copy keeps the device)."""
-        values = self.context.loops.values_of(expr)
-        if (
-            len(values) == 1
-            and isinstance(values[0], cst.Call)
-            and len(values[0].args) == 1
-            and self.context.names.is_(values[0].func, "copy.deepcopy")
-        ):
-            return values[0].args[0].value
-        return None
-
     def _has_sparse_gradients(self) -> bool:
         """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""
         if "sparse" not in self.context.code:
@@ -329,3 +576,9 @@ class UnfusedOptimizerOnCuda(Rule):
             arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
             for arg in self.context.index.find(cst.Arg)
         )
+
+
+def _short(code: str) -> str:
+    """The first line of `code`, cut to a readable length."""
+    line = code.strip().splitlines()[0] if code.strip() else code
+    return line if len(line) <= 60 and line == code.strip() else line[:57].rstrip() + "..."

@@ -279,6 +279,9 @@ class Float32MatmulWithoutTf32(Rule):
             # separate them from the code stay above the new line.
             return [InsertBefore(body[last_import + 1], (enable,))]
         entries = list(dict.fromkeys(holders))
+        # A training function that another one runs (a warm-up phase before the main loop)
+        # starts with its caller: the line goes once, at the top of the caller.
+        entries = [f for f in entries if not any(o is not f and self._reaches(o, f) for o in entries)]
         return [self._at_top(function, enable) for function in entries]
 
     def _entry_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:

@@ -292,11 +292,38 @@ def test_forward_in_a_trainer_class_uses_self_model():
 
 
 @pytest.mark.parametrize(
+    "block",
+    [
+        "if flag:\n    loss = out.sum()\nelse:\n    loss = out.mean()\n",
+        "if aux > 0:\n    # an auxiliary term\n    loss = loss + aux * out.abs().mean()\n",
+        "with torch.no_grad():\n    scale = out.detach().std()\nloss = loss / scale\nif flag:\n    loss = loss * 2\n",
+        "try:\n    loss = loss + out.logsumexp(-1).mean()\nexcept RuntimeError:\n    pass\n",
+    ],
+    ids=["if-else", "if", "with-then-if", "try"],
+)
+def test_the_forward_region_ends_with_the_if_with_or_try_that_computes_the_loss(block):
+    code = "model = Net().to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in loader:\n"
+    body = "out = model(x)\nloss = out.pow(2).mean()\n" + block + "opt.zero_grad()\nloss.backward()\nopt.step()\n"
+    code += textwrap.indent(body, "    ")
+    loop, training = only_loop(code)
+    assert loop.forward is not None, loop.forward_problem
+    statements = loop.forward.statements
+    assert training.code(statements[0]) == "out = model(x)\n"
+    assert isinstance(statements[-1], (cst.If, cst.Try)), training.code(statements[-1])
+
+
+@pytest.mark.parametrize(
     "body,problem",
     [
         (
-            "out = model(x)\nif flag:\n    loss = out.sum()\nelse:\n    loss = out.mean()\nloss.backward()\nopt.step()\n",
-            "the loss is computed inside a nested block (line",
+            "out = model(x)\nif out.mean() > 0:\n    loss = out.sum()\nelse:\n    loss = out.mean()\n"
+            "loss.backward()\nopt.step()\n",
+            "the `if` that computes the loss (line 12) tests `out`, which the step computes before it",
+        ),
+        (
+            "out = model(x)\nloss = 0\nfor part in out.chunk(2):\n    loss = loss + part.sum()\n"
+            "loss.backward()\nopt.step()\n",
+            "the loss is computed inside a nested loop (line 13)",
         ),
         (
             "out = model(x)\nif flag:\n    loss = out.sum()\n    loss.backward()\n    opt.step()\n",
@@ -310,7 +337,15 @@ def test_forward_in_a_trainer_class_uses_self_model():
         ),
         ("out = model(x)\nyield out\nloss = out.sum()\nloss.backward()\nopt.step()\n", "the forward region yields"),
     ],
-    ids=["loss-in-branches", "forward-spans-blocks", "loss-inline", "no-model-call", "two-backwards", "yields"],
+    ids=[
+        "branch-on-forward-output",
+        "loss-in-loop",
+        "forward-spans-blocks",
+        "loss-inline",
+        "no-model-call",
+        "two-backwards",
+        "yields",
+    ],
 )
 def test_forward_that_cannot_be_delimited(body, problem):
     code = "model = Net().to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in loader:\n"

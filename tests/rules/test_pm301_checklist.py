@@ -1,0 +1,244 @@
+"""PM301, written from the rule's description: where autocast counts as already
+on, where there is no forward pass to speed up, where the step lives, what
+autocast refuses, where the precision policy is built, and a loss finished
+under an `if` / `with` / `try` in the step."""
+
+from __future__ import annotations
+
+import textwrap
+
+import torch
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+from codemod.rules.autocast import ForwardWithoutAutocast
+from tests.rules.scripts import losses, max_relative_difference, rewrite
+
+
+def check(source: str):
+    source = textwrap.dedent(source)
+    settings = Settings(select=("PM301",), level=Level.NUMERIC)
+    result = process_source(source.encode(), "train.py", settings, [ForwardWithoutAutocast])
+    assert result.error is None, result.error
+    new = result.new_source.decode() if result.new_source is not None else source
+    return result.findings, new
+
+
+STEP = """
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        {enter}
+        {indent}out = model(x)
+        {indent}loss = F.cross_entropy(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = torch.device("cuda")
+model = nn.Linear(8, 3).to(device)
+opt = torch.optim.AdamW(model.parameters())
+loader = [(torch.randn(4, 8), torch.randint(0, 3, (4,)))]
+"""
+
+
+def step(enter: str = "") -> str:
+    body = STEP.format(enter=enter, indent="    " if enter else "")
+    return textwrap.indent(textwrap.dedent(body), "    ")
+
+
+def test_autocast_entered_through_a_helper_of_the_file_counts_as_present():
+    found, _ = check(
+        HEAD
+        + "def mixed():\n    return torch.autocast('cuda', dtype=torch.bfloat16)\n\n"
+        + "def train():\n"
+        + step("with mixed():")
+    )
+    assert found == []
+
+
+def test_autocast_entered_through_a_context_manager_defined_in_the_file_counts_as_present():
+    found, _ = check(
+        HEAD
+        + "import contextlib\n\n@contextlib.contextmanager\ndef low_precision():\n"
+        + "    with torch.autocast(device_type='cuda', dtype=torch.float16):\n        yield\n\n"
+        + "def train():\n"
+        + step("with low_precision():")
+    )
+    assert found == []
+
+
+def test_autocast_from_a_context_manager_of_another_module_counts_as_present():
+    found, _ = check(
+        HEAD + "from lab.precision import autocast_context\n\ndef train():\n" + step("with autocast_context():")
+    )
+    assert found == []
+
+
+def test_a_loop_without_a_forward_pass_gets_no_finding():
+    found, _ = check(
+        """\
+        import torch
+
+        w = torch.zeros(8, device="cuda", requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        target = torch.ones(8, device="cuda")
+        for step in range(100):
+            loss = ((w - target) ** 2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """
+    )
+    assert found == []
+
+
+def test_a_training_step_in_its_own_method_is_found():
+    found, new = check(
+        """\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Trainer:
+            def __init__(self, model, device):
+                self.device = device
+                self.model = model.to(device)
+                self.opt = torch.optim.AdamW(self.model.parameters())
+
+            def train_step(self, batch):
+                x, y = batch
+                logits = self.model(x.to(self.device))
+                loss = F.cross_entropy(logits, y.to(self.device))
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                return loss.detach()
+
+            def fit(self, loader, epochs):
+                for epoch in range(epochs):
+                    for batch in loader:
+                        self.train_step(batch)
+        """
+    )
+    assert [f.code for f in found] == ["PM301"] and found[0].applied, [f.message for f in found]
+    # The policy is built where the model is moved, from the name the device has there.
+    assert "        self.model = model.to(device)\n        self.precision = Precision.for_device(device)\n" in new
+    assert "        with self.precision.autocast():\n            logits = self.model(" in new
+
+
+def test_the_device_of_a_trainer_is_spelled_as_the_method_that_moves_the_model_knows_it():
+    found, new = check(
+        """\
+        import torch
+        import torch.nn as nn
+
+
+        class Trainer:
+            def __init__(self):
+                self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                self.model = nn.Linear(4, 1)
+
+            def setup(self):
+                self.model.to(self.device)
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def train_step(self, x):
+                loss = self.model(x.to(self.device)).pow(2).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+            def fit(self, batches):
+                self.setup()
+                for x in batches:
+                    self.train_step(x)
+        """
+    )
+    assert found and found[0].applied, [f.message for f in found]
+    assert "        self.model.to(self.device)\n        self.precision = Precision.for_device(self.device)\n" in new
+
+
+def test_binary_cross_entropy_on_probabilities_is_reported_with_the_logits_alternative():
+    found, new = check(
+        HEAD
+        + "def train():\n"
+        + step().replace("loss = F.cross_entropy(out, y)", "loss = F.binary_cross_entropy(torch.sigmoid(out), y)")
+    )
+    assert len(found) == 1 and not found[0].fixable
+    assert "binary_cross_entropy" in found[0].message and "BCEWithLogits" in found[0].message
+    assert "autocast" not in new.split("def train")[1]
+
+
+def test_the_device_comes_from_the_function_that_builds_the_policy():
+    found, new = check(
+        """\
+        import torch
+        import torch.nn as nn
+
+
+        def main(steps):
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+            net = nn.Linear(4, 1).to(dev)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for step in range(steps):
+                x = torch.randn(2, 4, device=dev)
+                loss = net(x).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """
+    )
+    assert found and found[0].applied
+    assert "    precision = Precision.for_device(dev)\n    for step in range(steps):" in new
+
+
+NESTED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+aux_weight = 0.1
+data = torch.Generator().manual_seed(1)
+for step in range(12):
+    x = torch.randn(8, 16, generator=data).to(device)
+    y = torch.randint(0, 4, (8,), generator=data).to(device)
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    if aux_weight > 0:
+        # keep the logits small
+        loss = loss + aux_weight * logits.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print("step", step, "loss", repr(loss.item()))
+"""
+
+
+def test_a_loss_finished_under_an_if_is_wrapped_with_the_if_and_trains_within_tolerance(monkeypatch):
+    new = rewrite(NESTED, [ForwardWithoutAutocast])
+    assert (
+        "    with precision.autocast():\n        logits = model(x)\n        loss = F.cross_entropy(logits, y)\n"
+        "        if aux_weight > 0:\n            # keep the logits small\n" in new
+    )
+    monkeypatch.setenv("PERFMOD_AMP", "bf16")
+    got, want = losses(new), losses(NESTED)
+    assert len(want) == 12 and not torch.equal(got, want)  # autocast did run
+    assert max_relative_difference(got, want) < 5e-3
+
+
+def test_an_if_that_tests_the_forward_output_blocks_the_fix_and_says_so():
+    found, new = check(NESTED.replace("    if aux_weight > 0:\n", "    if logits.abs().max() > 10:\n"))
+    assert len(found) == 1 and not found[0].fixable
+    assert "tests `logits`" in found[0].message and "in lower precision" in found[0].message
+    assert "autocast" not in new

@@ -1,0 +1,149 @@
+"""Where PM302 turns TF32 on, written from the rule's description: once, at
+start-up of the entry script (the `if __name__ == "__main__":` block or the top
+of the `main()` it calls); never at import time of a module that only defines
+training code; never in a function that runs once per epoch."""
+
+from __future__ import annotations
+
+import textwrap
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+from codemod.rules.tf32 import Float32MatmulWithoutTf32
+
+LINE = 'torch.set_float32_matmul_precision("high")'
+
+EPOCH = """\
+import argparse
+
+import torch
+import torch.nn as nn
+
+
+def train_one_epoch(model, opt, batches, device):
+    for x in batches:
+        loss = model(x.to(device)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    model = nn.Linear(8, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [torch.randn(4, 8) for _ in range(10)]
+    for epoch in range(args.epochs):
+        train_one_epoch(model, opt, batches, device)
+"""
+
+
+def fixed(source: str) -> str:
+    source = textwrap.dedent(source)
+    settings = Settings(select=("PM302",), level=Level.NUMERIC)
+    result = process_source(source.encode(), "train.py", settings, [Float32MatmulWithoutTf32])
+    assert result.error is None, result.error
+    assert [f.code for f in result.findings] == ["PM302"], [f.message for f in result.findings]
+    assert result.findings[0].applied, result.findings[0].message
+    new = result.new_source.decode()
+    assert new.count(LINE) == 1, new
+    again = process_source(new.encode(), "train.py", settings, [Float32MatmulWithoutTf32])
+    assert again.findings == [], "a second run must find nothing"
+    return new
+
+
+def function_of(source: str, line_text: str) -> str | None:
+    """The `def` whose body holds the line `line_text` (None: module level)."""
+    owner = None
+    for line in source.splitlines():
+        if line.startswith("def "):
+            owner = line.split("(")[0][4:]
+        elif line and not line[0].isspace():
+            owner = None
+        if line.strip() == line_text:
+            return owner
+    raise AssertionError(f"{line_text} not in the source")
+
+
+def test_it_goes_at_the_top_of_main_not_in_the_function_run_each_epoch():
+    new = fixed(EPOCH + '\n\nif __name__ == "__main__":\n    main()\n')
+    assert function_of(new, LINE) == "main"
+    assert "def main():\n    " + LINE + "\n" in new
+
+
+def test_without_main_it_goes_in_the_entry_block():
+    source = EPOCH.replace("def main():", "def run():") + '\n\nif __name__ == "__main__":\n    run()\n'
+    new = fixed(source)
+    assert function_of(new, LINE) in ("run", None)
+    assert function_of(new, LINE) != "train_one_epoch"
+    if function_of(new, LINE) is None:  # then inside the entry block, not at import time
+        assert new.index('if __name__ == "__main__":') < new.index(LINE)
+
+
+def test_a_library_module_is_never_changed_at_import_time():
+    """A module that only defines training functions (imported by a launcher):
+    nothing at module level; at the top of the function that starts training."""
+    new = fixed(EPOCH)
+    assert function_of(new, LINE) == "main"
+    module_level = [line for line in new.splitlines() if line.strip() == LINE and not line.startswith(" ")]
+    assert module_level == []
+
+
+def test_a_script_that_trains_at_module_level_gets_it_after_its_imports():
+    new = fixed(
+        """\
+        import torch
+        import torch.nn as nn
+
+        model = nn.Linear(8, 1).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            loss = model(torch.randn(4, 8).cuda()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """
+    )
+    assert new.startswith("import torch\nimport torch.nn as nn\n\n" + LINE + "\n")
+
+
+def test_a_script_that_already_chooses_a_precision_is_left_alone():
+    source = EPOCH.replace("def main():\n", "def main():\n    torch.backends.cuda.matmul.allow_tf32 = False\n")
+    settings = Settings(select=("PM302",), level=Level.NUMERIC)
+    result = process_source(source.encode(), "train.py", settings, [Float32MatmulWithoutTf32])
+    assert result.findings == [] and (result.new_source is None or result.new_source.decode() == source)
+
+
+def test_a_library_function_that_runs_another_training_phase_gets_it_once():
+    """`fit` runs a warm-up phase (its own training loop) and then the main loop: the
+    line goes once, at the top of `fit`, not again in the warm-up it calls."""
+    new = fixed(
+        """\
+        import torch
+        import torch.nn as nn
+
+
+        def warm_up(model, opt, batches):
+            for x in batches:
+                loss = model(x).abs().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+
+        def fit(model, batches, device):
+            model.cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            warm_up(model, opt, batches[:2])
+            for x in batches:
+                loss = model(x.to(device)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """
+    )
+    assert function_of(new, LINE) == "fit"
