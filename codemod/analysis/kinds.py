@@ -10,8 +10,9 @@ a model (or from such a tensor) lives on the model's device (Place.DEVICE): a
 copy of it is not a host-to-device copy.
 
 Names are resolved flow-sensitively enough for training scripts: of the
-bindings that come before a use, the last one wins when it dominates the use
-(it sits in a block enclosing the use); otherwise all are joined. Bindings later
+bindings that come before a use, the latest one that dominates the use (it sits
+in a block enclosing the use) hides the ones before it; it and the ones after it
+are joined. Bindings later
 in an enclosing loop reach the use too (they are carried to the next iteration),
 unless the loop re-binds the name before the use (its own target, say).
 
@@ -303,13 +304,11 @@ class Kinds:
 
     def reaching(self, use: cst.Name) -> list[Assignment]:
         """The bindings of this file whose value `use` may read (as the module docstring
-        describes: the last one before it that dominates it, else all before it, and
-        later ones carried round a loop); empty when one is not an assignment here."""
+        describes: those from the latest one before it that dominates it, and later ones
+        carried round a loop); empty when one is not an assignment here."""
         scope = self.scopes.get(use)
-        bindings = list(scope[use.value]) if scope is not None else []
-        if not bindings or not all(isinstance(a, Assignment) for a in bindings):
-            return []
-        return self._reaching(use, bindings)
+        table = self._name_table(scope, use.value) if scope is not None else None
+        return [] if table is None else self._reaching(use, table)
 
     def storage_root(self, expr: cst.BaseExpression) -> cst.BaseExpression:
         """The variable whose storage `expr` may share: `buf` for `buf[0].float()`
