@@ -701,6 +701,8 @@ class ManualBatchingInStepLoop(Rule):
                 return problem
         if any(self._on_device(plan, name) for name in plan.tensors):
             return ""  # batches of tensors already on the device: a slice is the fastest batch
+        if any(self._loop_item(self._a_use(plan, name).value, 0) for name in plan.tensors):
+            return ""  # micro-batches of a batch that an outer loop takes (gradient accumulation)
         carried = self._carried_state(plan)
         if carried is not None:
             return (
@@ -755,6 +757,36 @@ class ManualBatchingInStepLoop(Rule):
                 "unlike a DataLoader's batches"
             )
         return None
+
+    def _loop_item(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """Is `expr` one item of something a loop walks (`for xb, yb in loader`, `xb, yb =
+        next(it)`, `x = batch[0]`), so that slicing it cuts a batch, not a dataset? A
+        generator's parameter is one when every call passes one."""
+        if not isinstance(expr, cst.Name) or depth > 3:
+            return False
+        parameter = self.context.bindings.param_of(expr)
+        if parameter is not None:
+            function, param = parameter
+            callers = self.context.kinds.callers(function) or ()
+            passed = [self.context.kinds.argument(call, function, param, offset) for call, offset in callers]
+            return bool(passed) and all(p is not None and self._loop_item(p, depth + 1) for p in passed)
+        assignments = self.context.bindings.assignments(expr)
+        if not assignments:
+            return False
+        for assignment in assignments:
+            if isinstance(self.context.bindings.statement(assignment.node), (cst.For, cst.CompFor)):
+                continue
+            value = self.context.bindings.assigned_value(assignment)
+            if value is None:
+                unpacked = self.context.bindings.unpacked(assignment)
+                value = unpacked[0] if unpacked is not None else None
+            if isinstance(value, cst.Subscript):
+                value = value.value
+            if isinstance(value, cst.Call) and self.context.names.is_(value.func, *NEXT):
+                continue
+            if not self._loop_item(value, depth + 1):
+                return False
+        return True
 
     def _window_dimension(self, subscript: cst.Subscript, window: _Window) -> int | None:
         """The dimension `subscript` cuts a window along (`X[i:i + bs]`: 0, `X[:, i:i + n]`:

@@ -462,12 +462,48 @@ for epoch in range(2):
 print(loss.item())
 """
 
+MICRO_BATCHES_OF_A_LOADER_BATCH = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+X, Y = torch.randn(64, 3), torch.randn(64, 1)
+loader = DataLoader(TensorDataset(X, Y), batch_size=16)
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+ACCUM = 4
+
+
+def micro_batches(x, y, n):
+    for i in range(0, len(x), n):
+        yield x[i:i + n], y[i:i + n]
+
+
+for xb, yb in loader:
+    opt.zero_grad()
+    for mx, my in micro_batches(xb, yb, ACCUM):
+        loss = ((model(mx) - my) ** 2).mean() / ACCUM
+        loss.backward()
+    opt.step()
+it = iter(loader)
+for step in range(3):
+    batch = next(it)
+    opt.zero_grad()
+    for i in range(0, len(batch[0]), ACCUM):
+        inputs = batch[0]
+        loss = ((model(inputs[i:i + ACCUM]) - batch[1][i:i + ACCUM]) ** 2).mean() / ACCUM
+        loss.backward()
+    opt.step()
+print(loss.item())
+"""
+
 NEGATIVES = {
     "helper_reads_a_loader_batch": HELPER_READS_A_LOADER_BATCH,
     "eval_only_helpers": EVAL_ONLY_HELPERS,
     "helper_called_once_before_the_loop": HELPER_CALLED_ONCE_BEFORE_THE_LOOP,
     "gpu_resident_generator": GPU_RESIDENT_GENERATOR,
     "diffusion_timesteps_helper": DIFFUSION_TIMESTEPS_HELPER,
+    "micro_batches_of_a_loader_batch": MICRO_BATCHES_OF_A_LOADER_BATCH,
 }
 
 
