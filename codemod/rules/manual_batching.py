@@ -86,6 +86,7 @@ class _Plan:
     dimension: tuple[cst.Subscript, int] | None = None  # a window along another dimension than the first
     shorter: cst.Subscript | None = None  # a window `i:i + w` whose width is at most the step
     index_array: str | None = None  # `order` of `X[order[i:i + bs]]` when it is no per-epoch randperm
+    windows: list[cst.Subscript] = field(default_factory=list)  # every window of the loop's counter
 
 
 class ManualBatchingInStepLoop(Rule):
@@ -331,7 +332,7 @@ class ManualBatchingInStepLoop(Rule):
         return GENERATOR_METHODS[func.attr.value].get(family) if family is not None else None
 
     def _generator_family(self, expr: cst.BaseExpression, depth: int) -> str | None:
-        """ "random" or "numpy" when `expr` is a random generator object: bound to
+        """The family of the random generator object `expr` is ("random", "numpy"): bound to
         `random.Random(...)` / `np.random.default_rng(...)` / `np.random.RandomState(...)`,
         through names, `self.` attributes and the arguments of this file's calls."""
         if depth > 3:
@@ -584,7 +585,7 @@ class ManualBatchingInStepLoop(Rule):
             sites = self._per_step_sites(node)
             if not sites:
                 return
-            window = next(w for w in self.context.index.find(cst.Subscript, within=loop.body) if id(w) in plan.uses)
+            window = plan.windows[0]
             cut = (
                 f"`{node.name.value}()` cuts the batches of this training loop by hand "
                 f"(`{self.context.source(window)}`, line {self.context.line(window)}), in the training process "
@@ -677,6 +678,7 @@ class ManualBatchingInStepLoop(Rule):
                 dimension = self._window_dimension(s, plan.window)
                 if dimension is not None:
                     windows.append(s)
+                    plan.windows.append(s)
                     if dimension:
                         plan.dimension = plan.dimension or (s, dimension)
         if not windows:
@@ -749,7 +751,8 @@ class ManualBatchingInStepLoop(Rule):
         if plan.index_array is not None:
             return (
                 f"the rows of {' / '.join(f'`{t}`' for t in plan.tensors)} are picked through `{plan.index_array}`, "
-                "which is not a `torch.randperm(n)` drawn each epoch (the order a DataLoader(shuffle=True) gives)"
+                "which perfmod cannot tell is a fresh `torch.randperm(n)` each epoch (the order a "
+                "DataLoader(shuffle=True) gives)"
             )
         if plan.shorter is not None:
             return (

@@ -536,7 +536,7 @@ def test_look_alikes_are_left_alone(case):
 
 def test_the_report_says_what_the_generator_cuts_and_why_it_is_not_rewritten():
     (finding,) = check(NUMPY_ITERATE_MINIBATCHES).findings
-    assert "(`inputs[excerpt]`, line 13)" in finding.message
+    assert "(`indices[start_idx:start_idx + batchsize]`, line 12)" in finding.message
     assert "the rows of `inputs` / `targets` are picked through `indices`" in finding.message
     (finding,) = check(TRAINER_BATCHES_METHOD).findings
     assert "`self.X` is not known to be a tensor in host memory" in finding.message  # the trainer is given it
