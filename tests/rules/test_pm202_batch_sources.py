@@ -289,6 +289,31 @@ for epoch in range(2):
 print(loss.item())
 """
 
+INDEX_BATCHES_GENERATOR = """
+import torch
+
+torch.manual_seed(0)
+X = torch.randn(64, 3)
+Y = torch.randn(64, 1)
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def index_batches(n, bs):
+    perm = torch.randperm(n)
+    for i in range(0, n, bs):
+        yield perm[i:i + bs]
+
+
+for epoch in range(2):
+    for idx in index_batches(len(X), 16):  # HERE
+        loss = ((model(X[idx]) - Y[idx]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print(loss.item())
+"""
+
 POSITIVES = {
     "trainer_batches_method": (TRAINER_BATCHES_METHOD, "`_batches()` cuts the batches of this training loop by hand"),
     "numpy_iterate_minibatches": (
@@ -298,6 +323,10 @@ POSITIVES = {
     "module_generator_host_tensors": (
         MODULE_GENERATOR_HOST_TENSORS,
         "`batches()` cuts the batches of this training loop by hand (`X[i:i + bs]`, line 13)",
+    ),
+    "index_batches_generator": (
+        INDEX_BATCHES_GENERATOR,
+        "`index_batches()` cuts the batches of this training loop by hand (`perm[i:i + bs]`, line 14)",
     ),
     "closure_sampler": (CLOSURE_SAMPLER, "`sample_batch()`, called by the training loop on line"),
     "notebook_cells": (NOTEBOOK_CELLS, "`get_batch()`, called by the training loop on line"),
