@@ -23,6 +23,28 @@ RANDOM_BATCHES = {
     "numpy.random.randint": "np.random.randint",
     "numpy.random.choice": "np.random.choice",
 }
+# Methods of random generator objects that draw a batch: name -> {family: the function it works as}.
+GENERATOR_METHODS = {
+    "sample": {"random": "random.sample"},
+    "choices": {"random": "random.choices"},
+    "choice": {"numpy": "numpy.random.choice"},
+    "integers": {"numpy": "numpy.random.randint"},
+    "randint": {"numpy": "numpy.random.randint"},
+}
+GENERATORS = {
+    "random": ("random.Random",),
+    "numpy": ("numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"),
+}
+NEXT = ("next", "builtins.next")
+MAX_HELPER_DEPTH = 2  # how many calls away from the step loop a batch helper may be
+RANDOM_WHY = (
+    "(samples repeat and others are skipped within an epoch), gathered in the training process between "
+    "steps; not rewritten: a DataLoader(..., shuffle=True) would visit every sample once per epoch instead, a "
+    "different sampling scheme. Gathering a few dozen slices of in-memory or memory-mapped data takes under a "
+    "millisecond; when building a sample costs more (reading files, decoding, augmenting, tokenizing), move that "
+    "into a Dataset read by DataLoader workers, sampled with replacement (RandomSampler(replacement=True)) to keep "
+    "the scheme"
+)
 LOADER_NAMES = ("loader", "train_loader", "batches")
 
 PREAMBLE = """\
@@ -47,6 +69,7 @@ class _Window:
     n: cst.BaseExpression  # the number of samples the loop covers
     drop_last: bool  # the last partial batch is skipped
     matches: m.BaseMatcher  # the slice `[i:i + bs]` (or `[i * bs:(i + 1) * bs]`)
+    exact: m.BaseMatcher  # its upper bound when the window is exactly one step wide
 
 
 @dataclass
@@ -54,10 +77,16 @@ class _Plan:
     loop: cst.For
     batch_size: cst.BaseExpression
     window: _Window
+    counter: cst.Call  # the `range(...)` the loop (or a wrapper such as enumerate) iterates
+    index: cst.Name  # the name its items bind
     tensors: list[str] = field(default_factory=list)  # dataset tensors, in order of first use
     uses: dict[int, str] = field(default_factory=dict)  # id(Subscript) -> tensor it batches
     permutation: str | None = None  # `perm` of `perm = torch.randperm(n)`: shuffled batches
     permutation_reads: set[int] = field(default_factory=set)  # id(Name) of `perm` in the windows
+    dimension: tuple[cst.Subscript, int] | None = None  # a window along another dimension than the first
+    shorter: cst.Subscript | None = None  # a window `i:i + w` whose width is at most the step
+    index_array: str | None = None  # `order` of `X[order[i:i + bs]]` when it is no per-epoch randperm
+    windows: list[cst.Subscript] = field(default_factory=list)  # every window of the loop's counter
 
 
 class ManualBatchingInStepLoop(Rule):
@@ -67,10 +96,19 @@ class ManualBatchingInStepLoop(Rule):
     `for i in range(0, n, bs): xb = X[i:i + bs]`, also through a permutation
     drawn each epoch (`perm = torch.randperm(n)`, `X[perm[i:i + bs]]`), and
     rewrites them to iterate over a `DataLoader(TensorDataset(X, Y),
-    batch_size=bs, shuffle=...)` built once before the loop. Loops that draw a
-    fresh random batch every step (`torch.randint`, `random.sample`) and loops
-    that carry state from one window to the next (truncated BPTT) are reported
-    without a fix.
+    batch_size=bs, shuffle=...)` built once before the loop (`for step, i in
+    enumerate(range(...))` becomes `for step, (xb, yb) in enumerate(loader)`).
+
+    It follows the batch to where the file makes it: a generator the training
+    loop iterates (`for xb, yb in batches(X, Y, bs)`, `self._batches()`), a
+    helper, method or closure it calls every step (`xb, yb = get_batch()`), an
+    iterator it takes `next()` from. These are reported without a fix, as are
+    batches drawn afresh at random every step (`torch.randint`,
+    `random.sample`, also through a generator object such as
+    `random.Random(0)` or `np.random.default_rng()`) and windows whose order
+    matters (a truncated-BPTT hidden state carried from one to the next). A
+    random draw is reported where it is drawn, a generator's windows at the
+    loop that iterates it.
 
     ## Why is this bad?
     Batching by hand keeps the data pipeline in the training process: the
@@ -86,6 +124,12 @@ class ManualBatchingInStepLoop(Rule):
     loader's fetch then 31% of the step. The gain comes from what it makes
     possible: per-sample host work (texts, augmentation) moved into workers,
     and for tensors, workers with pinned memory and copies overlapped on a GPU.
+    Random crops are cheap too: 12 crops of 1,024 tokens from a memory-mapped
+    file took 0.24 ms per batch, 64 crops of 256 from an in-memory tensor 0.6
+    ms (CPU, page cache warm). There the finding is about the sampling (with
+    replacement, where a DataLoader with `shuffle=True` visits every sample
+    once per epoch); a DataLoader with workers pays off once building a sample
+    costs more: reading files, decoding, augmenting, tokenizing.
 
     ## Example
     ```python
@@ -122,6 +166,13 @@ class ManualBatchingInStepLoop(Rule):
     The rule fixes only tensors it knows are on the host and a range it can
     tell covers them (`len(X)`, `X.size(0)`, `X.shape[0]`); tensors on the GPU
     are left alone (a slice of a GPU tensor is already the fastest batch).
+    Batches made by a helper or generator are not rewritten: other code may
+    call it, and its windows are bound to its parameters; the report names the
+    DataLoader that would replace it when the data are host tensors. Windows
+    along a later dimension (`X[:, t:t + n]`), of a width that varies
+    (`X[i:i + min(bs, ...)]`) or picked through an index array other than a
+    per-epoch `torch.randperm` (a shuffled `np.arange`) are reported with the
+    reason.
     """
 
     CODE = "PM202"
@@ -150,6 +201,11 @@ class ManualBatchingInStepLoop(Rule):
         Valid(
             PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + 2 * bs], Y[i:i + 2 * bs]\n" + STEP,
             "overlapping windows are not batches",
+        ),
+        Valid(
+            PREAMBLE + "def get_batch():\n    idx = torch.randint(0, len(X), (bs,))\n    return X[idx], Y[idx]\n\n\n"
+            "xb, yb = get_batch()\nfor step in range(100):\n" + STEP,
+            "one batch drawn before the loop and trained on again and again",
         ),
     ]
     INVALID = [
@@ -207,11 +263,25 @@ class ManualBatchingInStepLoop(Rule):
             None,
             "the index is used for more than slicing",
         ),
+        Invalid(
+            PREAMBLE + "def get_batch():\n    idx = torch.randint(0, len(X), (bs,))\n    return X[idx], Y[idx]\n\n\n"
+            "for step in range(100):\n    xb, yb = get_batch()\n" + STEP,
+            None,
+            "a helper draws the batch of every step: reported where it draws",
+        ),
+        Invalid(
+            PREAMBLE
+            + "def batches():\n    for i in range(0, len(X), bs):\n        yield X[i:i + bs], Y[i:i + bs]\n\n\n"
+            "for epoch in range(3):\n    for xb, yb in batches():\n" + STEP.replace("    ", "        "),
+            None,
+            "a generator cuts the batches: reported at the loop that iterates it",
+        ),
     ]
 
     def __init__(self, context) -> None:
         super().__init__(context)
         self._step_loops: set[int] | None = None
+        self._sites: dict[tuple[int, int], list[cst.CSTNode]] = {}
 
     def _in_step_loops(self, loop: cst.CSTNode) -> bool:
         if self._step_loops is None:
@@ -221,43 +291,144 @@ class ManualBatchingInStepLoop(Rule):
     # -- per-step random batches: reported --------------------------------------
 
     def visit_Call(self, node: cst.Call) -> None:
-        names = self.context.names.of(node.func) & RANDOM_BATCHES.keys()
-        if not names:
+        key = self._draw(node)
+        if key is None:
             return
-        data, direct = self._sampled_data(node)
+        data, direct = self._sampled_data(node, key)
         if not data:
             return
-        spelled = RANDOM_BATCHES[min(names)]
-        why = (
-            "(samples repeat and others are skipped within an epoch); a DataLoader(..., shuffle=True) would visit "
-            "every sample once per epoch instead: a different sampling scheme, so it is not rewritten; make that "
-            "change by hand if it is what you want"
-        )
-        loaders = self.context.loaders
-        loop = loaders.step_loop_of(node)
+        spelled = self.context.source(node.func) if self._method_draw(node) else RANDOM_BATCHES[key]
+        loop = self.context.loaders.step_loop_of(node)
         if loop is not None:
             if direct or self._indexes(node, data, loop.body):
-                self.report(node, f"`{spelled}` draws a new random batch on every training step {why}")
+                self.report(node, f"`{spelled}` draws a new random batch on every training step {RANDOM_WHY}")
             return
         function = self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
         if not isinstance(function, cst.FunctionDef) or not (direct or self._indexes(node, data, function.body)):
             return
-        for call, _ in self.context.kinds.callers(function) or ():
-            if loaders.step_loop_of(call) is not None:
-                self.report(
-                    call,
-                    f"`{self.context.source(call.func)}()` draws a new random batch (`{spelled}`, line "
-                    f"{self.context.line(node)}) on every training step {why}",
-                )
+        sites = self._per_step_sites(function)
+        if sites:
+            lines = ", ".join(str(self.context.line(site)) for site in sites)
+            self.report(
+                node,
+                f"`{function.name.value}()`, called by the training loop on line{'s' if len(sites) > 1 else ''} "
+                f"{lines}, draws a new random batch on every training step with `{spelled}` {RANDOM_WHY}",
+            )
 
-    def _sampled_data(self, call: cst.Call) -> tuple[set[str], bool]:
+    def _draw(self, call: cst.Call) -> str | None:
+        """The key of RANDOM_BATCHES that `call` is: a function of `random`, numpy or torch,
+        or a method of a generator object (`rng = random.Random(0)`; `rng.sample(...)`)."""
+        key = self._method_draw(call)
+        if key is not None:
+            return key
+        names = self.context.names.of(call.func) & RANDOM_BATCHES.keys()
+        return min(names) if names else None
+
+    def _method_draw(self, call: cst.Call) -> str | None:
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in GENERATOR_METHODS):
+            return None
+        family = self._generator_family(func.value, 0)
+        return GENERATOR_METHODS[func.attr.value].get(family) if family is not None else None
+
+    def _generator_family(self, expr: cst.BaseExpression, depth: int) -> str | None:
+        """The family of the random generator object `expr` is ("random", "numpy"): bound to
+        `random.Random(...)` / `np.random.default_rng(...)` / `np.random.RandomState(...)`,
+        through names, `self.` attributes and the arguments of this file's calls."""
+        if depth > 3:
+            return None
+        if isinstance(expr, cst.Call):
+            for family, constructors in GENERATORS.items():
+                if self.context.names.is_(expr.func, *constructors):
+                    return family
+            return None
+        values: list[cst.BaseExpression] = []
+        if isinstance(expr, cst.Name):
+            parameter = self.context.bindings.param_of(expr)
+            if parameter is not None:
+                function, param = parameter
+                for call, offset in self.context.kinds.callers(function) or ():
+                    passed = self.context.kinds.argument(call, function, param, offset)
+                    if passed is None:
+                        return None
+                    values.append(passed)
+            else:
+                values = self.context.bindings.values(expr) or []
+        elif isinstance(expr, cst.Attribute):
+            values = self.context.kinds.self_attribute_values(expr) or []
+        families = {self._generator_family(value, depth + 1) for value in values}
+        return families.pop() if len(families) == 1 else None
+
+    def _per_step_sites(self, function: cst.FunctionDef, depth: int = 0) -> list[cst.CSTNode]:
+        """Where a training loop runs `function` once per step: its calls in the body of a
+        step loop, or outside loops in a function run that way; for a generator, the step loops that
+        iterate it and the `next(it)` calls of a step loop on it."""
+        key = (id(function), depth)
+        if key in self._sites:
+            return self._sites[key]
+        self._sites[key] = []  # recursion: not through this path
+        sites: list[cst.CSTNode] = []
+        generator = bool(self.context.kinds.exits(function)[1])
+        index, loaders = self.context.index, self.context.loaders
+        for call, _ in self.context.kinds.callers(function) or ():
+            if generator:
+                sites.extend(self._consumers(call))
+            elif loaders.step_loop_of(call) is not None:
+                sites.append(call)
+            elif depth < MAX_HELPER_DEPTH:
+                # a call in a function that runs once per step (`train_step()`), not in a loop
+                # of its own there (`estimate_loss()` draws its evaluation batches in one)
+                outer = index.first_enclosing(call, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef))
+                if isinstance(outer, cst.FunctionDef) and self._per_step_sites(outer, depth + 1):
+                    sites.append(call)
+        self._sites[key] = sites
+        return sites
+
+    def _consumers(self, call: cst.Call) -> list[cst.CSTNode]:
+        """The step loops that iterate the generator `call` makes (`for b in batches(...)`,
+        through enumerate/zip/tqdm), or the `next(it)` calls of step loops on it (`it =
+        batches(...)`)."""
+        loaders, parents = self.context.loaders, self.context.parents
+        loop = self.context.index.first_enclosing(call, (cst.For, cst.FunctionDef, cst.Lambda, cst.ClassDef))
+        if isinstance(loop, cst.For) and self.context.inside(call, loop.iter):
+            iterated = any(iterable is call for iterable, _ in loaders.iterated(loop.iter, loop.target))
+            return [loop] if iterated and self._in_step_loops(loop) else []
+        statement = parents.get(call)
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)
+        ):
+            return []
+        scope = self.context.scopes.get(statement.targets[0].target)
+        assignments = (
+            [a for a in scope.assignments[statement.targets[0].target.value] if a.node is statement.targets[0].target]
+            if scope is not None
+            else []
+        )
+        found: list[cst.CSTNode] = []
+        for assignment in assignments:
+            for access in assignment.references:
+                user = parents.get(parents.get(access.node))
+                if (
+                    isinstance(user, cst.Call)
+                    and self.context.names.is_(user.func, *NEXT)
+                    and loaders.step_loop_of(user) is not None
+                ):
+                    found.append(user)
+                loop = parents.get(access.node)
+                if isinstance(loop, cst.For) and loop.iter is access.node and self._in_step_loops(loop):
+                    found.append(loop)
+        return found
+
+    def _sampled_data(self, call: cst.Call, key: str) -> tuple[set[str], bool]:
         """(the names of the data `call` draws sample indices for, whether it draws the samples
         themselves): `torch.randint(0, len(X), ...)`, `random.sample(range(len(texts)), k)`,
         `random.sample(texts, k)`, `np.random.choice(len(X), k)`; empty when the range is not
         the length of something (`torch.randint(0, T, ...)`: timesteps, not samples)."""
         names = self.context.names
         args = [a.value for a in call.args if a.keyword is None and not a.star]
-        if names.is_(call.func, "random.sample", "random.choices", "numpy.random.choice"):
+        if key in ("random.sample", "random.choices", "numpy.random.choice"):
             population = args[0] if args else None
             if population is None:
                 return set(), False
@@ -269,13 +440,13 @@ class ManualBatchingInStepLoop(Rule):
                 if lengths:
                     return lengths, False
                 return {population.value}, True
+            if isinstance(population, cst.Attribute) and isinstance(population.value, cst.Name):
+                return {self.context.source(population)}, True  # `rng.sample(self.examples, k)`
             return self._lengths_of(population, 0), False
         high = kwarg(call, "high")
         if high is not None:
             bound = high.value
-        elif len(args) >= 3 or (
-            names.is_(call.func, "numpy.random.randint") and len(args) >= 2 and kwarg(call, "size") is not None
-        ):
+        elif len(args) >= 3 or (key == "numpy.random.randint" and len(args) >= 2 and kwarg(call, "size") is not None):
             bound = args[1]
         elif args:
             bound = args[0]
@@ -368,12 +539,14 @@ class ManualBatchingInStepLoop(Rule):
     # -- manual slicing: fixed ----------------------------------------------------
 
     def visit_For(self, node: cst.For) -> None:
-        if not self._in_step_loops(node) or not isinstance(node.target, cst.Name):
+        if not self._in_step_loops(node):
             return
-        batch_size, window = self._window(node)
-        if window is None:
+        counter = self._counter(node)
+        if counter is None:
             return
-        plan = _Plan(node, batch_size, window)
+        plan = self._plan(node, *counter)
+        if plan is None:
+            return
         problem = self._find_batches(plan)
         if problem is None:
             problem = self._check(plan)
@@ -388,14 +561,72 @@ class ManualBatchingInStepLoop(Rule):
             return
         self._fix(plan)
 
-    def _window(self, loop: cst.For) -> tuple[cst.BaseExpression | None, _Window | None]:
-        call = loop.iter
-        if not isinstance(call, cst.Call) or not self.context.names.is_(call.func, *RANGE):
-            return None, None
+    # -- batches cut by a generator the step loop iterates: reported ---------------
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        _, yields = self.context.kinds.exits(node)
+        if not yields:
+            return
+        loops = []
+        for found in yields:
+            loop = self.context.index.first_enclosing(found, (cst.For, cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            if isinstance(loop, cst.For) and loop not in loops:
+                loops.append(loop)
+        for loop in loops:
+            counter = self._counter(loop)
+            plan = self._plan(loop, *counter) if counter is not None else None
+            if plan is None:
+                continue
+            problem = self._find_batches(plan, attributes=True)
+            if problem is None:
+                problem = self._check(plan)
+            if problem == "":
+                continue  # no windows, or windows of tensors on the device
+            sites = self._per_step_sites(node)
+            if not sites:
+                return
+            window = plan.windows[0]
+            cut = (
+                f"`{node.name.value}()` cuts the batches of this training loop by hand "
+                f"(`{self.context.source(window)}`, line {self.context.line(window)}), in the training process "
+                "between steps"
+            )
+            if problem is None:
+                advice = (
+                    f"; build a DataLoader(TensorDataset({', '.join(plan.tensors)})) with the same batch size once "
+                    "and iterate over it instead (perfmod rewrites only batches cut in the training loop itself)"
+                )
+            else:
+                advice = (
+                    f"; not rewritten to a DataLoader because {problem}; a Dataset read by DataLoader workers "
+                    "(with a collate_fn for batches that are not tensors) would build them while the model trains"
+                )
+            for site in sites:
+                self.report(site, cut + advice)
+            return
+
+    def _counter(self, loop: cst.For) -> tuple[cst.Call, cst.Name] | None:
+        """`range(...)` and the name its items bind: `for i in range(...)`, also through
+        `enumerate`, `tqdm`, `zip`."""
+        found = [
+            (iterable, target)
+            for iterable, target in self.context.loaders.iterated(loop.iter, loop.target)
+            if isinstance(iterable, cst.Call) and self.context.names.is_(iterable.func, *RANGE)
+        ]
+        if len(found) != 1 or not isinstance(found[0][1], cst.Name):
+            return None
+        return found[0]
+
+    def _plan(self, loop: cst.For, counter: cst.Call, index: cst.Name) -> _Plan | None:
+        batch_size, window = self._window(counter, index.value)
+        if window is None:
+            return None
+        return _Plan(loop, batch_size, window, counter, index)
+
+    def _window(self, call: cst.Call, i: str) -> tuple[cst.BaseExpression | None, _Window | None]:
         if any(a.keyword is not None or a.star for a in call.args):
             return None, None
         args = [a.value for a in call.args]
-        i = loop.target.value
         if len(args) == 3 and m.matches(args[0], m.Integer("0")):
             n, bs = args[1], args[2]
             drop_last = False
@@ -407,10 +638,14 @@ class ManualBatchingInStepLoop(Rule):
                 ),
             ) and _same(n.left.right, bs):
                 n, drop_last = n.left.left, True
-            upper = m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=_equal_to(bs)) | m.BinaryOperation(
+            exact = m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=_equal_to(bs)) | m.BinaryOperation(
                 left=_equal_to(bs), operator=m.Add(), right=m.Name(i)
             )
-            return bs, _Window(n, drop_last, m.Slice(lower=m.Name(i), upper=upper, step=None))
+            # `i:i + w` with `w = min(bs, ...)`: windows no longer than the step (a shorter last one)
+            shorter = m.BinaryOperation(
+                left=m.Name(i), operator=m.Add(), right=m.MatchIfTrue(lambda w: self._at_most(w, bs))
+            )
+            return bs, _Window(n, drop_last, m.Slice(lower=m.Name(i), upper=exact | shorter, step=None), exact)
         if len(args) == 1 and m.matches(args[0], m.BinaryOperation(operator=m.FloorDivide())):
             n, bs = args[0].left, args[0].right
             lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
@@ -419,28 +654,45 @@ class ManualBatchingInStepLoop(Rule):
                 operator=m.Multiply(),
                 right=_equal_to(bs),
             )
-            return bs, _Window(n, True, m.Slice(lower=lower, upper=upper, step=None))
+            return bs, _Window(n, True, m.Slice(lower=lower, upper=upper, step=None), upper)
         return None, None
 
-    def _find_batches(self, plan: _Plan) -> str | None:
+    def _at_most(self, width: cst.CSTNode, step: cst.BaseExpression, depth: int = 0) -> bool:
+        """Is `width` never more than `step`: `min(step, ...)`, or a name bound only to that?"""
+        if isinstance(width, cst.Call) and self.context.names.is_(width.func, "min", "builtins.min"):
+            return any(_same(arg.value, step) for arg in width.args if arg.keyword is None and not arg.star)
+        if isinstance(width, cst.Name) and depth < 2:
+            values = self.context.bindings.values(width)
+            return bool(values) and all(self._at_most(value, step, depth + 1) for value in values)
+        return False
+
+    def _find_batches(self, plan: _Plan, attributes: bool = False) -> str | None:
         """Fill plan.tensors/uses; "" when the loop does not batch by hand, a reason when it
-        does but cannot be rewritten, None when every use of `i` is understood."""
-        loop, i = plan.loop, plan.loop.target.value
+        does but cannot be rewritten, None when every use of `i` is understood. With
+        `attributes`, windows of `self.X` count too (reported, never rewritten)."""
+        loop, i = plan.loop, plan.index.value
         index = self.context.index
-        pattern = m.Subscript(value=m.Name(), slice=[m.SubscriptElement(plan.window.matches)])
-        windows = [
-            s
-            for s in index.find(cst.Subscript, within=loop.body)
-            if isinstance(s.value, cst.Name) and len(s.slice) == 1 and m.matches(s, pattern)
-        ]
+        windows = []
+        for s in index.find(cst.Subscript, within=loop.body):
+            if isinstance(s.value, cst.Name) or (attributes and isinstance(s.value, cst.Attribute)):
+                dimension = self._window_dimension(s, plan.window)
+                if dimension is not None:
+                    windows.append(s)
+                    plan.windows.append(s)
+                    if dimension:
+                        plan.dimension = plan.dimension or (s, dimension)
         if not windows:
             return ""
         understood: set[int] = set()
         for window in windows:
-            understood.update(id(n) for n in self._names(window.slice[0], i))
-            source = window.value.value
-            permutation = self._permutation(source, loop)
-            if permutation is None:
+            understood.update(id(n) for n in self._names(window, i) if not self.context.inside(n, window.value))
+            source = self.context.source(window.value)
+            if not m.matches(self._window_part(window).slice, m.Slice(upper=plan.window.exact)):
+                plan.shorter = plan.shorter or window
+            permutation = self._permutation(source, loop) if isinstance(window.value, cst.Name) else None
+            if permutation is None and self._selects_rows(plan, window):
+                plan.index_array = source  # `order[i:i + bs]` picks rows of the data: not a randperm
+            elif permutation is None:
                 plan.uses[id(window)] = source
                 _append_once(plan.tensors, source)
                 continue
@@ -451,16 +703,110 @@ class ManualBatchingInStepLoop(Rule):
                 return problem
         if any(self._on_device(plan, name) for name in plan.tensors):
             return ""  # batches of tensors already on the device: a slice is the fastest batch
+        if any(self._loop_item(self._a_use(plan, name).value, 0) for name in plan.tensors):
+            return ""  # micro-batches of a batch that an outer loop takes (gradient accumulation)
         carried = self._carried_state(plan)
         if carried is not None:
             return (
                 f"`{carried}` is carried from one batch to the next (state such as a truncated-BPTT "
                 "hidden state), so the order of the windows matters"
             )
+        unlike = self._unlike_a_loader(plan)
+        if unlike is not None:
+            return unlike
         others = [n for n in self._names(loop.body, i) if id(n) not in understood]
         if others:
             return f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
         return None
+
+    def _selects_rows(self, plan: _Plan, window: cst.Subscript) -> bool:
+        """Does the window pick rows of other data: `X[order[i:i + bs]]`, or `idx = order[i:i + bs]`
+        and then `X[idx]`?"""
+        parents = self.context.parents
+        if isinstance(parents.get(parents.get(window)), cst.SubscriptElement):
+            return True
+        statement = parents.get(window)
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)
+        ):
+            return False
+        target = statement.targets[0].target
+        return any(
+            isinstance(parents.get(read), cst.Index)
+            for read in self._names(plan.loop.body, target.value)
+            if read is not target
+        )
+
+    def _unlike_a_loader(self, plan: _Plan) -> str | None:
+        """Why the windows are not what a DataLoader over the data gives, if they are not."""
+        source = self.context.source
+        if plan.dimension is not None:
+            subscript, dimension = plan.dimension
+            return (
+                f"`{source(subscript)}` cuts windows along dimension {dimension}, not batches of samples "
+                "along the first"
+            )
+        if plan.index_array is not None:
+            return (
+                f"the rows of {' / '.join(f'`{t}`' for t in plan.tensors)} are picked through `{plan.index_array}`, "
+                "which perfmod cannot tell is a fresh `torch.randperm(n)` each epoch (the order a "
+                "DataLoader(shuffle=True) gives)"
+            )
+        if plan.shorter is not None:
+            return (
+                f"the windows `{source(plan.shorter)}` are not all `{source(plan.batch_size)}` long, "
+                "unlike a DataLoader's batches"
+            )
+        return None
+
+    def _loop_item(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """Is `expr` one item of something a loop walks (`for xb, yb in loader`, `xb, yb =
+        next(it)`, `x = batch[0]`), so that slicing it cuts a batch, not a dataset? A
+        generator's parameter is one when every call passes one."""
+        if not isinstance(expr, cst.Name) or depth > 3:
+            return False
+        parameter = self.context.bindings.param_of(expr)
+        if parameter is not None:
+            function, param = parameter
+            callers = self.context.kinds.callers(function) or ()
+            passed = [self.context.kinds.argument(call, function, param, offset) for call, offset in callers]
+            return bool(passed) and all(p is not None and self._loop_item(p, depth + 1) for p in passed)
+        assignments = self.context.bindings.assignments(expr)
+        if not assignments:
+            return False
+        for assignment in assignments:
+            if isinstance(self.context.bindings.statement(assignment.node), (cst.For, cst.CompFor)):
+                continue
+            value = self.context.bindings.assigned_value(assignment)
+            if value is None:
+                unpacked = self.context.bindings.unpacked(assignment)
+                value = unpacked[0] if unpacked is not None else None
+            if isinstance(value, cst.Subscript):
+                value = value.value
+            if isinstance(value, cst.Call) and self.context.names.is_(value.func, *NEXT):
+                continue
+            if not self._loop_item(value, depth + 1):
+                return False
+        return True
+
+    def _window_dimension(self, subscript: cst.Subscript, window: _Window) -> int | None:
+        """The dimension `subscript` cuts a window along (`X[i:i + bs]`: 0, `X[:, i:i + n]`:
+        1), the other dimensions taken whole; None when it is no window."""
+        found = None
+        for position, element in enumerate(subscript.slice):
+            part = element.slice
+            if m.matches(part, window.matches):
+                if found is not None:
+                    return None
+                found = position
+            elif not (isinstance(part, cst.Slice) and part.lower is None and part.upper is None and part.step is None):
+                return None
+        return found
+
+    def _window_part(self, subscript: cst.Subscript) -> cst.SubscriptElement:
+        return next(e for e in subscript.slice if not (isinstance(e.slice, cst.Slice) and e.slice.lower is None))
 
     def _permutation(self, name: str, loop: cst.For) -> str | None:
         """`name` when it is bound once, by `torch.randperm(n)`, before the step loop."""
@@ -512,12 +858,15 @@ class ManualBatchingInStepLoop(Rule):
     def _check(self, plan: _Plan) -> str | None:
         kinds = self.context.kinds
         for name in plan.tensors:
-            use = self._a_use(plan, name)
-            fact = kinds.fact(use.value)
             if self._on_device(plan, name):
                 return ""
+        for name in plan.tensors:
+            use = self._a_use(plan, name)
+            fact = kinds.fact(use.value)
             if fact.kind is not Kind.TENSOR or fact.place is not Place.HOST:
                 return f"`{name}` is not known to be a tensor in host memory"
+            if not isinstance(use.value, cst.Name):
+                continue  # `self.X` in a generator: reported, never rewritten
             if self._bound_in(name, plan.loop):
                 return f"`{name}` is re-bound inside the loop"
             if kinds.is_mutated_in_place(use.value):
@@ -635,8 +984,10 @@ class ManualBatchingInStepLoop(Rule):
         for line in lines:
             if _unpacks_only_batches(line, plan.uses):
                 batch_names |= {e.value.value for e in line.body[0].targets[0].target.elements}
+            elif self._copies_a_batch(line, plan):  # `data = X[:, i:i + n].to(device)`
+                batch_names.add(line.body[0].targets[0].target.value)
         bound_in_body = set().union(*(self._bound_names(line) for line in lines))
-        bound_so_far: set[str] = {plan.loop.target.value}
+        bound_so_far: set[str] = _target_names(plan.loop.target)
         carried: set[str] = set()
         for line in lines:
             reads = {n.value for n in names_read(line)}
@@ -651,6 +1002,21 @@ class ManualBatchingInStepLoop(Rule):
             carried = carried | binds if hit else carried - binds
             bound_so_far |= binds
         return None
+
+    def _copies_a_batch(self, line: cst.CSTNode, plan: _Plan) -> bool:
+        """`name = X[i:i + bs]` followed by method calls only (`.to(device)`, `.float()`)."""
+        if not (
+            isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+            and isinstance(line.body[0], cst.Assign)
+            and len(line.body[0].targets) == 1
+            and isinstance(line.body[0].targets[0].target, cst.Name)
+        ):
+            return False
+        value = line.body[0].value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            value = value.func.value
+        return id(value) in plan.uses
 
     def _batch_statements(self, plan: _Plan) -> dict[str, cst.Assign]:
         """tensor -> `xb = X[...]` statement whose value is exactly one use (its name becomes the loop variable)."""
@@ -714,10 +1080,17 @@ class ManualBatchingInStepLoop(Rule):
             f"{loader} = DataLoader(TensorDataset({', '.join(plan.tensors)}), "
             f"batch_size={self.context.source(plan.batch_size)}, shuffle={shuffle}{drop_last})\n"
         )
+        if loop.iter is plan.counter:
+            # the header as a function of the loop, so that edits inside its body compose
+            header: list[Edit] = [
+                Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader)))
+            ]
+        else:  # `for step, i in enumerate(range(...))`: `for step, (xb, yb) in enumerate(loader)`
+            nested = target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            header = [Replace(plan.counter, cst.Name(loader)), Replace(plan.index, nested)]
         edits: list[Edit] = [
             InsertBefore(anchor, (build,)),
-            # the header as a function of the loop, so that edits inside its body compose
-            Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader))),
+            *header,
             *replaced,
             *(Remove(line) for line in removed),
         ]
