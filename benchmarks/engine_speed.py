@@ -7,8 +7,9 @@
    (a fresh process: start-up included); the fastest of --repeats runs, wall time.
 2. Training files of about 2,000, 10,000 and 50,000 lines, built from the
    training code under fixtures/ (rule fixture inputs and scripts, in turn, until
-   the size is reached), processed in one process with every rule at level
-   unsafe: seconds, and seconds per 10,000 lines (constant when the cost is linear).
+   the size is reached), laid out at module level or each piece in a function of
+   its own, processed in one process with every rule at level unsafe: seconds, and
+   seconds per 10,000 lines (constant when the cost is linear).
 3. A warm-cache re-run: `perfmod check` over 500 unchanged files (copies of the
    fixtures' training code), once to fill the result cache, then timed.
 
@@ -37,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SEED = REPO / "fixtures" / "scripts" / "seed_latentwire.py"
 SIZES = (2_000, 10_000, 50_000)
+LAYOUTS = ("module level", "functions")  # how the pieces of a large file are laid out (training_file)
 
 # Run in a child process against a checkout: process one file, print seconds.
 TIME_FILE = """
@@ -151,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             )
             checkouts[f"commit {args.baseline}"] = tree
-        files = [training_file(lines, scratch) for lines in args.sizes]
+        files = [
+            (layout, training_file(lines, scratch, layout == "functions")) for layout in LAYOUTS for lines in args.sizes
+        ]
         print(
             f"date {date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
             f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f}"
@@ -166,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
             ours, base = seed["this checkout"], seed[f"commit {args.baseline}"]
             print(f"\nspeed-up on the seed script: {base / ours:.1f}x")
         print()
-        print("| checkout | lines | seconds | seconds per 10,000 lines | result |")
-        print("|---|---|---|---|---|")
+        print("| checkout | pieces | lines | seconds | seconds per 10,000 lines | result |")
+        print("|---|---|---|---|---|---|")
         for name, tree in checkouts.items():
-            for path in files:
+            for layout, path in files:
                 lines = path.read_text(encoding="utf-8").count("\n")
                 seconds, note = file_seconds(tree, python, path)
-                print(f"| {name} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} | {note} |")
+                print(f"| {name} | {layout} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} | {note} |")
         if (REPO / "codemod" / "cache.py").exists():
             first, again = warm_cache_seconds(REPO, python, scratch)
             print(
