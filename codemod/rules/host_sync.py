@@ -128,6 +128,7 @@ class _Fix:
     # Where the finding is reported, when not at the sync being planned (another sync
     # of the same running sums).
     at: cst.CSTNode | None = None
+    level: Level | None = None  # raised above the rule's level (a function's return value changes)
 
 
 # What an accumulation adds to: a variable, the items of a dict, or (for a group of
@@ -451,6 +452,7 @@ class PerStepHostSync(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._fixed_in_functions: set[int] = set()  # syncs a function returns into a sum that is fixed
         analysis = _FileAnalysis(self.context)
         for loop in self.context.loops.step_loops:
             self._check_loop(analysis, loop)
@@ -466,7 +468,12 @@ class PerStepHostSync(Rule):
             scan = _StepLoop(analysis, loop, [])
             for function in steps.functions_reached(loop.body):
                 for sync in steps.own_calls(function.body):
-                    if sync in seen or scan.sync_kind(sync) is None or id(sync) in scan.suppressed_in(sync):
+                    if (
+                        sync in seen
+                        or id(sync) in self._fixed_in_functions
+                        or scan.sync_kind(sync) is None
+                        or id(sync) in scan.suppressed_in(sync)
+                    ):
                         continue
                     if any(isinstance(o, cst.Call) and scan.sync_kind(o) is not None for o in scan._chain_above(sync)):
                         continue  # the outer call of `x.cpu().item()` is the one reported
@@ -506,6 +513,18 @@ class PerStepHostSync(Rule):
                 syncs.update((id(fix), sync) for fix in planned)
             except _Unfixable as why:
                 self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step; not rewritten: {why}")
+        for call, returned in scan.returning_calls():
+            small = _small_statement_of(analysis, call, analysis.statement_line(call))
+            if not _accumulates(analysis, small, call) or any(id(s) in self._fixed_in_functions for s in returned):
+                continue
+            try:
+                planned = scan.plan_accumulation(small)
+            except _Unfixable:
+                continue  # reported with the function's syncs, where they are
+            fixes.extend(planned)
+            for fix in planned:
+                syncs[id(fix)] = returned[0]
+                self._fixed_in_functions.update(id(s) for s in returned)
         # Edits that several fixes need (a statement two syncs move, the statements moved
         # into one log branch, the reads of one running sum) are one edit they share.
         shared: dict[object, Edit] = {}
@@ -525,7 +544,7 @@ class PerStepHostSync(Rule):
             for node, function in fix.replaces:
                 edits.append(shared.setdefault(("replace", node), Replace(node, function)))
             where = fix.at if fix.at is not None else syncs[id(fix)]
-            self.report(where, fix.message, edits=list(dict.fromkeys(edits)))
+            self.report(where, fix.message, edits=list(dict.fromkeys(edits)), level=fix.level)
 
 
 class _FileAnalysis:
@@ -716,6 +735,7 @@ class _StepLoop:
         self._fresh: dict[int, bool] = {}
         # Accumulator -> why it stays (None once planned): all its syncs get one answer.
         self._accumulators: dict[tuple, str | None] = {}
+        self._returning: dict[int, tuple[cst.Call, list[cst.Call]]] | None = None
         self.suppressed = {
             id(sync) for sync in self.syncs() if suppressed_on(analysis.statement_line(sync), PerStepHostSync.CODE)
         }
@@ -1305,6 +1325,49 @@ class _StepLoop:
             raise _Unfixable("only `+=` and `x = <expression of x>` accumulations are rewritten")
         return self._plan_group(holder)
 
+    def plan_accumulation(self, statement) -> list[_Fix]:
+        return self._plan_accumulation(None, None, statement)
+
+    def returning_calls(self) -> list[tuple[cst.Call, list[cst.Call]]]:
+        """Calls in the step of a function of this file whose every `return` is a sync
+        (`return loss.item()` of a step method), called there and nowhere else."""
+        if self._returning is None:
+            self._returning = {}
+            for call in self.calls:
+                returned = self._returned_syncs(call)
+                if returned:
+                    self._returning[id(call)] = (call, returned)
+        return list(self._returning.values())
+
+    def _returned_syncs(self, call: cst.Call) -> list[cst.Call] | None:
+        loops = self.a.context.loops
+        function = loops.callee(call)
+        if (
+            function is None
+            or function.decorators
+            or function.asynchronous is not None
+            or loops.call_sites(function) != [call]
+            or loops.own((cst.Yield, cst.Await), function.body)
+        ):
+            return None
+        values = [r.value for r in loops.own(cst.Return, function.body)]
+        if not values or not all(isinstance(v, cst.Call) and self.sync_kind(v) in ("item", "float") for v in values):
+            return None
+        if any(id(v) in self.suppressed_in(v) for v in values):
+            return None
+        # Its name appears nowhere else (no other caller, no override, not handed on).
+        name = function.name.value
+        callee = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+        if any(n.value == name and n is not callee and n is not function.name for n in self.a.index.find(cst.Name)):
+            return None
+        return values
+
+    def _returned_by(self, term: cst.CSTNode) -> list[cst.Call] | None:
+        if self._returning is None:
+            self.returning_calls()
+        found = self._returning.get(id(term))
+        return found[1] if found is not None else None
+
     def _holder(self, target: cst.BaseExpression) -> tuple:
         """What an accumulation adds to: (VAR, scope, name) for a variable, (ITEMS, scope,
         name) for an item of a dict with a constant key (the dict's sums go together)."""
@@ -1388,7 +1451,11 @@ class _StepLoop:
         for carrier in {id(c): c for c in carriers.values()}.values():
             messages.append((carrier.sync, self._plan_carrier(carrier, replaces)))
         edits = list(replaces.values())
-        return [_Fix(message, replaces=edits, at=at) for at, message in messages]
+        fixes = []
+        for at, message in messages:
+            message, level = message if isinstance(message, tuple) else (message, None)
+            fixes.append(_Fix(message, replaces=edits, at=at, level=level))
+        return fixes
 
     # -- what a running sum is ------------------------------------------------------------
 
@@ -1545,7 +1612,7 @@ class _StepLoop:
 
     def _adds_synced(self, statement: cst.CSTNode) -> bool:
         ids = {id(s) for s in self.syncs()}
-        return any(id(call) in ids for call in m.findall(statement, m.Call())) or any(
+        return any(id(call) in ids or self._returned_by(call) for call in m.findall(statement, m.Call())) or any(
             self._carrier_of(read) is not None for read in names_read(statement.value)
         )
 
@@ -1595,13 +1662,13 @@ class _StepLoop:
             return None
         for use in uses:
             small = _small_statement_of(self.a, use, self.a.statement_line(use))
-            if not _accumulates(small, use):
+            if not _accumulates(self.a, small, use):
                 return None
         return carrier
 
     def _holder_of_carried(self, carrier: _Carrier, use: cst.Name) -> tuple:
         small = _small_statement_of(self.a, use, self.a.statement_line(use))
-        if not _accumulates(small, use):
+        if not _accumulates(self.a, small, use):
             raise _Unfixable(self._use_reason(use, f"`{carrier.target.value}`"))
         if isinstance(small, cst.AugAssign) and not isinstance(small.operator, cst.AddAssign):
             raise _Unfixable("only `+=` and `x = <expression of x>` accumulations are rewritten")
@@ -1640,6 +1707,7 @@ class _StepLoop:
         for accumulation in total.accumulations:
             found = [s for s in syncs if self.a.inside(s, accumulation)]
             carried = [read for read in names_read(accumulation.value) if id(read) in carriers]
+            carried += [c for c in self.calls if self._returned_by(c) and self.a.inside(c, accumulation.value)]
             if not found and not carried:
                 raise _Unfixable(f"{total.label} is also changed at line {self.a.line(accumulation)}")
             if any(id(s) in self.suppressed for s in found):
@@ -1647,10 +1715,19 @@ class _StepLoop:
             terms.extend(self._terms(accumulation, total, found, carried))
 
         def sync_of(term: cst.CSTNode) -> cst.Call:
-            return carriers[id(term)].sync if id(term) in carriers else term
+            if id(term) in carriers:
+                return carriers[id(term)].sync
+            return (self._returned_by(term) or [term])[0]
+
+        def dtype_of(term: cst.CSTNode) -> str | None:
+            returned = self._returned_by(term)
+            if returned is not None:
+                found = {self._term_dtype(s) for s in returned}
+                return found.pop() if len(found) == 1 else None
+            return self._term_dtype(sync_of(term))
 
         literal_kinds = {type(v) for _, v in total.literals}
-        term_dtypes = {self._term_dtype(sync_of(t)) for t, _ in terms}
+        term_dtypes = {dtype_of(t) for t, _ in terms}
         int_sum = term_dtypes == {INT64} and literal_kinds <= {cst.Integer} and all(bare for _, bare in terms)
         first = sync_of(terms[0][0])
         if not int_sum:
@@ -1663,7 +1740,7 @@ class _StepLoop:
                     f"{total.label} starts as an int and perfmod cannot tell whether "
                     f"`{self.a.code(first)}` gives an int or a float"
                 )
-            dtypes = {id(t): self._term_dtype(sync_of(t)) for t, _ in terms}
+            dtypes = {id(t): dtype_of(t) for t, _ in terms}
             for term, bare in terms:
                 if bare or dtypes[id(term)] == FLOAT or self._scaled_count(term, dtypes):
                     continue
@@ -1673,6 +1750,13 @@ class _StepLoop:
             self._check_read(use, total, int_sum)
 
         for term, _ in terms:
+            if self._returned_by(term) is not None:
+                for returned in self._returned_by(term):  # the function returns the tensor
+                    replaces[id(returned)] = (
+                        returned,
+                        lambda updated, int_sum=int_sum: _device_value(updated, int_sum),
+                    )
+                continue
             if id(term) in carriers:
                 if not int_sum and self._term_dtype(sync_of(term)) != FLOAT:
                     # an int64 count added to a float64 sum: as Python does, in double
@@ -1693,6 +1777,11 @@ class _StepLoop:
         ]
         where = f"read {' and '.join(places)}" if places else "never read"
         for term, _ in terms:
+            returned = self._returned_by(term)
+            if returned is not None:
+                for sync in returned:
+                    messages.append((sync, self._returned_message(term, sync, total, how, where)))
+                continue
             if id(term) in carriers:
                 continue
             messages.append(
@@ -1703,6 +1792,21 @@ class _StepLoop:
                 )
             )
         return wrapper
+
+    def _returned_message(self, call: cst.Call, sync: cst.Call, total: _Sum, how: str, where: str) -> tuple:
+        function = self.a.context.loops.callee(call)
+        name = function.name.value
+        message = (
+            f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step: `{self.a.code(call.func)}` "
+            f"(line {self.a.line(call)}) returns it to add to {total.label}; it returns the tensor instead, "
+            f"{how}, {where}"
+        )
+        if name.startswith("_") or any(isinstance(a, cst.FunctionDef) for a in self.a.ancestors(function)):
+            return message, None
+        return (
+            message + f"; unsafe: `{name}` now returns a tensor, which code in other files that calls it would get",
+            Level.UNSAFE,
+        )
 
     def _scaled_count(self, term: cst.CSTNode, dtypes: dict[int, str | None]) -> bool:
         """Is `term` an int64 count multiplied by a floating-point term (`loss.item() * n`)?
@@ -1832,18 +1936,14 @@ def _constant_key(subscript: cst.Subscript) -> tuple | None:
     return _literal_key(index.value) if index.star is None else None
 
 
-def _accumulates(small: cst.CSTNode | None, use: cst.Name) -> bool:
+def _accumulates(analysis: _FileAnalysis, small: cst.CSTNode | None, use: cst.CSTNode) -> bool:
     """Is `small` a statement that adds to a running sum (`x += ...`, `x = ...x...`), with
     `use` in the value it adds?"""
     if isinstance(small, cst.AugAssign):
-        return _inside_expr(use, small.value)
+        return analysis.inside(use, small.value)
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-        return _reads_name(small.value, small.targets[0].target.value) and _inside_expr(use, small.value)
+        return _reads_name(small.value, small.targets[0].target.value) and analysis.inside(use, small.value)
     return False
-
-
-def _inside_expr(node: cst.CSTNode, expr: cst.CSTNode) -> bool:
-    return any(found is node for found in m.findall(expr, m.Name()))
 
 
 def _accumulated(analysis: _FileAnalysis, use: cst.Name) -> cst.CSTNode:
