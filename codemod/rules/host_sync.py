@@ -735,6 +735,7 @@ class _StepLoop:
         self._fresh: dict[int, bool] = {}
         # Accumulator -> why it stays (None once planned): all its syncs get one answer.
         self._accumulators: dict[tuple, str | None] = {}
+        self._syncs: list[cst.Call] | None = None
         self._returning: dict[int, tuple[cst.Call, list[cst.Call]]] | None = None
         self.suppressed = {
             id(sync) for sync in self.syncs() if suppressed_on(analysis.statement_line(sync), PerStepHostSync.CODE)
@@ -786,13 +787,15 @@ class _StepLoop:
     def syncs(self) -> list[cst.Call]:
         """Syncs that run every step: not under a log condition, and not the inner part
         of a chain such as `x.cpu().item()` (the outermost call is the one reported)."""
-        found = [call for call in self.calls if self.sync_kind(call) is not None]
-        ids = {id(call) for call in found}
-        return [
-            call
-            for call in found
-            if not self.in_log_branch(call) and not any(id(outer) in ids for outer in self._chain_above(call))
-        ]
+        if self._syncs is None:
+            found = [call for call in self.calls if self.sync_kind(call) is not None]
+            ids = {id(call) for call in found}
+            self._syncs = [
+                call
+                for call in found
+                if not self.in_log_branch(call) and not any(id(outer) in ids for outer in self._chain_above(call))
+            ]
+        return self._syncs
 
     def _chain_above(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Calls that consume `node` directly: `node.m(...)` and `float(node)`."""
