@@ -1663,11 +1663,12 @@ class _StepLoop:
         carrier = self._carrier_of(uses[0]) if uses else None
         if carrier is None:
             return None
-        for use in uses:
-            small = _small_statement_of(self.a, use, self.a.statement_line(use))
-            if not _accumulates(self.a, small, use):
-                return None
-        return carrier
+        other = [
+            u for u in uses if not _accumulates(self.a, _small_statement_of(self.a, u, self.a.statement_line(u)), u)
+        ]
+        if other and len(other) < len(uses):  # added to sums, and needed as a number elsewhere
+            raise _Unfixable(self._use_reason(other[0], f"`{target.value}`"))
+        return None if other else carrier
 
     def _holder_of_carried(self, carrier: _Carrier, use: cst.Name) -> tuple:
         small = _small_statement_of(self.a, use, self.a.statement_line(use))
