@@ -237,11 +237,15 @@ class PerStepHostSync(Rule):
     sum on the CPU and on CUDA (CUDA's double add and divide round correctly; each
     eager tensor operation is its own kernel, so nothing is fused into an FMA, as
     `torch.compile` could do if it compiled the accumulation itself). The
-    same holds for `*` and `/` by Python numbers (a division only by a non-zero
-    literal, since a tensor divided by zero gives inf where Python raises).
-    Accumulating in float32 on the device instead would round differently, so the
-    fix always uses float64. Integer sums (`correct += (pred == y).sum().item()`)
-    stay int64 tensors. `float(total)` at the read gives back the Python float.
+    same holds for `*` and `/` by Python numbers (a division only by a number
+    that cannot be zero: a non-zero literal, or a name or parameter only ever
+    given non-zero literals, since a tensor divided by zero gives inf where
+    Python raises). Accumulating in float32 on the device instead would round
+    differently, so the fix always uses float64. Integer sums
+    (`correct += (pred == y).sum().item()`) stay int64 tensors; an int64 count
+    multiplied into a float sum (`total += loss.item() * n`) is converted to
+    double first, as Python converts the int. `float(total)` (`int(correct)`)
+    at the read gives back the Python number.
 
     A value is moved under the log condition only when the move cannot change it:
     its expression only reads values computed in this step (not parameters or
@@ -253,11 +257,28 @@ class PerStepHostSync(Rule):
     when the file may run on MPS or XLA, which have no float64.
 
     Values are followed through the file's own code: sums started together
-    (`total, correct = 0.0, 0`), values a function of the file returns
-    (`loss, dice = compute_loss(...)`, a step method's `return loss, logits`).
-    A sync in a function the step loop calls on every step (an evaluation
-    helper) is reported where it is, with the call that runs it; one called
-    only under the log condition runs at log time and is not reported.
+    (`total, correct = 0.0, 0` or `n_tok = n_correct = 0`), values a function
+    of the file returns (`loss, dice = compute_loss(...)`, a step method's
+    `return loss, logits`). Sums kept in the items of a dict
+    (`stats["reg"] += reg_loss.item()`) are kept on the device when the dict is
+    a local dict literal with constant keys and number values (or a
+    `defaultdict(float)`), every item is added to or read with a constant key,
+    and the dict is read only that way or in a loop over `stats.items()` /
+    `stats.values()`, where every item is such a sum. A dict returned, handed to
+    a function or indexed with a variable stays as it is. A count read once per
+    step only to be added to sums (`n = mask.sum().item()`, then
+    `tokens += n` and `total += loss.item() * n`) keeps its tensor, together
+    with those sums.
+
+    A step function of the file that returns a sync (`return loss.item()`),
+    called once in the loop to add to a running sum
+    (`running += self.train_step(batch)`), returns the tensor instead when its
+    name appears nowhere else in the file. That fix is safe for a private
+    (`_train_step`) or nested function and unsafe otherwise: code in other
+    files that calls the function would get a tensor. Any other sync in a
+    function the step loop calls on every step (an evaluation helper) is
+    reported where it is, with the call that runs it; one called only under
+    the log condition runs at log time and is not reported.
     """
 
     CODE = "PM404"
@@ -449,6 +470,25 @@ class PerStepHostSync(Rule):
             None,
             "MPS has no float64",
         ),
+        Invalid(
+            PREAMBLE
+            + "for epoch in range(2):\n    stats = {'loss': 0.0}\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        stats['loss'] += loss.item()\n    print(stats['loss'] / 100)\n",
+            PREAMBLE
+            + "for epoch in range(2):\n    stats = {'loss': 0.0}\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        stats['loss'] += loss.detach().double()\n    print(float(stats['loss']) / 100)\n",
+            "a sum in a dict item with a constant key",
+        ),
+        Invalid(
+            PREAMBLE
+            + "for epoch in range(2):\n    stats = {'loss': 0.0}\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        stats['loss'] += loss.item()\n    wandb_log(stats)\n",
+            None,
+            "the dict is handed to a function",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -515,16 +555,16 @@ class PerStepHostSync(Rule):
                 self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step; not rewritten: {why}")
         for call, returned in scan.returning_calls():
             small = _small_statement_of(analysis, call, analysis.statement_line(call))
-            if not _accumulates(analysis, small, call) or any(id(s) in self._fixed_in_functions for s in returned):
+            if not _accumulates(analysis, small, call):
                 continue
             try:
                 planned = scan.plan_accumulation(small)
             except _Unfixable:
                 continue  # reported with the function's syncs, where they are
             fixes.extend(planned)
-            for fix in planned:
-                syncs[id(fix)] = returned[0]
-                self._fixed_in_functions.update(id(s) for s in returned)
+            syncs.update((id(fix), returned[0]) for fix in planned)
+        # A sync of another function that a fix here rewrites is not reported there again.
+        self._fixed_in_functions.update(id(fix.at) for fix in fixes if fix.at is not None)
         # Edits that several fixes need (a statement two syncs move, the statements moved
         # into one log branch, the reads of one running sum) are one edit they share.
         shared: dict[object, Edit] = {}
@@ -1058,7 +1098,9 @@ class _StepLoop:
         ):
             return False
         scope = self.a.scopes.get(function)
-        for use in self.a.accesses_in(scope, function.name.value) if scope is not None else ():
+        if scope is None:
+            return False
+        for use in self.a.accesses_in(scope, function.name.value):
             call = self.a.parents.get(use)
             if not (isinstance(call, cst.Call) and call.func is use):
                 return False  # handed on: called from elsewhere with other arguments
@@ -1337,6 +1379,8 @@ class _StepLoop:
         if self._returning is None:
             self._returning = {}
             for call in self.calls:
+                if self.in_log_branch(call):
+                    continue  # runs at log time
                 returned = self._returned_syncs(call)
                 if returned:
                     self._returning[id(call)] = (call, returned)
@@ -1737,8 +1781,9 @@ class _StepLoop:
         if not int_sum:
             if self.a.no_float64:
                 raise _Unfixable("this file may run on MPS or XLA, which have no float64 for the running sum")
-            if not all(self.is_tensor(_synced_tensor(sync_of(t))) for t, _ in terms):
-                raise _Unfixable(f"perfmod cannot tell that `{self.a.code(first)}` reads a tensor")
+            unknown = [sync_of(t) for t, _ in terms if not self.is_tensor(_synced_tensor(sync_of(t)))]
+            if unknown:
+                raise _Unfixable(f"perfmod cannot tell that `{self.a.code(unknown[0])}` reads a tensor")
             if cst.Integer in literal_kinds and term_dtypes != {FLOAT}:
                 raise _Unfixable(
                     f"{total.label} starts as an int and perfmod cannot tell whether "

@@ -383,3 +383,24 @@ def test_step_method_called_elsewhere_too_is_left_alone():
     assert pm404(findings) and not any(f.fixable for f in pm404(findings))
     twice = STEP_METHOD.format(name="_step", extra="    def again(self, x, y):\n        return self._step(x, y)\n")
     assert rewrite(twice)[0] == twice
+
+
+def test_sum_fed_by_a_step_method_and_a_sync_in_the_loop_is_fixed_once():
+    code = STEP_METHOD.format(name="_step", extra="").replace(
+        "            running += self._step(x, y)\n",
+        "            running += self._step(x, y)\n            running += x.to(device).abs().mean().item()\n",
+    )
+    new_source, findings = rewrite(code)
+    found = pm404(findings)
+    assert len(found) == 2 and all(f.applied for f in found), [f.message for f in found]
+    assert len({f.line for f in found}) == 2
+    assert printed(new_source) == printed(code)
+
+
+def test_step_method_called_only_at_log_time_is_not_reported():
+    code = STEP_METHOD.format(name="_step", extra="").replace(
+        "            running += self._step(x, y)\n            if step % 5 == 4:\n",
+        "            if step % 5 == 4:\n                running += self._step(x, y)\n",
+    )
+    new_source, findings = rewrite(code)
+    assert new_source == code and not pm404(findings)
