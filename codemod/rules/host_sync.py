@@ -1198,7 +1198,7 @@ class _StepLoop:
             and isinstance(small.targets[0].target, cst.Name)
             and _reads_name(small.value, small.targets[0].target.value)
         ):
-            return self._plan_accumulation(sync, line, small)
+            return self.plan_accumulation(small)
         if isinstance(small, cst.Assign):
             carrier = self._carried_only(sync, small)
             if carrier is not None:
@@ -1363,15 +1363,13 @@ class _StepLoop:
 
     # -- running sums kept on the device ---------------------------------------------------
 
-    def _plan_accumulation(self, sync: cst.Call, line: cst.SimpleStatementLine, statement) -> list[_Fix]:
+    def plan_accumulation(self, statement: cst.AugAssign | cst.Assign) -> list[_Fix]:
+        """The fixes for the running sums `statement` adds to (with every sync they hold)."""
         target = statement.target if isinstance(statement, cst.AugAssign) else statement.targets[0].target
         holder = self._holder(target)
         if isinstance(statement, cst.AugAssign) and not isinstance(statement.operator, cst.AddAssign):
             raise _Unfixable("only `+=` and `x = <expression of x>` accumulations are rewritten")
         return self._plan_group(holder)
-
-    def plan_accumulation(self, statement) -> list[_Fix]:
-        return self._plan_accumulation(None, None, statement)
 
     def returning_calls(self) -> list[tuple[cst.Call, list[cst.Call]]]:
         """Calls in the step of a function of this file whose every `return` is a sync
