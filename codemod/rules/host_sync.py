@@ -5,9 +5,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import Assignment, ComprehensionScope
+from libcst.metadata import Assignment, ClassScope, ComprehensionScope
 
 from codemod.analysis import match as m
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
 from codemod.edits import Edit, InsertBefore, Remove, Replace
@@ -124,6 +125,41 @@ class _Fix:
     replaces: list[tuple[cst.CSTNode, object]] = field(default_factory=list)
     # Statements moved to the top of log branches: (branch, statement) pairs.
     moves: list[tuple[cst.If, cst.SimpleStatementLine]] = field(default_factory=list)
+    # Where the finding is reported, when not at the sync being planned (another sync
+    # of the same running sums).
+    at: cst.CSTNode | None = None
+    level: Level | None = None  # raised above the rule's level (a function's return value changes)
+
+
+# What an accumulation adds to: a variable, the items of a dict, or (for a group of
+# sums) a name that carries a synced value into them.
+VAR, ITEMS, CARRIER = "variable", "items", "carrier"
+SYNC_OPERAND, CARRIED_OPERAND = "sync", "carried"
+
+
+@dataclass
+class _Sum:
+    """A running sum of synced values: a variable, or an item of a dict with a constant key."""
+
+    label: str  # how messages name it: `total`, `stats['reg']`
+    var: str  # the variable that holds it
+    scope: object
+    literals: list  # (node, number literal) it starts from or is reset to
+    accumulations: list  # the statements in the step loop that add to it
+    reads: list  # the expressions whose value is the sum (each gets `float(...)`)
+    allow_self: bool = True  # `x = 0.9 * x + ...` (variables only)
+    key: tuple | None = None  # the key of a dict item
+
+
+@dataclass
+class _Carrier:
+    """A name bound in the step to a sync and read only where running sums add it
+    (`n = mask.sum().item()`, then `tokens += n`): it can keep the tensor instead."""
+
+    target: cst.Name
+    sync: cst.Call
+    line: cst.SimpleStatementLine
+    uses: list
 
 
 class _Unfixable(Exception):
@@ -201,11 +237,15 @@ class PerStepHostSync(Rule):
     sum on the CPU and on CUDA (CUDA's double add and divide round correctly; each
     eager tensor operation is its own kernel, so nothing is fused into an FMA, as
     `torch.compile` could do if it compiled the accumulation itself). The
-    same holds for `*` and `/` by Python numbers (a division only by a non-zero
-    literal, since a tensor divided by zero gives inf where Python raises).
-    Accumulating in float32 on the device instead would round differently, so the
-    fix always uses float64. Integer sums (`correct += (pred == y).sum().item()`)
-    stay int64 tensors. `float(total)` at the read gives back the Python float.
+    same holds for `*` and `/` by Python numbers (a division only by a number
+    that cannot be zero: a non-zero literal, or a name or parameter only ever
+    given non-zero literals, since a tensor divided by zero gives inf where
+    Python raises). Accumulating in float32 on the device instead would round
+    differently, so the fix always uses float64. Integer sums
+    (`correct += (pred == y).sum().item()`) stay int64 tensors; an int64 count
+    multiplied into a float sum (`total += loss.item() * n`) is converted to
+    double first, as Python converts the int. `float(total)` (`int(correct)`)
+    at the read gives back the Python number.
 
     A value is moved under the log condition only when the move cannot change it:
     its expression only reads values computed in this step (not parameters or
@@ -217,11 +257,28 @@ class PerStepHostSync(Rule):
     when the file may run on MPS or XLA, which have no float64.
 
     Values are followed through the file's own code: sums started together
-    (`total, correct = 0.0, 0`), values a function of the file returns
-    (`loss, dice = compute_loss(...)`, a step method's `return loss, logits`).
-    A sync in a function the step loop calls on every step (an evaluation
-    helper) is reported where it is, with the call that runs it; one called
-    only under the log condition runs at log time and is not reported.
+    (`total, correct = 0.0, 0` or `n_tok = n_correct = 0`), values a function
+    of the file returns (`loss, dice = compute_loss(...)`, a step method's
+    `return loss, logits`). Sums kept in the items of a dict
+    (`stats["reg"] += reg_loss.item()`) are kept on the device when the dict is
+    a local dict literal with constant keys and number values (or a
+    `defaultdict(float)`), every item is added to or read with a constant key,
+    and the dict is read only that way or in a loop over `stats.items()` /
+    `stats.values()`, where every item is such a sum. A dict returned, handed to
+    a function or indexed with a variable stays as it is. A count read once per
+    step only to be added to sums (`n = mask.sum().item()`, then
+    `tokens += n` and `total += loss.item() * n`) keeps its tensor, together
+    with those sums.
+
+    A step function of the file that returns a sync (`return loss.item()`),
+    called once in the loop to add to a running sum
+    (`running += self.train_step(batch)`), returns the tensor instead when its
+    name appears nowhere else in the file. That fix is safe for a private
+    (`_train_step`) or nested function and unsafe otherwise: code in other
+    files that calls the function would get a tensor. Any other sync in a
+    function the step loop calls on every step (an evaluation helper) is
+    reported where it is, with the call that runs it; one called only under
+    the log condition runs at log time and is not reported.
     """
 
     CODE = "PM404"
@@ -413,9 +470,29 @@ class PerStepHostSync(Rule):
             None,
             "MPS has no float64",
         ),
+        Invalid(
+            PREAMBLE
+            + "for epoch in range(2):\n    stats = {'loss': 0.0}\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        stats['loss'] += loss.item()\n    print(stats['loss'] / 100)\n",
+            PREAMBLE
+            + "for epoch in range(2):\n    stats = {'loss': 0.0}\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        stats['loss'] += loss.detach().double()\n    print(float(stats['loss']) / 100)\n",
+            "a sum in a dict item with a constant key",
+        ),
+        Invalid(
+            PREAMBLE
+            + "for epoch in range(2):\n    stats = {'loss': 0.0}\n    for x, y in loader:\n"
+            + STEP.replace("    ", "        ")
+            + "        stats['loss'] += loss.item()\n    wandb_log(stats)\n",
+            None,
+            "the dict is handed to a function",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._fixed_in_functions: set[int] = set()  # syncs a function returns into a sum that is fixed
         analysis = _FileAnalysis(self.context)
         for loop in self.context.loops.step_loops:
             self._check_loop(analysis, loop)
@@ -431,7 +508,12 @@ class PerStepHostSync(Rule):
             scan = _StepLoop(analysis, loop, [])
             for function in steps.functions_reached(loop.body):
                 for sync in steps.own_calls(function.body):
-                    if sync in seen or scan.sync_kind(sync) is None or id(sync) in scan.suppressed_in(sync):
+                    if (
+                        sync in seen
+                        or id(sync) in self._fixed_in_functions
+                        or scan.sync_kind(sync) is None
+                        or id(sync) in scan.suppressed_in(sync)
+                    ):
                         continue
                     if any(isinstance(o, cst.Call) and scan.sync_kind(o) is not None for o in scan._chain_above(sync)):
                         continue  # the outer call of `x.cpu().item()` is the one reported
@@ -471,6 +553,18 @@ class PerStepHostSync(Rule):
                 syncs.update((id(fix), sync) for fix in planned)
             except _Unfixable as why:
                 self.report(sync, f"`{analysis.code(sync)}` waits for the GPU every step; not rewritten: {why}")
+        for call, returned in scan.returning_calls():
+            small = _small_statement_of(analysis, call, analysis.statement_line(call))
+            if not _accumulates(analysis, small, call):
+                continue
+            try:
+                planned = scan.plan_accumulation(small)
+            except _Unfixable:
+                continue  # reported with the function's syncs, where they are
+            fixes.extend(planned)
+            syncs.update((id(fix), returned[0]) for fix in planned)
+        # A sync of another function that a fix here rewrites is not reported there again.
+        self._fixed_in_functions.update(id(fix.at) for fix in fixes if fix.at is not None)
         # Edits that several fixes need (a statement two syncs move, the statements moved
         # into one log branch, the reads of one running sum) are one edit they share.
         shared: dict[object, Edit] = {}
@@ -489,7 +583,8 @@ class PerStepHostSync(Rule):
                 edits.append(shared.setdefault(("into", branch), _prepend(branch, into[branch])))
             for node, function in fix.replaces:
                 edits.append(shared.setdefault(("replace", node), Replace(node, function)))
-            self.report(syncs[id(fix)], fix.message, edits=list(dict.fromkeys(edits)))
+            where = fix.at if fix.at is not None else syncs[id(fix)]
+            self.report(where, fix.message, edits=list(dict.fromkeys(edits)), level=fix.level)
 
 
 class _FileAnalysis:
@@ -584,7 +679,10 @@ class _FileAnalysis:
         statement = self.binding_statement(target)
         if isinstance(statement, cst.Assign):
             if len(statement.targets) != 1:
-                return None
+                # `a = b = 0`: every name gets the same number (an immutable value; a
+                # chained assignment of anything else makes aliases)
+                chained = any(t.target is target for t in statement.targets)
+                return statement.value if chained and isinstance(statement.value, (cst.Integer, cst.Float)) else None
             if statement.targets[0].target is target:
                 return statement.value
             element = self.parents.get(target)
@@ -625,9 +723,12 @@ class _FileAnalysis:
 
     def accesses(self, target: cst.Name) -> list[cst.Name]:
         """Every read of the variable that `target` binds, in its scope and nested ones."""
-        scope = self.scopes.get(target)
+        return self.accesses_in(self.scopes.get(target), target.value)
+
+    def accesses_in(self, scope, name: str) -> list[cst.Name]:
+        """Every read of the variable `name` of `scope`, there and in nested scopes."""
         seen: dict[int, cst.Name] = {}
-        for assignment in scope.assignments[target.value]:
+        for assignment in scope.assignments[name]:
             for access in assignment.references:
                 seen[id(access.node)] = access.node
         return list(seen.values())
@@ -674,6 +775,8 @@ class _StepLoop:
         self._fresh: dict[int, bool] = {}
         # Accumulator -> why it stays (None once planned): all its syncs get one answer.
         self._accumulators: dict[tuple, str | None] = {}
+        self._syncs: list[cst.Call] | None = None
+        self._returning: dict[int, tuple[cst.Call, list[cst.Call]]] | None = None
         self.suppressed = {
             id(sync) for sync in self.syncs() if suppressed_on(analysis.statement_line(sync), PerStepHostSync.CODE)
         }
@@ -724,13 +827,15 @@ class _StepLoop:
     def syncs(self) -> list[cst.Call]:
         """Syncs that run every step: not under a log condition, and not the inner part
         of a chain such as `x.cpu().item()` (the outermost call is the one reported)."""
-        found = [call for call in self.calls if self.sync_kind(call) is not None]
-        ids = {id(call) for call in found}
-        return [
-            call
-            for call in found
-            if not self.in_log_branch(call) and not any(id(outer) in ids for outer in self._chain_above(call))
-        ]
+        if self._syncs is None:
+            found = [call for call in self.calls if self.sync_kind(call) is not None]
+            ids = {id(call) for call in found}
+            self._syncs = [
+                call
+                for call in found
+                if not self.in_log_branch(call) and not any(id(outer) in ids for outer in self._chain_above(call))
+            ]
+        return self._syncs
 
     def _chain_above(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Calls that consume `node` directly: `node.m(...)` and `float(node)`."""
@@ -891,6 +996,139 @@ class _StepLoop:
         dtype = self.dtype(expr)
         return dtype, TENSOR_OPERAND if dtype is not None or self.is_tensor(expr) else PYTHON_OPERAND
 
+    def is_number(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` certainly a Python number? Number literals, arithmetic on numbers,
+        `len(...)`, `int(...)`, `float(...)`, `.item()`, `t.size(0)`, `t.shape[0]`, `t.numel()`,
+        loop indices from `range` / `enumerate`, and names of this file bound only to such
+        values (counters `n += 1` too, parameters whose default and arguments are numbers)."""
+        key = ("number", id(expr))
+        if key not in self._dtypes:
+            self._dtypes[key] = True  # `n = n + 1`: a number if every other binding is one
+            self._dtypes[key] = self._compute_is_number(expr)
+        return self._dtypes[key]
+
+    def _compute_is_number(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+            return self.is_number(expr.expression)
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, (cst.MatrixMultiply, cst.BitOr)):
+            return self.is_number(expr.left) and self.is_number(expr.right)
+        if isinstance(expr, cst.Call):
+            if self.a.names.is_(expr.func, "builtins.len", "builtins.int", "builtins.float"):
+                return True
+            method = method_name(expr)
+            if method == "size":
+                return bool(expr.args)  # `t.size()` is a torch.Size
+            return method in ("item", "numel", "dim") and not expr.args
+        if isinstance(expr, cst.Subscript):
+            return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
+        if not isinstance(expr, cst.Name):
+            return False
+        scope = self.a.scopes.get(expr)
+        found = list(scope[expr.value]) if scope is not None else []
+        if not found or not all(type(b) is Assignment for b in found):
+            return False
+        for binding in found:
+            node = binding.node
+            if isinstance(node, cst.Param):
+                if not self._number_param(node, self.is_number):
+                    return False
+                continue
+            statement = self.a.binding_statement(node)
+            if isinstance(statement, cst.AugAssign):
+                if not isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
+                    return False
+                if not self.is_number(statement.value):
+                    return False
+                continue
+            if isinstance(statement, cst.For) and self._loop_index(statement, node):
+                continue
+            value = self.a.assigned_value(node)
+            if value is None or not self.is_number(value):
+                return False
+        return True
+
+    def is_nonzero_number(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a Python number that cannot be zero: a non-zero literal, or a name
+        (a parameter too) only ever bound to non-zero number literals?"""
+        values = self._literal_values(expr, set())
+        return values is not None and all(v.evaluated_value != 0 for v in values)
+
+    def _literal_values(self, expr: cst.BaseExpression, seen: set) -> list | None:
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return [expr]
+        if not isinstance(expr, cst.Name) or id(expr) in seen:
+            return None
+        seen.add(id(expr))
+        scope = self.a.scopes.get(expr)
+        found = list(scope[expr.value]) if scope is not None else []
+        if not found or not all(type(b) is Assignment for b in found):
+            return None
+        values = []
+        for binding in found:
+            if isinstance(binding.node, cst.Param):
+                parts: list = []
+                if not self._number_param(binding.node, lambda v, parts=parts: self._collect(v, seen, parts)):
+                    return None
+            else:
+                value = self.a.assigned_value(binding.node)
+                parts = self._literal_values(value, seen) if value is not None else None
+                if parts is None:
+                    return None
+            values.extend(parts)
+        return values
+
+    def _collect(self, value: cst.BaseExpression, seen: set, into: list) -> bool:
+        found = self._literal_values(value, seen)
+        if found is None:
+            return False
+        into.extend(found)
+        return True
+
+    def _number_param(self, param: cst.Param, check) -> bool:
+        """Does `check` hold for the default of `param` and for what every call of its
+        function in this file passes (a plain function, only ever called by name)?"""
+        params = self.a.parents.get(param)
+        function = self.a.parents.get(params)
+        if (
+            not isinstance(function, cst.FunctionDef)
+            or param.star
+            or isinstance(self.a.scopes.get(function), ClassScope)
+        ):
+            return False
+        scope = self.a.scopes.get(function)
+        if scope is None:
+            return False
+        for use in self.a.accesses_in(scope, function.name.value):
+            call = self.a.parents.get(use)
+            if not (isinstance(call, cst.Call) and call.func is use):
+                return False  # handed on: called from elsewhere with other arguments
+        sites = self.a.context.loops.call_sites(function)
+        if not sites:
+            return False  # called from elsewhere, with arguments this file does not show
+        for call in sites:
+            if any(arg.star for arg in call.args):
+                return False
+            passed = argument_for(call, function, param)
+            if passed is None and param.default is None:
+                return False
+            if passed is not None and not check(passed):
+                return False
+        return param.default is None or check(param.default)
+
+    def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
+        """Is `target` the index of `for i in range(...)` or `for i, x in enumerate(...)`?"""
+        iterated = loop.iter
+        if not isinstance(iterated, cst.Call):
+            return False
+        if self.a.names.is_(iterated.func, "builtins.range"):
+            return loop.target is target
+        if self.a.names.is_(iterated.func, "builtins.enumerate"):
+            names = loop.target
+            return isinstance(names, cst.Tuple) and len(names.elements) == 2 and names.elements[0].value is target
+        return False
+
     def fresh(self, expr: cst.BaseExpression) -> bool:
         """Is the value of `expr` computed in this step, sharing no storage with state that
         lives across steps (parameters, gradients, optimizer state, buffers)? Calls of
@@ -960,8 +1198,11 @@ class _StepLoop:
             and isinstance(small.targets[0].target, cst.Name)
             and _reads_name(small.value, small.targets[0].target.value)
         ):
-            return self._plan_accumulation(sync, line, small)
+            return self.plan_accumulation(small)
         if isinstance(small, cst.Assign):
+            carrier = self._carried_only(sync, small)
+            if carrier is not None:
+                return self._plan_group((CARRIER, None, carrier))
             return [self._plan_move(sync, line, small)]
         raise _Unfixable(self._use_reason(sync))
 
@@ -1122,33 +1363,154 @@ class _StepLoop:
 
     # -- running sums kept on the device ---------------------------------------------------
 
-    def _plan_accumulation(self, sync: cst.Call, line: cst.SimpleStatementLine, statement) -> list[_Fix]:
+    def plan_accumulation(self, statement: cst.AugAssign | cst.Assign) -> list[_Fix]:
+        """The fixes for the running sums `statement` adds to (with every sync they hold)."""
         target = statement.target if isinstance(statement, cst.AugAssign) else statement.targets[0].target
-        if not isinstance(target, cst.Name):
-            raise _Unfixable(f"it is added to `{self.a.code(target)}`, which perfmod does not follow")
+        holder = self._holder(target)
         if isinstance(statement, cst.AugAssign) and not isinstance(statement.operator, cst.AddAssign):
             raise _Unfixable("only `+=` and `x = <expression of x>` accumulations are rewritten")
-        scope = self.a.scopes.get(target)
-        key = (id(scope), target.value)
+        return self._plan_group(holder)
+
+    def returning_calls(self) -> list[tuple[cst.Call, list[cst.Call]]]:
+        """Calls in the step of a function of this file whose every `return` is a sync
+        (`return loss.item()` of a step method), called there and nowhere else."""
+        if self._returning is None:
+            self._returning = {}
+            for call in self.calls:
+                if self.in_log_branch(call):
+                    continue  # runs at log time
+                returned = self._returned_syncs(call)
+                if returned:
+                    self._returning[id(call)] = (call, returned)
+        return list(self._returning.values())
+
+    def _returned_syncs(self, call: cst.Call) -> list[cst.Call] | None:
+        loops = self.a.context.loops
+        function = loops.callee(call)
+        if (
+            function is None
+            or function.decorators
+            or function.asynchronous is not None
+            or loops.call_sites(function) != [call]
+            or loops.own((cst.Yield, cst.Await), function.body)
+        ):
+            return None
+        values = [r.value for r in loops.own(cst.Return, function.body)]
+        if not values or not all(isinstance(v, cst.Call) and self.sync_kind(v) in ("item", "float") for v in values):
+            return None
+        if any(id(v) in self.suppressed_in(v) for v in values):
+            return None
+        # Its name appears nowhere else (no other caller, no override, not handed on).
+        name = function.name.value
+        callee = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+        if any(n.value == name and n is not callee and n is not function.name for n in self.a.index.find(cst.Name)):
+            return None
+        return values
+
+    def _returned_by(self, term: cst.CSTNode) -> list[cst.Call] | None:
+        if self._returning is None:
+            self.returning_calls()
+        found = self._returning.get(id(term))
+        return found[1] if found is not None else None
+
+    def _holder(self, target: cst.BaseExpression) -> tuple:
+        """What an accumulation adds to: (VAR, scope, name) for a variable, (ITEMS, scope,
+        name) for an item of a dict with a constant key (the dict's sums go together)."""
+        if isinstance(target, cst.Name):
+            return (VAR, self.a.scopes.get(target), target.value)
+        if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+            if _constant_key(target) is None:
+                raise _Unfixable(f"it is added to `{self.a.code(target)}`, whose key is not a constant")
+            return (ITEMS, self.a.scopes.get(target.value), target.value.value)
+        raise _Unfixable(f"it is added to `{self.a.code(target)}`, which perfmod does not follow")
+
+    def _plan_group(self, seed: tuple) -> list[_Fix]:
+        """Plan the running sums that must change together: the sums `seed` names, the
+        names of synced values they add (`n = mask.sum().item()`), and every other sum
+        those names are added to. One answer for all: each of their syncs gets a fix with
+        all their edits, or the same reason why none is made."""
+        key = _key(seed)
         if key in self._accumulators:
             if self._accumulators[key] is not None:
                 raise _Unfixable(self._accumulators[key])
-            return []  # planned with an earlier sync of the same accumulator
+            return []  # planned with an earlier sync of the same group
+        members: list[tuple] = []
         try:
-            fixes = self._plan_sum(sync, target, scope)
+            fixes = self._plan_members(seed, members)
         except _Unfixable as why:
-            self._accumulators[key] = str(why)
+            for member in members:
+                self._accumulators[member] = str(why)
             raise
-        self._accumulators[key] = None
+        for member in members:
+            self._accumulators[member] = None
         return fixes
 
-    def _plan_sum(self, sync: cst.Call, target: cst.Name, scope) -> list[_Fix]:
+    def _plan_members(self, seed: tuple, members: list[tuple]) -> list[_Fix]:
+        sums: list[_Sum] = []
+        carriers: dict[int, _Carrier] = {}  # id of each read of a carrier -> the carrier
+        whole: dict[str, tuple[list[_Sum], set, cst.CSTNode]] = {}  # dict read whole -> its sums, keys, read
+        pending = [seed]
+        while pending:
+            holder = pending.pop()
+            key = _key(holder)
+            if key in members:
+                continue
+            members.append(key)
+            if self._accumulators.get(key) is not None:
+                raise _Unfixable(self._accumulators[key])
+            kind, scope, name = holder
+            if kind == CARRIER:
+                carrier = name
+                for use in carrier.uses:
+                    carriers[id(use)] = carrier
+                    pending.append(self._holder_of_carried(carrier, use))
+                continue
+            if kind == VAR:
+                found = [self._var_sum(scope, name)]
+            else:
+                found, keys, whole_read = self._dict_sums(scope, name)
+                if whole_read is not None:
+                    whole[name] = (found, keys, whole_read)
+            for total in found:
+                for accumulation in total.accumulations:
+                    for read in names_read(accumulation.value):
+                        carrier = self._carrier_of(read)
+                        if carrier is not None:
+                            pending.append((CARRIER, None, carrier))
+            sums.extend(found)
+        replaces: dict[int, tuple[cst.CSTNode, object]] = {}
+        messages: list[tuple[cst.CSTNode, str]] = []
+        wrappers: dict[int, str] = {}
+        for total in sums:
+            wrappers[id(total)] = self._plan_sum(total, carriers, replaces, messages)
+        for name, (found, keys, read) in whole.items():
+            converted = {total.key for total in found}
+            missing = sorted(keys - converted, key=repr)
+            if missing:
+                raise _Unfixable(
+                    f"`{name}` is read whole at line {self.a.line(read)}, and `{name}[{missing[0]!r}]` is not a "
+                    f"running sum of synced values"
+                )
+            if len({wrappers[id(total)] for total in found}) > 1:
+                raise _Unfixable(f"`{name}` is read whole at line {self.a.line(read)}, and holds ints and floats")
+        for carrier in {id(c): c for c in carriers.values()}.values():
+            messages.append((carrier.sync, self._plan_carrier(carrier, replaces)))
+        edits = list(replaces.values())
+        fixes = []
+        for at, message in messages:
+            message, level = message if isinstance(message, tuple) else (message, None)
+            fixes.append(_Fix(message, replaces=edits, at=at, level=level))
+        return fixes
+
+    # -- what a running sum is ------------------------------------------------------------
+
+    def _var_sum(self, scope, name: str) -> _Sum:
         accumulations, literals = [], []
-        for binding in scope.assignments[target.value]:
+        for binding in scope.assignments[name]:
             node = binding.node
             if not self.a.in_own_scope(node, scope):
                 raise _Unfixable(
-                    f"`{target.value}` is also bound in another function (line {self.a.line(node)}), "
+                    f"`{name}` is also bound in another function (line {self.a.line(node)}), "
                     f"which may run between a step and the read"
                 )
             bound_by = self.a.binding_statement(node)
@@ -1158,69 +1520,356 @@ class _StepLoop:
             elif isinstance(bound_by, (cst.AugAssign, cst.Assign)) and self.a.inside(bound_by, self.loop.body):
                 accumulations.append(bound_by)
             else:
-                raise _Unfixable(f"`{target.value}` is also bound at line {self.a.line(node)}, not to a number literal")
-        syncs = self.syncs()
-        terms = []  # (sync call, bare): bare when the sync is the whole added value
-        for accumulation in accumulations:
-            found = [s for s in syncs if self.a.inside(s, accumulation)]
-            if not found:
-                raise _Unfixable(f"`{target.value}` is also changed at line {self.a.line(accumulation)}")
-            if any(id(s) in self.suppressed for s in found):
-                raise _Unfixable(f"a sync added to `{target.value}` is suppressed at line {self.a.line(accumulation)}")
-            terms.extend(self._terms(accumulation, target.value, found))
+                raise _Unfixable(f"`{name}` is also bound at line {self.a.line(node)}, not to a number literal")
+        reads = [
+            use for use in self.a.accesses_in(scope, name) if not any(self.a.inside(use, a) for a in accumulations)
+        ]
+        return _Sum(f"`{name}`", name, scope, literals, accumulations, reads)
 
-        literal_kinds = {type(v) for _, v in literals}
-        term_dtypes = {self._term_dtype(s) for s, _ in terms}
+    def _dict_sums(self, scope, name: str) -> tuple[list[_Sum], set, cst.CSTNode | None]:
+        """The running sums in the items of the dict `name` (a local literal with constant
+        keys and number values, or a `defaultdict(float)`): one per key that a step adds
+        synced values to, all its keys, and where it is read whole (`.items()`), if it is.
+        Raises unless every use of the dict is an item with a constant key or such a read."""
+        literals: dict[tuple, list] = {}
+        defaults: list = []
+        keys: set = set()
+        for binding in scope.assignments[name]:
+            node = binding.node
+            statement = self.a.binding_statement(node)
+            value = self.a.assigned_value(node)
+            single = isinstance(statement, cst.AnnAssign) or (
+                isinstance(statement, cst.Assign) and len(statement.targets) == 1
+            )
+            if not self.a.in_own_scope(node, scope) or not single or value is None:
+                raise _Unfixable(f"`{name}` is also bound at line {self.a.line(node)}, not to a dict literal")
+            if isinstance(value, cst.Dict):
+                for element in value.elements:
+                    item_key = _literal_key(element.key) if isinstance(element, cst.DictElement) else None
+                    if item_key is None or not isinstance(element.value, (cst.Integer, cst.Float)):
+                        raise _Unfixable(
+                            f"`{name}` starts at line {self.a.line(node)} with items that are not constant keys "
+                            f"with number values"
+                        )
+                    keys.add(item_key)
+                    literals.setdefault(item_key, []).append((element.value, element.value))
+            else:
+                default = self._defaultdict_start(value)
+                if default is None:
+                    raise _Unfixable(
+                        f"`{name}` is bound at line {self.a.line(node)} to something other than a dict literal"
+                    )
+                defaults.append((value, default))
+        accumulations: dict[tuple, list] = {}
+        reads: dict[tuple, list] = {}
+        whole: list[cst.BaseExpression] = []
+        whole_read = None
+        for use in self.a.accesses_in(scope, name):
+            if not self.a.in_own_scope(use, scope):
+                raise _Unfixable(f"`{name}` is used in a nested function (line {self.a.line(use)})")
+            parent = self.a.parents.get(use)
+            item_key = _constant_key(parent) if isinstance(parent, cst.Subscript) and parent.value is use else None
+            if item_key is not None:
+                keys.add(item_key)
+                if not self.a.is_written(parent):
+                    reads.setdefault(item_key, []).append(parent)
+                    continue
+                statement = self.a.binding_statement(parent)
+                if (
+                    isinstance(statement, cst.AugAssign)
+                    and isinstance(statement.operator, cst.AddAssign)
+                    and self.a.inside(statement, self.loop.body)
+                ):
+                    accumulations.setdefault(item_key, []).append(statement)
+                elif (
+                    isinstance(statement, cst.Assign)
+                    and len(statement.targets) == 1
+                    and isinstance(statement.value, (cst.Integer, cst.Float))
+                ):
+                    literals.setdefault(item_key, []).append((statement.value, statement.value))
+                else:
+                    raise _Unfixable(f"`{self.a.code(parent)}` is also changed at line {self.a.line(parent)}")
+                continue
+            values = self._whole_read(use)
+            if values is None:
+                raise _Unfixable(
+                    f"`{name}` is used at line {self.a.line(use)} (`{self.a.code(self.a.statement_line(use) or use)}`) "
+                    f"other than through constant keys; perfmod does not follow the dict there"
+                )
+            whole.extend(values)
+            whole_read = whole_read or use
+        sums = []
+        for item_key, added in accumulations.items():
+            if not any(self._adds_synced(statement) for statement in added):
+                continue  # a plain Python count kept beside the sums
+            label = f"`{name}[{item_key[1]!r}]`"
+            total = _Sum(
+                label, name, scope, literals.get(item_key, []) + defaults, added, reads.get(item_key, []) + whole
+            )
+            total.allow_self, total.key = False, item_key
+            sums.append(total)
+        return sums, keys, whole_read
+
+    def _defaultdict_start(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The number every key of `defaultdict(float)` / `defaultdict(int)` starts at."""
+        if not (
+            isinstance(value, cst.Call)
+            and self.a.names.is_(value.func, "collections.defaultdict")
+            and len(value.args) == 1
+            and value.args[0].keyword is None
+            and not value.args[0].star
+        ):
+            return None
+        factory = value.args[0].value
+        if self.a.names.is_(factory, "builtins.float"):
+            return cst.Float("0.0")
+        if self.a.names.is_(factory, "builtins.int"):
+            return cst.Integer("0")
+        return None
+
+    def _whole_read(self, use: cst.Name) -> list[cst.Name] | None:
+        """The reads of the value name of `for k, v in d.items()` / `for v in d.values()`
+        (a loop or a comprehension), where `use` is `d`; None for any other use."""
+        attribute = self.a.parents.get(use)
+        call = self.a.parents.get(attribute)
+        loop = self.a.parents.get(call)
+        if not (
+            isinstance(attribute, cst.Attribute)
+            and attribute.attr.value in ("items", "values")
+            and isinstance(call, cst.Call)
+            and call.func is attribute
+            and not call.args
+            and isinstance(loop, (cst.For, cst.CompFor))
+            and loop.iter is call
+        ):
+            return None
+        target = loop.target
+        if attribute.attr.value == "items":
+            if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
+                return None
+            target = target.elements[1].value
+        if not isinstance(target, cst.Name):
+            return None
+        scope = self.a.scopes.get(target)
+        if scope is None or len(scope.assignments[target.value]) != 1:
+            return None
+        return self.a.accesses_in(scope, target.value)
+
+    def _adds_synced(self, statement: cst.CSTNode) -> bool:
+        ids = {id(s) for s in self.syncs()}
+        return any(id(call) in ids or self._returned_by(call) for call in m.findall(statement, m.Call())) or any(
+            self._carrier_of(read) is not None for read in names_read(statement.value)
+        )
+
+    # -- names that carry a synced value into running sums ------------------------------------
+
+    def _carrier_of(self, read: cst.Name) -> _Carrier | None:
+        """The carrier `read` reads: a name bound once, in the step, to a sync (`n =
+        mask.sum().item()`), and read only after that, in the step."""
+        key = ("carrier", id(read))
+        if key in self._dtypes:
+            return self._dtypes[key]
+        self._dtypes[key] = None
+        found = self.a.bindings(read)
+        if not found or len(found) != 1 or not self.a.inside(found[0].node, self.loop.body):
+            return None
+        target = found[0].node
+        statement = self.a.binding_statement(target)
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and statement.targets[0].target is target
+            and isinstance(statement.value, cst.Call)
+            and any(statement.value is s for s in self.syncs())
+            and id(statement.value) not in self.suppressed
+        ):
+            return None
+        line = self.a.statement_line(statement)
+        scope = self.a.scopes.get(target)
+        uses = self.a.accesses(target)
+        if not all(
+            self.a.in_own_scope(u, scope) and self.a.inside(u, self.loop.body) and self.a.start(u) > self.a.end(line)
+            for u in uses
+        ):
+            return None
+        carrier = _Carrier(target, statement.value, line, uses)
+        self._dtypes[key] = carrier
+        return carrier
+
+    def _carried_only(self, sync: cst.Call, assign: cst.Assign) -> _Carrier | None:
+        """The carrier `assign` binds, when every read of it is in a running sum."""
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        if not isinstance(target, cst.Name) or assign.value is not sync:
+            return None
+        uses = self.a.accesses(target)
+        carrier = self._carrier_of(uses[0]) if uses else None
+        if carrier is None:
+            return None
+        other = [
+            u for u in uses if not _accumulates(self.a, _small_statement_of(self.a, u, self.a.statement_line(u)), u)
+        ]
+        if other and len(other) < len(uses):  # added to sums, and needed as a number elsewhere
+            raise _Unfixable(self._use_reason(other[0], f"`{target.value}`"))
+        return None if other else carrier
+
+    def _holder_of_carried(self, carrier: _Carrier, use: cst.Name) -> tuple:
+        small = _small_statement_of(self.a, use, self.a.statement_line(use))
+        if not _accumulates(self.a, small, use):
+            raise _Unfixable(self._use_reason(use, f"`{carrier.target.value}`"))
+        if isinstance(small, cst.AugAssign) and not isinstance(small.operator, cst.AddAssign):
+            raise _Unfixable("only `+=` and `x = <expression of x>` accumulations are rewritten")
+        return self._holder(small.target if isinstance(small, cst.AugAssign) else small.targets[0].target)
+
+    def _plan_carrier(self, carrier: _Carrier, replaces: dict) -> str:
+        """The carrier keeps the tensor: int64 counts as they are, floating point in float64."""
+        dtype = self._term_dtype(carrier.sync)
+        if dtype not in (FLOAT, INT64):
+            raise _Unfixable(
+                f"perfmod cannot tell whether `{self.a.code(carrier.sync)}` gives an int or a float, "
+                f"so `{carrier.target.value}` stays a Python number"
+            )
+        tensor = _synced_tensor(carrier.sync)
+        if not _new_tensor(tensor):
+            for use in carrier.uses:  # the tensor must be what it was at the binding when the sum reads it
+                self._check_stable(tensor, after=carrier.line, before=self.a.statement_line(use))
+        keep_int = dtype == INT64
+        replaces[id(carrier.sync)] = (
+            carrier.sync,
+            lambda updated, keep_int=keep_int: _device_value(updated, keep_int),
+        )
+        sums = sorted({self.a.code(_accumulated(self.a, u)) for u in carrier.uses})
+        return (
+            f"`{self.a.code(carrier.sync)}` (line {self.a.line(carrier.sync)}) waits for the GPU every step, "
+            f"but `{carrier.target.value}` is only added to {_and(f'`{s}`' for s in sums)}; it keeps the "
+            f"tensor ({'int64' if keep_int else 'float64'}) and those sums stay on the device"
+        )
+
+    # -- one running sum ----------------------------------------------------------------------
+
+    def _plan_sum(self, total: _Sum, carriers: dict[int, _Carrier], replaces: dict, messages: list) -> str:
+        """Check one running sum and add its edits; returns the wrapper its reads get."""
+        syncs = self.syncs()
+        terms = []  # (sync call or carrier read, bare): bare when it is the whole added value
+        for accumulation in total.accumulations:
+            found = [s for s in syncs if self.a.inside(s, accumulation)]
+            carried = [read for read in names_read(accumulation.value) if id(read) in carriers]
+            carried += [c for c in self.calls if self._returned_by(c) and self.a.inside(c, accumulation.value)]
+            if not found and not carried:
+                raise _Unfixable(f"{total.label} is also changed at line {self.a.line(accumulation)}")
+            if any(id(s) in self.suppressed for s in found):
+                raise _Unfixable(f"a sync added to {total.label} is suppressed at line {self.a.line(accumulation)}")
+            terms.extend(self._terms(accumulation, total, found, carried))
+
+        def sync_of(term: cst.CSTNode) -> cst.Call:
+            if id(term) in carriers:
+                return carriers[id(term)].sync
+            return (self._returned_by(term) or [term])[0]
+
+        def dtype_of(term: cst.CSTNode) -> str | None:
+            returned = self._returned_by(term)
+            if returned is not None:
+                found = {self._term_dtype(s) for s in returned}
+                return found.pop() if len(found) == 1 else None
+            return self._term_dtype(sync_of(term))
+
+        literal_kinds = {type(v) for _, v in total.literals}
+        term_dtypes = {dtype_of(t) for t, _ in terms}
         int_sum = term_dtypes == {INT64} and literal_kinds <= {cst.Integer} and all(bare for _, bare in terms)
+        first = sync_of(terms[0][0])
         if not int_sum:
             if self.a.no_float64:
                 raise _Unfixable("this file may run on MPS or XLA, which have no float64 for the running sum")
-            if not all(self.is_tensor(_synced_tensor(s)) for s, _ in terms):
-                raise _Unfixable(f"perfmod cannot tell that `{self.a.code(sync)}` reads a tensor")
+            unknown = [sync_of(t) for t, _ in terms if not self.is_tensor(_synced_tensor(sync_of(t)))]
+            if unknown:
+                raise _Unfixable(f"perfmod cannot tell that `{self.a.code(unknown[0])}` reads a tensor")
             if cst.Integer in literal_kinds and term_dtypes != {FLOAT}:
                 raise _Unfixable(
-                    f"`{target.value}` starts as an int and perfmod cannot tell whether "
-                    f"`{self.a.code(sync)}` gives an int or a float"
+                    f"{total.label} starts as an int and perfmod cannot tell whether "
+                    f"`{self.a.code(first)}` gives an int or a float"
                 )
-            if term_dtypes != {FLOAT} and not all(bare for _, bare in terms):
-                raise _Unfixable(f"perfmod cannot tell whether `{self.a.code(sync)}` gives an int or a float")
+            dtypes = {id(t): dtype_of(t) for t, _ in terms}
+            for term, bare in terms:
+                if bare or dtypes[id(term)] == FLOAT or self._scaled_count(term, dtypes):
+                    continue
+                raise _Unfixable(f"perfmod cannot tell whether `{self.a.code(sync_of(term))}` gives an int or a float")
 
-        reads = []
-        for use in self.a.accesses(target):
-            if any(self.a.inside(use, a) for a in accumulations):
-                continue
-            self._check_read(use, target.value, scope, accumulations, literals, int_sum)
-            reads.append(use)
+        for use in total.reads:
+            self._check_read(use, total, int_sum)
 
-        replaces: list[tuple[cst.CSTNode, object]] = []
         for term, _ in terms:
-            replaces.append((term, lambda updated, int_sum=int_sum: _device_value(updated, int_sum)))
+            if self._returned_by(term) is not None:
+                for returned in self._returned_by(term):  # the function returns the tensor
+                    replaces[id(returned)] = (
+                        returned,
+                        lambda updated, int_sum=int_sum: _device_value(updated, int_sum),
+                    )
+                continue
+            if id(term) in carriers:
+                if not int_sum and self._term_dtype(sync_of(term)) != FLOAT:
+                    # an int64 count added to a float64 sum: as Python does, in double
+                    replaces[id(term)] = (term, lambda updated: cst.Call(cst.Attribute(updated, cst.Name("double"))))
+                continue
+            replaces[id(term)] = (term, lambda updated, int_sum=int_sum: _device_value(updated, int_sum))
         wrapper = "int" if int_sum else "float"
-        for use in reads:
-            replaces.append((use, lambda updated, wrapper=wrapper: cst.Call(cst.Name(wrapper), [cst.Arg(updated)])))
+        for use in total.reads:
+            replaces[id(use)] = (use, lambda updated, wrapper=wrapper: cst.Call(cst.Name(wrapper), [cst.Arg(updated)]))
         how = "kept as an int64 tensor" if int_sum else "kept in float64 on the device (the same sums, bit for bit)"
         places = [
             place
             for place, found in (
-                ("at log time", any(self.a.inside(r, self.loop) for r in reads)),
-                ("outside the loop", any(not self.a.inside(r, self.loop) for r in reads)),
+                ("at log time", any(self.a.inside(r, self.loop) for r in total.reads)),
+                ("outside the loop", any(not self.a.inside(r, self.loop) for r in total.reads)),
             )
             if found
         ]
         where = f"read {' and '.join(places)}" if places else "never read"
-        fixes = []
         for term, _ in terms:
-            message = (
-                f"`{self.a.code(term)}` (line {self.a.line(term)}) waits for the GPU every step to add to "
-                f"`{target.value}`; {how} and {where}"
+            returned = self._returned_by(term)
+            if returned is not None:
+                for sync in returned:
+                    messages.append((sync, self._returned_message(term, sync, total, how, where)))
+                continue
+            if id(term) in carriers:
+                continue
+            messages.append(
+                (
+                    term,
+                    f"`{self.a.code(term)}` (line {self.a.line(term)}) waits for the GPU every step to add to "
+                    f"{total.label}; {how} and {where}",
+                )
             )
-            fixes.append(_Fix(message, replaces=replaces))
-        return fixes
+        return wrapper
 
-    def _terms(self, accumulation, accumulator: str, syncs: list[cst.Call]) -> list[tuple[cst.Call, bool]]:
-        """The syncs an accumulation adds, checked to be combined with the accumulator and
-        Python numbers by `+ - * /` only (the operations whose double results are the same
-        on the device as in Python)."""
+    def _returned_message(self, call: cst.Call, sync: cst.Call, total: _Sum, how: str, where: str) -> tuple:
+        function = self.a.context.loops.callee(call)
+        name = function.name.value
+        message = (
+            f"`{self.a.code(sync)}` (line {self.a.line(sync)}) waits for the GPU every step: `{self.a.code(call.func)}` "
+            f"(line {self.a.line(call)}) returns it to add to {total.label}; it returns the tensor instead, "
+            f"{how}, {where}"
+        )
+        if name.startswith("_") or any(isinstance(a, cst.FunctionDef) for a in self.a.ancestors(function)):
+            return message, None
+        return (
+            message + f"; unsafe: `{name}` now returns a tensor, which code in other files that calls it would get",
+            Level.UNSAFE,
+        )
+
+    def _scaled_count(self, term: cst.CSTNode, dtypes: dict[int, str | None]) -> bool:
+        """Is `term` an int64 count multiplied by a floating-point term (`loss.item() * n`)?
+        Python converts the int to a double before it multiplies, as the device does."""
+        parent = self.a.parents.get(term)
+        if dtypes[id(term)] != INT64 or not (
+            isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)
+        ):
+            return False
+        other = parent.right if parent.left is term else parent.left
+        return dtypes.get(id(other)) == FLOAT
+
+    def _terms(self, accumulation, total: _Sum, syncs: list[cst.Call], carried: list[cst.Name]) -> list:
+        """The syncs and carriers an accumulation adds, checked to be combined with the
+        accumulator and Python numbers by `+ - * /` only (the operations whose double results
+        are the same on the device as in Python)."""
         if isinstance(accumulation, cst.AugAssign):
             value, bare = accumulation.value, [accumulation.value]
         else:
@@ -1230,13 +1879,21 @@ class _StepLoop:
                 if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
                 else []
             )
-        sync_ids = {id(s) for s in syncs}
+        if isinstance(accumulation, cst.Assign) and any(value is t for t in [*syncs, *carried]):
+            # `x = n` would make the sum the very tensor `n` holds, which `x += ...` then changes
+            if any(value is c for c in carried) or not _new_tensor(_synced_tensor(value)):
+                raise _Unfixable(
+                    f"{total.label} is set to `{self.a.code(value)}` at line {self.a.line(accumulation)}, and a "
+                    f"sum kept on the device would share its tensor"
+                )
+        operands = {id(s): SYNC_OPERAND for s in syncs} | {id(c): CARRIED_OPERAND for c in carried}
+        accumulator = total.var if total.allow_self else None
         problem = _arithmetic_problem(
-            self, value, accumulator, sync_ids, allow_accumulator=isinstance(accumulation, cst.Assign)
+            self, value, accumulator, operands, allow_accumulator=isinstance(accumulation, cst.Assign)
         )
         if problem is not None:
             raise _Unfixable(problem)
-        return [(s, any(s is b for b in bare)) for s in syncs]
+        return [(t, any(t is b for b in bare)) for t in [*syncs, *carried]]
 
     def _term_dtype(self, sync: cst.Call) -> str | None:
         if self.sync_kind(sync) == "float":
@@ -1245,9 +1902,9 @@ class _StepLoop:
             return None
         return self.dtype(_synced_tensor(sync))
 
-    def _check_read(self, use: cst.Name, accumulator: str, scope, accumulations, literals, int_sum: bool) -> None:
-        subject = f"`{accumulator}`"
-        if not self.a.in_own_scope(use, scope):
+    def _check_read(self, use: cst.CSTNode, total: _Sum, int_sum: bool) -> None:
+        subject, accumulations, literals = total.label, total.accumulations, total.literals
+        if not self.a.in_own_scope(use, total.scope):
             raise _Unfixable(f"{subject} is read in a nested function (line {self.a.line(use)})")
         if self.a.is_written(use):
             raise _Unfixable(f"{subject} is written at line {self.a.line(use)}")
@@ -1259,7 +1916,7 @@ class _StepLoop:
             )
         if self.a.inside(use, self.loop):
             branch = self.log_branch(use)
-            if branch is None or _reads_name(branch.test, accumulator):
+            if branch is None or _reads_name(branch.test, total.var):
                 raise _Unfixable(self._use_reason(use, subject))
         elif (
             self.a.context.loops.step_loop_of(use) is not None
@@ -1297,6 +1954,57 @@ class _StepLoop:
 
 
 TENSOR_OPERAND, PYTHON_OPERAND = "tensor", "python"
+
+
+def _and(items) -> str:
+    items = list(items)
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)
+
+
+def _key(holder: tuple) -> tuple:
+    kind, scope, name = holder
+    return (kind, id(name.target)) if kind == CARRIER else (kind, id(scope), name)
+
+
+def _literal_key(expr: cst.BaseExpression | None) -> tuple | None:
+    """A dict key written as a constant: a string or an integer literal."""
+    if isinstance(expr, cst.SimpleString):
+        return ("str", expr.evaluated_value)
+    if isinstance(expr, cst.Integer):
+        return ("int", expr.evaluated_value)
+    return None
+
+
+def _constant_key(subscript: cst.Subscript) -> tuple | None:
+    """The key of `d["name"]` / `d[0]`, or None for any other subscript."""
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    index = subscript.slice[0].slice
+    return _literal_key(index.value) if index.star is None else None
+
+
+def _accumulates(analysis: _FileAnalysis, small: cst.CSTNode | None, use: cst.CSTNode) -> bool:
+    """Is `small` a statement that adds to a running sum (`x += ...`, `x = ...x...`), with
+    `use` in the value it adds?"""
+    if isinstance(small, cst.AugAssign):
+        return analysis.inside(use, small.value)
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return _reads_name(small.value, small.targets[0].target.value) and analysis.inside(use, small.value)
+    return False
+
+
+def _accumulated(analysis: _FileAnalysis, use: cst.Name) -> cst.CSTNode:
+    """The target of the accumulation that reads `use`."""
+    small = _small_statement_of(analysis, use, analysis.statement_line(use))
+    return small.target if isinstance(small, cst.AugAssign) else small.targets[0].target
+
+
+def _new_tensor(tensor: cst.BaseExpression) -> bool:
+    """Does `tensor` compute a new tensor (a call that is not a view or the receiver)?"""
+    if not isinstance(tensor, cst.Call):
+        return False
+    method = method_name(tensor)
+    return method is None or method not in VIEW_OR_SELF_METHODS
 
 
 def _periodic(test: cst.BaseExpression) -> bool:
@@ -1365,42 +2073,22 @@ def _impure_part(loop: _StepLoop, expr: cst.BaseExpression) -> cst.CSTNode | Non
 
 
 def _scalar_problem(loop: _StepLoop, expr: cst.BaseExpression) -> str | None:
-    """None when `expr` is certainly a Python number (a literal, `len(...)`, `t.size(0)`,
-    `t.shape[0]`, `t.numel()`, or a name only ever bound to number literals)."""
-    if isinstance(expr, (cst.Integer, cst.Float)):
+    """None when `expr` is certainly a Python number (see `_StepLoop.is_number`)."""
+    if loop.is_number(expr):
         return None
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        return _scalar_problem(loop, expr.expression)
-    if isinstance(expr, cst.Call):
-        if loop.a.names.is_(expr.func, "builtins.len") or method_name(expr) in ("size", "numel", "dim"):
-            if method_name(expr) == "size" and not expr.args:
-                return f"`{loop.a.code(expr)}` is a torch.Size, not a number"
-            return None
-    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape":
-        return None
-    if isinstance(expr, cst.Name):
-        found = loop.a.bindings(expr)
-        if found and all(isinstance(loop.a.assigned_value(b.node), (cst.Integer, cst.Float)) for b in found):
-            return None
+    if isinstance(expr, cst.Call) and method_name(expr) == "size" and not expr.args:
+        return f"`{loop.a.code(expr)}` is a torch.Size, not a number"
     return f"perfmod cannot tell that `{loop.a.code(expr)}` is a Python number"
 
 
-def _nonzero_literal(loop: _StepLoop, expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        return expr.evaluated_value != 0
-    if isinstance(expr, cst.Name):
-        found = loop.a.bindings(expr)
-        values = [loop.a.assigned_value(b.node) for b in found] if found else []
-        return bool(values) and all(isinstance(v, (cst.Integer, cst.Float)) and v.evaluated_value != 0 for v in values)
-    return False
-
-
 def _arithmetic_problem(
-    loop: _StepLoop, expr, accumulator: str, sync_ids: set[int], allow_accumulator: bool
+    loop: _StepLoop, expr, accumulator: str | None, operands: dict[int, str], allow_accumulator: bool
 ) -> str | None:
-    """Why `expr` is not `+ - * /` over syncs, the accumulator and Python numbers, with
-    divisions only by non-zero literals; None when it is."""
-    if id(expr) in sync_ids:
+    """Why `expr` is not `+ - * /` over syncs, carriers, the accumulator and Python numbers,
+    with divisions only by Python numbers that cannot be zero; None when it is."""
+    if operands.get(id(expr)) == CARRIED_OPERAND:
+        return None
+    if id(expr) in operands:
         kind = loop.sync_kind(expr)
         return None if kind in ("item", "float") else f"`{loop.a.code(expr)}` values are not summed on the device"
     if isinstance(expr, cst.Name) and expr.value == accumulator:
@@ -1408,13 +2096,16 @@ def _arithmetic_problem(
     if isinstance(expr, cst.BinaryOperation):
         if not isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
             return f"`{loop.a.code(expr.operator).strip()}` may round differently on the device"
-        if isinstance(expr.operator, cst.Divide) and not _nonzero_literal(loop, expr.right):
-            return "a division by something other than a non-zero number: a tensor gives inf where Python raises"
-        return _arithmetic_problem(loop, expr.left, accumulator, sync_ids, allow_accumulator) or _arithmetic_problem(
-            loop, expr.right, accumulator, sync_ids, allow_accumulator
+        if isinstance(expr.operator, cst.Divide) and not loop.is_nonzero_number(expr.right):
+            return (
+                f"it is divided by `{loop.a.code(expr.right)}`, which perfmod cannot prove is a non-zero "
+                "Python number (a tensor divided by zero gives inf where Python raises)"
+            )
+        return _arithmetic_problem(loop, expr.left, accumulator, operands, allow_accumulator) or _arithmetic_problem(
+            loop, expr.right, accumulator, operands, allow_accumulator
         )
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        return _arithmetic_problem(loop, expr.expression, accumulator, sync_ids, allow_accumulator)
+        return _arithmetic_problem(loop, expr.expression, accumulator, operands, allow_accumulator)
     return _scalar_problem(loop, expr)
 
 

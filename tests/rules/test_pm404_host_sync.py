@@ -16,10 +16,18 @@ import torch
 
 from codemod.config import Settings
 from codemod.engine import process_source
+from codemod.result import Level
 from codemod.rules.host_sync import PerStepHostSync
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM404"
-REWRITTEN = ["move_under_log_condition", "running_sum", "epoch_totals"]
+REWRITTEN = [
+    "move_under_log_condition",
+    "running_sum",
+    "epoch_totals",
+    "dict_sums",
+    "carried_counts",
+    "step_function_return",
+]
 SETTINGS = Settings(select=(PerStepHostSync.CODE,), level=PerStepHostSync.LEVEL)
 
 
@@ -47,7 +55,7 @@ def test_rewritten_loop_prints_the_same_lines(case):
     assert after == before
 
 
-@pytest.mark.parametrize("case", ["running_sum", "epoch_totals"])
+@pytest.mark.parametrize("case", ["running_sum", "epoch_totals", "dict_sums", "carried_counts"])
 def test_a_float32_device_sum_would_print_other_digits(case):
     """The comparison above is sharp enough to see the rounding of a float32 sum:
     the same rewrite with `.float()` instead of `.double()` prints other lines."""
@@ -122,3 +130,277 @@ def test_integer_counts_stay_exact_integers():
         correct += (hits == True).sum().item()  # noqa: E712 - the comparison PM404 sees in loops
         correct_t += (hits == True).sum()  # noqa: E712
     assert type(int(correct_t)) is int and int(correct_t) == correct and correct_t.dtype == torch.int64
+
+
+# -- sums in dict items, counters, carried counts, divisors, step functions ----------------
+
+HEAD = """\
+import torch
+import torch.nn.functional as F
+from collections import defaultdict
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(8, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(20)]
+"""
+LOOP = """\
+    for step, (x, y) in enumerate(data):
+        x, y = x.to(device), y.to(device)
+        loss = F.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def pm404(findings) -> list:
+    return [f for f in findings if f.code == PerStepHostSync.CODE]
+
+
+def assert_left_alone(code: str, *reasons: str) -> list:
+    """`code` is reported and not changed, each finding saying one of `reasons`."""
+    new_source, findings = rewrite(code)
+    assert new_source == code
+    found = pm404(findings)
+    assert found and not any(f.fixable for f in found), [f.message for f in found]
+    for reason in reasons:
+        assert any(reason in f.message for f in found), [f.message for f in found]
+    return found
+
+
+def assert_same_prints(code: str) -> str:
+    new_source, findings = rewrite(code)
+    assert new_source != code and all(f.applied for f in pm404(findings)), [f.message for f in findings]
+    assert printed(new_source) == printed(code)
+    return new_source
+
+
+def test_dict_read_by_constant_keys_in_a_log_branch_and_reset_there():
+    code = HEAD + (
+        "def train():\n"
+        '    stats = {"loss": 0.0, "mae": 0.0}\n' + LOOP + '        stats["loss"] += loss.item()\n'
+        '        stats["mae"] += (model(x) - y).abs().mean().item()\n'
+        "        if step % 5 == 4:\n"
+        '            print(step, stats["loss"] / 5, stats["mae"] / 5)\n'
+        '            stats = {"loss": 0.0, "mae": 0.0}\n'
+        "train()\n"
+    )
+    new_source = assert_same_prints(code)
+    assert 'float(stats["loss"]) / 5' in new_source and "stats = {" in new_source
+
+
+def test_dict_of_int_counts_stays_int():
+    code = HEAD + (
+        "def train():\n"
+        '    counts = {"pos": 0, "neg": 0}\n' + LOOP + '        counts["pos"] += (model(x) > 0).sum().item()\n'
+        '        counts["neg"] += (model(x) <= 0).sum().item()\n'
+        "    print(counts['pos'], counts['neg'])\n"
+        "train()\n"
+    )
+    new_source = assert_same_prints(code)
+    assert "int(counts['pos'])" in new_source
+
+
+def test_dict_that_escapes_is_left_alone():
+    returned = HEAD + (
+        "def train():\n"
+        '    stats = {"loss": 0.0}\n' + LOOP + '        stats["loss"] += loss.item()\n'
+        "    return stats\n"
+        "print(train())\n"
+    )
+    assert_left_alone(returned, "other than through constant keys")
+    logged = HEAD + (
+        "def log(d):\n    pass\n"
+        "def train():\n"
+        '    stats = {"loss": 0.0}\n' + LOOP + '        stats["loss"] += loss.item()\n'
+        "        log(stats)\n"
+        "train()\n"
+    )
+    assert_left_alone(logged, "other than through constant keys")
+    aliased = HEAD + (
+        "def train():\n"
+        '    stats = other = {"loss": 0.0}\n' + LOOP + '        stats["loss"] += loss.item()\n'
+        '    print(other["loss"])\n'
+        "train()\n"
+    )
+    assert_left_alone(aliased, "not to a dict literal")
+
+
+def test_dict_with_variable_keys_or_read_every_step_is_left_alone():
+    variable_key = HEAD + (
+        "def train():\n"
+        '    stats = {"a": 0.0, "b": 0.0}\n' + LOOP + '        name = "a" if step % 2 else "b"\n'
+        "        stats[name] += loss.item()\n"
+        '    print(stats["a"])\n'
+        "train()\n"
+    )
+    assert_left_alone(variable_key, "whose key is not a constant")
+    every_step = HEAD + (
+        "def train():\n"
+        '    stats = {"loss": 0.0}\n' + LOOP + '        stats["loss"] += loss.item()\n'
+        '        print(stats["loss"])\n'
+        "train()\n"
+    )
+    assert_left_alone(every_step, "logged every step")
+
+
+def test_dict_read_whole_needs_every_item_to_be_a_device_sum():
+    code = HEAD + (
+        "def train():\n"
+        '    stats = {"loss": 0.0, "batches": 0}\n' + LOOP + '        stats["loss"] += loss.item()\n'
+        '        stats["batches"] += 1\n'
+        "    print({k: v for k, v in stats.items()})\n"
+        "train()\n"
+    )
+    assert_left_alone(code, "read whole")
+
+
+def test_defaultdict_of_float_read_whole():
+    code = HEAD + (
+        "def train():\n"
+        "    sums = defaultdict(float)\n" + LOOP + '        sums["mse"] += loss.item()\n'
+        '        sums["l1"] += F.l1_loss(model(x), y).item()\n'
+        "    for name, value in sums.items():\n"
+        "        print(name, value)\n"
+        "train()\n"
+    )
+    new_source = assert_same_prints(code)
+    assert "print(name, float(value))" in new_source
+
+
+def test_chained_start_of_a_tensor_is_not_followed():
+    code = HEAD + (
+        "def train():\n    a = b = torch.zeros(())\n" + LOOP + "        a += loss.item()\n    print(a, b)\ntrain()\n"
+    )
+    assert_left_alone(code, "not to a number literal")
+
+
+def test_carried_count_read_elsewhere_keeps_its_sync():
+    code = HEAD + (
+        "def train():\n"
+        "    tokens, total = 0, 0.0\n" + LOOP + "        n = (y > 0).sum().item()\n"
+        "        tokens += n\n"
+        "        total += loss.item() * n\n"
+        "        print(n)\n"
+        "    print(total / max(tokens, 1))\n"
+        "train()\n"
+    )
+    new_source, findings = rewrite(code)
+    carried = [f for f in pm404(findings) if f.line == code.splitlines().index("        n = (y > 0).sum().item()") + 1]
+    assert carried and not carried[0].fixable and "logged every step" in carried[0].message
+    assert "n = (y > 0).sum().item()" in new_source  # still a Python int for `tokens += n`
+    assert printed(new_source) == printed(code)
+
+
+def test_sum_set_to_a_tensor_it_would_then_change_in_place_is_left_alone():
+    """`tokens = n` and then `tokens += ...`: kept on the device, the sum would be the
+    tensor `n` itself, which the in-place add would change."""
+    carried = HEAD + (
+        "def train():\n"
+        "    total = 0.0\n" + LOOP + "        n = (y > 0).sum().item()\n"
+        "        tokens = n\n"
+        "        tokens += (y < 0).sum().item()\n"
+        "        total += loss.item() * n\n"
+        "    print(total, tokens)\n"
+        "train()\n"
+    )
+    assert_left_alone(carried, "`n` is used every step")
+    named = HEAD + (
+        "def train():\n" + LOOP + "        positive = (y > 0).sum()\n"
+        "        tokens = positive.item()\n"
+        "        tokens += (y < 0).sum().item()\n"
+        "        if step % 5 == 0:\n"
+        "            print(tokens, positive)\n"
+        "train()\n"
+    )
+    assert_left_alone(named, "would share its tensor")
+
+
+def test_divisor_parameter_proven_non_zero_by_default_and_calls():
+    code = HEAD + (
+        "def train(accum=2):\n"
+        "    total = 0.0\n" + LOOP + "        total += loss.item() / accum\n"
+        "    print(total)\n"
+        "train()\n"
+        "train(accum=4)\n"
+    )
+    assert_same_prints(code)
+
+
+@pytest.mark.parametrize(
+    "calls",
+    ["train()\ntrain(0)\n", "import sys\ntrain(int(sys.argv[-1] == 'x'))\n", "run = train\nrun()\n"],
+    ids=["zero passed", "unknown argument", "handed on"],
+)
+def test_divisor_that_may_be_zero_is_left_alone(calls):
+    code = HEAD + (
+        "def train(accum=2):\n"
+        "    total = 0.0\n" + LOOP + "        total += loss.item() / accum\n"
+        "    print(total)\n" + calls
+    )
+    assert_left_alone(code, "cannot prove is a non-zero")
+
+
+STEP_METHOD = HEAD + (
+    "class Trainer:\n"
+    "    def {name}(self, x, y):\n"
+    "        loss = F.mse_loss(model(x.to(device)), y.to(device))\n"
+    "        optimizer.zero_grad()\n"
+    "        loss.backward()\n"
+    "        optimizer.step()\n"
+    "        return loss.item()\n"
+    "    def fit(self):\n"
+    "        running = 0.0\n"
+    "        for step, (x, y) in enumerate(data):\n"
+    "            running += self.{name}(x, y)\n"
+    "            if step % 5 == 4:\n"
+    "                print(step, running / 5)\n"
+    "                running = 0.0\n"
+    "{extra}"
+    "Trainer().fit()\n"
+)
+
+
+def test_public_step_method_returning_a_sync_is_fixed_only_at_unsafe():
+    code = STEP_METHOD.format(name="train_step", extra="")
+    new_source, findings = rewrite(code)
+    assert new_source == code
+    (finding,) = pm404(findings)
+    assert finding.level == Level.UNSAFE and "now returns a tensor" in finding.message
+    unsafe = Settings(select=(PerStepHostSync.CODE,), level=Level.UNSAFE)
+    result = process_source(code.encode(), "<fixture>", unsafe, [PerStepHostSync])
+    new_source = result.new_source.decode()
+    assert "return loss.detach().double()" in new_source
+    assert printed(new_source) == printed(code)
+
+
+def test_step_method_called_elsewhere_too_is_left_alone():
+    code = STEP_METHOD.format(name="_step", extra="    def probe(self):\n        return self._step\n")
+    new_source, findings = rewrite(code)
+    assert new_source == code
+    assert pm404(findings) and not any(f.fixable for f in pm404(findings))
+    twice = STEP_METHOD.format(name="_step", extra="    def again(self, x, y):\n        return self._step(x, y)\n")
+    assert rewrite(twice)[0] == twice
+
+
+def test_sum_fed_by_a_step_method_and_a_sync_in_the_loop_is_fixed_once():
+    code = STEP_METHOD.format(name="_step", extra="").replace(
+        "            running += self._step(x, y)\n",
+        "            running += self._step(x, y)\n            running += x.to(device).abs().mean().item()\n",
+    )
+    new_source, findings = rewrite(code)
+    found = pm404(findings)
+    assert len(found) == 2 and all(f.applied for f in found), [f.message for f in found]
+    assert len({f.line for f in found}) == 2
+    assert printed(new_source) == printed(code)
+
+
+def test_step_method_called_only_at_log_time_is_not_reported():
+    code = STEP_METHOD.format(name="_step", extra="").replace(
+        "            running += self._step(x, y)\n            if step % 5 == 4:\n",
+        "            if step % 5 == 4:\n                running += self._step(x, y)\n",
+    )
+    new_source, findings = rewrite(code)
+    assert new_source == code and not pm404(findings)
