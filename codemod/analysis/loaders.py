@@ -601,6 +601,16 @@ class Loaders:
             seen += 1
         return False
 
+    def may_not_batch_on_host(self, loader: cst.Call) -> bool:
+        """Might `loader` hand out batches that are not host tensors of its dataset: a
+        subclass that overrides iteration, device data in its dataset, or a collate_fn
+        that moves batches to a device?"""
+        return (
+            self.overridden_subclass(loader)
+            or self.may_hold_device_data(self.dataset(loader), 0)
+            or self.collate_moves_to_device(loader)
+        )
+
     def overridden_subclass(self, loader: cst.Call) -> bool:
         """Is `loader` built from a subclass of this file that overrides `__init__` or `__iter__`?"""
         return not self.is_torch_loader(loader) and self.subclass_overrides(self.kinds.local_class(loader.func))

@@ -355,9 +355,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             return  # perhaps passed through `*args` / `**kwargs`
         if there.is_torch_loader(loader) and positional(loader, NUM_WORKERS_POSITION) is not None:
             return
-        if there.overridden_subclass(loader):
-            return
-        if there.may_hold_device_data(there.dataset(loader), 0) or there.collate_moves_to_device(loader):
+        if there.may_not_batch_on_host(loader):
             return
         project = project_of(self.context)
         self.report(

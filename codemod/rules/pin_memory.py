@@ -317,9 +317,7 @@ class UnpinnedLoaderToCuda(Rule):
             return  # passed, or perhaps passed through `*args` / `**kwargs`
         if there.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
             return
-        if there.overridden_subclass(loader):
-            return
-        if there.may_hold_device_data(there.dataset(loader), 0) or there.collate_moves_to_device(loader):
+        if there.may_not_batch_on_host(loader):
             return
         project = project_of(self.context)
         self.report(
@@ -337,9 +335,7 @@ class UnpinnedLoaderToCuda(Rule):
             return
         if loaders.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
             return
-        if loaders.overridden_subclass(loader):
-            return
-        if loaders.may_hold_device_data(loaders.dataset(loader), 0) or loaders.collate_moves_to_device(loader):
+        if loaders.may_not_batch_on_host(loader):
             return
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, self.MESSAGE + "; `*args` may already pass pin_memory, so it is not added")
