@@ -202,9 +202,10 @@ def _run(
     active: Sequence[type[Rule]],
     dependencies: dict | None = None,
 ) -> tuple[list[Finding], str | None]:
-    """Every pass's findings, and the rewritten text (None when nothing changed). A
-    rewritten text is parsed again only when a later pass has rules to run on it. The
-    project files the analysis read go into `dependencies` (path -> Stamp)."""
+    """Every pass's findings, and the rewritten text (None when nothing changed). A later
+    pass analyses the rewritten tree itself, unless it holds a node twice (an edit that
+    put one new node in two places): then its text is parsed again. The project files
+    the analysis read go into `dependencies` (path -> Stamp)."""
     passes(active)  # a cycle of AFTER declarations is an error before any work
     findings: list[Finding] = []
     original = _text(module, data)
@@ -214,9 +215,12 @@ def _run(
         candidates = [rule for rule in pending if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
         if not candidates:
             break
-        if current is None:
-            current = parse(code.encode(module.encoding))
-        context = context if context is not None else FileContext(current, path, settings, code)
+        if context is None:
+            index = TreeIndex(current)
+            if not index.unique:
+                current = parse(code.encode(module.encoding))
+                index = TreeIndex(current)
+            context = FileContext(current, path, settings, code, index)
         outcome = _run_pass(context, candidates, pending)
         if dependencies is not None:
             dependencies.update((stamp.path, stamp) for stamp in outcome.dependencies)
@@ -224,7 +228,7 @@ def _run(
             outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
         findings.extend(outcome.findings)
         if outcome.module is not current:
-            code, current, context = outcome.module.code, None, None
+            code, current, context = outcome.module.code, outcome.module, None
         pending = outcome.waiting
     findings.sort(key=lambda f: (f.line, f.column, f.code))
     return findings, None if code is original else code

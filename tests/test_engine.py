@@ -375,6 +375,30 @@ def test_a_later_pass_runs_only_where_the_rule_it_waits_for_has_a_fix(monkeypatc
     assert sorted((f.line, f.code) for f in result.findings) == [(1, "PM911"), (2, "PM901"), (2, "PM911")]
 
 
+def test_a_later_pass_reads_a_rewritten_tree_that_holds_one_node_twice_from_its_text(monkeypatch):
+    from codemod import engine
+
+    parsed = []
+    parse = engine.parse
+    monkeypatch.setattr(engine, "parse", lambda data: parsed.append(data) or parse(data))
+    run("x = f(1)\ny = f(2)\n", rules=[SeesSnakes, RenameCallsToSnake])
+    assert len(parsed) == 1  # the later pass analyses the rewritten tree itself
+    parsed.clear()
+    shared = cst.Name("snake")
+
+    class RenameToOneSharedNode(RenameCallsToSnake):
+        def visit_Call(self, node):
+            if isinstance(node.func, cst.Name) and node.func.value == "f":
+                self.report(node, edits=[Replace(node.func, shared)], imports=[("snakes", "snake")])
+
+    result = run("x = f(1)\ny = f(2)\n", rules=[SeesSnakes, RenameToOneSharedNode])
+    assert (
+        result.new_source.decode() == "from snakes import snake\n\nx = snake(1, seen=True)\ny = snake(2, seen=True)\n"
+    )
+    assert all(f.applied for f in result.findings) and len(result.findings) == 4
+    assert len(parsed) == 2
+
+
 # -- moves and superseding removals ------------------------------------------------------------
 
 

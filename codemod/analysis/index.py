@@ -114,6 +114,7 @@ class TreeIndex:
                 parents[child] = node
             stack.extend(reversed(children))
         self.parents: Mapping[cst.CSTNode, cst.CSTNode] = parents
+        self.unique = len(order) == len(nodes)  # False when a node object sits in two places
         self._order = order
         self._nodes = nodes
         self._ends = ends
