@@ -201,19 +201,34 @@ def plan(fixes: Sequence[Fix], index: TreeIndex) -> Plan:
     kept: list[Fix] = []
     reasons: dict[int, str] = {}
     settled: dict[int, Fix] = {}
+    # Edits in different statements of the module's body cannot conflict: each fix is
+    # compared with the kept fixes that have an edit in one of its statements.
+    near: dict[cst.CSTNode, list[Fix]] = {}
+    seen: dict[int, int] = {}  # id of a kept fix -> when it was kept
     for fix in ordered:
-        superseding = _superseded_by(fix, kept, index)
+        tops = _top_statements(fix, index)
+        neighbours = sorted({id(f): f for top in tops for f in near.get(top, ())}.values(), key=lambda f: seen[id(f)])
+        superseding = _superseded_by(fix, neighbours, index)
         if superseding is not None:
             settled[fix.key] = superseding
             continue
-        clash = next(((other, why) for other in kept for why in [_conflict(fix, other, index)] if why), None)
+        clash = next(((other, why) for other in neighbours for why in [_conflict(fix, other, index)] if why), None)
         if clash is None:
+            seen[id(fix)] = len(kept)
             kept.append(fix)
+            for top in tops:
+                near.setdefault(top, []).append(fix)
         else:
             other, why = clash
             reasons[fix.key] = f"{other.code}'s fix on line {other.line} {why}"
     kept.sort(key=lambda fix: fix.key)
     return Plan(kept, reasons, settled)
+
+
+def _top_statements(fix: Fix, index: TreeIndex) -> set[cst.CSTNode]:
+    tops = {index.top_level(edit.anchor) for edit in fix.edits}
+    tops.update(index.top_level(edit.to) for edit in fix.edits if isinstance(edit, Move))
+    return tops
 
 
 def _superseded_by(fix: Fix, kept: list[Fix], index: TreeIndex) -> Fix | None:

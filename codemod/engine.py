@@ -20,6 +20,8 @@ import difflib
 import gc
 import io
 import tokenize
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -517,6 +519,47 @@ def _finding(
     )
 
 
+def _runs(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """(i1, i2, j1, j2): a[i1:i2] became b[j1:j2], in order, covering both lists (as
+    difflib's opcodes). Lines that occur once in each list anchor the alignment, in the
+    order both keep them (patience diff); difflib, quadratic in what it compares, only
+    compares the stretches between anchors."""
+    count_a, count_b = Counter(a), Counter(b)
+    at_b = {line: j for j, line in enumerate(b) if count_b[line] == 1}
+    pairs = [(i, at_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and line in at_b]
+    runs: list[tuple[int, int, int, int]] = []
+    start_a = start_b = 0
+    for i, j in [*_increasing(pairs), (len(a), len(b))]:
+        stretch = difflib.SequenceMatcher(None, a[start_a:i], b[start_b:j], autojunk=False)
+        runs.extend(
+            (start_a + i1, start_a + i2, start_b + j1, start_b + j2) for _, i1, i2, j1, j2 in stretch.get_opcodes()
+        )
+        if i < len(a):
+            runs.append((i, i + 1, j, j + 1))
+        start_a, start_b = i + 1, j + 1
+    return runs
+
+
+def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest run of `pairs` (in order of their first item) whose second items increase."""
+    tails: list[int] = []  # tails[k]: second item ending the best run of length k + 1 so far
+    ends: list[int] = []  # ... and the index in `pairs` of that pair
+    before: list[int] = []  # index of the pair ahead of each pair in its run (-1: none)
+    for index, (_, j) in enumerate(pairs):
+        k = bisect_left(tails, j)
+        if k == len(tails):
+            tails.append(j)
+            ends.append(index)
+        else:
+            tails[k], ends[k] = j, index
+        before.append(ends[k - 1] if k else -1)
+    run, index = [], ends[-1] if ends else -1
+    while index >= 0:
+        run.append(pairs[index])
+        index = before[index]
+    return run[::-1]
+
+
 def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str]) -> list[Finding]:
     """Findings of a later pass, moved from the lines of the rewritten file to the
     original's: an unchanged line maps to itself, the lines of a changed run to the
@@ -533,10 +576,8 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     table: dict[int, int] = {line: line for line in range(1, head + 1)}
     shift = len(original) - len(rewritten)
     table.update((len(rewritten) - k, len(rewritten) - k + shift) for k in range(tail))
-    middle = difflib.SequenceMatcher(
-        None, original[head : len(original) - tail], rewritten[head : len(rewritten) - tail], autojunk=False
-    )
-    for _tag, i1, i2, j1, j2 in middle.get_opcodes():
+    runs = _runs(original[head : len(original) - tail], rewritten[head : len(rewritten) - tail])
+    for i1, i2, j1, j2 in runs:
         for offset, j in enumerate(range(j1, j2)):
             table[head + j + 1] = head + i1 + min(offset, max(i2 - i1 - 1, 0)) + 1
     last = len(original)

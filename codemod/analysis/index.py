@@ -121,6 +121,7 @@ class TreeIndex:
         self._by_type = by_type
         self._type_orders: dict[type, list[int]] = {}
         self._types_of: dict[tuple[type, ...], list[type]] = {}
+        self._tops: list[int] | None = None  # where each statement of the module's body starts
 
     # -- where a node sits ---------------------------------------------------------
 
@@ -142,6 +143,17 @@ class TreeIndex:
         if at is None or start is None:
             return False
         return start <= at <= self._ends[start]
+
+    def top_level(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The statement of the module's body that holds `node` (the module, for nodes
+        outside every statement)."""
+        if self._tops is None:
+            self._tops = [self._order[statement] for statement in self.module.body]
+        at = self._order[node]
+        k = bisect_right(self._tops, at) - 1
+        if k >= 0 and at <= self._ends[self._tops[k]]:
+            return self.module.body[k]
+        return self.module
 
     def before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         """Does `first` start before `second` in the code?"""
