@@ -46,6 +46,11 @@ def scope_provider(index: TreeIndex) -> type[ScopeProvider]:
     aliases = frozenset(alias.evaluated_alias for alias in index.find(cst.ImportAlias) if alias.asname is not None)
 
     class FileScopeProvider(ScopeProvider):
+        def get_visitors(self):
+            # Its one visitor method, without the inspect.getmembers scan libcst makes of
+            # every provider instance (about a tenth of the scope time of a small file).
+            return {"visit_Module": self.visit_Module}
+
         def visit_Module(self, node: cst.Module) -> bool | None:
             visitor = _ScopeVisitor(self, aliases)
             node.visit(visitor)
