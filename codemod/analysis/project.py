@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-MAX_DEPTH = 4  # calls followed from module to module for one summary
+MAX_DEPTH = 4  # summaries of one kind nested on a chain of calls (module to module)
 MAX_MODULES = 64  # parsed modules kept per process
 MAX_BYTES = 2_000_000  # larger files are not parsed (unknown)
 MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
