@@ -22,7 +22,7 @@ import libcst as cst
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.project import project_of
+from codemod.analysis.project import BatchUse, Function, project_of
 from codemod.analysis.torch_facts import NOT_TENSOR_FUNCTIONS, TENSOR_COLLATES, TENSOR_FUNCTIONS, TENSOR_NAMESPACES
 
 if TYPE_CHECKING:
@@ -95,6 +95,20 @@ class DeviceCopy:
     device: cst.BaseExpression | None  # None for `.cuda()`
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """A DataLoader (built in this file, or by a project factory this file calls) that this
+    file passes to a function of another module of the project, whose loop copies its
+    batches to a device."""
+
+    loader: cst.Call  # the construction (here, or in the factory's module)
+    call: cst.Call  # the call of this file that passes it
+    function: Function  # the project function called
+    param: cst.Param  # the parameter of `function` it is passed to
+    use: BatchUse  # where its batches are copied
+    factory: cst.Call | None = None  # the call of this file to the project factory that built it, if not here
+
+
 class Loaders:
     """DataLoader constructions of one file and the loops they feed."""
 
@@ -129,14 +143,16 @@ class Loaders:
     # -- what a loader is ------------------------------------------------------------------
 
     def is_construction(self, call: cst.Call) -> bool:
-        """`DataLoader(...)` of torch (any alias), or of a subclass of it defined in this file."""
-        if self.names.is_(call.func, DATALOADER):
-            return not self.names.local(call.func)  # a class of this file shadowing the import is not torch's
-        classdef = self.kinds.local_class(call.func)
+        """`DataLoader(...)` of torch (any alias, also as a subscripted generic:
+        `DataLoader[Dataset](...)`), or of a subclass of it defined in this file."""
+        func = class_of_call(call)
+        if self.names.is_(func, DATALOADER):
+            return not self.names.local(func)  # a class of this file shadowing the import is not torch's
+        classdef = self.kinds.local_class(func)
         return classdef is not None and self.kinds.class_fact(classdef).kind is Kind.LOADER
 
     def is_torch_loader(self, call: cst.Call) -> bool:
-        return self.names.is_(call.func, DATALOADER)
+        return self.names.is_(class_of_call(call), DATALOADER)
 
     def dataset(self, loader: cst.Call) -> cst.BaseExpression | None:
         arg = kwarg(loader, "dataset") or positional(loader, 0)
@@ -425,6 +441,186 @@ class Loaders:
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
         return found
 
+    # -- loaders passed to a function: what it does with their batches ----------------------
+
+    @memoized
+    def param_roots(self, expr: cst.BaseExpression, depth: int) -> list[cst.Param]:
+        """The parameters whose loader `expr` iterates the batches of: the parameter itself,
+        a name bound to it, `iter(p)` / `tqdm(p)`, a generator (of this file or the project)
+        that yields the items of its argument. The callers of the function are not followed:
+        this asks what a function does with whatever loader it is given."""
+        if depth > MAX_DEPTH:
+            return []
+        if isinstance(expr, cst.Name):
+            parameter = self.bindings.param_of(expr)
+            if parameter is not None:
+                return [parameter[1]]
+            return [
+                p for value, path in self.bound_values(expr) if not path for p in self.param_roots(value, depth + 1)
+            ]
+        if isinstance(expr, cst.Call):
+            through = self._looked_through(expr)
+            if through is not None:
+                return self.param_roots(through, depth + 1)
+            project = project_of(self.context)
+            if self.kinds.local_callee(expr) is not None or not project.imports_project():
+                return []
+            function = project.called(expr)
+            items = project.yields_items_of(function) if function is not None else None
+            argument = project.argument(expr, function, items) if items is not None else None
+            return self.param_roots(argument, depth + 1) if argument is not None else []
+        if isinstance(expr, cst.IfExp):
+            return self.param_roots(expr.body, depth + 1) + self.param_roots(expr.orelse, depth + 1)
+        return []
+
+    def _from_param(self, expr: cst.BaseExpression, param: cst.Param) -> bool:
+        return any(found is param for found in self.param_roots(expr, 0))
+
+    def param_feeds(self, function: cst.FunctionDef, param: cst.Param) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        """(loop, what binds its batches) for each loop of `function` fed by the loader passed
+        to `param`: a `for` over it (through enumerate, zip, tqdm, iter, generators), or a
+        loop that takes `next(it)` of an iterator over it."""
+        found = []
+        for loop in self.index.find((cst.For, cst.CompFor), within=function.body):
+            for iterable, target in self.iterated(loop.iter, loop.target):
+                if self._from_param(iterable, param):
+                    fed = (
+                        loop
+                        if isinstance(loop, cst.For)
+                        else self.index.first_enclosing(
+                            loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+                        )
+                    )
+                    found.append((fed, target))
+        for call in self.index.find(cst.Call, within=function.body):
+            if not (isinstance(call.func, cst.Name) and call.func.value == "next" and call.args):
+                continue
+            if not self.names.is_(call.func, *NEXT):
+                continue
+            loop = self.index.first_enclosing(call, (*LOOPS, *SCOPES))
+            if not isinstance(loop, LOOPS) or not self._from_param(call.args[0].value, param):
+                continue
+            statement = self.context.parents.get(call)
+            assigned = isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1
+            found.append((loop, statement.targets[0].target if assigned else call))
+        return found
+
+    def param_handoffs(
+        self, function: cst.FunctionDef, param: cst.Param
+    ) -> list[tuple[cst.Call, cst.FunctionDef | Function, cst.Param]]:
+        """(call, callee, its parameter) for each call in `function` that passes the loader
+        given to `param` on: to a function or method of this file (callee: its FunctionDef)
+        or of another module of the project (callee: a project Function)."""
+        project = project_of(self.context)
+        found = []
+        for call in self.index.find(cst.Call, within=function.body):
+            if not call.args or not any(self._from_param(arg.value, param) for arg in call.args if not arg.star):
+                continue
+            callee = self.kinds.local_callee(call)
+            if callee is not None:
+                offset = 1 if isinstance(call.func, cst.Attribute) else 0
+                for inner in _all_params(callee):
+                    argument = self.kinds.argument(call, callee, inner, offset)
+                    if argument is not None and self._from_param(argument, param):
+                        found.append((call, callee, inner))
+                continue
+            other = project.called(call) if project.imports_project() else None
+            if other is None:
+                continue
+            for inner in _all_params(other.node):
+                argument = project.argument(call, other, inner)
+                if argument is not None and self._from_param(argument, param):
+                    found.append((call, other, inner))
+        return found
+
+    def dataset_change(self, function: cst.FunctionDef, param: cst.Param) -> cst.CSTNode | None:
+        """A call of a method of the dataset of the loader given to `param`
+        (`dl.dataset.set_epoch(epoch)`), or an assignment to one of its attributes, in `function`."""
+        for node in self.index.find((cst.Call, cst.AssignTarget, cst.AugAssign), within=function.body):
+            target = node.func if isinstance(node, cst.Call) else node.target
+            while isinstance(target, (cst.Attribute, cst.Subscript)):
+                owner = target.value
+                if (
+                    isinstance(owner, cst.Attribute)
+                    and owner.attr.value == "dataset"
+                    and target is not owner
+                    and self._from_param(owner.value, param)
+                ):
+                    return node
+                target = owner
+        return None
+
+    @functools.cached_property
+    def handoffs(self) -> list[Handoff]:
+        """The loaders this file builds, or gets from a project factory, and passes to a function
+        of another module of the project that copies their batches to a device."""
+        project = project_of(self.context)
+        if not project.imports_project():
+            return []
+        found = []
+        for call in self.index.find(cst.Call):
+            if not call.args or id(call) in self._ids:
+                continue
+            function = project.called(call)
+            if function is None:
+                continue
+            for param in _all_params(function.node):
+                argument = project.argument(call, function, param)
+                if argument is None:
+                    continue
+                made = [loader for loader in self.sources(argument, (), 0) if isinstance(loader, cst.Call)]
+                if not made:
+                    continue
+                use = project.batches_copied(function, param)
+                if use is None or use.copy is None:
+                    continue
+                for loader in made:
+                    factory = None if id(loader) in self._ids else self._factory_call(argument, loader, (), 0)
+                    found.append(Handoff(loader, call, function, param, use, factory))
+        return found
+
+    def _factory_call(
+        self, expr: cst.BaseExpression, loader: cst.Call, path: tuple[int, ...], depth: int
+    ) -> cst.Call | None:
+        """The call of this file to a project factory that gives `expr` the `loader` it builds
+        (`train, _ = make_loaders()`): of two loaders built by one construction there, the one
+        this argument holds."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Name):
+            for value, inner in self.bound_values(expr):
+                found = self._factory_call(value, loader, inner + path, depth + 1)
+                if found is not None:
+                    return found
+            return None
+        if isinstance(expr, cst.Call):
+            through = self._looked_through(expr)
+            if through is not None:
+                return self._factory_call(through, loader, path, depth + 1)
+            project = project_of(self.context)
+            function = project.called(expr) if self.kinds.local_callee(expr) is None else None
+            if function is None:
+                return None
+            if any(made is loader for made in project.loaders_made(function, path)):
+                return expr
+            items = project.yields_items_of(function)
+            argument = project.argument(expr, function, items) if items is not None else None
+            return self._factory_call(argument, loader, path, depth + 1) if argument is not None else None
+        return None
+
+    def factory_call_of(self, feed: Feed) -> cst.Call | None:
+        """The call of this file to the project factory that built the loader `feed` iterates:
+        of two loaders one construction there builds (`train, _ = make(a)`, `val, _ = make(b)`),
+        the one this loop gets its batches from."""
+        expr = feed.fetch.args[0].value if feed.fetch is not None else getattr(feed.loop, "iter", None)
+        if expr is None:
+            return None
+        for iterable, _ in self.iterated(expr, cst.Name("_")):
+            found = self._factory_call(iterable, feed.loader, (), 0)
+            if found is not None:
+                return found
+        return None
+
     # -- what a loop does with its batches -------------------------------------------------
 
     def copies_to_device(self, loop: cst.CSTNode, target: cst.BaseExpression) -> list[DeviceCopy]:
@@ -613,7 +809,9 @@ class Loaders:
 
     def overridden_subclass(self, loader: cst.Call) -> bool:
         """Is `loader` built from a subclass of this file that overrides `__init__` or `__iter__`?"""
-        return not self.is_torch_loader(loader) and self.subclass_overrides(self.kinds.local_class(loader.func))
+        return not self.is_torch_loader(loader) and self.subclass_overrides(
+            self.kinds.local_class(class_of_call(loader))
+        )
 
     @memoized
     def may_hold_device_data(self, expr: cst.BaseExpression | None, depth: int) -> bool:
@@ -949,7 +1147,23 @@ def _is_tuple_of(target: cst.BaseExpression, length: int) -> bool:
     )
 
 
+def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
+    params = function.params
+    return [*params.posonly_params, *params.params, *params.kwonly_params]
+
+
+def class_of_call(call: cst.Call) -> cst.BaseExpression:
+    """The class a call builds an instance of: `DataLoader` of `DataLoader(...)` and of the
+    subscripted generic `DataLoader[Dataset](...)`."""
+    func = call.func
+    while isinstance(func, cst.Subscript):
+        func = func.value
+    return func
+
+
 def _last_name(func: cst.BaseExpression) -> str | None:
+    while isinstance(func, cst.Subscript):
+        func = func.value
     if isinstance(func, cst.Name):
         return func.value
     if isinstance(func, cst.Attribute):

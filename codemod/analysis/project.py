@@ -26,7 +26,12 @@ Summaries, each computed once per function and only when a rule asks:
   (`for b in loader: yield b`, `it = iter(loader) ... yield next(it)`);
 - `returned`: what a call gives, from its module's own analysis (for a function
   its module does not call itself) or from its return annotation;
-- `loaders_made`: the DataLoader constructions of its module that it returns.
+- `loaders_made`: the DataLoader constructions of its module that it returns;
+- `batches_copied`: what becomes of the batches of a loader passed to one of its
+  parameters: copied to a device in a loop of its module fed by that parameter, itself
+  or in a function it hands the parameter to (of its module or of the project, a few
+  calls deep), and whether the loader's dataset is changed on the way
+  (`dl.dataset.set_epoch(epoch)`).
 
 `Project.dependencies()` lists the files the answers for one file were read from,
 so that a cached result is not served after one of them changes.
@@ -55,7 +60,7 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-MAX_DEPTH = 4  # calls followed from module to module for one summary
+MAX_DEPTH = 4  # summaries of one kind nested on a chain of calls (module to module)
 MAX_MODULES = 64  # parsed modules kept per process
 MAX_BYTES = 2_000_000  # larger files are not parsed (unknown)
 MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
@@ -227,6 +232,27 @@ class PassThrough:
     items: bool  # every return is an item (`x[k]`) of it
 
 
+@dataclass(frozen=True)
+class Site:
+    """A place in a project file: the function it is in, the file (absolute) and the line."""
+
+    function: str
+    path: str
+    line: int
+    text: str = ""  # the source of the node, for a message
+
+
+@dataclass(frozen=True)
+class BatchUse:
+    """What a function does with the batches of a loader passed to one of its parameters."""
+
+    copy: Site | None  # the first copy of a batch to a device (`batch.to(device)`), if any
+    loop: Site | None  # the loop whose batches that copy moves
+    trains: bool  # that loop calls backward() (itself or in a function of its module)
+    cuda: bool  # every such copy provably goes to CUDA
+    dataset_change: Site | None  # `dl.dataset.set_epoch(epoch)`: the loader's dataset changed on the way
+
+
 @dataclass
 class _Walk:
     """The summaries being computed on this thread's call chain (cycles, depth)."""
@@ -288,6 +314,16 @@ class Project:
             except ValueError:
                 pass
         return f"{path}:{context.line(node if node is not None else function.node)}"
+
+    def shown_site(self, site: Site) -> str:
+        """`path:line` of a Site, the path relative to the project root."""
+        path = site.path
+        if self.root is not None:
+            try:
+                path = os.path.relpath(path, self.root)
+            except ValueError:
+                pass
+        return f"{path}:{site.line}"
 
     def called(self, call: cst.Call) -> Function | None:
         return self.function(call.func)
@@ -427,13 +463,70 @@ class Project:
         key = ("loaders", function.node.name.value, path)
         return _summary(function.module, key, lambda: _loaders_made(function, path)) or []
 
+    def batches_copied(self, function: Function, param: cst.Param) -> BatchUse | None:
+        """What `function` does with the batches of the loader passed to `param`: a loop of its
+        module fed by `param` copies them to a device, there or in a function `function`
+        hands `param` to; None when perfmod sees neither a copy nor a change of its dataset."""
+        return _batches_copied(function, param)
+
+
+def _batches_copied(function: Function, param: cst.Param) -> BatchUse | None:
+    key = ("copied", function.node.name.value, function.context.line(function.node), param.name.value)
+    return _summary(function.module, key, lambda: _find_batches_copied(function, param))
+
+
+def _site(function: Function, name: str, node: cst.CSTNode) -> Site:
+    context = function.context
+    text = context.source(node)
+    return Site(name, function.module.path, context.line(node), text if len(text) <= 80 else "")
+
+
+def _find_batches_copied(function: Function, param: cst.Param) -> BatchUse | None:
+    from codemod.analysis.kinds import Place
+
+    context, module = function.context, function.module
+    loaders = context.loaders
+    name = function.node.name.value
+    copy = loop = None
+    trains = cuda = False
+    places: list = []
+    for fed, target in loaders.param_feeds(function.node, param):
+        copies = loaders.copies_to_device(fed, target)
+        if not copies:
+            continue
+        places += [found.place for found in copies]
+        fed_trains = loaders.trains(fed)
+        if copy is None or (fed_trains and not trains):
+            copy, loop, trains = _site(function, name, copies[0].call), _site(function, name, fed), fed_trains
+    changed = loaders.dataset_change(function.node, param)
+    change = _site(function, name, changed) if changed is not None else None
+    for _call, callee, callee_param in loaders.param_handoffs(function.node, param):
+        if isinstance(callee, cst.FunctionDef):
+            inner = _batches_copied(Function(module, callee, callee.name.value), callee_param)
+        else:
+            inner = module.project.batches_copied(callee, callee_param) if module.project is not None else None
+        if inner is None:
+            continue
+        change = change or inner.dataset_change
+        if inner.copy is not None and (copy is None or (inner.trains and not trains)):
+            copy, loop, trains, cuda = inner.copy, inner.loop, inner.trains, inner.cuda
+            places = []
+    if places:
+        cuda = all(place is Place.CUDA for place in places)
+    if copy is None and change is None:
+        return None
+    return BatchUse(copy, loop, trains, cuda if copy is not None else False, change)
+
 
 def _summary(module: _Module, key: tuple, compute):
-    """A summary of `module`, computed once; unknown (None) past MAX_DEPTH or in a cycle."""
+    """A summary of `module`, computed once; unknown (None) in a cycle, or past MAX_DEPTH
+    summaries of its kind on the chain (each kind counts its own calls: a summary that asks
+    another kind on its way, `passes_through` of a helper while following where batches are
+    copied, does not spend the depth of the summary it serves)."""
     if key in module.summaries:
         return module.summaries[key]
     marker = (module.path, key)
-    if marker in _WALK.active or len(_WALK.active) >= MAX_DEPTH:
+    if marker in _WALK.active or sum(1 for _, other in _WALK.active if other[0] == key[0]) >= MAX_DEPTH:
         return None
     _WALK.active.append(marker)
     try:

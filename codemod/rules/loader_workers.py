@@ -149,6 +149,14 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     (`data.make_loaders(cfg)`) that feeds a training loop of this file is
     reported at that call, with the file and line of the DataLoader: perfmod
     does not edit another file, and does not look at that loader's dataset.
+    A loader (built here, or by such a factory) that this file passes to a
+    function of another module whose training loop copies its batches to a
+    device is reported at its construction (or the factory call), never
+    fixed: the loop, and what it does to the dataset between epochs, are in
+    another file. When a function on the way changes the loader's dataset
+    (`dl.dataset.set_epoch(epoch)`), the message says so and advises workers
+    without `persistent_workers`: workers started for each epoch take the
+    changed dataset, persistent ones keep their first copy.
 
     Start methods: under `spawn` and `forkserver` (macOS, Windows, Linux from
     Python 3.14) workers receive the dataset and `collate_fn` by pickle and
@@ -162,7 +170,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     CODE = "PM201"
     NAME = "single-process-loader-in-training-loop"
     LEVEL = Level.UNSAFE
-    REQUIRES = ("DataLoader",)
+    # "import": a loader handed to a function of another module of the project needs no mention here.
+    REQUIRES = ("DataLoader", "import")
     # PM202 turns hand-made batching into a DataLoader, which this rule then configures:
     # it runs on PM202's output, so that one run leaves nothing pending.
     AFTER = ("PM202",)
@@ -332,17 +341,80 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         loaders = self.context.loaders
         if not loaders.constructions and not loaders.feeds:  # feeds find the loaders of other modules
+            if loaders.handoffs:
+                self._check_handoffs({})
             return
         feeds: dict[int, cst.CSTNode] = {}
+        first: dict[int, object] = {}
         for feed in loaders.feeds:
             if loaders.trains(feed.loop):
                 feeds.setdefault(id(feed.loader), feed.loop)
+                first.setdefault(id(feed.loader), feed)
         for loader in loaders.constructions:
             if id(loader) in feeds:
                 self._check(loader, feeds[id(loader)])
         for loader, function, call in loaders.external.values():
             if id(loader) in feeds:
+                call = loaders.factory_call_of(first[id(loader)]) or call  # the call that made this loop's loader
                 self._check_elsewhere(loader, function, call, feeds[id(loader)])
+        self._check_handoffs(feeds)
+
+    def _check_handoffs(self, feeds: dict[int, cst.CSTNode]) -> None:
+        """Loaders (built here, or by a factory of another module) that this file passes to a
+        project function whose training loop copies their batches to a device: reported at the
+        construction, or at the factory call, never fixed: the loop, and what it does to the
+        dataset between epochs, are in another file."""
+        loaders, project = self.context.loaders, project_of(self.context)
+        seen: set[tuple[int, int]] = set()  # one construction there, called twice here: two loaders
+        for handoff in loaders.handoffs:
+            loader, use = handoff.loader, handoff.use
+            key = (id(loader), id(handoff.factory))
+            if key in seen or id(loader) in feeds or not use.trains:
+                continue
+            seen.add(key)
+            here = loaders.is_construction_here(loader)
+            external = None if here else loaders.external.get(id(loader))
+            if not here and external is None:
+                continue
+            there = loaders if here else external[1].context.loaders
+            if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS) or any(
+                arg.star for arg in loader.args
+            ):
+                continue  # chosen, or perhaps chosen through `*args` / `**kwargs`
+            if there.is_torch_loader(loader) and positional(loader, NUM_WORKERS_POSITION) is not None:
+                continue
+            if there.may_not_batch_on_host(loader):
+                continue
+            loop = use.loop
+            trainer = f"`{loop.function}` ({project.shown_site(loop)}"
+            if loop.function != handoff.function.node.name.value:
+                trainer += f", reached through `{handoff.function.qualified}`"
+            fed = f"feeds the training loop of {trainer}) and loads every batch in the training process"
+            change = use.dataset_change
+            persistent = "(and persistent_workers=True)"
+            if change is not None:
+                text = f"`{change.text}`" if change.text else "a change of its dataset"
+                persistent = (
+                    f"(not persistent_workers: {text} in `{change.function}` ({project.shown_site(change)}) changes "
+                    "the dataset between epochs in the training process; workers started for each epoch copy it "
+                    "then, persistent workers would keep their first copy)"
+                )
+            caveat = (
+                f"{persistent}, once its dataset is known to be map-style or an IterableDataset that shards by worker"
+            )
+            if here:
+                self.report(
+                    loader,
+                    f"this DataLoader {fed}; not fixed: the loop, and what it does to the dataset, are in another "
+                    f"module: pass num_workers {caveat}",
+                )
+            else:
+                factory, call = external[1], handoff.factory or external[2]
+                self.report(
+                    call,
+                    f"the DataLoader built by `{factory.qualified}` ({project.shown(factory, loader)}) {fed}; not "
+                    f"fixed: it is built in another module, which perfmod does not edit: pass num_workers there {caveat}",
+                )
 
     def _check_elsewhere(self, loader: cst.Call, function, call: cst.Call, loop: cst.CSTNode) -> None:
         """A DataLoader built in another module of the project (`loader`, by `function`, called

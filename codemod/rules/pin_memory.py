@@ -38,7 +38,14 @@ class UnpinnedLoaderToCuda(Rule):
     A loader built by a function of another module of the project (`train, val =
     data.make_loaders(cfg)`) whose batches this file copies is reported at that
     call, with the file and line of the DataLoader to change: perfmod does not
-    edit another file.
+    edit another file. So is a loader (built here, or by such a factory) that
+    this file passes to a function of another module whose loop copies its
+    batches to a device, itself or through the functions it hands the loader
+    to (`run(model, train_loader)` whose `_optimize` does `x.to(device)`): the
+    message names that function and the line of the copy. A loader built in
+    this file gets the fix there: pinning changes no value, and every check
+    that decides it (an explicit choice, `*args`, data or a `collate_fn` that
+    may be on a device, a subclass) is made on the construction, which is here.
 
     ## Why is this bad?
     A batch in ordinary (pageable) host memory cannot be copied to the GPU by
@@ -307,6 +314,58 @@ class UnpinnedLoaderToCuda(Rule):
             found = feeds.get(id(loader))
             if found is not None and found.places:
                 self._check_elsewhere(loader, function, call, found)
+        seen: set[tuple[int, int]] = set()  # one construction there, called twice here: two loaders
+        for handoff in loaders.handoffs:
+            found = feeds.get(id(handoff.loader))
+            key = (id(handoff.loader), id(handoff.factory))
+            if key in seen or (found is not None and found.places):
+                continue  # reported above, where this file copies its batches
+            seen.add(key)
+            self._check_handed_off(handoff)
+
+    def _check_handed_off(self, handoff) -> None:
+        """A DataLoader (built here, or by a factory of another module) that this file passes
+        to a project function whose loop copies its batches to a device. Reported at the
+        construction here, with the fix (pin_memory only changes where the batches wait: the
+        same precondition checks as for a loop of this file, all made on the construction, and
+        a value that pins only when a GPU is present unless the copies provably go to CUDA);
+        at the factory call for a loader of another module, not fixed."""
+        loaders, project = self.context.loaders, project_of(self.context)
+        loader, use = handoff.loader, handoff.use
+        copy = use.copy
+        where = project.shown_site(copy)
+        copier = (
+            f"`{copy.function}` ({where}, reached through `{handoff.function.qualified}`)"
+            if copy.function != handoff.function.node.name.value
+            else f"`{handoff.function.qualified}` ({where})"
+        )
+        copied = f"its batches are copied to the GPU from pageable memory by {copier}"
+        external = loaders.external.get(id(loader))
+        if not loaders.is_construction_here(loader):
+            if external is None:
+                return
+            _, factory, call = external
+            call = handoff.factory or call
+            there = factory.context.loaders
+            if kwarg(loader, "pin_memory") is not None or any(arg.star for arg in loader.args):
+                return
+            if there.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
+                return
+            if there.may_not_batch_on_host(loader):
+                return
+            self.report(
+                call,
+                f"the DataLoader built by `{factory.qualified}` ({project.shown(factory, loader)}) has no pin_memory; "
+                f"{copied}, passed on line {self.context.line(handoff.call)}: pass pin_memory=True there "
+                "(not fixed: perfmod does not edit another file)",
+            )
+            return
+        feed = _Feeds(places=[Place.CUDA if use.cuda else Place.UNKNOWN], devices=[None])
+        self._check(
+            loader,
+            feed,
+            f"this DataLoader has no pin_memory; {copied} (line {self.context.line(handoff.call)} passes it)",
+        )
 
     def _check_elsewhere(self, loader: cst.Call, function, call: cst.Call, feed: _Feeds) -> None:
         """A DataLoader built in another module of the project (`loader`, by `function`, called
@@ -329,7 +388,7 @@ class UnpinnedLoaderToCuda(Rule):
 
     # -- the decision ------------------------------------------------------------------------
 
-    def _check(self, loader: cst.Call, feed: _Feeds) -> None:
+    def _check(self, loader: cst.Call, feed: _Feeds, message: str | None = None) -> None:
         loaders = self.context.loaders
         if kwarg(loader, "pin_memory") is not None:
             return
@@ -340,8 +399,10 @@ class UnpinnedLoaderToCuda(Rule):
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, self.MESSAGE + "; `*args` may already pass pin_memory, so it is not added")
             return
-        line = self.context.line(feed.copies[0])
-        message = f"this DataLoader's batches are copied to the GPU from pageable memory (line {line}); pass pin_memory"
+        if message is None:
+            line = self.context.line(feed.copies[0])
+            message = f"this DataLoader's batches are copied to the GPU from pageable memory (line {line})"
+        message += "; pass pin_memory"
         if has_star_kwargs(loader):
             self._fix_through_kwargs(loader, feed, message)
             return

@@ -347,10 +347,10 @@ def test_an_unpinned_loader_from_a_factory_is_reported_where_its_batches_are_cop
     result = _check(path, "PM102", "PM201")
     call = _line_of(path, "make_loaders(64)")
     found = sorted((f.code, f.line, f.fixable) for f in result.findings)
-    assert found == [("PM102", call, False)]  # `val` is pinned
+    assert found == [("PM102", call, False), ("PM201", call, False)]  # `val` is pinned and has workers
     assert "`pkg.data.make_loaders` (pkg/data.py:8) has no pin_memory" in result.findings[0].message
     assert not result.changed
-    # PM201 (a second-pass rule) looks only at files that name DataLoader, here in an annotation.
+    # The same when the file names DataLoader (here in an annotation).
     path.write_text(
         "from torch.utils.data import DataLoader\n"
         + loop.replace("train, val =", "train: DataLoader\n    train, val =")
@@ -407,3 +407,224 @@ def test_cache_entries_record_the_project_files_read(tmp_path):
     result = _check(root / "pkg" / "train.py", "PM101")
     assert {Path(d.path).name for d in result.dependencies} >= {"utils.py"}
     assert all(d.fresh() for d in result.dependencies)
+
+
+# -- a loader handed to a project function whose loop copies its batches -------------------
+
+HANDOFF_DATA = """\
+import torch
+from torch.utils.data import DataLoader as Loader, Dataset, TensorDataset
+
+
+def make_loader(n, batch_size):
+    data = TensorDataset(torch.randn(n, 4), torch.randn(n, 1))
+    loader = Loader[Dataset](data, batch_size=batch_size, drop_last=True)
+    return loader, n
+
+
+def forever(dl):
+    epoch = 0
+    it = iter(dl)
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            epoch += 1
+            dl.dataset.set_epoch(epoch)
+            it = iter(dl)
+"""
+
+HANDOFF_TRAIN = """\
+import torch
+
+from pkg.data import forever
+
+
+def _optimize(model, train_loader, device, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    it = forever(train_loader)
+    for step in range(steps):
+        x, y = next(it)
+        x, y = x.to(device), y.to(device)
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        opt.step()
+
+
+def run(model, train_loader, device="cuda", steps=4):
+    _optimize(model, train_loader, device, steps)
+
+
+def count(loader):
+    return sum(len(x) for x, _ in loader)
+
+
+def show(train_loader):
+    for x, y in train_loader:
+        print(x.to(torch.float16).sum())
+"""
+
+HANDOFF_MAIN = """\
+import torch
+
+from pkg.data import make_loader
+from pkg.train_lib import run
+
+
+def main():
+    val_loader, _ = make_loader(32, 8)
+    train_loader, _n = make_loader(64, 8)
+    print(len(val_loader))
+    run(torch.nn.Linear(4, 1), train_loader=train_loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _handoff_project(tmp_path, train=HANDOFF_TRAIN, data=HANDOFF_DATA, main=HANDOFF_MAIN) -> Path:
+    root = _project(tmp_path, {"pkg/data.py": data, "pkg/train_lib.py": train, "pkg/main.py": main})
+    return root / "pkg" / "main.py"
+
+
+def test_a_subscripted_generic_dataloader_is_a_construction():
+    context = FileContext.of_source(
+        "import torch.utils.data as tud\nfrom torch.utils.data import DataLoader as DL, Dataset\n"
+        "a = DL[Dataset](ds, batch_size=8)\nb = tud.DataLoader[Dataset](ds)\nc = DL(ds)\nd = dict[str, int](x=1)\n"
+    )
+    loaders = context.loaders
+    assert [context.source(call.func) for call in loaders.constructions] == [
+        "DL[Dataset]",
+        "tud.DataLoader[Dataset]",
+        "DL",
+    ]
+    assert all(loaders.is_torch_loader(call) for call in loaders.constructions)
+
+
+def test_a_loader_from_a_factory_handed_to_a_function_that_copies_its_batches_is_reported(tmp_path):
+    path = _handoff_project(tmp_path)
+    result = _check(path, "PM102", "PM201")
+    call = _line_of(path, "train_loader, _n = make_loader(64, 8)")
+    assert sorted((f.code, f.line, f.fixable) for f in result.findings) == [
+        ("PM102", call, False),
+        ("PM201", call, False),
+    ]
+    pm102, pm201 = sorted(result.findings, key=lambda f: f.code)
+    assert "`pkg.data.make_loader` (pkg/data.py:7) has no pin_memory" in pm102.message
+    assert "`_optimize` (pkg/train_lib.py:11, reached through `pkg.train_lib.run`)" in pm102.message
+    assert "training loop of `_optimize` (pkg/train_lib.py:9" in pm201.message
+    # the dataset changed between epochs: no persistent workers advised
+    assert "`dl.dataset.set_epoch(epoch)` in `forever` (pkg/data.py:19)" in pm201.message
+    assert "not persistent_workers" in pm201.message
+    assert not result.changed
+    assert {os.path.basename(stamp.path) for stamp in result.dependencies} >= {"data.py", "train_lib.py"}
+
+
+def test_a_loader_built_here_and_handed_on_gets_pin_memory_but_no_workers(tmp_path):
+    main = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom pkg.train_lib import run\n\n\n"
+        "def main():\n"
+        "    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "    train_loader = DataLoader[TensorDataset](data, batch_size=8)\n"
+        "    run(torch.nn.Linear(4, 1), train_loader)\n"
+    )
+    path = _handoff_project(tmp_path, main=main)
+    result = _check(path, "PM102", "PM201")
+    line = _line_of(path, "DataLoader[TensorDataset](")
+    assert sorted((f.code, f.line, f.fixable) for f in result.findings) == [
+        ("PM102", line, True),
+        ("PM201", line, False),
+    ]
+    assert (
+        "DataLoader[TensorDataset](data, batch_size=8, pin_memory=torch.cuda.is_available())"
+        in result.new_source.decode()
+    )
+
+
+@pytest.mark.parametrize(
+    "main, why",
+    [
+        (
+            HANDOFF_MAIN.replace(
+                "run(torch.nn.Linear(4, 1), train_loader=train_loader)", "count(train_loader)"
+            ).replace("import run", "import count"),
+            "the callee never copies to a device",
+        ),
+        (
+            HANDOFF_MAIN.replace("run(torch.nn.Linear(4, 1), train_loader=train_loader)", "show(train_loader)").replace(
+                "import run", "import show"
+            ),
+            "the callee moves nothing: a dtype change only",
+        ),
+    ],
+)
+def test_a_loader_handed_to_a_function_that_does_not_copy_its_batches_is_left_alone(tmp_path, main, why):
+    path = _handoff_project(tmp_path, main=main)
+    assert _check(path, "PM102", "PM201").findings == [], why
+
+
+def test_a_pinned_loader_with_workers_handed_on_is_left_alone(tmp_path):
+    data = HANDOFF_DATA.replace("drop_last=True)", "drop_last=True, pin_memory=True, num_workers=2)")
+    path = _handoff_project(tmp_path, data=data)
+    assert _check(path, "PM102", "PM201").findings == []
+
+
+def test_a_loader_that_may_hold_device_data_is_not_pinned_when_handed_on(tmp_path):
+    data = HANDOFF_DATA.replace("torch.randn(n, 4)", "torch.randn(n, 4).cuda()")
+    path = _handoff_project(tmp_path, data=data)
+    assert _check(path, "PM102", "PM201").findings == []
+
+
+def test_a_file_with_a_loader_but_no_project_imports_looks_for_no_handoff(tmp_path):
+    root = _project(tmp_path, {"pkg/data.py": HANDOFF_DATA})
+    path = root / "pkg" / "solo.py"
+    path.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "loader = DataLoader[TensorDataset](TensorDataset(torch.randn(8, 2)))\nprint(len(loader))\n"
+    )
+    context = FileContext(cst.parse_module(path.read_text()), str(path), Settings(), path.read_text())
+    assert context.loaders.handoffs == []
+    assert _check(path).dependencies == ()
+
+
+def test_two_loaders_of_one_factory_are_reported_at_their_own_calls(tmp_path):
+    train = HANDOFF_TRAIN.replace(
+        'def run(model, train_loader, device="cuda", steps=4):\n    _optimize(model, train_loader, device, steps)\n',
+        'def run(model, train_loader, val_loader, device="cuda", steps=4):\n'
+        "    _optimize(model, train_loader, device, steps)\n"
+        "    evaluate(model, val_loader, device)\n\n\n"
+        "def evaluate(model, loader, device):\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            print(model(x.to(device)).sum())\n",
+    )
+    main = HANDOFF_MAIN.replace("train_loader=train_loader)", "train_loader=train_loader, val_loader=val_loader)")
+    path = _handoff_project(tmp_path, train=train, main=main)
+    result = _check(path, "PM102", "PM201")
+    val, train_line = _line_of(path, "make_loader(32, 8)"), _line_of(path, "make_loader(64, 8)")
+    assert sorted((f.code, f.line) for f in result.findings) == sorted(
+        [("PM102", val), ("PM102", train_line), ("PM201", train_line)]  # the evaluation loop does not train
+    )
+    assert "by `evaluate` (pkg/train_lib.py:" in next(f.message for f in result.findings if f.line == val)
+
+
+def test_a_training_loop_over_one_of_two_loaders_of_one_factory_is_reported_at_its_call(tmp_path):
+    root = _project(tmp_path, {"pkg/data.py": HANDOFF_DATA})
+    path = root / "pkg" / "loop.py"
+    path.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\nfrom pkg.data import make_loader\n\n\n"
+        "def run(model, opt):\n"
+        "    train, _ = make_loader(64, 8)\n"
+        "    val, _ = make_loader(32, 8)\n"
+        "    for xv, yv in val:\n"
+        "        print(model(xv).sum())\n"
+        "    it = iter(train)\n"
+        "    for step in range(4):\n"
+        "        x, y = next(it)\n"
+        "        loss = (model(x) - y).pow(2).mean()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+    )
+    result = _check(path, "PM201")
+    assert [(f.code, f.line) for f in result.findings] == [("PM201", _line_of(path, "make_loader(64, 8)"))]
