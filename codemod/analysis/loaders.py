@@ -311,7 +311,7 @@ class Loaders:
         constructions it returns there, or, for a generator of its argument's items, the
         argument's loaders."""
         project = project_of(self.context)
-        if not project.imports_project():
+        if not project.imports_project() or not project.may_give_loaders(call):
             return []
         function = project.called(call)
         if function is None:
@@ -561,6 +561,8 @@ class Loaders:
         for call in self.index.find(cst.Call):
             if not call.args or id(call) in self._ids:
                 continue
+            if not any(isinstance(loader, cst.Call) for arg in call.args for loader in self.sources(arg.value, (), 0)):
+                continue  # no loader passed: the callee's module need not be read
             function = project.called(call)
             if function is None:
                 continue

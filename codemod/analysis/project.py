@@ -116,6 +116,12 @@ class _Module:
                 self.project = Project(self._context)
         return self._context
 
+    def mentions(self, *words: bytes) -> bool:
+        """Does the module's text hold one of `words` (read before or after parsing)?"""
+        if self._data is not None:
+            return any(word in self._data for word in words)
+        return self._context is not None and any(word.decode() in self._context.code for word in words)
+
     def may_define(self, name: str) -> bool:
         """Can `name` be a function of this module, defined or imported there? Read from its
         text before it is parsed, so that a module a file imports only classes or constants
@@ -328,6 +334,37 @@ class Project:
     def called(self, call: cst.Call) -> Function | None:
         return self.function(call.func)
 
+    def may_give_loaders(self, call: cst.Call) -> bool:
+        """Can the project function `call` calls give a DataLoader: does the text of its
+        module build one (`DataLoader`) or yield (a generator of its argument's items)?
+        Answered from the text, so that a module is not parsed for every call of a
+        project function whose result the loader analysis follows."""
+        for name in sorted(self.context.names.of(call.func)):
+            path = self._module_path(name)
+            if path is None:
+                continue
+            module = _load(path, self.context.settings)
+            if module is not None and module.mentions(b"DataLoader", b"yield"):
+                return True
+        return False
+
+    def _module_path(self, name: str) -> str | None:
+        """The file of the module a dotted, possibly relative, function name comes from."""
+        dots = len(name) - len(name.lstrip("."))
+        parts = name[dots:].split(".")
+        if len(parts) < 2 or not all(parts) or self.folder is None:
+            return None
+        if dots:
+            base = self.folder
+            for _ in range(dots - 1):
+                base = base.parent
+            bases = [base]
+        elif self._is_project_top(parts[0]):
+            bases = [b for b in (self.root, self.root / "src" if self.root else None, self.folder) if b is not None]
+        else:
+            return None
+        return next((p for p in (_module_file(base, parts[:-1]) for base in bases) if p is not None), None)
+
     def _resolve(self, name: str, depth: int) -> Function | None:
         key = name
         if key in self._functions:
@@ -338,37 +375,22 @@ class Project:
         return found
 
     def _find(self, name: str, depth: int) -> Function | None:
-        dots = len(name) - len(name.lstrip("."))
-        parts = name[dots:].split(".")
-        if len(parts) < 2 or not all(parts):
+        path = self._module_path(name)
+        if path is None:
             return None
-        if dots:
-            base = self.folder
-            for _ in range(dots - 1):
-                base = base.parent
-            bases = [base]
-        else:
-            if not self._is_project_top(parts[0]):
-                return None
-            bases = [b for b in (self.root, self.root / "src" if self.root else None, self.folder) if b is not None]
-        module_parts, function_name = parts[:-1], parts[-1]
-        for base in bases:
-            path = _module_file(base, module_parts)
-            if path is None:
-                continue
-            module = _load(path, self.context.settings)
-            if module is None:
-                return None
-            self._used[path] = module
-            node = module.function(function_name)
-            if node is not None:
-                return Function(module, node, name)
-            target = module.re_export(function_name)
-            if target is not None and depth < MAX_RE_EXPORTS and module.project is not None:
-                found = module.project._resolve(target, depth + 1)
-                if found is not None:
-                    return Function(found.module, found.node, name)
+        module = _load(path, self.context.settings)
+        if module is None:
             return None
+        self._used[path] = module
+        function_name = name.rpartition(".")[2]
+        node = module.function(function_name)
+        if node is not None:
+            return Function(module, node, name)
+        target = module.re_export(function_name)
+        if target is not None and depth < MAX_RE_EXPORTS and module.project is not None:
+            found = module.project._resolve(target, depth + 1)
+            if found is not None:
+                return Function(found.module, found.node, name)
         return None
 
     def _is_project_top(self, top: str) -> bool:
