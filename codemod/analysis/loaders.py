@@ -799,6 +799,15 @@ class Loaders:
             seen += 1
         return False
 
+    def passes_option(self, loader: cst.Call, names: tuple[str, ...], position: int) -> bool:
+        """Is one of the keywords `names` given to `loader`, by name, at its place among
+        torch DataLoader's positional parameters, or perhaps through `*args` / `**kwargs`?"""
+        return (
+            any(kwarg(loader, name) is not None for name in names)
+            or any(arg.star for arg in loader.args)
+            or (self.is_torch_loader(loader) and positional(loader, position) is not None)
+        )
+
     def may_not_batch_on_host(self, loader: cst.Call) -> bool:
         """Might `loader` hand out batches that are not host tensors of its dataset: a
         subclass that overrides iteration, device data in its dataset, or a collate_fn

@@ -421,11 +421,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         here as `call`) that feeds a training loop of this file: reported here; the worker
         count belongs in that module, which this rule does not edit."""
         there = function.context.loaders
-        if any(kwarg(loader, option) is not None for option in ("num_workers", *WORKER_OPTIONS)):
-            return
-        if any(arg.star for arg in loader.args):
-            return  # perhaps passed through `*args` / `**kwargs`
-        if there.is_torch_loader(loader) and positional(loader, NUM_WORKERS_POSITION) is not None:
+        if there.passes_option(loader, ("num_workers", *WORKER_OPTIONS), NUM_WORKERS_POSITION):
             return
         if there.may_not_batch_on_host(loader):
             return

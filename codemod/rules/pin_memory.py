@@ -372,11 +372,7 @@ class UnpinnedLoaderToCuda(Rule):
         here as `call`) whose batches this file copies to the GPU: reported here, where the
         copies are; the fix belongs in that module, which this rule does not edit."""
         there = function.context.loaders
-        if kwarg(loader, "pin_memory") is not None or any(arg.star for arg in loader.args):
-            return  # passed, or perhaps passed through `*args` / `**kwargs`
-        if there.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
-            return
-        if there.may_not_batch_on_host(loader):
+        if there.passes_option(loader, ("pin_memory",), PIN_MEMORY_POSITION) or there.may_not_batch_on_host(loader):
             return
         project = project_of(self.context)
         self.report(
