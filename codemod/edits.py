@@ -2,8 +2,9 @@
 
 A rule's fix is a list of edits, each tied to a node of the tree the rules
 analysed: replace an expression or a statement, remove a statement, insert
-statements before or after one, wrap a run of statements in a `with`, add a
-keyword argument to a call, add an import. The engine gathers the edits of
+statements before or after one, move a statement in front of an enclosing one,
+wrap a run of statements in a `with`, add a keyword argument to a call, add an
+import. The engine gathers the edits of
 every fix of every rule, settles conflicts (see `plan`) and applies them all in
 one transform (`apply`), innermost first: an edit receives its node with the
 edits inside it already made, so a `with` wrapped around statements keeps the
@@ -12,7 +13,10 @@ keyword another fix added to a call in them.
 An edit that *replaces* a node with a fixed new node, or *removes* a statement,
 discards what was inside; every other edit composes with the edits inside its
 node. A replacement given as a function of the node (`Replace(node, lambda
-updated: ...)`) composes too: it is called with the updated node.
+updated: ...)`) composes too: it is called with the updated node, and a moved
+statement takes the edits made inside it along. A removal marked `supersedes`
+(the fix does the statement's work another way) settles the other fixes inside
+the statement instead of leaving them for another run.
 """
 
 from __future__ import annotations
