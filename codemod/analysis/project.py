@@ -312,24 +312,21 @@ class Project:
     def shown(self, function: Function, node: cst.CSTNode | None = None) -> str:
         """`path:line` of `node` (a node of the function's module; its `def` by default), the
         path relative to the project root."""
-        context = function.context
-        path = function.module.path
-        if self.root is not None:
-            try:
-                path = os.path.relpath(path, self.root)
-            except ValueError:
-                pass
-        return f"{path}:{context.line(node if node is not None else function.node)}"
+        line = function.context.line(node if node is not None else function.node)
+        return f"{self._relative(function.module.path)}:{line}"
 
     def shown_site(self, site: Site) -> str:
         """`path:line` of a Site, the path relative to the project root."""
-        path = site.path
-        if self.root is not None:
-            try:
-                path = os.path.relpath(path, self.root)
-            except ValueError:
-                pass
-        return f"{path}:{site.line}"
+        return f"{self._relative(site.path)}:{site.line}"
+
+    def _relative(self, path: str) -> str:
+        """`path` relative to the project root (as it is when there is none, or on another drive)."""
+        if self.root is None:
+            return path
+        try:
+            return os.path.relpath(path, self.root)
+        except ValueError:
+            return path
 
     def called(self, call: cst.Call) -> Function | None:
         return self.function(call.func)

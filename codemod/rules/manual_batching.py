@@ -725,14 +725,9 @@ class ManualBatchingInStepLoop(Rule):
         parents = self.context.parents
         if isinstance(parents.get(parents.get(window)), cst.SubscriptElement):
             return True
-        statement = parents.get(window)
-        if not (
-            isinstance(statement, cst.Assign)
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0].target, cst.Name)
-        ):
+        target = _name_bound_to(window, parents)
+        if target is None:
             return False
-        target = statement.targets[0].target
         return any(
             isinstance(parents.get(read), cst.Index)
             for read in self._names(plan.loop.body, target.value)
@@ -827,19 +822,16 @@ class ManualBatchingInStepLoop(Rule):
             plan.uses[id(holder)] = holder.value.value
             _append_once(plan.tensors, holder.value.value)
             return None
-        statement = parents.get(window)
-        if not (
-            isinstance(statement, cst.Assign)
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0].target, cst.Name)
-        ):
+        target = _name_bound_to(window, parents)
+        if target is None:
             return "a slice of the permutation is used in a way the rule does not follow"
+        statement = parents[window]
         if not (isinstance(parents.get(statement), cst.SimpleStatementLine) and len(parents.get(statement).body) == 1):
             return "the permutation is sliced on a line that does more"
-        index = statement.targets[0].target.value
+        index = target.value
         plan.uses[id(statement)] = ""  # the `idx = perm[...]` statement goes
         for read in self._names(plan.loop.body, index):
-            if read is statement.targets[0].target:
+            if read is target:
                 continue
             element = parents.get(parents.get(read))
             holder = parents.get(element) if isinstance(element, cst.SubscriptElement) else None
@@ -1268,3 +1260,15 @@ def _unpacks_only_batches(line: cst.CSTNode, uses: dict[int, str]) -> bool:
     ):
         return False
     return all(isinstance(t.value, cst.Name) and uses.get(id(v.value)) for t, v in zip(target.elements, value.elements))
+
+
+def _name_bound_to(value: cst.CSTNode, parents) -> cst.Name | None:
+    """`name` of a plain `name = value` statement whose value is `value`."""
+    statement = parents.get(value)
+    if (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return statement.targets[0].target
+    return None
