@@ -119,6 +119,18 @@ PARTS = [
         180,
     ),
     Part(
+        "optimizer",
+        "optimizer step of Adam, AdamW and SGD: torch's default vs PM402's fused=True",
+        "benchmarks.optimizer_step",
+        {
+            "cuda": [["--device", "cuda"]],
+            "cpu": [["--device", "cpu", "--steps", "10"]],
+            "quick": [["--device", "cpu", "--quick"]],
+        },
+        20,
+        120,
+    ),
+    Part(
         "model",
         "per-call hooks vs PM501's persistent hooks; eager vs PM506's model.compile()",
         "benchmarks.bench_model",

@@ -19,6 +19,7 @@ GPU_BENCHMARKS = [
     "bench_rwkv",
     "bench_scripts",
     "bench_tokenize",
+    "optimizer_step",
     "verify_seed",
 ]
 

@@ -405,6 +405,13 @@ class Training:
         device = self._device_argument(call)
         return Model(code, call, device, self.device_places(device), split, float64)
 
+    def moved_anywhere(self, code: str) -> bool:
+        """Whether any call of the file, wherever it runs, moves the model `code` or a
+        part of it to a device (`.to(device)`, `.cuda()`, `.cpu()`)."""
+        placements = self._placements()
+        calls = [*placements.acting_on.get(code, ()), *(call for call, _ in placements.under(code))]
+        return any(self._moves_device(call) for call in calls)
+
     def _placements(self) -> _Placements:
         """The `.to(...)`, `.cuda()`, `.cpu()`, `.double()` and `.type(...)` calls of the
         file, found once: every model query looks through them."""

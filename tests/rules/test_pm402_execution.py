@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
+from codemod.rules.fused_optimizer import UnfusedOptimizer
 from tests.rules.scripts import losses, max_relative_difference, one_thread, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM402"
@@ -40,7 +40,7 @@ def adamw_parameters(fused: bool, seed: int, weight_decay: float = 0.01) -> torc
 @pytest.mark.parametrize("case", ["adamw_decay_groups", "sgd_momentum"])
 def test_rewritten_script_trains_within_tolerance(case):
     source = (FIXTURES / f"{case}.in.py").read_text()
-    new_source = rewrite(source, [UnfusedOptimizerOnCuda])
+    new_source = rewrite(source, [UnfusedOptimizer])
     assert new_source == (FIXTURES / f"{case}.out.py").read_text()
     before, after = losses(source), losses(new_source)
     assert len(before) == 20

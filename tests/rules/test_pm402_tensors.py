@@ -12,7 +12,7 @@ import textwrap
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
+from codemod.rules.fused_optimizer import UnfusedOptimizer
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 HEADER = """\
@@ -25,7 +25,7 @@ device = "cuda" if torch.cuda.is_available() else "cpu"
 def run(body: str):
     source = HEADER + textwrap.dedent(body)
     settings = Settings(select=("PM402",), level=Level.NUMERIC)
-    result = process_source(source.encode(), "<test>", settings, [UnfusedOptimizerOnCuda])
+    result = process_source(source.encode(), "<test>", settings, [UnfusedOptimizer])
     assert result.error is None, result.error
     return source, result
 
@@ -191,8 +191,8 @@ def test_tensors_on_two_different_cuda_devices_are_left_alone():
     )
 
 
-def test_tensors_on_the_host_are_left_alone():
-    untouched(
+def test_tensors_that_stay_on_the_host_get_the_cpu_fused_kernel():
+    new = fixed(
         """
         w = nn.Parameter(torch.randn(8, 4) * 0.01)
         b = nn.Parameter(torch.zeros(4))
@@ -200,6 +200,18 @@ def test_tensors_on_the_host_are_left_alone():
         batch = torch.zeros(2, 8).cuda()
         """
     )
+    assert "opt = torch.optim.Adam([w, b], lr=0.1, fused=True)" in new
+
+
+def test_tensors_made_under_a_default_device_are_only_reported():
+    message = reported(
+        """
+        torch.set_default_device(device)
+        w = nn.Parameter(torch.randn(8, 4) * 0.01)
+        opt = torch.optim.Adam([w], lr=0.1)
+        """
+    )
+    assert "cannot be told" in message
 
 
 def test_an_explicit_implementation_is_kept():
@@ -254,7 +266,7 @@ for step in range(20):
 
 
 def test_the_fused_rewrite_of_a_tensor_fit_trains_within_tolerance():
-    new = rewrite(SCRIPT, [UnfusedOptimizerOnCuda])
+    new = rewrite(SCRIPT, [UnfusedOptimizer])
     assert "weight_decay=0.01, fused=True)" in new
     before, after = losses(SCRIPT), losses(new)
     assert len(before) == 20

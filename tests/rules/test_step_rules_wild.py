@@ -243,12 +243,26 @@ def test_pm402_reports_what_it_cannot_decide(setup, why):
     assert not finding.fixable and why in finding.message and "fused" not in new.split("opt =")[1].split("\n")[0]
 
 
-def test_pm402_never_on_cuda_no_finding():
+def test_pm402_mps_or_cpu_gets_fused_kernels_of_either():
     setup = (
         "model = nn.Linear(4, 4).to('mps' if torch.backends.mps.is_available() else 'cpu')\nx = torch.zeros(1).cuda()\n"
     )
-    _, _, findings = apply(setup + FIT, "PM402", Level.NUMERIC)
-    assert not findings
+    _, new, findings = apply(setup + FIT, "PM402", Level.NUMERIC)
+    assert only(findings, "PM402").applied and "fused=True" in new
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "model = nn.Linear(4, 4).to('xla')\n",
+        "model = nn.Linear(4, 4)\nmodel.to(args.device)\n",
+        "from transformers import AutoModel\nmodel = AutoModel.from_pretrained('gpt2')\n",
+    ],
+    ids=["no-fused-kernels", "moved-after-to-any-device", "built-by-a-library"],
+)
+def test_pm402_host_fix_needs_the_model_to_stay_on_a_fused_device(setup):
+    _, new, findings = apply(setup + FIT, "PM402", Level.NUMERIC)
+    assert not any(f.applied for f in findings) and "fused" not in new
 
 
 # -- PM401 ----------------------------------------------------------------------------------

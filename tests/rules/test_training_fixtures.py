@@ -18,13 +18,13 @@ from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
 from codemod.rules.autocast import ForwardWithoutAutocast
-from codemod.rules.fused_optimizer import UnfusedOptimizerOnCuda
+from codemod.rules.fused_optimizer import UnfusedOptimizer
 from codemod.rules.tf32 import Float32MatmulWithoutTf32
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING = ROOT / "fixtures" / "training"
-RULES = [ForwardWithoutAutocast, Float32MatmulWithoutTf32, UnfusedOptimizerOnCuda]
+RULES = [ForwardWithoutAutocast, Float32MatmulWithoutTf32, UnfusedOptimizer]
 TOLERANCE = 1e-3
 
 # (code, fixable) of every finding, in line order (PM302 is reported at the training loop).
@@ -70,7 +70,7 @@ def test_float64_model_is_reported_with_the_reason():
 @pytest.mark.parametrize("case", ["accumulation_clipping", "seed_lm"])
 def test_tf32_and_fused_rewrites_train_within_tolerance(case, restore_matmul_precision):
     source = (TRAINING / f"{case}.py").read_text()
-    new_source = rewrite(source, [Float32MatmulWithoutTf32, UnfusedOptimizerOnCuda])
+    new_source = rewrite(source, [Float32MatmulWithoutTf32, UnfusedOptimizer])
     assert 'torch.set_float32_matmul_precision("high")' in new_source and "fused=True" in new_source
     before = losses(source)
     after = losses(new_source)
