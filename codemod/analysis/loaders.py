@@ -167,19 +167,16 @@ class Loaders:
         if not self.constructions and not self._may_feed_from_elsewhere():
             return found
         for loop in self.index.find((cst.For, cst.CompFor)):
+            fed = (
+                loop
+                if isinstance(loop, cst.For)
+                else self.index.first_enclosing(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
+            )
+            if not self._may_use_batches(fed):
+                continue
             for iterable, target in self.iterated(loop.iter, loop.target):
                 for loader in self.sources(iterable, (), 0):
-                    found.append(
-                        Feed(
-                            loader,
-                            loop
-                            if isinstance(loop, cst.For)
-                            else self.index.first_enclosing(
-                                loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
-                            ),
-                            target,
-                        )
-                    )
+                    found.append(Feed(loader, fed, target))
         for call in self.index.find(cst.Call):
             if not (
                 isinstance(call.func, cst.Name)
@@ -189,7 +186,7 @@ class Loaders:
             ):
                 continue
             loop = self.index.first_enclosing(call, (*LOOPS, *SCOPES))
-            if not isinstance(loop, LOOPS):
+            if not isinstance(loop, LOOPS) or not self._may_use_batches(loop):
                 continue
             statement = self.context.parents.get(call)
             assigned = isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1
@@ -233,6 +230,24 @@ class Loaders:
     def _in_inner_loop(self, node: cst.CSTNode, region: cst.CSTNode) -> bool:
         loop = self.index.first_enclosing(node, LOOPS)
         return loop is not None and self.index.inside(loop, region)
+
+    def _may_use_batches(self, loop: cst.CSTNode) -> bool:
+        """Could the rules use what `loop` iterates over: does it train, or copy anything to a
+        device (`copies_to_device`'s calls)? Others are not followed to their loaders, which
+        may be in another module."""
+        return self.trains(loop) or self._calls_copy(body(loop), 0)
+
+    @memoized
+    def _calls_copy(self, region: cst.CSTNode, depth: int) -> bool:
+        if depth > 3:  # as deep as `_copies_in` looks
+            return False
+        calls = own_nodes(self.index, cst.Call, region)
+        if any(method_name(call) in ("to", "cuda") for call in calls):
+            return True
+        return any(
+            (callee := self.kinds.local_callee(call)) is not None and self._calls_copy(callee.body, depth + 1)
+            for call in calls
+        )
 
     def trains(self, loop: cst.CSTNode) -> bool:
         """Does the loop's body call `backward()`, itself or in a function or method of this

@@ -63,6 +63,7 @@ ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 MAX_DEPTH = 4  # summaries of one kind nested on a chain of calls (module to module)
 MAX_MODULES = 64  # parsed modules kept per process
 MAX_BYTES = 2_000_000  # larger files are not parsed (unknown)
+_NEXT_DEFINITION = re.compile(rb"^(?:@|def\b|async\b|class\b|if\b)", re.M)  # a top-level def ends before it
 MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
 # Methods that move or write a tensor: a helper that calls them may hand back something
 # else than a part of its argument where its argument was.
@@ -121,6 +122,17 @@ class _Module:
         if self._data is not None:
             return any(word in self._data for word in words)
         return self._context is not None and any(word.decode() in self._context.code for word in words)
+
+    def may_yield(self, name: str) -> bool:
+        """Can the function `name` of this module be a generator: does the text of its
+        top-level `def` hold `yield`? True when it has no such `def` (it may be imported)."""
+        if self._data is None:
+            return self._context is not None
+        found = re.search(rb"^(?:async[ \t]+)?def[ \t]+" + re.escape(name.encode()) + rb"\b", self._data, re.M)
+        if found is None:
+            return True
+        end = _NEXT_DEFINITION.search(self._data, found.end())  # module-level code before it is kept: a superset
+        return b"yield" in self._data[found.end() : end.start() if end is not None else len(self._data)]
 
     def may_define(self, name: str) -> bool:
         """Can `name` be a function of this module, defined or imported there? Read from its
@@ -333,7 +345,8 @@ class Project:
 
     def may_give_loaders(self, call: cst.Call) -> bool:
         """Can the project function `call` calls give a DataLoader: does the text of its
-        module build one (`DataLoader`) or yield (a generator of its argument's items)?
+        module build one (`DataLoader`), or its own text yield (a generator of its argument's
+        items)?
         Answered from the text, so that a module is not parsed for every call of a
         project function whose result the loader analysis follows."""
         for name in sorted(self.context.names.of(call.func)):
@@ -341,7 +354,7 @@ class Project:
             if path is None:
                 continue
             module = _load(path, self.context.settings)
-            if module is not None and module.mentions(b"DataLoader", b"yield"):
+            if module is not None and (module.mentions(b"DataLoader") or module.may_yield(name.rpartition(".")[2])):
                 return True
         return False
 

@@ -726,12 +726,13 @@ class _FileAnalysis:
         return self.accesses_in(self.scopes.get(target), target.value)
 
     def accesses_in(self, scope, name: str) -> list[cst.Name]:
-        """Every read of the variable `name` of `scope`, there and in nested scopes."""
+        """Every read of the variable `name` of `scope`, there and in nested scopes, in the
+        order of the file (libcst keeps them in sets, whose order changes from run to run)."""
         seen: dict[int, cst.Name] = {}
         for assignment in scope.assignments[name]:
             for access in assignment.references:
                 seen[id(access.node)] = access.node
-        return list(seen.values())
+        return sorted(seen.values(), key=self.index.order)
 
     def in_own_scope(self, node: cst.CSTNode, scope) -> bool:
         """Is `node` evaluated in `scope` (comprehensions included), not in a nested function?"""

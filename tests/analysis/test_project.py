@@ -628,3 +628,46 @@ def test_a_training_loop_over_one_of_two_loaders_of_one_factory_is_reported_at_i
     )
     result = _check(path, "PM201")
     assert [(f.code, f.line) for f in result.findings] == [("PM201", _line_of(path, "make_loader(64, 8)"))]
+
+
+# -- text gates: which modules need parsing ----------------------------------------------
+
+GENERATORS = b"""\
+import torch
+
+
+def batches(
+    loader,
+    limit=None,
+):
+    for batch in loader:
+        yield batch
+
+
+def total(xs):
+    return sum(xs)
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    return [model(x) for x in loader]
+
+
+async def stream(source):
+    async for item in source:
+        yield item
+"""
+
+
+@pytest.mark.parametrize(
+    "name, may",
+    [("batches", True), ("total", False), ("evaluate", False), ("stream", True), ("imported_elsewhere", True)],
+)
+def test_whether_a_function_may_yield_is_read_from_its_own_text(tmp_path, name, may):
+    from codemod.analysis.project import _Module
+
+    path = tmp_path / "gen.py"
+    path.write_bytes(GENERATORS)
+    module = _Module(str(path), None, GENERATORS, Settings())
+    assert module.may_yield(name) is may
+    assert not module._parsed  # answered without parsing the module
