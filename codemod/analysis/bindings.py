@@ -26,6 +26,8 @@ class Bindings:
         self.scopes = scopes
         self.parents = parents
         self._attribute_assignments: dict[cst.ClassDef, dict[str, list[tuple[cst.CSTNode, cst.Attribute]]]] = {}
+        # id of a scope's set of bindings of a name -> (the set, kept so its id stays unique, their values)
+        self._values: dict[int, tuple[object, list[cst.BaseExpression] | None]] = {}
 
     def assignments(self, name: cst.Name) -> list[Assignment] | None:
         """The bindings of `name` visible where it is used; None when there are none
@@ -80,11 +82,19 @@ class Bindings:
 
     def values(self, name: cst.Name) -> list[cst.BaseExpression] | None:
         """The values every binding of `name` assigns; None unless all are plain assignments."""
-        found = self.assignments(name)
-        if found is None:
+        scope = self.scopes.get(name)
+        if scope is None:
             return None
-        values = [self.assigned_value(a) for a in found]
-        return None if any(v is None for v in values) else values
+        assignments = scope[name.value]
+        known = self._values.get(id(assignments))
+        if known is None:  # asked from each use of the name: a name bound N times costs N once
+            found = self.assignments(name)
+            values = None if found is None else [self.assigned_value(a) for a in found]
+            known = self._values[id(assignments)] = (
+                assignments,
+                None if values is None or any(v is None for v in values) else values,
+            )
+        return list(known[1]) if known[1] is not None else None
 
     def attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values assigned to `self.<name>` in the methods of the class around

@@ -371,7 +371,6 @@ class Training:
     def _model_here(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
         code = self.code(expr)
         limit = self._start(at)
-        moves: list[cst.Call] = []
         float64 = self._float64_construction(code)
         split = False
         placements = self._placements()
@@ -386,17 +385,22 @@ class Training:
                 ):
                     split = True
                     break
-        for call in placements.acting_on.get(code, ()):
-            if not self._visible(call, at, expr):
-                continue
-            if self._makes_float64(call):
+        for call in placements.float64_on.get(code, ()):
+            if self._visible(call, at, expr):
                 float64 = float64 or call
-            if not self._moves_device(call) or self._start(call) >= limit:
-                continue
-            moves.append(call)
-        if not moves:
+                break
+        # The last visible move before `at`; only its device is followed. Of a chain
+        # (`Net().to(d).cuda()`, its calls start together) the outer call, listed first.
+        acting = placements.acting_on.get(code, ())
+        call = None
+        for index in range(bisect_left(placements.starts.get(code, ()), limit) - 1, -1, -1):
+            candidate = acting[index]
+            if call is not None and self._start(candidate) < self._start(call):
+                break
+            if self._moves_device(candidate) and self._visible(candidate, at, expr):
+                call = candidate
+        if call is None:
             return Model(code, None, None, frozenset(), split, float64)
-        call = max(moves, key=self._start)  # the last move before `at`; only its device is followed
         method = method_name(call)
         if method == "cuda":
             return Model(code, call, None, frozenset({Place.CUDA}), split, float64)
@@ -419,12 +423,16 @@ class Training:
         if found is None:
             calls = [c for c in self._calls if method_name(c) in ("to", "cuda", "cpu", "double", "type")]
             acting_on: dict[str, list[cst.Call]] = {}
-            for call in calls:
+            for call in calls:  # in the order of the file
                 for code in self._acted_on(call):
                     acting_on.setdefault(code, []).append(call)
             receivers = sorted((self.code(c.func.value), self._start(c), c) for c in calls)
             found = self._placement_table = _Placements(
-                [r for r, _, _ in receivers], [(c, r) for r, _, c in receivers], acting_on
+                [r for r, _, _ in receivers],
+                [(c, r) for r, _, c in receivers],
+                acting_on,
+                {code: [self._start(c) for c in on] for code, on in acting_on.items()},
+                {code: [c for c in on if self._makes_float64(c)] for code, on in acting_on.items()},
             )
         return found
 
@@ -1413,6 +1421,8 @@ class _Placements:
     receivers: list[str]  # the code of each placement call's receiver, sorted
     calls: list[tuple[cst.Call, str]]  # (call, receiver), in the order of `receivers`
     acting_on: dict[str, list[cst.Call]]  # model code -> the placement calls applied to it (Training._acted_on)
+    starts: dict[str, list[int]]  # model code -> where each of its `acting_on` calls starts, in order
+    float64_on: dict[str, list[cst.Call]]  # model code -> those of its calls that make it float64
 
     def under(self, code: str) -> Iterator[tuple[cst.Call, str]]:
         """(call, receiver) of the calls on a part of `code`: `code.head.to(d)`, `code[0].cuda()`."""

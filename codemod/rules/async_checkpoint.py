@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -447,6 +448,10 @@ class SynchronousCheckpointInLoop(Rule):
             suppressed_on(line, self.CODE) or suppressed_on(_enclosing_with(self.context.parents, line), self.CODE)
         )
 
+    @functools.cached_property
+    def _shards_state(self) -> bool:
+        return SHARDED_STATE.search(self.context.code) is not None
+
     # -- one save --------------------------------------------------------------------------
 
     def _plan(self, call: cst.Call, loop: cst.CSTNode | None, helper: cst.FunctionDef | None = None, sites=()) -> _Save:
@@ -480,7 +485,7 @@ class SynchronousCheckpointInLoop(Rule):
             raise _Unfixable(problem)
         if self._defines_checkpointer_class:
             raise _Unfixable("this file defines its own `AsyncCheckpointer`, which the import would shadow")
-        if SHARDED_STATE.search(self.context.code):
+        if self._shards_state:
             raise _Unfixable(
                 "this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
                 "AsyncCheckpointer writes on rank 0 only"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from codemod.analysis import match as m
@@ -304,7 +306,7 @@ class UnfusedOptimizer(Rule):
         params = kwarg(node, "params") or positional(node, 0)
         if params is None:
             return
-        if names.is_(node.func, "torch.optim.SGD") and self._has_sparse_gradients():
+        if names.is_(node.func, "torch.optim.SGD") and self._has_sparse_gradients:
             return
         self._tensors: dict[cst.CSTNode, Model | str] = {}
         self._untold: cst.BaseExpression | None = None
@@ -646,16 +648,23 @@ class UnfusedOptimizer(Rule):
         ):
             return None
         name = statement.targets[0].target.value
-        for call in self.context.index.find(cst.Call):
-            if (
-                isinstance(call.func, cst.Attribute)
-                and call.func.attr.value in ("prepare", "setup", "initialize")
-                and any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args)
-                and self.context.index.before(optimizer, call)
+        for call in self._prepare_calls:
+            if any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args) and (
+                self.context.index.before(optimizer, call)
             ):
                 return call
         return None
 
+    @functools.cached_property
+    def _prepare_calls(self) -> list[cst.Call]:
+        """The `x.prepare(...)`, `x.setup(...)`, `x.initialize(...)` calls of the file."""
+        return [
+            call
+            for call in self.context.index.find(cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize")
+        ]
+
+    @functools.cached_property
     def _has_sparse_gradients(self) -> bool:
         """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""
         if "sparse" not in self.context.code:
