@@ -28,8 +28,11 @@ def cuda_has_native_bf16(device: torch.device) -> bool:
     """Whether bf16 runs natively (Ampere, sm_80, or newer; any ROCm GPU).
 
     Not torch.cuda.is_bf16_supported(): by default it also counts older GPUs that only
-    emulate bf16, where autocast to bf16 works but is slower than fp32.
+    emulate bf16, where autocast to bf16 works but is slower than fp32. False without
+    CUDA (a CPU build, or no GPU): a script whose `.cuda()` is skipped there trains in fp32.
     """
+    if not torch.cuda.is_available():
+        return False
     return bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8
 
 

@@ -299,3 +299,17 @@ def sole_definition(scopes, expr: cst.BaseExpression, kind: type) -> cst.CSTNode
         return None
     found = [a.node for a in scope[expr.value] if isinstance(a, Assignment)]
     return found[0] if len(found) == 1 and isinstance(found[0], kind) else None
+
+
+def is_main_guard(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"` (either way round)."""
+    if not (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Equal)
+    ):
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
+    strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
+    return len(names) == 1 and len(strings) == 1

@@ -8,7 +8,7 @@ from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Place
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import sole_definition
+from codemod.analysis.names import is_main_guard, method_name, sole_definition
 from codemod.analysis.torch_facts import AUTOCAST_UNSAFE
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
@@ -103,8 +103,9 @@ class ForwardWithoutAutocast(Rule):
     (`self.precision = Precision.for_device(device)`, used as
     `self.precision.autocast()`); for a training step in a helper function,
     right after the statement that moves the model. Where the device is
-    defined nowhere the forward pass can see, the policy reads the model's
-    own: `Precision.for_device(next(model.parameters()).device)`.
+    defined nowhere the forward pass can see, or the model is put on CUDA by a
+    `.cuda()` that an `if` may skip (`if args.cuda: model.cuda()`), the policy
+    reads the model's own: `Precision.for_device(next(model.parameters()).device)`.
 
     The default (`amp = "bf16"` in `[tool.perfmod]`) needs nothing else:
     bfloat16 has float32's exponent range, so gradients do not underflow. With
@@ -273,6 +274,12 @@ class ForwardWithoutAutocast(Rule):
             "the device expression the script uses, whatever it is",
         ),
         Invalid(
+            HEAD.replace("nn.Linear(8, 2).to(device)\n", "nn.Linear(8, 2)\nif use_cuda:\n    model.cuda()\n") + LOOP,
+            POLICY_HEAD.replace("nn.Linear(8, 2).to(device)\n", "nn.Linear(8, 2)\nif use_cuda:\n    model.cuda()\n")
+            + LOOP_BF16.replace("for_device(device)", "for_device(next(model.parameters()).device)"),
+            '`.cuda()` only when a flag says so: the device the parameters are on, not "cuda"',
+        ),
+        Invalid(
             HEAD
             + LOOP.replace(
                 "    optimizer.step()\n",
@@ -415,7 +422,7 @@ class ForwardWithoutAutocast(Rule):
                 lines.append(cst.parse_statement(f"{target}{scaler} = {target}{policy}.grad_scaler()\n"))
             return lines
 
-        if helper is None:
+        if helper is None and not self._moved_only_sometimes(model, loop):
             outer = self._outermost_loop(loop.loop)
             if device is None or training.visible_at(device, outer):
                 return _Placement([InsertBefore(outer, tuple(build("", device_code)))], policy, scaler)
@@ -423,9 +430,9 @@ class ForwardWithoutAutocast(Rule):
             if parameter is not None:  # `train(model, device, ...)`: the function's own name for it
                 return _Placement([InsertBefore(outer, tuple(build("", parameter)))], policy, scaler)
         found = self._attribute_placement(loop, model, helper, policy, scaler, build, device_code)
-        if found is not None:
+        if found is not None and not self._moved_only_sometimes(model, loop):
             return found
-        if helper is not None and device is not None:
+        if helper is not None and device is not None and not self._moved_only_sometimes(model, loop):
             after_move = self._after_move(model, helper)
             if after_move is not None:
                 return _Placement([InsertAfter(after_move, tuple(build("", device_code)))], policy, scaler)
@@ -443,6 +450,18 @@ class ForwardWithoutAutocast(Rule):
         if anchor is not None and training.visible_at(expression, anchor):
             return _Placement([InsertBefore(anchor, tuple(build("", parameters_device)))], policy, scaler)
         return f"the device `{device_code}` is not defined where the policy would be built"
+
+    def _moved_only_sometimes(self, model, loop: TrainingLoop) -> bool:
+        """Is the model put on CUDA by a `.cuda()` under an `if` that the training loop is
+        not in (`if args.cuda: model.cuda()`)? Then it may stay on the CPU, and the policy
+        is built from the device its parameters are on, not from "cuda"."""
+        if model.device is not None or method_name(model.move) != "cuda":
+            return False
+        index = self.context.index
+        return any(
+            not index.inside(loop.loop, block) and not is_main_guard(block.test)
+            for block in self.context.kinds.enclosing(model.move, cst.If)
+        )
 
     def _attribute_placement(self, loop, model, helper, policy, scaler, build, device_code) -> _Placement | None:
         """`self.precision = Precision.for_device(device)` right after a trainer class

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.names import is_main_guard
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -255,7 +256,7 @@ class Float32MatmulWithoutTf32(Rule):
         functions that start training in a library module (never at its import time,
         never in a function called once per epoch)."""
         steps = self.context.loops
-        guard = next((s for s in module.body if isinstance(s, cst.If) and _is_main_guard(s.test)), None)
+        guard = next((s for s in module.body if isinstance(s, cst.If) and is_main_guard(s.test)), None)
         holders = [self._entry_of(loop.loop) for loop in training.loops]
         if guard is not None:
             for call in steps.own_calls(guard.body):
@@ -282,7 +283,7 @@ class Float32MatmulWithoutTf32(Rule):
         # A training function that another one runs (a warm-up phase before the main loop)
         # starts with its caller: the line goes once, at the top of the caller.
         entries = [f for f in entries if not any(o is not f and self._reaches(o, f) for o in entries)]
-        return [self._at_top(function, enable) for function in entries]
+        return [self._at_top(function, enable.deep_clone()) for function in entries]  # a node of its own each
 
     def _entry_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The function that starts the training `node` belongs to: the outermost function
@@ -341,17 +342,3 @@ class Float32MatmulWithoutTf32(Rule):
         while not isinstance(self.context.parents.get(current), cst.Module):
             current = self.context.parents.get(current)
         return current
-
-
-def _is_main_guard(test: cst.BaseExpression) -> bool:
-    """`__name__ == "__main__"` (either way round)."""
-    if not (
-        isinstance(test, cst.Comparison)
-        and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].operator, cst.Equal)
-    ):
-        return False
-    sides = [test.left, test.comparisons[0].comparator]
-    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
-    strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
-    return len(names) == 1 and len(strings) == 1

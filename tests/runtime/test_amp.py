@@ -164,3 +164,13 @@ def test_cuda_autocasts_to_the_chosen_dtype():
     assert precision.dtype == torch.float16 and precision.grad_scaler().is_enabled()
     with precision.autocast():
         assert torch.nn.Linear(4, 3).cuda()(torch.randn(2, 4, device="cuda")).dtype == precision.dtype
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA")
+def test_a_cuda_policy_without_cuda_is_off_not_an_error():
+    # `if args.cuda: model.cuda()` skipped on a CPU machine: the policy for "cuda" must
+    # not ask the missing GPU for its capability.
+    precision = Precision.for_device("cuda")
+    assert not precision.enabled
+    with precision.autocast():
+        assert torch.ones(2, 2) @ torch.ones(2, 2) is not None
