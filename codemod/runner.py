@@ -99,6 +99,8 @@ def run(
         if jobs <= 1 or len(work) == 1:
             interrupted = _in_threads(work, finish, stop)
         else:
+            # Largest first: the last task to finish is then a small one, so the jobs end together.
+            work.sort(key=lambda item: -len(item[1]))
             interrupted = _in_processes(work, finish, stop, jobs)
 
     done = sorted(outcomes)
