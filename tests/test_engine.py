@@ -588,3 +588,23 @@ def test_perfmods_own_runtime_beside_a_script_is_no_shadow(tmp_path):
         b"for b in batches():\n    pass\n", str(tmp_path / "train.py"), Settings(), [ImportsPrefetcher]
     )
     assert result.changed and "DevicePrefetcher(batches())" in result.new_source.decode()
+
+
+@pytest.mark.parametrize("source", ["x = 1\n", "x = (\n"], ids=["parses", "syntax-error"])
+def test_collections_are_off_while_a_file_is_parsed_and_on_again_after(monkeypatch, source):
+    import gc
+
+    from codemod import engine
+
+    seen = []
+    real_parse = engine.parse
+
+    def parse(data):
+        seen.append(gc.isenabled())
+        return real_parse(data)
+
+    monkeypatch.setattr(engine, "parse", parse)
+    assert gc.isenabled()
+    result = process_source(source.encode(), "f.py", Settings(), [])
+    assert seen == [False] and gc.isenabled()
+    assert (result.error is None) == (source == "x = 1\n")
