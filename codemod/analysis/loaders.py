@@ -44,6 +44,8 @@ ZIP = ("zip", "builtins.zip")
 NEXT = ("next", "builtins.next")
 LOOPS = (cst.For, cst.While)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+BACKWARD_METHODS = frozenset({"backward"})
+COPY_METHODS = frozenset({"to", "cuda"})  # the methods `copies_to_device` looks for
 
 
 def memoized(method):
@@ -235,37 +237,27 @@ class Loaders:
         """Could the rules use what `loop` iterates over: does it train, or copy anything to a
         device (`copies_to_device`'s calls)? Others are not followed to their loaders, which
         may be in another module."""
-        return self.trains(loop) or self._calls_copy(body(loop), 0)
-
-    @memoized
-    def _calls_copy(self, region: cst.CSTNode, depth: int) -> bool:
-        if depth > 3:  # as deep as `_copies_in` looks
-            return False
-        calls = own_nodes(self.index, cst.Call, region)
-        if any(method_name(call) in ("to", "cuda") for call in calls):
-            return True
-        return any(
-            (callee := self.kinds.local_callee(call)) is not None and self._calls_copy(callee.body, depth + 1)
-            for call in calls
-        )
+        return self.trains(loop) or self._calls_method(body(loop), COPY_METHODS, 0)
 
     def trains(self, loop: cst.CSTNode) -> bool:
         """Does the loop's body call `backward()`, itself or in a function or method of this
         file it calls (followed a few calls deep)?"""
-        return self._calls_backward(body(loop), 0)
+        return self._calls_method(body(loop), BACKWARD_METHODS, 0)
 
     @memoized
-    def _calls_backward(self, region: cst.CSTNode, depth: int) -> bool:
+    def _calls_method(self, region: cst.CSTNode, methods: frozenset[str], depth: int) -> bool:
+        """Does `region` call one of `methods`, itself or in the functions and methods of this
+        file it calls (as deep as `_copies_in` looks)?"""
         if depth > 3:
             return False
-        for call in own_nodes(self.index, cst.Call, region):
-            if method_name(call) == "backward":
-                return True
-        for call in own_nodes(self.index, cst.Call, region):
-            callee = self.kinds.local_callee(call)
-            if callee is not None and self._calls_backward(callee.body, depth + 1):
-                return True
-        return False
+        calls = own_nodes(self.index, cst.Call, region)
+        if any(method_name(call) in methods for call in calls):
+            return True
+        return any(
+            (callee := self.kinds.local_callee(call)) is not None
+            and self._calls_method(callee.body, methods, depth + 1)
+            for call in calls
+        )
 
     def iterated(self, iterable: cst.BaseExpression, target: cst.BaseExpression):
         """(iterable, the part of the loop target its items bind) through enumerate, zip, tqdm, iter."""

@@ -6,6 +6,7 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.torch_facts import TENSOR_FACTORIES
 from codemod.analysis.training import Model
@@ -409,11 +410,10 @@ class UnfusedOptimizer(Rule):
         return bool(sources) and all(s is not None and self._built_on_host(s, depth + 1) for s in sources)
 
     def _places_itself(self, classdef: cst.ClassDef) -> bool:
-        """A module class whose constructor may put its weights on a device: `__init__`
-        calls `.to(...)` / `.cuda()` or passes `device=` to what it builds."""
-        init = next(
-            (s for s in classdef.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
-        )
+        """A module class whose constructor may put its weights on a device: its `__init__`
+        (or that of a base class of this file it inherits) calls `.to(...)` / `.cuda()` or
+        passes `device=` to what it builds."""
+        init = local_calls(self.context).method(classdef, "__init__")
         if init is None:
             return False
         return any(

@@ -257,8 +257,10 @@ def test_pm402_mps_or_cpu_gets_fused_kernels_of_either():
         "model = nn.Linear(4, 4).to('xla')\n",
         "model = nn.Linear(4, 4)\nmodel.to(args.device)\n",
         "from transformers import AutoModel\nmodel = AutoModel.from_pretrained('gpt2')\n",
+        "class Base(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.body = nn.Linear(4, 4).to(args.device)\n\n\nclass Net(Base):\n    pass\n\n\nmodel = Net()\n",
     ],
-    ids=["no-fused-kernels", "moved-after-to-any-device", "built-by-a-library"],
+    ids=["no-fused-kernels", "moved-after-to-any-device", "built-by-a-library", "placed-by-an-inherited-init"],
 )
 def test_pm402_host_fix_needs_the_model_to_stay_on_a_fused_device(setup):
     _, new, findings = apply(setup + FIT, "PM402", Level.NUMERIC)
