@@ -4,10 +4,11 @@ expressions hold (Kinds), bindings, the training program and the loaders."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import Scope
 
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.index import TreeIndex
@@ -16,7 +17,7 @@ from codemod.analysis.loaders import Loaders
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.positions import Positions
-from codemod.analysis.scopes import scope_provider
+from codemod.analysis.scopes import file_scopes
 from codemod.analysis.training import Training
 from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
@@ -41,14 +42,9 @@ class FileContext:
         return cls(module, path, settings or Settings(), module.code)
 
     @cached_property
-    def wrapper(self) -> MetadataWrapper:
-        # The tree is fresh from the parser, so its nodes are unique: no copy needed.
-        return MetadataWrapper(self.module, unsafe_skip_copy=True)
-
-    @cached_property
-    def scopes(self):
+    def scopes(self) -> Mapping[cst.CSTNode, Scope]:
         with read_only_visits():
-            return self.wrapper.resolve(scope_provider(self.index))
+            return file_scopes(self.index)
 
     @cached_property
     def positions(self) -> Positions:

@@ -42,6 +42,7 @@ from codemod.result import FileResult, Finding, SourceError
 from codemod.rule import Report, Rule
 from codemod.rules import ALL_RULES
 from codemod.suppression import is_suppressed, suppressions
+from codemod.writeback import written
 
 RUNTIME_PACKAGE = "runtime"
 # perfmod's runtime says so in its docstring; a project's own `runtime` does not.
@@ -173,7 +174,7 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
         active = selected_rules(settings, path, rules)
         dependencies: dict = {}
         try:
-            findings, new_code = _run(module, data, path, settings, active, dependencies)
+            findings, new_code, checked = _run(module, data, path, settings, active, dependencies)
         except Exception as error:  # a bug in a rule must not cost the user their file
             result.error = (
                 f"{path}:1:1: error: internal error, file left unchanged ({type(error).__name__}: {error}); "
@@ -188,7 +189,7 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
     if new_code is None:
         result.new_source = data  # libcst does not give back every file byte for byte
         return result
-    if module.bytes != data:
+    if not checked and module.bytes != data:
         result.findings = []
         result.error = (
             f"{path}:1:1: error: libcst cannot write this file back byte for byte (typically "
@@ -207,14 +208,16 @@ def _run(
     settings: Settings,
     active: Sequence[type[Rule]],
     dependencies: dict | None = None,
-) -> tuple[list[Finding], str | None]:
-    """Every pass's findings, and the rewritten text (None when nothing changed). A later
-    pass analyses the rewritten tree itself, unless it holds a node twice (an edit that
-    put one new node in two places): then its text is parsed again. The project files
-    the analysis read go into `dependencies` (path -> Stamp)."""
+) -> tuple[list[Finding], str | None, bool]:
+    """Every pass's findings, the rewritten text (None when nothing changed), and whether
+    that text was checked to keep the file's bytes outside what the fixes replaced (see
+    codemod.writeback). A later pass analyses the rewritten tree itself, unless it holds
+    a node twice (an edit that put one new node in two places): then its text is parsed
+    again. The project files the analysis read go into `dependencies` (path -> Stamp)."""
     passes(active)  # a cycle of AFTER declarations is an error before any work
     findings: list[Finding] = []
     original = _text(module, data)
+    checked = original.encode(module.encoding) == data
     current, code, context = module, original, None
     pending = list(active)
     while pending:
@@ -234,10 +237,12 @@ def _run(
             outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
         findings.extend(outcome.findings)
         if outcome.module is not current:
-            code, current, context = outcome.module.code, outcome.module, None
+            code, verified = written(outcome.module, context)
+            checked = checked and verified
+            current, context = outcome.module, None
         pending = outcome.waiting
     findings.sort(key=lambda f: (f.line, f.column, f.code))
-    return findings, None if code is original else code
+    return findings, None if code is original else code, checked
 
 
 def _text(module: cst.Module, data: bytes) -> str:

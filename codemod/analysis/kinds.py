@@ -184,7 +184,7 @@ class Kinds:
         self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] = {}
-        self._instances: dict[int, cst.ClassDef | None] = {}  # binding node -> the local class it holds an instance of
+        self._instances: dict[int, tuple] = {}  # id(bindings) -> (bindings, the local class they hold an instance of)
         # Binding node -> its statement, and where the binding takes effect: a name bound
         # many times is looked up from each of its uses.
         self._binding_statements: dict[int, cst.CSTNode] = {}
@@ -733,13 +733,24 @@ class Kinds:
             return table.ordered  # bound in an enclosing scope or a comprehension: no order to use
         use_at = self._start(use)
         split = bisect_left(table.bound_at, use_at)
-        before, after = [], []
-        for binding in table.ordered[:split]:  # (a loop target read in its own `in` clause comes after)
-            (before if self._binds_before(binding.node, use, use_at) else after).append(binding)
-        after.extend(table.ordered[split:])
+        # Of the bindings that end before the use, a loop's target read in its own `in`
+        # clause binds after it; every other one binds before.
+        in_own_loop = any(
+            isinstance(ancestor, (cst.For, cst.CompFor)) and self.index.inside(use, ancestor.iter)
+            for ancestor in self.index.ancestors(use)
+        )
+        after = [b for b in table.ordered[:split] if not self._binds_before(b.node, use, use_at)] if in_own_loop else []
         # The latest binding before the use on every path to it hides the earlier ones.
-        first = next((k for k in range(len(before) - 1, -1, -1) if self._dominates(before[k].node, use)), None)
-        reaching = before if first is None else before[first:]
+        reaching = []
+        for k in range(split - 1, -1, -1):
+            binding = table.ordered[k]
+            if in_own_loop and not self._binds_before(binding.node, use, use_at):
+                continue
+            reaching.append(binding)
+            if self._dominates(binding.node, use):
+                break
+        reaching.reverse()
+        after.extend(table.ordered[split:])
         last = reaching[-1] if reaching else None
         loops = list(self.enclosing(use, LOOPS)) if after else []  # innermost first
         if not loops:
@@ -933,14 +944,22 @@ class Kinds:
         scope = self.scopes.get(expr)
         if scope is None:
             return None
-        bindings = list(scope[expr.value])
-        if not bindings or not all(type(a) is Assignment for a in bindings):
+        # libcst shares one set of bindings between the reads of a name: the answer is kept
+        # with it (so that its id stays unique), for a name read from many places.
+        bindings = scope[expr.value]
+        if not bindings:
             return None
-        key = id(bindings[0].node) if len(bindings) == 1 else None
-        if key is not None and key in self._instances:
-            return self._instances[key]
-        if key is not None:
-            self._instances[key] = None  # a parameter passed on to itself: not followed
+        known = self._instances.get(id(bindings))
+        if known is not None:
+            return known[1]
+        self._instances[id(bindings)] = (bindings, None)  # a parameter passed on to itself: not followed
+        found = self._compute_instance_class(bindings)
+        self._instances[id(bindings)] = (bindings, found)
+        return found
+
+    def _compute_instance_class(self, bindings) -> cst.ClassDef | None:
+        if not all(type(a) is Assignment for a in bindings):
+            return None
         values = []
         for binding in bindings:
             if isinstance(binding.node, cst.Param):  # `def fit(self, module)`: what every call passes
@@ -963,10 +982,7 @@ class Kinds:
             if classdef is None:
                 return None
             classes[id(classdef)] = classdef
-        found = next(iter(classes.values())) if len(classes) == 1 else None
-        if key is not None:
-            self._instances[key] = found
-        return found
+        return next(iter(classes.values())) if len(classes) == 1 else None
 
     def _self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values the methods of a class of this file assign to `self.<attr>`, for an

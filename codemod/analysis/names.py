@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from itertools import islice
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource
+
+from codemod.analysis.scopes import Ordered, Span
 
 # Public re-exports that resolve to the same object as the path users spell.
 CANONICAL = {
@@ -36,6 +39,8 @@ class Names:
         self._scopes = scopes
         self._cache: dict[cst.CSTNode, frozenset] = {}
         self._by_referent: dict[BaseAssignment, frozenset] = {}
+        self._by_prefix: dict[int, tuple[Ordered, list[frozenset]]] = {}
+        self._by_referents: dict[int, tuple[Collection[BaseAssignment], frozenset]] = {}
         self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
         self._binding_nodes: set[cst.CSTNode] | None = None
 
@@ -53,8 +58,7 @@ class Names:
         if accesses:  # a name read: what each binding it may read is called
             found: set = set()
             for access in accesses:
-                for referent in access.referents:
-                    found |= self._referent_names(referent)
+                found |= self._names_of(access.referents)
             return frozenset(found)
         if node in self._bindings():  # a name bound here: libcst answers for that binding alone
             return frozenset(scope.get_qualified_names_for(node))
@@ -80,6 +84,23 @@ class Names:
             for binding in bindings:
                 names |= binding.get_qualified_names_for(dotted)
             found = self._by_dotted_name[key] = (bindings, frozenset(names))  # the set is kept: its id stays unique
+        return found[1]
+
+    def _names_of(self, referents: Collection[BaseAssignment]) -> frozenset:
+        """The qualified names of a read's referents: a prefix of the bindings of its
+        scope in order (built up once for all the reads of the name there), or a set of
+        bindings shared by the reads (kept with the answer, so that its id stays unique)."""
+        if isinstance(referents, Span) and referents.start == 0:
+            known = self._by_prefix.setdefault(id(referents.ordered), (referents.ordered, [frozenset()]))[1]
+            for referent in islice(referents.ordered.items, len(known) - 1, referents.stop):
+                known.append(known[-1] | self._referent_names(referent))
+            return known[referents.stop]
+        if not referents:
+            return frozenset()
+        found = self._by_referents.get(id(referents))
+        if found is None:
+            names = frozenset().union(*(self._referent_names(referent) for referent in referents))
+            found = self._by_referents[id(referents)] = (referents, names)
         return found[1]
 
     def _referent_names(self, referent: BaseAssignment) -> frozenset:

@@ -39,13 +39,22 @@ class Positions(Mapping):
         self.parents = parents
         self._ranges: dict[cst.CSTNode, CodeRange] = {}
         self._starts: dict[cst.CSTNode, int] | None = None  # top-level statement -> its first line
+        self._from_ast: dict[cst.CSTNode, int] | None | bool = False  # False: not read yet
         self._done: set[cst.CSTNode] = set()
+        self._texts: dict[cst.CSTNode, str] = {}  # top-level statement -> its generated code
 
     def _statement_lines(self) -> dict[cst.CSTNode, int]:
         """Top-level statement -> the line its leading blank and comment lines start on."""
         if self._starts is None:
-            self._starts = self._lines_from_ast() or self._lines_from_code()
+            self._starts = self.statement_lines() or self._lines_from_code()
         return self._starts
+
+    def statement_lines(self) -> dict[cst.CSTNode, int] | None:
+        """The same table read from the text with `ast` (no code generated); None where
+        the two parsers do not line up."""
+        if self._from_ast is False:
+            self._from_ast = self._lines_from_ast()
+        return self._from_ast
 
     def _lines_from_code(self) -> dict[cst.CSTNode, int]:
         line = 1 + len(self.module.header)
@@ -120,6 +129,13 @@ class Positions(Mapping):
         statement._codegen(state)
         self._ranges.update(collector._computed)
         self._done.add(statement)
+        self._texts[statement] = "".join(state.tokens)
+
+    def text(self, statement: cst.CSTNode) -> str:
+        """The code libcst generates for a top-level statement (kept from computing its
+        positions, when that was done)."""
+        found = self._texts.get(statement)
+        return found if found is not None else self.module.code_for_node(statement)
 
     def __iter__(self):
         raise TypeError("positions are computed on demand; ask for a node")

@@ -1,24 +1,41 @@
-"""libcst's ScopeProvider without its qualified-name look-up at every call.
+"""libcst's scopes (ScopeProvider's answer), with three of libcst's costs taken out.
 
-While it builds scopes, libcst's ScopeVisitor asks for the qualified names of
-every call's callee, to find `typing.cast(...)`, `TypeVar(...)` and
-`NewType(...)`, whose string arguments are type annotations. That look-up
-goes through every binding of the callee's first name (each `import torch` of
-a long file) and took a quarter of the time to build scopes. A qualified name
-of a callee ends in `cast`, `TypeVar` or `NewType` only when the dotted callee
-does, or when the callee is an import's `as` alias (`from typing import cast
-as c`); every other call skips the look-up, and the scopes come out the same
-(tests/analysis/test_scopes.py compares them with libcst's own).
+ScopeVisitor asks ExpressionContextProvider one question, whether a name is
+stored to; that provider, and the MetadataWrapper that runs it, each walk the
+whole tree. Here the stored names are read off the assignment targets of the
+tree index, and the visitor runs on its own.
+
+While it builds scopes, ScopeVisitor asks for the qualified names of every
+call's callee, to find `typing.cast(...)`, `TypeVar(...)` and `NewType(...)`,
+whose string arguments are type annotations. That look-up goes through every
+binding of the callee's first name (each `import torch` of a long file). A
+qualified name of a callee ends in `cast`, `TypeVar` or `NewType` only when the
+dotted callee does, or when the callee is an import's `as` alias (`from typing
+import cast as c`); every other call skips the look-up.
+
+libcst then links every read of a name to every earlier binding of it in the
+same scope (`Access.referents`) and every binding to every later read
+(`BaseAssignment.references`), as sets built one by one: for a name bound n
+times and read m times in one scope (`loss = ...` in a long notebook-style
+script) that is n * m set entries, and the cost grows with the square of the
+file. Here both are views of a list of the scope's bindings (or reads) in
+order: the referents of a read are a prefix of the bindings, the references of
+a binding a suffix of the reads, built in time linear in the file.
+
+tests/analysis/test_scopes.py compares the scopes, every read's referents and
+every binding's references with libcst's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from itertools import chain, islice
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ScopeProvider
-from libcst.metadata.scope_provider import ScopeVisitor
+from libcst.metadata import ExpressionContext, ExpressionContextProvider, Scope
+from libcst.metadata.scope_provider import ScopeVisitor, _gen_dotted_names
 
 from codemod.analysis.index import TreeIndex
 
@@ -26,9 +43,61 @@ from codemod.analysis.index import TreeIndex
 TYPING_CALLS = frozenset({"cast", "TypeVar", "NewType"})
 
 
+class Ordered:
+    """Bindings or reads of one name in one scope, in the order libcst numbers them."""
+
+    __slots__ = ("items", "_positions")
+
+    def __init__(self, items: Sequence) -> None:
+        self.items = items
+        self._positions: dict[int, int] | None = None
+
+    def position(self, item) -> int | None:
+        if self._positions is None:
+            self._positions = {id(x): k for k, x in enumerate(self.items)}
+        return self._positions.get(id(item))
+
+
+class Span(Collection):
+    """The items `start:stop` of an `Ordered` list, as a read-only set."""
+
+    __slots__ = ("ordered", "start", "stop")
+
+    def __init__(self, ordered: Ordered, start: int, stop: int) -> None:
+        self.ordered, self.start, self.stop = ordered, start, stop
+
+    def __iter__(self) -> Iterator:
+        return islice(self.ordered.items, self.start, self.stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __contains__(self, item) -> bool:
+        at = self.ordered.position(item)
+        return at is not None and self.start <= at < self.stop
+
+
+class Spans(Collection):
+    """Several disjoint spans as one read-only set."""
+
+    __slots__ = ("spans",)
+
+    def __init__(self, spans: list[Span]) -> None:
+        self.spans = spans
+
+    def __iter__(self) -> Iterator:
+        return chain.from_iterable(self.spans)
+
+    def __len__(self) -> int:
+        return sum(len(span) for span in self.spans)
+
+    def __contains__(self, item) -> bool:
+        return any(item in span for span in self.spans)
+
+
 class _ScopeVisitor(ScopeVisitor):
-    def __init__(self, provider: ScopeProvider, aliases: Collection[str]) -> None:
-        super().__init__(provider)
+    def __init__(self, recorder: _Recorder, aliases: Collection[str]) -> None:
+        super().__init__(recorder)  # type: ignore[arg-type]
         self._aliases = aliases
 
     def visit_Call(self, node: cst.Call) -> bool | None:
@@ -40,21 +109,132 @@ class _ScopeVisitor(ScopeVisitor):
         self._ScopeVisitor__in_type_hint_stack.append(False)
         return True
 
+    def infer_accesses(self) -> None:
+        """ScopeVisitor.infer_accesses, with referents and references as spans."""
+        groups: dict[tuple, list] = {}
+        for deferred in self._ScopeVisitor__deferred_accesses:
+            access = deferred.access
+            name = access.node.value
+            if deferred.enclosing_attribute is not None:
+                for attr_name, node in _gen_dotted_names(deferred.enclosing_attribute):
+                    if attr_name in access.scope:
+                        access.node = node
+                        name = attr_name
+                        break
+            if deferred.enclosing_string_annotation is not None:
+                access.node = deferred.enclosing_string_annotation
+            groups.setdefault((access.scope, name), []).append(access)
+            access.scope.record_access(name, access)
+        self._ScopeVisitor__deferred_accesses = []
+        references: dict = {}  # binding -> the spans of reads it reaches
+        for (scope, name), accesses in groups.items():
+            _link(scope, name, accesses, references)
+        for binding, spans in references.items():
+            binding._BaseAssignment__accesses = spans[0] if len(spans) == 1 else Spans(spans)
 
-def scope_provider(index: TreeIndex) -> type[ScopeProvider]:
-    """A ScopeProvider for the module of `index` (which names the file's import aliases)."""
+
+def _link(scope, name: str, accesses: list, references: dict) -> None:
+    """Set the referents of the reads of `name` in `scope`, and add them to the references
+    of the bindings they reach, as libcst's Access.record_assignments and
+    BaseAssignment.record_accesses do."""
+    bindings = scope._resolve_scope_for_access(name, scope)
+    reads = Ordered(sorted(accesses, key=lambda access: access._index))
+    every_read = Span(reads, 0, len(accesses))
+    own = sorted((b for b in bindings if b.scope is scope), key=lambda b: b._index)
+    if len(own) != len(bindings) and own:  # libcst never mixes them; keep its answer if it does
+        for access in accesses:
+            access.record_assignments(name)
+        for binding in bindings:
+            binding.record_accesses(set(accesses))
+        return
+    if not own:  # bound in an enclosing scope (or nowhere): every read may read every binding
+        for access in accesses:
+            access._Access__assignments = bindings
+        for binding in bindings:
+            references.setdefault(binding, []).append(every_read)
+        return
+    # Bound in this scope: a read reaches the bindings numbered before it, or when there is
+    # none, the enclosing scope's (a read before the first binding).
+    ordered = Ordered(own)
+    numbers = [binding._index for binding in own]
+    enclosing = scope.parent._resolve_scope_for_access(name, scope) if scope.parent is not scope else None
+    for access in accesses:
+        before = bisect_left(numbers, access._index)
+        if before:
+            access._Access__assignments = Span(ordered, 0, before)
+        elif enclosing is not None:
+            access._Access__assignments = enclosing
+    read_numbers = [access._index for access in reads.items]
+    earliest = 0  # the reads not after some binding here: libcst gives them to the enclosing bindings
+    for binding in own:
+        first_after = bisect_right(read_numbers, binding._index)
+        if first_after < len(read_numbers):
+            references.setdefault(binding, []).append(Span(reads, first_after, len(read_numbers)))
+        earliest = max(earliest, first_after)
+    if earliest and scope.parent is not scope:
+        for shadowed in scope.parent[name]:
+            references.setdefault(shadowed, []).append(Span(reads, 0, earliest))
+
+
+# Where ExpressionContextProvider's visitor starts a STORE context, and what it visits with it.
+_TARGETS = {
+    cst.Assign: lambda node: [target.target for target in node.targets],
+    cst.AnnAssign: lambda node: [node.target],
+    cst.AugAssign: lambda node: [node.target],
+    cst.NamedExpr: lambda node: [node.target],
+    cst.AsName: lambda node: [node.name],
+    cst.CompFor: lambda node: [node.target],
+    cst.For: lambda node: [node.target],
+    cst.ClassDef: lambda node: [node.name],
+    cst.FunctionDef: lambda node: [node.name],
+    cst.Param: lambda node: [node.name],
+}
+
+
+def stored_names(index: TreeIndex) -> set[int]:
+    """The ids of the Names libcst's ExpressionContextProvider marks STORE: the names a
+    target binds, down through tuples, lists and starred elements but not into the
+    value or index of an attribute or subscript (those are read). ScopeVisitor asks
+    the provider about names only, and only whether one is stored; reading that off
+    the targets saves a walk of the whole tree."""
+    stored: set[int] = set()
+    pending = [target for node in index.find(tuple(_TARGETS)) for target in _TARGETS[type(node)](node)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Name):
+            stored.add(id(node))
+        elif not isinstance(node, (cst.Attribute, cst.Subscript)):
+            pending.extend(node.children)
+    return stored
+
+
+class _Recorder:
+    """What ScopeVisitor asks of its provider: to record the scope of each node, and
+    whether a name is stored to."""
+
+    def __init__(self, index: TreeIndex) -> None:
+        self.index = index
+        self.scopes: dict[cst.CSTNode, Scope] = {}
+        self._stored: set[int] | None = None
+
+    def set_metadata(self, node: cst.CSTNode, scope: Scope) -> None:
+        self.scopes[node] = scope
+
+    def get_metadata(self, key, node: cst.CSTNode, default=None):
+        if key is not ExpressionContextProvider:
+            raise KeyError(key)
+        if self._stored is None:
+            self._stored = stored_names(self.index)
+        return ExpressionContext.STORE if id(node) in self._stored else default
+
+
+def file_scopes(index: TreeIndex) -> Mapping[cst.CSTNode, Scope]:
+    """node -> its Scope for the module of `index`, as libcst's ScopeProvider gives them
+    (without the MetadataWrapper, whose batched walk of the whole tree has nothing left
+    to do here). Call it inside `read_only_visits()`."""
     aliases = frozenset(alias.evaluated_alias for alias in index.find(cst.ImportAlias) if alias.asname is not None)
-
-    class FileScopeProvider(ScopeProvider):
-        def get_visitors(self):
-            # Its one visitor method, without the inspect.getmembers scan libcst makes of
-            # every provider instance (about a tenth of the scope time of a small file).
-            return {"visit_Module": self.visit_Module}
-
-        def visit_Module(self, node: cst.Module) -> bool | None:
-            visitor = _ScopeVisitor(self, aliases)
-            node.visit(visitor)
-            visitor.infer_accesses()
-            return None
-
-    return FileScopeProvider
+    recorder = _Recorder(index)
+    visitor = _ScopeVisitor(recorder, aliases)
+    index.module.visit(visitor)
+    visitor.infer_accesses()
+    return recorder.scopes

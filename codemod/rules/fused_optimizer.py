@@ -459,7 +459,13 @@ class UnfusedOptimizer(Rule):
         values = self.context.loops.values_of(expr)
         if not values or any(v is expr for v in values):
             return None
-        return self._same_model([self._placed(value, at, depth + 1) for value in values])
+        found = []
+        for value in values:  # (one binding that is not a placed model settles it)
+            model = self._placed(value, at, depth + 1)
+            if model is None:
+                return None
+            found.append(model)
+        return self._same_model(found)
 
     def _same_model(self, found: list[Model | None]) -> Model | None:
         """The placement all of `found` share, else None."""

@@ -35,3 +35,14 @@ def test_start_lines_come_from_ast_where_it_lines_up_and_from_code_elsewhere():
     positions = Positions(module, {}, code)
     assert positions._lines_from_ast() == positions._lines_from_code()
     assert Positions(module, {}, SOURCES["bare_continuation"])._lines_from_ast() is None
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_the_code_generated_for_positions_is_the_statements_code(name):
+    code = SOURCES[name]
+    module = cst.parse_module(code)
+    positions = Positions(module, TreeIndex(module).parents, code)
+    for statement in module.body:
+        positions[statement]  # generates the statement's code once, keeping it
+        assert statement in positions._texts
+        assert positions.text(statement) == module.code_for_node(statement)

@@ -1,0 +1,96 @@
+"""The rewritten text: untouched statements copied from the file, replaced ones generated
+and checked, and the whole equal to what libcst writes for the new module."""
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import codemod.engine as engine
+from codemod.config import Settings
+from codemod.context import FileContext
+from codemod.rule import Level
+from codemod.rules import ALL_RULES
+from codemod.writeback import written
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = '#!/usr/bin/env python\n"""Doc."""\n\nimport torch  # model\n\n\n# the loop\nfor x in data:\n    step(x)\ny  =  2\n# end\n'
+
+
+def context(module: cst.Module, code: str) -> FileContext:
+    return FileContext(module, "t.py", Settings(), code)
+
+
+def replaced(module: cst.Module, k: int, statement: str) -> cst.Module:
+    body = list(module.body)
+    body[k] = cst.parse_statement(statement)
+    return module.with_changes(body=body)
+
+
+def test_the_text_is_libcsts_own_for_the_new_module():
+    module = cst.parse_module(SOURCE)
+    new = replaced(module, 2, "for x in data:\n    step(x, non_blocking=True)\n")
+    text, checked = written(new, context(module, SOURCE))
+    assert checked and text == new.code
+    assert text.startswith('#!/usr/bin/env python\n"""Doc."""\n\nimport torch  # model\n')
+    assert text.endswith("y  =  2\n# end\n")
+
+
+def test_added_and_removed_statements():
+    module = cst.parse_module(SOURCE)
+    body = [module.body[0], cst.parse_statement("import os\n"), module.body[1], *module.body[3:]]
+    new = module.with_changes(body=body)
+    text, checked = written(new, context(module, SOURCE))
+    assert (
+        checked and text == new.code and "for x" not in text and "import os\n\nimport torch  # model\ny  =  2\n" in text
+    )
+
+
+def test_untouched_statements_are_copied_as_written():
+    # A text whose second statement libcst would write differently: it is copied as it is.
+    module = cst.parse_module("x = 1\ny = 2\n")
+    new = replaced(module, 0, "x = 3\n")
+    text, checked = written(new, context(module, "x = 1\ny   =   2\n"))
+    assert checked and text == "x = 3\ny   =   2\n"
+
+
+def test_a_replaced_statement_libcst_would_not_write_back_is_not_checked():
+    module = cst.parse_module("x = 1\ny = 2\n")
+    new = replaced(module, 1, "y = 3\n")
+    text, checked = written(new, context(module, "x = 1\ny   =   2\n"))
+    assert not checked and text == new.code  # the engine then compares the whole file
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = 1",  # no newline at the end
+        "\x0cx = 1\n",  # a form feed: ast and libcst count lines differently
+        "x = 1\r\ny = 2\r\n",
+        "x = (1,\n\\\n 2)\n",  # a line that is only a backslash
+    ],
+)
+def test_texts_that_cannot_be_cut_into_statements_are_generated_whole(source):
+    module = cst.parse_module(source)
+    new = replaced(module, 0, "x = 2\n")
+    text, checked = written(new, context(module, source))
+    assert not checked and text == new.code
+
+
+FIXTURES = sorted((REPO / "fixtures").rglob("*.py"))[::2]
+
+
+def test_every_fixtures_rewrite_is_libcsts_text(monkeypatch):
+    compared = []
+
+    def both(new, old):
+        text, checked = written(new, old)
+        compared.append((old.path, checked, text == new.code))
+        return text, checked
+
+    monkeypatch.setattr(engine, "written", both)
+    settings = Settings(level=Level.UNSAFE, select=tuple(rule.CODE for rule in ALL_RULES))
+    for path in FIXTURES:
+        engine.process_source(path.read_bytes(), str(path), settings, ALL_RULES)
+    assert len(compared) > 80
+    assert [c for c in compared if not (c[1] and c[2])] == []
