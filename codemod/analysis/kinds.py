@@ -34,6 +34,7 @@ from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import CANONICAL, kwarg, method_name, positional, sole_definition
+from codemod.analysis.scopes import reads_of
 from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
@@ -169,7 +170,7 @@ class Kinds:
         self.index = context.index
         self.parents = context.parents
         self._context = context
-        self._facts: dict[int, Fact] = {}
+        self._facts: dict[object, Fact | None] = {}  # id(expr), or ("joined", id(table)) -> fact
         self._guesses: dict[int, Fact] = {}  # expressions being resolved -> current guess
         self._recursive: set[int] = set()  # ... whose guess was used while resolving them
         self._computed: list[int] = []  # cache keys in the order they were filled
@@ -190,6 +191,8 @@ class Kinds:
         self._binding_statements: dict[int, cst.CSTNode] = {}
         self._bound_ats: dict[int, int] = {}
         self._name_tables: dict[tuple[int, str], _NameBindings | None] = {}
+        self._shared_tables: dict[int, tuple] = {}  # id(bindings) -> (bindings, their table) where not local
+        self._staying: dict[int, tuple] = {}  # id(bindings) -> (bindings, do they only stay)
         self._annotations: dict[int, Fact] = {}  # annotation node -> what it says the value holds
         self._project_modules = None  # the project's own modules (codemod.analysis.project), when first asked
 
@@ -605,14 +608,20 @@ class Kinds:
         scope = self.scopes.get(name)
         if scope is None:
             return False
-        for assignment in scope[name.value]:
-            for access in getattr(assignment, "references", ()):
-                parent = self.parents.get(access.node)
-                if isinstance(parent, cst.Call) and parent.func is access.node:
-                    continue
-                if isinstance(parent, cst.Attribute) and parent.value is access.node and parent.attr.value in STAYING:
-                    continue
-                return False
+        bindings = scope[name.value]
+        known = self._staying.get(id(bindings))  # (the set is kept with the answer: its id stays unique)
+        if known is None:
+            known = self._staying[id(bindings)] = (bindings, self._bindings_stay(bindings))
+        return known[1]
+
+    def _bindings_stay(self, bindings) -> bool:
+        for access in reads_of(bindings):
+            parent = self.parents.get(access.node)
+            if isinstance(parent, cst.Call) and parent.func is access.node:
+                continue
+            if isinstance(parent, cst.Attribute) and parent.value is access.node and parent.attr.value in STAYING:
+                continue
+            return False
         return True
 
     def _class_ref_fact(self, base: cst.BaseExpression) -> Fact:
@@ -703,14 +712,27 @@ class Kinds:
         table = self._name_table(scope, name.value)
         if table is None:
             return UNKNOWN  # unbound, or builtins and imports: not values we track
-        facts = [self._binding_fact(a.node) for a in self._reaching(name, table)]
-        if not facts:
+        if table.local:
+            result = self._joined(self._reaching(name, table))
+        else:  # every binding reaches every use: joined once for all of them, and dropped
+            # with the facts it was computed from while a guess changes (see _fact)
+            key = ("joined", id(table))
+            if key in self._facts:
+                result = self._facts[key]
+            else:
+                result = self._facts[key] = self._joined(table.ordered)
+                self._computed.append(key)
+        if result is None:
             return UNKNOWN
-        result = facts[0]
-        for fact in facts[1:]:
-            result = result.join(fact)
         if result.kind is Kind.MODULE and result.place is Place.HOST and not self._stays(name):
             return Fact(Kind.MODULE)  # may be moved in place somewhere
+        return result
+
+    def _joined(self, bindings: list[Assignment]) -> Fact | None:
+        result = None
+        for binding in bindings:
+            fact = self._binding_fact(binding.node)
+            result = fact if result is None else result.join(fact)
         return result
 
     def _name_table(self, scope, name: str) -> _NameBindings | None:
@@ -719,12 +741,21 @@ class Kinds:
         key = (id(scope), name)
         if key in self._name_tables:
             return self._name_tables[key]
-        bindings = list(scope[name])
+        found = scope[name]
+        bindings = list(found)
         table = None
         if bindings and all(isinstance(a, Assignment) for a in bindings):
-            ordered = sorted(bindings, key=lambda a: self._bound_at(a.node))
             local = all(a.scope is scope and not isinstance(a.scope, ComprehensionScope) for a in bindings)
-            table = _NameBindings(ordered, [self._bound_at(a.node) for a in ordered], local)
+            # The scopes that read a name bound around them (each comprehension and function
+            # reading a module-level name) share one table: libcst shares the set of bindings.
+            shared = None if local else self._shared_tables.get(id(found))
+            if shared is not None:
+                table = shared[1]
+            else:
+                ordered = sorted(bindings, key=lambda a: self._bound_at(a.node))
+                table = _NameBindings(ordered, [self._bound_at(a.node) for a in ordered], local)
+                if not local:
+                    self._shared_tables[id(found)] = (found, table)  # (the set is kept: its id stays unique)
         self._name_tables[key] = table
         return table
 

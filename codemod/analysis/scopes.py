@@ -95,6 +95,28 @@ class Spans(Collection):
         return any(item in span for span in self.spans)
 
 
+def reads_of(bindings: Collection) -> list:
+    """The reads that may read any of `bindings`: their references united, each read
+    once, in order (a read is in the references of every earlier binding it may read)."""
+    spans: dict[int, tuple[Ordered, list[tuple[int, int]]]] = {}
+    others: dict[int, object] = {}
+    for binding in bindings:
+        references = binding.references
+        parts = references.spans if isinstance(references, Spans) else [references]
+        for part in parts:
+            if isinstance(part, Span):
+                spans.setdefault(id(part.ordered), (part.ordered, []))[1].append((part.start, part.stop))
+            else:
+                others.update((id(read), read) for read in part)
+    found = list(others.values())
+    for ordered, ranges in spans.values():
+        end = 0
+        for start, stop in sorted(ranges):
+            found.extend(ordered.items[max(start, end) : stop])
+            end = max(end, stop)
+    return found
+
+
 class _ScopeVisitor(ScopeVisitor):
     def __init__(self, recorder: _Recorder, aliases: Collection[str]) -> None:
         super().__init__(recorder)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
+from codemod.analysis.scopes import reads_of
 from codemod.analysis.torch_facts import NOT_SAME_PLACE_METHODS
 from codemod.edits import Move
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -771,17 +772,17 @@ class LoopInvariantTokenization(Rule):
                     or kwarg(value, "requires_grad") is not None
                 ):
                     return True
-            for access in getattr(assignment, "references", ()):
-                parent = self.context.parents.get(access.node)
-                if isinstance(parent, cst.Attribute) and parent.attr.value == "requires_grad_":
-                    return True
-                for ancestor in self._index.ancestors(access.node):
-                    if isinstance(ancestor, cst.Call) and kinds.fact(ancestor).kind is Kind.OPTIMIZER:
-                        params = kwarg(ancestor, "params") or (ancestor.args[0] if ancestor.args else None)
-                        if params is not None and self._index.inside(access.node, params):
-                            return True  # `torch.optim.Adam([x], ...)`
-                    if isinstance(ancestor, (cst.BaseStatement, cst.Lambda)):
-                        break
+        for access in reads_of(assignments):
+            parent = self.context.parents.get(access.node)
+            if isinstance(parent, cst.Attribute) and parent.attr.value == "requires_grad_":
+                return True
+            for ancestor in self._index.ancestors(access.node):
+                if isinstance(ancestor, cst.Call) and kinds.fact(ancestor).kind is Kind.OPTIMIZER:
+                    params = kwarg(ancestor, "params") or (ancestor.args[0] if ancestor.args else None)
+                    if params is not None and self._index.inside(access.node, params):
+                        return True  # `torch.optim.Adam([x], ...)`
+                if isinstance(ancestor, (cst.BaseStatement, cst.Lambda)):
+                    break
         return False
 
     def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode):

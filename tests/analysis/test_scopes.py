@@ -5,7 +5,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
 from codemod.analysis.index import TreeIndex
-from codemod.analysis.scopes import file_scopes
+from codemod.analysis.scopes import file_scopes, reads_of
 from codemod.analysis.visits import read_only_visits
 from tests.analysis.test_visits import FILES, REPO, facts
 
@@ -168,3 +168,18 @@ def test_referents_and_references_are_sets():
     assert len(first.references) == 3 and last_read in first.references
     assert len(third.references) == 2 and last_read in third.references
     assert not any(a in third.references for a in scope.accesses["x"] if a._index < third._index)
+
+
+def test_reads_of_bindings_are_their_references_united_each_once():
+    module = cst.parse_module(REBOUND)
+    with read_only_visits():
+        scopes = file_scopes(TreeIndex(module))
+    checked = 0
+    for scope in {id(s): s for s in scopes.values() if s is not None}.values():
+        for name in {a.name for a in scope.assignments}:
+            bindings = scope[name]
+            united = {id(read): read for binding in bindings for read in binding.references}
+            found = reads_of(bindings)
+            assert len(found) == len(united) and {id(read) for read in found} == set(united)
+            checked += len(found)
+    assert checked > 30
