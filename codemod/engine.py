@@ -211,9 +211,9 @@ def _run(
 ) -> tuple[list[Finding], str | None, bool]:
     """Every pass's findings, the rewritten text (None when nothing changed), and whether
     that text was checked to keep the file's bytes outside what the fixes replaced (see
-    codemod.writeback). A later pass analyses the rewritten tree itself, unless it holds
-    a node twice (an edit that put one new node in two places): then its text is parsed
-    again. The project files the analysis read go into `dependencies` (path -> Stamp)."""
+    codemod.writeback). A later pass analyses the rewritten tree itself; where an edit put one
+    node in two places, the statements holding it are cloned first (each place gets a
+    node of its own). The project files the analysis read go into `dependencies` (path -> Stamp)."""
     passes(active)  # a cycle of AFTER declarations is an error before any work
     findings: list[Finding] = []
     original = _text(module, data)
@@ -226,6 +226,11 @@ def _run(
             break
         if context is None:
             index = TreeIndex(current)
+            if not index.unique:  # each place of a node gets a node of its own
+                shared = index.shared_statements()
+                body = [s.deep_clone() if k in shared else s for k, s in enumerate(current.body)]
+                current = current.with_changes(body=body)
+                index = TreeIndex(current)
             if not index.unique:
                 current = parse(code.encode(module.encoding))
                 index = TreeIndex(current)

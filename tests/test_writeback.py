@@ -7,6 +7,7 @@ import libcst as cst
 import pytest
 
 import codemod.engine as engine
+from codemod.analysis.index import TreeIndex
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.rule import Level
@@ -94,3 +95,43 @@ def test_every_fixtures_rewrite_is_libcsts_text(monkeypatch):
         engine.process_source(path.read_bytes(), str(path), settings, ALL_RULES)
     assert len(compared) > 80
     assert [c for c in compared if not (c[1] and c[2])] == []
+
+
+# PM202 rewrites the batching of the first, so PM102, PM103 and PM201 run a second pass;
+# PM505's fix of the second puts one node in two places.
+TWO_PASSES = [("PM202/randperm_epochs.in.py", "PM505/read_orders_and_layouts.in.py")]
+
+
+def parses(monkeypatch, first: str, second: str) -> tuple[int, int]:
+    """(parses, passes) of the engine on the two rule fixtures in one file."""
+    counts = {"parse": 0, "pass": 0}
+    original_parse, original_pass = engine.parse, engine._run_pass
+
+    def parse(data):
+        counts["parse"] += 1
+        return original_parse(data)
+
+    def run_pass(*args):
+        counts["pass"] += 1
+        return original_pass(*args)
+
+    monkeypatch.setattr(engine, "parse", parse)
+    monkeypatch.setattr(engine, "_run_pass", run_pass)
+    rules = REPO / "fixtures" / "rules"
+    code = (rules / first).read_text() + "\n\n" + (rules / second).read_text()
+    settings = Settings(level=Level.UNSAFE, select=tuple(rule.CODE for rule in ALL_RULES))
+    result = engine.process_source(code.encode(), "t.py", settings, ALL_RULES)
+    assert result.error is None and result.changed
+    compile(result.new_source, "t.py", "exec")
+    return counts["parse"], counts["pass"]
+
+
+@pytest.mark.parametrize("first, second", TWO_PASSES)
+def test_a_later_pass_does_not_parse_the_rewritten_text_again(monkeypatch, first, second):
+    assert parses(monkeypatch, first, second) == (1, 2)
+
+
+@pytest.mark.parametrize("first, second", TWO_PASSES)
+def test_without_the_clones_the_later_pass_would_parse_again(monkeypatch, first, second):
+    monkeypatch.setattr(TreeIndex, "shared_statements", lambda self: set())
+    assert parses(monkeypatch, first, second) == (2, 2)

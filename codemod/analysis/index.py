@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import TypeVar
 
@@ -122,6 +123,27 @@ class TreeIndex:
         self._type_orders: dict[type, list[int]] = {}
         self._types_of: dict[tuple[type, ...], list[type]] = {}
         self._tops: list[int] | None = None  # where each statement of the module's body starts
+
+    def shared_statements(self) -> set[int]:
+        """Where in the module's body the statements are that hold a node also found
+        somewhere else in the tree (an edit that put one node in two places)."""
+        if self.unique:
+            return set()
+        counts = Counter(map(id, self._nodes))
+        starts, positions = [], []  # first index of each child of the module, its place in the body
+        body = {id(statement): k for k, statement in enumerate(self.module.body)}
+        at = 1
+        for child in children_of(self.module):
+            starts.append(at)
+            positions.append(body.get(id(child)))
+            at = self._ends[at] + 1
+        found = set()
+        for at, node in enumerate(self._nodes):
+            if counts[id(node)] > 1 and at:
+                position = positions[bisect_right(starts, at) - 1]
+                if position is not None:
+                    found.add(position)
+        return found
 
     # -- where a node sits ---------------------------------------------------------
 

@@ -722,7 +722,7 @@ def attend(q, k, v, mask):
         module = expr.func
         return cst.IfExp(
             test=cst.Attribute(module, cst.Name("training")),
-            body=cst.Attribute(module, cst.Name("p")),
+            body=cst.Attribute(module.deep_clone(), cst.Name("p")),  # a node of its own: the tree stays a tree
             orelse=cst.Float("0.0"),
         )
 

@@ -14,3 +14,14 @@ def test_top_level_is_the_module_statement_around_a_node():
     assert index.top_level(index.find(cst.Call)[1]) is module.body[2]
     assert index.top_level(module) is module
     assert index.unique
+
+
+def test_the_statements_that_share_a_node_are_found():
+    module = cst.parse_module("a = f(x)\nb = 1\nc = 2\n")
+    shared_call = module.body[0].body[0].value
+    body = list(module.body)
+    body[2] = body[2].with_changes(body=[body[2].body[0].with_changes(value=shared_call)])
+    twice = module.with_changes(body=body)
+    index = TreeIndex(twice)
+    assert not index.unique and index.shared_statements() == {0, 2}
+    assert TreeIndex(module).shared_statements() == set()
