@@ -97,7 +97,7 @@ class Spans(Collection):
 
 def reads_of(bindings: Collection) -> list:
     """The reads that may read any of `bindings`: their references united, each read
-    once, in order (a read is in the references of every earlier binding it may read)."""
+    once (a read is in the references of every earlier binding it may read)."""
     spans: dict[int, tuple[Ordered, list[tuple[int, int]]]] = {}
     others: dict[int, object] = {}
     for binding in bindings:
@@ -162,13 +162,8 @@ def _link(scope, name: str, accesses: list, references: dict) -> None:
     bindings = scope._resolve_scope_for_access(name, scope)
     reads = Ordered(sorted(accesses, key=lambda access: access._index))
     every_read = Span(reads, 0, len(accesses))
-    own = sorted((b for b in bindings if b.scope is scope), key=lambda b: b._index)
-    if len(own) != len(bindings) and own:  # libcst never mixes them; keep its answer if it does
-        for access in accesses:
-            access.record_assignments(name)
-        for binding in bindings:
-            binding.record_accesses(set(accesses))
-        return
+    # The bindings libcst resolves a name to are one scope's, all of that scope.
+    own = sorted(bindings, key=lambda b: b._index) if any(b.scope is scope for b in bindings) else []
     if not own:  # bound in an enclosing scope (or nowhere): every read may read every binding
         for access in accesses:
             access._Access__assignments = bindings
