@@ -11,6 +11,7 @@ from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
+from codemod.analysis.scopes import reads_of
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -728,10 +729,7 @@ class _FileAnalysis:
     def accesses_in(self, scope, name: str) -> list[cst.Name]:
         """Every read of the variable `name` of `scope`, there and in nested scopes, in the
         order of the file (libcst keeps them in sets, whose order changes from run to run)."""
-        seen: dict[int, cst.Name] = {}
-        for assignment in scope.assignments[name]:
-            for access in assignment.references:
-                seen[id(access.node)] = access.node
+        seen = {id(access.node): access.node for access in reads_of(scope.assignments[name])}
         return sorted(seen.values(), key=self.index.order)
 
     def in_own_scope(self, node: cst.CSTNode, scope) -> bool:
