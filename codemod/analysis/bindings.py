@@ -14,6 +14,7 @@ from libcst.metadata import Assignment
 
 from codemod.analysis import match as m
 from codemod.analysis.names import sole_definition
+from codemod.analysis.scopes import PerBindings
 
 # Nodes between a bound Name and the statement that binds it.
 _TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
@@ -26,8 +27,7 @@ class Bindings:
         self.scopes = scopes
         self.parents = parents
         self._attribute_assignments: dict[cst.ClassDef, dict[str, list[tuple[cst.CSTNode, cst.Attribute]]]] = {}
-        # id of a scope's set of bindings of a name -> (the set, kept so its id stays unique, their values)
-        self._values: dict[int, tuple[object, list[cst.BaseExpression] | None]] = {}
+        self._values = PerBindings()  # the values a name's bindings assign
 
     def assignments(self, name: cst.Name) -> list[Assignment] | None:
         """The bindings of `name` visible where it is used; None when there are none
@@ -85,16 +85,14 @@ class Bindings:
         scope = self.scopes.get(name)
         if scope is None:
             return None
-        assignments = scope[name.value]
-        known = self._values.get(id(assignments))
-        if known is None:  # asked from each use of the name: a name bound N times costs N once
+
+        def compute(_) -> list[cst.BaseExpression] | None:
             found = self.assignments(name)
             values = None if found is None else [self.assigned_value(a) for a in found]
-            known = self._values[id(assignments)] = (
-                assignments,
-                None if values is None or any(v is None for v in values) else values,
-            )
-        return list(known[1]) if known[1] is not None else None
+            return None if values is None or any(v is None for v in values) else values
+
+        known = self._values.get(scope[name.value], compute)  # a name bound N times costs N once
+        return list(known) if known is not None else None
 
     def attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values assigned to `self.<name>` in the methods of the class around

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import re
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import CANONICAL, kwarg, method_name, positional, sole_definition
-from codemod.analysis.scopes import reads_of
+from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
@@ -185,14 +185,14 @@ class Kinds:
         self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] = {}
-        self._instances: dict[int, tuple] = {}  # id(bindings) -> (bindings, the local class they hold an instance of)
+        self._instances = PerBindings()  # the local class bindings hold an instance of
         # Binding node -> its statement, and where the binding takes effect: a name bound
         # many times is looked up from each of its uses.
         self._binding_statements: dict[int, cst.CSTNode] = {}
         self._bound_ats: dict[int, int] = {}
         self._name_tables: dict[tuple[int, str], _NameBindings | None] = {}
-        self._shared_tables: dict[int, tuple] = {}  # id(bindings) -> (bindings, their table) where not local
-        self._staying: dict[int, tuple] = {}  # id(bindings) -> (bindings, do they only stay)
+        self._shared_tables = PerBindings()  # the table of bindings not local to the scope reading them
+        self._staying = PerBindings()  # do the bindings' modules only stay where they are
         self._annotations: dict[int, Fact] = {}  # annotation node -> what it says the value holds
         self._project_modules = None  # the project's own modules (codemod.analysis.project), when first asked
 
@@ -608,11 +608,7 @@ class Kinds:
         scope = self.scopes.get(name)
         if scope is None:
             return False
-        bindings = scope[name.value]
-        known = self._staying.get(id(bindings))  # (the set is kept with the answer: its id stays unique)
-        if known is None:
-            known = self._staying[id(bindings)] = (bindings, self._bindings_stay(bindings))
-        return known[1]
+        return self._staying.get(scope[name.value], self._bindings_stay)
 
     def _bindings_stay(self, bindings) -> bool:
         for access in reads_of(bindings):
@@ -747,17 +743,14 @@ class Kinds:
         if bindings and all(isinstance(a, Assignment) for a in bindings):
             local = all(a.scope is scope and not isinstance(a.scope, ComprehensionScope) for a in bindings)
             # The scopes that read a name bound around them (each comprehension and function
-            # reading a module-level name) share one table: libcst shares the set of bindings.
-            shared = None if local else self._shared_tables.get(id(found))
-            if shared is not None:
-                table = shared[1]
-            else:
-                ordered = sorted(bindings, key=lambda a: self._bound_at(a.node))
-                table = _NameBindings(ordered, [self._bound_at(a.node) for a in ordered], local)
-                if not local:
-                    self._shared_tables[id(found)] = (found, table)  # (the set is kept: its id stays unique)
+            # reading a module-level name) share one table.
+            table = self._table(bindings, local) if local else self._shared_tables.get(found, self._table)
         self._name_tables[key] = table
         return table
+
+    def _table(self, bindings: Collection[Assignment], local: bool = False) -> _NameBindings:
+        ordered = sorted(bindings, key=lambda a: self._bound_at(a.node))
+        return _NameBindings(ordered, [self._bound_at(a.node) for a in ordered], local)
 
     def _reaching(self, use: cst.Name, table: _NameBindings) -> list[Assignment]:
         if not table.local:
@@ -975,18 +968,11 @@ class Kinds:
         scope = self.scopes.get(expr)
         if scope is None:
             return None
-        # libcst shares one set of bindings between the reads of a name: the answer is kept
-        # with it (so that its id stays unique), for a name read from many places.
         bindings = scope[expr.value]
         if not bindings:
             return None
-        known = self._instances.get(id(bindings))
-        if known is not None:
-            return known[1]
-        self._instances[id(bindings)] = (bindings, None)  # a parameter passed on to itself: not followed
-        found = self._compute_instance_class(bindings)
-        self._instances[id(bindings)] = (bindings, found)
-        return found
+        # (a parameter passed on to itself asks about its own bindings: None, not followed)
+        return self._instances.get(bindings, self._compute_instance_class)
 
     def _compute_instance_class(self, bindings) -> cst.ClassDef | None:
         if not all(type(a) is Assignment for a in bindings):

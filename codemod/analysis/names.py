@@ -10,7 +10,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource
 
-from codemod.analysis.scopes import Ordered, Span
+from codemod.analysis.scopes import Ordered, PerBindings, Span
 
 # Public re-exports that resolve to the same object as the path users spell.
 CANONICAL = {
@@ -40,7 +40,7 @@ class Names:
         self._cache: dict[cst.CSTNode, frozenset] = {}
         self._by_referent: dict[BaseAssignment, frozenset] = {}
         self._by_prefix: dict[int, tuple[Ordered, list[frozenset]]] = {}
-        self._by_referents: dict[int, tuple[Collection[BaseAssignment], frozenset]] = {}
+        self._by_referents = PerBindings()
         self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
         self._binding_nodes: set[cst.CSTNode] | None = None
 
@@ -89,7 +89,7 @@ class Names:
     def _names_of(self, referents: Collection[BaseAssignment]) -> frozenset:
         """The qualified names of a read's referents: a prefix of the bindings of its
         scope in order (built up once for all the reads of the name there), or a set of
-        bindings shared by the reads (kept with the answer, so that its id stays unique)."""
+        bindings shared by the reads."""
         if isinstance(referents, Span) and referents.start == 0:
             known = self._by_prefix.setdefault(id(referents.ordered), (referents.ordered, [frozenset()]))[1]
             for referent in islice(referents.ordered.items, len(known) - 1, referents.stop):
@@ -97,11 +97,7 @@ class Names:
             return known[referents.stop]
         if not referents:
             return frozenset()
-        found = self._by_referents.get(id(referents))
-        if found is None:
-            names = frozenset().union(*(self._referent_names(referent) for referent in referents))
-            found = self._by_referents[id(referents)] = (referents, names)
-        return found[1]
+        return self._by_referents.get(referents, lambda found: frozenset().union(*map(self._referent_names, found)))
 
     def _referent_names(self, referent: BaseAssignment) -> frozenset:
         found = self._by_referent.get(referent)

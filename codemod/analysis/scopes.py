@@ -29,7 +29,7 @@ every binding's references with libcst's own.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from itertools import chain, islice
 
 import libcst as cst
@@ -93,6 +93,24 @@ class Spans(Collection):
 
     def __contains__(self, item) -> bool:
         return any(item in span for span in self.spans)
+
+
+class PerBindings:
+    """Answers kept per set of bindings. libcst hands out one set of a scope's bindings of a
+    name to every read of it (a module-level `model` asked about from each of its uses), so
+    an answer computed from the bindings alone is computed once. Each set is kept with its
+    answer, so that its id is not reused meanwhile; a computation that asks about its own
+    set again gets None."""
+
+    def __init__(self) -> None:
+        self._answers: dict[int, tuple[Collection, object]] = {}
+
+    def get(self, bindings: Collection, compute: Callable[[Collection], object]):
+        found = self._answers.get(id(bindings))
+        if found is None:
+            self._answers[id(bindings)] = (bindings, None)
+            found = self._answers[id(bindings)] = (bindings, compute(bindings))
+        return found[1]
 
 
 def reads_of(bindings: Collection) -> list:

@@ -9,7 +9,7 @@ from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
-from codemod.analysis.scopes import reads_of
+from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import NOT_SAME_PLACE_METHODS
 from codemod.edits import Move
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -297,7 +297,7 @@ class LoopInvariantTokenization(Rule):
         self._index = context.index
         self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
         self._names_in: dict[int, dict[str, list[cst.Name]]] = {}  # region -> its Name nodes by spelling
-        self._trained_by_bindings: dict[int, tuple[object, bool]] = {}
+        self._trained_by_bindings = PerBindings()
 
     # -- step loops: hoist -------------------------------------------------------------
 
@@ -751,14 +751,8 @@ class LoopInvariantTokenization(Rule):
         return scope is not None and self._trained_bindings(scope[name.value])
 
     def _trained_bindings(self, assignments) -> bool:
-        """`_trained` for what the bindings (a scope's set of them for one name) hold.
-        Memoized by the set, which libcst shares between the scopes that see the same
-        bindings: a module-level name is asked about from each of its uses."""
-        key = id(assignments)
-        if key not in self._trained_by_bindings:
-            # The set is kept with the answer so that its id is not reused.
-            self._trained_by_bindings[key] = (assignments, self._compute_trained_bindings(assignments))
-        return self._trained_by_bindings[key][1]
+        """`_trained` for what the bindings (a scope's set of them for one name) hold."""
+        return self._trained_by_bindings.get(assignments, self._compute_trained_bindings)
 
     def _compute_trained_bindings(self, assignments) -> bool:
         kinds = self.context.kinds
