@@ -40,7 +40,8 @@ def _same_frame(new: cst.Module, old: cst.Module) -> bool:
     return (
         _same_nodes(new.header, old.header)
         and _same_nodes(new.footer, old.footer)
-        and new.has_trailing_newline == old.has_trailing_newline == True  # noqa: E712
+        and new.has_trailing_newline
+        and old.has_trailing_newline
         and new.default_newline == old.default_newline == "\n"
         and new.default_indent == old.default_indent
         and new.encoding == old.encoding
