@@ -161,15 +161,23 @@ def kwarg(call: cst.Call, name: str) -> cst.Arg | None:
 
 
 def integer_value(expr: cst.BaseExpression | None) -> int | None:
-    """The value of an integer literal, `3` or `-3`; None for anything else."""
-    if isinstance(expr, cst.Integer):
-        return int(expr.value, 0)
-    if (
-        isinstance(expr, cst.UnaryOperation)
-        and isinstance(expr.operator, cst.Minus)
-        and isinstance(expr.expression, cst.Integer)
-    ):
-        return -int(expr.expression.value, 0)
+    """The value of an integer literal in any spelling Python accepts (`3`, `-3`,
+    `0x4`, `1_000`); None for anything else."""
+    value = number_value(expr)
+    return value if isinstance(value, int) else None
+
+
+def number_value(expr: cst.BaseExpression | None) -> int | float | None:
+    """The value of an integer or float literal, negated or not (`2`, `-0.5`,
+    `0x4`, `1e-3`); None for anything else. Every literal number perfmod reads
+    goes through here, so that no spelling reads differently in two places."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return expr.evaluated_value
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float)):
+        if isinstance(expr.operator, cst.Minus):
+            return -expr.expression.evaluated_value
+        if isinstance(expr.operator, cst.Plus):
+            return expr.expression.evaluated_value
     return None
 
 

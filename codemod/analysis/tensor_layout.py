@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.names import kwarg, names_read, positional
+from codemod.analysis.names import integer_value, kwarg, names_read, positional
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -309,19 +309,6 @@ def normalize_dim(dim: int, rank: int) -> int | None:
     """`dim` as a position in [0, rank), or None when out of range."""
     if -rank <= dim < rank:
         return dim % rank
-    return None
-
-
-def int_value(expr: cst.BaseExpression | None) -> int | None:
-    """The integer a literal (`2`, `-1`) spells."""
-    if isinstance(expr, cst.Integer):
-        return int(expr.value)
-    if (
-        isinstance(expr, cst.UnaryOperation)
-        and isinstance(expr.operator, cst.Minus)
-        and isinstance(expr.expression, cst.Integer)
-    ):
-        return -int(expr.expression.value)
     return None
 
 
@@ -701,12 +688,12 @@ class Layouts:
                 inner = self._sizes_of(positional_values[0], depth)
                 if inner is not None:
                     return inner
-                if int_value(positional_values[0]) is None:
+                if integer_value(positional_values[0]) is None:
                     return None
             dims = []
             base = self.shape(receiver, depth) if method in ("expand", "repeat") else None
             for i, value in enumerate(positional_values):
-                number = int_value(value)
+                number = integer_value(value)
                 if number == -1:
                     if method == "expand" and base is not None and len(base) == len(positional_values):
                         dims.append(base[i])
@@ -722,7 +709,7 @@ class Layouts:
             return tuple(dims)
         if method in ("transpose", "swapaxes", "swapdims"):
             shape = self.shape(receiver, depth)
-            dims = [int_value(v) for v in positional_values]
+            dims = [integer_value(v) for v in positional_values]
             if shape is None or len(dims) != 2 or None in dims:
                 return None
             a, b = (normalize_dim(d, len(shape)) for d in dims)
@@ -735,7 +722,7 @@ class Layouts:
             if len(positional_values) == 1 and isinstance(positional_values[0], (cst.Tuple, cst.List)):
                 positional_values = [e.value for e in positional_values[0].elements]
             shape = self.shape(receiver, depth)
-            dims = [int_value(v) for v in positional_values]
+            dims = [integer_value(v) for v in positional_values]
             if None in dims:
                 return None
             if shape is None:
@@ -746,7 +733,7 @@ class Layouts:
             return None if None in order else tuple(shape[i] for i in order)
         if method == "movedim":
             shape = self.shape(receiver, depth)
-            dims = [int_value(v) for v in positional_values]
+            dims = [integer_value(v) for v in positional_values]
             if shape is None or len(dims) != 2 or None in dims:
                 return None
             source, destination = (normalize_dim(d, len(shape)) for d in dims)
@@ -758,14 +745,14 @@ class Layouts:
             return tuple(new)
         if method == "unsqueeze":
             shape = self.shape(receiver, depth)
-            dim = int_value(positional_values[0]) if positional_values else None
+            dim = integer_value(positional_values[0]) if positional_values else None
             if shape is None or dim is None:
                 return None
             position = normalize_dim(dim, len(shape) + 1)
             return None if position is None else (*shape[:position], "1", *shape[position:])
         if method == "squeeze":
             shape = self.shape(receiver, depth)
-            dim = int_value(positional_values[0]) if positional_values else None
+            dim = integer_value(positional_values[0]) if positional_values else None
             if shape is None or dim is None:
                 return None
             position = normalize_dim(dim, len(shape))
@@ -774,8 +761,8 @@ class Layouts:
             return (*shape[:position], *shape[position + 1 :]) if shape[position] == "1" else None
         if method == "flatten":
             shape = self.shape(receiver, depth)
-            start = int_value(positional_values[0]) if positional_values else 0
-            end = int_value(positional_values[1]) if len(positional_values) > 1 else -1
+            start = integer_value(positional_values[0]) if positional_values else 0
+            end = integer_value(positional_values[1]) if len(positional_values) > 1 else -1
             if shape is None or start is None or end is None:
                 return None
             a, b = normalize_dim(start, len(shape)) if shape else 0, normalize_dim(end, len(shape)) if shape else 0
@@ -785,14 +772,16 @@ class Layouts:
             return (*shape[:a], merged, *shape[b + 1 :])
         if method == "unflatten":
             shape = self.shape(receiver, depth)
-            dim = int_value(positional_values[0]) if positional_values else None
+            dim = integer_value(positional_values[0]) if positional_values else None
             sizes = positional_values[1] if len(positional_values) > 1 else None
             if shape is None or dim is None or not isinstance(sizes, (cst.Tuple, cst.List)):
                 return None
             position = normalize_dim(dim, len(shape))
             if position is None:
                 return None
-            new = tuple(None if int_value(e.value) == -1 else self._dim_code(e.value, depth) for e in sizes.elements)
+            new = tuple(
+                None if integer_value(e.value) == -1 else self._dim_code(e.value, depth) for e in sizes.elements
+            )
             return (*shape[:position], *new, *shape[position + 1 :])
         if method in NEW_FACTORIES:
             return self._factory_dims(positional_values[:1] if method == "new_full" else positional_values, depth)
@@ -822,7 +811,7 @@ class Layouts:
             if isinstance(dim_arg.value, (cst.Tuple, cst.List))
             else [dim_arg.value]
         )
-        dims = [int_value(v) for v in values]
+        dims = [integer_value(v) for v in values]
         if None in dims:
             return None
         positions = {normalize_dim(d, len(shape)) for d in dims}
@@ -978,7 +967,7 @@ class Layouts:
         return None
 
     def _dim_code(self, expr, depth: int) -> str | None:
-        number = int_value(expr)
+        number = integer_value(expr)
         if number is not None:
             return str(number)
         return self._size(expr, depth + 1)
@@ -993,14 +982,14 @@ class Layouts:
                 args = [a.value for a in value.args if a.keyword is None]
                 dim_arg = kwarg(value, "dim")
                 if method in ("split", "chunk"):
-                    dim = int_value(dim_arg.value if dim_arg else (args[1] if len(args) > 1 else None)) or 0
+                    dim = integer_value(dim_arg.value if dim_arg else (args[1] if len(args) > 1 else None)) or 0
                     shape = self.shape(receiver, depth)
                     position = normalize_dim(dim, len(shape)) if shape is not None else None
                     if shape is None or position is None:
                         return None
                     return (*shape[:position], None, *shape[position + 1 :])
                 if method == "unbind":
-                    dim = int_value(dim_arg.value if dim_arg else (args[0] if args else None)) or 0
+                    dim = integer_value(dim_arg.value if dim_arg else (args[0] if args else None)) or 0
                     shape = self.shape(receiver, depth)
                     position = normalize_dim(dim, len(shape)) if shape is not None else None
                     if shape is None or position is None:
@@ -1246,10 +1235,10 @@ def _dim_read(expr) -> tuple[cst.BaseExpression, int] | None:
         and len(expr.args) == 1
         and expr.args[0].keyword is None
     ):
-        dim = int_value(expr.args[0].value)
+        dim = integer_value(expr.args[0].value)
         return (expr.func.value, dim) if dim is not None else None
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
-        dim = int_value(expr.slice[0].slice.value)
+        dim = integer_value(expr.slice[0].slice.value)
         tensor = _shape_read(expr.value)
         if dim is not None and tensor is not None:
             return tensor, dim
@@ -1276,7 +1265,7 @@ def _literal_dims(shape):
 
 
 def _literal_shape(expr) -> tuple | None:
-    if isinstance(expr, (cst.Integer, cst.Float)) or int_value(expr) is not None:
+    if isinstance(expr, (cst.Integer, cst.Float)) or integer_value(expr) is not None:
         return ()
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float)):
         return ()

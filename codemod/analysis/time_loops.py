@@ -34,13 +34,12 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.names import kwarg, positional
+from codemod.analysis.names import integer_value, kwarg, positional
 from codemod.analysis.tensor_layout import (
     SAME_SHAPE_FUNCTIONS,
     SAME_SHAPE_MODULES,
     Spec,
     attributes,
-    int_value,
     layouts,
     read_names,
 )
@@ -271,7 +270,7 @@ class LoopReader:
             and iterable.func.attr.value == "unbind"
             and len(iterable.args) <= 1
         ):
-            dim = int_value(iterable.args[0].value) if iterable.args else 0
+            dim = integer_value(iterable.args[0].value) if iterable.args else 0
             if dim is None or (
                 iterable.args and iterable.args[0].keyword not in (None,) and iterable.args[0].keyword.value != "dim"
             ):
@@ -280,7 +279,7 @@ class LoopReader:
         if isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "torch.unbind"):
             tensor = positional(iterable, 0)
             dim_arg = positional(iterable, 1) or kwarg(iterable, "dim")
-            dim = int_value(dim_arg.value) if dim_arg is not None else 0
+            dim = integer_value(dim_arg.value) if dim_arg is not None else 0
             if tensor is None or dim is None:
                 return None
             return [(target.value, tensor.value, dim)]
@@ -385,7 +384,7 @@ class LoopReader:
                     1
                     for e in elements
                     if _is_step(e, self.time)
-                    or (isinstance(e.slice, cst.Index) and int_value(e.slice.value) is not None)
+                    or (isinstance(e.slice, cst.Index) and integer_value(e.slice.value) is not None)
                 )
                 added = sum(1 for e in elements if _is_none(e))
                 if any(_is_ellipsis(e) for e in elements) or dropped != 1:
@@ -753,21 +752,21 @@ class LoopReader:
                 return inner
             return Op(inner.rank, "map", (inner,), ("receiver",), node)
         if method == "unsqueeze" and len(values) == 1:
-            dim = int_value(values[0])
+            dim = integer_value(values[0])
             if dim is None:
                 raise Unsupported(f"`{self.code(node)}`")
             return _unsqueeze(inner, dim if dim >= 0 else None, node, negative=dim if dim < 0 else None)
-        if method == "squeeze" and len(values) == 1 and int_value(values[0]) is not None:
-            return Op(_plus(inner.rank, -1), "squeeze", (inner,), (int_value(values[0]),), node)
+        if method == "squeeze" and len(values) == 1 and integer_value(values[0]) is not None:
+            return Op(_plus(inner.rank, -1), "squeeze", (inner,), (integer_value(values[0]),), node)
         if method in ("transpose", "swapaxes", "swapdims") and len(values) == 2:
-            a, b = (int_value(v) for v in values)
+            a, b = (integer_value(v) for v in values)
             if a is None or b is None:
                 raise Unsupported(f"`{self.code(node)}`")
             return _transpose(inner, a, b, node)
         if method in REDUCTIONS:
             return self._reduction(node, inner, method)
         if method in ("softmax", "log_softmax") and len(node.args) == 1:
-            dim = int_value(node.args[0].value)
+            dim = integer_value(node.args[0].value)
             if dim is None:
                 raise Unsupported(f"`{self.code(node)}`")
             return Op(inner.rank, "dimwise", (inner,), (dim, "receiver"), node)
@@ -789,7 +788,7 @@ class LoopReader:
             if isinstance(dim_arg.value, (cst.Tuple, cst.List))
             else [dim_arg.value]
         )
-        dims = [int_value(v) for v in values]
+        dims = [integer_value(v) for v in values]
         keepdim = keep is not None and isinstance(keep.value, cst.Name) and keep.value.value == "True"
         if None in dims or (
             keep is not None and not (isinstance(keep.value, cst.Name) and keep.value.value in ("True", "False"))
@@ -832,7 +831,7 @@ class LoopReader:
         if short in ("softmax", "log_softmax") and values:
             inner = self.sym(values[0])
             dim_arg = positional(node, 1) or kwarg(node, "dim")
-            dim = int_value(dim_arg.value) if dim_arg is not None else None
+            dim = integer_value(dim_arg.value) if dim_arg is not None else None
             if dim is None or len(node.args) != 2:
                 raise Unsupported(f"`{self.code(node)}`")
             return Op(inner.rank, "dimwise", (inner,), (dim, "arg0"), node)
@@ -1500,7 +1499,7 @@ class Lifter:
             for arg in node.args:
                 if arg is first:
                     args.append(arg.with_changes(value=inner.code))
-                elif int_value(arg.value) == dim:
+                elif integer_value(arg.value) == dim:
                     args.append(arg.with_changes(value=integer(lifted[0])))
                 else:
                     args.append(arg)

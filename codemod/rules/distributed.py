@@ -7,7 +7,7 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for, returned_values
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -1256,7 +1256,7 @@ class _Planner:
             raise _Blocked(call, "the DataLoader has no dataset argument PM601 can read")
         self._check_dataset(dataset.value)
         size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_AT)
-        if size is None or (isinstance(size.value, cst.Integer) and int(size.value.value) == 1):
+        if size is None or integer_value(size.value) == 1:
             raise _Blocked(
                 call,
                 "the DataLoader yields one sample per step, which cannot be split over the ranks "
@@ -1494,7 +1494,7 @@ class _Planner:
                 "PM601 cannot tell which to split over the ranks",
             )
         body, call, draw, batch = found[0]
-        if isinstance(batch, cst.Integer) and int(batch.value) == 1:
+        if integer_value(batch) == 1:
             raise _Blocked(draw, "the loop draws one sample per step, which cannot be split over the ranks")
         # The draws must be all the batch size sizes: `x = sample(B)` beside `t = randint(T, (B,))`
         # would keep B rows where the draw makes B / N.
@@ -1646,7 +1646,7 @@ class _Planner:
         if not (isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "range", "builtins.range")):
             return None
         args = [a.value for a in iterable.args]
-        if len(args) == 2 and isinstance(args[0], cst.Integer) and args[0].value == "0":
+        if len(args) == 2 and integer_value(args[0]) == 0:
             args = args[1:]
         if len(args) != 1 or self._rebound_between(args[0], [micro.body]):
             return None

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.names import kwarg, positional
-from codemod.analysis.tensor_layout import Spec, attributes, int_value, layouts, normalize_dim, read_names, reads
+from codemod.analysis.names import integer_value, kwarg, number_value, positional
+from codemod.analysis.tensor_layout import Spec, attributes, layouts, normalize_dim, read_names, reads
 from codemod.analysis.time_loops import _dotted, integer
 from codemod.analysis.torch_facts import DROPOUTS, SDPA, SOFTMAXES, functional_alias
 from codemod.edits import Remove, Replace
@@ -619,9 +619,9 @@ def attend(q, k, v, mask):
             ):
                 return None
             arg = positional(value, 0) or kwarg(value, "dim")
-            if arg is None or int_value(arg.value) is None:
+            if arg is None or integer_value(arg.value) is None:
                 return None
-            dims.append(int_value(arg.value))
+            dims.append(integer_value(arg.value))
         return integer(dims[0]) if len(set(dims)) == 1 else None
 
     def _cast_input(self, expr) -> cst.BaseExpression | None:
@@ -1019,7 +1019,7 @@ def attend(q, k, v, mask):
         if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute):
             return None
         method = expr.func.attr.value
-        values = [int_value(a.value) for a in expr.args]
+        values = [integer_value(a.value) for a in expr.args]
         if any(a.keyword is not None and a.keyword.value not in ("dim0", "dim1") for a in expr.args) or None in values:
             return None
         tensor = expr.func.value
@@ -1036,7 +1036,7 @@ def attend(q, k, v, mask):
         return None
 
     def _last_dim(self, dim, attention: _Attention) -> bool:
-        value = int_value(dim)
+        value = integer_value(dim)
         if value == -1:
             return True
         if value is None or value < 0:
@@ -1572,7 +1572,8 @@ class _MaskReader:
                     "int",
                     "long",
                 ) and (
-                    method not in ("view", "reshape", "expand") or all(int_value(a.value) == 1 for a in expr.args[:-2])
+                    method not in ("view", "reshape", "expand")
+                    or all(integer_value(a.value) == 1 for a in expr.args[:-2])
                 ):
                     return self.read(receiver, depth + 1)
                 if method == "logical_not" and not expr.args:
@@ -1600,7 +1601,7 @@ class _MaskReader:
         return None
 
     def _triangle(self, which: str, base, diagonal) -> str | None:
-        offset = int_value(diagonal) if diagonal is not None else 0
+        offset = integer_value(diagonal) if diagonal is not None else 0
         filled = self._square_fill(base)
         if filled == "ones":
             if which == "tril" and offset == 0:
@@ -1676,8 +1677,9 @@ def _top_left_square(subscript: cst.Subscript, context) -> bool:
 
 def _literal_float(expr) -> float | None:
     expr = expr.with_changes(lpar=[], rpar=[]) if hasattr(expr, "lpar") and expr.lpar else expr
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        return float(expr.value)
+    number = number_value(expr)
+    if number is not None:
+        return float(number)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         inner = _literal_float(expr.expression)
         return -inner if inner is not None else None

@@ -8,7 +8,7 @@ from libcst.metadata import Assignment, ImportAssignment
 
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
-from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.names import integer_value, kwarg, method_name, names_read, number_value, positional
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -933,7 +933,7 @@ class ManualBatchingInStepLoop(Rule):
             ):
                 continue
             part = value.slice[0].slice
-            if part.lower is not None and not (isinstance(part.lower, cst.Integer) and part.lower.value == "0"):
+            if part.lower is not None and integer_value(part.lower) != 0:
                 continue
             if (
                 part.upper is None
@@ -959,11 +959,12 @@ class ManualBatchingInStepLoop(Rule):
             left, right = _normalized(self.context.source(n.left)), _normalized(self.context.source(n.right))
             if isinstance(n.operator, cst.Multiply):
                 factor = n.left if right in length else n.right if left in length else None
-                return isinstance(factor, (cst.Float, cst.Integer)) and 0 <= float(factor.value) <= 1
+                fraction = number_value(factor)
+                return fraction is not None and 0 <= fraction <= 1
             if isinstance(n.operator, cst.Subtract):
                 return left in length and isinstance(n.right, cst.Integer)
             if isinstance(n.operator, cst.FloorDivide):
-                return left in length and isinstance(n.right, cst.Integer) and int(n.right.value) >= 1
+                return left in length and (integer_value(n.right) or 0) >= 1
         return False
 
     def _carried_state(self, plan: _Plan) -> str | None:

@@ -993,7 +993,7 @@ def _add(bound: cst.BaseExpression | None, offset: int | cst.BaseExpression) -> 
         and m.matches(bound, m.BinaryOperation(operator=m.Add() | m.Subtract(), right=m.Integer()))
     ):
         # `T - 1` shifted by 1: `T`
-        inner = int(bound.right.value, 0) * (1 if isinstance(bound.operator, cst.Add) else -1)
+        inner = integer_value(bound.right) * (1 if isinstance(bound.operator, cst.Add) else -1)
         return _add(bound.left, inner + offset)
     bound_value = 0 if bound is None else integer_value(bound)
     offset_value = offset if isinstance(offset, int) else integer_value(offset)

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from codemod.analysis.names import integer_value
 from codemod.analysis.tensor_layout import SAME_SHAPE_FUNCTIONS, layouts, read_names
 from codemod.analysis.time_loops import (
     ONE,
@@ -501,9 +502,7 @@ def ema(a, x):
                 dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
             ):
                 raise Unsupported("torch.stack with other arguments than the list and dim")
-            from codemod.analysis.tensor_layout import int_value
-
-            dim = int_value(dim_arg.value) if dim_arg is not None else 0
+            dim = integer_value(dim_arg.value) if dim_arg is not None else 0
             if dim is None:
                 raise Unsupported("the stack's dim is not a number")
             cat = self.context.names.is_(stack.func, "torch.cat")
@@ -898,9 +897,7 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
             and len(node.args) == 1
             and node.args[0].keyword is None
         ):
-            from codemod.analysis.tensor_layout import int_value
-
-            d = int_value(node.args[0].value)
+            d = integer_value(node.args[0].value)
             if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
                 inner = node.func.value
         elif isinstance(node, cst.Subscript) and dim in (-1, -2):

@@ -208,6 +208,19 @@ CASES = {
         "fix",
         1e-6,
     ),  # its softmax runs in float32 (`.float()`), SDPA's in float64
+    "hex_and_binary_literal_sizes": (
+        """
+        def f(x, w_qkv):
+            q, k, v = (x @ w_qkv).split(0x8, dim=-1)
+            q = q.view(2, 0x7, 2, 4).transpose(1, 2)
+            k = k.view(2, 0x7, 2, 4).transpose(1, 2)
+            v = v.view(2, 0b111, 2, 4).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(0x4))
+            return F.softmax(att, dim=-1) @ v
+        """,
+        {"x": (B, T, D), "w_qkv": (D, 24)},
+        "fix",
+    ),  # every literal is read as Python reads it (this was an internal error)
     "in_place_mask": (
         """
         def f(q, k, v):

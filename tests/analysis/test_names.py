@@ -1,0 +1,27 @@
+"""The one reader of literal numbers: every spelling Python accepts reads as Python reads it."""
+
+import libcst as cst
+import pytest
+
+from codemod.analysis.names import integer_value, number_value
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("3", 3), ("-3", -3), ("+3", 3), ("0x4", 4), ("0o17", 15), ("0b101", 5), ("1_000", 1000), ("0", 0)],
+)
+def test_integer_spellings(text, value):
+    assert integer_value(cst.parse_expression(text)) == value
+    assert number_value(cst.parse_expression(text)) == value
+
+
+@pytest.mark.parametrize("text, value", [("0.5", 0.5), ("-1e-3", -1e-3), ("1_0.2_5", 10.25), (".5", 0.5)])
+def test_float_spellings(text, value):
+    assert number_value(cst.parse_expression(text)) == value
+    assert integer_value(cst.parse_expression(text)) is None
+
+
+@pytest.mark.parametrize("text", ["n", "'3'", "3j", "-n", "~3", "(1 + 2)", "True"])
+def test_anything_else_is_not_a_literal_number(text):
+    assert number_value(cst.parse_expression(text)) is None
+    assert integer_value(cst.parse_expression(text)) is None
