@@ -18,6 +18,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.names import names_read
+from codemod.analysis.torch_facts import TORCH_DRAWS
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -75,22 +76,6 @@ BATCH_NORMS = {
 BATCH_NORM_ZOOS = ("torchvision.models",)
 
 # Random draws, by the generator they draw from.
-TORCH_DRAWS = {
-    f"torch.{name}"
-    for name in (
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "rand_like",
-        "randn_like",
-        "randint_like",
-        "normal",
-        "bernoulli",
-        "multinomial",
-        "poisson",
-    )
-}
 SEEDS = {
     "torch": {"torch.manual_seed", "torch.random.manual_seed"},
     "numpy": {"numpy.random.seed"},

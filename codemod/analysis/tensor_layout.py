@@ -32,6 +32,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
+from codemod.analysis.torch_ops import Category, functions, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -40,33 +41,9 @@ Shape = "tuple[str | None, ...] | None"
 MAX_DEPTH = 10
 
 # Methods and functions whose result has the shape of their (first) tensor argument.
-SAME_SHAPE_METHODS = frozenset(
-    (
-        "contiguous float double half bfloat16 to type type_as clone detach requires_grad_ cpu cuda "
-        "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
-        "softmax log_softmax cumsum cumprod masked_fill masked_fill_ clamp clamp_min clamp_max "
-        "pow mul add sub div exp_ sigmoid_ tanh_ relu_ mul_ add_ div_ sub_ float_power logsigmoid "
-        "softplus silu gelu erf tril triu nan_to_num detach_ lerp"
-    ).split()
-)
-SAME_SHAPE_FUNCTIONS = frozenset(
-    [
-        f"torch.{n}"
-        for n in (
-            "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
-            "softmax log_softmax cumsum cumprod clamp tril triu erf nan_to_num logsigmoid"
-        ).split()
-    ]
-    + [
-        f"torch.nn.functional.{n}"
-        for n in (
-            "silu gelu relu elu leaky_relu softplus sigmoid tanh softmax log_softmax dropout normalize "
-            "layer_norm logsigmoid mish hardswish relu6 selu celu glu"
-        ).split()
-        if n != "glu"
-    ]
-    + ["torch.special.expit", "torch.special.softmax"]
-)
+# Calls whose result has the shape of their (first) tensor argument or receiver.
+SAME_SHAPE_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST, Category.ALONG_DIM)
+SAME_SHAPE_FUNCTIONS = functions(Category.UNARY, Category.ALONG_DIM)
 FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty randn rand full".split())
 LIKE_FACTORIES = frozenset(
     f"torch.{n}" for n in "zeros_like ones_like empty_like randn_like rand_like full_like".split()

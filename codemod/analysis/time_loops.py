@@ -36,7 +36,6 @@ import libcst as cst
 
 from codemod.analysis.names import integer_value, kwarg, positional
 from codemod.analysis.tensor_layout import (
-    SAME_SHAPE_FUNCTIONS,
     SAME_SHAPE_MODULES,
     Spec,
     attributes,
@@ -44,6 +43,7 @@ from codemod.analysis.tensor_layout import (
     read_names,
 )
 from codemod.analysis.torch_facts import RANDOM_FUNCTIONS, RANDOM_METHODS
+from codemod.analysis.torch_ops import Category, functions, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -54,20 +54,10 @@ class Unsupported(Exception):
 
 
 # Elementwise methods of a tensor (their other arguments must not change over time).
-ELEMENTWISE_METHODS = frozenset(
-    (
-        "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
-        "clamp clamp_min clamp_max float double half bfloat16 to type_as contiguous clone detach "
-        "nan_to_num erf logsigmoid softplus silu gelu"
-    ).split()
-)
-ELEMENTWISE_FUNCTIONS = frozenset(
-    name
-    for name in SAME_SHAPE_FUNCTIONS
-    if name.rsplit(".", 1)[1]
-    not in ("softmax", "log_softmax", "cumsum", "cumprod", "tril", "triu", "dropout", "normalize", "layer_norm")
-)
-REDUCTIONS = frozenset("sum mean amax amin prod".split())
+# Elementwise in time: each output step from the same input step.
+ELEMENTWISE_METHODS = methods(Category.UNARY, Category.CAST, random=False, in_place=False)
+ELEMENTWISE_FUNCTIONS = functions(Category.UNARY, random=False)
+REDUCTIONS = methods(Category.REDUCTION)
 # Methods only tensors have: calling one proves the receiver (and the result) is a tensor.
 TENSOR_ONLY_METHODS = frozenset(
     "unsqueeze squeeze transpose view reshape permute expand flatten unflatten movedim contiguous "

@@ -1,5 +1,6 @@
 """What perfmod knows about torch, in one place: names of factories, tensor
 methods, losses and their reductions, autocast and scaler spellings, savers.
+The facts about torch operations are views of the table in `torch_ops`.
 
 Rules and analyses look facts up here instead of keeping their own copies.
 Names are qualified (aliases resolved): `F.cross_entropy` is
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-FUNCTIONAL = "torch.nn.functional"
+from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods, short
 
 # -- tensors ------------------------------------------------------------------------------
 
@@ -143,43 +144,25 @@ MODULE_METHODS = set(
     ).split()
 )
 BUILTIN_PREFIXES = ("builtins.",)
+# Methods of Python's containers that return (views of) what the container holds.
+CONTAINER_READS = frozenset({"get", "values", "items", "__getitem__"})
 
 # -- losses --------------------------------------------------------------------------------
 
-# Loss functions (and their modules) whose default reduction is a mean over the elements
-# of the batch.
-LOSS_FUNCTIONS = {
-    f"{FUNCTIONAL}.{name}"
-    for name in (
-        "cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss "
-        "binary_cross_entropy binary_cross_entropy_with_logits kl_div"
-    ).split()
-}
-LOSS_MODULES = {
-    f"{prefix}.{name}"
-    for prefix in ("torch.nn", "torch.nn.modules.loss")
-    for name in "CrossEntropyLoss NLLLoss MSELoss L1Loss SmoothL1Loss HuberLoss BCELoss BCEWithLogitsLoss KLDivLoss".split()
-}
+# Losses whose default reduction is a mean over the elements of the batch (or over the
+# targets that count), as functions and as module classes; every loss torch has.
+_LOSSES = {name: op.loss for name, op in OPS.items() if op.loss is not None}
+LOSS_FUNCTIONS = {name for name, loss in _LOSSES.items() if name.startswith(FUNCTIONAL) and loss.per_element}
+LOSS_MODULES = {name for name, loss in _LOSSES.items() if not name.startswith(FUNCTIONAL) and loss.per_element}
+ALL_LOSS_FUNCTIONS = frozenset(name for name in _LOSSES if name.startswith(FUNCTIONAL))  # every loss torch has
 # Losses whose mean divides by the targets that count (not ignore_index; weighted by class).
-COUNTED_LOSSES = {"cross_entropy", "nll_loss", "CrossEntropyLoss", "NLLLoss"}
+COUNTED_LOSSES = short(name for name, loss in _LOSSES.items() if loss.counted)
 # The function a loss module calls.
 FUNCTIONAL_OF = {
-    "CrossEntropyLoss": "cross_entropy",
-    "NLLLoss": "nll_loss",
-    "MSELoss": "mse_loss",
-    "L1Loss": "l1_loss",
-    "SmoothL1Loss": "smooth_l1_loss",
-    "HuberLoss": "huber_loss",
-    "BCELoss": "binary_cross_entropy",
-    "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
-    "KLDivLoss": "kl_div",
+    name.rsplit(".", 1)[1]: loss.functional for name, loss in _LOSSES.items() if not name.startswith(FUNCTIONAL)
 }
-# Ops CUDA autocast refuses to run in reduced precision (it raises): use the logits form.
-AUTOCAST_UNSAFE = {
-    f"{FUNCTIONAL}.binary_cross_entropy": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
-    "torch.nn.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
-    "torch.nn.modules.loss.BCELoss": "BCEWithLogitsLoss / binary_cross_entropy_with_logits",
-}
+# Ops CUDA autocast refuses to run in reduced precision (it raises): use the form given.
+AUTOCAST_UNSAFE = {name: op.autocast_refused for name, op in OPS.items() if op.autocast_refused is not None}
 CROSS_ENTROPY = f"{FUNCTIONAL}.cross_entropy"
 CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"
@@ -199,29 +182,24 @@ SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
 # another order, they give other values.
-RANDOM_FUNCTIONS = {
-    *(
-        f"torch.{name}"
-        for name in "rand randn randint rand_like randn_like randint_like randperm bernoulli "
-        "multinomial normal poisson".split()
-    ),
-    f"{FUNCTIONAL}.dropout",
-    f"{FUNCTIONAL}.dropout1d",
-    f"{FUNCTIONAL}.dropout2d",
-    f"{FUNCTIONAL}.alpha_dropout",
-    f"{FUNCTIONAL}.gumbel_softmax",
-}
-RANDOM_METHODS = {"bernoulli", "bernoulli_", "normal_", "uniform_", "random_", "exponential_", "multinomial"}
+RANDOM_FUNCTIONS = functions(random=True)
+RANDOM_METHODS = methods(random=True)
+# Tensor methods whose result may be the receiver or share its storage (a view, a cast
+# with nothing to do), and attributes that are such views.
+SHARING_METHODS = methods(shares=True)
+SHARING_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag"})
+# Tensor methods that make the host wait for the device.
+SYNC_METHODS = methods(syncs=True)
+# torch's functions that draw from its global generator (not the layers that call them).
+TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
+# Calls that read the gradients of the parameters they are given.
+GRAD_NORMS = functions(Category.GRAD_NORM)
 
 # -- checkpoints ------------------------------------------------------------------------------
 
-# Calls that write a checkpoint synchronously: (qualified name or method, what it saves).
-SAVE_FUNCTIONS = {
-    "torch.save",
-    "torch.serialization.save",
-    "safetensors.torch.save_file",
-    "safetensors.torch.save_model",
-}
+# Calls that write a checkpoint synchronously.
+SAVE_FUNCTIONS = functions(Category.SAVE)
+TORCH_SAVES = frozenset(name for name in SAVE_FUNCTIONS if name.startswith("torch."))  # pickles any object
 SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Accelerate
 
 

@@ -11,12 +11,11 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import SAVE_FUNCTIONS, SAVE_METHODS
+from codemod.analysis.torch_facts import SAVE_FUNCTIONS, SAVE_METHODS, TORCH_SAVES
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
 
-SAVE_NAMES = ("torch.save", "torch.serialization.save")
 BUFFERS = ("io.BytesIO", "io.StringIO")
 # Objects that the checkpointer would deep-copy whole (and on their device): a module,
 # an optimizer or a loader is saved through its state_dict() instead.
@@ -303,7 +302,7 @@ class SynchronousCheckpointInLoop(Rule):
         by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
         by_helper: dict[cst.FunctionDef, tuple[list, list]] = {}
         for call in calls:
-            if not names.is_(call, *SAVE_NAMES):
+            if not names.is_(call, *TORCH_SAVES):
                 if imports_project and self._project_saver(call):
                     continue
                 if "save" in _callee_name(call):
@@ -639,7 +638,7 @@ class SynchronousCheckpointInLoop(Rule):
         for call in index.find(cst.Call, within=scope_root):
             if not later(call) or self._logging(call) or self.context.inside(call, statement):
                 continue
-            if self.context.names.is_(call, *SAVE_NAMES):
+            if self.context.names.is_(call, *TORCH_SAVES):
                 continue
             if any(self._code(arg.value) == text for arg in call.args):
                 return call
@@ -652,7 +651,7 @@ class SynchronousCheckpointInLoop(Rule):
                 if self._logging(ancestor):
                     return True
                 file_arg = _file_argument(ancestor)
-                if self.context.names.is_(ancestor, *SAVE_NAMES) and file_arg is not None and file_arg.value is use:
+                if self.context.names.is_(ancestor, *TORCH_SAVES) and file_arg is not None and file_arg.value is use:
                     return True
             if isinstance(ancestor, cst.BaseStatement):
                 return False

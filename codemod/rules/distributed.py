@@ -8,12 +8,11 @@ from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for, returned_values
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
+from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
 
 DATALOADER = "torch.utils.data.DataLoader"
-SAVES = ("torch.save", "torch.serialization.save")
-SAFETENSORS_SAVES = ("safetensors.torch.save_file", "safetensors.torch.save_model")
 PRINT = ("builtins.print", "print")
 TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange")
 # Iterables whose items are their first argument's.
@@ -86,8 +85,7 @@ RANK0_SAFE_CALLS = {
     "builtins.max",
     "builtins.open",
     "copy.deepcopy",
-    *SAVES,
-    *SAFETENSORS_SAVES,
+    *SAVE_FUNCTIONS,
     "json.dump",
     "json.dumps",
 }
@@ -1819,10 +1817,10 @@ class _Planner:
     # -- checkpoints on rank 0 -------------------------------------------------------------------
 
     def _saves(self) -> None:
-        saves = facts.calls_named(self.context, set(SAVES))
+        saves = facts.calls_named(self.context, set(TORCH_SAVES))
         writes = (
             saves
-            + facts.calls_named(self.context, set(SAFETENSORS_SAVES))
+            + facts.calls_named(self.context, set(SAVE_FUNCTIONS - TORCH_SAVES))
             + [c for c in self.index.find(cst.Call) if method_name(c) == "save_pretrained"]
         )
         for call in sorted(writes, key=self.index.order):
@@ -2059,7 +2057,7 @@ class _Planner:
                     self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
                 elif isinstance(parent, cst.Arg) and parent.value is use:
                     call = self.parents.get(parent)
-                    if isinstance(call, cst.Call) and self.names.is_(call.func, *SAVES):
+                    if isinstance(call, cst.Call) and self.names.is_(call.func, *TORCH_SAVES):
                         self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
 
     def _after_anchor(self, use: cst.CSTNode, anchor: cst.CSTNode) -> bool:

@@ -12,13 +12,13 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
 from codemod.analysis.scopes import reads_of
+from codemod.analysis.torch_facts import ALL_LOSS_FUNCTIONS, GRAD_NORMS, SHARING_METHODS, SYNC_METHODS
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
 
 # `.item()` / `.tolist()` / `.cpu()` on a device tensor, and `float(t)` / `int(t)`, wait
 # for every kernel queued before them.
-SYNC_METHODS = {"item", "tolist", "cpu"}
 SYNC_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
 
 # Result dtypes, as far as PM404 needs them: an accumulation is rewritten only when
@@ -45,40 +45,9 @@ DTYPE_KEEPING_METHODS = {
     "amax",
     "amin",
 }
-LOSS_FUNCTIONS = {"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"}
 
 # Methods that return the receiver itself or a view of it: a value built with them
 # shares storage with the receiver, so it is only as fresh as the receiver.
-VIEW_OR_SELF_METHODS = {
-    "detach",
-    "view",
-    "view_as",
-    "reshape",
-    "reshape_as",
-    "squeeze",
-    "unsqueeze",
-    "t",
-    "transpose",
-    "permute",
-    "contiguous",
-    "flatten",
-    "expand",
-    "expand_as",
-    "narrow",
-    "float",
-    "double",
-    "half",
-    "bfloat16",
-    "long",
-    "int",
-    "bool",
-    "to",
-    "cuda",
-    "cpu",
-    "type_as",
-    "numpy",
-    "requires_grad_",
-}
 PURE_METHODS = (
     {name for name in SAME_PLACE_METHODS if not name.endswith("_")}
     | FLOAT_RESULT_METHODS
@@ -106,11 +75,6 @@ NON_MUTATING_CALLEES = {
 }
 NON_MUTATING_METHOD_CALLEES = {"scale"}  # GradScaler.scale(loss) returns a new, scaled tensor
 # Functions that return the gradients' total norm as a tensor.
-GRAD_NORMS = {
-    "torch.nn.utils.clip_grad_norm_",
-    "torch.nn.utils.clip_grad.clip_grad_norm_",
-    "torch.nn.utils.get_total_norm",
-}
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FLOAT_PRESENTATION = tuple("eEfFgG%")
 # float64 is not available on these devices, so the float64 device accumulator is not either.
@@ -755,11 +719,7 @@ class _FileAnalysis:
         )
 
     def loss_function(self, call: cst.Call) -> bool:
-        for name in self.names.of(call):
-            head, _, last = name.rpartition(".")
-            if head == "torch.nn.functional" and (last.endswith("_loss") or last in LOSS_FUNCTIONS):
-                return True
-        return False
+        return bool(self.names.of(call) & ALL_LOSS_FUNCTIONS)
 
 
 class _StepLoop:
@@ -1156,7 +1116,7 @@ class _StepLoop:
         if isinstance(expr, (cst.Attribute, cst.Subscript)):
             return self.fresh(expr.value)
         if isinstance(expr, cst.Call):
-            if method_name(expr) in VIEW_OR_SELF_METHODS:
+            if method_name(expr) in SHARING_METHODS:
                 return self.fresh(expr.func.value)
             return True
         if isinstance(expr, cst.Name):
@@ -1338,7 +1298,7 @@ class _StepLoop:
                     attr = parent.attr.value
                     if attr.endswith("_") and not attr.startswith("_"):
                         return "is changed in place", True
-                    chain, shares_storage = call, shares_storage and attr in VIEW_OR_SELF_METHODS
+                    chain, shares_storage = call, shares_storage and attr in SHARING_METHODS
                 else:
                     chain = parent
             elif isinstance(parent, cst.Subscript) and parent.value is chain:
@@ -2003,7 +1963,7 @@ def _new_tensor(tensor: cst.BaseExpression) -> bool:
     if not isinstance(tensor, cst.Call):
         return False
     method = method_name(tensor)
-    return method is None or method not in VIEW_OR_SELF_METHODS
+    return method is None or method not in SHARING_METHODS
 
 
 def _periodic(test: cst.BaseExpression) -> bool:

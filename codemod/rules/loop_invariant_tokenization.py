@@ -10,7 +10,13 @@ from libcst.metadata import Assignment
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
-from codemod.analysis.torch_facts import NOT_SAME_PLACE_METHODS
+from codemod.analysis.torch_facts import (
+    CONTAINER_READS,
+    NOT_SAME_PLACE_METHODS,
+    RANDOM_FUNCTIONS,
+    SHARING_ATTRIBUTES,
+    SHARING_METHODS,
+)
 from codemod.edits import Move
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -57,12 +63,6 @@ RANDOM_METHODS = {
     "geometric",
     "cauchy",
     "log_normal",
-}
-RANDOM_FUNCTIONS = {
-    f"torch.{n}"
-    for n in (
-        "rand randn randint randperm rand_like randn_like randint_like normal bernoulli multinomial poisson"
-    ).split()
 }
 # Context managers whose block may give up a statement that does not depend on them: they
 # change how ops are computed (precision, gradients), not what a factory or a tokenizer gives.
@@ -1004,53 +1004,9 @@ def _in_front(loop: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleSta
 
 
 # Methods and attributes whose result may be the receiver itself or a view of its storage.
-SHARING_METHODS = {
-    "view",
-    "view_as",
-    "reshape",
-    "reshape_as",
-    "unsqueeze",
-    "squeeze",
-    "permute",
-    "transpose",
-    "t",
-    "narrow",
-    "expand",
-    "expand_as",
-    "flatten",
-    "unflatten",
-    "contiguous",
-    "detach",
-    "float",
-    "half",
-    "double",
-    "bfloat16",
-    "long",
-    "int",
-    "short",
-    "bool",
-    "byte",
-    "char",
-    "to",
-    "cuda",
-    "cpu",
-    "type",
-    "type_as",
-    "as_strided",
-    "unbind",
-    "split",
-    "chunk",
-    "select",
-    "diagonal",
-    "movedim",
-    "requires_grad_",
-    "pin_memory",
-    "get",
-    "values",
-    "items",
-    "__getitem__",
-}
-SHARING_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "real", "imag"}
+
+
+SHARING_CALLS = SHARING_METHODS | CONTAINER_READS
 
 
 def _shares(value: cst.BaseExpression, names: set[str]) -> bool:
@@ -1063,7 +1019,7 @@ def _shares(value: cst.BaseExpression, names: set[str]) -> bool:
         elif (
             isinstance(value, cst.Call)
             and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in SHARING_METHODS
+            and value.func.attr.value in SHARING_CALLS
         ):
             value = value.func.value
         else:

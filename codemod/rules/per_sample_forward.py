@@ -21,6 +21,7 @@ from codemod.analysis.torch_facts import (
     functional_alias,
     is_literal,
 )
+from codemod.analysis.torch_ops import Category, functions, methods
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -50,48 +51,11 @@ BACKWARD = m.Expr(
         args=[],
     )
 )
-# Tensor methods that keep a value's layout (dtype, device, copies).
-SAME_LAYOUT_METHODS = {
-    "float",
-    "double",
-    "half",
-    "bfloat16",
-    "long",
-    "int",
-    "bool",
-    "detach",
-    "contiguous",
-    "clone",
-    "cpu",
-    "cuda",
-    "type_as",
-}
-# Element-wise tensor methods and functions (numbers as their other arguments).
-ELEMENTWISE_METHODS = {
-    "exp",
-    "log",
-    "log1p",
-    "expm1",
-    "abs",
-    "neg",
-    "sqrt",
-    "rsqrt",
-    "square",
-    "pow",
-    "sigmoid",
-    "tanh",
-    "relu",
-    "clamp",
-    "clamp_min",
-    "clamp_max",
-    "sin",
-    "cos",
-    "softplus",
-}
-ELEMENTWISE_FUNCTIONS = {f"torch.{name}" for name in ELEMENTWISE_METHODS} | {
-    f"torch.nn.functional.{name}"
-    for name in ("relu", "gelu", "silu", "sigmoid", "tanh", "logsigmoid", "softplus", "elu")
-}
+# Methods and functions that keep a per-sample value's layout: casts (`to` and `type` are read
+# with their arguments), and elementwise math of the value alone (`pow` with a number).
+SAME_LAYOUT_METHODS = methods(Category.CAST, in_place=False) - {"to", "type"}
+ELEMENTWISE_METHODS = methods(Category.UNARY, random=False, in_place=False) | {"pow"}
+ELEMENTWISE_FUNCTIONS = functions(Category.UNARY, random=False) | {"torch.pow"}
 REDUCTIONS = {"torch.sum", "torch.mean"}
 # Layouts of a value in a per-sample loop (see _Batcher).
 INV, ROW, ONE, FLAT, SUM, MEAN, COUNTED, MODEL_TUPLE = "inv row one flat sum mean counted model-tuple".split()

@@ -7,6 +7,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.torch_facts import GRAD_NORMS
 from codemod.analysis.training import OptimizerBuild
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -18,13 +19,6 @@ RESET_METHODS = {"zero_", "fill_", "detach_", "requires_grad_"}
 ZEROING_METHODS = {"zero_", "fill_"}
 # Calls whose result depends on which parameters have a `.grad` (a norm over a
 # different list of tensors can round differently in the last bit).
-GRAD_NORMS = {
-    "torch.nn.utils.clip_grad_norm_",
-    "torch.nn.utils.clip_grad_norm",
-    "torch.nn.utils.clip_grad.clip_grad_norm_",
-    "torch.nn.utils.get_total_norm",
-    "torch.nn.utils.clip_grads_with_norm_",
-}
 GRAD = m.Attribute(attr=m.Name("grad"))
 
 UNSAFE_WHY = (

@@ -1,0 +1,196 @@
+"""The torch operations perfmod reasons about, as data: one entry per function,
+tensor method and `nn` module class, with what it is (its category) and the
+facts that cut across categories (it draws from the RNG, it is a loss with
+these defaults, CUDA autocast treats it specially).
+
+Analyses and rules ask this table (through `torch_facts`, its view as the name
+sets they test membership in) instead of keeping lists of their own, so a fact
+is written once and every client reads the same one. tests/analysis/
+test_torch_ops.py checks the table against the installed torch: every name
+exists, every in-place method is the `_` twin of an entry, and each loss's
+default reduction and ignore_index are torch's.
+
+Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
+methods are keyed `Tensor.<name>`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+FUNCTIONAL = "torch.nn.functional"
+METHOD = "Tensor."
+
+
+class Category(enum.Enum):
+    UNARY = "elementwise"  # each output element from the same input element, shape kept
+    BINARY = "binary elementwise"  # elementwise over broadcast operands
+    CAST = "cast"  # the same values in another dtype, device, memory layout or graph
+    ALONG_DIM = "along a dim"  # shape kept; an output element reads a slice along one dim
+    REDUCTION = "reduction"  # fewer dims: `dim=`/`keepdim=` say which
+    VIEW = "view"  # the same elements in another shape or order
+    MATMUL = "matmul"
+    FACTORY = "factory"  # a new tensor from sizes or another tensor's shape
+    TO_HOST = "to the host"  # a Python number or list of the tensor's values
+    LOSS = "loss"
+    SAVE = "save"  # writes a checkpoint synchronously
+    GRAD_NORM = "gradient norm"  # reads the gradients of the parameters it is given
+    RECURRENT = "recurrent module"
+
+
+@dataclass(frozen=True)
+class Loss:
+    functional: str  # the function (last part of its name) that computes it
+    reduction: str = "mean"  # torch's default
+    ignore_index: int | None = None  # torch's default, for losses over class targets
+    counted: bool = False  # its mean divides by the targets that count (ignore_index, class weights)
+    # Its mean is the sum of per-element losses over their number (over the counted targets,
+    # where `counted`): the rules that batch or split a loss know how to keep such a mean.
+    per_element: bool = True
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    category: Category
+    random: bool = False  # its values are drawn from the global RNG
+    loss: Loss | None = None
+    autocast_refused: str | None = None  # CUDA autocast raises for it; the form to use instead
+    autocast_float16: bool = False  # CUDA autocast runs it in float16 whatever dtype it was given
+    syncs: bool = False  # the host waits for the device (a copy to the host, a value read)
+    shares: bool = False  # its result may be its receiver, or a view of the receiver's storage
+
+    @property
+    def in_place(self) -> bool:
+        """It writes its result into its receiver or argument: torch spells these with a trailing `_`."""
+        return self.name.endswith("_")
+
+
+def _ops(category: Category, names: str, *, prefixes: Iterable[str] = ("torch.",), **facts) -> list[Op]:
+    return [Op(prefix + name, category, **facts) for prefix in prefixes for name in names.split()]
+
+
+# Unary elementwise math, as torch functions and as tensor methods.
+_UNARY = (
+    "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
+    "clamp clamp_min clamp_max erf nan_to_num"
+)
+_ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid mish hardswish relu6 selu celu"
+# Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
+_CASTS = "float double half bfloat16 long int short bool byte char to type type_as contiguous detach cuda pin_memory"
+_VIEWS = (
+    "view view_as reshape reshape_as squeeze unsqueeze t transpose permute flatten unflatten expand "
+    "expand_as narrow as_strided unbind split chunk select diagonal movedim swapaxes swapdims"
+)
+_RNN = "LSTM GRU RNN"  # cuDNN's RNN path casts to float16 under CUDA autocast (AutocastRNN.cpp)
+_BCE = "BCEWithLogitsLoss / binary_cross_entropy_with_logits"
+_LOSSES = {  # module class: its function and torch's defaults
+    "CrossEntropyLoss": Loss("cross_entropy", ignore_index=-100, counted=True),
+    "NLLLoss": Loss("nll_loss", ignore_index=-100, counted=True),
+    "MSELoss": Loss("mse_loss"),
+    "L1Loss": Loss("l1_loss"),
+    "SmoothL1Loss": Loss("smooth_l1_loss"),
+    "HuberLoss": Loss("huber_loss"),
+    "BCELoss": Loss("binary_cross_entropy"),
+    "BCEWithLogitsLoss": Loss("binary_cross_entropy_with_logits"),
+    "KLDivLoss": Loss("kl_div"),
+    # Means of another kind (per target length, per pair, ...): known as losses, never rewritten.
+    "CTCLoss": Loss("ctc_loss", per_element=False),
+    "PoissonNLLLoss": Loss("poisson_nll_loss", per_element=False),
+    "GaussianNLLLoss": Loss("gaussian_nll_loss", per_element=False),
+    "MarginRankingLoss": Loss("margin_ranking_loss", per_element=False),
+    "HingeEmbeddingLoss": Loss("hinge_embedding_loss", per_element=False),
+    "CosineEmbeddingLoss": Loss("cosine_embedding_loss", per_element=False),
+    "SoftMarginLoss": Loss("soft_margin_loss", per_element=False),
+    "MultiLabelMarginLoss": Loss("multilabel_margin_loss", per_element=False),
+    "MultiLabelSoftMarginLoss": Loss("multilabel_soft_margin_loss", per_element=False),
+    "MultiMarginLoss": Loss("multi_margin_loss", per_element=False),
+    "TripletMarginLoss": Loss("triplet_margin_loss", per_element=False),
+    "TripletMarginWithDistanceLoss": Loss("triplet_margin_with_distance_loss", per_element=False),
+}
+
+ENTRIES: list[Op] = [
+    *_ops(Category.UNARY, _UNARY, prefixes=("torch.", METHOD)),
+    *_ops(Category.UNARY, _ACTIVATIONS, prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.UNARY, "expit", prefixes=("torch.special.",)),
+    *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_", prefixes=(METHOD,)),
+    *_ops(Category.BINARY, "pow mul add sub div float_power lerp masked_fill", prefixes=(METHOD,)),
+    *_ops(Category.BINARY, "pow"),
+    *_ops(Category.BINARY, "mul_ add_ div_ sub_ masked_fill_", prefixes=(METHOD,)),
+    *_ops(Category.CAST, _CASTS, prefixes=(METHOD,), shares=True),
+    *_ops(Category.CAST, "clone", prefixes=(METHOD,)),
+    *_ops(Category.CAST, "detach_ requires_grad_", prefixes=(METHOD,), shares=True),
+    *_ops(Category.VIEW, _VIEWS, prefixes=(METHOD,), shares=True),
+    *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod tril triu", prefixes=("torch.", METHOD)),
+    *_ops(Category.ALONG_DIM, "softmax log_softmax normalize layer_norm", prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),
+    *_ops(Category.REDUCTION, "sum mean amax amin prod", prefixes=("torch.", METHOD)),
+    *_ops(Category.MATMUL, "matmul bmm mm einsum outer"),
+    *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True),
+    *_ops(Category.TO_HOST, "item tolist", prefixes=(METHOD,), syncs=True),
+    *_ops(Category.TO_HOST, "numpy", prefixes=(METHOD,), shares=True),  # the same memory; host tensors only
+    *_ops(
+        Category.UNARY,
+        "dropout dropout1d dropout2d alpha_dropout gumbel_softmax",
+        prefixes=(f"{FUNCTIONAL}.",),
+        random=True,
+    ),
+    *_ops(
+        Category.FACTORY,  # new tensors drawn from the RNG
+        "rand randn randint rand_like randn_like randint_like randperm multinomial normal",
+        random=True,
+    ),
+    *_ops(Category.UNARY, "bernoulli poisson", random=True),  # a draw per element of the argument
+    *_ops(Category.UNARY, "bernoulli", prefixes=(METHOD,), random=True),
+    *_ops(Category.FACTORY, "multinomial", prefixes=(METHOD,), random=True),
+    *_ops(
+        Category.UNARY,
+        "bernoulli_ normal_ uniform_ random_ exponential_ geometric_ cauchy_ log_normal_",
+        prefixes=(METHOD,),
+        random=True,
+    ),
+    *_ops(Category.SAVE, "save", prefixes=("torch.", "torch.serialization.")),
+    *_ops(Category.SAVE, "save_file save_model", prefixes=("safetensors.torch.",)),
+    *_ops(
+        Category.GRAD_NORM,
+        "clip_grad_norm_ clip_grad_norm get_total_norm clip_grads_with_norm_",
+        prefixes=("torch.nn.utils.",),
+    ),
+    *_ops(Category.GRAD_NORM, "clip_grad_norm_", prefixes=("torch.nn.utils.clip_grad.",)),
+    *_ops(Category.RECURRENT, _RNN, prefixes=("torch.nn.", "torch.nn.modules.rnn."), autocast_float16=True),
+    *[
+        Op(name, Category.LOSS, loss=loss, autocast_refused=_BCE if module == "BCELoss" else None)
+        for module, loss in _LOSSES.items()
+        for name in (f"torch.nn.{module}", f"torch.nn.modules.loss.{module}", f"{FUNCTIONAL}.{loss.functional}")
+    ],
+]
+OPS: dict[str, Op] = {op.name: op for op in ENTRIES}  # one entry a name (tested)
+
+
+def functions(*categories: Category, **facts: bool) -> frozenset[str]:
+    """Qualified names of the torch functions and classes in `categories` (all
+    when none is given) whose facts have the values given (`random=True`,
+    `in_place=False`, `shares=True`)."""
+    return frozenset(op.name for op in _select(False, categories, facts))
+
+
+def methods(*categories: Category, **facts: bool) -> frozenset[str]:
+    """Names of the tensor methods in `categories` (as `functions`), without `Tensor.`."""
+    return frozenset(op.name.removeprefix(METHOD) for op in _select(True, categories, facts))
+
+
+def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, bool]) -> Iterable[Op]:
+    for op in ENTRIES:
+        if (
+            op.name.startswith(METHOD) == method
+            and (not categories or op.category in categories)
+            and all(getattr(op, fact) == value for fact, value in facts.items())
+        ):
+            yield op
+
+
+def short(names: Iterable[str]) -> frozenset[str]:
+    """The last part of each qualified name (`torch.exp` -> `exp`)."""
+    return frozenset(name.rsplit(".", 1)[1] for name in names)

@@ -1,0 +1,173 @@
+"""The table of torch operations checked against the installed torch: every name
+exists, each category's shape rule holds for its entries, in-place methods
+return their receiver, and each loss's defaults are torch's."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+
+import pytest
+import torch
+
+from codemod.analysis.torch_ops import ENTRIES, FUNCTIONAL, METHOD, OPS, Category, functions, methods
+
+# Arguments beyond the tensor for entries that need them.
+EXTRA = {
+    "clamp": {"min": 0.0},
+    "clamp_min": (0.0,),
+    "clamp_max": (0.0,),
+    "softmax": {"dim": -1},
+    "log_softmax": {"dim": -1},
+    "cumsum": {"dim": -1},
+    "cumprod": {"dim": -1},
+    "layer_norm": ((3,),),
+    "pow": (2,),
+    "mul": (2,),
+    "add": (1,),
+    "sub": (1,),
+    "div": (2,),
+    "float_power": (2,),
+    "lerp": (torch.zeros(2, 3), 0.5),
+    "masked_fill": (torch.zeros(2, 3, dtype=torch.bool), 0.0),
+    "geometric_": (0.5,),
+    "to": (torch.float64,),
+    "type": (torch.float64,),
+    "type_as": (torch.zeros(1, dtype=torch.float64),),
+    "gumbel_softmax": {"tau": 1.0},
+    # views of a (2, 3) tensor
+    "view": (6,),
+    "view_as": (torch.zeros(3, 2),),
+    "reshape": (6,),
+    "reshape_as": (torch.zeros(3, 2),),
+    "unsqueeze": (0,),
+    "squeeze": (0,),
+    "transpose": (0, 1),
+    "swapaxes": (0, 1),
+    "swapdims": (0, 1),
+    "movedim": (0, 1),
+    "permute": (1, 0),
+    "unflatten": (1, (3, 1)),
+    "expand": (2, 3),
+    "expand_as": (torch.zeros(2, 3),),
+    "narrow": (1, 0, 2),
+    "as_strided": ((3,), (1,)),
+    "split": (1,),
+    "chunk": (2,),
+    "select": (0, 1),
+    "char": (),
+}
+
+
+def _resolve(name: str):
+    if name.startswith(METHOD):
+        return getattr(torch.Tensor, name.removeprefix(METHOD))
+    module, _, attribute = name.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _call(name: str, tensor: torch.Tensor):
+    short = name.rsplit(".", 1)[1]
+    extra = EXTRA.get(short.rstrip("_"), EXTRA.get(short, ()))
+    args, kwargs = (extra, {}) if isinstance(extra, tuple) else ((), extra)
+    if name.startswith(METHOD):
+        return getattr(tensor, short)(*args, **kwargs)
+    return _resolve(name)(tensor, *args, **kwargs)
+
+
+def test_one_entry_a_name():
+    assert len(OPS) == len(ENTRIES)
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_name_exists_in_torch(name):
+    if name.startswith("safetensors.") and importlib.util.find_spec("safetensors") is None:
+        pytest.skip("safetensors is not installed")
+    assert callable(_resolve(name))
+
+
+SHAPE_KEPT = sorted(
+    functions(Category.UNARY, Category.ALONG_DIM)
+    | {METHOD + n for n in methods(Category.UNARY, Category.ALONG_DIM)}
+    | {METHOD + n for n in methods(Category.BINARY, Category.CAST)}
+)
+
+
+@pytest.mark.parametrize("name", SHAPE_KEPT)
+def test_same_shape_categories_keep_the_shape(name):
+    if name in ("Tensor.cuda", "Tensor.pin_memory") and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    assert _call(name, torch.rand(2, 3)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("name", sorted(METHOD + n for n in methods(shares=True)))
+def test_sharing_methods_return_the_receiver_or_a_view_of_its_storage(name):
+    if name in ("Tensor.cuda", "Tensor.pin_memory") and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    tensor = torch.rand(2, 3)  # float32 on the CPU: a cast to what it is has nothing to do
+    if name.rsplit(".", 1)[1] in ("long", "int", "short", "bool", "byte", "char", "half", "double", "bfloat16"):
+        tensor = getattr(tensor, name.rsplit(".", 1)[1])()
+    short = name.rsplit(".", 1)[1]
+    if short in ("to", "type", "type_as"):  # to what it is
+        results = getattr(tensor, short)(tensor if short == "type_as" else tensor.dtype)
+    else:
+        results = _call(name, tensor)
+    for result in results if isinstance(results, tuple) else (results,):
+        result = result if isinstance(result, torch.Tensor) else torch.from_numpy(result)
+        assert result is tensor or result.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("name", sorted(METHOD + n for n in methods(in_place=True)))
+def test_in_place_methods_return_their_receiver(name):
+    tensor = torch.rand(2, 3)
+    assert _call(name, tensor) is tensor
+
+
+def test_in_place_twins_have_the_category_of_their_method():
+    for op in ENTRIES:
+        twin = OPS.get(op.name.removesuffix("_"))
+        if op.in_place and twin is not None:
+            assert twin.category == op.category and twin.random == op.random, op.name
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.random and not n.startswith(METHOD)))
+def test_random_functions_draw_from_the_global_generator(name):
+    args = {
+        "torch.randint": (10, (4,)),
+        "torch.randint_like": (torch.zeros(4), 10),
+        "torch.randperm": (8,),
+        "torch.normal": (torch.zeros(4), torch.ones(4)),
+        "torch.multinomial": (torch.ones(4, 8), 4),
+        "torch.poisson": (torch.full((4,), 3.0),),
+        "torch.bernoulli": (torch.full((8,), 0.5),),
+    }.get(name, (torch.rand(4, 8) if "like" in name or name.startswith(FUNCTIONAL) else (4, 8),))
+    args = args if isinstance(args, tuple) else (args,)
+    kwargs = {"training": True} if "dropout" in name else {}
+    function = _resolve(name)
+    torch.manual_seed(0)
+    first = function(*args, **kwargs)
+    torch.manual_seed(0)
+    assert torch.equal(function(*args, **kwargs), first)
+    assert any(not torch.equal(function(*args, **kwargs), first) for _ in range(5))
+
+
+def test_every_loss_torch_has_is_in_the_table():
+    names = {
+        f"{FUNCTIONAL}.{n}"
+        for n in dir(torch.nn.functional)
+        if n.endswith("_loss") or n in ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits")
+    }
+    assert names <= {n for n, op in OPS.items() if op.category is Category.LOSS} | {f"{FUNCTIONAL}.kl_div"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.loss is not None))
+def test_each_loss_has_torchs_defaults(name):
+    loss = OPS[name].loss
+    target = _resolve(name)
+    parameters = inspect.signature(target.__init__ if inspect.isclass(target) else target).parameters
+    assert parameters["reduction"].default == loss.reduction
+    if loss.ignore_index is not None:
+        assert parameters["ignore_index"].default == loss.ignore_index
+    if inspect.isclass(target):
+        assert _resolve(f"{FUNCTIONAL}.{loss.functional}") is not None
