@@ -17,7 +17,7 @@ from codemod.analysis.loaders import Loaders
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.positions import Positions
-from codemod.analysis.scopes import file_scopes
+from codemod.analysis.scopes import file_scopes, stored_names
 from codemod.analysis.training import Training
 from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
@@ -81,6 +81,15 @@ class FileContext:
         if found is None:
             found = self._shared[key] = build(self)
         return found
+
+    @cached_property
+    def _stored(self) -> set[int]:
+        return stored_names(self.index)
+
+    def bound_in(self, node: cst.CSTNode) -> set[str]:
+        """The names `node` binds anywhere in it (assignment, loop and `with` targets,
+        imports, definitions), nested blocks included."""
+        return {name.value for name in self.index.find(cst.Name, within=node) if id(name) in self._stored}
 
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
         """Is `node` the node `ancestor` or somewhere below it?"""

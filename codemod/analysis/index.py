@@ -54,7 +54,7 @@ _DOCUMENT_ORDER = {
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _fields(kind: type) -> tuple[str, ...]:
+def node_fields(kind: type) -> tuple[str, ...]:
     """The fields of a node type that can hold indexed children, in document order."""
     names = _FIELDS.get(kind)
     if names is None:
@@ -71,7 +71,7 @@ def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The children of `node` the index walks (no whitespace or punctuation nodes), in
     document order: a cheaper walk than libcst's `children` for a tree without an index."""
     children = []
-    for name in _fields(type(node)):
+    for name in node_fields(type(node)):
         value = getattr(node, name)
         if isinstance(value, cst.CSTNode):
             if not isinstance(value, _LAYOUT_TYPES):

@@ -181,6 +181,41 @@ def number_value(expr: cst.BaseExpression | None) -> int | float | None:
     return None
 
 
+def integer_literal(value: int) -> cst.BaseExpression:
+    """The code of an integer: `3`, `-3`."""
+    literal = cst.Integer(str(abs(value)))
+    return literal if value >= 0 else cst.UnaryOperation(cst.Minus(), literal)
+
+
+# Expressions that bind tighter than any operator: safe as a receiver or an operand as they are.
+_ATOMS = (
+    cst.Name,
+    cst.Attribute,
+    cst.Call,
+    cst.Subscript,
+    cst.Integer,
+    cst.Float,
+    cst.SimpleString,
+    cst.List,
+    cst.Dict,
+    cst.Set,
+)
+
+
+def atom(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` in parentheses unless it is an atom (or already parenthesized)."""
+    if isinstance(node, _ATOMS) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def is_dotted_name(node: cst.BaseExpression) -> bool:
+    """`a.b.c` or `a`: a name the imports may resolve (not a method of a computed value)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
 def positional(call: cst.Call, index: int) -> cst.Arg | None:
     """The `index`-th positional argument, or None (also when a *args hides positions)."""
     plain = []

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.names import integer_value, kwarg, positional
+from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, positional
 from codemod.analysis.tensor_layout import (
     SAME_SHAPE_MODULES,
     Spec,
@@ -334,7 +334,7 @@ class LoopReader:
         position = next((i for i, s in enumerate(statements) if s is loop), 0)
         for statement in reversed(statements[:position]):
             if not isinstance(statement, cst.SimpleStatementLine):
-                if name in _bound_in(statement):
+                if name in self.context.bound_in(statement):
                     return None
                 continue
             for small in reversed(statement.body):
@@ -345,7 +345,7 @@ class LoopReader:
                     and small.targets[0].target.value == name
                 ):
                     return self.layouts.rank(small.value)
-                if name in _bound_in(small):
+                if name in self.context.bound_in(small):
                     return None
         return None
 
@@ -472,7 +472,7 @@ class LoopReader:
             if operator is None:
                 raise Unsupported(f"`{self.code(statement)}` in the loop")
             name = statement.target.value
-            node = cst.BinaryOperation(cst.Name(name), operator(), _atom(statement.value))
+            node = cst.BinaryOperation(cst.Name(name), operator(), atom(statement.value))
             left = self.env.get(name) or self.sym(statement.target)
             value = Op(
                 None,
@@ -571,7 +571,7 @@ class LoopReader:
         if self.context.kinds.fact(node).kind is Kind.TENSOR:
             return True
         if isinstance(node, cst.Call):
-            names = self.names.of(node.func) if _dotted(node.func) else set()
+            names = self.names.of(node.func) if is_dotted_name(node.func) else set()
             if any(n.startswith("torch.") and not n.startswith("torch.nn.") for n in names):
                 return True
             if isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_ONLY_METHODS:
@@ -694,7 +694,7 @@ class LoopReader:
 
     def _call(self, node: cst.Call) -> Sym:
         func = node.func
-        names = self.names.of(func) if _dotted(func) else set()
+        names = self.names.of(func) if is_dotted_name(func) else set()
         torch_name = next((n for n in sorted(names) if n.startswith("torch.")), None)
         if self._random(node):
             raise Unsupported(f"`{self.code(node)}` draws random numbers at each step")
@@ -747,7 +747,7 @@ class LoopReader:
                 raise Unsupported(f"`{self.code(node)}`")
             return _unsqueeze(inner, dim if dim >= 0 else None, node, negative=dim if dim < 0 else None)
         if method == "squeeze" and len(values) == 1 and integer_value(values[0]) is not None:
-            return Op(_plus(inner.rank, -1), "squeeze", (inner,), (integer_value(values[0]),), node)
+            return Op(plus(inner.rank, -1), "squeeze", (inner,), (integer_value(values[0]),), node)
         if method in ("transpose", "swapaxes", "swapdims") and len(values) == 2:
             a, b = (integer_value(v) for v in values)
             if a is None or b is None:
@@ -784,7 +784,7 @@ class LoopReader:
             keep is not None and not (isinstance(keep.value, cst.Name) and keep.value.value in ("True", "False"))
         ):
             raise Unsupported(f"`{self.code(node)}`")
-        rank = inner.rank if keepdim else _plus(inner.rank, -len(dims))
+        rank = inner.rank if keepdim else plus(inner.rank, -len(dims))
         return Op(rank, "reduce", (inner,), (tuple(dims), keepdim, method, skip_first), node)
 
     def _torch_call(self, node: cst.Call, name: str) -> Sym:
@@ -829,7 +829,7 @@ class LoopReader:
             return _lerp(self.sym(values[0]), self.sym(values[1]), self.sym(values[2]))
         if short in ("unsqueeze", "transpose", "squeeze") and values:
             rest = node.with_changes(
-                func=cst.Attribute(_atom(values[0]), cst.Name(short)),
+                func=cst.Attribute(atom(values[0]), cst.Name(short)),
                 args=[a for a in node.args if a.value is not values[0]],
             )
             return self._method(rest, short, values[0])
@@ -837,35 +837,6 @@ class LoopReader:
 
 
 # -- helpers for reading -------------------------------------------------------------------
-
-
-def _bound_in(node) -> set[str]:
-    from codemod.analysis.names import names_read  # noqa: F401
-
-    found = set()
-    for child in _walk(node):
-        if isinstance(child, cst.AssignTarget):
-            found |= set(_target_names(child.target))
-        elif isinstance(child, (cst.AugAssign, cst.AnnAssign)) and isinstance(child.target, cst.Name):
-            found.add(child.target.value)
-        elif isinstance(child, cst.For):
-            found |= set(_target_names(child.target))
-    return found
-
-
-def _walk(node):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(c for c in current.children if isinstance(c, cst.CSTNode))
-
-
-def _dotted(node) -> bool:
-    """`a.b.c` or `a`: a name the imports may resolve (not a method of a computed value)."""
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return isinstance(node, cst.Name)
 
 
 def _target_names(target) -> list[str]:
@@ -926,7 +897,7 @@ def _names_in(node) -> list[cst.Name]:
     return names_read(node)
 
 
-def _plus(rank: int | None, delta: int) -> int | None:
+def plus(rank: int | None, delta: int) -> int | None:
     return None if rank is None else rank + delta
 
 
@@ -951,8 +922,8 @@ def _unsqueeze(inner: Sym, dim: int | None, node, negative: int | None = None) -
     if negative is None and dim is not None and inner.rank is not None:
         negative = dim - (inner.rank + 1)
     if negative is not None:
-        return Op(_plus(inner.rank, 1), "unsqueeze", (inner,), (negative,), node)
-    return Op(_plus(inner.rank, 1), "unsqueeze", (inner,), (dim,), node)
+        return Op(plus(inner.rank, 1), "unsqueeze", (inner,), (negative,), node)
+    return Op(plus(inner.rank, 1), "unsqueeze", (inner,), (dim,), node)
 
 
 def _transpose(inner: Sym, a: int, b: int, node) -> Sym:
@@ -1016,15 +987,6 @@ def _lerp(start: Sym, end: Sym, weight: Sym) -> Sym:
     diff = Op(_broadcast_rank((end, start)), "sub", (end, start), (), None)
     scaled = Op(_broadcast_rank((weight, diff)), "mul", (weight, diff), (), None)
     return Op(_broadcast_rank((start, scaled)), "add", (start, scaled), (), None)
-
-
-def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
-    if (
-        isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString))
-        or node.lpar
-    ):
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 # -- the affine split ----------------------------------------------------------------------
@@ -1135,10 +1097,6 @@ class Lift:
         return self.time is None
 
 
-def integer(n: int) -> cst.BaseExpression:
-    return cst.Integer(str(n)) if n >= 0 else cst.UnaryOperation(cst.Minus(), cst.Integer(str(-n)))
-
-
 def method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression, **keywords) -> cst.Call:
     arguments = [cst.Arg(a) for a in args] + [
         cst.Arg(v, keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
@@ -1147,7 +1105,7 @@ def method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression, *
     arguments = [
         a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in arguments[:-1]
     ] + arguments[-1:]
-    return cst.Call(cst.Attribute(_atom(receiver), cst.Name(name)), arguments)
+    return cst.Call(cst.Attribute(atom(receiver), cst.Name(name)), arguments)
 
 
 def moved(lift: Lift, destination: int) -> Lift:
@@ -1161,12 +1119,18 @@ def moved(lift: Lift, destination: int) -> Lift:
             return Lift(lift.code, destination, lift.rank)
         if abs(source - target) == 1:
             return Lift(
-                method(lift.code, "transpose", integer(min(source, target)), integer(max(source, target))),
+                method(
+                    lift.code, "transpose", integer_literal(min(source, target)), integer_literal(max(source, target))
+                ),
                 destination,
                 lift.rank,
             )
-        return Lift(method(lift.code, "movedim", integer(source), integer(target)), destination, lift.rank)
-    return Lift(method(lift.code, "movedim", integer(lift.time), integer(destination)), destination, lift.rank)
+        return Lift(
+            method(lift.code, "movedim", integer_literal(source), integer_literal(target)), destination, lift.rank
+        )
+    return Lift(
+        method(lift.code, "movedim", integer_literal(lift.time), integer_literal(destination)), destination, lift.rank
+    )
 
 
 def to_right(lift: Lift) -> Lift:
@@ -1231,7 +1195,7 @@ class Lifter:
         elements = [
             e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
         ] + elements[-1:]
-        return cst.Subscript(_atom(sym.tensor), elements)
+        return cst.Subscript(atom(sym.tensor), elements)
 
     def _whole(self, sym: Timed, stop: cst.BaseExpression) -> bool:
         size = sym.size if sym.size is not None else f"{self.code(sym.tensor)}.shape[{sym.time}]"
@@ -1277,7 +1241,7 @@ class Lifter:
             else:
                 aligned.append(
                     Lift(
-                        method(lift.code, "unsqueeze", integer(target)),
+                        method(lift.code, "unsqueeze", integer_literal(target)),
                         None,
                         None if lift.rank is None else lift.rank + 1,
                         "tensor",
@@ -1310,7 +1274,9 @@ class Lifter:
                 fits = lift.rank is not None and (lift.rank >= dim if dim >= 0 else lift.rank >= -dim - 1)
                 if not fits and dim != -1:
                     return self.kernel_operands([moved(to_right(l), -1) if not l.constant else l for l in lifts])
-                ready.append(Lift(method(lift.code, "unsqueeze", integer(dim)), None, _plus(lift.rank, 1), "tensor"))
+                ready.append(
+                    Lift(method(lift.code, "unsqueeze", integer_literal(dim)), None, plus(lift.rank, 1), "tensor")
+                )
             else:
                 ready.append(lift if lift.time == dim else moved(to_right(lift), dim) if dim < 0 else moved(lift, dim))
         return ready, dim
@@ -1339,7 +1305,7 @@ class Lifter:
             )
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == sym.op:
             code = node.with_changes(
-                func=node.func.with_changes(value=_atom(left.code)), args=[node.args[0].with_changes(value=right.code)]
+                func=node.func.with_changes(value=atom(left.code)), args=[node.args[0].with_changes(value=right.code)]
             )
         else:
             operator = {"add": cst.Add, "sub": cst.Subtract, "mul": cst.Multiply, "div": cst.Divide}[sym.op]()
@@ -1361,9 +1327,9 @@ class Lifter:
     def _lift_neg(self, sym):
         inner = self.lift(sym.args[0])
         if isinstance(sym.node, cst.UnaryOperation):
-            code = sym.node.with_changes(expression=_atom(inner.code))
+            code = sym.node.with_changes(expression=atom(inner.code))
         else:
-            code = cst.UnaryOperation(cst.Minus(), _atom(inner.code))
+            code = cst.UnaryOperation(cst.Minus(), atom(inner.code))
         return Lift(code, inner.time, inner.rank, inner.kind, inner.key)
 
     def _lift_map(self, sym):
@@ -1371,9 +1337,9 @@ class Lifter:
         where = sym.params[0]
         node = sym.node
         if where == "receiver":
-            code = node.with_changes(func=node.func.with_changes(value=_atom(inner.code)))
+            code = node.with_changes(func=node.func.with_changes(value=atom(inner.code)))
         elif where == "left":
-            code = node.with_changes(left=_atom(inner.code))
+            code = node.with_changes(left=atom(inner.code))
         else:
             first = positional(node, 0)
             code = node.with_changes(args=[a.with_changes(value=inner.code) if a is first else a for a in node.args])
@@ -1395,18 +1361,18 @@ class Lifter:
         inner = self.lift(sym.args[0])
         d = sym.params[0]
         if inner.constant:
-            return Lift(method(inner.code, "unsqueeze", integer(d)), None, _plus(inner.rank, 1), inner.kind)
-        rank = _plus(inner.rank, 1)
+            return Lift(method(inner.code, "unsqueeze", integer_literal(d)), None, plus(inner.rank, 1), inner.kind)
+        rank = plus(inner.rank, 1)
         if d < 0:
             inner = to_right(inner)
             after_time, after_new = -inner.time - 1, -d - 1
             if after_new <= after_time:
-                return Lift(method(inner.code, "unsqueeze", integer(d)), inner.time - 1, rank)
-            return Lift(method(inner.code, "unsqueeze", integer(d - 1)), inner.time, rank)
+                return Lift(method(inner.code, "unsqueeze", integer_literal(d)), inner.time - 1, rank)
+            return Lift(method(inner.code, "unsqueeze", integer_literal(d - 1)), inner.time, rank)
         inner = to_left(inner)
         if d <= inner.time:
-            return Lift(method(inner.code, "unsqueeze", integer(d)), inner.time + 1, rank)
-        return Lift(method(inner.code, "unsqueeze", integer(d + 1)), inner.time, rank)
+            return Lift(method(inner.code, "unsqueeze", integer_literal(d)), inner.time + 1, rank)
+        return Lift(method(inner.code, "unsqueeze", integer_literal(d + 1)), inner.time, rank)
 
     def _dims(self, inner: Lift, dims: tuple[int, ...], rank: int | None) -> tuple[Lift, list[int], list[bool]]:
         """The lifted dims for step dims `dims`, and for each whether it lies before time."""
@@ -1429,7 +1395,11 @@ class Lifter:
         if inner.constant:
             raise Unsupported("a reduction of a constant inside the loop")
         inner, lifted, before = self._dims(inner, dims, sym.args[0].rank)
-        dim_code = integer(lifted[0]) if len(lifted) == 1 else cst.Tuple([cst.Element(integer(d)) for d in lifted])
+        dim_code = (
+            integer_literal(lifted[0])
+            if len(lifted) == 1
+            else cst.Tuple([cst.Element(integer_literal(d)) for d in lifted])
+        )
         keywords = {"keepdim": cst.Name("True")} if keepdim else {}
         code = method(inner.code, name, dim_code, **keywords)
         time = inner.time
@@ -1444,7 +1414,7 @@ class Lifter:
         inner = self.lift(sym.args[0])
         inner, lifted, before = self._dims(inner, sym.params, sym.args[0].rank)
         time = inner.time - (1 if before[0] else 0) if inner.time >= 0 else inner.time + (0 if before[0] else 1)
-        return Lift(method(inner.code, "squeeze", integer(lifted[0])), time, sym.rank)
+        return Lift(method(inner.code, "squeeze", integer_literal(lifted[0])), time, sym.rank)
 
     def _lift_slice(self, sym):
         dim, bound = sym.params
@@ -1462,16 +1432,16 @@ class Lifter:
         elements = [
             e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
         ] + elements[-1:]
-        return Lift(cst.Subscript(_atom(inner.code), elements), inner.time, inner.rank, key=inner.key)
+        return Lift(cst.Subscript(atom(inner.code), elements), inner.time, inner.rank, key=inner.key)
 
     def _lift_transpose(self, sym):
         inner = self.lift(sym.args[0])
         if inner.constant:
             return Lift(
-                method(inner.code, "transpose", *(integer(d) for d in sym.params)), None, inner.rank, inner.kind
+                method(inner.code, "transpose", *(integer_literal(d) for d in sym.params)), None, inner.rank, inner.kind
             )
         inner, lifted, _ = self._dims(inner, sym.params, sym.args[0].rank)
-        return Lift(method(inner.code, "transpose", *(integer(d) for d in lifted)), inner.time, sym.rank)
+        return Lift(method(inner.code, "transpose", *(integer_literal(d) for d in lifted)), inner.time, sym.rank)
 
     def _lift_dimwise(self, sym):
         dim, where = sym.params
@@ -1480,8 +1450,8 @@ class Lifter:
         node = sym.node
         if where == "receiver":
             code = node.with_changes(
-                func=node.func.with_changes(value=_atom(inner.code)),
-                args=[node.args[0].with_changes(value=integer(lifted[0]))],
+                func=node.func.with_changes(value=atom(inner.code)),
+                args=[node.args[0].with_changes(value=integer_literal(lifted[0]))],
             )
         else:
             first = positional(node, 0)
@@ -1490,7 +1460,7 @@ class Lifter:
                 if arg is first:
                     args.append(arg.with_changes(value=inner.code))
                 elif integer_value(arg.value) == dim:
-                    args.append(arg.with_changes(value=integer(lifted[0])))
+                    args.append(arg.with_changes(value=integer_literal(lifted[0])))
                 else:
                     args.append(arg)
             code = node.with_changes(args=args)
@@ -1500,7 +1470,7 @@ class Lifter:
 
     def _lift_matmul(self, sym):
         left, right = (self.lift(a) for a in sym.args)
-        low = [_min_rank(a) for a in sym.args]
+        low = [min_rank(a) for a in sym.args]
         if any(r < 2 for r in low):
             raise Unsupported("a matrix product of values that may be vectors")
         timed = [l for l in (left, right) if not l.constant]
@@ -1512,22 +1482,22 @@ class Lifter:
                 if lift.rank is None:
                     raise Unsupported(f"`{self.code(lift.code)}`: a matrix of unknown rank times a step value")
                 if lift.rank - 2 > -target - 3:
-                    lift = Lift(method(lift.code, "unsqueeze", integer(target)), None, lift.rank + 1)
+                    lift = Lift(method(lift.code, "unsqueeze", integer_literal(target)), None, lift.rank + 1)
                 operands.append(lift)
             else:
                 operands.append(moved(to_right(lift), target))
         node = sym.node
         if isinstance(node, cst.BinaryOperation):
-            code = node.with_changes(left=_atom(operands[0].code), right=_atom(operands[1].code))
+            code = node.with_changes(left=atom(operands[0].code), right=atom(operands[1].code))
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "matmul":
             code = node.with_changes(
-                func=node.func.with_changes(value=_atom(operands[0].code)),
+                func=node.func.with_changes(value=atom(operands[0].code)),
                 args=[node.args[0].with_changes(value=operands[1].code)],
             )
         elif isinstance(node, cst.Call):
             code = node.with_changes(args=[a.with_changes(value=o.code) for a, o in zip(node.args, operands)])
         else:
-            code = cst.BinaryOperation(_atom(operands[0].code), cst.MatrixMultiply(), _atom(operands[1].code))
+            code = cst.BinaryOperation(atom(operands[0].code), cst.MatrixMultiply(), atom(operands[1].code))
         return Lift(code, target, sym.rank)
 
     def _lift_einsum(self, sym):
@@ -1574,10 +1544,10 @@ def _rank_of(lift: Lift):
 def _operand(code: cst.BaseExpression, operator, side: str) -> cst.BaseExpression:
     """`code` as an operand of `operator`, parenthesized where Python's precedence needs it."""
     if not isinstance(code, cst.BinaryOperation) or code.lpar:
-        return code if not isinstance(code, cst.UnaryOperation) or not isinstance(operator, cst.Power) else _atom(code)
+        return code if not isinstance(code, cst.UnaryOperation) or not isinstance(operator, cst.Power) else atom(code)
     inner, outer = _precedence(code.operator), _precedence(operator)
     if inner < outer or (inner == outer and side == "right" and not isinstance(operator, (cst.Add, cst.Multiply))):
-        return _atom(code)
+        return atom(code)
     return code
 
 
@@ -1591,21 +1561,21 @@ def _precedence(operator) -> int:
     return 0
 
 
-def _min_rank(sym: Sym) -> int:
+def min_rank(sym: Sym) -> int:
     """A lower bound of a step value's rank."""
     if sym.rank is not None:
         return sym.rank
     if isinstance(sym, Timed):
         return sym.time if sym.time >= 0 else -sym.time - 1
     if isinstance(sym, Op) and sym.op == "unsqueeze":
-        low = _min_rank(sym.args[0]) + 1
+        low = min_rank(sym.args[0]) + 1
         if len(sym.params) > 1:
             low = max(low, sym.params[1])
         return max(low, sym.params[0] + 1) if sym.params[0] >= 0 else low
     if isinstance(sym, Op) and sym.op == "slice":
-        return max(_min_rank(sym.args[0]), sym.params[0] + 1 if sym.params[0] >= 0 else -sym.params[0])
+        return max(min_rank(sym.args[0]), sym.params[0] + 1 if sym.params[0] >= 0 else -sym.params[0])
     if isinstance(sym, Op) and sym.op in ("map", "neg", "transpose"):
-        return _min_rank(sym.args[0])
+        return min_rank(sym.args[0])
     if isinstance(sym, Op) and sym.op in ("add", "sub", "mul", "div"):
-        return max(_min_rank(a) for a in sym.args)
+        return max(min_rank(a) for a in sym.args)
     return 0

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import libcst as cst
 
-from codemod.analysis.index import _fields as _code_fields
+from codemod.analysis.index import node_fields
 
 _state = threading.local()
 _ORIGINAL_VISIT = cst.CSTNode.visit
@@ -47,7 +47,7 @@ def _visit(self: cst.CSTNode, visitor):
         return _ORIGINAL_VISIT(self, visitor)
     if visitor.on_visit(self):
         # Fields that hold code only: whitespace, brackets and commas hold no names.
-        for name in _code_fields(type(self)):
+        for name in node_fields(type(self)):
             value = getattr(self, name)
             if type(value) in (list, tuple):
                 if value and _is_node(value[0]):

@@ -5,9 +5,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.names import integer_value, kwarg, number_value, positional
+from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, number_value, positional
 from codemod.analysis.tensor_layout import Spec, attributes, layouts, normalize_dim, read_names, reads
-from codemod.analysis.time_loops import _dotted, integer
 from codemod.analysis.torch_facts import DROPOUTS, SDPA, SOFTMAXES, functional_alias
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -421,7 +420,7 @@ def attend(q, k, v, mask):
 
     def _qualified(self, func) -> set[str]:
         """The imported names `func` refers to; none for a method of a computed value."""
-        return self.context.names.of(func) if _dotted(func) else set()
+        return self.context.names.of(func) if is_dotted_name(func) else set()
 
     # -- the product ---------------------------------------------------------------
 
@@ -622,7 +621,7 @@ def attend(q, k, v, mask):
             if arg is None or integer_value(arg.value) is None:
                 return None
             dims.append(integer_value(arg.value))
-        return integer(dims[0]) if len(set(dims)) == 1 else None
+        return integer_literal(dims[0]) if len(set(dims)) == 1 else None
 
     def _cast_input(self, expr) -> cst.BaseExpression | None:
         """x for casts of the weights back to the inputs' dtype: `x.type_as(q)`, `x.to(q.dtype)`,
@@ -824,7 +823,7 @@ def attend(q, k, v, mask):
                 raise _NoMatch("a boolean mask added to the scores")
             total = None
             for mask in reversed(masks):  # masks were read from the last applied back
-                part = _parenthesized(mask.condition.with_changes(lpar=[], rpar=[]))
+                part = atom(mask.condition.with_changes(lpar=[], rpar=[]))
                 total = part if total is None else cst.BinaryOperation(total, cst.Add(), part)
             attention.mask = total
             return
@@ -839,7 +838,7 @@ def attend(q, k, v, mask):
                     "whose keys are all masked would average the values instead of giving zeros"
                 )
             condition = mask.condition.with_changes(lpar=[], rpar=[])
-            keeps.append(_parenthesized(condition if mask.kind == "keep" else _negated(condition)))
+            keeps.append(atom(condition if mask.kind == "keep" else _negated(condition)))
         if any(self._fill(m.value) != "-inf" for m in masks):
             raise _NoMatch(
                 "a finite fill beside another mask: a row whose keys are all masked would average the values"
@@ -1355,7 +1354,7 @@ class _Chain:
                 return j, statement, "optional", skipped
             if isinstance(simple, cst.Assign) and name in _bound_names(simple):
                 return j, statement, "other", skipped
-            if name in _statement_binds(statement):
+            if name in self.rule.context.bound_in(statement):
                 return j, statement, "other", skipped
             skipped.append(j)  # kept where it is; what it reads and binds is checked against the chain
         return None
@@ -1467,7 +1466,7 @@ class _Chain:
             bound_here = (
                 set().union(*(_bound_names(small) for small in skipped.body))
                 if isinstance(skipped, cst.SimpleStatementLine)
-                else _statement_binds(skipped)
+                else context.bound_in(skipped)
             )
             for expr in moved:
                 if self._position(expr) > j:
@@ -1552,7 +1551,7 @@ class _MaskReader:
             return _flip(self.read(expr.expression, depth + 1))
         if isinstance(expr, cst.Call):
             func = expr.func
-            qualified = names.of(func) if _dotted(func) else set()
+            qualified = names.of(func) if is_dotted_name(func) else set()
             if isinstance(func, cst.Attribute) and not qualified:
                 method = func.attr.value
                 receiver = func.value
@@ -1637,13 +1636,6 @@ class _MaskReader:
         if self.rule._fill(value) != "-inf":
             return None
         return "additive" if self.read(condition, depth + 1) == "upper" else None
-
-
-def _statement_binds(statement) -> set[str]:
-    """Names a (compound) statement binds anywhere in it."""
-    from codemod.analysis.time_loops import _bound_in
-
-    return _bound_in(statement)
 
 
 def _flip(meaning):
@@ -1740,7 +1732,7 @@ def _negated(condition: cst.BaseExpression) -> cst.BaseExpression:
         and not condition.args
     ):
         return condition.func.value
-    return cst.UnaryOperation(cst.BitInvert(), _parenthesized(condition))
+    return cst.UnaryOperation(cst.BitInvert(), atom(condition))
 
 
 def _permuted(expr: cst.BaseExpression, letters, target) -> cst.BaseExpression:
@@ -1772,17 +1764,11 @@ def _permuted(expr: cst.BaseExpression, letters, target) -> cst.BaseExpression:
     )
 
 
-def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expr.lpar:
-        return expr
-    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
 def _reciprocal(divisor: cst.BaseExpression) -> cst.BaseExpression:
     """`1 / divisor`, parenthesizing a divisor that binds less tightly than `/`'s right operand."""
     divisor = divisor.with_changes(lpar=[], rpar=[])
     if isinstance(divisor, cst.BinaryOperation) and not isinstance(divisor.operator, cst.Power):
-        divisor = _parenthesized(divisor)
+        divisor = atom(divisor)
     return cst.BinaryOperation(cst.Integer("1"), cst.Divide(), divisor)
 
 

@@ -8,7 +8,7 @@ from libcst.metadata import Assignment
 from codemod.analysis import match as m
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_value, names_read
+from codemod.analysis.names import integer_literal, integer_value, names_read
 from codemod.analysis.torch_facts import (
     CROSS_ENTROPY,
     CROSS_ENTROPY_MODULES,
@@ -968,7 +968,7 @@ def _combine(left: int | cst.BaseExpression, right: int | cst.BaseExpression, pl
 
 def _node(value: int | cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(value, int):
-        return cst.Integer(str(value)) if value >= 0 else cst.UnaryOperation(cst.Minus(), cst.Integer(str(-value)))
+        return integer_literal(value)
     return value
 
 

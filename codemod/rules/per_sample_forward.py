@@ -9,7 +9,7 @@ from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_value, kwarg, method_name, names_read
+from codemod.analysis.names import atom, integer_value, kwarg, method_name, names_read
 from codemod.analysis.torch_facts import (
     BATCH_MIXING_LAYERS,
     COUNTED_LOSSES,
@@ -1474,25 +1474,6 @@ def _prepend_full(updated: cst.Subscript) -> cst.Subscript:
     return updated.with_changes(slice=[_full_element(True), *updated.slice])
 
 
-def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`node` in parentheses unless it is an atom (or already parenthesized)."""
-    atoms = (
-        cst.Name,
-        cst.Attribute,
-        cst.Call,
-        cst.Subscript,
-        cst.Integer,
-        cst.Float,
-        cst.SimpleString,
-        cst.List,
-        cst.Tuple,
-        cst.Dict,
-    )
-    if isinstance(node, atoms) or node.lpar:
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
 def _parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` as the left operand of `*`: parentheses around lower-precedence operations."""
     if (
@@ -1505,12 +1486,12 @@ def _parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
 
 def _flattened(updated: cst.BaseExpression) -> cst.Call:
     """`e` -> `e.flatten(0, 1)`: a batch of rows with their sample dimension merged into the next."""
-    return cst.parse_expression(f"{cst.Module([]).code_for_node(_atom(updated))}.flatten(0, 1)")
+    return cst.parse_expression(f"{cst.Module([]).code_for_node(atom(updated))}.flatten(0, 1)")
 
 
 def _view_batch(updated: cst.Call) -> cst.Call:
     """`row.view(1, -1)` (receiver already the batch) -> `batch.view(batch.size(0), -1)`."""
-    receiver = cst.Module([]).code_for_node(_atom(updated.func.value))
+    receiver = cst.Module([]).code_for_node(atom(updated.func.value))
     first = updated.args[0].with_changes(value=cst.parse_expression(f"{receiver}.size(0)"))
     return updated.with_changes(args=[first, *updated.args[1:]])
 
@@ -1666,7 +1647,7 @@ class _Substitute(cst.CSTTransformer):
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         if id(original) in self.reads:
-            return _atom(cst.parse_expression(self.texts[original.value]))
+            return atom(cst.parse_expression(self.texts[original.value]))
         return updated
 
 

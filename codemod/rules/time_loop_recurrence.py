@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.names import integer_value
+from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name
 from codemod.analysis.tensor_layout import SAME_SHAPE_FUNCTIONS, layouts, read_names
 from codemod.analysis.time_loops import (
     ONE,
@@ -20,12 +20,9 @@ from codemod.analysis.time_loops import (
     Sym,
     TimeLoop,
     Unsupported,
-    _atom,
-    _dotted,
-    _min_rank,
-    _plus,
-    integer,
+    min_rank,
     moved,
+    plus,
     same,
     states_in,
     to_right,
@@ -357,7 +354,7 @@ def ema(a, x):
         """Is a state (maybe through temporaries) an argument of a call that is not an
         elementwise torch function or tensor method?"""
         func = call.func
-        names = self.context.names.of(func) if _dotted(func) else set()
+        names = self.context.names.of(func) if is_dotted_name(func) else set()
         if any(n.startswith("torch.") and n.rsplit(".", 1)[1] in ELEMENTWISE_NAMES for n in names):
             return False
         if isinstance(func, cst.Attribute) and not names and func.attr.value in TENSOR_METHODS_OK:
@@ -640,7 +637,7 @@ def ema(a, x):
                 if lifted.kind == "number" or lifted.rank == 0:
                     w = lifted.code
                 elif lifted.rank is not None:
-                    w = _call_method(lifted.code, "unsqueeze", integer(-2))
+                    w = _call_method(lifted.code, "unsqueeze", integer_literal(-2))
                 else:
                     raise Unsupported(f"the decay `{self.context.source(lifted.code)}` is constant but of unknown rank")
             else:
@@ -651,7 +648,7 @@ def ema(a, x):
             keywords.append(("u", cst.Float("0.0") if plan.u is None else lifter.lift(plan.u).code))
         initial = cst.Name(name)
         if plan.key == -1:
-            initial = _call_method(initial, "transpose", integer(-1), integer(-2))
+            initial = _call_method(initial, "transpose", integer_literal(-1), integer_literal(-2))
         keywords.append(("initial_state", initial))
         for key, value in keywords:
             args.append(cst.Arg(value, keyword=cst.Name(key), equal=_tight()))
@@ -661,7 +658,7 @@ def ema(a, x):
         result.statements.append(_assign([out_name, name], call))
         if plan.key == -1:
             result.statements.append(
-                _assign([name], _call_method(cst.Name(name), "transpose", integer(-1), integer(-2)))
+                _assign([name], _call_method(cst.Name(name), "transpose", integer_literal(-1), integer_literal(-2)))
             )
         result.names[name] = out_name
         result.fresh.add(out_name)
@@ -695,7 +692,7 @@ def ema(a, x):
             cst.Arg(a_lift.code),
             cst.Arg(x_lift.code),
             cst.Arg(cst.Name(name)),
-            cst.Arg(integer(time), keyword=cst.Name("dim"), equal=_tight()),
+            cst.Arg(integer_literal(time), keyword=cst.Name("dim"), equal=_tight()),
         ]
         final = name in final_reads
         if before:
@@ -817,7 +814,7 @@ def ema(a, x):
             receiver = target.value
         else:
             placed = moved(to_right(value), -1)
-            receiver = _call_method(target.value, "movedim", integer(output.slot_time), integer(-1))
+            receiver = _call_method(target.value, "movedim", integer_literal(output.slot_time), integer_literal(-1))
             elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)]
         elements = [
             e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
@@ -869,7 +866,7 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
     left one counted from the right."""
     if isinstance(sym, Op) and sym.op in ("map", "neg") and len(sym.args) == 1:
         inner = _unsq(sym.args[0], dim, rank)
-        return None if inner is None else Op(_plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
+        return None if inner is None else Op(plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
     if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] == dim:
         return sym.args[0]
     if (
@@ -879,7 +876,7 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
         and sym.rank is None
         and rank is not None
         and sym.params[0] - rank == dim
-        and _min_rank(sym) >= rank
+        and min_rank(sym) >= rank
     ):
         return sym.args[0]
     if isinstance(sym, Const) and sym.kind != "number":
@@ -932,7 +929,7 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
                     inner = node.with_changes(slice=rest)
                 return Const(len(kinds) - 1, inner, sym.kind)
         if inner is not None:
-            return Const(_plus(sym.rank, -1), inner, sym.kind)
+            return Const(plus(sym.rank, -1), inner, sym.kind)
     return None
 
 
@@ -1080,7 +1077,7 @@ def _collect_reads(sym: Sym | None, state: State, found: list, code) -> bool:
         return True
     read = _read_out(sym, state, code)
     if read is not None:
-        rank = sym.rank if read[4] is None else _plus(sym.rank, -1)
+        rank = sym.rank if read[4] is None else plus(sym.rank, -1)
         found.append((*read[:4], rank))
         return _collect_reads(read[0], state, found, code)
     if isinstance(sym, (Prev, New)) and sym.state == state.name:
@@ -1096,7 +1093,7 @@ def _replace_reads(sym: Sym, name: str, plan: _Attention, code) -> Sym:
         if read is not None:
             result: Sym = Read(plan.rank, name)
             if read[4] is not None:
-                result = Op(_plus(plan.rank, 1), "unsqueeze", (result,), (read[4],), None)
+                result = Op(plus(plan.rank, 1), "unsqueeze", (result,), (read[4],), None)
             return result
         args = tuple(_replace_reads(a, name, plan, code) for a in sym.args)
         if any(n is not o for n, o in zip(args, sym.args)):
@@ -1194,7 +1191,7 @@ def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
 
 
 def _call_method(receiver, name, *args) -> cst.Call:
-    return cst.Call(cst.Attribute(_atom(receiver), cst.Name(name)), _commas([cst.Arg(a) for a in args]))
+    return cst.Call(cst.Attribute(atom(receiver), cst.Name(name)), _commas([cst.Arg(a) for a in args]))
 
 
 def _assign(targets: list[str], value: cst.BaseExpression) -> cst.SimpleStatementLine:
@@ -1209,12 +1206,13 @@ def _last(states: cst.BaseExpression, time: int) -> cst.BaseExpression:
     """The last step of `states` (time at `time`)."""
     if time >= 0:
         elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * time + [
-            cst.SubscriptElement(cst.Index(integer(-1)))
+            cst.SubscriptElement(cst.Index(integer_literal(-1)))
         ]
     else:
-        elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(cst.Index(integer(-1)))] + [
-            cst.SubscriptElement(cst.Slice(lower=None, upper=None))
-        ] * (-1 - time)
+        elements = [
+            cst.SubscriptElement(cst.Index(cst.Ellipsis())),
+            cst.SubscriptElement(cst.Index(integer_literal(-1))),
+        ] + [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - time)
     elements = [
         e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
     ] + elements[-1:]
