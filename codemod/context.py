@@ -11,6 +11,7 @@ import libcst as cst
 from libcst.metadata import Scope
 
 from codemod.analysis.bindings import Bindings
+from codemod.analysis.command_line import CommandLine
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.kinds import Kinds
 from codemod.analysis.loaders import Loaders
@@ -81,6 +82,10 @@ class FileContext:
         if found is None:
             found = self._shared[key] = build(self)
         return found
+
+    @cached_property
+    def command_line(self) -> CommandLine:
+        return CommandLine(self.index)
 
     @cached_property
     def _stored(self) -> set[int]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
@@ -965,7 +966,8 @@ class Loaders:
                 return self.setting(values[0], depth + 1)
             return None
         if isinstance(expr, cst.Attribute):
-            default = self._argparse_default(expr.attr.value) if self._parsed_arguments(expr.value) else None
+            option = self.context.command_line.option(expr.attr.value) if self._parsed_arguments(expr.value) else None
+            default = option.default if option is not None else None
             if default is not None:
                 return self.setting(default, depth + 1)
             values = self.kinds.self_attribute_values(expr) or []
@@ -1018,44 +1020,8 @@ class Loaders:
             return False
         values = [value for value, _ in self.bound_values(expr)]
         return bool(values) and all(
-            (isinstance(v, cst.Call) and method_name(v) in ("parse_args", "parse_known_args"))
-            or (
-                isinstance(v, cst.Subscript)
-                and isinstance(v.value, cst.Call)
-                and method_name(v.value) == "parse_known_args"
-            )
-            or (isinstance(v, cst.Name) and self._parsed_arguments(v))
-            for v in values
+            is_parse_call(v) or (isinstance(v, cst.Name) and self._parsed_arguments(v)) for v in values
         )
-
-    def _argparse_default(self, dest: str) -> cst.BaseExpression | None:
-        """The `default=` of the one `add_argument("--dest")` (or `--de-st`) of this file."""
-        table = self._argparse
-        return table.get(dest)
-
-    @functools.cached_property
-    def _argparse(self) -> dict[str, cst.BaseExpression]:
-        found: dict[str, list[cst.BaseExpression]] = {}
-        for call in self.index.find(cst.Call):
-            if method_name(call) != "add_argument" or not call.args:
-                continue
-            flags = [
-                a.value.evaluated_value
-                for a in call.args
-                if a.keyword is None
-                and isinstance(a.value, cst.SimpleString)
-                and isinstance(a.value.evaluated_value, str)
-            ]
-            dest = kwarg(call, "dest")
-            name = (
-                dest.value.evaluated_value
-                if dest is not None and isinstance(dest.value, cst.SimpleString)
-                else next((f.lstrip("-").replace("-", "_") for f in flags if f.startswith("--")), None)
-            )
-            default = kwarg(call, "default")
-            if name:
-                found.setdefault(name, []).append(default.value if default is not None else None)
-        return {name: values[0] for name, values in found.items() if len(values) == 1 and values[0] is not None}
 
     # -- what a **kwargs dict holds ----------------------------------------------------------
 

@@ -35,6 +35,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import argument_for
+from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.torch_facts import (
@@ -196,8 +197,7 @@ class Training:
         self.parents = context.parents
         self.steps = context.loops
         self._calls: list[cst.Call] = self.index.find(cst.Call)
-        self._device_types: dict[tuple[cst.CSTNode, int], frozenset[str] | None] = {}
-        self._argparse_options: dict[str, cst.Call] | None = None
+        self._device_types: dict[tuple[cst.CSTNode, int, bool], frozenset[str] | None] = {}
         self._float64_constructions: dict[str, cst.CSTNode | None] = {}
         self._sites_of_bindings: dict[int, tuple[object, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]] = {}
         self._assignments = self._index_assignments()
@@ -436,20 +436,24 @@ class Training:
             )
         return found
 
-    def device_types(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[str] | None:
+    def device_types(
+        self, expr: cst.BaseExpression | None, depth: int = 0, written: bool = False
+    ) -> frozenset[str] | None:
         """The device types (`"cuda"`, `"cpu"`, `"mps"`, ...) a device expression may
         name, followed through names, `self.` attributes, attributes of config objects
         of this file (dataclass defaults included), argparse options limited by
         `choices`, and what functions of this file return; None when it may be
-        anything (a parameter, an argparse option without choices, `x.device`)."""
+        anything (a parameter, an argparse option without choices, `x.device`).
+        `written`: those of the script run as written, where an argparse option
+        without choices takes its default."""
         if expr is None or depth > MAX_DEPTH:
             return None
-        key = (expr, depth)  # the depth matters only where the look-up is cut off
+        key = (expr, depth, written)  # the depth matters only where the look-up is cut off
         if key not in self._device_types:
-            self._device_types[key] = self._compute_device_types(expr, depth)
+            self._device_types[key] = self._compute_device_types(expr, depth, written)
         return self._device_types[key]
 
-    def _compute_device_types(self, expr: cst.BaseExpression, depth: int) -> frozenset[str] | None:
+    def _compute_device_types(self, expr: cst.BaseExpression, depth: int, written: bool) -> frozenset[str] | None:
         if isinstance(expr, cst.SimpleString):
             value = expr.evaluated_value
             match = DEVICE_STRING.match(value) if isinstance(value, str) else None
@@ -459,17 +463,19 @@ class Training:
         if isinstance(expr, cst.FormattedString):
             return frozenset({"cuda"}) if self.kinds.is_device(expr) else None
         if isinstance(expr, cst.IfExp):
-            return _union(self.device_types(expr.body, depth + 1), self.device_types(expr.orelse, depth + 1))
+            return _union(
+                self.device_types(expr.body, depth + 1, written), self.device_types(expr.orelse, depth + 1, written)
+            )
         if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
             first = positional(expr, 0) or kwarg(expr, "type")
-            return self.device_types(first.value if first else None, depth + 1)
+            return self.device_types(first.value if first else None, depth + 1, written)
         if isinstance(expr, cst.Call):
             returned = self.steps.returned(expr)
             if returned is not None:
-                return _union(*(self.device_types(v, depth + 1) for v in returned))
+                return _union(*(self.device_types(v, depth + 1, written) for v in returned))
             return None
         if isinstance(expr, cst.Lambda):
-            return self.device_types(expr.body, depth + 1)
+            return self.device_types(expr.body, depth + 1, written)
         if (
             isinstance(expr, cst.Subscript)
             and isinstance(expr.value, cst.Name)
@@ -484,19 +490,20 @@ class Training:
                 if found is None:
                     return None
                 values.append(found)
-            return _union(*(self.device_types(v, depth + 1) for v in values)) if values else None
+            return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
         if isinstance(expr, cst.Name):
             sources = self.value_sources(expr)
-            return _union(*(self.device_types(s, depth + 1) for s in sources)) if sources else None
+            return _union(*(self.device_types(s, depth + 1, written) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
-            values = self._attribute_values(expr)
-            return _union(*(self.device_types(v, depth + 1) for v in values)) if values else None
+            values = self._attribute_values(expr, written)
+            return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
         return None
 
-    def _attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression]:
+    def _attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
         """What `obj.attr` may hold: `self.attr = ...` in the methods of its class; an
-        argparse option (its `choices`, else nothing is known); the default of a field of
-        a config class of this file and the keyword its construction passes."""
+        argparse option (its `choices`, else nothing is known; its default, `written`);
+        the default of a field of a config class of this file and the keyword its
+        construction passes."""
         steps = self.steps
         if not isinstance(expr.value, cst.Name):
             return []
@@ -508,8 +515,13 @@ class Training:
         if not sources:
             return []
         for source in sources:
-            if isinstance(source, cst.Call) and method_name(source) == "parse_args":
-                return self._argparse_choices(attr)
+            if is_parse_call(source):
+                option = self.context.command_line.option(attr)
+                if option is None:
+                    return []
+                if option.choices is not None:
+                    return list(option.choices)
+                return [option.default] if written and option.default is not None else []
             if isinstance(source, cst.Call):
                 cls = sole_definition(self.context.scopes, source.func, cst.ClassDef)
                 if cls is None:
@@ -527,34 +539,6 @@ class Training:
             else:
                 return []
         return values
-
-    def _argparse_choices(self, dest: str) -> list[cst.BaseExpression]:
-        """The `choices` of the argparse option stored in `dest`; empty when it takes any value."""
-        if self._argparse_options is None:
-            options: dict[str, cst.Call] = {}  # dest -> the first `add_argument` call that stores it
-            for call in self._calls:
-                if method_name(call) != "add_argument":
-                    continue
-                stored = kwarg(call, "dest")
-                if stored is None:
-                    flags = [
-                        a.value.evaluated_value
-                        for a in call.args
-                        if a.keyword is None and isinstance(a.value, cst.SimpleString)
-                    ]
-                    dests = {f.lstrip("-").replace("-", "_") for f in flags if isinstance(f, str)}
-                elif isinstance(stored.value, cst.SimpleString):
-                    dests = {stored.value.evaluated_value}
-                else:
-                    dests = set()
-                for name in dests:
-                    options.setdefault(name, call)
-            self._argparse_options = options
-        call = self._argparse_options.get(dest)
-        choices = kwarg(call, "choices") if call is not None else None
-        if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set)):
-            return [e.value for e in choices.value.elements]
-        return []
 
     def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
         """Every place a device expression may point to: `"cuda" if ok else "cpu"`

@@ -26,6 +26,11 @@ UNKNOWN_DEVICE = (
     "(not fixed: the device cannot be told)"
 )
 UNFUSED = "optimizer steps without fused kernels; pass fused=True"
+DEFAULT_DEVICE = (
+    "optimizer steps without fused kernels though `{device}` is {types} as the script is written, "
+    "where fused kernels exist; pass fused= for those device types (another device given on the "
+    "command line keeps the unfused step)"
+)
 PREPARED = (
     "optimizer steps without fused kernels; pass fused=True if `{prepare}` puts the model on CUDA "
     "(not fixed: the device is chosen there)"
@@ -70,6 +75,14 @@ PREAMBLE = """\
 import torch
 import torch.nn as nn
 device = torch.device("cuda")
+"""
+ARGPARSE_DEVICE = """\
+import argparse
+import torch
+import torch.nn as nn
+ap = argparse.ArgumentParser()
+ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+args = ap.parse_args()
 """
 
 
@@ -290,6 +303,31 @@ class UnfusedOptimizer(Rule):
             "a device the analysis cannot tell",
         ),
         Invalid(
+            ARGPARSE_DEVICE + "device = torch.device(args.device)\nmodel = nn.Linear(8, 1).to(device)\n"
+            "opt = torch.optim.AdamW(model.parameters(), lr=3e-4)\n",
+            ARGPARSE_DEVICE + "device = torch.device(args.device)\nmodel = nn.Linear(8, 1).to(device)\n"
+            'opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device.type in ("cuda", "cpu"))\n',
+            "an argparse device whose default is CUDA or the CPU: fused on those, as the option may name another",
+        ),
+        Invalid(
+            ARGPARSE_DEVICE + "model = nn.Linear(8, 1).to(args.device)\nopt = torch.optim.Adam(model.parameters())\n",
+            None,
+            "the option's string read where it is used: no name for the guard to read",
+        ),
+        Invalid(
+            ARGPARSE_DEVICE + "device = args.device\nmodel = nn.Linear(8, 1).to(device)\n"
+            "opt = torch.optim.Adam(model.parameters())\n",
+            ARGPARSE_DEVICE + "device = args.device\nmodel = nn.Linear(8, 1).to(device)\n"
+            'opt = torch.optim.Adam(model.parameters(), fused=torch.device(device).type in ("cuda", "cpu"))\n',
+            "the device as a string",
+        ),
+        Invalid(
+            ARGPARSE_DEVICE + "device = torch.device(args.device)\nmodel = nn.Linear(8, 1).to(device)\n"
+            "device = torch.device('cpu')\nopt = torch.optim.Adam(model.parameters())\n",
+            None,
+            "the name is rebound between the move and the optimizer",
+        ),
+        Invalid(
             PREAMBLE + "model = nn.Linear(8, 1).to(device)\nscale = torch.ones(1, requires_grad=True)\n"
             "opt = torch.optim.AdamW(list(model.parameters()) + [scale])\n",
             None,
@@ -349,10 +387,39 @@ class UnfusedOptimizer(Rule):
                 return  # a device without fused kernels (XLA, ...)
         elif not frozenset().union(*(model.places for model in placed)) & {Place.CUDA, Place.UNKNOWN}:
             return
+        device = placed[0].device
+        guard = self._device_type_guard(device, node) if device is not None else None
+        if guard is not None:
+            types = " or ".join(sorted(training.device_types(device, written=True), key=_cuda_first))
+            self._fuse(node, DEFAULT_DEVICE.format(device=devices.pop(), types=types), guard)
+            return
         self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
 
-    def _fuse(self, node: cst.Call, message: str | None) -> None:
-        """Pass `fused=True`, unless the script asks for exact float32 results."""
+    def _device_type_guard(self, device: cst.BaseExpression, at: cst.Call) -> cst.BaseExpression | None:
+        """`device.type in ("cuda", "cpu")`, over the types `device` has as the script is
+        written (an argparse default) when all have fused kernels and the name means the
+        same at the optimizer; None otherwise."""
+        training = self.context.training
+        written = training.device_types(device, written=True)
+        if not written or not written <= FUSED_DEVICE_TYPES or not isinstance(device, cst.Name):
+            return None
+        scope = self.context.scopes.get(device)
+        if scope is None or scope is not self.context.scopes.get(at) or len(scope[device.value]) != 1:
+            return None  # `device` is another function's, or rebound: it may mean something else there
+        sources = training.value_sources(device)
+        if sources and all(isinstance(s, cst.Call) and self.context.names.is_(s.func, "torch.device") for s in sources):
+            device_type = f"{device.value}.type"
+        elif sources and all(s is not None and training.device_types(s, written=True) for s in sources):
+            device_type = f"torch.device({device.value}).type"
+        else:
+            return None
+        types = sorted(written, key=_cuda_first)
+        if len(types) == 1:
+            return cst.parse_expression(f'{device_type} == "{types[0]}"')
+        return cst.parse_expression(f"{device_type} in ({', '.join(f'{t!r}' for t in types)})".replace("'", '"'))
+
+    def _fuse(self, node: cst.Call, message: str | None, value: cst.BaseExpression | None = None) -> None:
+        """Pass `fused=True` (or `fused=value`), unless the script asks for exact float32 results."""
         exact = self.context.training.exact_float32
         if exact is not None:
             self.report(
@@ -361,7 +428,7 @@ class UnfusedOptimizer(Rule):
                 f"{self.context.line(exact)}; the fused kernel rounds differently)",
             )
             return
-        self.report(node, message, edits=[AddKeyword(node, "fused", cst.Name("True"))])
+        self.report(node, message, edits=[AddKeyword(node, "fused", value or cst.Name("True"))])
 
     def _may_be_cuda(self, placed: list[Model]) -> bool:
         training = self.context.training
@@ -679,6 +746,10 @@ class UnfusedOptimizer(Rule):
             arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
             for arg in self.context.index.find(cst.Arg)
         )
+
+
+def _cuda_first(device_type: str) -> tuple[bool, str]:
+    return device_type != "cuda", device_type
 
 
 def _short(code: str) -> str:

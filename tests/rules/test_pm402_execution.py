@@ -10,6 +10,7 @@ about two orders of magnitude of headroom and still catches a wrong update:
 dropping AdamW's weight decay of 0.01 moves the parameters by 4.5e-4.
 """
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,9 @@ def adamw_parameters(fused: bool, seed: int, weight_decay: float = 0.01) -> torc
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-@pytest.mark.parametrize("case", ["adamw_decay_groups", "sgd_momentum"])
-def test_rewritten_script_trains_within_tolerance(case):
+@pytest.mark.parametrize("case", ["adamw_decay_groups", "sgd_momentum", "adam_argparse_device"])
+def test_rewritten_script_trains_within_tolerance(case, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [f"{case}.py"])  # the scripts that parse options take their defaults
     source = (FIXTURES / f"{case}.in.py").read_text()
     new_source = rewrite(source, [UnfusedOptimizer])
     assert new_source == (FIXTURES / f"{case}.out.py").read_text()

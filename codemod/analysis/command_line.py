@@ -1,0 +1,82 @@
+"""The command-line options a file declares with argparse: for each destination
+(`args.lr`), the `add_argument` call that declares it, its `default=` and its
+`choices=`. Analyses read a setting through here (the value a script runs with
+as written is its option's default; the values it may run with are its choices,
+or anything where it has none).
+
+A destination declared twice (two parsers, or a flag and a `dest=` of the same
+name) is left unknown: which one a run parses cannot be told from the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from codemod.analysis.index import TreeIndex
+from codemod.analysis.names import kwarg, method_name
+
+PARSE_METHODS = ("parse_args", "parse_known_args")
+
+
+@dataclass(frozen=True)
+class Option:
+    call: cst.Call  # the add_argument call
+    default: cst.BaseExpression | None  # its `default=`; None where it has none
+    choices: tuple[cst.BaseExpression, ...] | None  # the literal `choices=`; None where any value goes
+
+
+class CommandLine:
+    def __init__(self, index: TreeIndex) -> None:
+        declared: dict[str, list[cst.Call]] = {}
+        for call in index.find(cst.Call):
+            if method_name(call) == "add_argument" and call.args:
+                dest = _destination(call)
+                if dest is not None:
+                    declared.setdefault(dest, []).append(call)
+        self._options = {dest: _option(calls[0]) for dest, calls in declared.items() if len(calls) == 1}
+
+    def option(self, dest: str) -> Option | None:
+        """The option stored in `args.<dest>`, when one `add_argument` of this file declares it."""
+        return self._options.get(dest)
+
+
+def is_parse_call(expr: cst.BaseExpression) -> bool:
+    """`parser.parse_args()`, `parser.parse_known_args()[0]`: the namespace of options."""
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Call):
+        return method_name(expr.value) == "parse_known_args"
+    return isinstance(expr, cst.Call) and method_name(expr) in PARSE_METHODS
+
+
+def _destination(call: cst.Call) -> str | None:
+    """argparse's dest: `dest=`, else the first long flag (`--max-lr` -> `max_lr`), else the
+    first short flag, else the positional name."""
+    stored = kwarg(call, "dest")
+    if stored is not None:
+        value = stored.value.evaluated_value if isinstance(stored.value, cst.SimpleString) else None
+        return value if isinstance(value, str) else None
+    flags = [
+        a.value.evaluated_value
+        for a in call.args
+        if a.keyword is None and isinstance(a.value, cst.SimpleString) and isinstance(a.value.evaluated_value, str)
+    ]
+    if not flags:
+        return None
+    chosen = next((f for f in flags if f.startswith("--")), flags[0])
+    return chosen.lstrip("-").replace("-", "_") or None
+
+
+def _option(call: cst.Call) -> Option:
+    default = kwarg(call, "default")
+    choices = kwarg(call, "choices")
+    literal = (
+        choices is not None
+        and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set))
+        and all(isinstance(e, cst.Element) for e in choices.value.elements)
+    )
+    return Option(
+        call,
+        default.value if default is not None else None,
+        tuple(e.value for e in choices.value.elements) if literal else None,
+    )
