@@ -313,6 +313,22 @@ class Kinds:
         table = self._name_table(scope, use.value) if scope is not None else None
         return [] if table is None else self._reaching(use, table)
 
+    def reached_reads(self, binding: Assignment) -> list[cst.Name]:
+        """The reads whose value may be this binding's (flow-sensitive, as `reaching`: a
+        read after a later binding that hides this one on every path is not among them)."""
+        return [
+            access.node
+            for access in binding.references
+            if isinstance(access.node, cst.Name) and binding in self.reaching(access.node)
+        ]
+
+    def bindings_in(self, node: cst.CSTNode, name: str) -> list[Assignment]:
+        """The bindings of `name` made inside `node` (in the scope `node` is in)."""
+        scope = self.scopes.get(node)
+        if scope is None:
+            return []
+        return [a for a in scope.assignments[name] if isinstance(a, Assignment) and self.index.inside(a.node, node)]
+
     def storage_root(self, expr: cst.BaseExpression) -> cst.BaseExpression:
         """The variable whose storage `expr` may share: `buf` for `buf[0].float()`
         (indexing makes views, and a conversion to the same dtype returns self)."""

@@ -1480,13 +1480,20 @@ class _Chain:
                         )
             for bound in bound_here & links:
                 raise _NoMatch(f"line {context.line(skipped)} assigns `{bound}` between the attention's statements")
-        scope = context.scopes.get(statement)
+        kinds = context.kinds
         for name in sorted(links):
-            accesses = scope.accesses[name] if scope is not None else ()
-            for access in sorted(accesses, key=lambda a: context.index.order(a.node)):  # the first read is reported
-                if not any(context.inside(access.node, s) for s in chain):
+            # The reads of the intermediate values (a name the product's statement binds
+            # again holds the output from there on).
+            intermediate_reads = [
+                read
+                for consumed in chain[:-1]
+                for binding in kinds.bindings_in(consumed, name)
+                for read in kinds.reached_reads(binding)
+            ]
+            for read in sorted(intermediate_reads, key=context.index.order):  # the first read is reported
+                if not any(context.inside(read, s) for s in chain):
                     raise _NoMatch(
-                        f"the attention weights `{name}` are also read on line {context.line(access.node)} "
+                        f"the attention weights `{name}` are also read on line {context.line(read)} "
                         "(SDPA does not return them)"
                     )
         ignored = attention.ignored

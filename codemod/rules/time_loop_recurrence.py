@@ -445,7 +445,6 @@ def ema(a, x):
         index = next((i for i, s in enumerate(statements) if s is loop), None)
         if index is None:
             raise Unsupported("the loop is not in a block of statements")
-        scope = self.context.scopes.get(loop)
         for output in model.outputs:
             if output.kind == "slot":
                 if output.name in model.states or output.name in read_names(self.context, loop.body) - {output.name}:
@@ -474,16 +473,16 @@ def ema(a, x):
             ]
             if reads_in_loop:
                 raise Unsupported(f"`{output.name}` is read in the loop")
-            later = (
-                [
-                    a.node
-                    for a in scope.accesses[output.name]
-                    if isinstance(a.node, cst.Name) and self.context.index.order(a.node) > self.context.index.end(loop)
-                ]
-                if scope
-                else []
+            kinds = self.context.kinds
+            later = sorted(
+                (
+                    read
+                    for binding in kinds.bindings_in(init, output.name)
+                    for read in kinds.reached_reads(binding)
+                    if self.context.index.order(read) > self.context.index.end(loop)
+                ),
+                key=self.context.index.order,
             )
-            later.sort(key=self.context.index.order)
             if len(later) != 1:
                 raise Unsupported(f"`{output.name}` is read {'more than once' if later else 'nowhere'} after the loop")
             stack = self.context.parents.get(self.context.parents.get(later[0]))
@@ -511,10 +510,10 @@ def ema(a, x):
         for name in model.temporaries | ({model.time} if model.time else set()):
             if name in {o.name for o in model.outputs}:
                 continue
-            for access in scope.accesses[name] if scope else ():
-                node = access.node
-                if isinstance(node, cst.Name) and self.context.index.order(node) > self.context.index.end(loop):
-                    raise Unsupported(f"`{name}` is read after the loop (line {self.context.line(node)})")
+            for binding in self.context.kinds.bindings_in(loop, name):
+                for node in self.context.kinds.reached_reads(binding):
+                    if self.context.index.order(node) > self.context.index.end(loop):
+                        raise Unsupported(f"`{name}` is read after the loop (line {self.context.line(node)})")
         return found
 
     def _between(self, statements, loop, after) -> list:

@@ -208,6 +208,26 @@ CASES = {
         "fix",
         1e-6,
     ),  # its softmax runs in float32 (`.float()`), SDPA's in float64
+    "weights_name_rebound_by_the_output": (
+        """
+        def f(q, k, v):
+            attn = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+            attn = F.softmax(attn, dim=-1) @ v
+            return attn
+        """,
+        HEADS,
+        "fix",
+    ),  # the read on the return line is the output's (this was "the weights are also read")
+    "weights_read_after_the_output": (
+        """
+        def f(q, k, v):
+            w = F.softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1)), dim=-1)
+            y = w @ v
+            return y + w.sum()
+        """,
+        HEADS,
+        "also read",
+    ),
     "hex_and_binary_literal_sizes": (
         """
         def f(x, w_qkv):

@@ -46,6 +46,33 @@ CASES = {
         {"a": "rand(B, D, T)", "x": (B, D, T)},
         "fix",
     ),
+    "output_list_rebound_by_its_stack": (
+        """
+        def f(a, x, h):
+            out = []
+            for t in range(x.shape[1]):
+                h = a[:, t] * h + x[:, t]
+                out.append(h)
+            out = torch.stack(out, dim=1)
+            return out
+        """,
+        {"a": "rand(B, T, D)", "x": (B, T, D), "h": (B, D)},
+        "fix",
+    ),  # the read after the stack is the stacked tensor's, not the list's
+    "state_read_after_the_loop_through_a_new_name": (
+        """
+        def f(a, x, h):
+            ys = []
+            for t in range(x.shape[1]):
+                g = a[:, t]
+                h = g * h + x[:, t]
+                ys.append(h)
+            g = torch.stack(ys, dim=1)
+            return g * 2
+        """,
+        {"a": "rand(B, T, D)", "x": (B, T, D), "h": (B, D)},
+        "fix",
+    ),  # `g` after the loop is a new binding, not the loop's temporary
     "ema_constant_decay": (
         """
         def f(x):
