@@ -537,19 +537,16 @@ def ema(a, x):
 
     def _read_after(self, model: TimeLoop) -> set[str]:
         """States whose value after the loop is read later."""
-        loop = model.loop
-        scope = self.context.scopes.get(loop)
-        found = set()
-        for name in model.states:
-            for access in scope.accesses[name] if scope else ():
-                node = access.node
-                if (
-                    isinstance(node, cst.Name)
-                    and node in self.context.index
-                    and self.context.index.order(node) > self.context.index.end(loop)
-                ):
-                    found.add(name)
-        return found
+        loop, kinds, index = model.loop, self.context.kinds, self.context.index
+        return {
+            name
+            for name in model.states
+            if any(
+                node in index and index.order(node) > index.end(loop)
+                for binding in kinds.bindings_in(loop, name)
+                for node in kinds.reached_reads(binding)
+            )
+        }
 
     def _scope_names(self, loop) -> set[str]:
         scope = self.context.scopes.get(loop)
