@@ -27,6 +27,12 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return None if seed is None else f"shuffled with --shuffle {seed}"
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    seed = _shuffle_seed(config)
+    if seed is not None:  # also under -q, which hides the header: the order can be replayed
+        terminalreporter.write_line(f"shuffled with --shuffle {seed}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     seed = _shuffle_seed(config)
     if seed is not None:
