@@ -18,6 +18,7 @@ from codemod.analysis.loaders import Loaders
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
 from codemod.analysis.positions import Positions
+from codemod.analysis.purity import Purity
 from codemod.analysis.scopes import file_scopes, stored_names
 from codemod.analysis.training import Training
 from codemod.analysis.visits import read_only_visits
@@ -82,6 +83,10 @@ class FileContext:
         if found is None:
             found = self._shared[key] = build(self)
         return found
+
+    @cached_property
+    def purity(self) -> Purity:
+        return Purity(self)
 
     @cached_property
     def command_line(self) -> CommandLine:

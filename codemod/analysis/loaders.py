@@ -197,43 +197,6 @@ class Loaders:
                 found.append(Feed(loader, loop, statement.targets[0].target if assigned else call, call))
         return found
 
-    @functools.cached_property
-    def step_loops(self) -> list[cst.CSTNode]:
-        """Loops that run one training step per iteration: `backward()` is called in their
-        body, or in a function or method of this file it calls, and not inside a loop
-        nested on the way (that inner loop is the step loop then)."""
-        return [loop for loop in self.index.find(LOOPS) if self._steps(loop.body, 0)]
-
-    def step_loop_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        """The innermost step loop whose body holds `node` in the same function, if any."""
-        steps = self._step_ids
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, SCOPES):
-                return None
-            if id(ancestor) in steps and self.index.inside(node, ancestor.body):
-                return ancestor
-        return None
-
-    @functools.cached_property
-    def _step_ids(self) -> set[int]:
-        return {id(loop) for loop in self.step_loops}
-
-    @memoized
-    def _steps(self, region: cst.CSTNode, depth: int) -> bool:
-        if depth > 3:
-            return False
-        calls = [call for call in own_nodes(self.index, cst.Call, region) if not self._in_inner_loop(call, region)]
-        if any(method_name(call) == "backward" for call in calls):
-            return True
-        return any(
-            (callee := self.kinds.local_callee(call)) is not None and self._steps(callee.body, depth + 1)
-            for call in calls
-        )
-
-    def _in_inner_loop(self, node: cst.CSTNode, region: cst.CSTNode) -> bool:
-        loop = self.index.first_enclosing(node, LOOPS)
-        return loop is not None and self.index.inside(loop, region)
-
     def _may_use_batches(self, loop: cst.CSTNode) -> bool:
         """Could the rules use what `loop` iterates over: does it train, or copy anything to a
         device (`copies_to_device`'s calls)? Others are not followed to their loaders, which

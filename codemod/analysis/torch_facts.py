@@ -144,8 +144,33 @@ MODULE_METHODS = set(
     ).split()
 )
 BUILTIN_PREFIXES = ("builtins.",)
+
+# -- Python ----------------------------------------------------------------------------------
+
 # Methods of Python's containers that return (views of) what the container holds.
 CONTAINER_READS = frozenset({"get", "values", "items", "__getitem__"})
+# Builtins whose result depends on their arguments alone and that change nothing.
+PURE_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in (
+        "len int float str bool tuple list dict set frozenset min max abs round sum sorted reversed "
+        "range enumerate zip isinstance divmod pow ord chr repr hash"
+    ).split()
+)
+# Methods of Python's strings, lists, dicts and sets that change their receiver.
+MUTATING_METHODS = frozenset(
+    "append extend insert pop remove clear sort reverse update setdefault popitem add discard "
+    "difference_update intersection_update symmetric_difference_update __setitem__ __delitem__".split()
+)
+# Methods of Python's strings and containers that read and change nothing.
+READ_ONLY_METHODS = frozenset(
+    (
+        "get keys values items copy count index split rsplit splitlines join strip lstrip rstrip lower "
+        "upper title capitalize casefold startswith endswith replace format find rfind partition rpartition "
+        "isdigit isalpha isalnum isspace isupper islower zfill ljust rjust center encode decode "
+        "union intersection difference issubset issuperset"
+    ).split()
+)
 
 # -- losses --------------------------------------------------------------------------------
 

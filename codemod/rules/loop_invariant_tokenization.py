@@ -118,6 +118,17 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 PROMPT = "Answer with one number."
 """
 STEP = "    loss = model(ids).sum()\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+OWN_TOKENIZER = """\
+import torch
+class WordTokenizer:
+    def __init__(self, docs):
+        self.vocab = {w: i for i, w in enumerate(sorted({w for d in docs for w in d.split()}))}
+    def encode(self, text):
+        return [self.vocab.get(w, 0) for w in text.split()]
+tokenizer = WordTokenizer(["a b c"])
+model = torch.nn.Embedding(1000, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
 
 
 @dataclass
@@ -225,6 +236,19 @@ class LoopInvariantTokenization(Rule):
     ]
     INVALID = [
         Invalid(
+            OWN_TOKENIZER + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode('a b')])\n" + STEP,
+            OWN_TOKENIZER + "ids = torch.tensor([tokenizer.encode('a b')])\nfor step in range(3):\n" + STEP,
+            "a tokenizer class of the script's own whose methods are pure",
+        ),
+        Invalid(
+            OWN_TOKENIZER
+            + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode('a b')])\n"
+            + "    tokenizer.vocab['d'] = 3\n"
+            + STEP,
+            None,
+            "its vocabulary changes in the loop: not pure, reported",
+        ),
+        Invalid(
             PREAMBLE + "for step in range(3):\n    ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n" + STEP,
             PREAMBLE + "ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\nfor step in range(3):\n" + STEP,
             "a fixed prompt",
@@ -302,7 +326,7 @@ class LoopInvariantTokenization(Rule):
     # -- step loops: hoist -------------------------------------------------------------
 
     def visit_Module(self, node: cst.Module) -> None:
-        for loop in self.context.loaders.step_loops:
+        for loop in self.context.loops.step_loops:
             self._hoist_from(loop)
 
     def _hoist_from(self, loop: cst.CSTNode) -> None:
@@ -647,6 +671,11 @@ class LoopInvariantTokenization(Rule):
                     continue
                 if method_name(other) not in TOKENIZER_METHODS:
                     return f"`{self.context.source(other.func)}` may change the tokenizer in the loop"
+            return self._all([receiver, *args], region, regions)
+        callee = self.context.kinds.local_callee(call)
+        if callee is not None and self.context.purity.is_pure(callee):
+            # a pure function or method of this file: invariant where its receiver and arguments are
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else call.func
             return self._all([receiver, *args], region, regions)
         method = method_name(call)
         if (

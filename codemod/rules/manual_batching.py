@@ -285,7 +285,7 @@ class ManualBatchingInStepLoop(Rule):
 
     def _in_step_loops(self, loop: cst.CSTNode) -> bool:
         if self._step_loops is None:
-            self._step_loops = {id(loop) for loop in self.context.loaders.step_loops}
+            self._step_loops = {id(loop) for loop in self.context.loops.step_loops}
         return id(loop) in self._step_loops
 
     # -- per-step random batches: reported --------------------------------------
@@ -298,7 +298,7 @@ class ManualBatchingInStepLoop(Rule):
         if not data:
             return
         spelled = self.context.source(node.func) if self._method_draw(node) else RANDOM_BATCHES[key]
-        loop = self.context.loaders.step_loop_of(node)
+        loop = self.context.loops.step_loop_of(node)
         if loop is not None:
             if direct or self._indexes(node, data, loop.body):
                 self.report(node, f"`{spelled}` draws a new random batch on every training step {RANDOM_WHY}")
@@ -369,11 +369,11 @@ class ManualBatchingInStepLoop(Rule):
         self._sites[key] = []  # recursion: not through this path
         sites: list[cst.CSTNode] = []
         generator = bool(self.context.kinds.exits(function)[1])
-        index, loaders = self.context.index, self.context.loaders
+        index, loops = self.context.index, self.context.loops
         for call, _ in self.context.kinds.callers(function) or ():
             if generator:
                 sites.extend(self._consumers(call))
-            elif loaders.step_loop_of(call) is not None:
+            elif loops.step_loop_of(call) is not None:
                 sites.append(call)
             elif depth < MAX_HELPER_DEPTH:
                 # a call in a function that runs once per step (`train_step()`), not in a loop
@@ -413,7 +413,7 @@ class ManualBatchingInStepLoop(Rule):
                 if (
                     isinstance(user, cst.Call)
                     and self.context.names.is_(user.func, *NEXT)
-                    and loaders.step_loop_of(user) is not None
+                    and self.context.loops.step_loop_of(user) is not None
                 ):
                     found.append(user)
                 loop = parents.get(access.node)

@@ -1,0 +1,81 @@
+"""Purity of the file's own functions and methods: what may be computed once
+instead of once per step."""
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from codemod.context import FileContext
+
+TOKENIZER = """
+import random
+
+SEP = " "
+counter = [0]
+
+
+class WordTokenizer:
+    pad = 0
+
+    def __init__(self, docs):
+        vocab = {"<pad>": 0, "<unk>": 1}
+        for d in docs:
+            for w in d.split():
+                vocab.setdefault(w, len(vocab))
+        self.vocab = vocab
+
+    def encode(self, text, max_len):
+        ids = [self.vocab.get(w, 1) for w in text.split()][:max_len]
+        return ids + [self.pad] * (max_len - len(ids))
+
+    def chat_template(self, role):
+        return self.encode("<%s> you are a helpful model" % role, 8)
+
+    def padded(self, texts):
+        out = []
+        for t in texts:
+            out.append(self.encode(t, 4))
+        return out
+{extra}
+"""
+
+
+def purity(source: str) -> dict[str, bool]:
+    context = FileContext.of_source(textwrap.dedent(source))
+    return {f.name.value: context.purity.is_pure(f) for f in context.index.find(cst.FunctionDef)}
+
+
+def test_a_small_tokenizer_class_is_pure():
+    found = purity(TOKENIZER.replace("{extra}", ""))
+    assert found["encode"] and found["chat_template"] and found["padded"]
+    assert not found["__init__"]  # it assigns to self
+
+
+@pytest.mark.parametrize(
+    "extra, impure",
+    [
+        ("\n    def grow(self, w):\n        self.vocab[w] = len(self.vocab)\n", "encode"),  # vocab changes later
+        ("\ndef add(tok):\n    tok.vocab.update({'x': 2})\n", "encode"),  # changed from outside the class
+        ("\n    def reset(self):\n        self.vocab = {}\n", "encode"),  # rebound outside __init__
+        ("\n    def noisy(self, t):\n        return self.encode(t, random.randint(1, 4))\n", "noisy"),
+        ("\n    def logged(self, t):\n        print(t)\n        return self.encode(t, 4)\n", "logged"),
+        ("\n    def joined(self, ts):\n        return SEP.join(ts)\n", "joined"),  # a module variable
+        ("\n    def counted(self, t):\n        counter.append(t)\n        return t\n", "counted"),
+        ("\n    def into(self, t, out):\n        out.append(t)\n        return out\n", "into"),  # an argument
+        ("\n    def rec(self, t):\n        return self.rec(t[1:]) if t else t\n", "rec"),
+        (
+            "\n    def guarded(self, t):\n        try:\n            return self.encode(t, 4)\n        except KeyError:\n            return []\n",
+            "guarded",
+        ),
+    ],
+)
+def test_what_makes_a_method_impure(extra, impure):
+    assert purity(TOKENIZER.replace("{extra}", extra))[impure] is False
+
+
+def test_a_local_function_over_builtins_is_pure_and_calls_of_it_too():
+    source = "def words(text):\n    return sorted(set(text.lower().split()))\n\nn = words('a b')\n"
+    context = FileContext.of_source(source)
+    call = [c for c in context.index.find(cst.Call) if context.source(c.func) == "words"][0]
+    assert context.purity.pure_call(call)
