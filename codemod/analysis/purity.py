@@ -24,7 +24,7 @@ import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment, ImportAssignment
 
 from codemod.analysis.names import method_name
-from codemod.analysis.torch_facts import MUTATING_METHODS, PURE_BUILTINS, READ_ONLY_METHODS
+from codemod.analysis.torch_facts import ITERATOR_BUILTINS, MUTATING_METHODS, PURE_BUILTINS, READ_ONLY_METHODS
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -61,7 +61,7 @@ class Purity:
     def pure_call(self, call: cst.Call) -> bool:
         """Does `call` compute from its arguments alone and change nothing (a pure builtin,
         or a pure function or method of this file)? Its arguments are not looked at."""
-        if self.context.names.of(call.func) & PURE_BUILTINS:
+        if self.context.names.of(call.func) & (PURE_BUILTINS | ITERATOR_BUILTINS):
             return True
         callee = self.context.kinds.local_callee(call)
         return callee is not None and self.is_pure(callee)

@@ -153,10 +153,12 @@ CONTAINER_READS = frozenset({"get", "values", "items", "__getitem__"})
 PURE_BUILTINS = frozenset(
     f"builtins.{name}"
     for name in (
-        "len int float str bool tuple list dict set frozenset min max abs round sum sorted reversed "
-        "range enumerate zip isinstance divmod pow ord chr repr hash"
+        "len int float str bool tuple list dict set frozenset min max abs round sum sorted range "
+        "isinstance divmod pow ord chr repr hash"
     ).split()
 )
+# Builtins that make a new one-shot iterator: pure to call, but their value is used up once read.
+ITERATOR_BUILTINS = frozenset(f"builtins.{name}" for name in "enumerate zip reversed map filter iter".split())
 # Methods of Python's strings, lists, dicts and sets that change their receiver.
 MUTATING_METHODS = frozenset(
     "append extend insert pop remove clear sort reverse update setdefault popitem add discard "

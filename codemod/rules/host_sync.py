@@ -12,7 +12,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
 from codemod.analysis.scopes import reads_of
-from codemod.analysis.torch_facts import ALL_LOSS_FUNCTIONS, GRAD_NORMS, SHARING_METHODS, SYNC_METHODS
+from codemod.analysis.torch_facts import ALL_LOSS_FUNCTIONS, GRAD_NORMS, PURE_BUILTINS, SHARING_METHODS, SYNC_METHODS
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -56,7 +56,6 @@ PURE_METHODS = (
     | DTYPE_KEEPING_METHODS
     | {"sum", "item", "tolist", "numpy", "size", "dim", "numel"}
 )
-PURE_BUILTINS = {f"builtins.{name}" for name in ("float", "int", "round", "abs", "len", "min", "max", "bool", "str")}
 # Calls that may receive a tensor between the sync and the log branch without changing it.
 NON_MUTATING_CALLEES = {
     "builtins.print",

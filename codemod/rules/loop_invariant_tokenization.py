@@ -13,6 +13,7 @@ from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     CONTAINER_READS,
     NOT_SAME_PLACE_METHODS,
+    PURE_BUILTINS,
     RANDOM_FUNCTIONS,
     SHARING_ATTRIBUTES,
     SHARING_METHODS,
@@ -77,18 +78,6 @@ TRANSPARENT_BLOCKS = {
     "contextlib.nullcontext",
 }
 TOKENIZING_WORDS = ("tokeniz", "chat_template")
-PURE_BUILTINS = {f"builtins.{n}" for n in "len int float str bool tuple min max abs round".split()} | {
-    "len",
-    "int",
-    "float",
-    "str",
-    "bool",
-    "tuple",
-    "min",
-    "max",
-    "abs",
-    "round",
-}
 TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
 # Methods that change their receiver: tensors' `*_`, lists', dicts' and sets'.
 MUTATORS = {
