@@ -127,8 +127,8 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
             "--select",
             metavar="CODES",
             callback=_codes_option,
-            help="Comma-separated codes or prefixes to run (PM101,PM4 or ALL). Replaces the "
-            "configured select and ignore.",
+            help="Comma-separated codes or prefixes to run (PM101,PM4, or ALL for every rule, the "
+            "opt-in ones included). Replaces the configured select and ignore.",
         ),
         click.option(
             "--ignore",

@@ -140,7 +140,7 @@ def _project(root: Path, files: dict[str, str]) -> Path:
 
 
 def _check(path: Path, *codes: str, level: Level = Level.UNSAFE):
-    settings = Settings(level=level, select=codes or ("ALL",))
+    settings = Settings(level=level, select=codes or ("PM",))
     return process_source(path.read_bytes(), str(path), settings)
 
 
