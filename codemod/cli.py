@@ -104,11 +104,12 @@ def _suggest(text: str) -> str:
 
 TEXT_FORMATS = click.option(
     "--format",
+    "--output-format",
     "output_format",
-    type=click.Choice(["text", "json", "sarif"]),
+    type=click.Choice(["text", "json", "sarif", "github"]),
     default="text",
     show_default=True,
-    help="text for people; json or sarif for tools.",
+    help="text for people; json or sarif for tools; github: GitHub Actions annotations (as ruff's).",
 )
 
 
@@ -332,15 +333,20 @@ def _report_errors(results: Sequence[FileResult]) -> None:
 def _machine_report(
     results: Sequence[FileResult], output_format: str, settings: Settings, with_statistics: bool = False
 ) -> str:
+    """The document for a format other than text, ending in a newline (or "")."""
     if with_statistics:
-        return json.dumps(statistics([f for r in results for f in r.findings]), indent=2)
+        return json.dumps(statistics([f for r in results for f in r.findings]), indent=2) + "\n"
     if output_format == "json":
         from codemod.report.as_json import render_json
 
-        return render_json(results, settings.level)
+        return render_json(results, settings.level) + "\n"
+    if output_format == "github":
+        from codemod.report.github import render_github
+
+        return render_github(results)
     from codemod.report.sarif import render_sarif
 
-    return render_sarif(results, ALL_RULES, settings.level)
+    return render_sarif(results, ALL_RULES, settings.level) + "\n"
 
 
 def _exit_status(results: Sequence[FileResult], pending_fails: bool) -> int:
@@ -364,8 +370,8 @@ def _close(output: Output) -> None:
 
 
 def _check_statistics_format(statistics_flag: bool, output_format: str) -> None:
-    if statistics_flag and output_format == "sarif":
-        raise click.UsageError("--statistics is text or json; SARIF has no place for it")
+    if statistics_flag and output_format in ("sarif", "github"):
+        raise click.UsageError(f"--statistics is text or json; {output_format} output has no place for it")
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -502,7 +508,7 @@ def _print_apply(
 ) -> None:
     findings = [f for r in results for f in r.findings]
     if output_format != "text":
-        output.text(_machine_report(results, output_format, settings, with_statistics))
+        output.text(_machine_report(results, output_format, settings, with_statistics), nl=False)
         _report_errors(results)
         return
     if dry_run:  # the diff alone on stdout, so that it can go to `git apply`
@@ -533,7 +539,7 @@ def _print_stdin_apply(
             for finding in result.findings:
                 click.echo(finding_line(finding), err=True)
     else:
-        click.echo(_machine_report([result], output_format, settings), err=True)
+        click.echo(_machine_report([result], output_format, settings), err=True, nl=False)
 
 
 @main.command(
@@ -542,6 +548,7 @@ Examples:
   perfmod check                                 every Python file under the working folder
   perfmod check src/ --level numeric
   perfmod check src/ --format sarif -o perfmod.sarif
+  perfmod check --output-format github          annotations in a GitHub Actions job (as ruff's)
   perfmod check --statistics                    findings counted per rule
   perfmod check --fix                           the same as `perfmod apply`
   perfmod check --diff                          the same as `perfmod apply --dry-run`
@@ -612,7 +619,7 @@ def _check(
     _report_errors(results)
     findings = [f for r in results for f in r.findings]
     if output_format != "text":
-        output.text(_machine_report(results, output_format, settings, statistics))
+        output.text(_machine_report(results, output_format, settings, statistics), nl=False)
     elif quiet:
         for line in statistics_table(findings) if statistics else [finding_line(f, color=colour) for f in findings]:
             output.text(line, color=colour)
@@ -858,6 +865,7 @@ Exit status:
 
 REPORT_FORMATS = click.option(
     "--format",
+    "--output-format",
     "output_format",
     type=click.Choice(["html", "markdown"]),
     default="html",

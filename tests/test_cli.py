@@ -329,6 +329,44 @@ def test_sarif_schema(tmp_path):
     assert notification["level"] == "error" and notification["message"]["text"].startswith("src/b.py:4:5: error:")
 
 
+def test_github_annotations(tmp_path):
+    write(tmp_path / "src" / "a.py", FIXABLE + "risky(1)\nlook(2)\n")
+    write(tmp_path / "src" / "b.py", UNPARSABLE)
+    result = perfmod("check", "src", "--output-format", "github")
+    assert result.exit_code == 2
+    assert result.stdout.splitlines() == [
+        "::error title=perfmod (PM101),file=src/a.py,line=4,col=5,endLine=4,endColumn=17::"
+        "src/a.py:4:5: PM101 host-to-device copy blocks the CPU; pass non_blocking=True",
+        "::warning title=perfmod (PM992),file=src/a.py,line=5,col=1,endLine=5,endColumn=9::"
+        "src/a.py:5:1: PM992 risky() could be bold",
+        "::warning title=perfmod (PM993),file=src/a.py,line=6,col=1,endLine=6,endColumn=8::"
+        "src/a.py:6:1: PM993 look() has no fix",
+        "::error title=perfmod,file=src/b.py,line=4,col=5::src/b.py:4:5: error: syntax error: "
+        "closing parenthesis ']' does not match opening parenthesis '(' on line 2",
+    ]
+    assert result.stdout.endswith("]' does not match opening parenthesis '(' on line 2\n")
+    assert perfmod("check", "src/a.py", "--format", "github").stdout == result.stdout.split("::error title=perfmod,")[0]
+
+
+def test_github_annotations_escape_what_would_end_a_value(tmp_path):
+    from codemod.report.github import render_github
+    from codemod.result import FileResult, Finding, Level
+
+    finding = Finding("a,b:c.py", 2, 3, "PM101", "name", "50% of\nit", Level.SAFE, fixable=True)
+    assert render_github([FileResult("a,b:c.py", b"", findings=[finding])]) == (
+        "::warning title=perfmod (PM101),file=a%2Cb%3Ac.py,line=2,col=3,endLine=2,endColumn=3::"
+        "a,b:c.py:2:3: PM101 50%25 of%0Ait\n"
+    )
+    assert render_github([]) == ""
+
+
+def test_a_clean_run_in_github_format_prints_nothing(tmp_path):
+    write(tmp_path / "t.py", CLEAN)
+    result = perfmod("check", "t.py", "--format", "github")
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert perfmod("check", "t.py", "--format", "github", "--statistics").exit_code == 2
+
+
 # -- options and configuration --------------------------------------------------------------
 
 
