@@ -331,22 +331,27 @@ def _report_errors(results: Sequence[FileResult]) -> None:
 
 
 def _machine_report(
-    results: Sequence[FileResult], output_format: str, settings: Settings, with_statistics: bool = False
+    results: Sequence[FileResult],
+    output_format: str,
+    settings: Settings,
+    with_statistics: bool = False,
+    written: bool = False,
 ) -> str:
-    """The document for a format other than text, ending in a newline (or "")."""
+    """The document for a format other than text, ending in a newline (or ""); `written`:
+    the run made its fixes (`apply` without --dry-run)."""
     if with_statistics:
         return json.dumps(statistics([f for r in results for f in r.findings]), indent=2) + "\n"
     if output_format == "json":
         from codemod.report.as_json import render_json
 
-        return render_json(results, settings.level) + "\n"
+        return render_json(results, settings.level, written) + "\n"
     if output_format == "github":
         from codemod.report.github import render_github
 
         return render_github(results)
     from codemod.report.sarif import render_sarif
 
-    return render_sarif(results, ALL_RULES, settings.level) + "\n"
+    return render_sarif(results, ALL_RULES, settings.level, written) + "\n"
 
 
 def _exit_status(results: Sequence[FileResult], pending_fails: bool) -> int:
@@ -508,7 +513,7 @@ def _print_apply(
 ) -> None:
     findings = [f for r in results for f in r.findings]
     if output_format != "text":
-        output.text(_machine_report(results, output_format, settings, with_statistics), nl=False)
+        output.text(_machine_report(results, output_format, settings, with_statistics, not dry_run), nl=False)
         _report_errors(results)
         return
     if dry_run:  # the diff alone on stdout, so that it can go to `git apply`
@@ -539,7 +544,7 @@ def _print_stdin_apply(
             for finding in result.findings:
                 click.echo(finding_line(finding), err=True)
     else:
-        click.echo(_machine_report([result], output_format, settings), err=True, nl=False)
+        click.echo(_machine_report([result], output_format, settings, written=not dry_run), err=True, nl=False)
 
 
 @main.command(

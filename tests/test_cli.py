@@ -243,7 +243,7 @@ def test_json_schema(tmp_path):
     result = perfmod("check", "a.py", "b.py", "--format", "json")
     assert result.exit_code == 2
     document = json.loads(result.stdout)
-    assert document["version"] == 1 and document["level"] == "safe"
+    assert document["version"] == 2 and document["level"] == "safe"
     assert document["files"] == [
         {"path": "a.py", "changed": True, "error": None},
         {
@@ -262,31 +262,65 @@ def test_json_schema(tmp_path):
         "message": "host-to-device copy blocks the CPU; pass non_blocking=True",
         "level": "safe",
         "fixable": True,
-        "applied": True,
+        "applied": False,  # check never writes: the fix is pending
+        "pending": True,
         "end_line": 4,
         "end_column": 17,
         "changes": [{"first": 4, "last": 4, "text": "y = x.to(device, non_blocking=True)\n"}],
     }
-    assert [(f["code"], f["level"], f["fixable"], f["applied"]) for f in document["findings"][1:]] == [
-        ("PM992", "unsafe", True, False),
-        ("PM993", "safe", False, False),
+    assert [(f["code"], f["level"], f["fixable"], f["applied"], f["pending"]) for f in document["findings"][1:]] == [
+        ("PM992", "unsafe", True, False, False),
+        ("PM993", "safe", False, False, False),
     ]
     assert document["summary"] == {
         "files": 2,
         "changed": 1,
         "errors": 1,
         "findings": 3,
-        "applied": 1,
+        "applied": 0,
+        "pending": 1,
         "fixable_at_higher_level": {"unsafe": 1},
         "report_only": 1,
     }
 
 
-def test_json_after_apply_reports_the_written_files(tmp_path):
-    write(tmp_path / "t.py", FIXABLE)
+def test_json_after_apply_reports_the_written_files_and_fixes(tmp_path):
+    write(tmp_path / "t.py", FIXABLE + "risky(1)\n")
     document = json.loads(perfmod("apply", "t.py", "--format", "json").stdout)
     assert document["files"] == [{"path": "t.py", "changed": True, "error": None}]
-    assert (tmp_path / "t.py").read_text() == FIXED
+    assert (tmp_path / "t.py").read_text() == FIXED + "risky(1)\n"
+    assert [(f["code"], f["applied"], f["pending"]) for f in document["findings"]] == [
+        ("PM101", True, False),
+        ("PM992", False, False),  # fixed only at level unsafe
+    ]
+    assert (document["summary"]["applied"], document["summary"]["pending"]) == (1, 0)
+
+
+@pytest.mark.parametrize("command", [["apply", "--dry-run"], ["apply", "--diff"], ["check"]])
+def test_json_of_a_run_that_writes_nothing_applies_nothing(tmp_path, command):
+    write(tmp_path / "t.py", FIXABLE)
+    document = json.loads(perfmod(*command, "t.py", "--format", "json").stdout)
+    assert [(f["code"], f["applied"], f["pending"]) for f in document["findings"]] == [("PM101", False, True)]
+    assert (document["summary"]["applied"], document["summary"]["pending"]) == (0, 1)
+    sarif = json.loads(perfmod(*command, "t.py", "--format", "sarif").stdout)
+    (finding,) = sarif["runs"][0]["results"]
+    assert (finding["properties"]["applied"], finding["properties"]["pending"]) == (False, True)
+    assert (tmp_path / "t.py").read_text() == FIXABLE
+
+
+def test_json_of_apply_leaves_the_fixes_of_a_file_it_could_not_write_pending(tmp_path):
+    script = write(tmp_path / "t.py", FIXABLE)
+    script.chmod(0o444)
+    document = json.loads(perfmod("apply", "t.py", "--format", "json").stdout)
+    assert document["files"][0]["error"].startswith("t.py:1:1: error: read-only file")
+    assert [(f["code"], f["applied"], f["pending"]) for f in document["findings"]] == [("PM101", False, True)]
+    assert (document["summary"]["applied"], document["summary"]["pending"]) == (0, 1)
+
+
+def test_json_of_apply_on_stdin_applies_the_fixes_it_prints(tmp_path):
+    result = perfmod("apply", "-", "--format", "json", input=FIXABLE.encode())
+    assert result.stdout == FIXED
+    assert [(f["applied"], f["pending"]) for f in json.loads(result.stderr)["findings"]] == [(True, False)]
 
 
 def test_sarif_schema(tmp_path):

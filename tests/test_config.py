@@ -38,8 +38,9 @@ def codes(*args) -> list[str]:
 
 
 def applied(*args) -> list[str]:
+    """The codes whose fixes `perfmod apply` would make (`check`: pending)."""
     result = perfmod("check", *args, "--format", "json")
-    return [finding["code"] for finding in json.loads(result.stdout)["findings"] if finding["applied"]]
+    return [finding["code"] for finding in json.loads(result.stdout)["findings"] if finding["pending"]]
 
 
 def test_defaults_without_configuration(tmp_path):
