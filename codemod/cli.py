@@ -280,9 +280,14 @@ def _process(
 ) -> Run:
     """Discover, analyse (and with `write`, rewrite) the files; warnings and notes
     go to stderr here, errors are left to the caller."""
+
+    def skipped(message: str) -> None:
+        if not quiet:
+            click.echo(f"warning: {message}", err=True)
+
     with interrupt_flag() as stop:
         files = []
-        for file in discover(paths, settings):
+        for file in discover(paths, settings, skipped):
             files.append(file)
             if stop.is_set():
                 return Run(total=len(files), interrupted=True)
