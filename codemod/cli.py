@@ -381,7 +381,10 @@ def _close(output: Output) -> None:
 
 def _check_statistics_format(statistics_flag: bool, output_format: str) -> None:
     if statistics_flag and output_format in ("sarif", "github"):
-        raise click.UsageError(f"--statistics is text or json; {output_format} output has no place for it")
+        raise click.UsageError(
+            f"--statistics is text or json; {output_format} output has no place for it: "
+            "drop --statistics, or pass --format json for the counts"
+        )
 
 
 # -- commands -----------------------------------------------------------------------------

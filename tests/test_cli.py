@@ -398,7 +398,9 @@ def test_a_clean_run_in_github_format_prints_nothing(tmp_path):
     write(tmp_path / "t.py", CLEAN)
     result = perfmod("check", "t.py", "--format", "github")
     assert (result.exit_code, result.stdout) == (0, "")
-    assert perfmod("check", "t.py", "--format", "github", "--statistics").exit_code == 2
+    refused = perfmod("check", "t.py", "--format", "github", "--statistics")
+    assert refused.exit_code == 2
+    assert "github output has no place for it: drop --statistics, or pass --format json" in refused.stderr
 
 
 # -- options and configuration --------------------------------------------------------------
