@@ -104,11 +104,12 @@ def _suggest(text: str) -> str:
 
 TEXT_FORMATS = click.option(
     "--format",
+    "--output-format",
     "output_format",
-    type=click.Choice(["text", "json", "sarif"]),
+    type=click.Choice(["text", "json", "sarif", "github"]),
     default="text",
     show_default=True,
-    help="text for people; json or sarif for tools.",
+    help="text for people; json or sarif for tools; github: GitHub Actions annotations (as ruff's).",
 )
 
 
@@ -127,8 +128,8 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
             "--select",
             metavar="CODES",
             callback=_codes_option,
-            help="Comma-separated codes or prefixes to run (PM101,PM4 or ALL). Replaces the "
-            "configured select and ignore.",
+            help="Comma-separated codes or prefixes to run (PM101,PM4, or ALL for every rule, the "
+            "opt-in ones included). Replaces the configured select and ignore.",
         ),
         click.option(
             "--ignore",
@@ -279,9 +280,14 @@ def _process(
 ) -> Run:
     """Discover, analyse (and with `write`, rewrite) the files; warnings and notes
     go to stderr here, errors are left to the caller."""
+
+    def skipped(message: str) -> None:
+        if not quiet:
+            click.echo(f"warning: {message}", err=True)
+
     with interrupt_flag() as stop:
         files = []
-        for file in discover(paths, settings):
+        for file in discover(paths, settings, skipped):
             files.append(file)
             if stop.is_set():
                 return Run(total=len(files), interrupted=True)
@@ -330,17 +336,27 @@ def _report_errors(results: Sequence[FileResult]) -> None:
 
 
 def _machine_report(
-    results: Sequence[FileResult], output_format: str, settings: Settings, with_statistics: bool = False
+    results: Sequence[FileResult],
+    output_format: str,
+    settings: Settings,
+    with_statistics: bool = False,
+    written: bool = False,
 ) -> str:
+    """The document for a format other than text, ending in a newline (or ""); `written`:
+    the run made its fixes (`apply` without --dry-run)."""
     if with_statistics:
-        return json.dumps(statistics([f for r in results for f in r.findings]), indent=2)
+        return json.dumps(statistics([f for r in results for f in r.findings]), indent=2) + "\n"
     if output_format == "json":
         from codemod.report.as_json import render_json
 
-        return render_json(results, settings.level)
+        return render_json(results, settings.level, written) + "\n"
+    if output_format == "github":
+        from codemod.report.github import render_github
+
+        return render_github(results)
     from codemod.report.sarif import render_sarif
 
-    return render_sarif(results, ALL_RULES, settings.level)
+    return render_sarif(results, ALL_RULES, settings.level, written) + "\n"
 
 
 def _exit_status(results: Sequence[FileResult], pending_fails: bool) -> int:
@@ -364,8 +380,11 @@ def _close(output: Output) -> None:
 
 
 def _check_statistics_format(statistics_flag: bool, output_format: str) -> None:
-    if statistics_flag and output_format == "sarif":
-        raise click.UsageError("--statistics is text or json; SARIF has no place for it")
+    if statistics_flag and output_format in ("sarif", "github"):
+        raise click.UsageError(
+            f"--statistics is text or json; {output_format} output has no place for it: "
+            "drop --statistics, or pass --format json for the counts"
+        )
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -502,7 +521,7 @@ def _print_apply(
 ) -> None:
     findings = [f for r in results for f in r.findings]
     if output_format != "text":
-        output.text(_machine_report(results, output_format, settings, with_statistics))
+        output.text(_machine_report(results, output_format, settings, with_statistics, not dry_run), nl=False)
         _report_errors(results)
         return
     if dry_run:  # the diff alone on stdout, so that it can go to `git apply`
@@ -533,7 +552,7 @@ def _print_stdin_apply(
             for finding in result.findings:
                 click.echo(finding_line(finding), err=True)
     else:
-        click.echo(_machine_report([result], output_format, settings), err=True)
+        click.echo(_machine_report([result], output_format, settings, written=not dry_run), err=True, nl=False)
 
 
 @main.command(
@@ -542,6 +561,7 @@ Examples:
   perfmod check                                 every Python file under the working folder
   perfmod check src/ --level numeric
   perfmod check src/ --format sarif -o perfmod.sarif
+  perfmod check --output-format github          annotations in a GitHub Actions job (as ruff's)
   perfmod check --statistics                    findings counted per rule
   perfmod check --fix                           the same as `perfmod apply`
   perfmod check --diff                          the same as `perfmod apply --dry-run`
@@ -612,7 +632,7 @@ def _check(
     _report_errors(results)
     findings = [f for r in results for f in r.findings]
     if output_format != "text":
-        output.text(_machine_report(results, output_format, settings, statistics))
+        output.text(_machine_report(results, output_format, settings, statistics), nl=False)
     elif quiet:
         for line in statistics_table(findings) if statistics else [finding_line(f, color=colour) for f in findings]:
             output.text(line, color=colour)
@@ -858,6 +878,7 @@ Exit status:
 
 REPORT_FORMATS = click.option(
     "--format",
+    "--output-format",
     "output_format",
     type=click.Choice(["html", "markdown"]),
     default="html",

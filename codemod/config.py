@@ -2,7 +2,7 @@
 
     [tool.perfmod]
     level = "safe"                 # highest fix level applied: safe | numeric | unsafe
-    select = ["PM1", "PM401"]      # codes or prefixes; default: every rule but the opt-in ones
+    select = ["PM1", "PM401"]      # codes or prefixes; default: every rule but the opt-in ones; ALL: every rule
     ignore = ["PM403"]
     exclude = ["legacy/*", "*_pb2.py"]
     per-file-ignores = { "scripts/*" = ["PM101"] }
@@ -68,8 +68,9 @@ class Settings:
 
     def enabled(self, code: str, path: str | None = None, *, opt_in: bool = False) -> bool:
         """Is the rule `code` selected for `path`? Codes match by prefix, as in ruff;
-        an opt-in rule only when `select` names its code in full."""
-        selected = code in self.select if opt_in else _matches(code, self.select)
+        an opt-in rule only when `select` names its code in full or is ALL (as in
+        ruff, ALL is every rule)."""
+        selected = (code in self.select or "ALL" in self.select) if opt_in else _matches(code, self.select)
         if not selected or _matches(code, self.ignore):
             return False
         if path is not None:

@@ -116,7 +116,7 @@ def fix_availability(rule: type[Rule]) -> str:
 def level_note(rule: type[Rule]) -> str:
     note = f"{rule.LEVEL.label}, {LEVEL_NOTES[rule.LEVEL]}"
     if rule.OPT_IN:
-        note += f"; opt-in: runs only when selected by its code (`--select {rule.CODE}`)"
+        note += f"; opt-in: runs only when selected by its code (`--select {rule.CODE}`) or by `ALL`"
     return note
 
 

@@ -14,7 +14,7 @@ import hashlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,22 +46,51 @@ SKIP_DIRS = {
 # -- discovery ----------------------------------------------------------------------------
 
 
-def discover(paths: Iterable[Path], settings: Settings) -> Iterator[Path]:
+def discover(paths: Iterable[Path], settings: Settings, skipped: Callable[[str], None] | None = None) -> Iterator[Path]:
     """Python files under `paths`, skipping VCS folders, virtual environments,
     build output, the configured `exclude` patterns and (with
     settings.respect_gitignore) what .gitignore files ignore. Files named
     directly are always taken, as ruff does, unless settings.force_exclude
-    and `exclude` matches them. A file reached twice is given once."""
+    and `exclude` matches them.
+
+    A file reached twice is given once, and under its own name when it is
+    reached by that name too: a name through a symbolic link (the link itself,
+    or a linked folder) waits until every path has been walked, and is given
+    only if the file it leads to was not found by its own name. A symbolic
+    link that leads to no file (its target removed, or a loop of links) is
+    skipped, and `skipped` is told which and why."""
     seen: set[str] = set()
+    linked: list[tuple[Path, str]] = []  # names through a link, and the file each leads to
     for path in paths:
         if settings.force_exclude and settings.excluded(path):
             continue
         found = _walk(path, settings) if path.is_dir() else iter([path])
         for file in found:
+            if os.path.islink(file) and not os.path.exists(file):
+                if skipped is not None:
+                    skipped(_dangling(file))
+                continue
             real = os.path.realpath(file)
-            if real not in seen:
+            if real != os.path.abspath(file):
+                linked.append((file, real))
+            elif real not in seen:
                 seen.add(real)
                 yield file
+    for file, real in linked:
+        if real not in seen:
+            seen.add(real)
+            yield file
+
+
+def _dangling(link: Path) -> str:
+    try:
+        target = os.readlink(link)
+    except OSError:  # removed meanwhile
+        return f"{link}: a symbolic link that leads to no file, skipped"
+    return (
+        f"{link} is a symbolic link to {target}, which does not exist (or is a loop of links); "
+        "skipped: remove the link, or restore what it points to"
+    )
 
 
 def _walk(folder: Path, settings: Settings) -> Iterator[Path]:

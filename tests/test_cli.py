@@ -243,7 +243,7 @@ def test_json_schema(tmp_path):
     result = perfmod("check", "a.py", "b.py", "--format", "json")
     assert result.exit_code == 2
     document = json.loads(result.stdout)
-    assert document["version"] == 1 and document["level"] == "safe"
+    assert document["version"] == 2 and document["level"] == "safe"
     assert document["files"] == [
         {"path": "a.py", "changed": True, "error": None},
         {
@@ -262,31 +262,65 @@ def test_json_schema(tmp_path):
         "message": "host-to-device copy blocks the CPU; pass non_blocking=True",
         "level": "safe",
         "fixable": True,
-        "applied": True,
+        "applied": False,  # check never writes: the fix is pending
+        "pending": True,
         "end_line": 4,
         "end_column": 17,
         "changes": [{"first": 4, "last": 4, "text": "y = x.to(device, non_blocking=True)\n"}],
     }
-    assert [(f["code"], f["level"], f["fixable"], f["applied"]) for f in document["findings"][1:]] == [
-        ("PM992", "unsafe", True, False),
-        ("PM993", "safe", False, False),
+    assert [(f["code"], f["level"], f["fixable"], f["applied"], f["pending"]) for f in document["findings"][1:]] == [
+        ("PM992", "unsafe", True, False, False),
+        ("PM993", "safe", False, False, False),
     ]
     assert document["summary"] == {
         "files": 2,
         "changed": 1,
         "errors": 1,
         "findings": 3,
-        "applied": 1,
+        "applied": 0,
+        "pending": 1,
         "fixable_at_higher_level": {"unsafe": 1},
         "report_only": 1,
     }
 
 
-def test_json_after_apply_reports_the_written_files(tmp_path):
-    write(tmp_path / "t.py", FIXABLE)
+def test_json_after_apply_reports_the_written_files_and_fixes(tmp_path):
+    write(tmp_path / "t.py", FIXABLE + "risky(1)\n")
     document = json.loads(perfmod("apply", "t.py", "--format", "json").stdout)
     assert document["files"] == [{"path": "t.py", "changed": True, "error": None}]
-    assert (tmp_path / "t.py").read_text() == FIXED
+    assert (tmp_path / "t.py").read_text() == FIXED + "risky(1)\n"
+    assert [(f["code"], f["applied"], f["pending"]) for f in document["findings"]] == [
+        ("PM101", True, False),
+        ("PM992", False, False),  # fixed only at level unsafe
+    ]
+    assert (document["summary"]["applied"], document["summary"]["pending"]) == (1, 0)
+
+
+@pytest.mark.parametrize("command", [["apply", "--dry-run"], ["apply", "--diff"], ["check"]])
+def test_json_of_a_run_that_writes_nothing_applies_nothing(tmp_path, command):
+    write(tmp_path / "t.py", FIXABLE)
+    document = json.loads(perfmod(*command, "t.py", "--format", "json").stdout)
+    assert [(f["code"], f["applied"], f["pending"]) for f in document["findings"]] == [("PM101", False, True)]
+    assert (document["summary"]["applied"], document["summary"]["pending"]) == (0, 1)
+    sarif = json.loads(perfmod(*command, "t.py", "--format", "sarif").stdout)
+    (finding,) = sarif["runs"][0]["results"]
+    assert (finding["properties"]["applied"], finding["properties"]["pending"]) == (False, True)
+    assert (tmp_path / "t.py").read_text() == FIXABLE
+
+
+def test_json_of_apply_leaves_the_fixes_of_a_file_it_could_not_write_pending(tmp_path):
+    script = write(tmp_path / "t.py", FIXABLE)
+    script.chmod(0o444)
+    document = json.loads(perfmod("apply", "t.py", "--format", "json").stdout)
+    assert document["files"][0]["error"].startswith("t.py:1:1: error: read-only file")
+    assert [(f["code"], f["applied"], f["pending"]) for f in document["findings"]] == [("PM101", False, True)]
+    assert (document["summary"]["applied"], document["summary"]["pending"]) == (0, 1)
+
+
+def test_json_of_apply_on_stdin_applies_the_fixes_it_prints(tmp_path):
+    result = perfmod("apply", "-", "--format", "json", input=FIXABLE.encode())
+    assert result.stdout == FIXED
+    assert [(f["applied"], f["pending"]) for f in json.loads(result.stderr)["findings"]] == [(True, False)]
 
 
 def test_sarif_schema(tmp_path):
@@ -327,6 +361,46 @@ def test_sarif_schema(tmp_path):
     assert invocation["executionSuccessful"] is False
     (notification,) = invocation["toolExecutionNotifications"]
     assert notification["level"] == "error" and notification["message"]["text"].startswith("src/b.py:4:5: error:")
+
+
+def test_github_annotations(tmp_path):
+    write(tmp_path / "src" / "a.py", FIXABLE + "risky(1)\nlook(2)\n")
+    write(tmp_path / "src" / "b.py", UNPARSABLE)
+    result = perfmod("check", "src", "--output-format", "github")
+    assert result.exit_code == 2
+    assert result.stdout.splitlines() == [
+        "::error title=perfmod (PM101),file=src/a.py,line=4,col=5,endLine=4,endColumn=17::"
+        "src/a.py:4:5: PM101 host-to-device copy blocks the CPU; pass non_blocking=True",
+        "::warning title=perfmod (PM992),file=src/a.py,line=5,col=1,endLine=5,endColumn=9::"
+        "src/a.py:5:1: PM992 risky() could be bold",
+        "::warning title=perfmod (PM993),file=src/a.py,line=6,col=1,endLine=6,endColumn=8::"
+        "src/a.py:6:1: PM993 look() has no fix",
+        "::error title=perfmod,file=src/b.py,line=4,col=5::src/b.py:4:5: error: syntax error: "
+        "closing parenthesis ']' does not match opening parenthesis '(' on line 2",
+    ]
+    assert result.stdout.endswith("]' does not match opening parenthesis '(' on line 2\n")
+    assert perfmod("check", "src/a.py", "--format", "github").stdout == result.stdout.split("::error title=perfmod,")[0]
+
+
+def test_github_annotations_escape_what_would_end_a_value(tmp_path):
+    from codemod.report.github import render_github
+    from codemod.result import FileResult, Finding, Level
+
+    finding = Finding("a,b:c.py", 2, 3, "PM101", "name", "50% of\nit", Level.SAFE, fixable=True)
+    assert render_github([FileResult("a,b:c.py", b"", findings=[finding])]) == (
+        "::warning title=perfmod (PM101),file=a%2Cb%3Ac.py,line=2,col=3,endLine=2,endColumn=3::"
+        "a,b:c.py:2:3: PM101 50%25 of%0Ait\n"
+    )
+    assert render_github([]) == ""
+
+
+def test_a_clean_run_in_github_format_prints_nothing(tmp_path):
+    write(tmp_path / "t.py", CLEAN)
+    result = perfmod("check", "t.py", "--format", "github")
+    assert (result.exit_code, result.stdout) == (0, "")
+    refused = perfmod("check", "t.py", "--format", "github", "--statistics")
+    assert refused.exit_code == 2
+    assert "github output has no place for it: drop --statistics, or pass --format json" in refused.stderr
 
 
 # -- options and configuration --------------------------------------------------------------

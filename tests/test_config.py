@@ -38,8 +38,9 @@ def codes(*args) -> list[str]:
 
 
 def applied(*args) -> list[str]:
+    """The codes whose fixes `perfmod apply` would make (`check`: pending)."""
     result = perfmod("check", *args, "--format", "json")
-    return [finding["code"] for finding in json.loads(result.stdout)["findings"] if finding["applied"]]
+    return [finding["code"] for finding in json.loads(result.stdout)["findings"] if finding["pending"]]
 
 
 def test_defaults_without_configuration(tmp_path):
@@ -305,6 +306,74 @@ def test_suppression_comments_that_do_nothing_are_warned_about_with_path_and_lin
     assert result.stdout.startswith("t.py:4:5: PM991")  # warnings stay out of the findings
     assert perfmod("check", "t.py").stderr == result.stderr  # from the cache: the same warnings
     assert perfmod("check", "t.py", "-q").stderr == ""
+
+
+NOQA = (
+    "import torch\n"
+    'device = torch.device("cuda")\n'
+    "x = torch.randn(4)\n"
+    "a = slow(x.to(device))  # noqa: PM101\n"
+    "b = slow(x.to(device))  # noqa\n"  # every rule, as in ruff
+    "c = slow(x.to(device))  # noqa: E501, PM991\n"  # another tool's code beside ours
+    "d = slow(x.to(device))  # noqa: E501\n"  # only another tool's: nothing of ours
+    "e = slow(x.to(device))  # type: ignore  # NOQA:PM101,PM991\n"
+    "f = slow(x.to(device))  # noqa PM101\n"  # no colon: every rule, in ruff as here
+    "g = slow(x.to(device))  # noqa: pm101\n"  # lower case: ruff reads no code
+    "h = slow(x.to(device))  # noqa: PM101 because PM991 is wanted\n"
+    "i = slow(x.to(device))  # noqa: PM999\n"
+    "j = slow(x.to(device))  # noqa: E501  # perfmod: ignore[PM991]\n"
+    "k = slow(x.to(device))  # ruff: noqa\n"  # ruff's own, for the whole file: not perfmod's
+)
+
+
+def test_noqa_comments_suppress_as_ruff_reads_them(tmp_path):
+    write(tmp_path / "t.py", NOQA)
+    found = [
+        (f["line"], f["code"]) for f in json.loads(perfmod("check", "t.py", "--format", "json").stdout)["findings"]
+    ]
+    left = {line: sorted(code for at, code in found if at == line) for line in range(4, 15)}
+    assert left == {
+        4: ["PM991"],
+        5: [],
+        6: ["PM101"],
+        7: ["PM101", "PM991"],
+        8: [],
+        9: [],
+        10: ["PM101", "PM991"],
+        11: ["PM991"],
+        12: ["PM101", "PM991"],
+        13: ["PM101"],
+        14: ["PM101", "PM991"],
+    }
+
+
+def test_rules_that_ask_about_a_statement_see_noqa_too():
+    import libcst as cst
+
+    from codemod.suppression import suppressed_on
+
+    def statement(text: str) -> cst.CSTNode:
+        return cst.parse_module(text).body[0]
+
+    assert suppressed_on(statement("x = f()  # noqa: PM202\n"), "PM202")
+    assert not suppressed_on(statement("x = f()  # noqa: PM202\n"), "PM101")
+    assert suppressed_on(statement("for a in b:  # noqa\n    pass\n"), "PM202")
+    assert not suppressed_on(statement("x = f()  # noqa: E501\n"), "PM202")
+
+
+def test_noqa_comments_that_do_not_do_what_they_seem_to_are_warned_about(tmp_path):
+    write(tmp_path / "t.py", NOQA)
+    warnings = [line for line in perfmod("check", "t.py").stderr.splitlines() if ": warning: " in line]
+    assert warnings == [
+        "t.py:9: warning: `# noqa PM101` (no colon) suppresses every rule on the line, perfmod's too, as in "
+        "ruff; write `# noqa: PM101` to suppress PM101 alone",
+        "t.py:10: warning: `pm101` in `# noqa` is not read as a code, so it suppresses nothing; write "
+        "`# noqa: PM101` (codes in upper case right after `noqa:`, before any other word)",
+        "t.py:11: warning: `PM991` in `# noqa` is not read as a code, so it suppresses nothing; write "
+        "`# noqa: PM991` (codes in upper case right after `noqa:`, before any other word)",
+        "t.py:12: warning: `PM999` in `# noqa` is no perfmod rule, so it suppresses nothing; "
+        "did you mean PM991, PM992, PM993?",
+    ]
 
 
 def test_suppression_warnings_come_from_worker_processes_too(tmp_path):

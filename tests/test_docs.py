@@ -39,7 +39,7 @@ def test_page_layout(rule):
     index = docs.index_page(ALL_RULES)
     level = f"{rule.LEVEL.label} (opt-in)" if rule.OPT_IN else rule.LEVEL.label
     assert f"| {rule.CODE} | [{rule.NAME}]({rule.NAME}.md) | {level} |" in index
-    assert (f"opt-in: runs only when selected by its code (`--select {rule.CODE}`)" in page) == rule.OPT_IN
+    assert (f"opt-in: runs only when selected by its code (`--select {rule.CODE}`) or by `ALL`" in page) == rule.OPT_IN
 
 
 def test_generation_writes_pages_removes_stale_ones_and_keeps_hand_written_ones(tmp_path, capsys):

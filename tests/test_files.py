@@ -319,3 +319,55 @@ def test_a_file_named_twice_is_processed_once(tmp_path):
     result = perfmod("apply", "t.py", "./t.py", ".")
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "Fixed t.py: 1 fix (PM101)\nApplied 1 fix to 1 file (1 file checked).\n"
+
+
+# -- symbolic links ---------------------------------------------------------------------------
+
+
+def test_a_dangling_symbolic_link_is_warned_about_and_skipped(tmp_path):
+    write(tmp_path / "train.py", FIXABLE)
+    (tmp_path / "gone.py").symlink_to("moved_away.py")
+    (tmp_path / "loop.py").symlink_to("loop.py")
+    result = perfmod("check", ".")
+    assert result.exit_code == 1, result.stderr  # the fix pending in train.py: no error for the links
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: gone.py is a symbolic link to moved_away.py, which does not exist (or is a loop of links); "
+        "skipped: remove the link, or restore what it points to",
+        "warning: loop.py is a symbolic link to loop.py, which does not exist (or is a loop of links); "
+        "skipped: remove the link, or restore what it points to",
+    ]
+    assert checked_paths(".") == ["train.py"]
+    assert perfmod("check", ".", "-q").stderr == ""
+    assert perfmod("apply", ".").exit_code == 0 and (tmp_path / "train.py").read_text() == FIXED
+
+
+def test_a_dangling_symbolic_link_named_on_the_command_line_is_skipped_too(tmp_path):
+    write(tmp_path / "clean.py", "x = 1\n")
+    (tmp_path / "gone.py").symlink_to("moved_away.py")
+    result = perfmod("check", "gone.py", "clean.py")
+    assert result.exit_code == 0, result.stderr
+    assert "warning: gone.py is a symbolic link to moved_away.py" in result.stderr
+    missing = perfmod("check", "missing.py", "clean.py")  # not a link: a path that names nothing is an error
+    assert missing.exit_code == 2 and "missing.py:1:1: error: cannot read" in missing.stderr
+
+
+def test_a_file_beside_a_link_to_it_is_reported_once_under_its_own_name(tmp_path):
+    write(tmp_path / "train.py", FIXABLE)
+    (tmp_path / "a_link.py").symlink_to("train.py")  # sorts first
+    (tmp_path / "linked").symlink_to(tmp_path, target_is_directory=True)
+    assert checked_paths(".") == ["train.py"]
+    assert checked_paths("a_link.py", "train.py") == ["train.py"]
+    assert checked_paths("linked/train.py", "a_link.py", "train.py") == ["train.py"]
+    document = json.loads(perfmod("check", ".", "--format", "json").stdout)
+    assert {finding["path"] for finding in document["findings"]} == {"train.py"}
+    result = perfmod("apply", ".")
+    assert result.exit_code == 0 and result.stdout.startswith("Fixed train.py: 1 fix (PM101)\n")
+    assert (tmp_path / "a_link.py").is_symlink() and (tmp_path / "train.py").read_text() == FIXED
+
+
+def test_a_link_whose_file_is_not_found_by_its_own_name_keeps_the_link_name(tmp_path):
+    write(tmp_path / "shared" / "train.py", FIXABLE)
+    write(tmp_path / "project" / "b.py", "x = 1\n")
+    (tmp_path / "project" / "a.py").symlink_to(tmp_path / "shared" / "train.py")
+    assert checked_paths("project") == ["project/b.py", "project/a.py"]  # links come last

@@ -1,5 +1,6 @@
-"""Opt-in rules (Rule.OPT_IN, such as PM506) run only when `select` names their code:
-prefixes and ALL, the default included, leave them out; other rules are unchanged."""
+"""Opt-in rules (Rule.OPT_IN, such as PM506) run only when `select` names their code or
+is ALL (every rule, as in ruff): prefixes, the default `PM` included, leave them out;
+other rules are unchanged."""
 
 import json
 
@@ -19,22 +20,27 @@ def test_pm506_is_opt_in_and_the_other_rules_are_not():
     assert [rule.CODE for rule in ALL_RULES if rule.OPT_IN] == ["PM506", "PM601"]
 
 
-@pytest.mark.parametrize("select", [("PM",), ("PM5",), ("ALL",), ("PM50",), ("PM501",)])
-def test_prefixes_and_all_leave_an_opt_in_rule_out(select):
+@pytest.mark.parametrize("select", [("PM",), ("PM5",), ("PM50",), ("PM501",)])
+def test_prefixes_leave_an_opt_in_rule_out(select):
     settings = Settings(select=select)
     assert not settings.enabled("PM506", opt_in=True)
     assert COMPILE not in selected_rules(settings, "train.py")
 
 
-@pytest.mark.parametrize("select", [("PM506",), ("PM", "PM506"), ("PM1", "PM506")])
-def test_naming_the_code_selects_it(select):
+@pytest.mark.parametrize("select", [("PM506",), ("PM", "PM506"), ("PM1", "PM506"), ("ALL",), ("PM1", "ALL")])
+def test_naming_the_code_or_all_selects_it(select):
     settings = Settings(select=select)
     assert settings.enabled("PM506", opt_in=True)
     assert COMPILE in selected_rules(settings, "train.py")
 
 
+def test_all_selects_every_rule_of_the_catalogue():
+    assert selected_rules(Settings(select=("ALL",)), "train.py") == list(ALL_RULES)
+
+
 def test_ignore_and_per_file_ignores_still_win():
     assert not Settings(select=("PM506",), ignore=("PM5",)).enabled("PM506", opt_in=True)
+    assert not Settings(select=("ALL",), ignore=("PM506",)).enabled("PM506", opt_in=True)
     settings = Settings(select=("PM506",), per_file_ignores={"scripts/*": ("PM506",)})
     assert not settings.enabled("PM506", "scripts/train.py", opt_in=True)
     assert settings.enabled("PM506", "train.py", opt_in=True)
@@ -62,3 +68,9 @@ def test_the_command_line_selects_it_by_code(tmp_path):
     assert "PM506" not in {f["code"] for f in plain["findings"]}
     named = json.loads(perfmod("check", script, "--select", "PM506", "--level", "numeric", "--format", "json").stdout)
     assert {f["code"] for f in named["findings"]} == {"PM506"}
+
+
+def test_select_all_on_the_command_line_runs_the_opt_in_rules(tmp_path):
+    script = write(tmp_path / "train.py", SCRIPT)
+    every = json.loads(perfmod("check", script, "--select", "ALL", "--level", "numeric", "--format", "json").stdout)
+    assert "PM506" in {f["code"] for f in every["findings"]}

@@ -1,19 +1,25 @@
-"""`--format json`: one document per run, schema version 1.
+"""`--format json`: one document per run, schema version 2.
 
-    {"version": 1, "level": "safe",
+    {"version": 2, "level": "safe",
      "files":    [{"path", "changed", "error"}],            input order
      "findings": [{"path", "line", "column", "end_line", "end_column", "code",
-                   "name", "message", "level", "fixable", "applied",
+                   "name", "message", "level", "fixable", "applied", "pending",
                    "changes": [{"first", "last", "text"}]}],  file by file, by line
-     "summary":  {"files", "changed", "errors", "findings", "applied",
+     "summary":  {"files", "changed", "errors", "findings", "applied", "pending",
                   "fixable_at_higher_level": {level: n}, "report_only"}}
 
 `changed`: the fixes at the chosen level rewrite the file (`apply` wrote it;
-`check` and `--dry-run` did not). `applied`: the finding's fix is within the
-chosen level; `changes` are then the lines of the original file it replaces
-(`first` to `last`, 1-based; `last` is `first - 1` for an insertion before
-`first`) and the text written there, else empty. `error` is the `path:line:col: error: ...` line, or null. Fields
-are only ever added; a change to any existing one bumps `version`.
+`check` and `--dry-run` did not). `applied`: the finding's fix was made, by
+`apply` without `--dry-run` (in a file it wrote; on stdout for `apply -`).
+`pending`: the finding's fix is within the chosen level but was not made:
+every such fix of `check` and `--dry-run`, and of `apply` those in a file that
+could not be written. A fix within the level is `applied` or `pending`; its
+`changes` are the lines of the original file it replaces (`first` to `last`,
+1-based; `last` is `first - 1` for an insertion before `first`) and the text
+written there, else empty. `error` is the `path:line:col: error: ...` line, or
+null. Fields are only ever added; a change to any existing one bumps `version`
+(2: `applied` was true for every fix within the level, written or not, and
+`pending` did not exist).
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ from codemod.report.summary import Summary
 from codemod.result import FileResult
 from codemod.rule import Finding, Level, Rule
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
-def finding_dict(finding: Finding, changes: Sequence[Change] = ()) -> dict:
+def finding_dict(finding: Finding, changes: Sequence[Change] = (), written: bool = False) -> dict:
+    """`written`: the fixes of the finding's file were made (see the module's docstring)."""
     return {
         "path": finding.path,
         "line": finding.line,
@@ -42,18 +49,23 @@ def finding_dict(finding: Finding, changes: Sequence[Change] = ()) -> dict:
         "message": finding.message,
         "level": finding.level.label,
         "fixable": finding.fixable,
-        "applied": finding.applied,
+        "applied": finding.applied and written,
+        "pending": finding.applied and not written,
         "changes": [{"first": c.first, "last": c.last, "text": c.text} for c in changes],
     }
 
 
-def render_json(results: Sequence[FileResult], level: Level) -> str:
+def render_json(results: Sequence[FileResult], level: Level, written: bool = False) -> str:
+    """`written`: the run made its fixes (`apply` without `--dry-run`); a file with an
+    error was not written all the same."""
     document = {
         "version": SCHEMA_VERSION,
         "level": level.label,
         "files": [{"path": r.path, "changed": r.changed and r.error is None, "error": r.error} for r in results],
-        "findings": [finding_dict(f, c) for r in results for f, c in zip(r.findings, fix_changes(r))],
-        "summary": Summary.of(results).as_dict(),
+        "findings": [
+            finding_dict(f, c, written and r.error is None) for r in results for f, c in zip(r.findings, fix_changes(r))
+        ],
+        "summary": Summary.of(results).as_dict(written),
     }
     return json.dumps(document, indent=2)
 

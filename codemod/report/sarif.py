@@ -23,11 +23,19 @@ from codemod.rule import Finding, Level, Rule
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def render_sarif(results: Sequence[FileResult], rules: Sequence[type[Rule]], level: Level) -> str:
+def render_sarif(
+    results: Sequence[FileResult], rules: Sequence[type[Rule]], level: Level, written: bool = False
+) -> str:
+    """`written`: the run made its fixes (`apply`); the `applied` and `pending`
+    properties of a result mean what they mean in `--format json`."""
     index = {rule.CODE: number for number, rule in enumerate(rules)}
     run = {
         "tool": {"driver": {"name": "perfmod", "version": _version(), "rules": [_descriptor(r) for r in rules]}},
-        "results": [_result(f, index, changes) for r in results for f, changes in zip(r.findings, fix_changes(r))],
+        "results": [
+            _result(f, index, changes, written and r.error is None)
+            for r in results
+            for f, changes in zip(r.findings, fix_changes(r))
+        ],
         "invocations": [
             {
                 "executionSuccessful": not any(r.error for r in results),
@@ -59,7 +67,7 @@ def _descriptor(rule: type[Rule]) -> dict:
     }
 
 
-def _result(finding: Finding, index: dict[str, int], changes: Sequence[Change]) -> dict:
+def _result(finding: Finding, index: dict[str, int], changes: Sequence[Change], written: bool) -> dict:
     result = {
         "ruleId": finding.code,
         "ruleIndex": index[finding.code],
@@ -78,7 +86,12 @@ def _result(finding: Finding, index: dict[str, int], changes: Sequence[Change]) 
                 }
             }
         ],
-        "properties": {"level": finding.level.label, "fixable": finding.fixable, "applied": finding.applied},
+        "properties": {
+            "level": finding.level.label,
+            "fixable": finding.fixable,
+            "applied": finding.applied and written,
+            "pending": finding.applied and not written,
+        },
     }
     if changes:
         result["fixes"] = [

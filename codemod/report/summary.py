@@ -42,13 +42,15 @@ class Summary:
             unwritten=tuple(f for r in results if r.error for f in r.findings if f.applied),
         )
 
-    def as_dict(self) -> dict:
+    def as_dict(self, written: bool = False) -> dict:
+        """The counts of `--format json`; `written`: the run made its fixes (apply)."""
         return {
             "files": self.checked,
             "changed": len(self.changed),
             "errors": len(self.errors),
             "findings": len(self.findings),
-            "applied": len(self.applied),
+            "applied": len(self.applied) if written else 0,
+            "pending": len(self.unwritten) + (0 if written else len(self.applied)),
             "fixable_at_higher_level": {level.label: len(found) for level, found in self.higher.items()},
             "report_only": len(self.report_only),
         }
