@@ -119,7 +119,7 @@ class UncompiledModel(Rule):
     ## Options
     Opt-in: the rule runs only when selected by its code
     (`perfmod apply --select PM506 --level numeric`, or `select = [..., "PM506"]`);
-    `PM`, `PM5` and `ALL` do not select it.
+    `PM` and `PM5` do not select it; `ALL` does.
 
     ## Example
     ```python

@@ -461,7 +461,7 @@ class SingleProcessTraining(Rule):
     ## Options
     Opt-in: the rule runs only when selected by its code
     (`perfmod apply --select PM601 --level unsafe`, or `select = [..., "PM601"]`
-    in `[tool.perfmod]`); `PM`, `PM6` and `ALL` do not select it.
+    in `[tool.perfmod]`); `PM` and `PM6` do not select it; `ALL` does.
 
     ## Fix safety
     Unsafe. `python train.py` still trains exactly as before: the process group,
