@@ -416,6 +416,13 @@ def _apply(
                 lines_of[fix.key].append((line, line))
             lines_of[fix.key].extend(merged[item] for item in fix.imports if item in merged)
         new_module = import_edits.add(new_module, needed, site)
+    unread = _bindings_read_only_in_edits(accepted, context)
+    if unread:
+        new_module, removed_lines = _without_unread(new_module, unread, context)
+        for line in removed_lines:
+            span = _statement_span(line, context)
+            for key in unread[line]:
+                lines_of[key].append(span)
     released = _imported_names_in_edits(module, accepted, index)
     if released:
         new_module, removed = import_edits.without_unused(new_module, set(released))
@@ -425,6 +432,110 @@ def _apply(
                 for key in released[name]:
                     lines_of[key].append(span)
     return new_module, lines_of
+
+
+def _bindings_read_only_in_edits(fixes: list[Fix], context: FileContext) -> dict[cst.SimpleStatementLine, list[int]]:
+    """Statements `name = value`, of a value whose computation changes nothing, every read
+    of which is in code a fix replaces or removes: the fixes may leave them unread (the
+    causal mask once SDPA takes is_causal). Statement -> the keys of those fixes."""
+    index, kinds = context.index, context.kinds
+    anchors = [
+        (fix.key, edit.anchor)
+        for fix in fixes
+        for edit in fix.edits
+        if not isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword, edit_model.Move))
+    ]
+    found: dict[cst.SimpleStatementLine, list[int]] = {}
+    for key, anchor in anchors:
+        for name in index.find(cst.Name, within=anchor):
+            if not import_edits.is_read(name, index.parents):
+                continue
+            for binding in kinds.reaching(name):
+                line = _plain_assignment_line(binding.node, context)
+                if line is None or key in found.get(line, ()):
+                    continue
+                reads = kinds.reached_reads(binding)
+                if context.purity.side_effect_free(line.body[0].value) and all(
+                    any(index.inside(read, other) for _, other in anchors) for read in reads
+                ):
+                    found.setdefault(line, []).append(key)
+    return found
+
+
+def _plain_assignment_line(target: cst.CSTNode, context: FileContext) -> cst.SimpleStatementLine | None:
+    """The line `name = value` alone that binds `target`, a Name; None for anything else."""
+    assign = context.parents.get(context.parents.get(target))
+    line = context.parents.get(assign)
+    if (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and assign.targets[0].target is target
+        and isinstance(line, cst.SimpleStatementLine)
+        and len(line.body) == 1
+    ):
+        return line
+    return None
+
+
+def _without_unread(
+    new_module: cst.Module, candidates: dict[cst.SimpleStatementLine, list[int]], context: FileContext
+) -> tuple[cst.Module, list[cst.SimpleStatementLine]]:
+    """`new_module` without the candidate lines that nothing reads there any more (the
+    fixes may write new reads of them: those stay), and the lines removed."""
+    after = FileContext(new_module, context.path, context.settings, new_module.code)
+    unread = []
+    for line in candidates:
+        if line not in after.index:
+            continue  # a fix changed or moved it
+        target = line.body[0].targets[0].target
+        block = after.parents.get(line)
+        bindings = after.kinds.bindings_in(line, target.value)
+        if (
+            isinstance(block, (cst.IndentedBlock, cst.Module))
+            and len(block.body) > 1
+            and bindings
+            and not any(after.kinds.reached_reads(b) for b in bindings)
+        ):
+            unread.append(line)
+    if not unread:
+        return new_module, []
+    around = {id(ancestor) for line in unread for ancestor in after.index.ancestors(line)}
+    return new_module.visit(_RemoveLines(set(map(id, unread)), around)), unread
+
+
+class _RemoveLines(cst.CSTTransformer):
+    """Removes the lines of `ids` with the comments above them; the blank lines above
+    one stay, above the statement after it. Only the nodes `around` them are visited, so
+    every other node stays the one it was (the write-back copies those as written)."""
+
+    def __init__(self, ids: set[int], around: set[int]) -> None:
+        self.ids, self.around = ids, around
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) in self.around
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        return self._without_lines(original_node, updated_node)
+
+    def leave_Module(self, original_node, updated_node):
+        return self._without_lines(original_node, updated_node)
+
+    def _without_lines(self, original_node, updated_node):
+        if id(original_node) not in self.around:
+            return updated_node
+        return updated_node.with_changes(body=self._kept(original_node.body, updated_node.body))
+
+    def _kept(self, originals, updated) -> list:
+        kept, blank = [], []
+        for original, statement in zip(originals, updated):
+            if id(original) in self.ids:
+                blank = blank or [line for line in statement.leading_lines if line.comment is None][:1]
+                continue
+            if blank and not statement.leading_lines:
+                statement = statement.with_changes(leading_lines=blank)
+            blank = []
+            kept.append(statement)
+        return kept
 
 
 def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileContext) -> dict:

@@ -608,3 +608,63 @@ def test_collections_are_off_while_a_file_is_parsed_and_on_again_after(monkeypat
     result = process_source(source.encode(), "f.py", Settings(), [])
     assert seen == [False] and gc.isenabled()
     assert (result.error is None) == (source == "x = 1\n")
+
+
+# -- what the fixes leave unread ----------------------------------------------------------
+
+
+class KeepFirstArgumentOfUse(Rule):
+    """`y = use(a, ...)` -> `y = a`: the other arguments are no longer read there."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM909", "test-keep-first", Level.SAFE, "keep the first", ""
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "use" and node.args:
+            self.report(node, edits=[Replace(node, node.args[0].value)])
+
+
+UNREAD = """\
+import torch
+
+
+def f(t, x):
+    first = x * 2
+
+    # the causal mask
+    mask = torch.tril(torch.ones(t, t)).bool()
+    noise = torch.randn(t)
+    total = 0.0
+    total += x
+    y = use(first, mask, noise, total)
+    return y
+"""
+
+
+def test_a_side_effect_free_assignment_the_fixes_leave_unread_goes_with_its_comment():
+    result = run(UNREAD, rules=[KeepFirstArgumentOfUse])
+    assert result.new_source.decode() == UNREAD.replace(
+        "\n    # the causal mask\n    mask = torch.tril(torch.ones(t, t)).bool()\n", "\n"
+    ).replace("use(first, mask, noise, total)", "first")
+    # `first` is read by the replacement, `noise` drew random numbers, `total` is read by `+=`
+    finding = result.findings[0]
+    assert (6, 8) in finding.fix_lines  # the removed lines (with those above them) are part of the fix
+
+
+def test_an_assignment_read_elsewhere_too_stays():
+    source = UNREAD.replace("    return y\n", "    return y, mask\n")
+    result = run(source, rules=[KeepFirstArgumentOfUse])
+    assert "mask = torch.tril" in result.new_source.decode()
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "    z = [mask[i] for i in range(t)]\n",  # a comprehension is a scope of its own
+        "    g = lambda: mask\n",  # a closure
+        "    for i in range(t):\n        print(mask)\n        mask = torch.ones(t)\n",  # carried round a loop
+    ],
+)
+def test_an_assignment_read_in_a_nested_scope_or_round_a_loop_stays(reader):
+    source = UNREAD.replace("    return y\n", reader + "    return y\n")
+    result = run(source, rules=[KeepFirstArgumentOfUse])
+    assert "mask = torch.tril" in result.new_source.decode()

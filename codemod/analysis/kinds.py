@@ -314,13 +314,28 @@ class Kinds:
         return [] if table is None else self._reaching(use, table)
 
     def reached_reads(self, binding: Assignment) -> list[cst.Name]:
-        """The reads whose value may be this binding's (flow-sensitive, as `reaching`: a
-        read after a later binding that hides this one on every path is not among them)."""
-        return [
+        """The reads whose value may be this binding's (flow-sensitive in its scope, as
+        `reaching`: a read after a later binding that hides this one on every path is not
+        among them; a read before it in a loop around both is). Reads in nested scopes
+        (closures, comprehensions) that may see it are all among them."""
+        scope = binding.scope
+        # libcst links a read to the bindings before it, not to one a loop carries round.
+        own = [access.node for access in scope.accesses[binding.name] if isinstance(access.node, cst.Name)]
+        # `x += 1` reads `x` too, though libcst records its target as a binding only.
+        own += [
+            other.node
+            for other in scope.assignments[binding.name]
+            if other is not binding
+            and isinstance(other.node, cst.Name)
+            and isinstance(self.parents.get(other.node), cst.AugAssign)
+        ]
+        nested = [
             access.node
             for access in binding.references
-            if isinstance(access.node, cst.Name) and binding in self.reaching(access.node)
+            if isinstance(access.node, cst.Name) and access.scope is not scope
         ]
+        reached = [read for read in own if binding in self.reaching(read)]
+        return sorted(reached + nested, key=self.index.order)
 
     def bindings_in(self, node: cst.CSTNode, name: str) -> list[Assignment]:
         """The bindings of `name` made inside `node` (in the scope `node` is in)."""

@@ -138,6 +138,11 @@ ENTRIES: list[Op] = [
         random=True,
     ),
     *_ops(
+        Category.FACTORY,
+        "tensor as_tensor zeros ones full empty arange linspace logspace eye zeros_like ones_like full_like "
+        "empty_like tril_indices triu_indices",
+    ),
+    *_ops(
         Category.FACTORY,  # new tensors drawn from the RNG
         "rand randn randint rand_like randn_like randint_like randperm multinomial normal",
         random=True,

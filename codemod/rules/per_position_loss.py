@@ -224,10 +224,9 @@ class PerPositionLossLoop(Rule):
         Invalid(
             PREAMBLE + "criterion = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)\n"
             "for t in range(6):\n    loss += criterion(logits[:, t], targets[:, t])\n",
-            PREAMBLE + "criterion = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)\n"
-            'loss += (F.cross_entropy(logits[:, :6].transpose(1, 2), targets[:, :6], reduction="none", '
+            PREAMBLE + 'loss += (F.cross_entropy(logits[:, :6].transpose(1, 2), targets[:, :6], reduction="none", '
             "ignore_index=0, label_smoothing=0.1).sum(0)\n         / (targets[:, :6] != 0).sum(0)).sum()\n",
-            "a loss module: its arguments carried over",
+            "a loss module: its arguments carried over, the module itself no longer needed",
         ),
         Invalid(
             PREAMBLE + "K = 3\nfor k in range(K):\n    step_logits = logits[:, -K + k, :]\n"
