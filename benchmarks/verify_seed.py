@@ -7,7 +7,9 @@
 Prints a markdown table (device, torch version, command, date; steps/s,
 samples/s, tokens/s and peak memory of both versions; the losses' largest
 deviation against the level's tolerance). One run each of the original and
-the rewrite, one after the other, as `perfmod verify` makes them.
+the rewrite by default (`--rounds 1`, to keep within the GPU time of
+benchmarks/bench_gpu.py); `perfmod verify` makes three rounds, and `--rounds 3`
+here prints the speed-up's spread as it does.
 
 Preparing the copies needs libcst; running them needs only torch. On a machine
 without libcst, prepare here and run there:
@@ -73,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--deterministic", action="store_true", help="deterministic kernels in both runs")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of each version, alternating (perfmod verify --rounds)"
+    )
     parser.add_argument("--prepared", type=Path, help="run copies prepared earlier (no libcst needed)")
     parser.add_argument("--prepare-only", type=Path, metavar="DIR", help="prepare the copies in DIR and stop")
     parser.epilog = "Arguments after `--` go to the script."
@@ -115,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             args=script_args,
             env=env,
             deterministic=options.deterministic,
+            rounds=options.rounds,
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -733,15 +733,28 @@ Tolerance, by the highest level among the fixes applied:
   of a script whose kernels are nondeterministic.
 
 \b
+Speed: both versions run --rounds times (3 by default), in alternating order
+(original first in odd rounds, the rewrite first in even ones), so that a
+machine that slows down or speeds up during the runs favours neither. The
+speed-up is the geometric mean of the rounds' steps/s ratios, printed with its
+95% range (Student's t over the rounds) and each round's ratio:
+  faster / SLOWER           the whole range lies above / below 1.0 (by over 2%)
+  no measurable difference  the range holds 1.0 (or lies within 2% of it)
+One round gives a ratio but no range: it cannot tell speed from noise. The
+losses compared are those of the first round.
+
+\b
 Peak memory: CUDA allocated memory when the script used CUDA, else the
-process's peak resident set size (RSS).
+process's peak resident set size (RSS), of the first round.
 
 \b
 Exit status:
-  0  the losses agree within the tolerance
+  0  the losses agree within the tolerance (and the rewrite is not measurably slower)
   1  they do not
   2  a run failed (its stderr is shown), a run changed a file beside the script,
-     no training loop was found, or a bad option"""
+     no training loop was found, or a bad option
+  3  the losses agree but the rewrite is measurably slower (a WARNING line says
+     by how much), e.g. bf16 autocast on a CPU without fast bf16 kernels"""
 )
 @click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -779,6 +792,14 @@ Exit status:
 @click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds each run may take."
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Timed rounds: each runs the original and the rewrite once, in alternating order; the speed-up is "
+    "given with its spread over them.",
 )
 @click.option(
     "--nproc",
@@ -822,6 +843,7 @@ def verify(
     deterministic,
     python,
     timeout,
+    rounds,
     nproc,
     keep,
     output_format,
@@ -832,7 +854,7 @@ def verify(
     Arguments after `--` go to the script, the same for both runs.
     """
     from codemod.verify import verify as run_verify
-    from codemod.verify_run import VerifyError, error_json, render_json, render_text
+    from codemod.verify_run import EXIT_SLOWER, VerifyError, error_json, render_json, render_text, slower_warning
 
     settings = _settings([script], config, level, select, ignore, None)
     try:
@@ -850,6 +872,7 @@ def verify(
             timeout=timeout,
             keep=keep,
             nproc=nproc,
+            rounds=rounds,
         )
     except VerifyError as error:
         if output_format == "json":
@@ -860,6 +883,8 @@ def verify(
         if result.error is not None:
             run = f"{result.error['run']} run: " if result.error["run"] else ""
             click.echo(f"error: {run}{result.error['message']}\n{result.error['stderr']}", err=True)
+        elif result.exit_code == EXIT_SLOWER:
+            click.echo(slower_warning(result.speed), err=True)
     else:
         click.echo(render_text(result), nl=False)
     if keep is not None:

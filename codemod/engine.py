@@ -3,7 +3,9 @@
     parse once -> FileContext (lazy analyses) -> every selected rule visits the
     tree in one shared walk -> each finding carries its edits -> the scope guard
     and the conflict plan keep the fixes that can be applied together -> one
-    transform applies them -> imports added and released -> new bytes
+    transform applies them -> imports added and released -> new bytes, which must
+    compile (with the running Python where it reads the file, else by libcst's
+    grammar, codemod/syntax.py), or the file is left unchanged with an error
 
 A rule that must see another rule's fixes applied declares it (`Rule.AFTER`).
 Every rule runs in the first pass; where a rule it waits for has a fix there,
@@ -19,6 +21,7 @@ import ast
 import difflib
 import gc
 import io
+import re
 import tokenize
 from bisect import bisect_left
 from collections import Counter
@@ -42,8 +45,10 @@ from codemod.result import FileResult, Finding, SourceError
 from codemod.rule import Report, Rule
 from codemod.rules import ALL_RULES
 from codemod.suppression import is_suppressed, suppressions
+from codemod.syntax import compile_error, running_python
 from codemod.writeback import written
 
+LIBCST_ERROR_AT = re.compile(r"\berror at (\d+):(\d+)")
 RUNTIME_PACKAGE = "runtime"
 # perfmod's runtime says so in its docstring; a project's own `runtime` does not.
 RUNTIME_MARK = "What rewritten training code calls"
@@ -55,25 +60,47 @@ def parse(data: bytes) -> cst.Module:
     try:
         return cst.parse_module(data)
     except cst.ParserSyntaxError as error:
-        line, column, message = _python_syntax_error(data) or (error.editor_line, error.editor_column, error.message)
+        line, column, message = _python_syntax_error(data, error) or (*_libcst_position(error), error.message)
         raise SourceError(line, column, f"syntax error: {message}") from None
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         line, column = _decode_error_position(data)
         raise SourceError(line, column, f"cannot decode: {error}") from None
 
 
-def _python_syntax_error(data: bytes) -> tuple[int, int, str] | None:
+def _python_syntax_error(data: bytes, error: cst.ParserSyntaxError) -> tuple[int, int, str] | None:
     """Where CPython's parser places the error, with its message: libcst reports
     tokenizer errors (an unclosed bracket, a stray character) at 1:1 and gives
-    no column at all. None when CPython accepts what libcst does not."""
+    no column at all. None when CPython accepts what libcst does not, and where
+    CPython stops on a line before libcst's error in code that libcst reads: syntax
+    newer than the running Python (codemod/syntax.py), which is no error."""
     try:
         compile(data, "<perfmod>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as error:
-        if error.lineno:
-            return error.lineno, error.offset or 1, error.msg
+    except SyntaxError as python:
+        if not python.lineno:
+            return None
+        line = _libcst_position(error)[0]
+        if python.lineno < line and _reads_lines(data, line - 1):
+            return None
+        return python.lineno, python.offset or 1, python.msg
     except ValueError:  # null bytes: libcst's own report stands
         pass
     return None
+
+
+def _libcst_position(error: cst.ParserSyntaxError) -> tuple[int, int]:
+    """Where libcst's parser failed, as its message says ("error at LINE:COLUMN"); the
+    line it gives apart can be that of the next token."""
+    at = LIBCST_ERROR_AT.search(error.message)
+    return (int(at[1]), max(int(at[2]), 1)) if at else (error.editor_line, error.editor_column)
+
+
+def _reads_lines(data: bytes, count: int) -> bool:
+    """Whether libcst reads the first `count` lines of the file."""
+    try:
+        cst.parse_module(b"".join(data.splitlines(keepends=True)[:count]))
+    except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, LookupError):
+        return False
+    return True
 
 
 def _decode_error_position(data: bytes) -> tuple[int, int]:
@@ -197,8 +224,35 @@ def process_source(data: bytes, path: str, settings: Settings, rules: Sequence[t
             "end the file with a newline and run perfmod again"
         )
         return result
-    result.new_source = new_code.encode(module.encoding)
+    new_source = new_code.encode(module.encoding)
+    problem = _does_not_compile(data, new_source)
+    if problem is not None:
+        result.findings = []
+        result.error = (
+            f"{path}:1:1: error: internal error, file left unchanged (the rewrite would not compile: {problem}); "
+            "please report it with this file, or skip it with --ignore or `exclude`"
+        )
+        return result
+    result.new_source = new_source
     return result
+
+
+def _does_not_compile(data: bytes, rewrite: bytes) -> str | None:
+    """Why `rewrite`, perfmod's rewrite of the file `data`, would not compile; None when
+    it would. The running Python judges where it compiles the original; where it does
+    not (syntax newer than it, codemod/syntax.py, or an error of the file's own that
+    codemod.worker reports), libcst's grammar, which reads newer syntax, judges alone."""
+    error = compile_error(rewrite)
+    if error is None:
+        return None
+    if compile_error(data) is None:
+        line, _, message = error
+        return f"{running_python()}: {message} on line {line} of the rewrite"
+    try:
+        cst.parse_module(rewrite)
+    except cst.ParserSyntaxError as parse_error:
+        return f"libcst: {parse_error.message} on line {parse_error.editor_line} of the rewrite"
+    return None
 
 
 def _run(

@@ -69,12 +69,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import libcst as cst
+
 from codemod.config import ConfigError, Settings, load_settings
 from codemod.engine import process_source
 from codemod.files import SKIP_DIRS
 from codemod.instrument import Instrumented, instrument
 from codemod.rule import Level, Rule
-from codemod.verify_run import MANIFEST, RUNS, SCHEMA, UNSAFE_NOTE, VerifyError, VerifyResult, run_prepared
+from codemod.verify_run import (
+    DEFAULT_ROUNDS,
+    MANIFEST,
+    RUNS,
+    SCHEMA,
+    UNSAFE_NOTE,
+    VerifyError,
+    VerifyResult,
+    run_prepared,
+)
 
 
 def verify(
@@ -96,13 +107,15 @@ def verify(
     keep: str | Path | None = None,
     nproc: int | None = None,
     rewritten: str | Path | None = None,
+    rounds: int = DEFAULT_ROUNDS,
 ) -> VerifyResult:
     """Rewrite, instrument, run both versions and compare.
 
     `rules` replaces the catalogue (tests inject rules that break the math);
     `keep` names a folder to prepare in and leave behind instead of a temporary
     one; `nproc` runs the rewrite under torchrun with that many processes;
-    `rewritten` is a file to use as the rewrite instead of the engine's.
+    `rewritten` is a file to use as the rewrite instead of the engine's; `rounds`
+    runs both versions that many times, alternating, for the speed-up's spread.
     Raises VerifyError when nothing could be run.
     """
     if not 1 <= warmup < steps:
@@ -125,6 +138,7 @@ def verify(
             timeout=timeout,
             env=env,
             nproc=nproc,
+            rounds=rounds,
         )
     finally:
         if keep is None:
@@ -355,9 +369,8 @@ def local_modules(script: Path) -> list[Path]:
     seen = {script}
     while pending:
         path = pending.pop(0)
-        try:
-            tree = ast.parse(path.read_bytes())
-        except (SyntaxError, ValueError):
+        tree = _import_tree(path.read_bytes())
+        if tree is None:
             continue  # the engine reports it
         for name in _imported_names(tree, path, root):
             for candidate in _module_files(root, name):
@@ -366,6 +379,35 @@ def local_modules(script: Path) -> list[Path]:
                     found.append(candidate)
                     pending.append(candidate)
     return found
+
+
+def _import_tree(data: bytes) -> ast.AST | None:
+    """The file as an `ast` tree, for its imports. Where the running Python cannot read it
+    (syntax of a newer Python, codemod/syntax.py), a tree of its import statements alone,
+    as libcst reads them; None where neither can."""
+    try:
+        return ast.parse(data)
+    except (SyntaxError, ValueError):
+        pass
+    try:
+        module = cst.parse_module(data)
+    except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, LookupError, RecursionError):
+        return None
+    finder = _Imports()
+    module.visit(finder)
+    return ast.Module(body=[ast.parse(module.code_for_node(node)).body[0] for node in finder.found], type_ignores=[])
+
+
+class _Imports(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[cst.Import | cst.ImportFrom] = []
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.found.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.found.append(node)
 
 
 def _imported_names(tree: ast.AST, path: Path, root: Path) -> list[str]:

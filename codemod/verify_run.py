@@ -10,8 +10,8 @@ FOLDER holds `original/` and `rewritten/` (mirrors of the script's folder, with
 the instrumented copies; see codemod/verify.py) and `perfmod-verify.json`, the manifest: the script's
 entry file, its arguments, the fixes applied and the tolerance.
 
-Runs. The two go one after the other, the original first, each with its own
-folder as working directory, with the script's interpreter (`python`, default
+Runs. The two go one after the other, each with its own folder as working
+directory, with the script's interpreter (`python`, default
 `sys.executable`), the same arguments and the same environment plus
 PYTHONHASHSEED (0 unless set), PYTHONDONTWRITEBYTECODE=1, the folder holding
 `runtime` appended to PYTHONPATH and the tracer's settings (runtime/trace.py).
@@ -19,6 +19,23 @@ PYTHONHASHSEED (0 unless set), PYTHONDONTWRITEBYTECODE=1, the folder holding
 the script's code runs. Each run stops cleanly after `steps` optimizer steps.
 A run is its own session (process group): at the timeout it is killed whole,
 DataLoader workers and torchrun's processes included.
+
+Rounds (`rounds`, `perfmod verify --rounds N`, DEFAULT_ROUNDS = 3): both copies
+run N times, in alternating order (round 1 the original first, round 2 the
+rewrite first, ...), so that a machine that drifts during the runs (another
+process, heat, caches) favours neither. Each round pairs a run of each; its
+ratio is the rewrite's steps/s over the original's. The speed-up is the
+geometric mean of the ratios, with a 95% range from Student's t over their
+logarithms (`Speed`), and a verdict: "faster" or "slower" when the whole range
+lies above or below 1.0 by more than NEGLIGIBLE (2%), "no measurable
+difference" when it holds 1.0 or lies within 2% of it, "unknown" with one
+round (no spread). The same script run twice on a CPU differs by several per
+cent (a no-op rewrite gave 1.08x, 0.98x and 0.95x in three single runs): one
+ratio is no result. Each version's steps/s, samples/s, tokens/s and elapsed
+time are the geometric means over its rounds; its losses, peak memory and
+ranks are those of its first round, and the losses compared are the first
+round's. A version whose losses differ between its rounds gets a note (the
+script is not deterministic). A run that fails in any round fails the verify.
 
 Distributed (`nproc`, `perfmod verify --nproc N`): the original runs as one
 process as always; the rewrite runs under `python -m torch.distributed.run
@@ -75,7 +92,8 @@ deterministic kernel only warns, on the run's stderr (run the copies kept with
 `--keep` by hand to read it): if the losses still differ, it is the first suspect.
 
 Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 2
-(schema 1 had no "nproc" keys):
+(schema 1 had no "nproc" keys; "rounds", "speed" and "steps_per_s_rounds" came
+later within schema 2, as keys that a reader of the others can ignore):
 
     {"schema": 2,
      "script": str, "args": [str], "level": "safe"|"numeric"|"unsafe" (--level),
@@ -91,9 +109,16 @@ Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 2
         "elapsed_s": float|null, "returncode": int,
         "sites": {"loss": int, "stepped": int, "batch": int},   (hooks instrumented)
         "nproc": int|null, (as above, for this run; the figures above then combine the ranks)
+        "steps_per_s_rounds": [float|null],   (each round's steps/s, the first round first)
         "ranks": null | [{"rank": int, "steps_per_s", "samples_per_s", "tokens_per_s": float|null,
                           "peak_memory_bytes": int|null, "elapsed_s": float|null, "losses": [float|null]}]},
-     "speedup": float|null (rewritten steps/s over original steps/s),
+     "speedup": float|null (rewritten steps/s over original steps/s; over the rounds, speed.ratio),
+     "rounds": int (timed rounds asked for),
+     "speed": null (a run failed or was not timed) | {
+        "rounds": int, "ratio": float (geometric mean of the rounds' ratios),
+        "low": float|null, "high": float|null (its range; null for one round), "confidence": 0.95,
+        "ratios": [float] (each round's), "min": float, "max": float,
+        "verdict": "faster"|"slower"|"no measurable difference"|"unknown"},
      "max_abs_deviation": float|null, "max_rel_deviation": float|null, (null: not finite)
      "worst_step": int|null (1-based index into losses),
      "tolerance": {"level": str, "rtol": float, "atol": float, "exact": bool},
@@ -106,12 +131,14 @@ A verify that could not start a run prints the same object with only
 A run of N ranks that did not end cleanly may have fewer "ranks" (those that
 wrote a trace) and null figures.
 
-`exit_code`: 0 the losses agree, 1 they do not, 2 a run failed (or verify
-could not start one: no training loop, a file perfmod cannot parse), or a run
-changed a file of the script's folder through a link of its mirror (the
-manifest's "linked" files and folders, compared before and after the runs by
-(size, mtime_ns); codemod/verify.py says what is linked): then a note names the
-files and "error" is {"run": null, "message": ...}.
+`exit_code`: 0 the losses agree (and the rewrite is not measurably slower), 1
+they do not, 2 a run failed (or verify could not start one: no training loop,
+a file perfmod cannot parse), or a run changed a file of the script's folder
+through a link of its mirror (the manifest's "linked" files and folders,
+compared before and after the runs by (size, mtime_ns); codemod/verify.py says
+what is linked): then a note names the files and "error" is {"run": null,
+"message": ...}; 3 the losses agree but the rewrite is measurably slower (speed
+verdict "slower"; the text says so in a WARNING line).
 """
 
 from __future__ import annotations
@@ -130,7 +157,14 @@ from pathlib import Path
 
 SCHEMA = 2
 DEFAULT_RTOL = 1e-2
-EXIT_AGREE, EXIT_DISAGREE, EXIT_FAILED = 0, 1, 2
+DEFAULT_ROUNDS = 3  # timed rounds, each a run of the original and one of the rewrite
+EXIT_AGREE, EXIT_DISAGREE, EXIT_FAILED, EXIT_SLOWER = 0, 1, 2, 3
+CONFIDENCE = 0.95  # of the speed-up's range
+NEGLIGIBLE = 0.02  # a speed-up whose whole range lies within 2% of 1.0 is no measurable difference
+# Student's t, two-sided 95%, by degrees of freedom (rounds - 1), 1 to 15; past the table T_95_ABOVE.
+T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
+T_95_ABOVE = 2.0  # df 16 to 60 lie between 2.12 and 2.00: a little wide rather than too narrow
+FASTER, SLOWER, NO_DIFFERENCE, UNKNOWN = "faster", "slower", "no measurable difference", "unknown"
 MANIFEST = "perfmod-verify.json"
 RUNS = ("original", "rewritten")
 TRACE_FILE = ".perfmod-trace.json"  # rank r of a torchrun run: ".perfmod-trace.rank<r>.json" (runtime/trace.py)
@@ -176,29 +210,34 @@ class Tolerance:
 
 @dataclass
 class RunResult:
-    """One run's trace, as runtime.trace wrote it, and how the process ended."""
+    """One version's runs: the first round's trace, as runtime.trace wrote it, and how
+    that process ended; the traces of every round for the timing."""
 
     returncode: int
     trace: dict  # of a torchrun run: the ranks' traces combined (`combine`), theirs under "ranks"
     sites: dict[str, int]
+    rounds: list[dict] = field(default_factory=list)  # each round's trace, the first's included; [] as [trace]
 
     @property
     def nproc(self) -> int | None:
         return self.trace.get("nproc")
 
+    @property
+    def traces(self) -> list[dict]:
+        return self.rounds or [self.trace]
+
+    def timed(self, key: str) -> float | None:
+        """A rate or time of the runs (steps_per_s, samples_per_s, tokens_per_s, elapsed_s):
+        the geometric mean over the rounds, None unless every round has it."""
+        return geometric_mean([trace.get(key) for trace in self.traces])
+
     def as_json(self) -> dict:
-        keys = (
-            "steps_per_s",
-            "samples_per_s",
-            "tokens_per_s",
-            "peak_memory_bytes",
-            "peak_memory_kind",
-            "losses",
-            "elapsed_s",
-        )
+        keys = ("peak_memory_bytes", "peak_memory_kind", "losses")
         ranks = self.trace.get("ranks")
         return {
+            **{key: self.timed(key) for key in TIMED_KEYS},
             **{key: self.trace.get(key) for key in keys},
+            "steps_per_s_rounds": [trace.get("steps_per_s") for trace in self.traces],
             "returncode": self.returncode,
             "sites": self.sites,
             "nproc": self.nproc,
@@ -209,6 +248,64 @@ class RunResult:
 
 
 RANK_KEYS = ("steps_per_s", "samples_per_s", "tokens_per_s", "peak_memory_bytes", "elapsed_s", "losses")
+TIMED_KEYS = ("steps_per_s", "samples_per_s", "tokens_per_s", "elapsed_s")
+
+
+def geometric_mean(values: Sequence[float | None]) -> float | None:
+    if not values or any(value is None or not value > 0 for value in values):
+        return None
+    return math.exp(sum(math.log(value) for value in values) / len(values))
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The rewrite's steps/s over the original's, paired by round (each round runs both,
+    in alternating order): the geometric mean of the rounds' ratios, its CONFIDENCE range
+    (Student's t over the ratios' logarithms; None for one round) and the verdict: FASTER
+    or SLOWER when the range lies above or below 1.0 by more than NEGLIGIBLE, NO_DIFFERENCE
+    when it holds 1.0 or lies within NEGLIGIBLE of it, UNKNOWN without a range."""
+
+    ratios: tuple[float, ...]
+    ratio: float
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, ratios: Sequence[float | None]) -> Speed | None:
+        """None unless every round has a ratio."""
+        if not ratios or any(r is None or not r > 0 for r in ratios):
+            return None
+        logs = [math.log(r) for r in ratios]
+        mean = sum(logs) / len(logs)
+        if len(logs) < 2:
+            return cls(tuple(ratios), math.exp(mean), None, None)
+        spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+        t = T_95[len(logs) - 2] if len(logs) - 2 < len(T_95) else T_95_ABOVE
+        margin = t * spread / math.sqrt(len(logs))
+        return cls(tuple(ratios), math.exp(mean), math.exp(mean - margin), math.exp(mean + margin))
+
+    @property
+    def verdict(self) -> str:
+        if self.low is None or self.high is None:
+            return UNKNOWN
+        if self.low > 1 + NEGLIGIBLE:
+            return FASTER
+        if self.high < 1 / (1 + NEGLIGIBLE):
+            return SLOWER
+        return NO_DIFFERENCE
+
+    def as_json(self) -> dict:
+        return {
+            "rounds": len(self.ratios),
+            "ratio": self.ratio,
+            "low": self.low,
+            "high": self.high,
+            "confidence": CONFIDENCE,
+            "ratios": list(self.ratios),
+            "min": min(self.ratios),
+            "max": max(self.ratios),
+            "verdict": self.verdict,
+        }
 
 
 @dataclass
@@ -226,6 +323,7 @@ class VerifyResult:
     notes: list[str] = field(default_factory=list)
     error: dict | None = None
     nproc: int | None = None  # the rewrite ran under torchrun with this many processes
+    rounds: int = 1  # timed rounds asked for (each a run of both versions)
 
     @property
     def agree(self) -> bool | None:
@@ -250,7 +348,12 @@ class VerifyResult:
 
     @property
     def exit_code(self) -> int:
-        return {True: EXIT_AGREE, False: EXIT_DISAGREE, None: EXIT_FAILED}[self.agree]
+        """EXIT_FAILED when a run failed, EXIT_DISAGREE when the losses differ, EXIT_SLOWER
+        when they agree but the rewrite is measurably slower, else EXIT_AGREE."""
+        agree = self.agree
+        if agree and self.speed is not None and self.speed.verdict == SLOWER:
+            return EXIT_SLOWER
+        return {True: EXIT_AGREE, False: EXIT_DISAGREE, None: EXIT_FAILED}[agree]
 
     @property
     def comparison(self) -> dict:
@@ -259,7 +362,28 @@ class VerifyResult:
         return compare(self.original.trace["losses"], self.rewritten.trace["losses"], self.tolerance)
 
     @property
+    def speed(self) -> Speed | None:
+        """The rewrite's speed against the original's over the rounds both completed;
+        None when a run failed or was not timed."""
+        if self.error is not None or self.original is None or self.rewritten is None:
+            return None
+        before, after = self.original.traces, self.rewritten.traces
+        if len(before) != len(after):
+            return None
+        return Speed.of(
+            [
+                a["steps_per_s"] / b["steps_per_s"] if b.get("steps_per_s") and a.get("steps_per_s") else None
+                for b, a in zip(before, after)
+            ]
+        )
+
+    @property
     def speedup(self) -> float | None:
+        """The rewrite's steps/s over the original's: over the rounds, Speed.ratio (the
+        geometric means' ratio); of a run that failed, its first round's."""
+        speed = self.speed
+        if speed is not None:
+            return speed.ratio
         if self.original is None or self.rewritten is None:
             return None
         before, after = self.original.trace.get("steps_per_s"), self.rewritten.trace.get("steps_per_s")
@@ -284,6 +408,8 @@ class VerifyResult:
             "original": self.original.as_json() if self.original else None,
             "rewritten": self.rewritten.as_json() if self.rewritten else None,
             "speedup": self.speedup,
+            "rounds": self.rounds,
+            "speed": self.speed.as_json() if self.speed is not None else None,
             "max_abs_deviation": _finite_or_none(comparison["max_abs_deviation"]),
             "max_rel_deviation": _finite_or_none(comparison["max_rel_deviation"]),
             "worst_step": comparison["worst_step"],
@@ -314,10 +440,12 @@ def run_prepared(
     timeout: float | None = 900.0,
     env: Mapping[str, str] | None = None,
     nproc: int | None = None,
+    rounds: int = DEFAULT_ROUNDS,
 ) -> VerifyResult:
     """Run both copies in `folder` (see the module docstring) and compare them.
     `args` replaces the arguments the manifest recorded; `nproc` runs the rewrite
-    under torchrun with that many processes."""
+    under torchrun with that many processes; `rounds` runs each copy that many times,
+    alternating, for the spread of the speed-up."""
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
@@ -330,6 +458,8 @@ def run_prepared(
         )
     if nproc is not None and nproc < 1:
         raise VerifyError(f"--nproc {nproc}: need at least one process")
+    if rounds < 1:
+        raise VerifyError(f"--rounds {rounds}: need at least one round")
     args = list(manifest["args"] if args is None else args)
     tolerance = Tolerance.for_level(manifest["applied_level"], manifest.get("rtol"), manifest.get("atol"))
     result = VerifyResult(
@@ -343,31 +473,41 @@ def run_prepared(
         tolerance,
         notes=list(manifest["notes"]),
         nproc=nproc,
+        rounds=rounds,
     )
     watched = _watch(folder / RUNS[0], manifest.get("linked", {}))
-    for run in RUNS:
-        run_folder = folder / run
-        launch = nproc if run == "rewritten" else None
-        returncode, trace, stderr = _run(
-            run_folder / manifest["entry"],
-            args,
-            run_folder,
-            python,
-            steps,
-            warmup,
-            seed,
-            deterministic,
-            timeout,
-            env,
-            launch,
-            nproc is not None,
-        )
-        failure = _failure(returncode, trace, steps, launch)
-        if trace is not None:
-            setattr(result, run, RunResult(returncode, trace, manifest["sites"][run]))
-        if failure is not None:
-            result.error = {"run": run, "message": failure, "stderr": stderr[-STDERR_TAIL:]}
+    for number in range(rounds):
+        for run in RUNS if number % 2 == 0 else RUNS[::-1]:  # alternating: neither always goes first
+            run_folder = folder / run
+            launch = nproc if run == "rewritten" else None
+            returncode, trace, stderr = _run(
+                run_folder / manifest["entry"],
+                args,
+                run_folder,
+                python,
+                steps,
+                warmup,
+                seed,
+                deterministic,
+                timeout,
+                env,
+                launch,
+                nproc is not None,
+            )
+            failure = _failure(returncode, trace, steps, launch)
+            if trace is not None:
+                if getattr(result, run) is None:
+                    setattr(result, run, RunResult(returncode, trace, manifest["sites"][run], [trace]))
+                elif failure is None:
+                    getattr(result, run).rounds.append(trace)
+            if failure is not None:
+                where = f" (round {number + 1} of {rounds})" if number else ""
+                result.error = {"run": run, "message": failure + where, "stderr": stderr[-STDERR_TAIL:]}
+                break
+        if result.error is not None:
             break
+    for run in RUNS:
+        _note_varying_losses(result, run)
     changed = sorted(name for name, (path, before) in watched.items() if _stat(path) != before)
     if changed:
         result.notes.append(
@@ -385,6 +525,21 @@ def run_prepared(
     if result.agree is False and tolerance.level == "unsafe":
         result.notes.append("the losses differ; with unsafe fixes that may be expected (see above)")
     return result
+
+
+def _note_varying_losses(result: VerifyResult, run: str) -> None:
+    """A note where one version's losses differ between its rounds: the comparison (of the
+    first round's) then also holds noise of the script's own."""
+    runs = getattr(result, run)
+    if runs is None or len(runs.traces) < 2:
+        return
+    first = runs.traces[0].get("losses")
+    if any(trace.get("losses") != first for trace in runs.traces[1:]):
+        result.notes.append(
+            f"the {run} run's losses differ between its rounds, with the same seed: the script is not "
+            "deterministic (kernels, or randomness that verify does not seed); losses are compared in the "
+            "first round" + ("; try --deterministic" if run == "original" else "")
+        )
 
 
 def _watch(run_folder: Path, linked: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, tuple | None]]:
@@ -644,6 +799,9 @@ def render_text(result: VerifyResult) -> str:
         lines += [f"  {f['path']}:{f['line']}: {f['code']} ({f['level']}) {f['message']}" for f in result.fixes]
     if result.original and result.rewritten:
         lines += ["", *_speed_table(result)]
+        speed = speed_line(result)
+        if speed:
+            lines.append(speed)
         if result.rewritten.trace.get("ranks"):
             lines += ["", *_rank_table(result.rewritten.trace["ranks"])]
         lines += ["", *_loss_table(result)]
@@ -664,18 +822,55 @@ def render_text(result: VerifyResult) -> str:
         if result.error["stderr"].strip():
             lines += ["--- stderr (last lines) ---", result.error["stderr"].rstrip()]
     elif result.agree:
-        lines.append("result: losses agree")
+        if result.exit_code == EXIT_SLOWER:
+            lines.append(slower_warning(result.speed))
+            lines.append(f"result: losses agree, but the rewrite is SLOWER ({result.speed.ratio:.2f}x steps/s)")
+        else:
+            lines.append("result: losses agree")
     else:
         lines.append("result: losses DISAGREE")
     return "\n".join(lines) + "\n"
 
 
+def speed_line(result: VerifyResult) -> str | None:
+    """The speed-up with its spread over the rounds and what it says; None when the
+    runs were not timed."""
+    speed = result.speed
+    if speed is None:
+        return None
+    each = ", ".join(f"{r:.2f}x" for r in speed.ratios)
+    if speed.verdict == UNKNOWN:
+        return (
+            f"speed: {speed.ratio:.2f}x steps/s from one round: no spread to tell it from noise "
+            f"(--rounds {DEFAULT_ROUNDS} or more measure one)"
+        )
+    verdict = {FASTER: "faster", SLOWER: "SLOWER", NO_DIFFERENCE: "no measurable difference"}[speed.verdict]
+    if speed.verdict == NO_DIFFERENCE and (min(speed.ratios) > 1 + NEGLIGIBLE or max(speed.ratios) < 1 - NEGLIGIBLE):
+        way = "faster" if speed.ratio > 1 else "slower"
+        verdict += (
+            f"; every round was {way}, but the rounds vary too much for the range to leave out 1.0 "
+            f"(a busy machine?): more --rounds narrow it"
+        )
+    return (
+        f"speed: {speed.ratio:.2f}x steps/s, {CONFIDENCE:.0%} range {speed.low:.2f}x-{speed.high:.2f}x over "
+        f"{len(speed.ratios)} rounds (each: {each}): {verdict}"
+    )
+
+
+def slower_warning(speed: Speed) -> str:
+    return (
+        f"WARNING: the rewrite is measurably slower than the original: {speed.ratio:.2f}x steps/s "
+        f"({speed.low:.2f}x-{speed.high:.2f}x); on this machine it costs time (exit status {EXIT_SLOWER})"
+    )
+
+
 def _speed_table(result: VerifyResult) -> list[str]:
-    before, after = result.original.trace, result.rewritten.trace
-    rows = [("steps/s", before.get("steps_per_s"), after.get("steps_per_s"), _ratio)]
+    original, rewritten = result.original, result.rewritten
+    before, after = original.trace, rewritten.trace
+    rows = [("steps/s", original.timed("steps_per_s"), rewritten.timed("steps_per_s"), _ratio)]
     for key, label in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")):
         if before.get(key) is not None or after.get(key) is not None:
-            rows.append((label, before.get(key), after.get(key), _ratio))
+            rows.append((label, original.timed(key), rewritten.timed(key), _ratio))
     kind = before.get("peak_memory_kind")
     rows.append(
         (
@@ -775,6 +970,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--nproc", type=int, help="run the rewrite under torchrun with this many processes")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help=f"timed rounds, each a run of both copies in alternating order (default {DEFAULT_ROUNDS})",
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.epilog = "Arguments after `--` replace the script's arguments recorded when the copies were prepared."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -791,6 +992,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             deterministic=options.deterministic,
             timeout=options.timeout,
             nproc=options.nproc,
+            rounds=options.rounds,
         )
     except VerifyError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -7,14 +7,18 @@ a thread with a large stack and a raised limit, as other libcst tools do.
 Code that is still too deep gets a note and is left alone (not an error).
 Code that CPython itself rejects (it does not compile at Python's default
 limit, or a rule of the compiler rather than the grammar: `return` outside a
-function, too many nested blocks) is an error, never "no findings".
+function, too many nested blocks) is an error, never "no findings"; the error
+names the Python that rejects it. A file that uses syntax newer than the
+running Python (codemod/syntax.py: PEP 695 type parameters, PEP 701 f-strings
+under Python 3.11) is judged by libcst's grammar, which has that syntax: the
+running compiler cannot read it, so its check is skipped rather than taken for
+a verdict.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,11 +27,10 @@ from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.result import FileResult
 from codemod.suppression import suppression_warnings
+from codemod.syntax import TOO_DEEP, compile_error, newer_syntax_of, running_python
 
 STACK_SIZE = 512 * 1024 * 1024  # bytes; reserved, not used, until the recursion needs it
 RECURSION_LIMIT = 100_000
-PYTHON_RECURSION_LIMIT = 1000  # CPython's default: `python script.py` compiles at this limit
-TOO_DEEP = "nested too deeply for Python to compile (RecursionError at its default recursion limit)"
 
 
 @dataclass
@@ -40,9 +43,9 @@ class Outcome:
 def analyse(data: bytes, path: str, settings: Settings, known: Sequence[str]) -> Outcome:
     """The engine's result for one file's bytes, checked against CPython, with
     the suppression warnings; in this thread, whatever its stack."""
-    rejected = _cpython_rejects(data)
+    rejected = compile_error(data)
     if rejected is not None and rejected[2] == TOO_DEEP:  # nor could libcst: do not try for minutes
-        error = f"{path}:1:1: error: Python rejects this file: {TOO_DEEP}"
+        error = f"{path}:1:1: error: {running_python()} rejects this file: {TOO_DEEP}"
         return Outcome(FileResult(path=path, source=data, error=error))
     try:
         result = process_source(data, path, settings)
@@ -60,33 +63,15 @@ def analyse(data: bytes, path: str, settings: Settings, known: Sequence[str]) ->
             )
             return outcome
     if rejected is not None and (result.error is None or "internal error" in result.error):
+        if newer_syntax_of(data) is not None:
+            return outcome  # the running Python cannot read it: libcst's grammar, which can, has judged
         line, column, message = rejected
         result.error, result.findings, result.new_source = (
-            f"{path}:{line}:{column}: error: Python rejects this file: {message}",
+            f"{path}:{line}:{column}: error: {running_python()} rejects this file: {message}",
             [],
             None,
         )
     return outcome
-
-
-def _cpython_rejects(data: bytes) -> tuple[int, int, str] | None:
-    """Where and why CPython refuses to compile `data` at its default recursion
-    limit; None when it compiles."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(PYTHON_RECURSION_LIMIT)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escapes and the like are not ours to report
-            compile(data, "<perfmod>", "exec", dont_inherit=True)
-    except SyntaxError as error:
-        return error.lineno or 1, error.offset or 1, error.msg
-    except (RecursionError, MemoryError):
-        return 1, 1, TOO_DEEP
-    except ValueError as error:  # null bytes
-        return 1, 1, str(error)
-    finally:
-        sys.setrecursionlimit(limit)
-    return None
 
 
 @contextmanager

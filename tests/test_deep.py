@@ -11,6 +11,7 @@ from tests.cli_support import FIXABLE, catalogue, perfmod, write  # noqa: F401 (
 
 pytestmark = pytest.mark.usefixtures("catalogue")
 
+PY = f"Python {sys.version_info[0]}.{sys.version_info[1]}"  # the interpreter whose compiler rejects
 CHAIN = FIXABLE + "total = " + " + ".join(f"a{i}" for i in range(500)) + "\n"
 NESTED = FIXABLE + "value = " + "f(" * 150 + "1" + ")" * 150 + "\n"
 
@@ -64,12 +65,12 @@ def test_code_too_deep_for_perfmod_gets_a_note_and_exit_0(tmp_path, monkeypatch)
     [
         (
             "".join("    " * i + f"for i{i} in range(2):\n" for i in range(25)) + "    " * 25 + "pass\n",
-            "blocks.py:21:81: error: Python rejects this file: too many statically nested blocks",
+            "blocks.py:21:81: error: {PY} rejects this file: too many statically nested blocks",
         ),
-        (FIXABLE + "return y\n", "blocks.py:5:1: error: Python rejects this file: 'return' outside function"),
+        (FIXABLE + "return y\n", "blocks.py:5:1: error: {PY} rejects this file: 'return' outside function"),
         (
             "total = " + " + ".join(f"a{i}" for i in range(6000)) + "\n",
-            "blocks.py:1:1: error: Python rejects this file: nested too deeply for Python to compile (RecursionError "
+            "blocks.py:1:1: error: {PY} rejects this file: nested too deeply for Python to compile (RecursionError "
             "at its default recursion limit)",
         ),
     ],
@@ -78,7 +79,7 @@ def test_code_cpython_rejects_is_an_error_never_no_findings(tmp_path, source, me
     write(tmp_path / "blocks.py", source)
     result = perfmod("check", "blocks.py")
     assert result.exit_code == 2
-    assert result.stderr == message + "\n"
+    assert result.stderr == message.format(PY=PY) + "\n"
     assert result.stdout == (
         "No findings in the files that could be checked (1 file checked, 1 error); "
         "fix the errors above and run perfmod again.\n"

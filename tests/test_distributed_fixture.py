@@ -127,6 +127,7 @@ def verify_two_ranks(rewritten: Path):
         rewritten=rewritten,
         env=environment(),
         timeout=300,
+        rounds=1,  # the losses are what these tests check; a second round would double the torchrun runs
     )
 
 

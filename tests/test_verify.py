@@ -9,6 +9,7 @@ and short (a handful of steps of tiny models) and shared between tests.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -81,7 +82,8 @@ def safe_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def numeric_run():
-    return verify(NUMERIC, ["--steps", "40"], steps=STEPS, warmup=WARMUP, level=Level.NUMERIC, env=ENV)
+    # One round: this checks the losses (bf16 autocast is slower on a CPU; the speed tests are below).
+    return verify(NUMERIC, ["--steps", "40"], steps=STEPS, warmup=WARMUP, level=Level.NUMERIC, env=ENV, rounds=1)
 
 
 # -- agreement ---------------------------------------------------------------------------------
@@ -135,6 +137,8 @@ def test_json_has_the_documented_keys(safe_run):
         "original",
         "rewritten",
         "speedup",
+        "rounds",
+        "speed",
         "max_abs_deviation",
         "max_rel_deviation",
         "worst_step",
@@ -158,6 +162,7 @@ def test_json_has_the_documented_keys(safe_run):
         "sites",
         "nproc",
         "ranks",
+        "steps_per_s_rounds",
     }
     assert data["original"]["nproc"] is None and data["original"]["ranks"] is None
     assert data["speedup"] == pytest.approx(data["rewritten"]["steps_per_s"] / data["original"]["steps_per_s"])
@@ -168,6 +173,29 @@ def test_json_has_the_documented_keys(safe_run):
         "exact": True,
     }
     assert {"path": "safe_mlp.py", "code": "PM403", "level": "safe"}.items() <= data["fixes"][-1].items()
+
+
+def test_the_runs_alternate_over_rounds_and_the_speed_up_has_its_spread(safe_run):
+    result = safe_run[0]
+    assert result.rounds == verify_run.DEFAULT_ROUNDS == 3
+    for run in (result.original, result.rewritten):
+        assert len(run.traces) == 3 and run.traces[0] is run.trace
+        assert all(t["completed"] and t["steps"] == STEPS and t["losses"] == run.trace["losses"] for t in run.traces)
+    speed = result.speed
+    ratios = [a["steps_per_s"] / b["steps_per_s"] for b, a in zip(result.original.traces, result.rewritten.traces)]
+    assert speed.ratios == pytest.approx(ratios) and speed.low < speed.ratio < speed.high
+    assert result.speedup == speed.ratio
+    data = json.loads(json.dumps(result.as_json()))
+    assert data["rounds"] == 3 and data["speed"]["ratios"] == pytest.approx(ratios)
+    assert data["original"]["steps_per_s_rounds"] == [t["steps_per_s"] for t in result.original.traces]
+    assert data["speedup"] == pytest.approx(data["rewritten"]["steps_per_s"] / data["original"]["steps_per_s"])
+    text = render_text(result)
+    assert f"over 3 rounds (each: {', '.join(f'{r:.2f}x' for r in ratios)}): " in text
+    # Whatever this machine measured, the verdict, the exit status and the text say the same.
+    slower = speed.verdict == verify_run.SLOWER
+    assert result.exit_code == (verify_run.EXIT_SLOWER if slower else 0)
+    assert ("WARNING: the rewrite is measurably slower" in text) is slower
+    assert not any("differ between its rounds" in note for note in result.notes)  # seeded: the same losses
 
 
 def test_numeric_rewrite_agrees_within_tolerance(numeric_run):
@@ -241,7 +269,14 @@ def test_a_rewrite_that_changes_the_math_disagrees_also_in_a_local_module_and_th
     script, kept = project / "train.py", tmp_path / "kept"
     assert local_modules(script) == [script.with_name("loop.py")]
     result = verify(
-        script, ["100"], steps=3, warmup=1, env=ENV, keep=kept, rules=[DoubledLearningRate, MemoryCleanupInStepLoop]
+        script,
+        ["100"],
+        steps=3,
+        warmup=1,
+        env=ENV,
+        keep=kept,
+        rules=[DoubledLearningRate, MemoryCleanupInStepLoop],
+        rounds=1,
     )
     assert result.exit_code == 1 and result.agree is False, render_text(result)
     assert [(f["path"], f["code"]) for f in result.fixes] == [("train.py", "PM999"), ("loop.py", "PM403")]
@@ -275,6 +310,247 @@ def test_local_modules_follow_packages_and_relative_imports(tmp_path):
     (tmp_path / "unused.py").write_text("")
     found = [p.relative_to(tmp_path).as_posix() for p in local_modules(tmp_path / "train.py")]
     assert found == ["pkg/__init__.py", "pkg/helpers.py", "pkg/loops.py"]
+
+
+def test_local_modules_of_a_script_with_newer_syntax_are_found(tmp_path):
+    """PEP 695 and PEP 701 (Python 3.12), which the running Python may not read: libcst finds the imports."""
+    (tmp_path / "train.py").write_text(
+        "from helpers import first\ntype Batch = list[int]\n\ndef run[T](x: T) -> T:\n    import loops\n"
+        '    return f"{x["k"]}"\n'
+    )
+    (tmp_path / "helpers.py").write_text("def first(x):\n    return x[0]\n")
+    (tmp_path / "loops.py").write_text("x = 1\n")
+    assert [p.name for p in local_modules(tmp_path / "train.py")] == ["helpers.py", "loops.py"]
+
+
+# -- speed over rounds: the verdicts from synthetic timings -------------------------------------------
+
+
+def timed_result(before, after, losses=(2.0, 1.0, 0.5), rewritten_losses=None) -> verify_run.VerifyResult:
+    """A verify of 3 steps (1 warm-up) whose rounds ran at the given steps/s."""
+
+    def trace(rate, values):
+        return {
+            "completed": True,
+            "steps": 3,
+            "warmup": 1,
+            "timed_steps": 2,
+            "elapsed_s": 2 / rate,
+            "steps_per_s": rate,
+            "samples_per_s": 16 * rate,
+            "tokens_per_s": None,
+            "losses": list(values),
+            "peak_memory_bytes": 2**20,
+            "peak_memory_kind": "rss",
+            "device": "cpu (test)",
+            "torch": "x",
+        }
+
+    sites = {"loss": 1, "stepped": 1, "batch": 1}
+    original = [trace(rate, losses) for rate in before]
+    rewrite = [trace(rate, rewritten_losses or losses) for rate in after]
+    return verify_run.VerifyResult(
+        "train.py",
+        [],
+        "safe",
+        3,
+        1,
+        0,
+        [],
+        Tolerance.for_level("safe"),
+        verify_run.RunResult(0, original[0], sites, original),
+        verify_run.RunResult(0, rewrite[0], sites, rewrite),
+        rounds=len(before),
+    )
+
+
+def test_the_speed_range_is_students_t_over_the_log_ratios():
+    import statistics
+
+    ratios = [1.08, 0.98, 0.95]  # a no-op rewrite's three single runs, as printed before rounds
+    speed = verify_run.Speed.of(ratios)
+    logs = [math.log(r) for r in ratios]
+    margin = 4.303 * statistics.stdev(logs) / math.sqrt(3)  # t(0.975, df 2)
+    assert speed.ratio == pytest.approx(math.exp(statistics.fmean(logs)))
+    assert speed.low == pytest.approx(math.exp(statistics.fmean(logs) - margin))
+    assert speed.high == pytest.approx(math.exp(statistics.fmean(logs) + margin))
+    assert speed.verdict == verify_run.NO_DIFFERENCE
+    assert verify_run.Speed.of([2.0, 2.0, 2.0]).verdict == verify_run.FASTER  # no spread: the range is 2.0
+    assert verify_run.Speed.of([1.01, 1.012, 1.011]).verdict == verify_run.NO_DIFFERENCE  # within 2%
+    assert verify_run.Speed.of([0.15]).verdict == verify_run.UNKNOWN  # one round: no range
+    assert verify_run.Speed.of([1.0, None]) is None  # a round without timing
+
+
+def test_noise_is_no_measurable_difference():
+    result = timed_result([10.0, 10.0, 10.0], [10.8, 9.8, 9.5])
+    assert result.exit_code == 0 and result.speed.verdict == verify_run.NO_DIFFERENCE
+    text = render_text(result)
+    low, high = result.speed.low, result.speed.high
+    assert low < 1 < high
+    assert (
+        f"speed: {result.speed.ratio:.2f}x steps/s, 95% range {low:.2f}x-{high:.2f}x over 3 rounds "
+        "(each: 1.08x, 0.98x, 0.95x): no measurable difference\n"
+    ) in text
+    assert "WARNING" not in text and text.endswith("result: losses agree\n")
+    assert "| steps/s                      |           10 |        10.02 |    1.00x |" in text  # geometric means
+
+
+def test_a_measurably_slower_rewrite_warns_and_exits_3():
+    result = timed_result([10.0, 10.5, 9.8], [1.5, 1.6, 1.45])  # bf16 autocast on a CPU
+    assert result.agree is True and result.speed.verdict == verify_run.SLOWER
+    assert result.exit_code == verify_run.EXIT_SLOWER == 3
+    text = render_text(result)
+    assert ": SLOWER\n" in text
+    assert "WARNING: the rewrite is measurably slower than the original: 0.15x steps/s (" in text
+    assert text.endswith("result: losses agree, but the rewrite is SLOWER (0.15x steps/s)\n")
+    data = json.loads(json.dumps(result.as_json()))
+    assert data["agree"] is True and data["speed"]["verdict"] == "slower" and data["speed"]["high"] < 1
+    assert data["speed"]["min"] == pytest.approx(1.45 / 9.8) and data["speed"]["max"] == pytest.approx(1.6 / 10.5)
+    assert data["speedup"] == pytest.approx(data["speed"]["ratio"])
+
+
+def test_a_measurably_faster_rewrite_says_so():
+    result = timed_result([10.0, 10.2, 9.9], [22.0, 23.0, 21.5])
+    assert result.exit_code == 0 and result.speed.verdict == verify_run.FASTER
+    assert result.speed.low > 2
+    assert "over 3 rounds (each: 2.20x, 2.25x, 2.17x): faster\n" in render_text(result)
+
+
+def test_rounds_that_agree_but_vary_widely_ask_for_more_rounds():
+    result = timed_result([1.2, 1.3, 0.6], [2.1, 3.2, 3.6])  # a busy machine: 1.75x, 2.46x, 6.00x
+    assert result.speed.verdict == verify_run.NO_DIFFERENCE and result.speed.low < 1
+    assert (
+        "): no measurable difference; every round was faster, but the rounds vary too much for the range to "
+        "leave out 1.0 (a busy machine?): more --rounds narrow it\n"
+    ) in render_text(result)
+    assert "every round" not in render_text(timed_result([10.0, 10.0, 10.0], [10.8, 9.8, 9.5]))
+
+
+def test_one_round_gives_a_ratio_without_a_verdict():
+    result = timed_result([10.0], [1.5])
+    assert result.exit_code == 0 and result.speed.verdict == verify_run.UNKNOWN
+    assert result.as_json()["speed"]["low"] is None
+    assert (
+        "speed: 0.15x steps/s from one round: no spread to tell it from noise (--rounds 3 or more measure one)"
+        in render_text(result)
+    )
+
+
+def test_losses_that_disagree_outrank_a_slower_rewrite():
+    result = timed_result([10.0, 10.0, 10.0], [1.5, 1.5, 1.6], rewritten_losses=(2.0, 1.5, 1.0))
+    assert result.speed.verdict == verify_run.SLOWER and result.exit_code == 1
+    assert "result: losses DISAGREE" in render_text(result)
+
+
+def test_the_review_page_and_the_summary_show_the_spread():
+    from codemod.report.review import verify_facts, verify_headline, verify_slower
+
+    slower = timed_result([10.0, 10.5, 9.8], [1.5, 1.6, 1.45]).as_json()
+    speed = slower["speed"]
+    assert verify_slower(slower)
+    spread = f"95% range {speed['low']:.2f}x–{speed['high']:.2f}x over 3 rounds"
+    assert verify_headline(slower) == (
+        f"losses agree within tolerance; {speed['ratio']:.2f}x speed-up ({spread}: the rewrite is SLOWER)"
+    )
+    noise = timed_result([10.0, 10.0, 10.0], [10.8, 9.8, 9.5]).as_json()
+    assert not verify_slower(noise)
+    assert dict(verify_facts(noise))["speed-up"].endswith("over 3 rounds: no measurable difference)")
+    one = timed_result([10.0], [12.0]).as_json()
+    assert (
+        verify_headline(one)
+        == "losses agree within tolerance; 1.20x speed-up (one round: no spread to tell it from noise)"
+    )
+    older = {"agree": True, "speedup": 1.75}  # a document of verify before rounds
+    assert verify_headline(older) == "losses agree within tolerance; 1.75x speed-up" and not verify_slower(older)
+
+
+def test_rounds_alternate_which_version_runs_first_and_a_later_failure_fails(prepared, monkeypatch):
+    calls = []
+
+    def run(script, args, cwd, *rest):
+        calls.append(cwd.name)
+        rate = 10.0 if cwd.name == "original" else 5.0
+        trace = {"completed": True, "steps": 3, "timed_steps": 2, "steps_per_s": rate, "losses": [1.0, 0.5]}
+        if len(calls) == 4:
+            return 1, trace, "Traceback: out of memory"
+        return 0, trace, ""
+
+    monkeypatch.setattr(verify_run, "_run", run)
+    result = verify_run.run_prepared(prepared, steps=3, warmup=1, rounds=3)
+    assert calls == ["original", "rewritten", "rewritten", "original"]
+    assert result.exit_code == 2 and result.speed is None
+    assert result.error["run"] == "original"
+    assert result.error["message"] == "the script failed (exit status 1) (round 2 of 3)"
+    calls.clear()
+
+    def unseeded(script, args, cwd, *rest):  # the original draws other losses each time it runs
+        calls.append(cwd.name)
+        losses = [1.0, 0.5 + len(calls) if cwd.name == "original" else 0.5]
+        return 0, {"completed": True, "steps": 3, "steps_per_s": 1.0, "losses": losses}, ""
+
+    monkeypatch.setattr(verify_run, "_run", unseeded)
+    result = verify_run.run_prepared(prepared, steps=3, warmup=1, rounds=2)
+    assert calls == ["original", "rewritten", "rewritten", "original"]
+    assert any(note.startswith("the original run's losses differ between its rounds") for note in result.notes)
+    with pytest.raises(VerifyError, match="--rounds 0"):
+        verify_run.run_prepared(prepared, steps=3, warmup=1, rounds=0)
+
+
+SLEEPY_SCRIPT = """\
+import time
+
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for step in range(100):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_rewrite_slower_for_real_exits_3_with_its_warning(tmp_path):
+    """End to end: a rewrite that sleeps 20 ms a step, against the original's well under 1 ms."""
+    script = tmp_path / "train.py"
+    script.write_text(SLEEPY_SCRIPT)
+    slow = tmp_path / "slow.py"
+    slow.write_text(SLEEPY_SCRIPT.replace("    optimizer.step()\n", "    optimizer.step()\n    time.sleep(0.02)\n"))
+    result = verify(script, steps=5, warmup=1, env=ENV, rewritten=slow, rounds=2)
+    text = render_text(result)
+    assert result.agree is True, text
+    assert result.speed.verdict == verify_run.SLOWER and result.speed.high < 0.5, text
+    assert result.exit_code == 3
+    assert "WARNING: the rewrite is measurably slower than the original" in text
+    assert "over 2 rounds" in text
+
+
+def test_the_command_line_exits_3_with_the_warning_in_text_and_on_stderr_with_json(monkeypatch):
+    seen = {}
+
+    def slower(script, args, **options):
+        seen.update(options)
+        return timed_result([10.0, 10.5, 9.8], [1.5, 1.6, 1.45])
+
+    monkeypatch.setattr(verify_module, "verify", slower)
+    text = perfmod("verify", SAFE, "--rounds", "5")
+    assert seen["rounds"] == 5
+    assert text.exit_code == 3 and "WARNING: the rewrite is measurably slower" in text.stdout
+    as_json = perfmod("verify", SAFE, "--format", "json")
+    assert seen["rounds"] == verify_run.DEFAULT_ROUNDS
+    assert as_json.exit_code == 3 and json.loads(as_json.stdout)["speed"]["verdict"] == "slower"
+    assert as_json.stderr.startswith("WARNING: the rewrite is measurably slower")
+
+
+def test_the_command_line_takes_rounds_and_documents_exit_3():
+    help_text = perfmod("verify", "--help").stdout
+    assert "--rounds" in help_text and f"[default: {verify_run.DEFAULT_ROUNDS};" in help_text
+    assert "3  the losses agree but the rewrite is measurably slower" in help_text
+    assert "no measurable difference" in help_text
+    result = perfmod("verify", SAFE, "--rounds", "0")
+    assert result.exit_code == 2 and "--rounds" in result.stderr
 
 
 # -- comparison and instrumentation (no runs) ----------------------------------------------------------

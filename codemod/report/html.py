@@ -36,6 +36,7 @@ from codemod.report.review import (
     verify_fixes,
     verify_headline,
     verify_rows,
+    verify_slower,
 )
 from codemod.report.summary import Summary
 from codemod.result import FileResult
@@ -137,6 +138,7 @@ def render_html(
         "clean": [r.path for r in results if not (r.error or r.findings or r.changed)],
         "verify": verify,
         "verify_headline": verify_headline(verify) if verify else "",
+        "verify_slower": verify_slower(verify) if verify else False,
         "verify_rows": verify_rows(verify) if verify else [],
         "verify_facts": verify_facts(verify) if verify else [],
         "verify_fixes": verify_fixes(verify) if verify else [],

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import jinja2
 
 from codemod.report.diff import unified_diff
-from codemod.report.review import rule_rows, status, verify_headline, verify_rows
+from codemod.report.review import rule_rows, status, verify_headline, verify_rows, verify_slower
 from codemod.report.summary import Summary
 from codemod.result import FileResult
 from codemod.rule import Level, Rule
@@ -60,6 +60,7 @@ def render_markdown(
         "files": files,
         "verify": verify,
         "verify_headline": verify_headline(verify) if verify else "",
+        "verify_slower": verify_slower(verify) if verify else False,
         "verify_rows": verify_rows(verify) if verify else [],
         "status": status,
     }

@@ -164,7 +164,7 @@ def verify_facts(document: dict) -> list[tuple[str, str]]:
         facts.append(("processes (rewrite, torchrun)", str(document["nproc"])))
     speedup = document.get("speedup")
     if isinstance(speedup, (int, float)):
-        facts.append(("speed-up", f"{speedup:.2f}x"))
+        facts.append(("speed-up", f"{speedup:.2f}x" + _spread(document.get("speed"))))
     for key, label in (
         ("max_abs_deviation", "max abs loss deviation"),
         ("max_rel_deviation", "max rel loss deviation"),
@@ -205,8 +205,26 @@ def verify_headline(document: dict) -> str:
     )
     speedup = document.get("speedup")
     if isinstance(speedup, (int, float)):
-        text += f"; {speedup:.2f}x speed-up"
+        text += f"; {speedup:.2f}x speed-up" + _spread(document.get("speed"))
     return text
+
+
+def verify_slower(document: dict) -> bool:
+    """Whether verify measured the rewrite slower than the original (its exit status 3)."""
+    speed = document.get("speed")
+    return isinstance(speed, dict) and speed.get("verdict") == "slower"
+
+
+def _spread(speed) -> str:
+    """The speed-up's range over verify's rounds and its verdict, where the document has
+    them ("speed", codemod/verify_run.py); "" for a document without."""
+    if not isinstance(speed, dict):
+        return ""
+    rounds, low, high, verdict = (speed.get(key) for key in ("rounds", "low", "high", "verdict"))
+    if not isinstance(low, (int, float)) or not isinstance(high, (int, float)):
+        return " (one round: no spread to tell it from noise)" if rounds == 1 else ""
+    shown = {"slower": "the rewrite is SLOWER"}.get(verdict, verdict)
+    return f" (95% range {low:.2f}x–{high:.2f}x over {rounds} rounds: {shown})"
 
 
 @dataclass(frozen=True)
