@@ -31,6 +31,7 @@ def test_the_list_names_every_gpu_benchmark():
         "recall",
         "robustness",
         "rule_time",
+        "snapshot",
         "step_rules_speed",
         "tool_speed",
     }  # they measure perfmod itself, here
