@@ -10,6 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_BENCHMARKS = [
+    "acceptance",
     "bench_batching",
     "bench_data",
     "bench_gpu",
