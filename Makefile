@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint docs browser runtime-wheel clean bench-gpu bench-cpu bench-scripts bench-prepare
+.PHONY: setup demo test lint docs browser runtime-wheel clean bench-gpu bench-cpu bench-scripts bench-acceptance bench-prepare
 
 setup: $(VENV)/.installed
 
@@ -64,7 +64,12 @@ bench-cpu: setup
 bench-scripts: setup
 	$(BIN)/python -m benchmarks.bench_scripts --device cpu $(BENCH_ARGS)
 
-# Rewrite the benchmark scripts again with the current rules (needs libcst); commit the result.
+# The acceptance scripts (fixtures/acceptance/) at every level against the experts' versions, on the CPU.
+bench-acceptance: setup
+	$(BIN)/python -m benchmarks.acceptance --device cpu $(BENCH_ARGS)
+
+# Rewrite the benchmark scripts (and the acceptance scripts) again with the current rules
+# (needs libcst); commit the result.
 bench-prepare: setup
 	$(BIN)/python -m benchmarks.bench_scripts prepare
 

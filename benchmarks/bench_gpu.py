@@ -19,8 +19,8 @@ row (the status says what happened, the stderr's end follows its heading) and
 the next part starts. Time: --budget seconds for the whole run (default 1440,
 24 minutes); a part gets at most its cap and what is left of the budget, and
 one is not started once fewer than MIN_START seconds are left ("skipped" in its
-row). The scripts part gets its share as a budget of its own, so that it stops
-starting runs and prints what it measured. With the OUT environment variable
+row). The scripts and acceptance parts get their share as a budget of their
+own, so that they stop starting runs and print what they measured. With the OUT environment variable
 set (or --output), the document is written to $OUT/bench_gpu.md after every
 part, so a run cut short still leaves what it did.
 
@@ -50,7 +50,7 @@ from benchmarks.bench_scripts import run_command
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUDGET = 1440.0  # seconds: under 25 minutes on an H100, start-up included
 MIN_START = 5.0  # seconds: a part is not started with less of the budget left
-SCRIPTS_MARGIN = 30.0  # seconds the scripts part keeps from its share to print its table
+SCRIPTS_MARGIN = 30.0  # seconds the scripts and acceptance parts keep from their share to print the table
 OUT_NAME = "bench_gpu.md"
 PREPARED = "fixtures/bench/verify_seed"
 
@@ -63,6 +63,7 @@ class Part:
     runs: dict[str, list[list[str]]]  # tier (cuda, cpu, quick) -> argument lists, one process each
     estimate: float  # seconds on an H100 (cuda tier)
     cap: float  # seconds at most (cuda tier); the cpu and quick tiers get half
+    budgeted: bool = False  # takes --budget (bench_scripts' option): stops starting runs in time
 
 
 PARTS = [
@@ -78,6 +79,7 @@ PARTS = [
         },
         460,
         570,
+        budgeted=True,
     ),
     Part(
         "kernels",
@@ -285,6 +287,21 @@ PARTS = [
         45,
         180,
     ),
+    Part(
+        "acceptance",
+        "the acceptance scripts (fixtures/acceptance/): naive_lm and naive_rwkv, original, perfmod's rewrite at "
+        "safe/numeric/unsafe and the expert's version; tokens/s, rewrite/expert (goal >= 0.9x), peak memory, losses",
+        "benchmarks.acceptance",
+        {
+            # one run of each version (ten runs of 30 and 20 steps at the scripts' GPU sizes): the budget
+            "cuda": [["--device", "cuda", "--repeats", "1"]],
+            "cpu": [["--device", "cpu", "--quick"]],
+            "quick": [["--device", "cpu", "--quick", "--scripts", "naive_rwkv", "--levels", "unsafe"]],
+        },
+        120,
+        300,
+        budgeted=True,
+    ),
 ]
 PARTS_BY_NAME = {part.name: part for part in PARTS}
 
@@ -306,7 +323,7 @@ def run_part(part: Part, tier: str, seconds: float, env: dict) -> Outcome:
             return Outcome(
                 f"timed out: no time left for `{shlex.join(args)}`", time.monotonic() - start, "\n\n".join(bodies)
             )
-        if part.name == "scripts":  # its own budget: it stops starting runs and prints its table in time
+        if part.budgeted:  # its own budget: it stops starting runs and prints its table in time
             args = [*args, "--budget", f"{max(left - SCRIPTS_MARGIN, 1):.0f}"]
         argv = [sys.executable, "-m", part.module, *args]
         code, out, err = run_command(argv, left, env, ROOT)

@@ -25,17 +25,25 @@ The scripts are in fixtures/bench/, each in these versions:
 - `<name>.optimized.py`: the same model, data, seed and hyper-parameters,
   optimized by hand (see each file's docstring).
 
+The acceptance scripts (fixtures/acceptance/, written independently of perfmod;
+ACCEPTANCE below) go through the same machinery: `naive_lm` against its expert
+version `expert_lm.py`, `naive_rwkv` against `expert_rwkv.py`. Their rewrites
+are committed in fixtures/bench/acceptance/ (same names, with its own
+rewrites.json), and `python -m benchmarks.acceptance` runs them at every level.
+They print `FINAL ... tok_per_s=X loss=L` instead of a `tokens/s X` line.
+
 Each version runs in a fresh interpreter, from a scratch working directory,
 with the repository on PYTHONPATH (rewrites import `runtime`). A small launcher
 runs the script and, at exit, reports peak memory: the training process's
 peak RSS on the CPU, torch.cuda.max_memory_allocated on CUDA. The script prints
-`step N loss L` for every step and `tokens/s X` (the steps after its warm-up).
+`step N loss L` (for every step, or every few) and `tokens/s X` or a `FINAL
+... tok_per_s=X ...` line (the steps after its warm-up).
 The versions alternate (original, rewrites, hand-optimized, original, ...) so
 that drift of clocks and load hits them alike; the table gives the median
 tokens/s over the repeats and the largest peak memory. Losses are compared with
 perfmod verify's rule (codemod/verify_run.py): bit for bit when only safe fixes
-were applied, else within rtol 1e-2 at every step; the hand-optimized version
-is held to rtol 1e-2.
+were applied, else within rtol 1e-2 at every step that both versions print; the
+hand-optimized version is held to rtol 1e-2.
 
 The goal (issue 12): the unsafe rewrite at no less than 0.9x the hand-optimized
 version's tokens/s. Below the table, each script's line names what the
@@ -70,8 +78,11 @@ VERIFY_PREPARED = FIXTURES / "verify_seed"  # benchmarks.verify_seed --prepared,
 LEVELS = ("safe", "numeric", "unsafe")
 GOAL = 0.9  # issue 12: the rewrite at >= 0.9x the hand-optimized tokens/s
 ORIGINAL, OPTIMIZED = "original", "hand-optimized"
+ACCEPTANCE_FOLDER = ROOT / "fixtures" / "acceptance"  # copies of the acceptance scripts, as written
+ACCEPTANCE_PREPARED = FIXTURES / "acceptance"  # their committed rewrites and rewrites.json
 STEP_LOSS = re.compile(r"^step (\d+) loss (\S+)$", re.M)
 TOKENS = re.compile(r"^tokens/s\s+([0-9.eE+-]+)\s*$", re.M)
+FINAL_TOKENS = re.compile(r"^FINAL .*\btok_per_s=([0-9.eE+-]+)", re.M)  # the acceptance scripts' last line
 PEAK = re.compile(r"^BENCH_SCRIPTS_PEAK (.*)$", re.M)
 
 # Runs the script as `python script.py args` would, then reports its peak memory at exit.
@@ -101,6 +112,9 @@ class Script:
     sizes: dict[str, list[str]]  # tier (cuda, cpu, quick) -> the script's arguments
     # what the hand-optimized version does, by the rule whose fix would do it; "PM101/PM103": either rule
     by_hand: dict[str, str]
+    folder: Path = FIXTURES  # the original, `<name>.py`, and the hand-optimized version
+    prepared: Path = FIXTURES  # the committed rewrites and their rewrites.json
+    optimized: str = ""  # the hand-optimized version's file name; "" for `<name>.optimized.py`
 
 
 SCRIPTS = [
@@ -330,19 +344,82 @@ SCRIPTS = [
         },
     ),
 ]
-SCRIPTS_BY_NAME = {script.name: script for script in SCRIPTS}
+# The acceptance scripts (fixtures/acceptance/README.md): `cpu` is the README's small settings.
+# Each script times the steps after its second and has no --warmup option; its
+# --device default is CUDA where there is one (run_script hides CUDA for CPU runs).
+ACCEPTANCE = [
+    Script(
+        "naive_lm",
+        "research-style LM: tokenizing and a per-sample forward in the step, per-call hooks",
+        {
+            "cuda": ["--out", "checkpoints"],  # the script's own defaults: 30 steps, batch 16 x 128, d 256, 4 layers
+            "cpu": [
+                *("--steps", "6", "--batch_size", "8", "--seq", "128", "--d", "128", "--layers", "2"),
+                *("--heads", "4", "--docs", "400", "--save_every", "100", "--out", "checkpoints"),
+            ],
+            "quick": [
+                *("--steps", "3", "--batch_size", "2", "--seq", "16", "--d", "16", "--layers", "1"),
+                *("--heads", "2", "--docs", "8", "--save_every", "100", "--out", "checkpoints"),
+            ],
+        },
+        {
+            "PM101/PM103": "non_blocking copies",
+            "PM203": "the corpus tokenized once before training, the chat template once",
+            "PM301": "bf16 autocast",
+            "PM302": "TF32",
+            "PM402": "fused AdamW",
+            "PM403": "no gc.collect()/empty_cache() in the loop",
+            "PM404": "losses read every 10 steps",
+            "PM405": "checkpoints written in a background thread",
+            "PM501": "hooks registered once, in __init__",
+            "PM502": "one batched forward and backward",
+            "PM503": "one cross_entropy over all positions",
+            "PM504": "scaled_dot_product_attention",
+        },
+        ACCEPTANCE_FOLDER,
+        ACCEPTANCE_PREPARED,
+        "expert_lm.py",
+    ),
+    Script(
+        "naive_rwkv",
+        "RWKV-style LM, time mixing as a Python loop over time, (B, T, H, K) layout",
+        {
+            "cuda": ["--steps", "20", "--batch_size", "8", "--seq", "512", "--d", "256"],
+            "cpu": [
+                *("--steps", "4", "--batch_size", "4", "--seq", "256", "--d", "128", "--heads", "4"),
+                *("--layers", "2", "--vocab", "512"),
+            ],
+            "quick": [
+                *("--steps", "3", "--batch_size", "2", "--seq", "16", "--d", "16", "--heads", "2"),
+                *("--layers", "1", "--vocab", "32"),
+            ],
+        },
+        {"PM505": "the recurrence in a chunked parallel form"},
+        ACCEPTANCE_FOLDER,
+        ACCEPTANCE_PREPARED,
+        "expert_rwkv.py",
+    ),
+]
+SCRIPTS_BY_NAME = {script.name: script for script in SCRIPTS + ACCEPTANCE}
 
 
 def original_path(name: str) -> Path:
-    return FIXTURES / f"{name}.py"
+    return SCRIPTS_BY_NAME[name].folder / f"{name}.py"
 
 
 def rewritten_path(name: str, level: str) -> Path:
-    return FIXTURES / (f"{name}.rewritten.py" if level == "unsafe" else f"{name}.rewritten-{level}.py")
+    file = f"{name}.rewritten.py" if level == "unsafe" else f"{name}.rewritten-{level}.py"
+    return SCRIPTS_BY_NAME[name].prepared / file
 
 
 def optimized_path(name: str) -> Path:
-    return FIXTURES / f"{name}.optimized.py"
+    script = SCRIPTS_BY_NAME[name]
+    return script.folder / (script.optimized or f"{name}.optimized.py")
+
+
+def rewrites_path(name: str) -> Path:
+    """The rewrites.json that says what the committed rewrites of `name` applied and left."""
+    return SCRIPTS_BY_NAME[name].prepared / REWRITES.name
 
 
 def rewritten_label(level: str) -> str:
@@ -352,26 +429,38 @@ def rewritten_label(level: str) -> str:
 # -- prepare (needs libcst) ---------------------------------------------------------------
 
 
-def rewrites() -> dict[Path, bytes]:
-    """Every committed file that perfmod writes, as it writes it now: each script
-    rewritten at each level, rewrites.json, and verify_seed's prepared copies."""
+def rewrite(original: Path, level: str, select: tuple[str, ...] | None = None):
+    """`perfmod apply --level LEVEL [--select CODES]` of `original`, as the command line
+    runs it (the nearest pyproject.toml, then the options): the engine's result
+    (new_source, findings)."""
     sys.path.insert(0, str(ROOT))
     from codemod.config import load_settings
     from codemod.engine import process_source
     from codemod.rule import Level
 
+    settings = load_settings(original).with_overrides(level=Level.parse(level))
+    if select is not None:  # as on the command line: a selection starts afresh
+        settings = settings.with_overrides(select=select, ignore=())
+    result = process_source(original.read_bytes(), original.relative_to(ROOT).as_posix(), settings)
+    if result.error:
+        raise SystemExit(result.error)
+    return result
+
+
+def rewrites() -> dict[Path, bytes]:
+    """Every committed file that perfmod writes, as it writes it now: each script
+    (the acceptance scripts too) rewritten at each level, a rewrites.json per folder
+    of rewrites, and verify_seed's prepared copies."""
+    sys.path.insert(0, str(ROOT))
+    from codemod.rule import Level
+
     files: dict[Path, bytes] = {}
-    summary: dict[str, dict] = {}
-    for script in SCRIPTS:
-        original = original_path(script.name)
-        relative = original.relative_to(ROOT).as_posix()
+    summaries: dict[Path, dict[str, dict]] = {}
+    for script in SCRIPTS + ACCEPTANCE:
+        summary = summaries.setdefault(rewrites_path(script.name), {})
         summary[script.name] = {}
         for level in LEVELS:
-            # as the command line builds them: the nearest pyproject.toml, then --level
-            settings = load_settings(original).with_overrides(level=Level.parse(level))
-            result = process_source(original.read_bytes(), relative, settings)
-            if result.error:
-                raise SystemExit(result.error)
+            result = rewrite(original_path(script.name), level)
             files[rewritten_path(script.name, level)] = result.new_source
             applied = [f for f in result.findings if f.applied]
             summary[script.name][level] = {
@@ -384,7 +473,8 @@ def rewrites() -> dict[Path, bytes]:
                     if not f.applied
                 ],
             }
-    files[REWRITES] = (json.dumps(summary, indent=2) + "\n").encode()
+    for path, summary in summaries.items():
+        files[path] = (json.dumps(summary, indent=2) + "\n").encode()
     files.update(verify_seed_copies())
     return files
 
@@ -426,10 +516,13 @@ class Run:
     peak: dict = field(default_factory=dict)
     losses: list[float | None] = field(default_factory=list)
     error: str | None = None
+    steps: list[int] = field(default_factory=list)  # the step of each loss
+    output: str = ""  # what the script printed
 
 
-def run_script(path: Path, args: list[str], device: str, timeout: float, threads: int | None = None) -> Run:
-    """One run of one version in a fresh interpreter and a scratch folder."""
+def script_env(device: str, threads: int | None = None) -> dict[str, str]:
+    """The environment the versions run in: the repository importable (rewrites import
+    `runtime`), no bytecode written, CUDA hidden for CPU runs, OMP_NUM_THREADS=threads."""
     env = dict(
         os.environ,
         PYTHONHASHSEED="0",
@@ -440,19 +533,30 @@ def run_script(path: Path, args: list[str], device: str, timeout: float, threads
         env["CUDA_VISIBLE_DEVICES"] = ""  # the scripts pick CUDA when they see it
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_script(path: Path, args: list[str], device: str, timeout: float, threads: int | None = None) -> Run:
+    """One run of one version in a fresh interpreter and a scratch folder (its working
+    directory: relative paths in `args` land there)."""
+    env = script_env(device, threads)
     with tempfile.TemporaryDirectory(prefix="bench-scripts-") as workdir:
         code, out, err = run_command([sys.executable, "-c", LAUNCHER, str(path), *args], timeout, env, Path(workdir))
     if code is None:
-        return Run(error=f"timed out after {timeout:.0f} s")
+        return Run(error=f"timed out after {timeout:.0f} s", output=out)
     if code != 0:
         last = (err.strip().splitlines() or ["(no output)"])[-1]
-        return Run(error=f"exit status {code}: {last}")
-    tokens, peak = TOKENS.findall(out), PEAK.findall(out)
+        return Run(error=f"exit status {code}: {last}", output=out)
+    tokens, peak = TOKENS.findall(out) or FINAL_TOKENS.findall(out), PEAK.findall(out)
     if not tokens or not peak:
-        return Run(error="no `tokens/s` line or no peak memory in its output")
+        return Run(error="no `tokens/s` or `FINAL` line or no peak memory in its output", output=out)
     losses = sorted((int(step), _number(value)) for step, value in STEP_LOSS.findall(out))
     return Run(
-        float(tokens[-1]), json.loads(peak[-1]), [v if v is not None and math.isfinite(v) else None for _, v in losses]
+        float(tokens[-1]),
+        json.loads(peak[-1]),
+        [v if v is not None and math.isfinite(v) else None for _, v in losses],
+        steps=[step for step, _ in losses],
+        output=out,
     )
 
 
@@ -526,6 +630,7 @@ class Row:
     peak_mib: float | None
     losses: list[float | None]
     error: str | None
+    steps: list[int] = field(default_factory=list)
 
 
 def summarize(runs: list[Run], memory: str) -> Row:
@@ -534,7 +639,11 @@ def summarize(runs: list[Run], memory: str) -> Row:
         return Row(None, None, [], runs[0].error if runs else "not run")
     peaks = [run.peak.get(memory) for run in good if run.peak.get(memory) is not None]
     return Row(
-        statistics.median(run.tokens_per_s for run in good), max(peaks) / 2**20 if peaks else None, good[0].losses, None
+        statistics.median(run.tokens_per_s for run in good),
+        max(peaks) / 2**20 if peaks else None,
+        good[0].losses,
+        None,
+        good[0].steps,
     )
 
 
@@ -544,12 +653,20 @@ def agreement(original: Row, row: Row, level: str) -> str:
     if not original.losses or not row.losses:
         return "n/a"
     tolerance = Tolerance.for_level(level)
-    result = compare(original.losses, row.losses, tolerance)
+    theirs, ours, where = original.losses, row.losses, ""
+    if original.steps and row.steps and original.steps != row.steps:
+        # a version that prints every few steps: the steps both print
+        common = sorted(set(original.steps) & set(row.steps))
+        if common:
+            theirs = [original.losses[original.steps.index(step)] for step in common]
+            ours = [row.losses[row.steps.index(step)] for step in common]
+            where = f"; at steps {', '.join(map(str, common))}"
+    result = compare(theirs, ours, tolerance)
     bound = "bit for bit" if tolerance.exact else f"rtol {tolerance.rtol:g}"
     if result["max_rel_deviation"] is None:
         return f"differ ({len(row.losses)} steps against {len(original.losses)})"
     deviation = f"max rel {result['max_rel_deviation']:.1e}"
-    return f"{'agree' if result['agree'] else 'differ'} ({bound}; {deviation})"
+    return f"{'agree' if result['agree'] else 'differ'} ({bound}; {deviation}{where})"
 
 
 def short_reason(finding: dict, level: str) -> str:
@@ -567,13 +684,11 @@ def short_reason(finding: dict, level: str) -> str:
     return "reported without a fix"
 
 
-def missing_lines(summary: dict, tokens: dict[str, Row], level: str) -> list[str]:
+def missing_lines(summary: dict, tokens: dict[str, dict[str, Row]], level: str) -> list[str]:
     """One line per script: the rewrite against the hand-optimized version, and what the rewrite lacks."""
     lines = []
-    for script in SCRIPTS:
-        if script.name not in tokens:
-            continue
-        rows = tokens[script.name]
+    for name, rows in tokens.items():
+        script = SCRIPTS_BY_NAME[name]
         rewrite, optimized = rows.get(rewritten_label(level)), rows.get(OPTIMIZED)
         facts = summary.get(script.name, {}).get(level, {})
         applied = set(facts.get("applied", []))
@@ -608,6 +723,7 @@ def table(
     repeats: int,
     tier: str,
     argv: list[str],
+    program: str = "benchmarks.bench_scripts",
 ) -> str:
     import torch
 
@@ -617,11 +733,13 @@ def table(
     else:
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CUDA (not available)"
         memory = "peak CUDA memory (MiB)"
-    summary = json.loads(REWRITES.read_text()) if REWRITES.exists() else {}
+    summary = {}
+    for path in {rewrites_path(name) for name in results}:
+        summary.update(json.loads(path.read_text()) if path.exists() else {})
     lines = [
         f"Device: {name}; torch {torch.__version__}; Python {platform.python_version()}; "
         f"date {datetime.date.today().isoformat()}",
-        f"Command: `python -m benchmarks.bench_scripts {shlex.join(argv)}`; median of {repeats} alternating runs; "
+        f"Command: `python -m {program} {shlex.join(argv)}`; median of {repeats} alternating runs; "
         f"sizes: the `{tier}` arguments in benchmarks/bench_scripts.py",
         "",
         f"| script | version | tokens/s | vs original | vs hand-optimized | {memory} | final loss | losses vs original |",
@@ -665,7 +783,7 @@ def _ratio(value: float | None, base: float | None) -> str:
     return f"{value / base:.2f}x" if value and base else "-"
 
 
-def run(options: argparse.Namespace, argv: list[str]) -> str:
+def run(options: argparse.Namespace, argv: list[str], program: str = "benchmarks.bench_scripts") -> str:
     device = "cuda" if options.device.startswith("cuda") else "cpu"
     tier = "quick" if options.quick else device
     memory = "cuda" if device == "cuda" else "rss"
@@ -676,12 +794,21 @@ def run(options: argparse.Namespace, argv: list[str]) -> str:
         name: {label: summarize(version_runs, memory) for label, version_runs in by_label.items()}
         for name, by_label in runs.items()
     }
-    return table(results, options.levels, device, options.threads, options.repeats, tier, argv)
+    return table(results, options.levels, device, options.threads, options.repeats, tier, argv, program)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    program: str = "benchmarks.bench_scripts",
+    description: str = __doc__.splitlines()[0],
+    scripts: list[Script] = SCRIPTS,
+    levels: tuple[str, ...] = ("unsafe",),
+) -> int:
+    """The command line; `python -m benchmarks.acceptance` is this one with the acceptance
+    scripts and every level as defaults (`program` names the command in the table)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {program}", description=description)
     parser.add_argument(
         "command",
         nargs="?",
@@ -692,9 +819,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 2 steps, one run each: a smoke test")
     parser.add_argument(
-        "--levels", nargs="+", choices=LEVELS, default=["unsafe"], help="the rewrites to run (default: unsafe)"
+        "--levels",
+        nargs="+",
+        choices=LEVELS,
+        default=list(levels),
+        help=f"the rewrites to run (default: {' '.join(levels)})",
     )
-    parser.add_argument("--scripts", nargs="+", choices=list(SCRIPTS_BY_NAME), default=list(SCRIPTS_BY_NAME))
+    parser.add_argument(
+        "--scripts", nargs="+", choices=list(SCRIPTS_BY_NAME), default=[script.name for script in scripts]
+    )
     parser.add_argument("--repeats", type=int, help="runs of each version (default 3, quick 1)")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the runs (default: torch's choice)")
     parser.add_argument(
@@ -712,7 +845,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     options.levels = [level for level in LEVELS if level in options.levels]
     options.repeats = options.repeats or (1 if options.quick else 3)
-    text = run(options, argv)
+    text = run(options, argv, program)
     print(text)
     if options.output:
         options.output.write_text(text + "\n")

@@ -1,17 +1,22 @@
 """benchmarks/bench_scripts.py and its scripts (fixtures/bench/): the committed
 rewrites are what perfmod writes now, every version of every script trains on
 the CPU (2 steps, losses agreeing with the original's), and the quick run
-prints its table."""
+prints its table. The acceptance scripts' committed rewrites
+(fixtures/bench/acceptance/) are checked with the others, and
+`python -m benchmarks.acceptance` prints its table; tests/test_acceptance.py runs
+them at the README's settings."""
 
 import pytest
 
-from benchmarks import bench_scripts
+from benchmarks import acceptance, bench_scripts
 from benchmarks.bench_scripts import (
+    ACCEPTANCE,
     LEVELS,
     OPTIMIZED,
     ORIGINAL,
     SCRIPTS,
     VERIFY_PREPARED,
+    Row,
     optimized_path,
     original_path,
     rewritten_path,
@@ -36,7 +41,7 @@ def test_committed_rewrites_are_what_perfmod_writes_now():
 
 
 def test_every_script_has_all_its_versions_and_the_unsafe_rewrite_changes_it():
-    for script in SCRIPTS:
+    for script in SCRIPTS + ACCEPTANCE:
         paths = [
             original_path(script.name),
             optimized_path(script.name),
@@ -121,3 +126,39 @@ def test_losses_print_in_decimal_or_hexadecimal():
     assert bench_scripts._number("2.5") == 2.5
     assert bench_scripts._number(float.hex(0.1)) == 0.1  # seed_latentwire prints float.hex, bit for bit
     assert bench_scripts._number("n/a") is None
+
+
+def test_a_final_line_gives_the_tokens_per_second(tmp_path):
+    """The acceptance scripts print `FINAL ... tok_per_s=X loss=L` and a loss every few steps."""
+    script = tmp_path / "final.py"
+    script.write_text(
+        "print('step 0 loss 2.5')\nprint('step 10 loss 2.0')\n"
+        "print('FINAL steps=12 tokens=96 seconds=0.5 tok_per_s=192.0 loss=2.0000')\n"
+    )
+    run = run_script(script, [], "cpu", timeout=60)
+    assert run.error is None, run.error
+    assert (run.tokens_per_s, run.steps, run.losses) == (192.0, [0, 10], [2.5, 2.0])
+
+
+def test_losses_are_compared_at_the_steps_both_versions_print():
+    original = Row(1.0, 1.0, [4.0, 3.0, 2.0, 1.0], None, [0, 1, 2, 3])
+    every_other = Row(1.0, 1.0, [4.0, 1.0], None, [0, 3])
+    assert bench_scripts.agreement(original, every_other, "numeric") == (
+        "agree (rtol 0.01; max rel 0.0e+00; at steps 0, 3)"
+    )
+    off = Row(1.0, 1.0, [4.0, 1.5], None, [0, 3])
+    assert bench_scripts.agreement(original, off, "numeric").startswith("differ (rtol 0.01; max rel 5.0e-01")
+    assert bench_scripts.agreement(original, original, "safe") == "agree (bit for bit; max rel 0.0e+00)"
+
+
+@pytest.mark.slow
+def test_acceptance_quick_run_prints_the_table(capsys):
+    argv = ["--device", "cpu", "--quick", "--threads", "1", "--scripts", "naive_rwkv", "--levels", "unsafe"]
+    assert acceptance.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "Command: `python -m benchmarks.acceptance --device cpu --quick" in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| naive_rwkv |")]
+    assert [row[1] for row in rows] == [ORIGINAL, "rewritten (unsafe)", OPTIMIZED]  # the expert version
+    assert all(row[2] != "error" for row in rows), rows
+    assert rows[1][-1].startswith("agree (") and rows[2][-1].startswith("agree (")
+    assert "- `naive_rwkv` at `unsafe`: " in text and "(goal >= 0.9x: " in text

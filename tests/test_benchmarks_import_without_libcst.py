@@ -10,6 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_BENCHMARKS = [
+    "acceptance",
     "bench_batching",
     "bench_data",
     "bench_gpu",
@@ -31,6 +32,7 @@ def test_the_list_names_every_gpu_benchmark():
         "recall",
         "robustness",
         "rule_time",
+        "snapshot",
         "step_rules_speed",
         "tool_speed",
     }  # they measure perfmod itself, here
