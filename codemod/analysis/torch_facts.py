@@ -190,6 +190,8 @@ FUNCTIONAL_OF = {
 }
 # Ops CUDA autocast refuses to run in reduced precision (it raises): use the form given.
 AUTOCAST_UNSAFE = {name: op.autocast_refused for name, op in OPS.items() if op.autocast_refused is not None}
+# Modules CUDA autocast runs in float16 whatever dtype it was given (cuDNN's RNNs).
+AUTOCAST_FLOAT16 = frozenset(name for name, op in OPS.items() if op.autocast_float16)
 CROSS_ENTROPY = f"{FUNCTIONAL}.cross_entropy"
 CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"

@@ -9,7 +9,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, method_name, sole_definition
-from codemod.analysis.torch_facts import AUTOCAST_UNSAFE
+from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -52,6 +52,29 @@ for x, y in data:
     optimizer.step()
     optimizer.zero_grad()
 """
+LOOP_FP16 = """\
+precision = Precision.for_device(device, prefer="fp16")
+scaler = precision.grad_scaler()
+for x, y in data:
+    x, y = x.to(device), y.to(device)
+    # forward
+    with precision.autocast():
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)  # mean over the batch
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+RNN_MODEL = """\
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(8, 8, batch_first=True)
+        self.head = nn.Linear(8, 2)
+    def forward(self, x):
+        return self.head(self.rnn(x.unsqueeze(1))[0][:, -1])
+model = Net().to(device)"""
 ACCUMULATION = """\
 accum = 4
 for epoch in range(2):
@@ -242,6 +265,17 @@ class ForwardWithoutAutocast(Rule):
             "float64 model: more precision was asked for, not less",
         ),
         Invalid(
+            HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP,
+            None,
+            "a cuDNN RNN in the forward: CUDA autocast runs it in float16 whatever dtype, so bf16 is not fixed",
+        ),
+        Invalid(
+            HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP,
+            POLICY_HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP_FP16,
+            "with amp = fp16 the RNN's float16 has its gradient scaler",
+            config=FP16,
+        ),
+        Invalid(
             HEAD
             + LOOP.replace(
                 "    loss = F.cross_entropy(logits, y)  # mean over the batch\n",
@@ -374,6 +408,14 @@ class ForwardWithoutAutocast(Rule):
             return
         if model.places == {Place.HOST}:
             return  # CPU autocast pays off only on CPUs with bf16 units; the policy leaves it off there
+        recurrent = self._autocast_float16(loop)
+        if recurrent is not None and self.context.settings.amp != "fp16":
+            return self._decline(
+                loop,
+                f"`{training.code(recurrent.func)}` (line {self.context.line(recurrent)}) is a cuDNN RNN, which "
+                "CUDA autocast runs in float16 whatever dtype it is given: bf16 autocast would train it in "
+                'float16 without a gradient scaler; set `amp = "fp16"` (autocast with a GradScaler) to fix it',
+            )
         fp16 = self.context.settings.amp == "fp16"
         problem = self._fp16_problem(loop) if fp16 else None
         if problem is not None:
@@ -569,20 +611,31 @@ class ForwardWithoutAutocast(Rule):
 
     def _autocast_unsafe(self, loop: TrainingLoop) -> tuple[cst.Call, str] | None:
         """A call in the forward pass (or in what it runs) that CUDA autocast refuses."""
+        for call, name in self._forward_callees(loop):
+            if name in AUTOCAST_UNSAFE:
+                return call, AUTOCAST_UNSAFE[name]
+        return None
+
+    def _autocast_float16(self, loop: TrainingLoop) -> cst.Call | None:
+        """A call in the forward pass (or in what it runs) of a module that CUDA autocast
+        runs in float16 whatever its dtype."""
+        return next((call for call, name in self._forward_callees(loop) if name in AUTOCAST_FLOAT16), None)
+
+    def _forward_callees(self, loop: TrainingLoop):
+        """(call, qualified name) of what the forward pass calls, and of the module a call
+        runs where it is a value built here (`criterion(out, y)` with `criterion = nn.BCELoss()`,
+        `self.rnn(x)` with `self.rnn = nn.LSTM(...)`)."""
         names = self.context.names
         steps = self.context.loops
         calls = [c for s in loop.forward.statements for c in steps.own_calls(s)]
         calls += [c for f in self._forward_functions(loop.forward.statements) for c in steps.own_calls(f.body)]
         for call in calls:
             for name in names.of(call.func):
-                if name in AUTOCAST_UNSAFE:
-                    return call, AUTOCAST_UNSAFE[name]
-            for value in steps.values_of(call.func):  # `criterion(out, y)` with `criterion = nn.BCELoss()`
+                yield call, name
+            for value in steps.values_of(call.func):
                 if isinstance(value, cst.Call):
                     for name in names.of(value.func):
-                        if name in AUTOCAST_UNSAFE:
-                            return call, AUTOCAST_UNSAFE[name]
-        return None
+                        yield call, name
 
     def _forward_functions(self, statements) -> list[cst.FunctionDef]:
         """Functions of this file the statements run: helpers they call, and the
