@@ -6,6 +6,7 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
+from codemod.analysis.distributed import data_parallel
 from codemod.analysis.kinds import Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, method_name, sole_definition
@@ -265,6 +266,12 @@ class ForwardWithoutAutocast(Rule):
             "float64 model: more precision was asked for, not less",
         ),
         Invalid(
+            HEAD.replace("model = nn.Linear(8, 2).to(device)", "model = nn.DataParallel(nn.Linear(8, 2)).to(device)")
+            + LOOP,
+            None,
+            "nn.DataParallel re-enters autocast in each replica's thread without the dtype: not fixed with bf16",
+        ),
+        Invalid(
             HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP,
             None,
             "a cuDNN RNN in the forward: CUDA autocast runs it in float16 whatever dtype, so bf16 is not fixed",
@@ -415,6 +422,15 @@ class ForwardWithoutAutocast(Rule):
                 f"`{training.code(recurrent.func)}` (line {self.context.line(recurrent)}) is a cuDNN RNN, which "
                 "CUDA autocast runs in float16 whatever dtype it is given: bf16 autocast would train it in "
                 'float16 without a gradient scaler; set `amp = "fp16"` (autocast with a GradScaler) to fix it',
+            )
+        replicated = next(iter(data_parallel(self.context)), None)
+        if replicated is not None and self.context.settings.amp != "fp16":
+            return self._decline(
+                loop,
+                f"`{training.code(replicated.func)}` (line {self.context.line(replicated)}) runs each replica in a "
+                "thread of its own, where autocast is entered again without the dtype: bf16 autocast would run "
+                "the replicas in float16 without a gradient scaler; use DistributedDataParallel (PM601), or set "
+                '`amp = "fp16"` (autocast with a GradScaler)',
             )
         fp16 = self.context.settings.amp == "fp16"
         problem = self._fp16_problem(loop) if fp16 else None
