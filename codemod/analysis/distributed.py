@@ -10,6 +10,7 @@ walks the tree on its own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -61,6 +62,7 @@ DISTRIBUTED_TEXT = (
     "spawn",
 )
 # Variables a launcher sets; a script that reads them handles its ranks itself.
+LOCAL_RANK = re.compile(r"local_?rank", re.IGNORECASE)  # `local_rank`, `args.localrank`, "LOCAL_RANK"
 LAUNCHER_VARIABLES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 DATA_PARALLEL = {
     "torch.nn.DataParallel",
@@ -164,6 +166,30 @@ def batch_norms(context: FileContext) -> list[cst.Call]:
     if "BatchNorm" not in context.code and not any(zoo.split(".")[0] in context.code for zoo in BATCH_NORM_ZOOS):
         return []
     return calls_named(context, BATCH_NORMS, BATCH_NORM_ZOOS)
+
+
+def per_node_guard(context: FileContext, node: cst.CSTNode) -> cst.If | None:
+    """The `if` around `node`, in its function, whose test reads a node-local rank
+    (`local_rank == 0`, `args.local_rank`, `os.environ["LOCAL_RANK"]`): what it guards
+    runs once per node, not once per job."""
+    for ancestor in context.index.ancestors(node):
+        if isinstance(ancestor, SCOPES):
+            return None
+        if (
+            isinstance(ancestor, cst.If)
+            and not context.inside(node, ancestor.test)
+            and _reads_local_rank(context, ancestor.test)
+        ):
+            return ancestor
+    return None
+
+
+def _reads_local_rank(context: FileContext, test: cst.BaseExpression) -> bool:
+    index = context.index
+    spelled = [n.value for n in names_read(test)]
+    spelled += [a.attr.value for a in index.find(cst.Attribute, within=test)]
+    spelled += [s.evaluated_value for s in index.find(cst.SimpleString, within=test)]
+    return any(isinstance(text, str) and LOCAL_RANK.fullmatch(text) for text in spelled)
 
 
 def data_parallel(context: FileContext) -> list[cst.Call]:

@@ -8,6 +8,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import argument_for
+from codemod.analysis.distributed import per_node_guard
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
@@ -264,6 +265,14 @@ class SynchronousCheckpointInLoop(Rule):
         ),
         Invalid(
             PREAMBLE
+            + "import os\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
+            + LOOP
+            + "    if local_rank == 0:\n        torch.save(model.state_dict(), 'ckpt.pt')\n",
+            None,
+            "a save per node: the checkpointer would write on global rank 0 only",
+        ),
+        Invalid(
+            PREAMBLE
             + "import shutil\n"
             + LOOP
             + "    path = f'ckpt_{epoch}.pt'\n    torch.save(model.state_dict(), path)\n"
@@ -488,6 +497,13 @@ class SynchronousCheckpointInLoop(Rule):
             raise _Unfixable(
                 "this file shards state across ranks (FSDP or torch.distributed.checkpoint), and "
                 "AsyncCheckpointer writes on rank 0 only"
+            )
+        per_node = per_node_guard(self.context, statement)
+        if per_node is not None:
+            raise _Unfixable(
+                f"the save runs on the first process of each node (`if {self._code(per_node.test)}:`, line "
+                f"{self.context.line(per_node)}), and AsyncCheckpointer writes on global rank 0 only: the other "
+                "nodes would have no checkpoint"
             )
         rank = next((n for n in self.context.index.find(cst.Name, within=path) if RANK_NAME.search(n.value)), None)
         if rank is not None:
