@@ -81,3 +81,25 @@ def test_many_rebindings_of_a_loader_stay_fast():
     result = process_source(source.encode(), "t.py", Settings(select=("PM102",)), [UnpinnedLoaderToCuda])
     assert time.process_time() - start < 10
     assert [f.code for f in result.findings] == ["PM102"]
+
+
+F_STRING_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+print(f"loss {sum(float(x.to(device).sum()) for x, y in DataLoader(dataset, batch_size=8))}")
+"""
+
+
+def test_a_loader_inside_a_double_quoted_f_string_gets_a_value_python_3_10_reads():
+    """`pin_memory=device.type == "cuda"` inside `f"..."` is a SyntaxError before Python
+    3.12 (issue 22); the value takes the quote the f-string leaves free, and the
+    rewritten script prints what the original did."""
+    from tests.rules.scripts import f_string_quotes_reused, losses, rewrite
+
+    after = rewrite(F_STRING_SCRIPT, [UnpinnedLoaderToCuda])
+    assert "pin_memory=device.type == 'cuda'" in after
+    assert not f_string_quotes_reused(after)
+    assert torch.equal(losses(after), losses(F_STRING_SCRIPT))
