@@ -314,6 +314,16 @@ class UnpinnedLoaderToCuda(Rule):
             "if x.to(device).sum() > 0)}'} batches\")\n",
             "in f-strings that use both quotes, the value that needs no string literal",
         ),
+        Invalid(
+            PREAMBLE + "settings = dict(batch_size=8)\ntrain = DataLoader(dataset, shuffle=True, **settings)\n"
+            "val = DataLoader(dataset, **settings)\nfor x, y in train:\n    x = x.cuda()\n"
+            "for x, y in val:\n    x = x.cuda()\n",
+            PREAMBLE + "settings = dict(batch_size=8, pin_memory=True)\n"
+            "train = DataLoader(dataset, shuffle=True, **settings)\n"
+            "val = DataLoader(dataset, **settings)\nfor x, y in train:\n    x = x.cuda()\n"
+            "for x, y in val:\n    x = x.cuda()\n",
+            "settings two loaders share get pin_memory once",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
