@@ -400,8 +400,12 @@ class _Apply(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):
         edits = self.at.get(original_node, ())
+        added: set[str] = set()
         for edit in edits:
-            if isinstance(edit, AddKeyword):
+            # Two fixes may add the same keyword, with the same value (`plan` keeps no other),
+            # to one call or dict: the settings two loaders share. It is written once.
+            if isinstance(edit, AddKeyword) and edit.name not in added:
+                added.add(edit.name)
                 add = with_entry if isinstance(updated_node, cst.Dict) else with_kwarg
                 updated_node = add(updated_node, edit.name, edit.value)
         for edit in edits:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
+from codemod.analysis.torchscript import torchscript
 from codemod.edits import AddImport, Edit, Replace
 from codemod.result import Finding, Level  # noqa: F401  (re-exported: rules import them from here)
 
@@ -131,6 +132,14 @@ class Rule:
         edits = list(edits)
         if replacement is not None:
             edits.append(Replace(node, replacement))
+        if edits and any(module == "runtime" or module.startswith("runtime.") for module, _ in imports):
+            compiled = self._compiled(node, edits)
+            if compiled is not None:
+                message = (
+                    f"{message or self.MESSAGE}; not fixed: {compiled}, and the fix calls `runtime`, which "
+                    "TorchScript cannot compile (and a trace would keep only one run of it)"
+                )
+                edits, imports = [], ()
         self.reports.append(
             Report(
                 location=at if at is not None else node,
@@ -141,6 +150,15 @@ class Rule:
                 edits=tuple(edits),
                 imports=tuple(AddImport(module, name) for module, name in imports) if edits or imports else (),
             )
+        )
+
+    def _compiled(self, node: cst.CSTNode, edits: Sequence[Edit]) -> str | None:
+        """Why `node` or an edit's code is compiled by TorchScript (or recorded by
+        torch.jit.trace), where no fix may write a call into `runtime`; None otherwise."""
+        scripted = torchscript(self.context)
+        return next(
+            (why for anchor in (node, *(e.anchor for e in edits)) if (why := scripted.compiled(anchor)) is not None),
+            None,
         )
 
     # -- documentation -----------------------------------------------------

@@ -259,6 +259,15 @@ def with_entry(literal: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Di
     return literal.with_changes(elements=appended(elements, entry, literal.lbrace.whitespace_after))
 
 
+def string_quote_at(index, node: cst.CSTNode) -> str | None:
+    """The quote a string literal written at `node` can use and still compile under
+    Python 3.10 (the oldest perfmod supports): before Python 3.12 (PEP 701) the braces
+    of an f-string cannot hold the f-string's own quote character. `"` unless an
+    enclosing f-string uses it, else `'`; None inside f-strings that use both."""
+    used = {string.start[-1] for string in index.enclosing(node, cst.FormattedString)}
+    return next((quote for quote in ('"', "'") if quote not in used), None)
+
+
 def subscript_parts(subscript: cst.Subscript) -> list[cst.BaseExpression]:
     """What `subscript` reads: the subscripted value, then each index and slice bound."""
     parts = [subscript.value]

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from codemod.analysis.kinds import Kind
 from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, number_value, positional
 from codemod.analysis.tensor_layout import Spec, attributes, layouts, normalize_dim, read_names, reads
 from codemod.analysis.torch_facts import DROPOUTS, SDPA, SOFTMAXES, functional_alias
@@ -73,6 +74,9 @@ class _Attention:
     v: cst.BaseExpression | None = None
     scale: cst.BaseExpression | None = None  # None: the default 1/sqrt(q.size(-1))
     scale_unproven: str | None = None  # why `scale=` may not be a Python number
+    # A tensor scale (a learned temperature): SDPA's scale= takes a float, so it multiplies
+    # (divide False) or divides q instead, and scale= is 1.0.
+    folded: tuple[cst.BaseExpression, bool] | None = None
     causal: bool = False
     mask: cst.BaseExpression | None = None  # SDPA's attn_mask
     dropout: cst.BaseExpression | None = None  # SDPA's dropout_p
@@ -157,9 +161,11 @@ class ManualAttention(Rule):
     causal mask, which keeps the diagonal in every row; with another mask a
     fully masked row would average the values instead, so it is reported. The
     scale is passed as `scale=` unless it is provably the default
-    1/sqrt(head dim); a scale that is not provably a Python number
-    (`self.temperature`, maybe a learned tensor whose gradient SDPA would drop)
-    makes the fix unsafe. `is_causal=True` is used only when the mask is
+    1/sqrt(head dim); a scale that is a tensor (a learned temperature,
+    `self.log_temperature.exp()`: SDPA's `scale=` takes only a float) is
+    folded into q instead (`sdpa(q * scale, k, v, scale=1.0)`, which keeps its
+    gradient); one that is neither provably a number nor provably a tensor
+    (`self.temperature`) is passed as `scale=` and makes the fix unsafe. `is_causal=True` is used only when the mask is
     provably the square causal mask (which also proves T_q == T_k); a causal
     buffer then goes unused but is kept, as removing it would change the
     state_dict keys. An additive mask is passed as a float `attn_mask` (a
@@ -277,6 +283,30 @@ def attend(q, k, v, scale):
             ),
             "a scale that may be a tensor: the fix is unsafe",
             config={"level": Level.UNSAFE},
+        ),
+        Invalid(
+            *_pair(
+                """
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, q, k, v):
+        w = F.softmax(q @ k.transpose(-2, -1) / self.log_temperature.exp(), dim=-1)
+        return w @ v
+""",
+                """
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q / self.log_temperature.exp(), k, v, scale=1.0)
+""",
+            ),
+            "a learned temperature (a tensor) divides q: scale= takes only a float",
         ),
         Invalid(
             _module("""
@@ -961,7 +991,9 @@ def attend(q, k, v, mask):
             attention.scale = None
         else:
             attention.scale = _reciprocal(scale) if divide else scale.with_changes(lpar=[], rpar=[])
-            if not self._is_number(scale):
+            if scale in self.context.index and self.context.kinds.fact(scale).kind is Kind.TENSOR:
+                attention.folded, attention.scale = (scale, divide), cst.Float("1.0")
+            elif not self._is_number(scale):
                 attention.scale_unproven = (
                     f"`{self.context.source(scale)}` is not provably a Python number: "
                     "SDPA's scale= takes a float, and a tensor scale (a learned temperature) "
@@ -1227,7 +1259,15 @@ def attend(q, k, v, mask):
             v = product.args[attention.v_argument].value
         if attention.v_order is not None:
             v = _permuted(v, *attention.v_order)
-        args = [cst.Arg(attention.q), cst.Arg(attention.k), cst.Arg(v)]
+        q = attention.q
+        if attention.folded is not None:  # (q * s) @ k^T is s * (q @ k^T), and keeps s's gradient
+            scale, divide = attention.folded
+            q = cst.BinaryOperation(
+                left=atom(q),
+                operator=cst.Divide() if divide else cst.Multiply(),
+                right=atom(scale.with_changes(lpar=[], rpar=[])),
+            )
+        args = [cst.Arg(q), cst.Arg(attention.k), cst.Arg(v)]
         keywords = [
             ("attn_mask", attention.mask),
             ("dropout_p", attention.dropout),

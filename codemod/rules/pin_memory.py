@@ -6,7 +6,7 @@ import libcst as cst
 
 from codemod.analysis.kinds import Place
 from codemod.analysis.loaders import MAX_DEPTH, PIN_MEMORY_POSITION
-from codemod.analysis.names import has_star_kwargs, kwarg, positional
+from codemod.analysis.names import has_star_kwargs, kwarg, positional, string_quote_at
 from codemod.analysis.project import project_of
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -81,7 +81,10 @@ class UnpinnedLoaderToCuda(Rule):
     the loader, so a CPU run neither pins for nothing nor warns; otherwise
     `torch.cuda.is_available()`, which pins whenever a GPU is present (on a
     machine with a GPU and a run forced onto the CPU that pins for nothing,
-    harmlessly). Loaders built with `**loader_kwargs` get the entry in that
+    harmlessly). Inside an f-string the `"cuda"` literal takes the quote the
+    f-string leaves free (before Python 3.12 an f-string's braces cannot hold its
+    own quote); inside f-strings that use both, the value is
+    `torch.cuda.is_available()`, which needs no string. Loaders built with `**loader_kwargs` get the entry in that
     dict when it is a literal (or `dict(...)`) of this file used only for
     DataLoaders; otherwise the loader is reported without a fix.
 
@@ -295,6 +298,32 @@ class UnpinnedLoaderToCuda(Rule):
             "for (x, y), (u, v) in zip(loader, other):\n    x = x.cuda()\n",
             "only the zipped loader whose batches move",
         ),
+        Invalid(
+            PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+            'print(f"{sum(1 for x, y in DataLoader(dataset) if x.to(device).sum() > 0)} batches")\n',
+            PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+            "print(f\"{sum(1 for x, y in DataLoader(dataset, pin_memory=device.type == 'cuda') "
+            'if x.to(device).sum() > 0)} batches")\n',
+            "in a double-quoted f-string the literal takes single quotes (Python 3.10 and 3.11 read no others)",
+        ),
+        Invalid(
+            PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+            "print(f\"{f'{sum(1 for x, y in DataLoader(dataset) if x.to(device).sum() > 0)}'} batches\")\n",
+            PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+            "print(f\"{f'{sum(1 for x, y in DataLoader(dataset, pin_memory=torch.cuda.is_available()) "
+            "if x.to(device).sum() > 0)}'} batches\")\n",
+            "in f-strings that use both quotes, the value that needs no string literal",
+        ),
+        Invalid(
+            PREAMBLE + "settings = dict(batch_size=8)\ntrain = DataLoader(dataset, shuffle=True, **settings)\n"
+            "val = DataLoader(dataset, **settings)\nfor x, y in train:\n    x = x.cuda()\n"
+            "for x, y in val:\n    x = x.cuda()\n",
+            PREAMBLE + "settings = dict(batch_size=8, pin_memory=True)\n"
+            "train = DataLoader(dataset, shuffle=True, **settings)\n"
+            "val = DataLoader(dataset, **settings)\nfor x, y in train:\n    x = x.cuda()\n"
+            "for x, y in val:\n    x = x.cuda()\n",
+            "settings two loaders share get pin_memory once",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -406,15 +435,21 @@ class UnpinnedLoaderToCuda(Rule):
         self.report(loader, message, edits=[AddKeyword(loader, "pin_memory", value)], imports=imports)
 
     def _pin_value(self, feed: _Feeds, at: cst.CSTNode) -> tuple[cst.BaseExpression, list[tuple[str, str | None]]]:
-        """`True` for CUDA; `device.type == "cuda"` for a torch.device visible at `at`;
-        else `torch.cuda.is_available()`."""
+        """`True` for CUDA; `device.type == "cuda"` for a torch.device visible at `at`
+        (in the quote an f-string around `at` leaves free); else `torch.cuda.is_available()`."""
         if all(place is Place.CUDA for place in feed.places):
             return cst.Name("True"), []
         device = self._shared_device_name(feed.devices, at)
-        if device is not None:
+        # Inside an f-string the literal takes the quote the f-string does not use (Python
+        # before 3.12 reads no f-string's own quote in its braces); inside f-strings that use
+        # both, the value that needs no string.
+        quote = string_quote_at(self.context.index, at)
+        if device is not None and quote is not None:
             return cst.Comparison(
                 left=cst.Attribute(value=cst.Name(device), attr=cst.Name("type")),
-                comparisons=[cst.ComparisonTarget(operator=cst.Equal(), comparator=cst.SimpleString('"cuda"'))],
+                comparisons=[
+                    cst.ComparisonTarget(operator=cst.Equal(), comparator=cst.SimpleString(f"{quote}cuda{quote}"))
+                ],
             ), []
         return cst.parse_expression("torch.cuda.is_available()"), [("torch", None)]
 

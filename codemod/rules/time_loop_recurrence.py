@@ -184,7 +184,11 @@ class TimeLoopRecurrence(Rule):
     reshape of a step value (which may mix heads), random numbers drawn in
     the loop, a value that may be a number or a tensor where that decides the
     layout, a temporary or the step index read after the loop, `break` or
-    other statements in the body.
+    other statements in the body; and any loop in code TorchScript compiles or
+    `torch.jit.trace` records (`@torch.jit.script`, a function or module passed
+    to `torch.jit.script`/`trace`, what such code calls: codemod/analysis/
+    torchscript.py), which cannot call the kernels; so for every rule whose fix
+    calls `runtime`.
     """
 
     CODE = "PM505"
@@ -228,6 +232,31 @@ def train(model, opt, batches):
     ]
     INVALID = [
         Invalid(PREAMBLE + SCAN_LOOP, PREAMBLE + SCAN_FIXED),
+        Invalid(
+            PREAMBLE + "\n@torch.jit.script" + SCAN_LOOP,
+            None,
+            "a scripted function: TorchScript cannot compile the kernel",
+        ),
+        Invalid(
+            PREAMBLE
+            + SCAN_LOOP.replace("def ema(a, x):", "def ema(a, x):\n    return _scan(a, x)\n\n\ndef _scan(a, x):")
+            + "\nfast_ema = torch.jit.script(ema)\n",
+            None,
+            "a helper of a function passed to torch.jit.script",
+        ),
+        Invalid(
+            PREAMBLE
+            + "\n\nclass Decay(torch.nn.Module):\n"
+            + SCAN_LOOP.replace("def ema(a, x):", "def forward(self, a, x):").replace("\n", "\n    ").rstrip(" ")
+            + "\nmodel = torch.jit.script(Decay())\n",
+            None,
+            "a method of a module scripted as an instance",
+        ),
+        Invalid(
+            PREAMBLE + SCAN_LOOP + "\ntraced = torch.jit.trace(ema, (torch.rand(2, 5), torch.rand(2, 5)))\n",
+            None,
+            "a traced function: the trace would freeze the kernel to one run",
+        ),
         Invalid(PREAMBLE + RWKV_LOOP, RWKV_FIXED, "torch's import goes with its last use"),
         Invalid(
             PREAMBLE

@@ -51,3 +51,25 @@ def losses(source: str) -> torch.Tensor:
 def max_relative_difference(got: torch.Tensor, want: torch.Tensor) -> float:
     assert got.shape == want.shape and len(want) > 0
     return ((got - want).abs() / want.abs()).max().item()
+
+
+def f_string_quotes_reused(source: str) -> list[str]:
+    """The f-strings of `source` whose braces hold a string literal in the f-string's own
+    quote: valid only from Python 3.12 (PEP 701), a SyntaxError on 3.10 and 3.11, which
+    perfmod supports, whatever Python runs the test."""
+    import libcst as cst
+    import libcst.matchers as m
+
+    module = cst.parse_module(source)
+    reused = []
+    for string in m.findall(module, m.FormattedString()):
+        quote = string.start[-1]
+        inner = [
+            s
+            for part in string.parts
+            if isinstance(part, cst.FormattedStringExpression)
+            for s in m.findall(part, m.SimpleString() | m.FormattedString())
+        ]
+        if any((s.quote if isinstance(s, cst.SimpleString) else s.start)[-1] == quote for s in inner):
+            reused.append(module.code_for_node(string))
+    return reused

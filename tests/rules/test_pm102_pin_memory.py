@@ -7,6 +7,7 @@ import io
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 from codemod.config import Settings
@@ -81,3 +82,66 @@ def test_many_rebindings_of_a_loader_stay_fast():
     result = process_source(source.encode(), "t.py", Settings(select=("PM102",)), [UnpinnedLoaderToCuda])
     assert time.process_time() - start < 10
     assert [f.code for f in result.findings] == ["PM102"]
+
+
+F_STRING_SCRIPT = """\
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+print(f"loss {sum(float(x.to(device).sum()) for x, y in DataLoader(dataset, batch_size=8))}")
+"""
+
+
+def test_a_loader_inside_a_double_quoted_f_string_gets_a_value_python_3_10_reads():
+    """`pin_memory=device.type == "cuda"` inside `f"..."` is a SyntaxError before Python
+    3.12 (issue 22); the value takes the quote the f-string leaves free, and the
+    rewritten script prints what the original did."""
+    from tests.rules.scripts import f_string_quotes_reused, losses, rewrite
+
+    after = rewrite(F_STRING_SCRIPT, [UnpinnedLoaderToCuda])
+    assert "pin_memory=device.type == 'cuda'" in after
+    assert not f_string_quotes_reused(after)
+    assert torch.equal(losses(after), losses(F_STRING_SCRIPT))
+
+
+SHARED_SETTINGS_SCRIPT = """\
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+train_set = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+val_set = TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(8, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader_kwargs = SETTINGS
+train_loader = DataLoader(train_set, shuffle=True, **loader_kwargs)
+val_loader = DataLoader(val_set, **loader_kwargs)
+for x, y in train_loader:
+    x, y = x.to(device), y.to(device)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"train loss {loss.item()!r}")
+with torch.no_grad():
+    for x, y in val_loader:
+        x, y = x.to(device), y.to(device)
+        print(f"val loss {torch.nn.functional.mse_loss(model(x), y).item()!r}")
+"""
+
+
+@pytest.mark.parametrize("settings", ["dict(batch_size=8, num_workers=0)", '{"batch_size": 8, "num_workers": 0}'])
+def test_settings_two_loaders_share_get_pin_memory_once(settings):
+    """Both loaders' findings add the same entry to the one settings object: written
+    twice, `dict(...)` raised `keyword argument repeated` and a literal held a
+    duplicate key (issue 22). Written once, the script trains as before."""
+    from tests.rules.scripts import losses, rewrite
+
+    before = SHARED_SETTINGS_SCRIPT.replace("SETTINGS", settings)
+    after = rewrite(before, [UnpinnedLoaderToCuda])
+    assert after.count("pin_memory") == 1, after
+    assert torch.equal(losses(after), losses(before))

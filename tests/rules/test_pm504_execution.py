@@ -116,3 +116,41 @@ def test_a_scale_that_may_be_a_tensor_is_fixed_only_at_level_unsafe():
     assert [f.level for f in numeric.findings] == [Level.UNSAFE] and "lose its gradient" in numeric.findings[0].message
     unsafe = process_source(source.encode(), "<t>", Settings(select=("PM504",), level=Level.UNSAFE))
     assert "scaled_dot_product_attention(q, k, v, scale=temperature)" in unsafe.new_source.decode()
+
+
+TEMPERATURE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.tensor(0.3))
+
+    def forward(self, q, k, v):
+        scale = self.log_temperature.exp()
+        w = F.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
+        return w @ v
+"""
+
+
+def test_a_learned_temperature_is_folded_into_q_and_keeps_its_gradient():
+    """`scale=` got the tensor `self.log_temperature.exp()`: TypeError on the first step
+    (issue 22). Folded into q, the rewrite computes the same output and gradients."""
+    after = rewrite(TEMPERATURE, [ManualAttention])
+    assert "scaled_dot_product_attention(q * scale, k, v, scale=1.0)" in after
+    results = []
+    for source in (TEMPERATURE, after):
+        namespace = {"__name__": "pm504_temperature"}
+        exec(compile(source, "<fixture>", "exec"), namespace)
+        model = namespace["Attention"]().double()
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+        out = model(q, k, v)
+        out.square().sum().backward()
+        results.append((out.detach(), model.log_temperature.grad))
+    (out0, grad0), (out1, grad1) = results
+    assert torch.allclose(out0, out1, rtol=1e-12, atol=1e-12)
+    assert grad0 is not None and torch.allclose(grad0, grad1, rtol=1e-10, atol=1e-12)

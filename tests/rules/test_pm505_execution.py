@@ -7,11 +7,15 @@ gradients, relative to the largest value (torch 2.13 CPU), is in MEASURED below.
 script fixture also trains for its three steps in both forms and prints close losses.
 """
 
+import contextlib
+import io
+import runpy
 from pathlib import Path
 
 import pytest
 import torch
 
+from codemod.rule import Level
 from codemod.rules.time_loop_recurrence import TimeLoopRecurrence
 from tests.rules.scripts import losses, max_relative_difference, one_thread, rewrite
 
@@ -125,3 +129,44 @@ def test_a_loop_over_fewer_steps_than_the_tensors_hold_is_sliced_to_them():
     got = load(new_source)["smooth"](a, x, 5)
     assert got.shape == want.shape == (2, 5, 3)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+SCRIPTED = """\
+import torch
+
+
+@torch.jit.script
+def ema(a, x):
+    h = torch.zeros_like(x[:, 0])
+    hs = []
+    for t in range(x.shape[1]):
+        h = a[:, t] * h + x[:, t]
+        hs.append(h)
+    return torch.stack(hs, dim=1)
+
+
+a, x = torch.rand(2, 7, generator=torch.Generator().manual_seed(0)), torch.ones(2, 7)
+print(f"loss {ema(a, x).sum().item()!r}")
+"""
+
+
+def test_a_scripted_loop_is_reported_not_rewritten_and_the_program_still_runs(tmp_path):
+    """A loop in a `@torch.jit.script` function became `linear_recurrence(...)`, which
+    TorchScript cannot compile: the program failed at import (issue 22). It is reported
+    with the reason, left as it is, and runs."""
+    from codemod.config import Settings
+    from codemod.engine import process_source
+
+    settings = Settings(select=("PM505",), level=Level.UNSAFE)
+    result = process_source(SCRIPTED.encode(), "<fixture>", settings, [TimeLoopRecurrence])
+    assert result.error is None, result.error
+    assert [f.applied for f in result.findings] == [False]
+    assert "TorchScript" in result.findings[0].message
+    after = (result.new_source or SCRIPTED.encode()).decode()
+    assert "runtime" not in after
+    script = tmp_path / "scripted.py"  # TorchScript reads the function's source from its file
+    script.write_text(after)
+    out = io.StringIO()
+    with one_thread(), contextlib.redirect_stdout(out):
+        runpy.run_path(str(script), run_name="__main__")
+    assert out.getvalue().startswith("loss ")
