@@ -26,6 +26,7 @@ and models imported from the user's own packages, which Kinds cannot see into.
 from __future__ import annotations
 
 import builtins
+import functools
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from libcst.metadata import Assignment
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
-from codemod.analysis.names import kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.names import is_main_guard, kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.torch_facts import (
     AUTOCAST_NAMES,
     CLIP_NAMES,
@@ -236,7 +237,8 @@ class Training:
         value it has where it is written? Every name it reads must be bound where
         `statement` is: in the same scope, before `statement` and not re-bound
         inside it (and to the same binding as where `expr` is written), or in an
-        enclosing scope (a module-level name read in a function)."""
+        enclosing scope (a module-level name read in a function, unless it is bound
+        only under `if __name__ == "__main__":`, which an import of the module skips)."""
         scopes = self.context.scopes
         here = scopes.get(statement)
         if here is None:
@@ -244,6 +246,8 @@ class Training:
         for name in names_read(expr):
             visible = set(here[name.value])
             if not visible:
+                return False
+            if here is not self._module_scope and self._only_under_main_guard(visible):
                 return False
             there = scopes.get(name)
             if (
@@ -259,6 +263,19 @@ class Training:
                 if not any(self._start(a.node) < self._start(statement) for a in local):
                     return False
         return True
+
+    @functools.cached_property
+    def _module_scope(self):
+        return self.context.scopes.get(self.module.body[0]) if self.module.body else None
+
+    def _only_under_main_guard(self, bindings) -> bool:
+        """Are these module-level bindings all made under `if __name__ == "__main__":`?"""
+        found = [a for a in bindings if type(a) is Assignment and a.scope is self._module_scope]
+        return (
+            bool(found)
+            and len(found) == len(bindings)
+            and all(any(is_main_guard(block.test) for block in self.index.enclosing(a.node, cst.If)) for a in found)
+        )
 
     def defined_before(self, expr: cst.BaseExpression, statement: cst.CSTNode) -> bool:
         """Can `expr` be evaluated right before `statement` with the value it has

@@ -67,6 +67,23 @@ for x, y in data:
     scaler.update()
     optimizer.zero_grad()
 """
+SCRIPT_DEVICE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+def train(model, data, device):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for x, y in data:
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+if __name__ == "__main__":
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    net = nn.Linear(8, 2).to(dev)
+    train(net, [(torch.randn(4, 8), torch.randint(0, 2, (4,)))], dev)
+"""
 RNN_MODEL = """\
 class Net(nn.Module):
     def __init__(self):
@@ -259,6 +276,19 @@ class ForwardWithoutAutocast(Rule):
             POLICY_HEAD + ACCUMULATION_FP16,
             "fp16: scaler, unscale_ before clipping, update only on step iterations",
             config=FP16,
+        ),
+        Invalid(
+            SCRIPT_DEVICE,
+            SCRIPT_DEVICE.replace(
+                "import torch.nn.functional as F\n",
+                "import torch.nn.functional as F\nfrom runtime.amp import Precision\n\n",
+            )
+            .replace("    for x, y in data:\n", "    precision = Precision.for_device(device)\n    for x, y in data:\n")
+            .replace(
+                "        loss = F.cross_entropy(model(x), y)\n",
+                "        with precision.autocast():\n            loss = F.cross_entropy(model(x), y)\n",
+            ),
+            "the device the function is given, not a name bound only when the file runs as a script",
         ),
         Invalid(
             HEAD + "model.double()\n" + LOOP,
