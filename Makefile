@@ -46,10 +46,11 @@ browser:
 	  echo "note: no apt-get as root here; install Chromium to run tests/test_report_browser.py (skipped otherwise)"; \
 	fi
 
-# Benchmarks (BENCHMARKS.md). bench-gpu is for a GPU machine that has torch but no
-# libcst and no network: it needs no venv (the venv's python where there is one,
-# else python3) and nothing but committed files. BENCH_ARGS passes options, e.g.
-# BENCH_ARGS="--only scripts" or "--budget 600" (python -m benchmarks.bench_gpu --help).
+# Benchmarks (BENCHMARKS.md). bench-gpu is for the lent GPU machine (one H200, 15 minutes
+# in all) that has torch and triton but no libcst and no network: it needs no venv (the
+# venv's python where there is one, else python3) and nothing but committed files, and
+# finishes within its 480 s default budget. BENCH_ARGS passes options, e.g.
+# BENCH_ARGS="--only scripts" or "--budget 300" (python -m benchmarks.bench_gpu --help).
 BENCH_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 BENCH_ARGS ?=
 

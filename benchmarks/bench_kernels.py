@@ -7,6 +7,8 @@ On the GPU machine, from the repository root (prints a markdown table for BENCHM
     python -m benchmarks.bench_kernels --device cuda
     python -m benchmarks.bench_kernels --device cuda --chunk-sizes 8 16 32   # pick linear_attention's C
     PERFMOD_KERNELS_COMPILE=0 python -m benchmarks.bench_kernels --device cuda   # scans without torch.compile
+    python -m benchmarks.bench_kernels --device cuda --ops linear_attention scan   # the recurrences only
+    python -m benchmarks.bench_kernels --device cuda --ops attention               # SDPA only
 
 The last lines print issue 5's goals for linear attention at T = 2048 on an H100: at least 20x
 faster than the Python loop, at most 1.5x flash-linear-attention's time ("vs fla" column), met or
@@ -53,6 +55,14 @@ def parse_args(argv=None):
     parser.add_argument("--reps", type=int, help="timed runs of each fast path (default 20, quick 3)")
     parser.add_argument("--loop-reps", type=int, help="timed runs of each Python loop (default 3, quick 2)")
     parser.add_argument("--warmup", type=int, help="untimed runs first (default 3, quick 1)")
+    parser.add_argument(
+        "--ops",
+        nargs="+",
+        choices=list(OPS),
+        default=list(OPS),
+        help="the cases to time (default: all): linear_attention and scan against their Python loops, "
+        "attention (manual softmax against F.scaled_dot_product_attention)",
+    )
     args = parser.parse_args(argv)
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
     args.reps = args.reps or (3 if args.quick else 20)
@@ -85,6 +95,9 @@ def median_ms(fn, warmup, reps, device):
             fn()
             times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
+
+
+OPS = ("linear_attention", "scan", "attention")
 
 
 def forward_backward(fn, inputs):
@@ -216,9 +229,12 @@ def main(argv=None):
     notes = set()
     rows = []
     for T in (64, 256) if args.quick else (512, 2048, 8192):
-        rows += linear_attention_rows(T, args, device, dtype, notes)
-        rows += scan_rows(T, args, device, dtype)
-        rows += attention_rows(T, args, device, dtype)
+        if "linear_attention" in args.ops:
+            rows += linear_attention_rows(T, args, device, dtype, notes)
+        if "scan" in args.ops:
+            rows += scan_rows(T, args, device, dtype)
+        if "attention" in args.ops:
+            rows += attention_rows(T, args, device, dtype)
 
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -226,7 +242,7 @@ def main(argv=None):
         name = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     command = " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.bench_kernels", *sys.argv[1:]])
     compile_env = os.environ.get("PERFMOD_KERNELS_COMPILE", "unset")
-    print(f"### Kernels: {name}, {args.dtype}, forward + backward\n")
+    print(f"### Kernels: {name}, {args.dtype}, forward + backward ({', '.join(args.ops)})\n")
     print(
         f"torch {torch.__version__}, {datetime.date.today()}, PERFMOD_KERNELS_COMPILE={compile_env}; "
         f"median of {args.reps} runs ({args.loop_reps} for the loops) after {args.warmup} warm-up\n"
@@ -254,6 +270,8 @@ def goal_lines(rows, base, fla):
     """Issue 5's goals for linear attention on an H100 at T = 2048: at least 20x the loop's speed,
     at most 1.5x fla's time; one line per runtime.kernels row at that T, or at the largest T run."""
     cases = [T for op, T, *_ in rows if op == LINEAR_ATTENTION]
+    if not cases:  # --ops without linear_attention
+        return []
     T_goal = GOAL_T if GOAL_T in cases else max(cases)
     lines = []
     for op, T, impl, ms, _ in rows:
