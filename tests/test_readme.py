@@ -30,7 +30,10 @@ def test_the_runtime_section_has_an_example_for_every_component():
     section = _runtime_section()
     for component in ("DevicePrefetcher", "Precision", "AsyncCheckpointer", "PersistentHooks", "linear_scan"):
         assert "import" in section and component in section, component
-    assert "pip install perfmod-runtime" in section and "pip install perfmod[runtime]" in section
+    # Neither distribution is on the package index: both install from the git repository.
+    git = "git+https://github.com/perfmod/perfmod"
+    assert f'pip install "perfmod-runtime @ {git}#subdirectory=packaging/runtime"' in section
+    assert f'pip install "perfmod[runtime] @ {git}"' in section
 
 
 def test_the_runtime_examples_import_what_runtime_has_and_run(tmp_path, monkeypatch):

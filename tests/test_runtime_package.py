@@ -6,15 +6,11 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
 from tests.cli_support import REPO
-
-
-def _version(pyproject: Path) -> str:
-    return re.search(r'^version = "(.+)"', pyproject.read_text(), re.M).group(1)
+from tests.repo_support import declared_version
 
 
 @pytest.mark.slow
@@ -49,12 +45,14 @@ def test_the_runtime_wheel_holds_runtime_only_and_depends_on_torch_only(tmp_path
     assert not [n for n in names if n.startswith("codemod")]  # the rewriter stays out
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert re.findall(r"^Requires-Dist: (.+)$", metadata, re.M) == ["torch>=2.4"]
-    assert f"Version: {_version(REPO / 'pyproject.toml')}\n" in metadata
+    assert f"Version: {declared_version(REPO / 'pyproject.toml')}\n" in metadata
     assert "Name: perfmod-runtime\n" in metadata
 
 
 def test_the_runtime_package_has_perfmod_s_version():
-    assert _version(REPO / "packaging" / "runtime" / "pyproject.toml") == _version(REPO / "pyproject.toml")
+    assert declared_version(REPO / "packaging" / "runtime" / "pyproject.toml") == declared_version(
+        REPO / "pyproject.toml"
+    )
 
 
 def test_runtime_imports_nothing_but_torch_and_the_standard_library():
