@@ -456,6 +456,7 @@ def _apply(
     if not accepted:
         return module, {}
     index = context.index
+    accepted = _with_unread_removed(accepted, context)
     lines_of: dict[int, list[tuple[int, int]]] = {
         fix.key: [span for edit in fix.edits for span in _spans(edit, context)] for fix in accepted
     }
@@ -470,13 +471,6 @@ def _apply(
                 lines_of[fix.key].append((line, line))
             lines_of[fix.key].extend(merged[item] for item in fix.imports if item in merged)
         new_module = import_edits.add(new_module, needed, site)
-    unread = _bindings_read_only_in_edits(accepted, context)
-    if unread:
-        new_module, removed_lines = _without_unread(new_module, unread, context)
-        for line in removed_lines:
-            span = _statement_span(line, context)
-            for key in unread[line]:
-                lines_of[key].append(span)
     released = _imported_names_in_edits(module, accepted, index)
     if released:
         new_module, removed = import_edits.without_unused(new_module, set(released))
@@ -531,65 +525,46 @@ def _plain_assignment_line(target: cst.CSTNode, context: FileContext) -> cst.Sim
     return None
 
 
-def _without_unread(
-    new_module: cst.Module, candidates: dict[cst.SimpleStatementLine, list[int]], context: FileContext
-) -> tuple[cst.Module, list[cst.SimpleStatementLine]]:
-    """`new_module` without the candidate lines that nothing reads there any more (the
-    fixes may write new reads of them: those stay), and the lines removed."""
-    after = FileContext(new_module, context.path, context.settings, new_module.code)
-    unread = []
-    for line in candidates:
-        if line not in after.index:
-            continue  # a fix changed or moved it
-        target = line.body[0].targets[0].target
-        block = after.parents.get(line)
-        bindings = after.kinds.bindings_in(line, target.value)
-        if (
-            isinstance(block, (cst.IndentedBlock, cst.Module))
-            and len(block.body) > 1
-            and bindings
-            and not any(after.kinds.reached_reads(b) for b in bindings)
-        ):
-            unread.append(line)
-    if not unread:
-        return new_module, []
-    around = {id(ancestor) for line in unread for ancestor in after.index.ancestors(line)}
-    return new_module.visit(_RemoveLines(set(map(id, unread)), around)), unread
+def _with_unread_removed(fixes: list[Fix], context: FileContext) -> list[Fix]:
+    """The fixes, each with the removal of the statements it leaves unread: a line of
+    `_bindings_read_only_in_edits` whose name the code the fixes write does not read,
+    and that no edit touches."""
+    candidates = _bindings_read_only_in_edits(fixes, context)
+    if not candidates:
+        return fixes
+    edits = [edit for fix in fixes for edit in fix.edits]
+    read_again = {name.value for edit in edits for name in _surviving_reads(edit, edits, context)}
+    removals: dict[int, list[edit_model.Edit]] = {}
+    for line, keys in candidates.items():
+        name = line.body[0].targets[0].target.value
+        touched = any(context.inside(line, edit.anchor) or context.inside(edit.anchor, line) for edit in edits)
+        if name not in read_again and not touched:
+            # (a comment above it described it, and goes too)
+            removals.setdefault(keys[0], []).append(edit_model.Remove(line, keep_comments=False))
+    return [replace(fix, edits=[*fix.edits, *removals.get(fix.key, [])]) for fix in fixes]
 
 
-class _RemoveLines(cst.CSTTransformer):
-    """Removes the lines of `ids` with the comments above them; the blank lines above
-    one stay, above the statement after it. Only the nodes `around` them are visited, so
-    every other node stays the one it was (the write-back copies those as written)."""
-
-    def __init__(self, ids: set[int], around: set[int]) -> None:
-        self.ids, self.around = ids, around
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return id(node) in self.around
-
-    def leave_IndentedBlock(self, original_node, updated_node):
-        return self._without_lines(original_node, updated_node)
-
-    def leave_Module(self, original_node, updated_node):
-        return self._without_lines(original_node, updated_node)
-
-    def _without_lines(self, original_node, updated_node):
-        if id(original_node) not in self.around:
-            return updated_node
-        return updated_node.with_changes(body=self._kept(original_node.body, updated_node.body))
-
-    def _kept(self, originals, updated) -> list:
-        kept, blank = [], []
-        for original, statement in zip(originals, updated):
-            if id(original) in self.ids:
-                blank = blank or [line for line in statement.leading_lines if line.comment is None][:1]
-                continue
-            if blank and not statement.leading_lines:
-                statement = statement.with_changes(leading_lines=blank)
-            blank = []
-            kept.append(statement)
-        return kept
+def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], context: FileContext) -> list[cst.Name]:
+    """The reads in the code `edit` writes that stay in the rewritten file. A replacement
+    made from the updated node is made here from the original one: an original name in
+    its anchor that an edit nested in that anchor rewrites is that edit's to write or drop
+    (its own reads say which), not this one's."""
+    nested = [
+        other.anchor
+        for other in edits
+        if other is not edit
+        and isinstance(other, (edit_model.Replace, edit_model.Remove))
+        and context.inside(other.anchor, edit.anchor)
+    ]
+    return [
+        name
+        for name in guard.produced_reads(edit)
+        if not (
+            name in context.index
+            and context.inside(name, edit.anchor)
+            and any(context.inside(name, anchor) for anchor in nested)
+        )
+    ]
 
 
 def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileContext) -> dict:

@@ -99,6 +99,22 @@ def _reads(nodes: Iterable[cst.CSTNode]) -> set[str]:
     return {name.value for node in nodes for name in names_read(node)}
 
 
+def produced_reads(edit) -> list[cst.Name]:
+    """The names the new code an edit writes reads (its replacement made on the original
+    anchor, the statements it inserts, the items it wraps with, the keyword value it
+    adds): original nodes where the new code keeps or moves them. `x += 1` reads `x`."""
+    produced = _produced(edit)
+    updated = [n.target for node in produced for n in _augmented(node) if isinstance(n.target, cst.Name)]
+    return [name for node in produced for name in names_read(node)] + updated
+
+
+def _augmented(node: cst.CSTNode) -> list[cst.AugAssign]:
+    found = [node] if isinstance(node, cst.AugAssign) else []
+    for child in node.children:
+        found += _augmented(child)
+    return found
+
+
 def undefined_names(fix: Fix, scopes) -> list[str]:
     """Names `fix` would read where they are not defined (empty: the fix may be applied)."""
     produced = {id(edit): _produced(edit) for edit in fix.edits}
