@@ -26,11 +26,6 @@ from pathlib import Path, PurePath
 
 from codemod.result import Level
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message says which and why."""
@@ -125,6 +120,11 @@ def find_pyproject(start: Path) -> Path | None:
 
 
 def _read_toml(path: Path) -> dict:
+    # Imported here: `--version` and `--help` read no configuration.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:

@@ -1,5 +1,6 @@
 """Text for people: ruff-style finding lines, run summaries, the rules table
-and a rule's explanation."""
+and a rule's explanation. Finding lines and summaries need neither libcst nor
+the rules (a cached `check` prints them); the catalogue's text imports them."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import os
 import textwrap
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
-from codemod.docs import fix_availability, level_label, level_note, page_path, summary
 from codemod.report.summary import Summary
-from codemod.result import FileResult
-from codemod.rule import Finding, Invalid, Level, Rule
+from codemod.result import FileResult, Finding, Level
+
+if TYPE_CHECKING:
+    from codemod.rule import Invalid, Rule
 
 FIXABLE_MARK = "[*]"
 
@@ -178,6 +181,8 @@ def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
     """Code, name, level and summary, one rule a line; on a terminal of `width`
     columns a long summary goes on under its column, whole words and whole
     sentences always (never cut)."""
+    from codemod.docs import level_label, summary
+
     rows = [("CODE", "NAME", "LEVEL", "SUMMARY")] + [(r.CODE, r.NAME, level_label(r), summary(r)) for r in rules]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     lines = []
@@ -193,6 +198,8 @@ def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
 
 
 def explain(rule: type[Rule]) -> str:
+    from codemod.docs import fix_availability, level_note, page_path
+
     lines = [
         f"{rule.CODE} {rule.NAME}",
         f"Level: {level_note(rule)}",
