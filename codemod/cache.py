@@ -24,7 +24,7 @@ writes a file from an entry: a file with fixes is always processed afresh.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import dataclasses
 import hashlib
 import json
@@ -163,7 +163,11 @@ def _as_json(outcome: Outcome) -> dict:
     return {
         "findings": [_finding_json(f) for f in result.findings],
         "error": result.error,
-        "new_source": None if new is None else "same" if new == result.source else base64.b64encode(new).decode(),
+        "new_source": None
+        if new is None
+        else "same"
+        if new == result.source
+        else binascii.b2a_base64(new, newline=False).decode(),
         "warnings": outcome.warnings,
         "note": outcome.note,
         "dependencies": [[d.path, d.size, d.mtime_ns, d.digest] for d in result.dependencies],
@@ -185,7 +189,7 @@ def _outcome(entry: dict, path: str, data: bytes) -> Outcome:
     result = FileResult(
         path=path,
         source=data,
-        new_source=None if new is None else data if new == "same" else base64.b64decode(new),
+        new_source=None if new is None else data if new == "same" else binascii.a2b_base64(new),
         findings=[_finding(f, path) for f in entry["findings"]],
         error=entry["error"],
     )

@@ -17,8 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shlex
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,7 +32,6 @@ from codemod.config import ConfigError, Settings, load_settings, parse_codes, su
 from codemod.console import Output, interrupt_flag, use_color
 from codemod.files import atomic_write, discover
 from codemod.progress import Progress
-from codemod.report.diff import colorize, unified_diff
 from codemod.report.summary import Summary
 from codemod.report.text import (
     apply_report,
@@ -529,6 +526,8 @@ def _apply(
 
 
 def _print_diffs(results: Sequence[FileResult], colour: bool, output: Output) -> None:
+    from codemod.report.diff import colorize, unified_diff
+
     for result in results:
         if result.changed and result.error is None:
             diff = unified_diff(result.path, result.source, result.new_source)
@@ -697,6 +696,8 @@ def rules(output_format):
 
         click.echo(rules_json(ALL_RULES))
         return
+    import shutil
+
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     click.echo(rules_table(ALL_RULES, width))
 
@@ -1027,6 +1028,8 @@ def report(
         raise Failure(f"-o {output} is one of the files to review; `report` never writes a source")
     _report_errors(results)
     if output_format == "html":
+        import shlex
+
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
         page = render_html(results, settings.level, ALL_RULES, verify=verify, command=command)
     else:

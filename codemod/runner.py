@@ -11,7 +11,6 @@ writes no further file; a write under way when it was set is finished
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -171,6 +170,8 @@ def _in_processes(work, finish, stop: threading.Event, jobs: int) -> bool:
 
 def _start_worker() -> None:
     # Ctrl-C reaches the whole process group; the parent decides, and stops the workers itself.
+    import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
 

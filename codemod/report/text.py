@@ -4,9 +4,7 @@ the rules (a cached `check` prints them); the catalogue's text imports them."""
 
 from __future__ import annotations
 
-import difflib
 import os
-import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -191,6 +189,8 @@ def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
         if width is None:
             lines.append(prefix + row[3])
             continue
+        import textwrap
+
         wrapped = textwrap.wrap(row[3], max(30, width - len(prefix)), break_on_hyphens=False) or [""]
         lines.append(prefix + wrapped[0])
         lines += [" " * len(prefix) + more for more in wrapped[1:]]
@@ -252,9 +252,13 @@ def _fix_diff(case: Invalid, setup: str) -> str:
         before, after = before[len(setup) :], after[len(setup) :]
     before_lines, after_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
     context = len(before_lines) + len(after_lines)  # whole example in one hunk
+    import difflib
+
     diff = difflib.unified_diff(before_lines, after_lines, n=context)
     return "".join(line for line in diff if not line.startswith(("---", "+++", "@@")))
 
 
 def _indent(code: str) -> str:
+    import textwrap
+
     return textwrap.indent(code.rstrip("\n"), "    ", lambda line: True)
