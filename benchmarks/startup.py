@@ -124,6 +124,16 @@ def table(listed: list[Command], seconds: dict[str, list[float]]) -> list[str]:
     return rows
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def versions() -> str:
     from importlib.metadata import version
 
@@ -147,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         revision = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
         ).stdout.strip()
-        print(f"- Date: {date.today().isoformat()}. Machine: {os.cpu_count()} cores, {platform.machine()}, ")
-        print(f"  load average {load:.2f} at the start, {end_load:.2f} at the end. {versions()}.")
+        print(f"- Date: {date.today().isoformat()}. Machine: {os.cpu_count()} cores ({cpu_model()}), load average")
+        print(f"  {load:.2f} at the start, {end_load:.2f} at the end. {versions()}.")
         print(f"- perfmod at {revision}; training file of {count:,} lines; {args.rounds} rounds.")
         print(f"- Command: `python -m benchmarks.startup --rounds {args.rounds}`.")
         print()
