@@ -97,8 +97,8 @@ class FileContext:
         return stored_names(self.index)
 
     def bound_in(self, node: cst.CSTNode) -> set[str]:
-        """The names `node` binds anywhere in it (assignment, loop and `with` targets,
-        imports, definitions), nested blocks included."""
+        """The names `node` binds anywhere in it (assignment, loop, comprehension and
+        `as` targets, definitions, parameters), nested blocks included."""
         return {name.value for name in self.index.find(cst.Name, within=node) if id(name) in self._stored}
 
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
