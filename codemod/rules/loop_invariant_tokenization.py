@@ -12,6 +12,7 @@ from codemod.analysis.names import kwarg, method_name, names_read, subscript_par
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     CONTAINER_READS,
+    MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     PURE_BUILTINS,
     RANDOM_FUNCTIONS,
@@ -79,23 +80,6 @@ TRANSPARENT_BLOCKS = {
 }
 TOKENIZING_WORDS = ("tokeniz", "chat_template")
 TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
-# Methods that change their receiver: tensors' `*_`, lists', dicts' and sets'.
-MUTATORS = {
-    "append",
-    "extend",
-    "insert",
-    "pop",
-    "remove",
-    "clear",
-    "sort",
-    "reverse",
-    "update",
-    "setdefault",
-    "popitem",
-    "add",
-    "discard",
-    "__setitem__",
-}
 LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
 
 PREAMBLE = """\
@@ -852,7 +836,7 @@ class LoopInvariantTokenization(Rule):
                     attribute, call = parent, self.context.parents.get(parent)
                     method = attribute.attr.value
                     if isinstance(call, cst.Call) and call.func is attribute:
-                        if method in MUTATORS or (method.endswith("_") and not method.startswith("_")):
+                        if method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_")):
                             return True
                         if method in SAME_PLACE_METHODS:  # views and no-op conversions
                             node, parent = call, self.context.parents.get(call)
