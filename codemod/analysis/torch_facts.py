@@ -134,6 +134,15 @@ FLOAT64_NAMES = {"torch.float64", "torch.double"}
 FLOAT64_NAMES = {"torch.float64", "torch.double"}
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
+# Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
+MODEL_WRAPPERS = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+    "torch.compile",
+}
 MODULE_METHODS = set(
     (
         "parameters named_parameters buffers named_buffers children named_children modules "

@@ -9,8 +9,8 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import data_parallel
 from codemod.analysis.kinds import Place
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import is_main_guard, method_name, sole_definition
-from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE
+from codemod.analysis.names import is_main_guard, method_name, positional, sole_definition
+from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE, MODEL_WRAPPERS
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -700,8 +700,9 @@ class ForwardWithoutAutocast(Rule):
                         found.extend(f for f in steps.functions_reached(target.body) if f not in found)
         return found
 
-    def _model_class(self, func: cst.BaseExpression) -> cst.ClassDef | None:
-        """The class of this file that `model` in `model(x)` is an instance of."""
+    def _model_class(self, func: cst.BaseExpression, depth: int = 0) -> cst.ClassDef | None:
+        """The class of this file that `model` in `model(x)` is an instance of (through
+        `DistributedDataParallel(model)` and the other wrappers that run its forward)."""
         steps = self.context.loops
         if isinstance(func, cst.Attribute) and func.attr.value == "forward":
             func = func.value
@@ -715,7 +716,13 @@ class ForwardWithoutAutocast(Rule):
                 value = value.func.value  # `Net().to(device)`
             if not isinstance(value, cst.Call):
                 return None
-            classes.add(sole_definition(self.context.scopes, value.func, cst.ClassDef))
+            wrapped = positional(value, 0) if self.context.names.of(value.func) & MODEL_WRAPPERS else None
+            if wrapped is not None and wrapped.value.deep_equals(func):
+                continue  # `model = DDP(model)`: the model the name's other bindings hold
+            if wrapped is not None and depth < 4:
+                classes.add(self._model_class(wrapped.value, depth + 1))
+            else:
+                classes.add(sole_definition(self.context.scopes, value.func, cst.ClassDef))
         return classes.pop() if len(classes) == 1 else None
 
     # -- fp16 ----------------------------------------------------------------------
