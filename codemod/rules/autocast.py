@@ -220,7 +220,12 @@ class ForwardWithoutAutocast(Rule):
     own `forward`), nor for a model that stays on the CPU, nor for a loop
     that runs no model before its loss. Reported without a fix: a loss that
     CUDA autocast refuses (`F.binary_cross_entropy`, `nn.BCELoss`: compute
-    it from logits with `BCEWithLogitsLoss` first); a float64 model (`.double()`,
+    it from logits with `BCEWithLogitsLoss` first); with `amp = "bf16"`, a
+    forward that runs a cuDNN RNN (`nn.LSTM`, `nn.GRU`, `nn.RNN`: CUDA autocast
+    runs them in float16 whatever dtype it is given, so bf16 would train them in
+    float16 without a gradient scaler; `amp = "fp16"` fixes it with one) and a
+    model wrapped in `nn.DataParallel` (its replica threads enter autocast again
+    without the dtype: use DistributedDataParallel); a float64 model (`.double()`,
     `.to(torch.float64)`, `torch.set_default_dtype(torch.float64)`), whose
     author asked for more precision, not less; a script that asks for exact
     float32 results (`torch.use_deterministic_algorithms(True)`, TF32 turned
