@@ -24,24 +24,22 @@ writes a file from an entry: a file with fixes is always processed afresh.
 
 from __future__ import annotations
 
-import binascii
+import base64
 import dataclasses
 import hashlib
+import inspect
 import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from codemod.catalogue import PACKAGE, RuleFacts, stamps
-from codemod.catalogue import version as catalogue_version
+from codemod.analysis.project import Stamp
+from codemod.config import Settings
 from codemod.files import atomic_write
-from codemod.result import FileResult, Finding, Level, Stamp
-
-if TYPE_CHECKING:
-    from codemod.config import Settings
-    from codemod.worker import Outcome
+from codemod.result import FileResult, Finding, Level
+from codemod.worker import Outcome
 
 FOLDER = ".perfmod_cache"
 FORMAT = "v1"
@@ -58,13 +56,10 @@ class Cache:
         self.entries = folder / FORMAT
 
     @classmethod
-    def open(
-        cls, folder: Path, settings: Settings, rules: Sequence[type | RuleFacts], read_only: bool = False
-    ) -> Cache:
+    def open(cls, folder: Path, settings: Settings, rules: Sequence[type], read_only: bool = False) -> Cache:
         """The cache in `folder`, created with its .gitignore if need be; OSError if it
-        cannot be. `rules`: the catalogue, as rule classes or their facts
-        (codemod.catalogue, which does not import them). `read_only`: use what is
-        there, create and store nothing (`report` writes nothing but its output)."""
+        cannot be. `read_only`: use what is there, create and store nothing (`report`
+        writes nothing but its output)."""
         if read_only:
             return cls(folder, fingerprint(settings, rules), read_only=True)
         (folder / FORMAT).mkdir(parents=True, exist_ok=True)
@@ -122,28 +117,32 @@ def project_folder(settings: Settings) -> Path:
 # -- the key ------------------------------------------------------------------------------
 
 
-def fingerprint(settings: Settings, rules: Sequence[type | RuleFacts]) -> str:
-    """The key of everything but the file: `rules` as rule classes or as their
-    facts (the same key either way)."""
+def fingerprint(settings: Settings, rules: Sequence[type]) -> str:
     parts = [
         f"perfmod {_version()}",
         f"python {sys.version_info[0]}.{sys.version_info[1]}",
         f"libcst {_version('libcst')}",
         repr([(f.name, _plain(getattr(settings, f.name))) for f in dataclasses.fields(settings)]),
     ]
-    sources = {str(PACKAGE)}
+    sources = {str(Path(__file__).parent)}
     for rule in rules:
-        facts = rule if isinstance(rule, RuleFacts) else RuleFacts.of(rule)
-        parts.append(f"{facts.module}.{facts.qualname} {facts.code} {facts.level} {facts.opt_in}")
-        if facts.file is not None:
-            sources.add(facts.file)
-    parts += stamps(sources)
+        parts.append(
+            f"{rule.__module__}.{rule.__qualname__} {getattr(rule, 'CODE', '')} "
+            f"{getattr(rule, 'LEVEL', '')} {getattr(rule, 'OPT_IN', '')}"
+        )
+        try:
+            sources.add(inspect.getfile(rule))
+        except TypeError:
+            pass
+    parts += _stamps(sources)
     return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _version(package: str = "perfmod") -> str:
-    """The installed version of perfmod or libcst (codemod.catalogue: without importlib.metadata)."""
-    return catalogue_version(package)
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _plain(value):
@@ -152,6 +151,27 @@ def _plain(value):
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return str(value)
+
+
+def _stamps(sources: set[str]) -> list[str]:
+    """Size and modification time of every .py file in `sources` (files, or folders walked)."""
+    stamps = []
+    for source in sorted(sources):
+        if os.path.isdir(source):
+            for root, dirs, files in os.walk(source):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                stamps += [_stamp(os.path.join(root, f)) for f in sorted(files) if f.endswith(".py")]
+        else:
+            stamps.append(_stamp(source))
+    return stamps
+
+
+def _stamp(file: str) -> str:
+    try:
+        info = os.stat(file)
+    except OSError:
+        return f"{file} missing"
+    return f"{file} {info.st_size} {info.st_mtime_ns}"
 
 
 # -- entries ------------------------------------------------------------------------------
@@ -163,11 +183,7 @@ def _as_json(outcome: Outcome) -> dict:
     return {
         "findings": [_finding_json(f) for f in result.findings],
         "error": result.error,
-        "new_source": None
-        if new is None
-        else "same"
-        if new == result.source
-        else binascii.b2a_base64(new, newline=False).decode(),
+        "new_source": None if new is None else "same" if new == result.source else base64.b64encode(new).decode(),
         "warnings": outcome.warnings,
         "note": outcome.note,
         "dependencies": [[d.path, d.size, d.mtime_ns, d.digest] for d in result.dependencies],
@@ -183,13 +199,11 @@ def _finding_json(finding: Finding) -> dict:
 
 
 def _outcome(entry: dict, path: str, data: bytes) -> Outcome:
-    from codemod.worker import Outcome  # light: the engine loads only when a file is analysed
-
     new = entry["new_source"]
     result = FileResult(
         path=path,
         source=data,
-        new_source=None if new is None else data if new == "same" else binascii.a2b_base64(new),
+        new_source=None if new is None else data if new == "same" else base64.b64decode(new),
         findings=[_finding(f, path) for f in entry["findings"]],
         error=entry["error"],
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,8 +186,6 @@ def _unchanged(real: Path, snapshot: Snapshot) -> None:
 
 def _temporary(real: Path, suffix: str) -> tuple[int, str]:
     try:
-        import tempfile
-
         return tempfile.mkstemp(prefix=f".{real.name}.", suffix=suffix, dir=real.parent)
     except PermissionError:
         raise WriteRefused(
@@ -278,8 +277,6 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
     so the link stays and its target gets the new text."""
     path = Path(os.path.realpath(path))
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode()
-    import tempfile  # here: a cached run writes nothing, and tempfile imports shutil and random
-
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".perfmod", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as out:

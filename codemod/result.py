@@ -7,8 +7,6 @@ import it, and it imports none of them.
 from __future__ import annotations
 
 import enum
-import hashlib
-import os
 from dataclasses import dataclass, field
 
 
@@ -56,32 +54,6 @@ class Finding:
         return f"{self.path}:{self.line}:{self.column}"
 
 
-@dataclass(frozen=True)
-class Stamp:
-    """What a cached result read from a project file: its path, size, time and hash."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    digest: str
-
-    def fresh(self) -> bool:
-        """Does the file still hold what it held (same size and time, or same bytes)?"""
-        try:
-            info = os.stat(self.path)
-        except OSError:
-            return False
-        if info.st_size == self.size and info.st_mtime_ns == self.mtime_ns:
-            return True
-        if info.st_size != self.size:
-            return False
-        try:
-            with open(self.path, "rb") as handle:
-                return hashlib.sha256(handle.read()).hexdigest() == self.digest
-        except OSError:
-            return False
-
-
 @dataclass
 class FileResult:
     path: str
@@ -89,7 +61,7 @@ class FileResult:
     new_source: bytes | None = None
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None  # "path:line:col: error: ..." when the file could not be processed
-    # Other files of the project the findings were computed from (Stamp):
+    # Other files of the project the findings were computed from (codemod.analysis.project.Stamp):
     # a cached result is stale when one of them changed.
     dependencies: tuple = ()
 

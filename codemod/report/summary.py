@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codemod.result import FileResult, Finding, Level
+from codemod.result import FileResult
+from codemod.rule import Finding, Level
 
 
 @dataclass(frozen=True)
