@@ -8,9 +8,17 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 GIT_IDENTITY = ["-c", "user.name=perfmod tests", "-c", "user.email=tests@perfmod.invalid", "-c", "commit.gpgsign=false"]
+
+
+def build_wheel(source: str | Path, dist: Path) -> subprocess.CompletedProcess:
+    """`pip wheel` of `source` (a folder or a `name @ git+file://...` requirement) into
+    `dist`, offline: no dependencies, no build isolation, no index."""
+    command = ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(dist)]
+    return subprocess.run([sys.executable, *command, str(source)], capture_output=True, text=True, timeout=120)
 
 
 def declared_version(pyproject: Path) -> str:

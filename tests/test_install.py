@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.cli_support import CLEAN, FINDING_MESSAGE, FIXABLE, REPO, write
-from tests.repo_support import declared_version, snapshot
+from tests.repo_support import build_wheel, declared_version, snapshot
 
 README = (REPO / "README.md").read_text()
 
@@ -77,19 +77,7 @@ def test_the_install_section_names_what_works_today():
 @pytest.mark.slow
 def test_the_wheel_built_from_a_git_url_installs_into_a_fresh_venv_and_runs(tmp_path):
     clone = snapshot(REPO, tmp_path / "perfmod")
-    built = run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "-q",
-        "-w",
-        tmp_path / "dist",
-        f"perfmod @ git+file://{clone}",
-    )
+    built = build_wheel(f"perfmod @ git+file://{clone}", tmp_path / "dist")
     assert built.returncode == 0, built.stdout + built.stderr
     version = declared_version(REPO / "pyproject.toml")
     (wheel,) = (tmp_path / "dist").glob(f"perfmod-{version}-*.whl")

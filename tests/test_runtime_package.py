@@ -3,14 +3,13 @@ and nothing of the rewriter, needs torch only, and has perfmod's version."""
 
 import re
 import shutil
-import subprocess
 import sys
 import zipfile
 
 import pytest
 
 from tests.cli_support import REPO
-from tests.repo_support import declared_version
+from tests.repo_support import build_wheel, declared_version
 
 
 @pytest.mark.slow
@@ -20,23 +19,7 @@ def test_the_runtime_wheel_holds_runtime_only_and_depends_on_torch_only(tmp_path
     shutil.copytree(REPO / "packaging" / "runtime", tmp_path / "packaging" / "runtime")
     shutil.copytree(REPO / "runtime", tmp_path / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "codemod", tmp_path / "codemod", ignore=shutil.ignore_patterns("__pycache__"))
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "-q",
-            "-w",
-            str(tmp_path / "dist"),
-            str(tmp_path / "packaging" / "runtime"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    built = build_wheel(tmp_path / "packaging" / "runtime", tmp_path / "dist")
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = (tmp_path / "dist").glob("perfmod_runtime-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
