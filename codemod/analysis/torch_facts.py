@@ -158,6 +158,9 @@ BUILTIN_PREFIXES = ("builtins.",)
 
 # Methods of Python's containers that return (views of) what the container holds.
 CONTAINER_READS = frozenset({"get", "values", "items", "__getitem__"})
+# Methods whose result may be (part of) what their receiver holds: tensor views and
+# casts with nothing to do, and containers' reads.
+SHARING_CALLS = methods(shares=True) | CONTAINER_READS
 # Builtins whose result depends on their arguments alone and that change nothing.
 PURE_BUILTINS = frozenset(
     f"builtins.{name}"

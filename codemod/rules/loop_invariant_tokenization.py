@@ -11,13 +11,12 @@ from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
-    CONTAINER_READS,
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     PURE_BUILTINS,
     RANDOM_FUNCTIONS,
     SHARING_ATTRIBUTES,
-    SHARING_METHODS,
+    SHARING_CALLS,
 )
 from codemod.edits import Move
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -1006,9 +1005,6 @@ def _in_front(loop: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleSta
 
 
 # Methods and attributes whose result may be the receiver itself or a view of its storage.
-
-
-SHARING_CALLS = SHARING_METHODS | CONTAINER_READS
 
 
 def _shares(value: cst.BaseExpression, names: set[str]) -> bool:
