@@ -53,8 +53,7 @@ BACKWARD = m.Expr(
 )
 # Methods and functions that keep a per-sample value's layout: casts (`to` and `type` are read
 # with their arguments), and elementwise math of the value alone (`pow` with a number).
-SAME_LAYOUT_METHODS = methods(Category.CAST, in_place=False) - {"to", "type"}
-ELEMENTWISE_METHODS = methods(Category.UNARY, random=False, in_place=False) | {"pow"}
+LAYOUT_KEEPING_METHODS = methods(Category.UNARY, Category.CAST, random=False, in_place=False) - {"to", "type"} | {"pow"}
 ELEMENTWISE_FUNCTIONS = functions(Category.UNARY, random=False) | {"torch.pow"}
 REDUCTIONS = {"torch.sum", "torch.mean"}
 # Layouts of a value in a per-sample loop (see _Batcher).
@@ -1234,9 +1233,7 @@ class _Batcher:
             ):
                 return receiver
             return self._reject(call)
-        if method in SAME_LAYOUT_METHODS or (method == "to" and args):
-            return _Value(kind, origin=origin, sequence=receiver.sequence)
-        if method in ELEMENTWISE_METHODS:
+        if method in LAYOUT_KEEPING_METHODS or (method == "to" and args):
             return _Value(kind, origin=origin, sequence=receiver.sequence)
         first = args[0].value if args else None
         if method == "unsqueeze" and kind == ROW and len(args) == 1 and integer_value(first) == 0:
