@@ -467,7 +467,7 @@ class _Apply(cst.CSTTransformer):
                 carried.extend(statement.leading_lines)
             inserted = list(before.get(statement, ()))
             if inserted and core and core[0].leading_lines:
-                blank, kept = _split_blank(core[0].leading_lines)
+                blank, kept = split_blank(core[0].leading_lines)
                 if not inserted[0].leading_lines:
                     inserted[0] = inserted[0].with_changes(leading_lines=blank)
                 core = [core[0].with_changes(leading_lines=kept), *core[1:]]
@@ -502,7 +502,7 @@ def _has_comments(statement: cst.BaseStatement) -> bool:
     return any(line.comment is not None for line in statement.leading_lines)
 
 
-def _split_blank(lines: Sequence[cst.EmptyLine]) -> tuple[list, list]:
+def split_blank(lines: Sequence[cst.EmptyLine]) -> tuple[list, list]:
     """Leading blank lines (no comment) and the rest."""
     lines = list(lines)
     count = 0

@@ -353,9 +353,12 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
         reasons[key] = f"not fixed in this run: {why}; run perfmod again to fix it"
     new_module, lines_of = _apply(module, plan.kept, context)
     notes = {}
+    by_key = {fix.key: fix for fix in fixes}
     for key, superseding in plan.settled.items():
         notes[key] = f"fixed by {superseding.code}'s fix on line {superseding.line}, which replaces this code"
-        lines_of[key] = lines_of[superseding.key]
+        own = [span for edit in by_key[key].edits for span in _spans(edit, context)]
+        # The lines of the replacing fix at this finding's own code, not its imports or other sites.
+        lines_of[key] = [span for span in lines_of[superseding.key] if any(_meet(span, mine) for mine in own)] or own
     findings = [
         _finding(path, report, line, key, context, reasons | notes, lines_of)
         for key, (report, line) in enumerate(reports)
@@ -622,8 +625,18 @@ def _import_statements(module: cst.Module, name: str) -> list[cst.SimpleStatemen
 
 
 def _spans(edit, context: FileContext) -> list[tuple[int, int]]:
-    """The original lines an edit changes (for an insertion, the statement it goes next
-    to; for a move, the statement and the first line of the one it goes in front of)."""
+    """The original lines an edit changes: (first, last), 1-based and inclusive. An
+    insertion changes no line: its span is the empty (line, line - 1), the point before
+    `line`, so that only the change it makes is tied to it, not every change inside the
+    statement it goes next to. A move: the statement and the first line of the one it
+    goes in front of."""
+    if isinstance(edit, InsertBefore):
+        blank, _ = edit_model.split_blank(getattr(edit.anchor, "leading_lines", ()))
+        first, _ = _statement_span(edit.anchor, context)
+        return [(first + len(blank), first + len(blank) - 1)]  # after the blank lines, as inserted
+    if isinstance(edit, InsertAfter):
+        _, last = _statement_span(edit.anchor, context)
+        return [(last + 1, last)]
     if isinstance(edit, Wrap):
         return [(_statement_span(edit.anchor, context)[0], _statement_span(edit.last, context)[1])]
     if isinstance(edit, edit_model.Move):
@@ -633,6 +646,12 @@ def _spans(edit, context: FileContext) -> list[tuple[int, int]]:
         return [_statement_span(edit.anchor, context)]
     position = context.positions[edit.anchor]
     return [(position.start.line, position.end.line)]
+
+
+def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two spans of `_spans` share a line, or an empty one is at the other's edge."""
+    reach = 1 if a[0] > a[1] or b[0] > b[1] else 0
+    return a[0] <= b[1] + reach and b[0] <= a[1] + reach
 
 
 def _statement_span(statement: cst.CSTNode, context: FileContext) -> tuple[int, int]:

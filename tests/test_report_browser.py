@@ -14,12 +14,16 @@ import shutil
 import struct
 import subprocess
 import zlib
+from collections import Counter
 
 import pytest
 
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
 from tests.cli_support import perfmod, write
 from tests.report_page import read_page
-from tests.test_report import COPIES, REPORT_ONLY, VERIFY
+from tests.test_report import COPIES, REPORT_ONLY, SEED, VERIFY
 
 FLAGS = [
     "--headless",
@@ -99,6 +103,45 @@ def test_the_screenshot_shows_the_page(rendered):
     assert (width, height) == WINDOW
     assert {HEADER_BAR, ADDED_LINE, REMOVED_LINE} <= colours
     assert len(colours) > 16  # syntax colours, badges, anti-aliased text
+
+
+def render_dom(browser: str, page, folder) -> str:
+    run = [browser, *FLAGS, f"--user-data-dir={folder / 'profile'}", "--dump-dom", page.as_uri()]
+    return subprocess.run(run, capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout
+
+
+def test_each_note_sits_under_a_change_of_its_own_rule(tmp_path, monkeypatch):
+    """On a script that several rules rewrite together, every note sits under a change
+    that is there because of its rule: a line it adds that the rewrite without that rule
+    lacks, or one it removes that the rewrite without it keeps (a finding another rule's
+    fix settles sits at its own line). A "Part of the fix" box never goes under a hunk
+    that only other rules touched."""
+    browser = chromium()
+    monkeypatch.chdir(tmp_path)
+    source = SEED.read_bytes()
+    write(tmp_path / "train.py", source)
+    page = tmp_path / "review.html"
+    assert perfmod("report", "train.py", "-o", page, "--level", "unsafe").exit_code == 0
+    (file,) = read_page(render_dom(browser, page, tmp_path)).files
+    notes = file.notes()
+    assert len({n.code for n in notes}) >= 8 and sum(n.continued for n in notes) >= 3
+    full = _lines(source, Settings(level=Level.UNSAFE))
+    for code in sorted({n.code for n in notes}):
+        without = _lines(source, Settings(level=Level.UNSAFE, ignore=(code,)))
+        added, kept = full - without, without - full
+        for note in (n for n in notes if n.code == code):
+            rows = file.rows_before(note)
+            at_its_line = not note.continued and any(row.old == note.line for row in rows)
+            assert at_its_line or any(
+                (row.kind == "added" and row.text.rstrip() in added)
+                or (row.kind == "removed" and row.text.rstrip() in kept)
+                for row in rows
+            ), (code, note.line, note.continued, [row.text for row in rows])
+
+
+def _lines(source: bytes, settings: Settings) -> Counter:
+    result = process_source(source, "train.py", settings)
+    return Counter(line.rstrip() for line in result.new_source.decode().splitlines())
 
 
 def png_colours(data: bytes, wanted: set[tuple[int, int, int]]) -> tuple[int, int, set[tuple[int, int, int]]]:

@@ -117,8 +117,11 @@ def unattributed_changes(result: FileResult) -> list[str]:
 def meets(lines: tuple[int, int], span: Sequence[int]) -> bool:
     """Do original lines [i1, i2) (0-based; i1 == i2: the point before line i1 + 1)
     meet a fix's span (first, last), 1-based and inclusive? An insertion meets the
-    span it is next to."""
+    span it is next to; an empty span (first == last + 1: an insertion before line
+    `first`) meets the changes that reach the point where it goes."""
     (i1, i2), (first, last) = lines, span
+    if first > last:
+        return i1 <= first - 1 <= i2
     if i1 == i2:
         return first - 1 <= i1 <= last
     return i1 < last and first - 1 < i2
