@@ -578,7 +578,7 @@ def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileCont
     for item in needed:
         if item.name is None:
             continue
-        position = import_edits._from_import(module.body, item.module)
+        position = import_edits.from_import(module.body, item.module)
         if position is not None:
             spans[item] = _statement_span(module.body[position[0]], context)
     return spans

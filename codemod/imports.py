@@ -107,7 +107,7 @@ def add(module: cst.Module, needed: Sequence[AddImport], site: ImportSite) -> cs
         else:
             by_module.setdefault(item.module, []).append(item.name)
     for source, names in by_module.items():
-        position = _from_import(body, source)
+        position = from_import(body, source)
         if position is None:
             aliases = [cst.ImportAlias(cst.Name(n)) for n in names]
             new_lines.append(cst.SimpleStatementLine([cst.ImportFrom(module=_name(source), names=_commas(aliases))]))
@@ -149,7 +149,7 @@ def _is_import(statement: cst.BaseStatement) -> bool:
     )
 
 
-def _from_import(body: Sequence[cst.BaseStatement], source: str) -> tuple[int, int] | None:
+def from_import(body: Sequence[cst.BaseStatement], source: str) -> tuple[int, int] | None:
     """(statement, small statement) of a plain top-level `from <source> import a, b`."""
     for line_index, line in enumerate(body):
         if not isinstance(line, cst.SimpleStatementLine):

@@ -1,7 +1,8 @@
 """The layers of codemod/: analyses beneath rules, rules beside each other.
 
 - A rule imports no other rule, and no module imports a private name (`_x`) of
-  another: what two modules share is public in the lower one.
+  another or calls a private method of another's objects (`kinds._class_of(...)`):
+  what two modules share is public in the lower one.
 - The analyses import no rule.
 - Every module imports on its own, first, in a fresh interpreter state: no
   import cycle that works only in one order.
@@ -44,6 +45,32 @@ def test_no_module_imports_a_private_name_of_another():
         for line, module, names in _imports(path)
         for name in names
         if name.startswith("_") and module != _module(path)
+    ]
+    assert offending == []
+
+
+def _private_methods(tree: ast.AST) -> set[str]:
+    return {
+        method.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for method in node.body
+        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name.startswith("_")
+    }
+
+
+def test_no_module_reaches_for_a_private_name_of_another():
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in SOURCES}
+    defined = {path: _private_methods(tree) for path, tree in trees.items()}
+    elsewhere = {name for names in defined.values() for name in names if not name.startswith("__")}
+    offending = [
+        f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}"
+        for path, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr in elsewhere
+        and node.attr not in defined[path]
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
     ]
     assert offending == []
 

@@ -917,7 +917,7 @@ class Kinds:
             and function.params.params[0] is param
             and not _decorated(function, STATIC)
         ):
-            classdef = self._class_of(function)
+            classdef = self.class_of(function)
             if classdef is not None:  # `self` of a model's method is the model
                 fact = self.class_fact(classdef)
                 if fact.kind is not Kind.UNKNOWN:
@@ -964,21 +964,21 @@ class Kinds:
         if isinstance(func, cst.Name):
             found = sole_definition(self.scopes, func, cst.FunctionDef)
             if found is not None:
-                return found if self._class_of(found) is None else None
+                return found if self.class_of(found) is None else None
         if isinstance(func, cst.Attribute):
-            classdef = self._instance_class(func.value)
+            classdef = self.instance_class(func.value)
             if classdef is not None:
                 return _method(classdef, func.attr.value)
-        classdef = self._instance_class(func) if isinstance(func, cst.Name) else None
+        classdef = self.instance_class(func) if isinstance(func, cst.Name) else None
         return _method(classdef, "__call__") if classdef is not None else None  # `tokenizer(texts)` on an instance
 
-    def _class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+    def class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
         """The class whose body defines `function`, if it is a method."""
         block = self.parents.get(function)
         owner = self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
         return owner if isinstance(owner, cst.ClassDef) else None
 
-    def _instance_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+    def instance_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
         """The class of this file `expr` is an instance of: the `self` of one of its methods,
         or a name every binding of which calls the class."""
         if not isinstance(expr, cst.Name):
@@ -990,7 +990,7 @@ class Kinds:
             and method.params.params[0].name.value == expr.value
             and not _decorated(method, STATIC)
         ):
-            classdef = self._class_of(method)
+            classdef = self.class_of(method)
             if classdef is not None:
                 scope = self.scopes.get(expr)
                 found = list(scope[expr.value]) if scope is not None else []
@@ -1035,7 +1035,7 @@ class Kinds:
     def _self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values the methods of a class of this file assign to `self.<attr>`, for an
         `expr` spelled `self.<attr>` (or `obj.<attr>` on an instance of that class)."""
-        classdef = self._instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
+        classdef = self.instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
         if classdef is None:
             return None
         assigned = self._assigned_attributes(classdef)
@@ -1098,7 +1098,7 @@ class Kinds:
             method = self.index.first_enclosing(statement, FUNCTIONS)
             if (
                 not isinstance(method, cst.FunctionDef)
-                or self._class_of(method) is not classdef
+                or self.class_of(method) is not classdef
                 or not method.params.params
             ):
                 continue
@@ -1183,7 +1183,7 @@ class Kinds:
 
     def _find_callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
         name = function.name.value
-        classdef = self._class_of(function)
+        classdef = self.class_of(function)
         if classdef is None:
             scope = self.scopes.get(function)
             found = list(scope.assignments[name]) if scope is not None else []
@@ -1204,7 +1204,7 @@ class Kinds:
                 self._attributes.setdefault(node.attr.value, []).append(node)
         calls = []
         for attribute in self._attributes.get(name, ()):
-            if self._instance_class(attribute.value) is not classdef:
+            if self.instance_class(attribute.value) is not classdef:
                 continue
             call = self.parents.get(attribute)
             if not (isinstance(call, cst.Call) and call.func is attribute):

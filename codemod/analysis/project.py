@@ -585,7 +585,7 @@ def _saver(function: Function) -> str | None:
             return f"`{sorted(found)[0]}`"
     for call in _own_calls(context, function.node):
         local = context.kinds.local_callee(call)
-        if local is not None and context.kinds._class_of(local) is None:
+        if local is not None and context.kinds.class_of(local) is None:
             inner = _summary(
                 module, ("saver", local.name.value), lambda local=local: _saver(Function(module, local, ""))
             )

@@ -567,8 +567,8 @@ class ForwardWithoutAutocast(Rule):
         mover = index.first_enclosing(model.move, cst.FunctionDef)
         if mover is None or not self._is_method(mover):
             return None
-        cls = self._class_of(function)
-        if cls is None or self._class_of(mover) is not cls:
+        cls = self.context.kinds.class_of(function)
+        if cls is None or self.context.kinds.class_of(mover) is not cls:
             return None
         statement = index.statement_of(model.move)
         if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(
@@ -627,14 +627,10 @@ class ForwardWithoutAutocast(Rule):
 
     def _is_method(self, function: cst.FunctionDef) -> bool:
         return (
-            self._class_of(function) is not None
+            self.context.kinds.class_of(function) is not None
             and bool(function.params.params)
             and not any(self.context.source(d.decorator) == "staticmethod" for d in function.decorators)
         )
-
-    def _class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
-        owner = self.context.parents.get(self.context.parents.get(function))
-        return owner if isinstance(owner, cst.ClassDef) else None
 
     # -- autocast already there, or refused --------------------------------------------
 

@@ -404,7 +404,7 @@ class LoopInvariantTokenization(Rule):
             return True
         if any(word in spelled.lower() for word in TOKENIZING_WORDS):
             return True
-        classdef = kinds._instance_class(func) if isinstance(func, cst.Name) else None
+        classdef = kinds.instance_class(func) if isinstance(func, cst.Name) else None
         if (
             classdef is not None
             and "tokeniz" in classdef.name.value.lower()
@@ -412,7 +412,7 @@ class LoopInvariantTokenization(Rule):
         ):
             return True
         callee = kinds.local_callee(call)
-        if callee is None or depth >= 2 or kinds._class_of(callee) is not None:
+        if callee is None or depth >= 2 or kinds.class_of(callee) is not None:
             return False
         return any(self._tokenizes(inner, depth + 1) for inner in self._index.find(cst.Call, within=callee.body))
 
