@@ -42,6 +42,9 @@ MAX_DEPTH = 10
 
 # Methods and functions whose result has the shape of their (first) tensor argument.
 # Calls whose result has the shape of their (first) tensor argument or receiver.
+RESHAPING_METHODS = ("view", "reshape", "expand", "repeat")
+REORDERING_METHODS = ("transpose", "swapaxes", "swapdims", "permute", "movedim")
+SQUEEZING_METHODS = ("unsqueeze", "squeeze", "flatten", "unflatten")
 SAME_SHAPE_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST, Category.ALONG_DIM)
 SAME_SHAPE_FUNCTIONS = functions(Category.UNARY, Category.ALONG_DIM)
 FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty randn rand full".split())
@@ -658,32 +661,56 @@ class Layouts:
                 other = self.shape(positional_values[0], depth) if method != "masked_fill" else ()
                 return broadcast(shape, other) if other is not None else (shape if method == "masked_fill" else None)
             return shape
-        if method in ("view", "reshape", "expand", "repeat"):
-            if len(positional_values) == 1 and isinstance(positional_values[0], (cst.Tuple, cst.List)):
-                positional_values = [e.value for e in positional_values[0].elements]
-            elif len(positional_values) == 1:
-                inner = self._sizes_of(positional_values[0], depth)
-                if inner is not None:
-                    return inner
-                if integer_value(positional_values[0]) is None:
-                    return None
-            dims = []
-            base = self.shape(receiver, depth) if method in ("expand", "repeat") else None
-            for i, value in enumerate(positional_values):
-                number = integer_value(value)
-                if number == -1:
-                    if method == "expand" and base is not None and len(base) == len(positional_values):
-                        dims.append(base[i])
-                    else:
-                        dims.append(None)
+        if method in RESHAPING_METHODS:
+            return self._reshaped(method, receiver, positional_values, depth)
+        if method in REORDERING_METHODS:
+            return self._reordered(method, receiver, positional_values, depth)
+        if method in SQUEEZING_METHODS:
+            return self._squeezed(method, receiver, positional_values, depth)
+        if method in NEW_FACTORIES:
+            return self._factory_dims(positional_values[:1] if method == "new_full" else positional_values, depth)
+        if method in ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp", "norm"):
+            return self._reduced(call, receiver, method, depth)
+        if method in ("split", "chunk", "unbind", "size", "item", "tolist", "numel", "dim"):
+            return None
+        if method in ("matmul", "bmm", "mm"):
+            return (
+                matmul_shape(self.shape(receiver, depth), self.shape(positional_values[0], depth))
+                if positional_values
+                else None
+            )
+        return _NOT_A_METHOD
+
+    def _reshaped(self, method: str, receiver, positional_values: list, depth: int):
+        """`view`, `reshape`, `expand`, `repeat`: the sizes they are given."""
+        if len(positional_values) == 1 and isinstance(positional_values[0], (cst.Tuple, cst.List)):
+            positional_values = [e.value for e in positional_values[0].elements]
+        elif len(positional_values) == 1:
+            inner = self._sizes_of(positional_values[0], depth)
+            if inner is not None:
+                return inner
+            if integer_value(positional_values[0]) is None:
+                return None
+        dims = []
+        base = self.shape(receiver, depth) if method in ("expand", "repeat") else None
+        for i, value in enumerate(positional_values):
+            number = integer_value(value)
+            if number == -1:
+                if method == "expand" and base is not None and len(base) == len(positional_values):
+                    dims.append(base[i])
                 else:
-                    dims.append(str(number) if number is not None else self._dim_code(value, depth))
-            if method == "repeat":
-                base = self.shape(receiver, depth)
-                if base is not None and len(base) > len(dims):
-                    return tuple(None for _ in base)
-                return tuple(None for _ in dims) if base is not None else None
-            return tuple(dims)
+                    dims.append(None)
+            else:
+                dims.append(str(number) if number is not None else self._dim_code(value, depth))
+        if method == "repeat":
+            base = self.shape(receiver, depth)
+            if base is not None and len(base) > len(dims):
+                return tuple(None for _ in base)
+            return tuple(None for _ in dims) if base is not None else None
+        return tuple(dims)
+
+    def _reordered(self, method: str, receiver, positional_values: list, depth: int):
+        """`transpose`, `permute`, `movedim`: the same dims in another order."""
         if method in ("transpose", "swapaxes", "swapdims"):
             shape = self.shape(receiver, depth)
             dims = [integer_value(v) for v in positional_values]
@@ -708,18 +735,21 @@ class Layouts:
                 return None
             order = [normalize_dim(d, len(shape)) for d in dims]
             return None if None in order else tuple(shape[i] for i in order)
-        if method == "movedim":
-            shape = self.shape(receiver, depth)
-            dims = [integer_value(v) for v in positional_values]
-            if shape is None or len(dims) != 2 or None in dims:
-                return None
-            source, destination = (normalize_dim(d, len(shape)) for d in dims)
-            if source is None or destination is None:
-                return None
-            new = list(shape)
-            moved = new.pop(source)
-            new.insert(destination, moved)
-            return tuple(new)
+        # movedim
+        shape = self.shape(receiver, depth)
+        dims = [integer_value(v) for v in positional_values]
+        if shape is None or len(dims) != 2 or None in dims:
+            return None
+        source, destination = (normalize_dim(d, len(shape)) for d in dims)
+        if source is None or destination is None:
+            return None
+        new = list(shape)
+        moved = new.pop(source)
+        new.insert(destination, moved)
+        return tuple(new)
+
+    def _squeezed(self, method: str, receiver, positional_values: list, depth: int):
+        """`unsqueeze`, `squeeze`, `flatten`, `unflatten`: dims of size 1 or merged, added or taken."""
         if method == "unsqueeze":
             shape = self.shape(receiver, depth)
             dim = integer_value(positional_values[0]) if positional_values else None
@@ -747,32 +777,17 @@ class Layouts:
                 return None
             merged = shape[a] if a == b else None
             return (*shape[:a], merged, *shape[b + 1 :])
-        if method == "unflatten":
-            shape = self.shape(receiver, depth)
-            dim = integer_value(positional_values[0]) if positional_values else None
-            sizes = positional_values[1] if len(positional_values) > 1 else None
-            if shape is None or dim is None or not isinstance(sizes, (cst.Tuple, cst.List)):
-                return None
-            position = normalize_dim(dim, len(shape))
-            if position is None:
-                return None
-            new = tuple(
-                None if integer_value(e.value) == -1 else self._dim_code(e.value, depth) for e in sizes.elements
-            )
-            return (*shape[:position], *new, *shape[position + 1 :])
-        if method in NEW_FACTORIES:
-            return self._factory_dims(positional_values[:1] if method == "new_full" else positional_values, depth)
-        if method in ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp", "norm"):
-            return self._reduced(call, receiver, method, depth)
-        if method in ("split", "chunk", "unbind", "size", "item", "tolist", "numel", "dim"):
+        # unflatten
+        shape = self.shape(receiver, depth)
+        dim = integer_value(positional_values[0]) if positional_values else None
+        sizes = positional_values[1] if len(positional_values) > 1 else None
+        if shape is None or dim is None or not isinstance(sizes, (cst.Tuple, cst.List)):
             return None
-        if method in ("matmul", "bmm", "mm"):
-            return (
-                matmul_shape(self.shape(receiver, depth), self.shape(positional_values[0], depth))
-                if positional_values
-                else None
-            )
-        return _NOT_A_METHOD
+        position = normalize_dim(dim, len(shape))
+        if position is None:
+            return None
+        new = tuple(None if integer_value(e.value) == -1 else self._dim_code(e.value, depth) for e in sizes.elements)
+        return (*shape[:position], *new, *shape[position + 1 :])
 
     def _reduced(self, call: cst.Call, receiver, method: str, depth: int):
         shape = self.shape(receiver, depth)
