@@ -32,8 +32,8 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import method_name, positional, sole_definition
-from codemod.analysis.torch_facts import GRAD_SCALER_NAMES
+from codemod.analysis.names import kwarg, method_name, positional, sole_definition
+from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS
 
 if TYPE_CHECKING:
     from codemod.analysis.index import TreeIndex
@@ -97,6 +97,7 @@ class TrainingLoops:
         self._reach: dict[cst.CSTNode, frozenset[str]] = {}
         self._functions_reached: dict[cst.CSTNode, tuple[cst.FunctionDef, ...]] = {}
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
+        self._spawned: tuple[cst.FunctionDef, ...] | None = None
         self._runs: dict[cst.CSTNode, tuple[StepSite, ...]] = {}
         self._codes: dict[cst.CSTNode, str] = {}
         self._attribute_values: dict | None = None
@@ -204,6 +205,25 @@ class TrainingLoops:
                 return None
             found.append(value.elements[index].value)
         return found
+
+    def spawned_functions(self) -> tuple[cst.FunctionDef, ...]:
+        """The functions of this file that a call runs in new processes (`mp.spawn(worker,
+        ...)`, `Process(target=worker)`): each is where its processes start. The calls that
+        start them do not reach them (`functions_reached`): they run elsewhere."""
+        if self._spawned is None:
+            found: dict[cst.FunctionDef, None] = {}
+            names = self.context.names
+            for call in self._index.find(cst.Call):
+                where = next((PROCESS_STARTS[n] for n in names.of(call.func) if n in PROCESS_STARTS), None)
+                if where is None:
+                    continue
+                arg = kwarg(call, where[1]) or positional(call, where[0])
+                if arg is not None and isinstance(arg.value, cst.Name):
+                    function = sole_definition(self.context.scopes, arg.value, cst.FunctionDef)
+                    if function is not None:
+                        found[function] = None
+            self._spawned = tuple(found)
+        return self._spawned
 
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls of this file that run `function`."""

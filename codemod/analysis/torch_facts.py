@@ -131,9 +131,20 @@ CLIP_NAMES = {
     "torch.nn.utils.clip_grad.clip_grad_value_",
 }
 FLOAT64_NAMES = {"torch.float64", "torch.double"}
-FLOAT64_NAMES = {"torch.float64", "torch.double"}
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
+# Calls that run a function in new processes, by where they take it (position, keyword).
+# A process started with `spawn` or `forkserver` (CUDA needs one of them; `forkserver` is
+# Python 3.14's default on Linux) inherits no process-wide setting made before the call.
+PROCESS_STARTS = {
+    "torch.multiprocessing.spawn": (0, "fn"),
+    "torch.multiprocessing.spawn.spawn": (0, "fn"),
+    "torch.multiprocessing.start_processes": (0, "fn"),
+    "torch.multiprocessing.spawn.start_processes": (0, "fn"),
+    "torch.multiprocessing.Process": (1, "target"),
+    "multiprocessing.Process": (1, "target"),
+    "multiprocessing.context.Process": (1, "target"),
+}
 # Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
 MODEL_WRAPPERS = {
     "torch.nn.parallel.DistributedDataParallel",

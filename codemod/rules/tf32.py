@@ -39,7 +39,10 @@ class Float32MatmulWithoutTf32(Rule):
     that trains at module level; in a module that only defines training
     functions, at the top of the function that starts training (never at
     import time, and never in a function called once per epoch: there, at
-    the top of its caller).
+    the top of its caller). Training that runs in worker processes
+    (`torch.multiprocessing.spawn(worker, ...)`, `Process(target=worker)`)
+    gets it at the top of the worker function: a spawned process does not
+    inherit the setting from the process that started it.
 
     ## Why is this bad?
     By default float32 matrix multiplications on CUDA use full IEEE float32,
@@ -225,6 +228,19 @@ class Float32MatmulWithoutTf32(Rule):
             "    Trainer().fit(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
             "the main block itself when it trains through objects",
         ),
+        Invalid(
+            IMPORTS
+            + "import torch.multiprocessing as mp\n\n\ndef worker(rank):\n"
+            + _indented(SCRIPT_BODY)
+            + '\n\nif __name__ == "__main__":\n    mp.spawn(worker, nprocs=2)\n',
+            IMPORTS
+            + "import torch.multiprocessing as mp\n\n\ndef worker(rank):\n    "
+            + ENABLE_TF32
+            + "\n"
+            + _indented(SCRIPT_BODY)
+            + '\n\nif __name__ == "__main__":\n    mp.spawn(worker, nprocs=2)\n',
+            "training in spawned processes: where each starts, not in the parent that spawns them",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -258,6 +274,9 @@ class Float32MatmulWithoutTf32(Rule):
         steps = self.context.loops
         guard = next((s for s in module.body if isinstance(s, cst.If) and is_main_guard(s.test)), None)
         holders = [self._entry_of(loop.loop) for loop in training.loops]
+        workers = [f for f in steps.spawned_functions() if any(h is f or self._reaches(f, h) for h in holders)]
+        if workers:  # each worker process starts afresh: the setting goes where it starts
+            return [self._at_top(function, enable.deep_clone()) for function in workers]
         if guard is not None:
             for call in steps.own_calls(guard.body):
                 function = steps.callee(call)
