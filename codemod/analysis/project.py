@@ -358,6 +358,23 @@ class Project:
                 return True
         return False
 
+    def imported_module_mentioning(self, *words: bytes) -> str | None:
+        """The first project module this file imports (`import pkg.setup`, `from .setup
+        import f`, `from . import setup`) whose text holds one of `words`, as a path
+        relative to the project root; None when none does. Read from the text: a setting
+        the project makes in a module of its own (`allow_tf32`) without parsing it."""
+        if not self.imports_project():
+            return None
+        for statement in self.context.index.find((cst.Import, cst.ImportFrom)):
+            for name in _probe_names(statement):
+                path = self._module_path(name)
+                module = _load(path, self.context.settings) if path is not None else None
+                if module is not None:
+                    self._used[path] = module
+                    if module.mentions(*words):
+                        return self._relative(path)
+        return None
+
     def _module_path(self, name: str) -> str | None:
         """The file of the module a dotted, possibly relative, function name comes from."""
         dots = len(name) - len(name.lstrip("."))
@@ -789,6 +806,21 @@ def _imported_tops(statement: cst.Import | cst.ImportFrom) -> list[str | None]:
         if isinstance(module, cst.Name):
             tops.append(module.value)
     return tops
+
+
+def _probe_names(statement: cst.Import | cst.ImportFrom) -> list[str]:
+    """Dotted names whose module part (all but the last) is a module the import reads:
+    `from a.b import c` gives `a.b.c` (module `a.b`) and `a.b.c.*` (a submodule `c`)."""
+    code = cst.Module([]).code_for_node
+    if isinstance(statement, cst.Import):
+        return [f"{code(alias.name)}.*" for alias in statement.names]
+    module = "." * len(statement.relative) + (code(statement.module) if statement.module is not None else "")
+    if isinstance(statement.names, cst.ImportStar):
+        return [f"{module}.*"]
+    joined = module if module.endswith(".") else f"{module}."
+    return [
+        name for alias in statement.names for name in (f"{joined}{code(alias.name)}", f"{joined}{code(alias.name)}.*")
+    ]
 
 
 def _tuple_annotation(context: FileContext, annotation) -> list[cst.BaseExpression] | None:

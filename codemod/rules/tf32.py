@@ -4,6 +4,7 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.names import is_main_guard
+from codemod.analysis.project import project_of
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -99,7 +100,8 @@ class Float32MatmulWithoutTf32(Rule):
     model (TF32 touches float32 matmuls only), when the file shows no sign of
     CUDA (a `"cuda"` device string, `.cuda()`, a `torch.cuda` call other than
     `is_available()`), or when it already sets `allow_tf32`,
-    `fp32_precision` or `set_float32_matmul_precision` anywhere, to any value.
+    `fp32_precision` or `set_float32_matmul_precision` anywhere, to any value,
+    or a module of the project that it imports does.
     """
 
     CODE = "PM302"
@@ -251,6 +253,8 @@ class Float32MatmulWithoutTf32(Rule):
             return  # TF32 changes float32 matmuls only
         if any(name.value in PRECISION_SETTINGS for name in self.context.index.find(cst.Name)):
             return
+        if project_of(self.context).imported_module_mentioning(*(s.encode() for s in PRECISION_SETTINGS)):
+            return  # the project chooses it in a module of its own that this file imports
         enable = cst.parse_statement(ENABLE_TF32 + "\n")
         edits = self._at_startup(node, training, enable)
         loop = training.loops[0].loop  # reported at the training loop, fixed at start-up

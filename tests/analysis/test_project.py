@@ -20,6 +20,7 @@ import libcst as cst
 import pytest
 
 from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.project import project_of
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
@@ -671,3 +672,27 @@ def test_whether_a_function_may_yield_is_read_from_its_own_text(tmp_path, name, 
     module = _Module(str(path), None, GENERATORS, Settings())
     assert module.may_yield(name) is may
     assert not module._parsed  # answered without parsing the module
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "from .setup_env import configure",
+        "from . import setup_env",
+        "import pkg.setup_env",
+        "from pkg import setup_env",
+    ],
+)
+def test_a_word_in_a_project_module_the_file_imports_is_found(tmp_path, spelling):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "setup_env.py").write_text("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n")
+    (package / "other.py").write_text("x = 1\n")
+    path = package / "train.py"
+    path.write_text(f"{spelling}\nfrom . import other\n")
+    context = FileContext(cst.parse_module(path.read_text()), str(path), Settings(), path.read_text())
+    project = project_of(context)
+    assert project.imported_module_mentioning(b"allow_tf32") == os.path.join("pkg", "setup_env.py")
+    assert project.imported_module_mentioning(b"fp32_precision") is None

@@ -147,3 +147,46 @@ def test_a_library_function_that_runs_another_training_phase_gets_it_once():
         """
     )
     assert function_of(new, LINE) == "fit"
+
+
+def test_a_choice_made_in_a_project_module_the_script_imports_is_left_alone(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "setup_env.py").write_text(
+        "import torch\n\n\ndef configure():\n    torch.backends.cuda.matmul.allow_tf32 = True\n"
+    )
+    source = EPOCH.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom setup_env import configure\n")
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    settings = Settings(select=("PM302",), level=Level.NUMERIC, root=tmp_path)
+    result = process_source(source.encode(), str(script), settings, [Float32MatmulWithoutTf32])
+    assert result.findings == []
+    (tmp_path / "setup_env.py").write_text("def configure():\n    pass\n")  # no choice there: the rule fixes
+    result = process_source(source.encode(), str(script), settings, [Float32MatmulWithoutTf32])
+    assert [f.applied for f in result.findings] == [True]
+
+
+def test_training_in_spawned_workers_gets_it_where_each_worker_starts():
+    new = fixed(
+        """\
+        import torch
+        import torch.multiprocessing as mp
+        import torch.nn as nn
+
+
+        def worker(rank, steps):
+            model = nn.Linear(8, 1).cuda(rank)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(steps):
+                model(torch.randn(4, 8, device=rank)).sum().backward()
+                opt.step()
+
+
+        def main():
+            mp.spawn(worker, args=(10,), nprocs=2)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert function_of(new, LINE) == "worker"
