@@ -9,6 +9,7 @@ from libcst.metadata import Assignment, ImportAssignment
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.tensor_layout import layouts
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -215,6 +216,21 @@ class ManualBatchingInStepLoop(Rule):
             FIXED_PREAMBLE + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)\n"
             "for epoch in range(3):\n    for xb, yb in loader:\n" + STEP.replace("    ", "        "),
             "contiguous slices: the same batches in the same order",
+        ),
+        Invalid(
+            PREAMBLE.replace(
+                "X, Y = torch.randn(100, 8), torch.randn(100, 1)",
+                "n = 100\nX, Y = torch.randn(n, 8), torch.randn(n, 1)",
+            )
+            + "for i in range(0, n, bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n"
+            + STEP,
+            FIXED_PREAMBLE.replace(
+                "X, Y = torch.randn(100, 8), torch.randn(100, 1)",
+                "n = 100\nX, Y = torch.randn(n, 8), torch.randn(n, 1)",
+            )
+            + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)\nfor xb, yb in loader:\n"
+            + STEP,
+            "the range is the size the tensors were made with",
         ),
         Invalid(
             PREAMBLE + "for i in range(len(X) // bs):\n    xb = X[i * bs:(i + 1) * bs].float()\n"
@@ -903,7 +919,8 @@ class ManualBatchingInStepLoop(Rule):
         raise AssertionError(name)
 
     def _covers(self, plan: _Plan) -> bool:
-        """Is n spelled as the length of one of the tensors (directly or through one name)?"""
+        """Is n the length of one of the tensors: spelled so (directly or through one name),
+        or the size the tensor was made with?"""
         n = plan.window.n
         candidates = [n]
         if isinstance(n, cst.Name):
@@ -921,6 +938,11 @@ class ManualBatchingInStepLoop(Rule):
         )
         if any(_normalized(self.context.source(c)) in lengths for c in candidates):
             return True
+        shapes = layouts(self.context)
+        for tensor in plan.tensors:  # `n = 100` and `X = torch.randn(n, 7)`: n is X's length
+            shape = shapes.shape(self._a_use(plan, tensor).value)
+            if shape and shapes.same_size(n, shape[0]):
+                return True
         # `X = T[:n]` holds the first n rows when n is at most len(T): `n = int(0.9 * len(T))`, `len(T) - k`
         spelled = {_normalized(self.context.source(c)) for c in candidates}
         for tensor in plan.tensors:

@@ -53,6 +53,11 @@ def test_a_taken_loader_name_is_not_reused():
     assert "train_loader = DataLoader(" in new and "for xb, yb in train_loader:" in new
 
 
+def test_a_range_that_is_the_size_the_tensors_were_made_with_covers_them():
+    _, new = run(HEAD + "for i in range(0, 100, 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP)
+    assert "loader = DataLoader(TensorDataset(X, Y), batch_size=10, shuffle=False)\n" in new
+
+
 def test_range_minus_batch_plus_one_drops_the_last_partial_batch():
     code = HEAD + "bs = 32\nfor i in range(0, len(X) - bs + 1, bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n" + STEP
     _, new = run(code)
@@ -63,8 +68,8 @@ def test_range_minus_batch_plus_one_drops_the_last_partial_batch():
     "code,reason",
     [
         (
-            HEAD + "for i in range(0, 100, 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
-            "the range `100` is not the length of `X` / `Y`",
+            HEAD + "for i in range(0, 80, 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n" + STEP,
+            "the range `80` is not the length of `X` / `Y`",
         ),
         (
             HEAD + "for i in range(0, len(X), 10):\n    xb, yb = X[i:i + 10], Y[i:i + 10]\n    xb.mul_(2)\n" + STEP,
