@@ -118,7 +118,7 @@ class ForwardRegion:
 @dataclass(frozen=True)
 class Autocast:
     node: cst.CSTNode  # the `with` statement or decorator that enables it
-    form: str  # "call", "context variable" or "helper"
+    form: str  # "call", "context variable", "helper", "imported" or "context passed in"
 
 
 @dataclass(frozen=True)
@@ -1029,6 +1029,12 @@ class Training:
         if isinstance(expr, cst.Call):
             if self._is_autocast_call(expr):
                 return "call"
+            if self.names.is_(expr.func, "functools.partial") and expr.args:  # partial(torch.autocast, ...)
+                return "call" if self.names.is_(expr.args[0].value, *AUTOCAST_NAMES) else None
+            if isinstance(expr.func, cst.Name) and self.names.local(expr.func):  # `amp_ctx = partial(...)`
+                form = self._enables_autocast(expr.func, depth + 1)
+                if form is not None:
+                    return form
             function = self._local_function(expr.func)
             if function is not None and any(
                 self._enables_autocast(c, depth + 1) for c in self.steps.own_calls(function.body)
@@ -1038,6 +1044,8 @@ class Training:
                 return "imported"
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
+            if isinstance(expr, cst.Name) and self._passed_in_from_elsewhere(expr):
+                return "context passed in"  # `with ctx:`, ctx a caller's: perhaps autocast
             sources = self._binding_sources(expr) if isinstance(expr, cst.Name) else self._attribute_sources(expr)
             for source in sources:
                 if source is not None and any(
@@ -1047,6 +1055,16 @@ class Training:
             if not [s for s in sources if s is not None] and self._imported_precision_context(expr):
                 return "imported"
         return None
+
+    def _passed_in_from_elsewhere(self, name: cst.Name) -> bool:
+        """Is `name` a parameter (not `self`) whose value no call of this file tells?"""
+        sites = self._binding_sites(name)
+        return (
+            len(sites) == 1
+            and isinstance(sites[0][0], cst.Param)
+            and sites[0][0].default is None
+            and self._arguments_for(sites[0][0]) == [None]
+        )
 
     def _imported_precision_context(self, expr: cst.BaseExpression) -> bool:
         """A context manager defined outside this file (imported from the user's own

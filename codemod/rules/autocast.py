@@ -266,6 +266,23 @@ class ForwardWithoutAutocast(Rule):
             "nanoGPT's context variable",
         ),
         Valid(
+            "import contextlib\nimport functools\n" + HEAD + "amp_autocast = functools.partial(torch.autocast, "
+            "device_type='cuda', dtype=torch.bfloat16) if device.type == 'cuda' else contextlib.nullcontext\n"
+            + LOOP.replace("    logits = model(x)\n", "    with amp_autocast():\n        logits = model(x)\n"),
+            "timm's context factory: functools.partial of torch.autocast, or nullcontext by a flag",
+        ),
+        Valid(
+            HEAD
+            + "def train(model, optimizer, data, ctx):\n"
+            + "".join(
+                f"    {line}\n"
+                for line in LOOP.replace(
+                    "    logits = model(x)\n", "    with ctx:\n        logits = model(x)\n"
+                ).splitlines()
+            ),
+            "a context manager the caller passes in: perhaps autocast, perfmod cannot tell",
+        ),
+        Valid(
             HEAD.replace('torch.device("cuda" if torch.cuda.is_available() else "cpu")', '"cpu"') + LOOP,
             "a CPU model: autocast rarely pays off there",
         ),
