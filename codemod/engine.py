@@ -657,7 +657,9 @@ def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
 def _statement_span(statement: cst.CSTNode, context: FileContext) -> tuple[int, int]:
     """A statement's lines with the comment lines above it (a removal carries them)."""
     position = context.positions[statement]
-    first = position.start.line - len(getattr(statement, "leading_lines", ()))
+    decorators = getattr(statement, "decorators", ())
+    start = context.positions[decorators[0]].start.line if decorators else position.start.line
+    first = start - len(getattr(statement, "leading_lines", ()))
     end = position.end.line
     if isinstance(statement, cst.SimpleStatementLine) or position.end.column == 0:
         end = max(position.start.line, end - (1 if position.end.column == 0 else 0))
