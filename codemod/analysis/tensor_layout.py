@@ -433,7 +433,7 @@ class Layouts:
         if isinstance(expr, cst.Name) and expr in self.index:
             if expr.value in ("True", "False"):
                 return False
-            if self._all_numbers(expr, depth) or self._used_as_size(expr):
+            if self._all_numbers(expr, depth) or self._used_as_size(expr) or self._counter(expr):
                 return True
             value = self._single_value(expr)
             if isinstance(value, cst.BaseExpression):
@@ -447,6 +447,17 @@ class Layouts:
             ):
                 return self.is_number(value[0].elements[value[1]].value, depth + 1)  # `D, H = 16, 2`
         return False
+
+    def _counter(self, name: cst.Name) -> bool:
+        """Is `name` a loop's counter: `for step in range(...)`, `i` of `for i, x in enumerate(...)`?"""
+        target = self._reaching(name)
+        loop = self._statement(target) if target is not None else None
+        if not (isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call)):
+            return False
+        if loop.target is target:
+            return self.names.is_(loop.iter.func, "builtins.range", "range")
+        first = loop.target.elements[0].value if isinstance(loop.target, cst.Tuple) and loop.target.elements else None
+        return first is target and self.names.is_(loop.iter.func, "builtins.enumerate", "enumerate")
 
     def _used_as_size(self, name: cst.Name) -> bool:
         """Is the name given, in its scope, as a size to `view` / `reshape` / a factory (which

@@ -10,6 +10,7 @@ from libcst.metadata import Assignment
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
+from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
@@ -192,6 +193,11 @@ class LoopInvariantTokenization(Rule):
         ),
         Valid(PREAMBLE + "for step in range(3):\n    print(tokenizer(PROMPT))\n", "not a training loop"),
         Valid(
+            PREAMBLE + "for step in range(3):\n    prompt = f'Step {step}: answer with one number.'\n"
+            "    ids = tokenizer(prompt, return_tensors='pt')['input_ids']\n" + STEP,
+            "a prompt formatted from the step's counter: nothing to tokenize ahead",
+        ),
+        Valid(
             PREAMBLE + "for step in range(3):\n    ids = torch.randint(0, 1000, (1, 4))\n" + STEP,
             "random: not invariant",
         ),
@@ -334,9 +340,11 @@ class LoopInvariantTokenization(Rule):
                 if (
                     args_vary
                     and not any(self._from_corpus(arg.value, loop, 0) for arg in call.args)
-                    and any(self._generated(arg.value, loop, 0) for arg in call.args)
+                    and any(self._made_in_step(arg.value, loop, 0) for arg in call.args)
                 ):
-                    continue  # text the model generated in the step: tokenizing it is the step's work
+                    # Text the step makes (what the model generated, a prompt formatted from the
+                    # step's values): nothing to tokenize ahead; tokenizing it is the step's work.
+                    continue
                 self.report(
                     call,
                     f"`{spelled}` tokenizes inside the training loop on every step ({varies}); if the texts come "
@@ -430,6 +438,8 @@ class LoopInvariantTokenization(Rule):
         if isinstance(expr, cst.Attribute):
             return self._from_corpus(expr.value, loop, depth + 1)
         if isinstance(expr, cst.Name):
+            if layouts(self.context).is_number(expr):
+                return False  # the step's counter, a size: no text of a corpus
             for assignment in self._scopes.get(expr)[expr.value] if self._scopes.get(expr) is not None else ():
                 node = getattr(assignment, "node", None)
                 if not isinstance(node, cst.CSTNode) or not index.inside(node, loop):
@@ -477,25 +487,37 @@ class LoopInvariantTokenization(Rule):
             )
         return False
 
-    def _generated(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int) -> bool:
-        """Is `expr` text a model made in the step: decoded or generated ids, or a value
-        computed by a call given a model?"""
+    def _made_in_step(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int) -> bool:
+        """Is `expr` text the step makes: decoded or generated ids, a value computed by a
+        call given a model, or a string formatted from the step's values?"""
         if depth > 6:
             return False
         kinds = self.context.kinds
+        if isinstance(expr, cst.FormattedString) or (
+            isinstance(expr, cst.BinaryOperation)
+            and isinstance(expr.operator, cst.Modulo)
+            and isinstance(expr.left, cst.SimpleString)
+        ):
+            return True  # f"Step {step}: ...", "%d" % step
+        if (
+            isinstance(expr, cst.Call)
+            and method_name(expr) == "format"
+            and isinstance(expr.func.value, cst.SimpleString)
+        ):
+            return True
         if isinstance(expr, cst.Call):
             if method_name(expr) in ("decode", "batch_decode", "generate") or kinds.fact(expr.func).kind is Kind.MODULE:
                 return True
             if any(kinds.fact(a.value).kind is Kind.MODULE for a in expr.args):
                 return True
             parts = [a.value for a in expr.args] + ([expr.func.value] if isinstance(expr.func, cst.Attribute) else [])
-            return any(self._generated(part, loop, depth + 1) for part in parts)
+            return any(self._made_in_step(part, loop, depth + 1) for part in parts)
         if isinstance(expr, (cst.Subscript, cst.Attribute)):
-            return self._generated(expr.value, loop, depth + 1)
+            return self._made_in_step(expr.value, loop, depth + 1)
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-            return self._generated(expr.elt, loop, depth + 1)
+            return self._made_in_step(expr.elt, loop, depth + 1)
         if isinstance(expr, cst.BinaryOperation):
-            return self._generated(expr.left, loop, depth + 1) or self._generated(expr.right, loop, depth + 1)
+            return self._made_in_step(expr.left, loop, depth + 1) or self._made_in_step(expr.right, loop, depth + 1)
         if isinstance(expr, cst.Name):
             scope = self._scopes.get(expr)
             for assignment in scope[expr.value] if scope is not None else ():
@@ -504,10 +526,10 @@ class LoopInvariantTokenization(Rule):
                     continue
                 statement = self._bindings.statement(node)
                 if isinstance(statement, (cst.For, cst.CompFor)) and statement is not loop:
-                    if self._generated(statement.iter, loop, depth + 1):
+                    if self._made_in_step(statement.iter, loop, depth + 1):
                         return True
                 elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
-                    if self._generated(statement.value, loop, depth + 1):
+                    if self._made_in_step(statement.value, loop, depth + 1):
                         return True
         return False
 
