@@ -337,6 +337,34 @@ class Kinds:
         reached = [read for read in own if binding in self.reaching(read)]
         return sorted(reached + nested, key=self.index.order)
 
+    def carried_reads(self, loop: cst.For | cst.While, within: cst.CSTNode) -> list[cst.Name]:
+        """The reads in `within` (a part of `loop`'s body) of a value that an earlier
+        iteration of `loop` bound: `h` in `h = cell(x[i], h)`, state one iteration hands to
+        the next."""
+        found = []
+        for use in self.index.find(cst.Name, within=within):
+            if use is self._binding_target(use):
+                continue
+            positions = self._context.positions
+            start = (positions[use].start.line, positions[use].start.column)
+            # A binding whose statement ends after the read (later in the body, or the same
+            # `h = cell(x, h)`) reaches it only from an earlier iteration.
+            ends = (
+                positions[self._context.bindings.statement(a.node)].end
+                for a in self.reaching(use)
+                if self.index.inside(a.node, loop.body)
+            )
+            if any((end.line, end.column) > start for end in ends):
+                found.append(use)
+        return found
+
+    def _binding_target(self, name: cst.Name) -> cst.Name | None:
+        """`name` itself when it is where a value is bound (an assignment's target)."""
+        parent = self.parents.get(name)
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is name:
+            return name
+        return None
+
     def bindings_in(self, node: cst.CSTNode, name: str) -> list[Assignment]:
         """The bindings of `name` made inside `node` (in the scope `node` is in)."""
         scope = self.scopes.get(node)

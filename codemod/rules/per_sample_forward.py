@@ -241,6 +241,21 @@ class PerSampleForwardLoop(Rule):
             "a metric loop: no backward",
         ),
         Valid(
+            PREAMBLE.replace("nn.Linear(4, 3)", "nn.GRUCell(4, 3)").replace(
+                "def forward(self, x):\n        return self.fc(x)",
+                "def forward(self, x, h):\n        return self.fc(x, h)",
+            )
+            + "h = torch.zeros(1, 3)\nfor i in range(len(x)):\n    h = model(x[i:i+1], h)\n"
+            "    loss = F.cross_entropy(h, y[i:i+1])\n    loss.backward(retain_graph=True)\n",
+            "state handed from one sample to the next: they run in order",
+        ),
+        Valid(
+            PREAMBLE + "for i in range(len(x)):\n    inner = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n"
+            "    grads = torch.autograd.grad(inner, list(model.parameters()), create_graph=True)\n"
+            "    loss = sum((g ** 2).sum() for g in grads)\n    loss.backward()\n",
+            "a gradient per sample (a MAML-style inner step): not one batch's",
+        ),
+        Valid(
             PREAMBLE + "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i in range(len(x)):\n"
             "    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n",
             "SGD with batch size 1: the optimizer steps per sample",
@@ -348,6 +363,8 @@ class PerSampleForwardLoop(Rule):
             # the optimizer steps per sample (SGD with batch size 1, another algorithm), or
             # this is the loop over batches, not over the samples of one
             return
+        if self._sequential(node):
+            return  # each sample needs what the one before it made: nothing to batch
         training = self.context.loops.is_training_loop(node)
         collected = None if training else self._collected_losses(node)
         if not training and collected is None:
@@ -360,6 +377,18 @@ class PerSampleForwardLoop(Rule):
             self.report(node, f"{self.MESSAGE}; not rewritten: {reason}")
             return
         self.report(node, edits=[*edits, unwrap(node)], imports=imports)
+
+    def _sequential(self, node: cst.For) -> bool:
+        """Must the samples run one after another: state one sample hands the next through
+        the model (`h = cell(x[i], h)`), or gradients taken per sample (`autograd.grad`, a
+        MAML-style inner step per task)?"""
+        kinds, names = self.context.kinds, self.context.names
+        for call in self.context.index.find(cst.Call, within=node.body):
+            if names.is_(call.func, "torch.autograd.grad"):
+                return True
+            if self._may_be_model(call.func) and any(kinds.carried_reads(node, arg) for arg in call.args):
+                return True
+        return False
 
     def _reaches_step(self, node: cst.CSTNode, depth: int) -> bool:
         """Does running `node` step an optimizer or reset gradients, itself or through the
