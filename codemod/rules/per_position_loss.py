@@ -6,6 +6,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis import match as m
+from codemod.analysis.kinds import Kind
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_literal, integer_value, names_read
@@ -195,6 +196,13 @@ class PerPositionLossLoop(Rule):
             PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t])\n", "not cross-entropy"
         ),
         Valid(
+            PREAMBLE + "emb, cell, head = torch.nn.Embedding(10, 8), torch.nn.GRUCell(8, 8), torch.nn.Linear(8, 10)\n"
+            "h, token = torch.zeros(4, 8), targets[:, 0]\nfor t in range(1, 6):\n    h = cell(emb(token), h)\n"
+            "    step_logits = head(h)\n    loss += F.cross_entropy(step_logits, targets[:, t])\n"
+            "    token = step_logits.argmax(-1)\n",
+            "free-running decoding: each position feeds on the one before",
+        ),
+        Valid(
             PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[t], targets[t])\n",
             "a loop over samples, not positions",
         ),
@@ -293,7 +301,7 @@ class PerPositionLossLoop(Rule):
         if loop is None:
             return
         losses = self._position_losses(node.body, loop)
-        if not losses:
+        if not losses or self._recurrent(node):
             return
         try:
             edits, imports = self._rewrite_loop(node, loop)
@@ -301,6 +309,16 @@ class PerPositionLossLoop(Rule):
             self.report(node, f"{self._message(node.body, loop)}; not rewritten: {reason}")
             return
         self.report(node, edits=edits, imports=imports)
+
+    def _recurrent(self, node: cst.For) -> bool:
+        """Does each position run a module on what the one before it made (free-running
+        decoding, a hidden state handed on)? Then the loop must stay, and one loss call
+        after it would save next to nothing."""
+        kinds = self.context.kinds
+        return any(
+            kinds.fact(call.func).kind is Kind.MODULE and any(kinds.carried_reads(node, arg) for arg in call.args)
+            for call in self.context.index.find(cst.Call, within=node.body)
+        )
 
     def _for_positions(self, node: cst.For) -> _Loop | None:
         if node.orelse is not None or node.asynchronous is not None:
