@@ -3,11 +3,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import libcst as cst
+from libcst.metadata import BuiltinAssignment, GlobalScope, ImportAssignment
 
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import kwarg, positional
-from codemod.edits import Replace
+from codemod.analysis.names import kwarg, names_read, positional
+from codemod.edits import InsertAfter, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # torch's method -> the runtime function that takes its place
@@ -19,6 +20,10 @@ RUNTIME_MODULE = "runtime.hooks"
 # Functions that run once per model call.
 PER_CALL_FUNCTIONS = ("forward", "__call__")
 CONTEXT_MANAGERS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
+REGISTER_ONCE = (
+    "hook registered and removed on every call of forward, the same hook each time: register it once, "
+    "in __init__ (torch.compile then traces forward without a graph break)"
+)
 
 PREAMBLE = """\
 import functools
@@ -258,6 +263,10 @@ class PerCallHookRegistration(Rule):
             return
         if not removals or not self._removed_in_same_call(node, removals):
             return  # never removed, or removed elsewhere: registered once, or unknown how often
+        once = self._register_once(node, removals)
+        if once is not None:
+            self.report(node, REGISTER_ONCE, edits=once)
+            return
         problem = self._argument_problem(node)
         if problem is not None:
             self.report(node, f"hook registered and removed on every call, but {problem}; left as written")
@@ -588,6 +597,173 @@ class PerCallHookRegistration(Rule):
             found = self._handle_removals(target)
         return found or None
 
+    # -- registered once, in __init__ --------------------------------------------------
+    #
+    # `forward` registers hooks that are the same on every call (they read only `self`,
+    # attributes `__init__` sets, and the module's functions and imports) and removes
+    # them in the `finally` of a `try` around the rest of its body: the registration goes
+    # to the end of `__init__`, the handles and the `try`/`finally` go.
+
+    def _register_once(self, call: cst.Call, removals: list[cst.CSTNode]) -> list | None:
+        """The edits that register the hook of `call` once, in `__init__`; None when the
+        code is not of that shape or the hook may differ from one call to the next."""
+        forward = self.context.index.first_enclosing(call, cst.FunctionDef)
+        owner = self.context.parents.get(self.context.parents.get(forward)) if forward is not None else None
+        if forward is None or forward.name.value != "forward" or not isinstance(owner, cst.ClassDef):
+            return None
+        init = next((s for s in owner.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        receiver = _first_param(forward)
+        if init is None or receiver is None or receiver != _first_param(init) or not init.body.body:
+            return None
+        body = list(forward.body.body)
+        statement = self._top_statement(call, forward)
+        handles = self._handle_holder(call, statement)
+        if handles is None:
+            return None
+        holder, container_line = handles
+        tries = [
+            s
+            for s in body[body.index(statement) + 1 :]
+            if isinstance(s, cst.Try) and not s.handlers and s.orelse is None and s.finalbody is not None
+        ]
+        if len(tries) != 1 or not all(self.context.inside(r, tries[0].finalbody) for r in removals):
+            return None
+        cleanup = tries[0]
+        if not all(
+            self._is_removal_call(c, removals) for c in self.context.index.find(cst.Call, within=cleanup.finalbody)
+        ):
+            return None
+        if not self._same_on_every_call(statement, forward, init, receiver, call, holder):
+            return None
+        moved = statement.deep_replace(holder, call) if holder is not call else statement
+        if isinstance(moved, cst.SimpleStatementLine) and isinstance(moved.body[0], cst.Assign):
+            moved = moved.with_changes(body=[cst.Expr(moved.body[0].value)])  # `h = register(...)`
+        edits = [
+            Remove(statement, keep_comments=False),
+            InsertAfter(init.body.body[-1], (moved.with_changes(leading_lines=()),)),
+            Replace(cleanup, _unwrapped),
+        ]
+        if container_line is not None:
+            edits.append(Remove(container_line, keep_comments=False))
+        return edits
+
+    def _top_statement(self, node: cst.CSTNode, function: cst.FunctionDef) -> cst.BaseStatement:
+        """The statement of `function`'s own body that holds `node`."""
+        statement = node
+        for ancestor in self.context.index.ancestors(node):
+            if ancestor is function.body:
+                return statement
+            statement = ancestor
+        return statement
+
+    def _handle_holder(self, call: cst.Call, statement: cst.CSTNode) -> tuple[cst.CSTNode, cst.CSTNode | None] | None:
+        """(the expression that keeps the handle, the `handles = []` line of its list):
+        `handles.append(<call>)` (a statement) with `handles = []` alone before it, or
+        `h = <call>` as the statement itself; None for any other shape."""
+        parents = self.context.parents
+        arg = parents.get(call)
+        append = parents.get(arg)
+        if isinstance(arg, cst.Arg) and m.matches(
+            append, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append")))
+        ):
+            if not isinstance(parents.get(append), cst.Expr):
+                return None
+            found = self.context.bindings.assignments(append.func.value)
+            values = [self.context.bindings.assigned_value(a) for a in found or ()]
+            if len(values) != 1 or not m.matches(values[0], m.List(elements=[])):
+                return None
+            line = parents.get(parents.get(parents.get(found[0].node)))
+            if not isinstance(line, cst.SimpleStatementLine) or parents.get(line) is not parents.get(statement):
+                return None
+            return append, line
+        assign = parents.get(call)
+        if isinstance(assign, cst.Assign) and parents.get(assign) is statement and len(statement.body) == 1:
+            return call, None
+        return None
+
+    def _is_removal_call(self, call: cst.Call, removals: list[cst.CSTNode]) -> bool:
+        return any(call is r for r in removals)
+
+    def _same_on_every_call(
+        self,
+        statement: cst.CSTNode,
+        forward: cst.FunctionDef,
+        init: cst.FunctionDef,
+        receiver: str,
+        call: cst.Call,
+        holder: cst.CSTNode,
+    ) -> bool:
+        """Does `statement` register the same hooks on the same modules on every call, and
+        do nothing else that moving it to the end of `__init__` would change? It reads
+        only names it binds, `self` and the module's functions, classes and imports;
+        `self.<attr>` only where `__init__` alone assigns it (or no method does); its
+        calls change nothing (the hooks' bodies run later either way); it binds plain
+        names that `__init__` does not use."""
+        index, scopes = self.context.index, self.context.scopes
+        skipped = (call, holder)
+        nested = [n for n in index.find((cst.FunctionDef, cst.Lambda), within=statement)]
+
+        def deferred(node: cst.CSTNode) -> bool:  # runs when the hook runs
+            return any(index.inside(node, n.body) for n in nested)
+
+        if any(
+            not deferred(n)
+            for n in index.find(
+                (cst.Return, cst.Yield, cst.Await, cst.Raise, cst.Global, cst.Nonlocal), within=statement
+            )
+        ):
+            return False
+        for name in names_read(statement):
+            if any(index.inside(name, n) for n in skipped) and not index.inside(name, call):
+                continue  # `handles` of `handles.append(...)`, which goes
+            scope = scopes.get(name)
+            if scope is None:
+                return False
+            # the bindings this read may see (a later `for blk in ...` of forward is not one)
+            for binding in self.context.kinds.reaching(name) or scope[name.value]:
+                if isinstance(binding, (BuiltinAssignment, ImportAssignment)):
+                    continue
+                node = getattr(binding, "node", None)
+                if node is None:
+                    return False
+                if index.inside(node, statement):
+                    continue
+                if (
+                    isinstance(node, cst.Param)
+                    and node.name.value == receiver
+                    and binding.scope is scopes.get(forward.body)
+                ):
+                    continue
+                if isinstance(binding.scope, GlobalScope) and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                    continue
+                return False
+        for attribute in index.find(cst.Attribute, within=statement):
+            if deferred(attribute) or not m.matches(attribute.value, m.Name(receiver)):
+                continue
+            values = self.context.bindings.attribute_values(attribute)
+            if values is not None and not all(index.inside(v, init) for v in values):
+                return False
+        for inner in index.find(cst.Call, within=statement):
+            if deferred(inner) or inner in skipped or any(index.inside(s, inner) for s in skipped):
+                continue
+            if not self.context.purity.side_effect_free(inner):
+                return False
+        init_scope = scopes.get(init.body)
+        for target in index.find(cst.Name, within=statement):
+            parent = self.context.parents.get(target)
+            binds = isinstance(
+                parent, (cst.AssignTarget, cst.For, cst.FunctionDef, cst.ClassDef, cst.Element, cst.Tuple)
+            )
+            if deferred(target) or not binds:
+                continue
+            if init_scope is None or init_scope.assignments[target.value] or init_scope.accesses[target.value]:
+                return False
+        return all(
+            isinstance(t, cst.Name) or deferred(t)
+            for a in index.find(cst.Assign, within=statement)
+            for t in (at.target for at in a.targets)
+        ) and not [a for a in index.find((cst.AugAssign, cst.AnnAssign), within=statement) if not deferred(a)]
+
     # -- the call itself ---------------------------------------------------------------
 
     def _argument_problem(self, call: cst.Call) -> str | None:
@@ -630,3 +806,15 @@ def _per_call(call: cst.Call, function: str) -> cst.Call:
         func=cst.Name(function),
         args=[cst.Arg(call.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args],
     )
+
+
+def _first_param(function: cst.FunctionDef) -> str | None:
+    params = function.params.params
+    return params[0].name.value if params else None
+
+
+def _unwrapped(updated: cst.Try) -> cst.FlattenSentinel:
+    """`try: body finally: <removals>` -> body, the lines above the `try` above it."""
+    first, *rest = updated.body.body
+    lines = [*updated.leading_lines, *first.leading_lines]
+    return cst.FlattenSentinel([first.with_changes(leading_lines=lines), *rest])
