@@ -303,12 +303,18 @@ def test_naive_rwkv_time_loop_becomes_a_kernel_the_optimizer_fused_and_the_losse
 # -- naive_hooks.py -------------------------------------------------------------------------
 
 
+def test_naive_hooks_per_call_hooks_are_reported_and_left_as_written():
+    """Its hooks carry the call's values (a cache dict, `replace`) and are attached by a
+    @contextmanager: registering them once needs those passed another way, for a few
+    microseconds a hook; the original already compiles without a graph break."""
+    result = rewritten("naive_hooks", "unsafe", ("PM501",))
+    found = [f for f in result.findings if f.code == "PM501"]
+    assert found and not any(f.fixable for f in found) and not result.changed
+    assert all("registered in a loop, a context manager or a helper" in f.message for f in found)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("level", "select", "fix"),
-    [("safe", None, "PM101"), ("unsafe", ("PM501",), "PM501")],
-    ids=["level-safe", "PM501-alone"],
-)
+@pytest.mark.parametrize(("level", "select", "fix"), [("safe", None, "PM101")], ids=["level-safe"])
 def test_naive_hooks_rewrite_trains_bit_identically(tmp_path, original_output, level, select, fix):
     result = rewritten("naive_hooks", level, select)
     assert fix in applied(result)
@@ -320,7 +326,6 @@ def test_naive_hooks_rewrite_trains_bit_identically(tmp_path, original_output, l
 
 @pytest.mark.slow
 def test_naive_hooks_rewrite_compiles_without_a_graph_break(explained):
-    assert "PM501" in applied(rewritten("naive_hooks", "unsafe"))
     counts = explained["naive_hooks"]
     assert counts == {"graphs": 1, "breaks": 0, "ops": counts["ops"]} and counts["ops"] > 0, counts
 
