@@ -729,8 +729,10 @@ class PerCallHookRegistration(Rule):
             if not deferred(n)
             and isinstance(self.context.parents.get(n), (cst.AssignTarget, cst.For, cst.FunctionDef, cst.Element))
         ]
-        if init_scope is None or any(init_scope.assignments[n.value] or init_scope.accesses[n.value] for n in bound):
-            return "a name it binds is used in `__init__`"
+        # at the end of __init__ it may rebind __init__'s own names, unless a closure there reads them later
+        late = {n.value for f in index.find((cst.FunctionDef, cst.Lambda), within=init.body) for n in names_read(f)}
+        if init_scope is None or any(n.value in late for n in bound):
+            return "a name it binds is read by a function defined in `__init__`"
         return None
 
     def _same_binding(self, binding, statement: cst.CSTNode, forward: cst.FunctionDef, receiver: str) -> bool:

@@ -261,3 +261,16 @@ def test_an_attribute_forward_reads_that_another_method_assigns_keeps_the_hooks_
     source += "\n    def prune(self):\n        self.layers = self.layers[:1]\n"
     found = reasons(source)
     assert len(found) == 1 and "`self.layers` is assigned outside `__init__`" in found[0]
+
+
+def test_registering_in_init_may_rebind_its_names_unless_a_function_there_reads_them_later():
+    body = "handles = []\nfor layer in self.layers:\n    handles.append(layer.register_forward_hook(print))\n"
+    reused = in_forward(body).replace(
+        "        self.seen = {}\n", "        self.seen = {}\n        for layer in self.layers:\n            pass\n"
+    )
+    assert reasons(reused) == [FIXED]
+    closure = in_forward(body).replace(
+        "        self.seen = {}\n", "        self.seen = {}\n        self.last = lambda: layer\n"
+    )
+    found = reasons(closure)
+    assert len(found) == 1 and "a name it binds is read by a function defined in `__init__`" in found[0]
