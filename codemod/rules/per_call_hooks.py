@@ -632,6 +632,9 @@ class PerCallHookRegistration(Rule):
             Remove(statement, keep_comments=False),
             InsertAfter(init.body.body[-1], (moved.with_changes(leading_lines=comments),)),
             Replace(tries[0], _unwrapped),
+            # `def forward` itself stays, but a diff of the file shows it moved below the
+            # statement that now ends __init__: its line is part of this fix
+            Replace(forward.name, lambda updated: updated),
         ]
         if container_line is not None:
             edits.append(Remove(container_line, keep_comments=False))
