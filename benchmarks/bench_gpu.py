@@ -289,7 +289,7 @@ PARTS = [
     ),
     Part(
         "model",
-        "per-call hooks vs PM501's persistent hooks; eager vs PM506's model.compile()",
+        "hooks registered per call vs once, in __init__ (PM501); eager vs PM506's model.compile()",
         "benchmarks.bench_model",
         {
             "cuda": [["--device", "cuda"]],

@@ -485,9 +485,12 @@ def _apply(
     return new_module, lines_of
 
 
-def _bindings_read_only_in_edits(fixes: list[Fix], context: FileContext) -> dict[cst.SimpleStatementLine, list[int]]:
+def _bindings_read_only_in_edits(
+    fixes: list[Fix], context: FileContext, removed: Sequence[tuple[int, cst.CSTNode]] = ()
+) -> dict[cst.SimpleStatementLine, list[int]]:
     """Statements `name = value`, of a value whose computation changes nothing, every read
-    of which is in code a fix replaces or removes: the fixes may leave them unread (the
+    of which is in code a fix replaces or removes, or in a statement of `removed` ((fix
+    key, statement) pairs that go with the fixes): the fixes may leave them unread (the
     causal mask once SDPA takes is_causal). Statement -> the keys of those fixes."""
     index, kinds = context.index, context.kinds
     anchors = [
@@ -496,6 +499,7 @@ def _bindings_read_only_in_edits(fixes: list[Fix], context: FileContext) -> dict
         for edit in fix.edits
         if not isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword, edit_model.Move))
     ]
+    anchors += removed
     found: dict[cst.SimpleStatementLine, list[int]] = {}
     for key, anchor in anchors:
         for name in index.find(cst.Name, within=anchor):
@@ -537,13 +541,23 @@ def _with_unread_removed(fixes: list[Fix], context: FileContext) -> list[Fix]:
         return fixes
     edits = [edit for fix in fixes for edit in fix.edits]
     read_again = {name.value for edit in edits for name in _surviving_reads(edit, edits, context)}
+    removed: list[tuple[int, cst.SimpleStatementLine]] = []  # (fix key, statement), in the order found
+    while candidates:
+        gone = {line for _, line in removed}
+        for line, keys in candidates.items():
+            name = line.body[0].targets[0].target.value
+            touched = any(context.inside(line, edit.anchor) or context.inside(edit.anchor, line) for edit in edits)
+            if line not in gone and name not in read_again and not touched:
+                removed.append((keys[0], line))
+        if len(removed) == len(gone):
+            break
+        # A statement that goes may hold the last read of another one
+        # (`mask = torch.tril(...)` read only by `mask = mask.view(...)`): look again.
+        candidates = _bindings_read_only_in_edits(fixes, context, removed)
     removals: dict[int, list[edit_model.Edit]] = {}
-    for line, keys in candidates.items():
-        name = line.body[0].targets[0].target.value
-        touched = any(context.inside(line, edit.anchor) or context.inside(edit.anchor, line) for edit in edits)
-        if name not in read_again and not touched:
-            # (a comment above it described it, and goes too)
-            removals.setdefault(keys[0], []).append(edit_model.Remove(line, keep_comments=False))
+    for key, line in removed:
+        # (a comment above it described it, and goes too)
+        removals.setdefault(key, []).append(edit_model.Remove(line, keep_comments=False))
     return [replace(fix, edits=[*fix.edits, *removals.get(fix.key, [])]) for fix in fixes]
 
 

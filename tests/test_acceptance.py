@@ -262,15 +262,13 @@ def explained(tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="PM501 rewrites naive_lm's hooks, registered in LM.forward on every call, to "
-    "runtime.hooks.per_call_forward_hook, which still creates a RemovableHandle per call: dynamo breaks the "
-    "graph in torch/utils/hooks.py (setattr on RemovableHandle.next_id) and runs LM.forward eagerly "
-    "(graph_break_count == 2); an expert registers the hooks once, in __init__",
-)
 def test_naive_lm_rewrite_compiles_without_a_graph_break(explained):
+    """The hooks LM.forward registered and removed on every call (a graph break in
+    torch/utils/hooks.py, inside a loop: dynamo ran the whole forward eagerly) are
+    registered once, in __init__, as the expert does."""
+    assert "PM501" in applied(rewritten("naive_lm", "unsafe"))
+    forward = _function(_rewritten_tree("naive_lm"), "LM.forward")
+    assert not any(isinstance(node, ast.Try) for node in ast.walk(forward))
     counts = explained["naive_lm"]
     assert counts["breaks"] == 0 and counts["graphs"] == 1, counts
 
@@ -305,12 +303,18 @@ def test_naive_rwkv_time_loop_becomes_a_kernel_the_optimizer_fused_and_the_losse
 # -- naive_hooks.py -------------------------------------------------------------------------
 
 
+def test_naive_hooks_per_call_hooks_are_reported_and_left_as_written():
+    """Its hooks carry the call's values (a cache dict, `replace`) and are attached by a
+    @contextmanager: registering them once needs those passed another way, for a few
+    microseconds a hook; the original already compiles without a graph break."""
+    result = rewritten("naive_hooks", "unsafe", ("PM501",))
+    found = [f for f in result.findings if f.code == "PM501"]
+    assert found and not any(f.fixable for f in found) and not result.changed
+    assert all("registered in a loop, a context manager or a helper" in f.message for f in found)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("level", "select", "fix"),
-    [("safe", None, "PM101"), ("unsafe", ("PM501",), "PM501")],
-    ids=["level-safe", "PM501-alone"],
-)
+@pytest.mark.parametrize(("level", "select", "fix"), [("safe", None, "PM101")], ids=["level-safe"])
 def test_naive_hooks_rewrite_trains_bit_identically(tmp_path, original_output, level, select, fix):
     result = rewritten("naive_hooks", level, select)
     assert fix in applied(result)
@@ -322,7 +326,6 @@ def test_naive_hooks_rewrite_trains_bit_identically(tmp_path, original_output, l
 
 @pytest.mark.slow
 def test_naive_hooks_rewrite_compiles_without_a_graph_break(explained):
-    assert "PM501" in applied(rewritten("naive_hooks", "unsafe"))
     counts = explained["naive_hooks"]
     assert counts == {"graphs": 1, "breaks": 0, "ops": counts["ops"]} and counts["ops"] > 0, counts
 

@@ -668,3 +668,28 @@ def test_an_assignment_read_in_a_nested_scope_or_round_a_loop_stays(reader):
     source = UNREAD.replace("    return y\n", reader + "    return y\n")
     result = run(source, rules=[KeepFirstArgumentOfUse])
     assert "mask = torch.tril" in result.new_source.decode()
+
+
+CHAINED = """\
+import torch
+
+
+def f(t, x):
+    mask = torch.tril(torch.ones(t, t))
+    mask = mask.view(1, 1, t, t)
+    y = use(x, mask)
+    return y
+"""
+
+
+def test_a_chain_of_assignments_the_fixes_leave_unread_goes_whole():
+    """`mask = mask.view(...)` goes with the fix, and with it the only read of the mask it
+    reshaped: that one goes too (and the import no code reads any more)."""
+    result = run(CHAINED, rules=[KeepFirstArgumentOfUse])
+    assert result.new_source.decode() == "\n\ndef f(t, x):\n    y = x\n    return y\n"
+
+
+def test_a_chain_of_assignments_read_again_further_down_stays_whole():
+    source = CHAINED.replace("    return y\n", "    return y, mask\n")
+    result = run(source, rules=[KeepFirstArgumentOfUse])
+    assert "mask = torch.tril" in result.new_source.decode() and "mask = mask.view" in result.new_source.decode()

@@ -187,13 +187,15 @@ MUTATING_METHODS = frozenset(
     "append extend insert pop remove clear sort reverse update setdefault popitem add discard "
     "difference_update intersection_update symmetric_difference_update __setitem__ __delitem__".split()
 )
-# Methods of Python's strings and containers that read and change nothing.
+# Methods of Python's strings and containers (and nn.Module's get_submodule) that read and change nothing.
 READ_ONLY_METHODS = frozenset(
     (
         "get keys values items copy count index split rsplit splitlines join strip lstrip rstrip lower "
         "upper title capitalize casefold startswith endswith replace format find rfind partition rpartition "
         "isdigit isalpha isalnum isspace isupper islower zfill ljust rjust center encode decode "
         "union intersection difference issubset issuperset"
+        # nn.Module's look-up of a submodule by its dotted name: what an attribute access reads
+        " get_submodule"
     ).split()
 )
 

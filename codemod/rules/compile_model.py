@@ -27,7 +27,6 @@ DATA_PARALLEL = (
     "torch.nn.DataParallel",
     "torch.nn.parallel.DataParallel",
 )
-PER_CALL_HOOKS = ("runtime.hooks.per_call_forward_hook", "runtime.hooks.per_call_forward_pre_hook")
 # What a model is set up with before training (the compile goes after the last of these).
 SET_UP_METHODS = frozenset(
     "to cuda cpu half float double bfloat16 type apply load_state_dict requires_grad_ to_empty share_memory".split()
@@ -604,11 +603,8 @@ class UncompiledModel(Rule):
         )
 
     def _hook_registration(self, module: cst.Module) -> cst.Call | None:
-        per_call = {name.rsplit(".", 1)[1] for name in PER_CALL_HOOKS}
         for call in self.context.index.find(cst.Call):
             if method_name(call) in HOOK_METHODS:
-                return call
-            if _last_name(call.func) in per_call and self.context.names.is_(call, *PER_CALL_HOOKS):
                 return call
         return None
 

@@ -3,22 +3,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import libcst as cst
+from libcst.metadata import BuiltinAssignment, GlobalScope, ImportAssignment
 
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import kwarg, positional
-from codemod.edits import Replace
+from codemod.analysis.names import names_read
+from codemod.edits import InsertAfter, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
-# torch's method -> the runtime function that takes its place
-TORCH_TO_RUNTIME = {
-    "register_forward_hook": "per_call_forward_hook",
-    "register_forward_pre_hook": "per_call_forward_pre_hook",
-}
-RUNTIME_MODULE = "runtime.hooks"
+REGISTRATIONS = ("register_forward_hook", "register_forward_pre_hook")
 # Functions that run once per model call.
 PER_CALL_FUNCTIONS = ("forward", "__call__")
 CONTEXT_MANAGERS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
+LEFT_AS_WRITTEN = (
+    "left as written: a registration costs a few microseconds, which shows only in small models with "
+    "many hooked layers (runtime.hooks.PersistentHooks passes per-call values to hooks registered once)"
+)
 
 PREAMBLE = """\
 import functools
@@ -31,10 +31,16 @@ def keep(module, args, output, name):
     acts[name] = output
 """
 
+PROBE = """\
+import torch
 
-def _imported(code: str, function: str = "per_call_forward_hook") -> str:
-    """`code` (which starts with PREAMBLE) with the import the fix adds."""
-    return code.replace("import torch\n", f"import torch\nfrom runtime.hooks import {function}\n\n", 1)
+
+class Probe(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(2))
+        self.norms = {}
+"""
 
 
 def _loop_with(body: str) -> str:
@@ -47,108 +53,110 @@ class PerCallHookRegistration(Rule):
     Finds forward hooks and forward pre-hooks that are registered and removed
     again on every call: in a module's `forward`, in a `@contextmanager` helper,
     or in a loop that removes them in the same iteration (`try`/`finally` around
-    the forward). Each `module.register_forward_hook(fn)` there becomes
-    `per_call_forward_hook(module, fn)` from `runtime.hooks`; the code around it
-    (the handles, the `finally` that removes them) stays as written.
+    the forward). Where `forward` registers the same hooks on every call and
+    removes them in the `finally` of a `try` around the rest of its body, the
+    registration moves to the end of `__init__`, and the handles and the
+    `try`/`finally` go: the hooks are registered once, in plain torch.
 
     ## Why is this bad?
-    Every registration goes through torch's hook bookkeeping: a new
-    `RemovableHandle` (with weak references to the hook dicts), entries in up
-    to three dicts, and the same again to remove it. The runtime registers one
-    dispatcher hook per module with torch, once; a call then only appends its
-    hook to the dispatcher's list, and `handle.remove()` takes it off again.
-    The gain is that Python overhead: creating, registering and removing a
-    `functools.partial` hook took 6.2-6.5 us with torch and 3.3-3.7 us with
-    the runtime (best of 7 x 500 calls of 16 hooks, one CPU thread, torch
-    2.13, on a shared machine). It shows for small models with many hooked
-    layers (1.02x tokens/s for a 16-wide, 4-hook LM on one CPU thread) and
-    disappears in large ones; `benchmarks/bench_model.py` measures a hooked LM
-    end to end.
+    A registration inside `forward` stops `torch.compile`: dynamo cannot trace
+    the creation of torch's `RemovableHandle` (it sets a class attribute), and
+    when that happens in a loop over the layers it gives up on the whole
+    `forward`, which then runs eagerly (for a 2-block LM that registers a hook
+    per block: 3 graphs and 2 graph breaks, against 1 graph and none once the
+    hooks are registered in `__init__`; torch 2.13). In eager mode each
+    registration and removal costs a few microseconds of Python (6.2-6.5 us for
+    a `functools.partial` hook, best of 7 x 500 calls of 16 hooks, one CPU
+    thread), which shows only for small models with many hooked layers.
 
-    Per-call registration does not stop `torch.compile` on torch 2.13: dynamo
-    traces the hooks of a compiled module, and a module whose hook is
-    registered and removed around each of 8 calls compiled to the same 2
-    graphs as the same module using this rule's dispatcher (backend "eager",
-    hook state passed as a tensor). Hook state kept in a Python number makes
-    dynamo specialize on the first values it sees, with or without this rule.
+    Hooks that carry values of the call (a cache dict made per call, a mask
+    passed to `forward`), and registrations in a loop or a `@contextmanager`
+    helper, are reported and left as written: registering them once needs their
+    values passed another way (`runtime.hooks.PersistentHooks` registers hooks
+    once and hands them per-call values in `with hooks.active(state=...)`),
+    which is worth it only where the registrations show in a profile.
 
     A handle counts as removed in the same call when the code calls
     `handle.remove()` (directly, or for each handle of a list built in the
     function with `[...]`, `.append` or `+=`), uses it as a context manager,
     or enters it into a `contextlib.ExitStack` used for nothing else, inside
-    the loop or `forward` that registers it.
-
-    Registrations that run once (outside any loop and any `forward`), hooks
-    whose handles are never removed in the same call, and functions that may
-    run only once are left alone.
+    the loop or `forward` that registers it. Registrations that run once
+    (outside any loop and any `forward`), hooks whose handles are never removed
+    in the same call, and functions that may run only once are left alone.
 
     ## Example
     ```python
-    for x in data:
-        handles = [layer.register_forward_hook(functools.partial(keep, name=i))
-                   for i, layer in enumerate(model)]
-        try:
-            loss = model(x).sum()
-        finally:
-            for handle in handles:
-                handle.remove()
-        loss.backward()
+    class LM(nn.Module):
+        def __init__(self, blocks):
+            super().__init__()
+            self.blocks = nn.ModuleList(blocks)
+            self.norms = {}
+
+        def forward(self, x):
+            handles = []
+            for i, block in enumerate(self.blocks):
+                def keep(module, args, out, i=i):
+                    self.norms[i] = out.detach().norm()
+                handles.append(block.register_forward_hook(keep))
+            try:
+                for block in self.blocks:
+                    x = block(x)
+                return x
+            finally:
+                for handle in handles:
+                    handle.remove()
     ```
     Use instead:
     ```python
-    from runtime.hooks import per_call_forward_hook
+    class LM(nn.Module):
+        def __init__(self, blocks):
+            super().__init__()
+            self.blocks = nn.ModuleList(blocks)
+            self.norms = {}
+            for i, block in enumerate(self.blocks):
+                def keep(module, args, out, i=i):
+                    self.norms[i] = out.detach().norm()
+                block.register_forward_hook(keep)
 
-    for x in data:
-        handles = [per_call_forward_hook(layer, functools.partial(keep, name=i))
-                   for i, layer in enumerate(model)]
-        try:
-            loss = model(x).sum()
-        finally:
-            for handle in handles:
-                handle.remove()
-        loss.backward()
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return x
     ```
 
     ## Fix safety
-    Unsafe by the catalogue's scheme (PM501 changes how the model's hooks are
-    held), but the rewritten code gives the same outputs and gradients bit for
-    bit, which the rule's tests check on CPU: the dispatcher calls each hook
-    with torch's arguments (`with_kwargs=True` hooks get the keyword arguments)
-    and uses what it returns as torch does (a replacement output; replacement
-    args, or `(args, kwargs)`); with no hook listed it returns at once, so
-    removed hooks have no effect; and the hooks run in torch's order: a hook
-    registered per call runs after every hook already on the module, so when
-    other code registered a hook after the dispatcher, the dispatcher moves
-    itself behind it, or, while it holds hooks of the running call, the new hook
-    is registered with torch as before. Removal stays where the code has it, so
-    a `finally` still removes the hooks after an exception, and nested or
-    re-entrant calls add and remove their own entries. One case differs: torch
-    fixes the hooks it will run when it starts running a module's hooks, the
-    dispatcher when it is reached, so a hook that itself registers per-call
-    hooks on the module whose hooks are running sees them run in the same pass.
-    Objects that are not `nn.Module`s (and TorchScript modules) are registered
-    with their own method, unchanged. What does change: a hooked module keeps
-    the (inert) dispatcher between calls, so it runs torch's hook path instead
-    of its no-hook fast path (same results), and `torch.save(model)` of the
-    whole module object pickles the dispatcher, so loading that file needs
-    `runtime` importable (state_dict checkpoints are not affected).
+    Unsafe: the hooks now stay on their modules between calls of `forward`.
+    The fix is made only where the registration reads nothing of the call: the
+    names it reads are `self`, names it binds itself, and the module's functions,
+    classes and imports; the attributes of `self` it reads are assigned in
+    `__init__` alone; its other calls change nothing; and the hooks are removed
+    only in the `finally` of a `try` that holds the rest of `forward`. Inside
+    `forward` the model then runs the same hooks, in the same order, with the
+    same arguments, and gives the same outputs and gradients bit for bit (the
+    rule's tests check it on CPU). What changes: a hooked submodule called on its
+    own, outside the model's `forward`, now runs the hook too; a hook that other
+    code registers on the same module after `__init__` runs after this one
+    instead of before it; and a hook defined inside `__init__` is a local
+    function, so `torch.save(model)` of the whole module object cannot pickle it
+    and `copy.deepcopy(model)` gives a copy whose hooks write to the original
+    (state_dict checkpoints are not affected).
 
-    Reported without a fix: `prepend=True` and `always_call=True` hooks (the
-    dispatcher runs last and only after a forward that returned), `*args` /
-    `**kwargs` in the call, and handles the rule cannot follow to their removal
-    (stored on `self`, in a dict, returned, or read other than by
-    `.remove()`) in a `forward`, a `@contextmanager` helper or a training loop.
+    Reported without a fix: hooks that depend on values of the call, hooks
+    registered in a loop, a `@contextmanager` helper or another function, and
+    handles the rule cannot follow to their removal (stored on `self`, in a
+    dict, returned, or read other than by `.remove()`) in a `forward`, a
+    `@contextmanager` helper or a training loop.
     """
 
     CODE = "PM501"
     NAME = "per-call-hook-registration"
     LEVEL = Level.UNSAFE
-    REQUIRES = tuple(TORCH_TO_RUNTIME)
+    REQUIRES = REGISTRATIONS
     MESSAGE = (
-        "hook registered and removed on every call; register it once "
-        "(runtime.hooks.per_call_forward_hook keeps one dispatcher per module)"
+        "hook registered and removed on every call of forward, the same hook each time: registered once, "
+        "in __init__ (torch.compile then traces forward without a graph break)"
     )
-    GAIN = "about 3 us of Python per hook per call: shows only in small models with many hooked layers"
+    GAIN = "forward compiles without a graph break; a few microseconds of Python per hook per call"
 
     VALID = [
         Valid(
@@ -175,45 +183,49 @@ class PerCallHookRegistration(Rule):
     ]
     INVALID = [
         Invalid(
+            PROBE
+            + "\n    def forward(self, x):\n        handles = []\n        for i, layer in enumerate(self.layers):\n"
+            "            def norm(module, args, out, i=i):\n                self.norms[i] = out.norm()\n"
+            "            handles.append(layer.register_forward_hook(norm))\n"
+            "        try:\n            for layer in self.layers:\n                x = layer(x)\n            return x\n"
+            "        finally:\n            for handle in handles:\n                handle.remove()\n",
+            PROBE + "        for i, layer in enumerate(self.layers):\n"
+            "            def norm(module, args, out, i=i):\n                self.norms[i] = out.norm()\n"
+            "            layer.register_forward_hook(norm)\n"
+            "\n    def forward(self, x):\n        for layer in self.layers:\n            x = layer(x)\n        return x\n",
+            "the same hooks on every call of forward: registered once, in __init__",
+        ),
+        Invalid(
+            PROBE
+            + "\n    def forward(self, x):\n        h = self.layers[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))\n"
+            "        try:\n            return self.layers[1](self.layers[0](x))\n        finally:\n            h.remove()\n",
+            PROBE + "        self.layers[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))\n"
+            "\n    def forward(self, x):\n        return self.layers[1](self.layers[0](x))\n",
+            "one pre-hook held by a name",
+        ),
+        Invalid(
+            PROBE
+            + "\n    def forward(self, x, scale):\n        h = self.layers[0].register_forward_hook(lambda m, a, out: out * scale)\n"
+            "        try:\n            return self.layers[1](self.layers[0](x))\n        finally:\n            h.remove()\n",
+            None,
+            "the hook reads an argument of forward: reported without a fix",
+        ),
+        Invalid(
+            "from contextlib import contextmanager\n" + PREAMBLE + "@contextmanager\ndef attached(hooks: dict):\n"
+            "    handles: list = []\n    for name, hook in hooks.items():\n"
+            "        handle = model.get_submodule(name).register_forward_hook(hook, with_kwargs=True)\n"
+            "        handles.append(handle)\n    try:\n        yield\n    finally:\n"
+            "        for handle in handles:\n            handle.remove()\n",
+            None,
+            "handles in an annotated list, through a local name: reported as registered per call",
+        ),
+        Invalid(
             _loop_with(
                 "    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
                 "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"
             ),
-            _imported(
-                _loop_with(
-                    "    h = per_call_forward_hook(model[0], functools.partial(keep, name=0))\n"
-                    "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"
-                )
-            ),
-            "try/finally in the training loop",
-        ),
-        Invalid(
-            _loop_with(
-                "    h = None\n    try:\n        h = model[2].register_forward_hook(lambda m, a, o: o * 2)\n"
-                "        out = model(x)\n    finally:\n        if h is not None:\n            h.remove()\n"
-            ),
-            _imported(
-                _loop_with(
-                    "    h = None\n    try:\n        h = per_call_forward_hook(model[2], lambda m, a, o: o * 2)\n"
-                    "        out = model(x)\n    finally:\n        if h is not None:\n"
-                    "            h.remove()\n"
-                )
-            ),
-            "a handle compared with None before removal",
-        ),
-        Invalid(
-            PREAMBLE + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
-            "        self.net = net\n    def forward(self, x, shift):\n"
-            "        with self.net[0].register_forward_pre_hook(lambda m, args: (args[0] + shift,)):\n"
-            "            return self.net(x)\n",
-            _imported(
-                PREAMBLE + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
-                "        self.net = net\n    def forward(self, x, shift):\n"
-                "        with per_call_forward_pre_hook(self.net[0], lambda m, args: (args[0] + shift,)):\n"
-                "            return self.net(x)\n",
-                "per_call_forward_pre_hook",
-            ),
-            "a pre-hook in forward, removed by `with`",
+            None,
+            "try/finally in the training loop: reported",
         ),
         Invalid(
             PREAMBLE + "class Probe(torch.nn.Module):\n    def __init__(self, net):\n        super().__init__()\n"
@@ -224,14 +236,6 @@ class PerCallHookRegistration(Rule):
             None,
             "the handle is kept on self: reported without a fix",
         ),
-        Invalid(
-            _loop_with(
-                "    h = model[0].register_forward_hook(functools.partial(keep, name=0), prepend=True)\n"
-                "    try:\n        out = model(x)\n    finally:\n        h.remove()\n"
-            ),
-            None,
-            "prepend=True: reported without a fix",
-        ),
     ]
 
     def __init__(self, context) -> None:
@@ -239,7 +243,7 @@ class PerCallHookRegistration(Rule):
         self._following: set[tuple] = set()  # (scope, name) of handles and containers being followed
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in TORCH_TO_RUNTIME:
+        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in REGISTRATIONS:
             return
         per_call = self._per_call_region(node)
         if per_call is None:
@@ -252,29 +256,16 @@ class PerCallHookRegistration(Rule):
                 self.report(
                     node,
                     "hook registered on every call, but its handle is stored or used other than by "
-                    "`.remove()` (on self, in a dict, returned); register it once by hand, e.g. with "
-                    "runtime.hooks.PersistentHooks",
+                    f"`.remove()` (on self, in a dict, returned); {LEFT_AS_WRITTEN}",
                 )
             return
         if not removals or not self._removed_in_same_call(node, removals):
             return  # never removed, or removed elsewhere: registered once, or unknown how often
-        problem = self._argument_problem(node)
-        if problem is not None:
-            self.report(node, f"hook registered and removed on every call, but {problem}; left as written")
-            return
-        function = TORCH_TO_RUNTIME[node.func.attr.value]
-        if self._name_taken(node, function):
-            self.report(
-                node,
-                f"hook registered and removed on every call, but this file binds `{function}` "
-                "to something else; rename it to apply the fix",
-            )
-            return
-        self.report(
-            node,
-            edits=[Replace(node, lambda updated: _per_call(updated, function))],
-            imports=[(RUNTIME_MODULE, function)],
-        )
+        once = self._register_once(node, removals)
+        if isinstance(once, str):
+            self.report(node, f"hook registered and removed on every call, but {once}; {LEFT_AS_WRITTEN}")
+        else:
+            self.report(node, edits=once)
 
     # -- where it runs -----------------------------------------------------------------
 
@@ -493,10 +484,10 @@ class PerCallHookRegistration(Rule):
         for assignment in scope.assignments[name.value]:
             if not isinstance(assignment.node, cst.Name):
                 return None
-            parent = self.context.parents.get(assignment.node)
-            statement = self.context.parents.get(parent) if isinstance(parent, cst.AssignTarget) else parent
-            if self._list_target(statement) is None and not self._empty_container(statement):
-                return None
+            value = self.context.bindings.assigned_value(assignment)  # `hs = []`, `hs: list[H] = []`
+            statement = self.context.bindings.statement(assignment.node)
+            if not self._new_container(value) and self._list_target(statement) is None:
+                return None  # (`hs += [...]` is checked by _list_target)
         reads = self._references(name)
         if reads is None:
             return None
@@ -512,11 +503,10 @@ class PerCallHookRegistration(Rule):
         finally:
             self._following.discard(key)
 
-    def _empty_container(self, statement: cst.CSTNode | None) -> bool:
-        """`d = {}`, `d = dict()`, `l = list()`."""
-        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
-            return False
-        value = statement.value
+    def _new_container(self, value: cst.BaseExpression | None) -> bool:
+        """`[...]`, a list comprehension, `{}`, `dict()` or `list()`."""
+        if isinstance(value, (cst.List, cst.ListComp)):
+            return True
         if isinstance(value, cst.Dict):
             return not value.elements
         return (
@@ -588,45 +578,188 @@ class PerCallHookRegistration(Rule):
             found = self._handle_removals(target)
         return found or None
 
-    # -- the call itself ---------------------------------------------------------------
+    # -- registered once, in __init__ --------------------------------------------------
+    #
+    # `forward` registers hooks that are the same on every call (they read only `self`,
+    # attributes `__init__` sets, and the module's functions and imports) and removes
+    # them in the `finally` of a `try` around the rest of its body: the registration goes
+    # to the end of `__init__`, the handles and the `try`/`finally` go.
 
-    def _argument_problem(self, call: cst.Call) -> str | None:
-        if any(arg.star for arg in call.args):
-            return "its arguments are passed with * or **"
-        for name in ("prepend", "always_call"):
-            if kwarg(call, name) is not None:
-                return (
-                    f"it passes `{name}=`: the runtime's dispatcher runs after the module's other hooks"
-                    " and only after a forward that returned"
-                )
-        known = {"hook", "with_kwargs"}
-        if any(arg.keyword is not None and arg.keyword.value not in known for arg in call.args):
-            return "it passes an argument the runtime does not take"
-        if positional(call, 1) is not None:
-            return "it passes more than the hook positionally"
-        if positional(call, 0) is None and kwarg(call, "hook") is None:
-            return "it passes no hook"
+    def _register_once(self, call: cst.Call, removals: list[cst.CSTNode]) -> list | str:
+        """The edits that register the hook of `call` once, in `__init__`, or why not."""
+        forward = self.context.index.first_enclosing(call, cst.FunctionDef)
+        owner = self.context.parents.get(self.context.parents.get(forward)) if forward is not None else None
+        if forward is None or forward.name.value != "forward" or not isinstance(owner, cst.ClassDef):
+            return "it is registered in a loop, a context manager or a helper, not in a module's `forward`"
+        init = next((s for s in owner.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        receiver = _first_param(forward)
+        if init is None or receiver is None or receiver != _first_param(init) or not init.body.body:
+            return "its class has no `__init__` of its own to register it in"
+        statement = self._top_statement(call, forward)
+        held = self._handle_holder(call, statement)
+        body = list(forward.body.body)
+        tries = [
+            s
+            for s in body[body.index(statement) + 1 :]
+            if isinstance(s, cst.Try) and not s.handlers and s.orelse is None and s.finalbody is not None
+        ]
+        if (
+            held is None
+            or len(tries) != 1
+            or not all(self.context.inside(r, tries[0].finalbody) for r in removals)
+            or any(c not in removals for c in self.context.index.find(cst.Call, within=tries[0].finalbody))
+        ):
+            return "its handles are not removed by the `finally` of one `try` around the rest of `forward`"
+        holder, container_line = held
+        others = [
+            s
+            for s in body
+            if s not in (statement, tries[0], container_line)
+            and not m.matches(s, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())]))  # a docstring
+        ]
+        if others or body[-1] is not tries[0]:
+            # other code before the hooks are registered, or after they are removed, runs without them
+            return "`forward` runs other code before registering it or after removing it"
+        why = self._differs_between_calls(statement, forward, init, receiver, call, holder)
+        if why is not None:
+            return why
+        moved = statement.deep_replace(holder, call) if holder is not call else statement
+        if isinstance(moved, cst.SimpleStatementLine) and isinstance(moved.body[0], cst.Assign):
+            moved = moved.with_changes(body=[cst.Expr(moved.body[0].value)])  # `h = register(...)`
+        lines = [*(container_line.leading_lines if container_line is not None else ()), *statement.leading_lines]
+        comments = [line for line in lines if line.comment is not None]  # they go along
+        edits = [
+            Remove(statement, keep_comments=False),
+            InsertAfter(init.body.body[-1], (moved.with_changes(leading_lines=comments),)),
+            Replace(tries[0], _unwrapped),
+            # `def forward` itself stays, but a diff of the file shows it moved below the
+            # statement that now ends __init__: its line is part of this fix
+            Replace(forward.name, lambda updated: updated),
+        ]
+        if container_line is not None:
+            edits.append(Remove(container_line, keep_comments=False))
+        return edits
+
+    def _top_statement(self, node: cst.CSTNode, function: cst.FunctionDef) -> cst.BaseStatement:
+        """The statement of `function`'s own body that holds `node`."""
+        statement = node
+        for ancestor in self.context.index.ancestors(node):
+            if ancestor is function.body:
+                return statement
+            statement = ancestor
+        return statement
+
+    def _handle_holder(self, call: cst.Call, statement: cst.CSTNode) -> tuple[cst.CSTNode, cst.CSTNode | None] | None:
+        """(the expression that keeps the handle, the `handles = []` line of its list):
+        `handles.append(<call>)` (a statement) with `handles = []` alone in the same
+        block, or `h = <call>` as the statement itself; None for any other shape."""
+        parents, bindings = self.context.parents, self.context.bindings
+        arg = parents.get(call)
+        append = parents.get(arg)
+        if isinstance(arg, cst.Arg) and m.matches(
+            append, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append")))
+        ):
+            found = bindings.assignments(append.func.value) or []
+            values = [bindings.assigned_value(a) for a in found]
+            if (
+                not isinstance(parents.get(append), cst.Expr)
+                or len(found) != 1
+                or not m.matches(values[0], m.List(elements=[]))
+            ):
+                return None
+            line = self.context.index.statement_of(found[0].node)
+            if not isinstance(line, cst.SimpleStatementLine) or parents.get(line) is not parents.get(statement):
+                return None
+            return append, line
+        assign = parents.get(call)
+        if isinstance(assign, cst.Assign) and parents.get(assign) is statement and len(statement.body) == 1:
+            return call, None
         return None
 
-    def _name_taken(self, node: cst.CSTNode, function: str) -> bool:
-        scope = self.context.scopes.get(node)
-        if scope is None:
+    def _differs_between_calls(
+        self,
+        statement: cst.CSTNode,
+        forward: cst.FunctionDef,
+        init: cst.FunctionDef,
+        receiver: str,
+        call: cst.Call,
+        holder: cst.CSTNode,
+    ) -> str | None:
+        """Why `statement` may register other hooks, or on other modules, from one call to
+        the next, or do something that moving it to the end of `__init__` would change;
+        None when it does neither. It may read names it binds, `self` and the module's
+        functions, classes and imports; `self.<attr>` where only `__init__` assigns it (or
+        no method does); its calls must change nothing (the hooks' bodies run when the
+        hooks run, either way); the names it binds must be new to `__init__`."""
+        index, scopes = self.context.index, self.context.scopes
+        nested = index.find((cst.FunctionDef, cst.Lambda), within=statement)
+
+        def deferred(node: cst.CSTNode) -> bool:  # runs when the hook runs
+            return any(index.inside(node, n.body) for n in nested)
+
+        def dropped(node: cst.CSTNode) -> bool:  # `handles.append(...)` around the call goes
+            return holder is not call and index.inside(node, holder) and not index.inside(node, call)
+
+        exits = (cst.Return, cst.Yield, cst.Await, cst.Raise, cst.Global, cst.Nonlocal, cst.AugAssign, cst.AnnAssign)
+        if any(not deferred(n) for n in index.find(exits, within=statement)):
+            return "moving it to `__init__` would change what `forward` does"
+        for name in names_read(statement):
+            if dropped(name):
+                continue
+            scope = scopes.get(name)
+            # the bindings this read may see (a later `for blk in ...` of forward is not one)
+            for binding in (self.context.kinds.reaching(name) or scope[name.value]) if scope is not None else [None]:
+                if not self._same_binding(binding, statement, forward, receiver):
+                    return f"it depends on `{name.value}`, a value of the call"
+        for attribute in index.find(cst.Attribute, within=statement):
+            if deferred(attribute) or not m.matches(attribute.value, m.Name(receiver)):
+                continue
+            values = self.context.bindings.attribute_values(attribute)
+            if values is not None and not all(index.inside(v, init) for v in values):
+                return f"`{receiver}.{attribute.attr.value}` is assigned outside `__init__`"
+        for inner in index.find(cst.Call, within=statement):
+            if deferred(inner) or inner is call or index.inside(call, inner) or index.inside(inner, call):
+                continue
+            if not self.context.purity.side_effect_free(inner):
+                return f"`{self.context.module.code_for_node(inner)}` may have side effects"
+        init_scope = scopes.get(init.body)
+        for assign in index.find(cst.Assign, within=statement):
+            if not deferred(assign) and not all(isinstance(t.target, cst.Name) for t in assign.targets):
+                return "moving it to `__init__` would change what `forward` does"
+        bound = [
+            n
+            for n in index.find(cst.Name, within=statement)
+            if not deferred(n)
+            and isinstance(self.context.parents.get(n), (cst.AssignTarget, cst.For, cst.FunctionDef, cst.Element))
+        ]
+        # at the end of __init__ it may rebind __init__'s own names, unless a closure there reads them later
+        late = {n.value for f in index.find((cst.FunctionDef, cst.Lambda), within=init.body) for n in names_read(f)}
+        if init_scope is None or any(n.value in late for n in bound):
+            return "a name it binds is read by a function defined in `__init__`"
+        return None
+
+    def _same_binding(self, binding, statement: cst.CSTNode, forward: cst.FunctionDef, receiver: str) -> bool:
+        """Is `binding` the same on every call of `forward`: made by `statement` itself,
+        `forward`'s receiver, a builtin, an import, or a module-level def or class?"""
+        if isinstance(binding, (BuiltinAssignment, ImportAssignment)):
+            return True
+        node = getattr(binding, "node", None)
+        if node is None:
             return False
-        for assignment in scope[function]:
-            statement = getattr(assignment, "node", None)
-            if not (
-                isinstance(statement, cst.ImportFrom)
-                and isinstance(statement.module, (cst.Attribute, cst.Name))
-                and self.context.module.code_for_node(statement.module) == RUNTIME_MODULE
-            ):
-                return True
-        return False
+        if self.context.index.inside(node, statement):
+            return True
+        if isinstance(node, cst.Param) and node.name.value == receiver:
+            return binding.scope is self.context.scopes.get(forward.body)
+        return isinstance(binding.scope, GlobalScope) and isinstance(node, (cst.FunctionDef, cst.ClassDef))
 
 
-def _per_call(call: cst.Call, function: str) -> cst.Call:
-    """`module.register_forward_hook(fn, ...)` -> `function(module, fn, ...)`, from the
-    call as other fixes left it (an edit inside its arguments is kept)."""
-    return call.with_changes(
-        func=cst.Name(function),
-        args=[cst.Arg(call.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args],
-    )
+def _first_param(function: cst.FunctionDef) -> str | None:
+    params = function.params.params
+    return params[0].name.value if params else None
+
+
+def _unwrapped(updated: cst.Try) -> cst.FlattenSentinel:
+    """`try: body finally: <removals>` -> body, the lines above the `try` above it."""
+    first, *rest = updated.body.body
+    lines = [*updated.leading_lines, *first.leading_lines]
+    return cst.FlattenSentinel([first.with_changes(leading_lines=lines), *rest])

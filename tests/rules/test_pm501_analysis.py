@@ -1,5 +1,6 @@
 """PM501's analysis: which registrations are per call, which handles it can follow
-to their removal, and which forms it reports without a fix."""
+to their removal, which it registers once in `__init__`, and why it reports the others
+without a fix."""
 
 import textwrap
 
@@ -13,14 +14,27 @@ from codemod.rules.per_call_hooks import PerCallHookRegistration
 HEADER = "import contextlib\nimport torch\nmodel = torch.nn.Linear(2, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 
 
-def findings(body: str) -> list[tuple[int, bool]]:
-    """(line in `body`, fixable) of each PM501 finding."""
+FIXED, PER_CALL, ESCAPES = "fixed", "per call", "escapes"
+
+
+def findings(body: str) -> list[tuple[int, str]]:
+    """(line in `body`, what became of it) of each PM501 finding: FIXED; PER_CALL, reported
+    as registered and removed on every call; ESCAPES, reported as a handle it cannot follow."""
     source = HEADER + textwrap.dedent(body)
     settings = Settings(select=("PM501",), level=Level.UNSAFE)
     result = process_source(source.encode(), "t.py", settings, [PerCallHookRegistration])
     assert result.error is None, result.error
     offset = HEADER.count("\n")
-    return [(f.line - offset, f.fixable) for f in result.findings]
+    return [(f.line - offset, _kind(f)) for f in result.findings]
+
+
+def _kind(finding) -> str:
+    if finding.fixable:
+        return FIXED
+    if "registered and removed on every call, but" in finding.message:
+        return PER_CALL
+    assert "stored or used other than by" in finding.message, finding.message
+    return ESCAPES
 
 
 TRAIN = """\
@@ -50,28 +64,31 @@ def in_loop(body: str) -> str:
         "hs = []\nh = model.register_forward_hook(print)\nhs.append(h)\nwhile hs:\n    hs.pop().remove()\n",
         "hs = []\nhs.append(model.register_forward_pre_hook(print))\n[h.remove() for h in hs]\n",
         "hs = []\nhs.append(model.register_forward_hook(print))\nfor h in reversed(hs):\n    h.remove()\n",
+        "hs: list = []\nh = model.register_forward_hook(print)\nhs.append(h)\nfor h in hs:\n    h.remove()\n",
+        "hs: dict = {}\nhs['a'] = model.register_forward_hook(print)\nfor h in hs.values():\n    h.remove()\n",
+        "h = model.register_forward_hook(print, always_call=True)\nh.remove()\n",
+        "h = model.register_forward_hook(print, prepend=True)\nh.remove()\n",
+        "kw = {}\nh = model.register_forward_hook(print, **kw)\nh.remove()\n",
     ],
 )
-def test_followed_handles_are_fixed(body):
+def test_followed_handles_are_reported_as_registered_per_call(body):
+    """In a training loop: followed to their removal, reported with that reason."""
     found = findings(in_loop(body))
-    assert found and all(fixable for _, fixable in found)
+    assert found and all(kind == PER_CALL for _, kind in found)
 
 
 @pytest.mark.parametrize(
     "body,why",
     [
-        ("h = model.register_forward_hook(print, always_call=True)\nh.remove()\n", "always_call"),
-        ("h = model.register_forward_hook(print, prepend=True)\nh.remove()\n", "prepend"),
-        ("kw = {}\nh = model.register_forward_hook(print, **kw)\nh.remove()\n", "**kwargs"),
         ("h = model.register_forward_hook(print)\nprint(h.id)\nh.remove()\n", "the handle is read"),
         ("hs = {}\nhs['a'] = model.register_forward_hook(print)\nfor h in hs.values():\n    print(h)\n", "a dict read"),
         ("hs = {}\nhs['a'] = model.register_forward_hook(print)\nreturn_later = hs\n", "a dict aliased"),
         ("hs = [model.register_forward_hook(print)]\nkeep = hs\nfor h in hs:\n    h.remove()\n", "the list is aliased"),
     ],
 )
-def test_handles_it_cannot_follow_or_arguments_it_cannot_keep_are_reported(body, why):
+def test_handles_it_cannot_follow_are_reported_as_such(body, why):
     found = findings(in_loop(body))
-    assert found and not any(fixable for _, fixable in found), why
+    assert found and all(kind == ESCAPES for _, kind in found), why
 
 
 def test_forward_and_context_manager_functions_are_per_call():
@@ -97,7 +114,7 @@ def test_forward_and_context_manager_functions_are_per_call():
             finally:
                 for h in handles:
                     h.remove()
-    """) == [(3, True), (9, True), (16, False)]
+    """) == [(3, PER_CALL), (9, PER_CALL), (16, ESCAPES)]
 
 
 def test_registrations_of_unknown_frequency_or_never_removed_are_left_alone():
@@ -122,12 +139,8 @@ def test_registrations_of_unknown_frequency_or_never_removed_are_left_alone():
     )
 
 
-def test_suppression_and_a_name_already_taken():
+def test_suppression():
     assert findings(in_loop("h = model.register_forward_hook(print)  # perfmod: ignore[PM501]\nh.remove()\n")) == []
-    taken = "def per_call_forward_hook(*args):\n    pass\n" + in_loop(
-        "h = model.register_forward_hook(print)\nh.remove()\n"
-    )
-    assert findings(taken) == [(4, False)]
 
 
 def test_hooks_entered_into_an_exit_stack_are_removed_by_its_with():
@@ -137,11 +150,127 @@ def test_hooks_entered_into_an_exit_stack_are_removed_by_its_with():
             stack.enter_context(model.register_forward_hook(print))
             model(x)
     """)
-    ) == [(3, True)]
+    ) == [(3, PER_CALL)]
     assert findings(
         in_loop("""\
         with contextlib.ExitStack() as stack:
             stack.enter_context(model.register_forward_hook(print))
             later = stack.pop_all()
     """)
-    ) == [(3, False)]  # the hooks outlive the with: reported
+    ) == [(3, ESCAPES)]  # the hooks outlive the with: reported
+
+
+def reasons(body: str) -> list[str]:
+    source = HEADER + textwrap.dedent(body)
+    settings = Settings(select=("PM501",), level=Level.UNSAFE)
+    result = process_source(source.encode(), "t.py", settings, [PerCallHookRegistration])
+    assert result.error is None, result.error
+    return [f.message if not f.fixable else FIXED for f in result.findings]
+
+
+def test_a_context_manager_whose_handles_go_through_a_local_name_into_an_annotated_list():
+    """goodfire-ai/spd's `_attach_forward_hooks`: `handle = m.register_forward_hook(...)`,
+    `handles.append(handle)` into `handles: list[RemovableHandle] = []`, removed in
+    `finally`: followed to the removal (not "stored or used other than by .remove()")."""
+    found = reasons("""\
+        class ComponentModel(torch.nn.Module):
+            @contextlib.contextmanager
+            def _attach_forward_hooks(self, hooks: dict):
+                handles: list[torch.utils.hooks.RemovableHandle] = []
+                for module_name, hook in hooks.items():
+                    target_module = self.target_model.get_submodule(module_name)
+                    handle = target_module.register_forward_hook(hook, with_kwargs=True)
+                    handles.append(handle)
+                try:
+                    yield
+                finally:
+                    for handle in handles:
+                        handle.remove()
+    """)
+    assert len(found) == 1 and "registered and removed on every call, but it is registered in a loop" in found[0]
+
+
+FORWARD = """\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+        self.seen = {{}}
+
+    def forward(self, x{params}):
+{body}        try:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+        finally:
+            for h in handles:
+                h.remove()
+"""
+
+
+def in_forward(body: str, params: str = "") -> str:
+    return FORWARD.format(params=params, body=textwrap.indent(textwrap.dedent(body), "        "))
+
+
+@pytest.mark.parametrize(
+    "body,params,why",
+    [
+        ("handles = []\nfor layer in self.layers:\n    handles.append(layer.register_forward_hook(print))\n", "", None),
+        (
+            "handles = []\nfor i, layer in enumerate(self.layers):\n"
+            "    handles.append(layer.register_forward_hook(lambda m, a, o, i=i: self.seen.update({i: o})))\n",
+            "",
+            None,
+        ),
+        (
+            "handles = []\nfor layer in self.layers:\n    handles.append(layer.register_forward_hook(lambda m, a, o: o * s))\n",
+            ", s=1.0",
+            "it depends on `s`, a value of the call",
+        ),
+        (
+            "handles = []\nfor layer in self.layers:\n"
+            "    handles.append(layer.register_forward_hook(lambda m, a, o: o + x.mean()))\n",
+            "",
+            "it depends on `x`, a value of the call",
+        ),
+        (
+            "handles = []\nfor layer in self.layers:\n    print(layer)\n    handles.append(layer.register_forward_hook(print))\n",
+            "",
+            "`print(layer)` may have side effects",
+        ),
+        (
+            "x = self.layers[0](x)\nhandles = []\nhandles.append(self.layers[0].register_forward_hook(print))\n",
+            "",
+            "`forward` runs other code before registering it",  # that call of the layer runs without the hook
+        ),
+    ],
+)
+def test_forward_registers_once_in_init_only_the_same_hooks_on_every_call(body, params, why):
+    found = reasons(in_forward(body, params))
+    assert len(found) == 1
+    if why is None:
+        assert found == [FIXED]
+    else:
+        assert why in found[0], found[0]
+
+
+def test_an_attribute_forward_reads_that_another_method_assigns_keeps_the_hooks_per_call():
+    source = in_forward(
+        "handles = []\nfor layer in self.layers:\n    handles.append(layer.register_forward_hook(print))\n"
+    )
+    source += "\n    def prune(self):\n        self.layers = self.layers[:1]\n"
+    found = reasons(source)
+    assert len(found) == 1 and "`self.layers` is assigned outside `__init__`" in found[0]
+
+
+def test_registering_in_init_may_rebind_its_names_unless_a_function_there_reads_them_later():
+    body = "handles = []\nfor layer in self.layers:\n    handles.append(layer.register_forward_hook(print))\n"
+    reused = in_forward(body).replace(
+        "        self.seen = {}\n", "        self.seen = {}\n        for layer in self.layers:\n            pass\n"
+    )
+    assert reasons(reused) == [FIXED]
+    closure = in_forward(body).replace(
+        "        self.seen = {}\n", "        self.seen = {}\n        self.last = lambda: layer\n"
+    )
+    found = reasons(closure)
+    assert len(found) == 1 and "a name it binds is read by a function defined in `__init__`" in found[0]

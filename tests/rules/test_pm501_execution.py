@@ -1,9 +1,10 @@
-"""PM501: the rewritten fixture scripts train exactly as the originals do.
+"""PM501: the rewritten fixture script trains exactly as the original does, and its
+model compiles without a graph break.
 
-Each script is run as written and as PM501 rewrites it, in this process on one CPU
+The script is run as written and as PM501 rewrites it, in this process on one CPU
 thread; the losses of every step, the trained parameters and the gradients of the
-last step must be equal bit for bit (`torch.equal`). A run with the runtime's hooks
-switched off shows that the comparison would notice hooks that do nothing.
+last step must be equal bit for bit (`torch.equal`). A run with the hooks left out
+shows that the comparison would notice hooks that do nothing.
 """
 
 import contextlib
@@ -14,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import runtime.hooks
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
@@ -23,7 +23,7 @@ from tests.rules.scripts import one_thread
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM501"
 # script -> the global that holds its trained model
-MODELS = {"seed_lm": "model", "context_manager": "model", "try_finally_loop": "net"}
+MODELS = {"register_once": "model"}
 
 
 def rewritten(source: str) -> str:
@@ -62,40 +62,39 @@ def assert_equal_runs(got, want):
 def test_rewritten_script_trains_bit_identically(case):
     source = (FIXTURES / f"{case}.in.py").read_text()
     new_source = rewritten(source)
-    assert "register_forward_hook" not in new_source.replace("register_forward_hook(add_half)", "")
+    assert ".remove()" not in new_source and "runtime" not in new_source
     want = run(source, MODELS[case])
     got = run(new_source, MODELS[case])
     assert_equal_runs(got, want)
-    # The rewritten script did go through the dispatchers, registered once per module.
-    hooked = [module for module in got[3].modules() if module in runtime.hooks._DISPATCHERS]
-    assert hooked
-    for module in hooked:
-        dispatchers = runtime.hooks._DISPATCHERS[module]
-        assert all(not d.entries for d in dispatchers.values())  # every per-call hook was removed
-        torch_hooks = list(module._forward_hooks.values()) + list(module._forward_pre_hooks.values())
-        assert sum(hook in dispatchers.values() for hook in torch_hooks) == len(dispatchers)
+    # registered once: the hooks stay on the trained model's blocks
+    assert [len(block._forward_hooks) for block in got[3].blocks] == [1, 1]
+    assert [len(block._forward_hooks) for block in want[3].blocks] == [0, 0]
 
 
-class _Dropped:
-    def remove(self):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        pass
+def test_the_comparison_notices_hooks_that_do_nothing():
+    """The test above could fail: with the hooks left out, the losses differ."""
+    source = (FIXTURES / "register_once.in.py").read_text()
+    without = rewritten(source).replace("block.register_forward_hook(keep)", "pass")
+    assert run(without, "model")[0] != run(source, "model")[0]
 
 
-@pytest.mark.parametrize("case", ["seed_lm", "try_finally_loop"])
-def test_the_comparison_notices_hooks_that_do_nothing(case, monkeypatch):
-    """The tests above could fail: with the hooks dropped, the losses differ."""
-    source = (FIXTURES / f"{case}.in.py").read_text()
-    monkeypatch.setattr(runtime.hooks, "per_call_forward_hook", lambda module, hook, **kwargs: _Dropped())
-    monkeypatch.setattr(runtime.hooks, "per_call_forward_pre_hook", lambda module, hook, **kwargs: _Dropped())
-    got_losses = run(rewritten(source), MODELS[case])[0]
-    want_losses = run(source, MODELS[case])[0]
-    assert got_losses != want_losses
+def test_the_rewritten_model_compiles_without_a_graph_break():
+    """torch._dynamo.explain of one forward: the original breaks the graph where it
+    creates a RemovableHandle in its loop over the blocks; the rewrite does not."""
+    counts = {}
+    for name, source in [("original", (FIXTURES / "register_once.in.py").read_text())]:
+        for version, text in [(name, source), ("rewritten", rewritten(source))]:
+            namespace = {"__name__": "fixture"}
+            exec(compile(text, "<fixture>", "exec"), namespace)
+            torch.manual_seed(0)
+            model = namespace["HookedLM"]()
+            torch._dynamo.reset()
+            with one_thread():
+                explained = torch._dynamo.explain(model)(torch.randint(0, 32, (2, 8)))
+            counts[version] = (explained.graph_count, explained.graph_break_count)
+    torch._dynamo.reset()
+    assert counts["original"][1] > 0, counts
+    assert counts["rewritten"] == (1, 0), counts
 
 
 def test_negative_fixtures_are_left_alone_or_reported_without_fix():
@@ -105,3 +104,6 @@ def test_negative_fixtures_are_left_alone_or_reported_without_fix():
     escaping = process_source((FIXTURES / "escaping_handle.in.py").read_bytes(), "escaping_handle.py", settings)
     assert [(f.line, f.fixable) for f in escaping.findings] == [(13, False), (32, False)]
     assert not escaping.changed
+    for case in ["seed_lm", "context_manager", "try_finally_loop"]:  # per-call values, or not in forward
+        result = process_source((FIXTURES / f"{case}.in.py").read_bytes(), f"{case}.py", settings)
+        assert result.findings and not any(f.fixable for f in result.findings) and not result.changed, case

@@ -22,8 +22,8 @@ from codemod.engine import process_source
 from codemod.rule import Level
 from tests.rules.scripts import one_thread
 
-# PM501 rewrites a registration whose arguments hold a host-to-device copy (PM101
-# inside the rewritten call); PM101 on the batch, PM403 and PM404 in the same step.
+# PM501 registers the hooks of Probe.forward once, in __init__; PM101 on the batch,
+# PM403 and PM404 in the same step.
 PER_CALL_HOOKS = """\
 import functools
 import gc
@@ -31,29 +31,39 @@ import gc
 import torch
 
 
-def keep(module, args, output, store, scale):
-    store.append(output * scale)
+def keep(module, args, output, store):
+    store.append(output)
+
+
+class Probe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        self.store = []
+
+    def forward(self, x):
+        handle = self.net[1].register_forward_hook(functools.partial(keep, store=self.store))
+        try:
+            self.store.clear()
+            out = self.net(x)
+            return out, self.store[0]
+        finally:
+            handle.remove()
 
 
 def main():
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)).to(device)
+    model = Probe().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    scale = torch.tensor(0.5)
     data = [(torch.randn(16, 4), torch.randn(16, 1)) for _ in range(5)]
     wild_losses = []
     total = 0.0
     for x, y in data:
         x = x.to(device)
         y = y.to(device)
-        store = []
-        handle = model[1].register_forward_hook(functools.partial(keep, store=store, scale=scale.to(device)))
-        try:
-            out = model(x)
-            loss = torch.nn.functional.mse_loss(out, y) + 0.01 * store[0].pow(2).mean()
-        finally:
-            handle.remove()
+        out, hidden = model(x)
+        loss = torch.nn.functional.mse_loss(out, y) + 0.01 * hidden.pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -207,9 +217,11 @@ def test_the_per_sample_rewrite_keeps_the_other_fixes_inside_the_loop():
     assert "y.to(device, non_blocking=True)" in new
 
 
-def test_the_hook_rewrite_keeps_the_copy_fix_in_its_arguments():
+def test_the_hooks_go_to_init_and_the_loop_keeps_its_fixes():
     new = run_all(PER_CALL_HOOKS).new_source.decode()
     assert (
-        "per_call_forward_hook(model[1], functools.partial(keep, store=store, "
-        "scale=scale.to(device, non_blocking=True)))" in new
+        "        self.store = []\n        self.net[1].register_forward_hook(functools.partial(keep, store=self.store))\n"
+        in new
     )
+    assert "try:" not in new and ".remove()" not in new
+    assert "x = x.to(device, non_blocking=True)" in new and "gc.collect()" not in new

@@ -63,14 +63,3 @@ def test_other_compile_calls_do_not_count_as_compiling_the_model():
         + LOOP.format(indent="", model="model")
     )
     assert found == [(4, True)]
-
-
-def test_per_call_hooks_rewritten_by_pm501_still_block_the_compile():
-    source = (
-        "import torch\nfrom runtime.hooks import per_call_forward_hook\nmodel = torch.nn.Linear(2, 1)\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in [torch.randn(1, 2)]:\n"
-        "    with per_call_forward_hook(model, print):\n        loss = model(x).sum()\n"
-        "    loss.backward()\n    opt.step()\n"
-    )
-    found, new = rewrite(source)
-    assert found == [(3, False)] and ".compile()" not in new
