@@ -74,8 +74,11 @@ bench-acceptance: setup
 bench-prepare: setup
 	$(BIN)/python -m benchmarks.bench_scripts prepare
 
+# The rule pages, and codemod/rule_catalogue.py (the rules' codes, names and levels for the
+# command line to use without importing the rules; tests/test_startup.py fails when it is stale).
 docs: setup
 	$(BIN)/python -m codemod.docs docs/rules
+	$(BIN)/python -m codemod.catalogue
 
 # perfmod-runtime: the `runtime` package alone (torch its only dependency), for
 # machines that only run rewritten code; see packaging/runtime/pyproject.toml.

@@ -9,8 +9,11 @@
    training code under fixtures/ (rule fixture inputs and scripts, in turn, until
    the size is reached), laid out at module level or each piece in a function of
    its own, processed in a fresh process with every rule at level unsafe: seconds
-   (fastest of --repeats runs; one run once a run takes over 30 s), and seconds
-   per 10,000 lines (constant when the cost is linear).
+   (fastest of --repeats runs; one run once a run takes over 30 s), seconds
+   per 10,000 lines (constant when the cost is linear), and the same file's bare
+   `libcst.parse_module` timed in the same process after it, with the ratio of
+   the two (the engine's cost in parses: constant when the engine grows as
+   the parser does).
 3. A warm-cache re-run: `perfmod check` over 500 unchanged files (copies of the
    fixtures' training code), once to fill the result cache, then timed.
 
@@ -45,13 +48,17 @@ LAYOUTS = ("module level", "functions")  # how the pieces of a large file are la
 TIME_FILE = """
 import sys, time
 from pathlib import Path
+import libcst
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.result import Level
 data = Path(sys.argv[1]).read_bytes()
 start = time.perf_counter()
 result = process_source(data, sys.argv[1], Settings(level=Level.UNSAFE))
-print(time.perf_counter() - start, len(result.findings), result.error or "")
+seconds = time.perf_counter() - start
+start = time.perf_counter()
+libcst.parse_module(data)
+print(seconds, time.perf_counter() - start, len(result.findings), result.error or "")
 """
 
 
@@ -127,22 +134,24 @@ def warm_cache_seconds(checkout: Path, python: str, folder: Path, count: int = 5
     return runs[0], runs[1]
 
 
-def file_seconds(checkout: Path, python: str, path: Path, repeats: int = 1) -> tuple[float, str]:
-    """Seconds to process `path` in a fresh process, fastest of `repeats` runs (one run
-    only once a run takes over 30 s)."""
+def file_seconds(checkout: Path, python: str, path: Path, repeats: int = 1) -> tuple[float, float, str]:
+    """Seconds to process `path` in a fresh process and seconds of a bare parse of it,
+    fastest of `repeats` runs each (one run only once a run takes over 30 s)."""
     env = child_env(checkout)
-    best, note = float("inf"), ""
+    best, parse, note = float("inf"), float("inf"), ""
     for _ in range(repeats):
         done = subprocess.run(
             [python, "-c", TIME_FILE, str(path)], cwd=checkout, env=env, capture_output=True, text=True
         )
         if done.returncode != 0:
-            return float("nan"), done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-        seconds, findings, error = (done.stdout.strip().split(" ", 2) + ["", ""])[:3]
-        best, note = min(best, float(seconds)), f"{findings} findings" + (f", error: {error}" if error else "")
+            failed = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+            return float("nan"), float("nan"), failed
+        seconds, parsed, findings, error = (done.stdout.strip().split(" ", 3) + ["", ""])[:4]
+        best, parse = min(best, float(seconds)), min(parse, float(parsed))
+        note = f"{findings} findings" + (f", error: {error}" if error else "")
         if float(seconds) > 30:
             break
-    return best, note
+    return best, parse, note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,22 +189,28 @@ def main(argv: list[str] | None = None) -> int:
             ours, base = seed["this checkout"], seed[f"commit {args.baseline}"]
             print(f"\nspeed-up on the seed script: {base / ours:.1f}x")
         print()
-        print("| checkout | pieces | lines | seconds | seconds per 10,000 lines | result |")
-        print("|---|---|---|---|---|---|")
+        print("| checkout | pieces | lines | seconds | seconds per 10,000 lines | bare parse (s) | / parse | result |")
+        print("|---|---|---|---|---|---|---|---|")
         # Checkouts alternate, file by file and round by round, so that a change of load
         # during the run weighs on both; the fastest round counts.
-        timed: dict[tuple[str, Path], tuple[float, str]] = {}
+        timed: dict[tuple[str, Path], tuple[float, float, str]] = {}
         for _ in range(args.repeats):
             for _, path in files:
                 for name, tree in checkouts.items():
-                    seconds, note = file_seconds(tree, python, path)
-                    if (name, path) not in timed or seconds < timed[name, path][0]:
-                        timed[name, path] = seconds, note
+                    seconds, parse, note = file_seconds(tree, python, path)
+                    if (name, path) not in timed:
+                        timed[name, path] = seconds, parse, note
+                    else:
+                        best = timed[name, path]
+                        timed[name, path] = min(seconds, best[0]), min(parse, best[1]), note
         for name in checkouts:
             for layout, path in files:
                 lines = path.read_text(encoding="utf-8").count("\n")
-                seconds, note = timed[name, path]
-                print(f"| {name} | {layout} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} | {note} |")
+                seconds, parse, note = timed[name, path]
+                print(
+                    f"| {name} | {layout} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} "
+                    f"| {parse:.2f} | {seconds / parse:.1f}x | {note} |"
+                )
         if (REPO / "codemod" / "cache.py").exists():
             first, again = warm_cache_seconds(REPO, python, scratch)
             print(

@@ -24,22 +24,23 @@ writes a file from an entry: a file with fixes is always processed afresh.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import dataclasses
-import hashlib
-import inspect
 import json
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from codemod.analysis.project import Stamp
-from codemod.config import Settings
+from codemod.catalogue import PACKAGE, RuleFacts, stamps
+from codemod.catalogue import version as catalogue_version
 from codemod.files import atomic_write
-from codemod.result import FileResult, Finding, Level
-from codemod.worker import Outcome
+from codemod.result import FileResult, Finding, Level, Stamp, sha256
+
+if TYPE_CHECKING:
+    from codemod.config import Settings
+    from codemod.worker import Outcome
 
 FOLDER = ".perfmod_cache"
 FORMAT = "v1"
@@ -56,10 +57,13 @@ class Cache:
         self.entries = folder / FORMAT
 
     @classmethod
-    def open(cls, folder: Path, settings: Settings, rules: Sequence[type], read_only: bool = False) -> Cache:
+    def open(
+        cls, folder: Path, settings: Settings, rules: Sequence[type | RuleFacts], read_only: bool = False
+    ) -> Cache:
         """The cache in `folder`, created with its .gitignore if need be; OSError if it
-        cannot be. `read_only`: use what is there, create and store nothing (`report`
-        writes nothing but its output)."""
+        cannot be. `rules`: the catalogue, as rule classes or their facts
+        (codemod.catalogue, which does not import them). `read_only`: use what is
+        there, create and store nothing (`report` writes nothing but its output)."""
         if read_only:
             return cls(folder, fingerprint(settings, rules), read_only=True)
         (folder / FORMAT).mkdir(parents=True, exist_ok=True)
@@ -72,11 +76,11 @@ class Cache:
         return cls(folder, fingerprint(settings, rules))
 
     def _entry(self, path: str) -> Path:
-        name = hashlib.sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()
+        name = sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()
         return self.entries / name[:2] / f"{name[2:]}.json"
 
     def _key(self, path: str, content: str) -> str:
-        return hashlib.sha256(f"{self.fingerprint}\0{content}\0{path}".encode("utf-8", "surrogateescape")).hexdigest()
+        return sha256(f"{self.fingerprint}\0{content}\0{path}".encode("utf-8", "surrogateescape")).hexdigest()
 
     def get(self, path: str, content: str, data: bytes) -> Outcome | None:
         """The outcome stored for `path` with content hash `content` (its bytes are
@@ -117,32 +121,28 @@ def project_folder(settings: Settings) -> Path:
 # -- the key ------------------------------------------------------------------------------
 
 
-def fingerprint(settings: Settings, rules: Sequence[type]) -> str:
+def fingerprint(settings: Settings, rules: Sequence[type | RuleFacts]) -> str:
+    """The key of everything but the file: `rules` as rule classes or as their
+    facts (the same key either way)."""
     parts = [
         f"perfmod {_version()}",
         f"python {sys.version_info[0]}.{sys.version_info[1]}",
         f"libcst {_version('libcst')}",
         repr([(f.name, _plain(getattr(settings, f.name))) for f in dataclasses.fields(settings)]),
     ]
-    sources = {str(Path(__file__).parent)}
+    sources = {str(PACKAGE)}
     for rule in rules:
-        parts.append(
-            f"{rule.__module__}.{rule.__qualname__} {getattr(rule, 'CODE', '')} "
-            f"{getattr(rule, 'LEVEL', '')} {getattr(rule, 'OPT_IN', '')}"
-        )
-        try:
-            sources.add(inspect.getfile(rule))
-        except TypeError:
-            pass
-    parts += _stamps(sources)
-    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+        facts = rule if isinstance(rule, RuleFacts) else RuleFacts.of(rule)
+        parts.append(f"{facts.module}.{facts.qualname} {facts.code} {facts.level} {facts.opt_in}")
+        if facts.file is not None:
+            sources.add(facts.file)
+    parts += stamps(sources)
+    return sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _version(package: str = "perfmod") -> str:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "unknown"
+    """The installed version of perfmod or libcst (codemod.catalogue: without importlib.metadata)."""
+    return catalogue_version(package)
 
 
 def _plain(value):
@@ -151,27 +151,6 @@ def _plain(value):
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return str(value)
-
-
-def _stamps(sources: set[str]) -> list[str]:
-    """Size and modification time of every .py file in `sources` (files, or folders walked)."""
-    stamps = []
-    for source in sorted(sources):
-        if os.path.isdir(source):
-            for root, dirs, files in os.walk(source):
-                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-                stamps += [_stamp(os.path.join(root, f)) for f in sorted(files) if f.endswith(".py")]
-        else:
-            stamps.append(_stamp(source))
-    return stamps
-
-
-def _stamp(file: str) -> str:
-    try:
-        info = os.stat(file)
-    except OSError:
-        return f"{file} missing"
-    return f"{file} {info.st_size} {info.st_mtime_ns}"
 
 
 # -- entries ------------------------------------------------------------------------------
@@ -183,7 +162,11 @@ def _as_json(outcome: Outcome) -> dict:
     return {
         "findings": [_finding_json(f) for f in result.findings],
         "error": result.error,
-        "new_source": None if new is None else "same" if new == result.source else base64.b64encode(new).decode(),
+        "new_source": None
+        if new is None
+        else "same"
+        if new == result.source
+        else binascii.b2a_base64(new, newline=False).decode(),
         "warnings": outcome.warnings,
         "note": outcome.note,
         "dependencies": [[d.path, d.size, d.mtime_ns, d.digest] for d in result.dependencies],
@@ -199,11 +182,13 @@ def _finding_json(finding: Finding) -> dict:
 
 
 def _outcome(entry: dict, path: str, data: bytes) -> Outcome:
+    from codemod.worker import Outcome  # light: the engine loads only when a file is analysed
+
     new = entry["new_source"]
     result = FileResult(
         path=path,
         source=data,
-        new_source=None if new is None else data if new == "same" else base64.b64decode(new),
+        new_source=None if new is None else data if new == "same" else binascii.a2b_base64(new),
         findings=[_finding(f, path) for f in entry["findings"]],
         error=entry["error"],
     )

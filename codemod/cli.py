@@ -1,6 +1,11 @@
 """The `perfmod` command. Commands only parse options, call the engine and
 print what codemod.report makes of the results.
 
+Start-up: `--version`, `--help` and a `check` whose every result is in the
+cache import neither libcst nor the rules (tests/test_startup.py). The rules'
+codes and names come from codemod.catalogue, the engine loads when a file is
+analysed (codemod.worker), and the commands that show rules import them.
+
 Streams: stdout carries the product (findings, the summary of a write, a diff,
 a JSON or SARIF document, the rewritten source of `apply -`), or the
 --output-file does; errors, warnings, progress and any note that would spoil
@@ -12,21 +17,21 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shlex
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from codemod.cache import FOLDER as CACHE_FOLDER
 from codemod.cache import Cache, project_folder
+from codemod.catalogue import catalogue
+from codemod.catalogue import known as _known
 from codemod.config import ConfigError, Settings, load_settings, parse_codes, suggest
 from codemod.console import Output, interrupt_flag, use_color
 from codemod.files import atomic_write, discover
 from codemod.progress import Progress
-from codemod.report.diff import colorize, unified_diff
 from codemod.report.summary import Summary
 from codemod.report.text import (
     apply_report,
@@ -40,12 +45,13 @@ from codemod.report.text import (
 from codemod.report.text import (
     explain as explain_text,
 )
-from codemod.result import FileResult
-from codemod.rule import Level, Rule
-from codemod.rules import ALL_RULES
+from codemod.result import FileResult, Level
 from codemod.runner import Run
 from codemod.runner import run as run_files
 from codemod.worker import DeepThread, deep_recursion
+
+if TYPE_CHECKING:
+    from codemod.rule import Rule
 
 EXIT_OK, EXIT_PENDING, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 STDIN = "-"
@@ -82,11 +88,6 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
-
-
-def _known() -> dict[str, str]:
-    """Code -> name of every rule in the catalogue."""
-    return {rule.CODE: rule.NAME for rule in ALL_RULES}
 
 
 def _codes_option(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
@@ -144,7 +145,10 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
             type=click.IntRange(min=0),
             default=1,
             show_default=True,
-            help="Files processed in parallel; 0 for one per CPU.",
+            help="Worker processes analysing files in parallel (one per file to analyse at most; cached files "
+            "need none); 0 for one per CPU (os.cpu_count(), busy or not). Workers share the free cores: with fewer "
+            "free cores than N, a run takes as long as with that many jobs (-j 2 gains nothing where another "
+            "process holds one of 2 cores). The progress line shows the workers.",
         ),
         click.option(
             "--config",
@@ -305,6 +309,7 @@ def _process(
                 cache=cache,
                 on_done=progress.advance,
                 stop=stop,
+                on_workers=progress.set_workers,
             )
     _print_notes(run.warnings + run.notes, quiet)
     return run
@@ -312,7 +317,7 @@ def _process(
 
 def _open_cache(folder: Path, settings: Settings, quiet: bool, read_only: bool) -> Cache | None:
     try:
-        return Cache.open(folder, settings, ALL_RULES, read_only=read_only)
+        return Cache.open(folder, settings, catalogue(), read_only=read_only)
     except OSError as error:
         if not quiet:
             click.echo(
@@ -355,6 +360,7 @@ def _machine_report(
 
         return render_github(results)
     from codemod.report.sarif import render_sarif
+    from codemod.rules import ALL_RULES
 
     return render_sarif(results, ALL_RULES, settings.level, written) + "\n"
 
@@ -387,6 +393,17 @@ def _check_statistics_format(statistics_flag: bool, output_format: str) -> None:
         )
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+    """`perfmod, version X`, as click.version_option prints it, but read without
+    importlib.metadata (codemod.catalogue.version): a tenth of the start-up."""
+    if not value or ctx.resilient_parsing:
+        return
+    from codemod.catalogue import version
+
+    click.echo(f"perfmod, version {version('perfmod')}", color=ctx.color)
+    ctx.exit()
+
+
 # -- commands -----------------------------------------------------------------------------
 
 
@@ -410,7 +427,14 @@ Exit status of check and apply: 0 clean or done, 1 fixes pending (check,
 Settings come from [tool.perfmod] in the nearest pyproject.toml; options override them.
 Results are cached in .perfmod_cache/ at the project root (--no-cache).""",
 )
-@click.version_option(package_name="perfmod", prog_name="perfmod")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, param, value: _print_version(ctx, value),
+    help="Show the version and exit.",
+)
 def main() -> None:
     """perfmod: rewrite slow PyTorch training code into fast code, as a reviewable diff.
 
@@ -502,6 +526,8 @@ def _apply(
 
 
 def _print_diffs(results: Sequence[FileResult], colour: bool, output: Output) -> None:
+    from codemod.report.diff import colorize, unified_diff
+
     for result in results:
         if result.changed and result.error is None:
             diff = unified_diff(result.path, result.source, result.new_source)
@@ -663,11 +689,15 @@ Examples:
 )
 def rules(output_format):
     """List the catalogue: code, name, level and what each rule does."""
+    from codemod.rules import ALL_RULES
+
     if output_format == "json":
         from codemod.report.as_json import rules_json
 
         click.echo(rules_json(ALL_RULES))
         return
+    import shutil
+
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     click.echo(rules_table(ALL_RULES, width))
 
@@ -690,6 +720,8 @@ def explain(code):
 
 
 def _rule(text: str) -> type[Rule]:
+    from codemod.rules import ALL_RULES
+
     wanted = text.strip().upper()
     for rule in ALL_RULES:
         if wanted in (rule.CODE, rule.NAME.upper()):
@@ -961,6 +993,7 @@ def report(
     from codemod.report.html import render_html
     from codemod.report.markdown import render_markdown
     from codemod.report.review import VerifyError, load_verify
+    from codemod.rules import ALL_RULES
 
     paths = _paths(paths)
     settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
@@ -995,6 +1028,8 @@ def report(
         raise Failure(f"-o {output} is one of the files to review; `report` never writes a source")
     _report_errors(results)
     if output_format == "html":
+        import shlex
+
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
         page = render_html(results, settings.level, ALL_RULES, verify=verify, command=command)
     else:

@@ -16,7 +16,6 @@ on one line. Codes are checked against the catalogue when one is given.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 import sys
@@ -25,11 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 
 from codemod.result import Level
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 
 class ConfigError(ValueError):
@@ -125,6 +119,11 @@ def find_pyproject(start: Path) -> Path | None:
 
 
 def _read_toml(path: Path) -> dict:
+    # Imported here: `--version` and `--help` read no configuration.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
@@ -159,6 +158,8 @@ def settings_from_table(
         )
     for key in table:
         if key not in KNOWN_KEYS:
+            import difflib
+
             close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
@@ -255,6 +256,8 @@ def parse_codes(text: str, known: Mapping[str, str] | None = None) -> tuple[str,
 
 def suggest(text: str, known: Mapping[str, str]) -> str:
     """Codes (or rule names) close to `text`, or where to find them all; `known` is code -> name."""
+    import difflib
+
     text = text.upper()
     names = {name.upper(): code for code, name in known.items()}
     close = [code for code in known if code.startswith(text)] or sorted(

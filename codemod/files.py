@@ -10,16 +10,15 @@ until it is done, and puts the original back if the write fails.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from codemod.config import Settings
 from codemod.gitignore import Gitignore
+from codemod.result import digest
 
 SKIP_DIRS = {
     ".git",
@@ -121,8 +120,7 @@ def _skipped(path: Path, is_dir: bool, settings: Settings, ignored: Gitignore | 
 # -- reading ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """A file's bytes as read, and their hash: what a write checks against."""
 
     data: bytes
@@ -132,10 +130,6 @@ class Snapshot:
 def read(path: Path) -> Snapshot:
     data = path.read_bytes()
     return Snapshot(data, digest(data))
-
-
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -186,6 +180,8 @@ def _unchanged(real: Path, snapshot: Snapshot) -> None:
 
 def _temporary(real: Path, suffix: str) -> tuple[int, str]:
     try:
+        import tempfile
+
         return tempfile.mkstemp(prefix=f".{real.name}.", suffix=suffix, dir=real.parent)
     except PermissionError:
         raise WriteRefused(
@@ -277,6 +273,8 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
     so the link stays and its target gets the new text."""
     path = Path(os.path.realpath(path))
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode()
+    import tempfile  # here: a cached run writes nothing, and tempfile imports shutil and random
+
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".perfmod", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as out:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(NamedTuple):
     base: str  # absolute folder of the file the pattern comes from, as a posix string
     regex: re.Pattern
     negated: bool
@@ -122,8 +121,7 @@ def repository_root(folder: Path) -> Path | None:
     return None
 
 
-@dataclass(frozen=True)
-class Gitignore:
+class Gitignore(NamedTuple):
     patterns: tuple[Pattern, ...] = ()
 
     @classmethod

@@ -1,5 +1,5 @@
 """A one-line progress display on a terminal: files done of the total, the
-rate and the time left, redrawn at most ten times a second, cleared at the
+rate and the time left (and the worker processes, with -j), redrawn at most ten times a second, cleared at the
 end. Silent when the stream is not a terminal (piped, in CI logs)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class Progress:
         self.started = clock()
         self.drawn = float("-inf")
         self.width = 0
+        self.workers = 1  # worker processes analysing files (1: this process alone)
         if self.enabled:
             self._draw()
 
@@ -31,9 +32,15 @@ class Progress:
         if self.enabled and (self.done >= self.total or self.clock() - self.drawn >= REDRAW_SECONDS):
             self._draw()
 
+    def set_workers(self, workers: int) -> None:
+        """The run started `workers` processes (shown from the next redraw on)."""
+        self.workers = workers
+
     def line(self) -> str:
         percent = 100 * self.done // self.total if self.total else 100
         text = f"{self.label}: {self.done}/{self.total} files ({percent}%)"
+        if self.workers > 1:
+            text += f", {self.workers} workers"
         elapsed = self.clock() - self.started
         if self.done and elapsed > 0:
             rate = self.done / elapsed

@@ -7,7 +7,25 @@ import it, and it imports none of them.
 from __future__ import annotations
 
 import enum
+import os
+import sys
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+# SHA-256 without `import hashlib`, which loads OpenSSL: a tenth of a cached run's own start-up.
+# CPython's built-in SHA-256 module gives the same digests; hashlib where it is absent.
+try:
+    if sys.version_info >= (3, 12):
+        from _sha2 import sha256
+    else:
+        from _sha256 import sha256
+except ImportError:  # pragma: no cover - a Python without them
+    from hashlib import sha256
+
+
+def digest(data: bytes) -> str:
+    """The SHA-256 of `data`, in hex (as hashlib.sha256(data).hexdigest())."""
+    return sha256(data).hexdigest()
 
 
 class Level(enum.IntEnum):
@@ -54,6 +72,31 @@ class Finding:
         return f"{self.path}:{self.line}:{self.column}"
 
 
+class Stamp(NamedTuple):
+    """What a cached result read from a project file: its path, size, time and hash."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    digest: str
+
+    def fresh(self) -> bool:
+        """Does the file still hold what it held (same size and time, or same bytes)?"""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return False
+        if info.st_size == self.size and info.st_mtime_ns == self.mtime_ns:
+            return True
+        if info.st_size != self.size:
+            return False
+        try:
+            with open(self.path, "rb") as handle:
+                return digest(handle.read()) == self.digest
+        except OSError:
+            return False
+
+
 @dataclass
 class FileResult:
     path: str
@@ -61,7 +104,7 @@ class FileResult:
     new_source: bytes | None = None
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None  # "path:line:col: error: ..." when the file could not be processed
-    # Other files of the project the findings were computed from (codemod.analysis.project.Stamp):
+    # Other files of the project the findings were computed from (Stamp):
     # a cached result is stale when one of them changed.
     dependencies: tuple = ()
 

@@ -11,19 +11,21 @@ writes no further file; a write under way when it was set is finished
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from codemod.cache import Cache
-from codemod.config import Settings
+from codemod import worker
 from codemod.files import Snapshot, WriteRefused, read, write_back
 from codemod.result import FileResult
 from codemod.worker import RECURSION_LIMIT, DeepThread, Outcome, analyse_deep, deep_recursion
+
+if TYPE_CHECKING:
+    from codemod.cache import Cache
+    from codemod.config import Settings
 
 POLL_SECONDS = 0.05
 
@@ -49,7 +51,11 @@ def run(
     cache: Cache | None = None,
     on_done: Callable[[], None] | None = None,
     stop: threading.Event | None = None,
+    on_workers: Callable[[int], None] | None = None,
 ) -> Run:
+    """Process `paths`; `jobs` > 1: in up to that many worker processes (one per file
+    to analyse at most; files whose result is cached need none), whose number
+    `on_workers` is told before they start."""
     stop = stop or threading.Event()
     on_done = on_done or (lambda: None)
     outcomes: dict[int, Outcome] = {}
@@ -96,11 +102,16 @@ def run(
 
     work = [(index, snapshots[index].data, str(paths[index]), settings, tuple(known)) for index in todo]
     if not interrupted and work:
+        # The engine (libcst, the rules) loads only now that a file needs it, and in this
+        # process: forked workers start with it, and a Ctrl-C during the import is ours.
+        worker.load_engine()
         if jobs <= 1 or len(work) == 1:
             interrupted = _in_threads(work, finish, stop)
         else:
             # Largest first: the last task to finish is then a small one, so the jobs end together.
             work.sort(key=lambda item: -len(item[1]))
+            if on_workers is not None:
+                on_workers(min(jobs, len(work)))
             interrupted = _in_processes(work, finish, stop, jobs)
 
     done = sorted(outcomes)
@@ -131,6 +142,8 @@ def _in_threads(work, finish, stop: threading.Event) -> bool:
 
 def _in_processes(work, finish, stop: threading.Event, jobs: int) -> bool:
     """`jobs` worker processes; results come back in any order; True if stopped."""
+    import multiprocessing
+
     methods = multiprocessing.get_all_start_methods()
     # fork: workers start at once and see this process's catalogue, plugins included
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
@@ -157,6 +170,8 @@ def _in_processes(work, finish, stop: threading.Event, jobs: int) -> bool:
 
 def _start_worker() -> None:
     # Ctrl-C reaches the whole process group; the parent decides, and stops the workers itself.
+    import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
 

@@ -13,6 +13,9 @@ running Python (codemod/syntax.py: PEP 695 type parameters, PEP 701 f-strings
 under Python 3.11) is judged by libcst's grammar, which has that syntax: the
 running compiler cannot read it, so its check is skipped rather than taken for
 a verdict.
+
+The engine (libcst and the rules) is imported when the first file is analysed,
+not with this module: a run whose every result is in the cache never needs it.
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from codemod.config import Settings
-from codemod.engine import process_source
 from codemod.result import FileResult
-from codemod.suppression import suppression_warnings
-from codemod.syntax import TOO_DEEP, compile_error, newer_syntax_of, running_python
+
+if TYPE_CHECKING:
+    from codemod.config import Settings
 
 STACK_SIZE = 512 * 1024 * 1024  # bytes; reserved, not used, until the recursion needs it
 RECURSION_LIMIT = 100_000
@@ -43,6 +46,10 @@ class Outcome:
 def analyse(data: bytes, path: str, settings: Settings, known: Sequence[str]) -> Outcome:
     """The engine's result for one file's bytes, checked against CPython, with
     the suppression warnings; in this thread, whatever its stack."""
+    from codemod.suppression import suppression_warnings
+    from codemod.syntax import TOO_DEEP, compile_error, newer_syntax_of, running_python
+
+    process_source = load_engine()
     rejected = compile_error(data)
     if rejected is not None and rejected[2] == TOO_DEEP:  # nor could libcst: do not try for minutes
         error = f"{path}:1:1: error: {running_python()} rejects this file: {TOO_DEEP}"
@@ -72,6 +79,23 @@ def analyse(data: bytes, path: str, settings: Settings, known: Sequence[str]) ->
             None,
         )
     return outcome
+
+
+def load_engine():
+    """The engine's entry point (`process_source`), imported on first use: it
+    imports libcst and every rule."""
+    return globals().get("process_source") or __getattr__("process_source")
+
+
+def __getattr__(name: str):
+    """`process_source`, the engine's entry point, imported when first asked for
+    (PEP 562), by `analyse` or by a test that replaces it."""
+    if name == "process_source":
+        from codemod.engine import process_source
+
+        globals()[name] = process_source
+        return process_source
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextmanager

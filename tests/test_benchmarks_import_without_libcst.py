@@ -33,6 +33,7 @@ def test_the_list_names_every_gpu_benchmark():
         "robustness",
         "rule_time",
         "snapshot",
+        "startup",
         "step_rules_speed",
         "tool_speed",
     }  # they measure perfmod itself, here

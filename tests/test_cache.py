@@ -170,7 +170,7 @@ def test_the_fingerprint_follows_version_settings_rules_and_sources(tmp_path, mo
     monkeypatch.undo()
     source = tmp_path / "rule_source.py"
     source.write_text("# a rule\n")
-    monkeypatch.setattr(cache_module.inspect, "getfile", lambda rule: str(source))
+    monkeypatch.setattr("inspect.getfile", lambda rule: str(source))
     before = cache_module.fingerprint(Settings(), TEST_RULES)
     os.utime(source, ns=(0, 10**9))
     assert cache_module.fingerprint(Settings(), TEST_RULES) != before  # an edited rule is never served old results

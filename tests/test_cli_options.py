@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from codemod.config import Settings
 from codemod.docs import summary
 from codemod.report.text import rules_table
 from tests.cli_support import (  # noqa: F401 (catalogue is a fixture)
@@ -198,6 +199,24 @@ def test_progress_line():
     progress.done = 25
     shown.append(progress.line())
     assert shown == ["perfmod check: 25/100 files (25%), 12 files/s, 6s left"]
+
+
+def test_progress_line_shows_the_worker_processes_and_the_help_says_what_j_does(tmp_path):
+    from codemod.progress import Progress
+
+    progress = Progress(100, "perfmod check", stream=None, enabled=False, clock=iter([0.0, 2.0]).__next__)
+    progress.set_workers(2)
+    assert progress.line() == "perfmod check: 0/100 files (0%), 2 workers"
+    told = []
+    _many_files(tmp_path, count=3)
+    from codemod.runner import run
+
+    run(sorted(tmp_path.rglob("*.py")), Settings(), write=False, known=(), jobs=2, on_workers=told.append)
+    assert told == [2]
+    text = " ".join(perfmod("check", "--help").stdout.split())
+    assert (
+        "Workers share the free cores: with fewer free cores than N, a run takes as long as with that many jobs" in text
+    )
 
 
 # -- the rules table ------------------------------------------------------------------------

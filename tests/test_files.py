@@ -281,14 +281,16 @@ def test_a_failed_in_place_write_puts_the_original_back(tmp_path, monkeypatch):
 
 def test_an_unwritable_folder_is_an_error_and_the_summary_says_so(tmp_path, monkeypatch):
     script = write(tmp_path / "src" / "t.py", FIXABLE)
-    real_mkstemp = files.tempfile.mkstemp
+    import tempfile  # codemod.files imports it when it writes
+
+    real_mkstemp = tempfile.mkstemp
 
     def unwritable(*args, dir=None, **kwargs):
         if os.path.realpath(dir) == os.path.realpath(tmp_path / "src"):
             raise PermissionError(13, "Permission denied")
         return real_mkstemp(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr(files.tempfile, "mkstemp", unwritable)
+    monkeypatch.setattr(tempfile, "mkstemp", unwritable)
     result = perfmod("apply", "src")
     assert result.exit_code == 2
     assert result.stderr == (

@@ -53,6 +53,7 @@ import libcst as cst
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import method_name
 from codemod.analysis.torch_facts import SAME_PLACE_METHODS, SAVE_FUNCTIONS
+from codemod.result import Stamp  # in a module without libcst: a cached result's check reads it
 
 if TYPE_CHECKING:
     from codemod.analysis.kinds import Fact
@@ -68,32 +69,6 @@ MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed t
 # Methods that move or write a tensor: a helper that calls them may hand back something
 # else than a part of its argument where its argument was.
 MOVING_METHODS = {"to", "cuda", "cpu", "pin_memory", "copy_", "set_", "share_memory_"}
-
-
-@dataclass(frozen=True)
-class Stamp:
-    """What a cached result read from a project file: its path, size, time and hash."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    digest: str
-
-    def fresh(self) -> bool:
-        """Does the file still hold what it held (same size and time, or same bytes)?"""
-        try:
-            info = os.stat(self.path)
-        except OSError:
-            return False
-        if info.st_size == self.size and info.st_mtime_ns == self.mtime_ns:
-            return True
-        if info.st_size != self.size:
-            return False
-        try:
-            with open(self.path, "rb") as handle:
-                return hashlib.sha256(handle.read()).hexdigest() == self.digest
-        except OSError:
-            return False
 
 
 class _Module:

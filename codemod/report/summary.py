@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from codemod.result import FileResult
-from codemod.rule import Finding, Level
+from codemod.result import FileResult, Finding, Level
 
 
-@dataclass(frozen=True)
-class Summary:
+class Summary(NamedTuple):
     checked: int  # files processed, with or without an error
     errors: tuple[str, ...]  # "path:line:col: error: ..." per file that failed
     changed: tuple[str, ...]  # paths the fixes at the chosen level rewrite

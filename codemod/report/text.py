@@ -1,20 +1,21 @@
 """Text for people: ruff-style finding lines, run summaries, the rules table
-and a rule's explanation."""
+and a rule's explanation. Finding lines and summaries need neither libcst nor
+the rules (a cached `check` prints them); the catalogue's text imports them."""
 
 from __future__ import annotations
 
-import difflib
 import os
-import textwrap
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
-from codemod.docs import fix_availability, level_label, level_note, page_path, summary
 from codemod.report.summary import Summary
-from codemod.result import FileResult
-from codemod.rule import Finding, Invalid, Level, Rule
+from codemod.result import FileResult, Finding, Level
+
+if TYPE_CHECKING:
+    from codemod.rule import Invalid, Rule
 
 FIXABLE_MARK = "[*]"
 
@@ -178,6 +179,8 @@ def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
     """Code, name, level and summary, one rule a line; on a terminal of `width`
     columns a long summary goes on under its column, whole words and whole
     sentences always (never cut)."""
+    from codemod.docs import level_label, summary
+
     rows = [("CODE", "NAME", "LEVEL", "SUMMARY")] + [(r.CODE, r.NAME, level_label(r), summary(r)) for r in rules]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     lines = []
@@ -186,6 +189,8 @@ def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
         if width is None:
             lines.append(prefix + row[3])
             continue
+        import textwrap
+
         wrapped = textwrap.wrap(row[3], max(30, width - len(prefix)), break_on_hyphens=False) or [""]
         lines.append(prefix + wrapped[0])
         lines += [" " * len(prefix) + more for more in wrapped[1:]]
@@ -193,6 +198,8 @@ def rules_table(rules: Sequence[type[Rule]], width: int | None = None) -> str:
 
 
 def explain(rule: type[Rule]) -> str:
+    from codemod.docs import fix_availability, level_note, page_path
+
     lines = [
         f"{rule.CODE} {rule.NAME}",
         f"Level: {level_note(rule)}",
@@ -245,9 +252,13 @@ def _fix_diff(case: Invalid, setup: str) -> str:
         before, after = before[len(setup) :], after[len(setup) :]
     before_lines, after_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
     context = len(before_lines) + len(after_lines)  # whole example in one hunk
+    import difflib
+
     diff = difflib.unified_diff(before_lines, after_lines, n=context)
     return "".join(line for line in diff if not line.startswith(("---", "+++", "@@")))
 
 
 def _indent(code: str) -> str:
+    import textwrap
+
     return textwrap.indent(code.rstrip("\n"), "    ", lambda line: True)

@@ -9,7 +9,9 @@ import pkgutil
 from codemod.rule import Rule
 
 
-def _discover() -> list[type[Rule]]:
+def discover() -> list[type[Rule]]:
+    """Every rule of this package's modules, by code (afresh: the lists below are the
+    registry, which tests may pin)."""
     found: dict[str, type[Rule]] = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
@@ -26,5 +28,5 @@ def _discover() -> list[type[Rule]]:
     return sorted(found.values(), key=lambda rule: rule.CODE)
 
 
-ALL_RULES: list[type[Rule]] = _discover()
+ALL_RULES: list[type[Rule]] = discover()
 RULES_BY_CODE: dict[str, type[Rule]] = {rule.CODE: rule for rule in ALL_RULES}
