@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.names import kwarg, names_read
+from codemod.analysis.bindings import argument_for
+from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.torch_facts import TORCH_DRAWS
 
 if TYPE_CHECKING:
@@ -261,6 +262,12 @@ def function_of(context: FileContext, node: cst.CSTNode) -> cst.FunctionDef | No
     return found if isinstance(found, cst.FunctionDef) else None
 
 
+def argument_of(context: FileContext, call: cst.Call, function: cst.FunctionDef, param: cst.Param):
+    """What `call` (one of `calls_of(function)`) passes as `param`: for a method, the call
+    itself fills `self`."""
+    return argument_for(call, function, param, 1 if class_of(context, function) is not None else 0)
+
+
 def class_of(context: FileContext, function: cst.FunctionDef | None) -> cst.ClassDef | None:
     """The class `function` is a method of."""
     if function is None:
@@ -271,9 +278,19 @@ def class_of(context: FileContext, function: cst.FunctionDef | None) -> cst.Clas
 
 
 def calls_of(context: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
-    """Calls of this file to `function` by its name (`train(...)`, `self.train(...)` for a method)."""
+    """Calls of this file to `function` by its name (`train(...)`, `self.train(...)` for a
+    method; `Trainer(...)` for the `__init__` of a class `Trainer`)."""
     name = function.name.value
-    method = class_of(context, function) is not None
+    owner = class_of(context, function)
+    method = owner is not None
+    if owner is not None and name == "__init__":
+        return [
+            call
+            for call in context.index.find(cst.Call)
+            if isinstance(call.func, cst.Name)
+            and call.func.value == owner.name.value
+            and sole_definition(context.scopes, call.func, cst.ClassDef) is owner
+        ]
     found = []
     for call in context.index.find(cst.Call):
         func = call.func

@@ -348,7 +348,10 @@ class Training:
     def is_model(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
         modules to Kinds but hold no parameters, so they are not models here. A
-        `self.` attribute assigned a model (`self.model = model`) is one."""
+        `self.` attribute assigned a model (`self.model = model`) is one, and so is
+        what a module's `.to(device)` / `.cuda()` returns (the module itself)."""
+        if isinstance(expr, cst.Call) and method_name(expr) in ("to", "cuda") and depth < 3:
+            return self.is_model(expr.func.value, depth + 1)
         if not isinstance(expr, (cst.Name, cst.Attribute)):
             return False
         if self.code(expr) in self._model_expressions:

@@ -382,7 +382,9 @@ class SingleProcessTraining(Rule):
       `destroy_process_group()` runs.
 
     It follows the model and the loader into trainer classes (`self.model`
-    built in `__init__`), helpers that build the loader, the one call of a
+    built in `__init__`, or given to the constructor and moved there, as in
+    PyTorch's DDP tutorial), helpers that build the loader, a device passed
+    down from where it is chosen, the one call of a
     training function that is given them or reads them as globals built in the
     `__main__` block, and a model moved under a second name (`m =
     model.to(device)`: DDP wraps the name the loop runs). Logged losses are
@@ -1082,6 +1084,7 @@ class _Planner:
         origin = self.origin
         device = self._model_device()
         needs = self._needs()
+        device = self._passed_device(device)
         if device is not None and isinstance(device, (cst.Name, cst.Attribute)):
             statement, value = (
                 self._single_assignment(device) if isinstance(device, cst.Name) else self._attribute_assignment(device)
@@ -1119,6 +1122,30 @@ class _Planner:
                 )
         return setup
 
+    def _passed_device(self, device: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """The device as the code chooses it: a parameter (`self.gpu_id = gpu_id` in `__init__`,
+        `main(device, ...)`) followed to what the one call of its function passes."""
+        for _ in range(6):
+            if isinstance(device, cst.Attribute):
+                values = self.bindings.attribute_values(device)
+                if not values or len(values) != 1 or not isinstance(values[0], cst.Name):
+                    return device
+                if self.bindings.param_of(values[0]) is None:
+                    return device
+                device = values[0]
+            if not isinstance(device, cst.Name):
+                return device
+            parameter = self.bindings.param_of(device)
+            if parameter is None:
+                return device
+            function, param = parameter
+            calls = self._calls_of(function)
+            passed = facts.argument_of(self.context, calls[0], function, param) if len(calls) == 1 else None
+            if passed is None:
+                return device
+            device = passed
+        return device
+
     def _model_device(self) -> cst.BaseExpression | None:
         """The device the model's last move puts it on (`"cuda"` for `.cuda()`), None when
         it is not moved (a CPU script); raises for a fixed GPU or a move it cannot read."""
@@ -1152,6 +1179,14 @@ class _Planner:
                 )
         if isinstance(value, cst.Call) and self.names.is_(value.func, "torch.device") and len(value.args) > 1:
             raise _Blocked(value, "the device is a fixed GPU; every rank would use it")
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        for branch in branches:
+            if isinstance(branch, cst.Integer):
+                raise _Blocked(
+                    branch,
+                    f"the device is GPU {branch.value} (an index is a CUDA device); every rank would use it "
+                    '(write "cuda": setup() gives each process its own)',
+                )
 
     def _single_assignment(self, name: cst.Name):
         """(statement, value) of the one plain `name = value` line that binds `name`."""
@@ -1302,7 +1337,7 @@ class _Planner:
                     calls = self._calls_of(function)
                     if len(calls) != 1:
                         return None
-                    expr = argument_for(calls[0], function, param)
+                    expr = facts.argument_of(self.context, calls[0], function, param)
                     if expr is None:
                         return None
                     continue
@@ -1490,7 +1525,7 @@ class _Planner:
             handle: cst.BaseExpression = cst.Name(sampler)
             guard: cst.BaseExpression = _expr(f"{sampler} is not None")
         else:
-            spelled = loader.handles.get(id(function))
+            spelled = loader.handles.get(id(function)) or self._self_handle(loader, function)
             if spelled is None or not self._visible(spelled, epoch_loop):
                 raise _Blocked(
                     epoch_loop,
@@ -1521,6 +1556,24 @@ class _Planner:
         if holder is None:
             raise _Blocked(epoch_loop, "it cannot tell where an epoch ends")
         self.edits.append(InsertAfter(holder, (statement,)))
+
+    def _self_handle(self, loader: _Loader, function) -> cst.BaseExpression | None:
+        """`self.loader` in a method of the class another method of which reads the loader
+        as `self.loader`."""
+        owner = facts.class_of(self.context, function)
+        if owner is None:
+            return None
+        for scope_id, handle in loader.handles.items():
+            method = next((f for f in self.index.find(cst.FunctionDef, within=owner) if id(f) == scope_id), None)
+            if (
+                method is not None
+                and facts.class_of(self.context, method) is owner
+                and isinstance(handle, cst.Attribute)
+                and isinstance(handle.value, cst.Name)
+                and handle.value.value == "self"
+            ):
+                return handle
+        return None
 
     def _manual_batches(self, loop: cst.For) -> cst.Call | None:
         """`for i in range(...)` over slices of a `torch.randperm` permutation: each rank

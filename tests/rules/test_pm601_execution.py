@@ -35,6 +35,7 @@ CASES = {
     "randperm_batches": (),
     "seeded_sampling": ("--steps", "51"),
     "trainer_class": (),
+    "tutorial_trainer": ("2", "1"),  # total_epochs, save_every
 }
 
 

@@ -6,6 +6,8 @@ are in test_fixture_pairs.py and test_pm601_execution.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from codemod.config import Settings
@@ -133,3 +135,20 @@ def test_epochs_in_a_comprehension_are_the_reason():
         + "    return loss.item()\n\nhistory = [epoch_pass() for _ in range(3)]\n"
     )
     assert reason(source).startswith("the epochs run in a comprehension")
+
+
+TUTORIAL = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM601" / "tutorial_trainer.in.py"
+TUTORIAL_DEVICE = '    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+
+
+def test_the_tutorial_trainer_is_rewritten_where_its_objects_are_built():
+    new = rewritten(TUTORIAL.read_text())
+    assert "        self.model = model.to(gpu_id)\n        if world.distributed:\n" in new
+    assert "            if isinstance(self.train_data.sampler, DistributedSampler):\n" in new
+    assert "    device = distributed.setup(torch.device(" in new
+
+
+def test_the_tutorial_s_fixed_gpu_index_is_the_reason():
+    source = TUTORIAL.read_text()
+    assert TUTORIAL_DEVICE in source
+    assert reason(source.replace(TUTORIAL_DEVICE, "    device = 0\n")).startswith("the device is GPU 0")
