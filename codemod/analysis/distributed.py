@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.names import names_read
+from codemod.analysis.bindings import argument_for
+from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.torch_facts import TORCH_DRAWS
 
 if TYPE_CHECKING:
@@ -84,6 +85,14 @@ SEEDS = {
     "random": {"random.seed"},
 }
 PERMUTATIONS = {"torch.randperm", "numpy.random.permutation"}
+SPARSE_EMBEDDINGS = {
+    "torch.nn.Embedding",
+    "torch.nn.EmbeddingBag",
+    "torch.nn.modules.sparse.Embedding",
+    "torch.nn.modules.sparse.EmbeddingBag",
+    "torch.nn.functional.embedding",
+    "torch.nn.functional.embedding_bag",
+}
 
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
@@ -168,6 +177,18 @@ def batch_norms(context: FileContext) -> list[cst.Call]:
     return calls_named(context, BATCH_NORMS, BATCH_NORM_ZOOS)
 
 
+def sparse_embeddings(context: FileContext) -> list[cst.Call]:
+    """Embeddings the file builds or calls with `sparse=True`: their gradients are sparse."""
+    if "sparse" not in context.code:
+        return []
+    found = []
+    for call in calls_named(context, SPARSE_EMBEDDINGS):
+        sparse = kwarg(call, "sparse")
+        if sparse is not None and not (isinstance(sparse.value, cst.Name) and sparse.value.value == "False"):
+            found.append(call)
+    return found
+
+
 def per_node_guard(context: FileContext, node: cst.CSTNode) -> cst.If | None:
     """The `if` around `node`, in its function, whose test reads a node-local rank
     (`local_rank == 0`, `args.local_rank`, `os.environ["LOCAL_RANK"]`): what it guards
@@ -241,6 +262,12 @@ def function_of(context: FileContext, node: cst.CSTNode) -> cst.FunctionDef | No
     return found if isinstance(found, cst.FunctionDef) else None
 
 
+def argument_of(context: FileContext, call: cst.Call, function: cst.FunctionDef, param: cst.Param):
+    """What `call` (one of `calls_of(function)`) passes as `param`: for a method, the call
+    itself fills `self`."""
+    return argument_for(call, function, param, 1 if class_of(context, function) is not None else 0)
+
+
 def class_of(context: FileContext, function: cst.FunctionDef | None) -> cst.ClassDef | None:
     """The class `function` is a method of."""
     if function is None:
@@ -251,9 +278,19 @@ def class_of(context: FileContext, function: cst.FunctionDef | None) -> cst.Clas
 
 
 def calls_of(context: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
-    """Calls of this file to `function` by its name (`train(...)`, `self.train(...)` for a method)."""
+    """Calls of this file to `function` by its name (`train(...)`, `self.train(...)` for a
+    method; `Trainer(...)` for the `__init__` of a class `Trainer`)."""
     name = function.name.value
-    method = class_of(context, function) is not None
+    owner = class_of(context, function)
+    method = owner is not None
+    if owner is not None and name == "__init__":
+        return [
+            call
+            for call in context.index.find(cst.Call)
+            if isinstance(call.func, cst.Name)
+            and call.func.value == owner.name.value
+            and sole_definition(context.scopes, call.func, cst.ClassDef) is owner
+        ]
     found = []
     for call in context.index.find(cst.Call):
         func = call.func
@@ -359,3 +396,95 @@ def bindings_of(context: FileContext, name: cst.Name) -> list[Assignment]:
     if scope is None:
         return []
     return [a for a in scope[name.value] if type(a) is Assignment]
+
+
+# -- the numbers a message formats ---------------------------------------------------------
+
+TEXT_CALLS = {"builtins.str", "builtins.repr", "builtins.format"}
+
+
+def message_values(context: FileContext, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values that the message `expr` (an argument of `print`) formats: the
+    expressions of an f-string, the operands of `"..." % (a, b)` and `"...".format(a, b)`,
+    what `str(x)` converts, the parts of a `+` between strings; `expr` itself when it
+    is not text. A string, and a name bound only to strings, gives nothing: what it
+    formats was formatted where it was built, and text is never a value to average."""
+    found: list[cst.BaseExpression] = []
+    _collect_values(context, expr, found)
+    return found
+
+
+def _collect_values(context: FileContext, expr: cst.BaseExpression, found: list[cst.BaseExpression]) -> None:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        return
+    if isinstance(expr, cst.FormattedString):
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringExpression):
+                _collect_values(context, part.expression, found)
+        return
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.Modulo) and is_text(context, expr.left):
+            operands = expr.right
+            items = [e.value for e in operands.elements] if isinstance(operands, cst.Tuple) else [operands]
+            for item in items:
+                _collect_values(context, item, found)
+            return
+        if isinstance(expr.operator, cst.Add) and (is_text(context, expr.left) or is_text(context, expr.right)):
+            _collect_values(context, expr.left, found)
+            _collect_values(context, expr.right, found)
+            return
+    if isinstance(expr, cst.Call):
+        if (
+            isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value == "format"
+            and is_text(context, expr.func.value)
+        ):
+            for arg in expr.args:
+                if not arg.star:
+                    _collect_values(context, arg.value, found)
+            return
+        if context.names.is_(expr.func, *TEXT_CALLS):
+            if expr.args and not expr.args[0].star:
+                _collect_values(context, expr.args[0].value, found)
+            return
+    if is_text(context, expr) or is_container(context, expr):
+        return
+    found.append(expr)
+
+
+CONTAINERS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+CONTAINER_CALLS = {"builtins.list", "builtins.tuple", "builtins.dict", "builtins.set", "builtins.sorted"}
+
+
+def is_container(context: FileContext, expr: cst.BaseExpression, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether `expr` is a list, tuple, dict or set as written (a display, a
+    comprehension, `list(...)`), or a name every binding of which is one: never a
+    number to average."""
+    if isinstance(expr, CONTAINERS):
+        return True
+    if isinstance(expr, cst.Call):
+        return context.names.is_(expr.func, *CONTAINER_CALLS)
+    if isinstance(expr, cst.Name) and id(expr) not in seen:
+        values = context.bindings.values(expr)
+        return bool(values) and all(is_container(context, v, seen | {id(expr)}) for v in values)
+    return False
+
+
+def is_text(context: FileContext, expr: cst.BaseExpression, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether `expr` is a string as written: a literal, an f-string, `"..." % x`,
+    `"...".format(...)`, `str(x)`, or a name every binding of which is one of those."""
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return True
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.Modulo):
+            return is_text(context, expr.left, seen)
+        if isinstance(expr.operator, cst.Add):
+            return is_text(context, expr.left, seen) or is_text(context, expr.right, seen)
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("format", "join"):
+            return is_text(context, expr.func.value, seen)
+        return context.names.is_(expr.func, *TEXT_CALLS)
+    if isinstance(expr, cst.Name) and id(expr) not in seen:
+        values = context.bindings.values(expr)
+        return bool(values) and all(is_text(context, v, seen | {id(expr)}) for v in values)
+    return False

@@ -220,6 +220,39 @@ class Training:
     def code(self, node: cst.CSTNode) -> str:
         return self.steps.code(node)
 
+    def loss_calls(self, loop: TrainingLoop) -> list[cst.Call]:
+        """The calls the loss that `loop` differentiates is computed from: the calls in
+        its expression and in the values of the bindings that reach it (flow-sensitive,
+        so an evaluation loss bound elsewhere is not one of them), through the returns
+        of this file's helpers (`loss = compute_loss(model, batch)`), and the
+        constructors of the callables it calls (`loss_fn = nn.CrossEntropyLoss(...)`)."""
+        found: list[cst.Call] = []
+        seen: set[int] = set()
+        todo: list[cst.BaseExpression] = [b.loss for b in loop.backwards]
+        while todo and len(seen) < 200:
+            expr = todo.pop()
+            if id(expr) in seen:
+                continue
+            seen.add(id(expr))
+            for call in self.index.find(cst.Call, within=expr):
+                found.append(call)
+                if self.steps.callee(call) is not None:
+                    todo.extend(self.steps.returned(call) or [])
+                if isinstance(call.func, cst.Name):
+                    todo.extend(self.context.bindings.values(call.func) or [])
+                elif isinstance(call.func, cst.Attribute):
+                    todo.extend(self.steps.values_of(call.func) or [])
+            for name in names_read(expr):
+                for assignment in self.kinds.reaching(name):
+                    value = self.context.bindings.assigned_value(assignment)
+                    unpacked = self.context.bindings.unpacked(assignment) if value is None else None
+                    if value is not None or unpacked is not None:
+                        todo.append(value if value is not None else unpacked[0])  # all of `a, b = f(...)`
+                    statement = self.context.bindings.statement(assignment.node)
+                    if isinstance(statement, cst.AugAssign):  # `total += criterion(...)`
+                        todo.append(statement.value)
+        return found
+
     def loop_of(self, node: cst.CSTNode) -> TrainingLoop | None:
         """The training loop whose statement is `node` or contains it, else the one
         `node` runs in through calls (a helper the step loop calls)."""
@@ -315,7 +348,10 @@ class Training:
     def is_model(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
         modules to Kinds but hold no parameters, so they are not models here. A
-        `self.` attribute assigned a model (`self.model = model`) is one."""
+        `self.` attribute assigned a model (`self.model = model`) is one, and so is
+        what a module's `.to(device)` / `.cuda()` returns (the module itself)."""
+        if isinstance(expr, cst.Call) and method_name(expr) in ("to", "cuda") and depth < 3:
+            return self.is_model(expr.func.value, depth + 1)
         if not isinstance(expr, (cst.Name, cst.Attribute)):
             return False
         if self.code(expr) in self._model_expressions:

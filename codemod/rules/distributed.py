@@ -382,8 +382,14 @@ class SingleProcessTraining(Rule):
       `destroy_process_group()` runs.
 
     It follows the model and the loader into trainer classes (`self.model`
-    built in `__init__`), helpers that build the loader, and the one call of a
-    training function that is given them.
+    built in `__init__`, or given to the constructor and moved there, as in
+    PyTorch's DDP tutorial), helpers that build the loader, a device passed
+    down from where it is chosen, the one call of a
+    training function that is given them or reads them as globals built in the
+    `__main__` block, and a model moved under a second name (`m =
+    model.to(device)`: DDP wraps the name the loop runs). Logged losses are
+    averaged as numbers: the operands of `"..." % (...)`, `"...".format(...)`
+    and f-strings, never the message itself.
 
     Files that already run distributed (`torch.distributed`, DDP, FSDP,
     `DistributedSampler`, Accelerate, Lightning, DeepSpeed, Horovod, torchrun's
@@ -393,7 +399,9 @@ class SingleProcessTraining(Rule):
     global batch would change), random draws in the loop from a generator object
     the script seeds (every rank would draw the same, and reseeding it could
     change what else it draws), `DataParallel`, an `IterableDataset` or a custom
-    sampler, a loss with `reduction="sum"` (DDP averages the gradients),
+    sampler, a training loss with `reduction="sum"` (DDP averages the
+    gradients; a summed evaluation loss is fine), embeddings with
+    `sparse=True` (sparse gradients), epochs run in a comprehension,
     batches that come from somewhere the rule cannot follow, a training
     forward through a method other than `model(...)`, and steps skipped or loops
     left on values each rank computes from its own data (the ranks would fall
@@ -681,7 +689,14 @@ class _Planner:
                 "share of the batch instead of the whole batch; on GPUs convert the model with "
                 "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping it in DDP",
             )
-        for call in self.index.find(cst.Call):
+        for call in facts.sparse_embeddings(context):
+            raise _Blocked(
+                call,
+                f"`{self._src(call.func)}(..., sparse=True)` gives the model sparse gradients, which "
+                "DistributedDataParallel all-reduces on the gloo backend but not on every NCCL build "
+                "(the backend PM601 sets up on GPUs); make the embedding dense or wrap the model by hand",
+            )
+        for call in context.training.loss_calls(loop):
             reduction = kwarg(call, "reduction")
             if (
                 reduction is not None
@@ -799,12 +814,24 @@ class _Planner:
                     loop.loop, f"the model is `{code}`; PM601 wraps models held in a variable or `self.` attribute"
                 )
             setup = self._setup_statements(code, limit)
+            forward = [a for a, _ in self._second_names(setup, code) if self._forwards_through(a) is not None]
+            if len(forward) == 1 and self._forwards_through(code) is None:
+                # `m = model.to(device)`, the optimizer given `model`'s parameters and the loop
+                # running `m`: one module under two names; DDP wraps the name the loop runs.
+                code = forward[0]
+                setup = self._setup_statements(code, limit)
             if any(self._binds(s, code) for s in setup):
                 anchor = self._anchor(setup, code)
                 self._check_not_rebound(code, anchor, scope)
+                self._check_second_names(setup, code)
                 handles.insert(0, (scope if scope is not None else self.context.module, code, anchor))
                 return _Origin(scope or self.context.module, code, anchor, setup, handles)
             params = {p.name.value: p for p in scope.params.params} if isinstance(scope, cst.FunctionDef) else {}
+            outer = self._outer_binding(scope, code) if code not in params else None
+            if outer is not None:  # a global (or a closure's variable) set where the function is called
+                handles.insert(0, (scope, code, None))
+                limit, scope = outer
+                continue
             if code not in params:
                 raise _Blocked(
                     loop.loop,
@@ -826,6 +853,24 @@ class _Planner:
             limit = self.index.statement_of(calls[0])
             scope = facts.function_of(self.context, calls[0])
         raise _Blocked(loop.loop, "the model is passed through too many functions")
+
+    def _outer_binding(self, scope, code: str) -> tuple[cst.CSTNode, cst.FunctionDef | None] | None:
+        """For a function that reads `code` without binding it: the statement of its one
+        call and the scope around it, when that scope is where `code` lives (the module,
+        for a global set in the `__main__` block; the enclosing function, for a closure)."""
+        if (
+            not isinstance(scope, cst.FunctionDef)
+            or facts.class_of(self.context, scope) is not None
+            or code in facts.assigned_names(self.context, scope)
+        ):
+            return None
+        calls = self._calls_of(scope)
+        if len(calls) != 1:
+            return None
+        caller = facts.function_of(self.context, calls[0])
+        if caller is not facts.function_of(self.context, scope):
+            return None  # called from somewhere other than where it is defined
+        return self.index.statement_of(calls[0]), caller
 
     def _trained_model(self, loop) -> str:
         """How the loop spells the one model its optimizers train (not a frozen teacher
@@ -889,9 +934,9 @@ class _Planner:
         """`code = ...`, `code: T = ...`, or `code.method(...)` that moves or loads it (`.to(device)`,
         `.cuda()`, `.load_state_dict(...)`)."""
         if isinstance(small, cst.Assign):
-            return any(_code(t.target) == code for t in small.targets)
+            return any(_code(t.target) == code for t in small.targets) or _Planner._moved_copy(small, code)
         if isinstance(small, cst.AnnAssign):
-            return _code(small.target) == code and small.value is not None
+            return (_code(small.target) == code and small.value is not None) or _Planner._moved_copy(small, code)
         return (
             isinstance(small, cst.Expr)
             and isinstance(small.value, cst.Call)
@@ -901,8 +946,55 @@ class _Planner:
         )
 
     @staticmethod
+    def _moved_copy(small: cst.Assign | cst.AnnAssign, code: str) -> bool:
+        """`m = code.to(device)` / `m = code.cuda()`: a module moves in place, so this moves
+        `code` and gives it a second name."""
+        value = small.value
+        return (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("to", "cuda")
+            and _code(value.func.value) == code
+        )
+
+    @staticmethod
     def _binds(statement: cst.SimpleStatementLine, code: str) -> bool:
-        return any(isinstance(s, (cst.Assign, cst.AnnAssign)) and _Planner._sets_up(s, code) for s in statement.body)
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and any(_code(t.target) == code for t in small.targets):
+                return True
+            if isinstance(small, cst.AnnAssign) and _code(small.target) == code and small.value is not None:
+                return True
+        return False
+
+    def _second_names(self, setup: list, code: str) -> list[tuple[str, cst.CSTNode]]:
+        """The other names that `m = code.to(device)` statements among `setup` give the model."""
+        found = []
+        for statement in setup:
+            for small in statement.body:
+                if isinstance(small, (cst.Assign, cst.AnnAssign)) and self._moved_copy(small, code):
+                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                    found.extend((_code(t), small) for t in targets if _code(t) != code and _code(t).isidentifier())
+        return found
+
+    def _forwards_through(self, name: str) -> cst.Call | None:
+        """A call of the model under `name` (`name(x)`, `name.forward(x)`) in the step loop."""
+        for call in self.index.find(cst.Call, within=self.loop.loop):
+            func = call.func.value if method_name(call) == "forward" else call.func
+            if isinstance(func, cst.Name) and func.value == name:
+                return call
+        return None
+
+    def _check_second_names(self, setup: list, code: str) -> None:
+        """`m = model.to(device)` before the wrap of `model`: `m` stays the bare module, so a
+        training forward through `m` would skip DDP's gradient synchronisation."""
+        for alias, small in self._second_names(setup, code):
+            call = self._forwards_through(alias)
+            if call is not None:
+                raise _Blocked(
+                    call,
+                    f"`{alias} = {_code(small.value)}` gives the model a second name, and the loop runs "
+                    f"it as both `{code}` and `{alias}`; the DDP wrap would rebind only one: use one name",
+                )
 
     def _setup_statements(self, code: str, limit: cst.CSTNode) -> list[cst.SimpleStatementLine]:
         """Statements before `limit`, in the blocks around it up to its function, that build
@@ -992,6 +1084,7 @@ class _Planner:
         origin = self.origin
         device = self._model_device()
         needs = self._needs()
+        device = self._passed_device(device)
         if device is not None and isinstance(device, (cst.Name, cst.Attribute)):
             statement, value = (
                 self._single_assignment(device) if isinstance(device, cst.Name) else self._attribute_assignment(device)
@@ -1029,6 +1122,30 @@ class _Planner:
                 )
         return setup
 
+    def _passed_device(self, device: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """The device as the code chooses it: a parameter (`self.gpu_id = gpu_id` in `__init__`,
+        `main(device, ...)`) followed to what the one call of its function passes."""
+        for _ in range(6):
+            if isinstance(device, cst.Attribute):
+                values = self.bindings.attribute_values(device)
+                if not values or len(values) != 1 or not isinstance(values[0], cst.Name):
+                    return device
+                if self.bindings.param_of(values[0]) is None:
+                    return device
+                device = values[0]
+            if not isinstance(device, cst.Name):
+                return device
+            parameter = self.bindings.param_of(device)
+            if parameter is None:
+                return device
+            function, param = parameter
+            calls = self._calls_of(function)
+            passed = facts.argument_of(self.context, calls[0], function, param) if len(calls) == 1 else None
+            if passed is None:
+                return device
+            device = passed
+        return device
+
     def _model_device(self) -> cst.BaseExpression | None:
         """The device the model's last move puts it on (`"cuda"` for `.cuda()`), None when
         it is not moved (a CPU script); raises for a fixed GPU or a move it cannot read."""
@@ -1062,6 +1179,14 @@ class _Planner:
                 )
         if isinstance(value, cst.Call) and self.names.is_(value.func, "torch.device") and len(value.args) > 1:
             raise _Blocked(value, "the device is a fixed GPU; every rank would use it")
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        for branch in branches:
+            if isinstance(branch, cst.Integer):
+                raise _Blocked(
+                    branch,
+                    f"the device is GPU {branch.value} (an index is a CUDA device); every rank would use it "
+                    '(write "cuda": setup() gives each process its own)',
+                )
 
     def _single_assignment(self, name: cst.Name):
         """(statement, value) of the one plain `name = value` line that binds `name`."""
@@ -1212,7 +1337,7 @@ class _Planner:
                     calls = self._calls_of(function)
                     if len(calls) != 1:
                         return None
-                    expr = argument_for(calls[0], function, param)
+                    expr = facts.argument_of(self.context, calls[0], function, param)
                     if expr is None:
                         return None
                     continue
@@ -1370,6 +1495,15 @@ class _Planner:
         function or around its one call."""
         node: cst.CSTNode = loop
         for _ in range(4):
+            for ancestor in self.index.ancestors(node):
+                if isinstance(ancestor, facts.SCOPES):
+                    break
+                if isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+                    raise _Blocked(
+                        ancestor,
+                        "the epochs run in a comprehension; PM601 tells the sampler each epoch "
+                        "(set_epoch) at the top of a `for` loop: write the epochs as one",
+                    )
             outer = self._enclosing_loops(node)
             if outer:
                 return outer[0], facts.function_of(self.context, outer[0])
@@ -1391,7 +1525,7 @@ class _Planner:
             handle: cst.BaseExpression = cst.Name(sampler)
             guard: cst.BaseExpression = _expr(f"{sampler} is not None")
         else:
-            spelled = loader.handles.get(id(function))
+            spelled = loader.handles.get(id(function)) or self._self_handle(loader, function)
             if spelled is None or not self._visible(spelled, epoch_loop):
                 raise _Blocked(
                     epoch_loop,
@@ -1422,6 +1556,24 @@ class _Planner:
         if holder is None:
             raise _Blocked(epoch_loop, "it cannot tell where an epoch ends")
         self.edits.append(InsertAfter(holder, (statement,)))
+
+    def _self_handle(self, loader: _Loader, function) -> cst.BaseExpression | None:
+        """`self.loader` in a method of the class another method of which reads the loader
+        as `self.loader`."""
+        owner = facts.class_of(self.context, function)
+        if owner is None:
+            return None
+        for scope_id, handle in loader.handles.items():
+            method = next((f for f in self.index.find(cst.FunctionDef, within=owner) if id(f) == scope_id), None)
+            if (
+                method is not None
+                and facts.class_of(self.context, method) is owner
+                and isinstance(handle, cst.Attribute)
+                and isinstance(handle.value, cst.Name)
+                and handle.value.value == "self"
+            ):
+                return handle
+        return None
 
     def _manual_batches(self, loop: cst.For) -> cst.Call | None:
         """`for i in range(...)` over slices of a `torch.randperm` permutation: each rank
@@ -2003,14 +2155,12 @@ class _Planner:
                 break
             if isinstance(ancestor, (cst.If, cst.While)) and local.reads(ancestor.test):
                 return
-        parts: list[cst.BaseExpression] = []
-        for arg in call.args:
-            if arg.keyword is not None or arg.star:
-                continue
-            if isinstance(arg.value, cst.FormattedString):
-                parts.extend(p.expression for p in arg.value.parts if isinstance(p, cst.FormattedStringExpression))
-            else:
-                parts.append(arg.value)
+        parts = [
+            value
+            for arg in call.args
+            if arg.keyword is None and not arg.star
+            for value in facts.message_values(self.context, arg.value)
+        ]
         for part in parts:
             if not local.reads_loss(part):
                 continue

@@ -26,11 +26,16 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER
 TQDM = "def tqdm(iterable=None, *args, **kwargs):\n    return iterable\n"
 # Arguments that keep each run to a few seconds of CPU.
 CASES = {
+    "eval_sum_loss": (),
     "helper_loader": ("--epochs", "2"),
+    "logged_means": (),
+    "main_block": (),
     "micro_batches": (),
+    "moved_copy": (),
     "randperm_batches": (),
     "seeded_sampling": ("--steps", "51"),
     "trainer_class": (),
+    "tutorial_trainer": ("2", "1"),  # total_epochs, save_every
 }
 
 

@@ -1,0 +1,154 @@
+"""PM601's reasons, each checked against the script it is given: what it refuses, it
+refuses for the reason that holds there, and what it used to refuse for a reason that
+did not hold (an evaluation loss summed, a model built in the `__main__` block, a model
+moved under a second name) it rewrites (the fixture pairs and their runs under torchrun
+are in test_fixture_pairs.py and test_pm601_execution.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+from codemod.rules.distributed import LOOP
+
+PM601 = Settings(select=("PM601",), level=Level.UNSAFE)
+REFUSED = "cannot make it torchrun-ready: "
+
+
+def finding(source: str):
+    result = process_source(source.encode(), "train.py", PM601)
+    assert result.error is None, result.error
+    (found,) = [f for f in result.findings if f.code == "PM601"]
+    return found, result
+
+
+def reason(source: str) -> str:
+    found, result = finding(source)
+    assert not found.applied and result.new_source in (None, source.encode()), found.message
+    return found.message.split(REFUSED, 1)[1]
+
+
+def rewritten(source: str) -> str:
+    found, result = finding(source)
+    assert found.applied, found.message
+    return result.new_source.decode()
+
+
+EVALUATION = LOOP + (
+    "    with torch.no_grad():\n"
+    "        val = sum(torch.nn.functional.mse_loss(model(x), y, reduction='sum') for x, y in loader)\n"
+    "    print(val.item())\n"
+)
+
+
+def test_a_summed_evaluation_loss_is_not_the_training_loss():
+    assert "DistributedDataParallel(model)" in rewritten(EVALUATION)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "loss = torch.nn.functional.mse_loss(model(x), y, reduction='sum')",
+        "loss = criterion(model(x), y)",
+        "loss, extra = summed(model(x), y)",
+    ],
+    ids=["functional", "loss-module", "helper-tuple"],
+)
+def test_a_summed_training_loss_is_the_reason(spelling):
+    source = (
+        "def summed(out, y):\n"
+        "    return torch.nn.functional.mse_loss(out, y, reduction='sum'), 0\n"
+        "criterion = torch.nn.MSELoss(reduction='sum')\n"
+    )
+    source = LOOP.replace("model = torch", source + "model = torch").replace(
+        "loss = torch.nn.functional.mse_loss(model(x), y)", spelling
+    )
+    assert reason(source).startswith('the loss is summed over the batch (reduction="sum")')
+
+
+MAIN_BLOCK = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(2)
+"""
+
+
+def test_a_model_built_in_the_main_block_is_wrapped_there():
+    new = rewritten(MAIN_BLOCK)
+    assert (
+        "    model = torch.nn.Linear(8, 1)\n    if world.distributed:\n        model = DistributedDataParallel(model)\n"
+        in new
+    )
+
+
+def test_a_global_model_of_a_function_called_twice_is_refused_for_that():
+    source = MAIN_BLOCK.replace("    train(2)\n", "    train(1)\n    train(1)\n")
+    assert "is not built in the function that trains it" in reason(source)
+
+
+MOVED = LOOP.replace("model = torch.nn.Linear(8, 1)\n", "model = torch.nn.Linear(8, 1)\nm = model.to('cpu')\n")
+
+
+def test_a_model_moved_under_a_second_name_is_wrapped_under_the_name_the_loop_runs():
+    new = rewritten(MOVED.replace("mse_loss(model(x), y)", "mse_loss(m(x), y)"))
+    assert "m = model.to('cpu')\nif world.distributed:\n    m = DistributedDataParallel(m)\n" in new
+    assert "SGD(model.parameters()" in new  # the same parameters: DDP wraps that module
+
+
+def test_a_model_run_under_both_names_is_refused_for_that():
+    source = MOVED.replace("mse_loss(model(x), y)", "mse_loss(m(x), y) + model(x).mean()")
+    assert "gives the model a second name, and the loop runs it as both" in reason(source)
+
+
+def test_sparse_embedding_gradients_are_the_reason():
+    source = LOOP.replace("torch.nn.Linear(8, 1)", "torch.nn.EmbeddingBag(8, 1, sparse=True)").replace(
+        "model(x)", "model(x.long().clamp(0, 7))"
+    )
+    assert "sparse=True)` gives the model sparse gradients" in reason(source)
+
+
+def test_epochs_in_a_comprehension_are_the_reason():
+    source = (
+        LOOP.replace("for epoch in range(3):\n", "def epoch_pass():\n").replace(
+            "\n    for x, y in loader:", "\n    for x, y in loader:"
+        )
+        + "    return loss.item()\n\nhistory = [epoch_pass() for _ in range(3)]\n"
+    )
+    assert reason(source).startswith("the epochs run in a comprehension")
+
+
+TUTORIAL = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM601" / "tutorial_trainer.in.py"
+TUTORIAL_DEVICE = '    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+
+
+def test_the_tutorial_trainer_is_rewritten_where_its_objects_are_built():
+    new = rewritten(TUTORIAL.read_text())
+    assert "        self.model = model.to(gpu_id)\n        if world.distributed:\n" in new
+    assert "            if isinstance(self.train_data.sampler, DistributedSampler):\n" in new
+    assert "    device = distributed.setup(torch.device(" in new
+
+
+def test_the_tutorial_s_fixed_gpu_index_is_the_reason():
+    source = TUTORIAL.read_text()
+    assert TUTORIAL_DEVICE in source
+    assert reason(source.replace(TUTORIAL_DEVICE, "    device = 0\n")).startswith("the device is GPU 0")
