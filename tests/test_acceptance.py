@@ -178,13 +178,6 @@ def _rewritten_tree(name: str) -> ast.Module:
     return ast.parse(rewritten(name, "unsafe").new_source)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="PM502 reports naive_lm's per-sample forward loop (`for i in range(inputs.size(0))`: a forward, "
-    "a loss from the local function k_token_loss and a backward per sample) but does not rewrite it into one "
-    "batched forward and backward: 'k_token_loss(...) may mean something else for a batch than for one sample'",
-)
 def test_naive_lm_per_sample_loop_becomes_one_batched_backward():
     def backward_in(node: ast.AST) -> bool:
         return any(

@@ -11,6 +11,7 @@ from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import atom, integer_value, kwarg, method_name, names_read
 from codemod.analysis.torch_facts import (
+    ALL_LOSS_FUNCTIONS,
     BATCH_MIXING_LAYERS,
     COUNTED_LOSSES,
     FUNCTIONAL,
@@ -331,6 +332,18 @@ class PerSampleForwardLoop(Rule):
             PREAMBLE + 'loss = (F.cross_entropy(model(x), y, reduction="none").view(len(x), -1).sum(1)\n'
             "        / (y != -100).view(len(x), -1).sum(1)).mean()\nloss.backward()\ntotal += loss.item()\n",
             "the per-sample division by the batch size: the mean of the per-sample means",
+        ),
+        Invalid(
+            PREAMBLE + "def pair_loss(logits, targets):\n    total = 0.0\n    for j in range(2):\n"
+            "        total = total + F.cross_entropy(logits, targets[:, j], ignore_index=0)\n    return total / 2\n"
+            "pairs = torch.randint(1, 3, (8, 2))\nfor i in range(len(x)):\n    out = model(x[i:i + 1])\n"
+            "    loss = pair_loss(out, pairs[i:i + 1])\n    loss.backward()\n    total += loss.item()\n",
+            PREAMBLE + "def pair_loss(logits, targets):\n    total = 0.0\n    for j in range(2):\n"
+            "        total = total + F.cross_entropy(logits, targets[:, j], ignore_index=0)\n    return total / 2\n"
+            "pairs = torch.randint(1, 3, (8, 2))\nout = model(x)\n"
+            "loss = sum(pair_loss(out[i : i + 1], pairs[i:i + 1]) for i in range(len(x)))\nloss.backward()\n"
+            "total += loss.item()\n",
+            "a loss function of the file it cannot read: called per sample on the batched output, summed",
         ),
         Invalid(
             PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))")
@@ -1414,7 +1427,57 @@ class _Batcher:
     def _local_call(self, call: cst.Call, function: cst.FunctionDef) -> _Value:
         """A loss computed by a function of this file: what it returns for the sample's
         arguments. A sum or an element-wise mean keeps the call; a counted mean is
-        written out (inlined) with its per-sample means."""
+        written out (inlined) with its per-sample means. A loss function the batcher
+        cannot read (a loop over positions, a mean over the targets that count) is
+        called per sample on the batched model's output and the results summed: the
+        same calls, on the same values, in the same order."""
+        try:
+            return self._read_local_loss(call, function)
+        except _NotBatchable:
+            per_sample = self._per_sample_loss(call, function)
+            if per_sample is None:
+                raise
+            return per_sample
+
+    def _per_sample_loss(self, call: cst.Call, function: cst.FunctionDef) -> _Value | None:
+        """`sum(f(out[i : i + 1], y[i : i + 1]) for i in range(B))` for a loss function `f`
+        called on one sample's values; None when `f` computes no torch loss, or an
+        argument is not one sample's slice of a batched value (or a value of all samples)."""
+        names = self.context.names
+        if not any(
+            names.of(inner.func) & ALL_LOSS_FUNCTIONS for inner in self.context.index.find(cst.Call, within=function)
+        ):
+            return None
+        saved = self.collect
+        self.collect = False  # read only for their kinds: the call is written anew
+        try:
+            kinds = [self.value(arg.value).kind for arg in call.args]
+        finally:
+            self.collect = saved
+        index = self.loop.index
+        if index is None or any(kind not in (INV, ONE, ROW) for kind in kinds) or all(k == INV for k in kinds):
+            return None
+        derived = {name for name, value in self.env.items() if value.kind != INV}
+        args = []
+        for arg, kind in zip(call.args, kinds):
+            reads = {n.value for n in names_read(arg.value)}
+            if reads & self.samples and (reads & derived or reads & self.samples != {index}):
+                return None
+            if kind == INV and index in reads:
+                return None  # the generator's index would hide a name the call reads
+            # One sample's slice of the data (`y[i : i + 1]`) reads as it did; a value the
+            # batched model computed gets its sample's part (`out[i : i + 1]`).
+            args.append(
+                arg
+                if reads & self.samples or kind == INV
+                else arg.with_changes(value=_sample_of(arg.value, kind, index))
+            )
+        count = self.loop.count
+        text = cst.Module([]).code_for_node(call.with_changes(args=args))
+        self.edit(call, lambda _: cst.parse_expression(f"sum({text} for {index} in range({count}))"))
+        return _Value(SUM, origin=("loss",))
+
+    def _read_local_loss(self, call: cst.Call, function: cst.FunctionDef) -> _Value:
         returned = _single_return(function)
         if returned is None or self.inlining > 2:
             return self._reject(call)
@@ -1582,6 +1645,23 @@ def _name_nodes(target: cst.BaseExpression) -> list[cst.Name]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [n for e in target.elements for n in _name_nodes(e.value)]
     return []
+
+
+def _sample_of(value: cst.BaseExpression, kind: str, index: str) -> cst.BaseExpression:
+    """One sample's part of a batched value: `out[i : i + 1]` where each sample had
+    a batch dimension of one, `out[i]` where it had none."""
+    text = cst.Module([]).code_for_node(value)
+    if kind == ONE:
+        return cst.parse_expression(
+            f"({text})[{index} : {index} + 1]" if _needs_parens(value) else f"{text}[{index} : {index} + 1]"
+        )
+    if kind == ROW:
+        return cst.parse_expression(f"({text})[{index}]" if _needs_parens(value) else f"{text}[{index}]")
+    return value
+
+
+def _needs_parens(value: cst.BaseExpression) -> bool:
+    return not isinstance(value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call))
 
 
 def _single_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
