@@ -214,6 +214,20 @@ class LoopInvariantTokenization(Rule):
     ]
     INVALID = [
         Invalid(
+            OWN_TOKENIZER + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode('a b')])\n"
+            "    ids = ids.long()\n" + STEP,
+            OWN_TOKENIZER
+            + "ids = torch.tensor([tokenizer.encode('a b')])\nids = ids.long()\nfor step in range(3):\n"
+            + STEP,
+            "a name bound twice, the second from the first: the two lines move together",
+        ),
+        Invalid(
+            OWN_TOKENIZER + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode('a b')])\n"
+            "    print(ids)\n    ids = ids.long()\n" + STEP,
+            None,
+            "read between the two bindings: reported",
+        ),
+        Invalid(
             OWN_TOKENIZER + "for step in range(3):\n    ids = torch.tensor([tokenizer.encode('a b')])\n" + STEP,
             OWN_TOKENIZER + "ids = torch.tensor([tokenizer.encode('a b')])\nfor step in range(3):\n" + STEP,
             "a tokenizer class of the script's own whose methods are pure",
@@ -582,7 +596,7 @@ class LoopInvariantTokenization(Rule):
                 if best is None and isinstance(problem, tuple):
                     obstacle = problem
                 break
-            problem = self._target_problem(name, statement, line, region)
+            problem = self._target_problem(name, statement, line, region, regions)
             if problem is not None:
                 if best is None:
                     obstacle = problem
@@ -802,9 +816,10 @@ class LoopInvariantTokenization(Rule):
                     break
         return False
 
-    def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode):
-        """Can `name = value` run once before `region`: bound nowhere else in it, read in
-        it only after this statement, and its value never changed in place there?"""
+    def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode, regions: dict):
+        """Can `name = value` run once before `region`: bound nowhere else in it (or only by
+        a chain hoisted with it, `s = f(...)` then `s = s.to(device)`), read in it only after
+        those statements, and its value never changed in place there?"""
         scope = self._scopes.get(statement)
         others = [
             a
@@ -813,11 +828,17 @@ class LoopInvariantTokenization(Rule):
             and isinstance(a.node, cst.CSTNode)
             and self.context.inside(a.node, region)
         ]
+        chain = [statement]
         if others:
-            return f"`{name}` is bound more than once in the loop"
-        end = self.context.positions[line].end
+            chain = self._rebinding_chain(name, statement, region, regions)
+            if chain is None:
+                return f"`{name}` is bound more than once in the loop"
+        last = self._bindings.statement(chain[-1]) if len(chain) > 1 else line
+        end = self.context.positions[self.context.parents.get(last) if isinstance(last, cst.Assign) else last].end
         for access in scope.accesses[name]:
             start = self.context.positions[access.node].start
+            if any(self.context.inside(access.node, member.value) for member in chain[1:]):
+                continue  # the chain's next statement reading the one before
             if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
                 return f"`{name}` is read in the loop before it is bound"
         for alias in sorted(self._aliases(name, region)):
@@ -826,6 +847,37 @@ class LoopInvariantTokenization(Rule):
                     return f"`{name}` is changed in place in the loop, and hoisted it would carry the change to the next step"
                 return f"`{alias}`, computed from `{name}` (possibly a view of it), is changed in place in the loop"
         return None
+
+    def _rebinding_chain(
+        self, name: str, statement: cst.Assign, region: cst.CSTNode, regions: dict
+    ) -> list[cst.Assign] | None:
+        """The statements binding `name` in `region`, in order, when they are one chain an
+        expert moves out together: `name = value` alone on lines of one block, each after
+        the first computed from invariants and the one before (`s = s.to(device)`); the
+        first is `statement`, or was moved out already. None otherwise."""
+        scope = self._scopes.get(statement)
+        members = []
+        for assignment in scope.assignments[name]:
+            node = assignment.node
+            if not (isinstance(node, cst.CSTNode) and self.context.inside(node, region)):
+                continue
+            target, assign = self.context.parents.get(node), None
+            if isinstance(target, cst.AssignTarget):
+                assign = self.context.parents.get(target)
+            line = self.context.parents.get(assign) if isinstance(assign, cst.Assign) else None
+            if line is None or _single_assignment(line) is not assign:
+                return None
+            members.append((self.context.positions[line].start.line, line, assign))
+        members.sort(key=lambda member: member[0])
+        if len({id(self.context.parents.get(line)) for _, line, _ in members}) != 1:
+            return None  # not one block: a branch may skip one of them
+        chain = [assign for _, _, assign in members]
+        if chain[0] is not statement and name not in regions:
+            return None
+        hoisted = {**regions, name: region}
+        if any(self._variance(assign.value, region, hoisted) is not None for assign in chain[1:]):
+            return None
+        return chain
 
     def _aliases(self, name: str, region: cst.CSTNode) -> set[str]:
         """`name` and the names bound in `region` to values that may share its object or
