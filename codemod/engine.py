@@ -466,11 +466,16 @@ def _apply(
         site = import_edits.import_site(module)
         line = context.positions[site.after].end.line if site.after is not None else 1
         merged = _merged_import_spans(module, needed, context)
+        placed: dict = {}
+        new_module = import_edits.add(new_module, needed, site, _first_party(context), placed)
         for fix in accepted:
-            if any(item in needed for item in fix.imports):
-                lines_of[fix.key].append((line, line))
+            for item in fix.imports:
+                around = [_neighbour_line(s, k, context) for k, s in placed.get(item, ()) if s in context.positions]
+                if around:  # sorted in among the imports: the lines around it
+                    lines_of[fix.key].extend(around)
+                elif item in needed and item not in merged:
+                    lines_of[fix.key].append((line, line))
             lines_of[fix.key].extend(merged[item] for item in fix.imports if item in merged)
-        new_module = import_edits.add(new_module, needed, site)
     released = _imported_names_in_edits(module, accepted, index)
     if released:
         new_module, removed = import_edits.without_unused(new_module, set(released))
@@ -565,6 +570,23 @@ def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], contex
             and any(context.inside(name, anchor) for anchor in nested)
         )
     ]
+
+
+def _first_party(context: FileContext):
+    """Is a top-level module name one of the project's own (isort's first-party section)?
+    The project is the configured root, else the file's folder; a snippet with no file
+    (`<stdin>`) has none."""
+    root = context.settings.root
+    if root is None and context.path and not context.path.startswith("<"):
+        root = Path(context.path).absolute().parent
+    return import_edits.project_packages(Path(root)) if root is not None else lambda name: False
+
+
+def _neighbour_line(statement: cst.BaseStatement, k: int, context: FileContext) -> tuple[int, int]:
+    """The line of an import statement a new import goes next to: the last line of the
+    one it follows (k 0), the first of the one after it (k 1)."""
+    first, last = _statement_span(statement, context)
+    return (last, last) if k == 0 else (first, first)
 
 
 def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileContext) -> dict:

@@ -252,9 +252,9 @@ if __name__ == "__main__":
 """
 SCRIPT_TORCHRUN = """\
 import torch
-from torch.utils.data import DataLoader, TensorDataset, DistributedSampler
-from torch.nn.parallel import DistributedDataParallel
 from runtime import distributed
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
 def main():
@@ -318,12 +318,13 @@ for i, x in enumerate(loader):
         opt.zero_grad()
 """
 ACCUMULATION_TORCHRUN = """\
-import torch
-from torch.utils.data import DataLoader, DistributedSampler
-import contextlib
 import atexit
-from torch.nn.parallel import DistributedDataParallel
+import contextlib
+
+import torch
 from runtime import distributed
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
 
 distributed.setup("cuda")
 world = distributed.world()

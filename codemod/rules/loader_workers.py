@@ -57,9 +57,11 @@ FORK_WORKERS = (
 
 
 def _imported(code: str) -> str:
-    """`code` with the import the fix adds, where the engine puts it: after the last import."""
+    """`code` with the import the fix adds, where the engine puts it: sorted into the
+    third-party imports, a blank line after them."""
     last = "from torch.utils.data import DataLoader, TensorDataset\n"
-    return code.replace(last, last + "from runtime.data import default_num_workers\n\n", 1)
+    code = code.replace(last, last + "\n", 1)
+    return code.replace("import torch\n", "import torch\nfrom runtime.data import default_num_workers\n", 1)
 
 
 def _guarded(body: str) -> str:
