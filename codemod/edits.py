@@ -461,10 +461,17 @@ class _Apply(cst.CSTTransformer):
                     before.setdefault(edit.to, []).extend([edit.moved(moved[0]), *moved[1:]])
         segments: list[list[cst.BaseStatement]] = []
         carried: list[cst.EmptyLine] = []  # comment lines of removed statements, for the next one
+        # The blank lines above removed statements, which separated them and what follows
+        # from the statements before: the next statement gets them if it has none.
+        gap: list[cst.EmptyLine] = []
         for statement, new in zip(original.body, updated.body):
             core = [] if statement in removed else self.items.get(statement, [new])
             if not core and _has_comments(statement) and statement not in uncommented:
                 carried.extend(statement.leading_lines)
+            elif not core and not before.get(statement) and not after.get(statement):
+                gap = gap or _split_blank(statement.leading_lines)[0]
+                segments.append([])
+                continue
             inserted = list(before.get(statement, ()))
             if inserted and core and core[0].leading_lines:
                 blank, kept = _split_blank(core[0].leading_lines)
@@ -475,6 +482,10 @@ class _Apply(cst.CSTTransformer):
             if segment and carried:
                 segment[0] = segment[0].with_changes(leading_lines=[*carried, *segment[0].leading_lines])
                 carried = []
+            if segment and gap and not segment[0].leading_lines:
+                segment[0] = segment[0].with_changes(leading_lines=gap)
+            if segment:
+                gap = []
             segments.append(segment)
         wraps = sorted((e for e in edits if isinstance(e, Wrap)), key=lambda w: position[w.last] - position[w.anchor])
         for wrap in wraps:
@@ -484,6 +495,17 @@ class _Apply(cst.CSTTransformer):
                 segments[i] = []
             segments[first] = [_with(wrap.items, body)] if body else []
         statements = [s for segment in segments for s in segment]
+        first = original.body[0] if original.body else None
+        if (
+            isinstance(updated, cst.IndentedBlock)
+            and statements
+            and (first in removed or self.items.get(first) == [])
+            and not before.get(first)
+        ):
+            # What was first went: the statement now first takes no blank line above it,
+            # as formatters leave a block (its comment lines stay).
+            _, kept = _split_blank(statements[0].leading_lines)
+            statements[0] = statements[0].with_changes(leading_lines=kept)
         if isinstance(updated, cst.IndentedBlock) and not statements:
             statements = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
             carried = []
