@@ -360,6 +360,10 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
         _finding(path, report, line, key, context, reasons | notes, lines_of)
         for key, (report, line) in enumerate(reports)
     ]
+    findings = [
+        replace(finding, fixed_by=plan.settled[key].code) if key in plan.settled else finding
+        for key, finding in enumerate(findings)
+    ]
     return _Outcome(findings, new_module, [rule for rule in pending if rule in waiting], project_dependencies(context))
 
 

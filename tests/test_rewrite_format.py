@@ -4,11 +4,14 @@ user's own lines stay as written."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 
 from codemod.config import Settings
 from codemod.edits import Remove
 from codemod.engine import process_source
+from codemod.report.text import apply_report
 from codemod.rule import Level, Rule
 
 
@@ -58,3 +61,22 @@ def test_a_removed_statement_between_two_blank_lines_leaves_one():
 def test_a_block_emptied_by_the_fix_gets_pass():
     assert rewrite("if x:\n    drop()\nz = 1\n", [DropCallsOfDrop]) == "if x:\n    pass\nz = 1\n"
     assert cst.parse_module(rewrite("if x:\n    drop()\n", [DropCallsOfDrop]))
+
+
+# -- what the summary counts ----------------------------------------------------------------
+
+SEED = Path(__file__).resolve().parent.parent / "fixtures" / "scripts" / "seed_latentwire.py"
+
+
+def test_the_summary_counts_each_rules_own_fixes_and_those_another_fix_settles_apart():
+    """PM103's prefetcher replaces two copies PM101 would make non-blocking: those two
+    findings are settled by PM103's fix, and are no PM101 fixes in the diff."""
+    result = process_source(SEED.read_bytes(), "train.py", Settings(level=Level.UNSAFE, root=SEED.parent))
+    assert result.error is None
+    settled = [f for f in result.findings if f.fixed_by]
+    assert [(f.code, f.fixed_by) for f in settled] == [("PM101", "PM103"), ("PM101", "PM103")]
+    own = [f for f in result.findings if f.applied and not f.fixed_by]
+    report = apply_report([result], Level.UNSAFE, dry_run=False).splitlines()
+    assert report[0].startswith(f"Fixed train.py: {len(own)} fixes (PM101, PM102, PM103, ")
+    assert report[0].endswith("; they also settle 2 findings (PM101 x2)")
+    assert report[1] == f"Applied {len(own)} fixes to 1 file (1 file checked)."
