@@ -33,7 +33,7 @@ from pathlib import Path
 import libcst as cst
 
 from codemod import edits as edit_model
-from codemod import guard
+from codemod import guard, layout
 from codemod import imports as import_edits
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.project import project_dependencies
@@ -464,7 +464,8 @@ def _apply(
     lines_of: dict[int, list[tuple[int, int]]] = {
         fix.key: [span for edit in fix.edits for span in _spans(edit, context)] for fix in accepted
     }
-    new_module = edit_model.apply(module, accepted, index)
+    origins: dict[int, cst.CSTNode] = {}
+    new_module = edit_model.apply(module, accepted, index, origins)
     needed = import_edits.missing(module, [item for fix in accepted for item in fix.imports])
     if needed:
         site = import_edits.import_site(module)
@@ -488,6 +489,16 @@ def _apply(
                 span = _statement_span(statement, context)
                 for key in released[name]:
                     lines_of[key].append(span)
+    lines = context.code.splitlines()
+
+    def width_before(statement: cst.SimpleStatementLine) -> int | None:
+        origin = origins.get(id(statement.body[0])) if statement.body else None
+        if origin is None or origin not in context.positions:
+            return None
+        position = context.positions[origin]
+        return max(len(line) for line in lines[position.start.line - 1 : position.end.line])
+
+    new_module = layout.wrapped(new_module, lambda node: node not in index, width_before, context.settings.line_length)
     return new_module, lines_of
 
 
@@ -578,10 +589,10 @@ def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], contex
 
 def _first_party(context: FileContext):
     """Is a top-level module name one of the project's own (isort's first-party section)?
-    The project is the configured root, else the file's folder; a snippet with no file
-    (`<stdin>`) has none."""
+    The project is the configured root, else the folder of the file; source that is no
+    file (`<stdin>`, a path that does not exist) has none."""
     root = context.settings.root
-    if root is None and context.path and not context.path.startswith("<"):
+    if root is None and context.path and not context.path.startswith("<") and Path(context.path).is_file():
         root = Path(context.path).absolute().parent
     return import_edits.project_packages(Path(root)) if root is not None else lambda name: False
 

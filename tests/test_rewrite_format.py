@@ -80,3 +80,13 @@ def test_the_summary_counts_each_rules_own_fixes_and_those_another_fix_settles_a
     assert report[0].startswith(f"Fixed train.py: {len(own)} fixes (PM101, PM102, PM103, ")
     assert report[0].endswith("; they also settle 2 findings (PM101 x2)")
     assert report[1] == f"Applied {len(own)} fixes to 1 file (1 file checked)."
+
+
+def test_a_value_the_fix_reads_twice_is_computed_once():
+    """PM201 reads the worker count twice (workers, and whether they persist): one call of
+    default_num_workers(), bound before the loader."""
+    result = process_source(SEED.read_bytes(), "train.py", Settings(level=Level.UNSAFE, root=SEED.parent))
+    rewritten = result.new_source.decode()
+    assert rewritten.count("default_num_workers()") == 1
+    assert "    num_workers = default_num_workers()\n    loader = DataLoader(\n" in rewritten
+    assert "        num_workers=num_workers,\n        persistent_workers=num_workers > 0,\n" in rewritten

@@ -262,7 +262,12 @@ def main():
     world = distributed.world()
     dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
     sampler = DistributedSampler(dataset) if world.distributed else None
-    loader = DataLoader(dataset, batch_size=distributed.local_batch_size(32), shuffle=sampler is None, sampler=sampler)
+    loader = DataLoader(
+        dataset,
+        batch_size=distributed.local_batch_size(32),
+        shuffle=sampler is None,
+        sampler=sampler,
+    )
     model = torch.nn.Linear(8, 1).to(device)
     if world.distributed:
         model = DistributedDataParallel(model)
@@ -275,7 +280,9 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
-        distributed.print0(f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}")
+        distributed.print0(
+            f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}"
+        )
         if distributed.is_main():
             torch.save(distributed.unwrap(model).state_dict(), "last.pt")
 

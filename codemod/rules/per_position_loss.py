@@ -232,7 +232,8 @@ class PerPositionLossLoop(Rule):
             PREAMBLE + "K = 3\nfor k in range(K):\n    step_logits = logits[:, -K + k, :]\n"
             '    loss += F.cross_entropy(step_logits, targets[:, k], reduction="sum")\n',
             PREAMBLE
-            + 'K = 3\nloss += F.cross_entropy(logits[:, -K:].flatten(0, 1), targets[:, :K].flatten(0, 1), reduction="sum")\n',
+            + "K = 3\nloss += F.cross_entropy(\n"
+            + '    logits[:, -K:].flatten(0, 1), targets[:, :K].flatten(0, 1), reduction="sum"\n)\n',
             "the last K positions, through a name assigned in the loop",
         ),
         Invalid(

@@ -60,7 +60,14 @@ def wkv(r, k, v, w, u, state):
 RWKV_FIXED = """from runtime.kernels import linear_attention
 
 def wkv(r, k, v, w, u, state):
-    o, state = linear_attention(r, k[:, :, :r.size(2)], v[:, :, :r.size(2)], w[:, :, :r.size(2)].movedim(2, -2), u=u, initial_state=state)
+    o, state = linear_attention(
+        r,
+        k[:, :, :r.size(2)],
+        v[:, :, :r.size(2)],
+        w[:, :, :r.size(2)].movedim(2, -2),
+        u=u,
+        initial_state=state,
+    )
     return o, state
 """
 KERNELS = "runtime.kernels"

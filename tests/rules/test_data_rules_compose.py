@@ -183,8 +183,9 @@ def test_manual_batches_rewrite_keeps_the_copies_non_blocking_and_trains_the_sam
 def test_both_loader_rules_write_into_one_kwargs_dict(monkeypatch):
     new = run_all(KWARGS_DICT).new_source.decode()
     assert (
-        'train_kwargs = {"batch_size": 6, "shuffle": False, "pin_memory": device.type == "cuda", '
-        '"num_workers": default_num_workers(), "persistent_workers": default_num_workers() > 0}'
+        "    num_workers = default_num_workers()\n"
+        '    train_kwargs = {"batch_size": 6, "shuffle": False, "pin_memory": device.type == "cuda", '
+        '"num_workers": num_workers, "persistent_workers": num_workers > 0}'
     ) in new
     assert "for batch in DevicePrefetcher(loader, device):" in new
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
