@@ -491,12 +491,15 @@ def _apply(
                     lines_of[key].append(span)
     lines = context.code.splitlines()
 
-    def width_before(statement: cst.SimpleStatementLine) -> int | None:
+    def width_before(statement: cst.SimpleStatementLine) -> tuple[int | None, int]:
+        """The widest line of the statement `statement` was rewritten from, and its number
+        of lines ((None, 1) for a statement the fixes wrote)."""
         origin = origins.get(id(statement.body[0])) if statement.body else None
         if origin is None or origin not in context.positions:
-            return None
+            return None, 1
         position = context.positions[origin]
-        return max(len(line) for line in lines[position.start.line - 1 : position.end.line])
+        span = lines[position.start.line - 1 : position.end.line]
+        return max(len(line) for line in span), len(span)
 
     new_module = layout.wrapped(new_module, lambda node: node not in index, width_before, context.settings.line_length)
     return new_module, lines_of

@@ -4,15 +4,21 @@ user's own lines stay as written."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import libcst as cst
+import pytest
 
-from codemod.config import Settings
-from codemod.edits import Remove
+from codemod.config import Settings, load_settings
+from codemod.edits import Remove, Replace
 from codemod.engine import process_source
 from codemod.report.text import apply_report
 from codemod.rule import Level, Rule
+from codemod.rules import RULES_BY_CODE
+from codemod.rules.fused_optimizer import UnfusedOptimizer
 
 
 class DropCallsOfDrop(Rule):
@@ -90,3 +96,134 @@ def test_a_value_the_fix_reads_twice_is_computed_once():
     assert rewritten.count("default_num_workers()") == 1
     assert "    num_workers = default_num_workers()\n    loader = DataLoader(\n" in rewritten
     assert "        num_workers=num_workers,\n        persistent_workers=num_workers > 0,\n" in rewritten
+
+
+# -- the user's formatter -------------------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
+
+
+def ruff() -> str:
+    found = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if found is None:
+        pytest.skip("ruff is not installed")
+    return found
+
+
+def ruff_says(folder: Path, *args: str, source: str) -> bool:
+    """Does ruff, with its defaults (no project's settings), accept `source`?"""
+    done = subprocess.run(
+        [ruff(), *args, "--isolated", "--stdin-filename", "train.py", "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=folder,
+    )
+    return done.returncode == 0
+
+
+def fixture_rewrite(source: Path) -> str:
+    rule = RULES_BY_CODE[source.parent.name]
+    case = source.name[: -len(".in.py")]
+    level = Level.parse(case.rsplit(".", 1)[1]) if "." in case else rule.LEVEL
+    result = process_source(source.read_bytes(), str(source), Settings(select=(rule.CODE,), level=level))
+    assert result.error is None, result.error
+    return result.new_source.decode()
+
+
+def test_rewrites_of_ruff_formatted_fixtures_stay_ruff_formatted_and_sorted(tmp_path):
+    """Every fixture whose original passes `ruff format --check` (and `ruff check --select I`)
+    still does once its rule rewrote it: new imports sorted in, long calls wrapped."""
+    checked = []
+    for source in sorted(FIXTURES.glob("*/*.in.py")):
+        original = source.read_text(encoding="utf-8")
+        if not ruff_says(tmp_path, "format", "--check", source=original):
+            continue
+        rewrite = fixture_rewrite(source)
+        assert ruff_says(tmp_path, "format", "--check", source=rewrite), f"{source.name}: rewrite not ruff-formatted"
+        if ruff_says(tmp_path, "check", "--select", "I", source=original):
+            assert ruff_says(tmp_path, "check", "--select", "I", source=rewrite), f"{source.name}: imports unsorted"
+        if rewrite != original:
+            checked.append(f"{source.parent.name}/{source.name}")
+    # The rewrites that wrap and sort are among them (the test sees real changes).
+    assert {"PM201/sharded_unguarded.in.py", "PM503/k_token_loss.in.py", "PM601/micro_batches.in.py"} <= set(checked)
+
+
+def test_a_loader_call_the_fixes_lengthen_is_wrapped_as_black_wraps_it(tmp_path):
+    source = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        "model = torch.nn.Linear(8, 1).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))\n"
+        "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n"
+        "for x, y in loader:\n"
+        "    x, y = x.to(device), y.to(device)\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    assert ruff_says(tmp_path, "format", "--check", source=source)
+    result = process_source(source.encode(), "t.py", Settings(level=Level.UNSAFE, select=("PM102", "PM201")))
+    rewritten = result.new_source.decode()
+    assert (
+        "num_workers = default_num_workers(fork_only=True)\n"
+        "loader = DataLoader(\n"
+        "    dataset,\n"
+        "    batch_size=8,\n"
+        "    shuffle=True,\n"
+        '    pin_memory=device.type == "cuda",\n'
+        "    num_workers=num_workers,\n"
+        "    persistent_workers=num_workers > 0,\n"
+        ")\n"
+    ) in rewritten
+    assert ruff_says(tmp_path, "format", "--check", source=rewritten)
+    assert ruff_says(tmp_path, "check", "--select", "I", source=rewritten)
+
+
+def test_arguments_that_fit_on_one_indented_line_go_there_without_a_trailing_comma():
+    source = "import torch\nmodel = torch.nn.Linear(8, 1).cuda()\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95))\n"
+    got = rewrite(source.replace("betas=(0.9, 0.95)", "eps=1e-8"), [UnfusedOptimizer])
+    assert (
+        "opt = torch.optim.AdamW(\n    model.parameters(), lr=1e-3, weight_decay=0.1, eps=1e-8, fused=True\n)\n" in got
+    )
+
+
+def test_the_users_long_lines_stay_as_written():
+    """A line the fixes do not lengthen is the user's, however long; so is one that was
+    already longer than the rewrite."""
+    long_line = "x = some_function(argument_number_one, argument_number_two, argument_number_three, four)\n"
+    source = "import gc\n" + long_line + "for i in range(3):\n    drop()\n"
+    assert long_line in rewrite(source, [DropCallsOfDrop])
+    source = "short = max\nvalue = a_rather_long_function_name(first_argument, second_argument, third_argument, 4)\n"
+    assert rewrite(source, [ShortenTheCallee]) == source.replace("a_rather_long_function_name", "short")
+
+
+class ShortenTheCallee(Rule):
+    """`a_rather_long_function_name(...)` -> `short(...)`: a rewrite that shortens its line."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM922", "test-shorten", Level.SAFE, "shorten", ""
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "a_rather_long_function_name":
+            self.report(node, edits=[Replace(node.func, cst.Name("short"))])
+
+
+def test_the_line_length_is_the_projects(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 120\n")
+    (tmp_path / "src").mkdir()
+    assert load_settings(tmp_path / "src" / "train.py").line_length == 120
+    (tmp_path / "src" / "ruff.toml").write_text("line-length = 100\n")
+    assert load_settings(tmp_path / "src" / "train.py").line_length == 100
+    (tmp_path / "pyproject.toml").write_text("[tool.black]\nline-length = 79\n")
+    (tmp_path / "src" / "ruff.toml").unlink()
+    assert load_settings(tmp_path / "src" / "train.py").line_length == 79
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert load_settings(tmp_path / "src" / "train.py").line_length == 88
+    source = "import torch\nmodel = torch.nn.Linear(8, 1).cuda()\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, eps=1e-8)\n"
+    wide = process_source(
+        source.encode(), "t.py", Settings(line_length=120, level=Level.NUMERIC), [UnfusedOptimizer]
+    ).new_source.decode()
+    assert "eps=1e-8, fused=True)\n" in wide

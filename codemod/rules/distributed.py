@@ -346,7 +346,11 @@ loader = DataLoader(data, batch_size=distributed.local_batch_size(64), sampler=s
 for i, x in enumerate(loader):
     x = x.cuda()
     accumulating = (i + 1) % 4 != 0
-    with model.no_sync() if world.distributed and accumulating else contextlib.nullcontext():
+    with (
+        model.no_sync()
+        if world.distributed and accumulating
+        else contextlib.nullcontext()
+    ):
         loss = model(x).pow(2).mean() / 4
         loss.backward()
     if not accumulating:

@@ -163,7 +163,10 @@ def test_one_run_applies_every_fix_and_a_second_finds_nothing(name):
 
 def test_loader_loop_rewrite_composes_and_trains_the_same(monkeypatch):
     new = run_all(LOADER_LOOP).new_source.decode()
-    assert 'DataLoader(dataset, batch_size=8, shuffle=True, pin_memory=device.type == "cuda", num_workers=' in new
+    assert (
+        "    num_workers = default_num_workers()\n    loader = DataLoader(\n        dataset,\n        batch_size=8,\n"
+        '        shuffle=True,\n        pin_memory=device.type == "cuda",\n        num_workers=num_workers,\n'
+    ) in new
     assert "for x, y in DevicePrefetcher(loader, device):" in new
     assert "x = x.to(device" not in new and "gc.collect()" not in new
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
