@@ -210,6 +210,6 @@ def test_the_per_sample_rewrite_keeps_the_other_fixes_inside_the_loop():
 def test_the_hook_rewrite_keeps_the_copy_fix_in_its_arguments():
     new = run_all(PER_CALL_HOOKS).new_source.decode()
     assert (
-        "per_call_forward_hook(model[1], functools.partial(keep, store=store, "
-        "scale=scale.to(device, non_blocking=True)))" in new
-    )
+        "per_call_forward_hook(\n            model[1],\n            functools.partial(\n"
+        "                keep, store=store, scale=scale.to(device, non_blocking=True)\n            ),\n        )"
+    ) in new
