@@ -127,8 +127,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
 from runtime.data import DevicePrefetcher, default_num_workers
+from torch.utils.data import DataLoader, Dataset
 
 WARMUP_STEPS = 3  # steps left out of the measurement: CUDA start-up, first worker batches
 
@@ -171,7 +171,15 @@ def train(device_name, steps, batch_size, seq_len, work, vocab=512, features=64,
     torch.manual_seed(0)
     device = torch.device(device_name)
     dataset = SyntheticText(steps * batch_size, seq_len, vocab, features, work)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, pin_memory=device.type == "cuda", num_workers=default_num_workers(), persistent_workers=default_num_workers() > 0)
+    num_workers = default_num_workers()
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        pin_memory=device.type == "cuda",
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
     model = TinyLM(vocab, features, width).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     timed = device.type == "cuda"

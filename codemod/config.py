@@ -42,6 +42,7 @@ KNOWN_KEYS = {
     "respect-gitignore": "true or false",
     "force-exclude": "true or false",
 }
+DEFAULT_LINE_LENGTH = 88  # black's and ruff's
 CODE_SHAPE = re.compile(r"^(PM\d*|ALL)$")
 
 
@@ -56,6 +57,8 @@ class Settings:
     root: Path | None = None  # folder of the pyproject.toml the settings came from
     respect_gitignore: bool = True
     force_exclude: bool = False
+    # Where lines the fixes lengthen are wrapped: the project's ruff or black line-length.
+    line_length: int = 88  # black's and ruff's default
 
     def with_overrides(self, **overrides) -> Settings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
@@ -138,15 +141,41 @@ def load_settings(
     with a [tool.perfmod] table; defaults when there is none. `known` (code ->
     rule name) makes codes that match no rule an error."""
     path = config_file or find_pyproject(start or Path.cwd())
+    line_length = formatter_line_length(start or Path.cwd())
     if path is None:
-        return Settings()
+        return Settings(line_length=line_length)
     tool = _read_toml(path).get("tool", {})
     if not isinstance(tool, dict):
         raise ConfigError(f"{path}: `tool` must be a table ([tool.perfmod]), got {_shown(tool)}")
     table = tool.get("perfmod")
     if table is None:
-        return Settings(root=path.parent)
-    return settings_from_table(table, source=str(path), root=path.parent, known=known)
+        return Settings(root=path.parent, line_length=line_length)
+    settings = settings_from_table(table, source=str(path), root=path.parent, known=known)
+    return replace(settings, line_length=line_length)
+
+
+def formatter_line_length(start: Path) -> int:
+    """The line length the project's formatter keeps, as ruff finds it: the nearest
+    ruff.toml / .ruff.toml (`line-length`) or pyproject.toml with [tool.ruff] (or
+    [tool.black]) above `start`; 88, their default, when there is none."""
+    start = start.absolute()
+    for folder in [start, *start.parents] if start.is_dir() else start.parents:
+        for name in ("ruff.toml", ".ruff.toml", "pyproject.toml"):
+            candidate = folder / name
+            if not candidate.is_file():
+                continue
+            try:
+                table = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue
+            tool = table.get("tool", {}) if name == "pyproject.toml" else {"ruff": table}
+            for formatter in ("ruff", "black"):
+                found = tool.get(formatter) if isinstance(tool, dict) else None
+                if isinstance(found, dict):
+                    value = found.get("line-length")
+                    valid = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 320
+                    return value if valid else DEFAULT_LINE_LENGTH
+    return DEFAULT_LINE_LENGTH
 
 
 def settings_from_table(

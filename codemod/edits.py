@@ -173,6 +173,30 @@ class Fix:
     imports: list[AddImport] = field(default_factory=list)
 
 
+def bound_before(
+    node: cst.CSTNode, value: cst.BaseExpression, name: str, index: TreeIndex, taken: dict
+) -> tuple[InsertBefore, cst.Name]:
+    """A value the new code of a fix reads more than once, computed once: the edit that
+    binds `name = value` right before the statement holding `node`, and the name to read
+    it by there: `name_2`, `name_3`, ... where the file already has a variable `name`, or
+    the fixes gave it to another value of the same function (`taken`: function -> the
+    names given there, kept by the caller across its fixes)."""
+    given = taken.setdefault(index.first_enclosing(node, SCOPES), set())
+    used = given | {
+        found.value
+        for found in index.find(cst.Name)
+        if not (isinstance(parent := index.parents.get(found), cst.Attribute) and parent.attr is found)
+        and not (isinstance(parent, cst.Arg) and parent.keyword is found)
+    }
+    chosen, number = name, 1
+    while chosen in used:
+        number += 1
+        chosen = f"{name}_{number}"
+    given.add(chosen)
+    line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(chosen))], value)])
+    return InsertBefore(index.statement_of(node), (line,)), cst.Name(chosen)
+
+
 # -- conflicts -------------------------------------------------------------------------
 
 
@@ -358,12 +382,20 @@ def _in_body(statement: cst.CSTNode, index: TreeIndex) -> bool:
 # -- applying --------------------------------------------------------------------------
 
 
-def apply(module: cst.Module, fixes: Iterable[Fix], index: TreeIndex) -> cst.Module:
-    """`module` with every edit of `fixes` made, in one transform."""
+def apply(
+    module: cst.Module, fixes: Iterable[Fix], index: TreeIndex, origins: dict[int, cst.CSTNode] | None = None
+) -> cst.Module:
+    """`module` with every edit of `fixes` made, in one transform. `origins` gets, for
+    each line of statements the edits rebuilt, the line it was: keyed by the id of its
+    first small statement, which stays when the line is moved or re-spaced."""
     edits = list({id(edit): edit for fix in fixes for edit in fix.edits}.values())  # a shared edit is made once
     if not edits:
         return module
-    return module.visit(_Apply(edits, index))
+    apply = _Apply(edits, index)
+    new = module.visit(apply)
+    if origins is not None:
+        origins.update(apply.origins)
+    return new
 
 
 class _Apply(cst.CSTTransformer):
@@ -394,6 +426,7 @@ class _Apply(cst.CSTTransformer):
                 node = index.parents.get(node)
         self.items: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # statement -> what replaces it
         self.moved: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # moved statement -> what it became
+        self.origins: dict[int, cst.CSTNode] = {}  # id of a rebuilt line's first small statement -> the line
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return node in self.around
@@ -419,6 +452,12 @@ class _Apply(cst.CSTTransformer):
             updated_node = self._without_parts(original_node, updated_node)
         if original_node in self.blocks:
             updated_node = self._edit_block(original_node, updated_node)
+        if (
+            isinstance(updated_node, cst.SimpleStatementLine)
+            and updated_node is not original_node
+            and updated_node.body
+        ):
+            self.origins[id(updated_node.body[0])] = original_node
         return updated_node
 
     def _without_parts(self, original, updated):
@@ -461,10 +500,17 @@ class _Apply(cst.CSTTransformer):
                     before.setdefault(edit.to, []).extend([edit.moved(moved[0]), *moved[1:]])
         segments: list[list[cst.BaseStatement]] = []
         carried: list[cst.EmptyLine] = []  # comment lines of removed statements, for the next one
+        # The blank lines above removed statements, which separated them and what follows
+        # from the statements before: the next statement gets them if it has none.
+        gap: list[cst.EmptyLine] = []
         for statement, new in zip(original.body, updated.body):
             core = [] if statement in removed else self.items.get(statement, [new])
             if not core and _has_comments(statement) and statement not in uncommented:
                 carried.extend(statement.leading_lines)
+            elif not core and not before.get(statement) and not after.get(statement):
+                gap = gap or _split_blank(statement.leading_lines)[0]
+                segments.append([])
+                continue
             inserted = list(before.get(statement, ()))
             if inserted and core and core[0].leading_lines:
                 blank, kept = split_blank(core[0].leading_lines)
@@ -475,6 +521,10 @@ class _Apply(cst.CSTTransformer):
             if segment and carried:
                 segment[0] = segment[0].with_changes(leading_lines=[*carried, *segment[0].leading_lines])
                 carried = []
+            if segment and gap and not segment[0].leading_lines:
+                segment[0] = segment[0].with_changes(leading_lines=gap)
+            if segment:
+                gap = []
             segments.append(segment)
         wraps = sorted((e for e in edits if isinstance(e, Wrap)), key=lambda w: position[w.last] - position[w.anchor])
         for wrap in wraps:
@@ -484,6 +534,17 @@ class _Apply(cst.CSTTransformer):
                 segments[i] = []
             segments[first] = [_with(wrap.items, body)] if body else []
         statements = [s for segment in segments for s in segment]
+        first = original.body[0] if original.body else None
+        if (
+            isinstance(updated, cst.IndentedBlock)
+            and statements
+            and (first in removed or self.items.get(first) == [])
+            and not before.get(first)
+        ):
+            # What was first went: the statement now first takes no blank line above it,
+            # as formatters leave a block (its comment lines stay).
+            _, kept = _split_blank(statements[0].leading_lines)
+            statements[0] = statements[0].with_changes(leading_lines=kept)
         if isinstance(updated, cst.IndentedBlock) and not statements:
             statements = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
             carried = []

@@ -33,7 +33,7 @@ from pathlib import Path
 import libcst as cst
 
 from codemod import edits as edit_model
-from codemod import guard
+from codemod import guard, layout
 from codemod import imports as import_edits
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.project import project_dependencies
@@ -363,6 +363,10 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
         _finding(path, report, line, key, context, reasons | notes, lines_of)
         for key, (report, line) in enumerate(reports)
     ]
+    findings = [
+        replace(finding, fixed_by=plan.settled[key].code) if key in plan.settled else finding
+        for key, finding in enumerate(findings)
+    ]
     return _Outcome(findings, new_module, [rule for rule in pending if rule in waiting], project_dependencies(context))
 
 
@@ -463,17 +467,23 @@ def _apply(
     lines_of: dict[int, list[tuple[int, int]]] = {
         fix.key: [span for edit in fix.edits for span in _spans(edit, context)] for fix in accepted
     }
-    new_module = edit_model.apply(module, accepted, index)
+    origins: dict[int, cst.CSTNode] = {}
+    new_module = edit_model.apply(module, accepted, index, origins)
     needed = import_edits.missing(module, [item for fix in accepted for item in fix.imports])
     if needed:
         site = import_edits.import_site(module)
         line = context.positions[site.after].end.line if site.after is not None else 1
         merged = _merged_import_spans(module, needed, context)
+        placed: dict = {}
+        new_module = import_edits.add(new_module, needed, site, _first_party(context), placed)
         for fix in accepted:
-            if any(item in needed for item in fix.imports):
-                lines_of[fix.key].append((line, line))
+            for item in fix.imports:
+                around = [_neighbour_line(s, k, context) for k, s in placed.get(item, ()) if s in context.positions]
+                if around:  # sorted in among the imports: the lines around it
+                    lines_of[fix.key].extend(around)
+                elif item in needed and item not in merged:
+                    lines_of[fix.key].append((line, line))
             lines_of[fix.key].extend(merged[item] for item in fix.imports if item in merged)
-        new_module = import_edits.add(new_module, needed, site)
     released = _imported_names_in_edits(module, accepted, index)
     if released:
         new_module, removed = import_edits.without_unused(new_module, set(released))
@@ -482,6 +492,19 @@ def _apply(
                 span = _statement_span(statement, context)
                 for key in released[name]:
                     lines_of[key].append(span)
+    lines = context.code.splitlines()
+
+    def width_before(statement: cst.SimpleStatementLine) -> tuple[int | None, int]:
+        """The widest line of the statement `statement` was rewritten from, and its number
+        of lines ((None, 1) for a statement the fixes wrote)."""
+        origin = origins.get(id(statement.body[0])) if statement.body else None
+        if origin is None or origin not in context.positions:
+            return None, 1
+        position = context.positions[origin]
+        span = lines[position.start.line - 1 : position.end.line]
+        return max(len(line) for line in span), len(span)
+
+    new_module = layout.wrapped(new_module, lambda node: node not in index, width_before, context.settings.line_length)
     return new_module, lines_of
 
 
@@ -582,6 +605,23 @@ def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], contex
             and any(context.inside(name, anchor) for anchor in nested)
         )
     ]
+
+
+def _first_party(context: FileContext):
+    """Is a top-level module name one of the project's own (isort's first-party section)?
+    The project is the configured root, else the folder of the file; source that is no
+    file (`<stdin>`, a path that does not exist) has none."""
+    root = context.settings.root
+    if root is None and context.path and not context.path.startswith("<") and Path(context.path).is_file():
+        root = Path(context.path).absolute().parent
+    return import_edits.project_packages(Path(root)) if root is not None else lambda name: False
+
+
+def _neighbour_line(statement: cst.BaseStatement, k: int, context: FileContext) -> tuple[int, int]:
+    """The line of an import statement a new import goes next to: the last line of the
+    one it follows (k 0), the first of the one after it (k 1)."""
+    first, last = _statement_span(statement, context)
+    return (last, last) if k == 0 else (first, first)
 
 
 def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileContext) -> dict:

@@ -7,8 +7,11 @@ module reads and edits those directly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import libcst as cst
 
@@ -93,35 +96,44 @@ def missing(module: cst.Module, needed: Iterable[AddImport]) -> list[AddImport]:
     return result
 
 
-def add(module: cst.Module, needed: Sequence[AddImport], site: ImportSite) -> cst.Module:
+def add(
+    module: cst.Module,
+    needed: Sequence[AddImport],
+    site: ImportSite,
+    first_party: Callable[[str], bool] = lambda name: False,
+    placed: dict[AddImport, list[tuple[int, cst.BaseStatement]]] | None = None,
+) -> cst.Module:
     """`module` with `needed` (already known to be missing) imported at `site`:
-    names from a module the file already imports from join that statement."""
+    names from a module the file already imports from join that statement; each new
+    line goes into the block of its isort section, sorted there (`first_party`: is a
+    top-level package name the project's own). `placed` gets, for each import a new line
+    holds, the statements of `module` next to it whose lines change: (0, the one it
+    follows) and (1, the one after it) where that one's blank lines change."""
     if not needed:
         return module
     body = list(module.body)
     new_lines: list[cst.SimpleStatementLine] = []
+    holds: dict[int, list[AddImport]] = {}  # id of a new line -> the imports it makes
     by_module: dict[str, list[str]] = {}
     for item in needed:
         if item.name is None:
             new_lines.append(cst.SimpleStatementLine([cst.Import([cst.ImportAlias(_name(item.module))])]))
+            holds[id(new_lines[-1])] = [item]
         else:
             by_module.setdefault(item.module, []).append(item.name)
     for source, names in by_module.items():
         position = from_import(body, source)
         if position is None:
-            aliases = [cst.ImportAlias(cst.Name(n)) for n in names]
+            aliases = [cst.ImportAlias(cst.Name(n)) for n in sorted(names, key=_name_order)]
             new_lines.append(cst.SimpleStatementLine([cst.ImportFrom(module=_name(source), names=_commas(aliases))]))
+            holds[id(new_lines[-1])] = [item for item in needed if item.module == source and item.name is not None]
             continue
         line_index, small_index = position
         line = body[line_index]
         statement = line.body[small_index]
         merged = list(statement.names)
-        for name in names:
-            merged = appended(
-                merged,
-                cst.ImportAlias(cst.Name(name)),
-                statement.lpar.whitespace_after if statement.lpar else cst.SimpleWhitespace(""),
-            )
+        for name in sorted(names, key=_name_order):
+            merged = _joined(merged, name, statement)
         new_small = [*line.body]
         new_small[small_index] = statement.with_changes(names=merged)
         body[line_index] = line.with_changes(body=new_small)
@@ -131,16 +143,142 @@ def add(module: cst.Module, needed: Sequence[AddImport], site: ImportSite) -> cs
         if at is None:  # the statement was rewritten: go after the imports at the top as they are now
             fresh = import_site(module.with_changes(body=body)).after
             at = next((i + 1 for i, s in enumerate(body) if s is fresh), 0)
-    if at == 0 and body and new_lines:
+    if not new_lines:
+        return module.with_changes(body=body)
+    if any(_is_import(statement) for statement in body[:at]):
+        # Each new import into the block of its section, in isort's order there (ruff's `I`).
+        origin: list[cst.BaseStatement | None] = list(module.body)
+        for new_line in sorted(new_lines, key=_sort_key):
+            body, at, position, moved = _sorted_in(body, at, new_line, first_party)
+            origin.insert(position, None)
+            before = next((s for s in reversed(origin[:position]) if s is not None), None)
+            after = origin[position + 1] if moved and position + 1 < len(origin) else None
+            neighbours = [(k, s) for k, s in enumerate((before, after)) if s is not None]
+            for item in holds[id(new_line)]:
+                if placed is not None:
+                    placed[item] = neighbours
+        _blank_line_after_imports(body, at)
+        return module.with_changes(body=body)
+    if at == 0 and body:
         # Keep the first statement's comments (a shebang, a licence) above the new imports.
         new_lines[0] = new_lines[0].with_changes(leading_lines=body[0].leading_lines)
         body[0] = body[0].with_changes(leading_lines=[])
-    if new_lines and at < len(body) and not _is_import(body[at]):
+    new_lines.sort(key=_sort_key)
+    _blank_line_after_imports(body, at)
+    return module.with_changes(body=[*body[:at], *new_lines, *body[at:]])
+
+
+def _blank_line_after_imports(body: list[cst.BaseStatement], at: int) -> None:
+    """A blank line between the imports (ending before body[at]) and the code, as isort
+    and libcst leave it."""
+    if at < len(body) and not _is_import(body[at]):
         following = body[at]
         if not following.leading_lines or following.leading_lines[0].comment is not None:
-            # A blank line between the imports and the code, as isort and libcst leave it.
             body[at] = following.with_changes(leading_lines=[cst.EmptyLine(), *following.leading_lines])
-    return module.with_changes(body=[*body[:at], *new_lines, *body[at:]])
+
+
+# isort's sections, in their order; the user's own imports are never reordered.
+FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
+
+
+def project_packages(root: Path) -> Callable[[str], bool]:
+    """Is a top-level name a package or module of the project at `root` (ruff's default
+    `src`: the project folder and its src/ folder)?"""
+
+    @functools.cache
+    def first_party(name: str) -> bool:
+        return any((folder / name).is_dir() or (folder / f"{name}.py").is_file() for folder in (root, root / "src"))
+
+    return first_party
+
+
+def section(statement: cst.SimpleStatementLine, first_party: Callable[[str], bool] = lambda name: False) -> int:
+    """The isort section of an import line, by its first import (ruff's defaults:
+    the standard library, then third-party, then the project's own packages, then
+    relative imports)."""
+    small = statement.body[0]
+    if isinstance(small, cst.ImportFrom):
+        if small.relative:
+            return LOCAL
+        name = dotted(small.module)
+    else:
+        name = dotted(small.names[0].name) if isinstance(small, cst.Import) else ""
+    top = name.split(".")[0]
+    if top == "__future__":
+        return FUTURE
+    if top in sys.stdlib_module_names:
+        return STDLIB
+    return FIRST_PARTY if first_party(top) else THIRD_PARTY
+
+
+def _sort_key(statement: cst.SimpleStatementLine) -> tuple[bool, str]:
+    """isort's order inside a section: `import a` lines first, then `from a import b`,
+    each by module name without regard to case (ruff's defaults)."""
+    small = statement.body[0]
+    if isinstance(small, cst.ImportFrom):
+        return True, dotted(small.module).lower()
+    return False, dotted(small.names[0].name).lower() if isinstance(small, cst.Import) else ""
+
+
+def _sorted_in(
+    body: list[cst.BaseStatement], at: int, new_line: cst.SimpleStatementLine, first_party: Callable[[str], bool]
+) -> tuple[list[cst.BaseStatement], int, int, bool]:
+    """`body` with `new_line` among the imports of body[:at] where isort puts it, the
+    new end of those imports, the index of the new line, and whether the statement
+    after it lost or gained blank lines: after the last import of its section that sorts
+    before it, else first in that section; in a section of its own (a blank line
+    apart) where the file has none of its section yet."""
+    wanted, key = section(new_line, first_party), _sort_key(new_line)
+    imports = [i for i in range(at) if _is_import(body[i])]
+    same = [i for i in imports if section(body[i], first_party) == wanted]
+    blank = [cst.EmptyLine()]
+    moved = False
+    if same:
+        before = [i for i in same if _sort_key(body[i]) <= key]
+        if before:
+            position, leading = before[-1] + 1, []
+        else:
+            position = same[0]
+            leading = list(body[position].leading_lines)
+            moved = bool(leading)
+            body[position] = body[position].with_changes(leading_lines=[])
+    else:
+        later = [i for i in imports if section(body[i], first_party) > wanted]
+        if later:
+            position = later[0]
+            leading = list(body[position].leading_lines) or (blank if position > imports[0] else [])
+            moved = list(body[position].leading_lines) != blank
+            body[position] = body[position].with_changes(leading_lines=blank)
+        else:
+            position, leading = imports[-1] + 1, blank
+            if position < len(body) and not _is_import(body[position]) and not body[position].leading_lines:
+                body[position] = body[position].with_changes(leading_lines=blank)
+                moved = True
+    body = [*body[:position], new_line.with_changes(leading_lines=leading), *body[position:]]
+    return body, at + 1, position, moved
+
+
+def _joined(aliases: list[cst.ImportAlias], name: str, statement: cst.ImportFrom) -> list[cst.ImportAlias]:
+    """`aliases` with `name` added: where isort's order puts it if the names are in that
+    order, else last."""
+    order = [_name_order(dotted(alias.asname.name if alias.asname else alias.name)) for alias in aliases]
+    at = next((k for k, key in enumerate(order) if key > _name_order(name)), len(aliases))
+    if order != sorted(order) or at == len(aliases):
+        whitespace = statement.lpar.whitespace_after if statement.lpar else cst.SimpleWhitespace("")
+        return appended(aliases, cst.ImportAlias(cst.Name(name)), whitespace)
+    # Before aliases[at], with the comma (and its spacing) of the names around it.
+    comma = aliases[at - 1].comma if at > 0 else aliases[at].comma
+    if not isinstance(comma, cst.Comma):
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [*aliases[:at], cst.ImportAlias(cst.Name(name), comma=comma), *aliases[at:]]
+
+
+def _name_order(name: str) -> tuple[int, str]:
+    """isort's order of the names of one `from` import (ruff's order-by-type):
+    constants, then classes, then the rest."""
+    if name.isupper() and len(name) > 1:
+        return 0, name
+    return (1 if name[:1].isupper() else 2), name
 
 
 def _is_import(statement: cst.BaseStatement) -> bool:

@@ -66,6 +66,9 @@ class Finding:
     # Spans of lines (first, last) of the original file that the applied fix rewrites,
     # or next to which it inserts lines (an import goes after the imports at the top).
     fix_lines: tuple[tuple[int, int], ...] = ()
+    # The code of the rule whose fix replaces this finding's code and does its work
+    # (applied by that fix, not by one of its own); empty otherwise.
+    fixed_by: str = ""
 
     @property
     def location(self) -> str:

@@ -114,7 +114,7 @@ def test_higher_level_fixes_are_listed_with_the_flag_that_applies_them(tmp_path)
     assert "--level numeric" not in numeric.stderr and "2 more fixes available with --level unsafe:" in numeric.stderr
     unsafe = perfmod("apply", "t.py", "--level", "UNSAFE")
     assert "more fix" not in unsafe.stdout and "1 finding has no automatic fix" in unsafe.stdout
-    fixed = FIXED.replace("import torch\n", "import torch\nfrom speedups import fast, bold\n\n")
+    fixed = FIXED.replace("import torch\n", "import torch\nfrom speedups import bold, fast\n\n")
     assert (tmp_path / "t.py").read_text() == fixed + "fast(1)\nbold(2)\nbold(3)\nlook(4)\n"
 
 

@@ -78,12 +78,18 @@ def apply_report(results: Sequence[FileResult], level: Level, dry_run: bool, *, 
     if not dry_run:  # with --dry-run the diff shows each file
         for result in results:
             if result.changed and result.error is None:
-                fixes = [f for f in result.findings if f.applied]
-                lines.append(f"Fixed {result.path}: {_count(len(fixes), 'fix', 'fixes')} ({_codes(fixes)})")
+                fixes = [f for f in result.findings if f.applied and not f.fixed_by]
+                settled = [f for f in result.findings if f.applied and f.fixed_by]
+                line = f"Fixed {result.path}: {_count(len(fixes), 'fix', 'fixes')} ({_codes(fixes)})"
+                if settled:
+                    line += f"; they also settle {_count(len(settled), 'finding')} ({_codes(settled)})"
+                lines.append(line)
     if summary.applied:
         verb, tail = ("Would apply", "; run without --dry-run to write them") if dry_run else ("Applied", "")
+        # A finding another rule's fix settles (its code replaced) is no fix of its own.
+        made = [f for f in summary.applied if not f.fixed_by]
         lines.append(
-            f"{verb} {_count(len(summary.applied), 'fix', 'fixes')} to {_count(len(summary.changed), 'file')} "
+            f"{verb} {_count(len(made), 'fix', 'fixes')} to {_count(len(summary.changed), 'file')} "
             f"({_checked(summary, skipped)}){tail}."
         )
     if summary.unwritten:

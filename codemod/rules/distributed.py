@@ -252,9 +252,9 @@ if __name__ == "__main__":
 """
 SCRIPT_TORCHRUN = """\
 import torch
-from torch.utils.data import DataLoader, TensorDataset, DistributedSampler
-from torch.nn.parallel import DistributedDataParallel
 from runtime import distributed
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
 def main():
@@ -262,7 +262,12 @@ def main():
     world = distributed.world()
     dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
     sampler = DistributedSampler(dataset) if world.distributed else None
-    loader = DataLoader(dataset, batch_size=distributed.local_batch_size(32), shuffle=sampler is None, sampler=sampler)
+    loader = DataLoader(
+        dataset,
+        batch_size=distributed.local_batch_size(32),
+        shuffle=sampler is None,
+        sampler=sampler,
+    )
     model = torch.nn.Linear(8, 1).to(device)
     if world.distributed:
         model = DistributedDataParallel(model)
@@ -275,7 +280,9 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
-        distributed.print0(f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}")
+        distributed.print0(
+            f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}"
+        )
         if distributed.is_main():
             torch.save(distributed.unwrap(model).state_dict(), "last.pt")
 
@@ -318,12 +325,13 @@ for i, x in enumerate(loader):
         opt.zero_grad()
 """
 ACCUMULATION_TORCHRUN = """\
-import torch
-from torch.utils.data import DataLoader, DistributedSampler
-import contextlib
 import atexit
-from torch.nn.parallel import DistributedDataParallel
+import contextlib
+
+import torch
 from runtime import distributed
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
 
 distributed.setup("cuda")
 world = distributed.world()
@@ -338,7 +346,11 @@ loader = DataLoader(data, batch_size=distributed.local_batch_size(64), sampler=s
 for i, x in enumerate(loader):
     x = x.cuda()
     accumulating = (i + 1) % 4 != 0
-    with model.no_sync() if world.distributed and accumulating else contextlib.nullcontext():
+    with (
+        model.no_sync()
+        if world.distributed and accumulating
+        else contextlib.nullcontext()
+    ):
         loss = model(x).pow(2).mean() / 4
         loss.backward()
     if not accumulating:

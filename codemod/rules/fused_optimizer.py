@@ -306,7 +306,7 @@ class UnfusedOptimizer(Rule):
             ARGPARSE_DEVICE + "device = torch.device(args.device)\nmodel = nn.Linear(8, 1).to(device)\n"
             "opt = torch.optim.AdamW(model.parameters(), lr=3e-4)\n",
             ARGPARSE_DEVICE + "device = torch.device(args.device)\nmodel = nn.Linear(8, 1).to(device)\n"
-            'opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device.type in ("cuda", "cpu"))\n',
+            'opt = torch.optim.AdamW(\n    model.parameters(), lr=3e-4, fused=device.type in ("cuda", "cpu")\n)\n',
             "an argparse device whose default is CUDA or the CPU: fused on those, as the option may name another",
         ),
         Invalid(
@@ -318,7 +318,7 @@ class UnfusedOptimizer(Rule):
             ARGPARSE_DEVICE + "device = args.device\nmodel = nn.Linear(8, 1).to(device)\n"
             "opt = torch.optim.Adam(model.parameters())\n",
             ARGPARSE_DEVICE + "device = args.device\nmodel = nn.Linear(8, 1).to(device)\n"
-            'opt = torch.optim.Adam(model.parameters(), fused=torch.device(device).type in ("cuda", "cpu"))\n',
+            'opt = torch.optim.Adam(\n    model.parameters(), fused=torch.device(device).type in ("cuda", "cpu")\n)\n',
             "the device as a string",
         ),
         Invalid(

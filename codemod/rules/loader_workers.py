@@ -6,7 +6,7 @@ from codemod.analysis import match as m
 from codemod.analysis.loaders import MAX_DEPTH, NUM_WORKERS_POSITION
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
-from codemod.edits import AddKeyword
+from codemod.edits import AddKeyword, bound_before
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "default_num_workers")
@@ -50,16 +50,19 @@ STEP = (
     "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
 )
 GUARDED_STEP = "        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        opt.step()\n"
-WORKERS = "num_workers=default_num_workers(), persistent_workers=default_num_workers() > 0"
-FORK_WORKERS = (
-    "num_workers=default_num_workers(fork_only=True), persistent_workers=default_num_workers(fork_only=True) > 0"
-)
+# What the fix writes: the count bound once, then passed (one argument a line where the
+# call no longer fits on one, as black and ruff format it).
+COUNT = "num_workers = default_num_workers()\n"
+FORK_COUNT = "num_workers = default_num_workers(fork_only=True)\n"
+WORKERS = "num_workers=num_workers, persistent_workers=num_workers > 0"
 
 
 def _imported(code: str) -> str:
-    """`code` with the import the fix adds, where the engine puts it: after the last import."""
+    """`code` with the import the fix adds, where the engine puts it: sorted into the
+    third-party imports, a blank line after them."""
     last = "from torch.utils.data import DataLoader, TensorDataset\n"
-    return code.replace(last, last + "from runtime.data import default_num_workers\n\n", 1)
+    code = code.replace(last, last + "\n", 1)
+    return code.replace("import torch\n", "import torch\nfrom runtime.data import default_num_workers\n", 1)
 
 
 def _guarded(body: str) -> str:
@@ -77,10 +80,11 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     that calls `backward()` and steps an optimizer iterates over them, also
     through `enumerate`, `tqdm`, `zip` and helper functions that build and
     return the loader) and load their batches in the training process (no
-    `num_workers`), and gives them worker processes:
-    `num_workers=default_num_workers()` (`runtime.data`: one per usable core,
-    one core left to training, at most 8, `PERFMOD_NUM_WORKERS` overrides) and
-    `persistent_workers=default_num_workers() > 0`.
+    `num_workers`), and gives them worker processes: the count
+    `num_workers = default_num_workers()` (`runtime.data`: one per usable core,
+    one core left to training, at most 8, `PERFMOD_NUM_WORKERS` overrides),
+    computed once before the loader, then `num_workers=num_workers` and
+    `persistent_workers=num_workers > 0`.
 
     ## Why is this bad?
     With `num_workers=0` every `__getitem__`, transform and collate runs in the
@@ -112,8 +116,14 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     ```python
     from runtime.data import default_num_workers
 
-    loader = DataLoader(dataset, batch_size=64, shuffle=True,
-                        num_workers=default_num_workers(), persistent_workers=default_num_workers() > 0)
+    num_workers = default_num_workers()
+    loader = DataLoader(
+        dataset,
+        batch_size=64,
+        shuffle=True,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
     ```
 
     ## Fix safety
@@ -256,13 +266,19 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             PREAMBLE + _guarded("loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP),
             _imported(
                 PREAMBLE
-                + _guarded(f"loader = DataLoader(dataset, batch_size=8, {WORKERS})\nfor x, y in loader:\n" + STEP)
+                + _guarded(
+                    COUNT + "loader = DataLoader(\n    dataset,\n    batch_size=8,\n    num_workers=num_workers,\n"
+                    "    persistent_workers=num_workers > 0,\n)\nfor x, y in loader:\n" + STEP
+                )
             ),
         ),
         Invalid(
             PREAMBLE + "loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP,
             _imported(
-                PREAMBLE + f"loader = DataLoader(dataset, batch_size=8, {FORK_WORKERS})\nfor x, y in loader:\n" + STEP
+                PREAMBLE
+                + FORK_COUNT
+                + f"loader = DataLoader(\n    dataset, batch_size=8, {WORKERS}\n)\nfor x, y in loader:\n"
+                + STEP
             ),
             "no __main__ guard: workers only where they start by fork",
         ),
@@ -275,8 +291,9 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             _imported(
                 PREAMBLE
                 + _guarded(
-                    "loader = DataLoader(dataset, collate_fn=lambda b: torch.utils.data."
-                    f"default_collate(b), {FORK_WORKERS})\nfor x, y in loader:\n" + STEP
+                    FORK_COUNT + "loader = DataLoader(\n    dataset,\n    collate_fn=lambda b: torch.utils.data."
+                    "default_collate(b),\n    num_workers=num_workers,\n    persistent_workers=num_workers > 0,\n)\n"
+                    "for x, y in loader:\n" + STEP
                 )
             ),
             "a lambda cannot be pickled for spawned workers",
@@ -290,8 +307,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             _imported(
                 PREAMBLE
                 + _guarded(
-                    "train_kwargs = {'batch_size': 8, 'shuffle': True, 'num_workers': default_num_workers(), "
-                    "'persistent_workers': default_num_workers() > 0}\n"
+                    COUNT + "train_kwargs = {'batch_size': 8, 'shuffle': True, 'num_workers': num_workers, "
+                    "'persistent_workers': num_workers > 0}\n"
                     "loader = DataLoader(dataset, **train_kwargs)\nfor x, y in loader:\n" + STEP
                 )
             ),
@@ -337,6 +354,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._memo: dict[tuple, str | bool] = {}
+        self._names: dict = {}  # function -> the names the fixes bind worker counts to there
 
     def visit_Module(self, node: cst.Module) -> None:
         loaders = self.context.loaders
@@ -510,11 +528,13 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "that does not shard would yield every item once per worker): check it, then set num_workers",
             )
             return
-        count = cst.parse_expression(
+        value = cst.parse_expression(
             "default_num_workers(fork_only=True)"
             if self._needs_fork(loader, loop, dataset)
             else "default_num_workers()"
         )
+        # The count is read twice (workers, and whether they persist): computed once, before.
+        binding, count = bound_before(anchor, value, "num_workers", self.context.index, self._names)
         persistent = cst.Comparison(
             left=count, comparisons=[cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))]
         )
@@ -522,7 +542,11 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         self.report(
             loader,
             message + "; give it worker processes" + where,
-            edits=[AddKeyword(anchor, "num_workers", count), AddKeyword(anchor, "persistent_workers", persistent)],
+            edits=[
+                binding,
+                AddKeyword(anchor, "num_workers", count),
+                AddKeyword(anchor, "persistent_workers", persistent),
+            ],
             imports=[IMPORT],
         )
 

@@ -61,7 +61,13 @@ MANUAL = """\
         y = att @ v
 """
 REWRITTEN = """\
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout.p if self.attn_dropout.training else 0.0, is_causal=True)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            dropout_p=self.attn_dropout.p if self.attn_dropout.training else 0.0,
+            is_causal=True,
+        )
 """
 
 
@@ -147,7 +153,13 @@ class ManualAttention(Rule):
     ```
     Use instead:
     ```python
-    y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout.p if self.attn_dropout.training else 0.0, is_causal=True)
+    y = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        dropout_p=self.attn_dropout.p if self.attn_dropout.training else 0.0,
+        is_causal=True,
+    )
     ```
 
     ## Fix safety
@@ -303,7 +315,9 @@ class Attention(nn.Module):
         self.log_temperature = nn.Parameter(torch.zeros(()))
 
     def forward(self, q, k, v):
-        return F.scaled_dot_product_attention(q / self.log_temperature.exp(), k, v, scale=1.0)
+        return F.scaled_dot_product_attention(
+            q / self.log_temperature.exp(), k, v, scale=1.0
+        )
 """,
             ),
             "a learned temperature (a tensor) divides q: scale= takes only a float",

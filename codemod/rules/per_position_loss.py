@@ -38,8 +38,9 @@ targets = torch.randint(10, (4, 6))
 loss = 0.0
 """
 PER_POSITION_MEAN = (
-    '(F.cross_entropy(logits[:, :6].transpose(1, 2), targets[:, :6], reduction="none").sum(0)\n'
-    "         / (targets[:, :6] != -100).sum(0)).sum()"
+    "(\n    F.cross_entropy(\n"
+    '        logits[:, :6].transpose(1, 2), targets[:, :6], reduction="none"\n'
+    "    ).sum(0)\n    / (targets[:, :6] != -100).sum(0)\n).sum()"
 )
 
 
@@ -225,37 +226,43 @@ class PerPositionLossLoop(Rule):
         Invalid(
             PREAMBLE
             + 'for t in range(1, 5):\n    loss = loss + F.cross_entropy(logits[:, t - 1, :], targets[:, t], reduction="sum") / 4\n',
-            PREAMBLE + "loss = loss + F.cross_entropy(logits[:, :4].flatten(0, 1), targets[:, 1:5].flatten(0, 1), "
-            'reduction="sum") / 4\n',
+            PREAMBLE + "loss = (\n    loss\n    + F.cross_entropy(\n"
+            '        logits[:, :4].flatten(0, 1), targets[:, 1:5].flatten(0, 1), reduction="sum"\n'
+            "    )\n    / 4\n)\n",
             "shifted targets, a summed loss and a constant factor",
         ),
         Invalid(
             PREAMBLE + "criterion = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)\n"
             "for t in range(6):\n    loss += criterion(logits[:, t], targets[:, t])\n",
-            PREAMBLE + 'loss += (F.cross_entropy(logits[:, :6].transpose(1, 2), targets[:, :6], reduction="none", '
-            "ignore_index=0, label_smoothing=0.1).sum(0)\n         / (targets[:, :6] != 0).sum(0)).sum()\n",
+            PREAMBLE + "loss += (\n    F.cross_entropy(\n        logits[:, :6].transpose(1, 2),\n"
+            '        targets[:, :6],\n        reduction="none",\n        ignore_index=0,\n'
+            "        label_smoothing=0.1,\n    ).sum(0)\n    / (targets[:, :6] != 0).sum(0)\n).sum()\n",
             "a loss module: its arguments carried over, the module itself no longer needed",
         ),
         Invalid(
             PREAMBLE + "K = 3\nfor k in range(K):\n    step_logits = logits[:, -K + k, :]\n"
             '    loss += F.cross_entropy(step_logits, targets[:, k], reduction="sum")\n',
             PREAMBLE
-            + 'K = 3\nloss += F.cross_entropy(logits[:, -K:].flatten(0, 1), targets[:, :K].flatten(0, 1), reduction="sum")\n',
+            + "K = 3\nloss += F.cross_entropy(\n"
+            + '    logits[:, -K:].flatten(0, 1), targets[:, :K].flatten(0, 1), reduction="sum"\n)\n',
             "the last K positions, through a name assigned in the loop",
         ),
         Invalid(
             PREAMBLE + "T = logits.size(1)\nlosses = []\nfor t in range(T):\n"
             "    losses.append(F.cross_entropy(logits[:, t], targets[:, t]))\nloss = torch.stack(losses).mean()\n",
             PREAMBLE
-            + 'T = logits.size(1)\nlosses = (F.cross_entropy(logits.transpose(1, 2), targets[:, :T], reduction="none").sum(0)\n'
-            "          / (targets[:, :T] != -100).sum(0))\nloss = losses.mean()\n",
+            + "T = logits.size(1)\nlosses = (\n"
+            + '    F.cross_entropy(logits.transpose(1, 2), targets[:, :T], reduction="none").sum(0)\n'
+            "    / (targets[:, :T] != -100).sum(0)\n)\nloss = losses.mean()\n",
             "per-position losses collected in a list: one vector of them",
         ),
         Invalid(
             PREAMBLE
             + 'loss = sum(F.cross_entropy(logits[:, t], targets[:, t], reduction="sum") for t in range(6)) / 6\n',
             PREAMBLE
-            + 'loss = F.cross_entropy(logits[:, :6].flatten(0, 1), targets[:, :6].flatten(0, 1), reduction="sum") / 6\n',
+            + "loss = (\n    F.cross_entropy(\n"
+            + '        logits[:, :6].flatten(0, 1), targets[:, :6].flatten(0, 1), reduction="sum"\n'
+            + "    )\n    / 6\n)\n",
             "a generator summed",
         ),
         Invalid(

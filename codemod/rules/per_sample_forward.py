@@ -272,8 +272,9 @@ class PerSampleForwardLoop(Rule):
             PREAMBLE
             + "for i in range(x.size(0)):\n    out = model(x[i:i+1])\n    loss = F.cross_entropy(out, y[i:i+1])\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + 'out = model(x)\nloss = (F.cross_entropy(out, y, reduction="none").view(x.size(0), -1).sum(1)\n'
-            "        / (y != -100).view(x.size(0), -1).sum(1)).sum()\nloss.backward()\ntotal += loss.item()\n",
+            PREAMBLE + "out = model(x)\nloss = (\n"
+            '    F.cross_entropy(out, y, reduction="none").view(x.size(0), -1).sum(1)\n'
+            "    / (y != -100).view(x.size(0), -1).sum(1)\n).sum()\nloss.backward()\ntotal += loss.item()\n",
         ),
         Invalid(
             PREAMBLE
@@ -329,8 +330,9 @@ class PerSampleForwardLoop(Rule):
             PREAMBLE
             + "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i].unsqueeze(0)), y[i:i + 1]) / len(x)\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + 'loss = (F.cross_entropy(model(x), y, reduction="none").view(len(x), -1).sum(1)\n'
-            "        / (y != -100).view(len(x), -1).sum(1)).mean()\nloss.backward()\ntotal += loss.item()\n",
+            PREAMBLE + "loss = (\n"
+            '    F.cross_entropy(model(x), y, reduction="none").view(len(x), -1).sum(1)\n'
+            "    / (y != -100).view(len(x), -1).sum(1)\n).mean()\nloss.backward()\ntotal += loss.item()\n",
             "the per-sample division by the batch size: the mean of the per-sample means",
         ),
         Invalid(

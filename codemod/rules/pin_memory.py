@@ -302,16 +302,16 @@ class UnpinnedLoaderToCuda(Rule):
             PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
             'print(f"{sum(1 for x, y in DataLoader(dataset) if x.to(device).sum() > 0)} batches")\n',
             PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
-            "print(f\"{sum(1 for x, y in DataLoader(dataset, pin_memory=device.type == 'cuda') "
-            'if x.to(device).sum() > 0)} batches")\n',
+            "print(\n    f\"{sum(1 for x, y in DataLoader(dataset, pin_memory=device.type == 'cuda') "
+            'if x.to(device).sum() > 0)} batches"\n)\n',
             "in a double-quoted f-string the literal takes single quotes (Python 3.10 and 3.11 read no others)",
         ),
         Invalid(
             PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
             "print(f\"{f'{sum(1 for x, y in DataLoader(dataset) if x.to(device).sum() > 0)}'} batches\")\n",
             PREAMBLE + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
-            "print(f\"{f'{sum(1 for x, y in DataLoader(dataset, pin_memory=torch.cuda.is_available()) "
-            "if x.to(device).sum() > 0)}'} batches\")\n",
+            "print(\n    f\"{f'{sum(1 for x, y in DataLoader(dataset, pin_memory=torch.cuda.is_available()) "
+            "if x.to(device).sum() > 0)}'} batches\"\n)\n",
             "in f-strings that use both quotes, the value that needs no string literal",
         ),
         Invalid(

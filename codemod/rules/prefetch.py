@@ -23,9 +23,11 @@ STEP = "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward(
 
 
 def _imported(code: str) -> str:
-    """`code` with the import the fix adds, where the engine puts it: after the last import."""
+    """`code` with the import the fix adds, where the engine puts it: sorted into the
+    third-party imports, a blank line after them."""
     last = "from torch.utils.data import DataLoader, TensorDataset\n"
-    return code.replace(last, last + "from runtime.data import DevicePrefetcher\n\n", 1)
+    code = code.replace(last, last + "\n", 1)
+    return code.replace("import torch\n", "import torch\nfrom runtime.data import DevicePrefetcher\n", 1)
 
 
 class BatchCopiedInTheStep(Rule):

@@ -157,7 +157,7 @@ class Float32MatmulWithoutTf32(Rule):
             "from torch import nn, optim\n\nclass Trainer:\n    def fit(self, model, data):\n"
             "        # move to the GPU\n        model = model.cuda()\n        opt = optim.SGD(model.parameters(), lr=0.1)\n"
             "        for x, y in data:\n            model(x).sum().backward()\n            opt.step()\n",
-            "from torch import nn, optim\nimport torch\n\nclass Trainer:\n    def fit(self, model, data):\n"
+            "import torch\nfrom torch import nn, optim\n\nclass Trainer:\n    def fit(self, model, data):\n"
             "        " + ENABLE_TF32 + "\n"
             "        # move to the GPU\n        model = model.cuda()\n        opt = optim.SGD(model.parameters(), lr=0.1)\n"
             "        for x, y in data:\n            model(x).sum().backward()\n            opt.step()\n",

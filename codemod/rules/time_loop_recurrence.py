@@ -45,7 +45,7 @@ SCAN_FIXED = """from runtime.kernels import linear_recurrence
 
 def ema(a, x):
     h = torch.zeros_like(x[:, 0])
-    return linear_recurrence(a[:, :x.shape[1]], x, h, dim=1)
+    return linear_recurrence(a[:, : x.shape[1]], x, h, dim=1)
 """
 RWKV_LOOP = """
 def wkv(r, k, v, w, u, state):
@@ -60,7 +60,14 @@ def wkv(r, k, v, w, u, state):
 RWKV_FIXED = """from runtime.kernels import linear_attention
 
 def wkv(r, k, v, w, u, state):
-    o, state = linear_attention(r, k[:, :, :r.size(2)], v[:, :, :r.size(2)], w[:, :, :r.size(2)].movedim(2, -2), u=u, initial_state=state)
+    o, state = linear_attention(
+        r,
+        k[:, :, : r.size(2)],
+        v[:, :, : r.size(2)],
+        w[:, :, : r.size(2)].movedim(2, -2),
+        u=u,
+        initial_state=state,
+    )
     return o, state
 """
 KERNELS = "runtime.kernels"

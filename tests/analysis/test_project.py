@@ -538,7 +538,7 @@ def test_a_loader_built_here_and_handed_on_gets_pin_memory_but_no_workers(tmp_pa
         ("PM201", line, False),
     ]
     assert (
-        "DataLoader[TensorDataset](data, batch_size=8, pin_memory=torch.cuda.is_available())"
+        "DataLoader[TensorDataset](\n        data, batch_size=8, pin_memory=torch.cuda.is_available()\n    )"
         in result.new_source.decode()
     )
 

@@ -163,7 +163,10 @@ def test_one_run_applies_every_fix_and_a_second_finds_nothing(name):
 
 def test_loader_loop_rewrite_composes_and_trains_the_same(monkeypatch):
     new = run_all(LOADER_LOOP).new_source.decode()
-    assert 'DataLoader(dataset, batch_size=8, shuffle=True, pin_memory=device.type == "cuda", num_workers=' in new
+    assert (
+        "    num_workers = default_num_workers()\n    loader = DataLoader(\n        dataset,\n        batch_size=8,\n"
+        '        shuffle=True,\n        pin_memory=device.type == "cuda",\n        num_workers=num_workers,\n'
+    ) in new
     assert "for x, y in DevicePrefetcher(loader, device):" in new
     assert "x = x.to(device" not in new and "gc.collect()" not in new
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
@@ -183,8 +186,9 @@ def test_manual_batches_rewrite_keeps_the_copies_non_blocking_and_trains_the_sam
 def test_both_loader_rules_write_into_one_kwargs_dict(monkeypatch):
     new = run_all(KWARGS_DICT).new_source.decode()
     assert (
-        'train_kwargs = {"batch_size": 6, "shuffle": False, "pin_memory": device.type == "cuda", '
-        '"num_workers": default_num_workers(), "persistent_workers": default_num_workers() > 0}'
+        "    num_workers = default_num_workers()\n"
+        '    train_kwargs = {"batch_size": 6, "shuffle": False, "pin_memory": device.type == "cuda", '
+        '"num_workers": num_workers, "persistent_workers": num_workers > 0}'
     ) in new
     assert "for batch in DevicePrefetcher(loader, device):" in new
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")

@@ -53,7 +53,7 @@ def test_loader_rules_together_train_the_first_epoch_bit_for_bit_with_two_worker
     new_source, codes = rewrite_unsafe(source, LOADER_RULES)
     # the eval loader is not on the training path (PM201), and its loop is not a step (PM103)
     assert codes == ["PM102", "PM102", "PM103", "PM201"]
-    assert "DevicePrefetcher(loader, device)" in new_source and "num_workers=default_num_workers()" in new_source
+    assert "DevicePrefetcher(loader, device)" in new_source and "num_workers = default_num_workers()" in new_source
     before = losses(source)
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "2")
     after = losses(new_source)

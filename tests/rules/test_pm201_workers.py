@@ -52,7 +52,7 @@ def test_without_workers_the_rewrite_is_the_original(monkeypatch):
 
 
 def test_persistent_workers_true_with_no_workers_raises():
-    """Why the fix writes `persistent_workers=default_num_workers() > 0`, not True."""
+    """Why the fix writes `persistent_workers=num_workers > 0`, not True."""
     with pytest.raises(ValueError, match="persistent_workers option needs num_workers > 0"):
         DataLoader(TensorDataset(torch.arange(4)), num_workers=0, persistent_workers=True)
 

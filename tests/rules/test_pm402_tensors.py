@@ -267,7 +267,7 @@ for step in range(20):
 
 def test_the_fused_rewrite_of_a_tensor_fit_trains_within_tolerance():
     new = rewrite(SCRIPT, [UnfusedOptimizer])
-    assert "weight_decay=0.01, fused=True)" in new
+    assert "weight_decay=0.01, fused=True\n)" in new
     before, after = losses(SCRIPT), losses(new)
     assert len(before) == 20
     assert max_relative_difference(after, before) < 1e-5

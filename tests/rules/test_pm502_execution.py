@@ -84,7 +84,7 @@ def test_the_batch_mean_alone_gives_one_b_th_of_the_gradient():
     new_source = rewrite(
         (FIXTURES / "seed_lm_per_sequence.in.py").read_text(), [PerSampleForwardLoop], level=Level.UNSAFE
     )
-    statement = re.search(r"loss = \(F\.cross_entropy.*?\.sum\(\)\n", new_source, re.S).group(0)
+    statement = re.search(r"loss = \(\n\s*F\.cross_entropy.*?\.sum\(\)\n", new_source, re.S).group(0)
     naive = new_source.replace(statement, f"loss = {BATCH_MEAN}\n")
     summed, mean = first_gradients(new_source), first_gradients(naive)
     batch = 6  # BATCH of the fixture
@@ -97,7 +97,7 @@ def test_with_padding_the_batch_mean_times_b_is_not_the_loop():
     B times the mean over all tokens weighs long sequences more than the loop did."""
     source = (FIXTURES / "padded_sequences.in.py").read_text()
     new_source = rewrite(source, [PerSampleForwardLoop], level=Level.UNSAFE)
-    statement = re.search(r"loss = \(nn\.functional\.cross_entropy.*?\.mean\(\)\n", new_source, re.S).group(0)
+    statement = re.search(r"loss = \(\n\s*nn\.functional\.cross_entropy.*?\.mean\(\)\n", new_source, re.S).group(0)
     naive = new_source.replace(  # the fixture's criterion: CrossEntropyLoss(label_smoothing=0.1)
         statement,
         "loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), label_smoothing=0.1)\n",

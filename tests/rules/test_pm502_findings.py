@@ -118,8 +118,8 @@ def test_mean_loss_kept_divided_by_something_else_keeps_the_division():
     found, output = findings(PREAMBLE + "accumulation = 4\n" + loop)
     assert len(found) == 1 and found[0].applied
     assert (
-        'loss = (F.cross_entropy(out, y, reduction="none").view(len(x), -1).sum(1)\n'
-        "        / (y != -100).view(len(x), -1).sum(1)).sum()\nloss = loss / accumulation\nloss.backward()\n"
+        'loss = (\n    F.cross_entropy(out, y, reduction="none").view(len(x), -1).sum(1)\n'
+        "    / (y != -100).view(len(x), -1).sum(1)\n).sum()\nloss = loss / accumulation\nloss.backward()\n"
     ) in output
 
 

@@ -39,7 +39,10 @@ def test_attention_and_the_fixes_around_and_inside_it_apply_in_one_run():
     fixed = applied(result)
     assert fixed["PM504"] == [17] and 19 in fixed["PM101"]  # reported where the chain starts and "PM301" in fixed
     new = result.new_source.decode()
-    assert "F.scaled_dot_product_attention(q, k, memory[step].to(device, non_blocking=True))" in new
+    assert (
+        "F.scaled_dot_product_attention(\n            q, k, memory[step].to(device, non_blocking=True)\n        )"
+        in new
+    )
     assert "softmax" not in new
     want, got = losses(PROGRAM), losses(new)
     assert len(got) == len(want) == 6

@@ -531,7 +531,7 @@ def save_checkpoint(model, optimizer, epoch, path):
 def test_pm405_a_helper_the_training_loop_calls_saves_in_the_background(tmp_path, monkeypatch):
     source, new, findings = apply(SAVE_HEAD + HELPER + TRAIN_AND_SAVE, "PM405")
     assert only(findings, "PM405").applied
-    assert "checkpointer.save({" in new and new.rstrip().endswith("checkpointer.flush()")
+    assert "checkpointer.save(\n        {" in new and new.rstrip().endswith("checkpointer.flush()")
     files = {}
     for name, text in (("before", source), ("after", new)):
         folder = tmp_path / name
