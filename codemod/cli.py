@@ -892,6 +892,101 @@ def verify(
     ctx.exit(result.exit_code)
 
 
+# -- profile --------------------------------------------------------------------------------
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  perfmod profile train.py -- --epochs 1
+  perfmod profile train.py --steps 20 --warmup 5 --trace trace.json -- --batch-size 64
+  perfmod profile train.py --format json > profile.json
+
+\b
+How it works:
+  The script is prepared and instrumented as `perfmod verify` does it and runs
+  --steps optimizer steps under torch.profiler (CPU activities, CUDA where
+  torch has it, Python stacks); the --warmup steps are not recorded. Each
+  moment of the recorded steps goes to the stack of the script's own lines that
+  led to it, as host Python, torch operators, host-device syncs, data wait
+  (and on CUDA kernel time by launching line and GPU idle time), and then to
+  the finding of `perfmod check` on the innermost of those lines. The table
+  ranks the findings by their share of the step, with the saving where it can
+  be measured, and ends with the time no finding covers.
+
+\b
+Exit status:
+  0  the profile was taken
+  2  the script failed, has no training loop perfmod can step, or a bad option"""
+)
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--steps", type=click.IntRange(min=2), default=10, show_default=True, help="Optimizer steps to run.")
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="First steps not recorded (start-up, allocator, kernel selection); less than --steps.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random, torch and numpy.")
+@click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds the run may take."
+)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Keep the Chrome trace of the recorded steps in this file (open it in Perfetto).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object on stdout, its schema in the command's docs (codemod/profile.py).",
+)
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="pyproject.toml to read [tool.perfmod] from.",
+)
+@click.pass_context
+def profile(ctx, script, script_args, steps, warmup, seed, python, timeout, trace, output_format, config):
+    """Run SCRIPT N steps under the profiler; rank its findings by their measured share of a step.
+
+    Arguments after `--` go to the script.
+    """
+    from codemod.profile import ProfileError, error_json, render_json, render_text
+    from codemod.profile import profile as run_profile
+
+    settings = _settings([script], config, None, None, None, None)
+    try:
+        result = run_profile(
+            script,
+            script_args,
+            steps=steps,
+            warmup=warmup,
+            settings=settings,
+            python=python,
+            seed=seed,
+            timeout=timeout,
+            trace=trace,
+        )
+    except ProfileError as error:
+        if output_format == "json":
+            click.echo(error_json(script, str(error)))
+        raise Failure(str(error)) from None
+    if output_format == "json":
+        click.echo(render_json(result))
+        if result.error is not None:
+            click.echo(f"error: {result.error['message']}\n{result.error['stderr']}", err=True)
+    else:
+        click.echo(render_text(result), nl=False)
+    ctx.exit(EXIT_ERROR if result.error is not None else EXIT_OK)
+
+
 # -- report ---------------------------------------------------------------------------------
 
 EXIT_STATUS_REPORT = """\b

@@ -156,9 +156,11 @@ def prepare(
     rtol: float | None = None,
     atol: float | None = None,
     rewritten: str | Path | None = None,
+    tool: str = "verify",
 ) -> dict:
     """Write the instrumented original and rewrite of `script` under `folder`,
-    with the manifest that verify_run reads; returns the manifest."""
+    with the manifest that verify_run reads; returns the manifest. `tool` names
+    the command in the error for a script without a training loop."""
     script = Path(script).resolve()
     if not script.is_file():
         raise VerifyError(f"{script}: no such file")
@@ -204,7 +206,7 @@ def prepare(
     if sites["original"]["stepped"] == 0:
         names = ", ".join(str(path) for path in originals)
         raise VerifyError(
-            f"no training loop found in {names}: verify instruments a for/while loop that calls "
+            f"no training loop found in {names}: {tool} instruments a for/while loop that calls "
             "<loss>.backward() and <optimizer>.step() (or scaler.step(optimizer)), in the script or in a module "
             "of its folder that it imports. Point verify at the script that runs such a loop."
         )

@@ -527,6 +527,33 @@ def run_prepared(
     return result
 
 
+def run_copy(
+    folder: str | Path,
+    run: str,
+    *,
+    steps: int,
+    warmup: int,
+    args: Sequence[str] | None = None,
+    python: str | None = None,
+    seed: int = 0,
+    timeout: float | None = 900.0,
+    env: Mapping[str, str] | None = None,
+) -> tuple[int, dict | None, str, str | None]:
+    """One run of the copy `run` ("original" or "rewritten") that `folder` holds, as a
+    round of `run_prepared` runs it: (exit status, trace, stderr, why it failed or None).
+    `perfmod profile` runs the original this way, with the profiler's settings in `env`."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError) as error:
+        raise VerifyError(f"{folder}: not a folder prepared by perfmod verify ({MANIFEST}: {error})") from None
+    arguments = list(manifest["args"] if args is None else args)
+    returncode, trace, stderr = _run(
+        folder / run / manifest["entry"], arguments, folder / run, python, steps, warmup, seed, False, timeout, env
+    )
+    return returncode, trace, stderr, _failure(returncode, trace, steps)
+
+
 def _note_varying_losses(result: VerifyResult, run: str) -> None:
     """A note where one version's losses differ between its rounds: the comparison (of the
     first round's) then also holds noise of the script's own."""
