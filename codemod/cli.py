@@ -809,6 +809,13 @@ Exit status:
     "throughput summed over them (codemod/verify_run.py).",
 )
 @click.option(
+    "--profile",
+    "with_profile",
+    is_flag=True,
+    help="After the timed rounds, run each version once more under the profiler (as `perfmod profile`) and "
+    "show where its step goes, findings ranked by measured share.",
+)
+@click.option(
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
@@ -845,6 +852,7 @@ def verify(
     timeout,
     rounds,
     nproc,
+    with_profile,
     keep,
     output_format,
     config,
@@ -873,6 +881,7 @@ def verify(
             keep=keep,
             nproc=nproc,
             rounds=rounds,
+            profile=with_profile,
         )
     except VerifyError as error:
         if output_format == "json":
@@ -1031,6 +1040,12 @@ that `check` cached are used; `report` itself adds nothing to the cache.
     type=click.Path(dir_okay=False, path_type=Path),
     help="A `perfmod verify --format json` result to show with the changes.",
 )
+@click.option(
+    "--profile-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A `perfmod profile --format json` result (or `verify --profile`'s) to show: where the step goes, "
+    "findings ranked by measured share.",
+)
 @click.pass_context
 def report(
     ctx,
@@ -1049,13 +1064,14 @@ def report(
     quiet,
     output,
     verify_json,
+    profile_json,
 ):
     """Render a review of what `perfmod apply` would change in PATHs (default `.`): per
     file the diff, each change annotated with its rule, level, reason and expected gain."""
     # The page renderers (jinja2) load only for `report`: `check` in a pre-commit hook stays light.
     from codemod.report.html import render_html
     from codemod.report.markdown import render_markdown
-    from codemod.report.review import VerifyError, load_verify
+    from codemod.report.review import VerifyError, load_profile, load_verify
 
     paths = _paths(paths)
     settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
@@ -1063,6 +1079,7 @@ def report(
         raise click.UsageError("the HTML page goes to a file: pass -o FILE.html (or -o - for stdout)")
     try:
         verify = load_verify(verify_json) if verify_json else None
+        profiled = load_profile(profile_json) if profile_json else None
     except VerifyError as error:
         raise Failure(str(error)) from None
     if _is_stdin(paths):
@@ -1091,7 +1108,7 @@ def report(
     _report_errors(results)
     if output_format == "html":
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
-        page = render_html(results, settings.level, ALL_RULES, verify=verify, command=command)
+        page = render_html(results, settings.level, ALL_RULES, verify=verify, profile=profiled, command=command)
     else:
         page = render_markdown(results, settings.level, ALL_RULES, verify=verify)
     if output is None or str(output) == STDIN:
