@@ -17,8 +17,10 @@ led to it and to a category:
 plus, on CUDA, device time by launching lines and the GPU's idle time.
 
 This half (no torch) joins that attribution to the findings of `perfmod check`
-on the same files, by each finding's range (`line` to `end_line`). Each moment
-goes to the finding on the innermost line of its stack that a finding covers (at
+on the same files, by each finding's range (`line` to `end_line`). A finding
+whose range holds another's is a setting for that region (TF32 for the whole
+loop): it owns no time. Each moment goes to the finding on the innermost line
+of its stack that a finding covers (at
 one line: the finding whose fix removes that kind of time, then one whose saving
 can be measured, then the narrowest); the rest is the time no finding covers. A
 loop over samples or time steps (PM502, PM503, PM505) counts everything under
@@ -246,7 +248,9 @@ def join(
         categories[category] = categories.get(category, 0.0) + ns * per_step
 
     spans = [_spans(finding) for _, finding in findings]
-    owner = [_owner(stack, category, findings, spans) for stack, category, _ in entries]
+    regions = _regions(findings, spans)
+    owning = [None if i in regions else span for i, span in enumerate(spans)]
+    owner = [_owner(stack, category, findings, owning) for stack, category, _ in entries]
     rows = []
     for index, (path, finding) in enumerate(findings):
         if SAVES.get(finding.code) == "loop":
@@ -264,6 +268,8 @@ def join(
             kernel_ms = sum(ns for stack, ns in kernels if _owner(stack, "ops", findings, spans) == index) * per_step
         first, last = min(a for a, _ in spans[index]), max(b for _, b in spans[index])
         saving_ms, saving = _saving(SAVES.get(finding.code), by_category, ms, counts, path, first, last, steps)
+        if index in regions:
+            saving = "not estimated: a setting for the region it spans, which holds other findings"
         rows.append(
             {
                 "code": finding.code,
@@ -334,6 +340,24 @@ def _spans(finding: Finding) -> list[tuple[int, int]]:
     return [(finding.line, max(finding.line, finding.end_line or finding.line))]
 
 
+def _regions(findings, spans) -> set[int]:
+    """Findings that are settings for a region (TF32 for the loop, say): their range holds
+    another finding's. They own no time (the loop's lines are not theirs); a loop over
+    samples or time steps (SAVES "loop") is no region: it counts all it holds."""
+    regions = set()
+    for i, (path, finding) in enumerate(findings):
+        if SAVES.get(finding.code) == "loop":
+            continue
+        ((a, b),) = spans[i]
+        for j, (other_path, _) in enumerate(findings):
+            if j != i and other_path == path and spans[j] != spans[i]:
+                ((c, d),) = spans[j]
+                if a <= c and d <= b:
+                    regions.add(i)
+                    break
+    return regions
+
+
 def _within(stack, path: str, spans: list[tuple[int, int]]) -> bool:
     return any(f == path and any(a <= n <= b for a, b in spans) for f, n in stack)
 
@@ -344,7 +368,11 @@ def _owner(stack, category, findings, spans) -> int | None:
     a data wait), then one whose saving can be measured (SAVES: the loop around a call
     rather than a setting that spans the loop), then the narrowest."""
     for file, line in reversed(stack):
-        here = [i for i, (path, _) in enumerate(findings) if path == file and any(a <= line <= b for a, b in spans[i])]
+        here = [
+            i
+            for i, (path, _) in enumerate(findings)
+            if spans[i] is not None and path == file and any(a <= line <= b for a, b in spans[i])
+        ]
         if here:
             return max(
                 here,

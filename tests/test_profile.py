@@ -114,3 +114,37 @@ def test_line_map_follows_the_header_and_the_hooks():
     original = '"""doc"""\nimport torch\nloss.backward()\nopt.step()\n'
     copy = '"""doc"""\nimport runtime.trace as t\nt.install()\nimport torch\nt.loss(loss).backward()\nt.stepped(opt.step())\n'
     assert line_map(copy, original) == {1: 1, 4: 2, 5: 3, 6: 4}
+
+
+def test_verify_profile_profiles_both_versions(tmp_path):
+    from codemod.config import load_settings
+    from codemod.rule import Level
+    from codemod.verify import verify
+
+    args = ["--steps", "100", "--delay", "0.002", "--dim", "16"]
+    settings = load_settings(DATA_BOUND, None)
+    result = verify(
+        DATA_BOUND, args, steps=5, warmup=2, level=Level.UNSAFE, settings=settings, rounds=1, profile=True,
+        env=one_thread(PERFMOD_NUM_WORKERS="4"),
+    )  # fmt: skip
+    assert result.error is None, result.error
+    profiles = result.as_json()["profile"]
+    assert set(profiles) == {"original", "rewritten"}
+    assert profiles["original"]["findings"][0]["code"] == "PM201"
+    assert "PM201" not in [row["code"] for row in profiles["rewritten"]["findings"]]  # the rewrite has workers
+    assert profiles["rewritten"]["categories"]["data"] < profiles["original"]["categories"]["data"]
+    from codemod.verify_run import render_text
+
+    assert "profile of the original run:" in render_text(result)
+
+
+def test_the_review_page_shows_the_profile(tmp_path):
+    from codemod.report.html import render_html
+    from codemod.rule import Level
+    from codemod.rules import ALL_RULES
+
+    result = profile(DATA_BOUND, ["--steps", "100", "--delay", "0.002"], steps=4, warmup=1, env=one_thread())
+    document = json.loads(json.dumps(result.as_json()))
+    page = render_html([], Level.SAFE, ALL_RULES, profile=document)
+    assert 'id="profile"' in page and 'data-category="data"' in page
+    assert page.index('data-code="PM201"') < page.index('data-code="PM402"') < page.index('data-code="-"')
