@@ -250,7 +250,7 @@ PARTS = [
             ],
         },
         40,
-        90,
+        160,
     ),
     # -- past the default budget: --only or a larger --budget --
     Part(

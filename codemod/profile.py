@@ -20,14 +20,14 @@ This half (no torch) joins that attribution to the findings of `perfmod check`
 on the same files, by each finding's range (`line` to `end_line`). A finding
 whose range holds another's is a setting for that region (TF32 for the whole
 loop): it owns no time. Each moment goes to the finding on the innermost line
-of its stack that a finding covers (at
-one line: the finding whose fix removes that kind of time, then one whose saving
-can be measured, then the narrowest); the rest is the time no finding covers. A
-loop over samples or time steps (PM502, PM503, PM505) counts everything under
-its lines, the findings inside it included, since its fix runs all of it once
-instead of n times: its share holds the forward, loss and backward it runs, and
-so shares may overlap. A saving is estimated only where it can be
-said from what was measured (SAVES):
+of its stack that a finding covers (at one line: the finding whose fix removes
+that kind of time, then one whose saving can be measured, then the narrowest);
+a data wait no finding's lines hold goes to the loader's finding (PM201,
+PM103); the rest is the time no finding covers. A loop over samples or time
+steps (PM502, PM503, PM505) counts everything under its lines, the findings
+inside it included, since its fix runs all of it once instead of n times: its
+share holds the forward, loss and backward it runs, and so shares may overlap.
+A saving is estimated only where it can be said from what was measured (SAVES):
 
     sync  (PM404)             the syncs measured on its lines
     gc    (PM403)             all the time on its lines (the collection, the cache release)
@@ -45,9 +45,10 @@ JSON (`perfmod profile --format json`, `ProfileResult.as_json()`), schema 1:
      "steps_per_s": float|null (the tracer's, profiler on),
      "categories": {"python"|"ops"|"sync"|"data"|"untraced": float (ms per step)},
      "gpu": null | {"kernel_ms": float, "idle_ms": float} (per step; CUDA only),
-     "findings": [{"rank": int, "code": str, "name": str, "path": str, "line": int, "end_line": int,
+     "findings": [{"rank": int, "code": str, "name": str, "path": str (relative to the script's folder),
+                   "line": int, "end_line": int, "lines": [[first, last]] (the lines joined on),
                    "level": "safe"|"numeric"|"unsafe", "fixable": bool, "message": str,
-                   "ms": float (per step on its lines), "share": float (0..1 of the step),
+                   "ms": float (per step, its own), "share": float (0..1 of the step),
                    "categories": {category: ms}, "kernel_ms": float|null,
                    "saving_ms": float|null, "saving": str (how it was estimated, or "not estimated")}],
                   (ranked by share, largest first)
@@ -73,7 +74,7 @@ from pathlib import Path
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.result import Finding
-from codemod.verify import _settings, local_modules, prepare
+from codemod.verify import local_modules, prepare, script_settings
 from codemod.verify_run import VerifyError, run_copy
 
 SCHEMA = 1
@@ -139,7 +140,7 @@ def profile(
     if not 1 <= warmup < steps:
         raise ProfileError(f"--warmup {warmup} with --steps {steps}: need 1 <= warmup < steps")
     script = Path(script).resolve()
-    settings = _settings(script, settings, None)
+    settings = script_settings(script, settings)
     folder = Path(tempfile.mkdtemp(prefix="perfmod-profile-"))
     try:
         try:

@@ -291,6 +291,11 @@ def _profiles(script, folder, args, sources, steps, warmup, settings, level, pyt
     }
 
 
+def script_settings(script: Path, settings: Settings | None, level: Level | None = None) -> Settings:
+    """The settings a run of `script` uses: `settings`, or its [tool.perfmod], with `level`."""
+    return _settings(script, settings, level)
+
+
 def _settings(script: Path, settings: Settings | None, level: Level | None) -> Settings:
     if settings is None:
         try:
