@@ -69,6 +69,7 @@ def data_share(result) -> float:
     return data_ms(result) / result.as_json()["step_ms"]
 
 
+@pytest.mark.slow
 def test_data_wait_ranks_first_and_apply_hides_it(tmp_path):
     args = ["--steps", "100", "--delay", "0.002", "--dim", "256"]
     before = profile(DATA_BOUND, args, steps=9, warmup=5, env=one_thread())
@@ -116,6 +117,7 @@ def test_line_map_follows_the_header_and_the_hooks():
     assert line_map(copy, original) == {1: 1, 4: 2, 5: 3, 6: 4}
 
 
+@pytest.mark.slow
 def test_verify_profile_profiles_both_versions(tmp_path):
     from codemod.config import load_settings
     from codemod.rule import Level
