@@ -11,12 +11,12 @@ machine start included, one command at most 10 minutes, with torch and triton
 but no libcst and no network. So the default budget is 480 s (8 minutes) and
 PARTS is in priority order: the acceptance scripts (original, rewrite, expert),
 the recurrence kernels against their Python loops, SDPA, the data pipeline,
-`perfmod verify` of the seed-style LM; then the parts that do not fit the
+`perfmod verify` of the seed-style LM, `perfmod profile` of it; then the parts that do not fit the
 default budget (scripts, rwkv, batching, optimizer, model, tokenize), which
 run with --only or a larger --budget. Each priority part is sized (steps,
 sizes, repeats) so that its estimate (Part.estimate, seconds on an H200,
 process start-up and torch.compile included) is what it should take there;
-together they plan 375 s of the 480.
+together they plan 415 s of the 480.
 
 It runs each part as its own process, one after the other, and prints one
 document: a heading with the device (torch.cuda.get_device_name()), torch,
@@ -234,6 +234,23 @@ PARTS = [
         },
         45,
         120,
+    ),
+    Part(
+        "profile",
+        "perfmod profile of the seed script before and after its rewrite: the step by host Python, torch "
+        "operators, syncs and data wait, kernel time and the GPU's idle share, the lines that take the most",
+        "benchmarks.profile_seed",
+        {
+            # 30 steps (10 not recorded) of each version, launch-bound at ~10 ms a step before the
+            # rewrite; the profiler's Python tracer and the attribution after the run dominate
+            "cuda": [["--device", "cuda"]],
+            "cpu": [["--device", "cpu", "--steps", "3", "--warmup", "1", "--", "--samples", "32", "--batch-size", "4"]],
+            "quick": [
+                ["--device", "cpu", "--steps", "2", "--warmup", "1", "--", "--samples", "8", "--batch-size", "2"]
+            ],
+        },
+        40,
+        160,
     ),
     # -- past the default budget: --only or a larger --budget --
     Part(

@@ -841,6 +841,13 @@ Exit status:
     "throughput summed over them (codemod/verify_run.py).",
 )
 @click.option(
+    "--profile",
+    "with_profile",
+    is_flag=True,
+    help="After the timed rounds, run each version once more under the profiler (as `perfmod profile`) and "
+    "show where its step goes, findings ranked by measured share.",
+)
+@click.option(
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
@@ -877,6 +884,7 @@ def verify(
     timeout,
     rounds,
     nproc,
+    with_profile,
     keep,
     output_format,
     config,
@@ -905,6 +913,7 @@ def verify(
             keep=keep,
             nproc=nproc,
             rounds=rounds,
+            profile=with_profile,
         )
     except VerifyError as error:
         if output_format == "json":
@@ -922,6 +931,101 @@ def verify(
     if keep is not None:
         click.echo(f"copies kept in {keep}; run them again with `python -m codemod.verify_run {keep}`", err=True)
     ctx.exit(result.exit_code)
+
+
+# -- profile --------------------------------------------------------------------------------
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  perfmod profile train.py -- --epochs 1
+  perfmod profile train.py --steps 20 --warmup 5 --trace trace.json -- --batch-size 64
+  perfmod profile train.py --format json > profile.json
+
+\b
+How it works:
+  The script is prepared and instrumented as `perfmod verify` does it and runs
+  --steps optimizer steps under torch.profiler (CPU activities, CUDA where
+  torch has it, Python stacks); the --warmup steps are not recorded. Each
+  moment of the recorded steps goes to the stack of the script's own lines that
+  led to it, as host Python, torch operators, host-device syncs, data wait
+  (and on CUDA kernel time by launching line and GPU idle time), and then to
+  the finding of `perfmod check` on the innermost of those lines. The table
+  ranks the findings by their share of the step, with the saving where it can
+  be measured, and ends with the time no finding covers.
+
+\b
+Exit status:
+  0  the profile was taken
+  2  the script failed, has no training loop perfmod can step, or a bad option"""
+)
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--steps", type=click.IntRange(min=2), default=10, show_default=True, help="Optimizer steps to run.")
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="First steps not recorded (start-up, allocator, kernel selection); less than --steps.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random, torch and numpy.")
+@click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds the run may take."
+)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Keep the Chrome trace of the recorded steps in this file (open it in Perfetto).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object on stdout, its schema in the command's docs (codemod/profile.py).",
+)
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="pyproject.toml to read [tool.perfmod] from.",
+)
+@click.pass_context
+def profile(ctx, script, script_args, steps, warmup, seed, python, timeout, trace, output_format, config):
+    """Run SCRIPT N steps under the profiler; rank its findings by their measured share of a step.
+
+    Arguments after `--` go to the script.
+    """
+    from codemod.profile import ProfileError, error_json, render_json, render_text
+    from codemod.profile import profile as run_profile
+
+    settings = _settings([script], config, None, None, None, None)
+    try:
+        result = run_profile(
+            script,
+            script_args,
+            steps=steps,
+            warmup=warmup,
+            settings=settings,
+            python=python,
+            seed=seed,
+            timeout=timeout,
+            trace=trace,
+        )
+    except ProfileError as error:
+        if output_format == "json":
+            click.echo(error_json(script, str(error)))
+        raise Failure(str(error)) from None
+    if output_format == "json":
+        click.echo(render_json(result))
+        if result.error is not None:
+            click.echo(f"error: {result.error['message']}\n{result.error['stderr']}", err=True)
+    else:
+        click.echo(render_text(result), nl=False)
+    ctx.exit(EXIT_ERROR if result.error is not None else EXIT_OK)
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -968,6 +1072,12 @@ that `check` cached are used; `report` itself adds nothing to the cache.
     type=click.Path(dir_okay=False, path_type=Path),
     help="A `perfmod verify --format json` result to show with the changes.",
 )
+@click.option(
+    "--profile-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A `perfmod profile --format json` result (or `verify --profile`'s) to show: where the step goes, "
+    "findings ranked by measured share.",
+)
 @click.pass_context
 def report(
     ctx,
@@ -986,13 +1096,14 @@ def report(
     quiet,
     output,
     verify_json,
+    profile_json,
 ):
     """Render a review of what `perfmod apply` would change in PATHs (default `.`): per
     file the diff, each change annotated with its rule, level, reason and expected gain."""
     # The page renderers (jinja2) load only for `report`: `check` in a pre-commit hook stays light.
     from codemod.report.html import render_html
     from codemod.report.markdown import render_markdown
-    from codemod.report.review import VerifyError, load_verify
+    from codemod.report.review import VerifyError, load_profile, load_verify
     from codemod.rules import ALL_RULES
 
     paths = _paths(paths)
@@ -1001,6 +1112,7 @@ def report(
         raise click.UsageError("the HTML page goes to a file: pass -o FILE.html (or -o - for stdout)")
     try:
         verify = load_verify(verify_json) if verify_json else None
+        profiled = load_profile(profile_json) if profile_json else None
     except VerifyError as error:
         raise Failure(str(error)) from None
     if _is_stdin(paths):
@@ -1031,7 +1143,7 @@ def report(
         import shlex
 
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
-        page = render_html(results, settings.level, ALL_RULES, verify=verify, command=command)
+        page = render_html(results, settings.level, ALL_RULES, verify=verify, profile=profiled, command=command)
     else:
         page = render_markdown(results, settings.level, ALL_RULES, verify=verify)
     if output is None or str(output) == STDIN:

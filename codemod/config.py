@@ -121,12 +121,17 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def _read_toml(path: Path) -> dict:
-    # Imported here: `--version` and `--help` read no configuration.
+def _toml_reader():
+    # Imported when a file is read: `--version` and `--help` read no configuration.
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
+    return tomllib
+
+
+def _read_toml(path: Path) -> dict:
+    tomllib = _toml_reader()
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
@@ -159,6 +164,7 @@ def formatter_line_length(start: Path) -> int:
     ruff.toml / .ruff.toml (`line-length`) or pyproject.toml with [tool.ruff] (or
     [tool.black]) above `start`; 88, their default, when there is none."""
     start = start.absolute()
+    tomllib = _toml_reader()
     for folder in [start, *start.parents] if start.is_dir() else start.parents:
         for name in ("ruff.toml", ".ruff.toml", "pyproject.toml"):
             candidate = folder / name

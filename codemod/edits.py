@@ -508,7 +508,7 @@ class _Apply(cst.CSTTransformer):
             if not core and _has_comments(statement) and statement not in uncommented:
                 carried.extend(statement.leading_lines)
             elif not core and not before.get(statement) and not after.get(statement):
-                gap = gap or _split_blank(statement.leading_lines)[0]
+                gap = gap or split_blank(statement.leading_lines)[0]
                 segments.append([])
                 continue
             inserted = list(before.get(statement, ()))
@@ -543,7 +543,7 @@ class _Apply(cst.CSTTransformer):
         ):
             # What was first went: the statement now first takes no blank line above it,
             # as formatters leave a block (its comment lines stay).
-            _, kept = _split_blank(statements[0].leading_lines)
+            _, kept = split_blank(statements[0].leading_lines)
             statements[0] = statements[0].with_changes(leading_lines=kept)
         if isinstance(updated, cst.IndentedBlock) and not statements:
             statements = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]

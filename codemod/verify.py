@@ -108,6 +108,7 @@ def verify(
     nproc: int | None = None,
     rewritten: str | Path | None = None,
     rounds: int = DEFAULT_ROUNDS,
+    profile: bool = False,
 ) -> VerifyResult:
     """Rewrite, instrument, run both versions and compare.
 
@@ -115,7 +116,9 @@ def verify(
     `keep` names a folder to prepare in and leave behind instead of a temporary
     one; `nproc` runs the rewrite under torchrun with that many processes;
     `rewritten` is a file to use as the rewrite instead of the engine's; `rounds`
-    runs both versions that many times, alternating, for the speed-up's spread.
+    runs both versions that many times, alternating, for the speed-up's spread;
+    `profile` runs each version once more under the profiler, after the timed rounds
+    (codemod/profile.py), its result under `VerifyResult.profiles`.
     Raises VerifyError when nothing could be run.
     """
     if not 1 <= warmup < steps:
@@ -124,11 +127,21 @@ def verify(
             "steps are timed after the first (which pays for start-up)"
         )
     folder = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="perfmod-verify-"))
+    sources: dict = {}
     try:
         prepare(
-            script, folder, args, level=level, settings=settings, rules=rules, rtol=rtol, atol=atol, rewritten=rewritten
+            script,
+            folder,
+            args,
+            level=level,
+            settings=settings,
+            rules=rules,
+            rtol=rtol,
+            atol=atol,
+            rewritten=rewritten,
+            sources=sources,
         )
-        return run_prepared(
+        result = run_prepared(
             folder,
             steps=steps,
             warmup=warmup,
@@ -140,6 +153,11 @@ def verify(
             nproc=nproc,
             rounds=rounds,
         )
+        if profile and result.error is None:
+            result.profiles = _profiles(
+                script, folder, args, sources, steps, warmup, settings, level, python, seed, timeout, env
+            )
+        return result
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -156,9 +174,13 @@ def prepare(
     rtol: float | None = None,
     atol: float | None = None,
     rewritten: str | Path | None = None,
+    tool: str = "verify",
+    sources: dict | None = None,
 ) -> dict:
     """Write the instrumented original and rewrite of `script` under `folder`,
-    with the manifest that verify_run reads; returns the manifest."""
+    with the manifest that verify_run reads; returns the manifest. `tool` names
+    the command in the error for a script without a training loop; `sources`, a dict,
+    receives the texts the copies were made from: {run: {path: text}}."""
     script = Path(script).resolve()
     if not script.is_file():
         raise VerifyError(f"{script}: no such file")
@@ -192,6 +214,13 @@ def prepare(
         notes.append(f"no fix applies at level {settings.level.label}: the rewrite is the original")
     if applied is Level.UNSAFE and rewritten is None:
         notes.append(UNSAFE_NOTE)
+    if sources is not None:
+        sources.update(
+            {
+                run: {source_folder / path: text for path, text in texts.items()}
+                for run, texts in (("original", originals), ("rewritten", rewrites))
+            }
+        )
     entry = Path(script.name)
     copies = {
         run: {
@@ -204,7 +233,7 @@ def prepare(
     if sites["original"]["stepped"] == 0:
         names = ", ".join(str(path) for path in originals)
         raise VerifyError(
-            f"no training loop found in {names}: verify instruments a for/while loop that calls "
+            f"no training loop found in {names}: {tool} instruments a for/while loop that calls "
             "<loss>.backward() and <optimizer>.step() (or scaler.step(optimizer)), in the script or in a module "
             "of its folder that it imports. Point verify at the script that runs such a loop."
         )
@@ -235,6 +264,36 @@ def prepare(
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def _profiles(script, folder, args, sources, steps, warmup, settings, level, python, seed, timeout, env) -> dict:
+    """Each version once more, under the profiler: {run: profile JSON}."""
+    from codemod.profile import run_profile
+
+    script = Path(script).resolve()
+    settings = _settings(script, settings, level)
+    return {
+        run: run_profile(
+            Path(folder),
+            script,
+            args,
+            steps=steps,
+            warmup=warmup,
+            settings=settings,
+            run=run,
+            python=python,
+            seed=seed,
+            timeout=timeout,
+            env=env,
+            sources=sources[run],
+        ).as_json()
+        for run in RUNS
+    }
+
+
+def script_settings(script: Path, settings: Settings | None, level: Level | None = None) -> Settings:
+    """The settings a run of `script` uses: `settings`, or its [tool.perfmod], with `level`."""
+    return _settings(script, settings, level)
 
 
 def _settings(script: Path, settings: Settings | None, level: Level | None) -> Settings:

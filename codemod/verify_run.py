@@ -124,7 +124,9 @@ later within schema 2, as keys that a reader of the others can ignore):
      "tolerance": {"level": str, "rtol": float, "atol": float, "exact": bool},
      "agree": bool|null (null when a run failed),
      "notes": [str],
-     "error": null | {"run": "original"|"rewritten"|null, "message": str, "stderr": str}}
+     "error": null | {"run": "original"|"rewritten"|null, "message": str, "stderr": str},
+     "profile": {"original": {...}, "rewritten": {...}} (only with --profile: each version's
+                `perfmod profile` JSON, codemod/profile.py, from one more run after the timed rounds)}
 
 A verify that could not start a run prints the same object with only
 "schema", "script", "agree" (null), "original", "rewritten" (null) and "error".
@@ -324,6 +326,7 @@ class VerifyResult:
     error: dict | None = None
     nproc: int | None = None  # the rewrite ran under torchrun with this many processes
     rounds: int = 1  # timed rounds asked for (each a run of both versions)
+    profiles: dict | None = None  # `verify --profile`: {run: the profile's JSON, codemod/profile.py}
 
     @property
     def agree(self) -> bool | None:
@@ -417,6 +420,7 @@ class VerifyResult:
             "agree": self.agree,
             "notes": self.notes,
             "error": self.error,
+            **({"profile": self.profiles} if self.profiles is not None else {}),
         }
 
 
@@ -525,6 +529,33 @@ def run_prepared(
     if result.agree is False and tolerance.level == "unsafe":
         result.notes.append("the losses differ; with unsafe fixes that may be expected (see above)")
     return result
+
+
+def run_copy(
+    folder: str | Path,
+    run: str,
+    *,
+    steps: int,
+    warmup: int,
+    args: Sequence[str] | None = None,
+    python: str | None = None,
+    seed: int = 0,
+    timeout: float | None = 900.0,
+    env: Mapping[str, str] | None = None,
+) -> tuple[int, dict | None, str, str | None]:
+    """One run of the copy `run` ("original" or "rewritten") that `folder` holds, as a
+    round of `run_prepared` runs it: (exit status, trace, stderr, why it failed or None).
+    `perfmod profile` runs the original this way, with the profiler's settings in `env`."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError) as error:
+        raise VerifyError(f"{folder}: not a folder prepared by perfmod verify ({MANIFEST}: {error})") from None
+    arguments = list(manifest["args"] if args is None else args)
+    returncode, trace, stderr = _run(
+        folder / run / manifest["entry"], arguments, folder / run, python, steps, warmup, seed, False, timeout, env
+    )
+    return returncode, trace, stderr, _failure(returncode, trace, steps)
 
 
 def _note_varying_losses(result: VerifyResult, run: str) -> None:
@@ -816,6 +847,8 @@ def render_text(result: VerifyResult) -> str:
         )
     lines.append(f"tolerance ({tolerance.level}): {rule}")
     lines += [f"note: {note}" for note in result.notes]
+    for run, profile in (result.profiles or {}).items():
+        lines += ["", *profile_lines(run, profile)]
     if result.error is not None:
         run = f"{result.error['run']} run: " if result.error["run"] else ""
         lines += ["", f"FAILED: {run}{result.error['message']}"]
@@ -830,6 +863,20 @@ def render_text(result: VerifyResult) -> str:
     else:
         lines.append("result: losses DISAGREE")
     return "\n".join(lines) + "\n"
+
+
+def profile_lines(run: str, profile: dict, top: int = 5) -> list[str]:
+    """A `verify --profile` run's profile in short: the step by category, the top findings."""
+    if profile.get("error"):
+        return [f"profile of the {run} run: failed: {profile['error']['message']}"]
+    step = profile["step_ms"] or 1.0
+    parts = ", ".join(f"{name} {ms / step:.0%}" for name, ms in profile["categories"].items() if ms > 0)
+    lines = [f"profile of the {run} run: {step:.1f} ms per step: {parts}"]
+    for row in profile["findings"][:top]:
+        saving = f"saves up to {row['saving_ms']:.1f} ms" if row["saving_ms"] is not None else row["saving"]
+        lines.append(f"  {row['code']} {row['path']}:{row['line']}: {row['share']:.0%} of the step; {saving}")
+    lines.append(f"  not covered by any finding: {profile['uncovered']['share']:.0%}")
+    return lines
 
 
 def speed_line(result: VerifyResult) -> str | None:

@@ -74,6 +74,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from runtime import profile
+
 OUT_VAR, STEPS_VAR, WARMUP_VAR, SEED_VAR = (
     "PERFMOD_TRACE_OUT",
     "PERFMOD_TRACE_STEPS",
@@ -109,6 +111,7 @@ class Tracer:
     window_end: float | None = None
     written: bool = False
     pid: int = field(default_factory=os.getpid)  # only this process writes (not forked workers)
+    profiler: object | None = None  # runtime.profile.Profiler under `perfmod profile`
     _samples: int | None = None  # of the step under way
     _tokens: int | None = None
 
@@ -139,8 +142,12 @@ class Tracer:
             self.window_start = _synchronized_time()
         if self.done >= self.steps:
             self.window_end = _synchronized_time()
+            if self.profiler is not None:
+                self.profiler.step()  # the last: attributes the profiled steps and writes them
             self.write(completed=True)
             raise TraceStop()
+        if self.profiler is not None:
+            self.profiler.step()
         return value
 
     def result(self, completed: bool) -> dict:
@@ -214,6 +221,9 @@ def install() -> Tracer:
     # it must not write its empty trace over the training process's.
     if multiprocessing.parent_process() is None:
         atexit.register(_tracer.write, completed=False)
+        if profile.enabled():
+            _tracer.profiler = profile.Profiler(os.environ[profile.OUT_VAR], _tracer.steps, _tracer.warmup)
+            atexit.register(_tracer.profiler.stop)
     else:
         _tracer.pid = -1
     return _tracer

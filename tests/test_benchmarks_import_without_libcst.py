@@ -21,6 +21,7 @@ GPU_BENCHMARKS = [
     "bench_scripts",
     "bench_tokenize",
     "optimizer_step",
+    "profile_seed",
     "verify_seed",
 ]
 
@@ -29,6 +30,7 @@ def test_the_list_names_every_gpu_benchmark():
     cpu_only = {
         "__init__",
         "engine_speed",
+        "profile_overhead",
         "recall",
         "robustness",
         "rule_time",

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import zlib
 from collections import Counter
+from html.parser import HTMLParser
 
 import pytest
 
@@ -36,11 +37,55 @@ FLAGS = [
     "--disable-sync",
     "--disable-dev-shm-usage",
 ]
-WINDOW = (1280, 2000)
+WINDOW = (1280, 2600)  # tall enough for the summary, verify and profile cards and the first diff
 TIMEOUT = 120
 
-# Colours the page's CSS paints (RGB): the header bar, an added and a removed line.
+# Colours the page's CSS paints (RGB): the header bar, an added and a removed line;
+# the profile's stacked bar: data wait and torch operators.
 HEADER_BAR, ADDED_LINE, REMOVED_LINE = (0x24, 0x29, 0x2F), (0xE6, 0xFF, 0xEC), (0xFF, 0xEB, 0xE9)
+DATA_WAIT, OPERATORS = (0xBF, 0x87, 0x00), (0x09, 0x69, 0xDA)
+
+
+def _row(rank, code, line, level, ms, share, saving_ms, saving):
+    return {
+        "rank": rank, "code": code, "name": code.lower(), "path": "copies.py", "line": line, "end_line": line,
+        "lines": [[line, line]], "level": level, "fixable": True, "message": "...", "ms": ms, "share": share,
+        "categories": {"data": ms}, "kernel_ms": None, "saving_ms": saving_ms, "saving": saving,
+    }  # fmt: skip
+
+
+# A `perfmod profile --format json` document of a data-bound step (shape as codemod/profile.py writes it).
+PROFILE = {
+    "schema": 1, "script": "copies.py", "args": [], "steps": 6, "warmup": 2, "seed": 0,
+    "device": "cpu (x86_64, 1 torch thread)", "torch": "2.13.0", "profiled_steps": 4, "step_ms": 40.0,
+    "steps_per_s": 24.0, "categories": {"python": 2.0, "ops": 10.0, "sync": 0.0, "data": 26.0, "untraced": 2.0},
+    "gpu": None,
+    "findings": [
+        _row(1, "PM201", 7, "unsafe", 26.0, 0.65, 26.0, "up to the data wait measured"),
+        _row(2, "PM404", 12, "safe", 1.0, 0.025, 0.2, "the host-device syncs measured on its lines"),
+        _row(3, "PM101", 9, "safe", 0.0, 0.0, None, "not estimated"),
+    ],
+    "uncovered": {"ms": 13.0, "share": 0.325, "advice": "compute in the model", "lines": []},
+    "lines": [], "trace": None, "notes": [], "error": None,
+}  # fmt: skip
+
+
+class _ProfileReader(HTMLParser):
+    """The profile card as shown: the ranked rows' codes and the stacked bar's segments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: list[str] = []
+        self.segments: list[tuple[str, float]] = []
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        classes = (attributes.get("class") or "").split()
+        if tag == "tr" and {"finding", "uncovered"} & set(classes):
+            self.codes.append(attributes.get("data-code"))
+        if tag == "span" and "segment" in classes:
+            width = next(p for p in attributes["style"].split(";") if p.strip().startswith("width"))
+            self.segments.append((attributes["data-category"], float(width.split(":")[1].strip().rstrip("%"))))
 
 
 def chromium() -> str:
@@ -61,11 +106,14 @@ def rendered(tmp_path_factory):
     write(folder / "copies.py", COPIES)
     write(folder / "report_only.py", REPORT_ONLY.read_bytes())
     verify = write(folder / "verify.json", json.dumps(VERIFY))
+    profile = write(folder / "profile.json", json.dumps(PROFILE))
     page = folder / "review.html"
     cwd = os.getcwd()
     os.chdir(folder)
     try:
-        result = perfmod("report", "copies.py", "report_only.py", "-o", page, "--verify-json", verify)
+        result = perfmod(
+            "report", "copies.py", "report_only.py", "-o", page, "--verify-json", verify, "--profile-json", profile
+        )
     finally:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
@@ -87,6 +135,7 @@ def test_the_rendered_dom_has_the_summary_the_files_and_the_notes(rendered):
     dom, _ = rendered
     reader = read_page(dom)
     assert {"summary", "findings-by-rule", "files", "verify", "rules", "rule-PM101", "rule-PM404"} <= reader.ids
+    assert {"profile", "profile-step", "profile-findings"} <= reader.ids
     assert [file.path for file in reader.files] == ["copies.py", "report_only.py"]
     copies, report_only = reader.files
     assert [(n.code, n.line) for n in copies.notes()] == [("PM101", 5), ("PM101", 9)]
@@ -96,12 +145,23 @@ def test_the_rendered_dom_has_the_summary_the_files_and_the_notes(rendered):
     assert "banner = \"<script>alert('x')</script>\"" in " ".join(r.text for r in copies.items if hasattr(r, "kind"))
 
 
+def test_the_profile_card_ranks_the_findings_and_stacks_the_step(rendered):
+    dom, _ = rendered
+    card = _ProfileReader()
+    card.feed(dom)
+    assert card.codes == ["PM201", "PM404", "PM101", "-"]  # ranked, then the time no finding covers
+    assert [name for name, _ in card.segments] == ["python", "ops", "data", "untraced"]  # categories with time
+    assert sum(width for _, width in card.segments) == pytest.approx(100.0, abs=0.1)
+    assert max(card.segments, key=lambda segment: segment[1])[0] == "data"
+
+
 def test_the_screenshot_shows_the_page(rendered):
     _, screenshot = rendered
-    assert screenshot.stat().st_size > 20_000  # a blank 1280x2000 page compresses to a few kB
-    width, height, colours = png_colours(screenshot.read_bytes(), wanted={HEADER_BAR, ADDED_LINE, REMOVED_LINE})
+    assert screenshot.stat().st_size > 20_000  # a blank 1280x2600 page compresses to a few kB
+    wanted = {HEADER_BAR, ADDED_LINE, REMOVED_LINE, DATA_WAIT, OPERATORS}
+    width, height, colours = png_colours(screenshot.read_bytes(), wanted=wanted)
     assert (width, height) == WINDOW
-    assert {HEADER_BAR, ADDED_LINE, REMOVED_LINE} <= colours
+    assert wanted <= colours
     assert len(colours) > 16  # syntax colours, badges, anti-aliased text
 
 

@@ -1,7 +1,7 @@
 """`perfmod report`: one self-contained HTML page to review a run.
 
 The summary (files, findings by rule and level, the rules' expected gains,
-the verify result when given), then per file the diff, syntax-highlighted,
+the verify result and the profile when given), then per file the diff, syntax-highlighted,
 with each change annotated by the finding(s) that made it, and the findings
 left for a higher level or without a fix. CSS is inline and nothing is loaded
 from elsewhere, so the page works offline and as a CI artifact.
@@ -30,6 +30,9 @@ from codemod.report.highlight import Span, highlight_lines
 from codemod.report.review import (
     level_counts,
     loss_chart,
+    profile_bars,
+    profile_headline,
+    profile_segments,
     rule_rows,
     status,
     verify_facts,
@@ -116,10 +119,12 @@ def render_html(
     rules: Sequence[type[Rule]],
     *,
     verify: dict | None = None,
+    profile: dict | None = None,
     command: str = "",
     generated: datetime | None = None,
 ) -> str:
-    """The page for `results` at `level`. `verify`: a document checked by review.load_verify."""
+    """The page for `results` at `level`. `verify`: a document checked by review.load_verify;
+    `profile`: one checked by review.load_profile."""
     summary = Summary.of(results)
     docs = {rule.CODE: page_path(rule) for rule in rules}
     gains = {rule.CODE: rule.GAIN for rule in rules}
@@ -143,6 +148,10 @@ def render_html(
         "verify_facts": verify_facts(verify) if verify else [],
         "verify_fixes": verify_fixes(verify) if verify else [],
         "loss_chart": loss_chart(verify) if verify else None,
+        "profile": profile,
+        "profile_headline": profile_headline(profile) if profile else "",
+        "profile_segments": profile_segments(profile) if profile else [],
+        "profile_bars": profile_bars(profile) if profile else [],
         "command": command,
         "generated": (generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
         "docs_folder": DOCS_FOLDER,

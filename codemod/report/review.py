@@ -266,3 +266,105 @@ def _finite_losses(losses) -> list[float | None]:
     if not isinstance(losses, list):
         return []
     return [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for v in losses]
+
+
+# -- profile ---------------------------------------------------------------------------------
+
+PROFILE_REQUIRED = ("findings", "categories", "step_ms", "uncovered")
+# Colours of the step's categories in the page's stacked bar (and its legend).
+CATEGORY_COLOURS = {
+    "python": "#8250df",
+    "ops": "#0969da",
+    "sync": "#cf222e",
+    "data": "#bf8700",
+    "untraced": "#afb8c1",
+}
+
+
+def load_profile(path: Path) -> dict:
+    """The `perfmod profile --format json` document at `path` (or the profile of one run
+    of a `perfmod verify --profile` document: its rewritten run's, else its original's);
+    VerifyError names what is wrong with it."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise VerifyError(f"cannot read {path}: {error.strerror or error}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise VerifyError(f"{path} is not JSON: {error}") from None
+    if isinstance(document, dict) and isinstance(document.get("profile"), dict):
+        runs = document["profile"]
+        document = runs.get("rewritten") or runs.get("original")
+    if not isinstance(document, dict):
+        raise VerifyError(f"{path} is not a `perfmod profile --format json` result: expected an object")
+    if document.get("error"):
+        raise VerifyError(f"{path}: the profile failed: {document['error'].get('message')}")
+    missing = [key for key in PROFILE_REQUIRED if key not in document]
+    if missing:
+        raise VerifyError(
+            f"{path} is not a `perfmod profile --format json` result: missing {', '.join(repr(k) for k in missing)}"
+        )
+    return document
+
+
+@dataclass(frozen=True)
+class ProfileSegment:
+    category: str
+    percent: float  # of the step, for the bar's width
+    ms: float
+    colour: str
+
+
+@dataclass(frozen=True)
+class ProfileBar:
+    rank: int
+    code: str
+    where: str
+    level: str
+    fixable: bool
+    percent: float
+    ms: float
+    saving: str
+
+
+def profile_segments(document: dict) -> list[ProfileSegment]:
+    """The step by category, for the stacked bar: every category with time, in a fixed order."""
+    step = document["step_ms"] or 1.0
+    return [
+        ProfileSegment(name, 100.0 * ms / step, ms, CATEGORY_COLOURS.get(name, "#6e7781"))
+        for name, ms in document["categories"].items()
+        if ms > 0
+    ]
+
+
+def profile_bars(document: dict) -> list[ProfileBar]:
+    """A bar per finding, ranked, then one for the time no finding covers (rank 0, code "-")."""
+    bars = []
+    for row in document["findings"]:
+        saving = (
+            f"saves up to {row['saving_ms']:.1f} ms: {row['saving']}" if row["saving_ms"] is not None else row["saving"]
+        )
+        bars.append(
+            ProfileBar(
+                row["rank"],
+                row["code"],
+                f"{row['path']}:{row['line']}",
+                row["level"],
+                row["fixable"],
+                100.0 * row["share"],
+                row["ms"],
+                saving,
+            )
+        )
+    uncovered = document["uncovered"]
+    bars.append(
+        ProfileBar(0, "-", "no finding", "", False, 100.0 * uncovered["share"], uncovered["ms"], uncovered["advice"])
+    )
+    return bars
+
+
+def profile_headline(document: dict) -> str:
+    speed = f", {document['steps_per_s']:.3g} steps/s with the profiler on" if document.get("steps_per_s") else ""
+    return (
+        f"{document.get('script', '')}: {document.get('profiled_steps', '?')} steps profiled on "
+        f"{document.get('device') or 'an unknown device'}; {document['step_ms']:.1f} ms per step{speed}"
+    )

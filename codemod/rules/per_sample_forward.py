@@ -343,7 +343,7 @@ class PerSampleForwardLoop(Rule):
             PREAMBLE + "def pair_loss(logits, targets):\n    total = 0.0\n    for j in range(2):\n"
             "        total = total + F.cross_entropy(logits, targets[:, j], ignore_index=0)\n    return total / 2\n"
             "pairs = torch.randint(1, 3, (8, 2))\nout = model(x)\n"
-            "loss = sum(pair_loss(out[i : i + 1], pairs[i:i + 1]) for i in range(len(x)))\nloss.backward()\n"
+            "loss = sum(pair_loss(out[i : i + 1], pairs[i : i + 1]) for i in range(len(x)))\nloss.backward()\n"
             "total += loss.item()\n",
             "a loss function of the file it cannot read: called per sample on the batched output, summed",
         ),

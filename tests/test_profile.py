@@ -1,0 +1,152 @@
+"""`perfmod profile`: the ranking on the acceptance scripts and a data-bound script,
+the JSON and the Chrome trace, the error for a script that cannot be stepped.
+
+The runs use one torch thread (OMP_NUM_THREADS=1): on a busy machine an operator
+that waits for a second thread takes the scheduler's time, not its own. Orders are
+asserted, never numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codemod.cli import main
+from codemod.profile import ProfileError, line_map, profile
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCEPTANCE = ROOT / "fixtures" / "acceptance"
+DATA_BOUND = ROOT / "fixtures" / "profile" / "data_bound.py"
+
+pytest.importorskip("torch")
+
+
+def one_thread(**extra: str) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", **extra}
+
+
+def ranked(result) -> list[str]:
+    assert result.error is None, result.error
+    return [row["code"] for row in result.as_json()["findings"]]
+
+
+def test_rwkv_time_loop_ranks_first(tmp_path):
+    trace = tmp_path / "trace.json"
+    args = ["--device", "cpu", "--steps", "10", "--batch_size", "2", "--seq", "64", "--d", "32"]
+    args += ["--heads", "2", "--layers", "1", "--vocab", "64"]
+    result = profile(ACCEPTANCE / "naive_rwkv.py", args, steps=3, warmup=1, trace=trace, env=one_thread())
+    assert ranked(result)[0] == "PM505"
+    data = result.as_json()
+    top = data["findings"][0]
+    assert (top["line"], top["path"]) == (31, "naive_rwkv.py")  # the `for` over time, in the original's lines
+    assert 0 < top["share"] <= 1
+    assert top["saving"]  # estimated or "not estimated", always said
+    assert sum(data["categories"].values()) == pytest.approx(data["step_ms"], rel=1e-6)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(event.get("name", "").startswith("aten::") for event in events)
+
+
+@pytest.mark.slow
+def test_naive_lm_per_sample_loop_ranks_first():
+    args = ["--device", "cpu", "--steps", "10", "--batch_size", "4", "--seq", "128", "--d", "64", "--layers", "2"]
+    args += ["--heads", "2", "--docs", "50", "--save_every", "100", "--out", "ckpt"]
+    result = profile(ACCEPTANCE / "naive_lm.py", args, steps=3, warmup=1, env=one_thread())
+    codes = ranked(result)
+    assert codes[0] == "PM502"
+    # the loop over target positions runs inside it: ranked, but below it
+    assert codes.index("PM503") > 0
+
+
+def data_ms(result) -> float:
+    return result.as_json()["categories"]["data"]
+
+
+def data_share(result) -> float:
+    return data_ms(result) / result.as_json()["step_ms"]
+
+
+@pytest.mark.slow
+def test_data_wait_ranks_first_and_apply_hides_it(tmp_path):
+    args = ["--steps", "100", "--delay", "0.002", "--dim", "256"]
+    before = profile(DATA_BOUND, args, steps=9, warmup=5, env=one_thread())
+    assert ranked(before)[0] == "PM201"
+    top = before.as_json()["findings"][0]
+    assert top["saving_ms"] == pytest.approx(top["categories"]["data"])
+    assert data_share(before) > 0.5
+
+    script = tmp_path / "data_bound.py"
+    shutil.copy(DATA_BOUND, script)
+    applied = CliRunner().invoke(main, ["apply", str(script), "--level", "unsafe", "-q"])
+    assert applied.exit_code == 0, applied.output
+    after = profile(script, args, steps=9, warmup=5, env=one_thread(PERFMOD_NUM_WORKERS="8"))
+    assert "PM201" not in ranked(after)
+    # the workers hide the wait (what is left: receiving their batches, on a busy machine)
+    assert data_ms(after) < data_ms(before)
+    assert data_share(after) < data_share(before)
+
+
+def test_cli_json_and_text(tmp_path):
+    args = ["--", "--steps", "100", "--delay", "0.001", "--dim", "16"]
+    runner = CliRunner()
+    result = runner.invoke(main, ["profile", str(DATA_BOUND), "--steps", "4", "--format", "json", *args])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["schema"] == 1 and data["error"] is None
+    assert [row["rank"] for row in data["findings"]] == list(range(1, len(data["findings"]) + 1))
+    assert set(data["categories"]) >= {"python", "ops", "sync", "data", "untraced"}
+    assert data["uncovered"]["advice"]
+
+
+def test_a_script_without_a_training_loop_is_refused(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text("import torch\nmodel = torch.nn.Linear(2, 2)\nfor x in range(3):\n    model(torch.ones(2))\n")
+    with pytest.raises(ProfileError, match=r"profile instruments .*backward\(\).*step\(\)"):
+        profile(script, steps=3, warmup=1)
+    result = CliRunner().invoke(main, ["profile", str(script)])
+    assert result.exit_code == 2
+    assert "no training loop found" in result.output
+
+
+def test_line_map_follows_the_header_and_the_hooks():
+    original = '"""doc"""\nimport torch\nloss.backward()\nopt.step()\n'
+    copy = '"""doc"""\nimport runtime.trace as t\nt.install()\nimport torch\nt.loss(loss).backward()\nt.stepped(opt.step())\n'
+    assert line_map(copy, original) == {1: 1, 4: 2, 5: 3, 6: 4}
+
+
+@pytest.mark.slow
+def test_verify_profile_profiles_both_versions(tmp_path):
+    from codemod.config import load_settings
+    from codemod.rule import Level
+    from codemod.verify import verify
+
+    args = ["--steps", "100", "--delay", "0.002", "--dim", "16"]
+    settings = load_settings(DATA_BOUND, None)
+    result = verify(
+        DATA_BOUND, args, steps=5, warmup=2, level=Level.UNSAFE, settings=settings, rounds=1, profile=True,
+        env=one_thread(PERFMOD_NUM_WORKERS="4"),
+    )  # fmt: skip
+    assert result.error is None, result.error
+    profiles = result.as_json()["profile"]
+    assert set(profiles) == {"original", "rewritten"}
+    assert profiles["original"]["findings"][0]["code"] == "PM201"
+    assert "PM201" not in [row["code"] for row in profiles["rewritten"]["findings"]]  # the rewrite has workers
+    assert profiles["rewritten"]["categories"]["data"] < profiles["original"]["categories"]["data"]
+    from codemod.verify_run import render_text
+
+    assert "profile of the original run:" in render_text(result)
+
+
+def test_the_review_page_shows_the_profile(tmp_path):
+    from codemod.report.html import render_html
+    from codemod.rule import Level
+    from codemod.rules import ALL_RULES
+
+    result = profile(DATA_BOUND, ["--steps", "100", "--delay", "0.002"], steps=4, warmup=1, env=one_thread())
+    document = json.loads(json.dumps(result.as_json()))
+    page = render_html([], Level.SAFE, ALL_RULES, profile=document)
+    assert 'id="profile"' in page and 'data-category="data"' in page
+    assert page.index('data-code="PM201"') < page.index('data-code="PM402"') < page.index('data-code="-"')
