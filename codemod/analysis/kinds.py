@@ -452,7 +452,7 @@ class Kinds:
             ):
                 return Fact(Kind.DEVICE)  # `cfg["device"]`
             element = _element(owner)
-            if owner.kind is Kind.TENSOR and not _basic_index(expr):  # `x[idx]`: a copy
+            if owner.kind is Kind.TENSOR and not self._basic_index(expr):  # `x[idx]`: a copy
                 return element.with_memory(owner.memory.derived(False))
             return element
         if isinstance(expr, cst.Attribute):
@@ -483,6 +483,37 @@ class Kinds:
         if isinstance(expr, cst.SimpleString) and self.is_device(expr):
             return Fact(Kind.DEVICE, self.device_place(expr))
         return UNKNOWN
+
+    def _basic_index(self, subscript: cst.Subscript) -> bool:
+        """Does `subscript` index with slices, integers (literals, counters of a `for` over
+        `range(...)`) and `None` only: a view of a tensor, not a copy as an index tensor or
+        list gives? A string index is a key of a batch taken for a tensor: the value it holds."""
+        for element in subscript.slice:
+            if isinstance(element.slice, cst.Slice):
+                continue
+            value = element.slice.value
+            if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+                value = value.expression
+            if isinstance(value, (cst.Integer, cst.Ellipsis, cst.SimpleString)):
+                continue
+            if isinstance(value, cst.Name) and (value.value == "None" or self._range_counter(value)):
+                continue
+            return False
+        return True
+
+    def _range_counter(self, name: cst.Name) -> bool:
+        """Is every binding that reaches `name` the target of a `for` over `range(...)`?"""
+        bindings = self.reaching(name)
+        for binding in bindings:
+            statement = self._binding_statement(binding.node) if isinstance(binding.node, cst.Name) else None
+            if not (
+                isinstance(statement, cst.For)
+                and statement.target is binding.node
+                and isinstance(statement.iter, cst.Call)
+                and self.names.is_(statement.iter.func, "range", "builtins.range")
+            ):
+                return False
+        return bool(bindings)
 
     def _appended(self, literal: cst.BaseExpression) -> list[Fact]:
         """Facts of what is appended to the list `xs = [...]` later (`xs.append(x)`,
@@ -1602,24 +1633,6 @@ def _tensor_join(facts: list[Fact], kind: Kind = Kind.TENSOR, default: Place | N
     # computed from pageable tensors alone: new pageable memory, or one of them
     pageable = all(f.memory is Memory.PAGEABLE for f in operands)
     return Fact(kind, place, memory=Memory.PAGEABLE if pageable else Memory.UNKNOWN)
-
-
-def _basic_index(subscript: cst.Subscript) -> bool:
-    """Does `subscript` index with slices and integer literals only (a view of a tensor,
-    not a copy as an index tensor or list gives), or with a string (a key of a batch
-    taken for a tensor: the value the batch holds)?"""
-    for element in subscript.slice:
-        if isinstance(element.slice, cst.Slice):
-            continue
-        value = element.slice.value
-        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
-            value = value.expression
-        if not (
-            isinstance(value, (cst.Integer, cst.Ellipsis, cst.SimpleString))
-            or (isinstance(value, cst.Name) and value.value == "None")
-        ):
-            return False
-    return True
 
 
 def _literal_entry(literal: cst.BaseExpression | None, key: str, names) -> cst.BaseExpression | None:
