@@ -115,7 +115,8 @@ class NonBlockingCopy(Rule):
             "a stack of host arrays: pageable",
         ),
         Valid(
-            PREAMBLE + "X = torch.randn(64, 8)\nfor i in range(0, 64, 8):\n    xb = torch.stack([X[i], X[i + 1]]).to(device)\n",
+            PREAMBLE
+            + "X = torch.randn(64, 8)\nfor i in range(0, 64, 8):\n    xb = torch.stack([X[i], X[i + 1]]).to(device)\n",
             "a stack of slices: pageable",
         ),
         Valid(PREAMBLE + "mask = torch.zeros(8, 8).to(device)\n", "torch.zeros on the host: pageable"),

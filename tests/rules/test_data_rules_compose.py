@@ -175,7 +175,7 @@ def test_manual_batches_rewrite_keeps_the_copies_non_blocking_and_trains_the_sam
     new = run_all(MANUAL_BATCHES).new_source.decode()
     assert "for X_batch, Y_batch in loader:" in new
     assert "xb = X_batch.to(device, non_blocking=True)" in new
-    assert "pin_memory=device.type == \"cuda\"" in new
+    assert 'pin_memory=device.type == "cuda"' in new
     hoisted = "\n    scale = torch.tensor([0.5, 2.0]).to(device)\n"  # out of both loops, pageable: left blocking
     assert hoisted in new and new.index(hoisted) < new.index("for epoch in range(3):")
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
