@@ -305,12 +305,16 @@ def test_naive_rwkv_time_loop_becomes_a_kernel_the_optimizer_fused_and_the_losse
 # -- naive_hooks.py -------------------------------------------------------------------------
 
 
+def test_naive_hooks_has_nothing_to_fix_at_level_safe():
+    """Its one copy is of a tensor `torch.randn` makes in pageable memory: `non_blocking=True`
+    would overlap nothing, so PM101 leaves it (and reports nothing)."""
+    result = rewritten("naive_hooks", "safe")
+    assert applied(result) == set() and not [f for f in result.findings if f.code == "PM101"]
+    assert result.new_source == (FOLDER / "naive_hooks.py").read_bytes()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("level", "select", "fix"),
-    [("safe", None, "PM101"), ("unsafe", ("PM501",), "PM501")],
-    ids=["level-safe", "PM501-alone"],
-)
+@pytest.mark.parametrize(("level", "select", "fix"), [("unsafe", ("PM501",), "PM501")], ids=["PM501-alone"])
 def test_naive_hooks_rewrite_trains_bit_identically(tmp_path, original_output, level, select, fix):
     result = rewritten("naive_hooks", level, select)
     assert fix in applied(result)

@@ -135,12 +135,21 @@ class NonBlockingCopy(Rule):
             "a cast of a pinned batch is a new pageable tensor",
         ),
         Valid(
+            PREAMBLE + "for x, y in loader:\n    z = x[torch.tensor([0, 1])].to(device)\n",
+            "an index tensor gathers the rows into a new pageable tensor",
+        ),
+        Valid(
             PREAMBLE + 'dev = "cuda" if torch.cuda.is_available() else "cpu"\n'
             "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(dev)\n",
             "a tensor that may be on the device after the first pass: no pinned source",
         ),
     ]
     INVALID = [
+        Invalid(
+            PREAMBLE + "for x, y in loader:\n    for i in range(2):\n        z = x[i].to(device)\n",
+            PREAMBLE + "for x, y in loader:\n    for i in range(2):\n        z = x[i].to(device, non_blocking=True)\n",
+            "a row of a pinned batch is a view of its pinned memory",
+        ),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n",
             PREAMBLE
