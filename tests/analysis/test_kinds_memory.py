@@ -14,7 +14,10 @@ CASES = [
     (LOADER + "for x, y in DL(ds, batch_size=2, pin_memory=True):\n    probe(x)", Memory.PINNED),
     (LOADER + "loader = DL(ds, 2, False, None, None, 0, None, True)\nfor x, y in loader:\n    probe(y)", Memory.PINNED),
     (LOADER + "for b in DL(ds, pin_memory=device.type == 'cuda'):\n    probe(b[0])", Memory.PINNED),
-    (LOADER + "kw = {'batch_size': 2}\nkw.update({'pin_memory': True})\nfor b in DL(ds, **kw):\n    probe(b)", Memory.PINNED),
+    (
+        LOADER + "kw = {'batch_size': 2}\nkw.update({'pin_memory': True})\nfor b in DL(ds, **kw):\n    probe(b)",
+        Memory.PINNED,
+    ),
     (LOADER + "kw = dict(batch_size=2, pin_memory=True)\nfor b in DL(ds, **kw):\n    probe(b)", Memory.PINNED),
     (LOADER + "it = iter(DL(ds, pin_memory=True))\nprobe(next(it)[1])", Memory.PINNED),
     (LOADER + "for b in DL(ds, pin_memory=True):\n    probe({k: v for k, v in enumerate(b)}[0])", Memory.PINNED),
