@@ -452,7 +452,8 @@ class Kinds:
             ):
                 return Fact(Kind.DEVICE)  # `cfg["device"]`
             element = _element(owner)
-            if owner.kind is Kind.TENSOR and not self._basic_index(expr):  # `x[idx]`: a copy
+            if owner.kind is Kind.TENSOR and owner.memory is Memory.PINNED and not self._basic_index(expr):
+                # `x[idx]` with an index tensor or list: a copy, in new memory
                 return element.with_memory(owner.memory.derived(False))
             return element
         if isinstance(expr, cst.Attribute):
