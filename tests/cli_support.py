@@ -16,7 +16,7 @@ from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES, RULES_BY_CODE
 from codemod.rules.non_blocking_copy import NonBlockingCopy
 
-FIXABLE = 'import torch\ndevice = torch.device("cuda")\nx = torch.randn(4)\ny = x.to(device)\n'
+FIXABLE = 'import torch\ndevice = torch.device("cuda")\nx = torch.randn(4, pin_memory=True)\ny = x.to(device)\n'
 FIXED = FIXABLE.replace("x.to(device)", "x.to(device, non_blocking=True)")
 FINDING_MESSAGE = "PM101 [*] host-to-device copy blocks the CPU; pass non_blocking=True"
 CLEAN = "import torch\nx = torch.randn(4)\n"

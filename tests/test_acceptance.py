@@ -306,15 +306,12 @@ def test_naive_hooks_per_call_hooks_are_reported_and_left_as_written():
     assert all("registered in a loop, a context manager or a helper" in f.message for f in found)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("level", "select", "fix"), [("safe", None, "PM101")], ids=["level-safe"])
-def test_naive_hooks_rewrite_trains_bit_identically(tmp_path, original_output, level, select, fix):
-    result = rewritten("naive_hooks", level, select)
-    assert fix in applied(result)
-    script = write_rewrite(result, tmp_path, "naive_hooks")
-    out, original = beside_original(original_output, "naive_hooks", script, readme_args("naive_hooks"), tmp_path)
-    assert STEP.findall(out) == STEP.findall(original) != []
-    assert final(out) == final(original)
+def test_naive_hooks_has_nothing_to_fix_at_level_safe():
+    """Its one copy is of a tensor `torch.randn` makes in pageable memory: `non_blocking=True`
+    would overlap nothing, so PM101 leaves it (and reports nothing)."""
+    result = rewritten("naive_hooks", "safe")
+    assert applied(result) == set() and not [f for f in result.findings if f.code == "PM101"]
+    assert result.new_source == (FOLDER / "naive_hooks.py").read_bytes()
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ DIFF = """\
 @@ -1,4 +1,4 @@
  import torch
  device = torch.device("cuda")
- x = torch.randn(4)
+ x = torch.randn(4, pin_memory=True)
 -y = x.to(device)
 +y = x.to(device, non_blocking=True)
 """

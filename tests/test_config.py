@@ -244,7 +244,7 @@ def test_suppression_comments(tmp_path):
     source = (
         "import torch\n"
         'device = torch.device("cuda")\n'
-        "x = torch.randn(4)\n"
+        "x = torch.randn(4, pin_memory=True)\n"
         "a = x.to(device)  # perfmod: ignore\n"
         "b = x.to(device)  # perfmod: ignore[PM101]\n"
         "c = x.to(device)  # perfmod: ignore[PM991, PM993]\n"
@@ -264,7 +264,7 @@ def test_suppression_comments(tmp_path):
 SUPPRESSED = (
     "import torch\n"
     'device = torch.device("cuda")\n'
-    "x = torch.randn(4)\n"
+    "x = torch.randn(4, pin_memory=True)\n"
     "a = slow(x.to(device))  # perfmod: ignore PM101\n"  # the colon habit of ruff's noqa comments: these codes only
     "b = slow(x.to(device))  # perfmod: ignore: PM991, PM101\n"
     "c = slow(x.to(device))  # perfmod: ignore[PM999]\n"
@@ -311,7 +311,7 @@ def test_suppression_comments_that_do_nothing_are_warned_about_with_path_and_lin
 NOQA = (
     "import torch\n"
     'device = torch.device("cuda")\n'
-    "x = torch.randn(4)\n"
+    "x = torch.randn(4, pin_memory=True)\n"
     "a = slow(x.to(device))  # noqa: PM101\n"
     "b = slow(x.to(device))  # noqa\n"  # every rule, as in ruff
     "c = slow(x.to(device))  # noqa: E501, PM991\n"  # another tool's code beside ours

@@ -20,7 +20,7 @@ from tests.cli_support import catalogue, perfmod, write  # noqa: F401 (catalogue
 RUNNING = sys.version_info[:2]
 PY = f"Python {RUNNING[0]}.{RUNNING[1]}"
 
-LOOP = 'device = torch.device("cuda")\nfor step in range(10):\n    x = torch.randn(4)\n    y = x.to(device)\n'
+LOOP = 'device = torch.device("cuda")\nfor step in range(10):\n    x = torch.randn(4, pin_memory=True)\n    y = x.to(device)\n'
 
 # (what, the Python whose syntax it is, the code): each is followed by LOOP and its PM101 fix.
 NEWER = [

@@ -10,7 +10,7 @@ PROGRAM = textwrap.dedent('''\
     # wild: runnable
     # wild: compare=final
     import torch
-    x = torch.randn(4)
+    x = torch.randn(4, pin_memory=True)
     y = x.to(torch.device("cuda"))  # expect: PM101 fix, PM999 report
     z = x.to(torch.device("cuda"))
 ''')
@@ -21,7 +21,7 @@ NEGATIVE = textwrap.dedent('''\
     import torch
     x = torch.randn(4, device="cuda")
     y = x.to("cpu")
-    z = torch.randn(4).to(torch.device("cuda"))
+    z = torch.randn(4, pin_memory=True).to(torch.device("cuda"))
 ''')
 
 

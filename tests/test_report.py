@@ -41,10 +41,10 @@ SEED = FIXTURES / "scripts" / "seed_latentwire.py"  # only tokenized: the engine
 COPIES = """\
 import torch
 device = torch.device("cuda")
-x = torch.randn(4)
+x = torch.randn(4, pin_memory=True)
 banner = "<script>alert('x')</script>"  # </td></tr><b>not bold</b>
 y = x.to(device)
-z = torch.ones(2)
+z = torch.ones(2, pin_memory=True)
 w = z * 2
 print(banner)
 v = z.to(device)

@@ -33,8 +33,7 @@ EXPECTED_FINDINGS = {
     "PM101": [
         "question_ids = question_ids.to(device)",
         "answer_ids = answer_ids.to(device)",
-        "scaffold_ids = torch.tensor(tokenizer.encode(SCAFFOLD), dtype=torch.long).to(device)",
-    ],
+    ],  # the copies of the loader PM102 pins (`scaffold_ids`, pageable memory, gets no finding)
     "PM102": ["loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True)"],
     "PM103": ["for question_ids, answer_ids in loader:"],
     "PM201": ["loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True)"],

@@ -18,6 +18,15 @@ unless the loop re-binds the name before the use (its own target, say).
 
 DataLoader batches are taken to be host tensors unless the dataset is built
 from device tensors.
+
+A host tensor's memory is pinned (page-locked: a copy of it to CUDA can run
+while the host goes on) or pageable (a copy is staged through a pinned buffer
+by the host, so it cannot overlap anything). Pinned are the batches of a
+DataLoader asked to pin them, `.pin_memory()` results, tensors made with
+`pin_memory=True`, and views of these; pageable are tensors a factory, `torch.from_numpy`
+or a tokenizer makes on the host, the batches of a DataLoader that does not pin,
+and whatever is computed from pageable tensors alone (a new tensor, or one of its
+inputs). Anything else is unknown.
 """
 
 from __future__ import annotations
@@ -45,10 +54,12 @@ from codemod.analysis.torch_facts import (
     PASS_THROUGH_ITERABLES,
     RETURN_TENSORS,
     SAME_PLACE_METHODS,
+    SHARING_ATTRIBUTES,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
+    VIEW_METHODS,
 )
 
 if TYPE_CHECKING:
@@ -71,6 +82,22 @@ class Kind(enum.Enum):
     BOTTOM = "bottom"  # no value yet: the first guess while resolving a cycle such as `x = x.cuda()` in a loop
 
 
+class Memory(enum.Enum):
+    """What memory a host tensor is in (see the module docstring)."""
+
+    PINNED = "pinned"
+    PAGEABLE = "pageable"
+    UNKNOWN = "unknown"
+
+    def join(self, other: Memory) -> Memory:
+        return self if self is other else Memory.UNKNOWN
+
+    def derived(self, shares: bool) -> Memory:
+        """The memory of a tensor computed from a tensor in this memory: a view keeps it;
+        other results are new (pageable) memory or the operand itself, pageable from pageable."""
+        return self if shares or self is Memory.PAGEABLE else Memory.UNKNOWN
+
+
 class Place(enum.Enum):
     HOST = "host"
     CUDA = "cuda"
@@ -86,6 +113,7 @@ class Fact:
     kind: Kind
     place: Place = Place.UNKNOWN
     single: bool = False  # a loader whose batches are single tensors (its dataset's items are tensors)
+    memory: Memory = Memory.UNKNOWN  # of a host tensor or batch; of a loader: of its batches
 
     def join(self, other: Fact) -> Fact:
         if self.kind is Kind.BOTTOM:
@@ -94,7 +122,12 @@ class Fact:
             return self
         if self.kind is not other.kind:
             return UNKNOWN
-        return Fact(self.kind, self.place.join(other.place), self.single and other.single)
+        return Fact(
+            self.kind, self.place.join(other.place), self.single and other.single, self.memory.join(other.memory)
+        )
+
+    def with_memory(self, memory: Memory) -> Fact:
+        return Fact(self.kind, self.place, self.single, memory)
 
 
 UNKNOWN = Fact(Kind.UNKNOWN)
@@ -446,7 +479,11 @@ class Kinds:
                 and owner.kind not in (Kind.BATCH, Kind.TENSOR, Kind.BOTTOM)
             ):
                 return Fact(Kind.DEVICE)  # `cfg["device"]`
-            return _element(owner)
+            element = _element(owner)
+            if owner.kind is Kind.TENSOR and owner.memory is Memory.PINNED and not self._basic_index(expr):
+                # `x[idx]` with an index tensor or list: a copy, in new memory
+                return element.with_memory(owner.memory.derived(False))
+            return element
         if isinstance(expr, cst.Attribute):
             return self._attribute_fact(expr)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
@@ -467,12 +504,45 @@ class Kinds:
             return _tensor_join([self._fact(expr.left), *(self._fact(c.comparator) for c in expr.comparisons)])
         if isinstance(expr, cst.UnaryOperation):
             operand = self._fact(expr.expression)
-            return operand if operand.kind in (Kind.TENSOR, Kind.BOTTOM) else UNKNOWN
+            if operand.kind is Kind.TENSOR:
+                return operand.with_memory(operand.memory.derived(False))
+            return operand if operand.kind is Kind.BOTTOM else UNKNOWN
         if isinstance(expr, cst.IfExp):
             return self._fact(expr.body).join(self._fact(expr.orelse))
         if isinstance(expr, cst.SimpleString) and self.is_device(expr):
             return Fact(Kind.DEVICE, self.device_place(expr))
         return UNKNOWN
+
+    def _basic_index(self, subscript: cst.Subscript) -> bool:
+        """Does `subscript` index with slices, integers (literals, counters of a `for` over
+        `range(...)`) and `None` only: a view of a tensor, not a copy as an index tensor or
+        list gives? A string index is a key of a batch taken for a tensor: the value it holds."""
+        for element in subscript.slice:
+            if isinstance(element.slice, cst.Slice):
+                continue
+            value = element.slice.value
+            if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+                value = value.expression
+            if isinstance(value, (cst.Integer, cst.Ellipsis, cst.SimpleString)):
+                continue
+            if isinstance(value, cst.Name) and (value.value == "None" or self._range_counter(value)):
+                continue
+            return False
+        return True
+
+    def _range_counter(self, name: cst.Name) -> bool:
+        """Is every binding that reaches `name` the target of a `for` over `range(...)`?"""
+        bindings = self.reaching(name)
+        for binding in bindings:
+            statement = self._binding_statement(binding.node) if isinstance(binding.node, cst.Name) else None
+            if not (
+                isinstance(statement, cst.For)
+                and statement.target is binding.node
+                and isinstance(statement.iter, cst.Call)
+                and self.names.is_(statement.iter.func, "range", "builtins.range")
+            ):
+                return False
+        return bool(bindings)
 
     def _appended(self, literal: cst.BaseExpression) -> list[Fact]:
         """Facts of what is appended to the list `xs = [...]` later (`xs.append(x)`,
@@ -542,12 +612,14 @@ class Kinds:
             return Fact(Kind.DEVICE, Place.UNKNOWN if place is Place.DEVICE else place)
         if attr in TENSOR_ATTRIBUTES:
             owner = self._fact(expr.value)
-            return owner if owner.kind is Kind.TENSOR else UNKNOWN
+            if owner.kind is not Kind.TENSOR:
+                return UNKNOWN
+            return owner.with_memory(owner.memory.derived(attr in SHARING_ATTRIBUTES))
         if DEVICE_NAME.match(attr):
             return Fact(Kind.DEVICE)  # `args.device`, `cfg.train_device`
         owner = self._fact(expr.value)
         if owner.kind is Kind.BATCH:  # `encoding.input_ids`, `batch.x`
-            return Fact(Kind.TENSOR, owner.place)
+            return Fact(Kind.TENSOR, owner.place, memory=owner.memory)
         return BOTTOM if owner.kind is Kind.BOTTOM else UNKNOWN
 
     def _call_fact(self, call: cst.Call) -> Fact:
@@ -561,7 +633,7 @@ class Kinds:
             and isinstance(encoded.value, cst.SimpleString)
             and encoded.value.evaluated_value == "pt"
         ):
-            return Fact(Kind.BATCH, Place.HOST)  # a Hugging Face tokenizer's BatchEncoding: CPU tensors
+            return Fact(Kind.BATCH, Place.HOST, memory=Memory.PAGEABLE)  # a Hugging Face BatchEncoding: CPU tensors
         local = self.local_class(call.func)
         if local is not None:
             return self._built_module(self.class_fact(local), call)
@@ -605,13 +677,14 @@ class Kinds:
     def _library_call_fact(self, name: str, call: cst.Call) -> Fact | None:
         first = positional(call, 0)
         if name in TENSOR_FACTORIES:
+            memory = self._factory_memory(name, call)
             device = kwarg(call, "device")
             if device is not None:  # made where the run computes, when that may be the GPU or the CPU
                 place = self.device_place(device.value)
-                return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place)
-            return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST)
-        if name in HOST_ONLY_FACTORIES:
-            return Fact(Kind.TENSOR, Place.HOST)
+                return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place, memory=memory)
+            return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST, memory=memory)
+        if name in HOST_ONLY_FACTORIES:  # numpy's or a buffer's memory: pageable
+            return Fact(Kind.TENSOR, Place.HOST, memory=Memory.PAGEABLE)
         if name in PASS_THROUGH_ITERABLES and first is not None:
             return self._fact(first.value)  # `iter(loader)`, `tqdm(loader)`: iterates the same items
         if name in ("next", "builtins.next") and first is not None:
@@ -626,7 +699,7 @@ class Kinds:
         if name == "torch.device":
             return Fact(Kind.DEVICE, self.device_place(first.value) if first else Place.UNKNOWN)
         if name == "torch.utils.data.DataLoader":
-            return Fact(Kind.LOADER, self._loader_place(call), self._single_items(call))
+            return Fact(Kind.LOADER, self._loader_place(call), self._single_items(call), self._loader_memory(call))
         if name in DATASET_CLASSES:
             return _tensor_join([self._fact(a.value) for a in call.args], Kind.DATASET, default=Place.HOST)
         if name == "torch.compile":
@@ -700,15 +773,23 @@ class Kinds:
             copy = self.copy_of(call)
             if copy is None or receiver.kind not in (Kind.TENSOR, Kind.MODULE):
                 return UNKNOWN
+            if not copy.moves_device:  # a cast: the receiver, or a new tensor where it is
+                return Fact(receiver.kind, copy.target, memory=receiver.memory.derived(False))
             return Fact(receiver.kind, copy.target)
         if method == "cpu":
-            return Fact(receiver.kind, Place.HOST) if receiver.kind in (Kind.TENSOR, Kind.MODULE) else UNKNOWN
+            if receiver.kind not in (Kind.TENSOR, Kind.MODULE):
+                return UNKNOWN
+            # the receiver itself when it is on the host, else a new pageable tensor
+            memory = {Place.HOST: receiver.memory, Place.CUDA: Memory.PAGEABLE, Place.DEVICE: Memory.PAGEABLE}
+            return Fact(receiver.kind, Place.HOST, memory=memory.get(receiver.place, Memory.UNKNOWN))
         if method == "pin_memory":
-            return Fact(Kind.TENSOR, Place.HOST) if receiver.kind is Kind.TENSOR else UNKNOWN
+            return Fact(Kind.TENSOR, Place.HOST, memory=Memory.PINNED) if receiver.kind is Kind.TENSOR else UNKNOWN
         if receiver.kind is Kind.TENSOR and (
             method in SAME_PLACE_METHODS or (method not in NOT_SAME_PLACE_METHODS and not method.startswith("is_"))
         ):
-            return receiver
+            # views keep the receiver's memory, as in-place methods (`x.mul_(2)`) return it
+            shares = method in VIEW_METHODS or (method.endswith("_") and not method.startswith("_"))
+            return receiver.with_memory(receiver.memory.derived(shares))
         if method in ("get", "pop") and receiver.kind is Kind.BATCH:
             return _element(receiver)  # `batch.get("input_ids")`
         return UNKNOWN
@@ -750,6 +831,63 @@ class Kinds:
                 for v in returned
             )
         )
+
+    def _factory_memory(self, name: str, call: cst.Call) -> Memory:
+        """The memory a torch factory makes its tensor in: pinned with `pin_memory=True`,
+        else new pageable memory (`torch.as_tensor` of a tensor may return that tensor)."""
+        pin = kwarg(call, "pin_memory")
+        if pin is not None:
+            return _flag_memory(pin.value)
+        first = positional(call, 0)
+        if name == "torch.as_tensor" and first is not None:
+            given = self._fact(first.value)
+            if given.kind in CONTAINERS:
+                return given.memory.derived(False)
+        return Memory.PAGEABLE
+
+    def _loader_memory(self, call: cst.Call) -> Memory:
+        """The memory of the batches of the DataLoader `call` builds: pinned when it is
+        asked to pin them (`pin_memory=` anything but a false literal, in the call or in the
+        one `**dict` literal it is given), pageable from the default collate, else unknown."""
+        pin = kwarg(call, "pin_memory") or positional(call, 7)
+        stars = [arg for arg in call.args if arg.star]
+        if pin is None and len(stars) == 1 and stars[0].star == "**":
+            value = self._dict_entry(stars[0].value, "pin_memory")
+            if value is None:
+                return Memory.UNKNOWN  # the dict may get the key elsewhere
+        elif pin is None and stars:
+            return Memory.UNKNOWN
+        else:
+            value = pin.value if pin is not None else None
+        memory = _flag_memory(value) if value is not None else Memory.PAGEABLE
+        custom_collate = kwarg(call, "collate_fn") is not None or positional(call, 6) is not None
+        return Memory.UNKNOWN if memory is Memory.PAGEABLE and custom_collate else memory
+
+    def _dict_entry(self, expr: cst.BaseExpression, key: str, depth: int = 0) -> cst.BaseExpression | None:
+        """The value of the entry `key` of the dict literal (or `dict(...)` call) the name
+        `expr` is bound to once, or of a dict literal it is updated with (`kw.update(more)`),
+        if it has one."""
+        if not isinstance(expr, cst.Name) or depth > 2:
+            return None
+        assignments = self._context.bindings.assignments(expr)
+        if not assignments or len(assignments) != 1:
+            return None
+        found = _literal_entry(self._context.bindings.assigned_value(assignments[0]), key, self.names)
+        for access in assignments[0].references:
+            if found is not None:
+                break
+            attribute = self.parents.get(access.node)
+            call = self.parents.get(attribute)
+            if (
+                isinstance(attribute, cst.Attribute)
+                and attribute.attr.value == "update"
+                and isinstance(call, cst.Call)
+                and call.func is attribute
+                and len(call.args) == 1
+            ):
+                update = call.args[0].value
+                found = _literal_entry(update, key, self.names) or self._dict_entry(update, key, depth + 1)
+        return found
 
     def _loader_place(self, call: cst.Call) -> Place:
         dataset = kwarg(call, "dataset") or positional(call, 0)
@@ -1326,7 +1464,9 @@ class Kinds:
                 return passed
             annotated = project.annotated(function)
             if annotated is not None and annotated.kind is Kind.TENSOR:
-                return Fact(Kind.TENSOR, passed.place if passed.kind in CONTAINERS else Place.UNKNOWN)
+                if passed.kind in CONTAINERS:
+                    return Fact(Kind.TENSOR, passed.place, memory=passed.memory)
+                return Fact(Kind.TENSOR)
             if through.items and passed.kind in CONTAINERS:
                 return _element(passed)
             return annotated
@@ -1386,7 +1526,7 @@ class Kinds:
                 return (UNKNOWN, element) if method == "items" else element
         fact = self._fact(iterable)
         if fact.kind is Kind.LOADER:
-            return Fact(Kind.TENSOR if fact.single else Kind.BATCH, fact.place)
+            return Fact(Kind.TENSOR if fact.single else Kind.BATCH, fact.place, memory=fact.memory)
         return _element(fact)
 
 
@@ -1445,10 +1585,10 @@ def _container(facts: list[Fact]) -> Fact:
     facts = [f for f in facts if f.kind is not Kind.BOTTOM]
     if not all(f.kind in CONTAINERS for f in facts):
         return UNKNOWN
-    place = facts[0].place
+    place, memory = facts[0].place, facts[0].memory
     for fact in facts[1:]:
-        place = place.join(fact.place)
-    return Fact(Kind.BATCH, place)
+        place, memory = place.join(fact.place), memory.join(fact.memory)
+    return Fact(Kind.BATCH, place, memory=memory)
 
 
 def _as_fact(shape: Shape) -> Fact:
@@ -1496,7 +1636,7 @@ def _element(fact: Fact) -> Fact:
     if fact.kind is Kind.BOTTOM:
         return BOTTOM
     if fact.kind in (Kind.TENSOR, Kind.BATCH):
-        return Fact(Kind.TENSOR, fact.place)
+        return Fact(Kind.TENSOR, fact.place, memory=fact.memory)
     return UNKNOWN
 
 
@@ -1513,13 +1653,41 @@ def _tensor_join(facts: list[Fact], kind: Kind = Kind.TENSOR, default: Place | N
     """A tensor (or `kind`) placed where its tensor operands are; unknown without any."""
     if facts and all(f.kind is Kind.BOTTOM for f in facts):
         return BOTTOM
-    places = [f.place for f in facts if f.kind in CONTAINERS]
-    if not places:
+    operands = [f for f in facts if f.kind in CONTAINERS]
+    if not operands:
         return Fact(kind, default) if default is not None else UNKNOWN
-    place = places[0]
-    for other in places[1:]:
-        place = place.join(other)
-    return Fact(kind, place)
+    place = operands[0].place
+    for other in operands[1:]:
+        place = place.join(other.place)
+    # computed from pageable tensors alone: new pageable memory, or one of them
+    pageable = all(f.memory is Memory.PAGEABLE for f in operands)
+    return Fact(kind, place, memory=Memory.PAGEABLE if pageable else Memory.UNKNOWN)
+
+
+def _literal_entry(literal: cst.BaseExpression | None, key: str, names) -> cst.BaseExpression | None:
+    """The value of `key` in a dict literal or a `dict(...)` call with keywords."""
+    if isinstance(literal, cst.Dict):
+        for element in literal.elements:
+            if (
+                isinstance(element, cst.DictElement)
+                and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == key
+            ):
+                return element.value
+    elif isinstance(literal, cst.Call) and names.is_(literal.func, "dict", "builtins.dict"):
+        found = kwarg(literal, key)
+        return found.value if found is not None else None
+    return None
+
+
+def _flag_memory(value: cst.BaseExpression) -> Memory:
+    """The memory `pin_memory=value` asks for: pageable for a false literal, else pinned (an
+    expression such as `device.type == "cuda"` pins where a copy to CUDA happens)."""
+    if isinstance(value, cst.Name) and value.value in ("False", "None"):
+        return Memory.PAGEABLE
+    if isinstance(value, cst.Integer) and value.evaluated_value == 0:
+        return Memory.PAGEABLE
+    return Memory.PINNED
 
 
 def _string_place(value) -> Place:

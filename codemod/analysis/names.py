@@ -251,11 +251,32 @@ def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call
 
 def with_entry(literal: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Dict:
     """`literal` with `key: value` appended, in the quotes of its other keys and the
-    layout of its entries (a trailing comma puts the entry on a line of its own)."""
+    layout of its entries (after a trailing comma, one entry a line, it goes on a line of
+    its own)."""
     elements = literal.elements
     first = elements[0].key if elements and isinstance(elements[0], cst.DictElement) else None
     quote = "'" if isinstance(first, cst.SimpleString) and first.value.startswith("'") else '"'
     entry = cst.DictElement(key=cst.SimpleString(f"{quote}{key}{quote}"), value=value)
+    closing = literal.rbrace.whitespace_before  # a dict's last line break is its closing brace's
+    last = elements[-1] if elements else None
+    template = (
+        elements[-2].comma.whitespace_after
+        if len(elements) >= 2 and elements[-2].comma
+        else literal.lbrace.whitespace_after
+    )
+    if (
+        isinstance(last, cst.DictElement)
+        and isinstance(last.comma, cst.Comma)
+        and isinstance(closing, cst.ParenthesizedWhitespace)
+        and isinstance(template, cst.ParenthesizedWhitespace)
+    ):  # one entry a line: the new one on a line of its own, as `appended` does for calls
+        between = template.with_changes(first_line=closing.first_line, empty_lines=[])
+        rows = [*elements[:-1], last.with_changes(comma=last.comma.with_changes(whitespace_after=between))]
+        rows.append(entry.with_changes(comma=last.comma))
+        rbrace = literal.rbrace.with_changes(
+            whitespace_before=closing.with_changes(first_line=cst.TrailingWhitespace())
+        )
+        return literal.with_changes(elements=rows, rbrace=rbrace)
     return literal.with_changes(elements=appended(elements, entry, literal.lbrace.whitespace_after))
 
 
@@ -291,13 +312,19 @@ def appended(items: Sequence, new, opening: cst.BaseParenthesizableWhitespace) -
     if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
         items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         return [*items, new]
-    new = new.with_changes(comma=last.comma)
-    if not isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
-        between = cst.SimpleWhitespace(" ")  # `f(a,)` on one line
-    elif len(items) >= 2:
-        between = items[-2].comma.whitespace_after
+    after = last.comma.whitespace_after  # up to the closing bracket
+    template = items[-2].comma.whitespace_after if len(items) >= 2 else opening
+    if isinstance(after, cst.ParenthesizedWhitespace) and isinstance(template, cst.ParenthesizedWhitespace):
+        # A line of its own, indented like the item before; the comment at the end of the
+        # last item's line stays there, the comment lines above the item before are not
+        # copied, and the lines before the closing bracket stay before it.
+        between = template.with_changes(first_line=after.first_line, empty_lines=[])
+        new = new.with_changes(
+            comma=last.comma.with_changes(whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace()))
+        )
     else:
-        between = opening
+        new = new.with_changes(comma=last.comma)
+        between = template if isinstance(after, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")
     items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=between))
     return [*items, new]
 

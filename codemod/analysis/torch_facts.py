@@ -242,6 +242,8 @@ RANDOM_METHODS = methods(random=True)
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)
 SHARING_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag"})
+# Tensor methods whose result always shares the receiver's storage (its memory, pinned or not).
+VIEW_METHODS = methods(Category.VIEW)
 # Tensor methods that make the host wait for the device.
 SYNC_METHODS = methods(syncs=True)
 # torch's functions that draw from its global generator (not the layers that call them).

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.kinds import Kind, Memory, Place
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -10,106 +10,145 @@ PREAMBLE = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 device = torch.device("cuda")
-loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, pin_memory=True)
 """
-
-
-UNPROVEN_SOURCE = (
-    "copy of a tensor that may already be on a device: if it is a host tensor, "
-    "pass non_blocking=True (not fixed: it could be a device-to-host copy)"
-)
 
 
 class NonBlockingCopy(Rule):
     """
     ## What it does
-    Finds host-to-device copies of host tensors, `x.to(device)` and `x.cuda()`,
-    that block the Python thread until the copy is done, and adds
-    `non_blocking=True`.
+    Finds host-to-device copies, `x.to(device)` and `x.cuda()`, of tensors in
+    pinned (page-locked) memory that block the Python thread until the copy is
+    done, and adds `non_blocking=True`.
 
     ## Why is this bad?
     A blocking copy makes the CPU wait for the transfer before it can queue the
-    next kernels, so the GPU idles between steps. With `non_blocking=True` the
-    copy is queued on the current stream and Python goes on; kernels that use
-    the tensor are ordered after the copy by the stream, so results are the same.
-    The copy can only overlap with other work when the source is in pinned
-    memory (see PM102, `pin_memory=True` on the DataLoader); from pageable
-    memory it is staged and is about as slow as before, but never wrong.
+    next kernels, so the GPU idles between steps. From pinned memory, a copy
+    with `non_blocking=True` is queued on the current stream and Python goes
+    on; kernels that use the tensor are ordered after the copy by the stream,
+    so results are the same.
+    From pageable memory (a tensor built on the host by `torch.tensor`,
+    `torch.zeros`, `torch.from_numpy`, a tokenizer, or the batches of a
+    DataLoader without `pin_memory`) the copy is staged through a pinned
+    buffer by the host and the host waits for it either way: `non_blocking=True`
+    changes nothing there, so the rule leaves such copies alone. Pin the
+    loader's batches first (PM102, `pin_memory=True` on the DataLoader): the
+    rule then fixes their copies in the same run.
     The gain is the host time each copy held Python back: largest in loops
-    that copy many small tensors per step and whose GPU work per step is short.
+    that copy large batches, or many tensors, per step.
 
     ## Example
     ```python
+    loader = DataLoader(dataset, batch_size=64, pin_memory=True)
     for x, y in loader:
         x, y = x.to(device), y.to(device)
     ```
     Use instead:
     ```python
+    loader = DataLoader(dataset, batch_size=64, pin_memory=True)
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     ```
 
     ## Fix safety
     Safe: the values computed are the same bit for bit. The rule only fixes a
-    copy when it can tell that the receiver is a host tensor (built by a torch
-    factory without `device=`, `torch.from_numpy`, a DataLoader batch, or
-    derived from one) and that the target is a device that is not the CPU, or
-    that the target is a CUDA device and the receiver a tensor (host-to-device or
-    device-to-device: both are ordered on the stream). A tensor that may already
-    be on a device, moved to a device that may be the CPU, is reported without a
-    fix.
-    Batches are followed into the project's own modules and through type
-    annotations: a parameter annotated `DataLoader` holds a loader whose batches
-    are host tensors (the default collate builds them on the CPU, as for a
-    loader built in the file from a dataset perfmod cannot see), a generator of
-    the project that yields a loader's batches (`for b in loader: yield b`)
-    yields host batches, and a helper of the project that returns its argument
-    or a part of it (`batch["input_ids"]`, `batch[0]`), and neither moves nor
-    hands its argument to another function, returns what is where its argument
-    is. A helper that moves the batch itself (`return batch.to(device)`) is not
-    taken for one.
+    copy to a device other than the CPU when it can tell that the tensor copied
+    is in pinned memory: a batch (or a part of one, or a view of it) of a
+    DataLoader built with `pin_memory=` (anything but a false literal, in its
+    call or in the one `**dict` literal of settings it is given), the result of
+    `.pin_memory()`, or a tensor made with `pin_memory=True`. Batches are
+    followed through the file's own functions, into the project's own modules
+    and through `iter`, `enumerate`, `zip` and `next`. A cast or other
+    computation on a pinned tensor (`x.float().to(device)`) makes a new
+    tensor in pageable memory: its copy is left alone (`x.to(device).float()`
+    copies the pinned tensor). A loader passed in as a parameter whose callers
+    cannot be seen, or one built with a `collate_fn` and no `pin_memory`,
+    holds batches of unknown memory and is left alone too.
     It leaves alone modules (`model.to(device)`), dtype-only conversions
     (`x.to(torch.float16)`), device-to-host copies (`.cpu()`, `.to("cpu")`),
     whose result the host could read before the copy lands, calls that already
-    pass `non_blocking` (an explicit `False` is respected), and buffers that are
-    written in place (`buf.copy_(...)`), since a pinned buffer rewritten by the
-    host while an earlier copy from it is still in flight would corrupt it.
+    pass `non_blocking` (an explicit `False` is respected), and pinned buffers
+    that are written in place (`buf.copy_(...)`), since a buffer rewritten by
+    the host while an earlier copy from it is still in flight would corrupt it.
     """
 
     CODE = "PM101"
     NAME = "blocking-host-to-device-copy"
     LEVEL = Level.SAFE
     REQUIRES = (".to", ".cuda")
+    # PM102 pins the batches of a loader whose copies go to CUDA: their copies are fixed
+    # on the file it rewrote.
+    AFTER = ("PM102",)
     MESSAGE = "host-to-device copy blocks the CPU; pass non_blocking=True"
-    GAIN = "the host no longer waits for each copy; with pinned memory (PM102) the copy overlaps queued compute"
+    GAIN = "the host no longer waits for each copy of pinned memory: it overlaps queued compute"
 
     VALID = [
         Valid(PREAMBLE + "model = torch.nn.Linear(8, 1).to(device)\n", "modules are not tensors"),
-        Valid(PREAMBLE + "x = torch.randn(4).to(torch.float16)\n", "dtype only"),
+        Valid(PREAMBLE + "x = torch.randn(4).pin_memory().to(torch.float16)\n", "dtype only"),
         Valid(PREAMBLE + "y = torch.randn(4, device=device).cpu()\n", "device to host"),
-        Valid(PREAMBLE + 'x = torch.randn(4).to("cpu")\n', "to the host"),
-        Valid(PREAMBLE + 'x = torch.randn(4).to(torch.device("cpu"))\n', "to the host"),
-        Valid(PREAMBLE + "x = torch.randn(4).to(device, non_blocking=False)\n", "explicit choice kept"),
-        Valid(PREAMBLE + "x = torch.randn(4).to(device, torch.float32, True)\n", "non_blocking passed by position"),
+        Valid(PREAMBLE + 'x = torch.randn(4).pin_memory().to("cpu")\n', "to the host"),
+        Valid(PREAMBLE + 'x = torch.randn(4).pin_memory().to(torch.device("cpu"))\n', "to the host"),
+        Valid(PREAMBLE + "for x, y in loader:\n    x = x.to(device, non_blocking=False)\n", "explicit choice kept"),
+        Valid(
+            PREAMBLE + "for x, y in loader:\n    x = x.to(device, torch.float32, True)\n",
+            "non_blocking passed by position",
+        ),
         Valid(PREAMBLE + "def f(t):\n    return t.to(device)\n", "unknown receiver"),
+        Valid(PREAMBLE + "def f(t: torch.Tensor):\n    return t.cuda()\n", "a tensor of unknown memory"),
         Valid(
             PREAMBLE
             + "buf = torch.empty(8).pin_memory()\nfor x, _ in loader:\n    buf.copy_(x[0])\n    z = buf.to(device)\n",
             "pinned buffer rewritten in place",
         ),
         Valid(PREAMBLE + "class M:\n    def to(self, d):\n        return self\nm = M().to(device)\n", "not a tensor"),
+        # Pageable sources: the copy is staged by the host whatever non_blocking says.
+        Valid(PREAMBLE + "labels = torch.tensor([1, 2, 3]).to(device)\n", "torch.tensor of a list: pageable"),
+        Valid(
+            PREAMBLE + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).to(device)\n",
+            "numpy's memory: pageable",
+        ),
+        Valid(
+            PREAMBLE
+            + "import numpy as np\nrows = [np.zeros(3) for _ in range(4)]\n"
+            + "x = torch.stack([torch.from_numpy(r) for r in rows]).to(device)\n",
+            "a stack of host arrays: pageable",
+        ),
+        Valid(
+            PREAMBLE
+            + "X = torch.randn(64, 8)\nfor i in range(0, 64, 8):\n    xb = torch.stack([X[i], X[i + 1]]).to(device)\n",
+            "a stack of slices: pageable",
+        ),
+        Valid(PREAMBLE + "mask = torch.zeros(8, 8).to(device)\n", "torch.zeros on the host: pageable"),
+        Valid(
+            PREAMBLE + "from transformers import AutoTokenizer\n"
+            'tok = AutoTokenizer.from_pretrained("gpt2")\n'
+            'enc = tok(["a b"], return_tensors="pt")\nids = enc["input_ids"].to(device)\n',
+            "a tokenizer's output: pageable",
+        ),
+        Valid(
+            PREAMBLE + "plain = DataLoader(data, batch_size=8)\nfor x, y in plain:\n    x = x.to(device)\n",
+            "batches of a loader that does not pin (PM102 pins it, then this rule fixes the copy)",
+        ),
+        Valid(
+            PREAMBLE + "for x, y in loader:\n    x = x.float().to(device)\n",
+            "a cast of a pinned batch is a new pageable tensor",
+        ),
+        Valid(
+            PREAMBLE + "for x, y in loader:\n    z = x[torch.tensor([0, 1])].to(device)\n",
+            "an index tensor gathers the rows into a new pageable tensor",
+        ),
+        Valid(
+            PREAMBLE + 'dev = "cuda" if torch.cuda.is_available() else "cpu"\n'
+            "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(dev)\n",
+            "a tensor that may be on the device after the first pass: no pinned source",
+        ),
     ]
     INVALID = [
         Invalid(
-            PREAMBLE + 'dev = "cuda" if torch.cuda.is_available() else "cpu"\n'
-            "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(dev)\n",
-            None,
-            "on a device that may be the CPU after the first pass: reported, not fixed",
-        ),
-        Invalid(
-            PREAMBLE + "def f(t: torch.Tensor):\n    return t.cuda()\n",
-            PREAMBLE + "def f(t: torch.Tensor):\n    return t.cuda(non_blocking=True)\n",
-            "to CUDA from anywhere is never device-to-host",
+            PREAMBLE + "for x, y in loader:\n    for i in range(2):\n        z = x[i].to(device)\n",
+            PREAMBLE + "for x, y in loader:\n    for i in range(2):\n        z = x[i].to(device, non_blocking=True)\n",
+            "a row of a pinned batch is a view of its pinned memory",
         ),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n",
@@ -138,17 +177,27 @@ class NonBlockingCopy(Rule):
             + "for batch in loader:\n    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}\n",
         ),
         Invalid(
-            PREAMBLE + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).to(device)\n",
-            PREAMBLE + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).to(device, non_blocking=True)\n",
-        ),
-        Invalid(
-            PREAMBLE + "x = torch.randn(4)\ntarget_device = 'cuda:1'\nx = x.float().to(target_device)\n",
+            PREAMBLE + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).pin_memory().to(device)\n",
             PREAMBLE
-            + "x = torch.randn(4)\ntarget_device = 'cuda:1'\nx = x.float().to(target_device, non_blocking=True)\n",
+            + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).pin_memory().to(device, non_blocking=True)\n",
+            "pinned by .pin_memory()",
         ),
         Invalid(
-            PREAMBLE + "x = torch.randn(4)\ny = x.to(\n    device,\n)\n",
-            PREAMBLE + "x = torch.randn(4)\ny = x.to(\n    device,\n    non_blocking=True,\n)\n",
+            PREAMBLE + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\nx = x.to(target_device)\n",
+            PREAMBLE
+            + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\nx = x.to(target_device, non_blocking=True)\n",
+            "made in pinned memory",
+        ),
+        Invalid(
+            PREAMBLE + "for x, y in loader:\n    y = x.to(\n        device,\n    )\n",
+            PREAMBLE + "for x, y in loader:\n    y = x.to(\n        device,\n        non_blocking=True,\n    )\n",
+        ),
+        Invalid(
+            PREAMBLE + 'kw = {"batch_size": 8, "pin_memory": device.type == "cuda"}\n'
+            "pinned = DataLoader(data, **kw)\nfor x, y in pinned:\n    x = x.view(8, 8).to(device)\n",
+            PREAMBLE + 'kw = {"batch_size": 8, "pin_memory": device.type == "cuda"}\n'
+            "pinned = DataLoader(data, **kw)\nfor x, y in pinned:\n    x = x.view(8, 8).to(device, non_blocking=True)\n",
+            "pinned where it goes to CUDA, through a dict of settings; a view keeps the memory",
         ),
     ]
 
@@ -159,11 +208,8 @@ class NonBlockingCopy(Rule):
             return
         if copy.target is Place.HOST or copy.receiver.kind is not Kind.TENSOR:
             return
-        if copy.receiver.place is not Place.HOST and copy.target is not Place.CUDA:
-            # A tensor that may already be on a device, moved to a device that may be
-            # the CPU, could be a device-to-host copy: say so, change nothing.
-            self.report(node, UNPROVEN_SOURCE)
-            return
+        if copy.receiver.place is not Place.HOST or copy.receiver.memory is not Memory.PINNED:
+            return  # from pageable memory (or memory perfmod cannot tell) the copy overlaps nothing
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return

@@ -131,6 +131,11 @@ if __name__ == "__main__":
 """
 
 
+# The same loop over the factory's pinned loader: PM101 fixes copies of pinned memory only.
+PINNED_TRAIN = TRAIN.replace("    train, _ = make_loaders(64)\n", "    _, train = make_loaders(64)  # the pinned one\n")
+assert PINNED_TRAIN != TRAIN
+
+
 def _project(root: Path, files: dict[str, str]) -> Path:
     (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     for name, text in {"pkg/__init__.py": "", **files}.items():
@@ -161,7 +166,7 @@ def _line_of(path: Path, text: str) -> int:
 
 
 def test_copy_of_an_extracted_batch_is_made_non_blocking(tmp_path):
-    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": PINNED_TRAIN})
     train = root / "pkg" / "train.py"
     result = _check(train, "PM101")
     copies = _lines(result, "PM101")
@@ -176,7 +181,7 @@ def test_copy_of_an_extracted_batch_is_made_non_blocking(tmp_path):
 
 
 def test_rewritten_loop_trains_the_same_on_cpu(tmp_path):
-    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": PINNED_TRAIN})
     train = root / "pkg" / "train.py"
     before = _run(root)
     result = _check(train, "PM101")
@@ -224,7 +229,8 @@ def test_a_module_that_does_not_parse_is_unknown(tmp_path):
 
 
 def test_a_file_without_project_imports_reads_no_other_file(tmp_path):
-    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/solo.py": "import torch\nx = torch.randn(3).cuda()\n"})
+    solo = "import torch\nx = torch.randn(3, pin_memory=True).cuda()\n"
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/solo.py": solo})
     result = _check(root / "pkg" / "solo.py")
     assert result.dependencies == ()
     assert [f.applied for f in result.findings if f.code == "PM101"] == [True]
@@ -282,18 +288,30 @@ def test_a_local_class_named_like_torch_is_not_torch():
     assert context.kinds.fact(function.body.body[0].body[0].value).kind is Kind.UNKNOWN
 
 
-def test_batches_of_a_loader_parameter_are_copied_without_blocking(tmp_path):
+LOADER_PARAMETER = (
+    "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+    "def fit(model, loader: 'DataLoader', device):\n"
+    "    for x, y in loader:\n"
+    "        x = x.to(device)\n"
+    "        loss = model(x).sum()\n"
+    "        loss.backward()\n"
+)
+
+
+def test_batches_of_a_loader_parameter_whose_pinning_is_not_seen_are_left_alone(tmp_path):
+    path = tmp_path / "loop.py"
+    path.write_text(LOADER_PARAMETER)  # host tensors, but perhaps in pageable memory: no finding
+    assert _check(path, "PM101").findings == []
+
+
+def test_batches_of_a_loader_parameter_every_caller_pins_are_copied_without_blocking(tmp_path):
     path = tmp_path / "loop.py"
     path.write_text(
-        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
-        "def fit(model, loader: 'DataLoader', device):\n"
-        "    for x, y in loader:\n"
-        "        x = x.to(device)\n"
-        "        loss = model(x).sum()\n"
-        "        loss.backward()\n"
+        LOADER_PARAMETER
+        + "\n\nfit(torch.nn.Linear(4, 1), DataLoader(torch.randn(8, 4), batch_size=2, pin_memory=True), 'cuda')\n"
     )
     result = _check(path, "PM101")
-    assert [f.applied for f in result.findings] == [True]
+    assert [(f.line, f.applied) for f in result.findings] == [(7, True)]
 
 
 # -- checkpoints written by a project wrapper -------------------------------------------------
@@ -382,7 +400,7 @@ def test_a_pinned_loader_from_a_factory_is_left_alone(tmp_path):
 
 
 def test_the_cache_is_not_served_after_an_imported_module_changes(tmp_path, monkeypatch):
-    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": TRAIN})
+    root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/data.py": DATA, "pkg/train.py": PINNED_TRAIN})
     monkeypatch.chdir(root)
     monkeypatch.delenv("PERFMOD_CACHE_DIR", raising=False)
     args = ["check", "pkg/train.py", "--select", "PM101", "--format", "json"]

@@ -21,8 +21,8 @@ from codemod.rule import Level
 from runtime import data
 from tests.rules.scripts import one_thread
 
-# PM101 in the copies PM103 removes, PM102 + PM201 on the same loader call, PM403 and
-# PM404 in the same step.
+# PM102 + PM201 on the same loader call, PM103 removing the copies (PM101 waits for
+# PM102's pinning and finds them gone), PM403 and PM404 in the same step.
 LOADER_LOOP = """\
 import gc
 
@@ -58,8 +58,9 @@ if __name__ == "__main__":
     main()
 """
 
-# PM202 rewrites the loop whose batch PM101 copies (inside the rewritten code); PM203
-# hoists a constant whose copy PM101 makes non-blocking; PM404 sums the losses.
+# PM202 rewrites the loop into a DataLoader, PM102 pins it and PM101 makes the copies of
+# its batches non-blocking (three passes in one run); PM203 hoists a constant whose copy
+# (pageable memory) PM101 leaves alone; PM404 sums the losses.
 MANUAL_BATCHES = """\
 import torch
 
@@ -92,8 +93,8 @@ if __name__ == "__main__":
     main()
 """
 
-# PM102 and PM201 both add entries to one **kwargs dict; PM101 copies dict batches in a
-# comprehension that PM103 removes.
+# PM102 and PM201 both add entries to one **kwargs dict; PM103 removes the copies of the
+# batches in a comprehension.
 KWARGS_DICT = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -125,9 +126,9 @@ if __name__ == "__main__":
 
 PROGRAMS = {"loader_loop": LOADER_LOOP, "manual_batches": MANUAL_BATCHES, "kwargs_dict": KWARGS_DICT}
 OURS = {
-    "loader_loop": {"PM101", "PM102", "PM103", "PM201"},
-    "manual_batches": {"PM101", "PM202", "PM203", "PM201"},
-    "kwargs_dict": {"PM101", "PM102", "PM103", "PM201"},
+    "loader_loop": {"PM102", "PM103", "PM201"},
+    "manual_batches": {"PM101", "PM102", "PM202", "PM203", "PM201"},
+    "kwargs_dict": {"PM102", "PM103", "PM201"},
 }
 
 
@@ -177,7 +178,8 @@ def test_manual_batches_rewrite_keeps_the_copies_non_blocking_and_trains_the_sam
     new = run_all(MANUAL_BATCHES).new_source.decode()
     assert "for X_batch, Y_batch in loader:" in new
     assert "xb = X_batch.to(device, non_blocking=True)" in new
-    hoisted = "\n    scale = torch.tensor([0.5, 2.0]).to(device, non_blocking=True)\n"  # out of both loops
+    assert 'pin_memory=device.type == "cuda"' in new
+    hoisted = "\n    scale = torch.tensor([0.5, 2.0]).to(device)\n"  # out of both loops, pageable: left blocking
     assert hoisted in new and new.index(hoisted) < new.index("for epoch in range(3):")
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
     assert torch.equal(wild_losses(new), wild_losses(MANUAL_BATCHES))
@@ -193,3 +195,28 @@ def test_both_loader_rules_write_into_one_kwargs_dict(monkeypatch):
     assert "for batch in DevicePrefetcher(loader, device):" in new
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
     assert torch.equal(wild_losses(new), wild_losses(KWARGS_DICT))
+
+
+def test_at_level_safe_the_copies_of_the_loader_pm102_pins_become_non_blocking_in_the_same_run():
+    result = process_source(LOADER_LOOP.encode(), "<compose>", Settings(level=Level.SAFE))
+    assert result.error is None, result.error
+    new = result.new_source.decode()
+    assert 'DataLoader(dataset, batch_size=8, shuffle=True, pin_memory=device.type == "cuda")' in new
+    assert "x = x.to(device, non_blocking=True)\n            y = y.to(device, non_blocking=True)\n" in new
+    applied = sorted((f.code, f.line) for f in result.findings if f.code in ("PM101", "PM102") and f.applied)
+    assert applied == [("PM101", 18), ("PM101", 19), ("PM102", 11)]
+    again = process_source(result.new_source, "<compose>", Settings(level=Level.SAFE))
+    assert not again.pending and again.new_source == result.new_source
+    assert torch.equal(wild_losses(new), wild_losses(LOADER_LOOP))
+
+
+def test_a_pageable_copy_is_left_alone_even_with_pm102_selected():
+    # `torch.tensor(list)` and `torch.from_numpy` are pageable: non_blocking=True would overlap nothing
+    source = LOADER_LOOP.replace(
+        "    for epoch in range(2):\n",
+        "    weights = torch.tensor([1.0, 2.0]).to(device)\n    for epoch in range(2):\n",
+    )
+    result = process_source(source.encode(), "<compose>", Settings(level=Level.SAFE))
+    new = result.new_source.decode()
+    assert "weights = torch.tensor([1.0, 2.0]).to(device)\n" in new
+    assert [f.line for f in result.findings if f.code == "PM101"] == [19, 20]  # the batches' copies only

@@ -145,3 +145,59 @@ def test_settings_two_loaders_share_get_pin_memory_once(settings):
     after = rewrite(before, [UnpinnedLoaderToCuda])
     assert after.count("pin_memory") == 1, after
     assert torch.equal(losses(after), losses(before))
+
+
+COMMENTED_ARGUMENTS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(
+    TensorDataset(torch.randn(16, 4)),
+    batch_size=8,
+    # a two-line comment
+    # above the last argument
+    shuffle=False,
+)
+other = DataLoader(  # the eval loader
+    TensorDataset(torch.randn(16, 4)),  # the data
+    # a comment before the bracket
+)
+settings = {
+    "batch_size": 4,
+    # above the last entry
+    "shuffle": False,  # at the end of its line
+}
+third = DataLoader(TensorDataset(torch.randn(16, 4)), **settings)
+for loop in (loader, other, third):
+    for (x,) in loop:
+        x = x.to(device)
+"""
+
+
+def test_pin_memory_goes_on_a_line_of_its_own_and_no_comment_is_copied_or_moved():
+    result = process_source(COMMENTED_ARGUMENTS.encode(), "<commented>", Settings(select=("PM102",)))
+    assert result.error is None, result.error
+    new = result.new_source.decode()
+    pin = 'pin_memory=device.type == "cuda"'
+    assert (
+        "    batch_size=8,\n    # a two-line comment\n    # above the last argument\n    shuffle=False,\n"
+        f"    {pin},\n)\n"
+    ) in new
+    assert (
+        "other = DataLoader(  # the eval loader\n    TensorDataset(torch.randn(16, 4)),  # the data\n"
+        f"    {pin},\n    # a comment before the bracket\n)\n"
+    ) in new
+    assert (
+        '    # above the last entry\n    "shuffle": False,  # at the end of its line\n'
+        '    "pin_memory": device.type == "cuda",\n}\n'
+    ) in new
+    for comment in (
+        "# a two-line comment",
+        "# the eval loader",
+        "# the data",
+        "# above the last entry",
+        "# at the end",
+    ):
+        assert new.count(comment) == 1, comment
+    exec(compile(new, "<commented>", "exec"), {"__name__": "commented"})

@@ -24,6 +24,7 @@ from tests.rules.scripts import one_thread
 
 # PM501 registers the hooks of Probe.forward once, in __init__; PM101 on the batch,
 # PM403 and PM404 in the same step.
+# The tensors are pinned where CUDA is (PM101 fixes copies of pinned memory only).
 PER_CALL_HOOKS = """\
 import functools
 import gc
@@ -56,7 +57,8 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Probe().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = [(torch.randn(16, 4), torch.randn(16, 1)) for _ in range(5)]
+    pinned = torch.cuda.is_available()
+    data = [(torch.randn(16, 4, pin_memory=pinned), torch.randn(16, 1, pin_memory=pinned)) for _ in range(5)]
     wild_losses = []
     total = 0.0
     for x, y in data:
@@ -101,7 +103,8 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Net().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    inputs, labels = torch.randn(4, 8, 4), torch.randint(3, (4, 8))
+    pinned = torch.cuda.is_available()
+    inputs, labels = torch.randn(4, 8, 4, pin_memory=pinned), torch.randint(3, (4, 8), pin_memory=pinned)
     wild_losses = []
     for step in range(4):
         x, y = inputs[step], labels[step]
@@ -146,7 +149,7 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = TinyLM().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = torch.randint(0, 11, (5, 4, 9))
+    data = torch.randint(0, 11, (5, 4, 9), pin_memory=torch.cuda.is_available())
     wild_losses = []
     for step in range(5):
         batch = data[step].to(device)

@@ -1,6 +1,6 @@
 """PM504's fix lands together with other rules' fixes in the same loop and statements:
 the attention chain sits in the training step, which PM301 wraps in autocast, and its
-values are copied to the device in the product, which PM101 makes non-blocking. All are applied in one
+values, pinned where CUDA is, are copied to the device in the product, which PM101 makes non-blocking. All are applied in one
 run, a second run finds nothing, and the rewrite trains like the original."""
 
 from tests.rules.composition import applied, apply_every_rule
@@ -17,9 +17,9 @@ device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 proj = torch.nn.Linear(16, 48).to(device)
 head = torch.nn.Linear(16, 16).to(device)
 opt = torch.optim.SGD(list(proj.parameters()) + list(head.parameters()), lr=0.1)
-data = torch.randn(6, 4, 10, 16)
-targets = torch.randn(6, 4, 10, 16)
-memory = torch.randn(6, 4, 10, 16)
+data = torch.randn(6, 4, 10, 16, pin_memory=torch.cuda.is_available())
+targets = torch.randn(6, 4, 10, 16, pin_memory=torch.cuda.is_available())
+memory = torch.randn(6, 4, 10, 16, pin_memory=torch.cuda.is_available())
 for step in range(6):
     x = data[step].to(device)
     q, k, _ = proj(x).chunk(3, dim=-1)

@@ -1,6 +1,6 @@
 """PM505's fix lands together with other rules' fixes in the same loop and statements:
 the time loop sits in the training step, which PM301 wraps in autocast, and the
-statement that stacks its outputs copies a host mask to the device, which PM101 makes
+statement that stacks its outputs copies a pinned host mask to the device, which PM101 makes
 non-blocking. All are applied in one run, a second run finds nothing, and the rewrite
 trains like the original."""
 
@@ -15,9 +15,9 @@ device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 gate = torch.nn.Linear(8, 8).to(device)
 head = torch.nn.Linear(8, 1).to(device)
 opt = torch.optim.SGD(list(gate.parameters()) + list(head.parameters()), lr=0.1)
-data = torch.randn(5, 4, 12, 8)
-masks = (torch.rand(5, 4, 12, 1) > 0.2).float()
-targets = torch.randn(5, 4, 12, 1)
+data = torch.randn(5, 4, 12, 8, pin_memory=torch.cuda.is_available())
+masks = torch.tensor((torch.rand(5, 4, 12, 1) > 0.2).float().tolist(), pin_memory=torch.cuda.is_available())
+targets = torch.randn(5, 4, 12, 1, pin_memory=torch.cuda.is_available())
 for step in range(5):
     x = data[step].to(device)
     a = torch.sigmoid(gate(x))
