@@ -387,6 +387,9 @@ def without_unused(module: cst.Module, candidates: set[str]) -> tuple[cst.Module
             if any(line.comment is not None for line in statement.leading_lines):
                 carried = list(statement.leading_lines)
             continue
+        if len(smalls) == len(statement.body) and all(a is b for a, b in zip(smalls, statement.body)):
+            body.append(statement)  # untouched: the same node, which the layout then leaves alone
+            continue
         smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         body.append(statement.with_changes(body=smalls))
     return module.with_changes(body=body), removed

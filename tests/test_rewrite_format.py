@@ -74,18 +74,36 @@ def test_a_block_emptied_by_the_fix_gets_pass():
 SEED = Path(__file__).resolve().parent.parent / "fixtures" / "scripts" / "seed_latentwire.py"
 
 
+class RenameDrop(Rule):
+    """`drop()` -> `dropped()`."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM923", "test-rename-drop", Level.SAFE, "rename", ""
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "drop":
+            self.report(node, edits=[Replace(node.func, cst.Name("dropped"))])
+
+
+class RemoveDropSuperseding(Rule):
+    """Removes every statement that calls `drop()`, doing the work of any edit inside it."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM924", "test-remove-drop", Level.SAFE, "remove", ""
+
+    def visit_SimpleStatementLine(self, node):
+        if "drop()" in self.context.source(node):
+            self.report(node, edits=[Remove(node, supersedes=True)])
+
+
 def test_the_summary_counts_each_rules_own_fixes_and_those_another_fix_settles_apart():
-    """PM103's prefetcher replaces two copies PM101 would make non-blocking: those two
-    findings are settled by PM103's fix, and are no PM101 fixes in the diff."""
-    result = process_source(SEED.read_bytes(), "train.py", Settings(level=Level.UNSAFE, root=SEED.parent))
+    """A removal that supersedes the code another rule's fix would change settles that
+    finding: it is no fix of its own in the summary, and is counted apart."""
+    source = "def drop():\n    pass\n\n\ndef dropped():\n    pass\n\n\nfor i in range(3):\n    drop()\n    print(i)\n"
+    result = process_source(source.encode(), "t.py", Settings(level=Level.UNSAFE), [RenameDrop, RemoveDropSuperseding])
     assert result.error is None
-    settled = [f for f in result.findings if f.fixed_by]
-    assert [(f.code, f.fixed_by) for f in settled] == [("PM101", "PM103"), ("PM101", "PM103")]
-    own = [f for f in result.findings if f.applied and not f.fixed_by]
+    assert [(f.code, f.fixed_by) for f in result.findings if f.fixed_by] == [("PM923", "PM924")]
     report = apply_report([result], Level.UNSAFE, dry_run=False).splitlines()
-    assert report[0].startswith(f"Fixed train.py: {len(own)} fixes (PM101, PM102, PM103, ")
-    assert report[0].endswith("; they also settle 2 findings (PM101 x2)")
-    assert report[1] == f"Applied {len(own)} fixes to 1 file (1 file checked)."
+    assert report[0] == "Fixed t.py: 1 fix (PM924); they also settle 1 finding (PM923)"
+    assert report[1] == "Applied 1 fix to 1 file (1 file checked)."
 
 
 def test_a_value_the_fix_reads_twice_is_computed_once():
@@ -199,6 +217,14 @@ def test_the_users_long_lines_stay_as_written():
     assert long_line in rewrite(source, [DropCallsOfDrop])
     source = "short = max\nvalue = a_rather_long_function_name(first_argument, second_argument, third_argument, 4)\n"
     assert rewrite(source, [ShortenTheCallee]) == source.replace("a_rather_long_function_name", "short")
+
+
+def test_the_users_long_lines_stay_as_written_when_a_fix_removes_an_import():
+    """The import the removed statement read goes too; the statements around it are
+    the user's still."""
+    long_line = 'labels = torch.randint(0, 10, (options.steps, options.batch_size), pin_memory=device == "cuda")\n'
+    new = rewrite("import gc\n" + long_line + "for i in range(3):\n    gc.drop()\n", [DropCallsOfDrop])
+    assert "import gc" not in new and long_line in new
 
 
 class ShortenTheCallee(Rule):
