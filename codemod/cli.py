@@ -197,6 +197,22 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
     return command
 
 
+def script_arguments(command: Callable) -> Callable:
+    """SCRIPT and the arguments after `--` that go to it: the commands that run a script."""
+    command = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(command)
+    return click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))(command)
+
+
+python_option = click.option(
+    "--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod."
+)
+config_option = click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="pyproject.toml to read [tool.perfmod] from.",
+)
+
+
 def gate_options(command: Callable) -> Callable:
     """The options of the commands that gate CI: `check` and `apply`."""
     options = [
@@ -788,8 +804,7 @@ Exit status:
   3  the losses agree but the rewrite is measurably slower (a WARNING line says
      by how much), e.g. bf16 autocast on a CPU without fast bf16 kernels"""
 )
-@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@script_arguments
 @click.option(
     "--steps",
     type=click.IntRange(min=2),
@@ -821,7 +836,7 @@ Exit status:
     help="Seed for random, torch and numpy, set in both runs before the script's code.",
 )
 @click.option("--deterministic", is_flag=True, help="Both runs use deterministic kernels only (slower on CUDA).")
-@click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
+@python_option
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds each run may take."
 )
@@ -861,11 +876,7 @@ Exit status:
     show_default=True,
     help="json: one object on stdout, its schema in codemod/verify_run.py.",
 )
-@click.option(
-    "--config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="pyproject.toml to read [tool.perfmod] from.",
-)
+@config_option
 @click.pass_context
 def verify(
     ctx,
@@ -960,8 +971,7 @@ Exit status:
   0  the profile was taken
   2  the script failed, has no training loop perfmod can step, or a bad option"""
 )
-@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@script_arguments
 @click.option("--steps", type=click.IntRange(min=2), default=10, show_default=True, help="Optimizer steps to run.")
 @click.option(
     "--warmup",
@@ -971,7 +981,7 @@ Exit status:
     help="First steps not recorded (start-up, allocator, kernel selection); less than --steps.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random, torch and numpy.")
-@click.option("--python", metavar="PATH", help="Interpreter that runs the script. Default: the one running perfmod.")
+@python_option
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds the run may take."
 )
@@ -988,11 +998,7 @@ Exit status:
     show_default=True,
     help="json: one object on stdout, its schema in the command's docs (codemod/profile.py).",
 )
-@click.option(
-    "--config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="pyproject.toml to read [tool.perfmod] from.",
-)
+@config_option
 @click.pass_context
 def profile(ctx, script, script_args, steps, warmup, seed, python, timeout, trace, output_format, config):
     """Run SCRIPT N steps under the profiler; rank its findings by their measured share of a step.
