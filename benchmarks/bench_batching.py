@@ -110,8 +110,14 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         optimizer.zero_grad()
         running = 0.0
         logits = model(inputs)
-        loss = (F.cross_entropy(logits.view(-1, vocab), targets.reshape(-1), reduction="none").view(inputs.size(0), -1).sum(1)
-                / (targets.reshape(-1) != -100).view(inputs.size(0), -1).sum(1)).sum()
+        loss = (
+            F.cross_entropy(
+                logits.view(-1, vocab), targets.reshape(-1), reduction="none"
+            )
+            .view(inputs.size(0), -1)
+            .sum(1)
+            / (targets.reshape(-1) != -100).view(inputs.size(0), -1).sum(1)
+        ).sum()
         loss.backward()
         running += loss.item()
         optimizer.step()
@@ -161,8 +167,14 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         optimizer.zero_grad()
         logits = model(inputs)
         loss = 0.0
-        loss += (F.cross_entropy(logits[:, :seq_len].transpose(1, 2), targets[:, :seq_len], reduction="none").sum(0)
-                 / (targets[:, :seq_len] != -100).sum(0)).sum()
+        loss += (
+            F.cross_entropy(
+                logits[:, :seq_len].transpose(1, 2),
+                targets[:, :seq_len],
+                reduction="none",
+            ).sum(0)
+            / (targets[:, :seq_len] != -100).sum(0)
+        ).sum()
         (loss / seq_len).backward()
         optimizer.step()
     synchronize(device)
