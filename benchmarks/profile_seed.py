@@ -20,16 +20,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import shlex
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.verify_seed import device_env, parse_with_script_args
+
 ROOT = Path(__file__).resolve().parent.parent
 PREPARED = ROOT / "fixtures" / "bench" / "verify_seed"
-GPU_ARGS = ["--batch-size", "64", "--samples", "4096", "--save-every", "100000"]
 CATEGORIES = ("python", "ops", "sync", "data", "untraced")
 PROFILE_FILE = ".perfmod-profile.json"
 
@@ -92,24 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepared", type=Path, default=PREPARED, help="copies prepared by perfmod verify")
     parser.epilog = "Arguments after `--` go to the script."
     argv = list(sys.argv[1:] if argv is None else argv)
-    split = argv.index("--") if "--" in argv else len(argv)
-    options, script_args = parser.parse_args(argv[:split]), argv[split + 1 :]
-    if not script_args and options.device == "cuda":
-        script_args = GPU_ARGS
+    options, script_args = parse_with_script_args(parser, argv)
 
     import torch
 
     from codemod.verify_run import MANIFEST, RUNS, run_copy
 
-    env = dict(os.environ)
-    if options.device == "cuda":
-        if not torch.cuda.is_available():
-            print("error: --device cuda, but torch sees no CUDA device", file=sys.stderr)
-            return 2
-        device = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        device = "CPU"
+    chosen = device_env(options.device)
+    if chosen is None:
+        print("error: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    env, device = chosen
     scratch = Path(tempfile.mkdtemp(prefix="perfmod-profile-bench-"))
     folder = scratch / "prepared"
     results, failed = {}, []

@@ -46,6 +46,30 @@ def prepare(script: Path, out: Path, level: str, args: list[str]) -> dict:
     return prepare_copies(script, out, args, level=Level.parse(level))
 
 
+def parse_with_script_args(parser: argparse.ArgumentParser, argv: list[str]):
+    """The options before `--` and the script's arguments after it (the seed's GPU
+    sizes on CUDA when none are given)."""
+    split = argv.index("--") if "--" in argv else len(argv)
+    options, script_args = parser.parse_args(argv[:split]), argv[split + 1 :]
+    if not script_args and options.device == "cuda":
+        script_args = GPU_ARGS
+    return options, script_args
+
+
+def device_env(device: str) -> tuple[dict, str] | None:
+    """The environment that makes the script run on `device` and the device's name;
+    None for CUDA where torch sees none."""
+    import torch
+
+    env = dict(os.environ)
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        return env, f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the script picks the CPU
+    return env, "CPU"
+
+
 def markdown(result, device: str, command: str) -> str:
     import torch
 
@@ -82,28 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare-only", type=Path, metavar="DIR", help="prepare the copies in DIR and stop")
     parser.epilog = "Arguments after `--` go to the script."
     argv = list(sys.argv[1:] if argv is None else argv)
-    split = argv.index("--") if "--" in argv else len(argv)
-    options, script_args = parser.parse_args(argv[:split]), argv[split + 1 :]
-    if not script_args and options.device == "cuda":
-        script_args = GPU_ARGS
+    options, script_args = parse_with_script_args(parser, argv)
     if options.prepare_only:
         prepare(options.script.resolve(), options.prepare_only, options.level, script_args)
         print(f"prepared in {options.prepare_only}; run with --prepared {options.prepare_only}")
         return 0
 
-    import torch
-
     from codemod.verify_run import run_prepared
 
-    env = dict(os.environ)
-    if options.device == "cuda":
-        if not torch.cuda.is_available():
-            print("error: --device cuda, but torch sees no CUDA device", file=sys.stderr)
-            return 2
-        device = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""  # the script picks the CPU
-        device = "CPU"
+    chosen = device_env(options.device)
+    if chosen is None:
+        print("error: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    env, device = chosen
     # The runs write into their copies' folders (traces, checkpoints): prepared copies are
     # run from a scratch copy, so that a committed folder stays as it is.
     scratch = Path(tempfile.mkdtemp(prefix="perfmod-verify-bench-"))
