@@ -145,6 +145,17 @@ PROCESS_STARTS = {
     "multiprocessing.Process": (1, "target"),
     "multiprocessing.context.Process": (1, "target"),
 }
+# Module methods that add a hook to every call of the module's forward.
+FORWARD_HOOK_REGISTRATIONS = ("register_forward_hook", "register_forward_pre_hook")
+# Every hook registration of a module.
+HOOK_REGISTRATIONS = frozenset(
+    {
+        *FORWARD_HOOK_REGISTRATIONS,
+        "register_full_backward_hook",
+        "register_full_backward_pre_hook",
+        "register_backward_hook",
+    }
+)
 # Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
 MODEL_WRAPPERS = {
     "torch.nn.parallel.DistributedDataParallel",

@@ -8,19 +8,11 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.names import method_name
 from codemod.analysis.tensor_layout import layouts
-from codemod.analysis.torch_facts import MODULE_METHODS
+from codemod.analysis.torch_facts import HOOK_REGISTRATIONS, MODULE_METHODS
 from codemod.edits import InsertAfter
 from codemod.rule import Invalid, Level, Rule, Valid
 
 COMPILERS = ("torch.compile",)
-# Hook registrations: a model whose hooks change per call recompiles (PM501 first).
-HOOK_METHODS = {
-    "register_forward_hook",
-    "register_forward_pre_hook",
-    "register_full_backward_hook",
-    "register_full_backward_pre_hook",
-    "register_backward_hook",
-}
 # Wrappers that run the model they are given (their `.module`).
 DATA_PARALLEL = (
     "torch.nn.parallel.DistributedDataParallel",
@@ -604,7 +596,7 @@ class UncompiledModel(Rule):
 
     def _hook_registration(self, module: cst.Module) -> cst.Call | None:
         for call in self.context.index.find(cst.Call):
-            if method_name(call) in HOOK_METHODS:
+            if method_name(call) in HOOK_REGISTRATIONS:  # hooks that change per call recompile (PM501 first)
                 return call
         return None
 

@@ -8,10 +8,10 @@ from libcst.metadata import BuiltinAssignment, GlobalScope, ImportAssignment
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import names_read
+from codemod.analysis.torch_facts import FORWARD_HOOK_REGISTRATIONS
 from codemod.edits import InsertAfter, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
-REGISTRATIONS = ("register_forward_hook", "register_forward_pre_hook")
 # Functions that run once per model call.
 PER_CALL_FUNCTIONS = ("forward", "__call__")
 CONTEXT_MANAGERS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
@@ -151,7 +151,7 @@ class PerCallHookRegistration(Rule):
     CODE = "PM501"
     NAME = "per-call-hook-registration"
     LEVEL = Level.UNSAFE
-    REQUIRES = REGISTRATIONS
+    REQUIRES = FORWARD_HOOK_REGISTRATIONS
     MESSAGE = (
         "hook registered and removed on every call of forward, the same hook each time: registered once, "
         "in __init__ (torch.compile then traces forward without a graph break)"
@@ -243,7 +243,7 @@ class PerCallHookRegistration(Rule):
         self._following: set[tuple] = set()  # (scope, name) of handles and containers being followed
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in REGISTRATIONS:
+        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in FORWARD_HOOK_REGISTRATIONS:
             return
         per_call = self._per_call_region(node)
         if per_call is None:
