@@ -42,7 +42,7 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
 from codemod.analysis.bindings import argument_for
-from codemod.analysis.names import CANONICAL, kwarg, method_name, positional, sole_definition
+from codemod.analysis.names import CANONICAL, kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
@@ -374,11 +374,8 @@ class Kinds:
         """The reads in `within` (a part of `loop`'s body) of a value that an earlier
         iteration of `loop` bound: `h` in `h = cell(x[i], h)`, state one iteration hands to
         the next."""
-        found = []
-        for use in self.index.find(cst.Name, within=within):
-            if use is self._binding_target(use):
-                continue
-            positions = self._context.positions
+        positions, found = self._context.positions, []
+        for use in names_read(within):
             start = (positions[use].start.line, positions[use].start.column)
             # A binding whose statement ends after the read (later in the body, or the same
             # `h = cell(x, h)`) reaches it only from an earlier iteration.
@@ -390,13 +387,6 @@ class Kinds:
             if any((end.line, end.column) > start for end in ends):
                 found.append(use)
         return found
-
-    def _binding_target(self, name: cst.Name) -> cst.Name | None:
-        """`name` itself when it is where a value is bound (an assignment's target)."""
-        parent = self.parents.get(name)
-        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is name:
-            return name
-        return None
 
     def bindings_in(self, node: cst.CSTNode, name: str) -> list[Assignment]:
         """The bindings of `name` made inside `node` (in the scope `node` is in)."""
