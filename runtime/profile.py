@@ -52,8 +52,10 @@ operators dispatched under it (outermost ones), over the window.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
+import sys
 import time
 
 import torch
@@ -103,13 +105,15 @@ class Profiler:
             with_stack=True,
             on_trace_ready=self._ready,
         )
-        self.profiler.start()
+        with _inductor_unprobed():
+            self.profiler.start()
 
     def step(self) -> None:
         """After each optimizer step; the last one attributes and writes."""
         if self.start_ns is not None and self.end_ns is None and self._last():
             self.end_ns = time.time_ns()
-        self.profiler.step()
+        with _inductor_unprobed():
+            self.profiler.step()
         if self.start_ns is None and self._recording():
             self.start_ns = time.time_ns()
 
@@ -147,6 +151,33 @@ class Profiler:
         with open(temporary, "w") as handle:
             json.dump(result, handle)
         os.replace(temporary, self.out)
+
+
+@contextlib.contextmanager
+def _inductor_unprobed():
+    """Keep torch.profiler from importing inductor into the script's process.
+
+    Each profiling cycle asks `hasattr(torch, "_inductor")` (for CUDA graphs of
+    compiled code), and torch answers by importing it: some 800 modules whose
+    objects every later `gc.collect()` walks, so each collection of the script
+    would take twice as long under the profile as without it. Where inductor is
+    not loaded yet, nothing was compiled: the answer is no.
+    """
+    if "torch._inductor" in sys.modules:
+        yield
+        return
+    lazy = vars(torch)["__getattr__"]
+
+    def without_inductor(name: str):
+        if name == "_inductor":
+            raise AttributeError(name)
+        return lazy(name)
+
+    torch.__getattr__ = without_inductor
+    try:
+        yield
+    finally:
+        torch.__getattr__ = lazy
 
 
 class _UserFiles:

@@ -138,8 +138,6 @@ class Tracer:
         self.samples.append(self._samples)
         self.tokens.append(self._tokens)
         self._samples = self._tokens = None
-        if self.done == self.warmup:
-            self.window_start = _synchronized_time()
         if self.done >= self.steps:
             self.window_end = _synchronized_time()
             if self.profiler is not None:
@@ -148,6 +146,9 @@ class Tracer:
             raise TraceStop()
         if self.profiler is not None:
             self.profiler.step()
+        if self.done == self.warmup:
+            # After the profiler's step, which starts its recording: that is paid once, not per step.
+            self.window_start = _synchronized_time()
         return value
 
     def result(self, completed: bool) -> dict:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,29 @@ def test_a_script_without_a_training_loop_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["profile", str(script)])
     assert result.exit_code == 2
     assert "no training loop found" in result.output
+
+
+PROFILER_IMPORTS = """
+import gc, sys, torch
+from runtime.profile import Profiler
+objects = len(gc.get_objects())
+profiler = Profiler(sys.argv[1], 4, 2)
+for _ in range(4):
+    torch.ones(3).sum()
+    profiler.step()
+print("torch._inductor" in sys.modules, len(gc.get_objects()) < 1.2 * objects)
+"""
+
+
+def test_the_profiler_leaves_the_scripts_heap_as_it_was(tmp_path):
+    """A profiling cycle asks torch whether inductor exists, which imports it; its
+    objects would double what each gc.collect() of the script walks."""
+    out = tmp_path / "profile.json"
+    run = subprocess.run(
+        [sys.executable, "-c", PROFILER_IMPORTS, str(out)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.split() == ["False", "True"]
+    assert json.loads(out.read_text())["steps"] == 2
 
 
 def test_line_map_follows_the_header_and_the_hooks():
