@@ -130,11 +130,30 @@ class Names:
         bound by an import is also bound in this file (`class DataLoader:` after
         `from torch.utils.data import DataLoader`): which one is live is unknown."""
         if isinstance(node, cst.Call):
+            attribute = self._attribute_named(node)
+            if attribute is not None:  # `getattr(torch.optim, "AdamW")` names what `torch.optim.AdamW` does
+                return attribute
             node = node.func
+            if isinstance(node, cst.Call):  # what a call returns is unknown, unless it is such a getattr
+                return self._attribute_named(node) or set()
         qualified = self._qualified(node)
         if any(q.source is QualifiedNameSource.LOCAL for q in qualified):
             return set()
         return {CANONICAL.get(q.name, q.name) for q in qualified}
+
+    def _attribute_named(self, call: cst.Call) -> set[str] | None:
+        """The names of `torch.optim.AdamW` for `getattr(torch.optim, "AdamW")`; None
+        for any other call."""
+        args = call.args
+        if len(args) != 2 or any(arg.keyword is not None or arg.star for arg in args):
+            return None
+        name = args[1].value
+        if not isinstance(name, cst.SimpleString) or not self.is_(call.func, "builtins.getattr"):
+            return None
+        attribute = name.evaluated_value
+        if not isinstance(attribute, str) or not attribute.isidentifier():
+            return None
+        return {CANONICAL.get(f"{owner}.{attribute}", f"{owner}.{attribute}") for owner in self.of(args[0].value)}
 
     def local(self, node: cst.CSTNode) -> set[str]:
         """Names defined in this file (classes, functions, variables) the expression refers to."""

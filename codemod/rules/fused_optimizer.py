@@ -275,6 +275,13 @@ class UnfusedOptimizer(Rule):
             "CUDA or the CPU: fused kernels exist on both",
         ),
         Invalid(
+            "import torch\nmodel = torch.nn.Linear(8, 1)\n"
+            'opt = getattr(torch.optim, "AdamW")(model.parameters(), lr=1e-3)\n',
+            "import torch\nmodel = torch.nn.Linear(8, 1)\n"
+            'opt = getattr(torch.optim, "AdamW")(model.parameters(), lr=1e-3, fused=True)\n',
+            "the optimizer class named by getattr with a literal name",
+        ),
+        Invalid(
             PREAMBLE + "model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1)).to(device)\n"
             "opt = torch.optim.SGD(\n    [\n        {'params': model[0].parameters()},\n"
             "        {'params': model[1].parameters(), 'lr': 1e-3},\n    ],\n    lr=0.1,\n    momentum=0.9,\n)\n",

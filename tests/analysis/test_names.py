@@ -4,6 +4,7 @@ import libcst as cst
 import pytest
 
 from codemod.analysis.names import integer_value, number_value
+from codemod.context import FileContext
 
 
 @pytest.mark.parametrize(
@@ -25,3 +26,24 @@ def test_float_spellings(text, value):
 def test_anything_else_is_not_a_literal_number(text):
     assert number_value(cst.parse_expression(text)) is None
     assert integer_value(cst.parse_expression(text)) is None
+
+
+def test_getattr_with_a_literal_name_names_the_attribute():
+    context = FileContext.of_source(
+        "import torch\nfrom torch import optim\nname = 'SGD'\n"
+        "a = getattr(torch.optim, 'AdamW')(params)\n"
+        "b = getattr(optim, 'SGD')\n"
+        "c = getattr(torch.optim, name)(params)\n"
+        "d = make_optimizer()(params)\n"
+        "e = getattr(torch.optim, 'not a name')\n"
+    )
+    values = {
+        statement.body[0].targets[0].target.value: statement.body[0].value for statement in context.module.body[3:]
+    }
+    names = context.names
+    assert names.of(values["a"]) == names.of(values["a"].func) == {"torch.optim.AdamW"}
+    assert names.of(values["b"]) == {"torch.optim.SGD"}
+    assert names.of(values["b"].func) == {"builtins.getattr"}  # the callee of the getattr call itself
+    assert names.of(values["c"]) == set()  # a name chosen at run time
+    assert names.of(values["d"]) == set()  # what a call returns
+    assert names.of(values["e"]) == {"builtins.getattr"}
