@@ -332,7 +332,7 @@ def rows(joined: Joined, by: str) -> list[Row]:
     for item in joined.unlabeled:
         add(item, f"UNLABELED_{item.kind.upper()}")
     extra = []
-    if by == "source" and len([name for name in table if name != WILD]) >= 1:
+    if by == "source" and WILD in table and len(table) > 1:
         repos = Row("public repos")
         for name, row in table.items():
             if name != WILD:
@@ -374,8 +374,9 @@ def goals(total: Row) -> list[str]:
     ]
 
 
-def repos_measured(sources: list[Source]) -> bool:
-    return len([s for s in sources if s.name != WILD]) >= 1
+def has_repos_row(sources: list[Source]) -> bool:
+    """Does the table by source have a "public repos" row (the corpus and some repo measured)?"""
+    return any(s.name == WILD for s in sources) and len(sources) > 1
 
 
 def measure(
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(markdown(rows(joined, "code"), "rule"))
     print()
-    for row in rows(joined, "source")[-2:] if repos_measured(sources) else rows(joined, "source")[-1:]:
+    for row in rows(joined, "source")[-2:] if has_repos_row(sources) else rows(joined, "source")[-1:]:
         print(f"goals, {row.name} sources:")
         for line in goals(row):
             print(f"  {line}")
