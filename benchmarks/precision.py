@@ -13,6 +13,9 @@ finding's line and the lines its fix removes and adds (the changes of the whole
 file's diff that meet the fix's lines). Each finding left unfixed becomes a
 report item: its rule, file, line text and message. Items are matched to labels
 by that text, not by line number, so a label survives edits elsewhere in the file.
+An item with no label is listed as UNLABELED, a label that matches nothing as
+STALE; where both sit at one site (same rule, file and line text: the fix or the
+message changed), they are shown together as CHANGED, to be judged again.
 
 Labels of fixes: CORRECT (an expert would make this change, and it is right),
 NOISY (right but pointless: it saves nothing where it is), WRONG (changes what
@@ -292,6 +295,21 @@ def join(items: list[Item], labels: list[Label], measured: set[str]) -> Joined:
     return Joined(labeled, unlabeled, stale)
 
 
+def changed(joined: Joined) -> list[tuple[Label, Item]]:
+    """Stale labels paired with the unlabeled item at the same site (same source, file,
+    rule, kind and line text): the fix or the message changed there, and the old label
+    may or may not carry over (read it again)."""
+    waiting = {}
+    for item in joined.unlabeled:
+        waiting.setdefault((item.kind, item.source, item.path, item.code, item.site), []).append(item)
+    pairs = []
+    for label in joined.stale:
+        found = waiting.get((label.item.kind, label.item.source, label.item.path, label.item.code, label.item.site))
+        if found:
+            pairs.append((label, found.pop(0)))
+    return pairs
+
+
 # -- the table ---------------------------------------------------------------------------------
 
 
@@ -437,6 +455,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nSTALE labels ({len(joined.stale)}), matching nothing measured:")
         for label in joined.stale:
             print(f"  {label.item.kind} {label.item.code} {label.item.source}:{label.item.path} {label.item.site[:80]}")
+    for label, item in changed(joined):
+        print(
+            f"\nCHANGED {item.kind} {item.code} {item.source}:{item.path}:{item.line}, was {label.label}: {label.reason}"
+        )
+        before, after = label.item.detail, item.detail
+        for text in [f"- {t}" for t in before if t not in after] + [f"+ {t}" for t in after if t not in before]:
+            print(f"    {text[:160]}")
     if args.unlabeled:
         fixes = [entry(i) for i in joined.unlabeled if i.kind == "fix"]
         reports = [entry(i) for i in joined.unlabeled if i.kind == "report"]
