@@ -2,7 +2,9 @@
 --check, and a run over the wild corpus."""
 
 import json
+import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +174,16 @@ def test_the_wild_corpus_joins_its_labels():
     assert len(joined.labeled) >= 0.5 * items
     for item, label in joined.labeled:
         assert label.label in (FIX_LABELS if item.kind == "fix" else REPORT_LABELS)
+
+
+def test_the_pinned_public_repos_are_all_labeled():
+    """Only where the checkouts are at hand: PERFMOD_PRECISION_REPOS names a folder of
+    them (owner+name, at the pinned commits). Every finding there has a label."""
+    folder = os.environ.get("PERFMOD_PRECISION_REPOS")
+    if not folder or not Path(folder).is_dir():
+        pytest.skip("no checkouts of the public repos (set PERFMOD_PRECISION_REPOS)")
+    sources, joined, errors = measure(LABELS, None, Path(folder))
+    assert sources and not errors
+    assert [s.note for s in sources if s.note] == []
+    assert [(i.source, i.path, i.line, i.code) for i in joined.unlabeled] == []
+    assert [(s.item.source, s.item.path, s.item.code) for s in joined.stale] == []
