@@ -30,6 +30,7 @@ def test_the_list_names_every_gpu_benchmark():
     cpu_only = {
         "__init__",
         "engine_speed",
+        "precision",
         "profile_overhead",
         "recall",
         "robustness",
