@@ -1151,7 +1151,7 @@ def report(
         command = " ".join(["perfmod report", *(shlex.quote(str(p)) for p in paths), "--level", settings.level.label])
         page = render_html(results, settings.level, ALL_RULES, verify=verify, profile=profiled, command=command)
     else:
-        page = render_markdown(results, settings.level, ALL_RULES, verify=verify)
+        page = render_markdown(results, settings.level, ALL_RULES, verify=verify, profile=profiled)
     if output is None or str(output) == STDIN:
         click.echo(page, nl=False)
     else:

@@ -126,3 +126,27 @@ def read_page(page: str) -> _Reader:
     reader.feed(page)
     reader.close()
     return reader
+
+
+def _row(rank, code, line, level, ms, share, saving_ms, saving):
+    return {
+        "rank": rank, "code": code, "name": code.lower(), "path": "copies.py", "line": line, "end_line": line,
+        "lines": [[line, line]], "level": level, "fixable": True, "message": "...", "ms": ms, "share": share,
+        "categories": {"data": ms}, "kernel_ms": None, "saving_ms": saving_ms, "saving": saving,
+    }  # fmt: skip
+
+
+# A `perfmod profile --format json` document of a data-bound step, as `perfmod profile` writes it.
+PROFILE = {
+    "schema": 1, "script": "copies.py", "args": [], "steps": 6, "warmup": 2, "seed": 0,
+    "device": "cpu (x86_64, 1 torch thread)", "torch": "2.13.0", "profiled_steps": 4, "step_ms": 40.0,
+    "steps_per_s": 24.0, "categories": {"python": 2.0, "ops": 10.0, "sync": 0.0, "data": 26.0, "untraced": 2.0},
+    "gpu": None,
+    "findings": [
+        _row(1, "PM201", 7, "unsafe", 26.0, 0.65, 26.0, "up to the data wait measured"),
+        _row(2, "PM404", 12, "safe", 1.0, 0.025, 0.2, "the host-device syncs measured on its lines"),
+        _row(3, "PM101", 9, "safe", 0.0, 0.0, None, "not estimated"),
+    ],
+    "uncovered": {"ms": 13.0, "share": 0.325, "advice": "compute in the model", "lines": []},
+    "lines": [], "trace": None, "notes": [], "error": None,
+}  # fmt: skip

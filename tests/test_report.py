@@ -24,7 +24,7 @@ from codemod.report.markdown import fence, render_markdown, table_cell
 from codemod.rule import Level
 from codemod.rules import ALL_RULES
 from tests.cli_support import REPO, UNPARSABLE, perfmod, write
-from tests.report_page import read_page
+from tests.report_page import PROFILE, read_page
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -425,6 +425,24 @@ def test_markdown_summary_for_a_pull_request(tmp_path):
         "t.py", COPIES.encode(), COPIES.replace(".to(device)", ".to(device, non_blocking=True)").encode()
     )
     assert f"```diff\n{diff}```\n" in body
+
+
+def test_markdown_shows_where_the_profiled_step_goes(tmp_path):
+    write(tmp_path / "copies.py", COPIES)
+    profile = write(tmp_path / "profile.json", json.dumps(PROFILE))
+    result = report("copies.py", "--format", "markdown", "--profile-json", profile)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert (
+        "**Profile:** copies.py: 4 steps profiled on cpu (x86_64, 1 torch thread); 40.0 ms per step, "
+        "24 steps/s with the profiler on. Step by category: python 2.0 ms (5%), ops 10.0 ms (25%), "
+        "data 26.0 ms (65%), untraced 2.0 ms (5%).\n\n| # |" in text
+    )
+    rows = [line for line in text.splitlines() if re.match(r"\| \d* \| ", line)]
+    assert [row.split(" | ")[1] for row in rows] == ["`PM201` [*]", "`PM404` [*]", "`PM101` [*]", "no finding"]
+    assert rows[0].endswith("| unsafe | 65% (26.0 ms) | saves up to 26.0 ms: up to the data wait measured |")
+    assert rows[-1].endswith("| 32% (13.0 ms) | compute in the model |")
+    assert text.index("**Profile:**") < text.index("| Rule |")
 
 
 def test_markdown_to_a_file_and_its_escaping(tmp_path):

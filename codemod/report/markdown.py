@@ -1,5 +1,6 @@
 """`perfmod report --format markdown`: a compact summary for a pull-request
-comment. Counts by rule and by file, the verify result in one line, and each
+comment. Counts by rule and by file, the verify result in one line, where the
+profiled step's time goes (ranked, as `perfmod profile` prints it), and each
 file's diff folded in a `<details>` block (GitHub and GitLab render both)."""
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from collections.abc import Sequence
 import jinja2
 
 from codemod.report.diff import unified_diff
-from codemod.report.review import rule_rows, status, verify_headline, verify_rows, verify_slower
+from codemod.report.review import (
+    profile_bars,
+    profile_headline,
+    profile_segments,
+    rule_rows,
+    status,
+    verify_headline,
+    verify_rows,
+    verify_slower,
+)
 from codemod.report.summary import Summary
 from codemod.result import FileResult
 from codemod.rule import Level, Rule
@@ -25,6 +35,7 @@ def render_markdown(
     rules: Sequence[type[Rule]],
     *,
     verify: dict | None = None,
+    profile: dict | None = None,
     diff_budget: int = DIFF_BUDGET,
 ) -> str:
     """The comment; diffs that would take it past `diff_budget` characters are
@@ -62,6 +73,10 @@ def render_markdown(
         "verify_headline": verify_headline(verify) if verify else "",
         "verify_slower": verify_slower(verify) if verify else False,
         "verify_rows": verify_rows(verify) if verify else [],
+        "profile": profile,
+        "profile_headline": profile_headline(profile) if profile else "",
+        "profile_segments": profile_segments(profile) if profile else [],
+        "profile_bars": profile_bars(profile) if profile else [],
         "status": status,
     }
     return _environment().get_template("report.md.j2").render(context)
