@@ -38,26 +38,7 @@ A saving is estimated only where it can be said from what was measured (SAVES):
 and "not estimated" otherwise. The time no finding covers closes the table.
 
 JSON (`perfmod profile --format json`, `ProfileResult.as_json()`), schema 1:
-
-    {"schema": 1, "script": str, "args": [str], "steps": int, "warmup": int, "seed": int,
-     "device": str|null, "torch": str|null,
-     "profiled_steps": int, "step_ms": float (mean wall time of a profiled step),
-     "steps_per_s": float|null (the tracer's, profiler on),
-     "categories": {"python"|"ops"|"sync"|"data"|"untraced": float (ms per step)},
-     "gpu": null | {"kernel_ms": float, "idle_ms": float} (per step; CUDA only),
-     "findings": [{"rank": int, "code": str, "name": str, "path": str (relative to the script's folder),
-                   "line": int, "end_line": int, "lines": [[first, last]] (the lines joined on),
-                   "level": "safe"|"numeric"|"unsafe", "fixable": bool, "message": str,
-                   "ms": float (per step, its own), "share": float (0..1 of the step),
-                   "categories": {category: ms}, "kernel_ms": float|null,
-                   "saving_ms": float|null, "saving": str (how it was estimated, or "not estimated")}],
-                  (ranked by share, largest first)
-     "uncovered": {"ms": float, "share": float, "advice": str,
-                   "lines": [{"path": str, "line": int, "ms": float, "share": float}]},
-     "lines": [{"path": str, "line": int, "ms": float, "share": float, "categories": {...}}]
-              (the innermost line of the script, by time, largest first; at most TOP_LINES),
-     "trace": str|null (the Chrome trace kept with --trace),
-     "notes": [str], "error": null | {"message": str, "stderr": str}}
+documented for users in docs/json.md, which names every key (tests/test_json_docs.py).
 """
 
 from __future__ import annotations

@@ -91,47 +91,8 @@ meaningful on a GPU, at a cost in speed that both runs pay. An op that has no
 deterministic kernel only warns, on the run's stderr (run the copies kept with
 `--keep` by hand to read it): if the losses still differ, it is the first suspect.
 
-Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 2
-(schema 1 had no "nproc" keys; "rounds", "speed" and "steps_per_s_rounds" came
-later within schema 2, as keys that a reader of the others can ignore):
-
-    {"schema": 2,
-     "script": str, "args": [str], "level": "safe"|"numeric"|"unsafe" (--level),
-     "applied_level": str (highest level among the applied fixes; "safe" if none),
-     "steps": int, "warmup": int, "seed": int, "device": str|null, "torch": str|null,
-     "nproc": int|null (processes the rewrite ran in under torchrun; null: one, without torchrun),
-     "fixes": [{"path": str (relative to the script's folder), "line": int,
-                "code": str, "level": str, "message": str}],
-     "original" / "rewritten": null (not run) | {
-        "steps_per_s": float|null, "samples_per_s": float|null, "tokens_per_s": float|null,
-        "peak_memory_bytes": int, "peak_memory_kind": "cuda"|"rss",
-        "losses": [float|null],   (one per backward(); null for NaN or inf)
-        "elapsed_s": float|null, "returncode": int,
-        "sites": {"loss": int, "stepped": int, "batch": int},   (hooks instrumented)
-        "nproc": int|null, (as above, for this run; the figures above then combine the ranks)
-        "steps_per_s_rounds": [float|null],   (each round's steps/s, the first round first)
-        "ranks": null | [{"rank": int, "steps_per_s", "samples_per_s", "tokens_per_s": float|null,
-                          "peak_memory_bytes": int|null, "elapsed_s": float|null, "losses": [float|null]}]},
-     "speedup": float|null (rewritten steps/s over original steps/s; over the rounds, speed.ratio),
-     "rounds": int (timed rounds asked for),
-     "speed": null (a run failed or was not timed) | {
-        "rounds": int, "ratio": float (geometric mean of the rounds' ratios),
-        "low": float|null, "high": float|null (its range; null for one round), "confidence": 0.95,
-        "ratios": [float] (each round's), "min": float, "max": float,
-        "verdict": "faster"|"slower"|"no measurable difference"|"unknown"},
-     "max_abs_deviation": float|null, "max_rel_deviation": float|null, (null: not finite)
-     "worst_step": int|null (1-based index into losses),
-     "tolerance": {"level": str, "rtol": float, "atol": float, "exact": bool},
-     "agree": bool|null (null when a run failed),
-     "notes": [str],
-     "error": null | {"run": "original"|"rewritten"|null, "message": str, "stderr": str},
-     "profile": {"original": {...}, "rewritten": {...}} (only with --profile: each version's
-                `perfmod profile` JSON, codemod/profile.py, from one more run after the timed rounds)}
-
-A verify that could not start a run prints the same object with only
-"schema", "script", "agree" (null), "original", "rewritten" (null) and "error".
-A run of N ranks that did not end cleanly may have fewer "ranks" (those that
-wrote a trace) and null figures.
+Result (`VerifyResult.as_json()`, `perfmod verify --format json`), schema 2:
+documented for users in docs/json.md, which names every key (tests/test_json_docs.py).
 
 `exit_code`: 0 the losses agree (and the rewrite is not measurably slower), 1
 they do not, 2 a run failed (or verify could not start one: no training loop,

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from codemod.cli import main
 from codemod.profile import ProfileError, line_map, profile
+from tests.test_json_docs import undocumented
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCEPTANCE = ROOT / "fixtures" / "acceptance"
@@ -101,6 +102,7 @@ def test_cli_json_and_text(tmp_path):
     assert [row["rank"] for row in data["findings"]] == list(range(1, len(data["findings"]) + 1))
     assert set(data["categories"]) >= {"python", "ops", "sync", "data", "untraced"}
     assert data["uncovered"]["advice"]
+    assert undocumented(data, "profile") == set()
 
 
 def test_a_script_without_a_training_loop_is_refused(tmp_path):

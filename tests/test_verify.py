@@ -36,6 +36,7 @@ from codemod.verify_run import (
     render_text,
 )
 from tests.cli_support import perfmod, write
+from tests.test_json_docs import undocumented
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "verify"
 SAFE, NUMERIC = FIXTURES / "safe_mlp.py", FIXTURES / "numeric_lm.py"
@@ -543,6 +544,7 @@ def test_the_command_line_exits_3_with_the_warning_in_text_and_on_stderr_with_js
     as_json = perfmod("verify", SAFE, "--format", "json")
     assert seen["rounds"] == verify_run.DEFAULT_ROUNDS
     assert as_json.exit_code == 3 and json.loads(as_json.stdout)["speed"]["verdict"] == "slower"
+    assert undocumented(json.loads(as_json.stdout), "verify") == set()
     assert as_json.stderr.startswith("WARNING: the rewrite is measurably slower")
 
 

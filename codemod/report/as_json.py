@@ -1,25 +1,8 @@
-"""`--format json`: one document per run, schema version 2.
+"""`--format json`: one document per run, schema version 2 (SCHEMA_VERSION).
 
-    {"version": 2, "level": "safe",
-     "files":    [{"path", "changed", "error"}],            input order
-     "findings": [{"path", "line", "column", "end_line", "end_column", "code",
-                   "name", "message", "level", "fixable", "applied", "pending",
-                   "changes": [{"first", "last", "text"}]}],  file by file, by line
-     "summary":  {"files", "changed", "errors", "findings", "applied", "pending",
-                  "fixable_at_higher_level": {level: n}, "report_only"}}
-
-`changed`: the fixes at the chosen level rewrite the file (`apply` wrote it;
-`check` and `--dry-run` did not). `applied`: the finding's fix was made, by
-`apply` without `--dry-run` (in a file it wrote; on stdout for `apply -`).
-`pending`: the finding's fix is within the chosen level but was not made:
-every such fix of `check` and `--dry-run`, and of `apply` those in a file that
-could not be written. A fix within the level is `applied` or `pending`; its
-`changes` are the lines of the original file it replaces (`first` to `last`,
-1-based; `last` is `first - 1` for an insertion before `first`) and the text
-written there, else empty. `error` is the `path:line:col: error: ...` line, or
-null. Fields are only ever added; a change to any existing one bumps `version`
-(2: `applied` was true for every fix within the level, written or not, and
-`pending` did not exist).
+The schema, and what `changed`, `applied` and `pending` mean, is documented for
+users in docs/json.md; a key added here is added there
+(tests/test_json_docs.py checks that every key is).
 """
 
 from __future__ import annotations
