@@ -972,7 +972,14 @@ Exit status:
   2  the script failed, has no training loop perfmod can step, or a bad option"""
 )
 @script_arguments
-@click.option("--steps", type=click.IntRange(min=2), default=10, show_default=True, help="Optimizer steps to run.")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=2),
+    default=5,
+    show_default=True,
+    help="Optimizer steps to run. The profiler holds every operator event of the recorded steps in memory "
+    "(about 5 KB each): a few steps of a script that runs many small operators already take gigabytes.",
+)
 @click.option(
     "--warmup",
     type=click.IntRange(min=1),

@@ -63,6 +63,8 @@ PROFILE_FILE = ".perfmod-profile.json"
 CATEGORIES = ("python", "ops", "sync", "data", "untraced")
 LAUNCH_BOUND_US = 50.0  # operators averaging under this are dominated by dispatch / launch, not compute
 TOP_LINES = 12
+# Steps `verify --profile` records after the warm-up: each holds every operator event in memory.
+PROFILED_STEPS = 3
 SAVES = {  # what the fix of a rule removes, as the profile measures it
     "PM404": "sync",
     "PM403": "gc",
@@ -106,7 +108,7 @@ def profile(
     script: str | Path,
     args: Sequence[str] = (),
     *,
-    steps: int = 10,
+    steps: int = 5,
     warmup: int = 2,
     settings: Settings | None = None,
     python: str | None = None,

@@ -267,8 +267,9 @@ def prepare(
 
 
 def _profiles(script, folder, args, sources, steps, warmup, settings, level, python, seed, timeout, env) -> dict:
-    """Each version once more, under the profiler: {run: profile JSON}."""
-    from codemod.profile import run_profile
+    """Each version once more, under the profiler, for the first PROFILED_STEPS steps
+    after the warm-up: {run: profile JSON}."""
+    from codemod.profile import PROFILED_STEPS, run_profile
 
     script = Path(script).resolve()
     settings = _settings(script, settings, level)
@@ -277,7 +278,7 @@ def _profiles(script, folder, args, sources, steps, warmup, settings, level, pyt
             Path(folder),
             script,
             args,
-            steps=steps,
+            steps=min(steps, warmup + PROFILED_STEPS),
             warmup=warmup,
             settings=settings,
             run=run,
