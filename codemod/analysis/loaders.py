@@ -991,7 +991,9 @@ class Loaders:
     @memoized
     def kwargs_literal(self, expr: cst.BaseExpression) -> tuple[cst.CSTNode, set[str], bool] | None:
         """(the dict literal or `dict(...)` behind `**expr`, its keys, whether other code may
-        add keys or see the dict), or None when there is no single literal to look at."""
+        add keys or see the dict), or None when there is no single literal to look at.
+        A choice of literals (`{"pin_memory": True} if cuda else {}`) has the keys of
+        either, and counts as seen by other code: no fix can add to both."""
         if not isinstance(expr, cst.Name):
             return None
         assignments = self.bindings.assignments(expr)
@@ -1001,7 +1003,7 @@ class Loaders:
         keys = self._literal_keys(literal)
         if keys is None:
             return None
-        opaque = False
+        opaque = isinstance(literal, cst.IfExp)
         for access in assignments[0].references:
             added = self._keys_added_by(access.node)
             if added is None:
@@ -1019,6 +1021,9 @@ class Loaders:
         return found[1] if found is not None and not found[2] else None
 
     def _literal_keys(self, literal) -> set[str] | None:
+        if isinstance(literal, cst.IfExp):
+            chosen = [self._literal_keys(literal.body), self._literal_keys(literal.orelse)]
+            return None if None in chosen else chosen[0] | chosen[1]
         if isinstance(literal, cst.Dict):
             keys = set()
             for element in literal.elements:

@@ -194,6 +194,11 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             "an explicit worker count is kept",
         ),
         Valid(
+            PREAMBLE + "kwargs = {'num_workers': 1, 'pin_memory': True} if torch.cuda.is_available() else {}\n"
+            "loader = DataLoader(dataset, batch_size=8, **kwargs)\nfor x, y in loader:\n" + STEP,
+            "a worker count chosen by device, through a dict",
+        ),
+        Valid(
             PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 2)\nfor x, y in loader:\n" + STEP,
             "num_workers passed by position",
         ),

@@ -116,6 +116,11 @@ class UnpinnedLoaderToCuda(Rule):
             "an explicit choice is kept",
         ),
         Valid(
+            PREAMBLE + "kwargs = {'num_workers': 1, 'pin_memory': True} if torch.cuda.is_available() else {}\n"
+            "loader = DataLoader(dataset, batch_size=8, **kwargs)\nfor x, y in loader:\n    x = x.cuda()\n",
+            "the script pins where it copies to the GPU, through a dict chosen by device",
+        ),
+        Valid(
             PREAMBLE + "loader = DataLoader(dataset)\nfor x, y in loader:\n    print(x.sum())\n",
             "batches stay on the host",
         ),
