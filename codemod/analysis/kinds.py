@@ -48,6 +48,7 @@ from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
     HOST_ONLY_FACTORIES,
+    IN_MEMORY_SEQUENCE_BUILDERS,
     LOSS_MODULES,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
@@ -55,6 +56,7 @@ from codemod.analysis.torch_facts import (
     RETURN_TENSORS,
     SAME_PLACE_METHODS,
     SHARING_ATTRIBUTES,
+    STRING_SPLITS,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
     TENSOR_FUNCTIONS,
@@ -1103,6 +1105,33 @@ class Kinds:
         """What a call of `function` gives."""
         fact = self._returns_fact(function)
         return UNKNOWN if fact.kind is Kind.BOTTOM else fact
+
+    def in_memory_list(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Is `expr` a Python list or tuple the program holds, all of it in memory: a list
+        or tuple display or a list comprehension, `list(...)`, `tuple(...)`, `sorted(...)`,
+        `.split()` of a string, a name every binding of which is one (`docs = []` filled by
+        `docs.append(...)` counts), or a call of a function of this file every `return` of
+        which is one? Not a dataset, a generator or a file read lazily."""
+        if depth > 4:
+            return False
+        if isinstance(expr, (cst.List, cst.Tuple, cst.ListComp)):
+            return True
+        if isinstance(expr, cst.Name):
+            values = self._context.bindings.values(expr)
+            return bool(values) and all(self.in_memory_list(value, depth + 1) for value in values)
+        if not isinstance(expr, cst.Call):
+            return False
+        if self.names.of(expr.func) & IN_MEMORY_SEQUENCE_BUILDERS or method_name(expr) in STRING_SPLITS:
+            return True
+        callee = self.local_callee(expr)
+        if callee is None:
+            return False
+        returns, yields = self.exits(callee)
+        return (
+            not yields
+            and bool(returns)
+            and all(r.value is not None and self.in_memory_list(r.value, depth + 1) for r in returns)
+        )
 
     def self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values assigned to `self.<attr>` in the methods of the class of this file

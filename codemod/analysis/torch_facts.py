@@ -193,6 +193,10 @@ PURE_BUILTINS = frozenset(
 )
 # Builtins that make a new one-shot iterator: pure to call, but their value is used up once read.
 ITERATOR_BUILTINS = frozenset(f"builtins.{name}" for name in "enumerate zip reversed map filter iter".split())
+# Builtins that build a list or tuple holding every element in memory (whatever they read).
+IN_MEMORY_SEQUENCE_BUILDERS = frozenset(f"builtins.{name}" for name in "list tuple sorted".split())
+# String methods that give a list of strings.
+STRING_SPLITS = frozenset("split rsplit splitlines".split())
 # Methods of Python's strings, lists, dicts and sets that change their receiver.
 MUTATING_METHODS = frozenset(
     "append extend insert pop remove clear sort reverse update setdefault popitem add discard "
