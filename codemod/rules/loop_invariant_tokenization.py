@@ -1022,8 +1022,10 @@ class LoopInvariantTokenization(Rule):
                 return problem
             for use in self._names(region, name):
                 parent = self.context.parents.get(use)
-                if isinstance(parent, cst.Subscript) and parent.value is use:
-                    continue
+                if (isinstance(parent, cst.Subscript) and parent.value is use) or (
+                    isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is use
+                ):
+                    continue  # `docs[i]`, `for d in docs`: read
                 call = self.context.parents.get(parent) if isinstance(parent, cst.Arg) else None
                 if isinstance(call, cst.Call) and (
                     self.context.purity.pure_call(call)
