@@ -7,7 +7,9 @@ from functools import partial
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
+from codemod.analysis.lengths import Lengths
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tensor_layout import layouts
@@ -130,6 +132,8 @@ class _Pretokenize:
     position: str  # the variable of the indices' comprehension (`i`)
     indices: cst.BaseExpression | None  # `idx` of `[docs[i] for i in idx]` (texts bound in the loop)
     new_elt: cst.Subscript | None  # `_[i]` for the element `tok.encode(docs[i], n)`
+    factory: cst.Call  # `torch.tensor(<comp>, ...)`
+    stacked: cst.BaseExpression | None  # the step's indices, when the ids go in one tensor
 
 
 @dataclass
@@ -216,12 +220,18 @@ class LoopInvariantTokenization(Rule):
     ```
     Use instead:
     ```python
-    docs_ids = [tok.encode(t, seq + 1) for t in docs]
+    docs_ids = torch.tensor([tok.encode(t, seq + 1) for t in docs])
     for step in range(steps):
         idx = random.sample(range(len(docs)), batch_size)
-        ids = torch.tensor([docs_ids[i] for i in idx])
+        ids = docs_ids[idx]
         ...
     ```
+    One tensor holds the corpus's ids when perfmod can prove that every text
+    gives as many ids (`encode` truncates and pads to the length it is given:
+    `ids[:n]`, then `ids + [pad] * (n - len(ids))`) and the step's indices are
+    a list; otherwise the ids are kept as lists, `docs_ids = [tok.encode(t,
+    seq + 1) for t in docs]`, and the step makes its tensor from the rows it
+    picks, `torch.tensor([docs_ids[i] for i in idx])`, as before.
 
     ## Fix safety
     Safe: the hoisted statements compute the same values, once, so the losses
@@ -239,8 +249,8 @@ class LoopInvariantTokenization(Rule):
     the training never draws now raises; a run that draws fewer texts than the
     corpus holds (a few steps over a large corpus) spends more time
     tokenizing in all, before training, to spend none during it; and the ids
-    are kept in memory next to the texts, as lists of ints (a pointer, 8
-    bytes, a token: about the size of the texts). It is done only for a
+    are kept in memory next to the texts (8 bytes a token, in a tensor or
+    as lists of ints: about the size of the texts). It is done only for a
     corpus that is a list in memory already, never for a dataset read
     lazily. Other per-batch
     tokenization is reported with the bigger change it calls for (pretokenize
@@ -377,9 +387,22 @@ class LoopInvariantTokenization(Rule):
         ),
         Invalid(
             CORPUS + "for step in range(3):\n" + PICK + ENCODE + STEP,
-            CORPUS + "docs_ids = [tok.encode(t, 4) for t in docs]\nfor step in range(3):\n"
+            CORPUS + "docs_ids = torch.tensor([tok.encode(t, 4) for t in docs])\nfor step in range(3):\n"
+            "    idx = random.sample(range(len(docs)), 2)\n    ids = docs_ids[idx]\n" + STEP,
+            "texts sampled from a list each step, a pure encode of the script's own that pads and truncates "
+            "to its length: the corpus tokenized once into one tensor, its rows picked per step",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS.replace("        return ids + [0] * (n - len(ids))\n", "        return ids\n")
+            + "for step in range(3):\n"
+            + PICK
+            + ENCODE
+            + STEP,
+            CORPUS.replace("        return ids + [0] * (n - len(ids))\n", "        return ids\n")
+            + "docs_ids = [tok.encode(t, 4) for t in docs]\nfor step in range(3):\n"
             "    idx = random.sample(range(len(docs)), 2)\n    ids = torch.tensor([docs_ids[i] for i in idx])\n" + STEP,
-            "texts sampled from a list each step, a pure encode of the script's own: pretokenized once",
+            "ids of lengths perfmod cannot prove equal: kept as lists, a tensor made per step as before",
             config=UNSAFE,
         ),
         Invalid(
@@ -947,7 +970,28 @@ class LoopInvariantTokenization(Rule):
             region = candidate
         if region is None:
             return reason[1] if isinstance(reason, tuple) else reason
-        return _Pretokenize(comp, corpus, region, position, indices, new_elt)
+        picks = indices if indices is not None else loop_in.iter
+        stacked = self._equal_rows(call, text, factory, picks, region)
+        return _Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None)
+
+    def _equal_rows(
+        self, call: cst.Call, text: cst.BaseExpression, factory: cst.Call, picks: cst.BaseExpression, region
+    ) -> bool:
+        """May the ids go in one tensor, indexed by the step's `picks`: `factory` is
+        `torch.tensor(ids, ...)`, `call` a function of the file whose lists have the length
+        one of its arguments gives (the same on every call: padded and truncated to it), and
+        `picks` a list (a tuple would index a tensor's dimensions)?"""
+        if not self.context.names.is_(factory.func, "torch.tensor") or any(a.keyword is None for a in factory.args[1:]):
+            return False
+        if self._all([a.value for a in factory.args[1:]], region, {}) is not None:
+            return False
+        callee = self.context.kinds.local_callee(call)
+        if callee is None or not self.context.kinds.in_memory_list(picks, tuples=False):
+            return False
+        param = self.context.shared("lengths", Lengths).returned_length(callee)
+        offset = 1 if self.context.kinds.class_of(callee) is not None and isinstance(call.func, cst.Attribute) else 0
+        length = argument_for(call, callee, param, offset) if param is not None else None
+        return length is not None and length is not text
 
     def _picked_texts(self, texts: cst.BaseExpression, comp: cst.ListComp, loop: cst.CSTNode):
         """(docs, i, idx) when `texts` holds `[docs[i] for i in idx]`, bound once in the
@@ -1039,6 +1083,19 @@ class LoopInvariantTokenization(Rule):
 
     def _fix_corpus(self, call: cst.Call, plan: _Pretokenize) -> None:
         name = self._fresh_name(f"{plan.corpus.value}_ids")
+        if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
+            variable = "t" if plan.new_elt is None else self._fresh_name("text", within=call)
+            text = next(a.value for a in call.args if _reads_only(a.value, plan.comp.for_in.target.value))
+            elt = call if plan.new_elt is None else call.deep_replace(text, cst.Name(variable))
+            encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
+            if plan.new_elt is None:
+                encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
+            first = plan.factory.args[0].with_changes(value=encoded)
+            value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
+            line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
+            picked = cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))])
+            self._report_corpus(call, plan, name, [InsertBefore(plan.region, (line,)), Replace(plan.factory, picked)])
+            return
         if plan.new_elt is None:  # the texts' comprehension: encode every text of the corpus
             encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
             per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]").with_changes()
@@ -1051,12 +1108,15 @@ class LoopInvariantTokenization(Rule):
             encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
             edit = Replace(call, plan.new_elt.with_changes(value=cst.Name(name)))
         line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], encoded)])
+        self._report_corpus(call, plan, name, [InsertBefore(plan.region, (line,)), edit])
+
+    def _report_corpus(self, call: cst.Call, plan: _Pretokenize, name: str, edits: list) -> None:
         self.report(
             call,
             f"`{self.context.source(call.func)}` tokenizes texts of `{plan.corpus.value}`, a list that does "
             f"not change, again on every training step; every text is tokenized once before the loop "
             f"(`{name}`) and the step picks its ids",
-            edits=[InsertBefore(plan.region, (line,)), edit],
+            edits=edits,
             level=Level.UNSAFE,
         )
 
