@@ -418,6 +418,14 @@ class LoopInvariantTokenization(Rule):
         ),
         Invalid(
             CORPUS + "for step in range(3):\n    idx = random.sample(range(len(docs)), 2)\n"
+            "    ids = torch.tensor([tok.encode(docs[i], 4) for i in idx], dtype=torch.long)\n" + STEP,
+            CORPUS + "docs_ids = torch.tensor([tok.encode(text, 4) for text in docs], dtype=torch.long)\n"
+            "for step in range(3):\n    idx = random.sample(range(len(docs)), 2)\n    ids = docs_ids[idx]\n" + STEP,
+            "texts picked by index, ids of one length, the tensor's dtype kept",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS + "for step in range(3):\n    idx = random.sample(range(len(docs)), 2)\n"
             "    texts = [f'step {step}: ' + docs[i] for i in idx]\n" + ENCODE + STEP,
             None,
             "texts that change each step (formatted from the step's counter): nothing to pretokenize",
@@ -1082,32 +1090,28 @@ class LoopInvariantTokenization(Rule):
         return None
 
     def _fix_corpus(self, call: cst.Call, plan: _Pretokenize) -> None:
+        """`<corpus>_ids = [tok.encode(t, n) for t in docs]` in front of the loop (in
+        `torch.tensor(...)` when the rows have one length), and the step's ids picked from it."""
         name = self._fresh_name(f"{plan.corpus.value}_ids")
-        if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
-            variable = "t" if plan.new_elt is None else self._fresh_name("text", within=call)
-            text = next(a.value for a in call.args if _reads_only(a.value, plan.comp.for_in.target.value))
-            elt = call if plan.new_elt is None else call.deep_replace(text, cst.Name(variable))
-            encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
-            if plan.new_elt is None:
-                encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
-            first = plan.factory.args[0].with_changes(value=encoded)
-            value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
-            line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
-            picked = cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))])
-            self._report_corpus(call, plan, name, [InsertBefore(plan.region, (line,)), Replace(plan.factory, picked)])
-            return
-        if plan.new_elt is None:  # the texts' comprehension: encode every text of the corpus
+        if plan.new_elt is None:  # the texts' comprehension, over every text of the corpus
             encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
-            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]").with_changes()
-            per_step = per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices))
-            edit = Replace(plan.comp, per_step)
-        else:
+        else:  # `tok.encode(docs[i], n)` becomes `tok.encode(text, n)` over the corpus
             text = next(a.value for a in call.args if not isinstance(a.value, cst.Name) and _corpus_of(a.value))
             variable = self._fresh_name("text", within=call)
             elt = call.deep_replace(text, cst.Name(variable))
             encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
+        if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
+            first = plan.factory.args[0].with_changes(value=encoded)
+            value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
+            edit = Replace(plan.factory, cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))]))
+        elif plan.new_elt is None:  # `[docs_ids[i] for i in idx]`
+            value = encoded
+            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]")
+            edit = Replace(plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices)))
+        else:  # `[docs_ids[i] for i in <as written>]`
+            value = encoded
             edit = Replace(call, plan.new_elt.with_changes(value=cst.Name(name)))
-        line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], encoded)])
+        line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
         self._report_corpus(call, plan, name, [InsertBefore(plan.region, (line,)), edit])
 
     def _report_corpus(self, call: cst.Call, plan: _Pretokenize, name: str, edits: list) -> None:
