@@ -131,7 +131,7 @@ def encode_calls(source_text: str) -> tuple[torch.Tensor, int]:
 def test_texts_of_a_corpus_are_tokenized_once_and_train_bit_for_bit():
     """Texts sampled from a list each step, then a chunk per step over epochs: both
     pretokenized once before their loop (at --level unsafe), the ids picked per step."""
-    case = "pretokenize_corpus"
+    case = "pretokenize_corpus.unsafe"
     settings = Settings(select=("PM203",), level=Level.UNSAFE)
     result = process_source(source(case).encode(), case, settings, [LoopInvariantTokenization])
     new_source = result.new_source.decode()
@@ -150,7 +150,7 @@ def test_texts_of_a_corpus_are_tokenized_once_and_train_bit_for_bit():
 def test_an_encode_that_draws_random_numbers_is_not_pretokenized_and_doing_it_would_change_the_losses():
     """Why the purity check matters: an encode that drops words at random gives other
     ids each time it runs; tokenized once, every step would see the same dropout."""
-    script = source("pretokenize_corpus").replace(
+    script = source("pretokenize_corpus.unsafe").replace(
         "        ids = [self.vocab.get(w, 1) for w in text.split()][:max_len]\n",
         "        ids = [self.vocab.get(w, 1) for w in text.split() if random.random() > 0.2][:max_len]\n",
     )
