@@ -166,8 +166,12 @@ class LoopInvariantTokenization(Rule):
     tokenizer, batch 64, a 100-token scaffold, `benchmarks/bench_tokenize.py`)
     the host time to build one batch falls from 2.1 ms to 1.8 ms when the
     scaffold is tokenized once, and to 0.7 ms (none on the training process
-    with DataLoader workers) when the questions are pretokenized too. Work that
-    gives the same result every step can run once.
+    with DataLoader workers) when the questions are pretokenized too. For 8
+    sampled documents of about 350 words, truncated to 129 ids by a
+    pure-Python word tokenizer, a step's batch takes about 1.3 ms to tokenize
+    and 0.03 ms to pick from the pretokenized corpus, which took 63 ms to
+    build for 400 documents. Work that gives the same result every step can
+    run once.
 
     A call is moved only when perfmod can prove its result invariant: the
     callee is known to be pure (a tokenizer built by
