@@ -569,7 +569,12 @@ def _with_unread_removed(fixes: list[Fix], context: FileContext) -> list[Fix]:
         gone = {line for _, line in removed}
         for line, keys in candidates.items():
             name = line.body[0].targets[0].target.value
-            touched = any(context.inside(line, edit.anchor) or context.inside(edit.anchor, line) for edit in edits)
+            # (an insertion in front of a loop or after it leaves the statements inside it as they are)
+            touched = any(
+                (context.inside(line, edit.anchor) and not isinstance(edit, (InsertBefore, InsertAfter)))
+                or context.inside(edit.anchor, line)
+                for edit in edits
+            )
             if line not in gone and name not in read_again and not touched:
                 removed.append((keys[0], line))
         if len(removed) == len(gone):

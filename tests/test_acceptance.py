@@ -195,14 +195,6 @@ def test_naive_lm_per_sample_loop_becomes_one_batched_backward():
     assert per_sample == [], f"loops with a backward inside the step loop of the rewrite, lines {per_sample}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="naive_lm tokenizes in the step loop (`tok.chat_template('user')`, invariant, and `tok.encode(t, seq + 1)` "
-    "over texts of a fixed corpus) and no rule fixes it: PM203 reports both (WordTokenizer's methods are pure) but "
-    "does not hoist the template, as `scaffold` is bound twice in the loop (`scaffold = scaffold.to(device)`), nor "
-    "pretokenize the corpus; the expert pretokenizes the corpus once and hoists the template",
-)
 def test_naive_lm_tokenizes_nothing_in_the_step_loop():
     step_loop = _loop_over(_function(_rewritten_tree("naive_lm"), "main"), "step")
     calls = [

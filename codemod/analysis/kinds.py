@@ -48,6 +48,7 @@ from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
     DTYPE_NAMES,
     HOST_ONLY_FACTORIES,
+    LIST_BUILDERS,
     LOSS_MODULES,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
@@ -55,10 +56,12 @@ from codemod.analysis.torch_facts import (
     RETURN_TENSORS,
     SAME_PLACE_METHODS,
     SHARING_ATTRIBUTES,
+    STRING_SPLITS,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
+    TUPLE_BUILDERS,
     VIEW_METHODS,
 )
 
@@ -1103,6 +1106,35 @@ class Kinds:
         """What a call of `function` gives."""
         fact = self._returns_fact(function)
         return UNKNOWN if fact.kind is Kind.BOTTOM else fact
+
+    def in_memory_list(self, expr: cst.BaseExpression, tuples: bool = True, depth: int = 0) -> bool:
+        """Is `expr` a Python list (or, unless `tuples` is False, a tuple) the program holds,
+        all of it in memory: a list or tuple display or a list comprehension, `list(...)`,
+        `sorted(...)`, `random.sample(...)`, `.split()` of a string, a name every binding of
+        which is one (`docs = []` filled by `docs.append(...)` counts), or a call of a
+        function of this file every `return` of which is one? Not a dataset, a generator or
+        a file read lazily."""
+        if depth > 4:
+            return False
+        if isinstance(expr, (cst.List, cst.ListComp)) or (tuples and isinstance(expr, cst.Tuple)):
+            return True
+        if isinstance(expr, cst.Name):
+            values = self._context.bindings.values(expr)
+            return bool(values) and all(self.in_memory_list(value, tuples, depth + 1) for value in values)
+        if not isinstance(expr, cst.Call):
+            return False
+        builders = LIST_BUILDERS | TUPLE_BUILDERS if tuples else LIST_BUILDERS
+        if self.names.of(expr.func) & builders or method_name(expr) in STRING_SPLITS:
+            return True
+        callee = self.local_callee(expr)
+        if callee is None:
+            return False
+        returns, yields = self.exits(callee)
+        return (
+            not yields
+            and bool(returns)
+            and all(r.value is not None and self.in_memory_list(r.value, tuples, depth + 1) for r in returns)
+        )
 
     def self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values assigned to `self.<attr>` in the methods of the class of this file

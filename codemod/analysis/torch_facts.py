@@ -193,6 +193,12 @@ PURE_BUILTINS = frozenset(
 )
 # Builtins that make a new one-shot iterator: pure to call, but their value is used up once read.
 ITERATOR_BUILTINS = frozenset(f"builtins.{name}" for name in "enumerate zip reversed map filter iter".split())
+# Calls that build a list holding every element in memory (whatever they read), and those
+# that build a tuple.
+LIST_BUILDERS = frozenset({"builtins.list", "builtins.sorted", "random.sample", "random.choices"})
+TUPLE_BUILDERS = frozenset({"builtins.tuple"})
+# String methods that give a list of strings.
+STRING_SPLITS = frozenset("split rsplit splitlines".split())
 # Methods of Python's strings, lists, dicts and sets that change their receiver.
 MUTATING_METHODS = frozenset(
     "append extend insert pop remove clear sort reverse update setdefault popitem add discard "

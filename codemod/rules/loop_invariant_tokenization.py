@@ -7,7 +7,9 @@ from functools import partial
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
+from codemod.analysis.lengths import Lengths
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tensor_layout import layouts
@@ -19,7 +21,7 @@ from codemod.analysis.torch_facts import (
     SHARING_ATTRIBUTES,
     SHARING_CALLS,
 )
-from codemod.edits import Move
+from codemod.edits import InsertBefore, Move, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
 
@@ -103,6 +105,36 @@ model = torch.nn.Embedding(1000, 8)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 """
 
+CORPUS = """\
+import random
+import torch
+class WordTokenizer:
+    def __init__(self, docs):
+        self.vocab = {w: i + 1 for i, w in enumerate(sorted({w for d in docs for w in d.split()}))}
+    def encode(self, text, n):
+        ids = [self.vocab.get(w, 0) for w in text.split()][:n]
+        return ids + [0] * (n - len(ids))
+docs = ["a b c", "b c d", "c d e", "d e f"]
+tok = WordTokenizer(docs)
+model = torch.nn.Embedding(16, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+PICK = "    idx = random.sample(range(len(docs)), 2)\n    texts = [docs[i] for i in idx]\n"
+ENCODE = "    ids = torch.tensor([tok.encode(t, 4) for t in texts])\n"
+UNSAFE = {"level": Level.UNSAFE}
+
+
+@dataclass
+class _Pretokenize:
+    comp: cst.ListComp  # the per-step `[tok.encode(t, n) for t in texts]`
+    corpus: cst.Name  # the list of texts the step picks from
+    region: cst.CSTNode  # the loop the pretokenized corpus goes in front of
+    position: str  # the variable of the indices' comprehension (`i`)
+    indices: cst.BaseExpression | None  # `idx` of `[docs[i] for i in idx]` (texts bound in the loop)
+    new_elt: cst.Subscript | None  # `_[i]` for the element `tok.encode(docs[i], n)`
+    factory: cst.Call  # `torch.tensor(<comp>, ...)`
+    stacked: cst.BaseExpression | None  # the step's indices, when the ids go in one tensor
+
 
 @dataclass
 class _Hoist:
@@ -118,9 +150,12 @@ class LoopInvariantTokenization(Rule):
     Finds work in a training loop whose result is the same on every step, a
     fixed prompt or chat template tokenized again, `torch.tensor` of a
     constant, and moves it in front of the loop, out of every loop around it
-    for which it is invariant too. Tokenizing per batch the texts of a fixed
-    corpus, and tokenizing inside a model's `forward` or a DataLoader's
-    `collate_fn`, are reported without a fix.
+    for which it is invariant too. Texts of a fixed corpus tokenized again on
+    every step (`[tok.encode(t, n) for t in texts]` over `texts = [docs[i] for
+    i in idx]`) are tokenized once before the loop, and each step picks its
+    ids (at `--level unsafe`). Other per-batch tokenization, and
+    tokenizing inside a model's `forward` or a DataLoader's `collate_fn`, are
+    reported without a fix.
 
     ## Why is this bad?
     Tokenizing is host work: Python (or Rust behind a Python call) that runs
@@ -131,8 +166,12 @@ class LoopInvariantTokenization(Rule):
     tokenizer, batch 64, a 100-token scaffold, `benchmarks/bench_tokenize.py`)
     the host time to build one batch falls from 2.1 ms to 1.8 ms when the
     scaffold is tokenized once, and to 0.7 ms (none on the training process
-    with DataLoader workers) when the questions are pretokenized too. Work that
-    gives the same result every step can run once.
+    with DataLoader workers) when the questions are pretokenized too. For 8
+    sampled documents of about 350 words, truncated to 129 ids by a
+    pure-Python word tokenizer, a step's batch takes about 1.3 ms to tokenize
+    and 0.03 ms to pick from the pretokenized corpus, which took 63 ms to
+    build for 400 documents. Work that gives the same result every step can
+    run once.
 
     A call is moved only when perfmod can prove its result invariant: the
     callee is known to be pure (a tokenizer built by
@@ -142,10 +181,21 @@ class LoopInvariantTokenization(Rule):
     deterministic factories; tensor conversions such as `.to(device)`), no
     variable it reads is re-bound or changed in place inside the loop, and the
     value it produces is not changed in place there either (aliasing: the
-    hoisted object is now shared by every step). A function or tokenizer class
-    of your own is not known to be pure: such calls are reported without a
-    fix. Statements that build only the arguments (`messages = [...]`) move
-    with the call when they are invariant too.
+    hoisted object is now shared by every step). A function, or a method of a
+    tokenizer class of your own, is pure when it reads only its arguments and
+    attributes that nothing changes after `__init__` (a vocabulary dict), and
+    calls only pure code; one that keeps a counter on `self`, draws random
+    numbers or calls what perfmod cannot follow is not, and its calls are
+    reported without a fix. Statements that build only the arguments
+    (`messages = [...]`) move with the call when they are invariant too.
+
+    A corpus is pretokenized when every text a step tokenizes is an element
+    of a list held in memory (`docs[i]`: a list the script builds, or one a
+    function of the file returns) that the loop only reads, the encode call
+    is pure and its other arguments are the same on every step, and the ids
+    go straight into `torch.tensor(...)`, which copies them. Texts the step makes
+    (formatted from the step's counter, generated by the model) are not
+    pretokenized.
 
     ## Example
     ```python
@@ -164,6 +214,29 @@ class LoopInvariantTokenization(Rule):
         ...
     ```
 
+    Tokenizing texts of a corpus on every step:
+    ```python
+    for step in range(steps):
+        idx = random.sample(range(len(docs)), batch_size)
+        texts = [docs[i] for i in idx]
+        ids = torch.tensor([tok.encode(t, seq + 1) for t in texts])
+        ...
+    ```
+    Use instead:
+    ```python
+    docs_ids = torch.tensor([tok.encode(t, seq + 1) for t in docs])
+    for step in range(steps):
+        idx = random.sample(range(len(docs)), batch_size)
+        ids = docs_ids[idx]
+        ...
+    ```
+    One tensor holds the corpus's ids when perfmod can prove that every text
+    gives as many ids (`encode` truncates and pads to the length it is given:
+    `ids[:n]`, then `ids + [pad] * (n - len(ids))`) and the step's indices are
+    a list; otherwise the ids are kept as lists, `docs_ids = [tok.encode(t,
+    seq + 1) for t in docs]`, and the step makes its tensor from the rows it
+    picks, `torch.tensor([docs_ids[i] for i in idx])`, as before.
+
     ## Fix safety
     Safe: the hoisted statements compute the same values, once, so the losses
     are the same bit for bit. The tokenizer runs once instead of every step,
@@ -171,11 +244,23 @@ class LoopInvariantTokenization(Rule):
     tokenizer that would raise now raises before the first step. perfmod does
     not look inside the functions the hoisted value is passed to: one that
     writes into its argument in place (rare for token ids; the model's own
-    forward does not) would see the same object on every step. Per-batch
-    tokenization of a fixed corpus is reported with the bigger change it
-    calls for (pretokenize once with `runtime.data.PretokenizedDataset` and
-    batch with `PadCollate`, or tokenize in the DataLoader's workers), which
-    changes the loop's structure and is left to you.
+    forward does not) would see the same object on every step.
+
+    Pretokenizing a corpus is unsafe (applied at `--level unsafe`): each step
+    gets the same ids bit for bit, as the encode is pure and the corpus does
+    not change, but every text of the corpus is now tokenized, before the
+    first step, not only those the steps draw. An encode that raises on a text
+    the training never draws now raises; a run that draws fewer texts than the
+    corpus holds (a few steps over a large corpus) spends more time
+    tokenizing in all, before training, to spend none during it; and the ids
+    are kept in memory next to the texts (8 bytes a token, in a tensor or
+    as lists of ints: about the size of the texts). It is done only for a
+    corpus that is a list in memory already, never for a dataset read
+    lazily. Other per-batch
+    tokenization is reported with the bigger change it calls for (pretokenize
+    once with `runtime.data.PretokenizedDataset` and batch with `PadCollate`,
+    or tokenize in the DataLoader's workers), which changes the loop's
+    structure and is left to you.
     """
 
     CODE = "PM203"
@@ -304,6 +389,97 @@ class LoopInvariantTokenization(Rule):
             None,
             "a tokenizer in forward runs every step",
         ),
+        Invalid(
+            CORPUS + "for step in range(3):\n" + PICK + ENCODE + STEP,
+            CORPUS + "docs_ids = torch.tensor([tok.encode(t, 4) for t in docs])\nfor step in range(3):\n"
+            "    idx = random.sample(range(len(docs)), 2)\n    ids = docs_ids[idx]\n" + STEP,
+            "texts sampled from a list each step, a pure encode of the script's own that pads and truncates "
+            "to its length: the corpus tokenized once into one tensor, its rows picked per step",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS.replace("        return ids + [0] * (n - len(ids))\n", "        return ids\n")
+            + "for step in range(3):\n"
+            + PICK
+            + ENCODE
+            + STEP,
+            CORPUS.replace("        return ids + [0] * (n - len(ids))\n", "        return ids\n")
+            + "docs_ids = [tok.encode(t, 4) for t in docs]\nfor step in range(3):\n"
+            "    idx = random.sample(range(len(docs)), 2)\n    ids = torch.tensor([docs_ids[i] for i in idx])\n" + STEP,
+            "ids of lengths perfmod cannot prove equal: kept as lists, a tensor made per step as before",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS + "for epoch in range(2):\n    for start in range(0, 4, 2):\n"
+            "        ids = torch.tensor([tok.encode(docs[i], 4) for i in range(start, start + 2)])\n"
+            + STEP.replace("    ", "        "),
+            CORPUS + "docs_ids = [tok.encode(text, 4) for text in docs]\nfor epoch in range(2):\n"
+            "    for start in range(0, 4, 2):\n"
+            "        ids = torch.tensor([docs_ids[i] for i in range(start, start + 2)])\n"
+            + STEP.replace("    ", "        "),
+            "texts picked by index in the comprehension: pretokenized out of both loops",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS + "for step in range(3):\n    idx = random.sample(range(len(docs)), 2)\n"
+            "    ids = torch.tensor([tok.encode(docs[i], 4) for i in idx], dtype=torch.long)\n" + STEP,
+            CORPUS + "docs_ids = torch.tensor([tok.encode(text, 4) for text in docs], dtype=torch.long)\n"
+            "for step in range(3):\n    idx = random.sample(range(len(docs)), 2)\n    ids = docs_ids[idx]\n" + STEP,
+            "texts picked by index, ids of one length, the tensor's dtype kept",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS + "for step in range(3):\n    idx = random.sample(range(len(docs)), 2)\n"
+            "    texts = [f'step {step}: ' + docs[i] for i in idx]\n" + ENCODE + STEP,
+            None,
+            "texts that change each step (formatted from the step's counter): nothing to pretokenize",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS.replace(
+                "        ids = [self", "        self.calls = getattr(self, 'calls', 0) + 1\n        ids = [self"
+            )
+            + "for step in range(3):\n"
+            + PICK
+            + ENCODE
+            + STEP,
+            None,
+            "an encode that keeps a counter on its object is not pure: reported",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS.replace("for w in text.split()]", "for w in text.split() if random.random() > 0.1]")
+            + "for step in range(3):\n"
+            + PICK
+            + ENCODE
+            + STEP,
+            None,
+            "an encode that drops words at random gives other ids each call: reported",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS + "for step in range(3):\n" + PICK + ENCODE + "    docs.append(' '.join(texts))\n" + STEP,
+            None,
+            "a corpus appended to inside the loop: reported",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS.replace('docs = ["a b c", "b c d", "c d e", "d e f"]', "docs = load_texts()")
+            + "for step in range(3):\n"
+            + PICK
+            + ENCODE
+            + STEP,
+            None,
+            "a corpus perfmod cannot tell is a list in memory: reported",
+            config=UNSAFE,
+        ),
+        Invalid(
+            CORPUS + "for step in range(3):\n" + PICK + "    rows = [tok.encode(t, 4) for t in texts]\n"
+            "    rows[0][0] = 1\n    ids = torch.tensor(rows)\n" + STEP,
+            None,
+            "ids kept as a list the step changes: pretokenized they would be shared across steps",
+            config=UNSAFE,
+        ),
     ]
 
     def __init__(self, context) -> None:
@@ -314,6 +490,7 @@ class LoopInvariantTokenization(Rule):
         self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
         self._names_in: dict[int, dict[str, list[cst.Name]]] = {}  # region -> its Name nodes by spelling
         self._trained_by_bindings = PerBindings()
+        self._taken: set[str] = set()  # names the fixes of this file bind
 
     # -- step loops: hoist -------------------------------------------------------------
 
@@ -349,6 +526,10 @@ class LoopInvariantTokenization(Rule):
             self._reported.add(id(call))
             spelled = self.context.source(call.func)
             varies = self._variance(call, loop, {})
+            pretokenized = self._pretokenize(call, loop) if varies is not None else None
+            if isinstance(pretokenized, _Pretokenize):
+                self._fix_corpus(call, pretokenized)
+                continue
             if varies is not None:
                 args_vary = self._all([arg.value for arg in call.args], loop, {}) is not None
                 if (
@@ -358,6 +539,13 @@ class LoopInvariantTokenization(Rule):
                 ):
                     # Text the step makes (what the model generated, a prompt formatted from the
                     # step's values): nothing to tokenize ahead; tokenizing it is the step's work.
+                    continue
+                if pretokenized is not None:
+                    self.report(
+                        call,
+                        f"`{spelled}` tokenizes texts inside the training loop on every step; not "
+                        f"pretokenized before the loop, as {pretokenized}",
+                    )
                     continue
                 self.report(
                     call,
@@ -674,12 +862,7 @@ class LoopInvariantTokenization(Rule):
             return self._all(args, region, regions)
         known, receiver = self._is_tokenizer_call(call)
         if known:
-            for other in self._index.find(cst.Call, within=region):
-                if not (isinstance(other.func, cst.Attribute) and other.func.value.deep_equals(receiver)):
-                    continue
-                if method_name(other) not in TOKENIZER_METHODS:
-                    return f"`{self.context.source(other.func)}` may change the tokenizer in the loop"
-            return self._all([receiver, *args], region, regions)
+            return self._tokenizer_changed(receiver, region) or self._all([receiver, *args], region, regions)
         callee = self.context.kinds.local_callee(call)
         if callee is not None and self.context.purity.is_pure(callee):
             # a pure function or method of this file: invariant where its receiver and arguments are
@@ -723,6 +906,238 @@ class LoopInvariantTokenization(Rule):
                 "compute it once before the loop",
             )
         return f"`{self.context.source(call.func)}` is not known to be pure"
+
+    def _tokenizer_changed(self, receiver: cst.BaseExpression, region: cst.CSTNode) -> str | None:
+        """Why a known tokenizer `receiver` may change in `region` (a method other than a
+        tokenizing one is called on it there), or None."""
+        for other in self._index.find(cst.Call, within=region):
+            if not (isinstance(other.func, cst.Attribute) and other.func.value.deep_equals(receiver)):
+                continue
+            if method_name(other) not in TOKENIZER_METHODS:
+                return f"`{self.context.source(other.func)}` may change the tokenizer in the loop"
+        return None
+
+    # -- the texts of a fixed corpus: pretokenized ------------------------------------------
+
+    def _pretokenize(self, call: cst.Call, loop: cst.CSTNode) -> _Pretokenize | str | None:
+        """How to tokenize once, before the loop, every text of the corpus that `call`
+        tokenizes a few of per step: `call` is the element of `[tok.encode(t, n) for t in
+        texts]`, with `texts = [docs[i] for i in idx]` bound in the loop (or of
+        `[tok.encode(docs[i], n) for i in idx]`), `docs` a list in memory that the loop
+        does not change, `tok.encode` pure and its other arguments the same every step, and
+        the ids handed to `torch.tensor`, which copies them. None when `call` is not of that
+        shape; the reason when a precondition fails."""
+        comp = self.context.parents.get(call)
+        if not (isinstance(comp, cst.ListComp) and comp.elt is call):
+            return None
+        loop_in = comp.for_in
+        if (
+            loop_in.inner_for_in is not None
+            or loop_in.ifs
+            or loop_in.asynchronous
+            or not isinstance(loop_in.target, cst.Name)
+        ):
+            return None
+        var = loop_in.target.value
+        texts = [a for a in call.args if _reads_only(a.value, var)]
+        if (
+            len(texts) != 1
+            or texts[0].star
+            or any(
+                var in {n.value for n in names_read(part)} for part in _call_parts(call) if part is not texts[0].value
+            )
+        ):
+            return None
+        text = texts[0].value
+        if isinstance(text, cst.Name):  # `[tok.encode(t, n) for t in texts]`
+            picked = self._picked_texts(loop_in.iter, comp, loop)
+            if picked is None or isinstance(picked, str):
+                return picked
+            corpus, position, indices = picked
+            new_elt = None
+        else:  # `[tok.encode(docs[i], n) for i in idx]`
+            corpus = _corpus_of(text)
+            if corpus is None:
+                return None
+            position, indices = var, None
+            new_elt = cst.Subscript(cst.Name("_"), [cst.SubscriptElement(cst.Index(cst.Name(var)))])
+        if not self.context.kinds.in_memory_list(corpus):
+            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+        holder = self.context.parents.get(comp)
+        factory = self.context.parents.get(holder) if isinstance(holder, cst.Arg) else None
+        if not (
+            isinstance(factory, cst.Call)
+            and factory.args
+            and factory.args[0] is holder
+            and self.context.names.is_(factory.func, "torch.tensor", "torch.as_tensor")
+        ):
+            return "the ids stay a list the step could change, and pretokenized they would be shared by every step"
+        others = [part for part in _call_parts(call) if part is not text]
+        region, reason = None, None
+        for candidate in [loop, *self._enclosing_loops(loop)]:
+            reason = self._impure_encoder(call, candidate) or self._all(others, candidate, {})
+            reason = reason or self._corpus_changed(corpus, candidate)
+            if reason is not None:
+                break
+            region = candidate
+        if region is None:
+            return reason[1] if isinstance(reason, tuple) else reason
+        picks = indices if indices is not None else loop_in.iter
+        stacked = self._equal_rows(call, text, factory, picks, region)
+        return _Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None)
+
+    def _equal_rows(
+        self, call: cst.Call, text: cst.BaseExpression, factory: cst.Call, picks: cst.BaseExpression, region
+    ) -> bool:
+        """May the ids go in one tensor, indexed by the step's `picks`: `factory` is
+        `torch.tensor(ids, ...)`, `call` a function of the file whose lists have the length
+        one of its arguments gives (the same on every call: padded and truncated to it), and
+        `picks` a list (a tuple would index a tensor's dimensions)?"""
+        if not self.context.names.is_(factory.func, "torch.tensor") or any(a.keyword is None for a in factory.args[1:]):
+            return False
+        if self._all([a.value for a in factory.args[1:]], region, {}) is not None:
+            return False
+        callee = self.context.kinds.local_callee(call)
+        if callee is None or not self.context.kinds.in_memory_list(picks, tuples=False):
+            return False
+        param = self.context.shared("lengths", Lengths).returned_length(callee)
+        offset = 1 if self.context.kinds.class_of(callee) is not None and isinstance(call.func, cst.Attribute) else 0
+        length = argument_for(call, callee, param, offset) if param is not None else None
+        return length is not None and length is not text
+
+    def _picked_texts(self, texts: cst.BaseExpression, comp: cst.ListComp, loop: cst.CSTNode):
+        """(docs, i, idx) when `texts` holds `[docs[i] for i in idx]`, bound once in the
+        loop, `idx` a name not bound again between there and `comp`, neither changed in
+        place in the loop; the reason when `texts` is a list built in the loop otherwise;
+        None when it is not one."""
+        if not isinstance(texts, cst.Name):
+            return None
+        reaching = self.context.kinds.reaching(texts)
+        if len(reaching) != 1 or not self.context.inside(reaching[0].node, loop):
+            return None
+        value = self._bindings.assigned_value(reaching[0])
+        if not isinstance(value, cst.ListComp):
+            return None
+        picks = value.for_in
+        if picks.inner_for_in is not None or picks.ifs or picks.asynchronous or not isinstance(picks.target, cst.Name):
+            return None
+        corpus = _corpus_of(value.elt)
+        indices = picks.iter
+        if corpus is None or not _reads_only(value.elt, picks.target.value):
+            return f"the texts are made in the step (`{self._short(value.elt)}`), not taken as they are from a list"
+        if not isinstance(indices, cst.Name):
+            return f"the indices `{self._short(indices)}` are not a name the step keeps"
+        for name in sorted(self._aliases(texts.value, loop) | {indices.value}):
+            if self._mutated_in(name, loop):
+                return f"`{name}` is changed in place in the step"
+        start, end = self.context.positions[value].end, self.context.positions[comp].start
+        scope = self._scopes.get(indices)
+        for assignment in scope[indices.value] if scope is not None else ():
+            node = getattr(assignment, "node", None)
+            if isinstance(node, cst.CSTNode) and self.context.inside(node, loop):
+                at = self.context.positions[node].start
+                if (start.line, start.column) <= (at.line, at.column) <= (end.line, end.column):
+                    return f"`{indices.value}` is bound again between the texts and their tokenization"
+        return corpus, picks.target.value, indices
+
+    def _impure_encoder(self, call: cst.Call, region: cst.CSTNode) -> str | None:
+        """Why `call` may not give the same ids for the same text before the loop as in it
+        (its callee not known pure, its tokenizer changed in the loop), or None."""
+        spelled = self.context.source(call.func)
+        callee = self.context.kinds.local_callee(call)
+        if callee is not None:
+            if self.context.purity.is_pure(callee):
+                return None
+            return (
+                f"`{spelled}` is not known to be pure (it changes state, draws random numbers or calls "
+                "what perfmod cannot follow): the ids of a text may differ from call to call"
+            )
+        known, receiver = self._is_tokenizer_call(call)
+        if not known:
+            return f"perfmod cannot prove `{spelled}` is pure"
+        return self._tokenizer_changed(receiver, region)
+
+    def _corpus_changed(self, corpus: cst.Name, region: cst.CSTNode) -> str | None:
+        """Why the list `corpus` may hold other texts on some iteration of `region`: re-bound
+        or changed in place there, itself or a name sharing it, or handed to a call that
+        may change it; None when the loop only reads it (`docs[i]`, `len(docs)`)."""
+        function = self._index.first_enclosing(region, (cst.FunctionDef,)) or self.context.module
+        names = {corpus.value: corpus}  # the corpus and the names bound to the same list (`pool = docs`)
+        changed = True
+        while changed:
+            changed = False
+            for assign in self._index.find(cst.Assign, within=function):
+                if isinstance(assign.value, cst.Name) and assign.value.value in names:
+                    for target in assign.targets:
+                        if isinstance(target.target, cst.Name) and target.target.value not in names:
+                            names[target.target.value] = target.target
+                            changed = True
+        for name, node in sorted(names.items()):
+            problem = self._name_variance(node, region, {})
+            if problem is not None:
+                return problem
+            for use in self._names(region, name):
+                parent = self.context.parents.get(use)
+                if (isinstance(parent, cst.Subscript) and parent.value is use) or (
+                    isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is use
+                ):
+                    continue  # `docs[i]`, `for d in docs`: read
+                call = self.context.parents.get(parent) if isinstance(parent, cst.Arg) else None
+                if isinstance(call, cst.Call) and (
+                    self.context.purity.pure_call(call)
+                    or self.context.names.is_(call.func, "random.sample", "random.choice", "random.choices")
+                ):
+                    continue
+                if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.Assign) and parent.value is use):
+                    continue  # `b = docs`: checked as an alias
+                return f"`{name}` is used in the loop other than read (`{self._short(parent)}`)"
+        return None
+
+    def _fix_corpus(self, call: cst.Call, plan: _Pretokenize) -> None:
+        """`<corpus>_ids = [tok.encode(t, n) for t in docs]` in front of the loop (in
+        `torch.tensor(...)` when the rows have one length), and the step's ids picked from it."""
+        name = self._fresh_name(f"{plan.corpus.value}_ids")
+        if plan.new_elt is None:  # the texts' comprehension, over every text of the corpus
+            encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
+        else:  # `tok.encode(docs[i], n)` becomes `tok.encode(text, n)` over the corpus
+            text = next(a.value for a in call.args if not isinstance(a.value, cst.Name) and _corpus_of(a.value))
+            variable = self._fresh_name("text", within=call)
+            elt = call.deep_replace(text, cst.Name(variable))
+            encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
+        if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
+            first = plan.factory.args[0].with_changes(value=encoded)
+            value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
+            edit = Replace(plan.factory, cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))]))
+        elif plan.new_elt is None:  # `[docs_ids[i] for i in idx]`
+            value = encoded
+            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]")
+            edit = Replace(plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices)))
+        else:  # `[docs_ids[i] for i in <as written>]`
+            value = encoded
+            edit = Replace(call, plan.new_elt.with_changes(value=cst.Name(name)))
+        line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
+        self._report_corpus(call, plan, name, [InsertBefore(plan.region, (line,)), edit])
+
+    def _report_corpus(self, call: cst.Call, plan: _Pretokenize, name: str, edits: list) -> None:
+        self.report(
+            call,
+            f"`{self.context.source(call.func)}` tokenizes texts of `{plan.corpus.value}`, a list that does "
+            f"not change, again on every training step; every text is tokenized once before the loop "
+            f"(`{name}`) and the step picks its ids",
+            edits=edits,
+            level=Level.UNSAFE,
+        )
+
+    def _fresh_name(self, wanted: str, within: cst.CSTNode | None = None) -> str:
+        """`wanted`, or `wanted_2`, ...: a name spelled nowhere in the file (or in `within`)."""
+        where = within if within is not None else self.context.module
+        candidate, n = wanted, 1
+        while self._names(where, candidate) or (within is None and candidate in self._taken):
+            n += 1
+            candidate = f"{wanted}_{n}"
+        if within is None:
+            self._taken.add(candidate)
+        return candidate
 
     def _draws_or_trains(self, function: cst.FunctionDef, args: list[cst.BaseExpression]) -> bool:
         """Does `function` draw random numbers (a new batch each call), or is it handed a
@@ -1063,6 +1478,32 @@ class LoopInvariantTokenization(Rule):
     def _short(self, node: cst.CSTNode) -> str:
         code = " ".join(self.context.source(node).split())
         return code if len(code) <= 60 else code[:57] + "..."
+
+
+def _corpus_of(text: cst.BaseExpression) -> cst.Name | None:
+    """`docs` of `docs[i]`: one index, a name, of a list named."""
+    if (
+        isinstance(text, cst.Subscript)
+        and isinstance(text.value, cst.Name)
+        and len(text.slice) == 1
+        and isinstance(text.slice[0].slice, cst.Index)
+        and isinstance(text.slice[0].slice.value, cst.Name)
+    ):
+        return text.value
+    return None
+
+
+def _reads_only(expr: cst.BaseExpression, var: str) -> bool:
+    """Is `expr` the name `var`, or `docs[var]`?"""
+    if isinstance(expr, cst.Name):
+        return expr.value == var
+    return _corpus_of(expr) is not None and expr.slice[0].slice.value.value == var
+
+
+def _call_parts(call: cst.Call) -> list[cst.BaseExpression]:
+    """What `call` evaluates besides the callee's name: its receiver and its arguments."""
+    receiver = [call.func.value] if isinstance(call.func, cst.Attribute) else []
+    return [*receiver, *(a.value for a in call.args)]
 
 
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:

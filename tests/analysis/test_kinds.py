@@ -176,3 +176,37 @@ def test_a_question_that_needs_more_work_than_its_budget_is_unknown(monkeypatch)
     assert facts_of_probes(code) == [Fact(Kind.TENSOR, Place.HOST, memory=Memory.PAGEABLE)]
     monkeypatch.setattr("codemod.analysis.kinds.WORK_PER_QUESTION", 10)
     assert facts_of_probes(code) == [UNKNOWN]
+
+
+def lists_in_memory(code: str) -> list[bool]:
+    context = FileContext.of_source(HEAD + code)
+    found = []
+
+    class Probe(cst.CSTVisitor):
+        def visit_Call(self, node):
+            if isinstance(node.func, cst.Name) and node.func.value == "probe":
+                found.append(context.kinds.in_memory_list(node.args[0].value))
+
+    context.module.visit(Probe())
+    return found
+
+
+@pytest.mark.parametrize(
+    "code,expected",
+    [
+        ("docs = ['a b', 'c']\nprobe(docs)", [True]),
+        ("docs = [line.strip() for line in open('f')]\nprobe(docs)", [True]),
+        ("docs = sorted(set(words))\nprobe(docs)\nprobe(open('f').read().split())", [True, True]),
+        # a function of the file that fills a list and returns it (naive_lm's make_corpus)
+        (
+            "def corpus(n):\n    docs = []\n    for _ in range(n):\n        docs.append('a b')\n    return docs\n"
+            "docs = corpus(3)\nprobe(docs)",
+            [True],
+        ),
+        ("def stream(n):\n    for _ in range(n):\n        yield 'a b'\nprobe(stream(3))", [False]),
+        ("from datasets import load_dataset\ndocs = load_dataset('x')['train']['text']\nprobe(docs)", [False]),
+        ("docs = ['a'] if flag else load_texts()\nprobe(docs)", [False]),
+    ],
+)
+def test_in_memory_list(code, expected):
+    assert lists_in_memory(code) == expected

@@ -17,6 +17,7 @@ import torch
 
 from codemod.config import Settings
 from codemod.engine import process_source
+from codemod.rule import Level
 from codemod.rules.loop_invariant_tokenization import LoopInvariantTokenization
 from tests.rules.scripts import one_thread
 
@@ -108,3 +109,58 @@ def test_unprovable_tokenization_is_reported_and_the_script_left_as_it_is():
     assert "inside the model's forward" in messages[0]
     assert "cannot prove `words` is a known tokenizer" in messages[1]
     assert len(run(source(case))[0]) == 5  # the fixture itself runs
+
+
+def encode_calls(source_text: str) -> tuple[torch.Tensor, int]:
+    """The losses a script prints and how many times a function named `encode` ran."""
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        if event == "call" and frame.f_code.co_name == "encode":
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        losses, _ = run(source_text)
+    finally:
+        sys.setprofile(None)
+    return losses, calls
+
+
+def test_texts_of_a_corpus_are_tokenized_once_and_train_bit_for_bit():
+    """Texts sampled from a list each step, then a chunk per step over epochs: both
+    pretokenized once before their loop (at --level unsafe), the ids picked per step."""
+    case = "pretokenize_corpus.unsafe"
+    settings = Settings(select=("PM203",), level=Level.UNSAFE)
+    result = process_source(source(case).encode(), case, settings, [LoopInvariantTokenization])
+    new_source = result.new_source.decode()
+    assert new_source == (FIXTURES / f"{case}.out.py").read_text()
+    assert sorted(f.applied for f in result.findings) == [True, True]
+    before, calls_before = encode_calls(source(case))
+    after, calls_after = encode_calls(new_source)
+    assert len(before) == 20 + 2 * 5
+    assert torch.equal(after, before)
+    assert (calls_before, calls_after) == (20 * 4 + 2 * 40, 40 + 40)
+    # a level below unsafe leaves it (an encode that raises on a text the steps never draw now raises)
+    safe = process_source(source(case).encode(), case, Settings(select=("PM203",)), [LoopInvariantTokenization])
+    assert safe.new_source.decode() == source(case) and all(f.fixable and not f.applied for f in safe.findings)
+
+
+def test_an_encode_that_draws_random_numbers_is_not_pretokenized_and_doing_it_would_change_the_losses():
+    """Why the purity check matters: an encode that drops words at random gives other
+    ids each time it runs; tokenized once, every step would see the same dropout."""
+    script = source("pretokenize_corpus.unsafe").replace(
+        "        ids = [self.vocab.get(w, 1) for w in text.split()][:max_len]\n",
+        "        ids = [self.vocab.get(w, 1) for w in text.split() if random.random() > 0.2][:max_len]\n",
+    )
+    settings = Settings(select=("PM203",), level=Level.UNSAFE)
+    result = process_source(script.encode(), "<script>", settings, [LoopInvariantTokenization])
+    assert result.new_source.decode() == script
+    assert len(result.findings) == 2 and not any(f.fixable for f in result.findings)
+    assert all("`tok.encode` is not known to be pure" in f.message for f in result.findings)
+    by_hand = script.replace(
+        "for step in range(20):\n", "docs_ids = [tok.encode(t, seq + 1) for t in docs]\nfor step in range(20):\n"
+    ).replace("[tok.encode(t, seq + 1) for t in texts]", "[docs_ids[i] for i in batch_idx]")
+    assert by_hand != script
+    assert not torch.equal(run(by_hand)[0], run(script)[0])
