@@ -39,6 +39,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import is_main_guard, kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     AUTOCAST_NAMES,
     CLIP_NAMES,
@@ -645,6 +646,12 @@ class Training:
         if loop.loop not in self._products:
             self._products[loop.loop] = _MatrixProducts(self).in_code(loop.loop.body)
         return self._products[loop.loop]
+
+    def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
+        """Does calling `node`, a class or function of this file, multiply matrices (as
+        `multiplies_matrices`)? Asked by the files that import it."""
+        search = _MatrixProducts(self)
+        return search.in_class(node) if isinstance(node, cst.ClassDef) else search.in_code(node)
 
     def reduced_precision(self, loop: TrainingLoop) -> cst.CSTNode | None:
         """What visibly runs the step's matrix products in float16 or bfloat16: every model
@@ -1607,7 +1614,8 @@ class _MatrixProducts:
                 return None  # a model read from a file or a hub
             if all(n.startswith(_NO_PRODUCT_PREFIXES) for n in names):
                 return False  # torch's other operations and classes (their arguments are read too), builtins
-            return None  # another library's function or class, or a project module's: it may run a model
+            # A class or function of a project module, read there; another library's: unknown.
+            return project_of(training.context).matrix_products(func)
         cls = training.kinds.local_class(func) if isinstance(func, cst.Name) else None
         if cls is not None:
             return self.in_class(cls)
@@ -1633,7 +1641,8 @@ class _MatrixProducts:
             elif names & MATRIX_PRODUCTS:
                 return True  # a subclass of nn.Linear, nn.Conv2d, ...
             elif not names or not all(n.startswith(_NO_PRODUCT_PREFIXES) for n in names):
-                verdicts.append(None)  # a base of another library may run anything in its forward
+                # A base of a project module, read there; another library's may run anything.
+                verdicts.append(project_of(training.context).matrix_products(base.value) if names else None)
         verdicts.append(self.in_code(cls))
         return _first_true(verdicts)
 

@@ -47,3 +47,61 @@ def test_an_embedding_only_model_gets_no_finding():
     )
     result = process_source(with_head.encode(), "bigram.py", settings, [Float32MatmulWithoutTf32])
     assert [f.applied for f in result.findings] == [True]  # a product in the forward: TF32 pays again
+
+
+TRAIN = """\
+import torch
+from models import Model
+
+device = torch.device("cuda")
+model = Model(100, 8).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(10):
+    ids = torch.randint(0, 100, (4, 5), device=device)
+    loss = model(ids).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+MODELS = """\
+import torch.nn as nn
+
+
+class Lookup(nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+
+    def forward(self, ids):
+        return self.emb(ids).sum(dim=1)
+
+
+class Model(Lookup):
+    pass
+"""
+
+
+def test_a_model_class_of_a_project_module_is_read_there(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    settings = Settings(select=("PM302",), level=Level.NUMERIC, root=tmp_path)
+
+    def applied():
+        result = process_source(TRAIN.encode(), str(script), settings, [Float32MatmulWithoutTf32])
+        assert result.error is None, result.error
+        return [f.applied for f in result.findings]
+
+    (tmp_path / "models.py").write_text(MODELS)
+    assert applied() == []  # embeddings summed: no matrix product
+    (tmp_path / "models.py").write_text(MODELS.replace("nn.Embedding(vocab, dim)", "nn.EmbeddingBag(vocab, dim)"))
+    assert applied() == []
+    (tmp_path / "models.py").write_text(MODELS.replace(".sum(dim=1)", " @ self.emb.weight.T"))
+    assert applied() == [True]
+    (tmp_path / "models.py").write_text(
+        "import torch.nn as nn\n\n\ndef Model(vocab, dim):\n    return nn.Sequential(nn.Embedding(vocab, dim), nn.Linear(dim, 1))\n"
+    )
+    assert applied() == [True]  # a function of the module that builds the model
+    (tmp_path / "models.py").write_text("from transformers import AutoModel as Model\n")
+    assert applied() == [True]  # another library's model: unknown, so TF32 stays
