@@ -292,3 +292,27 @@ def test_a_step_with_micro_batches_in_a_function_the_loop_calls():
         """
     )
     assert function_of(new, LINE) == "main"
+
+
+def test_an_epoch_function_called_from_a_loop_in_the_main_block():
+    source = STEP.split("def main():")[0] + (
+        'if __name__ == "__main__":\n'
+        "    model = nn.Linear(8, 1).cuda()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(3):\n"
+        '        train_epoch(model, opt, [torch.randn(4, 8)], "cuda")\n'
+    )
+    new = fixed(source)
+    assert new.index('if __name__ == "__main__":\n    ' + LINE) > 0
+
+
+def test_folds_of_epochs_of_steps():
+    """main runs a fold per loop iteration, a fold an epoch per iteration, an epoch a step
+    per iteration: the line goes once, in main."""
+    source = STEP.replace("def main():", "def run_fold(fold):").replace(
+        "    for epoch in range(3):\n        train_epoch(model, opt, batches, device)\n",
+        "    for epoch in range(3):\n        train_epoch(model, opt, batches, device)\n\n\n"
+        "def main():\n    for fold in range(5):\n        run_fold(fold)\n",
+    )
+    new = fixed(source + '\n\nif __name__ == "__main__":\n    main()\n')
+    assert function_of(new, LINE) == "main", new
