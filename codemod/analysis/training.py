@@ -1613,7 +1613,13 @@ class _MatrixProducts:
             if any(n == p or n.startswith(p + ".") for n in names for p in MODEL_LOADERS):
                 return None  # a model read from a file or a hub
             if all(n.startswith(_NO_PRODUCT_PREFIXES) for n in names):
-                return False  # torch's other operations and classes (their arguments are read too), builtins
+                # torch's other operations and classes, builtins; the modules they are given run
+                # (`torch.func.functional_call(model, params, x)`, `checkpoint(block, x)`).
+                return _first_true(
+                    self.in_value(arg.value)
+                    for arg in call.args
+                    if isinstance(arg.value, (cst.Name, cst.Attribute)) and training.is_model(arg.value)
+                )
             # A class or function of a project module, read there; another library's: unknown.
             return project_of(training.context).matrix_products(func)
         cls = training.kinds.local_class(func) if isinstance(func, cst.Name) else None

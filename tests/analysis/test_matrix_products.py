@@ -202,3 +202,11 @@ def test_matrix_products_in_16_bits(code):
 )
 def test_matrix_products_that_may_run_in_float32(code):
     assert reduced(code) == [False]
+
+
+def test_a_model_run_by_a_torch_function():
+    code = "model = nn.Linear(4, 1)\n" + LOOP.replace(
+        "model(x)", "torch.func.functional_call(model, dict(model.named_parameters()), (x,))"
+    )
+    assert verdicts(code) == [True]
+    assert verdicts(code.replace("nn.Linear(4, 1)", "nn.Embedding(4, 1)")) == [False]
