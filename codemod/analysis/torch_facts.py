@@ -277,6 +277,13 @@ MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECU
 MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
 # Containers of modules: what they run is what they are given.
 MODULE_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+# perfmod's runtime, as rewritten code calls it: the precision policy, data loading,
+# checkpoints, hooks, process setup and the elementwise linear recurrence multiply no
+# matrices (`runtime.kernels.linear_attention` does).
+RUNTIME_WITHOUT_PRODUCTS = (
+    "runtime.amp runtime.data runtime.checkpoint runtime.hooks runtime.distributed runtime.trace "
+    "runtime.kernels.linear_recurrence runtime.kernels.scan"
+).split()
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 

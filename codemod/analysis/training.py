@@ -55,6 +55,7 @@ from codemod.analysis.torch_facts import (
     MODULE_CONTAINERS,
     MODULE_METHODS,
     NO_TORCH_MODULES,
+    RUNTIME_WITHOUT_PRODUCTS,
 )
 
 if TYPE_CHECKING:
@@ -1564,7 +1565,11 @@ class Training:
 
 
 # Calls of these run no matrix product but those the table lists (torch), or none (Python, numpy).
-_NO_PRODUCT_PREFIXES = ("torch.", *(f"{module}." for module in NO_TORCH_MODULES))
+_NO_PRODUCT_MODULES = ("torch", *NO_TORCH_MODULES, *RUNTIME_WITHOUT_PRODUCTS)
+
+
+def _without_products(name: str) -> bool:
+    return any(name == module or name.startswith(module + ".") for module in _NO_PRODUCT_MODULES)
 
 
 class _MatrixProducts:
@@ -1612,7 +1617,7 @@ class _MatrixProducts:
         if names:
             if any(n == p or n.startswith(p + ".") for n in names for p in MODEL_LOADERS):
                 return None  # a model read from a file or a hub
-            if all(n.startswith(_NO_PRODUCT_PREFIXES) for n in names):
+            if all(_without_products(n) for n in names):
                 # torch's other operations and classes, builtins; the modules they are given run
                 # (`torch.func.functional_call(model, params, x)`, `checkpoint(block, x)`).
                 return _first_true(
@@ -1646,7 +1651,7 @@ class _MatrixProducts:
                 verdicts.append(self.in_class(local))
             elif names & MATRIX_PRODUCTS:
                 return True  # a subclass of nn.Linear, nn.Conv2d, ...
-            elif not names or not all(n.startswith(_NO_PRODUCT_PREFIXES) for n in names):
+            elif not names or not all(_without_products(n) for n in names):
                 # A base of a project module, read there; another library's may run anything.
                 verdicts.append(project_of(training.context).matrix_products(base.value) if names else None)
         verdicts.append(self.in_code(cls))
