@@ -135,6 +135,20 @@ class _Module:
                 found = statement
         return found
 
+    def classdef(self, name: str) -> cst.ClassDef | None:
+        """The top-level `class name` of this module (the last one wins); its text is read
+        first, so that a module without one is not parsed."""
+        if self._data is not None and not re.search(rb"\bclass\s+" + re.escape(name.encode()) + rb"\b", self._data):
+            return None
+        context = self.context
+        if context is None:
+            return None
+        found = None
+        for statement in context.module.body:
+            if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+                found = statement
+        return found
+
     def re_export(self, name: str) -> str | None:
         """The qualified name a top-level `from x import f [as name]` binds `name` to."""
         if not self.may_define(name):
@@ -332,6 +346,34 @@ class Project:
             if module is not None and (module.mentions(b"DataLoader") or module.may_yield(name.rpartition(".")[2])):
                 return True
         return False
+
+    def matrix_products(self, func: cst.BaseExpression) -> bool | None:
+        """Does calling `func`, a class or function of a project module (a model class, a
+        function that builds a model), multiply matrices? Answered by that module's own
+        analysis (`Training.matrix_products_in`); None when `func` is not the project's,
+        or when that module cannot tell."""
+        function = self.function(func)
+        if function is not None:
+            module, node = function.module, function.node
+        else:
+            module, node = self._project_class(func)
+            if node is None:
+                return None
+        return _summary(module, ("matrix products", node.name.value), lambda: _matrix_products(module, node))
+
+    def _project_class(self, func: cst.BaseExpression) -> tuple[_Module | None, cst.ClassDef | None]:
+        if self.folder is None:
+            return None, None
+        for name in sorted(self.context.names.of(func)):
+            path = self._module_path(name)
+            module = _load(path, self.context.settings) if path is not None else None
+            if module is None:
+                continue
+            self._used[path] = module
+            node = module.classdef(name.rpartition(".")[2])
+            if node is not None:
+                return module, node
+        return None, None
 
     def imported_module_mentioning(self, *words: bytes) -> str | None:
         """The first project module this file imports (`import pkg.setup`, `from .setup
@@ -559,6 +601,11 @@ def _summary(module: _Module, key: tuple, compute):
         _WALK.active.pop()
     module.summaries[key] = found
     return found
+
+
+def _matrix_products(module: _Module, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
+    context = module.context
+    return context.training.matrix_products_in(node) if context is not None else None
 
 
 def _own_calls(context: FileContext, function: cst.FunctionDef) -> list[cst.Call]:

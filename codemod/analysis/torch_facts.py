@@ -131,6 +131,7 @@ CLIP_NAMES = {
     "torch.nn.utils.clip_grad.clip_grad_value_",
 }
 FLOAT64_NAMES = {"torch.float64", "torch.double"}
+HALF_NAMES = {"torch.float16", "torch.half", "torch.bfloat16"}  # 16-bit floating point dtypes
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
 # Calls that run a function in new processes, by where they take it (position, keyword).
@@ -191,6 +192,12 @@ PURE_BUILTINS = frozenset(
         "isinstance divmod pow ord chr repr hash"
     ).split()
 )
+# Modules of Python's standard library (and numpy) whose functions run no torch operation:
+# a call of one multiplies no tensors on the GPU.
+NO_TORCH_MODULES = (
+    "builtins math cmath random time datetime os sys json logging warnings itertools collections "
+    "string re enum pathlib argparse numpy"
+).split()
 # Builtins that make a new one-shot iterator: pure to call, but their value is used up once read.
 ITERATOR_BUILTINS = frozenset(f"builtins.{name}" for name in "enumerate zip reversed map filter iter".split())
 # Calls that build a list holding every element in memory (whatever they read), and those
@@ -267,6 +274,24 @@ SYNC_METHODS = methods(syncs=True)
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
 # Calls that read the gradients of the parameters they are given.
 GRAD_NORMS = functions(Category.GRAD_NORM)
+
+# -- matrix products ---------------------------------------------------------------------
+
+# Functions and `nn` module classes that multiply matrices (matmul, linear, attention,
+# recurrent and convolution layers): the float32 work that TF32 and reduced precision change.
+MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
+MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
+# Containers of modules: what they run is what they are given.
+MODULE_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+# perfmod's runtime, as rewritten code calls it: the precision policy, data loading,
+# checkpoints, hooks, process setup and the elementwise linear recurrence multiply no
+# matrices (`runtime.kernels.linear_attention` does).
+RUNTIME_WITHOUT_PRODUCTS = (
+    "runtime.amp runtime.data runtime.checkpoint runtime.hooks runtime.distributed runtime.trace "
+    "runtime.kernels.linear_recurrence runtime.kernels.scan"
+).split()
+# torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
+MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 
 # -- checkpoints ------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ class Category(enum.Enum):
     SAVE = "save"  # writes a checkpoint synchronously
     GRAD_NORM = "gradient norm"  # reads the gradients of the parameters it is given
     RECURRENT = "recurrent module"
+    CONVOLUTION = "convolution"  # cuDNN convolutions (TF32 for float32 by default)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,21 @@ _VIEWS = (
     "expand_as narrow as_strided unbind split chunk select diagonal movedim swapaxes swapdims"
 )
 _RNN = "LSTM GRU RNN"  # cuDNN's RNN path casts to float16 under CUDA autocast (AutocastRNN.cpp)
+# Functions, methods and module classes that multiply matrices (cuBLAS on CUDA): the
+# float32 work that TF32 speeds up. A module class is here when its forward runs one.
+_MATMUL_FUNCTIONS = "baddbmm addmm addbmm addmv mv dot inner tensordot chain_matmul bilinear"
+_MATMUL_METHODS = "matmul mm bmm mv dot baddbmm addmm addbmm addmv inner"
+_MATMUL_FUNCTIONALS = "linear bilinear scaled_dot_product_attention multi_head_attention_forward"
+_MATMUL_MODULES = (
+    "Linear LazyLinear Bilinear MultiheadAttention Transformer TransformerEncoder TransformerDecoder "
+    "TransformerEncoderLayer TransformerDecoderLayer RNNCell LSTMCell GRUCell AdaptiveLogSoftmaxWithLoss "
+    "LinearCrossEntropyLoss"
+)
+_CONVOLUTIONS = "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d"
+_CONVOLUTION_MODULES = (
+    "Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d LazyConv1d LazyConv2d LazyConv3d "
+    "LazyConvTranspose1d LazyConvTranspose2d LazyConvTranspose3d"
+)
 _BCE = "BCEWithLogitsLoss / binary_cross_entropy_with_logits"
 _LOSSES = {  # module class: its function and torch's defaults
     "CrossEntropyLoss": Loss("cross_entropy", ignore_index=-100, counted=True),
@@ -128,6 +144,13 @@ ENTRIES: list[Op] = [
     *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),
     *_ops(Category.REDUCTION, "sum mean amax amin prod", prefixes=("torch.", METHOD)),
     *_ops(Category.MATMUL, "matmul bmm mm einsum outer"),
+    *_ops(Category.MATMUL, _MATMUL_FUNCTIONS),
+    *_ops(Category.MATMUL, "matmul multi_dot", prefixes=("torch.linalg.",)),
+    *_ops(Category.MATMUL, _MATMUL_METHODS, prefixes=(METHOD,)),
+    *_ops(Category.MATMUL, _MATMUL_FUNCTIONALS, prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.MATMUL, _MATMUL_MODULES, prefixes=("torch.nn.",)),
+    *_ops(Category.CONVOLUTION, _CONVOLUTIONS, prefixes=("torch.", f"{FUNCTIONAL}.")),
+    *_ops(Category.CONVOLUTION, _CONVOLUTION_MODULES, prefixes=("torch.nn.",)),
     *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True),
     *_ops(Category.TO_HOST, "item tolist", prefixes=(METHOD,), syncs=True),
     *_ops(Category.TO_HOST, "numpy", prefixes=(METHOD,), shares=True),  # the same memory; host tensors only

@@ -39,6 +39,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import is_main_guard, kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     AUTOCAST_NAMES,
     CLIP_NAMES,
@@ -46,7 +47,15 @@ from codemod.analysis.torch_facts import (
     DOUBLE_TENSOR_TYPES,
     FLOAT64_NAMES,
     GRAD_SCALER_NAMES,
+    HALF_NAMES,
+    MATRIX_PRODUCT_METHODS,
+    MATRIX_PRODUCTS,
+    MODEL_LOADERS,
+    MODEL_WRAPPERS,
+    MODULE_CONTAINERS,
     MODULE_METHODS,
+    NO_TORCH_MODULES,
+    RUNTIME_WITHOUT_PRODUCTS,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +67,7 @@ BUILTIN_NAMES = set(dir(builtins))
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 MAX_DEPTH = 6  # how many bindings and wrappers a look-up follows
 NO_FORWARD = "no model call before the loss in the block that computes it"
+MAX_PRODUCT_DEPTH = 24  # classes and functions nested in one search for matrix products
 # What `parameter_model_sites` asks about a part that is not a model's parameters.
 TensorSites = Callable[
     [cst.BaseExpression, "cst.CSTNode | None"], "list[tuple[cst.BaseExpression, cst.CSTNode | None]] | None"
@@ -136,6 +146,7 @@ class Model:
     places: frozenset[Place]  # where `move` may put it; empty when it is not moved
     split: bool  # some of its submodules are moved on their own
     float64: cst.CSTNode | None  # what makes its weights float64, if anything visibly does
+    half: cst.CSTNode | None = None  # what makes its weights float16 or bfloat16, if anything visibly does
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,7 @@ class TrainingLoop:
     scaler: Scaler | None
     models: tuple[Model, ...]  # those the forward calls first, then those the optimizers train
     float64: cst.CSTNode | None  # a model (or the default dtype) is visibly float64
+    half: cst.CSTNode | None = None  # every model it trains is visibly float16 or bfloat16
 
     @property
     def loss(self) -> cst.BaseExpression:
@@ -200,6 +212,8 @@ class Training:
         self._calls: list[cst.Call] = self.index.find(cst.Call)
         self._device_types: dict[tuple[cst.CSTNode, int, bool], frozenset[str] | None] = {}
         self._float64_constructions: dict[str, cst.CSTNode | None] = {}
+        self._products: dict[cst.CSTNode, bool | None] = {}
+        self._half_calls: dict[str, list[cst.Call]] | None = None
         self._sites_of_bindings: dict[int, tuple[object, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]] = {}
         self._assignments = self._index_assignments()
         self._model_expressions = self._find_model_expressions()
@@ -419,12 +433,14 @@ class Training:
             first.places,
             any(m.split for m in models),
             next((m.float64 for m in models if m.float64 is not None), None),
+            models[0].half if all(m.half is not None for m in models) else None,
         )
 
     def _model_here(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
         code = self.code(expr)
         limit = self._start(at)
         float64 = self._float64_construction(code)
+        half = self._half(code, expr, at)
         split = False
         placements = self._placements()
         for call, receiver in placements.under(code):
@@ -453,14 +469,14 @@ class Training:
             if self._moves_device(candidate) and self._visible(candidate, at, expr):
                 call = candidate
         if call is None:
-            return Model(code, None, None, frozenset(), split, float64)
+            return Model(code, None, None, frozenset(), split, float64, half)
         method = method_name(call)
         if method == "cuda":
-            return Model(code, call, None, frozenset({Place.CUDA}), split, float64)
+            return Model(code, call, None, frozenset({Place.CUDA}), split, float64, half)
         if method == "cpu":
-            return Model(code, call, None, frozenset({Place.HOST}), split, float64)
+            return Model(code, call, None, frozenset({Place.HOST}), split, float64, half)
         device = self._device_argument(call)
-        return Model(code, call, device, self.device_places(device), split, float64)
+        return Model(code, call, device, self.device_places(device), split, float64, half)
 
     def moved_anywhere(self, code: str) -> bool:
         """Whether any call of the file, wherever it runs, moves the model `code` or a
@@ -617,6 +633,66 @@ class Training:
             return frozenset({Place.CUDA})
         return frozenset({self.kinds.device_place(expr)})
 
+    # -- matrix products ---------------------------------------------------------------
+
+    def multiplies_matrices(self, loop: TrainingLoop) -> bool | None:
+        """Does a step of `loop` multiply matrices (matmul, `@`, einsum, linear, attention,
+        recurrent or convolution layers)? Read from the code the loop's body runs (with the
+        functions of this file it calls) and from the modules and functions it calls,
+        followed to where they are built: classes of this file (every method, and the
+        modules their `__init__` builds), functions of this file that build them, torch's
+        layers. True as soon as one product is seen; False when all of it was read and
+        none was; None when some of it cannot be read here (a model or function of another
+        library or of a project module, a module passed in from elsewhere, a loaded one)."""
+        if loop.loop not in self._products:
+            self._products[loop.loop] = _MatrixProducts(self).in_code(loop.loop.body)
+        return self._products[loop.loop]
+
+    def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
+        """Does calling `node`, a class or function of this file, multiply matrices (as
+        `multiplies_matrices`)? Asked by the files that import it."""
+        search = _MatrixProducts(self)
+        return search.in_class(node) if isinstance(node, cst.ClassDef) else search.in_code(node)
+
+    def reduced_precision(self, loop: TrainingLoop) -> cst.CSTNode | None:
+        """What visibly runs the step's matrix products in float16 or bfloat16: every model
+        the loop trains made so (`.half()`, `.bfloat16()`, `dtype=torch.bfloat16`), or a
+        CUDA autocast to a 16-bit dtype, on whatever the options (no `enabled=`), around the
+        loop or around its whole forward region. None when nothing visibly does."""
+        if loop.half is not None:
+            return loop.half
+        autocast = loop.autocast
+        if autocast is None or not isinstance(autocast.node, cst.With):
+            return None
+        around_loop = self.index.inside(loop.loop, autocast.node)
+        forward = loop.forward.statements if loop.forward is not None else ()
+        if not around_loop and not (forward and all(self.index.inside(s, autocast.node) for s in forward)):
+            return None  # autocast around a part of the step only
+        for item in autocast.node.items:
+            if isinstance(item.item, cst.Call) and self._always_half_on_cuda(item.item):
+                return autocast.node
+        return None
+
+    def _always_half_on_cuda(self, call: cst.Call) -> bool:
+        """`torch.autocast("cuda", dtype=torch.bfloat16)`, `torch.cuda.amp.autocast()`: on,
+        for CUDA, in a 16-bit dtype, whatever the options the script is run with."""
+        names = self.names.of(call.func)
+        if not names & AUTOCAST_NAMES:
+            return False
+        cuda_only = any(n.startswith("torch.cuda.") for n in names)  # `torch.cuda.amp.autocast(enabled=True, ...)`
+        enabled = kwarg(call, "enabled") or (positional(call, 0) if cuda_only else None)
+        if enabled is not None and not _is_true(enabled.value):
+            return False
+        dtype = kwarg(call, "dtype")
+        if dtype is not None and not self.names.is_(dtype.value, *HALF_NAMES):
+            return False
+        if cuda_only:
+            return True
+        device = kwarg(call, "device_type") or positional(call, 0)
+        return (
+            device is not None and isinstance(device.value, cst.SimpleString) and device.value.evaluated_value == "cuda"
+        )
+
     # -- loops -----------------------------------------------------------------------
 
     def _find_loops(self) -> list[cst.For | cst.While]:
@@ -640,6 +716,7 @@ class Training:
         else:
             forward, problem = None, Problem(f"the loop calls backward() {len(backwards)} times")
         float64 = self.default_float64 or next((mdl.float64 for mdl in models if mdl.float64 is not None), None)
+        half = models[0].half if models and all(mdl.half is not None for mdl in models) else None
         return TrainingLoop(
             loop=loop,
             backwards=backwards,
@@ -653,6 +730,7 @@ class Training:
             scaler=self._loop_scaler(backwards, steps),
             models=models,
             float64=float64,
+            half=half,
         )
 
     def _backward(self, call: cst.Call) -> Backward | None:
@@ -1209,6 +1287,32 @@ class Training:
                     return call
         return None
 
+    def _half(self, code: str, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.CSTNode | None:
+        """What makes the model `code` float16 or bfloat16 before `at`: `.half()`,
+        `.bfloat16()`, `.to(torch.bfloat16)` applied to it where `at` sees it, or a
+        `dtype=torch.bfloat16` where it is built."""
+        if self._half_calls is None:
+            self._half_calls = {}
+            for call in self._calls:
+                if method_name(call) in ("half", "bfloat16", "to", "type") and self._makes_half(call):
+                    for acted in self._acted_on(call):
+                        self._half_calls.setdefault(acted, []).append(call)
+        for call in self._half_calls.get(code, ()):
+            if self._visible(call, at, expr):
+                return call
+        for _, source in self._assignments.get(code, ()):
+            for call in self.index.find(cst.Call, within=source) if source is not None else ():
+                dtype = kwarg(call, "dtype")
+                if dtype is not None and self.names.is_(dtype.value, *HALF_NAMES):
+                    return call
+        return None
+
+    def _makes_half(self, call: cst.Call) -> bool:
+        if method_name(call) in ("half", "bfloat16"):
+            return not call.args
+        values = [a.value for a in call.args if a.keyword is None or a.keyword.value == "dtype"]
+        return any(self.names.is_(v, *HALF_NAMES) for v in values)
+
     def _makes_float64(self, call: cst.Call) -> bool:
         method = method_name(call)
         if method == "double":
@@ -1365,9 +1469,11 @@ class Training:
         calls = self.steps.call_sites(function)
         if not calls or self.steps.class_of_instance(param.name) is not None:
             return [None]  # called from elsewhere, or `self`
+        # `obj.method(a)` fills the method's first parameter itself.
+        offset = 1 if self.kinds.class_of(function) is not None and not _is_static(function) else 0
         found: list[cst.BaseExpression | None] = []
         for call in calls:
-            argument = argument_for(call, function, param)
+            argument = argument_for(call, function, param, offset if isinstance(call.func, cst.Attribute) else 0)
             if argument is None and any(arg.star for arg in call.args):
                 return [None]
             found.append(argument if argument is not None else (param.default if param.default is not None else None))
@@ -1456,6 +1562,186 @@ class Training:
 
 
 # -- module-level helpers ------------------------------------------------------------------
+
+
+# Calls of these run no matrix product but those the table lists (torch), or none (Python, numpy).
+_NO_PRODUCT_MODULES = ("torch", *NO_TORCH_MODULES, *RUNTIME_WITHOUT_PRODUCTS)
+
+
+def _without_products(name: str) -> bool:
+    return any(name == module or name.startswith(module + ".") for module in _NO_PRODUCT_MODULES)
+
+
+class _MatrixProducts:
+    """One search for matrix products from the body of a training loop
+    (`Training.multiplies_matrices`); each class, function and value is read once."""
+
+    def __init__(self, training: Training) -> None:
+        self.training = training
+        self.seen: set[cst.CSTNode] = set()
+        self.fields: set[tuple[cst.ClassDef, str]] = set()  # attributes of instances read already
+        self.depth = 0  # code being read, nested
+        self.built: set[cst.BaseExpression] = set()  # values followed already
+
+    def in_code(self, node: cst.CSTNode) -> bool | None:
+        """Products in the code under `node` (a block, a function, a class) and in what it calls."""
+        if node in self.seen:
+            return False  # read already: its products are counted where it was first met
+        if self.depth >= MAX_PRODUCT_DEPTH:
+            return None  # too deep a chain of calls and classes to follow
+        self.seen.add(node)
+        self.depth += 1
+        try:
+            return self._in_code(node)
+        finally:
+            self.depth -= 1
+
+    def _in_code(self, node: cst.CSTNode) -> bool | None:
+        index = self.training.index
+        if any(isinstance(b.operator, cst.MatrixMultiply) for b in index.find(cst.BinaryOperation, within=node)):
+            return True
+        if any(isinstance(a.operator, cst.MatrixMultiplyAssign) for a in index.find(cst.AugAssign, within=node)):
+            return True
+        return _first_true(self.in_call(call) for call in index.find(cst.Call, within=node))
+
+    def in_call(self, call: cst.Call) -> bool | None:
+        training = self.training
+        func = call.func
+        names = training.names.of(func)
+        if names & MATRIX_PRODUCTS or (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in MATRIX_PRODUCT_METHODS
+            and not self._of_instance(func)  # `self.inner(x)` calls a field of the class
+        ):
+            return True
+        if names:
+            if any(n == p or n.startswith(p + ".") for n in names for p in MODEL_LOADERS):
+                return None  # a model read from a file or a hub
+            if all(_without_products(n) for n in names):
+                # torch's other operations and classes, builtins; the modules they are given run
+                # (`torch.func.functional_call(model, params, x)`, `checkpoint(block, x)`).
+                return _first_true(
+                    self.in_value(arg.value)
+                    for arg in call.args
+                    if isinstance(arg.value, (cst.Name, cst.Attribute)) and training.is_model(arg.value)
+                )
+            # A class or function of a project module, read there; another library's: unknown.
+            return project_of(training.context).matrix_products(func)
+        cls = training.kinds.local_class(func) if isinstance(func, cst.Name) else None
+        if cls is not None:
+            return self.in_class(cls)
+        function = training.steps.callee(call)
+        if function is not None:
+            return self.in_code(function)
+        if isinstance(func, cst.Attribute) and method_name(call) in MODULE_METHODS:
+            return False  # `.to(device)`, `.parameters()`: the module's own methods
+        return self.in_value(func)
+
+    def in_class(self, cls: cst.ClassDef) -> bool | None:
+        """Products in the methods of a class of this file and in the modules it builds;
+        its bases of this file too, torch's classes as the table says, others unknown."""
+        if cls in self.seen:
+            return False
+        training = self.training
+        verdicts: list[bool | None] = []
+        for base in cls.bases:
+            local = training.kinds.local_class(base.value)
+            names = training.names.of(base.value)
+            if local is not None:
+                verdicts.append(self.in_class(local))
+            elif names & MATRIX_PRODUCTS:
+                return True  # a subclass of nn.Linear, nn.Conv2d, ...
+            elif not names or not all(_without_products(n) for n in names):
+                # A base of a project module, read there; another library's may run anything.
+                verdicts.append(project_of(training.context).matrix_products(base.value) if names else None)
+        verdicts.append(self.in_code(cls))
+        return _first_true(verdicts)
+
+    def in_value(self, func: cst.BaseExpression) -> bool | None:
+        """Products of calling a value: a module or function bound to a name or to an
+        attribute of `self`, followed to where it is built. A method of a value that is not
+        a module (`x.view`, `opt.step`) multiplies nothing the table does not list."""
+        training = self.training
+        if isinstance(func, cst.Attribute):
+            receiver = func.value
+            if self._of_instance(func):
+                field = (training.steps.class_of_instance(receiver), func.attr.value)
+                if field in self.fields:
+                    return False  # read already (`self.model = DDP(self.model)`)
+                self.fields.add(field)
+                values = training.steps.values_of(func)
+                if not values:
+                    return False  # a method it inherits from torch's nn.Module (its bases are read)
+                return _first_true(self.in_built(v) for v in values)
+            if training.kinds.fact(receiver).kind is Kind.MODULE or training.is_model(receiver):
+                return self.in_value(receiver)  # `model.encode(x)`, `self.encoder.embed(x)`
+            return False
+        if isinstance(func, cst.Name):
+            if func in self.seen:
+                return False
+            self.seen.add(func)
+            sources = training.value_sources(func)
+            if not sources or any(s is None for s in sources):
+                return None  # a parameter passed from elsewhere, an unpacked value
+            return _first_true(self.in_built(s) for s in sources)
+        if isinstance(func, cst.Subscript):
+            return self.in_value(func.value)  # `self.layers[i](x)`, `heads[name](x)`
+        return None  # the result of a call called (`getattr(self, name)(x)`), a lambda
+
+    def _of_instance(self, func: cst.Attribute) -> bool:
+        """`self.x`, `obj.x`: an attribute of an instance of a class of this file."""
+        receiver = func.value
+        return isinstance(receiver, cst.Name) and self.training.steps.class_of_instance(receiver) is not None
+
+    def in_built(self, expr: cst.BaseExpression) -> bool | None:
+        """Products of what `expr` (the value a module or function was given) builds and runs."""
+        if expr in self.seen or expr in self.built:
+            return False
+        self.built.add(expr)
+        training = self.training
+        if isinstance(expr, cst.Name):
+            return self.in_value(expr)
+        if isinstance(expr, cst.Attribute):
+            return self.in_value(expr) if _is_self_field(expr) else None
+        if isinstance(expr, cst.Subscript):
+            return self.in_built(expr.value)  # `models[name]`, `self.heads[0]`
+        if isinstance(expr, cst.IfExp):
+            return _first_true((self.in_built(expr.body), self.in_built(expr.orelse)))
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)):
+            # A list of modules may be filled after it is made (`layers.append(...)`): all of
+            # the function that makes it is read.
+            function = training.index.first_enclosing(expr, cst.FunctionDef)
+            return self.in_code(function) if function is not None else None
+        if not isinstance(expr, cst.Call):
+            return self.in_code(expr)
+        names = training.names.of(expr.func)
+        if isinstance(expr.func, cst.Attribute) and method_name(expr) in MODULE_METHODS:
+            return self.in_built(expr.func.value)  # `Net().to(device)`: the module itself
+        if names & MODEL_WRAPPERS:
+            wrapped = positional(expr, 0)
+            return self.in_built(wrapped.value) if wrapped is not None else None  # `DDP(model)`
+        verdicts = [self.in_code(expr)]
+        if names & MODULE_CONTAINERS:  # `nn.Sequential(encoder, head)`, `nn.ModuleList(layers)`: what it holds
+            verdicts.extend(self.in_built(a.value) for a in expr.args if not isinstance(a.value, cst.Call))
+        return _first_true(verdicts)
+
+
+def _is_static(function: cst.FunctionDef) -> bool:
+    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in function.decorators)
+
+
+def _first_true(verdicts) -> bool | None:
+    """True as soon as one verdict is; else None when one is; else False."""
+    unknown = False
+    for verdict in verdicts:
+        if verdict:
+            return True
+        unknown = unknown or verdict is None
+    return None if unknown else False
+
+
+def _is_self_field(expr: cst.Attribute) -> bool:
+    return isinstance(expr.value, cst.Name) and expr.value.value == "self"
 
 
 def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:

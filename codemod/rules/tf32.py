@@ -22,7 +22,19 @@ LOOP = (
     "    opt.step()\n"
     "    opt.zero_grad()\n"
 )
+FORWARD = "    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
 SCRIPT_BODY = 'device = torch.device("cuda")\ndata = [(torch.randn(4, 8), torch.randn(4, 1))]\n' + MODEL + LOOP
+EMBEDDING_BAG = (
+    "class Bag(nn.Module):\n"
+    "    def __init__(self, vocab, dim):\n"
+    "        super().__init__()\n"
+    "        self.emb = nn.Embedding(vocab, dim)\n\n"
+    "    def forward(self, ids):\n"
+    "        return self.emb(ids).sum(dim=1)\n\n\n"
+)
+EMBEDDING_SCRIPT = SCRIPT_BODY.replace("nn.Linear(8, 1)", "Bag(100, 1)").replace(
+    "torch.randn(4, 8)", "torch.randint(0, 100, (4, 8))"
+)
 
 
 def _indented(code: str) -> str:
@@ -95,13 +107,27 @@ class Float32MatmulWithoutTf32(Rule):
     training; `perfmod verify` compares them. On CPU the setting also asks
     oneDNN for reduced-precision float32 matmuls, which only CPUs with such
     units honour (on an AVX-512 CPU without them results were bit for bit
-    the same). Not reported when the file has no training loop (an inference
-    script may need exact float32), when every training loop trains a float64
-    model (TF32 touches float32 matmuls only), when the file shows no sign of
-    CUDA (a `"cuda"` device string, `.cuda()`, a `torch.cuda` call other than
-    `is_available()`), or when it already sets `allow_tf32`,
-    `fp32_precision` or `set_float32_matmul_precision` anywhere, to any value,
-    or a module of the project that it imports does.
+    the same).
+
+    Not reported when:
+    - the file has no training loop (an inference script may need exact
+      float32);
+    - every training loop trains a float64 model, or a float16 or bfloat16
+      one (`.half()`, `.bfloat16()`, `dtype=torch.bfloat16`), or runs its
+      forward under a CUDA autocast to a 16-bit dtype that no option turns
+      off: TF32 touches float32 matmuls only;
+    - the training step multiplies no matrices: a model of embedding
+      lookups, elementwise operations and reductions, with no `nn.Linear`,
+      convolution, attention or recurrent layer and no `matmul`, `@`,
+      `einsum` or `F.linear`, in the step, in the model's classes or in the
+      layers they build. A model whose code perfmod cannot read (one from
+      another library, one loaded from a file) counts as multiplying
+      matrices;
+    - the file shows no sign of CUDA (a `"cuda"` device string, `.cuda()`, a
+      `torch.cuda` call other than `is_available()`);
+    - it already sets `allow_tf32`, `fp32_precision` or
+      `set_float32_matmul_precision` anywhere, to any value, or a module of
+      the project that it imports does.
     """
 
     CODE = "PM302"
@@ -130,6 +156,26 @@ class Float32MatmulWithoutTf32(Rule):
             + "from torch import set_float32_matmul_precision as precision\nprecision('medium')\n"
             + SCRIPT_BODY,
             "imported under another name",
+        ),
+        Valid(
+            IMPORTS + "\n\n" + EMBEDDING_BAG + EMBEDDING_SCRIPT,
+            "the model looks up embeddings and sums them: no matrix product for TF32 to speed up",
+        ),
+        Valid(
+            IMPORTS + SCRIPT_BODY.replace("nn.Linear(8, 1)", "nn.Sequential(nn.Embedding(100, 8), nn.Tanh())"),
+            "torch's layers without a matrix product",
+        ),
+        Valid(
+            IMPORTS + SCRIPT_BODY.replace("nn.Linear(8, 1)", "nn.Linear(8, 1, dtype=torch.bfloat16)"),
+            "a bfloat16 model: its matmuls are not float32",
+        ),
+        Valid(
+            IMPORTS
+            + SCRIPT_BODY.replace(
+                FORWARD,
+                '    with torch.autocast("cuda", dtype=torch.bfloat16):\n    ' + FORWARD.replace("\n", "\n    "),
+            ),
+            "the forward runs under bfloat16 autocast",
         ),
     ]
     INVALID = [
@@ -243,14 +289,59 @@ class Float32MatmulWithoutTf32(Rule):
             + '\n\nif __name__ == "__main__":\n    mp.spawn(worker, nprocs=2)\n',
             "training in spawned processes: where each starts, not in the parent that spawns them",
         ),
+        Invalid(
+            IMPORTS + "\n\n" + EMBEDDING_BAG.replace(".sum(dim=1)", " @ self.emb.weight.T") + EMBEDDING_SCRIPT,
+            IMPORTS
+            + "\n\n"
+            + ENABLE_TF32
+            + "\n"
+            + EMBEDDING_BAG.replace(".sum(dim=1)", " @ self.emb.weight.T")
+            + EMBEDDING_SCRIPT,
+            "the model's forward multiplies by the embedding matrix",
+        ),
+        Invalid(
+            IMPORTS
+            + "import transformers\n\n"
+            + SCRIPT_BODY.replace("nn.Linear(8, 1)", 'transformers.AutoModel.from_pretrained("bert-base-uncased")'),
+            IMPORTS
+            + "import transformers\n\n"
+            + ENABLE_TF32
+            + "\n"
+            + SCRIPT_BODY.replace("nn.Linear(8, 1)", 'transformers.AutoModel.from_pretrained("bert-base-uncased")'),
+            "a model of another library: what its forward runs is not known, so TF32 is enabled",
+        ),
+        Invalid(
+            IMPORTS
+            + "\nuse_amp = False\n"
+            + SCRIPT_BODY.replace(
+                FORWARD,
+                '    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):\n    '
+                + FORWARD.replace("\n", "\n    "),
+            ),
+            IMPORTS
+            + "\n"
+            + ENABLE_TF32
+            + "\nuse_amp = False\n"
+            + SCRIPT_BODY.replace(
+                FORWARD,
+                '    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):\n    '
+                + FORWARD.replace("\n", "\n    "),
+            ),
+            "autocast that an option may turn off: the matmuls may run in float32",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         training = self.context.training
         if not training.loops or training.cuda_use is None:
             return
-        if all(loop.float64 is not None for loop in training.loops):
-            return  # TF32 changes float32 matmuls only
+        if all(
+            loop.float64 is not None
+            or training.reduced_precision(loop) is not None
+            or training.multiplies_matrices(loop) is False
+            for loop in training.loops
+        ):
+            return  # TF32 changes float32 matrix products only: none here, or all in another dtype
         if any(name.value in PRECISION_SETTINGS for name in self.context.index.find(cst.Name)):
             return
         if project_of(self.context).imported_module_mentioning(*(s.encode() for s in PRECISION_SETTINGS)):

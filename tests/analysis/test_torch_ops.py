@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 
 import pytest
 import torch
@@ -171,3 +172,26 @@ def test_each_loss_has_torchs_defaults(name):
         assert parameters["ignore_index"].default == loss.ignore_index
     if inspect.isclass(target):
         assert _resolve(f"{FUNCTIONAL}.{loss.functional}") is not None
+
+
+# What a module's forward shows when it multiplies matrices: a matmul or convolution call,
+# the `@` operator, cuDNN's RNN kernels, or the submodules (attention, feed-forward blocks,
+# encoder, decoder) that torch's own composite layers call.
+MATRIX_PRODUCT_SOURCE = re.compile(
+    r"\bF\.(linear|bilinear|conv\w*|scaled_dot_product_attention|multi_head_attention_forward)\("
+    r"|_conv_forward\(|torch\.(matmul|bmm|mm|addmm|baddbmm|bilinear)\(|\.(matmul|bmm|mm|addmm)\("
+    r"|_VF\.(lstm|gru|rnn_\w+|\w+_cell)\(|self\.(self_attn|linear\d?|encoder|decoder|layers|head|tail|_ff_block|_sa_block)\b"
+    r"|torch\._transformer_encoder_layer_fwd|\s@\s"
+)
+MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n in dir(torch.nn) if inspect.isclass(getattr(torch.nn, n)) and n[0].isupper())
+)
+def test_a_module_class_is_in_the_matrix_products_exactly_when_its_forward_multiplies_matrices(name):
+    cls = getattr(torch.nn, name)
+    if not issubclass(cls, torch.nn.Module):
+        pytest.skip("not a module")
+    multiplies = MATRIX_PRODUCT_SOURCE.search(inspect.getsource(cls.forward)) is not None
+    assert (f"torch.nn.{name}" in MATRIX_PRODUCTS) == multiplies

@@ -190,3 +190,129 @@ def test_training_in_spawned_workers_gets_it_where_each_worker_starts():
         """
     )
     assert function_of(new, LINE) == "worker"
+
+
+STEP = """\
+import torch
+import torch.nn as nn
+
+
+def train_step(model, opt, x):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def train_epoch(model, opt, batches, device):
+    for x in batches:
+        train_step(model, opt, x.to(device))
+
+
+def main():
+    device = torch.device("cuda")
+    model = nn.Linear(8, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [torch.randn(4, 8) for _ in range(10)]
+    for epoch in range(3):
+        train_epoch(model, opt, batches, device)
+"""
+
+
+def test_never_in_the_step_function_the_loop_calls_each_iteration():
+    """`train_step` runs once per step and `train_epoch` once per epoch: the line goes
+    at the top of `main`, which calls them, and runs once per process."""
+    for source in (STEP + '\n\nif __name__ == "__main__":\n    main()\n', STEP):
+        new = fixed(source)
+        assert function_of(new, LINE) == "main", new
+
+
+def test_a_step_function_called_from_the_loop_of_main():
+    start, end = STEP.index("def train_epoch"), STEP.index("def main")
+    source = (STEP[:start] + STEP[end:]).replace(
+        "        train_epoch(model, opt, batches, device)\n",
+        "        for x in batches:\n            train_step(model, opt, x.to(device))\n",
+    )
+    for tail in ('\n\nif __name__ == "__main__":\n    main()\n', ""):
+        new = fixed(source + tail)
+        assert function_of(new, LINE) == "main", new
+
+
+def test_a_step_function_called_from_a_loop_at_module_level():
+    source = """\
+    import torch
+    import torch.nn as nn
+
+
+    def train_step(model, opt, x):
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+    model = nn.Linear(8, 1).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for _ in range(10):
+            train_step(model, opt, torch.randn(4, 8).cuda())
+    """
+    new = fixed(source)
+    assert function_of(new, LINE) is None
+    assert new.index(LINE) > new.index("import torch.nn as nn") and new.index(LINE) < new.index("def train_step")
+
+
+def test_a_step_with_micro_batches_in_a_function_the_loop_calls():
+    """Gradient accumulation inside `train_step`: its micro-batch loop runs backward, the
+    step loop is the caller's; the line still goes at the top of `main`."""
+    new = fixed(
+        """\
+        import torch
+        import torch.nn as nn
+
+
+        def train_step(model, opt, micro_batches):
+            opt.zero_grad()
+            for x in micro_batches:
+                loss = model(x.cuda()).pow(2).mean() / len(micro_batches)
+                loss.backward()
+            opt.step()
+
+
+        def main():
+            model = nn.Linear(8, 1).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(10):
+                train_step(model, opt, [torch.randn(4, 8)] * 2)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert function_of(new, LINE) == "main"
+
+
+def test_an_epoch_function_called_from_a_loop_in_the_main_block():
+    source = STEP.split("def main():")[0] + (
+        'if __name__ == "__main__":\n'
+        "    model = nn.Linear(8, 1).cuda()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(3):\n"
+        '        train_epoch(model, opt, [torch.randn(4, 8)], "cuda")\n'
+    )
+    new = fixed(source)
+    assert new.index('if __name__ == "__main__":\n    ' + LINE) > 0
+
+
+def test_folds_of_epochs_of_steps():
+    """main runs a fold per loop iteration, a fold an epoch per iteration, an epoch a step
+    per iteration: the line goes once, in main."""
+    source = STEP.replace("def main():", "def run_fold(fold):").replace(
+        "    for epoch in range(3):\n        train_epoch(model, opt, batches, device)\n",
+        "    for epoch in range(3):\n        train_epoch(model, opt, batches, device)\n\n\n"
+        "def main():\n    for fold in range(5):\n        run_fold(fold)\n",
+    )
+    new = fixed(source + '\n\nif __name__ == "__main__":\n    main()\n')
+    assert function_of(new, LINE) == "main", new
