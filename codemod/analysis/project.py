@@ -126,26 +126,22 @@ class _Module:
         """The top-level `def name` of this module (the last one wins)."""
         if not self.may_define(name):
             return None
-        context = self.context
-        if context is None:
-            return None
-        found = None
-        for statement in context.module.body:
-            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
-                found = statement
-        return found
+        return self._last_top_level(cst.FunctionDef, name)
 
     def classdef(self, name: str) -> cst.ClassDef | None:
         """The top-level `class name` of this module (the last one wins); its text is read
         first, so that a module without one is not parsed."""
         if self._data is not None and not re.search(rb"\bclass\s+" + re.escape(name.encode()) + rb"\b", self._data):
             return None
+        return self._last_top_level(cst.ClassDef, name)
+
+    def _last_top_level(self, kind: type, name: str):
         context = self.context
         if context is None:
             return None
         found = None
         for statement in context.module.body:
-            if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+            if isinstance(statement, kind) and statement.name.value == name:
                 found = statement
         return found
 
