@@ -204,10 +204,86 @@ def test_inserted_statements_take_the_blank_lines_and_leave_the_comment_on_its_s
     )
 
 
-def test_a_removed_statement_keeps_its_comment_lines_and_an_emptied_block_gets_pass():
-    source = "if ok:\n    # tidy up\n    drop()\nx = 1\n"
+def test_a_removed_statement_takes_its_own_comments_and_an_emptied_block_gets_pass():
+    source = "if ok:\n    # tidy up\n    drop()  # now\nx = 1\n"
     result = run(source, rules=[DropStatementsCallingDrop])
-    assert result.new_source.decode() == "if ok:\n    # tidy up\n    pass\nx = 1\n"
+    assert result.new_source.decode() == "if ok:\n    pass\nx = 1\n"
+
+
+def test_comments_set_apart_from_a_removed_statement_and_above_statements_that_stay_stay():
+    source = (
+        "setup()\n# -- the loop --\n\n# free memory\ngc.drop()\n# the step\nstep()  # one step\n"
+        "# clean up again\ndrop()\n\n# report\nreport()\n"
+    )
+    result = run(source, rules=[DropStatementsCallingDrop])
+    assert (
+        result.new_source.decode()
+        == "setup()\n# -- the loop --\n\n# the step\nstep()  # one step\n\n# report\nreport()\n"
+    )
+    assert changed_lines_outside_fixes(result) == []
+
+
+class ReplaceSoftmaxRun(Rule):
+    """`a = scores(q)` then `a = norm(a)` then `y = a @ v`: the first two go and the last
+    becomes `y = attend(q, v)`, one fix that replaces the run."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM918", "test-run", Level.SAFE, "attend", ""
+
+    def visit_IndentedBlock(self, node):
+        body = list(node.body)
+        texts = [self.context.source(s.body[0]) if isinstance(s, cst.SimpleStatementLine) else "" for s in body]
+        for k in range(len(body) - 2):
+            if texts[k : k + 3] == ["a = scores(q)", "a = norm(a)", "y = a @ v"]:
+                product = body[k + 2].body[0].value
+                self.report(
+                    product,
+                    edits=[
+                        Remove(body[k]),
+                        Remove(body[k + 1]),
+                        Replace(product, cst.parse_expression("attend(q, v)")),
+                    ],
+                )
+
+
+class DropIndexLine(Rule):
+    """`idx = pick(b)` goes and `x[idx]` in the next line becomes `x_batch`: that line is
+    edited in part, and keeps its comments."""
+
+    CODE, NAME, LEVEL, MESSAGE, GAIN = "PM919", "test-part", Level.SAFE, "index", ""
+
+    def visit_Subscript(self, node):
+        line = self.context.index.statement_of(node)
+        block = list(self.context.parents[line].body)
+        at = block.index(line)
+        if at and self.context.source(block[at - 1].body[0]) == "idx = pick(b)":
+            self.report(node, edits=[Remove(block[at - 1]), Replace(node, cst.Name("x_batch"))])
+
+
+def test_a_line_a_fix_edits_in_part_next_to_what_it_removes_keeps_its_comments():
+    source = (
+        "for b in range(2):\n    # the rows\n    idx = pick(b)\n    # to the GPU\n    u = x[idx].cuda()  # a copy\n"
+    )
+    result = run(source.replace("for b", "x_batch = 1\nfor b"), rules=[DropIndexLine])
+    assert (
+        result.new_source.decode()
+        == "x_batch = 1\nfor b in range(2):\n    # to the GPU\n    u = x_batch.cuda()  # a copy\n"
+    )
+
+
+def test_a_replaced_run_of_statements_takes_the_comments_inside_it_and_on_its_last_line():
+    source = (
+        "from lib import attend, norm, scores\n\n\ndef f(q, v):\n    # the heads\n    q = q.view(2)  # (B, nh, T, hs)\n\n"
+        "    # attention: (B, nh, T, T)\n    a = scores(q)\n    # masked\n    a = norm(a)\n"
+        "    y = a @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)\n"
+        "    # back to (B, T, C)\n    return y.view(3)  # re-assemble\n"
+    )
+    result = run(source, rules=[ReplaceSoftmaxRun])
+    assert result.new_source.decode() == (
+        "from lib import attend\n\n\ndef f(q, v):\n    # the heads\n    q = q.view(2)  # (B, nh, T, hs)\n\n"
+        "    y = attend(q, v)\n"
+        "    # back to (B, T, C)\n    return y.view(3)  # re-assemble\n"
+    )
+    assert changed_lines_outside_fixes(result) == []
 
 
 def test_level_gates_fixes_but_keeps_findings():

@@ -1,7 +1,9 @@
 """One `perfmod apply` reaches what a second one would: for every whole program
 under fixtures/ (the acceptance scripts, the scripts, the wild corpus) and every
-rule fixture input, all rules together at level unsafe, applying to the rewrite
-changes nothing, and the first run left no fix for another run."""
+rule fixture input, all rules together, the opt-in ones too (PM601 rewrites whole
+programs), at level unsafe: applying to the rewrite changes nothing, and the first
+run left no fix for another run. (tests/test_idempotence.py runs the default
+selection over every fixture.)"""
 
 from __future__ import annotations
 
