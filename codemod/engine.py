@@ -10,9 +10,11 @@
 A rule that must see another rule's fixes applied declares it (`Rule.AFTER`).
 Every rule runs in the first pass; where a rule it waits for has a fix there,
 its findings of that pass are dropped and it runs again on the rewritten file.
-So the number of passes is bounded by the longest chain of such declarations,
-and a file whose earlier rules fix nothing takes one pass. The engine never
-writes files (codemod.files does).
+Those passes make a round; a round whose fixes changed the file is followed by
+another round of every rule on the result, until the file stops changing (at
+most MAX_ROUNDS), so that one run does what a second `perfmod apply` would. A
+file without fixes takes one pass. The engine never writes files (codemod.files
+does).
 """
 
 from __future__ import annotations
