@@ -67,9 +67,10 @@ class Replace(Edit):
 @dataclass(frozen=True, eq=False)
 class Remove(Edit):
     """The statement `anchor` is removed: a line, a compound statement, or one small
-    statement of a line (`a(); b()`). Comment lines above a removed line stay (unless
-    `keep_comments` is False: a statement moved elsewhere takes them along); a
-    block left empty gets `pass`."""
+    statement of a line (`a(); b()`). The comment lines right above it (no blank line
+    between) describe it and go with it, as its trailing comment does; comment lines a
+    blank line sets apart from it stay (unless `keep_comments` is False: a statement
+    moved elsewhere takes them along). A block left empty gets `pass`."""
 
     keep_comments: bool = True
     # True when the fix does the removed statement's work another way (a prefetcher that
@@ -388,19 +389,48 @@ def apply(
     """`module` with every edit of `fixes` made, in one transform. `origins` gets, for
     each line of statements the edits rebuilt, the line it was: keyed by the id of its
     first small statement, which stays when the line is moved or re-spaced."""
+    fixes = list(fixes)
     edits = list({id(edit): edit for fix in fixes for edit in fix.edits}.values())  # a shared edit is made once
     if not edits:
         return module
-    apply = _Apply(edits, index)
+    apply = _Apply(edits, index, _run_ends(fixes, index))
     new = module.visit(apply)
     if origins is not None:
         origins.update(apply.origins)
     return new
 
 
+def _run_ends(fixes: Iterable[Fix], index: TreeIndex) -> set[cst.CSTNode]:
+    """Lines whose whole computation a fix replaces (the value of `name = value`, of a
+    return, of an expression statement) at the edge of a run of statements the same fix
+    removes (`att = softmax(...)` removed, `y = att @ v` rewritten as one attention call):
+    the run is replaced as a whole, so the comments on such a line, which describe the
+    code that went, go too. A line the fix edits only in part keeps them."""
+    ends: set[cst.CSTNode] = set()
+    for fix in fixes:
+        removed = {e.anchor for e in fix.edits if isinstance(e, Remove) and isinstance(e.anchor, cst.BaseStatement)}
+        if not removed:
+            continue
+        for edit in fix.edits:
+            if not isinstance(edit, Replace):
+                continue
+            line = index.statement_of(edit.anchor)
+            block = index.parents.get(line)
+            if not isinstance(line, cst.SimpleStatementLine) or line in removed or not isinstance(block, BODY_OWNERS):
+                continue
+            if len(line.body) != 1 or edit.anchor not in (line.body[0], getattr(line.body[0], "value", None)):
+                continue
+            body = list(block.body)
+            at = next(k for k, statement in enumerate(body) if statement is line)
+            if (at > 0 and body[at - 1] in removed) or (at + 1 < len(body) and body[at + 1] in removed):
+                ends.add(line)
+    return ends
+
+
 class _Apply(cst.CSTTransformer):
-    def __init__(self, edits: list[Edit], index: TreeIndex) -> None:
+    def __init__(self, edits: list[Edit], index: TreeIndex, run_ends: set[cst.CSTNode] = frozenset()) -> None:
         super().__init__()
+        self.run_ends = run_ends
         self.at: dict[cst.CSTNode, list[Edit]] = {}
         self.blocks: dict[cst.CSTNode, list[Edit]] = {}  # block -> the edits of its statements
         self.around: set[cst.CSTNode] = set()  # nodes with an edit at or below them
@@ -421,6 +451,12 @@ class _Apply(cst.CSTTransformer):
             if isinstance(edit, Move) and index.parents.get(edit.to) is not block:
                 self.blocks.setdefault(index.parents.get(edit.to), []).append(edit)
             node = edit.anchor
+            while node is not None and node not in self.around:
+                self.around.add(node)
+                node = index.parents.get(node)
+        for line in run_ends:
+            self.blocks.setdefault(index.parents.get(line), [])
+            node = line
             while node is not None and node not in self.around:
                 self.around.add(node)
                 node = index.parents.get(node)
@@ -505,8 +541,16 @@ class _Apply(cst.CSTTransformer):
         gap: list[cst.EmptyLine] = []
         for statement, new in zip(original.body, updated.body):
             core = [] if statement in removed else self.items.get(statement, [new])
-            if not core and _has_comments(statement) and statement not in uncommented:
-                carried.extend(statement.leading_lines)
+            if statement in self.run_ends and core == [new]:
+                # its comments described the run the fix replaced
+                new = core[0] = new.with_changes(
+                    leading_lines=_detached(new.leading_lines),
+                    trailing_whitespace=new.trailing_whitespace.with_changes(
+                        whitespace=cst.SimpleWhitespace(""), comment=None
+                    ),
+                )
+            if not core and statement not in uncommented and _has_comments(statement, detached=True):
+                carried.extend(_detached(statement.leading_lines))
             elif not core and not before.get(statement) and not after.get(statement):
                 gap = gap or split_blank(statement.leading_lines)[0]
                 segments.append([])
@@ -559,8 +603,18 @@ def _as_statements(result: Replacement) -> list[cst.BaseStatement]:
     return [result]
 
 
-def _has_comments(statement: cst.BaseStatement) -> bool:
-    return any(line.comment is not None for line in statement.leading_lines)
+def _has_comments(statement: cst.BaseStatement, detached: bool = False) -> bool:
+    """Has the statement comment lines above it (`detached`: set apart by a blank line)?"""
+    lines = _detached(statement.leading_lines) if detached else statement.leading_lines
+    return any(line.comment is not None for line in lines)
+
+
+def _detached(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """The lines above a statement up to its last blank line: the comment lines after it
+    are the statement's own."""
+    lines = list(lines)
+    last_blank = max((k for k, line in enumerate(lines) if line.comment is None), default=-1)
+    return lines[: last_blank + 1]
 
 
 def split_blank(lines: Sequence[cst.EmptyLine]) -> tuple[list, list]:

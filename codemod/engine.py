@@ -10,9 +10,11 @@
 A rule that must see another rule's fixes applied declares it (`Rule.AFTER`).
 Every rule runs in the first pass; where a rule it waits for has a fix there,
 its findings of that pass are dropped and it runs again on the rewritten file.
-So the number of passes is bounded by the longest chain of such declarations,
-and a file whose earlier rules fix nothing takes one pass. The engine never
-writes files (codemod.files does).
+Those passes make a round; a round whose fixes changed the file is followed by
+another round of every rule on the result, until the file stops changing (at
+most MAX_ROUNDS), so that one run does what a second `perfmod apply` would. A
+file without fixes takes one pass. The engine never writes files (codemod.files
+does).
 """
 
 from __future__ import annotations
@@ -48,10 +50,17 @@ from codemod.suppression import is_suppressed, suppressions
 from codemod.syntax import compile_error, running_python
 from codemod.writeback import written
 
+NUMBER = re.compile(r"\d+")
 LIBCST_ERROR_AT = re.compile(r"\berror at (\d+):(\d+)")
 RUNTIME_PACKAGE = "runtime"
 # perfmod's runtime says so in its docstring; a project's own `runtime` does not.
 RUNTIME_MARK = "What rewritten training code calls"
+# Rounds of every rule until the file stops changing: the last one only reports what it
+# would still fix (ruff's --fix makes rounds the same way).
+MAX_ROUNDS = 5
+# A rewritten line maps to the original line it is most like, in a changed run of at most
+# SIMILAR_RUN lines, when at least this like it (difflib's ratio).
+SIMILAR, SIMILAR_RUN = 0.4, 200
 
 # -- parsing ------------------------------------------------------------------------------
 
@@ -267,41 +276,151 @@ def _run(
     that text was checked to keep the file's bytes outside what the fixes replaced (see
     codemod.writeback). A later pass analyses the rewritten tree itself; where an edit put one
     node in two places, the statements holding it are cloned first (each place gets a
-    node of its own). The project files the analysis read go into `dependencies` (path -> Stamp)."""
+    node of its own). The project files the analysis read go into `dependencies` (path -> Stamp).
+
+    The rules run in rounds until the file stops changing (a fixed point, as a second
+    `perfmod apply` would find it): a round whose fixes changed the file is followed by
+    another round of every rule on the rewritten file, at most `MAX_ROUNDS` in all. A
+    finding a later round reports again (same rule, same line of the original file) is
+    the same finding, counted once: fixed there, it is applied. A file without fixes
+    takes one round."""
     passes(active)  # a cycle of AFTER declarations is an error before any work
-    findings: list[Finding] = []
     original = _text(module, data)
     checked = original.encode(module.encoding) == data
     current, code, context = module, original, None
-    pending = list(active)
-    while pending:
-        candidates = [rule for rule in pending if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
-        if not candidates:
+    tally = _Tally()
+    for round_number in range(1, MAX_ROUNDS + 1):
+        final = round_number == MAX_ROUNDS  # its fixes are reported, not made
+        start = code
+        pending = list(active)
+        while pending:
+            candidates = [rule for rule in pending if not rule.REQUIRES or any(text in code for text in rule.REQUIRES)]
+            if not candidates:
+                break
+            if context is None:
+                context = _context(current, code, module.encoding, path, settings)
+                current = context.module
+            outcome = _run_pass(context, candidates, pending)
+            if dependencies is not None:
+                dependencies.update((stamp.path, stamp) for stamp in outcome.dependencies)
+            if code is not original:  # a later pass: its lines are the rewritten file's
+                outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
+            if final and outcome.module is not current:  # the file did not stop changing
+                tally.add(outcome, later=True, unsettled=True)
+                break
+            tally.add(outcome, later=round_number > 1)
+            if outcome.module is not current:
+                code, verified = written(outcome.module, context)
+                checked = checked and verified
+                current, context = outcome.module, None
+            pending = outcome.waiting
+        if code is start:
             break
-        if context is None:
-            index = TreeIndex(current)
-            if not index.unique:  # each place of a node gets a node of its own
-                shared = index.shared_statements()
-                body = [s.deep_clone() if k in shared else s for k, s in enumerate(current.body)]
-                current = current.with_changes(body=body)
-                index = TreeIndex(current)
-            if not index.unique:
-                current = parse(code.encode(module.encoding))
-                index = TreeIndex(current)
-            context = FileContext(current, path, settings, code, index)
-        outcome = _run_pass(context, candidates, pending)
-        if dependencies is not None:
-            dependencies.update((stamp.path, stamp) for stamp in outcome.dependencies)
-        if code is not original:  # a later pass: its lines are the rewritten file's
-            outcome.findings = _map_lines(outcome.findings, code.splitlines(), original.splitlines())
-        findings.extend(outcome.findings)
-        if outcome.module is not current:
-            code, verified = written(outcome.module, context)
-            checked = checked and verified
-            current, context = outcome.module, None
-        pending = outcome.waiting
+    findings = tally.result()
     findings.sort(key=lambda f: (f.line, f.column, f.code))
     return findings, None if code is original else code, checked
+
+
+def _context(current: cst.Module, code: str, encoding: str, path: str, settings: Settings) -> FileContext:
+    """The analyses of `current`, whose text is `code`; each place of a node gets a node of its own."""
+    index = TreeIndex(current)
+    if not index.unique:
+        shared = index.shared_statements()
+        body = [s.deep_clone() if k in shared else s for k, s in enumerate(current.body)]
+        current = current.with_changes(body=body)
+        index = TreeIndex(current)
+    if not index.unique:
+        current = parse(code.encode(encoding))
+        index = TreeIndex(current)
+    return FileContext(current, path, settings, code, index)
+
+
+def _unsettled(finding: Finding) -> Finding:
+    """A fix of the last round the engine allows: the file did not stop changing."""
+    why = f"not fixed in this run: the fixes did not settle in {MAX_ROUNDS - 1} rounds; run perfmod again to fix it"
+    return replace(finding, applied=False, fix_lines=(), message=f"{finding.message} ({why})")
+
+
+class _Tally:
+    """The findings of every round, each counted once. A finding of a later round that an
+    earlier one reported (same rule, and the same original line or the same message but
+    for its numbers) updates it: its fix made there. A fix the conflict plan left for
+    another run that no later round makes was made moot by the fix that removed its code:
+    it says so."""
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self.deferred: dict[int, tuple[str, str]] = {}  # index -> (rule's message, why it waited)
+        self.settled = True  # False: the last round's fixes were left undone
+
+    def add(self, outcome: _Outcome, later: bool, unsettled: bool = False) -> None:
+        """The findings of a pass. `unsettled`: the pass of the last round, whose fixes are
+        not made (each stays a finding of its own, to fix in another run)."""
+        self.settled = self.settled and not unsettled
+        unmatched = set(range(len(self.findings))) if later else set()
+        for k, finding in enumerate(outcome.findings):
+            message = outcome.deferred[k][0] if k in outcome.deferred else finding.message
+            pool = unmatched
+            if unsettled and finding.applied:
+                pool = {m for m in unmatched if not self.findings[m].applied}
+                finding = _unsettled(finding)
+            at = self._match(finding, message, pool)
+            if at is None:
+                if k in outcome.deferred:
+                    self.deferred[len(self.findings)] = outcome.deferred[k]
+                self.findings.append(finding)
+                continue
+            unmatched.discard(at)
+            earlier = self.findings[at]
+            if unsettled and not finding.applied and finding.fixable and not earlier.applied:
+                self.findings[at] = replace(earlier, message=finding.message, fixable=True)
+            else:
+                self.findings[at] = _merged(earlier, finding)
+            if self.findings[at].applied:
+                self.deferred.pop(at, None)
+
+    def _match(self, finding: Finding, message: str, pool: set[int]) -> int | None:
+        """The earlier finding in `pool` that `finding` (its rule's own message `message`) is."""
+        same = [m for m in sorted(pool) if self.findings[m].code == finding.code]
+        exact = [m for m in same if self.findings[m].line == finding.line]
+        if exact:
+            return min(exact, key=lambda m: self.findings[m].applied)
+        shape = _numberless(message)
+        alike = [m for m in same if _numberless(self.deferred.get(m, (self.findings[m].message,))[0]) == shape]
+        return min(alike, key=lambda m: abs(self.findings[m].line - finding.line), default=None)
+
+    def result(self) -> list[Finding]:
+        if not self.settled:
+            return self.findings
+        findings = list(self.findings)
+        for at, (message, why) in self.deferred.items():
+            if not findings[at].applied:
+                findings[at] = replace(findings[at], message=f"{message} (not fixed: {why})")
+        return findings
+
+
+def _numberless(message: str) -> str:
+    """A message without its numbers (the lines it names move when the file is rewritten)."""
+    return NUMBER.sub("#", message)
+
+
+def _merged(earlier: Finding, later: Finding) -> Finding:
+    """One finding reported by two rounds: the earlier one, which speaks of the original
+    file's lines, unless the later one made its fix (then that fix, where the earlier one
+    points), and the lines of every fix made for it."""
+    if earlier.applied:
+        return replace(earlier, fix_lines=tuple(sorted({*earlier.fix_lines, *later.fix_lines})))
+    if not later.applied:
+        return earlier
+    return replace(
+        earlier,
+        message=later.message,
+        fixable=later.fixable,
+        applied=later.applied,
+        fix_lines=later.fix_lines,
+        fixed_by=later.fixed_by,
+        level=later.level,
+    )
 
 
 def _text(module: cst.Module, data: bytes) -> str:
@@ -320,6 +439,8 @@ class _Outcome:
     module: cst.Module
     waiting: list[type[Rule]]  # rules to run again on the rewritten module
     dependencies: list = field(default_factory=list)  # project files read (codemod.analysis.project.Stamp)
+    # Findings whose fix the conflict plan left for a later round: index -> (message, why)
+    deferred: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequence[type[Rule]]) -> _Outcome:
@@ -367,7 +488,9 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
         replace(finding, fixed_by=plan.settled[key].code) if key in plan.settled else finding
         for key, finding in enumerate(findings)
     ]
-    return _Outcome(findings, new_module, [rule for rule in pending if rule in waiting], project_dependencies(context))
+    deferred = {key: (reports[key][0].message, why) for key, why in plan.reasons.items()}
+    waiting_rules = [rule for rule in pending if rule in waiting]
+    return _Outcome(findings, new_module, waiting_rules, project_dependencies(context), deferred)
 
 
 def _waiting(pending: Sequence[type[Rule]], fixing: set[str]) -> set[type[Rule]]:
@@ -794,11 +917,28 @@ def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return run[::-1]
 
 
+def _likeliest(line: str, run: list[str]) -> int | None:
+    """The line of `run` (original lines a change replaced) that `line`, one of the lines
+    that replaced them, was most likely rewritten from; None when none is like it."""
+    if len(run) > SIMILAR_RUN:
+        return None
+    text = line.strip()
+    matcher = difflib.SequenceMatcher(None, b=text, autojunk=False)
+    best, chosen = SIMILAR, None
+    for k, candidate in enumerate(run):
+        matcher.set_seq1(candidate.strip())
+        if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
+            ratio = matcher.ratio()
+            if ratio > best:
+                best, chosen = ratio, k
+    return chosen
+
+
 def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str]) -> list[Finding]:
     """Findings of a later pass, moved from the lines of the rewritten file to the
-    original's: an unchanged line maps to itself, the lines of a changed run to the
-    original run's lines in order (its last line for lines the change added), an
-    inserted line to the original line after it."""
+    original's: an unchanged line maps to itself, a line of a changed run to the line of
+    the original run it is most like (`_likeliest`), else to the run's lines in order (its
+    last line for lines the change added), an inserted line to the original line after it."""
     # Only the part between the common first and last lines is compared (difflib is
     # quadratic in what it compares; the rest maps to itself).
     head = 0
@@ -813,7 +953,8 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     runs = _runs(original[head : len(original) - tail], rewritten[head : len(rewritten) - tail])
     for i1, i2, j1, j2 in runs:
         for offset, j in enumerate(range(j1, j2)):
-            table[head + j + 1] = head + i1 + min(offset, max(i2 - i1 - 1, 0)) + 1
+            k = _likeliest(rewritten[head + j], original[head + i1 : head + i2]) if i2 - i1 > 1 else None
+            table[head + j + 1] = head + i1 + (min(offset, max(i2 - i1 - 1, 0)) if k is None else k) + 1
     last = len(original)
 
     def moved(line: int) -> int:

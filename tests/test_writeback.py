@@ -128,10 +128,12 @@ def parses(monkeypatch, first: str, second: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("first, second", TWO_PASSES)
 def test_a_later_pass_does_not_parse_the_rewritten_text_again(monkeypatch, first, second):
-    assert parses(monkeypatch, first, second) == (1, 2)
+    parsed, passes = parses(monkeypatch, first, second)
+    assert parsed == 1 and passes >= 2
 
 
 @pytest.mark.parametrize("first, second", TWO_PASSES)
 def test_without_the_clones_the_later_pass_would_parse_again(monkeypatch, first, second):
     monkeypatch.setattr(TreeIndex, "shared_statements", lambda self: set())
-    assert parses(monkeypatch, first, second) == (2, 2)
+    parsed, passes = parses(monkeypatch, first, second)
+    assert parsed == passes >= 2  # every later pass

@@ -192,11 +192,12 @@ class BatchCopiedInTheStep(Rule):
             _imported(PREAMBLE + "for x, y in DevicePrefetcher(loader, device):\n" + STEP),
         ),
         Invalid(
-            PREAMBLE + "for step, (x, y) in enumerate(loader):\n    opt.zero_grad()\n    # to the GPU\n"
-            "    x = x.to(device)\n    y = y.to(device)\n" + STEP,
+            PREAMBLE + "for step, (x, y) in enumerate(loader):\n    # a fresh step\n    opt.zero_grad()\n"
+            "    # move data to the same device\n    x = x.to(device)\n    y = y.to(device)  # targets too\n"
+            "    # forward\n" + STEP,
             _imported(
                 PREAMBLE + "for step, (x, y) in enumerate(DevicePrefetcher(loader, device)):\n"
-                "    opt.zero_grad()\n    # to the GPU\n" + STEP
+                "    # a fresh step\n    opt.zero_grad()\n    # forward\n" + STEP
             ),
             "through enumerate, copies after a statement that does not touch the batch",
         ),

@@ -109,20 +109,10 @@ def test_the_rewrite_is_the_torchrun_target_and_stays_as_it_is():
 
 
 def converges_with_every_rule(path: Path):
-    """All rules and PM601 at level unsafe: one run applies everything, a second finds nothing.
-    Where a rule still replaces whole statements with new code instead of editing inside
-    them (so that the other rules alone need a second run on this file, or its fix discards
-    code PM601 edits), the test cannot hold yet: xfail, with the rule named."""
+    """All rules and PM601 at level unsafe: one run applies everything, a second finds nothing."""
     data = path.read_bytes()
-    others = Settings(select=tuple(rule.CODE for rule in ALL_RULES if rule.CODE != "PM601"), level=Level.UNSAFE)
-    alone = [f for f in process_source(data, str(path), others).findings if "run perfmod again" in f.message]
-    if alone:
-        pytest.xfail(f"without PM601 too, {len(alone)} fixes wait for a second run: {alone[0].message[-160:]}")
     first = process_source(data, str(path), EVERY_RULE)
     assert first.error is None, first.error
-    discarded = [f for f in first.findings if f.code == "PM601" and "removes or rewrites this code" in f.message]
-    if discarded:  # a rule that replaces a whole statement with new code, rather than editing in it
-        pytest.xfail(f"another rule's fix discards code PM601 edits: {discarded[0].message[-120:]}")
     assert not [f.message for f in first.findings if "run perfmod again" in f.message]
     compile(first.new_source, "rewritten.py", "exec")
     second = process_source(first.new_source, str(path), EVERY_RULE)
