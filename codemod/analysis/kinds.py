@@ -50,6 +50,7 @@ from codemod.analysis.torch_facts import (
     HOST_ONLY_FACTORIES,
     LIST_BUILDERS,
     LOSS_MODULES,
+    MODULE_METHODS_IN_PLACE,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
     PASS_THROUGH_ITERABLES,
@@ -159,21 +160,7 @@ DTYPE_NAME = re.compile(r"^(dtype|\w+_dtype)$")
 DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
 ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
 LOOPS = (cst.For, cst.While)
-CONTAINERS = (Kind.TENSOR, Kind.BATCH)
-# Module methods that neither move it nor hand it out.
-STAYING = {
-    "eval",
-    "train",
-    "parameters",
-    "named_parameters",
-    "buffers",
-    "named_buffers",
-    "state_dict",
-    "zero_grad",
-    "forward",
-    "extra_repr",
-    "requires_grad_",
-}  # what a list, tuple or dict of them is: a batch
+CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is: a batch
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 
@@ -740,7 +727,11 @@ class Kinds:
             parent = self.parents.get(access.node)
             if isinstance(parent, cst.Call) and parent.func is access.node:
                 continue
-            if isinstance(parent, cst.Attribute) and parent.value is access.node and parent.attr.value in STAYING:
+            if (
+                isinstance(parent, cst.Attribute)
+                and parent.value is access.node
+                and parent.attr.value in MODULE_METHODS_IN_PLACE
+            ):
                 continue
             return False
         return True

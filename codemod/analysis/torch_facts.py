@@ -175,6 +175,14 @@ MODULE_METHODS = set(
         "configure_optimizers save_pretrained no_sync"
     ).split()
 )
+# Module methods that neither move the module nor hand it out: a model's place is the same
+# after `model.compile()` (which compiles its forward in place) as before.
+MODULE_METHODS_IN_PLACE = frozenset(
+    (
+        "eval train compile parameters named_parameters buffers named_buffers state_dict zero_grad "
+        "forward extra_repr requires_grad_"
+    ).split()
+)
 BUILTIN_PREFIXES = ("builtins.",)
 
 # -- Python ----------------------------------------------------------------------------------

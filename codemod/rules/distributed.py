@@ -6,6 +6,7 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for, returned_values
+from codemod.analysis.loaders import LOOKS_THROUGH
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
@@ -16,7 +17,9 @@ DATALOADER = "torch.utils.data.DataLoader"
 PRINT = ("builtins.print", "print")
 TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange")
 # Iterables whose items are their first argument's.
-PASS_THROUGH = ("enumerate", "builtins.enumerate", "iter", "builtins.iter", *TQDM)
+# What a loop may iterate for the batches of a DataLoader: its items are the loader's (a
+# DevicePrefetcher is what PM103 writes).
+PASS_THROUGH = ("enumerate", "builtins.enumerate", *TQDM, *LOOKS_THROUGH)
 LOGGING_METHODS = {"info", "debug"}
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 BATCH_SIZE_AT, SHUFFLE_AT, SAMPLER_AT, BATCH_SAMPLER_AT = 1, 2, 3, 4

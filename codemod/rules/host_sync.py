@@ -254,6 +254,15 @@ class PerStepHostSync(Rule):
 
     VALID = [
         Valid(
+            "import torch\nimport torch.nn.functional as F\ndevice = torch.device('cpu')\n"
+            "model = torch.nn.Linear(4, 1).to(device)\nmodel.compile()\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nrunning = 0.0\n"
+            "for x, y in [(torch.randn(8, 4), torch.randn(8, 1))] * 4:\n"
+            "    loss = F.mse_loss(model(x.to(device)), y.to(device))\n    loss.backward()\n    opt.step()\n"
+            "    opt.zero_grad()\n    running += loss.item()\n",
+            "the model stays on the CPU: compiling it in place does not move it",
+        ),
+        Valid(
             PREAMBLE
             + "for step, (x, y) in enumerate(loader):\n"
             + STEP
