@@ -11,6 +11,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, Kind, Place
 from codemod.analysis.lengths import Lengths
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
+from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
@@ -296,6 +297,21 @@ class LoopInvariantTokenization(Rule):
             "    lengths.append(len(ids))\n" + STEP,
             "reads the loop variable",
         ),
+        Valid(
+            PREAMBLE + "def divisible_by(num, den):\n    return (num % den) == 0\n"
+            "ids = torch.tensor([[1, 2, 3]])\nfor step in range(300):\n" + STEP + "    if divisible_by(step, 100):\n"
+            "        sample = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n        print(model(sample).sum())\n",
+            "tokenized every 100 steps, under a helper that tests the counter: not every step",
+        ),
+        Valid(
+            PREAMBLE
+            + "ids = torch.tensor([[1, 2, 3]])\nfor i in range(300):\n"
+            + STEP
+            + "    if i != 0 and i % 100 == 0:\n"
+            "        start = torch.ones((1, 1)).long().cuda()\n"
+            "        sample = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n        print(start, sample)\n",
+            "copied and tokenized every 100 steps but the first: not every step",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -523,6 +539,8 @@ class LoopInvariantTokenization(Rule):
         for call in self._index.find(cst.Call, within=loop.body):
             if id(call) in self._reported or not self._tokenizes(call, 0) or self._in_hoisted(call, hoists):
                 continue
+            if periodic(self.context).guard(call, loop) is not None:
+                continue  # every few steps (`if step % 100 == 0:`), not on every step
             self._reported.add(id(call))
             spelled = self.context.source(call.func)
             varies = self._variance(call, loop, {})
@@ -748,6 +766,8 @@ class LoopInvariantTokenization(Rule):
         kinds = self.context.kinds
         for call in self._index.find(cst.Call, within=loop.body):
             if id(call) in self._reported or method_name(call) not in ("to", "cuda") or self._in_hoisted(call, hoists):
+                continue
+            if periodic(self.context).guard(call, loop) is not None:
                 continue
             copy = kinds.copy_of(call)
             if (
