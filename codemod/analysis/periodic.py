@@ -8,6 +8,7 @@ steps, under a test on the step counter:
     if step > 0 and step % eval_every == 0:      # and-ed with anything
     if step % 250 == 0 or last_step:             # or-ed with a rare flag
     if divisible_by(i, validate_every):          # a helper returning such a test
+    if should_log:                               # a name the loop binds to such a test
 
 - `period(test, loop)`: the `N` of such a test (the right operand of its `%`, in
   the caller's terms when a helper computes it), or None when `test` holds on
@@ -100,7 +101,17 @@ class Periodic:
             return self._modulus(test, loop, params)  # `if step % N:` every step but one in N
         if isinstance(test, cst.Call) and depth < MAX_DEPTH:
             return self._helper(test, loop, params, context, depth)
+        if isinstance(test, cst.Name) and params is None and loop is not None:
+            return self._flag(test, loop, depth)
         return None
+
+    def _flag(self, name: cst.Name, loop, depth: int) -> cst.BaseExpression | None:
+        """`should_log` bound in the loop, every binding to a periodic test."""
+        values = self.context.bindings.values(name)
+        if not values or not all(self.index.inside(v, loop) for v in values):
+            return None
+        found = [self._period(v, loop, None, self.context, depth + 1) for v in values]
+        return found[0] if all(f is not None for f in found) else None
 
     def _modulus(self, expr, loop, params: dict | None) -> cst.BaseExpression | None:
         """`N` of `counter % N` (parentheses, `counter + 1`) on a counter of `loop`."""

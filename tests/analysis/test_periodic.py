@@ -73,6 +73,27 @@ def test_a_counter_the_loop_increments_counts():
     assert guard_test(code) == "iter_num % eval_interval == 0"
 
 
+def test_a_flag_the_loop_binds_to_a_periodic_test_is_periodic():
+    code = """\
+        for step in range(1000):
+            train()
+            should_log = step % 10 == 0
+            if master and should_log:
+                marked()
+        """
+    assert guard_test(code) == "master and should_log"
+
+
+def test_a_flag_bound_before_the_loop_is_the_same_on_every_iteration():
+    code = """\
+        should_log = step % 10 == 0
+        for step in range(1000):
+            if should_log:
+                marked()
+        """
+    assert guard_test(code) is None
+
+
 def test_an_attribute_counter_counts():
     code = """\
         for batch in loader:
