@@ -39,6 +39,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import is_main_guard, kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     AUTOCAST_NAMES,
@@ -1071,13 +1072,9 @@ class Training:
                 if node is loop:
                     break
                 if isinstance(node, cst.If):
-                    found = [
-                        b
-                        for b in self.index.find(cst.BinaryOperation, within=node.test)
-                        if isinstance(b.operator, cst.Modulo)
-                    ]
-                    if found:
-                        guard, modulus = node, found[0].right
+                    found = periodic(self.context).period(node.test, loop)
+                    if found is not None:
+                        guard, modulus = node, found
                         break
         micro_loop = None
         for backward in backwards:

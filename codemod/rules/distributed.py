@@ -9,6 +9,7 @@ from codemod.analysis.bindings import argument_for, returned_values
 from codemod.analysis.loaders import LOOKS_THROUGH
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
+from codemod.analysis.periodic import periodic
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -1797,7 +1798,7 @@ class _Planner:
         return None
 
     def _is_modulo(self, test: cst.BaseExpression) -> bool:
-        return any(isinstance(b.operator, cst.Modulo) for b in self.index.find(cst.BinaryOperation, within=test))
+        return periodic(self.context).is_periodic(test, self.loop.loop)
 
     def _rebound_between(self, test: cst.BaseExpression, statements) -> bool:
         read = {n.value for n in names_read(test)}

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemod.analysis.periodic import periodic
 from codemod.edits import Remove
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -255,13 +256,8 @@ class MemoryCleanupInStepLoop(Rule):
                 return
         if conditions is None:
             return  # clean-up after an error, not on every step
-        if any(
-            self.context.index.find(cst.BinaryOperation, within=c.test)
-            and any(
-                isinstance(b.operator, cst.Modulo) for b in self.context.index.find(cst.BinaryOperation, within=c.test)
-            )
-            for c in conditions
-        ):
+        # In a function the loop calls, the counter is a parameter: any counter will do.
+        if any(periodic(self.context).is_periodic(c.test, step_loop) for c in conditions):
             self.report(
                 node,
                 f"{spelled} runs every few steps in the training loop{through} and {COSTS[spelled]}; "

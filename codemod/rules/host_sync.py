@@ -11,6 +11,7 @@ from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
+from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import reads_of
 from codemod.analysis.torch_facts import ALL_LOSS_FUNCTIONS, GRAD_NORMS, PURE_BUILTINS, SHARING_METHODS, SYNC_METHODS
 from codemod.edits import Edit, InsertBefore, Remove, Replace
@@ -291,6 +292,21 @@ class PerStepHostSync(Rule):
             + STEP.replace("    ", "        ")
             + "        def show():\n            print(loss.item())\n",
             "nested function: runs elsewhere",
+        ),
+        Valid(
+            PREAMBLE
+            + "def divisible_by(num, den):\n    return (num % den) == 0\n"
+            + "for i, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    if divisible_by(i, 10):\n        print(f'validation loss: {loss.item():.4f}')\n",
+            "read every 10 steps, under a helper that tests the counter",
+        ),
+        Valid(
+            PREAMBLE
+            + "for i, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    if i != 0 and i % 10 == 0:\n        print(loss.item())\n",
+            "read every 10 steps but the first",
         ),
     ]
     INVALID = [
@@ -826,16 +842,7 @@ class _StepLoop:
     def log_branch(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> cst.If | None:
         """The outermost `if` inside `within` (the step loop by default) whose body holds
         `node` and whose test is periodic (`step % N == 0`)."""
-        within = within if within is not None else self.loop
-        found = None
-        child = node
-        for ancestor in self.a.ancestors(node):
-            if ancestor is within or isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                break
-            if isinstance(ancestor, cst.If) and child is ancestor.body and _periodic(ancestor.test):
-                found = ancestor
-            child = ancestor
-        return found
+        return periodic(self.a.context).guard(node, within if within is not None else self.loop)
 
     def suppressed_in(self, sync: cst.Call) -> set[int]:
         """{id(sync)} when `# perfmod: ignore[PM404]` is on its line."""
@@ -1261,7 +1268,11 @@ class _StepLoop:
         if statement is None or list(block.body).index(statement) <= list(block.body).index(line):
             return None
         for node in reversed(path):
-            if isinstance(node, cst.If) and _periodic(node.test) and self.a.inside(use, node.body):
+            if (
+                isinstance(node, cst.If)
+                and periodic(self.a.context).is_periodic(node.test, self.loop)
+                and self.a.inside(use, node.body)
+            ):
                 return node
             if not isinstance(node, (cst.If, cst.Else, cst.IndentedBlock, cst.SimpleStatementSuite)):
                 return None
@@ -1972,15 +1983,6 @@ def _new_tensor(tensor: cst.BaseExpression) -> bool:
         return False
     method = method_name(tensor)
     return method is None or method not in SHARING_METHODS
-
-
-def _periodic(test: cst.BaseExpression) -> bool:
-    """A test with a modulo (`step % N == 0`): true every N steps, not every step."""
-    return any(
-        not isinstance(op.left, STRINGS)
-        for op in m.findall(test, m.BinaryOperation(operator=m.Modulo()))
-        if isinstance(op, cst.BinaryOperation)
-    )
 
 
 def _constant(value: cst.BaseExpression | None) -> bool:

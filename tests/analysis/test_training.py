@@ -403,6 +403,22 @@ def test_accumulation_with_guarded_step(division, backward, divisor):
     assert [training.code(c) for c in loop.clips] == ["clip_grad_norm_(model.parameters(), 1.0)"]
 
 
+def test_accumulation_guarded_by_a_helper_of_the_file():
+    loop, training = only_loop(
+        "def divisible_by(num, den):\n    return (num % den) == 0\n"
+        "model = Net().to(device)\nopt = torch.optim.AdamW(model.parameters())\naccum = 4\n"
+        "for i, (x, y) in enumerate(loader):\n"
+        "    loss = model(x).mean() / accum\n"
+        "    loss.backward()\n"
+        "    if divisible_by(i + 1, accum):\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    )
+    acc = loop.accumulation
+    assert training.code(acc.steps) == "accum" and acc.division is not None
+    assert training.code(acc.step_guard.test) == "divisible_by(i + 1, accum)"
+
+
 def test_division_by_a_non_count_is_not_accumulation():
     loop, _ = only_loop(
         """\

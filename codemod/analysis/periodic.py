@@ -1,0 +1,206 @@
+"""Which tests make code in a loop run only on some of its iterations.
+
+Training loops log, evaluate, sample and step accumulated gradients every few
+steps, under a test on the step counter:
+
+    if step % 100 == 0:                          # also `not step % 100`, `== every - 1`
+    if (i + 1) % accum_steps == 0:               # also `!= 0` (`continue` the others)
+    if step > 0 and step % eval_every == 0:      # and-ed with anything
+    if step % 250 == 0 or last_step:             # or-ed with a rare flag
+    if divisible_by(i, validate_every):          # a helper returning such a test
+    if should_log:                               # a name the loop binds to such a test
+
+- `period(test, loop)`: the `N` of such a test (the right operand of its `%`, in
+  the caller's terms when a helper computes it), or None when `test` holds on
+  every iteration as far as the code shows;
+- `is_periodic(test, loop)`: `period(test, loop) is not None`;
+- `guard(node, loop)`: the outermost `if` between `node` and `loop` (not beyond a
+  `def`) whose body holds `node` and whose test is periodic: `node` runs only on
+  some iterations of `loop`.
+
+The counter is a name the loop binds (its target, `step += 1`, ...) or an
+attribute (`self.step`, `state.global_step`); a name the loop never binds
+(`epoch` in a loop over batches) takes the same value on every iteration, so a
+test on it holds on all of them or on none. A helper is a function of this file
+or of a project module whose body returns such a test of its parameters
+(`return (num % den) == 0`). A `%` whose left is a string formats text
+(`"%d" % step`): no period.
+
+Built once per file (FileContext.shared).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis.local_calls import local_calls
+from codemod.analysis.names import names_read
+from codemod.analysis.project import project_of
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+KEY = "periodic"
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+MAX_DEPTH = 4
+
+
+def periodic(context: FileContext) -> Periodic:
+    return context.shared(KEY, Periodic)
+
+
+class Periodic:
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self.index = context.index
+        self._bound: dict[int, set[str]] = {}
+
+    def is_periodic(self, test: cst.BaseExpression, loop: cst.CSTNode | None = None) -> bool:
+        return self.period(test, loop) is not None
+
+    def guard(self, node: cst.CSTNode, loop: cst.CSTNode | None) -> cst.If | None:
+        """The outermost `if` inside `loop` whose body holds `node` and whose test is periodic."""
+        found = None
+        child = node
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop or isinstance(ancestor, SCOPES):
+                break
+            if isinstance(ancestor, cst.If) and child is ancestor.body and self.is_periodic(ancestor.test, loop):
+                found = ancestor
+            child = ancestor
+        return found
+
+    def period(self, test: cst.BaseExpression, loop: cst.CSTNode | None = None) -> cst.BaseExpression | None:
+        """`N` of `step % N == 0` (and the other spellings above), or None."""
+        return self._period(test, loop, None, self.context, 0)
+
+    # -- the test ------------------------------------------------------------------------
+
+    def _period(self, test, loop, params: dict | None, context: FileContext, depth: int) -> cst.BaseExpression | None:
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self._modulus(test.expression, loop, params)
+        if isinstance(test, cst.BooleanOperation):
+            # `a and b` holds only where both do; `a or last_step` is taken for a rare extra step.
+            left = self._period(test.left, loop, params, context, depth + 1)
+            return left if left is not None else self._period(test.right, loop, params, context, depth + 1)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comparison = test.comparisons[0]
+            if isinstance(comparison.operator, (cst.Equal, cst.NotEqual)):
+                for side, other in ((test.left, comparison.comparator), (comparison.comparator, test.left)):
+                    if self._steady(other, loop):
+                        found = self._modulus(side, loop, params)
+                        if found is not None:
+                            return found
+            return None
+        if isinstance(test, cst.BinaryOperation):
+            return self._modulus(test, loop, params)  # `if step % N:` every step but one in N
+        if isinstance(test, cst.Call) and depth < MAX_DEPTH:
+            return self._helper(test, loop, params, context, depth)
+        if isinstance(test, cst.Name) and params is None and loop is not None:
+            return self._flag(test, loop, depth)
+        return None
+
+    def _flag(self, name: cst.Name, loop, depth: int) -> cst.BaseExpression | None:
+        """`should_log` bound in the loop, every binding to a periodic test."""
+        values = self.context.bindings.values(name)
+        if not values or not all(self.index.inside(v, loop) for v in values):
+            return None
+        found = [self._period(v, loop, None, self.context, depth + 1) for v in values]
+        return found[0] if all(f is not None for f in found) else None
+
+    def _modulus(self, expr, loop, params: dict | None) -> cst.BaseExpression | None:
+        """`N` of `counter % N` (parentheses, `counter + 1`) on a counter of `loop`."""
+        if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo)):
+            return None
+        if isinstance(expr.left, TEXT):
+            return None
+        if not self._counts(expr.left, loop, params):
+            return None
+        right = expr.right
+        if isinstance(right, cst.Name) and params is not None and right.value in params:
+            return params[right.value]
+        return right
+
+    def _counts(self, expr, loop, params: dict | None) -> bool:
+        """Does `expr` change from one iteration of `loop` to the next (a counter)?"""
+        while isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+            if _is_constant(expr.right):
+                expr = expr.left
+            elif _is_constant(expr.left):
+                expr = expr.right
+            else:
+                break
+        if isinstance(expr, cst.Name) and params is not None:
+            argument = params.get(expr.value)  # in a helper: what the caller passed
+            return argument is not None and self._counts(argument, loop, None)
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            return True  # `self.step`, `state["step"]`: the code may count anywhere
+        if isinstance(expr, cst.Name):
+            return loop is None or expr.value in self._bound_in(loop)
+        return isinstance(expr, cst.BinaryOperation)  # `epoch * n + i`
+
+    def _steady(self, expr, loop) -> bool:
+        """Is `expr` the same on every iteration of `loop` (`0`, `log_every - 1`)?"""
+        if loop is None:
+            return True
+        return not any(name.value in self._bound_in(loop) for name in names_read(expr))
+
+    def _bound_in(self, loop: cst.CSTNode) -> set[str]:
+        found = self._bound.get(id(loop))
+        if found is None:
+            found = self._bound[id(loop)] = self.context.bound_in(loop)
+        return found
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _helper(self, call: cst.Call, loop, params: dict | None, context: FileContext, depth: int):
+        """`divisible_by(i, every)` whose function returns `(num % den) == 0`."""
+        if any(arg.star or arg.keyword is not None for arg in call.args):
+            return None
+        function, context_of = None, context
+        if context is self.context:
+            function = local_calls(context).callee(call)
+            if function is None:
+                found = project_of(context).function(call.func)
+                if found is not None:
+                    function, context_of = found.node, found.context
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        returned = _sole_return(function)
+        if returned is None:
+            return None
+        names = [p.name.value for p in function.params.params]
+        if len(call.args) > len(names) or function.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+            return None
+        bound = {name: None for name in names}
+        for name, arg in zip(names, call.args, strict=False):
+            value = arg.value
+            if isinstance(value, cst.Name) and params is not None and value.value in params:
+                value = params[value.value]
+            bound[name] = value
+        return self._period(returned, loop, bound, context_of, depth + 1)
+
+
+def _is_constant(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Integer)
+
+
+def _sole_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The value of a function whose body is one `return <value>` (after a docstring)."""
+    body = function.body
+    lines = list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
+    smalls = []
+    for line in lines:
+        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return None
+        smalls.extend(line.body)
+    if smalls and isinstance(smalls[0], cst.Expr) and isinstance(smalls[0].value, cst.SimpleString):
+        smalls = smalls[1:]
+    if len(smalls) == 1 and isinstance(smalls[0], cst.Return) and smalls[0].value is not None:
+        return smalls[0].value
+    return None
