@@ -324,6 +324,16 @@ for i, x in enumerate(loader):
         opt.step()
         opt.zero_grad()
 """
+SAVE_WHOLE = """
+
+
+def checkpoint(path):
+    torch.save({"model": model, "steps": i}, path)
+    torch.save(model, path)
+
+
+checkpoint("model.pt")
+"""
 ACCUMULATION_TORCHRUN = """\
 import atexit
 import contextlib
@@ -385,6 +395,9 @@ class SingleProcessTraining(Rule):
       `logging.info` run on rank 0, `torch.save` only on rank 0, and
       `model.state_dict()` (and any other attribute DDP does not answer) reads
       `distributed.unwrap(model)`, so checkpoints keep the single-process keys;
+      a whole model saved (`torch.save(model, path)`, `{"model": model}`, in a
+      function that reads the script's `model` too) saves
+      `distributed.unwrap(model)`, the model and not its DDP wrapper;
     - where the loop draws random numbers itself (nanoGPT's `torch.randint`
       batches, noise) from a global generator the script seeds, each rank
       reseeds it with `seed + distributed.seed_offset()` before training (an
@@ -551,6 +564,14 @@ class SingleProcessTraining(Rule):
             ACCUMULATION,
             ACCUMULATION_TORCHRUN,
             "module level, `.cuda()`: setup() of its own and atexit; accumulation under no_sync()",
+        ),
+        Invalid(
+            ACCUMULATION + SAVE_WHOLE,
+            ACCUMULATION_TORCHRUN
+            + SAVE_WHOLE.replace("    torch.save(", "    if distributed.is_main():\n        torch.save(").replace(
+                "model,", "distributed.unwrap(model),"
+            ),
+            "a function that saves the whole model object the script wrapped: the module, not the DDP wrapper",
         ),
         Invalid(
             LOOP.replace(
@@ -2217,10 +2238,19 @@ class _Planner:
                             f"synchronises gradients only for calls of `{code}(...)` itself",
                         )
                     self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
-                elif isinstance(parent, cst.Arg) and parent.value is use:
-                    call = self.parents.get(parent)
-                    if isinstance(call, cst.Call) and self.names.is_(call.func, *TORCH_SAVES):
-                        self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
+                elif self._saved_whole(use):
+                    self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
+
+    def _saved_whole(self, use: cst.CSTNode) -> bool:
+        """Is the model object itself what `torch.save` pickles (`torch.save(model, path)`,
+        `torch.save({"model": model}, path)`)? After the wrap that would be the DDP wrapper."""
+        current, parent = use, self.parents.get(use)
+        while isinstance(parent, (cst.Element, cst.DictElement, cst.List, cst.Tuple, cst.Dict)):
+            if isinstance(parent, cst.DictElement) and parent.value is not current:
+                return False  # a key
+            current, parent = parent, self.parents.get(parent)
+        call = self.parents.get(parent) if isinstance(parent, cst.Arg) and parent.value is current else None
+        return isinstance(call, cst.Call) and self.names.is_(call.func, *TORCH_SAVES)
 
     def _after_anchor(self, use: cst.CSTNode, anchor: cst.CSTNode) -> bool:
         """Does `use` see the wrapped model: after the DDP wrap in its function, or in another method."""
@@ -2262,8 +2292,12 @@ class _Planner:
             return found
         function = scope if isinstance(scope, cst.FunctionDef) else None
         for node in self.index.find(cst.Name, within=scope):
-            if node.value != code or facts.function_of(self.context, node) is not function:
+            if node.value != code:
                 continue
+            if facts.function_of(self.context, node) is not function and not (
+                function is None and facts.reads_module_binding(self.context, node)
+            ):
+                continue  # another function's own `code`
             parent = self.parents.get(node)
             if isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
