@@ -611,14 +611,19 @@ def _built(module: _Module, classdef: cst.ClassDef) -> tuple[Built, ...]:
     todo, seen = [classdef], {classdef}
     while todo:
         current = todo.pop(0)
+        built = [base.value for base in current.bases]  # what a base class of the module builds counts too
         for call in context.index.find(cst.Call, within=current):
             text = context.source(call.func)
             site = Site(current.name.value, module.path, context.line(call), text if len(text) <= 80 else "")
             found.extend(Built(name, site) for name in sorted(context.names.may_name(call)))
-            inner = sole_definition(context.scopes, call.func, cst.ClassDef)
+            built.append(call.func)
+        for func in built:
+            inner = sole_definition(context.scopes, func, cst.ClassDef)
             if inner is not None and inner not in seen:
                 seen.add(inner)
                 todo.append(inner)
+            elif inner is None and module.project is not None:  # a class of another module of the project
+                found.extend(module.project.modules_built(func) or ())
     return tuple(found)
 
 

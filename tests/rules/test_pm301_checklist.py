@@ -301,9 +301,9 @@ if __name__ == "__main__":
 """
 
 
-def _project_script(tmp_path, cls: str, build: str):
+def _project_script(tmp_path, cls: str, build: str, nets: str = NETS):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    (tmp_path / "nets_for_pm301.py").write_text(NETS)
+    (tmp_path / "nets_for_pm301.py").write_text(nets)
     path = tmp_path / "train.py"
     path.write_text(TRAIN_WITH.format(cls=cls, build=build))
     settings = Settings(select=("PM301",), level=Level.NUMERIC)
@@ -332,3 +332,14 @@ def test_a_model_class_of_another_module_without_an_rnn_passed_to_the_training_f
     assert len(want) == 6 and not torch.equal(got, want)  # autocast did run
     assert max_relative_difference(got, want) < 2e-2
     monkeypatch.delitem(sys.modules, "nets_for_pm301", raising=False)
+
+
+def test_an_rnn_built_by_a_base_class_from_a_third_module_of_the_project_is_found(tmp_path):
+    (tmp_path / "cells_for_pm301.py").write_text(
+        "import torch.nn as nn\n\n\nclass Cell(nn.Module):\n"
+        "    def __init__(self, width):\n        super().__init__()\n        self.rnn = nn.LSTM(width, width)\n"
+    )
+    nets = "from cells_for_pm301 import Cell\n\n\nclass Stack(Cell):\n    pass\n"
+    result = _project_script(tmp_path, "Stack", "Stack(8)", nets=nets)
+    assert result.error is None and len(result.findings) == 1 and not result.findings[0].fixable
+    assert "`nn.LSTM` (cells_for_pm301.py:7), a cuDNN RNN" in result.findings[0].message
