@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment
+from libcst.metadata import Assignment, GlobalScope
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, names_read, sole_definition
@@ -260,6 +260,17 @@ def function_of(context: FileContext, node: cst.CSTNode) -> cst.FunctionDef | No
     """The function whose body holds `node` (None: module level)."""
     found = context.index.first_enclosing(node, FUNCTIONS)
     return found if isinstance(found, cst.FunctionDef) else None
+
+
+def reads_module_binding(context: FileContext, name: cst.Name) -> bool:
+    """Does `name`, read inside a function, read the module's own binding of it (the
+    function binds no such name: `torch.save(model, path)` in `def checkpoint(epoch):`
+    reads the script's `model`)?"""
+    scope = context.scopes.get(name)
+    if scope is None or function_of(context, name) is None:
+        return False
+    found = list(scope[name.value])
+    return bool(found) and all(isinstance(a.scope, GlobalScope) for a in found)
 
 
 def argument_of(context: FileContext, call: cst.Call, function: cst.FunctionDef, param: cst.Param):

@@ -12,6 +12,8 @@ from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource
 
 from codemod.analysis.scopes import Ordered, PerBindings, Span
 
+# The attribute `Names.may_name` writes for an attribute whose name is not a literal.
+ANY_ATTRIBUTE = "*"
 # Public re-exports that resolve to the same object as the path users spell.
 CANONICAL = {
     "torch.optim.adam.Adam": "torch.optim.Adam",
@@ -154,6 +156,22 @@ class Names:
         if not isinstance(attribute, str) or not attribute.isidentifier():
             return None
         return {CANONICAL.get(f"{owner}.{attribute}", f"{owner}.{attribute}") for owner in self.of(args[0].value)}
+
+    def may_name(self, node: cst.CSTNode) -> set[str]:
+        """The names `node` (an expression, or a call for the callee) may refer to: those of
+        `of`, and for `getattr(nn, rnn_type)`, whose attribute is not a literal, the pattern
+        `torch.nn.*` (any attribute of what `nn` names; see `torch_facts.autocast_float16`)."""
+        found = set(self.of(node))
+        for candidate in (node, node.func) if isinstance(node, cst.Call) else (node,):
+            if (
+                isinstance(candidate, cst.Call)
+                and len(candidate.args) in (2, 3)
+                and not any(arg.keyword is not None or arg.star for arg in candidate.args)
+                and self._attribute_named(candidate) is None
+                and self.is_(candidate.func, "builtins.getattr")
+            ):
+                found |= {f"{owner}.{ANY_ATTRIBUTE}" for owner in self.of(candidate.args[0].value)}
+        return found
 
     def local(self, node: cst.CSTNode) -> set[str]:
         """Names defined in this file (classes, functions, variables) the expression refers to."""

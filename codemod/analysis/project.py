@@ -145,6 +145,20 @@ class _Module:
                 found = statement
         return found
 
+    def class_def(self, name: str) -> cst.ClassDef | None:
+        """The top-level `class name` of this module (the last one wins); read from the
+        text first, so that a module that defines no such class is not parsed."""
+        if self._data is not None and not re.search(rb"\bclass\s+" + re.escape(name.encode()) + rb"\b", self._data):
+            return None
+        context = self.context
+        if context is None:
+            return None
+        found = None
+        for statement in context.module.body:
+            if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+                found = statement
+        return found
+
     def re_export(self, name: str) -> str | None:
         """The qualified name a top-level `from x import f [as name]` binds `name` to."""
         if not self.may_define(name):
@@ -256,6 +270,15 @@ class BatchUse:
     dataset_change: Site | None  # `dl.dataset.set_epoch(epoch)`: the loader's dataset changed on the way
 
 
+@dataclass(frozen=True)
+class Built:
+    """A module a project class builds: its qualified name (`torch.nn.LSTM`; `torch.nn.*`
+    for `getattr(nn, rnn_type)(...)`, a class of `torch.nn` picked at run time) and where."""
+
+    name: str
+    site: Site
+
+
 @dataclass
 class _Walk:
     """The summaries being computed on this thread's call chain (cycles, depth)."""
@@ -293,6 +316,25 @@ class Project:
             found = self._resolve(name, 0)
             if found is not None:
                 return found
+        return None
+
+    def modules_built(self, func: cst.BaseExpression) -> tuple[Built, ...] | None:
+        """The modules that the project class `func` names (`RNNModel` of `from model import
+        RNNModel`) builds in its methods, and those the classes of its module that it builds
+        build in turn; None when `func` names no class of the project."""
+        if self.folder is None:
+            return None
+        for name in sorted(self.context.names.of(func)):
+            path = self._module_path(name)
+            module = _load(path, self.context.settings) if path is not None else None
+            classdef = module.class_def(name.rpartition(".")[2]) if module is not None else None
+            if classdef is not None:
+                self._used[path] = module
+                return _summary(
+                    module,
+                    ("built", classdef.name.value),
+                    lambda module=module, classdef=classdef: _built(module, classdef),
+                )
         return None
 
     def imports_project(self) -> bool:
@@ -602,6 +644,30 @@ def _summary(module: _Module, key: tuple, compute):
 def _matrix_products(module: _Module, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
     context = module.context
     return context.training.matrix_products_in(node) if context is not None else None
+
+
+def _built(module: _Module, classdef: cst.ClassDef) -> tuple[Built, ...]:
+    from codemod.analysis.names import sole_definition
+
+    context = module.context
+    found: list[Built] = []
+    todo, seen = [classdef], {classdef}
+    while todo:
+        current = todo.pop(0)
+        built = [base.value for base in current.bases]  # what a base class of the module builds counts too
+        for call in context.index.find(cst.Call, within=current):
+            text = context.source(call.func)
+            site = Site(current.name.value, module.path, context.line(call), text if len(text) <= 80 else "")
+            found.extend(Built(name, site) for name in sorted(context.names.may_name(call)))
+            built.append(call.func)
+        for func in built:
+            inner = sole_definition(context.scopes, func, cst.ClassDef)
+            if inner is not None and inner not in seen:
+                seen.add(inner)
+                todo.append(inner)
+            elif inner is None and module.project is not None:  # a class of another module of the project
+                found.extend(module.project.modules_built(func) or ())
+    return tuple(found)
 
 
 def _own_calls(context: FileContext, function: cst.FunctionDef) -> list[cst.Call]:

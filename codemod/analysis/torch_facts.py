@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemod.analysis.names import ANY_ATTRIBUTE
 from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods, short
 
 # -- tensors ------------------------------------------------------------------------------
@@ -249,6 +250,17 @@ FUNCTIONAL_OF = {
 AUTOCAST_UNSAFE = {name: op.autocast_refused for name, op in OPS.items() if op.autocast_refused is not None}
 # Modules CUDA autocast runs in float16 whatever dtype it was given (cuDNN's RNNs).
 AUTOCAST_FLOAT16 = frozenset(name for name, op in OPS.items() if op.autocast_float16)
+
+
+def autocast_float16(name: str) -> bool:
+    """Is `name` one of AUTOCAST_FLOAT16, or may it be one (`torch.nn.*`, any class of
+    `torch.nn`, from `Names.may_name`)?"""
+    owner, _, attribute = name.rpartition(".")
+    if attribute == ANY_ATTRIBUTE:
+        return any(known.rpartition(".")[0] == owner for known in AUTOCAST_FLOAT16)
+    return name in AUTOCAST_FLOAT16
+
+
 CROSS_ENTROPY = f"{FUNCTIONAL}.cross_entropy"
 CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"

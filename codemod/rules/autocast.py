@@ -10,7 +10,8 @@ from codemod.analysis.distributed import data_parallel
 from codemod.analysis.kinds import Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, method_name, positional, sole_definition
-from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE, MODEL_WRAPPERS
+from codemod.analysis.project import project_of
+from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE, MODEL_WRAPPERS, autocast_float16
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -223,7 +224,10 @@ class ForwardWithoutAutocast(Rule):
     it from logits with `BCEWithLogitsLoss` first); with `amp = "bf16"`, a
     forward that runs a cuDNN RNN (`nn.LSTM`, `nn.GRU`, `nn.RNN`: CUDA autocast
     runs them in float16 whatever dtype it is given, so bf16 would train them in
-    float16 without a gradient scaler; `amp = "fp16"` fixes it with one) and a
+    float16 without a gradient scaler; `amp = "fp16"` fixes it with one), or may
+    run one: a model built by the caller of the training function, a model class
+    of another module of the project, a layer whose class is picked at run time
+    (`getattr(nn, rnn_type)(...)`), and a
     model wrapped in `nn.DataParallel` (its replica threads enter autocast again
     without the dtype: use DistributedDataParallel); a float64 model (`.double()`,
     `.to(torch.float64)`, `torch.set_default_dtype(torch.float64)`), whose
@@ -327,6 +331,22 @@ class ForwardWithoutAutocast(Rule):
             HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP,
             None,
             "a cuDNN RNN in the forward: CUDA autocast runs it in float16 whatever dtype, so bf16 is not fixed",
+        ),
+        Invalid(
+            SCRIPT_DEVICE.replace("def train(", RNN_MODEL.rpartition("\n")[0] + "\ndef train(").replace(
+                "nn.Linear(8, 2).to(dev)", "Net().to(dev)"
+            ),
+            None,
+            "the RNN model is built by the caller and passed in: the forward is followed into its class",
+        ),
+        Invalid(
+            HEAD.replace(
+                "model = nn.Linear(8, 2).to(device)",
+                RNN_MODEL.replace("(self):", "(self, cell='GRU'):").replace("nn.GRU(", "getattr(nn, cell)("),
+            )
+            + LOOP,
+            None,
+            "a class of torch.nn picked at run time (`getattr(nn, cell)`) may be a cuDNN RNN: not fixed with bf16",
         ),
         Invalid(
             HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP,
@@ -471,7 +491,7 @@ class ForwardWithoutAutocast(Rule):
         if recurrent is not None and self.context.settings.amp != "fp16":
             return self._decline(
                 loop,
-                f"`{training.code(recurrent.func)}` (line {self.context.line(recurrent)}) is a cuDNN RNN, which "
+                f"{recurrent}, which "
                 "CUDA autocast runs in float16 whatever dtype it is given: bf16 autocast would train it in "
                 'float16 without a gradient scaler; set `amp = "fp16"` (autocast with a GradScaler) to fix it',
             )
@@ -675,31 +695,50 @@ class ForwardWithoutAutocast(Rule):
 
     def _autocast_unsafe(self, loop: TrainingLoop) -> tuple[cst.Call, str] | None:
         """A call in the forward pass (or in what it runs) that CUDA autocast refuses."""
-        for call, name in self._forward_callees(loop):
+        for call, name, _ in self._forward_callees(loop):
             if name in AUTOCAST_UNSAFE:
                 return call, AUTOCAST_UNSAFE[name]
         return None
 
-    def _autocast_float16(self, loop: TrainingLoop) -> cst.Call | None:
-        """A call in the forward pass (or in what it runs) of a module that CUDA autocast
-        runs in float16 whatever its dtype."""
-        return next((call for call, name in self._forward_callees(loop) if name in AUTOCAST_FLOAT16), None)
+    def _autocast_float16(self, loop: TrainingLoop) -> str | None:
+        """Why the forward pass (or what it runs) may run a module that CUDA autocast runs
+        in float16 whatever its dtype (a cuDNN RNN), said as the start of a sentence."""
+        training = self.context.training
+        for call, name, built in self._forward_callees(loop):
+            if not autocast_float16(name):
+                continue
+            where = f"`{training.code(call.func)}` (line {self.context.line(call)})"
+            if name in AUTOCAST_FLOAT16:
+                return f"{where} builds {built}, a cuDNN RNN" if built is not None else f"{where} is a cuDNN RNN"
+            return f"{where} builds {built}: the class is picked at run time and may be a cuDNN RNN"
+        return None
 
     def _forward_callees(self, loop: TrainingLoop):
-        """(call, qualified name) of what the forward pass calls, and of the module a call
-        runs where it is a value built here (`criterion(out, y)` with `criterion = nn.BCELoss()`,
-        `self.rnn(x)` with `self.rnn = nn.LSTM(...)`)."""
+        """(call, qualified name, where it is built) of what the forward pass calls, and of
+        the module a call runs where it is a value built here (`criterion(out, y)` with
+        `criterion = nn.BCELoss()`, `self.rnn(x)` with `self.rnn = nn.LSTM(...)`), or the
+        modules that a model class of another module of the project builds (`model(x)` with
+        `model = RNNModel(...)`); the third item says what builds the module, None for the call's own names."""
         names = self.context.names
         steps = self.context.loops
+        project = project_of(self.context)
         calls = [c for s in loop.forward.statements for c in steps.own_calls(s)]
         calls += [c for f in self._forward_functions(loop.forward.statements) for c in steps.own_calls(f.body)]
         for call in calls:
-            for name in names.of(call.func):
-                yield call, name
+            for name in names.may_name(call.func):
+                yield call, name, None
             for value in steps.values_of(call.func):
                 if isinstance(value, cst.Call):
-                    for name in names.of(value.func):
-                        yield call, name
+                    for name in names.may_name(value.func):
+                        yield (
+                            call,
+                            name,
+                            None if name in names.of(value.func) else f"`{self.context.source(value.func)}`",
+                        )
+            for built in self._constructions(call.func) or () if project.imports_project() else ():
+                for module in project.modules_built(built.func) or ():
+                    text = f"`{module.site.text}`" if module.site.text else f"a module in `{module.site.function}`"
+                    yield call, module.name, f"{text} ({project.shown_site(module.site)})"
 
     def _forward_functions(self, statements) -> list[cst.FunctionDef]:
         """Functions of this file the statements run: helpers they call, and the
@@ -718,13 +757,21 @@ class ForwardWithoutAutocast(Rule):
                         found.extend(f for f in steps.functions_reached(target.body) if f not in found)
         return found
 
-    def _model_class(self, func: cst.BaseExpression, depth: int = 0) -> cst.ClassDef | None:
-        """The class of this file that `model` in `model(x)` is an instance of (through
-        `DistributedDataParallel(model)` and the other wrappers that run its forward)."""
+    def _model_class(self, func: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class of this file that `model` in `model(x)` is an instance of."""
+        calls = self._constructions(func)
+        classes = {sole_definition(self.context.scopes, call.func, cst.ClassDef) for call in calls or ()}
+        return classes.pop() if len(classes) == 1 else None
+
+    def _constructions(self, func: cst.BaseExpression, depth: int = 0) -> list[cst.Call] | None:
+        """The calls that build the model `model` in `model(x)` is, one per binding (through
+        `DistributedDataParallel(model)` and the other wrappers that run its forward, `.to()`,
+        and the parameters of a function its callers pass it to); None when a binding is
+        something else."""
         steps = self.context.loops
         if isinstance(func, cst.Attribute) and func.attr.value == "forward":
             func = func.value
-        classes = set()
+        found: list[cst.Call] = []
         for value in steps.values_of(func):
             while (
                 isinstance(value, cst.Call)
@@ -732,16 +779,25 @@ class ForwardWithoutAutocast(Rule):
                 and value.func.attr.value in ("to", "cuda")
             ):
                 value = value.func.value  # `Net().to(device)`
+            if isinstance(value, cst.Name) and depth < 4:
+                inner = self._constructions(value, depth + 1)  # a parameter: what the caller passes
+                if inner is None:
+                    return None
+                found += inner
+                continue
             if not isinstance(value, cst.Call):
                 return None
             wrapped = positional(value, 0) if self.context.names.of(value.func) & MODEL_WRAPPERS else None
             if wrapped is not None and wrapped.value.deep_equals(func):
                 continue  # `model = DDP(model)`: the model the name's other bindings hold
             if wrapped is not None and depth < 4:
-                classes.add(self._model_class(wrapped.value, depth + 1))
+                inner = self._constructions(wrapped.value, depth + 1)
+                if inner is None:
+                    return None
+                found += inner
             else:
-                classes.add(sole_definition(self.context.scopes, value.func, cst.ClassDef))
-        return classes.pop() if len(classes) == 1 else None
+                found.append(value)
+        return found
 
     # -- fp16 ----------------------------------------------------------------------
 

@@ -335,7 +335,8 @@ class UncompiledModel(Rule):
         if depth > 6:
             return None
         if isinstance(expr, cst.Name):
-            values = self.context.loops.values_of(expr)
+            # Names of this scope only: a parameter is the function's own name of what it is given.
+            values = self.context.bindings.values(expr) or []
             found = {self._runs(value, depth + 1) for value in values}
             if values and len(found) == 1 and None not in found and expr.value not in found:
                 return found.pop()  # another name of one model

@@ -328,6 +328,37 @@ for i, x in enumerate(loader):
         opt.step()
         opt.zero_grad()
 """
+SAVE_WHOLE = """
+
+
+def checkpoint(path):
+    torch.save({"model": model, "steps": i}, path)
+    torch.save(model, path)
+    state = {"model": model}
+    torch.save(state, path)
+    models = [model]
+    print(len(models))
+
+
+checkpoint("model.pt")
+"""
+SAVE_WHOLE_TORCHRUN = """
+
+
+def checkpoint(path):
+    if distributed.is_main():
+        torch.save({"model": distributed.unwrap(model), "steps": i}, path)
+    if distributed.is_main():
+        torch.save(distributed.unwrap(model), path)
+    state = {"model": distributed.unwrap(model)}
+    if distributed.is_main():
+        torch.save(state, path)
+    models = [model]
+    distributed.print0(len(models))
+
+
+checkpoint("model.pt")
+"""
 ACCUMULATION_TORCHRUN = """\
 import atexit
 import contextlib
@@ -389,6 +420,10 @@ class SingleProcessTraining(Rule):
       `logging.info` run on rank 0, `torch.save` only on rank 0, and
       `model.state_dict()` (and any other attribute DDP does not answer) reads
       `distributed.unwrap(model)`, so checkpoints keep the single-process keys;
+      a whole model saved (`torch.save(model, path)`, `{"model": model}` saved
+      there or bound to a name that is saved, in a function that reads the
+      script's `model` too) saves
+      `distributed.unwrap(model)`, the model and not its DDP wrapper;
     - where the loop draws random numbers itself (nanoGPT's `torch.randint`
       batches, noise) from a global generator the script seeds, each rank
       reseeds it with `seed + distributed.seed_offset()` before training (an
@@ -555,6 +590,12 @@ class SingleProcessTraining(Rule):
             ACCUMULATION,
             ACCUMULATION_TORCHRUN,
             "module level, `.cuda()`: setup() of its own and atexit; accumulation under no_sync()",
+        ),
+        Invalid(
+            ACCUMULATION + SAVE_WHOLE,
+            ACCUMULATION_TORCHRUN + SAVE_WHOLE_TORCHRUN,
+            "a function that saves the whole model object the script wrapped (as it is, in a dict, in a dict "
+            "bound to a name): the module, not the DDP wrapper; a list of it that is not saved keeps the wrapper",
         ),
         Invalid(
             LOOP.replace(
@@ -2221,10 +2262,33 @@ class _Planner:
                             f"synchronises gradients only for calls of `{code}(...)` itself",
                         )
                     self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
-                elif isinstance(parent, cst.Arg) and parent.value is use:
-                    call = self.parents.get(parent)
-                    if isinstance(call, cst.Call) and self.names.is_(call.func, *TORCH_SAVES):
-                        self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
+                elif self._saved_whole(use):
+                    self.edits.append(Replace(use, lambda value: _call("distributed.unwrap", value)))
+
+    def _saved_whole(self, use: cst.CSTNode, container: bool = True) -> bool:
+        """Is the model object itself what `torch.save` pickles (`torch.save(model, path)`,
+        `torch.save({"model": model}, path)`, or such a container bound to a name that is
+        saved: `state = {"model": model}` then `torch.save(state, path)`)? After the wrap
+        that would be the DDP wrapper."""
+        current, parent = use, self.parents.get(use)
+        while container and isinstance(parent, (cst.Element, cst.DictElement, cst.List, cst.Tuple, cst.Dict)):
+            if isinstance(parent, cst.DictElement) and parent.value is not current:
+                return False  # a key
+            current, parent = parent, self.parents.get(parent)
+        if current is not use and isinstance(parent, cst.Assign) and parent.value is current:
+            # `state = {"model": model, ...}` and then `torch.save(state, path)`
+            targets = [t.target for t in parent.targets]
+            if len(targets) != 1 or not isinstance(targets[0], cst.Name):
+                return False
+            scope = self.context.scopes.get(targets[0])
+            bindings = [a for a in (scope.assignments[targets[0].value] if scope else ()) if a.node is targets[0]]
+            return any(
+                self._saved_whole(read, container=False)
+                for b in bindings
+                for read in self.context.kinds.reached_reads(b)
+            )
+        call = self.parents.get(parent) if isinstance(parent, cst.Arg) and parent.value is current else None
+        return isinstance(call, cst.Call) and self.names.is_(call.func, *TORCH_SAVES)
 
     def _after_anchor(self, use: cst.CSTNode, anchor: cst.CSTNode) -> bool:
         """Does `use` see the wrapped model: after the DDP wrap in its function, or in another method."""
@@ -2266,8 +2330,12 @@ class _Planner:
             return found
         function = scope if isinstance(scope, cst.FunctionDef) else None
         for node in self.index.find(cst.Name, within=scope):
-            if node.value != code or facts.function_of(self.context, node) is not function:
+            if node.value != code:
                 continue
+            if facts.function_of(self.context, node) is not function and not (
+                function is None and facts.reads_module_binding(self.context, node)
+            ):
+                continue  # another function's own `code`
             parent = self.parents.get(node)
             if isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue

@@ -5,6 +5,7 @@ under an `if` / `with` / `try` in the step."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 
 import torch
@@ -242,3 +243,103 @@ def test_an_if_that_tests_the_forward_output_blocks_the_fix_and_says_so():
     assert len(found) == 1 and not found[0].fixable
     assert "tests `logits`" in found[0].message and "in lower precision" in found[0].message
     assert "autocast" not in new
+
+
+# -- the model's class: passed in by the caller, or in another module of the project --------
+
+NETS = """\
+import torch.nn as nn
+
+
+class Recurrent(nn.Module):
+    def __init__(self, cell, vocab, width):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.cell = getattr(nn, cell)(width, width, batch_first=True)
+        self.out = nn.Linear(width, vocab)
+
+    def forward(self, x):
+        return self.out(self.cell(self.embed(x))[0])
+
+
+class Bag(nn.Module):
+    def __init__(self, vocab, width):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.out = nn.Linear(width, vocab)
+
+    def forward(self, x):
+        return self.out(self.embed(x).relu())
+"""
+TRAIN_WITH = """\
+import torch
+import torch.nn.functional as F
+from nets_for_pm301 import {cls}
+
+
+def train(model, batches, device):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step, x in enumerate(batches):
+        x = x.to(device)
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), x.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print("step", step, "loss", repr(loss.item()))
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = {build}.to(device)
+    train(model, [torch.randint(0, 16, (4, 6)) for _ in range(6)], device)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _project_script(tmp_path, cls: str, build: str, nets: str = NETS):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "nets_for_pm301.py").write_text(nets)
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN_WITH.format(cls=cls, build=build))
+    settings = Settings(select=("PM301",), level=Level.NUMERIC)
+    return process_source(path.read_bytes(), str(path), settings, [ForwardWithoutAutocast])
+
+
+def test_a_model_class_of_another_module_that_picks_its_torch_nn_class_at_run_time_is_not_fixed(tmp_path):
+    # `getattr(nn, cell)` may be nn.LSTM / nn.GRU / nn.RNN, which CUDA autocast runs in float16
+    # whatever dtype: with bf16 there would be no gradient scaler for them.
+    result = _project_script(tmp_path, "Recurrent", 'Recurrent("LSTM", 16, 8)')
+    assert result.error is None and len(result.findings) == 1 and not result.findings[0].fixable
+    message = result.findings[0].message
+    assert "`getattr(nn, cell)` (nets_for_pm301.py:8)" in message and "may be a cuDNN RNN" in message
+    assert not result.changed
+
+
+def test_a_model_class_of_another_module_without_an_rnn_passed_to_the_training_function_is_fixed(tmp_path, monkeypatch):
+    result = _project_script(tmp_path, "Bag", "Bag(16, 8)")
+    assert result.error is None and [f.applied for f in result.findings] == [True]
+    new, old = result.new_source.decode(), (tmp_path / "train.py").read_text()
+    assert "        with precision.autocast():\n            logits = model(x)\n" in new
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nets_for_pm301", raising=False)
+    monkeypatch.setenv("PERFMOD_AMP", "bf16")
+    got, want = losses(new), losses(old)
+    assert len(want) == 6 and not torch.equal(got, want)  # autocast did run
+    assert max_relative_difference(got, want) < 2e-2
+    monkeypatch.delitem(sys.modules, "nets_for_pm301", raising=False)
+
+
+def test_an_rnn_built_by_a_base_class_from_a_third_module_of_the_project_is_found(tmp_path):
+    (tmp_path / "cells_for_pm301.py").write_text(
+        "import torch.nn as nn\n\n\nclass Cell(nn.Module):\n"
+        "    def __init__(self, width):\n        super().__init__()\n        self.rnn = nn.LSTM(width, width)\n"
+    )
+    nets = "from cells_for_pm301 import Cell\n\n\nclass Stack(Cell):\n    pass\n"
+    result = _project_script(tmp_path, "Stack", "Stack(8)", nets=nets)
+    assert result.error is None and len(result.findings) == 1 and not result.findings[0].fixable
+    assert "`nn.LSTM` (cells_for_pm301.py:7), a cuDNN RNN" in result.findings[0].message

@@ -1,0 +1,115 @@
+"""Values the shared analysis follows where a script hands them on: a parameter of a
+function of the file holds what its callers pass (`train(model, ...)` from `main()`),
+`getattr(nn, rnn_type)` may name any class of `torch.nn`, and a function reads the
+script's own binding of a name it does not bind itself."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from codemod.analysis.distributed import reads_module_binding
+from codemod.analysis.torch_facts import autocast_float16
+from codemod.context import FileContext
+
+
+def context(code: str) -> FileContext:
+    return FileContext.of_source(textwrap.dedent(code))
+
+
+def name_in(ctx: FileContext, function: str, name: str) -> cst.Name:
+    """The first read of `name` in the body of `def function`."""
+    defs = [f for f in ctx.index.find(cst.FunctionDef) if f.name.value == function]
+    return next(n for n in ctx.index.find(cst.Name, within=defs[0].body) if n.value == name)
+
+
+def test_a_parameter_holds_what_every_call_passes_or_its_default():
+    ctx = context(
+        """\
+        import torch.nn as nn
+
+        def train(model, scale=2.0):
+            return model, scale
+
+        def main():
+            net = nn.LSTM(8, 8)
+            train(net)
+            train(nn.GRU(8, 8), scale=3.0)
+        """
+    )
+    model = ctx.loops.values_of(name_in(ctx, "train", "model"))
+    assert [ctx.source(v) for v in model] == ["net", "nn.GRU(8, 8)"]
+    assert [ctx.source(v) for v in ctx.loops.values_of(model[0])] == ["nn.LSTM(8, 8)"]  # the caller's name
+    assert [ctx.source(v) for v in ctx.loops.values_of(name_in(ctx, "train", "scale"))] == ["2.0", "3.0"]
+
+
+def test_a_parameter_that_a_call_hides_or_a_method_or_no_call_tells_holds_nothing_known():
+    ctx = context(
+        """\
+        def train(model):
+            return model
+
+        def fit(model):
+            return model
+
+        class Trainer:
+            def run(self, model):
+                return model
+
+        args = [1]
+        train(*args)
+        Trainer().run(2)
+        """
+    )
+    for function in ("train", "fit", "run"):
+        assert ctx.loops.values_of(name_in(ctx, function, "model")) == []
+
+
+def test_getattr_of_torch_nn_with_a_variable_may_name_any_of_its_classes():
+    ctx = context(
+        """\
+        import torch.nn as nn
+        import torch.optim as optim
+
+        def build(kind, name):
+            rnn = getattr(nn, kind)(8, 8)
+            linear = getattr(nn, "Linear")(8, 8)
+            opt = getattr(optim, name)
+            return rnn, linear, opt
+        """
+    )
+    calls = {ctx.source(c): c for c in ctx.index.find(cst.Call)}
+    rnn = ctx.names.may_name(calls["getattr(nn, kind)(8, 8)"])
+    assert "torch.nn.*" in rnn and any(autocast_float16(name) for name in rnn)
+    linear = ctx.names.may_name(calls['getattr(nn, "Linear")(8, 8)'])
+    assert linear == {"torch.nn.Linear"} and not any(autocast_float16(name) for name in linear)
+    opt = ctx.names.may_name(calls["getattr(optim, name)"])
+    assert "torch.optim.*" in opt and not any(autocast_float16(name) for name in opt)
+
+
+def test_a_function_reads_the_scripts_binding_of_a_name_it_does_not_bind():
+    ctx = context(
+        """\
+        import torch
+
+        model = torch.nn.Linear(2, 2)
+
+        def checkpoint():
+            torch.save(model, "m.pt")
+
+        def local():
+            model = torch.nn.Linear(2, 2)
+            torch.save(model, "m.pt")
+
+        def passed(model):
+            torch.save(model, "m.pt")
+        """
+    )
+    assert reads_module_binding(ctx, name_in(ctx, "checkpoint", "model"))
+    saves = [n for n in ctx.index.find(cst.Name) if n.value == "model"]
+    assert not reads_module_binding(ctx, saves[0])  # the script's own statement: not in a function
+    for function in ("local", "passed"):
+        defs = [f for f in ctx.index.find(cst.FunctionDef) if f.name.value == function]
+        save = next(c for c in ctx.index.find(cst.Call, within=defs[0]) if ctx.source(c.func) == "torch.save")
+        assert not reads_module_binding(ctx, save.args[0].value)
