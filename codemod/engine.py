@@ -344,7 +344,8 @@ def _unsettled(finding: Finding) -> Finding:
 class _Tally:
     """The findings of every round, each counted once. A finding of a later round that an
     earlier one reported (same rule, and the same original line or the same message but
-    for its numbers) updates it: its fix made there. A fix the conflict plan left for
+    for its numbers) updates it: its fix made there. A later round's new finding counts
+    only with a fix: without one, it speaks of code perfmod wrote. A fix the conflict plan left for
     another run that no later round makes was made moot by the fix that removed its code:
     it says so."""
 
@@ -358,13 +359,19 @@ class _Tally:
         not made (each stays a finding of its own, to fix in another run)."""
         self.settled = self.settled and not unsettled
         unmatched = set(range(len(self.findings))) if later else set()
+        per_rule = Counter(finding.code for finding in outcome.findings)
         for k, finding in enumerate(outcome.findings):
             message = outcome.deferred[k][0] if k in outcome.deferred else finding.message
+            fixes = finding.applied
             pool = unmatched
             if unsettled and finding.applied:
                 pool = {m for m in unmatched if not self.findings[m].applied}
                 finding = _unsettled(finding)
-            at = self._match(finding, message, pool)
+            at = self._match(finding, message, pool, alone=per_rule[finding.code] == 1)
+            if at is None and later and not fixes:
+                # What the first round did not report is in code an earlier fix wrote: a
+                # later round adds the fixes that fix made possible, not comments on it.
+                continue
             if at is None:
                 if k in outcome.deferred:
                     self.deferred[len(self.findings)] = outcome.deferred[k]
@@ -379,15 +386,22 @@ class _Tally:
             if self.findings[at].applied:
                 self.deferred.pop(at, None)
 
-    def _match(self, finding: Finding, message: str, pool: set[int]) -> int | None:
-        """The earlier finding in `pool` that `finding` (its rule's own message `message`) is."""
+    def _match(self, finding: Finding, message: str, pool: set[int], alone: bool) -> int | None:
+        """The earlier finding in `pool` that `finding` (its rule's own message `message`) is.
+        `alone`: the only finding of its rule in its round; where the earlier round's was
+        the only one too, and not fixed, they are one (a rule of the whole program, as
+        PM601, that fixes once an earlier fix removed what kept it from fixing)."""
         same = [m for m in sorted(pool) if self.findings[m].code == finding.code]
         exact = [m for m in same if self.findings[m].line == finding.line]
         if exact:
             return min(exact, key=lambda m: self.findings[m].applied)
         shape = _numberless(message)
         alike = [m for m in same if _numberless(self.deferred.get(m, (self.findings[m].message,))[0]) == shape]
-        return min(alike, key=lambda m: abs(self.findings[m].line - finding.line), default=None)
+        if alike:
+            return min(alike, key=lambda m: abs(self.findings[m].line - finding.line))
+        if alone and finding.applied and len(same) == 1 and not self.findings[same[0]].applied:
+            return same[0]
+        return None
 
     def result(self) -> list[Finding]:
         if not self.settled:

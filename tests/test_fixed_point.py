@@ -44,3 +44,33 @@ def test_apply_of_the_rewrite_is_the_rewrite(path):
     assert second.error is None, second.error
     assert [f"{f.code}:{f.line} {f.message}" for f in second.pending] == []
     assert second.new_source == first.new_source
+
+
+def _findings(relative: str) -> list:
+    path = FIXTURES / relative
+    result = process_source(path.read_bytes(), str(path), SETTINGS)
+    assert result.error is None, result.error
+    return result.findings
+
+
+def test_a_later_round_adds_fixes_not_comments_on_perfmods_own_code():
+    """A second round that only reports speaks of what the first round wrote: PM601's DDP
+    wrap rebinds `model` (PM506: "bound again after this line") and its rank slice of the
+    permutation (PM202: "used in a way the rule does not follow"); neither was there."""
+    found = _findings("wild/data/neg_gpu_resident_regression.py")
+    assert [f.code for f in found if f.code in ("PM202", "PM506") and not f.applied] == []
+
+
+def test_a_whole_program_rule_that_fixes_in_a_later_round_is_one_finding():
+    """PM601 refused in the first round (its batches came from a hand-cut range) and fixed
+    in the second, once PM202 had made them a DataLoader: one finding, fixed."""
+    found = [f for f in _findings("wild/data/lr_sweep_spiral_mlp.py") if f.code == "PM601"]
+    assert [(f.applied, "cannot" in f.message) for f in found] == [(True, False)]
+
+
+def test_a_later_round_still_sees_what_an_earlier_fix_wrote_for_the_user():
+    """The first round's PM405 makes the save a runtime checkpointer's; the second round's
+    PM601 must still see that rank 0 alone saves into a folder of its own that every rank
+    then reads: refused, as in the first round, not fixed."""
+    found = [f for f in _findings("wild/step/lstm_forecaster_early_stop.py") if f.code == "PM601"]
+    assert len(found) == 1 and not found[0].applied and "temporary folder" in found[0].message

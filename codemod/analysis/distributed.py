@@ -20,7 +20,7 @@ from libcst.metadata import Assignment, GlobalScope
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, names_read, sole_definition
-from codemod.analysis.torch_facts import TORCH_DRAWS
+from codemod.analysis.torch_facts import CHECKPOINTERS, TORCH_DRAWS
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -150,6 +150,20 @@ def _dotted(node: cst.CSTNode) -> str:
     if isinstance(node, cst.Attribute):
         return f"{_dotted(node.value)}.{node.attr.value}"
     return ""
+
+
+def checkpointer_saves(context: FileContext) -> list[cst.Call]:
+    """`checkpointer.save(obj, path)` calls on a name every binding of which builds a
+    runtime checkpointer: saves of `obj` to `path`, as torch.save's."""
+    found = []
+    for call in context.index.find(cst.Call):
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "save" and isinstance(func.value, cst.Name)):
+            continue
+        values = context.bindings.values(func.value)
+        if values and all(isinstance(v, cst.Call) and context.names.is_(v, *CHECKPOINTERS) for v in values):
+            found.append(call)
+    return found
 
 
 def calls_named(context: FileContext, qualified: set[str], prefixes: tuple[str, ...] = ()) -> list[cst.Call]:

@@ -319,6 +319,8 @@ MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load
 SAVE_FUNCTIONS = functions(Category.SAVE)
 TORCH_SAVES = frozenset(name for name in SAVE_FUNCTIONS if name.startswith("torch."))  # pickles any object
 SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Accelerate
+# perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.
+CHECKPOINTERS = frozenset({"runtime.checkpoint.AsyncCheckpointer", "runtime.AsyncCheckpointer"})
 
 
 def functional_alias(module: cst.Module) -> str | None:

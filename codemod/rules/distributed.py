@@ -661,6 +661,21 @@ class SingleProcessTraining(Rule):
             None,
             "a checkpoint in each process's own temporary folder, read back by every rank",
         ),
+        Invalid(
+            "import tempfile\nfrom runtime.checkpoint import AsyncCheckpointer\n"
+            + SCRIPT.replace('"last.pt"', "path")
+            .replace(
+                "    model = torch.nn",
+                "    path = tempfile.mktemp()\n    checkpointer = AsyncCheckpointer()\n    model = torch.nn",
+            )
+            .replace(
+                "        torch.save(model.state_dict(), path)\n",
+                "        checkpointer.save(model.state_dict(), path)\n"
+                "    checkpointer.flush()\n    model.load_state_dict(torch.load(path))\n",
+            ),
+            None,
+            "the same, saved by a runtime checkpointer (as an earlier fix writes it)",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -2034,7 +2049,8 @@ class _Planner:
         )
         for call in sorted(writes, key=self.index.order):
             self._save_on_main(call)
-        self._loads_after(saves)
+        # A runtime checkpointer writes on rank 0 itself; what every rank then loads is as torch.save's.
+        self._loads_after(saves + facts.checkpointer_saves(self.context))
 
     def _loads_after(self, saves: list[cst.Call]) -> None:
         """A file rank 0 saves and every rank then loads (the best model, restored after
