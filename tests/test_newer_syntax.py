@@ -130,7 +130,7 @@ class AwaitsTheCopy(Rule):
     CODE, NAME, LEVEL, MESSAGE, GAIN = "PM998", "test-awaits-the-copy", Level.SAFE, "awaits", "none"
 
     def visit_Call(self, node: cst.Call) -> None:
-        if _copy_call(node):
+        if _copy_call(node) and not isinstance(self.context.parents.get(node), cst.Await):  # once, as a rule does
             self.report(node, replacement=cst.Await(node))
 
 
