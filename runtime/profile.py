@@ -163,10 +163,10 @@ def _inductor_unprobed():
     would take twice as long under the profile as without it. Where inductor is
     not loaded yet, nothing was compiled: the answer is no.
     """
-    if "torch._inductor" in sys.modules:
+    lazy = vars(torch).get("__getattr__")  # torch's lazy submodules
+    if lazy is None or "torch._inductor" in sys.modules:
         yield
         return
-    lazy = vars(torch)["__getattr__"]
 
     def without_inductor(name: str):
         if name == "_inductor":
