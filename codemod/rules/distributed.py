@@ -6,7 +6,7 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for, returned_values
-from codemod.analysis.loaders import LOOKS_THROUGH
+from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.periodic import periodic
@@ -17,10 +17,6 @@ from codemod.rule import Invalid, Level, Rule, Valid
 DATALOADER = "torch.utils.data.DataLoader"
 PRINT = ("builtins.print", "print")
 TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange")
-# Iterables whose items are their first argument's.
-# What a loop may iterate for the batches of a DataLoader: its items are the loader's (a
-# DevicePrefetcher is what PM103 writes).
-PASS_THROUGH = ("enumerate", "builtins.enumerate", *TQDM, *LOOKS_THROUGH)
 LOGGING_METHODS = {"info", "debug"}
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 BATCH_SIZE_AT, SHUFFLE_AT, SAMPLER_AT, BATCH_SAMPLER_AT = 1, 2, 3, 4
@@ -1351,7 +1347,8 @@ class _Planner:
                 "the training loop is a `while` loop; PM601 splits the batches of a `for` loop "
                 "over a DataLoader or over a permutation",
             )
-        return self._loader(self._strip(statement.iter))
+        found = self.context.loaders.iterated(statement.iter, statement.target)
+        return self._loader(found[0][0] if len(found) == 1 else statement.iter)
 
     def _batches(self, loop) -> cst.Call | None:
         """Split the batches of the training loop over the ranks: a DistributedSampler for its
@@ -1371,14 +1368,6 @@ class _Planner:
             f"it cannot tell where the batches of `{self._src(statement.iter)}` come from, "
             "so it cannot split them over the ranks; use a DataLoader",
         )
-
-    def _strip(self, iterable: cst.BaseExpression) -> cst.BaseExpression:
-        while isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *PASS_THROUGH):
-            first = positional(iterable, 0)
-            if first is None:
-                break
-            iterable = first.value
-        return iterable
 
     def _loader(self, expr: cst.BaseExpression) -> _Loader | None:
         """The DataLoader construction `expr` evaluates to, through variables, `self.`
@@ -2011,10 +2000,10 @@ class _Planner:
         target, iterable = loop.target, loop.iter
         while (
             isinstance(iterable, cst.Call)
-            and self.names.is_(iterable.func, *PASS_THROUGH)
+            and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH)
             and positional(iterable, 0) is not None
         ):
-            if self.names.is_(iterable.func, "enumerate", "builtins.enumerate"):
+            if self.names.is_(iterable.func, *ENUMERATE):
                 if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2):
                     break
                 target = target.elements[1].value  # the index is the same on every rank
