@@ -615,7 +615,7 @@ def _apply(
         new_module = import_edits.add(new_module, needed, site, _first_party(context), placed)
         for fix in accepted:
             for item in fix.imports:
-                around = [_neighbour_line(s, k, context) for k, s in placed.get(item, ()) if s in context.positions]
+                around = [_neighbour_lines(s, k, context) for k, s in placed.get(item, ()) if s in context.positions]
                 if around:  # sorted in among the imports: the lines around it
                     lines_of[fix.key].extend(around)
                 elif item in needed and item not in merged:
@@ -759,11 +759,12 @@ def _first_party(context: FileContext):
     return import_edits.project_packages(Path(root)) if root is not None else lambda name: False
 
 
-def _neighbour_line(statement: cst.BaseStatement, k: int, context: FileContext) -> tuple[int, int]:
-    """The line of an import statement a new import goes next to: the last line of the
-    one it follows (k 0), the first of the one after it (k 1)."""
+def _neighbour_lines(statement: cst.BaseStatement, k: int, context: FileContext) -> tuple[int, int]:
+    """The lines of an import statement a new import goes next to: the last line of the
+    one it follows (k 0); for the one after it (k 1), the comment and blank lines above
+    it, which the new import may take over, down to its own first line."""
     first, last = _statement_span(statement, context)
-    return (last, last) if k == 0 else (first, first)
+    return (last, last) if k == 0 else (first, context.positions[statement].start.line)
 
 
 def _merged_import_spans(module: cst.Module, needed: Sequence, context: FileContext) -> dict:
