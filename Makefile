@@ -25,8 +25,11 @@ demo: setup
 	$(BIN)/perfmod check fixtures/scripts/seed_latentwire.py; \
 	  echo "perfmod check exit status: $$? (1: fixes pending at level safe)"
 
+# Two pytest processes, one per core of a 2-core machine (tests/parallel.py; TEST_PROCESSES=1
+# for one), sharing the modules out; one coverage report for both.
+TEST_PROCESSES ?= 2
 test: setup lint
-	$(BIN)/python -m pytest -q --cov=codemod --cov=runtime --cov-report=term $(PYTEST_ARGS)
+	$(BIN)/python -m tests.parallel -n $(TEST_PROCESSES) -q --cov=codemod --cov=runtime $(PYTEST_ARGS)
 
 # The project's own lint and format check (configured in pyproject.toml).
 lint: setup

@@ -1,9 +1,11 @@
 """Suite-wide guards: every test starts from the same process-wide state, the
-suite writes nothing into the repository, and `--shuffle SEED` runs the tests
-in a random order (to show that none depends on another's leftovers)."""
+suite writes nothing into the repository, `--shuffle SEED` runs the tests in a
+random order (to show that none depends on another's leftovers), and `--claims DIR`
+shares the modules out among pytest processes (tests/parallel.py)."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -19,6 +21,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--shuffle",
         metavar="SEED",
         help="run the tests in a random order drawn from SEED ('random' picks one and prints it)",
+    )
+    parser.addoption(
+        "--claims",
+        metavar="DIR",
+        help="run only the test modules this process claims first in DIR, a folder shared with other "
+        "pytest processes (python -m tests.parallel)",
     )
 
 
@@ -37,6 +45,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     seed = _shuffle_seed(config)
     if seed is not None:
         random.Random(seed).shuffle(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """With --claims: pytest's own loop over the modules this process claims, each the
+    moment it comes to it (the others' are skipped, not reported)."""
+    folder = session.config.getoption("--claims")
+    if folder is None or session.config.option.collectonly:
+        return None
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} errors during collection")
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in session.items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    groups = list(modules.items())
+    for g, (module, items) in enumerate(groups):
+        if not _claim(Path(folder), module):
+            continue
+        following = groups[g + 1][1][0] if g + 1 < len(groups) else None  # keeps the session's fixtures
+        for i, item in enumerate(items):
+            nextitem = items[i + 1] if i + 1 < len(items) else following
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)
+    return True
+
+
+def _claim(folder: Path, module: str) -> bool:
+    """Is this process the first to claim `module`? (Creating a file is atomic.)"""
+    try:
+        os.close(os.open(folder / module.replace("/", "__"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _shuffle_seed(config: pytest.Config) -> int | None:

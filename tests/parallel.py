@@ -1,0 +1,93 @@
+"""Run the suite in several pytest processes at once, as `make test` does (one per core
+of a 2-core machine): every process collects the whole suite, then goes through its
+modules in order and runs each one it is the first to claim, so each module runs once,
+in one process, with its module fixtures set up once, and a process that finishes a
+slow module early takes the next one. The first process prints as it goes; the others'
+output follows when they end. With `--cov`, the processes' coverage is combined into one
+report.
+
+    python -m tests.parallel [-n PROCESSES] [PYTEST_ARGS...]
+
+Exit status: 0 when every process passed, else the first failing process's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_command(claims: Path, work: Path, k: int, pytest_args: list[str]) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "--claims", str(claims), "--basetemp", str(work / f"tmp{k}")]
+    if any(arg.startswith("--cov") for arg in pytest_args):
+        command.append("--cov-report=")  # one combined report at the end, not one per process
+    return command + pytest_args
+
+
+def combined_coverage(work: Path, processes: int) -> int:
+    """Combine the processes' coverage data and print its report; the report's status."""
+    files = [str(work / f".coverage.{k}") for k in range(processes) if (work / f".coverage.{k}").exists()]
+    if not files:
+        return 0
+    data = str(work / ".coverage")
+    env = dict(os.environ, COVERAGE_FILE=data)
+    subprocess.run([sys.executable, "-m", "coverage", "combine", "-q", *files], cwd=REPO, env=env, check=False)
+    return subprocess.run([sys.executable, "-m", "coverage", "report"], cwd=REPO, env=env, check=False).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # every other option is pytest's
+    )
+    parser.add_argument(
+        "-n", "--processes", type=int, default=2, help="pytest processes to run at once (default: %(default)s)"
+    )
+    args, pytest_args = parser.parse_known_args(argv)
+    processes = max(1, args.processes)
+    work = Path(tempfile.mkdtemp(prefix="perfmod-tests-"))
+    claims = work / "claims"
+    claims.mkdir()
+    running: list[tuple[subprocess.Popen, Path | None]] = []
+    try:
+        for k in range(processes):
+            env = dict(os.environ, COVERAGE_FILE=str(work / f".coverage.{k}"))
+            log = None if k == 0 else work / f"process{k}.log"
+            command = pytest_command(claims, work, k, pytest_args)
+            if log is None:
+                running.append((subprocess.Popen(command, cwd=REPO, env=env), None))
+                continue
+            with log.open("w") as output:  # the child holds its own copy
+                running.append((subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=output), log))
+        statuses = [process.wait() for process, _ in running]
+        for k, (_, log) in enumerate(running[1:], start=1):
+            print(f"\n==== tests run in process {k + 1} of {processes} (exit status {statuses[k]}) ====", flush=True)
+            sys.stdout.write(log.read_text())
+        report = combined_coverage(work, processes)
+    except KeyboardInterrupt:
+        for process, _ in running:
+            process.terminate()
+        return 2
+    finally:
+        for process, _ in running:
+            process.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    failed = [status for status in statuses if status != 0]
+    print(
+        f"\n{processes} pytest processes: "
+        + ("all passed" if not failed else f"{len(failed)} failed (statuses {statuses})"),
+        flush=True,
+    )
+    return failed[0] if failed else report
+
+
+if __name__ == "__main__":
+    sys.exit(main())
