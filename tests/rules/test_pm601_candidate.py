@@ -14,9 +14,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from subprocess import PIPE
 
 import libcst as cst
 import pytest
@@ -70,20 +73,30 @@ def environment() -> dict[str, str]:
     return env
 
 
-def run(script: Path, out: Path, *args: str, nproc: int | None = None, pinned: bool = False) -> tuple[str, str]:
+def launch(script: Path, out: Path, *args: str, launcher: Sequence[str] = (), pinned: bool = False) -> subprocess.Popen:
+    """`script` started in `out` (with torchrun's `launcher` options, if any)."""
     out.mkdir(parents=True)
     command = [sys.executable]
-    if nproc:
-        command += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    if launcher:
+        command += ["-m", "torch.distributed.run", *launcher]
     if pinned:
         wrapper = out.parent / "pinned.py"
         wrapper.write_text(PINNED)
         command.append(str(wrapper))
     command += [str(script), "--out", str(out), *args]
-    done = subprocess.run(command, cwd=out, env=environment(), capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "terminate called" not in done.stderr
-    return done.stdout, done.stderr
+    return subprocess.Popen(command, cwd=out, env=environment(), stdout=PIPE, stderr=PIPE, text=True)
+
+
+def finished(process: subprocess.Popen) -> tuple[str, str]:
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == 0, stderr[-3000:]
+    assert "terminate called" not in stderr
+    return stdout, stderr
+
+
+def run(script: Path, out: Path, *args: str, nproc: int | None = None, pinned: bool = False) -> tuple[str, str]:
+    launcher = ["--standalone", f"--nproc_per_node={nproc}"] if nproc else []
+    return finished(launch(script, out, *args, launcher=launcher, pinned=pinned))
 
 
 def log_lines(stdout: str) -> list[str]:
@@ -159,6 +172,31 @@ def test_two_processes_log_each_step_once_save_once_and_train_like_one(tmp_path,
     want, got = losses(single), losses(double)
     assert want.keys() == got.keys()
     # The same 64 samples a step: the mean of the ranks' means is the mean, summed in another order.
+    assert all(abs(got[step] - want[step]) <= 1e-5 * abs(want[step]) + 2e-6 for step in want), (want, got)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_nodes_of_one_process_each_log_and_save_once_and_train_like_one(tmp_path, rewrite):
+    """Multi-node as on a cluster: two torchrun launchers (two "nodes" on this machine, one
+    process each) meet at a c10d rendezvous; the global rank 0 alone logs and saves, on
+    its own node, and the two train at the global batch like one process."""
+    args = ("--samples", "256", "--epochs", "2", "--save-every", "4")
+    single, _ = run(ORIGINAL, tmp_path / "single", *args, pinned=True)
+    launcher = ["--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{free_port()}"]
+    launcher.append("--rdzv-id=pm601-two-nodes")
+    nodes = {node: launch(rewrite, tmp_path / node, *args, launcher=launcher, pinned=True) for node in ("a", "b")}
+    outputs = {node: finished(process)[0] for node, process in nodes.items()}
+    logging = [node for node, stdout in outputs.items() if log_lines(stdout)]
+    assert len(logging) == 1  # the node of global rank 0
+    saved = {node: sorted(p.name for p in (tmp_path / node).iterdir()) for node in nodes}
+    assert saved[logging[0]] == ["step4.pt", "step8.pt"] and [n for n in nodes if saved[n]] == logging
+    want, got = losses(single), losses(outputs[logging[0]])
+    assert sorted(got) == list(range(1, 9)) and want.keys() == got.keys()
     assert all(abs(got[step] - want[step]) <= 1e-5 * abs(want[step]) + 2e-6 for step in want), (want, got)
 
 
