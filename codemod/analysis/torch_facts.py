@@ -282,6 +282,9 @@ SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 # another order, they give other values.
 RANDOM_FUNCTIONS = functions(random=True)
 RANDOM_METHODS = methods(random=True)
+# torch functions whose result depends on their arguments alone: no draw from the RNG, no
+# uninitialized memory (made once instead of once per step, they give the same tensor).
+DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialized=False)
 # Tensor methods whose result may be the receiver or share its storage (a view, a cast
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)

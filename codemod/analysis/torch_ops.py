@@ -62,6 +62,7 @@ class Op:
     autocast_float16: bool = False  # CUDA autocast runs it in float16 whatever dtype it was given
     syncs: bool = False  # the host waits for the device (a copy to the host, a value read)
     shares: bool = False  # its result may be its receiver, or a view of the receiver's storage
+    uninitialized: bool = False  # a new tensor whose memory is not written: its values are whatever was there
 
     @property
     def in_place(self) -> bool:
@@ -162,8 +163,14 @@ ENTRIES: list[Op] = [
     ),
     *_ops(
         Category.FACTORY,
-        "tensor as_tensor zeros ones full empty arange linspace logspace eye zeros_like ones_like full_like "
-        "empty_like tril_indices triu_indices",
+        "tensor as_tensor zeros ones full arange linspace logspace eye zeros_like ones_like full_like "
+        "tril_indices triu_indices hann_window hamming_window blackman_window bartlett_window kaiser_window",
+    ),
+    *_ops(Category.FACTORY, "empty empty_like", uninitialized=True),
+    *_ops(
+        Category.FACTORY,
+        "generate_square_subsequent_mask",
+        prefixes=("torch.nn.Transformer.", "torch.nn.modules.transformer.Transformer."),
     ),
     *_ops(
         Category.FACTORY,  # new tensors drawn from the RNG

@@ -15,10 +15,12 @@ from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
+    DETERMINISTIC_FACTORIES,
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     PURE_BUILTINS,
     RANDOM_FUNCTIONS,
+    RANDOM_METHODS,
     SHARING_ATTRIBUTES,
     SHARING_CALLS,
 )
@@ -45,29 +47,6 @@ TOKENIZER_METHODS = {
     "convert_tokens_to_ids",
     "encode_ordinary",
     "encode_batch",
-}
-# torch functions whose result depends only on their arguments (no RNG, no uninitialized memory).
-DETERMINISTIC_FACTORIES = {
-    f"torch.{n}"
-    for n in (
-        "tensor as_tensor arange zeros ones full eye linspace logspace tril_indices triu_indices "
-        "hann_window hamming_window blackman_window bartlett_window kaiser_window"
-    ).split()
-} | {
-    "torch.nn.Transformer.generate_square_subsequent_mask",
-    "torch.nn.modules.transformer.Transformer.generate_square_subsequent_mask",
-}
-# Tensor methods that draw random numbers (the others compute from the tensor and their arguments).
-RANDOM_METHODS = {
-    "bernoulli",
-    "multinomial",
-    "normal",
-    "uniform",
-    "random",
-    "exponential",
-    "geometric",
-    "cauchy",
-    "log_normal",
 }
 # Context managers whose block may give up a statement that does not depend on them: they
 # change how ops are computed (precision, gradients), not what a factory or a tokenizer gives.

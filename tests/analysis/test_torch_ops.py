@@ -64,8 +64,16 @@ EXTRA = {
 def _resolve(name: str):
     if name.startswith(METHOD):
         return getattr(torch.Tensor, name.removeprefix(METHOD))
-    module, _, attribute = name.rpartition(".")
-    return getattr(importlib.import_module(module), attribute)
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest module path, then attributes (a class's methods)
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[cut:]:
+            found = getattr(found, attribute)
+        return found
+    raise ModuleNotFoundError(name)
 
 
 def _call(name: str, tensor: torch.Tensor):
