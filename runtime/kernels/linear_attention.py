@@ -37,7 +37,12 @@ exp(b_t) * exp(-b_s) overflows once a chunk's decays multiply below ~1e-38 (floa
 w below the smallest normal float (w = 0 included) counts as that value: decays through
 it are < 1e-38 instead of 0, and its gradient is 0 instead of a finite value (not the nan
 of log 0; models that make w = exp(...) multiply that gradient by w = 0 anyway).
-Cost: the (C, C, K) decays are C*K floats per token, the chunk states K*V/C: C = sqrt(V)
+One decay for all steps (w broadcast over T: (H, 1, K), (1, K), a number) takes a faster
+form when its values allow: w^(t-s) = w^(t-m) * w^(m-s) about a chunk's middle m, so the
+intra-chunk scores are one matmul of q and k scaled by those powers, in chunks of up to 64.
+The factors grow as w^-(C/2), so the chunk is the largest whose factors stay within e^16
+(`_constant_decay_chunk`); float32 results stay within about 1.4e-6 of the loop there.
+Cost (per-step decays): the (C, C, K) decays are C*K floats per token, the chunk states K*V/C: C = sqrt(V)
 balances them, and C = 8 (K = V = 64) ran fastest on CPU, 1.3x ahead of 16 and 2x ahead
 of 4, with 32 and 64 slower still (benchmarks/bench_kernels.py --chunk-sizes sweeps it on
 a GPU). Everything is differentiable by autograd; float16/bfloat16 inputs are computed
