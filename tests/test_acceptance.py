@@ -40,8 +40,8 @@ STEP = re.compile(r"^step (\d+) loss (\S+)$", re.M)
 EVERY_RULE = tuple(rule.CODE for rule in ALL_RULES)  # opt-in rules too (PM506, PM601)
 
 # naive_rwkv: the rewrite's losses against the original's. Measured at 9 decimals (the
-# scripts print 4) at the README's settings and with --steps 8 at seeds 1-3: at most
-# 9.5e-7 apart (1.5e-7 relative; the chunked kernel sums in another order). Printed
+# scripts print 4) at the README's settings and with --steps 8 at seeds 0-3: at most
+# 1.5e-6 apart (2.3e-7 relative; the chunked kernel sums in another order). Printed
 # at 4 decimals, values that close can still round one unit apart, so the bound is one
 # unit of the 4th decimal (and a half, for the parsing): about 800x tighter than
 # naive_lm's 2% at this loss (6.28), and a change of the recurrence's math exceeds it.

@@ -142,6 +142,9 @@ class TimeLoopRecurrence(Rule):
     every step's state. The kernels do the same work in O(sqrt(T))
     sequential steps (a chunked scan; chunked linear attention whose chunks
     are matmuls), with a backward that does not keep every intermediate.
+    A decay that is the same at every step (one per channel) takes a faster
+    form, chunks of up to 64 steps whose decays are two scaled copies of the
+    query and key and one matmul, as hand-written RWKV kernels do.
     torch has no eager scan (`torch._higher_order_ops.associative_scan` needs
     torch.compile), so the fix calls `runtime.kernels`, which run on CPU and on
     CUDA without extra packages. A cumulative-product shortcut

@@ -37,7 +37,12 @@ exp(b_t) * exp(-b_s) overflows once a chunk's decays multiply below ~1e-38 (floa
 w below the smallest normal float (w = 0 included) counts as that value: decays through
 it are < 1e-38 instead of 0, and its gradient is 0 instead of a finite value (not the nan
 of log 0; models that make w = exp(...) multiply that gradient by w = 0 anyway).
-Cost: the (C, C, K) decays are C*K floats per token, the chunk states K*V/C: C = sqrt(V)
+One decay for all steps (w broadcast over T: (H, 1, K), (1, K), a number) takes a faster
+form when its values allow: w^(t-s) = w^(t-m) * w^(m-s) about a chunk's middle m, so the
+intra-chunk scores are one matmul of q and k scaled by those powers, in chunks of up to 64.
+The factors grow as w^-(C/2), so the chunk is the largest whose factors stay within e^16
+(`_constant_decay_chunk`); float32 results stay within about 1.4e-6 of the loop there.
+Cost (per-step decays): the (C, C, K) decays are C*K floats per token, the chunk states K*V/C: C = sqrt(V)
 balances them, and C = 8 (K = V = 64) ran fastest on CPU, 1.3x ahead of 16 and 2x ahead
 of 4, with 32 and 64 slower still (benchmarks/bench_kernels.py --chunk-sizes sweeps it on
 a GPU). Everything is differentiable by autograd; float16/bfloat16 inputs are computed
@@ -46,6 +51,8 @@ The matmuls follow torch's settings: with TF32 on (PM302), float32 results are w
 about 1e-3 of the loop instead of 1e-6; under bf16 autocast (PM301) they run in bf16 while
 the chunk states still add up in float32 (measured within 4e-3 of the loop at T = 200).
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -84,9 +91,13 @@ def linear_attention(
     w,
     u=None,
     initial_state: torch.Tensor | None = None,
-    chunk_size: int = 8,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GLA (u=None) or RWKV-6 (u given) in chunks: (o (..., T, V), S (..., K, V)); see the module docstring."""
+    """GLA (u=None) or RWKV-6 (u given) in chunks: (o (..., T, V), S (..., K, V)); see the module docstring.
+
+    chunk_size None: 8 steps for a decay per step; for one decay for all steps, the largest
+    of 64, 32, 16 and 8 that the decay allows (see `_constant_decay_chunk`).
+    """
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError("q, k and v must have a time and a feature dim")
     T, K, V = q.shape[-2], q.shape[-1], v.shape[-1]
@@ -94,7 +105,7 @@ def linear_attention(
         raise ValueError(
             f"q {tuple(q.shape)} and k {tuple(k.shape)} must be (..., T, K), v {tuple(v.shape)} (..., T, V)"
         )
-    if T == 0 or chunk_size < 1:
+    if T == 0 or (chunk_size is not None and chunk_size < 1):
         raise ValueError(f"T = {T} and chunk_size = {chunk_size} must be at least 1")
     w_shape = w.shape if isinstance(w, torch.Tensor) else torch.Size()
     u_shape = u.shape if isinstance(u, torch.Tensor) else torch.Size()
@@ -125,14 +136,91 @@ def linear_attention(
     v = v.expand(*batch, T, V).reshape(N, 1, T, V)
     number = torch.promote_types(q.dtype, torch.float32)  # the dtype a Python number w or u is taken in
     w = w if isinstance(w, torch.Tensor) else torch.tensor(w, dtype=number, device=q.device)
-    w = w.to(torch.promote_types(w.dtype, torch.float32)).expand(*batch, T, K).reshape(N, 1, T, K)
+    w = w.to(torch.promote_types(w.dtype, torch.float32))
     if u is not None:
         u = u if isinstance(u, torch.Tensor) else torch.tensor(u, dtype=number, device=q.device)
         u = u.to(torch.promote_types(u.dtype, torch.float32)).expand(*batch, K).reshape(N, 1, K)
     if initial_state is not None:
         initial_state = initial_state.expand(*batch, K, V).reshape(N, 1, K, V)
-    o, S = _chunked(q, k, v, w, u, initial_state, chunk_size)
+    if len(w_shape) < 2 or w_shape[-2] == 1:  # one decay for every step
+        log_w = w.log().expand(*batch, 1, K).reshape(N, 1, 1, K)
+        C = _constant_decay_chunk(log_w, T, chunk_size)
+        if C:
+            o, S = _chunked_constant_decay(q, k, v, log_w, u, initial_state, C)
+            return o.reshape(*batch, T, V), S.reshape(*batch, K, V)
+    w = w.expand(*batch, T, K).reshape(N, 1, T, K)
+    o, S = _chunked(q, k, v, w, u, initial_state, chunk_size or 8)
     return o.reshape(*batch, T, V), S.reshape(*batch, K, V)
+
+
+FACTOR_RANGE = 16.0  # the chunked constant-decay form keeps its factors w^j within e^-16 .. e^16
+LOOP_CHUNKS = 16  # up to this many chunks it carries the state in a loop (measured 10% faster at 4), then linear_scan
+
+
+def _constant_decay_chunk(log_w, T, chunk_size):
+    """The chunk for `_chunked_constant_decay`, or 0 where it does not apply.
+
+    Its factors are w^j for |j| <= (C + 1) / 2, so C is the largest of chunk_size (or 64,
+    32, 16, 8 when None) with (C + 1) / 2 * max |log w| <= FACTOR_RANGE: C = 64 for decays
+    w >= 0.61, 8 down to w = 0.029. It does not apply inside torch.compile (the chunk depends
+    on the values of w), for w outside (0, 1], or for steeper decays than chunks of 8 allow:
+    those take the per-step form. Choosing reads two numbers from the device (a sync on CUDA).
+    """
+    if torch.compiler.is_compiling():
+        return 0
+    lo, hi = torch.stack(torch.aminmax(log_w)).tolist()
+    if not (hi <= 0 and lo > -math.inf):  # also false for nan (w < 0)
+        return 0
+    sizes = [chunk_size] if chunk_size else [64, 32, 16, 8]
+    fits = [C for C in sizes if (min(C, T) + 1) / 2 * -lo <= FACTOR_RANGE]
+    return min(fits[0], T) if fits else 0
+
+
+def _chunked_constant_decay(q, k, v, log_w, u, initial_state, C):
+    """The chunked form for one decay for all steps: q, k (B, 1, T, K), v (B, 1, T, V), log_w (B, 1, 1, K).
+
+    Inside a chunk, w^(t-s) = w^(t-m) * w^(m-s) about the chunk's middle m: two scaled copies
+    of q and k and one matmul, the scores of the pairs s > t masked after it. The state is
+    carried across chunks as in `_chunked` (by `linear_scan` over the chunk ends, a loop for
+    up to LOOP_CHUNKS chunks).
+    """
+    B, _, T, K = q.shape
+    V = v.shape[-1]
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    ct = torch.promote_types(dtype, torch.float32)  # compute type
+    N = -(-T // C)  # number of chunks
+    pad = (0, 0, 0, N * C - T)
+    q, k, v = (F.pad(t[:, 0].to(ct), pad).unflatten(1, (N, C)) for t in (q, k, v))  # (B, N, C, *)
+    log_w = log_w[:, 0].to(ct)  # (B, 1, K), broadcast over (N, C)
+    shift = 0 if u is None else 1  # RWKV reads the state before its own step
+    pos = torch.arange(C, dtype=ct, device=q.device)[:, None]  # (C, 1): step within the chunk
+    middle = (C - 1) / 2
+
+    # within chunks: o_t = sum_s (q_t * w^(t-s) . k_s) v_s, s <= t (GLA); w^(t-1-s), s < t (RWKV)
+    q_scaled = q * ((pos - shift - middle) * log_w[:, None]).exp()
+    k_scaled = k * ((middle - pos) * log_w[:, None]).exp()
+    o = (q_scaled @ k_scaled.mT).tril(-shift) @ v  # (B, N, C, V)
+    if u is not None:  # RWKV's bonus: the current token through u
+        o = o + (q * u.to(ct)[:, :, None] * k).sum(-1, keepdim=True) * v
+
+    # across chunks: each chunk's share of the state at its last step, the states there, then what each query reads
+    last = (torch.arange(1, N + 1, dtype=ct, device=q.device) * C).clamp_max(T) - 1  # (N,): chunk ends, in T
+    to_last = (last[:, None] - C * torch.arange(N, dtype=ct, device=q.device)[:, None] - pos.T).clamp_min(0)
+    kv = (k * (to_last[..., None] * log_w[:, None]).exp()).mT @ v  # (B, N, K, V)
+    length = torch.diff(last, prepend=last.new_full((1,), -1.0))  # (N,): steps in each chunk
+    chunk_decay = (length[:, None] * log_w).exp()  # (B, N, K)
+    S = q.new_zeros(B, K, V) if initial_state is None else initial_state[:, 0].to(ct)
+    if N <= LOOP_CHUNKS:  # a few chunks: a loop costs less than the scan's setup
+        starts = []
+        for n in range(N):
+            starts.append(S)
+            S = chunk_decay[:, n, :, None] * S + kv[:, n]
+        starts = torch.stack(starts, 1)  # (B, N, K, V): the state entering each chunk
+    else:
+        ends = linear_scan(chunk_decay[..., None], kv, S)  # (B, N, K, V)
+        starts, S = torch.cat([S[:, None], ends[:, :-1]], 1), ends[:, -1]
+    o = o + (q * ((pos + 1 - shift) * log_w[:, None]).exp()) @ starts
+    return o.flatten(1, 2)[:, :T].to(dtype), S
 
 
 def _chunked(q, k, v, w, u, initial_state, chunk_size):

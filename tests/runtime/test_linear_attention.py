@@ -1,8 +1,15 @@
+import math
+
 import pytest
 import torch
 
 import runtime
-from runtime.kernels.linear_attention import linear_attention, linear_attention_reference
+from runtime.kernels.linear_attention import (
+    FACTOR_RANGE,
+    _constant_decay_chunk,
+    linear_attention,
+    linear_attention_reference,
+)
 
 # Tolerance against the float64 reference loop on the same (rounded) inputs, as rtol and as
 # atol relative to the reference's largest magnitude. Measured max |error| / max |reference|
@@ -153,6 +160,86 @@ def test_cuda_matches_reference(dtype, bonus):
     low = [None if t is None else t.detach().cuda().requires_grad_() for t in low]
     for got, want in run_both(low, ref):
         assert_close(got.cpu(), want, TOL[dtype])
+
+
+# One decay for all steps: the lowest w each chunk of the constant-decay form allows, and the
+# chunk it takes for w in (lowest, 1] (chunks of 64 for w >= 0.61, of 8 down to w = 0.029).
+CONSTANT_DECAYS = {64: 0.62, 32: 0.4, 8: 0.03}
+
+
+def constant_decay_inputs(T, lowest, dtype=torch.float64, bonus=False, w_shape=(3, 1, 5), seed=0):
+    """attention_inputs with one decay per head and key dim, drawn from [lowest, 1], lowest among them."""
+    low, ref = attention_inputs(2, 3, T, 5, 4, dtype=dtype, bonus=bonus, w_shape=w_shape, seed=seed)
+    for w in (low[3], ref[3]):
+        w.detach().mul_(1 - lowest).add_(lowest).view(-1)[0] = lowest
+    return low, ref
+
+
+@pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
+@pytest.mark.parametrize("chunk", CONSTANT_DECAYS)
+@pytest.mark.parametrize("T", [1, 50, 64, 97, 130])
+def test_constant_decay_matches_reference(T, chunk, bonus):
+    """Chunks of 64, 32 and 8, T not a multiple of them, the state carried across chunks; gradients too."""
+    low, ref = constant_decay_inputs(T, CONSTANT_DECAYS[chunk], bonus=bonus)
+    assert _constant_decay_chunk(low[3].log(), T, None) == min(chunk, T)
+    for got, want in run_both(low, ref):
+        assert_close(got, want, TOL[torch.float64])
+
+
+@pytest.mark.parametrize("bonus", [False, True], ids=["gla", "rwkv"])
+def test_constant_decay_in_float32(bonus):
+    """At the steepest decays chunks of 64 allow, where the factors w^j reach e^16, float32
+    stays within the per-step form's tolerance (measured: 1.4e-6 on the gradient of w, the
+    per-step form 4.4e-7; everything else within 3.5e-7)."""
+    dtype = torch.float32
+    low, ref = constant_decay_inputs(200, CONSTANT_DECAYS[64], dtype, bonus)
+    with torch.no_grad():
+        for w in (low[3], ref[3]):
+            w[..., ::2] = CONSTANT_DECAYS[64]  # half the channels at the steepest decay
+    assert _constant_decay_chunk(low[3].float().log(), 200, None) == 64
+    for got, want in run_both(low, ref):
+        assert_close(got, want, TOL[dtype])
+
+
+@pytest.mark.parametrize("chunk_size", [1, 16, 64])
+def test_constant_decay_takes_a_given_chunk(chunk_size):
+    low, ref = constant_decay_inputs(97, 0.9, bonus=True)
+    assert _constant_decay_chunk(low[3].log(), 97, chunk_size) == chunk_size
+    for got, want in run_both(low, ref, chunk_size=chunk_size):
+        assert_close(got, want, TOL[torch.float64])
+
+
+@pytest.mark.parametrize("w_shape", [(1, 5), (), (2, 3, 1, 5)], ids=["per-channel", "number", "per-batch"])
+def test_constant_decay_shapes(w_shape):
+    """A decay per key dim only, one for everything, one per batch element and head."""
+    low, ref = constant_decay_inputs(70, 0.7, w_shape=w_shape)
+    assert _constant_decay_chunk(low[3].log(), 70, None) == 64
+    for got, want in run_both(low, ref):
+        assert_close(got, want, TOL[torch.float64])
+
+
+@pytest.mark.parametrize(
+    "w, chunk_size",
+    [(1e-3, None), (0.5, 64), (0.0, None), (1.5, None)],
+    ids=["too-steep", "too-steep-for-the-chunk", "zero", "growing"],
+)
+def test_constant_decay_leaves_other_decays_to_the_per_step_form(w, chunk_size):
+    """Decays steeper than the chunk allows, zero, above 1 or negative: the per-step form, the loop's values."""
+    low, ref = constant_decay_inputs(97, 0.5)
+    for t in (low[3], ref[3]):
+        t.detach().fill_(w)
+    assert _constant_decay_chunk(low[3].log(), 97, chunk_size) == 0
+    (o, want_o), (state, want_state), *grads = run_both(low, ref, chunk_size=chunk_size)
+    for got, want in [(o, want_o), (state, want_state)] + grads[:3]:
+        assert_close(got, want, TOL[torch.float64])
+
+
+def test_constant_decay_chunk_leaves_negative_decays():
+    assert _constant_decay_chunk(torch.tensor([[0.9, -0.5]]).log(), 10, None) == 0
+
+
+def test_factor_range_is_what_the_chunks_assume():
+    assert (64 + 1) / 2 * -math.log(CONSTANT_DECAYS[64]) <= FACTOR_RANGE < (64 + 1) / 2 * -math.log(0.6)
 
 
 def test_exported_from_runtime():
