@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from codemod.cli import main
-from codemod.profile import ProfileError, line_map, profile
+from codemod.profile import ProfileError, join, line_map, profile
 from tests.test_json_docs import undocumented
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +102,51 @@ def test_data_wait_ranks_first_and_apply_hides_it(tmp_path):
     assert "PM201" not in ranked(after)
     assert data_share(after) < 0.1  # the wait is gone
     assert after.as_json()["categories"]["handoff"] > 0  # what the workers cost instead, said apart
+
+
+LOADER_NEXT = """
+import sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+from runtime.profile import attribute
+data = TensorDataset(torch.randn(64, 4), torch.randn(64))
+for workers in (0, 1):
+    batches = iter(DataLoader(data, batch_size=4, num_workers=workers))
+    next(batches)
+    time.sleep(0.3)  # the worker's next batch is ready and waiting
+    with torch.profiler.profile(with_stack=True) as prof:
+        next(batches)
+    result = attribute(prof, ["loader_next.py"], None, time.time_ns(), False)
+    totals = {}
+    for entry in result["entries"]:
+        totals[entry["category"]] = totals.get(entry["category"], 0) + entry["ns"]
+    print(totals.get("data", 0), totals.get("handoff", 0))
+"""
+
+
+def test_a_ready_batch_from_a_worker_is_handoff_not_data_wait(tmp_path):
+    """Without workers, the batch is made inside next(): data. With a worker whose batch
+    is ready, next() waits for nothing: receiving it (its tensors' shared memory passed
+    over) and sending the next indices are the hand-off, and the wait is the least of it."""
+    (tmp_path / "loader_next.py").write_text(LOADER_NEXT)
+    env = {**one_thread(), "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, "loader_next.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    (data_0, handoff_0), (data_1, handoff_1) = [map(int, line.split()) for line in run.stdout.split("\n")[:2]]
+    assert data_0 > 0 and handoff_0 == 0
+    assert handoff_1 > data_1
+
+
+def test_the_handoff_is_said_apart_from_the_wait():
+    entries = [([["s.py", 3]], "data", 1_000_000), ([["s.py", 3]], "handoff", 2_000_000), ([], "ops", 7_000_000)]
+    measured = {"steps": 1, "window_ns": 10_000_000}
+    measured["entries"] = [{"stack": stack, "category": c, "ns": ns} for stack, c, ns in entries]
+    data = join(measured, {}, [], {})
+    assert data["categories"]["data"] == pytest.approx(1.0) and data["categories"]["handoff"] == pytest.approx(2.0)
+    assert data["notes"][0].startswith("handoff 2.0 ms per step (20%): the DataLoader's worker processes")
+    measured["entries"][1]["ns"] = 400_000  # 4% of the step: no note
+    assert join(measured, {}, [], {})["notes"] == []
 
 
 def test_cli_json_and_text(tmp_path):
