@@ -298,8 +298,8 @@ def join(
         notes.append(
             f"handoff {categories['handoff']:.1f} ms per step ({categories['handoff'] / step_ms:.0%}): the "
             "DataLoader's worker processes sending batches and taking indices, each tensor's shared memory "
-            "passed over from its worker; more workers do not hide it (on a machine short of cores they add "
-            "to it), fewer or larger tensors per batch make it cheaper per sample, and "
+            "passed over from its worker; more workers do not hide it, fewer or larger tensors per batch make "
+            "it cheaper per sample, and "
             'torch.multiprocessing.set_sharing_strategy("file_system") passes each tensor by name instead of '
             "by a connection to its worker (a process killed hard then leaves its shared memory behind)"
         )
