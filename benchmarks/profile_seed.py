@@ -7,8 +7,8 @@ Runs the copies `perfmod verify` prepared of fixtures/scripts/seed_latentwire.py
 (fixtures/bench/verify_seed/: the original and its rewrite at level numeric,
 instrumented) once each with the profiler on (runtime/profile.py), and prints a
 markdown table: per version the step's wall time and its parts (host Python,
-torch operators, host-device syncs, data wait), on CUDA the kernel time and the
-GPU's idle share, and the lines of the script that take the most time.
+torch operators, host-device syncs, data wait, a loader's worker hand-off), on
+CUDA the kernel time and the GPU's idle share, and the lines of the script that take the most time.
 
 It needs torch, not libcst: the GPU machine has no libcst, so the findings are
 not joined here (`perfmod profile` does that where perfmod is installed); the
@@ -30,7 +30,7 @@ from benchmarks.verify_seed import device_env, parse_with_script_args
 
 ROOT = Path(__file__).resolve().parent.parent
 PREPARED = ROOT / "fixtures" / "bench" / "verify_seed"
-CATEGORIES = ("python", "ops", "sync", "data", "untraced")
+CATEGORIES = ("python", "ops", "sync", "data", "handoff", "untraced")  # as codemod/profile.py (no libcst here)
 PROFILE_FILE = ".perfmod-profile.json"
 
 

@@ -960,9 +960,10 @@ How it works:
   --steps optimizer steps under torch.profiler (CPU activities, CUDA where
   torch has it, Python stacks); the --warmup steps are not recorded. Each
   moment of the recorded steps goes to the stack of the script's own lines that
-  led to it, as host Python, torch operators, host-device syncs, data wait
-  (and on CUDA kernel time by launching line and GPU idle time), and then to
-  the finding of `perfmod check` on the innermost of those lines. The table
+  led to it, as host Python, torch operators, host-device syncs, data wait,
+  a DataLoader's worker hand-off (and on CUDA kernel time by launching line
+  and GPU idle time), and then to the finding of `perfmod check` on the
+  innermost of those lines. The table
   ranks the findings by their share of the step, with the saving where it can
   be measured, and ends with the time no finding covers.
 

@@ -11,7 +11,10 @@ led to it and to a category:
     python    the interpreter running Python (the script's or a library's)
     ops       inside torch operators: compute on the CPU, dispatch and launches on CUDA
     sync      blocked in a host-device synchronisation (.item(), .cpu(), cudaStreamSynchronize, ...)
-    data      waiting for a DataLoader's next batch
+    data      waiting for a DataLoader's next batch (making it, in a loader without workers;
+              blocked until a worker's batch arrives, in one with them)
+    handoff   the rest of a loader with workers: sending them indices, receiving each ready
+              batch (its tensors' shared memory passed over): what workers cost, not hide
     untraced  no event open (the profiler's own bookkeeping, mostly)
 
 plus, on CUDA, device time by launching lines and the GPU's idle time.
@@ -60,7 +63,7 @@ from codemod.verify_run import VerifyError, run_copy
 
 SCHEMA = 1
 PROFILE_FILE = ".perfmod-profile.json"
-CATEGORIES = ("python", "ops", "sync", "data", "untraced")
+CATEGORIES = ("python", "ops", "sync", "data", "handoff", "untraced")
 LAUNCH_BOUND_US = 50.0  # operators averaging under this are dominated by dispatch / launch, not compute
 TOP_LINES = 12
 # Steps `verify --profile` records after the warm-up: each holds every operator event in memory.
@@ -75,6 +78,7 @@ SAVES = {  # what the fix of a rule removes, as the profile measures it
     "PM505": "loop",
 }
 UNCOVERED_ADVICE = "compute in the model: consider PM506 (torch.compile) or larger batches"
+HANDOFF_NOTE_SHARE = 0.05  # a hand-off this share of the step gets a note saying what it is
 
 
 class ProfileError(VerifyError):
@@ -289,6 +293,16 @@ def join(
             uncovered += ns * per_step
             uncovered_lines[key] = uncovered_lines.get(key, 0.0) + ns * per_step
     step_ms = window * per_step
+    notes = []
+    if step_ms and categories["handoff"] >= HANDOFF_NOTE_SHARE * step_ms:
+        notes.append(
+            f"handoff {categories['handoff']:.1f} ms per step ({categories['handoff'] / step_ms:.0%}): the "
+            "DataLoader's worker processes sending batches and taking indices, each tensor's shared memory "
+            "passed over from its worker; more workers do not hide it, fewer or larger tensors per batch make "
+            "it cheaper per sample, and "
+            'torch.multiprocessing.set_sharing_strategy("file_system") passes each tensor by name instead of '
+            "by a connection to its worker (a process killed hard then leaves its shared memory behind)"
+        )
     gpu = None
     if measured.get("gpu_idle_ns") is not None:
         gpu = {"kernel_ms": sum(ns for _, ns in kernels) * per_step, "idle_ms": measured["gpu_idle_ns"] * per_step}
@@ -315,7 +329,7 @@ def join(
             for (f, n), v in sorted(lines.items(), key=lambda item: -item[1]["ms"])[:TOP_LINES]
         ],
         "trace": None,
-        "notes": [],
+        "notes": notes,
     }
 
 

@@ -26,8 +26,15 @@ Attribution, on the thread that runs the training loop:
   the thread that called backward(); its time also carries the user stack of
   the forward operator that recorded it (matched by the operator's sequence
   number), so the backward of a loop counts on the loop's lines.
-- Category of each moment: "data" inside a DataLoader's `__next__` (waiting for
-  the next batch); "sync" inside a host-device synchronisation (`.item()`,
+- Category of each moment: "data" inside a DataLoader's `__next__` (making
+  the batch in the main process when the loader has no workers; blocked until
+  a worker's batch arrives when it has them); "handoff" inside the `__next__` of
+  a loader with worker processes, except that wait: the main process's side of
+  the workers, sending each its next indices and receiving each batch that is
+  ready (torch.multiprocessing rebuilding its tensors from the worker's shared
+  memory: with the default file_descriptor strategy, a connection to the
+  worker per tensor that passes its file descriptor over), time that workers
+  cost rather than hide; "sync" inside a host-device synchronisation (`.item()`,
   `aten::_local_scalar_dense`, cudaStreamSynchronize, cudaDeviceSynchronize,
   cudaEventSynchronize, a blocking cudaMemcpy); "ops" inside any other torch
   operator (compute on the CPU, dispatch and launches on CUDA); "python"
@@ -75,6 +82,13 @@ SYNC_NAMES = frozenset(
 )
 DATA_ANNOTATION = "enumerate(DataLoader)"
 LOADER_FILE = "torch/utils/data/dataloader.py"
+# Functions that only the iterator of a loader with worker processes has
+# (_MultiProcessingDataLoaderIter): its _next_data takes a ready batch (_get_data)
+# and sends the next indices to a worker (_process_data).
+WORKER_FUNCTIONS = frozenset({"_get_data", "_process_data"})
+WAIT_FUNCTION = "_try_get_data"  # the multi-worker iterator's blocking get of the next ready batch
+SHARED_TENSOR_FILE = "torch/multiprocessing/reductions.py"  # rebuild_storage_fd, rebuild_tensor, ...
+LOADING = frozenset({"data", "handoff"})
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 
 
@@ -263,7 +277,7 @@ def attribute(prof, files: list[str], start_ns: int | None, end_ns: int, cuda: b
                     if lines[index] is None:
                         inner_stack = gap_stack  # a Python call adds its own line when walked
                 last_line = lines[index] or last_line
-            if child.tag == _EventType.TorchOp and _name(child).startswith(BACKWARD_PREFIX) and category != "data":
+            if child.tag == _EventType.TorchOp and _name(child).startswith(BACKWARD_PREFIX) and category not in LOADING:
                 # The autograd engine between two gradient functions prepares the next one.
                 gap_stack = child_stack + forward.get(child.extra_fields.sequence_number, ())
             add(gap_stack, category, cursor, min(child_start, node_end))
@@ -312,12 +326,17 @@ def _enter(node, stack: tuple, category: str, in_op: bool, user, forward: dict, 
         if tag == events.PyCall:
             callsite = node.extra_fields.callsite
             own = user.name(_file(callsite))
-            if _file(callsite).endswith(LOADER_FILE) and callsite.function_name == "__next__":
-                category = "data"
+            if _file(callsite).endswith(LOADER_FILE):
+                if callsite.function_name == "__next__" and category not in LOADING:
+                    category = "handoff" if _from_workers(node, events) else "data"
+                elif callsite.function_name == WAIT_FUNCTION and category == "handoff":
+                    category = "data"  # blocked until a worker's batch arrives
+            elif category == "data" and _file(callsite).endswith(SHARED_TENSOR_FILE):
+                category = "handoff"  # a worker's batch, arrived: its tensors received
     elif tag == events.TorchOp:
-        if name.startswith(DATA_ANNOTATION):
+        if name.startswith(DATA_ANNOTATION) and category not in LOADING:
             category = "data"
-        elif category != "data":
+        elif category not in LOADING:
             sequence = node.extra_fields.sequence_number
             if name.startswith(BACKWARD_PREFIX):
                 child_stack = stack + forward.get(sequence, ())
@@ -329,9 +348,23 @@ def _enter(node, stack: tuple, category: str, in_op: bool, user, forward: dict, 
                 category = "sync"
             elif category == "python":
                 category = "ops"
-    elif name in SYNC_NAMES and category != "data":
+    elif name in SYNC_NAMES and category not in LOADING:
         category = "sync"
     return child_stack, category, own, counted
+
+
+def _from_workers(next_call, events) -> bool:
+    """Whether a DataLoader `__next__` call is that of a loader with worker processes:
+    its `_next_data` takes their batches and sends them indices (WORKER_FUNCTIONS)."""
+    return any(
+        child.tag == events.PyCall
+        and child.extra_fields.callsite.function_name == "_next_data"
+        and any(
+            grandchild.tag == events.PyCall and grandchild.extra_fields.callsite.function_name in WORKER_FUNCTIONS
+            for grandchild in child.children
+        )
+        for child in next_call.children
+    )
 
 
 def _name(node) -> str:

@@ -14,7 +14,7 @@ from tests.cli_support import perfmod, write
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "json.md"
 SECTIONS = {"check": "## `perfmod check`", "verify": "## `perfmod verify", "profile": "## `perfmod profile"}
 # Keys whose names are values: levels, categories and the like, documented as such.
-VALUE_KEYS = {"safe", "numeric", "unsafe", "python", "ops", "sync", "data", "untraced"}
+VALUE_KEYS = {"safe", "numeric", "unsafe", "python", "ops", "sync", "data", "handoff", "untraced"}
 
 
 def keys_of(document) -> set[str]:

@@ -277,6 +277,7 @@ CATEGORY_COLOURS = {
     "ops": "#0969da",
     "sync": "#cf222e",
     "data": "#bf8700",
+    "handoff": "#d4a72c",
     "untraced": "#afb8c1",
 }
 
