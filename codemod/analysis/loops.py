@@ -34,7 +34,7 @@ from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional, sole_definition
-from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS
+from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, MODULE_METHODS_RETURNING_SELF, PROCESS_STARTS
 
 if TYPE_CHECKING:
     from codemod.analysis.index import TreeIndex
@@ -456,8 +456,7 @@ def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
     while (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value
-        in ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_")
+        and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
     ):
         value = value.func.value
     return value

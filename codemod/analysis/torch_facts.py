@@ -184,6 +184,10 @@ MODULE_METHODS_IN_PLACE = frozenset(
         "forward extra_repr requires_grad_"
     ).split()
 )
+# Module methods that return the module itself: `Net().to(device).train()` is the `Net`.
+MODULE_METHODS_RETURNING_SELF = frozenset(
+    "to cuda cpu xpu ipu mtia train eval float half double bfloat16 type requires_grad_ apply share_memory to_empty".split()
+)
 BUILTIN_PREFIXES = ("builtins.",)
 
 # -- Python ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 
+from codemod.analysis.torch_facts import MODULE_METHODS_RETURNING_SELF
 from codemod.analysis.torch_ops import ENTRIES, FUNCTIONAL, METHOD, OPS, Category, functions, methods
 
 # Arguments beyond the tensor for entries that need them.
@@ -203,3 +204,14 @@ def test_a_module_class_is_in_the_matrix_products_exactly_when_its_forward_multi
         pytest.skip("not a module")
     multiplies = MATRIX_PRODUCT_SOURCE.search(inspect.getsource(cls.forward)) is not None
     assert (f"torch.nn.{name}" in MATRIX_PRODUCTS) == multiplies
+
+
+@pytest.mark.parametrize("name", sorted(MODULE_METHODS_RETURNING_SELF))
+def test_module_methods_returning_self_do(name):
+    module = torch.nn.Linear(2, 2)
+    arguments = {"to": ("cpu",), "type": (torch.float32,), "apply": (lambda m: None,), "to_empty": ()}
+    if name in ("cuda", "xpu", "ipu", "mtia"):  # need their device; torch's own source says what they return
+        assert str(inspect.signature(getattr(torch.nn.Module, name)).return_annotation) in ("T", "Self", "typing.Self")
+        return
+    kwargs = {"device": "cpu"} if name == "to_empty" else {}
+    assert getattr(module, name)(*arguments.get(name, ()), **kwargs) is module
