@@ -24,7 +24,14 @@ from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Pl
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.project import BatchUse, Function, project_of
-from codemod.analysis.torch_facts import NOT_TENSOR_FUNCTIONS, TENSOR_COLLATES, TENSOR_FUNCTIONS, TENSOR_NAMESPACES
+from codemod.analysis.torch_facts import (
+    NOT_TENSOR_FUNCTIONS,
+    OPS,
+    TENSOR_COLLATES,
+    TENSOR_FUNCTIONS,
+    TENSOR_NAMESPACES,
+    TORCH_DRAWS,
+)
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -41,6 +48,7 @@ LOOKS_THROUGH = {
 }
 MAX_DEPTH = 8  # how many assignments and helper calls a look-up follows
 ENUMERATE = ("enumerate", "builtins.enumerate")
+COUNTERS = ("builtins.range", "itertools.count")  # iterables of step numbers, not of data
 ZIP = ("zip", "builtins.zip")
 NEXT = ("next", "builtins.next")
 LOOPS = (cst.For, cst.While)
@@ -110,6 +118,19 @@ class Handoff:
     param: cst.Param  # the parameter of `function` it is passed to
     use: BatchUse  # where its batches are copied
     factory: cst.Call | None = None  # the call of this file to the project factory that built it, if not here
+
+
+@dataclass(frozen=True)
+class StepData:
+    """Where the data of a loop that iterates no DataLoader comes from."""
+
+    how: str  # RANDOM, SAME or OUTSIDE (below)
+    at: cst.CSTNode | None = None  # the draw, or the call that gives the data
+
+
+RANDOM = "random"  # drawn at random in the step, in the loop or a function of the file it calls
+SAME = "same"  # the loop binds nothing: every step trains on the same data (full-batch training)
+OUTSIDE = "outside"  # each step's data comes from a call of an object outside the program (an environment)
 
 
 class Loaders:
@@ -241,6 +262,61 @@ class Loaders:
         return [(iterable, target)]
 
     @memoized
+    def step_data(self, loop: cst.For | cst.While) -> StepData | None:
+        """For a loop over a counter (a `range`, an `itertools.count`): where each
+        step's data comes from. RANDOM when the loop, or a function of this file it calls,
+        draws tensors at random (`torch.randint`, `torch.randn`); SAME when the loop binds
+        no name but its counter, so each step sees the data the previous one did; OUTSIDE
+        when a value the loop binds comes from a method of an object that is neither torch's,
+        a model, nor of this program (`state, _ = env.reset()`). None when it is none of these
+        (a helper of the file that slices a tensor, a project function)."""
+        if not self._counts(loop):
+            return None
+        steps = self.context.loops
+        calls = steps.own_calls(loop.body)
+        places = [calls]
+        for call in calls:
+            helper = steps.callee(call)
+            if helper is not None and self.kinds.class_of(helper) is None:
+                places.append(steps.own_calls(helper.body))
+        for found in places:
+            for call in found:
+                if self.names.is_(call.func, *TORCH_DRAWS):
+                    return StepData(RANDOM, call)
+        bound = self.context.bound_in(loop.body) - self.context.bound_in(loop.target)
+        if not bound:
+            return StepData(SAME)
+        training = self.context.training
+        for call in calls:
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value not in bound
+                and f"Tensor.{func.attr.value}" not in OPS
+                and isinstance(self.context.parents.get(call), (cst.Assign, cst.Tuple, cst.Element))
+                and steps.callee(call) is None
+                and not self.names.startswith(func, ("torch", "builtins"))
+                and self.kinds.fact(func.value).kind is Kind.UNKNOWN
+                and not training.is_model(func.value)
+                and not project_of(self.context).function(func)
+            ):
+                return StepData(OUTSIDE, call)
+        return None
+
+    def _counts(self, loop: cst.For | cst.While) -> bool:
+        """Is `loop` a `for` over a counter (`range(n)`, `itertools.count()`), seen through
+        `enumerate`, `tqdm` and the other iterables that pass items through?"""
+        if not isinstance(loop, cst.For):
+            return False
+        iterable = loop.iter
+        while isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH):
+            first = positional(iterable, 0)
+            if first is None:
+                return False
+            iterable = first.value
+        return isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *COUNTERS)
+
     def sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
         """The DataLoader constructions `expr` may evaluate to; `path` indexes into
         tuples on the way (`train, val = make_loaders()` takes element 0 or 1)."""

@@ -313,6 +313,33 @@ RUNTIME_WITHOUT_PRODUCTS = (
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 
+# -- devices ---------------------------------------------------------------------------------
+
+# Where a program may put tensors on an accelerator: calls under these names (CUDA, MPS, XPU,
+# the generic accelerator API, a default device, the data-parallel wrappers, process groups).
+ACCELERATOR_NAMESPACES = (
+    "torch.cuda",
+    "torch.mps",
+    "torch.xpu",
+    "torch.accelerator",
+    "torch.backends.mps",
+    "torch.backends.cuda",
+    "torch.set_default_device",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel",
+    "torch.distributed",
+)
+# Calls that wait until the device has run all the work queued on it.
+DEVICE_SYNCHRONIZES = frozenset(
+    f"torch.{api}.synchronize" for api in ("cuda", "mps", "xpu", "accelerator", "npu", "hpu")
+)
+# Methods that move a tensor or module to an accelerator whatever their argument.
+ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
+# Keywords that name where a call puts what it makes or loads.
+DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location"})
+# Words that show, in a module's text, that it may place tensors on an accelerator.
+ACCELERATOR_WORDS = (b"cuda", b"device", b"mps", b"xpu", b"accelerator", b"DataParallel")
+
 # -- checkpoints ------------------------------------------------------------------------------
 
 # Calls that write a checkpoint synchronously.

@@ -42,10 +42,16 @@ from codemod.analysis.names import is_main_guard, kwarg, method_name, names_read
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
+    ACCELERATOR_METHODS,
+    ACCELERATOR_NAMESPACES,
+    ACCELERATOR_WORDS,
     AUTOCAST_NAMES,
     CLIP_NAMES,
     CUDA_PROBES,
+    DEVICE_KEYWORDS,
+    DEVICE_SYNCHRONIZES,
     DOUBLE_TENSOR_TYPES,
+    DTYPE_NAMES,
     FLOAT64_NAMES,
     GRAD_SCALER_NAMES,
     HALF_NAMES,
@@ -56,7 +62,9 @@ from codemod.analysis.torch_facts import (
     MODULE_CONTAINERS,
     MODULE_METHODS,
     NO_TORCH_MODULES,
+    OPS,
     RUNTIME_WITHOUT_PRODUCTS,
+    SYNC_METHODS,
 )
 
 if TYPE_CHECKING:
@@ -377,7 +385,25 @@ class Training:
                 return bool(values) and all(self.is_model(v, depth + 1) for v in values)
             return False
         source = self._last_source(expr) if isinstance(expr, cst.Name) else None
-        return not (isinstance(source, cst.Call) and self._is_loss_module(source))
+        if isinstance(source, cst.Call) and self._is_loss_module(source):
+            return False
+        return not (isinstance(expr, cst.Name) and self._holds_loss_module(expr))
+
+    def _holds_loss_module(self, name: cst.Name, depth: int = 0) -> bool:
+        """Does every value `name` may hold come from a loss module's construction (a
+        parameter followed to what every call of its function passes; `.to(device)` and
+        `.cuda()` return the module itself)?"""
+        sources = self.value_sources(name)
+        if not sources or depth > 3:
+            return False
+        for source in sources:
+            while isinstance(source, cst.Call) and method_name(source) in ("to", "cuda"):
+                source = source.func.value
+            if isinstance(source, cst.Call) and self._is_loss_module(source):
+                continue
+            if not (isinstance(source, cst.Name) and self._holds_loss_module(source, depth + 1)):
+                return False
+        return True
 
     def _is_loss_module(self, call: cst.Call) -> bool:
         return any(n.startswith("torch.nn.") and n.endswith("Loss") for n in self.names.of(call.func))
@@ -1351,6 +1377,109 @@ class Training:
             ):
                 found.append(call)
         return min(found, key=self._start) if found else None
+
+    @functools.cached_property
+    def accelerator_use(self) -> cst.CSTNode | None:
+        """The first node of the file that may put a tensor on an accelerator (a CUDA use,
+        a device string or `torch.device` of another type than the CPU, `.cuda()`, a
+        `.to(...)` whose argument is not a dtype or a CPU device, a `device=` or
+        `map_location=` that may name one, a model loaded without `map_location`, a call
+        of torch's accelerator, data-parallel or process-group API), or the module when a
+        project module it imports may do so; None when the program keeps every tensor on
+        the host: then nothing it does waits for a GPU."""
+        if self.cuda_use is not None:
+            return self.cuda_use
+        found: list[cst.CSTNode] = []
+        for string in self.index.find(cst.SimpleString):
+            value = string.evaluated_value
+            if isinstance(value, str) and DEVICE_STRING.match(value) and not value.startswith("cpu"):
+                found.append(string)
+        for call in self._calls:
+            if self._may_place_on_accelerator(call):
+                found.append(call)
+        if found:
+            return min(found, key=self._start)
+        if project_of(self.context).imported_module_mentioning(*ACCELERATOR_WORDS) is not None:
+            return self.module
+        return None
+
+    def synchronized_before(self, node: cst.CSTNode, loop: cst.For | cst.While) -> cst.Call | None:
+        """The `torch.cuda.synchronize()` (or another device's) that runs in `loop`'s body
+        on every step on a device before `node`, with no device work queued between them
+        (only host calls and reads of values to the host): at `node` the device has
+        nothing left to run, so reading a tensor there waits for nothing. None when there
+        is no such call. A synchronize under an `if` counts when the `if` tests the device
+        (`if device_type == "cuda":`): where it is false there is no such device to wait for."""
+        start = self._start(node)
+        calls = [c for c in self.steps.own_calls(loop.body) if self.names.is_(c.func, *DEVICE_SYNCHRONIZES)]
+        for sync in sorted(calls, key=self._start, reverse=True):
+            if self._start(sync) >= start or not self._every_step_on_device(sync, loop):
+                continue
+            end = self.index.end(self.statement_of(sync))
+            between = [c for c in self.steps.own_calls(loop.body) if end < self._start(c) < start]
+            return None if any(self._queues_device_work(c) for c in between) else sync
+        return None
+
+    def _every_step_on_device(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop:
+                return True
+            if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.Try, cst.Else)):
+                return False
+            if isinstance(ancestor, cst.If) and not self._device_test(ancestor.test):
+                return False
+        return False
+
+    def _device_test(self, test: cst.BaseExpression) -> bool:
+        """`device_type == "cuda"`, `torch.cuda.is_available()`, `device.type != "cpu"`."""
+        if isinstance(test, cst.Call):
+            return self.names.is_(test.func, *CUDA_PROBES)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            sides = (test.left, test.comparisons[0].comparator)
+            return any(
+                isinstance(side, cst.SimpleString)
+                and isinstance(side.evaluated_value, str)
+                and DEVICE_STRING.match(side.evaluated_value) is not None
+                for side in sides
+            )
+        return False
+
+    def _queues_device_work(self, call: cst.Call) -> bool:
+        """May `call` put work on the device: a torch function, a model's forward, a
+        tensor method other than a read to the host, a call of a tensor or module?"""
+        method = method_name(call)
+        if method in SYNC_METHODS:
+            return False
+        if self.names.startswith(call.func, ("torch",)) or self.is_model_call(call):
+            return True
+        if method is not None and f"Tensor.{method}" in OPS:
+            return True
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else call.func
+        return self.kinds.fact(receiver).kind in (Kind.TENSOR, Kind.MODULE)
+
+    def _may_place_on_accelerator(self, call: cst.Call) -> bool:
+        method = method_name(call)
+        if method in ACCELERATOR_METHODS or self.names.startswith(call.func, ACCELERATOR_NAMESPACES):
+            return True
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and not self._cpu_only(arg.value):
+                return True
+        if self.names.startswith(call.func, MODEL_LOADERS) and kwarg(call, "map_location") is None:
+            return True
+        if self.names.is_(call.func, "torch.device"):
+            return not self._cpu_only(call)
+        if method == "to":
+            return any(arg.keyword is None and not self._dtype_or_cpu(arg.value) for arg in call.args) or any(
+                arg.keyword is not None and arg.keyword.value == "device" and not self._cpu_only(arg.value)
+                for arg in call.args
+            )
+        return False
+
+    def _dtype_or_cpu(self, expr: cst.BaseExpression) -> bool:
+        return self.names.is_(expr, *(f"torch.{name}" for name in DTYPE_NAMES)) or self._cpu_only(expr)
+
+    def _cpu_only(self, expr: cst.BaseExpression) -> bool:
+        return self.device_types(expr) == frozenset({"cpu"})
 
     # -- models and devices ------------------------------------------------------------
 
