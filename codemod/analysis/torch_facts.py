@@ -333,12 +333,26 @@ ACCELERATOR_NAMESPACES = (
 DEVICE_SYNCHRONIZES = frozenset(
     f"torch.{api}.synchronize" for api in ("cuda", "mps", "xpu", "accelerator", "npu", "hpu")
 )
+# Python's modules whose functions run on the host only: a call of one queues no device work.
+HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json", "datetime", "random")
 # Methods that move a tensor or module to an accelerator whatever their argument.
 ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
 # Keywords that name where a call puts what it makes or loads.
 DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location"})
 # Words that show, in a module's text, that it may place tensors on an accelerator.
 ACCELERATOR_WORDS = (b"cuda", b"device", b"mps", b"xpu", b"accelerator", b"DataParallel")
+
+# -- training engines ---------------------------------------------------------------------
+
+# Objects whose `.backward(loss)` runs the backward pass and that own the training's mixed
+# precision: their constructor's keyword that sets it.
+PRECISION_OWNERS = {
+    "accelerate.Accelerator": "mixed_precision",
+    "accelerate.accelerator.Accelerator": "mixed_precision",
+    "lightning.Fabric": "precision",
+    "lightning.fabric.Fabric": "precision",
+    "lightning_fabric.Fabric": "precision",
+}
 
 # -- checkpoints ------------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ from codemod.analysis.torch_facts import (
     FLOAT64_NAMES,
     GRAD_SCALER_NAMES,
     HALF_NAMES,
+    HOST_ONLY_MODULES,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
     MODEL_LOADERS,
@@ -62,7 +63,7 @@ from codemod.analysis.torch_facts import (
     MODULE_CONTAINERS,
     MODULE_METHODS,
     NO_TORCH_MODULES,
-    OPS,
+    PRECISION_OWNERS,
     RUNTIME_WITHOUT_PRODUCTS,
     SYNC_METHODS,
 )
@@ -102,6 +103,9 @@ class Backward:
     loss: cst.BaseExpression  # what is differentiated, without `scaler.scale(...)` and `/ accum`
     scaled: bool  # through `scaler.scale(...)`
     divisor: cst.BaseExpression | None  # `accum` of `(loss / accum).backward()`
+    # The engine whose `.backward(loss)` runs it (`accelerator.backward(loss)`): its
+    # construction, which sets the precision of the training (see `precision_owner`).
+    owner: cst.Call | None = None
 
 
 @dataclass(frozen=True)
@@ -764,11 +768,31 @@ class Training:
         if method_name(call) != "backward":
             return None
         loss, scaled, divisor = call.func.value, False, None
+        owner = self.precision_owner(loss)
+        if owner is not None:
+            first = positional(call, 0) or kwarg(call, "loss")
+            if first is None:
+                return None
+            loss = first.value
         if isinstance(loss, cst.Call) and method_name(loss) == "scale" and positional(loss, 0) is not None:
             loss, scaled = positional(loss, 0).value, True
         if isinstance(loss, cst.BinaryOperation) and isinstance(loss.operator, cst.Divide):
             loss, divisor = loss.left, loss.right
-        return Backward(call, loss, scaled, divisor)
+        return Backward(call, loss, scaled, divisor, owner)
+
+    def precision_owner(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """The construction of the training engine `expr` holds (`Accelerator(...)`, Lightning's
+        `Fabric(...)`): an object whose `.backward(loss)` runs the backward pass and whose
+        constructor's keyword (torch_facts.PRECISION_OWNERS) sets the mixed precision of
+        the forward passes it prepares. None when `expr` is not one."""
+        if not isinstance(expr, cst.Name):
+            return None
+        sources = self.value_sources(expr)
+        if not sources or not all(
+            isinstance(s, cst.Call) and self.names.is_(s.func, *PRECISION_OWNERS) for s in sources
+        ):
+            return None
+        return sources[-1]
 
     def _step(self, call: cst.Call, loop: cst.CSTNode) -> Step | None:
         found = self.steps.step_of(call)
@@ -1445,17 +1469,68 @@ class Training:
         return False
 
     def _queues_device_work(self, call: cst.Call) -> bool:
-        """May `call` put work on the device: a torch function, a model's forward, a
-        tensor method other than a read to the host, a call of a tensor or module?"""
+        """May `call` put work on the device? Not a read to the host (`.item()`), a function
+        of Python's host-only modules (`time.time()`, `print`), a method of a string
+        (`"...".format`) or the writing of a file `open` gave; anything else may."""
         method = method_name(call)
-        if method in SYNC_METHODS:
+        if method in SYNC_METHODS or self.names.startswith(call.func, HOST_ONLY_MODULES):
             return False
-        if self.names.startswith(call.func, ("torch",)) or self.is_model_call(call):
+        if not isinstance(call.func, cst.Attribute):
             return True
-        if method is not None and f"Tensor.{method}" in OPS:
-            return True
-        receiver = call.func.value if isinstance(call.func, cst.Attribute) else call.func
-        return self.kinds.fact(receiver).kind in (Kind.TENSOR, Kind.MODULE)
+        receiver = call.func.value
+        if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+            return False
+        if isinstance(receiver, cst.Name) and method in ("write", "flush"):
+            sources = self.value_sources(receiver)
+            return not sources or not all(
+                isinstance(s, cst.Call) and self.names.is_(s.func, "builtins.open") for s in sources
+            )
+        return True
+
+    def steers(self, expr: cst.BaseExpression, depth: int = 0) -> cst.CSTNode | None:
+        """Where the value of `expr` decides what the program runs: the test of an `if`,
+        `while` or conditional expression, an `assert`, an index, a `range(...)` bound, a
+        `return` (what the caller does with it is not followed), followed through the
+        names it is assigned to (and added to) and the reads those reach. Text made from
+        it (an f-string, `.format`, `str`) names or logs it and is not followed. None when
+        it steers nothing: it is only logged, stored or accumulated for a log."""
+        if depth > MAX_DEPTH:
+            return expr
+        child = expr
+        for ancestor in self._ancestors(expr):
+            if isinstance(ancestor, (cst.If, cst.While, cst.IfExp)) and self.index.inside(child, ancestor.test):
+                return ancestor.test
+            if isinstance(ancestor, (cst.Assert, cst.Return, cst.Yield, cst.SubscriptElement)):
+                return ancestor
+            if isinstance(ancestor, (cst.FormattedString, cst.FunctionDef, cst.Lambda)):
+                return None
+            if isinstance(ancestor, cst.Call):
+                if self.names.is_(ancestor.func, "builtins.range") or (
+                    self.names.is_(ancestor.func, "builtins.str") or method_name(ancestor) == "format"
+                ):
+                    return ancestor if self.names.is_(ancestor.func, "builtins.range") else None
+            if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                targets = (
+                    [t.target for t in ancestor.targets] if isinstance(ancestor, cst.Assign) else [ancestor.target]
+                )
+                for target in targets:
+                    if not isinstance(target, cst.Name):
+                        return ancestor  # an attribute or an item: where it is read is not followed
+                    scope = self.kinds.scopes.get(target)
+                    bindings = [b for b in scope.assignments[target.value] if b.node is target] if scope else []
+                    if not bindings:
+                        return ancestor
+                    for read in self.kinds.reached_reads(bindings[0]):
+                        if self.index.inside(read, ancestor):
+                            continue
+                        found = self.steers(read, depth + 1)
+                        if found is not None:
+                            return found
+                return None
+            if isinstance(ancestor, cst.BaseStatement):
+                return None
+            child = ancestor
+        return None
 
     def _may_place_on_accelerator(self, call: cst.Call) -> bool:
         method = method_name(call)

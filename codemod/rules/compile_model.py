@@ -524,6 +524,12 @@ class UncompiledModel(Rule):
         elif function is not None and name not in self.context.bound_in(function.body):
             how = "reads it as a global"
         else:
+            again = self._built_in_outer_loop(loop, name)
+            if again is not None:
+                return (
+                    f"`{name}` could be compiled, but it is built anew on every pass of the loop at line "
+                    f"{self.context.line(again)}: each new module would be compiled again"
+                )
             built = self.context.bound_in_compound(name, loop)
             if built is None:
                 return (
@@ -539,6 +545,21 @@ class UncompiledModel(Rule):
             f"`{name}` could be compiled, but it is built outside the function that trains "
             f"it (which {how}); add `{name}.compile()` where it is built and moved"
         )
+
+    def _built_in_outer_loop(self, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
+        """The loop around `loop` (in its function) whose body binds `name` before it."""
+        child = loop
+        for ancestor in self.context.index.ancestors(loop):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+            if isinstance(ancestor, cst.IndentedBlock):
+                owner = self.context.parents.get(ancestor)
+                if isinstance(owner, (cst.For, cst.While)):
+                    body = list(ancestor.body)
+                    if any(name in self.context.bound_in(s) for s in body[: body.index(child)]):
+                        return owner
+            child = ancestor
+        return None
 
     def _caller_site(self, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
         """For a model that is a parameter of the training function: where the caller builds

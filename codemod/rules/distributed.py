@@ -778,7 +778,18 @@ class _Planner:
                     "gradients, so each step would move by 1/N of the single-process step: use the "
                     "mean, or scale the loss by the number of processes",
                 )
-        self.origin = self._model_origin(loop)
+        try:
+            self.origin = self._model_origin(loop)
+        except _Blocked as blocked:
+            statement = loop.loop
+            library = self.context.loaders.library_iterable(statement.iter) if isinstance(statement, cst.For) else None
+            if library is not None:
+                raise _Blocked(
+                    blocked.node,
+                    f"{blocked.message}; and the batches come from `{library}`, not from a DataLoader, "
+                    "which PM601 would need to split them over the ranks",
+                ) from None
+            raise
         self.loader = self._find_loader(loop)
         self.setup = self._setup_site()
         self.setup_scope = self.setup.function
