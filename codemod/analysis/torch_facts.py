@@ -337,8 +337,9 @@ DEVICE_SYNCHRONIZES = frozenset(
 HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json", "datetime", "random")
 # Methods that move a tensor or module to an accelerator whatever their argument.
 ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
-# Keywords that name where a call puts what it makes or loads.
-DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location"})
+# Keywords that name where a call puts what it makes or loads (and Lightning's
+# `Trainer(accelerator="gpu", devices=1)`, which chooses an accelerator).
+DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location", "accelerator", "devices", "gpus"})
 # Words that show, in a module's text, that it may place tensors on an accelerator.
 ACCELERATOR_WORDS = (b"cuda", b"device", b"mps", b"xpu", b"accelerator", b"DataParallel")
 

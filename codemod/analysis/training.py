@@ -1434,6 +1434,8 @@ class Training:
         nothing left to run, so reading a tensor there waits for nothing. None when there
         is no such call. A synchronize under an `if` counts when the `if` tests the device
         (`if device_type == "cuda":`): where it is false there is no such device to wait for."""
+        if any(isinstance(a, (cst.For, cst.While)) for a in self._ancestors_until(node, loop)):
+            return None  # in a loop of the step: its later passes queue work the first did not wait for
         start = self._start(node)
         calls = [c for c in self.steps.own_calls(loop.body) if self.names.is_(c.func, *DEVICE_SYNCHRONIZES)]
         for sync in sorted(calls, key=self._start, reverse=True):
@@ -1443,6 +1445,12 @@ class Training:
             between = [c for c in self.steps.own_calls(loop.body) if end < self._start(c) < start]
             return None if any(self._queues_device_work(c) for c in between) else sync
         return None
+
+    def _ancestors_until(self, node: cst.CSTNode, stop: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        for ancestor in self.index.ancestors(node):
+            if ancestor is stop:
+                return
+            yield ancestor
 
     def _every_step_on_device(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
         for ancestor in self.index.ancestors(node):
