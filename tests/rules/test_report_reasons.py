@@ -118,6 +118,12 @@ def test_a_step_that_already_synchronized_for_its_timing_is_not_reported():
     # A synchronize that only some steps run does not spare the others.
     sometimes = TIMED.replace('if device_type == "cuda":', "if step % 10 == 0:")
     assert messages(sometimes, "PM404")
+    # A read in a loop of the step waits, on its later passes, for work queued after it.
+    nested = TIMED.replace(
+        '    print(f"step {step} | loss {loss.item():.6f} | dt {dt * 1000:.2f}ms")\n',
+        "    for k in range(2):\n        print(loss.item())\n        loss = model(x).pow(2).mean()\n",
+    )
+    assert messages(nested, "PM404")
 
 
 BENCH = """\
