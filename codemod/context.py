@@ -101,6 +101,23 @@ class FileContext:
         `as` targets, definitions, parameters), nested blocks included."""
         return {name.value for name in self.index.find(cst.Name, within=node) if id(name) in self._stored}
 
+    def bound_in_compound(self, name: str, before: cst.CSTNode) -> cst.BaseCompoundStatement | None:
+        """The last `if`, `try` or `with` statement before `before`, in a block around it up
+        to its function (or the module), that binds `name` in its body: where a value is
+        built in branches (`if resume: model = load(...) else: model = Net()`) rather than
+        by one statement of the block."""
+        child, parent = before, self.parents.get(before)
+        while parent is not None:
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                body = list(parent.body)
+                for statement in reversed(body[: body.index(child)] if child in body else []):
+                    if isinstance(statement, (cst.If, cst.Try, cst.With)) and name in self.bound_in(statement):
+                        return statement
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+            child, parent = parent, self.parents.get(parent)
+        return None
+
     def inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
         """Is `node` the node `ancestor` or somewhere below it?"""
         return self.index.inside(node, ancestor)

@@ -24,7 +24,14 @@ from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Pl
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.project import BatchUse, Function, project_of
-from codemod.analysis.torch_facts import NOT_TENSOR_FUNCTIONS, TENSOR_COLLATES, TENSOR_FUNCTIONS, TENSOR_NAMESPACES
+from codemod.analysis.torch_facts import (
+    NOT_TENSOR_FUNCTIONS,
+    OPS,
+    TENSOR_COLLATES,
+    TENSOR_FUNCTIONS,
+    TENSOR_NAMESPACES,
+    TORCH_DRAWS,
+)
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -41,6 +48,7 @@ LOOKS_THROUGH = {
 }
 MAX_DEPTH = 8  # how many assignments and helper calls a look-up follows
 ENUMERATE = ("enumerate", "builtins.enumerate")
+COUNTERS = ("builtins.range", "itertools.count")  # iterables of step numbers, not of data
 ZIP = ("zip", "builtins.zip")
 NEXT = ("next", "builtins.next")
 LOOPS = (cst.For, cst.While)
@@ -110,6 +118,19 @@ class Handoff:
     param: cst.Param  # the parameter of `function` it is passed to
     use: BatchUse  # where its batches are copied
     factory: cst.Call | None = None  # the call of this file to the project factory that built it, if not here
+
+
+@dataclass(frozen=True)
+class StepData:
+    """Where the data of a loop that iterates no DataLoader comes from."""
+
+    how: str  # RANDOM, SAME or OUTSIDE (below)
+    at: cst.CSTNode | None = None  # the draw, or the call that gives the data
+
+
+RANDOM = "random"  # drawn at random in the step, in the loop or a function of the file it calls
+SAME = "same"  # the loop binds nothing: every step trains on the same data (full-batch training)
+OUTSIDE = "outside"  # each step's data comes from a call of an object outside the program (an environment)
 
 
 class Loaders:
@@ -241,6 +262,84 @@ class Loaders:
         return [(iterable, target)]
 
     @memoized
+    def step_data(self, loop: cst.For | cst.While) -> StepData | None:
+        """For a loop over a counter (a `range`, an `itertools.count`): where each
+        step's data comes from. RANDOM when it takes its batches from a generator of this
+        file that draws tensors at random (`torch.randint`, `torch.randn`); SAME when the loop binds
+        no name but its counter, so each step sees the data the previous one did; OUTSIDE
+        when a value the loop binds comes from a method of an object that is neither torch's,
+        a model, nor of this program (`state, _ = env.reset()`). None when it is none of these
+        (a helper of the file that slices a tensor, a project function)."""
+        if not self.iterates_counter(loop):
+            return None
+        steps = self.context.loops
+        calls = steps.own_calls(loop.body)
+        for call in calls:
+            helper = steps.callee(call)
+            if helper is None or self.kinds.class_of(helper) is not None or not self.index.find(cst.Yield, helper):
+                continue  # the batches of a generator of the file (`next(batches())`)
+            for draw in steps.own_calls(helper.body):
+                if self.names.is_(draw.func, *TORCH_DRAWS):
+                    return StepData(RANDOM, draw)
+        bound = self.context.bound_in(loop.body) - self.context.bound_in(loop.target)
+        if not bound:
+            return StepData(SAME)
+        training = self.context.training
+        for call in calls:
+            if not isinstance(self.context.parents.get(call), (cst.Assign, cst.Tuple, cst.Element)):
+                continue
+            func = call.func  # the first call whose value the loop binds
+            if (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value not in bound
+                and not self.names.of(func)  # a method of an object, not a module's function
+                and f"Tensor.{func.attr.value}" not in OPS
+                and isinstance(self.context.parents.get(call), (cst.Assign, cst.Tuple, cst.Element))
+                and steps.callee(call) is None
+                and not self.names.startswith(func, ("torch", "builtins"))
+                and self.kinds.fact(func.value).kind is Kind.UNKNOWN
+                and not training.is_model(func.value)
+                and not project_of(self.context).function(func)
+            ):
+                return StepData(OUTSIDE, call)
+            return None
+        return None
+
+    def library_iterable(self, expr: cst.BaseExpression) -> str | None:
+        """The qualified name of the library call (not torch's, not the project's) that every
+        value of the iterable `expr` comes from, seen through `enumerate`, `tqdm` and other
+        iterables that pass items through (`train_iter` of `train_iter, dev_iter =
+        data.BucketIterator.splits(...)`); None when it may be anything else."""
+        while isinstance(expr, cst.Call) and self.names.is_(expr.func, *ENUMERATE, *LOOKS_THROUGH):
+            first = positional(expr, 0)
+            if first is None:
+                return None
+            expr = first.value
+        if not isinstance(expr, cst.Name):
+            return None
+        sources = self.context.training.value_sources(expr)
+        names = set()
+        for source in sources:
+            qualified = sorted(self.names.of(source.func)) if isinstance(source, cst.Call) else []
+            if not qualified or any(n.startswith(("torch.", "builtins.", ".")) for n in qualified):
+                return None
+            names.add(qualified[0])
+        return names.pop() if len(names) == 1 else None
+
+    def iterates_counter(self, loop: cst.For | cst.While) -> bool:
+        """Is `loop` a `for` over a counter (`range(n)`, `itertools.count()`), seen through
+        `enumerate`, `tqdm` and the other iterables that pass items through?"""
+        if not isinstance(loop, cst.For):
+            return False
+        iterable = loop.iter
+        while isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH):
+            first = positional(iterable, 0)
+            if first is None:
+                return False
+            iterable = first.value
+        return isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *COUNTERS)
+
     def sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
         """The DataLoader constructions `expr` may evaluate to; `path` indexes into
         tuples on the way (`train, val = make_loaders()` takes element 0 or 1)."""
@@ -989,11 +1088,14 @@ class Loaders:
     # -- what a **kwargs dict holds ----------------------------------------------------------
 
     @memoized
-    def kwargs_literal(self, expr: cst.BaseExpression) -> tuple[cst.CSTNode, set[str], bool] | None:
+    def kwargs_literal(
+        self, expr: cst.BaseExpression, either: bool = False
+    ) -> tuple[cst.CSTNode, set[str], bool] | None:
         """(the dict literal or `dict(...)` behind `**expr`, its keys, whether other code may
         add keys or see the dict), or None when there is no single literal to look at.
         A choice of literals (`{"pin_memory": True} if cuda else {}`) has the keys of
-        either, and counts as seen by other code: no fix can add to both."""
+        either, and counts as seen by other code (no fix can add to both) unless `either`:
+        then its keys are what one of the literals chosen may hold."""
         if not isinstance(expr, cst.Name):
             return None
         assignments = self.bindings.assignments(expr)
@@ -1003,7 +1105,7 @@ class Loaders:
         keys = self._literal_keys(literal)
         if keys is None:
             return None
-        opaque = isinstance(literal, cst.IfExp)
+        opaque = isinstance(literal, cst.IfExp) and not either
         for access in assignments[0].references:
             added = self._keys_added_by(access.node)
             if added is None:
@@ -1012,12 +1114,14 @@ class Loaders:
                 keys |= added
         return literal, keys, opaque
 
-    def star_kwargs_keys(self, loader: cst.Call) -> set[str] | None:
-        """The keys of the one `**dict` the loader is built with, when they can all be seen."""
+    def star_kwargs_keys(self, loader: cst.Call, either: bool = False) -> set[str] | None:
+        """The keys of the one `**dict` the loader is built with, when they can all be seen;
+        `either`: those of a choice of literals too (`{"pin_memory": True} if cuda else {}`),
+        each key passed in one of the choices."""
         stars = [arg for arg in loader.args if arg.star]
         if len(stars) != 1 or stars[0].star != "**":
             return None
-        found = self.kwargs_literal(stars[0].value)
+        found = self.kwargs_literal(stars[0].value, either)
         return found[1] if found is not None and not found[2] else None
 
     def _literal_keys(self, literal) -> set[str] | None:

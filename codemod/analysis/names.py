@@ -446,3 +446,9 @@ def is_main_guard(test: cst.BaseExpression) -> bool:
     names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
     strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
     return len(names) == 1 and len(strings) == 1
+
+
+def compound_keyword(statement: cst.CSTNode) -> str:
+    """The keyword that opens a compound statement (`if`, `try`, `with`, `for`, ...)."""
+    keywords = {cst.If: "if", cst.Try: "try", cst.With: "with", cst.For: "for", cst.While: "while"}
+    return keywords.get(type(statement), type(statement).__name__.lower())

@@ -320,6 +320,48 @@ RUNTIME_WITHOUT_PRODUCTS = (
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 
+# -- devices ---------------------------------------------------------------------------------
+
+# Where a program may put tensors on an accelerator: calls under these names (CUDA, MPS, XPU,
+# the generic accelerator API, a default device, the data-parallel wrappers, process groups).
+ACCELERATOR_NAMESPACES = (
+    "torch.cuda",
+    "torch.mps",
+    "torch.xpu",
+    "torch.accelerator",
+    "torch.backends.mps",
+    "torch.backends.cuda",
+    "torch.set_default_device",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel",
+    "torch.distributed",
+)
+# Calls that wait until the device has run all the work queued on it.
+DEVICE_SYNCHRONIZES = frozenset(
+    f"torch.{api}.synchronize" for api in ("cuda", "mps", "xpu", "accelerator", "npu", "hpu")
+)
+# Python's modules whose functions run on the host only: a call of one queues no device work.
+HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json", "datetime", "random")
+# Methods that move a tensor or module to an accelerator whatever their argument.
+ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
+# Keywords that name where a call puts what it makes or loads (and Lightning's
+# `Trainer(accelerator="gpu", devices=1)`, which chooses an accelerator).
+DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location", "accelerator", "devices", "gpus"})
+# Words that show, in a module's text, that it may place tensors on an accelerator.
+ACCELERATOR_WORDS = (b"cuda", b"device", b"mps", b"xpu", b"accelerator", b"DataParallel")
+
+# -- training engines ---------------------------------------------------------------------
+
+# Objects whose `.backward(loss)` runs the backward pass and that own the training's mixed
+# precision: their constructor's keyword that sets it.
+PRECISION_OWNERS = {
+    "accelerate.Accelerator": "mixed_precision",
+    "accelerate.accelerator.Accelerator": "mixed_precision",
+    "lightning.Fabric": "precision",
+    "lightning.fabric.Fabric": "precision",
+    "lightning_fabric.Fabric": "precision",
+}
+
 # -- checkpoints ------------------------------------------------------------------------------
 
 # Calls that write a checkpoint synchronously.

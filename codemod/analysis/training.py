@@ -42,13 +42,20 @@ from codemod.analysis.names import is_main_guard, kwarg, method_name, names_read
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
+    ACCELERATOR_METHODS,
+    ACCELERATOR_NAMESPACES,
+    ACCELERATOR_WORDS,
     AUTOCAST_NAMES,
     CLIP_NAMES,
     CUDA_PROBES,
+    DEVICE_KEYWORDS,
+    DEVICE_SYNCHRONIZES,
     DOUBLE_TENSOR_TYPES,
+    DTYPE_NAMES,
     FLOAT64_NAMES,
     GRAD_SCALER_NAMES,
     HALF_NAMES,
+    HOST_ONLY_MODULES,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
     MODEL_LOADERS,
@@ -56,7 +63,9 @@ from codemod.analysis.torch_facts import (
     MODULE_CONTAINERS,
     MODULE_METHODS,
     NO_TORCH_MODULES,
+    PRECISION_OWNERS,
     RUNTIME_WITHOUT_PRODUCTS,
+    SYNC_METHODS,
 )
 
 if TYPE_CHECKING:
@@ -94,6 +103,9 @@ class Backward:
     loss: cst.BaseExpression  # what is differentiated, without `scaler.scale(...)` and `/ accum`
     scaled: bool  # through `scaler.scale(...)`
     divisor: cst.BaseExpression | None  # `accum` of `(loss / accum).backward()`
+    # The engine whose `.backward(loss)` runs it (`accelerator.backward(loss)`): its
+    # construction, which sets the precision of the training (see `precision_owner`).
+    owner: cst.Call | None = None
 
 
 @dataclass(frozen=True)
@@ -377,7 +389,25 @@ class Training:
                 return bool(values) and all(self.is_model(v, depth + 1) for v in values)
             return False
         source = self._last_source(expr) if isinstance(expr, cst.Name) else None
-        return not (isinstance(source, cst.Call) and self._is_loss_module(source))
+        if isinstance(source, cst.Call) and self._is_loss_module(source):
+            return False
+        return not (isinstance(expr, cst.Name) and self._holds_loss_module(expr))
+
+    def _holds_loss_module(self, name: cst.Name, depth: int = 0) -> bool:
+        """Does every value `name` may hold come from a loss module's construction (a
+        parameter followed to what every call of its function passes; `.to(device)` and
+        `.cuda()` return the module itself)?"""
+        sources = self.value_sources(name)
+        if not sources or depth > 3:
+            return False
+        for source in sources:
+            while isinstance(source, cst.Call) and method_name(source) in ("to", "cuda"):
+                source = source.func.value
+            if isinstance(source, cst.Call) and self._is_loss_module(source):
+                continue
+            if not (isinstance(source, cst.Name) and self._holds_loss_module(source, depth + 1)):
+                return False
+        return True
 
     def _is_loss_module(self, call: cst.Call) -> bool:
         return any(n.startswith("torch.nn.") and n.endswith("Loss") for n in self.names.of(call.func))
@@ -738,11 +768,31 @@ class Training:
         if method_name(call) != "backward":
             return None
         loss, scaled, divisor = call.func.value, False, None
+        owner = self.precision_owner(loss)
+        if owner is not None:
+            first = positional(call, 0) or kwarg(call, "loss")
+            if first is None:
+                return None
+            loss = first.value
         if isinstance(loss, cst.Call) and method_name(loss) == "scale" and positional(loss, 0) is not None:
             loss, scaled = positional(loss, 0).value, True
         if isinstance(loss, cst.BinaryOperation) and isinstance(loss.operator, cst.Divide):
             loss, divisor = loss.left, loss.right
-        return Backward(call, loss, scaled, divisor)
+        return Backward(call, loss, scaled, divisor, owner)
+
+    def precision_owner(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """The construction of the training engine `expr` holds (`Accelerator(...)`, Lightning's
+        `Fabric(...)`): an object whose `.backward(loss)` runs the backward pass and whose
+        constructor's keyword (torch_facts.PRECISION_OWNERS) sets the mixed precision of
+        the forward passes it prepares. None when `expr` is not one."""
+        if not isinstance(expr, cst.Name):
+            return None
+        sources = self.value_sources(expr)
+        if not sources or not all(
+            isinstance(s, cst.Call) and self.names.is_(s.func, *PRECISION_OWNERS) for s in sources
+        ):
+            return None
+        return sources[-1]
 
     def _step(self, call: cst.Call, loop: cst.CSTNode) -> Step | None:
         found = self.steps.step_of(call)
@@ -1351,6 +1401,168 @@ class Training:
             ):
                 found.append(call)
         return min(found, key=self._start) if found else None
+
+    @functools.cached_property
+    def accelerator_use(self) -> cst.CSTNode | None:
+        """The first node of the file that may put a tensor on an accelerator (a CUDA use,
+        a device string or `torch.device` of another type than the CPU, `.cuda()`, a
+        `.to(...)` whose argument is not a dtype or a CPU device, a `device=` or
+        `map_location=` that may name one, a model loaded without `map_location`, a call
+        of torch's accelerator, data-parallel or process-group API), or the module when a
+        project module it imports may do so; None when the program keeps every tensor on
+        the host: then nothing it does waits for a GPU."""
+        if self.cuda_use is not None:
+            return self.cuda_use
+        found: list[cst.CSTNode] = []
+        for string in self.index.find(cst.SimpleString):
+            value = string.evaluated_value
+            if isinstance(value, str) and DEVICE_STRING.match(value) and not value.startswith("cpu"):
+                found.append(string)
+        for call in self._calls:
+            if self._may_place_on_accelerator(call):
+                found.append(call)
+        if found:
+            return min(found, key=self._start)
+        if project_of(self.context).imported_module_mentioning(*ACCELERATOR_WORDS) is not None:
+            return self.module
+        return None
+
+    def synchronized_before(self, node: cst.CSTNode, loop: cst.For | cst.While) -> cst.Call | None:
+        """The `torch.cuda.synchronize()` (or another device's) that runs in `loop`'s body
+        on every step on a device before `node`, with no device work queued between them
+        (only host calls and reads of values to the host): at `node` the device has
+        nothing left to run, so reading a tensor there waits for nothing. None when there
+        is no such call. A synchronize under an `if` counts when the `if` tests the device
+        (`if device_type == "cuda":`): where it is false there is no such device to wait for."""
+        if any(isinstance(a, (cst.For, cst.While)) for a in self._ancestors_until(node, loop)):
+            return None  # in a loop of the step: its later passes queue work the first did not wait for
+        start = self._start(node)
+        calls = [c for c in self.steps.own_calls(loop.body) if self.names.is_(c.func, *DEVICE_SYNCHRONIZES)]
+        for sync in sorted(calls, key=self._start, reverse=True):
+            if self._start(sync) >= start or not self._every_step_on_device(sync, loop):
+                continue
+            end = self.index.end(self.statement_of(sync))
+            between = [c for c in self.steps.own_calls(loop.body) if end < self._start(c) < start]
+            return None if any(self._queues_device_work(c) for c in between) else sync
+        return None
+
+    def _ancestors_until(self, node: cst.CSTNode, stop: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        for ancestor in self.index.ancestors(node):
+            if ancestor is stop:
+                return
+            yield ancestor
+
+    def _every_step_on_device(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop:
+                return True
+            if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.Try, cst.Else)):
+                return False
+            if isinstance(ancestor, cst.If) and not self._device_test(ancestor.test):
+                return False
+        return False
+
+    def _device_test(self, test: cst.BaseExpression) -> bool:
+        """`device_type == "cuda"`, `torch.cuda.is_available()`, `device.type != "cpu"`."""
+        if isinstance(test, cst.Call):
+            return self.names.is_(test.func, *CUDA_PROBES)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            sides = (test.left, test.comparisons[0].comparator)
+            return any(
+                isinstance(side, cst.SimpleString)
+                and isinstance(side.evaluated_value, str)
+                and DEVICE_STRING.match(side.evaluated_value) is not None
+                for side in sides
+            )
+        return False
+
+    def _queues_device_work(self, call: cst.Call) -> bool:
+        """May `call` put work on the device? Not a read to the host (`.item()`), a function
+        of Python's host-only modules (`time.time()`, `print`), a method of a string
+        (`"...".format`) or the writing of a file `open` gave; anything else may."""
+        method = method_name(call)
+        if method in SYNC_METHODS or self.names.startswith(call.func, HOST_ONLY_MODULES):
+            return False
+        if not isinstance(call.func, cst.Attribute):
+            return True
+        receiver = call.func.value
+        if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+            return False
+        if isinstance(receiver, cst.Name) and method in ("write", "flush"):
+            sources = self.value_sources(receiver)
+            return not sources or not all(
+                isinstance(s, cst.Call) and self.names.is_(s.func, "builtins.open") for s in sources
+            )
+        return True
+
+    def steers(self, expr: cst.BaseExpression, depth: int = 0) -> cst.CSTNode | None:
+        """Where the value of `expr` decides what the program runs: the test of an `if`,
+        `while` or conditional expression, an `assert`, an index, a `range(...)` bound, a
+        `return` (what the caller does with it is not followed), followed through the
+        names it is assigned to (and added to) and the reads those reach. Text made from
+        it (an f-string, `.format`, `str`) names or logs it and is not followed. None when
+        it steers nothing: it is only logged, stored or accumulated for a log."""
+        if depth > MAX_DEPTH:
+            return expr
+        child = expr
+        for ancestor in self._ancestors(expr):
+            if isinstance(ancestor, (cst.If, cst.While, cst.IfExp)) and self.index.inside(child, ancestor.test):
+                return ancestor.test
+            if isinstance(ancestor, (cst.Assert, cst.Return, cst.Yield, cst.SubscriptElement)):
+                return ancestor
+            if isinstance(ancestor, (cst.FormattedString, cst.FunctionDef, cst.Lambda)):
+                return None
+            if isinstance(ancestor, cst.Call):
+                if self.names.is_(ancestor.func, "builtins.range") or (
+                    self.names.is_(ancestor.func, "builtins.str") or method_name(ancestor) == "format"
+                ):
+                    return ancestor if self.names.is_(ancestor.func, "builtins.range") else None
+            if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                targets = (
+                    [t.target for t in ancestor.targets] if isinstance(ancestor, cst.Assign) else [ancestor.target]
+                )
+                for target in targets:
+                    if not isinstance(target, cst.Name):
+                        return ancestor  # an attribute or an item: where it is read is not followed
+                    scope = self.kinds.scopes.get(target)
+                    bindings = [b for b in scope.assignments[target.value] if b.node is target] if scope else []
+                    if not bindings:
+                        return ancestor
+                    for read in self.kinds.reached_reads(bindings[0]):
+                        if self.index.inside(read, ancestor):
+                            continue
+                        found = self.steers(read, depth + 1)
+                        if found is not None:
+                            return found
+                return None
+            if isinstance(ancestor, cst.BaseStatement):
+                return None
+            child = ancestor
+        return None
+
+    def _may_place_on_accelerator(self, call: cst.Call) -> bool:
+        method = method_name(call)
+        if method in ACCELERATOR_METHODS or self.names.startswith(call.func, ACCELERATOR_NAMESPACES):
+            return True
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and not self._cpu_only(arg.value):
+                return True
+        if self.names.startswith(call.func, MODEL_LOADERS) and kwarg(call, "map_location") is None:
+            return True
+        if self.names.is_(call.func, "torch.device"):
+            return not self._cpu_only(call)
+        if method == "to":
+            return any(arg.keyword is None and not self._dtype_or_cpu(arg.value) for arg in call.args) or any(
+                arg.keyword is not None and arg.keyword.value == "device" and not self._cpu_only(arg.value)
+                for arg in call.args
+            )
+        return False
+
+    def _dtype_or_cpu(self, expr: cst.BaseExpression) -> bool:
+        return self.names.is_(expr, *(f"torch.{name}" for name in DTYPE_NAMES)) or self._cpu_only(expr)
+
+    def _cpu_only(self, expr: cst.BaseExpression) -> bool:
+        return self.device_types(expr) == frozenset({"cpu"})
 
     # -- models and devices ------------------------------------------------------------
 

@@ -9,9 +9,15 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import data_parallel
 from codemod.analysis.kinds import Place
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import is_main_guard, method_name, positional, sole_definition
+from codemod.analysis.names import is_main_guard, kwarg, method_name, positional, sole_definition
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE, MODEL_WRAPPERS, autocast_float16
+from codemod.analysis.torch_facts import (
+    AUTOCAST_FLOAT16,
+    AUTOCAST_UNSAFE,
+    MODEL_WRAPPERS,
+    PRECISION_OWNERS,
+    autocast_float16,
+)
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -444,6 +450,17 @@ class ForwardWithoutAutocast(Rule):
                 f"the script asks for exact float32 results (line "
                 f"{self.context.line(training.exact_float32)}); autocast would undo that",
             )
+        owner = next((b.owner for b in loop.backwards if b.owner is not None), None)
+        if owner is not None:
+            keyword = PRECISION_OWNERS[next(n for n in self.context.names.of(owner.func) if n in PRECISION_OWNERS)]
+            if kwarg(owner, keyword) is not None or any(arg.star for arg in owner.args):
+                return  # the engine is told its precision where it is built
+            return self.report(
+                self._forward_start(loop),
+                f"the training runs through `{training.code(owner.func)}` (line {self.context.line(owner)}), "
+                f"which applies the mixed precision it is configured with: pass `{keyword}=` to it (or set "
+                "it in the launcher's configuration) rather than wrapping the forward pass in autocast",
+            )
         forward_uses = self._autocast_in_forward(loop)
         if forward_uses:
             return  # the model's forward (or a helper it calls) enters autocast itself
@@ -683,11 +700,14 @@ class ForwardWithoutAutocast(Rule):
 
     def _decision_in_forward(self, loop: TrainingLoop) -> cst.Call | None:
         """A call in the forward region whose result steers the program: a value read to
-        the host (`.item()`, `.tolist()`), or a sample drawn from the model's output."""
+        the host (`.item()`, `.tolist()`) that decides what runs (not one only logged), or
+        a sample drawn from the model's output."""
         for statement in loop.forward.statements:
             for call in self.context.loops.own_calls(statement):
                 method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-                if method in ("item", "tolist", "sample") and not call.args:
+                if method == "sample" and not call.args:
+                    return call
+                if method in ("item", "tolist") and not call.args and self.context.training.steers(call) is not None:
                     return call
                 if self.context.names.is_(call.func, "torch.multinomial", "torch.bernoulli"):
                     return call

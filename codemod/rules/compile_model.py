@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.names import method_name
+from codemod.analysis.names import compound_keyword, method_name
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import HOOK_REGISTRATIONS, MODULE_METHODS
 from codemod.edits import InsertAfter
@@ -240,19 +240,11 @@ class UncompiledModel(Rule):
             return
         anchor = self._anchor(loop.loop, name)
         if anchor is None:
-            site = self._caller_site(loop.loop, name)
-            how = "is given it"
-            if site is None:
-                site = self._global_site(loop.loop, name)
-                how = "reads it as a global"
+            site = self._caller_site(loop.loop, name) or self._global_site(loop.loop, name)
             where = site or loop.loop
             if id(where) not in seen:
                 seen.add(id(where))
-                self.report(
-                    where,
-                    f"`{name}` could be compiled, but it is built outside the function that trains "
-                    f"it (which {how}); add `{name}.compile()` where it is built and moved",
-                )
+                self.report(where, self._unanchored(loop.loop, name))
             return
         if id(anchor) in seen:
             return
@@ -400,9 +392,7 @@ class UncompiledModel(Rule):
 
     def _passed_modules(self, loop: cst.CSTNode, calls) -> list[str]:
         """Parameters of the training function called in the loop that a caller in this file
-        gives a module (`train(net, opt)` with `net = nn.Linear(...)`)."""
-        from codemod.analysis.kinds import Kind
-
+        gives a model (`train(net, opt)` with `net = nn.Linear(...)`; not a loss module)."""
         function = self.context.index.first_enclosing(loop, cst.FunctionDef)
         if function is None:
             return []
@@ -417,7 +407,7 @@ class UncompiledModel(Rule):
                 if (
                     name in called
                     and position < len(args)
-                    and self.context.kinds.fact(args[position].value).kind is Kind.MODULE
+                    and self.context.training.is_model(args[position].value)
                     and name not in found
                 ):
                     found.append(name)
@@ -512,6 +502,64 @@ class UncompiledModel(Rule):
             )
 
     # -- where a model given to the training function is built ------------------------------
+
+    def _unanchored(self, loop: cst.CSTNode, name: str) -> str:
+        """Why the model `name` has no statement before the loop to compile it after, from
+        where the training code's scope finds it."""
+        function = self.context.index.first_enclosing(loop, cst.FunctionDef)
+        params = [] if function is None else [*function.params.posonly_params, *function.params.params]
+        position = next((i for i, p in enumerate(params) if p.name.value == name), None)
+        if position == 0 and self.context.kinds.class_of(function) is not None:
+            direct = any(
+                m.matches(call.func, m.Attribute(value=m.Name(name), attr=m.Name("forward")))
+                for call in own_calls(self.context, loop)
+            )
+            return (
+                f"`{name}` could be compiled, but `{function.name.value}` trains the module it is a "
+                f"method of; add `.compile()` where each instance is built"
+                + (f", and call `{name}(...)`: a call of `.forward` bypasses the compiled module" if direct else "")
+            )
+        if position is not None:
+            how = "is given it"
+        elif function is not None and name not in self.context.bound_in(function.body):
+            how = "reads it as a global"
+        else:
+            again = self._built_in_outer_loop(loop, name)
+            if again is not None:
+                return (
+                    f"`{name}` could be compiled, but it is built anew on every pass of the loop at line "
+                    f"{self.context.line(again)}: each new module would be compiled again"
+                )
+            built = self.context.bound_in_compound(name, loop)
+            if built is None:
+                return (
+                    f"`{name}` could be compiled, but perfmod finds no one statement before the loop "
+                    f"that builds it; add `{name}.compile()` where it is built and moved"
+                )
+            return (
+                f"`{name}` could be compiled, but it is built inside the `{compound_keyword(built)}` statement "
+                f"at line {self.context.line(built)}, not by a statement of its own before the loop; add "
+                f"`{name}.compile()` after that statement"
+            )
+        return (
+            f"`{name}` could be compiled, but it is built outside the function that trains "
+            f"it (which {how}); add `{name}.compile()` where it is built and moved"
+        )
+
+    def _built_in_outer_loop(self, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
+        """The loop around `loop` (in its function) whose body binds `name` before it."""
+        child = loop
+        for ancestor in self.context.index.ancestors(loop):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+            if isinstance(ancestor, cst.IndentedBlock):
+                owner = self.context.parents.get(ancestor)
+                if isinstance(owner, (cst.For, cst.While)):
+                    body = list(ancestor.body)
+                    if any(name in self.context.bound_in(s) for s in body[: body.index(child)]):
+                        return owner
+            child = ancestor
+        return None
 
     def _caller_site(self, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
         """For a model that is a parameter of the training function: where the caller builds

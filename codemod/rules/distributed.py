@@ -6,9 +6,9 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for, returned_values
-from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH
+from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH, OUTSIDE, RANDOM, SAME
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
+from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.periodic import periodic
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
@@ -778,7 +778,18 @@ class _Planner:
                     "gradients, so each step would move by 1/N of the single-process step: use the "
                     "mean, or scale the loss by the number of processes",
                 )
-        self.origin = self._model_origin(loop)
+        try:
+            self.origin = self._model_origin(loop)
+        except _Blocked as blocked:
+            statement = loop.loop
+            library = self.context.loaders.library_iterable(statement.iter) if isinstance(statement, cst.For) else None
+            if library is not None:
+                raise _Blocked(
+                    blocked.node,
+                    f"{blocked.message}; and the batches come from `{library}`, not from a DataLoader, "
+                    "which PM601 would need to split them over the ranks",
+                ) from None
+            raise
         self.loader = self._find_loader(loop)
         self.setup = self._setup_site()
         self.setup_scope = self.setup.function
@@ -901,6 +912,14 @@ class _Planner:
                 limit, scope = outer
                 continue
             if code not in params:
+                built = self.context.bound_in_compound(code, limit)
+                if built is not None:
+                    raise _Blocked(
+                        loop.loop,
+                        f"`{code}` is built inside the `{compound_keyword(built)}` statement at line "
+                        f"{self.context.line(built)}, not by one statement PM601 can wrap after; wrap it in "
+                        f"DistributedDataParallel after that statement",
+                    )
                 raise _Blocked(
                     loop.loop,
                     f"`{code}` is not built in the function that trains it, nor passed to it; "
@@ -1363,6 +1382,28 @@ class _Planner:
             return permutation
         if self._random_batches(statement):
             return None
+        data = self.context.loaders.step_data(statement)
+        if data is not None and data.how == RANDOM:
+            raise _Blocked(
+                statement.iter,
+                f"each step draws its batch at random (`{self._src(data.at)}`, line {self.context.line(data.at)}), "
+                "in a way PM601 does not split (one draw in the loop whose first dimension is the batch size); "
+                "give each rank its own seed so that the ranks draw different batches",
+            )
+        if data is not None and data.how == SAME:
+            raise _Blocked(
+                statement.iter,
+                f"every step trains on the same data (full-batch training: `{self._src(statement.iter)}` "
+                "counts the steps and the loop draws no batch), so there are no batches to split over the "
+                "ranks; training on several GPUs needs the data itself split, a part per rank",
+            )
+        if data is not None and data.how == OUTSIDE:
+            raise _Blocked(
+                statement.iter,
+                f"each step's data comes from `{self._src(data.at)}` (line {self.context.line(data.at)}), "
+                "not from a dataset, so there are no batches to split over the ranks; each rank would need "
+                "its own source (its own seed, its own environment)",
+            )
         raise _Blocked(
             statement.iter,
             f"it cannot tell where the batches of `{self._src(statement.iter)}` come from, "

@@ -482,6 +482,8 @@ class PerStepHostSync(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._fixed_in_functions: set[int] = set()  # syncs a function returns into a sum that is fixed
+        if self.context.training.accelerator_use is None:
+            return  # every tensor stays on the host: reading one waits for no device
         analysis = _FileAnalysis(self.context)
         for loop in self.context.loops.step_loops:
             self._check_loop(analysis, loop)
@@ -534,8 +536,8 @@ class PerStepHostSync(Rule):
         fixes: list[_Fix] = []
         syncs: dict[int, cst.CSTNode] = {}  # fix -> the sync it removes, where it is reported
         for sync in scan.syncs():
-            if id(sync) in scan.suppressed:
-                continue
+            if id(sync) in scan.suppressed or self.context.training.synchronized_before(sync, loop) is not None:
+                continue  # suppressed, or the step already waited for the device: this read waits for nothing
             try:
                 planned = scan.plan(sync)
                 fixes.extend(planned)
@@ -713,6 +715,15 @@ class _FileAnalysis:
     def accesses(self, target: cst.Name) -> list[cst.Name]:
         """Every read of the variable that `target` binds, in its scope and nested ones."""
         return self.accesses_in(self.scopes.get(target), target.value)
+
+    def reached_reads(self, target: cst.Name) -> list[cst.Name]:
+        """The reads that may see the value `target` binds (flow-sensitive: not a read in
+        another branch, nor one after a later binding that hides it on every path)."""
+        scope = self.scopes.get(target)
+        binding = next((b for b in scope.assignments[target.value] if b.node is target), None)
+        if binding is None:
+            return self.accesses(target)
+        return self.kinds.reached_reads(binding)
 
     def accesses_in(self, scope, name: str) -> list[cst.Name]:
         """Every read of the variable `name` of `scope`, there and in nested scopes, in the
@@ -1227,7 +1238,7 @@ class _StepLoop:
             raise _Unfixable(f"`{self.a.code(impure)}` may have side effects, so the statement cannot move")
         scope = self.a.scopes.get(target)
         branches: dict[int, cst.If] = {}
-        for use in self.a.accesses(target):
+        for use in self.a.reached_reads(target):
             branch = self._branch_after(line, block, use)
             if branch is None or not self.a.in_own_scope(use, scope):
                 if self.in_log_branch(use):

@@ -471,7 +471,7 @@ class BatchCopiedInTheStep(Rule):
         if collate is not None and not loaders.collates_tensors(collate, 0):
             return False
         if any(arg.star for arg in loader.args):
-            literal = loaders.star_kwargs_keys(loader)
+            literal = loaders.star_kwargs_keys(loader, either=True)
             if literal is None or "collate_fn" in literal:
                 return False
         return not loaders.may_hold_device_data(loaders.dataset(loader), 0)
@@ -484,7 +484,7 @@ class BatchCopiedInTheStep(Rule):
         )
         if pin is not None:
             return not _is_name(pin.value, "False")
-        keys = loaders.star_kwargs_keys(loader)
+        keys = loaders.star_kwargs_keys(loader, either=True)
         if keys is not None and "pin_memory" in keys:
             return True
         return self.context.settings.enabled(PIN_MEMORY_RULE, self.context.path) and loaders.pinnable(loader)

@@ -393,11 +393,13 @@ def test_pm403_helper_clean_up_left_in_place(call_site, why):
 
 # -- PM404 ----------------------------------------------------------------------------------
 
+# On the GPU where there is one (PM404 reports nothing in a program that stays on the CPU).
 SYNC_HEAD = """\
 torch.manual_seed(0)
-model = nn.Linear(6, 3)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Linear(6, 3).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
-data = [(torch.randn(8, 6), torch.randint(0, 3, (8,))) for _ in range(9)]
+data = [(torch.randn(8, 6).to(device), torch.randint(0, 3, (8,)).to(device)) for _ in range(9)]
 """
 
 
