@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -143,7 +144,11 @@ class PerSampleForwardLoop(Rule):
     `loss / len(x)` the loop applied to each sample turns the sum into a
     mean. A loss computed by a function of the same file is followed into
     it: a sum or an element-wise mean keeps the call, a token mean is
-    written out with the per-sample means. What the loop adds up per sample
+    written out with the per-sample means, and a function that sums over
+    its batch of one (`.sum(0)`: a loss over positions written for one
+    batch, averaged per position) is written out for the batch without that
+    sum; one that would then compute a value twice is called per sample on
+    the batched output instead. What the loop adds up per sample
     (`total += loss.item()`, `correct += (pred == y).sum()`, `tokens +=
     targets.numel()`) is therefore the same number.
 
@@ -349,6 +354,36 @@ class PerSampleForwardLoop(Rule):
             "loss = sum(pair_loss(out[i : i + 1], pairs[i : i + 1]) for i in range(len(x)))\nloss.backward()\n"
             "total += loss.item()\n",
             "a loss function of the file it cannot read: called per sample on the batched output, summed",
+        ),
+        Invalid(
+            PREAMBLE + "seq, tags = torch.randn(8, 5, 4), torch.randint(1, 3, (8, 5))\n"
+            "def position_loss(logits, targets):\n    total = 0.0\n    total = total + (\n"
+            '        F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1), reduction="none", ignore_index=0)\n'
+            "        .view_as(targets).sum(0)\n        / (targets != 0).sum(0)\n    ).sum()\n"
+            "    return total / targets.size(1)\n"
+            "for i in range(len(seq)):\n    loss = position_loss(model(seq[i:i + 1]), tags[i:i + 1])\n"
+            "    loss.backward()\n    total += loss.item()\n",
+            PREAMBLE + "seq, tags = torch.randn(8, 5, 4), torch.randint(1, 3, (8, 5))\n"
+            "def position_loss(logits, targets):\n    total = 0.0\n    total = total + (\n"
+            '        F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1), reduction="none", ignore_index=0)\n'
+            "        .view_as(targets).sum(0)\n        / (targets != 0).sum(0)\n    ).sum()\n"
+            "    return total / targets.size(1)\n"
+            "loss = (\n    (\n        F.cross_entropy(\n            model(seq).flatten(0, 1),\n"
+            '            tags.flatten(0, 1),\n            reduction="none",\n            ignore_index=0,\n'
+            "        ).view_as(tags)\n        / (tags != 0)\n    ).sum()\n    / tags.size(1)\n)\n"
+            "loss.backward()\ntotal += loss.item()\n",
+            "a loss function summing over its batch of one (`.sum(0)`): written out for the batch, without that sum",
+        ),
+        Invalid(
+            PREAMBLE + "z = torch.randn(8, 3)\ndef squares(out, target):\n"
+            '    per = F.mse_loss(out, target, reduction="none").sum(0)\n    return per.sum() + per.pow(2).sum()\n'
+            "for i in range(len(x)):\n    out = model(x[i:i + 1])\n    loss = squares(out, z[i:i + 1])\n"
+            "    loss.backward()\n    total += loss.item()\n",
+            PREAMBLE + "z = torch.randn(8, 3)\ndef squares(out, target):\n"
+            '    per = F.mse_loss(out, target, reduction="none").sum(0)\n    return per.sum() + per.pow(2).sum()\n'
+            "out = model(x)\nloss = sum(squares(out[i : i + 1], z[i : i + 1]) for i in range(len(x)))\n"
+            "loss.backward()\ntotal += loss.item()\n",
+            "a loss function that reads a computed value twice: written out, it would compute it twice; called per sample",
         ),
         Invalid(
             PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))")
@@ -1556,7 +1591,16 @@ class _Batcher:
             return self._reject(call)
         if any(id(edit) not in self.cosmetic for edit in inner_edits):
             # The function computes something else for a batch (`.sum(0)` over a batch of one):
-            # its expression is written out for the batch.
+            # its expression is written out for the batch, each name it reads replaced by the
+            # value it holds, so a value read twice must cost nothing to compute twice.
+            if not all(m.matches(a.targets[0].target, m.Name()) for a in assignments):
+                raise _NotBatchable(f"`{self.code(call.func)}` unpacks values the rule cannot write out for a batch")
+            for name, value in _read_twice(mapping, assignments, returned):
+                if not _cheap(value):
+                    raise _NotBatchable(
+                        f"`{self.code(call.func)}` reads `{name}` more than once: written out for the batch, "
+                        f"`{self.code(value)}` would be computed as often"
+                    )
             edits = list(inner_edits)
             self.edit(call, lambda updated: cst.parse_expression(self._inlined(function, updated, edits)))
         return _Value(found.kind, origin=("loss",), real=found.real)
@@ -1647,6 +1691,42 @@ def _split_of_one(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
     ):
         return iterable.func.value
     return None
+
+
+def _read_twice(mapping: dict, assignments: list[cst.Assign], returned: cst.BaseExpression):
+    """(name, value) of each value of a function's parameters and locals (one per binding:
+    `total = 0.0; total = total + x` binds two) that the function reads more than once."""
+    bound = dict(mapping)
+    counts: Counter = Counter()
+    values: dict[int, tuple[str, cst.BaseExpression]] = {}
+
+    def count(expr: cst.BaseExpression) -> None:
+        for name in names_read(expr):
+            value = bound.get(name.value)
+            if value is not None:
+                counts[id(value)] += 1
+                values[id(value)] = (name.value, value)
+
+    for assignment in assignments:
+        count(assignment.value)
+        bound[assignment.targets[0].target.value] = assignment.value
+    count(returned)
+    return [values[key] for key, n in counts.items() if n > 1]
+
+
+def _cheap(expr: cst.BaseExpression) -> bool:
+    """A name, a number, a size, or a slice of one: computed again, it costs nothing."""
+    if _is_scalar(expr):
+        return True
+    if isinstance(expr, cst.Subscript):
+        parts = []
+        for element in expr.slice:
+            if isinstance(element.slice, cst.Index):
+                parts.append(element.slice.value)
+            else:
+                parts += [p for p in (element.slice.lower, element.slice.upper, element.slice.step) if p is not None]
+        return _cheap(expr.value) and all(_cheap(p) for p in parts)
+    return False
 
 
 def _over_first_dimension(args) -> bool:
