@@ -141,7 +141,12 @@ class PerPositionLossLoop(Rule):
     token's loss with `reduction="none"`, sums over the batch, and divides by
     each position's count of targets that are not ignored. With
     `reduction="sum"` the loop is one summed call over the flattened
-    positions.
+    positions. Every token's loss is computed over the flattened positions,
+    the classes the last dimension as in the loop, and laid out again as the
+    targets (`.view_as`): a softmax over a middle dimension
+    (`logits.transpose(1, 2)`) gives the same numbers 1.6-4x slower for the
+    loss's forward and backward on a CPU (batch 8 x 128, vocabulary 4,002;
+    32 x 128, vocabulary 65).
 
     ## Example
     ```python
