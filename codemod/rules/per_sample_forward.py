@@ -375,6 +375,13 @@ class PerSampleForwardLoop(Rule):
             "a loss function summing over its batch of one (`.sum(0)`): written out for the batch, without that sum",
         ),
         Invalid(
+            PREAMBLE + "seq, tags = torch.randn(8, 5, 4), torch.randint(3, (8, 5))\nfor i in range(len(seq)):\n"
+            '    loss = F.cross_entropy(model(seq[i:i + 1])[0], tags[i], reduction="none").sum()\n'
+            "    loss.backward()\n",
+            None,
+            "per-token losses of a sample without its batch dimension: for a batch, the positions would be the classes",
+        ),
+        Invalid(
             PREAMBLE + "z = torch.randn(8, 3)\ndef squares(out, target):\n"
             '    per = F.mse_loss(out, target, reduction="none").sum(0)\n    return per.sum() + per.pow(2).sum()\n'
             "for i in range(len(x)):\n    out = model(x[i:i + 1])\n    loss = squares(out, z[i:i + 1])\n"
@@ -1486,6 +1493,8 @@ class _Batcher:
             # sample's, as its input and target are (both batches of one, rows or flattened)
             if first.kind != second.kind or first.kind not in (ONE, ROW, FLAT):
                 return self._reject(call)
+            if counted and first.kind == ROW:
+                return self._reject(call)  # a row's first dimension would become the batch's classes
             return _Value(second.kind, origin=second.origin, sequence=second.sequence, real=True)
         if pair in ((ONE, ONE), (FLAT, FLAT)):
             pass
