@@ -5,6 +5,7 @@ speed-ups, peak memory, final losses and whether the losses agree.
     python -m benchmarks.bench_scripts --device cpu                  # the CPU table of BENCHMARKS.md
     python -m benchmarks.bench_scripts --device cuda --levels safe numeric unsafe
     python -m benchmarks.bench_scripts --device cpu --quick          # smoke run: tiny sizes, 2 steps
+    python -m benchmarks.bench_scripts --device cpu --steps 20 --repeats 5   # longer timed windows
     python -m benchmarks.bench_scripts prepare                       # rewrite them again (needs libcst)
 
 The scripts are in fixtures/bench/, each in these versions:
