@@ -5,6 +5,8 @@ tokens/s, ratios to the original and to the expert, peak memory, final losses.
     python -m benchmarks.acceptance                          # CPU, the README's small settings, every level
     python -m benchmarks.acceptance --device cuda            # on a GPU (part of `make bench-gpu`)
     python -m benchmarks.acceptance --device cpu --quick     # smoke run: tiny sizes, 3 steps
+    python -m benchmarks.acceptance --scripts naive_lm --levels unsafe --threads 1 --repeats 5 --steps 20
+                                                             # 18 timed steps instead of 4: a ratio to trust
 
 The scripts are fixtures/acceptance/ (copies of ../shared/acceptance/, written
 independently of perfmod; its README.md says what each must give): `naive_lm`

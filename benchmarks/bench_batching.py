@@ -169,10 +169,12 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         loss = 0.0
         loss += (
             F.cross_entropy(
-                logits[:, :seq_len].transpose(1, 2),
-                targets[:, :seq_len],
+                logits[:, :seq_len].flatten(0, 1),
+                targets[:, :seq_len].flatten(0, 1),
                 reduction="none",
-            ).sum(0)
+            )
+            .view_as(targets[:, :seq_len])
+            .sum(0)
             / (targets[:, :seq_len] != -100).sum(0)
         ).sum()
         (loss / seq_len).backward()

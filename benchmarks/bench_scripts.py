@@ -5,6 +5,7 @@ speed-ups, peak memory, final losses and whether the losses agree.
     python -m benchmarks.bench_scripts --device cpu                  # the CPU table of BENCHMARKS.md
     python -m benchmarks.bench_scripts --device cuda --levels safe numeric unsafe
     python -m benchmarks.bench_scripts --device cpu --quick          # smoke run: tiny sizes, 2 steps
+    python -m benchmarks.bench_scripts --device cpu --steps 20 --repeats 5   # longer timed windows
     python -m benchmarks.bench_scripts prepare                       # rewrite them again (needs libcst)
 
 The scripts are in fixtures/bench/, each in these versions:
@@ -68,7 +69,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -631,6 +632,7 @@ class Row:
     losses: list[float | None]
     error: str | None
     steps: list[int] = field(default_factory=list)
+    runs: list[float] = field(default_factory=list)  # tokens/s of each good run, in the order they ran
 
 
 def summarize(runs: list[Run], memory: str) -> Row:
@@ -644,6 +646,7 @@ def summarize(runs: list[Run], memory: str) -> Row:
         good[0].losses,
         None,
         good[0].steps,
+        [run.tokens_per_s for run in good],
     )
 
 
@@ -706,6 +709,10 @@ def missing_lines(summary: dict, tokens: dict[str, dict[str, Row]], level: str) 
             verdict = (
                 f"{ratio:.2f}x the hand-optimized tokens/s (goal >= {GOAL}x: {'met' if ratio >= GOAL else 'not met'})"
             )
+            # the runs alternate, so the k-th run of each ran under the same load: their ratios' spread
+            pairs = [a / b for a, b in zip(rewrite.runs, optimized.runs)]
+            if len(pairs) > 1:
+                verdict += f"; run by run {min(pairs):.2f}x to {max(pairs):.2f}x"
         else:
             verdict = "not measured"
         lines.append(
@@ -724,8 +731,11 @@ def table(
     tier: str,
     argv: list[str],
     program: str = "benchmarks.bench_scripts",
+    arguments: dict[str, list[str]] | None = None,
 ) -> str:
     import torch
+
+    arguments = arguments or {}
 
     if device == "cpu":
         name = f"CPU ({platform.processor() or platform.machine()}, {threads or torch.get_num_threads()} torch threads)"
@@ -774,7 +784,7 @@ def table(
         "Arguments per script (`"
         + tier
         + "`): "
-        + "; ".join(f"`{name}` {' '.join(SCRIPTS_BY_NAME[name].sizes[tier])}" for name in results),
+        + "; ".join(f"`{name}` {' '.join(arguments.get(name, SCRIPTS_BY_NAME[name].sizes[tier]))}" for name in results),
     ]
     return "\n".join(lines)
 
@@ -789,12 +799,24 @@ def run(options: argparse.Namespace, argv: list[str], program: str = "benchmarks
     memory = "cuda" if device == "cuda" else "rss"
     deadline = time.monotonic() + options.budget
     scripts = [SCRIPTS_BY_NAME[name] for name in options.scripts]
+    if options.steps:
+        scripts = [replace(s, sizes={**s.sizes, tier: with_steps(s.sizes[tier], options.steps)}) for s in scripts]
     runs = measure(scripts, tier, options.levels, options.repeats, device, deadline, options.timeout, options.threads)
     results = {
         name: {label: summarize(version_runs, memory) for label, version_runs in by_label.items()}
         for name, by_label in runs.items()
     }
-    return table(results, options.levels, device, options.threads, options.repeats, tier, argv, program)
+    arguments = {script.name: script.sizes[tier] for script in scripts}
+    return table(results, options.levels, device, options.threads, options.repeats, tier, argv, program, arguments)
+
+
+def with_steps(args: list[str], steps: int) -> list[str]:
+    """A script's arguments with `--steps` set to `steps` (added when they do not set it)."""
+    args = list(args)
+    if "--steps" in args:
+        args[args.index("--steps") + 1] = str(steps)
+        return args
+    return [*args, "--steps", str(steps)]
 
 
 def main(
@@ -829,6 +851,12 @@ def main(
         "--scripts", nargs="+", choices=list(SCRIPTS_BY_NAME), default=[script.name for script in scripts]
     )
     parser.add_argument("--repeats", type=int, help="runs of each version (default 3, quick 1)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="the scripts' --steps instead of the sizes' own: a longer timed window (each script times the steps "
+        "after its warm-up), so that a ratio is not the noise of a few steps",
+    )
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the runs (default: torch's choice)")
     parser.add_argument(
         "--budget",

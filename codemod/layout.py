@@ -361,6 +361,11 @@ class _Join(cst.CSTTransformer):
     def leave_ParenthesizedWhitespace(self, original_node, updated_node):
         return cst.SimpleWhitespace(" ")
 
+    def leave_Dot(self, original_node, updated_node):
+        # a method chain written one call a line: `(...)\n.sum(0)` joins as `(...).sum(0)`
+        none = cst.SimpleWhitespace("")
+        return updated_node.with_changes(whitespace_before=none, whitespace_after=none)
+
     def on_leave(self, original_node, updated_node):
         updated_node = super().on_leave(original_node, updated_node)
         none = cst.SimpleWhitespace("")

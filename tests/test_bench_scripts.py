@@ -162,3 +162,19 @@ def test_acceptance_quick_run_prints_the_table(capsys):
     assert all(row[2] != "error" for row in rows), rows
     assert rows[1][-1].startswith("agree (") and rows[2][-1].startswith("agree (")
     assert "- `naive_rwkv` at `unsafe`: " in text and "(goal >= 0.9x: " in text
+
+
+def test_steps_sets_the_scripts_own_steps_option():
+    args = ["--steps", "6", "--batch_size", "8"]
+    assert bench_scripts.with_steps(args, 20) == ["--steps", "20", "--batch_size", "8"]
+    assert args == ["--steps", "6", "--batch_size", "8"]  # the sizes themselves are left as they are
+    assert bench_scripts.with_steps(["--d", "16"], 5) == ["--d", "16", "--steps", "5"]
+
+
+def test_the_ratio_to_the_hand_optimized_version_comes_with_its_run_by_run_spread():
+    """Runs alternate, so the k-th runs of two versions ran under the same load."""
+    rewrite = Row(90.0, 1.0, [1.0], None, [0], [80.0, 90.0, 100.0])
+    expert = Row(100.0, 1.0, [1.0], None, [0], [100.0, 100.0, 80.0])
+    rows = {"rewritten (unsafe)": rewrite, OPTIMIZED: expert}
+    (line,) = bench_scripts.missing_lines({}, {"naive_lm": rows}, "unsafe")
+    assert "0.90x the hand-optimized tokens/s (goal >= 0.9x: met); run by run 0.80x to 1.25x." in line

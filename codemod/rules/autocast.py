@@ -255,6 +255,7 @@ class ForwardWithoutAutocast(Rule):
     NAME = "forward-without-autocast"
     LEVEL = Level.NUMERIC
     REQUIRES = ("backward",)
+    AFTER = ("PM502",)  # the batched forward is the region to wrap, not the per-sample loop's body
     MESSAGE = "the forward pass and loss run in float32; run them under autocast"
     GAIN = "1.5-3x step time on Ampere or newer GPUs for matmul-heavy models, and less activation memory"
 

@@ -39,8 +39,8 @@ loss = 0.0
 """
 PER_POSITION_MEAN = (
     "(\n    F.cross_entropy(\n"
-    '        logits[:, :6].transpose(1, 2), targets[:, :6], reduction="none"\n'
-    "    ).sum(0)\n    / (targets[:, :6] != -100).sum(0)\n).sum()"
+    '        logits[:, :6].flatten(0, 1), targets[:, :6].flatten(0, 1), reduction="none"\n'
+    "    )\n    .view_as(targets[:, :6])\n    .sum(0)\n    / (targets[:, :6] != -100).sum(0)\n).sum()"
 )
 
 
@@ -141,7 +141,12 @@ class PerPositionLossLoop(Rule):
     token's loss with `reduction="none"`, sums over the batch, and divides by
     each position's count of targets that are not ignored. With
     `reduction="sum"` the loop is one summed call over the flattened
-    positions.
+    positions. Every token's loss is computed over the flattened positions,
+    the classes the last dimension as in the loop, and laid out again as the
+    targets (`.view_as`): a softmax over a middle dimension
+    (`logits.transpose(1, 2)`) gives the same numbers 1.6-4x slower for the
+    loss's forward and backward on a CPU (batch 8 x 128, vocabulary 4,002;
+    32 x 128, vocabulary 65).
 
     ## Example
     ```python
@@ -152,8 +157,8 @@ class PerPositionLossLoop(Rule):
     Use instead:
     ```python
     loss = 0.0
-    loss += (F.cross_entropy(logits[:, :T].transpose(1, 2), targets[:, :T], reduction="none").sum(0)
-             / (targets[:, :T] != -100).sum(0)).sum()
+    tokens = F.cross_entropy(logits[:, :T].flatten(0, 1), targets[:, :T].flatten(0, 1), reduction="none")
+    loss += (tokens.view_as(targets[:, :T]).sum(0) / (targets[:, :T] != -100).sum(0)).sum()
     ```
 
     ## Fix safety
@@ -234,9 +239,10 @@ class PerPositionLossLoop(Rule):
         Invalid(
             PREAMBLE + "criterion = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)\n"
             "for t in range(6):\n    loss += criterion(logits[:, t], targets[:, t])\n",
-            PREAMBLE + "loss += (\n    F.cross_entropy(\n        logits[:, :6].transpose(1, 2),\n"
-            '        targets[:, :6],\n        reduction="none",\n        ignore_index=0,\n'
-            "        label_smoothing=0.1,\n    ).sum(0)\n    / (targets[:, :6] != 0).sum(0)\n).sum()\n",
+            PREAMBLE + "loss += (\n    F.cross_entropy(\n        logits[:, :6].flatten(0, 1),\n"
+            '        targets[:, :6].flatten(0, 1),\n        reduction="none",\n        ignore_index=0,\n'
+            "        label_smoothing=0.1,\n    )\n    .view_as(targets[:, :6])\n    .sum(0)\n"
+            "    / (targets[:, :6] != 0).sum(0)\n).sum()\n",
             "a loss module: its arguments carried over, the module itself no longer needed",
         ),
         Invalid(
@@ -252,8 +258,9 @@ class PerPositionLossLoop(Rule):
             "    losses.append(F.cross_entropy(logits[:, t], targets[:, t]))\nloss = torch.stack(losses).mean()\n",
             PREAMBLE
             + "T = logits.size(1)\nlosses = (\n"
-            + '    F.cross_entropy(logits.transpose(1, 2), targets[:, :T], reduction="none").sum(0)\n'
-            "    / (targets[:, :T] != -100).sum(0)\n)\nloss = losses.mean()\n",
+            + '    F.cross_entropy(\n        logits.flatten(0, 1), targets[:, :T].flatten(0, 1), reduction="none"\n'
+            "    )\n    .view_as(targets[:, :T])\n    .sum(0)\n    / (targets[:, :T] != -100).sum(0)\n)\n"
+            "loss = losses.mean()\n",
             "per-position losses collected in a list: one vector of them",
         ),
         Invalid(
@@ -755,15 +762,16 @@ class PerPositionLossLoop(Rule):
         else:
             keywords = {"reduction": '"none"', **{k: v for k, v in loss.keywords.items() if k != "reduction"}}
             extra = "".join(f", {k}={v}" for k, v in keywords.items())
+            # every token's loss over the flattened positions (the classes stay the last,
+            # contiguous dimension: a class dimension moved to the middle costs a strided
+            # softmax), laid out again as the targets to sum over the batch
+            tokens = f"{function}({inputs}.flatten(0, 1), {targets}.flatten(0, 1){extra}).view_as({targets})"
             if loss.reduction == "sum":  # the vector of per-position sums
-                lines = [f"{function}({inputs}.transpose(1, 2), {targets}{extra}).sum(0)"]
+                lines = [f"{tokens}.sum(0)"]
             else:
                 ignore = loss.keywords.get("ignore_index", DEFAULT_IGNORE_INDEX)
                 close = ".sum()" if kind == "total" else ""
-                lines = [
-                    f"({function}({inputs}.transpose(1, 2), {targets}{extra}).sum(0)",
-                    f"/ ({targets} != {ignore}).sum(0)){close}",
-                ]
+                lines = [f"({tokens}.sum(0)", f"/ ({targets} != {ignore}).sum(0)){close}"]
         if term.factor is not None:
             operator, operand = term.factor
             lines[-1] = f"{lines[-1]} {operator} {code(operand)}"

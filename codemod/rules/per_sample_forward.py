@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -9,7 +10,7 @@ from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import atom, integer_value, kwarg, method_name, names_read
+from codemod.analysis.names import atom, integer_value, kwarg, method_name, names_read, number_value
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
     BATCH_MIXING_LAYERS,
@@ -109,6 +110,8 @@ class _Value:
     call: cst.Call | None = None  # COUNTED: its call
     inline: tuple | None = None  # COUNTED through a function of this file: (function, the call of it)
     reduced: cst.Call | None = None  # SUM / MEAN: the reduction
+    zero: bool = False  # INV: the number 0 (`total = 0.0` of a sum built up in a loss function)
+    real: bool = False  # a floating-point tensor (a loss, a quotient): adding 0.0 changes nothing
 
 
 class _NotBatchable(Exception):
@@ -141,7 +144,11 @@ class PerSampleForwardLoop(Rule):
     `loss / len(x)` the loop applied to each sample turns the sum into a
     mean. A loss computed by a function of the same file is followed into
     it: a sum or an element-wise mean keeps the call, a token mean is
-    written out with the per-sample means. What the loop adds up per sample
+    written out with the per-sample means, and a function that sums over
+    its batch of one (`.sum(0)`: a loss over positions written for one
+    batch, averaged per position) is written out for the batch without that
+    sum; one that would then compute a value twice is called per sample on
+    the batched output instead. What the loop adds up per sample
     (`total += loss.item()`, `correct += (pred == y).sum()`, `tokens +=
     targets.numel()`) is therefore the same number.
 
@@ -232,6 +239,7 @@ class PerSampleForwardLoop(Rule):
     NAME = "per-sample-forward-loop"
     LEVEL = Level.UNSAFE
     REQUIRES = ("backward",)
+    AFTER = ("PM503",)  # a loss function's loop over positions, vectorized first, is one it can read
     MESSAGE = "the model runs on one sample at a time, with a backward per sample; run it once on the whole batch"
     GAIN = "B forward/backward passes become one batched pass: 1.3-2.0x per step on a small CPU model (benchmarks/bench_batching.py)"
 
@@ -346,6 +354,43 @@ class PerSampleForwardLoop(Rule):
             "loss = sum(pair_loss(out[i : i + 1], pairs[i : i + 1]) for i in range(len(x)))\nloss.backward()\n"
             "total += loss.item()\n",
             "a loss function of the file it cannot read: called per sample on the batched output, summed",
+        ),
+        Invalid(
+            PREAMBLE + "seq, tags = torch.randn(8, 5, 4), torch.randint(1, 3, (8, 5))\n"
+            "def position_loss(logits, targets):\n    total = 0.0\n    total = total + (\n"
+            '        F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1), reduction="none", ignore_index=0)\n'
+            "        .view_as(targets).sum(0)\n        / (targets != 0).sum(0)\n    ).sum()\n"
+            "    return total / targets.size(1)\n"
+            "for i in range(len(seq)):\n    loss = position_loss(model(seq[i:i + 1]), tags[i:i + 1])\n"
+            "    loss.backward()\n    total += loss.item()\n",
+            PREAMBLE + "seq, tags = torch.randn(8, 5, 4), torch.randint(1, 3, (8, 5))\n"
+            "def position_loss(logits, targets):\n    total = 0.0\n    total = total + (\n"
+            '        F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1), reduction="none", ignore_index=0)\n'
+            "        .view_as(targets).sum(0)\n        / (targets != 0).sum(0)\n    ).sum()\n"
+            "    return total / targets.size(1)\n"
+            "loss = (\n    (\n        F.cross_entropy(\n            model(seq).flatten(0, 1),\n"
+            '            tags.flatten(0, 1),\n            reduction="none",\n            ignore_index=0,\n'
+            "        ).view_as(tags)\n        / (tags != 0)\n    ).sum()\n    / tags.size(1)\n)\n"
+            "loss.backward()\ntotal += loss.item()\n",
+            "a loss function summing over its batch of one (`.sum(0)`): written out for the batch, without that sum",
+        ),
+        Invalid(
+            PREAMBLE + "seq, tags = torch.randn(8, 5, 4), torch.randint(3, (8, 5))\nfor i in range(len(seq)):\n"
+            '    loss = F.cross_entropy(model(seq[i:i + 1])[0], tags[i], reduction="none").sum()\n'
+            "    loss.backward()\n",
+            None,
+            "per-token losses of a sample without its batch dimension: for a batch, the positions would be the classes",
+        ),
+        Invalid(
+            PREAMBLE + "z = torch.randn(8, 3)\ndef squares(out, target):\n"
+            '    per = F.mse_loss(out, target, reduction="none").sum(0)\n    return per.sum() + per.pow(2).sum()\n'
+            "for i in range(len(x)):\n    out = model(x[i:i + 1])\n    loss = squares(out, z[i:i + 1])\n"
+            "    loss.backward()\n    total += loss.item()\n",
+            PREAMBLE + "z = torch.randn(8, 3)\ndef squares(out, target):\n"
+            '    per = F.mse_loss(out, target, reduction="none").sum(0)\n    return per.sum() + per.pow(2).sum()\n'
+            "out = model(x)\nloss = sum(squares(out[i : i + 1], z[i : i + 1]) for i in range(len(x)))\n"
+            "loss.backward()\ntotal += loss.item()\n",
+            "a loss function that reads a computed value twice: written out, it would compute it twice; called per sample",
         ),
         Invalid(
             PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))")
@@ -688,8 +733,9 @@ class PerSampleForwardLoop(Rule):
             if not isinstance(reduction.value, cst.SimpleString) or reduction.value.evaluated_value not in (
                 "mean",
                 "sum",
+                "none",
             ):
-                raise _NotBatchable('the loss\'s reduction is not a literal "mean" or "sum"')
+                raise _NotBatchable('the loss\'s reduction is not a literal "mean", "sum" or "none"')
             value = reduction.value.evaluated_value
         if value == "mean" and kind in COUNTED_LOSSES and kwarg(options, "weight") is not None:
             raise _NotBatchable("with class weights each sample's mean divides by its own sum of weights")
@@ -868,6 +914,8 @@ class _Batcher:
         self.collect = True
         self.inlining = 0
         self.accumulators: set[str] = set()  # `total` of `total += loss.item()`
+        self.function_names: set[str] = set()  # the parameters and locals of a loss function being read
+        self.cosmetic: set[int] = set()  # edits that tidy a function written out, needed by no batch
 
     def code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node)
@@ -1130,7 +1178,7 @@ class _Batcher:
     def value(self, expr: cst.BaseExpression) -> _Value:
         """What `expr` is per sample; records the edits that batch it."""
         if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary)):
-            return _Value(INV)
+            return _Value(INV, zero=number_value(expr) == 0 and not isinstance(expr, cst.SimpleString))
         if isinstance(expr, cst.Name):
             return self._name(expr)
         if isinstance(expr, cst.Subscript):
@@ -1159,6 +1207,8 @@ class _Batcher:
         return bool(reads & (self.samples | {k for k, v in self.env.items() if v.kind != INV}))
 
     def _name(self, expr: cst.Name) -> _Value:
+        if expr.value in self.function_names:  # a parameter or local of the loss function read
+            return self.env.get(expr.value, _Value(INV))
         if self.loop.index is not None and expr.value == self.loop.index:
             raise _NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`)")
         if expr.value in self.loop.rows:
@@ -1180,7 +1230,7 @@ class _Batcher:
         elements = list(expr.slice)
         index = self.loop.index
         first = elements[0].slice
-        if index is not None and index in {n.value for n in names_read(first)}:
+        if index is not None and index not in self.function_names and index in {n.value for n in names_read(first)}:
             return self._sample_access(expr, elements)
         for element in elements:
             if self._reads_sample(element):
@@ -1266,6 +1316,19 @@ class _Batcher:
     def _method(self, call: cst.Call, receiver: _Value) -> _Value:
         method = call.func.attr.value
         args = call.args
+        kind = receiver.kind
+        if method == "view_as" and len(args) == 1 and args[0].keyword is None and kind in (ROW, ONE, FLAT):
+            # the sample's elements laid out as another tensor of the sample's: for the batch,
+            # the batch's elements (in sample order, as every layout keeps them) as that tensor's
+            shape = self.value(args[0].value)
+            if shape.kind not in (ROW, ONE):
+                return self._reject(call)
+            return _Value(shape.kind, origin=shape.origin, sequence=shape.sequence, real=receiver.real)
+        if method in ("sum", "mean") and kind == ONE and _over_first_dimension(args):
+            # over a batch of one: the sample itself, without its batch dimension; for the
+            # batch, every sample without the sum
+            self.edit(call, lambda updated: updated.func.value)
+            return _Value(ROW, origin=receiver.origin, real=receiver.real or method == "mean")
         for arg in args:
             if self.value(arg.value).kind != INV:  # `logits.size(-1)` is a number
                 return self._reject(call)
@@ -1278,7 +1341,7 @@ class _Batcher:
                 return receiver
             return self._reject(call)
         if method in LAYOUT_KEEPING_METHODS or (method == "to" and args):
-            return _Value(kind, origin=origin, sequence=receiver.sequence)
+            return _Value(kind, origin=origin, sequence=receiver.sequence, real=receiver.real)
         first = args[0].value if args else None
         if method == "unsqueeze" and kind == ROW and len(args) == 1 and integer_value(first) == 0:
             self.edit(call, lambda updated: updated.func.value)  # `row.unsqueeze(0)` -> `batch`
@@ -1302,6 +1365,8 @@ class _Batcher:
             return self._reject(call)
         if method in ("sum", "mean") and not args and kind in (ROW, ONE, FLAT):
             return self._reduced(call, receiver, method)
+        if method in ("flatten", "transpose") and kind == ONE and args and _past_first_dimension(args):
+            return _Value(ONE, origin=origin, real=receiver.real)  # dimensions of the sample's own
         if method == "numel" and not args and kind in (ROW, ONE, FLAT):
             return _Value(SUM, origin=origin)
         if (
@@ -1316,7 +1381,7 @@ class _Batcher:
         """`e.sum()` / `e.mean()` / `torch.sum(e)` of a per-sample tensor."""
         if inner.kind not in (ROW, ONE, FLAT):
             return self._reject(call)
-        return _Value(SUM if how == "sum" else MEAN, origin=inner.origin + (how,), reduced=call)
+        return _Value(SUM if how == "sum" else MEAN, origin=inner.origin + (how,), reduced=call, real=inner.real)
 
     def _binary(self, expr: cst.BinaryOperation) -> _Value:
         left, right = self.value(expr.left), self.value(expr.right)
@@ -1327,8 +1392,18 @@ class _Batcher:
         if left.kind in scalars or right.kind in scalars:
             if left.kind == right.kind and isinstance(operator, (cst.Add, cst.Subtract)):
                 return _Value(left.kind, origin=("sum",))
+            if isinstance(operator, cst.Add) and {left.kind, right.kind} == {INV, SUM} and (left.zero or right.zero):
+                # `total = 0.0; total = total + part`: the batch's sum is 0 plus the sum of the parts;
+                # the 0 goes where adding it changes nothing (to a floating-point loss)
+                summed = right if left.kind == INV else left
+                if summed.real and self.inlining and self.collect:
+                    # only where the function is written out anyway (see _read_local_loss)
+                    drop = Replace(expr, lambda updated: updated.right if left.kind == INV else updated.left)
+                    self.found.append(drop)
+                    self.cosmetic.add(id(drop))
+                return _Value(SUM, origin=("sum",), real=summed.real)
             if right.kind == INV and isinstance(operator, (cst.Multiply, cst.Divide)) and _is_scalar(expr.right):
-                return left
+                return _Value(left.kind, origin=left.origin, real=left.real or isinstance(operator, cst.Divide))
             if left.kind == INV and isinstance(operator, cst.Multiply) and _is_scalar(expr.left):
                 return right
             return self._reject(expr)
@@ -1365,7 +1440,10 @@ class _Batcher:
         for operand in _operands(expr):
             if self.value_kind_is_inv(operand) and not _is_scalar(operand):
                 return self._reject(expr)
-        return _Value(tensors[0].kind, origin=tensors[0].origin + ("elementwise",))
+        real = any(v.real for v in tensors) or (
+            isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide)
+        )
+        return _Value(tensors[0].kind, origin=tensors[0].origin + ("elementwise",), real=real)
 
     def value_kind_is_inv(self, expr: cst.BaseExpression) -> bool:
         return not self._reads_sample(expr)
@@ -1410,6 +1488,14 @@ class _Batcher:
         first, second = self.value(inputs.value), self.value(target.value)
         pair = (first.kind, second.kind)
         counted = loss.kind in COUNTED_LOSSES
+        if loss.reduction == "none":
+            # one loss per element of the target, laid out as the target: a tensor of the
+            # sample's, as its input and target are (both batches of one, rows or flattened)
+            if first.kind != second.kind or first.kind not in (ONE, ROW, FLAT):
+                return self._reject(call)
+            if counted and first.kind == ROW:
+                return self._reject(call)  # a row's first dimension would become the batch's classes
+            return _Value(second.kind, origin=second.origin, sequence=second.sequence, real=True)
         if pair in ((ONE, ONE), (FLAT, FLAT)):
             pass
         elif pair == (FLAT, ROW):
@@ -1486,19 +1572,23 @@ class _Batcher:
         mapping = _arguments(call, function)
         if mapping is None:
             return self._reject(call)
-        saved = (self.env, self.collect, self.found)
+        saved = (self.env, self.collect, self.found, self.function_names)
         inner_env = dict(self.env)
         for param, argument in mapping.items():
             inner_env[param] = self.value(argument) if argument is not None else _Value(INV)
-        self.env, self.collect, self.found = inner_env, False, []
+        assignments = _local_assignments(function)
+        local_names = set(mapping) | {n for a in assignments for t in a.targets for n in _names_of(t.target)}
+        # the edits the function's own expressions need for the batch, kept apart
+        self.env, self.collect, self.found = inner_env, saved[1], []
+        self.function_names = local_names
         self.inlining += 1
         try:
-            for statement in _local_assignments(function):
+            for statement in assignments:
                 self._bind(statement.targets[0].target, self.value(statement.value), statement)
             found = self.value(returned)
             inner_edits = self.found
         finally:
-            self.env, self.collect, self.found = saved
+            self.env, self.collect, self.found, self.function_names = saved
             self.inlining -= 1
         if found.kind == COUNTED:
             if inner_edits or found.call is not returned:
@@ -1506,19 +1596,32 @@ class _Batcher:
                     f"`{self.code(call.func)}` computes a token mean the rule cannot write out for a batch"
                 )
             return _Value(COUNTED, origin=("loss",), loss=found.loss, call=found.call, inline=(function, call))
-        if inner_edits:
+        if found.kind not in (SUM, MEAN):
             return self._reject(call)
-        if found.kind in (SUM, MEAN):
-            return _Value(found.kind, origin=("loss",))
-        return self._reject(call)
+        if any(id(edit) not in self.cosmetic for edit in inner_edits):
+            # The function computes something else for a batch (`.sum(0)` over a batch of one):
+            # its expression is written out for the batch, each name it reads replaced by the
+            # value it holds, so a value read twice must cost nothing to compute twice.
+            if not all(m.matches(a.targets[0].target, m.Name()) for a in assignments):
+                raise _NotBatchable(f"`{self.code(call.func)}` unpacks values the rule cannot write out for a batch")
+            for name, value in _read_twice(mapping, assignments, returned):
+                if not _cheap(value):
+                    raise _NotBatchable(
+                        f"`{self.code(call.func)}` reads `{name}` more than once: written out for the batch, "
+                        f"`{self.code(value)}` would be computed as often"
+                    )
+            edits = list(inner_edits)
+            self.edit(call, lambda updated: cst.parse_expression(self._inlined(function, updated, edits)))
+        return _Value(found.kind, origin=("loss",), real=found.real)
 
-    def _inlined(self, function: cst.FunctionDef, call: cst.Call) -> str:
-        """The expression `function` returns, for the (updated) arguments of `call`."""
+    def _inlined(self, function: cst.FunctionDef, call: cst.Call, edits: list | None = None) -> str:
+        """The expression `function` returns, for the (updated) arguments of `call`, with
+        `edits` (the batch's) made to the function's own expressions."""
         mapping = _arguments(call, function)
         texts = {param: cst.Module([]).code_for_node(arg) for param, arg in mapping.items() if arg is not None}
         for statement in _local_assignments(function):
-            texts[statement.targets[0].target.value] = _substituted(statement.value, texts)
-        return _substituted(_single_return(function), texts)
+            texts[statement.targets[0].target.value] = _substituted(statement.value, texts, edits)
+        return _substituted(_single_return(function), texts, edits)
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -1597,6 +1700,55 @@ def _split_of_one(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
     ):
         return iterable.func.value
     return None
+
+
+def _read_twice(mapping: dict, assignments: list[cst.Assign], returned: cst.BaseExpression):
+    """(name, value) of each value of a function's parameters and locals (one per binding:
+    `total = 0.0; total = total + x` binds two) that the function reads more than once."""
+    bound = dict(mapping)
+    counts: Counter = Counter()
+    values: dict[int, tuple[str, cst.BaseExpression]] = {}
+
+    def count(expr: cst.BaseExpression) -> None:
+        for name in names_read(expr):
+            value = bound.get(name.value)
+            if value is not None:
+                counts[id(value)] += 1
+                values[id(value)] = (name.value, value)
+
+    for assignment in assignments:
+        count(assignment.value)
+        bound[assignment.targets[0].target.value] = assignment.value
+    count(returned)
+    return [values[key] for key, n in counts.items() if n > 1]
+
+
+def _cheap(expr: cst.BaseExpression) -> bool:
+    """A name, a number, a size, or a slice of one: computed again, it costs nothing."""
+    if _is_scalar(expr):
+        return True
+    if isinstance(expr, cst.Subscript):
+        parts = []
+        for element in expr.slice:
+            if isinstance(element.slice, cst.Index):
+                parts.append(element.slice.value)
+            else:
+                parts += [p for p in (element.slice.lower, element.slice.upper, element.slice.step) if p is not None]
+        return _cheap(expr.value) and all(_cheap(p) for p in parts)
+    return False
+
+
+def _over_first_dimension(args) -> bool:
+    """`(0)` or `(dim=0)`: a reduction over the first dimension only."""
+    if len(args) != 1 or (args[0].keyword is not None and args[0].keyword.value != "dim"):
+        return False
+    return integer_value(args[0].value) == 0
+
+
+def _past_first_dimension(args) -> bool:
+    """Dimension arguments (`flatten(1, 2)`, `transpose(1, 2)`) that are all numbers past the first."""
+    values = [integer_value(a.value) for a in args]
+    return all(a.keyword is None for a in args) and all(v is not None and v >= 1 for v in values)
 
 
 def _shape_origin(origin: tuple) -> tuple:
@@ -1741,21 +1893,27 @@ def _argument_for(
     return param.default
 
 
-def _substituted(expr: cst.BaseExpression, texts: dict[str, str]) -> str:
-    """The code of `expr` with each name it reads in `texts` replaced by that text."""
+def _substituted(expr: cst.BaseExpression, texts: dict[str, str], edits: list | None = None) -> str:
+    """The code of `expr` with each name it reads in `texts` replaced by that text, and
+    the `edits` (Replace of its nodes) made."""
     reads = {id(n) for n in names_read(expr) if n.value in texts}
-    replaced = expr.visit(_Substitute(reads, texts))
+    replaced = expr.visit(_Substitute(reads, texts, edits or []))
     return cst.Module([]).code_for_node(replaced)
 
 
 class _Substitute(cst.CSTTransformer):
-    def __init__(self, reads: set[int], texts: dict[str, str]) -> None:
+    def __init__(self, reads: set[int], texts: dict[str, str], edits: list) -> None:
         super().__init__()
         self.reads, self.texts = reads, texts
+        self.edits: dict[int, list] = {}
+        for edit in edits:
+            self.edits.setdefault(id(edit.anchor), []).append(edit)
 
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        if id(original) in self.reads:
-            return atom(cst.parse_expression(self.texts[original.value]))
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        if isinstance(original, cst.Name) and id(original) in self.reads:
+            updated = atom(cst.parse_expression(self.texts[original.value]))
+        for edit in self.edits.get(id(original), ()):
+            updated = edit.replacement(updated)
         return updated
 
 
