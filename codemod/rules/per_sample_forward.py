@@ -20,6 +20,7 @@ from codemod.analysis.torch_facts import (
     FUNCTIONAL_PARAMETERS,
     LOSS_FUNCTIONS,
     LOSS_MODULES,
+    MODULE_METHODS_RETURNING_SELF,
     functional_alias,
     is_literal,
 )
@@ -28,8 +29,6 @@ from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 LINE_LENGTH = 100  # a longer batched loss line is split after the per-sample sums
-# Methods that give a module back (`Net().to(device)`): the class is the receiver's.
-MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "bfloat16", "train"}
 MAX_DEPTH = 6
 # Calls of these libraries in a model's class build torch layers or plain values.
 KNOWN_LIBRARIES = ("torch.", "builtins.", "math.")
@@ -832,7 +831,7 @@ class PerSampleForwardLoop(Rule):
         return [value]
 
     def _construction_problem(self, expr: cst.BaseExpression, code: str, depth: int) -> str | None:
-        while isinstance(expr, cst.Call) and method_name(expr) in MODULE_RETURNING:
+        while isinstance(expr, cst.Call) and method_name(expr) in MODULE_METHODS_RETURNING_SELF:
             expr = expr.func.value
         if not isinstance(expr, cst.Call) or depth > MAX_DEPTH:
             return f"the model `{code}` is not built by a class call the rule can follow"
