@@ -13,7 +13,8 @@ its findings of that pass are dropped and it runs again on the rewritten file.
 Those passes make a round; a round whose fixes changed the file is followed by
 another round of every rule on the result, until the file stops changing (at
 most MAX_ROUNDS), so that one run does what a second `perfmod apply` would. A
-file without fixes takes one pass. The engine never writes files (codemod.files
+file without fixes takes one pass. With `Settings.fixed_point` off (`perfmod check`)
+the first round is the last: its findings, its exit status, no second round. The engine never writes files (codemod.files
 does).
 """
 
@@ -283,13 +284,13 @@ def _run(
     another round of every rule on the rewritten file, at most `MAX_ROUNDS` in all. A
     finding a later round reports again (same rule, same line of the original file) is
     the same finding, counted once: fixed there, it is applied. A file without fixes
-    takes one round."""
+    takes one round, and so does every file without `settings.fixed_point`."""
     passes(active)  # a cycle of AFTER declarations is an error before any work
     original = _text(module, data)
     checked = original.encode(module.encoding) == data
     current, code, context = module, original, None
     tally = _Tally()
-    for round_number in range(1, MAX_ROUNDS + 1):
+    for round_number in range(1, (MAX_ROUNDS if settings.fixed_point else 1) + 1):
         final = round_number == MAX_ROUNDS  # its fixes are reported, not made
         start = code
         pending = list(active)
