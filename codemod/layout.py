@@ -92,8 +92,9 @@ class _Wrap(cst.CSTTransformer):
         if value is None:
             return statement
         before, lines = self.width_before(statement) if isinstance(statement, cst.SimpleStatementLine) else (None, 1)
+        # (a statement without a colon holds no slice: nothing to space)
         slices = _Slices(self.changed)
-        spaced = statement.visit(slices)
+        spaced = statement.visit(slices) if ":" in self._text(statement) else statement
         if slices.respaced and self.render(spaced) != self.render(statement):
             statement = spaced
             value = (
