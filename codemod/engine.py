@@ -13,9 +13,9 @@ its findings of that pass are dropped and it runs again on the rewritten file.
 Those passes make a round; a round whose fixes changed the file is followed by
 another round of every rule on the result, until the file stops changing (at
 most MAX_ROUNDS), so that one run does what a second `perfmod apply` would. A
-file without fixes takes one pass. With `Settings.fixed_point` off (`perfmod check`)
-the first round is the last: its findings, its exit status, no second round. The engine never writes files (codemod.files
-does).
+file without fixes takes one pass. With `Settings.fixed_point` off (`perfmod check`,
+as ruff's check) the first round is the last: its findings and exit status, no
+second round. The engine never writes files (codemod.files does).
 """
 
 from __future__ import annotations
