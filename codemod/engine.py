@@ -26,7 +26,7 @@ import gc
 import io
 import re
 import tokenize
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -966,14 +966,28 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     shift = len(original) - len(rewritten)
     table.update((len(rewritten) - k, len(rewritten) - k + shift) for k in range(tail))
     runs = _runs(original[head : len(original) - tail], rewritten[head : len(rewritten) - tail])
-    for i1, i2, j1, j2 in runs:
-        for offset, j in enumerate(range(j1, j2)):
-            k = _likeliest(rewritten[head + j], original[head + i1 : head + i2]) if i2 - i1 > 1 else None
-            table[head + j + 1] = head + i1 + (min(offset, max(i2 - i1 - 1, 0)) if k is None else k) + 1
+    runs = [run for run in runs if run[3] > run[2]]  # (those that replace lines with none map no line)
+    starts = [j1 for _, _, j1, _ in runs]
     last = len(original)
 
+    def mapped(line: int) -> int:
+        # Only the lines the findings name are mapped (`_likeliest` compares a line with
+        # every line of its run: done for every line, that is quadratic in a long run).
+        found = table.get(line)
+        if found is not None:
+            return found
+        j = line - 1 - head
+        at = bisect_right(starts, j) - 1
+        if j < 0 or at < 0 or j >= runs[at][3]:
+            return last
+        i1, i2, j1, _ = runs[at]
+        offset = j - j1
+        k = _likeliest(rewritten[head + j], original[head + i1 : head + i2]) if i2 - i1 > 1 else None
+        found = table[line] = head + i1 + (min(offset, max(i2 - i1 - 1, 0)) if k is None else k) + 1
+        return found
+
     def moved(line: int) -> int:
-        return min(table.get(line, last), max(last, 1))
+        return min(mapped(line), max(last, 1))
 
     return [
         replace(
