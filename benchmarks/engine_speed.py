@@ -8,12 +8,17 @@
 2. Training files of about 2,000, 10,000 and 50,000 lines, built from the
    training code under fixtures/ (rule fixture inputs and scripts, in turn, until
    the size is reached), laid out at module level or each piece in a function of
-   its own, processed in a fresh process with every rule at level unsafe: seconds
+   its own, processed in a fresh process with every rule at level unsafe as `check`
+   processes a file (one round of the rules; a checkout from before `check` ran one
+   round processes it as `apply` did then), or with --apply as `apply` does
+   (rounds until the file stops changing): CPU seconds of the process
    (fastest of --repeats runs; one run once a run takes over 30 s), seconds
    per 10,000 lines (constant when the cost is linear), and the same file's bare
-   `libcst.parse_module` timed in the same process after it, with the ratio of
-   the two (the engine's cost in parses: constant when the engine grows as
-   the parser does).
+   `libcst.parse_module` timed in the same process after it (CPU seconds, the
+   collector on, as any caller has it), with the ratio of the two (the engine's
+   cost in parses: constant when the engine grows as the parser does). CPU time,
+   not wall time: the machine these run on is shared, and other work stretches
+   wall time more than it does a process's CPU time.
 3. A warm-cache re-run: `perfmod check` over 500 unchanged files (copies of the
    fixtures' training code), once to fill the result cache, then timed.
 
@@ -44,21 +49,25 @@ SEED = REPO / "fixtures" / "scripts" / "seed_latentwire.py"
 SIZES = (2_000, 10_000, 50_000)
 LAYOUTS = ("module level", "functions")  # how the pieces of a large file are laid out (training_file)
 
-# Run in a child process against a checkout: process one file, print seconds.
+# Run in a child process against a checkout: process one file (argv[2]: "check" or
+# "apply"), print CPU seconds, those of a bare parse, the findings and any error.
 TIME_FILE = """
-import sys, time
+import dataclasses, sys, time
 from pathlib import Path
 import libcst
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.result import Level
 data = Path(sys.argv[1]).read_bytes()
-start = time.perf_counter()
-result = process_source(data, sys.argv[1], Settings(level=Level.UNSAFE))
-seconds = time.perf_counter() - start
-start = time.perf_counter()
+settings = Settings(level=Level.UNSAFE)
+if sys.argv[2] == "check" and "fixed_point" in {f.name for f in dataclasses.fields(Settings)}:
+    settings = dataclasses.replace(settings, fixed_point=False)
+start = time.process_time()
+result = process_source(data, sys.argv[1], settings)
+seconds = time.process_time() - start
+start = time.process_time()
 libcst.parse_module(data)
-print(seconds, time.perf_counter() - start, len(result.findings), result.error or "")
+print(seconds, time.process_time() - start, len(result.findings), result.error or "")
 """
 
 
@@ -134,14 +143,17 @@ def warm_cache_seconds(checkout: Path, python: str, folder: Path, count: int = 5
     return runs[0], runs[1]
 
 
-def file_seconds(checkout: Path, python: str, path: Path, repeats: int = 1) -> tuple[float, float, str]:
-    """Seconds to process `path` in a fresh process and seconds of a bare parse of it,
-    fastest of `repeats` runs each (one run only once a run takes over 30 s)."""
+def file_seconds(
+    checkout: Path, python: str, path: Path, repeats: int = 1, command: str = "check"
+) -> tuple[float, float, str]:
+    """CPU seconds to process `path` in a fresh process as `command` ("check" or
+    "apply") processes it, and of a bare parse of it, fastest of `repeats` runs each
+    (one run only once a run takes over 30 s)."""
     env = child_env(checkout)
     best, parse, note = float("inf"), float("inf"), ""
     for _ in range(repeats):
         done = subprocess.run(
-            [python, "-c", TIME_FILE, str(path)], cwd=checkout, env=env, capture_output=True, text=True
+            [python, "-c", TIME_FILE, str(path), command], cwd=checkout, env=env, capture_output=True, text=True
         )
         if done.returncode != 0:
             failed = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
@@ -159,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", help="a commit to time side by side (a temporary worktree)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each timing; the fastest counts")
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), help="lines of the generated files")
+    parser.add_argument("--apply", action="store_true", help="time the files as `apply` processes them, not `check`")
+    parser.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=LAYOUTS, help="layouts of the files")
+    parser.add_argument("--no-seed", action="store_true", help="skip the seed script's whole-process check")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-cache re-run")
     args = parser.parse_args(argv)
     python = sys.executable
     checkouts = {"this checkout": REPO}
@@ -173,22 +189,26 @@ def main(argv: list[str] | None = None) -> int:
             )
             checkouts[f"commit {args.baseline}"] = tree
         files = [
-            (layout, training_file(lines, scratch, layout == "functions")) for layout in LAYOUTS for lines in args.sizes
+            (layout, training_file(lines, scratch, layout == "functions"))
+            for layout in args.layouts
+            for lines in args.sizes
         ]
+        command = "apply" if args.apply else "check"
         print(
             f"date {date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
             f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f}"
         )
-        print()
-        print("| checkout | `perfmod check --level unsafe` seed script (s, wall, start-up included) |")
-        print("|---|---|")
-        seed = {name: check_seconds(tree, python, args.repeats) for name, tree in checkouts.items()}
-        for name, seconds in seed.items():
-            print(f"| {name} | {seconds:.2f} |")
-        if len(seed) == 2:
-            ours, base = seed["this checkout"], seed[f"commit {args.baseline}"]
-            print(f"\nspeed-up on the seed script: {base / ours:.1f}x")
-        print()
+        if not args.no_seed:
+            print()
+            print("| checkout | `perfmod check --level unsafe` seed script (s, wall, start-up included) |")
+            print("|---|---|")
+            seed = {name: check_seconds(tree, python, args.repeats) for name, tree in checkouts.items()}
+            for name, seconds in seed.items():
+                print(f"| {name} | {seconds:.2f} |")
+            if len(seed) == 2:
+                ours, base = seed["this checkout"], seed[f"commit {args.baseline}"]
+                print(f"\nspeed-up on the seed script: {base / ours:.1f}x")
+        print(f"\nFiles processed as `{command}` processes them; CPU seconds.\n")
         print("| checkout | pieces | lines | seconds | seconds per 10,000 lines | bare parse (s) | / parse | result |")
         print("|---|---|---|---|---|---|---|---|")
         # Checkouts alternate, file by file and round by round, so that a change of load
@@ -197,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             for _, path in files:
                 for name, tree in checkouts.items():
-                    seconds, parse, note = file_seconds(tree, python, path)
+                    seconds, parse, note = file_seconds(tree, python, path, command=command)
                     if (name, path) not in timed:
                         timed[name, path] = seconds, parse, note
                     else:
@@ -211,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {name} | {layout} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} "
                     f"| {parse:.2f} | {seconds / parse:.1f}x | {note} |"
                 )
-        if (REPO / "codemod" / "cache.py").exists():
+        if (REPO / "codemod" / "cache.py").exists() and not args.no_warm:
             first, again = warm_cache_seconds(REPO, python, scratch)
             print(
                 f"\n`perfmod check` over 500 files (this checkout): {first:.1f} s filling the cache, "

@@ -20,6 +20,12 @@ jobs and concurrent runs at worst write the same entry twice. Entries are
 JSON, never pickles: a cache folder that came with a cloned repository can
 make perfmod report wrong findings at worst, never run code. `apply` never
 writes a file from an entry: a file with fixes is always processed afresh.
+
+`check` runs one round of the rules, `apply` and `report` as many as the fixes
+take (`Settings.fixed_point`, codemod.engine). The key leaves that setting out
+and the entry says which run made it: a file the first round left unchanged,
+without error, is the same result either way and serves both; a file with fixes
+is served only to the kind of run that made its entry.
 """
 
 from __future__ import annotations
@@ -52,8 +58,9 @@ CACHEDIR_TAG = (
 
 
 class Cache:
-    def __init__(self, folder: Path, fingerprint: str, read_only: bool = False) -> None:
+    def __init__(self, folder: Path, fingerprint: str, read_only: bool = False, fixed_point: bool = True) -> None:
         self.folder, self.fingerprint, self.read_only = folder, fingerprint, read_only
+        self.fixed_point = fixed_point  # the kind of run whose results this one can use (module docstring)
         self.entries = folder / FORMAT
 
     @classmethod
@@ -65,7 +72,7 @@ class Cache:
         (codemod.catalogue, which does not import them). `read_only`: use what is
         there, create and store nothing (`report` writes nothing but its output)."""
         if read_only:
-            return cls(folder, fingerprint(settings, rules), read_only=True)
+            return cls(folder, fingerprint(settings, rules), read_only=True, fixed_point=settings.fixed_point)
         (folder / FORMAT).mkdir(parents=True, exist_ok=True)
         for name, text in (
             (".gitignore", "# Created by perfmod: the whole folder is a cache.\n*\n"),
@@ -73,7 +80,7 @@ class Cache:
         ):
             if not (folder / name).exists():
                 atomic_write(folder / name, text.encode())
-        return cls(folder, fingerprint(settings, rules))
+        return cls(folder, fingerprint(settings, rules), fixed_point=settings.fixed_point)
 
     def _entry(self, path: str) -> Path:
         name = sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()
@@ -93,7 +100,10 @@ class Cache:
             if not all(stamp.fresh() for stamp in dependencies):
                 return None  # a module of the project it read changed since
             outcome = _outcome(entry, path, data)
-            outcome.result.dependencies = dependencies
+            result = outcome.result
+            if entry.get("fixed_point", True) != self.fixed_point and (result.changed or result.error is not None):
+                return None  # another round could change it: made by the other kind of run
+            result.dependencies = dependencies
             return outcome
         except (OSError, ValueError, KeyError, TypeError):  # missing, half-written by an older format, foreign
             return None
@@ -104,7 +114,7 @@ class Cache:
             return
         file = self._entry(path)
         try:
-            entry = {"key": self._key(path, content), **_as_json(outcome)}
+            entry = {"key": self._key(path, content), "fixed_point": self.fixed_point, **_as_json(outcome)}
             text = json.dumps(entry, separators=(",", ":"))
             file.parent.mkdir(exist_ok=True)
             atomic_write(file, text.encode(), durable=False)  # a lost entry only costs its file's analysis
@@ -128,7 +138,14 @@ def fingerprint(settings: Settings, rules: Sequence[type | RuleFacts]) -> str:
         f"perfmod {_version()}",
         f"python {sys.version_info[0]}.{sys.version_info[1]}",
         f"libcst {_version('libcst')}",
-        repr([(f.name, _plain(getattr(settings, f.name))) for f in dataclasses.fields(settings)]),
+        # (not fixed_point: an entry says which kind of run made it, Cache.get)
+        repr(
+            [
+                (f.name, _plain(getattr(settings, f.name)))
+                for f in dataclasses.fields(settings)
+                if f.name != "fixed_point"
+            ]
+        ),
     ]
     sources = {str(PACKAGE)}
     for rule in rules:

@@ -610,7 +610,10 @@ Examples:
   perfmod check - --stdin-filename train.py < train.py
 
 Findings read `path:line:col: CODE [*] message`; [*] marks a fix that applies
-at the chosen level (`perfmod apply` or `check --fix` makes it). Results are
+at the chosen level (`perfmod apply` or `check --fix` makes it). `check` runs
+the rules over each file once, as ruff's check does: a fix that only another
+fix makes possible is found, and made, by `apply`, which runs the rules again
+while its fixes change the file; the exit status is the same. Results are
 cached by file content, settings and perfmod version, so a re-run only
 processes changed files (--no-cache to turn that off).
 
@@ -652,6 +655,7 @@ def _check(
     _check_statistics_format(statistics, output_format)
     paths = _paths(paths)
     settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
+    settings = settings.with_overrides(fixed_point=False)  # one round of the rules (the epilog says why)
     output = Output(output_file)
     colour = not output.to_file and use_color(color)
     skipped = 0
@@ -1070,7 +1074,9 @@ Examples:
   perfmod report src/ --format markdown > comment.md
 
 The sources are never modified; only the -o file is written (atomically). Results
-that `check` cached are used; `report` itself adds nothing to the cache.
+that `apply --dry-run` cached are used, and those of `check` for files without
+fixes (`check` runs the rules once, `report` as often as `apply`); `report` itself
+adds nothing to the cache.
 
 {EXIT_STATUS_REPORT}"""
 )

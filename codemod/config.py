@@ -59,6 +59,10 @@ class Settings:
     force_exclude: bool = False
     # Where lines the fixes lengthen are wrapped: the project's ruff or black line-length.
     line_length: int = 88  # black's and ruff's default
+    # Not a [tool.perfmod] key: False for `check`, which runs one round of the rules
+    # (every pass of it) and reports what it finds, as ruff's check does; `apply`, its
+    # --dry-run and --diff repeat the rounds until the file stops changing (codemod.engine).
+    fixed_point: bool = True
 
     def with_overrides(self, **overrides) -> Settings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})

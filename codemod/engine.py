@@ -13,8 +13,9 @@ its findings of that pass are dropped and it runs again on the rewritten file.
 Those passes make a round; a round whose fixes changed the file is followed by
 another round of every rule on the result, until the file stops changing (at
 most MAX_ROUNDS), so that one run does what a second `perfmod apply` would. A
-file without fixes takes one pass. The engine never writes files (codemod.files
-does).
+file without fixes takes one pass. With `Settings.fixed_point` off (`perfmod check`,
+as ruff's check) the first round is the last: its findings and exit status, no
+second round. The engine never writes files (codemod.files does).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import gc
 import io
 import re
 import tokenize
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -283,13 +284,13 @@ def _run(
     another round of every rule on the rewritten file, at most `MAX_ROUNDS` in all. A
     finding a later round reports again (same rule, same line of the original file) is
     the same finding, counted once: fixed there, it is applied. A file without fixes
-    takes one round."""
+    takes one round, and so does every file without `settings.fixed_point`."""
     passes(active)  # a cycle of AFTER declarations is an error before any work
     original = _text(module, data)
     checked = original.encode(module.encoding) == data
     current, code, context = module, original, None
     tally = _Tally()
-    for round_number in range(1, MAX_ROUNDS + 1):
+    for round_number in range(1, (MAX_ROUNDS if settings.fixed_point else 1) + 1):
         final = round_number == MAX_ROUNDS  # its fixes are reported, not made
         start = code
         pending = list(active)
@@ -966,14 +967,28 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     shift = len(original) - len(rewritten)
     table.update((len(rewritten) - k, len(rewritten) - k + shift) for k in range(tail))
     runs = _runs(original[head : len(original) - tail], rewritten[head : len(rewritten) - tail])
-    for i1, i2, j1, j2 in runs:
-        for offset, j in enumerate(range(j1, j2)):
-            k = _likeliest(rewritten[head + j], original[head + i1 : head + i2]) if i2 - i1 > 1 else None
-            table[head + j + 1] = head + i1 + (min(offset, max(i2 - i1 - 1, 0)) if k is None else k) + 1
+    runs = [run for run in runs if run[3] > run[2]]  # (those that replace lines with none map no line)
+    starts = [j1 for _, _, j1, _ in runs]
     last = len(original)
 
+    def mapped(line: int) -> int:
+        # Only the lines the findings name are mapped (`_likeliest` compares a line with
+        # every line of its run: done for every line, that is quadratic in a long run).
+        found = table.get(line)
+        if found is not None:
+            return found
+        j = line - 1 - head
+        at = bisect_right(starts, j) - 1
+        if j < 0 or at < 0 or j >= runs[at][3]:
+            return last
+        i1, i2, j1, _ = runs[at]
+        offset = j - j1
+        k = _likeliest(rewritten[head + j], original[head + i1 : head + i2]) if i2 - i1 > 1 else None
+        found = table[line] = head + i1 + (min(offset, max(i2 - i1 - 1, 0)) if k is None else k) + 1
+        return found
+
     def moved(line: int) -> int:
-        return min(table.get(line, last), max(last, 1))
+        return min(mapped(line), max(last, 1))
 
     return [
         replace(

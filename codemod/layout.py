@@ -46,6 +46,7 @@ class _Wrap(cst.CSTTransformer):
         self.line_length, self.unit = line_length, unit
         self.depth = 0
         self.render = cst.Module([], default_indent=unit).code_for_node
+        self._last: tuple[cst.CSTNode, str] | None = None  # the statement _text measured last, its text
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if not self.changed(node):
@@ -91,8 +92,10 @@ class _Wrap(cst.CSTTransformer):
         if value is None:
             return statement
         before, lines = self.width_before(statement) if isinstance(statement, cst.SimpleStatementLine) else (None, 1)
-        spaced = statement.visit(_Slices(self.changed))
-        if self.render(spaced) != self.render(statement):
+        # (a statement without a colon holds no slice: nothing to space)
+        slices = _Slices(self.changed)
+        spaced = statement.visit(slices) if ":" in self._text(statement) else statement
+        if slices.respaced and self.render(spaced) != self.render(statement):
             statement = spaced
             value = (
                 _value(statement.body[0]) if isinstance(statement, cst.SimpleStatementLine) else statement.items[0].item
@@ -123,7 +126,10 @@ class _Wrap(cst.CSTTransformer):
     # -- measuring -----------------------------------------------------------------------
 
     def _text(self, statement) -> str:
-        return self.render(statement.with_changes(leading_lines=[]))
+        # (asked for again of the same statement while it is measured: kept with it)
+        if self._last is None or self._last[0] is not statement:
+            self._last = (statement, self.render(statement.with_changes(leading_lines=[])))
+        return self._last[1]
 
     def _widest(self, statement) -> int:
         lines = self._text(statement).splitlines()
@@ -449,11 +455,13 @@ class _Slices(cst.CSTTransformer):
     def __init__(self, changed) -> None:
         super().__init__()
         self.changed = changed
+        self.respaced = False  # whether a slice was spaced anew (else the code is as it was)
 
     def leave_Slice(self, original_node, updated_node):
         parts = (updated_node.lower, updated_node.upper, updated_node.step)
         if not self.changed(original_node) or all(part is None or _simple(part) for part in parts):
             return updated_node
+        self.respaced = True
 
         def space(present) -> cst.SimpleWhitespace:
             return cst.SimpleWhitespace(" " if present is not None else "")

@@ -5,6 +5,7 @@ entries and concurrent runs, and makes a warm run over 500 files fast."""
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -97,7 +98,7 @@ def test_a_changed_file_or_changed_settings_are_processed_again(project, monkeyp
 
 
 def test_apply_never_writes_from_a_cache_entry(project):
-    assert perfmod("check", "src").exit_code == 2
+    assert perfmod("apply", "src", "--dry-run").exit_code == 2  # entries of diffs (check's serve check)
     entries = list((project / ".perfmod_cache" / "v1").rglob("*.json"))
     assert len(entries) == 3
     for entry in entries:  # a planted entry claims the fix is `evil()`
@@ -105,7 +106,7 @@ def test_apply_never_writes_from_a_cache_entry(project):
         if data["new_source"] not in (None, "same"):
             data["new_source"] = __import__("base64").b64encode(b"evil()\n").decode()
             entry.write_text(json.dumps(data))
-    assert "+evil()" in perfmod("apply", "src", "--dry-run").stdout  # check and diffs do read entries
+    assert "+evil()" in perfmod("apply", "src", "--dry-run").stdout  # diffs do read entries
     perfmod("apply", "src")
     assert (project / "src" / "a.py").read_text() == SCRIPT.replace("x.to(device)", "x.to(device, non_blocking=True)")
 
@@ -248,12 +249,12 @@ def test_a_warm_rerun_over_500_unchanged_files_takes_under_2_s(tmp_path):
     assert wall < WARM_LIMIT_S or (saturated and cpu < WARM_LIMIT_S / 2), timings
 
 
-def test_report_reads_what_check_cached_and_writes_no_cache_itself(project, monkeypatch):
+def test_report_reads_what_apply_dry_run_cached_and_writes_no_cache_itself(project, monkeypatch):
     expected = perfmod("report", "src", "--format", "markdown", "--no-cache")
     assert not (project / ".perfmod_cache").exists()
     perfmod("report", "src", "--format", "markdown")
     assert not (project / ".perfmod_cache").exists()  # `report` writes only its output
-    perfmod("check", "src")
+    perfmod("apply", "src", "--dry-run")
 
     def never(*args, **kwargs):
         raise AssertionError("processed again")
@@ -261,3 +262,31 @@ def test_report_reads_what_check_cached_and_writes_no_cache_itself(project, monk
     monkeypatch.setattr(worker, "process_source", never)
     cached = perfmod("report", "src", "--format", "markdown")
     assert (cached.exit_code, cached.stdout, cached.stderr) == (expected.exit_code, expected.stdout, expected.stderr)
+
+
+def test_check_and_apply_share_only_entries_that_another_round_cannot_change(project, monkeypatch):
+    """`check` runs one round of the rules, `apply` and `report` run rounds until the
+    file stops changing: a file without fixes is the same result either way and is read
+    from either's entry; a file with fixes (a.py), or with an error (b.py), is analysed
+    again by the other kind of run."""
+    expected = {args: perfmod(*args, "--no-cache") for args in (("check", "src"), ("apply", "src", "--dry-run"))}
+    analysed = []
+    real = worker.load_engine()
+
+    def counting(data, path, settings):
+        analysed.append((os.path.basename(path), settings.fixed_point))
+        return real(data, path, settings)
+
+    monkeypatch.setattr(worker, "process_source", counting)
+    for first, then in (
+        (("check", "src"), ("apply", "src", "--dry-run")),
+        (("apply", "src", "--dry-run"), ("check", "src")),
+    ):
+        for folder in project.glob(".perfmod_cache"):
+            shutil.rmtree(folder)
+        run = perfmod(*first)
+        assert (run.exit_code, run.stdout) == (expected[first].exit_code, expected[first].stdout)
+        analysed.clear()
+        run = perfmod(*then)
+        assert (run.exit_code, run.stdout) == (expected[then].exit_code, expected[then].stdout)
+        assert sorted(analysed) == [("a.py", then[0] != "check"), ("b.py", then[0] != "check")]

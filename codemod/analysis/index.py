@@ -67,19 +67,41 @@ def node_fields(kind: type) -> tuple[str, ...]:
     return names
 
 
+# What a field value of each type is: _INDEXED (a node the index walks), _SEQUENCE (a
+# list or tuple of values), or neither. libcst's node classes are abstract base classes,
+# whose isinstance checks run Python code; the answer for a type is read once.
+_INDEXED, _SEQUENCE, _OTHER = 1, 2, 0
+_VALUE_KINDS: dict[type, int] = {}
+
+
+def _value_kind(kind: type) -> int:
+    if issubclass(kind, cst.CSTNode):
+        found = _OTHER if issubclass(kind, _LAYOUT_TYPES) else _INDEXED
+    else:
+        found = _SEQUENCE if issubclass(kind, (list, tuple)) else _OTHER
+    _VALUE_KINDS[kind] = found
+    return found
+
+
 def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The children of `node` the index walks (no whitespace or punctuation nodes), in
     document order: a cheaper walk than libcst's `children` for a tree without an index."""
     children = []
+    kinds = _VALUE_KINDS
     for name in node_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            if not isinstance(value, _LAYOUT_TYPES):
-                children.append(value)
-        elif isinstance(value, (list, tuple)):
-            children.extend(
-                item for item in value if isinstance(item, cst.CSTNode) and not isinstance(item, _LAYOUT_TYPES)
-            )
+        kind = kinds.get(type(value))
+        if kind is None:
+            kind = _value_kind(type(value))
+        if kind == _INDEXED:
+            children.append(value)
+        elif kind == _SEQUENCE:
+            for item in value:
+                item_kind = kinds.get(type(item))
+                if item_kind is None:
+                    item_kind = _value_kind(type(item))
+                if item_kind == _INDEXED:
+                    children.append(item)
     return children
 
 

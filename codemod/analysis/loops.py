@@ -33,7 +33,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import kwarg, method_name, positional, sole_definition
+from codemod.analysis.names import kwarg, method_name, plain_code, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, MODULE_METHODS_RETURNING_SELF, PROCESS_STARTS
 
 if TYPE_CHECKING:
@@ -127,7 +127,10 @@ class TrainingLoops:
     def code(self, node: cst.CSTNode) -> str:
         text = self._codes.get(node)
         if text is None:
-            text = self._codes[node] = self.context.module.code_for_node(node)
+            text = plain_code(node)
+            if text is None:
+                text = self.context.module.code_for_node(node)
+            self._codes[node] = text
         return text
 
     def own(self, types, node: cst.CSTNode) -> list:

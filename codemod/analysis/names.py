@@ -253,6 +253,26 @@ def is_dotted_name(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name)
 
 
+def plain_code(node: cst.CSTNode) -> str | None:
+    """The code of a name or dotted name written without brackets or spaces (`model`,
+    `self.opt`), as libcst generates it, read off the nodes without generating it; None
+    for anything else."""
+    if type(node) is cst.Name:
+        return None if node.lpar else node.value
+    if type(node) is not cst.Attribute or node.lpar or node.attr.lpar:
+        return None
+    dot = node.dot
+    if not (
+        type(dot.whitespace_before) is cst.SimpleWhitespace
+        and type(dot.whitespace_after) is cst.SimpleWhitespace
+        and not dot.whitespace_before.value
+        and not dot.whitespace_after.value
+    ):
+        return None
+    head = plain_code(node.value)
+    return None if head is None else f"{head}.{node.attr.value}"
+
+
 def positional(call: cst.Call, index: int) -> cst.Arg | None:
     """The `index`-th positional argument, or None (also when a *args hides positions)."""
     plain = []

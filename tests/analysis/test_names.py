@@ -3,7 +3,7 @@
 import libcst as cst
 import pytest
 
-from codemod.analysis.names import integer_value, number_value
+from codemod.analysis.names import integer_value, number_value, plain_code
 from codemod.context import FileContext
 
 
@@ -47,3 +47,24 @@ def test_getattr_with_a_literal_name_names_the_attribute():
     assert names.of(values["c"]) == set()  # a name chosen at run time
     assert names.of(values["d"]) == set()  # what a call returns
     assert names.of(values["e"]) == {"builtins.getattr"}
+
+
+@pytest.mark.parametrize(
+    "code, plain",
+    [
+        ("model", "model"),
+        ("self.opt.param_groups", "self.opt.param_groups"),
+        ("(model)", None),
+        ("(self).opt", None),
+        ("self . opt", None),
+        ("self.\\\nopt", None),
+        ("(self.opt)", None),
+        ("x[0].y", None),
+        ("f().y", None),
+    ],
+)
+def test_plain_code_reads_names_and_dotted_names_as_libcst_writes_them(code, plain):
+    expr = cst.parse_expression(code)
+    assert plain_code(expr) == plain
+    if plain is not None:
+        assert cst.Module([]).code_for_node(expr) == plain

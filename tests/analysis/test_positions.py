@@ -1,6 +1,8 @@
 """Positions are libcst's own (PositionProvider), computed one top-level statement
 at a time from start lines that Python's `ast` gives without generating code."""
 
+from pathlib import Path
+
 import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -27,6 +29,30 @@ def test_every_node_has_libcsts_position(name):
     for node in TreeIndex(module).find(cst.CSTNode):
         if node is not module and node in expected:
             assert positions[node] == expected[node], module.code_for_node(node)
+
+
+def test_every_node_of_a_whole_script_has_libcsts_position():
+    """Every node, whitespace and punctuation too, over a whole training script."""
+    code = (Path(__file__).resolve().parents[2] / "fixtures" / "scripts" / "seed_latentwire.py").read_text()
+    module = cst.parse_module(code)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = Positions(module, _all_parents(module), code)
+    assert len(expected) > 5000
+    for node, where in expected.items():
+        if node is not module:
+            assert positions[node] == where, module.code_for_node(node)
+
+
+def _all_parents(module: cst.Module) -> dict:
+    parents = {}
+
+    def walk(node):
+        for child in node.children:
+            parents[child] = node
+            walk(child)
+
+    walk(module)
+    return parents
 
 
 def test_start_lines_come_from_ast_where_it_lines_up_and_from_code_elsewhere():

@@ -1,0 +1,35 @@
+"""The lines of a later pass's findings, moved back to the original file's: a line in a
+long changed run goes to the original line it was rewritten from, and only the lines
+the findings name are compared with their run (each comparison reads the whole run)."""
+
+from __future__ import annotations
+
+from codemod import engine
+from codemod.result import Finding, Level
+
+ORIGINAL = [f"x{k} = batch[{k}].to(device)" for k in range(150)]
+# Every line rewritten, a line inserted at the top: one changed run of 151 lines.
+REWRITTEN = ["import runtime"] + [line.replace(".to(device)", ".to(device, non_blocking=True)") for line in ORIGINAL]
+
+
+def _finding(line: int) -> Finding:
+    return Finding("train.py", line, 1, "PM101", "n", "m", Level.SAFE, True, end_line=line, fix_lines=((line, line),))
+
+
+def test_a_line_of_a_long_changed_run_maps_to_the_line_it_was_rewritten_from():
+    (moved,) = engine._map_lines([_finding(101)], REWRITTEN, ORIGINAL)  # `x99 = ...` in the rewrite
+    assert ORIGINAL[moved.line - 1] == "x99 = batch[99].to(device)"
+    assert (moved.end_line, moved.fix_lines) == (moved.line, ((moved.line, moved.line),))
+
+
+def test_only_the_lines_the_findings_name_are_compared_with_their_run(monkeypatch):
+    compared = []
+    likeliest = engine._likeliest
+
+    def counting(line, run):
+        compared.append(line)
+        return likeliest(line, run)
+
+    monkeypatch.setattr(engine, "_likeliest", counting)
+    engine._map_lines([_finding(11), _finding(101)], REWRITTEN, ORIGINAL)
+    assert sorted(set(compared)) == sorted({REWRITTEN[10], REWRITTEN[100]})
