@@ -33,6 +33,7 @@ from pathlib import Path
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.report.diff import unattributed_changes
+from codemod.result import FileResult
 from codemod.rule import Level
 from codemod.rules import ALL_RULES
 
@@ -78,7 +79,11 @@ def compile_error(source: bytes, path: str) -> str | None:
 
 
 def check_source(source: bytes, path: str, settings: Settings = SETTINGS) -> Outcome:
-    first = process_source(source, path, settings)
+    return check_result(process_source(source, path, settings), source, path, settings)
+
+
+def check_result(first: FileResult, source: bytes, path: str, settings: Settings = SETTINGS) -> Outcome:
+    """The outcome of `first`, the engine's result for `source` with `settings`."""
     if first.error is not None:
         if "internal error" in first.error:
             return Outcome(path, INTERNAL_ERROR, detail=first.error)
