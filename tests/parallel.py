@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_command(claims: Path, work: Path, k: int, pytest_args: list[str]) -> list[str]:
-    command = [sys.executable, "-m", "pytest", "--claims", str(claims), "--basetemp", str(work / f"tmp{k}")]
+    # `--claims=DIR` in one word: pytest reads its options before it loads tests/conftest.py,
+    # which defines this one, and would take a DIR on its own for a path of tests.
+    command = [sys.executable, "-m", "pytest", f"--claims={claims}", f"--basetemp={work / f'tmp{k}'}"]
     if any(arg.startswith("--cov") for arg in pytest_args):
         command.append("--cov-report=")  # one combined report at the end, not one per process
     return command + pytest_args

@@ -48,3 +48,10 @@ def test_a_failing_test_in_either_process_fails_the_run(tmp_path):
         assert done.returncode == 1, done.stdout[-3000:]
         assert f"test_{failing}_fails" in done.stdout
         assert "2 pytest processes: 1 failed" in done.stdout
+
+
+def test_with_no_paths_the_processes_take_the_suite_from_the_configuration():
+    command = [sys.executable, "-m", "tests.parallel", "-q", "--collect-only", "-p", "no:cacheprovider"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "2 pytest processes: all passed" in done.stdout
