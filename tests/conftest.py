@@ -5,6 +5,7 @@ shares the modules out among pytest processes (tests/parallel.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -49,35 +50,62 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> bool | None:
-    """With --claims: pytest's own loop over the modules this process claims, each the
-    moment it comes to it (the others' are skipped, not reported)."""
+    """With --claims: pytest's own loop over the tests this process claims, each the moment
+    it comes to them (the others' are skipped, not reported). A test is claimed on its own,
+    or with its whole module where the module's tests share a fixture set up once for
+    several of them (module or class scope), so that it is set up in one process only."""
     folder = session.config.getoption("--claims")
     if folder is None or session.config.option.collectonly:
         return None
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} errors during collection")
-    modules: dict[str, list[pytest.Item]] = {}
-    for item in session.items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    groups = list(modules.items())
-    for g, (module, items) in enumerate(groups):
-        if not _claim(Path(folder), module):
-            continue
-        following = groups[g + 1][1][0] if g + 1 < len(groups) else None  # keeps the session's fixtures
-        for i, item in enumerate(items):
-            nextitem = items[i + 1] if i + 1 < len(items) else following
+    claimed = (items for key, items in _claim_units(session.items) if _claim(Path(folder), key))
+    current = next(claimed, None)
+    while current is not None:
+        upcoming = None
+        for i, item in enumerate(current):
+            if i + 1 < len(current):
+                nextitem = current[i + 1]
+            else:  # the next unit is claimed before this one's last test ends: pytest tears down up to it
+                upcoming = next(claimed, None)
+                nextitem = upcoming[0] if upcoming else None
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
             if session.shouldfail:
                 raise session.Failed(session.shouldfail)
             if session.shouldstop:
                 raise session.Interrupted(session.shouldstop)
+        current = upcoming
     return True
 
 
-def _claim(folder: Path, module: str) -> bool:
-    """Is this process the first to claim `module`? (Creating a file is atomic.)"""
+SHARED_SCOPES = ("class", "module", "package")
+
+
+def _claim_units(items: list[pytest.Item]) -> list[tuple[str, list[pytest.Item]]]:
+    """(claim key, tests) in the order of `items`: a module whose tests use a fixture of a
+    shared scope is one unit, any other test a unit of its own."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    shared = {module for module, tests in modules.items() if any(map(_uses_shared_fixture, tests))}
+    units: dict[str, list[pytest.Item]] = {}  # a shared module's unit where its first test is
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        units.setdefault(module if module in shared else item.nodeid, []).append(item)
+    return list(units.items())
+
+
+def _uses_shared_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(definition.scope in SHARED_SCOPES for chain in definitions for definition in chain)
+
+
+def _claim(folder: Path, key: str) -> bool:
+    """Is this process the first to claim `key`? (Creating a file is atomic.)"""
+    name = hashlib.sha1(key.encode()).hexdigest()
     try:
-        os.close(os.open(folder / module.replace("/", "__"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
     return True

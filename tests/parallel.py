@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     running: list[tuple[subprocess.Popen, Path | None]] = []
     try:
         for k in range(processes):
-            env = dict(os.environ, COVERAGE_FILE=str(work / f".coverage.{k}"))
+            # unbuffered: the first process's progress shows as it goes, also when written to a file
+            env = dict(os.environ, COVERAGE_FILE=str(work / f".coverage.{k}"), PYTHONUNBUFFERED="1")
             log = None if k == 0 else work / f"process{k}.log"
             command = pytest_command(claims, work, k, pytest_args)
             if log is None:

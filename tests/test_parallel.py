@@ -3,6 +3,8 @@ runs once, in one of them, and a failure in either fails the run."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -41,6 +43,30 @@ def test_each_test_runs_once_in_one_of_the_processes(tmp_path):
     assert done.stdout.rstrip().endswith("2 pytest processes: all passed")
 
 
+SHARED = """import pytest
+
+
+@pytest.fixture(scope="module")
+def setup_log():
+    with open({log!r}, "a") as log:
+        log.write("set up\\n")
+
+
+@pytest.mark.parametrize("k", range(6))
+def test_shared(setup_log, k):
+    pass
+"""
+
+
+def test_a_module_whose_tests_share_a_fixture_runs_in_one_process(tmp_path):
+    log = tmp_path / "setups.txt"
+    (tmp_path / "test_shared.py").write_text(SHARED.format(log=str(log)))
+    done = run(tmp_path, "-q", "-rA", str(tmp_path / "test_shared.py"), *suite(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert len(re.findall(r"^PASSED \S*test_shared\.py::test_shared", done.stdout, re.M)) == 6
+    assert log.read_text() == "set up\n"  # once: the six tests ran in one process
+
+
 def test_a_failing_test_in_either_process_fails_the_run(tmp_path):
     for failing in ("alpha", "delta"):  # the first module and the last: the two processes' first claims
         (tmp_path / failing).mkdir()
@@ -55,3 +81,21 @@ def test_with_no_paths_the_processes_take_the_suite_from_the_configuration():
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "2 pytest processes: all passed" in done.stdout
+
+
+def test_a_process_goes_on_past_what_another_claimed_into_another_folder(tmp_path):
+    """a/test_one, a/test_two (claimed by another process), c/test_three: this process runs
+    the first and the third, and tears the folder a down in between."""
+    tests = {"a/test_one.py": "test_one", "a/test_two.py": "test_two", "c/test_three.py": "test_three"}
+    for path, name in tests.items():
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(f"def {name}():\n    pass\n")
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (claims / hashlib.sha1(b"a/test_two.py::test_two").hexdigest()).touch()
+    command = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "-rA"]
+    command += [f"--claims={claims}", "--rootdir", str(tmp_path), "a", "c"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert re.findall(r"^PASSED (\S+)", done.stdout, re.M) == ["a/test_one.py::test_one", "c/test_three.py::test_three"]
