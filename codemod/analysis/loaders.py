@@ -340,6 +340,7 @@ class Loaders:
             iterable = first.value
         return isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *COUNTERS)
 
+    @memoized
     def sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
         """The DataLoader constructions `expr` may evaluate to; `path` indexes into
         tuples on the way (`train, val = make_loaders()` takes element 0 or 1)."""
