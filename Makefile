@@ -26,7 +26,7 @@ demo: setup
 	  echo "perfmod check exit status: $$? (1: fixes pending at level safe)"
 
 # Two pytest processes, one per core of a 2-core machine (tests/parallel.py; TEST_PROCESSES=1
-# for one), sharing the modules out; one coverage report for both.
+# for one), sharing the tests out; one coverage report for both.
 TEST_PROCESSES ?= 2
 test: setup lint
 	$(BIN)/python -m tests.parallel -n $(TEST_PROCESSES) -q --cov=codemod --cov=runtime $(PYTEST_ARGS)

@@ -1,7 +1,7 @@
 """Suite-wide guards: every test starts from the same process-wide state, the
 suite writes nothing into the repository, `--shuffle SEED` runs the tests in a
 random order (to show that none depends on another's leftovers), and `--claims DIR`
-shares the modules out among pytest processes (tests/parallel.py)."""
+shares the tests out among pytest processes (tests/parallel.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--claims",
         metavar="DIR",
-        help="run only the test modules this process claims first in DIR, a folder shared with other "
+        help="run only the tests this process claims first in DIR, a folder shared with other "
         "pytest processes (python -m tests.parallel)",
     )
 

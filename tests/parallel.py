@@ -1,10 +1,10 @@
 """Run the suite in several pytest processes at once, as `make test` does (one per core
-of a 2-core machine): every process collects the whole suite, then goes through its
-modules in order and runs each one it is the first to claim, so each module runs once,
-in one process, with its module fixtures set up once, and a process that finishes a
-slow module early takes the next one. The first process prints as it goes; the others'
-output follows when they end. With `--cov`, the processes' coverage is combined into one
-report.
+of a 2-core machine): every process collects the whole suite, then goes through it in
+order and runs each test it is the first to claim (a module whose tests share a module-
+or class-scoped fixture is claimed whole, so that fixture is set up once), so each test
+runs once, and a process that finishes early takes the next one. The first process
+prints as it goes; the others' output follows when they end. With `--cov`, the
+processes' coverage is combined into one report.
 
     python -m tests.parallel [-n PROCESSES] [PYTEST_ARGS...]
 
