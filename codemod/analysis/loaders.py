@@ -311,11 +311,7 @@ class Loaders:
         value of the iterable `expr` comes from, seen through `enumerate`, `tqdm` and other
         iterables that pass items through (`train_iter` of `train_iter, dev_iter =
         data.BucketIterator.splits(...)`); None when it may be anything else."""
-        while isinstance(expr, cst.Call) and self.names.is_(expr.func, *ENUMERATE, *LOOKS_THROUGH):
-            first = positional(expr, 0)
-            if first is None:
-                return None
-            expr = first.value
+        expr = self.passed_through(expr)
         if not isinstance(expr, cst.Name):
             return None
         sources = self.context.training.value_sources(expr)
@@ -332,13 +328,18 @@ class Loaders:
         `enumerate`, `tqdm` and the other iterables that pass items through?"""
         if not isinstance(loop, cst.For):
             return False
-        iterable = loop.iter
-        while isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH):
-            first = positional(iterable, 0)
-            if first is None:
-                return False
-            iterable = first.value
+        iterable = self.passed_through(loop.iter)
         return isinstance(iterable, cst.Call) and self.names.is_(iterable.func, *COUNTERS)
+
+    def passed_through(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The iterable whose items `expr` passes on, through `enumerate`, `tqdm` and the
+        other iterables that pass items through; None when one of them is given no iterable."""
+        while isinstance(expr, cst.Call) and self.names.is_(expr.func, *ENUMERATE, *LOOKS_THROUGH):
+            first = positional(expr, 0)
+            if first is None:
+                return None
+            expr = first.value
+        return expr
 
     @memoized
     def sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
