@@ -6,7 +6,7 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for, returned_values
-from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH, OUTSIDE, RANDOM, SAME
+from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH, RANDOM, SAME, StepData
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.periodic import periodic
@@ -1383,31 +1383,32 @@ class _Planner:
         if self._random_batches(statement):
             return None
         data = self.context.loaders.step_data(statement)
-        if data is not None and data.how == RANDOM:
-            raise _Blocked(
-                statement.iter,
-                f"each step draws its batch at random (`{self._src(data.at)}`, line {self.context.line(data.at)}), "
-                "in a way PM601 does not split (one draw in the loop whose first dimension is the batch size); "
-                "give each rank its own seed so that the ranks draw different batches",
-            )
-        if data is not None and data.how == SAME:
-            raise _Blocked(
-                statement.iter,
-                f"every step trains on the same data (full-batch training: `{self._src(statement.iter)}` "
-                "counts the steps and the loop draws no batch), so there are no batches to split over the "
-                "ranks; training on several GPUs needs the data itself split, a part per rank",
-            )
-        if data is not None and data.how == OUTSIDE:
-            raise _Blocked(
-                statement.iter,
-                f"each step's data comes from `{self._src(data.at)}` (line {self.context.line(data.at)}), "
-                "not from a dataset, so there are no batches to split over the ranks; each rank would need "
-                "its own source (its own seed, its own environment)",
-            )
+        if data is not None:
+            raise _Blocked(statement.iter, self._step_data_reason(statement, data))
         raise _Blocked(
             statement.iter,
             f"it cannot tell where the batches of `{self._src(statement.iter)}` come from, "
             "so it cannot split them over the ranks; use a DataLoader",
+        )
+
+    def _step_data_reason(self, loop: cst.For, data: StepData) -> str:
+        """Why PM601 does not split the steps of `loop` over ranks: what its data is (RANDOM, SAME, OUTSIDE)."""
+        if data.how == RANDOM:
+            return (
+                f"each step draws its batch at random (`{self._src(data.at)}`, line {self.context.line(data.at)}), "
+                "in a way PM601 does not split (one draw in the loop whose first dimension is the batch size); "
+                "give each rank its own seed so that the ranks draw different batches"
+            )
+        if data.how == SAME:
+            return (
+                f"every step trains on the same data (full-batch training: `{self._src(loop.iter)}` "
+                "counts the steps and the loop draws no batch), so there are no batches to split over the "
+                "ranks; training on several GPUs needs the data itself split, a part per rank"
+            )
+        return (
+            f"each step's data comes from `{self._src(data.at)}` (line {self.context.line(data.at)}), "
+            "not from a dataset, so there are no batches to split over the ranks; each rank would need "
+            "its own source (its own seed, its own environment)"
         )
 
     def _loader(self, expr: cst.BaseExpression) -> _Loader | None:
