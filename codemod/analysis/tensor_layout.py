@@ -956,6 +956,8 @@ class Layouts:
             sizes = self._sizes_of(values[0], depth)
             if sizes is not None:
                 return sizes
+            if _shape_read(values[0]) is not None:
+                return None  # the sizes of a tensor whose shape is not known: not one dim
             if isinstance(values[0], (cst.Tuple, cst.List)):
                 values = [e.value for e in values[0].elements]
         return tuple(self._dim_code(v, depth) for v in values)

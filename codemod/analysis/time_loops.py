@@ -14,7 +14,11 @@ statement into *step values*: symbolic expressions of
 
 Each state's update must be affine in it, S = A * S + X (A and X free of S), which is
 the linear recurrence the kernels compute; the values the loop collects (`outs.append`,
-`out[:, t] = ...`) may be any of these expressions of the states and the inputs.
+`out[:, t] = ...`) may be any of these expressions of the states and the inputs. A
+state may also live in the slots of a tensor made before the loop: `h[:, t] = h[:, t - 1]
+* w + x[:, t]` reads the previous step's slot and writes this step's, so `h` is a state
+whose value before the first step is the slot before it, and whose values are written
+into the slots the loop runs over.
 
 *Lifting* turns a step value into the tensor of its values at all steps, with time as
 one more dim: a time-indexed tensor is itself (sliced to the loop's steps), an op on
@@ -167,6 +171,9 @@ class State:
     a: Sym | None = None  # S_new = a * S_prev + x (None: 0)
     x: Sym | None = None
     statement: cst.CSTNode | None = field(default=None, repr=False)
+    # A state kept in the slots of a tensor (`h[:, t] = h[:, t - 1] * w + ...`): its value
+    # before the first step, the slot before it (None: the name's own value).
+    initial: cst.BaseExpression | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -198,6 +205,7 @@ class LoopReader:
         self.layouts = layouts(context)
         self.names = context.names
         self.code = context.module.code_for_node
+        self.slot_states: dict[str, tuple[cst.BaseExpression, int, cst.BaseExpression]] = {}
 
     # -- the header ------------------------------------------------------------------
 
@@ -311,6 +319,11 @@ class LoopReader:
                 raise Unsupported(f"`{name}` is read before it is assigned in the loop and not bound before it")
             self.env[name] = Prev(self._state_rank(name, loop), name)
         result.temporaries = set(assigned) - states
+        self.slot_states = self._slot_states(statements, steps)
+        for name, (tensor, _dim, _initial) in self.slot_states.items():
+            if not self._bound_before(name, loop):
+                raise Unsupported(f"`{name}` is read before it is assigned in the loop and not bound before it")
+            self.env[name] = Prev(plus(self.layouts.rank(tensor), -1), name)
         lists = self._collected_lists(statements, loop)
         for statement in statements:
             self._statement(statement, result, states, lists)
@@ -459,7 +472,14 @@ class LoopReader:
                 if slot is None:
                     raise Unsupported(f"the loop writes `{self.code(target)}`, not a slot of a tensor at the step")
                 name, dim = slot
-                result.outputs.append(Output("slot", name, self.sym(statement.value), statement, target, dim))
+                value = self.sym(statement.value)
+                if name in self.slot_states:
+                    if name in result.states:
+                        raise Unsupported(f"the state `{name}` is written more than once in a step")
+                    initial = self.slot_states[name][2]
+                    result.states[name] = State(name, value, statement=statement, initial=initial)
+                    value = New(self.env[name].rank, name)
+                result.outputs.append(Output("slot", name, value, statement, target, dim))
                 return
             raise Unsupported(f"the loop assigns `{self.code(target)}`")
         if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
@@ -516,6 +536,57 @@ class LoopReader:
                     return target.value.value, position
                 return None
         return None
+
+    def _slot_states(self, statements, steps: Steps) -> dict[str, tuple[cst.BaseExpression, int, cst.BaseExpression]]:
+        """Tensors whose slot at the step is written from their slot at the step before
+        (`h[:, t] = h[:, t - 1] * w + x[:, t]`): name -> (the tensor, the slot dim, the
+        slot before the first step, copied so that writing the slots leaves it as it was)."""
+        found = {}
+        for statement in statements:
+            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+                continue
+            target = statement.targets[0].target
+            slot = self._slot(target) if isinstance(target, cst.Subscript) else None
+            if slot is None:
+                continue
+            name, dim = slot
+            reads = [
+                node
+                for node in self.context.index.find(cst.Subscript, within=statement.value)
+                if isinstance(node.value, cst.Name) and node.value.value == name
+            ]
+            if reads and all(self._previous_slot(node, dim) for node in reads):
+                start = steps.start if steps.start is not None else cst.Integer("0")
+                before = integer_value(start)
+                index = (
+                    integer_literal(before - 1)
+                    if before is not None
+                    else cst.BinaryOperation(atom(start), cst.Subtract(), cst.Integer("1"))
+                )
+                elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * dim + [
+                    cst.SubscriptElement(cst.Index(index))
+                ]
+                elements = [
+                    e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
+                ] + elements[-1:]
+                slot_before = cst.Call(cst.Attribute(cst.Subscript(cst.Name(name), elements), cst.Name("clone")))
+                found[name] = (target.value, dim, slot_before)
+        return found
+
+    def _previous_slot(self, node: cst.Subscript, dim: int) -> bool:
+        """Is `node` the slot at the step before, `h[:, t - 1]`, with time at `dim`?"""
+        elements = list(node.slice)
+        if len(elements) != dim + 1 or not all(_is_full(e) for e in elements[:dim]):
+            return False
+        index = elements[dim].slice
+        return (
+            isinstance(index, cst.Index)
+            and isinstance(index.value, cst.BinaryOperation)
+            and isinstance(index.value.operator, cst.Subtract)
+            and isinstance(index.value.left, cst.Name)
+            and index.value.left.value == self.time
+            and integer_value(index.value.right) == 1
+        )
 
     # -- expressions -------------------------------------------------------------------
 
@@ -645,6 +716,10 @@ class LoopReader:
 
     def _subscript(self, node: cst.Subscript) -> Sym:
         elements = list(node.slice)
+        if isinstance(node.value, cst.Name) and node.value.value in self.slot_states:
+            if not self._previous_slot(node, self.slot_states[node.value.value][1]):
+                raise Unsupported(f"`{self.code(node)}`: the loop reads its slots other than the step before")
+            return self.env[node.value.value]  # the slot before is as it was, written or not
         steps = [i for i, e in enumerate(elements) if self.time is not None and _mentions_step(e, self.time, self.code)]
         if steps:
             if len(steps) != 1 or self.depends(node.value):

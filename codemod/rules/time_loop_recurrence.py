@@ -130,7 +130,10 @@ class TimeLoopRecurrence(Rule):
     `u`, or none) or after it; decays may be constant, per channel or per
     step (`exp(-exp(w))`); the step's values may be collected with `append`
     and `torch.stack(..., dim=d)` or written into a preallocated tensor
-    (`out[:, t] = ...`), and anything computed from the states and inputs
+    (`out[:, t] = ...`); the state itself may live in such a tensor, each
+    step's slot computed from the one before (`h[:, t] = h[:, t - 1] * w +
+    x[:, t]`, from the slot before the loop's first step, copied before the
+    slots are written); and anything computed from the states and inputs
     elementwise, with sums over dims, `einsum`, `@` or `nn.Linear` is computed
     for all steps at once. The kernel gets its operands with the transposes
     their layout needs.
@@ -290,14 +293,16 @@ def ema(a, x):
         reader = LoopReader(self.context)
         try:
             model = reader.read(node)
-            if model is None:
-                return
-            if not model.states:
-                return
-            edits, kernels = self._rewrite(model)
         except Unsupported as why:
             if self._looks_like_recurrence(node):
                 self.report(node, f"a Python loop over time computes a recurrence, not rewritten: {why}")
+            return
+        if model is None or not model.states:
+            return
+        try:
+            edits, kernels = self._rewrite(model)
+        except Unsupported as why:  # read as a linear recurrence: worth saying why it stays
+            self.report(node, f"a Python loop over time computes a recurrence, not rewritten: {why}")
             return
         block = self.context.parents.get(node)
         statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [node]
@@ -316,20 +321,20 @@ def ema(a, x):
     # -- which loops -----------------------------------------------------------------
 
     def _candidate(self, loop: cst.For) -> bool:
-        """A loop whose body assigns a name it read before (a state), and that is not a
-        training loop."""
+        """A loop whose body assigns a name, or a slot of a tensor, it reads (a state), and
+        that is not a training loop."""
         if not isinstance(loop.body, cst.IndentedBlock) or self.context.loops.is_training_loop(loop):
             return False
         assigned = set()
         for line in loop.body.body:
             if isinstance(line, cst.SimpleStatementLine):
                 for small in line.body:
-                    if (
-                        isinstance(small, cst.Assign)
-                        and len(small.targets) == 1
-                        and isinstance(small.targets[0].target, cst.Name)
-                    ):
-                        assigned.add(small.targets[0].target.value)
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                        target = small.targets[0].target
+                        if isinstance(target, cst.Subscript):
+                            target = target.value
+                        if isinstance(target, cst.Name):
+                            assigned.add(target.value)
                     elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
                         assigned.add(small.target.value)
         return bool(assigned & read_names(self.context, loop.body))
@@ -575,12 +580,14 @@ def ema(a, x):
         return False
 
     def _read_after(self, model: TimeLoop) -> set[str]:
-        """States whose value after the loop is read later."""
+        """States whose value after the loop is read later (a state kept in a tensor's slots
+        has its values there, written by the loop's slot write)."""
         loop, kinds, index = model.loop, self.context.kinds, self.context.index
         return {
             name
-            for name in model.states
-            if any(
+            for name, state in model.states.items()
+            if state.initial is None
+            and any(
                 node in index and index.order(node) > index.end(loop)
                 for binding in kinds.bindings_in(loop, name)
                 for node in kinds.reached_reads(binding)
@@ -726,7 +733,7 @@ def ema(a, x):
         args = [
             cst.Arg(a_lift.code),
             cst.Arg(x_lift.code),
-            cst.Arg(cst.Name(name)),
+            cst.Arg(state.initial if state.initial is not None else cst.Name(name)),
             cst.Arg(integer_literal(time), keyword=cst.Name("dim"), equal=_tight()),
         ]
         final = name in final_reads
@@ -736,7 +743,9 @@ def ema(a, x):
                 args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("final"), equal=_tight()))
         call = cst.Call(cst.Name("linear_recurrence"), _commas(args))
         result.kernels.add("linear_recurrence")
-        lift = Lift(call, time, None)
+        # A state kept in a tensor's slots has, at each step, the rank of a slot (when the
+        # tensor's is known): the loop's slot write would fail for any other.
+        lift = Lift(call, time, _state_rank(state, from_update=False) if state.initial is not None else None)
         mode = "prev" if before else "new"
         total = sum(n for (s, _), n in uses.items() if s == name)
         if total > 1 or final:
@@ -865,8 +874,9 @@ def model_state(name: str) -> str:
     return name
 
 
-def _state_rank(state) -> int | None:
-    """The rank of the state's values: the rank its Prev reads were given, else its update's."""
+def _state_rank(state, from_update: bool = True) -> int | None:
+    """The rank of the state's values: the rank its Prev reads were given, else (with
+    `from_update`) its update's."""
     if isinstance(state, _StateView):
         return state.rank
     found = []
@@ -881,7 +891,7 @@ def _state_rank(state) -> int | None:
     walk(state.update)
     if found:
         return found[0]
-    return state.update.rank
+    return state.update.rank if from_update else None
 
 
 def _occurrences(sym: Sym, pair) -> int:

@@ -20,7 +20,11 @@ from codemod.rules.time_loop_recurrence import TimeLoopRecurrence
 from tests.rules.scripts import losses, max_relative_difference, one_thread, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM505"
-REWRITTEN = {"rwkv_time_mix": "linear_attention", "gla_and_ema": "linear_recurrence"}
+REWRITTEN = {
+    "rwkv_time_mix": "linear_attention",
+    "gla_and_ema": "linear_recurrence",
+    "preallocated_states": "linear_recurrence",
+}
 # measured: rwkv_time_mix 8.6e-16 (float64) / 5.9e-7 (float32); gla_and_ema 4.9e-16 / 2.6e-7;
 # taking the final state from the first step instead of the last makes gla_and_ema 4.0 off
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -129,6 +133,61 @@ def test_a_loop_over_fewer_steps_than_the_tensors_hold_is_sliced_to_them():
     got = load(new_source)["smooth"](a, x, 5)
     assert got.shape == want.shape == (2, 5, 3)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+SLOTS = """\
+import torch
+
+
+def running(x):
+    out = torch.zeros_like(x)
+    out[:, 0] = x[:, 0]
+    for t in range(1, x.shape[1]):
+        out[:, t] = out[:, t - 1] + x[:, t]
+    return out
+
+
+def decayed(kv, w: torch.Tensor):
+    states = torch.zeros(kv.shape, dtype=kv.dtype)
+    for t in range(1, kv.shape[2]):
+        states[:, :, t] = states[:, :, t - 1] * w + kv[:, :, t]
+    return states
+
+
+def wraps_around(x, w: torch.Tensor):
+    h = x.clone()
+    for t in range(x.shape[1]):
+        h[:, t] = h[:, t - 1] * w + x[:, t]
+    return h
+
+
+def gated(x, g):
+    h = torch.zeros(x.shape, dtype=x.dtype)
+    for t in range(1, x.shape[1]):
+        h[:, t] = torch.tanh(h[:, t - 1]) * g[:, t] + x[:, t]
+    return h
+"""
+
+
+def test_a_state_kept_in_the_slots_of_a_tensor_of_unknown_rank():
+    """`h[:, t] = h[:, t - 1] * w + x[:, t]` writes each step's state into a preallocated
+    tensor: the slots the loop runs over get the kernel's states, from the slot before the
+    first step (`h[:, -1]` for a loop from 0, as the loop reads it). `torch.zeros(kv.shape)`
+    of a `kv` of unknown rank is of unknown rank, not a 1-dim tensor: the write lands in
+    the right dims. A state that goes through tanh is not a linear recurrence and stays."""
+    new_source = rewrite(SLOTS, [TimeLoopRecurrence])
+    assert new_source.count("linear_recurrence(") == 3 and new_source.count("for t in range") == 1
+    assert "h[:, -1].clone()" in new_source
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
+    kv = torch.randn(2, 4, 7, 5, generator=gen, dtype=torch.float64)
+    w = torch.rand(5, generator=gen, dtype=torch.float64)
+    g = torch.rand(2, 6, 3, generator=gen, dtype=torch.float64)
+    original, rewritten = load(SLOTS), load(new_source)
+    for name, args in [("running", (x,)), ("decayed", (kv, w)), ("wraps_around", (x, w[:3])), ("gated", (x, g))]:
+        want, got = original[name](*args), rewritten[name](*args)
+        assert got.shape == want.shape, name
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
 
 
 SCRIPTED = """\
