@@ -1092,14 +1092,19 @@ class Loaders:
     @memoized
     def kwargs_literal(
         self, expr: cst.BaseExpression, either: bool = False
-    ) -> tuple[cst.CSTNode, set[str], bool] | None:
+    ) -> tuple[cst.CSTNode | None, set[str], bool] | None:
         """(the dict literal or `dict(...)` behind `**expr`, its keys, whether other code may
         add keys or see the dict), or None when there is no single literal to look at.
         A choice of literals (`{"pin_memory": True} if cuda else {}`) has the keys of
         either, and counts as seen by other code (no fix can add to both) unless `either`:
-        then its keys are what one of the literals chosen may hold."""
+        then its keys are what one of the literals chosen may hold. A parameter's dict comes
+        from the modules that import this file and pass it (`train(..., loader_kwargs)` in
+        `main.py`): the keys any of them may hold, with no literal here to edit."""
         if not isinstance(expr, cst.Name):
             return None
+        param = self.bindings.param_of(expr)
+        if param is not None:
+            return self._kwargs_from_importers(*param)
         assignments = self.bindings.assignments(expr)
         if assignments is None or len(assignments) != 1:
             return None
@@ -1115,6 +1120,18 @@ class Loaders:
             else:
                 keys |= added
         return literal, keys, opaque
+
+    def _kwargs_from_importers(self, function: cst.FunctionDef, param: cst.Param) -> tuple[None, set[str], bool] | None:
+        passed = project_of(self.context).importer_arguments(function, param)
+        if passed is None:
+            return None
+        keys: set[str] = set()
+        for context, value in passed:
+            found = context.loaders.kwargs_literal(value, True)  # memoized: positional only
+            if found is None:
+                return None
+            keys |= found[1]
+        return None, keys, True
 
     def star_kwargs_keys(self, loader: cst.Call, either: bool = False) -> set[str] | None:
         """The keys of the one `**dict` the loader is built with, when they can all be seen;

@@ -33,6 +33,13 @@ Summaries, each computed once per function and only when a rule asks:
   calls deep), and whether the loader's dataset is changed on the way
   (`dl.dataset.set_epoch(epoch)`).
 
+The other direction, for a function of this file that other modules call:
+
+- `importer_arguments`: what the modules beside this file that import it pass to a
+  parameter of one of its functions, in a call of it or as the target of a process they
+  start (`mp.Process(target=train, args=(rank, model, kwargs))`, `mp.spawn(train, args=...)`):
+  a training function in `train.py` whose loader settings come from `main.py`.
+
 `Project.dependencies()` lists the files the answers for one file were read from,
 so that a cached result is not served after one of them changes.
 """
@@ -52,7 +59,7 @@ import libcst as cst
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import method_name
-from codemod.analysis.torch_facts import SAME_PLACE_METHODS, SAVE_FUNCTIONS
+from codemod.analysis.torch_facts import PROCESS_STARTS, SAME_PLACE_METHODS, SAVE_FUNCTIONS
 from codemod.result import Stamp  # in a module without libcst: a cached result's check reads it
 
 if TYPE_CHECKING:
@@ -66,6 +73,7 @@ MAX_MODULES = 64  # parsed modules kept per process
 MAX_BYTES = 2_000_000  # larger files are not parsed (unknown)
 _NEXT_DEFINITION = re.compile(rb"^(?:@|def\b|async\b|class\b|if\b)", re.M)  # a top-level def ends before it
 MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
+MAX_IMPORTERS = 200  # files beside a file read for the modules that import it
 # Methods that move or write a tensor: a helper that calls them may hand back something
 # else than a part of its argument where its argument was.
 MOVING_METHODS = {"to", "cuda", "cpu", "pin_memory", "copy_", "set_", "share_memory_"}
@@ -487,6 +495,48 @@ class Project:
             self._tops[top] = known
         return known
 
+    # -- the modules that import this one ------------------------------------------------
+
+    def importer_arguments(
+        self, function: cst.FunctionDef, param: cst.Param
+    ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """What the modules beside this file that import it pass to `param` of `function`
+        (a top-level function of this file): (the importer's context, the argument there)
+        for each call of it and each process started with it as the target; None when no
+        such module calls it, or when a call hides the argument (`*args`, a default taken)."""
+        found = []
+        for module, call, offset in self._importer_calls(function):
+            value = argument_for(call, function, param, offset)
+            if value is None:
+                return None
+            found.append((module.context, value))
+        return found or None
+
+    def _importer_calls(self, function: cst.FunctionDef) -> list[tuple[_Module, cst.Call, int]]:
+        """The calls of `function` in the modules beside this file that name it, with how
+        many leading parameters the caller fills (a process started by `mp.spawn` gets its
+        rank first). A process's target gets the `args=` tuple as its call."""
+        own = os.path.abspath(self.context.path) if self.folder is not None else None
+        stem = Path(own).stem if own is not None else "__init__"
+        if own is None or stem == "__init__" or self.context.index.first_enclosing(function, (cst.ClassDef,)):
+            return []
+        name = function.name.value
+        found = []
+        for path in sorted(self.folder.glob("*.py"))[:MAX_IMPORTERS]:
+            path = str(path)
+            if path == own:
+                continue
+            module = _load(path, self.context.settings)
+            if module is None or not module.mentions(stem.encode()) or not module.mentions(name.encode()):
+                continue
+            context = module.context
+            if context is None or module.project is None:
+                continue
+            self._used[path] = module
+            calls = _calls_of(module, own, name)
+            found.extend((module, call, offset) for call, offset in calls)
+        return found
+
     # -- what the answers were read from --------------------------------------------------
 
     def dependencies(self) -> list[Stamp]:
@@ -572,6 +622,41 @@ class Project:
         module fed by `param` copies them to a device, there or in a function `function`
         hands `param` to; None when perfmod sees neither a copy nor a change of its dataset."""
         return _batches_copied(function, param)
+
+
+def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int]]:
+    """The calls in `module` of the function `name` of the file `path`, direct or as the
+    target of a process it starts, each with the parameters its caller fills first."""
+    context, project = module.context, module.project
+
+    def names_it(expr: cst.BaseExpression) -> bool:
+        called = project.function(expr)
+        return called is not None and called.module.path == path and called.node.name.value == name
+
+    found = []
+    for call in context.index.find(cst.Call):
+        if names_it(call.func):
+            found.append((call, 0))
+            continue
+        where = next((PROCESS_STARTS[n] for n in context.names.of(call.func) if n in PROCESS_STARTS), None)
+        if where is None:
+            continue
+        position, keyword = where
+        target = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
+        plain = [a.value for a in call.args if a.keyword is None and not a.star]
+        if target is None and len(plain) > position:
+            target = plain[position]
+        if target is None or not names_it(target):
+            continue
+        args = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "args"), None)
+        if args is None and keyword == "fn" and len(plain) > 1:
+            args = plain[1]  # spawn(fn, args, ...)
+        if not isinstance(args, (cst.Tuple, cst.List)) or any(isinstance(e, cst.StarredElement) for e in args.elements):
+            continue  # what the process gets cannot be read
+        # The elements themselves, so that each stays a node of the importer's tree.
+        started = cst.Call(target, [cst.Arg(e.value) for e in args.elements])
+        found.append((started, 1 if keyword == "fn" else 0))
+    return found
 
 
 def _batches_copied(function: Function, param: cst.Param) -> BatchUse | None:

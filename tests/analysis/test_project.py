@@ -714,3 +714,95 @@ def test_a_word_in_a_project_module_the_file_imports_is_found(tmp_path, spelling
     project = project_of(context)
     assert project.imported_module_mentioning(b"allow_tf32") == os.path.join("pkg", "setup_env.py")
     assert project.imported_module_mentioning(b"fp32_precision") is None
+
+
+# -- a training function whose loader settings come from the module that imports it --------
+
+HOGWILD_TRAIN = """\
+import torch
+import torch.nn.functional as F
+
+
+def train(rank, model, device, dataset, dataloader_kwargs, epochs=1):
+    torch.manual_seed(rank)
+    loader = torch.utils.data.DataLoader(dataset, **dataloader_kwargs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        for data, target in loader:
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(data.to(device)), target.to(device))
+            loss.backward()
+            optimizer.step()
+"""
+
+HOGWILD_MAIN = """\
+import torch
+import torch.multiprocessing as mp
+from torch.utils.data import TensorDataset
+
+from train import train
+
+if __name__ == "__main__":
+    use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if use_cuda else "cpu")
+    kwargs = {"batch_size": 16, "shuffle": True}
+    if use_cuda:
+        kwargs.update({"num_workers": 1, "pin_memory": True})
+    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    model = torch.nn.Linear(8, 1).to(device)
+    model.share_memory()
+    processes = []
+    for rank in range(2):
+        p = mp.Process(target=train, args=(rank, model, device, dataset, kwargs))
+        p.start()
+        processes.append(p)
+    for p in processes:
+        p.join()
+"""
+
+
+def test_loader_settings_passed_in_by_the_module_that_starts_the_training(tmp_path):
+    """mnist_hogwild's shape: `train.py`'s loader takes `**dataloader_kwargs`, which
+    `main.py` (a module that imports `train.py`, not one it imports) fills with
+    `pin_memory` and `num_workers` under CUDA and hands to each `mp.Process`. Neither
+    is missing, so neither is reported; a `main.py` that sets neither gets both reports,
+    and the cache entry records `main.py` as read."""
+    root = _project(tmp_path, {"train.py": HOGWILD_TRAIN, "main.py": HOGWILD_MAIN})
+    result = _check(root / "train.py", "PM102", "PM201")
+    assert result.error is None, result.error
+    assert [f.code for f in result.findings] == []
+    assert {Path(d.path).name for d in result.dependencies} == {"main.py"}
+
+    (root / "main.py").write_text(HOGWILD_MAIN.replace('"num_workers": 1, "pin_memory": True', '"drop_last": True'))
+    result = _check(root / "train.py", "PM102", "PM201")
+    assert sorted(f.code for f in result.findings) == ["PM102", "PM201"]
+    assert not any(f.fixable for f in result.findings)  # the dict is built in another file
+
+
+def test_a_direct_call_and_a_spawned_worker_pass_their_arguments(tmp_path):
+    """A call `train(...)` passes by keyword or position; `mp.spawn(worker, args=(...))`
+    gives the worker its rank first, so the tuple fills the parameters after it."""
+    main = """\
+    import torch.multiprocessing as mp
+
+    from train import train
+
+
+    def run(dataset, model):
+        train(0, model, "cpu", dataset, dataloader_kwargs={"batch_size": 4, "pin_memory": True})
+
+
+    def launch(dataset, model):
+        mp.spawn(train, args=(model, "cpu", dataset, {"batch_size": 4, "num_workers": 2}), nprocs=2)
+    """
+    root = _project(tmp_path, {"train.py": HOGWILD_TRAIN, "main.py": main})
+    context = FileContext.of_source((root / "train.py").read_text(), str(root / "train.py"))
+    function = next(f for f in context.index.find(cst.FunctionDef) if f.name.value == "train")
+    param = next(p for p in function.params.params if p.name.value == "dataloader_kwargs")
+    passed = project_of(context).importer_arguments(function, param)
+    assert [other.source(value) for other, value in passed] == [
+        '{"batch_size": 4, "pin_memory": True}',
+        '{"batch_size": 4, "num_workers": 2}',
+    ]
+    rank = function.params.params[0]
+    assert project_of(context).importer_arguments(function, rank) is None  # the spawned rank is not in the tuple
