@@ -505,17 +505,26 @@ class Project:
         for each call of it and each process started with it as the target; None when no
         such module calls it, or when a call hides the argument (`*args`, a default taken)."""
         found = []
-        for module, call, offset in self._importer_calls(function):
+        for module, call, offset, _started in self._importer_calls(function):
             value = argument_for(call, function, param, offset)
             if value is None:
                 return None
             found.append((module.context, value))
         return found or None
 
-    def _importer_calls(self, function: cst.FunctionDef) -> list[tuple[_Module, cst.Call, int]]:
+    def started_in_processes(self, function: cst.FunctionDef) -> str | None:
+        """The module beside this file (its path relative to the project root) that starts
+        processes running `function` (`mp.Process(target=train, ...)`), if one does."""
+        return next(
+            (self._relative(module.path) for module, _, _, started in self._importer_calls(function) if started),
+            None,
+        )
+
+    def _importer_calls(self, function: cst.FunctionDef) -> list[tuple[_Module, cst.Call, int, bool]]:
         """The calls of `function` in the modules beside this file that name it, with how
         many leading parameters the caller fills (a process started by `mp.spawn` gets its
-        rank first). A process's target gets the `args=` tuple as its call."""
+        rank first) and whether it starts processes. A process's target gets the `args=`
+        tuple as its call."""
         own = os.path.abspath(self.context.path) if self.folder is not None else None
         stem = Path(own).stem if own is not None else "__init__"
         if own is None or stem == "__init__" or self.context.index.first_enclosing(function, (cst.ClassDef,)):
@@ -533,8 +542,7 @@ class Project:
             if context is None or module.project is None:
                 continue
             self._used[path] = module
-            calls = _calls_of(module, own, name)
-            found.extend((module, call, offset) for call, offset in calls)
+            found.extend((module, *call) for call in _calls_of(module, own, name))
         return found
 
     # -- what the answers were read from --------------------------------------------------
@@ -624,9 +632,11 @@ class Project:
         return _batches_copied(function, param)
 
 
-def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int]]:
+def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int, bool]]:
     """The calls in `module` of the function `name` of the file `path`, direct or as the
-    target of a process it starts, each with the parameters its caller fills first."""
+    target of a process it starts (each with the parameters its caller fills first, and
+    whether it starts processes). A process whose arguments cannot be read is a call with
+    `*args`: it passes nothing perfmod can see."""
     context, project = module.context, module.project
 
     def names_it(expr: cst.BaseExpression) -> bool:
@@ -636,7 +646,7 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
     found = []
     for call in context.index.find(cst.Call):
         if names_it(call.func):
-            found.append((call, 0))
+            found.append((call, 0, False))
             continue
         where = next((PROCESS_STARTS[n] for n in context.names.of(call.func) if n in PROCESS_STARTS), None)
         if where is None:
@@ -651,11 +661,12 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
         args = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "args"), None)
         if args is None and keyword == "fn" and len(plain) > 1:
             args = plain[1]  # spawn(fn, args, ...)
-        if not isinstance(args, (cst.Tuple, cst.List)) or any(isinstance(e, cst.StarredElement) for e in args.elements):
-            continue  # what the process gets cannot be read
+        elements = args.elements if isinstance(args, (cst.Tuple, cst.List)) else None
+        if elements is None or any(isinstance(e, cst.StarredElement) for e in elements):
+            elements = [cst.StarredElement(cst.Name("args"))]
         # The elements themselves, so that each stays a node of the importer's tree.
-        started = cst.Call(target, [cst.Arg(e.value) for e in args.elements])
-        found.append((started, 1 if keyword == "fn" else 0))
+        arguments = [cst.Arg(e.value, star="*" if isinstance(e, cst.StarredElement) else "") for e in elements]
+        found.append((cst.Call(target, arguments), 1 if keyword == "fn" else 0, True))
     return found
 
 

@@ -806,3 +806,14 @@ def test_a_direct_call_and_a_spawned_worker_pass_their_arguments(tmp_path):
     ]
     rank = function.params.params[0]
     assert project_of(context).importer_arguments(function, rank) is None  # the spawned rank is not in the tuple
+
+
+def test_a_function_other_modules_start_processes_with(tmp_path):
+    root = _project(tmp_path, {"train.py": HOGWILD_TRAIN, "main.py": HOGWILD_MAIN})
+    context = FileContext.of_source((root / "train.py").read_text(), str(root / "train.py"))
+    train = next(f for f in context.index.find(cst.FunctionDef) if f.name.value == "train")
+    assert project_of(context).started_in_processes(train) == "main.py"
+    (root / "main.py").write_text(HOGWILD_MAIN.replace("p = mp.Process(target=train, args=", "p = train(*"))
+    context = FileContext.of_source((root / "train.py").read_text(), str(root / "train.py"))
+    train = next(f for f in context.index.find(cst.FunctionDef) if f.name.value == "train")
+    assert project_of(context).started_in_processes(train) is None
