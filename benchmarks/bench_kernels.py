@@ -184,6 +184,18 @@ def linear_attention_rows(T, args, device, dtype, notes):
     return bench(LINEAR_ATTENTION, T, impls, inputs, linear_attention_reference, args, device)
 
 
+def slot_scan_loop(a, x, h0):
+    """The same recurrence as a loop that writes each state into a preallocated tensor
+    (`h[:, t] = a[:, t - 1] * h[:, t - 1] + x[:, t - 1]`), which autograd records as one
+    in-place copy per step. Its decays must not need a gradient: the product saves the
+    slot it reads, which the next step's write changes (backward fails)."""
+    h = torch.empty(x.shape[0], x.shape[1] + 1, *x.shape[2:], device=x.device, dtype=x.dtype)
+    h[:, 0] = h0
+    for t in range(1, x.shape[1] + 1):
+        h[:, t] = a[:, t - 1] * h[:, t - 1] + x[:, t - 1]
+    return h[:, 1:]
+
+
 def scan_rows(T, args, device, dtype):
     B, D = (2, 32) if args.quick else (4, 1024)
     inputs = [
@@ -193,6 +205,11 @@ def scan_rows(T, args, device, dtype):
     ]
     impls = {
         "Python loop (reference)": (linear_scan_reference, None, args.loop_reps),
+        "Python loop into a preallocated tensor, fixed decays": (
+            slot_scan_loop,
+            [inputs[0].detach(), *inputs[1:]],
+            args.loop_reps,
+        ),
         "runtime.kernels.linear_scan": (linear_scan, None, args.reps),
     }
     return bench("linear scan", T, impls, inputs, linear_scan_reference, args, device)

@@ -23,6 +23,7 @@ def test_quick_cpu_run_prints_a_table_of_accurate_kernels():
             ("linear attention (GLA)", "Python loop (reference)"),
             ("linear attention (GLA)", "runtime.kernels.linear_attention C=8"),
             ("linear scan", "Python loop (reference)"),
+            ("linear scan", "Python loop into a preallocated tensor, fixed decays"),
             ("linear scan", "runtime.kernels.linear_scan"),
             ("causal attention", "manual softmax(QK^T/sqrt(d))V"),
             ("causal attention", "F.scaled_dot_product_attention"),
