@@ -50,6 +50,15 @@ class Loss:
     # Its mean is the sum of per-element losses over their number (over the counted targets,
     # where `counted`): the rules that batch or split a loss know how to keep such a mean.
     per_element: bool = True
+    # Its target holds one class a sample (input `(N, C, ...)`, target `(N, ...)`): the
+    # unreduced loss has the target's shape. Otherwise input and target have one shape and
+    # the unreduced loss has it too, one loss an element.
+    class_targets: bool = False
+    # It takes `reduction="batchmean"`: the sum over every element divided by the input's
+    # first size, `input.size(0)` (KL divergence; its "mean" divides by every element).
+    batchmean: bool = False
+    # Keywords that change each element's loss, not how the losses are reduced.
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,15 +113,15 @@ _CONVOLUTION_MODULES = (
 )
 _BCE = "BCEWithLogitsLoss / binary_cross_entropy_with_logits"
 _LOSSES = {  # module class: its function and torch's defaults
-    "CrossEntropyLoss": Loss("cross_entropy", ignore_index=-100, counted=True),
-    "NLLLoss": Loss("nll_loss", ignore_index=-100, counted=True),
+    "CrossEntropyLoss": Loss("cross_entropy", ignore_index=-100, counted=True, class_targets=True),
+    "NLLLoss": Loss("nll_loss", ignore_index=-100, counted=True, class_targets=True),
     "MSELoss": Loss("mse_loss"),
     "L1Loss": Loss("l1_loss"),
-    "SmoothL1Loss": Loss("smooth_l1_loss"),
-    "HuberLoss": Loss("huber_loss"),
+    "SmoothL1Loss": Loss("smooth_l1_loss", options=("beta",)),
+    "HuberLoss": Loss("huber_loss", options=("delta",)),
     "BCELoss": Loss("binary_cross_entropy"),
     "BCEWithLogitsLoss": Loss("binary_cross_entropy_with_logits"),
-    "KLDivLoss": Loss("kl_div"),
+    "KLDivLoss": Loss("kl_div", batchmean=True, options=("log_target",)),
     # Means of another kind (per target length, per pair, ...): known as losses, never rewritten.
     "CTCLoss": Loss("ctc_loss", per_element=False),
     "PoissonNLLLoss": Loss("poisson_nll_loss", per_element=False),
