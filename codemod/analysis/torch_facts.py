@@ -344,6 +344,11 @@ RUNTIME_WITHOUT_PRODUCTS = (
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 
+# Why torch.compile leaves an operation to eager mode (dynamo breaks the graph there), by name.
+COMPILE_BREAKS = {name: op.compile_breaks for name, op in OPS.items() if op.compile_breaks is not None}
+COMPILE_BREAK_FUNCTIONS = frozenset(name for name in COMPILE_BREAKS if not name.startswith("Tensor."))
+COMPILE_BREAK_METHODS = frozenset(name.removeprefix("Tensor.") for name in COMPILE_BREAKS if name.startswith("Tensor."))
+
 # -- devices ---------------------------------------------------------------------------------
 
 # Where a program may put tensors on an accelerator: calls under these names (CUDA, MPS, XPU,

@@ -280,6 +280,13 @@ class UncompiledModel(Rule):
                 f"`{name}` could be compiled, but this file differentiates through gradients "
                 f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
             )
+        elif (broken := self.context.training.compile_break(loop)) is not None:
+            call, reason = broken
+            self.report(
+                anchor,
+                f"`{name}` is trained in eager mode, but compiling it would gain little: {reason} "
+                f"(`{self.context.source(call.func)}`, line {self.context.line(call)}); not fixed",
+            )
         else:
             compile_line = cst.parse_statement(f"{name}.compile()\n")
             random = RANDOM_OPS.search(self.context.code)

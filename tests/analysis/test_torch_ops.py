@@ -249,3 +249,25 @@ def test_module_methods_returning_self_do(name):
         return
     kwargs = {"device": "cpu"} if name == "to_empty" else {}
     assert getattr(module, name)(*arguments.get(name, ()), **kwargs) is module
+
+
+def test_compile_breaks_are_where_the_installed_dynamo_breaks_the_graph():
+    """The table's `compile_breaks`: a recurrent layer and a sparse tensor each break the
+    graph of a compiled function (dynamo only; the eager backend compiles nothing)."""
+    from torch._dynamo.utils import counters
+
+    assert torch._dynamo.config.allow_rnn is False
+    breaking = {n for n, op in OPS.items() if op.compile_breaks is not None}
+    assert {f"torch.nn.{n}" for n in ("GRU", "LSTM", "RNN")} <= breaking and "torch.spmm" in breaking
+    gru, linear = torch.nn.GRU(4, 8, batch_first=True), torch.nn.Linear(8, 2)
+    adjacency = torch.eye(5).to_sparse()
+    cases = [
+        (lambda x: linear(gru(x)[0]).sum(), (torch.randn(2, 3, 4),)),
+        (lambda a, x: torch.spmm(a, x * 2).sum(), (adjacency, torch.randn(5, 3))),
+    ]
+    for function, args in cases:
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(function, backend="eager")(*args)
+        assert sum(counters["graph_break"].values()) >= 1, function
+    torch._dynamo.reset()
