@@ -344,6 +344,10 @@ RUNTIME_WITHOUT_PRODUCTS = (
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 
+# Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what
+# computes a loss value (a function that calls none of them computes none).
+REDUCING_FUNCTIONS = functions(Category.REDUCTION, Category.LOSS)
+REDUCING_METHODS = methods(Category.REDUCTION)
 # Why torch.compile leaves an operation to eager mode (dynamo breaks the graph there), by name.
 COMPILE_BREAKS = {name: op.compile_breaks for name, op in OPS.items() if op.compile_breaks is not None}
 COMPILE_BREAK_FUNCTIONS = frozenset(name for name in COMPILE_BREAKS if not name.startswith("Tensor."))

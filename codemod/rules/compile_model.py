@@ -6,9 +6,16 @@ from collections.abc import Iterator
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.names import compound_keyword, method_name
 from codemod.analysis.tensor_layout import layouts
-from codemod.analysis.torch_facts import HOOK_REGISTRATIONS, MODULE_METHODS
+from codemod.analysis.torch_facts import (
+    HOOK_REGISTRATIONS,
+    MODULE_CONTAINERS,
+    MODULE_METHODS,
+    REDUCING_FUNCTIONS,
+    REDUCING_METHODS,
+)
 from codemod.edits import InsertAfter
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -250,6 +257,8 @@ class UncompiledModel(Rule):
             return
         seen.add(id(anchor))
         if hook is not None:
+            if self._compile_parts(anchor, loop, name, hook):
+                return
             self.report(
                 anchor,
                 f"`{name}` could be compiled, but this file registers module hooks "
@@ -300,6 +309,106 @@ class UncompiledModel(Rule):
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
+
+    # -- the parts of a model that others' hooks leave free ---------------------------------
+
+    def _compile_parts(self, anchor: cst.SimpleStatementLine, loop, name: str, hook: cst.Call) -> bool:
+        """For a model whose hooks are on some of its parts (`model.probe`, `self.target`):
+        compile in place the parts its forward runs that no hook reaches (a network built
+        in `__init__`, each network of an `nn.ModuleDict` / `nn.ModuleList`). True when
+        reported with that fix."""
+        node = next((n for n in self.context.index.find(cst.Name, within=anchor) if n.value == name), None)
+        model_class = self.context.kinds.instance_class(node) if node is not None else None
+        if model_class is None or DOUBLE_BACKWARD.search(self.context.code):
+            return False
+        parts = self._parts(model_class)
+        classes = {}
+        for attribute, value, _ in parts:
+            part_class = self.context.kinds.local_class(value.func)
+            if part_class is not None:
+                classes[part_class] = attribute
+        hooked: set[str] = set()
+        for site in hook_sites(self.context):
+            if site.root is None:
+                return False  # a hook on a module perfmod cannot follow: it may be any part
+            if site.root == "self" and site.owner is model_class or site.root == name:
+                if not site.path:
+                    return False  # on the model itself
+                hooked.add(site.path[0])
+            elif site.root == "self" and site.owner in classes:
+                hooked.add(classes[site.owner])
+            elif site.root == "self":
+                return False  # another class's: it may hold the model
+        free = [(attribute, kind) for attribute, _, kind in parts if attribute not in hooked]
+        if not free or not hooked or self.context.training.compile_break(loop) is not None:
+            return False
+        taken = {n.value for n in self.context.index.find(cst.Name)}
+        variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
+        if variable is None:
+            return False
+        statements = []
+        for attribute, kind in free:
+            part = f"{name}.{attribute}"
+            if kind == "module":
+                statements.append(cst.parse_statement(f"{part}.compile()\n"))
+            else:
+                members = f"{part}.values()" if kind == "dict" else part
+                statements.append(cst.parse_statement(f"for {variable} in {members}:\n    {variable}.compile()\n"))
+        listed = ", ".join(f"`{name}.{attribute}`" for attribute, _ in free)
+        message = (
+            f"`{name}` has module hooks on some of its parts (line {self.context.line(hook)}), so it is "
+            f"not compiled whole; the parts its forward runs every step that no hook reaches are: {listed}; "
+            "compile them in place"
+        )
+        random = RANDOM_OPS.search(self.context.code)
+        if random is None:
+            self.report(anchor, message, edits=[InsertAfter(anchor, tuple(statements))])
+        else:
+            self.report(
+                anchor,
+                message + f"; unsafe: its random ops (`{random.group(1)}`) draw other numbers when compiled",
+                edits=[InsertAfter(anchor, tuple(statements))],
+                level=Level.UNSAFE,
+            )
+        return True
+
+    def _parts(self, cls: cst.ClassDef) -> list[tuple[str, cst.Call, str]]:
+        """(attribute, its value, "module" / "dict" / "list") for each network that the
+        class's `__init__` builds into `self.<attribute>` (an `nn.Sequential`, a class of
+        this file, an `nn.ModuleDict` or `nn.ModuleList`) and its `forward` reads."""
+        methods = (
+            {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+            if isinstance(cls.body, cst.IndentedBlock)
+            else {}
+        )
+        init, forward = methods.get("__init__"), methods.get("forward")
+        if init is None or forward is None:
+            return []
+        index, names = self.context.index, self.context.names
+        read = {a.attr.value for a in index.find(cst.Attribute, within=forward) if m.matches(a.value, m.Name("self"))}
+        found, assigned = [], {}
+        for assign in index.find(cst.Assign, within=cls):
+            for target in assign.targets:
+                if m.matches(target.target, m.Attribute(value=m.Name("self"))):
+                    key = target.target.attr.value
+                    assigned[key] = assigned.get(key, 0) + 1
+        for assign in index.find(cst.Assign, within=init):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            value = assign.value
+            if not (m.matches(target, m.Attribute(value=m.Name("self"))) and isinstance(value, cst.Call)):
+                continue
+            attribute = target.attr.value
+            if attribute not in read or assigned.get(attribute) != 1:
+                continue
+            qualified = names.of(value.func)
+            if qualified & MODULE_TABLES:
+                kind = "dict" if any(q.endswith("ModuleDict") for q in qualified) else "list"
+            elif qualified & MODULE_CONTAINERS or self.context.kinds.local_class(value.func) is not None:
+                kind = "module"
+            else:
+                continue
+            found.append((attribute, value, kind))
+        return found
 
     # -- what runs the forward -------------------------------------------------------------
 
@@ -472,13 +581,46 @@ class UncompiledModel(Rule):
                     continue
                 if self._calls_a_model(function):
                     continue  # it runs the model: compiling the model covers it
+                if not self._reduces(function):
+                    continue  # it moves or gathers values (`_to_device`): it computes no loss
                 seen.add(id(function))
+                # Reported, not fixed: compiled on its own, the function is a second graph after
+                # the model's, whose gain is fusing a few pointwise operations; it recompiles for
+                # every new shape and Python value it reads (another batch size at evaluation, a
+                # temperature changed per step) and falls back to eager after eight: whether it
+                # pays is a measurement, not a fact of the code.
                 self.report(
                     function,
                     f"`{function.name.value}` computes the loss on every step in eager mode; "
                     f"decorate it with `@torch.compile` to fuse its operations (check the "
                     "result with perfmod verify)",
                 )
+
+    def _reduces(self, function: cst.FunctionDef) -> bool:
+        """Does `function` compute a loss value: call a torch loss or reduction (`F.kl_div`,
+        `.mean()`, `torch.sum`) outside `torch.no_grad()`?"""
+        for call in own_calls(self.context, function.body):
+            names = self.context.names.of(call.func)
+            reduces = bool(names & REDUCING_FUNCTIONS) or (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in REDUCING_METHODS
+                and not any(n.startswith(("torch.", "numpy.", "builtins.")) for n in names)
+            )
+            if reduces and not self._without_grad(call, function):
+                return True
+        return False
+
+    def _without_grad(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        for ancestor in self.context.index.ancestors(node):
+            if ancestor is function:
+                return False
+            if isinstance(ancestor, cst.With) and any(
+                isinstance(item.item, cst.Call)
+                and self.context.names.is_(item.item.func, "torch.no_grad", "torch.inference_mode")
+                for item in ancestor.items
+            ):
+                return True
+        return False
 
     def _calls_a_model(self, function: cst.FunctionDef) -> bool:
         training = self.context.training
@@ -502,10 +644,34 @@ class UncompiledModel(Rule):
                 continue
             seen.add(id(site))
             name = func.value.value
+            sites = hook_sites(self.context)
+            dictionary = any(q.endswith("ModuleDict") for q in self.context.names.of(value.func))
+            members = f"{name}.values()" if dictionary else name
+            taken = {n.value for n in self.context.index.find(cst.Name)}
+            variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
+            if (
+                any(s.root is None or s.root == name or s.root == "self" for s in sites)
+                or variable is None
+                or not isinstance(site, cst.SimpleStatementLine)
+                or DOUBLE_BACKWARD.search(self.context.code)
+                or RANDOM_OPS.search(self.context.code)
+                or self.context.training.compile_break(loop) is not None
+            ):
+                self.report(
+                    site,
+                    f"the networks of `{name}` are called on every step in eager mode; compile each "
+                    f"(`for net in {members}: net.compile()`) and check with perfmod verify",
+                )
+                continue
             self.report(
                 site,
-                f"the networks of `{name}` are called on every step in eager mode; compile each "
-                f"(`for net in {name}.values(): net.compile()`) and check with perfmod verify",
+                f"the networks of `{name}` are called on every step in eager mode, and no hook reaches "
+                "them: compile each in place",
+                edits=[
+                    InsertAfter(
+                        site, (cst.parse_statement(f"for {variable} in {members}:\n    {variable}.compile()\n"),)
+                    )
+                ],
             )
 
     # -- where a model given to the training function is built ------------------------------
@@ -645,7 +811,13 @@ class UncompiledModel(Rule):
                 return True
         models = {model.expression for loop in self.context.training.loops for model in loop.models}
         return any(
-            method_name(call) == "compile" and module.code_for_node(call.func.value) in models
+            method_name(call) == "compile"
+            and (
+                module.code_for_node(call.func.value) in models
+                # a module compiled in place (`model.encoder.compile()`, `net.compile()`), not `re.compile`
+                or not call.args
+                and all(n.startswith("torch.") for n in names.of(call.func))
+            )
             for call in index.find(cst.Call)
             if isinstance(call.func, cst.Attribute)
         )

@@ -9,10 +9,8 @@ to little: one whose forward runs a recurrent module (dynamo leaves `nn.GRU`/`nn
 import contextlib
 import io
 import re
-import shutil
 import textwrap
 
-import pytest
 import torch
 
 from codemod.config import Settings
@@ -20,8 +18,6 @@ from codemod.engine import process_source
 from codemod.rule import Level
 from codemod.rules.compile_model import UncompiledModel
 from tests.rules.scripts import one_thread
-
-HAS_CXX = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
 def findings(source: str):
@@ -108,20 +104,30 @@ def run(source: str):
     return torch.tensor([float(v) for v in re.findall(r"loss (\S+)", out.getvalue())], dtype=torch.float64)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not HAS_CXX, reason="torch.compile's inductor backend needs a C++ compiler on CPU")
-def test_the_compiled_small_networks_train_like_the_eager_ones():
+def test_the_compiled_small_networks_train_like_the_eager_ones(monkeypatch):
+    """The rewrite runs: each small network goes through dynamo and AOTAutograd (forward
+    and backward graphs; the `aot_eager` backend, so that the test takes seconds, not the
+    minute inductor's C++ builds take) and the script trains as in eager mode. Measured:
+    the losses are equal to 1e-7 relative; 1e-5 still fails on a network left out of
+    training or trained twice."""
     from torch._dynamo.utils import counters
 
+    compile_in_place = torch.nn.Module.compile
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, **options: compile_in_place(self, backend="aot_eager", **options)
+    )
     _, new = findings(CI_FNS)
     eager = run(CI_FNS)
     torch._dynamo.reset()
     counters.clear()
-    compiled = run(new)
-    assert counters["stats"]["unique_graphs"] >= 1  # the small networks went through dynamo
+    try:
+        compiled = run(new)
+        assert counters["stats"]["unique_graphs"] >= 1  # the small networks went through dynamo
+    finally:
+        torch._dynamo.reset()
     assert len(eager) == 6 and not torch.equal(eager[:1].expand(6), eager)
     relative = ((compiled - eager).abs() / eager.abs()).max().item()
-    assert relative < 1e-4, relative
+    assert relative < 1e-5, relative
 
 
 def test_a_hook_free_submodule_is_compiled_when_another_module_carries_the_hooks():
