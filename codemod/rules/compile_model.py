@@ -72,13 +72,34 @@ class UncompiledModel(Rule):
     parameter table (`nn.ParameterDict`) or a module read only for its weights
     is not.
 
+    Where module hooks sit on some parts of the model (`model.probe`, or a
+    `target` module the model's forward hooks), the model is not compiled
+    whole; the parts its forward runs every step that no hook reaches are
+    compiled in place instead: a network its `__init__` builds
+    (`model.backbone.compile()`), and each network of an `nn.ModuleDict` or
+    `nn.ModuleList` (`for net in model.gates.values(): net.compile()`). A
+    table of small networks built outside a model and called every step is
+    compiled the same way when no hook reaches it.
+
     Where the model cannot be compiled in place, the finding points to where it
     is built: in the caller that passes it to the training function, at the
     module-level lines that build and move a global model, at the `self.model =
     ...` of a trainer class. When module hooks block the model's compile, the
     rule also reports what else runs every step and could be compiled: the
     loss function (`@torch.compile`) and an `nn.ModuleDict` / `nn.ModuleList`
-    of small networks called every step.
+    of small networks called every step. A loss function is reported, never
+    compiled by the fix: compiled on its own it is a second graph after the
+    model's, whose gain is fusing a few pointwise operations, and it compiles
+    again for every new shape or Python value it reads (another batch size at
+    evaluation, a temperature changed per step), falling back to eager mode
+    after eight; whether it pays is for `perfmod verify` to measure.
+
+    A model whose step runs a recurrent layer (`nn.LSTM`, `nn.GRU`, `nn.RNN`)
+    or sparse tensors (`torch.spmm`, `.to_sparse()`) is reported, not
+    compiled: dynamo (torch 2.13) breaks the graph at an RNN module unless
+    `torch._dynamo.config.allow_rnn` is set (it is False by default) and at
+    every sparse tensor, and runs that code in eager mode, so compiling pays
+    the compile time for little of the step.
 
     ## Why is this bad?
     In eager mode every operation is a separate kernel launched from Python, and

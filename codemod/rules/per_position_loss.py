@@ -106,8 +106,8 @@ class _NotRewritten(Exception):
 class PerPositionLossLoop(Rule):
     """
     ## What it does
-    Finds a Python loop over sequence positions that adds up one
-    cross-entropy (or NLL) per position,
+    Finds a Python loop over sequence positions that adds up one loss per
+    position, cross-entropy (or NLL) first,
 
         for t in range(T):
             loss += F.cross_entropy(logits[:, t], targets[:, t])
@@ -123,6 +123,18 @@ class PerPositionLossLoop(Rule):
     `zip(logits.unbind(1), labels.unbind(1))`; the per-position losses
     appended to a list that is then `torch.stack`ed or `sum`med; or a
     generator, `sum(F.cross_entropy(logits[:, t], y[:, t]) for t in range(T))`.
+
+    Losses other than cross-entropy are batched the same way: every torch
+    loss with one value an element (`F.kl_div`, `F.mse_loss`, `F.l1_loss`,
+    `F.smooth_l1_loss`, the binary cross-entropies, and their modules),
+    their inputs any pointwise expression of position slices (knowledge
+    distillation's `F.log_softmax(student[:, t] / T, -1)` against
+    `F.softmax(teacher[:, t] / T, -1)`, through names assigned in the loop).
+    So is a masked loss: each position's unreduced loss
+    (`reduction="none"`) in a pointwise expression with other position
+    slices, summed, `(l * mask[:, t]).sum()`, becomes one unreduced loss
+    over all positions times the mask, summed; what the loop's sum is
+    divided by after it (`loss / mask.sum()`) is left as written.
 
     A loop whose positions each run the whole model (teacher forcing,
     `model(x[:, :t])[:, -1]`) is reported with the batched alternative: a
@@ -192,8 +204,19 @@ class PerPositionLossLoop(Rule):
     stops at the shorter of the two; the fix needs them to have the same
     number of positions (it raises otherwise).
 
-    Reported without a fix: `reduction="none"` (a per-sample result the loop
-    combines in its own way), `weight=` together with the mean (each position
+    For the other losses, each position's reduction is kept: `"sum"` is one
+    summed call; `"batchmean"` (KL divergence) divides each position's sum
+    by the batch size, `input.size(0)`, so the sum over positions is one
+    summed call divided by it; `"mean"` divides by each position's number of
+    elements, the same for every position, so the sum over K positions is
+    the mean over all of them times K (or, where the loop's range does not
+    show K, each position's mean, summed). Every position slice of the term
+    becomes the same positions of its tensor; a Python number in the term
+    stays as written, and another name is refused, since a tensor could
+    broadcast against one position and not against all of them.
+
+    Reported without a fix: `reduction="none"` not summed in the loop (a
+    per-sample result the loop combines in its own way), `weight=` together with the mean (each position
     is divided by its own sum of class weights), constructor arguments of the
     loss module that are not literals, `size_average`/`reduce`, a loop that
     does more than add one loss per position, and teacher-forced loops.
