@@ -28,7 +28,7 @@ from __future__ import annotations
 import builtins
 import functools
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -682,12 +682,13 @@ class Training:
             self._products[loop.loop] = _MatrixProducts(self).in_code(loop.loop.body)
         return self._products[loop.loop]
 
-    def compile_break(self, loop: TrainingLoop) -> tuple[cst.Call, str] | None:
-        """A call that a step of `loop` runs (read as `multiplies_matrices` reads it, into the
-        models' classes) where torch.compile breaks its graph and runs eager code (a recurrent
-        layer, a sparse tensor), and why; None when none is seen."""
+    def compile_break(self, calls: Iterable[cst.Call]) -> tuple[cst.Call, str] | None:
+        """A call that `calls` run (read as `multiplies_matrices` reads a step, into the
+        models' classes and the functions of this file) where torch.compile breaks its graph
+        and runs eager code (a recurrent layer, a sparse tensor), and why; None when none is
+        seen. Ask it with the calls that run one model's forward to learn about that model."""
         search = _CompileBreaks(self)
-        if not search.in_code(loop.loop.body) or search.found is None:
+        if not _first_true(search.in_call(call) for call in calls) or search.found is None:
             return None
         call = search.found
         names = self.names.of(call.func)

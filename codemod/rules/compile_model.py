@@ -310,7 +310,7 @@ class UncompiledModel(Rule):
                 f"`{name}` could be compiled, but this file differentiates through gradients "
                 f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
             )
-        elif (broken := self.context.training.compile_break(loop)) is not None:
+        elif (broken := self._compile_break(loop, name)) is not None:
             call, reason = broken
             self.report(
                 anchor,
@@ -330,6 +330,51 @@ class UncompiledModel(Rule):
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
+
+    def _networks(self, table: cst.Call) -> bool:
+        """Does the `nn.ModuleDict` / `nn.ModuleList` call `table` hold networks of several
+        layers (`nn.Sequential(...)`, a class of this file), not single torch layers, whose
+        compile would fuse nothing?"""
+        networks = [
+            call
+            for call in self.context.index.find(cst.Call, within=table)
+            if call is not table
+            and (
+                self.context.names.of(call.func) & MODULE_CONTAINERS
+                or self.context.kinds.local_class(call.func) is not None
+            )
+        ]
+        return bool(networks)
+
+    def _held_only(self, name: cst.Name) -> bool:
+        """Is the table `name` only indexed and called (`name[k](x)`) or asked for what a module
+        has (`name.parameters()`, `name.to(device)`)? Then no code can reach its networks to hook
+        them but through those reads."""
+        assignments = self.context.bindings.assignments(name)
+        if not assignments or len(assignments) != 1:
+            return False
+        parents = self.context.parents
+        for access in assignments[0].references:
+            node = access.node
+            parent = parents.get(node)
+            if isinstance(parent, cst.Subscript) and parent.value is node:
+                call = parents.get(parent)
+                if not (isinstance(call, cst.Call) and call.func is parent):
+                    return False
+            elif not (
+                isinstance(parent, cst.Attribute)
+                and parent.value is node
+                and parent.attr.value in MODULE_METHODS
+                and parent.attr.value not in HOOK_REGISTRATIONS
+                and parent.attr.value not in ("modules", "children", "named_modules", "named_children", "apply")
+            ):
+                return False
+        return True
+
+    def _compile_break(self, loop, name: str) -> tuple[cst.Call, str] | None:
+        """Where the forward of the model `name`, as the loop calls it, breaks torch.compile's graph."""
+        calls = [call for call in own_calls(self.context, loop.loop) if self._calls_model(call, name)]
+        return self.context.training.compile_break(calls)
 
     # -- the parts of a model that others' hooks leave free ---------------------------------
 
@@ -361,7 +406,7 @@ class UncompiledModel(Rule):
             elif site.root == "self":
                 return False  # another class's: it may hold the model
         free = [(attribute, kind) for attribute, _, kind in parts if attribute not in hooked]
-        if not free or not hooked or self.context.training.compile_break(loop) is not None:
+        if not free or not hooked or self._compile_break(loop, name) is not None:
             return False
         taken = {n.value for n in self.context.index.find(cst.Name)}
         variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
@@ -378,7 +423,7 @@ class UncompiledModel(Rule):
         listed = ", ".join(f"`{name}.{attribute}`" for attribute, _ in free)
         message = (
             f"`{name}` has module hooks on some of its parts (line {self.context.line(hook)}), so it is "
-            f"not compiled whole; the parts its forward runs every step that no hook reaches are: {listed}; "
+            f"not compiled whole; the parts of it that run every step and that no hook reaches are: {listed}; "
             "compile them in place"
         )
         random = RANDOM_OPS.search(self.context.code)
@@ -396,17 +441,23 @@ class UncompiledModel(Rule):
     def _parts(self, cls: cst.ClassDef) -> list[tuple[str, cst.Call, str]]:
         """(attribute, its value, "module" / "dict" / "list") for each network that the
         class's `__init__` builds into `self.<attribute>` (an `nn.Sequential`, a class of
-        this file, an `nn.ModuleDict` or `nn.ModuleList`) and its `forward` reads."""
+        this file, an `nn.ModuleDict` or `nn.ModuleList`) and its other methods read."""
         methods = (
             {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
             if isinstance(cls.body, cst.IndentedBlock)
             else {}
         )
-        init, forward = methods.get("__init__"), methods.get("forward")
-        if init is None or forward is None:
+        init = methods.get("__init__")
+        if init is None or "forward" not in methods:
             return []
         index, names = self.context.index, self.context.names
-        read = {a.attr.value for a in index.find(cst.Attribute, within=forward) if m.matches(a.value, m.Name("self"))}
+        read = {  # read by a method other than `__init__`: the forward, or what the step calls besides
+            a.attr.value
+            for method in methods.values()
+            if method is not init
+            for a in index.find(cst.Attribute, within=method)
+            if m.matches(a.value, m.Name("self"))
+        }
         found, assigned = [], {}
         for assign in index.find(cst.Assign, within=cls):
             for target in assign.targets:
@@ -670,13 +721,18 @@ class UncompiledModel(Rule):
             members = f"{name}.values()" if dictionary else name
             taken = {n.value for n in self.context.index.find(cst.Name)}
             variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
+            unknown = any(s.root is None or s.root == "self" for s in sites)
             if (
-                any(s.root is None or s.root == name or s.root == "self" for s in sites)
+                any(s.root == name for s in sites)
+                or unknown
+                and not self._held_only(func.value)
+                or not self._networks(value)
                 or variable is None
                 or not isinstance(site, cst.SimpleStatementLine)
                 or DOUBLE_BACKWARD.search(self.context.code)
                 or RANDOM_OPS.search(self.context.code)
-                or self.context.training.compile_break(loop) is not None
+                or self.context.training.compile_break(c for c in own_calls(self.context, loop.loop) if c.func is func)
+                is not None
             ):
                 self.report(
                     site,

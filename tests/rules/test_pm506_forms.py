@@ -225,3 +225,41 @@ def test_a_model_fed_sparse_tensors_is_reported_not_compiled():
     assert found and not any(fixable for _, fixable, _ in found), found
     assert ".compile()" not in new
     assert any("sparse" in message for _, _, message in found), found
+
+
+def test_a_table_of_networks_that_only_the_step_reads_is_compiled_whatever_else_is_hooked():
+    """Hooks on modules a helper is given (`target.get_submodule(name)`, which perfmod cannot
+    follow) cannot reach networks that are only indexed and called: each is compiled. A table
+    of single layers (nothing to fuse) and a table passed on to other code stay reported."""
+    source = """\
+        import torch
+        import torch.nn as nn
+
+        def run_hooked(target, names, x, seen):
+            handles = [target.get_submodule(n).register_forward_hook(lambda m, a, o: seen.append(o)) for n in names]
+            try:
+                return target(x)
+            finally:
+                for h in handles:
+                    h.remove()
+
+        target = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        ci_fns = nn.ModuleDict({n: nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4)) for n in ["0", "2"]})
+        opt = torch.optim.AdamW(ci_fns.parameters())
+        for step in range(3):
+            seen = []
+            out = run_hooked(target, ["0", "2"], torch.randn(2, 4), seen)
+            loss = sum(ci_fns[n](a).pow(2).mean() for n, a in zip(["0", "2"], seen)) + out.sum().detach()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """
+    found, new = findings(source)
+    assert (13, True) in [(line, fixable) for line, fixable, _ in found], found
+    assert "for net in ci_fns.values():\n    net.compile()\nopt = " in new
+    single = source.replace("nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4))", "nn.Linear(4, 4)")
+    found, new = findings(single)
+    assert (13, False) in [(line, fixable) for line, fixable, _ in found] and "net.compile()" not in new
+    passed = source.replace("opt.step()\n", "opt.step()\n            print(ci_fns)\n")
+    found, new = findings(passed)
+    assert (13, False) in [(line, fixable) for line, fixable, _ in found] and "net.compile()" not in new
