@@ -655,6 +655,8 @@ class UncompiledModel(Rule):
                     continue  # it runs the model: compiling the model covers it
                 if not self._reduces(function):
                     continue  # it moves or gathers values (`_to_device`): it computes no loss
+                if DOUBLE_BACKWARD.search(self.context.source(function)):
+                    continue  # it differentiates through gradients: torch.compile does not support double backward
                 seen.add(id(function))
                 # Reported, not fixed: compiled on its own, the function is a second graph after
                 # the model's, whose gain is fusing a few pointwise operations; it recompiles for
