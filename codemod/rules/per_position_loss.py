@@ -27,13 +27,14 @@ from codemod.analysis.torch_facts import (
     is_literal,
     loss_of,
 )
-from codemod.analysis.torch_ops import Loss, short
+from codemod.analysis.torch_ops import Loss, methods, short
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # Keyword arguments of the loss functions (and of their modules' constructors) the fix understands.
 KNOWN_KEYWORDS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 DEFAULT_IGNORE_INDEX = "-100"
+TORCH_METHODS = methods()  # every tensor method of the torch table
 LINE_LENGTH = 100  # a longer rewritten line is split after the per-position sums
 FULL_SLICE = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
 # Calls whose value is the length of a dimension, or a count: never negative.
@@ -518,17 +519,43 @@ class PerPositionLossLoop(Rule):
     def _teacher_forced(self, body: cst.CSTNode, loop: _Loop) -> bool:
         """Does the body run the model (or another callable of this program) on something
         that reads the position: `model(x[:, :t])`?"""
+        assigned = self._assigned_in(body)
         for call in own_nodes(self.context.index, cst.Call, body):
             if self._loss_kind(call) is not None or self._any_loss(call) is not None:
                 continue
-            if isinstance(call.func, cst.Attribute) and not self.context.training.is_model(call.func):
+            if isinstance(call.func, cst.Attribute) and not (
+                self.context.training.is_model(call.func) or self._runs_a_module(call.func)
+            ):
                 continue  # a method of a tensor or of a library
             names = self.context.names.of(call.func)
             if names and all(n.startswith(("torch.", "builtins.")) for n in names):
                 continue
-            if any(loop.var in {n.value for n in names_read(arg.value)} for arg in call.args):
+            if any(self._reads_var(arg.value, loop, assigned) for arg in call.args):
                 return True
         return False
+
+    def _runs_a_module(self, func: cst.Attribute) -> bool:
+        """`llm.model(...)`: an attribute of a value this file cannot type (a parameter)
+        called, not a tensor method torch has: it may run a module."""
+        kinds = self.context.kinds
+        receiver = kinds.fact(func.value).kind
+        return (
+            func.attr.value not in TORCH_METHODS
+            and receiver in (Kind.MODULE, Kind.UNKNOWN)
+            and isinstance(func.value, (cst.Name, cst.Attribute))
+            and not self.context.names.of(func)
+        )
+
+    def _reads_var(self, expr: cst.BaseExpression, loop: _Loop, assigned: dict, depth: int = 0) -> bool:
+        """Does `expr` read the loop variable, itself or through the names the body assigns?"""
+        reads = names_read(expr)
+        if any(n.value == loop.var for n in reads):
+            return True
+        return depth < 4 and any(
+            self._reads_var(assigned[n.value], loop, assigned, depth + 1)
+            for n in reads
+            if n.value in assigned and assigned[n.value] is not expr
+        )
 
     def _rewrite_loop(self, node: cst.For, loop: _Loop):
         """The edits that turn the loop into one call, or _NotRewritten."""
