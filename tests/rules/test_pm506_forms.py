@@ -105,16 +105,15 @@ def run(source: str):
 
 
 def test_the_compiled_small_networks_train_like_the_eager_ones(monkeypatch):
-    """The rewrite runs: each small network goes through dynamo and AOTAutograd (forward
-    and backward graphs; the `aot_eager` backend, so that the test takes seconds, not the
-    minute inductor's C++ builds take) and the script trains as in eager mode. Measured:
-    the losses are equal to 1e-7 relative; 1e-5 still fails on a network left out of
-    training or trained twice."""
+    """The rewrite runs: each small network goes through dynamo (with its `eager` backend,
+    so that the test takes seconds, not the minute inductor's C++ builds take on a CPU;
+    inductor's own numerics are checked by test_pm506_execution) and the script trains as
+    in eager mode: the same losses to 1e-5 relative (measured: equal)."""
     from torch._dynamo.utils import counters
 
     compile_in_place = torch.nn.Module.compile
     monkeypatch.setattr(
-        torch.nn.Module, "compile", lambda self, **options: compile_in_place(self, backend="aot_eager", **options)
+        torch.nn.Module, "compile", lambda self, **options: compile_in_place(self, backend="eager", **options)
     )
     _, new = findings(CI_FNS)
     eager = run(CI_FNS)
