@@ -9,10 +9,12 @@ Names are qualified (aliases resolved): `F.cross_entropy` is
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import libcst as cst
 
 from codemod.analysis.names import ANY_ATTRIBUTE
-from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods, short
+from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, Loss, functions, methods, short
 
 # -- tensors ------------------------------------------------------------------------------
 
@@ -250,6 +252,28 @@ COUNTED_LOSSES = short(name for name, loss in _LOSSES.items() if loss.counted)
 FUNCTIONAL_OF = {
     name.rsplit(".", 1)[1]: loss.functional for name, loss in _LOSSES.items() if not name.startswith(FUNCTIONAL)
 }
+# The loss facts of each loss function and module class (its function's name, torch's defaults).
+LOSSES = dict(_LOSSES)
+
+
+def loss_of(names: Iterable[str]) -> tuple[str, Loss] | None:
+    """(qualified name of the function, its facts) for the loss function or module class
+    among the qualified `names`, or None."""
+    for name in names:
+        loss = _LOSSES.get(name)
+        if loss is not None:
+            return f"{FUNCTIONAL}.{loss.functional}", loss
+    return None
+
+
+# Functions and tensor methods that compute each element of their result from the same
+# element of their operands (broadcast): applied to one position of a sequence or to all
+# of them, they give the same values. Their random ones draw other numbers, so they are not.
+POINTWISE_FUNCTIONS = functions(Category.UNARY, Category.BINARY, random=False, in_place=False)
+POINTWISE_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST, random=False, in_place=False)
+# Functions and methods that read a slice along one dim (`dim=`): pointwise over the others.
+ALONG_DIM_FUNCTIONS = functions(Category.ALONG_DIM, in_place=False)
+ALONG_DIM_METHODS = methods(Category.ALONG_DIM, in_place=False)
 # Ops CUDA autocast refuses to run in reduced precision (it raises): use the form given.
 AUTOCAST_UNSAFE = {name: op.autocast_refused for name, op in OPS.items() if op.autocast_refused is not None}
 # Modules CUDA autocast runs in float16 whatever dtype it was given (cuDNN's RNNs).
@@ -319,6 +343,15 @@ RUNTIME_WITHOUT_PRODUCTS = (
 ).split()
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
+
+# Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what
+# computes a loss value (a function that calls none of them computes none).
+REDUCING_FUNCTIONS = functions(Category.REDUCTION, Category.LOSS)
+REDUCING_METHODS = methods(Category.REDUCTION)
+# Why torch.compile leaves an operation to eager mode (dynamo breaks the graph there), by name.
+COMPILE_BREAKS = {name: op.compile_breaks for name, op in OPS.items() if op.compile_breaks is not None}
+COMPILE_BREAK_FUNCTIONS = frozenset(name for name in COMPILE_BREAKS if not name.startswith("Tensor."))
+COMPILE_BREAK_METHODS = frozenset(name.removeprefix("Tensor.") for name in COMPILE_BREAKS if name.startswith("Tensor."))
 
 # -- devices ---------------------------------------------------------------------------------
 

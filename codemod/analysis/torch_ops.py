@@ -39,6 +39,7 @@ class Category(enum.Enum):
     GRAD_NORM = "gradient norm"  # reads the gradients of the parameters it is given
     RECURRENT = "recurrent module"
     CONVOLUTION = "convolution"  # cuDNN convolutions (TF32 for float32 by default)
+    SPARSE = "sparse"  # makes or multiplies sparse tensors
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,15 @@ class Loss:
     # Its mean is the sum of per-element losses over their number (over the counted targets,
     # where `counted`): the rules that batch or split a loss know how to keep such a mean.
     per_element: bool = True
+    # Its target holds one class a sample (input `(N, C, ...)`, target `(N, ...)`): the
+    # unreduced loss has the target's shape. Otherwise input and target have one shape and
+    # the unreduced loss has it too, one loss an element.
+    class_targets: bool = False
+    # It takes `reduction="batchmean"`: the sum over every element divided by the input's
+    # first size, `input.size(0)` (KL divergence; its "mean" divides by every element).
+    batchmean: bool = False
+    # Keywords that change each element's loss, not how the losses are reduced.
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,8 @@ class Op:
     syncs: bool = False  # the host waits for the device (a copy to the host, a value read)
     shares: bool = False  # its result may be its receiver, or a view of the receiver's storage
     uninitialized: bool = False  # a new tensor whose memory is not written: its values are whatever was there
+    # Why torch.compile leaves it to eager mode: dynamo (as installed) breaks the graph there.
+    compile_breaks: str | None = None
 
     @property
     def in_place(self) -> bool:
@@ -103,16 +115,25 @@ _CONVOLUTION_MODULES = (
     "LazyConvTranspose1d LazyConvTranspose2d LazyConvTranspose3d"
 )
 _BCE = "BCEWithLogitsLoss / binary_cross_entropy_with_logits"
+# torch 2.13's dynamo (torch/_dynamo/variables/builder.py) refuses to trace these and breaks the graph.
+_RNN_BREAK = (
+    "dynamo does not trace `nn.LSTM`, `nn.GRU` or `nn.RNN` (`torch._dynamo.config.allow_rnn` is False): "
+    "the compiled forward breaks its graph there and runs the recurrence in eager mode"
+)
+_SPARSE_BREAK = (
+    "torch.compile does not support sparse tensors: dynamo breaks the graph at each one and runs "
+    "that code in eager mode"
+)
 _LOSSES = {  # module class: its function and torch's defaults
-    "CrossEntropyLoss": Loss("cross_entropy", ignore_index=-100, counted=True),
-    "NLLLoss": Loss("nll_loss", ignore_index=-100, counted=True),
+    "CrossEntropyLoss": Loss("cross_entropy", ignore_index=-100, counted=True, class_targets=True),
+    "NLLLoss": Loss("nll_loss", ignore_index=-100, counted=True, class_targets=True),
     "MSELoss": Loss("mse_loss"),
     "L1Loss": Loss("l1_loss"),
-    "SmoothL1Loss": Loss("smooth_l1_loss"),
-    "HuberLoss": Loss("huber_loss"),
+    "SmoothL1Loss": Loss("smooth_l1_loss", options=("beta",)),
+    "HuberLoss": Loss("huber_loss", options=("delta",)),
     "BCELoss": Loss("binary_cross_entropy"),
     "BCEWithLogitsLoss": Loss("binary_cross_entropy_with_logits"),
-    "KLDivLoss": Loss("kl_div"),
+    "KLDivLoss": Loss("kl_div", batchmean=True, options=("log_target",)),
     # Means of another kind (per target length, per pair, ...): known as losses, never rewritten.
     "CTCLoss": Loss("ctc_loss", per_element=False),
     "PoissonNLLLoss": Loss("poisson_nll_loss", per_element=False),
@@ -194,7 +215,16 @@ ENTRIES: list[Op] = [
         prefixes=("torch.nn.utils.",),
     ),
     *_ops(Category.GRAD_NORM, "clip_grad_norm_", prefixes=("torch.nn.utils.clip_grad.",)),
-    *_ops(Category.RECURRENT, _RNN, prefixes=("torch.nn.", "torch.nn.modules.rnn."), autocast_float16=True),
+    *_ops(
+        Category.RECURRENT,
+        _RNN,
+        prefixes=("torch.nn.", "torch.nn.modules.rnn."),
+        autocast_float16=True,
+        compile_breaks=_RNN_BREAK,
+    ),
+    *_ops(Category.SPARSE, "spmm hspmm smm sspaddmm sparse_coo_tensor sparse_csr_tensor", compile_breaks=_SPARSE_BREAK),
+    *_ops(Category.SPARSE, "mm addmm", prefixes=("torch.sparse.",), compile_breaks=_SPARSE_BREAK),
+    *_ops(Category.SPARSE, "to_sparse to_sparse_coo to_sparse_csr", prefixes=(METHOD,), compile_breaks=_SPARSE_BREAK),
     *[
         Op(name, Category.LOSS, loss=loss, autocast_refused=_BCE if module == "BCELoss" else None)
         for module, loss in _LOSSES.items()

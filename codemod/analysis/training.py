@@ -28,7 +28,7 @@ from __future__ import annotations
 import builtins
 import functools
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,9 @@ from codemod.analysis.torch_facts import (
     ACCELERATOR_WORDS,
     AUTOCAST_NAMES,
     CLIP_NAMES,
+    COMPILE_BREAK_FUNCTIONS,
+    COMPILE_BREAK_METHODS,
+    COMPILE_BREAKS,
     CUDA_PROBES,
     DEVICE_KEYWORDS,
     DEVICE_SYNCHRONIZES,
@@ -678,6 +681,21 @@ class Training:
         if loop.loop not in self._products:
             self._products[loop.loop] = _MatrixProducts(self).in_code(loop.loop.body)
         return self._products[loop.loop]
+
+    def compile_break(self, calls: Iterable[cst.Call]) -> tuple[cst.Call, str] | None:
+        """A call that `calls` run (read as `multiplies_matrices` reads a step, into the
+        models' classes and the functions of this file) where torch.compile breaks its graph
+        and runs eager code (a recurrent layer, a sparse tensor), and why; None when none is
+        seen. Ask it with the calls that run one model's forward to learn about that model."""
+        search = _CompileBreaks(self)
+        if not _first_true(search.in_call(call) for call in calls) or search.found is None:
+            return None
+        call = search.found
+        names = self.names.of(call.func)
+        reason = next((COMPILE_BREAKS[n] for n in sorted(names) if n in COMPILE_BREAKS), None)
+        if reason is None and isinstance(call.func, cst.Attribute):
+            reason = COMPILE_BREAKS.get(f"Tensor.{call.func.attr.value}")
+        return (call, reason) if reason is not None else None
 
     def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
         """Does calling `node`, a class or function of this file, multiply matrices (as
@@ -1785,8 +1803,12 @@ class _MatrixProducts:
     """One search for matrix products from the body of a training loop
     (`Training.multiplies_matrices`); each class, function and value is read once."""
 
+    FUNCTIONS = MATRIX_PRODUCTS  # what is searched for: torch's functions and classes
+    METHODS = MATRIX_PRODUCT_METHODS  # and tensor methods
+
     def __init__(self, training: Training) -> None:
         self.training = training
+        self.found: cst.Call | None = None  # the first call found
         self.seen: set[cst.CSTNode] = set()
         self.fields: set[tuple[cst.ClassDef, str]] = set()  # attributes of instances read already
         self.depth = 0  # code being read, nested
@@ -1817,11 +1839,12 @@ class _MatrixProducts:
         training = self.training
         func = call.func
         names = training.names.of(func)
-        if names & MATRIX_PRODUCTS or (
+        if names & self.FUNCTIONS or (
             isinstance(func, cst.Attribute)
-            and func.attr.value in MATRIX_PRODUCT_METHODS
+            and func.attr.value in self.METHODS
             and not self._of_instance(func)  # `self.inner(x)` calls a field of the class
         ):
+            self.found = self.found or call
             return True
         if names:
             if any(n == p or n.startswith(p + ".") for n in names for p in MODEL_LOADERS):
@@ -1858,7 +1881,7 @@ class _MatrixProducts:
             names = training.names.of(base.value)
             if local is not None:
                 verdicts.append(self.in_class(local))
-            elif names & MATRIX_PRODUCTS:
+            elif names & self.FUNCTIONS:
                 return True  # a subclass of nn.Linear, nn.Conv2d, ...
             elif not names or not all(_without_products(n) for n in names):
                 # A base of a project module, read there; another library's may run anything.
@@ -1933,6 +1956,17 @@ class _MatrixProducts:
         if names & MODULE_CONTAINERS:  # `nn.Sequential(encoder, head)`, `nn.ModuleList(layers)`: what it holds
             verdicts.extend(self.in_built(a.value) for a in expr.args if not isinstance(a.value, cst.Call))
         return _first_true(verdicts)
+
+
+class _CompileBreaks(_MatrixProducts):
+    """The same search, for the calls where torch.compile breaks its graph (`compile_break`)."""
+
+    FUNCTIONS = COMPILE_BREAK_FUNCTIONS
+    METHODS = COMPILE_BREAK_METHODS
+
+    def _in_code(self, node: cst.CSTNode) -> bool | None:
+        index = self.training.index
+        return _first_true(self.in_call(call) for call in index.find(cst.Call, within=node))
 
 
 def _is_static(function: cst.FunctionDef) -> bool:

@@ -6,9 +6,16 @@ from collections.abc import Iterator
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.names import compound_keyword, method_name
 from codemod.analysis.tensor_layout import layouts
-from codemod.analysis.torch_facts import HOOK_REGISTRATIONS, MODULE_METHODS
+from codemod.analysis.torch_facts import (
+    HOOK_REGISTRATIONS,
+    MODULE_CONTAINERS,
+    MODULE_METHODS,
+    REDUCING_FUNCTIONS,
+    REDUCING_METHODS,
+)
 from codemod.edits import InsertAfter
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -65,13 +72,34 @@ class UncompiledModel(Rule):
     parameter table (`nn.ParameterDict`) or a module read only for its weights
     is not.
 
+    Where module hooks sit on some parts of the model (`model.probe`, or a
+    `target` module the model's forward hooks), the model is not compiled
+    whole; the parts its forward runs every step that no hook reaches are
+    compiled in place instead: a network its `__init__` builds
+    (`model.backbone.compile()`), and each network of an `nn.ModuleDict` or
+    `nn.ModuleList` (`for net in model.gates.values(): net.compile()`). A
+    table of small networks built outside a model and called every step is
+    compiled the same way when no hook reaches it.
+
     Where the model cannot be compiled in place, the finding points to where it
     is built: in the caller that passes it to the training function, at the
     module-level lines that build and move a global model, at the `self.model =
     ...` of a trainer class. When module hooks block the model's compile, the
     rule also reports what else runs every step and could be compiled: the
     loss function (`@torch.compile`) and an `nn.ModuleDict` / `nn.ModuleList`
-    of small networks called every step.
+    of small networks called every step. A loss function is reported, never
+    compiled by the fix: compiled on its own it is a second graph after the
+    model's, whose gain is fusing a few pointwise operations, and it compiles
+    again for every new shape or Python value it reads (another batch size at
+    evaluation, a temperature changed per step), falling back to eager mode
+    after eight; whether it pays is for `perfmod verify` to measure.
+
+    A model whose step runs a recurrent layer (`nn.LSTM`, `nn.GRU`, `nn.RNN`)
+    or sparse tensors (`torch.spmm`, `.to_sparse()`) is reported, not
+    compiled: dynamo (torch 2.13) breaks the graph at an RNN module unless
+    `torch._dynamo.config.allow_rnn` is set (it is False by default) and at
+    every sparse tensor, and runs that code in eager mode, so compiling pays
+    the compile time for little of the step.
 
     ## Why is this bad?
     In eager mode every operation is a separate kernel launched from Python, and
@@ -250,6 +278,8 @@ class UncompiledModel(Rule):
             return
         seen.add(id(anchor))
         if hook is not None:
+            if self._compile_parts(anchor, loop, name, hook):
+                return
             self.report(
                 anchor,
                 f"`{name}` could be compiled, but this file registers module hooks "
@@ -280,6 +310,13 @@ class UncompiledModel(Rule):
                 f"`{name}` could be compiled, but this file differentiates through gradients "
                 f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
             )
+        elif (broken := self._compile_break(loop, name)) is not None:
+            call, reason = broken
+            self.report(
+                anchor,
+                f"`{name}` is trained in eager mode, but compiling it would gain little: {reason} "
+                f"(`{self.context.source(call.func)}`, line {self.context.line(call)}); not fixed",
+            )
         else:
             compile_line = cst.parse_statement(f"{name}.compile()\n")
             random = RANDOM_OPS.search(self.context.code)
@@ -293,6 +330,157 @@ class UncompiledModel(Rule):
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
+
+    def _networks(self, table: cst.Call) -> bool:
+        """Does the `nn.ModuleDict` / `nn.ModuleList` call `table` hold networks of several
+        layers (`nn.Sequential(...)`, a class of this file), not single torch layers, whose
+        compile would fuse nothing?"""
+        networks = [
+            call
+            for call in self.context.index.find(cst.Call, within=table)
+            if call is not table
+            and (
+                self.context.names.of(call.func) & MODULE_CONTAINERS
+                or self.context.kinds.local_class(call.func) is not None
+            )
+        ]
+        return bool(networks)
+
+    def _held_only(self, name: cst.Name) -> bool:
+        """Is the table `name` only indexed and called (`name[k](x)`) or asked for what a module
+        has (`name.parameters()`, `name.to(device)`)? Then no code can reach its networks to hook
+        them but through those reads."""
+        assignments = self.context.bindings.assignments(name)
+        if not assignments or len(assignments) != 1:
+            return False
+        parents = self.context.parents
+        for access in assignments[0].references:
+            node = access.node
+            parent = parents.get(node)
+            if isinstance(parent, cst.Subscript) and parent.value is node:
+                call = parents.get(parent)
+                if not (isinstance(call, cst.Call) and call.func is parent):
+                    return False
+            elif not (
+                isinstance(parent, cst.Attribute)
+                and parent.value is node
+                and parent.attr.value in MODULE_METHODS
+                and parent.attr.value not in HOOK_REGISTRATIONS
+                and parent.attr.value not in ("modules", "children", "named_modules", "named_children", "apply")
+            ):
+                return False
+        return True
+
+    def _compile_break(self, loop, name: str) -> tuple[cst.Call, str] | None:
+        """Where the forward of the model `name`, as the loop calls it, breaks torch.compile's graph."""
+        calls = [call for call in own_calls(self.context, loop.loop) if self._calls_model(call, name)]
+        return self.context.training.compile_break(calls)
+
+    # -- the parts of a model that others' hooks leave free ---------------------------------
+
+    def _compile_parts(self, anchor: cst.SimpleStatementLine, loop, name: str, hook: cst.Call) -> bool:
+        """For a model whose hooks are on some of its parts (`model.probe`, `self.target`):
+        compile in place the parts its forward runs that no hook reaches (a network built
+        in `__init__`, each network of an `nn.ModuleDict` / `nn.ModuleList`). True when
+        reported with that fix."""
+        node = next((n for n in self.context.index.find(cst.Name, within=anchor) if n.value == name), None)
+        model_class = self.context.kinds.instance_class(node) if node is not None else None
+        if model_class is None or DOUBLE_BACKWARD.search(self.context.code):
+            return False
+        parts = self._parts(model_class)
+        classes = {}
+        for attribute, value, _ in parts:
+            part_class = self.context.kinds.local_class(value.func)
+            if part_class is not None:
+                classes[part_class] = attribute
+        hooked: set[str] = set()
+        for site in hook_sites(self.context):
+            if site.root is None:
+                return False  # a hook on a module perfmod cannot follow: it may be any part
+            if site.root == "self" and site.owner is model_class or site.root == name:
+                if not site.path:
+                    return False  # on the model itself
+                hooked.add(site.path[0])
+            elif site.root == "self" and site.owner in classes:
+                hooked.add(classes[site.owner])
+            elif site.root == "self":
+                return False  # another class's: it may hold the model
+        free = [(attribute, kind) for attribute, _, kind in parts if attribute not in hooked]
+        if not free or not hooked or self._compile_break(loop, name) is not None:
+            return False
+        taken = {n.value for n in self.context.index.find(cst.Name)}
+        variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
+        if variable is None:
+            return False
+        statements = []
+        for attribute, kind in free:
+            part = f"{name}.{attribute}"
+            if kind == "module":
+                statements.append(cst.parse_statement(f"{part}.compile()\n"))
+            else:
+                members = f"{part}.values()" if kind == "dict" else part
+                statements.append(cst.parse_statement(f"for {variable} in {members}:\n    {variable}.compile()\n"))
+        listed = ", ".join(f"`{name}.{attribute}`" for attribute, _ in free)
+        message = (
+            f"`{name}` has module hooks on some of its parts (line {self.context.line(hook)}), so it is "
+            f"not compiled whole; the parts of it that run every step and that no hook reaches are: {listed}; "
+            "compile them in place"
+        )
+        random = RANDOM_OPS.search(self.context.code)
+        if random is None:
+            self.report(anchor, message, edits=[InsertAfter(anchor, tuple(statements))])
+        else:
+            self.report(
+                anchor,
+                message + f"; unsafe: its random ops (`{random.group(1)}`) draw other numbers when compiled",
+                edits=[InsertAfter(anchor, tuple(statements))],
+                level=Level.UNSAFE,
+            )
+        return True
+
+    def _parts(self, cls: cst.ClassDef) -> list[tuple[str, cst.Call, str]]:
+        """(attribute, its value, "module" / "dict" / "list") for each network that the
+        class's `__init__` builds into `self.<attribute>` (an `nn.Sequential`, a class of
+        this file, an `nn.ModuleDict` or `nn.ModuleList`) and its other methods read."""
+        methods = (
+            {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+            if isinstance(cls.body, cst.IndentedBlock)
+            else {}
+        )
+        init = methods.get("__init__")
+        if init is None or "forward" not in methods:
+            return []
+        index, names = self.context.index, self.context.names
+        read = {  # read by a method other than `__init__`: the forward, or what the step calls besides
+            a.attr.value
+            for method in methods.values()
+            if method is not init
+            for a in index.find(cst.Attribute, within=method)
+            if m.matches(a.value, m.Name("self"))
+        }
+        found, assigned = [], {}
+        for assign in index.find(cst.Assign, within=cls):
+            for target in assign.targets:
+                if m.matches(target.target, m.Attribute(value=m.Name("self"))):
+                    key = target.target.attr.value
+                    assigned[key] = assigned.get(key, 0) + 1
+        for assign in index.find(cst.Assign, within=init):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            value = assign.value
+            if not (m.matches(target, m.Attribute(value=m.Name("self"))) and isinstance(value, cst.Call)):
+                continue
+            attribute = target.attr.value
+            if attribute not in read or assigned.get(attribute) != 1:
+                continue
+            qualified = names.of(value.func)
+            if qualified & MODULE_TABLES:
+                kind = "dict" if any(q.endswith("ModuleDict") for q in qualified) else "list"
+            elif qualified & MODULE_CONTAINERS or self.context.kinds.local_class(value.func) is not None:
+                kind = "module"
+            else:
+                continue
+            found.append((attribute, value, kind))
+        return found
 
     # -- what runs the forward -------------------------------------------------------------
 
@@ -465,13 +653,48 @@ class UncompiledModel(Rule):
                     continue
                 if self._calls_a_model(function):
                     continue  # it runs the model: compiling the model covers it
+                if not self._reduces(function):
+                    continue  # it moves or gathers values (`_to_device`): it computes no loss
+                if DOUBLE_BACKWARD.search(self.context.source(function)):
+                    continue  # it differentiates through gradients: torch.compile does not support double backward
                 seen.add(id(function))
+                # Reported, not fixed: compiled on its own, the function is a second graph after
+                # the model's, whose gain is fusing a few pointwise operations; it recompiles for
+                # every new shape and Python value it reads (another batch size at evaluation, a
+                # temperature changed per step) and falls back to eager after eight: whether it
+                # pays is a measurement, not a fact of the code.
                 self.report(
                     function,
                     f"`{function.name.value}` computes the loss on every step in eager mode; "
                     f"decorate it with `@torch.compile` to fuse its operations (check the "
                     "result with perfmod verify)",
                 )
+
+    def _reduces(self, function: cst.FunctionDef) -> bool:
+        """Does `function` compute a loss value: call a torch loss or reduction (`F.kl_div`,
+        `.mean()`, `torch.sum`) outside `torch.no_grad()`?"""
+        for call in own_calls(self.context, function.body):
+            names = self.context.names.of(call.func)
+            reduces = bool(names & REDUCING_FUNCTIONS) or (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in REDUCING_METHODS
+                and not any(n.startswith(("torch.", "numpy.", "builtins.")) for n in names)
+            )
+            if reduces and not self._without_grad(call, function):
+                return True
+        return False
+
+    def _without_grad(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        for ancestor in self.context.index.ancestors(node):
+            if ancestor is function:
+                return False
+            if isinstance(ancestor, cst.With) and any(
+                isinstance(item.item, cst.Call)
+                and self.context.names.is_(item.item.func, "torch.no_grad", "torch.inference_mode")
+                for item in ancestor.items
+            ):
+                return True
+        return False
 
     def _calls_a_model(self, function: cst.FunctionDef) -> bool:
         training = self.context.training
@@ -495,10 +718,39 @@ class UncompiledModel(Rule):
                 continue
             seen.add(id(site))
             name = func.value.value
+            sites = hook_sites(self.context)
+            dictionary = any(q.endswith("ModuleDict") for q in self.context.names.of(value.func))
+            members = f"{name}.values()" if dictionary else name
+            taken = {n.value for n in self.context.index.find(cst.Name)}
+            variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
+            unknown = any(s.root is None or s.root == "self" for s in sites)
+            if (
+                any(s.root == name for s in sites)
+                or unknown
+                and not self._held_only(func.value)
+                or not self._networks(value)
+                or variable is None
+                or not isinstance(site, cst.SimpleStatementLine)
+                or DOUBLE_BACKWARD.search(self.context.code)
+                or RANDOM_OPS.search(self.context.code)
+                or self.context.training.compile_break(c for c in own_calls(self.context, loop.loop) if c.func is func)
+                is not None
+            ):
+                self.report(
+                    site,
+                    f"the networks of `{name}` are called on every step in eager mode; compile each "
+                    f"(`for net in {members}: net.compile()`) and check with perfmod verify",
+                )
+                continue
             self.report(
                 site,
-                f"the networks of `{name}` are called on every step in eager mode; compile each "
-                f"(`for net in {name}.values(): net.compile()`) and check with perfmod verify",
+                f"the networks of `{name}` are called on every step in eager mode, and no hook reaches "
+                "them: compile each in place",
+                edits=[
+                    InsertAfter(
+                        site, (cst.parse_statement(f"for {variable} in {members}:\n    {variable}.compile()\n"),)
+                    )
+                ],
             )
 
     # -- where a model given to the training function is built ------------------------------
@@ -638,7 +890,13 @@ class UncompiledModel(Rule):
                 return True
         models = {model.expression for loop in self.context.training.loops for model in loop.models}
         return any(
-            method_name(call) == "compile" and module.code_for_node(call.func.value) in models
+            method_name(call) == "compile"
+            and (
+                module.code_for_node(call.func.value) in models
+                # a module compiled in place (`model.encoder.compile()`, `net.compile()`), not `re.compile`
+                or not call.args
+                and all(n.startswith("torch.") for n in names.of(call.func))
+            )
             for call in index.find(cst.Call)
             if isinstance(call.func, cst.Attribute)
         )

@@ -9,22 +9,32 @@ from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_literal, integer_value, names_read
+from codemod.analysis.names import integer_literal, integer_value, names_read, number_value
 from codemod.analysis.torch_facts import (
+    ALONG_DIM_FUNCTIONS,
+    ALONG_DIM_METHODS,
     CROSS_ENTROPY,
     CROSS_ENTROPY_MODULES,
+    DTYPE_NAMES,
     FUNCTIONAL,
+    LOSS_FUNCTIONS,
+    LOSS_MODULES,
     NLL_LOSS,
     NLL_LOSS_MODULES,
+    POINTWISE_FUNCTIONS,
+    POINTWISE_METHODS,
     functional_alias,
     is_literal,
+    loss_of,
 )
+from codemod.analysis.torch_ops import Loss, methods, short
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # Keyword arguments of the loss functions (and of their modules' constructors) the fix understands.
 KNOWN_KEYWORDS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 DEFAULT_IGNORE_INDEX = "-100"
+TORCH_METHODS = methods()  # every tensor method of the torch table
 LINE_LENGTH = 100  # a longer rewritten line is split after the per-position sums
 FULL_SLICE = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
 # Calls whose value is the length of a dimension, or a count: never negative.
@@ -97,8 +107,8 @@ class _NotRewritten(Exception):
 class PerPositionLossLoop(Rule):
     """
     ## What it does
-    Finds a Python loop over sequence positions that adds up one
-    cross-entropy (or NLL) per position,
+    Finds a Python loop over sequence positions that adds up one loss per
+    position, cross-entropy (or NLL) first,
 
         for t in range(T):
             loss += F.cross_entropy(logits[:, t], targets[:, t])
@@ -114,6 +124,18 @@ class PerPositionLossLoop(Rule):
     `zip(logits.unbind(1), labels.unbind(1))`; the per-position losses
     appended to a list that is then `torch.stack`ed or `sum`med; or a
     generator, `sum(F.cross_entropy(logits[:, t], y[:, t]) for t in range(T))`.
+
+    Losses other than cross-entropy are batched the same way: every torch
+    loss with one value an element (`F.kl_div`, `F.mse_loss`, `F.l1_loss`,
+    `F.smooth_l1_loss`, the binary cross-entropies, and their modules),
+    their inputs any pointwise expression of position slices (knowledge
+    distillation's `F.log_softmax(student[:, t] / T, -1)` against
+    `F.softmax(teacher[:, t] / T, -1)`, through names assigned in the loop).
+    So is a masked loss: each position's unreduced loss
+    (`reduction="none"`) in a pointwise expression with other position
+    slices, summed, `(l * mask[:, t]).sum()`, becomes one unreduced loss
+    over all positions times the mask, summed; what the loop's sum is
+    divided by after it (`loss / mask.sum()`) is left as written.
 
     A loop whose positions each run the whole model (teacher forcing,
     `model(x[:, :t])[:, -1]`) is reported with the batched alternative: a
@@ -183,8 +205,19 @@ class PerPositionLossLoop(Rule):
     stops at the shorter of the two; the fix needs them to have the same
     number of positions (it raises otherwise).
 
-    Reported without a fix: `reduction="none"` (a per-sample result the loop
-    combines in its own way), `weight=` together with the mean (each position
+    For the other losses, each position's reduction is kept: `"sum"` is one
+    summed call; `"batchmean"` (KL divergence) divides each position's sum
+    by the batch size, `input.size(0)`, so the sum over positions is one
+    summed call divided by it; `"mean"` divides by each position's number of
+    elements, the same for every position, so the sum over K positions is
+    the mean over all of them times K (or, where the loop's range does not
+    show K, each position's mean, summed). Every position slice of the term
+    becomes the same positions of its tensor; a Python number in the term
+    stays as written, and another name is refused, since a tensor could
+    broadcast against one position and not against all of them.
+
+    Reported without a fix: `reduction="none"` not summed in the loop (a
+    per-sample result the loop combines in its own way), `weight=` together with the mean (each position
     is divided by its own sum of class weights), constructor arguments of the
     loss module that are not literals, `size_average`/`reduce`, a loop that
     does more than add one loss per position, and teacher-forced loops.
@@ -193,14 +226,11 @@ class PerPositionLossLoop(Rule):
     CODE = "PM503"
     NAME = "per-position-loss-loop"
     LEVEL = Level.NUMERIC
-    REQUIRES = ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss")
+    REQUIRES = tuple(sorted(short(LOSS_FUNCTIONS | LOSS_MODULES)))  # every loss of one value an element
     MESSAGE = "cross-entropy computed one sequence position at a time in a Python loop; compute it over all positions in one call"
     GAIN = "T softmax/gather launches and their backward nodes become one call: 1.3-2.1x per step on CPU (T=64, benchmarks/bench_batching.py)"
 
     VALID = [
-        Valid(
-            PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t])\n", "not cross-entropy"
-        ),
         Valid(
             PREAMBLE + "emb, cell, head = torch.nn.Embedding(10, 8), torch.nn.GRUCell(8, 8), torch.nn.Linear(8, 10)\n"
             "h, token = torch.zeros(4, 8), targets[:, 0]\nfor t in range(1, 6):\n    h = cell(emb(token), h)\n"
@@ -227,6 +257,29 @@ class PerPositionLossLoop(Rule):
         Invalid(
             PREAMBLE + "for t in range(6):\n    loss += F.cross_entropy(logits[:, t], targets[:, t])\n",
             PREAMBLE + f"loss += {PER_POSITION_MEAN}\n",
+        ),
+        Invalid(
+            PREAMBLE + "mask = (targets != 0).float()\nfor t in range(6):\n"
+            '    l = F.cross_entropy(logits[:, t], targets[:, t], reduction="none")\n'
+            "    loss = loss + (l * mask[:, t]).sum()\nloss = loss / mask.sum()\n",
+            PREAMBLE + "mask = (targets != 0).float()\nloss = (\n    loss\n    + (\n        F.cross_entropy(\n"
+            '            logits[:, :6].flatten(0, 1), targets[:, :6].flatten(0, 1), reduction="none"\n'
+            "        ).view_as(targets[:, :6])\n        * mask[:, :6]\n    ).sum()\n)\nloss = loss / mask.sum()\n",
+            "a masked loss: each position's unreduced loss times its mask, summed",
+        ),
+        Invalid(
+            PREAMBLE + "teacher = torch.randn(4, 6, 10)\nK, T = 4, 2.0\nfor k in range(K):\n"
+            "    loss += F.kl_div(F.log_softmax(logits[:, k] / T, -1), F.softmax(teacher[:, k] / T, -1), "
+            'reduction="batchmean") * T**2\n',
+            PREAMBLE + "teacher = torch.randn(4, 6, 10)\nK, T = 4, 2.0\nloss += (\n    F.kl_div(\n"
+            "        F.log_softmax(logits[:, :K] / T, -1),\n        F.softmax(teacher[:, :K] / T, -1),\n"
+            '        reduction="sum",\n    )\n    / logits.size(0)\n    * (T**2)\n)\n',
+            "distillation over the first K positions: batchmean is each position's sum over the batch size",
+        ),
+        Invalid(
+            PREAMBLE + "for t in range(6):\n    loss += F.mse_loss(logits[:, t], logits[:, t].detach() * 0.5)\n",
+            PREAMBLE + "loss += F.mse_loss(logits[:, :6], logits[:, :6].detach() * 0.5) * 6\n",
+            "a mean squared error per position: as many elements each, so the mean times the positions",
         ),
         Invalid(
             PREAMBLE
@@ -318,11 +371,20 @@ class PerPositionLossLoop(Rule):
         if not losses or self._recurrent(node):
             return
         try:
-            edits, imports = self._rewrite_loop(node, loop)
+            try:
+                edits, imports = self._rewrite_loop(node, loop)
+            except _NotRewritten as reason:
+                if self._teacher_forced(node.body, loop):
+                    raise
+                try:
+                    edits, imports = self._general_rewrite(node, loop)
+                except _NotRewritten as general:
+                    cross_entropy = all(self._loss_kind(call) is not None for call in losses)
+                    raise (reason if cross_entropy else general) from None
         except _NotRewritten as reason:
             self.report(node, f"{self._message(node.body, loop)}; not rewritten: {reason}")
             return
-        self.report(node, edits=edits, imports=imports)
+        self.report(node, self._message(node.body, loop), edits=edits, imports=imports)
 
     def _recurrent(self, node: cst.For) -> bool:
         """Does each position run a module on what the one before it made (free-running
@@ -389,17 +451,37 @@ class PerPositionLossLoop(Rule):
         assigned = None
         found = []
         for call in own_nodes(self.context.index, cst.Call, body):
-            if self._loss_kind(call) is None:
+            if self._loss_kind(call) is None and self._any_loss(call) is None:
                 continue
             for arg in call.args[:2]:
                 value = arg.value
                 if isinstance(value, cst.Name) and value.value not in loop.rows:
                     assigned = self._assigned_in(body) if assigned is None else assigned
                     value = assigned.get(value.value, value)
-                if self._at_position(value, loop):
+                assigned = self._assigned_in(body) if assigned is None else assigned
+                if self._at_position(value, loop) or self._reads_position(value, loop, assigned):
                     found.append(call)
                     break
         return found
+
+    def _reads_position(self, expr: cst.BaseExpression, loop: _Loop, assigned: dict, depth: int = 0) -> bool:
+        """Does `expr` read positions of a tensor, `x[:, t]` or `x[:, :t]`, inside the
+        pointwise functions around it or through the names the body assigns?"""
+        if loop.var is None or depth > 3:
+            return False
+        for subscript in _subscripts(expr):
+            elements = list(subscript.slice)
+            if (
+                len(elements) >= 2
+                and m.matches(elements[0], FULL_SLICE)
+                and loop.var in {n.value for n in names_read(elements[1])}
+            ):
+                return True
+        return any(
+            self._reads_position(assigned[name.value], loop, assigned, depth + 1)
+            for name in names_read(expr)
+            if name.value in assigned and assigned[name.value] is not expr
+        )
 
     def _at_position(self, expr: cst.BaseExpression, loop: _Loop) -> bool:
         """`x[:, <reads t>, ...]` (through calls and attributes of it), or a row of the zip."""
@@ -424,28 +506,56 @@ class PerPositionLossLoop(Rule):
         return found
 
     def _message(self, body: cst.CSTNode, loop: _Loop) -> str:
+        cross_entropy = all(self._loss_kind(call) is not None for call in self._position_losses(body, loop))
+        loss = "cross-entropy" if cross_entropy else "the loss"
         if loop.var is not None and self._teacher_forced(body, loop):
             return (
-                "the model runs once per sequence position (teacher forcing) and cross-entropy is computed per "
+                f"the model runs its forward once per sequence position (teacher forcing) and {loss} is computed per "
                 "position; a causal model gives every position's logits in one call (`logits = model(x[:, :-1])`), "
-                "then one cross-entropy over all positions"
+                f"then one {'cross-entropy' if cross_entropy else 'loss'} over all positions"
             )
-        return self.MESSAGE
+        return self.MESSAGE if cross_entropy else self.MESSAGE.replace("cross-entropy", "a loss", 1)
 
     def _teacher_forced(self, body: cst.CSTNode, loop: _Loop) -> bool:
         """Does the body run the model (or another callable of this program) on something
         that reads the position: `model(x[:, :t])`?"""
+        assigned = self._assigned_in(body)
         for call in own_nodes(self.context.index, cst.Call, body):
-            if self._loss_kind(call) is not None:
+            if self._loss_kind(call) is not None or self._any_loss(call) is not None:
                 continue
-            if isinstance(call.func, cst.Attribute) and not self.context.training.is_model(call.func):
+            if isinstance(call.func, cst.Attribute) and not (
+                self.context.training.is_model(call.func) or self._runs_a_module(call.func)
+            ):
                 continue  # a method of a tensor or of a library
             names = self.context.names.of(call.func)
             if names and all(n.startswith(("torch.", "builtins.")) for n in names):
                 continue
-            if any(loop.var in {n.value for n in names_read(arg.value)} for arg in call.args):
+            if any(self._reads_var(arg.value, loop, assigned) for arg in call.args):
                 return True
         return False
+
+    def _runs_a_module(self, func: cst.Attribute) -> bool:
+        """`llm.model(...)`: an attribute of a value this file cannot type (a parameter)
+        called, not a tensor method torch has: it may run a module."""
+        kinds = self.context.kinds
+        receiver = kinds.fact(func.value).kind
+        return (
+            func.attr.value not in TORCH_METHODS
+            and receiver in (Kind.MODULE, Kind.UNKNOWN)
+            and isinstance(func.value, (cst.Name, cst.Attribute))
+            and not self.context.names.of(func)
+        )
+
+    def _reads_var(self, expr: cst.BaseExpression, loop: _Loop, assigned: dict, depth: int = 0) -> bool:
+        """Does `expr` read the loop variable, itself or through the names the body assigns?"""
+        reads = names_read(expr)
+        if any(n.value == loop.var for n in reads):
+            return True
+        return depth < 4 and any(
+            self._reads_var(assigned[n.value], loop, assigned, depth + 1)
+            for n in reads
+            if n.value in assigned and assigned[n.value] is not expr
+        )
 
     def _rewrite_loop(self, node: cst.For, loop: _Loop):
         """The edits that turn the loop into one call, or _NotRewritten."""
@@ -491,6 +601,132 @@ class PerPositionLossLoop(Rule):
             edits += self._list_edits(node, statement, term, loop)
         edits.append(unwrap(node))
         return edits, imports
+
+    # -- any per-element loss, and the loss combined per position ------------------------
+
+    def _general_rewrite(self, node: cst.For, loop: _Loop):
+        """The edits that turn `acc += <term of t>` (after assignments of names the term
+        reads) into one expression over all positions, for a term that is a loss reduced
+        per position (`mean`, `sum`, `batchmean`) times constants, or `.sum()` / `.mean()`
+        of a pointwise expression of position slices and unreduced losses (a masked loss)."""
+        if loop.var is None or not isinstance(node.body, cst.IndentedBlock):
+            raise _NotRewritten("the loop does more than add one loss per position")
+        if not all(isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in node.body.body):
+            raise _NotRewritten("the loop does more than add one loss per position")
+        *setup, statement = [line.body[0] for line in node.body.body]
+        temporaries: dict[str, cst.Assign] = {}
+        for assign in setup:
+            if not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+                raise _NotRewritten("the loop does more than add one loss per position")
+            name = assign.targets[0].target.value
+            if name in temporaries or name == loop.var:
+                raise _NotRewritten(f"`{name}` is bound more than once in the loop")
+            temporaries[name] = assign
+        accumulated = self._accumulated(statement)
+        if accumulated is None:
+            raise _NotRewritten("the loop does more than add one loss per position")
+        accumulator, value = accumulated
+        term = value
+        for _ in range(len(temporaries) + 1):  # names assigned from names assigned before them
+            read = [n.value for n in names_read(term) if n.value in temporaries]
+            if not read:
+                break
+            if any(read.count(name) != 1 for name in read):
+                raise _NotRewritten(f"`{read[0]}` is read more than once by the loss")
+            term = _inline(term, temporaries)
+        else:
+            raise _NotRewritten("the names the loop assigns depend on each other")
+        used = {n.value for n in names_read(term)}
+        if accumulator.value in used:
+            raise _NotRewritten(f"each term reads `{accumulator.value}`")
+        unused = [name for name in temporaries if not self._reaches(name, value, temporaries)]
+        if unused:
+            raise _NotRewritten(f"`{unused[0]}` is assigned in the loop but not read by the loss")
+        for target in [*(a.targets[0].target for a in temporaries.values()), node.target]:
+            if self._read_after(node, target):
+                raise _NotRewritten(f"`{target.value}` is read after the loop, and the fix leaves it unbound")
+        values = {name: assign.value for name, assign in temporaries.items()}
+        batched, imports = _Batched(self, loop, values).total(value)
+        edits: list = [Remove(self.context.parents[assign]) for assign in temporaries.values()]
+        edits += [Replace(value, cst.parse_expression(batched)), unwrap(node)]
+        return edits, imports
+
+    @staticmethod
+    def _reaches(name: str, value: cst.BaseExpression, temporaries: dict[str, cst.Assign]) -> bool:
+        frontier, seen = [value], set()
+        while frontier:
+            for read in names_read(frontier.pop()):
+                if read.value == name:
+                    return True
+                if read.value in temporaries and read.value not in seen:
+                    seen.add(read.value)
+                    frontier.append(temporaries[read.value].value)
+        return False
+
+    def _any_loss(self, call: cst.Call) -> tuple[str, Loss, cst.Call | None] | None:
+        """(qualified function, its facts, the module's constructor or None) for a call of a
+        torch loss function or of a loss module built once (`criterion = nn.MSELoss()`)."""
+        functional = {n for n in self.context.names.of(call.func) if n.startswith(f"{FUNCTIONAL}.")}
+        found = loss_of(functional)
+        if found is not None:
+            return (*found, None) if found[1].per_element else None
+        if isinstance(call.func, cst.Name):
+            values = self.context.bindings.values(call.func)
+        elif isinstance(call.func, cst.Attribute):
+            values = self.context.bindings.attribute_values(call.func)
+        else:
+            return None
+        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+            return None
+        found = loss_of(self.context.names.of(values[0].func))
+        if found is None or not found[1].per_element:
+            return None
+        return (*found, values[0])
+
+    def _scalar(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """A Python number the code shows: a literal, arithmetic of them, a name bound only
+        to them (also by unpacking a tuple of literals), or a parameter annotated `int` or
+        `float` or with a number for its default: the same for every position (a tensor
+        could broadcast against one position's slice and not against all of them)."""
+        if depth > 4:
+            return False
+        if number_value(expr) is not None:
+            return True
+        if isinstance(expr, cst.BinaryOperation):
+            return self._scalar(expr.left, depth + 1) and self._scalar(expr.right, depth + 1)
+        if isinstance(expr, cst.UnaryOperation):
+            return self._scalar(expr.expression, depth + 1)
+        if not isinstance(expr, cst.Name):
+            return False
+        scope = self.context.scopes.get(expr)
+        if scope is None or not scope[expr.value]:
+            return False
+        for assignment in scope[expr.value]:
+            node = getattr(assignment, "node", None)
+            parent = self.context.parents.get(node) if node is not None else None
+            if isinstance(node, cst.Param) or isinstance(parent, cst.Param):
+                param = node if isinstance(node, cst.Param) else parent
+                annotation = param.annotation.annotation if param.annotation is not None else None
+                if not (
+                    m.matches(annotation, m.Name("float") | m.Name("int"))
+                    or (param.default is not None and number_value(param.default) is not None)
+                ):
+                    return False
+                continue
+            if type(assignment) is not Assignment:
+                return False
+            value = self.context.bindings.assigned_value(assignment)
+            if value is None:
+                unpacked = self.context.bindings.unpacked(assignment)
+                if unpacked is None or not isinstance(unpacked[0], (cst.Tuple, cst.List)):
+                    return False
+                elements = unpacked[0].elements
+                if unpacked[1] >= len(elements):
+                    return False
+                value = elements[unpacked[1]].value
+            if not self._scalar(value, depth + 1):
+                return False
+        return True
 
     @staticmethod
     def _accumulated(statement: cst.BaseSmallStatement) -> tuple[cst.Name, cst.BaseExpression] | None:
@@ -1107,3 +1343,297 @@ def _is_constant(expr: cst.BaseExpression, loop: _Loop) -> bool:
     return isinstance(expr, (cst.Name, cst.Attribute)) or (
         isinstance(expr, cst.BinaryOperation) and _is_constant(expr.left, loop) and _is_constant(expr.right, loop)
     )
+
+
+def _subscripts(expr: cst.BaseExpression) -> list[cst.Subscript]:
+    return list(m.findall(expr, m.Subscript())) if isinstance(expr, cst.CSTNode) else []
+
+
+class _Batched:
+    """One position's term, as text over all the positions a loop visits."""
+
+    def __init__(self, rule: PerPositionLossLoop, loop: _Loop, temporaries: dict[str, cst.BaseExpression]) -> None:
+        self.rule = rule
+        self.loop = loop
+        self.temporaries = temporaries  # names the loop assigns before the term, read once each
+        self.reads = {id(n) for v in [*temporaries.values()] for n in names_read(v)}
+        self.code = rule.context.module.code_for_node
+        self.operands: list[tuple[cst.Subscript, _Operand]] = []
+        self.texts: dict[int, str] = {}
+        self.imports: list[tuple[str, str | None]] = []
+
+    def total(self, term: cst.BaseExpression) -> tuple[str, list]:
+        """The sum over the positions of `term`, and the imports it needs."""
+        self.reads |= {id(n) for n in names_read(term)}
+        text = self._total(term)
+        return text, self.imports
+
+    def _total(self, term: cst.BaseExpression) -> str:
+        term = self._value(term)
+        if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Multiply, cst.Divide)):
+            operator = "*" if isinstance(term.operator, cst.Multiply) else "/"
+            if self.rule._scalar(term.right) and not self._reads(term.right):
+                return f"{self._total(term.left)} {operator} {_wrapped(self.code(term.right))}"
+            if operator == "*" and self.rule._scalar(term.left) and not self._reads(term.left):
+                return f"{_wrapped(self.code(term.left))} * {self._total(term.right)}"
+        if term.lpar and isinstance(term, cst.BinaryOperation):
+            return self._total(term.with_changes(lpar=(), rpar=()))
+        if not isinstance(term, cst.Call):
+            raise _NotRewritten("what the loop adds is not a loss per position (times a constant)")
+        found = self.rule._any_loss(term)
+        if found is not None:
+            function, facts, constructor = found
+            reduction, call = self._loss_call(term, function, facts, constructor)
+            if reduction == "none":
+                raise _NotRewritten('reduction="none" gives per-sample losses that the loop combines in its own way')
+            if facts.class_targets:
+                if reduction != "sum":
+                    raise _NotRewritten("each position's mean divides by its own count of targets")
+                return call("sum")
+            if reduction == "sum":
+                return call("sum")
+            if reduction == "batchmean":  # each position's sum over its batch size: the base's first size
+                return f"{call('sum')} / {self.code(self.operands[0][1].base)}.size(0)"
+            return self._sum_of_means(call("mean"), call("none"))
+        reduced = self._reduction(term)
+        if reduced is None:
+            raise _NotRewritten("what the loop adds is not a loss per position (times a constant)")
+        kind, operand = reduced
+        self._pointwise(operand)
+        self._align()
+        text = _wrapped(self._substitute(operand))
+        if kind == "sum":
+            return f"{text}.sum()"
+        return self._sum_of_means(f"{text}.mean()", text)
+
+    def _sum_of_means(self, mean: str, unreduced: str) -> str:
+        """The sum over the positions of each position's mean: every position has as many
+        elements, so the mean over all of them times the number of positions, where the
+        loop's range shows that number; else each position's mean, summed."""
+        count = self.rule._count(self.loop.start, self.loop.stop) if self.loop.var is not None else None
+        if count is not None and count >= 1:
+            start = self.loop.start
+            plain = start is None or _is_zero(start)
+            return f"{mean} * {self.code(self.loop.stop) if plain else count}"
+        return f"{unreduced}.transpose(0, 1).flatten(1).mean(1).sum()"
+
+    def _reduction(self, call: cst.Call) -> tuple[str, cst.BaseExpression] | None:
+        """("sum" or "mean", what it reduces) for `x.sum()`, `x.mean()`, `torch.sum(x)`."""
+        if call.args and isinstance(call.func, cst.Attribute) and call.func.attr.value in ("sum", "mean"):
+            return None
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("sum", "mean"):
+            names = self.rule.context.names.of(call.func)
+            if not names or not any(n.startswith("torch.") for n in names):
+                return call.func.attr.value, call.func.value
+        if self.rule.context.names.is_(call.func, "torch.sum", "torch.mean") and len(call.args) == 1:
+            arg = call.args[0]
+            if arg.keyword is None and not arg.star:
+                return call.func.attr.value if isinstance(call.func, cst.Attribute) else "sum", arg.value
+        return None
+
+    def _loss_call(self, call: cst.Call, function: str, facts: Loss, constructor: cst.Call | None):
+        """(its reduction, a function of a reduction giving the call over all positions)."""
+        keywords: dict[str, str] = {}
+        reduction = facts.reduction
+        allowed = set(facts.options) | ({"weight", "ignore_index", "label_smoothing"} if facts.class_targets else set())
+        arguments = constructor.args if constructor is not None else call.args
+        if constructor is not None and any(a.keyword is not None for a in call.args):
+            raise _NotRewritten("the loss module is called with keyword arguments")
+        plain = [a for a in call.args if a.keyword is None and not a.star]
+        named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if any(a.star for a in [*call.args, *arguments]) or len(plain) > 2:
+            raise _NotRewritten("arguments passed by position or unpacked are not followed")
+        if constructor is not None and any(a.keyword is None for a in constructor.args):
+            raise _NotRewritten("arguments passed by position or unpacked are not followed")
+        for arg in arguments:
+            if arg.keyword is None or arg.keyword.value in ("input", "target"):
+                continue
+            key = arg.keyword.value
+            if key == "reduction":
+                if not isinstance(arg.value, cst.SimpleString):
+                    raise _NotRewritten("its reduction is not a literal")
+                reduction = arg.value.evaluated_value
+                if (
+                    reduction == "batchmean"
+                    and not facts.batchmean
+                    or reduction not in ("mean", "sum", "none", "batchmean")
+                ):
+                    raise _NotRewritten(f'reduction="{reduction}" is not one of the loss\'s')
+            elif key in allowed and not self._reads(arg.value):
+                keywords[key] = self.code(arg.value)
+            else:
+                raise _NotRewritten(f"`{key}=` is not understood by the fix")
+        inputs = plain[0].value if plain else named.get("input")
+        target = plain[1].value if len(plain) > 1 else named.get("target")
+        if inputs is None or target is None:
+            raise _NotRewritten("the loss's input and target are not both given")
+        self._pointwise(inputs)
+        self._pointwise(target)
+        if not self.operands:
+            raise _NotRewritten("the loss does not read `x[:, t]` of the loop's position `t`")
+        self._align()
+        batched_input, batched_target = self._substitute(inputs), self._substitute(target)
+        if constructor is not None:
+            alias = functional_alias(self.rule.context.module)
+            if alias is None:
+                self.imports.append((FUNCTIONAL, None))
+            name = f"{alias or FUNCTIONAL}.{facts.functional}"
+        else:
+            name = self.code(call.func)
+        extra = "".join(f", {k}={v}" for k, v in keywords.items())
+
+        def over_positions(reduced: str) -> str:
+            if facts.class_targets:
+                flat = f"{name}({_wrapped(batched_input)}.flatten(0, 1), {_wrapped(batched_target)}.flatten(0, 1)"
+                if reduced == "none":
+                    return f'{flat}, reduction="none"{extra}).view_as({batched_target})'
+                return f'{flat}, reduction="{reduced}"{extra})'
+            chosen = "" if reduced == facts.reduction else f', reduction="{reduced}"'
+            return f"{name}({batched_input}, {batched_target}{chosen}{extra})"
+
+        return reduction, over_positions
+
+    # -- pointwise expressions of position slices --------------------------------------
+
+    def _value(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """What a name the loop assigns holds; `expr` itself otherwise."""
+        while isinstance(expr, cst.Name) and expr.value in self.temporaries:
+            expr = self.temporaries[expr.value]
+        return expr
+
+    def _reads(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Does `expr` read the position (itself or through the names the loop assigns)?"""
+        reads = names_read(expr)
+        if any(n.value == self.loop.var or n.value in self.loop.rows for n in reads):
+            return True
+        return depth < 8 and any(
+            self._reads(self.temporaries[n.value], depth + 1) for n in reads if n.value in self.temporaries
+        )
+
+    def _pointwise(self, expr: cst.BaseExpression) -> None:
+        expr = self._value(expr)
+        self._pointwise_value(expr)
+
+    def _pointwise_value(self, expr: cst.BaseExpression) -> None:
+        """Check that `expr` computes each element of one position from the same elements
+        of the positions it reads (slices `x[:, t]`, pointwise torch ops, softmaxes along a
+        negative dim, unreduced losses, Python numbers); collect its slices."""
+        if not self._reads(expr):
+            if self.rule._scalar(expr) or self._constant_argument(expr):
+                return
+            raise _NotRewritten(
+                f"`{self.code(expr)}` may be a tensor, which broadcasts against one position "
+                "otherwise than against all of them"
+            )
+        if isinstance(expr, cst.Subscript):
+            operand = self.rule._operand(expr, self.loop, trailing=True)
+            if operand is None or operand.full:
+                raise _NotRewritten(f"`{self.code(expr)}` is not one position `x[:, t]` of a tensor")
+            self.operands.append((expr, operand))
+            return
+        if isinstance(expr, cst.BinaryOperation) and isinstance(
+            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
+        ):
+            self._pointwise(expr.left)
+            self._pointwise(expr.right)
+            return
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            self._pointwise(expr.expression)
+            return
+        if isinstance(expr, cst.Call):
+            self._pointwise_call(expr)
+            return
+        raise _NotRewritten(f"`{self.code(expr)}` is not computed position by position")
+
+    def _constant_argument(self, expr: cst.BaseExpression) -> bool:
+        """A dtype or a device (`torch.float32`, `device`): not a tensor."""
+        kinds = self.rule.context.kinds
+        if isinstance(expr, (cst.SimpleString, cst.Name)) and m.matches(expr, m.Name("None") | m.SimpleString()):
+            return True
+        if kinds.fact(expr).kind is Kind.DEVICE:
+            return True
+        names = self.rule.context.names.of(expr)
+        return bool(names) and all(n.startswith("torch.") and n.rsplit(".", 1)[1] in DTYPE_NAMES for n in names)
+
+    def _pointwise_call(self, call: cst.Call) -> None:
+        names = self.rule.context.names.of(call.func)
+        args = [a for a in call.args]
+        if any(a.star for a in args):
+            raise _NotRewritten(f"`{self.code(call)}` unpacks its arguments")
+        found = self.rule._any_loss(call)
+        if found is not None:
+            function, facts, constructor = found
+            reduction, _ = self._loss_call(call, function, facts, constructor)
+            if reduction != "none":
+                raise _NotRewritten("a reduced loss inside what each position adds")
+            return
+        if names & POINTWISE_FUNCTIONS:
+            for arg in args:
+                self._pointwise(arg.value)
+            return
+        method = isinstance(call.func, cst.Attribute) and not (names and any(n.startswith("torch.") for n in names))
+        if method and call.func.attr.value in POINTWISE_METHODS:
+            self._pointwise(call.func.value)
+            for arg in args:
+                self._pointwise(arg.value)
+            return
+        along = names & ALONG_DIM_FUNCTIONS
+        if along or method and call.func.attr.value in ALONG_DIM_METHODS:
+            tensor = call.func.value if not along else (args[0].value if args and args[0].keyword is None else None)
+            rest = args if not along else args[1:]
+            dims = [a.value for a in rest if a.keyword is None or a.keyword.value == "dim"]
+            others = [a for a in rest if a.keyword is not None and a.keyword.value != "dim"]
+            dim = integer_value(dims[0]) if len(dims) == 1 else None
+            if tensor is None or dim is None or dim >= 0 or any(a.keyword.value != "dtype" for a in others):
+                raise _NotRewritten(
+                    f"`{self.code(call)}` is not taken along a dim counted from the end (`dim=-1`), "
+                    "which all the positions at once would keep"
+                )
+            self._pointwise(tensor)
+            for arg in others:
+                self._pointwise(arg.value)
+            return
+        raise _NotRewritten(f"`{self.code(call)}` is not computed position by position")
+
+    def _align(self) -> None:
+        """Every slice of the term as the same positions in the same order: slices where all
+        of them are one, else the loop's index arithmetic over `torch.arange`."""
+        signs = {operand.sign for _, operand in self.operands}
+        sliced = [self.rule._sliced(o, self.loop) if len(signs) == 1 else None for _, o in self.operands]
+        if all(s is not None for s in sliced):
+            self.texts = {id(node): text for (node, _), text in zip(self.operands, sliced)}
+        else:
+            self.texts = {id(node): self.rule._gathered(o, self.loop) for node, o in self.operands}
+
+    def _substitute(self, expr: cst.BaseExpression) -> str:
+        """`expr` with each slice replaced by its slice over all positions, and each
+        unreduced loss by the loss over all positions."""
+        return self.code(expr.visit(_Substitute(self)))
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, batched: _Batched) -> None:
+        super().__init__()
+        self.batched = batched
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.batched.texts
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        if (
+            isinstance(original, cst.Name)
+            and id(original) in self.batched.reads
+            and original.value in self.batched.temporaries
+        ):
+            value = self.batched._substitute(self.batched.temporaries[original.value])
+            return cst.parse_expression(_wrapped(value))
+        text = self.batched.texts.get(id(original))
+        if text is not None:
+            return cst.parse_expression(text).with_changes(lpar=original.lpar, rpar=original.rpar)
+        if isinstance(original, cst.Call):
+            found = self.batched.rule._any_loss(original)
+            if found is not None:
+                function, facts, constructor = found
+                _, over = self.batched._loss_call(original, function, facts, constructor)
+                return cst.parse_expression(over("none"))
+        return updated

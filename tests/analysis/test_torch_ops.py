@@ -183,6 +183,40 @@ def test_each_loss_has_torchs_defaults(name):
         assert _resolve(f"{FUNCTIONAL}.{loss.functional}") is not None
 
 
+FUNCTIONAL_LOSSES = sorted(n for n, op in OPS.items() if op.loss is not None and n.startswith(FUNCTIONAL))
+# Inputs torch accepts for each loss that reduces one value an element (probabilities for BCE).
+LOSS_INPUTS = {"binary_cross_entropy": lambda x, y: (x.sigmoid(), y.sigmoid())}
+
+
+@pytest.mark.parametrize("name", [n for n in FUNCTIONAL_LOSSES if OPS[n].loss.per_element])
+def test_each_loss_unreduced_shape_options_and_batchmean_are_torchs(name):
+    """What PM503 relies on to batch a loss computed one position at a time: the unreduced
+    loss's shape (the target's for class targets, else the input's), the keywords that
+    change each element's loss, and `batchmean` as the sum over the input's first size."""
+    loss = OPS[name].loss
+    function = _resolve(name)
+    torch.manual_seed(0)
+    x = torch.randn(4, 5, dtype=torch.float64)
+    if loss.class_targets:
+        y = torch.randint(5, (4,))
+        x = x.log_softmax(-1)
+        assert function(x, y, reduction="none").shape == y.shape
+    else:
+        x, y = LOSS_INPUTS.get(loss.functional, lambda a, b: (a, b))(x, torch.randn(4, 5, dtype=torch.float64))
+        if loss.functional == "kl_div":
+            x, y = x.log_softmax(-1), y.softmax(-1)
+        none = function(x, y, reduction="none")
+        assert none.shape == x.shape
+        torch.testing.assert_close(function(x, y), none.mean())
+    parameters = inspect.signature(function).parameters
+    assert set(loss.options) <= set(parameters)
+    if loss.batchmean:
+        torch.testing.assert_close(function(x, y, reduction="batchmean"), function(x, y, reduction="sum") / x.size(0))
+    else:
+        with pytest.raises((ValueError, RuntimeError, KeyError)):
+            function(x, y, reduction="batchmean")
+
+
 # What a module's forward shows when it multiplies matrices: a matmul or convolution call,
 # the `@` operator, cuDNN's RNN kernels, or the submodules (attention, feed-forward blocks,
 # encoder, decoder) that torch's own composite layers call.
@@ -215,3 +249,25 @@ def test_module_methods_returning_self_do(name):
         return
     kwargs = {"device": "cpu"} if name == "to_empty" else {}
     assert getattr(module, name)(*arguments.get(name, ()), **kwargs) is module
+
+
+def test_compile_breaks_are_where_the_installed_dynamo_breaks_the_graph():
+    """The table's `compile_breaks`: a recurrent layer and a sparse tensor each break the
+    graph of a compiled function (dynamo only; the eager backend compiles nothing)."""
+    from torch._dynamo.utils import counters
+
+    assert torch._dynamo.config.allow_rnn is False
+    breaking = {n for n, op in OPS.items() if op.compile_breaks is not None}
+    assert {f"torch.nn.{n}" for n in ("GRU", "LSTM", "RNN")} <= breaking and "torch.spmm" in breaking
+    gru, linear = torch.nn.GRU(4, 8, batch_first=True), torch.nn.Linear(8, 2)
+    adjacency = torch.eye(5).to_sparse()
+    cases = [
+        (lambda x: linear(gru(x)[0]).sum(), (torch.randn(2, 3, 4),)),
+        (lambda a, x: torch.spmm(a, x * 2).sum(), (adjacency, torch.randn(5, 3))),
+    ]
+    for function, args in cases:
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(function, backend="eager")(*args)
+        assert sum(counters["graph_break"].values()) >= 1, function
+    torch._dynamo.reset()

@@ -137,7 +137,7 @@ def load_main(source: str):
     return namespace["main"]
 
 
-@pytest.mark.parametrize("case", ["k_token_loss", "multi_token_head"])
+@pytest.mark.parametrize("case", ["k_token_loss", "multi_token_head", "distill_first_k"])
 def test_rewritten_fixture_trains_the_same_model(case):
     source = (FIXTURES / f"{case}.in.py").read_text()
     new_source = (FIXTURES / f"{case}.out.py").read_text()
