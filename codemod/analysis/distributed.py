@@ -85,6 +85,15 @@ SEEDS = {
     "random": {"random.seed"},
 }
 PERMUTATIONS = {"torch.randperm", "numpy.random.permutation"}
+# Samplers that draw with replacement from torch's global generator (unless given one of
+# their own), and the position of their `num_samples`: each rank can draw its share.
+REPLACEMENT_SAMPLERS = {
+    "torch.utils.data.RandomSampler": 2,
+    "torch.utils.data.sampler.RandomSampler": 2,
+    "torch.utils.data.WeightedRandomSampler": 1,
+    "torch.utils.data.sampler.WeightedRandomSampler": 1,
+}
+WEIGHTED_SAMPLERS = {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler"}
 SPARSE_EMBEDDINGS = {
     "torch.nn.Embedding",
     "torch.nn.EmbeddingBag",

@@ -10,6 +10,7 @@ from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH, RANDOM, SAME, Ste
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.periodic import periodic
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -707,6 +708,7 @@ class _Planner:
         self.world_uses: list[cst.CSTNode] = []  # where the `world` variable is read
         self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
         self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
+        self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
 
     def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
         """facts.calls_of, once per function."""
@@ -1177,10 +1179,12 @@ class _Planner:
                 self._single_assignment(device) if isinstance(device, cst.Name) else self._attribute_assignment(device)
             )
             if statement is not None:
-                self._check_device_index(value)
+                zeros = self._check_device_index(value, chosen=True)
                 setup = _Setup(statement, facts.function_of(self.context, statement), value, None)
                 if all(self._after_setup(node, setup) for node, _ in needs):
+                    self.edits.extend(Replace(zero, _expr('"cuda"')) for zero in zeros)
                     return setup
+                self._check_device_index(value)
                 device = value  # chosen too late: setup() goes earlier, with the same value
         first = origin.setup[0]
         if (
@@ -1255,7 +1259,12 @@ class _Planner:
             raise _Blocked(self.origin.anchor, "it cannot tell which device the model is moved to")
         return None
 
-    def _check_device_index(self, value: cst.BaseExpression) -> None:
+    def _check_device_index(self, value: cst.BaseExpression, chosen: bool = False) -> list[cst.Integer]:
+        """Raises for a fixed GPU, which every rank would use. GPU 0 where the script chooses
+        its one device (`chosen`: the value setup() gets, which every use reads) is the GPU a
+        single process uses by default; those indices come back, to become "cuda", which
+        setup() makes each process's own GPU and which, alone, is still GPU 0."""
+        zeros = []
         for string in self.index.find(cst.SimpleString, within=value):
             text = string.evaluated_value
             if isinstance(text, str) and text.startswith("cuda:"):
@@ -1268,12 +1277,15 @@ class _Planner:
             raise _Blocked(value, "the device is a fixed GPU; every rank would use it")
         branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
         for branch in branches:
-            if isinstance(branch, cst.Integer):
+            if isinstance(branch, cst.Integer) and chosen and integer_value(branch) == 0:
+                zeros.append(branch)
+            elif isinstance(branch, cst.Integer):
                 raise _Blocked(
                     branch,
                     f"the device is GPU {branch.value} (an index is a CUDA device); every rank would use it "
                     '(write "cuda": setup() gives each process its own)',
                 )
+        return zeros
 
     def _single_assignment(self, name: cst.Name):
         """(statement, value) of the one plain `name = value` line that binds `name`."""
@@ -1385,11 +1397,33 @@ class _Planner:
         data = self.context.loaders.step_data(statement)
         if data is not None:
             raise _Blocked(statement.iter, self._step_data_reason(statement, data))
+        elsewhere = self._built_elsewhere(statement)
+        if elsewhere is not None:
+            raise _Blocked(
+                statement.iter,
+                f"the batches of `{self._src(statement.iter)}` come from a DataLoader that another module "
+                f"of the project builds ({elsewhere}); PM601 rewrites only the file that trains: give that "
+                "DataLoader a DistributedSampler and the per-rank batch size there",
+            )
         raise _Blocked(
             statement.iter,
             f"it cannot tell where the batches of `{self._src(statement.iter)}` come from, "
             "so it cannot split them over the ranks; use a DataLoader",
         )
+
+    def _built_elsewhere(self, loop: cst.For) -> str | None:
+        """`path:line` of the DataLoader construction in another module of the project that
+        the loop's batches come from (`train, val = get_loaders()` of `from data import ...`)."""
+        loaders = self.context.loaders
+        found = loaders.iterated(loop.iter, loop.target)
+        if len(found) != 1:
+            return None
+        for source in loaders.sources(found[0][0], (), 0):
+            external = loaders.external.get(id(source))
+            if external is not None:
+                _, function, _ = external
+                return project_of(self.context).shown(function, source)
+        return None
 
     def _step_data_reason(self, loop: cst.For, data: StepData) -> str:
         """Why PM601 does not split the steps of `loop` over ranks: what its data is (RANDOM, SAME, OUTSIDE)."""
@@ -1468,9 +1502,9 @@ class _Planner:
             )
         if any(a.star for a in call.args):
             raise _Blocked(call, "the DataLoader takes `*args`/`**kwargs`; PM601 cannot see its sampler and batch size")
-        for keyword, position in (("sampler", SAMPLER_AT), ("batch_sampler", BATCH_SAMPLER_AT)):
-            if (kwarg(call, keyword) or positional(call, position)) is not None:
-                raise _Blocked(call, f"the DataLoader has its own `{keyword}`; split it over the ranks by hand")
+        own_sampler = kwarg(call, "sampler") or positional(call, SAMPLER_AT)
+        if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_AT)) is not None:
+            raise _Blocked(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
         if not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
             raise _Blocked(call, "the DataLoader is not built in a statement of its own")
         if self.index.inside(statement, loop) or any(
@@ -1490,6 +1524,10 @@ class _Planner:
             )
         if isinstance(size.value, cst.Name) and size.value.value == "None":
             raise _Blocked(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
+        if own_sampler is not None:
+            self._share_draws(own_sampler.value, call)
+            self.edits.append(Replace(size.value, lambda value: _call("distributed.local_batch_size", value)))
+            return
         sampler_name = self._fresh("sampler")
         check = self._world_check(statement)
         shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_AT)
@@ -1527,6 +1565,46 @@ class _Planner:
         self.edits.append(AddKeyword(call, "sampler", cst.Name(sampler_name)))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, sampler_name)
+
+    def _share_draws(self, sampler: cst.BaseExpression, call: cst.Call) -> None:
+        """A sampler that draws `num_samples` indices with replacement from torch's global
+        generator: each rank draws its share of them (`local_batch_size(num_samples)`),
+        from that generator reseeded per rank (see _seeds). Together the ranks draw as
+        many indices an epoch as the one process, each at random: the same distribution,
+        other indices. Any other sampler of the script's own is left to the user."""
+        reason = f"the DataLoader has its own `sampler` (`{self._src(sampler)}`); split it over the ranks by hand"
+        value = sampler
+        if isinstance(value, cst.Name):
+            values = self.bindings.values(value) or []
+            value = values[0] if len(values) == 1 else None
+        if not isinstance(value, cst.Call) or any(a.star for a in value.args):
+            raise _Blocked(call, reason)
+        qualified = next((n for n in self.names.of(value.func) if n in facts.REPLACEMENT_SAMPLERS), None)
+        if qualified is None:
+            raise _Blocked(call, reason)
+        replacement = kwarg(value, "replacement") or positional(
+            value, 1 if qualified not in facts.WEIGHTED_SAMPLERS else 2
+        )
+        drawn = _code(replacement.value) if replacement is not None else None
+        if drawn != "True" and not (drawn is None and qualified in facts.WEIGHTED_SAMPLERS):
+            raise _Blocked(
+                call,
+                f"{reason}: without replacement it draws a permutation, which the ranks would have to share",
+            )
+        if kwarg(value, "generator") is not None:
+            raise _Blocked(
+                call,
+                f"{reason}: it draws from a generator of its own, seeded alike on every rank",
+            )
+        count = kwarg(value, "num_samples") or positional(value, facts.REPLACEMENT_SAMPLERS[qualified])
+        if count is None:
+            raise _Blocked(
+                call,
+                f"{reason}: it draws len(dataset) indices an epoch; give it `num_samples`, which PM601 "
+                "splits over the ranks",
+            )
+        self.edits.append(Replace(count.value, lambda value: _call("distributed.local_batch_size", value)))
+        self.sampler_draws = value
 
     def _check_dataset(self, dataset: cst.BaseExpression) -> None:
         if isinstance(dataset, cst.Call):
@@ -1948,6 +2026,8 @@ class _Planner:
             generator = facts.generator_of(self.context, call)
             if generator is not None:
                 draws.setdefault(generator, call)
+        if self.sampler_draws is not None:
+            draws.setdefault("torch", self.sampler_draws)
         outer = [loop, *self._enclosing_loops(loop)][-1]
         lines = []
         for generator, draw in draws.items():
