@@ -21,6 +21,7 @@ from libcst.metadata import Assignment, GlobalScope
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.torch_facts import CHECKPOINTERS, TORCH_DRAWS
+from codemod.analysis.torch_ops import Category, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -355,6 +356,13 @@ class RankLocal:
         return any(name.value in self.loss_names for name in names_read(node))
 
 
+# A list's methods that put values in it: the list then holds what they read.
+GROWS = frozenset({"append", "extend", "insert"})
+# Tensor methods that hand the values to Python (a number, a list, an array): a mean over
+# the ranks is taken of the tensor before them.
+TO_HOST_METHODS = methods(Category.TO_HOST)
+
+
 def rank_local(
     context: FileContext,
     function_body: cst.CSTNode,
@@ -366,6 +374,13 @@ def rank_local(
     `sources` (the model), followed through assignments to a fixed point."""
     source_ids = {id(call) for call in sources}
     bindings = []
+    for call in context.index.find(cst.Call, within=function_body):  # `losses.append(loss.detach())`
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in GROWS and isinstance(func.value, cst.Name):
+            read = {n.value for a in call.args for n in names_read(a.value)}
+            bindings.append(
+                ({func.value.value}, read, any(id(c) in source_ids for c in context.index.find(cst.Call, within=call)))
+            )
     for statement in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For), within=function_body):
         if isinstance(statement, cst.For):
             targets, value = [statement.target], statement.iter

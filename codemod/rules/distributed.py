@@ -709,6 +709,7 @@ class _Planner:
         self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
         self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
         self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
+        self.cuda_for_zero = False  # the device chosen is GPU 0, written `0`: setup() gets "cuda"
 
     def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
         """facts.calls_of, once per function."""
@@ -1182,7 +1183,8 @@ class _Planner:
                 zeros = self._check_device_index(value, chosen=True)
                 setup = _Setup(statement, facts.function_of(self.context, statement), value, None)
                 if all(self._after_setup(node, setup) for node, _ in needs):
-                    self.edits.extend(Replace(zero, _expr('"cuda"')) for zero in zeros)
+                    self.cuda_for_zero = value in zeros  # `device = 0`: the value itself
+                    self.edits.extend(Replace(zero, _expr('"cuda"')) for zero in zeros if zero is not value)
                     return setup
                 self._check_device_index(value)
                 device = value  # chosen too late: setup() goes earlier, with the same value
@@ -1353,7 +1355,8 @@ class _Planner:
         lines: list[cst.BaseStatement] = []
         edits: list[Edit] = []
         if setup.value is not None:
-            edits.append(Replace(setup.value, lambda value: _call("distributed.setup", value)))
+            chosen = _expr('"cuda"') if self.cuda_for_zero else None
+            edits.append(Replace(setup.value, lambda value: _call("distributed.setup", chosen or value)))
         else:
             lines.append(cst.SimpleStatementLine([cst.Expr(_call("distributed.setup", setup.device))]))
         if self.world_uses:
@@ -2348,10 +2351,12 @@ class _Planner:
         for part in parts:
             if not local.reads_loss(part):
                 continue
+            if isinstance(part, cst.Call) and self.names.is_(part.func, "builtins.len"):
+                continue  # how many losses, the same on every rank
             items = [
                 c
                 for c in self.index.find(cst.Call, within=part)
-                if method_name(c) == "item" and not c.args and local.reads_loss(c.func.value)
+                if method_name(c) in facts.TO_HOST_METHODS and not c.args and local.reads_loss(c.func.value)
             ]
             for target in [item.func.value for item in items] or [part]:
                 self.edits.append(Replace(target, lambda value: _call("distributed.all_reduce_mean", value)))

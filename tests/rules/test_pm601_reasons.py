@@ -148,7 +148,13 @@ def test_the_tutorial_trainer_is_rewritten_where_its_objects_are_built():
     assert "    device = distributed.setup(" in new  # the device the script chose, set up per rank
 
 
-def test_the_tutorial_s_fixed_gpu_index_is_the_reason():
+def test_the_tutorial_s_gpu_0_becomes_each_process_s_gpu_and_another_index_is_the_reason():
+    """The tutorial itself writes `device = 0`: the GPU one process uses by default, which
+    "cuda" names as well, and which setup() makes each process's own; GPU 1 is a choice."""
     source = TUTORIAL.read_text()
     assert TUTORIAL_DEVICE in source
-    assert reason(source.replace(TUTORIAL_DEVICE, "    device = 0\n")).startswith("the device is GPU 0")
+    new = rewritten(source.replace(TUTORIAL_DEVICE, "    device = 0\n"))
+    assert '    device = distributed.setup("cuda")\n' in new
+    new = rewritten(source.replace(TUTORIAL_DEVICE, '    device = 0 if torch.cuda.is_available() else "cpu"\n'))
+    assert '    device = distributed.setup("cuda" if torch.cuda.is_available() else "cpu")\n' in new
+    assert reason(source.replace(TUTORIAL_DEVICE, "    device = 1\n")).startswith("the device is GPU 1")
