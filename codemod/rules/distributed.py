@@ -1504,7 +1504,8 @@ class _Planner:
                 "training loader a DistributedSampler by hand",
             )
         if any(a.star for a in call.args):
-            raise _Blocked(call, "the DataLoader takes `*args`/`**kwargs`; PM601 cannot see its sampler and batch size")
+            self._share_options(loader, loop)
+            return
         own_sampler = kwarg(call, "sampler") or positional(call, SAMPLER_AT)
         if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_AT)) is not None:
             raise _Blocked(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
@@ -1568,6 +1569,49 @@ class _Planner:
         self.edits.append(AddKeyword(call, "sampler", cst.Name(sampler_name)))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, sampler_name)
+
+    def _share_options(self, loader: _Loader, loop: cst.For) -> None:
+        """`DataLoader(dataset, **options)`: the options this process needs, from
+        `distributed.loader_options(dataset, options)` (its share of the batch, a
+        DistributedSampler), whatever the dict holds; its sampler told each epoch."""
+        call = loader.call
+        stars = [a for a in call.args if a.star]
+        plain = [a for a in call.args if not a.star and a.keyword is None]
+        named = {a.keyword.value for a in call.args if a.keyword is not None}
+        if (
+            [a.star for a in stars] != ["**"]
+            or len(plain) != 1
+            or named
+            & {
+                "dataset",
+                "batch_size",
+                "shuffle",
+                "sampler",
+                "batch_sampler",
+            }
+        ):
+            raise _Blocked(
+                call,
+                "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
+                "PM601 cannot see which of them it uses",
+            )
+        dataset = plain[0].value
+        self._check_dataset(dataset)
+        if isinstance(dataset, cst.Call):
+            raise _Blocked(
+                dataset,
+                "the dataset is built inside the DataLoader call; build it in a variable first, so "
+                "that its sampler can be given the same dataset",
+            )
+        options = stars[0].value
+        arguments = [cst.Arg(dataset), cst.Arg(options)]
+        seed = self._sampler_seed(call, loader.statement)
+        if seed is not None:
+            tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+            arguments.append(cst.Arg(seed, keyword=cst.Name("seed"), equal=tight))
+        self.edits.append(Replace(options, cst.Call(_expr("distributed.loader_options"), arguments)))
+        self.imports.append(IMPORT_SAMPLER)
+        self._set_epoch(loader, loop, None)
 
     def _share_draws(self, sampler: cst.BaseExpression, call: cst.Call) -> None:
         """A sampler that draws `num_samples` indices with replacement from torch's global
@@ -1700,12 +1744,13 @@ class _Planner:
             node = calls[0]
         return None, None
 
-    def _set_epoch(self, loader: _Loader, loop: cst.For, sampler: str) -> None:
-        """`sampler.set_epoch(epoch)` at the top of each epoch: a new order every epoch."""
+    def _set_epoch(self, loader: _Loader, loop: cst.For, sampler: str | None) -> None:
+        """`sampler.set_epoch(epoch)` at the top of each epoch: a new order every epoch
+        (`loader.sampler` where the sampler has no name of its own)."""
         epoch_loop, function = self._epoch_loop(loop)
         if epoch_loop is None:
             return  # one pass over the data: epoch 0's order
-        if function is loader.function and self.index.before(loader.statement, epoch_loop):
+        if sampler is not None and function is loader.function and self.index.before(loader.statement, epoch_loop):
             handle: cst.BaseExpression = cst.Name(sampler)
             guard: cst.BaseExpression = _expr(f"{sampler} is not None")
         else:

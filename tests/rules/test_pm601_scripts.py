@@ -52,10 +52,10 @@ REWRITTEN = {
     "formatted_loss_log.py": (24, STEPS),
     "epoch_checkpoint.py": (24, STEPS),
     "single_gpu.py": (68, STEPS),
+    "kwargs_loader.py": (24, STEPS),
 }
 REFUSED = {
     "infinite_loader.py": "the training loop is a `while` loop",
-    "kwargs_loader.py": "the DataLoader takes `*args`/`**kwargs`",
     # the construction in the other module, its path relative to the project root
     "tabular_project/train.py": "come from a DataLoader that another module of the project builds "
     "(fixtures/distributed/scripts/tabular_project/data.py:23)",
