@@ -402,13 +402,21 @@ class SingleProcessTraining(Rule):
     - `device = distributed.setup(...)` (`runtime.distributed`) where the script
       picks its device: under torchrun it joins the process group (NCCL on CUDA,
       gloo on the CPU) and returns this process's GPU (`LOCAL_RANK`); alone it
-      returns the device as before and starts nothing;
+      returns the device as before and starts nothing. GPU 0 written as an index
+      (`device = 0`, as PyTorch's DDP tutorial writes it) becomes `"cuda"`, the
+      same GPU alone and each process's own under torchrun;
     - the DataLoader that feeds the training loop gets a `DistributedSampler`
       (the loader's `shuffle` moves into it, with the script's seed) and a batch
       of `distributed.local_batch_size(batch_size)`, so that N processes step on
       the same global batch as one; `sampler.set_epoch(epoch)` reshuffles every
-      epoch. Manual batching over a `torch.randperm` permutation takes each
-      rank's share of every batch instead;
+      epoch. A loader whose settings are a dict (`DataLoader(dataset,
+      **options)`) gets `distributed.loader_options(dataset, options)`: the
+      same share and sampler, whatever the dict holds. A sampler that draws
+      `num_samples` with replacement (`RandomSampler(..., replacement=True)`,
+      `WeightedRandomSampler`) draws each rank's share of them, from torch's
+      generator reseeded per rank (below). Manual batching over a
+      `torch.randperm` permutation takes each rank's share of every batch
+      instead;
     - the model is wrapped in `DistributedDataParallel` after it is built and
       moved (and before `torch.compile`); with gradient accumulation the
       micro-steps that do not step run under `model.no_sync()`;
@@ -437,7 +445,9 @@ class SingleProcessTraining(Rule):
     `__main__` block, and a model moved under a second name (`m =
     model.to(device)`: DDP wraps the name the loop runs). Logged losses are
     averaged as numbers: the operands of `"..." % (...)`, `"...".format(...)`
-    and f-strings, never the message itself.
+    and f-strings, never the message itself; losses kept in a list
+    (`losses.append(loss.detach())`) are averaged where they are printed,
+    before `.item()` or `.tolist()` (`all_reduce_mean(losses[-1]).item()`).
 
     Files that already run distributed (`torch.distributed`, DDP, FSDP,
     `DistributedSampler`, Accelerate, Lightning, DeepSpeed, Horovod, torchrun's
@@ -446,8 +456,10 @@ class SingleProcessTraining(Rule):
     own share of the batch), a batch that cannot be split over the ranks (the
     global batch would change), random draws in the loop from a generator object
     the script seeds (every rank would draw the same, and reseeding it could
-    change what else it draws), `DataParallel`, an `IterableDataset` or a custom
-    sampler, a training loss with `reduction="sum"` (DDP averages the
+    change what else it draws), `DataParallel`, an `IterableDataset` or a
+    sampler of the script's own other than the above, a DataLoader built in
+    another module of the project (the rule rewrites the file that trains and
+    names where the loader is built), a `while` training loop, a training loss with `reduction="sum"` (DDP averages the
     gradients; a summed evaluation loss is fine), embeddings with
     `sparse=True` (sparse gradients), epochs run in a comprehension,
     batches that come from somewhere the rule cannot follow, a training
@@ -538,6 +550,9 @@ class SingleProcessTraining(Rule):
       set (correct, not faster), and prints on rank 0;
     - in a seeded script, dropout and other draws inside the model draw alike
       on every rank unless the loop draws its own batches (then it reseeds);
+    - a sampler drawing with replacement draws other indices than the single
+      process (each rank from its own seed): the same distribution, not the
+      same batches, so only the trend of the losses compares;
     - files other than `torch.save` checkpoints (JSON, CSV, TensorBoard) are
       written by every rank; guard them with `distributed.is_main()`;
     - `logging.info` calls run on rank 0 with rank 0's values (a mean over
