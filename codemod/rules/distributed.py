@@ -1611,13 +1611,7 @@ class _Planner:
                 "PM601 cannot see which of them it uses",
             )
         dataset = plain[0].value
-        self._check_dataset(dataset)
-        if isinstance(dataset, cst.Call):
-            raise _Blocked(
-                dataset,
-                "the dataset is built inside the DataLoader call; build it in a variable first, so "
-                "that its sampler can be given the same dataset",
-            )
+        self._check_dataset(dataset)  # a dataset built in the call is one cheap to build twice
         options = stars[0].value
         arguments = [cst.Arg(dataset), cst.Arg(options)]
         seed = self._sampler_seed(call, loader.statement)

@@ -8,8 +8,9 @@ styles people use, by an author who had not read the rule (see that folder's REA
 - under `torchrun --nproc_per_node 2` (gloo, CPU), through `perfmod verify --nproc 2`,
   each rewrite trains at the original's global batch: its loss per step (the mean over
   the ranks) within verify's tolerance for the unsafe level (rtol 1e-2) where the ranks
-  draw nothing at random, and, where they do (dropout masks, batches drawn per rank), the
-  last loss within 10% (the wild corpus's bound for unsafe rewrites). Two representative
+  draw nothing at random, and, where they do (dropout masks, batches drawn per rank) or
+  other samples make up each batch, the mean of the last 8 losses within 10% (the wild
+  corpus's bound for unsafe rewrites, on a mean rather than one noisy batch). Two representative
   programs run by default; PERFMOD_PM601_MATRIX=1 runs every one.
 """
 
@@ -37,12 +38,13 @@ PM601 = Settings(select=("PM601",), level=Level.UNSAFE)
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 MATRIX = os.environ.get("PERFMOD_PM601_MATRIX") == "1"
 
-STEPS, FINAL = "each step", "last loss"
+STEPS, FINAL = "each step", "last losses"
+LAST = 8
 # program -> (optimizer steps verify runs: past the first epoch, so that a missing
 # set_epoch shows; how the 2-rank losses compare with the single process's).
 REWRITTEN = {
     "plain_loader_classifier.py": (16, STEPS),
-    "trainer_class_attrs.py": (20, FINAL),  # dropout: each rank draws its own masks
+    "trainer_class_attrs.py": (20, FINAL),  # dropout: the ranks draw other masks than the one process
     "factory_loader.py": (20, STEPS),
     "main_built_model.py": (20, STEPS),
     "model_to_device_alias.py": (20, STEPS),
@@ -51,7 +53,9 @@ REWRITTEN = {
     "grad_accum.py": (20, STEPS),
     "formatted_loss_log.py": (24, STEPS),
     "epoch_checkpoint.py": (24, STEPS),
-    "single_gpu.py": (68, STEPS),
+    # the tutorial's batch-size peek, `next(iter(loader))`, starts a pass of its own: alone it
+    # draws a permutation, under torchrun the sampler's epoch stays; other samples per batch
+    "single_gpu.py": (68, FINAL),
     "kwargs_loader.py": (24, STEPS),
 }
 REFUSED = {
@@ -182,6 +186,6 @@ def test_under_torchrun_two_ranks_train_like_one_process_at_the_same_global_batc
     assert len(per_step) == steps and result.rewritten.trace["samples_per_step"] == per_step, report
     if compared == STEPS:
         assert result.exit_code == 0 and result.agree, report
-    else:
-        want, got = result.original.trace["losses"][-1], result.rewritten.trace["losses"][-1]
+    else:  # other samples: the mean of the last LAST losses, one batch's noise averaged out
+        want, got = (sum(run.trace["losses"][-LAST:]) / LAST for run in (result.original, result.rewritten))
         assert abs(got - want) <= 0.1 * abs(want), report
