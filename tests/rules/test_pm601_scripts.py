@@ -10,8 +10,9 @@ styles people use, by an author who had not read the rule (see that folder's REA
   the ranks) within verify's tolerance for the unsafe level (rtol 1e-2) where the ranks
   draw nothing at random, and, where they do (dropout masks, batches drawn per rank) or
   other samples make up each batch, the mean of the last 8 losses within 10% (the wild
-  corpus's bound for unsafe rewrites, on a mean rather than one noisy batch). Two representative
-  programs run by default; PERFMOD_PM601_MATRIX=1 runs every one.
+  corpus's bound for unsafe rewrites, on a mean rather than one noisy batch). By default
+  only `single_gpu.py`, the DDP tutorial's starting point, runs under torchrun (each run
+  costs 15-35 s of a 2-core machine); PERFMOD_PM601_MATRIX=1 runs every one.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ REFUSED = {
     "tabular_project/train.py": "come from a DataLoader that another module of the project builds "
     "(fixtures/distributed/scripts/tabular_project/data.py:23)",
 }
-BY_DEFAULT = ("single_gpu.py", "randint_batches.py")
+BY_DEFAULT = ("single_gpu.py",)
 
 # Runs each program given as (key, path) in this one interpreter, as `python path` would
 # (its folder first on sys.path, its modules forgotten after it), and prints what each printed.
