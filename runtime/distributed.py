@@ -43,11 +43,14 @@ import gc
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DataParallel, DistributedDataParallel
+from torch.utils.data import DistributedSampler
 
 from runtime import checkpoint
 
@@ -171,6 +174,32 @@ def local_batch_size(global_batch_size: int) -> int:
             f"use a multiple of {size}"
         )
     return global_batch_size // size
+
+
+def loader_options(dataset, options: Mapping[str, Any], seed: int = 0) -> dict[str, Any]:
+    """The keyword arguments of `DataLoader(dataset, **options)` for this process, where the
+    script keeps a loader's settings in a dict: alone, `options` as they are; among N
+    processes, the batch size is this process's share (local_batch_size) and a
+    DistributedSampler (seeded with `seed`, shuffling where `options` shuffle) deals it its
+    part of the dataset; tell it each epoch with `loader.sampler.set_epoch(epoch)`. Raises
+    ValueError, on every rank alike, where the options cannot be split: a sampler of their
+    own, or one sample a batch."""
+    options = dict(options)
+    here = world()
+    if not here.distributed:
+        return options
+    for own in ("sampler", "batch_sampler"):
+        if options.get(own) is not None:
+            raise ValueError(
+                f"the DataLoader's options give it a {own} of its own; split it over the processes by hand"
+            )
+    batch = options.get("batch_size", 1)
+    if batch is None or batch == 1:
+        raise ValueError("the DataLoader yields one sample a step, which cannot be split over the processes")
+    options["batch_size"] = local_batch_size(batch)
+    shuffle = bool(options.pop("shuffle", False))
+    options["sampler"] = DistributedSampler(dataset, num_replicas=here.size, rank=here.rank, shuffle=shuffle, seed=seed)
+    return options
 
 
 def seed_offset() -> int:

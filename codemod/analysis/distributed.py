@@ -21,6 +21,7 @@ from libcst.metadata import Assignment, GlobalScope
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.torch_facts import CHECKPOINTERS, TORCH_DRAWS
+from codemod.analysis.torch_ops import Category, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -85,6 +86,15 @@ SEEDS = {
     "random": {"random.seed"},
 }
 PERMUTATIONS = {"torch.randperm", "numpy.random.permutation"}
+# Samplers that draw with replacement from torch's global generator (unless given one of
+# their own), and the position of their `num_samples`: each rank can draw its share.
+REPLACEMENT_SAMPLERS = {
+    "torch.utils.data.RandomSampler": 2,
+    "torch.utils.data.sampler.RandomSampler": 2,
+    "torch.utils.data.WeightedRandomSampler": 1,
+    "torch.utils.data.sampler.WeightedRandomSampler": 1,
+}
+WEIGHTED_SAMPLERS = {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler"}
 SPARSE_EMBEDDINGS = {
     "torch.nn.Embedding",
     "torch.nn.EmbeddingBag",
@@ -346,6 +356,13 @@ class RankLocal:
         return any(name.value in self.loss_names for name in names_read(node))
 
 
+# A list's methods that put values in it: the list then holds what they read.
+GROWS = frozenset({"append", "extend", "insert"})
+# Tensor methods that hand the values to Python (a number, a list, an array): a mean over
+# the ranks is taken of the tensor before them.
+TO_HOST_METHODS = methods(Category.TO_HOST)
+
+
 def rank_local(
     context: FileContext,
     function_body: cst.CSTNode,
@@ -357,6 +374,13 @@ def rank_local(
     `sources` (the model), followed through assignments to a fixed point."""
     source_ids = {id(call) for call in sources}
     bindings = []
+    for call in context.index.find(cst.Call, within=function_body):  # `losses.append(loss.detach())`
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in GROWS and isinstance(func.value, cst.Name):
+            read = {n.value for a in call.args for n in names_read(a.value)}
+            calls = any(id(c) in source_ids for c in context.index.find(cst.Call, within=call))
+            bound = {func.value.value}
+            bindings.append((bound, read, calls, bound, _loss_reads(context, call)))
     for statement in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For), within=function_body):
         if isinstance(statement, cst.For):
             targets, value = [statement.target], statement.iter
@@ -368,22 +392,48 @@ def rank_local(
             continue
         bound = {n.value for t in targets for n in _target_names(t)}
         read = {n.value for n in names_read(value)}
+        loss_bound, loss_read = bound, _loss_reads(context, value)
+        if isinstance(statement, cst.For) and _enumerates(context, statement):  # the count is no loss
+            loss_bound = {n.value for n in _target_names(statement.target.elements[1].value)}
         if isinstance(statement, cst.AugAssign):
             read |= bound
+            loss_read |= bound
         calls = any(id(c) in source_ids for c in context.index.find(cst.Call, within=value))
-        bindings.append((bound, read, calls))
+        bindings.append((bound, read, calls, loss_bound, loss_read))
     local, loss = set(seeds), set(loss_seeds)
     changed = True
     while changed:
         changed = False
-        for bound, read, calls in bindings:
+        for bound, read, calls, loss_bound, loss_read in bindings:
             if (read & local or calls) and not bound <= local:
                 local |= bound
                 changed = True
-            if read & loss and not bound <= loss:
-                loss |= bound
+            if loss_read & loss and not loss_bound <= loss:
+                loss |= loss_bound
                 changed = True
     return RankLocal(local, loss)
+
+
+def _loss_reads(context: FileContext, node: cst.CSTNode) -> set[str]:
+    """The names `node` reads, but for those it reads only to count them (`len(losses)`:
+    as many on every rank)."""
+    counted = {
+        id(name)
+        for call in context.index.find(cst.Call, within=node)
+        if context.names.is_(call.func, "builtins.len")
+        for name in names_read(call)
+    }
+    return {name.value for name in names_read(node) if id(name) not in counted}
+
+
+def _enumerates(context: FileContext, loop: cst.For) -> bool:
+    """`for i, item in enumerate(...)`."""
+    return (
+        isinstance(loop.iter, cst.Call)
+        and context.names.is_(loop.iter.func, "builtins.enumerate")
+        and isinstance(loop.target, (cst.Tuple, cst.List))
+        and len(loop.target.elements) == 2
+    )
 
 
 def _target_names(target: cst.CSTNode) -> list[cst.Name]:

@@ -10,6 +10,7 @@ from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH, RANDOM, SAME, Ste
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.periodic import periodic
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -401,13 +402,21 @@ class SingleProcessTraining(Rule):
     - `device = distributed.setup(...)` (`runtime.distributed`) where the script
       picks its device: under torchrun it joins the process group (NCCL on CUDA,
       gloo on the CPU) and returns this process's GPU (`LOCAL_RANK`); alone it
-      returns the device as before and starts nothing;
+      returns the device as before and starts nothing. GPU 0 written as an index
+      (`device = 0`, as PyTorch's DDP tutorial writes it) becomes `"cuda"`, the
+      same GPU alone and each process's own under torchrun;
     - the DataLoader that feeds the training loop gets a `DistributedSampler`
       (the loader's `shuffle` moves into it, with the script's seed) and a batch
       of `distributed.local_batch_size(batch_size)`, so that N processes step on
       the same global batch as one; `sampler.set_epoch(epoch)` reshuffles every
-      epoch. Manual batching over a `torch.randperm` permutation takes each
-      rank's share of every batch instead;
+      epoch. A loader whose settings are a dict (`DataLoader(dataset,
+      **options)`) gets `distributed.loader_options(dataset, options)`: the
+      same share and sampler, whatever the dict holds. A sampler that draws
+      `num_samples` with replacement (`RandomSampler(..., replacement=True)`,
+      `WeightedRandomSampler`) draws each rank's share of them, from torch's
+      generator reseeded per rank (below). Manual batching over a
+      `torch.randperm` permutation takes each rank's share of every batch
+      instead;
     - the model is wrapped in `DistributedDataParallel` after it is built and
       moved (and before `torch.compile`); with gradient accumulation the
       micro-steps that do not step run under `model.no_sync()`;
@@ -436,7 +445,9 @@ class SingleProcessTraining(Rule):
     `__main__` block, and a model moved under a second name (`m =
     model.to(device)`: DDP wraps the name the loop runs). Logged losses are
     averaged as numbers: the operands of `"..." % (...)`, `"...".format(...)`
-    and f-strings, never the message itself.
+    and f-strings, never the message itself; losses kept in a list
+    (`losses.append(loss.detach())`) are averaged where they are printed,
+    before `.item()` or `.tolist()` (`all_reduce_mean(losses[-1]).item()`).
 
     Files that already run distributed (`torch.distributed`, DDP, FSDP,
     `DistributedSampler`, Accelerate, Lightning, DeepSpeed, Horovod, torchrun's
@@ -445,8 +456,10 @@ class SingleProcessTraining(Rule):
     own share of the batch), a batch that cannot be split over the ranks (the
     global batch would change), random draws in the loop from a generator object
     the script seeds (every rank would draw the same, and reseeding it could
-    change what else it draws), `DataParallel`, an `IterableDataset` or a custom
-    sampler, a training loss with `reduction="sum"` (DDP averages the
+    change what else it draws), `DataParallel`, an `IterableDataset` or a
+    sampler of the script's own other than the above, a DataLoader built in
+    another module of the project (the rule rewrites the file that trains and
+    names where the loader is built), a `while` training loop, a training loss with `reduction="sum"` (DDP averages the
     gradients; a summed evaluation loss is fine), embeddings with
     `sparse=True` (sparse gradients), epochs run in a comprehension,
     batches that come from somewhere the rule cannot follow, a training
@@ -537,6 +550,9 @@ class SingleProcessTraining(Rule):
       set (correct, not faster), and prints on rank 0;
     - in a seeded script, dropout and other draws inside the model draw alike
       on every rank unless the loop draws its own batches (then it reseeds);
+    - a sampler drawing with replacement draws other indices than the single
+      process (each rank from its own seed): the same distribution, not the
+      same batches, so only the trend of the losses compares;
     - files other than `torch.save` checkpoints (JSON, CSV, TensorBoard) are
       written by every rank; guard them with `distributed.is_main()`;
     - `logging.info` calls run on rank 0 with rank 0's values (a mean over
@@ -707,6 +723,8 @@ class _Planner:
         self.world_uses: list[cst.CSTNode] = []  # where the `world` variable is read
         self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
         self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
+        self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
+        self.cuda_for_zero = False  # the device chosen is GPU 0, written `0`: setup() gets "cuda"
 
     def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
         """facts.calls_of, once per function."""
@@ -1177,10 +1195,13 @@ class _Planner:
                 self._single_assignment(device) if isinstance(device, cst.Name) else self._attribute_assignment(device)
             )
             if statement is not None:
-                self._check_device_index(value)
+                zeros = self._check_device_index(value, chosen=True)
                 setup = _Setup(statement, facts.function_of(self.context, statement), value, None)
                 if all(self._after_setup(node, setup) for node, _ in needs):
+                    self.cuda_for_zero = value in zeros  # `device = 0`: the value itself
+                    self.edits.extend(Replace(zero, _expr('"cuda"')) for zero in zeros if zero is not value)
                     return setup
+                self._check_device_index(value)
                 device = value  # chosen too late: setup() goes earlier, with the same value
         first = origin.setup[0]
         if (
@@ -1255,7 +1276,12 @@ class _Planner:
             raise _Blocked(self.origin.anchor, "it cannot tell which device the model is moved to")
         return None
 
-    def _check_device_index(self, value: cst.BaseExpression) -> None:
+    def _check_device_index(self, value: cst.BaseExpression, chosen: bool = False) -> list[cst.Integer]:
+        """Raises for a fixed GPU, which every rank would use. GPU 0 where the script chooses
+        its one device (`chosen`: the value setup() gets, which every use reads) is the GPU a
+        single process uses by default; those indices come back, to become "cuda", which
+        setup() makes each process's own GPU and which, alone, is still GPU 0."""
+        zeros = []
         for string in self.index.find(cst.SimpleString, within=value):
             text = string.evaluated_value
             if isinstance(text, str) and text.startswith("cuda:"):
@@ -1268,12 +1294,15 @@ class _Planner:
             raise _Blocked(value, "the device is a fixed GPU; every rank would use it")
         branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
         for branch in branches:
-            if isinstance(branch, cst.Integer):
+            if isinstance(branch, cst.Integer) and chosen and integer_value(branch) == 0:
+                zeros.append(branch)
+            elif isinstance(branch, cst.Integer):
                 raise _Blocked(
                     branch,
                     f"the device is GPU {branch.value} (an index is a CUDA device); every rank would use it "
                     '(write "cuda": setup() gives each process its own)',
                 )
+        return zeros
 
     def _single_assignment(self, name: cst.Name):
         """(statement, value) of the one plain `name = value` line that binds `name`."""
@@ -1341,7 +1370,8 @@ class _Planner:
         lines: list[cst.BaseStatement] = []
         edits: list[Edit] = []
         if setup.value is not None:
-            edits.append(Replace(setup.value, lambda value: _call("distributed.setup", value)))
+            chosen = _expr('"cuda"') if self.cuda_for_zero else None
+            edits.append(Replace(setup.value, lambda value: _call("distributed.setup", chosen or value)))
         else:
             lines.append(cst.SimpleStatementLine([cst.Expr(_call("distributed.setup", setup.device))]))
         if self.world_uses:
@@ -1385,11 +1415,33 @@ class _Planner:
         data = self.context.loaders.step_data(statement)
         if data is not None:
             raise _Blocked(statement.iter, self._step_data_reason(statement, data))
+        elsewhere = self._built_elsewhere(statement)
+        if elsewhere is not None:
+            raise _Blocked(
+                statement.iter,
+                f"the batches of `{self._src(statement.iter)}` come from a DataLoader that another module "
+                f"of the project builds ({elsewhere}); PM601 rewrites only the file that trains: give that "
+                "DataLoader a DistributedSampler and the per-rank batch size there",
+            )
         raise _Blocked(
             statement.iter,
             f"it cannot tell where the batches of `{self._src(statement.iter)}` come from, "
             "so it cannot split them over the ranks; use a DataLoader",
         )
+
+    def _built_elsewhere(self, loop: cst.For) -> str | None:
+        """`path:line` of the DataLoader construction in another module of the project that
+        the loop's batches come from (`train, val = get_loaders()` of `from data import ...`)."""
+        loaders = self.context.loaders
+        found = loaders.iterated(loop.iter, loop.target)
+        if len(found) != 1:
+            return None
+        for source in loaders.sources(found[0][0], (), 0):
+            external = loaders.external.get(id(source))
+            if external is not None:
+                _, function, _ = external
+                return project_of(self.context).shown(function, source)
+        return None
 
     def _step_data_reason(self, loop: cst.For, data: StepData) -> str:
         """Why PM601 does not split the steps of `loop` over ranks: what its data is (RANDOM, SAME, OUTSIDE)."""
@@ -1467,10 +1519,11 @@ class _Planner:
                 "training loader a DistributedSampler by hand",
             )
         if any(a.star for a in call.args):
-            raise _Blocked(call, "the DataLoader takes `*args`/`**kwargs`; PM601 cannot see its sampler and batch size")
-        for keyword, position in (("sampler", SAMPLER_AT), ("batch_sampler", BATCH_SAMPLER_AT)):
-            if (kwarg(call, keyword) or positional(call, position)) is not None:
-                raise _Blocked(call, f"the DataLoader has its own `{keyword}`; split it over the ranks by hand")
+            self._share_options(loader, loop)
+            return
+        own_sampler = kwarg(call, "sampler") or positional(call, SAMPLER_AT)
+        if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_AT)) is not None:
+            raise _Blocked(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
         if not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
             raise _Blocked(call, "the DataLoader is not built in a statement of its own")
         if self.index.inside(statement, loop) or any(
@@ -1490,6 +1543,10 @@ class _Planner:
             )
         if isinstance(size.value, cst.Name) and size.value.value == "None":
             raise _Blocked(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
+        if own_sampler is not None:
+            self._share_draws(own_sampler.value, call)
+            self.edits.append(Replace(size.value, lambda value: _call("distributed.local_batch_size", value)))
+            return
         sampler_name = self._fresh("sampler")
         check = self._world_check(statement)
         shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_AT)
@@ -1527,6 +1584,83 @@ class _Planner:
         self.edits.append(AddKeyword(call, "sampler", cst.Name(sampler_name)))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, sampler_name)
+
+    def _share_options(self, loader: _Loader, loop: cst.For) -> None:
+        """`DataLoader(dataset, **options)`: the options this process needs, from
+        `distributed.loader_options(dataset, options)` (its share of the batch, a
+        DistributedSampler), whatever the dict holds; its sampler told each epoch."""
+        call = loader.call
+        stars = [a for a in call.args if a.star]
+        plain = [a for a in call.args if not a.star and a.keyword is None]
+        named = {a.keyword.value for a in call.args if a.keyword is not None}
+        if (
+            [a.star for a in stars] != ["**"]
+            or len(plain) != 1
+            or named
+            & {
+                "dataset",
+                "batch_size",
+                "shuffle",
+                "sampler",
+                "batch_sampler",
+            }
+        ):
+            raise _Blocked(
+                call,
+                "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
+                "PM601 cannot see which of them it uses",
+            )
+        dataset = plain[0].value
+        self._check_dataset(dataset)  # a dataset built in the call is one cheap to build twice
+        options = stars[0].value
+        arguments = [cst.Arg(dataset), cst.Arg(options)]
+        seed = self._sampler_seed(call, loader.statement)
+        if seed is not None:
+            tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+            arguments.append(cst.Arg(seed, keyword=cst.Name("seed"), equal=tight))
+        self.edits.append(Replace(options, cst.Call(_expr("distributed.loader_options"), arguments)))
+        self.imports.append(IMPORT_SAMPLER)
+        self._set_epoch(loader, loop, None)
+
+    def _share_draws(self, sampler: cst.BaseExpression, call: cst.Call) -> None:
+        """A sampler that draws `num_samples` indices with replacement from torch's global
+        generator: each rank draws its share of them (`local_batch_size(num_samples)`),
+        from that generator reseeded per rank (see _seeds). Together the ranks draw as
+        many indices an epoch as the one process, each at random: the same distribution,
+        other indices. Any other sampler of the script's own is left to the user."""
+        reason = f"the DataLoader has its own `sampler` (`{self._src(sampler)}`); split it over the ranks by hand"
+        value = sampler
+        if isinstance(value, cst.Name):
+            values = self.bindings.values(value) or []
+            value = values[0] if len(values) == 1 else None
+        if not isinstance(value, cst.Call) or any(a.star for a in value.args):
+            raise _Blocked(call, reason)
+        qualified = next((n for n in self.names.of(value.func) if n in facts.REPLACEMENT_SAMPLERS), None)
+        if qualified is None:
+            raise _Blocked(call, reason)
+        replacement = kwarg(value, "replacement") or positional(
+            value, 1 if qualified not in facts.WEIGHTED_SAMPLERS else 2
+        )
+        drawn = _code(replacement.value) if replacement is not None else None
+        if drawn != "True" and not (drawn is None and qualified in facts.WEIGHTED_SAMPLERS):
+            raise _Blocked(
+                call,
+                f"{reason}: without replacement it draws a permutation, which the ranks would have to share",
+            )
+        if kwarg(value, "generator") is not None:
+            raise _Blocked(
+                call,
+                f"{reason}: it draws from a generator of its own, seeded alike on every rank",
+            )
+        count = kwarg(value, "num_samples") or positional(value, facts.REPLACEMENT_SAMPLERS[qualified])
+        if count is None:
+            raise _Blocked(
+                call,
+                f"{reason}: it draws len(dataset) indices an epoch; give it `num_samples`, which PM601 "
+                "splits over the ranks",
+            )
+        self.edits.append(Replace(count.value, lambda value: _call("distributed.local_batch_size", value)))
+        self.sampler_draws = value
 
     def _check_dataset(self, dataset: cst.BaseExpression) -> None:
         if isinstance(dataset, cst.Call):
@@ -1619,12 +1753,13 @@ class _Planner:
             node = calls[0]
         return None, None
 
-    def _set_epoch(self, loader: _Loader, loop: cst.For, sampler: str) -> None:
-        """`sampler.set_epoch(epoch)` at the top of each epoch: a new order every epoch."""
+    def _set_epoch(self, loader: _Loader, loop: cst.For, sampler: str | None) -> None:
+        """`sampler.set_epoch(epoch)` at the top of each epoch: a new order every epoch
+        (`loader.sampler` where the sampler has no name of its own)."""
         epoch_loop, function = self._epoch_loop(loop)
         if epoch_loop is None:
             return  # one pass over the data: epoch 0's order
-        if function is loader.function and self.index.before(loader.statement, epoch_loop):
+        if sampler is not None and function is loader.function and self.index.before(loader.statement, epoch_loop):
             handle: cst.BaseExpression = cst.Name(sampler)
             guard: cst.BaseExpression = _expr(f"{sampler} is not None")
         else:
@@ -1948,6 +2083,8 @@ class _Planner:
             generator = facts.generator_of(self.context, call)
             if generator is not None:
                 draws.setdefault(generator, call)
+        if self.sampler_draws is not None:
+            draws.setdefault("torch", self.sampler_draws)
         outer = [loop, *self._enclosing_loops(loop)][-1]
         lines = []
         for generator, draw in draws.items():
@@ -2268,10 +2405,12 @@ class _Planner:
         for part in parts:
             if not local.reads_loss(part):
                 continue
+            if isinstance(part, cst.Call) and self.names.is_(part.func, "builtins.len"):
+                continue  # how many losses, the same on every rank
             items = [
                 c
                 for c in self.index.find(cst.Call, within=part)
-                if method_name(c) == "item" and not c.args and local.reads_loss(c.func.value)
+                if method_name(c) in facts.TO_HOST_METHODS and not c.args and local.reads_loss(c.func.value)
             ]
             for target in [item.func.value for item in items] or [part]:
                 self.edits.append(Replace(target, lambda value: _call("distributed.all_reduce_mean", value)))

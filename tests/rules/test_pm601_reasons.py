@@ -148,7 +148,83 @@ def test_the_tutorial_trainer_is_rewritten_where_its_objects_are_built():
     assert "    device = distributed.setup(" in new  # the device the script chose, set up per rank
 
 
-def test_the_tutorial_s_fixed_gpu_index_is_the_reason():
+def test_the_tutorial_s_gpu_0_becomes_each_process_s_gpu_and_another_index_is_the_reason():
+    """The tutorial itself writes `device = 0`: the GPU one process uses by default, which
+    "cuda" names as well, and which setup() makes each process's own; GPU 1 is a choice."""
     source = TUTORIAL.read_text()
     assert TUTORIAL_DEVICE in source
-    assert reason(source.replace(TUTORIAL_DEVICE, "    device = 0\n")).startswith("the device is GPU 0")
+    new = rewritten(source.replace(TUTORIAL_DEVICE, "    device = 0\n"))
+    assert '    device = distributed.setup("cuda")\n' in new
+    new = rewritten(source.replace(TUTORIAL_DEVICE, '    device = 0 if torch.cuda.is_available() else "cpu"\n'))
+    assert '    device = distributed.setup("cuda" if torch.cuda.is_available() else "cpu")\n' in new
+    assert reason(source.replace(TUTORIAL_DEVICE, "    device = 1\n")).startswith("the device is GPU 1")
+
+
+def test_a_loader_of_dict_options_gets_them_for_its_process_and_its_sampler_the_epoch():
+    source = LOOP.replace(
+        "loader = DataLoader(dataset, batch_size=32, shuffle=True)",
+        "options = dict(batch_size=32, shuffle=True)\nloader = DataLoader(dataset, **options)",
+    )
+    new = squeezed(rewritten(source))
+    assert squeezed("loader = DataLoader(dataset, **distributed.loader_options(dataset, options))") in new
+    assert squeezed("if isinstance(loader.sampler, DistributedSampler): loader.sampler.set_epoch(epoch)") in new
+    beside = source.replace("DataLoader(dataset, **options)", "DataLoader(dataset, batch_size=32, **options)")
+    assert reason(beside).startswith("the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler")
+
+
+REPLACEMENT = LOOP.replace(
+    "loader = DataLoader(dataset, batch_size=32, shuffle=True)",
+    "torch.manual_seed(0)\n"
+    "sampler = RandomSampler(dataset, replacement=True, num_samples=128)\n"
+    "loader = DataLoader(dataset, batch_size=32, sampler=sampler)",
+).replace("DataLoader, TensorDataset", "DataLoader, RandomSampler, TensorDataset")
+
+
+def squeezed(source: str) -> str:
+    """`source` without whitespace: what it says, however its lines were split."""
+    return "".join(source.split())
+
+
+def test_a_sampler_drawing_with_replacement_draws_each_ranks_share_from_its_own_seed():
+    new = squeezed(rewritten(REPLACEMENT))
+    assert squeezed("RandomSampler(dataset, replacement=True, num_samples=distributed.local_batch_size(128))") in new
+    assert squeezed("DataLoader(dataset, batch_size=distributed.local_batch_size(32), sampler=sampler)") in new
+    assert squeezed("if world.distributed: torch.manual_seed(0 + distributed.seed_offset())\nfor epoch") in new
+    weighted = REPLACEMENT.replace(
+        "RandomSampler(dataset, replacement=True, num_samples=128)", "WeightedRandomSampler(torch.ones(256), 128)"
+    ).replace("RandomSampler,", "WeightedRandomSampler,")
+    assert squeezed("WeightedRandomSampler(torch.ones(256), distributed.local_batch_size(128))") in squeezed(
+        rewritten(weighted)
+    )
+
+
+@pytest.mark.parametrize(
+    ("sampler", "why"),
+    [
+        ("RandomSampler(dataset)", "without replacement it draws a permutation"),
+        ("RandomSampler(dataset, replacement=True)", "it draws len(dataset) indices an epoch"),
+        (
+            "RandomSampler(dataset, replacement=True, num_samples=128, generator=torch.Generator())",
+            "a generator of its own",
+        ),
+        ("SequentialSampler(dataset)", "split it over the ranks by hand"),
+    ],
+    ids=["permutation", "no-count", "own-generator", "sequential"],
+)
+def test_other_samplers_of_the_scripts_own_are_the_reason(sampler, why):
+    source = REPLACEMENT.replace("RandomSampler(dataset, replacement=True, num_samples=128)", sampler).replace(
+        "RandomSampler,", "RandomSampler, SequentialSampler,"
+    )
+    assert why in reason(source)
+
+
+def test_losses_kept_in_a_list_are_logged_as_their_mean_over_the_ranks():
+    source = LOOP.replace("opt = torch", "losses = []\nopt = torch").replace(
+        "        opt.step()\n",
+        "        opt.step()\n        losses.append(loss.detach())\n"
+        "    print(f'epoch {epoch} last {losses[-1].item():.4f} of {len(losses)}')\n"
+        "print('all', torch.stack(losses).tolist(), losses)\n",
+    )
+    new = squeezed(rewritten(source))
+    assert squeezed("{distributed.all_reduce_mean(losses[-1]).item():.4f} of {len(losses)}") in new
+    assert squeezed("print0('all', distributed.all_reduce_mean(torch.stack(losses)).tolist(), losses)") in new

@@ -70,6 +70,26 @@ def test_torchrun_variables_say_the_rank_before_setup(rank_1_of_2, capsys):
         distributed.all_reduce_mean(1.0)
 
 
+def test_loader_options_are_the_scripts_alone_and_this_ranks_share_under_torchrun(alone, monkeypatch):
+    dataset = torch.utils.data.TensorDataset(torch.arange(64))
+    options = {"batch_size": 8, "shuffle": True, "drop_last": True}
+    assert distributed.loader_options(dataset, options, seed=3) == options
+    for name, value in (("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")):
+        monkeypatch.setenv(name, value)
+    shared = distributed.loader_options(dataset, options, seed=3)
+    assert options == {"batch_size": 8, "shuffle": True, "drop_last": True}  # the script's dict is left as it was
+    sampler = shared.pop("sampler")
+    assert shared == {"batch_size": 4, "drop_last": True}
+    assert isinstance(sampler, torch.utils.data.DistributedSampler)
+    assert (sampler.num_replicas, sampler.rank, sampler.shuffle, sampler.seed) == (2, 1, True, 3)
+    batches = list(torch.utils.data.DataLoader(dataset, **distributed.loader_options(dataset, {"batch_size": 8})))
+    assert torch.cat([b[0] for b in batches]).tolist() == list(range(1, 64, 2))  # rank 1's half, in order
+    with pytest.raises(ValueError, match="a sampler of its own"):
+        distributed.loader_options(dataset, {"batch_size": 8, "sampler": sampler})
+    with pytest.raises(ValueError, match="one sample a step"):
+        distributed.loader_options(dataset, {"shuffle": True})
+
+
 def test_local_device_is_the_local_ranks_gpu_where_the_process_sees_several(monkeypatch):
     """Without a GPU: what local_device picks, with torch.cuda's counts faked."""
     assert distributed.local_device("cpu") == torch.device("cpu")
