@@ -20,6 +20,7 @@ from libcst.metadata import Assignment, GlobalScope
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, names_read, sole_definition
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import CHECKPOINTERS, TORCH_DRAWS
 from codemod.analysis.torch_ops import Category, methods
 
@@ -113,10 +114,12 @@ SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 def distributed_use(context: FileContext) -> cst.CSTNode | None:
     """The first import, name or launcher variable that shows the file runs in several
-    processes already (or through a framework that does), or None."""
+    processes already (or through a framework that does), or a function of it that trains
+    and that a module beside it starts in several processes (`mp.Process(target=train)` in
+    `main.py`: Hogwild), or None."""
     code = context.code
     if not any(text in code for text in DISTRIBUTED_TEXT):
-        return None
+        return _started_elsewhere(context)
     names, index = context.names, context.index
     for statement in index.find((cst.Import, cst.ImportFrom)):
         for full in _imported(statement):
@@ -133,6 +136,24 @@ def distributed_use(context: FileContext) -> cst.CSTNode | None:
     for string in index.find(cst.SimpleString):
         if string.evaluated_value in LAUNCHER_VARIABLES:
             return string
+    return _started_elsewhere(context)
+
+
+def _started_elsewhere(context: FileContext) -> cst.FunctionDef | None:
+    """A top-level function that runs a training loop of this file, itself or through the
+    functions it calls, and that another module of the project runs in new processes."""
+    holders = {context.index.first_enclosing(loop.loop, FUNCTIONS) for loop in context.training.loops}
+    holders.discard(None)
+    if not holders:
+        return None
+    steps = context.loops
+    for statement in context.module.body:
+        if (
+            isinstance(statement, cst.FunctionDef)
+            and (statement in holders or holders & set(steps.functions_reached(statement.body)))
+            and project_of(context).started_in_processes(statement)
+        ):
+            return statement
     return None
 
 

@@ -817,3 +817,18 @@ def test_a_function_other_modules_start_processes_with(tmp_path):
     context = FileContext.of_source((root / "train.py").read_text(), str(root / "train.py"))
     train = next(f for f in context.index.find(cst.FunctionDef) if f.name.value == "train")
     assert project_of(context).started_in_processes(train) is None
+
+
+def test_training_another_module_runs_in_processes_is_not_called_single_process(tmp_path):
+    """mnist_hogwild: `main.py` starts `train` (whose loop is in a function it calls) in
+    `mp.Process`es over a shared model, so PM601 has nothing to say about `train.py`;
+    called once from `main.py`, it trains in one process and PM601 speaks."""
+    train = HOGWILD_TRAIN.replace(
+        "    for epoch in range(epochs):\n",
+        "    run_epochs(loader, model, device, optimizer, epochs)\n\n\ndef run_epochs(loader, model, device, optimizer, epochs):\n    for epoch in range(epochs):\n",
+    )
+    root = _project(tmp_path, {"train.py": train, "main.py": HOGWILD_MAIN})
+    assert "def run_epochs" in (root / "train.py").read_text()
+    assert _check(root / "train.py", "PM601").findings == []
+    (root / "main.py").write_text(HOGWILD_MAIN.replace("p = mp.Process(target=train, args=", "p = train(*"))
+    assert [f.code for f in _check(root / "train.py", "PM601").findings] == ["PM601"]
