@@ -930,11 +930,16 @@ def _module_file(base: Path, parts: list[str]) -> str | None:
 
 @lru_cache(maxsize=1024)
 def _marked_root(folder: Path) -> Path:
-    """The nearest folder at or above `folder` with a project marker; `folder` itself without one."""
+    """The nearest folder at or above `folder` with a project marker. Without one: the
+    folder that holds the outermost package around `folder` (where `import pkg.mod`
+    finds it), or `folder` itself when it is no package."""
     for candidate in (folder, *folder.parents):
         if any((candidate / marker).exists() for marker in ROOT_MARKERS):
             return candidate
-    return folder
+    package = folder
+    while (package / "__init__.py").is_file() and package.parent != package:
+        package = package.parent
+    return package
 
 
 def project_of(context: FileContext) -> Project:

@@ -104,7 +104,10 @@ class SynchronousCheckpointInLoop(Rule):
     wrapper is not rewritten: the checkpointer would run it in a background
     thread with everything else it does (choosing a format, making folders,
     logging), and perfmod does not edit another file; make the save
-    asynchronous in the wrapper, or call `AsyncCheckpointer.save` here.
+    asynchronous in the wrapper, or call `AsyncCheckpointer.save` here. When
+    the file such a wrapper writes is used right after the call (uploaded,
+    copied, loaded: `wandb.save(str(path))`), the report says so, as that use
+    would also have to wait for a background write.
 
     ## Why is this bad?
     `torch.save` pickles and writes the whole state (model, optimizer moments:
@@ -391,6 +394,15 @@ class SynchronousCheckpointInLoop(Rule):
         if saver is None or self._suppressed(call):
             return saver is not None
         where = project.shown(function)
+        reader = self._path_read_later(call)
+        if reader is not None:
+            self.report(
+                call,
+                f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
+                f"not fixed: the file is used at line {self.context.line(reader)} (`{self._shown(reader)}`), "
+                "which would run before a background write of it is done",
+            )
+            return True
         self.report(
             call,
             f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
@@ -399,6 +411,17 @@ class SynchronousCheckpointInLoop(Rule):
             "after the loop) or call torch.save through an AsyncCheckpointer here",
         )
         return True
+
+    def _path_read_later(self, call: cst.Call) -> cst.CSTNode | None:
+        """A use, after `call` or elsewhere in its training loop, of a path `call` is given."""
+        statement = self.context.index.statement_of(call)
+        loop = self._outer_training_loop(call)
+        for arg in call.args:
+            if not arg.star and self._is_path(arg.value):
+                reader = self._later_use(arg.value, statement, loop)
+                if reader is not None:
+                    return reader
+        return None
 
     def _is_accelerator(self, expr: cst.BaseExpression) -> bool:
         values = self.context.loops.values_of(expr)
@@ -656,9 +679,21 @@ class SynchronousCheckpointInLoop(Rule):
                 continue
             if self.context.names.is_(call, *TORCH_SAVES):
                 continue
-            if any(self._code(arg.value) == text for arg in call.args):
+            if any(self._names_path(arg.value, text) for arg in call.args):
                 return call
         return None
+
+    def _names_path(self, expr: cst.BaseExpression, text: str) -> bool:
+        """Is `expr` the path written `text`, or that path through `str(...)`, `Path(...)`
+        or `os.fspath(...)`?"""
+        if self._code(expr) == text:
+            return True
+        return (
+            isinstance(expr, cst.Call)
+            and len(expr.args) == 1
+            and bool(self.context.names.of(expr) & PATH_FUNCTIONS)
+            and self._code(expr.args[0].value) == text
+        )
 
     def _harmless_use(self, use: cst.Name) -> bool:
         """A read of the path that does not touch the file: logging it, or saving to it again."""
@@ -785,6 +820,11 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
+
+    def _shown(self, node: cst.CSTNode) -> str:
+        """The code of `node` on one line, cut after 80 characters."""
+        text = " ".join(self._code(node).split()).replace("( ", "(").replace(" )", ")")
+        return text if len(text) <= 80 else text[:77] + "..."
 
     def _bindings(self, name: cst.Name) -> list[Assignment]:
         scope = self.context.kinds.scopes.get(name)
