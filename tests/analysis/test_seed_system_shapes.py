@@ -177,3 +177,63 @@ def test_a_wrapper_save_whose_file_is_not_read_says_where_the_save_is(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     (finding,) = _findings(tmp_path / "pkg" / "run.py", "PM405")
     assert "another module" in finding.message and "the file is used" not in finding.message
+
+
+# -- hooks attached by a @contextmanager helper ----------------------------------------------
+
+HOOKED = """\
+from contextlib import contextmanager
+from functools import partial
+
+import torch
+
+
+def keep(module, args, output, name, cache):
+    cache[name] = output
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+
+    @contextmanager
+    def _attach_forward_hooks(self, hooks: dict):
+        handles: list = []
+        for name, hook in hooks.items():
+            module = self.target.get_submodule(name)
+            handle = module.register_forward_hook(hook)
+            handles.append(handle)
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def forward(self, x, names):
+        cache = {}
+        with self._attach_forward_hooks({n: partial(keep, name=n, cache=cache) for n in names}):
+            out = self.target(x)
+        return out, cache
+"""
+
+FIXED_HOOKS = HOOKED.replace("hooks: dict", "names").replace("hooks.items()", "[(n, print) for n in ('0',)]")
+
+
+def _pm501(code: str) -> list:
+    result = process_source(code.encode(), "<hooks>", Settings(level=Level.UNSAFE, select=("PM501",)))
+    assert not result.changed
+    return [f for f in result.findings if f.code == "PM501"]
+
+
+def test_hooks_a_context_manager_gets_from_its_caller_are_reported_with_that_reason():
+    (finding,) = _pm501(HOOKED)
+    assert "`@contextmanager` helper `_attach_forward_hooks`" in finding.message
+    assert "comes from each call (`hooks`, given by the caller)" in finding.message
+    assert "stored or used other than" not in finding.message  # the handle is followed through `handle`
+
+
+def test_hooks_a_context_manager_makes_itself_get_the_general_reason():
+    (finding,) = _pm501(FIXED_HOOKS)
+    assert "given by the caller" not in finding.message
+    assert "registered in a loop, a context manager or a helper" in finding.message
