@@ -368,6 +368,35 @@ PRECISION_OWNERS = {
 SAVE_FUNCTIONS = functions(Category.SAVE)
 TORCH_SAVES = frozenset(name for name in SAVE_FUNCTIONS if name.startswith("torch."))  # pickles any object
 SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Accelerate
+# Calls whose only effect outside the calling function is on files (they read, write, make or
+# remove files and folders) or on the console: a function that makes no other call may run in
+# a background thread (PM405). `os.chdir`, `os.environ`, `sys` and process calls are not here.
+FILE_ONLY_FUNCTIONS = (
+    frozenset(
+        f"builtins.{name}"
+        for name in "open print enumerate zip reversed any all bytes bytearray hasattr format".split()
+    )
+    | frozenset(
+        f"os.{name}"
+        for name in (
+            "makedirs mkdir remove unlink replace rename rmdir removedirs listdir scandir stat lstat close "
+            "fsync fdopen walk getpid"
+        ).split()
+    )
+    | frozenset(f"shutil.{name}" for name in "rmtree copy copy2 copyfile copytree move disk_usage".split())
+    | frozenset(f"tempfile.{name}" for name in "mkstemp mkdtemp NamedTemporaryFile TemporaryDirectory".split())
+    | frozenset({"json.dump", "json.dumps", "yaml.dump", "yaml.safe_dump", "pickle.dump", "pickle.dumps"})
+    | frozenset({"pathlib.Path", "pathlib.PurePath", "time.time", "time.strftime", "time.localtime"})
+)
+# Modules all of whose functions only compute (paths, patterns): any of them qualifies too.
+FILE_ONLY_MODULES = ("os.path", "re", "fnmatch", "glob")
+# Methods that read their receiver and change nothing (dicts, strings, paths), and the
+# methods of a file or path object opened or made in the function itself.
+READ_ONLY_METHODS = frozenset(
+    "items keys values get copy endswith startswith lower upper strip lstrip rstrip split rsplit join format "
+    "encode decode replace count find index isdigit exists is_file is_dir with_suffix with_name joinpath "
+    "relative_to resolve absolute".split()
+)
 # perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.
 CHECKPOINTERS = frozenset({"runtime.checkpoint.AsyncCheckpointer", "runtime.AsyncCheckpointer"})
 

@@ -5,11 +5,14 @@ whose file is uploaded right after it is written."""
 
 from __future__ import annotations
 
+import runpy
+import sys
 import textwrap
 from pathlib import Path
 
 import libcst as cst
 import pytest
+import torch
 
 from codemod.analysis.project import project_of
 from codemod.config import Settings
@@ -63,10 +66,18 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text))
 
 
-def _findings(path: Path, code: str) -> list:
+def _findings(path: Path, code: str, changed: bool = False) -> list:
     result = process_source(path.read_bytes(), str(path), Settings(level=Level.UNSAFE, select=(code,)))
-    assert not result.changed
+    assert result.changed == changed
     return [f for f in result.findings if f.code == code]
+
+
+def _saver_of(train: Path, callee: str) -> str | None:
+    context = FileContext.of_source(train.read_text(), path=str(train))
+    project = project_of(context)
+    (call,) = _calls(context, callee)
+    function = project.called(call)
+    return project.saver(function) if function is not None else None
 
 
 def _calls(context: FileContext, dotted: str) -> list[cst.Call]:
@@ -93,9 +104,10 @@ def test_an_attribute_of_an_optional_import_is_the_imported_one(fallback, names)
 def test_a_checkpoint_module_with_an_optional_torch_import_is_followed(tmp_path):
     _write(tmp_path, {"pkg/checkpointing.py": OPTIONAL_TORCH, "pkg/train.py": TRAIN_WITH_LATEST})
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    (finding,) = _findings(tmp_path / "pkg" / "train.py", "PM405")
-    assert "`torch.save` in `_atomic_save_torch`" in finding.message
-    assert "pkg/checkpointing.py" in finding.message and not finding.fixable
+    train = tmp_path / "pkg" / "train.py"
+    assert _saver_of(train, "save_latest") == "`torch.save` in `_atomic_save_torch`"
+    (finding,) = _findings(train, "PM405", changed=True)  # it only writes files: run in the background
+    assert "pkg/checkpointing.py" in finding.message and finding.fixable
 
 
 def test_a_package_without_a_project_marker_is_imported_from_the_folder_above_it(tmp_path):
@@ -107,8 +119,7 @@ def test_a_package_without_a_project_marker_is_imported_from_the_folder_above_it
     assert project.root is not None and project.root.resolve() == root.resolve()
     (call,) = _calls(context, "save_latest")
     assert project.called(call) is not None
-    (finding,) = _findings(train, "PM405")
-    assert "`torch.save` in `_atomic_save_torch`" in finding.message
+    assert _saver_of(train, "save_latest") == "`torch.save` in `_atomic_save_torch`"
 
 
 def test_a_script_beside_no_package_keeps_its_own_folder_as_root(tmp_path):
@@ -170,13 +181,98 @@ def test_a_wrapper_save_whose_file_is_uploaded_next_gives_that_reason(tmp_path):
     assert "another module" not in finding.message
 
 
-def test_a_wrapper_save_whose_file_is_not_read_says_where_the_save_is(tmp_path):
-    quiet = RUN.replace("            if upload:\n", "            if upload:\n                print(step)\n")
-    quiet = "\n".join(line for line in quiet.splitlines() if "wandb.save(" not in line) + "\n"
-    _write(tmp_path, {"pkg/run_utils.py": RUN_UTILS, "pkg/run.py": quiet})
+QUIET_RUN = """\
+from pathlib import Path
+
+import torch
+from pkg.run_utils import save_file
+
+
+def optimize(steps, save_freq, out_dir):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(steps + 1):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        if step % save_freq == 0 and step > 0:
+            save_file(model.state_dict(), Path(out_dir) / f"model_{step}.pth")
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+"""
+
+
+def _run(root: Path, out_dir: Path, monkeypatch) -> list[float]:
+    monkeypatch.syspath_prepend(str(root))
+    for name in [n for n in sys.modules if n == "pkg" or n.startswith("pkg.")]:
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        return runpy.run_path(str(root / "pkg" / "run.py"))["optimize"](6, 2, out_dir)
+    finally:
+        for name in [n for n in sys.modules if n == "pkg" or n.startswith("pkg.")]:
+            del sys.modules[name]
+
+
+def test_a_wrapper_that_only_writes_files_runs_in_the_background_and_writes_the_same_files(tmp_path, monkeypatch):
+    original, rewritten = tmp_path / "original", tmp_path / "rewritten"
+    for root in (original, rewritten):
+        _write(root, {"pkg/run_utils.py": RUN_UTILS, "pkg/run.py": QUIET_RUN})
+        (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    run = rewritten / "pkg" / "run.py"
+    result = process_source(run.read_bytes(), str(run), Settings(level=Level.UNSAFE, select=("PM405",)))
+    (finding,) = result.findings
+    assert finding.fixable and "pkg/run_utils.py:10" in finding.message
+    new = result.new_source.decode()
+    assert (
+        'checkpointer.call(\n                save_file, model.state_dict(), Path(out_dir) / f"model_{step}.pth"\n'
+        in new
+    )
+    assert "checkpointer = AsyncCheckpointer()\n    for step" in new and "    checkpointer.flush()\n    return" in new
+    run.write_text(new)
+    before = _run(original, tmp_path / "before", monkeypatch)
+    after = _run(rewritten, tmp_path / "after", monkeypatch)
+    assert before == after
+    names = sorted(p.name for p in (tmp_path / "before").iterdir())
+    assert names == ["model_2.pth", "model_4.pth", "model_6.pth"]
+    assert sorted(p.name for p in (tmp_path / "after").iterdir()) == names
+    for name in names:
+        want, got = torch.load(tmp_path / "before" / name), torch.load(tmp_path / "after" / name)
+        assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+@pytest.mark.parametrize(
+    "utils_change, run_change, why",
+    [
+        (
+            ("    path = Path(path)\n", '    path = Path(path)\n    data["saved"] = True\n'),
+            None,
+            'changes `data["saved"]`',
+        ),
+        (("    path = Path(path)\n", "    path = Path(path)\n    wandb.save(str(path))\n"), None, "calls `wandb.save`"),
+        (None, ("            save_file(", "            written = save_file("), "its result is used"),
+        (
+            None,
+            ('.pth")\n', '.pth")\n            torch.load(Path(out_dir) / f"model_{step}.pth")\n'),
+            "not fixed: the file is used at line 17",
+        ),
+        (
+            None,
+            ("save_file(model.state_dict(),", "save_file([p.detach() for p in model.parameters()],"),
+            "perfmod cannot tell whether `[p.detach() for p in model.parameters()]` names a file",
+        ),
+    ],
+)
+def test_a_wrapper_that_may_do_more_stays_in_the_training_thread(tmp_path, utils_change, run_change, why):
+    utils = RUN_UTILS if utils_change is None else "import wandb\n" + RUN_UTILS.replace(*utils_change)
+    run = QUIET_RUN if run_change is None else QUIET_RUN.replace(*run_change)
+    assert utils != RUN_UTILS or run != QUIET_RUN
+    _write(tmp_path, {"pkg/run_utils.py": utils, "pkg/run.py": run})
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     (finding,) = _findings(tmp_path / "pkg" / "run.py", "PM405")
-    assert "another module" in finding.message and "the file is used" not in finding.message
+    assert not finding.fixable and why in finding.message, finding.message
 
 
 # -- hooks attached by a @contextmanager helper ----------------------------------------------
