@@ -55,6 +55,7 @@ from codemod.analysis.names import method_name
 from codemod.analysis.torch_facts import (
     FILE_ONLY_FUNCTIONS,
     FILE_ONLY_MODULES,
+    PATH_READ_METHODS,
     PURE_BUILTINS,
     READ_ONLY_METHODS,
     SAME_PLACE_METHODS,
@@ -763,7 +764,7 @@ def _file_effects(function: Function) -> str:
                 or (isinstance(func.value, cst.Call) and _made_here(context, func.value))
             ):
                 continue  # a method of a string, or of a file, path or list the function made
-            if func.attr.value in READ_ONLY_METHODS:
+            if func.attr.value in READ_ONLY_METHODS | PATH_READ_METHODS:
                 continue
             return f"`{name}` calls `{context.module.code_for_node(func).strip()}`, which may change what it reads"
         local = context.kinds.local_callee(call) if isinstance(func, cst.Name) else None

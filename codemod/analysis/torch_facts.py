@@ -390,12 +390,9 @@ FILE_ONLY_FUNCTIONS = (
 )
 # Modules all of whose functions only compute (paths, patterns): any of them qualifies too.
 FILE_ONLY_MODULES = ("os.path", "re", "fnmatch", "glob")
-# Methods that read their receiver and change nothing (dicts, strings, paths), and the
-# methods of a file or path object opened or made in the function itself.
-READ_ONLY_METHODS = frozenset(
-    "items keys values get copy endswith startswith lower upper strip lstrip rstrip split rsplit join format "
-    "encode decode replace count find index isdigit exists is_file is_dir with_suffix with_name joinpath "
-    "relative_to resolve absolute".split()
+# Methods of a path that read and change nothing (with READ_ONLY_METHODS above).
+PATH_READ_METHODS = frozenset(
+    "exists is_file is_dir with_suffix with_name joinpath relative_to resolve absolute".split()
 )
 # perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.
 CHECKPOINTERS = frozenset({"runtime.checkpoint.AsyncCheckpointer", "runtime.AsyncCheckpointer"})
