@@ -731,6 +731,9 @@ def _file_effects(function: Function) -> str:
         return f"`{name}` rebinds names outside it (`global`)"
     if next(iter(context.index.find((cst.FunctionDef, cst.Lambda, cst.ClassDef), within=node.body)), None):
         return f"`{name}` defines functions or classes of its own"
+    state = _module_state_read(context, node)
+    if state is not None:
+        return f"`{name}` reads `{state}`, a value of its module that a background call would read later"
     names = _owned_locals(context, node)
 
     def owned(root: cst.Name | None) -> bool:
@@ -785,6 +788,80 @@ def _file_effects(function: Function) -> str:
         if inner:
             return inner
     return ""
+
+
+def _module_state_read(context: FileContext, function: cst.FunctionDef) -> str | None:
+    """A name of the module that `function` reads and that may hold a value that changes:
+    anything but an import, a def or class, and a constant (bound once, at the top level,
+    to literals: `SUFFIXES = (".tmp", ".bak")`, `KEEP = {"config.json"}`) that no
+    statement of the module changes."""
+    from libcst.metadata import Assignment as Bound
+    from libcst.metadata import GlobalScope
+
+    from codemod.analysis.names import names_read
+
+    seen: set[str] = set()
+    for read in names_read(function.body):
+        if read.value in seen:
+            continue
+        seen.add(read.value)
+        scope = context.scopes.get(read)
+        if scope is None:
+            continue
+        for binding in scope[read.value]:
+            if not isinstance(binding.scope, GlobalScope) or not isinstance(binding, Bound):
+                continue
+            holder = context.bindings.statement(binding.node) if isinstance(binding.node, cst.Name) else binding.node
+            if isinstance(holder, (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef)):
+                continue
+            if (
+                isinstance(holder, (cst.Assign, cst.AnnAssign))
+                and _literal(holder.value)
+                and len(scope[read.value]) == 1
+                and not _changed_in_module(context, read.value)
+            ):
+                continue
+            if isinstance(holder, cst.ExceptHandler) or holder is None:
+                continue
+            if isinstance(holder, cst.Assign) and isinstance(holder.value, cst.Name) and holder.value.value == "None":
+                continue  # the fallback of an optional import (`torch = None`): read, never written here
+            return read.value
+    return None
+
+
+def _literal(value: cst.BaseExpression | None) -> bool:
+    """Literals, and tuples, lists, sets and dicts of literals."""
+    if isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float, cst.Imaginary)):
+        return True
+    if isinstance(value, cst.Name):
+        return value.value in ("True", "False", "None")
+    if isinstance(value, cst.UnaryOperation):
+        return _literal(value.expression)
+    if isinstance(value, (cst.Tuple, cst.List, cst.Set)):
+        return all(not isinstance(e, cst.StarredElement) and _literal(e.value) for e in value.elements)
+    if isinstance(value, cst.Dict):
+        return all(isinstance(e, cst.DictElement) and _literal(e.key) and _literal(e.value) for e in value.elements)
+    return False
+
+
+def _changed_in_module(context: FileContext, name: str) -> bool:
+    """Does a statement of the module change the value bound to `name` (a method that
+    mutates it, an item or attribute assigned, `global name`)?"""
+    from codemod.analysis.torch_facts import MUTATING_METHODS
+
+    for node in context.index.find((cst.Attribute, cst.Subscript, cst.Global)):
+        if isinstance(node, cst.Global):
+            if any(item.name.value == name for item in node.names):
+                return True
+            continue
+        if not (isinstance(node.value, cst.Name) and node.value.value == name):
+            continue
+        parent = context.parents.get(node)
+        if isinstance(node, cst.Attribute) and node.attr.value in MUTATING_METHODS and isinstance(parent, cst.Call):
+            return True
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)):
+            return True
+    return False
 
 
 def _fresh_binding(context: FileContext, target: cst.CSTNode) -> bool:

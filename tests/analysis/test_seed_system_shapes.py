@@ -243,30 +243,41 @@ def test_a_wrapper_that_only_writes_files_runs_in_the_background_and_writes_the_
         assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
+PATH_LINE = "    path = Path(path)\n"
+
+
 @pytest.mark.parametrize(
-    "utils_change, run_change, why",
+    "utils_changes, run_change, why",
     [
+        ([(PATH_LINE, PATH_LINE + '    data["saved"] = True\n')], None, 'changes `data["saved"]`'),
+        ([(PATH_LINE, PATH_LINE + "    wandb.save(str(path))\n")], None, "calls `wandb.save`"),
         (
-            ("    path = Path(path)\n", '    path = Path(path)\n    data["saved"] = True\n'),
+            [
+                ("def save_file(", "HISTORY = []\n\n\ndef record(x):\n    HISTORY.append(x)\n\n\ndef save_file("),
+                (PATH_LINE, PATH_LINE + "    print(len(HISTORY))\n"),
+            ],
             None,
-            'changes `data["saved"]`',
+            "reads `HISTORY`, a value of its module",
         ),
-        (("    path = Path(path)\n", "    path = Path(path)\n    wandb.save(str(path))\n"), None, "calls `wandb.save`"),
-        (None, ("            save_file(", "            written = save_file("), "its result is used"),
+        ([], ("            save_file(", "            written = save_file("), "its result is used"),
         (
-            None,
+            [],
             ('.pth")\n', '.pth")\n            torch.load(Path(out_dir) / f"model_{step}.pth")\n'),
             "not fixed: the file is used at line 17",
         ),
         (
-            None,
+            [],
             ("save_file(model.state_dict(),", "save_file([p.detach() for p in model.parameters()],"),
             "perfmod cannot tell whether `[p.detach() for p in model.parameters()]` names a file",
         ),
     ],
 )
-def test_a_wrapper_that_may_do_more_stays_in_the_training_thread(tmp_path, utils_change, run_change, why):
-    utils = RUN_UTILS if utils_change is None else "import wandb\n" + RUN_UTILS.replace(*utils_change)
+def test_a_wrapper_that_may_do_more_stays_in_the_training_thread(tmp_path, utils_changes, run_change, why):
+    utils = RUN_UTILS
+    for change in utils_changes:
+        assert change[0] in utils
+        utils = utils.replace(*change)
+    utils = "import wandb\n" + utils if utils_changes else utils
     run = QUIET_RUN if run_change is None else QUIET_RUN.replace(*run_change)
     assert utils != RUN_UTILS or run != QUIET_RUN
     _write(tmp_path, {"pkg/run_utils.py": utils, "pkg/run.py": run})
