@@ -374,7 +374,7 @@ SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Acceler
 FILE_ONLY_FUNCTIONS = (
     frozenset(
         f"builtins.{name}"
-        for name in "open print enumerate zip reversed any all bytes bytearray hasattr format".split()
+        for name in "open print enumerate zip reversed any all bytes bytearray hasattr format type callable".split()
     )
     | frozenset(
         f"os.{name}"

@@ -75,6 +75,7 @@ class _Save:
     statement: cst.CSTNode  # the SimpleStatementLine, or the `with open(...)` statement
     path: cst.BaseExpression
     wrapper: str = ""  # `path:line` of the project function run through `checkpointer.call`
+    flush_before: tuple = ()  # statements in the loop, under an `if`, that use the file
 
 
 class _Unfixable(Exception):
@@ -165,7 +166,10 @@ class SynchronousCheckpointInLoop(Rule):
       (FSDP), are left alone.
     - A file read after the loop is read after the flush; one read in the loop
       or right after the save (copied, loaded, checked for) keeps its save
-      synchronous.
+      synchronous, unless every such read comes after the save, under an `if`
+      the save is not under (`if args.upload: upload(path)`): then
+      `checkpointer.flush()` goes right before each of them, and the save waits
+      only when the file is used.
     - A project function run by `checkpointer.call` runs later, in another
       thread: what it prints appears later, its errors are raised by the next
       save or flush, and files it removes (old checkpoints it prunes) go later.
@@ -267,6 +271,22 @@ class SynchronousCheckpointInLoop(Rule):
             + "        checkpointer.save(model.state_dict(), 'last.pt')\n        if epoch == max_epochs:\n"
             "            checkpointer.flush()\n            return 'last.pt'\n    checkpointer.flush()\n    return None\n",
             "flushed before a return that leaves the loop",
+        ),
+        Invalid(
+            PREAMBLE
+            + "import shutil\nkeep_best = True\n"
+            + LOOP
+            + "    torch.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
+            "    if keep_best:\n        shutil.copy(f'ckpt_{epoch}.pt', 'best.pt')\n",
+            "import torch\n"
+            + ADDED_IMPORT
+            + SETUP
+            + "import shutil\nkeep_best = True\ncheckpointer = AsyncCheckpointer()\n"
+            + LOOP
+            + "    checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
+            "    if keep_best:\n        checkpointer.flush()\n        shutil.copy(f'ckpt_{epoch}.pt', 'best.pt')\n"
+            "checkpointer.flush()\n",
+            "the file is copied only when asked: flushed right before that",
         ),
         Invalid(
             PREAMBLE + LOOP + "    torch.save(model, 'model.pt')\n",
@@ -411,7 +431,9 @@ class SynchronousCheckpointInLoop(Rule):
             return saver is not None
         where = project.shown(function)
         reader = self._path_read_later(call)
-        if reader is not None:
+        loop = self._outer_training_loop(call)
+        flushes = self._wrapper_flush_points(call, loop) if reader is not None and loop is not None else None
+        if reader is not None and not flushes:
             self.report(
                 call,
                 f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
@@ -419,12 +441,11 @@ class SynchronousCheckpointInLoop(Rule):
                 "which would run before a background write of it is done",
             )
             return True
-        loop = self._outer_training_loop(call)
         why = self._background_problem(call, function) if loop is not None else None
         if loop is not None and why is None:
             statement = self.context.index.statement_of(call)
             path = next((a.value for a in call.args if not a.star and self._names_file(a.value)), call.func)
-            return loop, _Save(call, statement, path, wrapper=where)
+            return loop, _Save(call, statement, path, wrapper=where, flush_before=tuple(flushes or ()))
         self.report(
             call,
             f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
@@ -494,6 +515,20 @@ class SynchronousCheckpointInLoop(Rule):
             and expr.func.attr.value == "state_dict"
             and not expr.args
         )
+
+    def _wrapper_flush_points(self, call: cst.Call, loop: cst.CSTNode) -> list | None:
+        """`_flush_points` for every file path or folder `call` is given."""
+        statement = self.context.index.statement_of(call)
+        found = []
+        for arg in call.args:
+            if not arg.star and self._names_file(arg.value):
+                if self._later_use(arg.value, statement, loop) is None:
+                    continue
+                points = self._flush_points(arg.value, statement, loop)
+                if points is None:
+                    return None
+                found += [line for line in points if all(line is not other for other in found)]
+        return found or None
 
     def _path_read_later(self, call: cst.Call) -> cst.CSTNode | None:
         """A use, after `call` or elsewhere in its training loop, of a path `call` is given."""
@@ -617,12 +652,15 @@ class SynchronousCheckpointInLoop(Rule):
         reader = self._later_use(path, statement, loop)
         if reader is None and helper is not None:
             reader = self._later_use_by_callers(path, helper, sites)
-        if reader is not None:
+        flushes = None
+        if reader is not None and helper is None and loop is not None:
+            flushes = self._flush_points(path, statement, loop)
+        if reader is not None and not flushes:
             raise _Unfixable(
                 f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
                 f"before a background write of it is done"
             )
-        return _Save(call, statement, path)
+        return _Save(call, statement, path, flush_before=tuple(flushes or ()))
 
     def _later_use_by_callers(self, path: cst.BaseExpression, helper: cst.FunctionDef, sites) -> cst.CSTNode | None:
         """For a path handed to the helper as a parameter: a use of what each call passes,
@@ -751,20 +789,60 @@ class SynchronousCheckpointInLoop(Rule):
                 loop_end is not None and at > loop_end and _function_of(self.context.parents, node) is loop_function
             )
 
+        return next(self._later_uses(path, statement, later, scope_root), None)
+
+    def _later_uses(self, path, statement, later, scope_root):
         if isinstance(path, cst.Name):
             for use in self._accesses(path):
                 if later(use) and not self._harmless_use(use):
-                    return self._statement_or_call(use)
-            return None
+                    yield self._statement_or_call(use)
+            return
         text = self._code(path)
-        for call in index.find(cst.Call, within=scope_root):
+        for call in self.context.index.find(cst.Call, within=scope_root):
             if not later(call) or self._logging(call) or self.context.inside(call, statement):
                 continue
             if self.context.names.is_(call, *TORCH_SAVES) or self._makes_folder(call):
                 continue
-            if any(self._names_path(arg.value, text) for arg in call.args):
-                return call
-        return None
+            if any(self._names_path(arg.value, text) for arg in call.args) or (
+                isinstance(call.func, cst.Attribute) and self._names_path(call.func.value, text)
+            ):
+                yield call  # given the path, or a method of it (`path.read_bytes()`)
+
+    def _flush_points(self, path: cst.BaseExpression, statement: cst.CSTNode, loop: cst.CSTNode) -> list | None:
+        """When every use of the saved file in the loop comes after the save in the same
+        iteration, under an `if` that the save is not under (`if upload: wandb.save(path)`):
+        the statements a flush goes before, so that the save is waited for only when the
+        file is used. None when a use is not such."""
+        index = self.context.index
+        after = index.end(statement)
+        scope_root = _function_of(self.context.parents, statement) or self.context.module
+        found = []
+
+        def in_loop(node: cst.CSTNode) -> bool:
+            return self.context.inside(node, loop) and not self.context.inside(node, statement)
+
+        for use in self._later_uses(path, statement, in_loop, scope_root):
+            if (
+                index.order(use) <= after
+                or (_function_of(self.context.parents, use) or self.context.module) is not scope_root
+            ):
+                return None
+            guard = next(
+                (
+                    a
+                    for a in _ancestors(self.context.parents, use)
+                    if isinstance(a, cst.If) or a is loop or isinstance(a, (cst.For, cst.While))
+                ),
+                None,
+            )
+            if not isinstance(guard, cst.If) or self.context.inside(statement, guard):
+                return None
+            line = index.statement_of(use)
+            if line is None or not self.context.inside(line, guard):
+                return None
+            if all(line is not other for other in found):
+                found.append(line)
+        return found or None
 
     def _makes_folder(self, call: cst.Call) -> bool:
         """`os.makedirs(folder, exist_ok=True)`: touches no file a pending write makes."""
@@ -774,6 +852,8 @@ class SynchronousCheckpointInLoop(Rule):
     def _names_path(self, expr: cst.BaseExpression, text: str) -> bool:
         """Is `expr` the path written `text`, or that path through `str(...)`, `Path(...)`
         or `os.fspath(...)`?"""
+        if getattr(expr, "lpar", None):
+            expr = expr.with_changes(lpar=[], rpar=[])
         if self._code(expr) == text:
             return True
         return (
@@ -829,16 +909,24 @@ class SynchronousCheckpointInLoop(Rule):
         for leaving in self.context.index.find(cst.Return, within=loop.body):
             if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
                 edits.append(_flush_before(leaving, name, self.context.parents))
+        waits = list({id(line): line for _, plan in fixable for line in plan.flush_before}.values())
+        edits += [InsertBefore(line, (_flush_line(name),)) for line in waits]
         build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
         edits += [InsertBefore(loop, (build,)), InsertAfter(loop, (_flush_line(name),))]
         for call, plan in fixable:
+            waited = (
+                f"; `{name}.flush()` before line {', '.join(str(self.context.line(w)) for w in plan.flush_before)}, "
+                "which uses the file"
+                if plan.flush_before
+                else ""
+            )
             self.report(
                 call,
                 f"`{self._code(call.func)}` ({plan.wrapper}) writes files while training waits, and only that; "
-                f"run in the background by `{name}` on a copy of its arguments (the files appear later)"
+                f"run in the background by `{name}` on a copy of its arguments (the files appear later){waited}"
                 if plan.wrapper
                 else f"`{self._code(call.func)}` writes the checkpoint while training waits; saved in the "
-                f"background by `{name}` (the file appears later)",
+                f"background by `{name}` (the file appears later){waited}",
                 edits=edits,
                 imports=[IMPORT],
             )

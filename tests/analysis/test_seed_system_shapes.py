@@ -171,14 +171,27 @@ def optimize(model, steps, save_freq, out_dir, upload):
 """
 
 
-def test_a_wrapper_save_whose_file_is_uploaded_next_gives_that_reason(tmp_path):
+def test_a_wrapper_save_whose_file_is_uploaded_when_asked_waits_only_then(tmp_path):
     _write(tmp_path, {"pkg/run_utils.py": RUN_UTILS, "pkg/run.py": RUN})
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    run = tmp_path / "pkg" / "run.py"
+    (finding,) = _findings(run, "PM405", changed=True)
+    upload = next(n for n, line in enumerate(run.read_text().splitlines(), 1) if "wandb.save(" in line)
+    assert finding.fixable and f"`checkpointer.flush()` before line {upload}, which uses the file" in finding.message
+    result = process_source(run.read_bytes(), str(run), Settings(level=Level.UNSAFE, select=("PM405",)))
+    assert "            if upload:\n                checkpointer.flush()\n                wandb.save(" in (
+        result.new_source.decode()
+    )
+
+
+def test_a_wrapper_save_whose_file_is_read_whatever_happens_stays_synchronous(tmp_path):
+    every_time = RUN.replace("            if upload:\n                wandb.save(", "            wandb.save(")
+    _write(tmp_path, {"pkg/run_utils.py": RUN_UTILS, "pkg/run.py": every_time})
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     run = tmp_path / "pkg" / "run.py"
     (finding,) = _findings(run, "PM405")
     upload = next(n for n, line in enumerate(run.read_text().splitlines(), 1) if "wandb.save(" in line)
     assert f'the file is used at line {upload} (`wandb.save(str(out_dir / f"model_{{step}}.pth")' in finding.message
-    assert "another module" not in finding.message
 
 
 QUIET_RUN = """\
@@ -205,6 +218,16 @@ def optimize(steps, save_freq, out_dir):
 """
 
 
+# The same loop, reading each file back when asked (as an upload would), after logging;
+# the sizes read go into the list the test compares.
+UPLOADING_RUN = QUIET_RUN.replace(
+    '.pth")\n',
+    '.pth")\n            print("saved")\n            if upload:\n'
+    '                losses.append(len((Path(out_dir) / f"model_{step}.pth").read_bytes()))\n',
+).replace("def optimize(steps, save_freq, out_dir):\n", "def optimize(steps, save_freq, out_dir, upload=True):\n")
+assert UPLOADING_RUN.count("upload") == 2
+
+
 def _run(root: Path, out_dir: Path, monkeypatch) -> list[float]:
     monkeypatch.syspath_prepend(str(root))
     for name in [n for n in sys.modules if n == "pkg" or n.startswith("pkg.")]:
@@ -216,10 +239,13 @@ def _run(root: Path, out_dir: Path, monkeypatch) -> list[float]:
             del sys.modules[name]
 
 
-def test_a_wrapper_that_only_writes_files_runs_in_the_background_and_writes_the_same_files(tmp_path, monkeypatch):
+@pytest.mark.parametrize("script", [QUIET_RUN, UPLOADING_RUN], ids=["quiet", "uploading"])
+def test_a_wrapper_that_only_writes_files_runs_in_the_background_and_writes_the_same_files(
+    tmp_path, monkeypatch, script
+):
     original, rewritten = tmp_path / "original", tmp_path / "rewritten"
     for root in (original, rewritten):
-        _write(root, {"pkg/run_utils.py": RUN_UTILS, "pkg/run.py": QUIET_RUN})
+        _write(root, {"pkg/run_utils.py": RUN_UTILS, "pkg/run.py": script})
         (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     run = rewritten / "pkg" / "run.py"
     result = process_source(run.read_bytes(), str(run), Settings(level=Level.UNSAFE, select=("PM405",)))
