@@ -852,7 +852,7 @@ class SynchronousCheckpointInLoop(Rule):
     def _names_path(self, expr: cst.BaseExpression, text: str) -> bool:
         """Is `expr` the path written `text`, or that path through `str(...)`, `Path(...)`
         or `os.fspath(...)`?"""
-        if getattr(expr, "lpar", None):
+        if getattr(expr, "lpar", None) and not isinstance(expr, cst.Tuple):  # `(dir / name)`; `()` keeps its own
             expr = expr.with_changes(lpar=[], rpar=[])
         if self._code(expr) == text:
             return True

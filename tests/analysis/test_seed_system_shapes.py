@@ -370,3 +370,15 @@ def test_hooks_a_context_manager_makes_itself_get_the_general_reason():
     (finding,) = _pm501(FIXED_HOOKS)
     assert "given by the caller" not in finding.message
     assert "registered in a loop, a context manager or a helper" in finding.message
+
+
+def test_an_empty_tuple_among_the_loops_arguments_is_no_path():
+    code = (
+        "import os\nimport torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(3):\n    running = torch.zeros(())\n    model(torch.randn(2, 2)).sum().backward()\n"
+        "    opt.step()\n    torch.save(model.state_dict(), os.path.join('out', f'{step}.pt'))\n"
+    )
+    result = process_source(code.encode(), "<loop>", Settings(level=Level.UNSAFE, select=("PM405",)))
+    assert result.error is None
+    (finding,) = result.findings
+    assert finding.fixable and "checkpointer.save(" in result.new_source.decode()
