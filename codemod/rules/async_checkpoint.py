@@ -831,7 +831,8 @@ class SynchronousCheckpointInLoop(Rule):
                 (
                     a
                     for a in _ancestors(self.context.parents, use)
-                    if isinstance(a, cst.If) or a is loop or isinstance(a, (cst.For, cst.While))
+                    if (isinstance(a, cst.If) and not self.context.inside(use, a.test))  # in its branches
+                    or isinstance(a, (cst.For, cst.While))
                 ),
                 None,
             )

@@ -382,3 +382,18 @@ def test_an_empty_tuple_among_the_loops_arguments_is_no_path():
     assert result.error is None
     (finding,) = result.findings
     assert finding.fixable and "checkpointer.save(" in result.new_source.decode()
+
+
+def test_a_use_in_the_test_of_an_if_is_not_a_use_under_it():
+    """legacy/snli's keep-latest loop: `if f != snapshot_path: os.remove(f)` right after the
+    save reads the path whatever happens; the save stays synchronous."""
+    code = (
+        "import glob\nimport os\nimport torch\nmodel = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(3):\n    model(torch.randn(2, 2)).sum().backward()\n    opt.step()\n"
+        "    snapshot_path = f'snapshot_{step}.pt'\n    torch.save(model.state_dict(), snapshot_path)\n"
+        "    for f in glob.glob('snapshot_*'):\n        if f != snapshot_path:\n            os.remove(f)\n"
+    )
+    result = process_source(code.encode(), "<loop>", Settings(level=Level.UNSAFE, select=("PM405",)))
+    (finding,) = result.findings
+    assert not finding.fixable and "the file is used at line 12 (`snapshot_path`)" in finding.message
