@@ -60,6 +60,17 @@ class AsyncCheckpointer:
         # Resolved now: a later os.chdir in the training script must not move the file.
         self._pending = self._writer.submit(_write_atomically, snapshot, os.path.abspath(path))
 
+    def call(self, fn, /, *args, **kwargs) -> None:
+        """Run `fn(*args, **kwargs)`, a function that only writes files (a project's own
+        checkpoint helper), in the background thread, on a snapshot of its arguments taken
+        as save() takes one; its result is dropped. Rank 0 only, one write in flight, errors
+        raised by the next save(), call() or flush(), as for save()."""
+        if _rank() != 0:
+            return
+        self.flush()
+        args, kwargs = _snapshot_to_cpu((args, kwargs))
+        self._pending = self._writer.submit(fn, *args, **kwargs)
+
     def flush(self) -> None:
         """Wait for the pending write; raise its error, if any."""
         pending, self._pending = self._pending, None

@@ -295,7 +295,8 @@ def test_naive_hooks_per_call_hooks_are_reported_and_left_as_written():
     result = rewritten("naive_hooks", "unsafe", ("PM501",))
     found = [f for f in result.findings if f.code == "PM501"]
     assert found and not any(f.fixable for f in found) and not result.changed
-    assert all("registered in a loop, a context manager or a helper" in f.message for f in found)
+    assert all("`@contextmanager` helper `_attach_forward_hooks`" in f.message for f in found)
+    assert all("comes from each call (`cache`, `replace`, given by the caller)" in f.message for f in found)
 
 
 def test_naive_hooks_has_nothing_to_fix_at_level_safe():

@@ -29,6 +29,10 @@ CANONICAL = {
 }
 
 
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
 class Names:
     """Qualified-name look-ups for one file.
 
@@ -45,6 +49,7 @@ class Names:
         self._by_referents = PerBindings()
         self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
         self._binding_nodes: set[cst.CSTNode] | None = None
+        self._none_targets: set[cst.CSTNode] | None = None
 
     def _qualified(self, node: cst.CSTNode):
         found = self._cache.get(node)
@@ -77,6 +82,13 @@ class Names:
             prefix = prefix.rpartition(".")[0] or None
         if not bindings:
             return frozenset()
+        if prefix != dotted and len(bindings) > 1:
+            # `try: import torch` / `except ImportError: torch = None`: an attribute of the
+            # None fallback does not exist, so where `torch.save` is read and runs, the
+            # import is the binding it reads.
+            imported = [b for b in bindings if not (isinstance(b, Assignment) and b.node in self._none_fallbacks())]
+            if imported and len(imported) < len(bindings):
+                return frozenset().union(*(b.get_qualified_names_for(dotted) for b in imported))
         # libcst hands out the set of bindings of the scope that binds the name, so every
         # scope that sees the same bindings shares one answer (a module-level `torch`).
         key = (id(bindings), dotted)
@@ -106,6 +118,25 @@ class Names:
         if found is None:
             found = self._by_referent[referent] = frozenset(referent.get_qualified_names_for(referent.name))
         return found
+
+    def _none_fallbacks(self) -> set[cst.CSTNode]:
+        """The names bound to `None` in an `except` handler (`X = None`), the fallback
+        of an optional import."""
+        if self._none_targets is None:
+            found: set[cst.CSTNode] = set()
+            for node in self._scopes:
+                if isinstance(node, cst.ExceptHandler):
+                    lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
+                    for line in lines:
+                        for statement in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+                            if (
+                                isinstance(statement, cst.Assign)
+                                and _is_none(statement.value)
+                                and all(isinstance(t.target, cst.Name) for t in statement.targets)
+                            ):
+                                found.update(t.target for t in statement.targets)
+            self._none_targets = found
+        return self._none_targets
 
     def _bindings(self) -> set[cst.CSTNode]:
         """The nodes libcst takes for a binding itself (`_is_assignment`): the bound

@@ -59,7 +59,16 @@ import libcst as cst
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import method_name
-from codemod.analysis.torch_facts import PROCESS_STARTS, SAME_PLACE_METHODS, SAVE_FUNCTIONS
+from codemod.analysis.torch_facts import (
+    FILE_ONLY_FUNCTIONS,
+    FILE_ONLY_MODULES,
+    PATH_READ_METHODS,
+    PROCESS_STARTS,
+    PURE_BUILTINS,
+    READ_ONLY_METHODS,
+    SAME_PLACE_METHODS,
+    SAVE_FUNCTIONS,
+)
 from codemod.result import Stamp  # in a module without libcst: a cached result's check reads it
 
 if TYPE_CHECKING:
@@ -569,6 +578,16 @@ class Project:
         functions it calls; None when it calls none that perfmod can see."""
         return _summary(function.module, ("saver", function.node.name.value), lambda: _saver(function))
 
+    def file_effects(self, function: Function) -> str | None:
+        """Why a call of `function` may do more than write files and print (change its
+        arguments or the module's state, call what perfmod does not know); None when it
+        does nothing else, itself or through the functions it calls, so that it may run
+        in a background thread on copies of its arguments."""
+        why = _summary(function.module, ("file effects", function.node.name.value), lambda: _file_effects(function))
+        if why is None:
+            return f"perfmod cannot follow `{function.node.name.value}` to its end"
+        return why or None
+
     def passes_through(self, function: Function) -> PassThrough | None:
         return _summary(function.module, ("through", function.node.name.value), lambda: _passes_through(function))
 
@@ -795,6 +814,233 @@ def _saver(function: Function) -> str | None:
             if inner is not None:
                 return f"{inner} in `{other.qualified}`"
     return None
+
+
+def _file_effects(function: Function) -> str:
+    """ "" when `function` only writes files and prints (see Project.file_effects), else why not."""
+    context, module, node = function.context, function.module, function.node
+    name = node.name.value
+    if node.decorators or node.asynchronous is not None or any(context.kinds.exits(node)[1]):
+        return f"`{name}` is decorated, asynchronous or a generator"
+    if context.kinds.class_of(node) is not None:
+        return f"`{name}` is a method"
+    if next(iter(context.index.find((cst.Global, cst.Nonlocal), within=node.body)), None) is not None:
+        return f"`{name}` rebinds names outside it (`global`)"
+    if next(iter(context.index.find((cst.FunctionDef, cst.Lambda, cst.ClassDef), within=node.body)), None):
+        return f"`{name}` defines functions or classes of its own"
+    state = _module_state_read(context, node)
+    if state is not None:
+        return f"`{name}` reads `{state}`, a value of its module that a background call would read later"
+    names = _owned_locals(context, node)
+
+    def owned(root: cst.Name | None) -> bool:
+        """Made by the function: a name bound only to what it makes, or a read that only
+        such bindings reach (`path = Path(path)` before `path.parent.mkdir()`)."""
+        if root is None:
+            return False
+        if root.value in names:
+            return True
+        reaching = context.kinds.reaching(root)
+        return bool(reaching) and all(_fresh_binding(context, binding.node) for binding in reaching)
+
+    for target in _changed_targets(context, node):
+        root = _root_name(target)
+        if not owned(root):
+            return f"`{name}` changes `{context.module.code_for_node(target).strip()}`, which it does not make itself"
+    for call in _own_calls(context, node):
+        func = call.func
+        qualified = context.names.of(call)
+        if qualified & (FILE_ONLY_FUNCTIONS | PURE_BUILTINS) or any(
+            q.rpartition(".")[0] in FILE_ONLY_MODULES or _builtin_exception(q) for q in qualified
+        ):
+            continue
+        if qualified & SAVE_FUNCTIONS and all(q.startswith("torch.") for q in qualified & SAVE_FUNCTIONS):
+            continue
+        if isinstance(func, cst.Attribute) and (not qualified or not isinstance(func.value, (cst.Name, cst.Attribute))):
+            root = _root_name(func.value)
+            if (
+                isinstance(func.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
+                or owned(root)
+                or (isinstance(func.value, cst.Call) and _made_here(context, func.value))
+            ):
+                continue  # a method of a string, or of a file, path or list the function made
+            if func.attr.value in READ_ONLY_METHODS | PATH_READ_METHODS:
+                continue
+            return f"`{name}` calls `{context.module.code_for_node(func).strip()}`, which may change what it reads"
+        local = context.kinds.local_callee(call) if isinstance(func, cst.Name) else None
+        inner = None
+        if local is not None:
+            inner = _summary(
+                module,
+                ("file effects", local.name.value),
+                lambda local=local: _file_effects(Function(module, local, "")),
+            )
+        else:
+            other = module.project.called(call) if module.project is not None else None
+            if other is None:
+                return f"`{name}` calls `{context.module.code_for_node(func).strip()}`, which perfmod does not know"
+            inner = module.project.file_effects(other) or ""
+        if inner is None:
+            return f"perfmod cannot follow `{name}` to its end"
+        if inner:
+            return inner
+    return ""
+
+
+def _module_state_read(context: FileContext, function: cst.FunctionDef) -> str | None:
+    """A name of the module that `function` reads and that may hold a value that changes:
+    anything but an import, a def or class, and a constant (bound once, at the top level,
+    to literals: `SUFFIXES = (".tmp", ".bak")`, `KEEP = {"config.json"}`) that no
+    statement of the module changes."""
+    from libcst.metadata import Assignment as Bound
+    from libcst.metadata import GlobalScope
+
+    from codemod.analysis.names import names_read
+
+    seen: set[str] = set()
+    for read in names_read(function.body):
+        if read.value in seen:
+            continue
+        seen.add(read.value)
+        scope = context.scopes.get(read)
+        if scope is None:
+            continue
+        for binding in scope[read.value]:
+            if not isinstance(binding.scope, GlobalScope) or not isinstance(binding, Bound):
+                continue
+            holder = context.bindings.statement(binding.node) if isinstance(binding.node, cst.Name) else binding.node
+            if isinstance(holder, (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef)):
+                continue
+            if (
+                isinstance(holder, (cst.Assign, cst.AnnAssign))
+                and _literal(holder.value)
+                and len(scope[read.value]) == 1
+                and not _changed_in_module(context, read.value)
+            ):
+                continue
+            if isinstance(holder, cst.ExceptHandler) or holder is None:
+                continue
+            if isinstance(holder, cst.Assign) and isinstance(holder.value, cst.Name) and holder.value.value == "None":
+                continue  # the fallback of an optional import (`torch = None`): read, never written here
+            return read.value
+    return None
+
+
+def _literal(value: cst.BaseExpression | None) -> bool:
+    """Literals, and tuples, lists, sets and dicts of literals."""
+    if isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float, cst.Imaginary)):
+        return True
+    if isinstance(value, cst.Name):
+        return value.value in ("True", "False", "None")
+    if isinstance(value, cst.UnaryOperation):
+        return _literal(value.expression)
+    if isinstance(value, (cst.Tuple, cst.List, cst.Set)):
+        return all(not isinstance(e, cst.StarredElement) and _literal(e.value) for e in value.elements)
+    if isinstance(value, cst.Dict):
+        return all(isinstance(e, cst.DictElement) and _literal(e.key) and _literal(e.value) for e in value.elements)
+    return False
+
+
+def _changed_in_module(context: FileContext, name: str) -> bool:
+    """Does a statement of the module change the value bound to `name` (a method that
+    mutates it, an item or attribute assigned, `global name`)?"""
+    from codemod.analysis.torch_facts import MUTATING_METHODS
+
+    for node in context.index.find((cst.Attribute, cst.Subscript, cst.Global)):
+        if isinstance(node, cst.Global):
+            if any(item.name.value == name for item in node.names):
+                return True
+            continue
+        if not (isinstance(node.value, cst.Name) and node.value.value == name):
+            continue
+        parent = context.parents.get(node)
+        if isinstance(node, cst.Attribute) and node.attr.value in MUTATING_METHODS and isinstance(parent, cst.Call):
+            return True
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)):
+            return True
+    return False
+
+
+def _fresh_binding(context: FileContext, target: cst.CSTNode) -> bool:
+    """`name = <a value the function makes>`, the name the whole target."""
+    statement = context.bindings.statement(target)
+    return (
+        isinstance(statement, (cst.Assign, cst.AnnAssign))
+        and isinstance(target, cst.Name)
+        and any(t.target is target for t in (statement.targets if isinstance(statement, cst.Assign) else [statement]))
+        and _made_here(context, statement.value)
+    )
+
+
+def _builtin_exception(qualified: str) -> bool:
+    """`builtins.RuntimeError` and the like: making one (to raise it) changes nothing."""
+    module, _, name = qualified.rpartition(".")
+    return module == "builtins" and name.endswith(("Error", "Exception", "Warning"))
+
+
+def _root_name(node: cst.BaseExpression) -> cst.Name | None:
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
+
+
+def _changed_targets(context: FileContext, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """Attribute and subscript targets the function assigns, augments or deletes."""
+    found = []
+    for node in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del), within=function.body):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (cst.Tuple, cst.List)):
+                targets += [element.value for element in target.elements]
+            elif isinstance(target, cst.StarredElement):
+                targets.append(target.value)
+            elif isinstance(target, (cst.Attribute, cst.Subscript)):
+                found.append(target)
+    return found
+
+
+def _owned_locals(context: FileContext, function: cst.FunctionDef) -> set[str]:
+    """Names of the function bound only to what it makes: a call that is not a method of
+    something else (`open(...)`, `list(...)`, `os.path.join(...)`), a display or a
+    comprehension, a string; `with open(...) as f` too. Never a parameter."""
+    bound: dict[str, bool] = {}
+    params = {p.name.value for p in _params(function).values()}
+    for node in context.index.find(
+        (cst.Assign, cst.AnnAssign, cst.WithItem, cst.For, cst.AugAssign), within=function.body
+    ):
+        if isinstance(node, cst.WithItem):
+            if node.asname is None or not isinstance(node.asname.name, cst.Name):
+                continue
+            pairs = [(node.asname.name, node.item)]
+        elif isinstance(node, cst.For):
+            pairs = [(n, None) for n in context.index.find(cst.Name, within=node.target)]
+        elif isinstance(node, cst.Assign):
+            pairs = [(t.target, node.value) for t in node.targets]
+        else:
+            pairs = [(node.target, node.value)]
+        for target, value in pairs:
+            names = [target] if isinstance(target, cst.Name) else list(context.index.find(cst.Name, within=target))
+            fresh = len(names) == 1 and names[0] is target and _made_here(context, value)
+            for name in names:
+                if isinstance(name, cst.Name):
+                    bound[name.value] = bound.get(name.value, True) and fresh
+    return {name for name, fresh in bound.items() if fresh and name not in params}
+
+
+def _made_here(context: FileContext, value: cst.BaseExpression | None) -> bool:
+    """A value the function makes: a display, a comprehension, a literal, an operation, or
+    a call of a builtin or of an imported module's function (`open(...)`, `list(...)`,
+    `os.path.join(...)`); not a method of something else, nor a name."""
+    if value is None:
+        return False
+    if isinstance(value, (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.Tuple)):
+        return True
+    if isinstance(value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString, cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation)):
+        return True
+    return isinstance(value, cst.Call) and bool(context.names.of(value))
 
 
 def _params(function: cst.FunctionDef) -> dict[str, cst.Param]:
@@ -1026,11 +1272,16 @@ def _module_file(base: Path, parts: list[str]) -> str | None:
 
 @lru_cache(maxsize=1024)
 def _marked_root(folder: Path) -> Path:
-    """The nearest folder at or above `folder` with a project marker; `folder` itself without one."""
+    """The nearest folder at or above `folder` with a project marker. Without one: the
+    folder that holds the outermost package around `folder` (where `import pkg.mod`
+    finds it), or `folder` itself when it is no package."""
     for candidate in (folder, *folder.parents):
         if any((candidate / marker).exists() for marker in ROOT_MARKERS):
             return candidate
-    return folder
+    package = folder
+    while (package / "__init__.py").is_file() and package.parent != package:
+        package = package.parent
+    return package
 
 
 def project_of(context: FileContext) -> Project:

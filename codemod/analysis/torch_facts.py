@@ -401,6 +401,32 @@ PRECISION_OWNERS = {
 SAVE_FUNCTIONS = functions(Category.SAVE)
 TORCH_SAVES = frozenset(name for name in SAVE_FUNCTIONS if name.startswith("torch."))  # pickles any object
 SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Accelerate
+# Calls whose only effect outside the calling function is on files (they read, write, make or
+# remove files and folders) or on the console: a function that makes no other call may run in
+# a background thread (PM405). `os.chdir`, `os.environ`, `sys` and process calls are not here.
+FILE_ONLY_FUNCTIONS = (
+    frozenset(
+        f"builtins.{name}"
+        for name in "open print enumerate zip reversed any all bytes bytearray hasattr format type callable".split()
+    )
+    | frozenset(
+        f"os.{name}"
+        for name in (
+            "makedirs mkdir remove unlink replace rename rmdir removedirs listdir scandir stat lstat close "
+            "fsync fdopen walk getpid"
+        ).split()
+    )
+    | frozenset(f"shutil.{name}" for name in "rmtree copy copy2 copyfile copytree move disk_usage".split())
+    | frozenset(f"tempfile.{name}" for name in "mkstemp mkdtemp NamedTemporaryFile TemporaryDirectory".split())
+    | frozenset({"json.dump", "json.dumps", "yaml.dump", "yaml.safe_dump", "pickle.dump", "pickle.dumps"})
+    | frozenset({"pathlib.Path", "pathlib.PurePath", "time.time", "time.strftime", "time.localtime"})
+)
+# Modules all of whose functions only compute (paths, patterns): any of them qualifies too.
+FILE_ONLY_MODULES = ("os.path", "re", "fnmatch", "glob")
+# Methods of a path that read and change nothing (with READ_ONLY_METHODS above).
+PATH_READ_METHODS = frozenset(
+    "exists is_file is_dir with_suffix with_name joinpath relative_to resolve absolute".split()
+)
 # perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.
 CHECKPOINTERS = frozenset({"runtime.checkpoint.AsyncCheckpointer", "runtime.AsyncCheckpointer"})
 

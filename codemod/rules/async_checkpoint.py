@@ -28,6 +28,8 @@ DEEP_COPIED_KINDS = {
 }
 # Names that say a value is a file path and not an open file.
 PATH_NAME = re.compile(r"(^|_)(path|filename|fname|ckpt|checkpoint)$", re.I)
+# Names that say a value is a folder that files are written in.
+FOLDER_NAME = re.compile(r"(^|_)(dir|folder|directory|root)$", re.I)
 PATH_FUNCTIONS = {
     "os.path.join",
     "os.path.abspath",
@@ -72,6 +74,8 @@ class _Save:
     call: cst.Call
     statement: cst.CSTNode  # the SimpleStatementLine, or the `with open(...)` statement
     path: cst.BaseExpression
+    wrapper: str = ""  # `path:line` of the project function run through `checkpointer.call`
+    flush_before: tuple = ()  # statements in the loop, under an `if`, that use the file
 
 
 class _Unfixable(Exception):
@@ -96,15 +100,24 @@ class SynchronousCheckpointInLoop(Rule):
     (`save_checkpoint(model, optimizer, epoch, path)`, a trainer's method) is
     handed over too, when every call of that function runs in a training
     loop: the checkpointer is built once for the module, after its imports,
-    and flushed after each of those loops. Savers it does not stand in for
-    are reported in training loops: safetensors' `save_file`, a model's
-    `save_pretrained`, `accelerator.save`, and a function of another module of
-    the project that calls one of them (`save_file(state, path)` of the
-    project's `utils`, which picks a format and calls `torch.save`). Such a
-    wrapper is not rewritten: the checkpointer would run it in a background
-    thread with everything else it does (choosing a format, making folders,
-    logging), and perfmod does not edit another file; make the save
-    asynchronous in the wrapper, or call `AsyncCheckpointer.save` here.
+    and flushed after each of those loops.
+
+    A checkpoint function of another module of the project, called as a
+    statement in the training loop (`save_latest(args.save_dir, artifacts)`,
+    which makes the folder, prunes old files and writes each artifact), runs
+    in the checkpointer's thread: `checkpointer.call(save_latest, ...)` hands
+    it a CPU snapshot of its arguments, as `save()` does. This is done only
+    when the function, and every function it calls, does nothing but make,
+    write, read or remove files and print: it changes none of its arguments,
+    no state of its module, and calls nothing else; when its arguments are
+    file paths, folders (`save_dir`) or plain data (a dict of `state_dict()`s);
+    and when the loop uses none of those paths again before it ends. Otherwise
+    it is reported with the reason: a file used right after the call
+    (`wandb.save(str(path))` uploads it), a result that is used, a call that
+    may change state.
+
+    Savers it does not stand in for are reported in training loops:
+    safetensors' `save_file`, a model's `save_pretrained`, `accelerator.save`.
 
     ## Why is this bad?
     `torch.save` pickles and writes the whole state (model, optimizer moments:
@@ -153,7 +166,13 @@ class SynchronousCheckpointInLoop(Rule):
       (FSDP), are left alone.
     - A file read after the loop is read after the flush; one read in the loop
       or right after the save (copied, loaded, checked for) keeps its save
-      synchronous.
+      synchronous, unless every such read comes after the save, under an `if`
+      the save is not under (`if args.upload: upload(path)`): then
+      `checkpointer.flush()` goes right before each of them, and the save waits
+      only when the file is used.
+    - A project function run by `checkpointer.call` runs later, in another
+      thread: what it prints appears later, its errors are raised by the next
+      save or flush, and files it removes (old checkpoints it prunes) go later.
 
     Left alone as well: saves outside loops and in loops that do not train,
     saves into an in-memory buffer (`io.BytesIO`), saves followed directly by
@@ -254,6 +273,22 @@ class SynchronousCheckpointInLoop(Rule):
             "flushed before a return that leaves the loop",
         ),
         Invalid(
+            PREAMBLE
+            + "import shutil\nkeep_best = True\n"
+            + LOOP
+            + "    torch.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
+            "    if keep_best:\n        shutil.copy(f'ckpt_{epoch}.pt', 'best.pt')\n",
+            "import torch\n"
+            + ADDED_IMPORT
+            + SETUP
+            + "import shutil\nkeep_best = True\ncheckpointer = AsyncCheckpointer()\n"
+            + LOOP
+            + "    checkpointer.save(model.state_dict(), f'ckpt_{epoch}.pt')\n"
+            "    if keep_best:\n        checkpointer.flush()\n        shutil.copy(f'ckpt_{epoch}.pt', 'best.pt')\n"
+            "checkpointer.flush()\n",
+            "the file is copied only when asked: flushed right before that",
+        ),
+        Invalid(
             PREAMBLE + LOOP + "    torch.save(model, 'model.pt')\n",
             None,
             "a whole module would be deep-copied on its device",
@@ -312,7 +347,11 @@ class SynchronousCheckpointInLoop(Rule):
         by_helper: dict[cst.FunctionDef, tuple[list, list]] = {}
         for call in calls:
             if not names.is_(call, *TORCH_SAVES):
-                if imports_project and self._project_saver(call):
+                handled = self._project_saver(call) if imports_project else False
+                if isinstance(handled, tuple):
+                    by_loop.setdefault(id(handled[0]), (handled[0], []))[1].append((call, handled[1]))
+                    continue
+                if handled:
                     continue
                 if "save" in _callee_name(call):
                     self._other_saver(call)
@@ -375,12 +414,12 @@ class SynchronousCheckpointInLoop(Rule):
             f"not fixed: {why}; save it in a background thread by hand",
         )
 
-    def _project_saver(self, call: cst.Call) -> bool:
+    def _project_saver(self, call: cst.Call) -> bool | tuple[cst.CSTNode, _Save]:
         """A function of another module of the project that writes a checkpoint, called in a
-        training loop (or in a function one runs): reported, never fixed. The checkpointer
-        would have to call that function in a background thread, with whatever else it does
-        (choosing a format, making folders, logging) moved there too, and this rule never
-        edits another file."""
+        training loop (or in a function one runs): (loop, plan) when the checkpointer may run
+        it in its background thread (`checkpointer.call(save_checkpoint, ...)`: it only writes
+        files and prints, on a snapshot of its arguments, and nothing uses its files before the
+        loop ends); else reported with the reason, True; False when it is no such call."""
         if self._outer_training_loop(call) is None:
             helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
             if not (isinstance(helper, cst.FunctionDef) and self._loop_sites(helper)):
@@ -391,14 +430,116 @@ class SynchronousCheckpointInLoop(Rule):
         if saver is None or self._suppressed(call):
             return saver is not None
         where = project.shown(function)
+        reader = self._path_read_later(call)
+        loop = self._outer_training_loop(call)
+        flushes = self._wrapper_flush_points(call, loop) if reader is not None and loop is not None else None
+        if reader is not None and not flushes:
+            self.report(
+                call,
+                f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
+                f"not fixed: the file is used at line {self.context.line(reader)} (`{self._shown(reader)}`), "
+                "which would run before a background write of it is done",
+            )
+            return True
+        why = self._background_problem(call, function) if loop is not None else None
+        if loop is not None and why is None:
+            statement = self.context.index.statement_of(call)
+            path = next((a.value for a in call.args if not a.star and self._names_file(a.value)), call.func)
+            return loop, _Save(call, statement, path, wrapper=where, flush_before=tuple(flushes or ()))
         self.report(
             call,
             f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
-            "not fixed: it is a function of another module, which perfmod does not rewrite; save in the "
-            "background there (e.g. with runtime.checkpoint.AsyncCheckpointer, built once and flushed "
-            "after the loop) or call torch.save through an AsyncCheckpointer here",
+            + (
+                f"not fixed: {why}"
+                if why is not None
+                else "not fixed: it is a function of another module, which perfmod does not rewrite; save in the "
+                "background there (e.g. with runtime.checkpoint.AsyncCheckpointer, built once and flushed "
+                "after the loop) or call torch.save through an AsyncCheckpointer here"
+            ),
         )
         return True
+
+    def _background_problem(self, call: cst.Call, function) -> str | None:
+        """Why the project function `call` calls may not run in the checkpointer's thread on a
+        snapshot of its arguments; None when it may."""
+        expression = self.context.parents.get(call)
+        line = self.context.parents.get(expression)
+        if not (isinstance(expression, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            return "its result is used, and a background call gives none"
+        effects = project_of(self.context).file_effects(function)
+        if effects is not None:
+            return f"it may do more than write files and print ({effects}), so it must run in the training thread"
+        if "chdir" in self.context.code:
+            return "the script changes its working folder (`os.chdir`), which a background call would follow"
+        if self._defines_checkpointer_class:
+            return "this file defines its own `AsyncCheckpointer`, which the import would shadow"
+        if self._shards_state:
+            return "this file shards state across ranks, and AsyncCheckpointer writes on rank 0 only"
+        statement = self.context.index.statement_of(call)
+        if per_node_guard(self.context, statement) is not None:
+            return "it runs on the first process of each node, and AsyncCheckpointer writes on global rank 0 only"
+        for arg in call.args:
+            rank = next((n for n in self.context.index.find(cst.Name, within=arg) if RANK_NAME.search(n.value)), None)
+            if rank is not None:
+                return f"its arguments depend on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only"
+            problem = self._object_problem(arg.value)
+            if problem is not None:
+                return problem
+            if not self._names_file(arg.value) and not self._plain_data(arg.value):
+                return (
+                    f"perfmod cannot tell whether `{self._code(arg.value)}` names a file the loop uses again, "
+                    "or only data to write"
+                )
+        return None
+
+    def _names_file(self, expr: cst.BaseExpression) -> bool:
+        """A file path, or a folder named so (`save_dir`, `args.out_dir`)."""
+        if self._is_path(expr):
+            return True
+        last = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else ""
+        return bool(FOLDER_NAME.search(last))
+
+    def _plain_data(self, expr: cst.BaseExpression) -> bool:
+        """A value the checkpointer snapshots and that names no file: a literal, a display, a
+        `state_dict()`, or a name bound only to those."""
+        if isinstance(expr, (cst.Integer, cst.Float, cst.Dict, cst.DictComp, cst.List, cst.Tuple)):
+            return True
+        if isinstance(expr, cst.Name):
+            if expr.value in ("True", "False", "None"):
+                return True
+            values = [self._assigned_value(a.node) for a in self._bindings(expr)]
+            return bool(values) and all(v is not None and v is not expr and self._plain_data(v) for v in values)
+        return (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value == "state_dict"
+            and not expr.args
+        )
+
+    def _wrapper_flush_points(self, call: cst.Call, loop: cst.CSTNode) -> list | None:
+        """`_flush_points` for every file path or folder `call` is given."""
+        statement = self.context.index.statement_of(call)
+        found = []
+        for arg in call.args:
+            if not arg.star and self._names_file(arg.value):
+                if self._later_use(arg.value, statement, loop) is None:
+                    continue
+                points = self._flush_points(arg.value, statement, loop)
+                if points is None:
+                    return None
+                found += [line for line in points if all(line is not other for other in found)]
+        return found or None
+
+    def _path_read_later(self, call: cst.Call) -> cst.CSTNode | None:
+        """A use, after `call` or elsewhere in its training loop, of a path `call` is given."""
+        statement = self.context.index.statement_of(call)
+        loop = self._outer_training_loop(call)
+        for arg in call.args:
+            if not arg.star and self._names_file(arg.value):
+                reader = self._later_use(arg.value, statement, loop)
+                if reader is not None:
+                    return reader
+        return None
 
     def _is_accelerator(self, expr: cst.BaseExpression) -> bool:
         values = self.context.loops.values_of(expr)
@@ -511,12 +652,15 @@ class SynchronousCheckpointInLoop(Rule):
         reader = self._later_use(path, statement, loop)
         if reader is None and helper is not None:
             reader = self._later_use_by_callers(path, helper, sites)
-        if reader is not None:
+        flushes = None
+        if reader is not None and helper is None and loop is not None:
+            flushes = self._flush_points(path, statement, loop)
+        if reader is not None and not flushes:
             raise _Unfixable(
                 f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
                 f"before a background write of it is done"
             )
-        return _Save(call, statement, path)
+        return _Save(call, statement, path, flush_before=tuple(flushes or ()))
 
     def _later_use_by_callers(self, path: cst.BaseExpression, helper: cst.FunctionDef, sites) -> cst.CSTNode | None:
         """For a path handed to the helper as a parameter: a use of what each call passes,
@@ -645,20 +789,80 @@ class SynchronousCheckpointInLoop(Rule):
                 loop_end is not None and at > loop_end and _function_of(self.context.parents, node) is loop_function
             )
 
+        return next(self._later_uses(path, statement, later, scope_root), None)
+
+    def _later_uses(self, path, statement, later, scope_root):
         if isinstance(path, cst.Name):
             for use in self._accesses(path):
                 if later(use) and not self._harmless_use(use):
-                    return self._statement_or_call(use)
-            return None
+                    yield self._statement_or_call(use)
+            return
         text = self._code(path)
-        for call in index.find(cst.Call, within=scope_root):
+        for call in self.context.index.find(cst.Call, within=scope_root):
             if not later(call) or self._logging(call) or self.context.inside(call, statement):
                 continue
-            if self.context.names.is_(call, *TORCH_SAVES):
+            if self.context.names.is_(call, *TORCH_SAVES) or self._makes_folder(call):
                 continue
-            if any(self._code(arg.value) == text for arg in call.args):
-                return call
-        return None
+            if any(self._names_path(arg.value, text) for arg in call.args) or (
+                isinstance(call.func, cst.Attribute) and self._names_path(call.func.value, text)
+            ):
+                yield call  # given the path, or a method of it (`path.read_bytes()`)
+
+    def _flush_points(self, path: cst.BaseExpression, statement: cst.CSTNode, loop: cst.CSTNode) -> list | None:
+        """When every use of the saved file in the loop comes after the save in the same
+        iteration, under an `if` that the save is not under (`if upload: wandb.save(path)`):
+        the statements a flush goes before, so that the save is waited for only when the
+        file is used. None when a use is not such."""
+        index = self.context.index
+        after = index.end(statement)
+        scope_root = _function_of(self.context.parents, statement) or self.context.module
+        found = []
+
+        def in_loop(node: cst.CSTNode) -> bool:
+            return self.context.inside(node, loop) and not self.context.inside(node, statement)
+
+        for use in self._later_uses(path, statement, in_loop, scope_root):
+            if (
+                index.order(use) <= after
+                or (_function_of(self.context.parents, use) or self.context.module) is not scope_root
+            ):
+                return None
+            guard = next(
+                (
+                    a
+                    for a in _ancestors(self.context.parents, use)
+                    if (isinstance(a, cst.If) and not self.context.inside(use, a.test))  # in its branches
+                    or isinstance(a, (cst.For, cst.While))
+                ),
+                None,
+            )
+            if not isinstance(guard, cst.If) or self.context.inside(statement, guard):
+                return None
+            line = index.statement_of(use)
+            if line is None or not self.context.inside(line, guard):
+                return None
+            if all(line is not other for other in found):
+                found.append(line)
+        return found or None
+
+    def _makes_folder(self, call: cst.Call) -> bool:
+        """`os.makedirs(folder, exist_ok=True)`: touches no file a pending write makes."""
+        exist_ok = kwarg(call, "exist_ok")
+        return self.context.names.is_(call, "os.makedirs") and exist_ok is not None and _is_true(exist_ok.value)
+
+    def _names_path(self, expr: cst.BaseExpression, text: str) -> bool:
+        """Is `expr` the path written `text`, or that path through `str(...)`, `Path(...)`
+        or `os.fspath(...)`?"""
+        if getattr(expr, "lpar", None) and not isinstance(expr, cst.Tuple):  # `(dir / name)`; `()` keeps its own
+            expr = expr.with_changes(lpar=[], rpar=[])
+        if self._code(expr) == text:
+            return True
+        return (
+            isinstance(expr, cst.Call)
+            and len(expr.args) == 1
+            and bool(self.context.names.of(expr) & PATH_FUNCTIONS)
+            and self._code(expr.args[0].value) == text
+        )
 
     def _harmless_use(self, use: cst.Name) -> bool:
         """A read of the path that does not touch the file: logging it, or saving to it again."""
@@ -706,13 +910,24 @@ class SynchronousCheckpointInLoop(Rule):
         for leaving in self.context.index.find(cst.Return, within=loop.body):
             if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
                 edits.append(_flush_before(leaving, name, self.context.parents))
+        waits = list({id(line): line for _, plan in fixable for line in plan.flush_before}.values())
+        edits += [InsertBefore(line, (_flush_line(name),)) for line in waits]
         build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
         edits += [InsertBefore(loop, (build,)), InsertAfter(loop, (_flush_line(name),))]
-        for call, _plan in fixable:
+        for call, plan in fixable:
+            waited = (
+                f"; `{name}.flush()` before line {', '.join(str(self.context.line(w)) for w in plan.flush_before)}, "
+                "which uses the file"
+                if plan.flush_before
+                else ""
+            )
             self.report(
                 call,
-                f"`{self._code(call.func)}` writes the checkpoint while training waits; saved in the "
-                f"background by `{name}` (the file appears later)",
+                f"`{self._code(call.func)}` ({plan.wrapper}) writes files while training waits, and only that; "
+                f"run in the background by `{name}` on a copy of its arguments (the files appear later){waited}"
+                if plan.wrapper
+                else f"`{self._code(call.func)}` writes the checkpoint while training waits; saved in the "
+                f"background by `{name}` (the file appears later){waited}",
                 edits=edits,
                 imports=[IMPORT],
             )
@@ -785,6 +1000,11 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
+
+    def _shown(self, node: cst.CSTNode) -> str:
+        """The code of `node` on one line, cut after 80 characters."""
+        text = " ".join(self._code(node).split()).replace("( ", "(").replace(" )", ")")
+        return text if len(text) <= 80 else text[:77] + "..."
 
     def _bindings(self, name: cst.Name) -> list[Assignment]:
         scope = self.context.kinds.scopes.get(name)
@@ -867,9 +1087,20 @@ def _container_parts(value: cst.BaseExpression):
             yield from _container_parts(element.value)
 
 
+def _is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
 def _save_edit(plan: _Save, name: str) -> Edit:
     """`torch.save(obj, path)` -> `name.save(obj, path)`; a `with open(path, "wb") as f:` around
-    the save becomes that one line."""
+    the save becomes that one line; a project's `save_checkpoint(a, b)` -> `name.call(save_checkpoint, a, b)`."""
+    if plan.wrapper:
+
+        def run(call: cst.Call) -> cst.Call:
+            first = cst.Arg(call.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            return call.with_changes(func=cst.Attribute(cst.Name(name), cst.Name("call")), args=[first, *call.args])
+
+        return Replace(plan.call, run)
     func = cst.Attribute(cst.Name(name), cst.Name("save"))
     if isinstance(plan.statement, cst.SimpleStatementLine):
 

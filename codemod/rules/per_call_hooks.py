@@ -589,6 +589,13 @@ class PerCallHookRegistration(Rule):
         """The edits that register the hook of `call` once, in `__init__`, or why not."""
         forward = self.context.index.first_enclosing(call, cst.FunctionDef)
         owner = self.context.parents.get(self.context.parents.get(forward)) if forward is not None else None
+        if forward is not None and self._is_context_manager(forward):
+            given = self._parameters_read(call, forward)
+            if given:
+                return (
+                    f"it is registered in the `@contextmanager` helper `{forward.name.value}`, and what it registers "
+                    f"comes from each call (`{'`, `'.join(given)}`, given by the caller)"
+                )
         if forward is None or forward.name.value != "forward" or not isinstance(owner, cst.ClassDef):
             return "it is registered in a loop, a context manager or a helper, not in a module's `forward`"
         init = next((s for s in owner.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
@@ -639,6 +646,38 @@ class PerCallHookRegistration(Rule):
         if container_line is not None:
             edits.append(Remove(container_line, keep_comments=False))
         return edits
+
+    def _parameters_read(self, call: cst.Call, function: cst.FunctionDef) -> list[str]:
+        """The parameters of `function` (other than its receiver) that the registration
+        `call` reads, directly or through the local names it reads (`for name, hook in
+        hooks.items():`, `module = self.model.get_submodule(name)`)."""
+        params = [p.name.value for p in (*function.params.params, *function.params.kwonly_params)]
+        owner = self.context.parents.get(self.context.parents.get(function))
+        receiver = _first_param(function) if isinstance(owner, cst.ClassDef) else None
+        wanted = {p for p in params if p != receiver}
+        found: list[str] = []
+        todo, seen = list(names_read(call)), set()
+        while todo:
+            name = todo.pop()
+            if name.value in seen:
+                continue
+            seen.add(name.value)
+            if name.value in wanted:
+                found.append(name.value)
+                continue
+            scope = self.context.scopes.get(name)
+            if scope is None or name.value not in scope.assignments:
+                continue
+            for assignment in scope.assignments[name.value]:
+                node = assignment.node
+                if not isinstance(node, cst.Name) or not self.context.inside(node, function):
+                    continue
+                holder = self.context.bindings.statement(node)
+                if isinstance(holder, cst.For):
+                    todo += names_read(holder.iter)
+                elif isinstance(holder, (cst.Assign, cst.AnnAssign)) and holder.value is not None:
+                    todo += names_read(holder.value)
+        return sorted(found)
 
     def _top_statement(self, node: cst.CSTNode, function: cst.FunctionDef) -> cst.BaseStatement:
         """The statement of `function`'s own body that holds `node`."""

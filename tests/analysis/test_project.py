@@ -332,14 +332,26 @@ def train(model, steps):
 """
 
 
-def test_a_checkpoint_written_by_a_project_wrapper_is_reported(tmp_path):
+def test_a_checkpoint_written_by_a_project_wrapper_runs_in_the_background(tmp_path):
     root = _project(tmp_path, {"pkg/utils.py": UTILS, "pkg/train.py": SAVING})
+    train = root / "pkg" / "train.py"
+    result = _check(train, "PM405")
+    assert [(f.line, f.fixable) for f in result.findings] == [(_line_of(train, "save_any(model"), True)]
+    assert "pkg/utils.py" in result.findings[0].message
+    # save_any only writes files: the checkpointer runs it on a snapshot of its arguments
+    assert 'checkpointer.call(save_any, model.state_dict(), f"ckpt_{step}.pt")' in result.new_source.decode()
+
+
+def test_a_checkpoint_written_by_a_project_wrapper_that_logs_elsewhere_is_reported(tmp_path):
+    utils = UTILS.replace("def _write_torch(obj, path):\n", "def _write_torch(obj, path):\n    wandb.log({})\n")
+    root = _project(tmp_path, {"pkg/utils.py": "import wandb\n" + utils, "pkg/train.py": SAVING})
     train = root / "pkg" / "train.py"
     result = _check(train, "PM405")
     assert [(f.line, f.fixable) for f in result.findings] == [(_line_of(train, "save_any(model"), False)]
     message = result.findings[0].message
     assert "pkg/utils.py" in message and "torch.save" in message and "_write_torch" in message
-    assert not result.changed  # never rewritten: the wrapper lives in another file
+    assert "`_write_torch` calls `wandb.log`" in message
+    assert not result.changed
 
 
 # -- loaders built by a project factory -------------------------------------------------------

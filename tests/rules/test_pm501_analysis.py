@@ -187,7 +187,10 @@ def test_a_context_manager_whose_handles_go_through_a_local_name_into_an_annotat
                     for handle in handles:
                         handle.remove()
     """)
-    assert len(found) == 1 and "registered and removed on every call, but it is registered in a loop" in found[0]
+    assert len(found) == 1 and "registered and removed on every call, but it is registered in the " in found[0]
+    assert (
+        "`@contextmanager` helper `_attach_forward_hooks`" in found[0] and "(`hooks`, given by the caller)" in found[0]
+    )
 
 
 FORWARD = """\
