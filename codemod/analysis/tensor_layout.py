@@ -32,7 +32,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
-from codemod.analysis.torch_ops import Category, functions, methods
+from codemod.analysis.torch_ops import OPS, Category, functions, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -838,6 +838,18 @@ class Layouts:
             return self.shape(positional_values[0], depth) if positional_values else None
         if name == "torch.einsum":
             return self._einsum_shape(call, depth)
+        op = OPS.get(name)
+        if op is not None and op.category is Category.GRAD_NORM and not name.endswith("clip_grads_with_norm_"):
+            return ()  # the total norm (clipping with a norm given returns nothing)
+        if op is not None and op.loss is not None and name.rsplit(".", 1)[1] == op.loss.functional:
+            # A functional loss reduced to a mean or a sum (the default unless `reduction=` says otherwise).
+            reduction = kwarg(call, "reduction")
+            written = reduction.value if reduction is not None else None
+            if reduction is None and op.loss.reduction != "none":
+                return ()
+            if isinstance(written, cst.SimpleString) and written.evaluated_value in ("mean", "sum"):
+                return ()
+            return None
         if name in ("torch.matmul", "torch.bmm"):
             if len(positional_values) != 2:
                 return None
