@@ -248,6 +248,18 @@ class PerStepHostSync(Rule):
     function the step loop calls on every step (an evaluation helper) is
     reported where it is, with the call that runs it; one called only under
     the log condition runs at log time and is not reported.
+
+    A value appended to a list every step (`losses.append(loss.item())`, or
+    `history["loss"].append(loss.item())` for a dict literal whose item starts
+    as `[]`) is appended as a tensor (`loss.detach()`), and the list becomes
+    numbers once, right after the loop that fills it:
+    `losses = torch.stack(losses).tolist() if losses else []`, one wait for
+    the device instead of one a step. The numbers are the same bit for bit
+    (`.tolist()` converts each value exactly as `.item()` does). This is done
+    when the list starts empty before that loop, in the same block, and
+    nothing reads it until the loop ends (a moving average of the last values,
+    a list handed to a logger or stored elsewhere first, an exception handler
+    around the loop): there it would hold tensors, so the rule reports why.
     """
 
     CODE = "PM404"
@@ -427,9 +439,22 @@ class PerStepHostSync(Rule):
             PREAMBLE
             + "losses = []\nfor step, (x, y) in enumerate(loader):\n"
             + STEP
-            + "    losses.append(loss.item())\n",
+            + "    losses.append(loss.item())\nprint(sum(losses) / len(losses))\n",
+            PREAMBLE
+            + "losses = []\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    losses.append(loss.detach())\nlosses = torch.stack(losses).tolist() if losses else []\n"
+            + "print(sum(losses) / len(losses))\n",
+            "stored every step, read after the loop",
+        ),
+        Invalid(
+            PREAMBLE
+            + "losses = []\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    losses.append(loss.item())\n    if len(losses) > 10 and losses[-1] > max(losses[-10:-1]):\n"
+            + "        break\n",
             None,
-            "stored every step",
+            "stored every step and read in the loop",
         ),
         Invalid(
             PREAMBLE
