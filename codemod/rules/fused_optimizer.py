@@ -182,9 +182,20 @@ class UnfusedOptimizer(Rule):
     `torch.set_default_device`, and SGD in a file with `sparse=True` (fused
     SGD rejects sparse gradients). Reported without a fix: a parameter whose
     origin or device the analysis cannot tell (the message names it), a host
-    tensor trained together with parameters moved to a device, models placed
-    by `accelerator.prepare(...)`, and scripts that ask for exact float32
-    results (deterministic algorithms, TF32 turned off).
+    tensor trained together with parameters moved to a device, an optimizer
+    class named on the command line by an option without `choices` (one
+    without fused kernels, RMSprop say, rejects `fused=`), and scripts that ask
+    for exact float32 results (deterministic algorithms, TF32 turned off).
+
+    A device picked when the script is launched gets a guard instead of
+    `fused=True`: `fused=device.type in ("cuda", "cpu")` for
+    `device = accelerator.device` (accelerate, Lightning Fabric),
+    `fused=accelerator.device.type in ("cuda", "cpu")` for a model that
+    `accelerator.prepare(...)` places, and `fused=self.device.type in ("cuda",
+    "cpu")` in a LightningModule's `configure_optimizers()`, which its Trainer
+    calls once the module is on the device it picked. The class may also be
+    `getattr(torch.optim, name)` where `name` is a literal or an option whose
+    `choices` all have fused kernels.
     """
 
     CODE = "PM402"

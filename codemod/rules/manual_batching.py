@@ -99,6 +99,8 @@ class ManualBatchingInStepLoop(Rule):
     rewrites them to iterate over a `DataLoader(TensorDataset(X, Y),
     batch_size=bs, shuffle=...)` built once before the loop (`for step, i in
     enumerate(range(...))` becomes `for step, (xb, yb) in enumerate(loader)`).
+    Batches cut with `split` (`for xb, yb in zip(X.split(bs), Y.split(bs))`,
+    `torch.split(X, bs)`) become the same loader with `shuffle=False`.
 
     It follows the batch to where the file makes it: a generator the training
     loop iterates (`for xb, yb in batches(X, Y, bs)`, `self._batches()`), a
@@ -165,7 +167,10 @@ class ManualBatchingInStepLoop(Rule):
     permutation from another random stream: batches, and every random number
     drawn after them (dropout, initialisation), differ from the original's.
     The rule fixes only tensors it knows are on the host and a range it can
-    tell covers them (`len(X)`, `X.size(0)`, `X.shape[0]`); tensors on the GPU
+    tell covers them (`len(X)`, `X.size(0)`, `X.shape[0]`, or the size `X`
+    was built with: `n = 100`, `X = torch.randn(n, 7)`); split tensors must
+    have lengths it can tell are equal (`zip` stops at the shortest, a
+    `TensorDataset` requires equal ones) and one batch size; tensors on the GPU
     are left alone (a slice of a GPU tensor is already the fastest batch).
     Batches made by a helper or generator are not rewritten: other code may
     call it, and its windows are bound to its parameters; the report names the
