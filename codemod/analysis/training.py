@@ -1734,18 +1734,40 @@ class Training:
         function = self.parents.get(self.parents.get(param))
         if not isinstance(function, cst.FunctionDef):
             return [None]
-        calls = self.steps.call_sites(function)
-        if not calls or self.steps.class_of_instance(param.name) is not None:
-            return [None]  # called from elsewhere, or `self`
-        # `obj.method(a)` fills the method's first parameter itself.
+        if self.steps.class_of_instance(param.name) is not None:
+            return [None]  # `self`
+        constructions = self._constructions(function)
+        calls = constructions if constructions is not None else self.steps.call_sites(function)
+        if not calls:
+            return [None]  # called from elsewhere
+        # `obj.method(a)` and `Class(a)` fill the method's first parameter themselves.
         offset = 1 if self.kinds.class_of(function) is not None and not _is_static(function) else 0
         found: list[cst.BaseExpression | None] = []
         for call in calls:
-            argument = argument_for(call, function, param, offset if isinstance(call.func, cst.Attribute) else 0)
+            filled = isinstance(call.func, cst.Attribute) or constructions is not None
+            argument = argument_for(call, function, param, offset if filled else 0)
             if argument is None and any(arg.star for arg in call.args):
                 return [None]
             found.append(argument if argument is not None else (param.default if param.default is not None else None))
         return found
+
+    def _constructions(self, function: cst.FunctionDef) -> list[cst.Call] | None:
+        """For the `__init__` of a class of this file: the calls that construct the class
+        (`Trainer(model, device)`), when every use of the class's name is such a call (no
+        subclass, no factory that hands the class on); None otherwise."""
+        if function.name.value != "__init__":
+            return None
+        cls = self.kinds.class_of(function)
+        scope = self.context.scopes.get(cls) if cls is not None else None
+        if scope is None or len(scope.assignments[cls.name.value]) != 1:
+            return None
+        calls = []
+        for access in scope.accesses[cls.name.value]:
+            call = self.parents.get(access.node)
+            if not isinstance(call, cst.Call) or call.func is not access.node:
+                return None
+            calls.append(call)
+        return sorted(calls, key=self.context.index.order)
 
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]

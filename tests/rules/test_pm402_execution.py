@@ -40,7 +40,14 @@ def adamw_parameters(fused: bool, seed: int, weight_decay: float = 0.01) -> torc
 
 @pytest.mark.parametrize(
     "case",
-    ["adamw_decay_groups", "sgd_momentum", "adam_argparse_device", "trainer_self_device", "named_optimizer_choices"],
+    [
+        "adamw_decay_groups",
+        "sgd_momentum",
+        "adam_argparse_device",
+        "trainer_self_device",
+        "trainer_device_argument",
+        "named_optimizer_choices",
+    ],
 )
 def test_rewritten_script_trains_within_tolerance(case, monkeypatch):
     monkeypatch.setattr(sys, "argv", [f"{case}.py"])  # the scripts that parse options take their defaults
