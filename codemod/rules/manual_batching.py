@@ -590,13 +590,18 @@ class ManualBatchingInStepLoop(Rule):
         order, as `DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)` gives."""
         found = self.context.loaders.iterated(loop.iter, loop.target)
         splits = [self._split_of(iterable) for iterable, _ in found]
-        if len(splits) < 2 or any(split is None for split in splits):
-            return  # one split alone gives tensors where the loader gives 1-tuples: not followed
-        zipped = self.context.parents.get(self.context.parents.get(found[0][0]))
-        if not isinstance(zipped, cst.Call) or not all(
-            self.context.parents.get(self.context.parents.get(iterable)) is zipped for iterable, _ in found
-        ):
+        if not splits or any(split is None for split in splits):
             return
+        if len(splits) == 1:  # `for xb in X.split(bs)`: the loader's items are 1-tuples, `for (xb,) in loader`
+            zipped = found[0][0]
+            if loop.iter is not zipped or not isinstance(loop.target, cst.Name):
+                return
+        else:
+            zipped = self.context.parents.get(self.context.parents.get(found[0][0]))
+            if not isinstance(zipped, cst.Call) or not all(
+                self.context.parents.get(self.context.parents.get(iterable)) is zipped for iterable, _ in found
+            ):
+                return
         problem = self._split_problem(loop, splits, [target for _, target in found])
         if problem == "" or suppressed_on(loop, self.CODE):
             return
@@ -616,11 +621,16 @@ class ManualBatchingInStepLoop(Rule):
             f"batch_size={self.context.source(batch_size)}, shuffle=False)\n"
         )
         anchor = self._anchor_for(loop, set(tensors) | {n.value for n in names_read(batch_size)})
+        if len(tensors) == 1:
+            target = cst.Tuple([cst.Element(loop.target, comma=cst.Comma())])
+            header: Edit = Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader)))
+        else:
+            header = Replace(zipped, cst.Name(loader))
         self.report(
             loop,
             f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
             f"a DataLoader built once, batches of `{self.context.source(batch_size)}` in the same order",
-            edits=[InsertBefore(anchor, (build,)), Replace(zipped, cst.Name(loader))],
+            edits=[InsertBefore(anchor, (build,)), header],
             imports=IMPORTS,
         )
 

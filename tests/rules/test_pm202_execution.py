@@ -154,3 +154,31 @@ def test_splits_that_a_loader_may_not_reproduce_are_reported_or_left(edit, reaso
     else:
         assert [f.fixable for f in result.findings] == [False]
         assert reason in result.findings[0].message
+
+
+ONE_SPLIT = """\
+import torch
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+X = torch.randn(100, 4)
+model = torch.nn.Linear(4, 4).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb in X.split(32):
+        xb = xb.to(device)
+        loss = ((model(xb) - xb) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(f"epoch {epoch} loss {loss.item()!r}")
+"""
+
+
+def test_one_split_tensor_becomes_a_loader_of_one_tuples_bit_for_bit():
+    """`for xb in X.split(32)`: a TensorDataset's items are 1-tuples, so the loop unpacks `(xb,)`."""
+    new_source = rewrite(ONE_SPLIT, [ManualBatchingInStepLoop], level=Level.UNSAFE)
+    assert "for (xb,) in loader:" in new_source
+    before, after = losses(ONE_SPLIT), losses(new_source)
+    assert len(before) == 2 * 4  # 100 rows: three batches of 32 and one of 4, two epochs
+    assert torch.equal(after, before)
