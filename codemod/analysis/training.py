@@ -604,7 +604,9 @@ class Training:
         """The class when `expr` is `self` in its `configure_optimizers()` and the class is a
         LightningModule (torch_facts.TRAINER_PLACED_MODULES): the trainer moves the module to
         the device it picks before it calls that method, so `self.device` there is where the
-        parameters train. None otherwise."""
+        parameters train (a submodule's too: `self.encoder`). None otherwise."""
+        while isinstance(expr, cst.Attribute):
+            expr = expr.value
         if not (isinstance(expr, cst.Name) and expr.value == "self"):
             return None
         method = self.context.index.first_enclosing(at, cst.FunctionDef)

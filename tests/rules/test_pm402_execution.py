@@ -116,6 +116,7 @@ GUARD = 'fused=TYPE in ("cuda", "cpu")'
         # a LightningModule's parameters in configure_optimizers(), over parameter groups
         (LIT, "self.device.type"),
         (LIT.replace("import lightning as L", "import pytorch_lightning as L"), "self.device.type"),
+        (LIT.replace("self.parameters()", "self.net.parameters()"), "self.device.type"),
     ],
 )
 def test_devices_picked_at_launch_get_a_device_type_guard(source, device_type):
