@@ -32,7 +32,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
-from codemod.analysis.torch_ops import Category, functions, methods
+from codemod.analysis.torch_ops import OPS, Category, functions, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -717,7 +717,11 @@ class Layouts:
             base = self.shape(receiver, depth)
             if base is not None and len(base) > len(dims):
                 return tuple(None for _ in base)
-            return tuple(None for _ in dims) if base is not None else None
+            if base is None:
+                return None
+            # a dim repeated once keeps its size (leading new dims take their factor)
+            kept = (None,) * (len(dims) - len(base)) + tuple(base)
+            return tuple(d if factor == "1" else None for d, factor in zip(kept, dims))
         return tuple(dims)
 
     def _reordered(self, method: str, receiver, positional_values: list, depth: int):
@@ -838,6 +842,18 @@ class Layouts:
             return self.shape(positional_values[0], depth) if positional_values else None
         if name == "torch.einsum":
             return self._einsum_shape(call, depth)
+        op = OPS.get(name)
+        if op is not None and op.category is Category.GRAD_NORM and not name.endswith("clip_grads_with_norm_"):
+            return ()  # the total norm (clipping with a norm given returns nothing)
+        if op is not None and op.loss is not None and name.rsplit(".", 1)[1] == op.loss.functional:
+            # A functional loss reduced to a mean or a sum (the default unless `reduction=` says otherwise).
+            reduction = kwarg(call, "reduction")
+            written = reduction.value if reduction is not None else None
+            if reduction is None and op.loss.reduction != "none":
+                return ()
+            if isinstance(written, cst.SimpleString) and written.evaluated_value in ("mean", "sum"):
+                return ()
+            return None
         if name in ("torch.matmul", "torch.bmm"):
             if len(positional_values) != 2:
                 return None
@@ -878,9 +894,41 @@ class Layouts:
                 if len(shapes) == 2 and all(s is not None and len(s) == 1 for s in shapes)
                 else None
             )
-        if name in ("torch.arange", "torch.linspace", "torch.logspace"):
+        if name in ("torch.linspace", "torch.logspace"):
+            steps = kwarg(call, "steps")
+            steps_value = (
+                steps.value if steps is not None else (positional_values[2] if len(positional_values) > 2 else None)
+            )
+            return (self._dim_code(steps_value, depth),) if steps_value is not None else (None,)
+        if name == "torch.arange":
             return (None,)
+        if name in ("torch.cat", "torch.concat", "torch.concatenate") and positional_values:
+            return self._concatenated(call, positional_values[0], depth)
         return None
+
+    def _concatenated(self, call: cst.Call, tensors, depth: int):
+        """`torch.cat([a, b], dim=k)`: the operands' dims, but dim k, which sums theirs."""
+        if not isinstance(tensors, (cst.List, cst.Tuple)) or not tensors.elements:
+            return None
+        if any(not isinstance(e, cst.Element) for e in tensors.elements):
+            return None
+        shapes = [self.shape(e.value, depth) for e in tensors.elements]
+        if any(shape is None for shape in shapes) or len({len(shape) for shape in shapes}) != 1 or not shapes[0]:
+            return None
+        dim_arg = kwarg(call, "dim") or kwarg(call, "axis")
+        values = [a.value for a in call.args if a.keyword is None]
+        dim = integer_value(dim_arg.value if dim_arg is not None else (values[1] if len(values) > 1 else None))
+        position = normalize_dim(dim if dim is not None else 0, len(shapes[0])) if (dim_arg or len(values) > 1) else 0
+        if position is None or (dim is None and (dim_arg or len(values) > 1)):
+            return None
+        dims = []
+        for index in range(len(shapes[0])):
+            if index == position:
+                dims.append(shapes[0][index] if len(shapes) == 1 else None)
+                continue
+            sizes = {shape[index] for shape in shapes}
+            dims.append(sizes.pop() if len(sizes) == 1 else None)
+        return tuple(dims)
 
     def _einsum_shape(self, call: cst.Call, depth: int):
         values = [a.value for a in call.args]

@@ -394,6 +394,19 @@ PRECISION_OWNERS = {
     "lightning.fabric.Fabric": "precision",
     "lightning_fabric.Fabric": "precision",
 }
+# Modules that a trainer moves to the device it picks before it calls their
+# `configure_optimizers()` (Lightning's strategies: model_to_device, then setup_optimizers).
+TRAINER_PLACED_MODULES = frozenset(
+    {
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "lightning.pytorch.core.LightningModule",
+        "lightning.pytorch.core.module.LightningModule",
+        "pytorch_lightning.LightningModule",
+        "pytorch_lightning.core.LightningModule",
+        "pytorch_lightning.core.module.LightningModule",
+    }
+)
 
 # -- checkpoints ------------------------------------------------------------------------------
 

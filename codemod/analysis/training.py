@@ -69,6 +69,7 @@ from codemod.analysis.torch_facts import (
     PRECISION_OWNERS,
     RUNTIME_WITHOUT_PRODUCTS,
     SYNC_METHODS,
+    TRAINER_PLACED_MODULES,
 )
 
 if TYPE_CHECKING:
@@ -600,6 +601,66 @@ class Training:
         if isinstance(expr, cst.Attribute):
             values = self._attribute_values(expr, written)
             return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
+        return None
+
+    def trainer_placed(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.ClassDef | None:
+        """The class when `expr` is `self` in its `configure_optimizers()` and the class is a
+        LightningModule (torch_facts.TRAINER_PLACED_MODULES): the trainer moves the module to
+        the device it picks before it calls that method, so `self.device` there is where the
+        parameters train (a submodule's too: `self.encoder`). None otherwise."""
+        while isinstance(expr, cst.Attribute):
+            expr = expr.value
+        if not (isinstance(expr, cst.Name) and expr.value == "self"):
+            return None
+        method = self.context.index.first_enclosing(at, cst.FunctionDef)
+        if method is None or method.name.value != "configure_optimizers":
+            return None
+        cls = self.context.index.first_enclosing(method, cst.ClassDef)
+        if cls is None or self.context.parents.get(self.context.parents.get(method)) is not cls:
+            return None
+        if not any(self.names.of(base.value) & TRAINER_PLACED_MODULES for base in cls.bases):
+            return None
+        return cls
+
+    def callee_names(self, call: cst.Call, written: bool = False) -> frozenset[str] | None:
+        """The qualified names of what `call` calls: its callee's (`torch.optim.AdamW`,
+        `getattr(torch.optim, "AdamW")`), or for `getattr(torch.optim, name)` each attribute
+        `name` may name: strings followed through names, `self.` attributes, config fields
+        and argparse options limited by `choices` (with `written`, an option's default as
+        the script is written). None when one of them cannot be told."""
+        named = self.names.of(call)
+        if named:
+            return frozenset(named)
+        func = call.func
+        if not (
+            isinstance(func, cst.Call)
+            and self.names.is_(func.func, "builtins.getattr")
+            and len(func.args) == 2
+            and not any(arg.keyword is not None or arg.star for arg in func.args)
+        ):
+            return None
+        owners = self.names.of(func.args[0].value)
+        attributes = self.strings(func.args[1].value, written=written)
+        if not owners or not attributes or not all(a.isidentifier() for a in attributes):
+            return None
+        return frozenset(f"{owner}.{attribute}" for owner in owners for attribute in attributes)
+
+    def strings(self, expr: cst.BaseExpression | None, depth: int = 0, written: bool = False) -> frozenset[str] | None:
+        """The strings `expr` may hold, followed as `device_types` follows a device; None
+        when one of them cannot be told."""
+        if expr is None or depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.SimpleString):
+            value = expr.evaluated_value
+            return frozenset({value}) if isinstance(value, str) else None
+        if isinstance(expr, cst.IfExp):
+            return _union(self.strings(expr.body, depth + 1, written), self.strings(expr.orelse, depth + 1, written))
+        if isinstance(expr, cst.Name):
+            sources = self.value_sources(expr)
+            return _union(*(self.strings(s, depth + 1, written) for s in sources)) if sources else None
+        if isinstance(expr, cst.Attribute):
+            values = self._attribute_values(expr, written)
+            return _union(*(self.strings(v, depth + 1, written) for v in values)) if values else None
         return None
 
     def _attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
@@ -1693,18 +1754,40 @@ class Training:
         function = self.parents.get(self.parents.get(param))
         if not isinstance(function, cst.FunctionDef):
             return [None]
-        calls = self.steps.call_sites(function)
-        if not calls or self.steps.class_of_instance(param.name) is not None:
-            return [None]  # called from elsewhere, or `self`
-        # `obj.method(a)` fills the method's first parameter itself.
+        if self.steps.class_of_instance(param.name) is not None:
+            return [None]  # `self`
+        constructions = self._constructions(function)
+        calls = constructions if constructions is not None else self.steps.call_sites(function)
+        if not calls:
+            return [None]  # called from elsewhere
+        # `obj.method(a)` and `Class(a)` fill the method's first parameter themselves.
         offset = 1 if self.kinds.class_of(function) is not None and not _is_static(function) else 0
         found: list[cst.BaseExpression | None] = []
         for call in calls:
-            argument = argument_for(call, function, param, offset if isinstance(call.func, cst.Attribute) else 0)
+            filled = isinstance(call.func, cst.Attribute) or constructions is not None
+            argument = argument_for(call, function, param, offset if filled else 0)
             if argument is None and any(arg.star for arg in call.args):
                 return [None]
             found.append(argument if argument is not None else (param.default if param.default is not None else None))
         return found
+
+    def _constructions(self, function: cst.FunctionDef) -> list[cst.Call] | None:
+        """For the `__init__` of a class of this file: the calls that construct the class
+        (`Trainer(model, device)`), when every use of the class's name is such a call (no
+        subclass, no factory that hands the class on); None otherwise."""
+        if function.name.value != "__init__":
+            return None
+        cls = self.kinds.class_of(function)
+        scope = self.context.scopes.get(cls) if cls is not None else None
+        if scope is None or len(scope.assignments[cls.name.value]) != 1:
+            return None
+        calls = []
+        for access in scope.accesses[cls.name.value]:
+            call = self.parents.get(access.node)
+            if not isinstance(call, cst.Call) or call.func is not access.node:
+                return None
+            calls.append(call)
+        return sorted(calls, key=self.context.index.order)
 
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]

@@ -52,6 +52,17 @@ MIXED = (
     "optimizer steps without fused kernels; pass fused=True once all its parameters are on one CUDA device "
     "(not fixed: `{part}` is on the host while other parameters are moved to a device)"
 )
+# The device types a launch-time guard names: those every supported torch has fused kernels for.
+LAUNCH_FUSED_TYPES = ("cuda", "cpu")
+LAUNCHED = (
+    "optimizer steps without fused kernels; `{device}` is the device the training engine or trainer picks "
+    "at launch: fused= is set for CUDA and the CPU, where fused kernels exist"
+)
+NAMED_OPTIMIZER = (
+    "optimizer steps without fused kernels; pass fused=True if `{callee}` is always Adam, AdamW or SGD "
+    "(not fixed: the optimizer is named on the command line, and one without fused kernels rejects `fused=`; "
+    "give the option `choices=` that have them)"
+)
 # Wrappers whose parameters are the wrapped model's, on its device.
 WRAPPERS = {
     "torch.nn.parallel.DistributedDataParallel",
@@ -171,9 +182,20 @@ class UnfusedOptimizer(Rule):
     `torch.set_default_device`, and SGD in a file with `sparse=True` (fused
     SGD rejects sparse gradients). Reported without a fix: a parameter whose
     origin or device the analysis cannot tell (the message names it), a host
-    tensor trained together with parameters moved to a device, models placed
-    by `accelerator.prepare(...)`, and scripts that ask for exact float32
-    results (deterministic algorithms, TF32 turned off).
+    tensor trained together with parameters moved to a device, an optimizer
+    class named on the command line by an option without `choices` (one
+    without fused kernels, RMSprop say, rejects `fused=`), and scripts that ask
+    for exact float32 results (deterministic algorithms, TF32 turned off).
+
+    A device picked when the script is launched gets a guard instead of
+    `fused=True`: `fused=device.type in ("cuda", "cpu")` for
+    `device = accelerator.device` (accelerate, Lightning Fabric),
+    `fused=accelerator.device.type in ("cuda", "cpu")` for a model that
+    `accelerator.prepare(...)` places, and `fused=self.device.type in ("cuda",
+    "cpu")` in a LightningModule's `configure_optimizers()`, which its Trainer
+    calls once the module is on the device it picked. The class may also be
+    `getattr(torch.optim, name)` where `name` is a literal or an option whose
+    `choices` all have fused kernels.
     """
 
     CODE = "PM402"
@@ -343,16 +365,19 @@ class UnfusedOptimizer(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        names = self.context.names
-        if not names.is_(node.func, *FUSABLE) or any(arg.star for arg in node.args):
+        training = self.context.training
+        classes = training.callee_names(node)
+        if classes is None or not classes <= FUSABLE or any(arg.star for arg in node.args):
+            written = training.callee_names(node, written=True) if classes is None else None
+            if written and written <= FUSABLE and not any(arg.star for arg in node.args):
+                self.report(node, NAMED_OPTIMIZER.format(callee=self.context.source(node.func)))
             return
         if any(kwarg(node, name) is not None for name in CONFLICTS):
             return
-        training = self.context.training
         params = kwarg(node, "params") or positional(node, 0)
         if params is None:
             return
-        if names.is_(node.func, "torch.optim.SGD") and self._has_sparse_gradients:
+        if "torch.optim.SGD" in classes and self._has_sparse_gradients:
             return
         self._tensors: dict[cst.CSTNode, Model | str] = {}
         self._untold: cst.BaseExpression | None = None
@@ -371,10 +396,19 @@ class UnfusedOptimizer(Rule):
         if host is not None and moved and not any(model.split for model in moved) and self._may_be_cuda(moved):
             self.report(node, MIXED.format(part=_short(self.context.source(host))))
             return
+        if models and all(training.trainer_placed(model, at) is not None for model, at in models):
+            # `self` of a LightningModule in its `configure_optimizers()`: already on the trainer's device
+            self._fuse(node, LAUNCHED.format(device="self.device"), cst.parse_expression(_guard("self.device.type")))
+            return
         if any(model is None or model.split for model in placed):
             prepare = self._prepared_by(node)
             if prepare is not None and not any(model is not None and model.split for model in placed):
-                self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
+                engine = prepare.func.value if isinstance(prepare.func, cst.Attribute) else None
+                guard = self._engine_guard(engine, node) if engine is not None else None
+                if guard is not None:
+                    self._fuse(node, LAUNCHED.format(device=f"{engine.value}.device"), guard)
+                else:
+                    self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
             elif not moved and all(self._stays_on_host(model) for model, _ in models):
                 self._fuse(node, HOST)
             return  # moved after the optimizer is built, or spread over devices
@@ -395,12 +429,46 @@ class UnfusedOptimizer(Rule):
         elif not frozenset().union(*(model.places for model in placed)) & {Place.CUDA, Place.UNKNOWN}:
             return
         device = placed[0].device
+        engine = self._launched(device) if device is not None else None
+        guard = self._engine_guard(engine, node, device) if engine is not None else None
+        if guard is not None:
+            self._fuse(node, LAUNCHED.format(device=devices.pop()), guard)
+            return
         guard = self._device_type_guard(device, node) if device is not None else None
         if guard is not None:
             types = " or ".join(sorted(training.device_types(device, written=True), key=_cuda_first))
             self._fuse(node, DEFAULT_DEVICE.format(device=devices.pop(), types=types), guard)
             return
         self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
+
+    def _launched(self, device: cst.BaseExpression) -> cst.Name | None:
+        """The training engine (`accelerator` of `accelerator = Accelerator()`, a Fabric) whose
+        `.device` `device` is, directly or through names bound only to it: a device that the
+        engine picks when the script is launched."""
+        training = self.context.training
+        sources = training.value_sources(device) if isinstance(device, cst.Name) else [device]
+        engines = [
+            s.value
+            for s in sources
+            if isinstance(s, cst.Attribute) and s.attr.value == "device" and isinstance(s.value, cst.Name)
+        ]
+        if not sources or len(engines) != len(sources) or len({e.value for e in engines}) != 1:
+            return None
+        return engines[0] if training.precision_owner(engines[0]) is not None else None
+
+    def _engine_guard(
+        self, engine: cst.BaseExpression, at: cst.Call, device: cst.BaseExpression | None = None
+    ) -> cst.BaseExpression | None:
+        """`device.type in ("cuda", "cpu")` (or `accelerator.device.type ...`) for a device the
+        engine picks at launch, when the names mean the same at the optimizer; else None."""
+        if not isinstance(engine, cst.Name) or self.context.training.precision_owner(engine) is None:
+            return None
+        spelled = device if isinstance(device, cst.Name) else engine
+        scope = self.context.scopes.get(spelled)
+        if scope is None or scope is not self.context.scopes.get(at) or len(scope[spelled.value]) != 1:
+            return None  # another function's name, or rebound: it may mean something else there
+        device_type = f"{spelled.value}.type" if spelled is device else f"{engine.value}.device.type"
+        return cst.parse_expression(_guard(device_type))
 
     def _device_type_guard(self, device: cst.BaseExpression, at: cst.Call) -> cst.BaseExpression | None:
         """`device.type in ("cuda", "cpu")`, over the types `device` has as the script is
@@ -753,6 +821,11 @@ class UnfusedOptimizer(Rule):
             arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
             for arg in self.context.index.find(cst.Arg)
         )
+
+
+def _guard(device_type: str) -> str:
+    """`<device_type> in ("cuda", "cpu")`: fused kernels wherever the run lands on one."""
+    return f"{device_type} in ({', '.join(f'{t!r}' for t in LAUNCH_FUSED_TYPES)})".replace("'", '"')
 
 
 def _cuda_first(device_type: str) -> tuple[bool, str]:

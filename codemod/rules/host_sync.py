@@ -13,8 +13,9 @@ from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, P
 from codemod.analysis.names import method_name, names_read, positional, subscript_parts
 from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import reads_of
+from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import ALL_LOSS_FUNCTIONS, GRAD_NORMS, PURE_BUILTINS, SHARING_METHODS, SYNC_METHODS
-from codemod.edits import Edit, InsertBefore, Remove, Replace
+from codemod.edits import Edit, InsertAfter, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
 
@@ -94,6 +95,9 @@ class _Fix:
     # of the same running sums).
     at: cst.CSTNode | None = None
     level: Level | None = None  # raised above the rule's level (a function's return value changes)
+    # Statements that go right after a statement: (anchor, statement).
+    inserts: list[tuple[cst.CSTNode, cst.BaseStatement]] = field(default_factory=list)
+    imports: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 # What an accumulation adds to: a variable, the items of a dict, or (for a group of
@@ -244,6 +248,18 @@ class PerStepHostSync(Rule):
     function the step loop calls on every step (an evaluation helper) is
     reported where it is, with the call that runs it; one called only under
     the log condition runs at log time and is not reported.
+
+    A value appended to a list every step (`losses.append(loss.item())`, or
+    `history["loss"].append(loss.item())` for a dict literal whose item starts
+    as `[]`) is appended as a tensor (`loss.detach()`), and the list becomes
+    numbers once, right after the loop that fills it:
+    `losses = torch.stack(losses).tolist() if losses else []`, one wait for
+    the device instead of one a step. The numbers are the same bit for bit
+    (`.tolist()` converts each value exactly as `.item()` does). This is done
+    when the list starts empty before that loop, in the same block, and
+    nothing reads it until the loop ends (a moving average of the last values,
+    a list handed to a logger or stored elsewhere first, an exception handler
+    around the loop): there it would hold tensors, so the rule reports why.
     """
 
     CODE = "PM404"
@@ -423,9 +439,22 @@ class PerStepHostSync(Rule):
             PREAMBLE
             + "losses = []\nfor step, (x, y) in enumerate(loader):\n"
             + STEP
-            + "    losses.append(loss.item())\n",
+            + "    losses.append(loss.item())\nprint(sum(losses) / len(losses))\n",
+            PREAMBLE
+            + "losses = []\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    losses.append(loss.detach())\nlosses = torch.stack(losses).tolist() if losses else []\n"
+            + "print(sum(losses) / len(losses))\n",
+            "stored every step, read after the loop",
+        ),
+        Invalid(
+            PREAMBLE
+            + "losses = []\nfor step, (x, y) in enumerate(loader):\n"
+            + STEP
+            + "    losses.append(loss.item())\n    if len(losses) > 10 and losses[-1] > max(losses[-10:-1]):\n"
+            + "        break\n",
             None,
-            "stored every step",
+            "stored every step and read in the loop",
         ),
         Invalid(
             PREAMBLE
@@ -574,8 +603,9 @@ class PerStepHostSync(Rule):
                 edits.append(shared.setdefault(("into", branch), _prepend(branch, into[branch])))
             for node, function in fix.replaces:
                 edits.append(shared.setdefault(("replace", node), Replace(node, function)))
+            edits.extend(InsertAfter(anchor, (statement,)) for anchor, statement in fix.inserts)
             where = fix.at if fix.at is not None else syncs[id(fix)]
-            self.report(where, fix.message, edits=list(dict.fromkeys(edits)), level=fix.level)
+            self.report(where, fix.message, edits=list(dict.fromkeys(edits)), level=fix.level, imports=fix.imports)
 
 
 class _FileAnalysis:
@@ -1189,6 +1219,15 @@ class _StepLoop:
             if carrier is not None:
                 return self._plan_group((CARRIER, None, carrier))
             return [self._plan_move(sync, line, small)]
+        if (
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and method_name(small.value) == "append"
+            and len(small.value.args) == 1
+            and small.value.args[0].value is sync
+            and small.value.args[0].keyword is None
+        ):
+            return [self._plan_append(sync, small.value)]
         raise _Unfixable(self._use_reason(sync))
 
     def _use_reason(self, node: cst.CSTNode, subject: str = "its value") -> str:
@@ -1221,6 +1260,91 @@ class _StepLoop:
                 ) or callee in ("print", "wandb.log"):
                     return f"{subject} is logged every step (`{callee}`, line {line}); log it under `if step % N == 0:`"
         return f"{subject} is used every step (line {line})"
+
+    # -- keeping appended values on the device -------------------------------------------
+
+    def _plan_append(self, sync: cst.Call, append: cst.Call) -> _Fix:
+        """`values.append(x.item())` or `history["loss"].append(x.item())`: the list keeps
+        the tensor, and becomes numbers once, right after the loop that fills it (one wait
+        for the device instead of one a step). Fixed when the list starts empty before
+        that loop and nothing else reads it until the loop ends."""
+        holder = append.func.value
+        label = self.a.code(holder)
+        stored = self._use_reason(sync)
+        if self.sync_kind(sync) != "item":
+            raise _Unfixable(f"{stored}; only `.item()` values are kept as tensors")
+        if isinstance(holder, cst.Name):
+            name, key = holder, None
+        elif isinstance(holder, cst.Subscript) and isinstance(holder.value, cst.Name) and _constant_key(holder):
+            name, key = holder.value, _constant_key(holder)
+        else:
+            raise _Unfixable(f"{stored}; perfmod does not follow `{label}`")
+        reaching = self.a.kinds.reaching(name)
+        if len(reaching) != 1 or not isinstance(reaching[0].node, cst.Name):
+            raise _Unfixable(f"{stored}; `{name.value}` may come from more than one assignment")
+        binding = reaching[0]
+        if not _starts_empty(self.a.assigned_value(binding.node), key):
+            raise _Unfixable(
+                f"{stored}; `{label}` does not start as an empty list literal (line {self.a.line(binding.node)})"
+            )
+        filled = self._filling_statement(binding.node)
+        if filled is None:
+            raise _Unfixable(
+                f"{stored}; `{name.value}` is not bound in the block of the loop that fills it "
+                f"(line {self.a.line(binding.node)})"
+            )
+        for read in self.a.kinds.reached_reads(binding):
+            if read is name:
+                continue
+            where = self.a.line(read)
+            if not self.a.in_own_scope(read, binding.scope):
+                raise _Unfixable(f"{stored}; `{name.value}` is read in a nested function (line {where})")
+            if key is not None and _other_key(self.a, read, key):
+                continue  # another list of the same dict
+            if self.a.start(read) <= self.a.end(filled):
+                raise _Unfixable(
+                    f"{stored}; `{label}` is read before the loop ends (line {where}), where it would hold tensors"
+                )
+            for ancestor in self.a.ancestors(filled):
+                if isinstance(ancestor, (cst.Try, cst.TryStar)) and any(
+                    self.a.inside(read, part) for part in (*ancestor.handlers, ancestor.finalbody) if part is not None
+                ):
+                    raise _Unfixable(
+                        f"{stored}; `{label}` is read where an exception lands (line {where}), which may run "
+                        "before it becomes numbers"
+                    )
+        tensor = _synced_tensor(sync)
+        if not isinstance(tensor, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not tensor.lpar:
+            tensor = tensor.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        if not _already_detached(tensor):
+            tensor = cst.Call(cst.Attribute(tensor, cst.Name("detach")))
+        kept = tensor.with_changes(lpar=sync.lpar, rpar=sync.rpar)
+        # `.item()` takes any one-element tensor; stacked, those of rank one or more would
+        # give nested lists, so they are flattened first.
+        scalar = layouts(self.a.context).rank(_synced_tensor(sync)) == 0
+        stacked = f"torch.stack({label})" if scalar else f"torch.stack({label}).flatten()"
+        conversion = cst.parse_statement(f"{label} = {stacked}.tolist() if {label} else []\n")
+        message = (
+            f"`{self.a.code(sync)}` waits for the GPU every step to store a number in `{label}`; it now keeps "
+            f"the tensor, and the list becomes numbers once, after the loop (line {self.a.line(filled)})"
+        )
+        return _Fix(
+            message, replaces=[(sync, lambda _: kept)], inserts=[(filled, conversion)], imports=[("torch", None)]
+        )
+
+    def _filling_statement(self, target: cst.Name) -> cst.CSTNode | None:
+        """The statement after `target`'s assignment, in its block, that holds this step
+        loop: the loop itself, or an epoch loop (or `with`, `try`) around it."""
+        line = self.a.statement_line(target)
+        block = self.a.parents.get(line) if line is not None else None
+        if block is None:
+            return None
+        for ancestor in (self.loop, *self.a.ancestors(self.loop)):
+            if self.a.parents.get(ancestor) is block:
+                return ancestor if self.a.start(ancestor) > self.a.start(line) else None
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+        return None
 
     # -- moving `v = x.item()` under the log condition ------------------------------------
 
@@ -1970,6 +2094,25 @@ def _constant_key(subscript: cst.Subscript) -> tuple | None:
         return None
     index = subscript.slice[0].slice
     return _literal_key(index.value) if index.star is None else None
+
+
+def _starts_empty(value: cst.BaseExpression | None, key: tuple | None) -> bool:
+    """Is `value` `[]`, or (for a key) a dict display whose only entry for `key` is `[]`?"""
+    if key is None:
+        return isinstance(value, cst.List) and not value.elements
+    if not isinstance(value, cst.Dict) or any(not isinstance(e, cst.DictElement) for e in value.elements):
+        return False
+    entries = [e.value for e in value.elements if _literal_key(e.key) == key]
+    return len(entries) == 1 and isinstance(entries[0], cst.List) and not entries[0].elements
+
+
+def _other_key(analysis: _FileAnalysis, read: cst.Name, key: tuple) -> bool:
+    """Is `read` the dict of `d["other"]`, an item with another constant key?"""
+    parent = analysis.parents.get(read)
+    if not isinstance(parent, cst.Subscript) or parent.value is not read:
+        return False
+    other = _constant_key(parent)
+    return other is not None and other != key
 
 
 def _accumulates(analysis: _FileAnalysis, small: cst.CSTNode | None, use: cst.CSTNode) -> bool:

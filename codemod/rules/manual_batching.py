@@ -99,6 +99,8 @@ class ManualBatchingInStepLoop(Rule):
     rewrites them to iterate over a `DataLoader(TensorDataset(X, Y),
     batch_size=bs, shuffle=...)` built once before the loop (`for step, i in
     enumerate(range(...))` becomes `for step, (xb, yb) in enumerate(loader)`).
+    Batches cut with `split` (`for xb, yb in zip(X.split(bs), Y.split(bs))`,
+    `torch.split(X, bs)`) become the same loader with `shuffle=False`.
 
     It follows the batch to where the file makes it: a generator the training
     loop iterates (`for xb, yb in batches(X, Y, bs)`, `self._batches()`), a
@@ -165,7 +167,10 @@ class ManualBatchingInStepLoop(Rule):
     permutation from another random stream: batches, and every random number
     drawn after them (dropout, initialisation), differ from the original's.
     The rule fixes only tensors it knows are on the host and a range it can
-    tell covers them (`len(X)`, `X.size(0)`, `X.shape[0]`); tensors on the GPU
+    tell covers them (`len(X)`, `X.size(0)`, `X.shape[0]`, or the size `X`
+    was built with: `n = 100`, `X = torch.randn(n, 7)`); split tensors must
+    have lengths it can tell are equal (`zip` stops at the shortest, a
+    `TensorDataset` requires equal ones) and one batch size; tensors on the GPU
     are left alone (a slice of a GPU tensor is already the fastest batch).
     Batches made by a helper or generator are not rewritten: other code may
     call it, and its windows are bound to its parameters; the report names the
@@ -559,6 +564,7 @@ class ManualBatchingInStepLoop(Rule):
             return
         counter = self._counter(node)
         if counter is None:
+            self._check_splits(node)
             return
         plan = self._plan(node, *counter)
         if plan is None:
@@ -576,6 +582,121 @@ class ManualBatchingInStepLoop(Rule):
             )
             return
         self._fix(plan)
+
+    # -- batches cut by `zip(X.split(bs), Y.split(bs))` --------------------------------
+
+    def _check_splits(self, loop: cst.For) -> None:
+        """`for xb, yb in zip(X.split(bs), Y.split(bs))`: the same batches, in the same
+        order, as `DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)` gives."""
+        found = self.context.loaders.iterated(loop.iter, loop.target)
+        splits = [self._split_of(iterable) for iterable, _ in found]
+        if not splits or any(split is None for split in splits):
+            return
+        if len(splits) == 1:  # `for xb in X.split(bs)`: the loader's items are 1-tuples, `for (xb,) in loader`
+            zipped = found[0][0]
+            if loop.iter is not zipped or not isinstance(loop.target, cst.Name):
+                return
+        else:
+            zipped = self.context.parents.get(self.context.parents.get(found[0][0]))
+            if not isinstance(zipped, cst.Call) or not all(
+                self.context.parents.get(self.context.parents.get(iterable)) is zipped for iterable, _ in found
+            ):
+                return
+        problem = self._split_problem(loop, splits, [target for _, target in found])
+        if problem == "" or suppressed_on(loop, self.CODE):
+            return
+        if problem is not None:
+            self.report(
+                loop,
+                "batches are cut from in-memory data by hand in this training loop; not rewritten "
+                f"to a DataLoader because {problem}",
+            )
+            return
+        tensors = [tensor.value for tensor, _ in splits]
+        batch_size = splits[0][1]
+        taken = set(re.findall(r"\w+", self.context.code))
+        loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
+        build = cst.parse_statement(
+            f"{loader} = DataLoader(TensorDataset({', '.join(tensors)}), "
+            f"batch_size={self.context.source(batch_size)}, shuffle=False)\n"
+        )
+        anchor = self._anchor_for(loop, set(tensors) | {n.value for n in names_read(batch_size)})
+        if len(tensors) == 1:
+            target = cst.Tuple([cst.Element(loop.target, comma=cst.Comma())])
+            header: Edit = Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader)))
+        else:
+            header = Replace(zipped, cst.Name(loader))
+        self.report(
+            loop,
+            f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
+            f"a DataLoader built once, batches of `{self.context.source(batch_size)}` in the same order",
+            edits=[InsertBefore(anchor, (build,)), header],
+            imports=IMPORTS,
+        )
+
+    def _split_of(self, expr: cst.BaseExpression) -> tuple[cst.Name, cst.BaseExpression] | None:
+        """(X, bs) for `X.split(bs)` / `torch.split(X, bs)` along the first dimension."""
+        if not isinstance(expr, cst.Call) or any(a.star for a in expr.args):
+            return None
+        positional_values = [a.value for a in expr.args if a.keyword is None]
+        if method_name(expr) == "split" and not self.context.names.of(expr.func):
+            tensor, rest = expr.func.value, positional_values
+        elif self.context.names.is_(expr.func, "torch.split") and positional_values:
+            tensor, rest = positional_values[0], positional_values[1:]
+        else:
+            return None
+        dim = kwarg(expr, "dim")
+        sizes = kwarg(expr, "split_size_or_sections") or kwarg(expr, "split_size")
+        if sizes is not None:
+            rest = [*rest, sizes.value]
+        if len(rest) == 2 and dim is None:
+            rest, dim_value = rest[:1], rest[1]
+        else:
+            dim_value = dim.value if dim is not None else None
+        if len(rest) != 1 or not isinstance(tensor, cst.Name):
+            return None
+        if dim_value is not None and integer_value(dim_value) != 0:
+            return None  # windows along another dimension (time, for truncated BPTT)
+        return tensor, rest[0]
+
+    def _split_problem(self, loop: cst.For, splits: list, targets: list) -> str | None:
+        """Why the splits cannot become a DataLoader ("" when they are not this rule's)."""
+        kinds, shapes = self.context.kinds, layouts(self.context)
+        batch_size = splits[0][1]
+        if not all(_same(size, batch_size) for _, size in splits):
+            return "the tensors are split into batches of different sizes"
+        if not shapes.is_number(batch_size):
+            return (
+                f"perfmod cannot tell that `{self.context.source(batch_size)}` is one batch size, not a list of sizes"
+            )
+        lengths = []
+        for tensor, _ in splits:
+            fact = kinds.fact(tensor)
+            if fact.kind is Kind.TENSOR and fact.place in (Place.CUDA, Place.DEVICE):
+                return ""  # batches of tensors already on the device: a split is the fastest batch
+            if fact.kind is not Kind.TENSOR or fact.place is not Place.HOST:
+                return f"`{tensor.value}` is not known to be a tensor in host memory"
+            if self._bound_in(tensor.value, loop):
+                return f"`{tensor.value}` is re-bound inside the loop"
+            if kinds.is_mutated_in_place(tensor):
+                return f"`{tensor.value}` is written in place, and its batches would no longer be views of it"
+            shape = shapes.shape(tensor)
+            lengths.append(shape[0] if shape else None)
+        if not all(length is not None and shapes.same_size(length, lengths[0]) for length in lengths):
+            names = " / ".join(f"`{tensor.value}`" for tensor, _ in splits)
+            return (
+                f"perfmod cannot tell that {names} have the same length (zip stops at the shortest, "
+                "a TensorDataset requires equal ones)"
+            )
+        for target in targets:
+            if not isinstance(target, cst.Name):
+                return f"the batch `{self.context.source(target)}` is not bound to a name"
+            if kinds.is_mutated_in_place(target):
+                return f"the batch `{target.value}` is written in place, which changes the data it is a view of"
+        for name in ("DataLoader", "TensorDataset"):
+            if not self._free_or_torch(name):
+                return f"the name `{name}` means something else in this file"
+        return None
 
     # -- batches cut by a generator the step loop iterates: reported ---------------
 
@@ -1132,11 +1253,13 @@ class ManualBatchingInStepLoop(Rule):
         return line if reads <= plan.permutation_reads else None
 
     def _anchor(self, plan: _Plan) -> cst.CSTNode:
-        """The outermost loop around the step loop (same function) in which neither the
-        tensors nor the batch size are re-bound: the DataLoader is built before it."""
-        needed = set(plan.tensors) | {n.value for n in names_read(plan.batch_size)}
-        anchor: cst.CSTNode = plan.loop
-        for current in self.context.index.ancestors(plan.loop):
+        return self._anchor_for(plan.loop, set(plan.tensors) | {n.value for n in names_read(plan.batch_size)})
+
+    def _anchor_for(self, loop: cst.For, needed: set[str]) -> cst.CSTNode:
+        """The outermost loop around the step loop (same function) in which none of the
+        names `needed` (the tensors, the batch size) is re-bound: the DataLoader is built before it."""
+        anchor: cst.CSTNode = loop
+        for current in self.context.index.ancestors(loop):
             if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 break
             if isinstance(current, (cst.For, cst.While)):

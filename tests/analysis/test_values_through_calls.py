@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 import libcst as cst
+import pytest
 
 from codemod.analysis.distributed import reads_module_binding
 from codemod.analysis.torch_facts import autocast_float16
@@ -113,3 +114,42 @@ def test_a_function_reads_the_scripts_binding_of_a_name_it_does_not_bind():
         defs = [f for f in ctx.index.find(cst.FunctionDef) if f.name.value == function]
         save = next(c for c in ctx.index.find(cst.Call, within=defs[0]) if ctx.source(c.func) == "torch.save")
         assert not reads_module_binding(ctx, save.args[0].value)
+
+
+CONSTRUCTED = """\
+    import torch
+
+    class Trainer:
+        def __init__(self, model, device):
+            self.device = device
+            self.model = model.to(device)
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    Trainer(torch.nn.Linear(4, 1), device)
+    Trainer(torch.nn.Linear(4, 1), device="cpu")
+    """
+
+
+def device_read(ctx: FileContext) -> cst.Name:
+    """`device` of `model.to(device)` in `Trainer.__init__`."""
+    return [n for n in ctx.index.find(cst.Name) if n.value == "device"][3]
+
+
+def test_a_constructor_parameter_holds_what_every_construction_passes():
+    ctx = context(CONSTRUCTED)
+    device = device_read(ctx)
+    assert ctx.line(device) == 6
+    assert [ctx.source(v) for v in ctx.training.value_sources(device)] == ["device", '"cpu"']
+    assert ctx.training.device_types(device) == {"cuda", "cpu"}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "factory = Trainer\n",  # handed on: calls through `factory` are not seen
+        "class Fast(Trainer):\n    pass\n",  # a subclass constructs it with its own arguments
+    ],
+)
+def test_a_constructor_parameter_of_a_class_used_otherwise_holds_nothing_known(extra):
+    ctx = context(CONSTRUCTED.rstrip(" ") + textwrap.indent(extra, "    "))
+    assert ctx.training.value_sources(device_read(ctx)) == [None]

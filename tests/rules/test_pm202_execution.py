@@ -100,3 +100,85 @@ def test_order_and_sampling_contracts_are_reported_not_rewritten(case, reason):
     assert all(reason in f.message for f in result.findings)
     assert result.new_source.decode() == source(case)
     assert len(losses(source(case))) > 0  # the fixture itself runs
+
+
+@pytest.mark.parametrize("case", ["zip_split", "sample_count_name"])
+def test_split_batches_and_a_named_sample_count_train_bit_for_bit_like_the_original(case):
+    """`zip(X.split(bs), Y.split(bs))`, and `range(0, n, bs)` over `X = torch.randn(n, 7)`:
+    both are the batches of a DataLoader over the tensors, in order (7 a epoch, the last shorter)."""
+    before, after = losses(source(case)), losses(rewritten(case))
+    assert len(before) == 3 * 7
+    assert torch.equal(after, before)
+
+
+SPLITS = """\
+import torch
+import torch.nn.functional as F
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+X = torch.randn(64, 4)
+Y = torch.randn(count(), 1)
+model = torch.nn.Linear(4, 1).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb, yb in zip(X.split(16), Y.split(16)):
+        loss = F.mse_loss(model(xb.to(device)), yb.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        ((), "cannot tell that `X` / `Y` have the same length (zip stops at the shortest"),
+        (("Y = torch.randn(count(), 1)", "Y = torch.randn(64, 1)"), None),
+        (("zip(X.split(16), Y.split(16))", "zip(X.split(16), Y.split(8))"), "batches of different sizes"),
+        (("zip(X.split(16), Y.split(16))", "zip(X.split(16, dim=1), Y.split(16, dim=1))"), ""),
+        (("X = torch.randn(64, 4)", "X = torch.randn(64, 4, device=device)"), ""),
+        (("zip(X.split(16), Y.split(16))", "zip(X.split(sizes), Y.split(sizes))"), "cannot tell that `sizes` is one"),
+    ],
+)
+def test_splits_that_a_loader_may_not_reproduce_are_reported_or_left(edit, reason):
+    """None: fixed; "": not this rule's (windows along time, tensors already on the device)."""
+    code = SPLITS.replace(*edit) if edit else SPLITS
+    settings = Settings(select=("PM202",), level=Level.UNSAFE)
+    result = process_source(code.encode(), "<splits>", settings, [ManualBatchingInStepLoop])
+    assert result.error is None
+    if reason is None:
+        assert [f.applied for f in result.findings] == [True]
+        assert "for xb, yb in loader:" in result.new_source.decode()
+    elif reason == "":
+        assert result.findings == []
+    else:
+        assert [f.fixable for f in result.findings] == [False]
+        assert reason in result.findings[0].message
+
+
+ONE_SPLIT = """\
+import torch
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+X = torch.randn(100, 4)
+model = torch.nn.Linear(4, 4).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb in X.split(32):
+        xb = xb.to(device)
+        loss = ((model(xb) - xb) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(f"epoch {epoch} loss {loss.item()!r}")
+"""
+
+
+def test_one_split_tensor_becomes_a_loader_of_one_tuples_bit_for_bit():
+    """`for xb in X.split(32)`: a TensorDataset's items are 1-tuples, so the loop unpacks `(xb,)`."""
+    new_source = rewrite(ONE_SPLIT, [ManualBatchingInStepLoop], level=Level.UNSAFE)
+    assert "for (xb,) in loader:" in new_source
+    before, after = losses(ONE_SPLIT), losses(new_source)
+    assert len(before) == 2 * 4  # 100 rows: three batches of 32 and one of 4, two epochs
+    assert torch.equal(after, before)

@@ -27,6 +27,8 @@ REWRITTEN = [
     "dict_sums",
     "carried_counts",
     "step_function_return",
+    "appended_list",
+    "history_dict",
 ]
 SETTINGS = Settings(select=(PerStepHostSync.CODE,), level=PerStepHostSync.LEVEL)
 
@@ -404,3 +406,107 @@ def test_step_method_called_only_at_log_time_is_not_reported():
     )
     new_source, findings = rewrite(code)
     assert new_source == code and not pm404(findings)
+
+
+APPENDING = """\
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(STEPS)]
+"""
+STEP_LINES = """\
+        x, y = x.to(device), y.to(device)
+        loss = F.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def appending(steps: int, before: str, append: str, after: str) -> str:
+    return (
+        APPENDING.replace("STEPS", str(steps))
+        + before
+        + "for epoch in range(2):\n    for x, y in data:\n"
+        + STEP_LINES
+        + append
+        + after
+    )
+
+
+@pytest.mark.parametrize("steps", [0, 3])
+def test_list_filled_across_epochs_becomes_numbers_after_the_outer_loop(steps):
+    """The list is bound before the epoch loop: it becomes numbers after that loop, not
+    after the step loop (a second epoch would append tensors to a list of numbers); an
+    empty list (no step ran) stays an empty list."""
+    source = appending(
+        steps,
+        "losses = []\n",
+        "        losses.append(loss.item())\n",
+        "print(type(losses).__name__, len(losses), [type(v).__name__ for v in losses], repr(losses))\n",
+    )
+    new_source, findings = rewrite(source)
+    assert [f.applied for f in findings] == [True]
+    assert "losses.append(loss.detach())\nlosses = torch.stack(losses).tolist() if losses else []\nprint(" in new_source
+    assert printed(new_source) == printed(source)
+
+
+def test_list_bound_per_epoch_becomes_numbers_after_the_step_loop():
+    source = (
+        APPENDING.replace("STEPS", "4")
+        + "for epoch in range(2):\n    losses = []\n    for x, y in data:\n"
+        + STEP_LINES
+        + "        losses.append(loss.item())\n"
+        + "    print(epoch, sum(losses) / len(losses), losses)\n"
+    )
+    new_source, findings = rewrite(source)
+    assert [f.applied for f in findings] == [True]
+    assert "\n    losses = torch.stack(losses).tolist() if losses else []\n    print(epoch" in new_source
+    assert printed(new_source) == printed(source)
+
+
+@pytest.mark.parametrize(
+    "before, after, reason",
+    [
+        ("losses = [0.0]\n", "print(losses)\n", "`losses` does not start as an empty list literal (line 10)"),
+        ("losses = []\nlog = {'loss': losses}\n", "print(log)\n", "`losses` is read before the loop ends (line 11)"),
+        ("history = defaultdict(list)\n", "print(history)\n", "does not start as an empty list literal"),
+        (
+            "losses = []\ntry:\n    pass\nexcept KeyboardInterrupt:\n    pass\n",
+            "print(losses)\n",
+            None,
+        ),
+    ],
+)
+def test_lists_that_others_may_see_holding_tensors_stay_numbers(before, after, reason):
+    append = (
+        "        history['loss'].append(loss.item())\n"
+        if "history" in before
+        else "        losses.append(loss.item())\n"
+    )
+    source = "from collections import defaultdict\n" + appending(3, before, append, after)
+    new_source, findings = rewrite(source)
+    if reason is None:  # the control: a try before the loop changes nothing
+        assert [f.applied for f in findings] == [True]
+        return
+    assert new_source == source
+    assert [f.fixable for f in findings] == [False]
+    assert "its value is stored every step" in findings[0].message
+    assert reason in findings[0].message
+
+
+def test_list_read_where_an_interrupted_loop_lands_stays_numbers():
+    source = APPENDING.replace("STEPS", "3") + (
+        "try:\n    losses = []\n    for x, y in data:\n"
+        + STEP_LINES
+        + "        losses.append(loss.item())\n"
+        + "    print(losses)\n"
+        + "except KeyboardInterrupt:\n    print(losses)\n"
+    )
+    new_source, findings = rewrite(source)
+    assert new_source == source
+    assert "read where an exception lands (line 20)" in findings[0].message

@@ -223,24 +223,24 @@ def test_pm402_fuses_on_devices_followed_through_the_program(setup):
             "args = parser.parse_args()\nmodel = nn.Linear(4, 4).to(args.device)\n",
             "cannot be told",
         ),
-        (
-            "from accelerate import Accelerator\naccelerator = Accelerator()\nmodel = nn.Linear(4, 4)\n"
-            "x = torch.zeros(1).cuda()\n",
-            "accelerator.prepare",
-        ),
         ("torch.backends.cuda.matmul.allow_tf32 = False\nmodel = nn.Linear(4, 4).cuda()\n", "exact float32"),
     ],
-    ids=["argparse-any-device", "accelerator-prepare", "exact-float32"],
+    ids=["argparse-any-device", "exact-float32"],
 )
 def test_pm402_reports_what_it_cannot_decide(setup, why):
-    fit = (
-        FIT
-        if "accelerator" not in setup
-        else FIT.replace("for x in data", "model, opt = accelerator.prepare(model, opt)\nfor x in data")
-    )
-    _, new, findings = apply(setup + fit, "PM402", Level.NUMERIC)
+    _, new, findings = apply(setup + FIT, "PM402", Level.NUMERIC)
     finding = only(findings, "PM402")
     assert not finding.fixable and why in finding.message and "fused" not in new.split("opt =")[1].split("\n")[0]
+
+
+def test_pm402_guards_a_model_that_accelerator_prepare_places():
+    """`accelerator.prepare` moves the model to the device accelerate picks at launch: the
+    guard names that device's type."""
+    setup = "from accelerate import Accelerator\naccelerator = Accelerator()\nmodel = nn.Linear(4, 4)\nx = torch.zeros(1).cuda()\n"
+    fit = FIT.replace("for x in data", "model, opt = accelerator.prepare(model, opt)\nfor x in data")
+    _, new, findings = apply(setup + fit, "PM402", Level.NUMERIC)
+    assert only(findings, "PM402").applied
+    assert 'fused=accelerator.device.type in ("cuda", "cpu")' in new
 
 
 def test_pm402_mps_or_cpu_gets_fused_kernels_of_either():
