@@ -25,11 +25,21 @@ from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.project import BatchUse, Function, project_of
 from codemod.analysis.torch_facts import (
+    DATASETS_OF_DATASETS,
+    GET_WORKER_INFO,
+    INDEX_BUILTINS,
+    INDEX_DRAWS,
+    INDEXING_METHODS,
+    ITERABLE_DATASET,
+    MAP_STYLE_DATASETS,
+    MAP_STYLE_PREFIXES,
     NOT_TENSOR_FUNCTIONS,
     OPS,
+    SPLIT_DATASETS,
     TENSOR_COLLATES,
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
+    TENSOR_ROW_DATASETS,
     TORCH_DRAWS,
 )
 
@@ -55,6 +65,11 @@ LOOPS = (cst.For, cst.While)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 BACKWARD_METHODS = frozenset({"backward"})
 COPY_METHODS = frozenset({"to", "cuda"})  # the methods `copies_to_device` looks for
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+# What loading one item of a dataset takes (`Loaders.item_cost`):
+INDEXES = "indexes"  # an index into tensors the training process already holds, nothing more
+COMPUTES = "computes"  # work per item: calls that are not indexing (decoding, tokenizing, reading), loops
+UNKNOWN = "unknown"  # perfmod cannot see it
 
 
 def memoized(method):
@@ -1007,6 +1022,172 @@ class Loaders:
         local = self.local_function(function) or self.kinds.local_class(function)
         return local is not None and self.moves_to_device(local)
 
+    # -- datasets: their style, and what an item costs ------------------------------------------
+
+    @memoized
+    def dataset_style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
+        """ "map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
+        among workers), "unsharded" (one that does not) or "unknown"; `path` indexes into the
+        tuple `dataset` evaluates to (`train_set, val_set = ...` takes element 0 or 1)."""
+        if dataset is None or depth > MAX_DEPTH:
+            return UNKNOWN
+        if isinstance(dataset, (cst.List, cst.Tuple)) and path:
+            if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
+                return UNKNOWN
+            return self.dataset_style(dataset.elements[path[0]].value, path[1:], depth + 1)
+        if isinstance(dataset, cst.Name):
+            styles = {
+                self.dataset_style(source, inner + path, depth + 1) for source, inner in self.bound_values(dataset)
+            }
+            return styles.pop() if len(styles) == 1 else UNKNOWN
+        if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
+            return "map"  # a sequence of samples
+        if not isinstance(dataset, cst.Call):
+            return UNKNOWN
+        if self.names.is_(dataset.func, *SPLIT_DATASETS):
+            return "map"  # Subsets, whichever is taken
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:  # a helper of this file that builds and returns the dataset
+            styles = {self.dataset_style(value, path, depth + 1) for value in self.kinds.returned(function)}
+            return styles.pop() if len(styles) == 1 else UNKNOWN
+        if path:
+            return UNKNOWN
+        if self.names.is_(dataset.func, *MAP_STYLE_DATASETS) or self.names.startswith(dataset.func, MAP_STYLE_PREFIXES):
+            return "map"
+        classdef = self.kinds.local_class(dataset.func)
+        return self._class_style(classdef, 0) if classdef is not None else UNKNOWN
+
+    def _class_style(self, classdef: cst.ClassDef, depth: int) -> str:
+        """The style of instances of a dataset class of this file: its own `__iter__` /
+        `__getitem__`, else its bases'."""
+        methods = _methods(classdef)
+        iterable = any(self.names.is_(base.value, ITERABLE_DATASET) for base in classdef.bases)
+        if "__iter__" in methods and (iterable or "__getitem__" not in methods):
+            shards = any(
+                self.names.is_(call.func, *GET_WORKER_INFO)
+                for call in self.index.find(cst.Call, within=methods["__iter__"])
+            )
+            return "sharded" if shards else "unsharded"
+        if "__getitem__" in methods:
+            return "map"
+        if iterable or depth > MAX_DEPTH:
+            return "unsharded" if iterable else UNKNOWN  # an IterableDataset without its own __iter__ raises
+        for base in classdef.bases:
+            local = self.kinds.local_class(base.value)
+            if local is not None:
+                return self._class_style(local, depth + 1)
+        return UNKNOWN
+
+    @memoized
+    def item_cost(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
+        """What loading one item of `dataset` takes: INDEXES when every item is an index into
+        tensors the training process already holds (torch's `TensorDataset`; subsets,
+        concatenations and splits of such datasets; a dataset class of this file whose
+        `__getitem__` only indexes or slices tensors it was given or built when it was made,
+        converts them and draws a random index), COMPUTES when `__getitem__` does work per
+        item (calls anything else: a decoder, a tokenizer, a file read, a transform, torch
+        math; or loops), else UNKNOWN. `path` as for `dataset_style`."""
+        if dataset is None or depth > MAX_DEPTH:
+            return UNKNOWN
+        if isinstance(dataset, (cst.List, cst.Tuple)) and path:
+            if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
+                return UNKNOWN
+            return self.item_cost(dataset.elements[path[0]].value, path[1:], depth + 1)
+        if isinstance(dataset, cst.Name):
+            return _joined(
+                self.item_cost(source, inner + path, depth + 1) for source, inner in self.bound_values(dataset)
+            )
+        if not isinstance(dataset, cst.Call):
+            return UNKNOWN
+        if self.names.is_(dataset.func, *SPLIT_DATASETS):  # `train, val = random_split(data, ...)`
+            first = kwarg(dataset, "dataset") or positional(dataset, 0)
+            return self.item_cost(first.value, (), depth + 1) if first is not None else UNKNOWN
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:
+            return _joined(self.item_cost(value, path, depth + 1) for value in self.kinds.returned(function))
+        if path:
+            return UNKNOWN
+        if self.names.is_(dataset.func, *TENSOR_ROW_DATASETS):
+            return INDEXES
+        if self.names.is_(dataset.func, *DATASETS_OF_DATASETS):
+            parts: list[cst.BaseExpression] = []
+            for arg in dataset.args:
+                if arg.star:
+                    return UNKNOWN
+                if isinstance(arg.value, (cst.List, cst.Tuple)):  # ConcatDataset([a, b])
+                    parts.extend(e.value for e in arg.value.elements)
+                elif arg.keyword is None or arg.keyword.value != "indices":
+                    parts.append(arg.value)
+                if self.names.is_(dataset.func, "torch.utils.data.Subset"):
+                    break  # its indices are not a dataset
+            return _joined(self.item_cost(part, (), depth + 1) for part in parts)
+        classdef = self.kinds.local_class(dataset.func)
+        return self._class_cost(classdef, dataset, depth) if classdef is not None else UNKNOWN
+
+    def _class_cost(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> str:
+        """`item_cost` of `call`, an instance of the dataset class `classdef` of this file."""
+        getitem, owner = None, classdef
+        while owner is not None and depth <= MAX_DEPTH:
+            methods = _methods(owner)
+            if "__iter__" in methods or "__getitems__" in methods:
+                return UNKNOWN  # loads otherwise than item by item
+            if "__getitem__" in methods:
+                getitem = methods["__getitem__"]
+                break
+            bases = [self.kinds.local_class(base.value) for base in owner.bases]
+            owner, depth = next((base for base in bases if base is not None), None), depth + 1
+        if getitem is None or not getitem.params.params:
+            return UNKNOWN
+        if self.index.find((cst.For, cst.While, *COMPREHENSIONS, cst.With), within=getitem.body):
+            return COMPUTES  # a Python loop per item (or a file opened)
+        for inner in self.index.find(cst.Call, within=getitem.body):
+            if not self._indexing_call(inner):
+                return COMPUTES
+        me = getitem.params.params[0].name.value
+        for subscript in self.index.find(cst.Subscript, within=getitem.body):
+            value = subscript.value
+            if isinstance(value, cst.Subscript):
+                continue  # its root is checked
+            if isinstance(value, cst.Name):
+                continue  # a local value, computed by the calls above, or a parameter
+            if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == me):
+                return UNKNOWN
+            values = self.kinds.self_attribute_values(value)
+            if not values or not all(self._held_in_memory(held, classdef, call, depth + 1) for held in values):
+                return UNKNOWN
+        return INDEXES
+
+    def _indexing_call(self, call: cst.Call) -> bool:
+        """Is `call` one a `__getitem__` that only indexes may make: a tensor method that reads
+        a size or converts what was indexed, a builtin of index arithmetic, a random index?"""
+        if any(arg.star for arg in call.args):
+            return False
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in INDEXING_METHODS:
+            receiver = func.value  # a value (`self.data[i].long()`, `torch.randint(...).item()`), not a module
+            return not isinstance(receiver, (cst.Name, cst.Attribute)) or not self.names.of(receiver) or (
+                self.names.local(receiver)
+            )
+        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS))
+
+    def _held_in_memory(self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int) -> bool:
+        """Is `value`, assigned to an attribute by a method of `classdef`, a tensor (or a list
+        of values) held in memory? A parameter of `__init__` is what `call` passes to it."""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(value, cst.Name):
+            parameter = self.bindings.param_of(value)
+            if parameter is not None:
+                function, param = parameter
+                if function.name.value != "__init__" or self.kinds.class_of(function) is not classdef:
+                    return False
+                passed = self.kinds.argument(call, function, param, 1)
+                return passed is not None and self._held_in_memory(passed, classdef, call, depth + 1)
+        if self.kinds.in_memory_list(value):
+            return True
+        fact = self.kinds.fact(value)
+        return fact.kind is Kind.TENSOR and fact.place is Place.HOST
+
     # -- settings -------------------------------------------------------------------------------
 
     @memoized
@@ -1190,6 +1371,21 @@ def _in_namespace(name: str) -> bool:
     return name in TENSOR_FUNCTIONS or (
         head in TENSOR_NAMESPACES and last[:1].islower() and name not in NOT_TENSOR_FUNCTIONS
     )
+
+
+def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    return {
+        statement.name.value: statement for statement in classdef.body.body if isinstance(statement, cst.FunctionDef)
+    }
+
+
+def _joined(costs) -> str:
+    """The cost of a dataset that may be any of several: COMPUTES if one computes, INDEXES
+    if all index, else UNKNOWN."""
+    found = set(costs)
+    if COMPUTES in found:
+        return COMPUTES
+    return INDEXES if found == {INDEXES} else UNKNOWN
 
 
 def body(loop: cst.CSTNode) -> cst.CSTNode:
