@@ -26,6 +26,7 @@ from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.project import BatchUse, Function, project_of
 from codemod.analysis.torch_facts import (
     DATASETS_OF_DATASETS,
+    DEFAULT_COLLATES,
     GET_WORKER_INFO,
     INDEX_BUILTINS,
     INDEX_DRAWS,
@@ -526,6 +527,45 @@ class Loaders:
                 and isinstance(statement.iter, (cst.Tuple, cst.List))
             ):
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
+        return found
+
+    @memoized
+    def attribute_values(self, expr: cst.Attribute) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
+        """What `self.<attr>` (or `obj.<attr>` on an instance of a class of this file) is
+        bound to by the class's methods, with the index a tuple assignment unpacks
+        (`self.train_set, self.val_set = random_split(...)`); empty when not all can be seen."""
+        values = self.kinds.self_attribute_values(expr)
+        if values is not None:
+            return [(value, ()) for value in values]
+        classdef = self.kinds.instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
+        if classdef is None:
+            return []
+        found: list[tuple[cst.BaseExpression, tuple[int, ...]]] = []
+        for statement in self.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=classdef):
+            method = self.index.first_enclosing(statement, cst.FunctionDef)
+            if method is None or not method.params.params:
+                continue
+            owner = method.params.params[0].name.value
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                parts = [(target, ())]
+                if isinstance(target, (cst.Tuple, cst.List)):
+                    parts = [(element.value, (k,)) for k, element in enumerate(target.elements)]
+                for part, path in parts:
+                    if not (
+                        isinstance(part, cst.Attribute)
+                        and part.attr.value == expr.attr.value
+                        and isinstance(part.value, cst.Name)
+                        and part.value.value == owner
+                    ):
+                        continue
+                    if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+                        return []
+                    if isinstance(target, (cst.Tuple, cst.List)) and any(
+                        isinstance(e, cst.StarredElement) for e in target.elements
+                    ):
+                        return []
+                    found.append((statement.value, path))
         return found
 
     # -- loaders passed to a function: what it does with their batches ----------------------
@@ -1035,10 +1075,9 @@ class Loaders:
             if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
                 return UNKNOWN
             return self.dataset_style(dataset.elements[path[0]].value, path[1:], depth + 1)
-        if isinstance(dataset, cst.Name):
-            styles = {
-                self.dataset_style(source, inner + path, depth + 1) for source, inner in self.bound_values(dataset)
-            }
+        if isinstance(dataset, (cst.Name, cst.Attribute)):
+            sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            styles = {self.dataset_style(source, inner + path, depth + 1) for source, inner in sources}
             return styles.pop() if len(styles) == 1 else UNKNOWN
         if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
             return "map"  # a sequence of samples
@@ -1093,10 +1132,9 @@ class Loaders:
             if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
                 return UNKNOWN
             return self.item_cost(dataset.elements[path[0]].value, path[1:], depth + 1)
-        if isinstance(dataset, cst.Name):
-            return _joined(
-                self.item_cost(source, inner + path, depth + 1) for source, inner in self.bound_values(dataset)
-            )
+        if isinstance(dataset, (cst.Name, cst.Attribute)):
+            sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            return _joined(self.item_cost(source, inner + path, depth + 1) for source, inner in sources)
         if not isinstance(dataset, cst.Call):
             return UNKNOWN
         if self.names.is_(dataset.func, *SPLIT_DATASETS):  # `train, val = random_split(data, ...)`
@@ -1123,6 +1161,25 @@ class Loaders:
             return _joined(self.item_cost(part, (), depth + 1) for part in parts)
         classdef = self.kinds.local_class(dataset.func)
         return self._class_cost(classdef, dataset, depth) if classdef is not None else UNKNOWN
+
+    def rows_of_tensors(self, dataset: cst.BaseExpression | None) -> bool:
+        """Is `dataset` torch's `TensorDataset` (every binding of the name, if a name), whose
+        `__getitem__` takes a list of indices as well as one?"""
+        if isinstance(dataset, cst.Name):
+            values = self.bound_values(dataset)
+            return bool(values) and all(not path and self.rows_of_tensors(value) for value, path in values)
+        return isinstance(dataset, cst.Call) and self.names.is_(dataset.func, *TENSOR_ROW_DATASETS)
+
+    def batch_cost(self, loader: cst.Call) -> str:
+        """What building one batch of `loader` takes, in whichever process loads it: its
+        dataset's `item_cost`, or COMPUTES when it is given a `collate_fn` other than torch's
+        stacking one (padding, masking, tokenizing a batch is work a worker takes off)."""
+        collate = self.collate(loader)
+        if collate is not None and not (
+            self.names.is_(collate, *DEFAULT_COLLATES) or isinstance(collate, cst.Name) and collate.value == "None"
+        ):
+            return COMPUTES
+        return self.item_cost(self.dataset(loader), (), 0)
 
     def _class_cost(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> str:
         """`item_cost` of `call`, an instance of the dataset class `classdef` of this file."""
@@ -1165,8 +1222,10 @@ class Loaders:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in INDEXING_METHODS:
             receiver = func.value  # a value (`self.data[i].long()`, `torch.randint(...).item()`), not a module
-            return not isinstance(receiver, (cst.Name, cst.Attribute)) or not self.names.of(receiver) or (
-                self.names.local(receiver)
+            return (
+                not isinstance(receiver, (cst.Name, cst.Attribute))
+                or not self.names.of(receiver)
+                or (self.names.local(receiver))
             )
         return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS))
 

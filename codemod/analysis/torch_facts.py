@@ -90,6 +90,14 @@ GET_WORKER_INFO = frozenset({"torch.utils.data.get_worker_info", "torch.utils.da
 # Keyword arguments of DataLoader that only mean something with worker processes: a loader
 # that passes one of them has chosen how it loads.
 WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
+# torch's own collate function: it stacks the samples of a batch, nothing more.
+DEFAULT_COLLATES = frozenset(
+    {
+        "torch.utils.data.default_collate",
+        "torch.utils.data.dataloader.default_collate",
+        "torch.utils.data._utils.collate.default_collate",
+    }
+)
 # Datasets of torch whose items are rows of the tensors they are given: an item is an index
 # into memory the training process already holds.
 TENSOR_ROW_DATASETS = frozenset({"torch.utils.data.TensorDataset"})

@@ -78,7 +78,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     that calls `backward()` and steps an optimizer iterates over them, also
     through `enumerate`, `tqdm`, `zip` and helper functions that build and
     return the loader) and load their batches in the training process (no
-    `num_workers`), and gives them worker processes: the count
+    `num_workers`, or `num_workers=0` written out over a dataset that works for
+    each item), and gives them worker processes: the count
     `num_workers = default_num_workers()` (`runtime.data`: one per usable core,
     one core left to training, at most 8, `PERFMOD_NUM_WORKERS` overrides),
     computed once before the loader, then `num_workers=num_workers` and
@@ -140,6 +141,27 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     - Memory: each worker holds a copy of the dataset object.
     - Datasets whose `__getitem__` has side effects on the training process
       (counters, caches) see them happen in the workers.
+
+    A loader whose batches are only rows of tensors the training process
+    already holds (torch's `TensorDataset`, subsets, concatenations and splits
+    of one, a dataset class whose `__getitem__` only indexes or slices tensors
+    it was given or built in `__init__`, converts them and draws a random
+    index; torch's own collate) is reported, not fixed: a worker would do the
+    same indexing in another process and send each batch back through shared
+    memory, which costs about what the indexing does (more, for small
+    batches). For a `TensorDataset` the report gives what does load faster:
+    a `BatchSampler` passed as `sampler=` with `batch_size=None`, so that each
+    batch is one indexing of the tensors instead of one per sample.
+
+    `num_workers=0` written out (in the call or its `**kwargs` dict) is fixed
+    like a loader without it when the dataset does work for each item
+    (`__getitem__` calls something other than indexing: a decoder, a
+    tokenizer, a file read, a transform, torch math; or loops) or the loader
+    has a `collate_fn` of its own, unless the loader or its dataset holds a
+    lambda or a nested function or class (spawned workers could not receive
+    it: perhaps why it is 0; reported). A 0 that comes from a setting
+    (`args.workers`, a configuration dict) or by position, or over a dataset
+    the rule cannot see into, is reported: the choice is the configuration's.
 
     It is never fixed when the workers would be wrong or pointless: an
     `IterableDataset` whose `__iter__` does not shard by
@@ -542,7 +564,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 return
             else:
                 anchor = found[0]
-        cost = loaders.item_cost(dataset, (), 0)
+        cost = loaders.batch_cost(loader)
         if zero is not None:
             setting = loaders.setting(zero, 0)
             if not (isinstance(setting, cst.Integer) and setting.evaluated_value == 0):
@@ -648,12 +670,20 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         return found | literal[1]
 
     def _indexes_reason(self, dataset: cst.BaseExpression | None) -> str:
+        """Why a loader whose batches are rows of tensors in memory keeps loading in the
+        training process, and what loads it faster."""
         what = f"`{self.context.source(dataset)}`" if dataset is not None else "its dataset"
-        return (
-            f"left so: {what} only indexes tensors the training process already holds, so worker processes "
-            "would have nothing to take off it, and passing each batch between processes costs more than the "
-            "indexing"
+        reason = (
+            f"left without workers: {what} only indexes tensors the training process already holds, so workers "
+            "would do the same indexing in other processes and send every batch back, which costs about what "
+            "the indexing does"
         )
+        if self.context.loaders.rows_of_tensors(dataset):
+            reason += (
+                "; to load faster, index whole batches: a `BatchSampler` as `sampler=` with `batch_size=None` "
+                "gives the TensorDataset a batch's indices at once"
+            )
+        return reason
 
     def _dataset_changed(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
         """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to

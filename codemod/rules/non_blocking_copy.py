@@ -36,7 +36,10 @@ class NonBlockingCopy(Rule):
     loader's batches first (PM102, `pin_memory=True` on the DataLoader): the
     rule then fixes their copies in the same run.
     The gain is the host time each copy held Python back: largest in loops
-    that copy large batches, or many tensors, per step.
+    that copy large batches, or many tensors, per step. A copy that runs once
+    in the whole run (in no loop, in module code or in a function the program
+    calls once: a whole data set copied to the device before training) has no
+    later step to overlap with, so the rule leaves it alone.
 
     ## Example
     ```python
@@ -143,6 +146,16 @@ class NonBlockingCopy(Rule):
             "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(dev)\n",
             "a tensor that may be on the device after the first pass: no pinned source",
         ),
+        # A copy that runs once in the whole run has no later work to overlap with.
+        Valid(
+            PREAMBLE + "x, y = next(iter(loader))\nx, y = x.to(device), y.to(device)\n",
+            "the whole set copied once before training: nothing to overlap with",
+        ),
+        Valid(
+            PREAMBLE + "def main():\n    x, y = next(iter(loader))\n    x = x.to(device)\n"
+            "if __name__ == '__main__':\n    main()\n",
+            "in a function the program calls once",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -177,16 +190,28 @@ class NonBlockingCopy(Rule):
             + "for batch in loader:\n    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}\n",
         ),
         Invalid(
-            PREAMBLE + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).pin_memory().to(device)\n",
             PREAMBLE
-            + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).pin_memory().to(device, non_blocking=True)\n",
+            + "import numpy as np\nfor _ in range(3):\n    x = torch.from_numpy(np.zeros(3)).pin_memory().to(device)\n",
+            PREAMBLE
+            + "import numpy as np\nfor _ in range(3):\n"
+            + "    x = torch.from_numpy(np.zeros(3)).pin_memory().to(device, non_blocking=True)\n",
             "pinned by .pin_memory()",
         ),
         Invalid(
-            PREAMBLE + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\nx = x.to(target_device)\n",
-            PREAMBLE
-            + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\nx = x.to(target_device, non_blocking=True)\n",
+            PREAMBLE + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\n"
+            "while True:\n    y = x.to(target_device)\n",
+            PREAMBLE + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\n"
+            "while True:\n    y = x.to(target_device, non_blocking=True)\n",
             "made in pinned memory",
+        ),
+        Invalid(
+            PREAMBLE + "def to_device(batch):\n    return [t.to(device) for t in batch]\n"
+            "def main():\n    for batch in loader:\n        x, y = to_device(batch)\n"
+            "if __name__ == '__main__':\n    main()\n",
+            PREAMBLE + "def to_device(batch):\n    return [t.to(device, non_blocking=True) for t in batch]\n"
+            "def main():\n    for batch in loader:\n        x, y = to_device(batch)\n"
+            "if __name__ == '__main__':\n    main()\n",
+            "a helper the loop calls: one copy a step",
         ),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    y = x.to(\n        device,\n    )\n",
@@ -210,6 +235,8 @@ class NonBlockingCopy(Rule):
             return
         if copy.receiver.place is not Place.HOST or copy.receiver.memory is not Memory.PINNED:
             return  # from pageable memory (or memory perfmod cannot tell) the copy overlaps nothing
+        if self.context.loops.runs_once(node):
+            return  # one copy in the whole run (the data set, before training): nothing to overlap with
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return

@@ -163,7 +163,10 @@ def test_each_guard_of_the_left_alone_fixture_is_what_keeps_its_loader():
         (", num_workers=2)", ")"),
         ('fit(Corpus("train.txt"))', "fit(Jittered(features, labels))"),
         ("TensorDataset(features, labels), batch_size=32, num_workers=0", "Jittered(features, labels), batch_size=32"),
-        ("TensorDataset(features, labels), batch_size=32, num_workers=0", "Jittered(features, labels), batch_size=32, num_workers=0"),
+        (
+            "TensorDataset(features, labels), batch_size=32, num_workers=0",
+            "Jittered(features, labels), batch_size=32, num_workers=0",
+        ),
     ]
     settings = Settings(select=("PM201",), level=Level.UNSAFE)
     baseline = process_source(source.encode(), "<test>", settings, [SingleProcessLoaderInTrainingLoop])
