@@ -1162,6 +1162,47 @@ class Loaders:
         classdef = self.kinds.local_class(dataset.func)
         return self._class_cost(classdef, dataset, depth) if classdef is not None else UNKNOWN
 
+    def dataset_changed_in(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
+        one of its attributes in the loop the batches feed or a loop around it: the change
+        happens in the training process, after worker processes took their copy."""
+        if not isinstance(dataset, cst.Name):
+            return None
+        outer = [node for node in (loop, *self.index.ancestors(loop)) if isinstance(node, LOOPS)]
+        for region in outer[-1:]:  # the outermost loop holds every inner one
+            for node in self.index.find((cst.Call, cst.AssignTarget, cst.AugAssign), within=region):
+                target = node.func if isinstance(node, cst.Call) else node.target
+                while isinstance(target, (cst.Attribute, cst.Subscript)):
+                    owner = target.value
+                    if isinstance(owner, cst.Name) and owner.value == dataset.value:
+                        return node
+                    if isinstance(owner, cst.Attribute) and owner.attr.value == "dataset":
+                        return node
+                    target = owner
+        return None
+
+    @memoized
+    def holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
+        """Does `expr` (a loader or dataset expression) hold a lambda or a function or class
+        defined inside a function, directly or in a variable passed as an argument? Pickle
+        finds functions and classes by their module-level name, which those have not: worker
+        processes started by spawn cannot receive them."""
+        if depth > MAX_DEPTH:
+            return True  # too deep to tell: assume it might
+        if self.index.find(cst.Lambda, within=expr):
+            return True
+        for name in self.index.find(cst.Name, within=expr):
+            local = self.bindings.local_function(name) or self.kinds.local_class(name)
+            if local is not None and self.index.first_enclosing(local, (cst.FunctionDef, cst.ClassDef)) is not None:
+                return True
+        if isinstance(expr, cst.Name):
+            return any(self.holds_unpicklable(source, depth + 1) for source, _ in self.bound_values(expr))
+        if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
+            return any(
+                self.holds_unpicklable(arg.value, depth + 1) for arg in expr.args if isinstance(arg.value, cst.Name)
+            )
+        return False
+
     def rows_of_tensors(self, dataset: cst.BaseExpression | None) -> bool:
         """Is `dataset` torch's `TensorDataset` (every binding of the name, if a name), whose
         `__getitem__` takes a list of indices as well as one?"""

@@ -33,7 +33,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import kwarg, method_name, plain_code, positional, sole_definition
+from codemod.analysis.names import is_main_guard, kwarg, method_name, plain_code, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, MODULE_METHODS_RETURNING_SELF, PROCESS_STARTS
 
 if TYPE_CHECKING:
@@ -433,6 +433,21 @@ class TrainingLoops:
         result = tuple(sites)
         self._runs[function] = result
         return result
+
+    def guarded_from_import(self, node: cst.CSTNode) -> bool:
+        """Does `node` run only when the file runs as a script, not when it is imported (as
+        worker processes started by spawn import it): under `if __name__ == "__main__":`, or
+        in a function of a module that has that guard? (A function the module calls outside
+        the guard is taken as guarded: the usual `main()` call sits in the guard.)"""
+        module_level = True
+        for ancestor in self._index.ancestors(node):
+            if isinstance(ancestor, cst.If) and is_main_guard(ancestor.test):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                module_level = False
+        return not module_level and any(
+            isinstance(statement, cst.If) and is_main_guard(statement.test) for statement in self.context.module.body
+        )
 
     def runs_once(self, node: cst.CSTNode) -> bool:
         """Does `node` run at most once in a run of the program: in no loop or comprehension,

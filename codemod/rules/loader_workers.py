@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import match as m
-from codemod.analysis.loaders import COMPUTES, INDEXES, MAX_DEPTH, NUM_WORKERS_POSITION
+from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import WORKER_OPTIONS
@@ -11,17 +10,6 @@ from codemod.edits import AddKeyword, Replace, bound_before
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "default_num_workers")
-MAIN_GUARD = m.If(
-    test=m.Comparison(
-        left=m.Name("__name__"),
-        comparisons=[
-            m.ComparisonTarget(
-                operator=m.Equal(), comparator=m.SimpleString('"__main__"') | m.SimpleString("'__main__'")
-            )
-        ],
-    )
-)
-
 PREAMBLE = """\
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
@@ -419,7 +407,6 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._memo: dict[tuple, str | bool] = {}
         self._names: dict = {}  # function -> the names the fixes bind worker counts to there
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -598,7 +585,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
             return
-        changed = self._dataset_changed(dataset, loop)
+        changed = loaders.dataset_changed_in(dataset, loop)
         if changed is not None:
             self.report(
                 loader,
@@ -624,8 +611,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "that does not shard would yield every item once per worker): check it, then set num_workers",
             )
             return
-        unpicklable = self._holds_unpicklable(loader, 0) or (
-            dataset is not None and self._holds_unpicklable(dataset, 0)
+        unpicklable = loaders.holds_unpicklable(loader, 0) or (
+            dataset is not None and loaders.holds_unpicklable(dataset, 0)
         )
         if zero is not None and unpicklable:
             self.report(
@@ -637,7 +624,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             return
         value = cst.parse_expression(
             "default_num_workers(fork_only=True)"
-            if unpicklable or not self._loop_is_guarded(loop)
+            if unpicklable or not self.context.loops.guarded_from_import(loop)
             else "default_num_workers()"
         )
         # The count is read twice (workers, and whether they persist): computed once, before.
@@ -684,68 +671,3 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "gives the TensorDataset a batch's indices at once"
             )
         return reason
-
-    def _dataset_changed(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
-        """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
-        one of its attributes in the loop the batches feed or a loop around it: the change
-        happens in the training process, after the workers took their copy."""
-        if not isinstance(dataset, cst.Name):
-            return None
-        index = self.context.index
-        outer = [node for node in (loop, *index.ancestors(loop)) if isinstance(node, (cst.For, cst.While))]
-        for region in outer[-1:]:  # the outermost loop holds every inner one
-            for node in index.find((cst.Call, cst.AssignTarget, cst.AugAssign), within=region):
-                target = node.func if isinstance(node, cst.Call) else node.target
-                while isinstance(target, (cst.Attribute, cst.Subscript)):
-                    owner = target.value
-                    if isinstance(owner, cst.Name) and owner.value == dataset.value:
-                        return node
-                    if isinstance(owner, cst.Attribute) and owner.attr.value == "dataset":
-                        return node
-                    target = owner
-        return None
-
-    def _memoized(self, key, compute):
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
-
-    def _loop_is_guarded(self, loop: cst.For) -> bool:
-        """Does the loop run only under `if __name__ == "__main__":`, directly or in a function
-        of a module that has that guard? (A function the module calls outside the guard is
-        taken as guarded: the usual `main()` call sits in the guard.)"""
-        module_level = True
-        for ancestor in self.context.index.ancestors(loop):
-            if isinstance(ancestor, cst.If) and m.matches(ancestor, MAIN_GUARD):
-                return True
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                module_level = False
-        return not module_level and any(
-            isinstance(statement, cst.If) and m.matches(statement, MAIN_GUARD) for statement in self.context.module.body
-        )
-
-    def _holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
-        return self._memoized(("pickle", id(expr)), lambda: self._find_unpicklable(expr, depth))
-
-    def _find_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
-        """Does `expr` (a loader or dataset expression) hold a lambda or a function or class
-        defined inside a function, directly or in a variable passed as an argument? Pickle
-        finds functions and classes by their module-level name; those have none."""
-        if depth > MAX_DEPTH:
-            return True  # too deep to tell: assume it might
-        index = self.context.index
-        if index.find(cst.Lambda, within=expr):
-            return True
-        for name in index.find(cst.Name, within=expr):
-            local = self.context.bindings.local_function(name) or self.context.kinds.local_class(name)
-            if local is not None and index.first_enclosing(local, (cst.FunctionDef, cst.ClassDef)) is not None:
-                return True
-        if isinstance(expr, cst.Name):
-            return any(
-                self._holds_unpicklable(source, depth + 1) for source, _ in self.context.loaders.bound_values(expr)
-            )
-        if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
-            return any(
-                self._holds_unpicklable(arg.value, depth + 1) for arg in expr.args if isinstance(arg.value, cst.Name)
-            )
-        return False
