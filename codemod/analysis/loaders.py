@@ -1203,6 +1203,51 @@ class Loaders:
             )
         return False
 
+    @memoized
+    def generator_draw(self, dataset: cst.BaseExpression | None, depth: int) -> cst.Call | None:
+        """A draw, in a method of the dataset's class other than `__init__`, from a generator
+        object the dataset holds (`torch.randn(shape, generator=self.gen)`): every worker
+        process gets a copy of that generator in the same state, so the workers would draw
+        the same numbers."""
+        if dataset is None or depth > MAX_DEPTH:
+            return None
+        if isinstance(dataset, (cst.Name, cst.Attribute)):
+            sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            draws = (self.generator_draw(source, depth + 1) for source, _ in sources)
+            return next((draw for draw in draws if draw is not None), None)
+        if not isinstance(dataset, cst.Call):
+            return None
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:
+            draws = (self.generator_draw(value, depth + 1) for value in self.kinds.returned(function))
+            return next((draw for draw in draws if draw is not None), None)
+        if self.names.is_(dataset.func, *SPLIT_DATASETS, *DATASETS_OF_DATASETS):
+            parts = [
+                e.value
+                for arg in dataset.args
+                if isinstance(arg.value, (cst.List, cst.Tuple))
+                for e in arg.value.elements
+            ]
+            parts += [arg.value for arg in dataset.args if not isinstance(arg.value, (cst.List, cst.Tuple))]
+            draws = (self.generator_draw(part, depth + 1) for part in parts)
+            return next((draw for draw in draws if draw is not None), None)
+        classdef = self.kinds.local_class(dataset.func)
+        if classdef is None:
+            return None
+        for call in self.index.find(cst.Call, within=classdef):
+            arg = kwarg(call, "generator")
+            if arg is None or not (isinstance(arg.value, cst.Attribute) and isinstance(arg.value.value, cst.Name)):
+                continue
+            method = self.index.first_enclosing(call, cst.FunctionDef)
+            if (
+                method is not None
+                and method.name.value != "__init__"
+                and method.params.params
+                and method.params.params[0].name.value == arg.value.value.value
+            ):
+                return call
+        return None
+
     def rows_of_tensors(self, dataset: cst.BaseExpression | None) -> bool:
         """Is `dataset` torch's `TensorDataset` (every binding of the name, if a name), whose
         `__getitem__` takes a list of indices as well as one?"""

@@ -151,6 +151,12 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     (`args.workers`, a configuration dict) or by position, or over a dataset
     the rule cannot see into, is reported: the choice is the configuration's.
 
+    A dataset that draws random numbers for its items from a generator object
+    it holds (`torch.randn(shape, generator=self.gen)` in `__getitem__`) is
+    reported, not fixed: each worker process gets a copy of that generator in
+    the same state (torch reseeds only its global generators in workers), so
+    the workers would draw the same numbers as one another.
+
     It is never fixed when the workers would be wrong or pointless: an
     `IterableDataset` whose `__iter__` does not shard by
     `torch.utils.data.get_worker_info()` (every worker would yield every item:
@@ -271,6 +277,15 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             PREAMBLE + WINDOWS + _guarded("loader = DataLoader(windows, batch_size=8)\nfor x, y in loader:\n" + STEP),
             None,
             "__getitem__ slices a tensor it was given: nothing for workers to take off the training process",
+        ),
+        Invalid(
+            PREAMBLE + "class Noisy(Dataset):\n    def __init__(self):\n        self.clean = torch.rand(64, 8)\n"
+            "        self.gen = torch.Generator().manual_seed(0)\n    def __len__(self):\n        return 64\n"
+            "    def __getitem__(self, i):\n"
+            "        return self.clean[i] + torch.randn(8, generator=self.gen), self.clean[i, :1]\n"
+            + _guarded("loader = DataLoader(Noisy(), batch_size=8)\nfor x, y in loader:\n" + STEP),
+            None,
+            "noise drawn from a generator the dataset holds: each worker's copy would draw the same numbers",
         ),
         Invalid(
             PREAMBLE
@@ -609,6 +624,16 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 loader,
                 message + f"; the rule cannot see whether `{what}` is map-style (an IterableDataset "
                 "that does not shard would yield every item once per worker): check it, then set num_workers",
+            )
+            return
+        draw = loaders.generator_draw(dataset, 0)
+        if draw is not None:
+            self.report(
+                loader,
+                message + f"; not fixed: `{self.context.source(draw)}` (line {self.context.line(draw)}) draws from a "
+                "generator the dataset holds, and every worker process would get a copy of it in the same state "
+                "and draw the same numbers as the others: seed it in each worker (from "
+                "`torch.utils.data.get_worker_info()`, or in a `worker_init_fn`), then set num_workers",
             )
             return
         unpicklable = loaders.holds_unpicklable(loader, 0) or (

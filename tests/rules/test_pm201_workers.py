@@ -315,3 +315,26 @@ def test_a_batch_sampler_gives_a_tensor_dataset_the_same_batches_in_one_indexing
     assert len(plain) == len(whole) == 7
     for (x, i), (wx, wi) in zip(plain, whole):
         assert torch.equal(x, wx) and torch.equal(i, wi)
+
+
+class HeldGenerator(torch.utils.data.Dataset):
+    """Noise from a generator object the dataset holds (the wild corpus's denoising autoencoder)."""
+
+    def __init__(self):
+        self.gen = torch.Generator().manual_seed(0)
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.randn((), generator=self.gen)
+
+
+def test_workers_draw_the_same_numbers_from_copies_of_a_generator_the_dataset_holds():
+    """Why PM201 reports such a dataset: torch reseeds its global generators in each worker,
+    not a generator object the dataset holds, so worker 0 and worker 1 draw alike."""
+    with one_thread():
+        alone = [float(x) for x in DataLoader(HeldGenerator(), batch_size=1)]
+        workers = [float(x) for x in DataLoader(HeldGenerator(), batch_size=1, num_workers=2)]
+    assert len(set(alone)) == 4  # one stream: four different numbers
+    assert workers[0] == workers[1] and workers[2] == workers[3]  # items 0, 1 (and 2, 3) go to workers 0, 1
