@@ -147,9 +147,7 @@ def test_every_fix_at_level_unsafe_trains_within_tolerance_with_two_workers(tmp_
     # vectorized loss, async checkpoints...): on CPU the autocast policy is off, so the
     # differences left are the fused optimizer's and the loss's summation order.
     result = process_source(SEED.read_bytes(), str(SEED), Settings(level=Level.UNSAFE))
-    assert result.error is None and {"PM103", "PM405", "PM503"} <= {
-        f.code for f in result.findings if f.applied
-    }
+    assert result.error is None and {"PM103", "PM405", "PM503"} <= {f.code for f in result.findings if f.applied}
     rewritten = tmp_path / "seed_latentwire_unsafe.py"
     rewritten.write_bytes(result.new_source)
     monkeypatch.setenv("PERFMOD_NUM_WORKERS", "2")

@@ -83,7 +83,7 @@ MAP_STYLE_DATASETS = frozenset(
         "builtins.tuple",
     }
 )
-MAP_STYLE_PREFIXES = ("torchvision.datasets.",)  # all map-style: ImageFolder, MNIST, CIFAR10...
+MAP_STYLE_PREFIXES = ("torchvision.datasets",)  # all map-style: ImageFolder, MNIST, CIFAR10...
 SPLIT_DATASETS = frozenset({"torch.utils.data.random_split"})  # Subsets of its first argument
 ITERABLE_DATASET = "torch.utils.data.IterableDataset"
 GET_WORKER_INFO = frozenset({"torch.utils.data.get_worker_info", "torch.utils.data._utils.worker.get_worker_info"})

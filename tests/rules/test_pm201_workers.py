@@ -338,3 +338,20 @@ def test_workers_draw_the_same_numbers_from_copies_of_a_generator_the_dataset_ho
         workers = [float(x) for x in DataLoader(HeldGenerator(), batch_size=1, num_workers=2)]
     assert len(set(alone)) == 4  # one stream: four different numbers
     assert workers[0] == workers[1] and workers[2] == workers[3]  # items 0, 1 (and 2, 3) go to workers 0, 1
+
+
+def test_a_torchvision_dataset_is_map_style_and_its_loader_gets_workers():
+    """pytorch/examples fast_neural_style: `datasets.ImageFolder(path, transform)` decodes an
+    image per item; torchvision's datasets are all map-style."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom torchvision import datasets, transforms\n"
+        "def train(args):\n    transform = transforms.Compose([transforms.Resize(256), transforms.ToTensor()])\n"
+        "    train_dataset = datasets.ImageFolder(args.dataset, transform)\n"
+        "    train_loader = DataLoader(train_dataset, batch_size=args.batch_size)\n"
+        "    model = torch.nn.Conv2d(3, 3, 3)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+        "    for x, _ in train_loader:\n        loss = model(x).mean()\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n"
+        "if __name__ == '__main__':\n    train(None)\n"
+    )
+    (finding,) = findings(source).findings
+    assert finding.applied and "num_workers=num_workers" in findings(source).new_source.decode()
