@@ -109,11 +109,13 @@ def test_the_summary_counts_each_rules_own_fixes_and_those_another_fix_settles_a
 def test_a_value_the_fix_reads_twice_is_computed_once():
     """PM201 reads the worker count twice (workers, and whether they persist): one call of
     default_num_workers(), bound before the loader."""
-    result = process_source(SEED.read_bytes(), "train.py", Settings(level=Level.UNSAFE, root=SEED.parent))
+    script = Path(__file__).resolve().parent.parent / "fixtures" / "rules" / "PM201" / "explicit_zero.in.py"
+    result = process_source(script.read_bytes(), "train.py", Settings(level=Level.UNSAFE, root=script.parent))
     rewritten = result.new_source.decode()
     assert rewritten.count("default_num_workers()") == 1
     assert "    num_workers = default_num_workers()\n    loader = DataLoader(\n" in rewritten
-    assert "        num_workers=num_workers,\n        persistent_workers=num_workers > 0,\n" in rewritten
+    assert "        num_workers=num_workers,\n" in rewritten
+    assert "        persistent_workers=num_workers > 0,\n" in rewritten
 
 
 # -- the user's formatter -------------------------------------------------------------------
@@ -170,11 +172,12 @@ def test_rewrites_of_ruff_formatted_fixtures_stay_ruff_formatted_and_sorted(tmp_
 def test_a_loader_call_the_fixes_lengthen_is_wrapped_as_black_wraps_it(tmp_path):
     source = (
         "import torch\n"
-        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from torch.utils.data import DataLoader\n"
+        "from torchvision.datasets import ImageFolder\n\n"
         'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
         "model = torch.nn.Linear(8, 1).to(device)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))\n"
+        'dataset = ImageFolder("data/train")\n'
         "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n"
         "for x, y in loader:\n"
         "    x, y = x.to(device), y.to(device)\n"

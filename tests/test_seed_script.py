@@ -36,11 +36,20 @@ EXPECTED_FINDINGS = {
     ],  # the copies of the loader PM102 pins (`scaffold_ids`, pageable memory, gets no finding)
     "PM102": ["loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True)"],
     "PM103": ["for question_ids, answer_ids in loader:"],
-    "PM201": ["loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True)"],
     "PM401": ["optimizer.zero_grad(set_to_none=False)"],
     "PM403": ["gc.collect()", "torch.cuda.empty_cache()"],
     "PM503": ["for k in range(k_positions):"],
 }
+
+
+def test_the_loader_over_pretokenized_tensors_gets_no_workers(seed_rewrite):
+    """Its dataset is a TensorDataset of the tokenized corpus: workers would only move the
+    indexing (issue 22), so PM201 reports it with that reason and does not fix it."""
+    source, result = seed_rewrite
+    line = line_of(source.decode(), EXPECTED_FINDINGS["PM102"][0])
+    (finding,) = [f for f in result.findings if f.code == "PM201"]
+    assert finding.line == line and not finding.fixable
+    assert "only indexes tensors the training process already holds" in finding.message
 
 
 def line_of(source: str, text: str) -> int:
@@ -134,13 +143,11 @@ def test_rewritten_seed_script_trains_bit_for_bit_like_the_original(seed_rewrite
 
 @pytest.mark.slow
 def test_every_fix_at_level_unsafe_trains_within_tolerance_with_two_workers(tmp_path, monkeypatch):
-    # All nineteen rules' fixes together (workers, prefetcher, autocast policy, fused AdamW,
+    # All the rules' fixes together (prefetcher, autocast policy, fused AdamW,
     # vectorized loss, async checkpoints...): on CPU the autocast policy is off, so the
     # differences left are the fused optimizer's and the loss's summation order.
     result = process_source(SEED.read_bytes(), str(SEED), Settings(level=Level.UNSAFE))
-    assert result.error is None and {"PM103", "PM201", "PM405", "PM503"} <= {
-        f.code for f in result.findings if f.applied
-    }
+    assert result.error is None and {"PM103", "PM405", "PM503"} <= {f.code for f in result.findings if f.applied}
     rewritten = tmp_path / "seed_latentwire_unsafe.py"
     rewritten.write_bytes(result.new_source)
     monkeypatch.setenv("PERFMOD_NUM_WORKERS", "2")

@@ -117,4 +117,4 @@ def test_a_later_pass_does_not_parse_the_rewritten_text_again(monkeypatch, first
 def test_without_the_clones_the_later_pass_would_parse_again(monkeypatch, first, second):
     monkeypatch.setattr(TreeIndex, "shared_statements", lambda self: set())
     parsed, passes = parses(monkeypatch, first, second)
-    assert parsed == passes >= 2  # every later pass
+    assert passes >= 2 and 1 < parsed <= passes  # later passes parse again

@@ -25,11 +25,22 @@ from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.project import BatchUse, Function, project_of
 from codemod.analysis.torch_facts import (
+    DATASETS_OF_DATASETS,
+    DEFAULT_COLLATES,
+    GET_WORKER_INFO,
+    INDEX_BUILTINS,
+    INDEX_DRAWS,
+    INDEXING_METHODS,
+    ITERABLE_DATASET,
+    MAP_STYLE_DATASETS,
+    MAP_STYLE_PREFIXES,
     NOT_TENSOR_FUNCTIONS,
     OPS,
+    SPLIT_DATASETS,
     TENSOR_COLLATES,
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
+    TENSOR_ROW_DATASETS,
     TORCH_DRAWS,
 )
 
@@ -55,6 +66,11 @@ LOOPS = (cst.For, cst.While)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 BACKWARD_METHODS = frozenset({"backward"})
 COPY_METHODS = frozenset({"to", "cuda"})  # the methods `copies_to_device` looks for
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+# What loading one item of a dataset takes (`Loaders.item_cost`):
+INDEXES = "indexes"  # an index into tensors the training process already holds, nothing more
+COMPUTES = "computes"  # work per item: calls that are not indexing (decoding, tokenizing, reading), loops
+UNKNOWN = "unknown"  # perfmod cannot see it
 
 
 def memoized(method):
@@ -511,6 +527,45 @@ class Loaders:
                 and isinstance(statement.iter, (cst.Tuple, cst.List))
             ):
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
+        return found
+
+    @memoized
+    def attribute_values(self, expr: cst.Attribute) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
+        """What `self.<attr>` (or `obj.<attr>` on an instance of a class of this file) is
+        bound to by the class's methods, with the index a tuple assignment unpacks
+        (`self.train_set, self.val_set = random_split(...)`); empty when not all can be seen."""
+        values = self.kinds.self_attribute_values(expr)
+        if values is not None:
+            return [(value, ()) for value in values]
+        classdef = self.kinds.instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
+        if classdef is None:
+            return []
+        found: list[tuple[cst.BaseExpression, tuple[int, ...]]] = []
+        for statement in self.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=classdef):
+            method = self.index.first_enclosing(statement, cst.FunctionDef)
+            if method is None or not method.params.params:
+                continue
+            owner = method.params.params[0].name.value
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                parts = [(target, ())]
+                if isinstance(target, (cst.Tuple, cst.List)):
+                    parts = [(element.value, (k,)) for k, element in enumerate(target.elements)]
+                for part, path in parts:
+                    if not (
+                        isinstance(part, cst.Attribute)
+                        and part.attr.value == expr.attr.value
+                        and isinstance(part.value, cst.Name)
+                        and part.value.value == owner
+                    ):
+                        continue
+                    if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+                        return []
+                    if isinstance(target, (cst.Tuple, cst.List)) and any(
+                        isinstance(e, cst.StarredElement) for e in target.elements
+                    ):
+                        return []
+                    found.append((statement.value, path))
         return found
 
     # -- loaders passed to a function: what it does with their batches ----------------------
@@ -1007,6 +1062,277 @@ class Loaders:
         local = self.local_function(function) or self.kinds.local_class(function)
         return local is not None and self.moves_to_device(local)
 
+    # -- datasets: their style, and what an item costs ------------------------------------------
+
+    @memoized
+    def dataset_style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
+        """ "map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
+        among workers), "unsharded" (one that does not) or "unknown"; `path` indexes into the
+        tuple `dataset` evaluates to (`train_set, val_set = ...` takes element 0 or 1)."""
+        if dataset is None or depth > MAX_DEPTH:
+            return UNKNOWN
+        if isinstance(dataset, (cst.List, cst.Tuple)) and path:
+            if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
+                return UNKNOWN
+            return self.dataset_style(dataset.elements[path[0]].value, path[1:], depth + 1)
+        if isinstance(dataset, (cst.Name, cst.Attribute)):
+            sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            styles = {self.dataset_style(source, inner + path, depth + 1) for source, inner in sources}
+            return styles.pop() if len(styles) == 1 else UNKNOWN
+        if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
+            return "map"  # a sequence of samples
+        if not isinstance(dataset, cst.Call):
+            return UNKNOWN
+        if self.names.is_(dataset.func, *SPLIT_DATASETS):
+            return "map"  # Subsets, whichever is taken
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:  # a helper of this file that builds and returns the dataset
+            styles = {self.dataset_style(value, path, depth + 1) for value in self.kinds.returned(function)}
+            return styles.pop() if len(styles) == 1 else UNKNOWN
+        if path:
+            return UNKNOWN
+        if self.names.is_(dataset.func, *MAP_STYLE_DATASETS) or self.names.startswith(dataset.func, MAP_STYLE_PREFIXES):
+            return "map"
+        classdef = self.kinds.local_class(dataset.func)
+        return self._class_style(classdef, 0) if classdef is not None else UNKNOWN
+
+    def _class_style(self, classdef: cst.ClassDef, depth: int) -> str:
+        """The style of instances of a dataset class of this file: its own `__iter__` /
+        `__getitem__`, else its bases'."""
+        methods = _methods(classdef)
+        iterable = any(self.names.is_(base.value, ITERABLE_DATASET) for base in classdef.bases)
+        if "__iter__" in methods and (iterable or "__getitem__" not in methods):
+            shards = any(
+                self.names.is_(call.func, *GET_WORKER_INFO)
+                for call in self.index.find(cst.Call, within=methods["__iter__"])
+            )
+            return "sharded" if shards else "unsharded"
+        if "__getitem__" in methods:
+            return "map"
+        if iterable or depth > MAX_DEPTH:
+            return "unsharded" if iterable else UNKNOWN  # an IterableDataset without its own __iter__ raises
+        for base in classdef.bases:
+            local = self.kinds.local_class(base.value)
+            if local is not None:
+                return self._class_style(local, depth + 1)
+        return UNKNOWN
+
+    @memoized
+    def item_cost(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
+        """What loading one item of `dataset` takes: INDEXES when every item is an index into
+        tensors the training process already holds (torch's `TensorDataset`; subsets,
+        concatenations and splits of such datasets; a dataset class of this file whose
+        `__getitem__` only indexes or slices tensors it was given or built when it was made,
+        converts them and draws a random index), COMPUTES when `__getitem__` does work per
+        item (calls anything else: a decoder, a tokenizer, a file read, a transform, torch
+        math; or loops), else UNKNOWN. `path` as for `dataset_style`."""
+        if dataset is None or depth > MAX_DEPTH:
+            return UNKNOWN
+        if isinstance(dataset, (cst.List, cst.Tuple)) and path:
+            if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
+                return UNKNOWN
+            return self.item_cost(dataset.elements[path[0]].value, path[1:], depth + 1)
+        if isinstance(dataset, (cst.Name, cst.Attribute)):
+            sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            return _joined(self.item_cost(source, inner + path, depth + 1) for source, inner in sources)
+        if not isinstance(dataset, cst.Call):
+            return UNKNOWN
+        if self.names.is_(dataset.func, *SPLIT_DATASETS):  # `train, val = random_split(data, ...)`
+            first = kwarg(dataset, "dataset") or positional(dataset, 0)
+            return self.item_cost(first.value, (), depth + 1) if first is not None else UNKNOWN
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:
+            return _joined(self.item_cost(value, path, depth + 1) for value in self.kinds.returned(function))
+        if path:
+            return UNKNOWN
+        if self.names.is_(dataset.func, *TENSOR_ROW_DATASETS):
+            return INDEXES
+        if self.names.is_(dataset.func, *DATASETS_OF_DATASETS):
+            parts: list[cst.BaseExpression] = []
+            for arg in dataset.args:
+                if arg.star:
+                    return UNKNOWN
+                if isinstance(arg.value, (cst.List, cst.Tuple)):  # ConcatDataset([a, b])
+                    parts.extend(e.value for e in arg.value.elements)
+                elif arg.keyword is None or arg.keyword.value != "indices":
+                    parts.append(arg.value)
+                if self.names.is_(dataset.func, "torch.utils.data.Subset"):
+                    break  # its indices are not a dataset
+            return _joined(self.item_cost(part, (), depth + 1) for part in parts)
+        classdef = self.kinds.local_class(dataset.func)
+        return self._class_cost(classdef, dataset, depth) if classdef is not None else UNKNOWN
+
+    def dataset_changed_in(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
+        one of its attributes in the loop the batches feed or a loop around it: the change
+        happens in the training process, after worker processes took their copy."""
+        if not isinstance(dataset, cst.Name):
+            return None
+        outer = [node for node in (loop, *self.index.ancestors(loop)) if isinstance(node, LOOPS)]
+        for region in outer[-1:]:  # the outermost loop holds every inner one
+            for node in self.index.find((cst.Call, cst.AssignTarget, cst.AugAssign), within=region):
+                target = node.func if isinstance(node, cst.Call) else node.target
+                while isinstance(target, (cst.Attribute, cst.Subscript)):
+                    owner = target.value
+                    if isinstance(owner, cst.Name) and owner.value == dataset.value:
+                        return node
+                    if isinstance(owner, cst.Attribute) and owner.attr.value == "dataset":
+                        return node
+                    target = owner
+        return None
+
+    @memoized
+    def holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
+        """Does `expr` (a loader or dataset expression) hold a lambda or a function or class
+        defined inside a function, directly or in a variable passed as an argument? Pickle
+        finds functions and classes by their module-level name, which those have not: worker
+        processes started by spawn cannot receive them."""
+        if depth > MAX_DEPTH:
+            return True  # too deep to tell: assume it might
+        if self.index.find(cst.Lambda, within=expr):
+            return True
+        for name in self.index.find(cst.Name, within=expr):
+            local = self.bindings.local_function(name) or self.kinds.local_class(name)
+            if local is not None and self.index.first_enclosing(local, (cst.FunctionDef, cst.ClassDef)) is not None:
+                return True
+        if isinstance(expr, cst.Name):
+            return any(self.holds_unpicklable(source, depth + 1) for source, _ in self.bound_values(expr))
+        if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
+            return any(
+                self.holds_unpicklable(arg.value, depth + 1) for arg in expr.args if isinstance(arg.value, cst.Name)
+            )
+        return False
+
+    @memoized
+    def generator_draw(self, dataset: cst.BaseExpression | None, depth: int) -> cst.Call | None:
+        """A draw, in a method of the dataset's class other than `__init__`, from a generator
+        object the dataset holds (`torch.randn(shape, generator=self.gen)`): every worker
+        process gets a copy of that generator in the same state, so the workers would draw
+        the same numbers."""
+        if dataset is None or depth > MAX_DEPTH:
+            return None
+        if isinstance(dataset, (cst.Name, cst.Attribute)):
+            sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            draws = (self.generator_draw(source, depth + 1) for source, _ in sources)
+            return next((draw for draw in draws if draw is not None), None)
+        if not isinstance(dataset, cst.Call):
+            return None
+        function = self.bindings.local_function(dataset.func)
+        if function is not None:
+            draws = (self.generator_draw(value, depth + 1) for value in self.kinds.returned(function))
+            return next((draw for draw in draws if draw is not None), None)
+        if self.names.is_(dataset.func, *SPLIT_DATASETS, *DATASETS_OF_DATASETS):
+            parts = [
+                e.value
+                for arg in dataset.args
+                if isinstance(arg.value, (cst.List, cst.Tuple))
+                for e in arg.value.elements
+            ]
+            parts += [arg.value for arg in dataset.args if not isinstance(arg.value, (cst.List, cst.Tuple))]
+            draws = (self.generator_draw(part, depth + 1) for part in parts)
+            return next((draw for draw in draws if draw is not None), None)
+        classdef = self.kinds.local_class(dataset.func)
+        if classdef is None:
+            return None
+        for call in self.index.find(cst.Call, within=classdef):
+            arg = kwarg(call, "generator")
+            if arg is None or not (isinstance(arg.value, cst.Attribute) and isinstance(arg.value.value, cst.Name)):
+                continue
+            method = self.index.first_enclosing(call, cst.FunctionDef)
+            if (
+                method is not None
+                and method.name.value != "__init__"
+                and method.params.params
+                and method.params.params[0].name.value == arg.value.value.value
+            ):
+                return call
+        return None
+
+    def rows_of_tensors(self, dataset: cst.BaseExpression | None) -> bool:
+        """Is `dataset` torch's `TensorDataset` (every binding of the name, if a name), whose
+        `__getitem__` takes a list of indices as well as one?"""
+        if isinstance(dataset, cst.Name):
+            values = self.bound_values(dataset)
+            return bool(values) and all(not path and self.rows_of_tensors(value) for value, path in values)
+        return isinstance(dataset, cst.Call) and self.names.is_(dataset.func, *TENSOR_ROW_DATASETS)
+
+    def batch_cost(self, loader: cst.Call) -> str:
+        """What building one batch of `loader` takes, in whichever process loads it: its
+        dataset's `item_cost`, or COMPUTES when it is given a `collate_fn` other than torch's
+        stacking one (padding, masking, tokenizing a batch is work a worker takes off)."""
+        collate = self.collate(loader)
+        if collate is not None and not (
+            self.names.is_(collate, *DEFAULT_COLLATES) or isinstance(collate, cst.Name) and collate.value == "None"
+        ):
+            return COMPUTES
+        return self.item_cost(self.dataset(loader), (), 0)
+
+    def _class_cost(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> str:
+        """`item_cost` of `call`, an instance of the dataset class `classdef` of this file."""
+        getitem, owner = None, classdef
+        while owner is not None and depth <= MAX_DEPTH:
+            methods = _methods(owner)
+            if "__iter__" in methods or "__getitems__" in methods:
+                return UNKNOWN  # loads otherwise than item by item
+            if "__getitem__" in methods:
+                getitem = methods["__getitem__"]
+                break
+            bases = [self.kinds.local_class(base.value) for base in owner.bases]
+            owner, depth = next((base for base in bases if base is not None), None), depth + 1
+        if getitem is None or not getitem.params.params:
+            return UNKNOWN
+        if self.index.find((cst.For, cst.While, *COMPREHENSIONS, cst.With), within=getitem.body):
+            return COMPUTES  # a Python loop per item (or a file opened)
+        for inner in self.index.find(cst.Call, within=getitem.body):
+            if not self._indexing_call(inner):
+                return COMPUTES
+        me = getitem.params.params[0].name.value
+        for subscript in self.index.find(cst.Subscript, within=getitem.body):
+            value = subscript.value
+            if isinstance(value, cst.Subscript):
+                continue  # its root is checked
+            if isinstance(value, cst.Name):
+                continue  # a local value, computed by the calls above, or a parameter
+            if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == me):
+                return UNKNOWN
+            values = self.kinds.self_attribute_values(value)
+            if not values or not all(self._held_in_memory(held, classdef, call, depth + 1) for held in values):
+                return UNKNOWN
+        return INDEXES
+
+    def _indexing_call(self, call: cst.Call) -> bool:
+        """Is `call` one a `__getitem__` that only indexes may make: a tensor method that reads
+        a size or converts what was indexed, a builtin of index arithmetic, a random index?"""
+        if any(arg.star for arg in call.args):
+            return False
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in INDEXING_METHODS:
+            receiver = func.value  # a value (`self.data[i].long()`, `torch.randint(...).item()`), not a module
+            return (
+                not isinstance(receiver, (cst.Name, cst.Attribute))
+                or not self.names.of(receiver)
+                or (self.names.local(receiver))
+            )
+        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS))
+
+    def _held_in_memory(self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int) -> bool:
+        """Is `value`, assigned to an attribute by a method of `classdef`, a tensor (or a list
+        of values) held in memory? A parameter of `__init__` is what `call` passes to it."""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(value, cst.Name):
+            parameter = self.bindings.param_of(value)
+            if parameter is not None:
+                function, param = parameter
+                if function.name.value != "__init__" or self.kinds.class_of(function) is not classdef:
+                    return False
+                passed = self.kinds.argument(call, function, param, 1)
+                return passed is not None and self._held_in_memory(passed, classdef, call, depth + 1)
+        if self.kinds.in_memory_list(value):
+            return True
+        fact = self.kinds.fact(value)
+        return fact.kind is Kind.TENSOR and fact.place is Place.HOST
+
     # -- settings -------------------------------------------------------------------------------
 
     @memoized
@@ -1207,6 +1533,21 @@ def _in_namespace(name: str) -> bool:
     return name in TENSOR_FUNCTIONS or (
         head in TENSOR_NAMESPACES and last[:1].islower() and name not in NOT_TENSOR_FUNCTIONS
     )
+
+
+def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    return {
+        statement.name.value: statement for statement in classdef.body.body if isinstance(statement, cst.FunctionDef)
+    }
+
+
+def _joined(costs) -> str:
+    """The cost of a dataset that may be any of several: COMPUTES if one computes, INDEXES
+    if all index, else UNKNOWN."""
+    found = set(costs)
+    if COMPUTES in found:
+        return COMPUTES
+    return INDEXES if found == {INDEXES} else UNKNOWN
 
 
 def body(loop: cst.CSTNode) -> cst.CSTNode:

@@ -33,7 +33,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import kwarg, method_name, plain_code, positional, sole_definition
+from codemod.analysis.names import is_main_guard, kwarg, method_name, plain_code, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, MODULE_METHODS_RETURNING_SELF, PROCESS_STARTS
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 LOOPS = (cst.For, cst.While)
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 BACKWARD_EVENT, STEP_EVENT = "backward", "step"
 MAX_DEPTH = 8  # how deep a chain of base classes is followed
 
@@ -100,6 +101,7 @@ class TrainingLoops:
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
         self._spawned: tuple[cst.FunctionDef, ...] | None = None
         self._runs: dict[cst.CSTNode, tuple[StepSite, ...]] = {}
+        self._once: dict[cst.FunctionDef, bool] = {}
         self._codes: dict[cst.CSTNode, str] = {}
         self._attribute_values: dict | None = None
         calls = index.find(cst.Call)
@@ -431,6 +433,43 @@ class TrainingLoops:
         result = tuple(sites)
         self._runs[function] = result
         return result
+
+    def guarded_from_import(self, node: cst.CSTNode) -> bool:
+        """Does `node` run only when the file runs as a script, not when it is imported (as
+        worker processes started by spawn import it): under `if __name__ == "__main__":`, or
+        in a function of a module that has that guard? (A function the module calls outside
+        the guard is taken as guarded: the usual `main()` call sits in the guard.)"""
+        module_level = True
+        for ancestor in self._index.ancestors(node):
+            if isinstance(ancestor, cst.If) and is_main_guard(ancestor.test):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                module_level = False
+        return not module_level and any(
+            isinstance(statement, cst.If) and is_main_guard(statement.test) for statement in self.context.module.body
+        )
+
+    def runs_once(self, node: cst.CSTNode) -> bool:
+        """Does `node` run at most once in a run of the program: in no loop or comprehension,
+        in module code or in a function of this file every caller of which (seen here, calling
+        it by name, never passing it as a value) runs once itself?"""
+        child = node
+        for ancestor in self._index.ancestors(node):
+            if isinstance(ancestor, cst.For) and child is not ancestor.iter:
+                return False
+            if isinstance(ancestor, (cst.While, cst.Lambda, cst.ClassDef, *COMPREHENSIONS)):
+                return False
+            if isinstance(ancestor, cst.FunctionDef):
+                return self._function_runs_once(ancestor)
+            child = ancestor
+        return True
+
+    def _function_runs_once(self, function: cst.FunctionDef) -> bool:
+        if function not in self._once:
+            self._once[function] = False  # a call of itself: more than once
+            callers = self.context.kinds.callers(function)
+            self._once[function] = len(callers or ()) == 1 and self.runs_once(callers[0][0])
+        return self._once[function]
 
     def epoch_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
         """The loops around a step loop, innermost first: in its function, then around

@@ -70,6 +70,73 @@ DATASET_CLASSES = {
     "torch.utils.data.Subset",
     "torch.utils.data.ConcatDataset",
 }
+# -- datasets and loaders ----------------------------------------------------------------
+# Datasets of torch that are map-style (indexed by the sampler): each index is loaded once,
+# by whichever worker the index is sent to. A list or tuple of samples is one too.
+MAP_STYLE_DATASETS = frozenset(
+    {
+        "torch.utils.data.TensorDataset",
+        "torch.utils.data.Subset",
+        "torch.utils.data.ConcatDataset",
+        "torch.utils.data.StackDataset",
+        "list",
+        "builtins.list",
+        "tuple",
+        "builtins.tuple",
+    }
+)
+MAP_STYLE_PREFIXES = ("torchvision.datasets",)  # all map-style: ImageFolder, MNIST, CIFAR10...
+SPLIT_DATASETS = frozenset({"torch.utils.data.random_split"})  # Subsets of its first argument
+ITERABLE_DATASET = "torch.utils.data.IterableDataset"
+GET_WORKER_INFO = frozenset({"torch.utils.data.get_worker_info", "torch.utils.data._utils.worker.get_worker_info"})
+# Keyword arguments of DataLoader that only mean something with worker processes: a loader
+# that passes one of them has chosen how it loads.
+WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
+# torch's own collate function: it stacks the samples of a batch, nothing more.
+DEFAULT_COLLATES = frozenset(
+    {
+        "torch.utils.data.default_collate",
+        "torch.utils.data.dataloader.default_collate",
+        "torch.utils.data._utils.collate.default_collate",
+    }
+)
+# Datasets of torch whose items are rows of the tensors they are given: an item is an index
+# into memory the training process already holds.
+TENSOR_ROW_DATASETS = frozenset({"torch.utils.data.TensorDataset"})
+# Datasets of torch made of other datasets: an item costs what an item of a part costs.
+DATASETS_OF_DATASETS = frozenset(
+    {"torch.utils.data.Subset", "torch.utils.data.ConcatDataset", "torch.utils.data.StackDataset"}
+)
+# What a `__getitem__` may call and still only index memory it holds: tensor methods that
+# read a size or convert the indexed rows (no computation over them), the builtins of index
+# arithmetic, and draws of a random index.
+INDEXING_METHODS = frozenset(
+    (
+        "clone detach contiguous view reshape unsqueeze squeeze flatten narrow t long int float "
+        "double half bfloat16 bool byte short item size numel dim"
+    ).split()
+)
+INDEX_BUILTINS = frozenset(f"builtins.{name}" for name in "len int float min max abs slice divmod round".split()) | {
+    "len",
+    "int",
+    "float",
+    "min",
+    "max",
+    "abs",
+    "slice",
+    "divmod",
+    "round",
+}
+INDEX_DRAWS = frozenset(
+    {
+        "torch.randint",
+        "random.randint",
+        "random.randrange",
+        "random.random",
+        "numpy.random.randint",
+        "numpy.random.choice",
+    }
+)
 PASS_THROUGH_ITERABLES = {
     "iter",
     "builtins.iter",

@@ -2,50 +2,36 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import match as m
-from codemod.analysis.loaders import MAX_DEPTH, NUM_WORKERS_POSITION
+from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
-from codemod.edits import AddKeyword, bound_before
+from codemod.analysis.torch_facts import WORKER_OPTIONS
+from codemod.edits import AddKeyword, Replace, bound_before
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "default_num_workers")
-ITERABLE_DATASET = "torch.utils.data.IterableDataset"
-GET_WORKER_INFO = ("torch.utils.data.get_worker_info", "torch.utils.data._utils.worker.get_worker_info")
-# Datasets of torch that are map-style (indexed by the sampler): each index is loaded once,
-# by whichever worker the index is sent to.
-MAP_STYLE_CALLS = {
-    "torch.utils.data.TensorDataset",
-    "torch.utils.data.Subset",
-    "torch.utils.data.ConcatDataset",
-    "torch.utils.data.StackDataset",
-    "list",
-    "builtins.list",
-    "tuple",
-    "builtins.tuple",
-}
-MAP_STYLE_PREFIXES = ("torchvision.datasets.",)  # all map-style, ImageFolder, MNIST, CIFAR10...
-# Keyword arguments that only mean something with worker processes: a loader that passes
-# one of them has chosen how it loads.
-WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
-MAIN_GUARD = m.If(
-    test=m.Comparison(
-        left=m.Name("__name__"),
-        comparisons=[
-            m.ComparisonTarget(
-                operator=m.Equal(), comparator=m.SimpleString('"__main__"') | m.SimpleString("'__main__'")
-            )
-        ],
-    )
-)
-
 PREAMBLE = """\
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+class Waves(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        t = torch.linspace(0, 1, 8)
+        return torch.sin(t * (1 + i % 4)), torch.ones(1) * (i % 4)
+dataset = Waves()
 """
+# A dataset whose items are rows of tensors the process holds: workers have nothing to do.
+ROWS = "rows = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))\n"
+WINDOWS = (
+    "class Windows(Dataset):\n    def __init__(self, data, n):\n        self.data = data\n        self.n = n\n"
+    "    def __len__(self):\n        return self.data.size(0) // self.n\n"
+    "    def __getitem__(self, i):\n        start = torch.randint(0, self.data.size(0) - self.n - 1, (1,)).item()\n"
+    "        full = self.data[start : start + self.n + 1].clone().float()\n        return full[:-1], full[-1:]\n"
+    "windows = Windows(torch.randn(640), 8)\n"
+)
 STEP = (
     "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
 )
@@ -60,7 +46,7 @@ WORKERS = "num_workers=num_workers, persistent_workers=num_workers > 0"
 def _imported(code: str) -> str:
     """`code` with the import the fix adds, where the engine puts it: sorted into the
     third-party imports, a blank line after them."""
-    last = "from torch.utils.data import DataLoader, TensorDataset\n"
+    last = "from torch.utils.data import DataLoader, Dataset, TensorDataset\n"
     code = code.replace(last, last + "\n", 1)
     return code.replace("import torch\n", "import torch\nfrom runtime.data import default_num_workers\n", 1)
 
@@ -80,7 +66,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     that calls `backward()` and steps an optimizer iterates over them, also
     through `enumerate`, `tqdm`, `zip` and helper functions that build and
     return the loader) and load their batches in the training process (no
-    `num_workers`), and gives them worker processes: the count
+    `num_workers`, or `num_workers=0` written out over a dataset that works for
+    each item), and gives them worker processes: the count
     `num_workers = default_num_workers()` (`runtime.data`: one per usable core,
     one core left to training, at most 8, `PERFMOD_NUM_WORKERS` overrides),
     computed once before the loader, then `num_workers=num_workers` and
@@ -142,6 +129,33 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     - Memory: each worker holds a copy of the dataset object.
     - Datasets whose `__getitem__` has side effects on the training process
       (counters, caches) see them happen in the workers.
+
+    A loader whose batches are only rows of tensors the training process
+    already holds (torch's `TensorDataset`, subsets, concatenations and splits
+    of one, a dataset class whose `__getitem__` only indexes or slices tensors
+    it was given or built in `__init__`, converts them and draws a random
+    index; torch's own collate) is reported, not fixed: a worker would do the
+    same indexing in another process and send each batch back through shared
+    memory, which costs about what the indexing does (more, for small
+    batches). For a `TensorDataset` the report gives what does load faster:
+    a `BatchSampler` passed as `sampler=` with `batch_size=None`, so that each
+    batch is one indexing of the tensors instead of one per sample.
+
+    `num_workers=0` written out (in the call or its `**kwargs` dict) is fixed
+    like a loader without it when the dataset does work for each item
+    (`__getitem__` calls something other than indexing: a decoder, a
+    tokenizer, a file read, a transform, torch math; or loops) or the loader
+    has a `collate_fn` of its own, unless the loader or its dataset holds a
+    lambda or a nested function or class (spawned workers could not receive
+    it: perhaps why it is 0; reported). A 0 that comes from a setting
+    (`args.workers`, a configuration dict) or by position, or over a dataset
+    the rule cannot see into, is reported: the choice is the configuration's.
+
+    A dataset that draws random numbers for its items from a generator object
+    it holds (`torch.randn(shape, generator=self.gen)` in `__getitem__`) is
+    reported, not fixed: each worker process gets a copy of that generator in
+    the same state (torch reseeds only its global generators in workers), so
+    the workers would draw the same numbers as one another.
 
     It is never fixed when the workers would be wrong or pointless: an
     `IterableDataset` whose `__iter__` does not shard by
@@ -239,8 +253,48 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         # feeding a training loop: reported, the choice left to the user.
         Invalid(
             PREAMBLE + "loader = DataLoader(dataset, batch_size=8, num_workers=0)\nfor x, y in loader:\n" + STEP,
+            _imported(
+                PREAMBLE
+                + FORK_COUNT
+                + f"loader = DataLoader(\n    dataset, batch_size=8, {WORKERS}\n)\nfor x, y in loader:\n"
+                + STEP
+            ),
+            "num_workers=0 written out, over a dataset that computes every item: fixed like the default",
+        ),
+        Invalid(
+            PREAMBLE
+            + ROWS
+            + _guarded("loader = DataLoader(rows, batch_size=8, num_workers=0)\nfor x, y in loader:\n" + STEP),
             None,
-            "num_workers=0 written out",
+            "num_workers=0 over rows of tensors in memory: right as written",
+        ),
+        Invalid(
+            PREAMBLE + ROWS + _guarded("loader = DataLoader(rows, batch_size=8)\nfor x, y in loader:\n" + STEP),
+            None,
+            "a TensorDataset: each item is an index into memory the process holds",
+        ),
+        Invalid(
+            PREAMBLE + WINDOWS + _guarded("loader = DataLoader(windows, batch_size=8)\nfor x, y in loader:\n" + STEP),
+            None,
+            "__getitem__ slices a tensor it was given: nothing for workers to take off the training process",
+        ),
+        Invalid(
+            PREAMBLE + "class Noisy(Dataset):\n    def __init__(self):\n        self.clean = torch.rand(64, 8)\n"
+            "        self.gen = torch.Generator().manual_seed(0)\n    def __len__(self):\n        return 64\n"
+            "    def __getitem__(self, i):\n"
+            "        return self.clean[i] + torch.randn(8, generator=self.gen), self.clean[i, :1]\n"
+            + _guarded("loader = DataLoader(Noisy(), batch_size=8)\nfor x, y in loader:\n" + STEP),
+            None,
+            "noise drawn from a generator the dataset holds: each worker's copy would draw the same numbers",
+        ),
+        Invalid(
+            PREAMBLE
+            + _guarded(
+                "loader = DataLoader(dataset, batch_size=8, num_workers=0, collate_fn=lambda b: b)\n"
+                "for x, y in loader:\n" + STEP
+            ),
+            None,
+            "num_workers=0 beside a lambda spawned workers could not receive: perhaps why it is 0",
         ),
         Invalid(
             PREAMBLE + "loader = DataLoader(dataset, 8, False, None, None, 0)\nfor x, y in loader:\n" + STEP,
@@ -262,10 +316,20 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             "a configuration dict",
         ),
         Invalid(
-            PREAMBLE + "kwargs = {'batch_size': 8, 'num_workers': 0}\n"
-            "loader = DataLoader(dataset, **kwargs)\nfor x, y in loader:\n" + STEP,
-            None,
-            "in the kwargs dict",
+            PREAMBLE
+            + _guarded(
+                "kwargs = {'batch_size': 8, 'num_workers': 0}\nloader = DataLoader(dataset, **kwargs)\n"
+                "for x, y in loader:\n" + STEP
+            ),
+            _imported(
+                PREAMBLE
+                + _guarded(
+                    COUNT + "kwargs = {'batch_size': 8, 'num_workers': num_workers, "
+                    "'persistent_workers': num_workers > 0}\nloader = DataLoader(dataset, **kwargs)\n"
+                    "for x, y in loader:\n" + STEP
+                )
+            ),
+            "num_workers=0 in the kwargs dict",
         ),
         Invalid(
             PREAMBLE + _guarded("loader = DataLoader(dataset, batch_size=8)\nfor x, y in loader:\n" + STEP),
@@ -358,7 +422,6 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._memo: dict[tuple, str | bool] = {}
         self._names: dict = {}  # function -> the names the fixes bind worker counts to there
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -465,26 +528,24 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         count = kwarg(loader, "num_workers") or (
             positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None
         )
-        if count is not None:
-            self._explicit_zero(loader, loop, count.value)
-            return
-        if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
+        if count is None and any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
             return
         if loaders.overridden_subclass(loader):
             return
         dataset = loaders.dataset(loader)
         if loaders.may_hold_device_data(dataset, 0) or loaders.collate_moves_to_device(loader):
-            return
+            return  # CUDA cannot be used in forked workers: the loader stays in the training process
         line = self.context.line(loop)
         message = (
             f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
         )
         stars = [arg for arg in loader.args if arg.star == "**"]
         anchor: cst.CSTNode = loader
-        if stars:
+        zero = count.value if count is not None else None  # an explicit worker count, 0 or the rule stops
+        if count is None and stars:
             found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
             if found is not None and "num_workers" in found[1] and isinstance(found[0], cst.Dict):
-                value = next(
+                zero = next(
                     (
                         e.value
                         for e in found[0].elements
@@ -494,20 +555,52 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                     ),
                     None,
                 )
-                if value is not None:
-                    self._explicit_zero(loader, loop, value)
+                if zero is None:
+                    return
+                anchor = found[0]
+            elif found is not None and any(option in found[1] for option in WORKER_OPTIONS):
                 return
-            if found is not None and any(option in found[1] for option in WORKER_OPTIONS):
-                return
-            if found is None or found[2]:
+            elif found is None or found[2]:
                 name = self.context.source(stars[0].value)
                 self.report(loader, message + f"; `**{name}` cannot be seen whole here, so num_workers is not added")
                 return
-            anchor = found[0]
+            else:
+                anchor = found[0]
+        cost = loaders.batch_cost(loader)
+        if zero is not None:
+            setting = loaders.setting(zero, 0)
+            if not (isinstance(setting, cst.Integer) and setting.evaluated_value == 0):
+                return
+            spelled = self.context.source(zero)
+            options = self._options(loader, anchor)
+            written = (  # a literal 0, replaced by the count: it is the only worker option
+                spelled == "0"
+                and (count is None or count.keyword is not None)
+                and options is not None
+                and not options & (set(WORKER_OPTIONS) - {"num_workers"})
+            )
+            message = (
+                f"this DataLoader feeds the training loop on line {line} with num_workers=0"
+                + ("" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)")
+                + ", so every batch is loaded in the training process between steps"
+            )
+            if cost != COMPUTES or not written:
+                if cost == INDEXES:
+                    self.report(loader, message + "; " + self._indexes_reason(dataset))
+                else:
+                    self.report(
+                        loader,
+                        message + "; give it worker processes (e.g. `runtime.data.default_num_workers()`) unless "
+                        "the dataset must load in the main process",
+                    )
+                return
+        if cost == INDEXES:
+            self.report(loader, message + "; " + self._indexes_reason(dataset))
+            return
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
             return
-        changed = self._dataset_changed(dataset, loop)
+        changed = loaders.dataset_changed_in(dataset, loop)
         if changed is not None:
             self.report(
                 loader,
@@ -517,7 +610,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "then set num_workers",
             )
             return
-        style = self._style(dataset, (), 0)
+        style = loaders.dataset_style(dataset, (), 0)
         if style == "unsharded":
             self.report(
                 loader,
@@ -533,176 +626,73 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "that does not shard would yield every item once per worker): check it, then set num_workers",
             )
             return
+        draw = loaders.generator_draw(dataset, 0)
+        if draw is not None:
+            self.report(
+                loader,
+                message + f"; not fixed: `{self.context.source(draw)}` (line {self.context.line(draw)}) draws from a "
+                "generator the dataset holds, and every worker process would get a copy of it in the same state "
+                "and draw the same numbers as the others: seed it in each worker (from "
+                "`torch.utils.data.get_worker_info()`, or in a `worker_init_fn`), then set num_workers",
+            )
+            return
+        unpicklable = loaders.holds_unpicklable(loader, 0) or (
+            dataset is not None and loaders.holds_unpicklable(dataset, 0)
+        )
+        if zero is not None and unpicklable:
+            self.report(
+                loader,
+                message + "; not fixed: the loader or its dataset holds a lambda or a function or class defined "
+                "inside a function, which workers started by spawn (macOS, Windows) cannot receive, a reason to "
+                "load in the training process",
+            )
+            return
         value = cst.parse_expression(
             "default_num_workers(fork_only=True)"
-            if self._needs_fork(loader, loop, dataset)
+            if unpicklable or not self.context.loops.guarded_from_import(loop)
             else "default_num_workers()"
         )
         # The count is read twice (workers, and whether they persist): computed once, before.
-        binding, count = bound_before(anchor, value, "num_workers", self.context.index, self._names)
+        binding, count_name = bound_before(anchor, value, "num_workers", self.context.index, self._names)
         persistent = cst.Comparison(
-            left=count, comparisons=[cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))]
+            left=count_name,
+            comparisons=[cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))],
         )
         where = "" if anchor is loader else " (in the kwargs dict)"
+        workers = Replace(zero, count_name) if zero is not None else AddKeyword(anchor, "num_workers", count_name)
         self.report(
             loader,
             message + "; give it worker processes" + where,
-            edits=[
-                binding,
-                AddKeyword(anchor, "num_workers", count),
-                AddKeyword(anchor, "persistent_workers", persistent),
-            ],
+            edits=[binding, workers, AddKeyword(anchor, "persistent_workers", persistent)],
             imports=[IMPORT],
         )
 
-    def _dataset_changed(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
-        """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
-        one of its attributes in the loop the batches feed or a loop around it: the change
-        happens in the training process, after the workers took their copy."""
-        if not isinstance(dataset, cst.Name):
+    def _options(self, loader: cst.Call, anchor: cst.CSTNode) -> set[str] | None:
+        """The keywords `loader` passes, in its call and in its `**` dict (`anchor`, the
+        literal, with the keys other code adds to it); None when they cannot all be seen."""
+        if any(arg.star == "*" for arg in loader.args):
             return None
-        index = self.context.index
-        outer = [node for node in (loop, *index.ancestors(loop)) if isinstance(node, (cst.For, cst.While))]
-        for region in outer[-1:]:  # the outermost loop holds every inner one
-            for node in index.find((cst.Call, cst.AssignTarget, cst.AugAssign), within=region):
-                target = node.func if isinstance(node, cst.Call) else node.target
-                while isinstance(target, (cst.Attribute, cst.Subscript)):
-                    owner = target.value
-                    if isinstance(owner, cst.Name) and owner.value == dataset.value:
-                        return node
-                    if isinstance(owner, cst.Attribute) and owner.attr.value == "dataset":
-                        return node
-                    target = owner
-        return None
+        found = {arg.keyword.value for arg in loader.args if arg.keyword is not None}
+        stars = [arg for arg in loader.args if arg.star == "**"]
+        if not stars:
+            return found
+        literal = self.context.loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+        if literal is None or literal[2] or literal[0] is not anchor:
+            return None
+        return found | literal[1]
 
-    def _explicit_zero(self, loader: cst.Call, loop: cst.CSTNode, count: cst.BaseExpression) -> None:
-        """Report `num_workers=0`, written or configured (`args.workers` defaulting to 0), on
-        a loader that feeds a training loop: the choice is the user's, so no fix."""
-        value = self.context.loaders.setting(count, 0)
-        if not (isinstance(value, cst.Integer) and value.evaluated_value == 0):
-            return
-        spelled = self.context.source(count)
-        where = "" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)"
-        self.report(
-            loader,
-            f"this DataLoader feeds the training loop on line {self.context.line(loop)} with "
-            f"num_workers=0{where}, so every batch is loaded in the training process between steps; "
-            "give it worker processes (e.g. `runtime.data.default_num_workers()`) unless the dataset "
-            "must load in the main process",
+    def _indexes_reason(self, dataset: cst.BaseExpression | None) -> str:
+        """Why a loader whose batches are rows of tensors in memory keeps loading in the
+        training process, and what loads it faster."""
+        what = f"`{self.context.source(dataset)}`" if dataset is not None else "its dataset"
+        reason = (
+            f"left without workers: {what} only indexes tensors the training process already holds, so workers "
+            "would do the same indexing in other processes and send every batch back, which costs about what "
+            "the indexing does"
         )
-
-    def _memoized(self, key, compute):
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
-
-    def _style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
-        return self._memoized(("style", id(dataset), path), lambda: self._find_style(dataset, path, depth))
-
-    def _find_style(self, dataset: cst.BaseExpression | None, path: tuple[int, ...], depth: int) -> str:
-        """ "map" (indexed by the sampler), "sharded" (an IterableDataset that splits its items
-        among workers), "unsharded" (one that does not) or "unknown"; `path` indexes into the
-        tuple `dataset` evaluates to (`train_set, val_set = ...` takes element 0 or 1)."""
-        if dataset is None or depth > MAX_DEPTH:
-            return "unknown"
-        names = self.context.names
-        if isinstance(dataset, (cst.List, cst.Tuple)) and path:
-            if path[0] >= len(dataset.elements) or any(isinstance(e, cst.StarredElement) for e in dataset.elements):
-                return "unknown"
-            return self._style(dataset.elements[path[0]].value, path[1:], depth + 1)
-        if isinstance(dataset, cst.Name):
-            styles = {
-                self._style(source, inner + path, depth + 1)
-                for source, inner in self.context.loaders.bound_values(dataset)
-            }
-            return styles.pop() if len(styles) == 1 else "unknown"
-        if isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)):
-            return "map"  # a sequence of samples
-        if not isinstance(dataset, cst.Call):
-            return "unknown"
-        if names.is_(dataset.func, "torch.utils.data.random_split"):
-            return "map"  # Subsets, whichever is taken
-        function = self.context.bindings.local_function(dataset.func)
-        if function is not None:  # a helper of this file that builds and returns the dataset
-            styles = {self._style(value, path, depth + 1) for value in self.context.kinds.returned(function)}
-            return styles.pop() if len(styles) == 1 else "unknown"
-        if path:
-            return "unknown"
-        if names.is_(dataset.func, *MAP_STYLE_CALLS) or names.startswith(dataset.func, MAP_STYLE_PREFIXES):
-            return "map"
-        classdef = self.context.kinds.local_class(dataset.func)
-        return self._class_style(classdef, 0) if classdef is not None else "unknown"
-
-    def _class_style(self, classdef: cst.ClassDef, depth: int) -> str:
-        """The style of instances of a dataset class of this file: its own `__iter__` /
-        `__getitem__`, else its bases'."""
-        methods = {
-            statement.name.value: statement
-            for statement in classdef.body.body
-            if isinstance(statement, cst.FunctionDef)
-        }
-        iterable = any(self.context.names.is_(base.value, ITERABLE_DATASET) for base in classdef.bases)
-        if "__iter__" in methods and (iterable or "__getitem__" not in methods):
-            shards = any(
-                self.context.names.is_(call.func, *GET_WORKER_INFO)
-                for call in self.context.index.find(cst.Call, within=methods["__iter__"])
+        if self.context.loaders.rows_of_tensors(dataset):
+            reason += (
+                "; to load faster, index whole batches: a `BatchSampler` as `sampler=` with `batch_size=None` "
+                "gives the TensorDataset a batch's indices at once"
             )
-            return "sharded" if shards else "unsharded"
-        if "__getitem__" in methods:
-            return "map"
-        if iterable or depth > MAX_DEPTH:
-            return "unsharded" if iterable else "unknown"  # an IterableDataset without its own __iter__ raises
-        for base in classdef.bases:
-            local = self.context.kinds.local_class(base.value)
-            if local is not None:
-                return self._class_style(local, depth + 1)
-        return "unknown"
-
-    def _needs_fork(self, loader: cst.Call, loop: cst.For, dataset: cst.BaseExpression | None) -> bool:
-        """Could workers fail to start under spawn / forkserver: an unpicklable argument
-        (lambda, nested function or class) or a training loop the re-imported script runs?"""
-        return (
-            not self._loop_is_guarded(loop)
-            or self._holds_unpicklable(loader, 0)
-            or (dataset is not None and self._holds_unpicklable(dataset, 0))
-        )
-
-    def _loop_is_guarded(self, loop: cst.For) -> bool:
-        """Does the loop run only under `if __name__ == "__main__":`, directly or in a function
-        of a module that has that guard? (A function the module calls outside the guard is
-        taken as guarded: the usual `main()` call sits in the guard.)"""
-        module_level = True
-        for ancestor in self.context.index.ancestors(loop):
-            if isinstance(ancestor, cst.If) and m.matches(ancestor, MAIN_GUARD):
-                return True
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                module_level = False
-        return not module_level and any(
-            isinstance(statement, cst.If) and m.matches(statement, MAIN_GUARD) for statement in self.context.module.body
-        )
-
-    def _holds_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
-        return self._memoized(("pickle", id(expr)), lambda: self._find_unpicklable(expr, depth))
-
-    def _find_unpicklable(self, expr: cst.CSTNode, depth: int) -> bool:
-        """Does `expr` (a loader or dataset expression) hold a lambda or a function or class
-        defined inside a function, directly or in a variable passed as an argument? Pickle
-        finds functions and classes by their module-level name; those have none."""
-        if depth > MAX_DEPTH:
-            return True  # too deep to tell: assume it might
-        index = self.context.index
-        if index.find(cst.Lambda, within=expr):
-            return True
-        for name in index.find(cst.Name, within=expr):
-            local = self.context.bindings.local_function(name) or self.context.kinds.local_class(name)
-            if local is not None and index.first_enclosing(local, (cst.FunctionDef, cst.ClassDef)) is not None:
-                return True
-        if isinstance(expr, cst.Name):
-            return any(
-                self._holds_unpicklable(source, depth + 1) for source, _ in self.context.loaders.bound_values(expr)
-            )
-        if isinstance(expr, cst.Call):  # `collate_fn=collate` where `collate = lambda ...`
-            return any(
-                self._holds_unpicklable(arg.value, depth + 1) for arg in expr.args if isinstance(arg.value, cst.Name)
-            )
-        return False
+        return reason

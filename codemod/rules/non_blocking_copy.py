@@ -14,6 +14,16 @@ data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
 loader = DataLoader(data, batch_size=8, pin_memory=True)
 """
 
+# A training loop over the device copy of a whole set (the copies above it run once).
+TRAIN = (
+    "model = torch.nn.Linear(8, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for _ in range(10):\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n    opt.step()\n"
+)
+
+
+def _indented(code: str) -> str:
+    return "".join("    " + line + "\n" for line in code.splitlines())
+
 
 class NonBlockingCopy(Rule):
     """
@@ -36,7 +46,11 @@ class NonBlockingCopy(Rule):
     loader's batches first (PM102, `pin_memory=True` on the DataLoader): the
     rule then fixes their copies in the same run.
     The gain is the host time each copy held Python back: largest in loops
-    that copy large batches, or many tensors, per step.
+    that copy large batches, or many tensors, per step. In a program whose
+    training loop perfmod sees, a copy that runs once in the whole run (in no
+    loop, in module code or in a function the program calls once: a whole
+    data set copied to the device before training) is set-up with no later
+    step to overlap with, so the rule leaves it alone.
 
     ## Example
     ```python
@@ -143,6 +157,18 @@ class NonBlockingCopy(Rule):
             "x = torch.randn(4)\nfor _ in range(3):\n    x = x.to(dev)\n",
             "a tensor that may be on the device after the first pass: no pinned source",
         ),
+        # Beside a training loop, a copy that runs once is set-up: nothing to overlap with.
+        Valid(
+            PREAMBLE + "x, y = next(iter(loader))\nx, y = x.to(device), y.to(device)\n" + TRAIN,
+            "the whole set copied once before training: nothing to overlap with",
+        ),
+        Valid(
+            PREAMBLE
+            + "def main():\n    x, y = next(iter(loader))\n    x = x.to(device)\n"
+            + _indented(TRAIN)
+            + "if __name__ == '__main__':\n    main()\n",
+            "in a function the program calls once",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -177,16 +203,28 @@ class NonBlockingCopy(Rule):
             + "for batch in loader:\n    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}\n",
         ),
         Invalid(
-            PREAMBLE + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).pin_memory().to(device)\n",
             PREAMBLE
-            + "import numpy as np\nx = torch.from_numpy(np.zeros(3)).pin_memory().to(device, non_blocking=True)\n",
+            + "import numpy as np\nfor _ in range(3):\n    x = torch.from_numpy(np.zeros(3)).pin_memory().to(device)\n",
+            PREAMBLE
+            + "import numpy as np\nfor _ in range(3):\n"
+            + "    x = torch.from_numpy(np.zeros(3)).pin_memory().to(device, non_blocking=True)\n",
             "pinned by .pin_memory()",
         ),
         Invalid(
-            PREAMBLE + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\nx = x.to(target_device)\n",
-            PREAMBLE
-            + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\nx = x.to(target_device, non_blocking=True)\n",
+            PREAMBLE + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\n"
+            "while True:\n    y = x.to(target_device)\n",
+            PREAMBLE + "x = torch.empty(4, pin_memory=True)\ntarget_device = 'cuda:1'\n"
+            "while True:\n    y = x.to(target_device, non_blocking=True)\n",
             "made in pinned memory",
+        ),
+        Invalid(
+            PREAMBLE + "def to_device(batch):\n    return [t.to(device) for t in batch]\n"
+            "def main():\n    for batch in loader:\n        x, y = to_device(batch)\n"
+            "if __name__ == '__main__':\n    main()\n",
+            PREAMBLE + "def to_device(batch):\n    return [t.to(device, non_blocking=True) for t in batch]\n"
+            "def main():\n    for batch in loader:\n        x, y = to_device(batch)\n"
+            "if __name__ == '__main__':\n    main()\n",
+            "a helper the loop calls: one copy a step",
         ),
         Invalid(
             PREAMBLE + "for x, y in loader:\n    y = x.to(\n        device,\n    )\n",
@@ -210,6 +248,9 @@ class NonBlockingCopy(Rule):
             return
         if copy.receiver.place is not Place.HOST or copy.receiver.memory is not Memory.PINNED:
             return  # from pageable memory (or memory perfmod cannot tell) the copy overlaps nothing
+        loops = self.context.loops
+        if loops.step_loops and loops.runs_once(node):
+            return  # set-up beside a training loop (the data set, before training): nothing to overlap with
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return

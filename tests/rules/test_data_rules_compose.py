@@ -21,19 +21,35 @@ from codemod.rule import Level
 from runtime import data
 from tests.rules.scripts import one_thread
 
-# PM102 + PM201 on the same loader call, PM103 removing the copies (PM101 waits for
+# PM102 + PM201 on the same loader call (a dataset that works for each item), PM103 removing the copies (PM101 waits for
 # PM102's pinning and finds them gone), PM403 and PM404 in the same step.
 LOADER_LOOP = """\
 import gc
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
+
+
+class Jittered(Dataset):
+    # Rows of two tensors, the first through a sine when it is loaded: work for each
+    # item, which worker processes take off the training process (rows only indexed
+    # would get no workers).
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i].sin(), self.y[i]
 
 
 def main():
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    dataset = Jittered(torch.randn(64, 8), torch.randn(64, 1))
     loader = DataLoader(dataset, batch_size=8, shuffle=True)
     model = torch.nn.Linear(8, 1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -59,7 +75,8 @@ if __name__ == "__main__":
 """
 
 # PM202 rewrites the loop into a DataLoader, PM102 pins it and PM101 makes the copies of
-# its batches non-blocking (three passes in one run); PM203 hoists a constant whose copy
+# its batches non-blocking (three passes in one run); PM201 reports the loader (rows of
+# tensors in memory: no workers); PM203 hoists a constant whose copy
 # (pageable memory) PM101 leaves alone; PM404 sums the losses.
 MANUAL_BATCHES = """\
 import torch
@@ -97,13 +114,29 @@ if __name__ == "__main__":
 # batches in a comprehension.
 KWARGS_DICT = """\
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
+
+
+class Jittered(Dataset):
+    # Rows of two tensors, the first through a sine when it is loaded: work for each
+    # item, which worker processes take off the training process (rows only indexed
+    # would get no workers).
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i].sin(), self.y[i]
 
 
 def main():
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dataset = TensorDataset(torch.randn(48, 4), torch.randint(0, 3, (48,)))
+    dataset = Jittered(torch.randn(48, 4), torch.randint(0, 3, (48,)))
     train_kwargs = {"batch_size": 6, "shuffle": False}
     loader = DataLoader(dataset, **train_kwargs)
     model = torch.nn.Linear(4, 3).to(device)
@@ -205,7 +238,7 @@ def test_at_level_safe_the_copies_of_the_loader_pm102_pins_become_non_blocking_i
     assert "".join(pinned.split()) in "".join(new.split())  # as the layout wraps it
     assert "x = x.to(device, non_blocking=True)\n            y = y.to(device, non_blocking=True)\n" in new
     applied = sorted((f.code, f.line) for f in result.findings if f.code in ("PM101", "PM102") and f.applied)
-    assert applied == [("PM101", 18), ("PM101", 19), ("PM102", 11)]
+    assert applied == [("PM101", 34), ("PM101", 35), ("PM102", 27)]
     again = process_source(result.new_source, "<compose>", Settings(level=Level.SAFE))
     assert not again.pending and again.new_source == result.new_source
     assert torch.equal(wild_losses(new), wild_losses(LOADER_LOOP))
@@ -220,4 +253,4 @@ def test_a_pageable_copy_is_left_alone_even_with_pm102_selected():
     result = process_source(source.encode(), "<compose>", Settings(level=Level.SAFE))
     new = result.new_source.decode()
     assert "weights = torch.tensor([1.0, 2.0]).to(device)\n" in new
-    assert [f.line for f in result.findings if f.code == "PM101"] == [19, 20]  # the batches' copies only
+    assert [f.line for f in result.findings if f.code == "PM101"] == [35, 36]  # the batches' copies only

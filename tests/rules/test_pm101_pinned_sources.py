@@ -143,3 +143,40 @@ for (batch,) in loader:
     result = rewrite(source, level=Level.UNSAFE)
     assert [(f.line, f.fixable) for f in result.findings] == [(11, True)]
     assert not [f for f in result.findings if "device-to-host" in f.message]
+
+
+# pytorch/examples mnist_forward_forward/main.py: the whole training set is taken as one
+# batch of a pinned loader and copied once, before training; it is used at once.
+FORWARD_FORWARD = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda")
+train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=64,
+                          pin_memory=True)
+
+
+def train(net, x, y):
+    for _ in range(3):
+        for xb, yb in train_loader:
+            xb = xb.to(device)
+            loss = torch.nn.functional.cross_entropy(net(xb), yb.to(device))
+            loss.backward()
+
+
+if __name__ == "__main__":
+    x, y = next(iter(train_loader))
+    x, y = x.to(device), y.to(device)
+    x_te, y_te = next(iter(train_loader))
+    x_te, y_te = x_te.to(device), y_te.to(device)
+    train(torch.nn.Linear(8, 2).to(device), x, y)
+"""
+
+
+def test_a_copy_that_runs_once_gets_no_finding_and_the_loop_s_copies_are_fixed():
+    result = rewrite(FORWARD_FORWARD)
+    fixed = sorted(f.line for f in result.findings if f.applied)
+    assert fixed == [13, 14]  # the loop's copies; not the two lines that copy a whole set once
+    assert all(f.applied for f in result.findings)
+    new = result.new_source.decode()
+    assert "x, y = x.to(device), y.to(device)" in new and "x_te.to(device), y_te.to(device)" in new

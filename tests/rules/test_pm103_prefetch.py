@@ -43,13 +43,38 @@ def test_prefetched_dict_batches_train_bit_for_bit_like_the_comprehension():
     assert torch.equal(after, before)
 
 
+JITTERED = '''
+
+class Jittered(torch.utils.data.Dataset):
+    """Rows of the tensors it is given, the features through a sine when loaded: work for
+    each item, which PM201 gives worker processes (rows only indexed would get none)."""
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i].sin(), self.y[i]
+'''
+
+
+def unpinned_source() -> str:
+    """helper_loaders.in.py before PM102 (no pin_memory), its training set loading work."""
+    source = (FIXTURES / "helper_loaders.in.py").read_text().replace(", pin_memory=pin", "")
+    source = source.replace("TensorDataset(features[:128], labels[:128])", "Jittered(features[:128], labels[:128])")
+    return source.replace("\n\ndef make_loaders", JITTERED + "\n\ndef make_loaders", 1)
+
+
 def test_loader_rules_together_train_the_first_epoch_bit_for_bit_with_two_workers(monkeypatch):
     """The unpinned script rewritten by PM102 + PM201 + PM103 (the engine repeats passes:
     PM103 waits for PM102's pin_memory) runs with two loader workers and gives the
     original's losses over the first epoch. From the second epoch on, the persistent
     workers leave the loader's generator one draw behind (PM201's Fix safety), so the
     shuffle differs there; with no workers every epoch is the same."""
-    source = (FIXTURES / "helper_loaders.in.py").read_text().replace(", pin_memory=pin", "")
+    source = unpinned_source()
     new_source, codes = rewrite_unsafe(source, LOADER_RULES)
     # the eval loader is not on the training path (PM201), and its loop is not a step (PM103)
     assert codes == ["PM102", "PM102", "PM103", "PM201"]
@@ -64,7 +89,7 @@ def test_loader_rules_together_train_the_first_epoch_bit_for_bit_with_two_worker
 
 
 def test_the_rewrite_is_idempotent_and_leaves_the_loader_pinned_for_pm102():
-    source = (FIXTURES / "helper_loaders.in.py").read_text().replace(", pin_memory=pin", "")
+    source = unpinned_source()
     once, _ = rewrite_unsafe(source, LOADER_RULES)
     twice, codes = rewrite_unsafe(once, LOADER_RULES)
     assert twice == once and codes == []

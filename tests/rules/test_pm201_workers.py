@@ -159,9 +159,14 @@ def test_each_guard_of_the_left_alone_fixture_is_what_keeps_its_loader():
             "    def __iter__(self):\n        for batch in super()",
             "    def batches(self):\n        for batch in super()",
         ),
-        ("TensorDataset(features.to(device), labels.to(device))", "TensorDataset(features, labels)"),
-        (", num_workers=0)", ")"),
-        ('fit(Corpus("train.txt"))', "fit(TensorDataset(features, labels))"),
+        ("Jittered(features.to(device), labels.to(device))", "Jittered(features, labels)"),
+        (", num_workers=2)", ")"),
+        ('fit(Corpus("train.txt"))', "fit(Jittered(features, labels))"),
+        ("TensorDataset(features, labels), batch_size=32, num_workers=0", "Jittered(features, labels), batch_size=32"),
+        (
+            "TensorDataset(features, labels), batch_size=32, num_workers=0",
+            "Jittered(features, labels), batch_size=32, num_workers=0",
+        ),
     ]
     settings = Settings(select=("PM201",), level=Level.UNSAFE)
     baseline = process_source(source.encode(), "<test>", settings, [SingleProcessLoaderInTrainingLoop])
@@ -171,3 +176,182 @@ def test_each_guard_of_the_left_alone_fixture_is_what_keeps_its_loader():
         changed = source.replace(guard, replacement)
         result = process_source(changed.encode(), "<test>", settings, [SingleProcessLoaderInTrainingLoop])
         assert sum(f.applied for f in result.findings) == 1, guard
+
+
+# -- issue 22: datasets whose batches are rows of tensors in memory; num_workers=0 written out
+
+
+def findings(source: str, select=("PM201",)):
+    settings = Settings(select=select, level=Level.UNSAFE)
+    result = process_source(source.encode(), "<test>", settings)
+    assert result.error is None, result.error
+    return result
+
+
+def test_explicit_zero_over_a_dataset_that_works_per_item_trains_bit_for_bit_with_two_workers(two_workers):
+    """Report 003's case: `num_workers=0` written out, fixed like the default; the
+    in-memory validation loader of the same script keeps its 0."""
+    source = (FIXTURES / "explicit_zero.in.py").read_text()
+    before = losses(source)
+    assert two_workers == []
+    after = losses((FIXTURES / "explicit_zero.out.py").read_text())
+    assert two_workers == [2]  # the tokenizing loader only
+    assert len(before) == 6 + 2
+    assert torch.equal(after, before)
+    reports = [f for f in findings(source).findings if not f.applied]
+    assert len(reports) == 1 and "only indexes tensors the training process already holds" in reports[0].message
+
+
+# x-transformers train_enwik8_xm.py: a dataset that slices random windows of one tensor
+# built before it, loaders wrapped in a `cycle` generator and read with next().
+ENWIK8 = """
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+def cycle(loader):
+    while True:
+        for data in loader:
+            yield data
+
+class TextSamplerDataset(Dataset):
+    def __init__(self, data, seq_len):
+        super().__init__()
+        self.data = data
+        self.seq_len = seq_len
+
+    def __getitem__(self, index):
+        rand_start = torch.randint(0, self.data.size(0) - self.seq_len - 1, (1,)).item()
+        return self.data[rand_start: rand_start + self.seq_len + 1].clone().long()
+
+    def __len__(self):
+        return self.data.size(0) // self.seq_len
+
+data = np.frombuffer(bytes(range(256)) * 40, dtype=np.uint8).copy()
+train_x, valid_x = np.split(data, [9000])
+data_train, data_val = torch.from_numpy(train_x).clone(), torch.from_numpy(valid_x).clone()
+train_loader = cycle(DataLoader(TextSamplerDataset(data_train, 32), batch_size=4, drop_last=True))
+model = torch.nn.Sequential(torch.nn.Embedding(256, 8), torch.nn.Linear(8, 256))
+optim = torch.optim.Adam(model.parameters())
+for i in range(3):
+    seq = next(train_loader)
+    loss = torch.nn.functional.cross_entropy(model(seq[:, :-1]).transpose(1, 2), seq[:, 1:])
+    loss.backward()
+    optim.step()
+    optim.zero_grad()
+"""
+
+
+def test_windows_sliced_from_a_tensor_in_memory_get_no_workers():
+    (finding,) = findings(ENWIK8).findings
+    assert not finding.fixable
+    assert "`TextSamplerDataset(data_train, 32)` only indexes tensors the training process already holds" in (
+        finding.message
+    )
+    assert "BatchSampler" not in finding.message  # its __getitem__ takes one index: the advice is TensorDataset's
+
+
+def test_the_dataloader_pm202_writes_over_tensors_in_memory_gets_no_workers():
+    """The wild corpus's cpu_housing_regression.py: PM202 turns hand-cut batches of two
+    tensors into a DataLoader over a TensorDataset; PM201 then reports it, no workers."""
+    source = (
+        "import torch\nX, y = torch.randn(340, 7), torch.randn(340)\nmodel = torch.nn.Linear(7, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.05)\nfor epoch in range(2):\n"
+        "    perm = torch.randperm(len(X))\n    for i in range(0, len(X), 80):\n        idx = perm[i : i + 80]\n"
+        "        xb, yb = X[idx], y[idx]\n        loss = torch.nn.functional.mse_loss(model(xb).squeeze(1), yb)\n"
+        "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+    )
+    result = findings(source, ("PM202", "PM201"))
+    assert sorted((f.code, f.applied) for f in result.findings) == [("PM201", False), ("PM202", True)]
+    assert "num_workers" not in result.new_source.decode()
+
+
+def test_a_lightning_style_train_dataloader_over_a_tensor_dataset_built_in_init():
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset, random_split\n"
+        "class Regressor(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.net = torch.nn.Linear(4, 1)\n"
+        "        full = TensorDataset(torch.randn(100, 4), torch.randn(100, 1))\n"
+        "        self.train_set, self.val_set = random_split(full, [80, 20])\n"
+        "    def train_dataloader(self):\n        return DataLoader(self.train_set, batch_size=8, shuffle=True)\n"
+        "def fit(module):\n    opt = torch.optim.SGD(module.parameters(), lr=0.1)\n"
+        "    for x, y in module.train_dataloader():\n"
+        "        loss = torch.nn.functional.mse_loss(module.net(x), y)\n"
+        "        loss.backward()\n        opt.step()\n        opt.zero_grad()\n"
+        "if __name__ == '__main__':\n    fit(Regressor())\n"
+    )
+    (finding,) = findings(source).findings
+    assert not finding.fixable
+    assert "`self.train_set` only indexes tensors the training process already holds" in finding.message
+
+
+def test_explicit_zero_over_data_on_the_gpu_stays_unreported():
+    """CUDA cannot run in forked workers: that 0 is required, nothing to report."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\n"
+        "class OnDevice(Dataset):\n    def __len__(self):\n        return 8\n"
+        "    def __getitem__(self, i):\n        return torch.randn(4, device='cuda').sin(), torch.zeros(1, device='cuda')\n"
+        "model = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in DataLoader(OnDevice(), batch_size=4, num_workers=0):\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n"
+    )
+    assert findings(source).findings == []
+
+
+def test_a_batch_sampler_gives_a_tensor_dataset_the_same_batches_in_one_indexing():
+    """What the in-memory report advises: `sampler=BatchSampler(...)` with `batch_size=None`
+    yields the batches of `batch_size=` over the same sampler, each one indexing."""
+    from torch.utils.data import BatchSampler, RandomSampler
+
+    rows = TensorDataset(torch.randn(50, 3), torch.arange(50))
+
+    def batches(**options):
+        return list(DataLoader(rows, **options))
+
+    generator = torch.Generator().manual_seed(0)
+    plain = batches(batch_size=8, sampler=RandomSampler(rows, generator=generator))
+    generator.manual_seed(0)
+    whole = batches(sampler=BatchSampler(RandomSampler(rows, generator=generator), 8, False), batch_size=None)
+    assert len(plain) == len(whole) == 7
+    for (x, i), (wx, wi) in zip(plain, whole):
+        assert torch.equal(x, wx) and torch.equal(i, wi)
+
+
+class HeldGenerator(torch.utils.data.Dataset):
+    """Noise from a generator object the dataset holds (the wild corpus's denoising autoencoder)."""
+
+    def __init__(self):
+        self.gen = torch.Generator().manual_seed(0)
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.randn((), generator=self.gen)
+
+
+def test_workers_draw_the_same_numbers_from_copies_of_a_generator_the_dataset_holds():
+    """Why PM201 reports such a dataset: torch reseeds its global generators in each worker,
+    not a generator object the dataset holds, so worker 0 and worker 1 draw alike."""
+    with one_thread():
+        alone = [float(x) for x in DataLoader(HeldGenerator(), batch_size=1)]
+        workers = [float(x) for x in DataLoader(HeldGenerator(), batch_size=1, num_workers=2)]
+    assert len(set(alone)) == 4  # one stream: four different numbers
+    assert workers[0] == workers[1] and workers[2] == workers[3]  # items 0, 1 (and 2, 3) go to workers 0, 1
+
+
+def test_a_torchvision_dataset_is_map_style_and_its_loader_gets_workers():
+    """pytorch/examples fast_neural_style: `datasets.ImageFolder(path, transform)` decodes an
+    image per item; torchvision's datasets are all map-style."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom torchvision import datasets, transforms\n"
+        "def train(args):\n    transform = transforms.Compose([transforms.Resize(256), transforms.ToTensor()])\n"
+        "    train_dataset = datasets.ImageFolder(args.dataset, transform)\n"
+        "    train_loader = DataLoader(train_dataset, batch_size=args.batch_size)\n"
+        "    model = torch.nn.Conv2d(3, 3, 3)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+        "    for x, _ in train_loader:\n        loss = model(x).mean()\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n"
+        "if __name__ == '__main__':\n    train(None)\n"
+    )
+    (finding,) = findings(source).findings
+    assert finding.applied and "num_workers=num_workers" in findings(source).new_source.decode()

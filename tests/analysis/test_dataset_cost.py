@@ -1,0 +1,119 @@
+"""What loading one item (and one batch) of a dataset takes, `Loaders.item_cost` and
+`Loaders.batch_cost`: PM201 gives no workers to loaders whose batches are only rows of
+tensors the training process holds, and fixes `num_workers=0` only over datasets that
+work for each item (issue 22)."""
+
+import libcst as cst
+import pytest
+
+from codemod.analysis.loaders import COMPUTES, INDEXES, UNKNOWN
+from codemod.context import FileContext
+
+HEAD = "import torch\nfrom torch.utils.data import DataLoader, Dataset, TensorDataset, Subset, random_split\n"
+WINDOWS = """
+class Windows(Dataset):
+    def __init__(self, data, seq_len):
+        super().__init__()
+        self.data = data
+        self.seq_len = seq_len
+
+    def __len__(self):
+        return self.data.size(0) // self.seq_len
+
+    def __getitem__(self, index):
+        start = torch.randint(0, self.data.size(0) - self.seq_len - 1, (1,)).item()
+        return self.data[start : start + self.seq_len + 1].clone().long()
+"""
+PRECOMPUTED = """
+class Ring(Dataset):
+    def __init__(self, n=64):
+        angle = torch.rand(n) * 6.28
+        self.points = torch.stack([angle.cos(), angle.sin()], dim=1)
+
+    def __len__(self):
+        return len(self.points)
+
+    def __getitem__(self, i):
+        return self.points[i]
+"""
+TOKENIZING = """
+class Texts(Dataset):
+    def __init__(self, texts):
+        self.texts = texts
+
+    def __len__(self):
+        return len(self.texts)
+
+    def __getitem__(self, i):
+        return torch.tensor([ord(c) for c in self.texts[i]])
+"""
+DECODING = """
+from PIL import Image
+
+class Images(Dataset):
+    def __init__(self, paths):
+        self.paths = paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return self.transform(Image.open(self.paths[i]))
+"""
+MEMMAP = """
+import numpy as np
+
+class Tokens(Dataset):
+    def __init__(self, path):
+        self.data = np.memmap(path, dtype=np.uint16, mode="r")
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.data[i : i + 9]
+"""
+LIGHTNING = """
+class Module:
+    def __init__(self):
+        full = TensorDataset(torch.randn(100, 4), torch.randn(100, 1))
+        self.train_set, self.val_set = random_split(full, [80, 20])
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=8)
+"""
+
+CASES = [
+    ("loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)))", INDEXES),
+    ("rows = TensorDataset(torch.randn(8, 2))\nloader = DataLoader(Subset(rows, [0, 1]))", INDEXES),
+    ("train, val = random_split(TensorDataset(torch.randn(8, 2)), [6, 2])\nloader = DataLoader(train)", INDEXES),
+    (WINDOWS + "loader = DataLoader(Windows(torch.randint(0, 256, (1000,)), 16), batch_size=4)", INDEXES),
+    (PRECOMPUTED + "loader = DataLoader(Ring())", INDEXES),
+    (LIGHTNING, INDEXES),
+    (TOKENIZING + "loader = DataLoader(Texts(['ab', 'cd']))", COMPUTES),
+    (DECODING + "loader = DataLoader(Images(['a.png']))", COMPUTES),
+    (
+        "loader = DataLoader(TensorDataset(torch.randn(8, 2)), collate_fn=lambda b: torch.stack([x for (x,) in b]))",
+        COMPUTES,
+    ),
+    ("loader = DataLoader(TensorDataset(torch.randn(8, 2)), collate_fn=torch.utils.data.default_collate)", INDEXES),
+    (MEMMAP + "loader = DataLoader(Tokens('train.bin'))", UNKNOWN),  # indexing a memmap reads the file
+    (WINDOWS + "def build(data):\n    return DataLoader(Windows(data, 16))", UNKNOWN),  # data of unknown memory
+    ("from my_project import Corpus\nloader = DataLoader(Corpus('train.txt'))", UNKNOWN),
+]
+
+
+@pytest.mark.parametrize("code,cost", CASES, ids=range(len(CASES)))
+def test_batch_cost(code, cost):
+    context = FileContext.of_source(HEAD + code)
+    (loader,) = context.loaders.constructions
+    assert context.loaders.batch_cost(loader) == cost
+
+
+def test_only_a_tensor_dataset_gets_the_batch_sampler_advice():
+    context = FileContext.of_source(
+        HEAD + "rows = TensorDataset(torch.randn(8, 2))\n" + PRECOMPUTED + "ring = Ring()\n"
+    )
+    names = {n.value: n for n in context.index.find(cst.Name) if n.value in ("rows", "ring")}
+    assert context.loaders.rows_of_tensors(names["rows"])
+    assert not context.loaders.rows_of_tensors(names["ring"])
