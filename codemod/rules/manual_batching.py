@@ -126,7 +126,9 @@ class ManualBatchingInStepLoop(Rule):
     ms per step with slices, 1.8 ms with `DataLoader(TensorDataset)`, the
     loader's fetch then 31% of the step. The gain comes from what it makes
     possible: per-sample host work (texts, augmentation) moved into workers,
-    and for tensors, workers with pinned memory and copies overlapped on a GPU.
+    and for tensors, pinned memory and copies overlapped on a GPU (PM102,
+    PM103; PM201 gives no workers to rows of tensors already in memory,
+    where they would only move the indexing).
     Random crops are cheap too: 12 crops of 1,024 tokens from a memory-mapped
     file took 0.24 ms per batch, 64 crops of 256 from an in-memory tensor 0.6
     ms (CPU, page cache warm). There the finding is about the sampling (with
