@@ -550,3 +550,10 @@ def is_literal(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
         return True
     return isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and is_literal(expr.expression)
+
+
+# Device types with fused Adam, AdamW and SGD kernels in torch 2.13
+# (torch.utils._foreach_utils._get_fused_kernels_supported_devices).
+FUSED_DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
+# The device types a launch-time guard names: those every supported torch has fused kernels for.
+LAUNCH_FUSED_TYPES = ("cuda", "cpu")

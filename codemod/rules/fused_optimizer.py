@@ -8,7 +8,7 @@ from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.torch_facts import TENSOR_FACTORIES
+from codemod.analysis.torch_facts import FUSED_DEVICE_TYPES, LAUNCH_FUSED_TYPES, TENSOR_FACTORIES
 from codemod.analysis.training import Model
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -17,9 +17,6 @@ FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW", "torch.optim.SGD"}
 # Arguments that pick the implementation or that fused=True rejects
 # (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
 CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
-# Device types with fused Adam, AdamW and SGD kernels in torch 2.13
-# (torch.utils._foreach_utils._get_fused_kernels_supported_devices).
-FUSED_DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
 
 UNKNOWN_DEVICE = (
     "optimizer steps without fused kernels; pass fused=True if `{device}` is a CUDA device or the CPU "
@@ -52,8 +49,6 @@ MIXED = (
     "optimizer steps without fused kernels; pass fused=True once all its parameters are on one CUDA device "
     "(not fixed: `{part}` is on the host while other parameters are moved to a device)"
 )
-# The device types a launch-time guard names: those every supported torch has fused kernels for.
-LAUNCH_FUSED_TYPES = ("cuda", "cpu")
 LAUNCHED = (
     "optimizer steps without fused kernels; `{device}` is the device the training engine or trainer picks "
     "at launch: fused= is set for CUDA and the CPU, where fused kernels exist"

@@ -271,3 +271,12 @@ def test_compile_breaks_are_where_the_installed_dynamo_breaks_the_graph():
         torch.compile(function, backend="eager")(*args)
         assert sum(counters["graph_break"].values()) >= 1, function
     torch._dynamo.reset()
+
+
+def test_the_device_types_with_fused_optimizer_kernels_are_torchs():
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    from codemod.analysis.torch_facts import FUSED_DEVICE_TYPES, LAUNCH_FUSED_TYPES
+
+    assert FUSED_DEVICE_TYPES <= set(_get_fused_kernels_supported_devices())
+    assert set(LAUNCH_FUSED_TYPES) <= FUSED_DEVICE_TYPES
