@@ -693,12 +693,7 @@ class ManualBatchingInStepLoop(Rule):
         for target in targets:
             if not isinstance(target, cst.Name):
                 return f"the batch `{self.context.source(target)}` is not bound to a name"
-            if kinds.is_mutated_in_place(target):
-                return f"the batch `{target.value}` is written in place, which changes the data it is a view of"
-        for name in ("DataLoader", "TensorDataset"):
-            if not self._free_or_torch(name):
-                return f"the name `{name}` means something else in this file"
-        return None
+        return self._loader_blocked(targets)
 
     # -- batches cut by a generator the step loop iterates: reported ---------------
 
@@ -1016,8 +1011,13 @@ class ManualBatchingInStepLoop(Rule):
         for line in _lines(plan.loop.body):
             if _unpacks_only_batches(line, plan.uses):
                 targets += [element.value for element in line.body[0].targets[0].target.elements]
+        return self._loader_blocked(targets)
+
+    def _loader_blocked(self, targets: list[cst.Name]) -> str | None:
+        """Why batches bound to `targets` cannot come from a DataLoader over a TensorDataset:
+        one is written in place (a view of the data), or a name the fix uses is taken."""
         for target in targets:
-            if kinds.is_mutated_in_place(target):
+            if self.context.kinds.is_mutated_in_place(target):
                 return f"the batch `{target.value}` is written in place, which changes the data it is a view of"
         for name in ("DataLoader", "TensorDataset"):
             if not self._free_or_torch(name):
