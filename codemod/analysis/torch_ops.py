@@ -125,8 +125,16 @@ _SPARSE_BREAK = (
     "that code in eager mode"
 )
 _LOSSES = {  # module class: its function and torch's defaults
-    "CrossEntropyLoss": Loss("cross_entropy", ignore_index=-100, counted=True, class_targets=True),
-    "NLLLoss": Loss("nll_loss", ignore_index=-100, counted=True, class_targets=True),
+    "CrossEntropyLoss": Loss(
+        "cross_entropy",
+        ignore_index=-100,
+        counted=True,
+        class_targets=True,
+        options=("weight", "ignore_index", "label_smoothing"),
+    ),
+    "NLLLoss": Loss(
+        "nll_loss", ignore_index=-100, counted=True, class_targets=True, options=("weight", "ignore_index")
+    ),
     "MSELoss": Loss("mse_loss"),
     "L1Loss": Loss("l1_loss"),
     "SmoothL1Loss": Loss("smooth_l1_loss", options=("beta",)),

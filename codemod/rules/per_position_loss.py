@@ -1435,7 +1435,6 @@ class _Batched:
         """(its reduction, a function of a reduction giving the call over all positions)."""
         keywords: dict[str, str] = {}
         reduction = facts.reduction
-        allowed = set(facts.options) | ({"weight", "ignore_index", "label_smoothing"} if facts.class_targets else set())
         arguments = constructor.args if constructor is not None else call.args
         if constructor is not None and any(a.keyword is not None for a in call.args):
             raise _NotRewritten("the loss module is called with keyword arguments")
@@ -1459,7 +1458,7 @@ class _Batched:
                     or reduction not in ("mean", "sum", "none", "batchmean")
                 ):
                     raise _NotRewritten(f'reduction="{reduction}" is not one of the loss\'s')
-            elif key in allowed and not self._reads(arg.value):
+            elif key in facts.options and not self._reads(arg.value):
                 keywords[key] = self.code(arg.value)
             else:
                 raise _NotRewritten(f"`{key}=` is not understood by the fix")
