@@ -249,6 +249,16 @@ def number_value(expr: cst.BaseExpression | None) -> int | float | None:
     return None
 
 
+def separated(items: Sequence) -> list:
+    """New `items` (arguments, subscript elements) written `a, b, c`: a comma and a space
+    after each but the last, no comma after the last."""
+    items = list(items)
+    spaced = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [item.with_changes(comma=spaced) for item in items[:-1]] + [
+        item.with_changes(comma=cst.MaybeSentinel.DEFAULT) for item in items[-1:]
+    ]
+
+
 def integer_literal(value: int) -> cst.BaseExpression:
     """The code of an integer: `3`, `-3`."""
     literal = cst.Integer(str(abs(value)))

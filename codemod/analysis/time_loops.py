@@ -38,7 +38,15 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, positional
+from codemod.analysis.names import (
+    atom,
+    integer_literal,
+    integer_value,
+    is_dotted_name,
+    kwarg,
+    positional,
+    separated,
+)
 from codemod.analysis.tensor_layout import (
     SAME_SHAPE_MODULES,
     Spec,
@@ -566,10 +574,7 @@ class LoopReader:
                 elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * dim + [
                     cst.SubscriptElement(cst.Index(index))
                 ]
-                elements = [
-                    e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
-                ] + elements[-1:]
-                slot_before = cst.Call(cst.Attribute(cst.Subscript(cst.Name(name), elements), cst.Name("clone")))
+                slot_before = method(cst.Subscript(cst.Name(name), separated(elements)), "clone")
                 found[name] = (target.value, dim, slot_before)
         return found
 
@@ -1177,9 +1182,7 @@ def method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression, *
         cst.Arg(v, keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         for k, v in keywords.items()
     ]
-    arguments = [
-        a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in arguments[:-1]
-    ] + arguments[-1:]
+    arguments = separated(arguments)
     return cst.Call(cst.Attribute(atom(receiver), cst.Name(name)), arguments)
 
 
@@ -1267,9 +1270,7 @@ class Lifter:
             elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + [
                 cst.SubscriptElement(cst.Slice(lower=None, upper=None))
             ] * (-1 - sym.time)
-        elements = [
-            e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
-        ] + elements[-1:]
+        elements = separated(elements)
         return cst.Subscript(atom(sym.tensor), elements)
 
     def _whole(self, sym: Timed, stop: cst.BaseExpression) -> bool:
@@ -1504,9 +1505,7 @@ class Lifter:
             elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)] + [
                 cst.SubscriptElement(cst.Slice(lower=None, upper=None))
             ] * (-1 - d)
-        elements = [
-            e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
-        ] + elements[-1:]
+        elements = separated(elements)
         return Lift(cst.Subscript(atom(inner.code), elements), inner.time, inner.rank, key=inner.key)
 
     def _lift_transpose(self, sym):

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name
+from codemod.analysis.names import integer_literal, integer_value, is_dotted_name, separated
 from codemod.analysis.tensor_layout import SAME_SHAPE_FUNCTIONS, layouts, read_names
 from codemod.analysis.time_loops import (
     ONE,
@@ -20,6 +20,7 @@ from codemod.analysis.time_loops import (
     Sym,
     TimeLoop,
     Unsupported,
+    method,
     min_rank,
     moved,
     plus,
@@ -679,7 +680,7 @@ def ema(a, x):
                 if lifted.kind == "number" or lifted.rank == 0:
                     w = lifted.code
                 elif lifted.rank is not None:
-                    w = _call_method(lifted.code, "unsqueeze", integer_literal(-2))
+                    w = method(lifted.code, "unsqueeze", integer_literal(-2))
                 else:
                     raise Unsupported(f"the decay `{self.context.source(lifted.code)}` is constant but of unknown rank")
             else:
@@ -690,17 +691,17 @@ def ema(a, x):
             keywords.append(("u", cst.Float("0.0") if plan.u is None else lifter.lift(plan.u).code))
         initial = cst.Name(name)
         if plan.key == -1:
-            initial = _call_method(initial, "transpose", integer_literal(-1), integer_literal(-2))
+            initial = method(initial, "transpose", integer_literal(-1), integer_literal(-2))
         keywords.append(("initial_state", initial))
         for key, value in keywords:
             args.append(cst.Arg(value, keyword=cst.Name(key), equal=_tight()))
-        call = cst.Call(cst.Name("linear_attention"), _commas(args))
+        call = cst.Call(cst.Name("linear_attention"), separated(args))
         result.kernels.add("linear_attention")
         out_name = self._fresh(f"{name}_out", scope_names)
         result.statements.append(_assign([out_name, name], call))
         if plan.key == -1:
             result.statements.append(
-                _assign([name], _call_method(cst.Name(name), "transpose", integer_literal(-1), integer_literal(-2)))
+                _assign([name], method(cst.Name(name), "transpose", integer_literal(-1), integer_literal(-2)))
             )
         result.names[name] = out_name
         result.fresh.add(out_name)
@@ -741,7 +742,7 @@ def ema(a, x):
             args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("before"), equal=_tight()))
             if final:  # the states before each step leave out the last one
                 args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("final"), equal=_tight()))
-        call = cst.Call(cst.Name("linear_recurrence"), _commas(args))
+        call = cst.Call(cst.Name("linear_recurrence"), separated(args))
         result.kernels.add("linear_recurrence")
         # A state kept in a tensor's slots has, at each step, the rank of a slot (when the
         # tensor's is known): the loop's slot write would fail for any other.
@@ -858,11 +859,9 @@ def ema(a, x):
             receiver = target.value
         else:
             placed = moved(to_right(value), -1)
-            receiver = _call_method(target.value, "movedim", integer_literal(output.slot_time), integer_literal(-1))
+            receiver = method(target.value, "movedim", integer_literal(output.slot_time), integer_literal(-1))
             elements = [cst.SubscriptElement(cst.Index(cst.Ellipsis())), cst.SubscriptElement(bound)]
-        elements = [
-            e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
-        ] + elements[-1:]
+        elements = separated(elements)
         slot = cst.Subscript(receiver, elements)
         return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(slot)], placed.code)])
 
@@ -968,10 +967,7 @@ def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
                 if all(_element_kind(e) == ":" for e in rest):
                     inner = node.value
                 else:
-                    rest = [
-                        e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in rest[:-1]
-                    ] + [rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-                    inner = node.with_changes(slice=rest)
+                    inner = node.with_changes(slice=separated(rest))
                 return Const(len(kinds) - 1, inner, sym.kind)
         if inner is not None:
             return Const(plus(sym.rank, -1), inner, sym.kind)
@@ -1231,14 +1227,6 @@ def _tight() -> cst.AssignEqual:
     return cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
 
 
-def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    return [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args[:-1]] + args[-1:]
-
-
-def _call_method(receiver, name, *args) -> cst.Call:
-    return cst.Call(cst.Attribute(atom(receiver), cst.Name(name)), _commas([cst.Arg(a) for a in args]))
-
-
 def _assign(targets: list[str], value: cst.BaseExpression) -> cst.SimpleStatementLine:
     if len(targets) == 1:
         target = cst.Name(targets[0])
@@ -1258,7 +1246,5 @@ def _last(states: cst.BaseExpression, time: int) -> cst.BaseExpression:
             cst.SubscriptElement(cst.Index(cst.Ellipsis())),
             cst.SubscriptElement(cst.Index(integer_literal(-1))),
         ] + [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - time)
-    elements = [
-        e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
-    ] + elements[-1:]
+    elements = separated(elements)
     return cst.Subscript(states, elements)
