@@ -315,6 +315,8 @@ class Project:
         self._tops: dict[str, bool] = {}
         self._functions: dict[str, Function | None] = {}
         self._imports: bool | None = None
+        self._importers: list[_Module] | None = None
+        self._importer_call_lists: dict[cst.FunctionDef, list[tuple[_Module, cst.Call, int, bool]]] = {}
         path = context.path
         self.folder: Path | None = None
         self.root: Path | None = None
@@ -534,25 +536,30 @@ class Project:
         many leading parameters the caller fills (a process started by `mp.spawn` gets its
         rank first) and whether it starts processes. A process's target gets the `args=`
         tuple as its call."""
-        own = os.path.abspath(self.context.path) if self.folder is not None else None
-        stem = Path(own).stem if own is not None else "__init__"
-        if own is None or stem == "__init__" or self.context.index.first_enclosing(function, (cst.ClassDef,)):
-            return []
-        name = function.name.value
-        found = []
-        for path in sorted(self.folder.glob("*.py"))[:MAX_IMPORTERS]:
-            path = str(path)
-            if path == own:
-                continue
-            module = _load(path, self.context.settings)
-            if module is None or not module.mentions(stem.encode()) or not module.mentions(name.encode()):
-                continue
-            context = module.context
-            if context is None or module.project is None:
-                continue
-            self._used[path] = module
-            found.extend((module, *call) for call in _calls_of(module, own, name))
-        return found
+        if function not in self._importer_call_lists:
+            found = []
+            if self.context.index.first_enclosing(function, (cst.ClassDef,)) is None:
+                own, name = os.path.abspath(self.context.path), function.name.value
+                for module in self._modules_beside():
+                    if module.mentions(name.encode()):
+                        self._used[module.path] = module
+                        found.extend((module, *call) for call in _calls_of(module, own, name))
+            self._importer_call_lists[function] = found
+        return self._importer_call_lists[function]
+
+    def _modules_beside(self) -> list[_Module]:
+        """The parsable modules in this file's folder whose text names this file's module
+        (read once per file)."""
+        if self._importers is None:
+            self._importers = []
+            own = os.path.abspath(self.context.path) if self.folder is not None else None
+            stem = Path(own).stem if own is not None else "__init__"
+            if stem != "__init__":
+                for path in sorted(self.folder.glob("*.py"))[:MAX_IMPORTERS]:
+                    module = _load(str(path), self.context.settings) if str(path) != own else None
+                    if module is not None and module.mentions(stem.encode()) and module.context is not None:
+                        self._importers.append(module)
+        return self._importers
 
     # -- what the answers were read from --------------------------------------------------
 
