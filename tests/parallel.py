@@ -3,8 +3,9 @@ of a 2-core machine): every process collects the whole suite, then goes through 
 order and runs each test it is the first to claim (a module whose tests share a module-
 or class-scoped fixture is claimed whole, so that fixture is set up once), so each test
 runs once, and a process that finishes early takes the next one. The first process
-prints as it goes; the others' output follows when they end. With `--cov`, the
-processes' coverage is combined into one report.
+prints as it goes; the others' output follows when they end. Each process, and what it
+starts, gets its share of the cores as torch's thread count (OMP_NUM_THREADS). With
+`--cov`, the processes' coverage is combined into one report.
 
     python -m tests.parallel [-n PROCESSES] [PYTEST_ARGS...]
 
@@ -55,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, pytest_args = parser.parse_known_args(argv)
     processes = max(1, args.processes)
+    # The cores shared out: torch's thread pools in several processes on the same cores spin
+    # against each other (a tiny model's twelve steps on a busy 2-core machine took 15 s of CPU
+    # with two threads, 6 s with one). An OMP_NUM_THREADS already set wins.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // processes)
     work = Path(tempfile.mkdtemp(prefix="perfmod-tests-"))
     claims = work / "claims"
     claims.mkdir()
@@ -63,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(processes):
             # unbuffered: the first process's progress shows as it goes, also when written to a file
             env = dict(os.environ, COVERAGE_FILE=str(work / f".coverage.{k}"), PYTHONUNBUFFERED="1")
+            env.setdefault("OMP_NUM_THREADS", str(threads))
             log = None if k == 0 else work / f"process{k}.log"
             command = pytest_command(claims, work, k, pytest_args)
             if log is None:
