@@ -100,7 +100,9 @@ def _prose(section: str) -> list[str]:
 
 
 def source_path(rule: type[Rule]) -> str:
-    return rule.__module__.replace(".", "/") + ".py"
+    """The rule's file: its module, or the `__init__.py` of its package."""
+    module = sys.modules[rule.__module__]
+    return rule.__module__.replace(".", "/") + ("/__init__.py" if hasattr(module, "__path__") else ".py")
 
 
 def fix_availability(rule: type[Rule]) -> str:

@@ -7,7 +7,6 @@ MODULES = (
     "async_checkpoint",
     "autocast",
     "compile_model",
-    "distributed",
     "fused_optimizer",
     "gc_in_loop",
     "host_sync",
@@ -21,6 +20,7 @@ MODULES = (
     "per_sample_forward",
     "pin_memory",
     "prefetch",
+    "single_process_training",
     "tf32",
     "time_loop_recurrence",
     "zero_grad",
@@ -54,5 +54,5 @@ RULES = (
     ("PM504", "manual-attention", "numeric", False, "manual_attention", "ManualAttention"),
     ("PM505", "time-loop-recurrence", "numeric", False, "time_loop_recurrence", "TimeLoopRecurrence"),
     ("PM506", "uncompiled-model", "numeric", True, "compile_model", "UncompiledModel"),
-    ("PM601", "single-process-training", "unsafe", True, "distributed", "SingleProcessTraining"),
+    ("PM601", "single-process-training", "unsafe", True, "single_process_training", "SingleProcessTraining"),
 )

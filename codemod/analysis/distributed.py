@@ -21,11 +21,57 @@ from libcst.metadata import Assignment, GlobalScope
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import CHECKPOINTERS, TORCH_DRAWS
+from codemod.analysis.torch_facts import CHECKPOINTERS, SAVE_FUNCTIONS, TORCH_DRAWS
 from codemod.analysis.torch_ops import Category, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
+
+# What a script prints and logs with (PM601 keeps it to rank 0).
+PRINT = ("builtins.print", "print")
+TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange")
+LOGGING_METHODS = {"info", "debug"}
+# Calls an `if` that saves a checkpoint may make and still run on rank 0 alone:
+# no model call, no collective, nothing another rank waits for.
+RANK0_SAFE_CALLS = {
+    "builtins.print",
+    "builtins.str",
+    "builtins.len",
+    "builtins.dict",
+    "builtins.list",
+    "builtins.int",
+    "builtins.float",
+    "builtins.round",
+    "builtins.min",
+    "builtins.max",
+    "builtins.open",
+    "copy.deepcopy",
+    *SAVE_FUNCTIONS,
+    "json.dump",
+    "json.dumps",
+}
+RANK0_SAFE_METHODS = {
+    "state_dict",
+    "cpu",
+    "detach",
+    "clone",
+    "item",
+    "format",
+    "join",
+    "write",
+    "items",
+    "keys",
+    "values",
+    "copy",
+    "tolist",
+    "numpy",
+    "with_suffix",
+    "joinpath",
+    "replace",
+    "unwrap",
+    "save_pretrained",
+}
+RANK0_SAFE_PREFIXES = ("os.", "pathlib.", "shutil.", "logging.")
 
 # A file that names any of these runs in several processes already, or leaves that to a
 # framework: PM601 leaves it alone.

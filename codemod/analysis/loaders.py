@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 DATALOADER = "torch.utils.data.DataLoader"
 # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)`
+BATCH_SIZE_POSITION, SHUFFLE_POSITION, SAMPLER_POSITION, BATCH_SAMPLER_POSITION = 1, 2, 3, 4
 NUM_WORKERS_POSITION, COLLATE_FN_POSITION, PIN_MEMORY_POSITION = 5, 6, 7
 # Iterables whose items are their first argument's (PM103 writes DevicePrefetcher(loader, device)).
 LOOKS_THROUGH = {

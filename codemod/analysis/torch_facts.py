@@ -557,3 +557,73 @@ def is_literal(expr: cst.BaseExpression) -> bool:
 FUSED_DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
 # The device types a launch-time guard names: those every supported torch has fused kernels for.
 LAUNCH_FUSED_TYPES = ("cuda", "cpu")
+
+
+# -- DistributedDataParallel (PM601) --
+
+# Datasets cheap and pure to build twice (the sampler needs only their length).
+REBUILDABLE_DATASETS = {
+    "torch.utils.data.TensorDataset",
+    "torch.utils.data.Subset",
+    "torch.utils.data.dataset.Subset",
+    "torch.utils.data.dataset.TensorDataset",
+}
+# What DistributedDataParallel answers like the module it wraps; any other attribute of
+# the wrapped model is read through distributed.unwrap(model).
+DDP_ANSWERS = {
+    "parameters",
+    "train",
+    "eval",
+    "zero_grad",
+    "to",
+    "cuda",
+    "cpu",
+    "modules",
+    "children",
+    "buffers",
+    "requires_grad_",
+    "apply",
+    "training",
+    "no_sync",
+    "forward",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "type",
+}
+# Methods that run outside the model's forward pass; a training forward through any
+# other method skips DDP's gradient synchronisation.
+NOT_FORWARD = DDP_ANSWERS | {
+    "state_dict",
+    "load_state_dict",
+    "named_parameters",
+    "named_modules",
+    "named_buffers",
+    "named_children",
+    "get_submodule",
+    "get_parameter",
+    "get_buffer",
+    "register_buffer",
+    "save_pretrained",
+    "compile",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+}
+# Methods that set a model up in place: the DDP wrap goes after the last of them.
+CONFIGURES = {
+    "to",
+    "cuda",
+    "compile",
+    "load_state_dict",
+    "apply",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "requires_grad_",
+    "init_weights",
+    "reset_parameters",
+    "tie_weights",
+}

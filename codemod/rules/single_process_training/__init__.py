@@ -1,0 +1,590 @@
+"""PM601 (single-process-training): the rule, and the order in which its fix producers
+(the model, the data, setup, gradient accumulation, the outputs) build one plan."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemod.analysis import distributed as facts
+from codemod.analysis.names import kwarg
+from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.rules.single_process_training.accumulation import GradientAccumulation
+from codemod.rules.single_process_training.data import DataSharding
+from codemod.rules.single_process_training.model import ModelWrap
+from codemod.rules.single_process_training.outputs import RankZeroOutputs
+from codemod.rules.single_process_training.plan import (
+    IMPORT_ATEXIT,
+    IMPORT_CONTEXTLIB,
+    IMPORT_DDP,
+    IMPORT_DISTRIBUTED,
+    IMPORT_SAMPLER,
+    Blocked,
+    Plan,
+)
+from codemod.rules.single_process_training.setup import ProcessGroupSetup
+
+SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(8, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+        torch.save(model.state_dict(), "last.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+SCRIPT_TORCHRUN = """\
+import torch
+from runtime import distributed
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def main():
+    device = distributed.setup("cuda" if torch.cuda.is_available() else "cpu")
+    world = distributed.world()
+    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+    sampler = DistributedSampler(dataset) if world.distributed else None
+    loader = DataLoader(
+        dataset,
+        batch_size=distributed.local_batch_size(32),
+        shuffle=sampler is None,
+        sampler=sampler,
+    )
+    model = torch.nn.Linear(8, 1).to(device)
+    if world.distributed:
+        model = DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        distributed.print0(
+            f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}"
+        )
+        if distributed.is_main():
+            torch.save(distributed.unwrap(model).state_dict(), "last.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        distributed.cleanup()
+"""
+LOOP = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+loader = DataLoader(dataset, batch_size=32, shuffle=True)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+ACCUMULATION = """\
+import torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 1).cuda()
+opt = torch.optim.AdamW(model.parameters())
+data = torch.randn(512, 8)
+loader = DataLoader(data, batch_size=64)
+for i, x in enumerate(loader):
+    x = x.cuda()
+    loss = model(x).pow(2).mean() / 4
+    loss.backward()
+    if (i + 1) % 4 == 0:
+        opt.step()
+        opt.zero_grad()
+"""
+SAVE_WHOLE = """
+
+
+def checkpoint(path):
+    torch.save({"model": model, "steps": i}, path)
+    torch.save(model, path)
+    state = {"model": model}
+    torch.save(state, path)
+    models = [model]
+    print(len(models))
+
+
+checkpoint("model.pt")
+"""
+SAVE_WHOLE_TORCHRUN = """
+
+
+def checkpoint(path):
+    if distributed.is_main():
+        torch.save({"model": distributed.unwrap(model), "steps": i}, path)
+    if distributed.is_main():
+        torch.save(distributed.unwrap(model), path)
+    state = {"model": distributed.unwrap(model)}
+    if distributed.is_main():
+        torch.save(state, path)
+    models = [model]
+    distributed.print0(len(models))
+
+
+checkpoint("model.pt")
+"""
+ACCUMULATION_TORCHRUN = """\
+import atexit
+import contextlib
+
+import torch
+from runtime import distributed
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+distributed.setup("cuda")
+world = distributed.world()
+atexit.register(distributed.cleanup)
+model = torch.nn.Linear(8, 1).cuda()
+if world.distributed:
+    model = DistributedDataParallel(model)
+opt = torch.optim.AdamW(model.parameters())
+data = torch.randn(512, 8)
+sampler = DistributedSampler(data, shuffle=False) if world.distributed else None
+loader = DataLoader(data, batch_size=distributed.local_batch_size(64), sampler=sampler)
+for i, x in enumerate(loader):
+    x = x.cuda()
+    accumulating = (i + 1) % 4 != 0
+    with (
+        model.no_sync()
+        if world.distributed and accumulating
+        else contextlib.nullcontext()
+    ):
+        loss = model(x).pow(2).mean() / 4
+        loss.backward()
+    if not accumulating:
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+class SingleProcessTraining(Rule):
+    """
+    ## What it does
+    Makes a single-process training script ready for `torchrun`, so that the same
+    file trains on one GPU with `python train.py` and on N with
+    `torchrun --nproc_per_node=N train.py`, using PyTorch's own data-parallel
+    engine, DistributedDataParallel (DDP):
+
+    - `device = distributed.setup(...)` (`runtime.distributed`) where the script
+      picks its device: under torchrun it joins the process group (NCCL on CUDA,
+      gloo on the CPU) and returns this process's GPU (`LOCAL_RANK`); alone it
+      returns the device as before and starts nothing. GPU 0 written as an index
+      (`device = 0`, as PyTorch's DDP tutorial writes it) becomes `"cuda"`, the
+      same GPU alone and each process's own under torchrun;
+    - the DataLoader that feeds the training loop gets a `DistributedSampler`
+      (the loader's `shuffle` moves into it, with the script's seed) and a batch
+      of `distributed.local_batch_size(batch_size)`, so that N processes step on
+      the same global batch as one; `sampler.set_epoch(epoch)` reshuffles every
+      epoch. A loader whose settings are a dict (`DataLoader(dataset,
+      **options)`) gets `distributed.loader_options(dataset, options)`: the
+      same share and sampler, whatever the dict holds. A sampler that draws
+      `num_samples` with replacement (`RandomSampler(..., replacement=True)`,
+      `WeightedRandomSampler`) draws each rank's share of them, from torch's
+      generator reseeded per rank (below). Manual batching over a
+      `torch.randperm` permutation takes each rank's share of every batch
+      instead;
+    - the model is wrapped in `DistributedDataParallel` after it is built and
+      moved (and before `torch.compile`); with gradient accumulation the
+      micro-steps that do not step run under `model.no_sync()`;
+    - `print` becomes `distributed.print0` (rank 0 prints, losses averaged over
+      the ranks with `distributed.all_reduce_mean`), `tqdm` bars and
+      `logging.info` run on rank 0, `torch.save` only on rank 0, and
+      `model.state_dict()` (and any other attribute DDP does not answer) reads
+      `distributed.unwrap(model)`, so checkpoints keep the single-process keys;
+      a whole model saved (`torch.save(model, path)`, `{"model": model}` saved
+      there or bound to a name that is saved, in a function that reads the
+      script's `model` too) saves
+      `distributed.unwrap(model)`, the model and not its DDP wrapper;
+    - where the loop draws random numbers itself (nanoGPT's `torch.randint`
+      batches, noise) from a global generator the script seeds, each rank
+      reseeds it with `seed + distributed.seed_offset()` before training (an
+      unseeded one starts from the OS's entropy, per process already), and
+      draws `local_batch_size(batch_size)` samples;
+    - `distributed.cleanup()` at exit, on error too: checkpoint writes finish and
+      `destroy_process_group()` runs.
+
+    It follows the model and the loader into trainer classes (`self.model`
+    built in `__init__`, or given to the constructor and moved there, as in
+    PyTorch's DDP tutorial), helpers that build the loader, a device passed
+    down from where it is chosen, the one call of a
+    training function that is given them or reads them as globals built in the
+    `__main__` block, and a model moved under a second name (`m =
+    model.to(device)`: DDP wraps the name the loop runs). Logged losses are
+    averaged as numbers: the operands of `"..." % (...)`, `"...".format(...)`
+    and f-strings, never the message itself; losses kept in a list
+    (`losses.append(loss.detach())`) are averaged where they are printed,
+    before `.item()` or `.tolist()` (`all_reduce_mean(losses[-1]).item()`).
+
+    Files that already run distributed (`torch.distributed`, DDP, FSDP,
+    `DistributedSampler`, Accelerate, Lightning, DeepSpeed, Horovod, torchrun's
+    environment variables) are left alone. What the rule cannot make safe is
+    reported without a fix: BatchNorm layers (each rank would normalise over its
+    own share of the batch), a batch that cannot be split over the ranks (the
+    global batch would change), random draws in the loop from a generator object
+    the script seeds (every rank would draw the same, and reseeding it could
+    change what else it draws), `DataParallel`, an `IterableDataset` or a
+    sampler of the script's own other than the above, a DataLoader built in
+    another module of the project (the rule rewrites the file that trains and
+    names where the loader is built), a `while` training loop, a training loss with `reduction="sum"` (DDP averages the
+    gradients; a summed evaluation loss is fine), embeddings with
+    `sparse=True` (sparse gradients), epochs run in a comprehension,
+    batches that come from somewhere the rule cannot follow, a training
+    forward through a method other than `model(...)`, and steps skipped or loops
+    left on values each rank computes from its own data (the ranks would fall
+    out of step and wait forever).
+
+    ## Why is this bad?
+    One process drives one GPU. DDP runs one process per GPU, each on its share
+    of every batch, and averages the gradients with an all-reduce that overlaps
+    the backward pass: the DDP paper (Li et al., "PyTorch Distributed:
+    Experiences on Accelerating Data Parallel Training", VLDB 2020,
+    arXiv:2006.15704) reports near-linear scaling to 256 GPUs. On the CPU,
+    `perfmod verify --nproc 2` on `fixtures/distributed/train_ddp_candidate.py`
+    (gloo, a shared 2-core machine) measured 0.99-1.60x the samples per second
+    of one process at a global batch of 1024 and 0.36-0.51x at 32, where
+    exchanging gradients costs more than computing them: measure on GPUs.
+
+    Rewriting a script by hand is where it goes wrong: a sampler whose
+    `set_epoch` is never called repeats one order every epoch, every rank prints
+    and overwrites the same checkpoint, `state_dict()` keys gain a `module.`
+    prefix, gradient accumulation all-reduces on every micro-step, and a rank
+    that leaves the loop early hangs the others.
+
+    ## Example
+    ```python
+    def main():
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        loader = DataLoader(dataset, batch_size=64, shuffle=True)
+        model = Net().to(device)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = F.cross_entropy(model(x.to(device)), y.to(device))
+                ...
+            print(f"epoch {epoch} loss {loss.item():.4f}")
+            torch.save(model.state_dict(), "last.pt")
+
+    if __name__ == "__main__":
+        main()
+    ```
+    Use instead:
+    ```python
+    def main():
+        device = distributed.setup("cuda" if torch.cuda.is_available() else "cpu")
+        world = distributed.world()
+        sampler = DistributedSampler(dataset) if world.distributed else None
+        loader = DataLoader(dataset, batch_size=distributed.local_batch_size(64), shuffle=sampler is None, sampler=sampler)
+        model = Net().to(device)
+        if world.distributed:
+            model = DistributedDataParallel(model)
+        for epoch in range(epochs):
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            for x, y in loader:
+                ...
+            distributed.print0(f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}")
+            if distributed.is_main():
+                torch.save(distributed.unwrap(model).state_dict(), "last.pt")
+
+    if __name__ == "__main__":
+        try:
+            main()
+        finally:
+            distributed.cleanup()
+    ```
+
+    ## Options
+    Opt-in: the rule runs only when selected by its code
+    (`perfmod apply --select PM601 --level unsafe`, or `select = [..., "PM601"]`
+    in `[tool.perfmod]`); `PM` and `PM6` do not select it; `ALL` does.
+
+    ## Fix safety
+    Unsafe. `python train.py` still trains exactly as before: the process group,
+    the sampler and the DDP wrapper exist only when torchrun starts more than one
+    process, and `local_batch_size`, `print0`, `all_reduce_mean` and `unwrap`
+    are the identity alone (the rule's tests compare the losses and checkpoints
+    bit for bit). Under torchrun the results are those of the same global batch
+    within floating-point tolerance, with these differences:
+    - the sample order is the DistributedSampler's, not the DataLoader's
+      (seeded with the script's seed); when the dataset does not split evenly
+      the sampler repeats a few samples so that every rank steps equally often;
+    - `--batch-size` is the global batch: `local_batch_size` fails on every rank
+      when it does not divide by the number of processes; with manual batching
+      an uneven last batch is split unevenly;
+    - logged losses are means over the ranks; other logged values (accuracy
+      counts, sums) are rank 0's own;
+    - evaluation loops keep their DataLoaders: every rank evaluates the whole
+      set (correct, not faster), and prints on rank 0;
+    - in a seeded script, dropout and other draws inside the model draw alike
+      on every rank unless the loop draws its own batches (then it reseeds);
+    - a sampler drawing with replacement draws other indices than the single
+      process (each rank from its own seed): the same distribution, not the
+      same batches, so only the trend of the losses compares;
+    - files other than `torch.save` checkpoints (JSON, CSV, TensorBoard) are
+      written by every rank; guard them with `distributed.is_main()`;
+    - `logging.info` calls run on rank 0 with rank 0's values (a mean over
+      the ranks would need a collective on every rank);
+    - a loss summed over the batch by hand (`.sum()`) is averaged by DDP over
+      the ranks, which shrinks its gradient by their number (`reduction="sum"`
+      is reported);
+    - data the script makes at random without a seed differs between ranks.
+    The rewrite does not choose FSDP sharding, tensor or pipeline parallelism:
+    models that do not fit one GPU need `torch.distributed.fsdp.fully_shard`
+    (FSDP2) or `torch.distributed.tensor.parallel`, set up by hand. Check the
+    rewrite with `perfmod verify train.py --nproc 2`.
+    """
+
+    CODE = "PM601"
+    NAME = "single-process-training"
+    LEVEL = Level.UNSAFE
+    OPT_IN = True
+    REQUIRES = ("backward",)
+    MESSAGE = (
+        "training runs in one process; make the script torchrun-ready (distributed.setup(), "
+        "DistributedDataParallel, each rank its share of every batch, output and checkpoints on rank 0)"
+    )
+    GAIN = (
+        "up to N times the samples per second on N GPUs: near-linear to 256 GPUs in the DDP paper (Li et al., "
+        "VLDB 2020, arXiv:2006.15704); on 2 CPU processes (gloo, a shared 2-core box) `perfmod verify --nproc 2` "
+        "measured 0.99-1.60x at a batch of 1024 and 0.36-0.51x at 32 on fixtures/distributed/train_ddp_candidate.py"
+    )
+
+    VALID = [
+        Valid("import torch.distributed as dist\n" + LOOP, "already distributed: torch.distributed"),
+        Valid(
+            LOOP.replace("opt = ", "model = torch.nn.parallel.DistributedDataParallel(model)\nopt = "),
+            "already distributed: DDP",
+        ),
+        Valid(
+            "import os\n" + LOOP.replace("opt = ", "rank = int(os.environ.get('LOCAL_RANK', 0))\nopt = "),
+            "reads torchrun's variables",
+        ),
+        Valid("from accelerate import Accelerator\n" + LOOP, "Accelerate runs the processes"),
+        Valid(SCRIPT_TORCHRUN, "the rewrite: runtime.distributed"),
+        Valid("import torch\nmodel = torch.nn.Linear(8, 1)\nprint(model(torch.randn(2, 8)))\n", "no training loop"),
+    ]
+    INVALID = [
+        Invalid(SCRIPT, SCRIPT_TORCHRUN, "setup at the device, sampler, DDP, print0, rank-0 save, cleanup"),
+        Invalid(
+            ACCUMULATION,
+            ACCUMULATION_TORCHRUN,
+            "module level, `.cuda()`: setup() of its own and atexit; accumulation under no_sync()",
+        ),
+        Invalid(
+            ACCUMULATION + SAVE_WHOLE,
+            ACCUMULATION_TORCHRUN + SAVE_WHOLE_TORCHRUN,
+            "a function that saves the whole model object the script wrapped (as it is, in a dict, in a dict "
+            "bound to a name): the module, not the DDP wrapper; a list of it that is not saved keeps the wrapper",
+        ),
+        Invalid(
+            LOOP.replace(
+                "torch.nn.Linear(8, 1)",
+                "torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))",
+            ),
+            None,
+            "BatchNorm: SyncBatchNorm is the author's call",
+        ),
+        Invalid(LOOP.replace("opt = ", "model = torch.nn.DataParallel(model)\nopt = "), None, "DataParallel"),
+        Invalid(LOOP.replace("batch_size=32, ", ""), None, "one sample per step: the global batch would change"),
+        Invalid(
+            LOOP.replace("torch.nn.Linear(8, 1)", 'torch.nn.Linear(8, 1).to("cuda:0")'),
+            None,
+            "a fixed GPU for every rank",
+        ),
+        Invalid(
+            LOOP.replace("torch.nn.functional.mse_loss(model(x), y)", "model.loss(x, y)"),
+            None,
+            "a forward DDP does not see",
+        ),
+        Invalid(
+            LOOP + "        if loss.item() < 1e-3:\n            break\n", None, "a rank would leave the loop alone"
+        ),
+        Invalid(
+            LOOP + "for x, y in loader:\n    model(x).sum().backward()\n    opt.step()\n", None, "two training loops"
+        ),
+        Invalid(
+            LOOP.replace("mse_loss(model(x), y)", 'mse_loss(model(x), y, reduction="sum")'),
+            None,
+            "a summed loss: DDP's average would shrink its gradient",
+        ),
+        Invalid(
+            LOOP.replace(
+                "opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+                "head = torch.nn.Linear(1, 1)\n"
+                "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)",
+            ).replace("mse_loss(model(x), y)", "mse_loss(head(model(x)), y)"),
+            None,
+            "two trained models: each needs its own wrap",
+        ),
+        Invalid(
+            SCRIPT.replace(
+                '        torch.save(model.state_dict(), "last.pt")\n',
+                '        torch.save(model.state_dict(), "last.pt")\n    model.load_state_dict(torch.load("last.pt"))\n',
+            ),
+            SCRIPT_TORCHRUN.replace(
+                '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n',
+                '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n'
+                "    distributed.barrier()\n"
+                '    distributed.unwrap(model).load_state_dict(torch.load("last.pt"))\n',
+            ),
+            "read back what rank 0 saved: a barrier first",
+        ),
+        Invalid(
+            "import tempfile\n"
+            + SCRIPT.replace('"last.pt"', "path")
+            .replace("    model = torch.nn", "    path = tempfile.mktemp()\n    model = torch.nn")
+            .replace(
+                "        torch.save(model.state_dict(), path)\n",
+                "        torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n",
+            ),
+            None,
+            "a checkpoint in each process's own temporary folder, read back by every rank",
+        ),
+        Invalid(
+            "import tempfile\nfrom runtime.checkpoint import AsyncCheckpointer\n"
+            + SCRIPT.replace('"last.pt"', "path")
+            .replace(
+                "    model = torch.nn",
+                "    path = tempfile.mktemp()\n    checkpointer = AsyncCheckpointer()\n    model = torch.nn",
+            )
+            .replace(
+                "        torch.save(model.state_dict(), path)\n",
+                "        checkpointer.save(model.state_dict(), path)\n"
+                "    checkpointer.flush()\n    model.load_state_dict(torch.load(path))\n",
+            ),
+            None,
+            "the same, saved by a runtime checkpointer (as an earlier fix writes it)",
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        plan = Plan(self.context)
+        try:
+            result = build(plan)
+        except Blocked as blocked:
+            self.report(
+                blocked.node,
+                f"training runs in one process, and PM601 cannot make it torchrun-ready: {blocked.message}",
+            )
+            return
+        if result is None:
+            return
+        message = self.MESSAGE
+        if plan.notes:
+            message += "; " + "; ".join(plan.notes)
+        self.report(result, message, edits=plan.edits, imports=plan.imports)
+
+
+def build(plan: Plan) -> cst.CSTNode | None:
+    """The node the finding goes to when the file is rewritten (edits in `plan.edits`), None
+    when the rule has nothing to say; raises Blocked for the first reason not to rewrite."""
+    context = plan.context
+    model, data, setup, accumulation, outputs = (
+        ModelWrap(plan),
+        DataSharding(plan),
+        ProcessGroupSetup(plan),
+        GradientAccumulation(plan),
+        RankZeroOutputs(plan),
+    )
+    if facts.distributed_use(context) is not None:
+        return None
+    loops = context.training.loops
+    if not loops:
+        return None
+    for call in facts.data_parallel(context):
+        raise Blocked(
+            call,
+            "it uses DataParallel (one process, several GPUs); replace it with "
+            "DistributedDataParallel by hand, or remove it and run PM601 again",
+        )
+    if len(loops) > 1:
+        raise Blocked(loops[1].loop, f"the file has {len(loops)} training loops; PM601 rewrites scripts with one")
+    loop = plan.loop = loops[0]
+    plan.step_function = facts.function_of(context, loop.loop)
+    for call in facts.batch_norms(context):
+        raise Blocked(
+            call,
+            f"`{plan.src(call.func)}` holds BatchNorm, which would normalise over each rank's "
+            "share of the batch instead of the whole batch; on GPUs convert the model with "
+            "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping it in DDP",
+        )
+    for call in facts.sparse_embeddings(context):
+        raise Blocked(
+            call,
+            f"`{plan.src(call.func)}(..., sparse=True)` gives the model sparse gradients, which "
+            "DistributedDataParallel all-reduces on the gloo backend but not on every NCCL build "
+            "(the backend PM601 sets up on GPUs); make the embedding dense or wrap the model by hand",
+        )
+    for call in context.training.loss_calls(loop):
+        reduction = kwarg(call, "reduction")
+        if (
+            reduction is not None
+            and isinstance(reduction.value, cst.SimpleString)
+            and reduction.value.evaluated_value == "sum"
+            and plan.names.startswith(call.func, ("torch.nn",))
+        ):
+            raise Blocked(
+                call,
+                'the loss is summed over the batch (reduction="sum"); DDP averages the ranks\' '
+                "gradients, so each step would move by 1/N of the single-process step: use the "
+                "mean, or scale the loss by the number of processes",
+            )
+    try:
+        plan.origin = model.origin(loop)
+    except Blocked as blocked:
+        statement = loop.loop
+        library = plan.context.loaders.library_iterable(statement.iter) if isinstance(statement, cst.For) else None
+        if library is not None:
+            raise Blocked(
+                blocked.node,
+                f"{blocked.message}; and the batches come from `{library}`, not from a DataLoader, "
+                "which PM601 would need to split them over the ranks",
+            ) from None
+        raise
+    plan.loader = data.find_loader(loop)
+    plan.setup = setup.site()
+    plan.setup_scope = plan.setup.function
+    plan.world_name = plan.fresh("world")
+    permutation = data.batches(loop)
+    model.wrap()
+    accumulation.no_sync()
+    data.seeds(permutation)
+    outputs.control_flow()
+    outputs.saves()
+    outputs.outputs()
+    model.unwrap()
+    hook = setup.cleanup()
+    setup.write(hook)
+    plan.imports.append(IMPORT_DISTRIBUTED)
+    order = [IMPORT_CONTEXTLIB, IMPORT_ATEXIT, IMPORT_DDP, IMPORT_SAMPLER, IMPORT_DISTRIBUTED]
+    plan.imports = sorted(set(plan.imports), key=order.index)
+    return loop.loop

@@ -1,0 +1,301 @@
+"""PM601's fix producer for what only rank 0 does: `RankZeroOutputs`."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemod.analysis import distributed as facts
+from codemod.analysis.distributed import (
+    LOGGING_METHODS,
+    PRINT,
+    RANK0_SAFE_CALLS,
+    RANK0_SAFE_METHODS,
+    RANK0_SAFE_PREFIXES,
+    TQDM,
+)
+from codemod.analysis.loaders import (
+    ENUMERATE,
+    LOOKS_THROUGH,
+)
+from codemod.analysis.loops import own_nodes
+from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.torch_facts import (
+    SAVE_FUNCTIONS,
+    TORCH_SAVES,
+)
+from codemod.edits import AddKeyword, InsertBefore, Replace
+from codemod.rules.single_process_training.plan import (
+    Blocked,
+    Producer,
+    and_,
+    called_name,
+    code_of,
+    make_call,
+    only_on_main,
+    parse_expr,
+    parse_line,
+)
+
+
+class RankZeroOutputs(Producer):
+    """What the ranks must not all do: saves and prints on rank 0, logged numbers reduced over
+    the ranks, reads of a checkpoint after a barrier."""
+
+    def control_flow(self) -> None:
+        """A rank that skips a step or leaves the loop on its own data leaves the others
+        waiting in the next all-reduce."""
+        local = self.plan.local = self._rank_local()
+        for node in own_nodes(self.index, (cst.If, cst.While), self.plan.loop.loop.body):
+            if not local.reads(node.test):
+                continue
+            exits = own_nodes(self.index, (cst.Break, cst.Continue, cst.Return), node)
+            steps = [c for c in own_nodes(self.index, cst.Call, node) if method_name(c) in ("backward", "step")]
+            if exits or steps:
+                raise Blocked(
+                    node.test,
+                    f"`{self.plan.src(node.test)}` depends on each rank's own batch and decides "
+                    "whether a step runs or the loop goes on; ranks would fall out of step",
+                )
+
+    def _rank_local(self) -> facts.RankLocal:
+        loop = self.plan.loop.loop
+        seeds: set[str] = set()
+        target, iterable = loop.target, loop.iter
+        while (
+            isinstance(iterable, cst.Call)
+            and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH)
+            and positional(iterable, 0) is not None
+        ):
+            if self.names.is_(iterable.func, *ENUMERATE):
+                if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2):
+                    break
+                target = target.elements[1].value  # the index is the same on every rank
+            iterable = positional(iterable, 0).value
+        if self.plan.local_batch is not None:
+            seeds |= facts.assigned_names(self.context, self.index.statement_of(self.plan.local_batch))
+        elif self.plan.batch_statement is not None:
+            seeds |= facts.assigned_names(self.context, self.plan.batch_statement)
+        elif not (isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "range", "builtins.range")):
+            seeds |= {n.value for n in facts.target_names(target)}
+        losses = {b.loss.value for b in self.plan.loop.backwards if isinstance(b.loss, cst.Name)}
+        body = self.plan.step_function.body if self.plan.step_function is not None else self.context.module
+        model_calls = [c for c in self.index.find(cst.Call, within=loop) if self.context.training.is_model_call(c)]
+        local = facts.rank_local(self.context, body, seeds | losses, losses, model_calls)
+        if self.plan.step_function is not None:  # what the training function returns, where it is called
+            for call in self.plan.calls_of(self.plan.step_function):
+                statement = self.index.statement_of(call)
+                if isinstance(statement, cst.SimpleStatementLine):
+                    bound = facts.assigned_names(self.context, statement)
+                    local.names |= bound
+                    local.loss_names |= bound
+        return local
+
+    def saves(self) -> None:
+        saves = facts.calls_named(self.context, set(TORCH_SAVES))
+        writes = (
+            saves
+            + facts.calls_named(self.context, set(SAVE_FUNCTIONS - TORCH_SAVES))
+            + [c for c in self.index.find(cst.Call) if method_name(c) == "save_pretrained"]
+        )
+        for call in sorted(writes, key=self.index.order):
+            self._save_on_main(call)
+        # A runtime checkpointer writes on rank 0 itself; what every rank then loads is as torch.save's.
+        self._loads_after(saves + facts.checkpointer_saves(self.context))
+
+    def _loads_after(self, saves: list[cst.Call]) -> None:
+        """A file rank 0 saves and every rank then loads (the best model, restored after
+        training): `distributed.barrier()` before the load, so that no rank reads before the
+        write is done. A path in a temporary folder each process makes for itself is a file
+        only rank 0 has: reported."""
+        saved = {}
+        for call in saves:
+            path = kwarg(call, "f") or positional(call, 1)
+            if path is not None:
+                saved.setdefault(code_of(path.value), []).append(call)
+        if not saved:
+            return
+        barriers: set[int] = set()
+        for load in facts.calls_named(self.context, {"torch.load", "torch.serialization.load"}):
+            path = kwarg(load, "f") or positional(load, 0)
+            if path is None or code_of(path.value) not in saved:
+                continue
+            if not any(self._runs_after(load, save) for save in saved[code_of(path.value)]):
+                continue  # a file that is there before the run (resuming)
+            if self._per_process_path(path.value):
+                raise Blocked(
+                    load,
+                    f"`{self.plan.src(path.value)}` is in a temporary folder each process makes for "
+                    "itself; rank 0 alone saves the checkpoint there, and the other ranks would read "
+                    "from theirs: save to a path all ranks share",
+                )
+            statement = self.index.statement_of(load)
+            if id(statement) in barriers or not isinstance(
+                self.parents.get(statement), (cst.IndentedBlock, cst.Module)
+            ):
+                continue
+            if any(self.index.inside(load, region) for region in self.plan.rank0):
+                continue
+            barriers.add(id(statement))
+            self.edits.append(InsertBefore(statement, (parse_line("distributed.barrier()\n"),)))
+
+    def _runs_after(self, node: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+        """Does `node` run after `earlier` (later in its function, or in a loop around both)?"""
+        if facts.function_of(self.context, node) is not facts.function_of(self.context, earlier):
+            return False
+        return self.index.before(earlier, node) or any(
+            self.index.inside(node, loop) for loop in self.plan.enclosing_loops(earlier)
+        )
+
+    def _per_process_path(self, path: cst.BaseExpression) -> bool:
+        """Is the path made from `tempfile` (a folder or name of each process's own)?"""
+        expressions = [path]
+        for name in names_read(path):
+            expressions.extend(self.bindings.values(name) or [])
+        return any(
+            self.names.startswith(call.func, ("tempfile",))
+            for expression in expressions
+            for call in self.index.find(cst.Call, within=expression)
+        )
+
+    def _save_on_main(self, call: cst.Call) -> None:
+        if any(self.index.inside(call, region) for region in self.plan.rank0):
+            return
+        statement = self.index.statement_of(call)
+        small = self.parents.get(call)
+        opened = self._opened_for(statement)
+        if opened is not None:
+            statement = opened
+        elif not (
+            isinstance(small, cst.Expr) and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+        ):
+            raise Blocked(
+                call,
+                f"`{self.plan.src(call.func)}` is part of a larger statement; PM601 writes checkpoints "
+                "on rank 0 only in statements of their own",
+            )
+        holder = self.parents.get(statement)
+        if not isinstance(holder, (cst.IndentedBlock, cst.Module)):
+            raise Blocked(call, f"`{self.plan.src(call.func)}` is on the line of its `if`; put it on a line of its own")
+        condition = self.parents.get(holder)
+        if isinstance(condition, cst.If) and condition.orelse is None and self._rank0_safe(condition):
+            self.plan.rank0.append(condition)
+            self.edits.append(Replace(condition.test, lambda test: and_(test, parse_expr("distributed.is_main()"))))
+            return
+        self.plan.rank0.append(statement)
+        self.edits.append(Replace(statement, only_on_main))
+
+    def _opened_for(self, statement: cst.CSTNode) -> cst.With | None:
+        """The `with open(path, "wb") as f:` whose whole body is the save."""
+        block = self.parents.get(statement)
+        holder = self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        if (
+            isinstance(holder, cst.With)
+            and len(block.body) == 1
+            and all(
+                isinstance(i.item, cst.Call) and self.names.is_(i.item.func, "builtins.open", "io.open")
+                for i in holder.items
+            )
+        ):
+            return holder
+        return None
+
+    def _rank0_safe(self, condition: cst.If) -> bool:
+        """Can the whole `if` run on rank 0 alone: nothing in it that another rank must join
+        (a model call, a collective, a helper of unknown content), and nothing it assigns is
+        read after it."""
+        for call in self.index.find(cst.Call, within=condition.body):
+            names = self.names.of(call.func)
+            if names & RANK0_SAFE_CALLS or any(n.startswith(RANK0_SAFE_PREFIXES) for n in names):
+                continue
+            if method_name(call) in RANK0_SAFE_METHODS and not self.context.training.is_model_call(call):
+                continue
+            return False
+        assigned = facts.assigned_names(self.context, condition.body)
+        if not assigned:
+            return True
+        function = facts.function_of(self.context, condition)
+        owner = function if function is not None else self.context.module
+        loops = self.plan.enclosing_loops(condition)
+        for name in self.index.find(cst.Name, within=owner):
+            if name.value not in assigned or self.index.inside(name, condition.body):
+                continue
+            # Read after the `if`, or by anything in a loop around it (its own test included):
+            # the next iteration on another rank would see the old value.
+            if self.index.before(condition, name) or any(self.index.inside(name, loop) for loop in loops):
+                return False
+        return True
+
+    def outputs(self) -> None:
+        for call in self.index.find(cst.Call):
+            if any(self.index.inside(call, region) for region in self.plan.rank0):
+                continue
+            if isinstance(call.func, cst.Name) and call.func.value == "print" and self.names.is_(call.func, *PRINT):
+                self.edits.append(Replace(call.func, parse_expr("distributed.print0")))
+                self._reduce(call)
+            elif (
+                called_name(call.func) in ("tqdm", "trange")
+                and self.names.is_(call.func, *TQDM)
+                and kwarg(call, "disable") is None
+                and not any(a.star for a in call.args)
+            ):
+                self.edits.append(AddKeyword(call, "disable", parse_expr("not distributed.is_main()")))
+            elif method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value):
+                self._rank0_statement(call)
+
+    def _is_logger(self, receiver: cst.BaseExpression) -> bool:
+        if self.names.is_(receiver, "logging"):
+            return True
+        if isinstance(receiver, cst.Name):
+            values = self.bindings.values(receiver) or []
+            return bool(values) and all(
+                isinstance(v, cst.Call) and self.names.is_(v.func, "logging.getLogger") for v in values
+            )
+        return False
+
+    def _rank0_statement(self, call: cst.Call) -> None:
+        statement = self.index.statement_of(call)
+        if not (
+            isinstance(self.parents.get(call), cst.Expr)
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module))
+        ):
+            return  # part of a larger statement: left on every rank
+        self.plan.rank0.append(statement)
+        self.edits.append(Replace(statement, only_on_main))
+
+    def _reduce(self, call: cst.Call) -> None:
+        """Losses in a print become their mean over the ranks: a collective, so only where
+        every rank prints, under conditions that are the same on every rank."""
+        local = self.plan.local
+        function = facts.function_of(self.context, call)
+        if function is not self.plan.step_function and not self._caller_of_step(function):
+            return
+        for ancestor in self.index.ancestors(call):
+            if isinstance(ancestor, facts.SCOPES):
+                break
+            if isinstance(ancestor, (cst.If, cst.While)) and local.reads(ancestor.test):
+                return
+        parts = [
+            value
+            for arg in call.args
+            if arg.keyword is None and not arg.star
+            for value in facts.message_values(self.context, arg.value)
+        ]
+        for part in parts:
+            if not local.reads_loss(part):
+                continue
+            if isinstance(part, cst.Call) and self.names.is_(part.func, "builtins.len"):
+                continue  # how many losses, the same on every rank
+            items = [
+                c
+                for c in self.index.find(cst.Call, within=part)
+                if method_name(c) in facts.TO_HOST_METHODS and not c.args and local.reads_loss(c.func.value)
+            ]
+            for target in [item.func.value for item in items] or [part]:
+                self.edits.append(Replace(target, lambda value: make_call("distributed.all_reduce_mean", value)))
+
+    def _caller_of_step(self, function) -> bool:
+        if self.plan.step_function is None:
+            return False
+        return any(facts.function_of(self.context, c) is function for c in self.plan.calls_of(self.plan.step_function))

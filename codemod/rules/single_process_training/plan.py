@@ -1,0 +1,270 @@
+"""PM601's plan of one file: what its fix producers share (the training loop, where the
+model is built, the loader, where setup() goes, the edits so far) and the syntax they write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from codemod.analysis import distributed as facts
+from codemod.analysis.names import names_read
+from codemod.edits import Edit
+
+IMPORT_DISTRIBUTED = ("runtime", "distributed")
+IMPORT_SAMPLER = ("torch.utils.data", "DistributedSampler")
+IMPORT_DDP = ("torch.nn.parallel", "DistributedDataParallel")
+IMPORT_CONTEXTLIB = ("contextlib", None)
+IMPORT_ATEXIT = ("atexit", None)
+
+
+def parse_expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def make_call(func: str, *args: cst.BaseExpression) -> cst.Call:
+    return cst.Call(parse_expr(func), [cst.Arg(a) for a in args])
+
+
+def parse_line(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code)
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` as an operand of `and` / `not`: in parentheses unless it binds tighter."""
+    if (
+        isinstance(expr, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr, cst.UnaryOperation))
+        and not expr.lpar
+    ):
+        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return expr
+
+
+def and_(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BooleanOperation:
+    if isinstance(left, cst.BooleanOperation) and isinstance(left.operator, cst.And) and not left.lpar:
+        pass  # `a and b and c` needs no parentheses
+    else:
+        left = parenthesized(left)
+    return cst.BooleanOperation(left, cst.And(), parenthesized(right))
+
+
+def negation(test: cst.BaseExpression) -> cst.BaseExpression:
+    """`not test`, written as a reader would: `a == b` -> `a != b`."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not test.lpar:
+        target = test.comparisons[0]
+        swap = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}.get(type(target.operator))
+        if swap is not None:
+            operator = swap(
+                whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after
+            )
+            return test.with_changes(comparisons=[target.with_changes(operator=operator)])
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return cst.UnaryOperation(cst.Not(), parenthesized(test))
+
+
+class Blocked(Exception):
+    """What keeps the rewrite from being made; reported, without a fix, at `node`."""
+
+    def __init__(self, node: cst.CSTNode, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+        self.message = message
+
+
+@dataclass
+class Origin:
+    """Where the trained model is built: the scope and its spelling there, the last
+    statement that builds or moves it (the DDP wrap goes after it), and the spellings
+    under which code of other functions sees it."""
+
+    scope: cst.CSTNode  # FunctionDef, ClassDef (for `self.x`) or Module
+    code: str
+    anchor: cst.SimpleStatementLine
+    setup: list[cst.SimpleStatementLine]
+    handles: list[tuple[cst.CSTNode, str, cst.CSTNode | None]] = field(default_factory=list)  # (scope, code, after)
+
+
+@dataclass
+class Setup:
+    """Where runtime.distributed.setup() goes."""
+
+    statement: cst.BaseStatement  # the device assignment, or the statement the call goes before
+    function: cst.FunctionDef | None
+    value: cst.BaseExpression | None  # the device value wrapped in setup(...); None: a statement of its own
+    device: cst.BaseExpression | None  # what a statement of its own passes
+
+
+@dataclass
+class Loader:
+    call: cst.Call
+    statement: cst.BaseStatement  # the statement that builds it
+    function: cst.FunctionDef | None
+    handles: dict[int, cst.BaseExpression]  # id(scope) -> how that scope spells the loader
+    shared: bool  # built by a helper also used elsewhere
+
+
+def called_name(func: cst.BaseExpression) -> str | None:
+    """The last name of a called expression: `tqdm` of `tqdm.auto.tqdm`."""
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else None
+
+
+def only_on_main(updated: cst.BaseStatement) -> cst.If:
+    """`if distributed.is_main():` around a statement, its comments above the `if`."""
+    inner = updated.with_changes(leading_lines=[])
+    return cst.If(parse_expr("distributed.is_main()"), cst.IndentedBlock([inner]), leading_lines=updated.leading_lines)
+
+
+class Plan:
+    """The state of PM601's rewrite of one file, and the look-ups its producers share."""
+
+    def __init__(self, context) -> None:
+        self.context = context
+        self.index = context.index
+        self.parents = context.parents
+        self.edits: list[Edit] = []
+        self.imports: list[tuple[str, str | None]] = []
+        self.notes: list[str] = []
+        self._taken: set[str] | None = None
+        self.rank0: list[cst.CSTNode] = []  # code that only rank 0 runs after the rewrite
+        self.world_uses: list[cst.CSTNode] = []  # where the `world` variable is read
+        self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
+        self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
+        self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
+        self.cuda_for_zero = False  # the device chosen is GPU 0, written `0`: setup() gets "cuda"
+
+    def calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """facts.calls_of, once per function."""
+        if not hasattr(self, "_calls_cache"):
+            self._calls_cache: dict[int, list[cst.Call]] = {}
+        found = self._calls_cache.get(id(function))
+        if found is None:
+            found = self._calls_cache[id(function)] = facts.calls_of(self.context, function)
+        return found
+
+    @property
+    def names(self):
+        return self.context.names
+
+    @property
+    def scopes(self):
+        return self.context.scopes
+
+    @property
+    def bindings(self):
+        return self.context.bindings
+
+    def src(self, node: cst.CSTNode) -> str:
+        return self.context.module.code_for_node(node).strip()
+
+    def fresh(self, base: str) -> str:
+        if self._taken is None:
+            self._taken = {n.value for n in self.index.find(cst.Name)}
+        name, number = base, 1
+        while name in self._taken:
+            number += 1
+            name = f"{base}_{number}"
+        self._taken.add(name)
+        return name
+
+    def world_check(self, at: cst.CSTNode) -> cst.BaseExpression:
+        """`world.distributed` where the `world` variable is visible at `at`, else
+        `distributed.world().distributed`."""
+        if self.sees_world(at):
+            self.world_uses.append(at)
+            return parse_expr(f"{self.world_name}.distributed")
+        return parse_expr("distributed.world().distributed")
+
+    def sees_world(self, at: cst.CSTNode) -> bool:
+        """Is the `world` variable, set right after setup(), bound where `at` runs?"""
+        if self.setup_scope is None:
+            return True  # a module-level variable: every function reads it
+        return facts.function_of(self.context, at) is self.setup_scope and self.follows_setup(at, self.setup)
+
+    def follows_setup(self, node: cst.CSTNode, setup: Setup) -> bool:
+        """Does `node`, in the function of setup(), run after it?"""
+        start = setup.statement
+        if not self.index.inside(node, self.parents.get(start)):
+            return False
+        if setup.value is None:  # setup() goes right before `start`
+            return self.index.inside(node, start) or self.index.before(start, node)
+        return self.index.before(start, node) and not self.index.inside(node, start)
+
+    def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Can `expr` be evaluated at `at` (every name it reads bound there before it)?"""
+        scope = self.scopes.get(at)
+        if scope is None:
+            return False
+        for name in names_read(expr):
+            found = scope[name.value]
+            if not found:
+                return False
+            if not any(
+                a.scope is not scope
+                or not isinstance(getattr(a, "node", None), cst.CSTNode)
+                or a.node not in self.index
+                or self.index.before(a.node, at)
+                for a in found
+            ):
+                return False
+        return True
+
+    def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """Loops around `node` in its function, innermost first."""
+        found = []
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, facts.SCOPES):
+                break
+            if isinstance(ancestor, (cst.For, cst.While)):
+                found.append(ancestor)
+        return found
+
+
+class Producer:
+    """One concern of the rewrite (the model, the data, setup, accumulation, outputs): it
+    reads the plan, adds edits to it, and raises Blocked where it cannot be made."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    @property
+    def context(self):
+        return self.plan.context
+
+    @property
+    def index(self):
+        return self.plan.index
+
+    @property
+    def parents(self):
+        return self.plan.parents
+
+    @property
+    def names(self):
+        return self.plan.names
+
+    @property
+    def scopes(self):
+        return self.plan.scopes
+
+    @property
+    def bindings(self):
+        return self.plan.bindings
+
+    @property
+    def edits(self) -> list[Edit]:
+        return self.plan.edits
+
+    @property
+    def imports(self) -> list[tuple[str, str | None]]:
+        return self.plan.imports
+
+    @property
+    def notes(self) -> list[str]:
+        return self.plan.notes
