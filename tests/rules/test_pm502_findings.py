@@ -39,10 +39,13 @@ def test_reported_fixtures_are_left_as_they_are_with_the_reason(case, reason):
     assert output == source
 
 
-@pytest.mark.parametrize("case", ["metric_loop", "per_sample_sgd", "maml_inner_loop"])
+@pytest.mark.parametrize(
+    "case", ["metric_loop", "per_sample_sgd", "maml_inner_loop", "carried_context", "helper_steps_per_sample"]
+)
 def test_metric_loops_per_sample_steps_and_gradients_are_not_reported(case):
     """A loop that must run sample by sample (its own optimizer step, a gradient per
-    task) gets no advice to run it once on the whole batch."""
+    task, a context one sample hands the next; also when the model is a parameter or
+    the step is in a helper) gets no advice to run it once on the whole batch."""
     source = (FIXTURES / f"{case}.in.py").read_text()
     assert findings(source) == ([], source)
 
