@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis import match as m
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
-from codemod.analysis.torch_ops import OPS, Category, functions, methods
+from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -60,6 +61,78 @@ SAME_SHAPE_MODULES = frozenset(
         "Hardswish ReLU6 GroupNorm Softmax"
     ).split()
 )
+
+
+# Calls whose integer arguments are dims (or sizes, for the reshaping ones): a dim counted
+# from the front names another dim once the input has one more leading dim.
+_DIM_METHODS = methods(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW) | {"size", "repeat"}
+_DIM_FUNCTIONS = functions(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW) | {
+    "torch.cat",
+    "torch.concat",
+    "torch.stack",
+}
+# Calls that act on the last dims by definition, whatever their arguments.
+_TRAILING_BY_DEFINITION = {"tril", "triu", f"{FUNCTIONAL}.layer_norm", "torch.tril", "torch.triu"}
+# Methods whose first argument is a size, not a dim (`x.split(4, dim=-1)`).
+_SIZE_FIRST = {"split", "chunk", "tensor_split"}
+
+
+def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNode | None:
+    """The first expression of `function` that reads a dim of a tensor counted from the
+    front, or may (`x.size(1)`, `x[:, 0]`, `x.shape[0]`, `len(x)`, `cumsum(dim=1)`,
+    `torch.cat(xs)` along its default dim 0, `x.view(B, T, -1)`, `x.sum()` over every dim,
+    `x.T`, `for row in x` over a parameter), or calls a function of the file it does not
+    read; None when every dim it names is a literal counted from the end (`x.size(-2)`,
+    `x[..., 0]`, `softmax(dim=-1)`), so that an input with one more leading dim gives each
+    of its rows what that row gave alone. Only the spelling is read; a `torch.arange`
+    built inside (one dim, its size read by the same rules) is indexed as it likes."""
+    names = context.names
+    for node in context.index.find((cst.Call, cst.Subscript, cst.Attribute, cst.For), within=function.body):
+        if isinstance(node, cst.For):
+            if isinstance(node.iter, cst.Name) and context.bindings.param_of(node.iter) is not None:
+                return node.iter
+            continue
+        if isinstance(node, cst.Attribute):
+            if node.attr.value == "T":
+                return node
+            continue
+        if isinstance(node, cst.Subscript):
+            first = node.slice[0].slice
+            if isinstance(first, cst.Index) and isinstance(first.value, cst.Ellipsis):
+                continue
+            values = context.bindings.values(node.value) if isinstance(node.value, cst.Name) else None
+            if values and all(isinstance(v, cst.Call) and names.is_(v.func, "torch.arange") for v in values):
+                continue  # a range built here has one dim, whatever the input's rank
+            if (
+                m.matches(node.value, m.Attribute(attr=m.Name("shape")))
+                and len(node.slice) == 1
+                and isinstance(first, cst.Index)
+                and (integer_value(first.value) or 0) < 0
+            ):
+                continue  # `x.shape[-1]`
+            return node
+        qualified = names.of(node.func)
+        method = node.func.attr.value if isinstance(node.func, cst.Attribute) and not qualified else None
+        if names.is_(node.func, "len", "builtins.len"):
+            return node
+        if qualified & _TRAILING_BY_DEFINITION or method in _TRAILING_BY_DEFINITION:
+            continue
+        if qualified & _DIM_FUNCTIONS or method in _DIM_METHODS:
+            if method in RESHAPING_METHODS or method == "permute" or qualified & {"torch.reshape", "torch.permute"}:
+                return node  # a shape or an order of every dim, the batch's among them
+            positional = [a for a in node.args if a.keyword is None]
+            # a function's first argument is its tensor (or tensors); a split's is a size
+            skip = 1 if method is None or method in _SIZE_FIRST else 0
+            dims = [a.value for a in positional[skip:]] + [
+                a.value
+                for a in node.args
+                if a.keyword is not None and a.keyword.value.startswith(("dim", "start", "end"))
+            ]
+            if not dims or any((integer_value(d) if integer_value(d) is not None else 0) >= 0 for d in dims):
+                return node  # a dim counted from the front, not a literal, or the default (0 or every dim)
+        elif not qualified and method is None and context.bindings.local_function(node.func) is not None:
+            return node  # a function of the file: not read here
+    return None
 
 
 # -- reading names -------------------------------------------------------------------------

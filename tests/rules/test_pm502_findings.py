@@ -55,7 +55,7 @@ def test_metric_loops_per_sample_steps_and_gradients_are_not_reported(case):
     [
         (LOOP + "print(out.shape)\n", "`out` is read after the loop"),
         (LOOP + "    seen += 1\n", "`seen += 1` runs once per sample"),
-        (LOOP.replace("out = model(x[i:i+1])", "out = model(x[i])"), "a sample is used other than as a batch of one"),
+        (LOOP.replace("out = model(x[i:i+1])", "out = model(x[i])"), "`F.cross_entropy(out, y[i:i+1])` may mean"),
         (LOOP.replace("F.cross_entropy(out, ", "F.cross_entropy(out[0], "), "may mean something else for a batch"),
         (LOOP.replace("F.cross_entropy(out, y[i:i+1])", "F.cross_entropy(out, y[i:i+1], weight=w)"), "class weights"),
         (
@@ -131,4 +131,87 @@ def test_a_list_of_samples_is_reported_because_its_rows_may_differ_in_length():
     source = PREAMBLE + "seqs = [torch.randn(n, 4) for n in (2, 3)]\n" + loop
     found, output = findings(source)
     assert len(found) == 1 and not found[0].fixable and "is a Python list or tuple" in found[0].message
+    assert output == source
+
+
+def in_function(loop: str, name: str = "train") -> str:
+    return f"def {name}(net, x, y):\n" + "".join(
+        "    " + line + "\n" for line in loop.replace("model(", "net(").splitlines()
+    )
+
+
+def test_a_model_passed_in_is_fixed_when_every_caller_passes_one_built_here():
+    source = PREAMBLE + in_function(LOOP) + "train(model, x, y)\ntrain(Net(), x, y)\n"
+    found, output = findings(source)
+    assert len(found) == 1 and found[0].applied, found
+    assert "    out = net(x)\n" in output and "for i in" not in output
+
+
+def test_a_model_passed_in_from_a_class_of_another_module_is_reported():
+    source = (
+        PREAMBLE + "from mylib import Encoder\n" + in_function(LOOP) + "train(model, x, y)\ntrain(Encoder(), x, y)\n"
+    )
+    found, output = findings(source)
+    assert len(found) == 1 and not found[0].fixable and "class not defined in this file" in found[0].message
+    assert output == source
+
+
+UNBATCHED = (
+    "z = torch.randn(8, 3)\nfor i in range(len(x)):\n    loss = F.mse_loss(model(x[i]), z[i])\n    loss.backward()\n"
+)
+
+
+def test_a_sample_without_its_batch_dimension_is_batched_when_every_layer_counts_dims_from_the_end():
+    found, output = findings(PREAMBLE + UNBATCHED)
+    assert len(found) == 1 and found[0].applied, found
+    assert output == PREAMBLE + "z = torch.randn(8, 3)\nloss = F.mse_loss(model(x), z) * len(x)\nloss.backward()\n"
+
+
+@pytest.mark.parametrize(
+    "forward,reason",
+    [
+        ("return self.fc(x - x.mean(0))", "`Net.forward` reads `x.mean(0)`, which counts a dim from the front"),
+        (
+            "return self.fc(x).view(1, -1)",
+            "`Net.forward` reads `self.fc(x).view(1, -1)`, which counts a dim from the front",
+        ),
+        ("return self.fc(x[0:4])", "`Net.forward` reads `x[0:4]`, which counts a dim from the front"),
+        ("return self.fc(x) / x.sum()", "`Net.forward` reads `x.sum()`, which counts a dim from the front"),
+    ],
+)
+def test_a_sample_without_its_batch_dimension_is_reported_when_the_model_reads_dims_from_the_front(forward, reason):
+    source = PREAMBLE.replace("return self.fc(x)", forward) + UNBATCHED
+    found, output = findings(source)
+    assert len(found) == 1 and not found[0].fixable, found
+    assert reason in found[0].message, found[0].message
+    assert output == source
+
+
+def test_a_sample_without_its_batch_dimension_is_reported_for_a_layer_with_a_batch_convention():
+    """`nn.GRU` reads a 2-D input as (T, H) unbatched and a 3-D one as (T, B, H): batching a
+    row adds its dimension in front, where the layer reads time."""
+    source = (
+        PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = nn.GRU(4, 3)").replace(
+            "return self.fc(x)", "out, _ = self.fc(x)\n        return out"
+        )
+        + UNBATCHED
+    )
+    found, output = findings(source)
+    assert len(found) == 1 and not found[0].fixable, found
+    assert "`nn.GRU` is not a layer known to act on the last dimensions" in found[0].message
+    assert output == source
+
+
+HELPER = (
+    "def step(net, xs, ys):\n    loss = F.cross_entropy(net(xs), ys)\n    loss.backward()\n    return loss.item()\n"
+)
+
+
+def test_a_train_step_helper_called_elsewhere_too_is_reported():
+    source = (
+        PREAMBLE + HELPER + "for i in range(len(x)):\n    total += step(model, x[i:i+1], y[i:i+1])\nstep(model, x, y)\n"
+    )
+    found, output = findings(source)
+    assert len(found) == 1 and not found[0].fixable, found
+    assert "`step` is called elsewhere too" in found[0].message
     assert output == source
