@@ -1063,6 +1063,8 @@ class _Batcher:
             if collected is not None and position == len(statements) - 1:
                 self._collect(statement)
                 continue
+            if helper and self._keeps_helper_result(statement):
+                continue
             if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
                 raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
             target = statement.targets[0].target
@@ -1078,6 +1080,28 @@ class _Batcher:
             raise _NotBatchable(f"`{loss_name}` is not computed in the loop")
         if division is not None and self.context.index.before(division, loss_statement):
             raise _NotBatchable(f"`{self.code(division).strip()}` runs once per sample")
+
+    def _keeps_helper_result(self, statement) -> bool:
+        """`train_step(model, x[i:i + 1], y[i:i + 1])` with its result unused: batched, True.
+        Raises where the result is kept per sample (`metrics[i] = train_step(...)`,
+        `metrics.append(...)`): batched, one call gives one result for the whole batch."""
+        calls = [
+            call
+            for call in own_nodes(self.context.index, cst.Call, statement)
+            if (function := local_calls(self.context).callee(call)) is not None and _step_helper_body(function)
+        ]
+        if not calls or (isinstance(statement, cst.Assign) and m.matches(statement.targets[0].target, m.Name())):
+            return False
+        if isinstance(statement, cst.Expr) and statement.value is calls[0]:
+            if self.value(statement.value).kind in (SUM, INV) and self.step_helpers:
+                return True
+            raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+        if isinstance(statement, cst.AugAssign):
+            return False
+        raise _NotBatchable(
+            f"the result of `{self.code(calls[0].func)}` is kept for each sample (`{self.code(statement).strip()}`): "
+            "batched, one call gives one result for the whole batch"
+        )
 
     def _calls_step_helper(self, statements) -> bool:
         return any(

@@ -215,3 +215,28 @@ def test_a_train_step_helper_called_elsewhere_too_is_reported():
     assert len(found) == 1 and not found[0].fixable, found
     assert "`step` is called elsewhere too" in found[0].message
     assert output == source
+
+
+def test_a_train_step_helper_whose_result_is_unused_is_batched():
+    source = PREAMBLE + HELPER + "for i in range(len(x)):\n    step(model, x[i:i+1], y[i:i+1])\n"
+    found, output = findings(source)
+    assert len(found) == 1 and found[0].applied, found
+    assert output.endswith("    return loss.item()\nstep(model, x, y)\n")
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "metrics = [0.0] * 8\nfor i in range(len(x)):\n    metrics[i] = ",
+        "metrics = []\nfor i in range(len(x)):\n    metrics.append(",
+    ],
+)
+def test_a_train_step_helper_whose_result_is_kept_per_sample_is_reported(kept):
+    """Report 004's own loop, `metrics[i] = train_step_with_metrics(batch[i], lr)`: batched,
+    one call gives one result where the list held one per sample."""
+    call = "step(model, x[i:i+1], y[i:i+1])" + (")" if kept.endswith("(") else "")
+    source = PREAMBLE + HELPER + kept + call + "\n"
+    found, output = findings(source)
+    assert len(found) == 1 and not found[0].fixable, found
+    assert "the result of `step` is kept for each sample" in found[0].message
+    assert output == source
