@@ -186,10 +186,11 @@ class PerSampleForwardLoop(Rule):
     without its batch dimension while a layer or the `forward` reads a dim
     counted from the front (`x.size(0)`, `x.view(1, -1)`, `x.mean(0)`, an
     `nn.GRU`, whose unbatched input is `(T, H)`), runs its step in a
-    function that is called elsewhere too, or does anything else with a
-    sample than feed it to the model and the loss. A loop that also steps the optimizer
-    per sample is training with batch size 1, another algorithm, and is left
-    alone, as are loops without `backward()` (metrics).
+    function that is called elsewhere too, or keeps its result per sample
+    (`metrics[i] = train_step(...)`), or does anything else with a sample
+    than feed it to the model and the loss. A loop that also steps the
+    optimizer per sample is training with batch size 1, another algorithm,
+    and is left alone, as are loops without `backward()` (metrics).
 
     ## Why is this bad?
     A batch of B samples run one at a time costs B forward and B backward
@@ -253,6 +254,14 @@ class PerSampleForwardLoop(Rule):
     Names the loop assigns (the output, the loss, the loop variable) must not
     be read after it: after the fix they hold the batch's values, not the
     last sample's.
+
+    A sample without its batch dimension is batched on what the model's
+    code spells: each dim its `forward` names is a literal counted from the
+    end, and each layer is one torch documents for any leading dims. An
+    index or a shape computed at run time that reaches the input's first
+    dim by other means is not seen. A train-step function batched in place
+    changes for every caller, so the loop must be its only one, in this
+    file and in the modules beside it that import it.
     """
 
     CODE = "PM502"

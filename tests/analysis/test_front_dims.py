@@ -55,3 +55,44 @@ def test_dims_counted_from_the_end_are_not_reported(body):
 )
 def test_dims_counted_from_the_front_are_reported(body, read):
     assert first_front_read(body) == read
+
+
+def _layer_cases():
+    import torch
+    from torch import nn
+
+    def features():
+        return torch.randn(5, 3, 4)
+
+    def tokens():
+        return torch.randint(7, (5, 3))
+
+    return {
+        "Linear": (lambda: nn.Linear(4, 2), features),
+        "Embedding": (lambda: nn.Embedding(7, 4), tokens),
+        "LayerNorm": (lambda: nn.LayerNorm(4), features),
+        "RMSNorm": (lambda: nn.RMSNorm(4), features),
+        "Dropout": (lambda: nn.Dropout(0.5), features),  # eval mode: what training draws differs anyway
+        "Identity": (nn.Identity, features),
+        **{name: (getattr(nn, name), features) for name in "GELU ReLU SiLU Tanh Sigmoid Softplus ELU".split()},
+        **{name: (getattr(nn, name), features) for name in "LeakyReLU Mish Hardswish ReLU6".split()},
+        "Sequential": (lambda: nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.LayerNorm(4)), features),
+        "ModuleList": (lambda: nn.Sequential(*nn.ModuleList([nn.Linear(4, 4), nn.Tanh()])), features),
+    }
+
+
+def test_every_leading_dim_layer_gives_a_row_what_the_batch_gives_it():
+    """torch_facts.LEADING_DIM_LAYERS, checked against the installed torch: each layer run on
+    one sample without its batch dimension gives that sample's row of the batched output."""
+    import torch
+
+    from codemod.analysis.torch_facts import LEADING_DIM_LAYERS
+
+    cases = _layer_cases()
+    assert {name.rsplit(".", 1)[1] for name in LEADING_DIM_LAYERS} == set(cases)
+    torch.manual_seed(0)
+    for name, (build, inputs) in cases.items():
+        layer, x = build().eval(), inputs()
+        batched = layer(x)
+        for i in range(len(x)):
+            torch.testing.assert_close(layer(x[i]), batched[i], rtol=1e-6, atol=1e-6, msg=name)
