@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import Assignment
@@ -861,7 +862,8 @@ class PerSampleForwardLoop(Rule):
         call of the function passes."""
         values = self._values(expr)
         if not values and isinstance(expr, cst.Name) and self.context.bindings.param_of(expr) is not None:
-            return self._passed_values(self.context.training.value_sources(expr), depth)
+            found = self._passed_values(self.context.training.value_sources(expr), depth)
+            return found if found is not None else self._imported_values(expr)
         if not values or len(values) != 1:
             return None
         value = values[0]
@@ -901,9 +903,46 @@ class PerSampleForwardLoop(Rule):
             result += inner
         return result
 
+    def _imported_values(self, expr: cst.Name) -> list[cst.ClassDef] | None:
+        """For a parameter of a function of this file that only the modules beside it call
+        (`from train import Net, train_epoch; train_epoch(Net(), loader)`): the classes of
+        this file each call's argument is built from; None when one is built otherwise."""
+        function, param = self.context.bindings.param_of(expr)
+        if local_calls(self.context).call_sites(function):
+            return None
+        passed = project_of(self.context).importer_arguments(function, param)
+        if not passed:
+            return None
+        stem = Path(self.context.path).stem if self.context.path else None
+        found = []
+        for other, value in passed:
+            if isinstance(value, cst.Name):
+                values = other.bindings.values(value)
+                value = values[0] if values and len(values) == 1 else None
+            while isinstance(value, cst.Call) and method_name(value) in MODULE_METHODS_RETURNING_SELF:
+                value = value.func.value
+            if not isinstance(value, cst.Call):
+                return None
+            classdef = next(
+                (
+                    statement
+                    for name in sorted(other.names.of(value.func))
+                    if name.rpartition(".")[0].rpartition(".")[2] == stem
+                    for statement in self.context.module.body
+                    if isinstance(statement, cst.ClassDef) and statement.name.value == name.rpartition(".")[2]
+                ),
+                None,
+            )
+            if classdef is None:
+                return None
+            found.append(classdef)
+        return found
+
     def _construction_problem(
         self, expr: cst.BaseExpression, code: str, depth: int, unbatched: bool = False
     ) -> str | None:
+        if isinstance(expr, cst.ClassDef):  # a class of this file, built by a module that imports it
+            return self._class_problem(expr, code, depth + 1, unbatched)
         while isinstance(expr, cst.Call) and method_name(expr) in MODULE_METHODS_RETURNING_SELF:
             expr = expr.func.value
         if not isinstance(expr, cst.Call) or depth > MAX_DEPTH:

@@ -240,3 +240,29 @@ def test_a_train_step_helper_whose_result_is_kept_per_sample_is_reported(kept):
     assert len(found) == 1 and not found[0].fixable, found
     assert "the result of `step` is kept for each sample" in found[0].message
     assert output == source
+
+
+TRAIN_MODULE = PREAMBLE.replace("model = Net()\n", "").replace(
+    "x, y = torch.randn(8, 4), torch.randint(3, (8,))\ntotal = 0.0\n", ""
+) + in_function(LOOP)
+
+
+@pytest.mark.parametrize(
+    "main,fixed",
+    [
+        ("from train import Net, train\nmodel = Net().double()\ntrain(model, x, y)\n", True),
+        ("from train import train\nfrom mylib import Encoder\ntrain(Encoder(), x, y)\n", False),
+    ],
+)
+def test_a_model_passed_in_by_a_module_that_imports_the_loop_is_followed_there(tmp_path, main, fixed):
+    """`train(model, ...)` called only from main.py beside train.py: the model main.py builds
+    is the one the loop runs; batched when it is a class of train.py."""
+    (tmp_path / "main.py").write_text("import torch\nx, y = torch.randn(8, 4), torch.randint(3, (8,))\n" + main)
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN_MODULE)
+    result = process_source(
+        path.read_bytes(), str(path), Settings(select=("PM502",), level=Level.UNSAFE), [PerSampleForwardLoop]
+    )
+    assert [f.applied for f in result.findings] == [fixed], result.findings
+    if not fixed:
+        assert "`net` is not built once in this file" in result.findings[0].message
