@@ -73,20 +73,36 @@ _DIM_FUNCTIONS = functions(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW
 }
 # Calls that act on the last dims by definition, whatever their arguments.
 _TRAILING_BY_DEFINITION = {"tril", "triu", f"{FUNCTIONAL}.layer_norm", "torch.tril", "torch.triu"}
+# Calls without dims that keep the leading dims of what they are given: elementwise math,
+# casts, new tensors from sizes (read by the same walk), and products over the last dims
+# that broadcast the leading ones.
+_LEADING_DIM_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.CAST, Category.FACTORY) | {
+    "torch.matmul",
+    f"{FUNCTIONAL}.linear",
+    f"{FUNCTIONAL}.embedding",
+    f"{FUNCTIONAL}.scaled_dot_product_attention",
+}
+_LEADING_DIM_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST) | {"matmul"}
+_PLAIN_BUILTINS = {f"{prefix}{name}" for prefix in ("", "builtins.") for name in ("range", "int", "float", "bool")}
 # Methods whose first argument is a size, not a dim (`x.split(4, dim=-1)`).
 _SIZE_FIRST = {"split", "chunk", "tensor_split"}
 
 
 def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNode | None:
-    """The first expression of `function` that reads a dim of a tensor counted from the
-    front, or may (`x.size(1)`, `x[:, 0]`, `x.shape[0]`, `len(x)`, `cumsum(dim=1)`,
-    `torch.cat(xs)` along its default dim 0, `x.view(B, T, -1)`, `x.sum()` over every dim,
-    `x.T`, `for row in x` over a parameter), or calls a function of the file it does not
-    read; None when every dim it names is a literal counted from the end (`x.size(-2)`,
-    `x[..., 0]`, `softmax(dim=-1)`), so that an input with one more leading dim gives each
-    of its rows what that row gave alone. Only the spelling is read; a `torch.arange`
-    built inside (one dim, its size read by the same rules) is indexed as it likes."""
+    """The first expression of a method of a module class that reads a dim of a tensor
+    counted from the front, or may (`x.size(1)`, `x[:, 0]`, `x.shape[0]`, `len(x)`,
+    `cumsum(dim=1)`, `torch.cat(xs)` along its default dim 0, `x.view(B, T, -1)`, `x.sum()`
+    over every dim, `x.T`, `for row in x` over a parameter), or makes a call it does not
+    know to keep the leading dims (`x.gather(1, i)`, `torch.einsum`, a function of the file);
+    None when every dim it names is a literal counted from the end (`x.size(-2)`,
+    `x[..., 0]`, `softmax(dim=-1)`) and every call is elementwise, a cast, a factory, a
+    product over the last dims, or a call of `self.<name>` (its submodules and methods,
+    which the caller reads in turn): then an input with one more leading dim gives each of
+    its rows what that row gave alone. Only the spelling is read; a `torch.arange` built
+    inside (one dim, its size read by the same rules) is indexed as it likes."""
     names = context.names
+    params = function.params.params
+    owner = params[0].name.value if params else None
     for node in context.index.find((cst.Call, cst.Subscript, cst.Attribute, cst.For), within=function.body):
         if isinstance(node, cst.For):
             if isinstance(node.iter, cst.Name) and context.bindings.param_of(node.iter) is not None:
@@ -111,10 +127,16 @@ def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNo
             ):
                 continue  # `x.shape[-1]`
             return node
+        if m.matches(node.func, m.Attribute(value=m.Name(owner))) and owner is not None:
+            continue  # `self.fc(x)`: a submodule or a method, read by the caller
         qualified = names.of(node.func)
-        method = node.func.attr.value if isinstance(node.func, cst.Attribute) and not qualified else None
-        if names.is_(node.func, "len", "builtins.len"):
-            return node
+        if qualified and all(name.startswith("math.") for name in qualified):
+            continue
+        # `torch.cat(xs, -1).sum` is named `torch.cat.sum`: a method of a value unless the
+        # name is a function this walk knows
+        known = qualified & (_DIM_FUNCTIONS | _LEADING_DIM_FUNCTIONS | _TRAILING_BY_DEFINITION | _PLAIN_BUILTINS)
+        method = node.func.attr.value if isinstance(node.func, cst.Attribute) and not known else None
+        qualified = known
         if qualified & _TRAILING_BY_DEFINITION or method in _TRAILING_BY_DEFINITION:
             continue
         if qualified & _DIM_FUNCTIONS or method in _DIM_METHODS:
@@ -130,8 +152,10 @@ def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNo
             ]
             if not dims or any((integer_value(d) if integer_value(d) is not None else 0) >= 0 for d in dims):
                 return node  # a dim counted from the front, not a literal, or the default (0 or every dim)
-        elif not qualified and method is None and context.bindings.local_function(node.func) is not None:
-            return node  # a function of the file: not read here
+            continue
+        if qualified & (_LEADING_DIM_FUNCTIONS | _PLAIN_BUILTINS) or method in _LEADING_DIM_METHODS:
+            continue
+        return node
     return None
 
 

@@ -11,7 +11,7 @@ from codemod.context import FileContext
 
 def first_front_read(body: str) -> str | None:
     context = FileContext.of_source(
-        "import torch\nimport torch.nn.functional as F\ndef helper(h):\n    return h\n"
+        "import math\nimport torch\nimport torch.nn.functional as F\ndef helper(h):\n    return h\n"
         "def forward(self, x):\n" + "".join(f"    {line}\n" for line in body.splitlines())
     )
     function = [f for f in context.index.find(cst.FunctionDef) if f.name.value == "forward"][0]
@@ -25,7 +25,7 @@ def first_front_read(body: str) -> str | None:
         "return self.head(self.norm(x))",
         "return F.softmax(x @ x.transpose(-2, -1), dim=-1)",
         "steps = torch.arange(1, x.size(-2) + 1)\nreturn x.cumsum(dim=-2) / steps[:, None]",
-        "return torch.cat([x, x.flip(-1)], dim=-1).sum(-1)",
+        "return torch.cat([x, x.exp()], dim=-1).sum(-1) + math.sqrt(2)",
         "return x[..., 0] * x.shape[-1]",
         "first, _ = x.split(4, dim=-1)\nreturn first",  # a split's first argument is a size
         "return torch.tril(torch.ones(x.size(-2), x.size(-2))) @ x",
@@ -50,6 +50,9 @@ def test_dims_counted_from_the_end_are_not_reported(body):
         ("return x.T", "x.T"),
         ("return x.softmax(dim=self.dim)", "x.softmax(dim=self.dim)"),  # not a literal
         ("return helper(x)", "helper(x)"),  # a function of the file, not read here
+        ("return x.gather(1, x.argmax(-1, keepdim=True))", "x.gather(1, x.argmax(-1, keepdim=True))"),  # unknown
+        ('return torch.einsum("ti,ij->tj", x, self.w)', 'torch.einsum("ti,ij->tj", x, self.w)'),
+        ("return F.cross_entropy(x, self.t)", "F.cross_entropy(x, self.t)"),  # classes on dim 1
         ("for row in x:\n    pass\nreturn x", "x"),
     ],
 )
