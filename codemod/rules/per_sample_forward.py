@@ -862,8 +862,14 @@ class PerSampleForwardLoop(Rule):
         call of the function passes."""
         values = self._values(expr)
         if not values and isinstance(expr, cst.Name) and self.context.bindings.param_of(expr) is not None:
-            found = self._passed_values(self.context.training.value_sources(expr), depth)
-            return found if found is not None else self._imported_values(expr)
+            function, param = self.context.bindings.param_of(expr)
+            local = self._passed_values(self.context.training.value_sources(expr), depth)
+            if local is None and not local_calls(self.context).call_sites(function):
+                local = []  # called only from the modules beside this file, if at all
+            imported = self._imported_values(function, param)
+            if local is None or imported is None or not local + imported:
+                return None
+            return local + imported
         if not values or len(values) != 1:
             return None
         value = values[0]
@@ -903,14 +909,15 @@ class PerSampleForwardLoop(Rule):
             result += inner
         return result
 
-    def _imported_values(self, expr: cst.Name) -> list[cst.ClassDef] | None:
-        """For a parameter of a function of this file that only the modules beside it call
+    def _imported_values(self, function: cst.FunctionDef, param: cst.Param) -> list[cst.ClassDef] | None:
+        """For a parameter of a function of this file that the modules beside it call
         (`from train import Net, train_epoch; train_epoch(Net(), loader)`): the classes of
-        this file each call's argument is built from; None when one is built otherwise."""
-        function, param = self.context.bindings.param_of(expr)
-        if local_calls(self.context).call_sites(function):
-            return None
-        passed = project_of(self.context).importer_arguments(function, param)
+        this file each of their calls' argument is built from (none when no module beside it
+        calls it); None when one is built otherwise."""
+        project = project_of(self.context)
+        if not project.called_from_importers(function):
+            return []
+        passed = project.importer_arguments(function, param)
         if not passed:
             return None
         stem = Path(self.context.path).stem if self.context.path else None

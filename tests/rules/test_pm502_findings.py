@@ -266,3 +266,18 @@ def test_a_model_passed_in_by_a_module_that_imports_the_loop_is_followed_there(t
     assert [f.applied for f in result.findings] == [fixed], result.findings
     if not fixed:
         assert "`net` is not built once in this file" in result.findings[0].message
+
+
+def test_a_model_passed_in_here_and_by_a_module_beside_it_is_checked_in_both(tmp_path):
+    """train.py calls `train(model, ...)` with its own Net; main.py beside it calls it with a
+    model of another library: that call is batched too, so the loop is reported."""
+    (tmp_path / "main.py").write_text(
+        "import torch\nfrom train import train\nfrom mylib import Encoder\n"
+        "train(Encoder(), torch.randn(8, 4), torch.randint(3, (8,)))\n"
+    )
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN_MODULE + "train(Net(), torch.randn(8, 4), torch.randint(3, (8,)))\n")
+    result = process_source(
+        path.read_bytes(), str(path), Settings(select=("PM502",), level=Level.UNSAFE), [PerSampleForwardLoop]
+    )
+    assert [f.fixable for f in result.findings] == [False], result.findings
