@@ -523,6 +523,11 @@ class Project:
             found.append((module.context, value))
         return found or None
 
+    def called_from_importers(self, function: cst.FunctionDef) -> bool:
+        """Does a module beside this file that imports it call `function` (a top-level
+        function of this file), or start processes with it?"""
+        return bool(self._importer_calls(function))
+
     def started_in_processes(self, function: cst.FunctionDef) -> str | None:
         """The module beside this file (its path relative to the project root) that starts
         processes running `function` (`mp.Process(target=train, ...)`), if one does."""

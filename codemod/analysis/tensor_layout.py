@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis import match as m
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
-from codemod.analysis.torch_ops import OPS, Category, functions, methods
+from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -60,6 +61,102 @@ SAME_SHAPE_MODULES = frozenset(
         "Hardswish ReLU6 GroupNorm Softmax"
     ).split()
 )
+
+
+# Calls whose integer arguments are dims (or sizes, for the reshaping ones): a dim counted
+# from the front names another dim once the input has one more leading dim.
+_DIM_METHODS = methods(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW) | {"size", "repeat"}
+_DIM_FUNCTIONS = functions(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW) | {
+    "torch.cat",
+    "torch.concat",
+    "torch.stack",
+}
+# Calls that act on the last dims by definition, whatever their arguments.
+_TRAILING_BY_DEFINITION = {"tril", "triu", f"{FUNCTIONAL}.layer_norm", "torch.tril", "torch.triu"}
+# Calls without dims that keep the leading dims of what they are given: elementwise math,
+# casts, new tensors from sizes (read by the same walk), and products over the last dims
+# that broadcast the leading ones.
+_LEADING_DIM_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.CAST, Category.FACTORY) | {
+    "torch.matmul",
+    f"{FUNCTIONAL}.linear",
+    f"{FUNCTIONAL}.embedding",
+    f"{FUNCTIONAL}.scaled_dot_product_attention",
+}
+_LEADING_DIM_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST) | {"matmul"}
+_PLAIN_BUILTINS = {f"{prefix}{name}" for prefix in ("", "builtins.") for name in ("range", "int", "float", "bool")}
+# Methods whose first argument is a size, not a dim (`x.split(4, dim=-1)`).
+_SIZE_FIRST = {"split", "chunk", "tensor_split"}
+
+
+def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNode | None:
+    """The first expression of a method of a module class that reads a dim of a tensor
+    counted from the front, or may (`x.size(1)`, `x[:, 0]`, `x.shape[0]`, `len(x)`,
+    `cumsum(dim=1)`, `torch.cat(xs)` along its default dim 0, `x.view(B, T, -1)`, `x.sum()`
+    over every dim, `x.T`, `for row in x` over a parameter), or makes a call it does not
+    know to keep the leading dims (`x.gather(1, i)`, `torch.einsum`, a function of the file);
+    None when every dim it names is a literal counted from the end (`x.size(-2)`,
+    `x[..., 0]`, `softmax(dim=-1)`) and every call is elementwise, a cast, a factory, a
+    product over the last dims, or a call of `self.<name>` (its submodules and methods,
+    which the caller reads in turn): then an input with one more leading dim gives each of
+    its rows what that row gave alone. Only the spelling is read; a `torch.arange` built
+    inside (one dim, its size read by the same rules) is indexed as it likes."""
+    names = context.names
+    params = function.params.params
+    owner = params[0].name.value if params else None
+    for node in context.index.find((cst.Call, cst.Subscript, cst.Attribute, cst.For), within=function.body):
+        if isinstance(node, cst.For):
+            if isinstance(node.iter, cst.Name) and context.bindings.param_of(node.iter) is not None:
+                return node.iter
+            continue
+        if isinstance(node, cst.Attribute):
+            if node.attr.value == "T":
+                return node
+            continue
+        if isinstance(node, cst.Subscript):
+            first = node.slice[0].slice
+            if isinstance(first, cst.Index) and isinstance(first.value, cst.Ellipsis):
+                continue
+            values = context.bindings.values(node.value) if isinstance(node.value, cst.Name) else None
+            if values and all(isinstance(v, cst.Call) and names.is_(v.func, "torch.arange") for v in values):
+                continue  # a range built here has one dim, whatever the input's rank
+            if (
+                m.matches(node.value, m.Attribute(attr=m.Name("shape")))
+                and len(node.slice) == 1
+                and isinstance(first, cst.Index)
+                and (integer_value(first.value) or 0) < 0
+            ):
+                continue  # `x.shape[-1]`
+            return node
+        if m.matches(node.func, m.Attribute(value=m.Name(owner))) and owner is not None:
+            continue  # `self.fc(x)`: a submodule or a method, read by the caller
+        qualified = names.of(node.func)
+        if qualified and all(name.startswith("math.") for name in qualified):
+            continue
+        # `torch.cat(xs, -1).sum` is named `torch.cat.sum`: a method of a value unless the
+        # name is a function this walk knows
+        known = qualified & (_DIM_FUNCTIONS | _LEADING_DIM_FUNCTIONS | _TRAILING_BY_DEFINITION | _PLAIN_BUILTINS)
+        method = node.func.attr.value if isinstance(node.func, cst.Attribute) and not known else None
+        qualified = known
+        if qualified & _TRAILING_BY_DEFINITION or method in _TRAILING_BY_DEFINITION:
+            continue
+        if qualified & _DIM_FUNCTIONS or method in _DIM_METHODS:
+            if method in RESHAPING_METHODS or method == "permute" or qualified & {"torch.reshape", "torch.permute"}:
+                return node  # a shape or an order of every dim, the batch's among them
+            positional = [a for a in node.args if a.keyword is None]
+            # a function's first argument is its tensor (or tensors); a split's is a size
+            skip = 1 if method is None or method in _SIZE_FIRST else 0
+            dims = [a.value for a in positional[skip:]] + [
+                a.value
+                for a in node.args
+                if a.keyword is not None and a.keyword.value.startswith(("dim", "start", "end"))
+            ]
+            if not dims or any((integer_value(d) if integer_value(d) is not None else 0) >= 0 for d in dims):
+                return node  # a dim counted from the front, not a literal, or the default (0 or every dim)
+            continue
+        if qualified & (_LEADING_DIM_FUNCTIONS | _PLAIN_BUILTINS) or method in _LEADING_DIM_METHODS:
+            continue
+        return node
+    return None
 
 
 # -- reading names -------------------------------------------------------------------------

@@ -361,6 +361,16 @@ CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.Cro
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"
 NLL_LOSS_MODULES = {"torch.nn.NLLLoss", "torch.nn.modules.loss.NLLLoss"}
 SOFTMAXES = {f"{FUNCTIONAL}.softmax", "torch.softmax", "torch.special.softmax"}
+# Layers that act on the last dimensions of their input and take any number of leading ones
+# (`(*, H)` in torch's docs), and the containers that only call their children: a sample
+# without its batch dimension gives the values its row of a batch gives.
+LEADING_DIM_LAYERS = frozenset(
+    f"torch.nn.{name}"
+    for name in (
+        "Linear Embedding LayerNorm RMSNorm Dropout Identity GELU ReLU SiLU Tanh Sigmoid Softplus ELU "
+        "LeakyReLU Mish Hardswish ReLU6 Sequential ModuleList"
+    ).split()
+)
 # Layers whose output for one sample depends on the other samples of the batch (in training mode).
 BATCH_MIXING_LAYERS = {
     f"torch.nn.{name}"

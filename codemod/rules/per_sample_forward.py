@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import Assignment
@@ -11,6 +12,8 @@ from codemod.analysis.local_calls import local_calls
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import atom, integer_value, kwarg, method_name, names_read, number_value
+from codemod.analysis.project import project_of
+from codemod.analysis.tensor_layout import front_dim_read
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
     BATCH_MIXING_LAYERS,
@@ -18,6 +21,7 @@ from codemod.analysis.torch_facts import (
     FUNCTIONAL,
     FUNCTIONAL_OF,
     FUNCTIONAL_PARAMETERS,
+    LEADING_DIM_LAYERS,
     LOSS_FUNCTIONS,
     LOSS_MODULES,
     MODULE_METHODS_RETURNING_SELF,
@@ -158,6 +162,21 @@ class PerSampleForwardLoop(Rule):
     logits are), and several model calls per sample (a pair of inputs) each
     become one batched call.
 
+    A sample given to the model without a batch dimension (`for seq in
+    batch: logits = model(seq[:-1])`) becomes the batch (`batch[:, :-1]`)
+    when every layer of the model acts on the last dimensions (`nn.Linear`,
+    `nn.Embedding`, `nn.LayerNorm`, activations) and its `forward` counts
+    every dim it names from the end (`x.size(-2)`, `softmax(dim=-1)`,
+    `x[..., 0]`): then each row of the batch gets what the sample got
+    alone, and the per-position loss is taken over the flattened positions,
+    per sample. The model may be a parameter of the function that holds
+    the loop (`def train_epoch(model, loader, optimizer)`) when every call
+    of that function passes a model built in this file. The forward and the
+    backward may sit in a function of this file the loop calls once per
+    sample (`total += train_step(model, x[i:i+1], y[i:i+1])`): when the loop
+    is its only caller, the function is batched where it is and the loop
+    calls it once with the whole batch.
+
     Reported without a fix: the model has a BatchNorm layer (in training mode
     it normalises each sample with the batch's statistics, so batching changes
     the model's output), the model's class is not defined in this file (the
@@ -165,10 +184,14 @@ class PerSampleForwardLoop(Rule):
     functional parameters (`torch.func.functional_call`, MAML-style inner
     loops), branches on the values of a sample, iterates over a Python list
     of examples (they may differ in shape), runs the model on a sample
-    without its batch dimension, or does anything else with a sample than
-    feed it to the model and the loss. A loop that also steps the optimizer
-    per sample is training with batch size 1, another algorithm, and is left
-    alone, as are loops without `backward()` (metrics).
+    without its batch dimension while a layer or the `forward` reads a dim
+    counted from the front (`x.size(0)`, `x.view(1, -1)`, `x.mean(0)`, an
+    `nn.GRU`, whose unbatched input is `(T, H)`), runs its step in a
+    function that is called elsewhere too, or keeps its result per sample
+    (`metrics[i] = train_step(...)`), or does anything else with a sample
+    than feed it to the model and the loss. A loop that also steps the
+    optimizer per sample is training with batch size 1, another algorithm,
+    and is left alone, as are loops without `backward()` (metrics).
 
     ## Why is this bad?
     A batch of B samples run one at a time costs B forward and B backward
@@ -232,6 +255,14 @@ class PerSampleForwardLoop(Rule):
     Names the loop assigns (the output, the loss, the loop variable) must not
     be read after it: after the fix they hold the batch's values, not the
     last sample's.
+
+    A sample without its batch dimension is batched on what the model's
+    code spells: each dim its `forward` names is a literal counted from the
+    end, and each layer is one torch documents for any leading dims. An
+    index or a shape computed at run time that reaches the input's first
+    dim by other means is not seen. A train-step function batched in place
+    changes for every caller, so the loop must be its only one, in this
+    file and in the modules beside it that import it.
     """
 
     CODE = "PM502"
@@ -390,6 +421,29 @@ class PerSampleForwardLoop(Rule):
             "out = model(x)\nloss = sum(squares(out[i : i + 1], z[i : i + 1]) for i in range(len(x)))\n"
             "loss.backward()\ntotal += loss.item()\n",
             "a loss function that reads a computed value twice: written out, it would compute it twice; called per sample",
+        ),
+        Invalid(
+            PREAMBLE + "z = torch.randn(8, 3)\nfor i in range(len(x)):\n    loss = F.mse_loss(model(x[i]), z[i])\n"
+            "    loss.backward()\n    total += loss.item()\n",
+            PREAMBLE + "z = torch.randn(8, 3)\nloss = F.mse_loss(model(x), z) * len(x)\nloss.backward()\n"
+            "total += loss.item()\n",
+            "a sample without its batch dimension, to a model whose layers count dims from the end",
+        ),
+        Invalid(
+            PREAMBLE + "z = torch.randn(8, 3)\ndef train(net):\n    for i in range(len(x)):\n"
+            "        loss = F.mse_loss(net(x[i:i+1]), z[i:i+1])\n        loss.backward()\ntrain(model)\n",
+            PREAMBLE + "z = torch.randn(8, 3)\ndef train(net):\n    loss = F.mse_loss(net(x), z) * len(x)\n"
+            "    loss.backward()\ntrain(model)\n",
+            "the model a parameter: every call passes one built in this file",
+        ),
+        Invalid(
+            PREAMBLE + "z = torch.randn(8, 3)\ndef step(net, xs, zs):\n    loss = F.mse_loss(net(xs), zs)\n"
+            "    loss.backward()\n    return loss.item()\nfor i in range(len(x)):\n"
+            "    total += step(model, x[i:i+1], z[i:i+1])\n",
+            PREAMBLE
+            + "z = torch.randn(8, 3)\ndef step(net, xs, zs):\n    loss = F.mse_loss(net(xs), zs) * xs.size(0)\n"
+            "    loss.backward()\n    return loss.item()\ntotal += step(model, x, z)\n",
+            "forward and backward in a helper the loop alone calls: the helper takes the batch",
         ),
         Invalid(
             PREAMBLE.replace("self.fc = nn.Linear(4, 3)", "self.fc = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))")
@@ -788,22 +842,34 @@ class PerSampleForwardLoop(Rule):
 
     # -- the model ---------------------------------------------------------------------
 
-    def _model_problem(self, model: cst.BaseExpression) -> str | None:
-        """Why the model may mix the samples of a batch, or None when every layer is per-sample."""
+    def _model_problem(self, model: cst.BaseExpression, unbatched: bool = False) -> str | None:
+        """Why the model may mix the samples of a batch, or None when every layer is per-sample;
+        `unbatched`: also why a sample without its batch dimension may give other values
+        than its row of a batch."""
         code = self.context.module.code_for_node(model)
         values = self._model_values(model, 0)
         if not values:
             return f"the model `{code}` is not built once in this file, so the rule cannot see whether it mixes samples"
         for value in values:
-            problem = self._construction_problem(value, code, 0)
+            problem = self._construction_problem(value, code, 0, unbatched)
             if problem is not None:
                 return problem
         return None
 
     def _model_values(self, expr: cst.BaseExpression, depth: int) -> list[cst.BaseExpression] | None:
         """What builds the model `expr`: its one assignment, followed through a parameter
-        (`self.model = model` in `__init__`) to what every call of the function passes."""
+        (`self.model = model` in `__init__`, `def train_epoch(model, loader)`) to what every
+        call of the function passes."""
         values = self._values(expr)
+        if not values and isinstance(expr, cst.Name) and self.context.bindings.param_of(expr) is not None:
+            function, param = self.context.bindings.param_of(expr)
+            local = self._passed_values(self.context.training.value_sources(expr), depth)
+            if local is None and not local_calls(self.context).call_sites(function):
+                local = []  # called only from the modules beside this file, if at all
+            imported = self._imported_values(function, param)
+            if local is None or imported is None or not local + imported:
+                return None
+            return local + imported
         if not values or len(values) != 1:
             return None
         value = values[0]
@@ -830,7 +896,60 @@ class PerSampleForwardLoop(Rule):
             return self._model_values(value, depth + 1)
         return [value]
 
-    def _construction_problem(self, expr: cst.BaseExpression, code: str, depth: int) -> str | None:
+    def _passed_values(self, sources: list[cst.BaseExpression | None], depth: int) -> list[cst.BaseExpression] | None:
+        """What builds each model a parameter receives (None entries: a call the analysis
+        cannot read, or one from elsewhere)."""
+        if not sources or any(source is None for source in sources) or depth >= MAX_DEPTH:
+            return None
+        result = []
+        for source in sources:
+            inner = self._model_values(source, depth + 1) if isinstance(source, (cst.Name, cst.Attribute)) else [source]
+            if not inner:
+                return None
+            result += inner
+        return result
+
+    def _imported_values(self, function: cst.FunctionDef, param: cst.Param) -> list[cst.ClassDef] | None:
+        """For a parameter of a function of this file that the modules beside it call
+        (`from train import Net, train_epoch; train_epoch(Net(), loader)`): the classes of
+        this file each of their calls' argument is built from (none when no module beside it
+        calls it); None when one is built otherwise."""
+        project = project_of(self.context)
+        if not project.called_from_importers(function):
+            return []
+        passed = project.importer_arguments(function, param)
+        if not passed:
+            return None
+        stem = Path(self.context.path).stem if self.context.path else None
+        found = []
+        for other, value in passed:
+            if isinstance(value, cst.Name):
+                values = other.bindings.values(value)
+                value = values[0] if values and len(values) == 1 else None
+            while isinstance(value, cst.Call) and method_name(value) in MODULE_METHODS_RETURNING_SELF:
+                value = value.func.value
+            if not isinstance(value, cst.Call):
+                return None
+            classdef = next(
+                (
+                    statement
+                    for name in sorted(other.names.of(value.func))
+                    if name.rpartition(".")[0].rpartition(".")[2] == stem
+                    for statement in self.context.module.body
+                    if isinstance(statement, cst.ClassDef) and statement.name.value == name.rpartition(".")[2]
+                ),
+                None,
+            )
+            if classdef is None:
+                return None
+            found.append(classdef)
+        return found
+
+    def _construction_problem(
+        self, expr: cst.BaseExpression, code: str, depth: int, unbatched: bool = False
+    ) -> str | None:
+        if isinstance(expr, cst.ClassDef):  # a class of this file, built by a module that imports it
+            return self._class_problem(expr, code, depth + 1, unbatched)
         while isinstance(expr, cst.Call) and method_name(expr) in MODULE_METHODS_RETURNING_SELF:
             expr = expr.func.value
         if not isinstance(expr, cst.Call) or depth > MAX_DEPTH:
@@ -839,38 +958,60 @@ class PerSampleForwardLoop(Rule):
         if names & BATCH_MIXING_LAYERS:
             return f"the model `{code}` has BatchNorm, which mixes the samples of a batch in training mode"
         if any(n.startswith("torch.nn.") for n in names):
+            if unbatched and not names & LEADING_DIM_LAYERS:
+                return _unbatched_layer(code, self.context.module.code_for_node(expr.func))
             for arg in expr.args:  # nn.Sequential(nn.Linear(...), nn.BatchNorm1d(...))
                 if isinstance(arg.value, cst.Call):
-                    problem = self._construction_problem(arg.value, code, depth + 1)
+                    problem = self._construction_problem(arg.value, code, depth + 1, unbatched)
                     if problem is not None:
                         return problem
             return None
         classdef = self.context.kinds.local_class(expr.func)
         if classdef is None:
             return f"the model `{code}` is of a class not defined in this file, so the rule cannot see whether it mixes samples"
-        return self._class_problem(classdef, code, depth + 1)
+        return self._class_problem(classdef, code, depth + 1, unbatched)
 
-    def _class_problem(self, classdef: cst.ClassDef, code: str, depth: int) -> str | None:
+    def _class_problem(self, classdef: cst.ClassDef, code: str, depth: int, unbatched: bool = False) -> str | None:
         for base in classdef.bases:
             local = self.context.kinds.local_class(base.value)
             if local is not None:
-                problem = self._class_problem(local, code, depth + 1)
+                problem = self._class_problem(local, code, depth + 1, unbatched)
                 if problem is not None:
                     return problem
         for call in self.context.index.find(cst.Call, within=classdef):
             names = self.context.names.of(call.func)
+            if (
+                unbatched
+                and any(n.startswith("torch.nn.") and n.rsplit(".", 1)[1][:1].isupper() for n in names)
+                and not names & LEADING_DIM_LAYERS
+            ):
+                return _unbatched_layer(code, self.context.module.code_for_node(call.func))
             if names & BATCH_MIXING_LAYERS:
                 return f"the model `{code}` has BatchNorm, which mixes the samples of a batch in training mode"
             if self.context.names.startswith(call.func, FUNCTIONAL_PARAMETERS):
                 return f"the model `{code}` calls `{self.context.module.code_for_node(call.func)}`"
             local = self.context.kinds.local_class(call.func)
             if local is not None and local is not classdef:
-                problem = self._class_problem(local, code, depth + 1)
+                problem = self._class_problem(local, code, depth + 1, unbatched)
                 if problem is not None:
                     return problem
             elif self._is_attribute_value(call) and not (names and all(n.startswith(KNOWN_LIBRARIES) for n in names)):
                 name = self.context.module.code_for_node(call.func)
                 return f"the model `{code}` has a submodule built by `{name}`, which the rule cannot see into"
+        if unbatched:
+            for method in classdef.body.body:
+                if isinstance(method, cst.FunctionDef) and method.name.value != "__init__":
+                    read = front_dim_read(self.context, method)
+                    if read is not None:
+                        text = self.context.module.code_for_node(read)
+                        where = f"`{classdef.name.value}.{method.name.value}`"
+                        what = (
+                            f"calls `{text}`, which the rule does not read"
+                            if isinstance(read, cst.Call) and self.context.bindings.local_function(read.func)
+                            else f"reads `{text}`, which counts a dim from the front: with a batch dimension "
+                            "it may read another one"
+                        )
+                        return f"the model `{code}` runs on a sample without its batch dimension, and {where} {what}"
         return None
 
     def _is_attribute_value(self, call: cst.Call) -> bool:
@@ -915,6 +1056,7 @@ class _Batcher:
         self.accumulators: set[str] = set()  # `total` of `total += loss.item()`
         self.function_names: set[str] = set()  # the parameters and locals of a loss function being read
         self.cosmetic: set[int] = set()  # edits that tidy a function written out, needed by no batch
+        self.step_helpers = 0  # calls of a function that runs a sample's forward and backward
 
     def code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node)
@@ -942,8 +1084,20 @@ class _Batcher:
             if len(line.body) != 1:
                 raise _NotBatchable("several statements on one line")
         statements = [line.body[0] for line in lines]
+        self._statements(statements, self.collected)
+        if self.collected is None and not any(m.matches(s, BACKWARD) for s in statements) and self.step_helpers != 1:
+            raise _NotBatchable("it does not end each sample with one plain `loss.backward()`")
+        if self.model_calls == 0:
+            raise _NotBatchable("it does not call the model on the sample")
+        self._check_not_read_after(statements)
+        return [*self.found, *self.list_edits], self.imports
+
+    def _statements(self, statements, collected) -> None:
+        """Batch the statements of one sample: of the loop's body, or of a function of
+        the file the loop calls per sample that runs the backward itself."""
         backward_at = [i for i, s in enumerate(statements) if m.matches(s, BACKWARD)]
-        if self.collected is None and len(backward_at) != 1:
+        helper = collected is None and not backward_at and self._calls_step_helper(statements)
+        if collected is None and len(backward_at) != 1 and not helper:
             raise _NotBatchable("it does not end each sample with one plain `loss.backward()`")
         loss_name = None
         if backward_at:
@@ -961,8 +1115,10 @@ class _Batcher:
                 continue
             if self._accumulates(statement, bound_here):
                 continue
-            if self.collected is not None and position == len(statements) - 1:
+            if collected is not None and position == len(statements) - 1:
                 self._collect(statement)
+                continue
+            if helper and self._keeps_helper_result(statement):
                 continue
             if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
                 raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
@@ -979,10 +1135,36 @@ class _Batcher:
             raise _NotBatchable(f"`{loss_name}` is not computed in the loop")
         if division is not None and self.context.index.before(division, loss_statement):
             raise _NotBatchable(f"`{self.code(division).strip()}` runs once per sample")
-        if self.model_calls == 0:
-            raise _NotBatchable("it does not call the model on the sample")
-        self._check_not_read_after(statements)
-        return [*self.found, *self.list_edits], self.imports
+
+    def _keeps_helper_result(self, statement) -> bool:
+        """`train_step(model, x[i:i + 1], y[i:i + 1])` with its result unused: batched, True.
+        Raises where the result is kept per sample (`metrics[i] = train_step(...)`,
+        `metrics.append(...)`): batched, one call gives one result for the whole batch."""
+        calls = [
+            call
+            for call in own_nodes(self.context.index, cst.Call, statement)
+            if (function := local_calls(self.context).callee(call)) is not None and _step_helper_body(function)
+        ]
+        if not calls or (isinstance(statement, cst.Assign) and m.matches(statement.targets[0].target, m.Name())):
+            return False
+        if isinstance(statement, cst.Expr) and statement.value is calls[0]:
+            if self.value(statement.value).kind in (SUM, INV) and self.step_helpers:
+                return True
+            raise _NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+        if isinstance(statement, cst.AugAssign):
+            return False
+        raise _NotBatchable(
+            f"the result of `{self.code(calls[0].func)}` is kept for each sample (`{self.code(statement).strip()}`): "
+            "batched, one call gives one result for the whole batch"
+        )
+
+    def _calls_step_helper(self, statements) -> bool:
+        return any(
+            _step_helper_body(function) is not None
+            for statement in statements
+            for call in own_nodes(self.context.index, cst.Call, statement)
+            if (function := local_calls(self.context).callee(call)) is not None
+        )
 
     # -- statements --------------------------------------------------------------------
 
@@ -1453,25 +1635,28 @@ class _Batcher:
             if arg.star:
                 return self._reject(call)
             value = self.value(arg.value)
-            if value.kind not in (ONE, INV):
-                if value.kind == ROW:
-                    raise _NotBatchable(
-                        "a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`): "
-                        f"`{self.code(call)}` runs the model on a sample without its batch dimension"
-                    )
+            if value.kind not in (ONE, ROW, INV):
                 return self._reject(call)
             values.append(value)
-        if not any(v.kind == ONE for v in values):
+        kinds = {v.kind for v in values} - {INV}
+        if len(kinds) != 1:
             return self._reject(call)
-        problem = self.rule._model_problem(call.func)
+        # A sample without its batch dimension (`model(seq[:-1])`): the batch adds one in
+        # front, which gives each row what it gave alone when every layer counts dims from
+        # the end; the output is then the sample's without its batch dimension too.
+        unbatched = kinds == {ROW}
+        parent = self.context.parents.get(call)
+        unpacked = isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, (cst.Tuple, cst.List))
+        if unbatched and unpacked:
+            return self._reject(call)
+        problem = self.rule._model_problem(call.func, unbatched)
         if problem is not None:
             raise _NotBatchable(problem)
         self.model_calls += 1
         origin = ("model", self.code(call.func))
-        parent = self.context.parents.get(call)
-        if isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, (cst.Tuple, cst.List)):
+        if unpacked:
             return _Value(MODEL_TUPLE, origin=origin)
-        return _Value(ONE, origin=origin)
+        return _Value(ROW if unbatched else ONE, origin=origin)
 
     def _loss(self, call: cst.Call) -> _Value:
         loss = self.rule._loss_call(call)
@@ -1518,6 +1703,8 @@ class _Batcher:
         cannot read (a loop over positions, a mean over the targets that count) is
         called per sample on the batched model's output and the results summed: the
         same calls, on the same values, in the same order."""
+        if _step_helper_body(function) is not None:
+            return self._step_helper(call, function)
         try:
             return self._read_local_loss(call, function)
         except _NotBatchable:
@@ -1525,6 +1712,43 @@ class _Batcher:
             if per_sample is None:
                 raise
             return per_sample
+
+    def _step_helper(self, call: cst.Call, function: cst.FunctionDef) -> _Value:
+        """A function of this file that runs the forward and the backward of the sample it
+        is given (`total += train_step(model, x[i:i + 1], y[i:i + 1])`): its statements are
+        batched where they are, so that it takes the whole batch, when this loop is the
+        only caller (another caller's batch would get the per-sample sum as its loss)."""
+        name = self.code(call.func)
+        if self.inlining or self.step_helpers or self.loop.index is None and not self.loop.rows:
+            return self._reject(call)
+        if local_calls(self.context).call_sites(function) != [call] or project_of(self.context).called_from_importers(
+            function
+        ):
+            raise _NotBatchable(f"`{name}` is called elsewhere too, where its batches may not be samples")
+        statements, returned = _step_helper_body(function)
+        mapping = _arguments(call, function)
+        if mapping is None:
+            return self._reject(call)
+        env = {param: self.value(arg) if arg is not None else _Value(INV) for param, arg in mapping.items()}
+        data = [p for p, v in env.items() if v.kind in (ONE, ROW) and v.origin[:1] == ("data",)]
+        if not data:
+            return self._reject(call)
+        local_names = set(mapping) | {
+            n for s in statements if isinstance(s, cst.Assign) for t in s.targets for n in _names_of(t.target)
+        }
+        saved = (self.env, self.function_names, self.loop, self.samples)
+        # inside, the batch is the parameter that held a sample
+        self.loop = _Loop(None, f"{data[0]}.size(0)", batches=[cst.Name(data[0])])
+        self.env, self.function_names, self.samples = env, local_names, set()
+        try:
+            self._statements(statements, None)
+            result = self.value(returned) if returned is not None else _Value(INV)
+        finally:
+            self.env, self.function_names, self.loop, self.samples = saved
+        if result.kind not in (SUM, INV):
+            raise _NotBatchable(f"`{name}` returns a value the rule cannot add up over the samples")
+        self.step_helpers += 1
+        return result
 
     def _per_sample_loss(self, call: cst.Call, function: cst.FunctionDef) -> _Value | None:
         """`sum(f(out[i : i + 1], y[i : i + 1]) for i in range(B))` for a loss function `f`
@@ -1624,6 +1848,13 @@ class _Batcher:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _unbatched_layer(code: str, layer: str) -> str:
+    return (
+        f"the model `{code}` runs on a sample without its batch dimension, and `{layer}` is not a layer known "
+        "to act on the last dimensions only (a batch dimension may change what it reads)"
+    )
 
 
 def _python_list(name: str) -> str:
@@ -1835,6 +2066,25 @@ def _single_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
         ):
             return None
     return body[-1].body[0].value
+
+
+def _step_helper_body(function: cst.FunctionDef) -> tuple[list, cst.BaseExpression | None] | None:
+    """(statements, the value returned) of a function whose body is simple statements with
+    a plain `loss.backward()` among them (a docstring and a last `return` aside)."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else []
+    statements = []
+    for line in body:
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        statements.append(line.body[0])
+    if statements and isinstance(statements[0], cst.Expr) and isinstance(statements[0].value, cst.SimpleString):
+        statements = statements[1:]
+    returned = None
+    if statements and isinstance(statements[-1], cst.Return):
+        returned = statements.pop().value
+    if any(isinstance(s, cst.Return) for s in statements) or not any(m.matches(s, BACKWARD) for s in statements):
+        return None
+    return statements, returned
 
 
 def _local_assignments(function: cst.FunctionDef) -> list[cst.Assign]:

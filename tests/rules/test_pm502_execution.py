@@ -25,7 +25,15 @@ from codemod.rules.per_sample_forward import PerSampleForwardLoop
 from tests.rules.scripts import one_thread, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM502"
-REWRITTEN = ["seed_lm_per_sequence", "zip_regression", "summed_classifier", "padded_sequences"]
+REWRITTEN = [
+    "seed_lm_per_sequence",
+    "zip_regression",
+    "summed_classifier",
+    "padded_sequences",
+    "model_parameter",  # the model reaches the loop as a parameter of the training function
+    "unbatched_sequence",  # `model(seq[:-1])`: samples without a batch dimension
+    "helper_step",  # forward and backward in a helper called per sample (report 004)
+]
 RTOL = 1e-10
 
 
@@ -65,7 +73,7 @@ def first_gradients(source: str) -> dict[str, torch.Tensor]:
         return load_main(source)()
 
 
-@pytest.mark.parametrize("case", ["seed_lm_per_sequence", "padded_sequences"])
+@pytest.mark.parametrize("case", ["seed_lm_per_sequence", "padded_sequences", "unbatched_sequence", "helper_step"])
 def test_first_gradient_is_the_per_sample_sum(case):
     source = (FIXTURES / f"{case}.in.py").read_text()
     want = first_gradients(source)
