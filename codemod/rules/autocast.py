@@ -8,18 +8,25 @@ from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import data_parallel
 from codemod.analysis.kinds import Place
+from codemod.analysis.lightning import TrainerBuild, lightning_trainers
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, positional, sole_definition
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     AUTOCAST_FLOAT16,
     AUTOCAST_UNSAFE,
+    LIGHTNING_DEFAULT_ACCELERATOR,
+    LIGHTNING_FLOAT16_PRECISION,
+    LIGHTNING_FULL_PRECISION,
+    LIGHTNING_GPU_ACCELERATORS,
+    LIGHTNING_MIXED_PRECISION,
+    LIGHTNING_PRECISION_KEYWORD,
     MODEL_WRAPPERS,
     PRECISION_OWNERS,
     autocast_float16,
 )
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
-from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
+from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
 
 POLICY_NAMES = ("precision", "amp_precision")
@@ -254,7 +261,7 @@ class ForwardWithoutAutocast(Rule):
     CODE = "PM301"
     NAME = "forward-without-autocast"
     LEVEL = Level.NUMERIC
-    REQUIRES = ("backward",)
+    REQUIRES = ("backward", "Trainer")
     AFTER = ("PM502",)  # the batched forward is the region to wrap, not the per-sample loop's body
     MESSAGE = "the forward pass and loss run in float32; run them under autocast"
     GAIN = "1.5-3x step time on Ampere or newer GPUs for matmul-heavy models, and less activation memory"
@@ -425,6 +432,9 @@ class ForwardWithoutAutocast(Rule):
         self._taken: set[str] | None = None
 
     def visit_Module(self, node: cst.Module) -> None:
+        for build in lightning_trainers(self.context).builds:
+            if build.precision is None:
+                self._check_trainer(build)
         training = self.context.training
         inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
         elsewhere = [
@@ -540,6 +550,111 @@ class ForwardWithoutAutocast(Rule):
         if fp16:
             edits += self._scale_edits(loop, placement.scaler)
         self.report(self._forward_start(loop), edits=edits, imports=[POLICY_IMPORT])
+
+    # -- Lightning's Trainer ------------------------------------------------------------
+
+    def _check_trainer(self, build: TrainerBuild) -> None:
+        """A Lightning `Trainer(...)` without `precision=`: on a CUDA GPU it gets the mixed
+        precision Lightning applies to every training_step; elsewhere, or where that cannot
+        be told, a report that says why."""
+        training = self.context.training
+        fp16 = self.context.settings.amp == "fp16"
+        precision = LIGHTNING_FLOAT16_PRECISION if fp16 else LIGHTNING_MIXED_PRECISION
+        wanted = f'{LIGHTNING_PRECISION_KEYWORD}="{precision}"'
+        if build.star is not None:
+            return self._decline_trainer(
+                build, f"`{training.code(build.star)}` may set the precision or the accelerator", wanted
+            )
+        if build.plugins is not None:
+            return self._decline_trainer(
+                build, "`plugins=` may hold a precision plugin, which Lightning refuses beside `precision=`", wanted
+            )
+        gpu = frozenset(LIGHTNING_GPU_ACCELERATORS)
+        accelerator = build.accelerator
+        if accelerator is None:
+            proven = written = frozenset({LIGHTNING_DEFAULT_ACCELERATOR})
+        else:
+            proven = training.strings(accelerator)
+            written = training.strings(accelerator, written=True)
+        guarded = False
+        if proven is not None and proven <= gpu:
+            pass
+        elif written is not None and written <= gpu and self._is_plain(accelerator):
+            guarded = True  # an option whose default is "gpu": the precision follows the option
+        elif written is not None and not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
+            return  # the CPU, a TPU, MPS...: not a CUDA GPU
+        elif written is not None and LIGHTNING_DEFAULT_ACCELERATOR in written:
+            if accelerator is None:
+                shown = 'the accelerator is "auto", the default,'
+            elif isinstance(accelerator, cst.SimpleString):
+                shown = 'the accelerator is "auto",'
+            else:
+                shown = f'the accelerator `{training.code(accelerator)}` is "auto" as the script is written,'
+            return self._decline_trainer(
+                build,
+                f"{shown} which picks the CPU where no GPU is present (and MPS on a Mac), where "
+                "bf16 autocast is rarely faster; whatever `devices=` says, it is not known to be a CUDA GPU",
+                wanted + ' when it trains on a CUDA GPU (or `accelerator="gpu"`)',
+            )
+        else:
+            return self._decline_trainer(
+                build, f"the accelerator `{training.code(accelerator)}` cannot be told", wanted + " for a CUDA GPU"
+            )
+        if build.modules is None or not build.modules:
+            why = (
+                "no `fit(...)` of it in this file names the module it trains"
+                if build.modules is not None
+                else "the module its `fit(...)` trains is not a LightningModule class of this file"
+            )
+            return self._decline_trainer(
+                build, f"{why}, so whether that module already autocasts cannot be told", wanted
+            )
+        reached = self._module_functions(build.modules)
+        if any(self.context.inside(use, node) for use in training.autocast_uses for node in reached):
+            return  # the module enters autocast itself
+        if not fp16:
+            recurrent = self._recurrent_in(build.modules)
+            if recurrent is not None:
+                return self._decline_trainer(
+                    build,
+                    f"{recurrent}, which CUDA autocast runs in float16 whatever dtype it is given: "
+                    f"bf16 would train it in float16 without a gradient scaler",
+                    f'{LIGHTNING_PRECISION_KEYWORD}="{LIGHTNING_FLOAT16_PRECISION}" (float16 with a gradient scaler)',
+                )
+        value: cst.BaseExpression = cst.SimpleString(f'"{precision}"')
+        if guarded:
+            choices = ", ".join(f'"{name}"' for name in LIGHTNING_GPU_ACCELERATORS)
+            value = cst.parse_expression(
+                f'"{precision}" if {training.code(accelerator)} in ({choices}) else "{LIGHTNING_FULL_PRECISION}"'
+            )
+        self.report(
+            build.call,
+            f"{self.MESSAGE}: the Trainer runs every training_step in float32 on the GPU; pass {wanted}",
+            edits=[AddKeyword(build.call, LIGHTNING_PRECISION_KEYWORD, value)],
+        )
+
+    def _decline_trainer(self, build: TrainerBuild, why: str, wanted: str) -> None:
+        self.report(
+            build.call,
+            f"{self.MESSAGE}: the Trainer runs every training_step in float32; pass {wanted} (not fixed: {why})",
+        )
+
+    def _module_functions(self, modules: tuple[cst.ClassDef, ...]) -> list[cst.CSTNode]:
+        """The classes and the functions of this file their methods call."""
+        steps = self.context.loops
+        found: list[cst.CSTNode] = list(modules)
+        for cls in modules:
+            found += [f for f in steps.functions_reached(cls.body) if f not in found]
+        return found
+
+    def _recurrent_in(self, modules: tuple[cst.ClassDef, ...]) -> str | None:
+        """A cuDNN RNN the modules build (`nn.LSTM(...)`), said as the start of a sentence."""
+        names = self.context.names
+        for cls in modules:
+            for call in self.context.index.find(cst.Call, within=cls):
+                if any(autocast_float16(name) for name in names.may_name(call.func)):
+                    return f"`{self.context.source(call.func)}` (line {self.context.line(call)}) is a cuDNN RNN"
+        return None
 
     def _taken_names(self) -> set[str]:
         """Every name the file spells, found once for all its loops."""
