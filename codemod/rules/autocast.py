@@ -107,6 +107,28 @@ class Net(nn.Module):
     def forward(self, x):
         return self.head(self.rnn(x.unsqueeze(1))[0][:, -1])
 model = Net().to(device)"""
+LIGHTNING = """\
+import lightning as L
+import torch
+from torch import nn
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(32, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters())
+
+
+trainer = L.Trainer(accelerator="gpu", max_epochs=2)
+trainer.fit(Net(), loader)
+"""
 ACCUMULATION = """\
 accum = 4
 for epoch in range(2):
@@ -170,6 +192,17 @@ class ForwardWithoutAutocast(Rule):
     after it, inside the same `if (i + 1) % accum == 0:` as the step when
     gradients are accumulated, so the scale is updated only on step
     iterations.
+
+    With PyTorch Lightning the Trainer runs the steps, and the fix is its own
+    setting, not a with-block in `training_step`: a `Trainer(...)`
+    (`L.Trainer`, `lightning.pytorch.Trainer`, `pytorch_lightning.Trainer`)
+    with `accelerator="gpu"` or `"cuda"` and no `precision=`, whose `fit(...)`
+    trains a LightningModule of the file, gets `precision="bf16-mixed"`
+    (`"16-mixed"`, float16 with Lightning's gradient scaler, with
+    `amp = "fp16"`). An accelerator option whose default is `"gpu"` gets
+    `precision="bf16-mixed" if args.accelerator in ("gpu", "cuda") else
+    "32-true"`, so that another accelerator given on the command line keeps
+    full precision.
 
     ## Why is this bad?
     On GPUs with tensor cores, matmuls and convolutions in bfloat16 or float16
@@ -256,6 +289,18 @@ class ForwardWithoutAutocast(Rule):
     a device that cannot be told or
     is defined only inside the loop; and, for fp16, several optimizers or
     clipping placed where `unscale_` could not go once per step.
+
+    For a Lightning Trainer: not reported when `precision=` is given (any
+    value), when the accelerator is the CPU, a TPU or MPS, or when the module
+    enters autocast itself. Reported without a fix: the accelerator left at
+    `"auto"` (the default), whatever `devices=` says, since `"auto"` picks the
+    CPU on a machine without a GPU, where bf16 autocast is rarely faster; an
+    accelerator that cannot be told; `plugins=` (a precision plugin there and
+    `precision=` together are refused) or `**kwargs`; a Trainer whose trained
+    module is not a LightningModule class of the file, or is not trained by a
+    `fit(...)` of the file; and, with `amp = "bf16"`, a module that builds a
+    cuDNN RNN (use `precision="16-mixed"`). `"bf16-mixed"` runs fast on Ampere
+    or newer GPUs; on older ones pass `"16-mixed"` instead (`amp = "fp16"`).
     """
 
     CODE = "PM301"
@@ -267,6 +312,8 @@ class ForwardWithoutAutocast(Rule):
     GAIN = "1.5-3x step time on Ampere or newer GPUs for matmul-heavy models, and less activation memory"
 
     VALID = [
+        Valid(LIGHTNING.replace('accelerator="gpu"', 'accelerator="gpu", precision="16-mixed"'), "precision chosen"),
+        Valid(LIGHTNING.replace('accelerator="gpu"', 'accelerator="cpu"'), "a Trainer on the CPU"),
         Valid(
             HEAD
             + LOOP.replace(
@@ -311,6 +358,16 @@ class ForwardWithoutAutocast(Rule):
     ]
     INVALID = [
         Invalid(HEAD + LOOP, POLICY_HEAD + LOOP_BF16, "bf16: one with-block, comments kept, policy before the loop"),
+        Invalid(
+            LIGHTNING,
+            LIGHTNING.replace("max_epochs=2)", 'max_epochs=2, precision="bf16-mixed")'),
+            "a Lightning Trainer on a GPU: the Trainer's precision, not autocast in training_step",
+        ),
+        Invalid(
+            LIGHTNING.replace('accelerator="gpu", ', ""),
+            None,
+            'the accelerator left at "auto": the CPU where no GPU is present',
+        ),
         Invalid(
             HEAD + ACCUMULATION,
             POLICY_HEAD + ACCUMULATION_FP16,

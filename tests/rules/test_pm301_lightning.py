@@ -140,3 +140,42 @@ def test_left_alone(source):
 def test_the_precision_written_is_one_lightning_accepts():
     assert torch_facts.LIGHTNING_MIXED_PRECISION in torch_facts.LIGHTNING_PRECISIONS
     assert torch_facts.LIGHTNING_MIXED_PRECISION == "bf16-mixed"
+
+
+def test_the_module_is_followed_through_a_name_and_a_subclass():
+    source = script('L.Trainer(accelerator="gpu")').replace(
+        "trainer.fit(Net(), loader)\n",
+        "class Deeper(Net):\n    pass\n\n\nmodel = Deeper()\ntrainer.fit(model, loader)\n",
+    )
+    found, new = check(source)
+    assert len(found) == 1 and found[0].applied, found
+    assert 'L.Trainer(accelerator="gpu", precision="bf16-mixed")' in new
+
+
+def test_a_module_that_builds_a_cudnn_rnn_is_reported_and_fixed_with_float16_when_asked():
+    source = script('L.Trainer(accelerator="gpu")').replace("nn.Linear(32, 32)", "nn.LSTM(32, 32)")
+    found, new = check(source)
+    assert new == source and len(found) == 1 and not found[0].applied
+    assert "`nn.LSTM` (line 9) is a cuDNN RNN" in found[0].message and 'precision="16-mixed"' in found[0].message
+    settings = Settings(select=("PM301",), level=Level.NUMERIC).with_overrides(amp="fp16")
+    result = process_source(source.encode(), "train.py", settings, [ForwardWithoutAutocast])
+    assert 'L.Trainer(accelerator="gpu", precision="16-mixed")' in result.new_source.decode()
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        (MODULE.format(step=STEP) + 'trainer = L.Trainer(accelerator="gpu")\n', "no `fit(...)` of it in this file"),
+        (
+            "from models import Net\n"
+            + MODULE.format(step=STEP).replace("class Net(", "class Other(")
+            + 'L.Trainer(accelerator="gpu").fit(Net())\n',
+            "not a LightningModule class of this file",
+        ),
+    ],
+    ids=["no fit", "imported module"],
+)
+def test_a_module_that_cannot_be_read_is_reported(source, reason):
+    found, new = check(source)
+    assert new == source and len(found) == 1 and not found[0].applied, found
+    assert reason in found[0].message, found[0].message
