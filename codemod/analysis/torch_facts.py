@@ -442,6 +442,15 @@ DEVICE_SYNCHRONIZES = frozenset(
 )
 # Python's modules whose functions run on the host only: a call of one queues no device work.
 HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json", "datetime", "random")
+# Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.
+HOST_NUMBER_FUNCTIONS = frozenset(f"builtins.{name}" for name in "min max abs float int round pow".split())
+HOST_NUMBER_MODULES = ("math",)
+# Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
+# choice between computations.
+FINITENESS_TESTS = frozenset(
+    f"{module}.{name}" for module in ("torch", "math", "numpy") for name in ("isfinite", "isnan", "isinf")
+)
+FINITENESS_METHODS = frozenset({"isfinite", "isnan", "isinf"})
 # Methods that move a tensor or module to an accelerator whatever their argument.
 ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
 # Keywords that name where a call puts what it makes or loads (and Lightning's

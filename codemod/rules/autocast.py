@@ -880,7 +880,11 @@ class ForwardWithoutAutocast(Rule):
                 method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
                 if method == "sample" and not call.args:
                     return call
-                if method in ("item", "tolist") and not call.args and self.context.training.steers(call) is not None:
+                if (
+                    method in ("item", "tolist")
+                    and not call.args
+                    and self.context.training.steers(call, loss=loop.loss) is not None
+                ):
                     return call
                 if self.context.names.is_(call.func, "torch.multinomial", "torch.bernoulli"):
                     return call
