@@ -53,7 +53,9 @@ def test_other_tests_that_only_pick_a_number_are_fixed(branch):
 
 
 def test_a_nan_guard_on_the_value_read_is_not_a_decision():
-    source = SOURCE.replace("    if denom > 0.0:\n", "    if math.isnan(denom):\n        continue\n    if denom > 0.0:\n")
+    source = SOURCE.replace(
+        "    if denom > 0.0:\n", "    if math.isnan(denom):\n        continue\n    if denom > 0.0:\n"
+    )
     [finding] = findings("import math\n" + source)
     assert finding.applied, finding.message
 
