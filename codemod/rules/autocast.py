@@ -281,7 +281,11 @@ class ForwardWithoutAutocast(Rule):
     float32 results (`torch.use_deterministic_algorithms(True)`, TF32 turned
     off, the "highest" matmul precision); a forward pass whose values steer
     what runs next (a sampled action, a value read with `.item()` in an RL
-    rollout), which lower precision could change; autocast used elsewhere in the
+    rollout), which lower precision could change (a value read with `.item()`
+    that only sets a Python number, such as a loss weight scaled by a ratio of
+    two losses through `if`s whose branches run no device work, or that is
+    only tested for NaN or infinity, is not such a decision: the same kernels
+    run, and the number moves as the losses do); autocast used elsewhere in the
     file; a GradScaler without autocast; a forward pass that cannot be
     delimited (the loss computed in a nested loop or in the backward call
     itself, the forward split across blocks, an `if` that finishes the loss

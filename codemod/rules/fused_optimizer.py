@@ -196,9 +196,13 @@ class UnfusedOptimizer(Rule):
     SGD rejects sparse gradients). Reported without a fix: a parameter whose
     origin or device the analysis cannot tell (the message names it), a host
     tensor trained together with parameters moved to a device, an optimizer
-    class named on the command line by an option without `choices` (one
-    without fused kernels, RMSprop say, rejects `fused=`), and scripts that ask
-    for exact float32 results (deterministic algorithms, TF32 turned off).
+    class named on the command line by an option without `choices` (of
+    torch.optim's optimizers only Adagrad, Adam, AdamW and SGD take the
+    `fused` keyword; the others, RMSprop say, reject it with a TypeError,
+    `fused=False` too, so no `fused=` argument suits every name the option
+    may take: give the option `choices=` among Adam, AdamW and SGD), and
+    scripts that ask for exact float32 results (deterministic algorithms,
+    TF32 turned off).
 
     A device picked when the script is launched gets a guard instead of
     `fused=True`: `fused=device.type in ("cuda", "cpu")` for
