@@ -496,6 +496,8 @@ class ForwardWithoutAutocast(Rule):
         for build in lightning_trainers(self.context).builds:
             if build.precision is None:
                 self._check_trainer(build)
+        if "backward" not in self.context.code:
+            return  # no training loop of its own (a file that only builds a Trainer)
         training = self.context.training
         inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
         elsewhere = [
