@@ -452,6 +452,15 @@ DEVICE_SYNCHRONIZES = frozenset(
 )
 # Python's modules whose functions run on the host only: a call of one queues no device work.
 HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json", "datetime", "random")
+# Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.
+HOST_NUMBER_FUNCTIONS = frozenset(f"builtins.{name}" for name in "min max abs float int round pow".split())
+HOST_NUMBER_MODULES = ("math",)
+# Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
+# choice between computations.
+FINITENESS_TESTS = frozenset(
+    f"{module}.{name}" for module in ("torch", "math", "numpy") for name in ("isfinite", "isnan", "isinf")
+)
+FINITENESS_METHODS = frozenset({"isfinite", "isnan", "isinf"})
 # Methods that move a tensor or module to an accelerator whatever their argument.
 ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
 # Keywords that name where a call puts what it makes or loads (and Lightning's
@@ -471,6 +480,41 @@ PRECISION_OWNERS = {
     "lightning.fabric.Fabric": "precision",
     "lightning_fabric.Fabric": "precision",
 }
+# Lightning's Trainer (Lightning 2.x; the `pytorch_lightning` package too): it runs every
+# training_step under the mixed precision its `precision=` names, on the accelerator its
+# `accelerator=` names ("auto" by default: CUDA where a CUDA GPU is present, else MPS, TPU
+# or the CPU). "gpu" and "cuda" train on a GPU.
+LIGHTNING_TRAINERS = frozenset(
+    f"{package}.{path}Trainer"
+    for package in ("lightning", "lightning.pytorch", "pytorch_lightning")
+    for path in ("", "trainer.", "trainer.trainer.")
+    if not (package == "lightning" and path)
+)
+LIGHTNING_PRECISION_KEYWORD = "precision"
+LIGHTNING_GPU_ACCELERATORS = ("gpu", "cuda")
+LIGHTNING_DEFAULT_ACCELERATOR = "auto"
+# The `precision=` values Lightning 2.x accepts (strings; 16, 32 and 64 as numbers too; "16",
+# "bf16" are older aliases of "16-mixed" and "bf16-mixed"), the one an expert writes for a
+# GPU (bf16 autocast, no gradient scaler), and the default.
+LIGHTNING_PRECISIONS = frozenset(
+    {
+        "transformer-engine",
+        "transformer-engine-float16",
+        "16-true",
+        "16-mixed",
+        "bf16-true",
+        "bf16-mixed",
+        "32-true",
+        "64-true",
+        "64",
+        "32",
+        "16",
+        "bf16",
+    }
+)
+LIGHTNING_MIXED_PRECISION = "bf16-mixed"
+LIGHTNING_FLOAT16_PRECISION = "16-mixed"  # float16 autocast with a gradient scaler
+LIGHTNING_FULL_PRECISION = "32-true"
 # Modules that a trainer moves to the device it picks before it calls their
 # `configure_optimizers()` (Lightning's strategies: model_to_device, then setup_optimizers).
 TRAINER_PLACED_MODULES = frozenset(
@@ -565,6 +609,17 @@ def is_literal(expr: cst.BaseExpression) -> bool:
 # Device types with fused Adam, AdamW and SGD kernels in torch 2.13
 # (torch.utils._foreach_utils._get_fused_kernels_supported_devices).
 FUSED_DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
+# The optimizers of torch.optim that take a `fused` keyword in torch 2.13, and the device
+# types their fused kernels run on (Adagrad's: the CPU and CUDA only). Every other optimizer
+# of torch.optim rejects the keyword itself, `fused=False` too, with a TypeError.
+FUSED_OPTIMIZERS = {
+    "torch.optim.Adam": FUSED_DEVICE_TYPES,
+    "torch.optim.AdamW": FUSED_DEVICE_TYPES,
+    "torch.optim.SGD": FUSED_DEVICE_TYPES,
+    "torch.optim.Adagrad": frozenset({"cuda", "cpu"}),
+}
+# Those with fused kernels on every device type of FUSED_DEVICE_TYPES.
+FUSED_EVERYWHERE = frozenset(name for name, types in FUSED_OPTIMIZERS.items() if types >= FUSED_DEVICE_TYPES)
 # The device types a launch-time guard names: those every supported torch has fused kernels for.
 LAUNCH_FUSED_TYPES = ("cuda", "cpu")
 

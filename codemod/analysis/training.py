@@ -55,9 +55,13 @@ from codemod.analysis.torch_facts import (
     DEVICE_SYNCHRONIZES,
     DOUBLE_TENSOR_TYPES,
     DTYPE_NAMES,
+    FINITENESS_METHODS,
+    FINITENESS_TESTS,
     FLOAT64_NAMES,
     GRAD_SCALER_NAMES,
     HALF_NAMES,
+    HOST_NUMBER_FUNCTIONS,
+    HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
@@ -1574,23 +1578,50 @@ class Training:
             )
         return True
 
-    def steers(self, expr: cst.BaseExpression, depth: int = 0) -> cst.CSTNode | None:
+    def steers(
+        self, expr: cst.BaseExpression, depth: int = 0, loss: cst.BaseExpression | None = None
+    ) -> cst.CSTNode | None:
         """Where the value of `expr` decides what the program runs: the test of an `if`,
         `while` or conditional expression, an `assert`, an index, a `range(...)` bound, a
         `return` (what the caller does with it is not followed), followed through the
         names it is assigned to (and added to) and the reads those reach. Text made from
         it (an f-string, `.format`, `str`) names or logs it and is not followed. None when
-        it steers nothing: it is only logged, stored or accumulated for a log."""
+        it steers nothing: it is only logged, stored or accumulated for a log.
+
+        A test that only picks between Python numbers does not decide what runs: a
+        conditional expression of two numbers (`w = hi if r > 1 else lo`), an `if` whose
+        branches only assign numbers computed on the host (`if r > 1.0: w *= max(min(r,
+        8.0), 1.0)`: Python arithmetic, min, max, math). The same device work runs
+        either way; the names those branches assign are followed instead. Nor does a
+        test for NaN or infinity (`torch.isfinite(loss)`), a guard against a broken step.
+        `loss`: the loss a training step backpropagates (`loss` in `loss.backward()`): a
+        value that reaches it is not followed further, since what the step does with its
+        loss is the step's, whatever went into it."""
+        if loss is not None and expr is loss:
+            return None
         if depth > MAX_DEPTH:
             return expr
         child = expr
         for ancestor in self._ancestors(expr):
             if isinstance(ancestor, (cst.If, cst.While, cst.IfExp)) and self.index.inside(child, ancestor.test):
+                if (
+                    isinstance(ancestor, cst.IfExp)
+                    and self._host_number(ancestor.body)
+                    and self._host_number(ancestor.orelse)
+                ):
+                    child = ancestor  # it picks one of two numbers, which flows on
+                    continue
+                if isinstance(ancestor, cst.If) and self._sets_host_numbers(ancestor):
+                    return self._steered_by_branches(ancestor, depth, loss)
                 return ancestor.test
             if isinstance(ancestor, (cst.Assert, cst.Return, cst.Yield, cst.SubscriptElement)):
                 return ancestor
             if isinstance(ancestor, (cst.FormattedString, cst.FunctionDef, cst.Lambda)):
                 return None
+            if isinstance(ancestor, cst.Call) and (
+                self.names.is_(ancestor.func, *FINITENESS_TESTS) or method_name(ancestor) in FINITENESS_METHODS
+            ):
+                return None  # tested for NaN or infinity: a guard against a broken step
             if isinstance(ancestor, cst.Call):
                 if self.names.is_(ancestor.func, "builtins.range") or (
                     self.names.is_(ancestor.func, "builtins.str") or method_name(ancestor) == "format"
@@ -1610,7 +1641,7 @@ class Training:
                     for read in self.kinds.reached_reads(bindings[0]):
                         if self.index.inside(read, ancestor):
                             continue
-                        found = self.steers(read, depth + 1)
+                        found = self.steers(read, depth + 1, loss)
                         if found is not None:
                             return found
                 return None
@@ -1618,6 +1649,81 @@ class Training:
                 return None
             child = ancestor
         return None
+
+    def _steered_by_branches(self, node: cst.If, depth: int, loss: cst.BaseExpression | None) -> cst.CSTNode | None:
+        """Where the numbers the branches of `node` assign decide what runs, read after it."""
+        for assign in self.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=node):
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            for target in targets:
+                scope = self.kinds.scopes.get(target)
+                bindings = [b for b in scope.assignments[target.value] if b.node is target] if scope else []
+                if not bindings:
+                    return node.test
+                for read in self.kinds.reached_reads(bindings[0]):
+                    if self.index.inside(read, node):
+                        continue
+                    found = self.steers(read, depth + 1, loss)
+                    if found is not None:
+                        return found
+        return None
+
+    def _sets_host_numbers(self, node: cst.If) -> bool:
+        """Do the branches of `node` (its `elif`s and `else` too) only assign Python numbers
+        computed on the host to plain names, with no call but Python's number functions?"""
+        body = node.body
+        statements = [body] if isinstance(body, cst.SimpleStatementSuite) else list(body.body)
+        for statement in statements:
+            if isinstance(statement, cst.If):
+                if not (self._host_number(statement.test) and self._sets_host_numbers(statement)):
+                    return False
+                continue
+            if not isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+                return False
+            for small in statement.body:
+                if isinstance(small, cst.Pass):
+                    continue
+                if isinstance(small, cst.Assign):
+                    targets = [t.target for t in small.targets]
+                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and small.value is not None:
+                    targets = [small.target]
+                else:
+                    return False
+                if not all(isinstance(t, cst.Name) and self._host_number(t) for t in targets):
+                    return False
+                if not self._host_number(small.value):
+                    return False
+        orelse = node.orelse
+        if isinstance(orelse, cst.If):
+            return self._host_number(orelse.test) and self._sets_host_numbers(orelse)
+        if isinstance(orelse, cst.Else):
+            return self._sets_host_numbers(cst.If(test=cst.Name("True"), body=orelse.body))
+        return True
+
+    def _host_number(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` Python arithmetic on names that hold no tensor, module or batch as far
+        as seen, and literals, with no call but Python's number functions (min, max, math)?"""
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(expr, cst.Name):
+            return self.kinds.fact(expr).kind in (Kind.UNKNOWN, Kind.BOTTOM)
+        if isinstance(expr, cst.UnaryOperation):
+            return self._host_number(expr.expression)
+        if isinstance(expr, (cst.BinaryOperation, cst.BooleanOperation)):
+            return self._host_number(expr.left) and self._host_number(expr.right)
+        if isinstance(expr, cst.Comparison):
+            return self._host_number(expr.left) and all(self._host_number(c.comparator) for c in expr.comparisons)
+        if isinstance(expr, cst.IfExp):
+            return all(self._host_number(e) for e in (expr.test, expr.body, expr.orelse))
+        if isinstance(expr, cst.Call):
+            return (
+                (
+                    self.names.is_(expr.func, *HOST_NUMBER_FUNCTIONS)
+                    or self.names.startswith(expr.func, HOST_NUMBER_MODULES)
+                )
+                and not any(arg.star or arg.keyword is not None for arg in expr.args)
+                and all(self._host_number(arg.value) for arg in expr.args)
+            )
+        return False
 
     def _may_place_on_accelerator(self, call: cst.Call) -> bool:
         method = method_name(call)

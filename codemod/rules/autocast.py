@@ -8,18 +8,25 @@ from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import data_parallel
 from codemod.analysis.kinds import Place
+from codemod.analysis.lightning import TrainerBuild, lightning_trainers
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, positional, sole_definition
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     AUTOCAST_FLOAT16,
     AUTOCAST_UNSAFE,
+    LIGHTNING_DEFAULT_ACCELERATOR,
+    LIGHTNING_FLOAT16_PRECISION,
+    LIGHTNING_FULL_PRECISION,
+    LIGHTNING_GPU_ACCELERATORS,
+    LIGHTNING_MIXED_PRECISION,
+    LIGHTNING_PRECISION_KEYWORD,
     MODEL_WRAPPERS,
     PRECISION_OWNERS,
     autocast_float16,
 )
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
-from codemod.edits import Edit, InsertAfter, InsertBefore, Replace, Wrap
+from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
 
 POLICY_NAMES = ("precision", "amp_precision")
@@ -100,6 +107,28 @@ class Net(nn.Module):
     def forward(self, x):
         return self.head(self.rnn(x.unsqueeze(1))[0][:, -1])
 model = Net().to(device)"""
+LIGHTNING = """\
+import lightning as L
+import torch
+from torch import nn
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(32, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters())
+
+
+trainer = L.Trainer(accelerator="gpu", max_epochs=2)
+trainer.fit(Net(), loader)
+"""
 ACCUMULATION = """\
 accum = 4
 for epoch in range(2):
@@ -163,6 +192,17 @@ class ForwardWithoutAutocast(Rule):
     after it, inside the same `if (i + 1) % accum == 0:` as the step when
     gradients are accumulated, so the scale is updated only on step
     iterations.
+
+    With PyTorch Lightning the Trainer runs the steps, and the fix is its own
+    setting, not a with-block in `training_step`: a `Trainer(...)`
+    (`L.Trainer`, `lightning.pytorch.Trainer`, `pytorch_lightning.Trainer`)
+    with `accelerator="gpu"` or `"cuda"` and no `precision=`, whose `fit(...)`
+    trains a LightningModule of the file, gets `precision="bf16-mixed"`
+    (`"16-mixed"`, float16 with Lightning's gradient scaler, with
+    `amp = "fp16"`). An accelerator option whose default is `"gpu"` gets
+    `precision="bf16-mixed" if args.accelerator in ("gpu", "cuda") else
+    "32-true"`, so that another accelerator given on the command line keeps
+    full precision.
 
     ## Why is this bad?
     On GPUs with tensor cores, matmuls and convolutions in bfloat16 or float16
@@ -241,7 +281,11 @@ class ForwardWithoutAutocast(Rule):
     float32 results (`torch.use_deterministic_algorithms(True)`, TF32 turned
     off, the "highest" matmul precision); a forward pass whose values steer
     what runs next (a sampled action, a value read with `.item()` in an RL
-    rollout), which lower precision could change; autocast used elsewhere in the
+    rollout), which lower precision could change (a value read with `.item()`
+    that only sets a Python number, such as a loss weight scaled by a ratio of
+    two losses through `if`s whose branches run no device work, or that is
+    only tested for NaN or infinity, is not such a decision: the same kernels
+    run, and the number moves as the losses do); autocast used elsewhere in the
     file; a GradScaler without autocast; a forward pass that cannot be
     delimited (the loss computed in a nested loop or in the backward call
     itself, the forward split across blocks, an `if` that finishes the loss
@@ -249,17 +293,31 @@ class ForwardWithoutAutocast(Rule):
     a device that cannot be told or
     is defined only inside the loop; and, for fp16, several optimizers or
     clipping placed where `unscale_` could not go once per step.
+
+    For a Lightning Trainer: not reported when `precision=` is given (any
+    value), when the accelerator is the CPU, a TPU or MPS, or when the module
+    enters autocast itself. Reported without a fix: the accelerator left at
+    `"auto"` (the default), whatever `devices=` says, since `"auto"` picks the
+    CPU on a machine without a GPU, where bf16 autocast is rarely faster; an
+    accelerator that cannot be told; `plugins=` (a precision plugin there and
+    `precision=` together are refused) or `**kwargs`; a Trainer whose trained
+    module is not a LightningModule class of the file, or is not trained by a
+    `fit(...)` of the file; and, with `amp = "bf16"`, a module that builds a
+    cuDNN RNN (use `precision="16-mixed"`). `"bf16-mixed"` runs fast on Ampere
+    or newer GPUs; on older ones pass `"16-mixed"` instead (`amp = "fp16"`).
     """
 
     CODE = "PM301"
     NAME = "forward-without-autocast"
     LEVEL = Level.NUMERIC
-    REQUIRES = ("backward",)
+    REQUIRES = ("backward", "Trainer")
     AFTER = ("PM502",)  # the batched forward is the region to wrap, not the per-sample loop's body
     MESSAGE = "the forward pass and loss run in float32; run them under autocast"
     GAIN = "1.5-3x step time on Ampere or newer GPUs for matmul-heavy models, and less activation memory"
 
     VALID = [
+        Valid(LIGHTNING.replace('accelerator="gpu"', 'accelerator="gpu", precision="16-mixed"'), "precision chosen"),
+        Valid(LIGHTNING.replace('accelerator="gpu"', 'accelerator="cpu"'), "a Trainer on the CPU"),
         Valid(
             HEAD
             + LOOP.replace(
@@ -304,6 +362,16 @@ class ForwardWithoutAutocast(Rule):
     ]
     INVALID = [
         Invalid(HEAD + LOOP, POLICY_HEAD + LOOP_BF16, "bf16: one with-block, comments kept, policy before the loop"),
+        Invalid(
+            LIGHTNING,
+            LIGHTNING.replace("max_epochs=2)", 'max_epochs=2, precision="bf16-mixed")'),
+            "a Lightning Trainer on a GPU: the Trainer's precision, not autocast in training_step",
+        ),
+        Invalid(
+            LIGHTNING.replace('accelerator="gpu", ', ""),
+            None,
+            'the accelerator left at "auto": the CPU where no GPU is present',
+        ),
         Invalid(
             HEAD + ACCUMULATION,
             POLICY_HEAD + ACCUMULATION_FP16,
@@ -425,6 +493,11 @@ class ForwardWithoutAutocast(Rule):
         self._taken: set[str] | None = None
 
     def visit_Module(self, node: cst.Module) -> None:
+        for build in lightning_trainers(self.context).builds:
+            if build.precision is None:
+                self._check_trainer(build)
+        if "backward" not in self.context.code:
+            return  # no training loop of its own (a file that only builds a Trainer)
         training = self.context.training
         inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
         elsewhere = [
@@ -540,6 +613,111 @@ class ForwardWithoutAutocast(Rule):
         if fp16:
             edits += self._scale_edits(loop, placement.scaler)
         self.report(self._forward_start(loop), edits=edits, imports=[POLICY_IMPORT])
+
+    # -- Lightning's Trainer ------------------------------------------------------------
+
+    def _check_trainer(self, build: TrainerBuild) -> None:
+        """A Lightning `Trainer(...)` without `precision=`: on a CUDA GPU it gets the mixed
+        precision Lightning applies to every training_step; elsewhere, or where that cannot
+        be told, a report that says why."""
+        training = self.context.training
+        fp16 = self.context.settings.amp == "fp16"
+        precision = LIGHTNING_FLOAT16_PRECISION if fp16 else LIGHTNING_MIXED_PRECISION
+        wanted = f'{LIGHTNING_PRECISION_KEYWORD}="{precision}"'
+        if build.star is not None:
+            return self._decline_trainer(
+                build, f"`{training.code(build.star)}` may set the precision or the accelerator", wanted
+            )
+        if build.plugins is not None:
+            return self._decline_trainer(
+                build, "`plugins=` may hold a precision plugin, which Lightning refuses beside `precision=`", wanted
+            )
+        gpu = frozenset(LIGHTNING_GPU_ACCELERATORS)
+        accelerator = build.accelerator
+        if accelerator is None:
+            proven = written = frozenset({LIGHTNING_DEFAULT_ACCELERATOR})
+        else:
+            proven = training.strings(accelerator)
+            written = training.strings(accelerator, written=True)
+        guarded = False
+        if proven is not None and proven <= gpu:
+            pass
+        elif written is not None and written <= gpu and self._is_plain(accelerator):
+            guarded = True  # an option whose default is "gpu": the precision follows the option
+        elif written is not None and not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
+            return  # the CPU, a TPU, MPS...: not a CUDA GPU
+        elif written is not None and LIGHTNING_DEFAULT_ACCELERATOR in written:
+            if accelerator is None:
+                shown = 'the accelerator is "auto", the default,'
+            elif isinstance(accelerator, cst.SimpleString):
+                shown = 'the accelerator is "auto",'
+            else:
+                shown = f'the accelerator `{training.code(accelerator)}` is "auto" as the script is written,'
+            return self._decline_trainer(
+                build,
+                f"{shown} which picks the CPU where no GPU is present (and MPS on a Mac), where "
+                "bf16 autocast is rarely faster; whatever `devices=` says, it is not known to be a CUDA GPU",
+                wanted + ' when it trains on a CUDA GPU (or `accelerator="gpu"`)',
+            )
+        else:
+            return self._decline_trainer(
+                build, f"the accelerator `{training.code(accelerator)}` cannot be told", wanted + " for a CUDA GPU"
+            )
+        if build.modules is None or not build.modules:
+            why = (
+                "no `fit(...)` of it in this file names the module it trains"
+                if build.modules is not None
+                else "the module its `fit(...)` trains is not a LightningModule class of this file"
+            )
+            return self._decline_trainer(
+                build, f"{why}, so whether that module already autocasts cannot be told", wanted
+            )
+        reached = self._module_functions(build.modules)
+        if any(self.context.inside(use, node) for use in training.autocast_uses for node in reached):
+            return  # the module enters autocast itself
+        if not fp16:
+            recurrent = self._recurrent_in(build.modules)
+            if recurrent is not None:
+                return self._decline_trainer(
+                    build,
+                    f"{recurrent}, which CUDA autocast runs in float16 whatever dtype it is given: "
+                    f"bf16 would train it in float16 without a gradient scaler",
+                    f'{LIGHTNING_PRECISION_KEYWORD}="{LIGHTNING_FLOAT16_PRECISION}" (float16 with a gradient scaler)',
+                )
+        value: cst.BaseExpression = cst.SimpleString(f'"{precision}"')
+        if guarded:
+            choices = ", ".join(f'"{name}"' for name in LIGHTNING_GPU_ACCELERATORS)
+            value = cst.parse_expression(
+                f'"{precision}" if {training.code(accelerator)} in ({choices}) else "{LIGHTNING_FULL_PRECISION}"'
+            )
+        self.report(
+            build.call,
+            f"{self.MESSAGE}: the Trainer runs every training_step in float32 on the GPU; pass {wanted}",
+            edits=[AddKeyword(build.call, LIGHTNING_PRECISION_KEYWORD, value)],
+        )
+
+    def _decline_trainer(self, build: TrainerBuild, why: str, wanted: str) -> None:
+        self.report(
+            build.call,
+            f"{self.MESSAGE}: the Trainer runs every training_step in float32; pass {wanted} (not fixed: {why})",
+        )
+
+    def _module_functions(self, modules: tuple[cst.ClassDef, ...]) -> list[cst.CSTNode]:
+        """The classes and the functions of this file their methods call."""
+        steps = self.context.loops
+        found: list[cst.CSTNode] = list(modules)
+        for cls in modules:
+            found += [f for f in steps.functions_reached(cls.body) if f not in found]
+        return found
+
+    def _recurrent_in(self, modules: tuple[cst.ClassDef, ...]) -> str | None:
+        """A cuDNN RNN the modules build (`nn.LSTM(...)`), said as the start of a sentence."""
+        names = self.context.names
+        for cls in modules:
+            for call in self.context.index.find(cst.Call, within=cls):
+                if any(autocast_float16(name) for name in names.may_name(call.func)):
+                    return f"`{self.context.source(call.func)}` (line {self.context.line(call)}) is a cuDNN RNN"
+        return None
 
     def _taken_names(self) -> set[str]:
         """Every name the file spells, found once for all its loops."""
@@ -708,7 +886,11 @@ class ForwardWithoutAutocast(Rule):
                 method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
                 if method == "sample" and not call.args:
                     return call
-                if method in ("item", "tolist") and not call.args and self.context.training.steers(call) is not None:
+                if (
+                    method in ("item", "tolist")
+                    and not call.args
+                    and self.context.training.steers(call, loss=loop.loss) is not None
+                ):
                     return call
                 if self.context.names.is_(call.func, "torch.multinomial", "torch.bernoulli"):
                     return call

@@ -8,12 +8,17 @@ from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.torch_facts import FUSED_DEVICE_TYPES, LAUNCH_FUSED_TYPES, TENSOR_FACTORIES
+from codemod.analysis.torch_facts import (
+    FUSED_DEVICE_TYPES,
+    FUSED_EVERYWHERE,
+    FUSED_OPTIMIZERS,
+    LAUNCH_FUSED_TYPES,
+    TENSOR_FACTORIES,
+)
 from codemod.analysis.training import Model
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
-FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW", "torch.optim.SGD"}
 # Arguments that pick the implementation or that fused=True rejects
 # (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
 CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
@@ -54,9 +59,16 @@ LAUNCHED = (
     "at launch: fused= is set for CUDA and the CPU, where fused kernels exist"
 )
 NAMED_OPTIMIZER = (
-    "optimizer steps without fused kernels; pass fused=True if `{callee}` is always Adam, AdamW or SGD "
-    "(not fixed: the optimizer is named on the command line, and one without fused kernels rejects `fused=`; "
-    "give the option `choices=` that have them)"
+    "optimizer steps without fused kernels; pass fused=True if `{callee}` is always {everywhere} "
+    "(not fixed: the optimizer is named on the command line, and of torch.optim's optimizers all but "
+    "{taking} reject the `fused` keyword itself, `fused=False` too, with a TypeError; "
+    "give the option `choices=` of optimizers with fused kernels)"
+)
+NAMED_BY_OPTION = (
+    "optimizer steps without fused kernels; `{flag}` has no `choices=`: its default {default} has fused "
+    "kernels, but `{flag}` may name any optimizer of torch.optim, and all but {taking} reject the `fused` "
+    "keyword itself, `fused=False` too, with a TypeError, so no `fused=` argument is valid for every value "
+    "(not fixed: give `{flag}` `choices=` among {everywhere} to have it fixed)"
 )
 # Wrappers whose parameters are the wrapped model's, on its device.
 WRAPPERS = {
@@ -74,7 +86,7 @@ KEEPING = frozenset(
     "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
     "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
 )
-UNFUSABLE = "unfusable"  # a complex tensor: fused kernels take floating-point tensors only
+UNFUSED_EVERYWHERE = "unfusable"  # a complex tensor: fused kernels take floating-point tensors only
 MAX_DEPTH = 8
 
 PREAMBLE = """\
@@ -90,6 +102,12 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 args = ap.parse_args()
 """
+
+
+def _listed(names, conjunction: str = "and") -> str:
+    """`torch.optim.Adam`, ... as "Adam, AdamW and SGD", sorted."""
+    short = sorted(name.rpartition(".")[2] for name in names)
+    return f"{', '.join(short[:-1])} {conjunction} {short[-1]}" if len(short) > 1 else short[0]
 
 
 def _moved_to(model: Model) -> str:
@@ -178,9 +196,13 @@ class UnfusedOptimizer(Rule):
     SGD rejects sparse gradients). Reported without a fix: a parameter whose
     origin or device the analysis cannot tell (the message names it), a host
     tensor trained together with parameters moved to a device, an optimizer
-    class named on the command line by an option without `choices` (one
-    without fused kernels, RMSprop say, rejects `fused=`), and scripts that ask
-    for exact float32 results (deterministic algorithms, TF32 turned off).
+    class named on the command line by an option without `choices` (of
+    torch.optim's optimizers only Adagrad, Adam, AdamW and SGD take the
+    `fused` keyword; the others, RMSprop say, reject it with a TypeError,
+    `fused=False` too, so no `fused=` argument suits every name the option
+    may take: give the option `choices=` among Adam, AdamW and SGD), and
+    scripts that ask for exact float32 results (deterministic algorithms,
+    TF32 turned off).
 
     A device picked when the script is launched gets a guard instead of
     `fused=True`: `fused=device.type in ("cuda", "cpu")` for
@@ -359,13 +381,41 @@ class UnfusedOptimizer(Rule):
         ),
     ]
 
+    def _named_optimizer(self, node: cst.Call, written: frozenset[str]) -> str:
+        """Why `getattr(torch.optim, name)(...)` is not fixed: the name is an option (or
+        another value) whose value as written has fused kernels but whose others may not."""
+        taking = _listed(FUSED_OPTIMIZERS)
+        everywhere = _listed(FUSED_EVERYWHERE, "or")
+        name = node.func.args[1].value if isinstance(node.func, cst.Call) else None
+        option = (
+            self.context.command_line.option(name.attr.value)
+            if isinstance(name, cst.Attribute) and isinstance(name.value, cst.Name)
+            else None
+        )
+        flag = (
+            next(
+                (a.value for a in option.call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)),
+                None,
+            )
+            if option is not None and option.choices is None
+            else None
+        )
+        if flag is not None and len(written) == 1:
+            return NAMED_BY_OPTION.format(
+                flag=flag.evaluated_value,
+                default=next(iter(written)).rpartition(".")[2],
+                taking=taking,
+                everywhere=_listed(FUSED_EVERYWHERE),
+            )
+        return NAMED_OPTIMIZER.format(callee=self.context.source(node.func), everywhere=everywhere, taking=taking)
+
     def visit_Call(self, node: cst.Call) -> None:
         training = self.context.training
         classes = training.callee_names(node)
-        if classes is None or not classes <= FUSABLE or any(arg.star for arg in node.args):
+        if classes is None or not classes <= FUSED_EVERYWHERE or any(arg.star for arg in node.args):
             written = training.callee_names(node, written=True) if classes is None else None
-            if written and written <= FUSABLE and not any(arg.star for arg in node.args):
-                self.report(node, NAMED_OPTIMIZER.format(callee=self.context.source(node.func)))
+            if written and written <= FUSED_EVERYWHERE and not any(arg.star for arg in node.args):
+                self.report(node, self._named_optimizer(node, written))
             return
         if any(kwarg(node, name) is not None for name in CONFLICTS):
             return
@@ -383,7 +433,7 @@ class UnfusedOptimizer(Rule):
             else:
                 self.report(node, UNKNOWN_PARAMETERS)
             return
-        if any(self._tensors.get(model) == UNFUSABLE for model, _ in models):
+        if any(self._tensors.get(model) == UNFUSED_EVERYWHERE for model, _ in models):
             return  # a complex parameter: fused=True would be rejected
         placed = [self._tensor_or_model(model, at) for model, at in models]
         host = next((model for (model, _), where in zip(models, placed) if where is None), None)
@@ -636,7 +686,7 @@ class UnfusedOptimizer(Rule):
 
     def _tensor_place(self, expr: cst.BaseExpression, depth: int, seen: set) -> Model | str | None:
         """Where the tensor `expr` is made: a Model whose `move` is the call that puts it
-        on a device (None: the host), UNFUSABLE for a complex tensor, None when it
+        on a device (None: the host), UNFUSED_EVERYWHERE for a complex tensor, None when it
         cannot be told. Followed through names, `self.` attributes, `nn.Parameter`,
         `requires_grad_()` and other methods that keep the device, arithmetic with
         numbers, and what functions of this file return."""
@@ -710,7 +760,7 @@ class UnfusedOptimizer(Rule):
         if method in KEEPING:
             return self._tensor_place(receiver, depth + 1, seen)
         if method in ("cfloat", "cdouble", "chalf"):
-            return UNFUSABLE
+            return UNFUSED_EVERYWHERE
         if method == "cpu":
             return Model(code, None, None, frozenset(), False, None)
         if method == "cuda":
@@ -750,7 +800,7 @@ class UnfusedOptimizer(Rule):
         return Model(training.code(call), call, device.value, training.device_places(device.value), False, None)
 
     def _dtype(self, arg: cst.Arg | None, depth: int = 0) -> str | None:
-        """ "float" for no dtype or a floating one, UNFUSABLE for a complex one, None when it cannot be told."""
+        """ "float" for no dtype or a floating one, UNFUSED_EVERYWHERE for a complex one, None when it cannot be told."""
         if arg is None:
             return "float"
         expr = arg.value if isinstance(arg, cst.Arg) else arg
@@ -758,7 +808,7 @@ class UnfusedOptimizer(Rule):
         if qualified & FLOAT_DTYPES:
             return "float"
         if qualified & COMPLEX_DTYPES:
-            return UNFUSABLE
+            return UNFUSED_EVERYWHERE
         if isinstance(expr, cst.Name) and depth < 3:
             sources = self.context.training.value_sources(expr)
             kinds = {self._dtype(s, depth + 1) if s is not None else None for s in sources}
@@ -774,8 +824,8 @@ class UnfusedOptimizer(Rule):
             return ()
         if any(f is None for f in found):
             return None
-        if UNFUSABLE in found:
-            return UNFUSABLE
+        if UNFUSED_EVERYWHERE in found:
+            return UNFUSED_EVERYWHERE
         training = self.context.training
         keys = {(m.move is None, training.code(m.device) if m.device is not None else None, m.places) for m in found}
         return found[0] if len(keys) == 1 else None

@@ -145,7 +145,7 @@ def process(source: str):
             "import argparse\nimport torch\nap = argparse.ArgumentParser()\nap.add_argument('--optim', default='AdamW')\n"
             "args = ap.parse_args()\nmodel = torch.nn.Linear(8, 1).to('cuda')\n"
             "opt = getattr(torch.optim, args.optim)(model.parameters(), lr=1e-3)\n",
-            "the optimizer is named on the command line, and one without fused kernels rejects `fused=`",
+            "`--optim` has no `choices=`: its default AdamW has fused kernels",
         ),
         (
             "import argparse\nimport torch\nap = argparse.ArgumentParser()\n"
