@@ -82,6 +82,20 @@ class UncompiledModel(Rule):
     table of small networks built outside a model and called every step is
     compiled the same way when no hook reaches it.
 
+    Where the model's class is defined in another module of your code and the
+    step calls its methods besides the forward (`model.calc_importances(acts)`),
+    `model.compile()` would leave those methods in eager mode. perfmod reads the
+    class where it is defined: a table of small networks (a dict, `nn.ModuleDict`,
+    list or `nn.ModuleList` that `__init__` fills once, through helpers if need be)
+    whose networks those methods call is compiled in place after the model is
+    built (`for ci_fn in model.ci_fns.values(): ci_fn.compile()`), when nothing
+    stores into the table after it is built, no hook reaches it, and each
+    network's forward compiles to one graph that is reused: no branch on a
+    tensor's values (`if x.sum() > 0:`), no `.item()`, no random op, no write to
+    the module's own state. The networks stay the same objects of the same class
+    (`isinstance` checks still pass) with the same state_dict keys, which
+    `net = torch.compile(net)` would change.
+
     Where the model cannot be compiled in place, the finding points to where it
     is built: in the caller that passes it to the training function, at the
     module-level lines that build and move a global model, at the `self.model =
@@ -132,9 +146,8 @@ class UncompiledModel(Rule):
     an attribute (`self.model`), and a model of a class from another module
     of your code whose step also calls into it besides its forward
     (`model.calc_importances(...)`): `model.compile()` compiles `model(...)`
-    only, and perfmod cannot read that class to check its forward for hooks
-    registered per call; the message names the calls to compile where the
-    class is defined.
+    only; the message names those calls, the module hooks the class registers
+    when it does, and why a table of networks they call is not compiled.
 
     ## Options
     Opt-in: the rule runs only when selected by its code
@@ -543,7 +556,7 @@ class UncompiledModel(Rule):
                 f"for, so `{name}` is not compiled whole"
             )
         elif found is not None:
-            whole = f"add `{name}.compile()` too if its forward compiles, and check with perfmod verify"
+            whole = f"add `{name}.compile()` after this line if its forward compiles, and check with perfmod verify"
         else:
             whole = (
                 f"`{unseen}` is defined in another module, where perfmod cannot check its forward for hooks "
@@ -591,7 +604,7 @@ class UncompiledModel(Rule):
             for table, reason in blocked
         )
         if not statements:
-            self.report(anchor, f"{head}; not fixed: {whole}{notes}")
+            self.report(anchor, f"{head}{notes}; not fixed: {whole}")
             return
         compiled = ", ".join(f"`{name}.{table.attribute}`" for table, _ in free)
         networks = ", ".join(sorted({n for table, _ in free for n in table.networks}))
@@ -609,7 +622,7 @@ class UncompiledModel(Rule):
         prefix = f"{name}.{attribute}"
         for node in self.context.index.find((cst.Assign, cst.AugAssign)):
             targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-            if any(self.context.source(t).startswith(prefix) for t in targets):
+            if any(re.match(re.escape(prefix) + r"\b(?!\s*\()", self.context.source(t)) for t in targets):
                 return f"this file stores into `{prefix}` (line {self.context.line(node)})"
         for site in hook_sites(self.context):
             if site.root is None or site.root == name and site.path[:1] == (attribute,):
