@@ -125,19 +125,19 @@ def _table(context, classdef, own, attribute: str, caller: str) -> NetworkTable:
     if len(assigned) != 1 or init is None or not context.index.inside(assigned[0], init):
         where = next((a for a in assigned if init is None or not context.index.inside(a, init)), None)
         return table(
-            obstacle=f"`self.{attribute}` is assigned again (line {context.line(where)})"
+            obstacle=f"`self.{attribute}` is assigned again ({_at(context, where)})"
             if where is not None
             else f"`self.{attribute}` is not assigned once in `__init__`"
         )
     if stored:
         return table(
-            obstacle=f"a network is stored into `self.{attribute}` after it is built (line {context.line(stored[0])})"
+            obstacle=f"a network is stored into `self.{attribute}` after it is built ({_at(context, stored[0])})"
         )
     for call in context.index.find(cst.Call, within=classdef):
         if method_name(call) in ("update", "append", "extend", "insert", "setdefault", "pop", "clear") and (
             _self_attribute(call.func.value) == attribute
         ):
-            return table(obstacle=f"`self.{attribute}` is changed after it is built (line {context.line(call)})")
+            return table(obstacle=f"`self.{attribute}` is changed after it is built ({_at(context, call)})")
     members = _members(context, classdef, assigned[0].value, 0)
     if members is None:
         return table(obstacle=f"perfmod cannot tell which networks `self.{attribute}` holds")
@@ -146,10 +146,10 @@ def _table(context, classdef, own, attribute: str, caller: str) -> NetworkTable:
     for site in hook_sites(context):
         if site.root is None:
             return table(
-                kind, names, f"a hook is registered on a module perfmod cannot follow (line {context.line(site.call)})"
+                kind, names, f"a hook is registered on a module perfmod cannot follow ({_at(context, site.call)})"
             )
         if site.root == "self" and site.owner is classdef and site.path[:1] == (attribute,):
-            return table(kind, names, f"a hook is registered on its networks (line {context.line(site.call)})")
+            return table(kind, names, f"a hook is registered on its networks ({_at(context, site.call)})")
     seen: set[int] = set()
     for module_context, network in classes:
         reason = _forward_obstacle(module_context, network, seen, 0)
@@ -277,7 +277,7 @@ def _forward_obstacle(context, network: cst.ClassDef, seen: set[int], depth: int
         return f"`{name}` has no forward perfmod can read"
     for site in hook_sites(context):
         if site.owner is network:
-            return f"`{name}` registers hooks (line {context.line(site.call)})"
+            return f"`{name}` registers hooks ({_at(context, site.call)})"
     todo, done = ["forward"], set()
     while todo:
         method = todo.pop()
@@ -312,34 +312,41 @@ def _code_obstacle(context, name: str, function: cst.FunctionDef) -> str | None:
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
         torch_method = method is not None and not any(not n.startswith("torch.") for n in names)
         if names & RANDOM_FUNCTIONS or torch_method and method in RANDOM_METHODS:
-            return f"{where} draws random numbers (line {context.line(call)}), which compiled code draws differently"
+            return f"{where} draws random numbers ({_at(context, call)}), which compiled code draws differently"
         if (
             method in SYNC_METHODS
             and method not in ("cpu", "to")
             or names & COMPILE_BREAK_FUNCTIONS
             or method in COMPILE_BREAK_METHODS
         ):
-            return f"{where} breaks the graph at `{context.source(call.func)}` (line {context.line(call)})"
+            return f"{where} breaks the graph at `{context.source(call.func)}` ({_at(context, call)})"
         if method in HOOK_REGISTRATIONS:
-            return f"{where} registers hooks (line {context.line(call)})"
+            return f"{where} registers hooks ({_at(context, call)})"
         if (
             method is not None
             and method.endswith("_")
             and not method.startswith("_")
             and _rooted_at_self(call.func.value)
         ):
-            return f"{where} changes the module's state in place (line {context.line(call)}): it recompiles"
+            return f"{where} changes the module's state in place ({_at(context, call)}): it recompiles"
     for node in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=function):
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
         if any(_rooted_at_self(t) for t in targets):
-            return f"{where} writes the module's state (line {context.line(node)}): it recompiles for every new value"
+            return f"{where} writes the module's state ({_at(context, node)}): it recompiles for every new value"
     for node in context.index.find((cst.If, cst.While, cst.IfExp, cst.Assert), within=function):
         if _reads_values(context, node.test, function):
             return (
-                f"{where} branches on a tensor's values (line {context.line(node)}): dynamo breaks "
+                f"{where} branches on a tensor's values ({_at(context, node)}): dynamo breaks "
                 "the graph there and runs the rest in eager mode"
             )
     return None
+
+
+def _at(context, node: cst.CSTNode) -> str:
+    """`path:line` of `node`, the path relative to the project's root."""
+    from codemod.analysis.project import project_of
+
+    return project_of(context).shown_in(context, node)
 
 
 def _rooted_at_self(expr: cst.BaseExpression) -> bool:

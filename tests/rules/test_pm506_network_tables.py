@@ -190,7 +190,7 @@ BRANCH = """\
     [
         (
             {"forward": BRANCH},
-            "`ImportanceMLP.forward` branches on a tensor's values (line 12)",
+            "`ImportanceMLP.forward` branches on a tensor's values (nets.py:12)",
         ),
         (
             {"method": "def reset(self, name):\n    self.ci_fns[name] = ImportanceMLP(4, 8)\n"},
@@ -204,8 +204,16 @@ BRANCH = """\
             {"method": "def forget(self):\n    self.ci_fns = {}\n"},
             "`self.ci_fns` is assigned again",
         ),
+        (
+            {"method": "def watch(self, name, hook):\n    return self.ci_fns[name].register_forward_hook(hook)\n"},
+            "a hook is registered on its networks (model.py:",
+        ),
+        (
+            {"forward": "        return torch.nn.functional.dropout(self.layers(x), 0.1)"},
+            "`ImportanceMLP.forward` draws random numbers (nets.py:11)",
+        ),
     ],
-    ids=["data-dependent-branch", "stored-after-init", "stored-by-the-script", "rebound"],
+    ids=["data-dependent-branch", "stored-after-init", "stored-by-the-script", "rebound", "hooked", "random"],
 )
 def test_networks_that_branch_on_values_or_a_table_written_after_it_is_built_are_reported(tmp_path, variant, reason):
     findings, new = project(tmp_path, **variant)
