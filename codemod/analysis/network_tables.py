@@ -32,6 +32,7 @@ from codemod.analysis.names import method_name, sole_definition
 from codemod.analysis.torch_facts import (
     COMPILE_BREAK_FUNCTIONS,
     COMPILE_BREAK_METHODS,
+    DROPOUTS,
     HOOK_REGISTRATIONS,
     MODULE_CONTAINERS,
     RANDOM_FUNCTIONS,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 MAX_DEPTH = 4  # helpers followed from the table's assignment to the classes of its members
 TABLES = {"torch.nn.ModuleDict": "dict", "torch.nn.ModuleList": "list"}
+SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
 # What a test may read of a tensor without reading its values.
 _SHAPE_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad", "training"}
 _SHAPE_METHODS = {"size", "dim", "numel", "ndimension", "is_floating_point", "is_complex"}
@@ -72,7 +74,7 @@ def called_tables(context: FileContext, classdef: cst.ClassDef, methods: list[st
         seen.add(name)
         for call in context.index.find(cst.Call, within=own[name]):
             func = call.func
-            if m_self(func.value if isinstance(func, cst.Attribute) else None) and func.attr.value in own:
+            if _is_self(func.value if isinstance(func, cst.Attribute) else None) and func.attr.value in own:
                 todo.append(func.attr.value)
             attribute = _table_read(context, func)
             if attribute is not None:
@@ -80,7 +82,7 @@ def called_tables(context: FileContext, classdef: cst.ClassDef, methods: list[st
     return [_table(context, classdef, own, attribute, caller) for attribute, caller in called.items()]
 
 
-def m_self(expr: cst.BaseExpression | None) -> bool:
+def _is_self(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "self"
 
 
@@ -91,7 +93,7 @@ def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
 
 def _self_attribute(expr: cst.BaseExpression) -> str | None:
     """`x` for `self.x`."""
-    if isinstance(expr, cst.Attribute) and m_self(expr.value):
+    if isinstance(expr, cst.Attribute) and _is_self(expr.value):
         return expr.attr.value
     return None
 
@@ -142,7 +144,7 @@ def _table(context, classdef, own, attribute: str, caller: str) -> NetworkTable:
     if members is None:
         return table(obstacle=f"perfmod cannot tell which networks `self.{attribute}` holds")
     kind, classes = members
-    names = tuple(sorted({c.name.value for _, c in classes}))
+    names = tuple(sorted({c.name.value if isinstance(c, cst.ClassDef) else context.source(c.func) for _, c in classes}))
     for site in hook_sites(context):
         if site.root is None:
             return table(
@@ -187,11 +189,11 @@ def _members(context, classdef, value, depth) -> tuple[str, list] | None:
         stores = [  # `tables[k] = Net(...)` / `tables.append(Net(...))` in the function that made it
             node.value
             for node in context.index.find(cst.Assign, within=function)
-            if any(isinstance(t.target, cst.Subscript) and m_name(t.target.value, value.value) for t in node.targets)
+            if any(isinstance(t.target, cst.Subscript) and _is_name(t.target.value, value.value) for t in node.targets)
         ] + [
             call.args[0].value
             for call in context.index.find(cst.Call, within=function)
-            if method_name(call) == "append" and m_name(call.func.value, value.value) and call.args
+            if method_name(call) == "append" and _is_name(call.func.value, value.value) and call.args
         ]
         more = _classes_of(kind, context, classdef, stores, depth)
         return None if more is None else (kind, classes + more[1])
@@ -220,7 +222,7 @@ def _members(context, classdef, value, depth) -> tuple[str, list] | None:
     return (kinds.pop(), classes) if len(kinds) == 1 else None
 
 
-def m_name(expr: cst.BaseExpression, name: str) -> bool:
+def _is_name(expr: cst.BaseExpression, name: str) -> bool:
     return isinstance(expr, cst.Name) and expr.value == name
 
 
@@ -231,6 +233,9 @@ def _classes_of(kind, context, classdef, items, depth) -> tuple[str, list] | Non
     for item in items:
         if not isinstance(item, cst.Call):
             return None
+        if context.names.of(item.func) & SEQUENTIAL:  # `nn.Sequential(nn.Linear(...), nn.GELU(), ...)`
+            classes.append((context, item))
+            continue
         found = _class(context, item.func)
         if found is not None:
             classes.append(found)
@@ -259,7 +264,7 @@ def _function(context, classdef, func) -> cst.FunctionDef | None:
     """The helper `func` names: a method of the class (`self._make`, `Model._make`) or a
     function of the module."""
     if isinstance(func, cst.Attribute) and (
-        m_self(func.value) or sole_definition(context.scopes, func.value, cst.ClassDef) is classdef
+        _is_self(func.value) or sole_definition(context.scopes, func.value, cst.ClassDef) is classdef
     ):
         return _methods(classdef).get(func.attr.value)
     return sole_definition(context.scopes, func, cst.FunctionDef)
@@ -271,6 +276,8 @@ def _forward_obstacle(context, network: cst.ClassDef, seen: set[int], depth: int
     if id(network) in seen:
         return None
     seen.add(id(network))
+    if isinstance(network, cst.Call):
+        return _layers_obstacle(context, network, seen, depth)
     name = network.name.value
     own = _methods(network)
     if "forward" not in own:
@@ -289,7 +296,7 @@ def _forward_obstacle(context, network: cst.ClassDef, seen: set[int], depth: int
         if reason is not None:
             return reason
         for call in context.index.find(cst.Call, within=function):
-            if isinstance(call.func, cst.Attribute) and m_self(call.func.value):
+            if isinstance(call.func, cst.Attribute) and _is_self(call.func.value):
                 todo.append(call.func.attr.value)
     if depth >= MAX_DEPTH:
         return f"`{name}` builds networks deeper than perfmod follows"
@@ -302,6 +309,30 @@ def _forward_obstacle(context, network: cst.ClassDef, seen: set[int], depth: int
             reason = _forward_obstacle(found[0], found[1], seen, depth + 1)
             if reason is not None:
                 return reason
+    return None
+
+
+def _layers_obstacle(context, sequential: cst.Call, seen: set[int], depth: int) -> str | None:
+    """Why the layers of `nn.Sequential(...)` (torch layers, or classes of the project) do not
+    compile to one reused graph; None when they do."""
+    for call in context.index.find(cst.Call, within=sequential):
+        if call is sequential:
+            continue
+        names = context.names.of(call.func)
+        if names & DROPOUTS or names & RANDOM_FUNCTIONS:
+            return f"`{context.source(call.func)}` draws random numbers ({_at(context, call)}), which compiled code draws differently"
+        if names & COMPILE_BREAK_FUNCTIONS:
+            return f"the graph breaks at `{context.source(call.func)}` ({_at(context, call)})"
+        if any(n.startswith("torch.") for n in names):
+            continue
+        found = _class(context, call.func)
+        if found is None:
+            if context.index.first_enclosing(call, cst.Call) is sequential:
+                return f"perfmod cannot read the layer `{context.source(call.func)}` ({_at(context, call)})"
+            continue  # an argument of a torch layer (`int(d)`)
+        reason = _forward_obstacle(found[0], found[1], seen, depth + 1)
+        if reason is not None:
+            return reason
     return None
 
 
@@ -352,7 +383,7 @@ def _at(context, node: cst.CSTNode) -> str:
 def _rooted_at_self(expr: cst.BaseExpression) -> bool:
     while isinstance(expr, (cst.Attribute, cst.Subscript)):
         expr = expr.value
-    return m_self(expr)
+    return _is_self(expr)
 
 
 def _reads_values(context, test: cst.BaseExpression, function: cst.FunctionDef) -> bool:

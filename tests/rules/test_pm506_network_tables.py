@@ -231,3 +231,57 @@ def test_a_branch_on_shapes_or_flags_is_not_a_branch_on_values(tmp_path):
         return self.layers(x)"""
     findings, new = project(tmp_path, forward=forward)
     assert [f.applied for f in findings] == [True], findings
+
+
+SEQUENTIAL_MODEL = """\
+import torch
+from torch import nn
+
+
+class Gated(nn.Module):
+    def __init__(self, names, c, hidden):
+        super().__init__()
+        self.proj = nn.Linear(8, c)
+        self.gates = nn.ModuleDict(
+            {{name: nn.Sequential(nn.Linear(c, hidden), {middle}, nn.Linear(hidden, c)) for name in names}}
+        )
+
+    def forward(self, x):
+        return self.proj(x)
+
+    def gate_values(self, acts):
+        return [self.gates[name](a) for name, a in acts.items()]
+"""
+
+GATED_TRAIN = """\
+import torch
+
+from model import Gated
+
+
+def main(steps=2):
+    model = Gated(["a", "b"], 4, 8)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(steps):
+        acts = model(torch.randn(16, 8))
+        loss = sum(g.mean() for g in model.gate_values({"a": acts, "b": acts * 2}))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize(("middle", "fixed"), [("nn.GELU()", True), ("nn.Dropout(0.1)", False)])
+def test_a_module_dict_of_torch_layer_stacks_is_compiled_unless_a_layer_draws_random_numbers(tmp_path, middle, fixed):
+    (tmp_path / "model.py").write_text(SEQUENTIAL_MODEL.format(middle=middle))
+    path = tmp_path / "train.py"
+    path.write_text(GATED_TRAIN)
+    findings, new = rewrite(path)
+    assert [f.applied for f in findings] == [fixed], findings
+    if fixed:
+        assert (
+            '    model = Gated(["a", "b"], 4, 8)\n    for gate in model.gates.values():\n        gate.compile()\n'
+            in new
+        )
+    else:
+        assert "`nn.Dropout` draws random numbers (model.py:10)" in findings[0].message
