@@ -373,6 +373,10 @@ class Project:
         line = function.context.line(node if node is not None else function.node)
         return f"{self._relative(function.module.path)}:{line}"
 
+    def shown_in(self, context: FileContext, node: cst.CSTNode) -> str:
+        """`path:line` of `node` of another module's `context`, the path relative to the project root."""
+        return f"{self._relative(context.path)}:{context.line(node)}"
+
     def shown_site(self, site: Site) -> str:
         """`path:line` of a Site, the path relative to the project root."""
         return f"{self._relative(site.path)}:{site.line}"
@@ -417,6 +421,30 @@ class Project:
             if node is None:
                 return None
         return _summary(module, ("matrix products", node.name.value), lambda: _matrix_products(module, node))
+
+    def class_of(self, func: cst.BaseExpression) -> tuple[FileContext, cst.ClassDef] | None:
+        """The class of a project module that `func` names (`ComponentModel` of `from
+        pkg.models import ComponentModel`), with that module's own analysis."""
+        module, node = self._project_class(func)
+        if module is None or node is None or module.context is None:
+            return None
+        return module.context, node
+
+    def network_tables(self, func: cst.BaseExpression, methods: tuple[str, ...]) -> list | None:
+        """The tables of small networks (`self.ci_fns`) that the project class `func` names
+        holds and that its methods `methods` call (`analysis/network_tables.py`, read in the
+        class's module); None when `func` names no class of the project."""
+        module, node = self._project_class(func)
+        if module is None or node is None or module.context is None:
+            return None
+        from codemod.analysis.network_tables import called_tables
+
+        context = module.context
+        return _summary(
+            module,
+            ("network tables", node.name.value, methods),
+            lambda: called_tables(context, node, list(methods)),
+        )
 
     def _project_class(self, func: cst.BaseExpression) -> tuple[_Module | None, cst.ClassDef | None]:
         if self.folder is None:

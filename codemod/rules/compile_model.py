@@ -8,6 +8,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.names import compound_keyword, method_name
+from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
     HOOK_REGISTRATIONS,
@@ -81,6 +82,20 @@ class UncompiledModel(Rule):
     table of small networks built outside a model and called every step is
     compiled the same way when no hook reaches it.
 
+    Where the model's class is defined in another module of your code and the
+    step calls its methods besides the forward (`model.calc_importances(acts)`),
+    `model.compile()` would leave those methods in eager mode. perfmod reads the
+    class where it is defined: a table of small networks (a dict, `nn.ModuleDict`,
+    list or `nn.ModuleList` that `__init__` fills once, through helpers if need be)
+    whose networks those methods call is compiled in place after the model is
+    built (`for ci_fn in model.ci_fns.values(): ci_fn.compile()`), when nothing
+    stores into the table after it is built, no hook reaches it, and each
+    network's forward compiles to one graph that is reused: no branch on a
+    tensor's values (`if x.sum() > 0:`), no `.item()`, no random op, no write to
+    the module's own state. The networks stay the same objects of the same class
+    (`isinstance` checks still pass) with the same state_dict keys, which
+    `net = torch.compile(net)` would change.
+
     Where the model cannot be compiled in place, the finding points to where it
     is built: in the caller that passes it to the training function, at the
     module-level lines that build and move a global model, at the `self.model =
@@ -131,9 +146,8 @@ class UncompiledModel(Rule):
     an attribute (`self.model`), and a model of a class from another module
     of your code whose step also calls into it besides its forward
     (`model.calc_importances(...)`): `model.compile()` compiles `model(...)`
-    only, and perfmod cannot read that class to check its forward for hooks
-    registered per call; the message names the calls to compile where the
-    class is defined.
+    only; the message names those calls, the module hooks the class registers
+    when it does, and why a table of networks they call is not compiled.
 
     ## Options
     Opt-in: the rule runs only when selected by its code
@@ -292,17 +306,8 @@ class UncompiledModel(Rule):
                 f"`{name}` could be compiled, but it is bound again after this line; "
                 f"add `{name}.compile()` after its last binding",
             )
-        elif (unseen := self._class_elsewhere(anchor, name)) and (methods := self._step_methods(loop, name)):
-            listed = ", ".join(f"`{name}.{method}`" for method in methods)
-            self.report(
-                anchor,
-                f"`{name}` is trained in eager mode, and the step also calls {listed}, which "
-                f"`{name}.compile()` would leave in eager mode (it compiles `{name}(...)` only); not fixed: "
-                f"`{unseen}` is defined in another module, where perfmod cannot check its forward for hooks "
-                "registered per call (dynamo breaks the graph and recompiles for them): compile what those "
-                f"calls run where `{unseen}` is defined, add `{name}.compile()` after this line if its "
-                "forward registers no hooks per call, and check with perfmod verify",
-            )
+        elif (elsewhere := self._class_elsewhere(anchor, name)) and (methods := self._step_methods(loop, name)):
+            self._class_of_another_module(anchor, name, elsewhere, methods)
         elif (double := DOUBLE_BACKWARD.search(self.context.code)) is not None:
             line = self.context.code.count("\n", 0, double.start()) + 1
             self.report(
@@ -531,10 +536,103 @@ class UncompiledModel(Rule):
             return self._runs(first.value, depth + 1) if first is not None else None
         return None
 
-    def _class_elsewhere(self, anchor: cst.CSTNode, name: str) -> str | None:
+    def _class_of_another_module(self, anchor, name: str, func: cst.BaseExpression, methods: list[str]) -> None:
+        """The model `name` is built from the class `func` of another module, and the step calls
+        `methods` of it besides its forward: `name.compile()` would leave those in eager mode.
+        The tables of small networks those methods call (`self.ci_fns`), read where the class
+        is defined, are compiled in place when nothing keeps them from it."""
+        unseen = self.context.source(func)
+        listed = ", ".join(f"`{name}.{method}`" for method in methods)
+        project = project_of(self.context)
+        found = project.class_of(func)
+        hooks = []
+        if found is not None:
+            context, classdef = found
+            hooks = [site for site in hook_sites(context) if site.owner is classdef]
+        if hooks:
+            where = project.shown_in(found[0], hooks[0].call)
+            whole = (
+                f"`{unseen}` registers module hooks ({where}), which dynamo traces and may recompile "
+                f"for, so `{name}` is not compiled whole"
+            )
+        elif found is not None:
+            whole = f"add `{name}.compile()` after this line if its forward compiles, and check with perfmod verify"
+        else:
+            whole = (
+                f"`{unseen}` is defined in another module, where perfmod cannot check its forward for hooks "
+                "registered per call (dynamo breaks the graph and recompiles for them): compile what those "
+                f"calls run where `{unseen}` is defined, add `{name}.compile()` after this line if its "
+                "forward registers no hooks per call, and check with perfmod verify"
+            )
+        head = (
+            f"`{name}` is trained in eager mode, and the step also calls {listed}, which "
+            f"`{name}.compile()` would leave in eager mode (it compiles `{name}(...)` only)"
+        )
+        tables = project.network_tables(func, tuple(methods)) or []
+        free, blocked = [], []
+        for table in tables:
+            reason = (
+                table.obstacle
+                or self._table_touched(name, table.attribute)
+                or (
+                    "this file differentiates through gradients (`create_graph=True`)"
+                    if DOUBLE_BACKWARD.search(self.context.code)
+                    else None
+                )
+            )
+            (blocked if reason else free).append((table, reason))
+        taken = {n.value for n in self.context.index.find(cst.Name)}
+        statements = []
+        for table, _ in free:
+            singular = table.attribute.rstrip("s").lstrip("_")
+            variable = next(
+                (
+                    v
+                    for v in (singular, "net", "network")
+                    if v.isidentifier() and v != table.attribute and v not in taken
+                ),
+                None,
+            )
+            if variable is None:
+                continue
+            taken.add(variable)
+            members = f"{name}.{table.attribute}" + (".values()" if table.kind == "dict" else "")
+            statements.append(cst.parse_statement(f"for {variable} in {members}:\n    {variable}.compile()\n"))
+        notes = "".join(
+            f"; the networks of `{name}.{table.attribute}` that `{name}.{table.caller}` calls are not "
+            f"compiled: {reason}"
+            for table, reason in blocked
+        )
+        if not statements:
+            self.report(anchor, f"{head}{notes}; not fixed: {whole}")
+            return
+        compiled = ", ".join(f"`{name}.{table.attribute}`" for table, _ in free)
+        networks = ", ".join(sorted({n for table, _ in free for n in table.networks}))
+        self.report(
+            anchor,
+            f"{head}; the networks of {compiled} ({networks}), called on every step by "
+            f"{', '.join(sorted({f'`{name}.{table.caller}`' for table, _ in free}))}, compile to one graph each "
+            f"and no hook reaches them: compiled each in place; {whole}{notes}",
+            edits=[InsertAfter(anchor, tuple(statements))],
+        )
+
+    def _table_touched(self, name: str, attribute: str) -> str | None:
+        """Why this file keeps the networks of `name.attribute` from being compiled: it stores
+        into the table or registers hooks that may reach it."""
+        prefix = f"{name}.{attribute}"
+        for node in self.context.index.find((cst.Assign, cst.AugAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if any(re.match(re.escape(prefix) + r"\b(?!\s*\()", self.context.source(t)) for t in targets):
+                return f"this file stores into `{prefix}` (line {self.context.line(node)})"
+        for site in hook_sites(self.context):
+            if site.root is None or site.root == name and site.path[:1] == (attribute,):
+                return f"this file registers a hook that may reach them (line {self.context.line(site.call)})"
+        return None
+
+    def _class_elsewhere(self, anchor: cst.CSTNode, name: str) -> cst.BaseExpression | None:
         """The class of the model `name` when it is built in this file from a class of
-        another module of the user's code (`model = ComponentModel(...)`), whose code perfmod
-        cannot see; None for classes of this file and of torch."""
+        another module of the user's code (`model = ComponentModel(...)`); None for classes
+        of this file and of torch."""
         index = self.context.index
         scope = index.first_enclosing(anchor, cst.FunctionDef) or self.context.module
         target = next(
@@ -557,8 +655,8 @@ class UncompiledModel(Rule):
             qualified = self.context.names.of(value.func)
             if not qualified or any(q.startswith(("torch.", "transformers.", "timm.")) for q in qualified):
                 return None
-            classes.add(self.context.source(value.func))
-        return classes.pop() if len(classes) == 1 else None
+            classes.add(value.func)
+        return classes.pop() if len({self.context.source(c) for c in classes}) == 1 else None
 
     def _step_methods(self, loop, name: str) -> list[str]:
         """What the loop calls every step on the model `name` (under any of its names)

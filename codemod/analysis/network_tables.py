@@ -1,0 +1,417 @@
+"""The tables of small networks a model class holds and its methods call: `self.ci_fns`,
+a dict (or `nn.ModuleDict`, a list, an `nn.ModuleList`) that `__init__` fills once with
+instances of network classes, indexed and called by a method the training step calls
+(`ci_fn = self.ci_fns[name]; ci_fn(x)`), and whether each network can be compiled in
+place (`net.compile()`, which keeps the object, its class and its state_dict keys).
+
+The class, the function that builds the table and the network classes are read in the
+module that defines them, followed into the project's modules (`project.class_of`).
+A table is compilable when:
+- `__init__` is the only place that assigns `self.<table>` and nothing stores into it
+  after (a network put there later would run in eager mode, or replace a compiled one);
+- what it holds can be told: each member is built by a class of the project (through
+  the helpers that build the table and its members), not something perfmod cannot read;
+- no hook reaches it: no registration in its module whose module cannot be followed,
+  on the table, or inside a network class;
+- the forward of each network, and of the networks it builds, reads for torch.compile as
+  one graph: no Python branch on a tensor's values (`if x.sum() > 0`), no value read to
+  the host (`.item()`), no random draw (compiled code draws other numbers), no write to
+  the module's own state (`self.calls += 1`, an in-place update of a buffer), each of
+  which breaks the graph or makes it compile again on every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis.hook_sites import hook_sites
+from codemod.analysis.names import method_name, sole_definition
+from codemod.analysis.torch_facts import (
+    COMPILE_BREAK_FUNCTIONS,
+    COMPILE_BREAK_METHODS,
+    DROPOUTS,
+    HOOK_REGISTRATIONS,
+    MODULE_CONTAINERS,
+    RANDOM_FUNCTIONS,
+    RANDOM_METHODS,
+    SYNC_METHODS,
+)
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+MAX_DEPTH = 4  # helpers followed from the table's assignment to the classes of its members
+TABLES = {"torch.nn.ModuleDict": "dict", "torch.nn.ModuleList": "list"}
+SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
+# What a test may read of a tensor without reading its values.
+_SHAPE_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad", "training"}
+_SHAPE_METHODS = {"size", "dim", "numel", "ndimension", "is_floating_point", "is_complex"}
+_SHAPE_FUNCTIONS = {"len", "isinstance", "hasattr", "callable", "type"}
+
+
+@dataclass(frozen=True)
+class NetworkTable:
+    attribute: str  # `ci_fns`: the attribute of the model that holds the table
+    kind: str  # "dict" (its networks are its `.values()`) or "list"
+    caller: str  # the method of the model that calls its networks
+    networks: tuple[str, ...]  # the classes of its networks
+    obstacle: str | None  # why its networks are not compiled in place; None: they can be
+
+
+def called_tables(context: FileContext, classdef: cst.ClassDef, methods: list[str]) -> list[NetworkTable]:
+    """The network tables of `classdef` (a class of `context`'s module) that `methods`, or the
+    methods of the class they call, call the members of."""
+    own = _methods(classdef)
+    called: dict[str, str] = {}
+    todo, seen = [name for name in methods if name in own], set()
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        for call in context.index.find(cst.Call, within=own[name]):
+            func = call.func
+            if _is_self(func.value if isinstance(func, cst.Attribute) else None) and func.attr.value in own:
+                todo.append(func.attr.value)
+            attribute = _table_read(context, func)
+            if attribute is not None:
+                called.setdefault(attribute, name)
+    return [_table(context, classdef, own, attribute, caller) for attribute, caller in called.items()]
+
+
+def _is_self(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "self"
+
+
+def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    body = classdef.body.body if isinstance(classdef.body, cst.IndentedBlock) else ()
+    return {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
+
+
+def _self_attribute(expr: cst.BaseExpression) -> str | None:
+    """`x` for `self.x`."""
+    if isinstance(expr, cst.Attribute) and _is_self(expr.value):
+        return expr.attr.value
+    return None
+
+
+def _table_read(context: FileContext, func: cst.BaseExpression) -> str | None:
+    """The attribute `self.<attribute>[k]` that the callee `func` is a member of, directly or
+    through a local name every binding of which reads one."""
+    if isinstance(func, cst.Subscript):
+        return _self_attribute(func.value)
+    if isinstance(func, cst.Name):
+        values = context.bindings.values(func) or []
+        found = {_self_attribute(v.value) if isinstance(v, cst.Subscript) else None for v in values}
+        if len(found) == 1 and None not in found:
+            return found.pop()
+    return None
+
+
+def _table(context, classdef, own, attribute: str, caller: str) -> NetworkTable:
+    def table(kind: str = "dict", networks: tuple[str, ...] = (), obstacle: str | None = None) -> NetworkTable:
+        return NetworkTable(attribute, kind, caller, networks, obstacle)
+
+    init = own.get("__init__")
+    assigned, stored = [], []
+    for node in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=classdef):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        for target in targets:
+            if _self_attribute(target) == attribute:
+                assigned.append(node)
+            elif isinstance(target, cst.Subscript) and _self_attribute(target.value) == attribute:
+                stored.append(node)
+    if len(assigned) != 1 or init is None or not context.index.inside(assigned[0], init):
+        where = next((a for a in assigned if init is None or not context.index.inside(a, init)), None)
+        return table(
+            obstacle=f"`self.{attribute}` is assigned again ({_at(context, where)})"
+            if where is not None
+            else f"`self.{attribute}` is not assigned once in `__init__`"
+        )
+    if stored:
+        return table(
+            obstacle=f"a network is stored into `self.{attribute}` after it is built ({_at(context, stored[0])})"
+        )
+    for call in context.index.find(cst.Call, within=classdef):
+        if method_name(call) in ("update", "append", "extend", "insert", "setdefault", "pop", "clear") and (
+            _self_attribute(call.func.value) == attribute
+        ):
+            return table(obstacle=f"`self.{attribute}` is changed after it is built ({_at(context, call)})")
+    members = _members(context, classdef, assigned[0].value, 0)
+    if members is None:
+        return table(obstacle=f"perfmod cannot tell which networks `self.{attribute}` holds")
+    kind, classes = members
+    names = tuple(sorted({c.name.value if isinstance(c, cst.ClassDef) else context.source(c.func) for _, c in classes}))
+    for site in hook_sites(context):
+        if site.root is None:
+            return table(
+                kind, names, f"a hook is registered on a module perfmod cannot follow ({_at(context, site.call)})"
+            )
+        if site.root == "self" and site.owner is classdef and site.path[:1] == (attribute,):
+            return table(kind, names, f"a hook is registered on its networks ({_at(context, site.call)})")
+    seen: set[int] = set()
+    for module_context, network in classes:
+        reason = _forward_obstacle(module_context, network, seen, 0)
+        if reason is not None:
+            return table(kind, names, reason)
+    return table(kind, names)
+
+
+def _members(context, classdef, value, depth) -> tuple[str, list] | None:
+    """("dict" or "list", [(context, class)] of the networks) that `value`, the table's value,
+    holds; None when one member cannot be told."""
+    if depth > MAX_DEPTH or value is None:
+        return None
+    if isinstance(value, (cst.Dict, cst.DictComp)):
+        items = (
+            [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+            if isinstance(value, cst.Dict)
+            else [value.value]
+        )
+        if isinstance(value, cst.Dict) and len(items) != len(value.elements):
+            return None
+        return _classes_of("dict", context, classdef, items, depth)
+    if isinstance(value, (cst.List, cst.ListComp)):
+        items = [e.value for e in value.elements] if isinstance(value, cst.List) else [value.elt]
+        return _classes_of("list", context, classdef, items, depth)
+    if isinstance(value, cst.Name):
+        values = context.bindings.values(value)
+        if not values or len(values) != 1:
+            return None
+        found = _members(context, classdef, values[0], depth + 1)
+        if found is None:
+            return None
+        kind, classes = found
+        function = context.index.first_enclosing(value, cst.FunctionDef)
+        stores = [  # `tables[k] = Net(...)` / `tables.append(Net(...))` in the function that made it
+            node.value
+            for node in context.index.find(cst.Assign, within=function)
+            if any(isinstance(t.target, cst.Subscript) and _is_name(t.target.value, value.value) for t in node.targets)
+        ] + [
+            call.args[0].value
+            for call in context.index.find(cst.Call, within=function)
+            if method_name(call) == "append" and _is_name(call.func.value, value.value) and call.args
+        ]
+        more = _classes_of(kind, context, classdef, stores, depth)
+        return None if more is None else (kind, classes + more[1])
+    if not isinstance(value, cst.Call):
+        return None
+    names = context.names.of(value.func)
+    table = next((TABLES[n] for n in names if n in TABLES), None)
+    if table is not None:
+        if not value.args:
+            return (table, [])
+        inner = _members(context, classdef, value.args[0].value, depth + 1)
+        return None if inner is None else (table, inner[1])
+    function = _function(context, classdef, value.func)
+    if function is None:
+        return None
+    returns = [r.value for r in context.index.find(cst.Return, within=function)]
+    if not returns:
+        return None
+    kinds, classes = set(), []
+    for returned in returns:
+        found = _members(context, classdef, returned, depth + 1)
+        if found is None:
+            return None
+        kinds.add(found[0])
+        classes += found[1]
+    return (kinds.pop(), classes) if len(kinds) == 1 else None
+
+
+def _is_name(expr: cst.BaseExpression, name: str) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == name
+
+
+def _classes_of(kind, context, classdef, items, depth) -> tuple[str, list] | None:
+    """The network classes that each of `items` (a member's value) builds: a class of the
+    project, or what a helper of the class or module returns."""
+    classes = []
+    for item in items:
+        if not isinstance(item, cst.Call):
+            return None
+        if context.names.of(item.func) & SEQUENTIAL:  # `nn.Sequential(nn.Linear(...), nn.GELU(), ...)`
+            classes.append((context, item))
+            continue
+        found = _class(context, item.func)
+        if found is not None:
+            classes.append(found)
+            continue
+        function = _function(context, classdef, item.func)
+        if function is None or depth > MAX_DEPTH:
+            return None
+        for returned in context.index.find(cst.Return, within=function):
+            inner = _classes_of(kind, context, classdef, [returned.value], depth + 1)
+            if inner is None:
+                return None
+            classes += inner[1]
+    return kind, classes
+
+
+def _class(context, func) -> tuple[FileContext, cst.ClassDef] | None:
+    local = sole_definition(context.scopes, func, cst.ClassDef)
+    if local is not None:
+        return context, local
+    from codemod.analysis.project import project_of
+
+    return project_of(context).class_of(func)
+
+
+def _function(context, classdef, func) -> cst.FunctionDef | None:
+    """The helper `func` names: a method of the class (`self._make`, `Model._make`) or a
+    function of the module."""
+    if isinstance(func, cst.Attribute) and (
+        _is_self(func.value) or sole_definition(context.scopes, func.value, cst.ClassDef) is classdef
+    ):
+        return _methods(classdef).get(func.attr.value)
+    return sole_definition(context.scopes, func, cst.FunctionDef)
+
+
+def _forward_obstacle(context, network: cst.ClassDef, seen: set[int], depth: int) -> str | None:
+    """Why the forward of `network` (a class of `context`'s module), and of the networks of
+    the project it builds, does not compile to one graph that is reused; None when it does."""
+    if id(network) in seen:
+        return None
+    seen.add(id(network))
+    if isinstance(network, cst.Call):
+        return _layers_obstacle(context, network, seen, depth)
+    name = network.name.value
+    own = _methods(network)
+    if "forward" not in own:
+        return f"`{name}` has no forward perfmod can read"
+    for site in hook_sites(context):
+        if site.owner is network:
+            return f"`{name}` registers hooks ({_at(context, site.call)})"
+    todo, done = ["forward"], set()
+    while todo:
+        method = todo.pop()
+        if method in done or method not in own:
+            continue
+        done.add(method)
+        function = own[method]
+        reason = _code_obstacle(context, name, function)
+        if reason is not None:
+            return reason
+        for call in context.index.find(cst.Call, within=function):
+            if isinstance(call.func, cst.Attribute) and _is_self(call.func.value):
+                todo.append(call.func.attr.value)
+    if depth >= MAX_DEPTH:
+        return f"`{name}` builds networks deeper than perfmod follows"
+    for call in context.index.find(cst.Call, within=network):
+        names = context.names.of(call.func)
+        if names & MODULE_CONTAINERS or any(n.startswith("torch.") for n in names):
+            continue
+        found = _class(context, call.func)
+        if found is not None:
+            reason = _forward_obstacle(found[0], found[1], seen, depth + 1)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _layers_obstacle(context, sequential: cst.Call, seen: set[int], depth: int) -> str | None:
+    """Why the layers of `nn.Sequential(...)` (torch layers, or classes of the project) do not
+    compile to one reused graph; None when they do."""
+    for call in context.index.find(cst.Call, within=sequential):
+        if call is sequential:
+            continue
+        names = context.names.of(call.func)
+        if names & DROPOUTS or names & RANDOM_FUNCTIONS:
+            return f"`{context.source(call.func)}` draws random numbers ({_at(context, call)}), which compiled code draws differently"
+        if names & COMPILE_BREAK_FUNCTIONS:
+            return f"the graph breaks at `{context.source(call.func)}` ({_at(context, call)})"
+        if any(n.startswith("torch.") for n in names):
+            continue
+        found = _class(context, call.func)
+        if found is None:
+            if context.index.first_enclosing(call, cst.Call) is sequential:
+                return f"perfmod cannot read the layer `{context.source(call.func)}` ({_at(context, call)})"
+            continue  # an argument of a torch layer (`int(d)`)
+        reason = _forward_obstacle(found[0], found[1], seen, depth + 1)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _code_obstacle(context, name: str, function: cst.FunctionDef) -> str | None:
+    where = f"`{name}.{function.name.value}`"
+    for call in context.index.find(cst.Call, within=function):
+        names = context.names.of(call.func)
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        torch_method = method is not None and not any(not n.startswith("torch.") for n in names)
+        if names & RANDOM_FUNCTIONS or torch_method and method in RANDOM_METHODS:
+            return f"{where} draws random numbers ({_at(context, call)}), which compiled code draws differently"
+        if (
+            method in SYNC_METHODS
+            and method not in ("cpu", "to")
+            or names & COMPILE_BREAK_FUNCTIONS
+            or method in COMPILE_BREAK_METHODS
+        ):
+            return f"{where} breaks the graph at `{context.source(call.func)}` ({_at(context, call)})"
+        if method in HOOK_REGISTRATIONS:
+            return f"{where} registers hooks ({_at(context, call)})"
+        if (
+            method is not None
+            and method.endswith("_")
+            and not method.startswith("_")
+            and _rooted_at_self(call.func.value)
+        ):
+            return f"{where} changes the module's state in place ({_at(context, call)}): it recompiles"
+    for node in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=function):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        if any(_rooted_at_self(t) for t in targets):
+            return f"{where} writes the module's state ({_at(context, node)}): it recompiles for every new value"
+    for node in context.index.find((cst.If, cst.While, cst.IfExp, cst.Assert), within=function):
+        if _reads_values(context, node.test, function):
+            return (
+                f"{where} branches on a tensor's values ({_at(context, node)}): dynamo breaks "
+                "the graph there and runs the rest in eager mode"
+            )
+    return None
+
+
+def _at(context, node: cst.CSTNode) -> str:
+    """`path:line` of `node`, the path relative to the project's root."""
+    from codemod.analysis.project import project_of
+
+    return project_of(context).shown_in(context, node)
+
+
+def _rooted_at_self(expr: cst.BaseExpression) -> bool:
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return _is_self(expr)
+
+
+def _reads_values(context, test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """Does the branch test `test` read a value the function computes or is given (not
+    `self.<flag>`, a constant, or what a tensor's shape, dtype or device says)?"""
+    params = {p.name.value for p in function.params.params[1:]}
+    locals_ = params | {
+        t.target.value
+        for node in context.index.find(cst.Assign, within=function)
+        for t in node.targets
+        if isinstance(t.target, cst.Name)
+    }
+
+    def reads(expr: cst.CSTNode) -> bool:
+        if isinstance(expr, cst.Name):
+            return expr.value in locals_
+        if isinstance(expr, cst.Attribute):
+            return expr.attr.value not in _SHAPE_ATTRIBUTES and reads(expr.value)
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _SHAPE_METHODS:
+                return False
+            if isinstance(func, cst.Name) and func.value in _SHAPE_FUNCTIONS:
+                return False
+        if isinstance(expr, cst.Comparison) and all(
+            isinstance(c.operator, (cst.Is, cst.IsNot)) for c in expr.comparisons
+        ):
+            return False
+        return any(reads(child) for child in expr.children)
+
+    return reads(test)
