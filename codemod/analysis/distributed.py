@@ -22,6 +22,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import CHECKPOINTERS, TORCH_DRAWS
+from codemod.analysis.torch_facts import PERMUTATIONS as PERMUTATIONS  # the rule reads it from here
 from codemod.analysis.torch_ops import Category, methods
 
 if TYPE_CHECKING:
@@ -86,7 +87,6 @@ SEEDS = {
     "numpy": {"numpy.random.seed"},
     "random": {"random.seed"},
 }
-PERMUTATIONS = {"torch.randperm", "numpy.random.permutation"}
 # Samplers that draw with replacement from torch's global generator (unless given one of
 # their own), and the position of their `num_samples`: each rank can draw its share.
 REPLACEMENT_SAMPLERS = {

@@ -8,7 +8,9 @@ from libcst.metadata import Assignment, ImportAssignment
 
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.loaders import ListBatch
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -113,6 +115,13 @@ class ManualBatchingInStepLoop(Rule):
     random draw is reported where it is drawn, a generator's windows at the
     loop that iterates it.
 
+    Batches of a Python list cut from a permutation and looked up item by item
+    (`idx = perm[step * bs:(step + 1) * bs]`, `batch = [texts[i] for i in
+    idx.tolist()]`), then tokenized or otherwise processed in the step, are
+    reported with the DataLoader an expert writes instead: over the list,
+    shuffled, with a collate_fn that does that work in worker processes while
+    the model trains.
+
     ## Why is this bad?
     Batching by hand keeps the data pipeline in the training process: the
     next batch is only cut, gathered and copied once the previous step is
@@ -180,7 +189,13 @@ class ManualBatchingInStepLoop(Rule):
     along a later dimension (`X[:, t:t + n]`), of a width that varies
     (`X[i:i + min(bs, ...)]`) or picked through an index array other than a
     per-epoch `torch.randperm` (a shuffled `np.arange`) are reported with the
-    reason.
+    reason. Batches of a Python list are never rewritten: the fix would move
+    the step's work on the items (tokenizing) into a collate_fn that worker
+    processes run, which needs that work to be pure and runnable in another
+    process. The report says when the work is a call perfmod cannot follow (a
+    tokenizer held by an object of another module or library); work it can
+    follow is not moved yet either. A look-up with no work on the items is not
+    reported: a DataLoader would only move it.
     """
 
     CODE = "PM202"
@@ -280,6 +295,15 @@ class ManualBatchingInStepLoop(Rule):
             "    xb, yb = X[:2], Y[:2]\n" + STEP,
             None,
             "random indices into a list of texts (LatentWire)",
+        ),
+        Invalid(
+            PREAMBLE + "texts = [str(i) for i in range(100)]\n\n\ndef encode(batch):\n"
+            "    return torch.tensor([[float(t)] * 8 for t in batch])\n\n\nfor epoch in range(3):\n"
+            "    perm = torch.randperm(len(texts))\n    for step in range(len(texts) // bs):\n"
+            "        idx = perm[step * bs:(step + 1) * bs]\n        batch = [texts[i] for i in idx.tolist()]\n"
+            "        xb, yb = encode(batch), Y[:bs]\n" + STEP.replace("    ", "        "),
+            None,
+            "texts of a list looked up through a permutation and turned into tensors in the step (LatentWire)",
         ),
         Invalid(
             PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n    print(i)\n" + STEP,
@@ -564,6 +588,12 @@ class ManualBatchingInStepLoop(Rule):
     def visit_For(self, node: cst.For) -> None:
         if not self._in_step_loops(node):
             return
+        texts = [batch for batch in self.context.loaders.list_batches if batch.loop is node]
+        if texts:
+            if not suppressed_on(node, self.CODE):
+                for batch in texts:
+                    self._report_list_batch(batch)
+            return
         counter = self._counter(node)
         if counter is None:
             self._check_splits(node)
@@ -584,6 +614,42 @@ class ManualBatchingInStepLoop(Rule):
             )
             return
         self._fix(plan)
+
+    # -- batches looked up in a Python list through a permutation: reported ---------------
+
+    def _report_list_batch(self, batch: ListBatch) -> None:
+        """`idx = perm[step * bs:(step + 1) * bs]`, `texts_b = [texts[i] for i in idx.tolist()]`
+        and work on the items in the step (tokenizing): the expert's DataLoader tokenizes in
+        its collate_fn, in worker processes, while the model trains."""
+        if not batch.work:
+            return  # the items go to the model as they are: a DataLoader would only move a list look-up
+        source, line = self.context.source, self.context.line
+        corpus = source(batch.corpus)
+        opaque = next((call for call in batch.work if not self._followed(call)), None)
+        work = opaque or batch.work[0]
+        if opaque is not None:
+            why = (
+                f"`{source(opaque.func)}` (line {line(opaque)}) is not a function perfmod can follow (an object "
+                "of another module or a library reached through attributes), so it cannot tell that the call is "
+                "pure and that a worker process may run it"
+            )
+        else:
+            why = "perfmod does not move a step's work on its items into a collate_fn"
+        self.report(
+            batch.loop,
+            f"each step cuts its batch of `{corpus}`, a Python list, from a permutation by hand "
+            f"(`{source(batch.window.subscript)}`, line {line(batch.window.subscript)}), looks the items up one "
+            f"by one and runs `{source(work.func)}(...)` (line {line(work)}) on them in the training process, "
+            f"between steps; a DataLoader over `{corpus}` (shuffle=True, a seeded `generator=` to keep the order "
+            f"reproducible) whose collate_fn does that work in `num_workers` worker processes would prepare the "
+            f"next batch while the model trains; not rewritten because {why}",
+        )
+
+    def _followed(self, call: cst.Call) -> bool:
+        """Is `call` a call of a function or method of this file, or of the project?"""
+        if self.context.kinds.local_callee(call) is not None:
+            return True
+        return project_of(self.context).called(call) is not None
 
     # -- batches cut by `zip(X.split(bs), Y.split(bs))` --------------------------------
 
