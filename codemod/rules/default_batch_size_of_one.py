@@ -49,14 +49,15 @@ class DefaultBatchSizeOfOne(Rule):
     A step over one sample launches the same kernels as a step over many, each
     on a sliver of work: the run is bound by the per-step overhead (Python,
     kernel launches, the optimizer's update of every parameter), not by
-    arithmetic, and a GPU sits mostly idle. Measured on the CPU of the
-    development machine (`python -m benchmarks.bench_batch_size`: a two-layer
-    causal transformer, d_model 128, sequences of 128 tokens, AdamW; torch
-    2.9, 2 threads), a training step at batch 8 processes 2.9 times as many
-    tokens per second as at batch 1, and at batch 32 4.2 times as many. On a
-    GPU the gap is wider, since a step at batch 1 leaves most of the device
-    unused; the GPU figures are still to be measured
-    (`python -m benchmarks.bench_batch_size --device cuda`).
+    arithmetic, and a GPU sits mostly idle. Measured on a CPU
+    (`python -m benchmarks.bench_batch_size`: a two-layer causal transformer,
+    d_model 128, sequences of 128 tokens, AdamW; torch 2.13, 2 threads of a
+    machine shared with other work, two runs), a training step at batch 8
+    processes 2.8 to 4.2 times as many tokens per second as at batch 1, and
+    at batch 32 6.1 to 6.5 times as many. On a GPU the gap is expected to be
+    wider, since a step at batch 1 leaves most of the device unused; the GPU
+    figures are still owed (`python -m benchmarks.bench_batch_size --device
+    cuda`).
 
     ## Example
     ```python
@@ -87,8 +88,8 @@ class DefaultBatchSizeOfOne(Rule):
     REQUIRES = ("add_argument",)
     MESSAGE = "the training batch size defaults to 1"
     GAIN = (
-        "measured on CPU: 2.9x the tokens/s at batch 8 and 4.2x at batch 32 for a small transformer; "
-        "more on a GPU (still to be measured)"
+        "measured on a CPU: about 3x the tokens/s at batch 8 and 6x at batch 32 for a small transformer; "
+        "GPU figures still owed"
     )
 
     VALID = [
@@ -155,8 +156,8 @@ class DefaultBatchSizeOfOne(Rule):
                 option.call,
                 f"the batch size of this training loop defaults to 1 (`{context.source(size)}`, used on line "
                 f"{context.line(where)}): every step pays the per-step overhead (Python, kernel launches, the "
-                "optimizer's update) for one sample, and a GPU sits mostly idle; measured on the CPU, a small "
-                "transformer trains 2.9x the tokens/s at batch 8 and 4.2x at batch 32 (more on a GPU, still to be "
-                "measured); default to the largest batch that fits, with gradient accumulation and the learning "
+                "optimizer's update) for one sample, and a GPU sits mostly idle; measured on a CPU, a small "
+                "transformer trains about 3x the tokens/s at batch 8 and 6x at batch 32 (GPU figures still owed); "
+                "default to the largest batch that fits, with gradient accumulation and the learning "
                 "rate scaled to match; not changed automatically: the batch size changes what training computes",
             )
