@@ -171,6 +171,7 @@ class ListBatch:
     batch: cst.Name | None  # the name it is bound to
     per_epoch: bool  # the permutation is drawn again in a loop around the step loop
     work: tuple[cst.Call, ...]  # what the step calls on the items, other than the model (tokenizing)
+    other_reads: tuple[cst.Name, ...]  # reads of the indices (`idx`) other than the look-up
 
 
 RANDOM = "random"  # drawn at random in the step, in the loop or a function of the file it calls
@@ -1422,6 +1423,7 @@ class Loaders:
                                 self.index.inside(permutation, outer) for outer in self.context.loops.epoch_loops(loop)
                             ),
                             work=self._item_work(loop, batch) if batch is not None else (),
+                            other_reads=self._index_reads(loop, window, picks),
                         )
                     )
         return tuple(found)
@@ -1469,6 +1471,16 @@ class Loaders:
             ):
                 found.append((comprehension, element.value))
         return found
+
+    def _index_reads(self, loop: cst.For, window: BatchWindow, picks: cst.CSTNode) -> tuple[cst.Name, ...]:
+        """The reads of the name the window is bound to (`idx`) in the loop body, other than
+        in the look-up `picks`."""
+        holder = _bound_name(window.subscript, self.context.parents)
+        if holder is None:
+            return ()
+        return tuple(
+            read for read in names_read(loop.body) if read.value == holder.value and not self.index.inside(read, picks)
+        )
 
     def _item_work(self, loop: cst.For, batch: cst.Name) -> tuple[cst.Call, ...]:
         """The calls the step loop makes on the items of its batch `batch`, or on what it

@@ -626,7 +626,8 @@ class ManualBatchingInStepLoop(Rule):
         source, line = self.context.source, self.context.line
         corpus = source(batch.corpus)
         opaque = next((call for call in batch.work if not self._followed(call)), None)
-        work = opaque or batch.work[0]
+        named = list(dict.fromkeys(source(call.func) for call in batch.work))[:3]
+        work = ", ".join(f"`{name}(...)`" for name in named)
         if opaque is not None:
             why = (
                 f"`{source(opaque.func)}` (line {line(opaque)}) is not a function perfmod can follow (an object "
@@ -635,14 +636,21 @@ class ManualBatchingInStepLoop(Rule):
             )
         else:
             why = "perfmod does not move a step's work on its items into a collate_fn"
+        carried = ""
+        if batch.other_reads:
+            read = batch.other_reads[0]
+            used = self.context.index.first_enclosing(read, (cst.Subscript, cst.Call)) or read
+            carried = (
+                f", its items also carrying what the indices pick elsewhere (`{source(used)}`, line {line(read)}),"
+            )
         self.report(
             batch.loop,
             f"each step cuts its batch of `{corpus}`, a Python list, from a permutation by hand "
             f"(`{source(batch.window.subscript)}`, line {line(batch.window.subscript)}), looks the items up one "
-            f"by one and runs `{source(work.func)}(...)` (line {line(work)}) on them in the training process, "
+            f"by one and runs {work} (from line {line(batch.work[0])}) on them in the training process, "
             f"between steps; a DataLoader over `{corpus}` (shuffle=True, a seeded `generator=` to keep the order "
-            f"reproducible) whose collate_fn does that work in `num_workers` worker processes would prepare the "
-            f"next batch while the model trains; not rewritten because {why}",
+            f"reproducible){carried} whose collate_fn does that work in `num_workers` worker processes would "
+            f"prepare the next batch while the model trains; not rewritten because {why}",
         )
 
     def _followed(self, call: cst.Call) -> bool:

@@ -69,7 +69,7 @@ def test_latentwire_shaped_script_reports_the_permutation_batches_and_the_tokeni
     message = finding.message
     assert "`texts`, a Python list" in message
     assert "`perm[step * args.batch_size : (step + 1) * args.batch_size]`" in message
-    assert "`ctx.wrapper.tokenizer(...)`" in message and f"line {line_of(source, 'ids = ctx.wrapper')}" in message
+    assert f"runs `ctx.wrapper.tokenizer(...)` (from line {line_of(source, 'ids = ctx.wrapper')})" in message
     assert "collate_fn" in message and "num_workers" in message
     assert "not rewritten because `ctx.wrapper.tokenizer`" in message
     assert "cannot tell that the call is pure" in message
@@ -140,3 +140,17 @@ def test_latentwire_shaped_script_reports_its_default_batch_size_of_one():
 
 def _indent(code: str) -> str:
     return "".join("    " + line if line.strip() else line for line in code.splitlines(keepends=True))
+
+
+def test_indices_that_also_pick_targets_are_named_for_the_loader_items_to_carry():
+    """LatentWire's step also reads `ctx.token_ids[idx]`: the DataLoader's items must carry it."""
+    source = (
+        HEAD.replace("bs = 8\n", "bs = 8\nlabels = torch.arange(64) % 3\n")
+        + ENCODE
+        + LOOP.replace("ids[:, 0])", "labels[idx])")
+    )
+    (finding,) = findings(source, "PM202")
+    assert (
+        f"its items also carrying what the indices pick elsewhere (`labels[idx]`, line {line_of(source, 'loss =')})"
+        in (finding.message)
+    )
