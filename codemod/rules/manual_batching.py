@@ -117,10 +117,14 @@ class ManualBatchingInStepLoop(Rule):
 
     Batches of a Python list cut from a permutation and looked up item by item
     (`idx = perm[step * bs:(step + 1) * bs]`, `batch = [texts[i] for i in
-    idx.tolist()]`), then tokenized or otherwise processed in the step, are
-    reported with the DataLoader an expert writes instead: over the list,
-    shuffled, with a collate_fn that does that work in worker processes while
-    the model trains.
+    idx.tolist()]`), then tokenized or otherwise processed in the step, get
+    the DataLoader an expert writes instead: over the list, shuffled, with a
+    collate_fn that does that work (in worker processes, which PM201 adds,
+    while the model trains). When the step's only work on them is one call
+    of a pure function of the module given the batch alone (`ids =
+    encode(batch)`), the loop becomes `for ids in DataLoader(texts,
+    batch_size=bs, shuffle=True, collate_fn=encode)`; otherwise the finding
+    says why not.
 
     ## Why is this bad?
     Batching by hand keeps the data pipeline in the training process: the
@@ -189,13 +193,18 @@ class ManualBatchingInStepLoop(Rule):
     along a later dimension (`X[:, t:t + n]`), of a width that varies
     (`X[i:i + min(bs, ...)]`) or picked through an index array other than a
     per-epoch `torch.randperm` (a shuffled `np.arange`) are reported with the
-    reason. Batches of a Python list are never rewritten: the fix would move
-    the step's work on the items (tokenizing) into a collate_fn that worker
-    processes run, which needs that work to be pure and runnable in another
-    process. The report says when the work is a call perfmod cannot follow (a
-    tokenizer held by an object of another module or library); work it can
-    follow is not moved yet either. A look-up with no work on the items is not
-    reported: a DataLoader would only move it.
+    reason. Batches of a Python list become a DataLoader only when the
+    permutation is a fresh `torch.randperm(len(texts))` each epoch (its own
+    seeded `generator=` is kept: reported), the loop counts exactly the batches
+    of the list (`range(n // bs)`: `drop_last=True`; `range((n + bs - 1) //
+    bs)` or `range(0, n, bs)`: the shorter last batch kept), the indices are
+    used for nothing else, and the work is one call of a module-level function
+    that reads only its argument (a worker process started earlier would see
+    a module variable as it was then): the batches then hold the same values
+    the step computed, from another shuffle, as for tensors above. A tokenizer
+    held by an object of another module or a library cannot be followed and
+    is reported. A look-up with no work on the items is not reported: a
+    DataLoader would only move it.
     """
 
     CODE = "PM202"
@@ -635,7 +644,10 @@ class ManualBatchingInStepLoop(Rule):
                 "pure and that a worker process may run it"
             )
         else:
-            why = "perfmod does not move a step's work on its items into a collate_fn"
+            fix = self._list_batch_fix(batch)
+            if not isinstance(fix, str):
+                return
+            why = fix
         carried = ""
         if batch.other_reads:
             read = batch.other_reads[0]
@@ -652,6 +664,147 @@ class ManualBatchingInStepLoop(Rule):
             f"reproducible){carried} whose collate_fn does that work in `num_workers` worker processes would "
             f"prepare the next batch while the model trains; not rewritten because {why}",
         )
+
+    def _list_batch_fix(self, batch: ListBatch) -> str | None:
+        """Rewrite the loop to iterate a DataLoader over the list whose collate_fn is the
+        step's work (`ids = encode(batch)`, a pure function of this module): None when
+        rewritten, else why not."""
+        loop, source, values = batch.loop, self.context.source, self.context.bindings.values
+        if batch.other_reads:
+            return "the indices are also used besides looking the items up"
+        loops = (cst.For, cst.While)
+        if not batch.per_epoch or self.context.index.first_enclosing(
+            batch.permutation, loops
+        ) is not self.context.index.first_enclosing(self.context.parents.get(loop), loops):
+            return "the permutation is not drawn anew for each pass of the loop (a DataLoader would draw one per pass)"
+        if self.context.kinds.is_mutated_in_place(batch.corpus):
+            return f"`{self.context.source(batch.corpus)}` is changed in place"
+        n = positional(batch.permutation, 0)
+        if n is None or len(batch.permutation.args) != 1:
+            return "the permutation is drawn with its own generator, and a DataLoader would draw its order from another"
+        n = n.value
+        length = _single_value(n, values)
+        if not (
+            isinstance(batch.corpus, cst.Name)
+            and isinstance(length, cst.Call)
+            and self.context.names.is_(length.func, "len", "builtins.len")
+            and len(length.args) == 1
+            and _same(length.args[0].value, batch.corpus)
+        ):
+            return f"perfmod cannot tell that `{source(n)}` is the length of `{source(batch.corpus)}`"
+        counter = self._counter(loop)
+        if counter is None or loop.iter is not counter[0]:
+            return "the loop's counter is not a plain `range(...)`"
+        drop_last = self._drops_last(counter[0], n, batch.window.width, values)
+        if drop_last is None:
+            return f"perfmod cannot tell that `{source(counter[0])}` counts the batches of `{source(batch.corpus)}`"
+        (work,) = batch.work if len(batch.work) == 1 else (None,)
+        function = self.context.kinds.local_callee(work) if work is not None else None
+        if (
+            work is None
+            or not isinstance(work.func, cst.Name)
+            or len(work.args) != 1
+            or not _is_name(work.args[0].value, batch.batch.value)
+            or function is None
+            or not isinstance(self.context.parents.get(function), cst.Module)
+        ):
+            return "perfmod moves into a collate_fn only one call of a function of this module given the batch alone"
+        if not self.context.purity.is_pure(function):
+            return f"perfmod cannot tell that `{function.name.value}` is pure"
+        target = _name_bound_to(work, self.context.parents)
+        lines = [self.context.parents.get(self.context.parents.get(node)) for node in (batch.picks, work)]
+        holder = _name_bound_to(batch.window.subscript, self.context.parents)
+        if holder is not None:
+            lines.append(self.context.parents.get(self.context.parents.get(batch.window.subscript)))
+        body = _lines(loop.body)
+        if target is None or not all(
+            isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and line in body for line in lines
+        ):
+            return "the look-up and the work on the batch are not statements of their own in the loop"
+        reads = names_read(loop.body)
+        if sum(read.value == batch.batch.value for read in reads) != 1:
+            return f"`{batch.batch.value}` is used for more than `{source(work)}`"
+        step = counter[1]
+        counted = [
+            read for read in reads if read.value == step.value and not self.context.inside(read, batch.window.subscript)
+        ]
+        if counted and len(counter[0].args) != 1:
+            return f"`{step.value}` is used for more than cutting the batch"
+        if not self._free_or_torch("DataLoader"):
+            return "the name `DataLoader` means something else in this file"
+        needed = {batch.corpus.value, function.name.value} | {name.value for name in names_read(batch.window.width)}
+        anchor = self._anchor_for(loop, needed)
+        taken = set(re.findall(r"\w+", self.context.code))
+        loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
+        build = cst.parse_statement(
+            f"{loader} = DataLoader({batch.corpus.value}, batch_size={source(batch.window.width)}, shuffle=True"
+            f"{', drop_last=True' if drop_last else ''}, collate_fn={function.name.value})\n"
+        )
+        if counted:
+            header = Replace(
+                loop,
+                lambda updated: updated.with_changes(
+                    target=cst.Tuple(
+                        [cst.Element(cst.Name(step.value)), cst.Element(cst.Name(target.value))], lpar=[], rpar=[]
+                    ),
+                    iter=cst.parse_expression(f"enumerate({loader})"),
+                ),
+            )
+        else:
+            header = Replace(
+                loop, lambda updated: updated.with_changes(target=cst.Name(target.value), iter=cst.Name(loader))
+            )
+        removed = list(lines)
+        perm_line = self._permutation_line(batch, anchor)
+        if perm_line is not None:
+            removed.append(perm_line)
+        self.report(
+            loop,
+            f"each step cuts its batch of `{source(batch.corpus)}`, a Python list, from a permutation by hand "
+            f"(line {self.context.line(batch.window.subscript)}) and runs `{function.name.value}` on it between steps; "
+            f"iterate over a DataLoader over `{source(batch.corpus)}`, shuffled each epoch as the permutation was, whose "
+            f"collate_fn `{function.name.value}` makes each batch (in worker processes once it has them: PM201)",
+            edits=[InsertBefore(anchor, (build,)), header, *(Remove(line) for line in removed)],
+            imports=IMPORTS[:1],
+        )
+        return None
+
+    def _drops_last(self, counter: cst.Call, n: cst.BaseExpression, width: cst.BaseExpression, values) -> bool | None:
+        """Whether the loop `counter` counts the full batches only (`range(n // bs)`), or
+        every batch with a shorter last one (`range((n + bs - 1) // bs)`, `range(0, n, bs)`);
+        None when it counts something else."""
+        args = [a.value for a in counter.args]
+        if len(args) == 3:
+            return False if integer_value(args[0]) == 0 and _same(args[1], n) and _same(args[2], width) else None
+        if len(args) != 1:
+            return None
+        count = _single_value(args[0], values)
+        if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.FloorDivide)):
+            return None
+        if not _same(count.right, width):
+            return None
+        top = count.left
+        if _same(top, n):
+            return True
+        ceiling = _normalized(f"({self.context.source(n)}+{self.context.source(width)}-1)")
+        return (
+            False
+            if _normalized(self.context.source(top.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])))
+            == ceiling
+            else None
+        )
+
+    def _permutation_line(self, batch: ListBatch, anchor: cst.CSTNode) -> cst.CSTNode | None:
+        """The line `perm = torch.randperm(n)` when the window was its only read and it runs
+        inside the rewritten code; None to keep it."""
+        name = _name_bound_to(batch.permutation, self.context.parents)
+        line = self.context.parents.get(self.context.parents.get(batch.permutation))
+        if name is None or not (
+            isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self.context.inside(line, anchor)
+        ):
+            return None
+        reads = [read for read in names_read(anchor) if read.value == name.value]
+        return line if len(reads) == 1 and reads[0] is batch.window.sequence else None
 
     def _followed(self, call: cst.Call) -> bool:
         """Is `call` a call of a function or method of this file, or of the project?"""
@@ -1410,6 +1563,15 @@ class ManualBatchingInStepLoop(Rule):
             ):
                 return False
         return True
+
+
+def _single_value(expr: cst.BaseExpression, values) -> cst.BaseExpression:
+    """The value a name is bound to when it is bound once, else the expression itself."""
+    if isinstance(expr, cst.Name):
+        bound = values(expr)
+        if bound is not None and len(bound) == 1:
+            return bound[0]
+    return expr
 
 
 def _is_data(expr: cst.BaseExpression, data: set[str]) -> bool:

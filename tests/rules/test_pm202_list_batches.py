@@ -5,11 +5,16 @@ idx.tolist()]`, tokenized in the step). Reported with the reason it is not
 rewritten and the expert's alternative; never rewritten. The must-nots: the same
 look-up in an evaluation loop, and texts that go to the model as they are."""
 
+import contextlib
+import io
+import re
+from collections import Counter
 from pathlib import Path
 
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
+from tests.rules.scripts import one_thread
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = REPO / "fixtures" / "scripts" / "seed_latentwire_batching.py"
@@ -75,13 +80,57 @@ def test_latentwire_shaped_script_reports_the_permutation_batches_and_the_tokeni
     assert "cannot tell that the call is pure" in message
 
 
-def test_a_tokenizer_function_of_the_file_is_reported_as_not_moved():
+def test_a_tokenizer_function_that_reads_a_module_variable_is_reported_not_moved():
+    """`encode` reads `vocab`, a module-level list: worker processes would see the value
+    it had when they started, so perfmod does not take the function as pure."""
     source = HEAD + ENCODE + LOOP
     (finding,) = findings(source, "PM202")
     assert finding.line == line_of(source, "for step in range(N // bs):")
     assert "runs `encode(...)`" in finding.message
+    assert finding.message.endswith("not rewritten because perfmod cannot tell that `encode` is pure")
+
+
+def test_a_pure_tokenizer_of_the_module_becomes_the_collate_fn_and_trains_alike():
+    """The fixture's rewrite (fixtures/rules/PM202/permuted_texts_collate) run beside the
+    original: as many steps per epoch (a shorter last batch kept), a DataLoader over the
+    whole list with `encode` as its collate_fn, and a loss curve close to the original's
+    (another shuffle: not the same batches)."""
+    original = (REPO / "fixtures" / "rules" / "PM202" / "permuted_texts_collate.in.py").read_text()
+    rewritten = (REPO / "fixtures" / "rules" / "PM202" / "permuted_texts_collate.out.py").read_text()
+    before, _ = run(original)
+    after, namespace = run(rewritten)
+    assert steps_per_epoch(before) == steps_per_epoch(after) == {0: 8, 1: 8, 2: 8}
+    loader = namespace["loader"]
+    assert loader.dataset is namespace["texts"] and loader.collate_fn is namespace["encode"]
+    assert not loader.drop_last and loader.batch_size == 8
+    last = [loss for (epoch, _), loss in after.items() if epoch == 2]
+    want = [loss for (epoch, _), loss in before.items() if epoch == 2]
+    assert abs(sum(last) / len(last) - sum(want) / len(want)) < 0.25 * sum(want) / len(want)
+
+
+def test_full_batches_only_keep_drop_last():
+    original = (REPO / "fixtures" / "rules" / "PM202" / "permuted_texts_collate.in.py").read_text()
+    original = original.replace("range((N + bs - 1) // bs)", "range(N // bs)")
+    result = process_source(original.encode(), "t.py", Settings(level=Level.UNSAFE, select=("PM202",)))
+    assert [f.applied for f in result.findings] == [True]
+    rewritten = result.new_source.decode()
+    assert "DataLoader(texts,batch_size=bs,shuffle=True,drop_last=True,collate_fn=encode)" in re.sub(
+        r"\s", "", rewritten
+    )
+    before, _ = run(original)
+    after, _ = run(rewritten)
+    assert steps_per_epoch(before) == steps_per_epoch(after) == {0: 7, 1: 7, 2: 7}
+
+
+def test_must_not_rewrite_a_permutation_with_its_own_generator():
+    original = (REPO / "fixtures" / "rules" / "PM202" / "permuted_texts_collate.in.py").read_text()
+    original = original.replace("perm = torch.randperm(N)", "perm = torch.randperm(N, generator=g)").replace(
+        "for epoch in range(3):\n", "for epoch in range(3):\n    g = torch.Generator().manual_seed(epoch)\n"
+    )
+    (finding,) = findings(original, "PM202")
     assert finding.message.endswith(
-        "not rewritten because perfmod does not move a step's work on its items into a collate_fn"
+        "not rewritten because the permutation is drawn with its own generator, and a DataLoader would draw its "
+        "order from another"
     )
 
 
@@ -138,6 +187,19 @@ def test_latentwire_shaped_script_reports_its_default_batch_size_of_one():
     assert f"used on line {line_of(source, 'idx = perm[')}" in finding.message
 
 
+def run(source: str) -> tuple[dict[tuple[int, int], float], dict]:
+    """The loss of each (epoch, step) a script prints, and its globals."""
+    out, namespace = io.StringIO(), {"__name__": "__main__"}
+    with one_thread(), contextlib.redirect_stdout(out):
+        exec(compile(source, "<fixture>", "exec"), namespace)
+    found = re.findall(r"epoch (\d+) step (\d+) loss (\S+)", out.getvalue())
+    return {(int(e), int(s)): float(v) for e, s, v in found}, namespace
+
+
+def steps_per_epoch(losses: dict[tuple[int, int], float]) -> dict[int, int]:
+    return dict(Counter(epoch for epoch, _ in losses))
+
+
 def _indent(code: str) -> str:
     return "".join("    " + line if line.strip() else line for line in code.splitlines(keepends=True))
 
@@ -153,4 +215,16 @@ def test_indices_that_also_pick_targets_are_named_for_the_loader_items_to_carry(
     assert (
         f"its items also carrying what the indices pick elsewhere (`labels[idx]`, line {line_of(source, 'loss =')})"
         in (finding.message)
+    )
+
+
+def test_must_not_rewrite_one_permutation_reused_by_every_epoch():
+    original = (REPO / "fixtures" / "rules" / "PM202" / "permuted_texts_collate.in.py").read_text()
+    original = original.replace("    perm = torch.randperm(N)\n", "").replace(
+        "for epoch in range(3):\n", "perm = torch.randperm(N)\nfor epoch in range(3):\n"
+    )
+    (finding,) = findings(original, "PM202")
+    assert not finding.fixable
+    assert finding.message.endswith(
+        "not rewritten because the permutation is not drawn anew for each pass of the loop (a DataLoader would draw one per pass)"
     )
