@@ -1538,8 +1538,8 @@ class Loaders:
         found: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
         seen: set[int] = set()
         for feed in self.feeds:
-            if id(feed.loader) in seen or not self.trains(feed.loop):
-                continue
+            if not isinstance(feed.loader, cst.Call) or id(feed.loader) in seen or not self.trains(feed.loop):
+                continue  # a loader that is a parameter (`train_data: DataLoader`) is built elsewhere
             seen.add(id(feed.loader))
             size = kwarg(feed.loader, "batch_size") or positional(feed.loader, 1)
             if size is not None and kwarg(feed.loader, "batch_sampler") is None:

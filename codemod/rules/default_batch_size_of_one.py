@@ -123,6 +123,13 @@ class DefaultBatchSizeOfOne(Rule):
             + STEP,
             "an option of 1 that is not the batch size",
         ),
+        Valid(
+            PREAMBLE + "class Trainer:\n    def __init__(self, train_data: DataLoader):\n"
+            "        self.train_data = train_data\n\n    def fit(self):\n        for x, y in self.train_data:\n"
+            + STEP.replace("    ", "            ")
+            + "\n\nTrainer(DataLoader(data, batch_size=32)).fit()\n",
+            "a loader handed over as an annotated parameter, built with a batch of 32",
+        ),
     ]
     INVALID = [
         Invalid(
