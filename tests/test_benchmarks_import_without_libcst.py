@@ -11,6 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 GPU_BENCHMARKS = [
     "acceptance",
+    "bench_batch_size",
     "bench_batching",
     "bench_data",
     "bench_gpu",

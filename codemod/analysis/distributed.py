@@ -132,7 +132,6 @@ SEEDS = {
     "numpy": {"numpy.random.seed"},
     "random": {"random.seed"},
 }
-PERMUTATIONS = {"torch.randperm", "numpy.random.permutation"}
 # Samplers that draw with replacement from torch's global generator (unless given one of
 # their own), and the position of their `num_samples`: each rank can draw its share.
 REPLACEMENT_SAMPLERS = {

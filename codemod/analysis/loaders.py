@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.command_line import is_parse_call
+from codemod.analysis.command_line import Option, is_parse_call
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.names import kwarg, method_name, names_read, positional
 from codemod.analysis.project import BatchUse, Function, project_of
 from codemod.analysis.torch_facts import (
     DATASETS_OF_DATASETS,
@@ -36,6 +36,7 @@ from codemod.analysis.torch_facts import (
     MAP_STYLE_PREFIXES,
     NOT_TENSOR_FUNCTIONS,
     OPS,
+    PERMUTATIONS,
     SPLIT_DATASETS,
     TENSOR_COLLATES,
     TENSOR_FUNCTIONS,
@@ -68,6 +69,8 @@ SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 BACKWARD_METHODS = frozenset({"backward"})
 COPY_METHODS = frozenset({"to", "cuda"})  # the methods `copies_to_device` looks for
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+RANGE = ("range", "builtins.range")
+COLLECTING_METHODS = frozenset({"append", "extend", "insert", "add", "update"})  # gathering results, not work
 # What loading one item of a dataset takes (`Loaders.item_cost`):
 INDEXES = "indexes"  # an index into tensors the training process already holds, nothing more
 COMPUTES = "computes"  # work per item: calls that are not indexing (decoding, tokenizing, reading), loops
@@ -143,6 +146,33 @@ class StepData:
 
     how: str  # RANDOM, SAME or OUTSIDE (below)
     at: cst.CSTNode | None = None  # the draw, or the call that gives the data
+
+
+@dataclass(frozen=True)
+class BatchWindow:
+    """`seq[step * bs:(step + 1) * bs]` (or `seq[i:i + bs]` for `i` stepping by `bs`) in a
+    loop over a counter: one batch of `bs` items of `seq`, the next one each iteration."""
+
+    subscript: cst.Subscript
+    sequence: cst.BaseExpression  # `seq`
+    width: cst.BaseExpression  # `bs`
+
+
+@dataclass(frozen=True)
+class ListBatch:
+    """A step's batch cut from a permutation of a Python list held in memory and looked up
+    item by item: `perm = torch.randperm(N)`, `idx = perm[step * bs:(step + 1) * bs]`,
+    `batch = [texts[i] for i in idx.tolist()]`."""
+
+    loop: cst.For  # the step loop
+    window: BatchWindow  # the slice of the permutation
+    permutation: cst.Call  # `torch.randperm(N, generator=g)`
+    corpus: cst.BaseExpression  # `texts`
+    picks: cst.BaseExpression  # the comprehension that looks the items up
+    batch: cst.Name | None  # the name it is bound to
+    per_epoch: bool  # the permutation is drawn again in a loop around the step loop
+    work: tuple[cst.Call, ...]  # what the step calls on the items, other than the model (tokenizing)
+    other_reads: tuple[cst.Name, ...]  # reads of the indices (`idx`) other than the look-up
 
 
 RANDOM = "random"  # drawn at random in the step, in the loop or a function of the file it calls
@@ -1334,6 +1364,206 @@ class Loaders:
         fact = self.kinds.fact(value)
         return fact.kind is Kind.TENSOR and fact.place is Place.HOST
 
+    # -- batches cut by hand ------------------------------------------------------------------
+
+    @memoized
+    def batch_windows(self, loop: cst.For) -> tuple[BatchWindow, ...]:
+        """The windows of a loop over a counter that cut one batch per iteration:
+        `seq[step * bs:(step + 1) * bs]` for `for step in range(...)`, and `seq[i:i + bs]`
+        for `for i in range(0, n, bs)` (through enumerate, zip, tqdm)."""
+        counters = [
+            (iterable, target)
+            for iterable, target in self.iterated(loop.iter, loop.target)
+            if isinstance(iterable, cst.Call)
+            and self.names.is_(iterable.func, *RANGE)
+            and isinstance(target, cst.Name)
+            and not any(a.keyword is not None or a.star for a in iterable.args)
+        ]
+        if len(counters) != 1:
+            return ()
+        counter, target = counters[0]
+        stride = counter.args[2].value if len(counter.args) == 3 else None
+        found = []
+        for subscript in own_nodes(self.index, cst.Subscript, loop.body):
+            if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Slice):
+                continue
+            part = subscript.slice[0].slice
+            if part.lower is None or part.upper is None or part.step is not None:
+                continue
+            width = _window_width(part.lower, part.upper, target.value, stride)
+            if width is not None:
+                found.append(BatchWindow(subscript, subscript.value, width))
+        return tuple(found)
+
+    @functools.cached_property
+    def list_batches(self) -> tuple[ListBatch, ...]:
+        """The batches of the step loops that are cut from a permutation of a Python list
+        held in memory and looked up item by item: `perm = torch.randperm(N)`, `idx =
+        perm[step * bs:(step + 1) * bs]`, `batch = [texts[i] for i in idx.tolist()]`."""
+        if not any(word in self.context.code for word in ("randperm", "permutation")):
+            return ()
+        found = []
+        for loop in self.context.loops.step_loops:
+            if not isinstance(loop, cst.For):
+                continue
+            for window in self.batch_windows(loop):
+                permutation = self._permutation_call(window.sequence)
+                if permutation is None:
+                    continue
+                for picks, corpus in self._picks(loop, window):
+                    batch = _bound_name(picks, self.context.parents)
+                    found.append(
+                        ListBatch(
+                            loop,
+                            window,
+                            permutation,
+                            corpus,
+                            picks,
+                            batch,
+                            per_epoch=any(
+                                self.index.inside(permutation, outer) for outer in self.context.loops.epoch_loops(loop)
+                            ),
+                            work=self._item_work(loop, batch) if batch is not None else (),
+                            other_reads=self._index_reads(loop, window, picks),
+                        )
+                    )
+        return tuple(found)
+
+    def _permutation_call(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """The `torch.randperm(n)` (or `np.random.permutation(n)`) every binding of the name
+        `expr` gives."""
+        if not isinstance(expr, cst.Name):
+            return None
+        values = self.bindings.values(expr) or []
+        calls = [v for v in values if isinstance(v, cst.Call) and self.names.is_(v.func, *PERMUTATIONS)]
+        return calls[0] if len(calls) == 1 and len(values) == 1 else None
+
+    def _picks(self, loop: cst.For, window: BatchWindow) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+        """(comprehension, list) for each `[texts[i] for i in idx.tolist()]` of the loop body
+        that looks up the items of a Python list held in memory at the indices the window
+        gives (`idx = perm[...]`, or the window itself)."""
+        indices: set[int] = {id(window.subscript)}
+        holder = _bound_name(window.subscript, self.context.parents)
+        if holder is not None:
+            indices |= {
+                id(read)
+                for read in own_nodes(self.index, cst.Name, loop.body)
+                if read.value == holder.value and read is not holder
+            }
+        found = []
+        for comprehension in own_nodes(self.index, (cst.ListComp, cst.GeneratorExp), loop.body):
+            fors = comprehension.for_in
+            if fors.inner_for_in is not None or not isinstance(fors.target, cst.Name):
+                continue
+            source = fors.iter
+            while isinstance(source, cst.Call) and (
+                method_name(source) == "tolist" or self.names.is_(source.func, "list", "builtins.list")
+            ):
+                source = source.func.value if method_name(source) == "tolist" else source.args[0].value
+            element = comprehension.elt
+            if (
+                id(source) in indices
+                and isinstance(element, cst.Subscript)
+                and len(element.slice) == 1
+                and isinstance(element.slice[0].slice, cst.Index)
+                and isinstance(element.slice[0].slice.value, cst.Name)
+                and element.slice[0].slice.value.value == fors.target.value
+                and self.kinds.in_memory_list(element.value)
+            ):
+                found.append((comprehension, element.value))
+        return found
+
+    def _index_reads(self, loop: cst.For, window: BatchWindow, picks: cst.CSTNode) -> tuple[cst.Name, ...]:
+        """The reads of the name the window is bound to (`idx`) in the loop body, other than
+        in the look-up `picks`."""
+        holder = _bound_name(window.subscript, self.context.parents)
+        if holder is None:
+            return ()
+        return tuple(
+            read for read in names_read(loop.body) if read.value == holder.value and not self.index.inside(read, picks)
+        )
+
+    def _item_work(self, loop: cst.For, batch: cst.Name) -> tuple[cst.Call, ...]:
+        """The calls the step loop makes on the items of its batch `batch`, or on what it
+        computes from them in the loop (assignments, loops and comprehensions over them),
+        other than the model's, torch's, Python's builtins and methods of the items
+        themselves: the per-batch work a DataLoader's collate_fn could do (tokenizing,
+        templating)."""
+        derived = {batch.value}
+        nodes = [
+            node
+            for node in own_nodes(self.index, (cst.Assign, cst.For, cst.CompFor), loop.body)
+            if self.index.order(node) > self.index.order(batch)
+        ]
+        for _ in range(3):  # a comprehension's element comes before its `for`: until nothing is added
+            before = len(derived)
+            for node in nodes:
+                source, targets = (
+                    (node.value, [t.target for t in node.targets])
+                    if isinstance(node, cst.Assign)
+                    else (node.iter, [node.target])
+                )
+                if _reads(source, derived):
+                    derived |= {name for target in targets for name in _target_names(target)}
+            if len(derived) == before:
+                break
+        work = []
+        for node in own_nodes(self.index, cst.Call, loop.body):
+            if (
+                self.index.order(node) > self.index.order(batch)
+                and any(_reads(a.value, derived) for a in node.args)
+                and not _reads(node.func, derived)
+                and method_name(node) not in COLLECTING_METHODS
+                and not self.names.startswith(node.func, ("torch", "builtins"))
+                and not self._model_work(node)
+            ):
+                work.append(node)
+        return tuple(work)
+
+    def _model_work(self, call: cst.Call) -> bool:
+        """Is `call` the model's computation: the model called, a function given the model,
+        or a method of a module class of this file? (`model.tokenizer(...)`, an object the
+        model holds, is not.)"""
+        training = self.context.training
+        if training.is_model(call.func) or any(training.is_model(arg.value) for arg in call.args):
+            return True
+        callee = self.kinds.local_callee(call)
+        owner = self.kinds.class_of(callee) if callee is not None else None
+        return owner is not None and self.kinds.class_fact(owner).kind is Kind.MODULE
+
+    @functools.cached_property
+    def training_batch_sizes(self) -> tuple[tuple[cst.BaseExpression, cst.CSTNode], ...]:
+        """(the batch size, where it is given) of every batch a training loop takes: the
+        `batch_size` of a DataLoader that feeds a loop that trains, and the width of the windows
+        a step loop cuts its batches with (`perm[step * bs:(step + 1) * bs]`)."""
+        found: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+        seen: set[int] = set()
+        for feed in self.feeds:
+            if not isinstance(feed.loader, cst.Call) or id(feed.loader) in seen or not self.trains(feed.loop):
+                continue  # a loader that is a parameter (`train_data: DataLoader`) is built elsewhere
+            seen.add(id(feed.loader))
+            size = kwarg(feed.loader, "batch_size") or positional(feed.loader, 1)
+            if size is not None and kwarg(feed.loader, "batch_sampler") is None:
+                found.append((size.value, feed.loader))
+        for loop in self.context.loops.step_loops:
+            if isinstance(loop, cst.For):
+                found.extend((window.width, window.subscript) for window in self.batch_windows(loop))
+        return tuple(found)
+
+    def setting_option(self, expr: cst.BaseExpression, depth: int = 0) -> Option | None:
+        """The argparse option whose `default=` a setting takes when the script runs as
+        written: `args.batch_size`, or a name every binding of which is that."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Attribute):
+            return self.context.command_line.option(expr.attr.value) if self._parsed_arguments(expr.value) else None
+        if isinstance(expr, cst.Name):
+            values = [value for value, path in self.bound_values(expr) if not path]
+            options = [self.setting_option(value, depth + 1) for value in values]
+            if options and all(o is not None and o.call is options[0].call for o in options):
+                return options[0]
+        return None
+
     # -- settings -------------------------------------------------------------------------------
 
     @memoized
@@ -1527,6 +1757,63 @@ class Loaders:
             written = isinstance(parents.get(parent), (cst.AssignTarget, cst.AugAssign))
             return {key.evaluated_value} if written else set()
         return None
+
+
+def _window_width(
+    lower: cst.BaseExpression, upper: cst.BaseExpression, counter: str, stride: cst.BaseExpression | None
+) -> cst.BaseExpression | None:
+    """`w` of the window `c * w:(c + 1) * w` of the counter `c`, or of `c:c + w` when the
+    counter steps by `w`; None for any other slice."""
+    if isinstance(lower, cst.BinaryOperation) and isinstance(lower.operator, cst.Multiply):
+        width = lower.right if _is_name(lower.left, counter) else lower.left if _is_name(lower.right, counter) else None
+        if width is None or not (isinstance(upper, cst.BinaryOperation) and isinstance(upper.operator, cst.Multiply)):
+            return None
+        for next_index, other in ((upper.left, upper.right), (upper.right, upper.left)):
+            if (
+                other.deep_equals(width)
+                and isinstance(next_index, cst.BinaryOperation)
+                and isinstance(next_index.operator, cst.Add)
+                and {
+                    "counter" if _is_name(side, counter) else getattr(side, "value", None)
+                    for side in (next_index.left, next_index.right)
+                }
+                == {"counter", "1"}
+            ):
+                return width
+        return None
+    if _is_name(lower, counter) and isinstance(upper, cst.BinaryOperation) and isinstance(upper.operator, cst.Add):
+        width = upper.right if _is_name(upper.left, counter) else upper.left if _is_name(upper.right, counter) else None
+        return width if width is not None and stride is not None and stride.deep_equals(width) else None
+    return None
+
+
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
+
+
+def _bound_name(value: cst.CSTNode, parents) -> cst.Name | None:
+    """`name` of a plain `name = value` statement."""
+    statement = parents.get(value)
+    if (
+        isinstance(statement, cst.Assign)
+        and statement.value is value
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return statement.targets[0].target
+    return None
+
+
+def _reads(expr: cst.CSTNode, names: set[str]) -> bool:
+    return any(name.value in names for name in names_read(expr))
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {name for element in target.elements for name in _target_names(element.value)}
+    return set()
 
 
 def _in_namespace(name: str) -> bool:

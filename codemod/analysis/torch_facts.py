@@ -386,6 +386,8 @@ SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
 # another order, they give other values.
 RANDOM_FUNCTIONS = functions(random=True)
+# Calls that draw a random permutation of `range(n)`: a shuffled order of the samples.
+PERMUTATIONS = frozenset({"torch.randperm", "numpy.random.permutation"})
 RANDOM_METHODS = methods(random=True)
 # torch functions whose result depends on their arguments alone: no draw from the RNG, no
 # uninitialized memory (made once instead of once per step, they give the same tensor).

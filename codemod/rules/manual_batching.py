@@ -8,7 +8,9 @@ from libcst.metadata import Assignment, ImportAssignment
 
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.loaders import ListBatch
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -113,6 +115,17 @@ class ManualBatchingInStepLoop(Rule):
     random draw is reported where it is drawn, a generator's windows at the
     loop that iterates it.
 
+    Batches of a Python list cut from a permutation and looked up item by item
+    (`idx = perm[step * bs:(step + 1) * bs]`, `batch = [texts[i] for i in
+    idx.tolist()]`), then tokenized or otherwise processed in the step, get
+    the DataLoader an expert writes instead: over the list, shuffled, with a
+    collate_fn that does that work (in worker processes, which PM201 adds,
+    while the model trains). When the step's only work on them is one call
+    of a pure function of the module given the batch alone (`ids =
+    encode(batch)`), the loop becomes `for ids in DataLoader(texts,
+    batch_size=bs, shuffle=True, collate_fn=encode)`; otherwise the finding
+    says why not.
+
     ## Why is this bad?
     Batching by hand keeps the data pipeline in the training process: the
     next batch is only cut, gathered and copied once the previous step is
@@ -180,7 +193,18 @@ class ManualBatchingInStepLoop(Rule):
     along a later dimension (`X[:, t:t + n]`), of a width that varies
     (`X[i:i + min(bs, ...)]`) or picked through an index array other than a
     per-epoch `torch.randperm` (a shuffled `np.arange`) are reported with the
-    reason.
+    reason. Batches of a Python list become a DataLoader only when the
+    permutation is a fresh `torch.randperm(len(texts))` each epoch (its own
+    seeded `generator=` is kept: reported), the loop counts exactly the batches
+    of the list (`range(n // bs)`: `drop_last=True`; `range((n + bs - 1) //
+    bs)` or `range(0, n, bs)`: the shorter last batch kept), the indices are
+    used for nothing else, and the work is one call of a module-level function
+    that reads only its argument (a worker process started earlier would see
+    a module variable as it was then): the batches then hold the same values
+    the step computed, from another shuffle, as for tensors above. A tokenizer
+    held by an object of another module or a library cannot be followed and
+    is reported. A look-up with no work on the items is not reported: a
+    DataLoader would only move it.
     """
 
     CODE = "PM202"
@@ -280,6 +304,15 @@ class ManualBatchingInStepLoop(Rule):
             "    xb, yb = X[:2], Y[:2]\n" + STEP,
             None,
             "random indices into a list of texts (LatentWire)",
+        ),
+        Invalid(
+            PREAMBLE + "texts = [str(i) for i in range(100)]\n\n\ndef encode(batch):\n"
+            "    return torch.tensor([[float(t)] * 8 for t in batch])\n\n\nfor epoch in range(3):\n"
+            "    perm = torch.randperm(len(texts))\n    for step in range(len(texts) // bs):\n"
+            "        idx = perm[step * bs:(step + 1) * bs]\n        batch = [texts[i] for i in idx.tolist()]\n"
+            "        xb, yb = encode(batch), Y[:bs]\n" + STEP.replace("    ", "        "),
+            None,
+            "texts of a list looked up through a permutation and turned into tensors in the step (LatentWire)",
         ),
         Invalid(
             PREAMBLE + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n    print(i)\n" + STEP,
@@ -564,6 +597,12 @@ class ManualBatchingInStepLoop(Rule):
     def visit_For(self, node: cst.For) -> None:
         if not self._in_step_loops(node):
             return
+        texts = [batch for batch in self.context.loaders.list_batches if batch.loop is node]
+        if texts:
+            if not suppressed_on(node, self.CODE):
+                for batch in texts:
+                    self._report_list_batch(batch)
+            return
         counter = self._counter(node)
         if counter is None:
             self._check_splits(node)
@@ -584,6 +623,194 @@ class ManualBatchingInStepLoop(Rule):
             )
             return
         self._fix(plan)
+
+    # -- batches looked up in a Python list through a permutation: reported ---------------
+
+    def _report_list_batch(self, batch: ListBatch) -> None:
+        """`idx = perm[step * bs:(step + 1) * bs]`, `texts_b = [texts[i] for i in idx.tolist()]`
+        and work on the items in the step (tokenizing): the expert's DataLoader tokenizes in
+        its collate_fn, in worker processes, while the model trains."""
+        if not batch.work:
+            return  # the items go to the model as they are: a DataLoader would only move a list look-up
+        source, line = self.context.source, self.context.line
+        corpus = source(batch.corpus)
+        opaque = next((call for call in batch.work if not self._followed(call)), None)
+        named = list(dict.fromkeys(source(call.func) for call in batch.work))[:3]
+        work = ", ".join(f"`{name}(...)`" for name in named)
+        if opaque is not None:
+            why = (
+                f"`{source(opaque.func)}` (line {line(opaque)}) is not a function perfmod can follow (an object "
+                "of another module or a library reached through attributes), so it cannot tell that the call is "
+                "pure and that a worker process may run it"
+            )
+        else:
+            fix = self._list_batch_fix(batch)
+            if not isinstance(fix, str):
+                return
+            why = fix
+        carried = ""
+        if batch.other_reads:
+            read = batch.other_reads[0]
+            used = self.context.index.first_enclosing(read, (cst.Subscript, cst.Call)) or read
+            carried = (
+                f", its items also carrying what the indices pick elsewhere (`{source(used)}`, line {line(read)}),"
+            )
+        self.report(
+            batch.loop,
+            f"each step cuts its batch of `{corpus}`, a Python list, from a permutation by hand "
+            f"(`{source(batch.window.subscript)}`, line {line(batch.window.subscript)}), looks the items up one "
+            f"by one and runs {work} (from line {line(batch.work[0])}) on them in the training process, "
+            f"between steps; a DataLoader over `{corpus}` (shuffle=True, a seeded `generator=` to keep the order "
+            f"reproducible){carried} whose collate_fn does that work in `num_workers` worker processes would "
+            f"prepare the next batch while the model trains; not rewritten because {why}",
+        )
+
+    def _list_batch_fix(self, batch: ListBatch) -> str | None:
+        """Rewrite the loop to iterate a DataLoader over the list whose collate_fn is the
+        step's work (`ids = encode(batch)`, a pure function of this module): None when
+        rewritten, else why not."""
+        loop, source, values = batch.loop, self.context.source, self.context.bindings.values
+        if batch.other_reads:
+            return "the indices are also used besides looking the items up"
+        loops = (cst.For, cst.While)
+        if not batch.per_epoch or self.context.index.first_enclosing(
+            batch.permutation, loops
+        ) is not self.context.index.first_enclosing(self.context.parents.get(loop), loops):
+            return "the permutation is not drawn anew for each pass of the loop (a DataLoader would draw one per pass)"
+        if self.context.kinds.is_mutated_in_place(batch.corpus):
+            return f"`{self.context.source(batch.corpus)}` is changed in place"
+        n = positional(batch.permutation, 0)
+        if n is None or len(batch.permutation.args) != 1:
+            return "the permutation is drawn with its own generator, and a DataLoader would draw its order from another"
+        n = n.value
+        length = _single_value(n, values)
+        if not (
+            isinstance(batch.corpus, cst.Name)
+            and isinstance(length, cst.Call)
+            and self.context.names.is_(length.func, "len", "builtins.len")
+            and len(length.args) == 1
+            and _same(length.args[0].value, batch.corpus)
+        ):
+            return f"perfmod cannot tell that `{source(n)}` is the length of `{source(batch.corpus)}`"
+        counter = self._counter(loop)
+        if counter is None or loop.iter is not counter[0]:
+            return "the loop's counter is not a plain `range(...)`"
+        drop_last = self._drops_last(counter[0], n, batch.window.width, values)
+        if drop_last is None:
+            return f"perfmod cannot tell that `{source(counter[0])}` counts the batches of `{source(batch.corpus)}`"
+        (work,) = batch.work if len(batch.work) == 1 else (None,)
+        function = self.context.kinds.local_callee(work) if work is not None else None
+        if (
+            work is None
+            or not isinstance(work.func, cst.Name)
+            or len(work.args) != 1
+            or not _is_name(work.args[0].value, batch.batch.value)
+            or function is None
+            or not isinstance(self.context.parents.get(function), cst.Module)
+        ):
+            return "perfmod moves into a collate_fn only one call of a function of this module given the batch alone"
+        if not self.context.purity.is_pure(function):
+            return f"perfmod cannot tell that `{function.name.value}` is pure"
+        target = _name_bound_to(work, self.context.parents)
+        lines = [self.context.parents.get(self.context.parents.get(node)) for node in (batch.picks, work)]
+        holder = _name_bound_to(batch.window.subscript, self.context.parents)
+        if holder is not None:
+            lines.append(self.context.parents.get(self.context.parents.get(batch.window.subscript)))
+        body = _lines(loop.body)
+        if target is None or not all(
+            isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and line in body for line in lines
+        ):
+            return "the look-up and the work on the batch are not statements of their own in the loop"
+        reads = names_read(loop.body)
+        if sum(read.value == batch.batch.value for read in reads) != 1:
+            return f"`{batch.batch.value}` is used for more than `{source(work)}`"
+        step = counter[1]
+        counted = [
+            read for read in reads if read.value == step.value and not self.context.inside(read, batch.window.subscript)
+        ]
+        if counted and len(counter[0].args) != 1:
+            return f"`{step.value}` is used for more than cutting the batch"
+        if not self._free_or_torch("DataLoader"):
+            return "the name `DataLoader` means something else in this file"
+        needed = {batch.corpus.value, function.name.value} | {name.value for name in names_read(batch.window.width)}
+        anchor = self._anchor_for(loop, needed)
+        taken = set(re.findall(r"\w+", self.context.code))
+        loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
+        build = cst.parse_statement(
+            f"{loader} = DataLoader({batch.corpus.value}, batch_size={source(batch.window.width)}, shuffle=True"
+            f"{', drop_last=True' if drop_last else ''}, collate_fn={function.name.value})\n"
+        )
+        if counted:
+            header = Replace(
+                loop,
+                lambda updated: updated.with_changes(
+                    target=cst.Tuple(
+                        [cst.Element(cst.Name(step.value)), cst.Element(cst.Name(target.value))], lpar=[], rpar=[]
+                    ),
+                    iter=cst.parse_expression(f"enumerate({loader})"),
+                ),
+            )
+        else:
+            header = Replace(
+                loop, lambda updated: updated.with_changes(target=cst.Name(target.value), iter=cst.Name(loader))
+            )
+        removed = list(lines)
+        perm_line = self._permutation_line(batch, anchor)
+        if perm_line is not None:
+            removed.append(perm_line)
+        self.report(
+            loop,
+            f"each step cuts its batch of `{source(batch.corpus)}`, a Python list, from a permutation by hand "
+            f"(line {self.context.line(batch.window.subscript)}) and runs `{function.name.value}` on it between steps; "
+            f"iterate over a DataLoader over `{source(batch.corpus)}`, shuffled each epoch as the permutation was, whose "
+            f"collate_fn `{function.name.value}` makes each batch (in worker processes once it has them: PM201)",
+            edits=[InsertBefore(anchor, (build,)), header, *(Remove(line) for line in removed)],
+            imports=IMPORTS[:1],
+        )
+        return None
+
+    def _drops_last(self, counter: cst.Call, n: cst.BaseExpression, width: cst.BaseExpression, values) -> bool | None:
+        """Whether the loop `counter` counts the full batches only (`range(n // bs)`), or
+        every batch with a shorter last one (`range((n + bs - 1) // bs)`, `range(0, n, bs)`);
+        None when it counts something else."""
+        args = [a.value for a in counter.args]
+        if len(args) == 3:
+            return False if integer_value(args[0]) == 0 and _same(args[1], n) and _same(args[2], width) else None
+        if len(args) != 1:
+            return None
+        count = _single_value(args[0], values)
+        if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.FloorDivide)):
+            return None
+        if not _same(count.right, width):
+            return None
+        top = count.left
+        if _same(top, n):
+            return True
+        ceiling = _normalized(f"({self.context.source(n)}+{self.context.source(width)}-1)")
+        return (
+            False
+            if _normalized(self.context.source(top.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])))
+            == ceiling
+            else None
+        )
+
+    def _permutation_line(self, batch: ListBatch, anchor: cst.CSTNode) -> cst.CSTNode | None:
+        """The line `perm = torch.randperm(n)` when the window was its only read and it runs
+        inside the rewritten code; None to keep it."""
+        name = _name_bound_to(batch.permutation, self.context.parents)
+        line = self.context.parents.get(self.context.parents.get(batch.permutation))
+        if name is None or not (
+            isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and self.context.inside(line, anchor)
+        ):
+            return None
+        reads = [read for read in names_read(anchor) if read.value == name.value]
+        return line if len(reads) == 1 and reads[0] is batch.window.sequence else None
+
+    def _followed(self, call: cst.Call) -> bool:
+        """Is `call` a call of a function or method of this file, or of the project?"""
+        if self.context.kinds.local_callee(call) is not None:
+            return True
+        return project_of(self.context).called(call) is not None
 
     # -- batches cut by `zip(X.split(bs), Y.split(bs))` --------------------------------
 
@@ -1336,6 +1563,15 @@ class ManualBatchingInStepLoop(Rule):
             ):
                 return False
         return True
+
+
+def _single_value(expr: cst.BaseExpression, values) -> cst.BaseExpression:
+    """The value a name is bound to when it is bound once, else the expression itself."""
+    if isinstance(expr, cst.Name):
+        bound = values(expr)
+        if bound is not None and len(bound) == 1:
+            return bound[0]
+    return expr
 
 
 def _is_data(expr: cst.BaseExpression, data: set[str]) -> bool:

@@ -20,6 +20,7 @@ from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
+    PERMUTATIONS,
     REBUILDABLE_DATASETS,
 )
 from codemod.edits import AddKeyword, InsertAfter, InsertBefore, Replace
@@ -488,9 +489,7 @@ class DataSharding(Producer):
             if not isinstance(subscript.value, cst.Name):
                 continue
             values = self.bindings.values(subscript.value) or []
-            permutations = [
-                v for v in values if isinstance(v, cst.Call) and self.names.is_(v.func, *facts.PERMUTATIONS)
-            ]
+            permutations = [v for v in values if isinstance(v, cst.Call) and self.names.is_(v.func, *PERMUTATIONS)]
             if permutations and len(permutations) == len(values):
                 found.append((subscript, permutations[0]))
         if len(found) != 1:
