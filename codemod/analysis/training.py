@@ -925,7 +925,7 @@ class Training:
         """The modules whose parameters `params` (an optimizer's first argument) is
         made of: `model.parameters()`, param groups, comprehensions and filters over
         `parameters()` / `named_parameters()` (and dicts built from those), lists built
-        by appending those, names bound to any of these, and parameters of a function
+        by appending those, either branch of a conditional, names bound to any of these, and parameters of a function
         of this file followed to what its calls pass. None when it may hold anything else."""
         found = self.parameter_model_sites(params, None, depth)
         return [model for model, _ in found] if found is not None else None
@@ -980,6 +980,8 @@ class Training:
             return self.parameter_model_sites(loop.iter, at, depth + 1, tensors)
         if isinstance(params, cst.BinaryOperation) and isinstance(params.operator, cst.Add):
             return self._all_models([params.left, params.right], at, depth, tensors)
+        if isinstance(params, cst.IfExp):  # `[p for p in m.parameters()] if m is not None else []`
+            return self._all_models([params.body, params.orelse], at, depth, tensors)
         if isinstance(params, cst.Name):
             return self._parameter_name_models(params, at, depth, tensors)
         return None

@@ -1143,9 +1143,12 @@ class LoopInvariantTokenization(Rule):
 
     def _draws_or_trains(self, function: cst.FunctionDef, args: list[cst.BaseExpression]) -> bool:
         """Does `function` draw random numbers (a new batch each call), or is it handed a
-        model or an optimizer (whose state the steps change)?"""
+        model, an optimizer or a model's parameters (whose values and gradients the steps
+        change)?"""
         kinds = self.context.kinds
         if any(kinds.fact(arg).kind in (Kind.MODULE, Kind.OPTIMIZER) for arg in args):
+            return True
+        if any(self.context.training.parameter_models(arg) for arg in args):
             return True
         for call in self._index.find(cst.Call, within=function.body):
             for name in self.context.names.of(call.func):

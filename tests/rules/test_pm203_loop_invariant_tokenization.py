@@ -165,3 +165,34 @@ def test_literals_alone_are_not_moved():
     code = HEAD + "for step in range(3):\n    scale = 2.0\n    names = ['a', 'b']\n    ids = torch.tensor([1])\n" + STEP
     findings, new = run(code)
     assert "    scale = 2.0\n    names = ['a', 'b']\n" in new and "ids = torch.tensor([1])\nfor step" in new
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        "list(model.parameters())",
+        "[p for p in model.parameters() if p.requires_grad]",
+        "[p for p in model.parameters()] if model is not None else []",
+    ],
+)
+@pytest.mark.parametrize("read", ["p.grad", 'getattr(p, "grad", None)'])
+def test_a_function_of_the_trained_parameters_is_not_advised_out_of_the_loop(params, read):
+    """Its arguments are the same objects every step, but their values and gradients are
+    what the step changes: computing it once would be wrong, so there is no finding."""
+    code = (
+        "import torch\n"
+        + MODEL
+        + f"params = {params}\n\n\n"
+        + "def grad_norm(ps):\n"
+        + "    total = 0.0\n"
+        + "    for p in ps:\n"
+        + f"        g = {read}\n"
+        + "        if g is not None:\n"
+        + "            total += float(g.norm())\n"
+        + "    return total\n\n\n"
+        + "for step in range(3):\n    ids = torch.randint(0, 1000, (2, 2))\n"
+        + STEP
+        + "    print(grad_norm(params))\n"
+    )
+    findings, new = run(code)
+    assert findings == [] and new == code
