@@ -1357,9 +1357,6 @@ class _StepLoop:
         block = self.a.parents.get(line)
         if not isinstance(block, cst.IndentedBlock):
             raise _Unfixable("the statement is not in an indented block")
-        impure = _impure_part(self, assign.value)
-        if impure is not None:
-            raise _Unfixable(f"`{self.a.code(impure)}` may have side effects, so the statement cannot move")
         scope = self.a.scopes.get(target)
         branches: dict[int, cst.If] = {}
         for use in self.a.reached_reads(target):
@@ -1379,6 +1376,10 @@ class _StepLoop:
                 self.a.inside(binding.node, self.loop) or not self.a.in_own_scope(binding.node, scope)
             ):
                 raise _Unfixable(f"`{target.value}` is also assigned at line {self.a.line(binding.node)}")
+        # only where every read would allow the move: a read each step is the truer reason
+        impure = _impure_part(self, assign.value)
+        if impure is not None:
+            raise _Unfixable(f"`{self.a.code(impure)}` may have side effects, so the statement cannot move")
         first_body = min((b.body for b in branches.values()), key=self.a.start)
         self._check_stable(assign.value, after=line, before=first_body)
         conditions = " / ".join(f"`{self.a.code(b.test)}`" for b in branches.values())
