@@ -123,6 +123,15 @@ def shown(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
 
 
+def small_copy(size: int) -> str:
+    """Why a copy of `size` bytes (under MIN_COPY_BYTES) is not worth overlapping."""
+    return (
+        f"a batch holds about {shown(size)}, which copies to the device in about "
+        f"{copy_seconds(size) * 1e6:.0f} us (at {HARDWARE['h2d_bytes_per_s'] / 1e9:.0f} GB/s from pinned memory): "
+        f"less than the {MIN_COPY_S * 1e6:.0f} us of ten kernel launches"
+    )
+
+
 def sizes_of(context: FileContext) -> Sizes:
     return context.shared("sizes", Sizes)
 
@@ -467,6 +476,8 @@ class Sizes:
         return self._syncs[key]
 
     def _find_sync(self, loop: cst.CSTNode) -> cst.Call | None:
+        if not isinstance(loop, (cst.For, cst.While)):
+            return None  # a comprehension over batches
         for call in self.context.loops.reached_calls(loop.body):
             if method_name(call) not in SYNC_METHODS or self.kinds.fact(call.func.value).kind not in (
                 Kind.TENSOR,

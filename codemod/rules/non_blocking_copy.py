@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.kinds import Kind, Memory, Place
+from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -251,6 +252,10 @@ class NonBlockingCopy(Rule):
         loops = self.context.loops
         if loops.step_loops and loops.runs_once(node):
             return  # set-up beside a training loop (the data set, before training): nothing to overlap with
+        sizes = sizes_of(self.context)
+        fed = sizes.feeding_batch_bytes(node)
+        if fed is not None and fed[0] < MIN_COPY_BYTES and sizes.sync_every_step(fed[1]) is not None:
+            return  # a small batch in a loop that waits for the device every step: nothing to overlap
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return

@@ -8,6 +8,7 @@ from codemod.analysis.kinds import Place
 from codemod.analysis.loaders import MAX_DEPTH, PIN_MEMORY_POSITION
 from codemod.analysis.names import has_star_kwargs, kwarg, positional, string_quote_at
 from codemod.analysis.project import project_of
+from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -432,12 +433,36 @@ class UnpinnedLoaderToCuda(Rule):
         if message is None:
             line = self.context.line(feed.copies[0])
             message = f"this DataLoader's batches are copied to the GPU from pageable memory (line {line})"
+        small = self._small_batches(loader, feed)
+        if small is not None:
+            self.report(loader, f"{message}; not pinned: {small}")
+            return
         message += "; pass pin_memory"
         if has_star_kwargs(loader):
             self._fix_through_kwargs(loader, feed, message)
             return
         value, imports = self._pin_value(feed, loader)
         self.report(loader, message, edits=[AddKeyword(loader, "pin_memory", value)], imports=imports)
+
+    def _small_batches(self, loader: cst.Call, feed: _Feeds) -> str | None:
+        """Why pinning buys nothing: the batches are known to be small and every loop that
+        copies them waits for the device every step anyway; None otherwise."""
+        sizes = sizes_of(self.context)
+        size = sizes.loader_batch_bytes(loader)
+        if size is None or size >= MIN_COPY_BYTES or not feed.copies:
+            return None
+        syncs = []
+        for copy in feed.copies:
+            fed = sizes.feeding_batch_bytes(copy)
+            sync = sizes.sync_every_step(fed[1]) if fed is not None else None
+            if sync is None:
+                return None
+            syncs.append(sync)
+        sync = syncs[0]
+        return (
+            f"{small_copy(size)}, and the loop reads `{self.context.source(sync)}` every step (line "
+            f"{self.context.line(sync)}), so it waits for the device there whatever the copy does"
+        )
 
     def _pin_value(self, feed: _Feeds, at: cst.CSTNode) -> tuple[cst.BaseExpression, list[tuple[str, str | None]]]:
         """`True` for CUDA; `device.type == "cuda"` for a torch.device visible at `at`
