@@ -53,6 +53,12 @@ class NonBlockingCopy(Rule):
     data set copied to the device before training) is set-up with no later
     step to overlap with, so the rule leaves it alone.
 
+    A copy in a loop whose batches perfmod can size and finds under 1.25 MB,
+    and which reads a value to the host every step (`loss.item()`), is left
+    alone: the host waits for the device at that read every step anyway, so
+    the copy can overlap at most its own transfer, under 50 us at 25 GB/s
+    (ten kernel launches).
+
     ## Example
     ```python
     loader = DataLoader(dataset, batch_size=64, pin_memory=True)
