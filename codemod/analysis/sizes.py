@@ -29,6 +29,7 @@ from codemod.analysis.kinds import Kind
 from codemod.analysis.names import integer_value, kwarg, method_name, positional
 from codemod.analysis.torch_facts import (
     DTYPE_BYTES,
+    HOST_ONLY_MODULES,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
     MATRIX_PRODUCT_METHODS,
@@ -44,6 +45,8 @@ from codemod.analysis.torch_facts import (
     SHAPED_FACTORIES,
     SYNC_METHODS,
     TENSOR_ROW_DATASETS,
+    UNLISTED_PRODUCT_PREFIXES,
+    UNLISTED_PRODUCTS,
 )
 
 if TYPE_CHECKING:
@@ -926,9 +929,16 @@ class Sizes:
             if isinstance(func, cst.Attribute) and func.attr.value in MODULE_METHODS:
                 continue
             qualified = self.names.of(func)
-            if any(n.startswith(("builtins.", "torch.nn.functional.")) or _is_loss(n) for n in qualified):
-                continue
+            if qualified & UNLISTED_PRODUCTS or any(n.startswith(UNLISTED_PRODUCT_PREFIXES) for n in qualified):
+                return None
+            if any(n.startswith(("torch.", *(m + "." for m in HOST_ONLY_MODULES))) or _is_loss(n) for n in qualified):
+                if not any(n.startswith("torch.nn.") and not n.startswith("torch.nn.functional.") for n in qualified):
+                    continue  # torch's functions (the products among them returned above), Python's own
+            elif qualified and self.kinds.local_class(func) is None:
+                return None  # a function of another library: it may multiply anything
             model = func.value if isinstance(func, cst.Attribute) and training.is_model(func.value) else func
+            if self._loss_module(model):
+                continue  # `criterion(output, target)`: torch's losses multiply no matrices
             size = self.module(model) if isinstance(model, (cst.Name, cst.Attribute)) else None
             if size is not None and size.products is not None:
                 products.extend(size.products)
@@ -938,6 +948,14 @@ class Sizes:
             elif any(training.is_model(arg.value) for arg in call.args):
                 return None  # the model run by code perfmod does not read
         return tuple(products) if ran else None
+
+    def _loss_module(self, expr: cst.BaseExpression) -> bool:
+        if not isinstance(expr, (cst.Name, cst.Attribute)):
+            return False
+        values = self.values(expr)
+        return bool(values) and all(
+            isinstance(v, cst.Call) and any(_is_loss(n) for n in self.names.of(v.func)) for v in values
+        )
 
     def trained_modules(self, optimizers) -> list[ModuleSize] | None:
         """The sizes of the modules the optimizers (`OptimizerBuild`s of a training loop) train;

@@ -625,3 +625,7 @@ SHAPE_KEEPING_TRANSFORMS = frozenset(
         "RandomPerspective GaussianBlur RandomInvert RandomAutocontrast RandomEqualize RandomGrayscale"
     ).split()
 )
+# Functions that multiply matrices though the table does not list them as products (`cdist`
+# computes Euclidean distances through a matmul), and a namespace of them.
+UNLISTED_PRODUCTS = frozenset({"torch.cdist", "torch.cov", "torch.corrcoef", "torch.nn.functional.pdist"})
+UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)

@@ -440,16 +440,20 @@ class UnpinnedLoaderToCuda(Rule):
         if message is None:
             line = self.context.line(feed.copies[0])
             message = f"this DataLoader's batches are copied to the GPU from pageable memory (line {line})"
-        small = self._small_batches(loader, feed)
-        if small is not None:
-            self.report(loader, f"{message}; not pinned: {small}")
-            return
-        message += "; pass pin_memory"
         if has_star_kwargs(loader):
             self._fix_through_kwargs(loader, feed, message)
             return
+        if self._reported_small(loader, feed, message):
+            return
+        message += "; pass pin_memory"
         value, imports = self._pin_value(feed, loader)
         self.report(loader, message, edits=[AddKeyword(loader, "pin_memory", value)], imports=imports)
+
+    def _reported_small(self, loader: cst.Call, feed: _Feeds, message: str) -> bool:
+        small = self._small_batches(loader, feed)
+        if small is not None:
+            self.report(loader, f"{message}; not pinned: {small}")
+        return small is not None
 
     def _small_batches(self, loader: cst.Call, feed: _Feeds) -> str | None:
         """Why pinning buys nothing: the batches are known to be small and every loop that
@@ -532,6 +536,9 @@ class UnpinnedLoaderToCuda(Rule):
         literals = [loaders.kwargs_literal(arg.value) for arg in stars]
         if any(literal is not None and "pin_memory" in literal[1] for literal in literals):
             return  # already set through the dict
+        if self._reported_small(loader, feed, message):
+            return
+        message += "; pass pin_memory"
         if len(stars) != 1 or literals[0] is None or literals[0][2]:
             name = self.context.source(stars[0].value)
             self.report(loader, message + f"; `**{name}` cannot be seen whole here, so it is not changed")
