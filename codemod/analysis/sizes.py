@@ -151,6 +151,7 @@ class Sizes:
         self._modules: dict[int, ModuleSize | None] = {}
         self._syncs: dict[int, cst.Call | None] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
+        self._built_by: dict[int, list[cst.Call]] | None = None
 
     # -- values ----------------------------------------------------------------------------
 
@@ -746,11 +747,7 @@ class Sizes:
         classdef = self.kinds.class_of(method)
         if classdef is None:
             return None
-        calls = [
-            call
-            for call in self.index.find(cst.Call)
-            if isinstance(call.func, cst.Name) and self.kinds.local_class(call.func) is classdef
-        ]
+        calls = self._constructions(classdef)
         found = []
         for call in calls:
             if any(arg.star for arg in call.args):
@@ -760,6 +757,17 @@ class Sizes:
                 return None
             found.append(passed if passed is not None else param.default)
         return found or None
+
+    def _constructions(self, classdef: cst.ClassDef) -> list[cst.Call]:
+        """The calls of this file that build an instance of `classdef` by its name."""
+        if self._built_by is None:
+            self._built_by = {}
+            for call in self.index.find(cst.Call):
+                if isinstance(call.func, cst.Name):
+                    local = self.kinds.local_class(call.func)
+                    if local is not None:
+                        self._built_by.setdefault(id(local), []).append(call)
+        return self._built_by.get(id(classdef), [])
 
     def _passed(self, classdef: cst.ClassDef, method: cst.FunctionDef, name: cst.Name, depth: int):
         """`self.x = x` for a parameter `x` of `__init__`: the largest of what the constructions
