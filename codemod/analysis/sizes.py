@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.kinds import Kind
+from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import integer_value, kwarg, method_name, positional
 from codemod.analysis.torch_facts import (
     DTYPE_BYTES,
@@ -82,6 +83,7 @@ MAX_DEPTH = 24  # how many names, calls and attributes a look-up follows
 TORCH_NN = "torch.nn."
 FLOAT32_BYTES = 4
 INDEX_BYTES = 8  # a class index in a batch: int64
+BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
 @dataclass(frozen=True)
@@ -329,8 +331,12 @@ class Sizes:
         """The bytes of one batch of the DataLoader `loader` builds: its `batch_size` (1 when
         not given) times the bytes of one item of its dataset."""
         loaders = self.loaders
-        if any(kwarg(loader, key) is not None for key in ("batch_sampler", "collate_fn")) or positional(loader, 4):
+        if any(kwarg(loader, key) is not None for key in ("batch_sampler", "collate_fn")):
             return None
+        if positional(loader, BATCH_SAMPLER_POSITION) or positional(loader, COLLATE_FN_POSITION):
+            return None
+        if loaders.overridden_subclass(loader):
+            return None  # a loader class that may batch otherwise
         starred = any(arg.star for arg in loader.args)
         if starred and any(self._star_setting(loader, key) is not None for key in ("batch_sampler", "collate_fn")):
             return None
