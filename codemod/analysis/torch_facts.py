@@ -694,3 +694,76 @@ CONFIGURES = {
     "reset_parameters",
     "tie_weights",
 }
+
+
+# -- sizes (analysis/sizes.py) ----------------------------------------------------------------
+
+# Bytes of one element of each dtype; a tensor made without `dtype=` holds float32 (int64 for
+# `randint`, `arange` of integers and `LongTensor`).
+DTYPE_BYTES = {
+    **dict.fromkeys(("torch.float32", "torch.float", "torch.int32", "torch.int"), 4),
+    **dict.fromkeys(("torch.float64", "torch.double", "torch.int64", "torch.long"), 8),
+    **dict.fromkeys(("torch.float16", "torch.half", "torch.bfloat16", "torch.int16", "torch.short"), 2),
+    **dict.fromkeys(("torch.uint8", "torch.int8", "torch.bool"), 1),
+}
+# Factories whose positional arguments (or one tuple of them) are the shape, float32 by default.
+SHAPED_FACTORIES = frozenset(f"torch.{name}" for name in "randn rand zeros ones empty".split())
+INTEGER_FACTORIES = frozenset({"torch.randint"})  # `randint(low, high, size)`: int64 by default
+
+# The layers of torch.nn whose parameters perfmod counts, as data: the names of the constructor's
+# arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.
+NN_LAYER_ARGUMENTS = {
+    "Linear": (("in_features", None), ("out_features", None), ("bias", True)),
+    "Conv1d": (("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
+               ("dilation", 1), ("groups", 1), ("bias", True)),
+    "Embedding": (("num_embeddings", None), ("embedding_dim", None)),
+    "LayerNorm": (("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True)),
+    "BatchNorm1d": (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", True),
+                    ("track_running_stats", True)),
+    "GroupNorm": (("num_groups", None), ("num_channels", None), ("eps", 1e-5), ("affine", True)),
+    "InstanceNorm1d": (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", False),
+                       ("track_running_stats", False)),
+    "LSTM": (("input_size", None), ("hidden_size", None), ("num_layers", 1), ("bias", True), ("batch_first", False),
+             ("dropout", 0.0), ("bidirectional", False)),
+}  # fmt: skip
+for _kind, _dims in (("Conv", "2d 3d"), ("ConvTranspose", "1d 2d 3d")):
+    for _dim in _dims.split():
+        NN_LAYER_ARGUMENTS[_kind + _dim] = NN_LAYER_ARGUMENTS["Conv1d"]
+NN_LAYER_ARGUMENTS.update(
+    {name: NN_LAYER_ARGUMENTS["BatchNorm1d"] for name in ("BatchNorm2d", "BatchNorm3d")}
+    | {name: NN_LAYER_ARGUMENTS["InstanceNorm1d"] for name in ("InstanceNorm2d", "InstanceNorm3d")}
+    | {name: NN_LAYER_ARGUMENTS["LSTM"] for name in ("GRU", "RNN")}
+)
+RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}  # weight matrices per layer and direction
+# Layers of torch.nn without parameters or buffers (activations, pooling, dropout, reshaping).
+NN_STATELESS = frozenset(
+    f"torch.nn.{name}"
+    for name in (
+        "ReLU ReLU6 LeakyReLU GELU SiLU Mish ELU SELU CELU Tanh Sigmoid Softmax LogSoftmax Softplus Hardswish "
+        "Hardtanh Identity Dropout Dropout1d Dropout2d Dropout3d AlphaDropout Flatten Unflatten MaxPool1d MaxPool2d "
+        "MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d "
+        "AdaptiveMaxPool1d AdaptiveMaxPool2d Upsample PixelShuffle ZeroPad2d ReflectionPad2d ReplicationPad2d "
+        "ConstantPad2d"
+    ).split()
+)
+# torchvision's datasets of images of one size, as (channels, height, width) of an image; their
+# target is a class index (an int64 in a batch).
+IMAGE_DATASETS = {
+    **dict.fromkeys(
+        (f"torchvision.datasets.{name}" for name in "MNIST FashionMNIST KMNIST EMNIST QMNIST".split()), (1, 28, 28)
+    ),
+    **dict.fromkeys((f"torchvision.datasets.{name}" for name in "CIFAR10 CIFAR100 SVHN".split()), (3, 32, 32)),
+    "torchvision.datasets.STL10": (3, 96, 96),
+}
+# torchvision transforms that keep an image's shape (and ToTensor's float32).
+SHAPE_KEEPING_TRANSFORMS = frozenset(
+    f"torchvision.transforms.{name}"
+    for name in (
+        "Normalize RandomHorizontalFlip RandomVerticalFlip ColorJitter RandomErasing RandomRotation RandomAffine "
+        "RandomPerspective GaussianBlur RandomInvert RandomAutocontrast RandomEqualize RandomGrayscale"
+    ).split()
+)
+# Functions that multiply matrices though the table does not list them as products (`cdist`
+# computes Euclidean distances through a matmul), and a namespace of them.
+UNLISTED_PRODUCTS = frozenset({"torch.cdist", "torch.cov", "torch.corrcoef", "torch.nn.functional.pdist"})
+UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)

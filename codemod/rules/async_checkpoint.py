@@ -12,6 +12,7 @@ from codemod.analysis.distributed import per_node_guard
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
+from codemod.analysis.sizes import HARDWARE, MIN_SAVE_BYTES, MIN_SAVE_S, save_seconds, shown, sizes_of
 from codemod.analysis.torch_facts import SAVE_FUNCTIONS, SAVE_METHODS, TORCH_SAVES
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -49,7 +50,7 @@ IMPORT = ("runtime.checkpoint", "AsyncCheckpointer")
 
 IMPORTS = "import torch\n"
 SETUP = """\
-model = torch.nn.Linear(8, 1).cuda()
+model = torch.nn.Linear(4096, 4096).cuda()
 optimizer = torch.optim.AdamW(model.parameters())
 """
 PREAMBLE = IMPORTS + SETUP
@@ -57,7 +58,7 @@ PREAMBLE = IMPORTS + SETUP
 ADDED_IMPORT = "from runtime.checkpoint import AsyncCheckpointer\n\n"
 LOOP = """\
 for epoch in range(10):
-    loss = model(torch.randn(4, 8).cuda()).sum()
+    loss = model(torch.randn(4, 4096).cuda()).sum()
     loss.backward()
     optimizer.step()
 """
@@ -179,6 +180,16 @@ class SynchronousCheckpointInLoop(Rule):
     `return` (nothing to overlap with), and saves of whole modules or optimizers
     (the checkpointer would deep-copy them on their device; save `state_dict()`),
     which are reported without a fix.
+
+    A checkpoint perfmod can size and finds small is reported without a fix
+    too: the `state_dict()` of models built from `torch.nn` layers with known
+    arguments (literals, constants, argparse defaults), optimizer state over
+    them, and plain numbers. A save to local disk writes about 1 GB/s with
+    its sync, so a checkpoint under 20 MB takes under 20 ms; made once per
+    epoch or every few steps, that is less than one slow step, and a
+    background writer (a thread, a CPU copy of the state, a flush) is not
+    worth its lines. A save that runs on every step is fixed whatever its
+    size, and one of unknown size is fixed as before.
     """
 
     CODE = "PM405"
@@ -632,6 +643,15 @@ class SynchronousCheckpointInLoop(Rule):
         problem = self._object_problem(obj_arg.value)
         if problem is not None:
             raise _Unfixable(problem)
+        sizes = sizes_of(self.context)
+        size = sizes.saved_bytes(obj_arg.value)
+        if size is not None and size < MIN_SAVE_BYTES and not sizes.every_step(call):
+            raise _Unfixable(
+                f"the checkpoint holds about {shown(size)} (the parameters and buffers perfmod counts in the "
+                f"modules it saves), which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
+                f"{HARDWARE['save_bytes_per_s'] / 1e9:.0f} GB/s; a save under {MIN_SAVE_S * 1000:.0f} ms that does "
+                "not run every step is not worth a background writer"
+            )
         if self._defines_checkpointer_class:
             raise _Unfixable("this file defines its own `AsyncCheckpointer`, which the import would shadow")
         if self._shards_state:

@@ -5,6 +5,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.names import is_main_guard
 from codemod.analysis.project import project_of
+from codemod.analysis.sizes import HARDWARE, MEMORY_BOUND_FLOPS_PER_BYTE, memory_bound, sizes_of
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -14,7 +15,7 @@ PRECISION_SETTINGS = ("allow_tf32", "fp32_precision", "set_float32_matmul_precis
 ENABLE_TF32 = 'torch.set_float32_matmul_precision("high")'
 
 IMPORTS = "import torch\nimport torch.nn as nn\n"
-MODEL = "model = nn.Linear(8, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+MODEL = "model = nn.Linear(512, 512).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 LOOP = (
     "for x, y in data:\n"
     "    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
@@ -23,7 +24,7 @@ LOOP = (
     "    opt.zero_grad()\n"
 )
 FORWARD = "    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
-SCRIPT_BODY = 'device = torch.device("cuda")\ndata = [(torch.randn(4, 8), torch.randn(4, 1))]\n' + MODEL + LOOP
+SCRIPT_BODY = 'device = torch.device("cuda")\ndata = [(torch.randn(4, 512), torch.randn(4, 512))]\n' + MODEL + LOOP
 EMBEDDING_BAG = (
     "class Bag(nn.Module):\n"
     "    def __init__(self, vocab, dim):\n"
@@ -32,8 +33,8 @@ EMBEDDING_BAG = (
     "    def forward(self, ids):\n"
     "        return self.emb(ids).sum(dim=1)\n\n\n"
 )
-EMBEDDING_SCRIPT = SCRIPT_BODY.replace("nn.Linear(8, 1)", "Bag(100, 1)").replace(
-    "torch.randn(4, 8)", "torch.randint(0, 100, (4, 8))"
+EMBEDDING_SCRIPT = SCRIPT_BODY.replace("nn.Linear(512, 512)", "Bag(100, 1)").replace(
+    "torch.randn(4, 512)", "torch.randint(0, 100, (4, 8))"
 )
 
 
@@ -101,6 +102,19 @@ class Float32MatmulWithoutTf32(Rule):
         ...
     ```
 
+    A script whose every float32 matrix product perfmod can size and finds
+    too narrow for TF32 to matter is reported without a fix. A product of
+    a (m x k) by a (k x n) matrix does 2mkn flops and moves 4(mk + kn + mn)
+    bytes: k*n / (2(k + n)) flops per byte when m is large. An A100 does
+    19.5 TFLOPS in plain float32 over 1.55 TB/s of memory, 12.5 flops per
+    byte; a product below that waits for memory even without TF32, so the
+    faster arithmetic of TF32 buys nothing. A step whose models are all
+    `torch.nn` layers with known widths (`nn.Linear(20, 1)`, 10 classes on
+    a 24-wide layer) is such a step; so is one whose models make no matrix
+    product but convolutions (cuDNN already runs those in TF32). Any product
+    of unknown width (a `@`, `torch.matmul`, a model perfmod cannot size)
+    keeps the fix.
+
     ## Fix safety
     Numeric: matmuls round their inputs to TF32, so losses differ from
     float32 by about 1e-3 relative per product and drift apart slowly over
@@ -139,8 +153,8 @@ class Float32MatmulWithoutTf32(Rule):
 
     VALID = [
         Valid(
-            IMPORTS + 'device = torch.device("cuda")\nmodel = nn.Linear(8, 1).to(device)\n'
-            "print(model(torch.randn(2, 8, device=device)))\n",
+            IMPORTS + 'device = torch.device("cuda")\nmodel = nn.Linear(512, 512).to(device)\n'
+            "print(model(torch.randn(2, 512, device=device)))\n",
             "no training loop",
         ),
         Valid(IMPORTS + SCRIPT_BODY.replace('"cuda"', '"cpu"'), "no CUDA in sight"),
@@ -162,11 +176,11 @@ class Float32MatmulWithoutTf32(Rule):
             "the model looks up embeddings and sums them: no matrix product for TF32 to speed up",
         ),
         Valid(
-            IMPORTS + SCRIPT_BODY.replace("nn.Linear(8, 1)", "nn.Sequential(nn.Embedding(100, 8), nn.Tanh())"),
+            IMPORTS + SCRIPT_BODY.replace("nn.Linear(512, 512)", "nn.Sequential(nn.Embedding(100, 8), nn.Tanh())"),
             "torch's layers without a matrix product",
         ),
         Valid(
-            IMPORTS + SCRIPT_BODY.replace("nn.Linear(8, 1)", "nn.Linear(8, 1, dtype=torch.bfloat16)"),
+            IMPORTS + SCRIPT_BODY.replace("nn.Linear(512, 512)", "nn.Linear(512, 512, dtype=torch.bfloat16)"),
             "a bfloat16 model: its matmuls are not float32",
         ),
         Valid(
@@ -232,7 +246,7 @@ class Float32MatmulWithoutTf32(Rule):
             IMPORTS
             + "\ndef train_epoch(model, opt, data):\n"
             + _indented(LOOP)
-            + "\ndef main():\n    model = nn.Linear(8, 1).cuda()\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "\ndef main():\n    model = nn.Linear(512, 512).cuda()\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
             "    for epoch in range(3):\n        train_epoch(model, opt, [])\n"
             + '\n\nif __name__ == "__main__":\n    main()\n',
             IMPORTS
@@ -240,7 +254,7 @@ class Float32MatmulWithoutTf32(Rule):
             + _indented(LOOP)
             + "\ndef main():\n    "
             + ENABLE_TF32
-            + "\n    model = nn.Linear(8, 1).cuda()\n"
+            + "\n    model = nn.Linear(512, 512).cuda()\n"
             "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
             "    for epoch in range(3):\n        train_epoch(model, opt, [])\n"
             + '\n\nif __name__ == "__main__":\n    main()\n',
@@ -250,14 +264,14 @@ class Float32MatmulWithoutTf32(Rule):
             IMPORTS
             + "\ndef train(model, opt, data):\n"
             + _indented(LOOP)
-            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
+            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(512, 512).cuda()\n'
             "    train(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
             IMPORTS
             + "\ndef train(model, opt, data):\n    "
             + ENABLE_TF32
             + "\n"
             + _indented(LOOP)
-            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
+            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(512, 512).cuda()\n'
             "    train(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
             "the function the main block calls to train",
         ),
@@ -265,14 +279,14 @@ class Float32MatmulWithoutTf32(Rule):
             IMPORTS
             + "\nclass Trainer:\n    def fit(self, model, opt, data):\n"
             + _indented(_indented(LOOP))
-            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(8, 1).cuda()\n'
+            + '\n\nif __name__ == "__main__":\n    net = nn.Linear(512, 512).cuda()\n'
             "    Trainer().fit(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
             IMPORTS
             + "\nclass Trainer:\n    def fit(self, model, opt, data):\n"
             + _indented(_indented(LOOP))
             + '\n\nif __name__ == "__main__":\n    '
             + ENABLE_TF32
-            + "\n    net = nn.Linear(8, 1).cuda()\n"
+            + "\n    net = nn.Linear(512, 512).cuda()\n"
             "    Trainer().fit(net, torch.optim.SGD(net.parameters(), lr=0.1), [])\n",
             "the main block itself when it trains through objects",
         ),
@@ -302,12 +316,12 @@ class Float32MatmulWithoutTf32(Rule):
         Invalid(
             IMPORTS
             + "import transformers\n\n"
-            + SCRIPT_BODY.replace("nn.Linear(8, 1)", 'transformers.AutoModel.from_pretrained("bert-base-uncased")'),
+            + SCRIPT_BODY.replace("nn.Linear(512, 512)", 'transformers.AutoModel.from_pretrained("bert-base-uncased")'),
             IMPORTS
             + "import transformers\n\n"
             + ENABLE_TF32
             + "\n"
-            + SCRIPT_BODY.replace("nn.Linear(8, 1)", 'transformers.AutoModel.from_pretrained("bert-base-uncased")'),
+            + SCRIPT_BODY.replace("nn.Linear(512, 512)", 'transformers.AutoModel.from_pretrained("bert-base-uncased")'),
             "a model of another library: what its forward runs is not known, so TF32 is enabled",
         ),
         Invalid(
@@ -344,6 +358,10 @@ class Float32MatmulWithoutTf32(Rule):
             return  # TF32 changes float32 matrix products only: none here, or all in another dtype
         if any(name.value in PRECISION_SETTINGS for name in self.context.index.find(cst.Name)):
             return
+        narrow = self._narrow_products(training)
+        if narrow is not None:
+            self.report(training.loops[0].loop, f"{self.MESSAGE}; not fixed: {narrow}")
+            return
         if project_of(self.context).imported_module_mentioning(*(s.encode() for s in PRECISION_SETTINGS)):
             return  # the project chooses it in a module of its own that this file imports
         enable = cst.parse_statement(ENABLE_TF32 + "\n")
@@ -357,6 +375,26 @@ class Float32MatmulWithoutTf32(Rule):
                 f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
                 "enable TF32 once in its entry point)",
             )
+
+    def _narrow_products(self, training) -> str | None:
+        """Why TF32 buys nothing when every training loop's float32 matrix products are
+        known and all bound by memory; None when some may gain."""
+        sizes = sizes_of(self.context)
+        found = [sizes.step_products(loop.loop) for loop in training.loops]
+        if any(products is None for products in found):
+            return None
+        products = [product for products in found for product in products]
+        if not products:
+            return "the models the training step runs make no float32 matrix product (convolutions use TF32 already)"
+        if not all(memory_bound(product) for product in products):
+            return None
+        k, n = max(products, key=lambda product: product[0] * product[1])
+        return (
+            f"every float32 matrix product of the step is too narrow for TF32 to speed up: the widest, "
+            f"{k} by {n}, does {k * n / (2 * (k + n)):.1f} flops per byte it moves, under the "
+            f"{MEMORY_BOUND_FLOPS_PER_BYTE:.1f} below which even plain float32 waits for memory (an A100: "
+            f"{HARDWARE['fp32_flops_per_s'] / 1e12:.1f} TFLOPS over {HARDWARE['memory_bytes_per_s'] / 1e12:.2f} TB/s)"
+        )
 
     # -- where start-up is -------------------------------------------------------------
 

@@ -112,10 +112,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 torch.manual_seed(0)
-train_set = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
-val_set = TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+train_set = TensorDataset(torch.randn(64, 65536), torch.randn(64, 1))
+val_set = TensorDataset(torch.randn(16, 65536), torch.randn(16, 1))
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-model = torch.nn.Linear(8, 1).to(device)
+model = torch.nn.Linear(65536, 1).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 loader_kwargs = SETTINGS
 train_loader = DataLoader(train_set, shuffle=True, **loader_kwargs)

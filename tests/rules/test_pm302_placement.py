@@ -34,9 +34,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
     device = torch.device("cuda")
-    model = nn.Linear(8, 1).to(device)
+    model = nn.Linear(512, 512).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    batches = [torch.randn(4, 8) for _ in range(10)]
+    batches = [torch.randn(4, 512) for _ in range(10)]
     for epoch in range(args.epochs):
         train_one_epoch(model, opt, batches, device)
 """
@@ -99,10 +99,10 @@ def test_a_script_that_trains_at_module_level_gets_it_after_its_imports():
         import torch
         import torch.nn as nn
 
-        model = nn.Linear(8, 1).cuda()
+        model = nn.Linear(512, 512).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(10):
-            loss = model(torch.randn(4, 8).cuda()).pow(2).mean()
+            loss = model(torch.randn(4, 512).cuda()).pow(2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -174,10 +174,10 @@ def test_training_in_spawned_workers_gets_it_where_each_worker_starts():
 
 
         def worker(rank, steps):
-            model = nn.Linear(8, 1).cuda(rank)
+            model = nn.Linear(512, 512).cuda(rank)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             for _ in range(steps):
-                model(torch.randn(4, 8, device=rank)).sum().backward()
+                model(torch.randn(4, 512, device=rank)).sum().backward()
                 opt.step()
 
 
@@ -212,9 +212,9 @@ def train_epoch(model, opt, batches, device):
 
 def main():
     device = torch.device("cuda")
-    model = nn.Linear(8, 1).to(device)
+    model = nn.Linear(512, 512).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    batches = [torch.randn(4, 8) for _ in range(10)]
+    batches = [torch.randn(4, 512) for _ in range(10)]
     for epoch in range(3):
         train_epoch(model, opt, batches, device)
 """
@@ -252,11 +252,11 @@ def test_a_step_function_called_from_a_loop_at_module_level():
         opt.step()
 
 
-    model = nn.Linear(8, 1).cuda()
+    model = nn.Linear(512, 512).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(3):
         for _ in range(10):
-            train_step(model, opt, torch.randn(4, 8).cuda())
+            train_step(model, opt, torch.randn(4, 512).cuda())
     """
     new = fixed(source)
     assert function_of(new, LINE) is None
@@ -281,10 +281,10 @@ def test_a_step_with_micro_batches_in_a_function_the_loop_calls():
 
 
         def main():
-            model = nn.Linear(8, 1).cuda()
+            model = nn.Linear(512, 512).cuda()
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             for step in range(10):
-                train_step(model, opt, [torch.randn(4, 8)] * 2)
+                train_step(model, opt, [torch.randn(4, 512)] * 2)
 
 
         if __name__ == "__main__":
@@ -297,10 +297,10 @@ def test_a_step_with_micro_batches_in_a_function_the_loop_calls():
 def test_an_epoch_function_called_from_a_loop_in_the_main_block():
     source = STEP.split("def main():")[0] + (
         'if __name__ == "__main__":\n'
-        "    model = nn.Linear(8, 1).cuda()\n"
+        "    model = nn.Linear(512, 512).cuda()\n"
         "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "    for epoch in range(3):\n"
-        '        train_epoch(model, opt, [torch.randn(4, 8)], "cuda")\n'
+        '        train_epoch(model, opt, [torch.randn(4, 512)], "cuda")\n'
     )
     new = fixed(source)
     assert new.index('if __name__ == "__main__":\n    ' + LINE) > 0

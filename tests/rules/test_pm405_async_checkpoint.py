@@ -1,6 +1,6 @@
 """PM405: the rewritten loop writes the same checkpoints, from the state at save time.
 
-The fixture trains on the CPU and saves inside its loops (every 10 steps and every
+The fixture trains on the CPU and saves inside its loops (every 3 steps and every
 epoch); training goes on changing the saved tensors in place right after each
 save. The original (synchronous) run and the rewritten (background) run must
 leave the same files with the same contents.
@@ -73,7 +73,7 @@ def test_background_checkpoints_equal_the_synchronous_ones(training_loop, tmp_pa
     after = run(new_source, tmp_path / "after", monkeypatch)
     assert after == before
     saved, expected = checkpoint_files(tmp_path / "after"), checkpoint_files(tmp_path / "before")
-    assert sorted(saved) == sorted(expected) and len(expected) == 8  # 6 every 10 steps, last.pt, final.pt
+    assert sorted(saved) == sorted(expected) and len(expected) == 6  # 4 every 3 steps, last.pt, final.pt
     assert not [p for p in (tmp_path / "after").iterdir() if p.name.startswith(".")], "temporary files left"
     for name in expected:
         assert_same(saved[name], expected[name], name)

@@ -1,0 +1,1015 @@
+"""How big the things a training program moves are, where the code shows it: the bytes of
+a step's batch, a model's parameters and the widths of its matrix products, the bytes of
+a checkpoint, and whether the step loop makes the host wait for the device every step.
+
+A rule asks here before it rewrites for speed that grows with size (a copy overlapped, a
+save in the background, TF32): where the size is KNOWN to be too small for the change to
+buy anything, it reports instead of fixing. Unknown stays unknown (None): a rule may only
+hold a fix back on a known size.
+
+Sizes come from what the script runs with as written: literal shapes, argparse defaults,
+module constants, torchvision's datasets and transforms, `TensorDataset`s of tensors made
+with literal shapes, and the `torch.nn` layers a model's class builds (through `nn.Sequential`
+and the classes of this file). Where a value may be one of several, the largest counts: a
+size here is an upper bound.
+
+The thresholds are derived from the hardware facts in `HARDWARE`, in one place, with their
+arithmetic beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis.kinds import Kind
+from codemod.analysis.loaders import COLLATE_FN_POSITION
+from codemod.analysis.names import integer_value, kwarg, method_name, positional
+from codemod.analysis.torch_facts import (
+    DTYPE_BYTES,
+    HOST_ONLY_MODULES,
+    IMAGE_DATASETS,
+    INTEGER_FACTORIES,
+    MATRIX_PRODUCT_METHODS,
+    MATRIX_PRODUCTS,
+    MODEL_WRAPPERS,
+    MODULE_CONTAINERS,
+    MODULE_METHODS,
+    MODULE_METHODS_RETURNING_SELF,
+    NN_LAYER_ARGUMENTS,
+    NN_STATELESS,
+    RNN_GATES,
+    SHAPE_KEEPING_TRANSFORMS,
+    SHAPED_FACTORIES,
+    SYNC_METHODS,
+    TENSOR_ROW_DATASETS,
+    UNLISTED_PRODUCT_PREFIXES,
+    UNLISTED_PRODUCTS,
+)
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+# -- the hardware facts every threshold is derived from -----------------------------------------
+
+HARDWARE = {
+    # Host-to-device copies from pinned memory over PCIe 4.0 x16 (nominal 32 GB/s).
+    "h2d_bytes_per_s": 25e9,
+    # Queuing one CUDA kernel from Python: the host time a launch takes.
+    "kernel_launch_s": 5e-6,
+    # torch.save of a checkpoint to local disk, fsync'd: N MB take about N/1000 s.
+    "save_bytes_per_s": 1e9,
+    # An A100's float32 arithmetic without tensor cores and its memory bandwidth: a matrix
+    # product that does fewer flops per byte than their ratio waits for memory, not arithmetic.
+    "fp32_flops_per_s": 19.5e12,
+    "memory_bytes_per_s": 1.555e12,
+}
+# A copy that overlaps nothing longer than ten kernel launches saves at most the launches it
+# overlapped: 10 x 5 us = 50 us, which at 25 GB/s is a copy of 1.25 MB.
+MIN_COPY_S = 10 * HARDWARE["kernel_launch_s"]
+MIN_COPY_BYTES = int(MIN_COPY_S * HARDWARE["h2d_bytes_per_s"])
+# A save that blocks training for less than 20 ms, made at most once every few steps (or per
+# epoch), costs less than a single slow step: 20 ms at 1 GB/s is a checkpoint of 20 MB.
+MIN_SAVE_S = 0.02
+MIN_SAVE_BYTES = int(MIN_SAVE_S * HARDWARE["save_bytes_per_s"])
+# A product (m x k) @ (k x n) over many rows m moves 4(mk + kn + mn) bytes for 2mkn flops:
+# k*n / (2(k + n)) flops per byte. Below 19.5e12 / 1.555e12 = 12.5 flops per byte it is
+# bound by memory even in plain float32, and TF32's faster arithmetic cannot speed it up.
+MEMORY_BOUND_FLOPS_PER_BYTE = HARDWARE["fp32_flops_per_s"] / HARDWARE["memory_bytes_per_s"]
+MAX_DEPTH = 24  # how many names, calls and attributes a look-up follows
+TORCH_NN = "torch.nn."
+FLOAT32_BYTES = 4
+INDEX_BYTES = 8  # a class index in a batch: int64
+BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
+
+
+@dataclass(frozen=True)
+class ModuleSize:
+    parameters: int  # elements of its parameters
+    state: int  # elements of its state_dict: parameters and buffers (running statistics)
+    # (k, n) of each float32 matrix product its layers make; None when it makes some of
+    # unknown width (a `@`, `torch.matmul`, a layer perfmod does not size).
+    products: tuple[tuple[int, int], ...] | None
+
+    @property
+    def state_bytes(self) -> int:
+        return self.state * FLOAT32_BYTES
+
+    def plus(self, other: ModuleSize, times: int = 1) -> ModuleSize:
+        products = None if self.products is None or other.products is None else self.products + other.products
+        return ModuleSize(self.parameters + times * other.parameters, self.state + times * other.state, products)
+
+
+EMPTY = ModuleSize(0, 0, ())
+
+
+def copy_seconds(size: int) -> float:
+    return size / HARDWARE["h2d_bytes_per_s"]
+
+
+def save_seconds(size: int) -> float:
+    return size / HARDWARE["save_bytes_per_s"]
+
+
+def memory_bound(product: tuple[int, int]) -> bool:
+    k, n = product
+    return k * n / (2 * (k + n)) < MEMORY_BOUND_FLOPS_PER_BYTE
+
+
+def shown(size: int) -> str:
+    """`200 KB`, `3.1 MB`: a size as a reason states it."""
+    if size < 10_000:
+        return f"{size} bytes"
+    if size < 1_000_000:
+        return f"{size / 1000:.0f} KB"
+    return f"{size / 1e6:.1f} MB"
+
+
+def small_copy(size: int) -> str:
+    """Why a copy of `size` bytes (under MIN_COPY_BYTES) is not worth overlapping."""
+    return (
+        f"a batch holds about {shown(size)}, which copies to the device in about "
+        f"{copy_seconds(size) * 1e6:.0f} us (at {HARDWARE['h2d_bytes_per_s'] / 1e9:.0f} GB/s from pinned memory): "
+        f"less than the {MIN_COPY_S * 1e6:.0f} us of ten kernel launches"
+    )
+
+
+def sizes_of(context: FileContext) -> Sizes:
+    return context.shared("sizes", Sizes)
+
+
+class Sizes:
+    """The sizes of one file's program; each look-up computed once."""
+
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self.names = context.names
+        self.index = context.index
+        self.kinds = context.kinds
+        self.loaders = context.loaders
+        self._modules: dict[int, ModuleSize | None] = {}
+        self._syncs: dict[int, cst.Call | None] = {}
+        self._visiting: set[tuple[int, tuple[int, ...]]] = set()
+        self._built_by: dict[int, list[cst.Call]] | None = None
+
+    # -- values ----------------------------------------------------------------------------
+
+    def values(self, expr: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
+        """What `expr` may evaluate to, followed through names, `self.` attributes, the
+        functions of this file that return it, tuple unpacking, a module's `.to(device)`, and
+        DDP/DataParallel wrappers (and their `.module`); None when some of it cannot be seen."""
+        return self._values(expr, (), depth)
+
+    def _values(self, expr, path: tuple[int, ...], depth: int) -> list[cst.BaseExpression] | None:
+        if depth > MAX_DEPTH:
+            return None
+        key = (id(expr), path)
+        if key in self._visiting:
+            return []  # `self.model = DDP(self.model)`: what it held before is followed already
+        self._visiting.add(key)
+        try:
+            return self._followed(expr, path, depth)
+        finally:
+            self._visiting.discard(key)
+
+    def _followed(self, expr, path: tuple[int, ...], depth: int) -> list[cst.BaseExpression] | None:
+        if path:
+            if isinstance(expr, (cst.Tuple, cst.List)):
+                if path[0] >= len(expr.elements) or any(isinstance(e, cst.StarredElement) for e in expr.elements):
+                    return None
+                return self._values(expr.elements[path[0]].value, path[1:], depth + 1)
+            if not isinstance(expr, (cst.Name, cst.Attribute, cst.Call)):
+                return None
+        if isinstance(expr, cst.Name):
+            if expr.value in ("True", "False", "None"):
+                return [expr]
+            found = self.loaders.bound_values(expr)
+            if not found:
+                passed = self._constructor_arguments(expr)
+                found = [(value, ()) for value in passed] if passed else found
+            return self._joined(found, path, depth)
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value == "module" and not path:
+                # `ddp_model.module`: the wrapped model, which is what the wrapper's values are
+                # followed to (of a model that is no wrapper, a part: no larger than the whole)
+                inner = self._values(expr.value, (), depth + 1)
+                if inner and all(isinstance(v, cst.Call) and self._is_module_build(v) for v in inner):
+                    return inner
+            if (
+                isinstance(expr.value, cst.Name)
+                and expr.value.value in ("self",)
+                or self.kinds.instance_class(expr.value)
+            ):
+                found = self.loaders.attribute_values(expr)
+                return self._joined(found, path, depth) if found else None
+            return [expr] if not path else None
+        if isinstance(expr, cst.Call):
+            wrapped = self._wrapped(expr)
+            if wrapped is not None:
+                return self._values(wrapped, path, depth + 1)
+            function = self.context.bindings.local_function(expr.func)
+            if function is not None:
+                returned = self.kinds.returned(function)
+                return self._all(returned, path, depth) if returned else None
+            return [expr] if not path else None
+        return [expr] if not path else None
+
+    def _wrapped(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The module `model.to(device)`, `DDP(model, ...)` hold: `model`."""
+        if not isinstance(expr, cst.Call):
+            return None
+        if method_name(expr) in MODULE_METHODS_RETURNING_SELF and self._is_module_value(expr.func.value):
+            return expr.func.value
+        if self.names.of(expr.func) & MODEL_WRAPPERS:
+            first = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
+            return first.value if first is not None else None
+        return None
+
+    def _is_module_build(self, call: cst.Call) -> bool:
+        return self._might_be_module(call)
+
+    def _is_module_value(self, expr: cst.BaseExpression) -> bool:
+        return self.kinds.fact(expr).kind is Kind.MODULE or self.context.training.is_model(expr)
+
+    def _joined(self, found, path, depth) -> list[cst.BaseExpression] | None:
+        if not found:
+            return None
+        values: list[cst.BaseExpression] = []
+        for value, inner in found:
+            part = self._values(value, inner + path, depth + 1)
+            if part is None:
+                return None
+            values.extend(part)
+        return values
+
+    def _all(self, exprs, path, depth) -> list[cst.BaseExpression] | None:
+        return self._joined([(e, ()) for e in exprs], path, depth)
+
+    def integer(self, expr: cst.BaseExpression | None, depth: int = 0) -> int | None:
+        """The largest integer `expr` may be as the script runs as written: literals, names and
+        attributes bound to them, argparse defaults, `int(...)`, `+ - * //` and `**`."""
+        if expr is None or depth > MAX_DEPTH:
+            return None
+        value = integer_value(expr)
+        if value is not None:
+            return value
+        if isinstance(expr, cst.BinaryOperation):
+            left, right = self.integer(expr.left, depth + 1), self.integer(expr.right, depth + 1)
+            if left is None or right is None:
+                return None
+            operator = expr.operator
+            if isinstance(operator, cst.Add):
+                return left + right
+            if isinstance(operator, cst.Multiply):
+                return left * right
+            if isinstance(operator, cst.FloorDivide) and right > 0:
+                return left // right
+            if isinstance(operator, cst.Power) and 0 <= right < 64:
+                return left**right
+            return None  # a difference of upper bounds bounds nothing
+        if isinstance(expr, cst.Call):
+            if self.names.is_(expr.func, "int", "builtins.int") and len(expr.args) == 1:
+                return self.integer(expr.args[0].value, depth + 1)
+            return None
+        if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
+            setting = self.loaders.setting(expr, 0)
+            if setting is not None:
+                return integer_value(setting)
+            if isinstance(expr, cst.Subscript):
+                return None
+            values = self.values(expr, depth + 1)
+            if not values or any(v is expr for v in values):
+                return None
+            found = [self.integer(v, depth + 1) for v in values]
+            return None if any(f is None for f in found) else max(found)
+        return None
+
+    def _shape(self, args: list[cst.BaseExpression], depth: int) -> tuple[int, ...] | None:
+        """A shape given as integers or as one tuple or list of them."""
+        if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
+            args = [e.value for e in args[0].elements]
+        dims = [self.integer(a, depth + 1) for a in args]
+        return None if any(d is None for d in dims) else tuple(dims)
+
+    # -- tensors ---------------------------------------------------------------------------
+
+    def tensor(self, expr: cst.BaseExpression, depth: int = 0) -> tuple[tuple[int, ...], int] | None:
+        """(shape, bytes of an element) of a tensor made by a factory with a known shape:
+        `torch.randn(64, 8)`, `torch.zeros((n, d), dtype=torch.long)`, `torch.randint(0, 9, (n,))`."""
+        values = self.values(expr, depth + 1) if isinstance(expr, (cst.Name, cst.Attribute)) else [expr]
+        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+            return None
+        call = values[0]
+        names = self.names.of(call.func)
+        plain = [a.value for a in call.args if a.keyword is None and not a.star]
+        if any(a.star for a in call.args):
+            return None
+        dtype = kwarg(call, "dtype")
+        if names & SHAPED_FACTORIES:
+            size = kwarg(call, "size")
+            shape = self._shape([size.value] if size is not None else plain, depth)
+            default = FLOAT32_BYTES
+        elif names & INTEGER_FACTORIES:
+            size = kwarg(call, "size") or (positional(call, 2) if len(plain) >= 3 else positional(call, 1))
+            shape = self._shape([size.value], depth) if size is not None else None
+            default = INDEX_BYTES
+        else:
+            return None
+        if shape is None:
+            return None
+        if dtype is None:
+            return shape, default
+        element = next((DTYPE_BYTES[n] for n in self.names.of(dtype.value) if n in DTYPE_BYTES), None)
+        return (shape, element) if element is not None else None
+
+    # -- batches ---------------------------------------------------------------------------
+
+    def loader_batch_bytes(self, loader: cst.Call) -> int | None:
+        """The bytes of one batch of the DataLoader `loader` builds: its `batch_size` (1 when
+        not given) times the bytes of one item of its dataset."""
+        loaders = self.loaders
+        if any(kwarg(loader, key) is not None for key in ("batch_sampler", "collate_fn")):
+            return None
+        if positional(loader, BATCH_SAMPLER_POSITION) or positional(loader, COLLATE_FN_POSITION):
+            return None
+        if loaders.overridden_subclass(loader):
+            return None  # a loader class that may batch otherwise
+        starred = any(arg.star for arg in loader.args)
+        if starred and any(self._star_setting(loader, key) is not None for key in ("batch_sampler", "collate_fn")):
+            return None
+        size = kwarg(loader, "batch_size") or positional(loader, 1)
+        value = size.value if size is not None else self._star_setting(loader, "batch_size") if starred else None
+        if value is _MISSING:
+            return None
+        batch = 1 if value is None else self.integer(value)
+        if batch is None:
+            return None
+        item = self.item_bytes(loaders.dataset(loader))
+        return batch * item if item is not None else None
+
+    def _star_setting(self, loader: cst.Call, key: str):
+        """The value the `**settings` dict of `loader` gives `key`: None when it gives none,
+        _MISSING when that cannot be told (no literal, or an `update` may set it)."""
+        keys = self.loaders.star_kwargs_keys(loader, either=True)
+        if keys is None:
+            return _MISSING
+        if key not in keys:
+            return None
+        name = next(arg.value for arg in loader.args if arg.star)
+        literal = self._dict_literal(name)
+        value = _entry(literal, key) if literal is not None else None
+        if value is None:
+            return _MISSING
+        for call in self.index.find(cst.Call):
+            if not (method_name(call) == "update" and _same_name(call.func.value, name)):
+                continue
+            for arg in call.args:
+                added = self._dict_literal(arg.value)
+                if arg.keyword is not None and arg.keyword.value == key:
+                    return _MISSING
+                if arg.keyword is None and (added is None or _entry(added, key) is not None):
+                    return _MISSING
+        return value
+
+    def _dict_literal(self, expr: cst.BaseExpression) -> cst.Dict | None:
+        if isinstance(expr, cst.Dict):
+            return expr
+        values = self.values(expr) if isinstance(expr, cst.Name) else None
+        return values[0] if values and len(values) == 1 and isinstance(values[0], cst.Dict) else None
+
+    def item_bytes(self, dataset: cst.BaseExpression | None, depth: int = 0) -> int | None:
+        """The bytes of one item of `dataset` as the default collation stacks it: a
+        TensorDataset's row, an image and class index of a torchvision dataset of one image
+        size (after its transform), the largest of the datasets a name may hold."""
+        if dataset is None or depth > MAX_DEPTH:
+            return None
+        values = self.values(dataset, depth + 1)
+        if not values:
+            return None
+        found = []
+        for value in values:
+            size = self._item_bytes(value, depth) if isinstance(value, cst.Call) else None
+            if size is None:
+                return None
+            found.append(size)
+        return max(found)
+
+    def _item_bytes(self, call: cst.Call, depth: int) -> int | None:
+        names = self.names.of(call.func)
+        if names & TENSOR_ROW_DATASETS:
+            if any(a.keyword is not None or a.star for a in call.args) or not call.args:
+                return None
+            rows = [self.tensor(a.value, depth + 1) for a in call.args]
+            if any(r is None or not r[0] for r in rows):
+                return None
+            return sum(math.prod(shape[1:]) * element for shape, element in rows)
+        image = next((IMAGE_DATASETS[n] for n in names if n in IMAGE_DATASETS), None)
+        if image is None:
+            return None
+        if kwarg(call, "target_transform") is not None:
+            return None
+        transform = kwarg(call, "transform")
+        if transform is None:
+            return None  # PIL images: the default collation cannot stack them
+        shape = self._transformed(transform.value, image, False, depth + 1)
+        if shape is None or shape[1] is False:
+            return None
+        return math.prod(shape[0]) * FLOAT32_BYTES + INDEX_BYTES
+
+    def _transformed(self, transform, image: tuple[int, ...], tensor: bool, depth: int):
+        """(shape, is a float32 tensor) of an image of `image` shape after `transform`."""
+        if depth > MAX_DEPTH:
+            return None
+        values = self.values(transform, depth + 1)
+        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+            return None
+        call = values[0]
+        names = {n.replace(".transforms.transforms.", ".transforms.") for n in self.names.of(call.func)}
+        if "torchvision.transforms.Compose" in names:
+            steps = positional(call, 0) or kwarg(call, "transforms")
+            if steps is None or not isinstance(steps.value, (cst.List, cst.Tuple)):
+                return None
+            state = (image, tensor)
+            for element in steps.value.elements:
+                if isinstance(element, cst.StarredElement):
+                    return None
+                state = self._transformed(element.value, state[0], state[1], depth + 1)
+                if state is None:
+                    return None
+            return state
+        if "torchvision.transforms.ToTensor" in names:
+            return image, True
+        if names & SHAPE_KEEPING_TRANSFORMS:
+            return image, tensor
+        if names & {"torchvision.transforms.CenterCrop", "torchvision.transforms.RandomCrop"}:
+            size = positional(call, 0) or kwarg(call, "size")
+            side = self.integer(size.value, depth + 1) if size is not None else None
+            return ((image[0], side, side), tensor) if side is not None else None
+        return None
+
+    # -- the step loop ---------------------------------------------------------------------
+
+    def feeding_batch_bytes(self, node: cst.CSTNode) -> tuple[int, cst.CSTNode] | None:
+        """(bytes of a batch, the loop) for the innermost loop around `node` that a DataLoader
+        of known batch size feeds; None when no loop around it is fed by loaders all of
+        whose batches are known."""
+        feeds = self.loaders.feeds
+        loops = {id(feed.loop): feed.loop for feed in feeds}
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return None
+            if id(ancestor) not in loops:
+                continue
+            sizes = []
+            for feed in feeds:
+                if feed.loop is not ancestor:
+                    continue
+                sources = self.loaders.sources(feed.loader, (), 0)
+                if not sources:
+                    return None
+                sizes.extend(self.loader_batch_bytes(source) for source in sources)
+            if not sizes or any(s is None for s in sizes):
+                return None
+            return max(sizes), ancestor
+        return None
+
+    def sync_every_step(self, loop: cst.CSTNode) -> cst.Call | None:
+        """A read of a device value to the host (`loss.item()`, `.tolist()`, `.cpu()`) that
+        `loop` makes on every pass, in its own body (under no `if`, nested loop or `try`):
+        the host waits there for all the step queued. None when there is none."""
+        key = id(loop)
+        if key not in self._syncs:
+            self._syncs[key] = self._find_sync(loop)
+        return self._syncs[key]
+
+    def _find_sync(self, loop: cst.CSTNode) -> cst.Call | None:
+        if not isinstance(loop, (cst.For, cst.While)):
+            return None  # a comprehension over batches
+        for call in self.context.loops.reached_calls(loop.body):
+            if method_name(call) not in SYNC_METHODS or self.kinds.fact(call.func.value).kind not in (
+                Kind.TENSOR,
+                Kind.UNKNOWN,
+            ):
+                continue
+            inside = self.index.inside(call, loop)
+            if (inside and self._every_pass(call, loop)) or (not inside and self.every_step(call, loop)):
+                return call
+        return None
+
+    def _every_pass(self, node: cst.CSTNode, owner: cst.CSTNode) -> bool:
+        """Does `node` run whenever `owner` (a loop's pass, a function) runs: under no `if`,
+        nested loop, `try`, conditional expression or comprehension on the way?"""
+        for ancestor in self.index.ancestors(node):
+            if ancestor is owner:
+                return True
+            if isinstance(
+                ancestor,
+                (cst.If, cst.For, cst.While, cst.Try, cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.FunctionDef),
+            ):
+                return False
+            if isinstance(ancestor, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
+                return False
+        return False
+
+    def every_step(self, node: cst.CSTNode, loop: cst.CSTNode | None = None) -> bool:
+        """Does `node` run on every pass of a step loop (of `loop`, when given), in its body or
+        in a function of this file the body calls, unconditionally all the way?"""
+        for site in self.context.loops.runs_in(node):
+            if loop is not None and site.loop is not loop:
+                continue
+            chain = [*site.calls, node]
+            owners = [site.loop, *(self.index.first_enclosing(later, cst.FunctionDef) for later in chain[1:])]
+            if all(owner is not None and self._every_pass(step, owner) for step, owner in zip(chain, owners)):
+                return True
+        return False
+
+    # -- models ----------------------------------------------------------------------------
+
+    def module(self, expr: cst.BaseExpression, depth: int = 0) -> ModuleSize | None:
+        """The size of the module `expr` holds (the largest it may hold); None when any part
+        of it cannot be sized."""
+        if depth > MAX_DEPTH:
+            return None
+        values = self.values(expr, depth + 1)
+        if not values:
+            return None
+        found = [self._built(v, depth + 1) for v in values]
+        if any(f is None for f in found):
+            return None
+        return max(found, key=lambda size: size.state)
+
+    def _built(self, value: cst.BaseExpression, depth: int) -> ModuleSize | None:
+        if not isinstance(value, cst.Call):
+            return None
+        key = id(value)
+        if key not in self._modules:
+            self._modules[key] = None  # a cycle while this runs: unknown
+            self._modules[key] = self._construct(value, depth)
+        return self._modules[key]
+
+    def _construct(self, call: cst.Call, depth: int) -> ModuleSize | None:
+        names = self.names.of(call.func)
+        if names & NN_STATELESS:
+            return EMPTY
+        if names & MODULE_CONTAINERS:
+            return self._container(call, depth)
+        layer = next((n[len(TORCH_NN) :] for n in names if n.startswith(TORCH_NN)), None)
+        if layer in NN_LAYER_ARGUMENTS:
+            return self._layer(layer, call, depth)
+        classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
+        return self._class(classdef, depth) if classdef is not None else None
+
+    def _container(self, call: cst.Call, depth: int) -> ModuleSize | None:
+        total = EMPTY
+        for arg in call.args:
+            if arg.keyword is not None:
+                return None
+            parts = [arg.value]
+            if arg.star or isinstance(arg.value, (cst.List, cst.Tuple)):
+                inner = arg.value
+                if isinstance(inner, (cst.ListComp, cst.GeneratorExp)):
+                    part = self._repeated(inner, depth)
+                    if part is None:
+                        return None
+                    total = total.plus(part)
+                    continue
+                if not isinstance(inner, (cst.List, cst.Tuple)):
+                    return None
+                if any(isinstance(e, cst.StarredElement) for e in inner.elements):
+                    return None
+                parts = [e.value for e in inner.elements]
+            elif isinstance(arg.value, (cst.ListComp, cst.GeneratorExp)):
+                part = self._repeated(arg.value, depth)
+                if part is None:
+                    return None
+                total = total.plus(part)
+                continue
+            for part in parts:
+                size = self.module(part, depth + 1)
+                if size is None:
+                    return None
+                total = total.plus(size)
+        return total
+
+    def _repeated(self, comprehension, depth: int) -> ModuleSize | None:
+        """`[Block(d) for _ in range(n)]`: n blocks."""
+        loop = comprehension.for_in
+        if loop.inner_for_in is not None or loop.ifs or not isinstance(loop.iter, cst.Call):
+            return None
+        if not self.names.is_(loop.iter.func, "range", "builtins.range") or len(loop.iter.args) != 1:
+            return None
+        count = self.integer(loop.iter.args[0].value, depth + 1)
+        size = self.module(comprehension.elt, depth + 1)
+        if count is None or size is None:
+            return None
+        return EMPTY.plus(size, count)
+
+    def _layer(self, layer: str, call: cst.Call, depth: int) -> ModuleSize | None:
+        spec = NN_LAYER_ARGUMENTS[layer]
+        if any(a.star for a in call.args):
+            return None
+        given: dict[str, cst.BaseExpression] = {}
+        for position, arg in enumerate(call.args):
+            if arg.keyword is None:
+                if position >= len(spec):
+                    return None
+                given[spec[position][0]] = arg.value
+            else:
+                given[arg.keyword.value] = arg.value
+
+        def number(name: str) -> int | None:
+            if name not in given:
+                default = dict(spec)[name]
+                return default if isinstance(default, int) and not isinstance(default, bool) else None
+            return self._dims(given[name], depth)
+
+        def flag(name: str) -> bool | None:
+            value = given.get(name)
+            if value is None:
+                return dict(spec)[name]
+            if isinstance(value, cst.Name) and value.value in ("True", "False"):
+                return value.value == "True"
+            setting = self.loaders.setting(value, 0)
+            if isinstance(setting, cst.Name) and setting.value in ("True", "False"):
+                return setting.value == "True"
+            return None
+
+        if layer == "Linear":
+            k, n, bias = number("in_features"), number("out_features"), flag("bias")
+            if k is None or n is None or bias is None:
+                return None
+            count = k * n + (n if bias else 0)
+            return ModuleSize(count, count, ((k, n),))
+        if layer.startswith("Conv"):
+            c_in, c_out, groups, bias = number("in_channels"), number("out_channels"), number("groups"), flag("bias")
+            kernel = self._dims(given.get("kernel_size"), depth, product=int(layer[-2]))
+            if None in (c_in, c_out, groups, bias, kernel) or groups == 0:
+                return None
+            count = c_in // groups * c_out * kernel + (c_out if bias else 0)
+            return ModuleSize(count, count, ())  # convolutions: cuDNN uses TF32 for them already
+        if layer == "Embedding":
+            rows, dim = number("num_embeddings"), number("embedding_dim")
+            return None if rows is None or dim is None else ModuleSize(rows * dim, rows * dim, ())
+        if layer == "LayerNorm":
+            shape = self._dims(given.get("normalized_shape"), depth, product=1)
+            affine, bias = flag("elementwise_affine"), flag("bias")
+            if shape is None or affine is None or bias is None:
+                return None
+            count = shape * (int(affine) + int(affine and bias))
+            return ModuleSize(count, count, ())
+        if layer == "GroupNorm":
+            channels, affine = number("num_channels"), flag("affine")
+            if channels is None or affine is None:
+                return None
+            return ModuleSize(2 * channels * affine, 2 * channels * affine, ())
+        if layer.startswith(("BatchNorm", "InstanceNorm")):
+            features, affine, tracked = number("num_features"), flag("affine"), flag("track_running_stats")
+            if features is None or affine is None or tracked is None:
+                return None
+            count = 2 * features * affine
+            return ModuleSize(count, count + (2 * features + 1) * tracked, ())
+        if layer in RNN_GATES:
+            size, hidden, layers, bias = number("input_size"), number("hidden_size"), number("num_layers"), flag("bias")
+            both = flag("bidirectional")
+            if None in (size, hidden, layers, bias, both):
+                return None
+            gates, directions = RNN_GATES[layer] * hidden, 2 if both else 1
+            count, products = 0, []
+            for index in range(layers):
+                width = size if index == 0 else hidden * directions
+                count += directions * (gates * width + gates * hidden + 2 * gates * bias)
+                products += [(width, gates), (hidden, gates)]
+            return ModuleSize(count, count, tuple(products))
+        return None
+
+    def _dims(self, expr: cst.BaseExpression | None, depth: int, product: int = 0) -> int | None:
+        """An integer argument; with `product` (the number of dimensions), a size given as an
+        integer or a tuple of them (`kernel_size=3`, `(3, 3)`) as the elements it spans."""
+        if expr is None:
+            return None
+        if product and isinstance(expr, (cst.Tuple, cst.List)):
+            dims = [self.integer(e.value, depth + 1) for e in expr.elements]
+            return None if any(d is None for d in dims) else math.prod(dims)
+        value = self.integer(expr, depth + 1)
+        if value is None or not product:
+            return value
+        return value**product
+
+    def _class(self, classdef: cst.ClassDef, depth: int) -> ModuleSize | None:
+        """A module class of this file: what its methods assign to `self.` attributes (layers,
+        containers, modules of its other classes, `nn.Parameter`s, registered buffers)."""
+        if depth > MAX_DEPTH:
+            return None
+        for base in classdef.bases:
+            if not self.names.is_(base.value, "torch.nn.Module"):
+                return None
+        total = EMPTY
+        for assign in self.index.find(cst.Assign, within=classdef):
+            method = self.index.first_enclosing(assign, cst.FunctionDef)
+            if method is None or not method.params.params:
+                continue
+            me = method.params.params[0].name.value
+            for target in assign.targets:
+                if not (
+                    isinstance(target.target, cst.Attribute)
+                    and isinstance(target.target.value, cst.Name)
+                    and target.target.value.value == me
+                ):
+                    continue
+                size = self._attribute(assign.value, depth)
+                if size is None and isinstance(assign.value, cst.Name):
+                    size = self._passed(classdef, method, assign.value, depth)
+                if size is None:
+                    return None
+                total = total.plus(size)
+        for call in self.index.find(cst.Call, within=classdef):
+            if method_name(call) == "register_buffer":
+                tensor = positional(call, 1) or kwarg(call, "tensor")
+                shape = self.tensor(tensor.value, depth + 1) if tensor is not None else None
+                if shape is None:
+                    return None
+                total = ModuleSize(total.parameters, total.state + math.prod(shape[0]), total.products)
+            elif self.names.of(call.func) & (MATRIX_PRODUCTS - _SIZED_LAYERS) or (
+                isinstance(call.func, cst.Attribute) and call.func.attr.value in MATRIX_PRODUCT_METHODS
+            ):
+                total = ModuleSize(total.parameters, total.state, None)
+        if any(
+            isinstance(b.operator, cst.MatrixMultiply) for b in self.index.find(cst.BinaryOperation, within=classdef)
+        ):
+            total = ModuleSize(total.parameters, total.state, None)
+        return total
+
+    def _constructor_arguments(self, name: cst.Name) -> list[cst.BaseExpression] | None:
+        """For a parameter of the `__init__` of a class of this file: what each construction
+        of the class in this file passes it (its default where one passes nothing); None
+        when it is no such parameter, the class is never built here, or one passes `*args`."""
+        parameter = self.context.bindings.param_of(name)
+        if parameter is None or parameter[0].name.value != "__init__":
+            return None
+        method, param = parameter
+        classdef = self.kinds.class_of(method)
+        if classdef is None:
+            return None
+        calls = self._constructions(classdef)
+        found = []
+        for call in calls:
+            if any(arg.star for arg in call.args):
+                return None
+            passed = self.kinds.argument(call, method, param, 1)
+            if passed is None and param.default is None:
+                return None
+            found.append(passed if passed is not None else param.default)
+        return found or None
+
+    def _constructions(self, classdef: cst.ClassDef) -> list[cst.Call]:
+        """The calls of this file that build an instance of `classdef` by its name."""
+        if self._built_by is None:
+            self._built_by = {}
+            for call in self.index.find(cst.Call):
+                if isinstance(call.func, cst.Name):
+                    local = self.kinds.local_class(call.func)
+                    if local is not None:
+                        self._built_by.setdefault(id(local), []).append(call)
+        return self._built_by.get(id(classdef), [])
+
+    def _passed(self, classdef: cst.ClassDef, method: cst.FunctionDef, name: cst.Name, depth: int):
+        """`self.x = x` for a parameter `x` of `__init__`: the largest of what the constructions
+        of the class in this file pass it (a number adds nothing, a module its size)."""
+        passed = self._constructor_arguments(name)
+        if not passed:
+            return None
+        total = EMPTY
+        for value in passed:
+            size = EMPTY if self.integer(value, depth + 1) is not None else self._attribute(value, depth + 1)
+            if size is None:
+                return None
+            total = max(total, size, key=lambda s: s.state)
+        return total
+
+    def _attribute(self, value: cst.BaseExpression, depth: int) -> ModuleSize | None:
+        """What one `self.x = value` adds to its module: a module's size, a parameter's
+        elements, nothing for a plain value (a number, a string, a tensor that is no parameter)."""
+        if isinstance(value, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.Tuple, cst.Dict)):
+            return EMPTY
+        if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+            return EMPTY
+        if isinstance(value, cst.Call) and self.names.is_(
+            value.func, "torch.nn.Parameter", "torch.nn.parameter.Parameter"
+        ):
+            data = positional(value, 0) or kwarg(value, "data")
+            shape = self.tensor(data.value, depth + 1) if data is not None else None
+            if shape is None:
+                return None
+            count = math.prod(shape[0])
+            return ModuleSize(count, count, ())
+        fact = self.kinds.fact(value)
+        if fact.kind is Kind.MODULE or isinstance(value, cst.Call) and self._might_be_module(value):
+            return self.module(value, depth + 1)
+        if fact.kind in (Kind.TENSOR, Kind.DEVICE):
+            return EMPTY  # a tensor attribute that is no parameter or buffer is not saved
+        if isinstance(value, (cst.Name, cst.Attribute, cst.BinaryOperation)) and self.integer(value) is not None:
+            return EMPTY
+        return None
+
+    def _might_be_module(self, call: cst.Call) -> bool:
+        names = self.names.of(call.func)
+        return any(n.startswith(TORCH_NN) for n in names) or (
+            isinstance(call.func, cst.Name) and self.kinds.local_class(call.func) is not None
+        )
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def saved_bytes(self, obj: cst.BaseExpression, depth: int = 0) -> int | None:
+        """The bytes `torch.save(obj, ...)` writes, where `obj` is a module's `state_dict()`, a
+        module, an optimizer's `state_dict()` (SGD, Adam, AdamW over modules of known size), or
+        a dict literal of those and of plain numbers and strings."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(obj, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString)):
+            return 0
+        if isinstance(obj, cst.Dict):
+            total = 0
+            for element in obj.elements:
+                if not isinstance(element, cst.DictElement):
+                    return None
+                part = self.saved_bytes(element.value, depth + 1)
+                if part is None:
+                    return None
+                total += part
+            return total
+        if isinstance(obj, cst.Call) and method_name(obj) == "state_dict" and not obj.args:
+            owner = obj.func.value
+            built = self.values(owner, depth + 1)
+            if built and all(
+                isinstance(b, cst.Call) and self.names.startswith(b.func, ("torch.optim.",)) for b in built
+            ):
+                return self._optimizer_bytes(owner, depth)
+            size = self.module(owner, depth + 1)
+            return size.state_bytes if size is not None else None
+        if isinstance(obj, (cst.Name, cst.Attribute)):
+            if self._scalar(obj, depth + 1):
+                return 0
+            if self._is_module_value(obj):
+                size = self.module(obj, depth + 1)
+                return size.state_bytes if size is not None else None
+            values = self.values(obj, depth + 1)
+            if not values or any(v is obj for v in values):
+                return None
+            found = [self.saved_bytes(v, depth + 1) for v in values]
+            return None if any(f is None for f in found) else max(found)
+        return None
+
+    def _scalar(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """A number or a string (a loop counter, a literal, a parameter every call passes one
+        to): nothing a checkpoint's size is made of."""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString)):
+            return True
+        if isinstance(expr, cst.BinaryOperation):
+            return self._scalar(expr.left, depth + 1) and self._scalar(expr.right, depth + 1)
+        if not isinstance(expr, cst.Name):
+            return self.integer(expr) is not None
+        bindings = self.context.bindings
+        if bindings.param_of(expr) is not None:
+            passed = self.loaders.bound_values(expr)
+            return bool(passed) and all(not path and self._scalar(v, depth + 1) for v, path in passed)
+        assignments = bindings.assignments(expr)
+        if not assignments:
+            return False
+        for assignment in assignments:
+            statement = bindings.statement(assignment.node)
+            if (
+                isinstance(statement, cst.For)
+                and statement.target is assignment.node
+                and isinstance(statement.iter, cst.Call)
+                and self.names.is_(statement.iter.func, "range", "builtins.range")
+            ):
+                continue  # a counter
+            value = bindings.assigned_value(assignment)
+            if value is None or not self._scalar(value, depth + 1):
+                return False
+        return True
+
+    def _optimizer_bytes(self, optimizer: cst.BaseExpression, depth: int) -> int | None:
+        values = self.values(optimizer, depth + 1)
+        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+            return None
+        build = values[0]
+        names = self.names.of(build.func)
+        if names & {"torch.optim.Adam", "torch.optim.AdamW"}:
+            states = 2
+        elif names & {"torch.optim.SGD"}:
+            momentum = kwarg(build, "momentum")
+            states = 0 if momentum is None or integer_value(momentum.value) == 0 else 1
+        else:
+            return None
+        params = kwarg(build, "params") or positional(build, 0)
+        models = self.context.training.parameter_models(params.value) if params is not None else None
+        if not models:
+            return None
+        sizes = [self.module(model, depth + 1) for model in models]
+        if any(s is None for s in sizes):
+            return None
+        return states * sum(s.parameters for s in sizes) * FLOAT32_BYTES
+
+    def step_products(self, loop: cst.CSTNode) -> tuple[tuple[int, int], ...] | None:
+        """(k, n) of every float32 matrix product a pass of `loop` makes through the models it
+        calls (and the functions of this file it calls); None when it may make one of unknown
+        width: a `@`, `torch.matmul`, a model perfmod cannot size, a model handed to code
+        perfmod does not see."""
+        steps, training = self.context.loops, self.context.training
+        body = loop.body
+        regions = [body, *(function.body for function in steps.functions_reached(body))]
+        if any(
+            isinstance(b.operator, cst.MatrixMultiply)
+            for region in regions
+            for b in self.index.find(cst.BinaryOperation, within=region)
+        ):
+            return None
+        products: list[tuple[int, int]] = []
+        ran = False  # a model of known size is called
+        for call in steps.reached_calls(body):
+            func = call.func
+            if self.names.of(func) & MATRIX_PRODUCTS or (
+                isinstance(func, cst.Attribute) and func.attr.value in MATRIX_PRODUCT_METHODS
+            ):
+                return None
+            if steps.callee(call) is not None:
+                continue  # a function of this file: its calls are among those reached
+            if isinstance(func, cst.Attribute) and func.attr.value in MODULE_METHODS:
+                continue
+            qualified = self.names.of(func)
+            if qualified & UNLISTED_PRODUCTS or any(n.startswith(UNLISTED_PRODUCT_PREFIXES) for n in qualified):
+                return None
+            if any(n.startswith(("torch.", *(m + "." for m in HOST_ONLY_MODULES))) or _is_loss(n) for n in qualified):
+                if not any(n.startswith("torch.nn.") and not n.startswith("torch.nn.functional.") for n in qualified):
+                    continue  # torch's functions (the products among them returned above), Python's own
+            elif qualified and self.kinds.local_class(func) is None:
+                return None  # a function of another library: it may multiply anything
+            model = func.value if isinstance(func, cst.Attribute) and training.is_model(func.value) else func
+            if self._loss_module(model):
+                continue  # `criterion(output, target)`: torch's losses multiply no matrices
+            size = self.module(model) if isinstance(model, (cst.Name, cst.Attribute)) else None
+            if size is not None and size.products is not None:
+                products.extend(size.products)
+                ran = True
+            elif training.is_model(model) or self.kinds.fact(model).kind is Kind.MODULE:
+                return None  # a model perfmod cannot size
+            elif any(training.is_model(arg.value) for arg in call.args):
+                return None  # the model run by code perfmod does not read
+        return tuple(products) if ran else None
+
+    def _loss_module(self, expr: cst.BaseExpression) -> bool:
+        if not isinstance(expr, (cst.Name, cst.Attribute)):
+            return False
+        values = self.values(expr)
+        return bool(values) and all(
+            isinstance(v, cst.Call) and any(_is_loss(n) for n in self.names.of(v.func)) for v in values
+        )
+
+    def trained_modules(self, optimizers) -> list[ModuleSize] | None:
+        """The sizes of the modules the optimizers (`OptimizerBuild`s of a training loop) train;
+        None when one cannot be sized or an optimizer's parameters cannot be followed."""
+        found: list[ModuleSize] = []
+        for optimizer in optimizers:
+            params = optimizer.params
+            models = self.context.training.parameter_models(params) if params is not None else None
+            if not models:
+                return None
+            for model in models:
+                size = self.module(model)
+                if size is None:
+                    return None
+                found.append(size)
+        return found or None
+
+
+class _Missing:
+    pass
+
+
+def _entry(literal: cst.Dict, key: str) -> cst.BaseExpression | None:
+    for element in literal.elements:
+        if (
+            isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and element.key.evaluated_value == key
+        ):
+            return element.value
+    return None
+
+
+def _is_loss(name: str) -> bool:
+    return name.startswith("torch.nn.") and name.endswith("Loss")
+
+
+def _same_name(expr: cst.BaseExpression, name: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and isinstance(name, cst.Name) and expr.value == name.value
+
+
+_MISSING = _Missing()
+_SIZED_LAYERS = frozenset(f"torch.nn.{name}" for name in NN_LAYER_ARGUMENTS)

@@ -1,0 +1,277 @@
+"""The sizes a program shows (codemod/analysis/sizes.py) and the fixes they hold back
+(issue 22, noisy fixes): copies and prefetches of small batches in loops that read a value
+to the host every step (PM101, PM102, PM103), background saves of small checkpoints
+(PM405), TF32 for models whose matrix products are all bound by memory (PM302). A size
+perfmod cannot tell keeps the fix; one it knows to be large keeps it too."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from codemod.analysis.sizes import MIN_COPY_BYTES, MIN_SAVE_BYTES, memory_bound, sizes_of
+from codemod.analysis.torch_facts import TORCH_SAVES
+from codemod.config import Settings
+from codemod.context import FileContext
+from codemod.engine import process_source
+from codemod.rule import Level
+
+# pytorch/examples mnist/main.py, cut down: MNIST at batch 64 (200 KB), a test loop that
+# reads `.item()` every batch, a training loop that logs every 10 steps.
+MNIST = """\
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torchvision import datasets, transforms
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+        return F.log_softmax(self.fc2(F.relu(self.fc1(torch.flatten(x, 1)))), dim=1)
+
+
+def train(args, model, device, train_loader, optimizer):
+    for batch_idx, (data, target) in enumerate(train_loader):
+        data, target = data.to(device), target.to(device)
+        optimizer.zero_grad()
+        loss = F.nll_loss(model(data), target)
+        loss.backward()
+        optimizer.step()
+        if batch_idx % args.log_interval == 0:
+            print(loss.item())
+
+
+def test(model, device, test_loader):
+    total = 0
+    with torch.no_grad():
+        for data, target in test_loader:
+            data, target = data.to(device), target.to(device)
+            total += F.nll_loss(model(data), target, reduction="sum").item()
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--test-batch-size", type=int, default=BATCH)
+    parser.add_argument("--log-interval", type=int, default=10)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    train_kwargs = {"batch_size": args.batch_size}
+    test_kwargs = {"batch_size": args.test_batch_size}
+    accel_kwargs = {"num_workers": 1, "pin_memory": True, "shuffle": True}
+    train_kwargs.update(accel_kwargs)
+    test_kwargs.update(accel_kwargs)
+    transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    train_loader = torch.utils.data.DataLoader(datasets.MNIST("data", train=True, transform=transform), **train_kwargs)
+    test_loader = torch.utils.data.DataLoader(datasets.MNIST("data", train=False, transform=transform), **test_kwargs)
+    model = Net().to(device)
+    optimizer = torch.optim.Adadelta(model.parameters())
+    for epoch in range(3):
+        train(args, model, device, train_loader, optimizer)
+        test(model, device, test_loader)
+        torch.save(model.state_dict(), f"mnist_{epoch}.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+MNIST_ITEM = 28 * 28 * 4 + 8  # a float32 image after ToTensor, and its int64 label
+
+# pytorch/examples distributed/ddp-tutorial-series/single_gpu.py, cut down: the tutorial's
+# Linear(20, 1), snapshotted every few epochs.
+TUTORIAL = """\
+import torch
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, train_data, optimizer, save_every):
+        self.model = model.to("cuda")
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.save_every = save_every
+
+    def _run_batch(self, source, targets):
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.model(source), targets)
+        loss.backward()
+        self.optimizer.step()
+
+    def _save_checkpoint(self, epoch):
+        ckp = {"model": self.model.state_dict(), "epoch": epoch}
+        torch.save(ckp, "checkpoint.pt")
+
+    def train(self, max_epochs):
+        for epoch in range(max_epochs):
+            for source, targets in self.train_data:
+                self._run_batch(source.to("cuda"), targets.to("cuda"))
+            if epoch % self.save_every == 0:
+                self._save_checkpoint(epoch)
+
+
+def load_train_objs():
+    model = torch.nn.Linear(WIDTH, OUT)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    return model, optimizer
+
+
+def main():
+    model, optimizer = load_train_objs()
+    data = [(torch.randn(32, WIDTH), torch.randint(0, 1, (32,))) for _ in range(4)]
+    Trainer(model, data, optimizer, save_every=2).train(10)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def tutorial(width: int, out: int) -> str:
+    return TUTORIAL.replace("WIDTH", str(width)).replace("OUT", str(out))
+
+
+def context(code: str) -> FileContext:
+    return FileContext.of_source(code)
+
+
+def findings(code: str, *codes: str):
+    result = process_source(code.encode(), "<sizes>", Settings(select=codes, level=Level.UNSAFE))
+    assert result.error is None, result.error
+    return result
+
+
+def saves(ctx: FileContext) -> list[int | None]:
+    sizes = sizes_of(ctx)
+    calls = [c for c in ctx.index.find(cst.Call) if ctx.names.is_(c, *TORCH_SAVES)]
+    return [sizes.saved_bytes(call.args[0].value) for call in calls]
+
+
+# -- the analysis ---------------------------------------------------------------------------
+
+
+def test_batches_of_mnist_through_argparse_defaults_and_a_settings_dict():
+    ctx = context(MNIST.replace("BATCH", "1000"))
+    sizes = sizes_of(ctx)
+    found = {
+        ctx.line(feed.loop): sizes.loader_batch_bytes(ctx.loaders.sources(feed.loader, (), 0)[0])
+        for feed in ctx.loaders.feeds
+    }
+    assert found == {23: 64 * MNIST_ITEM, 36: 1000 * MNIST_ITEM}
+    syncs = {ctx.line(feed.loop): sizes.sync_every_step(feed.loop) for feed in ctx.loaders.feeds}
+    assert syncs[23] is None  # `.item()` only every log_interval steps
+    assert ctx.source(syncs[36]) == 'F.nll_loss(model(data), target, reduction="sum").item()'
+
+
+def test_a_size_that_an_update_may_change_or_a_transform_that_may_resize_is_unknown():
+    changed = MNIST.replace("BATCH", "1000").replace(
+        'accel_kwargs = {"num_workers": 1,', 'accel_kwargs = {"batch_size": 4096, "num_workers": 1,'
+    )
+    ctx = context(changed)
+    assert all(
+        sizes_of(ctx).loader_batch_bytes(ctx.loaders.sources(feed.loader, (), 0)[0]) is None
+        for feed in ctx.loaders.feeds
+    )
+    ctx = context(
+        MNIST.replace("BATCH", "1000").replace(
+            "transforms.ToTensor(),", "transforms.Resize(224), transforms.ToTensor(),"
+        )
+    )
+    assert all(
+        sizes_of(ctx).loader_batch_bytes(ctx.loaders.sources(feed.loader, (), 0)[0]) is None
+        for feed in ctx.loaders.feeds
+    )
+
+
+def test_parameters_and_products_of_a_model_class_and_its_checkpoint():
+    ctx = context(MNIST.replace("BATCH", "1000"))
+    sizes = sizes_of(ctx)
+    convs = 1 * 32 * 9 + 32 + 32 * 64 * 9 + 64
+    linears = 9216 * 128 + 128 + 128 * 10 + 10
+    (loop,) = ctx.training.loops
+    (model,) = sizes.trained_modules(loop.optimizers)
+    assert model.parameters == convs + linears and model.products == ((9216, 128), (128, 10))
+    assert saves(ctx) == [4 * (convs + linears)]
+
+
+def test_a_linear_model_handed_through_a_trainer_and_a_snapshot_dict():
+    ctx = context(tutorial(20, 1))
+    assert saves(ctx) == [4 * 21]  # the epoch counter adds nothing
+    (loop,) = ctx.training.loops
+    assert sizes_of(ctx).step_products(loop.loop) == ((20, 1),)
+
+
+def test_batch_norm_buffers_and_a_repeated_block_count():
+    ctx = context(
+        "import torch.nn as nn\n"
+        "class Block(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+        "        self.norm = nn.BatchNorm1d(d)\n        self.fc = nn.Linear(d, d, bias=False)\n"
+        "class Net(nn.Module):\n    def __init__(self, d=16, n=3):\n        super().__init__()\n"
+        "        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])\n"
+        "    def forward(self, x):\n        return x @ x.T\n"
+        "net = Net()\n"
+    )
+    net = [name for name in ctx.index.find(cst.Name) if name.value == "net"][-1]
+    size = sizes_of(ctx).module(net)
+    assert size.parameters == 3 * (2 * 16 + 16 * 16)
+    assert size.state == size.parameters + 3 * (2 * 16 + 1)  # running mean, variance, batches tracked
+    assert size.products is None  # a `@` of unknown width
+
+
+def test_the_thresholds_follow_from_the_hardware_table():
+    assert MIN_COPY_BYTES == 1_250_000  # 10 launches x 5 us x 25 GB/s
+    assert MIN_SAVE_BYTES == 20_000_000  # 20 ms x 1 GB/s
+    assert memory_bound((20, 1)) and memory_bound((24, 10)) and not memory_bound((64, 64))
+
+
+# -- the rules ------------------------------------------------------------------------------
+
+
+def test_a_small_batch_in_a_loop_that_syncs_every_step_is_left_alone_a_large_one_is_fixed():
+    small = findings(MNIST.replace("BATCH", "256"), "PM101")  # 256 images: 800 KB
+    assert [f.line for f in small.findings] == [24, 24]  # the training loop's copies only
+    large = findings(MNIST.replace("BATCH", "1000"), "PM101")  # 1000 images: 3.1 MB
+    assert [f.line for f in large.findings] == [24, 24, 37, 37] and all(f.applied for f in large.findings)
+
+
+def test_prefetching_mnist_batches_is_reported_with_the_copy_time():
+    (finding,) = findings(MNIST.replace("BATCH", "1000"), "PM103").findings
+    assert finding.line == 23 and not finding.fixable
+    assert "201 KB" in finding.message and "8 us" in finding.message and "ten kernel launches" in finding.message
+
+
+def test_pinning_small_batches_read_back_every_step_is_reported():
+    code = MNIST.replace("BATCH", "256").replace(', "pin_memory": True', "")
+    result = findings(code, "PM102")
+    assert [(f.line, f.fixable) for f in result.findings] == [(55, True), (56, False)]
+    assert "`F.nll_loss" in result.findings[1].message and "805 KB" in result.findings[1].message
+
+
+@pytest.mark.parametrize("width, out, fixed", [(20, 1, False), (4096, 4096, True)])
+def test_the_tutorial_checkpoint_and_tf32(width, out, fixed):
+    result = findings(tutorial(width, out), "PM302", "PM405")
+    assert sorted((f.code, f.applied) for f in result.findings) == [("PM302", fixed), ("PM405", fixed)]
+    if not fixed:
+        save, tf32 = sorted(result.findings, key=lambda f: f.code, reverse=True)
+        assert "84 bytes" in save.message and "20 ms" in save.message
+        assert "20 by 1" in tf32.message and "12.5" in tf32.message
+
+
+def test_a_small_save_made_every_step_is_still_fixed():
+    code = tutorial(20, 1).replace(
+        '                self._run_batch(source.to("cuda"), targets.to("cuda"))\n',
+        '                self._run_batch(source.to("cuda"), targets.to("cuda"))\n'
+        '                torch.save(self.model.state_dict(), "last.pt")\n',
+    )
+    result = findings(code, "PM405")
+    assert {f.line: f.applied for f in result.findings} == {20: False, 26: True}
