@@ -852,3 +852,22 @@ def test_fixes_that_never_settle_stop_after_the_last_round_and_say_so():
     assert applied.applied and applied.message == "grow"
     assert not left.applied and left.fixable
     assert f"the fixes did not settle in {MAX_ROUNDS - 1} rounds; run perfmod again" in left.message
+
+
+def test_a_value_bound_before_its_statement_takes_a_name_no_variable_of_the_file_has():
+    from codemod.analysis.index import TreeIndex
+    from codemod.edits import bound_before
+
+    module = cst.parse_module(
+        "def f(loader_args, cfg):\n"
+        "    workers = cfg.workers  # a variable: taken\n"
+        "    a = DataLoader(x, num_workers=cfg.workers_2)  # a keyword and an attribute: free\n"
+        "    b = DataLoader(y)\n"
+    )
+    index = TreeIndex(module)
+    first, second = index.find(cst.Call)[0], index.find(cst.Call)[1]
+    taken: dict = {}
+    names = [bound_before(call, cst.Integer("2"), "workers", index, taken)[1].value for call in (first, second)]
+    assert names == ["workers_2", "workers_3"]  # the second fix in the function does not reuse the first's name
+    other = TreeIndex(cst.parse_module("workers_2 = 1\nDataLoader(z)\n"))
+    assert bound_before(other.find(cst.Call)[0], cst.Integer("2"), "workers", other, {})[1].value == "workers"
