@@ -289,6 +289,7 @@ def _run(
     original = _text(module, data)
     checked = original.encode(module.encoding) == data
     current, code, context = module, original, None
+    earlier: FileContext | None = None  # the context of the pass before, until the next one is built
     tally = _Tally()
     for round_number in range(1, (MAX_ROUNDS if settings.fixed_point else 1) + 1):
         final = round_number == MAX_ROUNDS  # its fixes are reported, not made
@@ -299,8 +300,8 @@ def _run(
             if not candidates:
                 break
             if context is None:
-                context = _context(current, code, module.encoding, path, settings)
-                current = context.module
+                context = _context(current, code, module.encoding, path, settings, earlier)
+                current, earlier = context.module, None
             outcome = _run_pass(context, candidates, pending)
             if dependencies is not None:
                 dependencies.update((stamp.path, stamp) for stamp in outcome.dependencies)
@@ -313,7 +314,7 @@ def _run(
             if outcome.module is not current:
                 code, verified = written(outcome.module, context)
                 checked = checked and verified
-                current, context = outcome.module, None
+                current, context, earlier = outcome.module, None, context
             pending = outcome.waiting
         if code is start:
             break
@@ -322,18 +323,23 @@ def _run(
     return findings, None if code is original else code, checked
 
 
-def _context(current: cst.Module, code: str, encoding: str, path: str, settings: Settings) -> FileContext:
-    """The analyses of `current`, whose text is `code`; each place of a node gets a node of its own."""
-    index = TreeIndex(current)
+def _context(
+    current: cst.Module, code: str, encoding: str, path: str, settings: Settings, earlier: FileContext | None = None
+) -> FileContext:
+    """The analyses of `current`, whose text is `code`; each place of a node gets a node of its own.
+    `earlier`: the context of the module `current` rewrites (a later pass), whose work on the
+    statements the two share is taken over."""
+    reused = earlier.index if earlier is not None else None
+    index = TreeIndex(current, reused)
     if not index.unique:
         shared = index.shared_statements()
         body = [s.deep_clone() if k in shared else s for k, s in enumerate(current.body)]
         current = current.with_changes(body=body)
-        index = TreeIndex(current)
+        index = TreeIndex(current, reused)
     if not index.unique:
         current = parse(code.encode(encoding))
         index = TreeIndex(current)
-    return FileContext(current, path, settings, code, index)
+    return FileContext(current, path, settings, code, index, earlier)
 
 
 def _unsettled(finding: Finding) -> Finding:

@@ -72,3 +72,27 @@ def test_the_code_generated_for_positions_is_the_statements_code(name):
         positions[statement]  # generates the statement's code once, keeping it
         assert statement in positions._texts
         assert positions.text(statement) == module.code_for_node(statement)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_rewrite_takes_the_ranges_of_the_statements_it_shares_moved_to_their_new_lines(name, monkeypatch):
+    code = SOURCES[name]
+    module = cst.parse_module(code)
+    earlier = Positions(module, TreeIndex(module).parents, code)
+    for node in TreeIndex(module).find(cst.CSTNode):
+        earlier[node]
+    # Two lines more at the top, and the last statement rewritten.
+    body = [cst.parse_statement("import sys\n"), cst.parse_statement("z = 0\n"), *module.body[:-1]]
+    new = module.with_changes(body=[*body, cst.parse_statement("w = (1,\n  2)\n")])
+    generated = []
+    monkeypatch.setattr(Positions, "_compute", lambda self, s: (generated.append(s), compute(self, s)))
+    positions = Positions(new, TreeIndex(new).parents, new.code, earlier)
+    expected = MetadataWrapper(new, unsafe_skip_copy=True).resolve(PositionProvider)
+    for node in TreeIndex(new).find(cst.CSTNode):
+        if node is not new and node in expected:
+            assert positions[node] == expected[node], new.code_for_node(node)
+    assert generated == [*body[:2], new.body[-1]]  # the shared statements took their ranges
+    assert all(positions.text(s) == new.code_for_node(s) for s in new.body)
+
+
+compute = Positions._compute
