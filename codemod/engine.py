@@ -945,6 +945,11 @@ def _likeliest(line: str, run: list[str]) -> int | None:
     if len(run) > SIMILAR_RUN:
         return None
     text = line.strip()
+    # A line the run holds as it is (an unchanged line of a run that changed around it)
+    # is the first of its copies there: its ratio, 1, is one no line before it reaches.
+    for k, candidate in enumerate(run):
+        if candidate.strip() == text:
+            return k
     matcher = difflib.SequenceMatcher(None, b=text, autojunk=False)
     best, chosen = SIMILAR, None
     for k, candidate in enumerate(run):
