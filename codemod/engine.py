@@ -738,6 +738,10 @@ def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], contex
     made from the updated node is made here from the original one: an original name in
     its anchor that an edit nested in that anchor rewrites is that edit's to write or drop
     (its own reads say which), not this one's."""
+    reads = guard.produced_reads(edit)
+    kept = [name for name in reads if name in context.index and context.inside(name, edit.anchor)]
+    if not kept:  # (the edit keeps no original node: no other edit's to look for among the others)
+        return reads
     nested = [
         other.anchor
         for other in edits
@@ -747,7 +751,7 @@ def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], contex
     ]
     return [
         name
-        for name in guard.produced_reads(edit)
+        for name in reads
         if not (
             name in context.index
             and context.inside(name, edit.anchor)
