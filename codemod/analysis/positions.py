@@ -75,6 +75,22 @@ class _Recording:
         computed[self.node] = (start, end)
 
 
+def statement_starts(statement: cst.CSTNode) -> dict[cst.CSTNode, tuple[int, int]]:
+    """node -> (line, column) where it starts, for the nodes of `statement` written alone as
+    a module of its own (lines from 1): what libcst's PositionProvider gives in
+    `cst.Module([statement])`, without its metadata machinery."""
+    module = cst.Module([])
+    collector = _Collector()
+    state = _State(
+        default_indent=module.default_indent,
+        default_newline=module.default_newline,
+        provider=collector,  # type: ignore[arg-type]
+    )
+    state.line = 1
+    statement._codegen(state)
+    return {node: start for node, (start, _) in collector._computed.items()}
+
+
 class Positions(Mapping):
     """node -> CodeRange, like libcst's PositionProvider (syntactic positions:
     1-based lines, 0-based columns)."""

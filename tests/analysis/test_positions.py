@@ -8,7 +8,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemod.analysis.index import TreeIndex
-from codemod.analysis.positions import Positions
+from codemod.analysis.positions import Positions, statement_starts
 
 SOURCES = {
     "decorators_and_comments": "x = 1\n\n(\n  a\n).b = 2\n# c\n\n@d\n# between\n@e(\n 1)\ndef f():\n    pass\n\n\n"
@@ -96,3 +96,16 @@ def test_a_rewrite_takes_the_ranges_of_the_statements_it_shares_moved_to_their_n
 
 
 compute = Positions._compute
+
+
+@pytest.mark.parametrize("name", ["decorators_and_comments", "header_and_strings"])
+def test_a_statement_alone_has_the_starts_libcst_gives_it_in_a_module_of_its_own(name):
+    for statement in cst.parse_module(SOURCES[name]).body:
+        alone = statement.with_changes(leading_lines=[])
+        module = cst.Module([alone])
+        expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        starts = statement_starts(alone)
+        assert len(starts) == len(expected) - 1  # every node but the module
+        for node, where in expected.items():
+            if node is not module:
+                assert starts[node] == (where.start.line, where.start.column)
