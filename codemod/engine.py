@@ -474,14 +474,21 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
     reports: list[tuple[Report, int]] = []
     with read_only_visits():  # the analysis reads the tree; only `_apply` below rebuilds it
         instances = [rule(context) for rule in rules]
-        _dispatch(context.index, instances)
-        fixing = {
-            report.code
-            for instance in instances
-            for report in instance.reports
-            if report.has_fix and report.level <= context.settings.level
-        }
-        waiting = _waiting(pending, fixing)
+        # The rules run in the order of their declarations, in one walk per step: a rule
+        # that waits for a rule with a fix here would have its findings dropped, so it
+        # does not run until the next pass.
+        of_rule = {type(instance): instance for instance in instances}
+        fixing: set[str] = set()
+        waiting: set[type[Rule]] = set()
+        for step in passes(rules):
+            _dispatch(context.index, [of_rule[rule] for rule in step if rule not in waiting])
+            fixing |= {
+                report.code
+                for rule in step
+                for report in of_rule[rule].reports
+                if report.has_fix and report.level <= context.settings.level
+            }
+            waiting = _waiting(pending, fixing)
         for instance in instances:
             if type(instance) in waiting:
                 continue
