@@ -27,8 +27,16 @@ from codemod.config import Settings
 
 class FileContext:
     def __init__(
-        self, module: cst.Module, path: str, settings: Settings, code: str, index: TreeIndex | None = None
+        self,
+        module: cst.Module,
+        path: str,
+        settings: Settings,
+        code: str,
+        index: TreeIndex | None = None,
+        earlier: FileContext | None = None,
     ) -> None:
+        """`earlier`: the context of the module this one rewrites (the engine's previous
+        pass), whose work on the statements the two share is taken over where it holds."""
         self.module = module
         self.code = code  # the module's source text
         self.path = path
@@ -36,6 +44,8 @@ class FileContext:
         self.index = index if index is not None else TreeIndex(module)
         self.parents = self.index.parents
         self._shared: dict = {}
+        # (only what the earlier context computed; positions are all it offers so far)
+        self._earlier_positions: Positions | None = earlier.__dict__.get("positions") if earlier is not None else None
 
     @classmethod
     def of_source(cls, code: str, path: str = "<string>", settings: Settings | None = None) -> FileContext:
@@ -50,7 +60,7 @@ class FileContext:
 
     @cached_property
     def positions(self) -> Positions:
-        return Positions(self.module, self.parents, self.code)
+        return Positions(self.module, self.parents, self.code, self._earlier_positions)
 
     @cached_property
     def names(self) -> Names:

@@ -21,6 +21,7 @@ the statement instead of leaving them for another run.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -183,12 +184,7 @@ def bound_before(
     the fixes gave it to another value of the same function (`taken`: function -> the
     names given there, kept by the caller across its fixes)."""
     given = taken.setdefault(index.first_enclosing(node, SCOPES), set())
-    used = given | {
-        found.value
-        for found in index.find(cst.Name)
-        if not (isinstance(parent := index.parents.get(found), cst.Attribute) and parent.attr is found)
-        and not (isinstance(parent, cst.Arg) and parent.keyword is found)
-    }
+    used = given | _variable_names(index)
     chosen, number = name, 1
     while chosen in used:
         number += 1
@@ -196,6 +192,24 @@ def bound_before(
     given.add(chosen)
     line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(chosen))], value)])
     return InsertBefore(index.statement_of(node), (line,)), cst.Name(chosen)
+
+
+_VARIABLE_NAMES: weakref.WeakKeyDictionary[TreeIndex, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _variable_names(index: TreeIndex) -> frozenset[str]:
+    """The names of the file that may be variables (not an attribute's or a keyword
+    argument's): read once per tree, not once per fix (a file with a fix at every
+    DataLoader read them all for each one)."""
+    found = _VARIABLE_NAMES.get(index)
+    if found is None:
+        found = _VARIABLE_NAMES[index] = frozenset(
+            name.value
+            for name in index.find(cst.Name)
+            if not (isinstance(parent := index.parents.get(name), cst.Attribute) and parent.attr is name)
+            and not (isinstance(parent, cst.Arg) and parent.keyword is name)
+        )
+    return found
 
 
 # -- conflicts -------------------------------------------------------------------------

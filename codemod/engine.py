@@ -289,6 +289,7 @@ def _run(
     original = _text(module, data)
     checked = original.encode(module.encoding) == data
     current, code, context = module, original, None
+    earlier: FileContext | None = None  # the context of the pass before, until the next one is built
     tally = _Tally()
     for round_number in range(1, (MAX_ROUNDS if settings.fixed_point else 1) + 1):
         final = round_number == MAX_ROUNDS  # its fixes are reported, not made
@@ -299,8 +300,8 @@ def _run(
             if not candidates:
                 break
             if context is None:
-                context = _context(current, code, module.encoding, path, settings)
-                current = context.module
+                context = _context(current, code, module.encoding, path, settings, earlier)
+                current, earlier = context.module, None
             outcome = _run_pass(context, candidates, pending)
             if dependencies is not None:
                 dependencies.update((stamp.path, stamp) for stamp in outcome.dependencies)
@@ -313,7 +314,7 @@ def _run(
             if outcome.module is not current:
                 code, verified = written(outcome.module, context)
                 checked = checked and verified
-                current, context = outcome.module, None
+                current, context, earlier = outcome.module, None, context
             pending = outcome.waiting
         if code is start:
             break
@@ -322,18 +323,23 @@ def _run(
     return findings, None if code is original else code, checked
 
 
-def _context(current: cst.Module, code: str, encoding: str, path: str, settings: Settings) -> FileContext:
-    """The analyses of `current`, whose text is `code`; each place of a node gets a node of its own."""
-    index = TreeIndex(current)
+def _context(
+    current: cst.Module, code: str, encoding: str, path: str, settings: Settings, earlier: FileContext | None = None
+) -> FileContext:
+    """The analyses of `current`, whose text is `code`; each place of a node gets a node of its own.
+    `earlier`: the context of the module `current` rewrites (a later pass), whose work on the
+    statements the two share is taken over."""
+    reused = earlier.index if earlier is not None else None
+    index = TreeIndex(current, reused)
     if not index.unique:
         shared = index.shared_statements()
         body = [s.deep_clone() if k in shared else s for k, s in enumerate(current.body)]
         current = current.with_changes(body=body)
-        index = TreeIndex(current)
+        index = TreeIndex(current, reused)
     if not index.unique:
         current = parse(code.encode(encoding))
         index = TreeIndex(current)
-    return FileContext(current, path, settings, code, index)
+    return FileContext(current, path, settings, code, index, earlier)
 
 
 def _unsettled(finding: Finding) -> Finding:
@@ -468,14 +474,21 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
     reports: list[tuple[Report, int]] = []
     with read_only_visits():  # the analysis reads the tree; only `_apply` below rebuilds it
         instances = [rule(context) for rule in rules]
-        _dispatch(context.index, instances)
-        fixing = {
-            report.code
-            for instance in instances
-            for report in instance.reports
-            if report.has_fix and report.level <= context.settings.level
-        }
-        waiting = _waiting(pending, fixing)
+        # The rules run in the order of their declarations, in one walk per step: a rule
+        # that waits for a rule with a fix here would have its findings dropped, so it
+        # does not run until the next pass.
+        of_rule = {type(instance): instance for instance in instances}
+        fixing: set[str] = set()
+        waiting: set[type[Rule]] = set()
+        for step in passes(rules):
+            _dispatch(context.index, [of_rule[rule] for rule in step if rule not in waiting])
+            fixing |= {
+                report.code
+                for rule in step
+                for report in of_rule[rule].reports
+                if report.has_fix and report.level <= context.settings.level
+            }
+            waiting = _waiting(pending, fixing)
         for instance in instances:
             if type(instance) in waiting:
                 continue
@@ -732,6 +745,10 @@ def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], contex
     made from the updated node is made here from the original one: an original name in
     its anchor that an edit nested in that anchor rewrites is that edit's to write or drop
     (its own reads say which), not this one's."""
+    reads = guard.produced_reads(edit)
+    kept = [name for name in reads if name in context.index and context.inside(name, edit.anchor)]
+    if not kept:  # (the edit keeps no original node: no other edit's to look for among the others)
+        return reads
     nested = [
         other.anchor
         for other in edits
@@ -741,7 +758,7 @@ def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], contex
     ]
     return [
         name
-        for name in guard.produced_reads(edit)
+        for name in reads
         if not (
             name in context.index
             and context.inside(name, edit.anchor)
@@ -939,6 +956,11 @@ def _likeliest(line: str, run: list[str]) -> int | None:
     if len(run) > SIMILAR_RUN:
         return None
     text = line.strip()
+    # A line the run holds as it is (an unchanged line of a run that changed around it)
+    # is the first of its copies there: its ratio, 1, is one no line before it reaches.
+    for k, candidate in enumerate(run):
+        if candidate.strip() == text:
+            return k
     matcher = difflib.SequenceMatcher(None, b=text, autojunk=False)
     best, chosen = SIMILAR, None
     for k, candidate in enumerate(run):

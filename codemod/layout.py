@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import libcst as cst
-from libcst.metadata import PositionProvider
 
 from codemod.analysis.index import children_of
+from codemod.analysis.positions import statement_starts
 
 DEFAULT_LINE_LENGTH = 88  # black's and ruff's default
 
@@ -149,8 +149,7 @@ class _Wrap(cst.CSTTransformer):
         """The line of `statement` (0 first) on which `node` starts."""
         if getattr(node, "lpar", None):
             node = node.lpar[0]  # a position leaves out the node's parentheses
-        wrapper = cst.MetadataWrapper(cst.Module([statement.with_changes(leading_lines=[])]), unsafe_skip_copy=True)
-        return wrapper.resolve(PositionProvider)[node].start.line - 1
+        return statement_starts(statement.with_changes(leading_lines=[]))[node][0] - 1
 
     def _omits_parentheses(self, statement, value: cst.BaseExpression) -> bool:
         """Black's choice not to wrap a value in parentheses: one operator, and a last

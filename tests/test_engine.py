@@ -852,3 +852,36 @@ def test_fixes_that_never_settle_stop_after_the_last_round_and_say_so():
     assert applied.applied and applied.message == "grow"
     assert not left.applied and left.fixable
     assert f"the fixes did not settle in {MAX_ROUNDS - 1} rounds; run perfmod again" in left.message
+
+
+def test_a_value_bound_before_its_statement_takes_a_name_no_variable_of_the_file_has():
+    from codemod.analysis.index import TreeIndex
+    from codemod.edits import bound_before
+
+    module = cst.parse_module(
+        "def f(loader_args, cfg):\n"
+        "    workers = cfg.workers  # a variable: taken\n"
+        "    a = DataLoader(x, num_workers=cfg.workers_2)  # a keyword and an attribute: free\n"
+        "    b = DataLoader(y)\n"
+    )
+    index = TreeIndex(module)
+    first, second = index.find(cst.Call)[0], index.find(cst.Call)[1]
+    taken: dict = {}
+    names = [bound_before(call, cst.Integer("2"), "workers", index, taken)[1].value for call in (first, second)]
+    assert names == ["workers_2", "workers_3"]  # the second fix in the function does not reuse the first's name
+    other = TreeIndex(cst.parse_module("workers_2 = 1\nDataLoader(z)\n"))
+    assert bound_before(other.find(cst.Call)[0], cst.Integer("2"), "workers", other, {})[1].value == "workers"
+
+
+def test_a_rule_waiting_for_a_fix_of_this_pass_does_not_run_in_it(monkeypatch):
+    visited = []
+    visit = SeesSnakes.visit_Call
+    monkeypatch.setattr(SeesSnakes, "visit_Call", lambda self, node: visited.append(node) or visit(self, node))
+    # PM901 fixes nothing: PM911 runs with it (one call), and in the round after its own fix
+    run("x = snake(1)\n", rules=[SeesSnakes, RenameCallsToSnake])
+    assert len(visited) == 2
+    visited.clear()
+    # PM901 renames f: PM911 runs on its output (two calls), not on the file before it (two
+    # calls whose findings would be dropped), and in the round after (two calls)
+    result = run("x = snake(1)\ny = f(2)\n", rules=[SeesSnakes, RenameCallsToSnake])
+    assert len(visited) == 4 and sorted(f.code for f in result.findings) == ["PM901", "PM911", "PM911"]

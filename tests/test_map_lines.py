@@ -4,6 +4,8 @@ the findings name are compared with their run (each comparison reads the whole r
 
 from __future__ import annotations
 
+import difflib
+
 from codemod import engine
 from codemod.result import Finding, Level
 
@@ -33,3 +35,23 @@ def test_only_the_lines_the_findings_name_are_compared_with_their_run(monkeypatc
     monkeypatch.setattr(engine, "_likeliest", counting)
     engine._map_lines([_finding(11), _finding(101)], REWRITTEN, ORIGINAL)
     assert sorted(set(compared)) == sorted({REWRITTEN[10], REWRITTEN[100]})
+
+
+def _likeliest_by_ratio(line: str, run: list[str]) -> int | None:
+    """The definition: the first line of the run with the highest ratio above SIMILAR."""
+    if len(run) > engine.SIMILAR_RUN:
+        return None
+    best, chosen = engine.SIMILAR, None
+    for k, candidate in enumerate(run):
+        ratio = difflib.SequenceMatcher(None, candidate.strip(), line.strip(), autojunk=False).ratio()
+        if ratio > best:
+            best, chosen = ratio, k
+    return chosen
+
+
+def test_the_likeliest_line_is_the_first_with_the_highest_ratio():
+    run = ["", "    x = f(a)", "y = g(b)  ", "x = f(a)", "    ", "loss.backward()", "z = h(c, d)"]
+    lines = [*run, "x = f(a, non_blocking=True)", "y = g(c)", "optimizer.step()", "  z = h(c, d)  ", "   "]
+    for line in lines:
+        for size in range(len(run) + 1):
+            assert engine._likeliest(line, run[:size]) == _likeliest_by_ratio(line, run[:size]), (line, size)

@@ -7,6 +7,7 @@ import libcst as cst
 import pytest
 
 import codemod.engine as engine
+from codemod import layout
 from codemod.analysis.index import TreeIndex
 from codemod.config import Settings
 from codemod.context import FileContext
@@ -60,6 +61,19 @@ def test_a_replaced_statement_libcst_would_not_write_back_is_not_checked():
     new = replaced(module, 1, "y = 3\n")
     text, checked = written(new, context(module, "x = 1\ny   =   2\n"))
     assert not checked and text == new.code  # the engine then compares the whole file
+
+
+def test_lines_after_the_last_statement_are_copied_when_a_transform_rebuilt_them():
+    # The engine's layout pass, a transform of the module, builds the blank and comment
+    # lines after the last statement (the module's footer) again: equal lines, new nodes.
+    source = "x = 1\ny = 2\n\n\n# end\n"
+    module = cst.parse_module(source)
+    index = TreeIndex(module)
+    new = replaced(module, 0, "x = 3\n")
+    new = layout.wrapped(new, lambda node: node not in index, lambda statement: (None, 1))
+    assert new.footer and not any(a is b for a, b in zip(new.footer, module.footer))
+    text, checked = written(new, context(module, source))
+    assert checked and text == new.code == "x = 3\ny = 2\n\n\n# end\n"
 
 
 @pytest.mark.parametrize(

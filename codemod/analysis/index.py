@@ -105,37 +105,62 @@ def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
     return children
 
 
+def _walk(root: cst.CSTNode, tables: tuple) -> None:
+    """Append `root` and every node below it to the tables of an index being built:
+    parents, preorder numbers, the nodes in preorder, the number of the last node below
+    each, and the nodes of each type."""
+    parents, order, nodes, ends, by_type = tables
+    # Iterative preorder walk; an int entry closes the subtree opened at that index.
+    stack: list = [root]
+    while stack:
+        node = stack.pop()
+        if type(node) is int:
+            ends[node] = len(nodes) - 1
+            continue
+        index = len(nodes)
+        order[node] = index
+        nodes.append(node)
+        ends.append(index)
+        kind = type(node)
+        bucket = by_type.get(kind)
+        if bucket is None:
+            bucket = by_type[kind] = []
+        bucket.append(node)
+        stack.append(index)
+        children = children_of(node)
+        for child in children:
+            parents[child] = node
+        stack.extend(reversed(children))
+
+
 class TreeIndex:
     """Parents, preorder numbers and per-type node lists of one module."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, earlier: TreeIndex | None = None) -> None:
+        """`earlier`: the index of a module this one rewrites, whose tables for the
+        top-level statements the two share are copied rather than walked again."""
         self.module = module
         parents: dict[cst.CSTNode, cst.CSTNode] = {}
         order: dict[cst.CSTNode, int] = {}
         nodes: list[cst.CSTNode] = []
         ends: list[int] = []
         by_type: dict[type, list[cst.CSTNode]] = {}
-        # Iterative preorder walk; a negative entry closes the subtree opened at that index.
-        stack: list = [module]
-        while stack:
-            node = stack.pop()
-            if type(node) is int:
-                ends[node] = len(nodes) - 1
-                continue
-            index = len(nodes)
-            order[node] = index
-            nodes.append(node)
-            ends.append(index)
-            kind = type(node)
-            bucket = by_type.get(kind)
-            if bucket is None:
-                bucket = by_type[kind] = []
-            bucket.append(node)
-            stack.append(index)
-            children = children_of(node)
-            for child in children:
-                parents[child] = node
-            stack.extend(reversed(children))
+        tables = (parents, order, nodes, ends, by_type)
+        shared = earlier._statements() if earlier is not None and earlier.unique else {}
+        if shared:
+            order[module] = 0
+            nodes.append(module)
+            ends.append(0)
+            by_type[type(module)] = [module]
+            for statement in children_of(module):
+                parents[statement] = module
+                if statement in shared:
+                    earlier._copy(statement, tables)
+                else:
+                    _walk(statement, tables)
+            ends[0] = len(nodes) - 1
+        else:
+            _walk(module, tables)
         self.parents: Mapping[cst.CSTNode, cst.CSTNode] = parents
         self.unique = len(order) == len(nodes)  # False when a node object sits in two places
         self._order = order
@@ -145,6 +170,30 @@ class TreeIndex:
         self._type_orders: dict[type, list[int]] = {}
         self._types_of: dict[tuple[type, ...], list[type]] = {}
         self._tops: list[int] | None = None  # where each statement of the module's body starts
+
+    def _statements(self) -> dict[cst.CSTNode, int]:
+        """The module's top-level statements (the children of the module), by their number."""
+        return {statement: self._order[statement] for statement in children_of(self.module)}
+
+    def _copy(self, statement: cst.CSTNode, tables: tuple) -> None:
+        """Append the tables of `statement`, one of the module's top-level statements, to
+        those of an index being built (whose parent entry for it is set)."""
+        parents, order, nodes, ends, by_type = tables
+        start = self._order[statement]
+        end = self._ends[start]
+        inside = self._nodes[start : end + 1]
+        at = len(nodes)
+        nodes.extend(inside)
+        order.update(zip(inside, range(at, at + len(inside))))
+        shift = at - start
+        ends.extend([last + shift for last in self._ends[start : end + 1]])
+        below = inside[1:]
+        parents.update(zip(below, map(self.parents.__getitem__, below)))
+        for node in inside:
+            bucket = by_type.get(type(node))
+            if bucket is None:
+                bucket = by_type[type(node)] = []
+            bucket.append(node)
 
     def shared_statements(self) -> set[int]:
         """Where in the module's body the statements are that hold a node also found

@@ -75,14 +75,44 @@ class _Recording:
         computed[self.node] = (start, end)
 
 
+def statement_starts(statement: cst.CSTNode) -> dict[cst.CSTNode, tuple[int, int]]:
+    """node -> (line, column) where it starts, for the nodes of `statement` written alone as
+    a module of its own (lines from 1): what libcst's PositionProvider gives in
+    `cst.Module([statement])`, without its metadata machinery."""
+    module = cst.Module([])
+    collector = _Collector()
+    state = _State(
+        default_indent=module.default_indent,
+        default_newline=module.default_newline,
+        provider=collector,  # type: ignore[arg-type]
+    )
+    state.line = 1
+    statement._codegen(state)
+    return {node: start for node, (start, _) in collector._computed.items()}
+
+
 class Positions(Mapping):
     """node -> CodeRange, like libcst's PositionProvider (syntactic positions:
     1-based lines, 0-based columns)."""
 
-    def __init__(self, module: cst.Module, parents: Mapping[cst.CSTNode, cst.CSTNode], code: str | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        parents: Mapping[cst.CSTNode, cst.CSTNode],
+        code: str | None = None,
+        earlier: Positions | None = None,
+    ) -> None:
         self.module = module
         self.code = code  # the module's text, when the caller has it
         self.parents = parents
+        # The positions of a module this one rewrites: a top-level statement the two share
+        # has the same ranges there, moved by the lines between its two starts.
+        same_layout = earlier is not None and (
+            (earlier.module.default_indent, earlier.module.default_newline)
+            == (module.default_indent, module.default_newline)
+        )
+        self._earlier = earlier if same_layout else None
+        self._by_statement: dict[cst.CSTNode, dict] = {}  # top-level statement -> the pairs of its nodes
         self._ranges: dict[cst.CSTNode, CodeRange] = {}  # made from _pairs when first asked for
         self._pairs: dict[cst.CSTNode, tuple[tuple[int, int], tuple[int, int]]] = {}
         self._starts: dict[cst.CSTNode, int] | None = None  # top-level statement -> its first line
@@ -164,7 +194,8 @@ class Positions(Mapping):
             top = self._top(node)
             if top in self._done or top not in self._statement_lines():
                 raise KeyError(node)
-            self._compute(top)
+            if not self._moved(top):
+                self._compute(top)
             pair = self._pairs[node]
         (start_line, start_column), (end_line, end_column) = pair
         found = self._ranges[node] = CodeRange(
@@ -182,8 +213,30 @@ class Positions(Mapping):
         state.line = self._statement_lines()[statement]
         statement._codegen(state)
         self._pairs.update(collector._computed)
+        self._by_statement[statement] = collector._computed
         self._done.add(statement)
         self._texts[statement] = "".join(state.tokens)
+
+    def _moved(self, statement: cst.CSTNode) -> bool:
+        """Take the ranges of `statement`, a top-level statement, from the positions of the
+        module this one rewrites, where it was computed: its code is generated alike at any
+        line (a top-level statement starts at column 0), so each range moves by the lines
+        between its two starts. False where they are not known there."""
+        earlier = self._earlier
+        pairs = earlier._by_statement.get(statement) if earlier is not None else None
+        if pairs is None:
+            return False
+        shift = self._statement_lines()[statement] - earlier._statement_lines()[statement]
+        if shift:
+            pairs = {
+                node: ((start + shift, start_column), (end + shift, end_column))
+                for node, ((start, start_column), (end, end_column)) in pairs.items()
+            }
+        self._pairs.update(pairs)
+        self._by_statement[statement] = pairs
+        self._done.add(statement)
+        self._texts[statement] = earlier._texts[statement]
+        return True
 
     def text(self, statement: cst.CSTNode) -> str:
         """The code libcst generates for a top-level statement (kept from computing its

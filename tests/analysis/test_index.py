@@ -25,3 +25,36 @@ def test_the_statements_that_share_a_node_are_found():
     index = TreeIndex(twice)
     assert not index.unique and index.shared_statements() == {0, 2}
     assert TreeIndex(module).shared_statements() == set()
+
+
+def _tables(index: TreeIndex) -> tuple:
+    return (
+        dict(index.parents),
+        dict(index._order),
+        list(index._nodes),
+        list(index._ends),
+        {kind: list(nodes) for kind, nodes in index._by_type.items()},
+        index.unique,
+    )
+
+
+def test_an_index_of_a_rewrite_copies_the_shared_statements_and_equals_a_fresh_walk(monkeypatch):
+    module = cst.parse_module("import os\n\ndef f(x):\n    return g(x)\n\ny = f(1)\nz = [y for y in range(3)]\n")
+    earlier = TreeIndex(module)
+    body = list(module.body)
+    new = module.with_changes(body=[cst.parse_statement("w = h(2)\n"), body[1], body[3], body[2]])
+    walked = _tables(TreeIndex(new))
+    copied = []
+    monkeypatch.setattr(TreeIndex, "_copy", lambda self, s, tables: (copied.append(s), copy(self, s, tables)))
+    index = TreeIndex(new, earlier)
+    assert copied == [body[1], body[3], body[2]]
+    assert _tables(index) == walked
+    assert index.find(cst.Call, within=body[2]) == [c for c in index.find(cst.Call) if index.inside(c, body[2])]
+    # A statement the rewrite holds twice is found, as by a fresh walk.
+    twice = module.with_changes(body=[body[1], body[1]])
+    assert _tables(TreeIndex(twice, earlier)) == _tables(TreeIndex(twice))
+    assert not TreeIndex(twice, earlier).unique
+    assert TreeIndex(twice, earlier).shared_statements() == TreeIndex(twice).shared_statements()
+
+
+copy = TreeIndex._copy

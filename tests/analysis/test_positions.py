@@ -8,7 +8,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemod.analysis.index import TreeIndex
-from codemod.analysis.positions import Positions
+from codemod.analysis.positions import Positions, statement_starts
 
 SOURCES = {
     "decorators_and_comments": "x = 1\n\n(\n  a\n).b = 2\n# c\n\n@d\n# between\n@e(\n 1)\ndef f():\n    pass\n\n\n"
@@ -72,3 +72,40 @@ def test_the_code_generated_for_positions_is_the_statements_code(name):
         positions[statement]  # generates the statement's code once, keeping it
         assert statement in positions._texts
         assert positions.text(statement) == module.code_for_node(statement)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_rewrite_takes_the_ranges_of_the_statements_it_shares_moved_to_their_new_lines(name, monkeypatch):
+    code = SOURCES[name]
+    module = cst.parse_module(code)
+    earlier = Positions(module, TreeIndex(module).parents, code)
+    for node in TreeIndex(module).find(cst.CSTNode):
+        earlier[node]
+    # Two lines more at the top, and the last statement rewritten.
+    body = [cst.parse_statement("import sys\n"), cst.parse_statement("z = 0\n"), *module.body[:-1]]
+    new = module.with_changes(body=[*body, cst.parse_statement("w = (1,\n  2)\n")])
+    generated = []
+    monkeypatch.setattr(Positions, "_compute", lambda self, s: (generated.append(s), compute(self, s)))
+    positions = Positions(new, TreeIndex(new).parents, new.code, earlier)
+    expected = MetadataWrapper(new, unsafe_skip_copy=True).resolve(PositionProvider)
+    for node in TreeIndex(new).find(cst.CSTNode):
+        if node is not new and node in expected:
+            assert positions[node] == expected[node], new.code_for_node(node)
+    assert generated == [*body[:2], new.body[-1]]  # the shared statements took their ranges
+    assert all(positions.text(s) == new.code_for_node(s) for s in new.body)
+
+
+compute = Positions._compute
+
+
+@pytest.mark.parametrize("name", ["decorators_and_comments", "header_and_strings"])
+def test_a_statement_alone_has_the_starts_libcst_gives_it_in_a_module_of_its_own(name):
+    for statement in cst.parse_module(SOURCES[name]).body:
+        alone = statement.with_changes(leading_lines=[])
+        module = cst.Module([alone])
+        expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        starts = statement_starts(alone)
+        assert len(starts) == len(expected) - 1  # every node but the module
+        for node, where in expected.items():
+            if node is not module:
+                assert starts[node] == (where.start.line, where.start.column)
