@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from codemod.cli import main
 from codemod.rule import Level, Rule
 from codemod.rules import ALL_RULES, RULES_BY_CODE
-from codemod.rules.non_blocking_copy import NonBlockingCopy
+from codemod.rules.blocking_host_to_device_copy import NonBlockingCopy
 
 FIXABLE = 'import torch\ndevice = torch.device("cuda")\nx = torch.randn(4, pin_memory=True)\ny = x.to(device)\n'
 FIXED = FIXABLE.replace("x.to(device)", "x.to(device, non_blocking=True)")

@@ -451,7 +451,7 @@ def test_rules_json():
 
 @pytest.mark.parametrize("spelling", ["PM101", "pm101", "blocking-host-to-device-copy"])
 def test_explain_prints_docs_level_gain_and_examples(spelling):
-    from codemod.rules.non_blocking_copy import NonBlockingCopy as rule
+    from codemod.rules.blocking_host_to_device_copy import NonBlockingCopy as rule
 
     result = perfmod("explain", spelling)
     assert result.exit_code == 0

@@ -18,7 +18,7 @@ from codemod.engine import process_source
 from codemod.report.text import apply_report
 from codemod.rule import Level, Rule
 from codemod.rules import RULES_BY_CODE
-from codemod.rules.fused_optimizer import UnfusedOptimizer
+from codemod.rules.unfused_optimizer import UnfusedOptimizer
 
 
 class DropCallsOfDrop(Rule):

@@ -24,7 +24,7 @@ from codemod.analysis.names import kwarg
 from codemod.config import Settings
 from codemod.instrument import instrument
 from codemod.rule import Level, Rule
-from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
+from codemod.rules.memory_cleanup_in_step_loop import MemoryCleanupInStepLoop
 from codemod.verify import local_modules, prepare, verify
 from codemod.verify_run import (
     DEFAULT_RTOL,

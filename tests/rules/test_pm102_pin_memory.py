@@ -12,7 +12,7 @@ import torch
 
 from codemod.config import Settings
 from codemod.engine import process_source
-from codemod.rules.pin_memory import UnpinnedLoaderToCuda
+from codemod.rules.unpinned_loader_batches_to_cuda import UnpinnedLoaderToCuda
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM102"
 
@@ -70,7 +70,7 @@ def test_many_rebindings_of_a_loader_stay_fast():
 
     from codemod.config import Settings
     from codemod.engine import process_source
-    from codemod.rules.pin_memory import UnpinnedLoaderToCuda
+    from codemod.rules.unpinned_loader_batches_to_cuda import UnpinnedLoaderToCuda
 
     rebinds = "".join(f"if flag{i}:\n    loader = loader\n" for i in range(25))
     source = (

@@ -10,9 +10,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
-from codemod.rules.pin_memory import UnpinnedLoaderToCuda
-from codemod.rules.prefetch import BatchCopiedInTheStep
+from codemod.rules.batch_copied_in_the_step import BatchCopiedInTheStep
+from codemod.rules.single_process_loader_in_training_loop import SingleProcessLoaderInTrainingLoop
+from codemod.rules.unpinned_loader_batches_to_cuda import UnpinnedLoaderToCuda
 from runtime import data
 from runtime.data import DevicePrefetcher
 from tests.rules.scripts import losses, one_thread

@@ -12,7 +12,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.loader_workers import SingleProcessLoaderInTrainingLoop
+from codemod.rules.single_process_loader_in_training_loop import SingleProcessLoaderInTrainingLoop
 from runtime import data
 from tests.rules.scripts import losses, one_thread
 

@@ -16,7 +16,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.manual_batching import ManualBatchingInStepLoop
+from codemod.rules.manual_batching_in_step_loop import ManualBatchingInStepLoop
 from tests.rules.scripts import losses, rewrite
 
 TRAINER_BATCHES_METHOD = """

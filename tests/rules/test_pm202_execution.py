@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.manual_batching import ManualBatchingInStepLoop
+from codemod.rules.manual_batching_in_step_loop import ManualBatchingInStepLoop
 from tests.rules.scripts import losses, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM202"

@@ -5,7 +5,7 @@ import pytest
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.manual_batching import ManualBatchingInStepLoop
+from codemod.rules.manual_batching_in_step_loop import ManualBatchingInStepLoop
 
 HEAD = """\
 import torch

@@ -13,7 +13,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.autocast import ForwardWithoutAutocast
+from codemod.rules.forward_without_autocast import ForwardWithoutAutocast
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codemod.rules.autocast import ForwardWithoutAutocast
+from codemod.rules.forward_without_autocast import ForwardWithoutAutocast
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.autocast import ForwardWithoutAutocast
+from codemod.rules.forward_without_autocast import ForwardWithoutAutocast
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM301" / "loss_weight_from_item.in.py"

@@ -14,7 +14,7 @@ from codemod.analysis import torch_facts
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.autocast import ForwardWithoutAutocast
+from codemod.rules.forward_without_autocast import ForwardWithoutAutocast
 
 
 def check(source: str):

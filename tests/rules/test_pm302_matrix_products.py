@@ -12,7 +12,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.tf32 import Float32MatmulWithoutTf32
+from codemod.rules.float32_matmul_without_tf32 import Float32MatmulWithoutTf32
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 PAIRS = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM302"

@@ -10,7 +10,7 @@ import textwrap
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.tf32 import Float32MatmulWithoutTf32
+from codemod.rules.float32_matmul_without_tf32 import Float32MatmulWithoutTf32
 
 LINE = 'torch.set_float32_matmul_precision("high")'
 

@@ -21,7 +21,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.zero_grad import ZeroFilledGradients
+from codemod.rules.zero_filled_gradients import ZeroFilledGradients
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM401"
 

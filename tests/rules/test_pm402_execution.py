@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codemod.rules.fused_optimizer import UnfusedOptimizer
+from codemod.rules.unfused_optimizer import UnfusedOptimizer
 from tests.rules.scripts import losses, max_relative_difference, one_thread, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM402"

@@ -16,7 +16,7 @@ from codemod.analysis import torch_facts
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.fused_optimizer import UnfusedOptimizer
+from codemod.rules.unfused_optimizer import UnfusedOptimizer
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM402"
 

@@ -12,7 +12,7 @@ import textwrap
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.fused_optimizer import UnfusedOptimizer
+from codemod.rules.unfused_optimizer import UnfusedOptimizer
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 HEADER = """\

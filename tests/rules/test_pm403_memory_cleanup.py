@@ -11,7 +11,7 @@ import torch
 
 from codemod.config import Settings
 from codemod.engine import process_source
-from codemod.rules.gc_in_loop import MemoryCleanupInStepLoop
+from codemod.rules.memory_cleanup_in_step_loop import MemoryCleanupInStepLoop
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM403"
 

@@ -17,7 +17,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.result import Level
-from codemod.rules.host_sync import PerStepHostSync
+from codemod.rules.per_step_host_sync import PerStepHostSync
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM404"
 REWRITTEN = [

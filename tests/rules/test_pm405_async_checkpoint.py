@@ -17,7 +17,7 @@ import torch
 import runtime.checkpoint
 from codemod.config import Settings
 from codemod.engine import process_source
-from codemod.rules.async_checkpoint import SynchronousCheckpointInLoop
+from codemod.rules.synchronous_checkpoint_in_loop import SynchronousCheckpointInLoop
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM405"
 SETTINGS = Settings(select=(SynchronousCheckpointInLoop.CODE,), level=SynchronousCheckpointInLoop.LEVEL)

@@ -9,7 +9,7 @@ import pytest
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.per_call_hooks import PerCallHookRegistration
+from codemod.rules.per_call_hook_registration import PerCallHookRegistration
 
 HEADER = "import contextlib\nimport torch\nmodel = torch.nn.Linear(2, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 

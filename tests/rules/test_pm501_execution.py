@@ -18,7 +18,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.per_call_hooks import PerCallHookRegistration
+from codemod.rules.per_call_hook_registration import PerCallHookRegistration
 from tests.rules.scripts import one_thread
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM501"

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from codemod.rule import Level
-from codemod.rules.per_sample_forward import PerSampleForwardLoop
+from codemod.rules.per_sample_forward_loop import PerSampleForwardLoop
 from tests.rules.scripts import one_thread, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM502"

@@ -11,7 +11,7 @@ import pytest
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.per_sample_forward import PREAMBLE, PerSampleForwardLoop
+from codemod.rules.per_sample_forward_loop import PREAMBLE, PerSampleForwardLoop
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM502"
 LOOP = "for i in range(len(x)):\n    out = model(x[i:i+1])\n    loss = F.cross_entropy(out, y[i:i+1])\n    loss.backward()\n"

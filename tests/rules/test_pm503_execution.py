@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codemod.rules.per_position_loss import PerPositionLossLoop
+from codemod.rules.per_position_loss_loop import PerPositionLossLoop
 from tests.rules.scripts import one_thread, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.per_position_loss import PerPositionLossLoop
+from codemod.rules.per_position_loss_loop import PerPositionLossLoop
 from tests.rules.scripts import one_thread, rewrite
 
 RTOL = 1e-12

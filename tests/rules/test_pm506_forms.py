@@ -16,7 +16,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.compile_model import UncompiledModel
+from codemod.rules.uncompiled_model import UncompiledModel
 from tests.rules.scripts import one_thread
 
 

@@ -23,7 +23,7 @@ import pytest
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.compile_model import UncompiledModel
+from codemod.rules.uncompiled_model import UncompiledModel
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM506"
 SCRIPT = FIXTURES / "ci_functions.in.py"

@@ -7,7 +7,7 @@ import textwrap
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.compile_model import UncompiledModel
+from codemod.rules.uncompiled_model import UncompiledModel
 
 
 def findings(source: str):

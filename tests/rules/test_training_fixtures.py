@@ -17,9 +17,9 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.autocast import ForwardWithoutAutocast
-from codemod.rules.fused_optimizer import UnfusedOptimizer
-from codemod.rules.tf32 import Float32MatmulWithoutTf32
+from codemod.rules.float32_matmul_without_tf32 import Float32MatmulWithoutTf32
+from codemod.rules.forward_without_autocast import ForwardWithoutAutocast
+from codemod.rules.unfused_optimizer import UnfusedOptimizer
 from tests.rules.scripts import losses, max_relative_difference, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
