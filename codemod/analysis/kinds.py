@@ -42,7 +42,7 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
 from codemod.analysis.bindings import argument_for
-from codemod.analysis.names import CANONICAL, kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.names import CANONICAL, dict_entry, kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     DATASET_CLASSES,
@@ -1680,14 +1680,8 @@ def _tensor_join(facts: list[Fact], kind: Kind = Kind.TENSOR, default: Place | N
 def _literal_entry(literal: cst.BaseExpression | None, key: str, names) -> cst.BaseExpression | None:
     """The value of `key` in a dict literal or a `dict(...)` call with keywords."""
     if isinstance(literal, cst.Dict):
-        for element in literal.elements:
-            if (
-                isinstance(element, cst.DictElement)
-                and isinstance(element.key, cst.SimpleString)
-                and element.key.evaluated_value == key
-            ):
-                return element.value
-    elif isinstance(literal, cst.Call) and names.is_(literal.func, "dict", "builtins.dict"):
+        return dict_entry(literal, key)
+    if isinstance(literal, cst.Call) and names.is_(literal.func, "dict", "builtins.dict"):
         found = kwarg(literal, key)
         return found.value if found is not None else None
     return None

@@ -347,6 +347,18 @@ def with_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call
     return call.with_changes(args=appended(call.args, new_arg, call.whitespace_before_args))
 
 
+def dict_entry(literal: cst.Dict, key: str) -> cst.BaseExpression | None:
+    """The value of the string key `key` in a dict literal, or None."""
+    for element in literal.elements:
+        if (
+            isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and element.key.evaluated_value == key
+        ):
+            return element.value
+    return None
+
+
 def with_entry(literal: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Dict:
     """`literal` with `key: value` appended, in the quotes of its other keys and the
     layout of its entries (after a trailing comma, one entry a line, it goes on a line of

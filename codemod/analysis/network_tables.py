@@ -32,11 +32,11 @@ from codemod.analysis.names import method_name, sole_definition
 from codemod.analysis.torch_facts import (
     COMPILE_BREAK_FUNCTIONS,
     COMPILE_BREAK_METHODS,
-    DROPOUTS,
     HOOK_REGISTRATIONS,
     MODULE_CONTAINERS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
+    RANDOM_MODULES,
     SYNC_METHODS,
 )
 
@@ -319,7 +319,7 @@ def _layers_obstacle(context, sequential: cst.Call, seen: set[int], depth: int) 
         if call is sequential:
             continue
         names = context.names.of(call.func)
-        if names & DROPOUTS or names & RANDOM_FUNCTIONS:
+        if names & RANDOM_MODULES or names & RANDOM_FUNCTIONS:
             return f"`{context.source(call.func)}` draws random numbers ({_at(context, call)}), which compiled code draws differently"
         if names & COMPILE_BREAK_FUNCTIONS:
             return f"the graph breaks at `{context.source(call.func)}` ({_at(context, call)})"

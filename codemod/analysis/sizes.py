@@ -27,7 +27,7 @@ import libcst as cst
 
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loaders import COLLATE_FN_POSITION
-from codemod.analysis.names import integer_value, kwarg, method_name, positional
+from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, positional
 from codemod.analysis.torch_facts import (
     DTYPE_BYTES,
     HOST_ONLY_MODULES,
@@ -360,7 +360,7 @@ class Sizes:
             return None
         name = next(arg.value for arg in loader.args if arg.star)
         literal = self._dict_literal(name)
-        value = _entry(literal, key) if literal is not None else None
+        value = dict_entry(literal, key) if literal is not None else None
         if value is None:
             return _MISSING
         for call in self.index.find(cst.Call):
@@ -370,7 +370,7 @@ class Sizes:
                 added = self._dict_literal(arg.value)
                 if arg.keyword is not None and arg.keyword.value == key:
                     return _MISSING
-                if arg.keyword is None and (added is None or _entry(added, key) is not None):
+                if arg.keyword is None and (added is None or dict_entry(added, key) is not None):
                     return _MISSING
         return value
 
@@ -990,17 +990,6 @@ class Sizes:
 
 class _Missing:
     pass
-
-
-def _entry(literal: cst.Dict, key: str) -> cst.BaseExpression | None:
-    for element in literal.elements:
-        if (
-            isinstance(element, cst.DictElement)
-            and isinstance(element.key, cst.SimpleString)
-            and element.key.evaluated_value == key
-        ):
-            return element.value
-    return None
 
 
 def _is_loss(name: str) -> bool:

@@ -381,6 +381,12 @@ BATCH_MIXING_LAYERS = {
 # Libraries that run a model with parameters passed per call (MAML-style inner loops).
 FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
 DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
+# Module classes whose forward draws from the RNG in training mode (every dropout of torch.nn).
+RANDOM_MODULES = frozenset(
+    spelling
+    for name in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
+    for spelling in (f"torch.nn.{name}", f"torch.nn.modules.dropout.{name}")
+)
 SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in

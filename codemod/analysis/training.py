@@ -38,7 +38,15 @@ from libcst.metadata import Assignment
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
-from codemod.analysis.names import is_main_guard, kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.names import (
+    dict_entry,
+    is_main_guard,
+    kwarg,
+    method_name,
+    names_read,
+    positional,
+    sole_definition,
+)
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
@@ -2222,14 +2230,7 @@ def _dict_value(source: cst.BaseExpression, key: str, training: Training, depth:
         return found[0] if len(found) == 1 else None
     if not isinstance(source, cst.Dict):
         return None
-    for element in source.elements:
-        if (
-            isinstance(element, cst.DictElement)
-            and isinstance(element.key, cst.SimpleString)
-            and element.key.evaluated_value == key
-        ):
-            return element.value
-    return None
+    return dict_entry(source, key)
 
 
 def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:

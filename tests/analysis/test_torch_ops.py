@@ -280,3 +280,23 @@ def test_the_device_types_with_fused_optimizer_kernels_are_torchs():
 
     assert FUSED_DEVICE_TYPES <= set(_get_fused_kernels_supported_devices())
     assert set(LAUNCH_FUSED_TYPES) <= FUSED_DEVICE_TYPES
+
+
+def test_random_modules_are_torchs_dropouts():
+    """torch_facts.RANDOM_MODULES names every dropout module of the installed torch, and
+    each one draws: two calls in training mode give different outputs."""
+    import torch.nn.modules.dropout as dropout
+
+    from codemod.analysis.torch_facts import RANDOM_MODULES
+
+    classes = {
+        name
+        for name, value in vars(dropout).items()
+        if isinstance(value, type) and issubclass(value, dropout._DropoutNd) and value is not dropout._DropoutNd
+    }
+    assert {name.rsplit(".", 1)[1] for name in RANDOM_MODULES} == classes
+    for name in classes:
+        module = getattr(torch.nn, name)(0.5).train()
+        spatial = int(name[-2]) if name.endswith("d") else 3  # Dropout2d: (N, C, H, W)
+        x = torch.ones(8, 16, *[4] * spatial)
+        assert not torch.equal(module(x), module(x)), name

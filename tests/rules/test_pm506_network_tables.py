@@ -271,7 +271,9 @@ def main(steps=2):
 """
 
 
-@pytest.mark.parametrize(("middle", "fixed"), [("nn.GELU()", True), ("nn.Dropout(0.1)", False)])
+@pytest.mark.parametrize(
+    ("middle", "fixed"), [("nn.GELU()", True), ("nn.Dropout(0.1)", False), ("nn.AlphaDropout(0.1)", False)]
+)
 def test_a_module_dict_of_torch_layer_stacks_is_compiled_unless_a_layer_draws_random_numbers(tmp_path, middle, fixed):
     (tmp_path / "model.py").write_text(SEQUENTIAL_MODEL.format(middle=middle))
     path = tmp_path / "train.py"
@@ -284,4 +286,4 @@ def test_a_module_dict_of_torch_layer_stacks_is_compiled_unless_a_layer_draws_ra
             in new
         )
     else:
-        assert "`nn.Dropout` draws random numbers (model.py:10)" in findings[0].message
+        assert f"`{middle.split('(')[0]}` draws random numbers (model.py:10)" in findings[0].message
