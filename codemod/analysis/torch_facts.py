@@ -773,3 +773,20 @@ SHAPE_KEEPING_TRANSFORMS = frozenset(
 # computes Euclidean distances through a matmul), and a namespace of them.
 UNLISTED_PRODUCTS = frozenset({"torch.cdist", "torch.cov", "torch.corrcoef", "torch.nn.functional.pdist"})
 UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
+
+
+# -- parameters of an optimizer (PM402) --
+
+# Optimizer arguments that pick the implementation or that fused=True rejects
+# (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
+FUSED_CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
+# What returns a model whose parameters are the given model's, or copies of them, on its device.
+SAME_DEVICE_MODEL_WRAPPERS = frozenset(MODEL_WRAPPERS | {"copy.deepcopy"})
+FLOAT_DTYPES = frozenset(f"torch.{n}" for n in "float float16 float32 float64 half double bfloat16".split())
+COMPLEX_DTYPES = frozenset(f"torch.{n}" for n in "complex32 complex64 complex128 chalf cfloat cdouble".split())
+# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
+# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
+DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
+    "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
+    "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
+)

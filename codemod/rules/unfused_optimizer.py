@@ -9,19 +9,20 @@ from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.torch_facts import (
+    COMPLEX_DTYPES,
+    DEVICE_AND_DTYPE_KEEPING_METHODS,
+    FLOAT_DTYPES,
+    FUSED_CONFLICTS,
     FUSED_DEVICE_TYPES,
     FUSED_EVERYWHERE,
     FUSED_OPTIMIZERS,
     LAUNCH_FUSED_TYPES,
+    SAME_DEVICE_MODEL_WRAPPERS,
     TENSOR_FACTORIES,
 )
 from codemod.analysis.training import Model
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
-
-# Arguments that pick the implementation or that fused=True rejects
-# (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
-CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
 
 UNKNOWN_DEVICE = (
     "optimizer steps without fused kernels; pass fused=True if `{device}` is a CUDA device or the CPU "
@@ -69,22 +70,6 @@ NAMED_BY_OPTION = (
     "kernels, but `{flag}` may name any optimizer of torch.optim, and all but {taking} reject the `fused` "
     "keyword itself, `fused=False` too, with a TypeError, so no `fused=` argument is valid for every value "
     "(not fixed: give `{flag}` `choices=` among {everywhere} to have it fixed)"
-)
-# Wrappers whose parameters are the wrapped model's, on its device.
-WRAPPERS = {
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel",
-    "torch.compile",
-    "copy.deepcopy",
-}
-FLOAT_DTYPES = frozenset(f"torch.{n}" for n in "float float16 float32 float64 half double bfloat16".split())
-COMPLEX_DTYPES = frozenset(f"torch.{n}" for n in "complex32 complex64 complex128 chalf cfloat cdouble".split())
-# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
-# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
-KEEPING = frozenset(
-    "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
-    "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
 )
 UNFUSED_EVERYWHERE = "unfusable"  # a complex tensor: fused kernels take floating-point tensors only
 MAX_DEPTH = 8
@@ -417,7 +402,7 @@ class UnfusedOptimizer(Rule):
             if written and written <= FUSED_EVERYWHERE and not any(arg.star for arg in node.args):
                 self.report(node, self._named_optimizer(node, written))
             return
-        if any(kwarg(node, name) is not None for name in CONFLICTS):
+        if any(kwarg(node, name) is not None for name in FUSED_CONFLICTS):
             return
         params = kwarg(node, "params") or positional(node, 0)
         if params is None:
@@ -665,7 +650,7 @@ class UnfusedOptimizer(Rule):
     def _wrapped(self, call: cst.Call) -> cst.BaseExpression | None:
         """`m` of `DistributedDataParallel(m, ...)`, `torch.compile(m)`, `copy.deepcopy(m)`."""
         first = positional(call, 0) or kwarg(call, "module") or kwarg(call, "model")
-        if first is None or not self.context.names.is_(call.func, *WRAPPERS):
+        if first is None or not self.context.names.is_(call.func, *SAME_DEVICE_MODEL_WRAPPERS):
             return None
         return first.value
 
@@ -757,7 +742,7 @@ class UnfusedOptimizer(Rule):
         method = method_name(call) if receiver is not None else None
         if receiver is None and names.startswith(call.func, ("torch",)):
             return None
-        if method in KEEPING:
+        if method in DEVICE_AND_DTYPE_KEEPING_METHODS:
             return self._tensor_place(receiver, depth + 1, seen)
         if method in ("cfloat", "cdouble", "chalf"):
             return UNFUSED_EVERYWHERE

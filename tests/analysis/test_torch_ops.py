@@ -300,3 +300,17 @@ def test_random_modules_are_torchs_dropouts():
         spatial = int(name[-2]) if name.endswith("d") else 3  # Dropout2d: (N, C, H, W)
         x = torch.ones(8, 16, *[4] * spatial)
         assert not torch.equal(module(x), module(x)), name
+
+
+def test_fused_conflicts_are_optimizer_keywords_and_fused_rejects_some():
+    """torch_facts.FUSED_CONFLICTS: keywords of Adam and AdamW that choose the
+    implementation (`capturable` is one `fused=True` accepts); `fused=True` with `foreach`
+    or `differentiable` raises."""
+    from codemod.analysis.torch_facts import FUSED_CONFLICTS
+
+    for optimizer in (torch.optim.Adam, torch.optim.AdamW):
+        assert set(FUSED_CONFLICTS) <= set(inspect.signature(optimizer).parameters), optimizer
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    for name in ("foreach", "differentiable"):
+        with pytest.raises(RuntimeError):
+            torch.optim.AdamW(params, fused=True, **{name: True})
