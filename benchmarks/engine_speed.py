@@ -19,7 +19,10 @@
    cost in parses: constant when the engine grows as the parser does). CPU time,
    not wall time: the machine these run on is shared, and other work stretches
    wall time more than it does a process's CPU time.
-3. A warm-cache re-run: `perfmod check` over 500 unchanged files (copies of the
+3. What libcst itself costs on the same files, as multiples of a bare parse (the
+   floor under any libcst tool's cost): a parse and one visit that does nothing,
+   a parse and libcst's ScopeProvider, a parse and its PositionProvider.
+4. A warm-cache re-run: `perfmod check` over 500 unchanged files (copies of the
    fixtures' training code), once to fill the result cache, then timed.
 
 Child processes may write bytecode (as an installed package has it) and run
@@ -69,6 +72,38 @@ start = time.process_time()
 libcst.parse_module(data)
 print(seconds, time.process_time() - start, len(result.findings), result.error or "")
 """
+
+# Run in a child process: what libcst's own passes cost on one file (argv[1]), as
+# CPU seconds, the fastest of argv[2] runs each.
+TIME_FLOOR = """
+import sys, time
+import libcst
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
+data = open(sys.argv[1], "rb").read()
+def best(work):
+    times = []
+    for _ in range(int(sys.argv[2])):
+        start = time.process_time()
+        work()
+        times.append(time.process_time() - start)
+    return min(times)
+print(
+    best(lambda: libcst.parse_module(data)),
+    best(lambda: libcst.parse_module(data).visit(libcst.CSTVisitor())),
+    best(lambda: MetadataWrapper(libcst.parse_module(data)).resolve(ScopeProvider)),
+    best(lambda: MetadataWrapper(libcst.parse_module(data)).resolve(PositionProvider)),
+)
+"""
+
+FLOOR_PASSES = ("parse + no-op visit", "parse + ScopeProvider", "parse + PositionProvider")
+
+
+def libcst_floor(python: str, path: Path, repeats: int) -> tuple[float, ...]:
+    """CPU seconds of a bare parse of `path`, then of each of FLOOR_PASSES."""
+    done = subprocess.run(
+        [python, "-c", TIME_FLOOR, str(path), str(repeats)], capture_output=True, text=True, check=True
+    )
+    return tuple(float(part) for part in done.stdout.split())
 
 
 def training_file(lines: int, folder: Path, in_functions: bool = False) -> Path:
@@ -231,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {name} | {layout} | {lines:,} | {seconds:.2f} | {seconds / lines * 10_000:.2f} "
                     f"| {parse:.2f} | {seconds / parse:.1f}x | {note} |"
                 )
+        print("\nWhat libcst itself costs on the same files (CPU seconds, and as multiples of a bare parse):\n")
+        print(f"| pieces | lines | bare parse (s) | {' | '.join(FLOOR_PASSES)} |")
+        print(f"|---|---|---|{'---|' * len(FLOOR_PASSES)}")
+        for layout, path in files:
+            parse, *passes = libcst_floor(python, path, args.repeats)
+            lines = path.read_text(encoding="utf-8").count("\n")
+            cells = " | ".join(f"{seconds:.2f} ({seconds / parse:.1f}x)" for seconds in passes)
+            print(f"| {layout} | {lines:,} | {parse:.2f} | {cells} |")
         if (REPO / "codemod" / "cache.py").exists() and not args.no_warm:
             first, again = warm_cache_seconds(REPO, python, scratch)
             print(
