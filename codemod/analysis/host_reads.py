@@ -261,15 +261,7 @@ class _FileAnalysis:
     # -- bindings --------------------------------------------------------------------
 
     def bindings(self, name: cst.Name) -> list[Assignment] | None:
-        """Assignments of `name` in its scope; None when a binding is not an assignment
-        of this file (an import, a builtin) or when there is none."""
-        scope = self.scopes.get(name)
-        if scope is None:
-            return None
-        found = list(scope[name.value])
-        if not found or not all(type(a) is Assignment for a in found):
-            return None
-        return found
+        return self.context.bindings.assignments(name)
 
     def is_import_or_builtin(self, name: cst.Name) -> bool:
         scope = self.scopes.get(name)
@@ -277,15 +269,7 @@ class _FileAnalysis:
         return bool(found) and all(type(a) is not Assignment for a in found)
 
     def binding_statement(self, target: cst.CSTNode) -> cst.CSTNode:
-        current = target
-        while True:
-            parent = self.parents.get(current)
-            if parent is None or not isinstance(
-                parent,
-                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
-            ):
-                return parent if parent is not None else current
-            current = parent
+        return self.context.bindings.statement(target)
 
     def assigned_value(self, target: cst.CSTNode) -> cst.BaseExpression | None:
         """`value` of a plain `name = value` / `name: T = value` binding of `target`, or
