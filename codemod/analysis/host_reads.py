@@ -13,8 +13,9 @@ every step is often used only every few steps, or only after the loop:
     running += self._step(batch)            # a function that returns a read (RETURNED)
     if loss.item() < best: ...              # a decision every step: the read stays
 
-`host_reads(context).loop(loop, kept)` answers for one step loop (`kept`: the ids of
-reads the user keeps where they are, whose sums stay too):
+`host_reads(context).loop(loop, kept)` answers for one step loop (`kept(statement)`:
+does the user keep the reads of that statement where they are, with a suppression
+comment? The running sums they add to stay too):
 
 - `reads()`: the reads that run every step (not under a periodic `if`, the outermost
   call of a chain such as `x.cpu().item()`); `read_kind(call)`: "item", "tolist",
@@ -28,6 +29,9 @@ reads the user keeps where they are, whose sums stay too):
 - `returning_calls()` and `defer_returned(call)`: calls of a function of the file
   whose every `return` is a read, added to a running sum;
 - `log_branch(node, within)`: the periodic `if` that holds `node` (analysis/periodic.py).
+
+`host_reads(context).in_functions(loop)`: the reads in functions of the file that the
+loop runs on every step, each with the call in the loop that runs it.
 
 A Deferral says what changes as data (expressions to rewrite, statements to move, the
 statement after which a list becomes numbers); the rule turns it into edits.
