@@ -411,6 +411,23 @@ TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith
 # Calls that read the gradients of the parameters they are given.
 GRAD_NORMS = functions(Category.GRAD_NORM)
 
+# -- the dtype of a method's result ------------------------------------------------------
+
+# Tensor methods whose result is floating point, int64 or bool whatever their receiver's
+# dtype, and those whose result (called with no argument) keeps their receiver's dtype: what
+# tells which Python number `.item()` of their result gives.
+FLOAT_RESULT_METHODS = frozenset("float double half bfloat16 mean std var norm".split())
+INT64_RESULT_METHODS = frozenset("long argmax argmin count_nonzero".split())
+BOOL_RESULT_METHODS = frozenset("eq ne lt le gt ge isnan isinf isfinite bool logical_not".split())
+DTYPE_KEEPING_METHODS = frozenset(
+    "detach clone cpu cuda contiguous squeeze unsqueeze view reshape flatten abs neg max min amax amin".split()
+)
+# Functions that take a tensor, read it and change nothing in it (they return something new).
+NON_MUTATING_CALLS = frozenset(
+    {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}
+    | {f"{module}.{name}" for module in ("math", "torch") for name in ("isnan", "isfinite", "isinf")}
+)
+
 # -- matrix products ---------------------------------------------------------------------
 
 # Functions and `nn` module classes that multiply matrices (matmul, linear, attention,
