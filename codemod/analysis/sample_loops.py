@@ -26,8 +26,8 @@ and whether the model treats every sample on its own (`sample_mixing`).
   `range(x.size(0))`, `enumerate(x)`, `zip(x, y)`, `x.split(1)`, a name bound to a
   batch size), or None when it visits something else; `SampleLoop.problem` says why a
   loop over samples can never be batched (a Python list of examples).
-- `sequential(loop)`: must the samples run in order (state one hands the next, a
-  gradient taken per sample)?
+- `sequential(loop)`: why the samples must run in order (state one hands the next
+  through the model, a gradient taken per sample), or None.
 - `steps_optimizer(node)`: does running `node` step an optimizer or reset gradients,
   itself or through the functions of this file it calls?
 - `collected_losses(loop)`: a loop that appends each sample's loss to a list stacked
@@ -174,17 +174,20 @@ class SampleLoops:
         rewrites, imports = _Batcher(self, node, loop, collected).edits()
         return BatchedBody(rewrites, imports)
 
-    def sequential(self, node: cst.For) -> bool:
-        """Must the samples run one after another: state one sample hands the next through
-        the model (`h = cell(x[i], h)`), or gradients taken per sample (`autograd.grad`, a
-        MAML-style inner step per task)?"""
+    def sequential(self, node: cst.For) -> str | None:
+        """Why the samples must run one after another, or None: state one sample hands the
+        next through the model (`h = cell(x[i], h)`), or gradients taken per sample
+        (`autograd.grad`, a MAML-style inner step per task)."""
         kinds, names = self.context.kinds, self.context.names
+        code = self.context.module.code_for_node
         for call in self.context.index.find(cst.Call, within=node.body):
             if names.is_(call.func, "torch.autograd.grad"):
-                return True
-            if self.may_be_model(call.func) and any(kinds.carried_reads(node, arg) for arg in call.args):
-                return True
-        return False
+                return f"it takes a gradient per sample (`{code(call.func)}`)"
+            if self.may_be_model(call.func):
+                carried = [read for arg in call.args for read in kinds.carried_reads(node, arg)]
+                if carried:
+                    return f"`{carried[0].value}` is handed from one sample to the next through `{code(call.func)}`"
+        return None
 
     def steps_optimizer(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Does running `node` step an optimizer or reset gradients, itself or through the
@@ -605,6 +608,12 @@ class _Batcher:
                 continue
             if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
                 raise NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+            carried = self.context.kinds.carried_reads(self.node, statement.value)
+            if carried:  # `ema = 0.9 * ema + model(x[i:i + 1])`: each sample reads the one before
+                raise NotBatchable(
+                    f"`{carried[0].value}` is handed from one sample to the next "
+                    f"(`{self.code(statement).strip()}`): the samples run in order"
+                )
             target = statement.targets[0].target
             if loss_name is not None and isinstance(target, cst.Name) and target.value == loss_name:
                 if loss_statement is not None or (backward_at and position > backward_at[0]):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import method_name
 from codemod.analysis.project import project_of
@@ -106,7 +107,7 @@ class SampleMixing:
                 function, param = found
                 sites = local_calls(self.context).call_sites(function)
                 method = isinstance(self.context.parents.get(self.context.parents.get(function)), cst.ClassDef)
-                passed = [_argument_for(site, function, param, skip_first=method) for site in sites]
+                passed = [_passed(site, function, param, method) for site in sites]
                 if not sites or any(p is None for p in passed):
                     return None
                 result = []
@@ -256,19 +257,7 @@ def _unbatched_layer(code: str, layer: str) -> str:
     )
 
 
-def _argument_for(
-    call: cst.Call, function: cst.FunctionDef, param: cst.Param, skip_first: bool
-) -> cst.BaseExpression | None:
-    """What `call` passes to `param` (the first parameter, `self`, skipped for a method)."""
-    params = [*function.params.posonly_params, *function.params.params]
-    if skip_first:
-        params = params[1:]
-    for arg in call.args:
-        if arg.star:
-            return None
-        if arg.keyword is not None and arg.keyword.value == param.name.value:
-            return arg.value
-    plain = [a.value for a in call.args if a.keyword is None]
-    if param in params and params.index(param) < len(plain):
-        return plain[params.index(param)]
-    return param.default
+def _passed(call: cst.Call, function: cst.FunctionDef, param: cst.Param, method: bool) -> cst.BaseExpression | None:
+    """What `call` passes to `param` (`self` filled by the call of a method), or its default."""
+    found = argument_for(call, function, param, offset=1 if method else 0)
+    return found if found is not None else param.default

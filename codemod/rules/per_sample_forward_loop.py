@@ -377,7 +377,7 @@ class PerSampleForwardLoop(Rule):
             # the optimizer steps per sample (SGD with batch size 1, another algorithm), or
             # this is the loop over batches, not over the samples of one
             return
-        if loops.sequential(node):
+        if loops.sequential(node) is not None:
             return  # each sample needs what the one before it made: nothing to batch
         training = self.context.loops.is_training_loop(node)
         collected = None if training else loops.collected_losses(node)
