@@ -59,13 +59,12 @@ from codemod.analysis.project import project_of
 from codemod.analysis.sample_mixing import sample_mixing
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
-    COUNTED_LOSSES,
     FUNCTIONAL,
-    FUNCTIONAL_OF,
     FUNCTIONAL_PARAMETERS,
     LIST_BUILDERS,
     LOSS_FUNCTIONS,
     LOSS_MODULES,
+    LOSSES,
     ONE_OPERAND_FUNCTIONS,
     ONE_OPERAND_METHODS,
     TOTALS,
@@ -138,6 +137,8 @@ class LossCall:
     options: dict[str, str]  # keyword -> source text, of the call or of the module's constructor
     function: str | None  # the functional spelling for a loss module (`F.cross_entropy`)
     imports: list[tuple[str, str | None]]
+    counted: bool = False  # a mean over the targets that count (`ignore_index`), per the torch table
+    ignore_index: int | None = None  # torch's default for the target that does not count
 
 
 @dataclass
@@ -449,15 +450,17 @@ class SampleLoops:
         code = self.context.module.code_for_node
         names = self.context.names.of(call.func)
         if names & LOSS_FUNCTIONS:
-            options, kind, function = call, min(names & LOSS_FUNCTIONS).rsplit(".", 1)[1], None
+            qualified = min(names & LOSS_FUNCTIONS)
+            options, kind, function = call, qualified.rsplit(".", 1)[1], None
             extra_positional = len([a for a in call.args if a.keyword is None]) > 2
         else:
             constructor = self._module_constructor(call.func)
-            options, kind = constructor, min(self.context.names.of(constructor.func) & LOSS_MODULES).rsplit(".", 1)[1]
+            qualified = min(self.context.names.of(constructor.func) & LOSS_MODULES)
+            options, kind = constructor, qualified.rsplit(".", 1)[1]
             extra_positional = any(a.keyword is None for a in constructor.args)
             if any(a.keyword is not None for a in call.args):
                 raise NotBatchable("the loss module is called with keyword arguments")
-            function = f"{functional_alias(self.context.module) or FUNCTIONAL}.{FUNCTIONAL_OF.get(kind, '')}"
+            function = f"{functional_alias(self.context.module) or FUNCTIONAL}.{LOSSES[qualified].functional}"
         if (
             extra_positional
             or any(a.star for a in options.args)
@@ -466,7 +469,7 @@ class SampleLoops:
         ):
             raise NotBatchable("the loss's options are passed by position or unpacked")
         reduction = kwarg(options, "reduction")
-        value = "mean"
+        value = LOSSES[qualified].reduction  # torch's default
         if reduction is not None:
             if not isinstance(reduction.value, cst.SimpleString) or reduction.value.evaluated_value not in (
                 "mean",
@@ -475,17 +478,18 @@ class SampleLoops:
             ):
                 raise NotBatchable('the loss\'s reduction is not a literal "mean", "sum" or "none"')
             value = reduction.value.evaluated_value
-        if value == "mean" and kind in COUNTED_LOSSES and kwarg(options, "weight") is not None:
+        counted = LOSSES[qualified].counted
+        if value == "mean" and counted and kwarg(options, "weight") is not None:
             raise NotBatchable("with class weights each sample's mean divides by its own sum of weights")
         texts = {a.keyword.value: code(a.value) for a in options.args if a.keyword is not None}
         imports: list[tuple[str, str | None]] = []
-        if function is not None and value == "mean" and kind in COUNTED_LOSSES:
+        if function is not None and value == "mean" and counted:
             for keyword, arg in ((a.keyword.value, a.value) for a in options.args if a.keyword is not None):
                 if not is_literal(arg):  # read back from the module: `criterion.ignore_index`
                     texts[keyword] = f"{code(call.func)}.{keyword}"
             if functional_alias(self.context.module) is None:
                 imports.append((FUNCTIONAL, None))
-        return LossCall(value, kind, texts, function, imports)
+        return LossCall(value, kind, texts, function, imports, counted, LOSSES[qualified].ignore_index)
 
     def _module_constructor(self, func: cst.BaseExpression) -> cst.Call | None:
         values = self.context.bindings.expression_values(func)
@@ -1163,7 +1167,7 @@ class _Batcher:
                 return self._reject(call)
         first, second = self.value(inputs.value), self.value(target.value)
         pair = (first.kind, second.kind)
-        counted = loss.kind in COUNTED_LOSSES
+        counted = loss.counted
         if loss.reduction == "none":
             # one loss per element of the target, laid out as the target: a tensor of the
             # sample's, as its input and target are (both batches of one, rows or flattened)
@@ -1650,7 +1654,7 @@ def _per_sample_means(loss: LossCall, call: cst.Call, batch: str, reduce: str, i
         **{k: v for k, v in options.items() if k not in ("reduction", "input", "target")},
     }
     extra = "".join(f", {k}={v}" for k, v in keywords.items())
-    ignore = options.get("ignore_index", "-100")
+    ignore = options.get("ignore_index", str(loss.ignore_index))
     target_text = code(target)
     sums = f"({function}({code(inputs)}, {target_text}{extra}).view({batch}, -1).sum(1)"
     counts = f"/ ({target_text} != {ignore}).view({batch}, -1).sum(1))"
