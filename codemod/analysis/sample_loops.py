@@ -61,14 +61,12 @@ from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
     FUNCTIONAL,
     FUNCTIONAL_PARAMETERS,
-    LIST_BUILDERS,
     LOSS_FUNCTIONS,
     LOSS_MODULES,
     LOSSES,
     ONE_OPERAND_FUNCTIONS,
     ONE_OPERAND_METHODS,
     TOTALS,
-    TUPLE_BUILDERS,
     functional_alias,
     is_literal,
 )
@@ -380,15 +378,12 @@ class SampleLoops:
         return batch if isinstance(batch, (cst.Name, cst.Attribute)) else None
 
     def is_python_sequence(self, batch: cst.BaseExpression) -> bool:
-        """Is `batch` visibly built as a list or tuple (`[...]`, a comprehension, `list(...)`,
-        `random.sample(...)`)?"""
+        """Is `batch` bound to a Python list or tuple held in memory (`[...]`, a comprehension,
+        `list(...)`, `random.sample(...)`, a function of this file that returns one: see
+        `kinds.in_memory_list`), or to a generator of examples?"""
         values = self.context.bindings.expression_values(batch) or []
-        sequences = (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
-        return any(
-            isinstance(v, sequences)
-            or (isinstance(v, cst.Call) and self.context.names.is_(v.func, *LIST_BUILDERS, *TUPLE_BUILDERS))
-            for v in values
-        )
+        kinds = self.context.kinds
+        return any(isinstance(v, cst.GeneratorExp) or kinds.in_memory_list(v) for v in values)
 
     def collected_losses(self, node: cst.For) -> Collected | None:
         """(L, its use) for a loop without backward that ends `L.append(<loss>)`, with

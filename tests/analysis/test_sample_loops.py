@@ -208,3 +208,12 @@ def test_whether_a_model_mixes_the_samples_of_a_batch(layers, unbatched, problem
     call = [c for c in context.index.find(cst.Call, within=context.module) if context.source(c) == "net(x)"][0]
     found = sample_mixing(context).problem(call.func, unbatched)
     assert (found is None) if problem is None else (problem in found), found
+
+
+def test_a_python_list_a_function_of_the_file_returns_is_not_a_batch():
+    body = (
+        "def load():\n    return [x[k] for k in range(5)]\nrows = load()\n"
+        "for i in range(len(rows)):\n    loss = F.mse_loss(net(rows[i].unsqueeze(0)), t[i:i + 1])\n    loss.backward()\n"
+    )
+    _, loop, loops = read(body)
+    assert loops.over_samples(loop).problem.startswith("`rows` is a Python list or tuple")
