@@ -35,7 +35,7 @@ and whether the model treats every sample on its own (`sample_mixing`).
 - `batched(loop, sample_loop, collected)`: the BatchedBody (rewrites of the body's
   expressions and statements, imports) that make the body compute, once, what the
   loop computed over every sample; raises NotBatchable with the reason otherwise.
-- `is_loss(call)`, `loss_call(call)`, `may_be_model(func)`, `batch_of_size(expr)`,
+- `is_loss(call)`, `loss_call(call)`, `may_be_model(func)`, `batch_of_size(expr, less)`,
   `is_python_sequence(expr)`: the facts the reading rests on.
 
 Built once per file (FileContext.shared).
@@ -353,14 +353,27 @@ class SampleLoops:
                 return True
         return any(m.matches(s.slice[0].slice, m.Slice(lower=m.Name(index))) for s in index_nodes)
 
-    def batch_of_size(self, expr: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression | None:
-        """`x` for `len(x)`, `x.size(0)`, `x.shape[0]`, or a name bound only to one of those."""
-        if m.matches(expr, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None)])) and self.context.names.is_(
-            expr.func, "len", "builtins.len"
+    def batch_of_size(self, expr: cst.BaseExpression, less: bool = False, depth: int = 0) -> cst.BaseExpression | None:
+        """`x` for `len(x)`, `x.size(0)`, `x.shape[0]`, or a name bound only to one of those
+        (through a few names); with `less`, also for that size less something (`len(x) - k`,
+        the bound of a loop over batches that leaves the last one out)."""
+        if depth > 3:
+            return None
+        if less and isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+            return self.batch_of_size(expr.left, less, depth + 1)
+        if (
+            isinstance(expr, cst.Call)
+            and self.context.names.is_(expr.func, "len", "builtins.len")
+            and len(expr.args) == 1
+            and expr.args[0].keyword is None
         ):
             batch = expr.args[0].value
         elif m.matches(
-            expr, m.Call(func=m.Attribute(attr=m.Name("size")), args=[m.Arg(value=m.Integer("0"), keyword=None)])
+            expr,
+            m.Call(
+                func=m.Attribute(attr=m.Name("size")),
+                args=[m.Arg(value=m.Integer("0"), keyword=None) | m.Arg(value=m.Integer("0"), keyword=m.Name("dim"))],
+            ),
         ):
             batch = expr.func.value
         elif m.matches(
@@ -370,9 +383,9 @@ class SampleLoops:
             ),
         ):
             batch = expr.value.value
-        elif isinstance(expr, cst.Name) and depth == 0:
+        elif isinstance(expr, cst.Name):
             values = self.context.bindings.values(expr)
-            return self.batch_of_size(values[0], 1) if values and len(values) == 1 else None
+            return self.batch_of_size(values[0], less, depth + 1) if values and len(values) == 1 else None
         else:
             return None
         return batch if isinstance(batch, (cst.Name, cst.Attribute)) else None

@@ -217,3 +217,21 @@ def test_a_python_list_a_function_of_the_file_returns_is_not_a_batch():
     )
     _, loop, loops = read(body)
     assert loops.over_samples(loop).problem.startswith("`rows` is a Python list or tuple")
+
+
+@pytest.mark.parametrize(
+    "bound,less,batch",
+    [
+        ("len(x)", False, "x"),
+        ("x.size(dim=0)", False, "x"),
+        ("n", False, "x"),  # n = m = x.shape[0]
+        ("len(x) - 2", False, None),  # fewer than the batch's samples
+        ("len(x) - 2", True, "x"),
+        ("x.size(1)", False, None),
+    ],
+)
+def test_the_tensor_whose_samples_a_size_counts(bound, less, batch):
+    context = FileContext.of_source(HEAD + f"m = x.shape[0]\nn = m\nbound = {bound}\n")
+    assign = [s for s in context.index.find(cst.Assign) if context.source(s.targets[0].target) == "bound"][0]
+    found = sample_loops(context).batch_of_size(assign.value, less=less)
+    assert (None if found is None else context.source(found)) == batch
