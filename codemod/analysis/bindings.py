@@ -94,6 +94,15 @@ class Bindings:
         known = self._values.get(scope[name.value], compute)  # a name bound N times costs N once
         return list(known) if known is not None else None
 
+    def expression_values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+        """The values a name (`values`) or a `self.<name>` (`attribute_values`) is bound to;
+        None for any other expression."""
+        if isinstance(expr, cst.Name):
+            return self.values(expr)
+        if isinstance(expr, cst.Attribute):
+            return self.attribute_values(expr)
+        return None
+
     def attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
         """The values assigned to `self.<name>` in the methods of the class around
         `expr`, for an `expr` spelled `self.<name>` inside one of its methods; None

@@ -807,3 +807,16 @@ DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
     "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
     "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
 )
+
+
+# -- a per-sample loop run once on the batch (PM502) --
+
+# Methods whose result holds, element for element, what the receiver held: casts and
+# unary math without a draw (`to` and `type` take their arguments into account elsewhere),
+# and `pow` of a number.
+ONE_OPERAND_METHODS = frozenset(methods(Category.UNARY, Category.CAST, random=False, in_place=False) | {"pow"})
+ONE_OPERAND_FUNCTIONS = frozenset(functions(Category.UNARY, random=False) | {"torch.pow"})
+# The functions that add up, or average, every element of one tensor.
+TOTALS = frozenset({"torch.sum", "torch.mean"})
+# Libraries whose calls in a model's class build torch layers or plain values.
+LAYER_LIBRARIES = ("torch.", "builtins.", "math.")

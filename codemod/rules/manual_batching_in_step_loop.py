@@ -11,6 +11,7 @@ from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.loaders import ListBatch
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, number_value, positional
 from codemod.analysis.project import project_of
+from codemod.analysis.sample_loops import sample_loops
 from codemod.analysis.tensor_layout import layouts
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -490,15 +491,15 @@ class ManualBatchingInStepLoop(Rule):
                 return set(), False
             if isinstance(population, cst.Call) and names.is_(population.func, *RANGE):
                 bound = [a.value for a in population.args]
-                return (self._lengths_of(bound[-1] if len(bound) <= 1 else bound[1], 0) if bound else set()), False
+                return (self._lengths_of(bound[-1] if len(bound) <= 1 else bound[1]) if bound else set()), False
             if isinstance(population, cst.Name):
-                lengths = self._lengths_of(population, 0)  # `np.random.choice(n, k)`, n = len(X)
+                lengths = self._lengths_of(population)  # `np.random.choice(n, k)`, n = len(X)
                 if lengths:
                     return lengths, False
                 return {population.value}, True
             if isinstance(population, cst.Attribute) and isinstance(population.value, cst.Name):
                 return {self.context.source(population)}, True  # `rng.sample(self.examples, k)`
-            return self._lengths_of(population, 0), False
+            return self._lengths_of(population), False
         high = kwarg(call, "high")
         if high is not None:
             bound = high.value
@@ -508,40 +509,12 @@ class ManualBatchingInStepLoop(Rule):
             bound = args[0]
         else:
             return set(), False
-        return self._lengths_of(bound, 0), False
+        return self._lengths_of(bound), False
 
-    def _lengths_of(self, bound: cst.BaseExpression, depth: int) -> set[str]:
+    def _lengths_of(self, bound: cst.BaseExpression) -> set[str]:
         """The names whose length `bound` is: `len(X)`, `X.shape[0]`, `X.size(0)`, `len(X) - k`,
         `n` where `n = len(X)`."""
-        if depth > 3:
-            return set()
-        if isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.Subtract):
-            return self._lengths_of(bound.left, depth + 1)
-        if isinstance(bound, cst.Call) and self.context.names.is_(bound.func, "len", "builtins.len") and bound.args:
-            owner = bound.args[0].value
-        elif (
-            isinstance(bound, cst.Call)
-            and method_name(bound) == "size"
-            and len(bound.args) == 1
-            and isinstance(bound.args[0].value, cst.Integer)
-            and bound.args[0].value.value == "0"
-        ):
-            owner = bound.func.value
-        elif (
-            isinstance(bound, cst.Subscript)
-            and isinstance(bound.value, cst.Attribute)
-            and bound.value.attr.value == "shape"
-            and len(bound.slice) == 1
-            and isinstance(bound.slice[0].slice, cst.Index)
-            and isinstance(bound.slice[0].slice.value, cst.Integer)
-            and bound.slice[0].slice.value.value == "0"
-        ):
-            owner = bound.value.value
-        elif isinstance(bound, cst.Name):
-            values = self.context.bindings.values(bound)
-            return self._lengths_of(values[0], depth + 1) if values and len(values) == 1 else set()
-        else:
-            return set()
+        owner = sample_loops(self.context).batch_of_size(bound, less=True)
         return {owner.value} if isinstance(owner, cst.Name) else set()
 
     def _indexes(self, call: cst.Call, data: set[str], region: cst.CSTNode) -> bool:
