@@ -28,6 +28,7 @@ import libcst as cst
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import method_name, sole_definition
+from codemod.analysis.step_models import calls_model, own_calls
 from codemod.analysis.torch_facts import (
     COMPILE_BREAK_FUNCTIONS,
     COMPILE_BREAK_METHODS,
@@ -247,6 +248,13 @@ def compile_break(context: FileContext, calls) -> tuple[cst.Call, str] | None:
     if reason is None and isinstance(call.func, cst.Attribute):
         reason = COMPILE_BREAKS.get(f"Tensor.{call.func.attr.value}")
     return (call, reason) if reason is not None else None
+
+
+def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] | None:
+    """Where the forward of the model `name`, as the training loop `loop` calls it, breaks
+    torch.compile's graph (`compile_break`)."""
+    calls = own_calls(context, loop.loop)
+    return compile_break(context, [c for c in calls if calls_model(context, c, name)])
 
 
 # -- the file around the forward -------------------------------------------------------------

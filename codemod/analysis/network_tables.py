@@ -13,11 +13,15 @@ A table is compilable when:
   the helpers that build the table and its members), not something perfmod cannot read;
 - no hook reaches it: no registration in its module whose module cannot be followed,
   on the table, or inside a network class;
-- the forward of each network, and of the networks it builds, reads for torch.compile as
-  one graph: no Python branch on a tensor's values (`if x.sum() > 0`), no value read to
-  the host (`.item()`), no random draw (compiled code draws other numbers), no write to
-  the module's own state (`self.calls += 1`, an in-place update of a buffer), each of
-  which breaks the graph or makes it compile again on every call.
+- the forward of each network, and of the networks it builds, compiles to one reused
+  graph (`compilability.forward_of`: no branch on a tensor's values, no `.item()`, no
+  write to the module's own state) and draws no random numbers (compiled code draws
+  other ones).
+
+It also reads, for a model the step runs, the networks its `__init__` builds that a
+compile in place can reach (`model_parts`), and for a table built in the training file
+whether it holds networks (`holds_networks`), is only indexed and called (`held_only`) and
+whether the file stores into it or hooks it (`table_touched`).
 """
 
 from __future__ import annotations

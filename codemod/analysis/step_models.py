@@ -23,7 +23,7 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import method_name
+from codemod.analysis.names import compound_keyword, method_name
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import MODEL_WRAPPERS, MODULE_METHODS, MODULE_SET_UP_METHODS
 
@@ -256,6 +256,50 @@ def built_in_outer_loop(context, loop: cst.CSTNode, name: str) -> cst.CSTNode | 
                     return owner
         child = ancestor
     return None
+
+
+def unbuilt_reason(context, loop: cst.CSTNode, name: str) -> str:
+    """Why the model `name` has no statement before the loop to compile it after, from
+    where the training code's scope finds it (what follows "`model` could be compiled, but")."""
+    function = context.index.first_enclosing(loop, cst.FunctionDef)
+    params = [] if function is None else [*function.params.posonly_params, *function.params.params]
+    position = next((i for i, p in enumerate(params) if p.name.value == name), None)
+    if position == 0 and context.kinds.class_of(function) is not None:
+        direct = any(
+            m.matches(call.func, m.Attribute(value=m.Name(name), attr=m.Name("forward")))
+            for call in own_calls(context, loop)
+        )
+        return (
+            f"`{function.name.value}` trains the module it is a "
+            f"method of; add `.compile()` where each instance is built"
+            + (f", and call `{name}(...)`: a call of `.forward` bypasses the compiled module" if direct else "")
+        )
+    if position is not None:
+        how = "is given it"
+    elif function is not None and name not in context.bound_in(function.body):
+        how = "reads it as a global"
+    else:
+        again = built_in_outer_loop(context, loop, name)
+        if again is not None:
+            return (
+                f"it is built anew on every pass of the loop at line "
+                f"{context.line(again)}: each new module would be compiled again"
+            )
+        built = context.bound_in_compound(name, loop)
+        if built is None:
+            return (
+                f"perfmod finds no one statement before the loop "
+                f"that builds it; add `{name}.compile()` where it is built and moved"
+            )
+        return (
+            f"it is built inside the `{compound_keyword(built)}` statement "
+            f"at line {context.line(built)}, not by a statement of its own before the loop; add "
+            f"`{name}.compile()` after that statement"
+        )
+    return (
+        f"it is built outside the function that trains "
+        f"it (which {how}); add `{name}.compile()` where it is built and moved"
+    )
 
 
 def _passed_modules(context, loop: cst.CSTNode, calls) -> list[str]:

@@ -2,11 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import match as m
 from codemod.analysis import step_models as sites
-from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles
+from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles, model_break
 from codemod.analysis.hook_sites import hook_sites
-from codemod.analysis.names import compound_keyword
 from codemod.analysis.network_tables import held_only, holds_networks, model_parts, table_touched
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
@@ -146,9 +144,11 @@ class UncompiledModel(Rule):
     Numeric: the compiled graphs compute the same operations, but fused
     kernels may order floating-point reductions differently, so losses agree
     within tolerance, not bit for bit (the rule's CPU test compares a few
-    steps). Unsafe where the file uses random ops (dropout, `torch.rand*`,
-    `bernoulli`): compiled code draws its own random numbers, equally random
-    but not the eager ones, so losses differ by more than rounding. Not fixed
+    steps). Unsafe where the file uses random ops of the kind a forward runs
+    (dropout, `torch.randn_like`, `bernoulli`, `multinomial`; not the
+    `torch.randn(...)` that makes data): compiled code draws its own random
+    numbers, equally random but not the eager ones, so losses differ by more
+    than rounding. Not fixed
     where the file differentiates through gradients (`create_graph=True`):
     torch.compile does not support double backward. Compilation can also fail on
     code dynamo does not support, graph breaks can make it slower than eager,
@@ -259,7 +259,9 @@ class UncompiledModel(Rule):
             where = site or loop.loop
             if id(where) not in seen:
                 seen.add(id(where))
-                self.report(where, self._unanchored(loop.loop, name))
+                self.report(
+                    where, f"`{name}` could be compiled, but {sites.unbuilt_reason(self.context, loop.loop, name)}"
+                )
             return
         if id(anchor) in seen:
             return
@@ -290,7 +292,7 @@ class UncompiledModel(Rule):
                 f"`{name}` could be compiled, but this file differentiates through gradients "
                 f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
             )
-        elif (broken := self._compile_break(loop, name)) is not None:
+        elif (broken := model_break(self.context, loop, name)) is not None:
             call, reason = broken
             self.report(
                 anchor,
@@ -310,11 +312,6 @@ class UncompiledModel(Rule):
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
-
-    def _compile_break(self, loop, name: str) -> tuple[cst.Call, str] | None:
-        """Where the forward of the model `name`, as the loop calls it, breaks torch.compile's graph."""
-        calls = sites.own_calls(self.context, loop.loop)
-        return compile_break(self.context, [c for c in calls if sites.calls_model(self.context, c, name)])
 
     def _draw(self) -> str | None:
         """The name of the first random op of the file (`dropout`): compiled, it draws other numbers."""
@@ -351,7 +348,7 @@ class UncompiledModel(Rule):
             elif site.root == "self":
                 return False  # another class's: it may hold the model
         free = [(attribute, kind) for attribute, _, kind in parts if attribute not in hooked]
-        if not free or not hooked or self._compile_break(loop, name) is not None:
+        if not free or not hooked or model_break(self.context, loop, name) is not None:
             return False
         taken = {n.value for n in self.context.index.find(cst.Name)}
         variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
@@ -558,49 +555,6 @@ class UncompiledModel(Rule):
             )
 
     # -- where a model given to the training function is built ------------------------------
-
-    def _unanchored(self, loop: cst.CSTNode, name: str) -> str:
-        """Why the model `name` has no statement before the loop to compile it after, from
-        where the training code's scope finds it."""
-        function = self.context.index.first_enclosing(loop, cst.FunctionDef)
-        params = [] if function is None else [*function.params.posonly_params, *function.params.params]
-        position = next((i for i, p in enumerate(params) if p.name.value == name), None)
-        if position == 0 and self.context.kinds.class_of(function) is not None:
-            direct = any(
-                m.matches(call.func, m.Attribute(value=m.Name(name), attr=m.Name("forward")))
-                for call in sites.own_calls(self.context, loop)
-            )
-            return (
-                f"`{name}` could be compiled, but `{function.name.value}` trains the module it is a "
-                f"method of; add `.compile()` where each instance is built"
-                + (f", and call `{name}(...)`: a call of `.forward` bypasses the compiled module" if direct else "")
-            )
-        if position is not None:
-            how = "is given it"
-        elif function is not None and name not in self.context.bound_in(function.body):
-            how = "reads it as a global"
-        else:
-            again = sites.built_in_outer_loop(self.context, loop, name)
-            if again is not None:
-                return (
-                    f"`{name}` could be compiled, but it is built anew on every pass of the loop at line "
-                    f"{self.context.line(again)}: each new module would be compiled again"
-                )
-            built = self.context.bound_in_compound(name, loop)
-            if built is None:
-                return (
-                    f"`{name}` could be compiled, but perfmod finds no one statement before the loop "
-                    f"that builds it; add `{name}.compile()` where it is built and moved"
-                )
-            return (
-                f"`{name}` could be compiled, but it is built inside the `{compound_keyword(built)}` statement "
-                f"at line {self.context.line(built)}, not by a statement of its own before the loop; add "
-                f"`{name}.compile()` after that statement"
-            )
-        return (
-            f"`{name}` could be compiled, but it is built outside the function that trains "
-            f"it (which {how}); add `{name}.compile()` where it is built and moved"
-        )
 
     # -- what the file does already ------------------------------------------------------
 
