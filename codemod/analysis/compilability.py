@@ -36,6 +36,8 @@ from codemod.analysis.torch_facts import (
     FORWARD_DRAW_METHODS,
     FORWARD_DRAWS,
     HOOK_REGISTRATIONS,
+    METADATA_ATTRIBUTES,
+    METADATA_METHODS,
     MODULE_CONTAINERS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
@@ -50,9 +52,9 @@ if TYPE_CHECKING:
 
 MAX_DEPTH = 4  # network classes followed into the networks they build
 COMPILERS = ("torch.compile",)
-# What a branch test may read of a tensor without reading its values.
-_SHAPE_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad", "training"}
-_SHAPE_METHODS = {"size", "dim", "numel", "ndimension", "is_floating_point", "is_complex"}
+# What a branch test may read without reading a tensor's values: its metadata (torch_facts),
+# a module's mode, and Python's questions about a value's length and type.
+_SHAPE_ATTRIBUTES = METADATA_ATTRIBUTES | {"training"}
 _SHAPE_FUNCTIONS = {"len", "isinstance", "hasattr", "callable", "type"}
 _GRAD_FREE = ("torch.no_grad", "torch.inference_mode")
 
@@ -219,7 +221,7 @@ def _reads_values(context, test: cst.BaseExpression, function: cst.FunctionDef) 
             return expr.attr.value not in _SHAPE_ATTRIBUTES and reads(expr.value)
         if isinstance(expr, cst.Call):
             func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _SHAPE_METHODS:
+            if isinstance(func, cst.Attribute) and func.attr.value in METADATA_METHODS:
                 return False
             if isinstance(func, cst.Name) and func.value in _SHAPE_FUNCTIONS:
                 return False

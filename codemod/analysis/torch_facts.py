@@ -419,6 +419,10 @@ FORWARD_DRAWS = (
     | frozenset(n for n in RANDOM_FUNCTIONS if n.endswith("_like") or n.endswith(".multinomial"))
 )
 FORWARD_DRAW_METHODS = frozenset(m for m in RANDOM_METHODS if not m.endswith("_"))
+# What a tensor tells of itself without its values: a test of these reads nothing back from
+# the device and does not break a compiled graph (`if x.dim() == 3:`).
+METADATA_ATTRIBUTES = frozenset("shape ndim dtype device is_cuda requires_grad".split())
+METADATA_METHODS = frozenset("size dim numel ndimension is_floating_point is_complex".split())
 # torch's functions that draw from its global generator (not the layers that call them).
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
 # Calls that read the gradients of the parameters they are given.

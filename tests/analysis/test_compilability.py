@@ -10,7 +10,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles, forward_of
+from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles, forward_of, model_break
 from codemod.context import FileContext
 
 HEAD = """\
@@ -202,6 +202,9 @@ def test_a_recurrent_layer_the_step_runs_breaks_the_models_graph():
     step = [c for c in context.index.find(cst.Call) if context.source(c.func) == "model"]
     call, reason = compile_break(context, step)
     assert context.source(call.func) == "nn.GRU" and "allow_rnn" in reason
+    (loop,) = context.training.loops
+    assert model_break(context, loop, "model") == (call, reason)
+    assert model_break(context, loop, "opt") is None  # it runs no forward
 
 
 def test_the_file_around_the_model():
@@ -280,6 +283,16 @@ def test_module_tables_and_set_up_methods_are_torchs():
         members = list(table.values()) if kind == "dict" else list(table)
         assert all(isinstance(m, torch.nn.Linear) for m in members) and members, name
     assert all(callable(getattr(torch.nn.Module, name, None)) for name in MODULE_SET_UP_METHODS)
+
+
+def test_metadata_a_branch_may_read_is_a_tensors_and_no_value():
+    import torch
+
+    from codemod.analysis.torch_facts import METADATA_ATTRIBUTES, METADATA_METHODS
+
+    x = torch.ones(2, 3, requires_grad=True)
+    assert all(not isinstance(getattr(x, name), torch.Tensor) for name in METADATA_ATTRIBUTES)
+    assert all(not isinstance(getattr(x, name)(), torch.Tensor) for name in METADATA_METHODS)
 
 
 def test_what_it_calls_an_obstacle_breaks_the_installed_dynamos_graph_and_a_draw_does_not():
