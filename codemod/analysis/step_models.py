@@ -12,7 +12,8 @@ of the model covers and the statement it goes after.
   builds or moves the model (`sets_up`); `bound_again`: whether the name is bound again
   before the loop ends; where a model is built when the training code does not build it:
   in the caller that passes it (`caller_site`), at module level (`global_site`), in the class
-  that assigns `self.model` (`attribute_site`), anew in an outer loop (`built_in_outer_loop`).
+  that assigns `self.model` (`attribute_site`), anew in an outer loop (`built_in_outer_loop`),
+  and why no one statement builds it (`unbuilt_reason`, a reason to show the user).
 """
 
 from __future__ import annotations
@@ -270,8 +271,8 @@ def unbuilt_reason(context, loop: cst.CSTNode, name: str) -> str:
             for call in own_calls(context, loop)
         )
         return (
-            f"`{function.name.value}` trains the module it is a "
-            f"method of; add `.compile()` where each instance is built"
+            f"`{function.name.value}` trains the module it is a method of; add `.compile()` where each "
+            "instance is built"
             + (f", and call `{name}(...)`: a call of `.forward` bypasses the compiled module" if direct else "")
         )
     if position is not None:
@@ -282,23 +283,23 @@ def unbuilt_reason(context, loop: cst.CSTNode, name: str) -> str:
         again = built_in_outer_loop(context, loop, name)
         if again is not None:
             return (
-                f"it is built anew on every pass of the loop at line "
-                f"{context.line(again)}: each new module would be compiled again"
+                f"it is built anew on every pass of the loop at line {context.line(again)}: each new module "
+                "would be compiled again"
             )
         built = context.bound_in_compound(name, loop)
         if built is None:
             return (
-                f"perfmod finds no one statement before the loop "
-                f"that builds it; add `{name}.compile()` where it is built and moved"
+                "perfmod finds no one statement before the loop that builds it; add "
+                f"`{name}.compile()` where it is built and moved"
             )
         return (
-            f"it is built inside the `{compound_keyword(built)}` statement "
-            f"at line {context.line(built)}, not by a statement of its own before the loop; add "
+            f"it is built inside the `{compound_keyword(built)}` statement at line {context.line(built)}, "
+            "not by a statement of its own before the loop; add "
             f"`{name}.compile()` after that statement"
         )
     return (
-        f"it is built outside the function that trains "
-        f"it (which {how}); add `{name}.compile()` where it is built and moved"
+        f"it is built outside the function that trains it (which {how}); add `{name}.compile()` where "
+        "it is built and moved"
     )
 
 
