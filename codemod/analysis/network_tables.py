@@ -285,6 +285,19 @@ def holds_networks(context, table: cst.Call) -> bool:
     return bool(networks)
 
 
+def table_obstacle(context, table: cst.Call) -> str | None:
+    """Why the networks of classes of this file that the `nn.ModuleDict` / `nn.ModuleList`
+    call `table` holds do not each compile to one reused graph without a random draw
+    (`compilability.forward_of`); None when they do."""
+    for call in context.index.find(cst.Call, within=table):
+        network = context.kinds.local_class(call.func)
+        if network is not None:
+            reason = forward_of(context, network).first
+            if reason is not None:
+                return reason
+    return None
+
+
 def held_only(context, name: cst.Name) -> bool:
     """Is the table `name` only indexed and called (`name[k](x)`) or asked for what a module
     has (`name.parameters()`, `name.to(device)`)? Then no code can reach its networks to hook

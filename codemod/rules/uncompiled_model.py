@@ -5,7 +5,7 @@ import libcst as cst
 from codemod.analysis import step_models as sites
 from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles, model_break
 from codemod.analysis.hook_sites import hook_sites
-from codemod.analysis.network_tables import held_only, holds_networks, model_parts, table_touched
+from codemod.analysis.network_tables import held_only, holds_networks, model_parts, table_obstacle, table_touched
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import MODULE_TABLES
@@ -525,8 +525,10 @@ class UncompiledModel(Rule):
             taken = {n.value for n in self.context.index.find(cst.Name)}
             variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
             unknown = any(s.root is None or s.root == "self" for s in hooks)
+            obstacle = table_obstacle(self.context, value)
             if (
-                any(s.root == name for s in hooks)
+                obstacle is not None
+                or any(s.root == name for s in hooks)
                 or unknown
                 and not held_only(self.context, func.value)
                 or not holds_networks(self.context, value)
@@ -539,8 +541,12 @@ class UncompiledModel(Rule):
             ):
                 self.report(
                     site,
-                    f"the networks of `{name}` are called on every step in eager mode; compile each "
-                    f"(`for net in {members}: net.compile()`) and check with perfmod verify",
+                    f"the networks of `{name}` are called on every step in eager mode; "
+                    + (
+                        f"not compiled: {obstacle}"
+                        if obstacle
+                        else f"compile each (`for net in {members}: net.compile()`) and check with perfmod verify"
+                    ),
                 )
                 continue
             self.report(
