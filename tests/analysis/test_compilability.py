@@ -266,7 +266,8 @@ def test_forward_draws_are_torchs_and_draw_from_the_global_generator():
         elif short == "randint_like":
             args = (probabilities, 1000)
         elif "dropout" in short:  # in training mode (`alpha_dropout`'s default is not)
-            args, kwargs = (torch.ones(8, 16, 16), 0.5), {"training": True}
+            x = torch.ones(8, 16, 16) if short == "dropout1d" else torch.ones(8, 16, 4, 4)  # (N, C, L), (N, C, H, W)
+            args, kwargs = (x, 0.5), {"training": True}
         assert not torch.equal(function(*args, **kwargs), function(*args, **kwargs)), name
     for name in FORWARD_DRAW_METHODS:
         args = (4, True) if name == "multinomial" else ()
