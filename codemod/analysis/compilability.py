@@ -75,16 +75,20 @@ class Forward:
 def forward_of(context: FileContext, network: cst.ClassDef | cst.FunctionDef | cst.Call) -> Forward:
     """Does the forward of `network` compile to one reused graph: a class of `context`'s
     module (its `forward`, the methods it calls, the helper functions of the file they
-    call, the network classes of the project it builds), a function (with its helpers),
-    or an `nn.Sequential(...)` call of torch layers and project classes?"""
+    call, the network classes of the project it builds), a function (with its helpers), a
+    method (with the methods of its class and the helpers it calls), or an
+    `nn.Sequential(...)` call of torch layers and project classes?"""
     first = _obstacle(context, network, True)
     # The walk that counts random draws sees everything the other does: without one, neither finds any.
     return Forward(_obstacle(context, network, False) if first is not None else None, first)
 
 
 def _obstacle(context, network, random: bool) -> str | None:
-    if isinstance(network, cst.FunctionDef):
-        return _functions_obstacle(context, network.name.value, {}, [network], random, set())
+    if isinstance(network, cst.FunctionDef):  # a method reads the methods of its class it calls
+        owner = context.kinds.class_of(network)
+        own = _methods(owner) if owner is not None else {}
+        name = owner.name.value if owner is not None else network.name.value
+        return _functions_obstacle(context, name, own, [network], random, set())
     return _forward_obstacle(context, network, set(), 0, random)
 
 

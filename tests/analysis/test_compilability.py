@@ -111,8 +111,11 @@ def test_a_helper_function_of_the_file_is_followed():
                 return normalised(x.exp())
         """
     assert forward(code).obstacle == "`normalised` breaks the graph at `h.sum().tolist` (net.py:6)"
-    context = parsed(code)  # asked of the helper itself
+    context = parsed(code)  # asked of the helper itself, and of a method with what it calls
     assert forward_of(context, definition(context, "normalised")).obstacle == forward(code).obstacle
+    gate = definition(context, "Gate")
+    forward_method = next(f for f in gate.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "forward")
+    assert forward_of(context, forward_method).obstacle == forward(code).obstacle
 
 
 def test_a_clean_forward_compiles_to_one_graph():
