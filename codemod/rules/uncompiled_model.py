@@ -380,7 +380,7 @@ class UncompiledModel(Rule):
             )
         return True
 
-    # -- what runs the forward -------------------------------------------------------------
+    # -- a model of a class of another module ----------------------------------------------
 
     def _class_of_another_module(self, anchor, name: str, func: cst.BaseExpression, methods: list[str]) -> None:
         """The model `name` is built from the class `func` of another module, and the step calls
@@ -559,9 +559,3 @@ class UncompiledModel(Rule):
                     )
                 ],
             )
-
-    # -- where a model given to the training function is built ------------------------------
-
-    # -- what the file does already ------------------------------------------------------
-
-    # -- where the compile goes --------------------------------------------------------
