@@ -50,7 +50,10 @@ class UncompiledModel(Rule):
     (`model.backbone.compile()`), and each network of an `nn.ModuleDict` or
     `nn.ModuleList` (`for net in model.gates.values(): net.compile()`). A
     table of small networks built outside a model and called every step is
-    compiled the same way when no hook reaches it.
+    compiled the same way when no hook reaches it and the forward of each of
+    its networks compiles to one graph that is reused (otherwise the finding
+    says why not: `.item()`, a branch on a tensor's values, a write to the
+    module's state, in the forward or a helper it calls).
 
     Where the model's class is defined in another module of your code and the
     step calls its methods besides the forward (`model.calc_importances(acts)`),
