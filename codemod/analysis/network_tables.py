@@ -13,43 +13,36 @@ A table is compilable when:
   the helpers that build the table and its members), not something perfmod cannot read;
 - no hook reaches it: no registration in its module whose module cannot be followed,
   on the table, or inside a network class;
-- the forward of each network, and of the networks it builds, reads for torch.compile as
-  one graph: no Python branch on a tensor's values (`if x.sum() > 0`), no value read to
-  the host (`.item()`), no random draw (compiled code draws other numbers), no write to
-  the module's own state (`self.calls += 1`, an in-place update of a buffer), each of
-  which breaks the graph or makes it compile again on every call.
+- the forward of each network, and of the networks it builds, compiles to one reused
+  graph (`compilability.forward_of`: no branch on a tensor's values, no `.item()`, no
+  write to the module's own state) and draws no random numbers (compiled code draws
+  other ones).
+
+It also reads, for a model the step runs, the networks its `__init__` builds that a
+compile in place can reach (`model_parts`), and for a table built in the training file
+whether it holds networks (`holds_networks`), is only indexed and called (`held_only`) and
+whether the file stores into it or hooks it (`table_touched`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from codemod.analysis import match as m
+from codemod.analysis.compilability import forward_of
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.names import method_name, sole_definition
-from codemod.analysis.torch_facts import (
-    COMPILE_BREAK_FUNCTIONS,
-    COMPILE_BREAK_METHODS,
-    HOOK_REGISTRATIONS,
-    MODULE_CONTAINERS,
-    RANDOM_FUNCTIONS,
-    RANDOM_METHODS,
-    RANDOM_MODULES,
-    SYNC_METHODS,
-)
+from codemod.analysis.torch_facts import HOOK_REGISTRATIONS, MODULE_CONTAINERS, MODULE_METHODS, MODULE_TABLES
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
 
 MAX_DEPTH = 4  # helpers followed from the table's assignment to the classes of its members
-TABLES = {"torch.nn.ModuleDict": "dict", "torch.nn.ModuleList": "list"}
 SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
-# What a test may read of a tensor without reading its values.
-_SHAPE_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad", "training"}
-_SHAPE_METHODS = {"size", "dim", "numel", "ndimension", "is_floating_point", "is_complex"}
-_SHAPE_FUNCTIONS = {"len", "isinstance", "hasattr", "callable", "type"}
 
 
 @dataclass(frozen=True)
@@ -152,9 +145,8 @@ def _table(context, classdef, own, attribute: str, caller: str) -> NetworkTable:
             )
         if site.root == "self" and site.owner is classdef and site.path[:1] == (attribute,):
             return table(kind, names, f"a hook is registered on its networks ({_at(context, site.call)})")
-    seen: set[int] = set()
     for module_context, network in classes:
-        reason = _forward_obstacle(module_context, network, seen, 0)
+        reason = forward_of(module_context, network).first
         if reason is not None:
             return table(kind, names, reason)
     return table(kind, names)
@@ -200,7 +192,7 @@ def _members(context, classdef, value, depth) -> tuple[str, list] | None:
     if not isinstance(value, cst.Call):
         return None
     names = context.names.of(value.func)
-    table = next((TABLES[n] for n in names if n in TABLES), None)
+    table = next((MODULE_TABLES[n] for n in names if n in MODULE_TABLES), None)
     if table is not None:
         if not value.args:
             return (table, [])
@@ -270,109 +262,6 @@ def _function(context, classdef, func) -> cst.FunctionDef | None:
     return sole_definition(context.scopes, func, cst.FunctionDef)
 
 
-def _forward_obstacle(context, network: cst.ClassDef, seen: set[int], depth: int) -> str | None:
-    """Why the forward of `network` (a class of `context`'s module), and of the networks of
-    the project it builds, does not compile to one graph that is reused; None when it does."""
-    if id(network) in seen:
-        return None
-    seen.add(id(network))
-    if isinstance(network, cst.Call):
-        return _layers_obstacle(context, network, seen, depth)
-    name = network.name.value
-    own = _methods(network)
-    if "forward" not in own:
-        return f"`{name}` has no forward perfmod can read"
-    for site in hook_sites(context):
-        if site.owner is network:
-            return f"`{name}` registers hooks ({_at(context, site.call)})"
-    todo, done = ["forward"], set()
-    while todo:
-        method = todo.pop()
-        if method in done or method not in own:
-            continue
-        done.add(method)
-        function = own[method]
-        reason = _code_obstacle(context, name, function)
-        if reason is not None:
-            return reason
-        for call in context.index.find(cst.Call, within=function):
-            if isinstance(call.func, cst.Attribute) and _is_self(call.func.value):
-                todo.append(call.func.attr.value)
-    if depth >= MAX_DEPTH:
-        return f"`{name}` builds networks deeper than perfmod follows"
-    for call in context.index.find(cst.Call, within=network):
-        names = context.names.of(call.func)
-        if names & MODULE_CONTAINERS or any(n.startswith("torch.") for n in names):
-            continue
-        found = _class(context, call.func)
-        if found is not None:
-            reason = _forward_obstacle(found[0], found[1], seen, depth + 1)
-            if reason is not None:
-                return reason
-    return None
-
-
-def _layers_obstacle(context, sequential: cst.Call, seen: set[int], depth: int) -> str | None:
-    """Why the layers of `nn.Sequential(...)` (torch layers, or classes of the project) do not
-    compile to one reused graph; None when they do."""
-    for call in context.index.find(cst.Call, within=sequential):
-        if call is sequential:
-            continue
-        names = context.names.of(call.func)
-        if names & RANDOM_MODULES or names & RANDOM_FUNCTIONS:
-            return f"`{context.source(call.func)}` draws random numbers ({_at(context, call)}), which compiled code draws differently"
-        if names & COMPILE_BREAK_FUNCTIONS:
-            return f"the graph breaks at `{context.source(call.func)}` ({_at(context, call)})"
-        if any(n.startswith("torch.") for n in names):
-            continue
-        found = _class(context, call.func)
-        if found is None:
-            if context.index.first_enclosing(call, cst.Call) is sequential:
-                return f"perfmod cannot read the layer `{context.source(call.func)}` ({_at(context, call)})"
-            continue  # an argument of a torch layer (`int(d)`)
-        reason = _forward_obstacle(found[0], found[1], seen, depth + 1)
-        if reason is not None:
-            return reason
-    return None
-
-
-def _code_obstacle(context, name: str, function: cst.FunctionDef) -> str | None:
-    where = f"`{name}.{function.name.value}`"
-    for call in context.index.find(cst.Call, within=function):
-        names = context.names.of(call.func)
-        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-        torch_method = method is not None and not any(not n.startswith("torch.") for n in names)
-        if names & RANDOM_FUNCTIONS or torch_method and method in RANDOM_METHODS:
-            return f"{where} draws random numbers ({_at(context, call)}), which compiled code draws differently"
-        if (
-            method in SYNC_METHODS
-            and method not in ("cpu", "to")
-            or names & COMPILE_BREAK_FUNCTIONS
-            or method in COMPILE_BREAK_METHODS
-        ):
-            return f"{where} breaks the graph at `{context.source(call.func)}` ({_at(context, call)})"
-        if method in HOOK_REGISTRATIONS:
-            return f"{where} registers hooks ({_at(context, call)})"
-        if (
-            method is not None
-            and method.endswith("_")
-            and not method.startswith("_")
-            and _rooted_at_self(call.func.value)
-        ):
-            return f"{where} changes the module's state in place ({_at(context, call)}): it recompiles"
-    for node in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=function):
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        if any(_rooted_at_self(t) for t in targets):
-            return f"{where} writes the module's state ({_at(context, node)}): it recompiles for every new value"
-    for node in context.index.find((cst.If, cst.While, cst.IfExp, cst.Assert), within=function):
-        if _reads_values(context, node.test, function):
-            return (
-                f"{where} branches on a tensor's values ({_at(context, node)}): dynamo breaks "
-                "the graph there and runs the rest in eager mode"
-            )
-    return None
-
-
 def _at(context, node: cst.CSTNode) -> str:
     """`path:line` of `node`, the path relative to the project's root."""
     from codemod.analysis.project import project_of
@@ -380,38 +269,110 @@ def _at(context, node: cst.CSTNode) -> str:
     return project_of(context).shown_in(context, node)
 
 
-def _rooted_at_self(expr: cst.BaseExpression) -> bool:
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        expr = expr.value
-    return _is_self(expr)
+# -- the networks a model holds, read where the step runs it ----------------------------------
 
 
-def _reads_values(context, test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
-    """Does the branch test `test` read a value the function computes or is given (not
-    `self.<flag>`, a constant, or what a tensor's shape, dtype or device says)?"""
-    params = {p.name.value for p in function.params.params[1:]}
-    locals_ = params | {
-        t.target.value
-        for node in context.index.find(cst.Assign, within=function)
-        for t in node.targets
-        if isinstance(t.target, cst.Name)
-    }
+def holds_networks(context, table: cst.Call) -> bool:
+    """Does the `nn.ModuleDict` / `nn.ModuleList` call `table` hold networks of several
+    layers (`nn.Sequential(...)`, a class of this file), not single torch layers, whose
+    compile would fuse nothing?"""
+    networks = [
+        call
+        for call in context.index.find(cst.Call, within=table)
+        if call is not table
+        and (context.names.of(call.func) & MODULE_CONTAINERS or context.kinds.local_class(call.func) is not None)
+    ]
+    return bool(networks)
 
-    def reads(expr: cst.CSTNode) -> bool:
-        if isinstance(expr, cst.Name):
-            return expr.value in locals_
-        if isinstance(expr, cst.Attribute):
-            return expr.attr.value not in _SHAPE_ATTRIBUTES and reads(expr.value)
-        if isinstance(expr, cst.Call):
-            func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _SHAPE_METHODS:
+
+def table_obstacle(context, table: cst.Call) -> str | None:
+    """Why the networks of classes of this file that the `nn.ModuleDict` / `nn.ModuleList`
+    call `table` holds do not each compile to one reused graph without a random draw
+    (`compilability.forward_of`); None when they do."""
+    for call in context.index.find(cst.Call, within=table):
+        network = context.kinds.local_class(call.func)
+        if network is not None:
+            reason = forward_of(context, network).first
+            if reason is not None:
+                return reason
+    return None
+
+
+def held_only(context, name: cst.Name) -> bool:
+    """Is the table `name` only indexed and called (`name[k](x)`) or asked for what a module
+    has (`name.parameters()`, `name.to(device)`)? Then no code can reach its networks to hook
+    them but through those reads."""
+    assignments = context.bindings.assignments(name)
+    if not assignments or len(assignments) != 1:
+        return False
+    parents = context.parents
+    for access in assignments[0].references:
+        node = access.node
+        parent = parents.get(node)
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            call = parents.get(parent)
+            if not (isinstance(call, cst.Call) and call.func is parent):
                 return False
-            if isinstance(func, cst.Name) and func.value in _SHAPE_FUNCTIONS:
-                return False
-        if isinstance(expr, cst.Comparison) and all(
-            isinstance(c.operator, (cst.Is, cst.IsNot)) for c in expr.comparisons
+        elif not (
+            isinstance(parent, cst.Attribute)
+            and parent.value is node
+            and parent.attr.value in MODULE_METHODS
+            and parent.attr.value not in HOOK_REGISTRATIONS
+            and parent.attr.value not in ("modules", "children", "named_modules", "named_children", "apply")
         ):
             return False
-        return any(reads(child) for child in expr.children)
+    return True
 
-    return reads(test)
+
+def model_parts(context, cls: cst.ClassDef) -> list[tuple[str, cst.Call, str]]:
+    """(attribute, its value, "module" / "dict" / "list") for each network that the
+    class's `__init__` builds into `self.<attribute>` (an `nn.Sequential`, a class of
+    this file, an `nn.ModuleDict` or `nn.ModuleList`) and its other methods read."""
+    methods = _methods(cls)
+    init = methods.get("__init__")
+    if init is None or "forward" not in methods:
+        return []
+    index, names = context.index, context.names
+    read = {  # read by a method other than `__init__`: the forward, or what the step calls besides
+        a.attr.value
+        for method in methods.values()
+        if method is not init
+        for a in index.find(cst.Attribute, within=method)
+        if m.matches(a.value, m.Name("self"))
+    }
+    found, assigned = [], {}
+    for assign in index.find(cst.Assign, within=cls):
+        for target in assign.targets:
+            if m.matches(target.target, m.Attribute(value=m.Name("self"))):
+                key = target.target.attr.value
+                assigned[key] = assigned.get(key, 0) + 1
+    for assign in index.find(cst.Assign, within=init):
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        value = assign.value
+        if not (m.matches(target, m.Attribute(value=m.Name("self"))) and isinstance(value, cst.Call)):
+            continue
+        attribute = target.attr.value
+        if attribute not in read or assigned.get(attribute) != 1:
+            continue
+        qualified = names.of(value.func)
+        kind = next((MODULE_TABLES[q] for q in sorted(qualified) if q in MODULE_TABLES), None)
+        if kind is None and (qualified & MODULE_CONTAINERS or context.kinds.local_class(value.func) is not None):
+            kind = "module"
+        if kind is None:
+            continue
+        found.append((attribute, value, kind))
+    return found
+
+
+def table_touched(context, name: str, attribute: str) -> str | None:
+    """Why this file keeps the networks of `name.attribute` from being compiled: it stores
+    into the table or registers hooks that may reach it."""
+    prefix = f"{name}.{attribute}"
+    for node in context.index.find((cst.Assign, cst.AugAssign)):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        if any(re.match(re.escape(prefix) + r"\b(?!\s*\()", context.source(t)) for t in targets):
+            return f"this file stores into `{prefix}` (line {context.line(node)})"
+    for site in hook_sites(context):
+        if site.root is None or site.root == name and site.path[:1] == (attribute,):
+            return f"this file registers a hook that may reach them (line {context.line(site.call)})"
+    return None

@@ -257,6 +257,9 @@ MODULE_METHODS_IN_PLACE = frozenset(
 MODULE_METHODS_RETURNING_SELF = frozenset(
     "to cuda cpu xpu ipu mtia train eval float half double bfloat16 type requires_grad_ apply share_memory to_empty".split()
 )
+# What a model is set up with before training (a compile goes after the last of these): the
+# moves and casts that return it, and loading its weights; not a mode switch (`.train()`).
+MODULE_SET_UP_METHODS = (MODULE_METHODS_RETURNING_SELF - {"train", "eval"}) | {"load_state_dict"}
 BUILTIN_PREFIXES = ("builtins.",)
 
 # -- Python ----------------------------------------------------------------------------------
@@ -406,6 +409,20 @@ SHARING_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag"})
 VIEW_METHODS = methods(Category.VIEW)
 # Tensor methods that make the host wait for the device.
 SYNC_METHODS = methods(syncs=True)
+# Random draws a forward makes from the tensors it is given (every dropout, `bernoulli`,
+# `randn_like`, `multinomial`): not the factories that draw data from a shape (`torch.randn`),
+# the counts a Poisson draw makes of rates (`torch.poisson`), nor the in-place fills that
+# initialize weights (`w.normal_()`).
+FORWARD_DRAWS = (
+    RANDOM_MODULES
+    | functions(Category.UNARY, random=True) - {"torch.poisson"}
+    | frozenset(n for n in RANDOM_FUNCTIONS if n.endswith("_like") or n.endswith(".multinomial"))
+)
+FORWARD_DRAW_METHODS = frozenset(m for m in RANDOM_METHODS if not m.endswith("_"))
+# What a tensor tells of itself without its values: a test of these reads nothing back from
+# the device and does not break a compiled graph (`if x.dim() == 3:`).
+METADATA_ATTRIBUTES = frozenset("shape ndim dtype device is_cuda requires_grad".split())
+METADATA_METHODS = frozenset("size dim numel ndimension is_floating_point is_complex".split())
 # torch's functions that draw from its global generator (not the layers that call them).
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
 # Calls that read the gradients of the parameters they are given.
@@ -436,6 +453,12 @@ MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECU
 MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
 # Containers of modules: what they run is what they are given.
 MODULE_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+# Containers that hold modules by key or by position: their modules are `.values()` or the container.
+MODULE_TABLES = {
+    f"torch.nn{path}.{name}": kind
+    for name, kind in (("ModuleDict", "dict"), ("ModuleList", "list"))
+    for path in ("", ".modules.container")
+}
 # perfmod's runtime, as rewritten code calls it: the precision policy, data loading,
 # checkpoints, hooks, process setup and the elementwise linear recurrence multiply no
 # matrices (`runtime.kernels.linear_attention` does).

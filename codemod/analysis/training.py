@@ -55,9 +55,6 @@ from codemod.analysis.torch_facts import (
     ACCELERATOR_WORDS,
     AUTOCAST_NAMES,
     CLIP_NAMES,
-    COMPILE_BREAK_FUNCTIONS,
-    COMPILE_BREAK_METHODS,
-    COMPILE_BREAKS,
     CUDA_PROBES,
     DEVICE_KEYWORDS,
     DEVICE_SYNCHRONIZES,
@@ -755,20 +752,17 @@ class Training:
             self._products[loop.loop] = _MatrixProducts(self).in_code(loop.loop.body)
         return self._products[loop.loop]
 
-    def compile_break(self, calls: Iterable[cst.Call]) -> tuple[cst.Call, str] | None:
-        """A call that `calls` run (read as `multiplies_matrices` reads a step, into the
-        models' classes and the functions of this file) where torch.compile breaks its graph
-        and runs eager code (a recurrent layer, a sparse tensor), and why; None when none is
-        seen. Ask it with the calls that run one model's forward to learn about that model."""
-        search = _CompileBreaks(self)
-        if not _first_true(search.in_call(call) for call in calls) or search.found is None:
+    def first_run(
+        self, calls: Iterable[cst.Call], functions: frozenset[str], methods: frozenset[str]
+    ) -> cst.Call | None:
+        """The first call that `calls` run (read as `multiplies_matrices` reads a step, into the
+        models' classes and the functions of this file) of one of torch's `functions` (or
+        classes) or tensor `methods`; None when none is seen (`compilability.compile_break`
+        asks it for where torch.compile breaks a model's graph)."""
+        search = _CallSearch(self, functions, methods)
+        if not _first_true(search.in_call(call) for call in calls):
             return None
-        call = search.found
-        names = self.names.of(call.func)
-        reason = next((COMPILE_BREAKS[n] for n in sorted(names) if n in COMPILE_BREAKS), None)
-        if reason is None and isinstance(call.func, cst.Attribute):
-            reason = COMPILE_BREAKS.get(f"Tensor.{call.func.attr.value}")
-        return (call, reason) if reason is not None else None
+        return search.found
 
     def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
         """Does calling `node`, a class or function of this file, multiply matrices (as
@@ -2157,11 +2151,12 @@ class _MatrixProducts:
         return _first_true(verdicts)
 
 
-class _CompileBreaks(_MatrixProducts):
-    """The same search, for the calls where torch.compile breaks its graph (`compile_break`)."""
+class _CallSearch(_MatrixProducts):
+    """The same search, for calls of other functions and methods (`first_run`)."""
 
-    FUNCTIONS = COMPILE_BREAK_FUNCTIONS
-    METHODS = COMPILE_BREAK_METHODS
+    def __init__(self, training: Training, functions: frozenset[str], methods: frozenset[str]) -> None:
+        super().__init__(training)
+        self.FUNCTIONS, self.METHODS = functions, methods
 
     def _in_code(self, node: cst.CSTNode) -> bool | None:
         index = self.training.index

@@ -262,3 +262,46 @@ def test_a_table_of_networks_that_only_the_step_reads_is_compiled_whatever_else_
     passed = source.replace("opt.step()\n", "opt.step()\n            print(ci_fns)\n")
     found, new = findings(passed)
     assert (13, False) in [(line, fixable) for line, fixable, _ in found] and "net.compile()" not in new
+
+
+def test_a_table_of_networks_of_this_file_is_compiled_only_when_each_forward_compiles_to_one_graph():
+    """A table built in the training file of networks of a class of this file: compiled in
+    place when the class's forward compiles to one reused graph, reported with the reason
+    when it reads a value to the host (in a helper of the file) or branches on one."""
+    source = """\
+        import torch
+        import torch.nn as nn
+
+
+        def scaled(h):
+            return h * 0.5
+
+
+        class Gate(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return scaled(self.proj(x).tanh())
+
+
+        gates = nn.ModuleDict({n: Gate() for n in ["a", "b"]})
+        opt = torch.optim.SGD(gates.parameters(), lr=0.1)
+        for step in range(3):
+            x = torch.randn(2, 4)
+            loss = sum(gates[n](x).pow(2).mean() for n in ["a", "b"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """
+    found, new = findings(source)
+    assert [(line, fixable) for line, fixable, _ in found] == [(18, True)], found
+    assert "for net in gates.values():\n    net.compile()\nopt = " in new
+    synced = source.replace("return h * 0.5", "return h / h.abs().max().item()")
+    found, new = findings(synced)
+    assert [(line, fixable) for line, fixable, _ in found] == [(18, False)] and ".compile()" not in new
+    assert found[0][2].endswith("not compiled: `scaled` breaks the graph at `h.abs().max().item` (t.py:6)")
+    branching = source.replace("return scaled(self.proj(x).tanh())", "return x if x.sum() > 0 else self.proj(x)")
+    found, _ = findings(branching)
+    assert "not compiled: `Gate.forward` branches on a tensor's values (t.py:15)" in found[0][2], found

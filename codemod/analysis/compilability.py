@@ -1,0 +1,414 @@
+"""Does a forward compile to one reused graph? The one place that answers it, for a
+network class (`forward_of`), a function or method and the helpers of its file it calls,
+an `nn.Sequential(...)` of layers, the calls a training step runs a model's forward
+through (`compile_break`), and the file around them (`file_obstacles`).
+
+A forward compiles to one graph that torch.compile reuses on every call when dynamo
+reads it whole and nothing in it changes from one call to the next:
+- no graph break: no recurrent layer or sparse tensor (torch's table, `COMPILE_BREAKS`),
+  no value read to the host (`.item()`, `.tolist()`), no Python branch on a tensor's
+  values (`if x.sum() > 0:`), no hook registered in it;
+- no recompile: no write to the module's own state (`self.calls += 1`, an in-place update
+  of a buffer), which changes what the graph was specialised on.
+
+A random draw (dropout, `torch.randn_like`, `bernoulli`) compiles, but the compiled code
+draws its own numbers, equally random and not the eager ones: it is a separate fact
+(`Forward.draws`), an obstacle only where the same numbers are owed (a network compiled
+in place behind the user's back). Double backward (`create_graph=True`) is not supported
+by torch.compile at all; it is a fact of the file (`file_obstacles`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis.hook_sites import hook_sites
+from codemod.analysis.loops import own_nodes
+from codemod.analysis.names import method_name, sole_definition
+from codemod.analysis.step_models import calls_model, own_calls
+from codemod.analysis.torch_facts import (
+    COMPILE_BREAK_FUNCTIONS,
+    COMPILE_BREAK_METHODS,
+    COMPILE_BREAKS,
+    FORWARD_DRAW_METHODS,
+    FORWARD_DRAWS,
+    HOOK_REGISTRATIONS,
+    METADATA_ATTRIBUTES,
+    METADATA_METHODS,
+    MODULE_CONTAINERS,
+    RANDOM_FUNCTIONS,
+    RANDOM_METHODS,
+    RANDOM_MODULES,
+    REDUCING_FUNCTIONS,
+    REDUCING_METHODS,
+    SYNC_METHODS,
+)
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+MAX_DEPTH = 4  # network classes followed into the networks they build
+COMPILERS = ("torch.compile",)
+# What a branch test may read without reading a tensor's values: its metadata (torch_facts),
+# a module's mode, and Python's questions about a value's length and type.
+_SHAPE_ATTRIBUTES = METADATA_ATTRIBUTES | {"training"}
+_SHAPE_FUNCTIONS = {"len", "isinstance", "hasattr", "callable", "type"}
+_GRAD_FREE = ("torch.no_grad", "torch.inference_mode")
+
+
+@dataclass(frozen=True)
+class Forward:
+    """What torch.compile makes of a forward."""
+
+    obstacle: str | None  # why it does not compile to one reused graph; None: it does
+    first: str | None  # the first obstacle or random draw, in the order the code is read
+
+    @property
+    def draws(self) -> str | None:
+        """The random draw of a forward that compiles: compiled code draws other numbers."""
+        return self.first if self.obstacle is None else None
+
+
+def forward_of(context: FileContext, network: cst.ClassDef | cst.FunctionDef | cst.Call) -> Forward:
+    """Does the forward of `network` compile to one reused graph: a class of `context`'s
+    module (its `forward`, the methods it calls, the helper functions of the file they
+    call, the network classes of the project it builds), a function (with its helpers), a
+    method (with the methods of its class and the helpers it calls), or an
+    `nn.Sequential(...)` call of torch layers and project classes?"""
+    first = _obstacle(context, network, True)
+    # The walk that counts random draws sees everything the other does: without one, neither finds any.
+    return Forward(_obstacle(context, network, False) if first is not None else None, first)
+
+
+def _obstacle(context, network, random: bool) -> str | None:
+    if isinstance(network, cst.FunctionDef):  # a method reads the methods of its class it calls
+        owner = context.kinds.class_of(network)
+        own = _methods(owner) if owner is not None else {}
+        name = owner.name.value if owner is not None else network.name.value
+        return _functions_obstacle(context, name, own, [network], random, set())
+    return _forward_obstacle(context, network, set(), 0, random)
+
+
+def _forward_obstacle(context, network, seen: set[int], depth: int, random: bool) -> str | None:
+    if id(network) in seen:
+        return None
+    seen.add(id(network))
+    if isinstance(network, cst.Call):
+        return _layers_obstacle(context, network, seen, depth, random)
+    name = network.name.value
+    own = _methods(network)
+    if "forward" not in own:
+        return f"`{name}` has no forward perfmod can read"
+    for site in hook_sites(context):
+        if site.owner is network:
+            return f"`{name}` registers hooks ({_at(context, site.call)})"
+    reason = _functions_obstacle(context, name, own, [own["forward"]], random, set())
+    if reason is not None:
+        return reason
+    if depth >= MAX_DEPTH:
+        return f"`{name}` builds networks deeper than perfmod follows"
+    for call in context.index.find(cst.Call, within=network):
+        names = context.names.of(call.func)
+        if names & MODULE_CONTAINERS or any(n.startswith("torch.") for n in names):
+            continue
+        found = _class(context, call.func)
+        if found is not None:
+            reason = _forward_obstacle(found[0], found[1], seen, depth + 1, random)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _functions_obstacle(context, name: str, own: dict, todo: list, random: bool, done: set[int]) -> str | None:
+    """The first obstacle in the functions `todo` and in what they call: the methods of the
+    class (`own`) through `self`, the functions of the file by name."""
+    while todo:
+        function = todo.pop()
+        if id(function) in done:
+            continue
+        done.add(id(function))
+        method = own.get(function.name.value) is function
+        where = f"`{name}.{function.name.value}`" if method else f"`{function.name.value}`"
+        reason = _code_obstacle(context, where, function, random)
+        if reason is not None:
+            return reason
+        for call in context.index.find(cst.Call, within=function):
+            func = call.func
+            if isinstance(func, cst.Attribute) and _is_self(func.value) and func.attr.value in own:
+                todo.append(own[func.attr.value])
+            helper = sole_definition(context.scopes, func, cst.FunctionDef)
+            if helper is not None and context.index.first_enclosing(helper, cst.ClassDef) is None:
+                todo.append(helper)  # a function of the module, read where it is defined
+    return None
+
+
+def _layers_obstacle(context, sequential: cst.Call, seen: set[int], depth: int, random: bool) -> str | None:
+    """Why the layers of `nn.Sequential(...)` (torch layers, or classes of the project) do not
+    compile to one reused graph; None when they do."""
+    for call in context.index.find(cst.Call, within=sequential):
+        if call is sequential:
+            continue
+        names = context.names.of(call.func)
+        if random and (names & RANDOM_MODULES or names & RANDOM_FUNCTIONS):
+            return f"`{context.source(call.func)}` draws random numbers ({_at(context, call)}), which compiled code draws differently"
+        if names & COMPILE_BREAK_FUNCTIONS:
+            return f"the graph breaks at `{context.source(call.func)}` ({_at(context, call)})"
+        if any(n.startswith("torch.") for n in names):
+            continue
+        found = _class(context, call.func)
+        if found is None:
+            if context.index.first_enclosing(call, cst.Call) is sequential:
+                return f"perfmod cannot read the layer `{context.source(call.func)}` ({_at(context, call)})"
+            continue  # an argument of a torch layer (`int(d)`)
+        reason = _forward_obstacle(found[0], found[1], seen, depth + 1, random)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _code_obstacle(context, where: str, function: cst.FunctionDef, random: bool) -> str | None:
+    for call in context.index.find(cst.Call, within=function):
+        names = context.names.of(call.func)
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        torch_method = method is not None and not any(not n.startswith("torch.") for n in names)
+        if random and (names & RANDOM_FUNCTIONS or torch_method and method in RANDOM_METHODS):
+            return f"{where} draws random numbers ({_at(context, call)}), which compiled code draws differently"
+        if (
+            method in SYNC_METHODS
+            and method not in ("cpu", "to")
+            or names & COMPILE_BREAK_FUNCTIONS
+            or method in COMPILE_BREAK_METHODS
+        ):
+            return f"{where} breaks the graph at `{context.source(call.func)}` ({_at(context, call)})"
+        if method in HOOK_REGISTRATIONS:
+            return f"{where} registers hooks ({_at(context, call)})"
+        if (
+            method is not None
+            and method.endswith("_")
+            and not method.startswith("_")
+            and _rooted_at_self(call.func.value)
+        ):
+            return f"{where} changes the module's state in place ({_at(context, call)}): it recompiles"
+    for node in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=function):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        if any(_rooted_at_self(t) for t in targets):
+            return f"{where} writes the module's state ({_at(context, node)}): it recompiles for every new value"
+    for node in context.index.find((cst.If, cst.While, cst.IfExp, cst.Assert), within=function):
+        if _reads_values(context, node.test, function):
+            return (
+                f"{where} branches on a tensor's values ({_at(context, node)}): dynamo breaks "
+                "the graph there and runs the rest in eager mode"
+            )
+    return None
+
+
+def _reads_values(context, test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """Does the branch test `test` read a value the function computes or is given (not
+    `self.<flag>`, a constant, or what a tensor's shape, dtype or device says)?"""
+    params = [*function.params.posonly_params, *function.params.params]
+    if params and params[0].name.value in ("self", "cls"):
+        params = params[1:]
+    locals_ = {p.name.value for p in params} | {
+        t.target.value
+        for node in context.index.find(cst.Assign, within=function)
+        for t in node.targets
+        if isinstance(t.target, cst.Name)
+    }
+
+    def reads(expr: cst.CSTNode) -> bool:
+        if isinstance(expr, cst.Name):
+            return expr.value in locals_
+        if isinstance(expr, cst.Attribute):
+            return expr.attr.value not in _SHAPE_ATTRIBUTES and reads(expr.value)
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in METADATA_METHODS:
+                return False
+            if isinstance(func, cst.Name) and func.value in _SHAPE_FUNCTIONS:
+                return False
+        if isinstance(expr, cst.Comparison) and all(
+            isinstance(c.operator, (cst.Is, cst.IsNot)) for c in expr.comparisons
+        ):
+            return False
+        return any(reads(child) for child in expr.children)
+
+    return reads(test)
+
+
+# -- a model's forward as a training step runs it ------------------------------------------
+
+
+def compile_break(context: FileContext, calls) -> tuple[cst.Call, str] | None:
+    """A call that `calls` run (read as `Training.multiplies_matrices` reads a step, into the
+    models' classes and the functions of this file) where torch.compile breaks its graph and
+    runs eager code (a recurrent layer, a sparse tensor), and why; None when none is seen.
+    Ask it with the calls that run one model's forward to learn about that model."""
+    call = context.training.first_run(calls, COMPILE_BREAK_FUNCTIONS, COMPILE_BREAK_METHODS)
+    if call is None:
+        return None
+    names = context.names.of(call.func)
+    reason = next((COMPILE_BREAKS[n] for n in sorted(names) if n in COMPILE_BREAKS), None)
+    if reason is None and isinstance(call.func, cst.Attribute):
+        reason = COMPILE_BREAKS.get(f"Tensor.{call.func.attr.value}")
+    return (call, reason) if reason is not None else None
+
+
+def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] | None:
+    """Where the forward of the model `name`, as the training loop `loop` calls it, breaks
+    torch.compile's graph (`compile_break`)."""
+    calls = own_calls(context, loop.loop)
+    return compile_break(context, [c for c in calls if calls_model(context, c, name)])
+
+
+# -- the file around the forward -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileObstacles:
+    """What a file does that bears on compiling a model it trains."""
+
+    compiled: bool  # it compiles something already (`torch.compile`, any alias; `.compile()` of a module)
+    hook: cst.Call | None  # a module hook registration (dynamo traces it, and recompiles when it changes)
+    double_backward: cst.Call | None  # a call with `create_graph=True`: torch.compile cannot differentiate twice
+    draw: cst.Call | None  # a random draw of the kind a forward makes (dropout, `bernoulli`, `randn_like`)
+
+
+def file_obstacles(context: FileContext) -> FileObstacles:
+    """What the file of `context` does that bears on compiling a model it trains (built once)."""
+    return context.shared("compilability.file", _file_obstacles)
+
+
+def _file_obstacles(context) -> FileObstacles:
+    calls = context.index.find(cst.Call)
+    return FileObstacles(
+        _compiled_already(context),
+        next((c for c in calls if method_name(c) in HOOK_REGISTRATIONS), None),
+        next((c for c in calls if any(_creates_graph(a) for a in c.args)), None),
+        next((c for c in calls if _draws(context, c)), None),
+    )
+
+
+def _creates_graph(arg: cst.Arg) -> bool:
+    return (
+        arg.keyword is not None
+        and arg.keyword.value == "create_graph"
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == "True"
+    )
+
+
+def _draws(context, call: cst.Call) -> bool:
+    if context.names.of(call.func) & FORWARD_DRAWS:
+        return True
+    return method_name(call) in FORWARD_DRAW_METHODS and not context.names.startswith(call.func, ("numpy", "random"))
+
+
+def _compiled_already(context) -> bool:
+    names, index, module = context.names, context.index, context.module
+    # torch.compile is spelled `torch.compile` (any alias of torch) or imported by name
+    # (`from torch import compile as jit`): only those nodes need a qualified-name look-up.
+    for node in index.find(cst.ImportFrom):
+        if (
+            node.module is not None
+            and not node.relative
+            and module.code_for_node(node.module) == "torch"
+            and not isinstance(node.names, cst.ImportStar)
+            and any(_last_name(alias.name) == "compile" for alias in node.names)
+        ):
+            return True
+    for node in index.find(cst.Attribute):
+        if node.attr.value == "compile" and names.is_(node, *COMPILERS):
+            return True
+    models = {model.expression for loop in context.training.loops for model in loop.models}
+    return any(
+        method_name(call) == "compile"
+        and (
+            module.code_for_node(call.func.value) in models
+            # a module compiled in place (`model.encoder.compile()`, `net.compile()`), not `re.compile`
+            or not call.args
+            and all(n.startswith("torch.") for n in names.of(call.func))
+        )
+        for call in index.find(cst.Call)
+        if isinstance(call.func, cst.Attribute)
+    )
+
+
+# -- a loss function, compiled on its own -----------------------------------------------------
+
+
+def computes_loss(context: FileContext, function: cst.FunctionDef) -> bool:
+    """Does `function` compute a loss value: call a torch loss or reduction (`F.kl_div`,
+    `.mean()`, `torch.sum`) outside `torch.no_grad()`, and run no model (whose compile
+    covers it) and no double backward?"""
+    calls = own_nodes(context.index, cst.Call, function.body)
+    training = context.training
+    if any(training.is_model_call(c) for c in calls if not context.names.startswith(c.func, ("torch",))):
+        return False
+    if any(_creates_graph(a) for c in context.index.find(cst.Call, within=function) for a in c.args):
+        return False
+    for call in calls:
+        names = context.names.of(call.func)
+        reduces = bool(names & REDUCING_FUNCTIONS) or (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in REDUCING_METHODS
+            and not any(n.startswith(("torch.", "numpy.", "builtins.")) for n in names)
+        )
+        if reduces and not _without_grad(context, call, function):
+            return True
+    return False
+
+
+def _without_grad(context, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    for ancestor in context.index.ancestors(node):
+        if ancestor is function:
+            return False
+        if isinstance(ancestor, cst.With) and any(
+            isinstance(item.item, cst.Call) and context.names.is_(item.item.func, *_GRAD_FREE)
+            for item in ancestor.items
+        ):
+            return True
+    return False
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _is_self(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "self"
+
+
+def _rooted_at_self(expr: cst.BaseExpression) -> bool:
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return _is_self(expr)
+
+
+def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    body = classdef.body.body if isinstance(classdef.body, cst.IndentedBlock) else ()
+    return {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
+
+
+def _class(context, func) -> tuple[FileContext, cst.ClassDef] | None:
+    local = sole_definition(context.scopes, func, cst.ClassDef)
+    if local is not None:
+        return context, local
+    from codemod.analysis.project import project_of
+
+    return project_of(context).class_of(func)
+
+
+def _at(context, node: cst.CSTNode) -> str:
+    """`path:line` of `node`, the path relative to the project's root."""
+    from codemod.analysis.project import project_of
+
+    return project_of(context).shown_in(context, node)
+
+
+def _last_name(node: cst.CSTNode) -> str | None:
+    """`c` for `a.b.c` and for `c`."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else None
