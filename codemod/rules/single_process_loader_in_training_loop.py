@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION
+from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION, Returned
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import WORKER_OPTIONS
@@ -169,10 +169,22 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     and would not see it; reported without a fix), a loader that already
     passes `num_workers`, `persistent_workers`, `prefetch_factor` or
     `multiprocessing_context` (in its call or its `**kwargs` dict), `*args`.
-    A loader built by a function of another module of the project
-    (`data.make_loaders(cfg)`) that feeds a training loop of this file is
-    reported at that call, with the file and line of the DataLoader: perfmod
-    does not edit another file, and does not look at that loader's dataset.
+    A loader that a function of this file builds and returns
+    (`def make_loader(cfg): ... return DataLoader(...)`) is fixed here, where
+    it is built, when a module of the same package that calls the function
+    trains on its batches (its training loop iterates the loader, itself or
+    in a function of the project it hands the loader to): the modules of the
+    package that import this one are read to find those calls. When a caller
+    changes the loader's dataset between epochs
+    (`dl.dataset.set_epoch(epoch)`), the fix gives workers without
+    `persistent_workers`: workers started for each epoch copy the changed
+    dataset, persistent ones would keep their first copy. Those callers'
+    files then report nothing for the loader. A loader built by a function of
+    another module of the project (`data.make_loaders(cfg)`) whose module does
+    not see this file's training loop among its callers (this file is in
+    another package, or perfmod cannot match the call) is reported at that
+    call, with the file and line of the DataLoader: perfmod does not edit
+    another file, and does not look at that loader's dataset.
     A loader (built here, or by such a factory) that this file passes to a
     function of another module whose training loop copies its batches to a
     device is reported at its construction (or the factory call), never
@@ -439,6 +451,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         for loader in loaders.constructions:
             if id(loader) in feeds:
                 self._check(loader, feeds[id(loader)])
+            elif id(loader) in loaders.returned and loaders.returned[id(loader)].trainer is not None:
+                self._check(loader, None, loaders.returned[id(loader)])
         for loader, function, call in loaders.external.values():
             if id(loader) in feeds:
                 call = loaders.factory_call_of(first[id(loader)]) or call  # the call that made this loop's loader
@@ -455,7 +469,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         for handoff in loaders.handoffs:
             loader, use = handoff.loader, handoff.use
             key = (id(loader), id(handoff.factory))
-            if key in seen or id(loader) in feeds or not use.trains:
+            if key in seen or id(loader) in feeds or not use.trains or handoff.returned:
                 continue
             seen.add(key)
             here = loaders.is_construction_here(loader)
@@ -463,6 +477,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             if not here and external is None:
                 continue
             there = loaders if here else external[1].context.loaders
+            if not here and there.trained_where_built(loader):
+                continue  # reported where it is built, which sees this file's loop among its users
             if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS) or any(
                 arg.star for arg in loader.args
             ):
@@ -509,6 +525,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         there = function.context.loaders
         if there.passes_option(loader, ("num_workers", *WORKER_OPTIONS), NUM_WORKERS_POSITION):
             return
+        if there.trained_where_built(loader):
+            return  # reported where it is built, which sees this file's loop among its users
         if there.may_not_batch_on_host(loader):
             return
         project = project_of(self.context)
@@ -523,7 +541,9 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     # -- the decision ------------------------------------------------------------------------
 
-    def _check(self, loader: cst.Call, loop: cst.CSTNode) -> None:
+    def _check(self, loader: cst.Call, loop: cst.CSTNode | None, returned: Returned | None = None) -> None:
+        """`loop`: the training loop of this file it feeds; or None, and `returned`: the loader
+        is returned to callers in other modules of the package, one of which trains on it."""
         loaders = self.context.loaders
         count = kwarg(loader, "num_workers") or (
             positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None
@@ -535,9 +555,11 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         dataset = loaders.dataset(loader)
         if loaders.may_hold_device_data(dataset, 0) or loaders.collate_moves_to_device(loader):
             return  # CUDA cannot be used in forked workers: the loader stays in the training process
-        line = self.context.line(loop)
+        line = self.context.line(loop) if loop is not None else None
         message = (
             f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
+            if returned is None
+            else self._returned_message(returned)
         )
         stars = [arg for arg in loader.args if arg.star == "**"]
         anchor: cst.CSTNode = loader
@@ -580,7 +602,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 and not options & (set(WORKER_OPTIONS) - {"num_workers"})
             )
             message = (
-                f"this DataLoader feeds the training loop on line {line} with num_workers=0"
+                (f"this DataLoader feeds the training loop on line {line}" if returned is None else message)
+                + " with num_workers=0"
                 + ("" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)")
                 + ", so every batch is loaded in the training process between steps"
             )
@@ -600,7 +623,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
             return
-        changed = loaders.dataset_changed_in(dataset, loop)
+        changed = loaders.dataset_changed_in(dataset, loop) if loop is not None else None
         if changed is not None:
             self.report(
                 loader,
@@ -647,11 +670,27 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "load in the training process",
             )
             return
-        value = cst.parse_expression(
-            "default_num_workers(fork_only=True)"
-            if unpicklable or not self.context.loops.guarded_from_import(loop)
-            else "default_num_workers()"
+        guarded = (
+            self.context.loops.guarded_from_import(loop)
+            if loop is not None
+            else all(caller.guarded for caller in returned.callers)
         )
+        value = cst.parse_expression(
+            "default_num_workers(fork_only=True)" if unpicklable or not guarded else "default_num_workers()"
+        )
+        change = returned.dataset_change if returned is not None else None
+        if change is not None:
+            # Workers started for each epoch copy the dataset as it is then; persistent ones would not.
+            text = f"`{change.text}`" if change.text else "a change of its dataset"
+            self.report(
+                loader,
+                message + f"; give it worker processes, not persistent ones: {text} in `{change.function}` "
+                f"({project_of(self.context).shown_site(change)}) changes its dataset between epochs, which "
+                "workers started for each epoch copy and persistent workers would not",
+                edits=[Replace(zero, value) if zero is not None else AddKeyword(anchor, "num_workers", value)],
+                imports=[IMPORT],
+            )
+            return
         # The count is read twice (workers, and whether they persist): computed once, before.
         binding, count_name = bound_before(anchor, value, "num_workers", self.context.index, self._names)
         persistent = cst.Comparison(
@@ -665,6 +704,19 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             message + "; give it worker processes" + where,
             edits=[binding, workers, AddKeyword(anchor, "persistent_workers", persistent)],
             imports=[IMPORT],
+        )
+
+    def _returned_message(self, returned: Returned) -> str:
+        """What a loader returned to callers elsewhere feeds: the first training loop among them."""
+        caller = returned.trainer
+        loop, project = caller.use.loop, project_of(self.context)
+        trainer = f"`{loop.function}` ({project.shown_site(loop)}"
+        if loop.function != caller.function.node.name.value:
+            trainer += f", reached through `{caller.function.qualified}`"
+        return (
+            f"this DataLoader, returned on line {self.context.line(returned.exit)} to "
+            f"{project.shown_site(caller.call)}, feeds the training loop of {trainer}) and loads every batch in "
+            "the training process"
         )
 
     def _options(self, loader: cst.Call, anchor: cst.CSTNode) -> set[str] | None:
