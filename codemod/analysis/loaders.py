@@ -9,11 +9,17 @@ feeds (iterating it, or taking `next(it)` from it), which copies to a device a l
 makes of its batches (also in the functions and methods of this file it hands the
 batch to), whether a loop trains (calls `backward()`, itself or through those
 functions), whether the dataset may hold CUDA data, and what a `**kwargs` dict holds.
+
+The other way round (`returned`): for a DataLoader that a function of this file builds
+and returns, the calls of that function in the other modules of the file's package and
+what each does with the batches, asked of those modules' own analyses, so that the
+loader is fixed where it is built.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -857,12 +863,7 @@ class Loaders:
         if not self.constructions or not project_of(self.context).folder:
             return found
         project = project_of(self.context)
-        for function in self.context.module.body:
-            if not isinstance(function, cst.FunctionDef):
-                continue
-            made = self._made_and_returned(function)
-            if not made:
-                continue
+        for function, made in self._returning_functions:
             calls = project.package_calls(function)
             for loader, path, exit in made:
                 callers = tuple(
@@ -875,6 +876,32 @@ class Loaders:
                     callers = (known.callers if known is not None else ()) + callers
                     found[id(loader)] = Returned(loader, known.exit if known else exit, callers)
         return found
+
+    @functools.cached_property
+    def _returning_functions(self) -> list[tuple[cst.FunctionDef, list]]:
+        """The top-level functions of this file that return DataLoaders it builds, with those."""
+        if not self.constructions:
+            return []
+        found = []
+        for function in self.context.module.body:
+            if isinstance(function, cst.FunctionDef):
+                made = self._made_and_returned(function)
+                if made:
+                    found.append((function, made))
+        return found
+
+    def returned_to(self, loader: cst.Call, path: str) -> bool:
+        """Is `loader`, a construction of this file, returned by a top-level function of it, and
+        is the file `path` a module of this file's package that imports it: does this file's
+        analysis (`returned`) see the calls `path` makes of that function? Read from the
+        package's text, so that a file that uses the loader can ask it without the analysis of
+        every other caller."""
+        if id(loader) not in self._ids:
+            return False
+        if not any(made is loader for _, found in self._returning_functions for made, _, _ in found):
+            return False
+        own = os.path.abspath(path)
+        return any(module.path == own for module in project_of(self.context).package_importers())
 
     def trained_where_built(self, loader: cst.Call) -> bool:
         """Is `loader`, a construction of this file, returned to callers in other modules of

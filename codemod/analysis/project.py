@@ -618,13 +618,13 @@ class Project:
         own, name = os.path.abspath(self.context.path), function.name.value
         found = []
         for module in self.package_importers():
-            if module.mentions(name.encode()):
+            if module.mentions(name.encode()) and module.context is not None:
                 self._used[module.path] = module
                 found.extend((module, call) for call, _, started in _calls_of(module, own, name) if not started)
         return found
 
     def package_importers(self) -> list[_Module]:
-        """The parsable modules of this file's package (the outermost folder with an
+        """The modules of this file's package (the outermost folder with an
         `__init__.py` around it; the file's folder when it is in none) whose text imports
         this file's module: `import pkg.data`, `from pkg.data import f`, `from pkg import
         data`, or a relative import. Read as text first, at most MAX_PACKAGE_FILES files,
@@ -660,8 +660,8 @@ class Project:
             ):
                 continue
             module = _load(path, self.context.settings)
-            if module is not None and module.context is not None:
-                self._package_importers.append(module)
+            if module is not None:
+                self._package_importers.append(module)  # parsed when a call of it is looked for
         return self._package_importers
 
     # -- what the answers were read from --------------------------------------------------

@@ -477,8 +477,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             if not here and external is None:
                 continue
             there = loaders if here else external[1].context.loaders
-            if not here and there.trained_where_built(loader):
-                continue  # reported where it is built, which sees this file's loop among its users
+            if not here and there.returned_to(loader, self.context.path):
+                continue  # reported where it is built, which sees this file's training loop among its callers'
             if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS) or any(
                 arg.star for arg in loader.args
             ):
@@ -525,8 +525,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         there = function.context.loaders
         if there.passes_option(loader, ("num_workers", *WORKER_OPTIONS), NUM_WORKERS_POSITION):
             return
-        if there.trained_where_built(loader):
-            return  # reported where it is built, which sees this file's loop among its users
+        if there.returned_to(loader, self.context.path):
+            return  # reported where it is built, which sees this file's training loop among its callers'
         if there.may_not_batch_on_host(loader):
             return
         project = project_of(self.context)
