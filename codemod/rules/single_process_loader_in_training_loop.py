@@ -679,14 +679,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             "default_num_workers(fork_only=True)" if unpicklable or not guarded else "default_num_workers()"
         )
         change = returned.dataset_change if returned is not None else None
-        if change is not None:
-            # Workers started for each epoch copy the dataset as it is then; persistent ones would not.
-            text = f"`{change.text}`" if change.text else "a change of its dataset"
+        if change is not None:  # the message says why: not persistent
             self.report(
                 loader,
-                message + f"; give it worker processes, not persistent ones: {text} in `{change.function}` "
-                f"({project_of(self.context).shown_site(change)}) changes its dataset between epochs, which "
-                "workers started for each epoch copy and persistent workers would not",
+                message + "; give it worker processes, not persistent ones",
                 edits=[Replace(zero, value) if zero is not None else AddKeyword(anchor, "num_workers", value)],
                 imports=[IMPORT],
             )
@@ -713,11 +709,19 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         trainer = f"`{loop.function}` ({project.shown_site(loop)}"
         if loop.function != caller.function.node.name.value:
             trainer += f", reached through `{caller.function.qualified}`"
-        return (
+        message = (
             f"this DataLoader, returned on line {self.context.line(returned.exit)} to "
             f"{project.shown_site(caller.call)}, feeds the training loop of {trainer}) and loads every batch in "
             "the training process"
         )
+        change = returned.dataset_change
+        if change is not None:
+            text = f"`{change.text}`" if change.text else "a change of its dataset"
+            message += (
+                f" ({text} in `{change.function}` ({project.shown_site(change)}) changes its dataset between epochs: "
+                "workers started for each epoch copy it then, persistent workers would keep their first copy)"
+            )
+        return message
 
     def _options(self, loader: cst.Call, anchor: cst.CSTNode) -> set[str] | None:
         """The keywords `loader` passes, in its call and in its `**` dict (`anchor`, the
