@@ -184,6 +184,11 @@ class Returned:
         """A change of the loader's dataset (`dl.dataset.set_epoch(epoch)`) on a caller's way."""
         return next((c.use.dataset_change for c in self.callers if c.use is not None and c.use.dataset_change), None)
 
+    @property
+    def guarded(self) -> bool:
+        """Does every call run only when its module runs as a script (spawned workers import it)?"""
+        return all(c.guarded for c in self.callers)
+
     def handoff(self) -> Handoff | None:
         """The loader as a Handoff, when every caller copies its batches to a device: where
         the first (a training one first) copies them, CUDA when every caller's copies go there."""
@@ -1920,6 +1925,20 @@ class Loaders:
                 return None
             keys |= found[1]
         return None, keys, True
+
+    def keywords_passed(self, loader: cst.Call, anchor: cst.CSTNode) -> set[str] | None:
+        """The keywords `loader` passes, in its call and in its `**` dict (`anchor`, the
+        literal, with the keys other code adds to it); None when they cannot all be seen."""
+        if any(arg.star == "*" for arg in loader.args):
+            return None
+        found = {arg.keyword.value for arg in loader.args if arg.keyword is not None}
+        stars = [arg for arg in loader.args if arg.star == "**"]
+        if not stars:
+            return found
+        literal = self.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+        if literal is None or literal[2] or literal[0] is not anchor:
+            return None
+        return found | literal[1]
 
     def star_kwargs_keys(self, loader: cst.Call, either: bool = False) -> set[str] | None:
         """The keys of the one `**dict` the loader is built with, when they can all be seen;

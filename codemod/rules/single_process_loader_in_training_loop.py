@@ -479,28 +479,14 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             there = loaders if here else external[1].context.loaders
             if not here and there.returned_to(loader, self.context.path):
                 continue  # reported where it is built, which sees this file's training loop among its callers'
-            if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS) or any(
-                arg.star for arg in loader.args
-            ):
-                continue  # chosen, or perhaps chosen through `*args` / `**kwargs`
-            if there.is_torch_loader(loader) and positional(loader, NUM_WORKERS_POSITION) is not None:
-                continue
-            if there.may_not_batch_on_host(loader):
-                continue
-            loop = use.loop
-            trainer = f"`{loop.function}` ({project.shown_site(loop)}"
-            if loop.function != handoff.function.node.name.value:
-                trainer += f", reached through `{handoff.function.qualified}`"
-            fed = f"feeds the training loop of {trainer}) and loads every batch in the training process"
+            if there.passes_option(loader, WORKER_OPTIONS, NUM_WORKERS_POSITION) or there.may_not_batch_on_host(loader):
+                continue  # chosen (perhaps through `*args` / `**kwargs`), or not batched on the host
+            trainer = self._trainer(use.loop, handoff.function)
+            fed = f"feeds the training loop of {trainer} and loads every batch in the training process"
             change = use.dataset_change
             persistent = "(and persistent_workers=True)"
             if change is not None:
-                text = f"`{change.text}`" if change.text else "a change of its dataset"
-                persistent = (
-                    f"(not persistent_workers: {text} in `{change.function}` ({project.shown_site(change)}) changes "
-                    "the dataset between epochs in the training process; workers started for each epoch copy it "
-                    "then, persistent workers would keep their first copy)"
-                )
+                persistent = f"(not persistent_workers: {self._changed(change)})"
             caveat = (
                 f"{persistent}, once its dataset is known to be map-style or an IterableDataset that shards by worker"
             )
@@ -523,12 +509,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         here as `call`) that feeds a training loop of this file: reported here; the worker
         count belongs in that module, which this rule does not edit."""
         there = function.context.loaders
-        if there.passes_option(loader, ("num_workers", *WORKER_OPTIONS), NUM_WORKERS_POSITION):
+        if there.passes_option(loader, WORKER_OPTIONS, NUM_WORKERS_POSITION) or there.may_not_batch_on_host(loader):
             return
         if there.returned_to(loader, self.context.path):
             return  # reported where it is built, which sees this file's training loop among its callers'
-        if there.may_not_batch_on_host(loader):
-            return
         project = project_of(self.context)
         self.report(
             call,
@@ -594,7 +578,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             if not (isinstance(setting, cst.Integer) and setting.evaluated_value == 0):
                 return
             spelled = self.context.source(zero)
-            options = self._options(loader, anchor)
+            options = loaders.keywords_passed(loader, anchor)
             written = (  # a literal 0, replaced by the count: it is the only worker option
                 spelled == "0"
                 and (count is None or count.keyword is not None)
@@ -670,11 +654,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "load in the training process",
             )
             return
-        guarded = (
-            self.context.loops.guarded_from_import(loop)
-            if loop is not None
-            else all(caller.guarded for caller in returned.callers)
-        )
+        guarded = self.context.loops.guarded_from_import(loop) if loop is not None else returned.guarded
         value = cst.parse_expression(
             "default_num_workers(fork_only=True)" if unpicklable or not guarded else "default_num_workers()"
         )
@@ -704,38 +684,29 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     def _returned_message(self, returned: Returned) -> str:
         """What a loader returned to callers elsewhere feeds: the first training loop among them."""
-        caller = returned.trainer
-        loop, project = caller.use.loop, project_of(self.context)
-        trainer = f"`{loop.function}` ({project.shown_site(loop)}"
-        if loop.function != caller.function.node.name.value:
-            trainer += f", reached through `{caller.function.qualified}`"
-        message = (
+        caller, change = returned.trainer, returned.dataset_change
+        return (
             f"this DataLoader, returned on line {self.context.line(returned.exit)} to "
-            f"{project.shown_site(caller.call)}, feeds the training loop of {trainer}) and loads every batch in "
-            "the training process"
+            f"{project_of(self.context).shown_site(caller.call)}, feeds the training loop of "
+            f"{self._trainer(caller.use.loop, caller.function)} and loads every batch in the training process"
+            + (f" ({self._changed(change)})" if change is not None else "")
         )
-        change = returned.dataset_change
-        if change is not None:
-            text = f"`{change.text}`" if change.text else "a change of its dataset"
-            message += (
-                f" ({text} in `{change.function}` ({project.shown_site(change)}) changes its dataset between epochs: "
-                "workers started for each epoch copy it then, persistent workers would keep their first copy)"
-            )
-        return message
 
-    def _options(self, loader: cst.Call, anchor: cst.CSTNode) -> set[str] | None:
-        """The keywords `loader` passes, in its call and in its `**` dict (`anchor`, the
-        literal, with the keys other code adds to it); None when they cannot all be seen."""
-        if any(arg.star == "*" for arg in loader.args):
-            return None
-        found = {arg.keyword.value for arg in loader.args if arg.keyword is not None}
-        stars = [arg for arg in loader.args if arg.star == "**"]
-        if not stars:
-            return found
-        literal = self.context.loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
-        if literal is None or literal[2] or literal[0] is not anchor:
-            return None
-        return found | literal[1]
+    def _trainer(self, loop, function) -> str:
+        """`name` (path:line[, reached through `function`]) of a training loop of another module."""
+        where = f"`{loop.function}` ({project_of(self.context).shown_site(loop)}"
+        if loop.function != function.node.name.value:
+            where += f", reached through `{function.qualified}`"
+        return where + ")"
+
+    def _changed(self, change) -> str:
+        """Why workers must not persist: the change of the dataset between epochs, and where."""
+        text = f"`{change.text}`" if change.text else "a change of its dataset"
+        return (
+            f"{text} in `{change.function}` ({project_of(self.context).shown_site(change)}) changes the dataset "
+            "between epochs in the training process; workers started for each epoch copy it then, persistent "
+            "workers would keep their first copy"
+        )
 
     def _indexes_reason(self, dataset: cst.BaseExpression | None) -> str:
         """Why a loader whose batches are rows of tensors in memory keeps loading in the
