@@ -641,10 +641,15 @@ class Project:
         package = self.folder
         while (package / "__init__.py").is_file() and (package.parent / "__init__.py").is_file():
             package = package.parent
-        parts = list(self.folder.relative_to(package.parent).parts) if (package / "__init__.py").is_file() else []
-        dotted = ".".join([*parts, stem]).encode()
-        parent = ".".join(parts).encode()
-        for path in _python_files(package, MAX_PACKAGE_FILES):
+        if (package / "__init__.py").is_file():
+            parts = list(self.folder.relative_to(package.parent).parts)
+            dotted, parent = ".".join([*parts, stem]).encode(), ".".join(parts).encode()
+            paths = _python_files(package, MAX_PACKAGE_FILES)
+            needles = (dotted, b"from .", b"from " + parent + b" import")
+        else:  # no package: the modules beside it, which import it as `import data` / `from data import f`
+            paths = [os.path.abspath(p) for p in sorted(self.folder.glob("*.py"))[:MAX_PACKAGE_FILES]]
+            needles = (b"import " + stem.encode(), b"from " + stem.encode())
+        for path in paths:
             if path == own:
                 continue
             try:
@@ -652,12 +657,7 @@ class Project:
                     data = handle.read(MAX_BYTES + 1)
             except OSError:
                 continue
-            if stem.encode() not in data or not (
-                (parts and dotted in data)
-                or b"from ." in data
-                or (parent and b"from " + parent + b" import" in data)
-                or (not parts and b"import " + stem.encode() in data)
-            ):
+            if stem.encode() not in data or not any(needle in data for needle in needles):
                 continue
             module = _load(path, self.context.settings)
             if module is not None:

@@ -220,3 +220,15 @@ def test_a_dataset_changed_between_epochs_gets_workers_that_are_not_persistent(t
     new = result.new_source.decode()
     assert "num_workers=default_num_workers()" in new and "persistent_workers" not in new
     assert _check(folder / "loop.py", "PM201").findings == []
+
+
+def test_scripts_beside_each_other_outside_a_package(tmp_path):
+    """No package: the modules beside the file that import it by its name are its callers."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "data.py").write_text(DATA)
+    (tmp_path / "train.py").write_text(TRAIN.replace("from {package}.data import", "from data import"))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "other.py").write_text(STATS.replace("from .data import", "from data import"))
+    found = _check(tmp_path / "data.py", "PM102", "PM201").findings
+    assert sorted((f.code, f.applied) for f in found) == [("PM102", True), ("PM201", True)]  # sub/ is not beside it
+    assert "returned on line 17 to train.py:11" in next(f.message for f in found if f.code == "PM201")
