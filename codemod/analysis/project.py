@@ -389,12 +389,18 @@ class Project:
         """`path:line` of a Site, the path relative to the project root."""
         return f"{self._relative(site.path)}:{site.line}"
 
-    def dotted(self, path: str) -> str:
-        """The module name of the project file `path` (`pkg.train` for `pkg/train.py` at the
-        project root or in `src/`)."""
-        relative = Path(self._relative(path)).with_suffix("")
-        parts = relative.parts[1:] if relative.parts[:1] == ("src",) else relative.parts
-        return ".".join(parts[:-1] if parts[-1:] == ("__init__",) else parts)
+    @staticmethod
+    def dotted(path: str) -> str:
+        """The name the project file `path` is imported by: `pkg.train` for `pkg/train.py` in
+        the package `pkg` (its folders up to the outermost with an `__init__.py`), `train`
+        for a `train.py` in no package."""
+        file = Path(os.path.abspath(path))
+        parts = [] if file.stem == "__init__" else [file.stem]
+        folder = file.parent
+        while (folder / "__init__.py").is_file() and folder.parent != folder:
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        return ".".join(parts)
 
     def _relative(self, path: str) -> str:
         """`path` relative to the project root (as it is when there is none, or on another drive)."""
