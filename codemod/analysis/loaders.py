@@ -9,11 +9,17 @@ feeds (iterating it, or taking `next(it)` from it), which copies to a device a l
 makes of its batches (also in the functions and methods of this file it hands the
 batch to), whether a loop trains (calls `backward()`, itself or through those
 functions), whether the dataset may hold CUDA data, and what a `**kwargs` dict holds.
+
+The other way round (`returned`): for a DataLoader that a function of this file builds
+and returns, the calls of that function in the other modules of the file's package and
+what each does with the batches, asked of those modules' own analyses, so that the
+loader is fixed where it is built.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +29,7 @@ from codemod.analysis.command_line import Option, is_parse_call
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, names_read, positional
-from codemod.analysis.project import BatchUse, Function, project_of
+from codemod.analysis.project import BatchUse, Function, Site, project_of
 from codemod.analysis.torch_facts import (
     DATASETS_OF_DATASETS,
     DEFAULT_COLLATES,
@@ -133,11 +139,66 @@ class Handoff:
     batches to a device."""
 
     loader: cst.Call  # the construction (here, or in the factory's module)
-    call: cst.Call  # the call of this file that passes it
-    function: Function  # the project function called
-    param: cst.Param  # the parameter of `function` it is passed to
+    call: cst.Call | cst.Return  # the call of this file that passes it (the `return` that gives it)
+    function: Function  # the project function called (the function that calls this file's)
+    param: cst.Param | None  # the parameter of `function` it is passed to
     use: BatchUse  # where its batches are copied
     factory: cst.Call | None = None  # the call of this file to the project factory that built it, if not here
+    returned: bool = False  # returned to callers elsewhere: `call` is the `return`, `param` None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A call, in another module of this file's package, of a function of this file that
+    returns one of its DataLoaders, and what that module does with the loader's batches."""
+
+    call: Site  # the call there
+    function: Function  # the function around the call there (module code: its module's name, the function called)
+    use: BatchUse | None  # the loop that copies its batches to a device (or trains on them); None: none seen
+    host: Site | None  # a loop over its batches there that copies none of them to a device
+    guarded: bool  # the call runs only when its module runs as a script (spawned workers import it)
+
+
+@dataclass(frozen=True)
+class Returned:
+    """A DataLoader construction of this file that a top-level function of it returns, with
+    the calls of that function in the other modules of the file's package."""
+
+    loader: cst.Call
+    exit: cst.Return  # the `return` that gives it
+    callers: tuple[Caller, ...]
+
+    @property
+    def kept_on_host(self) -> Caller | None:
+        """The first caller whose batches perfmod does not see copied to a device: a loop
+        there that copies none, or no loop of them that perfmod can follow."""
+        return next((c for c in self.callers if c.host is not None or c.use is None or c.use.copy is None), None)
+
+    @property
+    def trainer(self) -> Caller | None:
+        """The first caller whose loop trains on the batches."""
+        return next((c for c in self.callers if c.use is not None and c.use.trains), None)
+
+    @property
+    def dataset_change(self) -> Site | None:
+        """A change of the loader's dataset (`dl.dataset.set_epoch(epoch)`) on a caller's way."""
+        return next((c.use.dataset_change for c in self.callers if c.use is not None and c.use.dataset_change), None)
+
+    @property
+    def guarded(self) -> bool:
+        """Does every call run only when its module runs as a script (spawned workers import it)?"""
+        return all(c.guarded for c in self.callers)
+
+    def handoff(self) -> Handoff | None:
+        """The loader as a Handoff, when every caller copies its batches to a device: where
+        the first (a training one first) copies them, CUDA when every caller's copies go there."""
+        if not self.callers or self.kept_on_host is not None:
+            return None
+        first = self.trainer or self.callers[0]
+        use = first.use
+        cuda = all(c.use.cuda for c in self.callers)
+        combined = BatchUse(use.copy, use.loop, use.trains, cuda, self.dataset_change)
+        return Handoff(self.loader, self.exit, first.function, None, combined, returned=True)
 
 
 @dataclass(frozen=True)
@@ -710,6 +771,20 @@ class Loaders:
 
     @functools.cached_property
     def handoffs(self) -> list[Handoff]:
+        """The loaders this file builds, or gets from a project factory, and hands to another
+        module of the project that copies their batches to a device: passed to a function of
+        it (`passed_on`), or returned by a function of this file to callers in the other modules
+        of its package, every one of which copies them (`returned`: one handoff per loader,
+        whose `call` is the `return` that gives it)."""
+        found = list(self.passed_on)
+        for returned in self.returned.values():
+            handoff = returned.handoff()
+            if handoff is not None:
+                found.append(handoff)
+        return found
+
+    @functools.cached_property
+    def passed_on(self) -> list[Handoff]:
         """The loaders this file builds, or gets from a project factory, and passes to a function
         of another module of the project that copies their batches to a device."""
         project = project_of(self.context)
@@ -779,6 +854,167 @@ class Loaders:
             found = self._factory_call(iterable, feed.loader, (), 0)
             if found is not None:
                 return found
+        return None
+
+    # -- loaders this file returns to other modules of its package -------------------------
+
+    @functools.cached_property
+    def returned(self) -> dict[int, Returned]:
+        """id of a DataLoader construction of this file -> the calls, in the other modules of
+        the file's package, of the top-level functions of this file that return it, each with
+        what its module does with the loader's batches. Asked of those modules' own analyses;
+        the package is read as text first (`Project.package_calls`)."""
+        found: dict[int, Returned] = {}
+        if not self.constructions or not project_of(self.context).folder:
+            return found
+        project = project_of(self.context)
+        for function, made in self._returning_functions:
+            calls = project.package_calls(function)
+            for loader, path, exit in made:
+                callers = tuple(
+                    caller
+                    for module, call in calls
+                    if (caller := self._caller(module, call, loader, path, function)) is not None
+                )
+                if callers:
+                    known = found.get(id(loader))
+                    callers = (known.callers if known is not None else ()) + callers
+                    found[id(loader)] = Returned(loader, known.exit if known else exit, callers)
+        return found
+
+    @functools.cached_property
+    def _returning_functions(self) -> list[tuple[cst.FunctionDef, list]]:
+        """The top-level functions of this file that return DataLoaders it builds, with those."""
+        if not self.constructions:
+            return []
+        found = []
+        for function in self.context.module.body:
+            if isinstance(function, cst.FunctionDef):
+                made = self._made_and_returned(function)
+                if made:
+                    found.append((function, made))
+        return found
+
+    def returned_to(self, loader: cst.Call, path: str) -> bool:
+        """Is `loader`, a construction of this file, returned by a top-level function of it, and
+        is the file `path` a module of this file's package that imports it: does this file's
+        analysis (`returned`) see the calls `path` makes of that function? Read from the
+        package's text, so that a file that uses the loader can ask it without the analysis of
+        every other caller."""
+        if id(loader) not in self._ids:
+            return False
+        if not any(made is loader for _, found in self._returning_functions for made, _, _ in found):
+            return False
+        own = os.path.abspath(path)
+        return any(module.path == own for module in project_of(self.context).package_importers())
+
+    def trained_where_built(self, loader: cst.Call) -> bool:
+        """Is `loader`, a construction of this file, returned to callers in other modules of
+        the package one of which trains on its batches: its worker count is decided here."""
+        returned = self.returned.get(id(loader))
+        return returned is not None and returned.trainer is not None
+
+    def pinned_where_built(self, loader: cst.Call) -> bool:
+        """Is `loader`, a construction of this file, returned to callers in other modules of
+        the package every one of which copies its batches to a device: its pin_memory is decided here."""
+        returned = self.returned.get(id(loader))
+        return returned is not None and returned.handoff() is not None
+
+    def _made_and_returned(self, function: cst.FunctionDef) -> list[tuple[cst.Call, tuple[int, ...], cst.Return]]:
+        """(construction, where in the returned tuple, the `return`) for each DataLoader of
+        this file that every `return` of `function` gives at that place."""
+        returns, yields = self.kinds.exits(function)
+        if yields or not returns or any(r.value is None for r in returns):
+            return []
+        widths = {len(r.value.elements) for r in returns if isinstance(r.value, (cst.Tuple, cst.List))}
+        paths = [()] + [(k,) for k in range(max(widths, default=0))]
+        found = []
+        for path in paths:
+            if not all(self.only_loaders(r.value, path, 0) for r in returns):
+                continue
+            for exit in returns:
+                for loader in self.sources(exit.value, path, 0):
+                    if id(loader) in self._ids:
+                        found.append((loader, path, exit))
+        return list({id(item[0]): item for item in found}.values())
+
+    def _caller(
+        self, module, call: cst.Call, loader: cst.Call, path: tuple[int, ...], function: cst.FunctionDef
+    ) -> Caller | None:
+        """What `module` (a module of the package that calls `function` of this file with
+        `call`) does with the batches of `loader`, one of the loaders the call gives."""
+        context, project = module.context, module.project
+        called = project.function(call.func)
+        if called is None:
+            return None
+        theirs = project.loaders_made(called, path)
+        there = called.context.loaders
+        if len(there.constructions) != len(self.constructions):
+            return None  # this file changed since it was read there: its loaders cannot be matched
+        mirror = there.constructions[self.constructions.index(loader)]
+        if not any(made is mirror for made in theirs):
+            return None
+        loaders = context.loaders
+        # Module code is named by its module; its sites then name the function it calls, so
+        # that a message says "copied by `pkg.train` (pkg/train.py:9)", not "reached through" it.
+        scope = context.index.first_enclosing(call, (cst.FunctionDef,))
+        here = project.dotted(module.path)
+        name = scope.name.value if scope is not None else function.name.value
+        caller_function = Function(module, scope or function, f"{here}.{name}" if scope is not None else here)
+        site = Site(name, module.path, context.line(call), context.source(call.func))
+        use: BatchUse | None = None
+        host: Site | None = None
+        for feed in loaders.feeds:
+            if feed.loader is not mirror or loaders.factory_call_of(feed) is not call:
+                continue
+            copies = loaders.copies_to_device(feed.loop, feed.target)
+            loop = Site(name, module.path, context.line(feed.loop))
+            if not copies:
+                host = host or loop
+                if use is None and loaders.trains(feed.loop):
+                    use = BatchUse(None, loop, True, False, None)
+                continue
+            trains = loaders.trains(feed.loop)
+            if use is None or use.copy is None or (trains and not use.trains):
+                first = copies[0].call
+                text = context.source(first)
+                copy = Site(name, module.path, context.line(first), text if len(text) <= 80 else "")
+                use = BatchUse(copy, loop, trains, all(c.place is Place.CUDA for c in copies), None)
+        for handoff in loaders.passed_on:
+            if handoff.loader is mirror and handoff.factory is call:
+                inner = handoff.use
+                if use is None or use.copy is None or (inner.trains and not use.trains):
+                    use = inner
+        change = self._dataset_changed_near(module, call, mirror)
+        if use is not None and change is not None and use.dataset_change is None:
+            use = BatchUse(use.copy, use.loop, use.trains, use.cuda, change)
+        return Caller(site, caller_function, use, host, context.loops.guarded_from_import(call))
+
+    @staticmethod
+    def _dataset_changed_near(module, call: cst.Call, loader: cst.Call) -> Site | None:
+        """A change of a loader's dataset (`loader.dataset.set_epoch(epoch)`, an attribute of it
+        assigned) in the function (or module code) around `call` (perhaps of another loader),
+        or in a function of the project it hands `loader` to there (`forever(loader)`)."""
+        context, project = module.context, module.project
+        scope = context.index.first_enclosing(call, (cst.FunctionDef,)) or context.module
+        for passing in context.index.find(cst.Call, within=scope):
+            other = project.called(passing) if passing.args else None
+            for param in _all_params(other.node) if other is not None else ():
+                argument = project.argument(passing, other, param)
+                if argument is None or not any(found is loader for found in context.loaders.sources(argument, (), 0)):
+                    continue
+                use = project.batches_copied(other, param)
+                if use is not None and use.dataset_change is not None:
+                    return use.dataset_change
+        for node in context.index.find((cst.Call, cst.AssignTarget, cst.AugAssign), within=scope):
+            target = node.func if isinstance(node, cst.Call) else node.target
+            while isinstance(target, (cst.Attribute, cst.Subscript)):
+                owner = target.value
+                if isinstance(owner, cst.Attribute) and owner.attr.value == "dataset" and target is not owner:
+                    text = context.source(node)
+                    name = scope.name.value if isinstance(scope, cst.FunctionDef) else "<module>"
+                    return Site(name, context.path, context.line(node), text if len(text) <= 80 else "")
+                target = owner
         return None
 
     # -- what a loop does with its batches -------------------------------------------------
@@ -1689,6 +1925,20 @@ class Loaders:
                 return None
             keys |= found[1]
         return None, keys, True
+
+    def keywords_passed(self, loader: cst.Call, anchor: cst.CSTNode) -> set[str] | None:
+        """The keywords `loader` passes, in its call and in its `**` dict (`anchor`, the
+        literal, with the keys other code adds to it); None when they cannot all be seen."""
+        if any(arg.star == "*" for arg in loader.args):
+            return None
+        found = {arg.keyword.value for arg in loader.args if arg.keyword is not None}
+        stars = [arg for arg in loader.args if arg.star == "**"]
+        if not stars:
+            return found
+        literal = self.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+        if literal is None or literal[2] or literal[0] is not anchor:
+            return None
+        return found | literal[1]
 
     def star_kwargs_keys(self, loader: cst.Call, either: bool = False) -> set[str] | None:
         """The keys of the one `**dict` the loader is built with, when they can all be seen;

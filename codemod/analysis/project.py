@@ -38,7 +38,12 @@ The other direction, for a function of this file that other modules call:
 - `importer_arguments`: what the modules beside this file that import it pass to a
   parameter of one of its functions, in a call of it or as the target of a process they
   start (`mp.Process(target=train, args=(rank, model, kwargs))`, `mp.spawn(train, args=...)`):
-  a training function in `train.py` whose loader settings come from `main.py`.
+  a training function in `train.py` whose loader settings come from `main.py`;
+- `package_calls`: the calls of one of its functions in the other modules of its package
+  (the top-level package folder that holds the file, at any depth: `from pkg.data import
+  make_loader` in `pkg/train/run.py`), each with the module it is in, so that what the
+  callers do with the result (a DataLoader it builds) can be asked there. The package's
+  files are read as text first, and parsed only when they name this module.
 
 `Project.dependencies()` lists the files the answers for one file were read from,
 so that a cached result is not served after one of them changes.
@@ -83,6 +88,8 @@ MAX_BYTES = 2_000_000  # larger files are not parsed (unknown)
 _NEXT_DEFINITION = re.compile(rb"^(?:@|def\b|async\b|class\b|if\b)", re.M)  # a top-level def ends before it
 MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
 MAX_IMPORTERS = 200  # files beside a file read for the modules that import it
+MAX_PACKAGE_FILES = 400  # files of a package read (as text) for the modules that import a module of it
+SKIPPED_FOLDERS = {"__pycache__", "node_modules", "site-packages"}  # and hidden folders: `.venv`, `.git`
 # Methods that move or write a tensor: a helper that calls them may hand back something
 # else than a part of its argument where its argument was.
 MOVING_METHODS = {"to", "cuda", "cpu", "pin_memory", "copy_", "set_", "share_memory_"}
@@ -317,6 +324,7 @@ class Project:
         self._imports: bool | None = None
         self._importers: list[_Module] | None = None
         self._importer_call_lists: dict[cst.FunctionDef, list[tuple[_Module, cst.Call, int, bool]]] = {}
+        self._package_importers: list[_Module] | None = None
         path = context.path
         self.folder: Path | None = None
         self.root: Path | None = None
@@ -380,6 +388,19 @@ class Project:
     def shown_site(self, site: Site) -> str:
         """`path:line` of a Site, the path relative to the project root."""
         return f"{self._relative(site.path)}:{site.line}"
+
+    @staticmethod
+    def dotted(path: str) -> str:
+        """The name the project file `path` is imported by: `pkg.train` for `pkg/train.py` in
+        the package `pkg` (its folders up to the outermost with an `__init__.py`), `train`
+        for a `train.py` in no package."""
+        file = Path(os.path.abspath(path))
+        parts = [] if file.stem == "__init__" else [file.stem]
+        folder = file.parent
+        while (folder / "__init__.py").is_file() and folder.parent != folder:
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        return ".".join(parts)
 
     def _relative(self, path: str) -> str:
         """`path` relative to the project root (as it is when there is none, or on another drive)."""
@@ -593,6 +614,61 @@ class Project:
                     if module is not None and module.mentions(stem.encode()) and module.context is not None:
                         self._importers.append(module)
         return self._importers
+
+    def package_calls(self, function: cst.FunctionDef) -> list[tuple[_Module, cst.Call]]:
+        """The calls of `function` (a top-level function of this file) in the other modules
+        of this file's package that import it, at any depth of the package, each with its
+        module (whose own analysis says what the caller does with the result)."""
+        if self.context.index.first_enclosing(function, (cst.ClassDef, cst.FunctionDef)) is not None:
+            return []
+        own, name = os.path.abspath(self.context.path), function.name.value
+        found = []
+        for module in self.package_importers():
+            if module.mentions(name.encode()) and module.context is not None:
+                self._used[module.path] = module
+                found.extend((module, call) for call, _, started in _calls_of(module, own, name) if not started)
+        return found
+
+    def package_importers(self) -> list[_Module]:
+        """The modules of this file's package (the outermost folder with an
+        `__init__.py` around it; the file's folder when it is in none) whose text imports
+        this file's module: `import pkg.data`, `from pkg.data import f`, `from pkg import
+        data`, or a relative import. Read as text first, at most MAX_PACKAGE_FILES files,
+        so that only the modules that name it are parsed."""
+        if self._package_importers is not None:
+            return self._package_importers
+        self._package_importers = []
+        if self.folder is None:
+            return self._package_importers
+        own = os.path.abspath(self.context.path)
+        stem = Path(own).stem
+        if stem == "__init__":
+            return self._package_importers
+        package = self.folder
+        while (package / "__init__.py").is_file() and (package.parent / "__init__.py").is_file():
+            package = package.parent
+        if (package / "__init__.py").is_file():
+            parts = list(self.folder.relative_to(package.parent).parts)
+            dotted, parent = ".".join([*parts, stem]).encode(), ".".join(parts).encode()
+            paths = _python_files(package, MAX_PACKAGE_FILES)
+            needles = (dotted, b"from .", b"from " + parent + b" import")
+        else:  # no package: the modules beside it, which import it as `import data` / `from data import f`
+            paths = [os.path.abspath(p) for p in sorted(self.folder.glob("*.py"))[:MAX_PACKAGE_FILES]]
+            needles = (b"import " + stem.encode(), b"from " + stem.encode())
+        for path in paths:
+            if path == own:
+                continue
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read(MAX_BYTES + 1)
+            except OSError:
+                continue
+            if stem.encode() not in data or not any(needle in data for needle in needles):
+                continue
+            module = _load(path, self.context.settings)
+            if module is not None:
+                self._package_importers.append(module)  # parsed when a call of it is looked for
+        return self._package_importers
 
     # -- what the answers were read from --------------------------------------------------
 
@@ -1308,6 +1384,20 @@ def _module_file(base: Path, parts: list[str]) -> str | None:
         if candidate.is_file():
             return os.path.abspath(candidate)
     return None
+
+
+def _python_files(folder: Path, limit: int) -> list[str]:
+    """The `.py` files under `folder` (hidden and cache folders skipped), in a fixed
+    order, at most `limit` of them."""
+    found: list[str] = []
+    for current, folders, files in os.walk(folder):
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in SKIPPED_FOLDERS)
+        for name in sorted(files):
+            if name.endswith(".py"):
+                found.append(os.path.abspath(os.path.join(current, name)))
+                if len(found) >= limit:
+                    return found
+    return found
 
 
 @lru_cache(maxsize=1024)

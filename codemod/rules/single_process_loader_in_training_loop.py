@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION
+from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION, Returned
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import WORKER_OPTIONS
@@ -169,10 +169,22 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     and would not see it; reported without a fix), a loader that already
     passes `num_workers`, `persistent_workers`, `prefetch_factor` or
     `multiprocessing_context` (in its call or its `**kwargs` dict), `*args`.
-    A loader built by a function of another module of the project
-    (`data.make_loaders(cfg)`) that feeds a training loop of this file is
-    reported at that call, with the file and line of the DataLoader: perfmod
-    does not edit another file, and does not look at that loader's dataset.
+    A loader that a function of this file builds and returns
+    (`def make_loader(cfg): ... return DataLoader(...)`) is fixed here, where
+    it is built, when a module of the same package that calls the function
+    trains on its batches (its training loop iterates the loader, itself or
+    in a function of the project it hands the loader to): the modules of the
+    package that import this one are read to find those calls. When a caller
+    changes the loader's dataset between epochs
+    (`dl.dataset.set_epoch(epoch)`), the fix gives workers without
+    `persistent_workers`: workers started for each epoch copy the changed
+    dataset, persistent ones would keep their first copy. Those callers'
+    files then report nothing for the loader. A loader built by a function of
+    another module of the project (`data.make_loaders(cfg)`) whose module does
+    not see this file's training loop among its callers (this file is in
+    another package, or perfmod cannot match the call) is reported at that
+    call, with the file and line of the DataLoader: perfmod does not edit
+    another file, and does not look at that loader's dataset.
     A loader (built here, or by such a factory) that this file passes to a
     function of another module whose training loop copies its batches to a
     device is reported at its construction (or the factory call), never
@@ -439,6 +451,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         for loader in loaders.constructions:
             if id(loader) in feeds:
                 self._check(loader, feeds[id(loader)])
+            elif id(loader) in loaders.returned and loaders.returned[id(loader)].trainer is not None:
+                self._check(loader, None, loaders.returned[id(loader)])
         for loader, function, call in loaders.external.values():
             if id(loader) in feeds:
                 call = loaders.factory_call_of(first[id(loader)]) or call  # the call that made this loop's loader
@@ -455,7 +469,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         for handoff in loaders.handoffs:
             loader, use = handoff.loader, handoff.use
             key = (id(loader), id(handoff.factory))
-            if key in seen or id(loader) in feeds or not use.trains:
+            if key in seen or id(loader) in feeds or not use.trains or handoff.returned:
                 continue
             seen.add(key)
             here = loaders.is_construction_here(loader)
@@ -463,28 +477,16 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             if not here and external is None:
                 continue
             there = loaders if here else external[1].context.loaders
-            if any(kwarg(loader, option) is not None for option in WORKER_OPTIONS) or any(
-                arg.star for arg in loader.args
-            ):
-                continue  # chosen, or perhaps chosen through `*args` / `**kwargs`
-            if there.is_torch_loader(loader) and positional(loader, NUM_WORKERS_POSITION) is not None:
-                continue
-            if there.may_not_batch_on_host(loader):
-                continue
-            loop = use.loop
-            trainer = f"`{loop.function}` ({project.shown_site(loop)}"
-            if loop.function != handoff.function.node.name.value:
-                trainer += f", reached through `{handoff.function.qualified}`"
-            fed = f"feeds the training loop of {trainer}) and loads every batch in the training process"
+            if not here and there.returned_to(loader, self.context.path):
+                continue  # reported where it is built, which sees this file's training loop among its callers'
+            if there.passes_option(loader, WORKER_OPTIONS, NUM_WORKERS_POSITION) or there.may_not_batch_on_host(loader):
+                continue  # chosen (perhaps through `*args` / `**kwargs`), or not batched on the host
+            trainer = self._trainer(use.loop, handoff.function)
+            fed = f"feeds the training loop of {trainer} and loads every batch in the training process"
             change = use.dataset_change
             persistent = "(and persistent_workers=True)"
             if change is not None:
-                text = f"`{change.text}`" if change.text else "a change of its dataset"
-                persistent = (
-                    f"(not persistent_workers: {text} in `{change.function}` ({project.shown_site(change)}) changes "
-                    "the dataset between epochs in the training process; workers started for each epoch copy it "
-                    "then, persistent workers would keep their first copy)"
-                )
+                persistent = f"(not persistent_workers: {self._changed(change)})"
             caveat = (
                 f"{persistent}, once its dataset is known to be map-style or an IterableDataset that shards by worker"
             )
@@ -507,10 +509,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         here as `call`) that feeds a training loop of this file: reported here; the worker
         count belongs in that module, which this rule does not edit."""
         there = function.context.loaders
-        if there.passes_option(loader, ("num_workers", *WORKER_OPTIONS), NUM_WORKERS_POSITION):
+        if there.passes_option(loader, WORKER_OPTIONS, NUM_WORKERS_POSITION) or there.may_not_batch_on_host(loader):
             return
-        if there.may_not_batch_on_host(loader):
-            return
+        if there.returned_to(loader, self.context.path):
+            return  # reported where it is built, which sees this file's training loop among its callers'
         project = project_of(self.context)
         self.report(
             call,
@@ -523,7 +525,9 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     # -- the decision ------------------------------------------------------------------------
 
-    def _check(self, loader: cst.Call, loop: cst.CSTNode) -> None:
+    def _check(self, loader: cst.Call, loop: cst.CSTNode | None, returned: Returned | None = None) -> None:
+        """`loop`: the training loop of this file it feeds; or None, and `returned`: the loader
+        is returned to callers in other modules of the package, one of which trains on it."""
         loaders = self.context.loaders
         count = kwarg(loader, "num_workers") or (
             positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None
@@ -535,9 +539,11 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         dataset = loaders.dataset(loader)
         if loaders.may_hold_device_data(dataset, 0) or loaders.collate_moves_to_device(loader):
             return  # CUDA cannot be used in forked workers: the loader stays in the training process
-        line = self.context.line(loop)
+        line = self.context.line(loop) if loop is not None else None
         message = (
             f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
+            if returned is None
+            else self._returned_message(returned)
         )
         stars = [arg for arg in loader.args if arg.star == "**"]
         anchor: cst.CSTNode = loader
@@ -572,7 +578,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             if not (isinstance(setting, cst.Integer) and setting.evaluated_value == 0):
                 return
             spelled = self.context.source(zero)
-            options = self._options(loader, anchor)
+            options = loaders.keywords_passed(loader, anchor)
             written = (  # a literal 0, replaced by the count: it is the only worker option
                 spelled == "0"
                 and (count is None or count.keyword is not None)
@@ -580,7 +586,8 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 and not options & (set(WORKER_OPTIONS) - {"num_workers"})
             )
             message = (
-                f"this DataLoader feeds the training loop on line {line} with num_workers=0"
+                (f"this DataLoader feeds the training loop on line {line}" if returned is None else message)
+                + " with num_workers=0"
                 + ("" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)")
                 + ", so every batch is loaded in the training process between steps"
             )
@@ -600,7 +607,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         if any(arg.star == "*" for arg in loader.args):
             self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
             return
-        changed = loaders.dataset_changed_in(dataset, loop)
+        changed = loaders.dataset_changed_in(dataset, loop) if loop is not None else None
         if changed is not None:
             self.report(
                 loader,
@@ -647,11 +654,19 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 "load in the training process",
             )
             return
+        guarded = self.context.loops.guarded_from_import(loop) if loop is not None else returned.guarded
         value = cst.parse_expression(
-            "default_num_workers(fork_only=True)"
-            if unpicklable or not self.context.loops.guarded_from_import(loop)
-            else "default_num_workers()"
+            "default_num_workers(fork_only=True)" if unpicklable or not guarded else "default_num_workers()"
         )
+        change = returned.dataset_change if returned is not None else None
+        if change is not None:  # the message says why: not persistent
+            self.report(
+                loader,
+                message + "; give it worker processes, not persistent ones",
+                edits=[Replace(zero, value) if zero is not None else AddKeyword(anchor, "num_workers", value)],
+                imports=[IMPORT],
+            )
+            return
         # The count is read twice (workers, and whether they persist): computed once, before.
         binding, count_name = bound_before(anchor, value, "num_workers", self.context.index, self._names)
         persistent = cst.Comparison(
@@ -667,19 +682,31 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             imports=[IMPORT],
         )
 
-    def _options(self, loader: cst.Call, anchor: cst.CSTNode) -> set[str] | None:
-        """The keywords `loader` passes, in its call and in its `**` dict (`anchor`, the
-        literal, with the keys other code adds to it); None when they cannot all be seen."""
-        if any(arg.star == "*" for arg in loader.args):
-            return None
-        found = {arg.keyword.value for arg in loader.args if arg.keyword is not None}
-        stars = [arg for arg in loader.args if arg.star == "**"]
-        if not stars:
-            return found
-        literal = self.context.loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
-        if literal is None or literal[2] or literal[0] is not anchor:
-            return None
-        return found | literal[1]
+    def _returned_message(self, returned: Returned) -> str:
+        """What a loader returned to callers elsewhere feeds: the first training loop among them."""
+        caller, change = returned.trainer, returned.dataset_change
+        return (
+            f"this DataLoader, returned on line {self.context.line(returned.exit)} to "
+            f"{project_of(self.context).shown_site(caller.call)}, feeds the training loop of "
+            f"{self._trainer(caller.use.loop, caller.function)} and loads every batch in the training process"
+            + (f" ({self._changed(change)})" if change is not None else "")
+        )
+
+    def _trainer(self, loop, function) -> str:
+        """`name` (path:line[, reached through `function`]) of a training loop of another module."""
+        where = f"`{loop.function}` ({project_of(self.context).shown_site(loop)}"
+        if loop.function != function.node.name.value:
+            where += f", reached through `{function.qualified}`"
+        return where + ")"
+
+    def _changed(self, change) -> str:
+        """Why workers must not persist: the change of the dataset between epochs, and where."""
+        text = f"`{change.text}`" if change.text else "a change of its dataset"
+        return (
+            f"{text} in `{change.function}` ({project_of(self.context).shown_site(change)}) changes the dataset "
+            "between epochs in the training process; workers started for each epoch copy it then, persistent "
+            "workers would keep their first copy"
+        )
 
     def _indexes_reason(self, dataset: cst.BaseExpression | None) -> str:
         """Why a loader whose batches are rows of tensors in memory keeps loading in the
