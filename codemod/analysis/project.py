@@ -325,6 +325,7 @@ class Project:
         self._importers: list[_Module] | None = None
         self._importer_call_lists: dict[cst.FunctionDef, list[tuple[_Module, cst.Call, int, bool]]] = {}
         self._package_importers: list[_Module] | None = None
+        self._scanned: list[Stamp] = []  # the package's files and folders read for its importers
         path = context.path
         self.folder: Path | None = None
         self.root: Path | None = None
@@ -655,6 +656,9 @@ class Project:
         else:  # no package: the modules beside it, which import it as `import data` / `from data import f`
             paths = [os.path.abspath(p) for p in sorted(self.folder.glob("*.py"))[:MAX_PACKAGE_FILES]]
             needles = (b"import " + stem.encode(), b"from " + stem.encode())
+        # The answer depends on every file read and on which files there are: a module
+        # that starts importing this one, or a new module, makes it stale.
+        self._scanned = _stamps(sorted({os.path.dirname(path) for path in paths} | set(paths)))
         for path in paths:
             if path == own:
                 continue
@@ -684,6 +688,8 @@ class Project:
             seen[module.path] = module.stamp
             if module.project is not None:
                 todo.extend(module.project._used.values())
+        for stamp in self._scanned:
+            seen.setdefault(stamp.path, stamp)
         own = os.path.abspath(self.context.path) if self.folder is not None else None
         return [stamp for path, stamp in sorted(seen.items()) if path != own]
 
@@ -1384,6 +1390,19 @@ def _module_file(base: Path, parts: list[str]) -> str | None:
         if candidate.is_file():
             return os.path.abspath(candidate)
     return None
+
+
+def _stamps(paths: list[str]) -> list[Stamp]:
+    """Size and time of each file or folder (a folder's time changes when a file is
+    added or removed); without a digest, so a changed time is a change."""
+    found = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        found.append(Stamp(path, info.st_size, info.st_mtime_ns, ""))
+    return found
 
 
 def _python_files(folder: Path, limit: int) -> list[str]:

@@ -232,3 +232,19 @@ def test_scripts_beside_each_other_outside_a_package(tmp_path):
     found = _check(tmp_path / "data.py", "PM102", "PM201").findings
     assert sorted((f.code, f.applied) for f in found) == [("PM102", True), ("PM201", True)]  # sub/ is not beside it
     assert "returned on line 17 to train.py:11" in next(f.message for f in found if f.code == "PM201")
+
+
+def test_a_cached_answer_goes_stale_when_a_module_of_the_package_starts_importing_it(tmp_path):
+    """What the package's modules do with the loader decides the fix where it is built: the
+    result records every file and folder it read, so a new caller, or an edit that makes an
+    existing module call it, is seen by the next run."""
+    folder = _project(tmp_path, "returned_stale", {"data.py": DATA, "other.py": "x = 1\n"})
+    data = folder / "data.py"
+    result = _check(data, "PM201")
+    assert result.findings == []  # nothing in the package trains on it
+    stamps = {Path(stamp.path) for stamp in result.dependencies}
+    assert {folder, folder / "other.py"} <= stamps and data not in stamps
+    assert all(stamp.fresh() for stamp in result.dependencies)
+    (folder / "train.py").write_text(TRAIN.replace("{package}", "returned_stale"))
+    assert not all(stamp.fresh() for stamp in result.dependencies)
+    assert [f.code for f in _check(data, "PM201").findings] == ["PM201"]
