@@ -106,6 +106,30 @@ class Placement:
             return False
         return self._built_on_host(part, 0)
 
+    def untold_device(self, expr: cst.BaseExpression | None, depth: int = 0) -> str | None:
+        """Why the device `expr` names cannot be told, when the reason is that it comes from
+        a parameter of a function that no call of this file makes (its callers are
+        elsewhere): followed through names, `torch.device(...)`, conditionals and what
+        every call of a function passes; None when that is not the reason."""
+        if expr is None or depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.device"):
+            first = positional(expr, 0) or kwarg(expr, "type")
+            return self.untold_device(first.value if first is not None else None, depth + 1)
+        if isinstance(expr, cst.IfExp):
+            return self.untold_device(expr.body, depth + 1) or self.untold_device(expr.orelse, depth + 1)
+        if not isinstance(expr, cst.Name):
+            return None
+        found = self.context.bindings.param_of(expr)
+        if found is not None and self.context.kinds.class_of(found[0]) is None:
+            function = found[0]
+            if not self.context.loops.call_sites(function):
+                return f"`{expr.value}` is a parameter of `{function.name.value}`, which this file never calls"
+            values = self.context.loops.passed(expr)
+        else:
+            values = [v for v in self.training.value_sources(expr) if v is not None]
+        return next((why for why in (self.untold_device(v, depth + 1) for v in values) if why), None)
+
     # -- models -------------------------------------------------------------------
 
     def model(self, expr: cst.BaseExpression, at: cst.CSTNode | None, depth: int = 0) -> Model | None:

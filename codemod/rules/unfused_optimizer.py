@@ -20,7 +20,7 @@ from codemod.rule import Invalid, Level, Rule, Valid
 
 UNKNOWN_DEVICE = (
     "optimizer steps without fused kernels; pass fused=True if `{device}` is a CUDA device or the CPU "
-    "(not fixed: the device cannot be told)"
+    "(not fixed: the device cannot be told{why})"
 )
 UNFUSED = "optimizer steps without fused kernels; pass fused=True"
 DEFAULT_DEVICE = (
@@ -121,8 +121,11 @@ class UnfusedOptimizer(Rule):
     The device is followed where the script keeps it: a variable, a `self.`
     attribute set in `__init__` or `setup`, a config object (a dataclass
     field's default or what its construction passes, a dict literal), an
-    argparse option limited by `choices`, what a function of the file
-    returns, a parameter to what every call passes; the parameters through
+    argparse option limited by `choices`, an f-string naming a CUDA device
+    (`f"cuda:{rank}"`), what a function of the file or of the project's own
+    modules returns (`device = get_device()`), a parameter to what every
+    call of the file passes (a function no call of the file makes is
+    reported with that reason); the parameters through
     factories (`build_optimizer(cfg, model.parameters())`), dicts of
     `named_parameters()`, lists filled by `append` or `extend` and added
     with `+`; another name of a model (`net = model`, `copy.deepcopy(model)`,
@@ -460,7 +463,8 @@ class UnfusedOptimizer(Rule):
             types = " or ".join(sorted(training.device_types(device, written=True), key=_cuda_first))
             self._fuse(node, DEFAULT_DEVICE.format(device=devices.pop(), types=types), guard)
             return
-        self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
+        why = training.placement.untold_device(device)
+        self.report(node, UNKNOWN_DEVICE.format(device=devices.pop(), why=f": {why}" if why else ""))
 
     def _launched(self, device: cst.BaseExpression) -> cst.Name | None:
         """The training engine (`accelerator` of `accelerator = Accelerator()`, a Fabric) whose

@@ -180,3 +180,38 @@ def test_a_parameter_one_caller_passes_an_untold_tensor_names_that_call():
     found = optimizer_parameters(ctx)
     assert found.sites is None
     assert found.why == "the call on line 9 passes a tensor whose device cannot be told"
+
+
+def test_a_device_parameter_of_a_function_the_file_never_calls_is_unknown_with_that_reason():
+    ctx = context(
+        """
+        def optimize(model, device):
+            model.to(device)
+            return torch.optim.AdamW(model.parameters())
+
+        def run_experiment(model, device):
+            return optimize(model, torch.device(device))
+        """
+    )
+    device = moved_to(ctx)
+    assert ctx.training.device_types(device) is None
+    why = ctx.training.placement.untold_device(device)
+    assert why == "`device` is a parameter of `run_experiment`, which this file never calls"
+    result = process_source(ctx.code.encode(), "<test>", Settings(select=("PM402",), level=Level.NUMERIC))
+    [finding] = result.findings
+    assert not finding.applied and why in finding.message
+
+
+def test_a_device_an_option_gives_is_not_blamed_on_a_parameter():
+    ctx = context(
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--device")
+        args = parser.parse_args()
+        model = nn.Linear(2, 2).to(args.device)
+        """
+    )
+    device = moved_to(ctx)
+    assert ctx.training.device_types(device) is None
+    assert ctx.training.placement.untold_device(device) is None
