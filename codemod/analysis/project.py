@@ -1256,7 +1256,7 @@ def _device_types(function: Function, written: bool) -> frozenset[str] | None:
     returns, yields = context.kinds.exits(node)
     if yields or not returns or any(r.value is None for r in returns):
         return None
-    if node.params.params and context.kinds.callers(node) is not None:
+    if _params(node) and context.loops.call_sites(node):
         return None  # its parameters would hold what its own module passes, not what this call does
     training = context.training
     found: frozenset[str] = frozenset()

@@ -82,6 +82,13 @@ def get_device() -> str:
 
 def get_accelerator(name):
     return name
+
+
+def pick(name):
+    return name
+
+
+XLA = pick("xla")
 """
 
 TRAIN = """\
@@ -130,6 +137,14 @@ def test_a_project_function_that_returns_its_argument_tells_nothing(tmp_path):
     path = root / "pkg" / "train.py"
     ctx = FileContext(cst.parse_module(train), str(path), Settings(), train)
     assert ctx.training.device_types(moved_to(ctx)) is None
+
+
+def test_a_project_function_is_not_read_with_what_its_own_module_passes(tmp_path):
+    train = TRAIN.replace("import get_device", "import pick").replace("get_device()", 'pick("cuda")')
+    root = _project(tmp_path, {"pkg/distributed.py": DISTRIBUTED, "pkg/train.py": train})
+    path = root / "pkg" / "train.py"
+    ctx = FileContext(cst.parse_module(train), str(path), Settings(), train)
+    assert ctx.training.device_types(moved_to(ctx)) is None  # not {"xla"}: that is another call's
 
 
 def test_a_parameter_whose_callers_pass_tensors_on_different_devices_is_unknown_with_the_reason():
