@@ -15,16 +15,23 @@ Asked about the first argument of an optimizer, it says for each part (a model's
   parameter (callers that disagree leave it unknown, and say so);
 - the device an expression names is `Training.device_types`: followed through
   names, attributes, config fields, argparse options, f-strings starting with
-  "cuda", and what functions of this file and of the project's modules return.
+  "cuda", and what functions of this file and of the project's modules return;
+  `untold_device` says why it cannot be told when the reason is a parameter of a
+  function the file never calls;
+- a training engine's `prepare(...)` (Accelerate, Fabric, DeepSpeed style) that is
+  handed the optimizer picks the device (`prepared_by`); `sparse=True` anywhere in
+  the file means sparse gradients, which fused SGD rejects (`sparse_gradients`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
@@ -129,6 +136,43 @@ class Placement:
         else:
             values = [v for v in self.training.value_sources(expr) if v is not None]
         return next((why for why in (self.untold_device(v, depth + 1) for v in values) if why), None)
+
+    def prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
+        """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
+        style) that is handed the optimizer this call builds: it picks the device."""
+        statement = self.context.parents.get(optimizer)
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)
+        ):
+            return None
+        name = statement.targets[0].target.value
+        for call in self._prepare_calls:
+            if any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args) and (
+                self.context.index.before(optimizer, call)
+            ):
+                return call
+        return None
+
+    @functools.cached_property
+    def _prepare_calls(self) -> list[cst.Call]:
+        """The `x.prepare(...)`, `x.setup(...)`, `x.initialize(...)` calls of the file."""
+        return [
+            call
+            for call in self.context.index.find(cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize")
+        ]
+
+    @functools.cached_property
+    def sparse_gradients(self) -> bool:
+        """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""
+        if "sparse" not in self.context.code:
+            return False
+        return any(
+            arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
+            for arg in self.context.index.find(cst.Arg)
+        )
 
     # -- models -------------------------------------------------------------------
 

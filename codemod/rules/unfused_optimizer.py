@@ -1,10 +1,7 @@
 from __future__ import annotations
 
-import functools
-
 import libcst as cst
 
-from codemod.analysis import match as m
 from codemod.analysis.kinds import Place
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.torch_facts import (
@@ -402,7 +399,7 @@ class UnfusedOptimizer(Rule):
         params = kwarg(node, "params") or positional(node, 0)
         if params is None:
             return
-        if "torch.optim.SGD" in classes and self._has_sparse_gradients:
+        if "torch.optim.SGD" in classes and training.placement.sparse_gradients:
             return
         found = training.placement.parameters(params.value, node)
         models, placed = found.sites, found.placed
@@ -425,7 +422,7 @@ class UnfusedOptimizer(Rule):
             self._fuse(node, LAUNCHED.format(device="self.device"), cst.parse_expression(_guard("self.device.type")))
             return
         if any(model is None or model.split for model in placed):
-            prepare = self._prepared_by(node)
+            prepare = training.placement.prepared_by(node)
             if prepare is not None and not any(model is not None and model.split for model in placed):
                 engine = prepare.func.value if isinstance(prepare.func, cst.Attribute) else None
                 guard = self._engine_guard(engine, node) if engine is not None else None
@@ -540,43 +537,6 @@ class UnfusedOptimizer(Rule):
             elif "cuda" in types:
                 return True
         return False
-
-    def _prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
-        """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
-        style) that is handed the optimizer this call builds: it picks the device."""
-        statement = self.context.parents.get(optimizer)
-        if not (
-            isinstance(statement, cst.Assign)
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0].target, cst.Name)
-        ):
-            return None
-        name = statement.targets[0].target.value
-        for call in self._prepare_calls:
-            if any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args) and (
-                self.context.index.before(optimizer, call)
-            ):
-                return call
-        return None
-
-    @functools.cached_property
-    def _prepare_calls(self) -> list[cst.Call]:
-        """The `x.prepare(...)`, `x.setup(...)`, `x.initialize(...)` calls of the file."""
-        return [
-            call
-            for call in self.context.index.find(cst.Call)
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize")
-        ]
-
-    @functools.cached_property
-    def _has_sparse_gradients(self) -> bool:
-        """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""
-        if "sparse" not in self.context.code:
-            return False
-        return any(
-            arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
-            for arg in self.context.index.find(cst.Arg)
-        )
 
 
 def _guard(device_type: str) -> str:
