@@ -421,6 +421,10 @@ def appended(items: Sequence, new, opening: cst.BaseParenthesizableWhitespace) -
     last = items[-1]
     if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
         items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        if isinstance(last, cst.Arg) and isinstance(new, cst.Arg):
+            # the line break before a closing `)` on its own line stays before it
+            items[-1] = items[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+            new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
         return [*items, new]
     after = last.comma.whitespace_after  # up to the closing bracket
     template = items[-2].comma.whitespace_after if len(items) >= 2 else opening

@@ -726,6 +726,13 @@ class Project:
         key = ("returned", function.node.name.value, path)
         return _summary(function.module, key, lambda: _returned(function, path))
 
+    def device_types(self, function: Function, written: bool = False) -> frozenset[str] | None:
+        """The device types (`"cuda"`, `"cpu"`, ...) every return of `function` may name, as
+        its module's analysis follows them (`Training.device_types`); None when one cannot
+        be told."""
+        key = ("device_types", function.node.name.value, written)
+        return _summary(function.module, key, lambda: _device_types(function, written))
+
     def annotated(self, function: Function, path: tuple[int, ...] = ()) -> Fact | None:
         """What the return annotation of `function` says a call gives (`-> Tensor`,
         `-> tuple[DataLoader, Tokenizer]` at `path`); None when it says nothing perfmod knows."""
@@ -1324,6 +1331,23 @@ def _returned(function: Function, path: tuple[int, ...]) -> Fact | None:
     if result is None or result.kind is Kind.UNKNOWN:
         return None
     return result if result != UNKNOWN else None
+
+
+def _device_types(function: Function, written: bool) -> frozenset[str] | None:
+    context, node = function.context, function.node
+    returns, yields = context.kinds.exits(node)
+    if yields or not returns or any(r.value is None for r in returns):
+        return None
+    if _params(node) and context.loops.call_sites(node):
+        return None  # its parameters would hold what its own module passes, not what this call does
+    training = context.training
+    found: frozenset[str] = frozenset()
+    for value in (r.value for r in returns):
+        types = training.device_types(value, written=written)
+        if types is None:
+            return None
+        found |= types
+    return found
 
 
 def _loaders_made(function: Function, path: tuple[int, ...]) -> list[cst.Call]:

@@ -82,6 +82,7 @@ from codemod.analysis.torch_facts import (
 )
 
 if TYPE_CHECKING:
+    from codemod.analysis.placement import Placement
     from codemod.context import FileContext
 
 # torch.cuda functions that only ask whether CUDA is there; calling them uses nothing.
@@ -256,6 +257,13 @@ class Training:
         self.loops: list[TrainingLoop] = [self._describe(loop) for loop in self._find_loops()]
 
     # -- public helpers ------------------------------------------------------------
+
+    @functools.cached_property
+    def placement(self) -> Placement:
+        """Where an optimizer's parameters live (codemod/analysis/placement.py)."""
+        from codemod.analysis.placement import Placement
+
+        return Placement(self.context)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.steps.code(node)
@@ -586,7 +594,9 @@ class Training:
             returned = self.steps.returned(expr)
             if returned is not None:
                 return _union(*(self.device_types(v, depth + 1, written) for v in returned))
-            return None
+            project = project_of(self.context)
+            function = project.function(expr.func)
+            return project.device_types(function, written) if function is not None else None
         if isinstance(expr, cst.Lambda):
             return self.device_types(expr.body, depth + 1, written)
         if (

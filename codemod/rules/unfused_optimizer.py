@@ -1,24 +1,15 @@
 from __future__ import annotations
 
-import functools
-
 import libcst as cst
 
-from codemod.analysis import match as m
-from codemod.analysis.kinds import Kind, Place
-from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.kinds import Place
+from codemod.analysis.names import kwarg, positional
 from codemod.analysis.torch_facts import (
-    COMPLEX_DTYPES,
-    DEVICE_AND_DTYPE_KEEPING_METHODS,
-    FLOAT_DTYPES,
     FUSED_CONFLICTS,
     FUSED_DEVICE_TYPES,
     FUSED_EVERYWHERE,
     FUSED_OPTIMIZERS,
     LAUNCH_FUSED_TYPES,
-    SAME_DEVICE_MODEL_WRAPPERS,
-    TENSOR_FACTORIES,
 )
 from codemod.analysis.training import Model
 from codemod.edits import AddKeyword
@@ -26,7 +17,7 @@ from codemod.rule import Invalid, Level, Rule, Valid
 
 UNKNOWN_DEVICE = (
     "optimizer steps without fused kernels; pass fused=True if `{device}` is a CUDA device or the CPU "
-    "(not fixed: the device cannot be told)"
+    "(not fixed: the device cannot be told{why})"
 )
 UNFUSED = "optimizer steps without fused kernels; pass fused=True"
 DEFAULT_DEVICE = (
@@ -44,7 +35,7 @@ UNKNOWN_PARAMETERS = (
 )
 UNKNOWN_TENSOR = (
     "optimizer steps without fused kernels; pass fused=True if all its parameters are on one CUDA device "
-    "(not fixed: where `{part}` lives cannot be told)"
+    "(not fixed: where `{part}` lives cannot be told{why})"
 )
 HOST = (
     "optimizer steps without fused kernels though its parameters stay on the CPU, where fused kernels exist; "
@@ -71,8 +62,6 @@ NAMED_BY_OPTION = (
     "keyword itself, `fused=False` too, with a TypeError, so no `fused=` argument is valid for every value "
     "(not fixed: give `{flag}` `choices=` among {everywhere} to have it fixed)"
 )
-UNFUSED_EVERYWHERE = "unfusable"  # a complex tensor: fused kernels take floating-point tensors only
-MAX_DEPTH = 8
 
 PREAMBLE = """\
 import torch
@@ -129,8 +118,11 @@ class UnfusedOptimizer(Rule):
     The device is followed where the script keeps it: a variable, a `self.`
     attribute set in `__init__` or `setup`, a config object (a dataclass
     field's default or what its construction passes, a dict literal), an
-    argparse option limited by `choices`, what a function of the file
-    returns, a parameter to what every call passes; the parameters through
+    argparse option limited by `choices`, an f-string naming a CUDA device
+    (`f"cuda:{rank}"`), what a function of the file or of the project's own
+    modules returns (`device = get_device()`), a parameter to what every
+    call of the file passes (a function no call of the file makes is
+    reported with that reason); the parameters through
     factories (`build_optimizer(cfg, model.parameters())`), dicts of
     `named_parameters()`, lists filled by `append` or `extend` and added
     with `+`; another name of a model (`net = model`, `copy.deepcopy(model)`,
@@ -407,20 +399,19 @@ class UnfusedOptimizer(Rule):
         params = kwarg(node, "params") or positional(node, 0)
         if params is None:
             return
-        if "torch.optim.SGD" in classes and self._has_sparse_gradients:
+        if "torch.optim.SGD" in classes and training.placement.sparse_gradients:
             return
-        self._tensors: dict[cst.CSTNode, Model | str] = {}
-        self._untold: cst.BaseExpression | None = None
-        models = training.parameter_model_sites(params.value, node, tensors=self._tensor_sites)
+        found = training.placement.parameters(params.value, node)
+        models, placed = found.sites, found.placed
         if models is None:
-            if self._untold is not None:
-                self.report(node, UNKNOWN_TENSOR.format(part=_short(self.context.source(self._untold))))
+            if found.untold is not None:
+                why = f"; {found.why}" if found.why else ""
+                self.report(node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=why))
             else:
                 self.report(node, UNKNOWN_PARAMETERS)
             return
-        if any(self._tensors.get(model) == UNFUSED_EVERYWHERE for model, _ in models):
+        if found.complex:
             return  # a complex parameter: fused=True would be rejected
-        placed = [self._tensor_or_model(model, at) for model, at in models]
         host = next((model for (model, _), where in zip(models, placed) if where is None), None)
         moved = [model for model in placed if model is not None]
         if host is not None and moved and not any(model.split for model in moved) and self._may_be_cuda(moved):
@@ -431,7 +422,7 @@ class UnfusedOptimizer(Rule):
             self._fuse(node, LAUNCHED.format(device="self.device"), cst.parse_expression(_guard("self.device.type")))
             return
         if any(model is None or model.split for model in placed):
-            prepare = self._prepared_by(node)
+            prepare = training.placement.prepared_by(node)
             if prepare is not None and not any(model is not None and model.split for model in placed):
                 engine = prepare.func.value if isinstance(prepare.func, cst.Attribute) else None
                 guard = self._engine_guard(engine, node) if engine is not None else None
@@ -439,7 +430,7 @@ class UnfusedOptimizer(Rule):
                     self._fuse(node, LAUNCHED.format(device=f"{engine.value}.device"), guard)
                 else:
                     self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
-            elif not moved and all(self._stays_on_host(model) for model, _ in models):
+            elif not moved and all(training.placement.stays_on_host(found, model) for model, _ in models):
                 self._fuse(node, HOST)
             return  # moved after the optimizer is built, or spread over devices
         devices = {training.code(model.device) if model.device is not None else _moved_to(model) for model in placed}
@@ -469,7 +460,8 @@ class UnfusedOptimizer(Rule):
             types = " or ".join(sorted(training.device_types(device, written=True), key=_cuda_first))
             self._fuse(node, DEFAULT_DEVICE.format(device=devices.pop(), types=types), guard)
             return
-        self.report(node, UNKNOWN_DEVICE.format(device=devices.pop()))
+        why = training.placement.untold_device(device)
+        self.report(node, UNKNOWN_DEVICE.format(device=devices.pop(), why=f": {why}" if why else ""))
 
     def _launched(self, device: cst.BaseExpression) -> cst.Name | None:
         """The training engine (`accelerator` of `accelerator = Accelerator()`, a Fabric) whose
@@ -545,312 +537,6 @@ class UnfusedOptimizer(Rule):
             elif "cuda" in types:
                 return True
         return False
-
-    def _stays_on_host(self, part: cst.BaseExpression) -> bool:
-        """Whether a part of the parameters that no call moves before the optimizer is
-        built is on the CPU for good: a tensor made on the host, or a model built here
-        on the host (by torch.nn, a class of this file, or a function of this file that
-        returns one) that no call of the file moves to a device, before or after."""
-        if part in self._tensors:
-            return True  # `_tensor_or_model` found it made on the host
-        if "set_default_device" in self.context.code or "set_default_tensor_type" in self.context.code:
-            return False
-        return self._built_on_host(part, 0)
-
-    def _built_on_host(self, expr: cst.BaseExpression, depth: int) -> bool:
-        if depth > MAX_DEPTH:
-            return False
-        training = self.context.training
-        if isinstance(expr, cst.Call):
-            wrapped = self._wrapped(expr)
-            if wrapped is not None:
-                return self._built_on_host(wrapped, depth + 1)
-            if kwarg(expr, "device") is not None or kwarg(expr, "device_map") is not None:
-                return False
-            returned = self.context.loops.returned(expr)
-            if returned:
-                return all(self._built_on_host(value, depth + 1) for value in returned)
-            classdef = self.context.kinds.local_class(expr.func)
-            if classdef is not None:
-                return not self._places_itself(classdef)
-            return self.context.names.startswith(expr.func, ("torch.nn",)) is not None
-        if isinstance(expr, (cst.Subscript, cst.Attribute)) and training.is_model(expr.value):
-            return self._built_on_host(expr.value, depth + 1)  # `model[0]`, `model.head`
-        if not isinstance(expr, (cst.Name, cst.Attribute)) or training.moved_anywhere(training.code(expr)):
-            return False
-        sources = training.value_sources(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
-        return bool(sources) and all(s is not None and self._built_on_host(s, depth + 1) for s in sources)
-
-    def _places_itself(self, classdef: cst.ClassDef) -> bool:
-        """A module class whose constructor may put its weights on a device: its `__init__`
-        (or that of a base class of this file it inherits) calls `.to(...)` / `.cuda()` or
-        passes `device=` to what it builds."""
-        init = local_calls(self.context).method(classdef, "__init__")
-        if init is None:
-            return False
-        return any(
-            method_name(call) in ("to", "cuda") or kwarg(call, "device") is not None
-            for call in self.context.index.find(cst.Call, within=init)
-        )
-
-    def _tensor_or_model(self, expr: cst.BaseExpression, at: cst.CSTNode | None):
-        """The placement of one part of the parameters: a tensor followed by
-        `_tensor_sites` (None: on the host), else the model whose parameters it is."""
-        if expr in self._tensors:
-            found = self._tensors[expr]
-            return found if isinstance(found, Model) and found.move is not None else None
-        return self._placed(expr, at)
-
-    def _placed(self, expr: cst.BaseExpression, at: cst.CSTNode | None, depth: int = 0):
-        """The model (`model` for `model[0]` or `model.head`) that is moved before `at`;
-        for another name of it (`net = model`, `local = copy.deepcopy(model)`, `ddp =
-        DistributedDataParallel(model)` and its `.module`, `torch.compile(model)`), the
-        model it names, when every binding names the same placed model."""
-        training = self.context.training
-        current = expr
-        while True:
-            if isinstance(current, cst.Call) and depth < MAX_DEPTH:
-                wrapped = self._wrapped(current)
-                return self._placed(wrapped, at, depth + 1) if wrapped is not None else None
-            if isinstance(current, cst.IfExp) and depth < MAX_DEPTH:
-                return self._same_model([self._placed(v, at, depth + 1) for v in (current.body, current.orelse)])
-            if isinstance(current, (cst.Name, cst.Attribute)):
-                model = training.model(current, at)
-                if model.move is not None:
-                    return model
-                if depth < MAX_DEPTH:
-                    aliased = self._aliased(current, at, depth)
-                    if aliased is not None:
-                        return aliased
-            if not isinstance(current, (cst.Attribute, cst.Subscript)):
-                return None
-            current = current.value
-
-    def _aliased(self, expr: cst.BaseExpression, at: cst.CSTNode | None, depth: int) -> Model | None:
-        """The placed model every binding of `expr` names (all on one device), else None."""
-        values = self.context.loops.values_of(expr)
-        if not values or any(v is expr for v in values):
-            return None
-        found = []
-        for value in values:  # (one binding that is not a placed model settles it)
-            model = self._placed(value, at, depth + 1)
-            if model is None:
-                return None
-            found.append(model)
-        return self._same_model(found)
-
-    def _same_model(self, found: list[Model | None]) -> Model | None:
-        """The placement all of `found` share, else None."""
-        if not found or any(model is None for model in found):
-            return None
-        training = self.context.training
-        keys = {(training.code(m.device) if m.device is not None else None, m.places, m.split) for m in found}
-        return found[0] if len(keys) == 1 else None
-
-    def _wrapped(self, call: cst.Call) -> cst.BaseExpression | None:
-        """`m` of `DistributedDataParallel(m, ...)`, `torch.compile(m)`, `copy.deepcopy(m)`."""
-        first = positional(call, 0) or kwarg(call, "module") or kwarg(call, "model")
-        if first is None or not self.context.names.is_(call.func, *SAME_DEVICE_MODEL_WRAPPERS):
-            return None
-        return first.value
-
-    # -- tensors made to be trained ----------------------------------------------
-
-    def _tensor_sites(self, expr: cst.BaseExpression, at: cst.CSTNode | None):
-        """Asked by the parameter analysis about a part that is no model's parameters:
-        a tensor whose device can be followed stands for itself."""
-        if isinstance(expr, cst.Attribute) and self.context.training.is_model(expr.value):
-            return [(expr, at)]  # `model.weight`: where the model is
-        found = self._tensor_place(expr, 0, set())
-        if found is None or found == ():
-            if self._untold is None or not self.context.inside(self._untold, expr):
-                self._untold = expr  # the innermost part that cannot be told is the one to name
-            return None
-        self._tensors[expr] = found
-        return [(expr, at)]
-
-    def _tensor_place(self, expr: cst.BaseExpression, depth: int, seen: set) -> Model | str | None:
-        """Where the tensor `expr` is made: a Model whose `move` is the call that puts it
-        on a device (None: the host), UNFUSED_EVERYWHERE for a complex tensor, None when it
-        cannot be told. Followed through names, `self.` attributes, `nn.Parameter`,
-        `requires_grad_()` and other methods that keep the device, arithmetic with
-        numbers, and what functions of this file return."""
-        if depth > MAX_DEPTH:
-            return None
-        training = self.context.training
-        if isinstance(expr, (cst.Name, cst.Attribute)):
-            key = (id(self.context.scopes.get(expr)), training.code(expr))
-            if key in seen:
-                return ()  # a binding that refers to itself (`w = nn.Parameter(w)`): adds nothing
-            seen = seen | {key}
-            if isinstance(expr, cst.Name):
-                sources = self._reaching_values(expr)
-            else:
-                sources = self.context.loops.values_of(expr)
-            if not sources or any(source is None for source in sources):
-                return None
-            return self._join([self._tensor_place(source, depth + 1, seen) for source in sources])
-        if isinstance(expr, cst.Call):
-            return self._made_by(expr, depth, seen)
-        if isinstance(expr, cst.BinaryOperation):
-            sides = [side for side in (expr.left, expr.right) if self.context.kinds.fact(side).kind is Kind.TENSOR]
-            return self._join([self._tensor_place(side, depth + 1, seen) for side in sides]) if sides else None
-        if isinstance(expr, cst.UnaryOperation):
-            return self._tensor_place(expr.expression, depth + 1, seen)
-        if isinstance(expr, cst.IfExp):
-            return self._join([self._tensor_place(v, depth + 1, seen) for v in (expr.body, expr.orelse)])
-        if isinstance(expr, (cst.ListComp, cst.GeneratorExp)) and expr.for_in.inner_for_in is None:
-            return self._tensor_place(expr.elt, depth + 1, seen)
-        return None
-
-    def _reaching_values(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        """What `name` may hold where it is read: the assignments that reach it
-        (`w = torch.randn(n); w = w.to(device)` reads the second), else every binding
-        (a parameter: what the calls of its function pass)."""
-        reaching = self.context.kinds.reaching(name)
-        values = [self.context.bindings.assigned_value(a) for a in reaching]
-        if reaching and all(v is not None for v in values):
-            return values
-        return self.context.training.value_sources(name)
-
-    def _made_by(self, call: cst.Call, depth: int, seen: set) -> Model | str | None:
-        training = self.context.training
-        names = self.context.names
-        code = training.code(call)
-        first = positional(call, 0)
-        if names.is_(call.func, "torch.nn.Parameter", "torch.nn.parameter.Parameter"):
-            data = first or kwarg(call, "data")
-            return self._tensor_place(data.value, depth + 1, seen) if data is not None else None
-        if names.startswith(call.func, ("torch.nn.init.",)):
-            return self._tensor_place(first.value, depth + 1, seen) if first is not None else None
-        factory = next((n for n in names.of(call.func) if n in TENSOR_FACTORIES), None)
-        if factory is not None:
-            dtype = self._dtype(kwarg(call, "dtype"))
-            if dtype != "float":
-                return dtype
-            device = kwarg(call, "device")
-            if device is not None:
-                return Model(code, call, device.value, training.device_places(device.value), False, None)
-            if factory.endswith("_like"):
-                return self._tensor_place(first.value, depth + 1, seen) if first is not None else None
-            if "set_default_device" in self.context.code or "set_default_tensor_type" in self.context.code:
-                return None
-            return Model(code, None, None, frozenset(), False, None)  # made on the host
-        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if receiver is not None and not isinstance(receiver, cst.Call) and names.startswith(receiver, ("torch",)):
-            receiver = None  # `torch.sigmoid(...)`, `torch.nn.init.normal_(...)`: a function, no method
-        method = method_name(call) if receiver is not None else None
-        if receiver is None and names.startswith(call.func, ("torch",)):
-            return None
-        if method in DEVICE_AND_DTYPE_KEEPING_METHODS:
-            return self._tensor_place(receiver, depth + 1, seen)
-        if method in ("cfloat", "cdouble", "chalf"):
-            return UNFUSED_EVERYWHERE
-        if method == "cpu":
-            return Model(code, None, None, frozenset(), False, None)
-        if method == "cuda":
-            index = first or kwarg(call, "device")
-            if index is not None:
-                return Model(code, call, index.value, training.device_places(index.value), False, None)
-            return Model(code, call, None, frozenset({Place.CUDA}), False, None)
-        if method == "to":
-            return self._moved(call, receiver, depth, seen)
-        returned = self.context.loops.returned(call)
-        if returned:
-            return self._join([self._tensor_place(v, depth + 1, seen) for v in returned])
-        return None
-
-    def _moved(self, call: cst.Call, receiver: cst.BaseExpression, depth: int, seen: set) -> Model | str | None:
-        """`x.to(device)`, `x.to(device, dtype)`, `x.to(dtype=...)`."""
-        kinds = self.context.kinds
-        training = self.context.training
-        if any(arg.star for arg in call.args):
-            return None
-        device = kwarg(call, "device")
-        dtype = kwarg(call, "dtype")
-        for arg in call.args:
-            if arg.keyword is not None:
-                continue
-            if kinds.is_dtype(arg.value) and dtype is None:
-                dtype = arg
-            elif kinds.is_device(arg.value) and device is None:
-                device = arg
-            else:
-                return None  # `.to(other)` or an argument that cannot be told
-        kind = self._dtype(dtype)
-        if kind != "float":
-            return kind
-        if device is None:
-            return self._tensor_place(receiver, depth + 1, seen)
-        return Model(training.code(call), call, device.value, training.device_places(device.value), False, None)
-
-    def _dtype(self, arg: cst.Arg | None, depth: int = 0) -> str | None:
-        """ "float" for no dtype or a floating one, UNFUSED_EVERYWHERE for a complex one, None when it cannot be told."""
-        if arg is None:
-            return "float"
-        expr = arg.value if isinstance(arg, cst.Arg) else arg
-        qualified = self.context.names.of(expr)
-        if qualified & FLOAT_DTYPES:
-            return "float"
-        if qualified & COMPLEX_DTYPES:
-            return UNFUSED_EVERYWHERE
-        if isinstance(expr, cst.Name) and depth < 3:
-            sources = self.context.training.value_sources(expr)
-            kinds = {self._dtype(s, depth + 1) if s is not None else None for s in sources}
-            if sources and len(kinds) == 1:
-                return kinds.pop()
-        return None
-
-    def _join(self, found: list) -> Model | str | None | tuple:
-        """One placement for several possible ones: all the same, else None (cannot be told).
-        `()` stands for a binding that adds nothing."""
-        found = [f for f in found if f != ()]
-        if not found:
-            return ()
-        if any(f is None for f in found):
-            return None
-        if UNFUSED_EVERYWHERE in found:
-            return UNFUSED_EVERYWHERE
-        training = self.context.training
-        keys = {(m.move is None, training.code(m.device) if m.device is not None else None, m.places) for m in found}
-        return found[0] if len(keys) == 1 else None
-
-    def _prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
-        """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
-        style) that is handed the optimizer this call builds: it picks the device."""
-        statement = self.context.parents.get(optimizer)
-        if not (
-            isinstance(statement, cst.Assign)
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0].target, cst.Name)
-        ):
-            return None
-        name = statement.targets[0].target.value
-        for call in self._prepare_calls:
-            if any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args) and (
-                self.context.index.before(optimizer, call)
-            ):
-                return call
-        return None
-
-    @functools.cached_property
-    def _prepare_calls(self) -> list[cst.Call]:
-        """The `x.prepare(...)`, `x.setup(...)`, `x.initialize(...)` calls of the file."""
-        return [
-            call
-            for call in self.context.index.find(cst.Call)
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize")
-        ]
-
-    @functools.cached_property
-    def _has_sparse_gradients(self) -> bool:
-        """`nn.Embedding(..., sparse=True)` (or any `sparse=True`) somewhere in the file."""
-        if "sparse" not in self.context.code:
-            return False
-        return any(
-            arg.keyword is not None and arg.keyword.value == "sparse" and m.matches(arg.value, m.Name("True"))
-            for arg in self.context.index.find(cst.Arg)
-        )
 
 
 def _guard(device_type: str) -> str:

@@ -3,7 +3,7 @@
 import libcst as cst
 import pytest
 
-from codemod.analysis.names import integer_value, number_value, plain_code
+from codemod.analysis.names import integer_value, number_value, plain_code, with_kwarg
 from codemod.context import FileContext
 
 
@@ -68,3 +68,11 @@ def test_plain_code_reads_names_and_dotted_names_as_libcst_writes_them(code, pla
     assert plain_code(expr) == plain
     if plain is not None:
         assert cst.Module([]).code_for_node(expr) == plain
+
+
+def test_a_keyword_added_to_a_call_closed_on_its_own_line_goes_before_that_line_break():
+    call = cst.parse_expression("torch.optim.AdamW(\n    params, lr=1e-3\n)")
+    new = with_kwarg(call, "fused", cst.Name("True"))
+    assert cst.Module([]).code_for_node(new) == "torch.optim.AdamW(\n    params, lr=1e-3, fused=True\n)"
+    one_line = with_kwarg(cst.parse_expression("f(a, b=1)"), "c", cst.Name("True"))
+    assert cst.Module([]).code_for_node(one_line) == "f(a, b=1, c=True)"

@@ -47,6 +47,7 @@ def adamw_parameters(fused: bool, seed: int, weight_decay: float = 0.01) -> torc
         "trainer_self_device",
         "trainer_device_argument",
         "named_optimizer_choices",
+        "device_from_helper_through_caller",
     ],
 )
 def test_rewritten_script_trains_within_tolerance(case, monkeypatch):
