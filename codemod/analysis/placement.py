@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     COMPLEX_DTYPES,
     DEVICE_AND_DTYPE_KEEPING_METHODS,
@@ -131,11 +133,26 @@ class Placement:
         if found is not None and self.context.kinds.class_of(found[0]) is None:
             function = found[0]
             if not self.context.loops.call_sites(function):
-                return f"`{expr.value}` is a parameter of `{function.name.value}`, which this file never calls"
+                return self._passed_from_elsewhere(expr.value, function, found[1])
             values = self.context.loops.passed(expr)
         else:
             values = [v for v in self.training.value_sources(expr) if v is not None]
         return next((why for why in (self.untold_device(v, depth + 1) for v in values) if why), None)
+
+    def _passed_from_elsewhere(self, name: str, function: cst.FunctionDef, param: cst.Param) -> str | None:
+        """Why `param` of `function`, which this file never calls, names no known device: no
+        module of the package calls it either, or the first call there whose argument
+        cannot be told."""
+        project = project_of(self.context)
+        calls = project.package_calls(function)
+        where = f"`{name}` is a parameter of `{function.name.value}`"
+        if not calls:
+            return f"{where}, which this file never calls"
+        for module, call in calls:
+            argument = argument_for(call, function, param, 0) or param.default
+            if argument is None or module.context.training.device_types(argument) is None:
+                return f"{where}, and the call at {project.shown_in(module.context, call)} passes a device that cannot be told"
+        return None  # every caller's device is known: the reason is another
 
     def prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
         """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed

@@ -615,12 +615,38 @@ class Training:
                 values.append(found)
             return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
         if isinstance(expr, cst.Name):
+            sites = self._binding_sites(expr)
+            if len(sites) == 1 and isinstance(sites[0][0], cst.Param):
+                passed = self._package_argument_types(sites[0][0], depth, written)
+                if passed is not None:
+                    return passed
             sources = self.value_sources(expr)
             return _union(*(self.device_types(s, depth + 1, written) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
             values = self._attribute_values(expr, written)
             return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
         return None
+
+    def _package_argument_types(self, param: cst.Param, depth: int, written: bool) -> frozenset[str] | None:
+        """The device types every caller in the package passes to `param`, a parameter of a
+        top-level function this file never calls (`run_experiment(config, device)` called by
+        the experiments' scripts): each caller's own analysis tells its argument. None when
+        this file calls the function, when no module of the package does, or when one
+        caller's argument cannot be told."""
+        function = self.parents.get(self.parents.get(param))
+        if not isinstance(function, cst.FunctionDef) or self.steps.call_sites(function):
+            return None
+        calls = project_of(self.context).package_calls(function)
+        found = []
+        for module, call in calls:
+            argument = argument_for(call, function, param, 0)
+            if argument is None:
+                argument = param.default
+            types = module.context.training.device_types(argument, depth + 1, written) if argument else None
+            if types is None:
+                return None
+            found.append(types)
+        return _union(*found) if found else None
 
     def trainer_placed(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.ClassDef | None:
         """The class when `expr` is `self` in its `configure_optimizers()` and the class is a

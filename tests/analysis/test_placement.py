@@ -230,3 +230,72 @@ def test_a_device_an_option_gives_is_not_blamed_on_a_parameter():
     device = moved_to(ctx)
     assert ctx.training.device_types(device) is None
     assert ctx.training.placement.untold_device(device) is None
+
+
+# A function the experiments of the package call, never its own module (spd's
+# `run_experiment(config, device)`), with the device each of them gets.
+RUN = """\
+import torch
+
+
+def optimize(model, device):
+    model.to(device)
+    return torch.optim.AdamW(model.parameters())
+
+
+def run_experiment(model, device):
+    return optimize(model, torch.device(device))
+"""
+
+EXPERIMENT = """\
+import sys
+
+import torch.nn as nn
+
+from pkg.distributed import get_device
+from pkg.run import run_experiment
+
+if __name__ == "__main__":
+    run_experiment(nn.Linear(2, 2), DEVICE)
+"""
+
+
+def test_a_device_parameter_is_read_from_the_calls_of_the_modules_of_its_package(tmp_path):
+    files = {
+        "pkg/distributed.py": DISTRIBUTED,
+        "pkg/run.py": RUN,
+        "pkg/experiments/__init__.py": "",
+        "pkg/experiments/tms.py": EXPERIMENT.replace("DEVICE", "get_device()"),
+        "pkg/experiments/lm.py": EXPERIMENT.replace("DEVICE", '"cuda"'),
+    }
+    root = _project(tmp_path, files)
+    path = root / "pkg" / "run.py"
+    ctx = FileContext(cst.parse_module(RUN), str(path), Settings(), RUN)
+    assert ctx.training.device_types(moved_to(ctx)) == {"cuda", "cpu"}
+    result = process_source(RUN.encode(), str(path), Settings(select=("PM402",), level=Level.NUMERIC))
+    [finding] = result.findings
+    assert finding.applied and "AdamW(model.parameters(), fused=True)" in result.new_source.decode()
+    # the experiments it was read from are what the result depends on
+    assert {Path(stamp.path).name for stamp in result.dependencies} >= {"tms.py", "lm.py", "distributed.py"}
+
+
+def test_one_call_elsewhere_with_an_untold_device_is_named_as_the_reason(tmp_path):
+    files = {
+        "pkg/distributed.py": DISTRIBUTED,
+        "pkg/run.py": RUN,
+        "pkg/tms.py": EXPERIMENT.replace("DEVICE", "get_device()"),
+        "pkg/cli.py": EXPERIMENT.replace("DEVICE", "sys.argv[1]"),
+    }
+    root = _project(tmp_path, files)
+    path = root / "pkg" / "run.py"
+    ctx = FileContext(cst.parse_module(RUN), str(path), Settings(), RUN)
+    device = moved_to(ctx)
+    assert ctx.training.device_types(device) is None
+    why = ctx.training.placement.untold_device(device)
+    assert (
+        why
+        == "`device` is a parameter of `run_experiment`, and the call at pkg/cli.py:9 passes a device that cannot be told"
+    )
+    result = process_source(RUN.encode(), str(path), Settings(select=("PM402",), level=Level.NUMERIC))
+    [finding] = result.findings
+    assert not finding.applied and why in finding.message
