@@ -120,7 +120,7 @@ class Corpus:
         others = [part for part in call_parts(call) if part is not text]
         region, reason = None, None
         for candidate in [loop, *self._variance.enclosing_loops(loop)]:
-            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate, {})
+            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate)
             reason = reason or self.corpus_changed(corpus, candidate)
             if reason is not None:
                 break
@@ -140,7 +140,7 @@ class Corpus:
         `picks` a list (a tuple would index a tensor's dimensions)?"""
         if not self.context.names.is_(factory.func, "torch.tensor") or any(a.keyword is None for a in factory.args[1:]):
             return False
-        if self._variance.of_all([a.value for a in factory.args[1:]], region, {}) is not None:
+        if self._variance.of_all([a.value for a in factory.args[1:]], region) is not None:
             return False
         callee = self.context.kinds.local_callee(call)
         if callee is None or not self.context.kinds.in_memory_list(picks, tuples=False):
@@ -218,7 +218,7 @@ class Corpus:
                             names[target.target.value] = target.target
                             changed = True
         for name, node in sorted(names.items()):
-            problem = self._variance.of_name(node, region, {})
+            problem = self._variance.of_name(node, region)
             if problem is not None:
                 return problem
             for use in self._variance.names_in(region, name):

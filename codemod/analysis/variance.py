@@ -23,6 +23,16 @@ place: what may be computed once before the loop instead of once per iteration.
 - `draws_or_trains(function, args)`: does a function of the file draw random numbers,
   or is it handed a model, an optimizer or parameters?
 - `enclosing_loops(loop)`: the loops around `loop` in its function, innermost first.
+- `step_lines(loop)`: the statements of the loop's body that run once per iteration, in
+  order, the blocks of `with torch.no_grad():` and autocast opened (they change how ops
+  compute, not what a factory or a tokenizer gives, so a statement may leave them).
+- `outermost_region(statement, line, loop, hoisted)`: the outermost loop (`loop` or one
+  around it in the same function) in front of which `name = value` can run once: its
+  value invariant there, the name bound nowhere else in it (or by a chain moved with it,
+  `s = f(...)` then `s = s.to(device)`), read only after it, and its object (or a view
+  of it) never changed in place there; else (None, (call, message)) when only a callee
+  not proven pure stands in the way, (None, reason) or (None, None).
+- `single_assignment(line)`: the `name = value` alone on `line`, or None.
 - `names_in(region, name)`: the Name nodes spelled `name` in `region`.
 
 Built once per file (FileContext.shared).
@@ -52,6 +62,7 @@ from codemod.analysis.torch_facts import (
     SAME_PLACE_METHODS,
     SHARING_ATTRIBUTES,
     SHARING_CALLS,
+    TRANSPARENT_BLOCKS,
 )
 
 if TYPE_CHECKING:
@@ -359,6 +370,136 @@ class Variance:
             if isinstance(current, (cst.For, cst.While)):
                 found.append(current)
         return found
+
+    def step_lines(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """The statements of the loop body that run once per step, in order, the blocks of
+        `with torch.no_grad():` / autocast opened (a statement may leave them)."""
+        found = []
+
+        def walk(lines):
+            for line in lines:
+                if (
+                    isinstance(line, cst.With)
+                    and isinstance(line.body, cst.IndentedBlock)
+                    and all(
+                        isinstance(item.item, cst.Call)
+                        and (
+                            self.context.names.of(item.item.func) & TRANSPARENT_BLOCKS
+                            or method_name(item.item) == "autocast"
+                        )
+                        for item in line.items
+                    )
+                ):
+                    walk(line.body.body)
+                else:
+                    found.append(line)
+
+        walk(_lines(loop.body))
+        return found
+
+    def outermost_region(
+        self, statement: cst.Assign, line: cst.CSTNode, loop: cst.CSTNode, hoisted: dict[str, cst.CSTNode]
+    ):
+        """The outermost loop (the step loop or one around it, same function) out of which
+        `statement` can move; else (None, (node, message)) when a report is due, or (None, None)."""
+        name = statement.targets[0].target.value
+        best, obstacle = None, None
+        for region in [loop, *self.enclosing_loops(loop)]:
+            problem = self.of(statement.value, region, hoisted)
+            if problem is not None:
+                if best is None and isinstance(problem, tuple):
+                    obstacle = problem
+                break
+            problem = self._target_problem(name, statement, line, region, hoisted)
+            if problem is not None:
+                if best is None:
+                    obstacle = problem
+                break
+            best = region
+        if best is None:
+            return None, obstacle
+        return best, None
+
+    def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode, hoisted: dict):
+        """Can `name = value` run once before `region`: bound nowhere else in it (or only by
+        a chain hoisted with it, `s = f(...)` then `s = s.to(device)`), read in it only after
+        those statements, and its value never changed in place there?"""
+        scope = self._scopes.get(statement)
+        others = [
+            a
+            for a in scope.assignments[name]
+            if a.node is not statement.targets[0].target
+            and isinstance(a.node, cst.CSTNode)
+            and self.context.inside(a.node, region)
+        ]
+        chain = [statement]
+        if others:
+            chain = self._rebinding_chain(name, statement, region, hoisted)
+            if chain is None:
+                return f"`{name}` is bound more than once in the loop"
+        last = self._bindings.statement(chain[-1]) if len(chain) > 1 else line
+        end = self.context.positions[self.context.parents.get(last) if isinstance(last, cst.Assign) else last].end
+        for access in scope.accesses[name]:
+            start = self.context.positions[access.node].start
+            if any(self.context.inside(access.node, member.value) for member in chain[1:]):
+                continue  # the chain's next statement reading the one before
+            if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
+                return f"`{name}` is read in the loop before it is bound"
+        for alias in sorted(self.aliases(name, region)):
+            if self.changed_in_place(alias, region):
+                if alias == name:
+                    return f"`{name}` is changed in place in the loop, and hoisted it would carry the change to the next step"
+                return f"`{alias}`, computed from `{name}` (possibly a view of it), is changed in place in the loop"
+        return None
+
+    def _rebinding_chain(
+        self, name: str, statement: cst.Assign, region: cst.CSTNode, hoisted: dict
+    ) -> list[cst.Assign] | None:
+        """The statements binding `name` in `region`, in order, when they are one chain an
+        expert moves out together: `name = value` alone on lines of one block, each after
+        the first computed from invariants and the one before (`s = s.to(device)`); the
+        first is `statement`, or was moved out already. None otherwise."""
+        scope = self._scopes.get(statement)
+        members = []
+        for assignment in scope.assignments[name]:
+            node = assignment.node
+            if not (isinstance(node, cst.CSTNode) and self.context.inside(node, region)):
+                continue
+            target, assign = self.context.parents.get(node), None
+            if isinstance(target, cst.AssignTarget):
+                assign = self.context.parents.get(target)
+            line = self.context.parents.get(assign) if isinstance(assign, cst.Assign) else None
+            if line is None or single_assignment(line) is not assign:
+                return None
+            members.append((self.context.positions[line].start.line, line, assign))
+        members.sort(key=lambda member: member[0])
+        if len({id(self.context.parents.get(line)) for _, line, _ in members}) != 1:
+            return None  # not one block: a branch may skip one of them
+        chain = [assign for _, _, assign in members]
+        if chain[0] is not statement and name not in hoisted:
+            return None
+        with_name = {**hoisted, name: region}
+        if any(self.of(assign.value, region, with_name) is not None for assign in chain[1:]):
+            return None
+        return chain
+
+
+def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
+    return list(block.body) if isinstance(block, cst.IndentedBlock) else []
+
+
+def single_assignment(line: cst.CSTNode) -> cst.Assign | None:
+    """`name = value` alone on its line."""
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+        return None
+    statement = line.body[0]
+    if (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return statement
+    return None
 
 
 def _shares(value: cst.BaseExpression, names: set[str]) -> bool:

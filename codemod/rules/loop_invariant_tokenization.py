@@ -10,8 +10,7 @@ from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import kwarg, method_name, names_read
 from codemod.analysis.periodic import periodic
 from codemod.analysis.tokenizers import corpus_of, tokenizers
-from codemod.analysis.torch_facts import TRANSPARENT_BLOCKS
-from codemod.analysis.variance import variance
+from codemod.analysis.variance import single_assignment, variance
 from codemod.edits import InsertBefore, Move, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -438,12 +437,12 @@ class LoopInvariantTokenization(Rule):
         hoists: list[_Hoist] = []
         regions: dict[str, cst.CSTNode] = {}  # hoisted name -> loop it now sits in front of
         blocked: dict[int, str] = {}  # id(line) -> why its invariant value cannot move
-        for line in self._step_lines(loop):
-            statement = _single_assignment(line)
+        for line in variance(self.context).step_lines(loop):
+            statement = single_assignment(line)
             if statement is None or suppressed_on(line, self.CODE):
                 continue
             name = statement.targets[0].target.value
-            region, obstacle = self._outermost_region(statement, line, loop, regions)
+            region, obstacle = variance(self.context).outermost_region(statement, line, loop, regions)
             if region is None:
                 if isinstance(obstacle, tuple):
                     self._reported.add(id(obstacle[0]))
@@ -467,13 +466,13 @@ class LoopInvariantTokenization(Rule):
                 continue  # every few steps (`if step % 100 == 0:`), not on every step
             self._reported.add(id(call))
             spelled = self.context.source(call.func)
-            varies = variance(self.context).of(call, loop, {})
+            varies = variance(self.context).of(call, loop)
             pretokenized = corpus(self.context).pretokenizable(call, loop) if varies is not None else None
             if isinstance(pretokenized, Pretokenize):
                 self._fix_corpus(call, pretokenized)
                 continue
             if varies is not None:
-                args_vary = variance(self.context).of_all([arg.value for arg in call.args], loop, {}) is not None
+                args_vary = variance(self.context).of_all([arg.value for arg in call.args], loop) is not None
                 if (
                     args_vary
                     and not any(tokenizers(self.context).from_corpus(arg.value, loop) for arg in call.args)
@@ -497,7 +496,7 @@ class LoopInvariantTokenization(Rule):
                     "changes how the loop gets its batches",
                 )
                 continue
-            line = next((l for l in self._step_lines(loop) if self.context.inside(call, l)), None)
+            line = next((l for l in variance(self.context).step_lines(loop) if self.context.inside(call, l)), None)
             reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
             self.report(
                 call,
@@ -505,32 +504,6 @@ class LoopInvariantTokenization(Rule):
                 f"of the loop: {reason}; compute it once before the loop if that is safe",
             )
         self._report_repeated_copies(loop, hoists, blocked)
-
-    def _step_lines(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
-        """The statements of the loop body that run once per step, in order, the blocks of
-        `with torch.no_grad():` / autocast opened (a statement may leave them)."""
-        found = []
-
-        def walk(lines):
-            for line in lines:
-                if (
-                    isinstance(line, cst.With)
-                    and isinstance(line.body, cst.IndentedBlock)
-                    and all(
-                        isinstance(item.item, cst.Call)
-                        and (
-                            self.context.names.of(item.item.func) & TRANSPARENT_BLOCKS
-                            or method_name(item.item) == "autocast"
-                        )
-                        for item in line.items
-                    )
-                ):
-                    walk(line.body.body)
-                else:
-                    found.append(line)
-
-        walk(_lines(loop.body))
-        return found
 
     def _report_repeated_copies(self, loop: cst.CSTNode, hoists: list[_Hoist], blocked: dict[int, str]) -> None:
         """Copies of the same host tensor to the device, made again on every step, that could
@@ -549,10 +522,10 @@ class LoopInvariantTokenization(Rule):
                 or copy.receiver.place is not Place.HOST
             ):
                 continue
-            if variance(self.context).of(call.func.value, loop, {}) is not None:
+            if variance(self.context).of(call.func.value, loop) is not None:
                 continue
             self._reported.add(id(call))
-            line = next((l for l in self._step_lines(loop) if self.context.inside(call, l)), None)
+            line = next((l for l in variance(self.context).step_lines(loop) if self.context.inside(call, l)), None)
             reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
             self.report(
                 call,
@@ -562,29 +535,6 @@ class LoopInvariantTokenization(Rule):
 
     def _in_hoisted(self, node: cst.CSTNode, hoists: list[_Hoist]) -> bool:
         return any(self.context.inside(node, hoist.line) for hoist in hoists)
-
-    def _outermost_region(
-        self, statement: cst.Assign, line: cst.CSTNode, loop: cst.CSTNode, regions: dict[str, cst.CSTNode]
-    ):
-        """The outermost loop (the step loop or one around it, same function) out of which
-        `statement` can move; else (None, (node, message)) when a report is due, or (None, None)."""
-        name = statement.targets[0].target.value
-        best, obstacle = None, None
-        for region in [loop, *variance(self.context).enclosing_loops(loop)]:
-            problem = variance(self.context).of(statement.value, region, regions)
-            if problem is not None:
-                if best is None and isinstance(problem, tuple):
-                    obstacle = problem
-                break
-            problem = self._target_problem(name, statement, line, region, regions)
-            if problem is not None:
-                if best is None:
-                    obstacle = problem
-                break
-            best = region
-        if best is None:
-            return None, obstacle
-        return best, None
 
     # -- invariance ------------------------------------------------------------------------
 
@@ -633,69 +583,6 @@ class LoopInvariantTokenization(Rule):
         if within is None:
             self._taken.add(candidate)
         return candidate
-
-    def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode, regions: dict):
-        """Can `name = value` run once before `region`: bound nowhere else in it (or only by
-        a chain hoisted with it, `s = f(...)` then `s = s.to(device)`), read in it only after
-        those statements, and its value never changed in place there?"""
-        scope = self._scopes.get(statement)
-        others = [
-            a
-            for a in scope.assignments[name]
-            if a.node is not statement.targets[0].target
-            and isinstance(a.node, cst.CSTNode)
-            and self.context.inside(a.node, region)
-        ]
-        chain = [statement]
-        if others:
-            chain = self._rebinding_chain(name, statement, region, regions)
-            if chain is None:
-                return f"`{name}` is bound more than once in the loop"
-        last = self._bindings.statement(chain[-1]) if len(chain) > 1 else line
-        end = self.context.positions[self.context.parents.get(last) if isinstance(last, cst.Assign) else last].end
-        for access in scope.accesses[name]:
-            start = self.context.positions[access.node].start
-            if any(self.context.inside(access.node, member.value) for member in chain[1:]):
-                continue  # the chain's next statement reading the one before
-            if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
-                return f"`{name}` is read in the loop before it is bound"
-        for alias in sorted(variance(self.context).aliases(name, region)):
-            if variance(self.context).changed_in_place(alias, region):
-                if alias == name:
-                    return f"`{name}` is changed in place in the loop, and hoisted it would carry the change to the next step"
-                return f"`{alias}`, computed from `{name}` (possibly a view of it), is changed in place in the loop"
-        return None
-
-    def _rebinding_chain(
-        self, name: str, statement: cst.Assign, region: cst.CSTNode, regions: dict
-    ) -> list[cst.Assign] | None:
-        """The statements binding `name` in `region`, in order, when they are one chain an
-        expert moves out together: `name = value` alone on lines of one block, each after
-        the first computed from invariants and the one before (`s = s.to(device)`); the
-        first is `statement`, or was moved out already. None otherwise."""
-        scope = self._scopes.get(statement)
-        members = []
-        for assignment in scope.assignments[name]:
-            node = assignment.node
-            if not (isinstance(node, cst.CSTNode) and self.context.inside(node, region)):
-                continue
-            target, assign = self.context.parents.get(node), None
-            if isinstance(target, cst.AssignTarget):
-                assign = self.context.parents.get(target)
-            line = self.context.parents.get(assign) if isinstance(assign, cst.Assign) else None
-            if line is None or _single_assignment(line) is not assign:
-                return None
-            members.append((self.context.positions[line].start.line, line, assign))
-        members.sort(key=lambda member: member[0])
-        if len({id(self.context.parents.get(line)) for _, line, _ in members}) != 1:
-            return None  # not one block: a branch may skip one of them
-        chain = [assign for _, _, assign in members]
-        if chain[0] is not statement and name not in regions:
-            return None
-        hoisted = {**regions, name: region}
-        if any(variance(self.context).of(assign.value, region, hoisted) is not None for assign in chain[1:]):
-            return None
-        return chain
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "forward":
@@ -759,10 +646,6 @@ class LoopInvariantTokenization(Rule):
         return code if len(code) <= 60 else code[:57] + "..."
 
 
-def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
-    return list(block.body) if isinstance(block, cst.IndentedBlock) else []
-
-
 def _in_front(loop: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     """`line` as it goes first in front of `loop`: the blank lines above the loop go above
     it (the comments above the loop stay with it), the line keeps its own comments."""
@@ -787,17 +670,3 @@ def _needed(hoists: list[_Hoist], index) -> list[_Hoist]:
             kept.append(hoist)
             read |= {n.value for n in names_read(hoist.value)}
     return kept[::-1]
-
-
-def _single_assignment(line: cst.CSTNode) -> cst.Assign | None:
-    """`name = value` alone on its line."""
-    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
-        return None
-    statement = line.body[0]
-    if (
-        isinstance(statement, cst.Assign)
-        and len(statement.targets) == 1
-        and isinstance(statement.targets[0].target, cst.Name)
-    ):
-        return statement
-    return None
