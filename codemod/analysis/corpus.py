@@ -10,6 +10,12 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
   corpus may be tokenized in front of, and the step's indices when every text gives as
   many ids (one tensor holds them all). The reason (a string) when a precondition
   fails; None when `call` is not of that shape.
+- `rewrite(call, plan, name, variable)`: what pretokenizing by a plan writes: the value
+  of `<name> = ...` in front of the loop, the node of the step that gave the ids, and
+  what replaces it (the ids the step picks from `name`).
+- `tokenizes_step_text(call, loop)`: does `call` tokenize text the step makes (what the
+  model generated, a prompt formatted from the step's values), never a corpus's: there
+  is nothing to tokenize ahead.
 - `picked_texts(texts, comp, loop)`: (docs, i, idx) when the name `texts` holds
   `[docs[i] for i in idx]`, bound once in the step; the reason, or None.
 - `encoder_impurity(call, region)`: why `call` may give other ids for the same text
@@ -236,6 +242,40 @@ class Corpus:
                     continue  # `b = docs`: checked as an alias
                 return f"`{name}` is used in the loop other than read (`{_short(self.context, parent)}`)"
         return None
+
+    def rewrite(
+        self, call: cst.Call, plan: Pretokenize, name: str, variable: str
+    ) -> tuple[cst.BaseExpression, cst.CSTNode, cst.BaseExpression]:
+        """What pretokenizing by `plan` writes: the value of `<name> = ...` in front of the
+        loop (every text of the corpus tokenized, in `torch.tensor(...)` when the rows have
+        one length), the node of the step that gives the ids, and what replaces it (the ids
+        the step picks from `name`). `variable` names a text of the corpus when the step
+        picked its texts inside the comprehension (`tok.encode(docs[i], n)`)."""
+        if plan.new_elt is None:  # the texts' comprehension, over every text of the corpus
+            encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
+        else:  # `tok.encode(docs[i], n)` becomes `tok.encode(text, n)` over the corpus
+            text = next(a.value for a in call.args if not isinstance(a.value, cst.Name) and corpus_of(a.value))
+            elt = call.deep_replace(text, cst.Name(variable))
+            encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
+        if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
+            first = plan.factory.args[0].with_changes(value=encoded)
+            value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
+            picked = cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))])
+            return value, plan.factory, picked
+        if plan.new_elt is None:  # `[docs_ids[i] for i in idx]`
+            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]")
+            return encoded, plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices))
+        # `[docs_ids[i] for i in <as written>]`
+        return encoded, call, plan.new_elt.with_changes(value=cst.Name(name))
+
+    def tokenizes_step_text(self, call: cst.Call, loop: cst.CSTNode) -> bool:
+        """Does `call` tokenize text the step makes, and none a corpus holds?"""
+        args = [arg.value for arg in call.args]
+        return (
+            self._variance.of_all(args, loop) is not None
+            and not any(self._tokenizers.from_corpus(arg, loop) for arg in args)
+            and any(self._tokenizers.made_in_step(arg, loop) for arg in args)
+        )
 
 
 def _short(context: FileContext, node: cst.CSTNode) -> str:

@@ -7,9 +7,10 @@ import libcst as cst
 
 from codemod.analysis.corpus import Pretokenize, corpus
 from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.loop_edits import in_front_of, moved_line
 from codemod.analysis.names import kwarg, method_name, names_read
 from codemod.analysis.periodic import periodic
-from codemod.analysis.tokenizers import corpus_of, tokenizers
+from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.variance import single_assignment, variance
 from codemod.edits import InsertBefore, Move, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -472,12 +473,7 @@ class LoopInvariantTokenization(Rule):
                 self._fix_corpus(call, pretokenized)
                 continue
             if varies is not None:
-                args_vary = variance(self.context).of_all([arg.value for arg in call.args], loop) is not None
-                if (
-                    args_vary
-                    and not any(tokenizers(self.context).from_corpus(arg.value, loop) for arg in call.args)
-                    and any(tokenizers(self.context).made_in_step(arg.value, loop) for arg in call.args)
-                ):
+                if corpus(self.context).tokenizes_step_text(call, loop):
                     # Text the step makes (what the model generated, a prompt formatted from the
                     # step's values): nothing to tokenize ahead; tokenizing it is the step's work.
                     continue
@@ -542,34 +538,15 @@ class LoopInvariantTokenization(Rule):
         """`<corpus>_ids = [tok.encode(t, n) for t in docs]` in front of the loop (in
         `torch.tensor(...)` when the rows have one length), and the step's ids picked from it."""
         name = self._fresh_name(f"{plan.corpus.value}_ids")
-        if plan.new_elt is None:  # the texts' comprehension, over every text of the corpus
-            encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
-        else:  # `tok.encode(docs[i], n)` becomes `tok.encode(text, n)` over the corpus
-            text = next(a.value for a in call.args if not isinstance(a.value, cst.Name) and corpus_of(a.value))
-            variable = self._fresh_name("text", within=call)
-            elt = call.deep_replace(text, cst.Name(variable))
-            encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
-        if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
-            first = plan.factory.args[0].with_changes(value=encoded)
-            value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
-            edit = Replace(plan.factory, cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))]))
-        elif plan.new_elt is None:  # `[docs_ids[i] for i in idx]`
-            value = encoded
-            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]")
-            edit = Replace(plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices)))
-        else:  # `[docs_ids[i] for i in <as written>]`
-            value = encoded
-            edit = Replace(call, plan.new_elt.with_changes(value=cst.Name(name)))
+        variable = self._fresh_name("text", within=call) if plan.new_elt is not None else ""
+        value, node, replacement = corpus(self.context).rewrite(call, plan, name, variable)
         line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
-        self._report_corpus(call, plan, name, [InsertBefore(plan.region, (line,)), edit])
-
-    def _report_corpus(self, call: cst.Call, plan: Pretokenize, name: str, edits: list) -> None:
         self.report(
             call,
             f"`{self.context.source(call.func)}` tokenizes texts of `{plan.corpus.value}`, a list that does "
             f"not change, again on every training step; every text is tokenized once before the loop "
             f"(`{name}`) and the step picks its ids",
-            edits=edits,
+            edits=[InsertBefore(plan.region, (line,)), Replace(node, replacement)],
             level=Level.UNSAFE,
         )
 
@@ -628,10 +605,10 @@ class LoopInvariantTokenization(Rule):
         first_of_region: set[int] = set()
         for hoist in hoists:
             if id(hoist.region) in first_of_region:
-                shape = _moved
+                shape = moved_line
             else:
                 first_of_region.add(id(hoist.region))
-                shape = partial(_in_front, hoist.region)
+                shape = partial(in_front_of, hoist.region)
             self.report(
                 hoist.line,
                 f"`{hoist.name} = {self._short(hoist.value)}` gives the same value on every training "
@@ -644,20 +621,6 @@ class LoopInvariantTokenization(Rule):
     def _short(self, node: cst.CSTNode) -> str:
         code = " ".join(self.context.source(node).split())
         return code if len(code) <= 60 else code[:57] + "..."
-
-
-def _in_front(loop: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-    """`line` as it goes first in front of `loop`: the blank lines above the loop go above
-    it (the comments above the loop stay with it), the line keeps its own comments."""
-    leading = list(loop.leading_lines)
-    first_comment = next((k for k, above in enumerate(leading) if above.comment is not None), len(leading))
-    moved = _moved(line)
-    return moved.with_changes(leading_lines=[*leading[:first_comment], *moved.leading_lines])
-
-
-def _moved(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-    """`line` without the blank lines above it: its comments go along."""
-    return line.with_changes(leading_lines=[l for l in line.leading_lines if l.comment is not None])
 
 
 def _needed(hoists: list[_Hoist], index) -> list[_Hoist]:
