@@ -32,6 +32,9 @@ place: what may be computed once before the loop instead of once per iteration.
   `s = f(...)` then `s = s.to(device)`), read only after it, and its object (or a view
   of it) never changed in place there; else (None, (call, message)) when only a callee
   not proven pure stands in the way, (None, reason) or (None, None).
+- `hoists(loop, skip)`: Hoists: the lines of the step that may run once, each in front of
+  its outermost loop, in order; the calls only a callee not proven pure keeps in; and
+  why the other invariant values do not move (`why_not(node, context)`).
 - `single_assignment(line)`: the `name = value` alone on `line`, or None.
 - `names_in(region, name)`: the Name nodes spelled `name` in `region`.
 
@@ -41,7 +44,8 @@ Built once per file (FileContext.shared).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -72,6 +76,29 @@ KEY = "variance"
 NO_HOISTS: Mapping[str, cst.CSTNode] = MappingProxyType({})
 TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
 LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+
+
+@dataclass
+class Hoist:
+    line: cst.SimpleStatementLine  # `name = value` alone on its line
+    name: str
+    region: cst.CSTNode  # the outermost loop it may run once in front of
+    value: cst.BaseExpression
+
+
+@dataclass
+class Hoists:
+    """What of a loop's step may run once in front of it (see `Variance.hoists`)."""
+
+    moves: list[Hoist] = field(default_factory=list)  # in the order of the step
+    unproven: list[tuple[cst.Call, str]] = field(default_factory=list)  # only a callee not proven pure in the way
+    blocked: dict[int, str] = field(default_factory=dict)  # id(line) -> why its invariant value cannot move
+    lines: list[cst.CSTNode] = field(default_factory=list)  # the step's lines
+
+    def why_not(self, node: cst.CSTNode, context: FileContext) -> str:
+        """Why the line `node` is in does not move, its value being invariant."""
+        line = next((line for line in self.lines if context.inside(node, line)), None)
+        return self.blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
 
 
 def variance(context: FileContext) -> Variance:
@@ -369,6 +396,27 @@ class Variance:
                 break
             if isinstance(current, (cst.For, cst.While)):
                 found.append(current)
+        return found
+
+    def hoists(self, loop: cst.CSTNode, skip: Callable[[cst.CSTNode], bool]) -> Hoists:
+        """The step lines of `loop` (not `skip`ped) that are `name = value` and may run once,
+        each in front of the outermost loop `outermost_region` gives, in order (a line may
+        read the names the ones before it moved); and why the others do not."""
+        found = Hoists(lines=self.step_lines(loop))
+        hoisted: dict[str, cst.CSTNode] = {}  # moved name -> loop it now sits in front of
+        for line in found.lines:
+            statement = single_assignment(line)
+            if statement is None or skip(line):
+                continue
+            name = statement.targets[0].target.value
+            region, obstacle = self.outermost_region(statement, line, loop, hoisted)
+            if region is not None:
+                hoisted[name] = region
+                found.moves.append(Hoist(line, name, region, statement.value))
+            elif isinstance(obstacle, tuple):
+                found.unproven.append(obstacle)
+            elif obstacle is not None:
+                found.blocked[id(line)] = obstacle
         return found
 
     def step_lines(self, loop: cst.CSTNode) -> list[cst.CSTNode]:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import libcst as cst
@@ -11,7 +10,7 @@ from codemod.analysis.loop_edits import in_front_of, moved_line
 from codemod.analysis.names import kwarg, method_name, names_read
 from codemod.analysis.periodic import periodic
 from codemod.analysis.tokenizers import tokenizers
-from codemod.analysis.variance import single_assignment, variance
+from codemod.analysis.variance import Hoist, Hoists, variance
 from codemod.edits import InsertBefore, Move, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -54,14 +53,6 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 PICK = "    idx = random.sample(range(len(docs)), 2)\n    texts = [docs[i] for i in idx]\n"
 ENCODE = "    ids = torch.tensor([tok.encode(t, 4) for t in texts])\n"
 UNSAFE = {"level": Level.UNSAFE}
-
-
-@dataclass
-class _Hoist:
-    line: cst.SimpleStatementLine
-    name: str
-    region: cst.CSTNode  # the loop it moves in front of
-    value: cst.BaseExpression  # what it computes once now
 
 
 class LoopInvariantTokenization(Rule):
@@ -435,25 +426,11 @@ class LoopInvariantTokenization(Rule):
             self._hoist_from(loop)
 
     def _hoist_from(self, loop: cst.CSTNode) -> None:
-        hoists: list[_Hoist] = []
-        regions: dict[str, cst.CSTNode] = {}  # hoisted name -> loop it now sits in front of
-        blocked: dict[int, str] = {}  # id(line) -> why its invariant value cannot move
-        for line in variance(self.context).step_lines(loop):
-            statement = single_assignment(line)
-            if statement is None or suppressed_on(line, self.CODE):
-                continue
-            name = statement.targets[0].target.value
-            region, obstacle = variance(self.context).outermost_region(statement, line, loop, regions)
-            if region is None:
-                if isinstance(obstacle, tuple):
-                    self._reported.add(id(obstacle[0]))
-                    self.report(obstacle[0], obstacle[1])
-                elif obstacle is not None:
-                    blocked[id(line)] = obstacle
-                continue
-            regions[name] = region
-            hoists.append(_Hoist(line, name, region, statement.value))
-        hoists = _needed(hoists, self._index)
+        plan = variance(self.context).hoists(loop, skip=lambda line: suppressed_on(line, self.CODE))
+        for call, message in plan.unproven:
+            self._reported.add(id(call))
+            self.report(call, message)
+        hoists = _needed(plan.moves, self._index)
         if hoists:
             self._fix(hoists)
         for call in self._index.find(cst.Call, within=loop.body):
@@ -492,16 +469,15 @@ class LoopInvariantTokenization(Rule):
                     "changes how the loop gets its batches",
                 )
                 continue
-            line = next((l for l in variance(self.context).step_lines(loop) if self.context.inside(call, l)), None)
-            reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
+            reason = plan.why_not(call, self.context)
             self.report(
                 call,
                 f"`{spelled}` gets the same arguments on every training step but is not moved out "
                 f"of the loop: {reason}; compute it once before the loop if that is safe",
             )
-        self._report_repeated_copies(loop, hoists, blocked)
+        self._report_repeated_copies(loop, hoists, plan)
 
-    def _report_repeated_copies(self, loop: cst.CSTNode, hoists: list[_Hoist], blocked: dict[int, str]) -> None:
+    def _report_repeated_copies(self, loop: cst.CSTNode, hoists: list[Hoist], plan: Hoists) -> None:
         """Copies of the same host tensor to the device, made again on every step, that could
         not be moved out with their statement: reported."""
         kinds = self.context.kinds
@@ -521,15 +497,14 @@ class LoopInvariantTokenization(Rule):
             if variance(self.context).of(call.func.value, loop) is not None:
                 continue
             self._reported.add(id(call))
-            line = next((l for l in variance(self.context).step_lines(loop) if self.context.inside(call, l)), None)
-            reason = blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
+            reason = plan.why_not(call, self.context)
             self.report(
                 call,
                 f"`{self._short(call)}` copies the same host tensor to the device on every training step; "
                 f"not moved out of the loop ({reason}); copy it once before the loop",
             )
 
-    def _in_hoisted(self, node: cst.CSTNode, hoists: list[_Hoist]) -> bool:
+    def _in_hoisted(self, node: cst.CSTNode, hoists: list[Hoist]) -> bool:
         return any(self.context.inside(node, hoist.line) for hoist in hoists)
 
     # -- invariance ------------------------------------------------------------------------
@@ -599,7 +574,7 @@ class LoopInvariantTokenization(Rule):
 
     # -- the fix -------------------------------------------------------------------------------
 
-    def _fix(self, hoists: list[_Hoist]) -> None:
+    def _fix(self, hoists: list[Hoist]) -> None:
         """Each hoisted line leaves the loop and goes, in order, in front of the outermost
         loop it is invariant in (a line a later one reads goes first: fixes apply in order)."""
         first_of_region: set[int] = set()
@@ -623,10 +598,10 @@ class LoopInvariantTokenization(Rule):
         return code if len(code) <= 60 else code[:57] + "..."
 
 
-def _needed(hoists: list[_Hoist], index) -> list[_Hoist]:
+def _needed(hoists: list[Hoist], index) -> list[Hoist]:
     """The hoists worth making: those that call something (a tokenizer, a tensor factory, a
     conversion), and the plain literals (`messages = [...]`) that such a hoist reads."""
-    kept: list[_Hoist] = []
+    kept: list[Hoist] = []
     read: set[str] = set()
     for hoist in reversed(hoists):
         if index.find(cst.Call, within=hoist.value) or hoist.name in read:
