@@ -34,7 +34,8 @@ place: what may be computed once before the loop instead of once per iteration.
   not proven pure stands in the way, (None, reason) or (None, None).
 - `hoists(loop, skip)`: Hoists: the lines of the step that may run once, each in front of
   its outermost loop, in order; the calls only a callee not proven pure keeps in; and
-  why the other invariant values do not move (`why_not(node, context)`).
+  why the other invariant values do not move (`why_not(node, context)`); `doing_work(index)`:
+  the moves that call something, and the plain values those read.
 - `single_assignment(line)`: the `name = value` alone on `line`, or None.
 - `names_in(region, name)`: the Name nodes spelled `name` in `region`.
 
@@ -94,6 +95,17 @@ class Hoists:
     unproven: list[tuple[cst.Call, str]] = field(default_factory=list)  # only a callee not proven pure in the way
     blocked: dict[int, str] = field(default_factory=dict)  # id(line) -> why its invariant value cannot move
     lines: list[cst.CSTNode] = field(default_factory=list)  # the step's lines
+
+    def doing_work(self, index) -> list[Hoist]:
+        """The moves worth making: those that call something (a tokenizer, a tensor factory, a
+        conversion), and the plain values (`messages = [...]`) that such a move reads."""
+        kept: list[Hoist] = []
+        read: set[str] = set()
+        for hoist in reversed(self.moves):
+            if index.find(cst.Call, within=hoist.value) or hoist.name in read:
+                kept.append(hoist)
+                read |= {n.value for n in names_read(hoist.value)}
+        return kept[::-1]
 
     def why_not(self, node: cst.CSTNode, context: FileContext) -> str:
         """Why the line `node` is in does not move, its value being invariant."""

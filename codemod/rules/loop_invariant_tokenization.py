@@ -5,9 +5,9 @@ from functools import partial
 import libcst as cst
 
 from codemod.analysis.corpus import Pretokenize, corpus
-from codemod.analysis.kinds import Kind, Place
+from codemod.analysis.kinds import Kind
 from codemod.analysis.loop_edits import in_front_of, moved_line
-from codemod.analysis.names import kwarg, method_name, names_read
+from codemod.analysis.names import kwarg, method_name
 from codemod.analysis.periodic import periodic
 from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.variance import Hoist, Hoists, variance
@@ -413,7 +413,6 @@ class LoopInvariantTokenization(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._scopes = context.scopes
         self._bindings = context.bindings
         self._index = context.index
         self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
@@ -430,7 +429,7 @@ class LoopInvariantTokenization(Rule):
         for call, message in plan.unproven:
             self._reported.add(id(call))
             self.report(call, message)
-        hoists = _needed(plan.moves, self._index)
+        hoists = plan.doing_work(self._index)
         if hoists:
             self._fix(hoists)
         for call in self._index.find(cst.Call, within=loop.body):
@@ -480,19 +479,13 @@ class LoopInvariantTokenization(Rule):
     def _report_repeated_copies(self, loop: cst.CSTNode, hoists: list[Hoist], plan: Hoists) -> None:
         """Copies of the same host tensor to the device, made again on every step, that could
         not be moved out with their statement: reported."""
-        kinds = self.context.kinds
         for call in self._index.find(cst.Call, within=loop.body):
             if id(call) in self._reported or method_name(call) not in ("to", "cuda") or self._in_hoisted(call, hoists):
                 continue
             if periodic(self.context).guard(call, loop) is not None:
                 continue
-            copy = kinds.copy_of(call)
-            if (
-                copy is None
-                or not copy.moves_device
-                or copy.receiver.kind is not Kind.TENSOR
-                or copy.receiver.place is not Place.HOST
-            ):
+            copy = self.context.kinds.copy_of(call)
+            if copy is None or not copy.uploads_host_tensor:
                 continue
             if variance(self.context).of(call.func.value, loop) is not None:
                 continue
@@ -542,15 +535,11 @@ class LoopInvariantTokenization(Rule):
         classdef = self.context.parents.get(self.context.parents.get(node))
         if not isinstance(classdef, cst.ClassDef) or self.context.kinds.class_fact(classdef).kind is not Kind.MODULE:
             return
-        for call in self._index.find(cst.Call, within=node.body):
-            if id(call) not in self._reported and tokenizers(self.context).tokenizes(call):
-                self._reported.add(id(call))
-                self.report(
-                    call,
-                    f"`{self.context.source(call.func)}` tokenizes inside the model's forward, on the host, on "
-                    "every step; tokenize the texts once before training (runtime.data."
-                    "PretokenizedDataset) or in the DataLoader's workers and pass ids to the model",
-                )
+        self._report_tokenizing(
+            node.body,
+            "tokenizes inside the model's forward, on the host, on every step; tokenize the texts once before "
+            "training (runtime.data.PretokenizedDataset) or in the DataLoader's workers and pass ids to the model",
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         """A tokenizer in a DataLoader's collate function runs on every batch too."""
@@ -562,15 +551,18 @@ class LoopInvariantTokenization(Rule):
         )
         if function is None:
             return
-        for call in self._index.find(cst.Call, within=function.body):
+        self._report_tokenizing(
+            function.body,
+            "tokenizes in the DataLoader's collate function, again for every batch of every epoch (in the "
+            "workers when there are any); if the texts are fixed, tokenize them once "
+            "(runtime.data.PretokenizedDataset) and pad with PadCollate",
+        )
+
+    def _report_tokenizing(self, body: cst.CSTNode, what: str) -> None:
+        for call in self._index.find(cst.Call, within=body):
             if id(call) not in self._reported and tokenizers(self.context).tokenizes(call):
                 self._reported.add(id(call))
-                self.report(
-                    call,
-                    f"`{self.context.source(call.func)}` tokenizes in the DataLoader's collate function, again "
-                    "for every batch of every epoch (in the workers when there are any); if the texts are "
-                    "fixed, tokenize them once (runtime.data.PretokenizedDataset) and pad with PadCollate",
-                )
+                self.report(call, f"`{self.context.source(call.func)}` {what}")
 
     # -- the fix -------------------------------------------------------------------------------
 
@@ -596,15 +588,3 @@ class LoopInvariantTokenization(Rule):
     def _short(self, node: cst.CSTNode) -> str:
         code = " ".join(self.context.source(node).split())
         return code if len(code) <= 60 else code[:57] + "..."
-
-
-def _needed(hoists: list[Hoist], index) -> list[Hoist]:
-    """The hoists worth making: those that call something (a tokenizer, a tensor factory, a
-    conversion), and the plain literals (`messages = [...]`) that such a hoist reads."""
-    kept: list[Hoist] = []
-    read: set[str] = set()
-    for hoist in reversed(hoists):
-        if index.find(cst.Call, within=hoist.value) or hoist.name in read:
-            kept.append(hoist)
-            read |= {n.value for n in names_read(hoist.value)}
-    return kept[::-1]
