@@ -184,3 +184,84 @@ def test_aliases_and_changes_in_place_are_followed_through_views():
     assert variance(context).changed_in_place("flat", loop)
     assert not variance(context).changed_in_place("lines", loop)
     assert variance(context).trained(next(n for n in context.index.find(cst.Name) if n.value == "net"))
+
+
+def test_hoists_move_a_chain_of_invariant_lines_out_of_both_loops_and_say_why_others_stay():
+    context = FileContext.of_source(
+        HF.replace("for it in range(3):\n{body}", "for epoch in range(2):\n    for it in range(3):\n{body}").replace(
+            "{body}",
+            textwrap.indent(
+                "with torch.no_grad():\n"
+                "    chat = [{'role': 'user', 'content': 'Hi.'}]\n"
+                "text = tok.apply_chat_template(chat, tokenize=False)\n"
+                "prompt = torch.tensor([tok.encode(text)])\n"
+                "prompt = prompt.long()\n"
+                "seen = tok(['x'], return_tensors='pt')['input_ids']\n"
+                "seen[0, 0] = it\n"
+                "width = 3\n",
+                "        ",
+            ),
+        )
+    )
+    loop, outer = loop_of(context), next(f for f in context.index.find(cst.For) if context.source(f.target) == "epoch")
+    plan = variance(context).hoists(loop, skip=lambda line: False)
+    assert [(h.name, h.region is outer) for h in plan.moves] == [
+        ("chat", True),
+        ("text", True),
+        ("prompt", True),
+        ("prompt", True),
+        ("width", True),
+    ]
+    # `width = 3` calls nothing and nothing moved reads it: not worth a move
+    assert [h.name for h in plan.doing_work(context.index)] == ["chat", "text", "prompt", "prompt"]
+    seen = call_spelled(context, "tok")
+    assert "changed in place" in plan.why_not(seen, context)
+    assert plan.unproven == []
+
+
+def test_an_unknown_tokenizer_with_fixed_arguments_is_unproven_not_invariant():
+    context = FileContext.of_source(
+        "import torch\nfrom mytok import load\ntk = load()\nfor it in range(3):\n"
+        "    x = torch.tensor([tk.encode('the cat')])\n"
+    )
+    plan = variance(context).hoists(loop_of(context), skip=lambda line: False)
+    assert plan.moves == []
+    [(call, message)] = plan.unproven
+    assert context.source(call) == "tk.encode('the cat')" and "cannot prove `tk` is a known tokenizer" in message
+
+
+def test_the_pretokenized_corpus_code_picks_rows_of_one_tensor():
+    context = program(
+        READS_VOCAB,
+        """
+        picks = random.sample(range(len(lines)), 2)
+        texts = [lines[i] for i in picks]
+        x = torch.tensor([wt.encode(s, 4) for s in texts])
+        """,
+    )
+    call = call_spelled(context, "wt.encode")
+    plan = corpus(context).pretokenizable(call, loop_of(context))
+    value, node, replacement = corpus(context).rewrite(call, plan, "lines_ids", "")
+    code = cst.Module([]).code_for_node
+    assert code(value) == "torch.tensor([wt.encode(s, 4) for s in lines])"
+    assert node is plan.factory and code(replacement) == "lines_ids[picks]"
+
+
+def test_text_generated_in_the_step_is_tokenized_as_the_steps_own_work():
+    context = hf(
+        """
+        out = net(torch.tensor([[1, 2]])).argmax(-1)
+        reply = tok.decode(out[0])
+        ids = tok(reply, return_tensors="pt")["input_ids"]
+        """
+    )
+    assert corpus(context).tokenizes_step_text(call_spelled(context, "tok"), loop_of(context))
+    context = hf('ids = tok(["a b", "c d"][it % 2], return_tensors="pt")["input_ids"]')
+    assert not corpus(context).tokenizes_step_text(call_spelled(context, "tok"), loop_of(context))
+
+
+def test_a_copy_of_a_host_tensor_to_the_device_uploads_it():
+    context = FileContext.of_source("import torch\nx = torch.ones(3)\ny = x.to('cuda')\nz = x.to(torch.float16)\n")
+    assert context.kinds.copy_of(call_spelled(context, "x.to")).uploads_host_tensor
+    dtype_only = [c for c in context.index.find(cst.Call) if context.source(c) == "x.to(torch.float16)"][0]
+    assert not context.kinds.copy_of(dtype_only).uploads_host_tensor
