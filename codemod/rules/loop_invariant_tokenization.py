@@ -500,7 +500,7 @@ class LoopInvariantTokenization(Rule):
     def _in_hoisted(self, node: cst.CSTNode, hoists: list[Hoist]) -> bool:
         return any(self.context.inside(node, hoist.line) for hoist in hoists)
 
-    # -- invariance ------------------------------------------------------------------------
+    # -- the texts of a fixed corpus: pretokenized ------------------------------------------
 
     def _fix_corpus(self, call: cst.Call, plan: Pretokenize) -> None:
         """`<corpus>_ids = [tok.encode(t, n) for t in docs]` in front of the loop (in
