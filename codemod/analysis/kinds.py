@@ -176,6 +176,11 @@ class Copy:
     moves_device: bool  # False for dtype-only `.to(torch.float16)`
     has_non_blocking: bool
 
+    @property
+    def uploads_host_tensor(self) -> bool:
+        """Does it copy a tensor that lives on the host to the device?"""
+        return self.moves_device and self.receiver.kind is Kind.TENSOR and self.receiver.place is Place.HOST
+
 
 @dataclass(frozen=True)
 class _NameBindings:

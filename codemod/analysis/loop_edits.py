@@ -6,6 +6,10 @@ once. `unwrap` is the second half: the loop statement becomes the statements of
 its body, as other fixes (and the rule's own small edits) left them, so a
 keyword added to a call in the body, a statement wrapped in a `with`, or a
 removed line inside the loop all survive the rewrite in the same run.
+
+`in_front_of(loop, line)` and `moved_line(line)` are a statement as it goes when moved
+out of a loop (first in front of it, or after another moved line): its own comments go
+along, the blank lines above the loop stay above what now comes first.
 """
 
 from __future__ import annotations
@@ -45,3 +49,17 @@ def _body_statements(updated: cst.For | cst.While) -> cst.FlattenSentinel | cst.
     first = statements[0]
     statements[0] = first.with_changes(leading_lines=[*above, *first.leading_lines])
     return cst.FlattenSentinel(statements)
+
+
+def in_front_of(loop: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`line` as it goes first in front of `loop`: the blank lines above the loop go above
+    it (the comments above the loop stay with it), the line keeps its own comments."""
+    leading = list(loop.leading_lines)
+    first_comment = next((k for k, above in enumerate(leading) if above.comment is not None), len(leading))
+    moved = moved_line(line)
+    return moved.with_changes(leading_lines=[*leading[:first_comment], *moved.leading_lines])
+
+
+def moved_line(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`line` without the blank lines above it: its comments go along."""
+    return line.with_changes(leading_lines=[l for l in line.leading_lines if l.comment is not None])

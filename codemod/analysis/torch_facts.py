@@ -428,6 +428,50 @@ TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith
 # Calls that read the gradients of the parameters they are given.
 GRAD_NORMS = functions(Category.GRAD_NORM)
 
+# -- tokenizers (Hugging Face, tiktoken) ----------------------------------------------------
+
+# How a known tokenizer is built: qualified name of the call (with the
+# `transformers.<...Tokenizer...>.from_pretrained` family, see TOKENIZER_CLASS_WORD).
+TOKENIZER_BUILDERS = frozenset(
+    {
+        "tiktoken.get_encoding",
+        "tiktoken.encoding_for_model",
+        "tokenizers.Tokenizer.from_file",
+        "tokenizers.Tokenizer.from_pretrained",
+        "tokenizers.Tokenizer.from_str",
+    }
+)
+TOKENIZER_CLASS_WORD = "Tokenizer"  # `transformers.AutoTokenizer.from_pretrained`, `GPT2TokenizerFast...`
+# Methods of those tokenizers that compute ids from their arguments and change nothing.
+TOKENIZER_METHODS = frozenset(
+    {
+        "encode",
+        "encode_plus",
+        "batch_encode_plus",
+        "apply_chat_template",
+        "tokenize",
+        "convert_tokens_to_ids",
+        "encode_ordinary",
+        "encode_batch",
+    }
+)
+# Methods that turn ids (or a model's output) back into text, or generate it.
+DETOKENIZER_METHODS = frozenset({"decode", "batch_decode", "generate"})
+# Context managers that change how ops are computed (precision, gradients), not what a
+# factory or a tokenizer gives.
+TRANSPARENT_BLOCKS = frozenset(
+    {
+        "torch.no_grad",
+        "torch.enable_grad",
+        "torch.inference_mode",
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.cuda.amp.autocast",
+        "torch.cpu.amp.autocast",
+        "contextlib.nullcontext",
+    }
+)
+
 # -- the dtype of a method's result ------------------------------------------------------
 
 # Tensor methods whose result is floating point, int64 or bool whatever their receiver's

@@ -1,0 +1,283 @@
+"""The texts of a fixed corpus that a training step tokenizes again on every step, and
+whether tokenizing the whole corpus once, before the loop, gives each step the same ids.
+
+- `pretokenizable(call, loop)`: a Pretokenize plan when `call` is the element of
+  `[tok.encode(t, n) for t in texts]` with `texts = [docs[i] for i in idx]` bound in
+  the step (or of `[tok.encode(docs[i], n) for i in idx]`), `docs` a list held in
+  memory that the loop only reads, `tok.encode` pure (`purity`, or a known tokenizer
+  not changed in the loop) and its other arguments invariant (`variance`), and the ids
+  handed to `torch.tensor`, which copies them. The plan names the outermost loop the
+  corpus may be tokenized in front of, and the step's indices when every text gives as
+  many ids (one tensor holds them all). The reason (a string) when a precondition
+  fails; None when `call` is not of that shape.
+- `rewrite(call, plan, name, variable)`: what pretokenizing by a plan writes: the value
+  of `<name> = ...` in front of the loop, the node of the step that gave the ids, and
+  what replaces it (the ids the step picks from `name`).
+- `tokenizes_step_text(call, loop)`: does `call` tokenize text the step makes (what the
+  model generated, a prompt formatted from the step's values), never a corpus's: there
+  is nothing to tokenize ahead.
+- `picked_texts(texts, comp, loop)`: (docs, i, idx) when the name `texts` holds
+  `[docs[i] for i in idx]`, bound once in the step; the reason, or None.
+- `encoder_impurity(call, region)`: why `call` may give other ids for the same text
+  before the loop than in it, or None.
+- `corpus_changed(corpus, region)`: why the list `corpus` may hold other texts on some
+  iteration of `region`, or None when the loop only reads it.
+
+Built once per file (FileContext.shared).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis.bindings import argument_for
+from codemod.analysis.lengths import Lengths
+from codemod.analysis.names import names_read
+from codemod.analysis.tokenizers import RANDOM_PICKS, call_parts, corpus_of, reads_only, tokenizers
+from codemod.analysis.variance import variance
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+KEY = "corpus"
+
+
+def corpus(context: FileContext) -> Corpus:
+    return context.shared(KEY, Corpus)
+
+
+@dataclass
+class Pretokenize:
+    comp: cst.ListComp  # the per-step `[tok.encode(t, n) for t in texts]`
+    corpus: cst.Name  # the list of texts the step picks from
+    region: cst.CSTNode  # the loop the pretokenized corpus goes in front of
+    position: str  # the variable of the indices' comprehension (`i`)
+    indices: cst.BaseExpression | None  # `idx` of `[docs[i] for i in idx]` (texts bound in the loop)
+    new_elt: cst.Subscript | None  # `_[i]` for the element `tok.encode(docs[i], n)`
+    factory: cst.Call  # `torch.tensor(<comp>, ...)`
+    stacked: cst.BaseExpression | None  # the step's indices, when the ids go in one tensor
+
+
+class Corpus:
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self._scopes = context.scopes
+        self._bindings = context.bindings
+        self._index = context.index
+        self._tokenizers = tokenizers(context)
+        self._variance = variance(context)
+
+    def pretokenizable(self, call: cst.Call, loop: cst.CSTNode) -> Pretokenize | str | None:
+        """How to tokenize once, before the loop, every text of the corpus that `call`
+        tokenizes a few of per step: `call` is the element of `[tok.encode(t, n) for t in
+        texts]`, with `texts = [docs[i] for i in idx]` bound in the loop (or of
+        `[tok.encode(docs[i], n) for i in idx]`), `docs` a list in memory that the loop
+        does not change, `tok.encode` pure and its other arguments the same every step, and
+        the ids handed to `torch.tensor`, which copies them. None when `call` is not of that
+        shape; the reason when a precondition fails."""
+        comp = self.context.parents.get(call)
+        if not (isinstance(comp, cst.ListComp) and comp.elt is call):
+            return None
+        loop_in = comp.for_in
+        if (
+            loop_in.inner_for_in is not None
+            or loop_in.ifs
+            or loop_in.asynchronous
+            or not isinstance(loop_in.target, cst.Name)
+        ):
+            return None
+        var = loop_in.target.value
+        texts = [a for a in call.args if reads_only(a.value, var)]
+        if (
+            len(texts) != 1
+            or texts[0].star
+            or any(
+                var in {n.value for n in names_read(part)} for part in call_parts(call) if part is not texts[0].value
+            )
+        ):
+            return None
+        text = texts[0].value
+        if isinstance(text, cst.Name):  # `[tok.encode(t, n) for t in texts]`
+            picked = self.picked_texts(loop_in.iter, comp, loop)
+            if picked is None or isinstance(picked, str):
+                return picked
+            corpus, position, indices = picked
+            new_elt = None
+        else:  # `[tok.encode(docs[i], n) for i in idx]`
+            corpus = corpus_of(text)
+            if corpus is None:
+                return None
+            position, indices = var, None
+            new_elt = cst.Subscript(cst.Name("_"), [cst.SubscriptElement(cst.Index(cst.Name(var)))])
+        if not self.context.kinds.in_memory_list(corpus):
+            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+        holder = self.context.parents.get(comp)
+        factory = self.context.parents.get(holder) if isinstance(holder, cst.Arg) else None
+        if not (
+            isinstance(factory, cst.Call)
+            and factory.args
+            and factory.args[0] is holder
+            and self.context.names.is_(factory.func, "torch.tensor", "torch.as_tensor")
+        ):
+            return "the ids stay a list the step could change, and pretokenized they would be shared by every step"
+        others = [part for part in call_parts(call) if part is not text]
+        region, reason = None, None
+        for candidate in [loop, *self._variance.enclosing_loops(loop)]:
+            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate)
+            reason = reason or self.corpus_changed(corpus, candidate)
+            if reason is not None:
+                break
+            region = candidate
+        if region is None:
+            return reason[1] if isinstance(reason, tuple) else reason
+        picks = indices if indices is not None else loop_in.iter
+        stacked = self._equal_rows(call, text, factory, picks, region)
+        return Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None)
+
+    def _equal_rows(
+        self, call: cst.Call, text: cst.BaseExpression, factory: cst.Call, picks: cst.BaseExpression, region
+    ) -> bool:
+        """May the ids go in one tensor, indexed by the step's `picks`: `factory` is
+        `torch.tensor(ids, ...)`, `call` a function of the file whose lists have the length
+        one of its arguments gives (the same on every call: padded and truncated to it), and
+        `picks` a list (a tuple would index a tensor's dimensions)?"""
+        if not self.context.names.is_(factory.func, "torch.tensor") or any(a.keyword is None for a in factory.args[1:]):
+            return False
+        if self._variance.of_all([a.value for a in factory.args[1:]], region) is not None:
+            return False
+        callee = self.context.kinds.local_callee(call)
+        if callee is None or not self.context.kinds.in_memory_list(picks, tuples=False):
+            return False
+        param = self.context.shared("lengths", Lengths).returned_length(callee)
+        offset = 1 if self.context.kinds.class_of(callee) is not None and isinstance(call.func, cst.Attribute) else 0
+        length = argument_for(call, callee, param, offset) if param is not None else None
+        return length is not None and length is not text
+
+    def picked_texts(self, texts: cst.BaseExpression, comp: cst.ListComp, loop: cst.CSTNode):
+        """(docs, i, idx) when `texts` holds `[docs[i] for i in idx]`, bound once in the
+        loop, `idx` a name not bound again between there and `comp`, neither changed in
+        place in the loop; the reason when `texts` is a list built in the loop otherwise;
+        None when it is not one."""
+        if not isinstance(texts, cst.Name):
+            return None
+        reaching = self.context.kinds.reaching(texts)
+        if len(reaching) != 1 or not self.context.inside(reaching[0].node, loop):
+            return None
+        value = self._bindings.assigned_value(reaching[0])
+        if not isinstance(value, cst.ListComp):
+            return None
+        picks = value.for_in
+        if picks.inner_for_in is not None or picks.ifs or picks.asynchronous or not isinstance(picks.target, cst.Name):
+            return None
+        corpus = corpus_of(value.elt)
+        indices = picks.iter
+        if corpus is None or not reads_only(value.elt, picks.target.value):
+            return f"the texts are made in the step (`{_short(self.context, value.elt)}`), not taken as they are from a list"
+        if not isinstance(indices, cst.Name):
+            return f"the indices `{_short(self.context, indices)}` are not a name the step keeps"
+        for name in sorted(self._variance.aliases(texts.value, loop) | {indices.value}):
+            if self._variance.changed_in_place(name, loop):
+                return f"`{name}` is changed in place in the step"
+        start, end = self.context.positions[value].end, self.context.positions[comp].start
+        scope = self._scopes.get(indices)
+        for assignment in scope[indices.value] if scope is not None else ():
+            node = getattr(assignment, "node", None)
+            if isinstance(node, cst.CSTNode) and self.context.inside(node, loop):
+                at = self.context.positions[node].start
+                if (start.line, start.column) <= (at.line, at.column) <= (end.line, end.column):
+                    return f"`{indices.value}` is bound again between the texts and their tokenization"
+        return corpus, picks.target.value, indices
+
+    def encoder_impurity(self, call: cst.Call, region: cst.CSTNode) -> str | None:
+        """Why `call` may not give the same ids for the same text before the loop as in it
+        (its callee not known pure, its tokenizer changed in the loop), or None."""
+        spelled = self.context.source(call.func)
+        callee = self.context.kinds.local_callee(call)
+        if callee is not None:
+            if self.context.purity.is_pure(callee):
+                return None
+            return (
+                f"`{spelled}` is not known to be pure (it changes state, draws random numbers or calls "
+                "what perfmod cannot follow): the ids of a text may differ from call to call"
+            )
+        known, receiver = self._tokenizers.tokenizer_call(call)
+        if not known:
+            return f"perfmod cannot prove `{spelled}` is pure"
+        return self._tokenizers.changed_in(receiver, region)
+
+    def corpus_changed(self, corpus: cst.Name, region: cst.CSTNode) -> str | None:
+        """Why the list `corpus` may hold other texts on some iteration of `region`: re-bound
+        or changed in place there, itself or a name sharing it, or handed to a call that
+        may change it; None when the loop only reads it (`docs[i]`, `len(docs)`)."""
+        function = self._index.first_enclosing(region, (cst.FunctionDef,)) or self.context.module
+        names = {corpus.value: corpus}  # the corpus and the names bound to the same list (`pool = docs`)
+        changed = True
+        while changed:
+            changed = False
+            for assign in self._index.find(cst.Assign, within=function):
+                if isinstance(assign.value, cst.Name) and assign.value.value in names:
+                    for target in assign.targets:
+                        if isinstance(target.target, cst.Name) and target.target.value not in names:
+                            names[target.target.value] = target.target
+                            changed = True
+        for name, node in sorted(names.items()):
+            problem = self._variance.of_name(node, region)
+            if problem is not None:
+                return problem
+            for use in self._variance.names_in(region, name):
+                parent = self.context.parents.get(use)
+                if (isinstance(parent, cst.Subscript) and parent.value is use) or (
+                    isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is use
+                ):
+                    continue  # `docs[i]`, `for d in docs`: read
+                call = self.context.parents.get(parent) if isinstance(parent, cst.Arg) else None
+                if isinstance(call, cst.Call) and (
+                    self.context.purity.pure_call(call) or self.context.names.is_(call.func, *RANDOM_PICKS)
+                ):
+                    continue
+                if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.Assign) and parent.value is use):
+                    continue  # `b = docs`: checked as an alias
+                return f"`{name}` is used in the loop other than read (`{_short(self.context, parent)}`)"
+        return None
+
+    def rewrite(
+        self, call: cst.Call, plan: Pretokenize, name: str, variable: str
+    ) -> tuple[cst.BaseExpression, cst.CSTNode, cst.BaseExpression]:
+        """What pretokenizing by `plan` writes: the value of `<name> = ...` in front of the
+        loop (every text of the corpus tokenized, in `torch.tensor(...)` when the rows have
+        one length), the node of the step that gives the ids, and what replaces it (the ids
+        the step picks from `name`). `variable` names a text of the corpus when the step
+        picked its texts inside the comprehension (`tok.encode(docs[i], n)`)."""
+        if plan.new_elt is None:  # the texts' comprehension, over every text of the corpus
+            encoded = plan.comp.with_changes(for_in=plan.comp.for_in.with_changes(iter=plan.corpus))
+        else:  # `tok.encode(docs[i], n)` becomes `tok.encode(text, n)` over the corpus
+            text = next(a.value for a in call.args if not isinstance(a.value, cst.Name) and corpus_of(a.value))
+            elt = call.deep_replace(text, cst.Name(variable))
+            encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
+        if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
+            first = plan.factory.args[0].with_changes(value=encoded)
+            value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
+            picked = cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))])
+            return value, plan.factory, picked
+        if plan.new_elt is None:  # `[docs_ids[i] for i in idx]`
+            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]")
+            return encoded, plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices))
+        # `[docs_ids[i] for i in <as written>]`
+        return encoded, call, plan.new_elt.with_changes(value=cst.Name(name))
+
+    def tokenizes_step_text(self, call: cst.Call, loop: cst.CSTNode) -> bool:
+        """Does `call` tokenize text the step makes, and none a corpus holds?"""
+        args = [arg.value for arg in call.args]
+        return (
+            self._variance.of_all(args, loop) is not None
+            and not any(self._tokenizers.from_corpus(arg, loop) for arg in args)
+            and any(self._tokenizers.made_in_step(arg, loop) for arg in args)
+        )
+
+
+def _short(context: FileContext, node: cst.CSTNode) -> str:
+    code = " ".join(context.source(node).split())
+    return code if len(code) <= 60 else code[:57] + "..."

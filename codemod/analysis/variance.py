@@ -1,0 +1,608 @@
+"""Whether a value is the same on every iteration of a loop, and what a loop changes in
+place: what may be computed once before the loop instead of once per iteration.
+
+- `of(expr, region, hoisted=NO_HOISTS)`: None when `expr` gives the same value on every
+  iteration of the loop `region`; else why not: a string, or (call, message) when only
+  a callee perfmod cannot prove pure stands in the way (a tokenizer of a class it does
+  not know, a function of the file given the same arguments). Invariant are literals,
+  names not re-bound, changed in place or trained in the loop, calls of deterministic
+  torch factories, pure builtins, known tokenizers (`tokenizers`), pure functions of
+  the file (`purity`), and conversions of tensors, of invariant parts. `hoisted` maps
+  names already moved out of a loop to the loop they now sit in front of.
+- `of_all(exprs, region, hoisted)`, `of_name(name, region, hoisted)`: the same for
+  several expressions, and for a name.
+- `aliases(name, region)`: `name` and the names bound in `region` that may share its
+  object or storage (`b = a[0]`, `b = a.view(-1)`, `b = [a]`), transitively.
+- `changed_in_place(name, region)`: is the object `name` holds changed in place in
+  `region` (`x.add_(1)`, `x.append(y)`, `x[0] = y`, `x += y`, `f(out=x)`)?
+- `attributes_assigned(name, region)`: is `name.attr = ...` assigned there?
+- `trained(name)`: does `name` hold a model, a parameter, or a tensor that requires
+  grad (which an optimizer or autograd changes every step)?
+- `makes_tensor(expr)`: is `expr` a tensor (or a tokenizer's BatchEncoding), so that
+  `.to(device)` and `.long()` of it are conversions?
+- `draws_or_trains(function, args)`: does a function of the file draw random numbers,
+  or is it handed a model, an optimizer or parameters?
+- `enclosing_loops(loop)`: the loops around `loop` in its function, innermost first.
+- `step_lines(loop)`: the statements of the loop's body that run once per iteration, in
+  order, the blocks of `with torch.no_grad():` and autocast opened (they change how ops
+  compute, not what a factory or a tokenizer gives, so a statement may leave them).
+- `outermost_region(statement, line, loop, hoisted)`: the outermost loop (`loop` or one
+  around it in the same function) in front of which `name = value` can run once: its
+  value invariant there, the name bound nowhere else in it (or by a chain moved with it,
+  `s = f(...)` then `s = s.to(device)`), read only after it, and its object (or a view
+  of it) never changed in place there; else (None, (call, message)) when only a callee
+  not proven pure stands in the way, (None, reason) or (None, None).
+- `hoists(loop, skip)`: Hoists: the lines of the step that may run once, each in front of
+  its outermost loop, in order; the calls only a callee not proven pure keeps in; and
+  why the other invariant values do not move (`why_not(node, context)`); `doing_work(index)`:
+  the moves that call something, and the plain values those read.
+- `single_assignment(line)`: the `name = value` alone on `line`, or None.
+- `names_in(region, name)`: the Name nodes spelled `name` in `region`.
+
+Built once per file (FileContext.shared).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from libcst.metadata import Assignment
+
+from codemod.analysis.kinds import Kind
+from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
+from codemod.analysis.scopes import PerBindings, reads_of
+from codemod.analysis.tokenizers import tokenizers
+from codemod.analysis.torch_facts import (
+    DETERMINISTIC_FACTORIES,
+    MUTATING_METHODS,
+    NOT_SAME_PLACE_METHODS,
+    PURE_BUILTINS,
+    RANDOM_FUNCTIONS,
+    RANDOM_METHODS,
+    SAME_PLACE_METHODS,
+    SHARING_ATTRIBUTES,
+    SHARING_CALLS,
+    TRANSPARENT_BLOCKS,
+)
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+KEY = "variance"
+NO_HOISTS: Mapping[str, cst.CSTNode] = MappingProxyType({})
+TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
+LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+
+
+@dataclass
+class Hoist:
+    line: cst.SimpleStatementLine  # `name = value` alone on its line
+    name: str
+    region: cst.CSTNode  # the outermost loop it may run once in front of
+    value: cst.BaseExpression
+
+
+@dataclass
+class Hoists:
+    """What of a loop's step may run once in front of it (see `Variance.hoists`)."""
+
+    moves: list[Hoist] = field(default_factory=list)  # in the order of the step
+    unproven: list[tuple[cst.Call, str]] = field(default_factory=list)  # only a callee not proven pure in the way
+    blocked: dict[int, str] = field(default_factory=dict)  # id(line) -> why its invariant value cannot move
+    lines: list[cst.CSTNode] = field(default_factory=list)  # the step's lines
+
+    def doing_work(self, index) -> list[Hoist]:
+        """The moves worth making: those that call something (a tokenizer, a tensor factory, a
+        conversion), and the plain values (`messages = [...]`) that such a move reads."""
+        kept: list[Hoist] = []
+        read: set[str] = set()
+        for hoist in reversed(self.moves):
+            if index.find(cst.Call, within=hoist.value) or hoist.name in read:
+                kept.append(hoist)
+                read |= {n.value for n in names_read(hoist.value)}
+        return kept[::-1]
+
+    def why_not(self, node: cst.CSTNode, context: FileContext) -> str:
+        """Why the line `node` is in does not move, its value being invariant."""
+        line = next((line for line in self.lines if context.inside(node, line)), None)
+        return self.blocked.get(id(line), "it is part of a larger statement or a condition") if line else ""
+
+
+def variance(context: FileContext) -> Variance:
+    return context.shared(KEY, Variance)
+
+
+class Variance:
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self._scopes = context.scopes
+        self._bindings = context.bindings
+        self._index = context.index
+        self._tokenizers = tokenizers(context)
+        self._names_in: dict[int, dict[str, list[cst.Name]]] = {}  # region -> its Name nodes by spelling
+        self._trained_by_bindings = PerBindings()
+
+    def of(self, expr: cst.BaseExpression, region: cst.CSTNode, hoisted: Mapping[str, cst.CSTNode] = NO_HOISTS):
+        """None when `expr` gives the same value on every iteration of `region`; else a
+        reason: a string, or (call, message) when only an unproven callee stands in the way."""
+        if isinstance(expr, LITERALS) or (isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")):
+            return None
+        if isinstance(expr, cst.ConcatenatedString):
+            return self.of(expr.left, region, hoisted) or self.of(expr.right, region, hoisted)
+        if isinstance(expr, cst.FormattedString):
+            return self.of_all(
+                [p.expression for p in expr.parts if isinstance(p, cst.FormattedStringExpression)], region, hoisted
+            )
+        if isinstance(expr, cst.Name):
+            return self.of_name(expr, region, hoisted)
+        if isinstance(expr, cst.Attribute):
+            if self.context.names.of(expr):
+                return None  # `torch.long`: a module attribute
+            if self.context.kinds.fact(expr.value).kind is Kind.MODULE:
+                return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
+            if isinstance(expr.value, cst.Name) and self.attributes_assigned(expr.value.value, region):
+                return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
+            return self.of(expr.value, region, hoisted)
+        if isinstance(expr, cst.Subscript):
+            return self.of_all(subscript_parts(expr), region, hoisted)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            return self.of_all([e.value for e in expr.elements], region, hoisted)
+        if isinstance(expr, cst.Dict):
+            parts = []
+            for element in expr.elements:
+                if not isinstance(element, cst.DictElement):
+                    return "a dict built with **"
+                parts += [element.key, element.value]
+            return self.of_all(parts, region, hoisted)
+        if isinstance(expr, cst.BinaryOperation):
+            return self.of_all([expr.left, expr.right], region, hoisted)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.of(expr.expression, region, hoisted)
+        if isinstance(expr, cst.Call):
+            return self._of_call(expr, region, hoisted)
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            own = {
+                n.value
+                for f in self._index.find(cst.CompFor, within=expr)
+                for n in self._index.find(cst.Name, within=f.target)
+            }
+            varying = self.of_all([n for n in names_read(expr) if n.value not in own], region, hoisted)
+            return varying or "a comprehension (its calls are not followed)"
+        return f"`{self.context.source(expr)}` is not an expression perfmod follows"
+
+    def of_all(self, exprs, region, hoisted=NO_HOISTS):
+        for expr in exprs:
+            problem = self.of(expr, region, hoisted)
+            if problem is not None:
+                return problem
+        return None
+
+    def _of_call(self, call: cst.Call, region, hoisted):
+        args = [a.value for a in call.args]
+        if any(a.star for a in call.args):
+            return "a call with *args or **kwargs"
+        names = self.context.names.of(call.func)
+        if names & DETERMINISTIC_FACTORIES and kwarg(call, "requires_grad") is not None:
+            return "a tensor that requires grad collects gradients: made once, they would pile up across steps"
+        if names & DETERMINISTIC_FACTORIES or names & PURE_BUILTINS:
+            return self.of_all(args, region, hoisted)
+        known, receiver = self._tokenizers.tokenizer_call(call)
+        if known:
+            return self._tokenizers.changed_in(receiver, region) or self.of_all([receiver, *args], region, hoisted)
+        callee = self.context.kinds.local_callee(call)
+        if callee is not None and self.context.purity.is_pure(callee):
+            # a pure function or method of this file: invariant where its receiver and arguments are
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else call.func
+            return self.of_all([receiver, *args], region, hoisted)
+        method = method_name(call)
+        if (
+            method is not None
+            and (
+                method in TENSOR_METHODS
+                or (
+                    not method.endswith("_")
+                    and method not in RANDOM_METHODS
+                    and method not in NOT_SAME_PLACE_METHODS
+                    and not method.startswith("_")
+                )
+            )
+            and self.makes_tensor(call.func.value)
+        ):
+            return self.of_all([call.func.value, *args], region, hoisted)
+        if receiver is not None and self.of_all([*args], region, hoisted) is None:
+            # a tokenizer-shaped call with invariant arguments on a receiver perfmod cannot vouch for
+            return (
+                call,
+                f"`{self.context.source(call.func)}` gets the same arguments on every training step, but perfmod "
+                f"cannot prove `{self.context.source(receiver)}` is a known tokenizer (and so pure); if it is, "
+                "move the call before the loop",
+            )
+        callee = self.context.kinds.local_callee(call)
+        if (
+            callee is not None
+            and isinstance(call.func, cst.Name)
+            and self.of_all([*args], region, hoisted) is None
+            and not self.draws_or_trains(callee, args)
+        ):
+            # a function of this file given the same arguments every step
+            return (
+                call,
+                f"`{self.context.source(call.func)}(...)` gets the same arguments on every training step, but "
+                f"perfmod cannot prove `{call.func.value}` is pure (no side effects, no randomness); if it is, "
+                "compute it once before the loop",
+            )
+        return f"`{self.context.source(call.func)}` is not known to be pure"
+
+    def draws_or_trains(self, function: cst.FunctionDef, args: list[cst.BaseExpression]) -> bool:
+        """Does `function` draw random numbers (a new batch each call), or is it handed a
+        model, an optimizer or a model's parameters (whose values and gradients the steps
+        change)?"""
+        kinds = self.context.kinds
+        if any(kinds.fact(arg).kind in (Kind.MODULE, Kind.OPTIMIZER) for arg in args):
+            return True
+        if any(self.context.training.parameter_models(arg) for arg in args):
+            return True
+        for call in self._index.find(cst.Call, within=function.body):
+            for name in self.context.names.of(call.func):
+                if name.startswith(("random.", "numpy.random.")) or name in RANDOM_FUNCTIONS or "Generator" in name:
+                    return True
+            if kinds.fact(call.func).kind is Kind.MODULE:
+                return True
+        return False
+
+    def makes_tensor(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a tensor (or a tokenizer's BatchEncoding), so `.to(device)`, `.long()` ... are conversions?"""
+        if self.context.kinds.fact(expr).kind is Kind.TENSOR:
+            return True
+        while isinstance(expr, cst.Subscript):
+            expr = expr.value
+        if self.context.kinds.fact(expr).kind is Kind.TENSOR:
+            return True
+        if isinstance(expr, cst.Call):
+            names = self.context.names.of(expr.func)
+            return (
+                bool(names & DETERMINISTIC_FACTORIES)
+                or self._tokenizers.tokenizer_call(expr)[0]
+                or (method_name(expr) in TENSOR_METHODS and self.makes_tensor(expr.func.value))
+            )
+        return False
+
+    def of_name(self, name: cst.Name, region, hoisted=NO_HOISTS):
+        if name.value in hoisted:
+            hoisted_at = hoisted[name.value]
+            return (
+                None
+                if self.context.inside(region, hoisted_at)
+                else f"`{name.value}` is hoisted only out of an inner loop"
+            )
+        scope = self._scopes.get(name)
+        if scope is None:
+            return f"`{name.value}` is not resolved"
+        for assignment in scope[name.value]:
+            if (
+                isinstance(assignment, Assignment)
+                and isinstance(assignment.node, cst.CSTNode)
+                and self.context.inside(assignment.node, region)
+            ):
+                return f"`{name.value}` is re-bound in the loop"
+        if self.changed_in_place(name.value, region):
+            return f"`{name.value}` is changed in place in the loop"
+        if self.trained(name):
+            return f"`{name.value}` is trained: the optimizer changes it in place every step"
+        return None
+
+    def trained(self, name: cst.Name) -> bool:
+        """Does `name` hold a model, a parameter, or a tensor that requires grad, which the
+        optimizer changes in place (or autograd would see used in two steps)?"""
+        if self.context.kinds.fact(name).kind is Kind.MODULE:
+            return True
+        scope = self._scopes.get(name)
+        return scope is not None and self._trained_bindings(scope[name.value])
+
+    def _trained_bindings(self, assignments) -> bool:
+        """`_trained` for what the bindings (a scope's set of them for one name) hold."""
+        return self._trained_by_bindings.get(assignments, self._compute_trained_bindings)
+
+    def _compute_trained_bindings(self, assignments) -> bool:
+        kinds = self.context.kinds
+        for assignment in assignments:
+            node = getattr(assignment, "node", None)
+            if isinstance(node, cst.CSTNode):
+                statement = self._bindings.statement(node)
+                value = getattr(statement, "value", None)
+                if isinstance(value, cst.Call) and (
+                    self.context.names.is_(value.func, "torch.nn.Parameter", "torch.nn.parameter.Parameter")
+                    or kwarg(value, "requires_grad") is not None
+                ):
+                    return True
+        for access in reads_of(assignments):
+            parent = self.context.parents.get(access.node)
+            if isinstance(parent, cst.Attribute) and parent.attr.value == "requires_grad_":
+                return True
+            for ancestor in self._index.ancestors(access.node):
+                if isinstance(ancestor, cst.Call) and kinds.fact(ancestor).kind is Kind.OPTIMIZER:
+                    params = kwarg(ancestor, "params") or (ancestor.args[0] if ancestor.args else None)
+                    if params is not None and self._index.inside(access.node, params):
+                        return True  # `torch.optim.Adam([x], ...)`
+                if isinstance(ancestor, (cst.BaseStatement, cst.Lambda)):
+                    break
+        return False
+
+    def aliases(self, name: str, region: cst.CSTNode) -> set[str]:
+        """`name` and the names bound in `region` to values that may share its object or
+        storage (`b = a`, `b = a[0]`, `b = a.view(-1)`, `b = a.to(device)`, `b = [a]`),
+        transitively; a result that is a new object (`a.clone()`, `a + 1`, `model(a)`,
+        `a.item()`) is not one."""
+        found, changed = {name}, True
+        pairs = []
+        for assign in self._index.find(cst.Assign, within=region):
+            for target in assign.targets:
+                pairs.extend(_assigned_pairs(target.target, assign.value))
+        while changed:
+            changed = False
+            for target, value in pairs:
+                if target not in found and _shares(value, found):
+                    found.add(target)
+                    changed = True
+        return found
+
+    def changed_in_place(self, name: str, region: cst.CSTNode) -> bool:
+        """Is the object `name` holds changed in place in `region`: `x.add_(1)`, `x.append(y)`,
+        `x[0] = y`, `x.attr = y`, `x += y`, `del x[0]`, `f(out=x)`, also through `x[...]` and views?"""
+        for use in self.names_in(region, name):
+            node, parent = use, self.context.parents.get(use)
+            while True:  # climb through the expressions that still share the object's memory
+                if isinstance(parent, cst.Subscript) and parent.value is node:
+                    node, parent = parent, self.context.parents.get(parent)
+                elif isinstance(parent, cst.Attribute) and parent.value is node:
+                    attribute, call = parent, self.context.parents.get(parent)
+                    method = attribute.attr.value
+                    if isinstance(call, cst.Call) and call.func is attribute:
+                        if method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_")):
+                            return True
+                        if method in SAME_PLACE_METHODS:  # views and no-op conversions
+                            node, parent = call, self.context.parents.get(call)
+                            continue
+                        break
+                    if isinstance(self.context.parents.get(attribute), (cst.AssignTarget, cst.AugAssign)):
+                        return True  # `x.attr = y`
+                    break
+                else:
+                    break
+            if isinstance(parent, cst.AssignTarget) and node is not use:
+                return True  # `x[0] = y`
+            if isinstance(parent, cst.AugAssign) and parent.target is node:
+                return True
+            if isinstance(parent, cst.Del) or (
+                isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out"
+            ):
+                return True
+        return False
+
+    def attributes_assigned(self, name: str, region: cst.CSTNode) -> bool:
+        return any(
+            isinstance(t.target, cst.Attribute)
+            and isinstance(t.target.value, cst.Name)
+            and t.target.value.value == name
+            for t in self._index.find(cst.AssignTarget, within=region)
+        )
+
+    def names_in(self, region: cst.CSTNode, name: str) -> list[cst.Name]:
+        """The Name nodes spelled `name` in `region` (one table per region)."""
+        table = self._names_in.get(id(region))
+        if table is None:
+            table = self._names_in[id(region)] = defaultdict(list)
+            for node in self._index.find(cst.Name, within=region):
+                table[node.value].append(node)
+        return table.get(name, [])
+
+    def enclosing_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        found = []
+        for current in self._index.ancestors(loop):
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
+            if isinstance(current, (cst.For, cst.While)):
+                found.append(current)
+        return found
+
+    def hoists(self, loop: cst.CSTNode, skip: Callable[[cst.CSTNode], bool]) -> Hoists:
+        """The step lines of `loop` (not `skip`ped) that are `name = value` and may run once,
+        each in front of the outermost loop `outermost_region` gives, in order (a line may
+        read the names the ones before it moved); and why the others do not."""
+        found = Hoists(lines=self.step_lines(loop))
+        hoisted: dict[str, cst.CSTNode] = {}  # moved name -> loop it now sits in front of
+        for line in found.lines:
+            statement = single_assignment(line)
+            if statement is None or skip(line):
+                continue
+            name = statement.targets[0].target.value
+            region, obstacle = self.outermost_region(statement, line, loop, hoisted)
+            if region is not None:
+                hoisted[name] = region
+                found.moves.append(Hoist(line, name, region, statement.value))
+            elif isinstance(obstacle, tuple):
+                found.unproven.append(obstacle)
+            elif obstacle is not None:
+                found.blocked[id(line)] = obstacle
+        return found
+
+    def step_lines(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """The statements of the loop body that run once per step, in order, the blocks of
+        `with torch.no_grad():` / autocast opened (a statement may leave them)."""
+        found = []
+
+        def walk(lines):
+            for line in lines:
+                if (
+                    isinstance(line, cst.With)
+                    and isinstance(line.body, cst.IndentedBlock)
+                    and all(
+                        isinstance(item.item, cst.Call)
+                        and (
+                            self.context.names.of(item.item.func) & TRANSPARENT_BLOCKS
+                            or method_name(item.item) == "autocast"
+                        )
+                        for item in line.items
+                    )
+                ):
+                    walk(line.body.body)
+                else:
+                    found.append(line)
+
+        walk(_lines(loop.body))
+        return found
+
+    def outermost_region(
+        self, statement: cst.Assign, line: cst.CSTNode, loop: cst.CSTNode, hoisted: dict[str, cst.CSTNode]
+    ):
+        """The outermost loop (the step loop or one around it, same function) out of which
+        `statement` can move; else (None, (node, message)) when a report is due, or (None, None)."""
+        name = statement.targets[0].target.value
+        best, obstacle = None, None
+        for region in [loop, *self.enclosing_loops(loop)]:
+            problem = self.of(statement.value, region, hoisted)
+            if problem is not None:
+                if best is None and isinstance(problem, tuple):
+                    obstacle = problem
+                break
+            problem = self._target_problem(name, statement, line, region, hoisted)
+            if problem is not None:
+                if best is None:
+                    obstacle = problem
+                break
+            best = region
+        if best is None:
+            return None, obstacle
+        return best, None
+
+    def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode, hoisted: dict):
+        """Can `name = value` run once before `region`: bound nowhere else in it (or only by
+        a chain hoisted with it, `s = f(...)` then `s = s.to(device)`), read in it only after
+        those statements, and its value never changed in place there?"""
+        scope = self._scopes.get(statement)
+        others = [
+            a
+            for a in scope.assignments[name]
+            if a.node is not statement.targets[0].target
+            and isinstance(a.node, cst.CSTNode)
+            and self.context.inside(a.node, region)
+        ]
+        chain = [statement]
+        if others:
+            chain = self._rebinding_chain(name, statement, region, hoisted)
+            if chain is None:
+                return f"`{name}` is bound more than once in the loop"
+        last = self._bindings.statement(chain[-1]) if len(chain) > 1 else line
+        end = self.context.positions[self.context.parents.get(last) if isinstance(last, cst.Assign) else last].end
+        for access in scope.accesses[name]:
+            start = self.context.positions[access.node].start
+            if any(self.context.inside(access.node, member.value) for member in chain[1:]):
+                continue  # the chain's next statement reading the one before
+            if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
+                return f"`{name}` is read in the loop before it is bound"
+        for alias in sorted(self.aliases(name, region)):
+            if self.changed_in_place(alias, region):
+                if alias == name:
+                    return f"`{name}` is changed in place in the loop, and hoisted it would carry the change to the next step"
+                return f"`{alias}`, computed from `{name}` (possibly a view of it), is changed in place in the loop"
+        return None
+
+    def _rebinding_chain(
+        self, name: str, statement: cst.Assign, region: cst.CSTNode, hoisted: dict
+    ) -> list[cst.Assign] | None:
+        """The statements binding `name` in `region`, in order, when they are one chain an
+        expert moves out together: `name = value` alone on lines of one block, each after
+        the first computed from invariants and the one before (`s = s.to(device)`); the
+        first is `statement`, or was moved out already. None otherwise."""
+        scope = self._scopes.get(statement)
+        members = []
+        for assignment in scope.assignments[name]:
+            node = assignment.node
+            if not (isinstance(node, cst.CSTNode) and self.context.inside(node, region)):
+                continue
+            target, assign = self.context.parents.get(node), None
+            if isinstance(target, cst.AssignTarget):
+                assign = self.context.parents.get(target)
+            line = self.context.parents.get(assign) if isinstance(assign, cst.Assign) else None
+            if line is None or single_assignment(line) is not assign:
+                return None
+            members.append((self.context.positions[line].start.line, line, assign))
+        members.sort(key=lambda member: member[0])
+        if len({id(self.context.parents.get(line)) for _, line, _ in members}) != 1:
+            return None  # not one block: a branch may skip one of them
+        chain = [assign for _, _, assign in members]
+        if chain[0] is not statement and name not in hoisted:
+            return None
+        with_name = {**hoisted, name: region}
+        if any(self.of(assign.value, region, with_name) is not None for assign in chain[1:]):
+            return None
+        return chain
+
+
+def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:
+    return list(block.body) if isinstance(block, cst.IndentedBlock) else []
+
+
+def single_assignment(line: cst.CSTNode) -> cst.Assign | None:
+    """`name = value` alone on its line."""
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+        return None
+    statement = line.body[0]
+    if (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return statement
+    return None
+
+
+def _shares(value: cst.BaseExpression, names: set[str]) -> bool:
+    """May `value` be (a part or view of) the object one of `names` holds?"""
+    while True:
+        if isinstance(value, cst.Subscript):
+            value = value.value
+        elif isinstance(value, cst.Attribute) and value.attr.value in SHARING_ATTRIBUTES:
+            value = value.value
+        elif (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in SHARING_CALLS
+        ):
+            value = value.func.value
+        else:
+            break
+    if isinstance(value, cst.Name):
+        return value.value in names
+    if isinstance(value, cst.IfExp):
+        return _shares(value.body, names) or _shares(value.orelse, names)
+    if isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+        return any(isinstance(e, (cst.Element, cst.StarredElement)) and _shares(e.value, names) for e in value.elements)
+    if isinstance(value, cst.Dict):
+        return any(isinstance(e, cst.DictElement) and _shares(e.value, names) for e in value.elements)
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return _shares(value.elt, names) or _shares(value.for_in.iter, names)
+    if isinstance(value, cst.DictComp):
+        return _shares(value.value, names) or _shares(value.for_in.iter, names)
+    return False
+
+
+def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]]:
+    """(name, the value it gets) for `target = value`; pairwise through a tuple of both,
+    every name with the whole value otherwise."""
+    if isinstance(target, cst.Name):
+        return [(target.value, value)]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if (
+            isinstance(value, (cst.Tuple, cst.List))
+            and len(value.elements) == len(target.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements))
+        ):
+            return [pair for t, v in zip(target.elements, value.elements) for pair in _assigned_pairs(t.value, v.value)]
+        return [pair for t in target.elements for pair in _assigned_pairs(t.value, value)]
+    return []
