@@ -587,10 +587,14 @@ class _Apply(cst.CSTTransformer):
         wraps = sorted((e for e in edits if isinstance(e, Wrap)), key=lambda w: position[w.last] - position[w.anchor])
         for wrap in wraps:
             first, last = position[wrap.anchor], position[wrap.last]
-            body = [s for segment in segments[first : last + 1] for s in segment]
+            # What goes before the first wrapped statement goes before the `with`, which
+            # takes that statement's place (a value the `with` line reads is built first).
+            ahead = len(before.get(wrap.anchor, ())) if wrap.anchor not in removed else 0
+            outside = segments[first][:ahead]
+            body = [s for segment in segments[first : last + 1] for s in segment][ahead:]
             for i in range(first, last + 1):
                 segments[i] = []
-            segments[first] = [_with(wrap.items, body)] if body else []
+            segments[first] = [*outside, _with(wrap.items, body)] if body else outside
         statements = [s for segment in segments for s in segment]
         first = original.body[0] if original.body else None
         if (
