@@ -34,6 +34,14 @@ else:  # pragma: no cover
 FIXTURES = REPO / "fixtures"
 RUNNING_SUM = FIXTURES / "rules" / "PM404" / "running_sum.in.py"
 REPORT_ONLY = FIXTURES / "rules" / "PM404" / "report_only.in.py"
+# The running sum with a model wide enough for autocast to pay: PM301 wraps its forward
+# (the fixture's Linear(16, 1) makes only a memory-bound product, which PM301 reports).
+WIDE_RUNNING_SUM = (
+    RUNNING_SUM.read_text()
+    .replace("torch.nn.Linear(16, 1)", "torch.nn.Linear(64, 64)")
+    .replace("torch.randn(50, 8, 16,", "torch.randn(50, 8, 64,")
+    .replace("torch.randn(50, 8, 1,", "torch.randn(50, 8, 64,")
+)
 SEED = FIXTURES / "scripts" / "seed_latentwire.py"  # only tokenized: the engine takes seconds on it
 
 # Two host-to-device copies four lines apart, and a string and a comment that
@@ -171,7 +179,9 @@ def test_each_change_is_annotated_with_its_finding_on_its_line(tmp_path):
 def test_each_finding_is_shown_under_the_change_its_rule_made(tmp_path):
     # PM404 reports the `.item()` syncs on lines 20 and 21 and rewrites the whole loop (line 14
     # on); PM101 finds two copies on line 15; PM301 reports the forward (line 16) and wraps it.
-    page = page_of(tmp_path, RUNNING_SUM, "--select", "PM101,PM301,PM404", "--level", "numeric")
+    script = tmp_path / "running_sum.py"
+    script.write_text(WIDE_RUNNING_SUM)
+    page = page_of(tmp_path, script, "--select", "PM101,PM301,PM404", "--level", "numeric")
     (file,) = read_page(page).files
     by_code = {}
     for note in file.notes():
@@ -477,7 +487,7 @@ def test_markdown_leaves_out_diffs_past_the_comment_budget(tmp_path):
 
 def test_the_page_ties_changes_to_findings_by_their_fix_lines_without_running_rules_again(monkeypatch):
     settings = Settings(select=("PM101", "PM301", "PM404"), level=Level.NUMERIC)
-    result = process_source(RUNNING_SUM.read_bytes(), "t.py", settings)
+    result = process_source(WIDE_RUNNING_SUM.encode(), "t.py", settings)
     monkeypatch.setattr("codemod.engine._run", lambda *args, **kwargs: pytest.fail("the page ran the rules again"))
     (file,) = read_page(render_html([result], Level.NUMERIC, ALL_RULES)).files
     assert any(n.continued and n.code == "PM301" for n in file.notes())  # its import and policy line

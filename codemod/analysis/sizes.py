@@ -20,7 +20,7 @@ arithmetic beside them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -28,6 +28,7 @@ import libcst as cst
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     DTYPE_BYTES,
     HOST_ONLY_MODULES,
@@ -93,6 +94,7 @@ class ModuleSize:
     # (k, n) of each float32 matrix product its layers make; None when it makes some of
     # unknown width (a `@`, `torch.matmul`, a layer perfmod does not size).
     products: tuple[tuple[int, int], ...] | None
+    convolves: bool = False  # it holds convolution layers (whose products `products` leaves out)
 
     @property
     def state_bytes(self) -> int:
@@ -100,7 +102,12 @@ class ModuleSize:
 
     def plus(self, other: ModuleSize, times: int = 1) -> ModuleSize:
         products = None if self.products is None or other.products is None else self.products + other.products
-        return ModuleSize(self.parameters + times * other.parameters, self.state + times * other.state, products)
+        return ModuleSize(
+            self.parameters + times * other.parameters,
+            self.state + times * other.state,
+            products,
+            self.convolves or other.convolves,
+        )
 
 
 EMPTY = ModuleSize(0, 0, ())
@@ -117,6 +124,19 @@ def save_seconds(size: int) -> float:
 def memory_bound(product: tuple[int, int]) -> bool:
     k, n = product
     return k * n / (2 * (k + n)) < MEMORY_BOUND_FLOPS_PER_BYTE
+
+
+def widest_memory_bound(products: tuple[tuple[int, int], ...]) -> str | None:
+    """Why every one of `products` waits for memory, not arithmetic: the widest, its flops per
+    byte and the threshold; None when one of them may be bound by arithmetic (or none is given)."""
+    if not products or not all(memory_bound(product) for product in products):
+        return None
+    k, n = max(products, key=lambda product: product[0] * product[1])
+    return (
+        f"the widest, {k} by {n}, does {k * n / (2 * (k + n)):.1f} flops per byte it moves, under the "
+        f"{MEMORY_BOUND_FLOPS_PER_BYTE:.1f} below which even plain float32 waits for memory (an A100: "
+        f"{HARDWARE['fp32_flops_per_s'] / 1e12:.1f} TFLOPS over {HARDWARE['memory_bytes_per_s'] / 1e12:.2f} TB/s)"
+    )
 
 
 def shown(size: int) -> str:
@@ -152,8 +172,8 @@ class Sizes:
         self.loaders = context.loaders
         self._modules: dict[int, ModuleSize | None] = {}
         self._syncs: dict[int, cst.Call | None] = {}
+        self._steps: dict[int, ModuleSize | None] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
-        self._built_by: dict[int, list[cst.Call]] | None = None
 
     # -- values ----------------------------------------------------------------------------
 
@@ -186,10 +206,11 @@ class Sizes:
         if isinstance(expr, cst.Name):
             if expr.value in ("True", "False", "None"):
                 return [expr]
-            found = self.loaders.bound_values(expr)
-            if not found:
-                passed = self._constructor_arguments(expr)
-                found = [(value, ()) for value in passed] if passed else found
+            if self.context.bindings.param_of(expr) is not None:
+                passed = self._passed_values(expr)
+                found = [(value, ()) for value in passed] if passed else []
+            else:
+                found = self.loaders.bound_values(expr)
             return self._joined(found, path, depth)
         if isinstance(expr, cst.Attribute):
             if expr.attr.value == "module" and not path:
@@ -560,7 +581,13 @@ class Sizes:
         if layer in NN_LAYER_ARGUMENTS:
             return self._layer(layer, call, depth)
         classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
-        return self._class(classdef, depth) if classdef is not None else None
+        if classdef is not None:
+            return self._class(classdef, depth)
+        found = project_of(self.context).class_of(call.func)
+        if found is None:
+            return None
+        module, classdef = found  # a class of the project's own modules, sized where it is defined
+        return sizes_of(module)._class(classdef, depth)
 
     def _container(self, call: cst.Call, depth: int) -> ModuleSize | None:
         total = EMPTY
@@ -649,7 +676,7 @@ class Sizes:
             if None in (c_in, c_out, groups, bias, kernel) or groups == 0:
                 return None
             count = c_in // groups * c_out * kernel + (c_out if bias else 0)
-            return ModuleSize(count, count, ())  # convolutions: cuDNN uses TF32 for them already
+            return ModuleSize(count, count, (), True)  # convolutions: cuDNN uses TF32 for them already
         if layer == "Embedding":
             rows, dim = number("num_embeddings"), number("embedding_dim")
             return None if rows is None or dim is None else ModuleSize(rows * dim, rows * dim, ())
@@ -731,54 +758,31 @@ class Sizes:
                 shape = self.tensor(tensor.value, depth + 1) if tensor is not None else None
                 if shape is None:
                     return None
-                total = ModuleSize(total.parameters, total.state + math.prod(shape[0]), total.products)
+                total = replace(total, state=total.state + math.prod(shape[0]))
             elif self.names.of(call.func) & (MATRIX_PRODUCTS - _SIZED_LAYERS) or (
                 isinstance(call.func, cst.Attribute) and call.func.attr.value in MATRIX_PRODUCT_METHODS
             ):
-                total = ModuleSize(total.parameters, total.state, None)
+                total = replace(total, products=None)
         if any(
             isinstance(b.operator, cst.MatrixMultiply) for b in self.index.find(cst.BinaryOperation, within=classdef)
         ):
-            total = ModuleSize(total.parameters, total.state, None)
+            total = replace(total, products=None)
         return total
 
-    def _constructor_arguments(self, name: cst.Name) -> list[cst.BaseExpression] | None:
-        """For a parameter of the `__init__` of a class of this file: what each construction
-        of the class in this file passes it (its default where one passes nothing); None
-        when it is no such parameter, the class is never built here, or one passes `*args`."""
-        parameter = self.context.bindings.param_of(name)
-        if parameter is None or parameter[0].name.value != "__init__":
+    def _passed_values(self, name: cst.Name) -> list[cst.BaseExpression] | None:
+        """For a parameter of a function of this file: what every call of the function passes
+        it (its default where a call passes nothing), as the training analysis follows them;
+        None when one of them cannot be told (a call from elsewhere, `*args`, a class handed
+        on to a factory or subclassed)."""
+        sources = self.context.training.value_sources(name)
+        if not sources or any(source is None for source in sources):
             return None
-        method, param = parameter
-        classdef = self.kinds.class_of(method)
-        if classdef is None:
-            return None
-        calls = self._constructions(classdef)
-        found = []
-        for call in calls:
-            if any(arg.star for arg in call.args):
-                return None
-            passed = self.kinds.argument(call, method, param, 1)
-            if passed is None and param.default is None:
-                return None
-            found.append(passed if passed is not None else param.default)
-        return found or None
-
-    def _constructions(self, classdef: cst.ClassDef) -> list[cst.Call]:
-        """The calls of this file that build an instance of `classdef` by its name."""
-        if self._built_by is None:
-            self._built_by = {}
-            for call in self.index.find(cst.Call):
-                if isinstance(call.func, cst.Name):
-                    local = self.kinds.local_class(call.func)
-                    if local is not None:
-                        self._built_by.setdefault(id(local), []).append(call)
-        return self._built_by.get(id(classdef), [])
+        return sources
 
     def _passed(self, classdef: cst.ClassDef, method: cst.FunctionDef, name: cst.Name, depth: int):
         """`self.x = x` for a parameter `x` of `__init__`: the largest of what the constructions
         of the class in this file pass it (a number adds nothing, a module its size)."""
-        passed = self._constructor_arguments(name)
+        passed = self._passed_values(name)
         if not passed:
             return None
         total = EMPTY
@@ -875,8 +879,8 @@ class Sizes:
             return self.integer(expr) is not None
         bindings = self.context.bindings
         if bindings.param_of(expr) is not None:
-            passed = self.loaders.bound_values(expr)
-            return bool(passed) and all(not path and self._scalar(v, depth + 1) for v, path in passed)
+            passed = self._passed_values(expr)
+            return bool(passed) and all(self._scalar(v, depth + 1) for v in passed)
         assignments = bindings.assignments(expr)
         if not assignments:
             return False
@@ -921,6 +925,19 @@ class Sizes:
         calls (and the functions of this file it calls); None when it may make one of unknown
         width: a `@`, `torch.matmul`, a model perfmod cannot size, a model handed to code
         perfmod does not see."""
+        work = self.step_work(loop)
+        return work.products if work is not None else None
+
+    def step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
+        """What the models a pass of `loop` runs hold, summed: their parameters, the (k, n) of
+        every float32 matrix product they make and whether they convolve; None where
+        `step_products` is."""
+        key = id(loop)
+        if key not in self._steps:
+            self._steps[key] = self._step_work(loop)
+        return self._steps[key]
+
+    def _step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
         steps, training = self.context.loops, self.context.training
         body = loop.body
         regions = [body, *(function.body for function in steps.functions_reached(body))]
@@ -930,7 +947,7 @@ class Sizes:
             for b in self.index.find(cst.BinaryOperation, within=region)
         ):
             return None
-        products: list[tuple[int, int]] = []
+        total = EMPTY
         ran = False  # a model of known size is called
         for call in steps.reached_calls(body):
             func = call.func
@@ -955,13 +972,13 @@ class Sizes:
                 continue  # `criterion(output, target)`: torch's losses multiply no matrices
             size = self.module(model) if isinstance(model, (cst.Name, cst.Attribute)) else None
             if size is not None and size.products is not None:
-                products.extend(size.products)
+                total = total.plus(size)
                 ran = True
             elif training.is_model(model) or self.kinds.fact(model).kind is Kind.MODULE:
                 return None  # a model perfmod cannot size
             elif any(training.is_model(arg.value) for arg in call.args):
                 return None  # the model run by code perfmod does not read
-        return tuple(products) if ran else None
+        return total if ran else None
 
     def _loss_module(self, expr: cst.BaseExpression) -> bool:
         if not isinstance(expr, (cst.Name, cst.Attribute)):

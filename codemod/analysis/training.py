@@ -1928,12 +1928,19 @@ class Training:
         if scope is None or len(scope.assignments[cls.name.value]) != 1:
             return None
         calls = []
-        for access in scope.accesses[cls.name.value]:
+        # every read of the class's name, in nested scopes (a function that builds it) too
+        (binding,) = scope.assignments[cls.name.value]
+        for access in binding.references:
             call = self.parents.get(access.node)
+            if isinstance(call, cst.Arg) and self._names_super(self.parents.get(call)):
+                continue  # `super(Net, self).__init__()` in its own methods
             if not isinstance(call, cst.Call) or call.func is not access.node:
                 return None
             calls.append(call)
         return sorted(calls, key=self.context.index.order)
+
+    def _names_super(self, call: cst.CSTNode | None) -> bool:
+        return isinstance(call, cst.Call) and self.context.names.is_(call.func, "super", "builtins.super")
 
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]

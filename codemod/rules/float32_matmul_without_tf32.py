@@ -5,7 +5,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.names import is_main_guard
 from codemod.analysis.project import project_of
-from codemod.analysis.sizes import HARDWARE, MEMORY_BOUND_FLOPS_PER_BYTE, memory_bound, sizes_of
+from codemod.analysis.sizes import sizes_of, widest_memory_bound
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -386,15 +386,8 @@ class Float32MatmulWithoutTf32(Rule):
         products = [product for products in found for product in products]
         if not products:
             return "the models the training step runs make no float32 matrix product (convolutions use TF32 already)"
-        if not all(memory_bound(product) for product in products):
-            return None
-        k, n = max(products, key=lambda product: product[0] * product[1])
-        return (
-            f"every float32 matrix product of the step is too narrow for TF32 to speed up: the widest, "
-            f"{k} by {n}, does {k * n / (2 * (k + n)):.1f} flops per byte it moves, under the "
-            f"{MEMORY_BOUND_FLOPS_PER_BYTE:.1f} below which even plain float32 waits for memory (an A100: "
-            f"{HARDWARE['fp32_flops_per_s'] / 1e12:.1f} TFLOPS over {HARDWARE['memory_bytes_per_s'] / 1e12:.2f} TB/s)"
-        )
+        why = widest_memory_bound(tuple(products))
+        return f"every float32 matrix product of the step is too narrow for TF32 to speed up: {why}" if why else None
 
     # -- where start-up is -------------------------------------------------------------
 

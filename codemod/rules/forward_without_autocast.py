@@ -12,6 +12,7 @@ from codemod.analysis.lightning import TrainerBuild, lightning_trainers
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, positional, sole_definition
 from codemod.analysis.project import project_of
+from codemod.analysis.sizes import sizes_of, widest_memory_bound
 from codemod.analysis.torch_facts import (
     AUTOCAST_FLOAT16,
     AUTOCAST_UNSAFE,
@@ -39,9 +40,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-model = nn.Linear(8, 2).to(device)
+model = nn.Linear(512, 512).to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-data = [(torch.randn(4, 8), torch.randint(0, 2, (4,))) for _ in range(3)]
+data = [(torch.randn(4, 512), torch.randint(0, 512, (4,))) for _ in range(3)]
 """
 ARGS = "args = parser.parse_args()\n"
 POLICY_HEAD = HEAD.replace("\ndevice =", "\nfrom runtime.amp import Precision\n\ndevice =")
@@ -95,15 +96,15 @@ def train(model, data, device):
         optimizer.zero_grad()
 if __name__ == "__main__":
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    net = nn.Linear(8, 2).to(dev)
-    train(net, [(torch.randn(4, 8), torch.randint(0, 2, (4,)))], dev)
+    net = nn.Linear(512, 512).to(dev)
+    train(net, [(torch.randn(4, 512), torch.randint(0, 512, (4,)))], dev)
 """
 RNN_MODEL = """\
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.rnn = nn.GRU(8, 8, batch_first=True)
-        self.head = nn.Linear(8, 2)
+        self.head = nn.Linear(512, 512)
     def forward(self, x):
         return self.head(self.rnn(x.unsqueeze(1))[0][:, -1])
 model = Net().to(device)"""
@@ -213,6 +214,14 @@ class ForwardWithoutAutocast(Rule):
     training steps NVIDIA reports up to 3x for math-heavy models, so expect
     1.5-3x on matmul-heavy models on Ampere or newer GPUs, and less
     activation memory.
+
+    A loop whose models perfmod can size (`torch.nn` layers with widths the
+    script shows, through the file's own module classes), that convolve
+    nothing, and whose every matrix product is bound by memory in float32
+    already (a `Linear(20, 1)`: under 12.5 flops per byte it moves, the
+    ratio of an A100's float32 arithmetic to its memory bandwidth) is
+    reported, not fixed: autocast would add a cast before each product and
+    speed up no arithmetic that takes time.
 
     The policy (`runtime.amp.Precision`) picks what the device supports:
     bf16 on CUDA GPUs that run it natively (Ampere, sm_80, or newer), nothing
@@ -397,26 +406,28 @@ class ForwardWithoutAutocast(Rule):
             "float64 model: more precision was asked for, not less",
         ),
         Invalid(
-            HEAD.replace("model = nn.Linear(8, 2).to(device)", "model = nn.DataParallel(nn.Linear(8, 2)).to(device)")
+            HEAD.replace(
+                "model = nn.Linear(512, 512).to(device)", "model = nn.DataParallel(nn.Linear(512, 512)).to(device)"
+            )
             + LOOP,
             None,
             "nn.DataParallel re-enters autocast in each replica's thread without the dtype: not fixed with bf16",
         ),
         Invalid(
-            HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP,
+            HEAD.replace("model = nn.Linear(512, 512).to(device)", RNN_MODEL) + LOOP,
             None,
             "a cuDNN RNN in the forward: CUDA autocast runs it in float16 whatever dtype, so bf16 is not fixed",
         ),
         Invalid(
             SCRIPT_DEVICE.replace("def train(", RNN_MODEL.rpartition("\n")[0] + "\ndef train(").replace(
-                "nn.Linear(8, 2).to(dev)", "Net().to(dev)"
+                "nn.Linear(512, 512).to(dev)", "Net().to(dev)"
             ),
             None,
             "the RNN model is built by the caller and passed in: the forward is followed into its class",
         ),
         Invalid(
             HEAD.replace(
-                "model = nn.Linear(8, 2).to(device)",
+                "model = nn.Linear(512, 512).to(device)",
                 RNN_MODEL.replace("(self):", "(self, cell='GRU'):").replace("nn.GRU(", "getattr(nn, cell)("),
             )
             + LOOP,
@@ -424,8 +435,8 @@ class ForwardWithoutAutocast(Rule):
             "a class of torch.nn picked at run time (`getattr(nn, cell)`) may be a cuDNN RNN: not fixed with bf16",
         ),
         Invalid(
-            HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP,
-            POLICY_HEAD.replace("model = nn.Linear(8, 2).to(device)", RNN_MODEL) + LOOP_FP16,
+            HEAD.replace("model = nn.Linear(512, 512).to(device)", RNN_MODEL) + LOOP,
+            POLICY_HEAD.replace("model = nn.Linear(512, 512).to(device)", RNN_MODEL) + LOOP_FP16,
             "with amp = fp16 the RNN's float16 has its gradient scaler",
             config=FP16,
         ),
@@ -449,12 +460,12 @@ class ForwardWithoutAutocast(Rule):
             "a GradScaler without autocast",
         ),
         Invalid(
-            HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace(
+            HEAD.replace("nn.Linear(512, 512).to(device)", "nn.Linear(512, 512).to(args.device)").replace(
                 "device = ", ARGS + "device = "
             )
             + LOOP
             + "x = torch.zeros(1).cuda()\n",
-            POLICY_HEAD.replace("nn.Linear(8, 2).to(device)", "nn.Linear(8, 2).to(args.device)").replace(
+            POLICY_HEAD.replace("nn.Linear(512, 512).to(device)", "nn.Linear(512, 512).to(args.device)").replace(
                 "device = ", ARGS + "device = "
             )
             + LOOP_BF16.replace("for_device(device)", "for_device(args.device)")
@@ -462,8 +473,11 @@ class ForwardWithoutAutocast(Rule):
             "the device expression the script uses, whatever it is",
         ),
         Invalid(
-            HEAD.replace("nn.Linear(8, 2).to(device)\n", "nn.Linear(8, 2)\nif use_cuda:\n    model.cuda()\n") + LOOP,
-            POLICY_HEAD.replace("nn.Linear(8, 2).to(device)\n", "nn.Linear(8, 2)\nif use_cuda:\n    model.cuda()\n")
+            HEAD.replace("nn.Linear(512, 512).to(device)\n", "nn.Linear(512, 512)\nif use_cuda:\n    model.cuda()\n")
+            + LOOP,
+            POLICY_HEAD.replace(
+                "nn.Linear(512, 512).to(device)\n", "nn.Linear(512, 512)\nif use_cuda:\n    model.cuda()\n"
+            )
             + LOOP_BF16.replace("for_device(device)", "for_device(next(model.parameters()).device)"),
             '`.cuda()` only when a flag says so: the device the parameters are on, not "cuda"',
         ),
@@ -599,6 +613,9 @@ class ForwardWithoutAutocast(Rule):
         problem = self._fp16_problem(loop) if fp16 else None
         if problem is not None:
             return self._decline(loop, problem)
+        narrow = self._narrow_step(loop)
+        if narrow is not None:
+            return self._decline(loop, narrow)
         taken = self._taken_names()
         policy = next((n for n in POLICY_NAMES if n not in taken), None)
         scaler = next((n for n in SCALER_NAMES if n not in taken), None)
@@ -1065,6 +1082,22 @@ class ForwardWithoutAutocast(Rule):
         )
 
     # -- helpers -------------------------------------------------------------------
+
+    def _narrow_step(self, loop: TrainingLoop) -> str | None:
+        """Why 16-bit products buy nothing: every model the step runs is sized, none convolves,
+        and each matrix product they make waits for memory in float32 already; None otherwise."""
+        work = sizes_of(self.context).step_work(loop.loop)
+        if work is None or work.convolves:
+            return None
+        if not work.products:
+            return "the models the step runs make no matrix product or convolution: autocast has nothing to speed up"
+        why = widest_memory_bound(work.products)
+        return (
+            f"every matrix product of the step is bound by memory, not arithmetic: {why}; autocast would "
+            "add a cast before each product and speed up nothing"
+            if why
+            else None
+        )
 
     def _decline(self, loop: TrainingLoop, why: str | None) -> None:
         self.report(self._forward_start(loop), f"{self.MESSAGE} (not fixed: {why})")

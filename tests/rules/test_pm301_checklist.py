@@ -144,7 +144,7 @@ def test_the_device_of_a_trainer_is_spelled_as_the_method_that_moves_the_model_k
         class Trainer:
             def __init__(self):
                 self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-                self.model = nn.Linear(4, 1)
+                self.model = nn.Linear(512, 512)
 
             def setup(self):
                 self.model.to(self.device)
@@ -186,10 +186,10 @@ def test_the_device_comes_from_the_function_that_builds_the_policy():
 
         def main(steps):
             dev = "cuda" if torch.cuda.is_available() else "cpu"
-            net = nn.Linear(4, 1).to(dev)
+            net = nn.Linear(256, 256).to(dev)
             opt = torch.optim.SGD(net.parameters(), lr=0.1)
             for step in range(steps):
-                x = torch.randn(2, 4, device=dev)
+                x = torch.randn(2, 256, device=dev)
                 loss = net(x).pow(2).mean()
                 opt.zero_grad()
                 loss.backward()
@@ -207,7 +207,7 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
-model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).to(device)
+model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 4)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 aux_weight = 0.1
 data = torch.Generator().manual_seed(1)

@@ -92,7 +92,7 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc = nn.Linear(4, 3)
+        self.fc = nn.Linear(64, 64)
 
     def forward(self, x):
         return self.fc(torch.tanh(x))
@@ -104,7 +104,7 @@ def main():
     model = Net().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     pinned = torch.cuda.is_available()
-    inputs, labels = torch.randn(4, 8, 4, pin_memory=pinned), torch.randint(3, (4, 8), pin_memory=pinned)
+    inputs, labels = torch.randn(4, 8, 64, pin_memory=pinned), torch.randint(64, (4, 8), pin_memory=pinned)
     wild_losses = []
     for step in range(4):
         x, y = inputs[step], labels[step]
@@ -135,7 +135,7 @@ from torch import nn
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab=11, width=16):
+    def __init__(self, vocab=64, width=64):
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         self.head = nn.Linear(width, vocab)
@@ -149,7 +149,7 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = TinyLM().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = torch.randint(0, 11, (5, 4, 9), pin_memory=torch.cuda.is_available())
+    data = torch.randint(0, 64, (5, 4, 9), pin_memory=torch.cuda.is_available())
     wild_losses = []
     for step in range(5):
         batch = data[step].to(device)

@@ -275,3 +275,58 @@ def test_a_small_save_made_every_step_is_still_fixed():
     )
     result = findings(code, "PM405")
     assert {f.line: f.applied for f in result.findings} == {20: False, 26: True}
+
+
+NET = (
+    "import torch.nn as nn\n"
+    "class Net(nn.Module):\n    def __init__(self, width=32):\n        super().__init__()\n"
+    "        self.fc = nn.Linear(width, width)\n"
+    "def main():\n    small = Net()\n    net = Net(width=WIDTH)\n    return net\n"
+)
+
+
+def module_of_net(code: str):
+    ctx = context(code)
+    net = [name for name in ctx.index.find(cst.Name) if name.value == "net"][-1]
+    return sizes_of(ctx).module(net)
+
+
+def test_a_class_sized_by_every_construction_its_widest_counts():
+    assert module_of_net(NET.replace("WIDTH", "64")).parameters == 64 * 64 + 64
+    assert module_of_net(NET.replace("WIDTH", "16")).parameters == 32 * 32 + 32  # the default of `Net()`
+
+
+def test_a_class_handed_on_or_subclassed_may_be_built_with_other_sizes():
+    assert module_of_net(NET.replace("WIDTH", "64") + "BUILDERS = {'net': Net}\n") is None
+    assert module_of_net(NET.replace("WIDTH", "64") + "class Wide(Net):\n    pass\n") is None
+
+
+@pytest.mark.parametrize("width, out, fixed", [(20, 1, False), (24, 64, False), (64, 64, True)])
+def test_autocast_on_the_tutorial_model(width, out, fixed):
+    (finding,) = findings(tutorial(width, out), "PM301").findings
+    assert finding.applied == fixed
+    if not fixed:
+        assert "bound by memory" in finding.message and f"{width} by {out}" in finding.message
+
+
+def test_autocast_of_a_small_convolutional_net_is_still_fixed():
+    (finding,) = findings(MNIST.replace("BATCH", "1000").replace("(9216, 128)", "(9216, 8)"), "PM301").findings
+    assert finding.applied
+
+
+def test_a_model_class_of_another_module_of_the_project_is_sized_where_it_is_defined(tmp_path):
+    (tmp_path / "model.py").write_text(
+        "import torch.nn as nn\n\n\nclass Block(nn.Module):\n    def __init__(self, width):\n"
+        "        super(Block, self).__init__()\n        self.fc = nn.Linear(width, width)\n\n\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super(Net, self).__init__()\n"
+        "        self.blocks = nn.Sequential(Block(16), Block(32))\n"
+    )
+    train = tmp_path / "train.py"
+    train.write_text(
+        "import torch\nfrom model import Net\n\nmodel = Net()\n"
+        "for epoch in range(3):\n    torch.save(model.state_dict(), f'net_{epoch}.pt')\n"
+    )
+    ctx = FileContext.of_source(train.read_text(), str(train))
+    # each Block counts as its widest construction (a size here is an upper bound); the
+    # `super(Block, self)` of its own `__init__` hands the class on to nothing
+    assert saves(ctx) == [4 * 2 * (32 * 32 + 32)]

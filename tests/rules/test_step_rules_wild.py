@@ -107,7 +107,7 @@ def test_pm301_trainer_moving_its_model_in_init_gets_a_policy_where_the_device_i
 
 STEP_HELPER = """\
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-model = nn.Linear(8, 2).to(device)
+model = nn.Linear(256, 256).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
 def step(x, y):
@@ -116,7 +116,7 @@ def step(x, y):
     opt.step()
     opt.zero_grad()
 
-for x, y in [(torch.randn(4, 8), torch.randint(0, 2, (4,)))]:
+for x, y in [(torch.randn(4, 256), torch.randint(0, 256, (4,)))]:
     step(x.to(device), y.to(device))
 """
 
@@ -124,7 +124,7 @@ for x, y in [(torch.randn(4, 8), torch.randint(0, 2, (4,)))]:
 def test_pm301_step_in_a_helper_is_wrapped_there_and_the_policy_built_once():
     _, new, findings = apply(STEP_HELPER, "PM301", Level.NUMERIC)
     assert only(findings, "PM301").applied
-    assert "model = nn.Linear(8, 2).to(device)\nprecision = Precision.for_device(device)\n" in new
+    assert "model = nn.Linear(256, 256).to(device)\nprecision = Precision.for_device(device)\n" in new
     assert "    with precision.autocast():\n        loss = F.cross_entropy(model(x), y)\n" in new
 
 
