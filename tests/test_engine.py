@@ -885,3 +885,26 @@ def test_a_rule_waiting_for_a_fix_of_this_pass_does_not_run_in_it(monkeypatch):
     # calls whose findings would be dropped), and in the round after (two calls)
     result = run("x = snake(1)\ny = f(2)\n", rules=[SeesSnakes, RenameCallsToSnake])
     assert len(visited) == 4 and sorted(f.code for f in result.findings) == ["PM901", "PM911", "PM911"]
+
+
+def test_what_is_inserted_before_a_wrapped_run_goes_before_its_with():
+    """The `with` takes the place of the run's first statement: a statement inserted before
+    that one (the value the `with` line reads) comes before the `with`, not inside it."""
+
+    class BuildThenWrap(Rule):
+        CODE, NAME, LEVEL, MESSAGE, GAIN = "PM915", "test-build-then-wrap", Level.SAFE, "wrap", ""
+
+        def visit_FunctionDef(self, node):
+            body = node.body.body
+            if "limit" in self.context.source(node):
+                return  # done
+            build = cst.parse_statement("limit = open(x)\n")
+            item = cst.WithItem(cst.parse_expression("limit"))
+            self.report(node, edits=[InsertBefore(body[0], (build,)), Wrap(body[0], body[1], (item,))])
+
+    source = "def step(x):\n    # the forward\n    y = f(x)\n    z = g(y)\n    return z\n"
+    result = run(source, rules=[BuildThenWrap])
+    assert result.new_source.decode() == (
+        "def step(x):\n    limit = open(x)\n    # the forward\n    with limit:\n"
+        "        y = f(x)\n        z = g(y)\n    return z\n"
+    )

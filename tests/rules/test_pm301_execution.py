@@ -29,6 +29,7 @@ SCRIPTS = {
     "seed_lm": ROOT / "fixtures" / "training" / "seed_lm.py",
     "trainer_class": ROOT / "fixtures" / "rules" / "PM301" / "trainer_class.in.py",
     "micro_steps": ROOT / "fixtures" / "rules" / "PM301" / "micro_steps.in.py",
+    "forward_first_in_step_helper": ROOT / "fixtures" / "rules" / "PM301" / "forward_first_in_step_helper.in.py",
 }
 TOLERANCE = 5e-3
 ACCUMULATION_STEPS, OPTIMIZER_STEPS = 4, 20  # accumulation_clipping's ACCUM and STEPS
