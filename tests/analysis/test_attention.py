@@ -85,7 +85,9 @@ def test_a_causal_tril_mask_is_is_causal_and_gives_the_same_output():
     assert len(attention.consumed) == 3  # scores, the masked scores and the softmax fold into the product
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
-    assert torch.allclose(sdpa(context, attention, {"q": q, "k": k, "v": v}), run(CAUSAL, "decoder", q, k, v), atol=1e-5)
+    assert torch.allclose(
+        sdpa(context, attention, {"q": q, "k": k, "v": v}), run(CAUSAL, "decoder", q, k, v), atol=1e-5
+    )
 
 
 PADDING = """
