@@ -27,6 +27,7 @@ Built once per file (FileContext.shared).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,15 @@ from codemod.analysis.bindings import returned_values
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, number_value, positional
 from codemod.analysis.tensor_layout import Spec, attributes, layouts, normalize_dim, read_names, reads
-from codemod.analysis.torch_facts import DROPOUTS, FUNCTIONAL_DROPOUTS, SDPA, SOFTMAX_MODULES, SOFTMAXES
+from codemod.analysis.torch_facts import (
+    DROPOUTS,
+    FUNCTIONAL_DROPOUTS,
+    INFINITIES,
+    MASK_KEEPING_METHODS,
+    SDPA,
+    SOFTMAX_MODULES,
+    SOFTMAXES,
+)
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -590,29 +599,10 @@ class Attentions:
     def _fill(self, value) -> str | None:
         """ "-inf" for -inf spelled any way; "finite" for a fill so low that exp(fill - max) is 0 in
         float32 whenever a row keeps a key (-1e9 and below, torch.finfo(...).min); else None."""
-        code = self.context.source(value).replace(" ", "")
-        if (
-            code
-            in (
-                'float("-inf")',
-                "float('-inf')",
-                "-float('inf')",
-                '-float("inf")',
-                "-math.inf",
-                "-torch.inf",
-                "-np.inf",
-                "-numpy.inf",
-                'float("-infinity")',
-                "float('-infinity')",
-            )
-            or self.context.names.startswith(value, ("math.inf",))
-            and False
-        ):
-            return "-inf"
-        if (
+        if _literal_float(value) == -math.inf or (
             isinstance(value, cst.UnaryOperation)
             and isinstance(value.operator, cst.Minus)
-            and self.context.names.is_(value.expression, "math.inf", "torch.inf", "numpy.inf")
+            and self.context.names.is_(value.expression, *INFINITIES)
         ):
             return "-inf"
         if (
@@ -1248,22 +1238,7 @@ class _MaskReader:
             if isinstance(func, cst.Attribute) and not qualified:
                 method = func.attr.value
                 receiver = func.value
-                if method in (
-                    "bool",
-                    "to",
-                    "type_as",
-                    "float",
-                    "cuda",
-                    "view",
-                    "reshape",
-                    "unsqueeze",
-                    "expand",
-                    "contiguous",
-                    "detach",
-                    "clone",
-                    "int",
-                    "long",
-                ) and (
+                if method in MASK_KEEPING_METHODS and (
                     method not in ("view", "reshape", "expand")
                     or all(integer_value(a.value) == 1 for a in expr.args[:-2])
                 ):

@@ -390,6 +390,13 @@ RANDOM_MODULES = frozenset(
     for spelling in (f"torch.nn.{name}", f"torch.nn.modules.dropout.{name}")
 )
 SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
+INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
+# Methods whose result holds, at each position of a mask, whether the mask was set there
+# (casts, moves, copies, and views that only add or broadcast dims).
+MASK_KEEPING_METHODS = frozenset(
+    "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone "
+    "view reshape unsqueeze expand".split()
+)
 
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
 # another order, they give other values.
