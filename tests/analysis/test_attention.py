@@ -194,7 +194,9 @@ def test_causal_masks_and_fills_built_in_the_code():
 n = 8
 upper = torch.triu(torch.ones(n, n), diagonal=1).bool()
 lower = torch.ones(n, n).tril() == 1
+halved = torch.tril(torch.ones(n, n)).half().cuda() != 0
 other = torch.triu(torch.ones(n, n)).bool()
+fills = [float("-inf"), -float("inf"), float("-Infinity"), -torch.inf, -1e9, -1e4, float("inf")]
 """
     )
     analysis = attentions(context)
@@ -205,9 +207,7 @@ other = torch.triu(torch.ones(n, n)).bool()
     }
     assert analysis.causal(values["upper"], "fill") and not analysis.causal(values["upper"], "keep")
     assert analysis.causal(values["lower"], "keep") and not analysis.causal(values["lower"], "fill")
+    assert analysis.causal(values["halved"], "keep")  # a cast and a move keep where the mask is set
     assert not analysis.causal(values["other"], "fill")  # the diagonal is masked too
-    assert [analysis.fill(cst.parse_expression(v)) for v in ("float('-inf')", "-1e9", "-1e4")] == [
-        "-inf",
-        "finite",
-        None,
-    ]
+    fills = [element.value for element in values["fills"].elements]
+    assert [analysis.fill(v) for v in fills] == ["-inf"] * 4 + ["finite", None, None]
