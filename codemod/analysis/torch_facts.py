@@ -364,6 +364,7 @@ CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.Cro
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"
 NLL_LOSS_MODULES = {"torch.nn.NLLLoss", "torch.nn.modules.loss.NLLLoss"}
 SOFTMAXES = {f"{FUNCTIONAL}.softmax", "torch.softmax", "torch.special.softmax"}
+SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
 # Layers that act on the last dimensions of their input and take any number of leading ones
 # (`(*, H)` in torch's docs), and the containers that only call their children: a sample
 # without its batch dimension gives the values its row of a batch gives.
@@ -384,6 +385,7 @@ BATCH_MIXING_LAYERS = {
 # Libraries that run a model with parameters passed per call (MAML-style inner loops).
 FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
 DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
+FUNCTIONAL_DROPOUTS = (f"{FUNCTIONAL}.dropout", "torch.dropout")
 # Module classes whose forward draws from the RNG in training mode (every dropout of torch.nn).
 RANDOM_MODULES = frozenset(
     spelling
@@ -391,6 +393,13 @@ RANDOM_MODULES = frozenset(
     for spelling in (f"torch.nn.{name}", f"torch.nn.modules.dropout.{name}")
 )
 SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
+INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
+# Methods whose result holds, at each position of a mask, whether the mask was set there
+# (casts, moves, copies, and views that only add or broadcast dims).
+MASK_KEEPING_METHODS = frozenset(
+    "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone "
+    "view reshape unsqueeze expand".split()
+)
 
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
 # another order, they give other values.
