@@ -31,6 +31,7 @@ from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, names_read, positional
 from codemod.analysis.project import BatchUse, Function, Site, project_of
 from codemod.analysis.torch_facts import (
+    ARGUMENTS_IN_ORDER_SETUP_METHODS,
     DATASETS_OF_DATASETS,
     DEFAULT_COLLATES,
     GET_WORKER_INFO,
@@ -465,6 +466,9 @@ class Loaders:
             through = self._looked_through(expr)
             if through is not None:
                 return self.sources(through, path, depth + 1)
+            handed, path = self._handed_back(expr, path)
+            if handed is not None:
+                return self.sources(handed, path, depth + 1)
             function = self.kinds.local_callee(expr)
             if function is None:
                 return self._project_sources(expr, path, depth)
@@ -536,6 +540,9 @@ class Loaders:
             through = self._looked_through(expr)
             if through is not None:
                 return self.only_loaders(through, path, depth + 1)
+            handed, path = self._handed_back(expr, path)
+            if handed is not None:
+                return self.only_loaders(handed, path, depth + 1)
             function = self.kinds.local_callee(expr)
             values = self.kinds.returned(function) if function is not None else []
             return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
@@ -553,6 +560,19 @@ class Loaders:
 
     def local_function(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
         return self.bindings.local_function(func)
+
+    def _handed_back(self, call: cst.Call, path: tuple[int, ...]) -> tuple[cst.BaseExpression | None, tuple[int, ...]]:
+        """The argument a set-up call that hands back what it is given, in order
+        (`accelerator.prepare(model, opt, loader)`), gives at `path`'s first index (or its
+        only argument), with the rest of the path; None where it is no such call."""
+        if method_name(call) not in ARGUMENTS_IN_ORDER_SETUP_METHODS or any(a.star for a in call.args):
+            return None, path
+        arguments = [a.value for a in call.args if a.keyword is None]
+        if path and path[0] < len(arguments) == len(call.args):
+            return arguments[path[0]], path[1:]
+        if not path and len(call.args) == 1 and arguments:
+            return arguments[0], path
+        return None, path
 
     def _looked_through(self, call: cst.Call) -> cst.BaseExpression | None:
         """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable, or of a generator of
@@ -593,9 +613,9 @@ class Loaders:
 
     @memoized
     def bound_values(self, name: cst.Name) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
-        """What `name` is bound to: each assigned value (with the index `a, b = value`
-        unpacks), each element of a literal it loops over, or, for a parameter, the
-        argument every call of its function passes."""
+        """What `name` is bound to where it is read: each assigned value that may reach it
+        (with the index `a, b = value` unpacks), each element of a literal it loops over,
+        or, for a parameter, the argument every call of its function passes."""
         parameter = self.bindings.param_of(name)
         if parameter is not None:
             function, param = parameter
@@ -605,7 +625,7 @@ class Loaders:
             ]
             return [(argument, ()) for argument in passed if argument is not None]
         found = []
-        for assignment in self.bindings.assignments(name) or ():
+        for assignment in self._reaching(name):
             value = self.bindings.assigned_value(assignment)
             unpacked = self.bindings.unpacked(assignment) if value is None else None
             statement = self.bindings.statement(assignment.node)
@@ -619,6 +639,20 @@ class Loaders:
                 and isinstance(statement.iter, (cst.Tuple, cst.List))
             ):
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
+        return found
+
+    def _reaching(self, name: cst.Name, depth: int = 0) -> list:
+        """The bindings whose value `name` may read: a loop variable that shadows the
+        dataset's tensor (`for x, y in loader:` after `x = torch.randn(...)`) is not what the
+        loader holds. An augmented assignment (`x += noise`) keeps the value it updates, so
+        the bindings that reach it stand for it."""
+        found = []
+        for assignment in self.kinds.reaching(name) or self.bindings.assignments(name) or ():
+            statement = self.bindings.statement(assignment.node)
+            if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name) and depth < MAX_DEPTH:
+                found.extend(self._reaching(statement.target, depth + 1))
+            else:
+                found.append(assignment)
         return found
 
     @memoized

@@ -40,6 +40,7 @@ from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     COMPLEX_DTYPES,
     DEVICE_AND_DTYPE_KEEPING_METHODS,
+    DEVICE_CHOOSING_SETUP_METHODS,
     FLOAT_DTYPES,
     SAME_DEVICE_MODEL_WRAPPERS,
     TENSOR_FACTORIES,
@@ -178,7 +179,7 @@ class Placement:
         return [
             call
             for call in self.context.index.find(cst.Call)
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("prepare", "setup", "initialize")
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in DEVICE_CHOOSING_SETUP_METHODS
         ]
 
     @functools.cached_property

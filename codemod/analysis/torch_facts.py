@@ -875,6 +875,15 @@ UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
 FUSED_CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
 # What returns a model whose parameters are the given model's, or copies of them, on its device.
 SAME_DEVICE_MODEL_WRAPPERS = frozenset(MODEL_WRAPPERS | {"copy.deepcopy"})
+
+# Set-up calls of the libraries that run the processes (Accelerate's `accelerator.prepare`,
+# Lightning Fabric's `fabric.setup`, DeepSpeed's `deepspeed.initialize`): what they are
+# handed, they place on the device they choose.
+DEVICE_CHOOSING_SETUP_METHODS = frozenset({"prepare", "setup", "initialize"})
+# Of those, the ones that hand back what they are given, wrapped for the processes, in the
+# order given: `model, opt, loader = accelerator.prepare(model, opt, loader)` iterates the
+# same batches the DataLoader built before it gives (its settings kept).
+ARGUMENTS_IN_ORDER_SETUP_METHODS = frozenset({"prepare", "setup_dataloaders"})
 FLOAT_DTYPES = frozenset(f"torch.{n}" for n in "float float16 float32 float64 half double bfloat16".split())
 COMPLEX_DTYPES = frozenset(f"torch.{n}" for n in "complex32 complex64 complex128 chalf cfloat cdouble".split())
 # Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
