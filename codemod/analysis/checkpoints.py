@@ -25,7 +25,11 @@ module of the project called in the loop.
   `wrapper_flush_points(call, loop)` and `background_problem(call, function)` (why it may
   not run in a background thread on a snapshot of its arguments, or None);
 - `is_path(expr)`, `names_file(expr)`, `object_problem(obj)`, `is_accelerator(expr)`,
-  `shards_state`, `rank_guard(statement)`, `every_step(call)`.
+  `shards_state`, `rank_guard(statement)`, `every_step(call)`, `runs_in_training(call)`;
+- `other_saver(call)`: why a saver that is not torch.save (safetensors, `save_pretrained`,
+  `accelerator.save`) cannot be written by a background torch.save;
+- `wrapper_plan(call, function)`: the `Save` that runs a project checkpoint function in the
+  background, or `Synchronous` with the reason it may not.
 
 Which calls save and which libraries write their own formats are torch facts
 (torch_facts: TORCH_SAVES, SAVE_FUNCTIONS, SAVE_METHODS, SHARDED_STATE, ...); what a
@@ -55,6 +59,8 @@ from codemod.analysis.torch_facts import (
     LOGGING_METHODS,
     PATH_FUNCTIONS,
     PATH_METHODS,
+    SAVE_FUNCTIONS,
+    SAVE_METHODS,
     SHARDED_STATE,
     TORCH_SAVES,
 )
@@ -121,6 +127,63 @@ class Checkpoints:
     def every_step(self, call: cst.Call) -> bool:
         """Does `call` run on every step of its loop (not under a periodic `if`)?"""
         return sizes_of(self.context).every_step(call)
+
+    def runs_in_training(self, call: cst.Call) -> bool:
+        """Does `call` run in a training loop: in one of its function, or in a function of the
+        file that only training loops run?"""
+        if self.training_loop(call) is not None:
+            return True
+        helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+        return isinstance(helper, cst.FunctionDef) and bool(self.loop_sites(helper))
+
+    def other_saver(self, call: cst.Call) -> str | None:
+        """Why `call`, a saver that is not torch.save (safetensors, a library's
+        `save_pretrained`, `accelerator.save`), cannot be written by a background torch.save;
+        None when it is no such saver."""
+        func = call.func
+        if self.context.names.of(call) & SAVE_FUNCTIONS:
+            return (
+                f"`{self._code(func)}` writes its own file format (safetensors), which AsyncCheckpointer, "
+                "a background torch.save, does not write"
+            )
+        if not isinstance(func, cst.Attribute):
+            return None
+        if (
+            func.attr.value in SAVE_METHODS
+            and self.context.loops.callee(call) is None
+            and (func.attr.value != "save_pretrained" or self.context.training.is_model(func.value))
+        ):
+            return (
+                f"`{func.attr.value}` writes a folder of files (weights, configuration) through its library, "
+                "which AsyncCheckpointer does not write"
+            )
+        if func.attr.value == "save" and self.is_accelerator(func.value):
+            return "`accelerator.save` coordinates processes itself; AsyncCheckpointer writes on rank 0 only"
+        return None
+
+    def wrapper_plan(self, call: cst.Call, function) -> Save | None:
+        """For a checkpoint function of another module of the project (`function`, the
+        project's answer for `call`): a `Save` that runs it in the checkpointer's thread on a
+        snapshot of its arguments (it only writes files and prints, and nothing uses its files
+        before the loop ends, or only under an `if`, after a flush); `Synchronous` raised with
+        the reason it may not; None when no training loop of its own function holds the call."""
+        reader = self.path_read_later(call)
+        loop = self.training_loop(call)
+        flushes = self.wrapper_flush_points(call, loop) if reader is not None and loop is not None else None
+        if reader is not None and not flushes:
+            raise Synchronous(
+                f"the file is used at line {self.context.line(reader)} (`{self.shown(reader)}`), "
+                "which would run before a background write of it is done"
+            )
+        if loop is None:
+            return None
+        why = self.background_problem(call, function)
+        if why is not None:
+            raise Synchronous(why)
+        statement = self.context.index.statement_of(call)
+        path = next((a.value for a in call.args if not a.star and self.names_file(a.value)), call.func)
+        where = project_of(self.context).shown(function)
+        return Save(call, statement, path, wrapper=where, flush_before=tuple(flushes or ()))
 
     def background_problem(self, call: cst.Call, function) -> str | None:
         """Why the project function `call` calls may not run in the checkpointer's thread on a
@@ -551,6 +614,11 @@ class Checkpoints:
 
     def _code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
+
+    def shown(self, node: cst.CSTNode) -> str:
+        """The code of `node` on one line, cut after 80 characters."""
+        text = " ".join(self._code(node).split()).replace("( ", "(").replace(" )", ")")
+        return text if len(text) <= 80 else text[:77] + "..."
 
     def _bindings(self, name: cst.Name) -> list[Assignment]:
         scope = self.context.kinds.scopes.get(name)

@@ -5,7 +5,7 @@ import libcst as cst
 from codemod.analysis.checkpoints import NotACheckpoint, Save, Synchronous, checkpoints, file_argument
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import SAVE_FUNCTIONS, SAVE_METHODS, TORCH_SAVES
+from codemod.analysis.torch_facts import TORCH_SAVES
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -338,85 +338,41 @@ class SynchronousCheckpointInLoop(Rule):
     def _other_saver(self, call: cst.Call) -> None:
         """Savers AsyncCheckpointer does not stand in for, in a training loop or in a
         function one runs: reported with the reason."""
-        names = self.context.names
-        func = call.func
-        if names.of(call) & SAVE_FUNCTIONS:
-            why = (
-                f"`{self._code(func)}` writes its own file format (safetensors), which AsyncCheckpointer, "
-                "a background torch.save, does not write"
+        why = self._checkpoints.other_saver(call)
+        if why is not None and self._checkpoints.runs_in_training(call):
+            self.report(
+                call,
+                f"`{self._code(call.func)}` in the training loop writes the checkpoint while training waits; "
+                f"not fixed: {why}; save it in a background thread by hand",
             )
-        elif (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in SAVE_METHODS
-            and self.context.loops.callee(call) is None
-            and (func.attr.value != "save_pretrained" or self.context.training.is_model(func.value))
-        ):
-            why = (
-                f"`{func.attr.value}` writes a folder of files (weights, configuration) through its library, "
-                "which AsyncCheckpointer does not write"
-            )
-        elif (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "save"
-            and self._checkpoints.is_accelerator(func.value)
-        ):
-            why = "`accelerator.save` coordinates processes itself; AsyncCheckpointer writes on rank 0 only"
-        else:
-            return
-        if self._checkpoints.training_loop(call) is None:
-            helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-            if not (isinstance(helper, cst.FunctionDef) and self._checkpoints.loop_sites(helper)):
-                return
-        self.report(
-            call,
-            f"`{self._code(func)}` in the training loop writes the checkpoint while training waits; "
-            f"not fixed: {why}; save it in a background thread by hand",
-        )
 
     def _project_saver(self, call: cst.Call) -> bool | tuple[cst.CSTNode, Save]:
         """A function of another module of the project that writes a checkpoint, called in a
         training loop (or in a function one runs): (loop, plan) when the checkpointer may run
-        it in its background thread (`checkpointer.call(save_checkpoint, ...)`: it only writes
-        files and prints, on a snapshot of its arguments, and nothing uses its files before the
-        loop ends); else reported with the reason, True; False when it is no such call."""
-        if self._checkpoints.training_loop(call) is None:
-            helper = self.context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-            if not (isinstance(helper, cst.FunctionDef) and self._checkpoints.loop_sites(helper)):
-                return False  # not run by a training loop: no finding, whatever it does
+        it in its background thread; else reported with the reason, True; False when it is no
+        such call."""
+        if not self._checkpoints.runs_in_training(call):
+            return False  # not run by a training loop: no finding, whatever it does
         project = project_of(self.context)
         function = project.called(call)
         saver = project.saver(function) if function is not None else None
         if saver is None or self._suppressed(call):
             return saver is not None
-        where = project.shown(function)
-        reader = self._checkpoints.path_read_later(call)
-        loop = self._checkpoints.training_loop(call)
-        flushes = (
-            self._checkpoints.wrapper_flush_points(call, loop) if reader is not None and loop is not None else None
-        )
-        if reader is not None and not flushes:
-            self.report(
-                call,
-                f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
-                f"not fixed: the file is used at line {self.context.line(reader)} (`{self._shown(reader)}`), "
-                "which would run before a background write of it is done",
-            )
-            return True
-        why = self._checkpoints.background_problem(call, function) if loop is not None else None
-        if loop is not None and why is None:
-            statement = self.context.index.statement_of(call)
-            path = next((a.value for a in call.args if not a.star and self._checkpoints.names_file(a.value)), call.func)
-            return loop, Save(call, statement, path, wrapper=where, flush_before=tuple(flushes or ()))
-        self.report(
-            call,
-            f"`{self._code(call.func)}` ({where}) writes a checkpoint with {saver} while training waits; "
-            + (
-                f"not fixed: {why}"
-                if why is not None
-                else "not fixed: it is a function of another module, which perfmod does not rewrite; save in the "
+        try:
+            plan = self._checkpoints.wrapper_plan(call, function)
+            why = (
+                "it is a function of another module, which perfmod does not rewrite; save in the "
                 "background there (e.g. with runtime.checkpoint.AsyncCheckpointer, built once and flushed "
                 "after the loop) or call torch.save through an AsyncCheckpointer here"
-            ),
+            )
+        except Synchronous as reason:
+            plan, why = None, str(reason)
+        if plan is not None:
+            return self._checkpoints.training_loop(call), plan
+        self.report(
+            call,
+            f"`{self._code(call.func)}` ({project.shown(function)}) writes a checkpoint with {saver} while "
+            f"training waits; not fixed: {why}",
         )
         return True
 
@@ -545,11 +501,6 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
-
-    def _shown(self, node: cst.CSTNode) -> str:
-        """The code of `node` on one line, cut after 80 characters."""
-        text = " ".join(self._code(node).split()).replace("( ", "(").replace(" )", ")")
-        return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _ancestors(parents, node: cst.CSTNode):
