@@ -28,6 +28,8 @@ module of the project called in the loop.
   `shards_state`, `rank_guard(statement)`, `every_step(call)`, `runs_in_training(call)`;
 - `other_saver(call)`: why a saver that is not torch.save (safetensors, `save_pretrained`,
   `accelerator.save`) cannot be written by a background torch.save;
+- `in_one_loop(saves)`: a background save to a path a synchronous save of the same loop
+  writes stays synchronous;
 - `wrapper_plan(call, function)`: the `Save` that runs a project checkpoint function in the
   background, or `Synchronous` with the reason it may not.
 
@@ -184,6 +186,21 @@ class Checkpoints:
         path = next((a.value for a in call.args if not a.star and self.names_file(a.value)), call.func)
         where = project_of(self.context).shown(function)
         return Save(call, statement, path, wrapper=where, flush_before=tuple(flushes or ()))
+
+    def in_one_loop(self, saves: list) -> list:
+        """The (call, `Save` or reason) of the saves of one loop, with each `Save` whose path a
+        synchronous save of the loop also writes turned into that reason: the background write
+        could land after the synchronous one and overwrite it."""
+        synchronous = {
+            self._code(file_argument(c).value): c for c, p in saves if isinstance(p, str) and file_argument(c)
+        }
+        settled = []
+        for call, plan in saves:
+            other = synchronous.get(self._code(plan.path)) if isinstance(plan, Save) else None
+            if other is not None:
+                plan = f"line {self.context.line(other)} saves to the same path synchronously"
+            settled.append((call, plan))
+        return settled
 
     def background_problem(self, call: cst.Call, function) -> str | None:
         """Why the project function `call` calls may not run in the checkpointer's thread on a

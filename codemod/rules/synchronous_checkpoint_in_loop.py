@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.checkpoints import NotACheckpoint, Save, Synchronous, checkpoints, file_argument
+from codemod.analysis.checkpoints import NotACheckpoint, Save, Synchronous, checkpoints
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import TORCH_SAVES
@@ -386,19 +386,8 @@ class SynchronousCheckpointInLoop(Rule):
     # -- the fix -------------------------------------------------------------------------
 
     def _fix_loop(self, loop: cst.CSTNode, saves: list) -> None:
+        saves = self._checkpoints.in_one_loop(saves)
         fixable = [(call, plan) for call, plan in saves if isinstance(plan, Save)]
-        # A synchronous save to the same path could be overwritten by a later background write.
-        sync_paths = {
-            self._code(file_argument(c).value): c for c, p in saves if isinstance(p, str) and file_argument(c)
-        }
-        for call, plan in list(fixable):
-            other = sync_paths.get(self._code(plan.path))
-            if other is not None:
-                fixable.remove((call, plan))
-                saves[saves.index((call, plan))] = (
-                    call,
-                    f"line {self.context.line(other)} saves to the same path synchronously",
-                )
         for call, plan in saves:
             if isinstance(plan, str):
                 self.report(call, f"`{self._code(call.func)}` in the training loop stays synchronous: {plan}")

@@ -223,3 +223,27 @@ def test_a_whole_module_saved_is_a_problem_of_the_object():
     (save,) = _saves(context)
     problem = checkpoints(context).object_problem(save.args[0].value)
     assert problem is not None and "`net` is a whole module" in problem
+
+
+def test_a_background_save_to_a_path_a_synchronous_save_also_writes_stays_synchronous():
+    context = _context(
+        """
+        for step in range(10):
+            net(torch.randn(2, 3)).sum().backward()
+            opt.step()
+            torch.save(net.state_dict(), "last.pt")
+            torch.save(opt.state_dict(), "last.pt", pickle_protocol=4)
+        """
+    )
+    answers = checkpoints(context)
+    first, second = _saves(context)
+    loop = answers.training_loop(first)
+    saves = []
+    for call in (first, second):
+        try:
+            saves.append((call, answers.plan(call, loop)))
+        except Synchronous as why:
+            saves.append((call, str(why)))
+    assert isinstance(saves[0][1], Save) and "pickle_protocol" in saves[1][1]
+    (_, kept), (_, reason) = answers.in_one_loop(saves)
+    assert kept == "line 11 saves to the same path synchronously" and reason == saves[1][1]
