@@ -1,7 +1,7 @@
 """What a checkpoint save in a training loop writes and what keeps it synchronous
-(codemod.analysis.checkpoints): a function of the file that wraps torch.save, a save that
-runs on the first process of each node, a file loaded right after its save, and how often
-a save runs."""
+(codemod.analysis.checkpoints): a function of the file, or of another module of the project,
+that wraps torch.save, a save that runs on the first process of each node, a file loaded
+right after its save, and how often a save runs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import libcst as cst
 import pytest
 
 from codemod.analysis.checkpoints import NotACheckpoint, Save, Synchronous, checkpoints
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import TORCH_SAVES
 from codemod.context import FileContext
 
@@ -247,3 +248,52 @@ def test_a_background_save_to_a_path_a_synchronous_save_also_writes_stays_synchr
     assert isinstance(saves[0][1], Save) and "pickle_protocol" in saves[1][1]
     (_, kept), (_, reason) = answers.in_one_loop(saves)
     assert kept == "line 11 saves to the same path synchronously" and reason == saves[1][1]
+
+
+KEEPER = """\
+import os
+
+import torch
+
+
+def save_latest(save_dir, state):
+    os.makedirs(save_dir, exist_ok=True)
+    torch.save(state, os.path.join(save_dir, "latest.pt"))
+    print("saved to", save_dir)
+"""
+
+
+def _project_context(tmp_path, step_line: str) -> FileContext:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "keeper.py").write_text(KEEPER)
+    train = (
+        SMALL
+        + "from keeper import save_latest\n\nout_dir = 'runs'\n"
+        + "for step in range(10):\n    net(torch.randn(2, 8)).sum().backward()\n    opt.step()\n"
+        + f"    {step_line}\n"
+    )
+    (tmp_path / "train.py").write_text(train)
+    return FileContext.of_source(train, str(tmp_path / "train.py"))
+
+
+def _project_call(context: FileContext) -> cst.Call:
+    return next(c for c in context.index.find(cst.Call) if context.source(c.func) == "save_latest")
+
+
+def test_a_project_function_that_only_writes_files_runs_in_the_background(tmp_path):
+    context = _project_context(tmp_path, 'save_latest(out_dir, {"net": net.state_dict()})')
+    call = _project_call(context)
+    function = project_of(context).called(call)
+    assert project_of(context).saver(function) is not None
+    answers = checkpoints(context)
+    assert answers.runs_in_training(call)
+    plan = answers.wrapper_plan(call, function)
+    assert plan.call is call and context.source(plan.path) == "out_dir" and plan.wrapper.startswith("keeper.py:")
+
+
+def test_a_project_function_whose_result_is_used_stays_synchronous(tmp_path):
+    context = _project_context(tmp_path, 'done = save_latest(out_dir, {"net": net.state_dict()})')
+    call = _project_call(context)
+    function = project_of(context).called(call)
+    with pytest.raises(Synchronous, match="its result is used"):
+        checkpoints(context).wrapper_plan(call, function)
