@@ -9,6 +9,7 @@ Names are qualified (aliases resolved): `F.cross_entropy` is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import libcst as cst
@@ -662,6 +663,26 @@ FILE_ONLY_MODULES = ("os.path", "re", "fnmatch", "glob")
 PATH_READ_METHODS = frozenset(
     "exists is_file is_dir with_suffix with_name joinpath relative_to resolve absolute".split()
 )
+# Calls that make an in-memory file: a save into one writes no checkpoint.
+BUFFERS = ("io.BytesIO", "io.StringIO")
+# Calls and methods whose result is a file path when their argument is one.
+PATH_FUNCTIONS = frozenset(
+    {
+        "os.path.join",
+        "os.path.abspath",
+        "os.path.expanduser",
+        "os.fspath",
+        "pathlib.Path",
+        "pathlib.PurePath",
+        "builtins.str",
+    }
+)
+PATH_METHODS = frozenset({"joinpath", "with_suffix", "with_name", "format", "replace", "resolve", "absolute"})
+# Calls that only show a value (a path read by them does not touch its file).
+LOGGING_CALLS = frozenset({"builtins.print"})
+LOGGING_METHODS = frozenset({"info", "debug", "warning", "log", "write", "set_description", "set_postfix"})
+# Spellings of state sharded across ranks: each rank writes its own part of a checkpoint.
+SHARDED_STATE = re.compile(r"FullyShardedDataParallel|\bFSDP\b|fully_shard|torch\.distributed\.checkpoint|DTensor")
 # perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.
 CHECKPOINTERS = frozenset({"runtime.checkpoint.AsyncCheckpointer", "runtime.AsyncCheckpointer"})
 
