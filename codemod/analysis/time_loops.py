@@ -28,13 +28,37 @@ keeps the tensors' own layout; where they are not, time is moved next to the dim
 op names (`movedim`), which is exact for any rank. A value whose layout cannot be
 proven (a constant that may be a number or a tensor) makes the loop unsupported, with
 the reason: rules report such loops instead of rewriting them.
+
+- `time_loops(context)`: the file's TimeLoops, built once per file (FileContext.shared).
+- `TimeLoops.candidate(loop)`: does the loop's body update a name, or a tensor's slot,
+  that it reads (a state), outside a training loop?
+- `TimeLoops.read(loop)`: the TimeLoop (states, outputs, steps) of step values, or None
+  for a loop that is not over time; raises Unsupported with what differs.
+- `TimeLoops.looks_like_recurrence(loop)`: for a loop `read` could not prove, is it still
+  plainly a linear recurrence over a tensor's time dim (a state scaled by a factor free of
+  the states, or added an outer product, and passed to no cell), worth a report?
+- `TimeLoops.order(model)`: the states, each after those its update reads.
+- `TimeLoops.stacked_outputs(model)`: for each list the loop appends to, its Stacked
+  (the empty list made just before the loop, the one `torch.stack`/`torch.cat` after
+  it); raises Unsupported when the list is read otherwise, or a temporary or the step
+  index is read after the loop.
+- `TimeLoops.read_after(model)`: the states whose value after the loop is read later.
+- `TimeLoops.attention(model, state)`: the Attention (decayed linear attention, GLA or
+  RWKV form: S = w * S + k^T v read as r S, with its bonus u) a state is, or None.
+- `TimeLoops.with_reads(sym, attention)`: `sym` with those read-outs made `Read` values;
+  `TimeLoops.uses(...)`: how often each state is read before, after its update, or at the end.
+- `TimeLoops.scope_names(loop)`, `bound_names(statement)`, `fresh_name(base, taken)`:
+  the names a rewrite must not take, and a new one.
+- `state_rank(state)`, `strip_unsqueeze(sym, dim)`: a state's rank per step; a value
+  without an unsqueeze at `dim`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -54,7 +78,12 @@ from codemod.analysis.tensor_layout import (
     layouts,
     read_names,
 )
-from codemod.analysis.torch_facts import RANDOM_FUNCTIONS, RANDOM_METHODS
+from codemod.analysis.torch_facts import (
+    RANDOM_FUNCTIONS,
+    RANDOM_METHODS,
+    RECURRENCE_FUNCTION_NAMES,
+    RECURRENCE_METHODS,
+)
 from codemod.analysis.torch_ops import Category, functions, methods
 
 if TYPE_CHECKING:
@@ -1653,3 +1682,678 @@ def min_rank(sym: Sym) -> int:
     if isinstance(sym, Op) and sym.op in ("add", "sub", "mul", "div"):
         return max(min_rank(a) for a in sym.args)
     return 0
+
+
+# -- recurrences: which loops, their outputs, and the linear-attention form --------------------
+
+
+class Stacked(NamedTuple):
+    """A list a loop appends to: made empty just before it and stacked once after it."""
+
+    init: cst.SimpleStatementLine  # `outs = []`
+    stack: cst.Call  # `torch.stack(outs, dim=d)` (or `torch.cat`)
+    dim: int
+    cat: bool  # torch.cat of values with a dim of size 1 at `dim`
+    after: cst.BaseStatement  # the statement holding the stack
+    between: list | None  # the statements between the loop and it (None: not in the loop's block)
+
+
+@dataclass
+class Attention:
+    """A state that is decayed linear attention: S = w * S + k^T v, read as r S over its key dim."""
+
+    k: Sym
+    v: Sym
+    w: Sym | None  # the decay vector along the key dim, or a constant; None: no decay
+    r: Sym
+    mode: str  # "new" (GLA) or "prev" (RWKV)
+    u: Sym | None  # the bonus (prev mode), None: none
+    key: int  # where the key dim is in the state: -2 for (..., K, V), -1 for (..., V, K)
+    x: Sym  # the update's outer product (a bonus multiplies it)
+    rank: int | None = None  # the rank of one step's read-out
+    state_rank: int | None = None
+
+
+class TimeLoops:
+    """The file's loops over time read as recurrences (see the module docstring)."""
+
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+
+    @cached_property
+    def layouts(self):
+        return layouts(self.context)
+
+    def read(self, loop: cst.For) -> TimeLoop | None:
+        """The loop read as step values (raises Unsupported with the reason)."""
+        return LoopReader(self.context).read(loop)
+
+    def candidate(self, loop: cst.For) -> bool:
+        """A loop whose body assigns a name, or a slot of a tensor, it reads (a state), and
+        that is not a training loop."""
+        if not isinstance(loop.body, cst.IndentedBlock) or self.context.loops.is_training_loop(loop):
+            return False
+        assigned = set()
+        for line in loop.body.body:
+            if isinstance(line, cst.SimpleStatementLine):
+                for small in line.body:
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                        target = small.targets[0].target
+                        if isinstance(target, cst.Subscript):
+                            target = target.value
+                        if isinstance(target, cst.Name):
+                            assigned.add(target.value)
+                    elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
+                        assigned.add(small.target.value)
+        return bool(assigned & read_names(self.context, loop.body))
+
+    def looks_like_recurrence(self, loop: cst.For) -> bool:
+        """Worth reporting when not rewritten: a loop over a tensor's time dim (indexed
+        `[:, t]`, `[..., t]`, or iterated with `unbind`) of simple statements, where a state
+        is updated from its own value as `a * state (+ ...)`, with `a` free of the states (an
+        RNN, whose gates read its state, is not a linear recurrence at all), or as
+        `state + <outer product>`, and no state goes into a module or function call (an RNN
+        cell)."""
+        time = loop.target.value if isinstance(loop.target, cst.Name) else None
+        if not isinstance(loop.body, cst.IndentedBlock) or not self._over_time(loop, time):
+            return False
+        if any(not isinstance(line, cst.SimpleStatementLine) for line in loop.body.body):
+            return False
+        assigned: dict[str, cst.BaseExpression] = {}
+        for line in loop.body.body:
+            for small in line.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                ):
+                    assigned.setdefault(small.targets[0].target.value, small.value)
+        states = {name for name, value in assigned.items() if name in read_names(self.context, value)}
+        if not states:
+            return False
+        for call in self.context.index.find(cst.Call, within=loop.body):
+            if self._feeds_state(call, states, assigned):
+                return False
+        for name in sorted(states):
+            value = assigned[name]
+            for op in self.context.index.find(cst.BinaryOperation, within=value):
+                sides = [op.left, op.right]
+                if not any(isinstance(side, cst.Name) and side.value == name for side in sides):
+                    continue
+                other = op.right if isinstance(op.left, cst.Name) and op.left.value == name else op.left
+                if isinstance(op.operator, cst.Multiply) and not self._reads_states(other, states, assigned):
+                    return True
+                if (
+                    isinstance(op.operator, cst.Add)
+                    and self._has_outer_or_decay(other)
+                    and not self._reads_states(other, states - {name}, assigned)
+                ):
+                    return True
+        return False
+
+    def _reads_states(self, expr, states: set[str], assigned: dict, depth: int = 0) -> bool:
+        """Does `expr` read a state, directly or through the loop's temporaries?"""
+        names = read_names(self.context, expr) if expr in self.context.index else set()
+        if names & states:
+            return True
+        return depth < 4 and any(
+            self._reads_states(assigned[n], states, assigned, depth + 1)
+            for n in names
+            if n in assigned and n not in states
+        )
+
+    def _feeds_state(self, call: cst.Call, states: set[str], assigned: dict) -> bool:
+        """Is a state (maybe through temporaries) an argument of a call that is not an
+        elementwise torch function or tensor method?"""
+        func = call.func
+        names = self.context.names.of(func) if is_dotted_name(func) else set()
+        if any(n.startswith("torch.") and n.rsplit(".", 1)[1] in RECURRENCE_FUNCTION_NAMES for n in names):
+            return False
+        if isinstance(func, cst.Attribute) and not names and func.attr.value in RECURRENCE_METHODS:
+            return False
+        if isinstance(func, cst.Attribute) and func.attr.value == "append":
+            return False
+        args = [a.value for a in call.args]
+        if isinstance(func, cst.Attribute) and not names and not isinstance(func.value, cst.Name):
+            args.append(func.value)
+        return any(self._reads_states(a, states, assigned) for a in args)
+
+    def _over_time(self, loop: cst.For, time: str | None) -> bool:
+        """Does the loop index a tensor by its step (`x[:, t]`, `x[..., t]`, `x[t]` of a tensor),
+        or iterate over one with `unbind`?"""
+        if "unbind" in self.context.source(loop.iter):
+            return True
+        if time is None:
+            return False
+        layout = layouts(self.context)
+        for subscript in self.context.index.find(cst.Subscript, within=loop.body):
+            for position, element in enumerate(subscript.slice):
+                stepped = (
+                    isinstance(element.slice, cst.Index)
+                    and isinstance(element.slice.value, cst.Name)
+                    and element.slice.value.value == time
+                    or isinstance(element.slice, cst.Slice)
+                    and isinstance(element.slice.lower, cst.Name)
+                    and element.slice.lower.value == time
+                )
+                if stepped and (position > 0 or layout.shape(subscript.value) is not None):
+                    return True
+        return False
+
+    def _has_outer_or_decay(self, value: cst.BaseExpression) -> bool:
+        """An outer product of step vectors, as people spell one."""
+        code = self.context.source(value) if value in self.context.index else ""
+        return "unsqueeze" in code or "einsum" in code or "None" in code or "@" in code or "outer" in code
+
+    def order(self, model: TimeLoop) -> list[str]:
+        """The states in an order where each comes after those its update reads."""
+        needs = {name: {s for s, _ in states_in(state.update)} - {name} for name, state in model.states.items()}
+        order: list[str] = []
+        while len(order) < len(needs):
+            ready = [n for n in sorted(needs) if n not in order and needs[n] <= set(order)]
+            if not ready:
+                raise Unsupported("the states' updates read each other")
+            order.extend(ready)
+        return order
+
+    def scope_names(self, loop) -> set[str]:
+        """The names bound or read in the scope of `loop` (what a new name must not be)."""
+        scope = self.context.scopes.get(loop)
+        if scope is None:
+            return set()
+        return {a.name for a in scope.assignments} | {
+            a.node.value for a in scope.accesses if isinstance(a.node, cst.Name)
+        }
+
+    def bound_names(self, statement) -> set[str]:
+        """The names `statement` binds (assignments and loop targets, at any depth)."""
+        found = set()
+        for assign in self.context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For), within=statement):
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            for target in targets:
+                found |= {n.value for n in self.context.index.find(cst.Name, within=target)}
+        return found
+
+    def stacked_outputs(self, model: TimeLoop) -> dict[int, Stacked]:
+        """For each list output: (init statement, stack call, stack dim, cat) after the checks."""
+        loop = model.loop
+        found = {}
+        block = self.context.parents.get(loop)
+        statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        index = next((i for i, s in enumerate(statements) if s is loop), None)
+        if index is None:
+            raise Unsupported("the loop is not in a block of statements")
+        for output in model.outputs:
+            if output.kind == "slot":
+                if output.name in model.states or output.name in read_names(self.context, loop.body) - {output.name}:
+                    pass
+                continue
+            init = None
+            for j in range(index - 1, -1, -1):
+                statement = statements[j]
+                if output.name in read_names(self.context, statement):
+                    raise Unsupported(f"`{output.name}` is used between its creation and the loop")
+                if self._binds(statement, output.name):
+                    init = statement
+                    break
+            if init is None or not (
+                isinstance(init, cst.SimpleStatementLine)
+                and len(init.body) == 1
+                and isinstance(init.body[0], cst.Assign)
+                and isinstance(init.body[0].value, cst.List)
+                and not init.body[0].value.elements
+            ):
+                raise Unsupported(f"`{output.name}` is not made an empty list just before the loop")
+            reads_in_loop = [
+                n
+                for n in self.context.index.find(cst.Name, within=loop.body)
+                if n.value == output.name and not self.context.inside(n, output.statement)
+            ]
+            if reads_in_loop:
+                raise Unsupported(f"`{output.name}` is read in the loop")
+            kinds = self.context.kinds
+            later = sorted(
+                (
+                    read
+                    for binding in kinds.bindings_in(init, output.name)
+                    for read in kinds.reached_reads(binding)
+                    if self.context.index.order(read) > self.context.index.end(loop)
+                ),
+                key=self.context.index.order,
+            )
+            if len(later) != 1:
+                raise Unsupported(f"`{output.name}` is read {'more than once' if later else 'nowhere'} after the loop")
+            stack = self.context.parents.get(self.context.parents.get(later[0]))
+            if not (
+                isinstance(stack, cst.Call)
+                and stack.args
+                and stack.args[0].value is later[0]
+                and self.context.names.is_(stack.func, "torch.stack", "torch.cat")
+            ):
+                raise Unsupported(f"`{output.name}` is used after the loop other than by torch.stack")
+            dim_arg = stack.args[1] if len(stack.args) > 1 else None
+            if len(stack.args) > 2 or (
+                dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
+            ):
+                raise Unsupported("torch.stack with other arguments than the list and dim")
+            dim = integer_value(dim_arg.value) if dim_arg is not None else 0
+            if dim is None:
+                raise Unsupported("the stack's dim is not a number")
+            cat = self.context.names.is_(stack.func, "torch.cat")
+            after = self.context.index.statement_of(stack)
+            if self.context.index.order(after) <= self.context.index.end(loop):
+                raise Unsupported("the stack is inside the loop")
+            between = self._between(statements, loop, after)
+            found[id(output)] = Stacked(init, stack, dim, cat, after, between)
+        for name in model.temporaries | ({model.time} if model.time else set()):
+            if name in {o.name for o in model.outputs}:
+                continue
+            for binding in self.context.kinds.bindings_in(loop, name):
+                for node in self.context.kinds.reached_reads(binding):
+                    if self.context.index.order(node) > self.context.index.end(loop):
+                        raise Unsupported(f"`{name}` is read after the loop (line {self.context.line(node)})")
+        return found
+
+    def _between(self, statements, loop, after) -> list:
+        """The statements of the loop's block between the loop and the one holding `after`, or
+        None when `after` is not in that block."""
+        block_after = after
+        while block_after is not None and block_after not in statements:
+            block_after = self.context.parents.get(block_after)
+        if block_after is None:
+            return None
+        i, j = statements.index(loop), statements.index(block_after)
+        return statements[i + 1 : j]
+
+    def _binds(self, statement, name: str) -> bool:
+        for assign in self.context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=statement):
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            for target in targets:
+                if any(n.value == name for n in self.context.index.find(cst.Name, within=target)):
+                    return True
+        return False
+
+    def read_after(self, model: TimeLoop) -> set[str]:
+        """States whose value after the loop is read later (a state kept in a tensor's slots
+        has its values there, written by the loop's slot write)."""
+        loop, kinds, index = model.loop, self.context.kinds, self.context.index
+        return {
+            name
+            for name, state in model.states.items()
+            if state.initial is None
+            and any(
+                node in index and index.order(node) > index.end(loop)
+                for binding in kinds.bindings_in(loop, name)
+                for node in kinds.reached_reads(binding)
+            )
+        }
+
+    def uses(self, model, values, updates, final_reads) -> dict[tuple[str, str], int]:
+        count: dict[tuple[str, str], int] = {}
+
+        def walk(sym):
+            if sym is None:
+                return
+            for pair in states_in(sym):
+                count[pair] = count.get(pair, 0) + _occurrences(sym, pair)
+
+        for value in values.values():
+            walk(value)
+        for a, x in updates.values():
+            walk(a)
+            walk(x)
+        for name in final_reads:
+            count[(name, "final")] = 1
+        return count
+
+    def attention(self, model: TimeLoop, state: State) -> Attention | None:
+        """The decayed-linear-attention reading of a state, if every use of it fits."""
+        rank = state_rank(state)
+        outer = self._outer(state.x, self.context.module.code_for_node, rank) if state.x is not None else None
+        if outer is None:
+            return None
+        first, second = outer  # the vectors along the state's dims -2 and -1
+        decay = self._decay(state.a, rank)
+        if decay is False:
+            return None
+        reads: list[tuple] = []
+        code = self.context.module.code_for_node
+        uses = (
+            [o.value for o in model.outputs]
+            + [s.a for s in model.states.values() if s is not state and s.a]
+            + [s.x for s in model.states.values() if s is not state and s.x]
+        )
+        for value in uses:
+            if not self._collect_reads(value, state, reads, code):
+                return None
+        if not reads:
+            return None
+        r, mode, key, u, _ = reads[0]
+        if any(
+            not (same(r, other[0], code) and mode == other[1] and key == other[2] and same(u, other[3], code))
+            for other in reads[1:]
+        ):
+            return None
+        axis, w = decay
+        if axis is not None and axis != key:
+            return None  # a decay along the value dim is not this kernel's
+        k, v = (first, second) if key == -2 else (second, first)
+        ranks = {read[4] for read in reads if read[4] is not None}
+        rank = ranks.pop() if len(ranks) == 1 else r.rank
+        return Attention(k, v, w, r, mode, u, key, state.x, rank, state_rank(state))
+
+    def with_reads(self, sym: Sym | None, attention: dict[str, Attention]) -> Sym | None:
+        if sym is None or not attention:
+            return sym
+        code = self.context.module.code_for_node
+        for name, plan in attention.items():
+            sym = self._replace_reads(sym, model_state(name), plan, code)
+        return sym
+
+    def _unsq(self, sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
+        """x for `x.unsqueeze(dim)` (as read: `x[..., None]` too), also of a constant, and through
+        an elementwise function (`x[..., None].exp()` is `x.exp()[..., None]`); `rank` is the rank
+        the value must have (the state's), which makes an unsqueeze at a dim counted from the
+        left one counted from the right."""
+        if isinstance(sym, Op) and sym.op in ("map", "neg") and len(sym.args) == 1:
+            inner = self._unsq(sym.args[0], dim, rank)
+            return None if inner is None else Op(plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
+        if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] == dim:
+            return sym.args[0]
+        if (
+            isinstance(sym, Op)
+            and sym.op == "unsqueeze"
+            and sym.params[0] >= 0
+            and sym.rank is None
+            and rank is not None
+            and sym.params[0] - rank == dim
+            and min_rank(sym) >= rank
+        ):
+            return sym.args[0]
+        if isinstance(sym, Const) and sym.kind != "number":
+            node = sym.node
+            inner = None
+            if isinstance(node, cst.Name) and node in self.layouts.index:
+                value = self.layouts.value_of(node)  # `u = self.bonus.unsqueeze(-1)` before the loop
+                if isinstance(value, (cst.Call, cst.Subscript)) and value in self.layouts.index:
+                    shape = self.layouts.shape(value)
+                    return self._unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "unsqueeze"
+                and len(node.args) == 1
+                and node.args[0].keyword is None
+            ):
+                d = integer_value(node.args[0].value)
+                if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
+                    inner = node.func.value
+            elif isinstance(node, cst.Subscript) and dim in (-1, -2):
+                kinds = [_element_kind(e) for e in node.slice]
+                pattern = ["...", "None"] if dim == -1 else ["...", "None", ":"]
+                if kinds == pattern:
+                    inner = node.value
+                elif (
+                    sym.rank is not None
+                    and kinds.count("None") == 1
+                    and set(kinds) <= {":", "None"}
+                    and len(kinds) <= sym.rank
+                    and kinds.index("None") - sym.rank == dim
+                ):
+                    inner = node.value
+                elif (
+                    rank is not None
+                    and "..." not in kinds
+                    and set(kinds) <= {":", "None"}
+                    and len(kinds) == rank
+                    and dim + len(kinds) >= 0
+                    and kinds[dim + len(kinds)] == "None"
+                ):
+                    # `u[None, :, None, :]` in a value of the state's rank: its dims are those written
+                    rest = [e for i, e in enumerate(node.slice) if i != dim + len(kinds)]
+                    if all(_element_kind(e) == ":" for e in rest):
+                        inner = node.value
+                    else:
+                        inner = node.with_changes(slice=separated(rest))
+                    return Const(len(kinds) - 1, inner, sym.kind)
+            if inner is not None:
+                return Const(plus(sym.rank, -1), inner, sym.kind)
+        return None
+
+    def _norm(self, sym: Sym, rank: int | None) -> Sym:
+        """`x.unsqueeze(-2).mT` is `x.unsqueeze(-1)` (and the other way round), also for an
+        unsqueeze at a dim counted from the left that is that dim in a value of `rank` dims."""
+        if isinstance(sym, Op) and sym.op == "transpose" and sym.params == (-2, -1):
+            inner = sym.args[0]
+            for before, after in ((-2, -1), (-1, -2)):
+                x = self._unsq(inner, before, rank)
+                if x is not None:
+                    return Op(sym.rank, "unsqueeze", (x,), (after,), None)
+        return sym
+
+    def _outer(self, sym: Sym, code, rank: int | None = None) -> tuple[Sym, Sym] | None:
+        """(vector along dim -2, vector along dim -1) for an outer product of two step vectors."""
+        if isinstance(sym, Op) and sym.op in ("mul", "matmul") and len(sym.args) == 2:
+            a, b = (self._norm(arg, rank) for arg in sym.args)
+            if self._unsq(a, -1, rank) is not None and self._unsq(b, -2, rank) is not None:
+                return self._unsq(a, -1, rank), self._unsq(b, -2, rank)
+            if sym.op == "mul" and self._unsq(b, -1, rank) is not None and self._unsq(a, -2, rank) is not None:
+                return self._unsq(b, -1, rank), self._unsq(a, -2, rank)
+        if isinstance(sym, Op) and sym.op == "einsum" and len(sym.args) == 2:
+            spec = sym.params[0]
+            (x, y), out = spec.inputs, spec.output
+            if len(x) < 1 or len(y) < 1 or x[:-1] != y[:-1] or x[-1] == y[-1] or x[-1] in x[:-1] or y[-1] in y[:-1]:
+                return None
+            batch = x[:-1]
+            if out == (*batch, x[-1], y[-1]):
+                return sym.args[0], sym.args[1]
+            if out == (*batch, y[-1], x[-1]):
+                return sym.args[1], sym.args[0]
+        return None
+
+    def _decay(self, sym: Sym | None, rank: int | None = None):
+        """(axis, w) for a decay that varies along one dim of the state (axis -2 or -1) given
+        by w, or (None, w) for one that does not (a constant, None for 1); False otherwise."""
+        if sym is None:
+            return False  # no state term: not a recurrence this kernel runs
+        if sym is ONE:
+            return None, None
+        if self._unsq(sym, -1, rank) is not None:
+            return -2, self._unsq(sym, -1, rank)
+        if self._unsq(sym, -2, rank) is not None:
+            return -1, self._unsq(sym, -2, rank)
+        if isinstance(sym, Const) and (sym.kind == "number" or sym.rank == 0):
+            return None, sym
+        return False
+
+    def _state_term(self, sym: Sym, state: State, code):
+        """("new" | "prev", u) when `sym` is the state after / before its update, the latter
+        maybe plus the bonus `u * x` (u along the key dim, x the update's outer product)."""
+        if isinstance(sym, New) and sym.state == state.name:
+            return "new", None, None
+        if isinstance(sym, Prev) and sym.state == state.name:
+            return "prev", None, None
+        if isinstance(sym, Op) and sym.op == "add":
+            for first, second in (sym.args, sym.args[::-1]):
+                if (
+                    isinstance(first, Prev)
+                    and first.state == state.name
+                    and isinstance(second, Op)
+                    and second.op == "mul"
+                ):
+                    for u_side, x_side in (second.args, second.args[::-1]):
+                        if same(x_side, state.x, code):
+                            for axis in (-1, -2):
+                                u = self._unsq(u_side, axis, state_rank(state))
+                                if u is not None and isinstance(u, Const):
+                                    return "prev", u, -2 if axis == -1 else -1
+        return None
+
+    def _read_out(self, sym: Sym, state: State, code):
+        """(r, mode, key axis, u, wrap) for a read-out of the state by a query r; wrap is the
+        unsqueeze (dim) around the result that the form leaves, or None."""
+        if isinstance(sym, Op) and sym.op == "einsum" and len(sym.args) == 2:
+            spec = sym.params[0]
+            for s_at in (0, 1):
+                term = self._state_term(sym.args[s_at], state, code)
+                if term is None:
+                    continue
+                mode, u, u_key = term
+                s_letters, r_letters = spec.inputs[s_at], spec.inputs[1 - s_at]
+                if len(s_letters) < 2 or len(r_letters) < 1:
+                    return None
+                batch = s_letters[:-2]
+                if r_letters[:-1] != batch or spec.output[:-1] != batch:
+                    return None
+                contracted = r_letters[-1]
+                if contracted == s_letters[-2] and spec.output[-1] == s_letters[-1]:
+                    key = -2
+                elif contracted == s_letters[-1] and spec.output[-1] == s_letters[-2]:
+                    key = -1
+                else:
+                    return None
+                if contracted in batch or len(set(s_letters)) != len(s_letters):
+                    return None
+                if u is not None and u_key != key:
+                    return None
+                return sym.args[1 - s_at], mode, key, u, None
+        if (
+            isinstance(sym, Op)
+            and sym.op == "reduce"
+            and sym.params[0] in ((-2,), (-1,))
+            and not sym.params[1]
+            and sym.params[2] == "sum"
+        ):
+            key = sym.params[0][0]
+            inner = sym.args[0]
+            if isinstance(inner, Op) and inner.op == "mul":
+                for s_side, r_side in (inner.args, inner.args[::-1]):
+                    term = self._state_term(s_side, state, code)
+                    r = self._unsq(r_side, -1 if key == -2 else -2)
+                    if term is not None and r is not None and (term[1] is None or term[2] == key):
+                        return r, term[0], key, term[1], None
+        if isinstance(sym, Op) and sym.op == "matmul":
+            a, b = (self._norm(arg, state_rank(state)) for arg in sym.args)
+            term = self._state_term(b, state, code)
+            r = self._unsq(a, -2)
+            if term is not None and r is not None and (term[1] is None or term[2] == -2):
+                return r, term[0], -2, term[1], -2
+            term = self._state_term(a, state, code)
+            r = self._unsq(b, -1)
+            if term is not None and r is not None and (term[1] is None or term[2] == -1):
+                return r, term[0], -1, term[1], -1
+        return None
+
+    def _collect_reads(self, sym: Sym | None, state: State, found: list, code) -> bool:
+        """Collect the read-outs of `state` in `sym`; False if the state is used otherwise."""
+        if sym is None:
+            return True
+        read = self._read_out(sym, state, code)
+        if read is not None:
+            rank = sym.rank if read[4] is None else plus(sym.rank, -1)
+            found.append((*read[:4], rank))
+            return self._collect_reads(read[0], state, found, code)
+        if isinstance(sym, (Prev, New)) and sym.state == state.name:
+            return False
+        if isinstance(sym, Op):
+            return all(self._collect_reads(a, state, found, code) for a in sym.args)
+        return True
+
+    def _replace_reads(self, sym: Sym, name: str, plan: Attention, code) -> Sym:
+        if isinstance(sym, Op):
+            read = self._read_out(sym, StateView(name, plan), code)
+            if read is not None:
+                result: Sym = Read(plan.rank, name)
+                if read[4] is not None:
+                    result = Op(plus(plan.rank, 1), "unsqueeze", (result,), (read[4],), None)
+                return result
+            args = tuple(self._replace_reads(a, name, plan, code) for a in sym.args)
+            if any(n is not o for n, o in zip(args, sym.args)):
+                if (
+                    sym.op == "squeeze"
+                    and isinstance(args[0], Op)
+                    and args[0].op == "unsqueeze"
+                    and args[0].params[0] == sym.params[0]
+                    and isinstance(args[0].args[0], Read)
+                ):
+                    return args[0].args[0]
+                return Op(sym.rank, sym.op, args, sym.params, sym.node)
+        return sym
+
+
+def model_state(name: str) -> str:
+    return name
+
+
+def state_rank(state, from_update: bool = True) -> int | None:
+    """The rank of the state's values: the rank its Prev reads were given, else (with
+    `from_update`) its update's."""
+    if isinstance(state, StateView):
+        return state.rank
+    found = []
+
+    def walk(sym):
+        if isinstance(sym, Prev) and sym.state == state.name and sym.rank is not None:
+            found.append(sym.rank)
+        elif isinstance(sym, Op):
+            for a in sym.args:
+                walk(a)
+
+    walk(state.update)
+    if found:
+        return found[0]
+    return state.update.rank if from_update else None
+
+
+def _occurrences(sym: Sym, pair) -> int:
+    name, mode = pair
+    kind = {"prev": Prev, "new": New, "read": Read}[mode]
+    if isinstance(sym, kind) and sym.state == name:
+        return 1
+    if isinstance(sym, Op):
+        return sum(_occurrences(a, pair) for a in sym.args)
+    return 0
+
+
+def _element_kind(element: cst.SubscriptElement) -> str:
+    s = element.slice
+    if isinstance(s, cst.Index) and isinstance(s.value, cst.Ellipsis):
+        return "..."
+    if isinstance(s, cst.Index) and isinstance(s.value, cst.Name) and s.value.value == "None":
+        return "None"
+    if isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None:
+        return ":"
+    return "?"
+
+
+class StateView:
+    """What `_read_out` needs of a state: its name, rank and its update's outer product."""
+
+    def __init__(self, name: str, plan: Attention) -> None:
+        self.name = name
+        self.x = plan.x
+        self.update = None
+        self.rank = plan.state_rank
+
+
+def strip_unsqueeze(sym: Sym, dim: int) -> Sym | None:
+    if (
+        isinstance(sym, Op)
+        and sym.op == "unsqueeze"
+        and (sym.params[0] == dim or (sym.rank is not None and dim >= 0 and sym.params[0] == dim - sym.rank))
+    ):
+        return sym.args[0]
+    return None
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base2`, `base3`, ...: the first not in `taken` (which it joins)."""
+    name, number = base, 2
+    while name in taken:
+        name, number = f"{base}{number}", number + 1
+    taken.add(name)
+    return name
+
+
+def time_loops(context: FileContext) -> TimeLoops:
+    return context.shared("time_loops", TimeLoops)

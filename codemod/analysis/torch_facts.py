@@ -926,3 +926,21 @@ ONE_OPERAND_FUNCTIONS = frozenset(functions(Category.UNARY, random=False) | {"to
 TOTALS = frozenset({"torch.sum", "torch.mean"})
 # Libraries whose calls in a model's class build torch layers or plain values.
 LAYER_LIBRARIES = ("torch.", "builtins.", "math.")
+
+
+# -- a loop over time read as a recurrence (PM505) --
+
+# torch functions (by their last name) a loop's state may go through in a loop that is
+# still a (maybe non-linear) elementwise recurrence; a state passed to any other call
+# (a module, an RNN cell) is not one.
+RECURRENCE_FUNCTION_NAMES = frozenset(n.rsplit(".", 1)[1] for n in functions(Category.UNARY, Category.ALONG_DIM)) | {
+    "einsum",
+    "matmul",
+    "outer",
+    "where",
+}
+# Tensor methods a state may go through in such a loop.
+RECURRENCE_METHODS = frozenset(
+    "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as mT softmax clamp abs neg sqrt"
+    " matmul mul add sub div".split()
+)

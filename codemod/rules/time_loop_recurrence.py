@@ -4,28 +4,21 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.names import integer_literal, integer_value, is_dotted_name, separated
-from codemod.analysis.tensor_layout import SAME_SHAPE_FUNCTIONS, layouts, read_names
+from codemod.analysis.names import integer_literal, separated
+from codemod.analysis.tensor_layout import layouts, read_names
 from codemod.analysis.time_loops import (
-    ONE,
-    Const,
+    Attention,
     Lift,
     Lifter,
-    LoopReader,
-    New,
-    Op,
-    Prev,
-    Read,
     State,
-    Sym,
     TimeLoop,
     Unsupported,
+    fresh_name,
     method,
-    min_rank,
     moved,
-    plus,
-    same,
-    states_in,
+    state_rank,
+    strip_unsqueeze,
+    time_loops,
     to_right,
 )
 from codemod.edits import InsertBefore, Remove, Replace
@@ -72,17 +65,6 @@ def wkv(r, k, v, w, u, state):
     return o, state
 """
 KERNELS = "runtime.kernels"
-# Calls a state may go through in a loop that is still a (maybe non-linear) elementwise recurrence.
-ELEMENTWISE_NAMES = frozenset(n.rsplit(".", 1)[1] for n in SAME_SHAPE_FUNCTIONS) | {
-    "einsum",
-    "matmul",
-    "outer",
-    "where",
-}
-TENSOR_METHODS_OK = frozenset(
-    "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as mT softmax clamp abs neg sqrt"
-    " matmul mul add sub div".split()
-)
 
 
 @dataclass
@@ -93,22 +75,6 @@ class _Plan:
     kernels: set[str] = field(default_factory=set)
     names: dict[str, str] = field(default_factory=dict)  # state -> the name of its lifted states
     fresh: set[str] = field(default_factory=set)  # names the plan made up
-
-
-@dataclass
-class _Attention:
-    """A state that is decayed linear attention: S = w * S + k^T v, read as r S over its key dim."""
-
-    k: Sym
-    v: Sym
-    w: Sym | None  # the decay vector along the key dim, or a constant; None: no decay
-    r: Sym
-    mode: str  # "new" (GLA) or "prev" (RWKV)
-    u: Sym | None  # the bonus (prev mode), None: none
-    key: int  # where the key dim is in the state: -2 for (..., K, V), -1 for (..., V, K)
-    x: Sym  # the update's outer product (a bonus multiplies it)
-    rank: int | None = None  # the rank of one step's read-out
-    state_rank: int | None = None
 
 
 class TimeLoopRecurrence(Rule):
@@ -289,13 +255,13 @@ def ema(a, x):
     ]
 
     def visit_For(self, node: cst.For) -> None:
-        if not self._candidate(node):
+        if not time_loops(self.context).candidate(node):
             return
-        reader = LoopReader(self.context)
+        loops = time_loops(self.context)
         try:
-            model = reader.read(node)
+            model = loops.read(node)
         except Unsupported as why:
-            if self._looks_like_recurrence(node):
+            if loops.looks_like_recurrence(node):
                 self.report(node, f"a Python loop over time computes a recurrence, not rewritten: {why}")
             return
         if model is None or not model.states:
@@ -321,147 +287,30 @@ def ema(a, x):
 
     # -- which loops -----------------------------------------------------------------
 
-    def _candidate(self, loop: cst.For) -> bool:
-        """A loop whose body assigns a name, or a slot of a tensor, it reads (a state), and
-        that is not a training loop."""
-        if not isinstance(loop.body, cst.IndentedBlock) or self.context.loops.is_training_loop(loop):
-            return False
-        assigned = set()
-        for line in loop.body.body:
-            if isinstance(line, cst.SimpleStatementLine):
-                for small in line.body:
-                    if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                        target = small.targets[0].target
-                        if isinstance(target, cst.Subscript):
-                            target = target.value
-                        if isinstance(target, cst.Name):
-                            assigned.add(target.value)
-                    elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
-                        assigned.add(small.target.value)
-        return bool(assigned & read_names(self.context, loop.body))
-
-    def _looks_like_recurrence(self, loop: cst.For) -> bool:
-        """Worth reporting when not rewritten: a loop over a tensor's time dim (indexed
-        `[:, t]`, `[..., t]`, or iterated with `unbind`) of simple statements, where a state
-        is updated from its own value as `a * state (+ ...)`, with `a` free of the states (an
-        RNN, whose gates read its state, is not a linear recurrence at all), or as
-        `state + <outer product>`, and no state goes into a module or function call (an RNN
-        cell)."""
-        time = loop.target.value if isinstance(loop.target, cst.Name) else None
-        if not isinstance(loop.body, cst.IndentedBlock) or not self._over_time(loop, time):
-            return False
-        if any(not isinstance(line, cst.SimpleStatementLine) for line in loop.body.body):
-            return False
-        assigned: dict[str, cst.BaseExpression] = {}
-        for line in loop.body.body:
-            for small in line.body:
-                if (
-                    isinstance(small, cst.Assign)
-                    and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                ):
-                    assigned.setdefault(small.targets[0].target.value, small.value)
-        states = {name for name, value in assigned.items() if name in read_names(self.context, value)}
-        if not states:
-            return False
-        for call in self.context.index.find(cst.Call, within=loop.body):
-            if self._feeds_state(call, states, assigned):
-                return False
-        for name in sorted(states):
-            value = assigned[name]
-            for op in self.context.index.find(cst.BinaryOperation, within=value):
-                sides = [op.left, op.right]
-                if not any(isinstance(side, cst.Name) and side.value == name for side in sides):
-                    continue
-                other = op.right if isinstance(op.left, cst.Name) and op.left.value == name else op.left
-                if isinstance(op.operator, cst.Multiply) and not self._reads_states(other, states, assigned):
-                    return True
-                if (
-                    isinstance(op.operator, cst.Add)
-                    and self._has_outer_or_decay(other)
-                    and not self._reads_states(other, states - {name}, assigned)
-                ):
-                    return True
-        return False
-
-    def _reads_states(self, expr, states: set[str], assigned: dict, depth: int = 0) -> bool:
-        """Does `expr` read a state, directly or through the loop's temporaries?"""
-        names = read_names(self.context, expr) if expr in self.context.index else set()
-        if names & states:
-            return True
-        return depth < 4 and any(
-            self._reads_states(assigned[n], states, assigned, depth + 1)
-            for n in names
-            if n in assigned and n not in states
-        )
-
-    def _feeds_state(self, call: cst.Call, states: set[str], assigned: dict) -> bool:
-        """Is a state (maybe through temporaries) an argument of a call that is not an
-        elementwise torch function or tensor method?"""
-        func = call.func
-        names = self.context.names.of(func) if is_dotted_name(func) else set()
-        if any(n.startswith("torch.") and n.rsplit(".", 1)[1] in ELEMENTWISE_NAMES for n in names):
-            return False
-        if isinstance(func, cst.Attribute) and not names and func.attr.value in TENSOR_METHODS_OK:
-            return False
-        if isinstance(func, cst.Attribute) and func.attr.value == "append":
-            return False
-        args = [a.value for a in call.args]
-        if isinstance(func, cst.Attribute) and not names and not isinstance(func.value, cst.Name):
-            args.append(func.value)
-        return any(self._reads_states(a, states, assigned) for a in args)
-
-    def _over_time(self, loop: cst.For, time: str | None) -> bool:
-        """Does the loop index a tensor by its step (`x[:, t]`, `x[..., t]`, `x[t]` of a tensor),
-        or iterate over one with `unbind`?"""
-        if "unbind" in self.context.source(loop.iter):
-            return True
-        if time is None:
-            return False
-        layout = layouts(self.context)
-        for subscript in self.context.index.find(cst.Subscript, within=loop.body):
-            for position, element in enumerate(subscript.slice):
-                stepped = (
-                    isinstance(element.slice, cst.Index)
-                    and isinstance(element.slice.value, cst.Name)
-                    and element.slice.value.value == time
-                    or isinstance(element.slice, cst.Slice)
-                    and isinstance(element.slice.lower, cst.Name)
-                    and element.slice.lower.value == time
-                )
-                if stepped and (position > 0 or layout.shape(subscript.value) is not None):
-                    return True
-        return False
-
-    def _has_outer_or_decay(self, value: cst.BaseExpression) -> bool:
-        """An outer product of step vectors, as people spell one."""
-        code = self.context.source(value) if value in self.context.index else ""
-        return "unsqueeze" in code or "einsum" in code or "None" in code or "@" in code or "outer" in code
-
     # -- rewriting ---------------------------------------------------------------------
 
     def _rewrite(self, model: TimeLoop):
-        _LAYOUTS[0] = layouts(self.context)
+        loops = time_loops(self.context)
         loop = model.loop
-        order = self._order(model)
-        attention = {name: self._attention(model, model.states[name]) for name in order}
+        order = loops.order(model)
+        attention = {name: loops.attention(model, model.states[name]) for name in order}
         attention = {k: v for k, v in attention.items() if v is not None}
-        outputs = self._outputs(model)
-        final_reads = self._read_after(model)
+        outputs = loops.stacked_outputs(model)
+        final_reads = loops.read_after(model)
         lifts: dict[tuple[str, str], Lift] = {}
         plan = _Plan()
         lifter = Lifter(self.context, model.steps, model.time, lifts)
-        scope_names = self._scope_names(loop)
+        scope_names = loops.scope_names(loop)
         # the values the loop collects, with read-outs of attention states made Read(state)
-        values = {id(o): self._with_reads(o.value, attention) for o in model.outputs}
+        values = {id(o): loops.with_reads(o.value, attention) for o in model.outputs}
         updates = {
             name: (
-                self._with_reads(s.a, attention) if s.a is not None else None,
-                self._with_reads(s.x, attention) if s.x is not None else None,
+                loops.with_reads(s.a, attention) if s.a is not None else None,
+                loops.with_reads(s.x, attention) if s.x is not None else None,
             )
             for name, s in model.states.items()
         }
-        uses = self._uses(model, values, updates, final_reads)
+        uses = loops.uses(model, values, updates, final_reads)
         for name in order:
             state = model.states[name]
             if name in attention:
@@ -470,207 +319,13 @@ def ema(a, x):
                 self._plan_scan(name, state, updates[name], lifter, lifts, plan, uses, scope_names, final_reads)
         return self._edits(model, outputs, values, lifter, plan)
 
-    def _order(self, model: TimeLoop) -> list[str]:
-        """The states in an order where each comes after those its update reads."""
-        needs = {name: {s for s, _ in states_in(state.update)} - {name} for name, state in model.states.items()}
-        order: list[str] = []
-        while len(order) < len(needs):
-            ready = [n for n in sorted(needs) if n not in order and needs[n] <= set(order)]
-            if not ready:
-                raise Unsupported("the states' updates read each other")
-            order.extend(ready)
-        return order
-
-    def _outputs(self, model: TimeLoop) -> dict[int, tuple]:
-        """For each list output: (init statement, stack call, stack dim, cat) after the checks."""
-        loop = model.loop
-        found = {}
-        block = self.context.parents.get(loop)
-        statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
-        index = next((i for i, s in enumerate(statements) if s is loop), None)
-        if index is None:
-            raise Unsupported("the loop is not in a block of statements")
-        for output in model.outputs:
-            if output.kind == "slot":
-                if output.name in model.states or output.name in read_names(self.context, loop.body) - {output.name}:
-                    pass
-                continue
-            init = None
-            for j in range(index - 1, -1, -1):
-                statement = statements[j]
-                if output.name in read_names(self.context, statement):
-                    raise Unsupported(f"`{output.name}` is used between its creation and the loop")
-                if self._binds(statement, output.name):
-                    init = statement
-                    break
-            if init is None or not (
-                isinstance(init, cst.SimpleStatementLine)
-                and len(init.body) == 1
-                and isinstance(init.body[0], cst.Assign)
-                and isinstance(init.body[0].value, cst.List)
-                and not init.body[0].value.elements
-            ):
-                raise Unsupported(f"`{output.name}` is not made an empty list just before the loop")
-            reads_in_loop = [
-                n
-                for n in self.context.index.find(cst.Name, within=loop.body)
-                if n.value == output.name and not self.context.inside(n, output.statement)
-            ]
-            if reads_in_loop:
-                raise Unsupported(f"`{output.name}` is read in the loop")
-            kinds = self.context.kinds
-            later = sorted(
-                (
-                    read
-                    for binding in kinds.bindings_in(init, output.name)
-                    for read in kinds.reached_reads(binding)
-                    if self.context.index.order(read) > self.context.index.end(loop)
-                ),
-                key=self.context.index.order,
-            )
-            if len(later) != 1:
-                raise Unsupported(f"`{output.name}` is read {'more than once' if later else 'nowhere'} after the loop")
-            stack = self.context.parents.get(self.context.parents.get(later[0]))
-            if not (
-                isinstance(stack, cst.Call)
-                and stack.args
-                and stack.args[0].value is later[0]
-                and self.context.names.is_(stack.func, "torch.stack", "torch.cat")
-            ):
-                raise Unsupported(f"`{output.name}` is used after the loop other than by torch.stack")
-            dim_arg = stack.args[1] if len(stack.args) > 1 else None
-            if len(stack.args) > 2 or (
-                dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
-            ):
-                raise Unsupported("torch.stack with other arguments than the list and dim")
-            dim = integer_value(dim_arg.value) if dim_arg is not None else 0
-            if dim is None:
-                raise Unsupported("the stack's dim is not a number")
-            cat = self.context.names.is_(stack.func, "torch.cat")
-            after = self.context.index.statement_of(stack)
-            if self.context.index.order(after) <= self.context.index.end(loop):
-                raise Unsupported("the stack is inside the loop")
-            between = self._between(statements, loop, after)
-            found[id(output)] = (init, stack, dim, cat, after, between)
-        for name in model.temporaries | ({model.time} if model.time else set()):
-            if name in {o.name for o in model.outputs}:
-                continue
-            for binding in self.context.kinds.bindings_in(loop, name):
-                for node in self.context.kinds.reached_reads(binding):
-                    if self.context.index.order(node) > self.context.index.end(loop):
-                        raise Unsupported(f"`{name}` is read after the loop (line {self.context.line(node)})")
-        return found
-
-    def _between(self, statements, loop, after) -> list:
-        """The statements of the loop's block between the loop and the one holding `after`, or
-        None when `after` is not in that block."""
-        block_after = after
-        while block_after is not None and block_after not in statements:
-            block_after = self.context.parents.get(block_after)
-        if block_after is None:
-            return None
-        i, j = statements.index(loop), statements.index(block_after)
-        return statements[i + 1 : j]
-
-    def _binds(self, statement, name: str) -> bool:
-        for assign in self.context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=statement):
-            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-            for target in targets:
-                if any(n.value == name for n in self.context.index.find(cst.Name, within=target)):
-                    return True
-        return False
-
-    def _read_after(self, model: TimeLoop) -> set[str]:
-        """States whose value after the loop is read later (a state kept in a tensor's slots
-        has its values there, written by the loop's slot write)."""
-        loop, kinds, index = model.loop, self.context.kinds, self.context.index
-        return {
-            name
-            for name, state in model.states.items()
-            if state.initial is None
-            and any(
-                node in index and index.order(node) > index.end(loop)
-                for binding in kinds.bindings_in(loop, name)
-                for node in kinds.reached_reads(binding)
-            )
-        }
-
-    def _scope_names(self, loop) -> set[str]:
-        scope = self.context.scopes.get(loop)
-        if scope is None:
-            return set()
-        return {a.name for a in scope.assignments} | {
-            a.node.value for a in scope.accesses if isinstance(a.node, cst.Name)
-        }
-
-    def _uses(self, model, values, updates, final_reads) -> dict[tuple[str, str], int]:
-        count: dict[tuple[str, str], int] = {}
-
-        def walk(sym):
-            if sym is None:
-                return
-            for pair in states_in(sym):
-                count[pair] = count.get(pair, 0) + _occurrences(sym, pair)
-
-        for value in values.values():
-            walk(value)
-        for a, x in updates.values():
-            walk(a)
-            walk(x)
-        for name in final_reads:
-            count[(name, "final")] = 1
-        return count
-
-    # -- linear attention -------------------------------------------------------------
-
-    def _attention(self, model: TimeLoop, state: State) -> _Attention | None:
-        """The decayed-linear-attention reading of a state, if every use of it fits."""
-        rank = _state_rank(state)
-        outer = _outer(state.x, self.context.module.code_for_node, rank) if state.x is not None else None
-        if outer is None:
-            return None
-        first, second = outer  # the vectors along the state's dims -2 and -1
-        decay = _decay(state.a, rank)
-        if decay is False:
-            return None
-        reads: list[tuple] = []
-        code = self.context.module.code_for_node
-        uses = (
-            [o.value for o in model.outputs]
-            + [s.a for s in model.states.values() if s is not state and s.a]
-            + [s.x for s in model.states.values() if s is not state and s.x]
-        )
-        for value in uses:
-            if not _collect_reads(value, state, reads, code):
-                return None
-        if not reads:
-            return None
-        r, mode, key, u, _ = reads[0]
-        if any(
-            not (same(r, other[0], code) and mode == other[1] and key == other[2] and same(u, other[3], code))
-            for other in reads[1:]
-        ):
-            return None
-        axis, w = decay
-        if axis is not None and axis != key:
-            return None  # a decay along the value dim is not this kernel's
-        k, v = (first, second) if key == -2 else (second, first)
-        ranks = {read[4] for read in reads if read[4] is not None}
-        rank = ranks.pop() if len(ranks) == 1 else r.rank
-        return _Attention(k, v, w, r, mode, u, key, state.x, rank, _state_rank(state))
-
-    def _with_reads(self, sym: Sym | None, attention: dict[str, _Attention]) -> Sym | None:
-        if sym is None or not attention:
-            return sym
-        code = self.context.module.code_for_node
-        for name, plan in attention.items():
-            sym = _replace_reads(sym, model_state(name), plan, code)
-        return sym
-
     def _plan_attention(
-        self, name, plan: _Attention, lifter: Lifter, lifts, result: _Plan, uses, scope_names, final_reads
+        self, name, plan: Attention, lifter: Lifter, lifts, result: _Plan, uses, scope_names, final_reads
     ) -> None:
-        q, k, v = (moved(self._vector(lifter.lift(s), s), -2) for s in (plan.r, plan.k, plan.v))
+        vectors = [lifter.lift(s) for s in (plan.r, plan.k, plan.v)]
+        if any(lift.constant for lift in vectors):
+            raise Unsupported("a constant query, key or value in a linear attention")
+        q, k, v = (moved(lift, -2) for lift in vectors)
         args = [cst.Arg(q.code), cst.Arg(k.code), cst.Arg(v.code)]
         if plan.w is None:
             w = cst.Float("1.0")
@@ -697,7 +352,7 @@ def ema(a, x):
             args.append(cst.Arg(value, keyword=cst.Name(key), equal=_tight()))
         call = cst.Call(cst.Name("linear_attention"), separated(args))
         result.kernels.add("linear_attention")
-        out_name = self._fresh(f"{name}_out", scope_names)
+        out_name = fresh_name(f"{name}_out", scope_names)
         result.statements.append(_assign([out_name, name], call))
         if plan.key == -1:
             result.statements.append(
@@ -708,11 +363,6 @@ def ema(a, x):
         lifts[(name, "read")] = Lift(cst.Name(out_name), -2, plan.rank)
         if uses.get((name, "new"), 0) or uses.get((name, "prev"), 0):
             raise Unsupported(f"the state `{name}` is used other than by its read-out")
-
-    def _vector(self, lift: Lift, sym: Sym) -> Lift:
-        if lift.constant:
-            raise Unsupported("a constant query, key or value in a linear attention")
-        return lift
 
     # -- scans ---------------------------------------------------------------------------
 
@@ -746,11 +396,11 @@ def ema(a, x):
         result.kernels.add("linear_recurrence")
         # A state kept in a tensor's slots has, at each step, the rank of a slot (when the
         # tensor's is known): the loop's slot write would fail for any other.
-        lift = Lift(call, time, _state_rank(state, from_update=False) if state.initial is not None else None)
+        lift = Lift(call, time, state_rank(state, from_update=False) if state.initial is not None else None)
         mode = "prev" if before else "new"
         total = sum(n for (s, _), n in uses.items() if s == name)
         if total > 1 or final:
-            states_name = self._fresh(f"{name}s" if not name.endswith("s") else f"{name}_all", scope_names)
+            states_name = fresh_name(f"{name}s" if not name.endswith("s") else f"{name}_all", scope_names)
             result.fresh.add(states_name)
             if before and final:
                 result.statements.append(_assign([states_name, name], call))
@@ -761,13 +411,6 @@ def ema(a, x):
             lift = Lift(cst.Name(states_name), time, None)
             result.names[name] = states_name
         lifts[(name, mode)] = lift
-
-    def _fresh(self, base: str, taken: set[str]) -> str:
-        name, number = base, 2
-        while name in taken:
-            name, number = f"{base}{number}", number + 1
-        taken.add(name)
-        return name
 
     # -- edits -----------------------------------------------------------------------------
 
@@ -785,7 +428,7 @@ def ema(a, x):
                 continue
             init, stack, dim, cat, after, between = outputs[id(output)]
             if cat:
-                inner = _strip_unsqueeze(values[id(output)], dim)
+                inner = strip_unsqueeze(values[id(output)], dim)
                 if inner is None:
                     raise Unsupported(
                         f"`{output.name}` is concatenated, not stacked, and its values have no dim of size 1 there"
@@ -823,7 +466,9 @@ def ema(a, x):
                 edits.append(Replace(stack, value.code))
             return edits, plan.kernels
         for output, value, _init, stack, _after, between in placed:
-            if between is None or any(read_names(self.context, value.code) & self._bound_names(s) for s in between):
+            if between is None or any(
+                read_names(self.context, value.code) & time_loops(self.context).bound_names(s) for s in between
+            ):
                 raise Unsupported(f"`{output.name}` is stacked after statements that change what it reads")
             new_statements.append(_assign([output.name], value.code))
             edits.append(Replace(stack, cst.Name(output.name)))
@@ -833,14 +478,6 @@ def ema(a, x):
         new_statements[0] = new_statements[0].with_changes(leading_lines=loop.leading_lines)
         edits.append(Replace(loop, cst.FlattenSentinel(new_statements)))
         return edits, plan.kernels
-
-    def _bound_names(self, statement) -> set[str]:
-        found = set()
-        for assign in self.context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For), within=statement):
-            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-            for target in targets:
-                found |= {n.value for n in self.context.index.find(cst.Name, within=target)}
-        return found
 
     def _slot_write(self, model: TimeLoop, output, value: Lift) -> cst.BaseStatement:
         """`out[:, :T] = <values>` for `out[:, t] = ...` in the loop."""
@@ -864,310 +501,6 @@ def ema(a, x):
         elements = separated(elements)
         slot = cst.Subscript(receiver, elements)
         return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(slot)], placed.code)])
-
-
-# -- matching helpers ----------------------------------------------------------------------
-
-
-def model_state(name: str) -> str:
-    return name
-
-
-def _state_rank(state, from_update: bool = True) -> int | None:
-    """The rank of the state's values: the rank its Prev reads were given, else (with
-    `from_update`) its update's."""
-    if isinstance(state, _StateView):
-        return state.rank
-    found = []
-
-    def walk(sym):
-        if isinstance(sym, Prev) and sym.state == state.name and sym.rank is not None:
-            found.append(sym.rank)
-        elif isinstance(sym, Op):
-            for a in sym.args:
-                walk(a)
-
-    walk(state.update)
-    if found:
-        return found[0]
-    return state.update.rank if from_update else None
-
-
-def _occurrences(sym: Sym, pair) -> int:
-    name, mode = pair
-    kind = {"prev": Prev, "new": New, "read": Read}[mode]
-    if isinstance(sym, kind) and sym.state == name:
-        return 1
-    if isinstance(sym, Op):
-        return sum(_occurrences(a, pair) for a in sym.args)
-    return 0
-
-
-def _unsq(sym: Sym, dim: int, rank: int | None = None) -> Sym | None:
-    """x for `x.unsqueeze(dim)` (as read: `x[..., None]` too), also of a constant, and through
-    an elementwise function (`x[..., None].exp()` is `x.exp()[..., None]`); `rank` is the rank
-    the value must have (the state's), which makes an unsqueeze at a dim counted from the
-    left one counted from the right."""
-    if isinstance(sym, Op) and sym.op in ("map", "neg") and len(sym.args) == 1:
-        inner = _unsq(sym.args[0], dim, rank)
-        return None if inner is None else Op(plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
-    if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] == dim:
-        return sym.args[0]
-    if (
-        isinstance(sym, Op)
-        and sym.op == "unsqueeze"
-        and sym.params[0] >= 0
-        and sym.rank is None
-        and rank is not None
-        and sym.params[0] - rank == dim
-        and min_rank(sym) >= rank
-    ):
-        return sym.args[0]
-    if isinstance(sym, Const) and sym.kind != "number":
-        node = sym.node
-        inner = None
-        if isinstance(node, cst.Name) and _LAYOUTS[0] is not None and node in _LAYOUTS[0].index:
-            value = _LAYOUTS[0].value_of(node)  # `u = self.bonus.unsqueeze(-1)` before the loop
-            if isinstance(value, (cst.Call, cst.Subscript)) and value in _LAYOUTS[0].index:
-                shape = _LAYOUTS[0].shape(value)
-                return _unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
-        if (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value == "unsqueeze"
-            and len(node.args) == 1
-            and node.args[0].keyword is None
-        ):
-            d = integer_value(node.args[0].value)
-            if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
-                inner = node.func.value
-        elif isinstance(node, cst.Subscript) and dim in (-1, -2):
-            kinds = [_element_kind(e) for e in node.slice]
-            pattern = ["...", "None"] if dim == -1 else ["...", "None", ":"]
-            if kinds == pattern:
-                inner = node.value
-            elif (
-                sym.rank is not None
-                and kinds.count("None") == 1
-                and set(kinds) <= {":", "None"}
-                and len(kinds) <= sym.rank
-                and kinds.index("None") - sym.rank == dim
-            ):
-                inner = node.value
-            elif (
-                rank is not None
-                and "..." not in kinds
-                and set(kinds) <= {":", "None"}
-                and len(kinds) == rank
-                and dim + len(kinds) >= 0
-                and kinds[dim + len(kinds)] == "None"
-            ):
-                # `u[None, :, None, :]` in a value of the state's rank: its dims are those written
-                rest = [e for i, e in enumerate(node.slice) if i != dim + len(kinds)]
-                if all(_element_kind(e) == ":" for e in rest):
-                    inner = node.value
-                else:
-                    inner = node.with_changes(slice=separated(rest))
-                return Const(len(kinds) - 1, inner, sym.kind)
-        if inner is not None:
-            return Const(plus(sym.rank, -1), inner, sym.kind)
-    return None
-
-
-_LAYOUTS: list = [None]  # the file's Layouts while a loop is matched (for constants bound by name)
-
-
-def _element_kind(element: cst.SubscriptElement) -> str:
-    s = element.slice
-    if isinstance(s, cst.Index) and isinstance(s.value, cst.Ellipsis):
-        return "..."
-    if isinstance(s, cst.Index) and isinstance(s.value, cst.Name) and s.value.value == "None":
-        return "None"
-    if isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None:
-        return ":"
-    return "?"
-
-
-def _norm(sym: Sym, rank: int | None) -> Sym:
-    """`x.unsqueeze(-2).mT` is `x.unsqueeze(-1)` (and the other way round), also for an
-    unsqueeze at a dim counted from the left that is that dim in a value of `rank` dims."""
-    if isinstance(sym, Op) and sym.op == "transpose" and sym.params == (-2, -1):
-        inner = sym.args[0]
-        for before, after in ((-2, -1), (-1, -2)):
-            x = _unsq(inner, before, rank)
-            if x is not None:
-                return Op(sym.rank, "unsqueeze", (x,), (after,), None)
-    return sym
-
-
-def _outer(sym: Sym, code, rank: int | None = None) -> tuple[Sym, Sym] | None:
-    """(vector along dim -2, vector along dim -1) for an outer product of two step vectors."""
-    if isinstance(sym, Op) and sym.op in ("mul", "matmul") and len(sym.args) == 2:
-        a, b = (_norm(arg, rank) for arg in sym.args)
-        if _unsq(a, -1, rank) is not None and _unsq(b, -2, rank) is not None:
-            return _unsq(a, -1, rank), _unsq(b, -2, rank)
-        if sym.op == "mul" and _unsq(b, -1, rank) is not None and _unsq(a, -2, rank) is not None:
-            return _unsq(b, -1, rank), _unsq(a, -2, rank)
-    if isinstance(sym, Op) and sym.op == "einsum" and len(sym.args) == 2:
-        spec = sym.params[0]
-        (x, y), out = spec.inputs, spec.output
-        if len(x) < 1 or len(y) < 1 or x[:-1] != y[:-1] or x[-1] == y[-1] or x[-1] in x[:-1] or y[-1] in y[:-1]:
-            return None
-        batch = x[:-1]
-        if out == (*batch, x[-1], y[-1]):
-            return sym.args[0], sym.args[1]
-        if out == (*batch, y[-1], x[-1]):
-            return sym.args[1], sym.args[0]
-    return None
-
-
-def _decay(sym: Sym | None, rank: int | None = None):
-    """(axis, w) for a decay that varies along one dim of the state (axis -2 or -1) given
-    by w, or (None, w) for one that does not (a constant, None for 1); False otherwise."""
-    if sym is None:
-        return False  # no state term: not a recurrence this kernel runs
-    if sym is ONE:
-        return None, None
-    if _unsq(sym, -1, rank) is not None:
-        return -2, _unsq(sym, -1, rank)
-    if _unsq(sym, -2, rank) is not None:
-        return -1, _unsq(sym, -2, rank)
-    if isinstance(sym, Const) and (sym.kind == "number" or sym.rank == 0):
-        return None, sym
-    return False
-
-
-def _state_term(sym: Sym, state: State, code):
-    """("new" | "prev", u) when `sym` is the state after / before its update, the latter
-    maybe plus the bonus `u * x` (u along the key dim, x the update's outer product)."""
-    if isinstance(sym, New) and sym.state == state.name:
-        return "new", None, None
-    if isinstance(sym, Prev) and sym.state == state.name:
-        return "prev", None, None
-    if isinstance(sym, Op) and sym.op == "add":
-        for first, second in (sym.args, sym.args[::-1]):
-            if isinstance(first, Prev) and first.state == state.name and isinstance(second, Op) and second.op == "mul":
-                for u_side, x_side in (second.args, second.args[::-1]):
-                    if same(x_side, state.x, code):
-                        for axis in (-1, -2):
-                            u = _unsq(u_side, axis, _state_rank(state))
-                            if u is not None and isinstance(u, Const):
-                                return "prev", u, -2 if axis == -1 else -1
-    return None
-
-
-def _read_out(sym: Sym, state: State, code):
-    """(r, mode, key axis, u, wrap) for a read-out of the state by a query r; wrap is the
-    unsqueeze (dim) around the result that the form leaves, or None."""
-    if isinstance(sym, Op) and sym.op == "einsum" and len(sym.args) == 2:
-        spec = sym.params[0]
-        for s_at in (0, 1):
-            term = _state_term(sym.args[s_at], state, code)
-            if term is None:
-                continue
-            mode, u, u_key = term
-            s_letters, r_letters = spec.inputs[s_at], spec.inputs[1 - s_at]
-            if len(s_letters) < 2 or len(r_letters) < 1:
-                return None
-            batch = s_letters[:-2]
-            if r_letters[:-1] != batch or spec.output[:-1] != batch:
-                return None
-            contracted = r_letters[-1]
-            if contracted == s_letters[-2] and spec.output[-1] == s_letters[-1]:
-                key = -2
-            elif contracted == s_letters[-1] and spec.output[-1] == s_letters[-2]:
-                key = -1
-            else:
-                return None
-            if contracted in batch or len(set(s_letters)) != len(s_letters):
-                return None
-            if u is not None and u_key != key:
-                return None
-            return sym.args[1 - s_at], mode, key, u, None
-    if (
-        isinstance(sym, Op)
-        and sym.op == "reduce"
-        and sym.params[0] in ((-2,), (-1,))
-        and not sym.params[1]
-        and sym.params[2] == "sum"
-    ):
-        key = sym.params[0][0]
-        inner = sym.args[0]
-        if isinstance(inner, Op) and inner.op == "mul":
-            for s_side, r_side in (inner.args, inner.args[::-1]):
-                term = _state_term(s_side, state, code)
-                r = _unsq(r_side, -1 if key == -2 else -2)
-                if term is not None and r is not None and (term[1] is None or term[2] == key):
-                    return r, term[0], key, term[1], None
-    if isinstance(sym, Op) and sym.op == "matmul":
-        a, b = (_norm(arg, _state_rank(state)) for arg in sym.args)
-        term = _state_term(b, state, code)
-        r = _unsq(a, -2)
-        if term is not None and r is not None and (term[1] is None or term[2] == -2):
-            return r, term[0], -2, term[1], -2
-        term = _state_term(a, state, code)
-        r = _unsq(b, -1)
-        if term is not None and r is not None and (term[1] is None or term[2] == -1):
-            return r, term[0], -1, term[1], -1
-    return None
-
-
-def _collect_reads(sym: Sym | None, state: State, found: list, code) -> bool:
-    """Collect the read-outs of `state` in `sym`; False if the state is used otherwise."""
-    if sym is None:
-        return True
-    read = _read_out(sym, state, code)
-    if read is not None:
-        rank = sym.rank if read[4] is None else plus(sym.rank, -1)
-        found.append((*read[:4], rank))
-        return _collect_reads(read[0], state, found, code)
-    if isinstance(sym, (Prev, New)) and sym.state == state.name:
-        return False
-    if isinstance(sym, Op):
-        return all(_collect_reads(a, state, found, code) for a in sym.args)
-    return True
-
-
-def _replace_reads(sym: Sym, name: str, plan: _Attention, code) -> Sym:
-    if isinstance(sym, Op):
-        read = _read_out(sym, _StateView(name, plan), code)
-        if read is not None:
-            result: Sym = Read(plan.rank, name)
-            if read[4] is not None:
-                result = Op(plus(plan.rank, 1), "unsqueeze", (result,), (read[4],), None)
-            return result
-        args = tuple(_replace_reads(a, name, plan, code) for a in sym.args)
-        if any(n is not o for n, o in zip(args, sym.args)):
-            if (
-                sym.op == "squeeze"
-                and isinstance(args[0], Op)
-                and args[0].op == "unsqueeze"
-                and args[0].params[0] == sym.params[0]
-                and isinstance(args[0].args[0], Read)
-            ):
-                return args[0].args[0]
-            return Op(sym.rank, sym.op, args, sym.params, sym.node)
-    return sym
-
-
-class _StateView:
-    """What `_read_out` needs of a state: its name, rank and its update's outer product."""
-
-    def __init__(self, name: str, plan: _Attention) -> None:
-        self.name = name
-        self.x = plan.x
-        self.update = None
-        self.rank = plan.state_rank
-
-
-def _strip_unsqueeze(sym: Sym, dim: int) -> Sym | None:
-    if (
-        isinstance(sym, Op)
-        and sym.op == "unsqueeze"
-        and (sym.params[0] == dim or (sym.rank is not None and dim >= 0 and sym.params[0] == dim - sym.rank))
-    ):
-        return sym.args[0]
-    return None
 
 
 # -- code helpers ----------------------------------------------------------------------------
