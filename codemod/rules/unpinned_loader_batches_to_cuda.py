@@ -36,10 +36,13 @@ class UnpinnedLoaderToCuda(Rule):
     `enumerate`, `tqdm` and `zip`, and through helper functions that build and
     return the loader) and that do not pass `pin_memory`, and adds it.
 
-    A loader built by a function of another module of the project (`train, val =
-    data.make_loaders(cfg)`) whose batches this file copies is reported at that
-    call, with the file and line of the DataLoader to change: perfmod does not
-    edit another file. So is a loader (built here, or by such a factory) that
+    A loader that a function of a module returns (`def make_loaders(cfg): ...
+    return train, val`) is pinned in that module, where it is built, when every
+    module of the package that calls the function copies its batches to a
+    device; the files that call it then say nothing of it. Otherwise, a loader
+    built by a function of another module whose batches this file copies is
+    reported at that call, with the file and line of the DataLoader to change:
+    perfmod does not edit another file. So is a loader (built here, or by such a factory) that
     this file passes to a function of another module whose loop copies its
     batches to a device, itself or through the functions it hands the loader
     to (`run(model, train_loader)` whose `_optimize` does `x.to(device)`): the
@@ -391,6 +394,8 @@ class UnpinnedLoaderToCuda(Rule):
             there = factory.context.loaders
             if kwarg(loader, "pin_memory") is not None or any(arg.star for arg in loader.args):
                 return
+            if there.pinned_where_built(loader):
+                return  # pinned where it is built, which sees this file's copies among its callers'
             if there.is_torch_loader(loader) and positional(loader, PIN_MEMORY_POSITION) is not None:
                 return
             if there.may_not_batch_on_host(loader):
@@ -416,6 +421,8 @@ class UnpinnedLoaderToCuda(Rule):
         there = function.context.loaders
         if there.passes_option(loader, ("pin_memory",), PIN_MEMORY_POSITION) or there.may_not_batch_on_host(loader):
             return
+        if there.pinned_where_built(loader):
+            return  # pinned where it is built, which sees this file's copies among its callers'
         project = project_of(self.context)
         self.report(
             call,
