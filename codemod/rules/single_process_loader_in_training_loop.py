@@ -2,14 +2,42 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION, Returned
-from codemod.analysis.names import kwarg, positional
+from codemod.analysis.loader_workers import Blocker, loader_workers
+from codemod.analysis.loaders import Returned
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import WORKER_OPTIONS
 from codemod.edits import AddKeyword, Replace, bound_before
 from codemod.rule import Invalid, Level, Rule, Valid
 
 IMPORT = ("runtime.data", "default_num_workers")
+
+BATCH_SAMPLER = (
+    "; to load faster, index whole batches: a `BatchSampler` as `sampler=` with `batch_size=None` gives the "
+    "TensorDataset a batch's indices at once"
+)
+# Why a loader is left without workers, by the kind of blocker loader_workers finds
+# (`source` and `line`: the node it names; `what`: the dataset).
+BLOCKERS = {
+    "hidden": "; `**{source}` cannot be seen whole here, so num_workers is not added",
+    "indexes": "; left without workers: {named} only indexes tensors the training process already holds, so "
+    "workers would do the same indexing in other processes and send every batch back, which costs about what the "
+    "indexing does",
+    "explicit": "; give it worker processes (e.g. `runtime.data.default_num_workers()`) unless the dataset must "
+    "load in the main process",
+    "star_args": "; `*args` may already pass num_workers, so it is not added",
+    "changed": "; the training loop changes its dataset (`{source}`, line {line}), which worker processes, holding "
+    "their own copy, would not see: make that change inside the workers (in `__getitem__` from the epoch, or a "
+    "shared value), then set num_workers",
+    "unsharded": "; its IterableDataset does not shard by torch.utils.data.get_worker_info() in __iter__, so each "
+    "worker would yield every item: shard it, then set num_workers",
+    "style": "; the rule cannot see whether `{what}` is map-style (an IterableDataset that does not shard would "
+    "yield every item once per worker): check it, then set num_workers",
+    "draw": "; not fixed: `{source}` (line {line}) draws from a generator the dataset holds, and every worker "
+    "process would get a copy of it in the same state and draw the same numbers as the others: seed it in each "
+    "worker (from `torch.utils.data.get_worker_info()`, or in a `worker_init_fn`), then set num_workers",
+    "unpicklable": "; not fixed: the loader or its dataset holds a lambda or a function or class defined inside a "
+    "function, which workers started by spawn (macOS, Windows) cannot receive, a reason to load in the training "
+    "process",
+}
 PREAMBLE = """\
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
@@ -437,24 +465,19 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         self._names: dict = {}  # function -> the names the fixes bind worker counts to there
 
     def visit_Module(self, node: cst.Module) -> None:
-        loaders = self.context.loaders
+        loaders, workers = self.context.loaders, loader_workers(self.context)
         if not loaders.constructions and not loaders.feeds:  # feeds find the loaders of other modules
             if loaders.handoffs:
                 self._check_handoffs({})
             return
-        feeds: dict[int, cst.CSTNode] = {}
-        first: dict[int, object] = {}
-        for feed in loaders.feeds:
-            if loaders.trains(feed.loop):
-                feeds.setdefault(id(feed.loader), feed.loop)
-                first.setdefault(id(feed.loader), feed)
+        feeds, first = workers.training_feeds()
         for loader in loaders.constructions:
             if id(loader) in feeds:
                 self._check(loader, feeds[id(loader)])
             elif id(loader) in loaders.returned and loaders.returned[id(loader)].trainer is not None:
                 self._check(loader, None, loaders.returned[id(loader)])
         for loader, function, call in loaders.external.values():
-            if id(loader) in feeds:
+            if id(loader) in feeds and not workers.chosen_elsewhere(loader, function):
                 call = loaders.factory_call_of(first[id(loader)]) or call  # the call that made this loop's loader
                 self._check_elsewhere(loader, function, call, feeds[id(loader)])
         self._check_handoffs(feeds)
@@ -464,35 +487,17 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         project function whose training loop copies their batches to a device: reported at the
         construction, or at the factory call, never fixed: the loop, and what it does to the
         dataset between epochs, are in another file."""
-        loaders, project = self.context.loaders, project_of(self.context)
-        seen: set[tuple[int, int]] = set()  # one construction there, called twice here: two loaders
-        for handoff in loaders.handoffs:
-            loader, use = handoff.loader, handoff.use
-            key = (id(loader), id(handoff.factory))
-            if key in seen or id(loader) in feeds or not use.trains or handoff.returned:
-                continue
-            seen.add(key)
-            here = loaders.is_construction_here(loader)
-            external = None if here else loaders.external.get(id(loader))
-            if not here and external is None:
-                continue
-            there = loaders if here else external[1].context.loaders
-            if not here and there.returned_to(loader, self.context.path):
-                continue  # reported where it is built, which sees this file's training loop among its callers'
-            if there.passes_option(loader, WORKER_OPTIONS, NUM_WORKERS_POSITION) or there.may_not_batch_on_host(loader):
-                continue  # chosen (perhaps through `*args` / `**kwargs`), or not batched on the host
-            trainer = self._trainer(use.loop, handoff.function)
+        project = project_of(self.context)
+        for handoff, here, external in loader_workers(self.context).handoffs(feeds):
+            change, trainer = handoff.use.dataset_change, self._trainer(handoff.use.loop, handoff.function)
             fed = f"feeds the training loop of {trainer} and loads every batch in the training process"
-            change = use.dataset_change
-            persistent = "(and persistent_workers=True)"
-            if change is not None:
-                persistent = f"(not persistent_workers: {self._changed(change)})"
+            persistent = f"not persistent_workers: {self._changed(change)}" if change else "and persistent_workers=True"
             caveat = (
-                f"{persistent}, once its dataset is known to be map-style or an IterableDataset that shards by worker"
+                f"({persistent}), once its dataset is known to be map-style or an IterableDataset that shards by worker"
             )
             if here:
                 self.report(
-                    loader,
+                    handoff.loader,
                     f"this DataLoader {fed}; not fixed: the loop, and what it does to the dataset, are in another "
                     f"module: pass num_workers {caveat}",
                 )
@@ -500,19 +505,15 @@ class SingleProcessLoaderInTrainingLoop(Rule):
                 factory, call = external[1], handoff.factory or external[2]
                 self.report(
                     call,
-                    f"the DataLoader built by `{factory.qualified}` ({project.shown(factory, loader)}) {fed}; not "
-                    f"fixed: it is built in another module, which perfmod does not edit: pass num_workers there {caveat}",
+                    f"the DataLoader built by `{factory.qualified}` ({project.shown(factory, handoff.loader)}) {fed}; "
+                    f"not fixed: it is built in another module, which perfmod does not edit: pass num_workers there "
+                    f"{caveat}",
                 )
 
     def _check_elsewhere(self, loader: cst.Call, function, call: cst.Call, loop: cst.CSTNode) -> None:
         """A DataLoader built in another module of the project (`loader`, by `function`, called
         here as `call`) that feeds a training loop of this file: reported here; the worker
         count belongs in that module, which this rule does not edit."""
-        there = function.context.loaders
-        if there.passes_option(loader, WORKER_OPTIONS, NUM_WORKERS_POSITION) or there.may_not_batch_on_host(loader):
-            return
-        if there.returned_to(loader, self.context.path):
-            return  # reported where it is built, which sees this file's training loop among its callers'
         project = project_of(self.context)
         self.report(
             call,
@@ -528,138 +529,44 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     def _check(self, loader: cst.Call, loop: cst.CSTNode | None, returned: Returned | None = None) -> None:
         """`loop`: the training loop of this file it feeds; or None, and `returned`: the loader
         is returned to callers in other modules of the package, one of which trains on it."""
-        loaders = self.context.loaders
-        count = kwarg(loader, "num_workers") or (
-            positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None
-        )
-        if count is None and any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
+        workers = loader_workers(self.context)
+        count = workers.count(loader)
+        if count is None:
             return
-        if loaders.overridden_subclass(loader):
-            return
-        dataset = loaders.dataset(loader)
-        if loaders.may_hold_device_data(dataset, 0) or loaders.collate_moves_to_device(loader):
-            return  # CUDA cannot be used in forked workers: the loader stays in the training process
+        dataset = self.context.loaders.dataset(loader)
         line = self.context.line(loop) if loop is not None else None
         message = (
             f"this DataLoader feeds the training loop on line {line} and loads every batch in the training process"
             if returned is None
             else self._returned_message(returned)
         )
-        stars = [arg for arg in loader.args if arg.star == "**"]
-        anchor: cst.CSTNode = loader
-        zero = count.value if count is not None else None  # an explicit worker count, 0 or the rule stops
-        if count is None and stars:
-            found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
-            if found is not None and "num_workers" in found[1] and isinstance(found[0], cst.Dict):
-                zero = next(
-                    (
-                        e.value
-                        for e in found[0].elements
-                        if isinstance(e, cst.DictElement)
-                        and isinstance(e.key, cst.SimpleString)
-                        and e.key.evaluated_value == "num_workers"
-                    ),
-                    None,
-                )
-                if zero is None:
-                    return
-                anchor = found[0]
-            elif found is not None and any(option in found[1] for option in WORKER_OPTIONS):
-                return
-            elif found is None or found[2]:
-                name = self.context.source(stars[0].value)
-                self.report(loader, message + f"; `**{name}` cannot be seen whole here, so num_workers is not added")
-                return
-            else:
-                anchor = found[0]
-        cost = loaders.batch_cost(loader)
+        zero = count.zero
         if zero is not None:
-            setting = loaders.setting(zero, 0)
-            if not (isinstance(setting, cst.Integer) and setting.evaluated_value == 0):
-                return
             spelled = self.context.source(zero)
-            options = loaders.keywords_passed(loader, anchor)
-            written = (  # a literal 0, replaced by the count: it is the only worker option
-                spelled == "0"
-                and (count is None or count.keyword is not None)
-                and options is not None
-                and not options & (set(WORKER_OPTIONS) - {"num_workers"})
-            )
             message = (
                 (f"this DataLoader feeds the training loop on line {line}" if returned is None else message)
                 + " with num_workers=0"
                 + ("" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)")
                 + ", so every batch is loaded in the training process between steps"
             )
-            if cost != COMPUTES or not written:
-                if cost == INDEXES:
-                    self.report(loader, message + "; " + self._indexes_reason(dataset))
-                else:
-                    self.report(
-                        loader,
-                        message + "; give it worker processes (e.g. `runtime.data.default_num_workers()`) unless "
-                        "the dataset must load in the main process",
-                    )
-                return
-        if cost == INDEXES:
-            self.report(loader, message + "; " + self._indexes_reason(dataset))
+        blocker = Blocker("hidden", count.hidden) if count.hidden is not None else workers.blocker(loader, count, loop)
+        if blocker is None:
+            self._fix(loader, loop, returned, count, message)
             return
-        if any(arg.star == "*" for arg in loader.args):
-            self.report(loader, message + "; `*args` may already pass num_workers, so it is not added")
-            return
-        changed = loaders.dataset_changed_in(dataset, loop) if loop is not None else None
-        if changed is not None:
-            self.report(
-                loader,
-                message + f"; the training loop changes its dataset (`{self.context.source(changed)}`, "
-                f"line {self.context.line(changed)}), which worker processes, holding their own copy, would not "
-                "see: make that change inside the workers (in `__getitem__` from the epoch, or a shared value), "
-                "then set num_workers",
-            )
-            return
-        style = loaders.dataset_style(dataset, (), 0)
-        if style == "unsharded":
-            self.report(
-                loader,
-                message + "; its IterableDataset does not shard by torch.utils.data.get_worker_info() "
-                "in __iter__, so each worker would yield every item: shard it, then set num_workers",
-            )
-            return
-        if style not in ("map", "sharded"):
-            what = self.context.source(dataset) if dataset is not None else "its dataset"
-            self.report(
-                loader,
-                message + f"; the rule cannot see whether `{what}` is map-style (an IterableDataset "
-                "that does not shard would yield every item once per worker): check it, then set num_workers",
-            )
-            return
-        draw = loaders.generator_draw(dataset, 0)
-        if draw is not None:
-            self.report(
-                loader,
-                message + f"; not fixed: `{self.context.source(draw)}` (line {self.context.line(draw)}) draws from a "
-                "generator the dataset holds, and every worker process would get a copy of it in the same state "
-                "and draw the same numbers as the others: seed it in each worker (from "
-                "`torch.utils.data.get_worker_info()`, or in a `worker_init_fn`), then set num_workers",
-            )
-            return
-        unpicklable = loaders.holds_unpicklable(loader, 0) or (
-            dataset is not None and loaders.holds_unpicklable(dataset, 0)
-        )
-        if zero is not None and unpicklable:
-            self.report(
-                loader,
-                message + "; not fixed: the loader or its dataset holds a lambda or a function or class defined "
-                "inside a function, which workers started by spawn (macOS, Windows) cannot receive, a reason to "
-                "load in the training process",
-            )
-            return
+        node, what = blocker.node, self.context.source(dataset) if dataset is not None else "its dataset"
+        source, at = (self.context.source(node), self.context.line(node)) if node is not None else ("", 0)
+        named = f"`{what}`" if dataset is not None else what
+        reason = BLOCKERS[blocker.kind].format(source=source, line=at, what=what, named=named)
+        if blocker.kind == "indexes" and self.context.loaders.rows_of_tensors(dataset):
+            reason += BATCH_SAMPLER
+        self.report(loader, message + reason)
+
+    def _fix(self, loader: cst.Call, loop, returned: Returned | None, count, message: str) -> None:
+        zero, anchor = count.zero, count.anchor
         guarded = self.context.loops.guarded_from_import(loop) if loop is not None else returned.guarded
-        value = cst.parse_expression(
-            "default_num_workers(fork_only=True)" if unpicklable or not guarded else "default_num_workers()"
-        )
-        change = returned.dataset_change if returned is not None else None
-        if change is not None:  # the message says why: not persistent
+        fork_only = loader_workers(self.context).unpicklable(loader) or not guarded
+        value = cst.parse_expression("default_num_workers(fork_only=True)" if fork_only else "default_num_workers()")
+        if returned is not None and returned.dataset_change is not None:  # the message says why: not persistent
             self.report(
                 loader,
                 message + "; give it worker processes, not persistent ones",
@@ -669,10 +576,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             return
         # The count is read twice (workers, and whether they persist): computed once, before.
         binding, count_name = bound_before(anchor, value, "num_workers", self.context.index, self._names)
-        persistent = cst.Comparison(
-            left=count_name,
-            comparisons=[cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))],
-        )
+        persistent = cst.parse_expression(f"{count_name.value} > 0")
         where = "" if anchor is loader else " (in the kwargs dict)"
         workers = Replace(zero, count_name) if zero is not None else AddKeyword(anchor, "num_workers", count_name)
         self.report(
@@ -707,19 +611,3 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             "between epochs in the training process; workers started for each epoch copy it then, persistent "
             "workers would keep their first copy"
         )
-
-    def _indexes_reason(self, dataset: cst.BaseExpression | None) -> str:
-        """Why a loader whose batches are rows of tensors in memory keeps loading in the
-        training process, and what loads it faster."""
-        what = f"`{self.context.source(dataset)}`" if dataset is not None else "its dataset"
-        reason = (
-            f"left without workers: {what} only indexes tensors the training process already holds, so workers "
-            "would do the same indexing in other processes and send every batch back, which costs about what "
-            "the indexing does"
-        )
-        if self.context.loaders.rows_of_tensors(dataset):
-            reason += (
-                "; to load faster, index whole batches: a `BatchSampler` as `sampler=` with `batch_size=None` "
-                "gives the TensorDataset a batch's indices at once"
-            )
-        return reason
