@@ -773,7 +773,7 @@ class ForwardWithoutAutocast(Rule):
             if parameter is not None:  # `train(model, device, ...)`: the function's own name for it
                 return _Placement([InsertBefore(outer, tuple(build("", parameter)))], policy, scaler)
         found = self._attribute_placement(loop, model, helper, policy, scaler, build, device_code)
-        if found is not None and not self._moved_only_sometimes(model, loop):
+        if found is not None:
             return found
         if helper is not None and device is not None and not self._moved_only_sometimes(model, loop):
             after_move = self._after_move(model, helper)
@@ -821,7 +821,24 @@ class ForwardWithoutAutocast(Rule):
         if cls is None or self.context.kinds.class_of(mover) is not cls:
             return None
         statement = index.statement_of(model.move)
-        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(
+        if self._moved_only_sometimes(model, loop):
+            # `if self.use_cuda: self.model = self.model.cuda()`: after the `if`, from the
+            # device the parameters are on then.
+            statement = next(
+                (
+                    s
+                    for s in self.context.kinds.enclosing(model.move, cst.If)
+                    if self.context.parents.get(s) is not None
+                    and self.context.parents.get(self.context.parents.get(s)) is mover
+                ),
+                None,
+            )
+            user_self = function.params.params[0].name.value
+            if statement is None or not model.expression.startswith(f"{user_self}."):
+                return None
+            attribute = model.expression.removeprefix(f"{user_self}.")
+            device_code = f"next({mover.params.params[0].name.value}.{attribute}.parameters()).device"
+        elif not isinstance(statement, cst.SimpleStatementLine) or not isinstance(
             self.context.parents.get(statement), cst.IndentedBlock
         ):
             return None
