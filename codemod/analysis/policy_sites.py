@@ -15,7 +15,10 @@ precision policy, a gradient scaler) can be built, and how the forward pass then
   (`next(model.parameters()).device`) where the model is visible;
 - `plain(expr)`: a device expression that is safe to evaluate once more (names,
   attributes, strings, `cfg["device"]`, `torch.device(...)` of those);
-- `outermost_loop(loop)`: the outermost loop around `loop` in its function.
+- `outermost_loop(loop)`: the outermost loop around `loop` in its function;
+- `scaler_problem(loop)`: why a GradScaler's calls cannot be placed in the loop (several
+  optimizers, a step sharing a one-line block with other statements, clipping where
+  `scaler.unscale_` could not run exactly once per step), or None.
 """
 
 from __future__ import annotations
@@ -224,6 +227,45 @@ class PolicySites:
         if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.device"):
             return all(self.plain(arg.value) for arg in expr.args)
         return False
+
+    def scaler_problem(self, loop: TrainingLoop) -> str | None:
+        """Why the GradScaler calls cannot be placed, or None."""
+        if len(loop.optimizers) != 1:
+            return f"fp16 needs one GradScaler step per optimizer; this loop steps {len(loop.optimizers)}"
+        for step in loop.steps:
+            if not self._own_line(step.call):
+                return "the optimizer step shares a one-line block; `scaler.update()` cannot follow it"
+        if loop.clips:
+            clip = min(loop.clips, key=self.context.index.order)
+            if not self._own_line(clip) or not all(
+                self._clips_before_step(c, s) for c in loop.clips for s in loop.steps
+            ):
+                return (
+                    "gradient clipping is not in the optimizer step's block before the step; "
+                    "`scaler.unscale_` could not run exactly once per step"
+                )
+        return None
+
+    def _clips_before_step(self, clip: cst.Call, step) -> bool:
+        """Is `clip` in the step's block, before it, and not inside a nested loop there?"""
+        training = self.context.training
+        step_statement = training.statement_of(step.call)
+        block = self.context.parents.get(step_statement)
+        current = training.statement_of(clip)
+        while not isinstance(current, (cst.For, cst.While)):
+            parent = self.context.parents.get(current)
+            if parent is block:
+                return self.context.index.before(current, step_statement)
+            if parent is None:
+                return False
+            current = parent
+        return False  # a loop between the clip and the step's block would unscale_ more than once
+
+    def _own_line(self, call: cst.Call) -> bool:
+        statement = self.context.training.statement_of(call)
+        return isinstance(statement, cst.SimpleStatementLine) and isinstance(
+            self.context.parents.get(statement), cst.IndentedBlock
+        )
 
 
 def _first_statement(function: cst.FunctionDef) -> cst.BaseStatement | None:

@@ -10,7 +10,6 @@ from codemod.analysis.names import kwarg
 from codemod.analysis.policy_sites import policy_sites
 from codemod.analysis.sizes import sizes_of, widest_memory_bound
 from codemod.analysis.torch_facts import (
-    LIGHTNING_DEFAULT_ACCELERATOR,
     LIGHTNING_FLOAT16_PRECISION,
     LIGHTNING_FULL_PRECISION,
     LIGHTNING_GPU_ACCELERATORS,
@@ -603,7 +602,7 @@ class ForwardWithoutAutocast(Rule):
                 '`amp = "fp16"` (autocast with a GradScaler)',
             )
         fp16 = self.context.settings.amp == "fp16"
-        problem = self._fp16_problem(loop) if fp16 else None
+        problem = policy_sites(self.context).scaler_problem(loop) if fp16 else None
         if problem is not None:
             return self._decline(loop, problem)
         narrow = self._narrow_step(loop)
@@ -648,21 +647,11 @@ class ForwardWithoutAutocast(Rule):
             return self._decline_trainer(
                 build, "`plugins=` may hold a precision plugin, which Lightning refuses beside `precision=`", wanted
             )
-        gpu = frozenset(LIGHTNING_GPU_ACCELERATORS)
-        accelerator = build.accelerator
-        if accelerator is None:
-            proven = written = frozenset({LIGHTNING_DEFAULT_ACCELERATOR})
-        else:
-            proven = training.strings(accelerator)
-            written = training.strings(accelerator, written=True)
-        guarded = False
-        if proven is not None and proven <= gpu:
-            pass
-        elif written is not None and written <= gpu and policy_sites(self.context).plain(accelerator):
-            guarded = True  # an option whose default is "gpu": the precision follows the option
-        elif written is not None and not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
+        where = lightning_trainers(self.context).accelerator_place(build)
+        if where == "other":
             return  # the CPU, a TPU, MPS...: not a CUDA GPU
-        elif written is not None and LIGHTNING_DEFAULT_ACCELERATOR in written:
+        accelerator = build.accelerator
+        if where == "auto":
             if accelerator is None:
                 shown = 'the accelerator is "auto", the default,'
             elif isinstance(accelerator, cst.SimpleString):
@@ -675,10 +664,11 @@ class ForwardWithoutAutocast(Rule):
                 "bf16 autocast is rarely faster; whatever `devices=` says, it is not known to be a CUDA GPU",
                 wanted + ' when it trains on a CUDA GPU (or `accelerator="gpu"`)',
             )
-        else:
+        if where == "unknown":
             return self._decline_trainer(
                 build, f"the accelerator `{training.code(accelerator)}` cannot be told", wanted + " for a CUDA GPU"
             )
+        guarded = where == "option"  # an option whose default is "gpu": the precision follows the option
         if build.modules is None or not build.modules:
             why = (
                 "no `fit(...)` of it in this file names the module it trains"
@@ -726,24 +716,6 @@ class ForwardWithoutAutocast(Rule):
 
     # -- fp16 ----------------------------------------------------------------------
 
-    def _fp16_problem(self, loop: TrainingLoop) -> str | None:
-        """Why the GradScaler calls cannot be placed, or None."""
-        if len(loop.optimizers) != 1:
-            return f"fp16 needs one GradScaler step per optimizer; this loop steps {len(loop.optimizers)}"
-        for step in loop.steps:
-            if not self._own_line(step.call):
-                return "the optimizer step shares a one-line block; `scaler.update()` cannot follow it"
-        if loop.clips:
-            clip = min(loop.clips, key=self.context.index.order)
-            if not self._own_line(clip) or not all(
-                self._clips_before_step(c, s) for c in loop.clips for s in loop.steps
-            ):
-                return (
-                    "gradient clipping is not in the optimizer step's block before the step; "
-                    "`scaler.unscale_` could not run exactly once per step"
-                )
-        return None
-
     def _scale_edits(self, loop: TrainingLoop, scaler: str) -> list[Edit]:
         """`scaler.scale(loss).backward()`, `scaler.step(opt)` then `scaler.update()`, and
         `scaler.unscale_(opt)` before clipping; each a small edit that keeps what other
@@ -764,27 +736,6 @@ class ForwardWithoutAutocast(Rule):
                 InsertBefore(training.statement_of(clip), (cst.parse_statement(f"{scaler}.unscale_({optimizer})\n"),))
             )
         return edits
-
-    def _clips_before_step(self, clip: cst.Call, step) -> bool:
-        """Is `clip` in the step's block, before it, and not inside a nested loop there?"""
-        training = self.context.training
-        step_statement = training.statement_of(step.call)
-        block = self.context.parents.get(step_statement)
-        current = training.statement_of(clip)
-        while not isinstance(current, (cst.For, cst.While)):
-            parent = self.context.parents.get(current)
-            if parent is block:
-                return self.context.index.before(current, step_statement)
-            if parent is None:
-                return False
-            current = parent
-        return False  # a loop between the clip and the step's block would unscale_ more than once
-
-    def _own_line(self, call: cst.Call) -> bool:
-        statement = self.context.training.statement_of(call)
-        return isinstance(statement, cst.SimpleStatementLine) and isinstance(
-            self.context.parents.get(statement), cst.IndentedBlock
-        )
 
     # -- helpers -------------------------------------------------------------------
 
