@@ -174,7 +174,8 @@ class ForwardWithoutAutocast(Rule):
     right after the statement that moves the model. Where the device is
     defined nowhere the forward pass can see, or the model is put on CUDA by a
     `.cuda()` that an `if` may skip (`if args.cuda: model.cuda()`), the policy
-    reads the model's own: `Precision.for_device(next(model.parameters()).device)`.
+    reads the model's own: `Precision.for_device(next(model.parameters()).device)`
+    (in a trainer class, set once right after the `if` in the method that moves the model).
 
     The default (`amp = "bf16"` in `[tool.perfmod]`) needs nothing else:
     bfloat16 has float32's exponent range, so gradients do not underflow. With
