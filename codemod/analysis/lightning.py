@@ -6,6 +6,7 @@ that its `fit(...)` trains.
     for build in trainers.builds:
         build.accelerator   # the `accelerator=` value, None when left at "auto"
         build.modules       # the classes `trainer.fit(Net(), ...)` trains; None: cannot be told
+        trainers.accelerator_place(build)  # "gpu", "option", "other", "auto" or "unknown"
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from dataclasses import dataclass
 import libcst as cst
 
 from codemod.analysis.names import kwarg, positional, sole_definition
-from codemod.analysis.torch_facts import LIGHTNING_PRECISION_KEYWORD, LIGHTNING_TRAINERS, TRAINER_PLACED_MODULES
+from codemod.analysis.policy_sites import policy_sites
+from codemod.analysis.torch_facts import (
+    LIGHTNING_DEFAULT_ACCELERATOR,
+    LIGHTNING_GPU_ACCELERATORS,
+    LIGHTNING_PRECISION_KEYWORD,
+    LIGHTNING_TRAINERS,
+    TRAINER_PLACED_MODULES,
+)
 
 KEY = "lightning"
 
@@ -49,6 +57,30 @@ class LightningTrainers:
             return
         fits = [c for c in calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "fit"]
         self.builds = tuple(self._describe(trainer, fits) for trainer in trainers)
+
+    def accelerator_place(self, build: TrainerBuild) -> str:
+        """Where the Trainer trains, told from its `accelerator=`: "gpu" (every value it
+        may hold is a CUDA GPU), "option" (a plain option whose value as the script is
+        written is a CUDA GPU, which the command line may change), "other" (the CPU, a TPU,
+        MPS...), "auto" (it may be "auto", the default, which picks the CPU where no GPU is
+        present) or "unknown"."""
+        training = self.context.training
+        gpu = frozenset(LIGHTNING_GPU_ACCELERATORS)
+        accelerator = build.accelerator
+        if accelerator is None:
+            proven = written = frozenset({LIGHTNING_DEFAULT_ACCELERATOR})
+        else:
+            proven = training.strings(accelerator)
+            written = training.strings(accelerator, written=True)
+        if proven is not None and proven <= gpu:
+            return "gpu"
+        if written is None:
+            return "unknown"
+        if written <= gpu and policy_sites(self.context).plain(accelerator):
+            return "option"
+        if not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
+            return "other"
+        return "auto" if LIGHTNING_DEFAULT_ACCELERATOR in written else "unknown"
 
     def _describe(self, trainer: cst.Call, fits: list[cst.Call]) -> TrainerBuild:
         accelerator = kwarg(trainer, "accelerator")

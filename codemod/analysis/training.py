@@ -1832,8 +1832,10 @@ class Training:
         if owner is None:
             return True
         if isinstance(model, cst.Attribute):
+            # `self.model` moved in the class: seen by a loop in the class, and by the
+            # class's own methods that a loop elsewhere calls (`trainer.step(x)`).
             cls = next((a for a in self._ancestors(owner) if isinstance(a, cst.ClassDef)), owner)
-            return self.index.inside(loop, cls)
+            return self.index.inside(loop, cls) or self.index.inside(model, cls)
         return self.index.inside(loop, owner)
 
     def _moves_device(self, call: cst.Call) -> bool:

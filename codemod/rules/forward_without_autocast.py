@@ -1,30 +1,21 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import libcst as cst
 
-from codemod.analysis import match as m
-from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import data_parallel
+from codemod.analysis.forward_runs import forward_runs
 from codemod.analysis.kinds import Place
 from codemod.analysis.lightning import TrainerBuild, lightning_trainers
-from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import is_main_guard, kwarg, method_name, positional, sole_definition
-from codemod.analysis.project import project_of
+from codemod.analysis.names import kwarg
+from codemod.analysis.policy_sites import policy_sites
 from codemod.analysis.sizes import sizes_of, widest_memory_bound
 from codemod.analysis.torch_facts import (
-    AUTOCAST_FLOAT16,
-    AUTOCAST_UNSAFE,
-    LIGHTNING_DEFAULT_ACCELERATOR,
     LIGHTNING_FLOAT16_PRECISION,
     LIGHTNING_FULL_PRECISION,
     LIGHTNING_GPU_ACCELERATORS,
     LIGHTNING_MIXED_PRECISION,
     LIGHTNING_PRECISION_KEYWORD,
-    MODEL_WRAPPERS,
     PRECISION_OWNERS,
-    autocast_float16,
 )
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
@@ -183,7 +174,8 @@ class ForwardWithoutAutocast(Rule):
     right after the statement that moves the model. Where the device is
     defined nowhere the forward pass can see, or the model is put on CUDA by a
     `.cuda()` that an `if` may skip (`if args.cuda: model.cuda()`), the policy
-    reads the model's own: `Precision.for_device(next(model.parameters()).device)`.
+    reads the model's own: `Precision.for_device(next(model.parameters()).device)`
+    (in a trainer class, set once right after the `if` in the method that moves the model).
 
     The default (`amp = "bf16"` in `[tool.perfmod]`) needs nothing else:
     bfloat16 has float32's exponent range, so gradients do not underflow. With
@@ -526,6 +518,7 @@ class ForwardWithoutAutocast(Rule):
 
     def _check(self, loop: TrainingLoop, elsewhere: list[cst.CSTNode]) -> None:
         training = self.context.training
+        runs = forward_runs(self.context)
         if loop.float64 is not None:
             return self._decline(
                 loop,
@@ -549,7 +542,7 @@ class ForwardWithoutAutocast(Rule):
                 f"which applies the mixed precision it is configured with: pass `{keyword}=` to it (or set "
                 "it in the launcher's configuration) rather than wrapping the forward pass in autocast",
             )
-        forward_uses = self._autocast_in_forward(loop)
+        forward_uses = runs.autocast_inside(loop)
         if forward_uses:
             return  # the model's forward (or a helper it calls) enters autocast itself
         if elsewhere:
@@ -568,7 +561,7 @@ class ForwardWithoutAutocast(Rule):
             if loop.forward_problem and loop.forward_problem.startswith(NO_FORWARD):
                 return  # nothing runs a model before the loss: no forward pass to speed up
             return self._decline(loop, loop.forward_problem)
-        decision = self._decision_in_forward(loop)
+        decision = runs.decision(loop)
         if decision is not None:
             return self._decline(
                 loop,
@@ -576,7 +569,7 @@ class ForwardWithoutAutocast(Rule):
                 f"{self.context.line(decision)}): in lower precision it may decide otherwise, "
                 "and the run would take another path",
             )
-        unsafe = self._autocast_unsafe(loop)
+        unsafe = runs.autocast_unsafe(loop)
         if unsafe is not None:
             call, alternative = unsafe
             return self._decline(
@@ -592,7 +585,7 @@ class ForwardWithoutAutocast(Rule):
             return
         if model.places == {Place.HOST}:
             return  # CPU autocast pays off only on CPUs with bf16 units; the policy leaves it off there
-        recurrent = self._autocast_float16(loop)
+        recurrent = runs.float16_only(loop)
         if recurrent is not None and self.context.settings.amp != "fp16":
             return self._decline(
                 loop,
@@ -610,7 +603,7 @@ class ForwardWithoutAutocast(Rule):
                 '`amp = "fp16"` (autocast with a GradScaler)',
             )
         fp16 = self.context.settings.amp == "fp16"
-        problem = self._fp16_problem(loop) if fp16 else None
+        problem = policy_sites(self.context).scaler_problem(loop) if fp16 else None
         if problem is not None:
             return self._decline(loop, problem)
         narrow = self._narrow_step(loop)
@@ -621,14 +614,20 @@ class ForwardWithoutAutocast(Rule):
         scaler = next((n for n in SCALER_NAMES if n not in taken), None)
         if policy is None or (fp16 and scaler is None):
             return self._decline(loop, "the names the fix would use are all taken")
-        placement = self._placement(loop, model, policy, scaler if fp16 else None)
-        if isinstance(placement, str):
-            return self._decline(loop, placement)
-        region = loop.forward.statements
-        item = cst.WithItem(cst.parse_expression(f"{placement.policy}.autocast()"))
-        edits: list[Edit] = [*placement.edits, Wrap(region[0], region[-1], (item,))]
+        names = (policy, scaler) if fp16 else (policy,)
+        site = policy_sites(self.context).site(loop, model, names, stateful=fp16)
+        if isinstance(site, str):
+            return self._decline(loop, site)
+        prefer = ', prefer="fp16"' if fp16 else ""
+        built = [cst.parse_statement(f"{site.target}{policy} = Precision.for_device({site.device}{prefer})\n")]
         if fp16:
-            edits += self._scale_edits(loop, placement.scaler)
+            built.append(cst.parse_statement(f"{site.target}{scaler} = {site.target}{policy}.grad_scaler()\n"))
+        build = (InsertAfter if site.after else InsertBefore)(site.anchor, tuple(built))
+        region = loop.forward.statements
+        item = cst.WithItem(cst.parse_expression(f"{site.spelled}{policy}.autocast()"))
+        edits: list[Edit] = [build, Wrap(region[0], region[-1], (item,))]
+        if fp16:
+            edits += self._scale_edits(loop, f"{site.spelled}{scaler}")
         self.report(self._forward_start(loop), edits=edits, imports=[POLICY_IMPORT])
 
     # -- Lightning's Trainer ------------------------------------------------------------
@@ -649,21 +648,11 @@ class ForwardWithoutAutocast(Rule):
             return self._decline_trainer(
                 build, "`plugins=` may hold a precision plugin, which Lightning refuses beside `precision=`", wanted
             )
-        gpu = frozenset(LIGHTNING_GPU_ACCELERATORS)
-        accelerator = build.accelerator
-        if accelerator is None:
-            proven = written = frozenset({LIGHTNING_DEFAULT_ACCELERATOR})
-        else:
-            proven = training.strings(accelerator)
-            written = training.strings(accelerator, written=True)
-        guarded = False
-        if proven is not None and proven <= gpu:
-            pass
-        elif written is not None and written <= gpu and self._is_plain(accelerator):
-            guarded = True  # an option whose default is "gpu": the precision follows the option
-        elif written is not None and not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
+        where = lightning_trainers(self.context).accelerator_place(build)
+        if where == "other":
             return  # the CPU, a TPU, MPS...: not a CUDA GPU
-        elif written is not None and LIGHTNING_DEFAULT_ACCELERATOR in written:
+        accelerator = build.accelerator
+        if where == "auto":
             if accelerator is None:
                 shown = 'the accelerator is "auto", the default,'
             elif isinstance(accelerator, cst.SimpleString):
@@ -676,10 +665,11 @@ class ForwardWithoutAutocast(Rule):
                 "bf16 autocast is rarely faster; whatever `devices=` says, it is not known to be a CUDA GPU",
                 wanted + ' when it trains on a CUDA GPU (or `accelerator="gpu"`)',
             )
-        else:
+        if where == "unknown":
             return self._decline_trainer(
                 build, f"the accelerator `{training.code(accelerator)}` cannot be told", wanted + " for a CUDA GPU"
             )
+        guarded = where == "option"  # an option whose default is "gpu": the precision follows the option
         if build.modules is None or not build.modules:
             why = (
                 "no `fit(...)` of it in this file names the module it trains"
@@ -689,11 +679,11 @@ class ForwardWithoutAutocast(Rule):
             return self._decline_trainer(
                 build, f"{why}, so whether that module already autocasts cannot be told", wanted
             )
-        reached = self._module_functions(build.modules)
+        reached = forward_runs(self.context).module_functions(build.modules)
         if any(self.context.inside(use, node) for use in training.autocast_uses for node in reached):
             return  # the module enters autocast itself
         if not fp16:
-            recurrent = self._recurrent_in(build.modules)
+            recurrent = forward_runs(self.context).recurrent_in(build.modules)
             if recurrent is not None:
                 return self._decline_trainer(
                     build,
@@ -719,325 +709,13 @@ class ForwardWithoutAutocast(Rule):
             f"{self.MESSAGE}: the Trainer runs every training_step in float32; pass {wanted} (not fixed: {why})",
         )
 
-    def _module_functions(self, modules: tuple[cst.ClassDef, ...]) -> list[cst.CSTNode]:
-        """The classes and the functions of this file their methods call."""
-        steps = self.context.loops
-        found: list[cst.CSTNode] = list(modules)
-        for cls in modules:
-            found += [f for f in steps.functions_reached(cls.body) if f not in found]
-        return found
-
-    def _recurrent_in(self, modules: tuple[cst.ClassDef, ...]) -> str | None:
-        """A cuDNN RNN the modules build (`nn.LSTM(...)`), said as the start of a sentence."""
-        names = self.context.names
-        for cls in modules:
-            for call in self.context.index.find(cst.Call, within=cls):
-                if any(autocast_float16(name) for name in names.may_name(call.func)):
-                    return f"`{self.context.source(call.func)}` (line {self.context.line(call)}) is a cuDNN RNN"
-        return None
-
     def _taken_names(self) -> set[str]:
         """Every name the file spells, found once for all its loops."""
         if self._taken is None:
             self._taken = {name.value for name in self.context.index.find(cst.Name)}
         return self._taken
 
-    # -- where the policy is built ---------------------------------------------------
-
-    def _placement(self, loop: TrainingLoop, model, policy: str, scaler: str | None) -> _Placement | str:
-        """Where the policy (and the fp16 scaler) is built once, and how the forward
-        pass spells it: before the outermost loop of the step loop's function when
-        the device is defined there; else as an attribute set where a trainer class
-        moves its model; else, in a helper, before the helper or at its top."""
-        training = self.context.training
-        index = self.context.index
-        device = model.device
-        device_code = training.code(device) if device is not None else '"cuda"'
-        if device is not None and not self._is_plain(device):
-            return f"the device `{device_code}` is not a plain expression the policy can be built from"
-        region = loop.forward.statements[0]
-        helper = None if index.inside(region, loop.loop) else index.first_enclosing(region, cst.FunctionDef)
-        prefer = ', prefer="fp16"' if scaler is not None else ""
-
-        def build(target: str, device_code: str) -> list[cst.BaseStatement]:
-            lines = [cst.parse_statement(f"{target}{policy} = Precision.for_device({device_code}{prefer})\n")]
-            if scaler is not None:
-                lines.append(cst.parse_statement(f"{target}{scaler} = {target}{policy}.grad_scaler()\n"))
-            return lines
-
-        if helper is None and not self._moved_only_sometimes(model, loop):
-            outer = self._outermost_loop(loop.loop)
-            if device is None or training.visible_at(device, outer):
-                return _Placement([InsertBefore(outer, tuple(build("", device_code)))], policy, scaler)
-            parameter = self._device_parameter(device, index.first_enclosing(outer, cst.FunctionDef))
-            if parameter is not None:  # `train(model, device, ...)`: the function's own name for it
-                return _Placement([InsertBefore(outer, tuple(build("", parameter)))], policy, scaler)
-        found = self._attribute_placement(loop, model, helper, policy, scaler, build, device_code)
-        if found is not None and not self._moved_only_sometimes(model, loop):
-            return found
-        if helper is not None and device is not None and not self._moved_only_sometimes(model, loop):
-            after_move = self._after_move(model, helper)
-            if after_move is not None:
-                return _Placement([InsertAfter(after_move, tuple(build("", device_code)))], policy, scaler)
-            first = _first_statement(helper)
-            if scaler is None and first is not None and training.visible_at(device, first):
-                return _Placement([InsertBefore(first, tuple(build("", device_code)))], policy, None)
-        # The device the model's parameters are on when the loop starts.
-        parameters_device = f"next({model.expression}.parameters()).device"
-        expression = cst.parse_expression(parameters_device)
-        anchor = (
-            self._outermost_loop(loop.loop)
-            if helper is None
-            else (_first_statement(helper) if scaler is None else None)
-        )
-        if anchor is not None and training.visible_at(expression, anchor):
-            return _Placement([InsertBefore(anchor, tuple(build("", parameters_device)))], policy, scaler)
-        return f"the device `{device_code}` is not defined where the policy would be built"
-
-    def _moved_only_sometimes(self, model, loop: TrainingLoop) -> bool:
-        """Is the model put on CUDA by a `.cuda()` under an `if` that the training loop is
-        not in (`if args.cuda: model.cuda()`)? Then it may stay on the CPU, and the policy
-        is built from the device its parameters are on, not from "cuda"."""
-        if model.device is not None or method_name(model.move) != "cuda":
-            return False
-        index = self.context.index
-        return any(
-            not index.inside(loop.loop, block) and not is_main_guard(block.test)
-            for block in self.context.kinds.enclosing(model.move, cst.If)
-        )
-
-    def _attribute_placement(self, loop, model, helper, policy, scaler, build, device_code) -> _Placement | None:
-        """`self.precision = Precision.for_device(device)` right after a trainer class
-        moves its model (`self.model = model.to(device)` in `__init__`), for a forward
-        pass in a method of that class."""
-        index = self.context.index
-        function = helper or index.first_enclosing(loop.loop, cst.FunctionDef)
-        if model.move is None or function is None or not self._is_method(function):
-            return None
-        mover = index.first_enclosing(model.move, cst.FunctionDef)
-        if mover is None or not self._is_method(mover):
-            return None
-        cls = self.context.kinds.class_of(function)
-        if cls is None or self.context.kinds.class_of(mover) is not cls:
-            return None
-        statement = index.statement_of(model.move)
-        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(
-            self.context.parents.get(statement), cst.IndentedBlock
-        ):
-            return None
-        if index.first_enclosing(statement, cst.FunctionDef) is not mover or index.first_enclosing(
-            statement, (cst.For, cst.While)
-        ):
-            return None
-        attributes = {a.attr.value for a in index.find(cst.Attribute)}
-        if policy in attributes or (scaler is not None and scaler in attributes):
-            return None
-        mover_self = mover.params.params[0].name.value
-        user_self = function.params.params[0].name.value
-        return _Placement(
-            [InsertAfter(statement, tuple(build(f"{mover_self}.", device_code)))],
-            f"{user_self}.{policy}",
-            f"{user_self}.{scaler}" if scaler is not None else None,
-        )
-
-    def _device_parameter(self, device: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
-        """The parameter of `function` that every call of it passes `device` to, as the
-        callers spell it (`train(args, model, device, loader)`)."""
-        if function is None:
-            return None
-        calls = self.context.loops.call_sites(function)
-        if not calls:
-            return None
-        spelled = self.context.source(device)
-        for param in (*function.params.params, *function.params.kwonly_params):
-            arguments = [argument_for(call, function, param) for call in calls]
-            if all(a is not None and self.context.source(a) == spelled for a in arguments):
-                if not any(
-                    self.context.inside(b.node, function.body)
-                    for b in self.context.bindings.assignments(param.name) or ()
-                    if b.node is not param.name
-                ):
-                    return param.name.value
-        return None
-
-    def _after_move(self, model, helper: cst.FunctionDef) -> cst.BaseStatement | None:
-        """The statement that moves the model, when the helper sees the names it binds:
-        a statement of the module, or of a function around the helper, not in a loop."""
-        index = self.context.index
-        statement = index.statement_of(model.move)
-        block = self.context.parents.get(statement)
-        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(block, (cst.Module, cst.IndentedBlock)):
-            return None
-        owner = index.first_enclosing(statement, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.For, cst.While))
-        if isinstance(owner, (cst.For, cst.While, cst.ClassDef, cst.Lambda)):
-            return None
-        if owner is not None and not index.inside(helper, owner):
-            return None
-        return statement
-
-    def _is_method(self, function: cst.FunctionDef) -> bool:
-        return (
-            self.context.kinds.class_of(function) is not None
-            and bool(function.params.params)
-            and not any(self.context.source(d.decorator) == "staticmethod" for d in function.decorators)
-        )
-
-    # -- autocast already there, or refused --------------------------------------------
-
-    def _autocast_in_forward(self, loop: TrainingLoop) -> list[cst.CSTNode]:
-        """Autocast entered by what the forward pass runs: the model's own forward
-        method (a class of this file), or a function of this file it calls."""
-        if loop.forward is None:
-            return []
-        functions = self._forward_functions(loop.forward.statements)
-        return [
-            use for use in self.context.training.autocast_uses if any(self.context.inside(use, f) for f in functions)
-        ]
-
-    def _decision_in_forward(self, loop: TrainingLoop) -> cst.Call | None:
-        """A call in the forward region whose result steers the program: a value read to
-        the host (`.item()`, `.tolist()`) that decides what runs (not one only logged), or
-        a sample drawn from the model's output."""
-        for statement in loop.forward.statements:
-            for call in self.context.loops.own_calls(statement):
-                method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-                if method == "sample" and not call.args:
-                    return call
-                if (
-                    method in ("item", "tolist")
-                    and not call.args
-                    and self.context.training.steers(call, loss=loop.loss) is not None
-                ):
-                    return call
-                if self.context.names.is_(call.func, "torch.multinomial", "torch.bernoulli"):
-                    return call
-        return None
-
-    def _autocast_unsafe(self, loop: TrainingLoop) -> tuple[cst.Call, str] | None:
-        """A call in the forward pass (or in what it runs) that CUDA autocast refuses."""
-        for call, name, _ in self._forward_callees(loop):
-            if name in AUTOCAST_UNSAFE:
-                return call, AUTOCAST_UNSAFE[name]
-        return None
-
-    def _autocast_float16(self, loop: TrainingLoop) -> str | None:
-        """Why the forward pass (or what it runs) may run a module that CUDA autocast runs
-        in float16 whatever its dtype (a cuDNN RNN), said as the start of a sentence."""
-        training = self.context.training
-        for call, name, built in self._forward_callees(loop):
-            if not autocast_float16(name):
-                continue
-            where = f"`{training.code(call.func)}` (line {self.context.line(call)})"
-            if name in AUTOCAST_FLOAT16:
-                return f"{where} builds {built}, a cuDNN RNN" if built is not None else f"{where} is a cuDNN RNN"
-            return f"{where} builds {built}: the class is picked at run time and may be a cuDNN RNN"
-        return None
-
-    def _forward_callees(self, loop: TrainingLoop):
-        """(call, qualified name, where it is built) of what the forward pass calls, and of
-        the module a call runs where it is a value built here (`criterion(out, y)` with
-        `criterion = nn.BCELoss()`, `self.rnn(x)` with `self.rnn = nn.LSTM(...)`), or the
-        modules that a model class of another module of the project builds (`model(x)` with
-        `model = RNNModel(...)`); the third item says what builds the module, None for the call's own names."""
-        names = self.context.names
-        steps = self.context.loops
-        project = project_of(self.context)
-        calls = [c for s in loop.forward.statements for c in steps.own_calls(s)]
-        calls += [c for f in self._forward_functions(loop.forward.statements) for c in steps.own_calls(f.body)]
-        for call in calls:
-            for name in names.may_name(call.func):
-                yield call, name, None
-            for value in steps.values_of(call.func):
-                if isinstance(value, cst.Call):
-                    for name in names.may_name(value.func):
-                        yield (
-                            call,
-                            name,
-                            None if name in names.of(value.func) else f"`{self.context.source(value.func)}`",
-                        )
-            for built in self._constructions(call.func) or () if project.imports_project() else ():
-                for module in project.modules_built(built.func) or ():
-                    text = f"`{module.site.text}`" if module.site.text else f"a module in `{module.site.function}`"
-                    yield call, module.name, f"{text} ({project.shown_site(module.site)})"
-
-    def _forward_functions(self, statements) -> list[cst.FunctionDef]:
-        """Functions of this file the statements run: helpers they call, and the
-        `forward` of model classes of this file they call."""
-        steps = self.context.loops
-        found: list[cst.FunctionDef] = []
-        for statement in statements:
-            for call in steps.own_calls(statement):
-                targets = [steps.callee(call)]
-                cls = self._model_class(call.func)
-                if cls is not None:
-                    targets.append(local_calls(self.context).method(cls, "forward"))
-                for target in targets:
-                    if target is not None and target not in found:
-                        found.append(target)
-                        found.extend(f for f in steps.functions_reached(target.body) if f not in found)
-        return found
-
-    def _model_class(self, func: cst.BaseExpression) -> cst.ClassDef | None:
-        """The class of this file that `model` in `model(x)` is an instance of."""
-        calls = self._constructions(func)
-        classes = {sole_definition(self.context.scopes, call.func, cst.ClassDef) for call in calls or ()}
-        return classes.pop() if len(classes) == 1 else None
-
-    def _constructions(self, func: cst.BaseExpression, depth: int = 0) -> list[cst.Call] | None:
-        """The calls that build the model `model` in `model(x)` is, one per binding (through
-        `DistributedDataParallel(model)` and the other wrappers that run its forward, `.to()`,
-        and the parameters of a function its callers pass it to); None when a binding is
-        something else."""
-        steps = self.context.loops
-        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
-            func = func.value
-        found: list[cst.Call] = []
-        for value in steps.values_of(func):
-            while (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
-                and value.func.attr.value in ("to", "cuda")
-            ):
-                value = value.func.value  # `Net().to(device)`
-            if isinstance(value, cst.Name) and depth < 4:
-                inner = self._constructions(value, depth + 1)  # a parameter: what the caller passes
-                if inner is None:
-                    return None
-                found += inner
-                continue
-            if not isinstance(value, cst.Call):
-                return None
-            wrapped = positional(value, 0) if self.context.names.of(value.func) & MODEL_WRAPPERS else None
-            if wrapped is not None and wrapped.value.deep_equals(func):
-                continue  # `model = DDP(model)`: the model the name's other bindings hold
-            if wrapped is not None and depth < 4:
-                inner = self._constructions(wrapped.value, depth + 1)
-                if inner is None:
-                    return None
-                found += inner
-            else:
-                found.append(value)
-        return found
-
     # -- fp16 ----------------------------------------------------------------------
-
-    def _fp16_problem(self, loop: TrainingLoop) -> str | None:
-        """Why the GradScaler calls cannot be placed, or None."""
-        if len(loop.optimizers) != 1:
-            return f"fp16 needs one GradScaler step per optimizer; this loop steps {len(loop.optimizers)}"
-        for step in loop.steps:
-            if not self._own_line(step.call):
-                return "the optimizer step shares a one-line block; `scaler.update()` cannot follow it"
-        if loop.clips:
-            clip = min(loop.clips, key=self.context.index.order)
-            if not self._own_line(clip) or not all(
-                self._clips_before_step(c, s) for c in loop.clips for s in loop.steps
-            ):
-                return (
-                    "gradient clipping is not in the optimizer step's block before the step; "
-                    "`scaler.unscale_` could not run exactly once per step"
-                )
-        return None
 
     def _scale_edits(self, loop: TrainingLoop, scaler: str) -> list[Edit]:
         """`scaler.scale(loss).backward()`, `scaler.step(opt)` then `scaler.update()`, and
@@ -1059,27 +737,6 @@ class ForwardWithoutAutocast(Rule):
                 InsertBefore(training.statement_of(clip), (cst.parse_statement(f"{scaler}.unscale_({optimizer})\n"),))
             )
         return edits
-
-    def _clips_before_step(self, clip: cst.Call, step) -> bool:
-        """Is `clip` in the step's block, before it, and not inside a nested loop there?"""
-        training = self.context.training
-        step_statement = training.statement_of(step.call)
-        block = self.context.parents.get(step_statement)
-        current = training.statement_of(clip)
-        while not isinstance(current, (cst.For, cst.While)):
-            parent = self.context.parents.get(current)
-            if parent is block:
-                return self.context.index.before(current, step_statement)
-            if parent is None:
-                return False
-            current = parent
-        return False  # a loop between the clip and the step's block would unscale_ more than once
-
-    def _own_line(self, call: cst.Call) -> bool:
-        statement = self.context.training.statement_of(call)
-        return isinstance(statement, cst.SimpleStatementLine) and isinstance(
-            self.context.parents.get(statement), cst.IndentedBlock
-        )
 
     # -- helpers -------------------------------------------------------------------
 
@@ -1106,54 +763,6 @@ class ForwardWithoutAutocast(Rule):
     def _forward_start(loop: TrainingLoop) -> cst.CSTNode:
         """Where to point the user: the forward pass's first statement, else the loop."""
         return loop.forward.statements[0] if loop.forward is not None and loop.forward.statements else loop.loop
-
-    def _outermost_loop(self, loop: cst.CSTNode) -> cst.CSTNode:
-        """The loop to put the policy before: the outermost loop around `loop` in its function."""
-        outer = loop
-        for current in self.context.index.ancestors(loop):
-            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                break
-            if isinstance(current, (cst.For, cst.While)):
-                outer = current
-        return outer
-
-    def _is_plain(self, expr: cst.BaseExpression) -> bool:
-        """A device expression that is safe to evaluate once more, before the loop:
-        names, attributes, strings, and `torch.device(...)` of those."""
-        if isinstance(expr, (cst.Name, cst.SimpleString, cst.Integer)):
-            return True
-        if isinstance(expr, cst.Attribute):
-            return self._is_plain(expr.value)
-        if (
-            isinstance(expr, cst.Subscript)
-            and len(expr.slice) == 1
-            and isinstance(expr.slice[0].slice, cst.Index)
-            and isinstance(expr.slice[0].slice.value, (cst.SimpleString, cst.Integer))
-        ):
-            return self._is_plain(expr.value)  # `cfg["device"]`
-        if isinstance(expr, cst.Call) and self.context.names.is_(expr.func, "torch.device"):
-            return all(self._is_plain(arg.value) for arg in expr.args)
-        return False
-
-
-@dataclass
-class _Placement:
-    edits: list[Edit]  # the statements that build the policy (and scaler)
-    policy: str  # how the forward pass spells it: `precision`, `self.precision`
-    scaler: str | None
-
-
-def _first_statement(function: cst.FunctionDef) -> cst.BaseStatement | None:
-    """The first statement of a function's body after its docstring."""
-    body = function.body
-    if not isinstance(body, cst.IndentedBlock):
-        return None
-    statements = list(body.body)
-    if statements and m.matches(
-        statements[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])
-    ):
-        statements = statements[1:]
-    return statements[0] if statements else None
 
 
 def _method(receiver: cst.BaseExpression, name: str, argument: cst.BaseExpression) -> cst.Call:

@@ -1,0 +1,203 @@
+"""What a training loop's forward pass runs, for deciding whether autocast may wrap it.
+The one place that follows the forward region into what it calls: helpers of the file,
+the `forward` of the file's model classes, the modules a call runs where they are built,
+and the modules a model class of another module of the project builds.
+
+`forward_runs(context)` (built once per file, FileContext.shared) answers, for a
+`TrainingLoop` whose `forward` is known:
+
+- `functions(statements)`: the functions of this file the statements run (helpers they
+  call, the `forward` of model classes of this file, and what those reach);
+- `autocast_inside(loop)`: autocast entered by what the forward pass runs;
+- `decision(loop)`: a call whose result steers the program (a value read to the host that
+  decides what runs, a sample drawn from the model's output), which lower precision could
+  change;
+- `autocast_unsafe(loop)`: (call, alternative) for a call CUDA autocast refuses;
+- `float16_only(loop)`: why the forward may run a module CUDA autocast runs in float16
+  whatever its dtype (a cuDNN RNN), said as the start of a sentence;
+- `callees(loop)`: (call, qualified name, what builds the module or None) of what it runs;
+- `model_class(func)`, `constructions(func)`: the class of this file a model called as
+  `func` is an instance of, and the calls that build it;
+- for Lightning modules: `module_functions(modules)` (the classes and the functions of
+  the file their methods call) and `recurrent_in(modules)` (a cuDNN RNN they build).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis.local_calls import local_calls
+from codemod.analysis.names import positional, sole_definition
+from codemod.analysis.project import project_of
+from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE, MODEL_WRAPPERS, autocast_float16
+
+if TYPE_CHECKING:
+    from codemod.analysis.training import TrainingLoop
+    from codemod.context import FileContext
+
+KEY = "forward_runs"
+
+
+def forward_runs(context: FileContext) -> ForwardRuns:
+    return context.shared(KEY, ForwardRuns)
+
+
+class ForwardRuns:
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+
+    def module_functions(self, modules: tuple[cst.ClassDef, ...]) -> list[cst.CSTNode]:
+        """The classes and the functions of this file their methods call."""
+        steps = self.context.loops
+        found: list[cst.CSTNode] = list(modules)
+        for cls in modules:
+            found += [f for f in steps.functions_reached(cls.body) if f not in found]
+        return found
+
+    def recurrent_in(self, modules: tuple[cst.ClassDef, ...]) -> str | None:
+        """A cuDNN RNN the modules build (`nn.LSTM(...)`), said as the start of a sentence."""
+        names = self.context.names
+        for cls in modules:
+            for call in self.context.index.find(cst.Call, within=cls):
+                if any(autocast_float16(name) for name in names.may_name(call.func)):
+                    return f"`{self.context.source(call.func)}` (line {self.context.line(call)}) is a cuDNN RNN"
+        return None
+
+    # -- autocast already there, or refused --------------------------------------------
+
+    def autocast_inside(self, loop: TrainingLoop) -> list[cst.CSTNode]:
+        """Autocast entered by what the forward pass runs: the model's own forward
+        method (a class of this file), or a function of this file it calls."""
+        if loop.forward is None:
+            return []
+        functions = self.functions(loop.forward.statements)
+        return [
+            use for use in self.context.training.autocast_uses if any(self.context.inside(use, f) for f in functions)
+        ]
+
+    def decision(self, loop: TrainingLoop) -> cst.Call | None:
+        """A call in the forward region whose result steers the program: a value read to
+        the host (`.item()`, `.tolist()`) that decides what runs (not one only logged), or
+        a sample drawn from the model's output."""
+        for statement in loop.forward.statements:
+            for call in self.context.loops.own_calls(statement):
+                method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+                if method == "sample" and not call.args:
+                    return call
+                if (
+                    method in ("item", "tolist")
+                    and not call.args
+                    and self.context.training.steers(call, loss=loop.loss) is not None
+                ):
+                    return call
+                if self.context.names.is_(call.func, "torch.multinomial", "torch.bernoulli"):
+                    return call
+        return None
+
+    def autocast_unsafe(self, loop: TrainingLoop) -> tuple[cst.Call, str] | None:
+        """A call in the forward pass (or in what it runs) that CUDA autocast refuses."""
+        for call, name, _ in self.callees(loop):
+            if name in AUTOCAST_UNSAFE:
+                return call, AUTOCAST_UNSAFE[name]
+        return None
+
+    def float16_only(self, loop: TrainingLoop) -> str | None:
+        """Why the forward pass (or what it runs) may run a module that CUDA autocast runs
+        in float16 whatever its dtype (a cuDNN RNN), said as the start of a sentence."""
+        training = self.context.training
+        for call, name, built in self.callees(loop):
+            if not autocast_float16(name):
+                continue
+            where = f"`{training.code(call.func)}` (line {self.context.line(call)})"
+            if name in AUTOCAST_FLOAT16:
+                return f"{where} builds {built}, a cuDNN RNN" if built is not None else f"{where} is a cuDNN RNN"
+            return f"{where} builds {built}: the class is picked at run time and may be a cuDNN RNN"
+        return None
+
+    def callees(self, loop: TrainingLoop):
+        """(call, qualified name, where it is built) of what the forward pass calls, and of
+        the module a call runs where it is a value built here (`criterion(out, y)` with
+        `criterion = nn.BCELoss()`, `self.rnn(x)` with `self.rnn = nn.LSTM(...)`), or the
+        modules that a model class of another module of the project builds (`model(x)` with
+        `model = RNNModel(...)`); the third item says what builds the module, None for the call's own names."""
+        names = self.context.names
+        steps = self.context.loops
+        project = project_of(self.context)
+        calls = [c for s in loop.forward.statements for c in steps.own_calls(s)]
+        calls += [c for f in self.functions(loop.forward.statements) for c in steps.own_calls(f.body)]
+        for call in calls:
+            for name in names.may_name(call.func):
+                yield call, name, None
+            for value in steps.values_of(call.func):
+                if isinstance(value, cst.Call):
+                    for name in names.may_name(value.func):
+                        yield (
+                            call,
+                            name,
+                            None if name in names.of(value.func) else f"`{self.context.source(value.func)}`",
+                        )
+            for built in self.constructions(call.func) or () if project.imports_project() else ():
+                for module in project.modules_built(built.func) or ():
+                    text = f"`{module.site.text}`" if module.site.text else f"a module in `{module.site.function}`"
+                    yield call, module.name, f"{text} ({project.shown_site(module.site)})"
+
+    def functions(self, statements) -> list[cst.FunctionDef]:
+        """Functions of this file the statements run: helpers they call, and the
+        `forward` of model classes of this file they call."""
+        steps = self.context.loops
+        found: list[cst.FunctionDef] = []
+        for statement in statements:
+            for call in steps.own_calls(statement):
+                targets = [steps.callee(call)]
+                cls = self.model_class(call.func)
+                if cls is not None:
+                    targets.append(local_calls(self.context).method(cls, "forward"))
+                for target in targets:
+                    if target is not None and target not in found:
+                        found.append(target)
+                        found.extend(f for f in steps.functions_reached(target.body) if f not in found)
+        return found
+
+    def model_class(self, func: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class of this file that `model` in `model(x)` is an instance of."""
+        calls = self.constructions(func)
+        classes = {sole_definition(self.context.scopes, call.func, cst.ClassDef) for call in calls or ()}
+        return classes.pop() if len(classes) == 1 else None
+
+    def constructions(self, func: cst.BaseExpression, depth: int = 0) -> list[cst.Call] | None:
+        """The calls that build the model `model` in `model(x)` is, one per binding (through
+        `DistributedDataParallel(model)` and the other wrappers that run its forward, `.to()`,
+        and the parameters of a function its callers pass it to); None when a binding is
+        something else."""
+        steps = self.context.loops
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            func = func.value
+        found: list[cst.Call] = []
+        for value in steps.values_of(func):
+            while (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in ("to", "cuda")
+            ):
+                value = value.func.value  # `Net().to(device)`
+            if isinstance(value, cst.Name) and depth < 4:
+                inner = self.constructions(value, depth + 1)  # a parameter: what the caller passes
+                if inner is None:
+                    return None
+                found += inner
+                continue
+            if not isinstance(value, cst.Call):
+                return None
+            wrapped = positional(value, 0) if self.context.names.of(value.func) & MODEL_WRAPPERS else None
+            if wrapped is not None and wrapped.value.deep_equals(func):
+                continue  # `model = DDP(model)`: the model the name's other bindings hold
+            if wrapped is not None and depth < 4:
+                inner = self.constructions(wrapped.value, depth + 1)
+                if inner is None:
+                    return None
+                found += inner
+            else:
+                found.append(value)
+        return found
