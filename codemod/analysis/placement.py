@@ -155,6 +155,44 @@ class Placement:
                 return f"{where}, and the call at {project.shown_in(module.context, call)} passes a device that cannot be told"
         return None  # every caller's device is known: the reason is another
 
+    def shared_device_name(self, devices: list, at: cst.CSTNode) -> str | None:
+        """The name of the `torch.device(...)` every one of `devices` (device expressions,
+        None where unknown) names, when one assignment binds it, before `at` and visible
+        there (followed through function parameters to what every call passes): a value
+        `at` can be given in terms of (`pin_memory=device.type == "cuda"`)."""
+        bindings = self.context.bindings
+        names = [name for device in devices for name in self._device_names(device, 0)]
+        if not names or any(name is None for name in names):
+            return None
+        assignments = [bindings.assignments(name) for name in names]
+        if any(found is None or len(found) != 1 for found in assignments):
+            return None
+        assignment = assignments[0][0]
+        if any(found[0] is not assignment for found in assignments):
+            return None
+        value = bindings.assigned_value(assignment)
+        if not (isinstance(value, cst.Call) and self.context.names.is_(value.func, "torch.device")):
+            return None
+        scope = self.context.scopes.get(at)
+        name = names[0].value
+        if scope is None or list(scope[name]) != [assignment]:
+            return None
+        statement = bindings.statement(assignment.node)
+        index = self.context.index
+        return name if index.end(statement) < index.order(at) else None
+
+    def _device_names(self, device: cst.BaseExpression | None, depth: int) -> list[cst.Name | None]:
+        """The names a device expression comes from, through parameters to the arguments
+        of every call; None for anything else."""
+        if not isinstance(device, cst.Name) or depth > MAX_DEPTH:
+            return [None]
+        if self.context.bindings.param_of(device) is None:
+            return [device]
+        passed = self.context.loaders.bound_values(device)
+        if not passed:
+            return [None]
+        return [name for argument, _ in passed for name in self._device_names(argument, depth + 1)]
+
     def prepared_by(self, optimizer: cst.Call) -> cst.Call | None:
         """`accelerator.prepare(model, optimizer, ...)` (Accelerate, Fabric, DeepSpeed
         style) that is handed the optimizer this call builds: it picks the device."""

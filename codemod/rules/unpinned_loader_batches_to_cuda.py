@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from codemod.analysis.kinds import Place
-from codemod.analysis.loaders import MAX_DEPTH, PIN_MEMORY_POSITION
+from codemod.analysis.loaders import PIN_MEMORY_POSITION
 from codemod.analysis.names import has_star_kwargs, kwarg, positional, string_quote_at
 from codemod.analysis.project import project_of
 from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
@@ -487,7 +487,7 @@ class UnpinnedLoaderToCuda(Rule):
         (in the quote an f-string around `at` leaves free); else `torch.cuda.is_available()`."""
         if all(place is Place.CUDA for place in feed.places):
             return cst.Name("True"), []
-        device = self._shared_device_name(feed.devices, at)
+        device = self.context.training.placement.shared_device_name(feed.devices, at)
         # Inside an f-string the literal takes the quote the f-string does not use (Python
         # before 3.12 reads no f-string's own quote in its braces); inside f-strings that use
         # both, the value that needs no string.
@@ -500,42 +500,6 @@ class UnpinnedLoaderToCuda(Rule):
                 ],
             ), []
         return cst.parse_expression("torch.cuda.is_available()"), [("torch", None)]
-
-    def _shared_device_name(self, devices: list, at: cst.CSTNode) -> str | None:
-        """The name of the `torch.device(...)` every copy targets, when one assignment
-        binds it, before `at` and visible there (followed through function parameters)."""
-        bindings = self.context.bindings
-        names = [name for device in devices for name in self._device_names(device, 0)]
-        if not names or any(name is None for name in names):
-            return None
-        assignments = [bindings.assignments(name) for name in names]
-        if any(found is None or len(found) != 1 for found in assignments):
-            return None
-        assignment = assignments[0][0]
-        if any(found[0] is not assignment for found in assignments):
-            return None
-        value = bindings.assigned_value(assignment)
-        if not (isinstance(value, cst.Call) and self.context.names.is_(value.func, "torch.device")):
-            return None
-        scope = self.context.scopes.get(at)
-        name = names[0].value
-        if scope is None or list(scope[name]) != [assignment]:
-            return None
-        statement = bindings.statement(assignment.node)
-        index = self.context.index
-        return name if index.end(statement) < index.order(at) else None
-
-    def _device_names(self, device: cst.BaseExpression | None, depth: int) -> list[cst.Name | None]:
-        """The names a device expression comes from, through parameters to the arguments
-        of every call; None for anything else."""
-        if not isinstance(device, cst.Name) or depth > MAX_DEPTH:
-            return [None]
-        if self.context.bindings.param_of(device) is None:
-            return [device]
-        passed = self.context.loaders.bound_values(device)
-        if not passed:
-            return [None]
-        return [name for argument, _ in passed for name in self._device_names(argument, depth + 1)]
 
     def _fix_through_kwargs(self, loader: cst.Call, feed: _Feeds, message: str) -> None:
         loaders = self.context.loaders

@@ -299,3 +299,25 @@ def test_one_call_elsewhere_with_an_untold_device_is_named_as_the_reason(tmp_pat
     result = process_source(RUN.encode(), str(path), Settings(select=("PM402",), level=Level.NUMERIC))
     [finding] = result.findings
     assert not finding.applied and why in finding.message
+
+
+def test_the_device_every_copy_names_is_one_name_a_value_can_be_given_in():
+    ctx = context(
+        """
+        def train(loader, device):
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        other = torch.device("cpu")
+        train(None, device)
+        """
+    )
+    copies = [c for c in ctx.index.find(cst.Call) if isinstance(c.func, cst.Attribute) and c.func.attr.value == "to"]
+    devices = [call.args[0].value for call in copies]
+    last = list(ctx.module.body)[-1]
+    # followed through the parameter to what the one call passes, and visible at the end
+    assert ctx.training.placement.shared_device_name(devices, last) == "device"
+    # not before it is bound, and not when one copy's device is unknown
+    assert ctx.training.placement.shared_device_name(devices, list(ctx.module.body)[0]) is None
+    assert ctx.training.placement.shared_device_name([*devices, None], last) is None
