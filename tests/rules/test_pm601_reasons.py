@@ -228,3 +228,50 @@ def test_losses_kept_in_a_list_are_logged_as_their_mean_over_the_ranks():
     new = squeezed(rewritten(source))
     assert squeezed("{distributed.all_reduce_mean(losses[-1]).item():.4f} of {len(losses)}") in new
     assert squeezed("print0('all', distributed.all_reduce_mean(torch.stack(losses)).tolist(), losses)") in new
+
+
+def _save_then_reload(setup: str, path: str) -> str:
+    """LOOP saving a checkpoint each epoch at `path` and reading it straight back
+    (weight averaging), after the lines `setup`."""
+    return (
+        "import argparse, os, tempfile, time, uuid\n"
+        + setup
+        + LOOP
+        + f"    path = {path}\n"
+        + "    torch.save(model.state_dict(), path)\n"
+        + "    snap = torch.load(path)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setup", "path", "because"),
+    [
+        # every process makes its own folder: rank 1 would read a file rank 0 wrote elsewhere
+        ("tmp = tempfile.mkdtemp()\n", 'os.path.join(tmp, f"ep{epoch}.pt")', "temporary folder"),
+        ("def out_dir():\n    return tempfile.mkdtemp()\n", 'out_dir() + "/last.pt"', "temporary folder"),
+        ("", 'f"ckpt-{uuid.uuid4().hex}.pt"', "`uuid.uuid4()`, which differs in every process"),
+        ('stamp = time.strftime("%H%M%S")\n', 'f"run-{stamp}.pt"', '`time.strftime("%H%M%S")`, which differs'),
+        ("", 'f"ckpt-{os.getpid()}.pt"', "`os.getpid()`, which differs in every process"),
+    ],
+    ids=["mkdtemp", "helper-mkdtemp", "uuid", "clock", "pid"],
+)
+def test_a_checkpoint_read_back_from_a_path_of_each_process_is_refused(setup, path, because):
+    assert because in reason(_save_then_reload(setup, path))
+
+
+@pytest.mark.parametrize(
+    ("setup", "path"),
+    [
+        (
+            "parser = argparse.ArgumentParser()\nparser.add_argument('--out', default='ckpt')\n"
+            "args = parser.parse_args([])\n",
+            'os.path.join(args.out, f"ep{epoch}.pt")',
+        ),
+        ('out = os.environ.get("OUT_DIR", ".")\n', 'os.path.join(out, "last.pt")'),
+    ],
+    ids=["argparse", "environment"],
+)
+def test_a_checkpoint_read_back_from_a_shared_path_waits_for_rank_0(setup, path):
+    after = rewritten(_save_then_reload(setup, path))
+    assert "distributed.barrier()\n    snap = torch.load(path)" in after
+    assert "distributed.is_main()" in after
