@@ -2,7 +2,8 @@
 facts PM601 needs to make a single-process one torchrun-ready: whether anything
 distributed is there already, layers and calls that behave differently per rank,
 random draws and the seeds behind them, where a value is the same on every rank
-and where it is each rank's own, and where a function of this file is called.
+and where it is each rank's own (`differs_per_process`: a path rank 0 writes and every
+rank reads), and where a function of this file is called.
 
 Everything here reads the shared index, names and scopes of FileContext; nothing
 walks the tree on its own.
@@ -18,10 +19,17 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment, GlobalScope
 
-from codemod.analysis.bindings import argument_for
+from codemod.analysis.bindings import argument_for, returned_values
 from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import CHECKPOINTERS, SAVE_FUNCTIONS, TORCH_DRAWS
+from codemod.analysis.torch_facts import (
+    CHECKPOINTERS,
+    PER_PROCESS_ENVIRONMENT,
+    PER_PROCESS_MODULES,
+    PER_PROCESS_SOURCES,
+    SAVE_FUNCTIONS,
+    TORCH_DRAWS,
+)
 from codemod.analysis.torch_ops import Category, methods
 
 if TYPE_CHECKING:
@@ -629,3 +637,118 @@ def is_text(context: FileContext, expr: cst.BaseExpression, seen: frozenset[int]
         values = context.bindings.values(expr)
         return bool(values) and all(is_text(context, v, seen | {id(expr)}) for v in values)
     return False
+
+
+# -- values every process computes alike -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PerProcess:
+    """Why a value may differ between the processes of one launch. `node` is the call or
+    read behind it: a value each process makes for itself (`source`: `tempfile.mkdtemp()`,
+    `time.time()`, `os.environ["RANK"]`; `temporary` when it is a temporary file or folder),
+    or, when `source` is False, a value this analysis does not follow (a parameter that no
+    call of this file fills, a binding it cannot read)."""
+
+    node: cst.CSTNode
+    source: bool
+    temporary: bool = False
+
+
+def differs_per_process(context: FileContext, expr: cst.BaseExpression) -> PerProcess | None:
+    """None when `expr` is provably the same in every process of a launch: built from
+    literals, imported names, calls that are not per-process sources (torch_facts'
+    PER_PROCESS_SOURCES and PER_PROCESS_MODULES: argparse options, config values, paths
+    joined from them all qualify), environment variables other than the rank's, and names
+    whose every binding is such a value (an assignment, a loop over such values, what each
+    call of this file passes to a parameter, what a function of this file returns);
+    otherwise what makes it differ, or what is not followed."""
+    return _differs(context, expr, set())
+
+
+def _differs(context: FileContext, expr: cst.BaseExpression, seen: set[int]) -> PerProcess | None:
+    if id(expr) in seen:
+        return None
+    seen.add(id(expr))
+    names = context.names
+    for call in context.index.find(cst.Call, within=expr):
+        if names.of(call.func) & PER_PROCESS_SOURCES or names.startswith(call.func, PER_PROCESS_MODULES):
+            return PerProcess(call, True, bool(names.startswith(call.func, ("tempfile",))))
+        if names.of(call.func) & {"os.getenv", "os.environ.get"} and _rank_variable(call.args[:1]):
+            return PerProcess(call, True)
+        function = context.bindings.local_function(call.func)
+        if function is not None:
+            for value in returned_values(function):
+                found = _differs(context, value, seen)
+                if found is not None:
+                    return found
+    for read in context.index.find(cst.Subscript, within=expr):
+        if names.of(read.value) & {"os.environ"} and _rank_variable(read.slice):
+            return PerProcess(read, True)
+    for name in names_read(expr):
+        found = _name_differs(context, name, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _rank_variable(arguments) -> bool:
+    """Do `arguments` (call arguments or subscript elements) name a rank's own variable?"""
+    for argument in arguments:
+        value = getattr(argument, "value", None)
+        value = getattr(value, "value", value)  # SubscriptElement -> Index -> expression
+        if isinstance(value, cst.SimpleString) and value.evaluated_value in PER_PROCESS_ENVIRONMENT:
+            return True
+    return False
+
+
+def _name_differs(context: FileContext, name: cst.Name, seen: set[int]) -> PerProcess | None:
+    scope = context.scopes.get(name)
+    if scope is None:
+        return PerProcess(name, False)
+    for assignment in scope[name.value]:
+        if type(assignment) is not Assignment:
+            continue  # an import or a builtin: its calls are judged where they are made
+        node = assignment.node
+        if isinstance(node, cst.Param):
+            found = _param_differs(context, name, node, seen)
+        else:
+            found = _binding_differs(context, name, context.bindings.statement(node), seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _binding_differs(context: FileContext, name: cst.Name, statement, seen: set[int]) -> PerProcess | None:
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return None  # a definition: the same code in every process
+    if isinstance(statement, (cst.Assign, cst.AugAssign, cst.NamedExpr)) or (
+        isinstance(statement, cst.AnnAssign) and statement.value is not None
+    ):
+        return _differs(context, statement.value, seen)
+    if isinstance(statement, (cst.For, cst.CompFor)):
+        return _differs(context, statement.iter, seen)
+    if isinstance(statement, cst.With):
+        for item in statement.items:
+            found = _differs(context, item.item, seen)
+            if found is not None:
+                return found
+        return None
+    return PerProcess(name, False)
+
+
+def _param_differs(context: FileContext, name: cst.Name, param: cst.Param, seen: set[int]) -> PerProcess | None:
+    function = context.parents.get(context.parents.get(param))
+    if not isinstance(function, cst.FunctionDef):
+        return PerProcess(name, False)
+    calls = calls_of(context, function)
+    if not calls:
+        return PerProcess(name, False)
+    for call in calls:
+        value = argument_of(context, call, function, param)
+        if value is None and param.default is None:
+            return PerProcess(name, False)
+        found = _differs(context, value if value is not None else param.default, seen)
+        if found is not None:
+            return found
+    return None

@@ -657,6 +657,30 @@ FILE_ONLY_FUNCTIONS = (
     | frozenset({"json.dump", "json.dumps", "yaml.dump", "yaml.safe_dump", "pickle.dump", "pickle.dumps"})
     | frozenset({"pathlib.Path", "pathlib.PurePath", "time.time", "time.strftime", "time.localtime"})
 )
+# Calls whose value differs from one process to the next, even with the same arguments
+# (a temporary folder or name, a clock, a random draw, a process id, a rank): a file rank 0
+# writes under such a path is not where the other ranks look for it.
+PER_PROCESS_SOURCES = frozenset(
+    {
+        "os.getpid",
+        "os.getppid",
+        "os.urandom",
+        "socket.gethostname",
+        "platform.node",
+        "torch.distributed.get_rank",
+        "torch.distributed.get_node_local_rank",
+    }
+    | {
+        f"time.{name}"
+        for name in "time time_ns monotonic monotonic_ns perf_counter perf_counter_ns strftime localtime gmtime ctime".split()
+    }
+    | {f"datetime.datetime.{name}" for name in "now utcnow today".split()}
+    | {"datetime.date.today"}
+)
+# Modules every function of which is such a source (`tempfile.mkdtemp()`, `uuid.uuid4()`).
+PER_PROCESS_MODULES = ("tempfile", "uuid", "random", "secrets", "numpy.random")
+# Environment variables each process of a torchrun launch has its own value of.
+PER_PROCESS_ENVIRONMENT = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID_LOCAL"})
 # Modules all of whose functions only compute (paths, patterns): any of them qualifies too.
 FILE_ONLY_MODULES = ("os.path", "re", "fnmatch", "glob")
 # Methods of a path that read and change nothing (with READ_ONLY_METHODS above).

@@ -13,7 +13,7 @@ import pytest
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.single_process_training import LOOP
+from codemod.rules.single_process_training import LOOP, SCRIPT
 
 PM601 = Settings(select=("PM601",), level=Level.UNSAFE)
 REFUSED = "cannot make it torchrun-ready: "
@@ -228,3 +228,85 @@ def test_losses_kept_in_a_list_are_logged_as_their_mean_over_the_ranks():
     new = squeezed(rewritten(source))
     assert squeezed("{distributed.all_reduce_mean(losses[-1]).item():.4f} of {len(losses)}") in new
     assert squeezed("print0('all', distributed.all_reduce_mean(torch.stack(losses)).tolist(), losses)") in new
+
+
+def _save_then_reload(setup: str, path: str) -> str:
+    """LOOP saving a checkpoint each epoch at `path` and reading it straight back
+    (weight averaging), after the lines `setup`."""
+    return (
+        "import argparse, os, tempfile, time, uuid\n"
+        + setup
+        + LOOP
+        + f"    path = {path}\n"
+        + "    torch.save(model.state_dict(), path)\n"
+        + "    snap = torch.load(path)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setup", "path", "because"),
+    [
+        # every process makes its own folder: rank 1 would read a file rank 0 wrote elsewhere
+        ("tmp = tempfile.mkdtemp()\n", 'os.path.join(tmp, f"ep{epoch}.pt")', "temporary folder"),
+        ("def out_dir():\n    return tempfile.mkdtemp()\n", 'out_dir() + "/last.pt"', "temporary folder"),
+        ("", 'f"ckpt-{uuid.uuid4().hex}.pt"', "`uuid.uuid4()`, which differs in every process"),
+        ('stamp = time.strftime("%H%M%S")\n', 'f"run-{stamp}.pt"', '`time.strftime("%H%M%S")`, which differs'),
+        ("", 'f"ckpt-{os.getpid()}.pt"', "`os.getpid()`, which differs in every process"),
+    ],
+    ids=["mkdtemp", "helper-mkdtemp", "uuid", "clock", "pid"],
+)
+def test_a_checkpoint_read_back_from_a_path_of_each_process_is_refused(setup, path, because):
+    assert because in reason(_save_then_reload(setup, path))
+
+
+@pytest.mark.parametrize(
+    ("setup", "path"),
+    [
+        (
+            "parser = argparse.ArgumentParser()\nparser.add_argument('--out', default='ckpt')\n"
+            "args = parser.parse_args([])\n",
+            'os.path.join(args.out, f"ep{epoch}.pt")',
+        ),
+        ('out = os.environ.get("OUT_DIR", ".")\n', 'os.path.join(out, "last.pt")'),
+    ],
+    ids=["argparse", "environment"],
+)
+def test_a_checkpoint_read_back_from_a_shared_path_waits_for_rank_0(setup, path):
+    after = rewritten(_save_then_reload(setup, path))
+    assert "distributed.barrier()\n    snap = torch.load(path)" in after
+    assert "distributed.is_main()" in after
+
+
+def _model_lines(source: str) -> list[str]:
+    """The lines from the model's build to the optimizer, stripped."""
+    lines = [line.strip() for line in source.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("model = torch.nn.Linear"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("opt = "))
+    return lines[start:end]
+
+
+def test_the_model_is_compiled_before_it_is_wrapped_when_pm506_runs_too():
+    """PM506 and PM601 in one run: `model.compile()` on the model itself, then the DDP
+    wrap (as both pages say), not a compile of the wrapper."""
+    result = process_source(SCRIPT.encode(), "train.py", Settings(select=("PM506", "PM601"), level=Level.UNSAFE))
+    assert {f.code for f in result.findings if f.applied} == {"PM506", "PM601"}
+    assert _model_lines(result.new_source.decode()) == [
+        "model = torch.nn.Linear(8, 1).to(device)",
+        "model.compile()",
+        "if world.distributed:",
+        "model = DistributedDataParallel(model)",
+    ]
+
+
+@pytest.mark.parametrize("compiled", ["model.compile()", "model = torch.compile(model)"])
+def test_a_model_compiled_already_is_wrapped_after_its_compile(compiled):
+    source = SCRIPT.replace(
+        "    model = torch.nn.Linear(8, 1).to(device)\n",
+        f"    model = torch.nn.Linear(8, 1).to(device)\n    {compiled}\n",
+    )
+    assert _model_lines(rewritten(source)) == [
+        "model = torch.nn.Linear(8, 1).to(device)",
+        compiled,
+        "if world.distributed:",
+        "model = DistributedDataParallel(model)",
+    ]

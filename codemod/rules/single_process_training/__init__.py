@@ -213,9 +213,11 @@ class SingleProcessTraining(Rule):
       generator reseeded per rank (below). Manual batching over a
       `torch.randperm` permutation takes each rank's share of every batch
       instead;
-    - the model is wrapped in `DistributedDataParallel` after it is built and
-      moved (and before `torch.compile`); with gradient accumulation the
-      micro-steps that do not step run under `model.no_sync()`;
+    - the model is wrapped in `DistributedDataParallel` after it is built,
+      moved and compiled (the model itself is compiled, then wrapped, as PM506
+      does; DDP still hands the compiler its gradient buckets); with gradient
+      accumulation the micro-steps that do not step run under
+      `model.no_sync()`;
     - `print` becomes `distributed.print0` (rank 0 prints, losses averaged over
       the ranks with `distributed.all_reduce_mean`), `tqdm` bars and
       `logging.info` run on rank 0, `torch.save` only on rank 0, and
@@ -224,7 +226,11 @@ class SingleProcessTraining(Rule):
       a whole model saved (`torch.save(model, path)`, `{"model": model}` saved
       there or bound to a name that is saved, in a function that reads the
       script's `model` too) saves
-      `distributed.unwrap(model)`, the model and not its DDP wrapper;
+      `distributed.unwrap(model)`, the model and not its DDP wrapper; a
+      checkpoint that every rank reads back after rank 0 saved it waits for a
+      `distributed.barrier()`, when its path is the same in every process
+      (built from literals, options, config values or environment variables;
+      not from `tempfile`, `uuid`, a clock, a random draw or a process id);
     - where the loop draws random numbers itself (nanoGPT's `torch.randint`
       batches, noise) from a global generator the script seeds, each rank
       reseeds it with `seed + distributed.seed_offset()` before training (an

@@ -13,7 +13,7 @@ from codemod.analysis.torch_facts import (
     NOT_FORWARD,
     TORCH_SAVES,
 )
-from codemod.edits import Replace
+from codemod.edits import InsertAfter, Replace
 from codemod.rules.single_process_training.plan import (
     IMPORT_DDP,
     Blocked,
@@ -51,7 +51,7 @@ class ModelWrap(Producer):
                 code = forward[0]
                 setup = self._setup_statements(code, limit)
             if any(self._binds(s, code) for s in setup):
-                anchor = self._anchor(setup, code)
+                anchor = setup[-1]  # after the last build, move or compile: the model is compiled, then wrapped
                 self._check_not_rebound(code, anchor, scope)
                 self._check_second_names(setup, code)
                 handles.insert(0, (scope if scope is not None else self.context.module, code, anchor))
@@ -163,7 +163,7 @@ class ModelWrap(Producer):
                 f"`{code}` is built or moved in {len(owners) or 'no'} methods; PM601 wraps a model built in one",
             )
         method, setup = building[0]
-        anchor = self._anchor(setup, code)
+        anchor = setup[-1]  # after the last build, move or compile: the model is compiled, then wrapped
         handles.insert(0, (classdef, code, anchor))
         return Origin(classdef, code, anchor, setup, handles)
 
@@ -265,20 +265,6 @@ class ModelWrap(Producer):
                 return True
         return False
 
-    def _anchor(self, setup: list, code: str) -> cst.SimpleStatementLine:
-        """The last statement that builds or moves the model before it is compiled."""
-        kept = [s for s in setup if not self._is_compile(s, code)]
-        if not kept:
-            raise Blocked(
-                setup[-1],
-                f"`{code}` is compiled where it is built; wrap it in DistributedDataParallel "
-                "before torch.compile by hand",
-            )
-        compiles = [s for s in setup if self._is_compile(s, code)]
-        if compiles and self.index.before(compiles[0], kept[-1]):
-            raise Blocked(compiles[0], f"`{code}` is compiled before it is moved; DDP goes between the two")
-        return kept[-1]
-
     def _check_not_rebound(self, code: str, anchor: cst.SimpleStatementLine, scope) -> None:
         owner = scope if scope is not None else self.context.module
         for name in self.index.find(cst.Name, within=owner):
@@ -302,10 +288,10 @@ class ModelWrap(Producer):
         wrap = cst.If(
             check, cst.IndentedBlock([parse_line(f"{origin.code} = DistributedDataParallel({origin.code})\n")])
         )
-        # The anchor becomes [anchor, wrap] rather than getting the wrap inserted after it: what
-        # other rules insert after the anchor (PM506's `model.compile()`) then follows the wrap,
-        # and DDP is compiled whole (DDPOptimizer splits its graph at the gradient buckets).
-        self.edits.append(Replace(origin.anchor, lambda updated: cst.FlattenSentinel([updated, wrap])))
+        # Inserted after the anchor, where other rules insert too: PM506's `model.compile()`
+        # (a fix of a lower level, kept first) comes before the wrap, the order of an existing
+        # compile. DDP's forward still hands dynamo its gradient buckets (DDPOptimizer).
+        self.edits.append(InsertAfter(origin.anchor, (wrap,)))
         self.imports.append(IMPORT_DDP)
 
     def unwrap(self) -> None:

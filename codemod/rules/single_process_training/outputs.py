@@ -18,7 +18,7 @@ from codemod.analysis.loaders import (
     LOOKS_THROUGH,
 )
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.torch_facts import (
     SAVE_FUNCTIONS,
     TORCH_SAVES,
@@ -121,13 +121,9 @@ class RankZeroOutputs(Producer):
                 continue
             if not any(self._runs_after(load, save) for save in saved[code_of(path.value)]):
                 continue  # a file that is there before the run (resuming)
-            if self._per_process_path(path.value):
-                raise Blocked(
-                    load,
-                    f"`{self.plan.src(path.value)}` is in a temporary folder each process makes for "
-                    "itself; rank 0 alone saves the checkpoint there, and the other ranks would read "
-                    "from theirs: save to a path all ranks share",
-                )
+            differs = facts.differs_per_process(self.context, path.value)
+            if differs is not None:
+                raise Blocked(load, self._not_shared(path.value, differs))
             statement = self.index.statement_of(load)
             if id(statement) in barriers or not isinstance(
                 self.parents.get(statement), (cst.IndentedBlock, cst.Module)
@@ -146,15 +142,18 @@ class RankZeroOutputs(Producer):
             self.index.inside(node, loop) for loop in self.plan.enclosing_loops(earlier)
         )
 
-    def _per_process_path(self, path: cst.BaseExpression) -> bool:
-        """Is the path made from `tempfile` (a folder or name of each process's own)?"""
-        expressions = [path]
-        for name in names_read(path):
-            expressions.extend(self.bindings.values(name) or [])
-        return any(
-            self.names.startswith(call.func, ("tempfile",))
-            for expression in expressions
-            for call in self.index.find(cst.Call, within=expression)
+    def _not_shared(self, path: cst.BaseExpression, differs: facts.PerProcess) -> str:
+        """Why rank 0's file may not be the one the other ranks read back."""
+        shown, culprit = self.plan.src(path), self.plan.src(differs.node)
+        if differs.temporary:
+            where = f"`{shown}` is in a temporary folder each process makes for itself (`{culprit}`)"
+        elif differs.source:
+            where = f"`{shown}` is built from `{culprit}`, which differs in every process"
+        else:
+            where = f"PM601 cannot tell that `{shown}` is the same path on every rank (`{culprit}` is not followed)"
+        return (
+            f"{where}; rank 0 alone saves the checkpoint there and every rank reads it back: "
+            "build the path from values all ranks share (literals, options, config values)"
         )
 
     def _save_on_main(self, call: cst.Call) -> None:
