@@ -393,7 +393,8 @@ class Float32MatmulWithoutTf32(Rule):
 
     def _at_startup(self, module: cst.Module, training, enable: cst.BaseStatement) -> list[Edit]:
         """The edits that enable TF32 once at start-up of the entry script: at the top of
-        the function its `if __name__ == "__main__":` block calls (or of that block);
+        the function of the module its `if __name__ == "__main__":` block calls (or of that
+        block, which also holds a call of a method that trains);
         after the imports of a script that trains at module level; at the top of the
         functions that start training in a library module (never at its import time,
         never in a function called once per epoch)."""
@@ -406,7 +407,12 @@ class Float32MatmulWithoutTf32(Rule):
         if guard is not None:
             for call in steps.own_calls(guard.body):
                 function = steps.callee(call)
-                if function is not None and any(h is function or self._reaches(function, h) for h in holders):
+                if (
+                    function is not None
+                    # a function of the module, not a method (`trainer.fit()`, which may run many times)
+                    and isinstance(self.context.parents.get(function), cst.Module)
+                    and any(h is function or self._reaches(function, h) for h in holders)
+                ):
                     return [self._at_top(function, enable)]
             return [self._at_top(guard, enable)]
         if None in holders or self._runs_at_module_level(module):

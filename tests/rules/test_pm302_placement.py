@@ -316,3 +316,37 @@ def test_folds_of_epochs_of_steps():
     )
     new = fixed(source + '\n\nif __name__ == "__main__":\n    main()\n')
     assert function_of(new, LINE) == "main", new
+
+
+TRAINER = """\
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, device):
+        self.model = nn.Linear(512, 512).to(device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self, X, epochs=3):
+        for epoch in range(epochs):
+            for x in X.split(4):
+                loss = self.model(x).pow(2).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    trainer = Trainer("cuda")
+    trainer.fit(torch.randn(64, 512))
+"""
+
+
+def test_a_trainer_method_the_entry_block_calls_gets_it_in_the_entry_block():
+    """`trainer.fit(...)` is a method of a class, which may run many times and reads as
+    library code: the process-wide setting goes in the entry point that calls it."""
+    new = fixed(TRAINER)
+    assert 'if __name__ == "__main__":\n    ' + LINE + "\n    torch.manual_seed(0)\n" in new, new
+    assert function_of(new, LINE) is None
