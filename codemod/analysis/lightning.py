@@ -6,6 +6,7 @@ that its `fit(...)` trains.
     for build in trainers.builds:
         build.accelerator   # the `accelerator=` value, None when left at "auto"
         build.modules       # the classes `trainer.fit(Net(), ...)` trains; None: cannot be told
+    trainers.on_cuda(build)  # trains on a CUDA GPU as the script is written
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from dataclasses import dataclass
 import libcst as cst
 
 from codemod.analysis.names import kwarg, positional, sole_definition
-from codemod.analysis.torch_facts import LIGHTNING_PRECISION_KEYWORD, LIGHTNING_TRAINERS, TRAINER_PLACED_MODULES
+from codemod.analysis.torch_facts import (
+    LIGHTNING_GPU_ACCELERATORS,
+    LIGHTNING_PRECISION_KEYWORD,
+    LIGHTNING_TRAINERS,
+    TRAINER_PLACED_MODULES,
+)
 
 KEY = "lightning"
 
@@ -49,6 +55,16 @@ class LightningTrainers:
             return
         fits = [c for c in calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "fit"]
         self.builds = tuple(self._describe(trainer, fits) for trainer in trainers)
+
+    def on_cuda(self, build: TrainerBuild) -> bool:
+        """Does `build` train on a CUDA GPU as the script is written: `accelerator="gpu"`
+        (or `"cuda"`), or an option or name whose value as written is one? False for
+        "auto" (the default, which picks the CPU where no GPU is present), for a
+        `**kwargs` that may set it, and where the accelerator cannot be told."""
+        if build.star is not None or build.accelerator is None:
+            return False
+        written = self.context.training.strings(build.accelerator, written=True)
+        return written is not None and written <= frozenset(LIGHTNING_GPU_ACCELERATORS)
 
     def _describe(self, trainer: cst.Call, fits: list[cst.Call]) -> TrainerBuild:
         accelerator = kwarg(trainer, "accelerator")

@@ -350,3 +350,49 @@ def test_a_trainer_method_the_entry_block_calls_gets_it_in_the_entry_block():
     new = fixed(TRAINER)
     assert 'if __name__ == "__main__":\n    ' + LINE + "\n    torch.manual_seed(0)\n" in new, new
     assert function_of(new, LINE) is None
+
+
+LIGHTNING = """\
+import argparse
+
+import lightning as L
+import torch
+import torch.nn as nn
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(512, 512)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--accelerator", default="gpu")
+    args = ap.parse_args()
+    trainer = L.Trainer(accelerator=args.accelerator, max_epochs=2)
+    trainer.fit(Net(), [torch.randn(4, 512)])
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_lightning_trainer_whose_accelerator_option_defaults_to_the_gpu():
+    new = fixed(LIGHTNING)
+    assert "def main():\n    " + LINE + "\n" in new, new
+
+
+def test_a_lightning_trainer_on_the_cpu_or_auto_is_left_alone():
+    settings = Settings(select=("PM302",), level=Level.NUMERIC)
+    for accelerator in ('"cpu"', '"auto"'):
+        source = LIGHTNING.replace('default="gpu"', f"default={accelerator}")
+        result = process_source(source.encode(), "train.py", settings, [Float32MatmulWithoutTf32])
+        assert result.error is None and result.findings == [], [f.message for f in result.findings]
