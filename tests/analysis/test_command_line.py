@@ -162,3 +162,17 @@ def test_a_batch_size_default_of_one_read_through_a_helper():
     assert "`args.per_device_train_batch_size`" in findings[0].message
     findings, _ = run(BATCH.replace("default=1)", "default=32)"), DefaultBatchSizeOfOne)
     assert findings == []
+
+
+def test_an_option_without_choices_behind_a_name_is_reported_with_its_flag():
+    source = (
+        (PARSER + TRAIN)
+        .replace(', choices=["Adam", "AdamW"]', "")
+        .replace(
+            "    opt = getattr(torch.optim, args.optim)(model.parameters(), lr=1e-2)\n",
+            "    opt_cls = getattr(torch.optim, args.optim)\n    opt = opt_cls(model.parameters(), lr=1e-2)\n",
+        )
+    )
+    findings, new = run(source, UnfusedOptimizer)
+    assert [f.code for f in findings] == ["PM402"] and not findings[0].applied and new == source
+    assert "`--optim` has no `choices=`" in findings[0].message, findings[0].message
