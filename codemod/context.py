@@ -100,7 +100,7 @@ class FileContext:
 
     @cached_property
     def command_line(self) -> CommandLine:
-        return CommandLine(self.index)
+        return CommandLine(self)
 
     @cached_property
     def _stored(self) -> set[int]:

@@ -6,16 +6,27 @@ or anything where it has none).
 
 A destination declared twice (two parsers, or a flag and a `dest=` of the same
 name) is left unknown: which one a run parses cannot be told from the file.
+
+Public API (reached as `context.command_line`):
+- `option(dest)`: the `Option` stored in `args.<dest>`.
+- `parses(expr)`: is `expr` the namespace of options: `parser.parse_args()`,
+  `parser.parse_known_args()[0]`, or a call of a function of this file every
+  `return` of which hands back one (`def get_args(): ...; return p.parse_args()`,
+  directly or through a name bound to it in that function).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.index import TreeIndex
-from codemod.analysis.names import kwarg, method_name
+from codemod.analysis.bindings import returned_values
+from codemod.analysis.names import kwarg, method_name, sole_definition
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
 
 PARSE_METHODS = ("parse_args", "parse_known_args")
 
@@ -28,9 +39,11 @@ class Option:
 
 
 class CommandLine:
-    def __init__(self, index: TreeIndex) -> None:
+    def __init__(self, context: FileContext) -> None:
+        self._context = context
+        self._parsing: dict[int, bool] = {}
         declared: dict[str, list[cst.Call]] = {}
-        for call in index.find(cst.Call):
+        for call in context.index.find(cst.Call):
             if method_name(call) == "add_argument" and call.args:
                 dest = _destination(call)
                 if dest is not None:
@@ -40,6 +53,35 @@ class CommandLine:
     def option(self, dest: str) -> Option | None:
         """The option stored in `args.<dest>`, when one `add_argument` of this file declares it."""
         return self._options.get(dest)
+
+    def parses(self, expr: cst.BaseExpression | None) -> bool:
+        """Is `expr` the namespace of options: a parse call, or a call of a function of
+        this file that returns one (`args = get_args()`)?"""
+        if expr is None:
+            return False
+        if is_parse_call(expr):
+            return True
+        if not isinstance(expr, cst.Call) or expr.args:
+            return False
+        function = sole_definition(self._context.scopes, expr.func, cst.FunctionDef)
+        return function is not None and self._returns_namespace(function)
+
+    def _returns_namespace(self, function: cst.FunctionDef) -> bool:
+        """Does every `return` of `function` hand back the namespace of options?"""
+        key = id(function)
+        if key not in self._parsing:
+            self._parsing[key] = False  # a function that calls itself returns nothing known
+            values = returned_values(function)
+            self._parsing[key] = bool(values) and all(self._namespace_in(v) for v in values)
+        return self._parsing[key]
+
+    def _namespace_in(self, value: cst.BaseExpression) -> bool:
+        """`value`, returned by a function, is a parse call, or a name bound only to one
+        (`args = p.parse_args(); return args`)."""
+        if not isinstance(value, cst.Name):
+            return self.parses(value)
+        bound = self._context.bindings.values(value)
+        return bool(bound) and all(self.parses(v) for v in bound)
 
 
 def is_parse_call(expr: cst.BaseExpression) -> bool:

@@ -7,6 +7,7 @@ that its `fit(...)` trains.
         build.accelerator   # the `accelerator=` value, None when left at "auto"
         build.modules       # the classes `trainer.fit(Net(), ...)` trains; None: cannot be told
         trainers.accelerator_place(build)  # "gpu", "option", "other", "auto" or "unknown"
+        trainers.on_cuda(build)  # trains on a CUDA GPU as the script is written
 """
 
 from __future__ import annotations
@@ -81,6 +82,16 @@ class LightningTrainers:
         if not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
             return "other"
         return "auto" if LIGHTNING_DEFAULT_ACCELERATOR in written else "unknown"
+
+    def on_cuda(self, build: TrainerBuild) -> bool:
+        """Does `build` train on a CUDA GPU as the script is written: `accelerator="gpu"`
+        (or `"cuda"`), or an option or name whose value as written is one? False for
+        "auto" (the default, which picks the CPU where no GPU is present), for a
+        `**kwargs` that may set it, and where the accelerator cannot be told."""
+        if build.star is not None or build.accelerator is None:
+            return False
+        written = self.context.training.strings(build.accelerator, written=True)
+        return written is not None and written <= frozenset(LIGHTNING_GPU_ACCELERATORS)
 
     def _describe(self, trainer: cst.Call, fits: list[cst.Call]) -> TrainerBuild:
         accelerator = kwarg(trainer, "accelerator")

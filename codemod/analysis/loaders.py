@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.command_line import Option, is_parse_call
+from codemod.analysis.command_line import Option
 from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, names_read, positional
@@ -1911,7 +1911,8 @@ class Loaders:
             return False
         values = [value for value, _ in self.bound_values(expr)]
         return bool(values) and all(
-            is_parse_call(v) or (isinstance(v, cst.Name) and self._parsed_arguments(v)) for v in values
+            self.context.command_line.parses(v) or (isinstance(v, cst.Name) and self._parsed_arguments(v))
+            for v in values
         )
 
     # -- what a **kwargs dict holds ----------------------------------------------------------

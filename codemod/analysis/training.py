@@ -36,7 +36,6 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import argument_for
-from codemod.analysis.command_line import is_parse_call
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import (
     dict_entry,
@@ -676,7 +675,14 @@ class Training:
         named = self.names.of(call)
         if named:
             return frozenset(named)
-        func = call.func
+        if isinstance(call.func, cst.Name):  # `opt_cls = getattr(torch.optim, name)`, then `opt_cls(...)`
+            sources = self.value_sources(call.func)
+            found = [self._got_attributes(s, written) if isinstance(s, cst.Call) else None for s in sources]
+            return frozenset().union(*found) if found and all(f is not None for f in found) else None
+        return self._got_attributes(call.func, written)
+
+    def _got_attributes(self, func: cst.BaseExpression, written: bool) -> frozenset[str] | None:
+        """For `getattr(torch.optim, name)`: each qualified name the attribute may name."""
         if not (
             isinstance(func, cst.Call)
             and self.names.is_(func.func, "builtins.getattr")
@@ -724,7 +730,7 @@ class Training:
         if not sources:
             return []
         for source in sources:
-            if is_parse_call(source):
+            if self.context.command_line.parses(source):
                 option = self.context.command_line.option(attr)
                 if option is None:
                     return []

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.lightning import lightning_trainers
 from codemod.analysis.names import is_main_guard
 from codemod.analysis.project import project_of
 from codemod.analysis.sizes import sizes_of, widest_memory_bound
@@ -38,6 +39,34 @@ EMBEDDING_SCRIPT = SCRIPT_BODY.replace("nn.Linear(512, 512)", "Bag(100, 1)").rep
 )
 
 
+LIGHTNING = """\
+import lightning as L
+import torch
+from torch import nn
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(512, 512)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main():
+    trainer = L.Trainer(accelerator="gpu", max_epochs=2)
+    trainer.fit(Net(), [torch.randn(4, 512)])
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
 def _indented(code: str) -> str:
     return "".join(f"    {line}" if line.strip() else line for line in code.splitlines(keepends=True))
 
@@ -56,7 +85,11 @@ class Float32MatmulWithoutTf32(Rule):
     the top of its caller). Training that runs in worker processes
     (`torch.multiprocessing.spawn(worker, ...)`, `Process(target=worker)`)
     gets it at the top of the worker function: a spawned process does not
-    inherit the setting from the process that started it.
+    inherit the setting from the process that started it. A Lightning
+    `Trainer(accelerator="gpu")` (or an option whose default is `"gpu"`)
+    without `precision=`, whose LightningModule multiplies matrices, trains
+    in float32 on CUDA too: the line goes where that Trainer is built and
+    run, by the same placement.
 
     ## Why is this bad?
     By default float32 matrix multiplications on CUDA use full IEEE float32,
@@ -147,11 +180,19 @@ class Float32MatmulWithoutTf32(Rule):
     CODE = "PM302"
     NAME = "float32-matmul-without-tf32"
     LEVEL = Level.NUMERIC
-    REQUIRES = ("backward",)
+    REQUIRES = ("backward", "Trainer")
     MESSAGE = "float32 matmuls on CUDA run without TF32 tensor cores; enable TF32 once at start-up"
     GAIN = "1.5-3x on matmul-bound float32 training on Ampere or newer GPUs"
 
     VALID = [
+        Valid(
+            LIGHTNING.replace('accelerator="gpu", ', ""),
+            'a Lightning Trainer left at accelerator "auto": not known to train on a GPU',
+        ),
+        Valid(
+            LIGHTNING.replace("max_epochs=2", 'max_epochs=2, precision="bf16-mixed"'),
+            "a Lightning Trainer that runs the step in bfloat16",
+        ),
         Valid(
             IMPORTS + 'device = torch.device("cuda")\nmodel = nn.Linear(512, 512).to(device)\n'
             "print(model(torch.randn(2, 512, device=device)))\n",
@@ -193,6 +234,11 @@ class Float32MatmulWithoutTf32(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            LIGHTNING,
+            LIGHTNING.replace("def main():\n", "def main():\n    " + ENABLE_TF32 + "\n"),
+            "a Lightning Trainer on the GPU: at the top of the function that builds and runs it",
+        ),
         Invalid(
             IMPORTS + "\n" + SCRIPT_BODY,
             IMPORTS + "\n" + ENABLE_TF32 + "\n" + SCRIPT_BODY,
@@ -347,7 +393,9 @@ class Float32MatmulWithoutTf32(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         training = self.context.training
-        if not training.loops or training.cuda_use is None:
+        if not training.loops:
+            return self._check_trainers(node)
+        if training.cuda_use is None:
             return
         if all(
             loop.float64 is not None
@@ -365,13 +413,42 @@ class Float32MatmulWithoutTf32(Rule):
         if project_of(self.context).imported_module_mentioning(*(s.encode() for s in PRECISION_SETTINGS)):
             return  # the project chooses it in a module of its own that this file imports
         enable = cst.parse_statement(ENABLE_TF32 + "\n")
-        edits = self._at_startup(node, training, enable)
         loop = training.loops[0].loop  # reported at the training loop, fixed at start-up
+        edits = self._at_startup(node, [self._entry_of(each.loop) for each in training.loops], loop, enable)
         if edits:
             self.report(loop, edits=edits, imports=[("torch", None)])
         else:
             self.report(
                 loop,
+                f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
+                "enable TF32 once in its entry point)",
+            )
+
+    def _check_trainers(self, module: cst.Module) -> None:
+        """A Lightning `Trainer(...)` that trains on a CUDA GPU, in float32 (no `precision=`),
+        a LightningModule of this file whose step multiplies matrices: TF32 is turned on
+        at start-up as for a loop of the script's own."""
+        trainers = lightning_trainers(self.context)
+        training = self.context.training
+        for build in trainers.builds:
+            if (
+                build.precision is not None
+                or build.plugins is not None
+                or not build.modules
+                or not trainers.on_cuda(build)
+                or not any(training.matrix_products_in(cls) for cls in build.modules)
+            ):
+                continue
+            if any(name.value in PRECISION_SETTINGS for name in self.context.index.find(cst.Name)):
+                return
+            if project_of(self.context).imported_module_mentioning(*(s.encode() for s in PRECISION_SETTINGS)):
+                return
+            enable = cst.parse_statement(ENABLE_TF32 + "\n")
+            edits = self._at_startup(module, [self._entry_of(build.call)], build.call, enable)
+            if edits:
+                return self.report(build.call, edits=edits, imports=[("torch", None)])
+            return self.report(
+                build.call,
                 f"{self.MESSAGE} (not fixed: perfmod cannot tell where this program starts; "
                 "enable TF32 once in its entry point)",
             )
@@ -391,26 +468,33 @@ class Float32MatmulWithoutTf32(Rule):
 
     # -- where start-up is -------------------------------------------------------------
 
-    def _at_startup(self, module: cst.Module, training, enable: cst.BaseStatement) -> list[Edit]:
+    def _at_startup(
+        self, module: cst.Module, holders: list, trained: cst.CSTNode, enable: cst.BaseStatement
+    ) -> list[Edit]:
         """The edits that enable TF32 once at start-up of the entry script: at the top of
-        the function its `if __name__ == "__main__":` block calls (or of that block);
+        the function of the module its `if __name__ == "__main__":` block calls (or of that
+        block, which also holds a call of a method that trains);
         after the imports of a script that trains at module level; at the top of the
         functions that start training in a library module (never at its import time,
         never in a function called once per epoch)."""
         steps = self.context.loops
         guard = next((s for s in module.body if isinstance(s, cst.If) and is_main_guard(s.test)), None)
-        holders = [self._entry_of(loop.loop) for loop in training.loops]
         workers = [f for f in steps.spawned_functions() if any(h is f or self._reaches(f, h) for h in holders)]
         if workers:  # each worker process starts afresh: the setting goes where it starts
             return [self._at_top(function, enable.deep_clone()) for function in workers]
         if guard is not None:
             for call in steps.own_calls(guard.body):
                 function = steps.callee(call)
-                if function is not None and any(h is function or self._reaches(function, h) for h in holders):
+                if (
+                    function is not None
+                    # a function of the module, not a method (`trainer.fit()`, which may run many times)
+                    and isinstance(self.context.parents.get(function), cst.Module)
+                    and any(h is function or self._reaches(function, h) for h in holders)
+                ):
                     return [self._at_top(function, enable)]
             return [self._at_top(guard, enable)]
         if None in holders or self._runs_at_module_level(module):
-            first_statement = self._module_statement(training.loops[0].loop)
+            first_statement = self._module_statement(trained)
             body = list(module.body[: module.body.index(first_statement) + 1])
             last_import = max(
                 (

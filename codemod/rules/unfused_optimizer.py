@@ -363,7 +363,11 @@ class UnfusedOptimizer(Rule):
         another value) whose value as written has fused kernels but whose others may not."""
         taking = _listed(FUSED_OPTIMIZERS)
         everywhere = _listed(FUSED_EVERYWHERE, "or")
-        name = node.func.args[1].value if isinstance(node.func, cst.Call) else None
+        func = node.func
+        if isinstance(func, cst.Name):  # `opt_cls = getattr(torch.optim, args.optim)`, then `opt_cls(...)`
+            sources = self.context.training.value_sources(func)
+            func = sources[0] if len(sources) == 1 else None
+        name = func.args[1].value if isinstance(func, cst.Call) and len(func.args) == 2 else None
         option = (
             self.context.command_line.option(name.attr.value)
             if isinstance(name, cst.Attribute) and isinstance(name.value, cst.Name)

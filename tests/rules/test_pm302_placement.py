@@ -316,3 +316,83 @@ def test_folds_of_epochs_of_steps():
     )
     new = fixed(source + '\n\nif __name__ == "__main__":\n    main()\n')
     assert function_of(new, LINE) == "main", new
+
+
+TRAINER = """\
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, device):
+        self.model = nn.Linear(512, 512).to(device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self, X, epochs=3):
+        for epoch in range(epochs):
+            for x in X.split(4):
+                loss = self.model(x).pow(2).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    trainer = Trainer("cuda")
+    trainer.fit(torch.randn(64, 512))
+"""
+
+
+def test_a_trainer_method_the_entry_block_calls_gets_it_in_the_entry_block():
+    """`trainer.fit(...)` is a method of a class, which may run many times and reads as
+    library code: the process-wide setting goes in the entry point that calls it."""
+    new = fixed(TRAINER)
+    assert 'if __name__ == "__main__":\n    ' + LINE + "\n    torch.manual_seed(0)\n" in new, new
+    assert function_of(new, LINE) is None
+
+
+LIGHTNING = """\
+import argparse
+
+import lightning as L
+import torch
+import torch.nn as nn
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(512, 512)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--accelerator", default="gpu")
+    args = ap.parse_args()
+    trainer = L.Trainer(accelerator=args.accelerator, max_epochs=2)
+    trainer.fit(Net(), [torch.randn(4, 512)])
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_lightning_trainer_whose_accelerator_option_defaults_to_the_gpu():
+    new = fixed(LIGHTNING)
+    assert "def main():\n    " + LINE + "\n" in new, new
+
+
+def test_a_lightning_trainer_on_the_cpu_or_auto_is_left_alone():
+    settings = Settings(select=("PM302",), level=Level.NUMERIC)
+    for accelerator in ('"cpu"', '"auto"'):
+        source = LIGHTNING.replace('default="gpu"', f"default={accelerator}")
+        result = process_source(source.encode(), "train.py", settings, [Float32MatmulWithoutTf32])
+        assert result.error is None and result.findings == [], [f.message for f in result.findings]
