@@ -1174,13 +1174,16 @@ class PerPositionLossLoop(Rule):
         return False
 
     def _read_after(self, node: cst.CSTNode, target: cst.Name) -> bool:
+        """May a read outside the loop see the value `target` binds in it? (Flow-sensitive:
+        a later `for t in ...` or `t = ...` that rebinds the name first hides it.)"""
         scope = self.context.scopes.get(target)
         if scope is None:
             return True
         binding = [a for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target]
         if not binding:
             return True
-        return any(not self.context.inside(access.node, node) for access in binding[0].references)
+        reads = self.context.kinds.reached_reads(binding[0])
+        return any(not self.context.inside(read, node) for read in reads)
 
 
 def _loss_arguments(module: cst.Module, call: cst.Call, function: str, first_keyword_position: int) -> _Loss:
