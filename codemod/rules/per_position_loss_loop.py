@@ -9,31 +9,24 @@ from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
+from codemod.analysis.loss_calls import LossOptions, loss_calls
 from codemod.analysis.names import integer_value, names_read, number_value
 from codemod.analysis.position_slices import affine, is_zero, position_slices, wrapped
 from codemod.analysis.torch_facts import (
     ALONG_DIM_FUNCTIONS,
     ALONG_DIM_METHODS,
-    CROSS_ENTROPY,
-    CROSS_ENTROPY_MODULES,
     DTYPE_NAMES,
     FUNCTIONAL,
     LOSS_FUNCTIONS,
     LOSS_MODULES,
-    NLL_LOSS,
-    NLL_LOSS_MODULES,
     POINTWISE_FUNCTIONS,
     POINTWISE_METHODS,
     functional_alias,
-    is_literal,
-    loss_of,
 )
 from codemod.analysis.torch_ops import Loss, methods, short
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
-# Keyword arguments of the loss functions (and of their modules' constructors) the fix understands.
-KNOWN_KEYWORDS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 DEFAULT_IGNORE_INDEX = "-100"
 TORCH_METHODS = methods()  # every tensor method of the torch table
 LINE_LENGTH = 100  # a longer rewritten line is split after the per-position sums
@@ -77,25 +70,13 @@ class _Operand:
 
 
 @dataclass
-class _Loss:
-    """What a cross-entropy or NLL call (or its module's constructor) says about its reduction."""
-
-    function: str  # "cross_entropy" or "nll_loss"
-    reduction: str = "mean"
-    keywords: dict[str, str] = field(default_factory=dict)  # keyword -> source text, in the call's order
-    keyword_nodes: dict[str, cst.BaseExpression] = field(default_factory=dict)
-    module: cst.BaseExpression | None = None
-    problem: str | None = None
-
-
-@dataclass
 class _Term:
     """One position's loss: `call`, possibly times or divided by `factor`, as the loop adds it."""
 
     node: cst.BaseExpression  # what the loop adds (the call, or the call with its factor)
     call: cst.Call
     factor: tuple[str, cst.BaseExpression] | None
-    loss: _Loss
+    loss: LossOptions
     input: _Operand
     target: _Operand
 
@@ -379,12 +360,17 @@ class PerPositionLossLoop(Rule):
                 try:
                     edits, imports = self._general_rewrite(node, loop)
                 except _NotRewritten as general:
-                    cross_entropy = all(self._loss_kind(call) is not None for call in losses)
+                    cross_entropy = all(self._losses.kind(call) is not None for call in losses)
                     raise (reason if cross_entropy else general) from None
         except _NotRewritten as reason:
             self.report(node, f"{self._message(node.body, loop)}; not rewritten: {reason}")
             return
         self.report(node, self._message(node.body, loop), edits=edits, imports=imports)
+
+    @property
+    def _losses(self):
+        """Which loss a call computes and its options (the shared analysis)."""
+        return loss_calls(self.context)
 
     @property
     def _slices(self):
@@ -456,7 +442,7 @@ class PerPositionLossLoop(Rule):
         assigned = None
         found = []
         for call in own_nodes(self.context.index, cst.Call, body):
-            if self._loss_kind(call) is None and self._any_loss(call) is None:
+            if self._losses.kind(call) is None and self._losses.any_loss(call) is None:
                 continue
             for arg in call.args[:2]:
                 value = arg.value
@@ -511,7 +497,7 @@ class PerPositionLossLoop(Rule):
         return found
 
     def _message(self, body: cst.CSTNode, loop: _Loop) -> str:
-        cross_entropy = all(self._loss_kind(call) is not None for call in self._position_losses(body, loop))
+        cross_entropy = all(self._losses.kind(call) is not None for call in self._position_losses(body, loop))
         loss = "cross-entropy" if cross_entropy else "the loss"
         if loop.var is not None and self._teacher_forced(body, loop):
             return (
@@ -526,7 +512,7 @@ class PerPositionLossLoop(Rule):
         that reads the position: `model(x[:, :t])`?"""
         assigned = self._assigned_in(body)
         for call in own_nodes(self.context.index, cst.Call, body):
-            if self._loss_kind(call) is not None or self._any_loss(call) is not None:
+            if self._losses.kind(call) is not None or self._losses.any_loss(call) is not None:
                 continue
             if isinstance(call.func, cst.Attribute) and not (
                 self.context.training.is_model(call.func) or self._runs_a_module(call.func)
@@ -667,26 +653,6 @@ class PerPositionLossLoop(Rule):
                     seen.add(read.value)
                     frontier.append(temporaries[read.value].value)
         return False
-
-    def _any_loss(self, call: cst.Call) -> tuple[str, Loss, cst.Call | None] | None:
-        """(qualified function, its facts, the module's constructor or None) for a call of a
-        torch loss function or of a loss module built once (`criterion = nn.MSELoss()`)."""
-        functional = {n for n in self.context.names.of(call.func) if n.startswith(f"{FUNCTIONAL}.")}
-        found = loss_of(functional)
-        if found is not None:
-            return (*found, None) if found[1].per_element else None
-        if isinstance(call.func, cst.Name):
-            values = self.context.bindings.values(call.func)
-        elif isinstance(call.func, cst.Attribute):
-            values = self.context.bindings.attribute_values(call.func)
-        else:
-            return None
-        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
-            return None
-        found = loss_of(self.context.names.of(values[0].func))
-        if found is None or not found[1].per_element:
-            return None
-        return (*found, values[0])
 
     def _scalar(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """A Python number the code shows: a literal, arithmetic of them, a name bound only
@@ -860,7 +826,7 @@ class PerPositionLossLoop(Rule):
 
     def _term(self, value: cst.BaseExpression, loop: _Loop, temporaries: dict[str, cst.Assign]) -> _Term:
         call, factor = _split_factor(value)
-        loss = self._loss(call)
+        loss = self._losses.options(call)
         if loss is None:
             raise _NotRewritten("what the loop adds is not one cross-entropy call (times a constant)")
         if loss.problem is not None:
@@ -884,50 +850,6 @@ class PerPositionLossLoop(Rule):
         if loop.var is not None and read.count(loop.var) != 2:
             raise _NotRewritten(f"`{loop.var}` is used for more than indexing the positions")
         return _Term(value, call, factor, loss, input_operand, target_operand)
-
-    def _loss_kind(self, call: cst.Call) -> str | None:
-        names = self.context.names.of(call.func)
-        if CROSS_ENTROPY in names:
-            return "cross_entropy"
-        if NLL_LOSS in names:
-            return "nll_loss"
-        constructor = self._module_constructor(call.func)
-        if constructor is None:
-            return None
-        return "cross_entropy" if self.context.names.of(constructor.func) & CROSS_ENTROPY_MODULES else "nll_loss"
-
-    def _loss(self, call: cst.BaseExpression) -> _Loss | None:
-        if not isinstance(call, cst.Call):
-            return None
-        kind = self._loss_kind(call)
-        if kind is None:
-            return None
-        if self.context.names.of(call.func) & {CROSS_ENTROPY, NLL_LOSS}:
-            return _loss_arguments(self.context.module, call, kind, first_keyword_position=2)
-        constructor = self._module_constructor(call.func)
-        loss = _loss_arguments(self.context.module, constructor, kind, first_keyword_position=0)
-        for keyword, value in loss.keyword_nodes.items():
-            if not is_literal(value):  # read back from the module: `criterion.ignore_index`
-                loss.keywords[keyword] = f"{self.context.module.code_for_node(call.func)}.{keyword}"
-        if loss.problem is None and any(arg.keyword is not None for arg in call.args):
-            loss.problem = "the loss module is called with keyword arguments"
-        loss.module = call.func
-        return loss
-
-    def _module_constructor(self, func: cst.BaseExpression) -> cst.Call | None:
-        """The `nn.CrossEntropyLoss(...)` / `nn.NLLLoss(...)` call that `func` (a name or
-        `self.attr`) was built by."""
-        if isinstance(func, cst.Name):
-            values = self.context.bindings.values(func)
-        elif isinstance(func, cst.Attribute):
-            values = self.context.bindings.attribute_values(func)
-        else:
-            return None
-        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
-            return None
-        constructor = values[0]
-        names = self.context.names.of(constructor.func)
-        return constructor if names & (CROSS_ENTROPY_MODULES | NLL_LOSS_MODULES) else None
 
     def _operand(self, expr: cst.BaseExpression, loop: _Loop, trailing: bool) -> _Operand | None:
         """`base[:, t + offset]` (`base[:, t + offset, :]` for the input), or a row of `zip(... .unbind(1))`."""
@@ -1040,34 +962,6 @@ class PerPositionLossLoop(Rule):
         return any(not self.context.inside(read, node) for read in reads)
 
 
-def _loss_arguments(module: cst.Module, call: cst.Call, function: str, first_keyword_position: int) -> _Loss:
-    loss = _Loss(function)
-    positional = [arg for arg in call.args if arg.keyword is None]
-    if len(positional) > first_keyword_position or any(arg.star for arg in call.args):
-        loss.problem = "arguments passed by position or unpacked (weight, ignore_index ...) are not followed"
-        return loss
-    for arg in call.args:
-        if arg.keyword is None or arg.keyword.value in ("input", "target"):
-            continue
-        name = arg.keyword.value
-        if name not in KNOWN_KEYWORDS:
-            loss.problem = f"`{name}=` is not understood by the fix"
-            return loss
-        loss.keywords[name] = module.code_for_node(arg.value)
-        loss.keyword_nodes[name] = arg.value
-    reduction = loss.keyword_nodes.get("reduction")
-    if reduction is not None:
-        if not isinstance(reduction, cst.SimpleString) or reduction.evaluated_value not in ("mean", "sum", "none"):
-            loss.problem = "its reduction is not a literal"
-            return loss
-        loss.reduction = reduction.evaluated_value
-    if loss.reduction == "none":
-        loss.problem = 'reduction="none" gives per-sample losses that the loop combines in its own way'
-    elif loss.reduction == "mean" and "weight" in loss.keywords:
-        loss.problem = "with class weights each position's mean divides by its own sum of weights"
-    return loss
-
-
 def _inline(value: cst.BaseExpression, temporaries: dict[str, cst.Assign]) -> cst.BaseExpression:
     """`value` with each read of a temporary replaced by the expression assigned to it."""
     if not temporaries:
@@ -1145,7 +1039,7 @@ class _Batched:
             return self._total(term.with_changes(lpar=(), rpar=()))
         if not isinstance(term, cst.Call):
             raise _NotRewritten("what the loop adds is not a loss per position (times a constant)")
-        found = self.rule._any_loss(term)
+        found = self.rule._losses.any_loss(term)
         if found is not None:
             function, facts, constructor = found
             reduction, call = self._loss_call(term, function, facts, constructor)
@@ -1324,7 +1218,7 @@ class _Batched:
         args = [a for a in call.args]
         if any(a.star for a in args):
             raise _NotRewritten(f"`{self.code(call)}` unpacks its arguments")
-        found = self.rule._any_loss(call)
+        found = self.rule._losses.any_loss(call)
         if found is not None:
             function, facts, constructor = found
             reduction, _ = self._loss_call(call, function, facts, constructor)
@@ -1403,7 +1297,7 @@ class _Substitute(cst.CSTTransformer):
         if text is not None:
             return cst.parse_expression(text).with_changes(lpar=original.lpar, rpar=original.rpar)
         if isinstance(original, cst.Call):
-            found = self.batched.rule._any_loss(original)
+            found = self.batched.rule._losses.any_loss(original)
             if found is not None:
                 function, facts, constructor = found
                 _, over = self.batched._loss_call(original, function, facts, constructor)
