@@ -9,36 +9,29 @@ from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loop_edits import unwrap
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_literal, integer_value, names_read, number_value
+from codemod.analysis.loss_calls import LossOptions, loss_calls
+from codemod.analysis.names import integer_value, names_read, number_value
+from codemod.analysis.position_slices import affine, is_zero, position_slices, wrapped
 from codemod.analysis.torch_facts import (
     ALONG_DIM_FUNCTIONS,
     ALONG_DIM_METHODS,
-    CROSS_ENTROPY,
-    CROSS_ENTROPY_MODULES,
     DTYPE_NAMES,
     FUNCTIONAL,
     LOSS_FUNCTIONS,
     LOSS_MODULES,
-    NLL_LOSS,
-    NLL_LOSS_MODULES,
     POINTWISE_FUNCTIONS,
     POINTWISE_METHODS,
     functional_alias,
-    is_literal,
-    loss_of,
 )
 from codemod.analysis.torch_ops import Loss, methods, short
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
-# Keyword arguments of the loss functions (and of their modules' constructors) the fix understands.
-KNOWN_KEYWORDS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 DEFAULT_IGNORE_INDEX = "-100"
 TORCH_METHODS = methods()  # every tensor method of the torch table
 LINE_LENGTH = 100  # a longer rewritten line is split after the per-position sums
 FULL_SLICE = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
 # Calls whose value is the length of a dimension, or a count: never negative.
-SIZES = ("size", "numel", "dim")
 
 PREAMBLE = """\
 import torch
@@ -77,25 +70,13 @@ class _Operand:
 
 
 @dataclass
-class _Loss:
-    """What a cross-entropy or NLL call (or its module's constructor) says about its reduction."""
-
-    function: str  # "cross_entropy" or "nll_loss"
-    reduction: str = "mean"
-    keywords: dict[str, str] = field(default_factory=dict)  # keyword -> source text, in the call's order
-    keyword_nodes: dict[str, cst.BaseExpression] = field(default_factory=dict)
-    module: cst.BaseExpression | None = None
-    problem: str | None = None
-
-
-@dataclass
 class _Term:
     """One position's loss: `call`, possibly times or divided by `factor`, as the loop adds it."""
 
     node: cst.BaseExpression  # what the loop adds (the call, or the call with its factor)
     call: cst.Call
     factor: tuple[str, cst.BaseExpression] | None
-    loss: _Loss
+    loss: LossOptions
     input: _Operand
     target: _Operand
 
@@ -379,12 +360,22 @@ class PerPositionLossLoop(Rule):
                 try:
                     edits, imports = self._general_rewrite(node, loop)
                 except _NotRewritten as general:
-                    cross_entropy = all(self._loss_kind(call) is not None for call in losses)
+                    cross_entropy = all(self._losses.kind(call) is not None for call in losses)
                     raise (reason if cross_entropy else general) from None
         except _NotRewritten as reason:
             self.report(node, f"{self._message(node.body, loop)}; not rewritten: {reason}")
             return
         self.report(node, self._message(node.body, loop), edits=edits, imports=imports)
+
+    @property
+    def _losses(self):
+        """Which loss a call computes and its options (the shared analysis)."""
+        return loss_calls(self.context)
+
+    @property
+    def _slices(self):
+        """The positions a loop's indices visit, as slices (the shared analysis)."""
+        return position_slices(self.context)
 
     def _recurrent(self, node: cst.For) -> bool:
         """Does each position run a module on what the one before it made (free-running
@@ -451,7 +442,7 @@ class PerPositionLossLoop(Rule):
         assigned = None
         found = []
         for call in own_nodes(self.context.index, cst.Call, body):
-            if self._loss_kind(call) is None and self._any_loss(call) is None:
+            if self._losses.kind(call) is None and self._losses.any_loss(call) is None:
                 continue
             for arg in call.args[:2]:
                 value = arg.value
@@ -506,7 +497,7 @@ class PerPositionLossLoop(Rule):
         return found
 
     def _message(self, body: cst.CSTNode, loop: _Loop) -> str:
-        cross_entropy = all(self._loss_kind(call) is not None for call in self._position_losses(body, loop))
+        cross_entropy = all(self._losses.kind(call) is not None for call in self._position_losses(body, loop))
         loss = "cross-entropy" if cross_entropy else "the loss"
         if loop.var is not None and self._teacher_forced(body, loop):
             return (
@@ -521,7 +512,7 @@ class PerPositionLossLoop(Rule):
         that reads the position: `model(x[:, :t])`?"""
         assigned = self._assigned_in(body)
         for call in own_nodes(self.context.index, cst.Call, body):
-            if self._loss_kind(call) is not None or self._any_loss(call) is not None:
+            if self._losses.kind(call) is not None or self._losses.any_loss(call) is not None:
                 continue
             if isinstance(call.func, cst.Attribute) and not (
                 self.context.training.is_model(call.func) or self._runs_a_module(call.func)
@@ -662,26 +653,6 @@ class PerPositionLossLoop(Rule):
                     seen.add(read.value)
                     frontier.append(temporaries[read.value].value)
         return False
-
-    def _any_loss(self, call: cst.Call) -> tuple[str, Loss, cst.Call | None] | None:
-        """(qualified function, its facts, the module's constructor or None) for a call of a
-        torch loss function or of a loss module built once (`criterion = nn.MSELoss()`)."""
-        functional = {n for n in self.context.names.of(call.func) if n.startswith(f"{FUNCTIONAL}.")}
-        found = loss_of(functional)
-        if found is not None:
-            return (*found, None) if found[1].per_element else None
-        if isinstance(call.func, cst.Name):
-            values = self.context.bindings.values(call.func)
-        elif isinstance(call.func, cst.Attribute):
-            values = self.context.bindings.attribute_values(call.func)
-        else:
-            return None
-        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
-            return None
-        found = loss_of(self.context.names.of(values[0].func))
-        if found is None or not found[1].per_element:
-            return None
-        return (*found, values[0])
 
     def _scalar(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """A Python number the code shows: a literal, arithmetic of them, a name bound only
@@ -855,7 +826,7 @@ class PerPositionLossLoop(Rule):
 
     def _term(self, value: cst.BaseExpression, loop: _Loop, temporaries: dict[str, cst.Assign]) -> _Term:
         call, factor = _split_factor(value)
-        loss = self._loss(call)
+        loss = self._losses.options(call)
         if loss is None:
             raise _NotRewritten("what the loop adds is not one cross-entropy call (times a constant)")
         if loss.problem is not None:
@@ -880,50 +851,6 @@ class PerPositionLossLoop(Rule):
             raise _NotRewritten(f"`{loop.var}` is used for more than indexing the positions")
         return _Term(value, call, factor, loss, input_operand, target_operand)
 
-    def _loss_kind(self, call: cst.Call) -> str | None:
-        names = self.context.names.of(call.func)
-        if CROSS_ENTROPY in names:
-            return "cross_entropy"
-        if NLL_LOSS in names:
-            return "nll_loss"
-        constructor = self._module_constructor(call.func)
-        if constructor is None:
-            return None
-        return "cross_entropy" if self.context.names.of(constructor.func) & CROSS_ENTROPY_MODULES else "nll_loss"
-
-    def _loss(self, call: cst.BaseExpression) -> _Loss | None:
-        if not isinstance(call, cst.Call):
-            return None
-        kind = self._loss_kind(call)
-        if kind is None:
-            return None
-        if self.context.names.of(call.func) & {CROSS_ENTROPY, NLL_LOSS}:
-            return _loss_arguments(self.context.module, call, kind, first_keyword_position=2)
-        constructor = self._module_constructor(call.func)
-        loss = _loss_arguments(self.context.module, constructor, kind, first_keyword_position=0)
-        for keyword, value in loss.keyword_nodes.items():
-            if not is_literal(value):  # read back from the module: `criterion.ignore_index`
-                loss.keywords[keyword] = f"{self.context.module.code_for_node(call.func)}.{keyword}"
-        if loss.problem is None and any(arg.keyword is not None for arg in call.args):
-            loss.problem = "the loss module is called with keyword arguments"
-        loss.module = call.func
-        return loss
-
-    def _module_constructor(self, func: cst.BaseExpression) -> cst.Call | None:
-        """The `nn.CrossEntropyLoss(...)` / `nn.NLLLoss(...)` call that `func` (a name or
-        `self.attr`) was built by."""
-        if isinstance(func, cst.Name):
-            values = self.context.bindings.values(func)
-        elif isinstance(func, cst.Attribute):
-            values = self.context.bindings.attribute_values(func)
-        else:
-            return None
-        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
-            return None
-        constructor = values[0]
-        names = self.context.names.of(constructor.func)
-        return constructor if names & (CROSS_ENTROPY_MODULES | NLL_LOSS_MODULES) else None
-
     def _operand(self, expr: cst.BaseExpression, loop: _Loop, trailing: bool) -> _Operand | None:
         """`base[:, t + offset]` (`base[:, t + offset, :]` for the input), or a row of `zip(... .unbind(1))`."""
         if isinstance(expr, cst.Name) and expr.value in loop.rows:
@@ -939,41 +866,11 @@ class PerPositionLossLoop(Rule):
             elements = elements[:2]
         if len(elements) != 2 or not m.matches(elements[0], FULL_SLICE) or not isinstance(elements[1].slice, cst.Index):
             return None
-        affine = self._affine(elements[1].slice.value, loop.var)
-        if affine is None or loop.var in {n.value for n in names_read(expr.value)}:
+        index = affine(elements[1].slice.value, loop.var)
+        if index is None or loop.var in {n.value for n in names_read(expr.value)}:
             return None
-        sign, offset = affine
+        sign, offset = index
         return _Operand(expr.value, sign, offset)
-
-    def _affine(self, index: cst.BaseExpression, var: str) -> tuple[int, int | cst.BaseExpression] | None:
-        """(sign, offset) for an index `sign * t + offset`, where the offset is a number or
-        an expression that does not read `t`."""
-        if isinstance(index, cst.Name) and index.value == var:
-            return 1, 0
-        if m.matches(index, m.UnaryOperation(operator=m.Minus(), expression=m.Name(var))):
-            return -1, 0
-        if not isinstance(index, cst.BinaryOperation) or not isinstance(index.operator, (cst.Add, cst.Subtract)):
-            return None
-        plus = isinstance(index.operator, cst.Add)
-        left_reads = var in {n.value for n in names_read(index.left)}
-        right_reads = var in {n.value for n in names_read(index.right)}
-        if left_reads == right_reads:
-            return None
-        if left_reads:  # `t + X`, `t - X`, `(t + a) + b`
-            inner = self._affine(index.left, var)
-            other = index.right
-            if inner is None:
-                return None
-            return inner[0], _combine(inner[1], other, plus)
-        if not plus:  # `X - t`
-            inner = self._affine(index.right, var)
-            if inner is None:
-                return None
-            return -inner[0], _combine(index.left, inner[1], False)
-        inner = self._affine(index.right, var)  # `X + t`
-        if inner is None:
-            return None
-        return inner[0], _combine(index.left, inner[1], True)
 
     # -- the batched expression -----------------------------------------------------
 
@@ -1029,75 +926,20 @@ class PerPositionLossLoop(Rule):
             return tuple(self.context.module.code_for_node(o.base) for o in pair)
         if any(o.full for o in pair):
             raise _NotRewritten("the positions of the input and the target are not visited the same way")
-        sliced = [self._sliced(o, loop) if o.sign == pair[0].sign else None for o in pair]
+        sliced = [
+            self._slices.sliced(o.base, o.sign, o.offset, loop.start, loop.stop) if o.sign == pair[0].sign else None
+            for o in pair
+        ]
         if all(s is not None for s in sliced):
             return tuple(sliced)
         # Slices run in ascending positions; `-t` visits them in descending order, which
         # only slices of both keep aligned. Ascending ones may mix slices and gathers.
-        return tuple(s if s is not None and o.sign == 1 else self._gathered(o, loop) for s, o in zip(sliced, pair))
-
-    def _sliced(self, operand: _Operand, loop: _Loop) -> str | None:
-        code = cst.Module([]).code_for_node
-        base = code(operand.base)
-        start, stop, offset = loop.start, loop.stop, operand.offset
-        if (
-            operand.sign == 1
-            and offset == 0
-            and (start is None or _is_zero(start))
-            and self._is_length(stop, operand.base)
-        ):
-            return base  # every position
-        if operand.sign == -1:
-            # -t for t in range(1, K + 1) (or range(1, S)): positions -K ... -1
-            if offset != 0 or start is None or not _is_integer(start, 1):
-                return None
-            count, count_node = _minus_one(stop)
-            if (count_node is not None and self._positive(count_node)) or (integer_value(stop) or 0) >= 2:
-                return f"{base}[:, -{_wrapped(count)}:]"
-            return f"{base}[:, {base}.size(1) - {_wrapped(count)}:]"
-        if isinstance(offset, cst.BaseExpression) and _is_negated_stop(offset, stop):
-            # t - K (or -K + t) for t in range(s, K): positions s - K ... -1
-            first = integer_value(start) if start is not None else 0
-            if first is None:
-                return None
-            count = self._count(start, stop)
-            length = code(stop)
-            if count is not None and count >= 1:
-                return f"{base}[:, -{_wrapped(length)}:]" if first == 0 else f"{base}[:, {first} - {_wrapped(length)}:]"
-            # K may be 0 (or no more than s): the loop adds nothing, while `[-0:]` is every position
-            return f"{base}[:, {base}.size(1) - {_wrapped(length)}{f' + {first}' if first else ''}:]"
-        lower = _add(start, offset)
-        upper = _add(stop, offset)
-        if lower is None or upper is None:
-            return None
-        lower_text, lower_value = lower
-        if lower_value is not None:
-            if lower_value < 0:
-                return None
-        elif not (
-            self._non_negative(start) and (isinstance(offset, int) and offset >= 0 or self._non_negative(offset))
-        ):
-            return None
-        return f"{base}[:, {'' if lower_text == '0' else lower_text}:{upper[0]}]"
-
-    def _gathered(self, operand: _Operand, loop: _Loop) -> str:
-        """`base[:, torch.arange(start, stop, device=base.device) + offset]` (or `offset - arange`)."""
-        code = cst.Module([]).code_for_node
-        base = code(operand.base)
-        bounds = ([code(loop.start)] if loop.start is not None else []) + [code(loop.stop)]
-        positions = f"torch.arange({', '.join(bounds)}, device={base}.device)"
-        offset = operand.offset
-        offset_text = str(offset) if isinstance(offset, int) else code(offset)
-        if operand.sign == 1:
-            if offset == 0:
-                index = positions
-            elif isinstance(offset, int) and offset < 0:
-                index = f"{positions} - {-offset}"
-            else:
-                index = f"{positions} + {_wrapped(offset_text)}"
-        else:
-            index = f"-{positions}" if offset == 0 else f"{_wrapped(offset_text)} - {positions}"
-        return f"{base}[:, {index}]"
+        return tuple(
+            s
+            if s is not None and o.sign == 1
+            else self._slices.gathered(o.base, o.sign, o.offset, loop.start, loop.stop)
+            for s, o in zip(sliced, pair)
+        )
 
     def _imports(self, term: _Term) -> list[tuple[str, str | None]]:
         imports = []
@@ -1107,200 +949,17 @@ class PerPositionLossLoop(Rule):
 
     # -- facts about numbers ------------------------------------------------------------
 
-    def _is_length(self, stop: cst.BaseExpression, base: cst.BaseExpression) -> bool:
-        """Is `stop` the length of `base`'s dimension 1 (`base.size(1)`, `base.shape[1]`,
-        a name bound only to one of those or unpacked from `base.shape`)?"""
-        code = cst.Module([]).code_for_node
-        text = code(base)
-        if code(stop) in (f"{text}.size(1)", f"{text}.shape[1]"):
-            return True
-        if not isinstance(stop, cst.Name):
-            return False
-        values = self.context.bindings.values(stop)
-        if values:
-            return len(values) == 1 and self._is_length(values[0], base)
-        assignments = self.context.bindings.assignments(stop)
-        if not assignments or len(assignments) != 1:
-            return False
-        unpacked = self.context.bindings.unpacked(assignments[0])
-        if unpacked is None:
-            return False
-        value, position = unpacked
-        return position == 1 and code(value) in (f"{text}.shape", f"{text}.size()")
-
-    def _count(self, start: cst.BaseExpression | None, stop: cst.BaseExpression) -> int | None:
-        """How many positions `range(start, stop)` visits, when both are numbers the code
-        shows (literals, or names bound only to literals)."""
-        first = 0 if start is None else self._integer(start)
-        last = self._integer(stop)
-        return None if first is None or last is None else last - first
-
-    def _integer(self, expr: cst.BaseExpression) -> int | None:
-        value = integer_value(expr)
-        if value is not None:
-            return value
-        if isinstance(expr, cst.Name):
-            values = self.context.bindings.values(expr)
-            found = {integer_value(v) for v in values or ()}
-            if values and len(found) == 1 and None not in found:
-                return found.pop()
-        return None
-
-    def _positive(self, expr: cst.BaseExpression) -> bool:
-        value = self._integer(expr)
-        return value is not None and value >= 1
-
-    def _non_negative(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
-        """Is `expr` a number, size or length that cannot be negative (sums and products
-        of those too, and names bound only to them)?"""
-        if expr is None:
-            return True
-        if depth > 4:
-            return False
-        value = integer_value(expr)
-        if value is not None:
-            return value >= 0
-        if isinstance(expr, cst.Call):
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in SIZES:
-                return True
-            return self.context.names.is_(expr.func, "len", "builtins.len")
-        if isinstance(expr, cst.Subscript) and m.matches(expr.value, m.Attribute(attr=m.Name("shape"))):
-            return True
-        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Multiply)):
-            return self._non_negative(expr.left, depth + 1) and self._non_negative(expr.right, depth + 1)
-        if isinstance(expr, cst.Name):
-            values = self.context.bindings.values(expr)
-            return bool(values) and all(self._non_negative(v, depth + 1) for v in values)
-        return False
-
     def _read_after(self, node: cst.CSTNode, target: cst.Name) -> bool:
+        """May a read outside the loop see the value `target` binds in it? (Flow-sensitive:
+        a later `for t in ...` or `t = ...` that rebinds the name first hides it.)"""
         scope = self.context.scopes.get(target)
         if scope is None:
             return True
         binding = [a for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target]
         if not binding:
             return True
-        return any(not self.context.inside(access.node, node) for access in binding[0].references)
-
-
-def _loss_arguments(module: cst.Module, call: cst.Call, function: str, first_keyword_position: int) -> _Loss:
-    loss = _Loss(function)
-    positional = [arg for arg in call.args if arg.keyword is None]
-    if len(positional) > first_keyword_position or any(arg.star for arg in call.args):
-        loss.problem = "arguments passed by position or unpacked (weight, ignore_index ...) are not followed"
-        return loss
-    for arg in call.args:
-        if arg.keyword is None or arg.keyword.value in ("input", "target"):
-            continue
-        name = arg.keyword.value
-        if name not in KNOWN_KEYWORDS:
-            loss.problem = f"`{name}=` is not understood by the fix"
-            return loss
-        loss.keywords[name] = module.code_for_node(arg.value)
-        loss.keyword_nodes[name] = arg.value
-    reduction = loss.keyword_nodes.get("reduction")
-    if reduction is not None:
-        if not isinstance(reduction, cst.SimpleString) or reduction.evaluated_value not in ("mean", "sum", "none"):
-            loss.problem = "its reduction is not a literal"
-            return loss
-        loss.reduction = reduction.evaluated_value
-    if loss.reduction == "none":
-        loss.problem = 'reduction="none" gives per-sample losses that the loop combines in its own way'
-    elif loss.reduction == "mean" and "weight" in loss.keywords:
-        loss.problem = "with class weights each position's mean divides by its own sum of weights"
-    return loss
-
-
-def _is_zero(expr: cst.BaseExpression) -> bool:
-    return integer_value(expr) == 0
-
-
-def _is_integer(expr: cst.BaseExpression, value: int) -> bool:
-    return integer_value(expr) == value
-
-
-def _combine(left: int | cst.BaseExpression, right: int | cst.BaseExpression, plus: bool) -> int | cst.BaseExpression:
-    """`left + right` (or `left - right`) of two offsets, folded where both are numbers."""
-    left_value = left if isinstance(left, int) else integer_value(left)
-    right_value = right if isinstance(right, int) else integer_value(right)
-    if left_value is not None and right_value is not None:
-        return left_value + right_value if plus else left_value - right_value
-    if right_value == 0:
-        return left
-    if left_value == 0:
-        if plus:
-            return right
-        return cst.UnaryOperation(cst.Minus(), _node(right))
-    return cst.BinaryOperation(_node(left), cst.Add() if plus else cst.Subtract(), _node(right))
-
-
-def _node(value: int | cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(value, int):
-        return integer_literal(value)
-    return value
-
-
-def _is_negated_stop(offset: cst.BaseExpression, stop: cst.BaseExpression | None) -> bool:
-    """Is `offset` the negated loop end, `-K` for `range(..., K)`?"""
-    code = cst.Module([]).code_for_node
-    return (
-        stop is not None
-        and isinstance(offset, cst.UnaryOperation)
-        and isinstance(offset.operator, cst.Minus)
-        and isinstance(offset.expression, (cst.Name, cst.Attribute))
-        and code(offset.expression) == code(stop)
-    )
-
-
-def _add(bound: cst.BaseExpression | None, offset: int | cst.BaseExpression) -> tuple[str, int | None] | None:
-    """The text of `bound + offset` folded where it can be, and its value when it is a number."""
-    code = cst.Module([]).code_for_node
-    if (
-        isinstance(offset, int)
-        and offset
-        and m.matches(bound, m.BinaryOperation(operator=m.Add() | m.Subtract(), right=m.Integer()))
-    ):
-        # `T - 1` shifted by 1: `T`
-        inner = integer_value(bound.right) * (1 if isinstance(bound.operator, cst.Add) else -1)
-        return _add(bound.left, inner + offset)
-    bound_value = 0 if bound is None else integer_value(bound)
-    offset_value = offset if isinstance(offset, int) else integer_value(offset)
-    if bound_value is not None and offset_value is not None:
-        value = bound_value + offset_value
-        return str(value), value
-    if offset_value == 0:
-        return code(bound) if bound is not None else "0", bound_value  # alone in a slice: no parentheses
-    bound_text = "" if bound_value == 0 else _wrapped(code(bound))
-    if offset_value is not None:
-        return (f"{bound_text} + {offset_value}" if offset_value > 0 else f"{bound_text} - {-offset_value}"), None
-    offset_text = code(offset)
-    if not bound_text:
-        return offset_text, None
-    if isinstance(offset, cst.UnaryOperation) and isinstance(offset.operator, cst.Minus):
-        return f"{bound_text} - {_wrapped(code(offset.expression))}", None
-    return f"{bound_text} + {offset_text}", None
-
-
-def _wrapped(text: str) -> str:
-    """`text` in parentheses unless it is an atom (a name, attribute, call, subscript, number)."""
-    try:
-        expr = cst.parse_expression(text)
-    except cst.ParserSyntaxError:
-        return f"({text})"
-    if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer)) or expr.lpar:
-        return text
-    return f"({text})"
-
-
-def _minus_one(stop: cst.BaseExpression) -> tuple[str, cst.BaseExpression | None]:
-    """`stop - 1` as text, `K` for a stop written `K + 1` (with the node `K`)."""
-    code = cst.Module([]).code_for_node
-    value = integer_value(stop)
-    if value is not None:
-        return str(value - 1), None
-    if m.matches(stop, m.BinaryOperation(operator=m.Add(), right=m.Integer("1"))):
-        return code(stop.left), stop.left
-    return f"{_wrapped(code(stop))} - 1", None
+        reads = self.context.kinds.reached_reads(binding[0])
+        return any(not self.context.inside(read, node) for read in reads)
 
 
 def _inline(value: cst.BaseExpression, temporaries: dict[str, cst.Assign]) -> cst.BaseExpression:
@@ -1373,14 +1032,14 @@ class _Batched:
         if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Multiply, cst.Divide)):
             operator = "*" if isinstance(term.operator, cst.Multiply) else "/"
             if self.rule._scalar(term.right) and not self._reads(term.right):
-                return f"{self._total(term.left)} {operator} {_wrapped(self.code(term.right))}"
+                return f"{self._total(term.left)} {operator} {wrapped(self.code(term.right))}"
             if operator == "*" and self.rule._scalar(term.left) and not self._reads(term.left):
-                return f"{_wrapped(self.code(term.left))} * {self._total(term.right)}"
+                return f"{wrapped(self.code(term.left))} * {self._total(term.right)}"
         if term.lpar and isinstance(term, cst.BinaryOperation):
             return self._total(term.with_changes(lpar=(), rpar=()))
         if not isinstance(term, cst.Call):
             raise _NotRewritten("what the loop adds is not a loss per position (times a constant)")
-        found = self.rule._any_loss(term)
+        found = self.rule._losses.any_loss(term)
         if found is not None:
             function, facts, constructor = found
             reduction, call = self._loss_call(term, function, facts, constructor)
@@ -1401,7 +1060,7 @@ class _Batched:
         kind, operand = reduced
         self._pointwise(operand)
         self._align()
-        text = _wrapped(self._substitute(operand))
+        text = wrapped(self._substitute(operand))
         if kind == "sum":
             return f"{text}.sum()"
         return self._sum_of_means(f"{text}.mean()", text)
@@ -1410,10 +1069,10 @@ class _Batched:
         """The sum over the positions of each position's mean: every position has as many
         elements, so the mean over all of them times the number of positions, where the
         loop's range shows that number; else each position's mean, summed."""
-        count = self.rule._count(self.loop.start, self.loop.stop) if self.loop.var is not None else None
+        count = self.rule._slices.count(self.loop.start, self.loop.stop) if self.loop.var is not None else None
         if count is not None and count >= 1:
             start = self.loop.start
-            plain = start is None or _is_zero(start)
+            plain = start is None or is_zero(start)
             return f"{mean} * {self.code(self.loop.stop) if plain else count}"
         return f"{unreduced}.transpose(0, 1).flatten(1).mean(1).sum()"
 
@@ -1483,7 +1142,7 @@ class _Batched:
 
         def over_positions(reduced: str) -> str:
             if facts.class_targets:
-                flat = f"{name}({_wrapped(batched_input)}.flatten(0, 1), {_wrapped(batched_target)}.flatten(0, 1)"
+                flat = f"{name}({wrapped(batched_input)}.flatten(0, 1), {wrapped(batched_target)}.flatten(0, 1)"
                 if reduced == "none":
                     return f'{flat}, reduction="none"{extra}).view_as({batched_target})'
                 return f'{flat}, reduction="{reduced}"{extra})'
@@ -1559,7 +1218,7 @@ class _Batched:
         args = [a for a in call.args]
         if any(a.star for a in args):
             raise _NotRewritten(f"`{self.code(call)}` unpacks its arguments")
-        found = self.rule._any_loss(call)
+        found = self.rule._losses.any_loss(call)
         if found is not None:
             function, facts, constructor = found
             reduction, _ = self._loss_call(call, function, facts, constructor)
@@ -1598,11 +1257,19 @@ class _Batched:
         """Every slice of the term as the same positions in the same order: slices where all
         of them are one, else the loop's index arithmetic over `torch.arange`."""
         signs = {operand.sign for _, operand in self.operands}
-        sliced = [self.rule._sliced(o, self.loop) if len(signs) == 1 else None for _, o in self.operands]
+        sliced = [
+            self.rule._slices.sliced(o.base, o.sign, o.offset, self.loop.start, self.loop.stop)
+            if len(signs) == 1
+            else None
+            for _, o in self.operands
+        ]
         if all(s is not None for s in sliced):
             self.texts = {id(node): text for (node, _), text in zip(self.operands, sliced)}
         else:
-            self.texts = {id(node): self.rule._gathered(o, self.loop) for node, o in self.operands}
+            self.texts = {
+                id(node): self.rule._slices.gathered(o.base, o.sign, o.offset, self.loop.start, self.loop.stop)
+                for node, o in self.operands
+            }
 
     def _substitute(self, expr: cst.BaseExpression) -> str:
         """`expr` with each slice replaced by its slice over all positions, and each
@@ -1625,12 +1292,12 @@ class _Substitute(cst.CSTTransformer):
             and original.value in self.batched.temporaries
         ):
             value = self.batched._substitute(self.batched.temporaries[original.value])
-            return cst.parse_expression(_wrapped(value))
+            return cst.parse_expression(wrapped(value))
         text = self.batched.texts.get(id(original))
         if text is not None:
             return cst.parse_expression(text).with_changes(lpar=original.lpar, rpar=original.rpar)
         if isinstance(original, cst.Call):
-            found = self.batched.rule._any_loss(original)
+            found = self.batched.rule._losses.any_loss(original)
             if found is not None:
                 function, facts, constructor = found
                 _, over = self.batched._loss_call(original, function, facts, constructor)

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
 from codemod.rules.per_position_loss_loop import PerPositionLossLoop
 from tests.rules.scripts import one_thread, rewrite
 
@@ -193,3 +196,86 @@ def test_every_fixed_example_keeps_the_loss_and_its_gradient(case):
     assert want_grad.abs().sum() > 0
     torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=0)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-7)
+
+
+# A later loop over the same name rebinds it before reading it: the per-position loop's
+# last `t` is never read, so the loop can go (the masked form, and the list of losses).
+REBOUND = {
+    "masked_then_a_second_loop": """\
+def loss_fn(logits, tags, mask):
+    T = logits.size(1)
+    ce = 0.0
+    for t in range(T):
+        tok_loss = F.cross_entropy(logits[:, t], tags[:, t], reduction="none")
+        ce = ce + (tok_loss * mask[:, t]).sum()
+    kd = 0.0
+    for t in range(T):
+        kd = kd + F.mse_loss(logits[:, t], logits[:, t].detach() * 0.5)
+    return ce / mask.sum() + kd
+""",
+    "listed_then_a_second_loop": """\
+criterion = nn.CrossEntropyLoss(ignore_index=-100)
+
+
+def loss_fn(logits, tags, mask):
+    T = logits.size(1)
+    step_losses = []
+    for t in range(T):
+        step_losses.append(criterion(logits[:, t, :], tags[:, t]))
+    loss = torch.stack(step_losses).sum() / T
+    for t in range(1, 4):
+        loss = loss + logits[:, t].square().mean()
+    return loss
+""",
+}
+
+
+@pytest.mark.parametrize("name", REBOUND)
+def test_a_later_loop_that_rebinds_the_position_does_not_block_the_fix(name):
+    source = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n" + REBOUND[name]
+    new_source = rewrite(source, [PerPositionLossLoop])
+    found = process_source(
+        source.encode(),
+        "<rebound>",
+        Settings(select=("PM503",), level=Level.UNSAFE, fixed_point=False),
+        [PerPositionLossLoop],
+    )
+    assert found.findings and all(f.applied for f in found.findings), (
+        found.findings
+    )  # one round, as `check`: none refused
+    assert new_source.count("for t in") == source.count("for t in") - (2 if name.startswith("masked") else 1)
+    results = []
+    for code in (source, new_source):
+        namespace: dict = {}
+        exec(compile(code, "<rebound>", "exec"), namespace)
+        torch.manual_seed(0)
+        logits = torch.randn(5, 9, 7, dtype=torch.float64, requires_grad=True)
+        tags = torch.randint(7, (5, 9))
+        tags[torch.rand(5, 9) < 0.3] = -100
+        mask = (tags != -100).double()
+        tags = tags.clamp(min=0) if name.startswith("masked") else tags
+        with one_thread():
+            loss = namespace["loss_fn"](logits, tags, mask)
+            loss.backward()
+        results.append((loss.detach(), logits.grad))
+    (want_loss, want_grad), (got_loss, got_grad) = results
+    assert want_grad.abs().sum() > 0
+    torch.testing.assert_close(got_loss, want_loss, rtol=RTOL, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=RTOL, atol=1e-18)
+
+
+@pytest.mark.parametrize(
+    "after",
+    ["for t in range(n):\n    pass\nprint(t)\n", "if flag:\n    t = 0\nprint(t)\n"],
+    ids=["a_later_loop_that_may_not_run", "a_rebinding_on_one_path"],
+)
+def test_a_read_the_loops_last_position_may_reach_still_blocks_the_fix(after):
+    source = (
+        "import torch\nimport torch.nn.functional as F\nlogits = torch.randn(4, 6, 10)\n"
+        "targets = torch.randint(10, (4, 6))\nloss = 0.0\nfor t in range(6):\n"
+        "    loss += F.cross_entropy(logits[:, t], targets[:, t])\n" + after
+    )
+    settings = Settings(select=("PM503",), level=Level.UNSAFE)
+    result = process_source(source.encode(), "<after>", settings, [PerPositionLossLoop])
+    assert [f.applied for f in result.findings] == [False], result.findings
+    assert "`t` is read after the loop" in result.findings[0].message, result.findings[0].message
