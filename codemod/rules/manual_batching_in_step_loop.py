@@ -867,7 +867,7 @@ class ManualBatchingInStepLoop(Rule):
         batch_size = splits[0][1]
         if not all(_same(size, batch_size) for _, size in splits):
             return "the tensors are split into batches of different sizes"
-        if not shapes.is_number(batch_size):
+        if not (shapes.is_number(batch_size) or self.context.training.is_int(batch_size)):
             return (
                 f"perfmod cannot tell that `{self.context.source(batch_size)}` is one batch size, not a list of sizes"
             )
@@ -882,8 +882,7 @@ class ManualBatchingInStepLoop(Rule):
                 return f"`{tensor.value}` is re-bound inside the loop"
             if kinds.is_mutated_in_place(tensor):
                 return f"`{tensor.value}` is written in place, and its batches would no longer be views of it"
-            shape = shapes.shape(tensor)
-            lengths.append(shape[0] if shape else None)
+            lengths.append(shapes.leading_size(tensor))
         if not all(length is not None and shapes.same_size(length, lengths[0]) for length in lengths):
             names = " / ".join(f"`{tensor.value}`" for tensor, _ in splits)
             return (
