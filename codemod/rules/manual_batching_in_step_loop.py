@@ -1374,6 +1374,26 @@ class ManualBatchingInStepLoop(Rule):
                 found[tensor] = statement
         return found
 
+    def _copied_batches(self, plan: _Plan, variables: dict[str, str]) -> dict[str, str]:
+        """tensor -> `xb` for a tensor used once, in `xb = X[...].to(device)` or
+        `xb, yb = X[...].to(device), Y[...].to(device)` (method calls only) on the body's
+        own level, where `xb` is not read before: the loop binds the batch to `xb` and the
+        line copies it in place, as a prefetcher expects."""
+        found: dict[str, str] = {}
+        once = {t for t in plan.tensors if sum(1 for u in plan.uses.values() if u == t) == 1}
+        read_before: set[str] = set()
+        for line in _lines(plan.loop.body):
+            for target, value in _assigned_pairs(line):
+                while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                    value = value.func.value
+                tensor = plan.uses.get(id(value))
+                name = target.value
+                taken = name in variables.values() or name in found.values() or name in read_before
+                if tensor in once and tensor not in variables and tensor not in found and not taken:
+                    found[tensor] = name
+            read_before |= {n.value for n in names_read(line)}
+        return found
+
     def _fix(self, plan: _Plan) -> None:
         loop, parents = plan.loop, self.context.parents
         taken = set(re.findall(r"\w+", self.context.code))
@@ -1389,6 +1409,8 @@ class ManualBatchingInStepLoop(Rule):
                 for element, value in zip(line.body[0].targets[0].target.elements, line.body[0].value.elements):
                     variables.setdefault(plan.uses[id(value.value)], element.value.value)
                 removed.append(line)
+        for tensor, name in self._copied_batches(plan, variables).items():
+            variables[tensor] = name  # `xb = X[idx].to(device)`: `for xb, ... in loader: xb = xb.to(device)`
         for tensor in plan.tensors:
             if tensor not in variables:
                 variables[tensor] = _fresh(f"{tensor}_batch", taken)
@@ -1628,3 +1650,25 @@ def _name_bound_to(value: cst.CSTNode, parents) -> cst.Name | None:
     ):
         return statement.targets[0].target
     return None
+
+
+def _assigned_pairs(line: cst.CSTNode) -> list[tuple[cst.Name, cst.BaseExpression]]:
+    """(name, value) of `a = v` and `a, b = v, w`: one target, names only, no starred items."""
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(line.body[0], cst.Assign)):
+        return []
+    assign = line.body[0]
+    if len(assign.targets) != 1:
+        return []
+    target, value = assign.targets[0].target, assign.value
+    if isinstance(target, cst.Name):
+        return [(target, value)]
+    if not (isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List))):
+        return []
+    if len(target.elements) != len(value.elements):
+        return []
+    pairs = []
+    for t, v in zip(target.elements, value.elements):
+        if not isinstance(t, cst.Element) or not isinstance(v, cst.Element) or not isinstance(t.value, cst.Name):
+            return []
+        pairs.append((t.value, v.value))
+    return pairs
