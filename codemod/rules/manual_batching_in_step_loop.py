@@ -268,8 +268,8 @@ class ManualBatchingInStepLoop(Rule):
             PREAMBLE + "for i in range(len(X) // bs):\n    xb = X[i * bs:(i + 1) * bs].float()\n"
             "    yb = Y[i * bs:(i + 1) * bs]\n" + STEP,
             FIXED_PREAMBLE + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False, drop_last=True)\n"
-            "for X_batch, yb in loader:\n    xb = X_batch.float()\n" + STEP,
-            "counted batches drop the last partial one; a slice inside an expression",
+            "for xb, yb in loader:\n    xb = xb.float()\n" + STEP,
+            "counted batches drop the last partial one; a batch converted into its own name",
         ),
         Invalid(
             PREAMBLE + "for epoch in range(3):\n    perm = torch.randperm(X.size(0))\n"
