@@ -9,10 +9,11 @@ from libcst.metadata import Assignment, ImportAssignment
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.loaders import ListBatch
-from codemod.analysis.names import integer_value, kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.names import integer_value, kwarg, names_read, number_value, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.sample_loops import sample_loops
 from codemod.analysis.tensor_layout import layouts
+from codemod.analysis.tensor_splits import bound_in, tensor_splits
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -790,21 +791,10 @@ class ManualBatchingInStepLoop(Rule):
     def _check_splits(self, loop: cst.For) -> None:
         """`for xb, yb in zip(X.split(bs), Y.split(bs))`: the same batches, in the same
         order, as `DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)` gives."""
-        found = self.context.loaders.iterated(loop.iter, loop.target)
-        splits = [self._split_of(iterable) for iterable, _ in found]
-        if not splits or any(split is None for split in splits):
+        split = tensor_splits(self.context).of(loop)
+        if split is None:
             return
-        if len(splits) == 1:  # `for xb in X.split(bs)`: the loader's items are 1-tuples, `for (xb,) in loader`
-            zipped = found[0][0]
-            if loop.iter is not zipped or not isinstance(loop.target, cst.Name):
-                return
-        else:
-            zipped = self.context.parents.get(self.context.parents.get(found[0][0]))
-            if not isinstance(zipped, cst.Call) or not all(
-                self.context.parents.get(self.context.parents.get(iterable)) is zipped for iterable, _ in found
-            ):
-                return
-        problem = self._split_problem(loop, splits, [target for _, target in found])
+        problem = split.problem if split.problem is not None else self._loader_blocked(split.targets)
         if problem == "" or suppressed_on(loop, self.CODE):
             return
         if problem is not None:
@@ -814,8 +804,8 @@ class ManualBatchingInStepLoop(Rule):
                 f"to a DataLoader because {problem}",
             )
             return
-        tensors = [tensor.value for tensor, _ in splits]
-        batch_size = splits[0][1]
+        tensors = [tensor.value for tensor in split.tensors]
+        batch_size = split.batch_size
         taken = set(re.findall(r"\w+", self.context.code))
         loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
         build = cst.parse_statement(
@@ -827,7 +817,7 @@ class ManualBatchingInStepLoop(Rule):
             target = cst.Tuple([cst.Element(loop.target, comma=cst.Comma())])
             header: Edit = Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader)))
         else:
-            header = Replace(zipped, cst.Name(loader))
+            header = Replace(split.iterable, cst.Name(loader))
         self.report(
             loop,
             f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
@@ -835,64 +825,6 @@ class ManualBatchingInStepLoop(Rule):
             edits=[InsertBefore(anchor, (build,)), header],
             imports=IMPORTS,
         )
-
-    def _split_of(self, expr: cst.BaseExpression) -> tuple[cst.Name, cst.BaseExpression] | None:
-        """(X, bs) for `X.split(bs)` / `torch.split(X, bs)` along the first dimension."""
-        if not isinstance(expr, cst.Call) or any(a.star for a in expr.args):
-            return None
-        positional_values = [a.value for a in expr.args if a.keyword is None]
-        if method_name(expr) == "split" and not self.context.names.of(expr.func):
-            tensor, rest = expr.func.value, positional_values
-        elif self.context.names.is_(expr.func, "torch.split") and positional_values:
-            tensor, rest = positional_values[0], positional_values[1:]
-        else:
-            return None
-        dim = kwarg(expr, "dim")
-        sizes = kwarg(expr, "split_size_or_sections") or kwarg(expr, "split_size")
-        if sizes is not None:
-            rest = [*rest, sizes.value]
-        if len(rest) == 2 and dim is None:
-            rest, dim_value = rest[:1], rest[1]
-        else:
-            dim_value = dim.value if dim is not None else None
-        if len(rest) != 1 or not isinstance(tensor, cst.Name):
-            return None
-        if dim_value is not None and integer_value(dim_value) != 0:
-            return None  # windows along another dimension (time, for truncated BPTT)
-        return tensor, rest[0]
-
-    def _split_problem(self, loop: cst.For, splits: list, targets: list) -> str | None:
-        """Why the splits cannot become a DataLoader ("" when they are not this rule's)."""
-        kinds, shapes = self.context.kinds, layouts(self.context)
-        batch_size = splits[0][1]
-        if not all(_same(size, batch_size) for _, size in splits):
-            return "the tensors are split into batches of different sizes"
-        if not (shapes.is_number(batch_size) or self.context.training.is_int(batch_size)):
-            return (
-                f"perfmod cannot tell that `{self.context.source(batch_size)}` is one batch size, not a list of sizes"
-            )
-        lengths = []
-        for tensor, _ in splits:
-            fact = kinds.fact(tensor)
-            if fact.kind is Kind.TENSOR and fact.place in (Place.CUDA, Place.DEVICE):
-                return ""  # batches of tensors already on the device: a split is the fastest batch
-            if fact.kind is not Kind.TENSOR or fact.place is not Place.HOST:
-                return f"`{tensor.value}` is not known to be a tensor in host memory"
-            if self._bound_in(tensor.value, loop):
-                return f"`{tensor.value}` is re-bound inside the loop"
-            if kinds.is_mutated_in_place(tensor):
-                return f"`{tensor.value}` is written in place, and its batches would no longer be views of it"
-            lengths.append(shapes.leading_size(tensor))
-        if not all(length is not None and shapes.same_size(length, lengths[0]) for length in lengths):
-            names = " / ".join(f"`{tensor.value}`" for tensor, _ in splits)
-            return (
-                f"perfmod cannot tell that {names} have the same length (zip stops at the shortest, "
-                "a TensorDataset requires equal ones)"
-            )
-        for target in targets:
-            if not isinstance(target, cst.Name):
-                return f"the batch `{self.context.source(target)}` is not bound to a name"
-        return self._loader_blocked(targets)
 
     # -- batches cut by a generator the step loop iterates: reported ---------------
 
@@ -1192,7 +1124,7 @@ class ManualBatchingInStepLoop(Rule):
                 return f"`{name}` is not known to be a tensor in host memory"
             if not isinstance(use.value, cst.Name):
                 continue  # `self.X` in a generator: reported, never rewritten
-            if self._bound_in(name, plan.loop):
+            if bound_in(self.context, name, plan.loop):
                 return f"`{name}` is re-bound inside the loop"
             if kinds.is_mutated_in_place(use.value):
                 return f"`{name}` is written in place, and its batches would no longer be views of it"
@@ -1486,7 +1418,7 @@ class ManualBatchingInStepLoop(Rule):
             if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 break
             if isinstance(current, (cst.For, cst.While)):
-                if any(self._bound_in(name, current) for name in needed):
+                if any(bound_in(self.context, name, current) for name in needed):
                     break
                 anchor = current
         return anchor
@@ -1529,14 +1461,6 @@ class ManualBatchingInStepLoop(Rule):
                 value = element.value
             values.append(value)
         return values
-
-    def _bound_in(self, name: str, region: cst.CSTNode) -> bool:
-        scope = self.context.scopes.get(region)
-        if scope is None or name not in scope:
-            return False
-        return any(
-            isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region) for a in scope.assignments[name]
-        )
 
     def _free_or_torch(self, name: str) -> bool:
         """Is `name` unbound in the module, or bound only by an import of torch's class of that name?"""
