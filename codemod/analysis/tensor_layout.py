@@ -497,6 +497,26 @@ class Layouts:
         name bound once to either are the code of x's dim 1 when it is known."""
         return self._size(expr, 0)
 
+    def leading_size(self, expr: cst.BaseExpression):
+        """The canonical code of dim 0 of `expr`; for a parameter without a known shape,
+        the literal size every call of its function passes (`fit(X)` after
+        `X = torch.randn(1000, 48)` gives "1000"), else None."""
+        shape = self.shape(expr)
+        if shape:
+            return shape[0]
+        if not isinstance(expr, cst.Name) or expr not in self.index:
+            return None
+        binding = self._reaching(expr)
+        if not isinstance(binding, cst.Param):
+            return None
+        sizes = set()
+        for source in self.context.training.value_sources(expr):
+            found = _literal_dims(self.shape(source)) if source is not None else None
+            if not found or found[0] is None:
+                return None
+            sizes.add(found[0])
+        return sizes.pop() if len(sizes) == 1 else None
+
     def same_size(self, first: cst.BaseExpression | str | None, second: cst.BaseExpression | str | None) -> bool:
         a = first if isinstance(first, str) or first is None else self.size(first)
         b = second if isinstance(second, str) or second is None else self.size(second)
@@ -979,6 +999,8 @@ class Layouts:
             if name in ("torch.tensor", "torch.as_tensor"):
                 return _literal_shape(positional_values[0]) if positional_values else None
             return self.shape(positional_values[0], depth) if positional_values else None
+        if name == "torch.stack" and len(call.args) == 1 and isinstance(positional_values[0], cst.ListComp):
+            return self._stacked_shape(positional_values[0], depth)
         if name in ("torch.where",):
             shapes = [self.shape(v, depth) for v in positional_values]
             if len(shapes) != 3:
@@ -1115,6 +1137,22 @@ class Layouts:
         if isinstance(expr, (cst.Tuple, cst.List)):
             return tuple(self._dim_code(e.value, depth) for e in expr.elements)
         return None
+
+    def _stacked_shape(self, items: cst.ListComp, depth: int):
+        """`torch.stack([x[i] for i in range(n)])`: n items of the item's shape."""
+        loop = items.for_in
+        if loop.inner_for_in is not None or loop.ifs or loop.asynchronous is not None:
+            return None
+        counted = loop.iter
+        if not (
+            isinstance(counted, cst.Call)
+            and self.names.is_(counted.func, "builtins.range", "range")
+            and len(counted.args) == 1
+            and not counted.args[0].star
+        ):
+            return None
+        item = self.shape(items.elt, depth)
+        return None if item is None else (self._dim_code(counted.args[0].value, depth), *item)
 
     def _dim_code(self, expr, depth: int) -> str | None:
         number = integer_value(expr)

@@ -714,6 +714,29 @@ class Training:
             return _union(*(self.strings(v, depth + 1, written) for v in values)) if values else None
         return None
 
+    def is_int(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
+        """Is `expr` provably a Python int, followed as `strings` follows a string: an
+        integer literal; a name bound only to ints, a parameter every call of its function
+        fills with one (or leaves to an int default); `self.attr` that every method of
+        its class sets to one; `+ - * // %` of ints."""
+        if expr is None or depth > MAX_DEPTH:
+            return False
+        if isinstance(expr, cst.Integer):
+            return True
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+            return self.is_int(expr.expression, depth + 1)
+        if isinstance(expr, cst.BinaryOperation) and isinstance(
+            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
+        ):
+            return self.is_int(expr.left, depth + 1) and self.is_int(expr.right, depth + 1)
+        if isinstance(expr, cst.Name):
+            sources = self.value_sources(expr)
+            return bool(sources) and all(self.is_int(s, depth + 1) for s in sources)
+        if isinstance(expr, cst.Attribute):
+            values = self._attribute_values(expr)
+            return bool(values) and all(self.is_int(v, depth + 1) for v in values)
+        return False
+
     def _attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
         """What `obj.attr` may hold: `self.attr = ...` in the methods of its class; an
         argparse option (its `choices`, else nothing is known; its default, `written`);

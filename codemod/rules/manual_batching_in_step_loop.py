@@ -9,10 +9,11 @@ from libcst.metadata import Assignment, ImportAssignment
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.loaders import ListBatch
-from codemod.analysis.names import integer_value, kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.names import integer_value, kwarg, names_read, number_value, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.sample_loops import sample_loops
 from codemod.analysis.tensor_layout import layouts
+from codemod.analysis.tensor_splits import bound_in, tensor_splits
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.suppression import suppressed_on
@@ -268,8 +269,8 @@ class ManualBatchingInStepLoop(Rule):
             PREAMBLE + "for i in range(len(X) // bs):\n    xb = X[i * bs:(i + 1) * bs].float()\n"
             "    yb = Y[i * bs:(i + 1) * bs]\n" + STEP,
             FIXED_PREAMBLE + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False, drop_last=True)\n"
-            "for X_batch, yb in loader:\n    xb = X_batch.float()\n" + STEP,
-            "counted batches drop the last partial one; a slice inside an expression",
+            "for xb, yb in loader:\n    xb = xb.float()\n" + STEP,
+            "counted batches drop the last partial one; a batch converted into its own name",
         ),
         Invalid(
             PREAMBLE + "for epoch in range(3):\n    perm = torch.randperm(X.size(0))\n"
@@ -790,21 +791,10 @@ class ManualBatchingInStepLoop(Rule):
     def _check_splits(self, loop: cst.For) -> None:
         """`for xb, yb in zip(X.split(bs), Y.split(bs))`: the same batches, in the same
         order, as `DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)` gives."""
-        found = self.context.loaders.iterated(loop.iter, loop.target)
-        splits = [self._split_of(iterable) for iterable, _ in found]
-        if not splits or any(split is None for split in splits):
+        split = tensor_splits(self.context).of(loop)
+        if split is None:
             return
-        if len(splits) == 1:  # `for xb in X.split(bs)`: the loader's items are 1-tuples, `for (xb,) in loader`
-            zipped = found[0][0]
-            if loop.iter is not zipped or not isinstance(loop.target, cst.Name):
-                return
-        else:
-            zipped = self.context.parents.get(self.context.parents.get(found[0][0]))
-            if not isinstance(zipped, cst.Call) or not all(
-                self.context.parents.get(self.context.parents.get(iterable)) is zipped for iterable, _ in found
-            ):
-                return
-        problem = self._split_problem(loop, splits, [target for _, target in found])
+        problem = split.problem if split.problem is not None else self._loader_blocked(split.targets)
         if problem == "" or suppressed_on(loop, self.CODE):
             return
         if problem is not None:
@@ -814,8 +804,8 @@ class ManualBatchingInStepLoop(Rule):
                 f"to a DataLoader because {problem}",
             )
             return
-        tensors = [tensor.value for tensor, _ in splits]
-        batch_size = splits[0][1]
+        tensors = [tensor.value for tensor in split.tensors]
+        batch_size = split.batch_size
         taken = set(re.findall(r"\w+", self.context.code))
         loader = _fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
         build = cst.parse_statement(
@@ -827,7 +817,7 @@ class ManualBatchingInStepLoop(Rule):
             target = cst.Tuple([cst.Element(loop.target, comma=cst.Comma())])
             header: Edit = Replace(loop, lambda updated: updated.with_changes(target=target, iter=cst.Name(loader)))
         else:
-            header = Replace(zipped, cst.Name(loader))
+            header = Replace(split.iterable, cst.Name(loader))
         self.report(
             loop,
             f"batches are cut from in-memory tensors by hand (line {self.context.line(loop)}); iterate over "
@@ -835,65 +825,6 @@ class ManualBatchingInStepLoop(Rule):
             edits=[InsertBefore(anchor, (build,)), header],
             imports=IMPORTS,
         )
-
-    def _split_of(self, expr: cst.BaseExpression) -> tuple[cst.Name, cst.BaseExpression] | None:
-        """(X, bs) for `X.split(bs)` / `torch.split(X, bs)` along the first dimension."""
-        if not isinstance(expr, cst.Call) or any(a.star for a in expr.args):
-            return None
-        positional_values = [a.value for a in expr.args if a.keyword is None]
-        if method_name(expr) == "split" and not self.context.names.of(expr.func):
-            tensor, rest = expr.func.value, positional_values
-        elif self.context.names.is_(expr.func, "torch.split") and positional_values:
-            tensor, rest = positional_values[0], positional_values[1:]
-        else:
-            return None
-        dim = kwarg(expr, "dim")
-        sizes = kwarg(expr, "split_size_or_sections") or kwarg(expr, "split_size")
-        if sizes is not None:
-            rest = [*rest, sizes.value]
-        if len(rest) == 2 and dim is None:
-            rest, dim_value = rest[:1], rest[1]
-        else:
-            dim_value = dim.value if dim is not None else None
-        if len(rest) != 1 or not isinstance(tensor, cst.Name):
-            return None
-        if dim_value is not None and integer_value(dim_value) != 0:
-            return None  # windows along another dimension (time, for truncated BPTT)
-        return tensor, rest[0]
-
-    def _split_problem(self, loop: cst.For, splits: list, targets: list) -> str | None:
-        """Why the splits cannot become a DataLoader ("" when they are not this rule's)."""
-        kinds, shapes = self.context.kinds, layouts(self.context)
-        batch_size = splits[0][1]
-        if not all(_same(size, batch_size) for _, size in splits):
-            return "the tensors are split into batches of different sizes"
-        if not shapes.is_number(batch_size):
-            return (
-                f"perfmod cannot tell that `{self.context.source(batch_size)}` is one batch size, not a list of sizes"
-            )
-        lengths = []
-        for tensor, _ in splits:
-            fact = kinds.fact(tensor)
-            if fact.kind is Kind.TENSOR and fact.place in (Place.CUDA, Place.DEVICE):
-                return ""  # batches of tensors already on the device: a split is the fastest batch
-            if fact.kind is not Kind.TENSOR or fact.place is not Place.HOST:
-                return f"`{tensor.value}` is not known to be a tensor in host memory"
-            if self._bound_in(tensor.value, loop):
-                return f"`{tensor.value}` is re-bound inside the loop"
-            if kinds.is_mutated_in_place(tensor):
-                return f"`{tensor.value}` is written in place, and its batches would no longer be views of it"
-            shape = shapes.shape(tensor)
-            lengths.append(shape[0] if shape else None)
-        if not all(length is not None and shapes.same_size(length, lengths[0]) for length in lengths):
-            names = " / ".join(f"`{tensor.value}`" for tensor, _ in splits)
-            return (
-                f"perfmod cannot tell that {names} have the same length (zip stops at the shortest, "
-                "a TensorDataset requires equal ones)"
-            )
-        for target in targets:
-            if not isinstance(target, cst.Name):
-                return f"the batch `{self.context.source(target)}` is not bound to a name"
-        return self._loader_blocked(targets)
 
     # -- batches cut by a generator the step loop iterates: reported ---------------
 
@@ -1193,7 +1124,7 @@ class ManualBatchingInStepLoop(Rule):
                 return f"`{name}` is not known to be a tensor in host memory"
             if not isinstance(use.value, cst.Name):
                 continue  # `self.X` in a generator: reported, never rewritten
-            if self._bound_in(name, plan.loop):
+            if bound_in(self.context, name, plan.loop):
                 return f"`{name}` is re-bound inside the loop"
             if kinds.is_mutated_in_place(use.value):
                 return f"`{name}` is written in place, and its batches would no longer be views of it"
@@ -1375,6 +1306,26 @@ class ManualBatchingInStepLoop(Rule):
                 found[tensor] = statement
         return found
 
+    def _copied_batches(self, plan: _Plan, variables: dict[str, str]) -> dict[str, str]:
+        """tensor -> `xb` for a tensor used once, in `xb = X[...].to(device)` or
+        `xb, yb = X[...].to(device), Y[...].to(device)` (method calls only) on the body's
+        own level, where `xb` is not read before: the loop binds the batch to `xb` and the
+        line copies it in place, as a prefetcher expects."""
+        found: dict[str, str] = {}
+        once = {t for t in plan.tensors if sum(1 for u in plan.uses.values() if u == t) == 1}
+        read_before: set[str] = set()
+        for line in _lines(plan.loop.body):
+            for target, value in _assigned_pairs(line):
+                while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                    value = value.func.value
+                tensor = plan.uses.get(id(value))
+                name = target.value
+                taken = name in variables.values() or name in found.values() or name in read_before
+                if tensor in once and tensor not in variables and tensor not in found and not taken:
+                    found[tensor] = name
+            read_before |= {n.value for n in names_read(line)}
+        return found
+
     def _fix(self, plan: _Plan) -> None:
         loop, parents = plan.loop, self.context.parents
         taken = set(re.findall(r"\w+", self.context.code))
@@ -1390,6 +1341,8 @@ class ManualBatchingInStepLoop(Rule):
                 for element, value in zip(line.body[0].targets[0].target.elements, line.body[0].value.elements):
                     variables.setdefault(plan.uses[id(value.value)], element.value.value)
                 removed.append(line)
+        for tensor, name in self._copied_batches(plan, variables).items():
+            variables[tensor] = name  # `xb = X[idx].to(device)`: `for xb, ... in loader: xb = xb.to(device)`
         for tensor in plan.tensors:
             if tensor not in variables:
                 variables[tensor] = _fresh(f"{tensor}_batch", taken)
@@ -1465,7 +1418,7 @@ class ManualBatchingInStepLoop(Rule):
             if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 break
             if isinstance(current, (cst.For, cst.While)):
-                if any(self._bound_in(name, current) for name in needed):
+                if any(bound_in(self.context, name, current) for name in needed):
                     break
                 anchor = current
         return anchor
@@ -1508,14 +1461,6 @@ class ManualBatchingInStepLoop(Rule):
                 value = element.value
             values.append(value)
         return values
-
-    def _bound_in(self, name: str, region: cst.CSTNode) -> bool:
-        scope = self.context.scopes.get(region)
-        if scope is None or name not in scope:
-            return False
-        return any(
-            isinstance(a.node, cst.CSTNode) and self.context.inside(a.node, region) for a in scope.assignments[name]
-        )
 
     def _free_or_torch(self, name: str) -> bool:
         """Is `name` unbound in the module, or bound only by an import of torch's class of that name?"""
@@ -1629,3 +1574,25 @@ def _name_bound_to(value: cst.CSTNode, parents) -> cst.Name | None:
     ):
         return statement.targets[0].target
     return None
+
+
+def _assigned_pairs(line: cst.CSTNode) -> list[tuple[cst.Name, cst.BaseExpression]]:
+    """(name, value) of `a = v` and `a, b = v, w`: one target, names only, no starred items."""
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(line.body[0], cst.Assign)):
+        return []
+    assign = line.body[0]
+    if len(assign.targets) != 1:
+        return []
+    target, value = assign.targets[0].target, assign.value
+    if isinstance(target, cst.Name):
+        return [(target, value)]
+    if not (isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List))):
+        return []
+    if len(target.elements) != len(value.elements):
+        return []
+    pairs = []
+    for t, v in zip(target.elements, value.elements):
+        if not isinstance(t, cst.Element) or not isinstance(v, cst.Element) or not isinstance(t.value, cst.Name):
+            return []
+        pairs.append((t.value, v.value))
+    return pairs

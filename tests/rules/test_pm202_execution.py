@@ -182,3 +182,66 @@ def test_one_split_tensor_becomes_a_loader_of_one_tuples_bit_for_bit():
     before, after = losses(ONE_SPLIT), losses(new_source)
     assert len(before) == 2 * 4  # 100 rows: three batches of 32 and one of 4, two epochs
     assert torch.equal(after, before)
+
+
+TRAINER_SPLITS = """\
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, device, batch_size=48):
+        self.device = device
+        self.model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.bs = batch_size
+
+    def fit(self, X, Y, epochs=2):
+        for ep in range(epochs):
+            for xb, yb in zip(X.split(self.bs), Y.split(self.bs)):
+                xb, yb = xb.to(self.device), yb.to(self.device)
+                loss = nn.functional.smooth_l1_loss(self.model(xb), yb)
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                print(f"loss {loss.item()!r}")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    series = torch.cumsum(torch.randn(200 + 15), 0) / 10
+    X = torch.stack([series[i : i + 12] for i in range(200)])
+    Y = torch.stack([series[i + 12 : i + 15] for i in range(200)])
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    trainer = Trainer(dev)
+    trainer.fit(X, Y)
+"""
+
+
+def test_a_trainers_int_batch_size_attribute_and_parameters_of_one_length_train_bit_for_bit():
+    """`self.bs = batch_size`, an int parameter left to its default by the only
+    construction, is one batch size; `X` / `Y` are parameters every call fills with
+    200 stacked windows: the same batches as a DataLoader's, in order."""
+    new_source = rewrite(TRAINER_SPLITS, [ManualBatchingInStepLoop], level=Level.UNSAFE)
+    assert "loader = DataLoader(TensorDataset(X, Y), batch_size=self.bs, shuffle=False)" in new_source
+    assert "for xb, yb in loader:" in new_source
+    before, after = losses(TRAINER_SPLITS), losses(new_source)
+    assert len(before) == 2 * 5  # 200 rows: four batches of 48 and one of 8, two epochs
+    assert torch.equal(after, before)
+
+
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (("trainer = Trainer(dev)", "trainer = Trainer(dev, [150, 50])"), "cannot tell that `self.bs` is one"),
+        (("trainer.fit(X, Y)", "trainer.fit(X, Y[:150])"), "cannot tell that `X` / `Y` have the same length"),
+        (("for i in range(200)])\n    dev", "for i in range(199)])\n    dev"), "cannot tell that `X` / `Y` have"),
+    ],
+)
+def test_a_trainers_splits_not_proven_one_size_and_one_length_are_reported(edit, reason):
+    code = TRAINER_SPLITS.replace(*edit)
+    assert code != TRAINER_SPLITS
+    settings = Settings(select=("PM202",), level=Level.UNSAFE)
+    result = process_source(code.encode(), "<splits>", settings, [ManualBatchingInStepLoop])
+    assert [f.fixable for f in result.findings] == [False]
+    assert reason in result.findings[0].message
