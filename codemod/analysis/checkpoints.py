@@ -324,7 +324,7 @@ class Checkpoints:
         """The outermost loop around `call` in its function, when it trains (calls
         `.backward()`); the checkpointer lives just outside it."""
         outer = None
-        for ancestor in _ancestors(self.context.parents, call):
+        for ancestor in self.context.index.ancestors(call):
             if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
                 break
             if isinstance(ancestor, (cst.For, cst.While)):
@@ -516,10 +516,12 @@ class Checkpoints:
         it or to save to it again), or a call that gets the same path expression."""
         index = self.context.index
         after = index.end(statement)
-        scope_root = _function_of(self.context.parents, statement) or self.context.module
+        scope_root = self.context.index.first_enclosing(statement, (cst.FunctionDef, cst.Lambda)) or self.context.module
 
         loop_end = index.end(loop) if loop is not None else None
-        loop_function = _function_of(self.context.parents, loop) if loop is not None else None
+        loop_function = (
+            self.context.index.first_enclosing(loop, (cst.FunctionDef, cst.Lambda)) if loop is not None else None
+        )
 
         def later(node: cst.CSTNode) -> bool:
             if self.context.inside(node, statement):
@@ -531,7 +533,9 @@ class Checkpoints:
                 return False
             # After the loop in its function: the checkpointer is flushed when the loop is left.
             return not (
-                loop_end is not None and at > loop_end and _function_of(self.context.parents, node) is loop_function
+                loop_end is not None
+                and at > loop_end
+                and self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda)) is loop_function
             )
 
         return next(self._later_uses(path, statement, later, scope_root), None)
@@ -560,7 +564,7 @@ class Checkpoints:
         file is used. None when a use is not such."""
         index = self.context.index
         after = index.end(statement)
-        scope_root = _function_of(self.context.parents, statement) or self.context.module
+        scope_root = self.context.index.first_enclosing(statement, (cst.FunctionDef, cst.Lambda)) or self.context.module
         found = []
 
         def in_loop(node: cst.CSTNode) -> bool:
@@ -569,13 +573,14 @@ class Checkpoints:
         for use in self._later_uses(path, statement, in_loop, scope_root):
             if (
                 index.order(use) <= after
-                or (_function_of(self.context.parents, use) or self.context.module) is not scope_root
+                or (self.context.index.first_enclosing(use, (cst.FunctionDef, cst.Lambda)) or self.context.module)
+                is not scope_root
             ):
                 return None
             guard = next(
                 (
                     a
-                    for a in _ancestors(self.context.parents, use)
+                    for a in self.context.index.ancestors(use)
                     if (isinstance(a, cst.If) and not self.context.inside(use, a.test))  # in its branches
                     or isinstance(a, (cst.For, cst.While))
                 ),
@@ -611,7 +616,7 @@ class Checkpoints:
 
     def _harmless_use(self, use: cst.Name) -> bool:
         """A read of the path that does not touch the file: logging it, or saving to it again."""
-        for ancestor in _ancestors(self.context.parents, use):
+        for ancestor in self.context.index.ancestors(use):
             if isinstance(ancestor, cst.Call):
                 if self._logging(ancestor):
                     return True
@@ -657,21 +662,10 @@ class Checkpoints:
         return None
 
     def _statement_or_call(self, node: cst.CSTNode) -> cst.CSTNode:
-        for ancestor in _ancestors(self.context.parents, node):
+        for ancestor in self.context.index.ancestors(node):
             if isinstance(ancestor, (cst.Call, cst.BaseSmallStatement)):
                 return ancestor
         return node
-
-
-def _ancestors(parents, node: cst.CSTNode):
-    current = parents.get(node)
-    while current is not None:
-        yield current
-        current = parents.get(current)
-
-
-def _function_of(parents, node: cst.CSTNode) -> cst.FunctionDef | None:
-    return next((a for a in _ancestors(parents, node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
 
 
 def _binding_statement(parents, target: cst.CSTNode) -> cst.CSTNode:

@@ -378,7 +378,7 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _suppressed(self, call: cst.Call) -> bool:
         """`# perfmod: ignore[PM405]` on the save's line, or on the `with open(...)` around it."""
-        line = next((a for a in _ancestors(self.context.parents, call) if isinstance(a, cst.SimpleStatementLine)), None)
+        line = next((a for a in self.context.index.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
         return line is not None and (
             suppressed_on(line, self.CODE) or suppressed_on(_enclosing_with(self.context.parents, line), self.CODE)
         )
@@ -398,7 +398,9 @@ class SynchronousCheckpointInLoop(Rule):
         # finding carries it (the same edits, made once).
         edits: list[Edit] = [_save_edit(plan, name) for _, plan in fixable]
         for leaving in self.context.index.find(cst.Return, within=loop.body):
-            if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
+            if self.context.index.first_enclosing(
+                leaving, (cst.FunctionDef, cst.Lambda)
+            ) is self.context.index.first_enclosing(loop, (cst.FunctionDef, cst.Lambda)):
                 edits.append(_flush_before(leaving, name, self.context.parents))
         waits = list({id(line): line for _, plan in fixable for line in plan.flush_before}.values())
         edits += [InsertBefore(line, (_flush_line(name),)) for line in waits]
@@ -447,7 +449,9 @@ class SynchronousCheckpointInLoop(Rule):
         for loop in loops:
             edits.append(InsertAfter(loop, (_flush_line(name),)))
             for leaving in self.context.index.find(cst.Return, within=loop.body):
-                if _function_of(self.context.parents, leaving) is _function_of(self.context.parents, loop):
+                if self.context.index.first_enclosing(
+                    leaving, (cst.FunctionDef, cst.Lambda)
+                ) is self.context.index.first_enclosing(loop, (cst.FunctionDef, cst.Lambda)):
                     edits.append(_flush_before(leaving, name, self.context.parents))
         first = sites[0][1][0]
         for call, _plan in fixable:
@@ -490,17 +494,6 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
-
-
-def _ancestors(parents, node: cst.CSTNode):
-    current = parents.get(node)
-    while current is not None:
-        yield current
-        current = parents.get(current)
-
-
-def _function_of(parents, node: cst.CSTNode) -> cst.FunctionDef | None:
-    return next((a for a in _ancestors(parents, node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
 
 
 def _enclosing_with(parents, line: cst.SimpleStatementLine) -> cst.With | None:
