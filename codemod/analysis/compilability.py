@@ -35,6 +35,7 @@ from codemod.analysis.torch_facts import (
     COMPILE_BREAKS,
     FORWARD_DRAW_METHODS,
     FORWARD_DRAWS,
+    GRAD_FREE_CONTEXTS,
     HOOK_REGISTRATIONS,
     METADATA_ATTRIBUTES,
     METADATA_METHODS,
@@ -45,18 +46,17 @@ from codemod.analysis.torch_facts import (
     REDUCING_FUNCTIONS,
     REDUCING_METHODS,
     SYNC_METHODS,
+    TORCH_COMPILERS,
 )
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
 
 MAX_DEPTH = 4  # network classes followed into the networks they build
-COMPILERS = ("torch.compile",)
 # What a branch test may read without reading a tensor's values: its metadata (torch_facts),
 # a module's mode, and Python's questions about a value's length and type.
 _SHAPE_ATTRIBUTES = METADATA_ATTRIBUTES | {"training"}
 _SHAPE_FUNCTIONS = {"len", "isinstance", "hasattr", "callable", "type"}
-_GRAD_FREE = ("torch.no_grad", "torch.inference_mode")
 
 
 @dataclass(frozen=True)
@@ -320,7 +320,7 @@ def _compiled_already(context) -> bool:
         ):
             return True
     for node in index.find(cst.Attribute):
-        if node.attr.value == "compile" and names.is_(node, *COMPILERS):
+        if node.attr.value == "compile" and names.is_(node, *TORCH_COMPILERS):
             return True
     models = {model.expression for loop in context.training.loops for model in loop.models}
     return any(
@@ -366,7 +366,7 @@ def _without_grad(context, node: cst.CSTNode, function: cst.FunctionDef) -> bool
         if ancestor is function:
             return False
         if isinstance(ancestor, cst.With) and any(
-            isinstance(item.item, cst.Call) and context.names.is_(item.item.func, *_GRAD_FREE)
+            isinstance(item.item, cst.Call) and context.names.is_(item.item.func, *GRAD_FREE_CONTEXTS)
             for item in ancestor.items
         ):
             return True

@@ -33,16 +33,13 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.torch_facts import GRAD_NORMS
+from codemod.analysis.torch_facts import GRAD_NORMS, GRAD_RESET_METHODS, GRAD_ZEROING_METHODS
 
 if TYPE_CHECKING:
     from codemod.analysis.training import OptimizerBuild
     from codemod.context import FileContext
 
 KEY = "grad_resets"
-# In-place calls on `p.grad` that a manual reset loop may make, and the ones that zero it.
-RESET_METHODS = {"zero_", "fill_", "detach_", "requires_grad_"}
-ZEROING_METHODS = {"zero_", "fill_"}
 GRAD = m.Attribute(attr=m.Name("grad"))
 
 
@@ -299,7 +296,7 @@ def _only_resets(block: cst.BaseSuite, parameter: str, zeros_like=lambda value, 
             return False
         call = statement.value
         method = method_name(call)
-        if method not in RESET_METHODS:
+        if method not in GRAD_RESET_METHODS:
             return False
         target = call.func.value
         if m.matches(target, m.Attribute(attr=m.Name("data"))):
@@ -312,7 +309,7 @@ def _only_resets(block: cst.BaseSuite, parameter: str, zeros_like=lambda value, 
             ok = len(call.args) == 1 and m.matches(call.args[0].value, m.Name("False"))
         else:
             ok = not call.args
-        zeroes = zeroes or (ok and method in ZEROING_METHODS)
+        zeroes = zeroes or (ok and method in GRAD_ZEROING_METHODS)
         return ok
 
     def walk(suite: cst.BaseSuite) -> bool:

@@ -62,9 +62,11 @@ from codemod.analysis.torch_facts import (
     DTYPE_KEEPING_METHODS,
     FLOAT_RESULT_METHODS,
     GRAD_NORMS,
+    HOST_READ_BUILTINS,
     INT64_RESULT_METHODS,
     NON_MUTATING_CALLS,
     PURE_BUILTINS,
+    SCALER_METHODS_RETURNING_NEW,
     SHARING_METHODS,
     SYNC_METHODS,
 )
@@ -79,9 +81,6 @@ def host_reads(context: FileContext) -> HostReads:
     return context.shared(KEY, HostReads)
 
 
-# `float(t)` / `int(t)` of a device tensor wait as `.item()` does.
-SYNC_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
-
 # The dtypes `dtype` tells apart: enough to know which Python number `.item()` gives.
 FLOAT, INT64, BOOL = "float", "int64", "bool"
 
@@ -94,7 +93,6 @@ PURE_METHODS = (
     | DTYPE_KEEPING_METHODS
     | {"sum", "item", "tolist", "numpy", "size", "dim", "numel"}
 )
-NON_MUTATING_METHOD_CALLEES = {"scale"}  # GradScaler.scale(loss) returns a new, scaled tensor
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FLOAT_PRESENTATION = tuple("eEfFgG%")
 # float64 is not available on these devices, so the float64 device accumulator is not either.
@@ -420,7 +418,7 @@ class StepReads:
             if fact.kind not in (Kind.TENSOR, Kind.UNKNOWN):
                 return None
             return method
-        for name, builtin in SYNC_BUILTINS.items():
+        for name, builtin in HOST_READ_BUILTINS.items():
             if self.a.names.is_(call.func, name) and len(call.args) == 1 and call.args[0].keyword is None:
                 value = call.args[0].value
                 fact = self.a.kinds.fact(value)
@@ -1032,7 +1030,7 @@ class StepReads:
             return None, False
         if isinstance(parent, cst.Arg):
             call = self.a.parents.get(parent)
-            if self.a.names.of(call.func) & NON_MUTATING_CALLS or method_name(call) in NON_MUTATING_METHOD_CALLEES:
+            if self.a.names.of(call.func) & NON_MUTATING_CALLS or method_name(call) in SCALER_METHODS_RETURNING_NEW:
                 return None, False
             return f"is passed to `{self.a.code(call.func)}()`, which may change it,", False
         if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and parent.value is chain:

@@ -30,6 +30,7 @@ from codemod.analysis.torch_facts import (
     CROSS_ENTROPY,
     CROSS_ENTROPY_MODULES,
     FUNCTIONAL,
+    LOSS_KEYWORDS,
     NLL_LOSS,
     NLL_LOSS_MODULES,
     is_literal,
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 KEY = "loss_calls"
-# Keyword arguments of the loss functions (and of their modules' constructors) followed.
-KNOWN_KEYWORDS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 
 
 def loss_calls(context: FileContext) -> LossCalls:
@@ -142,7 +141,7 @@ def _loss_arguments(module: cst.Module, call: cst.Call, function: str, first_key
         if arg.keyword is None or arg.keyword.value in ("input", "target"):
             continue
         name = arg.keyword.value
-        if name not in KNOWN_KEYWORDS:
+        if name not in LOSS_KEYWORDS:
             loss.problem = f"`{name}=` is not understood by the fix"
             return loss
         loss.keywords[name] = module.code_for_node(arg.value)

@@ -26,12 +26,12 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.names import integer_literal, integer_value, names_read
+from codemod.analysis.torch_facts import SIZE_METHODS
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
 
 KEY = "position_slices"
-SIZES = ("size", "numel", "dim")  # tensor methods that give a size: never negative
 
 
 def position_slices(context: FileContext) -> PositionSlices:
@@ -199,7 +199,7 @@ class PositionSlices:
         if value is not None:
             return value >= 0
         if isinstance(expr, cst.Call):
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in SIZES:
+            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in SIZE_METHODS:
                 return True
             return self.context.names.is_(expr.func, "len", "builtins.len")
         if isinstance(expr, cst.Subscript) and m.matches(expr.value, m.Attribute(attr=m.Name("shape"))):

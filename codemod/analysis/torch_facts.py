@@ -968,3 +968,23 @@ RECURRENCE_METHODS = frozenset(
     "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as mT softmax clamp abs neg sqrt"
     " matmul mul add sub div".split()
 )
+
+
+# -- tables the analyses ask (moved out of each analysis, one place for torch's names) --
+
+# What compiles a model with TorchDynamo (`torch.compile(m)`, `m.compile()`).
+TORCH_COMPILERS = ("torch.compile",)
+# Context managers under which no autograd graph is recorded.
+GRAD_FREE_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
+# In-place tensor methods that reset a `.grad` by hand, and those of them that write zeros.
+GRAD_RESET_METHODS = frozenset({"zero_", "fill_", "detach_", "requires_grad_"})
+GRAD_ZEROING_METHODS = frozenset({"zero_", "fill_"})
+# Python builtins that read a one-element tensor to the host (a sync), by their short name.
+HOST_READ_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
+# Methods that return a new tensor from the one they are given rather than change it
+# (`GradScaler.scale(loss)` returns the scaled loss).
+SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})
+# Loss keywords whose effect on a per-position or per-sample loss is understood.
+LOSS_KEYWORDS = frozenset({"weight", "ignore_index", "reduction", "label_smoothing"})
+# Tensor methods that give a size, never negative.
+SIZE_METHODS = ("size", "numel", "dim")

@@ -314,3 +314,27 @@ def test_fused_conflicts_are_optimizer_keywords_and_fused_rejects_some():
     for name in ("foreach", "differentiable"):
         with pytest.raises(RuntimeError):
             torch.optim.AdamW(params, fused=True, **{name: True})
+
+
+def test_the_analyses_tables_of_torch_names_are_torchs():
+    from codemod.analysis.torch_facts import (
+        GRAD_FREE_CONTEXTS,
+        GRAD_RESET_METHODS,
+        GRAD_ZEROING_METHODS,
+        LOSS_KEYWORDS,
+        SCALER_METHODS_RETURNING_NEW,
+        SIZE_METHODS,
+        TORCH_COMPILERS,
+    )
+
+    assert all(callable(_resolve(name)) for name in (*TORCH_COMPILERS, *GRAD_FREE_CONTEXTS))
+    for method in GRAD_RESET_METHODS:
+        grad = torch.ones(3)
+        args = (0.0,) if method == "fill_" else ()
+        assert getattr(grad, method)(*args) is grad  # in place, on the gradient itself
+    assert GRAD_ZEROING_METHODS <= GRAD_RESET_METHODS
+    assert all(isinstance(getattr(torch.ones(2, 3), name)(), int) for name in SIZE_METHODS if name != "size")
+    assert all(k in inspect.signature(torch.nn.functional.cross_entropy).parameters for k in LOSS_KEYWORDS)
+    scaler = torch.amp.GradScaler("cpu")
+    loss = torch.ones(())
+    assert all(getattr(scaler, name)(loss) is not loss for name in SCALER_METHODS_RETURNING_NEW)
