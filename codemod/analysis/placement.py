@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
@@ -145,12 +144,11 @@ class Placement:
         module of the package calls it either, or the first call there whose argument
         cannot be told."""
         project = project_of(self.context)
-        calls = project.package_calls(function)
+        passed = self.training.package_arguments(function, param)
         where = f"`{name}` is a parameter of `{function.name.value}`"
-        if not calls:
+        if not passed:
             return f"{where}, which this file never calls"
-        for module, call in calls:
-            argument = argument_for(call, function, param, 0) or param.default
+        for module, call, argument in passed:
             if argument is None or module.context.training.device_types(argument) is None:
                 return f"{where}, and the call at {project.shown_in(module.context, call)} passes a device that cannot be told"
         return None  # every caller's device is known: the reason is another

@@ -635,17 +635,22 @@ class Training:
         function = self.parents.get(self.parents.get(param))
         if not isinstance(function, cst.FunctionDef) or self.steps.call_sites(function):
             return None
-        calls = project_of(self.context).package_calls(function)
         found = []
-        for module, call in calls:
-            argument = argument_for(call, function, param, 0)
-            if argument is None:
-                argument = param.default
+        for module, _, argument in self.package_arguments(function, param):
             types = module.context.training.device_types(argument, depth + 1, written) if argument else None
             if types is None:
                 return None
             found.append(types)
         return _union(*found) if found else None
+
+    def package_arguments(self, function: cst.FunctionDef, param: cst.Param) -> list:
+        """(module, call, argument) for each call of `function`, a top-level function of this
+        file, in the other modules of its package: what the call passes to `param` (its
+        default where it passes nothing; None where that cannot be told)."""
+        return [
+            (module, call, argument_for(call, function, param, 0) or param.default)
+            for module, call in project_of(self.context).package_calls(function)
+        ]
 
     def trainer_placed(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.ClassDef | None:
         """The class when `expr` is `self` in its `configure_optimizers()` and the class is a
