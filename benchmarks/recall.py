@@ -11,6 +11,8 @@ Static part: every file is processed at level unsafe with every rule selected
 (opt-in ones too). A finding matches the nearest unmatched marker of its code
 whose line lies in the finding's lines or within three lines of its first line;
 matched markers are *reported*, and *fixed* when the finding's fix was applied.
+A marker with no finding of its own counts as fixed when the applied fix of a
+rule that does its work (`DONE_BY`) rewrote its line.
 Findings of a negative file's codes are false positives; applied fixes of them
 are wrong fixes. Other findings on unmarked lines are listed as *unexpected*, for
 review (a true instance the author did not mark, or a false positive).
@@ -55,6 +57,10 @@ NEAR = 3  # lines around a finding's first line where its marker may sit
 LOSSES = re.compile(r"^WILD_LOSSES\s+(\[.*\])\s*$", re.M)
 NUMERIC_RTOL = 1e-3
 FINAL_RTOL = 0.10
+# A rule whose applied fix removes a marked instance of another and does its work:
+# PM103's prefetcher copies each batch without blocking, on a side stream, in place
+# of the marked blocking copy (the engine leaves PM101 nothing to report there).
+DONE_BY = {"PM101": ("PM103",)}
 
 
 @dataclass
@@ -64,6 +70,7 @@ class Marker:
     expects_fix: bool
     reported: bool = False
     fixed: bool = False
+    fixed_by: str = ""  # the code of another rule whose fix removed this instance
 
 
 @dataclass
@@ -137,7 +144,22 @@ def analyse(program: Program, codes: tuple[str, ...] | None = None) -> FileOutco
             continue
         marker.reported = True
         marker.fixed = finding.applied
+    _credit_done_by(program.markers, result.findings)
     return outcome
+
+
+def _credit_done_by(markers: list[Marker], findings) -> None:
+    """Count as fixed the unmatched markers whose line an applied fix of a rule in
+    DONE_BY rewrote."""
+    for marker in markers:
+        if marker.reported:
+            continue
+        for finding in findings:
+            rewrote = any(first <= marker.line <= last for first, last in finding.fix_lines)
+            if finding.applied and finding.code in DONE_BY.get(marker.code, ()) and rewrote:
+                marker.reported = marker.fixed = True
+                marker.fixed_by = finding.code
+                break
 
 
 def _nearest(markers: list[Marker], finding) -> Marker | None:
@@ -384,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
                                 for m in o.program.markers
                                 if m.reported and m.expects_fix and not m.fixed and m.code in codes
                             ],
+                            "fixed_by_another_rule": {
+                                f"{m.code}:{m.line}": m.fixed_by for m in o.program.markers if m.fixed_by
+                            },
                             "unexpected": o.unexpected,
                             "false_positives": o.false_positives,
                             "wrong": o.wrong,
@@ -404,9 +429,11 @@ def main(argv: list[str] | None = None) -> int:
                 for m in o.program.markers
                 if m.code in codes and m.reported and m.expects_fix and not m.fixed
             ]
+            done = [f"{m.code}:{m.line} ({m.fixed_by})" for m in o.program.markers if m.code in codes and m.fixed_by]
             notes = [
                 f"missed {', '.join(missed)}" if missed else "",
                 f"not fixed {', '.join(unfixed)}" if unfixed else "",
+                f"fixed by another rule {', '.join(done)}" if done else "",
                 f"error {o.result.error}" if o.result.error else "",
                 f"run: {o.run}" if o.program.runnable else "",
             ]

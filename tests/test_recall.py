@@ -71,3 +71,29 @@ def test_a_program_run_gives_its_losses_or_says_why(tmp_path):
     assert failed is None and "boom" in why
     silent, why = run_program(b"x = 1\n", "c.py", 60)
     assert silent is None and why == "printed no WILD_LOSSES line"
+
+
+PREFETCHED = textwrap.dedent('''\
+    """A pageable loader's batches copied in the step: PM102 pins, PM103 prefetches."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    device = torch.device("cuda")
+    model = torch.nn.Linear(4096, 4096).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(8192, 4096), torch.randn(8192, 4096)), batch_size=256)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)  # expect: PM101 fix
+        loss = (model(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+''')
+
+
+def test_a_marker_whose_copy_another_rules_fix_does_counts_as_fixed_by_it(tmp_path):
+    path = tmp_path / "p.py"
+    path.write_text(PREFETCHED)
+    marker = analyse(parse_program(path)).program.markers[0]
+    assert (marker.reported, marker.fixed, marker.fixed_by) == (True, True, "PM103")
+    alone = analyse(parse_program(path), codes=("PM101",)).program.markers[0]
+    assert (alone.reported, alone.fixed, alone.fixed_by) == (False, False, "")
