@@ -2,7 +2,8 @@
 texts a training step tokenizes come from.
 
 - `tokenizes(call)`: does `call` tokenize text: a known tokenizer, a tokenizer's method
-  (`encode`, `apply_chat_template`, ...) on something that is not a model, a callee
+  (`encode`, `apply_chat_template`, ...) on something that is not a model and given no
+  tensor, a callee
   named like a tokenizer, an instance of a `*Tokenizer` class, or a function of this
   file (not a model's method) that tokenizes?
 - `tokenizer_call(call)`: (known, receiver): known when `call` is `tok(...)` or
@@ -76,6 +77,8 @@ class Tokenizers:
                 return False  # `"text".encode()`: bytes
             if kinds.fact(receiver).kind is Kind.MODULE and not kinds.self_attribute_values(func):
                 return False  # `vae.encode(x)`: a model's method (`self.tokenizer(...)` is an attribute's call)
+        if any(kinds.fact(arg.value).kind is Kind.TENSOR for arg in call.args):
+            return False  # `vae.encode(images)` of a library's model: a tensor in, not text
         if self.tokenizer_call(call)[0]:
             return True
         spelled = (

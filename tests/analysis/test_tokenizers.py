@@ -265,3 +265,21 @@ def test_a_copy_of_a_host_tensor_to_the_device_uploads_it():
     assert context.kinds.copy_of(call_spelled(context, "x.to")).uploads_host_tensor
     dtype_only = [c for c in context.index.find(cst.Call) if context.source(c) == "x.to(torch.float16)"][0]
     assert not context.kinds.copy_of(dtype_only).uploads_host_tensor
+
+
+def test_an_encode_of_a_tensor_is_a_models_not_a_tokenizers():
+    context = FileContext.of_source(
+        textwrap.dedent("""\
+            import torch
+            from diffusers.models import AutoencoderKL
+            vae = AutoencoderKL.from_pretrained("stabilityai/sd-vae-ft-ema").to("cuda")
+            tok = load_tokenizer()
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 3, 32, 32)), batch_size=8)
+            for (x,) in loader:
+                x = x.to("cuda")
+                latents = vae.encode(x).latent_dist.sample()
+                ids = tok.encode("a caption")
+        """)
+    )
+    assert not tokenizers(context).tokenizes(call_spelled(context, "vae.encode"))
+    assert tokenizers(context).tokenizes(call_spelled(context, "tok.encode"))
