@@ -8,7 +8,7 @@ from itertools import islice
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource
+from libcst.metadata import Assignment, BaseAssignment, GlobalScope, QualifiedName, QualifiedNameSource
 
 from codemod.analysis.scopes import Ordered, PerBindings, Span
 
@@ -50,6 +50,7 @@ class Names:
         self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
         self._binding_nodes: set[cst.CSTNode] | None = None
         self._none_targets: set[cst.CSTNode] | None = None
+        self._star_modules: tuple[str, ...] | None = None  # the modules of `from m import *`
 
     def _qualified(self, node: cst.CSTNode):
         found = self._cache.get(node)
@@ -65,7 +66,7 @@ class Names:
         if accesses:  # a name read: what each binding it may read is called
             found: set = set()
             for access in accesses:
-                found |= self._names_of(access.referents)
+                found |= self._names_of(access.referents) or self._star_imported(access.node)
             return frozenset(found)
         if node in self._bindings():  # a name bound here: libcst answers for that binding alone
             return frozenset(scope.get_qualified_names_for(node))
@@ -99,6 +100,26 @@ class Names:
                 names |= binding.get_qualified_names_for(dotted)
             found = self._by_dotted_name[key] = (bindings, frozenset(names))  # the set is kept: its id stays unique
         return found[1]
+
+    def _star_imported(self, node: cst.CSTNode) -> frozenset:
+        """What a name that nothing in the file binds is called when the module imports
+        with `from m import *`: `m.name`, for each such module (libcst leaves these reads
+        unresolved)."""
+        if not isinstance(node, cst.Name):
+            return frozenset()
+        if self._star_modules is None:
+            code = cst.Module([]).code_for_node
+            self._star_modules = tuple(
+                "." * len(statement.relative) + (code(statement.module) if statement.module is not None else "")
+                for statement, scope in self._scopes.items()
+                if isinstance(statement, cst.ImportFrom)
+                and isinstance(statement.names, cst.ImportStar)
+                and isinstance(scope, GlobalScope)
+            )
+        return frozenset(
+            QualifiedName(f"{module}{'' if module.endswith('.') else '.'}{node.value}", QualifiedNameSource.IMPORT)
+            for module in self._star_modules
+        )
 
     def _names_of(self, referents: Collection[BaseAssignment]) -> frozenset:
         """The qualified names of a read's referents: a prefix of the bindings of its

@@ -169,39 +169,32 @@ class _Module:
                 found = statement
         return found
 
-    def class_def(self, name: str) -> cst.ClassDef | None:
-        """The top-level `class name` of this module (the last one wins); read from the
-        text first, so that a module that defines no such class is not parsed."""
-        if self._data is not None and not re.search(rb"\bclass\s+" + re.escape(name.encode()) + rb"\b", self._data):
-            return None
+    def re_exports(self, name: str) -> list[str]:
+        """The qualified names a top-level import of this module may bind `name` to: the
+        one a `from x import f [as name]` binds, else `x.name` for each `from x import *`."""
+        stars = self.mentions(b"import *")
+        if not stars and not self.may_define(name):
+            return []
         context = self.context
         if context is None:
-            return None
-        found = None
-        for statement in context.module.body:
-            if isinstance(statement, cst.ClassDef) and statement.name.value == name:
-                found = statement
-        return found
-
-    def re_export(self, name: str) -> str | None:
-        """The qualified name a top-level `from x import f [as name]` binds `name` to."""
-        if not self.may_define(name):
-            return None
-        context = self.context
-        if context is None:
-            return None
+            return []
+        starred = []
+        code = cst.Module([]).code_for_node
         for statement in context.module.body:
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             for small in statement.body:
-                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                if not isinstance(small, cst.ImportFrom):
+                    continue
+                if isinstance(small.names, cst.ImportStar):
+                    module = "." * len(small.relative) + (code(small.module) if small.module is not None else "")
+                    starred.append(f"{module}{'' if module.endswith('.') else '.'}{name}")
                     continue
                 for alias in small.names:
                     bound = alias.asname.name if alias.asname is not None else alias.name
                     if isinstance(bound, cst.Name) and bound.value == name:
-                        names = context.names.of(bound)
-                        return next(iter(sorted(names)), None)
-        return None
+                        return sorted(context.names.of(bound))[:1]
+        return starred
 
 
 _MODULES: OrderedDict[str, _Module] = OrderedDict()
@@ -350,8 +343,10 @@ class Project:
         """The modules that the project class `func` names (`RNNModel` of `from model import
         RNNModel`) builds in its methods, and those the classes of its module that it builds
         build in turn; None when `func` names no class of the project."""
-        if self.folder is None:
+        module, classdef = self._project_class(func)
+        if module is None or classdef is None:
             return None
+        return _summary(module, ("built", classdef.name.value), lambda: _built(module, classdef))
         for name in sorted(self.context.names.of(func)):
             path = self._module_path(name)
             module = _load(path, self.context.settings) if path is not None else None
@@ -472,14 +467,9 @@ class Project:
         if self.folder is None:
             return None, None
         for name in sorted(self.context.names.of(func)):
-            path = self._module_path(name)
-            module = _load(path, self.context.settings) if path is not None else None
-            if module is None:
-                continue
-            self._used[path] = module
-            node = module.classdef(name.rpartition(".")[2])
-            if node is not None:
-                return module, node
+            found = self._locate(name, 0, cst.ClassDef)
+            if found is not None:
+                return found
         return None, None
 
     def imported_module_mentioning(self, *words: bytes) -> str | None:
@@ -526,22 +516,28 @@ class Project:
         return found
 
     def _find(self, name: str, depth: int) -> Function | None:
+        found = self._locate(name, depth, cst.FunctionDef)
+        return Function(found[0], found[1], name) if found is not None else None
+
+    def _locate(self, name: str, depth: int, kind: type) -> tuple[_Module, cst.CSTNode] | None:
+        """The module and the top-level `def` or `class` (`kind`) the dotted `name` is,
+        followed through the imports that re-export it (`from .resnet import *` in a
+        package's `__init__`)."""
         path = self._module_path(name)
-        if path is None:
-            return None
-        module = _load(path, self.context.settings)
+        module = _load(path, self.context.settings) if path is not None else None
         if module is None:
             return None
         self._used[path] = module
-        function_name = name.rpartition(".")[2]
-        node = module.function(function_name)
+        short = name.rpartition(".")[2]
+        node = module.function(short) if kind is cst.FunctionDef else module.classdef(short)
         if node is not None:
-            return Function(module, node, name)
-        target = module.re_export(function_name)
-        if target is not None and depth < MAX_RE_EXPORTS and module.project is not None:
-            found = module.project._resolve(target, depth + 1)
+            return module, node
+        if depth >= MAX_RE_EXPORTS:
+            return None
+        for target in module.re_exports(short):
+            found = module.project._locate(target, depth + 1, kind) if module.project is not None else None
             if found is not None:
-                return Function(found.module, found.node, name)
+                return found
         return None
 
     def _is_project_top(self, top: str) -> bool:

@@ -843,3 +843,22 @@ def test_training_another_module_runs_in_processes_is_not_called_single_process(
     assert _check(root / "train.py", "PM601").findings == []
     (root / "main.py").write_text(HOGWILD_MAIN.replace("p = mp.Process(target=train, args=", "p = train(*"))
     assert [f.code for f in _check(root / "train.py", "PM601").findings] == ["PM601"]
+
+
+def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "__init__.py").write_text("from .heads import *\nfrom .convnet import *\n")
+    (models / "heads.py").write_text("def head():\n    return 1\n")
+    (models / "convnet.py").write_text(
+        "import torch.nn as nn\n\n\nclass ConvNet(nn.Module):\n    def forward(self, x):\n        return x\n"
+    )
+    source = "from models import *\n\nnet = ConvNet()\nn = head()\nm = missing()\n"
+    context = FileContext.of_source(source, path=str(tmp_path / "train.py"))
+    calls = {context.source(c.func): c for c in context.index.find(cst.Call)}
+    assert context.names.of(calls["ConvNet"].func) == {"models.ConvNet"}
+    built, classdef = project_of(context).class_of(calls["ConvNet"].func)
+    assert classdef.name.value == "ConvNet" and built.path.endswith("convnet.py")
+    assert project_of(context).function(calls["head"].func).node.name.value == "head"
+    assert project_of(context).function(calls["missing"].func) is None
