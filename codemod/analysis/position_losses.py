@@ -205,11 +205,12 @@ class PositionLosses:
         """The loss calls in `body` whose input or target is one position of the loop,
         `x[:, <t>]` (directly or through a name the body assigns)."""
         losses = self.losses_of
-        assigned = self._assigned_in(body)
+        assigned = None
         found = []
         for call in own_nodes(self.context.index, cst.Call, body):
             if losses.kind(call) is None and losses.any_loss(call) is None:
                 continue
+            assigned = self._assigned_in(body) if assigned is None else assigned
             for arg in call.args[:2]:
                 value = arg.value
                 if isinstance(value, cst.Name) and value.value not in loop.rows:
