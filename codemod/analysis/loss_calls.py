@@ -14,7 +14,12 @@ rules that rewrite a loop of loss calls into one call over all their inputs.
 - `constructor(func)`: the `nn.CrossEntropyLoss(...)` / `nn.NLLLoss(...)` call a name or
   `self.attr` was built by;
 - `any_loss(call)`: (qualified function, its torch facts, the module's constructor or
-  None) for any per-element torch loss, called or built once.
+  None) for any per-element torch loss, called or built once;
+- `arguments(call)`: a `LossArguments` for such a call: its input and target, its
+  reduction (the call's or its module's, checked against the loss's own: `"batchmean"`
+  only where torch takes it), the keywords that change each element's loss (`options`
+  of the torch table: `ignore_index`, `label_smoothing`, `weight`, `log_target`, ...),
+  and `problem`, the first reason they cannot be followed.
 
 Which names are losses and their defaults are torch facts (torch_facts, torch_ops).
 """
@@ -59,6 +64,29 @@ class LossOptions:
     module: cst.BaseExpression | None = None
     problem: str | None = None
 
+    @property
+    def ignore_index(self) -> str:
+        """The target value it ignores, as text: its `ignore_index=`, or torch's default."""
+        found = loss_of({f"{FUNCTIONAL}.{self.function}"})
+        return self.keywords.get("ignore_index") or str(found[1].ignore_index if found else None)
+
+
+REDUCTIONS = ("mean", "sum", "none", "batchmean")
+
+
+@dataclass
+class LossArguments:
+    """What a call of a per-element torch loss (or of its module) computes, as written."""
+
+    function: str  # qualified functional name
+    facts: Loss
+    constructor: cst.Call | None  # the module's, for a loss module
+    reduction: str = "mean"
+    keywords: dict[str, cst.BaseExpression] = field(default_factory=dict)  # element options, in order
+    input: cst.BaseExpression | None = None
+    target: cst.BaseExpression | None = None
+    problem: str | None = None
+
 
 class LossCalls:
     """The loss calls of one file."""
@@ -85,6 +113,48 @@ class LossCalls:
         if found is None or not found[1].per_element:
             return None
         return (*found, values[0])
+
+    def arguments(self, call: cst.Call) -> LossArguments | None:
+        """The input, target, reduction and element options of a call of a per-element loss
+        (`any_loss`), and the first reason they cannot be followed; None for other calls."""
+        found = self.any_loss(call)
+        if found is None:
+            return None
+        function, facts, constructor = found
+        loss = LossArguments(function, facts, constructor, facts.reduction)
+        arguments = constructor.args if constructor is not None else call.args
+        plain = [a for a in call.args if a.keyword is None and not a.star]
+        named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if constructor is not None and named:
+            loss.problem = "the loss module is called with keyword arguments"
+        elif any(a.star for a in [*call.args, *arguments]) or len(plain) > 2:
+            loss.problem = "arguments passed by position or unpacked are not followed"
+        elif constructor is not None and any(a.keyword is None for a in constructor.args):
+            loss.problem = "arguments passed by position or unpacked are not followed"
+        if loss.problem is not None:
+            return loss
+        for arg in arguments:
+            if arg.keyword is None or arg.keyword.value in ("input", "target"):
+                continue
+            key = arg.keyword.value
+            if key == "reduction":
+                if not isinstance(arg.value, cst.SimpleString):
+                    loss.problem = "its reduction is not a literal"
+                    return loss
+                loss.reduction = arg.value.evaluated_value
+                if loss.reduction == "batchmean" and not facts.batchmean or loss.reduction not in REDUCTIONS:
+                    loss.problem = f'reduction="{loss.reduction}" is not one of the loss\'s'
+                    return loss
+            elif key in facts.options:
+                loss.keywords[key] = arg.value
+            else:
+                loss.problem = f"`{key}=` is not understood by the fix"
+                return loss
+        loss.input = plain[0].value if plain else named.get("input")
+        loss.target = plain[1].value if len(plain) > 1 else named.get("target")
+        if loss.input is None or loss.target is None:
+            loss.problem = "the loss's input and target are not both given"
+        return loss
 
     def kind(self, call: cst.Call) -> str | None:
         names = self.context.names.of(call.func)

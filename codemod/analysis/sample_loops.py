@@ -53,6 +53,7 @@ from libcst.metadata import Assignment
 
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
+from codemod.analysis.loop_totals import collected_list
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import atom, integer_value, kwarg, method_name, names_read, number_value
 from codemod.analysis.project import project_of
@@ -417,34 +418,10 @@ class SampleLoops:
             )
         ):
             return None
-        name = last.body[0].value.func.value
-        scope = self.context.scopes.get(name)
-        assignments = list(scope.assignments[name.value]) if scope is not None else []
-        if len(assignments) != 1 or not isinstance(assignments[0], Assignment):
+        collected = collected_list(self.context, node, last.body[0].value.func.value)
+        if collected.problem is not None:
             return None
-        created = self.context.bindings.statement(assignments[0].node)
-        line = self.context.parents.get(created)
-        if not (
-            isinstance(created, cst.Assign)
-            and m.matches(created.value, m.List(elements=[]))
-            and self.context.parents.get(line) is self.context.parents.get(node)
-            and self.context.index.before(line, node)
-        ):
-            return None
-        uses = [a.node for a in assignments[0].references if not self.context.inside(a.node, node)]
-        if len(uses) != 1:
-            return None
-        arg = self.context.parents.get(uses[0])
-        call = self.context.parents.get(arg)
-        if not (
-            isinstance(arg, cst.Arg)
-            and isinstance(call, cst.Call)
-            and len(call.args) == 1
-            and arg.keyword is None
-            and self.context.names.is_(call.func, "torch.stack", "sum", "builtins.sum")
-        ):
-            return None
-        return name, call, line
+        return collected.name, collected.call, collected.line
 
     # -- what the loop calls -------------------------------------------------------------
 
