@@ -1603,6 +1603,15 @@ class Training:
             return None if any(self._queues_device_work(c) for c in between) else sync
         return None
 
+    def synchronizes_every_step(self, loop: cst.For | cst.While) -> cst.Call | None:
+        """The `torch.cuda.synchronize()` (or another device's) that `loop`'s body runs on
+        every step on a device (timing code often does): each step then waits for the device
+        whatever else it reads. None when there is none."""
+        calls = [c for c in self.steps.own_calls(loop.body) if self.names.is_(c.func, *DEVICE_SYNCHRONIZES)]
+        waits = [sync for sync in calls if self._every_step_on_device(sync, loop)]
+        # CUDA's first where one branch per device waits (`if device == "mps": ... elif ...`)
+        return min(waits, key=lambda sync: not self.names.is_(sync.func, "torch.cuda.synchronize"), default=None)
+
     def _ancestors_until(self, node: cst.CSTNode, stop: cst.CSTNode) -> Iterator[cst.CSTNode]:
         for ancestor in self.index.ancestors(node):
             if ancestor is stop:

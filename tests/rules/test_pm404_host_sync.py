@@ -84,6 +84,39 @@ def test_report_only_syncs_say_why():
     assert "decides control flow every step" in reasons[2]
 
 
+TIMED_STEP = """\
+import time
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(8, 1).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(10):
+    t0 = time.time()
+    lossf = 0.0
+    for micro in range(4):
+        loss = model(torch.randn(16, 8, device=device)).pow(2).mean() / 4
+        lossf += loss.detach()
+        loss.backward()
+    lossf = lossf.item()
+    opt.step()
+    opt.zero_grad()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    print(f"step {step} loss {lossf:.4f} {time.time() - t0:.3f}s")
+"""
+
+
+def test_a_step_that_waits_for_the_device_for_its_timing_keeps_its_read_and_says_so():
+    new_source, findings = rewrite(TIMED_STEP)
+    assert new_source == TIMED_STEP
+    [finding] = findings
+    assert not finding.fixable
+    assert "waits for the device on every step anyway (`torch.cuda.synchronize()`, line 18)" in finding.message
+    untimed = TIMED_STEP.replace('    if device == "cuda":\n        torch.cuda.synchronize()\n', "")
+    assert "anyway" not in rewrite(untimed)[1][0].message
+
+
 def random_losses(rng: random.Random, dtype: torch.dtype, count: int) -> list[torch.Tensor]:
     """Scalars spread over many binades, as losses over a run are, in `dtype`."""
     return [torch.tensor(rng.uniform(-1, 1) * 2.0 ** rng.randint(-20, 20), dtype=dtype) for _ in range(count)]
