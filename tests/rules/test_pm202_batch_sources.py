@@ -252,7 +252,7 @@ params = [*emb.parameters(), *rnn.parameters(), *head.parameters()]
 opt = torch.optim.Adam(params, lr=3e-3)
 bptt = 35
 hidden = torch.zeros(1, 8, 24)
-for batch, i in enumerate(range(0, stream.size(1) - 1, bptt)):  # HERE
+for batch, i in enumerate(range(0, stream.size(1) - 1, bptt)):
     seq_len = min(bptt, stream.size(1) - 1 - i)
     inp = stream[:, i:i + seq_len]
     target = stream[:, i + 1:i + 1 + seq_len]
@@ -333,7 +333,6 @@ POSITIVES = {
     "infinite_stream": (INFINITE_STREAM, "`batch_stream()`, called by the training loop on line"),
     "rng_object_in_trainer": (RNG_OBJECT_IN_TRAINER, "`next_batch()`, called by the training loop on line"),
     "numpy_generator_choice": (NUMPY_GENERATOR_CHOICE, "`draw()`, called by the training loop on line"),
-    "tbptt_enumerated": (TBPTT_ENUMERATED, "`hidden` is carried from one batch to the next"),
 }
 
 HELPER_READS_A_LOADER_BATCH = """
@@ -533,6 +532,9 @@ NEGATIVES = {
     "gpu_resident_generator": GPU_RESIDENT_GENERATOR,
     "diffusion_timesteps_helper": DIFFUSION_TIMESTEPS_HELPER,
     "micro_batches_of_a_loader_batch": MICRO_BATCHES_OF_A_LOADER_BATCH,
+    # truncated BPTT: consecutive windows of one stream, the hidden state carried from one to
+    # the next; they must stay in order, and there is nothing for a DataLoader to batch
+    "tbptt_enumerated": TBPTT_ENUMERATED,
 }
 
 
