@@ -65,6 +65,7 @@ from codemod.analysis.names import integer_value, names_read, number_value, posi
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.tensor_splits import bound_in
+from codemod.analysis.torch_facts import METADATA_ATTRIBUTES, METADATA_METHODS
 
 if TYPE_CHECKING:
     from codemod.analysis.loaders import ListBatch
@@ -712,18 +713,28 @@ class BatchWindows:
         bound_so_far: set[str] = _target_names(plan.loop.target)
         carried: set[str] = set()
         for line in lines:
-            reads = {n.value for n in names_read(line)}
+            read_nodes = names_read(line)
+            reads = {n.value for n in read_nodes}
             carried |= (reads - bound_so_far) & bound_in_body - batch_names
             binds = self._bound_names(line)
             hit = reads & carried
             if hit and (
-                reads & batch_names
+                {n.value for n in read_nodes if not self._reads_metadata(n)} & batch_names
                 or any(id(n) in plan.uses for n in self.context.index.find(cst.Subscript, within=line))
             ):
                 return sorted(hit)[0]
             carried = carried | binds if hit else carried - binds
             bound_so_far |= binds
         return None
+
+    def _reads_metadata(self, name: cst.Name) -> bool:
+        """Does this read of `name` take only what a tensor tells of itself without its
+        values (`x.size(0)`, `x.shape`, `len(x)`): a count of samples, no state of them?"""
+        parent = self.context.parents.get(name)
+        if isinstance(parent, cst.Attribute) and parent.value is name:
+            return parent.attr.value in METADATA_ATTRIBUTES | METADATA_METHODS
+        call = self.context.parents.get(parent) if isinstance(parent, cst.Arg) else None
+        return isinstance(call, cst.Call) and self.context.names.is_(call.func, "len", "builtins.len")
 
     def _batch_statements(self, plan: WindowPlan) -> dict[str, cst.Assign]:
         """tensor -> `xb = X[...]` statement whose value is exactly one use (its name becomes the loop variable)."""
