@@ -412,7 +412,7 @@ class ManualBatchingInStepLoop(Rule):
         header = (cst.Tuple([cst.Element(loop.target, comma=cst.Comma())]), None)  # `for (xb,) in loader`
         if len(tensors) > 1:
             header = (None, split.iterable)
-        self._rewrite(loop, tensors, split.batch_size, "False", header, [], [], names_in(self.context.code))
+        self._rewrite(loop, tensors, split.batch_size, header, [], [], names_in(self.context.code))
 
     # -- batches cut by a generator the step loop iterates: reported ---------------
 
@@ -459,15 +459,17 @@ class ManualBatchingInStepLoop(Rule):
             # `for step, i in enumerate(range(...))`: `for step, (xb, yb) in enumerate(loader)`
             edits.append(Replace(plan.index, target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])))
             target, iterable = None, plan.counter
-        shuffle = "True" if plan.permutation else "False"
         self._rewrite(
-            plan.loop, plan.tensors, plan.batch_size, shuffle, (target, iterable), edits, rebinding.removed, taken, plan
+            plan.loop, plan.tensors, plan.batch_size, (target, iterable), edits, rebinding.removed, taken, plan
         )
 
-    def _rewrite(self, loop, tensors, batch_size, shuffle, header_parts, edits, removed, taken, plan=None) -> None:
+    def _rewrite(self, loop, tensors, batch_size, header_parts, edits, removed, taken, plan=None) -> None:
         """Build `DataLoader(TensorDataset(tensors), batch_size=..., shuffle=...)` before the
         outermost loop that keeps its names, and iterate it: the loop's header takes the
-        target of `header_parts` and the loader, or the loader replaces its iterable."""
+        target of `header_parts` and the loader, or the loader replaces its iterable. With
+        the `plan` of windows, shuffled as its permutation was and dropping the last batch
+        as its range did; without, the batches of a split in order."""
+        shuffle = "True" if plan is not None and plan.permutation is not None else "False"
         windows, source = batch_windows(self.context), self.context.source
         anchor = windows.anchor_for(loop, set(tensors) | {n.value for n in names_read(batch_size)})
         removed = list(removed)

@@ -92,7 +92,9 @@ def test_a_permutation_drawn_each_epoch_is_shuffled_batches_and_its_index_statem
     [
         (
             "order = torch.randperm(90)\nfor epoch in range(2):\n"
-            + indent("for k in range(0, 90, width):\n    a, b = feats[order[k:k + width]], labels[order[k:k + width]]\n")
+            + indent(
+                "for k in range(0, 90, width):\n    a, b = feats[order[k:k + width]], labels[order[k:k + width]]\n"
+            )
             + indent(TRAIN),
             "the permutation is drawn once and reused in every epoch",
         ),
