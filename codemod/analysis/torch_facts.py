@@ -435,6 +435,31 @@ METADATA_ATTRIBUTES = frozenset("shape ndim dtype device is_cuda requires_grad".
 METADATA_METHODS = frozenset("size dim numel ndimension is_floating_point is_complex".split())
 # torch's functions that draw from its global generator (not the layers that call them).
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
+# Calls that draw a batch of samples (or of their indices) at random, with replacement
+# across calls: qualified name -> how a message spells it.
+BATCH_DRAWS = {
+    "torch.randint": "torch.randint",
+    "random.sample": "random.sample",
+    "random.choices": "random.choices",
+    "numpy.random.randint": "np.random.randint",
+    "numpy.random.choice": "np.random.choice",
+}
+# The draws of BATCH_DRAWS that pick from a population (a sequence, or `n` for `range(n)`);
+# the others draw integers below a bound.
+POPULATION_DRAWS = frozenset({"random.sample", "random.choices", "numpy.random.choice"})
+# Random generator objects, by family: the calls that build one.
+GENERATOR_CONSTRUCTORS = {
+    "random": ("random.Random",),
+    "numpy": ("numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"),
+}
+# Methods of those generator objects that draw a batch: method -> {family: the draw it works as}.
+GENERATOR_BATCH_DRAWS = {
+    "sample": {"random": "random.sample"},
+    "choices": {"random": "random.choices"},
+    "choice": {"numpy": "numpy.random.choice"},
+    "integers": {"numpy": "numpy.random.randint"},
+    "randint": {"numpy": "numpy.random.randint"},
+}
 # Calls that read the gradients of the parameters they are given.
 GRAD_NORMS = functions(Category.GRAD_NORM)
 

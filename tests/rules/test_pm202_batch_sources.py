@@ -252,7 +252,7 @@ params = [*emb.parameters(), *rnn.parameters(), *head.parameters()]
 opt = torch.optim.Adam(params, lr=3e-3)
 bptt = 35
 hidden = torch.zeros(1, 8, 24)
-for batch, i in enumerate(range(0, stream.size(1) - 1, bptt)):  # HERE
+for batch, i in enumerate(range(0, stream.size(1) - 1, bptt)):
     seq_len = min(bptt, stream.size(1) - 1 - i)
     inp = stream[:, i:i + seq_len]
     target = stream[:, i + 1:i + 1 + seq_len]
@@ -333,7 +333,6 @@ POSITIVES = {
     "infinite_stream": (INFINITE_STREAM, "`batch_stream()`, called by the training loop on line"),
     "rng_object_in_trainer": (RNG_OBJECT_IN_TRAINER, "`next_batch()`, called by the training loop on line"),
     "numpy_generator_choice": (NUMPY_GENERATOR_CHOICE, "`draw()`, called by the training loop on line"),
-    "tbptt_enumerated": (TBPTT_ENUMERATED, "`hidden` is carried from one batch to the next"),
 }
 
 HELPER_READS_A_LOADER_BATCH = """
@@ -526,6 +525,49 @@ for step in range(3):
 print(loss.item())
 """
 
+TBPTT_OVER_TIME = """
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+corpus = torch.randint(0, 20, (2, 301))
+emb, lstm, head = torch.nn.Embedding(20, 8), torch.nn.LSTM(8, 16, batch_first=True), torch.nn.Linear(16, 20)
+opt = torch.optim.Adam([*emb.parameters(), *lstm.parameters(), *head.parameters()], lr=1e-2)
+carry = None
+for t in range(0, corpus.size(1) - 1, 30):
+    inp = corpus[:, t:t + 30]
+    tgt = corpus[:, t + 1:t + 31]
+    if carry is not None:
+        carry = tuple(c.detach() for c in carry)
+    out, carry = lstm(emb(inp), carry)
+    loss = F.cross_entropy(head(out).reshape(-1, 20), tgt.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+STREAM_CHUNKS_PER_SAMPLE = """
+import torch
+
+torch.manual_seed(0)
+cell = torch.nn.GRUCell(4, 8)
+readout = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD([*cell.parameters(), *readout.parameters()], lr=1e-2)
+signal = torch.randn(120, 4)
+target = signal.sum(1, keepdim=True).cumsum(0) / 10
+state = torch.zeros(1, 8)
+for start in range(0, 120, 15):
+    xs, ys = signal[start:start + 15], target[start:start + 15]
+    loss = 0.0
+    for k in range(xs.size(0)):
+        state = cell(xs[k:k + 1], state)
+        loss = loss + (readout(state) - ys[k:k + 1]).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    state = state.detach()
+"""
+
 NEGATIVES = {
     "helper_reads_a_loader_batch": HELPER_READS_A_LOADER_BATCH,
     "eval_only_helpers": EVAL_ONLY_HELPERS,
@@ -533,6 +575,11 @@ NEGATIVES = {
     "gpu_resident_generator": GPU_RESIDENT_GENERATOR,
     "diffusion_timesteps_helper": DIFFUSION_TIMESTEPS_HELPER,
     "micro_batches_of_a_loader_batch": MICRO_BATCHES_OF_A_LOADER_BATCH,
+    # truncated BPTT: consecutive windows of one stream, the hidden state carried from one to
+    # the next; they must stay in order, and there is nothing for a DataLoader to batch
+    "tbptt_enumerated": TBPTT_ENUMERATED,
+    "tbptt_over_time": TBPTT_OVER_TIME,
+    "stream_chunks_per_sample": STREAM_CHUNKS_PER_SAMPLE,
 }
 
 
