@@ -59,6 +59,7 @@ from codemod.analysis.torch_facts import (
     DEVICE_SYNCHRONIZES,
     DOUBLE_TENSOR_TYPES,
     DTYPE_NAMES,
+    ENVIRONMENT_READS,
     FINITENESS_METHODS,
     FINITENESS_TESTS,
     FLOAT64_NAMES,
@@ -703,7 +704,8 @@ class Training:
 
     def strings(self, expr: cst.BaseExpression | None, depth: int = 0, written: bool = False) -> frozenset[str] | None:
         """The strings `expr` may hold, followed as `device_types` follows a device; None
-        when one of them cannot be told."""
+        when one of them cannot be told. `written`: as the script is written, an option's
+        default and an environment variable's (`os.environ.get("ACCEL", "gpu")`)."""
         if expr is None or depth > MAX_DEPTH:
             return None
         if isinstance(expr, cst.SimpleString):
@@ -717,6 +719,14 @@ class Training:
         if isinstance(expr, cst.Attribute):
             values = self._attribute_values(expr, written)
             return _union(*(self.strings(v, depth + 1, written) for v in values)) if values else None
+        if (
+            written
+            and isinstance(expr, cst.Call)
+            and self.names.of(expr.func) & ENVIRONMENT_READS
+            and len(expr.args) == 2
+            and not any(arg.keyword is not None or arg.star for arg in expr.args)
+        ):
+            return self.strings(expr.args[1].value, depth + 1, written)  # its default, as an option's
         return None
 
     def is_int(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
