@@ -163,6 +163,10 @@ class ForwardWithoutAutocast(Rule):
     precision = Precision.for_device(device)
     ```
 
+    A model call is the model's own, or a call of a function of the file that
+    runs a model (an `encode(texts)` defined in each branch of an `if` that
+    picks the encoder).
+
     The policy goes before the loop when the device is defined there; in a
     trainer class whose `__init__` moves the model, right after that move
     (`self.precision = Precision.for_device(device)`, used as
@@ -298,10 +302,10 @@ class ForwardWithoutAutocast(Rule):
     CPU on a machine without a GPU, where bf16 autocast is rarely faster; an
     accelerator that cannot be told, or that is a GPU only as the script is
     written through an expression that cannot be evaluated again (the default
-    of an environment variable, `os.environ.get("ACCEL", "gpu")`); `plugins=` (a precision plugin there and
-    `precision=` together are refused) or `**kwargs`; a Trainer whose trained
-    module is not a LightningModule class of the file, or is not trained by a
-    `fit(...)` of the file; and, with `amp = "bf16"`, a module that builds a
+    of an environment variable, `os.environ.get("ACCEL", "gpu")`); `plugins=`
+    (a precision plugin there and `precision=` together are refused) or
+    `**kwargs`; a Trainer whose trained module is not a LightningModule class
+    of the file, or is not trained by a `fit(...)` of the file; and, with `amp = "bf16"`, a module that builds a
     cuDNN RNN (use `precision="16-mixed"`). `"bf16-mixed"` runs fast on Ampere
     or newer GPUs; on older ones pass `"16-mixed"` instead (`amp = "fp16"`).
     """
