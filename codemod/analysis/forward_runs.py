@@ -19,22 +19,51 @@ and the modules a model class of another module of the project builds.
 - `model_class(func)`, `constructions(func)`: the class of this file a model called as
   `func` is an instance of, and the calls that build it;
 - for Lightning modules: `module_functions(modules)` (the classes and the functions of
-  the file their methods call) and `recurrent_in(modules)` (a cuDNN RNN they build).
+  the file their methods call), `autocasts_in(modules)` (they enter autocast themselves)
+  and `recurrent_in(modules)` (a cuDNN RNN they build).
+
+For the training loops of the file as a whole, and for one loop:
+
+- `unwrapped()`: the training loops whose forward pass is not under autocast, one per
+  forward region (a helper several loops call is one region); `elsewhere()`: autocast
+  entered outside every training loop's own;
+- `precision_owner(loop)`: an `Owner` (the engine whose `backward(loss)` the loop calls
+  and that applies a mixed precision itself, `accelerate.Accelerator`, Fabric; the
+  keyword that sets it; whether its construction sets it or may through `**kwargs`);
+- `precision_chosen(loop)`: why the author asked for float32 or more (a float64 model,
+  exact float32 results), as a sentence, or None;
+- `steering(loop)`: why the forward pass may not run in lower precision at all (it
+  decides what runs next, it calls an op CUDA autocast refuses), or None;
+- `device_model(loop)`: the model of the loop that is moved to a device, whose device
+  the policy is built from, or None;
+- `lower_precision_problem(loop, fp16)`: why the policy would not train as wanted, or
+  not faster (a cuDNN RNN or `nn.DataParallel` under bf16, a GradScaler's calls that
+  cannot be placed, every matrix product bound by memory), or None.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from codemod.analysis.distributed import data_parallel
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import positional, sole_definition
+from codemod.analysis.names import kwarg, positional, sole_definition
+from codemod.analysis.policy_sites import policy_sites
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import AUTOCAST_FLOAT16, AUTOCAST_UNSAFE, MODEL_WRAPPERS, autocast_float16
+from codemod.analysis.sizes import sizes_of, widest_memory_bound
+from codemod.analysis.torch_facts import (
+    AUTOCAST_FLOAT16,
+    AUTOCAST_UNSAFE,
+    MODEL_WRAPPERS,
+    PRECISION_OWNERS,
+    autocast_float16,
+)
 
 if TYPE_CHECKING:
-    from codemod.analysis.training import TrainingLoop
+    from codemod.analysis.training import Model, TrainingLoop
     from codemod.context import FileContext
 
 KEY = "forward_runs"
@@ -44,9 +73,125 @@ def forward_runs(context: FileContext) -> ForwardRuns:
     return context.shared(KEY, ForwardRuns)
 
 
+@dataclass(frozen=True)
+class Owner:
+    """An engine that runs the backward pass and applies a mixed precision of its own."""
+
+    call: cst.Call  # its construction, `Accelerator(...)`
+    keyword: str  # the keyword that sets its precision, `mixed_precision`
+    configured: bool  # the construction passes it, or may through `*args` / `**kwargs`
+
+
 class ForwardRuns:
     def __init__(self, context: FileContext) -> None:
         self.context = context
+
+    # -- the loops of the file ---------------------------------------------------------
+
+    def unwrapped(self) -> list[TrainingLoop]:
+        """The training loops whose forward pass is not under autocast, the first of each
+        forward region (a helper several loops call is wrapped once)."""
+        found, regions = [], set()
+        for loop in self.context.training.loops:
+            key = loop.forward.statements[0] if loop.forward is not None else loop.loop
+            if loop.autocast is None and key not in regions:
+                regions.add(key)
+                found.append(loop)
+        return found
+
+    def elsewhere(self) -> list[cst.CSTNode]:
+        """Autocast entered outside the autocast of every training loop."""
+        training = self.context.training
+        inside = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
+        return [use for use in training.autocast_uses if not any(self.context.inside(use, n) for n in inside)]
+
+    # -- what decides the precision --------------------------------------------------
+
+    def precision_owner(self, loop: TrainingLoop) -> Owner | None:
+        owner = next((b.owner for b in loop.backwards if b.owner is not None), None)
+        if owner is None:
+            return None
+        keyword = PRECISION_OWNERS[next(n for n in self.context.names.of(owner.func) if n in PRECISION_OWNERS)]
+        return Owner(owner, keyword, kwarg(owner, keyword) is not None or any(arg.star for arg in owner.args))
+
+    def precision_chosen(self, loop: TrainingLoop) -> str | None:
+        """Why the author asked for float32 or more, which autocast would undo."""
+        line = self.context.line
+        if loop.float64 is not None:
+            return (
+                f"the model is float64 (line {line(loop.float64)}): autocast would lower the precision its author chose"
+            )
+        exact = self.context.training.exact_float32
+        if exact is not None:
+            return f"the script asks for exact float32 results (line {line(exact)}); autocast would undo that"
+        return None
+
+    def steering(self, loop: TrainingLoop) -> str | None:
+        """Why the forward pass may not run under autocast at all: its values decide what
+        runs next, or it calls an op CUDA autocast refuses."""
+        training, line = self.context.training, self.context.line
+        decision = self.decision(loop)
+        if decision is not None:
+            return (
+                f"the forward pass decides what runs next (`{training.code(decision)}`, line {line(decision)}): "
+                "in lower precision it may decide otherwise, and the run would take another path"
+            )
+        unsafe = self.autocast_unsafe(loop)
+        if unsafe is not None:
+            call, alternative = unsafe
+            return (
+                f"`{training.code(call.func)}` (line {line(call)}) raises under CUDA autocast; compute the loss "
+                f"from logits with {alternative}, then run the forward pass under autocast"
+            )
+        return None
+
+    def device_model(self, loop: TrainingLoop) -> Model | None:
+        """The first model of the loop that is moved to a device."""
+        return next((model for model in loop.models if model.move is not None), None)
+
+    def lower_precision_problem(self, loop: TrainingLoop, fp16: bool) -> str | None:
+        """Why autocast with the policy would not train as wanted, or not faster."""
+        training = self.context.training
+        recurrent = None if fp16 else self.float16_only(loop)
+        if recurrent is not None:
+            return (
+                f"{recurrent}, which CUDA autocast runs in float16 whatever dtype it is given: bf16 autocast would "
+                'train it in float16 without a gradient scaler; set `amp = "fp16"` (autocast with a GradScaler) '
+                "to fix it"
+            )
+        replicated = None if fp16 else next(iter(data_parallel(self.context)), None)
+        if replicated is not None:
+            return (
+                f"`{training.code(replicated.func)}` (line {self.context.line(replicated)}) runs each replica in a "
+                "thread of its own, where autocast is entered again without the dtype: bf16 autocast would run "
+                "the replicas in float16 without a gradient scaler; use DistributedDataParallel (PM601), or set "
+                '`amp = "fp16"` (autocast with a GradScaler)'
+            )
+        problem = policy_sites(self.context).scaler_problem(loop) if fp16 else None
+        return problem if problem is not None else self.narrow_step(loop)
+
+    def narrow_step(self, loop: TrainingLoop) -> str | None:
+        """Why 16-bit products buy nothing: every model the step runs is sized, none convolves,
+        and each matrix product they make waits for memory in float32 already; None otherwise."""
+        work = sizes_of(self.context).step_work(loop.loop)
+        if work is None or work.convolves:
+            return None
+        if not work.products:
+            return "the models the step runs make no matrix product or convolution: autocast has nothing to speed up"
+        why = widest_memory_bound(work.products)
+        return (
+            f"every matrix product of the step is bound by memory, not arithmetic: {why}; autocast would "
+            "add a cast before each product and speed up nothing"
+            if why
+            else None
+        )
+
+    # -- Lightning modules -----------------------------------------------------------
+
+    def autocasts_in(self, modules: tuple[cst.ClassDef, ...]) -> bool:
+        """Do the modules (or the functions of the file their methods call) enter autocast?"""
+        reached = self.module_functions(modules)
+        return any(self.context.inside(use, node) for use in self.context.training.autocast_uses for node in reached)
 
     def module_functions(self, modules: tuple[cst.ClassDef, ...]) -> list[cst.CSTNode]:
         """The classes and the functions of this file their methods call."""

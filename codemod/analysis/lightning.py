@@ -6,8 +6,11 @@ that its `fit(...)` trains.
     for build in trainers.builds:
         build.accelerator   # the `accelerator=` value, None when left at "auto"
         build.modules       # the classes `trainer.fit(Net(), ...)` trains; None: cannot be told
-        trainers.accelerator_place(build)  # "gpu", "option", "other", "auto" or "unknown"
-        trainers.on_cuda(build)  # trains on a CUDA GPU as the script is written
+        where = trainers.accelerator(build)  # an Accelerator: where it trains
+        where.place     # "gpu", "option", "other", "auto" or "unknown"
+        where.on_cuda   # trains on a CUDA GPU as the script is written
+        where.follows   # a precision may be chosen from the expression again
+        where.why       # "auto", "unknown": why it is not known to be a CUDA GPU
 """
 
 from __future__ import annotations
@@ -41,6 +44,26 @@ class TrainerBuild:
     modules: tuple[cst.ClassDef, ...] | None
 
 
+@dataclass(frozen=True)
+class Accelerator:
+    """Where a Trainer trains, told from its `accelerator=`: one answer for every rule."""
+
+    # "gpu": every value it may hold is a CUDA GPU; "option": a CUDA GPU as the script is
+    # written (an option's default), which the command line may change; "other": the CPU,
+    # a TPU, MPS...; "auto": it may be "auto", the default, which picks the CPU where no GPU
+    # is present; "unknown": it cannot be told.
+    place: str
+    # "option": the expression may be evaluated again to choose a precision from it
+    # (names, attributes, strings, conditionals of those).
+    follows: bool = False
+    why: str | None = None  # "auto", "unknown": why it is not known to be a CUDA GPU
+
+    @property
+    def on_cuda(self) -> bool:
+        """Trains on a CUDA GPU as the script is written."""
+        return self.place in ("gpu", "option")
+
+
 def lightning_trainers(context) -> LightningTrainers:
     return context.shared(KEY, LightningTrainers)
 
@@ -59,39 +82,49 @@ class LightningTrainers:
         fits = [c for c in calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "fit"]
         self.builds = tuple(self._describe(trainer, fits) for trainer in trainers)
 
-    def accelerator_place(self, build: TrainerBuild) -> str:
-        """Where the Trainer trains, told from its `accelerator=`: "gpu" (every value it
-        may hold is a CUDA GPU), "option" (a plain option whose value as the script is
-        written is a CUDA GPU, which the command line may change), "other" (the CPU, a TPU,
-        MPS...), "auto" (it may be "auto", the default, which picks the CPU where no GPU is
-        present) or "unknown"."""
+    def accelerator(self, build: TrainerBuild) -> Accelerator:
+        """Where `build` trains, told from its `accelerator=` as `training.strings` follows
+        it: every value it may hold (an option's choices), and the value as the script is
+        written (an option's default)."""
         training = self.context.training
         gpu = frozenset(LIGHTNING_GPU_ACCELERATORS)
-        accelerator = build.accelerator
-        if accelerator is None:
+        expr = build.accelerator
+        if expr is None:
+            if build.star is not None:
+                return Accelerator("unknown", why=f"`{training.code(build.star)}` may set the accelerator")
             proven = written = frozenset({LIGHTNING_DEFAULT_ACCELERATOR})
         else:
-            proven = training.strings(accelerator)
-            written = training.strings(accelerator, written=True)
+            proven, written = training.strings(expr), training.strings(expr, written=True)
         if proven is not None and proven <= gpu:
-            return "gpu"
-        if written is None:
-            return "unknown"
-        if written <= gpu and policy_sites(self.context).plain(accelerator):
-            return "option"
-        if not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
-            return "other"
-        return "auto" if LIGHTNING_DEFAULT_ACCELERATOR in written else "unknown"
+            return Accelerator("gpu")
+        if written is not None and written <= gpu:
+            return Accelerator("option", follows=self._repeatable(expr))
+        if written is not None and not written & (gpu | {LIGHTNING_DEFAULT_ACCELERATOR}):
+            return Accelerator("other")
+        if written is None or LIGHTNING_DEFAULT_ACCELERATOR not in written:
+            return Accelerator("unknown", why=f"the accelerator `{training.code(expr)}` cannot be told")
+        if expr is None:
+            shown = 'the accelerator is "auto", the default,'
+        elif isinstance(expr, cst.SimpleString):
+            shown = 'the accelerator is "auto",'
+        else:
+            shown = f'the accelerator `{training.code(expr)}` is "auto" as the script is written,'
+        return Accelerator(
+            "auto",
+            why=f"{shown} which picks the CPU where no GPU is present (and MPS on a Mac), where bf16 autocast "
+            "is rarely faster; whatever `devices=` says, it is not known to be a CUDA GPU",
+        )
 
-    def on_cuda(self, build: TrainerBuild) -> bool:
-        """Does `build` train on a CUDA GPU as the script is written: `accelerator="gpu"`
-        (or `"cuda"`), or an option or name whose value as written is one? False for
-        "auto" (the default, which picks the CPU where no GPU is present), for a
-        `**kwargs` that may set it, and where the accelerator cannot be told."""
-        if build.star is not None or build.accelerator is None:
-            return False
-        written = self.context.training.strings(build.accelerator, written=True)
-        return written is not None and written <= frozenset(LIGHTNING_GPU_ACCELERATORS)
+    def _repeatable(self, expr: cst.BaseExpression) -> bool:
+        """May `expr` be evaluated once more, to the same value: a plain expression (names,
+        attributes, strings), or a conditional, comparison or `not` of such."""
+        if isinstance(expr, cst.IfExp):
+            return all(self._repeatable(part) for part in (expr.test, expr.body, expr.orelse))
+        if isinstance(expr, cst.Comparison):
+            return self._repeatable(expr.left) and all(self._repeatable(c.comparator) for c in expr.comparisons)
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            return self._repeatable(expr.expression)
+        return policy_sites(self.context).plain(expr)
 
     def _describe(self, trainer: cst.Call, fits: list[cst.Call]) -> TrainerBuild:
         accelerator = kwarg(trainer, "accelerator")

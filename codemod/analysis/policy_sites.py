@@ -16,6 +16,8 @@ precision policy, a gradient scaler) can be built, and how the forward pass then
 - `plain(expr)`: a device expression that is safe to evaluate once more (names,
   attributes, strings, `cfg["device"]`, `torch.device(...)` of those);
 - `outermost_loop(loop)`: the outermost loop around `loop` in its function;
+- `free_names(*choices)`: for each tuple of candidate names, the first that the file
+  never spells (the names a fix's new values may take), or None when one has none;
 - `scaler_problem(loop)`: why a GradScaler's calls cannot be placed in the loop (several
   optimizers, a step sharing a one-line block with other statements, clipping where
   `scaler.unscale_` could not run exactly once per step), or None.
@@ -58,6 +60,15 @@ class Site:
 class PolicySites:
     def __init__(self, context: FileContext) -> None:
         self.context = context
+        self._taken: set[str] | None = None
+
+    def free_names(self, *choices: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The first name of each of `choices` that the file does not spell; None when
+        every name of one of them is taken."""
+        if self._taken is None:
+            self._taken = {name.value for name in self.context.index.find(cst.Name)}
+        found = tuple(next((n for n in names if n not in self._taken), None) for names in choices)
+        return None if None in found else found
 
     def site(self, loop: TrainingLoop, model: Model, names: tuple[str, ...], stateful: bool) -> Site | str:
         """Where the policy (and the fp16 scaler) is built once, and how the forward

@@ -1006,6 +1006,8 @@ GRAD_RESET_METHODS = frozenset({"zero_", "fill_", "detach_", "requires_grad_"})
 GRAD_ZEROING_METHODS = frozenset({"zero_", "fill_"})
 # Python builtins that read a one-element tensor to the host (a sync), by their short name.
 HOST_READ_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
+# Reads of an environment variable whose second argument is the value when it is unset.
+ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
 # Methods that return a new tensor from the one they are given rather than change it
 # (`GradScaler.scale(loss)` returns the scaled loss).
 SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})

@@ -59,9 +59,11 @@ from codemod.analysis.torch_facts import (
     DEVICE_SYNCHRONIZES,
     DOUBLE_TENSOR_TYPES,
     DTYPE_NAMES,
+    ENVIRONMENT_READS,
     FINITENESS_METHODS,
     FINITENESS_TESTS,
     FLOAT64_NAMES,
+    GRAD_FREE_CONTEXTS,
     GRAD_SCALER_NAMES,
     HALF_NAMES,
     HOST_NUMBER_FUNCTIONS,
@@ -442,7 +444,38 @@ class Training:
             return True
         if self.names.startswith(func, ("torch",)) or self._is_builtin(func):
             return False
-        return any(self.is_model(arg.value) for arg in call.args)
+        return any(self.is_model(arg.value) for arg in call.args) or self._runs_model(func)
+
+    def _runs_model(self, func: cst.BaseExpression, depth: int = 0) -> bool:
+        """Is `func` a function of this file every definition of which runs a model it
+        reads from an enclosing scope (`encode_fn(texts)` with `def encode_fn(texts):
+        return encoder(texts)`, defined once in each branch of an `if`), recording
+        gradients (not under `@torch.no_grad()` or in a `with torch.no_grad():`)?"""
+        if not isinstance(func, cst.Name) or depth > 1:
+            return False
+        sites = self._binding_sites(func)
+        return bool(sites) and all(self._forward_helper(site, depth) for site, _ in sites)
+
+    def _forward_helper(self, function: cst.CSTNode, depth: int) -> bool:
+        if not isinstance(function, cst.FunctionDef) or any(self._grad_free(d.decorator) for d in function.decorators):
+            return False
+        for call in self.steps.own_calls(function.body):
+            func = call.func
+            runs = self.is_model(func) or self._runs_model(func, depth + 1)
+            runs = runs or (
+                isinstance(func, cst.Attribute) and func.attr.value not in MODULE_METHODS and self.is_model(func.value)
+            )
+            if runs and not any(
+                isinstance(around, cst.With) and any(self._grad_free(item.item) for item in around.items)
+                for around in self.index.enclosing(call, cst.With)
+                if self.index.inside(around, function)
+            ):
+                return True
+        return False
+
+    def _grad_free(self, expr: cst.BaseExpression) -> bool:
+        """`torch.no_grad()`, `torch.inference_mode()` (or the bare decorator)."""
+        return self.names.is_(expr.func if isinstance(expr, cst.Call) else expr, *GRAD_FREE_CONTEXTS)
 
     def model(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> Model:
         """Where the model `expr` is placed when the code reaches `at` (a loop, an
@@ -703,7 +736,8 @@ class Training:
 
     def strings(self, expr: cst.BaseExpression | None, depth: int = 0, written: bool = False) -> frozenset[str] | None:
         """The strings `expr` may hold, followed as `device_types` follows a device; None
-        when one of them cannot be told."""
+        when one of them cannot be told. `written`: as the script is written, an option's
+        default and an environment variable's (`os.environ.get("ACCEL", "gpu")`)."""
         if expr is None or depth > MAX_DEPTH:
             return None
         if isinstance(expr, cst.SimpleString):
@@ -717,6 +751,14 @@ class Training:
         if isinstance(expr, cst.Attribute):
             values = self._attribute_values(expr, written)
             return _union(*(self.strings(v, depth + 1, written) for v in values)) if values else None
+        if (
+            written
+            and isinstance(expr, cst.Call)
+            and self.names.of(expr.func) & ENVIRONMENT_READS
+            and len(expr.args) == 2
+            and not any(arg.keyword is not None or arg.star for arg in expr.args)
+        ):
+            return self.strings(expr.args[1].value, depth + 1, written)  # its default, as an option's
         return None
 
     def is_int(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:

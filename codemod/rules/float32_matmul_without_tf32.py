@@ -435,7 +435,8 @@ class Float32MatmulWithoutTf32(Rule):
                 build.precision is not None
                 or build.plugins is not None
                 or not build.modules
-                or not trainers.on_cuda(build)
+                or build.star is not None  # it may set the precision
+                or not trainers.accelerator(build).on_cuda
                 or not any(training.matrix_products_in(cls) for cls in build.modules)
             ):
                 continue

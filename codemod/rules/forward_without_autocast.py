@@ -2,20 +2,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.distributed import data_parallel
-from codemod.analysis.forward_runs import forward_runs
+from codemod.analysis.forward_runs import ForwardRuns, forward_runs
 from codemod.analysis.kinds import Place
 from codemod.analysis.lightning import TrainerBuild, lightning_trainers
-from codemod.analysis.names import kwarg
 from codemod.analysis.policy_sites import policy_sites
-from codemod.analysis.sizes import sizes_of, widest_memory_bound
 from codemod.analysis.torch_facts import (
     LIGHTNING_FLOAT16_PRECISION,
     LIGHTNING_FULL_PRECISION,
     LIGHTNING_GPU_ACCELERATORS,
     LIGHTNING_MIXED_PRECISION,
     LIGHTNING_PRECISION_KEYWORD,
-    PRECISION_OWNERS,
 )
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
@@ -167,6 +163,10 @@ class ForwardWithoutAutocast(Rule):
     precision = Precision.for_device(device)
     ```
 
+    A model call is the model's own, or a call of a function of the file that
+    runs a model (an `encode(texts)` defined in each branch of an `if` that
+    picks the encoder).
+
     The policy goes before the loop when the device is defined there; in a
     trainer class whose `__init__` moves the model, right after that move
     (`self.precision = Precision.for_device(device)`, used as
@@ -300,10 +300,12 @@ class ForwardWithoutAutocast(Rule):
     enters autocast itself. Reported without a fix: the accelerator left at
     `"auto"` (the default), whatever `devices=` says, since `"auto"` picks the
     CPU on a machine without a GPU, where bf16 autocast is rarely faster; an
-    accelerator that cannot be told; `plugins=` (a precision plugin there and
-    `precision=` together are refused) or `**kwargs`; a Trainer whose trained
-    module is not a LightningModule class of the file, or is not trained by a
-    `fit(...)` of the file; and, with `amp = "bf16"`, a module that builds a
+    accelerator that cannot be told, or that is a GPU only as the script is
+    written through an expression that cannot be evaluated again (the default
+    of an environment variable, `os.environ.get("ACCEL", "gpu")`); `plugins=`
+    (a precision plugin there and `precision=` together are refused) or
+    `**kwargs`; a Trainer whose trained module is not a LightningModule class
+    of the file, or is not trained by a `fit(...)` of the file; and, with `amp = "bf16"`, a module that builds a
     cuDNN RNN (use `precision="16-mixed"`). `"bf16-mixed"` runs fast on Ampere
     or newer GPUs; on older ones pass `"16-mixed"` instead (`amp = "fp16"`).
     """
@@ -494,57 +496,34 @@ class ForwardWithoutAutocast(Rule):
         ),
     ]
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self._taken: set[str] | None = None
-
     def visit_Module(self, node: cst.Module) -> None:
         for build in lightning_trainers(self.context).builds:
             if build.precision is None:
                 self._check_trainer(build)
         if "backward" not in self.context.code:
             return  # no training loop of its own (a file that only builds a Trainer)
-        training = self.context.training
-        inside_loops = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
-        elsewhere = [
-            use for use in training.autocast_uses if not any(self.context.inside(use, n) for n in inside_loops)
-        ]
-        done: set[cst.CSTNode] = set()  # forward regions already handled (a helper several loops call)
-        for loop in training.loops:
-            key = loop.forward.statements[0] if loop.forward is not None else loop.loop
-            if loop.autocast is None and key not in done:
-                done.add(key)
-                self._check(loop, elsewhere)
-
-    def _check(self, loop: TrainingLoop, elsewhere: list[cst.CSTNode]) -> None:
-        training = self.context.training
         runs = forward_runs(self.context)
-        if loop.float64 is not None:
-            return self._decline(
-                loop,
-                f"the model is float64 (line {self.context.line(loop.float64)}): "
-                "autocast would lower the precision its author chose",
-            )
-        if training.exact_float32 is not None:
-            return self._decline(
-                loop,
-                f"the script asks for exact float32 results (line "
-                f"{self.context.line(training.exact_float32)}); autocast would undo that",
-            )
-        owner = next((b.owner for b in loop.backwards if b.owner is not None), None)
+        for loop in runs.unwrapped():
+            self._check(loop, runs)
+
+    def _check(self, loop: TrainingLoop, runs: ForwardRuns) -> None:
+        training = self.context.training
+        chosen = runs.precision_chosen(loop)
+        if chosen is not None:
+            return self._decline(loop, chosen)
+        owner = runs.precision_owner(loop)
         if owner is not None:
-            keyword = PRECISION_OWNERS[next(n for n in self.context.names.of(owner.func) if n in PRECISION_OWNERS)]
-            if kwarg(owner, keyword) is not None or any(arg.star for arg in owner.args):
+            if owner.configured:
                 return  # the engine is told its precision where it is built
             return self.report(
                 self._forward_start(loop),
-                f"the training runs through `{training.code(owner.func)}` (line {self.context.line(owner)}), "
-                f"which applies the mixed precision it is configured with: pass `{keyword}=` to it (or set "
+                f"the training runs through `{training.code(owner.call.func)}` (line {self.context.line(owner.call)}), "
+                f"which applies the mixed precision it is configured with: pass `{owner.keyword}=` to it (or set "
                 "it in the launcher's configuration) rather than wrapping the forward pass in autocast",
             )
-        forward_uses = runs.autocast_inside(loop)
-        if forward_uses:
+        if runs.autocast_inside(loop):
             return  # the model's forward (or a helper it calls) enters autocast itself
+        elsewhere = runs.elsewhere()
         if elsewhere:
             return self._decline(
                 loop,
@@ -561,73 +540,38 @@ class ForwardWithoutAutocast(Rule):
             if loop.forward_problem and loop.forward_problem.startswith(NO_FORWARD):
                 return  # nothing runs a model before the loss: no forward pass to speed up
             return self._decline(loop, loop.forward_problem)
-        decision = runs.decision(loop)
-        if decision is not None:
-            return self._decline(
-                loop,
-                f"the forward pass decides what runs next (`{training.code(decision)}`, line "
-                f"{self.context.line(decision)}): in lower precision it may decide otherwise, "
-                "and the run would take another path",
-            )
-        unsafe = runs.autocast_unsafe(loop)
-        if unsafe is not None:
-            call, alternative = unsafe
-            return self._decline(
-                loop,
-                f"`{training.code(call.func)}` (line {self.context.line(call)}) raises under "
-                f"CUDA autocast; compute the loss from logits with {alternative}, then run "
-                "the forward pass under autocast",
-            )
-        model = next((model for model in loop.models if model.move is not None), None)
+        steering = runs.steering(loop)
+        if steering is not None:
+            return self._decline(loop, steering)
+        model = runs.device_model(loop)
         if model is None:
             if training.cuda_use is not None:
                 self._decline(loop, "cannot tell which device the model runs on")
             return
         if model.places == {Place.HOST}:
             return  # CPU autocast pays off only on CPUs with bf16 units; the policy leaves it off there
-        recurrent = runs.float16_only(loop)
-        if recurrent is not None and self.context.settings.amp != "fp16":
-            return self._decline(
-                loop,
-                f"{recurrent}, which "
-                "CUDA autocast runs in float16 whatever dtype it is given: bf16 autocast would train it in "
-                'float16 without a gradient scaler; set `amp = "fp16"` (autocast with a GradScaler) to fix it',
-            )
-        replicated = next(iter(data_parallel(self.context)), None)
-        if replicated is not None and self.context.settings.amp != "fp16":
-            return self._decline(
-                loop,
-                f"`{training.code(replicated.func)}` (line {self.context.line(replicated)}) runs each replica in a "
-                "thread of its own, where autocast is entered again without the dtype: bf16 autocast would run "
-                "the replicas in float16 without a gradient scaler; use DistributedDataParallel (PM601), or set "
-                '`amp = "fp16"` (autocast with a GradScaler)',
-            )
         fp16 = self.context.settings.amp == "fp16"
-        problem = policy_sites(self.context).scaler_problem(loop) if fp16 else None
+        problem = runs.lower_precision_problem(loop, fp16)
         if problem is not None:
             return self._decline(loop, problem)
-        narrow = self._narrow_step(loop)
-        if narrow is not None:
-            return self._decline(loop, narrow)
-        taken = self._taken_names()
-        policy = next((n for n in POLICY_NAMES if n not in taken), None)
-        scaler = next((n for n in SCALER_NAMES if n not in taken), None)
-        if policy is None or (fp16 and scaler is None):
+        sites = policy_sites(self.context)
+        names = sites.free_names(POLICY_NAMES, SCALER_NAMES) if fp16 else sites.free_names(POLICY_NAMES)
+        if names is None:
             return self._decline(loop, "the names the fix would use are all taken")
-        names = (policy, scaler) if fp16 else (policy,)
-        site = policy_sites(self.context).site(loop, model, names, stateful=fp16)
+        site = sites.site(loop, model, names, stateful=fp16)
         if isinstance(site, str):
             return self._decline(loop, site)
+        policy = names[0]
         prefer = ', prefer="fp16"' if fp16 else ""
         built = [cst.parse_statement(f"{site.target}{policy} = Precision.for_device({site.device}{prefer})\n")]
         if fp16:
-            built.append(cst.parse_statement(f"{site.target}{scaler} = {site.target}{policy}.grad_scaler()\n"))
+            built.append(cst.parse_statement(f"{site.target}{names[1]} = {site.target}{policy}.grad_scaler()\n"))
         build = (InsertAfter if site.after else InsertBefore)(site.anchor, tuple(built))
         region = loop.forward.statements
         item = cst.WithItem(cst.parse_expression(f"{site.spelled}{policy}.autocast()"))
         edits: list[Edit] = [build, Wrap(region[0], region[-1], (item,))]
         if fp16:
-            edits += self._scale_edits(loop, f"{site.spelled}{scaler}")
+            edits += self._scale_edits(loop, f"{site.spelled}{names[1]}")
         self.report(self._forward_start(loop), edits=edits, imports=[POLICY_IMPORT])
 
     # -- Lightning's Trainer ------------------------------------------------------------
@@ -648,29 +592,19 @@ class ForwardWithoutAutocast(Rule):
             return self._decline_trainer(
                 build, "`plugins=` may hold a precision plugin, which Lightning refuses beside `precision=`", wanted
             )
-        where = lightning_trainers(self.context).accelerator_place(build)
-        if where == "other":
+        where = lightning_trainers(self.context).accelerator(build)
+        if where.place == "other":
             return  # the CPU, a TPU, MPS...: not a CUDA GPU
-        accelerator = build.accelerator
-        if where == "auto":
-            if accelerator is None:
-                shown = 'the accelerator is "auto", the default,'
-            elif isinstance(accelerator, cst.SimpleString):
-                shown = 'the accelerator is "auto",'
-            else:
-                shown = f'the accelerator `{training.code(accelerator)}` is "auto" as the script is written,'
+        if where.place == "auto":
             return self._decline_trainer(
-                build,
-                f"{shown} which picks the CPU where no GPU is present (and MPS on a Mac), where "
-                "bf16 autocast is rarely faster; whatever `devices=` says, it is not known to be a CUDA GPU",
-                wanted + ' when it trains on a CUDA GPU (or `accelerator="gpu"`)',
+                build, where.why, wanted + ' when it trains on a CUDA GPU (or `accelerator="gpu"`)'
             )
-        if where == "unknown":
-            return self._decline_trainer(
-                build, f"the accelerator `{training.code(accelerator)}` cannot be told", wanted + " for a CUDA GPU"
-            )
-        guarded = where == "option"  # an option whose default is "gpu": the precision follows the option
-        if build.modules is None or not build.modules:
+        if where.place == "unknown":
+            return self._decline_trainer(build, where.why, wanted + " for a CUDA GPU")
+        if where.place == "option" and not where.follows:
+            why = f"the accelerator `{training.code(build.accelerator)}` is a CUDA GPU only as the script is written"
+            return self._decline_trainer(build, f"{why}, and the precision cannot be chosen from it", wanted)
+        if not build.modules:
             why = (
                 "no `fit(...)` of it in this file names the module it trains"
                 if build.modules is not None
@@ -679,23 +613,25 @@ class ForwardWithoutAutocast(Rule):
             return self._decline_trainer(
                 build, f"{why}, so whether that module already autocasts cannot be told", wanted
             )
-        reached = forward_runs(self.context).module_functions(build.modules)
-        if any(self.context.inside(use, node) for use in training.autocast_uses for node in reached):
+        runs = forward_runs(self.context)
+        if runs.autocasts_in(build.modules):
             return  # the module enters autocast itself
-        if not fp16:
-            recurrent = forward_runs(self.context).recurrent_in(build.modules)
-            if recurrent is not None:
-                return self._decline_trainer(
-                    build,
-                    f"{recurrent}, which CUDA autocast runs in float16 whatever dtype it is given: "
-                    f"bf16 would train it in float16 without a gradient scaler",
-                    f'{LIGHTNING_PRECISION_KEYWORD}="{LIGHTNING_FLOAT16_PRECISION}" (float16 with a gradient scaler)',
-                )
+        recurrent = None if fp16 else runs.recurrent_in(build.modules)
+        if recurrent is not None:
+            return self._decline_trainer(
+                build,
+                f"{recurrent}, which CUDA autocast runs in float16 whatever dtype it is given: "
+                f"bf16 would train it in float16 without a gradient scaler",
+                f'{LIGHTNING_PRECISION_KEYWORD}="{LIGHTNING_FLOAT16_PRECISION}" (float16 with a gradient scaler)',
+            )
         value: cst.BaseExpression = cst.SimpleString(f'"{precision}"')
-        if guarded:
+        if where.place == "option":  # the precision follows the option, which the command line may change
             choices = ", ".join(f'"{name}"' for name in LIGHTNING_GPU_ACCELERATORS)
+            accelerator = training.code(build.accelerator)
+            if not isinstance(build.accelerator, (cst.Name, cst.Attribute, cst.SimpleString, cst.Subscript)):
+                accelerator = f"({accelerator})"  # `"gpu" if a else b` compared as a whole
             value = cst.parse_expression(
-                f'"{precision}" if {training.code(accelerator)} in ({choices}) else "{LIGHTNING_FULL_PRECISION}"'
+                f'"{precision}" if {accelerator} in ({choices}) else "{LIGHTNING_FULL_PRECISION}"'
             )
         self.report(
             build.call,
@@ -703,17 +639,11 @@ class ForwardWithoutAutocast(Rule):
             edits=[AddKeyword(build.call, LIGHTNING_PRECISION_KEYWORD, value)],
         )
 
-    def _decline_trainer(self, build: TrainerBuild, why: str, wanted: str) -> None:
+    def _decline_trainer(self, build: TrainerBuild, why: str | None, wanted: str) -> None:
         self.report(
             build.call,
             f"{self.MESSAGE}: the Trainer runs every training_step in float32; pass {wanted} (not fixed: {why})",
         )
-
-    def _taken_names(self) -> set[str]:
-        """Every name the file spells, found once for all its loops."""
-        if self._taken is None:
-            self._taken = {name.value for name in self.context.index.find(cst.Name)}
-        return self._taken
 
     # -- fp16 ----------------------------------------------------------------------
 
@@ -739,22 +669,6 @@ class ForwardWithoutAutocast(Rule):
         return edits
 
     # -- helpers -------------------------------------------------------------------
-
-    def _narrow_step(self, loop: TrainingLoop) -> str | None:
-        """Why 16-bit products buy nothing: every model the step runs is sized, none convolves,
-        and each matrix product they make waits for memory in float32 already; None otherwise."""
-        work = sizes_of(self.context).step_work(loop.loop)
-        if work is None or work.convolves:
-            return None
-        if not work.products:
-            return "the models the step runs make no matrix product or convolution: autocast has nothing to speed up"
-        why = widest_memory_bound(work.products)
-        return (
-            f"every matrix product of the step is bound by memory, not arithmetic: {why}; autocast would "
-            "add a cast before each product and speed up nothing"
-            if why
-            else None
-        )
 
     def _decline(self, loop: TrainingLoop, why: str | None) -> None:
         self.report(self._forward_start(loop), f"{self.MESSAGE} (not fixed: {why})")

@@ -32,6 +32,7 @@ SCRIPTS = {
     "forward_first_in_step_helper": ROOT / "fixtures" / "rules" / "PM301" / "forward_first_in_step_helper.in.py",
     "trainer_step_called_from_main": ROOT / "fixtures" / "rules" / "PM301" / "trainer_step_called_from_main.in.py",
     "trainer_cuda_behind_a_flag": ROOT / "fixtures" / "rules" / "PM301" / "trainer_cuda_behind_a_flag.in.py",
+    "encoder_helper_per_branch": ROOT / "fixtures" / "rules" / "PM301" / "encoder_helper_per_branch.in.py",
 }
 TOLERANCE = 5e-3
 ACCUMULATION_STEPS, OPTIMIZER_STEPS = 4, 20  # accumulation_clipping's ACCUM and STEPS
