@@ -7,6 +7,7 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.names import kwarg
+from codemod.analysis.step_batches import Unsplittable
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.rules.single_process_training.accumulation import GradientAccumulation
 from codemod.rules.single_process_training.data import DataSharding
@@ -496,7 +497,7 @@ class SingleProcessTraining(Rule):
         plan = Plan(self.context)
         try:
             result = build(plan)
-        except Blocked as blocked:
+        except (Blocked, Unsplittable) as blocked:
             self.report(
                 blocked.node,
                 f"training runs in one process, and PM601 cannot make it torchrun-ready: {blocked.message}",

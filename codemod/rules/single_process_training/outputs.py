@@ -45,6 +45,13 @@ class RankZeroOutputs(Producer):
         """A rank that skips a step or leaves the loop on its own data leaves the others
         waiting in the next all-reduce."""
         local = self.plan.local = self._rank_local()
+        loop = self.plan.loop.loop
+        if isinstance(loop, cst.While) and local.reads(loop.test):
+            raise Blocked(
+                loop.test,
+                f"`{self.plan.src(loop.test)}` depends on each rank's own batch and decides whether the "
+                "loop goes on; ranks would fall out of step",
+            )
         for node in own_nodes(self.index, (cst.If, cst.While), self.plan.loop.loop.body):
             if not local.reads(node.test):
                 continue
@@ -60,7 +67,13 @@ class RankZeroOutputs(Producer):
     def _rank_local(self) -> facts.RankLocal:
         loop = self.plan.loop.loop
         seeds: set[str] = set()
-        target, iterable = loop.target, loop.iter
+        if isinstance(loop, cst.While):  # the batch `next(it)` binds
+            fetches = self.plan.loader.fetches if self.plan.loader is not None else ()
+            target, iterable = cst.Tuple([]), cst.Tuple([])
+            for fetch in fetches:
+                seeds |= facts.assigned_names(self.context, fetch)
+        else:
+            target, iterable = loop.target, loop.iter
         while (
             isinstance(iterable, cst.Call)
             and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH)

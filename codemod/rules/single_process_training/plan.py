@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.names import names_read
+from codemod.analysis.step_batches import LoaderSite, step_batches
 from codemod.edits import Edit
 
 IMPORT_DISTRIBUTED = ("runtime", "distributed")
@@ -99,15 +99,6 @@ class Setup:
     device: cst.BaseExpression | None  # what a statement of its own passes
 
 
-@dataclass
-class Loader:
-    call: cst.Call
-    statement: cst.BaseStatement  # the statement that builds it
-    function: cst.FunctionDef | None
-    handles: dict[int, cst.BaseExpression]  # id(scope) -> how that scope spells the loader
-    shared: bool  # built by a helper also used elsewhere
-
-
 def called_name(func: cst.BaseExpression) -> str | None:
     """The last name of a called expression: `tqdm` of `tqdm.auto.tqdm`."""
     if isinstance(func, cst.Attribute):
@@ -138,15 +129,11 @@ class Plan:
         self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
         self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
         self.cuda_for_zero = False  # the device chosen is GPU 0, written `0`: setup() gets "cuda"
+        self.batches = step_batches(context)  # where the step loop's batches come from
+        self.loader: LoaderSite | None = None
 
-    def calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
-        """facts.calls_of, once per function."""
-        if not hasattr(self, "_calls_cache"):
-            self._calls_cache: dict[int, list[cst.Call]] = {}
-        found = self._calls_cache.get(id(function))
-        if found is None:
-            found = self._calls_cache[id(function)] = facts.calls_of(self.context, function)
-        return found
+    def calls_of(self, function: cst.FunctionDef) -> tuple[cst.Call, ...]:
+        return self.batches.calls_of(function)
 
     @property
     def names(self):
@@ -197,33 +184,10 @@ class Plan:
         return self.index.before(start, node) and not self.index.inside(node, start)
 
     def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        """Can `expr` be evaluated at `at` (every name it reads bound there before it)?"""
-        scope = self.scopes.get(at)
-        if scope is None:
-            return False
-        for name in names_read(expr):
-            found = scope[name.value]
-            if not found:
-                return False
-            if not any(
-                a.scope is not scope
-                or not isinstance(getattr(a, "node", None), cst.CSTNode)
-                or a.node not in self.index
-                or self.index.before(a.node, at)
-                for a in found
-            ):
-                return False
-        return True
+        return self.batches.visible(expr, at)
 
     def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """Loops around `node` in its function, innermost first."""
-        found = []
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, facts.SCOPES):
-                break
-            if isinstance(ancestor, (cst.For, cst.While)):
-                found.append(ancestor)
-        return found
+        return self.batches.enclosing_loops(node)
 
 
 class Producer:
