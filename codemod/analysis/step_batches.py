@@ -125,13 +125,7 @@ class StepBatches:
 
     def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
         """Loops around `node` in its function, innermost first."""
-        found = []
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, facts.SCOPES):
-                break
-            if isinstance(ancestor, (cst.For, cst.While)):
-                found.append(ancestor)
-        return found
+        return facts.enclosing_loops(self.context, node)
 
     def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Can `expr` be evaluated at `at` (every name it reads bound there before it)?"""

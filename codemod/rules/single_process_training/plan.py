@@ -99,13 +99,6 @@ class Setup:
     device: cst.BaseExpression | None  # what a statement of its own passes
 
 
-def called_name(func: cst.BaseExpression) -> str | None:
-    """The last name of a called expression: `tqdm` of `tqdm.auto.tqdm`."""
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    return func.value if isinstance(func, cst.Name) else None
-
-
 def only_on_main(updated: cst.BaseStatement) -> cst.If:
     """`if distributed.is_main():` around a statement, its comments above the `if`."""
     inner = updated.with_changes(leading_lines=[])
