@@ -163,6 +163,17 @@ FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 
+class NotDistributable(Exception):
+    """Why a training program cannot be made to run in several processes as it is written
+    (the true reason, in words), at `node`: raised by the analyses of its sites
+    (step_batches, model_sites) and by the rule that rewrites it."""
+
+    def __init__(self, node: cst.CSTNode, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+        self.message = message
+
+
 # -- already distributed -------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from the training program (the step loop of `context.training`, the loaders of
   script, that a draw uses;
 - `visible(expr, at)`, `enclosing_loops(node)`, `calls_of(function)` (cached).
 
-A fact that cannot be had raises `Unsplittable` with the node and the true reason.
+A fact that cannot be had raises `NotDistributable` with the node and the true reason.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import returned_values
+from codemod.analysis.distributed import NotDistributable
 from codemod.analysis.loaders import DATALOADER
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
@@ -72,15 +73,6 @@ COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 def step_batches(context: FileContext) -> StepBatches:
     return context.shared(KEY, StepBatches)
-
-
-class Unsplittable(Exception):
-    """Why the batches cannot be split over the ranks as the code is written: at `node`."""
-
-    def __init__(self, node: cst.CSTNode, message: str) -> None:
-        super().__init__(message)
-        self.node = node
-        self.message = message
 
 
 @dataclass
@@ -164,7 +156,7 @@ class StepBatches:
         iterators = {self.context.module.code_for_node(f.args[0].value) for f in fetches}
         first = fetches[0].args[0].value
         if len(iterators) != 1 or not isinstance(first, cst.Name):
-            raise Unsplittable(
+            raise NotDistributable(
                 fetches[0],
                 "the loop takes its batches with `next()` of more than one iterator, or of one it "
                 "cannot name; PM601 gives one DataLoader a sampler",
@@ -176,13 +168,13 @@ class StepBatches:
                 and self.names.is_(value.func, *ITER, *REPLAYS)
                 and positional(value, 0) is not None
             ):
-                raise Unsplittable(value, self._passes_reason(value))
+                raise NotDistributable(value, self._passes_reason(value))
             statement = self.index.statement_of(value)
             if self.index.inside(value, loop) and not self.names.is_(value.func, *REPLAYS):
                 if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(
                     self.context.parents.get(statement), cst.IndentedBlock
                 ):
-                    raise Unsplittable(value, "a new pass over the DataLoader starts on a line of its own block")
+                    raise NotDistributable(value, "a new pass over the DataLoader starts on a line of its own block")
                 restarts.append(statement)
             sites.append(self._site(positional(value, 0).value))
         if not sites or any(s is None for s in sites) or len({id(s.call) for s in sites}) != 1:
@@ -193,7 +185,7 @@ class StepBatches:
         return site
 
     def _check_passes(self, loop: cst.While) -> None:
-        """Raises Unsplittable for a `next(it)` of the loop whose iterator is made by a call
+        """Raises NotDistributable for a `next(it)` of the loop whose iterator is made by a call
         given a DataLoader (a generator of the file that re-iterates it) that the loaders
         cannot see through."""
         loaders = self.context.loaders
@@ -205,7 +197,7 @@ class StepBatches:
                 if isinstance(value, cst.Call) and any(
                     loaders.sources(a.value, (), 0) for a in value.args if not a.star and a.keyword is None
                 ):
-                    raise Unsplittable(value, self._passes_reason(value))
+                    raise NotDistributable(value, self._passes_reason(value))
 
     def _passes_reason(self, value: cst.BaseExpression) -> str:
         return (
@@ -307,7 +299,7 @@ class StepBatches:
                 if isinstance(ancestor, facts.SCOPES):
                     break
                 if isinstance(ancestor, COMPREHENSIONS):
-                    raise Unsplittable(
+                    raise NotDistributable(
                         ancestor,
                         "the epochs run in a comprehension; PM601 tells the sampler each epoch "
                         "(set_epoch) at the top of a `for` loop: write the epochs as one",
@@ -399,7 +391,7 @@ class StepBatches:
     def replacement_draws(self, sampler: cst.BaseExpression, loader: cst.Call) -> tuple[cst.Call, cst.Arg]:
         """A sampler of the script's own that draws `num_samples` indices with replacement
         from torch's global generator: its construction and that argument (each rank can
-        draw its share of them). Raises Unsplittable for any other sampler."""
+        draw its share of them). Raises NotDistributable for any other sampler."""
         reason = (
             f"the DataLoader has its own `sampler` (`{self.context.module.code_for_node(sampler).strip()}`); "
             "split it over the ranks by hand"
@@ -409,22 +401,24 @@ class StepBatches:
             values = self.bindings.values(value) or []
             value = values[0] if len(values) == 1 else None
         if not isinstance(value, cst.Call) or any(a.star for a in value.args):
-            raise Unsplittable(loader, reason)
+            raise NotDistributable(loader, reason)
         qualified = next((n for n in self.names.of(value.func) if n in facts.REPLACEMENT_SAMPLERS), None)
         if qualified is None:
-            raise Unsplittable(loader, reason)
+            raise NotDistributable(loader, reason)
         weighted = qualified in facts.WEIGHTED_SAMPLERS
         replacement = kwarg(value, "replacement") or positional(value, 2 if weighted else 1)
         drawn = self.context.module.code_for_node(replacement.value) if replacement is not None else None
         if drawn != "True" and not (drawn is None and weighted):
-            raise Unsplittable(
+            raise NotDistributable(
                 loader, f"{reason}: without replacement it draws a permutation, which the ranks would have to share"
             )
         if kwarg(value, "generator") is not None:
-            raise Unsplittable(loader, f"{reason}: it draws from a generator of its own, seeded alike on every rank")
+            raise NotDistributable(
+                loader, f"{reason}: it draws from a generator of its own, seeded alike on every rank"
+            )
         count = kwarg(value, "num_samples") or positional(value, facts.REPLACEMENT_SAMPLERS[qualified])
         if count is None:
-            raise Unsplittable(
+            raise NotDistributable(
                 loader,
                 f"{reason}: it draws len(dataset) indices an epoch; give it `num_samples`, which PM601 "
                 "splits over the ranks",
@@ -478,14 +472,14 @@ class StepBatches:
             return None
         code = self.context.module.code_for_node
         if len({id(body) for body, _, _, _ in found}) != 1 or len({code(size) for _, _, _, size in found}) != 1:
-            raise Unsplittable(
+            raise NotDistributable(
                 found[0][2],
                 "the step draws its batches at random in several places or with several sizes; "
                 "PM601 cannot tell which to split over the ranks",
             )
         body, call, draw, batch = found[0]
         if integer_value(batch) == 1:
-            raise Unsplittable(draw, "the loop draws one sample per step, which cannot be split over the ranks")
+            raise NotDistributable(draw, "the loop draws one sample per step, which cannot be split over the ranks")
         # The draws must be all the batch size sizes: `x = sample(B)` beside `t = randint(T, (B,))`
         # would keep B rows where the draw makes B / N.
         sizes = {id(size) for _, _, _, size in found}
@@ -496,7 +490,7 @@ class StepBatches:
             if code(n) == spelled and id(n) not in sizes and not isinstance(self.context.parents.get(n), cst.Attribute)
         ]
         if others:
-            raise Unsplittable(
+            raise NotDistributable(
                 others[0],
                 f"`{spelled}` sizes more than the random draws of each step (line "
                 f"{self.context.line(others[0])}); PM601 cannot tell which sizes are per sample, "
@@ -532,7 +526,7 @@ class StepBatches:
 
     def global_draws(self, loop: cst.CSTNode, skip: cst.Call | None = None) -> dict[str, cst.Call]:
         """The global generators the loop draws from (itself and in the helpers of the file
-        it calls), with the first draw of each; `skip` is not counted. Raises Unsplittable
+        it calls), with the first draw of each; `skip` is not counted. Raises NotDistributable
         for a draw from a generator object the script seeds."""
         calls = list(own_nodes(self.index, cst.Call, loop.body))
         for call in list(calls):
@@ -545,7 +539,7 @@ class StepBatches:
                 continue
             owned = self.seeded_generator(call)
             if owned is not None:
-                raise Unsplittable(
+                raise NotDistributable(
                     call,
                     f"the loop draws from `{owned}`, a generator seeded alike on every rank, which "
                     "PM601 cannot reseed per rank without changing what else it draws; seed it with "

@@ -7,7 +7,6 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.names import kwarg
-from codemod.analysis.step_batches import Unsplittable
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.rules.single_process_training.accumulation import GradientAccumulation
 from codemod.rules.single_process_training.data import DataSharding
@@ -586,7 +585,7 @@ class SingleProcessTraining(Rule):
         plan = Plan(self.context)
         try:
             result = build(plan)
-        except (Blocked, Unsplittable) as blocked:
+        except Blocked as blocked:
             self.report(
                 blocked.node,
                 f"training runs in one process, and PM601 cannot make it torchrun-ready: {blocked.message}",

@@ -3,11 +3,12 @@ model is built, the loader, where setup() goes, the edits so far) and the syntax
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
 from codemod.analysis import distributed as facts
+from codemod.analysis.distributed import NotDistributable
 from codemod.analysis.step_batches import LoaderSite, step_batches
 from codemod.edits import Edit
 
@@ -16,6 +17,10 @@ IMPORT_SAMPLER = ("torch.utils.data", "DistributedSampler")
 IMPORT_DDP = ("torch.nn.parallel", "DistributedDataParallel")
 IMPORT_CONTEXTLIB = ("contextlib", None)
 IMPORT_ATEXIT = ("atexit", None)
+
+
+# What keeps the rewrite from being made: reported, without a fix, at its node.
+Blocked = NotDistributable
 
 
 def parse_expr(code: str) -> cst.BaseExpression:
@@ -65,28 +70,6 @@ def negation(test: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return test.expression
     return cst.UnaryOperation(cst.Not(), parenthesized(test))
-
-
-class Blocked(Exception):
-    """What keeps the rewrite from being made; reported, without a fix, at `node`."""
-
-    def __init__(self, node: cst.CSTNode, message: str) -> None:
-        super().__init__(message)
-        self.node = node
-        self.message = message
-
-
-@dataclass
-class Origin:
-    """Where the trained model is built: the scope and its spelling there, the last
-    statement that builds or moves it (the DDP wrap goes after it), and the spellings
-    under which code of other functions sees it."""
-
-    scope: cst.CSTNode  # FunctionDef, ClassDef (for `self.x`) or Module
-    code: str
-    anchor: cst.SimpleStatementLine
-    setup: list[cst.SimpleStatementLine]
-    handles: list[tuple[cst.CSTNode, str, cst.CSTNode | None]] = field(default_factory=list)  # (scope, code, after)
 
 
 @dataclass
