@@ -18,7 +18,13 @@ loop's optimizers and models of `context.training`).
   (one level); `uses(scope, code)`: the reads of a spelling in a scope; `after(use,
   anchor)`: whether a read sees what is bound after `anchor`;
 - `saved_whole(use)`: whether the model object itself is what `torch.save` pickles (as it
-  is, in a container, or in a container bound to a name that is saved).
+  is, in a container, or in a container bound to a name that is saved);
+- `moved_to(site)`: the device the model's last move puts it on (`"cuda"` for `.cuda()`),
+  None when it is not moved; `chosen_device(device)`: that device followed through the
+  parameters it is passed as (to what the one call passes); `device_assignment(device)`:
+  the one line that binds it; `fixed_gpu(value, chosen)`: raises NotDistributable for a
+  GPU every process would use (`"cuda:1"`, `.cuda(1)`, an index), and gives back the `0`s
+  of a device chosen as GPU 0, which `"cuda"` names alike.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import NotDistributable
-from codemod.analysis.names import compound_keyword, method_name
+from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, positional
 from codemod.analysis.step_batches import step_batches
 from codemod.analysis.torch_facts import CONFIGURES, TORCH_SAVES
 
@@ -430,3 +436,124 @@ class ModelSites:
     def _is_target(self, node: cst.CSTNode) -> bool:
         parent = self.parents.get(node)
         return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is node
+
+    # -- the device it is moved to -----------------------------------------------------------
+
+    def chosen_device(self, device: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """The device as the code chooses it: a parameter (`self.gpu_id = gpu_id` in `__init__`,
+        `main(device, ...)`) followed to what the one call of its function passes."""
+        for _ in range(6):
+            if isinstance(device, cst.Attribute):
+                values = self.bindings.attribute_values(device)
+                if not values or len(values) != 1 or not isinstance(values[0], cst.Name):
+                    return device
+                if self.bindings.param_of(values[0]) is None:
+                    return device
+                device = values[0]
+            if not isinstance(device, cst.Name):
+                return device
+            parameter = self.bindings.param_of(device)
+            if parameter is None:
+                return device
+            function, param = parameter
+            calls = self._calls_of(function)
+            passed = facts.argument_of(self.context, calls[0], function, param) if len(calls) == 1 else None
+            if passed is None:
+                return device
+            device = passed
+        return device
+
+    def moved_to(self, site: ModelSite) -> cst.BaseExpression | None:
+        """The device the model's last move puts it on (`"cuda"` for `.cuda()`), None when
+        it is not moved (a CPU script); raises for a fixed GPU or a move it cannot read."""
+        moves = [
+            call
+            for statement in site.setup
+            for call in self.index.find(cst.Call, within=statement)
+            if method_name(call) in ("to", "cuda")
+        ]
+        for call in reversed(moves):
+            if method_name(call) == "cuda":
+                if call.args:
+                    raise NotDistributable(
+                        call, "the model is placed on a fixed GPU (`.cuda(N)`); every rank would use it"
+                    )
+                return cst.SimpleString('"cuda"')
+            found = kwarg(call, "device") or positional(call, 0)
+            if found is not None and not self.context.kinds.is_dtype(found.value):
+                self.fixed_gpu(found.value)
+                return found.value
+        if self.context.training.cuda_use is not None:
+            raise NotDistributable(site.anchor, "it cannot tell which device the model is moved to")
+        return None
+
+    def fixed_gpu(self, value: cst.BaseExpression, chosen: bool = False) -> list[cst.Integer]:
+        """Raises for a fixed GPU, which every rank would use. GPU 0 where the script chooses
+        its one device (`chosen`: the value setup() gets, which every use reads) is the GPU a
+        single process uses by default; those indices come back, to become "cuda", which
+        setup() makes each process's own GPU and which, alone, is still GPU 0."""
+        zeros = []
+        for string in self.index.find(cst.SimpleString, within=value):
+            text = string.evaluated_value
+            if isinstance(text, str) and text.startswith("cuda:"):
+                raise NotDistributable(
+                    string,
+                    f'the device is the fixed GPU {text!r}; every rank would use it (write "cuda": '
+                    "setup() gives each process its own)",
+                )
+        if isinstance(value, cst.Call) and self.names.is_(value.func, "torch.device") and len(value.args) > 1:
+            raise NotDistributable(value, "the device is a fixed GPU; every rank would use it")
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        for branch in branches:
+            if isinstance(branch, cst.Integer) and chosen and integer_value(branch) == 0:
+                zeros.append(branch)
+            elif isinstance(branch, cst.Integer):
+                raise NotDistributable(
+                    branch,
+                    f"the device is GPU {branch.value} (an index is a CUDA device); every rank would use it "
+                    '(write "cuda": setup() gives each process its own)',
+                )
+        return zeros
+
+    def device_assignment(self, device: cst.Name | cst.Attribute):
+        """(statement, value) of the one line that binds the device: `device = value`, or
+        `self.device = value` in the class; (None, None) when there is not one."""
+        if isinstance(device, cst.Name):
+            return self._single_assignment(device)
+        return self._attribute_assignment(device)
+
+    def _single_assignment(self, name: cst.Name):
+        """(statement, value) of the one plain `name = value` line that binds `name`."""
+        found = facts.bindings_of(self.context, name)
+        if len(found) != 1:
+            return None, None
+        value = self.bindings.assigned_value(found[0])
+        statement = self.index.statement_of(found[0].node)
+        if (
+            value is None
+            or not isinstance(statement, cst.SimpleStatementLine)
+            or len(statement.body) != 1
+            or not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module))
+        ):
+            return None, None
+        return statement, value
+
+    def _attribute_assignment(self, attribute: cst.Attribute):
+        """(statement, value) of the one `self.device = value` line of the class."""
+        if not (isinstance(attribute.value, cst.Name) and attribute.value.value == "self"):
+            return None, None
+        classdef = self.index.first_enclosing(attribute, cst.ClassDef)
+        if classdef is None:
+            return None, None
+        code = code_of(attribute)
+        found = [
+            a
+            for a in self.index.find(cst.Assign, within=classdef)
+            if len(a.targets) == 1 and code_of(a.targets[0].target) == code
+        ]
+        if len(found) != 1:
+            return None, None
+        statement = self.index.statement_of(found[0])
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None, None
+        return statement, found[0].value
