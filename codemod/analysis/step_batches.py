@@ -12,6 +12,8 @@ from the training program (the step loop of `context.training`, the loaders of
   a helper that returns it and a parameter of the training function, with how each
   function spells it (`handles`) and whether its helper builds other loaders too
   (`shared`). None when it is no DataLoader of this file;
+- `fetched_draw(loop)`: for a `while` loop over `next(it)` of a generator of the file that
+  draws its batches at random, that draw (as `loaders.step_data` gives it for a `for` loop);
 - `built_elsewhere(loop)`: `path:line` of the construction in another module of the
   project that the loop's batches come from;
 - `epoch_loop(loop)`: the loop around a step loop that runs once per epoch, in the
@@ -46,7 +48,7 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import returned_values
 from codemod.analysis.distributed import NotDistributable
-from codemod.analysis.loaders import DATALOADER
+from codemod.analysis.loaders import DATALOADER, RANDOM, StepData
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.project import project_of
@@ -198,6 +200,23 @@ class StepBatches:
                     loaders.sources(a.value, (), 0) for a in value.args if not a.star and a.keyword is None
                 ):
                     raise NotDistributable(value, self._passes_reason(value))
+
+    def fetched_draw(self, loop: cst.While) -> StepData | None:
+        """For a `while` loop that takes its batches with `next(it)` of a generator of this
+        file (`it = cycle(...)`) that draws them at random: StepData(RANDOM, the draw)."""
+        kinds = self.context.kinds
+        for call in own_nodes(self.index, cst.Call, loop.body):
+            first = positional(call, 0)
+            if not (self.names.is_(call.func, *NEXT) and first is not None and isinstance(first.value, cst.Name)):
+                continue
+            for value in self.bindings.values(first.value) or []:
+                generator = kinds.local_callee(value) if isinstance(value, cst.Call) else None
+                if generator is None or not kinds.exits(generator)[1]:
+                    continue
+                for draw in own_nodes(self.index, cst.Call, generator.body):
+                    if self.names.is_(draw.func, *facts.TORCH_DRAWS):
+                        return StepData(RANDOM, draw)
+        return None
 
     def _passes_reason(self, value: cst.BaseExpression) -> str:
         return (

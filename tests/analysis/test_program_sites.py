@@ -153,3 +153,24 @@ state = torch.load("init.pt")
     assert [_code(context, c) for c in sites.writes] == ['torch.save(model.state_dict(), "last.pt")']
     (load, path), *others = sites.loads_after(sites.saves)
     assert _code(context, load) == 'torch.load("last.pt")' and _code(context, path) == '"last.pt"' and not others
+
+
+def test_a_while_loop_over_a_generator_of_the_file_that_draws_its_batches_is_random_data():
+    context = _context(
+        """
+        def batches(n):
+            while True:
+                yield torch.randn(n, 8), torch.randn(n, 1)
+
+
+        it = batches(16)
+        while True:
+            x, y = next(it)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+        """
+    )
+    (loop,) = context.training.loops
+    data = step_batches(context).fetched_draw(loop.loop)
+    assert data.how == "random" and _code(context, data.at) == "torch.randn(n, 8)"

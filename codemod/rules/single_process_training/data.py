@@ -48,9 +48,13 @@ class DataSharding(Producer):
             return permutation
         if self._random_batches(statement):
             return None
-        data = self.context.loaders.step_data(statement)
+        data = (
+            self.plan.batches.fetched_draw(statement)
+            if isinstance(statement, cst.While)
+            else self.context.loaders.step_data(statement)
+        )
         if data is not None:
-            raise Blocked(statement.iter, self._step_data_reason(statement, data))
+            raise Blocked(getattr(statement, "iter", statement), self._step_data_reason(statement, data))
         elsewhere = self.plan.batches.built_elsewhere(statement)
         if elsewhere is not None:
             raise Blocked(
