@@ -58,9 +58,10 @@ REWRITTEN = {
     # draws a permutation, under torchrun the sampler's epoch stays; other samples per batch
     "single_gpu.py": (68, FINAL),
     "kwargs_loader.py": (24, STEPS),
+    # `while True` over next(iter(loader)), restarted on StopIteration: the sampler's order
+    "infinite_loader.py": (20, FINAL),
 }
 REFUSED = {
-    "infinite_loader.py": "the training loop is a `while` loop",
     # the construction in the other module, its path relative to the project root
     "tabular_project/train.py": "come from a DataLoader that another module of the project builds "
     "(fixtures/distributed/scripts/tabular_project/data.py:23)",

@@ -185,6 +185,69 @@ for i, x in enumerate(loader):
         opt.step()
         opt.zero_grad()
 """
+WHILE_STEPS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+loader = DataLoader(dataset, batch_size=32, shuffle=True)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step, max_steps = 0, 20
+batches = iter(loader)
+while step < max_steps:
+    try:
+        x, y = next(batches)
+    except StopIteration:
+        batches = iter(loader)
+        x, y = next(batches)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    step += 1
+"""
+WHILE_STEPS_TORCHRUN = """\
+import atexit
+
+import torch
+from runtime import distributed
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+distributed.setup("cpu")
+world = distributed.world()
+atexit.register(distributed.cleanup)
+sampler = DistributedSampler(dataset, seed=0) if world.distributed else None
+loader = DataLoader(
+    dataset,
+    batch_size=distributed.local_batch_size(32),
+    shuffle=sampler is None,
+    sampler=sampler,
+)
+model = torch.nn.Linear(8, 1)
+if world.distributed:
+    model = DistributedDataParallel(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step, max_steps = 0, 20
+batches = iter(loader)
+while step < max_steps:
+    try:
+        x, y = next(batches)
+    except StopIteration:
+        if sampler is not None:
+            sampler.set_epoch(sampler.epoch + 1)
+        batches = iter(loader)
+        x, y = next(batches)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    step += 1
+"""
 
 
 class SingleProcessTraining(Rule):
@@ -205,7 +268,10 @@ class SingleProcessTraining(Rule):
       (the loader's `shuffle` moves into it, with the script's seed) and a batch
       of `distributed.local_batch_size(batch_size)`, so that N processes step on
       the same global batch as one; `sampler.set_epoch(epoch)` reshuffles every
-      epoch. A loader whose settings are a dict (`DataLoader(dataset,
+      epoch. A `while` loop that takes its batches with `next(it)` of
+      `it = iter(loader)` (`while step < max_steps:`) gets the same sampler,
+      told each new epoch where the loop starts a new pass (`it = iter(loader)`
+      on `StopIteration`). A loader whose settings are a dict (`DataLoader(dataset,
       **options)`) gets `distributed.loader_options(dataset, options)`: the
       same share and sampler, whatever the dict holds. A sampler that draws
       `num_samples` with replacement (`RandomSampler(..., replacement=True)`,
@@ -261,7 +327,10 @@ class SingleProcessTraining(Rule):
     change what else it draws), `DataParallel`, an `IterableDataset` or a
     sampler of the script's own other than the above, a DataLoader built in
     another module of the project (the rule rewrites the file that trains and
-    names where the loader is built), a `while` training loop, a training loss with `reduction="sum"` (DDP averages the
+    names where the loader is built), a `while` loop whose batches come from an
+    iterator that starts the loader's passes itself (a generator of the file:
+    the sampler could not be told the epoch), a training loss with
+    `reduction="sum"` (DDP averages the
     gradients; a summed evaluation loss is fine), embeddings with
     `sparse=True` (sparse gradients), epochs run in a comprehension,
     batches that come from somewhere the rule cannot follow, a training
@@ -418,6 +487,26 @@ class SingleProcessTraining(Rule):
             ),
             None,
             "BatchNorm: SyncBatchNorm is the author's call",
+        ),
+        Invalid(
+            WHILE_STEPS,
+            WHILE_STEPS_TORCHRUN,
+            "a `while` loop over next(iter(loader)): the sampler is told each new pass",
+        ),
+        Invalid(
+            WHILE_STEPS.replace("batches = iter(loader)", "batches = forever(loader)").replace(
+                "step, max_steps",
+                "def forever(loader):\n    while True:\n        yield from loader\n\n\nstep, max_steps",
+            ),
+            None,
+            "a generator of the file starts the loader's passes: the sampler cannot be told the epoch",
+        ),
+        Invalid(
+            WHILE_STEPS.replace("while step < max_steps:", "while step < max_steps and loss_value > 0.01:")
+            .replace("batches = iter(loader)\nwhile", "batches = iter(loader)\nloss_value = 1.0\nwhile")
+            .replace("    step += 1\n", "    step += 1\n    loss_value = loss.item()\n"),
+            None,
+            "a `while` loop that ends on each rank's own loss",
         ),
         Invalid(LOOP.replace("opt = ", "model = torch.nn.DataParallel(model)\nopt = "), None, "DataParallel"),
         Invalid(LOOP.replace("batch_size=32, ", ""), None, "one sample per step: the global batch would change"),

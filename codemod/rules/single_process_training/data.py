@@ -5,32 +5,23 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.bindings import returned_values
 from codemod.analysis.loaders import (
     BATCH_SAMPLER_POSITION,
     BATCH_SIZE_POSITION,
-    DATALOADER,
     RANDOM,
     SAME,
     SAMPLER_POSITION,
     SHUFFLE_POSITION,
     StepData,
 )
-from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
-from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import (
-    PERMUTATIONS,
-    REBUILDABLE_DATASETS,
-)
+from codemod.analysis.names import integer_value, kwarg, positional
+from codemod.analysis.step_batches import LoaderSite
 from codemod.edits import AddKeyword, InsertAfter, InsertBefore, Replace
 from codemod.rules.single_process_training.plan import (
     IMPORT_SAMPLER,
     Blocked,
-    Loader,
     Producer,
     and_,
-    code_of,
     make_call,
     parenthesized,
     parse_expr,
@@ -41,16 +32,8 @@ class DataSharding(Producer):
     """The batches: the loader that feeds the step loop gets a DistributedSampler and each
     rank's share of the batch; batches cut or drawn by hand are split or seeded per rank."""
 
-    def find_loader(self, loop) -> Loader | None:
-        statement = loop.loop
-        if not isinstance(statement, cst.For):
-            raise Blocked(
-                statement,
-                "the training loop is a `while` loop; PM601 splits the batches of a `for` loop "
-                "over a DataLoader or over a permutation",
-            )
-        found = self.context.loaders.iterated(statement.iter, statement.target)
-        return self._loader(found[0][0] if len(found) == 1 else statement.iter)
+    def find_loader(self, loop) -> LoaderSite | None:
+        return self.plan.batches.loader(loop.loop)
 
     def batches(self, loop) -> cst.Call | None:
         """Split the batches of the training loop over the ranks: a DistributedSampler for its
@@ -65,10 +48,14 @@ class DataSharding(Producer):
             return permutation
         if self._random_batches(statement):
             return None
-        data = self.context.loaders.step_data(statement)
+        data = (
+            self.plan.batches.fetched_draw(statement)
+            if isinstance(statement, cst.While)
+            else self.context.loaders.step_data(statement)
+        )
         if data is not None:
-            raise Blocked(statement.iter, self._step_data_reason(statement, data))
-        elsewhere = self._built_elsewhere(statement)
+            raise Blocked(getattr(statement, "iter", statement), self._step_data_reason(statement, data))
+        elsewhere = self.plan.batches.built_elsewhere(statement)
         if elsewhere is not None:
             raise Blocked(
                 statement.iter,
@@ -76,25 +63,17 @@ class DataSharding(Producer):
                 f"of the project builds ({elsewhere}); PM601 rewrites only the file that trains: give that "
                 "DataLoader a DistributedSampler and the per-rank batch size there",
             )
+        if isinstance(statement, cst.While):
+            raise Blocked(
+                statement,
+                "it cannot tell where the batches of this `while` loop come from, so it cannot split "
+                "them over the ranks; take them with `next(it)` of `it = iter(loader)` from a DataLoader",
+            )
         raise Blocked(
             statement.iter,
             f"it cannot tell where the batches of `{self.plan.src(statement.iter)}` come from, "
             "so it cannot split them over the ranks; use a DataLoader",
         )
-
-    def _built_elsewhere(self, loop: cst.For) -> str | None:
-        """`path:line` of the DataLoader construction in another module of the project that
-        the loop's batches come from (`train, val = get_loaders()` of `from data import ...`)."""
-        loaders = self.context.loaders
-        found = loaders.iterated(loop.iter, loop.target)
-        if len(found) != 1:
-            return None
-        for source in loaders.sources(found[0][0], (), 0):
-            external = loaders.external.get(id(source))
-            if external is not None:
-                _, function, _ = external
-                return project_of(self.context).shown(function, source)
-        return None
 
     def _step_data_reason(self, loop: cst.For, data: StepData) -> str:
         """Why PM601 does not split the steps of `loop` over ranks: what its data is (RANDOM, SAME, OUTSIDE)."""
@@ -116,54 +95,7 @@ class DataSharding(Producer):
             "its own source (its own seed, its own environment)"
         )
 
-    def _loader(self, expr: cst.BaseExpression) -> Loader | None:
-        """The DataLoader construction `expr` evaluates to, through variables, `self.`
-        attributes, a helper that returns it and a parameter of the training function."""
-        handles: dict[int, cst.BaseExpression] = {}
-        shared = False
-        for _ in range(8):
-            scope = facts.function_of(self.context, expr)
-            if isinstance(expr, (cst.Name, cst.Attribute)):
-                handles.setdefault(id(scope), expr)
-            if isinstance(expr, cst.Call):
-                if self.names.is_(expr.func, DATALOADER) and not self.names.local(expr.func):
-                    statement = self.index.statement_of(expr)
-                    return Loader(expr, statement, facts.function_of(self.context, expr), handles, shared)
-                helper = self.bindings.local_function(expr.func)
-                if helper is None:
-                    return None
-                values = returned_values(helper)
-                if len(values) != 1:
-                    return None
-                shared = shared or len(self.plan.calls_of(helper)) != 1
-                expr = values[0]
-                continue
-            if isinstance(expr, cst.Name):
-                parameter = self.bindings.param_of(expr)
-                if parameter is not None:
-                    function, param = parameter
-                    calls = self.plan.calls_of(function)
-                    if len(calls) != 1:
-                        return None
-                    expr = facts.argument_of(self.context, calls[0], function, param)
-                    if expr is None:
-                        return None
-                    continue
-                values = self.bindings.values(expr)
-                if not values or len(values) != 1:
-                    return None
-                expr = values[0]
-                continue
-            if isinstance(expr, cst.Attribute):
-                values = self.bindings.attribute_values(expr)
-                if not values or len(values) != 1:
-                    return None
-                expr = values[0]
-                continue
-            return None
-        return None
-
-    def _shard_loader(self, loader: Loader, loop: cst.For) -> None:
+    def _shard_loader(self, loader: LoaderSite, loop: cst.For) -> None:
         call, statement = loader.call, loader.statement
         if loader.shared:
             raise Blocked(
@@ -210,7 +142,7 @@ class DataSharding(Producer):
             arguments.append(cst.Arg(parse_expr("False"), keyword=cst.Name("shuffle")))
         elif literal != "True":
             arguments.append(cst.Arg(shuffle.value, keyword=cst.Name("shuffle")))
-        seed = self._sampler_seed(call, statement) if shuffled else None
+        seed = self.plan.batches.order_seed(call, statement) if shuffled else None
         if seed is not None:
             arguments.append(cst.Arg(seed, keyword=cst.Name("seed")))
         space = cst.SimpleWhitespace(" ")
@@ -240,7 +172,12 @@ class DataSharding(Producer):
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, sampler_name)
 
-    def _share_options(self, loader: Loader, loop: cst.For) -> None:
+    def _check_dataset(self, dataset: cst.BaseExpression) -> None:
+        obstacle = self.plan.batches.dataset_obstacle(dataset)
+        if obstacle is not None:
+            raise Blocked(*obstacle)
+
+    def _share_options(self, loader: LoaderSite, loop: cst.For) -> None:
         """`DataLoader(dataset, **options)`: the options this process needs, from
         `distributed.loader_options(dataset, options)` (its share of the batch, a
         DistributedSampler), whatever the dict holds; its sampler told each epoch."""
@@ -269,7 +206,7 @@ class DataSharding(Producer):
         self._check_dataset(dataset)  # a dataset built in the call is one cheap to build twice
         options = stars[0].value
         arguments = [cst.Arg(dataset), cst.Arg(options)]
-        seed = self._sampler_seed(call, loader.statement)
+        seed = self.plan.batches.order_seed(call, loader.statement)
         if seed is not None:
             tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
             arguments.append(cst.Arg(seed, keyword=cst.Name("seed"), equal=tight))
@@ -280,146 +217,30 @@ class DataSharding(Producer):
     def _share_draws(self, sampler: cst.BaseExpression, call: cst.Call) -> None:
         """A sampler that draws `num_samples` indices with replacement from torch's global
         generator: each rank draws its share of them (`local_batch_size(num_samples)`),
-        from that generator reseeded per rank (see _seeds). Together the ranks draw as
+        from that generator reseeded per rank (see seeds). Together the ranks draw as
         many indices an epoch as the one process, each at random: the same distribution,
         other indices. Any other sampler of the script's own is left to the user."""
-        reason = f"the DataLoader has its own `sampler` (`{self.plan.src(sampler)}`); split it over the ranks by hand"
-        value = sampler
-        if isinstance(value, cst.Name):
-            values = self.bindings.values(value) or []
-            value = values[0] if len(values) == 1 else None
-        if not isinstance(value, cst.Call) or any(a.star for a in value.args):
-            raise Blocked(call, reason)
-        qualified = next((n for n in self.names.of(value.func) if n in facts.REPLACEMENT_SAMPLERS), None)
-        if qualified is None:
-            raise Blocked(call, reason)
-        replacement = kwarg(value, "replacement") or positional(
-            value, 1 if qualified not in facts.WEIGHTED_SAMPLERS else 2
-        )
-        drawn = code_of(replacement.value) if replacement is not None else None
-        if drawn != "True" and not (drawn is None and qualified in facts.WEIGHTED_SAMPLERS):
-            raise Blocked(
-                call,
-                f"{reason}: without replacement it draws a permutation, which the ranks would have to share",
-            )
-        if kwarg(value, "generator") is not None:
-            raise Blocked(
-                call,
-                f"{reason}: it draws from a generator of its own, seeded alike on every rank",
-            )
-        count = kwarg(value, "num_samples") or positional(value, facts.REPLACEMENT_SAMPLERS[qualified])
-        if count is None:
-            raise Blocked(
-                call,
-                f"{reason}: it draws len(dataset) indices an epoch; give it `num_samples`, which PM601 "
-                "splits over the ranks",
-            )
+        value, count = self.plan.batches.replacement_draws(sampler, call)
         self.edits.append(Replace(count.value, lambda value: make_call("distributed.local_batch_size", value)))
         self.plan.sampler_draws = value
 
-    def _check_dataset(self, dataset: cst.BaseExpression) -> None:
-        if isinstance(dataset, cst.Call):
-            if not self.names.is_(dataset.func, *REBUILDABLE_DATASETS) or not all(
-                isinstance(a.value, (cst.Name, cst.Attribute, cst.Integer)) for a in dataset.args
-            ):
-                raise Blocked(
-                    dataset,
-                    "the dataset is built inside the DataLoader call; build it in a variable "
-                    "first, so that its sampler can be given the same dataset",
-                )
-            return
-        if not isinstance(dataset, (cst.Name, cst.Attribute)):
-            raise Blocked(dataset, "the DataLoader's dataset is an expression PM601 would evaluate twice")
-        values = (
-            self.bindings.values(dataset) if isinstance(dataset, cst.Name) else self.bindings.attribute_values(dataset)
-        ) or []
-        for value in values:
-            if not isinstance(value, cst.Call):
-                continue
-            classdef = self.context.kinds.local_class(value.func)
-            bases = [value.func]
-            for _ in range(8):
-                if any(
-                    self.names.is_(b, "torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
-                    for b in bases
-                ):
-                    raise Blocked(
-                        dataset,
-                        "the dataset is an IterableDataset, which a DistributedSampler cannot "
-                        "split; shard it per rank by hand",
-                    )
-                if classdef is None:
-                    break
-                bases = [b.value for b in classdef.bases]
-                classdef = next((c for c in (self.context.kinds.local_class(b) for b in bases) if c), None)
-
-    def _sampler_seed(self, call: cst.Call, statement: cst.CSTNode) -> cst.BaseExpression | None:
-        """The seed of the DataLoader's order: its generator's, or the global torch seed."""
-        generator = kwarg(call, "generator")
-        if generator is not None:
-            value = generator.value
-            if isinstance(value, cst.Name):
-                values = self.bindings.values(value) or []
-                value = values[0] if len(values) == 1 else None
-            if isinstance(value, cst.Call) and method_name(value) == "manual_seed" and value.args:
-                seed = value.args[0].value
-                return seed if self.plan.visible(seed, statement) else None
-            if isinstance(generator.value, cst.Name):  # `g = torch.Generator(); g.manual_seed(s)`
-                for seeded in self.index.find(cst.Call):
-                    if (
-                        method_name(seeded) == "manual_seed"
-                        and code_of(seeded.func.value) == generator.value.value
-                        and seeded.args
-                        and self.plan.visible(seeded.args[0].value, statement)
-                    ):
-                        return seeded.args[0].value
-            return None
-        same = facts.function_of(self.context, statement)
-        for seeded in reversed(facts.seed_calls(self.context, "torch")):
-            if facts.function_of(self.context, seeded) is same and not self.index.before(seeded, statement):
-                continue  # seeded after the loader is built
-            if seeded.args and self.plan.visible(seeded.args[0].value, statement):
-                return seeded.args[0].value
-        return None
-
-    def _epoch_loop(self, loop: cst.For) -> tuple[cst.CSTNode | None, cst.FunctionDef | None]:
-        """The loop around the training loop that runs once per epoch, in the training
-        function or around its one call."""
-        node: cst.CSTNode = loop
-        for _ in range(4):
-            for ancestor in self.index.ancestors(node):
-                if isinstance(ancestor, facts.SCOPES):
-                    break
-                if isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
-                    raise Blocked(
-                        ancestor,
-                        "the epochs run in a comprehension; PM601 tells the sampler each epoch "
-                        "(set_epoch) at the top of a `for` loop: write the epochs as one",
-                    )
-            outer = self.plan.enclosing_loops(node)
-            if outer:
-                return outer[0], facts.function_of(self.context, outer[0])
-            function = facts.function_of(self.context, node)
-            if function is None:
-                return None, None
-            calls = self.plan.calls_of(function)
-            if len(calls) != 1:
-                return None, None
-            node = calls[0]
-        return None, None
-
-    def _set_epoch(self, loader: Loader, loop: cst.For, sampler: str | None) -> None:
+    def _set_epoch(self, loader: LoaderSite, loop, sampler: str | None) -> None:
         """`sampler.set_epoch(epoch)` at the top of each epoch: a new order every epoch
-        (`loader.sampler` where the sampler has no name of its own)."""
-        epoch_loop, function = self._epoch_loop(loop)
+        (`loader.sampler` where the sampler has no name of its own). A `while` loop over
+        `next(it)` tells it where it starts a new pass (`it = iter(loader)`)."""
+        batches = self.plan.batches
+        if loader.restarts:
+            epoch_loop, function = loop, facts.function_of(self.context, loop)
+        else:
+            epoch_loop, function = batches.epoch_loop(loop)
         if epoch_loop is None:
             return  # one pass over the data: epoch 0's order
         if sampler is not None and function is loader.function and self.index.before(loader.statement, epoch_loop):
             handle: cst.BaseExpression = cst.Name(sampler)
             guard: cst.BaseExpression = parse_expr(f"{sampler} is not None")
         else:
-            spelled = loader.handles.get(id(function)) or self._self_handle(loader, function)
-            if spelled is None or not self.plan.visible(spelled, epoch_loop):
+            spelled = batches.spelled_in(loader, function)
+            if spelled is None or not batches.visible(spelled, epoch_loop):
                 raise Blocked(
                     epoch_loop,
                     "the DataLoader is not visible in the epoch loop, where its sampler must be "
@@ -445,56 +266,22 @@ class DataSharding(Producer):
         step = cst.BinaryOperation(cst.Attribute(handle, cst.Name("epoch")), cst.Add(), cst.Integer("1"))
         call = cst.Call(cst.Attribute(handle, cst.Name("set_epoch")), [cst.Arg(step)])
         statement = cst.If(guard, cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call)])]))
+        for restart in loader.restarts:  # before the next pass starts
+            self.edits.append(InsertBefore(restart, (statement,)))
+        if loader.restarts:
+            return
         holder = next((s for s in body.body if self.index.inside(loop, s)), None)
         if holder is None:
             raise Blocked(epoch_loop, "it cannot tell where an epoch ends")
         self.edits.append(InsertAfter(holder, (statement,)))
 
-    def _self_handle(self, loader: Loader, function) -> cst.BaseExpression | None:
-        """`self.plan.loader` in a method of the class another method of which reads the loader
-        as `self.plan.loader`."""
-        owner = facts.class_of(self.context, function)
-        if owner is None:
-            return None
-        for scope_id, handle in loader.handles.items():
-            method = next((f for f in self.index.find(cst.FunctionDef, within=owner) if id(f) == scope_id), None)
-            if (
-                method is not None
-                and facts.class_of(self.context, method) is owner
-                and isinstance(handle, cst.Attribute)
-                and isinstance(handle.value, cst.Name)
-                and handle.value.value == "self"
-            ):
-                return handle
-        return None
-
-    def _manual_batches(self, loop: cst.For) -> cst.Call | None:
+    def _manual_batches(self, loop) -> cst.Call | None:
         """`for i in range(...)` over slices of a `torch.randperm` permutation: each rank
         takes every N-th index of each batch (`perm[i:i + b][world.rank::world.size]`)."""
-        if not isinstance(loop.target, cst.Name):
+        found = self.plan.batches.permutation_slice(loop)
+        if found is None:
             return None
-        index_name = loop.target.value
-        found = []
-        for subscript in own_nodes(self.index, cst.Subscript, loop.body):
-            if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Slice):
-                continue
-            part = subscript.slice[0].slice
-            if not any(
-                n.value == index_name
-                for bound in (part.lower, part.upper)
-                if bound is not None
-                for n in names_read(bound)
-            ):
-                continue
-            if not isinstance(subscript.value, cst.Name):
-                continue
-            values = self.bindings.values(subscript.value) or []
-            permutations = [v for v in values if isinstance(v, cst.Call) and self.names.is_(v.func, *PERMUTATIONS)]
-            if permutations and len(permutations) == len(values):
-                found.append((subscript, permutations[0]))
-        if len(found) != 1:
-            return None
-        subscript, permutation = found[0]
+        subscript, permutation = found
         if not self.plan.sees_world(subscript):
             raise Blocked(
                 subscript,
@@ -510,78 +297,17 @@ class DataSharding(Producer):
         self.plan.local_batch = subscript
         return permutation
 
-    def _random_batches(self, loop: cst.For) -> bool:
-        """Batches drawn at random every step (`torch.randint(n, (batch_size,))`,
-        `torch.randn(batch_size, d)`, in the loop or in a helper only it calls): each rank
-        draws its share, `local_batch_size(batch_size)`, in every draw that batch size
-        sizes, from its own reseeded generator (see _seeds)."""
-        places: list[tuple[cst.CSTNode, cst.Call | None]] = [(loop.body, None)]
-        for call in own_nodes(self.index, cst.Call, loop.body):
-            helper = self.bindings.local_function(call.func) if isinstance(call.func, cst.Name) else None
-            if helper is not None and len(self.plan.calls_of(helper)) == 1:
-                places.append((helper.body, call))
-        found = []
-        for body, call in places:
-            for draw in own_nodes(self.index, cst.Call, body):
-                size = self._first_dimension(draw)
-                if size is not None:
-                    found.append((body, call, draw, size))
-        if not found:
+    def _random_batches(self, loop) -> bool:
+        """Batches drawn at random every step: each rank draws its share,
+        `local_batch_size(batch_size)`, in every draw that batch size sizes, from its own
+        reseeded generator (see seeds)."""
+        found = self.plan.batches.random_batches(loop)
+        if found is None:
             return False
-        bodies = {id(body) for body, _, _, _ in found}
-        spelled = {code_of(size) for _, _, _, size in found}
-        if len(bodies) != 1 or len(spelled) != 1:
-            raise Blocked(
-                found[0][2],
-                "the step draws its batches at random in several places or with several sizes; "
-                "PM601 cannot tell which to split over the ranks",
-            )
-        body, call, draw, batch = found[0]
-        if integer_value(batch) == 1:
-            raise Blocked(draw, "the loop draws one sample per step, which cannot be split over the ranks")
-        # The draws must be all the batch size sizes: `x = sample(B)` beside `t = randint(T, (B,))`
-        # would keep B rows where the draw makes B / N.
-        sizes = {id(size) for _, _, _, size in found}
-        code = code_of(batch)
-        others = [
-            n
-            for n in own_nodes(self.index, (cst.Name, cst.Attribute), body)
-            if code_of(n) == code and id(n) not in sizes and not isinstance(self.parents.get(n), cst.Attribute)
-        ]
-        if others:
-            raise Blocked(
-                others[0],
-                f"`{code}` sizes more than the random draws of each step (line "
-                f"{self.context.line(others[0])}); PM601 cannot tell which sizes are per sample, "
-                "to split them over the ranks",
-            )
-        for _, _, _, size in found:
+        for size in found.sizes:
             self.edits.append(Replace(size, lambda value: make_call("distributed.local_batch_size", value)))
-        self.plan.batch_statement = self.index.statement_of(call if call is not None else draw)
+        self.plan.batch_statement = found.statement
         return True
-
-    def _first_dimension(self, draw: cst.Call) -> cst.BaseExpression | None:
-        """The first size of a torch random draw: `n` of `torch.randn(n, d)`,
-        `torch.rand((n, d))`, `torch.randint(lo, hi, (n,))`, `size=(n, ...)`."""
-        names = self.names.of(draw.func)
-        if not names & facts.TORCH_DRAWS or names & {"torch.randperm"} or any(a.star for a in draw.args):
-            return None
-        if any(a.keyword is not None and a.keyword.value == "generator" for a in draw.args):
-            return None
-        size = kwarg(draw, "size")
-        plain = [a.value for a in draw.args if a.keyword is None]
-        if size is None and names & {"torch.randint"}:
-            size = cst.Arg(plain[-1]) if len(plain) in (2, 3) else None
-        if size is None and names & {"torch.rand", "torch.randn"} and plain:
-            size = (
-                cst.Arg(plain[0])
-                if isinstance(plain[0], (cst.Tuple, cst.List))
-                else cst.Arg(cst.Tuple([cst.Element(plain[0])]))
-            )
-        if size is None or not isinstance(size.value, (cst.Tuple, cst.List)) or not size.value.elements:
-            return None
-        first = size.value.elements[0].value
-        return first if isinstance(first, (cst.Name, cst.Attribute, cst.Integer, cst.Subscript)) else None
 
     def seeds(self, permutation: cst.Call | None) -> None:
         """Where the loop draws random numbers itself (nanoGPT's `torch.randint` batches,
@@ -589,43 +315,18 @@ class DataSharding(Producer):
         with its own offset before training: seeded alike, the ranks would draw alike.
         Unseeded global generators start from the OS's entropy, per process already;
         draws from generator objects the script seeds are reported."""
+        batches = self.plan.batches
         loop = self.plan.loop.loop
-        calls = list(own_nodes(self.index, cst.Call, loop.body))
-        for call in list(calls):
-            helper = self.bindings.local_function(call.func) if isinstance(call.func, cst.Name) else None
-            if helper is not None:
-                calls.extend(own_nodes(self.index, cst.Call, helper.body))
-        draws: dict[str, cst.Call] = {}
-        for call in calls:
-            if call is permutation:
-                continue
-            owned = self._seeded_generator(call)
-            if owned is not None:
-                raise Blocked(
-                    call,
-                    f"the loop draws from `{owned}`, a generator seeded alike on every rank, which "
-                    "PM601 cannot reseed per rank without changing what else it draws; seed it with "
-                    "`seed + distributed.seed_offset()` by hand",
-                )
-            generator = facts.generator_of(self.context, call)
-            if generator is not None:
-                draws.setdefault(generator, call)
+        draws = batches.global_draws(loop, skip=permutation)
         if self.plan.sampler_draws is not None:
             draws.setdefault("torch", self.plan.sampler_draws)
-        outer = [loop, *self.plan.enclosing_loops(loop)][-1]
+        outer = [loop, *batches.enclosing_loops(loop)][-1]
         lines = []
         for generator, draw in draws.items():
-            seeds = [s for s in facts.seed_calls(self.context, generator) if s.args]
-            seeds = [
-                s
-                for s in seeds
-                if facts.function_of(self.context, s) is not facts.function_of(self.context, outer)
-                or self.index.before(s, outer)
-            ]
-            if not seeds:
+            seed = batches.seed_before(generator, outer)
+            if seed is None:
                 continue  # never seeded: each process starts from the OS's entropy
-            seed = seeds[-1]
-            if not self.plan.visible(seed.args[0].value, outer):
+            if not batches.visible(seed.args[0].value, outer):
                 raise Blocked(
                     draw,
                     f"`{self.plan.src(draw.func)}` draws from a generator seeded alike on every rank "
@@ -644,42 +345,3 @@ class DataSharding(Producer):
             lines.append(cst.SimpleStatementLine([cst.Expr(cst.Call(seed.func, [cst.Arg(value)]))]))
         if lines:
             self.edits.append(InsertBefore(outer, (cst.If(self.plan.world_check(outer), cst.IndentedBlock(lines)),)))
-
-    def _seeded_generator(self, call: cst.Call) -> str | None:
-        """The generator object a draw uses (`generator=g`, `rng.integers(...)`), when the
-        script builds it with a seed."""
-        candidates = []
-        generator = kwarg(call, "generator")
-        if generator is not None:
-            candidates.append(generator.value)
-        if isinstance(call.func, cst.Attribute):
-            candidates.append(call.func.value)
-        for candidate in candidates:
-            if not isinstance(candidate, cst.Name):
-                continue
-            values = self.bindings.values(candidate) or []
-            if any(self._is_seeded_generator(value) for value in values):
-                return candidate.value
-            if any(self._is_generator(value) for value in values) and any(  # `g = Generator(); g.manual_seed(s)`
-                method_name(other) in ("manual_seed", "seed")
-                and other.args
-                and code_of(other.func.value) == candidate.value
-                for other in self.index.find(cst.Call)
-            ):
-                return candidate.value
-        return None
-
-    def _is_generator(self, value: cst.BaseExpression) -> bool:
-        return isinstance(value, cst.Call) and self.names.is_(
-            value.func,
-            "torch.Generator",
-            "numpy.random.default_rng",
-            "numpy.random.RandomState",
-            "numpy.random.Generator",
-            "random.Random",
-        )
-
-    def _is_seeded_generator(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, cst.Call) and method_name(value) == "manual_seed" and value.args:
-            return self._is_generator(value.func.value)
-        return self._is_generator(value) and bool(value.args)

@@ -4,283 +4,24 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import distributed as facts
-from codemod.analysis.bindings import argument_for
-from codemod.analysis.names import compound_keyword, method_name
-from codemod.analysis.torch_facts import (
-    CONFIGURES,
-    DDP_ANSWERS,
-    NOT_FORWARD,
-    TORCH_SAVES,
-)
+from codemod.analysis.model_sites import ModelSite, model_sites
+from codemod.analysis.torch_facts import DDP_ANSWERS, NOT_FORWARD
 from codemod.edits import InsertAfter, Replace
 from codemod.rules.single_process_training.plan import (
     IMPORT_DDP,
     Blocked,
-    Origin,
     Producer,
-    code_of,
     make_call,
     parse_line,
 )
 
 
 class ModelWrap(Producer):
-    """The trained model: where it is built, its DistributedDataParallel wrap, and the reads
+    """The trained model: its DistributedDataParallel wrap after it is built, and the reads
     that must see the module itself (`distributed.unwrap`)."""
 
-    def origin(self, loop) -> Origin:
-        """Where the trained model is built, following the one call of a training function
-        that is given it."""
-        code = self._trained_model(loop)
-        handles: list[tuple[cst.CSTNode, str, cst.CSTNode | None]] = []
-        scope: cst.FunctionDef | None = self.plan.step_function
-        limit: cst.CSTNode = loop.loop
-        for _ in range(4):
-            if code.startswith("self.") and code[5:].isidentifier():
-                return self._attribute_origin(code, scope, handles)
-            if not code.isidentifier():
-                raise Blocked(
-                    loop.loop, f"the model is `{code}`; PM601 wraps models held in a variable or `self.` attribute"
-                )
-            setup = self._setup_statements(code, limit)
-            forward = [a for a, _ in self._second_names(setup, code) if self._forwards_through(a) is not None]
-            if len(forward) == 1 and self._forwards_through(code) is None:
-                # `m = model.to(device)`, the optimizer given `model`'s parameters and the loop
-                # running `m`: one module under two names; DDP wraps the name the loop runs.
-                code = forward[0]
-                setup = self._setup_statements(code, limit)
-            if any(self._binds(s, code) for s in setup):
-                anchor = setup[-1]  # after the last build, move or compile: the model is compiled, then wrapped
-                self._check_not_rebound(code, anchor, scope)
-                self._check_second_names(setup, code)
-                handles.insert(0, (scope if scope is not None else self.context.module, code, anchor))
-                return Origin(scope or self.context.module, code, anchor, setup, handles)
-            params = {p.name.value: p for p in scope.params.params} if isinstance(scope, cst.FunctionDef) else {}
-            outer = self._outer_binding(scope, code) if code not in params else None
-            if outer is not None:  # a global (or a closure's variable) set where the function is called
-                handles.insert(0, (scope, code, None))
-                limit, scope = outer
-                continue
-            if code not in params:
-                built = self.context.bound_in_compound(code, limit)
-                if built is not None:
-                    raise Blocked(
-                        loop.loop,
-                        f"`{code}` is built inside the `{compound_keyword(built)}` statement at line "
-                        f"{self.context.line(built)}, not by one statement PM601 can wrap after; wrap it in "
-                        f"DistributedDataParallel after that statement",
-                    )
-                raise Blocked(
-                    loop.loop,
-                    f"`{code}` is not built in the function that trains it, nor passed to it; "
-                    "wrap it in DistributedDataParallel where it is built",
-                )
-            calls = self.plan.calls_of(scope)
-            if len(calls) != 1:
-                raise Blocked(
-                    loop.loop,
-                    f"`{scope.name.value}` trains the model it is given and is called "
-                    f"{len(calls)} times; PM601 follows one call",
-                )
-            argument = argument_for(calls[0], scope, params[code])
-            if argument is None:
-                raise Blocked(calls[0], f"it cannot tell which model this call passes as `{code}`")
-            handles.insert(0, (scope, code, None))
-            code = self.plan.src(argument)
-            limit = self.index.statement_of(calls[0])
-            scope = facts.function_of(self.context, calls[0])
-        raise Blocked(loop.loop, "the model is passed through too many functions")
-
-    def _outer_binding(self, scope, code: str) -> tuple[cst.CSTNode, cst.FunctionDef | None] | None:
-        """For a function that reads `code` without binding it: the statement of its one
-        call and the scope around it, when that scope is where `code` lives (the module,
-        for a global set in the `__main__` block; the enclosing function, for a closure)."""
-        if (
-            not isinstance(scope, cst.FunctionDef)
-            or facts.class_of(self.context, scope) is not None
-            or code in facts.assigned_names(self.context, scope)
-        ):
-            return None
-        calls = self.plan.calls_of(scope)
-        if len(calls) != 1:
-            return None
-        caller = facts.function_of(self.context, calls[0])
-        if caller is not facts.function_of(self.context, scope):
-            return None  # called from somewhere other than where it is defined
-        return self.index.statement_of(calls[0]), caller
-
-    def _trained_model(self, loop) -> str:
-        """How the loop spells the one model its optimizers train (not a frozen teacher
-        it also calls); raises when they train several (a GAN) or it cannot tell."""
-        training = self.context.training
-        trained: list[str] = []
-        unknown = False
-        for optimizer in loop.optimizers:
-            found = training.parameter_models(optimizer.params) if optimizer.params is not None else None
-            if found is None:
-                unknown = True
-                continue
-            for model in found:
-                if self.plan.src(model) not in trained:
-                    trained.append(self.plan.src(model))
-        if len(trained) > 1:
-            raise Blocked(
-                loop.loop,
-                f"the loop trains several models ({', '.join(f'`{t}`' for t in trained)}); wrap "
-                "each in DistributedDataParallel by hand (two forwards of one DDP model per "
-                "step need `static_graph` or separate wrappers)",
-            )
-        if len(trained) == 1 and not unknown:
-            return trained[0]
-        models = [m.expression for m in loop.models]
-        if len(models) == 1 or (trained and models and models[0] == trained[0]):
-            return models[0]
-        raise Blocked(
-            loop.loop,
-            "it cannot tell which model this loop trains"
-            if not models
-            else f"it cannot tell which of {', '.join(f'`{m}`' for m in models)} the optimizer trains",
-        )
-
-    def _attribute_origin(self, code: str, scope, handles) -> Origin:
-        classdef = facts.class_of(self.context, scope)
-        if classdef is None:
-            raise Blocked(self.plan.loop.loop, f"`{code}` is not an attribute of a class this file defines")
-        owners: dict[int, tuple[cst.FunctionDef, list]] = {}
-        for method in classdef.body.body:
-            if not isinstance(method, cst.FunctionDef):
-                continue
-            for statement in method.body.body:
-                if isinstance(statement, cst.SimpleStatementLine) and any(
-                    self._sets_up(s, code) for s in statement.body
-                ):
-                    owners.setdefault(id(method), (method, []))[1].append(statement)
-        building = [(m, s) for m, s in owners.values() if any(self._binds(x, code) for x in s)]
-        if len(building) != 1 or len(owners) != 1:
-            raise Blocked(
-                self.plan.loop.loop,
-                f"`{code}` is built or moved in {len(owners) or 'no'} methods; PM601 wraps a model built in one",
-            )
-        method, setup = building[0]
-        anchor = setup[-1]  # after the last build, move or compile: the model is compiled, then wrapped
-        handles.insert(0, (classdef, code, anchor))
-        return Origin(classdef, code, anchor, setup, handles)
-
-    @staticmethod
-    def _sets_up(small: cst.BaseSmallStatement, code: str) -> bool:
-        """`code = ...`, `code: T = ...`, or `code.method(...)` that moves or loads it (`.to(device)`,
-        `.cuda()`, `.load_state_dict(...)`)."""
-        if isinstance(small, cst.Assign):
-            return any(code_of(t.target) == code for t in small.targets) or ModelWrap._moved_copy(small, code)
-        if isinstance(small, cst.AnnAssign):
-            return (code_of(small.target) == code and small.value is not None) or ModelWrap._moved_copy(small, code)
-        return (
-            isinstance(small, cst.Expr)
-            and isinstance(small.value, cst.Call)
-            and isinstance(small.value.func, cst.Attribute)
-            and code_of(small.value.func.value) == code
-            and small.value.func.attr.value in CONFIGURES
-        )
-
-    @staticmethod
-    def _moved_copy(small: cst.Assign | cst.AnnAssign, code: str) -> bool:
-        """`m = code.to(device)` / `m = code.cuda()`: a module moves in place, so this moves
-        `code` and gives it a second name."""
-        value = small.value
-        return (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in ("to", "cuda")
-            and code_of(value.func.value) == code
-        )
-
-    @staticmethod
-    def _binds(statement: cst.SimpleStatementLine, code: str) -> bool:
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and any(code_of(t.target) == code for t in small.targets):
-                return True
-            if isinstance(small, cst.AnnAssign) and code_of(small.target) == code and small.value is not None:
-                return True
-        return False
-
-    def _second_names(self, setup: list, code: str) -> list[tuple[str, cst.CSTNode]]:
-        """The other names that `m = code.to(device)` statements among `setup` give the model."""
-        found = []
-        for statement in setup:
-            for small in statement.body:
-                if isinstance(small, (cst.Assign, cst.AnnAssign)) and self._moved_copy(small, code):
-                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-                    found.extend(
-                        (code_of(t), small) for t in targets if code_of(t) != code and code_of(t).isidentifier()
-                    )
-        return found
-
-    def _forwards_through(self, name: str) -> cst.Call | None:
-        """A call of the model under `name` (`name(x)`, `name.forward(x)`) in the step loop."""
-        for call in self.index.find(cst.Call, within=self.plan.loop.loop):
-            func = call.func.value if method_name(call) == "forward" else call.func
-            if isinstance(func, cst.Name) and func.value == name:
-                return call
-        return None
-
-    def _check_second_names(self, setup: list, code: str) -> None:
-        """`m = model.to(device)` before the wrap of `model`: `m` stays the bare module, so a
-        training forward through `m` would skip DDP's gradient synchronisation."""
-        for alias, small in self._second_names(setup, code):
-            call = self._forwards_through(alias)
-            if call is not None:
-                raise Blocked(
-                    call,
-                    f"`{alias} = {code_of(small.value)}` gives the model a second name, and the loop runs "
-                    f"it as both `{code}` and `{alias}`; the DDP wrap would rebind only one: use one name",
-                )
-
-    def _setup_statements(self, code: str, limit: cst.CSTNode) -> list[cst.SimpleStatementLine]:
-        """Statements before `limit`, in the blocks around it up to its function, that build
-        or move the model `code`, in code order."""
-        found = []
-        child, parent = limit, self.parents.get(limit)
-        while parent is not None:
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                for statement in parent.body:
-                    if statement is child:
-                        break
-                    if isinstance(statement, cst.SimpleStatementLine) and any(
-                        self._sets_up(s, code) for s in statement.body
-                    ):
-                        found.append(statement)
-            if isinstance(parent, facts.SCOPES):
-                break
-            child, parent = parent, self.parents.get(parent)
-        return sorted(found, key=self.index.order)
-
-    def _is_compile(self, statement: cst.SimpleStatementLine, code: str) -> bool:
-        for small in statement.body:
-            value = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr)) else None
-            if isinstance(value, cst.Call) and (
-                self.names.is_(value.func, "torch.compile")
-                or (method_name(value) == "compile" and code_of(value.func.value) == code)
-            ):
-                return True
-        return False
-
-    def _check_not_rebound(self, code: str, anchor: cst.SimpleStatementLine, scope) -> None:
-        owner = scope if scope is not None else self.context.module
-        for name in self.index.find(cst.Name, within=owner):
-            if name.value != code or not self.index.before(anchor, name) or self.index.inside(name, anchor):
-                continue
-            if facts.function_of(self.context, name) is not scope:
-                continue
-            parent = self.parents.get(name)
-            if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For)) and parent.target is name:
-                statement = self.index.statement_of(name)
-                if not (isinstance(statement, cst.SimpleStatementLine) and self._is_compile(statement, code)):
-                    raise Blocked(
-                        statement,
-                        f"`{code}` is bound again after line {self.context.line(anchor)}; "
-                        "the DDP wrap would not be the model trained",
-                    )
+    def origin(self, loop) -> ModelSite:
+        return model_sites(self.context).site(loop)
 
     def wrap(self) -> None:
         origin = self.plan.origin
@@ -297,10 +38,11 @@ class ModelWrap(Producer):
     def unwrap(self) -> None:
         """Reads of the model that DDP does not answer as the module would go through
         `distributed.unwrap(model)`; a forward through another method cannot be synchronised."""
+        sites = model_sites(self.context)
         step_loop = self.plan.loop.loop
-        for scope, code, after in self._all_handles():
-            for use in self._uses(scope, code):
-                if after is not None and not self._after_anchor(use, after):
+        for scope, code, after in sites.spellings(self.plan.origin):
+            for use in sites.uses(scope, code):
+                if after is not None and not sites.after(use, after):
                     continue
                 parent = self.parents.get(use)
                 if isinstance(parent, cst.Attribute) and parent.value is use:
@@ -320,90 +62,5 @@ class ModelWrap(Producer):
                             f"synchronises gradients only for calls of `{code}(...)` itself",
                         )
                     self.edits.append(Replace(use, lambda value: make_call("distributed.unwrap", value)))
-                elif self._saved_whole(use):
+                elif sites.saved_whole(use):
                     self.edits.append(Replace(use, lambda value: make_call("distributed.unwrap", value)))
-
-    def _saved_whole(self, use: cst.CSTNode, container: bool = True) -> bool:
-        """Is the model object itself what `torch.save` pickles (`torch.save(model, path)`,
-        `torch.save({"model": model}, path)`, or such a container bound to a name that is
-        saved: `state = {"model": model}` then `torch.save(state, path)`)? After the wrap
-        that would be the DDP wrapper."""
-        current, parent = use, self.parents.get(use)
-        while container and isinstance(parent, (cst.Element, cst.DictElement, cst.List, cst.Tuple, cst.Dict)):
-            if isinstance(parent, cst.DictElement) and parent.value is not current:
-                return False  # a key
-            current, parent = parent, self.parents.get(parent)
-        if current is not use and isinstance(parent, cst.Assign) and parent.value is current:
-            # `state = {"model": model, ...}` and then `torch.save(state, path)`
-            targets = [t.target for t in parent.targets]
-            if len(targets) != 1 or not isinstance(targets[0], cst.Name):
-                return False
-            scope = self.context.scopes.get(targets[0])
-            bindings = [a for a in (scope.assignments[targets[0].value] if scope else ()) if a.node is targets[0]]
-            return any(
-                self._saved_whole(read, container=False)
-                for b in bindings
-                for read in self.context.kinds.reached_reads(b)
-            )
-        call = self.parents.get(parent) if isinstance(parent, cst.Arg) and parent.value is current else None
-        return isinstance(call, cst.Call) and self.names.is_(call.func, *TORCH_SAVES)
-
-    def _after_anchor(self, use: cst.CSTNode, anchor: cst.CSTNode) -> bool:
-        """Does `use` see the wrapped model: after the DDP wrap in its function, or in another method."""
-        method = facts.function_of(self.context, anchor)
-        if facts.function_of(self.context, use) is not method:
-            return True
-        return self.index.before(anchor, use) and not self.index.inside(use, anchor)
-
-    def _all_handles(self):
-        """The model's spellings, with the functions of this file it is passed to (one level)."""
-        handles = list(self.plan.origin.handles)
-        for scope, code, _ in list(handles):
-            for use in self._uses(scope, code):
-                parent = self.parents.get(use)
-                call = self.parents.get(parent) if isinstance(parent, cst.Arg) else None
-                if not isinstance(call, cst.Call) or parent.value is not use:
-                    continue
-                helper = self.bindings.local_function(call.func) if isinstance(call.func, cst.Name) else None
-                if helper is None or any(h[0] is helper for h in handles):
-                    continue
-                for param in helper.params.params:
-                    if argument_for(call, helper, param) is use:
-                        handles.append((helper, param.name.value, None))
-        return handles
-
-    def _uses(self, scope: cst.CSTNode, code: str) -> list[cst.CSTNode]:
-        """Reads of `code` (a name or `self.x`) in `scope`."""
-        found = []
-        if code.startswith("self."):
-            attribute = code[5:]
-            for node in self.index.find(cst.Attribute, within=scope):
-                if (
-                    node.attr.value == attribute
-                    and isinstance(node.value, cst.Name)
-                    and node.value.value == "self"
-                    and not self._is_target(node)
-                ):
-                    found.append(node)
-            return found
-        function = scope if isinstance(scope, cst.FunctionDef) else None
-        for node in self.index.find(cst.Name, within=scope):
-            if node.value != code:
-                continue
-            if facts.function_of(self.context, node) is not function and not (
-                function is None and facts.reads_module_binding(self.context, node)
-            ):
-                continue  # another function's own `code`
-            parent = self.parents.get(node)
-            if isinstance(parent, cst.Attribute) and parent.attr is node:
-                continue
-            if isinstance(parent, (cst.Arg, cst.Param)) and getattr(parent, "keyword", None) is node:
-                continue
-            if isinstance(parent, cst.Param) or self._is_target(node):
-                continue
-            found.append(node)
-        return found
-
-    def _is_target(self, node: cst.CSTNode) -> bool:
-        parent = self.parents.get(node)
-        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is node

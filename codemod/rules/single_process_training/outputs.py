@@ -5,31 +5,18 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.distributed import (
-    LOGGING_METHODS,
-    PRINT,
-    RANK0_SAFE_CALLS,
-    RANK0_SAFE_METHODS,
-    RANK0_SAFE_PREFIXES,
-    TQDM,
-)
 from codemod.analysis.loaders import (
     ENUMERATE,
     LOOKS_THROUGH,
 )
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.torch_facts import (
-    SAVE_FUNCTIONS,
-    TORCH_SAVES,
-)
+from codemod.analysis.names import method_name, positional
+from codemod.analysis.output_sites import output_sites
 from codemod.edits import AddKeyword, InsertBefore, Replace
 from codemod.rules.single_process_training.plan import (
     Blocked,
     Producer,
     and_,
-    called_name,
-    code_of,
     make_call,
     only_on_main,
     parse_expr,
@@ -45,6 +32,13 @@ class RankZeroOutputs(Producer):
         """A rank that skips a step or leaves the loop on its own data leaves the others
         waiting in the next all-reduce."""
         local = self.plan.local = self._rank_local()
+        loop = self.plan.loop.loop
+        if isinstance(loop, cst.While) and local.reads(loop.test):
+            raise Blocked(
+                loop.test,
+                f"`{self.plan.src(loop.test)}` depends on each rank's own batch and decides whether the "
+                "loop goes on; ranks would fall out of step",
+            )
         for node in own_nodes(self.index, (cst.If, cst.While), self.plan.loop.loop.body):
             if not local.reads(node.test):
                 continue
@@ -60,7 +54,13 @@ class RankZeroOutputs(Producer):
     def _rank_local(self) -> facts.RankLocal:
         loop = self.plan.loop.loop
         seeds: set[str] = set()
-        target, iterable = loop.target, loop.iter
+        if isinstance(loop, cst.While):  # the batch `next(it)` binds
+            fetches = self.plan.loader.fetches if self.plan.loader is not None else ()
+            target, iterable = cst.Tuple([]), cst.Tuple([])
+            for fetch in fetches:
+                seeds |= facts.assigned_names(self.context, fetch)
+        else:
+            target, iterable = loop.target, loop.iter
         while (
             isinstance(iterable, cst.Call)
             and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH)
@@ -91,39 +91,22 @@ class RankZeroOutputs(Producer):
         return local
 
     def saves(self) -> None:
-        saves = facts.calls_named(self.context, set(TORCH_SAVES))
-        writes = (
-            saves
-            + facts.calls_named(self.context, set(SAVE_FUNCTIONS - TORCH_SAVES))
-            + [c for c in self.index.find(cst.Call) if method_name(c) == "save_pretrained"]
-        )
-        for call in sorted(writes, key=self.index.order):
+        sites = output_sites(self.context)
+        for call in sites.writes:
             self._save_on_main(call)
         # A runtime checkpointer writes on rank 0 itself; what every rank then loads is as torch.save's.
-        self._loads_after(saves + facts.checkpointer_saves(self.context))
+        self._loads_after(sites.saves + sites.checkpointer_saves)
 
-    def _loads_after(self, saves: list[cst.Call]) -> None:
+    def _loads_after(self, saves) -> None:
         """A file rank 0 saves and every rank then loads (the best model, restored after
         training): `distributed.barrier()` before the load, so that no rank reads before the
         write is done. A path in a temporary folder each process makes for itself is a file
         only rank 0 has: reported."""
-        saved = {}
-        for call in saves:
-            path = kwarg(call, "f") or positional(call, 1)
-            if path is not None:
-                saved.setdefault(code_of(path.value), []).append(call)
-        if not saved:
-            return
         barriers: set[int] = set()
-        for load in facts.calls_named(self.context, {"torch.load", "torch.serialization.load"}):
-            path = kwarg(load, "f") or positional(load, 0)
-            if path is None or code_of(path.value) not in saved:
-                continue
-            if not any(self._runs_after(load, save) for save in saved[code_of(path.value)]):
-                continue  # a file that is there before the run (resuming)
-            differs = facts.differs_per_process(self.context, path.value)
+        for load, path in output_sites(self.context).loads_after(saves):
+            differs = facts.differs_per_process(self.context, path)
             if differs is not None:
-                raise Blocked(load, self._not_shared(path.value, differs))
+                raise Blocked(load, self._not_shared(path, differs))
             statement = self.index.statement_of(load)
             if id(statement) in barriers or not isinstance(
                 self.parents.get(statement), (cst.IndentedBlock, cst.Module)
@@ -133,14 +116,6 @@ class RankZeroOutputs(Producer):
                 continue
             barriers.add(id(statement))
             self.edits.append(InsertBefore(statement, (parse_line("distributed.barrier()\n"),)))
-
-    def _runs_after(self, node: cst.CSTNode, earlier: cst.CSTNode) -> bool:
-        """Does `node` run after `earlier` (later in its function, or in a loop around both)?"""
-        if facts.function_of(self.context, node) is not facts.function_of(self.context, earlier):
-            return False
-        return self.index.before(earlier, node) or any(
-            self.index.inside(node, loop) for loop in self.plan.enclosing_loops(earlier)
-        )
 
     def _not_shared(self, path: cst.BaseExpression, differs: facts.PerProcess) -> str:
         """Why rank 0's file may not be the one the other ranks read back."""
@@ -161,7 +136,7 @@ class RankZeroOutputs(Producer):
             return
         statement = self.index.statement_of(call)
         small = self.parents.get(call)
-        opened = self._opened_for(statement)
+        opened = output_sites(self.context).opened_for(statement)
         if opened is not None:
             statement = opened
         elif not (
@@ -176,80 +151,31 @@ class RankZeroOutputs(Producer):
         if not isinstance(holder, (cst.IndentedBlock, cst.Module)):
             raise Blocked(call, f"`{self.plan.src(call.func)}` is on the line of its `if`; put it on a line of its own")
         condition = self.parents.get(holder)
-        if isinstance(condition, cst.If) and condition.orelse is None and self._rank0_safe(condition):
+        if (
+            isinstance(condition, cst.If)
+            and condition.orelse is None
+            and output_sites(self.context).runs_alone(condition)
+        ):
             self.plan.rank0.append(condition)
             self.edits.append(Replace(condition.test, lambda test: and_(test, parse_expr("distributed.is_main()"))))
             return
         self.plan.rank0.append(statement)
         self.edits.append(Replace(statement, only_on_main))
 
-    def _opened_for(self, statement: cst.CSTNode) -> cst.With | None:
-        """The `with open(path, "wb") as f:` whose whole body is the save."""
-        block = self.parents.get(statement)
-        holder = self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
-        if (
-            isinstance(holder, cst.With)
-            and len(block.body) == 1
-            and all(
-                isinstance(i.item, cst.Call) and self.names.is_(i.item.func, "builtins.open", "io.open")
-                for i in holder.items
-            )
-        ):
-            return holder
-        return None
-
-    def _rank0_safe(self, condition: cst.If) -> bool:
-        """Can the whole `if` run on rank 0 alone: nothing in it that another rank must join
-        (a model call, a collective, a helper of unknown content), and nothing it assigns is
-        read after it."""
-        for call in self.index.find(cst.Call, within=condition.body):
-            names = self.names.of(call.func)
-            if names & RANK0_SAFE_CALLS or any(n.startswith(RANK0_SAFE_PREFIXES) for n in names):
-                continue
-            if method_name(call) in RANK0_SAFE_METHODS and not self.context.training.is_model_call(call):
-                continue
-            return False
-        assigned = facts.assigned_names(self.context, condition.body)
-        if not assigned:
-            return True
-        function = facts.function_of(self.context, condition)
-        owner = function if function is not None else self.context.module
-        loops = self.plan.enclosing_loops(condition)
-        for name in self.index.find(cst.Name, within=owner):
-            if name.value not in assigned or self.index.inside(name, condition.body):
-                continue
-            # Read after the `if`, or by anything in a loop around it (its own test included):
-            # the next iteration on another rank would see the old value.
-            if self.index.before(condition, name) or any(self.index.inside(name, loop) for loop in loops):
-                return False
-        return True
-
     def outputs(self) -> None:
-        for call in self.index.find(cst.Call):
+        sites = output_sites(self.context)
+        kinds = {id(c): kind for kind, calls in enumerate((sites.prints, sites.progress_bars)) for c in calls}
+        for call in sorted((*sites.prints, *sites.progress_bars, *sites.log_calls), key=self.index.order):
             if any(self.index.inside(call, region) for region in self.plan.rank0):
                 continue
-            if isinstance(call.func, cst.Name) and call.func.value == "print" and self.names.is_(call.func, *PRINT):
+            kind = kinds.get(id(call))
+            if kind == 0:
                 self.edits.append(Replace(call.func, parse_expr("distributed.print0")))
                 self._reduce(call)
-            elif (
-                called_name(call.func) in ("tqdm", "trange")
-                and self.names.is_(call.func, *TQDM)
-                and kwarg(call, "disable") is None
-                and not any(a.star for a in call.args)
-            ):
+            elif kind == 1:
                 self.edits.append(AddKeyword(call, "disable", parse_expr("not distributed.is_main()")))
-            elif method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value):
+            else:
                 self._rank0_statement(call)
-
-    def _is_logger(self, receiver: cst.BaseExpression) -> bool:
-        if self.names.is_(receiver, "logging"):
-            return True
-        if isinstance(receiver, cst.Name):
-            values = self.bindings.values(receiver) or []
-            return bool(values) and all(
-                isinstance(v, cst.Call) and self.names.is_(v.func, "logging.getLogger") for v in values
-            )
-        return False
 
     def _rank0_statement(self, call: cst.Call) -> None:
         statement = self.index.statement_of(call)

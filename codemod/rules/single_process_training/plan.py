@@ -3,12 +3,13 @@ model is built, the loader, where setup() goes, the edits so far) and the syntax
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.names import names_read
+from codemod.analysis.distributed import NotDistributable
+from codemod.analysis.step_batches import LoaderSite, step_batches
 from codemod.edits import Edit
 
 IMPORT_DISTRIBUTED = ("runtime", "distributed")
@@ -16,6 +17,10 @@ IMPORT_SAMPLER = ("torch.utils.data", "DistributedSampler")
 IMPORT_DDP = ("torch.nn.parallel", "DistributedDataParallel")
 IMPORT_CONTEXTLIB = ("contextlib", None)
 IMPORT_ATEXIT = ("atexit", None)
+
+
+# What keeps the rewrite from being made: reported, without a fix, at its node.
+Blocked = NotDistributable
 
 
 def parse_expr(code: str) -> cst.BaseExpression:
@@ -67,28 +72,6 @@ def negation(test: cst.BaseExpression) -> cst.BaseExpression:
     return cst.UnaryOperation(cst.Not(), parenthesized(test))
 
 
-class Blocked(Exception):
-    """What keeps the rewrite from being made; reported, without a fix, at `node`."""
-
-    def __init__(self, node: cst.CSTNode, message: str) -> None:
-        super().__init__(message)
-        self.node = node
-        self.message = message
-
-
-@dataclass
-class Origin:
-    """Where the trained model is built: the scope and its spelling there, the last
-    statement that builds or moves it (the DDP wrap goes after it), and the spellings
-    under which code of other functions sees it."""
-
-    scope: cst.CSTNode  # FunctionDef, ClassDef (for `self.x`) or Module
-    code: str
-    anchor: cst.SimpleStatementLine
-    setup: list[cst.SimpleStatementLine]
-    handles: list[tuple[cst.CSTNode, str, cst.CSTNode | None]] = field(default_factory=list)  # (scope, code, after)
-
-
 @dataclass
 class Setup:
     """Where runtime.distributed.setup() goes."""
@@ -97,22 +80,6 @@ class Setup:
     function: cst.FunctionDef | None
     value: cst.BaseExpression | None  # the device value wrapped in setup(...); None: a statement of its own
     device: cst.BaseExpression | None  # what a statement of its own passes
-
-
-@dataclass
-class Loader:
-    call: cst.Call
-    statement: cst.BaseStatement  # the statement that builds it
-    function: cst.FunctionDef | None
-    handles: dict[int, cst.BaseExpression]  # id(scope) -> how that scope spells the loader
-    shared: bool  # built by a helper also used elsewhere
-
-
-def called_name(func: cst.BaseExpression) -> str | None:
-    """The last name of a called expression: `tqdm` of `tqdm.auto.tqdm`."""
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    return func.value if isinstance(func, cst.Name) else None
 
 
 def only_on_main(updated: cst.BaseStatement) -> cst.If:
@@ -138,15 +105,11 @@ class Plan:
         self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
         self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
         self.cuda_for_zero = False  # the device chosen is GPU 0, written `0`: setup() gets "cuda"
+        self.batches = step_batches(context)  # where the step loop's batches come from
+        self.loader: LoaderSite | None = None
 
-    def calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
-        """facts.calls_of, once per function."""
-        if not hasattr(self, "_calls_cache"):
-            self._calls_cache: dict[int, list[cst.Call]] = {}
-        found = self._calls_cache.get(id(function))
-        if found is None:
-            found = self._calls_cache[id(function)] = facts.calls_of(self.context, function)
-        return found
+    def calls_of(self, function: cst.FunctionDef) -> tuple[cst.Call, ...]:
+        return self.batches.calls_of(function)
 
     @property
     def names(self):
@@ -197,33 +160,10 @@ class Plan:
         return self.index.before(start, node) and not self.index.inside(node, start)
 
     def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        """Can `expr` be evaluated at `at` (every name it reads bound there before it)?"""
-        scope = self.scopes.get(at)
-        if scope is None:
-            return False
-        for name in names_read(expr):
-            found = scope[name.value]
-            if not found:
-                return False
-            if not any(
-                a.scope is not scope
-                or not isinstance(getattr(a, "node", None), cst.CSTNode)
-                or a.node not in self.index
-                or self.index.before(a.node, at)
-                for a in found
-            ):
-                return False
-        return True
+        return self.batches.visible(expr, at)
 
     def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """Loops around `node` in its function, innermost first."""
-        found = []
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, facts.SCOPES):
-                break
-            if isinstance(ancestor, (cst.For, cst.While)):
-                found.append(ancestor)
-        return found
+        return self.batches.enclosing_loops(node)
 
 
 class Producer:

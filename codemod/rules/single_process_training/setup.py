@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.names import integer_value, kwarg, method_name, positional
+from codemod.analysis.model_sites import model_sites
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rules.single_process_training.plan import (
     IMPORT_ATEXIT,
@@ -37,21 +37,20 @@ class ProcessGroupSetup(Producer):
         is chosen too late (after the loader or the model), or nowhere, `distributed.setup(...)`
         goes before the first statement that needs it."""
         origin = self.plan.origin
-        device = self._model_device()
+        sites = model_sites(self.context)
+        device = sites.moved_to(origin)
         needs = self._needs()
-        device = self._passed_device(device)
+        device = sites.chosen_device(device)
         if device is not None and isinstance(device, (cst.Name, cst.Attribute)):
-            statement, value = (
-                self._single_assignment(device) if isinstance(device, cst.Name) else self._attribute_assignment(device)
-            )
+            statement, value = sites.device_assignment(device)
             if statement is not None:
-                zeros = self._check_device_index(value, chosen=True)
+                zeros = sites.fixed_gpu(value, chosen=True)
                 setup = Setup(statement, facts.function_of(self.context, statement), value, None)
                 if all(self._after_setup(node, setup) for node, _ in needs):
                     self.plan.cuda_for_zero = value in zeros  # `device = 0`: the value itself
                     self.edits.extend(Replace(zero, parse_expr('"cuda"')) for zero in zeros if zero is not value)
                     return setup
-                self._check_device_index(value)
+                sites.fixed_gpu(value)
                 device = value  # chosen too late: setup() goes earlier, with the same value
         first = origin.setup[0]
         if (
@@ -79,116 +78,6 @@ class ProcessGroupSetup(Producer):
                     "distributed.setup() where the device is chosen",
                 )
         return setup
-
-    def _passed_device(self, device: cst.BaseExpression | None) -> cst.BaseExpression | None:
-        """The device as the code chooses it: a parameter (`self.gpu_id = gpu_id` in `__init__`,
-        `main(device, ...)`) followed to what the one call of its function passes."""
-        for _ in range(6):
-            if isinstance(device, cst.Attribute):
-                values = self.bindings.attribute_values(device)
-                if not values or len(values) != 1 or not isinstance(values[0], cst.Name):
-                    return device
-                if self.bindings.param_of(values[0]) is None:
-                    return device
-                device = values[0]
-            if not isinstance(device, cst.Name):
-                return device
-            parameter = self.bindings.param_of(device)
-            if parameter is None:
-                return device
-            function, param = parameter
-            calls = self.plan.calls_of(function)
-            passed = facts.argument_of(self.context, calls[0], function, param) if len(calls) == 1 else None
-            if passed is None:
-                return device
-            device = passed
-        return device
-
-    def _model_device(self) -> cst.BaseExpression | None:
-        """The device the model's last move puts it on (`"cuda"` for `.cuda()`), None when
-        it is not moved (a CPU script); raises for a fixed GPU or a move it cannot read."""
-        moves = [
-            call
-            for statement in self.plan.origin.setup
-            for call in self.index.find(cst.Call, within=statement)
-            if method_name(call) in ("to", "cuda")
-        ]
-        for call in reversed(moves):
-            if method_name(call) == "cuda":
-                if call.args:
-                    raise Blocked(call, "the model is placed on a fixed GPU (`.cuda(N)`); every rank would use it")
-                return parse_expr('"cuda"')
-            found = kwarg(call, "device") or positional(call, 0)
-            if found is not None and not self.context.kinds.is_dtype(found.value):
-                self._check_device_index(found.value)
-                return found.value
-        if self.context.training.cuda_use is not None:
-            raise Blocked(self.plan.origin.anchor, "it cannot tell which device the model is moved to")
-        return None
-
-    def _check_device_index(self, value: cst.BaseExpression, chosen: bool = False) -> list[cst.Integer]:
-        """Raises for a fixed GPU, which every rank would use. GPU 0 where the script chooses
-        its one device (`chosen`: the value setup() gets, which every use reads) is the GPU a
-        single process uses by default; those indices come back, to become "cuda", which
-        setup() makes each process's own GPU and which, alone, is still GPU 0."""
-        zeros = []
-        for string in self.index.find(cst.SimpleString, within=value):
-            text = string.evaluated_value
-            if isinstance(text, str) and text.startswith("cuda:"):
-                raise Blocked(
-                    string,
-                    f'the device is the fixed GPU {text!r}; every rank would use it (write "cuda": '
-                    "setup() gives each process its own)",
-                )
-        if isinstance(value, cst.Call) and self.names.is_(value.func, "torch.device") and len(value.args) > 1:
-            raise Blocked(value, "the device is a fixed GPU; every rank would use it")
-        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
-        for branch in branches:
-            if isinstance(branch, cst.Integer) and chosen and integer_value(branch) == 0:
-                zeros.append(branch)
-            elif isinstance(branch, cst.Integer):
-                raise Blocked(
-                    branch,
-                    f"the device is GPU {branch.value} (an index is a CUDA device); every rank would use it "
-                    '(write "cuda": setup() gives each process its own)',
-                )
-        return zeros
-
-    def _single_assignment(self, name: cst.Name):
-        """(statement, value) of the one plain `name = value` line that binds `name`."""
-        found = facts.bindings_of(self.context, name)
-        if len(found) != 1:
-            return None, None
-        value = self.bindings.assigned_value(found[0])
-        statement = self.index.statement_of(found[0].node)
-        if (
-            value is None
-            or not isinstance(statement, cst.SimpleStatementLine)
-            or len(statement.body) != 1
-            or not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module))
-        ):
-            return None, None
-        return statement, value
-
-    def _attribute_assignment(self, attribute: cst.Attribute):
-        """(statement, value) of the one `self.device = value` line of the class."""
-        if not (isinstance(attribute.value, cst.Name) and attribute.value.value == "self"):
-            return None, None
-        classdef = self.index.first_enclosing(attribute, cst.ClassDef)
-        if classdef is None:
-            return None, None
-        code = code_of(attribute)
-        found = [
-            a
-            for a in self.index.find(cst.Assign, within=classdef)
-            if len(a.targets) == 1 and code_of(a.targets[0].target) == code
-        ]
-        if len(found) != 1:
-            return None, None
-        statement = self.index.statement_of(found[0])
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            return None, None
-        return statement, found[0].value
 
     def _after_setup(self, node: cst.CSTNode, setup: Setup) -> bool:
         """Does `node` run after setup() (in its function, below it; in another function,

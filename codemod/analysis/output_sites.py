@@ -1,0 +1,192 @@
+"""What a training script prints, logs and saves, and where: the sites a rule that runs
+the script in several processes keeps to one of them (PM601), read once per file.
+
+`output_sites(context)` (built once per file, FileContext.shared) answers:
+
+- `prints`: the calls of the builtin `print`; `progress_bars`: `tqdm(...)` / `trange(...)`
+  calls that do not choose `disable=` and pass no `*args`; `log_calls`: `info` / `debug`
+  calls on the `logging` module or on a logger every binding of which is
+  `logging.getLogger(...)`;
+- `saves`: `torch.save` calls; `writes`: every call that writes a checkpoint (torch's
+  savers, the other SAVE_FUNCTIONS of torch_facts, `save_pretrained`), in code order;
+  `checkpointer_saves`: `.save(obj, path)` of a runtime checkpointer;
+- `loads_after(saves)`: the loads (`torch.load`) of a path one of `saves` writes that run
+  after that save (later in its function, or in a loop around it), with the path read;
+- `opened_for(statement)`: the `with open(path, "wb") as f:` whose whole body is the
+  statement (a save through an open file);
+- `runs_alone(condition)`: whether an `if` may run on one process alone: it calls nothing
+  another process would have to join (a model call, a collective, a helper of unknown
+  content) and nothing it assigns is read after it or in a loop around it.
+
+Which calls save, print and log are torch facts (torch_facts, distributed's tables).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis import distributed as facts
+from codemod.analysis.distributed import (
+    LOGGING_METHODS,
+    PRINT,
+    RANK0_SAFE_CALLS,
+    RANK0_SAFE_METHODS,
+    RANK0_SAFE_PREFIXES,
+    TQDM,
+)
+from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+KEY = "output_sites"
+LOADS = {"torch.load", "torch.serialization.load"}
+OPENS = ("builtins.open", "io.open")
+
+
+def output_sites(context: FileContext) -> OutputSites:
+    return context.shared(KEY, OutputSites)
+
+
+class OutputSites:
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self.index = context.index
+        self.names = context.names
+
+    # -- printing and logging -----------------------------------------------------------------
+
+    @functools.cached_property
+    def prints(self) -> tuple[cst.Call, ...]:
+        return tuple(
+            call
+            for call in self.index.find(cst.Call)
+            if isinstance(call.func, cst.Name) and call.func.value == "print" and self.names.is_(call.func, *PRINT)
+        )
+
+    @functools.cached_property
+    def progress_bars(self) -> tuple[cst.Call, ...]:
+        return tuple(
+            call
+            for call in self.index.find(cst.Call)
+            if _called_name(call.func) in ("tqdm", "trange")
+            and self.names.is_(call.func, *TQDM)
+            and kwarg(call, "disable") is None
+            and not any(a.star for a in call.args)
+        )
+
+    @functools.cached_property
+    def log_calls(self) -> tuple[cst.Call, ...]:
+        return tuple(
+            call
+            for call in self.index.find(cst.Call)
+            if method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value)
+        )
+
+    def _is_logger(self, receiver: cst.BaseExpression) -> bool:
+        if self.names.is_(receiver, "logging"):
+            return True
+        if isinstance(receiver, cst.Name):
+            values = self.context.bindings.values(receiver) or []
+            return bool(values) and all(
+                isinstance(v, cst.Call) and self.names.is_(v.func, "logging.getLogger") for v in values
+            )
+        return False
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    @functools.cached_property
+    def saves(self) -> tuple[cst.Call, ...]:
+        return tuple(facts.calls_named(self.context, set(TORCH_SAVES)))
+
+    @functools.cached_property
+    def writes(self) -> tuple[cst.Call, ...]:
+        found = (
+            list(self.saves)
+            + facts.calls_named(self.context, set(SAVE_FUNCTIONS - TORCH_SAVES))
+            + [c for c in self.index.find(cst.Call) if method_name(c) == "save_pretrained"]
+        )
+        return tuple(sorted(found, key=self.index.order))
+
+    @functools.cached_property
+    def checkpointer_saves(self) -> tuple[cst.Call, ...]:
+        return tuple(facts.checkpointer_saves(self.context))
+
+    def loads_after(self, saves) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        """(load, the path it reads) for each `torch.load` of a path one of `saves` writes,
+        that runs after that save; a load of a file there before the run (resuming) is not one."""
+        code = self.context.module.code_for_node
+        saved: dict[str, list[cst.Call]] = {}
+        for call in saves:
+            path = kwarg(call, "f") or positional(call, 1)
+            if path is not None:
+                saved.setdefault(code(path.value), []).append(call)
+        if not saved:
+            return []
+        found = []
+        for load in facts.calls_named(self.context, LOADS):
+            path = kwarg(load, "f") or positional(load, 0)
+            if path is None or code(path.value) not in saved:
+                continue
+            if any(self.runs_after(load, save) for save in saved[code(path.value)]):
+                found.append((load, path.value))
+        return found
+
+    def runs_after(self, node: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+        """Does `node` run after `earlier` (later in its function, or in a loop around both)?"""
+        if facts.function_of(self.context, node) is not facts.function_of(self.context, earlier):
+            return False
+        return self.index.before(earlier, node) or any(
+            self.index.inside(node, loop) for loop in facts.enclosing_loops(self.context, earlier)
+        )
+
+    def opened_for(self, statement: cst.CSTNode) -> cst.With | None:
+        """The `with open(path, "wb") as f:` whose whole body is `statement`."""
+        block = self.context.parents.get(statement)
+        holder = self.context.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        if (
+            isinstance(holder, cst.With)
+            and len(block.body) == 1
+            and all(isinstance(i.item, cst.Call) and self.names.is_(i.item.func, *OPENS) for i in holder.items)
+        ):
+            return holder
+        return None
+
+    # -- what may run on one process alone --------------------------------------------------------
+
+    def runs_alone(self, condition: cst.If) -> bool:
+        """Can the whole `if` run on one process alone: nothing in it that another process
+        must join (a model call, a collective, a helper of unknown content), and nothing it
+        assigns is read after it."""
+        for call in self.index.find(cst.Call, within=condition.body):
+            names = self.names.of(call.func)
+            if names & RANK0_SAFE_CALLS or any(n.startswith(RANK0_SAFE_PREFIXES) for n in names):
+                continue
+            if method_name(call) in RANK0_SAFE_METHODS and not self.context.training.is_model_call(call):
+                continue
+            return False
+        assigned = facts.assigned_names(self.context, condition.body)
+        if not assigned:
+            return True
+        function = facts.function_of(self.context, condition)
+        owner = function if function is not None else self.context.module
+        loops = facts.enclosing_loops(self.context, condition)
+        for name in self.index.find(cst.Name, within=owner):
+            if name.value not in assigned or self.index.inside(name, condition.body):
+                continue
+            # Read after the `if`, or by anything in a loop around it (its own test included):
+            # the next iteration on another process would see the old value.
+            if self.index.before(condition, name) or any(self.index.inside(name, loop) for loop in loops):
+                return False
+        return True
+
+
+def _called_name(func: cst.BaseExpression) -> str | None:
+    """The last name of a called expression: `tqdm` of `tqdm.auto.tqdm`."""
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else None

@@ -1,0 +1,176 @@
+"""The training program's sites that data-parallel training needs
+(codemod.analysis.step_batches, model_sites, output_sites): the DataLoader that feeds a
+step loop (also a `while` loop over `next(it)`, and where it starts a new pass), the epoch
+loop around it, where the trained model is built and the device it is moved to, and what
+the script prints, logs and saves."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from codemod.analysis.distributed import NotDistributable
+from codemod.analysis.model_sites import model_sites
+from codemod.analysis.output_sites import output_sites
+from codemod.analysis.step_batches import step_batches
+from codemod.context import FileContext
+
+HEAD = """\
+import logging
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+log = logging.getLogger(__name__)
+dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+loader = DataLoader(dataset, batch_size=8, shuffle=True)
+model = torch.nn.Linear(8, 1).to("cuda")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+WHILE = """\
+step = 0
+it = iter(loader)
+while step < 20:
+    try:
+        x, y = next(it)
+    except StopIteration:
+        it = iter(loader)
+        x, y = next(it)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    step += 1
+"""
+
+
+def _context(body: str) -> FileContext:
+    return FileContext.of_source(HEAD + textwrap.dedent(body))
+
+
+def _code(context: FileContext, node: cst.CSTNode) -> str:
+    return context.module.code_for_node(node).strip()
+
+
+def test_a_while_loop_over_next_of_an_iterator_of_the_loader_is_fed_by_it_and_restarts_where_it_iterates_again():
+    context = _context(WHILE)
+    (loop,) = context.training.loops
+    site = step_batches(context).loader(loop.loop)
+    assert _code(context, site.statement) == "loader = DataLoader(dataset, batch_size=8, shuffle=True)"
+    assert [_code(context, s) for s in site.fetches] == ["x, y = next(it)", "x, y = next(it)"]
+    assert [_code(context, s) for s in site.restarts] == ["it = iter(loader)"]  # the one in the loop
+
+
+ONE_PASS = WHILE.replace(
+    "    try:\n        x, y = next(it)\n    except StopIteration:\n        it = iter(loader)\n        x, y = next(it)\n",
+    "    x, y = next(it)\n",
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import itertools\n" + WHILE.replace("iter(loader)", "itertools.cycle(loader)"),  # replays its first pass
+        ONE_PASS,  # StopIteration ends the loop
+    ],
+)
+def test_an_iterator_that_replays_or_is_never_started_again_has_no_restart(body):
+    context = _context(body)
+    (loop,) = context.training.loops
+    site = step_batches(context).loader(loop.loop)
+    assert site is not None and _code(context, site.call).startswith("DataLoader(") and site.restarts == ()
+
+
+def test_an_iterator_a_generator_of_the_file_makes_starts_the_passes_itself():
+    body = "def forever(dl):\n    while True:\n        yield from dl\n\n\n" + WHILE.replace(
+        "iter(loader)", "forever(loader)"
+    )
+    context = _context(body)
+    (loop,) = context.training.loops
+    with pytest.raises(NotDistributable, match=r"`forever\(loader\)`, which starts the DataLoader's passes itself"):
+        step_batches(context).loader(loop.loop)
+
+
+def test_the_epoch_loop_of_a_for_step_loop_is_the_loop_around_its_one_call():
+    context = _context(
+        """
+        def train_epoch():
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+
+
+        for epoch in range(3):
+            train_epoch()
+        """
+    )
+    (loop,) = context.training.loops
+    epoch_loop, function = step_batches(context).epoch_loop(loop.loop)
+    assert isinstance(epoch_loop, cst.For) and _code(context, epoch_loop.target) == "epoch" and function is None
+
+
+def test_the_model_is_wrapped_after_its_last_move_and_its_device_is_read_from_it():
+    context = _context(WHILE)
+    (loop,) = context.training.loops
+    sites = model_sites(context)
+    site = sites.site(loop)
+    assert site.code == "model" and _code(context, site.anchor) == 'model = torch.nn.Linear(8, 1).to("cuda")'
+    assert _code(context, sites.moved_to(site)) == '"cuda"'
+
+
+@pytest.mark.parametrize("device", ['"cuda:1"', "1"])
+def test_a_fixed_gpu_is_refused(device):
+    context = _context(WHILE.replace("step = 0\n", f"step = 0\nmodel.to({device})\n"))
+    (loop,) = context.training.loops
+    sites = model_sites(context)
+    with pytest.raises(NotDistributable, match="every rank would use it"):
+        sites.moved_to(sites.site(loop))
+
+
+def test_a_model_bound_again_after_it_is_built_has_no_site():
+    context = _context(WHILE + "model = torch.nn.Linear(8, 2)\n")
+    (loop,) = context.training.loops
+    with pytest.raises(NotDistributable, match="is bound again after line"):
+        model_sites(context).site(loop)
+
+
+def test_what_the_script_prints_logs_and_saves_and_the_load_that_reads_a_save_back():
+    context = _context(
+        WHILE
+        + """
+print(step)
+log.info("done %d", step)
+torch.save(model.state_dict(), "last.pt")
+model.load_state_dict(torch.load("last.pt"))
+state = torch.load("init.pt")
+"""
+    )
+    sites = output_sites(context)
+    assert [_code(context, c) for c in sites.prints] == ["print(step)"]
+    assert [_code(context, c) for c in sites.log_calls] == ['log.info("done %d", step)']
+    assert [_code(context, c) for c in sites.writes] == ['torch.save(model.state_dict(), "last.pt")']
+    (load, path), *others = sites.loads_after(sites.saves)
+    assert _code(context, load) == 'torch.load("last.pt")' and _code(context, path) == '"last.pt"' and not others
+
+
+def test_a_while_loop_over_a_generator_of_the_file_that_draws_its_batches_is_random_data():
+    context = _context(
+        """
+        def batches(n):
+            while True:
+                yield torch.randn(n, 8), torch.randn(n, 1)
+
+
+        it = batches(16)
+        while True:
+            x, y = next(it)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+        """
+    )
+    (loop,) = context.training.loops
+    data = step_batches(context).fetched_draw(loop.loop)
+    assert data.how == "random" and _code(context, data.at) == "torch.randn(n, 8)"
