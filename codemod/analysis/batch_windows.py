@@ -61,7 +61,7 @@ from libcst.metadata import Assignment, ImportAssignment
 
 from codemod.analysis import match as m
 from codemod.analysis.kinds import Kind, Place
-from codemod.analysis.names import integer_value, names_read, number_value, positional
+from codemod.analysis.names import fresh_name, integer_value, names_read, number_value, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.tensor_splits import bound_in
@@ -218,7 +218,7 @@ class BatchWindows:
             variables[tensor] = name  # `xb = X[idx].to(device)`: `for xb, ... in loader: xb = xb.to(device)`
         for tensor in plan.tensors:
             if tensor not in variables:
-                variables[tensor] = fresh(f"{tensor}_batch", taken)
+                variables[tensor] = fresh_name(f"{tensor}_batch", taken)
         replaced: list[tuple[cst.CSTNode, str]] = []
         for node in index.find((cst.Subscript, cst.Assign), within=plan.loop.body):
             tensor = plan.uses.get(id(node))
@@ -889,15 +889,6 @@ class BatchWindows:
                 if isinstance(loop, cst.For) and loop.iter is access.node and id(loop) in self._step_loops:
                     found.append(loop)
         return found
-
-
-def fresh(name: str, taken: set[str]) -> str:
-    """`name`, or `name_2`, `name_3`, ... the first not in `taken` (which it joins)."""
-    candidate, k = name, 2
-    while candidate in taken:
-        candidate, k = f"{name}_{k}", k + 1
-    taken.add(candidate)
-    return candidate
 
 
 def names_in(code: str) -> set[str]:

@@ -513,6 +513,16 @@ class _Reads(cst.CSTVisitor):
         return False
 
 
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base_2`, `base_3`, ...: the first not in `taken` (which it joins), for a
+    name a rewrite introduces."""
+    candidate, number = base, 2
+    while candidate in taken:
+        candidate, number = f"{base}_{number}", number + 1
+    taken.add(candidate)
+    return candidate
+
+
 def names_read(node: cst.CSTNode) -> list[cst.Name]:
     """Names whose value `node` reads (not targets, attribute or keyword names)."""
     reads = _Reads()

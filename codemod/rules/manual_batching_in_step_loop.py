@@ -3,9 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.batch_draws import batch_draws
-from codemod.analysis.batch_windows import WindowPlan, batch_windows, fresh, names_in
+from codemod.analysis.batch_windows import WindowPlan, batch_windows, names_in
 from codemod.analysis.loaders import ListBatch
-from codemod.analysis.names import names_read
+from codemod.analysis.names import fresh_name, names_read
 from codemod.analysis.tensor_splits import tensor_splits
 from codemod.edits import Edit, InsertBefore, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -498,4 +498,4 @@ class ManualBatchingInStepLoop(Rule):
         )
 
     def _loader_name(self, taken: set[str]) -> str:
-        return fresh(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)
+        return fresh_name(next((n for n in LOADER_NAMES if n not in taken), LOADER_NAMES[0]), taken)

@@ -9,6 +9,7 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.distributed import NotDistributable
+from codemod.analysis.names import fresh_name
 from codemod.analysis.step_batches import LoaderSite, step_batches
 from codemod.edits import Edit
 
@@ -129,12 +130,7 @@ class Plan:
     def fresh(self, base: str) -> str:
         if self._taken is None:
             self._taken = {n.value for n in self.index.find(cst.Name)}
-        name, number = base, 1
-        while name in self._taken:
-            number += 1
-            name = f"{base}_{number}"
-        self._taken.add(name)
-        return name
+        return fresh_name(base, self._taken)
 
     def world_check(self, at: cst.CSTNode) -> cst.BaseExpression:
         """`world.distributed` where the `world` variable is visible at `at`, else
