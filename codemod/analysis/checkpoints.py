@@ -398,12 +398,15 @@ class Checkpoints:
             )
         # Last: a reason that the background write would be wrong comes before one that it
         # would buy nothing.
-        sizes = sizes_of(self.context)
-        size = sizes.saved_bytes(obj_arg.value)
+        saved = sizes_of(self.context).saved(obj_arg.value)
+        size = saved[0] if saved is not None else None
         if size is not None and size < MIN_SAVE_BYTES and not self.every_step(call):
+            counted = "the parameters and buffers perfmod counts in the modules it saves"
+            if saved[1]:
+                counted += ", and the state their optimizer keeps for them"
             raise Synchronous(
-                f"the checkpoint holds about {shown(size)} (the parameters, buffers and optimizer state "
-                f"perfmod counts in what it saves), which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
+                f"the checkpoint holds about {shown(size)} ({counted}), "
+                f"which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
                 f"{HARDWARE['save_bytes_per_s'] / 1e9:.0f} GB/s; a save under {MIN_SAVE_S * 1000:.0f} ms that does "
                 "not run every step is not worth a background writer"
             )

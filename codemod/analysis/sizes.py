@@ -181,6 +181,7 @@ class Sizes:
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
+        self._optimizer_counted = False  # `saved`: an optimizer's state was counted
 
     # -- values ----------------------------------------------------------------------------
 
@@ -1061,9 +1062,15 @@ class Sizes:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def saved(self, obj: cst.BaseExpression) -> tuple[int, bool] | None:
+        """(`saved_bytes`, whether an optimizer's state is among what it counts)."""
+        self._optimizer_counted = False
+        size = self.saved_bytes(obj)
+        return (size, self._optimizer_counted) if size is not None else None
+
     def saved_bytes(self, obj: cst.BaseExpression, depth: int = 0) -> int | None:
         """The bytes `torch.save(obj, ...)` writes, where `obj` is a module's `state_dict()`, a
-        module, an optimizer's `state_dict()` (SGD, Adam, AdamW over modules of known size), or
+        module, an optimizer's `state_dict()` (one of `OPTIMIZER_STATES` over modules of known size), or
         a dict literal of those and of plain numbers and strings."""
         if depth > MAX_DEPTH:
             return None
@@ -1085,6 +1092,7 @@ class Sizes:
             if built and all(
                 isinstance(b, cst.Call) and self.names.startswith(b.func, ("torch.optim",)) for b in built
             ):
+                self._optimizer_counted = True
                 return self._optimizer_bytes(owner, depth)
             size = self.module(owner, depth + 1)
             return size.state_bytes if size is not None else None
