@@ -91,6 +91,10 @@ MAX_DEPTH = 24  # how many names, calls and attributes a look-up follows
 TORCH_NN = "torch.nn."
 FLOAT32_BYTES = 4
 INDEX_BYTES = 8  # a class index in a batch: int64
+# What perfmod's own fixes write (PM601): the module under a wrapper, and a process's share
+# of the global batch (the global batch over the number of processes, at most the whole).
+RUNTIME_UNWRAP = "runtime.distributed.unwrap"
+RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
@@ -252,7 +256,7 @@ class Sizes:
             return None
         if method_name(expr) in MODULE_METHODS_RETURNING_SELF and self._is_module_value(expr.func.value):
             return expr.func.value
-        if self.names.of(expr.func) & MODEL_WRAPPERS:
+        if self.names.of(expr.func) & (MODEL_WRAPPERS | {RUNTIME_UNWRAP}):
             first = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
             return first.value if first is not None else None
         return None
@@ -300,8 +304,8 @@ class Sizes:
                 return left**right
             return None  # a difference of upper bounds bounds nothing
         if isinstance(expr, cst.Call):
-            if self.names.is_(expr.func, "int", "builtins.int") and len(expr.args) == 1:
-                return self.integer(expr.args[0].value, depth + 1)
+            if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH) and len(expr.args) == 1:
+                return self.integer(expr.args[0].value, depth + 1)  # a process's share: at most the whole
             return None
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
             setting = self.loaders.setting(expr, 0)
