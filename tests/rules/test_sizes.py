@@ -506,3 +506,15 @@ def test_a_whole_model_of_a_class_from_another_module_is_not_saved_in_the_backgr
     result = process_source(train.read_bytes(), str(train), Settings(select=("PM405",), level=Level.UNSAFE))
     (finding,) = result.findings
     assert not finding.fixable and "`model` is a whole module" in finding.message
+
+
+def test_what_the_torchrun_fix_writes_is_sized_as_what_it_replaced():
+    ctx = context(
+        "import torch.nn as nn\nfrom runtime import distributed\n"
+        "net = nn.Linear(8, 8)\nshare = distributed.local_batch_size(64)\n"
+        "inner = distributed.unwrap(net)\n"
+    )
+    sizes = sizes_of(ctx)
+    share, inner = (ctx.module.body[i].body[0].value for i in (3, 4))
+    assert sizes.integer(share) == 64  # a process's share of 64: at most 64
+    assert sizes.module(inner).parameters == 8 * 8 + 8
