@@ -357,18 +357,18 @@ class Sizes:
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
             return self._tensor(expr.expression, depth + 1)
         if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
-            return self._broadcast([expr.left, expr.right], depth)
+            return self._tensor_broadcast([expr.left, expr.right], depth)
         if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-            compared = self._broadcast([expr.left, expr.comparisons[0].comparator], depth)
+            compared = self._tensor_broadcast([expr.left, expr.comparisons[0].comparator], depth)
             return (compared[0], 1 if compared[1] else 0) if compared is not None else None  # bool
         if isinstance(expr, cst.Subscript):
-            return self._indexed(expr, depth)
+            return self._tensor_indexed(expr, depth)
         if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
-            made = self._made(expr, depth)
-            return made if made is not None else self._computed(expr, depth)
+            made = self._tensor_made(expr, depth)
+            return made if made is not None else self._tensor_computed(expr, depth)
         return None
 
-    def _made(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
+    def _tensor_made(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
         """A factory's tensor: its shape and its dtype (float32, int64 for `randint`)."""
         names = self.names.of(call.func)
         plain = [a.value for a in call.args if a.keyword is None]
@@ -387,9 +387,9 @@ class Sizes:
             return None
         if shape is None:
             return None
-        return self._with_dtype(call, shape, default)
+        return self._tensor_dtype(call, shape, default)
 
-    def _with_dtype(self, call: cst.Call, shape: tuple[int, ...], default: int):
+    def _tensor_dtype(self, call: cst.Call, shape: tuple[int, ...], default: int):
         dtype = kwarg(call, "dtype")
         if dtype is None:
             return (shape, default) if default else None
@@ -399,7 +399,7 @@ class Sizes:
     def _dtype_bytes(self, expr: cst.BaseExpression) -> int | None:
         return next((DTYPE_BYTES[n] for n in self.names.of(expr) if n in DTYPE_BYTES), None)
 
-    def _broadcast(self, operands, depth: int) -> tuple[tuple[int, ...], int] | None:
+    def _tensor_broadcast(self, operands, depth: int) -> tuple[tuple[int, ...], int] | None:
         """The shape of operands broadcast together (each dim the largest: an upper bound of
         every valid broadcast), in the widest of their dtypes."""
         found = [self._tensor(operand, depth + 1) for operand in operands]
@@ -410,7 +410,7 @@ class Sizes:
         shape = tuple(max(dims) for dims in zip(*padded)) if rank else ()
         return shape, max(element for _, element in found)
 
-    def _indexed(self, expr: cst.Subscript, depth: int) -> tuple[tuple[int, ...], int] | None:
+    def _tensor_indexed(self, expr: cst.Subscript, depth: int) -> tuple[tuple[int, ...], int] | None:
         """`x[:, :3]`, `x[0]`, `x[..., None]`: basic indexing by slices, Python integers, None
         and `...`; an index by a tensor or a list (it gathers) is not followed."""
         base = self._tensor(expr.value, depth + 1)
@@ -425,7 +425,7 @@ class Sizes:
         dim = 0
         for part in parts:
             if isinstance(part, cst.Slice):
-                out.append(self._sliced(shape[dim], part, depth))
+                out.append(self._slice_length(shape[dim], part, depth))
                 dim += 1
             elif _is_ellipsis(part.value):
                 skipped = len(shape) - len(counted)
@@ -439,7 +439,7 @@ class Sizes:
                 return None
         return (*out, *shape[dim:]), element
 
-    def _sliced(self, size: int, part: cst.Slice, depth: int) -> int:
+    def _slice_length(self, size: int, part: cst.Slice, depth: int) -> int:
         """The length of a dim of `size` after the slice `part` (at most `size`)."""
         bounds = [part.lower, part.upper, part.step]
         literal = [integer_value(b) if b is not None else None for b in bounds]
@@ -451,17 +451,17 @@ class Sizes:
                 return min(size, upper)
         return size
 
-    def _computed(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
+    def _tensor_computed(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
         """A tensor computed by a torch function or a tensor method from tensors of known shape."""
         names = self.names.of(call.func)
         plain = [a.value for a in call.args if a.keyword is None]
         if names & {"torch.cat", "torch.concat", "torch.stack"}:
-            return self._joined_tensors(call, bool(names & {"torch.stack"}), depth)
+            return self._tensor_joined(call, bool(names & {"torch.stack"}), depth)
         if names & REDUCTION_FUNCTIONS and plain:
             receiver = self._tensor(plain[0], depth + 1)
-            return self._reduced(receiver, call, 1, depth) if receiver is not None else None
+            return self._tensor_reduced(receiver, call, 1, depth) if receiver is not None else None
         if names & SHAPE_KEEPING_FUNCTIONS:
-            return self._broadcast(plain, depth) if plain else None
+            return self._tensor_broadcast(plain, depth) if plain else None
         method = method_name(call)
         if method is None or any(not n.startswith("builtins.") for n in names):
             return None  # a function of another library, or one torch's table does not shape
@@ -469,16 +469,16 @@ class Sizes:
         if receiver is None or not receiver[1]:
             return None
         if method in REDUCTION_METHODS:
-            return self._reduced(receiver, call, 0, depth)
+            return self._tensor_reduced(receiver, call, 0, depth)
         if method in CAST_METHOD_DTYPES:
             return receiver[0], DTYPE_BYTES[CAST_METHOD_DTYPES[method]]
         if method == "to":
-            return self._moved(receiver, call)
+            return self._tensor_moved(receiver, call)
         if method in SHAPE_KEEPING_METHODS:
-            return self._broadcast([call.func.value, *plain], depth) if plain else receiver
-        return self._reshaped(receiver, method, call, depth)
+            return self._tensor_broadcast([call.func.value, *plain], depth) if plain else receiver
+        return self._tensor_reshaped(receiver, method, call, depth)
 
-    def _moved(self, receiver, call: cst.Call):
+    def _tensor_moved(self, receiver, call: cst.Call):
         """`x.to(device)` keeps the dtype, `x.to(torch.long)` / `x.to(device, dtype=...)` names it."""
         dtypes = [
             self._dtype_bytes(arg.value) for arg in call.args if arg.keyword is None or arg.keyword.value == "dtype"
@@ -495,7 +495,7 @@ class Sizes:
         ]
         return receiver if not others else None
 
-    def _reduced(self, receiver, call: cst.Call, first: int, depth: int):
+    def _tensor_reduced(self, receiver, call: cst.Call, first: int, depth: int):
         """`x.sum()`, `x.sum(1)`, `torch.mean(x, dim=(0, 1), keepdim=True)`: the dims given go
         (or stay as 1 with `keepdim`); with none, all of them."""
         shape, element = receiver
@@ -517,7 +517,7 @@ class Sizes:
             return tuple(1 if i in picked else n for i, n in enumerate(shape)), element
         return tuple(n for i, n in enumerate(shape) if i not in picked), element
 
-    def _reshaped(self, receiver, method: str, call: cst.Call, depth: int):
+    def _tensor_reshaped(self, receiver, method: str, call: cst.Call, depth: int):
         """`view`/`reshape` to sizes (one of them -1), `unsqueeze`, `flatten()`, `t()`,
         `transpose`, `permute`; None for the others."""
         shape, element = receiver
@@ -562,7 +562,7 @@ class Sizes:
             return tuple(shape[p] for p in picked), element
         return None
 
-    def _joined_tensors(self, call: cst.Call, stacked: bool, depth: int):
+    def _tensor_joined(self, call: cst.Call, stacked: bool, depth: int):
         """`torch.cat([a, b], dim)` sums the dim, `torch.stack` adds one of their number."""
         parts = positional(call, 0) or kwarg(call, "tensors")
         if parts is None or not isinstance(parts.value, (cst.List, cst.Tuple)) or not parts.value.elements:
@@ -1157,7 +1157,7 @@ class Sizes:
         if spec is None:
             return None
         always, optional = spec
-        states = always + sum(self._option_on(build, option) for option in optional)
+        states = always + sum(self._optimizer_option_on(build, option) for option in optional)
         params = kwarg(build, "params") or positional(build, 0)
         models = self.context.training.parameter_models(params.value) if params is not None else None
         if not models:
@@ -1167,7 +1167,7 @@ class Sizes:
             return None
         return states * sum(s.parameters for s in sizes) * FLOAT32_BYTES
 
-    def _option_on(self, build: cst.Call, option: str) -> bool:
+    def _optimizer_option_on(self, build: cst.Call, option: str) -> bool:
         """Whether an optimizer's keyword that adds a state (`momentum`, `amsgrad`) may be on:
         off only where it is not given or is given as a literal 0 or False (an upper bound)."""
         given = kwarg(build, option)
