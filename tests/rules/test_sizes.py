@@ -518,3 +518,17 @@ def test_what_the_torchrun_fix_writes_is_sized_as_what_it_replaced():
     share, inner = (ctx.module.body[i].body[0].value for i in (3, 4))
     assert sizes.integer(share) == 64  # a process's share of 64: at most 64
     assert sizes.module(inner).parameters == 8 * 8 + 8
+
+
+def test_the_tiny_helper_checkpoint_of_the_wild_step_tests_is_reported():
+    code = (
+        "import os\nimport torch\nimport torch.nn as nn\n"
+        "model = nn.Linear(4, 2)\nopt = torch.optim.Adam(model.parameters(), lr=0.1)\n"
+        "def save_checkpoint(model, optimizer, epoch, path):\n"
+        '    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)\n'
+        "for epoch in range(3):\n    for x in [torch.randn(8, 4)]:\n        loss = model(x).pow(2).mean()\n"
+        "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+        '    save_checkpoint(model, opt, epoch, f"epoch_{epoch}.pt")\n'
+    )
+    (finding,) = findings(code, "PM405").findings
+    assert not finding.fixable and "120 bytes" in finding.message  # (4 x 2 + 2) x (1 + 2) floats
