@@ -10,7 +10,9 @@ its line, and is each report's reason true? Judged by hand once, kept as data
 Every file is processed at level unsafe with every rule selected (opt-in ones
 too). Each applied fix becomes an item: its rule, its file, the text of the
 finding's line and the lines its fix removes and adds (the changes of the whole
-file's diff that meet the fix's lines). Each finding left unfixed becomes a
+file's diff that meet the fix's lines). A finding whose code another rule's fix
+removes, doing its work another way (a copy inside a loop that PM103 prefetches),
+is that fix's, not an item of its own. Each finding left unfixed becomes a
 report item: its rule, file, line text and message. Items are matched to labels
 by that text, not by line number, so a label survives edits elsewhere in the file.
 An item with no label is listed as UNLABELED, a label that matches nothing as
@@ -125,6 +127,8 @@ def file_items(source: str, root: Path, relative: str) -> tuple[list[Item], str]
     items = []
     for finding in sorted(result.findings, key=lambda f: (f.line, f.column, f.code)):
         site = _normal(old[finding.line - 1]) if 0 < finding.line <= len(old) else ""
+        if finding.applied and finding.fixed_by:
+            continue  # its code went with another rule's fix, which does its work: one item, that fix
         if finding.applied:
             detail = tuple(_hunk(finding, changes, old, new))
             items.append(Item("fix", source, relative, finding.code, site, detail, finding.line, finding.message))

@@ -192,3 +192,32 @@ def test_the_pinned_public_repos_are_all_labeled():
     assert [s.note for s in sources if s.note] == []
     assert [(i.source, i.path, i.line, i.code) for i in joined.unlabeled] == []
     assert [(s.item.source, s.item.path, s.item.code) for s in joined.stale] == []
+
+
+def test_a_fix_settled_by_another_rules_fix_is_that_fixs_item(tmp_path):
+    """The copies of a loop that PM103 prefetches go with PM103's fix, which does their work:
+    one item (PM103's), not one more per copy for PM101."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "p.py").write_text(
+        textwrap.dedent("""\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            device = torch.device("cuda")
+            data = TensorDataset(torch.randn(8192, 1024), torch.randn(8192, 1))
+            loader = DataLoader(data, batch_size=512, pin_memory=True)
+            model = torch.nn.Linear(1024, 1).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                x = x.to(device)
+                y = y.to(device)
+                loss = (model(x) - y).pow(2).mean()
+                loss.backward()
+                opt.step()
+        """)
+    )
+    items, error = file_items(WILD, corpus, "p.py")
+    assert not error
+    fixes = [i.code for i in items if i.kind == "fix"]
+    assert "PM103" in fixes and "PM101" not in fixes
+    assert not [i for i in items if i.code == "PM101"]

@@ -368,15 +368,6 @@ class Checkpoints:
         problem = self.object_problem(obj_arg.value)
         if problem is not None:
             raise Synchronous(problem)
-        sizes = sizes_of(self.context)
-        size = sizes.saved_bytes(obj_arg.value)
-        if size is not None and size < MIN_SAVE_BYTES and not self.every_step(call):
-            raise Synchronous(
-                f"the checkpoint holds about {shown(size)} (the parameters and buffers perfmod counts in the "
-                f"modules it saves), which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
-                f"{HARDWARE['save_bytes_per_s'] / 1e9:.0f} GB/s; a save under {MIN_SAVE_S * 1000:.0f} ms that does "
-                "not run every step is not worth a background writer"
-            )
         if self.defines_checkpointer:
             raise Synchronous("this file defines its own `AsyncCheckpointer`, which the import would shadow")
         if self.shards_state:
@@ -404,6 +395,20 @@ class Checkpoints:
             raise Synchronous(
                 f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
                 f"before a background write of it is done"
+            )
+        # Last: a reason that the background write would be wrong comes before one that it
+        # would buy nothing.
+        saved = sizes_of(self.context).saved(obj_arg.value)
+        size = saved[0] if saved is not None else None
+        if size is not None and size < MIN_SAVE_BYTES and not self.every_step(call):
+            counted = "the parameters and buffers perfmod counts in the modules it saves"
+            if saved[1]:
+                counted += ", and the state their optimizer keeps for them"
+            raise Synchronous(
+                f"the checkpoint holds about {shown(size)} ({counted}), "
+                f"which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
+                f"{HARDWARE['save_bytes_per_s'] / 1e9:.0f} GB/s; a save under {MIN_SAVE_S * 1000:.0f} ms that does "
+                "not run every step is not worth a background writer"
             )
         return Save(call, statement, path, flush_before=tuple(flushes or ()))
 
@@ -503,6 +508,8 @@ class Checkpoints:
         for value in values:
             for part in _container_parts(value):
                 kind = self.context.kinds.fact(part).kind
+                if kind not in DEEP_COPIED_KINDS and self.context.training.is_model(part):
+                    kind = Kind.MODULE  # a model the program trains (its class in another module)
                 if kind in DEEP_COPIED_KINDS:
                     return (
                         f"`{self._code(part)}` is a whole {DEEP_COPIED_KINDS[kind]}, which AsyncCheckpointer would "

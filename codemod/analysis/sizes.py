@@ -27,13 +27,15 @@ import libcst as cst
 
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loaders import COLLATE_FN_POSITION
-from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, positional
+from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
+    CAST_METHOD_DTYPES,
     DTYPE_BYTES,
     HOST_ONLY_MODULES,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
+    LIKE_FACTORIES,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
     MODEL_WRAPPERS,
@@ -42,7 +44,12 @@ from codemod.analysis.torch_facts import (
     MODULE_METHODS_RETURNING_SELF,
     NN_LAYER_ARGUMENTS,
     NN_STATELESS,
+    OPTIMIZER_STATES,
+    REDUCTION_FUNCTIONS,
+    REDUCTION_METHODS,
     RNN_GATES,
+    SHAPE_KEEPING_FUNCTIONS,
+    SHAPE_KEEPING_METHODS,
     SHAPE_KEEPING_TRANSFORMS,
     SHAPED_FACTORIES,
     SYNC_METHODS,
@@ -84,6 +91,10 @@ MAX_DEPTH = 24  # how many names, calls and attributes a look-up follows
 TORCH_NN = "torch.nn."
 FLOAT32_BYTES = 4
 INDEX_BYTES = 8  # a class index in a batch: int64
+# What perfmod's own fixes write (PM601): the module under a wrapper, and a process's share
+# of the global batch (the global batch over the number of processes, at most the whole).
+RUNTIME_UNWRAP = "runtime.distributed.unwrap"
+RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
@@ -174,6 +185,7 @@ class Sizes:
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
+        self._optimizer_counted = False  # `saved`: an optimizer's state was counted
 
     # -- values ----------------------------------------------------------------------------
 
@@ -244,7 +256,7 @@ class Sizes:
             return None
         if method_name(expr) in MODULE_METHODS_RETURNING_SELF and self._is_module_value(expr.func.value):
             return expr.func.value
-        if self.names.of(expr.func) & MODEL_WRAPPERS:
+        if self.names.of(expr.func) & (MODEL_WRAPPERS | {RUNTIME_UNWRAP}):
             first = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
             return first.value if first is not None else None
         return None
@@ -292,8 +304,8 @@ class Sizes:
                 return left**right
             return None  # a difference of upper bounds bounds nothing
         if isinstance(expr, cst.Call):
-            if self.names.is_(expr.func, "int", "builtins.int") and len(expr.args) == 1:
-                return self.integer(expr.args[0].value, depth + 1)
+            if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH) and len(expr.args) == 1:
+                return self.integer(expr.args[0].value, depth + 1)  # a process's share: at most the whole
             return None
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
             setting = self.loaders.setting(expr, 0)
@@ -318,17 +330,48 @@ class Sizes:
     # -- tensors ---------------------------------------------------------------------------
 
     def tensor(self, expr: cst.BaseExpression, depth: int = 0) -> tuple[tuple[int, ...], int] | None:
-        """(shape, bytes of an element) of a tensor made by a factory with a known shape:
-        `torch.randn(64, 8)`, `torch.zeros((n, d), dtype=torch.long)`, `torch.randint(0, 9, (n,))`."""
-        values = self.values(expr, depth + 1) if isinstance(expr, (cst.Name, cst.Attribute)) else [expr]
-        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+        """(shape, bytes of an element) of a tensor whose shape the code shows: made by a factory
+        of known shape (`torch.randn(64, 8)`, `torch.zeros((n, d), dtype=torch.long)`,
+        `torch.randint(0, 9, (n,))`, `torch.zeros_like(x)`), or computed from such tensors by
+        slicing and indexing (`x[:, :3]`, `x[0]`), elementwise ops and arithmetic (broadcast),
+        reductions over the dims given (`x.sum(1, keepdim=True)`), casts (`x.long()`), reshapes
+        (`view`, `reshape`, `unsqueeze`, `flatten`, `t`, `permute`) and `torch.cat`/`torch.stack`.
+        Every dim is an upper bound (a slice of unknown bounds keeps its dim)."""
+        found = self._tensor(expr, depth)
+        return found if found is not None and found[1] else None
+
+    def _tensor(self, expr: cst.BaseExpression, depth: int) -> tuple[tuple[int, ...], int] | None:
+        """`tensor`, where a Python number is `((), 0)`: no dims, and no dtype of its own."""
+        if depth > MAX_DEPTH:
             return None
-        call = values[0]
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            if isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT"):
+                inner = self._tensor(expr.value, depth + 1)
+                return _transposed(inner, -2, -1) if inner is not None and len(inner[0]) >= 2 else None
+            values = self.values(expr, depth + 1)
+            if not values or len(values) != 1 or values[0] is expr:
+                return None
+            return self._tensor(values[0], depth + 1)
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return (), 0
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            return self._tensor(expr.expression, depth + 1)
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+            return self._tensor_broadcast([expr.left, expr.right], depth)
+        if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+            compared = self._tensor_broadcast([expr.left, expr.comparisons[0].comparator], depth)
+            return (compared[0], 1 if compared[1] else 0) if compared is not None else None  # bool
+        if isinstance(expr, cst.Subscript):
+            return self._tensor_indexed(expr, depth)
+        if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
+            made = self._tensor_made(expr, depth)
+            return made if made is not None else self._tensor_computed(expr, depth)
+        return None
+
+    def _tensor_made(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
+        """A factory's tensor: its shape and its dtype (float32, int64 for `randint`)."""
         names = self.names.of(call.func)
-        plain = [a.value for a in call.args if a.keyword is None and not a.star]
-        if any(a.star for a in call.args):
-            return None
-        dtype = kwarg(call, "dtype")
+        plain = [a.value for a in call.args if a.keyword is None]
         if names & SHAPED_FACTORIES:
             size = kwarg(call, "size")
             shape = self._shape([size.value] if size is not None else plain, depth)
@@ -337,14 +380,211 @@ class Sizes:
             size = kwarg(call, "size") or (positional(call, 2) if len(plain) >= 3 else positional(call, 1))
             shape = self._shape([size.value], depth) if size is not None else None
             default = INDEX_BYTES
+        elif names & LIKE_FACTORIES and plain:
+            like = self._tensor(plain[0], depth + 1)
+            shape, default = like if like is not None else (None, 0)
         else:
             return None
         if shape is None:
             return None
+        return self._tensor_dtype(call, shape, default)
+
+    def _tensor_dtype(self, call: cst.Call, shape: tuple[int, ...], default: int):
+        dtype = kwarg(call, "dtype")
         if dtype is None:
-            return shape, default
-        element = next((DTYPE_BYTES[n] for n in self.names.of(dtype.value) if n in DTYPE_BYTES), None)
+            return (shape, default) if default else None
+        element = self._dtype_bytes(dtype.value)
         return (shape, element) if element is not None else None
+
+    def _dtype_bytes(self, expr: cst.BaseExpression) -> int | None:
+        return next((DTYPE_BYTES[n] for n in self.names.of(expr) if n in DTYPE_BYTES), None)
+
+    def _tensor_broadcast(self, operands, depth: int) -> tuple[tuple[int, ...], int] | None:
+        """The shape of operands broadcast together (each dim the largest: an upper bound of
+        every valid broadcast), in the widest of their dtypes."""
+        found = [self._tensor(operand, depth + 1) for operand in operands]
+        if any(f is None for f in found):
+            return None
+        rank = max(len(shape) for shape, _ in found)
+        padded = [(1,) * (rank - len(shape)) + shape for shape, _ in found]
+        shape = tuple(max(dims) for dims in zip(*padded)) if rank else ()
+        return shape, max(element for _, element in found)
+
+    def _tensor_indexed(self, expr: cst.Subscript, depth: int) -> tuple[tuple[int, ...], int] | None:
+        """`x[:, :3]`, `x[0]`, `x[..., None]`: basic indexing by slices, Python integers, None
+        and `...`; an index by a tensor or a list (it gathers) is not followed."""
+        base = self._tensor(expr.value, depth + 1)
+        if base is None or not base[0]:
+            return None
+        shape, element = base
+        parts = [e.slice for e in expr.slice]
+        counted = [p for p in parts if not (isinstance(p, cst.Index) and _is_none_or_ellipsis(p.value))]
+        if len(counted) > len(shape) or sum(isinstance(p, cst.Index) and _is_ellipsis(p.value) for p in parts) > 1:
+            return None
+        out: list[int] = []
+        dim = 0
+        for part in parts:
+            if isinstance(part, cst.Slice):
+                out.append(self._slice_length(shape[dim], part, depth))
+                dim += 1
+            elif _is_ellipsis(part.value):
+                skipped = len(shape) - len(counted)
+                out.extend(shape[dim : dim + skipped])
+                dim += skipped
+            elif isinstance(part.value, cst.Name) and part.value.value == "None":
+                out.append(1)
+            elif self.integer(part.value, depth + 1) is not None or self._scalar(part.value, depth + 1):
+                dim += 1  # a Python integer picks one entry: the dim goes
+            else:
+                return None
+        return (*out, *shape[dim:]), element
+
+    def _slice_length(self, size: int, part: cst.Slice, depth: int) -> int:
+        """The length of a dim of `size` after the slice `part` (at most `size`)."""
+        bounds = [part.lower, part.upper, part.step]
+        literal = [integer_value(b) if b is not None else None for b in bounds]
+        if all(b is None or v is not None for b, v in zip(bounds, literal)) and literal[2] != 0:
+            return len(range(size)[slice(*literal)])
+        if part.lower is None and part.step is None:
+            upper = self.integer(part.upper, depth + 1)
+            if upper is not None and upper >= 0:
+                return min(size, upper)
+        return size
+
+    def _tensor_computed(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
+        """A tensor computed by a torch function or a tensor method from tensors of known shape."""
+        names = self.names.of(call.func)
+        plain = [a.value for a in call.args if a.keyword is None]
+        if names & {"torch.cat", "torch.concat", "torch.stack"}:
+            return self._tensor_joined(call, bool(names & {"torch.stack"}), depth)
+        if names & REDUCTION_FUNCTIONS and plain:
+            receiver = self._tensor(plain[0], depth + 1)
+            return self._tensor_reduced(receiver, call, 1, depth) if receiver is not None else None
+        if names & SHAPE_KEEPING_FUNCTIONS:
+            return self._tensor_broadcast(plain, depth) if plain else None
+        method = method_name(call)
+        if method is None or any(not n.startswith("builtins.") for n in names):
+            return None  # a function of another library, or one torch's table does not shape
+        receiver = self._tensor(call.func.value, depth + 1)
+        if receiver is None or not receiver[1]:
+            return None
+        if method in REDUCTION_METHODS:
+            return self._tensor_reduced(receiver, call, 0, depth)
+        if method in CAST_METHOD_DTYPES:
+            return receiver[0], DTYPE_BYTES[CAST_METHOD_DTYPES[method]]
+        if method == "to":
+            return self._tensor_moved(receiver, call)
+        if method in SHAPE_KEEPING_METHODS:
+            return self._tensor_broadcast([call.func.value, *plain], depth) if plain else receiver
+        return self._tensor_reshaped(receiver, method, call, depth)
+
+    def _tensor_moved(self, receiver, call: cst.Call):
+        """`x.to(device)` keeps the dtype, `x.to(torch.long)` / `x.to(device, dtype=...)` names it."""
+        dtypes = [
+            self._dtype_bytes(arg.value) for arg in call.args if arg.keyword is None or arg.keyword.value == "dtype"
+        ]
+        named = [d for d in dtypes if d is not None]
+        if named:
+            return receiver[0], named[0]
+        others = [
+            arg.value
+            for arg in call.args
+            if arg.keyword is None
+            and self.kinds.fact(arg.value).kind is not Kind.DEVICE
+            and not isinstance(arg.value, cst.SimpleString)
+        ]
+        return receiver if not others else None
+
+    def _tensor_reduced(self, receiver, call: cst.Call, first: int, depth: int):
+        """`x.sum()`, `x.sum(1)`, `torch.mean(x, dim=(0, 1), keepdim=True)`: the dims given go
+        (or stay as 1 with `keepdim`); with none, all of them."""
+        shape, element = receiver
+        given = kwarg(call, "dim") or kwarg(call, "axis") or positional(call, first)
+        keep = kwarg(call, "keepdim") or positional(call, first + 1)
+        if given is None:
+            return ((), element) if keep is None else None
+        dims = (
+            [e.value for e in given.value.elements] if isinstance(given.value, (cst.Tuple, cst.List)) else [given.value]
+        )
+        picked = {integer_value(d) for d in dims}
+        if None in picked or not all(-len(shape) <= d < len(shape) for d in picked):
+            return None
+        picked = {d % len(shape) for d in picked}
+        keeps = False if keep is None else _literal_bool(keep.value)
+        if keeps is None:
+            return None
+        if keeps:
+            return tuple(1 if i in picked else n for i, n in enumerate(shape)), element
+        return tuple(n for i, n in enumerate(shape) if i not in picked), element
+
+    def _tensor_reshaped(self, receiver, method: str, call: cst.Call, depth: int):
+        """`view`/`reshape` to sizes (one of them -1), `unsqueeze`, `flatten()`, `t()`,
+        `transpose`, `permute`; None for the others."""
+        shape, element = receiver
+        plain = [a.value for a in call.args if a.keyword is None]
+        if method in ("view", "reshape") and plain:
+            sizes = (
+                [e.value for e in plain[0].elements]
+                if len(plain) == 1 and isinstance(plain[0], (cst.Tuple, cst.List))
+                else plain
+            )
+            dims = [integer_value(s) if integer_value(s) == -1 else self.integer(s, depth + 1) for s in sizes]
+            if None in dims or dims.count(-1) > 1:
+                return None
+            if -1 in dims:
+                known = math.prod(d for d in dims if d != -1)
+                dims = [math.prod(shape) // known if d == -1 and known else d for d in dims]
+            return tuple(dims), element
+        if method == "unsqueeze" and len(plain) == 1:
+            at = integer_value(plain[0])
+            if at is None or not -len(shape) - 1 <= at <= len(shape):
+                return None
+            at %= len(shape) + 1
+            return (*shape[:at], 1, *shape[at:]), element
+        if method == "flatten" and not call.args:
+            return (math.prod(shape),), element
+        if method == "t" and not call.args and len(shape) == 2:
+            return _transposed(receiver, 0, 1)
+        if method in ("transpose", "swapaxes", "swapdims") and len(plain) == 2:
+            first, second = integer_value(plain[0]), integer_value(plain[1])
+            if first is None or second is None or not shape:
+                return None
+            return _transposed(receiver, first, second)
+        if method == "permute" and plain:
+            order = (
+                [e.value for e in plain[0].elements]
+                if len(plain) == 1 and isinstance(plain[0], (cst.Tuple, cst.List))
+                else plain
+            )
+            picked = [integer_value(o) for o in order]
+            if None in picked or sorted(p % len(shape) for p in picked) != list(range(len(shape))):
+                return None
+            return tuple(shape[p] for p in picked), element
+        return None
+
+    def _tensor_joined(self, call: cst.Call, stacked: bool, depth: int):
+        """`torch.cat([a, b], dim)` sums the dim, `torch.stack` adds one of their number."""
+        parts = positional(call, 0) or kwarg(call, "tensors")
+        if parts is None or not isinstance(parts.value, (cst.List, cst.Tuple)) or not parts.value.elements:
+            return None
+        if any(isinstance(e, cst.StarredElement) for e in parts.value.elements):
+            return None
+        found = [self._tensor(e.value, depth + 1) for e in parts.value.elements]
+        if any(f is None or not f[1] for f in found) or len({len(shape) for shape, _ in found}) != 1:
+            return None
+        dim_arg = kwarg(call, "dim") or positional(call, 1)
+        at = 0 if dim_arg is None else integer_value(dim_arg.value)
+        rank = len(found[0][0]) + (1 if stacked else 0)
+        if at is None or not -rank <= at < rank:
+            return None
+        at %= rank
+        element = max(e for _, e in found)
+        widest = tuple(max(dims) for dims in zip(*(shape for shape, _ in found)))
+        if stacked:
+            return (*widest[:at], len(found), *widest[at:]), element
+        if at >= len(widest):
+            return None
+        return (*widest[:at], sum(shape[at] for shape, _ in found), *widest[at + 1 :]), element
 
     # -- batches ---------------------------------------------------------------------------
 
@@ -826,9 +1066,15 @@ class Sizes:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def saved(self, obj: cst.BaseExpression) -> tuple[int, bool] | None:
+        """(`saved_bytes`, whether an optimizer's state is among what it counts)."""
+        self._optimizer_counted = False
+        size = self.saved_bytes(obj)
+        return (size, self._optimizer_counted) if size is not None else None
+
     def saved_bytes(self, obj: cst.BaseExpression, depth: int = 0) -> int | None:
         """The bytes `torch.save(obj, ...)` writes, where `obj` is a module's `state_dict()`, a
-        module, an optimizer's `state_dict()` (SGD, Adam, AdamW over modules of known size), or
+        module, an optimizer's `state_dict()` (one of `OPTIMIZER_STATES` over modules of known size), or
         a dict literal of those and of plain numbers and strings."""
         if depth > MAX_DEPTH:
             return None
@@ -848,8 +1094,9 @@ class Sizes:
             owner = obj.func.value
             built = self.values(owner, depth + 1)
             if built and all(
-                isinstance(b, cst.Call) and self.names.startswith(b.func, ("torch.optim.",)) for b in built
+                isinstance(b, cst.Call) and self.names.startswith(b.func, ("torch.optim",)) for b in built
             ):
+                self._optimizer_counted = True
                 return self._optimizer_bytes(owner, depth)
             size = self.module(owner, depth + 1)
             return size.state_bytes if size is not None else None
@@ -899,18 +1146,18 @@ class Sizes:
         return True
 
     def _optimizer_bytes(self, optimizer: cst.BaseExpression, depth: int) -> int | None:
+        """The bytes of an optimizer's `state_dict()`: the tensors of each parameter's shape it
+        keeps (`OPTIMIZER_STATES`: Adam's two moments, SGD's momentum buffer when it has momentum)
+        over the parameters of the modules it trains."""
         values = self.values(optimizer, depth + 1)
         if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
             return None
         build = values[0]
-        names = self.names.of(build.func)
-        if names & {"torch.optim.Adam", "torch.optim.AdamW"}:
-            states = 2
-        elif names & {"torch.optim.SGD"}:
-            momentum = kwarg(build, "momentum")
-            states = 0 if momentum is None or integer_value(momentum.value) == 0 else 1
-        else:
+        spec = next((OPTIMIZER_STATES[n] for n in self.names.of(build.func) if n in OPTIMIZER_STATES), None)
+        if spec is None:
             return None
+        always, optional = spec
+        states = always + sum(self._optimizer_option_on(build, option) for option in optional)
         params = kwarg(build, "params") or positional(build, 0)
         models = self.context.training.parameter_models(params.value) if params is not None else None
         if not models:
@@ -919,6 +1166,15 @@ class Sizes:
         if any(s is None for s in sizes):
             return None
         return states * sum(s.parameters for s in sizes) * FLOAT32_BYTES
+
+    def _optimizer_option_on(self, build: cst.Call, option: str) -> bool:
+        """Whether an optimizer's keyword that adds a state (`momentum`, `amsgrad`) may be on:
+        off only where it is not given or is given as a literal 0 or False (an upper bound)."""
+        given = kwarg(build, option)
+        if given is None:
+            return False
+        value = given.value
+        return not (number_value(value) == 0 or isinstance(value, cst.Name) and value.value == "False")
 
     def step_products(self, loop: cst.CSTNode) -> tuple[tuple[int, int], ...] | None:
         """(k, n) of every float32 matrix product a pass of `loop` makes through the models it
@@ -1015,6 +1271,29 @@ def _is_loss(name: str) -> bool:
 
 def _same_name(expr: cst.BaseExpression, name: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and isinstance(name, cst.Name) and expr.value == name.value
+
+
+def _is_ellipsis(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Ellipsis)
+
+
+def _is_none_or_ellipsis(expr: cst.BaseExpression) -> bool:
+    return _is_ellipsis(expr) or isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def _literal_bool(expr: cst.BaseExpression) -> bool | None:
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "True"
+    return None
+
+
+def _transposed(tensor: tuple[tuple[int, ...], int], first: int, second: int):
+    shape, element = tensor
+    if not (-len(shape) <= first < len(shape) and -len(shape) <= second < len(shape)):
+        return None
+    dims = list(shape)
+    dims[first], dims[second] = dims[second], dims[first]
+    return tuple(dims), element
 
 
 _MISSING = _Missing()

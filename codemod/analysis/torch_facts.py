@@ -878,6 +878,44 @@ DTYPE_BYTES = {
 # Factories whose positional arguments (or one tuple of them) are the shape, float32 by default.
 SHAPED_FACTORIES = frozenset(f"torch.{name}" for name in "randn rand zeros ones empty".split())
 INTEGER_FACTORIES = frozenset({"torch.randint"})  # `randint(low, high, size)`: int64 by default
+# Factories of a tensor of another's shape and dtype (`dtype=` may name another).
+LIKE_FACTORIES = frozenset(f"torch.{name}_like" for name in "zeros ones empty rand randn full".split())
+# How the shape of a tensor computed from others follows from theirs, by the table's categories:
+# elementwise ops (and those along one dim) keep the broadcast shape of their operands, reductions
+# drop (or, with `keepdim`, keep as 1) the dims they are given, casts keep the shape.
+SHAPE_KEEPING_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.ALONG_DIM, in_place=False)
+SHAPE_KEEPING_METHODS = methods(Category.UNARY, Category.BINARY, Category.ALONG_DIM, Category.CAST, in_place=False)
+REDUCTION_FUNCTIONS = functions(Category.REDUCTION)
+REDUCTION_METHODS = methods(Category.REDUCTION)
+# The dtype each casting method gives (`x.long()`); the other casts keep the dtype or name it.
+CAST_METHOD_DTYPES = {
+    "float": "torch.float32",
+    "double": "torch.float64",
+    "half": "torch.float16",
+    "bfloat16": "torch.bfloat16",
+    "long": "torch.int64",
+    "int": "torch.int32",
+    "short": "torch.int16",
+    "bool": "torch.bool",
+    "byte": "torch.uint8",
+    "char": "torch.int8",
+}
+# The state torch.optim's optimizers keep for each parameter as tensors of its shape (torch
+# 2.13): how many they always keep, and the keywords that add one each unless left at their
+# default (`momentum=0`, `amsgrad=False`, `centered=False`). 0-dim counters (`step`) not counted.
+OPTIMIZER_STATES = {
+    "torch.optim.SGD": (0, ("momentum",)),
+    "torch.optim.Adam": (2, ("amsgrad",)),
+    "torch.optim.AdamW": (2, ("amsgrad",)),
+    "torch.optim.Adagrad": (1, ()),
+    "torch.optim.Adadelta": (2, ()),
+    "torch.optim.Adamax": (2, ()),
+    "torch.optim.NAdam": (2, ()),
+    "torch.optim.RAdam": (2, ()),
+    "torch.optim.RMSprop": (1, ("momentum", "centered")),
+    "torch.optim.Rprop": (2, ()),
+    "torch.optim.ASGD": (1, ()),
+}
 
 # The layers of torch.nn whose parameters perfmod counts, as data: the names of the constructor's
 # arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.

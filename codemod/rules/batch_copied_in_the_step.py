@@ -77,6 +77,8 @@ class BatchCopiedInTheStep(Rule):
     ```
 
     Batches perfmod can size (a `TensorDataset` of tensors of known shape,
+    made by factories or computed from such tensors by slicing, indexing,
+    elementwise arithmetic, reductions over given dims, casts and reshapes;
     a torchvision dataset of one image size such as MNIST or CIFAR-10 after
     its transforms, times the batch size) and finds small are reported
     without a fix: a host-to-device copy runs at about 25 GB/s from pinned

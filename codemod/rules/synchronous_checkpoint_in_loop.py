@@ -129,8 +129,11 @@ class SynchronousCheckpointInLoop(Rule):
 
     A checkpoint perfmod can size and finds small is reported without a fix
     too: the `state_dict()` of models built from `torch.nn` layers with known
-    arguments (literals, constants, argparse defaults), optimizer state over
-    them, and plain numbers. A save to local disk writes about 1 GB/s with
+    arguments (literals, constants, argparse defaults), the `state_dict()` of
+    an optimizer over them (the tensors torch's optimizers keep per parameter:
+    none for plain SGD, one with momentum, two for Adam and AdamW, and so on),
+    and plain numbers. When the file is also read back before the background
+    write could be done, that is the reason given. A save to local disk writes about 1 GB/s with
     its sync, so a checkpoint under 20 MB takes under 20 ms; made once per
     epoch or every few steps, that is less than one slow step, and a
     background writer (a thread, a CPU copy of the state, a flush) is not

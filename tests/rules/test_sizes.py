@@ -330,3 +330,205 @@ def test_a_model_class_of_another_module_of_the_project_is_sized_where_it_is_def
     # each Block counts as its widest construction (a size here is an upper bound); the
     # `super(Block, self)` of its own `__init__` hands the class on to nothing
     assert saves(ctx) == [4 * 2 * (32 * 32 + 32)]
+
+
+# -- shapes computed from other tensors (blind test 7, #6) ------------------------------------
+
+SHAPES = """\
+import torch
+import torch.nn.functional as F
+X = torch.randn(256, 12)
+idx = torch.randint(0, 256, (8,))
+device = torch.device("cuda")
+"""
+
+
+@pytest.mark.parametrize(
+    "expr, shape, element",
+    [
+        ("X[:, :3]", (256, 3), 4),
+        ("X[:, :3].sum(1, keepdim=True) + 0.1 * torch.randn(256, 1)", (256, 1), 4),
+        ("X.sum(1, keepdim=True)", (256, 1), 4),
+        ("torch.mean(X, dim=0)", (12,), 4),
+        ("X.sum()", (), 4),
+        ("X[0]", (12,), 4),
+        ("X[10:20, -4:]", (10, 4), 4),
+        ("X[..., None]", (256, 12, 1), 4),
+        ("(X > 0).long()", (256, 12), 8),
+        ("X.to(device)", (256, 12), 4),
+        ("X.to(device, dtype=torch.float16)", (256, 12), 2),
+        ("torch.zeros_like(X, dtype=torch.long)", (256, 12), 8),
+        ("F.softmax(X, dim=1) * 2", (256, 12), 4),
+        ("torch.cat([X, X[:, :4]], 1)", (256, 16), 4),
+        ("torch.stack([X, X])", (2, 256, 12), 4),
+        ("X.view(-1, 3)", (1024, 3), 4),
+        ("X.unsqueeze(1)", (256, 1, 12), 4),
+        ("X.T", (12, 256), 4),
+        ("X.permute(1, 0).flatten()", (3072,), 4),
+    ],
+)
+def test_the_shape_of_a_tensor_computed_from_tensors_of_known_shape(expr, shape, element):
+    ctx = context(SHAPES + f"Y = {expr}\n")
+    value = ctx.module.body[-1].body[0].value
+    assert sizes_of(ctx).tensor(value) == (shape, element)
+
+
+@pytest.mark.parametrize("expr", ["X[idx]", "X[X > 0]", "X.sum(1, keepdim=flag)", "X @ X.T", "X.sum(dim)", "X.cumsum"])
+def test_a_shape_that_depends_on_values_or_unknown_arguments_is_unknown(expr):
+    ctx = context(SHAPES + f"Y = {expr}\n")
+    assert sizes_of(ctx).tensor(ctx.module.body[-1].body[0].value) is None
+
+
+TINY = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+X = torch.randn(256, 12)
+Y = TARGET
+dl = DataLoader(TensorDataset(X, Y), batch_size=16)
+net = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
+opt = torch.optim.SGD(net.parameters(), lr=0.05)
+for epoch in range(2):
+    for xb, yb in dl:
+        xb = xb.to(device)
+        yb = yb.to(device)
+        loss = nn.functional.mse_loss(net(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+"""
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["torch.randn(256, 1)", "X[:, :3].sum(1, keepdim=True) + 0.1 * torch.randn(256, 1)", "X.sum(1, keepdim=True)"],
+)
+def test_tiny_batches_with_a_derived_target_are_held_back(target):
+    result = findings(TINY.replace("TARGET", target), "PM102", "PM103")
+    assert sorted((f.code, f.fixable) for f in result.findings) == [("PM102", False), ("PM103", False)]
+    assert all("832 bytes" in f.message for f in result.findings)  # 16 x (12 + 1) floats
+
+
+# -- optimizer state in a checkpoint ----------------------------------------------------------
+
+CKPT = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = OPTIMIZER
+X = torch.randn(128, 20)
+Y = torch.randint(0, 4, (128,))
+for epoch in range(3):
+    for step in range(4):
+        xb, yb = X[step * 32:(step + 1) * 32], Y[step * 32:(step + 1) * 32]
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, f"epoch{epoch}.pt")
+"""
+MLP = 20 * 64 + 64 + 64 * 4 + 4  # 1604 parameters
+
+
+@pytest.mark.parametrize(
+    "optimizer, states",
+    [
+        ("torch.optim.SGD(model.parameters(), lr=0.1)", 0),
+        ("torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)", 1),
+        ("torch.optim.Adam(model.parameters(), lr=0.1)", 2),
+        ("torch.optim.AdamW(model.parameters(), amsgrad=True)", 3),
+        ("torch.optim.RMSprop(model.parameters(), momentum=0.9, centered=True)", 3),
+        ("torch.optim.Adagrad(model.parameters())", 1),
+    ],
+)
+def test_an_optimizers_state_over_a_sized_model_is_sized(optimizer, states):
+    ctx = context(CKPT.replace("OPTIMIZER", optimizer))
+    assert saves(ctx) == [4 * MLP * (1 + states)]
+
+
+def test_an_optimizer_whose_state_perfmod_does_not_know_leaves_the_checkpoint_unsized():
+    assert saves(context(CKPT.replace("OPTIMIZER", "torch.optim.LBFGS(model.parameters())"))) == [None]
+
+
+def test_a_small_per_epoch_checkpoint_with_optimizer_state_is_reported():
+    (finding,) = findings(CKPT.replace("OPTIMIZER", "torch.optim.Adam(model.parameters())"), "PM405").findings
+    assert not finding.fixable and "19 KB" in finding.message and "the state their optimizer keeps" in finding.message
+
+
+def test_the_optimizer_state_table_is_torchs():
+    torch = pytest.importorskip("torch")
+    from codemod.analysis.torch_facts import OPTIMIZER_STATES
+
+    for name, (always, options) in OPTIMIZER_STATES.items():
+        for on in ((), *((option,) for option in options)):
+            model = torch.nn.Linear(3, 2)
+            flags = {option: (0.9 if option == "momentum" else True) for option in on}
+            optimizer = getattr(torch.optim, name.rsplit(".", 1)[1])(model.parameters(), lr=0.01, **flags)
+            model(torch.randn(4, 3)).sum().backward()
+            optimizer.step()
+            state = optimizer.state[model.weight]
+            shaped = [v for v in state.values() if isinstance(v, torch.Tensor) and v.shape == model.weight.shape]
+            assert len(shaped) == always + len(on), (name, on)
+
+
+def test_a_small_checkpoint_read_right_back_gives_the_read_as_its_reason():
+    code = CKPT.replace("OPTIMIZER", "torch.optim.SGD(model.parameters(), lr=0.1)").replace(
+        '    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, f"epoch{epoch}.pt")\n',
+        '    path = f"epoch{epoch}.pt"\n    torch.save(model.state_dict(), path)\n    snap = torch.load(path)\n',
+    )
+    (finding,) = findings(code, "PM405").findings
+    assert not finding.fixable and "the file is used at line 18" in finding.message
+
+
+def test_a_whole_model_of_a_class_from_another_module_is_not_saved_in_the_background(tmp_path):
+    # pytorch/examples super_resolution, cut down: `torch.save(model, path)` in a helper
+    # the epoch loop calls, the model's class imported from the project's model.py
+    (tmp_path / "model.py").write_text(
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self, factor):\n"
+        "        super().__init__()\n        self.conv = nn.Conv2d(1, factor**2, 3, 1, 1)\n"
+    )
+    train = tmp_path / "main.py"
+    train.write_text(
+        "import torch\nimport torch.nn.functional as F\nfrom model import Net\n\n"
+        'device = torch.device("cuda")\nmodel = Net(3).to(device)\n'
+        "optimizer = torch.optim.Adam(model.parameters())\n\n\n"
+        "def train(epoch):\n    for _ in range(10):\n        x = torch.randn(4, 1, 8, 8, device=device)\n"
+        "        loss = F.mse_loss(model(x), x.repeat(1, 9, 1, 1))\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n\n\n"
+        'def checkpoint(epoch):\n    torch.save(model, f"model_epoch_{epoch}.pth")\n\n\n'
+        "for epoch in range(3):\n    train(epoch)\n    checkpoint(epoch)\n"
+    )
+    result = process_source(train.read_bytes(), str(train), Settings(select=("PM405",), level=Level.UNSAFE))
+    (finding,) = result.findings
+    assert not finding.fixable and "`model` is a whole module" in finding.message
+
+
+def test_what_the_torchrun_fix_writes_is_sized_as_what_it_replaced():
+    ctx = context(
+        "import torch.nn as nn\nfrom runtime import distributed\n"
+        "net = nn.Linear(8, 8)\nshare = distributed.local_batch_size(64)\n"
+        "inner = distributed.unwrap(net)\n"
+    )
+    sizes = sizes_of(ctx)
+    share, inner = (ctx.module.body[i].body[0].value for i in (3, 4))
+    assert sizes.integer(share) == 64  # a process's share of 64: at most 64
+    assert sizes.module(inner).parameters == 8 * 8 + 8
+
+
+def test_the_tiny_helper_checkpoint_of_the_wild_step_tests_is_reported():
+    code = (
+        "import os\nimport torch\nimport torch.nn as nn\n"
+        "model = nn.Linear(4, 2)\nopt = torch.optim.Adam(model.parameters(), lr=0.1)\n"
+        "def save_checkpoint(model, optimizer, epoch, path):\n"
+        '    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)\n'
+        "for epoch in range(3):\n    for x in [torch.randn(8, 4)]:\n        loss = model(x).pow(2).mean()\n"
+        "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+        '    save_checkpoint(model, opt, epoch, f"epoch_{epoch}.pt")\n'
+    )
+    (finding,) = findings(code, "PM405").findings
+    assert not finding.fixable and "120 bytes" in finding.message  # (4 x 2 + 2) x (1 + 2) floats

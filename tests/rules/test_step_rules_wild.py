@@ -531,7 +531,10 @@ def save_checkpoint(model, optimizer, epoch, path):
 
 
 def test_pm405_a_helper_the_training_loop_calls_saves_in_the_background(tmp_path, monkeypatch):
-    source, new, findings = apply(SAVE_HEAD + HELPER + TRAIN_AND_SAVE, "PM405")
+    # a width the code does not show: Linear(4, 2) and Adam's moments (120 bytes), saved once
+    # an epoch, are sized and only reported
+    head = SAVE_HEAD.replace("nn.Linear(4, 2)", 'nn.Linear(int(os.environ.get("WIDTH", "4")), 2)')
+    source, new, findings = apply(head + HELPER + TRAIN_AND_SAVE, "PM405")
     assert only(findings, "PM405").applied
     assert "checkpointer.save(\n        {" in new and new.rstrip().endswith("checkpointer.flush()")
     files = {}
