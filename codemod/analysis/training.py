@@ -1921,11 +1921,17 @@ class Training:
         return [source for _, source in self._binding_sites(name)]
 
     def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        """The binding sources of `name`, a parameter of a function of this file
-        followed to what every call of that function passes (or its default); None
+        """The sources of the bindings whose value `name` may read (`Kinds.sources`: those
+        that reach it, through `x += y`, whose source is `y`; the element a tuple target
+        unpacks, `Kinds.element`, else the whole value), a parameter of a function of this
+        file followed to what every call of that function passes (or its default); None
         entries where that cannot be told."""
         found: list[cst.BaseExpression | None] = []
-        for site, source in self._binding_sites(name):
+        for binding in self.kinds.sources(name):
+            site, source = binding.node, self._source_of(binding.node)
+            unpacked = self.context.bindings.unpacked(binding)
+            element = self.kinds.element(*unpacked) if unpacked is not None else None
+            source = element if element is not None else source  # `a, b = x, y`: `x` for `a`
             if source is None and isinstance(site, cst.Param):
                 found.extend(self._arguments_for(site))
             else:
