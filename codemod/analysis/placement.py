@@ -348,7 +348,9 @@ class Placement:
             passed = self._passed(expr) if isinstance(expr, cst.Name) else None
             if passed is not None:
                 return self._from_callers(expr, passed, depth, seen)
-            sources = self._reaching_values(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
+            sources = (
+                self.training.value_sources(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
+            )
             if not sources or any(source is None for source in sources):
                 return None
             return self._join([self._tensor(source, depth + 1, seen) for source in sources])
@@ -392,15 +394,6 @@ class Placement:
                 lines = " and ".join(str(line(call)) for call, _ in passed[:2])
                 self._why = f"the calls on lines {lines} pass `{name.value}` on different devices"
         return joined
-
-    def _reaching_values(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        """What `name` may hold where it is read: the assignments that reach it
-        (`w = torch.randn(n); w = w.to(device)` reads the second), else every binding."""
-        reaching = self.context.kinds.reaching(name)
-        values = [self.context.bindings.assigned_value(a) for a in reaching]
-        if reaching and all(v is not None for v in values):
-            return values
-        return self.training.value_sources(name)
 
     def _made_by(self, call: cst.Call, depth: int, seen: set) -> Model | str | tuple | None:
         training = self.training

@@ -1918,7 +1918,19 @@ class Training:
         return list(self._sites_of_bindings[key][1])
 
     def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        return [source for _, source in self._binding_sites(name)]
+        return [source for _, source in self._reaching_sources(name)]
+
+    def _reaching_sources(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
+        """(binding node, source) of each binding whose value `name` may read
+        (`Kinds.sources`): the source a binding takes its value from (`_source_of`), for a
+        tuple target the element it unpacks where that can be told (`Kinds.element`)."""
+        found = []
+        for binding in self.kinds.sources(name):
+            source = self._source_of(binding.node)
+            unpacked = self.context.bindings.unpacked(binding)
+            element = self.kinds.element(*unpacked) if unpacked is not None else None
+            found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
+        return found
 
     def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
         """The sources of the bindings whose value `name` may read (`Kinds.sources`: those
@@ -1927,11 +1939,7 @@ class Training:
         file followed to what every call of that function passes (or its default); None
         entries where that cannot be told."""
         found: list[cst.BaseExpression | None] = []
-        for binding in self.kinds.sources(name):
-            site, source = binding.node, self._source_of(binding.node)
-            unpacked = self.context.bindings.unpacked(binding)
-            element = self.kinds.element(*unpacked) if unpacked is not None else None
-            source = element if element is not None else source  # `a, b = x, y`: `x` for `a`
+        for site, source in self._reaching_sources(name):
             if source is None and isinstance(site, cst.Param):
                 found.extend(self._arguments_for(site))
             else:
