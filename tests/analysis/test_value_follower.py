@@ -11,7 +11,10 @@ import libcst as cst
 
 from codemod.analysis.kinds import Kind, Memory, Place
 from codemod.analysis.values import BOOL, FLOAT, INT64, values
+from codemod.config import Settings
 from codemod.context import FileContext
+from codemod.engine import process_source
+from codemod.result import Level
 
 
 def context(code: str) -> FileContext:
@@ -259,3 +262,41 @@ def test_a_value_whose_backward_runs_is_floating_point_whatever_built_it():
     loss, elsewhere = printed
     assert values(ctx).dtype(loss) == FLOAT
     assert values(ctx).dtype(elsewhere) is None  # another function's `loss`: a name, not the value
+
+
+def test_a_name_rebound_to_a_wrap_of_itself_reads_the_binding_before_it():
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        net = torch.nn.Linear(4, 1)
+        net = torch.compile(net)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        """
+    )
+    ctx = context(code)
+    wrapped, built = [n for n in ctx.index.find(cst.Name) if n.value == "net" and ctx.line(n) in (4, 5)][1:]
+    assert [ctx.source(v) for v in ctx.training.value_sources(built)] == ["torch.compile(net)"]
+    assert [ctx.source(v) for v in ctx.training.value_sources(wrapped)] == ["torch.nn.Linear(4, 1)"]
+    # so the optimizer's parameters are known to stay on the CPU (PM402 fuses its steps there)
+    result = process_source(code.encode(), "<test>", Settings(select=("PM402",), level=Level.NUMERIC))
+    assert ["stay on the CPU" in f.message for f in result.findings] == [True]
+
+
+def test_a_set_up_call_hands_each_name_of_its_tuple_target_what_it_was_given():
+    ctx = context(
+        """\
+        import torch
+        from accelerate import Accelerator
+
+        accelerator = Accelerator()
+        model = torch.nn.Linear(8, 1)
+        optimizer = torch.optim.AdamW(model.parameters())
+        model, optimizer = accelerator.prepare(model, optimizer)
+        print(model)
+        """
+    )
+    model = last_read(ctx, "model")
+    [given] = ctx.training.value_sources(model)
+    assert (ctx.source(given), ctx.line(given)) == ("model", 7)
+    assert [ctx.source(v) for v in ctx.training.value_sources(given)] == ["torch.nn.Linear(8, 1)"]
