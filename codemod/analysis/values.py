@@ -7,6 +7,8 @@ it as tells which Python number `.item()` gives.
 
     values(context).dtype(expr)      FLOAT, INT64 or BOOL; None when unknown or not a tensor
     values(context).is_tensor(expr)  whether `expr` is a tensor, of any dtype
+    values(context).named_dtype(expr)  FLOAT or COMPLEX for an expression that names a
+                                     dtype (`torch.bfloat16`, a name bound to one)
 
 What it reads:
 
@@ -38,7 +40,9 @@ from codemod.analysis.names import method_name, positional
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
     BOOL_RESULT_METHODS,
+    COMPLEX_DTYPES,
     DTYPE_KEEPING_METHODS,
+    FLOAT_DTYPES,
     FLOAT_RESULT_METHODS,
     GRAD_NORMS,
     INT64_RESULT_METHODS,
@@ -55,6 +59,7 @@ KEY = "values"
 
 # The dtypes `dtype` tells apart: enough to know which Python number `.item()` gives.
 FLOAT, INT64, BOOL = "float", "int64", "bool"
+COMPLEX = "complex"  # of a dtype named (`named_dtype`): fused optimizer kernels take floating point only
 
 # Tensor methods whose result is a tensor (a view, a conversion, a reduction, ...).
 TENSOR_RESULT_METHODS = (
@@ -94,6 +99,22 @@ class Values:
         """Is `expr` a tensor: one of known dtype, one Kinds says is a tensor, a tensor
         method's or torch function's result, a model's output?"""
         return self.dtype(expr) is not None or self._tensor_shape(expr)
+
+    def named_dtype(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """FLOAT for an expression that names a floating-point dtype (`torch.float32`,
+        `torch.bfloat16`), COMPLEX for a complex one, through the values a name is bound to
+        (`Training.value_sources`); None when it cannot be told."""
+        qualified = self.names.of(expr)
+        if qualified & FLOAT_DTYPES:
+            return FLOAT
+        if qualified & COMPLEX_DTYPES:
+            return COMPLEX
+        if isinstance(expr, cst.Name) and depth < 3:
+            sources = self.context.training.value_sources(expr)
+            named = {self.named_dtype(s, depth + 1) if s is not None else None for s in sources}
+            if sources and len(named) == 1:
+                return named.pop()
+        return None
 
     # -- dtypes ------------------------------------------------------------------------------
 

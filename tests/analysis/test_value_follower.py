@@ -10,7 +10,7 @@ import textwrap
 import libcst as cst
 
 from codemod.analysis.kinds import Kind, Memory, Place
-from codemod.analysis.values import BOOL, FLOAT, INT64, values
+from codemod.analysis.values import BOOL, COMPLEX, FLOAT, INT64, values
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
@@ -300,3 +300,22 @@ def test_a_set_up_call_hands_each_name_of_its_tuple_target_what_it_was_given():
     [given] = ctx.training.value_sources(model)
     assert (ctx.source(given), ctx.line(given)) == ("model", 7)
     assert [ctx.source(v) for v in ctx.training.value_sources(given)] == ["torch.nn.Linear(8, 1)"]
+
+
+def test_the_dtype_an_expression_names_is_read_through_the_names_bound_to_it():
+    ctx = context(
+        """\
+        import torch
+
+        half, wide = torch.bfloat16, torch.complex64
+        dtype = half if torch.cuda.is_available() else torch.float32
+        print(dtype, wide, torch.int64)
+        """
+    )
+    call = next(c for c in ctx.index.find(cst.Call) if ctx.source(c.func) == "print")
+    dtype, wide, integer = (a.value for a in call.args)
+    assert values(ctx).named_dtype(dtype) is None  # an `if` expression: not followed
+    assert values(ctx).named_dtype(wide) == COMPLEX
+    assert values(ctx).named_dtype(integer) is None
+    [first] = [n for n in ctx.index.find(cst.Name) if n.value == "half" and ctx.line(n) == 4]
+    assert values(ctx).named_dtype(first) == FLOAT
