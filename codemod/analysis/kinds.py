@@ -1,6 +1,7 @@
 """What a name or expression holds: tensor, batch, module, optimizer, loader,
 dataset or device, and for tensors and devices whether they live on the host or
-on CUDA. Unknown stays unknown: rules fix only what this analysis can tell.
+on CUDA. Unknown stays unknown: rules fix only what this analysis can tell. (The
+dtype of a tensor is asked of analysis/values.py, which reads names through `sources`.)
 
 Values are followed through the file's own code: a call of a function or method
 of this file holds what its returns hold; a parameter holds what every call of
