@@ -447,8 +447,9 @@ class StepReads:
     def is_number(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` certainly a Python number? Number literals, arithmetic on numbers,
         `len(...)`, `int(...)`, `float(...)`, `.item()`, `t.size(0)`, `t.shape[0]`, `t.numel()`,
-        loop indices from `range` / `enumerate`, and names of this file bound only to such
-        values (counters `n += 1` too, parameters whose default and arguments are numbers)."""
+        loop indices from `range` / `enumerate`, and names whose every binding they may read
+        (`Kinds.sources`) gives one (counters `n += 1` too, parameters whose default and
+        arguments are numbers)."""
         key = ("number", id(expr))
         if key not in self._dtypes:
             self._dtypes[key] = True  # `n = n + 1`: a number if every other binding is one
@@ -473,8 +474,7 @@ class StepReads:
             return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
         if not isinstance(expr, cst.Name):
             return False
-        scope = self.a.scopes.get(expr)
-        found = list(scope[expr.value]) if scope is not None else []
+        found = self.a.kinds.sources(expr)  # the bindings it may read, through `n += 1`
         if not found or not all(type(b) is Assignment for b in found):
             return False
         for binding in found:
@@ -499,7 +499,8 @@ class StepReads:
 
     def is_nonzero_number(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a Python number that cannot be zero: a non-zero literal, or a name
-        (a parameter too) only ever bound to non-zero number literals?"""
+        (a parameter too) whose every binding it may read (`Kinds.sources`) gives a
+        non-zero number literal?"""
         values = self._literal_values(expr, set())
         return values is not None and all(v.evaluated_value != 0 for v in values)
 
@@ -509,8 +510,7 @@ class StepReads:
         if not isinstance(expr, cst.Name) or id(expr) in seen:
             return None
         seen.add(id(expr))
-        scope = self.a.scopes.get(expr)
-        found = list(scope[expr.value]) if scope is not None else []
+        found = self.a.kinds.sources(expr)
         if not found or not all(type(b) is Assignment for b in found):
             return None
         values = []

@@ -9,6 +9,7 @@ import textwrap
 
 import libcst as cst
 
+from codemod.analysis.host_reads import host_reads
 from codemod.analysis.kinds import Kind, Memory, Place
 from codemod.analysis.values import BOOL, COMPLEX, FLOAT, INT64, values
 from codemod.config import Settings
@@ -319,3 +320,29 @@ def test_the_dtype_an_expression_names_is_read_through_the_names_bound_to_it():
     assert values(ctx).named_dtype(integer) is None
     [first] = [n for n in ctx.index.find(cst.Name) if n.value == "half" and ctx.line(n) == 4]
     assert values(ctx).named_dtype(first) == FLOAT
+
+
+def test_a_counter_is_a_number_where_only_numbers_reach_it():
+    ctx = context(
+        """\
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = "none yet"
+        print(seen)
+        seen, scale = 0, 4
+        for step in range(3):
+            loss = model(torch.randn(2, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            seen += 1
+        print(seen, scale)
+        """
+    )
+    scan = host_reads(ctx).loop(ctx.loops.step_loops[0])
+    seen, scale = last_read(ctx, "seen"), last_read(ctx, "scale")
+    first = next(n for n in ctx.index.find(cst.Name) if n.value == "seen" and ctx.line(n) == 6)
+    assert scan.is_number(seen) and not scan.is_number(first)  # the string does not reach the last read
+    assert scan.is_nonzero_number(scale) and not scan.is_nonzero_number(seen)
