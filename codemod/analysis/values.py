@@ -179,13 +179,13 @@ class Values:
         return dtype, dtype is not None or self.is_tensor(expr)
 
     def _computes_loss(self, call: cst.Call) -> bool:
-        """`F.cross_entropy(...)`, or `criterion(...)` of a name bound only to a
-        `torch.nn.*Loss()` instance."""
+        """`F.cross_entropy(...)`, or `criterion(...)` of a name whose every binding it may
+        read (`Kinds.sources`) is a `torch.nn.*Loss()` instance."""
         if self.names.of(call) & ALL_LOSS_FUNCTIONS:
             return True
         if not isinstance(call.func, cst.Name):
             return False
-        found = self.context.bindings.assignments(call.func)
+        found = self.kinds.sources(call.func)
         if not found:
             return False
         built = [self.context.bindings.assigned_value(a) for a in found]
