@@ -52,16 +52,14 @@ from libcst.metadata import Assignment, ClassScope, ComprehensionScope
 from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
-from codemod.analysis.names import method_name, names_read, positional, subscript_parts
+from codemod.analysis.names import method_name, names_read, subscript_parts
 from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import reads_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
-    ALL_LOSS_FUNCTIONS,
     BOOL_RESULT_METHODS,
     DTYPE_KEEPING_METHODS,
     FLOAT_RESULT_METHODS,
-    GRAD_NORMS,
     HOST_READ_BUILTINS,
     INT64_RESULT_METHODS,
     NON_MUTATING_CALLS,
@@ -70,6 +68,7 @@ from codemod.analysis.torch_facts import (
     SHARING_METHODS,
     SYNC_METHODS,
 )
+from codemod.analysis.values import FLOAT, INT64, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -80,9 +79,6 @@ KEY = "host_reads"
 def host_reads(context: FileContext) -> HostReads:
     return context.shared(KEY, HostReads)
 
-
-# The dtypes `dtype` tells apart: enough to know which Python number `.item()` gives.
-FLOAT, INT64, BOOL = "float", "int64", "bool"
 
 # Methods that compute without side effects: a statement built of them may move.
 PURE_METHODS = (
@@ -349,22 +345,6 @@ class _FileAnalysis:
 
     # -- values ----------------------------------------------------------------------------
 
-    def loss_module(self, func: cst.BaseExpression) -> bool:
-        """Is `func` a name bound to a `torch.nn.*Loss()` instance?"""
-        if not isinstance(func, cst.Name):
-            return False
-        found = self.bindings(func)
-        if not found:
-            return False
-        values = [self.assigned_value(a.node) for a in found]
-        return all(
-            isinstance(v, cst.Call) and any(n.startswith("torch.nn.") and n.endswith("Loss") for n in self.names.of(v))
-            for v in values
-        )
-
-    def loss_function(self, call: cst.Call) -> bool:
-        return bool(self.names.of(call) & ALL_LOSS_FUNCTIONS)
-
 
 class StepReads:
     """The syncs of one step loop and what can be done about each."""
@@ -374,7 +354,7 @@ class StepReads:
         self.kept = kept
         self.loop = loop
         self.calls = calls
-        self.backward_roots = self._backward_roots()
+        self.values = values(analysis.context)
         self._dtypes: dict[int, str | None] = {}
         self._fresh: dict[int, bool] = {}
         # Accumulator -> why it stays (None once planned): all its syncs get one answer.
@@ -384,26 +364,6 @@ class StepReads:
         self.suppressed = {id(sync) for sync in self.reads() if kept(analysis.statement_line(sync))}
 
     # -- finding syncs ----------------------------------------------------------------
-
-    def _backward_roots(self) -> set[str]:
-        """Names whose `.backward()` runs in the loop: floating-point tensors (autograd
-        only differentiates floating point), whatever built them."""
-        roots = set()
-        for call in self.calls:
-            if method_name(call) != "backward":
-                continue
-            # `loss.backward()`, or the loss handed over: `accelerator.backward(loss)`,
-            # `torch.autograd.backward(loss)`, `loss.backward(gradient)` (a gradient has
-            # the dtype of its loss).
-            first = positional(call, 0)
-            target = first.value if first is not None else call.func.value
-            if isinstance(target, cst.Call) and method_name(target) == "scale" and target.args:
-                target = target.args[0].value  # scaler.scale(loss).backward()
-            if isinstance(target, cst.BinaryOperation):
-                target = target.left  # (loss / accumulation_steps).backward()
-            if isinstance(target, cst.Name):
-                roots.add(target.value)
-        return roots
 
     def read_kind(self, call: cst.Call) -> str | None:
         """ "item", "tolist", "cpu", "float" or "int" when `call` copies a device value to the host."""
@@ -478,127 +438,18 @@ class StepReads:
     # -- what values are ------------------------------------------------------------------
 
     def is_tensor(self, expr: cst.BaseExpression) -> bool:
-        return self.dtype(expr) is not None or self._tensor_shape(expr)
-
-    def _tensor_shape(self, expr: cst.BaseExpression) -> bool:
-        key = ("tensor", id(expr))
-        if key not in self._dtypes:
-            self._dtypes[key] = False  # cycles stay unknown
-            self._dtypes[key] = self._compute_tensor_shape(expr)
-        return self._dtypes[key]
-
-    def _compute_tensor_shape(self, expr: cst.BaseExpression) -> bool:
-        if self.a.kinds.fact(expr).kind is Kind.TENSOR:
-            return True
-        if (
-            isinstance(expr, cst.Call)
-            and method_name(expr) in PURE_METHODS - {"item", "tolist", "size", "dim", "numel"}
-            and isinstance(expr.func, cst.Attribute)
-            and self.is_tensor(expr.func.value)
-        ):
-            return True
-        if isinstance(expr, cst.Call) and self.a.names.of(expr) & TENSOR_FUNCTIONS:
-            return True  # `torch.sigmoid(x)`, `torch.stack(...)`
-        if isinstance(expr, cst.Attribute) and expr.attr.value in ("data", "grad"):
-            return self.is_tensor(expr.value)
-        if isinstance(expr, cst.BinaryOperation):  # a tensor combined with anything gives a tensor
-            return self.is_tensor(expr.left) or self.is_tensor(expr.right)
-        if isinstance(expr, cst.UnaryOperation):
-            return self.is_tensor(expr.expression)
-        if isinstance(expr, cst.Name):
-            values = self._values(expr)
-            return bool(values) and all(v is not None and self.is_tensor(v) for v in values)
-        if isinstance(expr, cst.Call):
-            returned = self.a.context.loops.returned(expr)
-            if returned is not None:
-                return bool(returned) and all(self.is_tensor(v) for v in returned)
-            return self.a.context.training.is_model(expr.func)  # `model(x)`: a model's output
-        return False
-
-    def _values(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        """What the bindings of `name` assign, through `a, b = 0.0, 0` and `a, b = f(...)`
-        of a function of this file."""
-        values: list[cst.BaseExpression | None] = []
-        for binding in self.a.bindings(name) or ():
-            value = self.a.assigned_value(binding.node)
-            unpacked = self.a.unpacked_call(binding.node) if value is None else None
-            returned = self.a.context.loops.returned(*unpacked) if unpacked is not None else None
-            values.extend(returned if returned is not None else [value])
-        return values
+        return self.values.is_tensor(expr)
 
     def dtype(self, expr: cst.BaseExpression) -> str | None:
         """FLOAT, INT64 or BOOL for a tensor of that dtype; None when unknown or not a tensor."""
-        key = id(expr)
-        if key not in self._dtypes:
-            self._dtypes[key] = None  # cycles (`x = x.detach()`) stay unknown
-            self._dtypes[key] = self._compute_dtype(expr)
-        return self._dtypes[key]
-
-    def _compute_dtype(self, expr: cst.BaseExpression) -> str | None:
-        if isinstance(expr, cst.Name):
-            if expr.value in self.backward_roots:
-                return FLOAT
-            kinds = {self.dtype(v) if v is not None else None for v in self._values(expr)}
-            return kinds.pop() if len(kinds) == 1 else None
-        if isinstance(expr, cst.Attribute):
-            return self.dtype(expr.value) if expr.attr.value == "data" else None
-        if isinstance(expr, cst.Comparison):
-            operands = [expr.left, *(c.comparator for c in expr.comparisons)]
-            return BOOL if any(self.is_tensor(o) for o in operands) else None
-        if isinstance(expr, cst.BinaryOperation):
-            (left, left_place), (right, right_place) = self._operand_dtype(expr.left), self._operand_dtype(expr.right)
-            if TENSOR_OPERAND not in (left_place, right_place):
-                return None
-            if isinstance(expr.operator, cst.Divide) or FLOAT in (left, right):
-                return FLOAT  # true division of integers gives floating point too
-            if (
-                isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply))
-                and INT64 in (left, right)
-                and {left, right} <= {INT64, BOOL}
-            ):
-                return INT64
-            return None
-        if not isinstance(expr, cst.Call):
-            return None
-        if self.a.loss_function(expr) or self.a.loss_module(expr.func) or self.a.names.of(expr) & GRAD_NORMS:
-            return FLOAT  # `F.cross_entropy(...)` (an attribute of a module, not a method), `criterion(...)`, a norm
-        returned = self.a.context.loops.returned(expr)
-        if returned is not None:  # a function of this file: what it returns
-            kinds = {self.dtype(value) for value in returned}
-            return kinds.pop() if len(kinds) == 1 else None
-        method = method_name(expr)
-        if method is None:
-            return None
-        receiver = expr.func.value
-        if not self.is_tensor(receiver):
-            return None
-        if method in FLOAT_RESULT_METHODS:
-            return FLOAT
-        if method in INT64_RESULT_METHODS:
-            return INT64
-        if method in BOOL_RESULT_METHODS:
-            return BOOL
-        if method == "sum" and all(arg.keyword is None or arg.keyword.value in ("dim", "keepdim") for arg in expr.args):
-            inner = self.dtype(receiver)
-            return INT64 if inner in (INT64, BOOL) else inner
-        if method in DTYPE_KEEPING_METHODS and not expr.args:
-            return self.dtype(receiver)
-        return None
-
-    def _operand_dtype(self, expr: cst.BaseExpression) -> tuple[str | None, str]:
-        """(dtype, TENSOR_OPERAND or PYTHON_OPERAND) of an arithmetic operand."""
-        if isinstance(expr, cst.Float):
-            return FLOAT, PYTHON_OPERAND
-        if isinstance(expr, cst.Integer):
-            return INT64, PYTHON_OPERAND
-        dtype = self.dtype(expr)
-        return dtype, TENSOR_OPERAND if dtype is not None or self.is_tensor(expr) else PYTHON_OPERAND
+        return self.values.dtype(expr)
 
     def is_number(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` certainly a Python number? Number literals, arithmetic on numbers,
         `len(...)`, `int(...)`, `float(...)`, `.item()`, `t.size(0)`, `t.shape[0]`, `t.numel()`,
-        loop indices from `range` / `enumerate`, and names of this file bound only to such
-        values (counters `n += 1` too, parameters whose default and arguments are numbers)."""
+        loop indices from `range` / `enumerate`, and names whose every binding they may read
+        (`Kinds.sources`) gives one (counters `n += 1` too, parameters whose default and
+        arguments are numbers)."""
         key = ("number", id(expr))
         if key not in self._dtypes:
             self._dtypes[key] = True  # `n = n + 1`: a number if every other binding is one
@@ -623,8 +474,7 @@ class StepReads:
             return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
         if not isinstance(expr, cst.Name):
             return False
-        scope = self.a.scopes.get(expr)
-        found = list(scope[expr.value]) if scope is not None else []
+        found = self.a.kinds.sources(expr)  # the bindings it may read, through `n += 1`
         if not found or not all(type(b) is Assignment for b in found):
             return False
         for binding in found:
@@ -649,7 +499,8 @@ class StepReads:
 
     def is_nonzero_number(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a Python number that cannot be zero: a non-zero literal, or a name
-        (a parameter too) only ever bound to non-zero number literals?"""
+        (a parameter too) whose every binding it may read (`Kinds.sources`) gives a
+        non-zero number literal?"""
         values = self._literal_values(expr, set())
         return values is not None and all(v.evaluated_value != 0 for v in values)
 
@@ -659,8 +510,7 @@ class StepReads:
         if not isinstance(expr, cst.Name) or id(expr) in seen:
             return None
         seen.add(id(expr))
-        scope = self.a.scopes.get(expr)
-        found = list(scope[expr.value]) if scope is not None else []
+        found = self.a.kinds.sources(expr)
         if not found or not all(type(b) is Assignment for b in found):
             return None
         values = []
@@ -1619,9 +1469,6 @@ class StepReads:
             if not any(between[0] < self.a.start(node) < between[1] for node, _ in literals):
                 return True
         return False
-
-
-TENSOR_OPERAND, PYTHON_OPERAND = "tensor", "python"
 
 
 def _key(holder: tuple) -> tuple:

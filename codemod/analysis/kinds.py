@@ -1,6 +1,7 @@
 """What a name or expression holds: tensor, batch, module, optimizer, loader,
 dataset or device, and for tensors and devices whether they live on the host or
-on CUDA. Unknown stays unknown: rules fix only what this analysis can tell.
+on CUDA. Unknown stays unknown: rules fix only what this analysis can tell. (The
+dtype of a tensor is asked of analysis/values.py, which reads names through `sources`.)
 
 Values are followed through the file's own code: a call of a function or method
 of this file holds what its returns hold; a parameter holds what every call of
@@ -14,7 +15,10 @@ bindings that come before a use, the latest one that dominates the use (it sits
 in a block enclosing the use) hides the ones before it; it and the ones after it
 are joined. Bindings later
 in an enclosing loop reach the use too (they are carried to the next iteration),
-unless the loop re-binds the name before the use (its own target, say).
+unless the loop re-binds the name before the use (its own target, say). An
+augmented assignment (`x += y`) updates the value it reads: `sources`, the one
+follower from a read to the bindings whose value it may hold, goes through it to
+the bindings it updates, and a tensor so updated keeps its place and memory.
 
 DataLoader batches are taken to be host tensors unless the dataset is built
 from device tensors.
@@ -45,6 +49,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.names import CANONICAL, dict_entry, kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
+    ARGUMENTS_IN_ORDER_SETUP_METHODS,
     DATASET_CLASSES,
     DTYPE_NAMES,
     HOST_ONLY_FACTORIES,
@@ -340,6 +345,45 @@ class Kinds:
         scope = self.scopes.get(use)
         table = self._name_table(scope, use.value) if scope is not None else None
         return [] if table is None else self._reaching(use, table)
+
+    def sources(self, use: cst.Name) -> list[Assignment]:
+        """The bindings whose value `use` may read: those that reach it (`reaching`), and
+        for an augmented assignment among them (`x += y` updates the value it reads), the
+        bindings that reach its target too, and so on; for a name a binding binds, that
+        binding (and what it updates). In the order of the file."""
+        found: dict[int, Assignment] = {}
+        scope = self.scopes.get(use)
+        bound = [a for a in scope.assignments[use.value] if a.node is use] if scope is not None else []
+        if bound:  # the name a binding binds: the value it binds
+            found[id(bound[0])] = bound[0]
+        updates = not bound or isinstance(self.parents.get(use), cst.AugAssign)
+        todo = [use] if updates else []
+        while todo:
+            for binding in self.reaching(todo.pop()):
+                if id(binding) in found:
+                    continue
+                found[id(binding)] = binding
+                if isinstance(binding.node, cst.Name) and isinstance(self.parents.get(binding.node), cst.AugAssign):
+                    todo.append(binding.node)
+        return sorted(found.values(), key=lambda b: self.index.order(b.node))
+
+    def element(self, value: cst.BaseExpression, index: int) -> cst.BaseExpression | None:
+        """What `a, b = value` gives its `index`-th name: that element of a tuple or list
+        display, or that argument of a set-up call that hands back what it is given, in
+        order (`model, opt = accelerator.prepare(model, opt)`); None otherwise."""
+        if isinstance(value, (cst.Tuple, cst.List)):
+            elements = value.elements
+            if index < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements):
+                return elements[index].value
+            return None
+        if (
+            isinstance(value, cst.Call)
+            and method_name(value) in ARGUMENTS_IN_ORDER_SETUP_METHODS
+            and index < len(value.args)
+            and all(a.keyword is None and not a.star for a in value.args)
+        ):
+            return value.args[index].value
+        return None
 
     def reached_reads(self, binding: Assignment) -> list[cst.Name]:
         """The reads whose value may be this binding's (flow-sensitive in its scope, as
@@ -1062,6 +1106,11 @@ class Kinds:
             return _destructure(self._value_shape(statement.value), path)
         if isinstance(statement, (cst.For, cst.CompFor)):
             return _destructure(self._item_shape(statement.iter), path)
+        if isinstance(statement, cst.AugAssign):
+            # `x += y` on a tensor updates it in place: where and in what memory it is
+            # stays what it was (the bindings that reach its target, as `sources` reads it)
+            updated = self._fact(target)
+            return updated if updated.kind in (Kind.TENSOR, Kind.BOTTOM) else UNKNOWN
         return UNKNOWN
 
     def _param_fact(self, param: cst.Param) -> Fact:
@@ -1077,7 +1126,7 @@ class Kinds:
                 fact = self.class_fact(classdef)
                 if fact.kind is not Kind.UNKNOWN:
                     return fact
-        passed = self._passed(param)
+        passed = self.passed(param)
         if passed:  # what every call of the function in this file passes
             result = BOTTOM
             for value in passed:
@@ -1195,7 +1244,7 @@ class Kinds:
         values = []
         for binding in bindings:
             if isinstance(binding.node, cst.Param):  # `def fit(self, module)`: what every call passes
-                passed = self._passed(binding.node)
+                passed = self.passed(binding.node)
                 if not passed:
                     return None
                 values.extend(passed)
@@ -1247,7 +1296,7 @@ class Kinds:
             if type(binding) is not Assignment:
                 return None
             if isinstance(binding.node, cst.Param):
-                calls.extend(self._passed(binding.node) or [None])
+                calls.extend(self.passed(binding.node) or [None])
                 continue
             statement = self._binding_statement(binding.node)
             calls.append(statement.value if isinstance(statement, cst.Assign) else None)
@@ -1334,7 +1383,7 @@ class Kinds:
             result = result.join(self._fact(node.value))
         return result
 
-    def _passed(self, param: cst.Param) -> list[cst.BaseExpression] | None:
+    def passed(self, param: cst.Param) -> list[cst.BaseExpression] | None:
         """What every call of this file passes to `param` (its default where a call leaves
         it out); None when a call cannot be read or the function may be called elsewhere."""
         parameters = self.parents.get(param)

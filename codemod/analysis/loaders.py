@@ -565,13 +565,12 @@ class Loaders:
         """The argument a set-up call that hands back what it is given, in order
         (`accelerator.prepare(model, opt, loader)`), gives at `path`'s first index (or its
         only argument), with the rest of the path; None where it is no such call."""
-        if method_name(call) not in ARGUMENTS_IN_ORDER_SETUP_METHODS or any(a.star for a in call.args):
-            return None, path
-        arguments = [a.value for a in call.args if a.keyword is None]
-        if path and path[0] < len(arguments) == len(call.args):
-            return arguments[path[0]], path[1:]
-        if not path and len(call.args) == 1 and arguments:
-            return arguments[0], path
+        if path:
+            element = self.kinds.element(call, path[0])
+            return (element, path[1:]) if element is not None else (None, path)
+        if method_name(call) in ARGUMENTS_IN_ORDER_SETUP_METHODS and len(call.args) == 1:
+            only = call.args[0]
+            return (only.value, path) if only.keyword is None and not only.star else (None, path)
         return None, path
 
     def _looked_through(self, call: cst.Call) -> cst.BaseExpression | None:
@@ -614,7 +613,8 @@ class Loaders:
     @memoized
     def bound_values(self, name: cst.Name) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
         """What `name` is bound to where it is read: each assigned value that may reach it
-        (with the index `a, b = value` unpacks), each element of a literal it loops over,
+        (`Kinds.sources`: through `x += noise`, which updates the value it reads; with the
+        index `a, b = value` unpacks), each element of a literal it loops over,
         or, for a parameter, the argument every call of its function passes."""
         parameter = self.bindings.param_of(name)
         if parameter is not None:
@@ -625,7 +625,7 @@ class Loaders:
             ]
             return [(argument, ()) for argument in passed if argument is not None]
         found = []
-        for assignment in self._reaching(name):
+        for assignment in self.kinds.sources(name):
             value = self.bindings.assigned_value(assignment)
             unpacked = self.bindings.unpacked(assignment) if value is None else None
             statement = self.bindings.statement(assignment.node)
@@ -639,20 +639,6 @@ class Loaders:
                 and isinstance(statement.iter, (cst.Tuple, cst.List))
             ):
                 found.extend((element.value, ()) for element in statement.iter.elements)  # `for loader in (a, b):`
-        return found
-
-    def _reaching(self, name: cst.Name, depth: int = 0) -> list:
-        """The bindings whose value `name` may read: a loop variable that shadows the
-        dataset's tensor (`for x, y in loader:` after `x = torch.randn(...)`) is not what the
-        loader holds. An augmented assignment (`x += noise`) keeps the value it updates, so
-        the bindings that reach it stand for it."""
-        found = []
-        for assignment in self.kinds.reaching(name) or self.bindings.assignments(name) or ():
-            statement = self.bindings.statement(assignment.node)
-            if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name) and depth < MAX_DEPTH:
-                found.extend(self._reaching(statement.target, depth + 1))
-            else:
-                found.append(assignment)
         return found
 
     @memoized

@@ -37,19 +37,17 @@ from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
-    COMPLEX_DTYPES,
     DEVICE_AND_DTYPE_KEEPING_METHODS,
     DEVICE_CHOOSING_SETUP_METHODS,
-    FLOAT_DTYPES,
     SAME_DEVICE_MODEL_WRAPPERS,
     TENSOR_FACTORIES,
 )
 from codemod.analysis.training import Model
+from codemod.analysis.values import COMPLEX, FLOAT, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
 
-COMPLEX = "complex"  # a complex tensor: fused optimizer kernels take floating-point tensors only
 MAX_DEPTH = 8  # how many bindings, wrappers and calls one look-up follows
 
 
@@ -348,7 +346,9 @@ class Placement:
             passed = self._passed(expr) if isinstance(expr, cst.Name) else None
             if passed is not None:
                 return self._from_callers(expr, passed, depth, seen)
-            sources = self._reaching_values(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
+            sources = (
+                self.training.value_sources(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
+            )
             if not sources or any(source is None for source in sources):
                 return None
             return self._join([self._tensor(source, depth + 1, seen) for source in sources])
@@ -393,15 +393,6 @@ class Placement:
                 self._why = f"the calls on lines {lines} pass `{name.value}` on different devices"
         return joined
 
-    def _reaching_values(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        """What `name` may hold where it is read: the assignments that reach it
-        (`w = torch.randn(n); w = w.to(device)` reads the second), else every binding."""
-        reaching = self.context.kinds.reaching(name)
-        values = [self.context.bindings.assigned_value(a) for a in reaching]
-        if reaching and all(v is not None for v in values):
-            return values
-        return self.training.value_sources(name)
-
     def _made_by(self, call: cst.Call, depth: int, seen: set) -> Model | str | tuple | None:
         training = self.training
         names = self.context.names
@@ -415,7 +406,7 @@ class Placement:
         factory = next((n for n in names.of(call.func) if n in TENSOR_FACTORIES), None)
         if factory is not None:
             dtype = self.dtype(kwarg(call, "dtype"))
-            if dtype != "float":
+            if dtype != FLOAT:
                 return dtype
             device = kwarg(call, "device")
             if device is not None:
@@ -471,28 +462,16 @@ class Placement:
             else:
                 return None  # `.to(other)` or an argument that cannot be told
         kind = self.dtype(dtype)
-        if kind != "float":
+        if kind != FLOAT:
             return kind
         if device is None:
             return self._tensor(receiver, depth + 1, seen)
         return self._on(call, device.value)
 
-    def dtype(self, arg: cst.Arg | cst.BaseExpression | None, depth: int = 0) -> str | None:
-        """ "float" for no dtype or a floating one, COMPLEX for a complex one, None when it cannot be told."""
-        if arg is None:
-            return "float"
-        expr = arg.value if isinstance(arg, cst.Arg) else arg
-        qualified = self.context.names.of(expr)
-        if qualified & FLOAT_DTYPES:
-            return "float"
-        if qualified & COMPLEX_DTYPES:
-            return COMPLEX
-        if isinstance(expr, cst.Name) and depth < 3:
-            sources = self.training.value_sources(expr)
-            kinds = {self.dtype(s, depth + 1) if s is not None else None for s in sources}
-            if sources and len(kinds) == 1:
-                return kinds.pop()
-        return None
+    def dtype(self, arg: cst.Arg | None) -> str | None:
+        """FLOAT for no dtype or a floating one, COMPLEX for a complex one (`Values.named_dtype`),
+        None when it cannot be told."""
+        return FLOAT if arg is None else values(self.context).named_dtype(arg.value)
 
     def _join(self, found: list) -> Model | str | tuple | None:
         """One placement for several possible ones: all the same, else None (cannot be told).

@@ -399,7 +399,6 @@ class Layouts:
         self.attributes = attributes(context)
         self._cache: dict[int, object] = {}
         self._busy: set[int] = set()
-        self._reach: dict = {}
 
     # -- public ----------------------------------------------------------------------
 
@@ -1194,46 +1193,10 @@ class Layouts:
     # -- bindings --------------------------------------------------------------------
 
     def _reaching(self, name: cst.Name) -> cst.CSTNode | None:
-        """The binding target of the one binding of `name` that reaches this use: the last
-        one before it in a block around it; None when that is not clear."""
-        cached = self._reach.get(name, _MISSING)
-        if cached is _MISSING:
-            cached = self._reach[name] = self._find_reaching(name)
-        return cached
-
-    def _find_reaching(self, name: cst.Name) -> cst.CSTNode | None:
-        scope = self.context.scopes.get(name)
-        if scope is None:
-            return None
-        bindings = [a for a in scope[name.value]]
-        if not bindings or not all(type(a) is Assignment and isinstance(a.node, cst.CSTNode) for a in bindings):
-            return None
-        if any(a.scope is not scope for a in bindings):
-            return bindings[0].node if len(bindings) == 1 else None
-        at = self.index.order(name)
-        before = [a.node for a in bindings if a.node in self.index and self._bound_at(a.node) < at]
-        if not before:
-            return None
-        last = max(before, key=self._bound_at)
-        statement = self._statement(last)
-        block = self.index.first_enclosing(statement, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite))
-        if isinstance(statement, (cst.Param, cst.Parameters)):
-            return last if len(bindings) == 1 else None
-        if block is None or not self.index.inside(name, block):
-            return None
-        # a binding later in a loop around both would reach the use on the next iteration
-        for loop in self.index.enclosing(name, (cst.For, cst.While)):
-            if self.index.inside(last, loop):
-                break
-            if any(self.index.inside(a.node, loop) and a.node is not last for a in bindings if a.node in self.index):
-                return None
-        return last
-
-    def _bound_at(self, target: cst.CSTNode) -> int:
-        statement = self._statement(target)
-        if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
-            return self.index.end(statement)
-        return self.index.end(target)
+        """The binding target of the one binding of `name` that reaches this use
+        (`Kinds.reaching`); None when more than one may, or none of this file."""
+        reaching = self.context.kinds.reaching(name)
+        return reaching[0].node if len(reaching) == 1 and type(reaching[0]) is Assignment else None
 
     def _statement(self, target: cst.CSTNode) -> cst.CSTNode:
         current = target
@@ -1324,7 +1287,6 @@ class Layouts:
 
 
 _NOT_A_METHOD = object()
-_MISSING = object()
 
 
 def layouts(context: FileContext) -> Layouts:

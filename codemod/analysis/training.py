@@ -1969,14 +1969,28 @@ class Training:
         return list(self._sites_of_bindings[key][1])
 
     def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        return [source for _, source in self._binding_sites(name)]
+        return [source for _, source in self._reaching_sources(name)]
+
+    def _reaching_sources(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
+        """(binding node, source) of each binding whose value `name` may read
+        (`Kinds.sources`): the source a binding takes its value from (`_source_of`), for a
+        tuple target the element it unpacks where that can be told (`Kinds.element`)."""
+        found = []
+        for binding in self.kinds.sources(name):
+            source = self._source_of(binding.node)
+            unpacked = self.context.bindings.unpacked(binding)
+            element = self.kinds.element(*unpacked) if unpacked is not None else None
+            found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
+        return found
 
     def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        """The binding sources of `name`, a parameter of a function of this file
-        followed to what every call of that function passes (or its default); None
+        """The sources of the bindings whose value `name` may read (`Kinds.sources`: those
+        that reach it, through `x += y`, whose source is `y`; the element a tuple target
+        unpacks, `Kinds.element`, else the whole value), a parameter of a function of this
+        file followed to what every call of that function passes (or its default); None
         entries where that cannot be told."""
         found: list[cst.BaseExpression | None] = []
-        for site, source in self._binding_sites(name):
+        for site, source in self._reaching_sources(name):
             if source is None and isinstance(site, cst.Param):
                 found.extend(self._arguments_for(site))
             else:

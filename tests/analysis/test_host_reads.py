@@ -16,10 +16,7 @@ from codemod.analysis.host_reads import (
     AS_FLOAT,
     AS_INT,
     AS_TENSOR,
-    BOOL,
     CARRIED,
-    FLOAT,
-    INT64,
     LISTED,
     MOVED,
     RETURNED,
@@ -27,6 +24,7 @@ from codemod.analysis.host_reads import (
     Kept,
     host_reads,
 )
+from codemod.analysis.values import BOOL, FLOAT, INT64
 from codemod.context import FileContext
 
 HEAD = """\
