@@ -3,7 +3,13 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import step_models as sites
-from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles, model_break
+from codemod.analysis.compilability import (
+    compile_break,
+    computes_loss,
+    file_obstacles,
+    model_break,
+    model_draw,
+)
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.network_tables import held_only, holds_networks, model_parts, table_obstacle, table_touched
 from codemod.analysis.project import project_of
@@ -256,7 +262,9 @@ class UncompiledModel(Rule):
                     f"in a variable: add `{name}.compile()` where it is built",
                 )
             return
-        anchor = sites.anchor(self.context, loop.loop, name)
+        anchor, built, given = sites.anchor(self.context, loop.loop, name), name, None
+        if anchor is None and (caller := sites.caller_anchor(self.context, loop.loop, name)) is not None:
+            anchor, built, given = caller.anchor, caller.name, caller.call  # the one caller builds it
         if anchor is None:
             site = sites.caller_site(self.context, loop.loop, name) or sites.global_site(self.context, loop.loop, name)
             where = site or loop.loop
@@ -270,55 +278,61 @@ class UncompiledModel(Rule):
             return
         seen.add(id(anchor))
         if hook is not None:
-            if self._compile_parts(anchor, loop, name, hook):
+            if given is None and self._compile_parts(anchor, loop, name, hook):
                 return
             self.report(
                 anchor,
-                f"`{name}` could be compiled, but this file registers module hooks "
+                f"`{built}` could be compiled, but this file registers module hooks "
                 f"(line {self.context.line(hook)}), which dynamo traces and "
                 "may recompile for; fix PM501, then compile by hand and check with perfmod verify",
             )
-        elif sites.bound_again(self.context, anchor, loop.loop, name):
+        elif given is None and sites.bound_again(self.context, anchor, loop.loop, name):
             self.report(
                 anchor,
                 f"`{name}` could be compiled, but it is bound again after this line; "
                 f"add `{name}.compile()` after its last binding",
             )
-        elif (elsewhere := sites.class_elsewhere(self.context, anchor, name)) and (
+        elif (elsewhere := sites.class_elsewhere(self.context, anchor, built)) and (
             methods := sites.step_methods(self.context, loop, name)
         ):
-            self._class_of_another_module(anchor, name, elsewhere, methods)
+            self._class_of_another_module(anchor, built, elsewhere, methods)
         elif (double := file_obstacles(self.context).double_backward) is not None:
             line = self.context.line(double)
             self.report(
                 anchor,
-                f"`{name}` could be compiled, but this file differentiates through gradients "
+                f"`{built}` could be compiled, but this file differentiates through gradients "
                 f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
             )
         elif (broken := model_break(self.context, loop, name)) is not None:
             call, reason = broken
             self.report(
                 anchor,
-                f"`{name}` is trained in eager mode, but compiling it would gain little: {reason} "
+                f"`{built}` is trained in eager mode, but compiling it would gain little: {reason} "
                 f"(`{self.context.source(call.func)}`, line {self.context.line(call)}); not fixed",
             )
         else:
-            compile_line = cst.parse_statement(f"{name}.compile()\n")
-            random = self._draw()
+            compile_line = cst.parse_statement(f"{built}.compile()\n")
+            message = self.MESSAGE
+            if given is not None:
+                message += (
+                    f"; `{self.context.source(given.func)}` trains it, given it at line {self.context.line(given)}"
+                )
+            random = self._draw(loop, name)
             if random is None:
-                self.report(anchor, edits=[InsertAfter(anchor, (compile_line,))])
+                self.report(anchor, message, edits=[InsertAfter(anchor, (compile_line,))])
             else:  # inductor draws its own random numbers: equally random, not the eager ones
                 self.report(
                     anchor,
-                    self.MESSAGE + f"; unsafe: its random ops (`{random}`) draw other "
+                    message + f"; unsafe: its random ops (`{random}`) draw other "
                     "numbers when compiled, so losses differ from eager ones by more than rounding",
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
 
-    def _draw(self) -> str | None:
-        """The name of the first random op of the file (`dropout`): compiled, it draws other numbers."""
-        draw = file_obstacles(self.context).draw
+    def _draw(self, loop, name: str) -> str | None:
+        """The name of the first random op that compiling the model `name` covers (`dropout`):
+        compiled, it draws other numbers."""
+        draw = model_draw(self.context, loop, name)
         return None if draw is None else self.context.source(draw.func).rsplit(".", 1)[-1]
 
     # -- the parts of a model that others' hooks leave free ---------------------------------
@@ -371,7 +385,7 @@ class UncompiledModel(Rule):
             f"not compiled whole; the parts of it that run every step and that no hook reaches are: {listed}; "
             "compile them in place"
         )
-        random = self._draw()
+        random = self._draw(loop, name)
         if random is None:
             self.report(anchor, message, edits=[InsertAfter(anchor, tuple(statements))])
         else:

@@ -65,21 +65,44 @@ def test_the_model_a_helper_calls_is_compiled_after_it_is_built_and_moved():
     assert 'model.to("cpu")\nmodel.compile()\nopt = ' in new  # not in the epoch loop, where it would run again
 
 
-def test_a_model_built_by_the_caller_is_reported_where_it_is_built():
-    found, new = findings("""\
-        import torch
+TRAINED_BY_A_HELPER = """\
+    import torch
 
-        def train(model, opt):
-            for x in [torch.randn(2, 4)]:
-                loss = model(x).sum()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+    def train(model, opt):
+        for x in [torch.randn(2, 4)]:
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
 
-        def main():
-            net = torch.nn.Linear(4, 1).to("cpu")
+    def main():
+        net = torch.nn.Linear(4, 1).to("cpu")
+        for epoch in range(2):
             train(net, torch.optim.SGD(net.parameters(), lr=0.1))
-        """)
+    """
+
+
+def test_a_model_given_to_the_function_that_trains_it_is_compiled_where_its_one_caller_builds_it():
+    found, new = findings(TRAINED_BY_A_HELPER)
+    assert [(line, fixable) for line, fixable, _ in found] == [(11, True)], found
+    assert "`train` trains it, given it at line 13" in found[0][2]
+    assert 'net = torch.nn.Linear(4, 1).to("cpu")\n    net.compile()\n    for epoch' in new  # not in the epoch loop
+
+
+def test_a_model_given_by_two_callers_is_reported_where_the_first_builds_it():
+    source = TRAINED_BY_A_HELPER + "\n\n    def other(model):\n        train(model, None)\n"
+    found, new = findings(source)
+    assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
+    assert "(which is given it)" in found[0][2]
+
+
+def test_a_model_the_caller_may_bind_again_before_the_call_is_not_compiled_there():
+    source = TRAINED_BY_A_HELPER.replace(
+        "        for epoch in range(2):\n",
+        "        if torch.cuda.is_available():\n            net = torch.nn.Linear(4, 1).cuda()\n"
+        "        for epoch in range(2):\n",
+    )
+    found, new = findings(source)
     assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
 
 
