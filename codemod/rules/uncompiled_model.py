@@ -45,9 +45,12 @@ class UncompiledModel(Rule):
     what runs the forward on every step: a model called in the loop, directly,
     through a helper it is given to, or through another name
     (`DistributedDataParallel(model)` and its `.module`, `net = model`): then
-    the model itself is compiled, before it is wrapped. An optimizer's
-    parameter table (`nn.ParameterDict`) or a module read only for its weights
-    is not.
+    the model itself is compiled, before it is wrapped. A model given to the
+    function that trains it (`train_one_epoch(model, opt)`) is compiled where
+    the one caller of that function in the file builds and moves it. An
+    optimizer's parameter table (`nn.ParameterDict`), a module read only for
+    its weights, and a loss module of torch (`nn.SmoothL1Loss()`, which holds
+    no weights) are not.
 
     Where module hooks sit on some parts of the model (`model.probe`, or a
     `target` module the model's forward hooks), the model is not compiled
@@ -76,7 +79,8 @@ class UncompiledModel(Rule):
     `net = torch.compile(net)` would change.
 
     Where the model cannot be compiled in place, the finding points to where it
-    is built: in the caller that passes it to the training function, at the
+    is built: in the caller that passes it to the training function (when
+    another caller passes it too, or it may be bound again before the call), at the
     module-level lines that build and move a global model, at the `self.model =
     ...` of a trainer class. When module hooks block the model's compile, the
     rule also reports what else runs every step and could be compiled: the
@@ -121,7 +125,8 @@ class UncompiledModel(Rule):
     specialize and recompile: fix PM501, then compile by hand and check the
     compile with `perfmod verify`), a model that is
     rebound after the place where the compile would go, a model that is
-    not built in the function (or module) that trains it, a model held in
+    not built in the function (or module) that trains it nor by the one
+    caller that gives it to that function, a model held in
     an attribute (`self.model`), and a model of a class from another module
     of your code whose step also calls into it besides its forward
     (`model.calc_importances(...)`): `model.compile()` compiles `model(...)`
@@ -153,11 +158,14 @@ class UncompiledModel(Rule):
     Numeric: the compiled graphs compute the same operations, but fused
     kernels may order floating-point reductions differently, so losses agree
     within tolerance, not bit for bit (the rule's CPU test compares a few
-    steps). Unsafe where the file uses random ops of the kind a forward runs
-    (dropout, `torch.randn_like`, `bernoulli`, `multinomial`; not the
-    `torch.randn(...)` that makes data): compiled code draws its own random
-    numbers, equally random but not the eager ones, so losses differ by more
-    than rounding. Not fixed
+    steps). Unsafe where the model's forward draws random numbers (dropout,
+    `torch.randn_like`, `bernoulli`, `multinomial`; where perfmod cannot read
+    the forward, such a draw anywhere in the file outside the training loop):
+    compiled code draws its own random numbers, equally random but not the
+    eager ones, so losses differ by more than rounding. Noise the loop adds to
+    the data itself (`x + 0.1 * torch.randn_like(x)`) stays in eager mode and
+    draws the same numbers, and a dropout whose probability is 0
+    (`nn.Dropout(cfg.dropout)` with a config default of 0.0) draws none. Not fixed
     where the file differentiates through gradients (`create_graph=True`):
     torch.compile does not support double backward. Compilation can also fail on
     code dynamo does not support, graph breaks can make it slower than eager,
@@ -215,18 +223,9 @@ class UncompiledModel(Rule):
             "double backward, which torch.compile does not support",
         ),
         Invalid(
-            SETUP
-            + LOOP.replace(
-                "    loss = model(x).pow(2).mean()\n",
-                "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n",
-            ),
-            SETUP
-            + "model.compile()\n"
-            + LOOP.replace(
-                "    loss = model(x).pow(2).mean()\n",
-                "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n",
-            ),
-            "random ops: fixed at level unsafe",
+            SETUP.replace("torch.nn.ReLU(), ", "torch.nn.ReLU(), torch.nn.Dropout(0.1), ") + LOOP,
+            SETUP.replace("torch.nn.ReLU(), ", "torch.nn.ReLU(), torch.nn.Dropout(0.1), ") + "model.compile()\n" + LOOP,
+            "random ops in the model's forward: fixed at level unsafe",
             config={"level": Level.UNSAFE},
         ),
         Invalid(
