@@ -11,10 +11,11 @@ of the model covers and the statement it goes after.
 - `anchor`: the last statement before the loop, in a block around it that runs once, that
   builds or moves the model (`sets_up`); `bound_again`: whether the name is bound again
   before the loop ends; where a model is built when the training code does not build it:
-  in the caller that passes it (`caller_site`; `caller_anchor` when a compile there
-  covers what the loop trains: one caller, nothing binding it again), at module level (`global_site`), in the class
-  that assigns `self.model` (`attribute_site`), anew in an outer loop (`built_in_outer_loop`),
-  and why no one statement builds it (`unbuilt_reason`, a reason to show the user).
+  in the caller that passes it (`caller_site`; `caller_anchor` when a compile there covers
+  what the loop trains: one caller, nothing binding it again), at module level
+  (`global_site`), in the class that assigns `self.model` (`attribute_site`), anew in an
+  outer loop (`built_in_outer_loop`), and why no one statement builds it (`unbuilt_reason`,
+  a reason to show the user).
 """
 
 from __future__ import annotations
@@ -267,7 +268,12 @@ def caller_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:
         return None
     statement = context.index.statement_of(call)
     found = anchor(context, statement, arg.value.value)
-    if found is None or bound_again(context, found, statement, arg.value.value):
+    if found is None:
+        return None
+    # up to the end of the statement of the anchor's block that holds the call (an epoch loop)
+    block = context.parents.get(found)
+    holder = next((a for a in context.index.ancestors(call) if context.parents.get(a) is block), statement)
+    if bound_again(context, found, holder, arg.value.value):
         return None
     return CallerAnchor(found, arg.value.value, call)
 

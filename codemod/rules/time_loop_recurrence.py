@@ -64,6 +64,26 @@ def wkv(r, k, v, w, u, state):
     )
     return o, state
 """
+TANH_LOOP = """
+def rnn(W, x):
+    h = torch.zeros_like(x[:, 0])
+    hs = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(h @ W + x[:, t])
+        hs.append(h)
+    return torch.stack(hs, dim=1)
+"""
+CELL_LOOP = """
+cell = torch.nn.GRUCell(8, 8)
+
+def rnn(x):
+    h = torch.zeros_like(x[:, 0])
+    hs = []
+    for t in range(x.shape[1]):
+        h = cell(x[:, t], h)
+        hs.append(h)
+    return torch.stack(hs, dim=1)
+"""
 KERNELS = "runtime.kernels"
 
 
@@ -187,19 +207,7 @@ class TimeLoopRecurrence(Rule):
 
     VALID = [
         Valid(
-            PREAMBLE
-            + """
-cell = torch.nn.GRUCell(8, 8)
-
-def rnn(x):
-    h = torch.zeros_like(x[:, 0])
-    hs = []
-    for t in range(x.shape[1]):
-        h = cell(x[:, t], h)
-        hs.append(h)
-    return torch.stack(hs, dim=1)
-""",
-            "an RNN cell: its state goes through a module that is not math the kernels compute",
+            PREAMBLE + CELL_LOOP, "an RNN cell: its state goes through a module that is not math the kernels compute"
         ),
         Valid(
             PREAMBLE
@@ -218,20 +226,7 @@ def train(model, opt, batches):
     ]
     INVALID = [
         Invalid(PREAMBLE + SCAN_LOOP, PREAMBLE + SCAN_FIXED),
-        Invalid(
-            PREAMBLE
-            + """
-def rnn(W, x):
-    h = torch.zeros_like(x[:, 0])
-    hs = []
-    for t in range(x.shape[1]):
-        h = torch.tanh(h @ W + x[:, t])
-        hs.append(h)
-    return torch.stack(hs, dim=1)
-""",
-            None,
-            "a non-linear recurrence: reported, not fixed",
-        ),
+        Invalid(PREAMBLE + TANH_LOOP, None, "a non-linear recurrence: reported, not fixed"),
         Invalid(
             PREAMBLE + "\n@torch.jit.script" + SCAN_LOOP,
             None,

@@ -106,6 +106,14 @@ def test_a_model_the_caller_may_bind_again_before_the_call_is_not_compiled_there
     assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
 
 
+def test_a_model_the_caller_binds_again_in_its_epoch_loop_is_not_compiled_where_it_is_first_built():
+    source = TRAINED_BY_A_HELPER.replace(
+        "lr=0.1))\n", "lr=0.1))\n            net = torch.nn.Linear(4, 1)  # the next epoch trains another module\n"
+    )
+    found, new = findings(source)
+    assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
+
+
 def test_a_global_model_trained_in_a_function_is_reported_where_it_is_moved():
     found, _ = findings("""\
         import torch
