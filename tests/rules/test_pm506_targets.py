@@ -157,3 +157,55 @@ def test_with_hooks_the_loss_function_and_a_table_of_small_networks_are_reported
     lines = sorted((line, fixable) for line, fixable, _ in found)
     assert (5, False) in lines and (10, False) in lines, found  # kl, the ModuleDict
     assert all(not fixable for _, fixable in lines) and ".compile()" not in new
+
+
+HELPER_PROGRAM = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def train_one_epoch(model, opt, log):
+    for step in range(3):
+        x = torch.randn(8, 16)
+        loss = F.mse_loss(model(x), x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log.append(loss.item())
+
+
+def main(log):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to("cpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_one_epoch(model, opt, log)
+"""
+
+
+def test_the_compile_in_the_caller_compiles_the_module_the_helper_trains():
+    """Blind test 7, #8: the rewritten program compiles once, before training, the very module
+    `train_one_epoch` trains (the compile itself is recorded, not run: what it does to a
+    module is test_pm506_execution's), and trains as before."""
+    import torch
+
+    found, new = findings(HELPER_PROGRAM)
+    assert [(line, fixable) for line, fixable, _ in found] == [(18, True)]
+    compile_in_place, compiled = torch.nn.Module.compile, []
+    logs = []
+    try:
+        torch.nn.Module.compile = lambda self, *a, **kw: compiled.append(
+            (self, [p.detach().clone() for p in self.parameters()])
+        )
+        for source in (HELPER_PROGRAM, new):
+            namespace, log = {}, []
+            exec(compile(source, "<program>", "exec"), namespace)
+            namespace["main"](log)
+            logs.append(log)
+    finally:
+        torch.nn.Module.compile = compile_in_place
+    eager, rewritten = logs
+    assert len(eager) == 6 and rewritten == eager
+    ((module, at_compile),) = compiled  # once, not once per epoch
+    assert all(not torch.equal(p, q) for p, q in zip(module.parameters(), at_compile))  # it is the one trained
