@@ -41,6 +41,7 @@ from codemod.analysis.torch_facts import (
     METADATA_ATTRIBUTES,
     METADATA_METHODS,
     MODULE_CONTAINERS,
+    MODULE_SET_UP_METHODS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
     RANDOM_MODULES,
@@ -264,19 +265,55 @@ def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] |
     return compile_break(context, [c for c in calls if calls_model(context, c, name)])
 
 
-def model_draw(context: FileContext, loop, name: str) -> cst.Call | None:
+@dataclass(frozen=True)
+class Draw:
+    """Why compiling a model would draw other random numbers than eager mode."""
+
+    call: cst.Call | None  # the draw; None: a class of another module of the project runs in the forward
+    unread: cst.BaseExpression | None = None  # that class, which perfmod does not read for draws
+
+
+def model_draw(context: FileContext, loop, name: str) -> Draw | None:
     """The random draw that compiling the model `name` would make draw other numbers: the
     first one its forward runs as the training loop `loop` calls it (read as `model_break`
-    reads it); where none is seen there, the first of the file outside the training loops'
-    own code (a forward perfmod cannot read may run it). A draw the loop makes itself (noise
-    added to the data) runs in eager mode, compiled model or not; a dropout whose probability
-    is zero draws nothing."""
+    reads it); where a part of the forward cannot be read, the first of the file outside
+    the training loops' own code (that part may run it), or, for a model built from a class
+    of another module of the project, that class. A draw the loop makes itself (noise added
+    to the data) runs in eager mode, compiled model or not; a dropout whose probability is
+    zero draws nothing."""
     calls = [c for c in own_calls(context, loop.loop) if calls_model(context, c, name)]
-    found = context.training.first_run(calls, FORWARD_DRAWS, FORWARD_DRAW_METHODS, lambda c: _draws(context, c))
-    if found is not None:
-        return found
+    verdict, found = context.training.run_verdict(
+        calls, FORWARD_DRAWS, FORWARD_DRAW_METHODS, lambda c: _draws(context, c)
+    )
+    if found is not None or verdict is False and calls:
+        return Draw(found) if found is not None else None  # every part of the forward was read
     eager = {id(call) for training in context.training.loops for call in own_calls(context, training.loop)}
-    return next((call for call in file_obstacles(context).draws if id(call) not in eager), None)
+    draw = next((call for call in file_obstacles(context).draws if id(call) not in eager), None)
+    if draw is not None:
+        return Draw(draw)
+    elsewhere = _project_class(context, loop, name)
+    return Draw(None, elsewhere) if elsewhere is not None else None
+
+
+def _project_class(context, loop, name: str) -> cst.BaseExpression | None:
+    """The class of another module of the project that the model `name` is built from."""
+    from codemod.analysis.project import project_of
+    from codemod.analysis.step_models import caller_anchor
+
+    function = context.index.first_enclosing(loop.loop, cst.FunctionDef)
+    scope = function if function is not None else context.module
+    given = caller_anchor(context, loop.loop, name)
+    if given is not None:
+        scope, name = given.anchor, given.name
+    for node in context.index.find(cst.Name, within=scope):
+        if node.value != name or not isinstance(context.parents.get(node), cst.AssignTarget):
+            continue
+        for value in context.loops.values_of(node) or ():
+            while isinstance(value, cst.Call) and method_name(value) in MODULE_SET_UP_METHODS:
+                value = value.func.value
+            if isinstance(value, cst.Call) and project_of(context).class_of(value.func) is not None:
+                return value.func
+    return None
 
 
 # -- the file around the forward -------------------------------------------------------------

@@ -877,10 +877,22 @@ class Training:
         classes) or tensor `methods`, that `keep` keeps; None when none is seen
         (`compilability.compile_break` asks it for where torch.compile breaks a model's
         graph, `compilability.model_draw` for the random numbers a model's forward draws)."""
+        verdict, found = self.run_verdict(calls, functions, methods, keep)
+        return found if verdict else None
+
+    def run_verdict(
+        self,
+        calls: Iterable[cst.Call],
+        functions: frozenset[str],
+        methods: frozenset[str],
+        keep: Callable[[cst.Call], bool] | None = None,
+    ) -> tuple[bool | None, cst.Call | None]:
+        """`first_run` with its verdict: (True, the call) when one is seen, (False, None) when
+        everything `calls` run was read and none is, (None, None) when some of it could not be
+        read (a class of another library or of another module of the project)."""
         search = _CallSearch(self, functions, methods, keep)
-        if not _first_true(search.in_call(call) for call in calls):
-            return None
-        return search.found
+        verdict = _first_true(search.in_call(call) for call in calls)
+        return verdict, search.found if verdict else None
 
     def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
         """Does calling `node`, a class or function of this file, multiply matrices (as
@@ -2181,7 +2193,7 @@ class _MatrixProducts:
                     if isinstance(arg.value, (cst.Name, cst.Attribute)) and training.is_model(arg.value)
                 )
             # A class or function of a project module, read there; another library's: unknown.
-            return project_of(training.context).matrix_products(func)
+            return self.in_project(func)
         cls = training.kinds.local_class(func) if isinstance(func, cst.Name) else None
         if cls is not None:
             return self.in_class(cls)
@@ -2194,6 +2206,9 @@ class _MatrixProducts:
 
     def keeps(self, call: cst.Call) -> bool:
         return True
+
+    def in_project(self, func: cst.BaseExpression) -> bool | None:
+        return project_of(self.training.context).matrix_products(func)
 
     def in_class(self, cls: cst.ClassDef) -> bool | None:
         """Products in the methods of a class of this file and in the modules it builds;
@@ -2293,6 +2308,9 @@ class _CallSearch(_MatrixProducts):
 
     def keeps(self, call: cst.Call) -> bool:
         return self.keep is None or self.keep(call)
+
+    def in_project(self, func: cst.BaseExpression) -> bool | None:
+        return None  # the project's summaries answer for matrix products only: not read here
 
     def _in_code(self, node: cst.CSTNode) -> bool | None:
         index = self.training.index

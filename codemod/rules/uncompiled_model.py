@@ -322,17 +322,21 @@ class UncompiledModel(Rule):
             else:  # inductor draws its own random numbers: equally random, not the eager ones
                 self.report(
                     anchor,
-                    message + f"; unsafe: its random ops (`{random}`) draw other "
+                    message + f"; unsafe: {random} draw other "
                     "numbers when compiled, so losses differ from eager ones by more than rounding",
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
 
     def _draw(self, loop, name: str) -> str | None:
-        """The name of the first random op that compiling the model `name` covers (`dropout`):
-        compiled, it draws other numbers."""
+        """The random ops that compiling the model `name` covers (`its random ops (`Dropout`)`),
+        which draw other numbers compiled; None when there are none."""
         draw = model_draw(self.context, loop, name)
-        return None if draw is None else self.context.source(draw.func).rsplit(".", 1)[-1]
+        if draw is None:
+            return None
+        if draw.call is None:  # a class of another module of the project, not read for draws
+            return f"the random ops that `{self.context.source(draw.unread)}`, a class of another module, may run"
+        return f"its random ops (`{self.context.source(draw.call.func).rsplit('.', 1)[-1]}`)"
 
     # -- the parts of a model that others' hooks leave free ---------------------------------
 
@@ -390,7 +394,7 @@ class UncompiledModel(Rule):
         else:
             self.report(
                 anchor,
-                message + f"; unsafe: its random ops (`{random}`) draw other numbers when compiled",
+                message + f"; unsafe: {random} draw other numbers when compiled",
                 edits=[InsertAfter(anchor, tuple(statements))],
                 level=Level.UNSAFE,
             )

@@ -360,7 +360,7 @@ def draw_of(code: str):
     (loop,) = context.training.loops
     (name,) = called_models(context, loop)
     draw = model_draw(context, loop, name)
-    return None if draw is None else context.source(draw.func)
+    return None if draw is None else context.source(draw.call.func)
 
 
 def test_noise_the_loop_adds_to_the_data_is_not_a_draw_of_the_compiled_model():

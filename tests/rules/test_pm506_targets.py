@@ -209,3 +209,26 @@ def test_the_compile_in_the_caller_compiles_the_module_the_helper_trains():
     assert len(eager) == 6 and rewritten == eager
     ((module, at_compile),) = compiled  # once, not once per epoch
     assert all(not torch.equal(p, q) for p, q in zip(module.parameters(), at_compile))  # it is the one trained
+
+
+def test_a_model_class_of_another_module_may_draw_so_its_compile_is_unsafe(tmp_path):
+    """perfmod reads another module's class for matrix products, not for random draws: its
+    dropout (`nn.Dropout(0.1)` there) would draw other numbers compiled, so the fix is unsafe."""
+    from pathlib import Path
+
+    (tmp_path / "nets.py").write_text(
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.body = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n"
+    )
+    train = Path(tmp_path / "train.py")
+    train.write_text(
+        textwrap.dedent(TRAINED_BY_A_HELPER)
+        .replace("import torch\n", "import torch\n\nfrom nets import Net\n")
+        .replace('torch.nn.Linear(4, 1).to("cpu")', 'Net().to("cpu")')
+    )
+    settings = Settings(select=("PM506",), level=Level.UNSAFE)
+    result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
+    (finding,) = result.findings
+    assert finding.applied and finding.level is Level.UNSAFE, finding
+    assert "the random ops that `Net`, a class of another module, may run" in finding.message
