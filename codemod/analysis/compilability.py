@@ -276,9 +276,9 @@ class Draw:
 def model_draw(context: FileContext, loop, name: str) -> Draw | None:
     """The random draw that compiling the model `name` would make draw other numbers: the
     first one its forward runs as the training loop `loop` calls it (read as `model_break`
-    reads it); where a part of the forward cannot be read, the first of the file outside
-    the training loops' own code (that part may run it), or, for a model built from a class
-    of another module of the project, that class. A draw the loop makes itself (noise added
+    reads it); where a part of the forward cannot be read: for a model built from a class of
+    another module of the project, that class; else the first draw of the file outside the
+    training loops' own code (that part may run it). A draw the loop makes itself (noise added
     to the data) runs in eager mode, compiled model or not; a dropout whose probability is
     zero draws nothing."""
     calls = [c for c in own_calls(context, loop.loop) if calls_model(context, c, name)]
@@ -287,12 +287,12 @@ def model_draw(context: FileContext, loop, name: str) -> Draw | None:
     )
     if found is not None or verdict is False and calls:
         return Draw(found) if found is not None else None  # every part of the forward was read
+    elsewhere = _project_class(context, loop, name)
+    if elsewhere is not None:
+        return Draw(None, elsewhere)
     eager = {id(call) for training in context.training.loops for call in own_calls(context, training.loop)}
     draw = next((call for call in file_obstacles(context).draws if id(call) not in eager), None)
-    if draw is not None:
-        return Draw(draw)
-    elsewhere = _project_class(context, loop, name)
-    return Draw(None, elsewhere) if elsewhere is not None else None
+    return Draw(draw) if draw is not None else None
 
 
 def _project_class(context, loop, name: str) -> cst.BaseExpression | None:
