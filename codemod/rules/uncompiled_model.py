@@ -159,8 +159,10 @@ class UncompiledModel(Rule):
     kernels may order floating-point reductions differently, so losses agree
     within tolerance, not bit for bit (the rule's CPU test compares a few
     steps). Unsafe where the model's forward draws random numbers (dropout,
-    `torch.randn_like`, `bernoulli`, `multinomial`; where perfmod cannot read
-    the forward, such a draw anywhere in the file outside the training loop):
+    `torch.randn_like`, `bernoulli`, `multinomial`; a model of a class of
+    another module of your code, which perfmod does not read for draws; where
+    perfmod cannot read the forward, such a draw anywhere in the file outside
+    the training loop):
     compiled code draws its own random numbers, equally random but not the
     eager ones, so losses differ by more than rounding. Noise the loop adds to
     the data itself (`x + 0.1 * torch.randn_like(x)`) stays in eager mode and
