@@ -269,34 +269,47 @@ def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] |
 class Draw:
     """Why compiling a model would draw other random numbers than eager mode."""
 
-    call: cst.Call | None  # the draw; None: a class of another module of the project runs in the forward
-    unread: cst.BaseExpression | None = None  # that class, which perfmod does not read for draws
+    what: str  # the draw, as the message names it: `Dropout`, or the class that may run one
+    known: bool = True  # False: a class of another module that perfmod could not read whole
 
 
 def model_draw(context: FileContext, loop, name: str) -> Draw | None:
     """The random draw that compiling the model `name` would make draw other numbers: the
     first one its forward runs as the training loop `loop` calls it (read as `model_break`
-    reads it); where a part of the forward cannot be read: for a model built from a class of
-    another module of the project, that class; else the first draw of the file outside the
-    training loops' own code (that part may run it). A draw the loop makes itself (noise added
-    to the data) runs in eager mode, compiled model or not; a dropout whose probability is
-    zero draws nothing."""
+    reads it), also in a class of another module of the project it is built from (read
+    there); where a part of the forward cannot be read: that class, or else the first draw
+    of the file outside the training loops' own code (that part may run it). A draw the
+    loop makes itself (noise added to the data) runs in eager mode, compiled model or not;
+    a dropout whose probability is zero draws nothing."""
     calls = [c for c in own_calls(context, loop.loop) if calls_model(context, c, name)]
     verdict, found = context.training.run_verdict(
         calls, FORWARD_DRAWS, FORWARD_DRAW_METHODS, lambda c: _draws(context, c)
     )
     if found is not None or verdict is False and calls:
-        return Draw(found) if found is not None else None  # every part of the forward was read
+        return _named(context, found) if found is not None else None  # every part of the forward was read
     elsewhere = _project_class(context, loop, name)
     if elsewhere is not None:
-        return Draw(None, elsewhere)
+        other, classdef = elsewhere
+        verdict, found = other.training.run_in(
+            classdef, FORWARD_DRAWS, FORWARD_DRAW_METHODS, lambda c: _draws(other, c)
+        )
+        if found is not None:
+            return _named(other, found)
+        if verdict is False:
+            return None  # read whole where it is defined: no draw
+        return Draw(classdef.name.value, known=False)
     eager = {id(call) for training in context.training.loops for call in own_calls(context, training.loop)}
     draw = next((call for call in file_obstacles(context).draws if id(call) not in eager), None)
-    return Draw(draw) if draw is not None else None
+    return _named(context, draw) if draw is not None else None
 
 
-def _project_class(context, loop, name: str) -> cst.BaseExpression | None:
-    """The class of another module of the project that the model `name` is built from."""
+def _named(context, call: cst.Call) -> Draw:
+    return Draw(context.source(call.func).rsplit(".", 1)[-1])
+
+
+def _project_class(context, loop, name: str) -> tuple[FileContext, cst.ClassDef] | None:
+    """The class of another module of the project that the model `name` is built from, and
+    the context of its module."""
     from codemod.analysis.project import project_of
     from codemod.analysis.step_models import caller_anchor
 
@@ -311,8 +324,9 @@ def _project_class(context, loop, name: str) -> cst.BaseExpression | None:
         for value in context.loops.values_of(node) or ():
             while isinstance(value, cst.Call) and method_name(value) in MODULE_SET_UP_METHODS:
                 value = value.func.value
-            if isinstance(value, cst.Call) and project_of(context).class_of(value.func) is not None:
-                return value.func
+            found = project_of(context).class_of(value.func) if isinstance(value, cst.Call) else None
+            if found is not None:
+                return found
     return None
 
 

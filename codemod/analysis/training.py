@@ -894,6 +894,19 @@ class Training:
         verdict = _first_true(search.in_call(call) for call in calls)
         return verdict, search.found if verdict else None
 
+    def run_in(
+        self,
+        node: cst.ClassDef | cst.FunctionDef,
+        functions: frozenset[str],
+        methods: frozenset[str],
+        keep: Callable[[cst.Call], bool] | None = None,
+    ) -> tuple[bool | None, cst.Call | None]:
+        """`run_verdict` for what calling `node`, a class or function of this file, runs
+        (asked by the files that import it, as `matrix_products_in`)."""
+        search = _CallSearch(self, functions, methods, keep)
+        verdict = search.in_class(node) if isinstance(node, cst.ClassDef) else search.in_code(node)
+        return verdict, search.found if verdict else None
+
     def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
         """Does calling `node`, a class or function of this file, multiply matrices (as
         `multiplies_matrices`)? Asked by the files that import it."""

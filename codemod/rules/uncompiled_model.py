@@ -159,10 +159,10 @@ class UncompiledModel(Rule):
     kernels may order floating-point reductions differently, so losses agree
     within tolerance, not bit for bit (the rule's CPU test compares a few
     steps). Unsafe where the model's forward draws random numbers (dropout,
-    `torch.randn_like`, `bernoulli`, `multinomial`; a model of a class of
-    another module of your code, which perfmod does not read for draws; where
-    perfmod cannot read the forward, such a draw anywhere in the file outside
-    the training loop):
+    `torch.randn_like`, `bernoulli`, `multinomial`, read in the model's class,
+    also where another module of your code defines it; where perfmod cannot
+    read the forward, such a draw anywhere in the file outside the training
+    loop):
     compiled code draws its own random numbers, equally random but not the
     eager ones, so losses differ by more than rounding. Noise the loop adds to
     the data itself (`x + 0.1 * torch.randn_like(x)`) stays in eager mode and
@@ -336,9 +336,9 @@ class UncompiledModel(Rule):
         draw = model_draw(self.context, loop, name)
         if draw is None:
             return None
-        if draw.call is None:  # a class of another module of the project, not read for draws
-            return f"the random ops that `{self.context.source(draw.unread)}`, a class of another module, may run"
-        return f"its random ops (`{self.context.source(draw.call.func).rsplit('.', 1)[-1]}`)"
+        if not draw.known:  # a class of another module of the project, not read whole
+            return f"the random ops that `{draw.what}`, a class of another module, may run"
+        return f"its random ops (`{draw.what}`)"
 
     # -- the parts of a model that others' hooks leave free ---------------------------------
 

@@ -360,7 +360,7 @@ def draw_of(code: str):
     (loop,) = context.training.loops
     (name,) = called_models(context, loop)
     draw = model_draw(context, loop, name)
-    return None if draw is None else context.source(draw.call.func)
+    return None if draw is None else draw.what
 
 
 def test_noise_the_loop_adds_to_the_data_is_not_a_draw_of_the_compiled_model():
@@ -370,7 +370,7 @@ def test_noise_the_loop_adds_to_the_data_is_not_a_draw_of_the_compiled_model():
 
 def test_a_dropout_in_the_models_forward_is_its_draw():
     code = NOISY_STEP.replace("nn.ReLU(), nn.Linear(16, 8)", "nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 8)")
-    assert draw_of(code) == "nn.Dropout"
+    assert draw_of(code) == "Dropout"
 
 
 def test_a_dropout_whose_probability_is_zero_draws_nothing():
@@ -416,9 +416,9 @@ def train():
 """
     # `cfg.dropout` is the config's default, 0.0, through `Net(cfg)` and `Block(cfg)`
     assert draw_of(config) is None and file_obstacles(parsed(config)).draw is None
-    assert draw_of(config.replace("cfg = Config()", "cfg = Config(dropout=0.1)")) == "nn.Dropout"
-    assert draw_of(config.replace("cfg = Config()", "cfg = Config(8, 0.1)")) == "nn.Dropout"  # by position: unknown
-    assert draw_of(config.replace("p=0.0", "p=0.2")) == "F.dropout"
+    assert draw_of(config.replace("cfg = Config()", "cfg = Config(dropout=0.1)")) == "Dropout"
+    assert draw_of(config.replace("cfg = Config()", "cfg = Config(8, 0.1)")) == "Dropout"  # by position: unknown
+    assert draw_of(config.replace("p=0.0", "p=0.2")) == "dropout"
 
 
 def test_a_loss_module_of_torch_is_not_a_model_the_step_runs():

@@ -211,9 +211,9 @@ def test_the_compile_in_the_caller_compiles_the_module_the_helper_trains():
     assert all(not torch.equal(p, q) for p, q in zip(module.parameters(), at_compile))  # it is the one trained
 
 
-def test_a_model_class_of_another_module_may_draw_so_its_compile_is_unsafe(tmp_path):
-    """perfmod reads another module's class for matrix products, not for random draws: its
-    dropout (`nn.Dropout(0.1)` there) would draw other numbers compiled, so the fix is unsafe."""
+def test_the_draws_of_a_model_class_of_another_module_are_read_where_it_is_defined(tmp_path):
+    """A dropout of the class (`nn.Dropout(0.1)` in nets.py) would draw other numbers
+    compiled: the fix is unsafe; without it the fix is numeric."""
     from pathlib import Path
 
     (tmp_path / "nets.py").write_text(
@@ -231,4 +231,8 @@ def test_a_model_class_of_another_module_may_draw_so_its_compile_is_unsafe(tmp_p
     result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
     (finding,) = result.findings
     assert finding.applied and finding.level is Level.UNSAFE, finding
-    assert "the random ops that `Net`, a class of another module, may run" in finding.message
+    assert "its random ops (`Dropout`)" in finding.message  # read in nets.py
+    (tmp_path / "nets.py").write_text((tmp_path / "nets.py").read_text().replace("nn.Dropout(0.1)", "nn.ReLU()"))
+    result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
+    (finding,) = result.findings
+    assert finding.applied and finding.level is Level.NUMERIC and "random" not in finding.message, finding
