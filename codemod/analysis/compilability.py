@@ -27,12 +27,13 @@ import libcst as cst
 
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import method_name, sole_definition
+from codemod.analysis.names import kwarg, method_name, positional, sole_definition
 from codemod.analysis.step_models import calls_model, own_calls
 from codemod.analysis.torch_facts import (
     COMPILE_BREAK_FUNCTIONS,
     COMPILE_BREAK_METHODS,
     COMPILE_BREAKS,
+    DROP_PROBABILITY,
     FORWARD_DRAW_METHODS,
     FORWARD_DRAWS,
     GRAD_FREE_CONTEXTS,
@@ -40,6 +41,7 @@ from codemod.analysis.torch_facts import (
     METADATA_ATTRIBUTES,
     METADATA_METHODS,
     MODULE_CONTAINERS,
+    MODULE_SET_UP_METHODS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
     RANDOM_MODULES,
@@ -263,6 +265,71 @@ def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] |
     return compile_break(context, [c for c in calls if calls_model(context, c, name)])
 
 
+@dataclass(frozen=True)
+class Draw:
+    """Why compiling a model would draw other random numbers than eager mode."""
+
+    what: str  # the draw, as the message names it: `Dropout`, or the class that may run one
+    known: bool = True  # False: a class of another module that perfmod could not read whole
+
+
+def model_draw(context: FileContext, loop, name: str) -> Draw | None:
+    """The random draw that compiling the model `name` would make draw other numbers: the
+    first one its forward runs as the training loop `loop` calls it (read as `model_break`
+    reads it), also in a class of another module of the project it is built from (read
+    there); where a part of the forward cannot be read: that class, or else the first draw
+    of the file outside the training loops' own code (that part may run it). A draw the
+    loop makes itself (noise added to the data) runs in eager mode, compiled model or not;
+    a dropout whose probability is zero draws nothing."""
+    calls = [c for c in own_calls(context, loop.loop) if calls_model(context, c, name)]
+    verdict, found = context.training.run_verdict(
+        calls, FORWARD_DRAWS, FORWARD_DRAW_METHODS, lambda c: _draws(context, c)
+    )
+    if found is not None or verdict is False and calls:
+        return _named(context, found) if found is not None else None  # every part of the forward was read
+    elsewhere = _project_class(context, loop, name)
+    if elsewhere is not None:
+        other, classdef = elsewhere
+        verdict, found = other.training.run_in(
+            classdef, FORWARD_DRAWS, FORWARD_DRAW_METHODS, lambda c: _draws(other, c)
+        )
+        if found is not None:
+            return _named(other, found)
+        if verdict is False:
+            return None  # read whole where it is defined: no draw
+        return Draw(classdef.name.value, known=False)
+    eager = {id(call) for training in context.training.loops for call in own_calls(context, training.loop)}
+    draw = next((call for call in file_obstacles(context).draws if id(call) not in eager), None)
+    return _named(context, draw) if draw is not None else None
+
+
+def _named(context, call: cst.Call) -> Draw:
+    return Draw(context.source(call.func).rsplit(".", 1)[-1])
+
+
+def _project_class(context, loop, name: str) -> tuple[FileContext, cst.ClassDef] | None:
+    """The class of another module of the project that the model `name` is built from, and
+    the context of its module."""
+    from codemod.analysis.project import project_of
+    from codemod.analysis.step_models import caller_anchor
+
+    function = context.index.first_enclosing(loop.loop, cst.FunctionDef)
+    scope = function if function is not None else context.module
+    given = caller_anchor(context, loop.loop, name)
+    if given is not None:
+        scope, name = given.anchor, given.name
+    for node in context.index.find(cst.Name, within=scope):
+        if node.value != name or not isinstance(context.parents.get(node), cst.AssignTarget):
+            continue
+        for value in context.loops.values_of(node) or ():
+            while isinstance(value, cst.Call) and method_name(value) in MODULE_SET_UP_METHODS:
+                value = value.func.value
+            found = project_of(context).class_of(value.func) if isinstance(value, cst.Call) else None
+            if found is not None:
+                return found
+    return None
+
+
 # -- the file around the forward -------------------------------------------------------------
 
 
@@ -274,6 +341,7 @@ class FileObstacles:
     hook: cst.Call | None  # a module hook registration (dynamo traces it, and recompiles when it changes)
     double_backward: cst.Call | None  # a call with `create_graph=True`: torch.compile cannot differentiate twice
     draw: cst.Call | None  # a random draw of the kind a forward makes (dropout, `bernoulli`, `randn_like`)
+    draws: tuple[cst.Call, ...] = ()  # every such draw, in the order of the file
 
 
 def file_obstacles(context: FileContext) -> FileObstacles:
@@ -283,11 +351,13 @@ def file_obstacles(context: FileContext) -> FileObstacles:
 
 def _file_obstacles(context) -> FileObstacles:
     calls = context.index.find(cst.Call)
+    draws = tuple(c for c in calls if _draws(context, c))
     return FileObstacles(
         _compiled_already(context),
         next((c for c in calls if method_name(c) in HOOK_REGISTRATIONS), None),
         next((c for c in calls if any(_creates_graph(a) for a in c.args)), None),
-        next((c for c in calls if _draws(context, c)), None),
+        draws[0] if draws else None,
+        draws,
     )
 
 
@@ -301,9 +371,23 @@ def _creates_graph(arg: cst.Arg) -> bool:
 
 
 def _draws(context, call: cst.Call) -> bool:
-    if context.names.of(call.func) & FORWARD_DRAWS:
-        return True
+    names = context.names.of(call.func)
+    if names & FORWARD_DRAWS:
+        return not _drops_nothing(context, call, names)
     return method_name(call) in FORWARD_DRAW_METHODS and not context.names.startswith(call.func, ("numpy", "random"))
+
+
+def _drops_nothing(context, call: cst.Call, names: set[str]) -> bool:
+    """A dropout whose probability is zero (`nn.Dropout(0.0)`, `F.dropout(x, p=0.0)`, a config
+    field whose every value is 0): torch returns its input and draws nothing."""
+    where = next((DROP_PROBABILITY[n] for n in sorted(names) if n in DROP_PROBABILITY), None)
+    if where is None:
+        return False
+    position, keyword = where
+    arg = kwarg(call, keyword) or positional(call, position)
+    if arg is None:
+        return False  # torch's default, 0.5
+    return context.training.numbers(arg.value) == frozenset({0.0})
 
 
 def _compiled_already(context) -> bool:

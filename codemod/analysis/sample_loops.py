@@ -58,6 +58,7 @@ from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import atom, integer_value, kwarg, method_name, names_read, number_value
 from codemod.analysis.project import project_of
 from codemod.analysis.sample_mixing import sample_mixing
+from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
     FUNCTIONAL,
@@ -153,6 +154,8 @@ class PerSample:
     reduced: cst.Call | None = None  # SUM / MEAN: the reduction
     zero: bool = False  # INV: the number 0 (`total = 0.0` of a sum built up in a loss function)
     real: bool = False  # a floating-point tensor (a loss, a quotient): adding 0.0 changes nothing
+    batch: cst.BaseExpression | None = None  # ROW / ONE read from a batch tensor (`y[i:i+1]`): that tensor
+    single: bool = False  # COUNTED: one class target a sample, so each sample's mean is its loss
 
 
 class NotBatchable(Exception):
@@ -771,7 +774,7 @@ class _Batcher:
             column = self.context.positions[anchor].start.column - self.context.positions[statement].start.column
 
         def means(updated: cst.Call) -> cst.BaseExpression:
-            return cst.parse_expression(_per_sample_means(loss, updated, count, reduce, column))
+            return cst.parse_expression(_per_sample_means(loss, updated, count, reduce, column, value.single))
 
         if value.inline is not None:
             function = value.inline[0]
@@ -932,7 +935,7 @@ class _Batcher:
         origin = ("data", self.code(expr.value), len(elements))
         if isinstance(first, cst.Index) and m.matches(first.value, m.Name(index)):
             self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
-            return PerSample(ROW, origin=origin)
+            return PerSample(ROW, origin=origin, batch=expr.value if len(elements) == 1 else None)
         one = m.matches(
             first,
             m.Slice(
@@ -945,7 +948,7 @@ class _Batcher:
         )
         if one:
             self.edit(expr, _drop_first if len(elements) == 1 else _first_full)
-            return PerSample(ONE, origin=origin)
+            return PerSample(ONE, origin=origin, batch=expr.value if len(elements) == 1 else None)
         raise NotBatchable("a sample is used other than as a batch of one (`x[i:i+1]`, `x[i].unsqueeze(0)`)")
 
     def _call(self, call: cst.Call) -> PerSample:
@@ -1003,7 +1006,7 @@ class _Batcher:
                 return receiver
             return self._reject(call)
         if method in (ONE_OPERAND_METHODS - {"to", "type"}) or (method == "to" and args):
-            return PerSample(kind, origin=origin, sequence=receiver.sequence, real=receiver.real)
+            return PerSample(kind, origin=origin, sequence=receiver.sequence, real=receiver.real, batch=receiver.batch)
         first = args[0].value if args else None
         if method == "unsqueeze" and kind == ROW and len(args) == 1 and integer_value(first) == 0:
             self.edit(call, lambda updated: updated.func.value)  # `row.unsqueeze(0)` -> `batch`
@@ -1174,7 +1177,10 @@ class _Batcher:
         if loss.reduction == "sum":
             return PerSample(SUM, origin=("loss",))
         if counted:
-            return PerSample(COUNTED, origin=("loss",), loss=loss, call=call)
+            # A target batch of one dimension (`y` of shape (B,)): one class a sample, whose
+            # mean over its targets that count is its loss (a loss torch's sum adds up).
+            single = pair == (ONE, ONE) and second.batch is not None and _rank(self.context, second.batch) == 1
+            return PerSample(COUNTED, origin=("loss",), loss=loss, call=call, single=single)
         return PerSample(MEAN, origin=("loss",))
 
     def _local_call(self, call: cst.Call, function: cst.FunctionDef) -> PerSample:
@@ -1619,10 +1625,33 @@ class _Substitute(cst.CSTTransformer):
         return updated
 
 
-def _per_sample_means(loss: LossCall, call: cst.Call, batch: str, reduce: str, indent: int) -> str:
+def _rank(context, expr: cst.BaseExpression, depth: int = 0) -> int | None:
+    """The rank of the batch tensor `expr` (`Layouts.rank_key`), followed where the layouts
+    stop: a name to its value or to what every call of its function passes for it (a
+    parameter), a slice or a conversion (`y[b:b + bs].to(device)`) to what it is taken from."""
+    key = layouts(context).rank_key(expr) if expr in context.index else None
+    if isinstance(key, int) or depth > MAX_DEPTH:
+        return key if isinstance(key, int) else None
+    if isinstance(expr, cst.Name):
+        value = layouts(context).value_of(expr)
+        sources = [value] if value is not None else context.training.value_sources(expr)
+        ranks = {_rank(context, source, depth + 1) if source is not None else None for source in sources}
+        return ranks.pop() if len(ranks) == 1 else None
+    if isinstance(expr, cst.Subscript) and all(isinstance(e.slice, cst.Slice) for e in expr.slice):
+        return _rank(context, expr.value, depth + 1)
+    if isinstance(expr, cst.Call) and method_name(expr) in ONE_OPERAND_METHODS:
+        return _rank(context, expr.func.value, depth + 1)
+    return None
+
+
+def _per_sample_means(
+    loss: LossCall, call: cst.Call, batch: str, reduce: str, indent: int, single: bool = False
+) -> str:
     """The per-sample means of a batched cross-entropy (or NLL) `call`:
     `(f(input, target, reduction="none").view(B, -1).sum(1) / (target != ignore).view(B, -1).sum(1))`,
-    then `.sum()` or `.mean()` (`reduce` "none": the vector)."""
+    then `.sum()` or `.mean()` (`reduce` "none": the vector). With one target a sample
+    (`single`), each sample's mean is its loss: `f(input, target, reduction="sum")`, torch's
+    mean for `.mean()`, `reduction="none"` for the vector."""
     code = cst.Module([]).code_for_node
     positional = [a.value for a in call.args if a.keyword is None]
     named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
@@ -1638,7 +1667,14 @@ def _per_sample_means(loss: LossCall, call: cst.Call, batch: str, reduce: str, i
         "reduction": '"none"',
         **{k: v for k, v in options.items() if k not in ("reduction", "input", "target")},
     }
+    if single:
+        if reduce == "mean":
+            del keywords["reduction"]  # torch's default: the mean over the samples
+        else:
+            keywords["reduction"] = f'"{reduce}"'
     extra = "".join(f", {k}={v}" for k, v in keywords.items())
+    if single:
+        return f"{function}({code(inputs)}, {code(target)}{extra})"
     ignore = options.get("ignore_index", str(loss.ignore_index))
     target_text = code(target)
     sums = f"({function}({code(inputs)}, {target_text}{extra}).view({batch}, -1).sum(1)"

@@ -11,22 +11,27 @@ of the model covers and the statement it goes after.
 - `anchor`: the last statement before the loop, in a block around it that runs once, that
   builds or moves the model (`sets_up`); `bound_again`: whether the name is bound again
   before the loop ends; where a model is built when the training code does not build it:
-  in the caller that passes it (`caller_site`), at module level (`global_site`), in the class
-  that assigns `self.model` (`attribute_site`), anew in an outer loop (`built_in_outer_loop`),
-  and why no one statement builds it (`unbuilt_reason`, a reason to show the user).
+  in the caller that passes it (`caller_site`; `caller_anchor` when a compile there covers
+  what the loop trains: one caller, nothing binding it again), at module level
+  (`global_site`), in the class that assigns `self.model` (`attribute_site`), anew in an
+  outer loop (`built_in_outer_loop`), and why no one statement builds it (`unbuilt_reason`,
+  a reason to show the user).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.local_calls import local_calls
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import compound_keyword, method_name
+from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
-from codemod.analysis.torch_facts import MODEL_WRAPPERS, MODULE_METHODS, MODULE_SET_UP_METHODS
+from codemod.analysis.torch_facts import ALL_LOSS_MODULES, MODEL_WRAPPERS, MODULE_METHODS, MODULE_SET_UP_METHODS
 
 
 def own_calls(context, node: cst.CSTNode) -> list[cst.Call]:
@@ -44,7 +49,7 @@ def called_models(context, loop) -> list[str]:
     calls = own_calls(context, loop.loop)
     candidates = [model.expression for model in loop.models] + _passed_modules(context, loop.loop, calls)
     for name in candidates:
-        if name in found:
+        if name in found or _loss_module(context, calls, name):
             continue
         if any(calls_model(context, call, name) for call in calls):
             node = next((c.func for c in calls if m.matches(c.func, m.Name(name))), None)
@@ -57,6 +62,27 @@ def called_models(context, loop) -> list[str]:
             if model is not None and model != func.value and model not in found:
                 found.append(model)
     return found
+
+
+def _loss_module(context, calls, name: str) -> bool:
+    """Is what the loop calls as `name` a loss module of torch, every value of it built by
+    `nn.SmoothL1Loss()` and the like (no parameters: nothing of a model to compile)?"""
+    func = next(
+        (c.func for c in calls if isinstance(c.func, (cst.Name, cst.Attribute)) and context.source(c.func) == name),
+        None,
+    )
+    if isinstance(func, cst.Name):
+        values = context.bindings.values(func)
+    elif isinstance(func, cst.Attribute):
+        values = context.bindings.attribute_values(func)
+    else:
+        return False
+    for value in values or [None]:
+        while isinstance(value, cst.Call) and method_name(value) in MODULE_SET_UP_METHODS:
+            value = value.func.value  # `nn.MSELoss().to(device)`
+        if not isinstance(value, cst.Call) or not context.names.of(value.func) & ALL_LOSS_MODULES:
+            return False
+    return True
 
 
 def runs(context, expr: cst.BaseExpression, depth: int = 0) -> str | None:
@@ -210,6 +236,46 @@ def caller_site(context, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
             if site is not None:
                 return site
     return None
+
+
+@dataclass(frozen=True)
+class CallerAnchor:
+    """Where the one caller of a training function builds the model it gives it."""
+
+    anchor: cst.SimpleStatementLine  # the statement a compile goes after
+    name: str  # the caller's name of the model
+    call: cst.Call  # the call that gives it to the training function
+
+
+def caller_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:
+    """For a model that is a parameter `name` of the function that trains it in `loop`:
+    the statement of its one caller in this file (no module of the package calls it) that
+    builds or moves the variable it passes, when nothing binds that variable again between
+    there and the call, so that a compile there compiles the module the loop trains."""
+    function = context.index.first_enclosing(loop, cst.FunctionDef)
+    if function is None or context.kinds.class_of(function) is not None:
+        return None
+    params = [*function.params.posonly_params, *function.params.params]
+    position = next((i for i, p in enumerate(params) if p.name.value == name), None)
+    sites = local_calls(context).call_sites(function)
+    if position is None or len(sites) != 1 or project_of(context).called_from_importers(function):
+        return None
+    (call,) = sites
+    args = [a for a in call.args if a.keyword is None and not a.star]
+    keyword = next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    arg = keyword or (args[position] if position < len(args) else None)
+    if arg is None or not isinstance(arg.value, cst.Name) or any(a.star for a in call.args):
+        return None
+    statement = context.index.statement_of(call)
+    found = anchor(context, statement, arg.value.value)
+    if found is None:
+        return None
+    # up to the end of the statement of the anchor's block that holds the call (an epoch loop)
+    block = context.parents.get(found)
+    holder = next((a for a in context.index.ancestors(call) if context.parents.get(a) is block), statement)
+    if bound_again(context, found, holder, arg.value.value):
+        return None
+    return CallerAnchor(found, arg.value.value, call)
 
 
 def global_site(context, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:

@@ -956,6 +956,10 @@ class Layouts:
             return self._factory_dims(values, depth)
         if name in LIKE_FACTORIES:
             return self.shape(positional_values[0], depth) if positional_values else None
+        if name == "torch.randint":  # `randint(high, size)`, `randint(low, high, size)`: the size is a tuple
+            size = kwarg(call, "size")
+            value = size.value if size is not None else (positional_values[-1] if positional_values else None)
+            return self._factory_dims([value], depth) if isinstance(value, (cst.Tuple, cst.List)) else None
         if name == "torch.einsum":
             return self._einsum_shape(call, depth)
         op = OPS.get(name)

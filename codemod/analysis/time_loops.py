@@ -34,9 +34,10 @@ the reason: rules report such loops instead of rewriting them.
   that it reads (a state), outside a training loop?
 - `TimeLoops.read(loop)`: the TimeLoop (states, outputs, steps) of step values, or None
   for a loop that is not over time; raises Unsupported with what differs.
-- `TimeLoops.looks_like_recurrence(loop)`: for a loop `read` could not prove, is it still
-  plainly a linear recurrence over a tensor's time dim (a state scaled by a factor free of
-  the states, or added an outer product, and passed to no cell), worth a report?
+- `TimeLoops.looks_like_recurrence(loop)`: for a loop `read` could not prove, does it still
+  hand a state from one step to the next over a tensor's time dim, updated from itself
+  through math (linear or not: `tanh(W x_t + U h)`), not through an RNN cell and not only
+  totalled, worth a report?
 - `TimeLoops.order(model)`: the states, each after those its update reads.
 - `TimeLoops.stacked_outputs(model)`: for each list the loop appends to, its Stacked
   (the empty list made just before the loop, the one `torch.stack`/`torch.cat` after
@@ -1749,47 +1750,72 @@ class TimeLoops:
 
     def looks_like_recurrence(self, loop: cst.For) -> bool:
         """Worth reporting when not rewritten: a loop over a tensor's time dim (indexed
-        `[:, t]`, `[..., t]`, or iterated with `unbind`) of simple statements, where a state
-        is updated from its own value as `a * state (+ ...)`, with `a` free of the states (an
-        RNN, whose gates read its state, is not a linear recurrence at all), or as
-        `state + <outer product>`, and no state goes into a module or function call (an RNN
-        cell)."""
+        `[:, t]`, `[..., t]`, or iterated with `unbind`) of simple statements that hands a
+        state from one step to the next (`Kinds.carried_reads`: a read of what an earlier
+        step bound) and updates it from itself through math a recurrence is made of
+        (arithmetic, torch's elementwise functions and tensor methods, `einsum`, `@`, a
+        layer on the last dims such as `nn.Linear`): linear in it or not (`h =
+        tanh(W x_t + U h)`). Not an RNN cell or decoder whose state goes through a module
+        or function that is not such math (`nn.GRUCell`, `cell(h)`), and not a total the
+        state is only added into (`loss = loss + ...`), unless each step's total is read
+        in the loop (a running sum)."""
         time = loop.target.value if isinstance(loop.target, cst.Name) else None
         if not isinstance(loop.body, cst.IndentedBlock) or not self._over_time(loop, time):
             return False
         if any(not isinstance(line, cst.SimpleStatementLine) for line in loop.body.body):
             return False
-        assigned: dict[str, cst.BaseExpression] = {}
+        updates: dict[str, cst.BaseSmallStatement] = {}
         for line in loop.body.body:
             for small in line.body:
-                if (
-                    isinstance(small, cst.Assign)
-                    and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                ):
-                    assigned.setdefault(small.targets[0].target.value, small.value)
-        states = {name for name, value in assigned.items() if name in read_names(self.context, value)}
-        if not states:
-            return False
-        for call in self.context.index.find(cst.Call, within=loop.body):
-            if self._feeds_state(call, states, assigned):
-                return False
-        for name in sorted(states):
-            value = assigned[name]
-            for op in self.context.index.find(cst.BinaryOperation, within=value):
-                sides = [op.left, op.right]
-                if not any(isinstance(side, cst.Name) and side.value == name for side in sides):
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = small.targets[0].target
+                elif isinstance(small, cst.AugAssign):
+                    target = small.target
+                else:
                     continue
-                other = op.right if isinstance(op.left, cst.Name) and op.left.value == name else op.left
-                if isinstance(op.operator, cst.Multiply) and not self._reads_states(other, states, assigned):
-                    return True
-                if (
-                    isinstance(op.operator, cst.Add)
-                    and self._has_outer_or_decay(other)
-                    and not self._reads_states(other, states - {name}, assigned)
-                ):
-                    return True
+                if isinstance(target, cst.Name):
+                    updates.setdefault(target.value, small)
+        carried = {read.value for read in self.context.kinds.carried_reads(loop, loop.body)} & set(updates)
+        temporaries = {name: small.value for name, small in updates.items() if name not in carried}
+        calls = self.context.index.find(cst.Call, within=loop.body)
+        for state in sorted(carried):
+            update = updates[state]
+            added = isinstance(update, cst.AugAssign) and isinstance(
+                update.operator, (cst.AddAssign, cst.SubtractAssign)
+            )
+            if not (isinstance(update, cst.AugAssign) or self._reads_states(update.value, {state}, temporaries)):
+                continue  # bound from other values only
+            if any(self._feeds_state(call, {state}, temporaries) for call in calls):
+                continue  # through a cell: not math the kernels compute
+            if isinstance(update, cst.AugAssign) and not added:
+                return True  # `h *= a`
+            scaled = not self._only_added(update.value, state, temporaries)
+            read = any(
+                state in read_names(self.context, small)
+                for line in loop.body.body
+                for small in line.body
+                if small is not update
+            )
+            if scaled or read:
+                return True
         return False
+
+    def _only_added(self, expr: cst.BaseExpression, state: str, temporaries: dict, depth: int = 0) -> bool:
+        """Is every read of `state` in `expr` (through the loop's temporaries) a term added to
+        the rest (`state + f(x_t)`), so that the loop only totals values free of it?"""
+        if isinstance(expr, cst.Name) and expr.value == state:
+            return True
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            return self._only_added(expr.left, state, temporaries, depth) and self._only_added(
+                expr.right, state, temporaries, depth
+            )
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+            return self._only_added(expr.left, state, temporaries, depth) and not self._reads_states(
+                expr.right, {state}, temporaries
+            )
+        if isinstance(expr, cst.Name) and expr.value in temporaries and depth < 4:
+            return self._only_added(temporaries[expr.value], state, temporaries, depth + 1)
+        return not self._reads_states(expr, {state}, temporaries)
 
     def _reads_states(self, expr, states: set[str], assigned: dict, depth: int = 0) -> bool:
         """Does `expr` read a state, directly or through the loop's temporaries?"""
@@ -1803,8 +1829,9 @@ class TimeLoops:
         )
 
     def _feeds_state(self, call: cst.Call, states: set[str], assigned: dict) -> bool:
-        """Is a state (maybe through temporaries) an argument of a call that is not an
-        elementwise torch function or tensor method?"""
+        """Is a state (maybe through temporaries) an argument of a call that is not math a
+        recurrence is made of (an elementwise torch function or tensor method, a layer on
+        the last dims)?"""
         func = call.func
         names = self.context.names.of(func) if is_dotted_name(func) else set()
         if any(n.startswith("torch.") and n.rsplit(".", 1)[1] in RECURRENCE_FUNCTION_NAMES for n in names):
@@ -1813,6 +1840,15 @@ class TimeLoops:
             return False
         if isinstance(func, cst.Attribute) and func.attr.value == "append":
             return False
+        module = (
+            attributes(self.context).value(func)
+            if isinstance(func, cst.Attribute)
+            else (self.layouts.value_of(func) if isinstance(func, cst.Name) else None)
+        )
+        if isinstance(module, cst.Call) and self.context.names.of(module.func) & (
+            LAST_DIM_MODULES | SAME_SHAPE_MODULES
+        ):
+            return False  # `self.wh(h)`: a layer the reader reads as math
         args = [a.value for a in call.args]
         if isinstance(func, cst.Attribute) and not names and not isinstance(func.value, cst.Name):
             args.append(func.value)
@@ -1839,11 +1875,6 @@ class TimeLoops:
                 if stepped and (position > 0 or layout.shape(subscript.value) is not None):
                     return True
         return False
-
-    def _has_outer_or_decay(self, value: cst.BaseExpression) -> bool:
-        """An outer product of step vectors, as people spell one."""
-        code = self.context.source(value) if value in self.context.index else ""
-        return "unsqueeze" in code or "einsum" in code or "None" in code or "@" in code or "outer" in code
 
     def order(self, model: TimeLoop) -> list[str]:
         """The states in an order where each comes after those its update reads."""

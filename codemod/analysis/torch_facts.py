@@ -317,6 +317,7 @@ _LOSSES = {name: op.loss for name, op in OPS.items() if op.loss is not None}
 LOSS_FUNCTIONS = {name for name, loss in _LOSSES.items() if name.startswith(FUNCTIONAL) and loss.per_element}
 LOSS_MODULES = {name for name, loss in _LOSSES.items() if not name.startswith(FUNCTIONAL) and loss.per_element}
 ALL_LOSS_FUNCTIONS = frozenset(name for name in _LOSSES if name.startswith(FUNCTIONAL))  # every loss torch has
+ALL_LOSS_MODULES = frozenset(name for name in _LOSSES if not name.startswith(FUNCTIONAL))  # and as modules
 # Losses whose mean divides by the targets that count (not ignore_index; weighted by class).
 COUNTED_LOSSES = short(name for name, loss in _LOSSES.items() if loss.counted)
 # The function a loss module calls.
@@ -393,6 +394,13 @@ RANDOM_MODULES = frozenset(
     for name in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
     for spelling in (f"torch.nn.{name}", f"torch.nn.modules.dropout.{name}")
 )
+# Where each dropout of torch takes its probability of zeroing an element, (position,
+# keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
+# draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
+DROP_PROBABILITY = {name: (0, "p") for name in RANDOM_MODULES} | {
+    f"{FUNCTIONAL}.{name}": (1, "p")
+    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
+}
 SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
 # Methods whose result holds, at each position of a mask, whether the mask was set there

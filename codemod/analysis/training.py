@@ -43,6 +43,7 @@ from codemod.analysis.names import (
     kwarg,
     method_name,
     names_read,
+    number_value,
     positional,
     sole_definition,
 )
@@ -761,6 +762,48 @@ class Training:
             return self.strings(expr.args[1].value, depth + 1, written)  # its default, as an option's
         return None
 
+    def numbers(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[float] | None:
+        """The numbers `expr` may hold, followed as `strings` follows a string (an option by
+        its `choices` only: the command line may give any other); None when one of them
+        cannot be told (a dropout's probability, asked by `compilability`)."""
+        if expr is None or depth > MAX_DEPTH:
+            return None
+        value = number_value(expr)
+        if value is not None:
+            return frozenset({float(value)})
+        if isinstance(expr, cst.IfExp):
+            return _union(self.numbers(expr.body, depth + 1), self.numbers(expr.orelse, depth + 1))
+        if isinstance(expr, cst.Name):
+            sources = self.value_sources(expr)
+            return _union(*(self.numbers(s, depth + 1) for s in sources)) if sources else None
+        if isinstance(expr, cst.Attribute):
+            values = self._attribute_values(expr) or self._passed_fields(expr.value, expr.attr.value, depth)
+            return _union(*(self.numbers(v, depth + 1) for v in values)) if values else None
+        return None
+
+    def _passed_fields(self, receiver: cst.BaseExpression, attr: str, depth: int) -> list[cst.BaseExpression]:
+        """What `receiver.attr` may hold where `receiver` names a config object handed down
+        through parameters (`cfg` of `Block(cfg)` of `GPT(cfg)` of `cfg = Config()`): the
+        keyword each construction of a config class of this file passes, or its default."""
+        if not isinstance(receiver, cst.Name) or depth > MAX_DEPTH:
+            return []
+        values: list[cst.BaseExpression] = []
+        for source in self.value_sources(receiver):
+            if isinstance(source, cst.Name):
+                found = self._passed_fields(source, attr, depth + 1)
+            elif isinstance(source, cst.Call) and sole_definition(self.context.scopes, source.func, cst.ClassDef):
+                passed = kwarg(source, attr)
+                default = _class_default(sole_definition(self.context.scopes, source.func, cst.ClassDef), attr)
+                # a field passed by position, or unpacked, may be this one: not told
+                hidden = any(a.star or a.keyword is None for a in source.args)
+                found = [passed.value] if passed is not None else [] if hidden else [default]
+            else:
+                return []
+            if not found or None in found:
+                return []
+            values.extend(found)
+        return values
+
     def is_int(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
         """Is `expr` provably a Python int, followed as `strings` follows a string: an
         integer literal; a name bound only to ints, a parameter every call of its function
@@ -865,16 +908,46 @@ class Training:
         return self._products[loop.loop]
 
     def first_run(
-        self, calls: Iterable[cst.Call], functions: frozenset[str], methods: frozenset[str]
+        self,
+        calls: Iterable[cst.Call],
+        functions: frozenset[str],
+        methods: frozenset[str],
+        keep: Callable[[cst.Call], bool] | None = None,
     ) -> cst.Call | None:
         """The first call that `calls` run (read as `multiplies_matrices` reads a step, into the
         models' classes and the functions of this file) of one of torch's `functions` (or
-        classes) or tensor `methods`; None when none is seen (`compilability.compile_break`
-        asks it for where torch.compile breaks a model's graph)."""
-        search = _CallSearch(self, functions, methods)
-        if not _first_true(search.in_call(call) for call in calls):
-            return None
-        return search.found
+        classes) or tensor `methods`, that `keep` keeps; None when none is seen
+        (`compilability.compile_break` asks it for where torch.compile breaks a model's
+        graph, `compilability.model_draw` for the random numbers a model's forward draws)."""
+        verdict, found = self.run_verdict(calls, functions, methods, keep)
+        return found if verdict else None
+
+    def run_verdict(
+        self,
+        calls: Iterable[cst.Call],
+        functions: frozenset[str],
+        methods: frozenset[str],
+        keep: Callable[[cst.Call], bool] | None = None,
+    ) -> tuple[bool | None, cst.Call | None]:
+        """`first_run` with its verdict: (True, the call) when one is seen, (False, None) when
+        everything `calls` run was read and none is, (None, None) when some of it could not be
+        read (a class of another library or of another module of the project)."""
+        search = _CallSearch(self, functions, methods, keep)
+        verdict = _first_true(search.in_call(call) for call in calls)
+        return verdict, search.found if verdict else None
+
+    def run_in(
+        self,
+        node: cst.ClassDef | cst.FunctionDef,
+        functions: frozenset[str],
+        methods: frozenset[str],
+        keep: Callable[[cst.Call], bool] | None = None,
+    ) -> tuple[bool | None, cst.Call | None]:
+        """`run_verdict` for what calling `node`, a class or function of this file, runs
+        (asked by the files that import it, as `matrix_products_in`)."""
+        search = _CallSearch(self, functions, methods, keep)
+        verdict = search.in_class(node) if isinstance(node, cst.ClassDef) else search.in_code(node)
+        return verdict, search.found if verdict else None
 
     def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
         """Does calling `node`, a class or function of this file, multiply matrices (as
@@ -2176,11 +2249,14 @@ class _MatrixProducts:
         training = self.training
         func = call.func
         names = training.names.of(func)
-        if names & self.FUNCTIONS or (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in self.METHODS
-            and not self._of_instance(func)  # `self.inner(x)` calls a field of the class
-        ):
+        if (
+            names & self.FUNCTIONS
+            or (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in self.METHODS
+                and not self._of_instance(func)  # `self.inner(x)` calls a field of the class
+            )
+        ) and self.keeps(call):
             self.found = self.found or call
             return True
         if names:
@@ -2195,7 +2271,7 @@ class _MatrixProducts:
                     if isinstance(arg.value, (cst.Name, cst.Attribute)) and training.is_model(arg.value)
                 )
             # A class or function of a project module, read there; another library's: unknown.
-            return project_of(training.context).matrix_products(func)
+            return self.in_project(func)
         cls = training.kinds.local_class(func) if isinstance(func, cst.Name) else None
         if cls is not None:
             return self.in_class(cls)
@@ -2205,6 +2281,12 @@ class _MatrixProducts:
         if isinstance(func, cst.Attribute) and method_name(call) in MODULE_METHODS:
             return False  # `.to(device)`, `.parameters()`: the module's own methods
         return self.in_value(func)
+
+    def keeps(self, call: cst.Call) -> bool:
+        return True
+
+    def in_project(self, func: cst.BaseExpression) -> bool | None:
+        return project_of(self.training.context).matrix_products(func)
 
     def in_class(self, cls: cst.ClassDef) -> bool | None:
         """Products in the methods of a class of this file and in the modules it builds;
@@ -2298,9 +2380,15 @@ class _MatrixProducts:
 class _CallSearch(_MatrixProducts):
     """The same search, for calls of other functions and methods (`first_run`)."""
 
-    def __init__(self, training: Training, functions: frozenset[str], methods: frozenset[str]) -> None:
+    def __init__(self, training: Training, functions: frozenset[str], methods: frozenset[str], keep=None) -> None:
         super().__init__(training)
-        self.FUNCTIONS, self.METHODS = functions, methods
+        self.FUNCTIONS, self.METHODS, self.keep = functions, methods, keep
+
+    def keeps(self, call: cst.Call) -> bool:
+        return self.keep is None or self.keep(call)
+
+    def in_project(self, func: cst.BaseExpression) -> bool | None:
+        return None  # the project's summaries answer for matrix products only: not read here
 
     def _in_code(self, node: cst.CSTNode) -> bool | None:
         index = self.training.index

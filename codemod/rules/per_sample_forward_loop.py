@@ -45,7 +45,12 @@ class PerSampleForwardLoop(Rule):
     `cross_entropy` or `nll_loss` mean divides each sample by its own count
     of targets that are not `ignore_index`, which differ between padded
     sequences, so the fix keeps those per-sample means: `reduction="none"`,
-    summed per sample, divided by the sample's count, and added up. A
+    summed per sample, divided by the sample's count, and added up. With one
+    class target a sample (a target batch `y` of shape (B,)), each sample's
+    mean is its loss, so the fix writes torch's own `reduction="sum"` (its
+    mean, for a loop that divides each loss by the batch size); a target
+    equal to `ignore_index` then adds nothing, where the loop's mean over no
+    target was NaN. A
     `loss / len(x)` the loop applied to each sample turns the sum into a
     mean. A loss computed by a function of the same file is followed into
     it: a sum or an element-wise mean keeps the call, a token mean is
@@ -212,9 +217,9 @@ class PerSampleForwardLoop(Rule):
             PREAMBLE
             + "for i in range(x.size(0)):\n    out = model(x[i:i+1])\n    loss = F.cross_entropy(out, y[i:i+1])\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + "out = model(x)\nloss = (\n"
-            '    F.cross_entropy(out, y, reduction="none").view(x.size(0), -1).sum(1)\n'
-            "    / (y != -100).view(x.size(0), -1).sum(1)\n).sum()\nloss.backward()\ntotal += loss.item()\n",
+            PREAMBLE + 'out = model(x)\nloss = F.cross_entropy(out, y, reduction="sum")\nloss.backward()\n'
+            "total += loss.item()\n",
+            "one class target a sample (`y` of shape (B,)): each sample's mean is its loss, torch's sum adds them up",
         ),
         Invalid(
             PREAMBLE
@@ -270,10 +275,8 @@ class PerSampleForwardLoop(Rule):
             PREAMBLE
             + "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i].unsqueeze(0)), y[i:i + 1]) / len(x)\n"
             "    loss.backward()\n    total += loss.item()\n",
-            PREAMBLE + "loss = (\n"
-            '    F.cross_entropy(model(x), y, reduction="none").view(len(x), -1).sum(1)\n'
-            "    / (y != -100).view(len(x), -1).sum(1)\n).mean()\nloss.backward()\ntotal += loss.item()\n",
-            "the per-sample division by the batch size: the mean of the per-sample means",
+            PREAMBLE + "loss = F.cross_entropy(model(x), y)\nloss.backward()\ntotal += loss.item()\n",
+            "the per-sample division by the batch size: the mean of the per-sample losses, torch's mean",
         ),
         Invalid(
             PREAMBLE + "def pair_loss(logits, targets):\n    total = 0.0\n    for j in range(2):\n"

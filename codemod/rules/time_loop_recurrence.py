@@ -64,6 +64,26 @@ def wkv(r, k, v, w, u, state):
     )
     return o, state
 """
+TANH_LOOP = """
+def rnn(W, x):
+    h = torch.zeros_like(x[:, 0])
+    hs = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(h @ W + x[:, t])
+        hs.append(h)
+    return torch.stack(hs, dim=1)
+"""
+CELL_LOOP = """
+cell = torch.nn.GRUCell(8, 8)
+
+def rnn(x):
+    h = torch.zeros_like(x[:, 0])
+    hs = []
+    for t in range(x.shape[1]):
+        h = cell(x[:, t], h)
+        hs.append(h)
+    return torch.stack(hs, dim=1)
+"""
 KERNELS = "runtime.kernels"
 
 
@@ -160,7 +180,8 @@ class TimeLoopRecurrence(Rule):
     the kernel instead of doing nothing.
 
     Reported without a fix, with what differs: a state whose update is not
-    linear in it (a nonlinearity around it, a product of two states), a
+    linear in it (a nonlinearity around it, `h = tanh(W x_t + U h)` with `U`
+    an `nn.Linear`, a product of two states), a
     reshape of a step value (which may mix heads), random numbers drawn in
     the loop, a value that may be a number or a tensor where that decides the
     layout, a temporary or the step index read after the loop, `break` or
@@ -168,7 +189,10 @@ class TimeLoopRecurrence(Rule):
     `torch.jit.trace` records (`@torch.jit.script`, a function or module passed
     to `torch.jit.script`/`trace`, what such code calls: codemod/analysis/
     torchscript.py), which cannot call the kernels; so for every rule whose fix
-    calls `runtime`.
+    calls `runtime`. A state that goes through a module or function that is
+    not such math (`nn.GRUCell`, a cell of your own, an embedding of the
+    previous step's argmax) is an RNN or a decoder, not a recurrence these
+    kernels compute: no finding.
     """
 
     CODE = "PM505"
@@ -183,17 +207,7 @@ class TimeLoopRecurrence(Rule):
 
     VALID = [
         Valid(
-            PREAMBLE
-            + """
-def rnn(W, x):
-    h = torch.zeros_like(x[:, 0])
-    hs = []
-    for t in range(x.shape[1]):
-        h = torch.tanh(h @ W + x[:, t])
-        hs.append(h)
-    return torch.stack(hs, dim=1)
-""",
-            "a non-linear recurrence",
+            PREAMBLE + CELL_LOOP, "an RNN cell: its state goes through a module that is not math the kernels compute"
         ),
         Valid(
             PREAMBLE
@@ -212,6 +226,7 @@ def train(model, opt, batches):
     ]
     INVALID = [
         Invalid(PREAMBLE + SCAN_LOOP, PREAMBLE + SCAN_FIXED),
+        Invalid(PREAMBLE + TANH_LOOP, None, "a non-linear recurrence: reported, not fixed"),
         Invalid(
             PREAMBLE + "\n@torch.jit.script" + SCAN_LOOP,
             None,

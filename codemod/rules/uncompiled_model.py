@@ -3,7 +3,13 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import step_models as sites
-from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles, model_break
+from codemod.analysis.compilability import (
+    compile_break,
+    computes_loss,
+    file_obstacles,
+    model_break,
+    model_draw,
+)
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.network_tables import held_only, holds_networks, model_parts, table_obstacle, table_touched
 from codemod.analysis.project import project_of
@@ -39,9 +45,12 @@ class UncompiledModel(Rule):
     what runs the forward on every step: a model called in the loop, directly,
     through a helper it is given to, or through another name
     (`DistributedDataParallel(model)` and its `.module`, `net = model`): then
-    the model itself is compiled, before it is wrapped. An optimizer's
-    parameter table (`nn.ParameterDict`) or a module read only for its weights
-    is not.
+    the model itself is compiled, before it is wrapped. A model given to the
+    function that trains it (`train_one_epoch(model, opt)`) is compiled where
+    the one caller of that function in the file builds and moves it. An
+    optimizer's parameter table (`nn.ParameterDict`), a module read only for
+    its weights, and a loss module of torch (`nn.SmoothL1Loss()`, which holds
+    no weights) are not.
 
     Where module hooks sit on some parts of the model (`model.probe`, or a
     `target` module the model's forward hooks), the model is not compiled
@@ -70,7 +79,8 @@ class UncompiledModel(Rule):
     `net = torch.compile(net)` would change.
 
     Where the model cannot be compiled in place, the finding points to where it
-    is built: in the caller that passes it to the training function, at the
+    is built: in the caller that passes it to the training function (when
+    another caller passes it too, or it may be bound again before the call), at the
     module-level lines that build and move a global model, at the `self.model =
     ...` of a trainer class. When module hooks block the model's compile, the
     rule also reports what else runs every step and could be compiled: the
@@ -115,7 +125,8 @@ class UncompiledModel(Rule):
     specialize and recompile: fix PM501, then compile by hand and check the
     compile with `perfmod verify`), a model that is
     rebound after the place where the compile would go, a model that is
-    not built in the function (or module) that trains it, a model held in
+    not built in the function (or module) that trains it nor by the one
+    caller that gives it to that function, a model held in
     an attribute (`self.model`), and a model of a class from another module
     of your code whose step also calls into it besides its forward
     (`model.calc_importances(...)`): `model.compile()` compiles `model(...)`
@@ -147,11 +158,16 @@ class UncompiledModel(Rule):
     Numeric: the compiled graphs compute the same operations, but fused
     kernels may order floating-point reductions differently, so losses agree
     within tolerance, not bit for bit (the rule's CPU test compares a few
-    steps). Unsafe where the file uses random ops of the kind a forward runs
-    (dropout, `torch.randn_like`, `bernoulli`, `multinomial`; not the
-    `torch.randn(...)` that makes data): compiled code draws its own random
-    numbers, equally random but not the eager ones, so losses differ by more
-    than rounding. Not fixed
+    steps). Unsafe where the model's forward draws random numbers (dropout,
+    `torch.randn_like`, `bernoulli`, `multinomial`, read in the model's class,
+    also where another module of your code defines it; where perfmod cannot
+    read the forward, such a draw anywhere in the file outside the training
+    loop):
+    compiled code draws its own random numbers, equally random but not the
+    eager ones, so losses differ by more than rounding. Noise the loop adds to
+    the data itself (`x + 0.1 * torch.randn_like(x)`) stays in eager mode and
+    draws the same numbers, and a dropout whose probability is 0
+    (`nn.Dropout(cfg.dropout)` with a config default of 0.0) draws none. Not fixed
     where the file differentiates through gradients (`create_graph=True`):
     torch.compile does not support double backward. Compilation can also fail on
     code dynamo does not support, graph breaks can make it slower than eager,
@@ -209,18 +225,9 @@ class UncompiledModel(Rule):
             "double backward, which torch.compile does not support",
         ),
         Invalid(
-            SETUP
-            + LOOP.replace(
-                "    loss = model(x).pow(2).mean()\n",
-                "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n",
-            ),
-            SETUP
-            + "model.compile()\n"
-            + LOOP.replace(
-                "    loss = model(x).pow(2).mean()\n",
-                "    loss = torch.nn.functional.dropout(model(x), 0.1).pow(2).mean()\n",
-            ),
-            "random ops: fixed at level unsafe",
+            SETUP.replace("torch.nn.ReLU(), ", "torch.nn.ReLU(), torch.nn.Dropout(0.1), ") + LOOP,
+            SETUP.replace("torch.nn.ReLU(), ", "torch.nn.ReLU(), torch.nn.Dropout(0.1), ") + "model.compile()\n" + LOOP,
+            "random ops in the model's forward: fixed at level unsafe",
             config={"level": Level.UNSAFE},
         ),
         Invalid(
@@ -256,7 +263,9 @@ class UncompiledModel(Rule):
                     f"in a variable: add `{name}.compile()` where it is built",
                 )
             return
-        anchor = sites.anchor(self.context, loop.loop, name)
+        anchor, built, given = sites.anchor(self.context, loop.loop, name), name, None
+        if anchor is None and (caller := sites.caller_anchor(self.context, loop.loop, name)) is not None:
+            anchor, built, given = caller.anchor, caller.name, caller.call  # the one caller builds it
         if anchor is None:
             site = sites.caller_site(self.context, loop.loop, name) or sites.global_site(self.context, loop.loop, name)
             where = site or loop.loop
@@ -270,56 +279,66 @@ class UncompiledModel(Rule):
             return
         seen.add(id(anchor))
         if hook is not None:
-            if self._compile_parts(anchor, loop, name, hook):
+            if given is None and self._compile_parts(anchor, loop, name, hook):
                 return
             self.report(
                 anchor,
-                f"`{name}` could be compiled, but this file registers module hooks "
+                f"`{built}` could be compiled, but this file registers module hooks "
                 f"(line {self.context.line(hook)}), which dynamo traces and "
                 "may recompile for; fix PM501, then compile by hand and check with perfmod verify",
             )
-        elif sites.bound_again(self.context, anchor, loop.loop, name):
+        elif given is None and sites.bound_again(self.context, anchor, loop.loop, name):
             self.report(
                 anchor,
                 f"`{name}` could be compiled, but it is bound again after this line; "
                 f"add `{name}.compile()` after its last binding",
             )
-        elif (elsewhere := sites.class_elsewhere(self.context, anchor, name)) and (
+        elif (elsewhere := sites.class_elsewhere(self.context, anchor, built)) and (
             methods := sites.step_methods(self.context, loop, name)
         ):
-            self._class_of_another_module(anchor, name, elsewhere, methods)
+            self._class_of_another_module(anchor, built, elsewhere, methods)
         elif (double := file_obstacles(self.context).double_backward) is not None:
             line = self.context.line(double)
             self.report(
                 anchor,
-                f"`{name}` could be compiled, but this file differentiates through gradients "
+                f"`{built}` could be compiled, but this file differentiates through gradients "
                 f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
             )
         elif (broken := model_break(self.context, loop, name)) is not None:
             call, reason = broken
             self.report(
                 anchor,
-                f"`{name}` is trained in eager mode, but compiling it would gain little: {reason} "
+                f"`{built}` is trained in eager mode, but compiling it would gain little: {reason} "
                 f"(`{self.context.source(call.func)}`, line {self.context.line(call)}); not fixed",
             )
         else:
-            compile_line = cst.parse_statement(f"{name}.compile()\n")
-            random = self._draw()
+            compile_line = cst.parse_statement(f"{built}.compile()\n")
+            message = self.MESSAGE
+            if given is not None:
+                message += (
+                    f"; `{self.context.source(given.func)}` trains it, given it at line {self.context.line(given)}"
+                )
+            random = self._draw(loop, name)
             if random is None:
-                self.report(anchor, edits=[InsertAfter(anchor, (compile_line,))])
+                self.report(anchor, message, edits=[InsertAfter(anchor, (compile_line,))])
             else:  # inductor draws its own random numbers: equally random, not the eager ones
                 self.report(
                     anchor,
-                    self.MESSAGE + f"; unsafe: its random ops (`{random}`) draw other "
+                    message + f"; unsafe: {random} draw other "
                     "numbers when compiled, so losses differ from eager ones by more than rounding",
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
 
-    def _draw(self) -> str | None:
-        """The name of the first random op of the file (`dropout`): compiled, it draws other numbers."""
-        draw = file_obstacles(self.context).draw
-        return None if draw is None else self.context.source(draw.func).rsplit(".", 1)[-1]
+    def _draw(self, loop, name: str) -> str | None:
+        """The random ops that compiling the model `name` covers (`its random ops (`Dropout`)`),
+        which draw other numbers compiled; None when there are none."""
+        draw = model_draw(self.context, loop, name)
+        if draw is None:
+            return None
+        if not draw.known:  # a class of another module of the project, not read whole
+            return f"the random ops that `{draw.what}`, a class of another module, may run"
+        return f"its random ops (`{draw.what}`)"
 
     # -- the parts of a model that others' hooks leave free ---------------------------------
 
@@ -371,13 +390,13 @@ class UncompiledModel(Rule):
             f"not compiled whole; the parts of it that run every step and that no hook reaches are: {listed}; "
             "compile them in place"
         )
-        random = self._draw()
+        random = self._draw(loop, name)
         if random is None:
             self.report(anchor, message, edits=[InsertAfter(anchor, tuple(statements))])
         else:
             self.report(
                 anchor,
-                message + f"; unsafe: its random ops (`{random}`) draw other numbers when compiled",
+                message + f"; unsafe: {random} draw other numbers when compiled",
                 edits=[InsertAfter(anchor, tuple(statements))],
                 level=Level.UNSAFE,
             )

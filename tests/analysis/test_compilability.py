@@ -10,7 +10,15 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemod.analysis.compilability import compile_break, computes_loss, file_obstacles, forward_of, model_break
+from codemod.analysis.compilability import (
+    compile_break,
+    computes_loss,
+    file_obstacles,
+    forward_of,
+    model_break,
+    model_draw,
+)
+from codemod.analysis.step_models import called_models
 from codemod.context import FileContext
 
 HEAD = """\
@@ -320,3 +328,134 @@ def test_what_it_calls_an_obstacle_breaks_the_installed_dynamos_graph_and_a_draw
         torch.compile(function, backend="eager")(torch.randn(4, 3))
         assert (counters["stats"]["unique_graphs"] > 1) == breaks, function
     torch._dynamo.reset()
+
+
+# -- what compiling a model changes in the numbers it draws (blind test 7, #9) ---------------
+
+NOISY_STEP = """\
+class Denoiser(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def train():
+    model = Denoiser()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        clean = torch.randn(4, 8)
+        noisy = clean + 0.3 * torch.randn_like(clean)
+        loss = F.mse_loss(model(noisy), clean)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def draw_of(code: str):
+    context = parsed(code)
+    (loop,) = context.training.loops
+    (name,) = called_models(context, loop)
+    draw = model_draw(context, loop, name)
+    return None if draw is None else draw.what
+
+
+def test_noise_the_loop_adds_to_the_data_is_not_a_draw_of_the_compiled_model():
+    assert draw_of(NOISY_STEP) is None  # it runs in eager mode, compiled model or not
+    assert file_obstacles(parsed(NOISY_STEP)).draw is not None  # the file does draw
+
+
+def test_a_dropout_in_the_models_forward_is_its_draw():
+    code = NOISY_STEP.replace("nn.ReLU(), nn.Linear(16, 8)", "nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 8)")
+    assert draw_of(code) == "Dropout"
+
+
+def test_a_dropout_whose_probability_is_zero_draws_nothing():
+    config = """\
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    d: int = 8
+    dropout: float = 0.0
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.proj = nn.Linear(cfg.d, cfg.d)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        return self.drop(self.proj(x))
+
+
+class Net(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.block = Block(cfg)
+
+    def forward(self, x):
+        return F.dropout(self.block(x), p=0.0)
+
+
+def train():
+    cfg = Config()
+    model = Net(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        x = torch.randn(4, 8)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    # `cfg.dropout` is the config's default, 0.0, through `Net(cfg)` and `Block(cfg)`
+    assert draw_of(config) is None and file_obstacles(parsed(config)).draw is None
+    assert draw_of(config.replace("cfg = Config()", "cfg = Config(dropout=0.1)")) == "Dropout"
+    assert draw_of(config.replace("cfg = Config()", "cfg = Config(8, 0.1)")) == "Dropout"  # by position: unknown
+    assert draw_of(config.replace("p=0.0", "p=0.2")) == "dropout"
+
+
+def test_a_loss_module_of_torch_is_not_a_model_the_step_runs():
+    code = """\
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(8, 2)
+        self.loss_fn = nn.SmoothL1Loss()
+        self.opt = torch.optim.Adam(self.model.parameters())
+
+    def fit(self, x, y):
+        for step in range(3):
+            loss = self.loss_fn(self.model(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+"""
+    context = parsed(code)
+    (loop,) = context.training.loops
+    assert called_models(context, loop) == ["self.model"]
+
+
+def test_a_dropout_with_p_zero_returns_its_input_and_draws_nothing_in_the_installed_torch():
+    import inspect
+
+    import torch
+
+    from codemod.analysis.torch_facts import DROP_PROBABILITY
+
+    for name, (position, keyword) in DROP_PROBABILITY.items():
+        target = _resolve(name)
+        x = torch.randn((2, 3, 4, 5, 6)[: 3 if "1d" in name else 5 if "3d" in name else 4])
+        parameters = list(inspect.signature(target).parameters)
+        assert parameters[position] == keyword, name  # a module's construction, a function's call
+        state = torch.get_rng_state()
+        if inspect.isclass(target):
+            out = target(**{keyword: 0.0}).train()(x)
+        else:
+            out = target(x, **{keyword: 0.0}, training=True)
+        assert torch.equal(torch.get_rng_state(), state) and torch.equal(out, x), name

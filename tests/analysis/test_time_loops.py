@@ -154,3 +154,75 @@ def test_a_state_collected_before_its_update_is_the_value_the_step_starts_from()
     model = loops.read(loop)
     (output,) = model.outputs
     assert isinstance(output.value, Prev) and output.value.state == "h"
+
+
+# -- which loops that are not rewritten are reported (blind test 7, #10) ------------------
+
+TANH_CELL = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class TanhCell(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.wx = nn.Linear(d, d)
+        self.wh = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        h = torch.zeros_like(x[:, 0])
+        outs = []
+        for t in range(x.size(1)):
+            h = torch.tanh(self.wx(x[:, t]) + self.wh(h))
+            outs.append(h)
+        return torch.stack(outs, 1)
+"""
+
+
+def pm505_findings(source: str):
+    from codemod.config import Settings
+    from codemod.engine import process_source
+    from codemod.rule import Level
+
+    result = process_source(
+        source.encode(), "t.py", Settings(select=("PM505",), level=Level.NUMERIC), [TimeLoopRecurrence]
+    )
+    assert result.error is None, result.error
+    return [(f.line, f.fixable, f.message) for f in result.findings]
+
+
+def test_an_rnn_cell_whose_state_goes_through_a_linear_layer_is_reported_as_not_linear_in_its_state():
+    context, _, loops = read(TANH_CELL)
+    loop = next(iter(context.index.find(cst.For)))
+    with pytest.raises(Unsupported, match="the update of `h` is not linear in it"):
+        loops.read(loop)
+    assert loops.looks_like_recurrence(loop)  # `h` is handed from step to step, through math
+    ((line, fixable, message),) = pm505_findings(TANH_CELL)
+    assert (line, fixable) == (15, False) and "the update of `h` is not linear in it" in message
+
+
+def test_a_decoder_whose_state_goes_through_a_cell_module_is_not_a_recurrence_to_report():
+    decoder = TANH_CELL.replace("self.wh = nn.Linear(d, d, bias=False)", "self.cell = nn.GRUCell(d, d)").replace(
+        "h = torch.tanh(self.wx(x[:, t]) + self.wh(h))", "h = self.cell(self.wx(x[:, t]), h)"
+    )
+    context, _, loops = read(decoder)
+    assert not loops.looks_like_recurrence(next(iter(context.index.find(cst.For))))
+    assert pm505_findings(decoder) == []
+
+
+def test_a_loss_totalled_over_positions_is_not_a_recurrence_to_report():
+    totals = """\
+import torch
+import torch.nn.functional as F
+
+
+def position_loss(logits, y):
+    loss = 0.0
+    for t in range(logits.size(1)):
+        loss = loss + F.cross_entropy(logits[:, t], y[:, t])
+    return loss / logits.size(1)
+"""
+    context, _, loops = read(totals)
+    assert not loops.looks_like_recurrence(next(iter(context.index.find(cst.For))))  # only added to
+    assert pm505_findings(totals) == []

@@ -148,3 +148,64 @@ def test_every_fixed_example_keeps_the_gradients_and_the_logged_total(case):
         assert want[name].abs().sum() > 0
         torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=name)
     assert got_total == pytest.approx(want_total, rel=1e-5)
+
+
+CLASSIFIER_STEP = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(6, 16)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.out(F.relu(self.hidden(x)))
+
+
+def train_step(model, x, y):
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    loss.backward()
+    return loss.detach()
+
+
+def run(model, opt, X, Y, bs=8):
+    losses = []
+    for b in range(0, X.size(0), bs):
+        xb, yb = X[b:b + bs], Y[b:b + bs]
+        opt.zero_grad()
+        total = 0.0
+        for i in range(xb.size(0)):
+            total = total + train_step(model, xb[i:i + 1], yb[i:i + 1])
+        opt.step()
+        losses.append(float(total / xb.size(0)))
+    return losses
+
+
+def main():
+    torch.manual_seed(0)
+    X = torch.randn(48, 6, dtype=torch.float64)
+    Y = torch.randint(0, 4, (48,))
+    model = Classifier().double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    return run(model, opt, X, Y), model
+"""
+
+
+def test_one_class_target_a_sample_becomes_torchs_summed_loss_and_trains_the_same():
+    """A per-sample classification step in a helper (blind test 7, #17): `y` holds one class a
+    sample, so each sample's mean is its loss and the batched loss is torch's own sum, not
+    the per-sample means written out for padded sequences."""
+    new_source = rewrite(CLASSIFIER_STEP, [PerSampleForwardLoop], level=Level.UNSAFE)
+    assert '    loss = F.cross_entropy(logits, y, reduction="sum")\n' in new_source
+    assert "!= -100" not in new_source and "train_step(model, xb, yb)" in new_source
+    want_losses, want_weights = train(CLASSIFIER_STEP)
+    got_losses, got_weights = train(new_source)
+    assert len(want_losses) == 6 and torch.isfinite(want_losses).all()
+    torch.testing.assert_close(got_losses, want_losses, rtol=RTOL, atol=0)
+    for name, want in want_weights.items():
+        torch.testing.assert_close(got_weights[name], want, rtol=RTOL, atol=1e-13, msg=name)

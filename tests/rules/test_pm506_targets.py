@@ -65,21 +65,52 @@ def test_the_model_a_helper_calls_is_compiled_after_it_is_built_and_moved():
     assert 'model.to("cpu")\nmodel.compile()\nopt = ' in new  # not in the epoch loop, where it would run again
 
 
-def test_a_model_built_by_the_caller_is_reported_where_it_is_built():
-    found, new = findings("""\
-        import torch
+TRAINED_BY_A_HELPER = """\
+    import torch
 
-        def train(model, opt):
-            for x in [torch.randn(2, 4)]:
-                loss = model(x).sum()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+    def train(model, opt):
+        for x in [torch.randn(2, 4)]:
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
 
-        def main():
-            net = torch.nn.Linear(4, 1).to("cpu")
+    def main():
+        net = torch.nn.Linear(4, 1).to("cpu")
+        for epoch in range(2):
             train(net, torch.optim.SGD(net.parameters(), lr=0.1))
-        """)
+    """
+
+
+def test_a_model_given_to_the_function_that_trains_it_is_compiled_where_its_one_caller_builds_it():
+    found, new = findings(TRAINED_BY_A_HELPER)
+    assert [(line, fixable) for line, fixable, _ in found] == [(11, True)], found
+    assert "`train` trains it, given it at line 13" in found[0][2]
+    assert 'net = torch.nn.Linear(4, 1).to("cpu")\n    net.compile()\n    for epoch' in new  # not in the epoch loop
+
+
+def test_a_model_given_by_two_callers_is_reported_where_the_first_builds_it():
+    source = TRAINED_BY_A_HELPER + "\n\n    def other(model):\n        train(model, None)\n"
+    found, new = findings(source)
+    assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
+    assert "(which is given it)" in found[0][2]
+
+
+def test_a_model_the_caller_may_bind_again_before_the_call_is_not_compiled_there():
+    source = TRAINED_BY_A_HELPER.replace(
+        "        for epoch in range(2):\n",
+        "        if torch.cuda.is_available():\n            net = torch.nn.Linear(4, 1).cuda()\n"
+        "        for epoch in range(2):\n",
+    )
+    found, new = findings(source)
+    assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
+
+
+def test_a_model_the_caller_binds_again_in_its_epoch_loop_is_not_compiled_where_it_is_first_built():
+    source = TRAINED_BY_A_HELPER.replace(
+        "lr=0.1))\n", "lr=0.1))\n            net = torch.nn.Linear(4, 1)  # the next epoch trains another module\n"
+    )
+    found, new = findings(source)
     assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
 
 
@@ -126,3 +157,82 @@ def test_with_hooks_the_loss_function_and_a_table_of_small_networks_are_reported
     lines = sorted((line, fixable) for line, fixable, _ in found)
     assert (5, False) in lines and (10, False) in lines, found  # kl, the ModuleDict
     assert all(not fixable for _, fixable in lines) and ".compile()" not in new
+
+
+HELPER_PROGRAM = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def train_one_epoch(model, opt, log):
+    for step in range(3):
+        x = torch.randn(8, 16)
+        loss = F.mse_loss(model(x), x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log.append(loss.item())
+
+
+def main(log):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to("cpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_one_epoch(model, opt, log)
+"""
+
+
+def test_the_compile_in_the_caller_compiles_the_module_the_helper_trains():
+    """Blind test 7, #8: the rewritten program compiles once, before training, the very module
+    `train_one_epoch` trains (the compile itself is recorded, not run: what it does to a
+    module is test_pm506_execution's), and trains as before."""
+    import torch
+
+    found, new = findings(HELPER_PROGRAM)
+    assert [(line, fixable) for line, fixable, _ in found] == [(18, True)]
+    compile_in_place, compiled = torch.nn.Module.compile, []
+    logs = []
+    try:
+        torch.nn.Module.compile = lambda self, *a, **kw: compiled.append(
+            (self, [p.detach().clone() for p in self.parameters()])
+        )
+        for source in (HELPER_PROGRAM, new):
+            namespace, log = {}, []
+            exec(compile(source, "<program>", "exec"), namespace)
+            namespace["main"](log)
+            logs.append(log)
+    finally:
+        torch.nn.Module.compile = compile_in_place
+    eager, rewritten = logs
+    assert len(eager) == 6 and rewritten == eager
+    ((module, at_compile),) = compiled  # once, not once per epoch
+    assert all(not torch.equal(p, q) for p, q in zip(module.parameters(), at_compile))  # it is the one trained
+
+
+def test_the_draws_of_a_model_class_of_another_module_are_read_where_it_is_defined(tmp_path):
+    """A dropout of the class (`nn.Dropout(0.1)` in nets.py) would draw other numbers
+    compiled: the fix is unsafe; without it the fix is numeric."""
+    from pathlib import Path
+
+    (tmp_path / "nets.py").write_text(
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.body = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n"
+    )
+    train = Path(tmp_path / "train.py")
+    train.write_text(
+        textwrap.dedent(TRAINED_BY_A_HELPER)
+        .replace("import torch\n", "import torch\n\nfrom nets import Net\n")
+        .replace('torch.nn.Linear(4, 1).to("cpu")', 'Net().to("cpu")')
+    )
+    settings = Settings(select=("PM506",), level=Level.UNSAFE)
+    result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
+    (finding,) = result.findings
+    assert finding.applied and finding.level is Level.UNSAFE, finding
+    assert "its random ops (`Dropout`)" in finding.message  # read in nets.py
+    (tmp_path / "nets.py").write_text((tmp_path / "nets.py").read_text().replace("nn.Dropout(0.1)", "nn.ReLU()"))
+    result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
+    (finding,) = result.findings
+    assert finding.applied and finding.level is Level.NUMERIC and "random" not in finding.message, finding

@@ -191,7 +191,7 @@ def test_a_loss_module_given_to_the_training_function_is_not_a_model_to_compile(
     found = messages(IMAGENET, "PM506")
     assert not any("criterion" in m for m in found), found
     (model,) = found
-    assert "(which is given it)" in model and "global" not in model
+    assert "`train` trains it, given it at line 25" in model and "global" not in model  # compiled in `main`
 
 
 FORWARD_FORWARD = """\
