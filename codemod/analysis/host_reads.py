@@ -638,6 +638,12 @@ class StepReads:
     def defer(self, sync: cst.Call) -> list[Deferral]:
         """The fixes for `sync` (several when an accumulator holds more than one sync);
         raises Kept with the reason when the sync must stay."""
+        waits = self.a.context.training.synchronizes_every_step(self.loop)
+        if waits is not None:  # timing code: reading the value later would not let the step run ahead
+            raise Kept(
+                f"the loop waits for the device on every step anyway (`{self.a.code(waits)}`, line "
+                f"{self.a.line(waits)}), so reading the value later would not let the step run ahead"
+            )
         line = self.a.statement_line(sync)
         small = _small_statement_of(self.a, sync, line)
         if isinstance(small, cst.AugAssign) or (

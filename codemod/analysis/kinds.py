@@ -1516,10 +1516,15 @@ class Kinds:
         return self._project_modules
 
     def _project_call_fact(self, call: cst.Call) -> Fact | None:
-        """What a call of a function of another module of the project gives: its argument's
+        """What a call of a class or function of another module of the project gives (a class:
+        what Kinds says of it in its module); of a function, its argument's
         place kept when it returns (a part of) its argument, the items of its argument for a
         generator that yields them, else what its module's analysis or its annotation says."""
         project = self._project()
+        built = project.class_of(call.func) if project.folder is not None else None
+        if built is not None:  # `Net()` of `from models import Net`: a module, if its class derives from one
+            module, classdef = built
+            return self._built_module(module.kinds.class_fact(classdef), call)
         function = project.called(call) if project.folder is not None else None
         if function is None:
             return None

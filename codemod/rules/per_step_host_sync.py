@@ -432,19 +432,9 @@ class PerStepHostSync(Rule):
 
     def _check_loop(self, scan: StepReads, loop: cst.CSTNode) -> None:
         fixes: list[Deferral] = []
-        training = self.context.training
-        waits = training.synchronizes_every_step(loop)
         for sync in scan.reads():
-            if id(sync) in scan.suppressed or training.synchronized_before(sync, loop) is not None:
+            if id(sync) in scan.suppressed or self.context.training.synchronized_before(sync, loop) is not None:
                 continue  # suppressed, or the step already waited for the device: this read waits for nothing
-            if waits is not None:
-                self.report(
-                    sync,
-                    f"`{self._code(sync)}` waits for the GPU every step; not rewritten: the loop waits for "
-                    f"the device on every step anyway (`{self._code(waits)}`, line {self.context.line(waits)}), "
-                    "so reading the value later would not let the step run ahead",
-                )
-                continue
             try:
                 fixes.extend(scan.defer(sync))
             except Kept as why:

@@ -862,3 +862,5 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
     assert classdef.name.value == "ConvNet" and built.path.endswith("convnet.py")
     assert project_of(context).function(calls["head"].func).node.name.value == "head"
     assert project_of(context).function(calls["missing"].func) is None
+    assert context.kinds.fact(calls["ConvNet"]).kind is Kind.MODULE  # read in its module: an nn.Module
+    assert context.kinds.fact(calls["head"]).kind is not Kind.MODULE
