@@ -48,8 +48,8 @@ the reason: rules report such loops instead of rewriting them.
   RWKV form: S = w * S + k^T v read as r S, with its bonus u) a state is, or None.
 - `TimeLoops.with_reads(sym, attention)`: `sym` with those read-outs made `Read` values;
   `TimeLoops.uses(...)`: how often each state is read before, after its update, or at the end.
-- `TimeLoops.scope_names(loop)`, `bound_names(statement)`, `fresh_name(base, taken)`:
-  the names a rewrite must not take, and a new one.
+- `TimeLoops.scope_names(loop)`, `bound_names(statement)`: the names a rewrite must
+  not take (`names.fresh_name` picks a new one).
 - `state_rank(state)`, `strip_unsqueeze(sym, dim)`: a state's rank per step; a value
   without an unsqueeze at `dim`.
 """
@@ -2375,15 +2375,6 @@ def strip_unsqueeze(sym: Sym, dim: int) -> Sym | None:
     ):
         return sym.args[0]
     return None
-
-
-def fresh_name(base: str, taken: set[str]) -> str:
-    """`base`, or `base2`, `base3`, ...: the first not in `taken` (which it joins)."""
-    name, number = base, 2
-    while name in taken:
-        name, number = f"{base}{number}", number + 1
-    taken.add(name)
-    return name
 
 
 def time_loops(context: FileContext) -> TimeLoops:

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.names import integer_literal, separated
+from codemod.analysis.names import fresh_name, integer_literal, separated
 from codemod.analysis.tensor_layout import layouts, read_names
 from codemod.analysis.time_loops import (
     Attention,
@@ -13,7 +13,6 @@ from codemod.analysis.time_loops import (
     State,
     TimeLoop,
     Unsupported,
-    fresh_name,
     method,
     moved,
     state_rank,
