@@ -47,10 +47,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment, ClassScope, ComprehensionScope
+from libcst.metadata import Assignment, ComprehensionScope
 
 from codemod.analysis import match as m
-from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, subscript_parts
 from codemod.analysis.periodic import periodic
@@ -537,32 +536,9 @@ class StepReads:
     def _number_param(self, param: cst.Param, check) -> bool:
         """Does `check` hold for the default of `param` and for what every call of its
         function in this file passes (a plain function, only ever called by name)?"""
-        params = self.a.parents.get(param)
-        function = self.a.parents.get(params)
-        if (
-            not isinstance(function, cst.FunctionDef)
-            or param.star
-            or isinstance(self.a.scopes.get(function), ClassScope)
-        ):
+        found = self.a.kinds.arguments(param)  # what every call passes, or its default
+        if not found or any(passed is None or not check(passed) for _, passed in found):
             return False
-        scope = self.a.scopes.get(function)
-        if scope is None:
-            return False
-        for use in self.a.accesses_in(scope, function.name.value):
-            call = self.a.parents.get(use)
-            if not (isinstance(call, cst.Call) and call.func is use):
-                return False  # handed on: called from elsewhere with other arguments
-        sites = self.a.context.loops.call_sites(function)
-        if not sites:
-            return False  # called from elsewhere, with arguments this file does not show
-        for call in sites:
-            if any(arg.star for arg in call.args):
-                return False
-            passed = argument_for(call, function, param)
-            if passed is None and param.default is None:
-                return False
-            if passed is not None and not check(passed):
-                return False
         return param.default is None or check(param.default)
 
     def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:

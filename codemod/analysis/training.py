@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.bindings import argument_for
+from codemod.analysis.bindings import passed_by
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import (
     dict_entry,
@@ -496,12 +496,8 @@ class Training:
         sites = [(site, source) for site, source in self._binding_sites(name)]
         if len(sites) != 1 or not isinstance(sites[0][0], cst.Param):
             return None
-        param = sites[0][0]
-        function = self.parents.get(self.parents.get(param))
-        calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
         models = []
-        for call in calls:
-            argument = argument_for(call, function, param)
+        for call, argument in self.kinds.arguments(sites[0][0]) or ():
             if argument is None:
                 return None
             models.append(self.model(argument, call, depth + 1))
@@ -682,7 +678,7 @@ class Training:
         file, in the other modules of its package: what the call passes to `param` (its
         default where it passes nothing; None where that cannot be told)."""
         return [
-            (module, call, argument_for(call, function, param, 0) or param.default)
+            (module, call, passed_by(call, function, param))
             for module, call in project_of(self.context).package_calls(function)
         ]
 
@@ -2071,50 +2067,12 @@ class Training:
         return found
 
     def _arguments_for(self, param: cst.Param) -> list[cst.BaseExpression | None]:
-        function = self.parents.get(self.parents.get(param))
-        if not isinstance(function, cst.FunctionDef):
-            return [None]
+        """What every call of this file passes to `param` (`Kinds.arguments`); [None] where
+        that cannot be told (`self`, a function called from elsewhere)."""
         if self.steps.class_of_instance(param.name) is not None:
             return [None]  # `self`
-        constructions = self._constructions(function)
-        calls = constructions if constructions is not None else self.steps.call_sites(function)
-        if not calls:
-            return [None]  # called from elsewhere
-        # `obj.method(a)` and `Class(a)` fill the method's first parameter themselves.
-        offset = 1 if self.kinds.class_of(function) is not None and not _is_static(function) else 0
-        found: list[cst.BaseExpression | None] = []
-        for call in calls:
-            filled = isinstance(call.func, cst.Attribute) or constructions is not None
-            argument = argument_for(call, function, param, offset if filled else 0)
-            if argument is None and any(arg.star for arg in call.args):
-                return [None]
-            found.append(argument if argument is not None else (param.default if param.default is not None else None))
-        return found
-
-    def _constructions(self, function: cst.FunctionDef) -> list[cst.Call] | None:
-        """For the `__init__` of a class of this file: the calls that construct the class
-        (`Trainer(model, device)`), when every use of the class's name is such a call (no
-        subclass, no factory that hands the class on); None otherwise."""
-        if function.name.value != "__init__":
-            return None
-        cls = self.kinds.class_of(function)
-        scope = self.context.scopes.get(cls) if cls is not None else None
-        if scope is None or len(scope.assignments[cls.name.value]) != 1:
-            return None
-        calls = []
-        # every read of the class's name, in nested scopes (a function that builds it) too
-        (binding,) = scope.assignments[cls.name.value]
-        for access in binding.references:
-            call = self.parents.get(access.node)
-            if isinstance(call, cst.Arg) and self._names_super(self.parents.get(call)):
-                continue  # `super(Net, self).__init__()` in its own methods
-            if not isinstance(call, cst.Call) or call.func is not access.node:
-                return None
-            calls.append(call)
-        return sorted(calls, key=self.context.index.order)
-
-    def _names_super(self, call: cst.CSTNode | None) -> bool:
-        return isinstance(call, cst.Call) and self.context.names.is_(call.func, "super", "builtins.super")
+        found = self.kinds.arguments(param)
+        return [value for _, value in found] if found else [None]
 
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]
@@ -2393,10 +2351,6 @@ class _CallSearch(_MatrixProducts):
     def _in_code(self, node: cst.CSTNode) -> bool | None:
         index = self.training.index
         return _first_true(self.in_call(call) for call in index.find(cst.Call, within=node))
-
-
-def _is_static(function: cst.FunctionDef) -> bool:
-    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in function.decorators)
 
 
 def _first_true(verdicts) -> bool | None:
