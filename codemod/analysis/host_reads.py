@@ -444,57 +444,8 @@ class StepReads:
         return self.values.dtype(expr)
 
     def is_number(self, expr: cst.BaseExpression) -> bool:
-        """Is `expr` certainly a Python number? Number literals, arithmetic on numbers,
-        `len(...)`, `int(...)`, `float(...)`, `.item()`, `t.size(0)`, `t.shape[0]`, `t.numel()`,
-        loop indices from `range` / `enumerate`, and names whose every binding they may read
-        (`Kinds.sources`) gives one (counters `n += 1` too, parameters whose default and
-        arguments are numbers)."""
-        key = ("number", id(expr))
-        if key not in self._dtypes:
-            self._dtypes[key] = True  # `n = n + 1`: a number if every other binding is one
-            self._dtypes[key] = self._compute_is_number(expr)
-        return self._dtypes[key]
-
-    def _compute_is_number(self, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, (cst.Integer, cst.Float)):
-            return True
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-            return self.is_number(expr.expression)
-        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, (cst.MatrixMultiply, cst.BitOr)):
-            return self.is_number(expr.left) and self.is_number(expr.right)
-        if isinstance(expr, cst.Call):
-            if self.a.names.is_(expr.func, "builtins.len", "builtins.int", "builtins.float"):
-                return True
-            method = method_name(expr)
-            if method == "size":
-                return bool(expr.args)  # `t.size()` is a torch.Size
-            return method in ("item", "numel", "dim") and not expr.args
-        if isinstance(expr, cst.Subscript):
-            return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
-        if not isinstance(expr, cst.Name):
-            return False
-        found = self.a.kinds.sources(expr)  # the bindings it may read, through `n += 1`
-        if not found or not all(type(b) is Assignment for b in found):
-            return False
-        for binding in found:
-            node = binding.node
-            if isinstance(node, cst.Param):
-                if not self._number_param(node, self.is_number):
-                    return False
-                continue
-            statement = self.a.binding_statement(node)
-            if isinstance(statement, cst.AugAssign):
-                if not isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
-                    return False
-                if not self.is_number(statement.value):
-                    return False
-                continue
-            if isinstance(statement, cst.For) and self._loop_index(statement, node):
-                continue
-            value = self.a.assigned_value(node)
-            if value is None or not self.is_number(value):
-                return False
-        return True
+        """Is `expr` certainly a Python number (`Values.number`: the one number question)?"""
+        return self.values.number(expr) is not None
 
     def is_nonzero_number(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a Python number that cannot be zero: a non-zero literal, or a name
@@ -540,18 +491,6 @@ class StepReads:
         if not found or any(passed is None or not check(passed) for _, passed in found):
             return False
         return param.default is None or check(param.default)
-
-    def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
-        """Is `target` the index of `for i in range(...)` or `for i, x in enumerate(...)`?"""
-        iterated = loop.iter
-        if not isinstance(iterated, cst.Call):
-            return False
-        if self.a.names.is_(iterated.func, "builtins.range"):
-            return loop.target is target
-        if self.a.names.is_(iterated.func, "builtins.enumerate"):
-            names = loop.target
-            return isinstance(names, cst.Tuple) and len(names.elements) == 2 and names.elements[0].value is target
-        return False
 
     def fresh(self, expr: cst.BaseExpression) -> bool:
         """Is the value of `expr` computed in this step, sharing no storage with state that

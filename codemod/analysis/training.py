@@ -800,28 +800,15 @@ class Training:
             values.extend(found)
         return values
 
-    def is_int(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
-        """Is `expr` provably a Python int, followed as `strings` follows a string: an
-        integer literal; a name bound only to ints, a parameter every call of its function
-        fills with one (or leaves to an int default); `self.attr` that every method of
-        its class sets to one; `+ - * // %` of ints."""
-        if expr is None or depth > MAX_DEPTH:
-            return False
-        if isinstance(expr, cst.Integer):
-            return True
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-            return self.is_int(expr.expression, depth + 1)
-        if isinstance(expr, cst.BinaryOperation) and isinstance(
-            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
-        ):
-            return self.is_int(expr.left, depth + 1) and self.is_int(expr.right, depth + 1)
-        if isinstance(expr, cst.Name):
-            sources = self.value_sources(expr)
-            return bool(sources) and all(self.is_int(s, depth + 1) for s in sources)
-        if isinstance(expr, cst.Attribute):
-            values = self._attribute_values(expr)
-            return bool(values) and all(self.is_int(v, depth + 1) for v in values)
-        return False
+    def is_int(self, expr: cst.BaseExpression | None) -> bool:
+        """Is `expr` provably a Python int (`Values.number`: the one number question)?"""
+        from codemod.analysis.values import INT, values  # values asks these facts: lazily
+
+        return values(self.context).number(expr) == INT
+
+    def attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
+        """What `obj.attr` may hold (see `_attribute_values`)."""
+        return self._attribute_values(expr, written)
 
     def _attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
         """What `obj.attr` may hold: `self.attr = ...` in the methods of its class; an
@@ -2094,9 +2081,12 @@ class Training:
         return None
 
     def _last_source(self, expr: cst.BaseExpression, before: cst.CSTNode | None = None) -> cst.BaseExpression | None:
-        """The value of the last assignment to `expr` (before `before`, when given)."""
+        """The value of the last binding whose value `expr` may hold (before `before`, when
+        given): for a name, of the bindings that reach it (`Kinds.sources`, flow-sensitive);
+        for `self.x`, of the assignments to it anywhere in the file."""
         if isinstance(expr, cst.Name):
-            sites = [(n, s) for n, s in self._binding_sites(expr) if s is not None]
+            reaching = [(b.node, self._source_of(b.node)) for b in self.kinds.sources(expr)]
+            sites = [(n, s) for n, s in reaching if s is not None]
         elif isinstance(expr, cst.Attribute):
             sites = [(n, s) for n, s in self._assignments.get(self.code(expr), ()) if s is not None]
         else:

@@ -133,3 +133,72 @@ def test_passed_by_one_call():
     assert passed_by(call("f(*xs)"), function, b) is None
     assert passed_by(call("f(1, c=4)"), function, c).value == "4"
     assert passed_by(call("self.f(1)"), function, b, offset=1).value == "1"  # `self` fills `a`
+
+
+def test_one_number_question_for_host_reads_and_the_training_facts():
+    from codemod.analysis.values import INT, NUMBER, values
+
+    ctx = context(
+        """
+        import argparse
+        import torch
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--bs", type=int, choices=[16, 32])
+        args = parser.parse_args()
+
+        def scale(x, factor=2):
+            print(x, factor)
+
+        n = 0
+        total = 0
+        ratio = 1
+        for i in range(10):
+            n += 1
+            ratio /= 2
+            total = total + len(data) * i
+        a, b = 3, 0.5
+        t = torch.ones(4)
+        rows = t.shape[0]
+        first = t.size(0)
+        mean = t.mean().item()
+        shape = t.size()
+        scale(t, 3)
+        print(n, total, ratio, a, b, rows, first, mean, shape, args.bs, i)
+        """
+    )
+    number = values(ctx).number
+    told = {name: number(read(ctx, name)) for name in ("n", "total", "a", "rows", "first", "i")}
+    assert told == dict.fromkeys(told, INT)
+    assert number(read(ctx, "b")) == NUMBER
+    assert number(read(ctx, "mean")) == NUMBER  # `.item()`: an int or a float
+    assert number(read(ctx, "ratio")) is None  # `/=` is not followed
+    assert number(read(ctx, "shape")) is None  # a torch.Size
+    assert number(read(ctx, "factor")) == INT  # the default and every argument
+    assert number(read(ctx, "x")) is None
+    bs = next(a for a in ctx.index.find(cst.Attribute) if ctx.source(a) == "args.bs")
+    assert number(bs) == INT  # an option's choices
+    # the training facts and the host reads ask the same question
+    assert ctx.training.is_int(read(ctx, "total")) and not ctx.training.is_int(read(ctx, "mean"))
+    assert ctx.training.is_int(bs)
+
+
+def test_the_values_a_read_may_hold_are_those_that_reach_it():
+    ctx = context(
+        """
+        import torch
+
+        opt = torch.optim.SGD(params, lr=0.1)
+        print(opt)
+        opt = torch.optim.Adam(params)
+        if flag:
+            opt = torch.optim.AdamW(params)
+        print(opt)
+        """
+    )
+    first, second = [call.args[0].value for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "print"]
+    assert spelled(ctx, ctx.loops.values_of(first)) == ["torch.optim.SGD(params, lr=0.1)"]
+    assert spelled(ctx, ctx.loops.values_of(second)) == ["torch.optim.Adam(params)", "torch.optim.AdamW(params)"]
+    # the last binding that reaches the read, not the last of the file
+    assert ctx.source(ctx.training._last_source(first)) == "torch.optim.SGD(params, lr=0.1)"
+    assert ctx.source(ctx.training._last_source(second)) == "torch.optim.AdamW(params)"
