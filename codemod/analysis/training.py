@@ -366,7 +366,7 @@ class Training:
         is re-bound inside it? (Attributes such as `self.device` are taken as set.)"""
         start = self._start(statement)
         for name in names_read(expr):
-            sites = self._binding_sites(name)
+            sites = self._every_binding(name)
             if any(self.index.inside(site, statement) for site, _ in sites):
                 return False
             if sites and not any(self._start(site) < start for site, _ in sites):
@@ -454,7 +454,7 @@ class Training:
         gradients (not under `@torch.no_grad()` or in a `with torch.no_grad():`)?"""
         if not isinstance(func, cst.Name) or depth > 1:
             return False
-        sites = self._binding_sites(func)
+        sites = self._every_binding(func)
         return bool(sites) and all(self._forward_helper(site, depth) for site, _ in sites)
 
     def _forward_helper(self, function: cst.CSTNode, depth: int) -> bool:
@@ -493,7 +493,7 @@ class Training:
         return found
 
     def _passed_model(self, name: cst.Name, depth: int) -> Model | None:
-        sites = [(site, source) for site, source in self._binding_sites(name)]
+        sites = [(site, source) for site, source in self._every_binding(name)]
         if len(sites) != 1 or not isinstance(sites[0][0], cst.Param):
             return None
         models = []
@@ -644,7 +644,7 @@ class Training:
                 values.append(found)
             return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
         if isinstance(expr, cst.Name):
-            sites = self._binding_sites(expr)
+            sites = self._every_binding(expr)
             if len(sites) == 1 and isinstance(sites[0][0], cst.Param):
                 passed = self._package_argument_types(sites[0][0], depth, written)
                 if passed is not None:
@@ -1174,14 +1174,12 @@ class Training:
         """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add
         (also through `(a if c else b).append(p)`); a parameter: what its calls pass."""
         sources: list[tuple[cst.BaseExpression, cst.CSTNode | None]] = []
-        for site, source in self._binding_sites(name):
+        for site, source in self._every_binding(name):
             if source is None and isinstance(site, cst.Param):
-                function = self.parents.get(self.parents.get(site))
-                passed = self._arguments_for(site)
-                calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
-                if any(argument is None for argument in passed) or len(passed) != len(calls):
+                passed = self.kinds.arguments(site)  # each call and what it passes
+                if not passed or any(argument is None for _, argument in passed):
                     return None
-                sources.extend(zip(passed, calls))
+                sources.extend((argument, call) for call, argument in passed)
                 continue
             if source is None:
                 source = self._unpacked_literal(site)
@@ -1346,7 +1344,7 @@ class Training:
             for name in names_read(stmt):
                 if name.value in bound_here:
                     continue
-                for site, source in self._binding_sites(name):
+                for site, source in self._every_binding(name):
                     if source is None or not self.index.inside(site, loop):
                         continue
                     if any(self.index.inside(site, s) for s in statements):
@@ -1474,7 +1472,7 @@ class Training:
 
     def _passed_in_from_elsewhere(self, name: cst.Name) -> bool:
         """Is `name` a parameter (not `self`) whose value no call of this file tells?"""
-        sites = self._binding_sites(name)
+        sites = self._every_binding(name)
         return (
             len(sites) == 1
             and isinstance(sites[0][0], cst.Param)
@@ -2008,10 +2006,17 @@ class Training:
                 index.setdefault(self.code(target), []).append((target, assign.value))
         return index
 
-    def _binding_sites(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
-        """(binding node, the expression it takes its value from) for each binding of `name`
-        in its scope: the value of an assignment, the iterable of a `for`, the item of a
-        `with`; None as the expression where it cannot be told (parameters, unpacking)."""
+    def _every_binding(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
+        """(binding node, the expression it takes its value from) for EVERY binding of `name`
+        in its scope, wherever it is: the value of an assignment, the iterable of a `for`,
+        the item of a `with`; None as the expression where it cannot be told (parameters,
+        unpacking). For structural questions only, which must see every binding whether or
+        not it reaches a read: is a name re-bound inside a statement or bound before it
+        (`defined_before`), where a loop binds it (`_model_result_outside`), is a parameter its
+        only binding (`_passed_model`, `device_types`, `_passed_in_from_elsewhere`), does
+        every definition of a function run a model (`_runs_model`), what every binding
+        and `.append` of a list adds (`_parameter_name_models`). What a read may hold is
+        `value_sources` / `_last_source` (`Kinds.sources`)."""
         scope = self.kinds.scopes.get(name)
         if scope is None:
             return []
