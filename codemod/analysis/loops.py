@@ -321,22 +321,16 @@ class TrainingLoops:
         """What `expr` (a name, or `self.<attribute>` in a method) is assigned, as far as seen;
         for a parameter of a function of this file, what every call of it passes
         (`train(args, model, ...)` gives the caller's `model`), or its default."""
-        if isinstance(expr, cst.Name):
-            return self._reaching_values(expr)
+        if isinstance(expr, cst.Name):  # every binding of the name (`Bindings.values`)
+            values = self.context.bindings.values(expr)
+            if values is not None:
+                return values
+            found = self.context.bindings.param_of(expr)  # what every call passes (`Kinds.passed`)
+            return (self.context.kinds.passed(found[1]) or []) if found is not None else []
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             cls = self.class_of_instance(expr.value)
             return list(self._attributes().get((cls, expr.attr.value), ())) if cls is not None else []
         return []
-
-    def _reaching_values(self, name: cst.Name) -> list[cst.BaseExpression]:
-        """The values of the bindings `name` may read (`Kinds.sources`), when each is a plain
-        assignment; for a parameter, what every call passes it (`Kinds.passed`)."""
-        context = self.context
-        found = context.kinds.sources(name)
-        if len(found) == 1 and isinstance(found[0].node, cst.Param):
-            return context.kinds.passed(found[0].node) or []
-        values = [context.bindings.assigned_value(binding) for binding in found]
-        return values if values and None not in values else []
 
     def _attributes(self) -> dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]]:
         """(class, attribute) -> the values `self.<attribute> = value` assigns in its methods."""

@@ -183,7 +183,7 @@ def test_one_number_question_for_host_reads_and_the_training_facts():
     assert ctx.training.is_int(bs)
 
 
-def test_the_values_a_read_may_hold_are_those_that_reach_it():
+def test_the_last_source_of_a_read_is_the_last_binding_that_reaches_it():
     ctx = context(
         """
         import torch
@@ -197,8 +197,6 @@ def test_the_values_a_read_may_hold_are_those_that_reach_it():
         """
     )
     first, second = [call.args[0].value for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "print"]
-    assert spelled(ctx, ctx.loops.values_of(first)) == ["torch.optim.SGD(params, lr=0.1)"]
-    assert spelled(ctx, ctx.loops.values_of(second)) == ["torch.optim.Adam(params)", "torch.optim.AdamW(params)"]
     # the last binding that reaches the read, not the last of the file
     assert ctx.source(ctx.training._last_source(first)) == "torch.optim.SGD(params, lr=0.1)"
     assert ctx.source(ctx.training._last_source(second)) == "torch.optim.AdamW(params)"
