@@ -192,6 +192,20 @@ def argument_for(
     return plain[index] if index < len(plain) else None
 
 
+def passed_by(
+    call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int = 0
+) -> cst.BaseExpression | None:
+    """What `param` of `function` holds when `call` runs it: the argument the call passes
+    (`argument_for`), else the parameter's default; None where a `*args` / `**kwargs` of
+    the call may pass it or it has no default."""
+    argument = argument_for(call, function, param, offset)
+    if argument is not None:
+        return argument
+    if param.default is None or any(arg.star for arg in call.args):
+        return None
+    return param.default
+
+
 class _ReturnCollector(cst.CSTVisitor):
     def __init__(self) -> None:
         self.values: list[cst.BaseExpression] = []

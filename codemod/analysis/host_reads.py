@@ -47,10 +47,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment, ClassScope, ComprehensionScope
+from libcst.metadata import Assignment, ComprehensionScope
 
 from codemod.analysis import match as m
-from codemod.analysis.bindings import argument_for
 from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, subscript_parts
 from codemod.analysis.periodic import periodic
@@ -445,57 +444,8 @@ class StepReads:
         return self.values.dtype(expr)
 
     def is_number(self, expr: cst.BaseExpression) -> bool:
-        """Is `expr` certainly a Python number? Number literals, arithmetic on numbers,
-        `len(...)`, `int(...)`, `float(...)`, `.item()`, `t.size(0)`, `t.shape[0]`, `t.numel()`,
-        loop indices from `range` / `enumerate`, and names whose every binding they may read
-        (`Kinds.sources`) gives one (counters `n += 1` too, parameters whose default and
-        arguments are numbers)."""
-        key = ("number", id(expr))
-        if key not in self._dtypes:
-            self._dtypes[key] = True  # `n = n + 1`: a number if every other binding is one
-            self._dtypes[key] = self._compute_is_number(expr)
-        return self._dtypes[key]
-
-    def _compute_is_number(self, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, (cst.Integer, cst.Float)):
-            return True
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-            return self.is_number(expr.expression)
-        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, (cst.MatrixMultiply, cst.BitOr)):
-            return self.is_number(expr.left) and self.is_number(expr.right)
-        if isinstance(expr, cst.Call):
-            if self.a.names.is_(expr.func, "builtins.len", "builtins.int", "builtins.float"):
-                return True
-            method = method_name(expr)
-            if method == "size":
-                return bool(expr.args)  # `t.size()` is a torch.Size
-            return method in ("item", "numel", "dim") and not expr.args
-        if isinstance(expr, cst.Subscript):
-            return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
-        if not isinstance(expr, cst.Name):
-            return False
-        found = self.a.kinds.sources(expr)  # the bindings it may read, through `n += 1`
-        if not found or not all(type(b) is Assignment for b in found):
-            return False
-        for binding in found:
-            node = binding.node
-            if isinstance(node, cst.Param):
-                if not self._number_param(node, self.is_number):
-                    return False
-                continue
-            statement = self.a.binding_statement(node)
-            if isinstance(statement, cst.AugAssign):
-                if not isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
-                    return False
-                if not self.is_number(statement.value):
-                    return False
-                continue
-            if isinstance(statement, cst.For) and self._loop_index(statement, node):
-                continue
-            value = self.a.assigned_value(node)
-            if value is None or not self.is_number(value):
-                return False
-        return True
+        """Is `expr` certainly a Python number (`Values.number`: the one number question)?"""
+        return self.values.number(expr) is not None
 
     def is_nonzero_number(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a Python number that cannot be zero: a non-zero literal, or a name
@@ -537,45 +487,10 @@ class StepReads:
     def _number_param(self, param: cst.Param, check) -> bool:
         """Does `check` hold for the default of `param` and for what every call of its
         function in this file passes (a plain function, only ever called by name)?"""
-        params = self.a.parents.get(param)
-        function = self.a.parents.get(params)
-        if (
-            not isinstance(function, cst.FunctionDef)
-            or param.star
-            or isinstance(self.a.scopes.get(function), ClassScope)
-        ):
+        found = self.a.kinds.arguments(param)  # what every call passes, or its default
+        if not found or any(passed is None or not check(passed) for _, passed in found):
             return False
-        scope = self.a.scopes.get(function)
-        if scope is None:
-            return False
-        for use in self.a.accesses_in(scope, function.name.value):
-            call = self.a.parents.get(use)
-            if not (isinstance(call, cst.Call) and call.func is use):
-                return False  # handed on: called from elsewhere with other arguments
-        sites = self.a.context.loops.call_sites(function)
-        if not sites:
-            return False  # called from elsewhere, with arguments this file does not show
-        for call in sites:
-            if any(arg.star for arg in call.args):
-                return False
-            passed = argument_for(call, function, param)
-            if passed is None and param.default is None:
-                return False
-            if passed is not None and not check(passed):
-                return False
         return param.default is None or check(param.default)
-
-    def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
-        """Is `target` the index of `for i in range(...)` or `for i, x in enumerate(...)`?"""
-        iterated = loop.iter
-        if not isinstance(iterated, cst.Call):
-            return False
-        if self.a.names.is_(iterated.func, "builtins.range"):
-            return loop.target is target
-        if self.a.names.is_(iterated.func, "builtins.enumerate"):
-            names = loop.target
-            return isinstance(names, cst.Tuple) and len(names.elements) == 2 and names.elements[0].value is target
-        return False
 
     def fresh(self, expr: cst.BaseExpression) -> bool:
         """Is the value of `expr` computed in this step, sharing no storage with state that

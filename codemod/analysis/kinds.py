@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
-from codemod.analysis.bindings import argument_for
+from codemod.analysis.bindings import argument_for, passed_by
 from codemod.analysis.names import CANONICAL, dict_entry, kwarg, method_name, names_read, positional, sole_definition
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
@@ -1126,7 +1126,7 @@ class Kinds:
                 fact = self.class_fact(classdef)
                 if fact.kind is not Kind.UNKNOWN:
                     return fact
-        passed = self.passed(param)
+        passed = self.passed(param) if not _is_init(function) else None
         if passed:  # what every call of the function in this file passes
             result = BOTTOM
             for value in passed:
@@ -1383,25 +1383,27 @@ class Kinds:
             result = result.join(self._fact(node.value))
         return result
 
-    def passed(self, param: cst.Param) -> list[cst.BaseExpression] | None:
-        """What every call of this file passes to `param` (its default where a call leaves
-        it out); None when a call cannot be read or the function may be called elsewhere."""
-        parameters = self.parents.get(param)
-        function = self.parents.get(parameters)
+    def arguments(self, param: cst.Param) -> list[tuple[cst.Call, cst.BaseExpression | None]] | None:
+        """The one answer to what callers pass a parameter: for each call of this file that
+        runs `param`'s function (`callers`: by name, a method on an instance of its class,
+        an `__init__` through its class), the call and what `param` holds then (the
+        argument, else its default; None where `*args` / `**kwargs` may pass it or there
+        is no default). None when the function may be called where this file cannot see
+        (passed as a value, never called here) or `param` is `*args` / `**kwargs`."""
+        function = self.parents.get(self.parents.get(param))
         if not isinstance(function, cst.FunctionDef) or param.star:
             return None
         callers = self.callers(function)
         if not callers:
             return None
-        passed = []
-        for call, offset in callers:
-            value = argument_for(call, function, param, offset)
-            if value is None:
-                if param.default is None:
-                    return None
-                value = param.default
-            passed.append(value)
-        return passed
+        return [(call, passed_by(call, function, param, offset)) for call, offset in callers]
+
+    def passed(self, param: cst.Param) -> list[cst.BaseExpression] | None:
+        """What every call of this file passes to `param` (`arguments`); None when one of
+        them cannot be told."""
+        found = self.arguments(param)
+        values = [value for _, value in found] if found else None
+        return values if values is not None and None not in values else None
 
     def callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
         """The calls of `function` in this file, with how many leading parameters the call
@@ -1429,6 +1431,8 @@ class Kinds:
                     return None  # passed as a value: called where perfmod cannot see
                 calls.append((call, 0))
             return calls or None
+        if name == "__init__" and not function.decorators:
+            return self._constructions(classdef)
         if _decorated(function, STATIC) or function.decorators or name.startswith("__"):
             return None
         if self._attributes is None:
@@ -1444,6 +1448,29 @@ class Kinds:
                 return None  # a bound method passed as a value
             calls.append((call, 1))
         return calls or None
+
+    def _constructions(self, classdef: cst.ClassDef) -> list[tuple[cst.Call, int]] | None:
+        """The calls that construct `classdef` (`Trainer(model, device)`), each filling the
+        `self` of its `__init__`, when every use of the class's name is such a call (no
+        subclass, no factory that hands the class on); None otherwise."""
+        scope = self.scopes.get(classdef)
+        if scope is None or len(scope.assignments[classdef.name.value]) != 1:
+            return None
+        calls = []
+        (binding,) = scope.assignments[classdef.name.value]
+        for access in binding.references:  # in nested scopes (a function that builds it) too
+            call = self.parents.get(access.node)
+            outer = self.parents.get(call)
+            if (
+                isinstance(call, cst.Arg)
+                and isinstance(outer, cst.Call)
+                and self.names.is_(outer.func, "builtins.super")
+            ):
+                continue  # `super(Net, self).__init__()` in its own methods
+            if not isinstance(call, cst.Call) or call.func is not access.node:
+                return None
+            calls.append((call, 1))
+        return sorted(calls, key=lambda found: self.index.order(found[0])) or None
 
     # -- annotations and the project's own modules --------------------------------------
 
@@ -1683,6 +1710,10 @@ def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
         if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
             found = statement
     return found
+
+
+def _is_init(function: cst.CSTNode | None) -> bool:
+    return isinstance(function, cst.FunctionDef) and function.name.value == "__init__"
 
 
 def _decorated(function: cst.FunctionDef, names) -> bool:

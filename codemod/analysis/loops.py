@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, plain_code, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, MODULE_METHODS_RETURNING_SELF, PROCESS_STARTS
@@ -322,32 +321,16 @@ class TrainingLoops:
         """What `expr` (a name, or `self.<attribute>` in a method) is assigned, as far as seen;
         for a parameter of a function of this file, what every call of it passes
         (`train(args, model, ...)` gives the caller's `model`), or its default."""
-        if isinstance(expr, cst.Name):
+        if isinstance(expr, cst.Name):  # every binding of the name (`Bindings.values`)
             values = self.context.bindings.values(expr)
-            return values if values is not None else self.passed(expr)
+            if values is not None:
+                return values
+            found = self.context.bindings.param_of(expr)  # what every call passes (`Kinds.passed`)
+            return (self.context.kinds.passed(found[1]) or []) if found is not None else []
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             cls = self.class_of_instance(expr.value)
             return list(self._attributes().get((cls, expr.attr.value), ())) if cls is not None else []
         return []
-
-    def passed(self, name: cst.Name) -> list[cst.BaseExpression]:
-        """What the calls of this file pass to the parameter `name` (its only binding) of a
-        plain function, the default where a call leaves it out; empty when a call hides it
-        (`*args`), when no call of this file runs the function, and for methods."""
-        found = self.context.bindings.param_of(name)
-        if found is None:
-            return []
-        function, param = found
-        if isinstance(self._parents.get(self._parents.get(function)), cst.ClassDef):
-            return []  # a method: `self` and the offsets of bound calls are not followed
-        calls = self.call_sites(function)
-        values = []
-        for call in calls:
-            argument = argument_for(call, function, param)
-            if argument is None and (param.default is None or any(arg.star for arg in call.args)):
-                return []
-            values.append(argument if argument is not None else param.default)
-        return values
 
     def _attributes(self) -> dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]]:
         """(class, attribute) -> the values `self.<attribute> = value` assigns in its methods."""

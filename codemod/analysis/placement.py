@@ -132,7 +132,7 @@ class Placement:
             function = found[0]
             if not self.context.loops.call_sites(function):
                 return self._passed_from_elsewhere(expr.value, function, found[1])
-            values = self.context.loops.passed(expr)
+            values = self.context.kinds.passed(found[1]) or []
         else:
             values = [v for v in self.training.value_sources(expr) if v is not None]
         return next((why for why in (self.untold_device(v, depth + 1) for v in values) if why), None)
@@ -371,12 +371,10 @@ class Placement:
         found = self.context.bindings.param_of(name)
         if found is None:
             return None
-        loops = self.context.loops
-        calls = loops.call_sites(found[0])
-        passed = loops.passed(name)
-        if not calls or len(passed) != len(calls):
+        passed = self.context.kinds.arguments(found[1])
+        if not passed or any(value is None for _, value in passed):
             return None
-        return list(zip(calls, passed))
+        return passed
 
     def _from_callers(self, name: cst.Name, passed, depth: int, seen: set) -> Model | str | tuple | None:
         """A parameter is where every call puts what it passes; callers that disagree, or

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.bindings import argument_for
+from codemod.analysis.bindings import passed_by
 from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import (
     dict_entry,
@@ -366,7 +366,7 @@ class Training:
         is re-bound inside it? (Attributes such as `self.device` are taken as set.)"""
         start = self._start(statement)
         for name in names_read(expr):
-            sites = self._binding_sites(name)
+            sites = self._every_binding(name)
             if any(self.index.inside(site, statement) for site, _ in sites):
                 return False
             if sites and not any(self._start(site) < start for site, _ in sites):
@@ -454,7 +454,7 @@ class Training:
         gradients (not under `@torch.no_grad()` or in a `with torch.no_grad():`)?"""
         if not isinstance(func, cst.Name) or depth > 1:
             return False
-        sites = self._binding_sites(func)
+        sites = self._every_binding(func)
         return bool(sites) and all(self._forward_helper(site, depth) for site, _ in sites)
 
     def _forward_helper(self, function: cst.CSTNode, depth: int) -> bool:
@@ -493,15 +493,11 @@ class Training:
         return found
 
     def _passed_model(self, name: cst.Name, depth: int) -> Model | None:
-        sites = [(site, source) for site, source in self._binding_sites(name)]
+        sites = [(site, source) for site, source in self._every_binding(name)]
         if len(sites) != 1 or not isinstance(sites[0][0], cst.Param):
             return None
-        param = sites[0][0]
-        function = self.parents.get(self.parents.get(param))
-        calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
         models = []
-        for call in calls:
-            argument = argument_for(call, function, param)
+        for call, argument in self.kinds.arguments(sites[0][0]) or ():
             if argument is None:
                 return None
             models.append(self.model(argument, call, depth + 1))
@@ -648,7 +644,7 @@ class Training:
                 values.append(found)
             return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
         if isinstance(expr, cst.Name):
-            sites = self._binding_sites(expr)
+            sites = self._every_binding(expr)
             if len(sites) == 1 and isinstance(sites[0][0], cst.Param):
                 passed = self._package_argument_types(sites[0][0], depth, written)
                 if passed is not None:
@@ -682,7 +678,7 @@ class Training:
         file, in the other modules of its package: what the call passes to `param` (its
         default where it passes nothing; None where that cannot be told)."""
         return [
-            (module, call, argument_for(call, function, param, 0) or param.default)
+            (module, call, passed_by(call, function, param))
             for module, call in project_of(self.context).package_calls(function)
         ]
 
@@ -804,28 +800,15 @@ class Training:
             values.extend(found)
         return values
 
-    def is_int(self, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
-        """Is `expr` provably a Python int, followed as `strings` follows a string: an
-        integer literal; a name bound only to ints, a parameter every call of its function
-        fills with one (or leaves to an int default); `self.attr` that every method of
-        its class sets to one; `+ - * // %` of ints."""
-        if expr is None or depth > MAX_DEPTH:
-            return False
-        if isinstance(expr, cst.Integer):
-            return True
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-            return self.is_int(expr.expression, depth + 1)
-        if isinstance(expr, cst.BinaryOperation) and isinstance(
-            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
-        ):
-            return self.is_int(expr.left, depth + 1) and self.is_int(expr.right, depth + 1)
-        if isinstance(expr, cst.Name):
-            sources = self.value_sources(expr)
-            return bool(sources) and all(self.is_int(s, depth + 1) for s in sources)
-        if isinstance(expr, cst.Attribute):
-            values = self._attribute_values(expr)
-            return bool(values) and all(self.is_int(v, depth + 1) for v in values)
-        return False
+    def is_int(self, expr: cst.BaseExpression | None) -> bool:
+        """Is `expr` provably a Python int (`Values.number`: the one number question)?"""
+        from codemod.analysis.values import INT, values  # values asks these facts: lazily
+
+        return values(self.context).number(expr) == INT
+
+    def attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
+        """What `obj.attr` may hold (see `_attribute_values`)."""
+        return self._attribute_values(expr, written)
 
     def _attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
         """What `obj.attr` may hold: `self.attr = ...` in the methods of its class; an
@@ -1191,14 +1174,12 @@ class Training:
         """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add
         (also through `(a if c else b).append(p)`); a parameter: what its calls pass."""
         sources: list[tuple[cst.BaseExpression, cst.CSTNode | None]] = []
-        for site, source in self._binding_sites(name):
+        for site, source in self._every_binding(name):
             if source is None and isinstance(site, cst.Param):
-                function = self.parents.get(self.parents.get(site))
-                passed = self._arguments_for(site)
-                calls = self.steps.call_sites(function) if isinstance(function, cst.FunctionDef) else []
-                if any(argument is None for argument in passed) or len(passed) != len(calls):
+                passed = self.kinds.arguments(site)  # each call and what it passes
+                if not passed or any(argument is None for _, argument in passed):
                     return None
-                sources.extend(zip(passed, calls))
+                sources.extend((argument, call) for call, argument in passed)
                 continue
             if source is None:
                 source = self._unpacked_literal(site)
@@ -1363,7 +1344,7 @@ class Training:
             for name in names_read(stmt):
                 if name.value in bound_here:
                     continue
-                for site, source in self._binding_sites(name):
+                for site, source in self._every_binding(name):
                     if source is None or not self.index.inside(site, loop):
                         continue
                     if any(self.index.inside(site, s) for s in statements):
@@ -1491,7 +1472,7 @@ class Training:
 
     def _passed_in_from_elsewhere(self, name: cst.Name) -> bool:
         """Is `name` a parameter (not `self`) whose value no call of this file tells?"""
-        sites = self._binding_sites(name)
+        sites = self._every_binding(name)
         return (
             len(sites) == 1
             and isinstance(sites[0][0], cst.Param)
@@ -2025,10 +2006,17 @@ class Training:
                 index.setdefault(self.code(target), []).append((target, assign.value))
         return index
 
-    def _binding_sites(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
-        """(binding node, the expression it takes its value from) for each binding of `name`
-        in its scope: the value of an assignment, the iterable of a `for`, the item of a
-        `with`; None as the expression where it cannot be told (parameters, unpacking)."""
+    def _every_binding(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
+        """(binding node, the expression it takes its value from) for EVERY binding of `name`
+        in its scope, wherever it is: the value of an assignment, the iterable of a `for`,
+        the item of a `with`; None as the expression where it cannot be told (parameters,
+        unpacking). For structural questions only, which must see every binding whether or
+        not it reaches a read: is a name re-bound inside a statement or bound before it
+        (`defined_before`), where a loop binds it (`_model_result_outside`), is a parameter its
+        only binding (`_passed_model`, `device_types`, `_passed_in_from_elsewhere`), does
+        every definition of a function run a model (`_runs_model`), what every binding
+        and `.append` of a list adds (`_parameter_name_models`). What a read may hold is
+        `value_sources` / `_last_source` (`Kinds.sources`)."""
         scope = self.kinds.scopes.get(name)
         if scope is None:
             return []
@@ -2071,50 +2059,12 @@ class Training:
         return found
 
     def _arguments_for(self, param: cst.Param) -> list[cst.BaseExpression | None]:
-        function = self.parents.get(self.parents.get(param))
-        if not isinstance(function, cst.FunctionDef):
-            return [None]
+        """What every call of this file passes to `param` (`Kinds.arguments`); [None] where
+        that cannot be told (`self`, a function called from elsewhere)."""
         if self.steps.class_of_instance(param.name) is not None:
             return [None]  # `self`
-        constructions = self._constructions(function)
-        calls = constructions if constructions is not None else self.steps.call_sites(function)
-        if not calls:
-            return [None]  # called from elsewhere
-        # `obj.method(a)` and `Class(a)` fill the method's first parameter themselves.
-        offset = 1 if self.kinds.class_of(function) is not None and not _is_static(function) else 0
-        found: list[cst.BaseExpression | None] = []
-        for call in calls:
-            filled = isinstance(call.func, cst.Attribute) or constructions is not None
-            argument = argument_for(call, function, param, offset if filled else 0)
-            if argument is None and any(arg.star for arg in call.args):
-                return [None]
-            found.append(argument if argument is not None else (param.default if param.default is not None else None))
-        return found
-
-    def _constructions(self, function: cst.FunctionDef) -> list[cst.Call] | None:
-        """For the `__init__` of a class of this file: the calls that construct the class
-        (`Trainer(model, device)`), when every use of the class's name is such a call (no
-        subclass, no factory that hands the class on); None otherwise."""
-        if function.name.value != "__init__":
-            return None
-        cls = self.kinds.class_of(function)
-        scope = self.context.scopes.get(cls) if cls is not None else None
-        if scope is None or len(scope.assignments[cls.name.value]) != 1:
-            return None
-        calls = []
-        # every read of the class's name, in nested scopes (a function that builds it) too
-        (binding,) = scope.assignments[cls.name.value]
-        for access in binding.references:
-            call = self.parents.get(access.node)
-            if isinstance(call, cst.Arg) and self._names_super(self.parents.get(call)):
-                continue  # `super(Net, self).__init__()` in its own methods
-            if not isinstance(call, cst.Call) or call.func is not access.node:
-                return None
-            calls.append(call)
-        return sorted(calls, key=self.context.index.order)
-
-    def _names_super(self, call: cst.CSTNode | None) -> bool:
-        return isinstance(call, cst.Call) and self.context.names.is_(call.func, "super", "builtins.super")
+        found = self.kinds.arguments(param)
+        return [value for _, value in found] if found else [None]
 
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]
@@ -2136,9 +2086,12 @@ class Training:
         return None
 
     def _last_source(self, expr: cst.BaseExpression, before: cst.CSTNode | None = None) -> cst.BaseExpression | None:
-        """The value of the last assignment to `expr` (before `before`, when given)."""
+        """The value of the last binding whose value `expr` may hold (before `before`, when
+        given): for a name, of the bindings that reach it (`Kinds.sources`, flow-sensitive);
+        for `self.x`, of the assignments to it anywhere in the file."""
         if isinstance(expr, cst.Name):
-            sites = [(n, s) for n, s in self._binding_sites(expr) if s is not None]
+            reaching = [(b.node, self._source_of(b.node)) for b in self.kinds.sources(expr)]
+            sites = [(n, s) for n, s in reaching if s is not None]
         elif isinstance(expr, cst.Attribute):
             sites = [(n, s) for n, s in self._assignments.get(self.code(expr), ()) if s is not None]
         else:
@@ -2393,10 +2346,6 @@ class _CallSearch(_MatrixProducts):
     def _in_code(self, node: cst.CSTNode) -> bool | None:
         index = self.training.index
         return _first_true(self.in_call(call) for call in index.find(cst.Call, within=node))
-
-
-def _is_static(function: cst.FunctionDef) -> bool:
-    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in function.decorators)
 
 
 def _first_true(verdicts) -> bool | None:

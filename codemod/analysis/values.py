@@ -9,6 +9,16 @@ it as tells which Python number `.item()` gives.
     values(context).is_tensor(expr)  whether `expr` is a tensor, of any dtype
     values(context).named_dtype(expr)  FLOAT or COMPLEX for an expression that names a
                                      dtype (`torch.bfloat16`, a name bound to one)
+    values(context).number(expr)     INT for a certain Python int, NUMBER for a certain
+                                     Python number (int or float); None otherwise
+
+The one number question (`number`): literals; arithmetic on numbers (int by `+ - * // %`
+of ints; `/` and `**` give a number); `len(...)`, `int(...)`, `t.numel()`, `t.dim()`,
+`t.size(0)`, `t.shape[0]` give ints, `float(...)` and `.item()` numbers; a loop index of
+`range` / `enumerate`; names through `Kinds.sources` (an assigned value, the element a
+tuple unpacks, a counter `n += 1`, a parameter whose default and every argument
+`Kinds.arguments` gives are numbers); `obj.attr` through the training facts' attribute
+values (`self.attr = 3`, an argparse option's `choices`, a config field).
 
 What it reads:
 
@@ -34,6 +44,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import libcst as cst
+from libcst.metadata import Assignment
 
 from codemod.analysis.kinds import Kind
 from codemod.analysis.names import method_name, positional
@@ -51,11 +62,13 @@ from codemod.analysis.torch_facts import (
 )
 
 if TYPE_CHECKING:
-    from libcst.metadata import Assignment
-
     from codemod.context import FileContext
 
 KEY = "values"
+
+# What `number` tells: a certain Python int, or a certain Python number (int or float).
+INT, NUMBER = "int", "number"
+_INT_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
 
 # The dtypes `dtype` tells apart: enough to know which Python number `.item()` gives.
 FLOAT, INT64, BOOL = "float", "int64", "bool"
@@ -86,6 +99,7 @@ class Values:
         self._dtypes: dict[int, str | None] = {}
         self._tensors: dict[int, bool] = {}
         self._backward_reads: set[int] | None = None
+        self._numbers: dict[int, str | None] = {}
 
     def dtype(self, expr: cst.BaseExpression) -> str | None:
         """FLOAT, INT64 or BOOL for a tensor of that dtype; None when unknown or not a tensor."""
@@ -115,6 +129,96 @@ class Values:
             if sources and len(named) == 1:
                 return named.pop()
         return None
+
+    # -- Python numbers -----------------------------------------------------------------------
+
+    def number(self, expr: cst.BaseExpression | None) -> str | None:
+        """INT when `expr` is certainly a Python int, NUMBER when certainly a Python int or
+        float; None when it cannot be told (see the module docstring)."""
+        if expr is None:
+            return None
+        key = id(expr)
+        if key not in self._numbers:
+            self._numbers[key] = INT  # `n = n + 1`: what every other binding gives
+            self._numbers[key] = self._compute_number(expr)
+        return self._numbers[key]
+
+    def _compute_number(self, expr: cst.BaseExpression) -> str | None:
+        if isinstance(expr, cst.Integer):
+            return INT
+        if isinstance(expr, cst.Float):
+            return NUMBER
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+            return self.number(expr.expression)
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, (cst.MatrixMultiply, cst.BitOr)):
+            sides = _join_numbers([self.number(expr.left), self.number(expr.right)])
+            if sides is None or (sides == INT and isinstance(expr.operator, _INT_OPERATORS)):
+                return sides
+            return NUMBER  # `/`, `**`: an int may give a float
+        if isinstance(expr, cst.Call):
+            if self.names.is_(expr.func, "builtins.len", "builtins.int"):
+                return INT
+            if self.names.is_(expr.func, "builtins.float"):
+                return NUMBER
+            method = method_name(expr)
+            if method == "size":
+                return INT if expr.args else None  # `t.size()` is a torch.Size
+            if method in ("numel", "dim") and not expr.args:
+                return INT
+            return NUMBER if method == "item" and not expr.args else None
+        if isinstance(expr, cst.Subscript):
+            shape = isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
+            return INT if shape else None
+        if isinstance(expr, cst.Attribute):
+            found = self.context.training.attribute_values(expr)  # `self.n = 3`, an option's choices
+            return _join_numbers([self.number(v) for v in found]) if found else None
+        if not isinstance(expr, cst.Name):
+            return None
+        found = self.kinds.sources(expr)  # the bindings it may read, through `n += 1`
+        if not found or not all(type(b) is Assignment for b in found):
+            return None
+        return _join_numbers([self._bound_number(binding) for binding in found])
+
+    def _bound_number(self, binding: Assignment) -> str | None:
+        node = binding.node
+        if isinstance(node, cst.Param):
+            passed = self.kinds.arguments(node)  # what every call passes, or the default
+            if not passed:
+                return None
+            values = [value for _, value in passed]
+            if None in values:
+                return None
+            defaults = [node.default] if node.default is not None else []
+            return _join_numbers([self.number(v) for v in [*values, *defaults]])
+        bindings = self.context.bindings
+        statement = bindings.statement(node)
+        if isinstance(statement, cst.AugAssign):
+            if not isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
+                return None
+            return self.number(statement.value)  # what it updates is among the sources
+        if isinstance(statement, cst.For):
+            return INT if self._loop_index(statement, node) else None
+        if isinstance(statement, cst.Assign) and len(statement.targets) > 1:
+            # `a = b = 0`: every name gets the same number (an immutable value)
+            literal = isinstance(statement.value, (cst.Integer, cst.Float))
+            return self.number(statement.value) if literal else None
+        value = bindings.assigned_value(binding)
+        if value is None:
+            unpacked = bindings.unpacked(binding)
+            value = self.kinds.element(*unpacked) if unpacked is not None else None  # `a, b = 0, 1.0`
+        return self.number(value)
+
+    def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
+        """Is `target` the index of `for i in range(...)` or `for i, x in enumerate(...)`?"""
+        iterated = loop.iter
+        if not isinstance(iterated, cst.Call):
+            return False
+        if self.names.is_(iterated.func, "builtins.range"):
+            return loop.target is target
+        if self.names.is_(iterated.func, "builtins.enumerate"):
+            names = loop.target
+            return isinstance(names, cst.Tuple) and len(names.elements) == 2 and names.elements[0].value is target
+        return False
 
     # -- dtypes ------------------------------------------------------------------------------
 
@@ -289,3 +393,10 @@ class Values:
             return [element]
         returned = self.context.loops.returned(*unpacked) if isinstance(unpacked[0], cst.Call) else None
         return list(returned) if returned is not None else [None]
+
+
+def _join_numbers(found: list[str | None]) -> str | None:
+    """INT when every part is an int, NUMBER when every part is a number, else None."""
+    if not found or None in found:
+        return None
+    return INT if all(f == INT for f in found) else NUMBER
