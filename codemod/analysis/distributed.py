@@ -3,8 +3,9 @@ facts PM601 needs to make a single-process one torchrun-ready: whether anything
 distributed is there already, layers and calls that behave differently per rank,
 random draws and the seeds behind them, where a value is the same on every rank
 and where it is each rank's own (`differs_per_process`: a path rank 0 writes and every
-rank reads), where a function of this file is called (`calls_of`), the function, class
-and loops around a node (`function_of`, `class_of`, `enclosing_loops`).
+rank reads), where a function of this file is called (`calls_of`), the function and class
+around a node (`function_of`, `class_of`; the loops around it are the tree index's
+`enclosing_loops`).
 
 Everything here reads the shared index, names and scopes of FileContext; nothing
 walks the tree on its own.
@@ -370,17 +371,6 @@ def function_of(context: FileContext, node: cst.CSTNode) -> cst.FunctionDef | No
     """The function whose body holds `node` (None: module level)."""
     found = context.index.first_enclosing(node, FUNCTIONS)
     return found if isinstance(found, cst.FunctionDef) else None
-
-
-def enclosing_loops(context: FileContext, node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The `for` and `while` loops around `node` in its function, innermost first."""
-    found = []
-    for ancestor in context.index.ancestors(node):
-        if isinstance(ancestor, SCOPES):
-            break
-        if isinstance(ancestor, (cst.For, cst.While)):
-            found.append(ancestor)
-    return found
 
 
 def reads_module_binding(context: FileContext, name: cst.Name) -> bool:

@@ -33,7 +33,7 @@ from the training program (the step loop of `context.training`, the loaders of
 - `global_draws(loop)`: the global generators ("torch", "numpy", "random") the loop draws
   from, with a draw of each; `seeded_generator(call)`: a generator object, seeded by the
   script, that a draw uses;
-- `visible(expr, at)`, `enclosing_loops(node)`, `calls_of(function)` (cached).
+- `visible(expr, at)`, `calls_of(function)` (cached).
 
 A fact that cannot be had raises `NotDistributable` with the node and the true reason.
 """
@@ -116,10 +116,6 @@ class StepBatches:
         if found is None:
             found = self._calls[id(function)] = tuple(facts.calls_of(self.context, function))
         return found
-
-    def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """Loops around `node` in its function, innermost first."""
-        return facts.enclosing_loops(self.context, node)
 
     def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Can `expr` be evaluated at `at` (every name it reads bound there before it)?"""
@@ -323,7 +319,7 @@ class StepBatches:
                         "the epochs run in a comprehension; PM601 tells the sampler each epoch "
                         "(set_epoch) at the top of a `for` loop: write the epochs as one",
                     )
-            outer = self.enclosing_loops(node)
+            outer = self.index.enclosing_loops(node)
             if outer:
                 return outer[0], facts.function_of(self.context, outer[0])
             function = facts.function_of(self.context, node)

@@ -667,7 +667,6 @@ def build(plan: Plan) -> cst.CSTNode | None:
         raise
     plan.loader = data.find_loader(loop)
     plan.setup = setup.site()
-    plan.setup_scope = plan.setup.function
     plan.world_name = plan.fresh("world")
     permutation = data.batches(loop)
     model.wrap()

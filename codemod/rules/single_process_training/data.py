@@ -111,9 +111,7 @@ class DataSharding(Producer):
             raise Blocked(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
         if not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
             raise Blocked(call, "the DataLoader is not built in a statement of its own")
-        if self.index.inside(statement, loop) or any(
-            self.index.inside(statement, outer) for outer in self.plan.enclosing_loops(loop)
-        ):
+        if self.index.inside(statement, self.index.outermost_loop(loop)):
             raise Blocked(call, "a new DataLoader is built every epoch; build it once, before the loop")
         dataset = kwarg(call, "dataset") or positional(call, 0)
         if dataset is None:
@@ -320,7 +318,7 @@ class DataSharding(Producer):
         draws = batches.global_draws(loop, skip=permutation)
         if self.plan.sampler_draws is not None:
             draws.setdefault("torch", self.plan.sampler_draws)
-        outer = [loop, *batches.enclosing_loops(loop)][-1]
+        outer = self.index.outermost_loop(loop)
         lines = []
         for generator, draw in draws.items():
             seed = batches.seed_before(generator, outer)
