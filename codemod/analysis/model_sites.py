@@ -14,7 +14,8 @@ loop's optimizers and models of `context.training`).
   loop trains several models, the model is built in a compound statement or in several
   methods, passed through a function called more than once, bound again after it is built,
   or run under a second name too;
-- `spellings(site)`: those spellings and the functions of the file the model is handed to
+- `spelled_in(site, function)`: how a function spells the model (None: it does not see it);
+  `spellings(site)`: those spellings and the functions of the file the model is handed to
   (one level); `uses(scope, code)`: the reads of a spelling in a scope; `after(use,
   anchor)`: whether a read sees what is bound after `anchor`;
 - `saved_whole(use)`: whether the model object itself is what `torch.save` pickles (as it
@@ -400,6 +401,17 @@ class ModelSites:
                     if argument_for(call, helper, param) is use:
                         handles.append((helper, param.name.value, None))
         return handles
+
+    def spelled_in(self, site: ModelSite, function: cst.FunctionDef | None) -> str | None:
+        """How `function` (None: module level) spells the model, from `site.handles`."""
+        for scope, code, _ in site.handles:
+            if scope is function:
+                return code
+            if isinstance(scope, cst.ClassDef) and function is not None and self.index.inside(function, scope):
+                return code
+            if isinstance(scope, cst.Module) and function is None:
+                return code
+        return None
 
     def uses(self, scope: cst.CSTNode, code: str) -> list[cst.CSTNode]:
         """Reads of `code` (a name or `self.x`) in `scope`."""

@@ -21,6 +21,10 @@ from the training program (the step loop of `context.training`, the loaders of
   function)`: how a function spells the loader (a method reading `self.loader`);
 - `order_seed(loader, at)`: the seed of a loader's order (its generator's, or torch's
   global seed) readable at `at`;
+- `loader_arguments(site, loop)`: what a sampler per rank needs of the loader's call (its
+  dataset, batch size, shuffle and own sampler, or its `**options` dict), or why it cannot
+  have one (a helper that builds other loaders too, a `batch_sampler`, a loader built per
+  epoch or in a larger statement, one sample per step, `*args`);
 - `dataset_obstacle(dataset)`: why a sampler cannot be given the same dataset (built in
   the call, an IterableDataset, an expression evaluated twice);
 - `replacement_draws(sampler)`: a sampler that draws `num_samples` indices with
@@ -48,7 +52,15 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import returned_values
 from codemod.analysis.distributed import NotDistributable
-from codemod.analysis.loaders import DATALOADER, RANDOM, StepData
+from codemod.analysis.loaders import (
+    BATCH_SAMPLER_POSITION,
+    BATCH_SIZE_POSITION,
+    DATALOADER,
+    RANDOM,
+    SAMPLER_POSITION,
+    SHUFFLE_POSITION,
+    StepData,
+)
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.project import project_of
@@ -70,6 +82,7 @@ GENERATORS = (
 ITER = ("iter", "builtins.iter")
 NEXT = ("next", "builtins.next")
 REPLAYS = ("itertools.cycle",)  # iterates once, then replays what it saved: one pass of the loader
+LOADER_OWN_ARGUMENTS = frozenset({"dataset", "batch_size", "shuffle", "sampler", "batch_sampler"})
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
@@ -98,6 +111,17 @@ class RandomBatches:
     call: cst.Call | None  # the call of that helper in the loop
     sizes: tuple[cst.BaseExpression, ...]  # the first dimension of each draw
     statement: cst.CSTNode  # the statement of the loop that draws the batch
+
+
+@dataclass(frozen=True)
+class LoaderArguments:
+    """What a sampler per rank needs of the DataLoader call that feeds the step loop."""
+
+    dataset: cst.BaseExpression
+    size: cst.Arg | None = None  # its batch_size (None with `**options`)
+    shuffle: cst.Arg | None = None
+    sampler: cst.Arg | None = None  # a sampler of the script's own
+    options: cst.BaseExpression | None = None  # `DataLoader(dataset, **options)`: the dict
 
 
 class StepBatches:
@@ -368,6 +392,56 @@ class StepBatches:
         ]
 
     # -- the dataset and the sampler ------------------------------------------------------
+
+    def loader_arguments(self, site: LoaderSite, loop: cst.CSTNode) -> LoaderArguments:
+        """The DataLoader's dataset, batch size, shuffle and sampler, or its options dict;
+        raises NotDistributable where a sampler per rank cannot be given to it."""
+        call, index = site.call, self.index
+        if site.shared:
+            raise NotDistributable(
+                call,
+                "the helper that builds this DataLoader builds others too (evaluation?); give the "
+                "training loader a DistributedSampler by hand",
+            )
+        if any(a.star for a in call.args):
+            stars = [a for a in call.args if a.star]
+            plain = [a for a in call.args if not a.star and a.keyword is None]
+            named = {a.keyword.value for a in call.args if a.keyword is not None}
+            if [a.star for a in stars] != ["**"] or len(plain) != 1 or named & LOADER_OWN_ARGUMENTS:
+                raise NotDistributable(
+                    call,
+                    "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
+                    "PM601 cannot see which of them it uses",
+                )
+            self._check_dataset(plain[0].value)  # a dataset built in the call is one cheap to build twice
+            return LoaderArguments(plain[0].value, options=stars[0].value)
+        sampler = kwarg(call, "sampler") or positional(call, SAMPLER_POSITION)
+        if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_POSITION)) is not None:
+            raise NotDistributable(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
+        if not isinstance(self.context.parents.get(site.statement), (cst.IndentedBlock, cst.Module)):
+            raise NotDistributable(call, "the DataLoader is not built in a statement of its own")
+        if index.inside(site.statement, index.outermost_loop(loop)):
+            raise NotDistributable(call, "a new DataLoader is built every epoch; build it once, before the loop")
+        dataset = kwarg(call, "dataset") or positional(call, 0)
+        if dataset is None:
+            raise NotDistributable(call, "the DataLoader has no dataset argument PM601 can read")
+        self._check_dataset(dataset.value)
+        size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_POSITION)
+        if size is None or integer_value(size.value) == 1:
+            raise NotDistributable(
+                call,
+                "the DataLoader yields one sample per step, which cannot be split over the ranks "
+                "(the global batch would grow with their number); give it a batch_size",
+            )
+        if isinstance(size.value, cst.Name) and size.value.value == "None":
+            raise NotDistributable(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
+        shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_POSITION)
+        return LoaderArguments(dataset.value, size, shuffle, sampler)
+
+    def _check_dataset(self, dataset: cst.BaseExpression) -> None:
+        obstacle = self.dataset_obstacle(dataset)
+        if obstacle is not None:
+            raise NotDistributable(*obstacle)
 
     def dataset_obstacle(self, dataset: cst.BaseExpression) -> tuple[cst.CSTNode, str] | None:
         """Why a DistributedSampler cannot be given the DataLoader's dataset, or None."""

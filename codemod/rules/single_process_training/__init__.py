@@ -624,7 +624,6 @@ def build(plan: Plan) -> cst.CSTNode | None:
     if len(loops) > 1:
         raise Blocked(loops[1].loop, f"the file has {len(loops)} training loops; PM601 rewrites scripts with one")
     loop = plan.loop = loops[0]
-    plan.step_function = facts.function_of(context, loop.loop)
     for call in facts.batch_norms(context):
         raise Blocked(
             call,

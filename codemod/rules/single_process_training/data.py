@@ -6,15 +6,10 @@ import libcst as cst
 
 from codemod.analysis import distributed as facts
 from codemod.analysis.loaders import (
-    BATCH_SAMPLER_POSITION,
-    BATCH_SIZE_POSITION,
     RANDOM,
     SAME,
-    SAMPLER_POSITION,
-    SHUFFLE_POSITION,
     StepData,
 )
-from codemod.analysis.names import integer_value, kwarg, positional
 from codemod.analysis.step_batches import LoaderSite
 from codemod.edits import AddKeyword, InsertAfter, InsertBefore, Replace
 from codemod.rules.single_process_training.plan import (
@@ -97,45 +92,20 @@ class DataSharding(Producer):
 
     def _shard_loader(self, loader: LoaderSite, loop: cst.For) -> None:
         call, statement = loader.call, loader.statement
-        if loader.shared:
-            raise Blocked(
-                call,
-                "the helper that builds this DataLoader builds others too (evaluation?); give the "
-                "training loader a DistributedSampler by hand",
-            )
-        if any(a.star for a in call.args):
-            self._share_options(loader, loop)
+        found = self.plan.batches.loader_arguments(loader, loop)
+        if found.options is not None:
+            self._share_options(loader, loop, found)
             return
-        own_sampler = kwarg(call, "sampler") or positional(call, SAMPLER_POSITION)
-        if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_POSITION)) is not None:
-            raise Blocked(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
-        if not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
-            raise Blocked(call, "the DataLoader is not built in a statement of its own")
-        if self.index.inside(statement, self.index.outermost_loop(loop)):
-            raise Blocked(call, "a new DataLoader is built every epoch; build it once, before the loop")
-        dataset = kwarg(call, "dataset") or positional(call, 0)
-        if dataset is None:
-            raise Blocked(call, "the DataLoader has no dataset argument PM601 can read")
-        self._check_dataset(dataset.value)
-        size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_POSITION)
-        if size is None or integer_value(size.value) == 1:
-            raise Blocked(
-                call,
-                "the DataLoader yields one sample per step, which cannot be split over the ranks "
-                "(the global batch would grow with their number); give it a batch_size",
-            )
-        if isinstance(size.value, cst.Name) and size.value.value == "None":
-            raise Blocked(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
-        if own_sampler is not None:
-            self._share_draws(own_sampler.value, call)
+        dataset, size, shuffle = found.dataset, found.size, found.shuffle
+        if found.sampler is not None:
+            self._share_draws(found.sampler.value, call)
             self.edits.append(Replace(size.value, lambda value: make_call("distributed.local_batch_size", value)))
             return
         sampler_name = self.plan.fresh("sampler")
         check = self.plan.world_check(statement)
-        shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_POSITION)
         literal = shuffle.value.value if shuffle is not None and isinstance(shuffle.value, cst.Name) else None
         shuffled = shuffle is not None and literal != "False"
-        arguments = [cst.Arg(dataset.value)]
+        arguments = [cst.Arg(dataset)]
         if not shuffled:
             arguments.append(cst.Arg(parse_expr("False"), keyword=cst.Name("shuffle")))
         elif literal != "True":
@@ -170,45 +140,16 @@ class DataSharding(Producer):
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, sampler_name)
 
-    def _check_dataset(self, dataset: cst.BaseExpression) -> None:
-        obstacle = self.plan.batches.dataset_obstacle(dataset)
-        if obstacle is not None:
-            raise Blocked(*obstacle)
-
-    def _share_options(self, loader: LoaderSite, loop: cst.For) -> None:
+    def _share_options(self, loader: LoaderSite, loop: cst.For, found) -> None:
         """`DataLoader(dataset, **options)`: the options this process needs, from
         `distributed.loader_options(dataset, options)` (its share of the batch, a
         DistributedSampler), whatever the dict holds; its sampler told each epoch."""
-        call = loader.call
-        stars = [a for a in call.args if a.star]
-        plain = [a for a in call.args if not a.star and a.keyword is None]
-        named = {a.keyword.value for a in call.args if a.keyword is not None}
-        if (
-            [a.star for a in stars] != ["**"]
-            or len(plain) != 1
-            or named
-            & {
-                "dataset",
-                "batch_size",
-                "shuffle",
-                "sampler",
-                "batch_sampler",
-            }
-        ):
-            raise Blocked(
-                call,
-                "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
-                "PM601 cannot see which of them it uses",
-            )
-        dataset = plain[0].value
-        self._check_dataset(dataset)  # a dataset built in the call is one cheap to build twice
-        options = stars[0].value
-        arguments = [cst.Arg(dataset), cst.Arg(options)]
-        seed = self.plan.batches.order_seed(call, loader.statement)
+        arguments = [cst.Arg(found.dataset), cst.Arg(found.options)]
+        seed = self.plan.batches.order_seed(loader.call, loader.statement)
         if seed is not None:
             tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
             arguments.append(cst.Arg(seed, keyword=cst.Name("seed"), equal=tight))
-        self.edits.append(Replace(options, cst.Call(parse_expr("distributed.loader_options"), arguments)))
+        self.edits.append(Replace(found.options, cst.Call(parse_expr("distributed.loader_options"), arguments)))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, None)
 

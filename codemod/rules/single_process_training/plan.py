@@ -96,9 +96,6 @@ class Plan:
         self.batches = step_batches(context)  # where the step loop's batches come from
         self.loader: LoaderSite | None = None
 
-    def calls_of(self, function: cst.FunctionDef) -> tuple[cst.Call, ...]:
-        return self.batches.calls_of(function)
-
     @property
     def names(self):
         return self.context.names
@@ -130,9 +127,6 @@ class Plan:
     def sees_world(self, at: cst.CSTNode) -> bool:
         """Is the `world` variable, set right after setup(), bound where `at` runs?"""
         return process_group.sees(self.context, at, self.setup)
-
-    def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        return self.batches.visible(expr, at)
 
 
 class Producer:
