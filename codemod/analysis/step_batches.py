@@ -19,6 +19,10 @@ from the training program (the step loop of `context.training`, the loaders of
 - `epoch_loop(loop)`: the loop around a step loop that runs once per epoch, in the
   training function or around its one call, with that function; `spelled_in(site,
   function)`: how a function spells the loader (a method reading `self.loader`);
+- `epoch_site(site, loop, named)`: where the loader's sampler is told each new epoch
+  (`EpochSite`: the epoch loop, how it spells the loader, its epoch variable, or where an
+  epoch ends: after the statement holding the step loop, or before each `iter(loader)`
+  of `restarts`);
 - `order_seed(loader, at)`: the seed of a loader's order (its generator's, or torch's
   global seed) readable at `at`;
 - `loader_arguments(site, loop)`: what a sampler per rank needs of the loader's call (its
@@ -34,6 +38,8 @@ from the training program (the step loop of `context.training`, the loaders of
 - `random_batches(loop)`: batches drawn at random in each step (`torch.randint(n, (b,))`,
   `torch.randn(b, d)`, in the loop or in a helper only it calls): the draws and the
   batch size that sizes them; `first_dimension(draw)`;
+- `reseeds(loop, permutation, sampler)`: the seeds of the global generators the loop
+  draws from that each rank must offset (seeded alike before training), or why not;
 - `global_draws(loop)`: the global generators ("torch", "numpy", "random") the loop draws
   from, with a draw of each; `seeded_generator(call)`: a generator object, seeded by the
   script, that a draw uses;
@@ -111,6 +117,16 @@ class RandomBatches:
     call: cst.Call | None  # the call of that helper in the loop
     sizes: tuple[cst.BaseExpression, ...]  # the first dimension of each draw
     statement: cst.CSTNode  # the statement of the loop that draws the batch
+
+
+@dataclass(frozen=True)
+class EpochSite:
+    """Where a loader's sampler is told each new epoch."""
+
+    loop: cst.For | cst.While  # the loop that runs once per epoch (a `while` over `next(it)`: itself)
+    handle: cst.BaseExpression | None  # how the epoch loop spells the loader; None: the sampler's name is seen
+    number: cst.Name | None  # the epoch loop's variable (`for epoch in ...`): the epoch to tell
+    after: cst.CSTNode | None  # no number and no restart: the statement an epoch ends after
 
 
 @dataclass(frozen=True)
@@ -328,6 +344,38 @@ class StepBatches:
             ):
                 return handle
         return None
+
+    def epoch_site(self, site: LoaderSite, loop: cst.CSTNode, named: bool) -> EpochSite | None:
+        """Where the sampler of the loader `site` feeding the step loop `loop` is told the
+        epoch (None: one pass over the data); `named`: a sampler is bound to a name right
+        before the loader, readable where the loader's function runs the epoch loop. Raises
+        NotDistributable where the epoch loop cannot reach the loader or its end is unknown."""
+        if site.restarts:  # `it = iter(loader)` on StopIteration: a new pass starts there
+            epoch_loop, function = loop, facts.function_of(self.context, loop)
+        else:
+            epoch_loop, function = self.epoch_loop(loop)
+        if epoch_loop is None:
+            return None  # one pass over the data: epoch 0's order
+        handle = None
+        if not (named and function is site.function and self.index.before(site.statement, epoch_loop)):
+            handle = self.spelled_in(site, function)
+            if handle is None or not self.visible(handle, epoch_loop):
+                raise NotDistributable(
+                    epoch_loop,
+                    "the DataLoader is not visible in the epoch loop, where its sampler must be "
+                    "told the epoch (set_epoch)",
+                )
+        body = epoch_loop.body
+        if not isinstance(body, cst.IndentedBlock):
+            raise NotDistributable(epoch_loop, "the epoch loop is written on one line")
+        if isinstance(epoch_loop, cst.For) and isinstance(epoch_loop.target, cst.Name):
+            return EpochSite(epoch_loop, handle, epoch_loop.target, None)
+        if site.restarts:
+            return EpochSite(epoch_loop, handle, None, None)
+        holder = next((s for s in body.body if self.index.inside(loop, s)), None)
+        if holder is None:
+            raise NotDistributable(epoch_loop, "it cannot tell where an epoch ends")
+        return EpochSite(epoch_loop, handle, None, holder)
 
     def epoch_loop(self, loop: cst.CSTNode) -> tuple[cst.CSTNode | None, cst.FunctionDef | None]:
         """The loop around the step loop that runs once per epoch, in the training function
@@ -638,6 +686,38 @@ class StepBatches:
             if generator is not None:
                 draws.setdefault(generator, call)
         return draws
+
+    def reseeds(self, loop: cst.CSTNode, permutation: cst.Call | None, sampler: cst.Call | None) -> list[cst.Call]:
+        """The seed calls of the global generators the loop draws from (besides the shared
+        `permutation`; `sampler`: a sampler drawing from torch's), each seeded alike on every
+        rank before training, that each rank must reseed with its own offset; a generator
+        never seeded starts from the OS's entropy, per process already. Raises
+        NotDistributable where the seed is out of the loop's reach, or the loop draws besides
+        a permutation every rank must draw alike."""
+        draws = self.global_draws(loop, skip=permutation)
+        if sampler is not None:
+            draws.setdefault("torch", sampler)
+        outer = self.index.outermost_loop(loop)
+        found = []
+        for generator, draw in draws.items():
+            seed = self.seed_before(generator, outer)
+            if seed is None:
+                continue  # never seeded: each process starts from the OS's entropy
+            if not self.visible(seed.args[0].value, outer):
+                raise NotDistributable(
+                    draw,
+                    f"`{self.context.source(draw.func).strip()}` draws from a generator seeded alike on every "
+                    f"rank (line {self.context.line(seed)}), and that seed is out of reach of the loop; "
+                    "reseed it with `seed + distributed.seed_offset()` by hand",
+                )
+            if permutation is not None:
+                raise NotDistributable(
+                    draw,
+                    "the loop draws random numbers besides the batch permutation, which must be the "
+                    "same on every rank; give one of them a generator of its own",
+                )
+            found.append(seed)
+        return found
 
     def seed_before(self, generator: str, outer: cst.CSTNode) -> cst.Call | None:
         """The last call that seeds a global generator with a value before `outer` runs."""

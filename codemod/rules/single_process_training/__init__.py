@@ -6,7 +6,6 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.names import kwarg
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.rules.single_process_training.accumulation import GradientAccumulation
 from codemod.rules.single_process_training.data import DataSharding
@@ -615,43 +614,10 @@ def build(plan: Plan) -> cst.CSTNode | None:
     loops = context.training.loops
     if not loops:
         return None
-    for call in facts.data_parallel(context):
-        raise Blocked(
-            call,
-            "it uses DataParallel (one process, several GPUs); replace it with "
-            "DistributedDataParallel by hand, or remove it and run PM601 again",
-        )
-    if len(loops) > 1:
-        raise Blocked(loops[1].loop, f"the file has {len(loops)} training loops; PM601 rewrites scripts with one")
+    blocked = facts.obstacle(context)
+    if blocked is not None:
+        raise blocked
     loop = plan.loop = loops[0]
-    for call in facts.batch_norms(context):
-        raise Blocked(
-            call,
-            f"`{plan.src(call.func)}` holds BatchNorm, which would normalise over each rank's "
-            "share of the batch instead of the whole batch; on GPUs convert the model with "
-            "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping it in DDP",
-        )
-    for call in facts.sparse_embeddings(context):
-        raise Blocked(
-            call,
-            f"`{plan.src(call.func)}(..., sparse=True)` gives the model sparse gradients, which "
-            "DistributedDataParallel all-reduces on the gloo backend but not on every NCCL build "
-            "(the backend PM601 sets up on GPUs); make the embedding dense or wrap the model by hand",
-        )
-    for call in context.training.loss_calls(loop):
-        reduction = kwarg(call, "reduction")
-        if (
-            reduction is not None
-            and isinstance(reduction.value, cst.SimpleString)
-            and reduction.value.evaluated_value == "sum"
-            and plan.names.startswith(call.func, ("torch.nn",))
-        ):
-            raise Blocked(
-                call,
-                'the loss is summed over the batch (reduction="sum"); DDP averages the ranks\' '
-                "gradients, so each step would move by 1/N of the single-process step: use the "
-                "mean, or scale the loss by the number of processes",
-            )
     try:
         plan.origin = model.origin(loop)
     except Blocked as blocked:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import distributed as facts
 from codemod.analysis.loaders import (
     RANDOM,
     SAME,
@@ -167,25 +166,14 @@ class DataSharding(Producer):
         """`sampler.set_epoch(epoch)` at the top of each epoch: a new order every epoch
         (`loader.sampler` where the sampler has no name of its own). A `while` loop over
         `next(it)` tells it where it starts a new pass (`it = iter(loader)`)."""
-        batches = self.plan.batches
-        if loader.restarts:
-            epoch_loop, function = loop, facts.function_of(self.context, loop)
-        else:
-            epoch_loop, function = batches.epoch_loop(loop)
-        if epoch_loop is None:
+        site = self.plan.batches.epoch_site(loader, loop, sampler is not None)
+        if site is None:
             return  # one pass over the data: epoch 0's order
-        if sampler is not None and function is loader.function and self.index.before(loader.statement, epoch_loop):
+        if site.handle is None:
             handle: cst.BaseExpression = cst.Name(sampler)
             guard: cst.BaseExpression = parse_expr(f"{sampler} is not None")
         else:
-            spelled = batches.spelled_in(loader, function)
-            if spelled is None or not batches.visible(spelled, epoch_loop):
-                raise Blocked(
-                    epoch_loop,
-                    "the DataLoader is not visible in the epoch loop, where its sampler must be "
-                    "told the epoch (set_epoch)",
-                )
-            handle = cst.Attribute(spelled, cst.Name("sampler"))
+            handle = cst.Attribute(site.handle, cst.Name("sampler"))
             guard = cst.Call(
                 cst.Name("isinstance"),
                 [
@@ -193,26 +181,19 @@ class DataSharding(Producer):
                     cst.Arg(cst.Name("DistributedSampler")),
                 ],
             )
-        body = epoch_loop.body
-        if not isinstance(body, cst.IndentedBlock):
-            raise Blocked(epoch_loop, "the epoch loop is written on one line")
-        if isinstance(epoch_loop, cst.For) and isinstance(epoch_loop.target, cst.Name):
-            call = cst.Call(cst.Attribute(handle, cst.Name("set_epoch")), [cst.Arg(epoch_loop.target)])
-            statement = cst.If(guard, cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call)])]))
-            self.edits.append(InsertBefore(body.body[0], (statement,)))
-            return
-        # No epoch number to read: count the passes on the sampler, after each one.
-        step = cst.BinaryOperation(cst.Attribute(handle, cst.Name("epoch")), cst.Add(), cst.Integer("1"))
-        call = cst.Call(cst.Attribute(handle, cst.Name("set_epoch")), [cst.Arg(step)])
+        # The epoch's number, or (none to read) the passes counted on the sampler, after each one.
+        epoch = site.number or cst.BinaryOperation(
+            cst.Attribute(handle, cst.Name("epoch")), cst.Add(), cst.Integer("1")
+        )
+        call = cst.Call(cst.Attribute(handle, cst.Name("set_epoch")), [cst.Arg(epoch)])
         statement = cst.If(guard, cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call)])]))
+        if site.number is not None:
+            self.edits.append(InsertBefore(site.loop.body.body[0], (statement,)))
+            return
         for restart in loader.restarts:  # before the next pass starts
             self.edits.append(InsertBefore(restart, (statement,)))
-        if loader.restarts:
-            return
-        holder = next((s for s in body.body if self.index.inside(loop, s)), None)
-        if holder is None:
-            raise Blocked(epoch_loop, "it cannot tell where an epoch ends")
-        self.edits.append(InsertAfter(holder, (statement,)))
+        if site.after is not None:
+            self.edits.append(InsertAfter(site.after, (statement,)))
 
     def _manual_batches(self, loop) -> cst.Call | None:
         """`for i in range(...)` over slices of a `torch.randperm` permutation: each rank
@@ -254,30 +235,10 @@ class DataSharding(Producer):
         with its own offset before training: seeded alike, the ranks would draw alike.
         Unseeded global generators start from the OS's entropy, per process already;
         draws from generator objects the script seeds are reported."""
-        batches = self.plan.batches
         loop = self.plan.loop.loop
-        draws = batches.global_draws(loop, skip=permutation)
-        if self.plan.sampler_draws is not None:
-            draws.setdefault("torch", self.plan.sampler_draws)
         outer = self.index.outermost_loop(loop)
         lines = []
-        for generator, draw in draws.items():
-            seed = batches.seed_before(generator, outer)
-            if seed is None:
-                continue  # never seeded: each process starts from the OS's entropy
-            if not batches.visible(seed.args[0].value, outer):
-                raise Blocked(
-                    draw,
-                    f"`{self.plan.src(draw.func)}` draws from a generator seeded alike on every rank "
-                    f"(line {self.context.line(seed)}), and that seed is out of reach of the loop; "
-                    "reseed it with `seed + distributed.seed_offset()` by hand",
-                )
-            if permutation is not None:
-                raise Blocked(
-                    draw,
-                    "the loop draws random numbers besides the batch permutation, which must be the "
-                    "same on every rank; give one of them a generator of its own",
-                )
+        for seed in self.plan.batches.reseeds(loop, permutation, self.plan.sampler_draws):
             value = cst.BinaryOperation(
                 parenthesized(seed.args[0].value), cst.Add(), make_call("distributed.seed_offset")
             )
