@@ -34,10 +34,10 @@ if TYPE_CHECKING:
 def step_rank_local(context: FileContext, loop, fetches, share: cst.CSTNode | None) -> facts.RankLocal:
     statement = loop.loop
     seeds: set[str] = set()
-    if isinstance(statement, cst.While):  # the batch `next(it)` binds
+    for fetch in fetches:  # the batch `next(it)` binds
+        seeds |= facts.assigned_names(context, fetch)
+    if isinstance(statement, cst.While):
         target, iterable = cst.Tuple([]), cst.Tuple([])
-        for fetch in fetches:
-            seeds |= facts.assigned_names(context, fetch)
     else:
         target, iterable = statement.target, statement.iter
     names = context.names

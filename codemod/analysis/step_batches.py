@@ -56,7 +56,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.bindings import returned_values
+from codemod.analysis import match as m
+from codemod.analysis.bindings import argument_for, returned_values
 from codemod.analysis.distributed import NotDistributable
 from codemod.analysis.loaders import (
     BATCH_SAMPLER_POSITION,
@@ -107,6 +108,7 @@ class LoaderSite:
     shared: bool  # built by a helper also used elsewhere
     fetches: tuple[cst.CSTNode, ...] = ()  # `while` loops: the statements that bind `next(it)`
     restarts: tuple[cst.SimpleStatementLine, ...] = field(default=())  # `it = iter(loader)` in the loop
+    cycled: tuple[cst.Name, cst.BaseStatement] | None = None  # a generator's parameter, its pass over it
 
 
 @dataclass(frozen=True)
@@ -181,13 +183,16 @@ class StepBatches:
     def loader(self, loop: cst.For | cst.While) -> LoaderSite | None:
         if isinstance(loop, cst.For):
             found = self.context.loaders.iterated(loop.iter, loop.target)
-            return self._site(found[0][0] if len(found) == 1 else loop.iter)
+            return self._site(found[0][0] if len(found) == 1 else loop.iter) or self._cycled(loop)
         return self._fetched(loop)
 
     def _fetched(self, loop: cst.While) -> LoaderSite | None:
         """A `while` step loop over `next(it)`: the loader `it = iter(loader)` iterates,
         the statements that fetch the batch, and those that start a new pass in the loop."""
         fetches = [f.fetch for f in self.context.loaders.feeds if f.loop is loop and f.fetch is not None]
+        cycled = self._cycled(loop)
+        if cycled is not None:
+            return cycled
         if not fetches:
             self._check_passes(loop)
             return None
@@ -220,6 +225,53 @@ class StepBatches:
         site = sites[0]
         site.fetches = tuple(self.index.statement_of(f) for f in fetches)
         site.restarts = tuple(restarts)
+        return site
+
+    def _cycled(self, loop: cst.For | cst.While) -> LoaderSite | None:
+        """`next(it)` of `it = cycle(loader)`, where `cycle` is a generator of this file that
+        passes over its parameter again and again (`while True:` around `for b in dl:
+        yield b`, or `yield from dl`): the loader, with the generator's pass (`cycled`),
+        after which an epoch ends."""
+        calls = [
+            c
+            for c in own_nodes(self.index, cst.Call, loop.body)
+            if isinstance(c.func, cst.Name)
+            and self.names.is_(c.func, *NEXT)
+            and c.args
+            and isinstance(c.args[0].value, cst.Name)
+        ]
+        values = {id(v): v for c in calls for v in self.bindings.values(c.args[0].value) or []}
+        if not calls or len(values) != 1 or len({c.args[0].value.value for c in calls}) != 1:
+            return None
+        (value,) = values.values()
+        helper = self.bindings.local_function(value.func) if isinstance(value, cst.Call) else None
+        body = helper.body.body if helper is not None and isinstance(helper.body, cst.IndentedBlock) else ()
+        forever = body[0] if len(body) == 1 else None
+        if not (
+            isinstance(forever, cst.While)
+            and isinstance(forever.test, cst.Name)
+            and forever.test.value == "True"
+            and isinstance(forever.body, cst.IndentedBlock)
+            and len(forever.body.body) == 1
+            and not self.index.inside(value, loop)
+        ):
+            return None
+        one_pass = forever.body.body[0]
+        if isinstance(one_pass, cst.For) and isinstance(one_pass.target, cst.Name):
+            lines = one_pass.body.body if isinstance(one_pass.body, cst.IndentedBlock) else ()
+            yields = m.SimpleStatementLine([m.Expr(m.Yield(m.Name(one_pass.target.value)))])
+            iterated = one_pass.iter if len(lines) == 1 and m.matches(lines[0], yields) else None
+        else:
+            small = one_pass.body[0] if isinstance(one_pass, cst.SimpleStatementLine) else None
+            yields = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Yield) else None
+            iterated = yields.value.item if yields is not None and isinstance(yields.value, cst.From) else None
+        params = [p for p in helper.params.params if isinstance(iterated, cst.Name) and p.name.value == iterated.value]
+        passed = argument_for(value, helper, params[0]) if len(params) == 1 else None
+        site = self._site(passed) if passed is not None else None
+        if site is None:
+            return None
+        site.fetches = tuple(self.index.statement_of(c) for c in calls)
+        site.cycled = (iterated, one_pass)
         return site
 
     def _check_passes(self, loop: cst.While) -> None:
@@ -350,6 +402,8 @@ class StepBatches:
         epoch (None: one pass over the data); `named`: a sampler is bound to a name right
         before the loader, readable where the loader's function runs the epoch loop. Raises
         NotDistributable where the epoch loop cannot reach the loader or its end is unknown."""
+        if site.cycled is not None:  # a generator's pass over the loader ends an epoch
+            return EpochSite(loop, site.cycled[0], None, site.cycled[1])
         if site.restarts:  # `it = iter(loader)` on StopIteration: a new pass starts there
             epoch_loop, function = loop, facts.function_of(self.context, loop)
         else:

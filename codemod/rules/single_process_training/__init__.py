@@ -270,7 +270,9 @@ class SingleProcessTraining(Rule):
       epoch. A `while` loop that takes its batches with `next(it)` of
       `it = iter(loader)` (`while step < max_steps:`) gets the same sampler,
       told each new epoch where the loop starts a new pass (`it = iter(loader)`
-      on `StopIteration`). A loader whose settings are a dict (`DataLoader(dataset,
+      on `StopIteration`), or, for a generator of the file that cycles the
+      loader (`def cycle(dl): while True: for b in dl: yield b`), at the end
+      of each of its passes, inside it. A loader whose settings are a dict (`DataLoader(dataset,
       **options)`) gets `distributed.loader_options(dataset, options)`: the
       same share and sampler, whatever the dict holds. A sampler that draws
       `num_samples` with replacement (`RandomSampler(..., replacement=True)`,
@@ -327,8 +329,9 @@ class SingleProcessTraining(Rule):
     sampler of the script's own other than the above, a DataLoader built in
     another module of the project (the rule rewrites the file that trains and
     names where the loader is built), a `while` loop whose batches come from an
-    iterator that starts the loader's passes itself (a generator of the file:
-    the sampler could not be told the epoch), a training loss with
+    iterator that starts the loader's passes itself, other than a generator
+    of the file that only cycles it (`while True: for b in loader: yield b`,
+    or `yield from loader`, whose sampler is told each new pass inside it), a training loss with
     `reduction="sum"` (DDP averages the
     gradients; a summed evaluation loss is fine), embeddings with
     `sparse=True` (sparse gradients), epochs run in a comprehension,
@@ -495,10 +498,12 @@ class SingleProcessTraining(Rule):
         Invalid(
             WHILE_STEPS.replace("batches = iter(loader)", "batches = forever(loader)").replace(
                 "step, max_steps",
-                "def forever(loader):\n    while True:\n        yield from loader\n\n\nstep, max_steps",
+                "def forever(loader):\n    while True:\n        for x, y in loader:\n            yield x, 2 * y\n\n\n"
+                "step, max_steps",
             ),
             None,
-            "a generator of the file starts the loader's passes: the sampler cannot be told the epoch",
+            "a generator of the file that changes the batches starts the loader's passes: PM601 does not "
+            "rewrite it to tell the sampler the epoch",
         ),
         Invalid(
             WHILE_STEPS.replace("while step < max_steps:", "while step < max_steps and loss_value > 0.01:")
