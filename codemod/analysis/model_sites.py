@@ -29,6 +29,14 @@ loop's optimizers and models of `context.training`).
   the one line that binds it; `fixed_gpu(value, chosen)`: raises NotDistributable for a
   GPU every process would use (`"cuda:1"`, `.cuda(1)`, an index), and gives back the `0`s
   of a device chosen as GPU 0, which `"cuda"` names alike.
+
+`step_models` (PM506) asks another question of the same program: the models whose forward
+a step runs (every one, a frozen teacher too), and the last statement before the loop, in
+a block that runs once, after which a compile covers what the loop trains. Here it is the
+one model the optimizers train (DDP wraps that one, and refuses two), and its statements
+are looked for in every block around the loop, an epoch loop's body too (a model built
+anew every epoch is wrapped anew; compiling it anew would recompile), through globals,
+closures and `self.` attributes, with a compile among them (the wrap goes after it).
 """
 
 from __future__ import annotations

@@ -100,14 +100,6 @@ class Plan:
     def names(self):
         return self.context.names
 
-    @property
-    def scopes(self):
-        return self.context.scopes
-
-    @property
-    def bindings(self):
-        return self.context.bindings
-
     def src(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
 
@@ -135,39 +127,5 @@ class Producer:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-
-    @property
-    def context(self):
-        return self.plan.context
-
-    @property
-    def index(self):
-        return self.plan.index
-
-    @property
-    def parents(self):
-        return self.plan.parents
-
-    @property
-    def names(self):
-        return self.plan.names
-
-    @property
-    def scopes(self):
-        return self.plan.scopes
-
-    @property
-    def bindings(self):
-        return self.plan.bindings
-
-    @property
-    def edits(self) -> list[Edit]:
-        return self.plan.edits
-
-    @property
-    def imports(self) -> list[tuple[str, str | None]]:
-        return self.plan.imports
-
-    @property
-    def notes(self) -> list[str]:
-        return self.plan.notes
+        self.context, self.index, self.parents, self.names = plan.context, plan.index, plan.parents, plan.names
+        self.edits, self.imports, self.notes = plan.edits, plan.imports, plan.notes  # the plan's own lists
