@@ -125,7 +125,7 @@ class Corpus:
             return "the ids stay a list the step could change, and pretokenized they would be shared by every step"
         others = [part for part in call_parts(call) if part is not text]
         region, reason = None, None
-        for candidate in [loop, *self._variance.enclosing_loops(loop)]:
+        for candidate in [loop, *self._index.enclosing_loops(loop)]:
             reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate)
             reason = reason or self.corpus_changed(corpus, candidate)
             if reason is not None:

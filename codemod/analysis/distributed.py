@@ -1,10 +1,12 @@
 """What a training script already does about running in several processes, and the
 facts PM601 needs to make a single-process one torchrun-ready: whether anything
-distributed is there already, layers and calls that behave differently per rank,
+distributed is there already, layers and calls that behave differently per rank (and
+`obstacle`: the first reason a file cannot train data-parallel as it is written),
 random draws and the seeds behind them, where a value is the same on every rank
 and where it is each rank's own (`differs_per_process`: a path rank 0 writes and every
-rank reads), where a function of this file is called (`calls_of`), the function, class
-and loops around a node (`function_of`, `class_of`, `enclosing_loops`).
+rank reads), where a function of this file is called (`calls_of`), the function and class
+around a node (`function_of`, `class_of`; the loops around it are the tree index's
+`enclosing_loops`).
 
 Everything here reads the shared index, names and scopes of FileContext; nothing
 walks the tree on its own.
@@ -172,6 +174,56 @@ class NotDistributable(Exception):
         super().__init__(message)
         self.node = node
         self.message = message
+
+
+# -- what no rewrite can keep -----------------------------------------------------------------
+
+
+def obstacle(context: FileContext) -> NotDistributable | None:
+    """The first reason the file's one training program cannot run data-parallel as it is
+    written, whatever the rewrite does: DataParallel, several training loops, BatchNorm
+    (statistics of each rank's share), sparse embeddings (gradients NCCL may not reduce), a
+    training loss of torch summed over the batch (DDP averages the ranks' gradients)."""
+    loops = context.training.loops
+    for call in data_parallel(context):
+        return NotDistributable(
+            call,
+            "it uses DataParallel (one process, several GPUs); replace it with "
+            "DistributedDataParallel by hand, or remove it and run PM601 again",
+        )
+    if len(loops) > 1:
+        return NotDistributable(
+            loops[1].loop, f"the file has {len(loops)} training loops; PM601 rewrites scripts with one"
+        )
+    for call in batch_norms(context):
+        return NotDistributable(
+            call,
+            f"`{context.source(call.func).strip()}` holds BatchNorm, which would normalise over each rank's "
+            "share of the batch instead of the whole batch; on GPUs convert the model with "
+            "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping it in DDP",
+        )
+    for call in sparse_embeddings(context):
+        return NotDistributable(
+            call,
+            f"`{context.source(call.func).strip()}(..., sparse=True)` gives the model sparse gradients, which "
+            "DistributedDataParallel all-reduces on the gloo backend but not on every NCCL build "
+            "(the backend PM601 sets up on GPUs); make the embedding dense or wrap the model by hand",
+        )
+    for call in context.training.loss_calls(loops[0]) if loops else ():
+        reduction = kwarg(call, "reduction")
+        if (
+            reduction is not None
+            and isinstance(reduction.value, cst.SimpleString)
+            and reduction.value.evaluated_value == "sum"
+            and context.names.startswith(call.func, ("torch.nn",))
+        ):
+            return NotDistributable(
+                call,
+                'the loss is summed over the batch (reduction="sum"); DDP averages the ranks\' '
+                "gradients, so each step would move by 1/N of the single-process step: use the "
+                "mean, or scale the loss by the number of processes",
+            )
+    return None
 
 
 # -- already distributed -------------------------------------------------------------------
@@ -370,17 +422,6 @@ def function_of(context: FileContext, node: cst.CSTNode) -> cst.FunctionDef | No
     """The function whose body holds `node` (None: module level)."""
     found = context.index.first_enclosing(node, FUNCTIONS)
     return found if isinstance(found, cst.FunctionDef) else None
-
-
-def enclosing_loops(context: FileContext, node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The `for` and `while` loops around `node` in its function, innermost first."""
-    found = []
-    for ancestor in context.index.ancestors(node):
-        if isinstance(ancestor, SCOPES):
-            break
-        if isinstance(ancestor, (cst.For, cst.While)):
-            found.append(ancestor)
-    return found
 
 
 def reads_module_binding(context: FileContext, name: cst.Name) -> bool:

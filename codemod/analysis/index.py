@@ -268,6 +268,20 @@ class TreeIndex:
     def first_enclosing(self, node: cst.CSTNode, types) -> cst.CSTNode | None:
         return next(self.enclosing(node, types), None)
 
+    def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The `for` and `while` loops around `node` in its function, innermost first."""
+        found = []
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
+            if isinstance(ancestor, (cst.For, cst.While)):
+                found.append(ancestor)
+        return found
+
+    def outermost_loop(self, loop: cst.CSTNode) -> cst.CSTNode:
+        """The outermost loop of its function around `loop`, or `loop` itself."""
+        return [loop, *self.enclosing_loops(loop)][-1]
+
     def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
         """The statement (simple line or compound) that holds `node`, or `node` itself."""
         current: cst.CSTNode | None = node

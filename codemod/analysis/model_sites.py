@@ -14,9 +14,13 @@ loop's optimizers and models of `context.training`).
   loop trains several models, the model is built in a compound statement or in several
   methods, passed through a function called more than once, bound again after it is built,
   or run under a second name too;
-- `spellings(site)`: those spellings and the functions of the file the model is handed to
+- `spelled_in(site, function)`: how a function spells the model (None: it does not see it);
+  `spellings(site)`: those spellings and the functions of the file the model is handed to
   (one level); `uses(scope, code)`: the reads of a spelling in a scope; `after(use,
   anchor)`: whether a read sees what is bound after `anchor`;
+- `module_reads(site, loop)`: the reads that must see the module, not its DDP wrapper (an
+  attribute DDP does not answer, the model pickled whole); raises for a training forward
+  through another method;
 - `saved_whole(use)`: whether the model object itself is what `torch.save` pickles (as it
   is, in a container, or in a container bound to a name that is saved);
 - `moved_to(site)`: the device the model's last move puts it on (`"cuda"` for `.cuda()`),
@@ -25,6 +29,14 @@ loop's optimizers and models of `context.training`).
   the one line that binds it; `fixed_gpu(value, chosen)`: raises NotDistributable for a
   GPU every process would use (`"cuda:1"`, `.cuda(1)`, an index), and gives back the `0`s
   of a device chosen as GPU 0, which `"cuda"` names alike.
+
+`step_models` (PM506) asks another question of the same program: the models whose forward
+a step runs (every one, a frozen teacher too), and the last statement before the loop, in
+a block that runs once, after which a compile covers what the loop trains. Here it is the
+one model the optimizers train (DDP wraps that one, and refuses two), and its statements
+are looked for in every block around the loop, an epoch loop's body too (a model built
+anew every epoch is wrapped anew; compiling it anew would recompile), through globals,
+closures and `self.` attributes, with a compile among them (the wrap goes after it).
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import NotDistributable
 from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, positional
 from codemod.analysis.step_batches import step_batches
-from codemod.analysis.torch_facts import CONFIGURES, TORCH_SAVES
+from codemod.analysis.torch_facts import CONFIGURES, DDP_ANSWERS, NOT_FORWARD, TORCH_SAVES
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -400,6 +412,50 @@ class ModelSites:
                     if argument_for(call, helper, param) is use:
                         handles.append((helper, param.name.value, None))
         return handles
+
+    def spelled_in(self, site: ModelSite, function: cst.FunctionDef | None) -> str | None:
+        """How `function` (None: module level) spells the model, from `site.handles`."""
+        for scope, code, _ in site.handles:
+            if scope is function:
+                return code
+            if isinstance(scope, cst.ClassDef) and function is not None and self.index.inside(function, scope):
+                return code
+            if isinstance(scope, cst.Module) and function is None:
+                return code
+        return None
+
+    def module_reads(self, site: ModelSite, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """The reads of the model, once wrapped, that must see the module itself: an
+        attribute DDP does not answer as the module would (`model.state_dict()`), or the
+        model object pickled whole (`saved_whole`). Raises NotDistributable for a training
+        forward in `loop` through another method than `model(...)`, which DDP would not
+        synchronise."""
+        found = []
+        for scope, code, after in self.spellings(site):
+            for use in self.uses(scope, code):
+                if after is not None and not self.after(use, after):
+                    continue
+                parent = self.parents.get(use)
+                if isinstance(parent, cst.Attribute) and parent.value is use:
+                    attribute = parent.attr.value
+                    if attribute in DDP_ANSWERS:
+                        continue
+                    call = self.parents.get(parent)
+                    if (
+                        self.index.inside(use, loop)
+                        and attribute not in NOT_FORWARD
+                        and isinstance(call, cst.Call)
+                        and call.func is parent
+                    ):
+                        raise NotDistributable(
+                            call,
+                            f"the training forward runs through `{code}.{attribute}(...)`; DDP "
+                            f"synchronises gradients only for calls of `{code}(...)` itself",
+                        )
+                    found.append(use)
+                elif self.saved_whole(use):
+                    found.append(use)
+        return found
 
     def uses(self, scope: cst.CSTNode, code: str) -> list[cst.CSTNode]:
         """Reads of `code` (a name or `self.x`) in `scope`."""

@@ -141,7 +141,7 @@ class OutputSites:
         if facts.function_of(self.context, node) is not facts.function_of(self.context, earlier):
             return False
         return self.index.before(earlier, node) or any(
-            self.index.inside(node, loop) for loop in facts.enclosing_loops(self.context, earlier)
+            self.index.inside(node, loop) for loop in self.index.enclosing_loops(earlier)
         )
 
     def opened_for(self, statement: cst.CSTNode) -> cst.With | None:
@@ -174,7 +174,7 @@ class OutputSites:
             return True
         function = facts.function_of(self.context, condition)
         owner = function if function is not None else self.context.module
-        loops = facts.enclosing_loops(self.context, condition)
+        loops = self.index.enclosing_loops(condition)
         for name in self.index.find(cst.Name, within=owner):
             if name.value not in assigned or self.index.inside(name, condition.body):
                 continue

@@ -19,8 +19,16 @@ from the training program (the step loop of `context.training`, the loaders of
 - `epoch_loop(loop)`: the loop around a step loop that runs once per epoch, in the
   training function or around its one call, with that function; `spelled_in(site,
   function)`: how a function spells the loader (a method reading `self.loader`);
+- `epoch_site(site, loop, named)`: where the loader's sampler is told each new epoch
+  (`EpochSite`: the epoch loop, how it spells the loader, its epoch variable, or where an
+  epoch ends: after the statement holding the step loop, or before each `iter(loader)`
+  of `restarts`);
 - `order_seed(loader, at)`: the seed of a loader's order (its generator's, or torch's
   global seed) readable at `at`;
+- `loader_arguments(site, loop)`: what a sampler per rank needs of the loader's call (its
+  dataset, batch size, shuffle and own sampler, or its `**options` dict), or why it cannot
+  have one (a helper that builds other loaders too, a `batch_sampler`, a loader built per
+  epoch or in a larger statement, one sample per step, `*args`);
 - `dataset_obstacle(dataset)`: why a sampler cannot be given the same dataset (built in
   the call, an IterableDataset, an expression evaluated twice);
 - `replacement_draws(sampler)`: a sampler that draws `num_samples` indices with
@@ -30,10 +38,12 @@ from the training program (the step loop of `context.training`, the loaders of
 - `random_batches(loop)`: batches drawn at random in each step (`torch.randint(n, (b,))`,
   `torch.randn(b, d)`, in the loop or in a helper only it calls): the draws and the
   batch size that sizes them; `first_dimension(draw)`;
+- `reseeds(loop, permutation, sampler)`: the seeds of the global generators the loop
+  draws from that each rank must offset (seeded alike before training), or why not;
 - `global_draws(loop)`: the global generators ("torch", "numpy", "random") the loop draws
   from, with a draw of each; `seeded_generator(call)`: a generator object, seeded by the
   script, that a draw uses;
-- `visible(expr, at)`, `enclosing_loops(node)`, `calls_of(function)` (cached).
+- `visible(expr, at)`, `calls_of(function)` (cached).
 
 A fact that cannot be had raises `NotDistributable` with the node and the true reason.
 """
@@ -46,9 +56,18 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.bindings import returned_values
+from codemod.analysis import match as m
+from codemod.analysis.bindings import argument_for, returned_values
 from codemod.analysis.distributed import NotDistributable
-from codemod.analysis.loaders import DATALOADER, RANDOM, StepData
+from codemod.analysis.loaders import (
+    BATCH_SAMPLER_POSITION,
+    BATCH_SIZE_POSITION,
+    DATALOADER,
+    RANDOM,
+    SAMPLER_POSITION,
+    SHUFFLE_POSITION,
+    StepData,
+)
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.project import project_of
@@ -70,6 +89,7 @@ GENERATORS = (
 ITER = ("iter", "builtins.iter")
 NEXT = ("next", "builtins.next")
 REPLAYS = ("itertools.cycle",)  # iterates once, then replays what it saved: one pass of the loader
+LOADER_OWN_ARGUMENTS = frozenset({"dataset", "batch_size", "shuffle", "sampler", "batch_sampler"})
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
@@ -88,6 +108,7 @@ class LoaderSite:
     shared: bool  # built by a helper also used elsewhere
     fetches: tuple[cst.CSTNode, ...] = ()  # `while` loops: the statements that bind `next(it)`
     restarts: tuple[cst.SimpleStatementLine, ...] = field(default=())  # `it = iter(loader)` in the loop
+    cycled: tuple[cst.Name, cst.BaseStatement] | None = None  # a generator's parameter, its pass over it
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,27 @@ class RandomBatches:
     call: cst.Call | None  # the call of that helper in the loop
     sizes: tuple[cst.BaseExpression, ...]  # the first dimension of each draw
     statement: cst.CSTNode  # the statement of the loop that draws the batch
+
+
+@dataclass(frozen=True)
+class EpochSite:
+    """Where a loader's sampler is told each new epoch."""
+
+    loop: cst.For | cst.While  # the loop that runs once per epoch (a `while` over `next(it)`: itself)
+    handle: cst.BaseExpression | None  # how the epoch loop spells the loader; None: the sampler's name is seen
+    number: cst.Name | None  # the epoch loop's variable (`for epoch in ...`): the epoch to tell
+    after: cst.CSTNode | None  # no number and no restart: the statement an epoch ends after
+
+
+@dataclass(frozen=True)
+class LoaderArguments:
+    """What a sampler per rank needs of the DataLoader call that feeds the step loop."""
+
+    dataset: cst.BaseExpression
+    size: cst.Arg | None = None  # its batch_size (None with `**options`)
+    shuffle: cst.Arg | None = None
+    sampler: cst.Arg | None = None  # a sampler of the script's own
+    options: cst.BaseExpression | None = None  # `DataLoader(dataset, **options)`: the dict
 
 
 class StepBatches:
@@ -116,10 +158,6 @@ class StepBatches:
         if found is None:
             found = self._calls[id(function)] = tuple(facts.calls_of(self.context, function))
         return found
-
-    def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """Loops around `node` in its function, innermost first."""
-        return facts.enclosing_loops(self.context, node)
 
     def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Can `expr` be evaluated at `at` (every name it reads bound there before it)?"""
@@ -145,13 +183,16 @@ class StepBatches:
     def loader(self, loop: cst.For | cst.While) -> LoaderSite | None:
         if isinstance(loop, cst.For):
             found = self.context.loaders.iterated(loop.iter, loop.target)
-            return self._site(found[0][0] if len(found) == 1 else loop.iter)
+            return self._site(found[0][0] if len(found) == 1 else loop.iter) or self._cycled(loop)
         return self._fetched(loop)
 
     def _fetched(self, loop: cst.While) -> LoaderSite | None:
         """A `while` step loop over `next(it)`: the loader `it = iter(loader)` iterates,
         the statements that fetch the batch, and those that start a new pass in the loop."""
         fetches = [f.fetch for f in self.context.loaders.feeds if f.loop is loop and f.fetch is not None]
+        cycled = self._cycled(loop)
+        if cycled is not None:
+            return cycled
         if not fetches:
             self._check_passes(loop)
             return None
@@ -184,6 +225,53 @@ class StepBatches:
         site = sites[0]
         site.fetches = tuple(self.index.statement_of(f) for f in fetches)
         site.restarts = tuple(restarts)
+        return site
+
+    def _cycled(self, loop: cst.For | cst.While) -> LoaderSite | None:
+        """`next(it)` of `it = cycle(loader)`, where `cycle` is a generator of this file that
+        passes over its parameter again and again (`while True:` around `for b in dl:
+        yield b`, or `yield from dl`): the loader, with the generator's pass (`cycled`),
+        after which an epoch ends."""
+        calls = [
+            c
+            for c in own_nodes(self.index, cst.Call, loop.body)
+            if isinstance(c.func, cst.Name)
+            and self.names.is_(c.func, *NEXT)
+            and c.args
+            and isinstance(c.args[0].value, cst.Name)
+        ]
+        values = {id(v): v for c in calls for v in self.bindings.values(c.args[0].value) or []}
+        if not calls or len(values) != 1 or len({c.args[0].value.value for c in calls}) != 1:
+            return None
+        (value,) = values.values()
+        helper = self.bindings.local_function(value.func) if isinstance(value, cst.Call) else None
+        body = helper.body.body if helper is not None and isinstance(helper.body, cst.IndentedBlock) else ()
+        forever = body[0] if len(body) == 1 else None
+        if not (
+            isinstance(forever, cst.While)
+            and isinstance(forever.test, cst.Name)
+            and forever.test.value == "True"
+            and isinstance(forever.body, cst.IndentedBlock)
+            and len(forever.body.body) == 1
+            and not self.index.inside(value, loop)
+        ):
+            return None
+        one_pass = forever.body.body[0]
+        if isinstance(one_pass, cst.For) and isinstance(one_pass.target, cst.Name):
+            lines = one_pass.body.body if isinstance(one_pass.body, cst.IndentedBlock) else ()
+            yields = m.SimpleStatementLine([m.Expr(m.Yield(m.Name(one_pass.target.value)))])
+            iterated = one_pass.iter if len(lines) == 1 and m.matches(lines[0], yields) else None
+        else:
+            small = one_pass.body[0] if isinstance(one_pass, cst.SimpleStatementLine) else None
+            yields = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Yield) else None
+            iterated = yields.value.item if yields is not None and isinstance(yields.value, cst.From) else None
+        params = [p for p in helper.params.params if isinstance(iterated, cst.Name) and p.name.value == iterated.value]
+        passed = argument_for(value, helper, params[0]) if len(params) == 1 else None
+        site = self._site(passed) if passed is not None else None
+        if site is None:
+            return None
+        site.fetches = tuple(self.index.statement_of(c) for c in calls)
+        site.cycled = (iterated, one_pass)
         return site
 
     def _check_passes(self, loop: cst.While) -> None:
@@ -309,6 +397,40 @@ class StepBatches:
                 return handle
         return None
 
+    def epoch_site(self, site: LoaderSite, loop: cst.CSTNode, named: bool) -> EpochSite | None:
+        """Where the sampler of the loader `site` feeding the step loop `loop` is told the
+        epoch (None: one pass over the data); `named`: a sampler is bound to a name right
+        before the loader, readable where the loader's function runs the epoch loop. Raises
+        NotDistributable where the epoch loop cannot reach the loader or its end is unknown."""
+        if site.cycled is not None:  # a generator's pass over the loader ends an epoch
+            return EpochSite(loop, site.cycled[0], None, site.cycled[1])
+        if site.restarts:  # `it = iter(loader)` on StopIteration: a new pass starts there
+            epoch_loop, function = loop, facts.function_of(self.context, loop)
+        else:
+            epoch_loop, function = self.epoch_loop(loop)
+        if epoch_loop is None:
+            return None  # one pass over the data: epoch 0's order
+        handle = None
+        if not (named and function is site.function and self.index.before(site.statement, epoch_loop)):
+            handle = self.spelled_in(site, function)
+            if handle is None or not self.visible(handle, epoch_loop):
+                raise NotDistributable(
+                    epoch_loop,
+                    "the DataLoader is not visible in the epoch loop, where its sampler must be "
+                    "told the epoch (set_epoch)",
+                )
+        body = epoch_loop.body
+        if not isinstance(body, cst.IndentedBlock):
+            raise NotDistributable(epoch_loop, "the epoch loop is written on one line")
+        if isinstance(epoch_loop, cst.For) and isinstance(epoch_loop.target, cst.Name):
+            return EpochSite(epoch_loop, handle, epoch_loop.target, None)
+        if site.restarts:
+            return EpochSite(epoch_loop, handle, None, None)
+        holder = next((s for s in body.body if self.index.inside(loop, s)), None)
+        if holder is None:
+            raise NotDistributable(epoch_loop, "it cannot tell where an epoch ends")
+        return EpochSite(epoch_loop, handle, None, holder)
+
     def epoch_loop(self, loop: cst.CSTNode) -> tuple[cst.CSTNode | None, cst.FunctionDef | None]:
         """The loop around the step loop that runs once per epoch, in the training function
         or around its one call, with the function it is in; (None, None) for one pass."""
@@ -323,7 +445,7 @@ class StepBatches:
                         "the epochs run in a comprehension; PM601 tells the sampler each epoch "
                         "(set_epoch) at the top of a `for` loop: write the epochs as one",
                     )
-            outer = self.enclosing_loops(node)
+            outer = self.index.enclosing_loops(node)
             if outer:
                 return outer[0], facts.function_of(self.context, outer[0])
             function = facts.function_of(self.context, node)
@@ -372,6 +494,56 @@ class StepBatches:
         ]
 
     # -- the dataset and the sampler ------------------------------------------------------
+
+    def loader_arguments(self, site: LoaderSite, loop: cst.CSTNode) -> LoaderArguments:
+        """The DataLoader's dataset, batch size, shuffle and sampler, or its options dict;
+        raises NotDistributable where a sampler per rank cannot be given to it."""
+        call, index = site.call, self.index
+        if site.shared:
+            raise NotDistributable(
+                call,
+                "the helper that builds this DataLoader builds others too (evaluation?); give the "
+                "training loader a DistributedSampler by hand",
+            )
+        if any(a.star for a in call.args):
+            stars = [a for a in call.args if a.star]
+            plain = [a for a in call.args if not a.star and a.keyword is None]
+            named = {a.keyword.value for a in call.args if a.keyword is not None}
+            if [a.star for a in stars] != ["**"] or len(plain) != 1 or named & LOADER_OWN_ARGUMENTS:
+                raise NotDistributable(
+                    call,
+                    "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
+                    "PM601 cannot see which of them it uses",
+                )
+            self._check_dataset(plain[0].value)  # a dataset built in the call is one cheap to build twice
+            return LoaderArguments(plain[0].value, options=stars[0].value)
+        sampler = kwarg(call, "sampler") or positional(call, SAMPLER_POSITION)
+        if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_POSITION)) is not None:
+            raise NotDistributable(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
+        if not isinstance(self.context.parents.get(site.statement), (cst.IndentedBlock, cst.Module)):
+            raise NotDistributable(call, "the DataLoader is not built in a statement of its own")
+        if index.inside(site.statement, index.outermost_loop(loop)):
+            raise NotDistributable(call, "a new DataLoader is built every epoch; build it once, before the loop")
+        dataset = kwarg(call, "dataset") or positional(call, 0)
+        if dataset is None:
+            raise NotDistributable(call, "the DataLoader has no dataset argument PM601 can read")
+        self._check_dataset(dataset.value)
+        size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_POSITION)
+        if size is None or integer_value(size.value) == 1:
+            raise NotDistributable(
+                call,
+                "the DataLoader yields one sample per step, which cannot be split over the ranks "
+                "(the global batch would grow with their number); give it a batch_size",
+            )
+        if isinstance(size.value, cst.Name) and size.value.value == "None":
+            raise NotDistributable(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
+        shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_POSITION)
+        return LoaderArguments(dataset.value, size, shuffle, sampler)
+
+    def _check_dataset(self, dataset: cst.BaseExpression) -> None:
+        obstacle = self.dataset_obstacle(dataset)
+        if obstacle is not None:
+            raise NotDistributable(*obstacle)
 
     def dataset_obstacle(self, dataset: cst.BaseExpression) -> tuple[cst.CSTNode, str] | None:
         """Why a DistributedSampler cannot be given the DataLoader's dataset, or None."""
@@ -568,6 +740,38 @@ class StepBatches:
             if generator is not None:
                 draws.setdefault(generator, call)
         return draws
+
+    def reseeds(self, loop: cst.CSTNode, permutation: cst.Call | None, sampler: cst.Call | None) -> list[cst.Call]:
+        """The seed calls of the global generators the loop draws from (besides the shared
+        `permutation`; `sampler`: a sampler drawing from torch's), each seeded alike on every
+        rank before training, that each rank must reseed with its own offset; a generator
+        never seeded starts from the OS's entropy, per process already. Raises
+        NotDistributable where the seed is out of the loop's reach, or the loop draws besides
+        a permutation every rank must draw alike."""
+        draws = self.global_draws(loop, skip=permutation)
+        if sampler is not None:
+            draws.setdefault("torch", sampler)
+        outer = self.index.outermost_loop(loop)
+        found = []
+        for generator, draw in draws.items():
+            seed = self.seed_before(generator, outer)
+            if seed is None:
+                continue  # never seeded: each process starts from the OS's entropy
+            if not self.visible(seed.args[0].value, outer):
+                raise NotDistributable(
+                    draw,
+                    f"`{self.context.source(draw.func).strip()}` draws from a generator seeded alike on every "
+                    f"rank (line {self.context.line(seed)}), and that seed is out of reach of the loop; "
+                    "reseed it with `seed + distributed.seed_offset()` by hand",
+                )
+            if permutation is not None:
+                raise NotDistributable(
+                    draw,
+                    "the loop draws random numbers besides the batch permutation, which must be the "
+                    "same on every rank; give one of them a generator of its own",
+                )
+            found.append(seed)
+        return found
 
     def seed_before(self, generator: str, outer: cst.CSTNode) -> cst.Call | None:
         """The last call that seeds a global generator with a value before `outer` runs."""

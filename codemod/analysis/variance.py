@@ -22,7 +22,6 @@ place: what may be computed once before the loop instead of once per iteration.
   `.to(device)` and `.long()` of it are conversions?
 - `draws_or_trains(function, args)`: does a function of the file draw random numbers,
   or is it handed a model, an optimizer or parameters?
-- `enclosing_loops(loop)`: the loops around `loop` in its function, innermost first.
 - `step_lines(loop)`: the statements of the loop's body that run once per iteration, in
   order, the blocks of `with torch.no_grad():` and autocast opened (they change how ops
   compute, not what a factory or a tokenizer gives, so a statement may leave them).
@@ -401,15 +400,6 @@ class Variance:
                 table[node.value].append(node)
         return table.get(name, [])
 
-    def enclosing_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
-        found = []
-        for current in self._index.ancestors(loop):
-            if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                break
-            if isinstance(current, (cst.For, cst.While)):
-                found.append(current)
-        return found
-
     def hoists(self, loop: cst.CSTNode, skip: Callable[[cst.CSTNode], bool]) -> Hoists:
         """The step lines of `loop` (not `skip`ped) that are `name = value` and may run once,
         each in front of the outermost loop `outermost_region` gives, in order (a line may
@@ -464,7 +454,7 @@ class Variance:
         `statement` can move; else (None, (node, message)) when a report is due, or (None, None)."""
         name = statement.targets[0].target.value
         best, obstacle = None, None
-        for region in [loop, *self.enclosing_loops(loop)]:
+        for region in [loop, *self._index.enclosing_loops(loop)]:
             problem = self.of(statement.value, region, hoisted)
             if problem is not None:
                 if best is None and isinstance(problem, tuple):

@@ -62,10 +62,48 @@ def test_a_while_loop_over_next_of_a_loader_trains_alone_bit_for_bit_like_the_or
 )
 def test_a_while_loop_it_cannot_split_is_reported_with_the_reason(change, reason):
     source = WHILE_STEPS.replace(*change).replace(
-        "step, max_steps", "def forever(loader):\n    while True:\n        yield from loader\n\n\nstep, max_steps"
+        "step, max_steps",
+        "def forever(loader):\n    while True:\n        for x, y in loader:\n            yield x, 2 * y\n\n\nstep, max_steps",
     )
     source = source.replace("batches = iter(loader)\nwhile", "batches = iter(loader)\nloss = torch.ones(())\nwhile")
     result = process_source(source.encode(), "train.py", PM601)
     assert result.new_source == source.encode()
     assert [f.code for f in result.findings] == ["PM601"]
     assert reason in result.findings[0].message, result.findings[0].message
+
+
+CYCLES = {
+    "for": "def cycle(dl):\n    while True:\n        for b in dl:\n            yield b\n\n\n",
+    "yield from": "def cycle(dl):\n    while True:\n        yield from dl\n\n\n",
+}
+
+
+@pytest.mark.parametrize("form", CYCLES)
+def test_a_generator_that_cycles_the_loader_tells_the_sampler_each_pass_and_trains_alone_bit_for_bit(form, monkeypatch):
+    source = WHILE_STEPS.replace("step, max_steps", CYCLES[form] + "step, max_steps").replace(
+        "batches = iter(loader)\nwhile", "batches = cycle(loader)\nwhile"
+    )
+    source = source.replace(
+        "    try:\n        x, y = next(batches)\n    except StopIteration:\n"
+        "        batches = iter(loader)\n        x, y = next(batches)\n",
+        "    x, y = next(batches)\n",
+    )
+    new = rewrite(source)
+    assert (
+        "if isinstance(dl.sampler, DistributedSampler):\n            dl.sampler.set_epoch(dl.sampler.epoch + 1)" in new
+    )
+    before, after = trained(source, monkeypatch), trained(new, monkeypatch)
+    assert len(before[0]) == 20 and after[0] == before[0]
+    assert all(torch.equal(after[1][k], v) for k, v in before[1].items())
+    # Under torchrun each pass ends with a new epoch for the sampler: 2.5 passes, epochs 0, 1, 2.
+    namespace: dict = {}
+    exec(compile(new[new.index("def cycle") : new.index("step, max_steps")], "train.py", "exec"), namespace)
+    dataset = torch.utils.data.TensorDataset(torch.arange(8.0))
+    sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=1, rank=0, seed=0)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler)
+    namespace["DistributedSampler"] = torch.utils.data.DistributedSampler
+    batches = namespace["cycle"](loader)
+    orders = [next(batches)[0].tolist() for _ in range(5)]
+    assert sampler.epoch == 2
+    assert sorted(orders[0] + orders[1]) == sorted(orders[2] + orders[3]) == list(range(8))
+    assert orders[:2] != orders[2:4]  # epoch 1 reshuffled

@@ -6,7 +6,6 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.names import kwarg
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.rules.single_process_training.accumulation import GradientAccumulation
 from codemod.rules.single_process_training.data import DataSharding
@@ -271,7 +270,9 @@ class SingleProcessTraining(Rule):
       epoch. A `while` loop that takes its batches with `next(it)` of
       `it = iter(loader)` (`while step < max_steps:`) gets the same sampler,
       told each new epoch where the loop starts a new pass (`it = iter(loader)`
-      on `StopIteration`). A loader whose settings are a dict (`DataLoader(dataset,
+      on `StopIteration`), or, for a generator of the file that cycles the
+      loader (`def cycle(dl): while True: for b in dl: yield b`), at the end
+      of each of its passes, inside it. A loader whose settings are a dict (`DataLoader(dataset,
       **options)`) gets `distributed.loader_options(dataset, options)`: the
       same share and sampler, whatever the dict holds. A sampler that draws
       `num_samples` with replacement (`RandomSampler(..., replacement=True)`,
@@ -328,8 +329,9 @@ class SingleProcessTraining(Rule):
     sampler of the script's own other than the above, a DataLoader built in
     another module of the project (the rule rewrites the file that trains and
     names where the loader is built), a `while` loop whose batches come from an
-    iterator that starts the loader's passes itself (a generator of the file:
-    the sampler could not be told the epoch), a training loss with
+    iterator that starts the loader's passes itself, other than a generator
+    of the file that only cycles it (`while True: for b in loader: yield b`,
+    or `yield from loader`, whose sampler is told each new pass inside it), a training loss with
     `reduction="sum"` (DDP averages the
     gradients; a summed evaluation loss is fine), embeddings with
     `sparse=True` (sparse gradients), epochs run in a comprehension,
@@ -496,10 +498,12 @@ class SingleProcessTraining(Rule):
         Invalid(
             WHILE_STEPS.replace("batches = iter(loader)", "batches = forever(loader)").replace(
                 "step, max_steps",
-                "def forever(loader):\n    while True:\n        yield from loader\n\n\nstep, max_steps",
+                "def forever(loader):\n    while True:\n        for x, y in loader:\n            yield x, 2 * y\n\n\n"
+                "step, max_steps",
             ),
             None,
-            "a generator of the file starts the loader's passes: the sampler cannot be told the epoch",
+            "a generator of the file that changes the batches starts the loader's passes: PM601 does not "
+            "rewrite it to tell the sampler the epoch",
         ),
         Invalid(
             WHILE_STEPS.replace("while step < max_steps:", "while step < max_steps and loss_value > 0.01:")
@@ -615,44 +619,10 @@ def build(plan: Plan) -> cst.CSTNode | None:
     loops = context.training.loops
     if not loops:
         return None
-    for call in facts.data_parallel(context):
-        raise Blocked(
-            call,
-            "it uses DataParallel (one process, several GPUs); replace it with "
-            "DistributedDataParallel by hand, or remove it and run PM601 again",
-        )
-    if len(loops) > 1:
-        raise Blocked(loops[1].loop, f"the file has {len(loops)} training loops; PM601 rewrites scripts with one")
+    blocked = facts.obstacle(context)
+    if blocked is not None:
+        raise blocked
     loop = plan.loop = loops[0]
-    plan.step_function = facts.function_of(context, loop.loop)
-    for call in facts.batch_norms(context):
-        raise Blocked(
-            call,
-            f"`{plan.src(call.func)}` holds BatchNorm, which would normalise over each rank's "
-            "share of the batch instead of the whole batch; on GPUs convert the model with "
-            "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping it in DDP",
-        )
-    for call in facts.sparse_embeddings(context):
-        raise Blocked(
-            call,
-            f"`{plan.src(call.func)}(..., sparse=True)` gives the model sparse gradients, which "
-            "DistributedDataParallel all-reduces on the gloo backend but not on every NCCL build "
-            "(the backend PM601 sets up on GPUs); make the embedding dense or wrap the model by hand",
-        )
-    for call in context.training.loss_calls(loop):
-        reduction = kwarg(call, "reduction")
-        if (
-            reduction is not None
-            and isinstance(reduction.value, cst.SimpleString)
-            and reduction.value.evaluated_value == "sum"
-            and plan.names.startswith(call.func, ("torch.nn",))
-        ):
-            raise Blocked(
-                call,
-                'the loss is summed over the batch (reduction="sum"); DDP averages the ranks\' '
-                "gradients, so each step would move by 1/N of the single-process step: use the "
-                "mean, or scale the loss by the number of processes",
-            )
     try:
         plan.origin = model.origin(loop)
     except Blocked as blocked:
@@ -667,7 +637,6 @@ def build(plan: Plan) -> cst.CSTNode | None:
         raise
     plan.loader = data.find_loader(loop)
     plan.setup = setup.site()
-    plan.setup_scope = plan.setup.function
     plan.world_name = plan.fresh("world")
     permutation = data.batches(loop)
     model.wrap()

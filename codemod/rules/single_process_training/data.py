@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import distributed as facts
 from codemod.analysis.loaders import (
-    BATCH_SAMPLER_POSITION,
-    BATCH_SIZE_POSITION,
     RANDOM,
     SAME,
-    SAMPLER_POSITION,
-    SHUFFLE_POSITION,
     StepData,
 )
-from codemod.analysis.names import integer_value, kwarg, positional
 from codemod.analysis.step_batches import LoaderSite
 from codemod.edits import AddKeyword, InsertAfter, InsertBefore, Replace
 from codemod.rules.single_process_training.plan import (
@@ -97,47 +91,20 @@ class DataSharding(Producer):
 
     def _shard_loader(self, loader: LoaderSite, loop: cst.For) -> None:
         call, statement = loader.call, loader.statement
-        if loader.shared:
-            raise Blocked(
-                call,
-                "the helper that builds this DataLoader builds others too (evaluation?); give the "
-                "training loader a DistributedSampler by hand",
-            )
-        if any(a.star for a in call.args):
-            self._share_options(loader, loop)
+        found = self.plan.batches.loader_arguments(loader, loop)
+        if found.options is not None:
+            self._share_options(loader, loop, found)
             return
-        own_sampler = kwarg(call, "sampler") or positional(call, SAMPLER_POSITION)
-        if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_POSITION)) is not None:
-            raise Blocked(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
-        if not isinstance(self.parents.get(statement), (cst.IndentedBlock, cst.Module)):
-            raise Blocked(call, "the DataLoader is not built in a statement of its own")
-        if self.index.inside(statement, loop) or any(
-            self.index.inside(statement, outer) for outer in self.plan.enclosing_loops(loop)
-        ):
-            raise Blocked(call, "a new DataLoader is built every epoch; build it once, before the loop")
-        dataset = kwarg(call, "dataset") or positional(call, 0)
-        if dataset is None:
-            raise Blocked(call, "the DataLoader has no dataset argument PM601 can read")
-        self._check_dataset(dataset.value)
-        size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_POSITION)
-        if size is None or integer_value(size.value) == 1:
-            raise Blocked(
-                call,
-                "the DataLoader yields one sample per step, which cannot be split over the ranks "
-                "(the global batch would grow with their number); give it a batch_size",
-            )
-        if isinstance(size.value, cst.Name) and size.value.value == "None":
-            raise Blocked(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
-        if own_sampler is not None:
-            self._share_draws(own_sampler.value, call)
+        dataset, size, shuffle = found.dataset, found.size, found.shuffle
+        if found.sampler is not None:
+            self._share_draws(found.sampler.value, call)
             self.edits.append(Replace(size.value, lambda value: make_call("distributed.local_batch_size", value)))
             return
         sampler_name = self.plan.fresh("sampler")
         check = self.plan.world_check(statement)
-        shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_POSITION)
         literal = shuffle.value.value if shuffle is not None and isinstance(shuffle.value, cst.Name) else None
         shuffled = shuffle is not None and literal != "False"
-        arguments = [cst.Arg(dataset.value)]
+        arguments = [cst.Arg(dataset)]
         if not shuffled:
             arguments.append(cst.Arg(parse_expr("False"), keyword=cst.Name("shuffle")))
         elif literal != "True":
@@ -172,45 +139,16 @@ class DataSharding(Producer):
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, sampler_name)
 
-    def _check_dataset(self, dataset: cst.BaseExpression) -> None:
-        obstacle = self.plan.batches.dataset_obstacle(dataset)
-        if obstacle is not None:
-            raise Blocked(*obstacle)
-
-    def _share_options(self, loader: LoaderSite, loop: cst.For) -> None:
+    def _share_options(self, loader: LoaderSite, loop: cst.For, found) -> None:
         """`DataLoader(dataset, **options)`: the options this process needs, from
         `distributed.loader_options(dataset, options)` (its share of the batch, a
         DistributedSampler), whatever the dict holds; its sampler told each epoch."""
-        call = loader.call
-        stars = [a for a in call.args if a.star]
-        plain = [a for a in call.args if not a.star and a.keyword is None]
-        named = {a.keyword.value for a in call.args if a.keyword is not None}
-        if (
-            [a.star for a in stars] != ["**"]
-            or len(plain) != 1
-            or named
-            & {
-                "dataset",
-                "batch_size",
-                "shuffle",
-                "sampler",
-                "batch_sampler",
-            }
-        ):
-            raise Blocked(
-                call,
-                "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
-                "PM601 cannot see which of them it uses",
-            )
-        dataset = plain[0].value
-        self._check_dataset(dataset)  # a dataset built in the call is one cheap to build twice
-        options = stars[0].value
-        arguments = [cst.Arg(dataset), cst.Arg(options)]
-        seed = self.plan.batches.order_seed(call, loader.statement)
+        arguments = [cst.Arg(found.dataset), cst.Arg(found.options)]
+        seed = self.plan.batches.order_seed(loader.call, loader.statement)
         if seed is not None:
             tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
             arguments.append(cst.Arg(seed, keyword=cst.Name("seed"), equal=tight))
-        self.edits.append(Replace(options, cst.Call(parse_expr("distributed.loader_options"), arguments)))
+        self.edits.append(Replace(found.options, cst.Call(parse_expr("distributed.loader_options"), arguments)))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, None)
 
@@ -228,25 +166,14 @@ class DataSharding(Producer):
         """`sampler.set_epoch(epoch)` at the top of each epoch: a new order every epoch
         (`loader.sampler` where the sampler has no name of its own). A `while` loop over
         `next(it)` tells it where it starts a new pass (`it = iter(loader)`)."""
-        batches = self.plan.batches
-        if loader.restarts:
-            epoch_loop, function = loop, facts.function_of(self.context, loop)
-        else:
-            epoch_loop, function = batches.epoch_loop(loop)
-        if epoch_loop is None:
+        site = self.plan.batches.epoch_site(loader, loop, sampler is not None)
+        if site is None:
             return  # one pass over the data: epoch 0's order
-        if sampler is not None and function is loader.function and self.index.before(loader.statement, epoch_loop):
+        if site.handle is None:
             handle: cst.BaseExpression = cst.Name(sampler)
             guard: cst.BaseExpression = parse_expr(f"{sampler} is not None")
         else:
-            spelled = batches.spelled_in(loader, function)
-            if spelled is None or not batches.visible(spelled, epoch_loop):
-                raise Blocked(
-                    epoch_loop,
-                    "the DataLoader is not visible in the epoch loop, where its sampler must be "
-                    "told the epoch (set_epoch)",
-                )
-            handle = cst.Attribute(spelled, cst.Name("sampler"))
+            handle = cst.Attribute(site.handle, cst.Name("sampler"))
             guard = cst.Call(
                 cst.Name("isinstance"),
                 [
@@ -254,26 +181,19 @@ class DataSharding(Producer):
                     cst.Arg(cst.Name("DistributedSampler")),
                 ],
             )
-        body = epoch_loop.body
-        if not isinstance(body, cst.IndentedBlock):
-            raise Blocked(epoch_loop, "the epoch loop is written on one line")
-        if isinstance(epoch_loop, cst.For) and isinstance(epoch_loop.target, cst.Name):
-            call = cst.Call(cst.Attribute(handle, cst.Name("set_epoch")), [cst.Arg(epoch_loop.target)])
-            statement = cst.If(guard, cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call)])]))
-            self.edits.append(InsertBefore(body.body[0], (statement,)))
-            return
-        # No epoch number to read: count the passes on the sampler, after each one.
-        step = cst.BinaryOperation(cst.Attribute(handle, cst.Name("epoch")), cst.Add(), cst.Integer("1"))
-        call = cst.Call(cst.Attribute(handle, cst.Name("set_epoch")), [cst.Arg(step)])
+        # The epoch's number, or (none to read) the passes counted on the sampler, after each one.
+        epoch = site.number or cst.BinaryOperation(
+            cst.Attribute(handle, cst.Name("epoch")), cst.Add(), cst.Integer("1")
+        )
+        call = cst.Call(cst.Attribute(handle, cst.Name("set_epoch")), [cst.Arg(epoch)])
         statement = cst.If(guard, cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call)])]))
+        if site.number is not None:
+            self.edits.append(InsertBefore(site.loop.body.body[0], (statement,)))
+            return
         for restart in loader.restarts:  # before the next pass starts
             self.edits.append(InsertBefore(restart, (statement,)))
-        if loader.restarts:
-            return
-        holder = next((s for s in body.body if self.index.inside(loop, s)), None)
-        if holder is None:
-            raise Blocked(epoch_loop, "it cannot tell where an epoch ends")
-        self.edits.append(InsertAfter(holder, (statement,)))
+        if site.after is not None:
+            self.edits.append(InsertAfter(site.after, (statement,)))
 
     def _manual_batches(self, loop) -> cst.Call | None:
         """`for i in range(...)` over slices of a `torch.randperm` permutation: each rank
@@ -315,30 +235,10 @@ class DataSharding(Producer):
         with its own offset before training: seeded alike, the ranks would draw alike.
         Unseeded global generators start from the OS's entropy, per process already;
         draws from generator objects the script seeds are reported."""
-        batches = self.plan.batches
         loop = self.plan.loop.loop
-        draws = batches.global_draws(loop, skip=permutation)
-        if self.plan.sampler_draws is not None:
-            draws.setdefault("torch", self.plan.sampler_draws)
-        outer = [loop, *batches.enclosing_loops(loop)][-1]
+        outer = self.index.outermost_loop(loop)
         lines = []
-        for generator, draw in draws.items():
-            seed = batches.seed_before(generator, outer)
-            if seed is None:
-                continue  # never seeded: each process starts from the OS's entropy
-            if not batches.visible(seed.args[0].value, outer):
-                raise Blocked(
-                    draw,
-                    f"`{self.plan.src(draw.func)}` draws from a generator seeded alike on every rank "
-                    f"(line {self.context.line(seed)}), and that seed is out of reach of the loop; "
-                    "reseed it with `seed + distributed.seed_offset()` by hand",
-                )
-            if permutation is not None:
-                raise Blocked(
-                    draw,
-                    "the loop draws random numbers besides the batch permutation, which must be the "
-                    "same on every rank; give one of them a generator of its own",
-                )
+        for seed in self.plan.batches.reseeds(loop, permutation, self.plan.sampler_draws):
             value = cst.BinaryOperation(
                 parenthesized(seed.args[0].value), cst.Add(), make_call("distributed.seed_offset")
             )

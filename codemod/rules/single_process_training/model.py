@@ -5,11 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.model_sites import ModelSite, model_sites
-from codemod.analysis.torch_facts import DDP_ANSWERS, NOT_FORWARD
 from codemod.edits import InsertAfter, Replace
 from codemod.rules.single_process_training.plan import (
     IMPORT_DDP,
-    Blocked,
     Producer,
     make_call,
     parse_line,
@@ -38,29 +36,5 @@ class ModelWrap(Producer):
     def unwrap(self) -> None:
         """Reads of the model that DDP does not answer as the module would go through
         `distributed.unwrap(model)`; a forward through another method cannot be synchronised."""
-        sites = model_sites(self.context)
-        step_loop = self.plan.loop.loop
-        for scope, code, after in sites.spellings(self.plan.origin):
-            for use in sites.uses(scope, code):
-                if after is not None and not sites.after(use, after):
-                    continue
-                parent = self.parents.get(use)
-                if isinstance(parent, cst.Attribute) and parent.value is use:
-                    attribute = parent.attr.value
-                    if attribute in DDP_ANSWERS:
-                        continue
-                    call = self.parents.get(parent)
-                    if (
-                        self.index.inside(use, step_loop)
-                        and attribute not in NOT_FORWARD
-                        and isinstance(call, cst.Call)
-                        and call.func is parent
-                    ):
-                        raise Blocked(
-                            call,
-                            f"the training forward runs through `{code}.{attribute}(...)`; DDP "
-                            f"synchronises gradients only for calls of `{code}(...)` itself",
-                        )
-                    self.edits.append(Replace(use, lambda value: make_call("distributed.unwrap", value)))
-                elif sites.saved_whole(use):
-                    self.edits.append(Replace(use, lambda value: make_call("distributed.unwrap", value)))
+        for use in model_sites(self.context).module_reads(self.plan.origin, self.plan.loop.loop):
+            self.edits.append(Replace(use, lambda value: make_call("distributed.unwrap", value)))

@@ -5,12 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.loaders import (
-    ENUMERATE,
-    LOOKS_THROUGH,
-)
-from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import method_name, positional
+from codemod.analysis import rank_values
 from codemod.analysis.output_sites import output_sites
 from codemod.edits import AddKeyword, InsertBefore, Replace
 from codemod.rules.single_process_training.plan import (
@@ -31,64 +26,22 @@ class RankZeroOutputs(Producer):
     def control_flow(self) -> None:
         """A rank that skips a step or leaves the loop on its own data leaves the others
         waiting in the next all-reduce."""
-        local = self.plan.local = self._rank_local()
-        loop = self.plan.loop.loop
-        if isinstance(loop, cst.While) and local.reads(loop.test):
-            raise Blocked(
-                loop.test,
-                f"`{self.plan.src(loop.test)}` depends on each rank's own batch and decides whether the "
-                "loop goes on; ranks would fall out of step",
-            )
-        for node in own_nodes(self.index, (cst.If, cst.While), self.plan.loop.loop.body):
-            if not local.reads(node.test):
-                continue
-            exits = own_nodes(self.index, (cst.Break, cst.Continue, cst.Return), node)
-            steps = [c for c in own_nodes(self.index, cst.Call, node) if method_name(c) in ("backward", "step")]
-            if exits or steps:
-                raise Blocked(
-                    node.test,
-                    f"`{self.plan.src(node.test)}` depends on each rank's own batch and decides "
-                    "whether a step runs or the loop goes on; ranks would fall out of step",
-                )
-
-    def _rank_local(self) -> facts.RankLocal:
-        loop = self.plan.loop.loop
-        seeds: set[str] = set()
-        if isinstance(loop, cst.While):  # the batch `next(it)` binds
-            fetches = self.plan.loader.fetches if self.plan.loader is not None else ()
-            target, iterable = cst.Tuple([]), cst.Tuple([])
-            for fetch in fetches:
-                seeds |= facts.assigned_names(self.context, fetch)
-        else:
-            target, iterable = loop.target, loop.iter
-        while (
-            isinstance(iterable, cst.Call)
-            and self.names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH)
-            and positional(iterable, 0) is not None
-        ):
-            if self.names.is_(iterable.func, *ENUMERATE):
-                if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2):
-                    break
-                target = target.elements[1].value  # the index is the same on every rank
-            iterable = positional(iterable, 0).value
-        if self.plan.local_batch is not None:
-            seeds |= facts.assigned_names(self.context, self.index.statement_of(self.plan.local_batch))
-        elif self.plan.batch_statement is not None:
-            seeds |= facts.assigned_names(self.context, self.plan.batch_statement)
-        elif not (isinstance(iterable, cst.Call) and self.names.is_(iterable.func, "range", "builtins.range")):
-            seeds |= {n.value for n in facts.target_names(target)}
-        losses = {b.loss.value for b in self.plan.loop.backwards if isinstance(b.loss, cst.Name)}
-        body = self.plan.step_function.body if self.plan.step_function is not None else self.context.module
-        model_calls = [c for c in self.index.find(cst.Call, within=loop) if self.context.training.is_model_call(c)]
-        local = facts.rank_local(self.context, body, seeds | losses, losses, model_calls)
-        if self.plan.step_function is not None:  # what the training function returns, where it is called
-            for call in self.plan.calls_of(self.plan.step_function):
-                statement = self.index.statement_of(call)
-                if isinstance(statement, cst.SimpleStatementLine):
-                    bound = facts.assigned_names(self.context, statement)
-                    local.names |= bound
-                    local.loss_names |= bound
-        return local
+        plan = self.plan
+        fetches = plan.loader.fetches if plan.loader is not None else ()
+        share = self.index.statement_of(plan.local_batch) if plan.local_batch is not None else plan.batch_statement
+        local = plan.local = rank_values.step_rank_local(self.context, plan.loop, fetches, share)
+        test = rank_values.diverging_test(self.context, plan.loop, local)
+        if test is None:
+            return
+        decides = (
+            "whether the loop goes on"
+            if test is getattr(plan.loop.loop, "test", None)
+            else ("whether a step runs or the loop goes on")
+        )
+        raise Blocked(
+            test,
+            f"`{plan.src(test)}` depends on each rank's own batch and decides {decides}; ranks would fall out of step",
+        )
 
     def saves(self) -> None:
         sites = output_sites(self.context)
@@ -192,35 +145,5 @@ class RankZeroOutputs(Producer):
     def _reduce(self, call: cst.Call) -> None:
         """Losses in a print become their mean over the ranks: a collective, so only where
         every rank prints, under conditions that are the same on every rank."""
-        local = self.plan.local
-        function = facts.function_of(self.context, call)
-        if function is not self.plan.step_function and not self._caller_of_step(function):
-            return
-        for ancestor in self.index.ancestors(call):
-            if isinstance(ancestor, facts.SCOPES):
-                break
-            if isinstance(ancestor, (cst.If, cst.While)) and local.reads(ancestor.test):
-                return
-        parts = [
-            value
-            for arg in call.args
-            if arg.keyword is None and not arg.star
-            for value in facts.message_values(self.context, arg.value)
-        ]
-        for part in parts:
-            if not local.reads_loss(part):
-                continue
-            if isinstance(part, cst.Call) and self.names.is_(part.func, "builtins.len"):
-                continue  # how many losses, the same on every rank
-            items = [
-                c
-                for c in self.index.find(cst.Call, within=part)
-                if method_name(c) in facts.TO_HOST_METHODS and not c.args and local.reads_loss(c.func.value)
-            ]
-            for target in [item.func.value for item in items] or [part]:
-                self.edits.append(Replace(target, lambda value: make_call("distributed.all_reduce_mean", value)))
-
-    def _caller_of_step(self, function) -> bool:
-        if self.plan.step_function is None:
-            return False
-        return any(facts.function_of(self.context, c) is function for c in self.plan.calls_of(self.plan.step_function))
+        for target in rank_values.averaged_values(self.context, call, self.plan.local, self.plan.loop):
+            self.edits.append(Replace(target, lambda value: make_call("distributed.all_reduce_mean", value)))

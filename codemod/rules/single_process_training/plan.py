@@ -3,11 +3,9 @@ model is built, the loader, where setup() goes, the edits so far) and the syntax
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import libcst as cst
 
-from codemod.analysis import distributed as facts
+from codemod.analysis import process_group
 from codemod.analysis.distributed import NotDistributable
 from codemod.analysis.names import fresh_name
 from codemod.analysis.step_batches import LoaderSite, step_batches
@@ -73,16 +71,6 @@ def negation(test: cst.BaseExpression) -> cst.BaseExpression:
     return cst.UnaryOperation(cst.Not(), parenthesized(test))
 
 
-@dataclass
-class Setup:
-    """Where runtime.distributed.setup() goes."""
-
-    statement: cst.BaseStatement  # the device assignment, or the statement the call goes before
-    function: cst.FunctionDef | None
-    value: cst.BaseExpression | None  # the device value wrapped in setup(...); None: a statement of its own
-    device: cst.BaseExpression | None  # what a statement of its own passes
-
-
 def only_on_main(updated: cst.BaseStatement) -> cst.If:
     """`if distributed.is_main():` around a statement, its comments above the `if`."""
     inner = updated.with_changes(leading_lines=[])
@@ -105,24 +93,12 @@ class Plan:
         self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
         self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
         self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
-        self.cuda_for_zero = False  # the device chosen is GPU 0, written `0`: setup() gets "cuda"
         self.batches = step_batches(context)  # where the step loop's batches come from
         self.loader: LoaderSite | None = None
-
-    def calls_of(self, function: cst.FunctionDef) -> tuple[cst.Call, ...]:
-        return self.batches.calls_of(function)
 
     @property
     def names(self):
         return self.context.names
-
-    @property
-    def scopes(self):
-        return self.context.scopes
-
-    @property
-    def bindings(self):
-        return self.context.bindings
 
     def src(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
@@ -142,24 +118,7 @@ class Plan:
 
     def sees_world(self, at: cst.CSTNode) -> bool:
         """Is the `world` variable, set right after setup(), bound where `at` runs?"""
-        if self.setup_scope is None:
-            return True  # a module-level variable: every function reads it
-        return facts.function_of(self.context, at) is self.setup_scope and self.follows_setup(at, self.setup)
-
-    def follows_setup(self, node: cst.CSTNode, setup: Setup) -> bool:
-        """Does `node`, in the function of setup(), run after it?"""
-        start = setup.statement
-        if not self.index.inside(node, self.parents.get(start)):
-            return False
-        if setup.value is None:  # setup() goes right before `start`
-            return self.index.inside(node, start) or self.index.before(start, node)
-        return self.index.before(start, node) and not self.index.inside(node, start)
-
-    def visible(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        return self.batches.visible(expr, at)
-
-    def enclosing_loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        return self.batches.enclosing_loops(node)
+        return process_group.sees(self.context, at, self.setup)
 
 
 class Producer:
@@ -168,39 +127,5 @@ class Producer:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-
-    @property
-    def context(self):
-        return self.plan.context
-
-    @property
-    def index(self):
-        return self.plan.index
-
-    @property
-    def parents(self):
-        return self.plan.parents
-
-    @property
-    def names(self):
-        return self.plan.names
-
-    @property
-    def scopes(self):
-        return self.plan.scopes
-
-    @property
-    def bindings(self):
-        return self.plan.bindings
-
-    @property
-    def edits(self) -> list[Edit]:
-        return self.plan.edits
-
-    @property
-    def imports(self) -> list[tuple[str, str | None]]:
-        return self.plan.imports
-
-    @property
-    def notes(self) -> list[str]:
-        return self.plan.notes
+        self.context, self.index, self.parents, self.names = plan.context, plan.index, plan.parents, plan.names
+        self.edits, self.imports, self.notes = plan.edits, plan.imports, plan.notes  # the plan's own lists

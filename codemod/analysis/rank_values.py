@@ -1,0 +1,119 @@
+"""What each rank of a data-parallel run computes for itself in a step loop, read on the
+single-process script: the values of its own share of the batch and of the loss (PM601).
+
+- `step_rank_local(context, loop, fetches, share)`: the `RankLocal` names of the function
+  that runs `loop` (a `TrainingLoop`): those bound from the batch (the loop's target, past
+  `enumerate`'s count; the statements that fetch a `while` loop's batch, `fetches`; or the
+  statement that takes each rank's share, `share`), from the loss and from the model's
+  calls, and what the training function returns where it is called;
+- `diverging_test(context, loop, local)`: the first test of the loop that reads such a
+  value and decides whether the loop goes on or a step runs (`while` test, an `if` around a
+  `break`, `continue`, `return`, `backward()` or `step()`): ranks would fall out of step;
+- `averaged_values(context, call, local, loop)`: in a `print` of the training function (or
+  of its caller), under tests every rank takes alike, the loss values its message shows
+  (`loss.item()`: the tensor before the host read; a number computed from the loss), each
+  to be averaged over the ranks; `len(losses)` is the same on every rank.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemod.analysis import distributed as facts
+from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH
+from codemod.analysis.loops import own_nodes
+from codemod.analysis.names import method_name, positional
+from codemod.analysis.step_batches import step_batches
+
+if TYPE_CHECKING:
+    from codemod.context import FileContext
+
+
+def step_rank_local(context: FileContext, loop, fetches, share: cst.CSTNode | None) -> facts.RankLocal:
+    statement = loop.loop
+    seeds: set[str] = set()
+    for fetch in fetches:  # the batch `next(it)` binds
+        seeds |= facts.assigned_names(context, fetch)
+    if isinstance(statement, cst.While):
+        target, iterable = cst.Tuple([]), cst.Tuple([])
+    else:
+        target, iterable = statement.target, statement.iter
+    names = context.names
+    while (
+        isinstance(iterable, cst.Call)
+        and names.is_(iterable.func, *ENUMERATE, *LOOKS_THROUGH)
+        and positional(iterable, 0) is not None
+    ):
+        if names.is_(iterable.func, *ENUMERATE):
+            if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2):
+                break
+            target = target.elements[1].value  # the index is the same on every rank
+        iterable = positional(iterable, 0).value
+    if share is not None:
+        seeds |= facts.assigned_names(context, share)
+    elif not (isinstance(iterable, cst.Call) and names.is_(iterable.func, "range", "builtins.range")):
+        seeds |= {n.value for n in facts.target_names(target)}
+    losses = {b.loss.value for b in loop.backwards if isinstance(b.loss, cst.Name)}
+    function = facts.function_of(context, statement)
+    body = function.body if function is not None else context.module
+    model_calls = [c for c in context.index.find(cst.Call, within=statement) if context.training.is_model_call(c)]
+    local = facts.rank_local(context, body, seeds | losses, losses, model_calls)
+    if function is not None:  # what the training function returns, where it is called
+        for call in step_batches(context).calls_of(function):
+            line = context.index.statement_of(call)
+            if isinstance(line, cst.SimpleStatementLine):
+                bound = facts.assigned_names(context, line)
+                local.names |= bound
+                local.loss_names |= bound
+    return local
+
+
+def diverging_test(context: FileContext, loop, local: facts.RankLocal) -> cst.BaseExpression | None:
+    statement = loop.loop
+    if isinstance(statement, cst.While) and local.reads(statement.test):
+        return statement.test
+    index = context.index
+    for node in own_nodes(index, (cst.If, cst.While), statement.body):
+        if not local.reads(node.test):
+            continue
+        exits = own_nodes(index, (cst.Break, cst.Continue, cst.Return), node)
+        steps = [c for c in own_nodes(index, cst.Call, node) if method_name(c) in ("backward", "step")]
+        if exits or steps:
+            return node.test
+    return None
+
+
+def averaged_values(context: FileContext, call: cst.Call, local: facts.RankLocal, loop) -> list[cst.BaseExpression]:
+    step_function = facts.function_of(context, loop.loop)
+    function = facts.function_of(context, call)
+    if function is not step_function and not (
+        step_function is not None
+        and any(facts.function_of(context, c) is function for c in step_batches(context).calls_of(step_function))
+    ):
+        return []
+    for ancestor in context.index.ancestors(call):
+        if isinstance(ancestor, facts.SCOPES):
+            break
+        if isinstance(ancestor, (cst.If, cst.While)) and local.reads(ancestor.test):
+            return []  # a collective every rank may not reach
+    parts = [
+        value
+        for arg in call.args
+        if arg.keyword is None and not arg.star
+        for value in facts.message_values(context, arg.value)
+    ]
+    found = []
+    for part in parts:
+        if not local.reads_loss(part):
+            continue
+        if isinstance(part, cst.Call) and context.names.is_(part.func, "builtins.len"):
+            continue  # how many losses, the same on every rank
+        items = [
+            c
+            for c in context.index.find(cst.Call, within=part)
+            if method_name(c) in facts.TO_HOST_METHODS and not c.args and local.reads_loss(c.func.value)
+        ]
+        found.extend([item.func.value for item in items] or [part])
+    return found
