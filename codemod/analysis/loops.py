@@ -454,6 +454,19 @@ class TrainingLoops:
             self._once[function] = len(callers or ()) == 1 and self.runs_once(callers[0][0])
         return self._once[function]
 
+    def stepped_once(self, build: cst.Call) -> cst.Call | None:
+        """The `.step()` of the optimizer `build` constructs, where the file steps it and every
+        step of it runs at most once in a run of the program (`runs_once`: a tutorial's single
+        step); None when one may run more often, or none is seen (stepped by other code)."""
+        found = []
+        for call in self._index.find(cst.Call):
+            step = self.step_of(call)
+            if step is not None and any(value is build for value in self.values_of(step[0])):
+                found.append(call)
+        if not found or not all(self.runs_once(call) for call in found):
+            return None
+        return found[0]
+
     def epoch_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
         """The loops around a step loop, innermost first: in its function, then around
         the calls that lead to that function (through functions of this file)."""

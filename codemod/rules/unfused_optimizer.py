@@ -179,7 +179,10 @@ class UnfusedOptimizer(Rule):
     `fused=False` too, so no `fused=` argument suits every name the option
     may take: give the option `choices=` among Adam, AdamW and SGD), and
     scripts that ask for exact float32 results (deterministic algorithms,
-    TF32 turned off).
+    TF32 turned off), and an optimizer stepped once in no loop (a
+    tutorial's single step: the launches a fused kernel saves are not
+    noticed once). A small model whose step is bound by kernel launches
+    keeps the fix: fewer launches per step is what the fused kernel buys.
 
     A device picked when the script is launched gets a guard instead of
     `fused=True`: `fused=device.type in ("cuda", "cpu")` for
@@ -527,6 +530,14 @@ class UnfusedOptimizer(Rule):
                 node,
                 f"{UNFUSED} (not fixed: the script asks for exact float32 results, line "
                 f"{self.context.line(exact)}; the fused kernel rounds differently)",
+            )
+            return
+        once = self.context.loops.stepped_once(node)
+        if once is not None:
+            self.report(
+                node,
+                f"{UNFUSED} (not fixed: it steps once, line {self.context.line(once)}, in no loop; a fused "
+                "kernel saves a few kernel launches per step, which a single step does not notice)",
             )
             return
         self.report(node, message, edits=[AddKeyword(node, "fused", value or cst.Name("True"))])
