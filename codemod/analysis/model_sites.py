@@ -227,6 +227,13 @@ class ModelSites:
     def _attribute_origin(self, loop, code: str, scope, handles) -> ModelSite:
         classdef = facts.class_of(self.context, scope)
         if classdef is None:
+            owner = self._optimizer_class(loop)
+            if owner is not None:  # `trainer.step(...)` called by a loop outside the class
+                raise NotDistributable(
+                    loop.loop,
+                    f"`{code}` is an attribute of `{owner.name.value}`, whose methods the loop calls from outside "
+                    "the class; PM601 rewrites a trainer class whose own method runs the training loop",
+                )
             raise NotDistributable(loop.loop, f"`{code}` is not an attribute of a class this file defines")
         owners: dict[int, tuple[cst.FunctionDef, list]] = {}
         for method in classdef.body.body:
@@ -247,6 +254,15 @@ class ModelSites:
         anchor = setup[-1]  # after the last build, move or compile: the model is compiled, then wrapped
         handles.insert(0, (classdef, code, anchor))
         return ModelSite(classdef, code, anchor, setup, handles)
+
+    def _optimizer_class(self, loop) -> cst.ClassDef | None:
+        """The class one of whose methods builds an optimizer of the loop (`self.opt = ...`)."""
+        for optimizer in loop.optimizers:
+            if optimizer.call is not None:
+                found = facts.class_of(self.context, facts.function_of(self.context, optimizer.call))
+                if found is not None:
+                    return found
+        return None
 
     @staticmethod
     def _sets_up(small: cst.BaseSmallStatement, code: str) -> bool:

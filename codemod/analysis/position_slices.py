@@ -32,6 +32,7 @@ from libcst.metadata import Assignment
 from codemod.analysis import match as m
 from codemod.analysis.names import integer_literal, integer_value, names_read, number_value
 from codemod.analysis.torch_facts import SIZE_METHODS
+from codemod.analysis.values import values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -222,8 +223,8 @@ class PositionSlices:
         `float` or with a number for its default."""
         if depth > 4:
             return False
-        if number_value(expr) is not None:
-            return True
+        if number_value(expr) is not None or values(self.context).number(expr) is not None:
+            return True  # the shared number question: also `self.T` set from a number parameter
         if isinstance(expr, cst.BinaryOperation):
             return self.scalar(expr.left, depth + 1) and self.scalar(expr.right, depth + 1)
         if isinstance(expr, cst.UnaryOperation):

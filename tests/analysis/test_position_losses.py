@@ -268,6 +268,24 @@ def test_scalars_are_python_numbers_the_code_shows():
     assert not slices.scalar(returned[2].value)  # w: a tensor
 
 
+def test_an_attribute_set_from_a_number_parameter_is_a_scalar():
+    source = (
+        "import torch\n"
+        "class Distill:\n"
+        "    def __init__(self, temperature=2.0, scale=None):\n"
+        "        self.T = temperature\n"
+        "        self.w = torch.ones(3) if scale is None else scale\n"
+        "    def loss(self, x):\n"
+        "        return x / self.T, x * self.w\n"
+        "d = Distill()\n"
+    )
+    context = FileContext.of_source(source)
+    slices = position_slices(context)
+    returned = next(iter(context.index.find(cst.Return, within=context.module))).value.elements
+    assert slices.scalar(returned[0].value.right)  # self.T: 2.0 by default, and the one call passes nothing
+    assert not slices.scalar(returned[1].value.right)  # self.w: a tensor
+
+
 def test_the_check_can_fail():
     _, loop, positions = read(MASKED)
     batched = positions.summed_loop(loop, positions.loop(loop)).batched

@@ -310,3 +310,34 @@ def test_a_model_compiled_already_is_wrapped_after_its_compile(compiled):
         "if world.distributed:",
         "model = DistributedDataParallel(model)",
     ]
+
+
+OUTSIDE_TRAINER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, device):
+        self.model = torch.nn.Linear(8, 1).to(device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def step(self, x, y):
+        loss = (self.model(x) - y).pow(2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+if __name__ == "__main__":
+    trainer = Trainer("cpu")
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    for epoch in range(2):
+        for x, y in loader:
+            trainer.step(x, y)
+"""
+
+
+def test_a_trainer_whose_method_a_loop_outside_it_calls_is_named_in_the_reason():
+    why = reason(OUTSIDE_TRAINER)
+    assert "`self.model` is an attribute of `Trainer`, whose methods the loop calls from outside the class" in why
