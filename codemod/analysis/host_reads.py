@@ -50,19 +50,16 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import SAME_PLACE_METHODS, TENSOR_FUNCTIONS, Kind, Place
+from codemod.analysis.kinds import TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, subscript_parts
 from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import reads_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
-    BOOL_RESULT_METHODS,
-    DTYPE_KEEPING_METHODS,
-    FLOAT_RESULT_METHODS,
     HOST_READ_BUILTINS,
-    INT64_RESULT_METHODS,
     NON_MUTATING_CALLS,
     PURE_BUILTINS,
+    PURE_TENSOR_METHODS,
     SCALER_METHODS_RETURNING_NEW,
     SHARING_METHODS,
     SYNC_METHODS,
@@ -79,15 +76,6 @@ def host_reads(context: FileContext) -> HostReads:
     return context.shared(KEY, HostReads)
 
 
-# Methods that compute without side effects: a statement built of them may move.
-PURE_METHODS = (
-    {name for name in SAME_PLACE_METHODS if not name.endswith("_")}
-    | FLOAT_RESULT_METHODS
-    | INT64_RESULT_METHODS
-    | BOOL_RESULT_METHODS
-    | DTYPE_KEEPING_METHODS
-    | {"sum", "item", "tolist", "numpy", "size", "dim", "numel"}
-)
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FLOAT_PRESENTATION = tuple("eEfFgG%")
 # float64 is not available on these devices, so the float64 device accumulator is not either.
@@ -1501,7 +1489,7 @@ def _impure_part(loop: StepReads, expr: cst.BaseExpression) -> cst.CSTNode | Non
             return expr
         method = method_name(expr)
         if method is not None:
-            if method not in PURE_METHODS:
+            if method not in PURE_TENSOR_METHODS:
                 return expr
             inner = [expr.func.value]
         elif loop.a.names.of(expr.func) & (PURE_BUILTINS | TENSOR_FUNCTIONS):

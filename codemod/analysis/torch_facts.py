@@ -526,6 +526,17 @@ BOOL_RESULT_METHODS = frozenset("eq ne lt le gt ge isnan isinf isfinite bool log
 DTYPE_KEEPING_METHODS = frozenset(
     "detach clone cpu cuda contiguous squeeze unsqueeze view reshape flatten abs neg max min amax amin".split()
 )
+# Tensor methods whose result is a tensor (a view, a conversion, a reduction, ...), and
+# those that compute without side effects (a statement built of them may move).
+TENSOR_RESULT_METHODS = frozenset(
+    {name for name in SAME_PLACE_METHODS if not name.endswith("_")}
+    | FLOAT_RESULT_METHODS
+    | INT64_RESULT_METHODS
+    | BOOL_RESULT_METHODS
+    | DTYPE_KEEPING_METHODS
+    | {"sum", "numpy"}
+)
+PURE_TENSOR_METHODS = TENSOR_RESULT_METHODS | {"item", "tolist", "size", "dim", "numel"}
 # Functions that take a tensor, read it and change nothing in it (they return something new).
 NON_MUTATING_CALLS = frozenset(
     {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}

@@ -57,8 +57,8 @@ from codemod.analysis.torch_facts import (
     FLOAT_RESULT_METHODS,
     GRAD_NORMS,
     INT64_RESULT_METHODS,
-    SAME_PLACE_METHODS,
     TENSOR_FUNCTIONS,
+    TENSOR_RESULT_METHODS,
 )
 
 if TYPE_CHECKING:
@@ -73,16 +73,6 @@ _INT_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modu
 # The dtypes `dtype` tells apart: enough to know which Python number `.item()` gives.
 FLOAT, INT64, BOOL = "float", "int64", "bool"
 COMPLEX = "complex"  # of a dtype named (`named_dtype`): fused optimizer kernels take floating point only
-
-# Tensor methods whose result is a tensor (a view, a conversion, a reduction, ...).
-TENSOR_RESULT_METHODS = (
-    {name for name in SAME_PLACE_METHODS if not name.endswith("_")}
-    | FLOAT_RESULT_METHODS
-    | INT64_RESULT_METHODS
-    | BOOL_RESULT_METHODS
-    | DTYPE_KEEPING_METHODS
-    | {"sum", "numpy"}
-)
 
 
 def values(context: FileContext) -> Values:
