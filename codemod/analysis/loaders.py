@@ -618,12 +618,8 @@ class Loaders:
         or, for a parameter, the argument every call of its function passes."""
         parameter = self.bindings.param_of(name)
         if parameter is not None:
-            function, param = parameter
-            passed = [
-                self.kinds.argument(call, function, param, offset)
-                for call, offset in self.kinds.callers(function) or ()
-            ]
-            return [(argument, ()) for argument in passed if argument is not None]
+            passed = self.kinds.passed(parameter[1])  # every call's argument, or the default it leaves
+            return [(argument, ()) for argument in passed or ()]
         found = []
         for assignment in self.kinds.sources(name):
             value = self.bindings.assigned_value(assignment)
