@@ -108,17 +108,15 @@ class Names:
         if not isinstance(node, cst.Name):
             return frozenset()
         if self._star_modules is None:
-            code = cst.Module([]).code_for_node
             self._star_modules = tuple(
-                "." * len(statement.relative) + (code(statement.module) if statement.module is not None else "")
+                imported_from(statement)
                 for statement, scope in self._scopes.items()
                 if isinstance(statement, cst.ImportFrom)
                 and isinstance(statement.names, cst.ImportStar)
                 and isinstance(scope, GlobalScope)
             )
         return frozenset(
-            QualifiedName(f"{module}{'' if module.endswith('.') else '.'}{node.value}", QualifiedNameSource.IMPORT)
-            for module in self._star_modules
+            QualifiedName(member(module, node.value), QualifiedNameSource.IMPORT) for module in self._star_modules
         )
 
     def _names_of(self, referents: Collection[BaseAssignment]) -> frozenset:
@@ -511,6 +509,17 @@ class _Reads(cst.CSTVisitor):
             if part is not None:
                 part.visit(self)
         return False
+
+
+def imported_from(statement: cst.ImportFrom) -> str:
+    """The module a `from ... import` reads, as written: `pkg.models`, `.resnet`, `.`."""
+    module = cst.Module([]).code_for_node(statement.module) if statement.module is not None else ""
+    return "." * len(statement.relative) + module
+
+
+def member(module: str, name: str) -> str:
+    """The dotted name of `name` in `module` (`.` + `x` is `.x`, not `..x`)."""
+    return f"{module}{name}" if module.endswith(".") else f"{module}.{name}"
 
 
 def fresh_name(base: str, taken: set[str]) -> str:

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.bindings import argument_for
-from codemod.analysis.names import method_name
+from codemod.analysis.names import imported_from, member, method_name
 from codemod.analysis.torch_facts import (
     FILE_ONLY_FUNCTIONS,
     FILE_ONLY_MODULES,
@@ -179,7 +179,6 @@ class _Module:
         if context is None:
             return []
         starred = []
-        code = cst.Module([]).code_for_node
         for statement in context.module.body:
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
@@ -187,8 +186,7 @@ class _Module:
                 if not isinstance(small, cst.ImportFrom):
                     continue
                 if isinstance(small.names, cst.ImportStar):
-                    module = "." * len(small.relative) + (code(small.module) if small.module is not None else "")
-                    starred.append(f"{module}{'' if module.endswith('.') else '.'}{name}")
+                    starred.append(member(imported_from(small), name))
                     continue
                 for alias in small.names:
                     bound = alias.asname.name if alias.asname is not None else alias.name
@@ -1382,12 +1380,13 @@ def _probe_names(statement: cst.Import | cst.ImportFrom) -> list[str]:
     code = cst.Module([]).code_for_node
     if isinstance(statement, cst.Import):
         return [f"{code(alias.name)}.*" for alias in statement.names]
-    module = "." * len(statement.relative) + (code(statement.module) if statement.module is not None else "")
+    module = imported_from(statement)
     if isinstance(statement.names, cst.ImportStar):
         return [f"{module}.*"]
-    joined = module if module.endswith(".") else f"{module}."
     return [
-        name for alias in statement.names for name in (f"{joined}{code(alias.name)}", f"{joined}{code(alias.name)}.*")
+        name
+        for alias in statement.names
+        for name in (member(module, code(alias.name)), f"{member(module, code(alias.name))}.*")
     ]
 
 
