@@ -24,7 +24,8 @@ and the modules a model class of another module of the project builds.
 
 For the training loops of the file as a whole, and for one loop:
 
-- `unwrapped()`: the training loops whose forward pass is not under autocast, one per
+- `unwrapped()`: the training loops whose forward pass is not under autocast and whose
+  models are not cast to 16 bits already (`.bfloat16()`, `.to(torch.half)`), one per
   forward region (a helper several loops call is one region); `elsewhere()`: autocast
   entered outside every training loop's own;
 - `precision_owner(loop)`: an `Owner` (the engine whose `backward(loss)` the loop calls
@@ -89,12 +90,13 @@ class ForwardRuns:
     # -- the loops of the file ---------------------------------------------------------
 
     def unwrapped(self) -> list[TrainingLoop]:
-        """The training loops whose forward pass is not under autocast, the first of each
-        forward region (a helper several loops call is wrapped once)."""
+        """The training loops whose forward pass is not under autocast and whose models
+        are not 16-bit already, the first of each forward region (a helper several loops
+        call is wrapped once)."""
         found, regions = [], set()
         for loop in self.context.training.loops:
             key = loop.forward.statements[0] if loop.forward is not None else loop.loop
-            if loop.autocast is None and key not in regions:
+            if loop.autocast is None and loop.half is None and key not in regions:
                 regions.add(key)
                 found.append(loop)
         return found

@@ -76,6 +76,7 @@ from codemod.analysis.torch_facts import (
     MODEL_WRAPPERS,
     MODULE_CONTAINERS,
     MODULE_METHODS,
+    MODULE_METHODS_RETURNING_SELF,
     NO_TORCH_MODULES,
     PRECISION_OWNERS,
     RUNTIME_WITHOUT_PRODUCTS,
@@ -1943,8 +1944,17 @@ class Training:
     def _acted_on(self, call: cst.Call) -> list[str]:
         """The models (as code) `call` is a method applied to: `model.to(d)` acts on
         `model`; a link of a chain acts on what the chain is assigned to as well
-        (`model = torch.compile(Net().cuda().double())`)."""
-        found = [self.code(call.func.value)]
+        (`model = torch.compile(Net().cuda().double())`), and a link after another that
+        returns the module acts on its receiver (`model.to(device).to(torch.bfloat16)`
+        casts `model`)."""
+        receiver = call.func.value
+        while (
+            isinstance(receiver, cst.Call)
+            and isinstance(receiver.func, cst.Attribute)
+            and receiver.func.attr.value in MODULE_METHODS_RETURNING_SELF
+        ):
+            receiver = receiver.func.value
+        found = [self.code(call.func.value), self.code(receiver)]
         current: cst.CSTNode = call
         while True:
             parent = self.parents.get(current)

@@ -359,6 +359,14 @@ class ForwardWithoutAutocast(Rule):
             "a CPU model: autocast rarely pays off there",
         ),
         Valid(
+            HEAD.replace(
+                "model = nn.Linear(512, 512).to(device)",
+                "model = nn.Linear(512, 512)\nmodel.to(device).to(torch.bfloat16)",
+            )
+            + LOOP,
+            "the model is cast to bfloat16: its forward pass does not run in float32",
+        ),
+        Valid(
             HEAD + "for x, y in data:\n    with torch.no_grad():\n        print(model(x.to(device)))\n",
             "no training loop",
         ),
