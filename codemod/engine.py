@@ -53,6 +53,8 @@ from codemod.writeback import written
 
 NUMBER = re.compile(r"\d+")
 LIBCST_ERROR_AT = re.compile(r"\berror at (\d+):(\d+)")
+# "line 12", "lines 4-6", "lines 3, 5 and 9" in a message: lines of the file it is about.
+LINE_REFERENCE = re.compile(r"\blines? \d+(?:(?:-|, | and )\d+)*\b")
 RUNTIME_PACKAGE = "runtime"
 # perfmod's runtime says so in its docstring; a project's own `runtime` does not.
 RUNTIME_MARK = "What rewritten training code calls"
@@ -976,7 +978,8 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     """Findings of a later pass, moved from the lines of the rewritten file to the
     original's: an unchanged line maps to itself, a line of a changed run to the line of
     the original run it is most like (`_likeliest`), else to the run's lines in order (its
-    last line for lines the change added), an inserted line to the original line after it."""
+    last line for lines the change added), an inserted line to the original line after it;
+    the lines their messages name alike."""
     # Only the part between the common first and last lines is compared (difflib is
     # quadratic in what it compares; the rest maps to itself).
     head = 0
@@ -1012,9 +1015,14 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     def moved(line: int) -> int:
         return min(mapped(line), max(last, 1))
 
+    def message(text: str) -> str:
+        # The lines a message names are the rewritten file's too.
+        return LINE_REFERENCE.sub(lambda m: NUMBER.sub(lambda n: str(moved(int(n.group()))), m.group()), text)
+
     return [
         replace(
             f,
+            message=message(f.message),
             line=moved(f.line),
             end_line=moved(f.end_line or f.line),
             fix_lines=tuple((moved(a), moved(b)) for a, b in f.fix_lines),

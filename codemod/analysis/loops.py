@@ -33,7 +33,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, plain_code, positional, sole_definition
-from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, MODULE_METHODS_RETURNING_SELF, PROCESS_STARTS
+from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS, module_of_chain
 
 if TYPE_CHECKING:
     from codemod.analysis.index import TreeIndex
@@ -181,8 +181,8 @@ class TrainingLoops:
                 return owner
         values = self.context.bindings.values(name)
         classes = {
-            sole_definition(self.context.scopes, _constructed(v).func, cst.ClassDef)
-            if isinstance(_constructed(v), cst.Call)
+            sole_definition(self.context.scopes, module_of_chain(v).func, cst.ClassDef)
+            if isinstance(module_of_chain(v), cst.Call)
             else None
             for v in values or ()
         }
@@ -486,18 +486,6 @@ class TrainingLoops:
 
         around(loop, 0)
         return found
-
-
-def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
-    """`Net(...)` for `Net(...).to(device)`, `Net(...).cuda().train()`: methods of a
-    module that return the module itself."""
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
-    ):
-        value = value.func.value
-    return value
 
 
 def own_nodes(index: TreeIndex, types, node: cst.CSTNode) -> list:

@@ -51,7 +51,7 @@ from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import NotDistributable
 from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, positional
 from codemod.analysis.step_batches import step_batches
-from codemod.analysis.torch_facts import CONFIGURES, DDP_ANSWERS, NOT_FORWARD, TORCH_SAVES
+from codemod.analysis.torch_facts import CONFIGURES, DDP_ANSWERS, NOT_FORWARD, TORCH_SAVES, module_of_chain
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -276,7 +276,7 @@ class ModelSites:
             isinstance(small, cst.Expr)
             and isinstance(small.value, cst.Call)
             and isinstance(small.value.func, cst.Attribute)
-            and code_of(small.value.func.value) == code
+            and code_of(module_of_chain(small.value.func.value)) == code
             and small.value.func.attr.value in CONFIGURES
         )
 
@@ -289,7 +289,7 @@ class ModelSites:
             isinstance(value, cst.Call)
             and isinstance(value.func, cst.Attribute)
             and value.func.attr.value in ("to", "cuda")
-            and code_of(value.func.value) == code
+            and code_of(module_of_chain(value.func.value)) == code
         )
 
     @staticmethod

@@ -9,7 +9,7 @@ before which a call of its own goes, and what runs after it.
   first of those statements, with the device it is given; raises NotDistributable with the
   true reason (a fixed GPU, a device chosen after the code that needs it);
 - `follows(context, node, setup)`: does `node`, in the function of setup(), run after it;
-  `runs_after(context, node, setup)`: also in another function, called (once) from there
+  `runs_after(context, node, setup)`: also in another function whose every call runs
   after it, or a method of the object whose `__init__` holds it; `sees(context, at, setup)`:
   is a variable bound right after setup() visible at `at`;
 - `entry_statement(context, function)`: the one module-level statement (or one under
@@ -117,28 +117,22 @@ def sees(context: FileContext, at: cst.CSTNode, setup: SetupSite) -> bool:
     return facts.function_of(context, at) is setup.function and follows(context, at, setup)
 
 
-def runs_after(context: FileContext, node: cst.CSTNode, setup: SetupSite) -> bool:
+def runs_after(context: FileContext, node: cst.CSTNode, setup: SetupSite, path: frozenset[int] = frozenset()) -> bool:
     """Does `node` run after setup() (in its function, below it; in another function,
-    one called from there after it, or a method of the object `__init__` set up)?"""
+    one each of whose calls runs after it, or a method of the object `__init__` set up)?"""
     function = facts.function_of(context, node)
     if function is setup.function:
         return follows(context, node, setup)
     if setup.function is None:
         return True  # a function of the module, called after its top-level code ran
-    seen: set[int] = set()
-    init_class = facts.class_of(context, setup.function) if setup.function.name.value == "__init__" else None
-    while function is not None and id(function) not in seen:
-        seen.add(id(function))
-        if init_class is not None and facts.class_of(context, function) is init_class:
-            return True
-        calls = step_batches(context).calls_of(function)
-        if len(calls) != 1:
-            return False
-        caller = facts.function_of(context, calls[0])
-        if caller is setup.function:
-            return follows(context, calls[0], setup)
-        function = caller
-    return False
+    if function is None or id(function) in path:
+        return False  # module-level code, or a recursion
+    if setup.function.name.value == "__init__" and facts.class_of(context, function) is facts.class_of(
+        context, setup.function
+    ):
+        return True
+    calls = step_batches(context).calls_of(function)
+    return bool(calls) and all(runs_after(context, call, setup, path | {id(function)}) for call in calls)
 
 
 def entry_statement(context: FileContext, function: cst.FunctionDef) -> cst.SimpleStatementLine | None:

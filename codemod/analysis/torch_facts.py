@@ -352,6 +352,19 @@ AUTOCAST_UNSAFE = {name: op.autocast_refused for name, op in OPS.items() if op.a
 AUTOCAST_FLOAT16 = frozenset(name for name, op in OPS.items() if op.autocast_float16)
 
 
+def module_of_chain(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`model` for `model.to(device).to(torch.bfloat16)`, `Net(...)` for
+    `Net(...).cuda().train()`: what a chain of module methods that return the module
+    itself acts on."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
+    ):
+        value = value.func.value
+    return value
+
+
 def autocast_float16(name: str) -> bool:
     """Is `name` one of AUTOCAST_FLOAT16, or may it be one (`torch.nn.*`, any class of
     `torch.nn`, from `Names.may_name`)?"""

@@ -76,12 +76,12 @@ from codemod.analysis.torch_facts import (
     MODEL_WRAPPERS,
     MODULE_CONTAINERS,
     MODULE_METHODS,
-    MODULE_METHODS_RETURNING_SELF,
     NO_TORCH_MODULES,
     PRECISION_OWNERS,
     RUNTIME_WITHOUT_PRODUCTS,
     SYNC_METHODS,
     TRAINER_PLACED_MODULES,
+    module_of_chain,
 )
 
 if TYPE_CHECKING:
@@ -1947,14 +1947,7 @@ class Training:
         (`model = torch.compile(Net().cuda().double())`), and a link after another that
         returns the module acts on its receiver (`model.to(device).to(torch.bfloat16)`
         casts `model`)."""
-        receiver = call.func.value
-        while (
-            isinstance(receiver, cst.Call)
-            and isinstance(receiver.func, cst.Attribute)
-            and receiver.func.attr.value in MODULE_METHODS_RETURNING_SELF
-        ):
-            receiver = receiver.func.value
-        found = [self.code(call.func.value), self.code(receiver)]
+        found = [self.code(call.func.value), self.code(module_of_chain(call.func.value))]
         current: cst.CSTNode = call
         while True:
             parent = self.parents.get(current)
