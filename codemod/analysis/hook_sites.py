@@ -2,7 +2,8 @@
 
 `model.probe.register_forward_hook(f)` hooks the `probe` part of `model`;
 `self.target.get_submodule(name).register_forward_hook(f)` in a method of a
-class hooks (some module under) its `target` part; a hook on a name bound to a
+class hooks (some module under) its `target` part, and so does
+`getattr(self.target, name).register_forward_hook(f)`; a hook on a name bound to a
 module built on its own (`target = nn.Linear(...)`) hooks that module. A
 registration whose module cannot be followed to a name and a path of
 attributes (`for m in model.modules(): m.register_forward_hook(f)`, a
@@ -74,4 +75,11 @@ def _path(context: FileContext, expr: cst.BaseExpression, depth: int) -> tuple[s
         return _path(context, expr.value, depth + 1)  # a member of a container part: the part
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _PART_METHODS:
         return _path(context, expr.func.value, depth + 1)
+    if (
+        isinstance(expr, cst.Call)
+        and len(expr.args) == 2
+        and all(arg.keyword is None and not arg.star for arg in expr.args)
+        and context.names.is_(expr.func, "builtins.getattr")
+    ):
+        return _path(context, expr.args[0].value, depth + 1)  # an attribute named at run time: under its object
     return None

@@ -56,6 +56,7 @@ from codemod.analysis.torch_facts import (
     LIST_BUILDERS,
     LOSS_MODULES,
     MODULE_METHODS_IN_PLACE,
+    MODULE_METHODS_RETURNING_SELF,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
     PASS_THROUGH_ITERABLES,
@@ -1259,9 +1260,17 @@ class Kinds:
             values.append(statement.value)
         classes = {}
         for value in values:
+            returning_self = set()  # `Net().to(device).train()` is the `Net`
+            while (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
+            ):
+                returning_self.add(value.func.attr.value)
+                value = value.func.value
             classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
-            if classdef is None:
-                return None
+            if classdef is None or returning_self & _method_names(classdef):
+                return None  # (a class of its own `to` may return anything)
             classes[id(classdef)] = classdef
         return next(iter(classes.values())) if len(classes) == 1 else None
 
@@ -1714,6 +1723,10 @@ def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
 
 def _is_init(function: cst.CSTNode | None) -> bool:
     return isinstance(function, cst.FunctionDef) and function.name.value == "__init__"
+
+
+def _method_names(classdef: cst.ClassDef) -> set[str]:
+    return {s.name.value for s in classdef.body.body if isinstance(s, cst.FunctionDef)}
 
 
 def _decorated(function: cst.FunctionDef, names) -> bool:

@@ -222,7 +222,7 @@ class SampleLoops:
         if isinstance(iterable, cst.Call) and not any(a.keyword or a.star for a in iterable.args):
             args = [a.value for a in iterable.args]
             if names.is_(iterable.func, "range", "builtins.range") and len(args) == 1 and isinstance(target, cst.Name):
-                batch = self.batch_of_size(args[0])
+                batch = self.batch_of_size(args[0]) or self._rows_counted(node.body, target.value, args[0])
                 if batch is not None:
                     loop = SampleLoop(target.value, code(args[0]), batches=[batch])
                     if self.is_python_sequence(batch):
@@ -329,6 +329,26 @@ class SampleLoops:
             if isinstance(a, Assignment) and a.node is target
             for access in a.references
         ]
+
+    def _rows_counted(self, body: cst.CSTNode, index: str, count: cst.BaseExpression) -> cst.Name | None:
+        """The tensor whose rows the body takes by the loop variable (`batch[i]`,
+        `x[i:i + 1]`) when the loop counts exactly its rows: `range(BATCH)` over
+        `batch = torch.randint(0, V, (BATCH, T))`, the sizes known to be the same."""
+        shapes = layouts(self.context)
+        for subscript in own_nodes(self.context.index, cst.Subscript, body):
+            if not isinstance(subscript.value, cst.Name) or len(subscript.slice) != 1:
+                continue
+            taken = subscript.slice[0].slice
+            if not (
+                isinstance(taken, cst.Index)
+                and m.matches(taken.value, m.Name(index))
+                or isinstance(taken, cst.Slice)
+                and m.matches(taken.lower, m.Name(index))
+            ):
+                continue
+            if shapes.same_size(shapes.leading_size(subscript.value), count):
+                return subscript.value
+        return None
 
     def _indexes_rows(self, body: cst.CSTNode, index: str) -> bool:
         """Does the body take samples by the loop variable (`x[i]`) and make batches of one

@@ -485,7 +485,9 @@ class Training:
         those at module level or in a function around it, and for `self.x`
         anywhere in the class. A model that is a parameter of the function around
         `at` is where every call of that function passes it from (`train(model,
-        device, loader)` with `model = Net().to(device)` at the call)."""
+        device, loader)` with `model = Net().to(device)` at the call), and the `self` of a
+        method is where every call of it on an instance finds that instance
+        (`module.configure_optimizers()` after `module = LitLM().to(device)`)."""
         found = self._model_here(expr, at)
         if found.move is None and isinstance(expr, cst.Name) and depth < MAX_DEPTH:
             passed = self._passed_model(expr, depth)
@@ -498,7 +500,7 @@ class Training:
         if len(sites) != 1 or not isinstance(sites[0][0], cst.Param):
             return None
         models = []
-        for call, argument in self.kinds.arguments(sites[0][0]) or ():
+        for call, argument in self._receivers(sites[0][0]) or self.kinds.arguments(sites[0][0]) or ():
             if argument is None:
                 return None
             models.append(self.model(argument, call, depth + 1))
@@ -517,6 +519,26 @@ class Training:
             next((m.float64 for m in models if m.float64 is not None), None),
             models[0].half if all(m.half is not None for m in models) else None,
         )
+
+    def _receivers(self, param: cst.Param) -> list[tuple[cst.Call, cst.BaseExpression | None]] | None:
+        """For the first parameter of a method (`self`), each call of the method in this file
+        and the instance it is called on (`module` of `module.configure_optimizers()`); None
+        for another parameter, or when a call is not on an instance (`Class.method(obj)`)."""
+        parameters = self.parents.get(param)
+        function = self.parents.get(parameters)
+        if not (
+            isinstance(parameters, cst.Parameters)
+            and isinstance(function, cst.FunctionDef)
+            and parameters.params
+            and parameters.params[0] is param
+            and self.kinds.class_of(function) is not None
+            and function.name.value != "__init__"
+        ):
+            return None
+        callers = self.kinds.callers(function)
+        if not callers or any(offset != 1 or not isinstance(call.func, cst.Attribute) for call, offset in callers):
+            return None
+        return [(call, call.func.value) for call, _ in callers]
 
     def _model_here(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Model:
         code = self.code(expr)

@@ -67,7 +67,9 @@ class PerSampleForwardLoop(Rule):
     `logits.squeeze(0)`, `logits.view(-1, V)`): the fix rewrites each step for
     the batch (`batch[:, :-1]`, and the per-sample targets flattened as the
     logits are), and several model calls per sample (a pair of inputs) each
-    become one batched call.
+    become one batched call. A loop over `range(BATCH)` visits the samples
+    when the batch it indexes was built with `BATCH` rows (`batch =
+    torch.randint(0, V, (BATCH, T))`).
 
     A sample given to the model without a batch dimension (`for seq in
     batch: logits = model(seq[:-1])`) becomes the batch (`batch[:, :-1]`)

@@ -246,6 +246,8 @@ class UncompiledModel(Rule):
         for loop in self.context.training.loops:
             called = sites.called_models(self.context, loop)
             for name in called:
+                if "." in name and name.partition(".")[0] in called:
+                    continue  # a part of a model the step also calls (`model.enc(x)`): settled with it
                 self._model(loop, name, hook, seen)
             if hook is not None or not called:  # the model's forward cannot be compiled: what else runs every step
                 self._loss_functions(loop, seen)

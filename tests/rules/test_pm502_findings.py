@@ -106,12 +106,13 @@ def test_a_submodule_of_an_unseen_class_is_reported():
 @pytest.mark.parametrize(
     "loop",
     [
-        "for i in range(8):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n",
+        "for i in range(4):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n",
         "for i in range(len(x)):\n    loss = F.cross_entropy(model(x[i:i+2]), y[i:i+2])\n    loss.backward()\n",
     ],
 )
 def test_loops_not_over_the_batch_size_are_not_per_sample(loop):
-    """A literal count need not be the batch size; a window of two is not one sample."""
+    """A literal count that is not the batch's row count (x has 8) visits some of its
+    samples; a window of two is not one sample."""
     found, _ = findings(PREAMBLE + loop)
     assert [f for f in found if f.fixable] == []
 
@@ -279,3 +280,11 @@ def test_a_model_passed_in_here_and_by_a_module_beside_it_is_checked_in_both(tmp
         path.read_bytes(), str(path), Settings(select=("PM502",), level=Level.UNSAFE), [PerSampleForwardLoop]
     )
     assert [f.fixable for f in result.findings] == [False], result.findings
+
+
+def test_a_literal_count_that_is_the_batchs_row_count_visits_its_samples():
+    """`range(8)` over `x = torch.randn(8, 4)`: every sample once, in order; batched."""
+    loop = "for i in range(8):\n    loss = F.cross_entropy(model(x[i:i+1]), y[i:i+1])\n    loss.backward()\n"
+    found, output = findings(PREAMBLE + loop)
+    assert [f.fixable for f in found] == [True], found
+    assert "range(8)" not in output and "model(x)" in output, output

@@ -305,3 +305,38 @@ def test_a_table_of_networks_of_this_file_is_compiled_only_when_each_forward_com
     branching = source.replace("return scaled(self.proj(x).tanh())", "return x if x.sum() > 0 else self.proj(x)")
     found, _ = findings(branching)
     assert "not compiled: `Gate.forward` branches on a tensor's values (t.py:15)" in found[0][2], found
+
+
+GETATTR_HOOKS = CI_FNS.replace(
+    "self.target.get_submodule(name).register_forward_hook(", "getattr(self.target, name).register_forward_hook("
+)
+
+
+def test_a_hook_on_a_part_named_at_run_time_leaves_the_other_parts_free(monkeypatch):
+    """`getattr(self.target, name).register_forward_hook(...)` hooks some module under
+    `self.target`: the `ci_fns` table is compiled in place, and the rewrite trains as the
+    eager script does (dynamo's `eager` backend, as above)."""
+    assert GETATTR_HOOKS != CI_FNS
+    found, new = findings(GETATTR_HOOKS)
+    assert any(fixable for _, fixable, _ in found), found
+    assert "model.ci_fns.values()" in new and "model.compile()" not in new, new
+    compile_in_place = torch.nn.Module.compile
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, **options: compile_in_place(self, backend="eager", **options)
+    )
+    eager = run(GETATTR_HOOKS)
+    torch._dynamo.reset()
+    try:
+        compiled = run(new)
+    finally:
+        torch._dynamo.reset()
+    assert len(eager) == 6
+    assert ((compiled - eager).abs() / eager.abs()).max().item() < 1e-5
+
+
+def test_a_hook_on_an_attribute_of_the_model_named_at_run_time_may_be_any_part():
+    """`getattr(self, name)` may be `self.ci_fns` itself: no part is free of hooks."""
+    source = GETATTR_HOOKS.replace("getattr(self.target, name)", "getattr(self, name)")
+    found, new = findings(source)
+    assert not any(fixable for _, fixable, _ in found), found
+    assert ".compile()" not in new
