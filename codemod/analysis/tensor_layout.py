@@ -34,6 +34,7 @@ from libcst.metadata import Assignment
 from codemod.analysis import match as m
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
 from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods
+from codemod.analysis.values import values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -521,59 +522,13 @@ class Layouts:
         b = second if isinstance(second, str) or second is None else self.size(second)
         return a is not None and a == b
 
-    def is_number(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
-        """Provably a Python int or float (not a tensor): literals, sizes (`x.size(1)`,
-        `x.shape[-1]`), `math.*`, `float()` / `int()` / `len()`, `.item()`, arithmetic of
-        these, and names bound once to one of them."""
-        if depth > MAX_DEPTH:
-            return False
-        if isinstance(expr, (cst.Integer, cst.Float)):
+    def is_number(self, expr: cst.BaseExpression) -> bool:
+        """Provably a Python int or float (not a tensor): the one number question
+        (`Values.number`), or a name the code gives as a size to `view` / `reshape` / a
+        factory (which take only ints)."""
+        if values(self.context).number(expr) is not None:
             return True
-        if isinstance(expr, cst.UnaryOperation):
-            return self.is_number(expr.expression, depth + 1)
-        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
-            return self.is_number(expr.left, depth + 1) and self.is_number(expr.right, depth + 1)
-        if _dim_read(expr) is not None:
-            return True
-        if isinstance(expr, cst.Call):
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("item", "numel", "dim", "ndim"):
-                return True
-            names = self.names.of(expr.func)
-            if any(n.startswith("math.") or n in ("builtins.float", "builtins.int", "builtins.len") for n in names):
-                return True  # these return Python numbers (or raise)
-            return any(n in ("builtins.min", "builtins.max", "builtins.abs", "builtins.round") for n in names) and all(
-                self.is_number(a.value, depth + 1) for a in expr.args
-            )
-        if isinstance(expr, cst.Attribute) and expr.attr.value in ("ndim",):
-            return True
-        if isinstance(expr, cst.Name) and expr in self.index:
-            if expr.value in ("True", "False"):
-                return False
-            if self._all_numbers(expr, depth) or self._used_as_size(expr) or self._counter(expr):
-                return True
-            value = self._single_value(expr)
-            if isinstance(value, cst.BaseExpression):
-                return self.is_number(value, depth + 1)
-            if isinstance(value, tuple) and _shape_read(value[0]) is not None:
-                return True  # `B, T, C = x.shape`
-            if (
-                isinstance(value, tuple)
-                and isinstance(value[0], (cst.Tuple, cst.List))
-                and value[1] < len(value[0].elements)
-            ):
-                return self.is_number(value[0].elements[value[1]].value, depth + 1)  # `D, H = 16, 2`
-        return False
-
-    def _counter(self, name: cst.Name) -> bool:
-        """Is `name` a loop's counter: `for step in range(...)`, `i` of `for i, x in enumerate(...)`?"""
-        target = self._reaching(name)
-        loop = self._statement(target) if target is not None else None
-        if not (isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call)):
-            return False
-        if loop.target is target:
-            return self.names.is_(loop.iter.func, "builtins.range", "range")
-        first = loop.target.elements[0].value if isinstance(loop.target, cst.Tuple) and loop.target.elements else None
-        return first is target and self.names.is_(loop.iter.func, "builtins.enumerate", "enumerate")
+        return isinstance(expr, cst.Name) and expr in self.index and self._used_as_size(expr)
 
     def _used_as_size(self, name: cst.Name) -> bool:
         """Is the name given, in its scope, as a size to `view` / `reshape` / a factory (which
@@ -596,33 +551,6 @@ class Layouts:
                 return True
         return False
 
-    def _all_numbers(self, name: cst.Name, depth: int) -> bool:
-        """Every binding of `name` in its scope gives a number: assignments of numbers, and
-        parameters annotated int / float (Optional too)."""
-        scope = self.context.scopes.get(name)
-        if scope is None:
-            return False
-        bindings = list(scope[name.value])
-        if not bindings or not all(type(a) is Assignment and isinstance(a.node, cst.CSTNode) for a in bindings):
-            return False
-        for binding in bindings:
-            target = binding.node
-            statement = self._statement(target)
-            if isinstance(statement, (cst.Param, cst.Parameters)) or isinstance(target, cst.Param):
-                param = target if isinstance(target, cst.Param) else self.context.parents.get(target)
-                if not (isinstance(param, cst.Param) and _number_annotation(param)):
-                    return False
-            elif (
-                isinstance(statement, (cst.Assign, cst.AnnAssign))
-                and getattr(statement, "value", None) is not None
-                and (not isinstance(statement, cst.Assign) or statement.targets[0].target is target)
-            ):
-                if not self.is_number(statement.value, depth + 1):
-                    return False
-            else:
-                return False
-        return True
-
     # -- sizes -----------------------------------------------------------------------
 
     def _size(self, expr, depth: int) -> str | None:
@@ -630,7 +558,7 @@ class Layouts:
         if depth > MAX_DEPTH:
             return None
         if isinstance(expr, cst.Integer):
-            return expr.value
+            return str(integer_value(expr))  # `0x4` is the size 4
         dim_of = _dim_read(expr)
         if dim_of is not None:
             tensor, dim = dim_of
@@ -1295,23 +1223,6 @@ _NOT_A_METHOD = object()
 
 def layouts(context: FileContext) -> Layouts:
     return context.shared("tensor_layout.layouts", Layouts)
-
-
-def _number_annotation(param: cst.Param) -> bool:
-    """`x: int`, `x: float`, `x: Optional[float]`, `x: float | None`."""
-    if param.annotation is None:
-        return False
-    code = cst.Module([]).code_for_node(param.annotation.annotation).replace(" ", "")
-    return code in (
-        "int",
-        "float",
-        "Optional[float]",
-        "Optional[int]",
-        "float|None",
-        "int|None",
-        "typing.Optional[float]",
-        "typing.Optional[int]",
-    )
 
 
 def _dotted(node) -> bool:

@@ -601,6 +601,9 @@ HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json",
 # Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.
 HOST_NUMBER_FUNCTIONS = frozenset(f"builtins.{name}" for name in "min max abs float int round pow".split())
 HOST_NUMBER_MODULES = ("math",)
+# `math`'s functions whose result is an int (the others give floats), and its constants.
+INT_MATH_FUNCTIONS = frozenset(f"math.{name}" for name in "floor ceil trunc isqrt gcd lcm factorial comb perm".split())
+MATH_CONSTANTS = frozenset(f"math.{name}" for name in "pi e tau inf nan".split())
 # Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
 # choice between computations.
 FINITENESS_TESTS = frozenset(

@@ -12,13 +12,19 @@ it as tells which Python number `.item()` gives.
     values(context).number(expr)     INT for a certain Python int, NUMBER for a certain
                                      Python number (int or float); None otherwise
 
-The one number question (`number`): literals; arithmetic on numbers (int by `+ - * // %`
-of ints; `/` and `**` give a number); `len(...)`, `int(...)`, `t.numel()`, `t.dim()`,
-`t.size(0)`, `t.shape[0]` give ints, `float(...)` and `.item()` numbers; a loop index of
-`range` / `enumerate`; names through `Kinds.sources` (an assigned value, the element a
-tuple unpacks, a counter `n += 1`, a parameter whose default and every argument
-`Kinds.arguments` gives are numbers); `obj.attr` through the training facts' attribute
-values (`self.attr = 3`, an argparse option's `choices`, a config field).
+The one number question (`number`), asked by every reader that needs to know that an
+expression is a Python number and not a tensor (layouts, attention scales, position
+bounds, host reads, the training facts): literals; arithmetic on numbers (int by
+`+ - * // %` of ints; `/` and `**` give a number); `len(...)`, `int(...)`, `t.numel()`,
+`t.dim()`, `t.ndim`, `t.size(0)`, `t.shape[0]`, `t.size()[0]`, `math.floor(...)` give
+ints, `float(...)`, `math.*` and `.item()` numbers, `min` / `max` / `abs` / `round` of
+numbers; a loop index of `range` / `enumerate`; names through `Kinds.sources` (an
+assigned value, the element a tuple unpacks, `B, T, C = x.shape`, a counter `n += 1`, a
+parameter annotated `int` or `float`, or whose default and every argument
+`Kinds.arguments` gives are numbers, or whose default is one where no call of this file
+is seen); `obj.attr` through the training facts' attribute values (`self.attr = 3`, an
+argparse option's `choices`, a config field). The value of a literal is read by
+`names.number_value`, the one literal parser.
 
 What it reads:
 
@@ -57,6 +63,8 @@ from codemod.analysis.torch_facts import (
     FLOAT_RESULT_METHODS,
     GRAD_NORMS,
     INT64_RESULT_METHODS,
+    INT_MATH_FUNCTIONS,
+    MATH_CONSTANTS,
     TENSOR_FUNCTIONS,
     TENSOR_RESULT_METHODS,
 )
@@ -146,22 +154,17 @@ class Values:
                 return sides
             return NUMBER  # `/`, `**`: an int may give a float
         if isinstance(expr, cst.Call):
-            if self.names.is_(expr.func, "builtins.len", "builtins.int"):
-                return INT
-            if self.names.is_(expr.func, "builtins.float"):
-                return NUMBER
-            method = method_name(expr)
-            if method == "size":
-                return INT if expr.args else None  # `t.size()` is a torch.Size
-            if method in ("numel", "dim") and not expr.args:
-                return INT
-            return NUMBER if method == "item" and not expr.args else None
-        if isinstance(expr, cst.Subscript):
-            shape = isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
-            return INT if shape else None
+            return self._call_number(expr)
+        if isinstance(expr, cst.Subscript):  # `t.shape[1]`, `t.size()[1]`: not a slice of it
+            index = len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
+            return INT if index and _shape_of(expr.value) is not None else None
         if isinstance(expr, cst.Attribute):
+            if self.names.of(expr) & MATH_CONSTANTS:
+                return NUMBER
             found = self.context.training.attribute_values(expr)  # `self.n = 3`, an option's choices
-            return _join_numbers([self.number(v) for v in found]) if found else None
+            if found:
+                return _join_numbers([self.number(v) for v in found])
+            return INT if expr.attr.value == "ndim" else None  # a tensor's or an array's rank
         if not isinstance(expr, cst.Name):
             return None
         found = self.kinds.sources(expr)  # the bindings it may read, through `n += 1`
@@ -169,17 +172,28 @@ class Values:
             return None
         return _join_numbers([self._bound_number(binding) for binding in found])
 
+    def _call_number(self, call: cst.Call) -> str | None:
+        qualified = self.names.of(call.func)
+        if qualified & {"builtins.len", "builtins.int"} or qualified & INT_MATH_FUNCTIONS:
+            return INT
+        if qualified & {"builtins.float"} or any(name.startswith("math.") for name in qualified):
+            return NUMBER
+        if qualified & {"builtins.min", "builtins.max", "builtins.abs"} and call.args:
+            return _join_numbers([None if a.star else self.number(a.value) for a in call.args])
+        if qualified & {"builtins.round"} and call.args:
+            number = self.number(call.args[0].value)
+            return (INT if len(call.args) == 1 else number) if number is not None else None
+        method = method_name(call)
+        if method == "size":
+            return INT if call.args else None  # `t.size()` is a torch.Size
+        if method in ("numel", "dim") and not call.args:
+            return INT
+        return NUMBER if method == "item" and not call.args else None
+
     def _bound_number(self, binding: Assignment) -> str | None:
         node = binding.node
         if isinstance(node, cst.Param):
-            passed = self.kinds.arguments(node)  # what every call passes, or the default
-            if not passed:
-                return None
-            values = [value for _, value in passed]
-            if None in values:
-                return None
-            defaults = [node.default] if node.default is not None else []
-            return _join_numbers([self.number(v) for v in [*values, *defaults]])
+            return self._param_number(node)
         bindings = self.context.bindings
         statement = bindings.statement(node)
         if isinstance(statement, cst.AugAssign):
@@ -195,8 +209,27 @@ class Values:
         value = bindings.assigned_value(binding)
         if value is None:
             unpacked = bindings.unpacked(binding)
+            if unpacked is not None and _shape_of(unpacked[0]) is not None:
+                return INT  # `B, T, C = x.shape`
             value = self.kinds.element(*unpacked) if unpacked is not None else None  # `a, b = 0, 1.0`
         return self.number(value)
+
+    def _param_number(self, param: cst.Param) -> str | None:
+        """A parameter annotated `int` or `float`; else what every call of this file passes
+        it (`Kinds.arguments`, the default where a call leaves it), or, where no call of this
+        file is seen, its default."""
+        if param.annotation is not None:
+            annotated = _annotated_number(param.annotation.annotation)
+            if annotated is not None:
+                return annotated
+        passed = self.kinds.arguments(param)
+        if passed is None:  # called where this file cannot see: as written, its default
+            return self.number(param.default) if param.default is not None else None
+        values = [value for _, value in passed]
+        if not values or None in values:
+            return None
+        defaults = [param.default] if param.default is not None else []
+        return _join_numbers([self.number(v) for v in [*values, *defaults]])
 
     def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
         """Is `target` the index of `for i in range(...)` or `for i, x in enumerate(...)`?"""
@@ -383,6 +416,34 @@ class Values:
             return [element]
         returned = self.context.loops.returned(*unpacked) if isinstance(unpacked[0], cst.Call) else None
         return list(returned) if returned is not None else [None]
+
+
+def _annotated_number(annotation: cst.BaseExpression) -> str | None:
+    """INT for `int`, NUMBER for `float`, and so for `Optional[int]` / `float | None` (a None
+    that reaches arithmetic fails before it could be a tensor)."""
+    if isinstance(annotation, cst.Name) and annotation.value in ("int", "float"):
+        return INT if annotation.value == "int" else NUMBER
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        sides = [annotation.left, annotation.right]
+        others = [side for side in sides if not (isinstance(side, cst.Name) and side.value == "None")]
+        return _annotated_number(others[0]) if len(others) == 1 else None
+    if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1:
+        optional = annotation.value
+        named = optional.attr if isinstance(optional, cst.Attribute) else optional  # `typing.Optional`
+        named = named.value if isinstance(named, cst.Name) else None
+        inner = annotation.slice[0].slice
+        if named == "Optional" and isinstance(inner, cst.Index):
+            return _annotated_number(inner.value)
+    return None
+
+
+def _shape_of(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`t` for `t.shape` and `t.size()`: a tuple of ints."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "shape":
+        return expr.value
+    if isinstance(expr, cst.Call) and method_name(expr) == "size" and not expr.args:
+        return expr.func.value
+    return None
 
 
 def _join_numbers(found: list[str | None]) -> str | None:
