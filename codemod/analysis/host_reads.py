@@ -50,7 +50,7 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import TENSOR_FUNCTIONS, Kind, Place
+from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import integer_value, method_name, names_read, number_value, subscript_parts
 from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import reads_of
@@ -60,6 +60,7 @@ from codemod.analysis.torch_facts import (
     NON_MUTATING_CALLS,
     PURE_BUILTINS,
     PURE_TENSOR_METHODS,
+    PURE_TORCH_FUNCTIONS,
     SCALER_METHODS_RETURNING_NEW,
     SHARING_METHODS,
     SYNC_METHODS,
@@ -1491,7 +1492,7 @@ def _impure_part(loop: StepReads, expr: cst.BaseExpression) -> cst.CSTNode | Non
             if method not in PURE_TENSOR_METHODS:
                 return expr
             inner = [expr.func.value]
-        elif loop.a.names.of(expr.func) & (PURE_BUILTINS | TENSOR_FUNCTIONS):
+        elif loop.a.names.of(expr.func) & (PURE_BUILTINS | PURE_TORCH_FUNCTIONS):
             inner = []
         else:
             return expr
