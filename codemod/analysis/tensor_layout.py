@@ -438,7 +438,9 @@ class Layouts:
                 return self.rank_key(value, depth + 1)
             if value is None and expr in self.index:
                 binding = self._reaching(expr)
-                if binding is not None and isinstance(self._statement(binding), (cst.Param, cst.Parameters)):
+                if binding is not None and isinstance(
+                    self.context.bindings.statement(binding), (cst.Param, cst.Parameters)
+                ):
                     return (expr.value, 0)
             return None
         if isinstance(expr, cst.Call):
@@ -533,12 +535,7 @@ class Layouts:
     def _used_as_size(self, name: cst.Name) -> bool:
         """Is the name given, in its scope, as a size to `view` / `reshape` / a factory (which
         take only ints, so the code proves it is one)?"""
-        scope = self.context.scopes.get(name)
-        binding = self._reaching(name)
-        if scope is None or binding is None:
-            return False
-        for access in scope.accesses[name.value]:
-            node = access.node
+        for node in self._same_value_reads(name):
             arg = self.context.parents.get(node)
             call = self.context.parents.get(arg)
             if not (isinstance(arg, cst.Arg) and arg.keyword is None and isinstance(call, cst.Call)):
@@ -547,9 +544,21 @@ class Layouts:
             sized = method in ("view", "reshape", "new_zeros", "new_ones", "new_empty", "expand") or self.names.is_(
                 call.func, *FACTORIES
             )
-            if sized and node in self.index and self._reaching(node) is binding:
+            if sized:
                 return True
         return False
+
+    def _same_value_reads(self, name: cst.Name) -> list[cst.Name]:
+        """The reads of the one binding that reaches `name` that only it reaches
+        (`Kinds.reached_reads`): the same value under the same name."""
+        binding = self._single_binding(name)
+        if binding is None:
+            return []
+        return [
+            read
+            for read in self.context.kinds.reached_reads(binding)
+            if read in self.index and self._reaching(read) is binding.node
+        ]
 
     # -- sizes -----------------------------------------------------------------------
 
@@ -582,18 +591,11 @@ class Layouts:
 
     def _unpacked_size(self, name: cst.Name, depth: int) -> str | None:
         """For `B, T, C = x.shape`: T is x's dim 1."""
-        binding = self._reaching(name)
-        if binding is None:
+        unpacked = self._single_value(name)
+        tensor = _shape_read(unpacked[0]) if isinstance(unpacked, tuple) else None
+        if tensor is None:
             return None
-        statement = self.index.first_enclosing(binding, cst.Assign)
-        element = self.context.parents.get(binding)
-        if statement is None or not isinstance(element, cst.Element):
-            return None
-        container = self.context.parents.get(element)
-        tensor = _shape_read(statement.value)
-        if tensor is None or not isinstance(container, cst.Tuple):
-            return None
-        position = list(container.elements).index(element)
+        position = unpacked[1]
         shape = self.shape(tensor, depth + 1)
         if (
             shape is not None
@@ -642,22 +644,9 @@ class Layouts:
 
     def _read_shape(self, name: cst.Name):
         """`B, T, C = x.shape` / `x.size()` in the same function proves x's shape."""
-        binding = self._reaching(name)
-        scope = self.context.scopes.get(name)
-        if scope is None:
-            return None
-        for access in scope.accesses[name.value]:
-            node = access.node
-            if not isinstance(node, cst.Name) or node is name:
-                continue
-            read = self.context.parents.get(node)
-            statement = self.context.parents.get(self.context.parents.get(read)) if read is not None else None
-            if read is None or statement is None:
-                continue
+        for node in self._same_value_reads(name):
             holder = self.index.first_enclosing(node, cst.Assign)
-            if holder is None or _shape_read(holder.value) is not node:
-                continue
-            if self._reaching(node) is not binding:
+            if node is name or holder is None or _shape_read(holder.value) is not node:
                 continue
             targets = holder.targets[0].target if len(holder.targets) == 1 else None
             if isinstance(targets, (cst.Tuple, cst.List)) and not any(
@@ -1127,42 +1116,26 @@ class Layouts:
     def _reaching(self, name: cst.Name) -> cst.CSTNode | None:
         """The binding target of the one binding of `name` that reaches this use
         (`Kinds.reaching`); None when more than one may, or none of this file."""
-        reaching = self.context.kinds.reaching(name)
-        return reaching[0].node if len(reaching) == 1 and type(reaching[0]) is Assignment else None
+        binding = self._single_binding(name)
+        return binding.node if binding is not None else None
 
-    def _statement(self, target: cst.CSTNode) -> cst.CSTNode:
-        current = target
-        while True:
-            parent = self.context.parents.get(current)
-            if parent is None or not isinstance(
-                parent,
-                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
-            ):
-                return parent if parent is not None else current
-            current = parent
+    def _single_binding(self, name: cst.Name) -> Assignment | None:
+        reaching = self.context.kinds.reaching(name)
+        return reaching[0] if len(reaching) == 1 and type(reaching[0]) is Assignment else None
 
     def _single_value(self, name: cst.Name):
-        """The value of the binding that reaches `name`: an expression, or (value, position,
-        how) for an element of an unpacking, or None."""
-        target = self._reaching(name)
-        if target is None:
+        """The value of the binding that reaches `name` (`Kinds.reaching`, read by
+        `Bindings`): an expression, or (value, position, how) for an element of an
+        unpacking, or None."""
+        binding = self._single_binding(name)
+        if binding is None:
             return None
-        statement = self._statement(target)
-        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-            if statement.targets[0].target is target:
-                return statement.value
-            element = self.context.parents.get(target)
-            container = self.context.parents.get(element)
-            if (
-                isinstance(element, cst.Element)
-                and isinstance(container, (cst.Tuple, cst.List))
-                and container is statement.targets[0].target
-                and not any(isinstance(e, cst.StarredElement) for e in container.elements)
-            ):
-                return (statement.value, list(container.elements).index(element), "unpack")
-        if isinstance(statement, cst.AnnAssign) and statement.target is target:
-            return statement.value
-        return None
+        bindings = self.context.bindings
+        value = bindings.assigned_value(binding)
+        if value is not None:
+            return value
+        unpacked = bindings.unpacked(binding)
+        return (*unpacked, "unpack") if unpacked is not None else None
 
     def value_of(self, name: cst.Name) -> cst.BaseExpression | None:
         """The expression the one reaching assignment gives `name`, or None; for an element of
