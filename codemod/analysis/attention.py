@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.bindings import returned_values
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, number_value, positional
 from codemod.analysis.tensor_layout import Spec, attributes, layouts, normalize_dim, read_names, reads
 from codemod.analysis.torch_facts import (
@@ -46,7 +45,7 @@ from codemod.analysis.torch_facts import (
     SOFTMAX_MODULES,
     SOFTMAXES,
 )
-from codemod.analysis.values import values
+from codemod.analysis.values import Kind, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

@@ -50,7 +50,6 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import integer_value, method_name, names_read, number_value, subscript_parts
 from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import reads_of
@@ -65,7 +64,7 @@ from codemod.analysis.torch_facts import (
     SHARING_METHODS,
     SYNC_METHODS,
 )
-from codemod.analysis.values import FLOAT, INT64, values
+from codemod.analysis.values import FLOAT, INT64, Kind, Place, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

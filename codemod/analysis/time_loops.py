@@ -673,7 +673,7 @@ class LoopReader:
         return Const(None, node, "unknown")
 
     def _is_tensor(self, node) -> bool:
-        from codemod.analysis.kinds import Kind
+        from codemod.analysis.values import Kind
 
         if self.context.kinds.fact(node).kind is Kind.TENSOR:
             return True

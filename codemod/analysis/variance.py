@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tokenizers import tokenizers
@@ -68,6 +67,7 @@ from codemod.analysis.torch_facts import (
     SHARING_CALLS,
     TRANSPARENT_BLOCKS,
 )
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
