@@ -1182,9 +1182,6 @@ class Layouts:
             return found[0] if len(found) == 1 and not found[0].decorators else None
         return None
 
-    def binding_of(self, name: cst.Name) -> cst.CSTNode | None:
-        return self._reaching(name)
-
     def _other_function(self, use: cst.CSTNode, value: cst.CSTNode) -> bool:
         first = self.index.first_enclosing(use, (cst.FunctionDef, cst.Lambda))
         second = self.index.first_enclosing(value, (cst.FunctionDef, cst.Lambda)) if value in self.index else None
