@@ -13,7 +13,6 @@ from libcst.metadata import Scope
 from codemod.analysis.bindings import Bindings
 from codemod.analysis.command_line import CommandLine
 from codemod.analysis.index import TreeIndex
-from codemod.analysis.kinds import Kinds
 from codemod.analysis.loaders import Loaders
 from codemod.analysis.loops import TrainingLoops
 from codemod.analysis.names import Names
@@ -21,6 +20,7 @@ from codemod.analysis.positions import Positions
 from codemod.analysis.purity import Purity
 from codemod.analysis.scopes import file_scopes, stored_names
 from codemod.analysis.training import Training
+from codemod.analysis.values import Kinds
 from codemod.analysis.visits import read_only_visits
 from codemod.config import Settings
 

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.bindings import returned_values
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, number_value, positional
 from codemod.analysis.tensor_layout import Spec, attributes, layouts, normalize_dim, read_names, reads
 from codemod.analysis.torch_facts import (
@@ -46,6 +45,7 @@ from codemod.analysis.torch_facts import (
     SOFTMAX_MODULES,
     SOFTMAXES,
 )
+from codemod.analysis.values import Kind, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -692,7 +692,7 @@ class Attentions:
             attention.scale = _reciprocal(scale) if divide else scale.with_changes(lpar=[], rpar=[])
             if scale in self.context.index and self.context.kinds.fact(scale).kind is Kind.TENSOR:
                 attention.folded, attention.scale = (scale, divide), cst.Float("1.0")
-            elif not self._is_number(scale):
+            elif values(self.context).number(scale) is None:
                 attention.scale_unproven = (
                     f"`{self.context.source(scale)}` is not provably a Python number: "
                     "SDPA's scale= takes a float, and a tensor scale (a learned temperature) "
@@ -840,57 +840,6 @@ class Attentions:
             return True
         size = self.layouts.size(expr)
         return size is not None and f"size:{size}" in head_dims
-
-    def _is_number(self, expr) -> bool:
-        """Provably a Python int or float: literals, math.* calls, sizes, arithmetic of these,
-        names and attributes bound only to these."""
-        if self.layouts.is_number(expr):
-            return True
-        if isinstance(expr, cst.UnaryOperation):
-            return self._is_number(expr.expression)
-        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
-            return self._is_number(expr.left) and self._is_number(expr.right)
-        if isinstance(expr, cst.Attribute):
-            values = self.attributes.values(expr)
-            return bool(values) and all(
-                self.layouts.is_number(v) or _literal_float(v) is not None or self._is_number_in_init(v) for v in values
-            )
-        return False
-
-    def _is_number_in_init(self, value) -> bool:
-        """A value assigned in __init__ from sizes and numbers (`head_dim ** -0.5`, `1 / math.sqrt(d)`)."""
-        if isinstance(value, (cst.Integer, cst.Float)):
-            return True
-        if isinstance(value, cst.BinaryOperation) and not isinstance(value.operator, cst.MatrixMultiply):
-            return self._is_number_in_init(value.left) and self._is_number_in_init(value.right)
-        if isinstance(value, cst.UnaryOperation):
-            return self._is_number_in_init(value.expression)
-        if isinstance(value, cst.Call):
-            return bool(self.context.names.startswith(value.func, ["math"])) or self.context.names.is_(
-                value.func, "builtins.float", "builtins.int"
-            )
-        if isinstance(value, cst.Name):
-            return self.layouts.is_number(value) or self._param_default_number(value)
-        if isinstance(value, cst.Attribute):
-            return self._is_number(value)
-        return False
-
-    def _param_default_number(self, name: cst.Name) -> bool:
-        """A parameter annotated `int` / `float` or with a number as its default."""
-        binding = self.layouts.binding_of(name) if name in self.context.index else None
-        param = (
-            binding
-            if isinstance(binding, cst.Param)
-            else self.context.parents.get(binding)
-            if binding is not None
-            else None
-        )
-        if not isinstance(param, cst.Param):
-            return False
-        annotation = param.annotation.annotation if param.annotation is not None else None
-        if isinstance(annotation, cst.Name) and annotation.value in ("int", "float"):
-            return True
-        return isinstance(param.default, (cst.Integer, cst.Float))
 
     # -- layouts -------------------------------------------------------------------
 

@@ -60,12 +60,12 @@ import libcst as cst
 from libcst.metadata import Assignment, ImportAssignment
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import fresh_name, integer_value, names_read, number_value, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.tensor_splits import bound_in
 from codemod.analysis.torch_facts import METADATA_ATTRIBUTES, METADATA_METHODS
+from codemod.analysis.values import Kind, Place
 
 if TYPE_CHECKING:
     from codemod.analysis.loaders import ListBatch

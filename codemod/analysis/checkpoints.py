@@ -50,7 +50,6 @@ from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import per_node_guard
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.sizes import HARDWARE, MIN_SAVE_BYTES, MIN_SAVE_S, save_seconds, shown, sizes_of
@@ -66,6 +65,7 @@ from codemod.analysis.torch_facts import (
     SHARDED_STATE,
     TORCH_SAVES,
 )
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

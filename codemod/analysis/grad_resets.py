@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.torch_facts import GRAD_NORMS, GRAD_RESET_METHODS, GRAD_ZEROING_METHODS
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.analysis.training import OptimizerBuild

@@ -50,8 +50,7 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import TENSOR_FUNCTIONS, Kind, Place
-from codemod.analysis.names import method_name, names_read, subscript_parts
+from codemod.analysis.names import integer_value, method_name, names_read, number_value, subscript_parts
 from codemod.analysis.periodic import periodic
 from codemod.analysis.scopes import reads_of
 from codemod.analysis.tensor_layout import layouts
@@ -60,11 +59,12 @@ from codemod.analysis.torch_facts import (
     NON_MUTATING_CALLS,
     PURE_BUILTINS,
     PURE_TENSOR_METHODS,
+    PURE_TORCH_FUNCTIONS,
     SCALER_METHODS_RETURNING_NEW,
     SHARING_METHODS,
     SYNC_METHODS,
 )
-from codemod.analysis.values import FLOAT, INT64, values
+from codemod.analysis.values import FLOAT, INT64, Kind, Place, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -440,7 +440,7 @@ class StepReads:
         (a parameter too) whose every binding it may read (`Kinds.sources`) gives a
         non-zero number literal?"""
         values = self._literal_values(expr, set())
-        return values is not None and all(v.evaluated_value != 0 for v in values)
+        return values is not None and all(number_value(v) != 0 for v in values)
 
     def _literal_values(self, expr: cst.BaseExpression, seen: set) -> list | None:
         if isinstance(expr, (cst.Integer, cst.Float)):
@@ -1389,9 +1389,8 @@ def _literal_key(expr: cst.BaseExpression | None) -> tuple | None:
     """A dict key written as a constant: a string or an integer literal."""
     if isinstance(expr, cst.SimpleString):
         return ("str", expr.evaluated_value)
-    if isinstance(expr, cst.Integer):
-        return ("int", expr.evaluated_value)
-    return None
+    number = integer_value(expr)  # `1`, `0x1` and `-1` are keys too
+    return ("int", number) if number is not None else None
 
 
 def _constant_key(subscript: cst.Subscript) -> tuple | None:
@@ -1492,7 +1491,7 @@ def _impure_part(loop: StepReads, expr: cst.BaseExpression) -> cst.CSTNode | Non
             if method not in PURE_TENSOR_METHODS:
                 return expr
             inner = [expr.func.value]
-        elif loop.a.names.of(expr.func) & (PURE_BUILTINS | TENSOR_FUNCTIONS):
+        elif loop.a.names.of(expr.func) & (PURE_BUILTINS | PURE_TORCH_FUNCTIONS):
             inner = []
         else:
             return expr

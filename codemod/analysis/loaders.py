@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.command_line import Option
-from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, names_read, positional
 from codemod.analysis.project import BatchUse, Function, Site, project_of
@@ -51,6 +50,7 @@ from codemod.analysis.torch_facts import (
     TENSOR_ROW_DATASETS,
     TORCH_DRAWS,
 )
+from codemod.analysis.values import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

@@ -300,7 +300,7 @@ class TrainingLoops:
     def is_optimizer(self, expr: cst.BaseExpression) -> bool:
         """A torch optimizer, or anything with both `.zero_grad()` and `.step()`
         (learning-rate schedulers have no zero_grad, modules no step)."""
-        from codemod.analysis.kinds import Kind  # kinds imports nothing of ours; lazily, to keep imports light
+        from codemod.analysis.values import Kind  # kinds imports nothing of ours; lazily, to keep imports light
 
         values = self.values_of(expr)
         for value in list(values):  # `self.opt = self.configure_optimizers()`: what it returns

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.project import project_of
@@ -43,7 +42,7 @@ from codemod.analysis.torch_facts import (
     TENSOR_FACTORIES,
 )
 from codemod.analysis.training import Model
-from codemod.analysis.values import COMPLEX, FLOAT, values
+from codemod.analysis.values import COMPLEX, FLOAT, Kind, Place, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.kinds import Kind
 from codemod.analysis.loop_totals import added, appended, read_after
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.loss_calls import LossArguments, LossOptions, loss_calls
@@ -57,6 +56,7 @@ from codemod.analysis.torch_facts import (
     functional_alias,
 )
 from codemod.analysis.torch_ops import methods
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

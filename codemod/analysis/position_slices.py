@@ -27,10 +27,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment
 
 from codemod.analysis import match as m
-from codemod.analysis.names import integer_literal, integer_value, names_read, number_value
+from codemod.analysis.names import integer_literal, integer_value, names_read
 from codemod.analysis.torch_facts import SIZE_METHODS
 from codemod.analysis.values import values
 
@@ -217,46 +216,11 @@ class PositionSlices:
             return bool(values) and all(self.non_negative(v, depth + 1) for v in values)
         return False
 
-    def scalar(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
-        """A Python number the code shows: a literal, arithmetic of them, a name bound only
-        to them (also by unpacking a tuple of literals), or a parameter annotated `int` or
-        `float` or with a number for its default."""
-        if depth > 4:
-            return False
-        if number_value(expr) is not None or values(self.context).number(expr) is not None:
-            return True  # the shared number question: also `self.T` set from a number parameter
-        if isinstance(expr, cst.BinaryOperation):
-            return self.scalar(expr.left, depth + 1) and self.scalar(expr.right, depth + 1)
-        if isinstance(expr, cst.UnaryOperation):
-            return self.scalar(expr.expression, depth + 1)
-        if not isinstance(expr, cst.Name):
-            return False
-        scope = self.context.scopes.get(expr)
-        if scope is None or not scope[expr.value]:
-            return False
-        return all(self._scalar_binding(assignment, depth) for assignment in scope[expr.value])
-
-    def _scalar_binding(self, assignment, depth: int) -> bool:
-        node = getattr(assignment, "node", None)
-        parent = self.context.parents.get(node) if node is not None else None
-        if isinstance(node, cst.Param) or isinstance(parent, cst.Param):
-            param = node if isinstance(node, cst.Param) else parent
-            annotation = param.annotation.annotation if param.annotation is not None else None
-            return m.matches(annotation, m.Name("float") | m.Name("int")) or (
-                param.default is not None and number_value(param.default) is not None
-            )
-        if type(assignment) is not Assignment:
-            return False
-        value = self.context.bindings.assigned_value(assignment)
-        if value is None:
-            unpacked = self.context.bindings.unpacked(assignment)
-            if unpacked is None or not isinstance(unpacked[0], (cst.Tuple, cst.List)):
-                return False
-            elements = unpacked[0].elements
-            if unpacked[1] >= len(elements):
-                return False
-            value = elements[unpacked[1]].value
-        return self.scalar(value, depth + 1)
+    def scalar(self, expr: cst.BaseExpression) -> bool:
+        """A Python number the code shows (`Values.number`, the one number question): a
+        literal, arithmetic of them, a name bound only to them, a parameter annotated `int`
+        or `float` or with a number for its default."""
+        return values(self.context).number(expr) is not None
 
 
 def is_zero(expr: cst.BaseExpression) -> bool:
@@ -346,6 +310,6 @@ def _minus_one(stop: cst.BaseExpression) -> tuple[str, cst.BaseExpression | None
     value = integer_value(stop)
     if value is not None:
         return str(value - 1), None
-    if m.matches(stop, m.BinaryOperation(operator=m.Add(), right=m.Integer("1"))):
+    if isinstance(stop, cst.BinaryOperation) and isinstance(stop.operator, cst.Add) and integer_value(stop.right) == 1:
         return code(stop.left), stop.left
     return f"{wrapped(code(stop))} - 1", None

@@ -77,7 +77,7 @@ from codemod.analysis.torch_facts import (
 from codemod.result import Stamp  # in a module without libcst: a cached result's check reads it
 
 if TYPE_CHECKING:
-    from codemod.analysis.kinds import Fact
+    from codemod.analysis.values import Fact
     from codemod.config import Settings
     from codemod.context import FileContext
 
@@ -736,7 +736,7 @@ class Project:
             annotation = parts[index] if parts is not None and index < len(parts) else None
         if annotation is None:
             return None
-        from codemod.analysis.kinds import Kind
+        from codemod.analysis.values import Kind
 
         fact = function.context.kinds.annotation_fact(annotation)
         return None if fact.kind is Kind.UNKNOWN else fact
@@ -824,7 +824,7 @@ def _site(function: Function, name: str, node: cst.CSTNode) -> Site:
 
 
 def _find_batches_copied(function: Function, param: cst.Param) -> BatchUse | None:
-    from codemod.analysis.kinds import Place
+    from codemod.analysis.values import Place
 
     context, module = function.context, function.module
     loaders = context.loaders
@@ -1302,7 +1302,7 @@ def _iterated_param(context: FileContext, expr, function: cst.FunctionDef, param
 
 
 def _returned(function: Function, path: tuple[int, ...]) -> Fact | None:
-    from codemod.analysis.kinds import UNKNOWN, Kind
+    from codemod.analysis.values import UNKNOWN, Kind
 
     context, node = function.context, function.node
     kinds = context.kinds

@@ -24,8 +24,14 @@ import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment, ImportAssignment
 
 from codemod.analysis.names import method_name
-from codemod.analysis.torch_facts import ITERATOR_BUILTINS, MUTATING_METHODS, PURE_BUILTINS, READ_ONLY_METHODS
-from codemod.analysis.torch_ops import Category, functions, methods
+from codemod.analysis.torch_facts import (
+    ITERATOR_BUILTINS,
+    MUTATING_METHODS,
+    PURE_BUILTINS,
+    PURE_TENSOR_METHODS,
+    PURE_TORCH_FUNCTIONS,
+    READ_ONLY_METHODS,
+)
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -43,11 +49,6 @@ FORBIDDEN = (
     cst.ClassDef,
     cst.Lambda,
 )
-# torch operations that compute a new value and change nothing (no RNG draw, no write in place,
-# no checkpoint written, no gradients read, no module with random weights built).
-_EFFECTS = (Category.SAVE, Category.GRAD_NORM, Category.RECURRENT)  # (a module built draws its weights)
-TORCH_PURE_FUNCTIONS = functions(random=False, in_place=False) - functions(*_EFFECTS)
-TORCH_PURE_METHODS = methods(random=False, in_place=False)
 FRESH = (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)  # a container the code makes
 
 
@@ -81,10 +82,10 @@ class Purity:
         return all(self._side_effect_free_call(call) for call in self.context.index.find(cst.Call, within=expr))
 
     def _side_effect_free_call(self, call: cst.Call) -> bool:
-        if self.pure_call(call) or self.context.names.of(call.func) & TORCH_PURE_FUNCTIONS:
+        if self.pure_call(call) or self.context.names.of(call.func) & PURE_TORCH_FUNCTIONS:
             return True
         method = method_name(call)
-        return method is not None and (method in TORCH_PURE_METHODS or method in READ_ONLY_METHODS)
+        return method is not None and (method in PURE_TENSOR_METHODS or method in READ_ONLY_METHODS)
 
     def _compute(self, function: cst.FunctionDef) -> bool:
         index = self.context.index

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.kinds import Kind
 from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
 from codemod.analysis.project import project_of
@@ -57,6 +56,7 @@ from codemod.analysis.torch_facts import (
     UNLISTED_PRODUCT_PREFIXES,
     UNLISTED_PRODUCTS,
 )
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

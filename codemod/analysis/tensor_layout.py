@@ -34,6 +34,7 @@ from libcst.metadata import Assignment
 from codemod.analysis import match as m
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
 from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods
+from codemod.analysis.values import values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -437,7 +438,9 @@ class Layouts:
                 return self.rank_key(value, depth + 1)
             if value is None and expr in self.index:
                 binding = self._reaching(expr)
-                if binding is not None and isinstance(self._statement(binding), (cst.Param, cst.Parameters)):
+                if binding is not None and isinstance(
+                    self.context.bindings.statement(binding), (cst.Param, cst.Parameters)
+                ):
                     return (expr.value, 0)
             return None
         if isinstance(expr, cst.Call):
@@ -521,69 +524,18 @@ class Layouts:
         b = second if isinstance(second, str) or second is None else self.size(second)
         return a is not None and a == b
 
-    def is_number(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
-        """Provably a Python int or float (not a tensor): literals, sizes (`x.size(1)`,
-        `x.shape[-1]`), `math.*`, `float()` / `int()` / `len()`, `.item()`, arithmetic of
-        these, and names bound once to one of them."""
-        if depth > MAX_DEPTH:
-            return False
-        if isinstance(expr, (cst.Integer, cst.Float)):
+    def is_number(self, expr: cst.BaseExpression) -> bool:
+        """Provably a Python int or float (not a tensor): the one number question
+        (`Values.number`), or a name the code gives as a size to `view` / `reshape` / a
+        factory (which take only ints)."""
+        if values(self.context).number(expr) is not None:
             return True
-        if isinstance(expr, cst.UnaryOperation):
-            return self.is_number(expr.expression, depth + 1)
-        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
-            return self.is_number(expr.left, depth + 1) and self.is_number(expr.right, depth + 1)
-        if _dim_read(expr) is not None:
-            return True
-        if isinstance(expr, cst.Call):
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("item", "numel", "dim", "ndim"):
-                return True
-            names = self.names.of(expr.func)
-            if any(n.startswith("math.") or n in ("builtins.float", "builtins.int", "builtins.len") for n in names):
-                return True  # these return Python numbers (or raise)
-            return any(n in ("builtins.min", "builtins.max", "builtins.abs", "builtins.round") for n in names) and all(
-                self.is_number(a.value, depth + 1) for a in expr.args
-            )
-        if isinstance(expr, cst.Attribute) and expr.attr.value in ("ndim",):
-            return True
-        if isinstance(expr, cst.Name) and expr in self.index:
-            if expr.value in ("True", "False"):
-                return False
-            if self._all_numbers(expr, depth) or self._used_as_size(expr) or self._counter(expr):
-                return True
-            value = self._single_value(expr)
-            if isinstance(value, cst.BaseExpression):
-                return self.is_number(value, depth + 1)
-            if isinstance(value, tuple) and _shape_read(value[0]) is not None:
-                return True  # `B, T, C = x.shape`
-            if (
-                isinstance(value, tuple)
-                and isinstance(value[0], (cst.Tuple, cst.List))
-                and value[1] < len(value[0].elements)
-            ):
-                return self.is_number(value[0].elements[value[1]].value, depth + 1)  # `D, H = 16, 2`
-        return False
-
-    def _counter(self, name: cst.Name) -> bool:
-        """Is `name` a loop's counter: `for step in range(...)`, `i` of `for i, x in enumerate(...)`?"""
-        target = self._reaching(name)
-        loop = self._statement(target) if target is not None else None
-        if not (isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call)):
-            return False
-        if loop.target is target:
-            return self.names.is_(loop.iter.func, "builtins.range", "range")
-        first = loop.target.elements[0].value if isinstance(loop.target, cst.Tuple) and loop.target.elements else None
-        return first is target and self.names.is_(loop.iter.func, "builtins.enumerate", "enumerate")
+        return isinstance(expr, cst.Name) and expr in self.index and self._used_as_size(expr)
 
     def _used_as_size(self, name: cst.Name) -> bool:
         """Is the name given, in its scope, as a size to `view` / `reshape` / a factory (which
         take only ints, so the code proves it is one)?"""
-        scope = self.context.scopes.get(name)
-        binding = self._reaching(name)
-        if scope is None or binding is None:
-            return False
-        for access in scope.accesses[name.value]:
-            node = access.node
+        for node in self._same_value_reads(name):
             arg = self.context.parents.get(node)
             call = self.context.parents.get(arg)
             if not (isinstance(arg, cst.Arg) and arg.keyword is None and isinstance(call, cst.Call)):
@@ -592,36 +544,21 @@ class Layouts:
             sized = method in ("view", "reshape", "new_zeros", "new_ones", "new_empty", "expand") or self.names.is_(
                 call.func, *FACTORIES
             )
-            if sized and node in self.index and self._reaching(node) is binding:
+            if sized:
                 return True
         return False
 
-    def _all_numbers(self, name: cst.Name, depth: int) -> bool:
-        """Every binding of `name` in its scope gives a number: assignments of numbers, and
-        parameters annotated int / float (Optional too)."""
-        scope = self.context.scopes.get(name)
-        if scope is None:
-            return False
-        bindings = list(scope[name.value])
-        if not bindings or not all(type(a) is Assignment and isinstance(a.node, cst.CSTNode) for a in bindings):
-            return False
-        for binding in bindings:
-            target = binding.node
-            statement = self._statement(target)
-            if isinstance(statement, (cst.Param, cst.Parameters)) or isinstance(target, cst.Param):
-                param = target if isinstance(target, cst.Param) else self.context.parents.get(target)
-                if not (isinstance(param, cst.Param) and _number_annotation(param)):
-                    return False
-            elif (
-                isinstance(statement, (cst.Assign, cst.AnnAssign))
-                and getattr(statement, "value", None) is not None
-                and (not isinstance(statement, cst.Assign) or statement.targets[0].target is target)
-            ):
-                if not self.is_number(statement.value, depth + 1):
-                    return False
-            else:
-                return False
-        return True
+    def _same_value_reads(self, name: cst.Name) -> list[cst.Name]:
+        """The reads of the one binding that reaches `name` that only it reaches
+        (`Kinds.reached_reads`): the same value under the same name."""
+        binding = self._single_binding(name)
+        if binding is None:
+            return []
+        return [
+            read
+            for read in self.context.kinds.reached_reads(binding)
+            if read in self.index and self._reaching(read) is binding.node
+        ]
 
     # -- sizes -----------------------------------------------------------------------
 
@@ -630,7 +567,7 @@ class Layouts:
         if depth > MAX_DEPTH:
             return None
         if isinstance(expr, cst.Integer):
-            return expr.value
+            return str(integer_value(expr))  # `0x4` is the size 4
         dim_of = _dim_read(expr)
         if dim_of is not None:
             tensor, dim = dim_of
@@ -654,18 +591,11 @@ class Layouts:
 
     def _unpacked_size(self, name: cst.Name, depth: int) -> str | None:
         """For `B, T, C = x.shape`: T is x's dim 1."""
-        binding = self._reaching(name)
-        if binding is None:
+        unpacked = self._single_value(name)
+        tensor = _shape_read(unpacked[0]) if isinstance(unpacked, tuple) else None
+        if tensor is None:
             return None
-        statement = self.index.first_enclosing(binding, cst.Assign)
-        element = self.context.parents.get(binding)
-        if statement is None or not isinstance(element, cst.Element):
-            return None
-        container = self.context.parents.get(element)
-        tensor = _shape_read(statement.value)
-        if tensor is None or not isinstance(container, cst.Tuple):
-            return None
-        position = list(container.elements).index(element)
+        position = unpacked[1]
         shape = self.shape(tensor, depth + 1)
         if (
             shape is not None
@@ -714,22 +644,9 @@ class Layouts:
 
     def _read_shape(self, name: cst.Name):
         """`B, T, C = x.shape` / `x.size()` in the same function proves x's shape."""
-        binding = self._reaching(name)
-        scope = self.context.scopes.get(name)
-        if scope is None:
-            return None
-        for access in scope.accesses[name.value]:
-            node = access.node
-            if not isinstance(node, cst.Name) or node is name:
-                continue
-            read = self.context.parents.get(node)
-            statement = self.context.parents.get(self.context.parents.get(read)) if read is not None else None
-            if read is None or statement is None:
-                continue
+        for node in self._same_value_reads(name):
             holder = self.index.first_enclosing(node, cst.Assign)
-            if holder is None or _shape_read(holder.value) is not node:
-                continue
-            if self._reaching(node) is not binding:
+            if node is name or holder is None or _shape_read(holder.value) is not node:
                 continue
             targets = holder.targets[0].target if len(holder.targets) == 1 else None
             if isinstance(targets, (cst.Tuple, cst.List)) and not any(
@@ -1199,42 +1116,26 @@ class Layouts:
     def _reaching(self, name: cst.Name) -> cst.CSTNode | None:
         """The binding target of the one binding of `name` that reaches this use
         (`Kinds.reaching`); None when more than one may, or none of this file."""
-        reaching = self.context.kinds.reaching(name)
-        return reaching[0].node if len(reaching) == 1 and type(reaching[0]) is Assignment else None
+        binding = self._single_binding(name)
+        return binding.node if binding is not None else None
 
-    def _statement(self, target: cst.CSTNode) -> cst.CSTNode:
-        current = target
-        while True:
-            parent = self.context.parents.get(current)
-            if parent is None or not isinstance(
-                parent,
-                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
-            ):
-                return parent if parent is not None else current
-            current = parent
+    def _single_binding(self, name: cst.Name) -> Assignment | None:
+        reaching = self.context.kinds.reaching(name)
+        return reaching[0] if len(reaching) == 1 and type(reaching[0]) is Assignment else None
 
     def _single_value(self, name: cst.Name):
-        """The value of the binding that reaches `name`: an expression, or (value, position,
-        how) for an element of an unpacking, or None."""
-        target = self._reaching(name)
-        if target is None:
+        """The value of the binding that reaches `name` (`Kinds.reaching`, read by
+        `Bindings`): an expression, or (value, position, how) for an element of an
+        unpacking, or None."""
+        binding = self._single_binding(name)
+        if binding is None:
             return None
-        statement = self._statement(target)
-        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-            if statement.targets[0].target is target:
-                return statement.value
-            element = self.context.parents.get(target)
-            container = self.context.parents.get(element)
-            if (
-                isinstance(element, cst.Element)
-                and isinstance(container, (cst.Tuple, cst.List))
-                and container is statement.targets[0].target
-                and not any(isinstance(e, cst.StarredElement) for e in container.elements)
-            ):
-                return (statement.value, list(container.elements).index(element), "unpack")
-        if isinstance(statement, cst.AnnAssign) and statement.target is target:
-            return statement.value
-        return None
+        bindings = self.context.bindings
+        value = bindings.assigned_value(binding)
+        if value is not None:
+            return value
+        unpacked = bindings.unpacked(binding)
+        return (*unpacked, "unpack") if unpacked is not None else None
 
     def value_of(self, name: cst.Name) -> cst.BaseExpression | None:
         """The expression the one reaching assignment gives `name`, or None; for an element of
@@ -1281,9 +1182,6 @@ class Layouts:
             return found[0] if len(found) == 1 and not found[0].decorators else None
         return None
 
-    def binding_of(self, name: cst.Name) -> cst.CSTNode | None:
-        return self._reaching(name)
-
     def _other_function(self, use: cst.CSTNode, value: cst.CSTNode) -> bool:
         first = self.index.first_enclosing(use, (cst.FunctionDef, cst.Lambda))
         second = self.index.first_enclosing(value, (cst.FunctionDef, cst.Lambda)) if value in self.index else None
@@ -1295,23 +1193,6 @@ _NOT_A_METHOD = object()
 
 def layouts(context: FileContext) -> Layouts:
     return context.shared("tensor_layout.layouts", Layouts)
-
-
-def _number_annotation(param: cst.Param) -> bool:
-    """`x: int`, `x: float`, `x: Optional[float]`, `x: float | None`."""
-    if param.annotation is None:
-        return False
-    code = cst.Module([]).code_for_node(param.annotation.annotation).replace(" ", "")
-    return code in (
-        "int",
-        "float",
-        "Optional[float]",
-        "Optional[int]",
-        "float|None",
-        "int|None",
-        "typing.Optional[float]",
-        "typing.Optional[int]",
-    )
 
 
 def _dotted(node) -> bool:

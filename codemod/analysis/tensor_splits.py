@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.names import integer_value, kwarg, method_name
 from codemod.analysis.tensor_layout import layouts
+from codemod.analysis.values import Kind, Place
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

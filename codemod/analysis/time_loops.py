@@ -69,6 +69,7 @@ from codemod.analysis.names import (
     integer_value,
     is_dotted_name,
     kwarg,
+    names_read,
     positional,
     separated,
 )
@@ -455,13 +456,13 @@ class LoopReader:
         return found
 
     def _bound_before(self, name: str, loop: cst.For) -> bool:
-        scope = self.context.scopes.get(loop)
-        if scope is None:
-            return False
-        index = self.context.index
+        """Does a value bound before `loop` reach its reads of `name` (`Kinds.reaching`)?"""
+        kinds, index = self.context.kinds, self.context.index
         return any(
-            isinstance(a.node, cst.CSTNode) and a.node in index and index.order(a.node) < index.order(loop)
-            for a in scope[name]
+            not index.inside(binding.node, loop)
+            for read in names_read(loop.body)
+            if read.value == name
+            for binding in kinds.reaching(read)
         )
 
     def _collected_lists(self, statements, loop) -> dict[str, cst.CSTNode]:
@@ -672,7 +673,7 @@ class LoopReader:
         return Const(None, node, "unknown")
 
     def _is_tensor(self, node) -> bool:
-        from codemod.analysis.kinds import Kind
+        from codemod.analysis.values import Kind
 
         if self.context.kinds.fact(node).kind is Kind.TENSOR:
             return True

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import method_name
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
@@ -41,6 +40,7 @@ from codemod.analysis.torch_facts import (
     TOKENIZER_CLASS_WORD,
     TOKENIZER_METHODS,
 )
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.context import FileContext

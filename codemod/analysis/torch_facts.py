@@ -549,7 +549,25 @@ TENSOR_RESULT_METHODS = frozenset(
     | DTYPE_KEEPING_METHODS
     | {"sum", "numpy"}
 )
-PURE_TENSOR_METHODS = TENSOR_RESULT_METHODS | {"item", "tolist", "size", "dim", "numel"}
+# The one notion of a pure tensor method: torch's table's methods that neither draw from the
+# RNG nor write in place, the methods above whose result is a tensor, and the reads of a
+# size or a value. A statement built of them changes nothing (purity) and may move (host reads).
+PURE_TENSOR_METHODS = (
+    methods(random=False, in_place=False) | TENSOR_RESULT_METHODS | {"item", "tolist", "size", "dim", "numel"}
+)
+# torch functions that compute a new value and change nothing: no RNG draw, no write in place,
+# no checkpoint written, no gradients read, no module built that draws its weights (`nn.Linear`,
+# `nn.Conv2d`, `nn.LSTM`: a loss module has none).
+_BUILT_WITH_WEIGHTS = frozenset(
+    name
+    for name in functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
+    if name.rpartition(".")[2][:1].isupper()
+)
+PURE_TORCH_FUNCTIONS = (
+    functions(random=False, in_place=False)
+    - functions(Category.SAVE, Category.GRAD_NORM, Category.RECURRENT)
+    - _BUILT_WITH_WEIGHTS
+) | TENSOR_FUNCTIONS
 # Functions that take a tensor, read it and change nothing in it (they return something new).
 NON_MUTATING_CALLS = frozenset(
     {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}
@@ -614,6 +632,9 @@ HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json",
 # Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.
 HOST_NUMBER_FUNCTIONS = frozenset(f"builtins.{name}" for name in "min max abs float int round pow".split())
 HOST_NUMBER_MODULES = ("math",)
+# `math`'s functions whose result is an int (the others give floats), and its constants.
+INT_MATH_FUNCTIONS = frozenset(f"math.{name}" for name in "floor ceil trunc isqrt gcd lcm factorial comb perm".split())
+MATH_CONSTANTS = frozenset(f"math.{name}" for name in "pi e tau inf nan".split())
 # Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
 # choice between computations.
 FINITENESS_TESTS = frozenset(

@@ -36,7 +36,6 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.bindings import passed_by
-from codemod.analysis.kinds import DEVICE_STRING, Kind, Place
 from codemod.analysis.names import (
     dict_entry,
     is_main_guard,
@@ -83,6 +82,7 @@ from codemod.analysis.torch_facts import (
     TRAINER_PLACED_MODULES,
     module_of_chain,
 )
+from codemod.analysis.values import DEVICE_STRING, Kind, Place
 
 if TYPE_CHECKING:
     from codemod.analysis.placement import Placement

@@ -1,9 +1,48 @@
-"""The dtype of a tensor expression, as a question of the one value analysis.
+"""The one value analysis of expressions: what a name or expression holds (`Kinds`), the
+dtype of a tensor and whether an expression is a Python number (`Values`).
 
-`Kinds` (analysis/kinds.py) says what an expression holds and where (`fact`: kind,
-place, memory) and which bindings a read may see (`reaching`, `sources`); this module
-asks it, and the training program above it, for the dtype a tensor holds: as much of
-it as tells which Python number `.item()` gives.
+## Kinds
+
+What a name or expression holds: tensor, batch, module, optimizer, loader,
+dataset or device, and for tensors and devices whether they live on the host or
+on CUDA. Unknown stays unknown: rules fix only what this analysis can tell. (The
+dtype of a tensor is asked of `Values`, below, which reads names through `sources`.)
+
+Values are followed through the file's own code: a call of a function or method
+of this file holds what its returns hold; a parameter holds what every call of
+its function in this file passes (when the function is only ever called there);
+`self.x` holds what the methods of the class assign to it. A tensor computed by
+a model (or from such a tensor) lives on the model's device (Place.DEVICE): a
+copy of it is not a host-to-device copy.
+
+Names are resolved flow-sensitively enough for training scripts: of the
+bindings that come before a use, the latest one that dominates the use (it sits
+in a block enclosing the use) hides the ones before it; it and the ones after it
+are joined. Bindings later
+in an enclosing loop reach the use too (they are carried to the next iteration),
+unless the loop re-binds the name before the use (its own target, say). An
+augmented assignment (`x += y`) updates the value it reads: `sources`, the one
+follower from a read to the bindings whose value it may hold, goes through it to
+the bindings it updates, and a tensor so updated keeps its place and memory.
+
+DataLoader batches are taken to be host tensors unless the dataset is built
+from device tensors.
+
+A host tensor's memory is pinned (page-locked: a copy of it to CUDA can run
+while the host goes on) or pageable (a copy is staged through a pinned buffer
+by the host, so it cannot overlap anything). Pinned are the batches of a
+DataLoader asked to pin them, `.pin_memory()` results, tensors made with
+`pin_memory=True`, and views of these; pageable are tensors a factory, `torch.from_numpy`
+or a tokenizer makes on the host, the batches of a DataLoader that does not pin,
+and whatever is computed from pageable tensors alone (a new tensor, or one of its
+inputs). Anything else is unknown.
+
+## Dtypes and numbers (`Values`)
+
+`Kinds` says what an expression holds and where (`fact`: kind, place, memory) and which
+bindings a read may see (`reaching`, `sources`); `Values` asks it, and the training
+program above it, for the dtype a tensor holds: as much of it as tells which Python
+number `.item()` gives.
 
     values(context).dtype(expr)      FLOAT, INT64 or BOOL; None when unknown or not a tensor
     values(context).is_tensor(expr)  whether `expr` is a tensor, of any dtype
@@ -12,13 +51,19 @@ it as tells which Python number `.item()` gives.
     values(context).number(expr)     INT for a certain Python int, NUMBER for a certain
                                      Python number (int or float); None otherwise
 
-The one number question (`number`): literals; arithmetic on numbers (int by `+ - * // %`
-of ints; `/` and `**` give a number); `len(...)`, `int(...)`, `t.numel()`, `t.dim()`,
-`t.size(0)`, `t.shape[0]` give ints, `float(...)` and `.item()` numbers; a loop index of
-`range` / `enumerate`; names through `Kinds.sources` (an assigned value, the element a
-tuple unpacks, a counter `n += 1`, a parameter whose default and every argument
-`Kinds.arguments` gives are numbers); `obj.attr` through the training facts' attribute
-values (`self.attr = 3`, an argparse option's `choices`, a config field).
+The one number question (`number`), asked by every reader that needs to know that an
+expression is a Python number and not a tensor (layouts, attention scales, position
+bounds, host reads, the training facts): literals; arithmetic on numbers (int by
+`+ - * // %` of ints; `/` and `**` give a number); `len(...)`, `int(...)`, `t.numel()`,
+`t.dim()`, `t.ndim`, `t.size(0)`, `t.shape[0]`, `t.size()[0]`, `math.floor(...)` give
+ints, `float(...)`, `math.*` and `.item()` numbers, `min` / `max` / `abs` / `round` of
+numbers; a loop index of `range` / `enumerate`; names through `Kinds.sources` (an
+assigned value, the element a tuple unpacks, `B, T, C = x.shape`, a counter `n += 1`, a
+parameter annotated `int` or `float`, or whose default and every argument
+`Kinds.arguments` gives are numbers, or whose default is one where no call of this file
+is seen); `obj.attr` through the training facts' attribute values (`self.attr = 3`, an
+argparse option's `choices`, a config field). The value of a literal is read by
+`names.number_value`, the one literal parser.
 
 What it reads:
 
@@ -41,28 +86,1796 @@ Built once per file (FileContext.shared).
 
 from __future__ import annotations
 
+import enum
+import re
+from bisect import bisect_left
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment
+from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
-from codemod.analysis.kinds import Kind
-from codemod.analysis.names import method_name, positional
+from codemod.analysis.bindings import argument_for, passed_by
+from codemod.analysis.names import CANONICAL, dict_entry, kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
+    ARGUMENTS_IN_ORDER_SETUP_METHODS,
     BOOL_RESULT_METHODS,
     COMPLEX_DTYPES,
+    DATASET_CLASSES,
     DTYPE_KEEPING_METHODS,
+    DTYPE_NAMES,
     FLOAT_DTYPES,
     FLOAT_RESULT_METHODS,
     GRAD_NORMS,
+    HOST_ONLY_FACTORIES,
     INT64_RESULT_METHODS,
+    INT_MATH_FUNCTIONS,
+    LIST_BUILDERS,
+    LOSS_MODULES,
+    MATH_CONSTANTS,
+    MODULE_METHODS_IN_PLACE,
+    MODULE_METHODS_RETURNING_SELF,
+    NOT_SAME_PLACE_METHODS,
+    NOT_TENSOR_FUNCTIONS,
+    PASS_THROUGH_ITERABLES,
+    RETURN_TENSORS,
+    SAME_PLACE_METHODS,
+    SHARING_ATTRIBUTES,
+    STRING_SPLITS,
+    TENSOR_ATTRIBUTES,
+    TENSOR_FACTORIES,
     TENSOR_FUNCTIONS,
+    TENSOR_NAMESPACES,
     TENSOR_RESULT_METHODS,
+    TUPLE_BUILDERS,
+    VIEW_METHODS,
 )
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
+
+
+# Facts computed for one question at most (typical questions need a few dozen).
+WORK_PER_QUESTION = 5_000
+
+
+class Kind(enum.Enum):
+    TENSOR = "tensor"
+    BATCH = "batch"  # what a DataLoader yields: a tuple/list/dict of tensors
+    MODULE = "module"
+    OPTIMIZER = "optimizer"
+    LOADER = "loader"
+    DATASET = "dataset"
+    DEVICE = "device"
+    UNKNOWN = "unknown"
+    BOTTOM = "bottom"  # no value yet: the first guess while resolving a cycle such as `x = x.cuda()` in a loop
+
+
+class Memory(enum.Enum):
+    """What memory a host tensor is in (see the module docstring)."""
+
+    PINNED = "pinned"
+    PAGEABLE = "pageable"
+    UNKNOWN = "unknown"
+
+    def join(self, other: Memory) -> Memory:
+        return self if self is other else Memory.UNKNOWN
+
+    def derived(self, shares: bool) -> Memory:
+        """The memory of a tensor computed from a tensor in this memory: a view keeps it;
+        other results are new (pageable) memory or the operand itself, pageable from pageable."""
+        return self if shares or self is Memory.PAGEABLE else Memory.UNKNOWN
+
+
+class Place(enum.Enum):
+    HOST = "host"
+    CUDA = "cuda"
+    DEVICE = "device"  # where the model runs: computed by a model, or from what it computed
+    UNKNOWN = "unknown"
+
+    def join(self, other: Place) -> Place:
+        return self if self is other else Place.UNKNOWN
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: Kind
+    place: Place = Place.UNKNOWN
+    single: bool = False  # a loader whose batches are single tensors (its dataset's items are tensors)
+    memory: Memory = Memory.UNKNOWN  # of a host tensor or batch; of a loader: of its batches
+
+    def join(self, other: Fact) -> Fact:
+        if self.kind is Kind.BOTTOM:
+            return other
+        if other.kind is Kind.BOTTOM:
+            return self
+        if self.kind is not other.kind:
+            return UNKNOWN
+        return Fact(
+            self.kind, self.place.join(other.place), self.single and other.single, self.memory.join(other.memory)
+        )
+
+    def with_memory(self, memory: Memory) -> Fact:
+        return Fact(self.kind, self.place, self.single, memory)
+
+
+UNKNOWN = Fact(Kind.UNKNOWN)
+BOTTOM = Fact(Kind.BOTTOM)
+
+# What iterating or unpacking yields: one fact, or a tuple of shapes (enumerate, zip).
+Shape = Fact | tuple
+
+# What a value annotated with one of these classes holds (PEP 585 subscripts and unions
+# are looked through by Kinds.annotation_fact).
+ANNOTATED = {
+    "torch.Tensor": Fact(Kind.TENSOR),
+    "torch.nn.Parameter": Fact(Kind.TENSOR),
+    "torch.nn.parameter.Parameter": Fact(Kind.TENSOR),
+    "torch.nn.Module": Fact(Kind.MODULE),
+    "torch.utils.data.DataLoader": Fact(Kind.LOADER, Place.HOST),
+    "torch.device": Fact(Kind.DEVICE),
+    "torch.optim.Optimizer": Fact(Kind.OPTIMIZER),
+    "torch.optim.optimizer.Optimizer": Fact(Kind.OPTIMIZER),
+}
+
+# Functions whose result is a tensor on the device of their tensor arguments.
+# Tensor methods that return a tensor on the receiver's device.
+DEVICE_NAME = re.compile(r"^(device|dev|\w+_device|\w+_dev|device_\w+)$")
+DTYPE_NAME = re.compile(r"^(dtype|\w+_dtype)$")
+DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
+ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
+LOOPS = (cst.For, cst.While)
+CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is: a batch
+FUNCTIONS = (cst.FunctionDef, cst.Lambda)
+STATIC = ("staticmethod", "classmethod")
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A `.to(...)` or `.cuda(...)` call, as PM101 and friends need it."""
+
+    call: cst.Call
+    method: str  # "to" or "cuda"
+    receiver: Fact
+    target: Place  # where the result lives
+    moves_device: bool  # False for dtype-only `.to(torch.float16)`
+    has_non_blocking: bool
+
+    @property
+    def uploads_host_tensor(self) -> bool:
+        """Does it copy a tensor that lives on the host to the device?"""
+        return self.moves_device and self.receiver.kind is Kind.TENSOR and self.receiver.place is Place.HOST
+
+
+@dataclass(frozen=True)
+class _NameBindings:
+    ordered: list[Assignment]  # by where each takes effect
+    bound_at: list[int]  # ... and those places, for bisection
+    local: bool  # all bound in the scope the name is looked up from (not a comprehension)
+
+
+class Kinds:
+    """Facts about expressions of one file; computed on demand and cached."""
+
+    def __init__(self, context: FileContext) -> None:
+        self.names = context.names
+        self.scopes = context.scopes
+        self.index = context.index
+        self.parents = context.parents
+        self._context = context
+        self._facts: dict[object, Fact | None] = {}  # id(expr), or ("joined", id(table)) -> fact
+        self._guesses: dict[int, Fact] = {}  # expressions being resolved -> current guess
+        self._recursive: set[int] = set()  # ... whose guess was used while resolving them
+        self._computed: list[int] = []  # cache keys in the order they were filled
+        # Facts that depend on themselves across many functions can make the fixpoint
+        # recompute the same facts over and over (seen on 7,000-line files): past a
+        # budget of computations per question a rule asks, facts not yet known are
+        # UNKNOWN, which only makes rules report or leave code alone.
+        self._spent = 0
+        self._asking = 0
+        self._class_kinds: dict[int, Fact] = {}
+        self._default_device_changed = "set_default_device" in context.code or "set_default_tensor_type" in context.code
+        self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
+        self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
+        self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] = {}
+        self._instances = PerBindings()  # the local class bindings hold an instance of
+        # Binding node -> its statement, and where the binding takes effect: a name bound
+        # many times is looked up from each of its uses.
+        self._binding_statements: dict[int, cst.CSTNode] = {}
+        self._bound_ats: dict[int, int] = {}
+        self._name_tables: dict[tuple[int, str], _NameBindings | None] = {}
+        self._shared_tables = PerBindings()  # the table of bindings not local to the scope reading them
+        self._staying = PerBindings()  # do the bindings' modules only stay where they are
+        self._annotations: dict[int, Fact] = {}  # annotation node -> what it says the value holds
+        self._project_modules = None  # the project's own modules (codemod.analysis.project), when first asked
+
+    # -- public API ------------------------------------------------------------
+
+    def fact(self, expr: cst.BaseExpression) -> Fact:
+        if not self._asking:
+            self._spent = 0
+        self._asking += 1
+        try:
+            fact = self._fact(expr)
+        finally:
+            self._asking -= 1
+        return UNKNOWN if fact.kind is Kind.BOTTOM else fact
+
+    def _fact(self, expr: cst.BaseExpression) -> Fact:
+        """Facts of expressions that depend on themselves (`x = x.cuda()` in a loop)
+        are found by iterating from BOTTOM until the guess is stable; facts cached
+        meanwhile are dropped when the guess changes. The lattice is shallow
+        (bottom < place known < place unknown < unknown), so this ends quickly."""
+        key = id(expr)
+        if key in self._facts:
+            return self._facts[key]
+        if key in self._guesses:
+            self._recursive.add(key)
+            return self._guesses[key]
+        if self._spent >= WORK_PER_QUESTION:
+            return UNKNOWN
+        self._guesses[key] = BOTTOM
+        while True:
+            mark = len(self._computed)
+            self._spent += 1
+            fact = self._compute(expr)
+            if key not in self._recursive or fact == self._guesses[key]:
+                break
+            self._guesses[key] = fact
+            self._recursive.discard(key)
+            for stale in self._computed[mark:]:
+                self._facts.pop(stale, None)
+            del self._computed[mark:]
+        del self._guesses[key]
+        self._recursive.discard(key)
+        self._facts[key] = fact
+        self._computed.append(key)
+        return fact
+
+    def device_place(self, expr: cst.BaseExpression) -> Place:
+        """Where a device expression points: `"cuda:0"`, `torch.device(d)`, `x.device`, ..."""
+        if isinstance(expr, cst.SimpleString):
+            return _string_place(expr.evaluated_value)
+        if isinstance(expr, cst.Integer):
+            return Place.CUDA
+        if isinstance(expr, cst.IfExp):
+            return self.device_place(expr.body).join(self.device_place(expr.orelse))
+        fact = self.fact(expr)
+        if fact.kind is Kind.DEVICE:
+            return fact.place
+        return Place.UNKNOWN
+
+    def is_device(self, expr: cst.BaseExpression) -> bool:
+        """Does this expression certainly name a device (not a dtype or a tensor)?"""
+        if isinstance(expr, cst.SimpleString):
+            value = expr.evaluated_value
+            return isinstance(value, str) and bool(DEVICE_STRING.match(value))
+        if isinstance(expr, cst.Integer):
+            return True
+        if isinstance(expr, cst.FormattedString):
+            return expr.start.lower().endswith(("f'", 'f"')) and _fstring_prefix(expr).startswith("cuda")
+        if isinstance(expr, cst.IfExp):
+            return self.is_device(expr.body) and self.is_device(expr.orelse)
+        if self.fact(expr).kind is Kind.DEVICE:
+            return True
+        named = _device_named(expr)
+        return named is not None and bool(DEVICE_NAME.match(named))
+
+    def is_dtype(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype":
+            return True
+        if isinstance(expr, (cst.Attribute, cst.Name)) and any(
+            n.startswith("torch.") and n.rsplit(".", 1)[1] in DTYPE_NAMES for n in self.names.of(expr)
+        ):
+            return True
+        return isinstance(expr, cst.Name) and bool(DTYPE_NAME.match(expr.value))
+
+    def copy_of(self, call: cst.Call) -> Copy | None:
+        """Describe `<receiver>.to(...)` / `<receiver>.cuda(...)`; None when it is neither
+        or when the arguments cannot be told apart (device vs dtype)."""
+        method = method_name(call)
+        if method not in ("to", "cuda") or any(arg.star for arg in call.args):
+            return None
+        receiver = self.fact(call.func.value)
+        non_blocking = kwarg(call, "non_blocking") is not None
+        if method == "cuda":
+            return Copy(call, "cuda", receiver, Place.CUDA, True, non_blocking or positional(call, 1) is not None)
+        device = kwarg(call, "device")
+        first, second = positional(call, 0), positional(call, 1)
+        if device is not None:
+            target = device.value
+        elif first is None:
+            return Copy(call, "to", receiver, receiver.place, False, non_blocking) if kwarg(call, "dtype") else None
+        elif self.is_dtype(first.value):
+            return Copy(call, "to", receiver, receiver.place, False, non_blocking or second is not None)
+        elif self.is_device(first.value) or (second is not None and self.is_dtype(second.value)):
+            target = first.value
+            non_blocking = non_blocking or positional(call, 2) is not None
+        elif self.fact(first.value).kind is Kind.TENSOR:  # `.to(other)`: device and dtype of other
+            other = self.fact(first.value)
+            return Copy(call, "to", receiver, other.place, True, non_blocking or second is not None)
+        else:
+            return None
+        return Copy(call, "to", receiver, self.device_place(target), True, non_blocking)
+
+    def reaching(self, use: cst.Name) -> list[Assignment]:
+        """The bindings of this file whose value `use` may read (as the module docstring
+        describes: those from the latest one before it that dominates it, and later ones
+        carried round a loop); empty when one is not an assignment here."""
+        scope = self.scopes.get(use)
+        table = self._name_table(scope, use.value) if scope is not None else None
+        return [] if table is None else self._reaching(use, table)
+
+    def sources(self, use: cst.Name) -> list[Assignment]:
+        """The bindings whose value `use` may read: those that reach it (`reaching`), and
+        for an augmented assignment among them (`x += y` updates the value it reads), the
+        bindings that reach its target too, and so on; for a name a binding binds, that
+        binding (and what it updates). In the order of the file."""
+        found: dict[int, Assignment] = {}
+        scope = self.scopes.get(use)
+        bound = [a for a in scope.assignments[use.value] if a.node is use] if scope is not None else []
+        if bound:  # the name a binding binds: the value it binds
+            found[id(bound[0])] = bound[0]
+        updates = not bound or isinstance(self.parents.get(use), cst.AugAssign)
+        todo = [use] if updates else []
+        while todo:
+            for binding in self.reaching(todo.pop()):
+                if id(binding) in found:
+                    continue
+                found[id(binding)] = binding
+                if isinstance(binding.node, cst.Name) and isinstance(self.parents.get(binding.node), cst.AugAssign):
+                    todo.append(binding.node)
+        return sorted(found.values(), key=lambda b: self.index.order(b.node))
+
+    def element(self, value: cst.BaseExpression, index: int) -> cst.BaseExpression | None:
+        """What `a, b = value` gives its `index`-th name: that element of a tuple or list
+        display, or that argument of a set-up call that hands back what it is given, in
+        order (`model, opt = accelerator.prepare(model, opt)`); None otherwise."""
+        if isinstance(value, (cst.Tuple, cst.List)):
+            elements = value.elements
+            if index < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements):
+                return elements[index].value
+            return None
+        if (
+            isinstance(value, cst.Call)
+            and method_name(value) in ARGUMENTS_IN_ORDER_SETUP_METHODS
+            and index < len(value.args)
+            and all(a.keyword is None and not a.star for a in value.args)
+        ):
+            return value.args[index].value
+        return None
+
+    def reached_reads(self, binding: Assignment) -> list[cst.Name]:
+        """The reads whose value may be this binding's (flow-sensitive in its scope, as
+        `reaching`: a read after a later binding that hides this one on every path is not
+        among them; a read before it in a loop around both is). Reads in nested scopes
+        (closures, comprehensions) that may see it are all among them."""
+        scope = binding.scope
+        # libcst links a read to the bindings before it, not to one a loop carries round.
+        own = [access.node for access in scope.accesses[binding.name] if isinstance(access.node, cst.Name)]
+        # `x += 1` reads `x` too, though libcst records its target as a binding only.
+        own += [
+            other.node
+            for other in scope.assignments[binding.name]
+            if other is not binding
+            and isinstance(other.node, cst.Name)
+            and isinstance(self.parents.get(other.node), cst.AugAssign)
+        ]
+        nested = [
+            access.node
+            for access in binding.references
+            if isinstance(access.node, cst.Name) and access.scope is not scope
+        ]
+        reached = [read for read in own if binding in self.reaching(read)]
+        return sorted(reached + nested, key=self.index.order)
+
+    def carried_reads(self, loop: cst.For | cst.While, within: cst.CSTNode) -> list[cst.Name]:
+        """The reads in `within` (a part of `loop`'s body) of a value that an earlier
+        iteration of `loop` bound: `h` in `h = cell(x[i], h)`, state one iteration hands to
+        the next."""
+        positions, found = self._context.positions, []
+        for use in names_read(within):
+            start = (positions[use].start.line, positions[use].start.column)
+            # A binding whose statement ends after the read (later in the body, or the same
+            # `h = cell(x, h)`) reaches it only from an earlier iteration.
+            ends = (
+                positions[self._context.bindings.statement(a.node)].end
+                for a in self.reaching(use)
+                if self.index.inside(a.node, loop.body)
+            )
+            if any((end.line, end.column) > start for end in ends):
+                found.append(use)
+        return found
+
+    def bindings_in(self, node: cst.CSTNode, name: str) -> list[Assignment]:
+        """The bindings of `name` made inside `node` (in the scope `node` is in)."""
+        scope = self.scopes.get(node)
+        if scope is None:
+            return []
+        return [a for a in scope.assignments[name] if isinstance(a, Assignment) and self.index.inside(a.node, node)]
+
+    def storage_root(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """The variable whose storage `expr` may share: `buf` for `buf[0].float()`
+        (indexing makes views, and a conversion to the same dtype returns self)."""
+        while True:
+            if isinstance(expr, cst.Subscript) or (
+                isinstance(expr, cst.Attribute) and expr.attr.value in TENSOR_ATTRIBUTES
+            ):
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and method_name(expr) in SAME_PLACE_METHODS:
+                expr = expr.func.value
+            else:
+                return expr
+
+    def is_mutated_in_place(self, name: cst.Name) -> bool:
+        """Is the variable behind `name` written in place anywhere in its scope
+        (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`)?"""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return True
+        if any(isinstance(self.parents.get(a.node), cst.AugAssign) for a in scope.assignments[name.value]):
+            return True  # `buf += 1` is an in-place add on a tensor
+        for access in scope.accesses[name.value]:
+            parent = self.parents.get(access.node)
+            if isinstance(parent, cst.Attribute) and parent.value is access.node:
+                call = self.parents.get(parent)
+                if (
+                    isinstance(call, cst.Call)
+                    and parent.attr.value.endswith("_")
+                    and not parent.attr.value.startswith("_")
+                ):
+                    return True
+            if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), cst.AssignTarget):
+                return True
+            if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out":
+                return True
+        return False
+
+    def class_fact(self, classdef: cst.ClassDef) -> Fact:
+        """MODULE / LOADER / DATASET for classes of this file deriving from torch's."""
+        key = id(classdef)
+        if key not in self._class_kinds:
+            self._class_kinds[key] = UNKNOWN
+            fact = UNKNOWN
+            for base in classdef.bases:
+                fact = self._class_ref_fact(base.value)
+                if fact.kind is not Kind.UNKNOWN:
+                    break
+            self._class_kinds[key] = fact
+        return self._class_kinds[key]
+
+    def local_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class statement of this file that `expr` (a Name) refers to."""
+        return sole_definition(self.scopes, expr, cst.ClassDef)
+
+    def enclosing(self, node: cst.CSTNode, types) -> Iterator[cst.CSTNode]:
+        """Ancestors of `node` of the given types, innermost first."""
+        return self.index.enclosing(node, types)
+
+    # -- expressions -------------------------------------------------------------
+
+    def _compute(self, expr: cst.BaseExpression) -> Fact:
+        if isinstance(expr, cst.Name):
+            return self._name_fact(expr)
+        if isinstance(expr, cst.Call):
+            return self._call_fact(expr)
+        if isinstance(expr, cst.Subscript):
+            owner = self._fact(expr.value)
+            named = _device_named(expr)
+            if (
+                named is not None
+                and DEVICE_NAME.match(named)
+                and owner.kind not in (Kind.BATCH, Kind.TENSOR, Kind.BOTTOM)
+            ):
+                return Fact(Kind.DEVICE)  # `cfg["device"]`
+            element = _element(owner)
+            if owner.kind is Kind.TENSOR and owner.memory is Memory.PINNED and not self._basic_index(expr):
+                # `x[idx]` with an index tensor or list: a copy, in new memory
+                return element.with_memory(owner.memory.derived(False))
+            return element
+        if isinstance(expr, cst.Attribute):
+            return self._attribute_fact(expr)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            if any(isinstance(e, cst.StarredElement) for e in expr.elements):
+                return UNKNOWN
+            return _container([self._fact(e.value) for e in expr.elements] + self._appended(expr))
+        if isinstance(expr, cst.Dict):
+            if any(not isinstance(e, cst.DictElement) for e in expr.elements):
+                return UNKNOWN
+            return _container([self._fact(e.value) for e in expr.elements])
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            return _container([self._fact(expr.elt)])
+        if isinstance(expr, cst.DictComp):
+            return _container([self._fact(expr.value)])
+        if isinstance(expr, cst.BinaryOperation):
+            return _tensor_join([self._fact(expr.left), self._fact(expr.right)])
+        if isinstance(expr, cst.Comparison):  # `(day >= 5)`: a bool tensor where its operands are
+            return _tensor_join([self._fact(expr.left), *(self._fact(c.comparator) for c in expr.comparisons)])
+        if isinstance(expr, cst.UnaryOperation):
+            operand = self._fact(expr.expression)
+            if operand.kind is Kind.TENSOR:
+                return operand.with_memory(operand.memory.derived(False))
+            return operand if operand.kind is Kind.BOTTOM else UNKNOWN
+        if isinstance(expr, cst.IfExp):
+            return self._fact(expr.body).join(self._fact(expr.orelse))
+        if isinstance(expr, cst.SimpleString) and self.is_device(expr):
+            return Fact(Kind.DEVICE, self.device_place(expr))
+        return UNKNOWN
+
+    def _basic_index(self, subscript: cst.Subscript) -> bool:
+        """Does `subscript` index with slices, integers (literals, counters of a `for` over
+        `range(...)`) and `None` only: a view of a tensor, not a copy as an index tensor or
+        list gives? A string index is a key of a batch taken for a tensor: the value it holds."""
+        for element in subscript.slice:
+            if isinstance(element.slice, cst.Slice):
+                continue
+            value = element.slice.value
+            if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+                value = value.expression
+            if isinstance(value, (cst.Integer, cst.Ellipsis, cst.SimpleString)):
+                continue
+            if isinstance(value, cst.Name) and (value.value == "None" or self._range_counter(value)):
+                continue
+            return False
+        return True
+
+    def _range_counter(self, name: cst.Name) -> bool:
+        """Is every binding that reaches `name` the target of a `for` over `range(...)`?"""
+        bindings = self.reaching(name)
+        for binding in bindings:
+            statement = self._binding_statement(binding.node) if isinstance(binding.node, cst.Name) else None
+            if not (
+                isinstance(statement, cst.For)
+                and statement.target is binding.node
+                and isinstance(statement.iter, cst.Call)
+                and self.names.is_(statement.iter.func, "range", "builtins.range")
+            ):
+                return False
+        return bool(bindings)
+
+    def _appended(self, literal: cst.BaseExpression) -> list[Fact]:
+        """Facts of what is appended to the list `xs = [...]` later (`xs.append(x)`,
+        `xs.extend(more)`), for a list literal bound to a plain name."""
+        if not isinstance(literal, cst.List):
+            return []
+        name = self._bound_to(literal)
+        if name is None:
+            return []
+        scope = self.scopes.get(name)
+        assignment = (
+            next((a for a in scope.assignments[name.value] if a.node is name), None) if scope is not None else None
+        )
+        found = []
+        for access in assignment.references if assignment is not None else ():
+            attribute = self.parents.get(access.node)
+            call = self.parents.get(attribute)
+            if (
+                isinstance(attribute, cst.Attribute)
+                and isinstance(call, cst.Call)
+                and call.func is attribute
+                and call.args
+            ):
+                if attribute.attr.value in ("append", "insert"):
+                    found.append(self._fact(call.args[-1].value))
+                elif attribute.attr.value == "extend":
+                    found.append(_element(self._fact(call.args[0].value)))
+        return found
+
+    def _bound_to(self, value: cst.BaseExpression) -> cst.Name | None:
+        """The name `value` is assigned to: `xs = value`, or `xs, ys = value, other`."""
+        parent = self.parents.get(value)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            return target if isinstance(target, cst.Name) else None
+        if isinstance(parent, cst.Element):
+            container = self.parents.get(parent)
+            statement = self.parents.get(container)
+            if (
+                isinstance(container, cst.Tuple)
+                and isinstance(statement, cst.Assign)
+                and statement.value is container
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, (cst.Tuple, cst.List))
+            ):
+                targets = statement.targets[0].target.elements
+                position = list(container.elements).index(parent)
+                if len(targets) == len(container.elements) and isinstance(targets[position].value, cst.Name):
+                    return targets[position].value
+        return None
+
+    def _attribute_fact(self, expr: cst.Attribute) -> Fact:
+        attr = expr.attr.value
+        assigned = self._self_attribute_values(expr)
+        if assigned:  # `self.x`, assigned in the methods of its class
+            facts = [self._fact(value) for value in assigned]
+            result = facts[0]
+            for fact in facts[1:]:
+                result = result.join(fact)
+            if result.kind is not Kind.UNKNOWN:
+                return result
+        if attr == "device":
+            owner = self._fact(expr.value)
+            if owner.kind is Kind.BOTTOM:
+                return BOTTOM
+            place = owner.place if owner.kind in (Kind.TENSOR, Kind.MODULE) else Place.UNKNOWN
+            return Fact(Kind.DEVICE, Place.UNKNOWN if place is Place.DEVICE else place)
+        if attr in TENSOR_ATTRIBUTES:
+            owner = self._fact(expr.value)
+            if owner.kind is not Kind.TENSOR:
+                return UNKNOWN
+            return owner.with_memory(owner.memory.derived(attr in SHARING_ATTRIBUTES))
+        if DEVICE_NAME.match(attr):
+            return Fact(Kind.DEVICE)  # `args.device`, `cfg.train_device`
+        owner = self._fact(expr.value)
+        if owner.kind is Kind.BATCH:  # `encoding.input_ids`, `batch.x`
+            return Fact(Kind.TENSOR, owner.place, memory=owner.memory)
+        return BOTTOM if owner.kind is Kind.BOTTOM else UNKNOWN
+
+    def _call_fact(self, call: cst.Call) -> Fact:
+        for name in sorted(self.names.of(call.func)):
+            fact = self._library_call_fact(name, call)
+            if fact is not None:
+                return fact
+        encoded = kwarg(call, RETURN_TENSORS)
+        if (
+            encoded is not None
+            and isinstance(encoded.value, cst.SimpleString)
+            and encoded.value.evaluated_value == "pt"
+        ):
+            return Fact(Kind.BATCH, Place.HOST, memory=Memory.PAGEABLE)  # a Hugging Face BatchEncoding: CPU tensors
+        local = self.local_class(call.func)
+        if local is not None:
+            return self._built_module(self.class_fact(local), call)
+        function = self._local_callee(call)
+        if function is not None:
+            return self._returns_fact(function)
+        imported = self._project_call_fact(call)
+        if imported is not None:
+            return imported
+        loss = self._loss_module_output(call)
+        if loss is not None:
+            return loss
+        if isinstance(call.func, cst.Attribute) and self._self_attribute_values(call.func):
+            callee = self._fact(call.func)  # `self.model(x)`
+            if callee.kind is Kind.MODULE:
+                return Fact(Kind.TENSOR, _computed_on(callee.place))
+        method = method_name(call)
+        if method is not None:
+            return self._method_fact(call, method)
+        callee = self._fact(call.func)
+        if callee.kind is Kind.MODULE:  # model(x)
+            return Fact(Kind.TENSOR, _computed_on(callee.place))
+        return BOTTOM if callee.kind is Kind.BOTTOM else UNKNOWN
+
+    def _loss_module_output(self, call: cst.Call) -> Fact | None:
+        """`criterion(out, y)` for `criterion = nn.CrossEntropyLoss()` (or `self.criterion`):
+        a loss module holds no parameters, so its output is where its input is."""
+        bindings = self._context.bindings
+        if isinstance(call.func, cst.Name):
+            values = bindings.values(call.func)
+        elif isinstance(call.func, cst.Attribute):
+            values = bindings.attribute_values(call.func)
+        else:
+            return None
+        if not values or not all(isinstance(v, cst.Call) and self.names.of(v.func) & LOSS_MODULES for v in values):
+            return None
+        first = positional(call, 0)
+        fact = self._fact(first.value) if first is not None else UNKNOWN
+        return Fact(Kind.TENSOR, fact.place) if fact.kind is Kind.TENSOR else None
+
+    def _library_call_fact(self, name: str, call: cst.Call) -> Fact | None:
+        first = positional(call, 0)
+        if name in TENSOR_FACTORIES:
+            memory = self._factory_memory(name, call)
+            device = kwarg(call, "device")
+            if device is not None:  # made where the run computes, when that may be the GPU or the CPU
+                place = self.device_place(device.value)
+                return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place, memory=memory)
+            return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST, memory=memory)
+        if name in HOST_ONLY_FACTORIES:  # numpy's or a buffer's memory: pageable
+            return Fact(Kind.TENSOR, Place.HOST, memory=Memory.PAGEABLE)
+        if name in PASS_THROUGH_ITERABLES and first is not None:
+            return self._fact(first.value)  # `iter(loader)`, `tqdm(loader)`: iterates the same items
+        if name in ("next", "builtins.next") and first is not None:
+            return _as_fact(self._item_shape(first.value))
+        if name in TENSOR_FUNCTIONS or _in_tensor_namespace(name):
+            values = [a.value for a in call.args if a.keyword is None and not a.star]
+            if values and isinstance(values[0], (cst.List, cst.Tuple)):  # `torch.stack([x, y])`
+                values = [e.value for e in values[0].elements if isinstance(e, cst.Element)] + values[1:]
+            return _tensor_join([self._fact(v) for v in values])
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            return self._fact(first.value) if first else UNKNOWN
+        if name == "torch.device":
+            return Fact(Kind.DEVICE, self.device_place(first.value) if first else Place.UNKNOWN)
+        if name == "torch.utils.data.DataLoader":
+            return Fact(Kind.LOADER, self._loader_place(call), self._single_items(call), self._loader_memory(call))
+        if name in DATASET_CLASSES:
+            return _tensor_join([self._fact(a.value) for a in call.args], Kind.DATASET, default=Place.HOST)
+        if name == "torch.compile":
+            return self._fact(first.value) if first else UNKNOWN
+        fact = self._class_name_fact(name)
+        return self._built_module(fact, call) if fact is not None else None
+
+    def _class_name_fact(self, name: str) -> Fact | None:
+        """Kinds of library classes, from their qualified name alone."""
+        head, _, last = name.rpartition(".")
+        if not last[:1].isupper():
+            if name.startswith("transformers.") and last == "from_pretrained":
+                owner = head.rsplit(".", 1)[-1]
+                if "Model" in owner and "Tokenizer" not in owner and "Config" not in owner:
+                    return Fact(Kind.MODULE)
+            return None
+        if name.startswith("torch.optim.") and ".lr_scheduler" not in name:
+            return Fact(Kind.OPTIMIZER)
+        if name.startswith("torch.nn.") and not name.startswith(
+            ("torch.nn.functional", "torch.nn.parameter", "torch.nn.init", "torch.nn.utils")
+        ):
+            return Fact(Kind.MODULE)
+        return None
+
+    def _built_module(self, fact: Fact, call: cst.Call) -> Fact:
+        """A module just built: on the host (or on its `device=`), unless the default device
+        was changed; whether it stays there is decided where a name holds it."""
+        if fact.kind is not Kind.MODULE or fact.place is not Place.UNKNOWN:
+            return fact
+        device = kwarg(call, "device")
+        if device is not None:
+            return Fact(Kind.MODULE, self.device_place(device.value))
+        return fact if self._default_device_changed else Fact(Kind.MODULE, Place.HOST)
+
+    def _stays(self, name: cst.Name) -> bool:
+        """Is the module `name` holds only called, or asked for its parameters and modes, so
+        that nothing can move it in place (`model.to(device)`, `prepare(model)`, `model.fc...`)?"""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return False
+        return self._staying.get(scope[name.value], self._bindings_stay)
+
+    def _bindings_stay(self, bindings) -> bool:
+        for access in reads_of(bindings):
+            parent = self.parents.get(access.node)
+            if isinstance(parent, cst.Call) and parent.func is access.node:
+                continue
+            if (
+                isinstance(parent, cst.Attribute)
+                and parent.value is access.node
+                and parent.attr.value in MODULE_METHODS_IN_PLACE
+            ):
+                continue
+            return False
+        return True
+
+    def _class_ref_fact(self, base: cst.BaseExpression) -> Fact:
+        """What instances of the class named by `base` are."""
+        for name in self.names.of(base):
+            if name == "torch.utils.data.DataLoader":
+                return Fact(Kind.LOADER, Place.HOST)
+            if name in DATASET_CLASSES:
+                return Fact(Kind.DATASET, Place.HOST)
+            fact = self._class_name_fact(name)
+            if fact is not None:
+                return fact
+        local = self.local_class(base)
+        return self.class_fact(local) if local is not None else UNKNOWN
+
+    def _method_fact(self, call: cst.Call, method: str) -> Fact:
+        receiver = self._fact(call.func.value)
+        if receiver.kind is Kind.BOTTOM:
+            return BOTTOM
+        if method in ("to", "cuda"):
+            copy = self.copy_of(call)
+            if copy is None or receiver.kind not in (Kind.TENSOR, Kind.MODULE):
+                return UNKNOWN
+            if not copy.moves_device:  # a cast: the receiver, or a new tensor where it is
+                return Fact(receiver.kind, copy.target, memory=receiver.memory.derived(False))
+            return Fact(receiver.kind, copy.target)
+        if method == "cpu":
+            if receiver.kind not in (Kind.TENSOR, Kind.MODULE):
+                return UNKNOWN
+            # the receiver itself when it is on the host, else a new pageable tensor
+            memory = {Place.HOST: receiver.memory, Place.CUDA: Memory.PAGEABLE, Place.DEVICE: Memory.PAGEABLE}
+            return Fact(receiver.kind, Place.HOST, memory=memory.get(receiver.place, Memory.UNKNOWN))
+        if method == "pin_memory":
+            return Fact(Kind.TENSOR, Place.HOST, memory=Memory.PINNED) if receiver.kind is Kind.TENSOR else UNKNOWN
+        if receiver.kind is Kind.TENSOR and (
+            method in SAME_PLACE_METHODS or (method not in NOT_SAME_PLACE_METHODS and not method.startswith("is_"))
+        ):
+            # views keep the receiver's memory, as in-place methods (`x.mul_(2)`) return it
+            shares = method in VIEW_METHODS or (method.endswith("_") and not method.startswith("_"))
+            return receiver.with_memory(receiver.memory.derived(shares))
+        if method in ("get", "pop") and receiver.kind is Kind.BATCH:
+            return _element(receiver)  # `batch.get("input_ids")`
+        return UNKNOWN
+
+    def _single_items(self, call: cst.Call) -> bool:
+        """Does the loader `call` builds batch single tensors: the default collate over a
+        dataset class of this file whose `__getitem__` returns a tensor?"""
+        if kwarg(call, "collate_fn") is not None or positional(call, 6) is not None or any(a.star for a in call.args):
+            return False
+        dataset = kwarg(call, "dataset") or positional(call, 0)
+        value = dataset.value if dataset is not None else None
+        if isinstance(value, cst.Name):
+            scope = self.scopes.get(value)
+            bindings = list(scope[value.value]) if scope is not None else []
+            if len(bindings) != 1 or type(bindings[0]) is not Assignment:
+                return False
+            statement = self._binding_statement(bindings[0].node)
+            value = (
+                statement.value
+                if isinstance(statement, cst.Assign)
+                and len(statement.targets) == 1
+                and statement.targets[0].target is bindings[0].node
+                else None
+            )
+        if not isinstance(value, cst.Call):
+            return False
+        classdef = self.local_class(value.func)
+        getitem = _method(classdef, "__getitem__") if classdef is not None else None
+        if getitem is None or any(
+            isinstance(s, cst.FunctionDef) and s.name.value in ("__getitems__", "__iter__") for s in classdef.body.body
+        ):
+            return False
+        returned = self.returned(getitem)
+        return (
+            bool(returned)
+            and len(returned) == len(self.exits(getitem)[0])
+            and all(
+                self.fact(v).kind is Kind.TENSOR and not isinstance(v, (cst.Tuple, cst.List, cst.Dict))
+                for v in returned
+            )
+        )
+
+    def _factory_memory(self, name: str, call: cst.Call) -> Memory:
+        """The memory a torch factory makes its tensor in: pinned with `pin_memory=True`,
+        else new pageable memory (`torch.as_tensor` of a tensor may return that tensor)."""
+        pin = kwarg(call, "pin_memory")
+        if pin is not None:
+            return _flag_memory(pin.value)
+        first = positional(call, 0)
+        if name == "torch.as_tensor" and first is not None:
+            given = self._fact(first.value)
+            if given.kind in CONTAINERS:
+                return given.memory.derived(False)
+        return Memory.PAGEABLE
+
+    def _loader_memory(self, call: cst.Call) -> Memory:
+        """The memory of the batches of the DataLoader `call` builds: pinned when it is
+        asked to pin them (`pin_memory=` anything but a false literal, in the call or in the
+        one `**dict` literal it is given), pageable from the default collate, else unknown."""
+        pin = kwarg(call, "pin_memory") or positional(call, 7)
+        stars = [arg for arg in call.args if arg.star]
+        if pin is None and len(stars) == 1 and stars[0].star == "**":
+            value = self._dict_entry(stars[0].value, "pin_memory")
+            if value is None:
+                return Memory.UNKNOWN  # the dict may get the key elsewhere
+        elif pin is None and stars:
+            return Memory.UNKNOWN
+        else:
+            value = pin.value if pin is not None else None
+        memory = _flag_memory(value) if value is not None else Memory.PAGEABLE
+        custom_collate = kwarg(call, "collate_fn") is not None or positional(call, 6) is not None
+        return Memory.UNKNOWN if memory is Memory.PAGEABLE and custom_collate else memory
+
+    def _dict_entry(self, expr: cst.BaseExpression, key: str, depth: int = 0) -> cst.BaseExpression | None:
+        """The value of the entry `key` of the dict literal (or `dict(...)` call) the name
+        `expr` is bound to once, or of a dict literal it is updated with (`kw.update(more)`),
+        if it has one."""
+        if not isinstance(expr, cst.Name) or depth > 2:
+            return None
+        assignments = self._context.bindings.assignments(expr)
+        if not assignments or len(assignments) != 1:
+            return None
+        found = _literal_entry(self._context.bindings.assigned_value(assignments[0]), key, self.names)
+        for access in assignments[0].references:
+            if found is not None:
+                break
+            attribute = self.parents.get(access.node)
+            call = self.parents.get(attribute)
+            if (
+                isinstance(attribute, cst.Attribute)
+                and attribute.attr.value == "update"
+                and isinstance(call, cst.Call)
+                and call.func is attribute
+                and len(call.args) == 1
+            ):
+                update = call.args[0].value
+                found = _literal_entry(update, key, self.names) or self._dict_entry(update, key, depth + 1)
+        return found
+
+    def _loader_place(self, call: cst.Call) -> Place:
+        dataset = kwarg(call, "dataset") or positional(call, 0)
+        if dataset is None:
+            return Place.UNKNOWN
+        fact = self._fact(dataset.value)
+        return fact.place if fact.kind is Kind.DATASET else Place.HOST
+
+    # -- names ---------------------------------------------------------------------
+
+    def _name_fact(self, name: cst.Name) -> Fact:
+        scope = self.scopes.get(name)
+        if scope is None:
+            return UNKNOWN
+        table = self._name_table(scope, name.value)
+        if table is None:
+            return UNKNOWN  # unbound, or builtins and imports: not values we track
+        if table.local:
+            result = self._joined(self._reaching(name, table))
+        else:  # every binding reaches every use: joined once for all of them, and dropped
+            # with the facts it was computed from while a guess changes (see _fact)
+            key = ("joined", id(table))
+            if key in self._facts:
+                result = self._facts[key]
+            else:
+                result = self._facts[key] = self._joined(table.ordered)
+                self._computed.append(key)
+        if result is None:
+            return UNKNOWN
+        if result.kind is Kind.MODULE and result.place is Place.HOST and not self._stays(name):
+            return Fact(Kind.MODULE)  # may be moved in place somewhere
+        return result
+
+    def _joined(self, bindings: list[Assignment]) -> Fact | None:
+        result = None
+        for binding in bindings:
+            fact = self._binding_fact(binding.node)
+            result = fact if result is None else result.join(fact)
+        return result
+
+    def _name_table(self, scope, name: str) -> _NameBindings | None:
+        """The bindings of `name` seen from `scope`, in the order they take effect (built
+        once per scope and name: a name bound many times is looked up from each use)."""
+        key = (id(scope), name)
+        if key in self._name_tables:
+            return self._name_tables[key]
+        found = scope[name]
+        bindings = list(found)
+        table = None
+        if bindings and all(isinstance(a, Assignment) for a in bindings):
+            local = all(a.scope is scope and not isinstance(a.scope, ComprehensionScope) for a in bindings)
+            # The scopes that read a name bound around them (each comprehension and function
+            # reading a module-level name) share one table.
+            table = self._table(bindings, local) if local else self._shared_tables.get(found, self._table)
+        self._name_tables[key] = table
+        return table
+
+    def _table(self, bindings: Collection[Assignment], local: bool = False) -> _NameBindings:
+        ordered = sorted(bindings, key=lambda a: self._bound_at(a.node))
+        return _NameBindings(ordered, [self._bound_at(a.node) for a in ordered], local)
+
+    def _reaching(self, use: cst.Name, table: _NameBindings) -> list[Assignment]:
+        if not table.local:
+            return table.ordered  # bound in an enclosing scope or a comprehension: no order to use
+        use_at = self._start(use)
+        split = bisect_left(table.bound_at, use_at)
+        # Of the bindings that end before the use, a loop's target read in its own `in`
+        # clause binds after it; every other one binds before.
+        in_own_loop = any(
+            isinstance(ancestor, (cst.For, cst.CompFor)) and self.index.inside(use, ancestor.iter)
+            for ancestor in self.index.ancestors(use)
+        )
+        after = [b for b in table.ordered[:split] if not self._binds_before(b.node, use, use_at)] if in_own_loop else []
+        # The latest binding before the use on every path to it hides the earlier ones.
+        reaching = []
+        for k in range(split - 1, -1, -1):
+            binding = table.ordered[k]
+            if in_own_loop and not self._binds_before(binding.node, use, use_at):
+                continue
+            reaching.append(binding)
+            if self._dominates(binding.node, use):
+                break
+        reaching.reverse()
+        after.extend(table.ordered[split:])
+        last = reaching[-1] if reaching else None
+        loops = list(self.enclosing(use, LOOPS)) if after else []  # innermost first
+        if not loops:
+            return reaching
+        loops_end = self.index.end(loops[-1])
+        for binding in after:
+            if self._bound_at(binding.node) > loops_end:
+                break  # ends past every loop around the use: cannot reach it
+            # A later binding reaches the use through the innermost loop around both.
+            loop = next((loop for loop in loops if self.index.inside(binding.node, loop)), None)
+            if loop is None:
+                continue
+            if last is not None and reaching == [last] and self.index.inside(last.node, loop):
+                continue  # re-bound in every iteration before the use
+            reaching.append(binding)
+        return reaching
+
+    def _binds_before(self, target: cst.CSTNode, use: cst.Name, use_at) -> bool:
+        statement = self._binding_statement(target)
+        if isinstance(statement, ASSIGN_LIKE):
+            return not self.index.inside(use, statement) and self._bound_at(target) < use_at
+        if isinstance(statement, (cst.For, cst.CompFor)) and self.index.inside(use, statement.iter):
+            return False
+        return self._bound_at(target) < use_at
+
+    def _bound_at(self, target: cst.CSTNode) -> int:
+        """Where the binding takes effect, in document order: after its whole statement
+        for assignments (`x = x + 1` reads the old `x`), after the target otherwise."""
+        key = id(target)
+        found = self._bound_ats.get(key)
+        if found is None:
+            statement = self._binding_statement(target)
+            found = self._bound_ats[key] = self.index.end(statement if isinstance(statement, ASSIGN_LIKE) else target)
+        return found
+
+    def _start(self, node: cst.CSTNode) -> int:
+        return self.index.order(node)
+
+    def _dominates(self, target: cst.CSTNode, use: cst.CSTNode) -> bool:
+        statement = self._binding_statement(target)
+        if isinstance(statement, (cst.For, cst.With)):
+            return self.index.inside(use, statement.body)
+        if isinstance(statement, (cst.FunctionDef, cst.Param, cst.Parameters)):
+            return True
+        block = self._block_of(statement)
+        return block is not None and self.index.inside(use, block)
+
+    def _block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.index.first_enclosing(node, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite))
+
+    def _binding_statement(self, target: cst.CSTNode) -> cst.CSTNode:
+        """The Assign / For / CompFor / With / ... that binds `target`."""
+        key = id(target)
+        found = self._binding_statements.get(key)
+        if found is not None:
+            return found
+        current = target
+        while True:
+            parent = self.parents.get(current)
+            if parent is None or not isinstance(
+                parent,
+                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
+            ):
+                found = self._binding_statements[key] = parent if parent is not None else current
+                return found
+            current = parent
+
+    def _binding_fact(self, target: cst.CSTNode) -> Fact:
+        if isinstance(target, cst.Param):
+            return self._param_fact(target)
+        if not isinstance(target, cst.Name):
+            return UNKNOWN
+        path: list[int] = []
+        current: cst.CSTNode = target
+        while True:
+            parent = self.parents.get(current)
+            if isinstance(parent, cst.StarredElement):
+                return UNKNOWN
+            if isinstance(parent, cst.Element):
+                container = self.parents.get(parent)
+                path.append(list(container.elements).index(parent))
+                current = container
+                continue
+            break
+        path.reverse()
+        statement = self._binding_statement(target)
+        if isinstance(statement, cst.Assign):
+            if not path:
+                return self._fact(statement.value)
+            return _destructure(self._value_shape(statement.value), path)
+        if isinstance(statement, (cst.AnnAssign, cst.NamedExpr)) and statement.value is not None:
+            if isinstance(statement, cst.AnnAssign):
+                annotated = self.annotation_fact(statement.annotation.annotation)
+                if annotated.kind is not Kind.UNKNOWN:
+                    value = self._fact(statement.value)
+                    return value if value.kind in (annotated.kind, Kind.BOTTOM) else annotated
+            if not path:
+                return self._fact(statement.value)
+            return _destructure(self._value_shape(statement.value), path)
+        if isinstance(statement, (cst.For, cst.CompFor)):
+            return _destructure(self._item_shape(statement.iter), path)
+        if isinstance(statement, cst.AugAssign):
+            # `x += y` on a tensor updates it in place: where and in what memory it is
+            # stays what it was (the bindings that reach its target, as `sources` reads it)
+            updated = self._fact(target)
+            return updated if updated.kind in (Kind.TENSOR, Kind.BOTTOM) else UNKNOWN
+        return UNKNOWN
+
+    def _param_fact(self, param: cst.Param) -> Fact:
+        function = self.parents.get(self.parents.get(param))
+        if (
+            isinstance(function, cst.FunctionDef)
+            and function.params.params
+            and function.params.params[0] is param
+            and not _decorated(function, STATIC)
+        ):
+            classdef = self.class_of(function)
+            if classdef is not None:  # `self` of a model's method is the model
+                fact = self.class_fact(classdef)
+                if fact.kind is not Kind.UNKNOWN:
+                    return fact
+        passed = self.passed(param) if not _is_init(function) else None
+        if passed:  # what every call of the function in this file passes
+            result = BOTTOM
+            for value in passed:
+                result = result.join(self._fact(value))
+            if result.kind is not Kind.UNKNOWN:
+                return result
+        if param.annotation is not None:
+            annotated = self.annotation_fact(param.annotation.annotation)
+            if annotated.kind is not Kind.UNKNOWN:
+                return annotated
+        if DEVICE_NAME.match(param.name.value):
+            return Fact(Kind.DEVICE)
+        return UNKNOWN
+
+    # -- the file's own functions, methods and attributes ------------------------------
+
+    def local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function or method of this file `call` calls, if perfmod can tell."""
+        return self._local_callee(call)
+
+    def returns(self, function: cst.FunctionDef) -> Fact:
+        """What a call of `function` gives."""
+        fact = self._returns_fact(function)
+        return UNKNOWN if fact.kind is Kind.BOTTOM else fact
+
+    def in_memory_list(self, expr: cst.BaseExpression, tuples: bool = True, depth: int = 0) -> bool:
+        """Is `expr` a Python list (or, unless `tuples` is False, a tuple) the program holds,
+        all of it in memory: a list or tuple display or a list comprehension, `list(...)`,
+        `sorted(...)`, `random.sample(...)`, `.split()` of a string, a name every binding of
+        which is one (`docs = []` filled by `docs.append(...)` counts), or a call of a
+        function of this file every `return` of which is one? Not a dataset, a generator or
+        a file read lazily."""
+        if depth > 4:
+            return False
+        if isinstance(expr, (cst.List, cst.ListComp)) or (tuples and isinstance(expr, cst.Tuple)):
+            return True
+        if isinstance(expr, cst.Name):
+            values = self._context.bindings.values(expr)
+            return bool(values) and all(self.in_memory_list(value, tuples, depth + 1) for value in values)
+        if not isinstance(expr, cst.Call):
+            return False
+        builders = LIST_BUILDERS | TUPLE_BUILDERS if tuples else LIST_BUILDERS
+        if self.names.of(expr.func) & builders or method_name(expr) in STRING_SPLITS:
+            return True
+        callee = self.local_callee(expr)
+        if callee is None:
+            return False
+        returns, yields = self.exits(callee)
+        return (
+            not yields
+            and bool(returns)
+            and all(r.value is not None and self.in_memory_list(r.value, tuples, depth + 1) for r in returns)
+        )
+
+    def self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """The values assigned to `self.<attr>` in the methods of the class of this file
+        that `expr`'s owner is an instance of; None when they cannot all be followed."""
+        return self._self_attribute_values(expr)
+
+    def argument(self, call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int):
+        """What `call` passes to `param` (None when it cannot be told or is not passed)."""
+        return argument_for(call, function, param, offset)
+
+    def _local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file `call` calls: `helper(...)` or `self.helper(...)` /
+        `obj.helper(...)` on an instance of a class of this file."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            found = sole_definition(self.scopes, func, cst.FunctionDef)
+            if found is not None:
+                return found if self.class_of(found) is None else None
+        if isinstance(func, cst.Attribute):
+            classdef = self.instance_class(func.value)
+            if classdef is not None:
+                return _method(classdef, func.attr.value)
+        classdef = self.instance_class(func) if isinstance(func, cst.Name) else None
+        return _method(classdef, "__call__") if classdef is not None else None  # `tokenizer(texts)` on an instance
+
+    def class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        """The class whose body defines `function`, if it is a method."""
+        block = self.parents.get(function)
+        owner = self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        return owner if isinstance(owner, cst.ClassDef) else None
+
+    def instance_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class of this file `expr` is an instance of: the `self` of one of its methods,
+        or a name every binding of which calls the class."""
+        if not isinstance(expr, cst.Name):
+            return None
+        method = self.index.first_enclosing(expr, FUNCTIONS)
+        if (
+            isinstance(method, cst.FunctionDef)
+            and method.params.params
+            and method.params.params[0].name.value == expr.value
+            and not _decorated(method, STATIC)
+        ):
+            classdef = self.class_of(method)
+            if classdef is not None:
+                scope = self.scopes.get(expr)
+                found = list(scope[expr.value]) if scope is not None else []
+                if len(found) == 1 and getattr(found[0], "node", None) is method.params.params[0]:
+                    return classdef
+        scope = self.scopes.get(expr)
+        if scope is None:
+            return None
+        bindings = scope[expr.value]
+        if not bindings:
+            return None
+        # (a parameter passed on to itself asks about its own bindings: None, not followed)
+        return self._instances.get(bindings, self._compute_instance_class)
+
+    def _compute_instance_class(self, bindings) -> cst.ClassDef | None:
+        if not all(type(a) is Assignment for a in bindings):
+            return None
+        values = []
+        for binding in bindings:
+            if isinstance(binding.node, cst.Param):  # `def fit(self, module)`: what every call passes
+                passed = self.passed(binding.node)
+                if not passed:
+                    return None
+                values.extend(passed)
+                continue
+            statement = self._binding_statement(binding.node)
+            if not (
+                isinstance(statement, cst.Assign)
+                and len(statement.targets) == 1
+                and statement.targets[0].target is binding.node
+            ):
+                return None
+            values.append(statement.value)
+        classes = {}
+        for value in values:
+            returning_self = set()  # `Net().to(device).train()` is the `Net`
+            while (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
+            ):
+                returning_self.add(value.func.attr.value)
+                value = value.func.value
+            classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
+            if classdef is None or returning_self & _method_names(classdef):
+                return None  # (a class of its own `to` may return anything)
+            classes[id(classdef)] = classdef
+        return next(iter(classes.values())) if len(classes) == 1 else None
+
+    def _self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """The values the methods of a class of this file assign to `self.<attr>`, for an
+        `expr` spelled `self.<attr>` (or `obj.<attr>` on an instance of that class)."""
+        classdef = self.instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
+        if classdef is None:
+            return None
+        assigned = self._assigned_attributes(classdef)
+        if expr.attr.value in assigned:
+            return assigned[expr.attr.value]
+        return self._field_values(expr.value, classdef, expr.attr.value)
+
+    def _field_values(self, owner: cst.Name, classdef: cst.ClassDef, field: str) -> list[cst.BaseExpression] | None:
+        """The values the calls that build `owner` pass to the field `field` of a dataclass
+        or NamedTuple of this file (`ctx = Context(ids=table)`: `ctx.ids` is `table`)."""
+        fields = [
+            s.body[0]
+            for s in classdef.body.body
+            if isinstance(s, cst.SimpleStatementLine)
+            and len(s.body) == 1
+            and isinstance(s.body[0], cst.AnnAssign)
+            and isinstance(s.body[0].target, cst.Name)
+        ]
+        names = [f.target.value for f in fields]
+        if field not in names or self._class_of_method_named(classdef, "__init__"):
+            return None
+        scope = self.scopes.get(owner)
+        calls = []
+        for binding in scope[owner.value] if scope is not None else ():
+            if type(binding) is not Assignment:
+                return None
+            if isinstance(binding.node, cst.Param):
+                calls.extend(self.passed(binding.node) or [None])
+                continue
+            statement = self._binding_statement(binding.node)
+            calls.append(statement.value if isinstance(statement, cst.Assign) else None)
+        values = []
+        for call in calls:
+            if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
+                return None
+            passed = next(
+                (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == field), None
+            )
+            if passed is None:
+                plain = [arg.value for arg in call.args if arg.keyword is None]
+                position = names.index(field)
+                passed = plain[position] if position < len(plain) else fields[position].value
+            if passed is None:
+                return None
+            values.append(passed)
+        return values or None
+
+    def _class_of_method_named(self, classdef: cst.ClassDef, name: str) -> bool:
+        return _method(classdef, name) is not None
+
+    def _assigned_attributes(self, classdef: cst.ClassDef) -> dict[str, list[cst.BaseExpression] | None]:
+        """attribute -> the values the class's methods assign to `self.<attribute>` (None when
+        one assignment cannot be followed: unpacked, augmented, annotated without a value)."""
+        key = id(classdef)
+        table = self._class_attributes.get(key)
+        if table is not None:
+            return table
+        table = self._class_attributes[key] = {}
+        for statement in self.index.find((cst.Assign, cst.AnnAssign, cst.AugAssign), within=classdef):
+            method = self.index.first_enclosing(statement, FUNCTIONS)
+            if (
+                not isinstance(method, cst.FunctionDef)
+                or self.class_of(method) is not classdef
+                or not method.params.params
+            ):
+                continue
+            owner = method.params.params[0].name.value
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                for part in _target_parts(target):
+                    if not (
+                        isinstance(part, cst.Attribute)
+                        and isinstance(part.value, cst.Name)
+                        and part.value.value == owner
+                    ):
+                        continue
+                    name = part.attr.value
+                    plain = isinstance(statement, cst.Assign) and len(statement.targets) == 1 and part is target
+                    if isinstance(statement, cst.AnnAssign) and statement.value is not None:
+                        plain = True
+                    if not plain:
+                        table[name] = None
+                    elif table.get(name, []) is not None:
+                        table.setdefault(name, []).append(statement.value)
+        return table
+
+    def exits(self, function: cst.FunctionDef) -> tuple[list[cst.Return], list[cst.Yield]]:
+        """The `return` and `yield` of `function` itself (not of functions nested in it)."""
+        returns, yields = [], []
+        for node in self.index.find((cst.Return, cst.Yield), within=function.body):
+            if self.index.first_enclosing(node, FUNCTIONS) is not function:
+                continue
+            (yields if isinstance(node, cst.Yield) else returns).append(node)
+        return returns, yields
+
+    def returned(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """The expressions `function` returns."""
+        return [node.value for node in self.exits(function)[0] if node.value is not None]
+
+    def _returns_fact(self, function: cst.FunctionDef) -> Fact:
+        """What a call of `function` gives: the join of what it returns; for a generator,
+        a batch of what it yields."""
+        returns, yields = self.exits(function)
+        if yields:
+            if any(y.value is None or isinstance(y.value, cst.From) for y in yields):
+                return UNKNOWN
+            return _container([self._fact(y.value) for y in yields])
+        if not returns or any(r.value is None for r in returns):
+            return UNKNOWN
+        result = BOTTOM
+        for node in returns:
+            result = result.join(self._fact(node.value))
+        return result
+
+    def arguments(self, param: cst.Param) -> list[tuple[cst.Call, cst.BaseExpression | None]] | None:
+        """The one answer to what callers pass a parameter: for each call of this file that
+        runs `param`'s function (`callers`: by name, a method on an instance of its class,
+        an `__init__` through its class), the call and what `param` holds then (the
+        argument, else its default; None where `*args` / `**kwargs` may pass it or there
+        is no default). None when the function may be called where this file cannot see
+        (passed as a value, never called here) or `param` is `*args` / `**kwargs`."""
+        function = self.parents.get(self.parents.get(param))
+        if not isinstance(function, cst.FunctionDef) or param.star:
+            return None
+        callers = self.callers(function)
+        if not callers:
+            return None
+        return [(call, passed_by(call, function, param, offset)) for call, offset in callers]
+
+    def passed(self, param: cst.Param) -> list[cst.BaseExpression] | None:
+        """What every call of this file passes to `param` (`arguments`); None when one of
+        them cannot be told."""
+        found = self.arguments(param)
+        values = [value for _, value in found] if found else None
+        return values if values is not None and None not in values else None
+
+    def callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
+        """The calls of `function` in this file, with how many leading parameters the call
+        fills itself (1 for a method called on an instance); None when the function is
+        also used otherwise (passed as a value, called on something perfmod cannot see)
+        or never called here."""
+        key = id(function)
+        if key not in self._callers:
+            self._callers[key] = None  # a call of itself while this runs: unknown
+            self._callers[key] = self._find_callers(function)
+        return self._callers[key]
+
+    def _find_callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
+        name = function.name.value
+        classdef = self.class_of(function)
+        if classdef is None:
+            scope = self.scopes.get(function)
+            found = list(scope.assignments[name]) if scope is not None else []
+            if len(found) != 1 or found[0].node is not function:
+                return None
+            calls = []
+            for access in found[0].references:
+                call = self.parents.get(access.node)
+                if not (isinstance(call, cst.Call) and call.func is access.node):
+                    return None  # passed as a value: called where perfmod cannot see
+                calls.append((call, 0))
+            return calls or None
+        if name == "__init__" and not function.decorators:
+            return self._constructions(classdef)
+        if _decorated(function, STATIC) or function.decorators or name.startswith("__"):
+            return None
+        if self._attributes is None:
+            self._attributes = {}
+            for node in self.index.find(cst.Attribute):
+                self._attributes.setdefault(node.attr.value, []).append(node)
+        calls = []
+        for attribute in self._attributes.get(name, ()):
+            if self.instance_class(attribute.value) is not classdef:
+                continue
+            call = self.parents.get(attribute)
+            if not (isinstance(call, cst.Call) and call.func is attribute):
+                return None  # a bound method passed as a value
+            calls.append((call, 1))
+        return calls or None
+
+    def _constructions(self, classdef: cst.ClassDef) -> list[tuple[cst.Call, int]] | None:
+        """The calls that construct `classdef` (`Trainer(model, device)`), each filling the
+        `self` of its `__init__`, when every use of the class's name is such a call (no
+        subclass, no factory that hands the class on); None otherwise."""
+        scope = self.scopes.get(classdef)
+        if scope is None or len(scope.assignments[classdef.name.value]) != 1:
+            return None
+        calls = []
+        (binding,) = scope.assignments[classdef.name.value]
+        for access in binding.references:  # in nested scopes (a function that builds it) too
+            call = self.parents.get(access.node)
+            outer = self.parents.get(call)
+            if (
+                isinstance(call, cst.Arg)
+                and isinstance(outer, cst.Call)
+                and self.names.is_(outer.func, "builtins.super")
+            ):
+                continue  # `super(Net, self).__init__()` in its own methods
+            if not isinstance(call, cst.Call) or call.func is not access.node:
+                return None
+            calls.append((call, 1))
+        return sorted(calls, key=lambda found: self.index.order(found[0])) or None
+
+    # -- annotations and the project's own modules --------------------------------------
+
+    def annotation_fact(self, annotation: cst.BaseExpression) -> Fact:
+        """What a value annotated `annotation` holds: `Tensor`, `nn.Module`, `DataLoader[...]`,
+        `torch.device` (any alias, in quotes too), through `X | None`, `Optional[X]`,
+        `Union[X, Y]` (when all agree), `Annotated[X, ...]` and jaxtyping's `Float[Tensor, "b d"]`.
+        A DataLoader of unknown dataset yields host tensors (the default collate builds CPU
+        tensors), as one built in this file does; anything else is UNKNOWN."""
+        key = id(annotation)
+        found = self._annotations.get(key)
+        if found is None:
+            found = self._annotations[key] = self._annotation(annotation, None, 0)
+        return found
+
+    def _annotation(self, expr: cst.BaseExpression, quoted: cst.SimpleString | None, depth: int) -> Fact:
+        """`quoted`: the string `expr` was parsed from, for an annotation written in quotes."""
+        if depth > 8:
+            return UNKNOWN
+        if isinstance(expr, cst.SimpleString):
+            value = expr.evaluated_value
+            try:
+                parsed = cst.parse_expression(value) if isinstance(value, str) else None
+            except cst.ParserSyntaxError:
+                parsed = None
+            return self._annotation(parsed, quoted or expr, depth + 1) if parsed is not None else UNKNOWN
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.BitOr):
+            return _join_annotated([self._annotation(side, quoted, depth + 1) for side in (expr.left, expr.right)])
+        if isinstance(expr, cst.Name) and expr.value == "None":
+            return BOTTOM
+        if isinstance(expr, cst.Subscript):
+            names = self._annotation_names(expr.value, quoted)
+            parts = [e.slice.value for e in expr.slice if isinstance(e.slice, cst.Index)]
+            if names & {"typing.Optional", "typing.Union"}:
+                return _join_annotated([self._annotation(part, quoted, depth + 1) for part in parts])
+            if names & {"typing.Annotated", "typing_extensions.Annotated"} or any(
+                name.startswith("jaxtyping.") for name in names
+            ):
+                return self._annotation(parts[0], quoted, depth + 1) if parts else UNKNOWN
+            expr = expr.value
+        for name in sorted(self._annotation_names(expr, quoted)):
+            fact = ANNOTATED.get(name)
+            if fact is not None:
+                return fact
+        return UNKNOWN
+
+    def _annotation_names(self, expr: cst.BaseExpression, quoted: cst.SimpleString | None) -> set[str]:
+        """Qualified names of an annotation's class; for one written in quotes, looked up by
+        its spelling where the string is (imported names only)."""
+        if quoted is None:
+            return self.names.of(expr)
+        dotted = _dotted(expr)
+        scope = self.scopes.get(quoted) if dotted else None
+        head = dotted.split(".")[0] if dotted else ""
+        if scope is None or head not in scope:
+            return set()
+        found: set[str] = set()
+        for binding in scope[head]:
+            for name in binding.get_qualified_names_for(dotted):
+                if name.source is QualifiedNameSource.LOCAL:
+                    return set()
+                found.add(CANONICAL.get(name.name, name.name))
+        return found
+
+    def _project(self):
+        if self._project_modules is None:
+            from codemod.analysis.project import project_of
+
+            self._project_modules = project_of(self._context)
+        return self._project_modules
+
+    def _project_call_fact(self, call: cst.Call) -> Fact | None:
+        """What a call of a class or function of another module of the project gives (a class:
+        what Kinds says of it in its module); of a function, its argument's
+        place kept when it returns (a part of) its argument, the items of its argument for a
+        generator that yields them, else what its module's analysis or its annotation says."""
+        project = self._project()
+        built = project.class_of(call.func) if project.folder is not None else None
+        if built is not None:  # `Net()` of `from models import Net`: a module, if its class derives from one
+            module, classdef = built
+            return self._built_module(module.kinds.class_fact(classdef), call)
+        function = project.called(call) if project.folder is not None else None
+        if function is None:
+            return None
+        through = project.passes_through(function)
+        argument = project.argument(call, function, through.param) if through is not None else None
+        if argument is not None:
+            passed = self._fact(argument)
+            if through.whole or passed.kind is Kind.BOTTOM:
+                return passed
+            annotated = project.annotated(function)
+            if annotated is not None and annotated.kind is Kind.TENSOR:
+                if passed.kind in CONTAINERS:
+                    return Fact(Kind.TENSOR, passed.place, memory=passed.memory)
+                return Fact(Kind.TENSOR)
+            if through.items and passed.kind in CONTAINERS:
+                return _element(passed)
+            return annotated
+        items = project.yields_items_of(function)
+        argument = project.argument(call, function, items) if items is not None else None
+        if argument is not None:
+            return self._fact(argument)  # `cycle(loader)`: iterates the loader's batches, as `iter(loader)`
+        return project.returned(function) or project.annotated(function)
+
+    def _project_call_shape(self, call: cst.Call) -> Shape | None:
+        """The tuple a project function returns, element by element."""
+        project = self._project()
+        function = project.called(call) if project.folder is not None else None
+        size = project.arity(function) if function is not None else None
+        if not size:
+            return None
+        return tuple(
+            project.returned(function, (k,)) or project.annotated(function, (k,)) or UNKNOWN for k in range(size)
+        )
+
+    def _value_shape(self, value: cst.BaseExpression, depth: int = 0) -> Shape:
+        if (
+            isinstance(value, (cst.Tuple, cst.List))
+            and value.elements
+            and not any(isinstance(e, cst.StarredElement) for e in value.elements)
+        ):
+            return tuple(self._value_shape(e.value, depth) for e in value.elements)
+        if isinstance(value, cst.Call) and self.names.is_(value.func, "next", "builtins.next"):
+            first = positional(value, 0)
+            return self._item_shape(first.value) if first else UNKNOWN
+        if isinstance(value, cst.Call) and depth < 3:
+            function = self._local_callee(value)
+            if function is not None:  # `train_loader, val_loader = build_loaders(cfg)`
+                returns, yields = self.exits(function)
+                if returns and not yields and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns):
+                    shapes = [self._value_shape(r.value, depth + 1) for r in returns]
+                    if all(isinstance(shape, tuple) and len(shape) == len(shapes[0]) for shape in shapes):
+                        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+            shape = self._project_call_shape(value)
+            if shape is not None:  # `train_loader, val_loader = data.make_loaders(cfg)`
+                return shape
+        return self._fact(value)
+
+    def _item_shape(self, iterable: cst.BaseExpression) -> Shape:
+        """What one iteration over `iterable` yields."""
+        if isinstance(iterable, cst.Call):
+            args = [a.value for a in iterable.args if a.keyword is None and not a.star]
+            if self.names.is_(iterable.func, "enumerate", "builtins.enumerate") and args:
+                return (UNKNOWN, self._item_shape(args[0]))
+            if self.names.is_(iterable.func, "zip", "builtins.zip"):
+                return tuple(self._item_shape(a) for a in args)
+            if self.names.is_(iterable.func, *PASS_THROUGH_ITERABLES) and args:
+                return self._item_shape(args[0])
+            method = method_name(iterable)
+            if method in ("items", "values"):
+                element = _element(self._fact(iterable.func.value))
+                return (UNKNOWN, element) if method == "items" else element
+        fact = self._fact(iterable)
+        if fact.kind is Kind.LOADER:
+            return Fact(Kind.TENSOR if fact.single else Kind.BATCH, fact.place, memory=fact.memory)
+        return _element(fact)
+
+
+def _join_annotated(facts: list[Fact]) -> Fact:
+    """The fact of a union annotation: its members agree (None left out), else UNKNOWN."""
+    result = BOTTOM
+    for fact in facts:
+        result = result.join(fact)
+    return UNKNOWN if result.kind is Kind.BOTTOM else result
+
+
+def _dotted(expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        owner = _dotted(expr.value)
+        return f"{owner}.{expr.attr.value}" if owner else None
+    return None
+
+
+def _device_named(expr: cst.BaseExpression) -> str | None:
+    """The name a device expression is spelled with: `device`, `self.device`, `cfg["device"]`."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str):
+            return key.evaluated_value
+    return None
+
+
+def _in_tensor_namespace(name: str) -> bool:
+    """`torch.cos`, `torch.nn.functional.relu`: a function computing tensors from tensors."""
+    head, _, last = name.rpartition(".")
+    return (
+        head in TENSOR_NAMESPACES
+        and last[:1].islower()
+        and not last.startswith("_")
+        and name not in NOT_TENSOR_FUNCTIONS
+    )
+
+
+def _computed_on(module_place: Place) -> Place:
+    """Where a model's outputs live: where it was moved, else on its device."""
+    return module_place if module_place in (Place.HOST, Place.CUDA) else Place.DEVICE
+
+
+def _container(facts: list[Fact]) -> Fact:
+    """A list, tuple, dict or generator of tensors (or of such): a batch where they are."""
+    if not facts:
+        return UNKNOWN
+    if all(f.kind is Kind.BOTTOM for f in facts):
+        return BOTTOM
+    facts = [f for f in facts if f.kind is not Kind.BOTTOM]
+    if not all(f.kind in CONTAINERS for f in facts):
+        return UNKNOWN
+    place, memory = facts[0].place, facts[0].memory
+    for fact in facts[1:]:
+        place, memory = place.join(fact.place), memory.join(fact.memory)
+    return Fact(Kind.BATCH, place, memory=memory)
+
+
+def _as_fact(shape: Shape) -> Fact:
+    """A tuple shape as the batch it is."""
+    if isinstance(shape, Fact):
+        return shape
+    return _container([_as_fact(part) for part in shape])
+
+
+def _target_parts(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [part for element in target.elements for part in _target_parts(element.value)]
+    return [target]
+
+
+def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    """The method `name` the class body defines (the last definition wins)."""
+    found = None
+    for statement in classdef.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            found = statement
+    return found
+
+
+def _method_names(classdef: cst.ClassDef) -> set[str]:
+    return {s.name.value for s in classdef.body.body if isinstance(s, cst.FunctionDef)}
+
+
+def _is_init(function: cst.CSTNode | None) -> bool:
+    return isinstance(function, cst.FunctionDef) and function.name.value == "__init__"
+
+
+def _decorated(function: cst.FunctionDef, names) -> bool:
+    for decorator in function.decorators:
+        spelled = decorator.decorator
+        if isinstance(spelled, cst.Name) and spelled.value in names:
+            return True
+    return False
+
+
+def _join_shapes(shapes: list[Shape]) -> Shape:
+    """The shape every one of `shapes` fits: tuples element-wise when they agree, else facts."""
+    if all(isinstance(shape, tuple) for shape in shapes) and len({len(shape) for shape in shapes}) == 1:
+        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+    result = BOTTOM
+    for shape in shapes:
+        result = result.join(_as_fact(shape))
+    return result
+
+
+def _element(fact: Fact) -> Fact:
+    """An element of a batch or a row of a tensor: a tensor in the same place."""
+    if fact.kind is Kind.BOTTOM:
+        return BOTTOM
+    if fact.kind in (Kind.TENSOR, Kind.BATCH):
+        return Fact(Kind.TENSOR, fact.place, memory=fact.memory)
+    return UNKNOWN
+
+
+def _destructure(shape: Shape, path: list[int]) -> Fact:
+    for index in path:
+        if isinstance(shape, tuple):
+            shape = shape[index] if index < len(shape) else UNKNOWN
+        else:
+            shape = _element(shape)
+    return _as_fact(shape)
+
+
+def _tensor_join(facts: list[Fact], kind: Kind = Kind.TENSOR, default: Place | None = None) -> Fact:
+    """A tensor (or `kind`) placed where its tensor operands are; unknown without any."""
+    if facts and all(f.kind is Kind.BOTTOM for f in facts):
+        return BOTTOM
+    operands = [f for f in facts if f.kind in CONTAINERS]
+    if not operands:
+        return Fact(kind, default) if default is not None else UNKNOWN
+    place = operands[0].place
+    for other in operands[1:]:
+        place = place.join(other.place)
+    # computed from pageable tensors alone: new pageable memory, or one of them
+    pageable = all(f.memory is Memory.PAGEABLE for f in operands)
+    return Fact(kind, place, memory=Memory.PAGEABLE if pageable else Memory.UNKNOWN)
+
+
+def _literal_entry(literal: cst.BaseExpression | None, key: str, names) -> cst.BaseExpression | None:
+    """The value of `key` in a dict literal or a `dict(...)` call with keywords."""
+    if isinstance(literal, cst.Dict):
+        return dict_entry(literal, key)
+    if isinstance(literal, cst.Call) and names.is_(literal.func, "dict", "builtins.dict"):
+        found = kwarg(literal, key)
+        return found.value if found is not None else None
+    return None
+
+
+def _flag_memory(value: cst.BaseExpression) -> Memory:
+    """The memory `pin_memory=value` asks for: pageable for a false literal, else pinned (an
+    expression such as `device.type == "cuda"` pins where a copy to CUDA happens)."""
+    if isinstance(value, cst.Name) and value.value in ("False", "None"):
+        return Memory.PAGEABLE
+    if isinstance(value, cst.Integer) and value.evaluated_value == 0:
+        return Memory.PAGEABLE
+    return Memory.PINNED
+
+
+def _string_place(value) -> Place:
+    if not isinstance(value, str):
+        return Place.UNKNOWN
+    if value.startswith("cuda"):
+        return Place.CUDA
+    if value == "cpu":
+        return Place.HOST
+    return Place.UNKNOWN
+
+
+def _fstring_prefix(expr: cst.FormattedString) -> str:
+    first = expr.parts[0] if expr.parts else None
+    return first.value if isinstance(first, cst.FormattedStringText) else ""
+
 
 KEY = "values"
 
@@ -146,22 +1959,17 @@ class Values:
                 return sides
             return NUMBER  # `/`, `**`: an int may give a float
         if isinstance(expr, cst.Call):
-            if self.names.is_(expr.func, "builtins.len", "builtins.int"):
-                return INT
-            if self.names.is_(expr.func, "builtins.float"):
-                return NUMBER
-            method = method_name(expr)
-            if method == "size":
-                return INT if expr.args else None  # `t.size()` is a torch.Size
-            if method in ("numel", "dim") and not expr.args:
-                return INT
-            return NUMBER if method == "item" and not expr.args else None
-        if isinstance(expr, cst.Subscript):
-            shape = isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
-            return INT if shape else None
+            return self._call_number(expr)
+        if isinstance(expr, cst.Subscript):  # `t.shape[1]`, `t.size()[1]`: not a slice of it
+            index = len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
+            return INT if index and _shape_of(expr.value) is not None else None
         if isinstance(expr, cst.Attribute):
+            if self.names.of(expr) & MATH_CONSTANTS:
+                return NUMBER
             found = self.context.training.attribute_values(expr)  # `self.n = 3`, an option's choices
-            return _join_numbers([self.number(v) for v in found]) if found else None
+            if found:
+                return _join_numbers([self.number(v) for v in found])
+            return INT if expr.attr.value == "ndim" else None  # a tensor's or an array's rank
         if not isinstance(expr, cst.Name):
             return None
         found = self.kinds.sources(expr)  # the bindings it may read, through `n += 1`
@@ -169,17 +1977,28 @@ class Values:
             return None
         return _join_numbers([self._bound_number(binding) for binding in found])
 
+    def _call_number(self, call: cst.Call) -> str | None:
+        qualified = self.names.of(call.func)
+        if qualified & {"builtins.len", "builtins.int"} or qualified & INT_MATH_FUNCTIONS:
+            return INT
+        if qualified & {"builtins.float"} or any(name.startswith("math.") for name in qualified):
+            return NUMBER
+        if qualified & {"builtins.min", "builtins.max", "builtins.abs"} and call.args:
+            return _join_numbers([None if a.star else self.number(a.value) for a in call.args])
+        if qualified & {"builtins.round"} and call.args:
+            number = self.number(call.args[0].value)
+            return (INT if len(call.args) == 1 else number) if number is not None else None
+        method = method_name(call)
+        if method == "size":
+            return INT if call.args else None  # `t.size()` is a torch.Size
+        if method in ("numel", "dim") and not call.args:
+            return INT
+        return NUMBER if method == "item" and not call.args else None
+
     def _bound_number(self, binding: Assignment) -> str | None:
         node = binding.node
         if isinstance(node, cst.Param):
-            passed = self.kinds.arguments(node)  # what every call passes, or the default
-            if not passed:
-                return None
-            values = [value for _, value in passed]
-            if None in values:
-                return None
-            defaults = [node.default] if node.default is not None else []
-            return _join_numbers([self.number(v) for v in [*values, *defaults]])
+            return self._param_number(node)
         bindings = self.context.bindings
         statement = bindings.statement(node)
         if isinstance(statement, cst.AugAssign):
@@ -195,8 +2014,27 @@ class Values:
         value = bindings.assigned_value(binding)
         if value is None:
             unpacked = bindings.unpacked(binding)
+            if unpacked is not None and _shape_of(unpacked[0]) is not None:
+                return INT  # `B, T, C = x.shape`
             value = self.kinds.element(*unpacked) if unpacked is not None else None  # `a, b = 0, 1.0`
         return self.number(value)
+
+    def _param_number(self, param: cst.Param) -> str | None:
+        """A parameter annotated `int` or `float`; else what every call of this file passes
+        it (`Kinds.arguments`, the default where a call leaves it), or, where no call of this
+        file is seen, its default."""
+        if param.annotation is not None:
+            annotated = _annotated_number(param.annotation.annotation)
+            if annotated is not None:
+                return annotated
+        passed = self.kinds.arguments(param)
+        if passed is None:  # called where this file cannot see: as written, its default
+            return self.number(param.default) if param.default is not None else None
+        values = [value for _, value in passed]
+        if not values or None in values:
+            return None
+        defaults = [param.default] if param.default is not None else []
+        return _join_numbers([self.number(v) for v in [*values, *defaults]])
 
     def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
         """Is `target` the index of `for i in range(...)` or `for i, x in enumerate(...)`?"""
@@ -383,6 +2221,34 @@ class Values:
             return [element]
         returned = self.context.loops.returned(*unpacked) if isinstance(unpacked[0], cst.Call) else None
         return list(returned) if returned is not None else [None]
+
+
+def _annotated_number(annotation: cst.BaseExpression) -> str | None:
+    """INT for `int`, NUMBER for `float`, and so for `Optional[int]` / `float | None` (a None
+    that reaches arithmetic fails before it could be a tensor)."""
+    if isinstance(annotation, cst.Name) and annotation.value in ("int", "float"):
+        return INT if annotation.value == "int" else NUMBER
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        sides = [annotation.left, annotation.right]
+        others = [side for side in sides if not (isinstance(side, cst.Name) and side.value == "None")]
+        return _annotated_number(others[0]) if len(others) == 1 else None
+    if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1:
+        optional = annotation.value
+        named = optional.attr if isinstance(optional, cst.Attribute) else optional  # `typing.Optional`
+        named = named.value if isinstance(named, cst.Name) else None
+        inner = annotation.slice[0].slice
+        if named == "Optional" and isinstance(inner, cst.Index):
+            return _annotated_number(inner.value)
+    return None
+
+
+def _shape_of(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`t` for `t.shape` and `t.size()`: a tuple of ints."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "shape":
+        return expr.value
+    if isinstance(expr, cst.Call) and method_name(expr) == "size" and not expr.args:
+        return expr.func.value
+    return None
 
 
 def _join_numbers(found: list[str | None]) -> str | None:

@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tokenizers import tokenizers
@@ -68,6 +67,7 @@ from codemod.analysis.torch_facts import (
     SHARING_CALLS,
     TRANSPARENT_BLOCKS,
 )
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -475,13 +475,7 @@ class Variance:
         a chain hoisted with it, `s = f(...)` then `s = s.to(device)`), read in it only after
         those statements, and its value never changed in place there?"""
         scope = self._scopes.get(statement)
-        others = [
-            a
-            for a in scope.assignments[name]
-            if a.node is not statement.targets[0].target
-            and isinstance(a.node, cst.CSTNode)
-            and self.context.inside(a.node, region)
-        ]
+        others = [a for a in self.context.kinds.bindings_in(region, name) if a.node is not statement.targets[0].target]
         chain = [statement]
         if others:
             chain = self._rebinding_chain(name, statement, region, hoisted)
@@ -509,12 +503,9 @@ class Variance:
         expert moves out together: `name = value` alone on lines of one block, each after
         the first computed from invariants and the one before (`s = s.to(device)`); the
         first is `statement`, or was moved out already. None otherwise."""
-        scope = self._scopes.get(statement)
         members = []
-        for assignment in scope.assignments[name]:
+        for assignment in self.context.kinds.bindings_in(region, name):
             node = assignment.node
-            if not (isinstance(node, cst.CSTNode) and self.context.inside(node, region)):
-                continue
             target, assign = self.context.parents.get(node), None
             if isinstance(target, cst.AssignTarget):
                 assign = self.context.parents.get(target)

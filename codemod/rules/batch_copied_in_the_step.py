@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.kinds import DEVICE_NAME, PASS_THROUGH_ITERABLES, Place
 from codemod.analysis.loaders import ENUMERATE, PIN_MEMORY_POSITION
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
+from codemod.analysis.values import DEVICE_NAME, PASS_THROUGH_ITERABLES, Place
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 

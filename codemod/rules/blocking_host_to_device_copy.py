@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.kinds import Kind, Memory, Place
 from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of
+from codemod.analysis.values import Kind, Memory, Place
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.forward_runs import ForwardRuns, forward_runs
-from codemod.analysis.kinds import Place
 from codemod.analysis.lightning import TrainerBuild, lightning_trainers
 from codemod.analysis.policy_sites import policy_sites
 from codemod.analysis.torch_facts import (
@@ -14,6 +13,7 @@ from codemod.analysis.torch_facts import (
     LIGHTNING_PRECISION_KEYWORD,
 )
 from codemod.analysis.training import NO_FORWARD, TrainingLoop
+from codemod.analysis.values import Place
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
 

@@ -5,11 +5,11 @@ from functools import partial
 import libcst as cst
 
 from codemod.analysis.corpus import Pretokenize, corpus
-from codemod.analysis.kinds import Kind
 from codemod.analysis.loop_edits import in_front_of, moved_line
 from codemod.analysis.names import kwarg, method_name
 from codemod.analysis.periodic import periodic
 from codemod.analysis.tokenizers import tokenizers
+from codemod.analysis.values import Kind
 from codemod.analysis.variance import Hoist, Hoists, variance
 from codemod.edits import InsertBefore, Move, Replace
 from codemod.rule import Invalid, Level, Rule, Valid

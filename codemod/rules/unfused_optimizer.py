@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis.kinds import Place
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.torch_facts import (
     FUSED_CONFLICTS,
@@ -12,6 +11,7 @@ from codemod.analysis.torch_facts import (
     LAUNCH_FUSED_TYPES,
 )
 from codemod.analysis.training import Model
+from codemod.analysis.values import Place
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 

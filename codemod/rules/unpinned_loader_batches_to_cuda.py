@@ -4,11 +4,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.kinds import Place
 from codemod.analysis.loaders import PIN_MEMORY_POSITION
 from codemod.analysis.names import has_star_kwargs, kwarg, positional, string_quote_at
 from codemod.analysis.project import project_of
 from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
+from codemod.analysis.values import Place
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 

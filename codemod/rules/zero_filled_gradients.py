@@ -4,8 +4,8 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.grad_resets import assigns_grads, grad_resets, is_not_none_check, is_plain_reference
-from codemod.analysis.kinds import Kind
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.values import Kind
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 

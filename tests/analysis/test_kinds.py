@@ -6,7 +6,7 @@ asks Kinds for the fact of the probe's argument."""
 import libcst as cst
 import pytest
 
-from codemod.analysis.kinds import Fact, Kind, Memory, Place
+from codemod.analysis.values import Fact, Kind, Memory, Place
 from codemod.context import FileContext
 
 HEAD = """\
@@ -174,7 +174,7 @@ def test_a_question_that_needs_more_work_than_its_budget_is_unknown(monkeypatch)
     )
     code = chain + "probe(f39())\n"
     assert facts_of_probes(code) == [Fact(Kind.TENSOR, Place.HOST, memory=Memory.PAGEABLE)]
-    monkeypatch.setattr("codemod.analysis.kinds.WORK_PER_QUESTION", 10)
+    monkeypatch.setattr("codemod.analysis.values.WORK_PER_QUESTION", 10)
     assert facts_of_probes(code) == [UNKNOWN]
 
 

@@ -5,7 +5,7 @@ computation on pageable tensors makes them; unknown otherwise."""
 
 import pytest
 
-from codemod.analysis.kinds import Memory
+from codemod.analysis.values import Memory
 from tests.analysis.test_kinds import facts_of_probes
 
 LOADER = "ds = TensorDataset(torch.randn(8, 3), torch.randn(8))\n"

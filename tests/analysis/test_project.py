@@ -19,8 +19,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemod.analysis.kinds import Kind, Place
 from codemod.analysis.project import project_of
+from codemod.analysis.values import Kind, Place
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source

@@ -79,3 +79,22 @@ def test_a_local_function_over_builtins_is_pure_and_calls_of_it_too():
     context = FileContext.of_source(source)
     call = [c for c in context.index.find(cst.Call) if context.source(c.func) == "words"][0]
     assert context.purity.pure_call(call)
+
+
+@pytest.mark.parametrize(
+    ("expression", "free"),
+    [
+        ("torch.stack([x, x]).argmax()", True),  # torch's table and the tensor methods: one set
+        ("torch.cat([x]).to('cpu').tolist()", True),
+        ("x.gather(0, x.long()).isnan()", True),
+        ("nn.CrossEntropyLoss()", True),  # a loss module has no weights
+        ("nn.Linear(4, 4)", False),  # building it draws its weights from the RNG
+        ("nn.LSTM(4, 4)", False),
+        ("torch.randn(4)", False),
+        ("x.add_(1)", False),
+    ],
+)
+def test_one_notion_of_a_pure_torch_call(expression, free):
+    context = FileContext.of_source(f"import torch\nimport torch.nn as nn\nx = torch.ones(4)\ny = {expression}\n")
+    (statement,) = [a for a in context.index.find(cst.Assign) if context.source(a.targets[0].target) == "y"]
+    assert context.purity.side_effect_free(statement.value) is free

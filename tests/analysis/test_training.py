@@ -6,8 +6,8 @@ import libcst as cst
 import libcst.matchers as m
 import pytest
 
-from codemod.analysis.kinds import Place
 from codemod.analysis.training import Training, TrainingLoop
+from codemod.analysis.values import Place
 from codemod.context import FileContext
 
 HEAD = """\

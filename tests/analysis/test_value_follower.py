@@ -10,8 +10,7 @@ import textwrap
 import libcst as cst
 
 from codemod.analysis.host_reads import host_reads
-from codemod.analysis.kinds import Kind, Memory, Place
-from codemod.analysis.values import BOOL, COMPLEX, FLOAT, INT64, values
+from codemod.analysis.values import BOOL, COMPLEX, FLOAT, INT64, Kind, Memory, Place, values
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source

@@ -18,7 +18,7 @@ FILES = (
     + sorted((REPO / "fixtures" / "training").glob("*.py"))
     + sorted((REPO / "fixtures" / "rules").rglob("*.in.py"))[::6]
     + [REPO / "codemod" / name for name in ("engine.py", "edits.py", "cli.py", "verify_run.py")]
-    + [REPO / "codemod" / "analysis" / name for name in ("kinds.py", "training.py")]
+    + [REPO / "codemod" / "analysis" / name for name in ("values.py", "training.py")]
 )
 
 
