@@ -29,7 +29,8 @@ CANONICAL = {
 }
 
 
-def _is_none(node: cst.BaseExpression) -> bool:
+def is_none(node: cst.BaseExpression) -> bool:
+    """The literal `None`."""
     return isinstance(node, cst.Name) and node.value == "None"
 
 
@@ -150,7 +151,7 @@ class Names:
                         for statement in line.body if isinstance(line, cst.SimpleStatementLine) else ():
                             if (
                                 isinstance(statement, cst.Assign)
-                                and _is_none(statement.value)
+                                and is_none(statement.value)
                                 and all(isinstance(t.target, cst.Name) for t in statement.targets)
                             ):
                                 found.update(t.target for t in statement.targets)

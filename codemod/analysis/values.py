@@ -97,7 +97,16 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
 from codemod.analysis.bindings import argument_for, passed_by
-from codemod.analysis.names import CANONICAL, dict_entry, kwarg, method_name, names_read, positional, sole_definition
+from codemod.analysis.names import (
+    CANONICAL,
+    dict_entry,
+    is_none,
+    kwarg,
+    method_name,
+    names_read,
+    positional,
+    sole_definition,
+)
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
@@ -1678,6 +1687,13 @@ class Kinds:
             shape = self._project_call_shape(value)
             if shape is not None:  # `train_loader, val_loader = data.make_loaders(cfg)`
                 return shape
+        if isinstance(value, cst.Attribute) and depth < 3:
+            # `a, b = self.pair` of `self.pair = (x, y)` in another method; a `None` it is
+            # reset to cannot be unpacked, so it is not a value the unpacking reads.
+            assigned = [v for v in self._self_attribute_values(value) or () if not is_none(v)]
+            shapes = [self._value_shape(v, depth + 1) for v in assigned]
+            if shapes and all(isinstance(shape, tuple) and len(shape) == len(shapes[0]) for shape in shapes):
+                return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
         return self._fact(value)
 
     def _item_shape(self, iterable: cst.BaseExpression) -> Shape:

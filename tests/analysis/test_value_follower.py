@@ -345,3 +345,32 @@ def test_a_counter_is_a_number_where_only_numbers_reach_it():
     first = next(n for n in ctx.index.find(cst.Name) if n.value == "seen" and ctx.line(n) == 6)
     assert scan.is_number(seen) and not scan.is_number(first)  # the string does not reach the last read
     assert scan.is_nonzero_number(scale) and not scan.is_nonzero_number(seen)
+
+
+def test_a_pair_kept_in_an_attribute_unpacks_to_what_another_method_put_in_it():
+    """modded-nanogpt's shape: counts made on the host, kept as a tuple in `self.state`
+    (reset to None after use), unpacked in another method: still host tensors, so reading
+    them is no wait for the device."""
+    ctx = context(
+        """
+        import numpy as np
+        import torch
+
+        class Manager:
+            def __init__(self):
+                self.state = None
+
+            def begin(self, idx):
+                counts = torch.from_numpy(np.bincount(idx, minlength=8))
+                self.state = (counts, torch.empty_like(counts))
+
+            def finish(self):
+                counts, recv = self.state
+                self.state = None
+                print(counts, recv)
+        """
+    )
+    kinds = ctx.kinds
+    for name in ("counts", "recv"):
+        fact = kinds.fact(last_read(ctx, name))
+        assert (fact.kind, fact.place) == (Kind.TENSOR, Place.HOST), name
