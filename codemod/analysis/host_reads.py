@@ -53,6 +53,7 @@ from codemod.analysis import match as m
 from codemod.analysis.kinds import TENSOR_FUNCTIONS, Kind, Place
 from codemod.analysis.names import method_name, names_read, subscript_parts
 from codemod.analysis.periodic import periodic
+from codemod.analysis.project import project_of
 from codemod.analysis.scopes import reads_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
@@ -1196,6 +1197,10 @@ class StepReads:
             if any(id(s) in self.suppressed for s in found):
                 raise Kept(f"a sync added to {total.label} is suppressed at line {self.a.line(accumulation)}")
             terms.extend(self._terms(accumulation, total, found, carried))
+        for term, _ in terms:
+            elsewhere = self._called_elsewhere(term)
+            if elsewhere is not None:
+                raise Kept(elsewhere)
 
         def sync_of(term: cst.CSTNode) -> cst.Call:
             if id(term) in carriers:
@@ -1281,6 +1286,20 @@ class StepReads:
                 continue
             deferrals.append(Deferral(SUMMED, term, holder=total.label.strip("`"), int_sum=int_sum, places=places))
         return wrapper
+
+    def _called_elsewhere(self, term: cst.CSTNode) -> str | None:
+        """Where another module of the project calls the function whose returned sync
+        `term` adds (the fix makes it return a tensor), private name or not."""
+        function = self.a.context.loops.callee(term) if self._returned_by(term) is not None else None
+        if function is None:
+            return None
+        project = project_of(self.a.context)
+        for module, call in project.package_calls(function):
+            return (
+                f"`{function.name.value}` returns it, and {project.shown_in(module.context, call)} calls "
+                "it too, where a tensor would arrive instead of a number"
+            )
+        return None
 
     def _scaled_count(self, term: cst.CSTNode, dtypes: dict[int, str | None]) -> bool:
         """Is `term` an int64 count multiplied by a floating-point term (`loss.item() * n`)?
