@@ -232,12 +232,14 @@ class GradResets:
                 )
         module = self.context.module
         read = next((r for r in self.grad_reads(module) if not self.context.inside(r, site)), None)
-        if read is None:
-            read = next(
-                (c for c in self.context.index.find(cst.Call) if self.context.names.of(c.func) & GRAD_NORMS), None
-            )
         if read is not None:
             return f"{MISSING_GRAD} at line {self.context.line(read)}"
+        norm = next((c for c in self.context.index.find(cst.Call) if self.context.names.of(c.func) & GRAD_NORMS), None)
+        if norm is not None:
+            return (
+                "a parameter that gets no gradient in some step is left out of the gradient norm "
+                f"(line {self.context.line(norm)}) instead of counted as zero, which may round differently"
+            )
         where = self._project_grad_reader()
         if where is not None:
             return f"{MISSING_GRAD} in `{where[0]}` ({where[1]})"
