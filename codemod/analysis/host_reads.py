@@ -1293,12 +1293,19 @@ class StepReads:
         function = self.a.context.loops.callee(term) if self._returned_by(term) is not None else None
         if function is None:
             return None
-        project = project_of(self.a.context)
+        project, name = project_of(self.a.context), function.name.value
         for module, call in project.package_calls(function):
             return (
-                f"`{function.name.value}` returns it, and {project.shown_in(module.context, call)} calls "
+                f"`{name}` returns it, and {project.shown_in(module.context, call)} calls "
                 "it too, where a tensor would arrive instead of a number"
             )
+        if self.a.context.kinds.class_of(function) is not None:  # a method: named as `.name` where it is called
+            for module in project.package_importers():
+                if module.mentions(f".{name}(".encode()):
+                    return (
+                        f"`{name}` returns it, and `{project.dotted(module.path)}`, which imports this module, "
+                        f"calls a `.{name}(...)` too, where a tensor would arrive instead of a number"
+                    )
         return None
 
     def _scaled_count(self, term: cst.CSTNode, dtypes: dict[int, str | None]) -> bool:

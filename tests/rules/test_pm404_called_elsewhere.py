@@ -88,3 +88,55 @@ def test_a_private_step_function_no_other_module_calls_returns_the_tensor(tmp_pa
     findings, rewritten = rewrite(tmp_path, None, Level.SAFE)
     assert [(f.level, f.applied) for f in findings] == [(Level.SAFE, True)]
     assert "return loss.detach().double()" in rewritten
+
+
+TRAINER = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Trainer:
+    def __init__(self):
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = nn.Linear(8, 8).to(self.device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+
+    def _train_step(self, x):
+        loss = F.mse_loss(self.model(x), x)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+    def fit(self):
+        running = 0.0
+        for step in range(4):
+            running += self._train_step(torch.randn(4, 8, device=self.device))
+            if step % 2 == 1:
+                print(f"loss {running / 2:.6f}")
+                running = 0.0
+"""
+TRAINER_SMOKE = """\
+import json
+
+import torch
+
+from pm404_steppkg.train import Trainer
+
+print(json.dumps({"loss": Trainer()._train_step(torch.randn(4, 8))}))
+"""
+
+
+def test_a_private_step_method_another_module_calls_keeps_its_return(tmp_path):
+    package = tmp_path / "pm404_steppkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text(TRAINER)
+    (package / "smoke.py").write_text(TRAINER_SMOKE)
+    settings = Settings(select=("PM404",), level=Level.UNSAFE, root=tmp_path)
+    result = process_source(TRAINER.encode(), str(package / "train.py"), settings, [PerStepHostSync])
+    assert [f.fixable for f in result.findings] == [False]
+    namespace = {"__name__": "pm404_steppkg.train"}
+    exec(compile(result.new_source.decode(), "<train>", "exec"), namespace)
+    assert isinstance(namespace["Trainer"]()._train_step(__import__("torch").randn(4, 8)), float)
