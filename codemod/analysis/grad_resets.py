@@ -17,7 +17,16 @@ tells a zero `.grad` from a missing one. The one place that answers it for
   `.grad` without checking it for None;
 - `zero_step_changes_nothing(optimizers, site)`: stepping a zero gradient leaves every
   parameter and state as it is (plain SGD, no momentum or weight decay in any group), and
-  nothing else in the file reads `.grad` or takes a norm over the gradients.
+  nothing else in the file reads `.grad` or takes a norm over the gradients;
+  `zero_step_differs(optimizers, site)` says why not (None when it changes nothing):
+  also an optimizer configured after it is built (`configured_after`), and a `.grad`
+  read in a function of the project that the file calls (Project.grad_reader);
+- `configured_after(optimizer)`: a place after its construction where an optimizer's
+  groups may get momentum or weight decay: a write to a key of `opt.param_groups[...]`
+  other than the learning rate, `opt.add_param_group({... "momentum": 0.9})`,
+  `opt.load_state_dict(...)`, `opt.defaults`, the optimizer handed to a call (other than
+  a learning-rate-only scheduler, torch_facts.LR_ONLY_SCHEDULERS, or a GradScaler's
+  `step`/`unscale_`) or bound to another name.
 
 Module functions: `is_not_none_check(test, p)` (`p.grad is not None`), `is_plain_reference(expr)`
 (`model`, `self.model`: the same when evaluated twice), `assigns_grads(loop)`.
@@ -32,7 +41,15 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.torch_facts import GRAD_NORMS, GRAD_RESET_METHODS, GRAD_ZEROING_METHODS
+from codemod.analysis.project import project_of
+from codemod.analysis.torch_facts import (
+    GRAD_NORMS,
+    GRAD_RESET_METHODS,
+    GRAD_SCALER_NAMES,
+    GRAD_ZEROING_METHODS,
+    LR_GROUP_KEYS,
+    LR_ONLY_SCHEDULERS,
+)
 from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
@@ -40,6 +57,11 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 KEY = "grad_resets"
+OPTIMIZER_MOVES = (
+    "a parameter that gets no gradient in some step is then skipped by the optimizer "
+    "instead of stepped with a zero gradient (which momentum, Adam's moments and weight decay move)"
+)
+MISSING_GRAD = "a parameter that gets no gradient in some step has None for its `.grad`, which is read"
 GRAD = m.Attribute(attr=m.Name("grad"))
 
 
@@ -193,12 +215,128 @@ class GradResets:
     def zero_step_changes_nothing(self, optimizers: tuple[OptimizerBuild, ...], site: cst.CSTNode) -> bool:
         """Would stepping a zero gradient leave parameters and state as they are, and
         nothing else in the file tell a zero `.grad` from a missing one?"""
+        return self.zero_step_differs(optimizers, site) is None
+
+    def zero_step_differs(self, optimizers: tuple[OptimizerBuild, ...], site: cst.CSTNode) -> str | None:
+        """Why a step with a zero gradient may differ from one without it (the optimizer
+        moves it, or code tells a zero `.grad` from a missing one); None when it cannot."""
         if not optimizers or not all(self._is_plain_sgd(o.call) for o in optimizers):
-            return False
+            return OPTIMIZER_MOVES
+        for optimizer in optimizers:
+            where = self.configured_after(optimizer)
+            if where is not None:
+                return (
+                    f"`{optimizer.expression}` may get momentum or weight decay after it is built "
+                    f"(line {self.context.line(where)}), and then a parameter that gets no gradient in some step "
+                    "is skipped instead of stepped with a zero gradient"
+                )
         module = self.context.module
-        if any(not self.context.inside(r, site) for r in self.grad_reads(module)):
+        read = next((r for r in self.grad_reads(module) if not self.context.inside(r, site)), None)
+        if read is not None:
+            return f"{MISSING_GRAD} at line {self.context.line(read)}"
+        norm = next((c for c in self.context.index.find(cst.Call) if self.context.names.of(c.func) & GRAD_NORMS), None)
+        if norm is not None:
+            return (
+                "a parameter that gets no gradient in some step is left out of the gradient norm "
+                f"(line {self.context.line(norm)}) instead of counted as zero, which may round differently"
+            )
+        where = self._project_grad_reader()
+        if where is not None:
+            return f"{MISSING_GRAD} in `{where[0]}` ({where[1]})"
+        return None
+
+    def _project_grad_reader(self) -> tuple[str, str] | None:
+        """A function of the project's other modules, called in this file, that reads
+        `.grad` (itself or through what it calls): its name and where it reads."""
+        project = project_of(self.context)
+        if not project.imports_project():
+            return None
+        for call in self.context.index.find(cst.Call):
+            function = project.called(call)
+            where = project.grad_reader(function) if function is not None else None
+            if where is not None:
+                return function.node.name.value, where
+        return None
+
+    def configured_after(self, optimizer: OptimizerBuild) -> cst.CSTNode | None:
+        """A place where the optimizer's groups may get momentum or weight decay after it
+        is built (see the module docstring); None when there is none in the file."""
+        if optimizer.call is None:
+            return None
+        code = self.context.module.code_for_node
+        spelled = optimizer.expression
+        for node in self.context.index.find((cst.Name, cst.Attribute)):
+            if node is optimizer.call or self.context.inside(node, optimizer.call) or code(node) != spelled:
+                continue
+            parent = self.context.parents.get(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                if self._configures(parent):
+                    return parent
+            elif isinstance(parent, cst.Arg) and parent.value is node:
+                call = self.context.parents.get(parent)
+                if isinstance(call, cst.Call) and not self._reads_groups_only(call):
+                    return call
+            elif isinstance(parent, (cst.Assign, cst.AnnAssign, cst.Return, cst.Element, cst.NamedExpr)):
+                if not (isinstance(parent, cst.Assign) and parent.value is not node):
+                    return parent  # an alias or a container the optimizer leaves in
+        return None
+
+    def _configures(self, attribute: cst.Attribute) -> bool:
+        """`opt.<attr>` used in a way that may set momentum or weight decay."""
+        name = attribute.attr.value
+        parent = self.context.parents.get(attribute)
+        if name == "add_param_group":
+            if not (isinstance(parent, cst.Call) and len(parent.args) == 1 and not parent.args[0].star):
+                return True
+            return not self._groups_are_plain(cst.List([cst.Element(parent.args[0].value)]))
+        if name in ("load_state_dict", "defaults", "__setstate__"):
+            return True
+        if name != "param_groups":
             return False
-        return not any(self.context.names.of(c.func) & GRAD_NORMS for c in self.context.index.find(cst.Call))
+        if isinstance(parent, cst.For) and parent.iter is attribute:
+            return not (isinstance(parent.target, cst.Name) and self._group_uses_are_reads(parent.target, parent.body))
+        if isinstance(parent, cst.Subscript) and parent.value is attribute:
+            return not self._group_use_is_read(parent)
+        return True
+
+    def _group_uses_are_reads(self, group: cst.Name, body: cst.BaseSuite) -> bool:
+        for name in self.context.index.find(cst.Name, within=body):
+            if name.value != group.value:
+                continue
+            parent = self.context.parents.get(name)
+            if not (isinstance(parent, cst.Subscript) and parent.value is name and self._group_key_use_is_read(parent)):
+                return False
+        return True
+
+    def _group_use_is_read(self, group: cst.Subscript) -> bool:
+        """`opt.param_groups[0]` followed by a read (or a learning-rate write) of one key."""
+        parent = self.context.parents.get(group)
+        return isinstance(parent, cst.Subscript) and parent.value is group and self._group_key_use_is_read(parent)
+
+    def _group_key_use_is_read(self, entry: cst.Subscript) -> bool:
+        """`group["lr"] = ...`, `group["weight_decay"]` read: no momentum or weight decay set."""
+        if len(entry.slice) != 1 or not isinstance(entry.slice[0].slice, cst.Index):
+            return False
+        key = entry.slice[0].slice.value
+        if not isinstance(key, cst.SimpleString):
+            return False
+        parent = self.context.parents.get(entry)
+        written = isinstance(parent, (cst.AssignTarget, cst.Del)) or (
+            isinstance(parent, cst.AugAssign) and parent.target is entry
+        )
+        return not written or key.evaluated_value in LR_GROUP_KEYS
+
+    def _reads_groups_only(self, call: cst.Call) -> bool:
+        """A call the optimizer is handed to that writes no momentum or weight decay: a
+        learning-rate-only scheduler, a GradScaler's `step(opt)` / `unscale_(opt)`."""
+        if self.context.names.of(call.func) & LR_ONLY_SCHEDULERS:
+            return True
+        if method_name(call) not in ("step", "unscale_") or not isinstance(call.func.value, cst.Name):
+            return False
+        values = self.context.bindings.values(call.func.value) or []
+        return bool(values) and all(
+            isinstance(v, cst.Call) and self.context.names.is_(v.func, *GRAD_SCALER_NAMES) for v in values
+        )
 
     def _is_plain_sgd(self, constructor: cst.Call | None) -> bool:
         """`torch.optim.SGD` without momentum or weight decay: p -= lr * 0 is p."""

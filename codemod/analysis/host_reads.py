@@ -52,6 +52,7 @@ from libcst.metadata import Assignment, ComprehensionScope
 from codemod.analysis import match as m
 from codemod.analysis.names import integer_value, method_name, names_read, number_value, subscript_parts
 from codemod.analysis.periodic import periodic
+from codemod.analysis.project import project_of
 from codemod.analysis.scopes import reads_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
@@ -1196,6 +1197,10 @@ class StepReads:
             if any(id(s) in self.suppressed for s in found):
                 raise Kept(f"a sync added to {total.label} is suppressed at line {self.a.line(accumulation)}")
             terms.extend(self._terms(accumulation, total, found, carried))
+        for term, _ in terms:
+            elsewhere = self._called_elsewhere(term)
+            if elsewhere is not None:
+                raise Kept(elsewhere)
 
         def sync_of(term: cst.CSTNode) -> cst.Call:
             if id(term) in carriers:
@@ -1281,6 +1286,27 @@ class StepReads:
                 continue
             deferrals.append(Deferral(SUMMED, term, holder=total.label.strip("`"), int_sum=int_sum, places=places))
         return wrapper
+
+    def _called_elsewhere(self, term: cst.CSTNode) -> str | None:
+        """Where another module of the project calls the function whose returned sync
+        `term` adds (the fix makes it return a tensor), private name or not."""
+        function = self.a.context.loops.callee(term) if self._returned_by(term) is not None else None
+        if function is None:
+            return None
+        project, name = project_of(self.a.context), function.name.value
+        for module, call in project.package_calls(function):
+            return (
+                f"`{name}` returns it, and {project.shown_in(module.context, call)} calls "
+                "it too, where a tensor would arrive instead of a number"
+            )
+        if self.a.context.kinds.class_of(function) is not None:  # a method: named as `.name` where it is called
+            for module in project.package_importers():
+                if module.mentions(f".{name}(".encode()):
+                    return (
+                        f"`{name}` returns it, and `{project.dotted(module.path)}`, which imports this module, "
+                        f"calls a `.{name}(...)` too, where a tensor would arrive instead of a number"
+                    )
+        return None
 
     def _scaled_count(self, term: cst.CSTNode, dtypes: dict[int, str | None]) -> bool:
         """Is `term` an int64 count multiplied by a floating-point term (`loss.item() * n`)?

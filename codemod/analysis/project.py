@@ -19,6 +19,9 @@ Summaries, each computed once per function and only when a rule asks:
 - `saver`: the function writes a checkpoint with one of torch_facts.SAVE_FUNCTIONS
   (`torch.save`, safetensors' `save_file`), itself or through functions it calls
   (of its module, or of the project, a few calls deep);
+- `grad_reader`: where the function reads a parameter's `.grad` or takes a norm over
+  the gradients (torch_facts.GRAD_NORMS), itself or through the functions it calls (of
+  its module, or of the project, a few calls deep);
 - `passes_through`: every value it returns is its argument or a part of it
   (an item, an attribute, the same tensor in another dtype), and it moves nothing:
   what the argument holds on the host, the result holds on the host;
@@ -67,6 +70,7 @@ from codemod.analysis.names import imported_from, member, method_name
 from codemod.analysis.torch_facts import (
     FILE_ONLY_FUNCTIONS,
     FILE_ONLY_MODULES,
+    GRAD_NORMS,
     PATH_READ_METHODS,
     PROCESS_STARTS,
     PURE_BUILTINS,
@@ -694,6 +698,11 @@ class Project:
         functions it calls; None when it calls none that perfmod can see."""
         return _summary(function.module, ("saver", function.node.name.value), lambda: _saver(function))
 
+    def grad_reader(self, function: Function) -> str | None:
+        """`path:line` (relative to the project root) where `function`, or a function it
+        calls, reads a `.grad` or takes a gradient norm; None when perfmod sees none."""
+        return _summary(function.module, ("grad reader", function.node.name.value), lambda: _grad_reader(function))
+
     def file_effects(self, function: Function) -> str | None:
         """Why a call of `function` may do more than write files and print (change its
         arguments or the module's state, call what perfmod does not know); None when it
@@ -936,6 +945,32 @@ def _saver(function: Function) -> str | None:
             inner = module.project.saver(other)
             if inner is not None:
                 return f"{inner} in `{other.qualified}`"
+    return None
+
+
+def _grad_reader(function: Function) -> str | None:
+    from codemod.analysis.grad_resets import grad_resets  # grad_resets asks this module
+
+    context, module = function.context, function.module
+    project = module.project
+    where = project._relative(module.path) if project is not None else module.path
+    read = next(iter(grad_resets(context).grad_reads(function.node)), None)
+    if read is not None:
+        return f"{where}:{context.line(read)}"
+    for call in _own_calls(context, function.node):
+        if context.names.of(call.func) & GRAD_NORMS:
+            return f"{where}:{context.line(call)}"
+    for call in _own_calls(context, function.node):
+        local = context.kinds.local_callee(call)
+        if local is not None and context.kinds.class_of(local) is None:
+            inner = _summary(
+                module, ("grad reader", local.name.value), lambda local=local: _grad_reader(Function(module, local, ""))
+            )
+        else:
+            other = project.called(call) if project is not None else None
+            inner = project.grad_reader(other) if other is not None else None
+        if inner is not None:
+            return inner
     return None
 
 

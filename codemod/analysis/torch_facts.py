@@ -194,6 +194,30 @@ GRAD_SCALER_NAMES = {
     "torch.cuda.amp.GradScaler",
     "torch.cpu.amp.GradScaler",
 }
+# Learning-rate schedulers that write only the groups' learning rates (`lr`, `initial_lr`),
+# never momentum or weight decay (torch 2.13). CyclicLR and OneCycleLR are not here: with
+# `cycle_momentum=True` (their default) they write each group's momentum too.
+LR_ONLY_SCHEDULERS = frozenset(
+    f"torch.optim.lr_scheduler.{name}"
+    for name in (
+        "LambdaLR",
+        "MultiplicativeLR",
+        "StepLR",
+        "MultiStepLR",
+        "ConstantLR",
+        "LinearLR",
+        "ExponentialLR",
+        "SequentialLR",
+        "CosineAnnealingLR",
+        "ChainedScheduler",
+        "ReduceLROnPlateau",
+        "CosineAnnealingWarmRestarts",
+        "PolynomialLR",
+    )
+)
+# Keys of an optimizer's parameter group that the step of a zero gradient does not read
+# (plain SGD steps `p -= lr * 0` whatever the rate is).
+LR_GROUP_KEYS = frozenset({"lr", "initial_lr", "params"})
 CLIP_NAMES = {
     "torch.nn.utils.clip_grad_norm_",
     "torch.nn.utils.clip_grad_value_",

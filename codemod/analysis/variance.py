@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis.call_writes import call_writes
 from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tokenizers import tokenizers
@@ -146,6 +147,9 @@ class Variance:
                 return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
             if isinstance(expr.value, cst.Name) and self.attributes_assigned(expr.value.value, region):
                 return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
+            written = call_writes(self.context).attribute_written(expr, region)
+            if written is not None:
+                return written
             return self.of(expr.value, region, hoisted)
         if isinstance(expr, cst.Subscript):
             return self.of_all(subscript_parts(expr), region, hoisted)
@@ -291,6 +295,9 @@ class Variance:
                 return f"`{name.value}` is re-bound in the loop"
         if self.changed_in_place(name.value, region):
             return f"`{name.value}` is changed in place in the loop"
+        written = call_writes(self.context).name_written(name, region)
+        if written is not None:
+            return written
         if self.trained(name):
             return f"`{name.value}` is trained: the optimizer changes it in place every step"
         return None

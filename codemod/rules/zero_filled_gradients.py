@@ -12,11 +12,6 @@ from codemod.rule import Invalid, Level, Rule, Valid
 # Receivers whose `zero_grad(set_to_none=...)` is torch's (or a wrapper of it).
 ZEROABLE = (Kind.OPTIMIZER, Kind.MODULE, Kind.UNKNOWN)
 
-UNSAFE_WHY = (
-    "; unsafe: a parameter that gets no gradient in some step is then skipped by the optimizer "
-    "instead of stepped with a zero gradient (which momentum, Adam's moments and weight decay move)"
-)
-
 PREAMBLE = """\
 import torch
 model = torch.nn.Linear(8, 1)
@@ -85,7 +80,15 @@ class ZeroFilledGradients(Rule):
     except where a step with zero gradients provably changes nothing: every
     optimizer stepped in the loop is `torch.optim.SGD` without momentum or
     weight decay, and nothing in the file reads `.grad` or a gradient norm.
-    There the fix is `safe`.
+    There the fix is `safe`. Momentum or weight decay given after the optimizer
+    is built counts too: a write to `opt.param_groups[...]` other than the
+    learning rate, `opt.add_param_group({..., "momentum": 0.9})`,
+    `opt.load_state_dict(...)`, or the optimizer handed to code that may set
+    them (a scheduler that cycles momentum, such as `CyclicLR`, or a function
+    perfmod does not follow). So does a `.grad` read or gradient norm in a
+    function of another module of the project that the file calls (a
+    `grad_norm(model)` helper would fail on `None`): the fix is then `unsafe`,
+    with the reason.
 
     Reported without a fix: `.grad` read between the reset and the next
     `backward()` (`p.grad.add_(...)` accumulation, which would fail on `None`),
@@ -338,10 +341,11 @@ class ZeroFilledGradients(Rule):
             self.report(site, message + "; left as is: the optimizer's step() uses .grad without a None check", at=at)
             return
         edits = [Replace(site, replacement), *extra]
-        if resets.zero_step_changes_nothing(optimizers, site):
+        why = resets.zero_step_differs(optimizers, site)
+        if why is None:
             self.report(site, message, edits=edits, at=at)
         else:
-            self.report(site, message + UNSAFE_WHY, edits=edits, level=Level.UNSAFE, at=at)
+            self.report(site, f"{message}; unsafe: {why}", edits=edits, level=Level.UNSAFE, at=at)
 
     def _enclosing_body(self, node: cst.CSTNode) -> cst.CSTNode:
         current = self.context.parents.get(node)

@@ -69,6 +69,68 @@ def test_a_parameter_skipped_in_some_steps_trains_differently_with_adam():
     assert not identical(trained_parameters(before), trained_parameters(after))
 
 
+@pytest.mark.parametrize("case", ["weight_decay_set_after_build.unsafe", "momentum_group_added_after_build.unsafe"])
+def test_momentum_or_weight_decay_set_after_the_sgd_is_built_makes_the_fix_unsafe(case):
+    """Plain SGD as its constructor reads, given weight decay (`param_groups`) or momentum
+    (`add_param_group`) afterwards: a zero-gradient step moves the skipped head."""
+    before = (FIXTURES / f"{case}.in.py").read_text()
+    [finding] = findings(before).findings
+    assert finding.level is Level.UNSAFE and "after it is built" in finding.message
+    assert not findings(before, Level.SAFE).findings[0].applied
+    after = (FIXTURES / f"{case}.out.py").read_text()
+    assert not identical(trained_parameters(before), trained_parameters(after))
+
+
+PACKAGE_TRAIN = """\
+import torch
+from torch import nn
+
+from pm401_gradpkg.util import grad_norm
+
+
+def main(steps=4):
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"body": nn.Linear(8, 1), "aux": nn.Linear(8, 1)})
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    norms = []
+    for step in range(steps):
+        x = torch.randn(4, 8)
+        opt.zero_grad(set_to_none=False)
+        out = model["body"](x) + (model["aux"](x) if step % 2 == 0 else 0.0)
+        out.pow(2).mean().backward()
+        norms.append(grad_norm(model))
+        opt.step()
+    return norms
+"""
+PACKAGE_UTIL = """\
+def grad_norm(model):
+    return sum(p.grad.norm().item() ** 2 for p in model.parameters()) ** 0.5
+"""
+
+
+def test_a_grad_read_in_another_module_of_the_project_makes_the_fix_unsafe(tmp_path, monkeypatch):
+    """`grad_norm` of the package's util module reads `.grad`, which set-to-none leaves
+    None for the head that gets no gradient on odd steps: the rewrite would crash."""
+    package = tmp_path / "pm401_gradpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "util.py").write_text(PACKAGE_UTIL)
+    train = package / "train.py"
+    train.write_text(PACKAGE_TRAIN)
+    settings = Settings(select=("PM401",), level=Level.UNSAFE, root=tmp_path)
+    result = process_source(PACKAGE_TRAIN.encode(), str(train), settings, [ZeroFilledGradients])
+    [finding] = result.findings
+    assert finding.level is Level.UNSAFE and "`grad_norm` (pm401_gradpkg/util.py:2)" in finding.message
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("sys.modules", dict(__import__("sys").modules))  # the package is forgotten after
+    namespace: dict = {"__name__": "fixture"}
+    exec(compile(PACKAGE_TRAIN, "<original>", "exec"), namespace)
+    assert len(namespace["main"]()) == 4
+    exec(compile(result.new_source.decode(), "<rewrite>", "exec"), namespace)
+    with pytest.raises(AttributeError, match="NoneType"):
+        namespace["main"]()
+
+
 def test_plain_sgd_steps_a_zero_gradient_as_a_no_op_so_the_fix_is_safe():
     before = (
         (FIXTURES / "skipped_head.unsafe.in.py")
@@ -112,6 +174,28 @@ for step in range(3):
         ),
         # reading .grad after backward sees None for a parameter that got no gradient
         ("torch.optim.SGD(model.parameters(), lr=0.1)", "    print(model.weight.grad.norm())\n", Level.UNSAFE),
+        # configured after it is built: only learning-rate writes keep a zero step a no-op
+        ("torch.optim.SGD(model.parameters(), lr=0.1)\nfor g in opt.param_groups:\n    g['lr'] = 0.05", "", Level.SAFE),
+        ("torch.optim.SGD(model.parameters(), lr=0.1)\nopt.param_groups[0]['lr'] *= 0.5", "", Level.SAFE),
+        ("torch.optim.SGD(model.parameters(), lr=0.1)\nopt.param_groups[0]['momentum'] = 0.9", "", Level.UNSAFE),
+        (
+            "torch.optim.SGD(model.parameters(), lr=0.1)\nopt.add_param_group({'params': [], 'lr': 0.01})",
+            "",
+            Level.SAFE,
+        ),
+        ("torch.optim.SGD(model.parameters(), lr=0.1)\nopt.load_state_dict(torch.load('opt.pt'))", "", Level.UNSAFE),
+        (
+            "torch.optim.SGD(model.parameters(), lr=0.1)\nsched = torch.optim.lr_scheduler.StepLR(opt, 2)",
+            "",
+            Level.SAFE,
+        ),
+        # CyclicLR cycles each group's momentum by default
+        (
+            "torch.optim.SGD(model.parameters(), lr=0.1)\nsched = torch.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1)",
+            "",
+            Level.UNSAFE,
+        ),
+        ("torch.optim.SGD(model.parameters(), lr=0.1)\nconfigure(opt)", "", Level.UNSAFE),
         # torch.autograd.grad is a function, not a read of a .grad
         (
             "torch.optim.SGD(model.parameters(), lr=0.1)",
