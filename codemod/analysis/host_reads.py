@@ -27,7 +27,8 @@ comment? The running sums they add to stay too):
   with the true reason it must stay (it decides control flow, it is stored or printed
   every step, it is used after the loop, ...);
 - `returning_calls()` and `defer_returned(call)`: calls of a function of the file
-  whose every `return` is a read, added to a running sum;
+  whose every `return` is a read, added to a running sum; `returned_kept(call)`: why
+  such a sum stays (`Kept`'s reason), or None;
 - `log_branch(node, within)`: the periodic `if` that holds `node` (analysis/periodic.py).
 
 `host_reads(context).in_functions(loop)`: the reads in functions of the file that the
@@ -349,6 +350,7 @@ class StepReads:
         self._accumulators: dict[tuple, str | None] = {}
         self._syncs: list[cst.Call] | None = None
         self._returning: dict[int, tuple[cst.Call, list[cst.Call]]] | None = None
+        self._returned_kept: dict[int, str] = {}
         self.suppressed = {id(sync) for sync in self.reads() if kept(analysis.statement_line(sync))}
 
     # -- finding syncs ----------------------------------------------------------------
@@ -818,8 +820,13 @@ class StepReads:
             return []
         try:
             return self.plan_accumulation(small)
-        except Kept:
+        except Kept as why:
+            self._returned_kept[id(call)] = str(why)
             return []
+
+    def returned_kept(self, call: cst.Call) -> str | None:
+        """Why the sum `defer_returned(call)` planned for stays, or None."""
+        return self._returned_kept.get(id(call))
 
     def returning_calls(self) -> list[tuple[cst.Call, list[cst.Call]]]:
         """Calls in the step of a function of this file whose every `return` is a sync

@@ -131,9 +131,10 @@ class PerStepHostSync(Rule):
     A step function of the file that returns a sync (`return loss.item()`),
     called once in the loop to add to a running sum
     (`running += self.train_step(batch)`), returns the tensor instead when its
-    name appears nowhere else in the file. That fix is safe for a private
-    (`_train_step`) or nested function and unsafe otherwise: code in other
-    files that calls the function would get a tensor. Any other sync in a
+    name appears nowhere else in the file and no other module of the package
+    calls it. That fix is safe for a private (`_train_step`) or nested
+    function and unsafe otherwise: code in other files that calls the function
+    would get a tensor. Any other sync in a
     function the step loop calls on every step (an evaluation helper) is
     reported where it is, with the call that runs it; one called only under
     the log condition runs at log time and is not reported.
@@ -400,6 +401,7 @@ class PerStepHostSync(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._fixed_in_functions: set[int] = set()  # reads a function returns into a sum that is fixed
+        self._kept_returned: dict[int, str] = {}  # a step call whose returned reads stay in their sum: why
         if self.context.training.accelerator_use is None:
             return  # every tensor stays on the host: reading one waits for no device
         reads = host_reads(self.context)
@@ -422,12 +424,18 @@ class PerStepHostSync(Rule):
                 if read in seen or id(read) in self._fixed_in_functions:
                     continue
                 seen.add(read)
+                kept = self._kept_returned.get(id(call))
                 self.report(
                     read,
                     f"`{self._code(read)}` waits for the GPU every step: `{self._code(call.func)}` "
                     f"runs it on every step of the loop at line {self.context.line(loop)} (line "
-                    f"{self.context.line(call)}); not rewritten: it is in another function; call that "
-                    "function only at log time, or return the tensor and read it there",
+                    f"{self.context.line(call)}); not rewritten: "
+                    + (
+                        kept
+                        if kept is not None
+                        else "it is in another function; call that function only at log time, or return the "
+                        "tensor and read it there"
+                    ),
                 )
 
     def _check_loop(self, scan: StepReads, loop: cst.CSTNode) -> None:
@@ -441,6 +449,9 @@ class PerStepHostSync(Rule):
                 self.report(sync, f"`{self._code(sync)}` waits for the GPU every step; not rewritten: {why}")
         for call, _ in scan.returning_calls():
             fixes.extend(scan.defer_returned(call))
+            kept = scan.returned_kept(call)
+            if kept is not None:
+                self._kept_returned[id(call)] = kept
         # A read of another function that a fix here rewrites is not reported there again.
         self._fixed_in_functions.update(id(fix.read) for fix in fixes)
         # Edits that several fixes need (a statement two reads move, the statements moved

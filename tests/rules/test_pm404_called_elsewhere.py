@@ -81,6 +81,7 @@ def first_step_loss(train_source: str):
 def test_a_private_step_function_another_module_calls_keeps_its_return(tmp_path):
     findings, rewritten = rewrite(tmp_path, SMOKE, Level.UNSAFE)
     assert [f.fixable for f in findings] == [False]
+    assert "`_train_step` returns it, and " in findings[0].message and "calls it too" in findings[0].message
     assert first_step_loss(rewritten) == first_step_loss(TRAIN)
 
 
@@ -137,6 +138,7 @@ def test_a_private_step_method_another_module_calls_keeps_its_return(tmp_path):
     settings = Settings(select=("PM404",), level=Level.UNSAFE, root=tmp_path)
     result = process_source(TRAINER.encode(), str(package / "train.py"), settings, [PerStepHostSync])
     assert [f.fixable for f in result.findings] == [False]
+    assert "which imports this module, calls a `._train_step(...)` too" in result.findings[0].message
     namespace = {"__name__": "pm404_steppkg.train"}
     exec(compile(result.new_source.decode(), "<train>", "exec"), namespace)
     assert isinstance(namespace["Trainer"]()._train_step(__import__("torch").randn(4, 8)), float)
