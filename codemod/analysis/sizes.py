@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from codemod.analysis.bindings import passed_by
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
+from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     CAST_METHOD_DTYPES,
@@ -52,6 +54,7 @@ from codemod.analysis.torch_facts import (
     SHAPE_KEEPING_METHODS,
     SHAPE_KEEPING_TRANSFORMS,
     SHAPED_FACTORIES,
+    STEPS_FACTORIES,
     SYNC_METHODS,
     TENSOR_ROW_DATASETS,
     UNLISTED_PRODUCT_PREFIXES,
@@ -95,6 +98,7 @@ INDEX_BYTES = 8  # a class index in a batch: int64
 # of the global batch (the global batch over the number of processes, at most the whole).
 RUNTIME_UNWRAP = "runtime.distributed.unwrap"
 RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
+RUNTIME_DISTRIBUTED = "runtime.distributed."  # its helpers (print0, all_reduce_mean) multiply no matrices
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
@@ -181,7 +185,10 @@ class Sizes:
         self.index = context.index
         self.kinds = context.kinds
         self.loaders = context.loaders
-        self._modules: dict[int, ModuleSize | None] = {}
+        self._modules: dict[tuple[int, ...], ModuleSize | None] = {}
+        # The constructions of the file's own classes being sized, innermost last: in a class's
+        # `__init__`, a parameter holds what this construction passes it (`SensorNet(d=32)`).
+        self._frames: list[tuple[cst.FunctionDef, cst.Call]] = []
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
@@ -306,6 +313,8 @@ class Sizes:
         if isinstance(expr, cst.Call):
             if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH) and len(expr.args) == 1:
                 return self.integer(expr.args[0].value, depth + 1)  # a process's share: at most the whole
+            if self.names.is_(expr.func, "len", "builtins.len") and len(expr.args) == 1:
+                return self._literal_length(expr.args[0].value, depth + 1)
             return None
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
             setting = self.loaders.setting(expr, 0)
@@ -319,6 +328,19 @@ class Sizes:
             found = [self.integer(v, depth + 1) for v in values]
             return None if any(f is None for f in found) else max(found)
         return None
+
+    def _literal_length(self, expr: cst.BaseExpression, depth: int) -> int | None:
+        """The length of a list, tuple or string a name holds where every binding is a literal
+        without `*` (`VOCAB = ["good", ...]`), and nothing appends to it: the largest of them."""
+        values = self.values(expr, depth + 1)
+        if not values or any(
+            not isinstance(v, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement) for e in v.elements)
+            for v in values
+        ):
+            return None
+        if isinstance(expr, cst.Name) and self.kinds.is_mutated_in_place(expr):
+            return None
+        return max(len(v.elements) for v in values)
 
     def _shape(self, args: list[cst.BaseExpression], depth: int) -> tuple[int, ...] | None:
         """A shape given as integers or as one tuple or list of them."""
@@ -356,7 +378,9 @@ class Sizes:
             return (), 0
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
             return self._tensor(expr.expression, depth + 1)
-        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply):
+            return self._tensor_product(expr.left, expr.right, depth)
+        if isinstance(expr, cst.BinaryOperation):
             return self._tensor_broadcast([expr.left, expr.right], depth)
         if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
             compared = self._tensor_broadcast([expr.left, expr.comparisons[0].comparator], depth)
@@ -367,6 +391,24 @@ class Sizes:
             made = self._tensor_made(expr, depth)
             return made if made is not None else self._tensor_computed(expr, depth)
         return None
+
+    def _tensor_product(self, left, right, depth: int) -> tuple[tuple[int, ...], int] | None:
+        """`a @ b` of matrices or batches of them, (..., m, k) @ (..., k, n): (..., m, n), the
+        batch dims broadcast; of vectors, the dim they share goes."""
+        found = [self._tensor(operand, depth + 1) for operand in (left, right)]
+        if any(f is None or not f[0] or not f[1] for f in found):
+            return None
+        (a, a_element), (b, b_element) = found
+        element = max(a_element, b_element)
+        if a[-1] != (b[0] if len(b) == 1 else b[-2]):
+            return None  # the dims multiplied do not match (or one is an upper bound): not shown
+        if len(b) == 1:
+            return a[:-1], element
+        if len(a) == 1:
+            return (*b[:-2], b[-1]), element
+        rank = max(len(a), len(b)) - 2
+        batch = [(1,) * (rank - len(s) + 2) + s[:-2] for s in (a, b)]
+        return (*(max(dims) for dims in zip(*batch)), a[-2], b[-1]), element
 
     def _tensor_made(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
         """A factory's tensor: its shape and its dtype (float32, int64 for `randint`)."""
@@ -380,6 +422,11 @@ class Sizes:
             size = kwarg(call, "size") or (positional(call, 2) if len(plain) >= 3 else positional(call, 1))
             shape = self._shape([size.value], depth) if size is not None else None
             default = INDEX_BYTES
+        elif names & STEPS_FACTORIES:
+            steps = kwarg(call, "steps") or positional(call, 2)
+            length = self.integer(steps.value, depth + 1) if steps is not None else None
+            shape = (length,) if length is not None else None
+            default = FLOAT32_BYTES
         elif names & LIKE_FACTORIES and plain:
             like = self._tensor(plain[0], depth + 1)
             shape, default = like if like is not None else (None, 0)
@@ -760,6 +807,34 @@ class Sizes:
                 return call
         return None
 
+    def rarely_waited(self, node: cst.CSTNode) -> tuple[cst.If, cst.Call] | None:
+        """(the periodic `if`, the read) when `node` runs only every few steps (behind a
+        periodic test, `Periodic.sometimes`: an evaluation every N steps) and the host waits
+        for the device every time right after it: the loop around `node` in its function (one
+        that trains nothing: an evaluation loop) reads a device value on every pass, or, with
+        no such loop, the body of that `if` does whenever it runs. An overlap there would save
+        at most the launches of one pass, once every N steps. None otherwise."""
+        guard = periodic(self.context).sometimes(node)
+        if guard is None:
+            return None
+        loops = [loop for loop in self.index.enclosing_loops(node) if self.index.inside(loop, guard)]
+        if loops or not self.index.inside(node, guard):
+            loop = loops[0] if loops else next(iter(self.index.enclosing_loops(node)), None)
+            if loop is None or self.context.loops.is_training_loop(loop):
+                return None
+            sync = self.sync_every_step(loop)
+            return (guard, sync) if sync is not None else None
+        for call in self.context.loops.reached_calls(guard.body):
+            if (
+                method_name(call) in SYNC_METHODS
+                and self.kinds.fact(call.func.value).kind in (Kind.TENSOR, Kind.UNKNOWN)
+                and self.index.inside(call, guard)
+                and self.index.before(node, call)
+                and self._every_pass(call, guard)
+            ):
+                return guard, call
+        return None
+
     def _every_pass(self, node: cst.CSTNode, owner: cst.CSTNode) -> bool:
         """Does `node` run whenever `owner` (a loop's pass, a function) runs: under no `if`,
         nested loop, `try`, conditional expression or comprehension on the way?"""
@@ -805,7 +880,7 @@ class Sizes:
     def _built(self, value: cst.BaseExpression, depth: int) -> ModuleSize | None:
         if not isinstance(value, cst.Call):
             return None
-        key = id(value)
+        key = (id(value), *(id(call) for _, call in self._frames))
         if key not in self._modules:
             self._modules[key] = None  # a cycle while this runs: unknown
             self._modules[key] = self._construct(value, depth)
@@ -822,7 +897,7 @@ class Sizes:
             return self._layer(layer, call, depth)
         classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
         if classdef is not None:
-            return self._class(classdef, depth)
+            return self._constructed(classdef, call, depth)
         found = project_of(self.context).class_of(call.func)
         if found is None:
             return None
@@ -917,7 +992,7 @@ class Sizes:
                 return None
             count = c_in // groups * c_out * kernel + (c_out if bias else 0)
             return ModuleSize(count, count, (), True)  # convolutions: cuDNN uses TF32 for them already
-        if layer == "Embedding":
+        if layer in ("Embedding", "EmbeddingBag"):
             rows, dim = number("num_embeddings"), number("embedding_dim")
             return None if rows is None or dim is None else ModuleSize(rows * dim, rows * dim, ())
         if layer == "LayerNorm":
@@ -951,6 +1026,25 @@ class Sizes:
                 products += [(width, gates), (hidden, gates)]
             return ModuleSize(count, count, tuple(products))
         return None
+
+    def _constructed(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> ModuleSize | None:
+        """A class of this file built by `call`: its `__init__`'s parameters hold what `call`
+        passes them (or their defaults) while its attributes are sized."""
+        init = next(
+            (
+                statement
+                for statement in classdef.body.body
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"
+            ),
+            None,
+        )
+        if init is None:
+            return self._class(classdef, depth)
+        self._frames.append((init, call))
+        try:
+            return self._class(classdef, depth)
+        finally:
+            self._frames.pop()
 
     def _dims(self, expr: cst.BaseExpression | None, depth: int, product: int = 0) -> int | None:
         """An integer argument; with `product` (the number of dimensions), a size given as an
@@ -1014,6 +1108,12 @@ class Sizes:
         it (its default where a call passes nothing), as the training analysis follows them;
         None when one of them cannot be told (a call from elsewhere, `*args`, a class handed
         on to a factory or subclassed)."""
+        bound = self.context.bindings.param_of(name)
+        frame = next((call for function, call in reversed(self._frames) if bound and function is bound[0]), None)
+        if frame is not None:
+            value = passed_by(frame, bound[0], bound[1], 1)
+            if value is not None:
+                return [value]
         sources = self.context.training.value_sources(name)
         if not sources or any(source is None for source in sources):
             return None
@@ -1218,7 +1318,10 @@ class Sizes:
             qualified = self.names.of(func)
             if qualified & UNLISTED_PRODUCTS or any(n.startswith(UNLISTED_PRODUCT_PREFIXES) for n in qualified):
                 return None
-            if any(n.startswith(("torch.", *(m + "." for m in HOST_ONLY_MODULES))) or _is_loss(n) for n in qualified):
+            if any(
+                n.startswith(("torch.", RUNTIME_DISTRIBUTED, *(m + "." for m in HOST_ONLY_MODULES))) or _is_loss(n)
+                for n in qualified
+            ):
                 if not any(n.startswith("torch.nn.") and not n.startswith("torch.nn.functional.") for n in qualified):
                     continue  # torch's functions (the products among them returned above), Python's own
             elif qualified and self.kinds.local_class(func) is None:

@@ -262,6 +262,8 @@ class NonBlockingCopy(Rule):
         fed = sizes.feeding_batch_bytes(node)
         if fed is not None and fed[0] < MIN_COPY_BYTES and sizes.sync_every_step(fed[1]) is not None:
             return  # a small batch in a loop that waits for the device every step: nothing to overlap
+        if sizes.rarely_waited(node) is not None:
+            return  # made every few steps (an evaluation), the host waiting for the device right after
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return

@@ -467,8 +467,10 @@ class UnpinnedLoaderToCuda(Rule):
         copies them waits for the device every step anyway; None otherwise."""
         sizes = sizes_of(self.context)
         size = sizes.loader_batch_bytes(loader)
-        if size is None or size >= MIN_COPY_BYTES or not feed.copies:
+        if not feed.copies:
             return None
+        if size is None or size >= MIN_COPY_BYTES:
+            return self._rarely_copied(feed)
         syncs = []
         for copy in feed.copies:
             fed = sizes.feeding_batch_bytes(copy)
@@ -480,6 +482,20 @@ class UnpinnedLoaderToCuda(Rule):
         return (
             f"{small_copy(size)}, and the loop reads `{self.context.source(sync)}` every step (line "
             f"{self.context.line(sync)}), so it waits for the device there whatever the copy does"
+        )
+
+    def _rarely_copied(self, feed: _Feeds) -> str | None:
+        """Why pinning buys nothing whatever the batches' size: every copy of them runs only
+        every few steps (an evaluation) and the host waits for the device right after it."""
+        found = [sizes_of(self.context).rarely_waited(copy) for copy in feed.copies]
+        if not all(found):
+            return None
+        guard, sync = found[0]
+        return (
+            f"its batches are copied only when `{self.context.source(guard.test)}` holds (line "
+            f"{self.context.line(guard)}), and the host then waits for the device at "
+            f"`{self.context.source(sync)}` (line {self.context.line(sync)}) after each copy: pinned memory would "
+            "let the copy overlap at most the launches of one batch, every few steps"
         )
 
     def _pin_value(self, feed: _Feeds, at: cst.CSTNode) -> tuple[cst.BaseExpression, list[tuple[str, str | None]]]:

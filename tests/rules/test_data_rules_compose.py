@@ -257,14 +257,15 @@ def test_a_pageable_copy_is_left_alone_even_with_pm102_selected():
 
 
 # Batches from a per-epoch permutation copied into new names: PM202 binds the loop to those
-# names, so in the same run PM103 finds `xb = xb.to(device)` and prefetches the pinned loader.
+# names, so in the same run PM103 finds `xb = xb.to(device)` and prefetches the pinned loader
+# (batches of 256 x 2048 float32, 2.1 MB: large enough for the prefetch to pay).
 PERMUTED_SLICES = """\
 import torch
 import torch.nn.functional as F
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
-N, D = 1024, 512
+N, D = 1024, 2048
 X = torch.randn(N, D)
 Y = torch.tanh(X @ torch.randn(D, 8))
 model = torch.nn.Sequential(torch.nn.Linear(D, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(device)
