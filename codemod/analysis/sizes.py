@@ -9,9 +9,15 @@ hold a fix back on a known size.
 
 Sizes come from what the script runs with as written: literal shapes, argparse defaults,
 module constants, torchvision's datasets and transforms, `TensorDataset`s of tensors made
-with literal shapes, and the `torch.nn` layers a model's class builds (through `nn.Sequential`
-and the classes of this file). Where a value may be one of several, the largest counts: a
-size here is an upper bound.
+with literal shapes, the items a map-style Dataset class of this file returns from its
+`__getitem__`, and the `torch.nn` layers a model's class builds (through `nn.Sequential`
+and the classes of this file, each construction with what it passes the class's `__init__`).
+Where a value may be one of several, the largest counts: a size here is an upper bound.
+
+Frequency: `rarely_waited(node)` tells a node that runs only every few steps (behind a
+periodic test, `Periodic.sometimes`) after which the host waits for the device at once (an
+evaluation loop reading `loss.item()` every batch): an overlap there buys nothing whatever
+the size.
 
 The thresholds are derived from the hardware facts in `HARDWARE`, in one place, with their
 arithmetic beside them.
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.bindings import passed_by
+from codemod.analysis.bindings import passed_by, returned_values
 from codemod.analysis.kinds import Kind
 from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
@@ -189,6 +195,7 @@ class Sizes:
         # The constructions of the file's own classes being sized, innermost last: in a class's
         # `__init__`, a parameter holds what this construction passes it (`SensorNet(d=32)`).
         self._frames: list[tuple[cst.FunctionDef, cst.Call]] = []
+        self._indices: list[cst.Param] = []  # the index parameter of a `__getitem__` being sized
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
@@ -480,7 +487,11 @@ class Sizes:
                 dim += skipped
             elif isinstance(part.value, cst.Name) and part.value.value == "None":
                 out.append(1)
-            elif self.integer(part.value, depth + 1) is not None or self._scalar(part.value, depth + 1):
+            elif (
+                self._is_item_index(part.value)
+                or self.integer(part.value, depth + 1) is not None
+                or self._scalar(part.value, depth + 1)
+            ):
                 dim += 1  # a Python integer picks one entry: the dim goes
             else:
                 return None
@@ -706,6 +717,9 @@ class Sizes:
         return max(found)
 
     def _item_bytes(self, call: cst.Call, depth: int) -> int | None:
+        classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
+        if classdef is not None:
+            return self._dataset_item_bytes(classdef, call, depth)
         names = self.names.of(call.func)
         if names & TENSOR_ROW_DATASETS:
             if any(a.keyword is not None or a.star for a in call.args) or not call.args:
@@ -726,6 +740,52 @@ class Sizes:
         if shape is None or shape[1] is False:
             return None
         return math.prod(shape[0]) * FLOAT32_BYTES + INDEX_BYTES
+
+    def _dataset_item_bytes(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> int | None:
+        """A map-style Dataset class of this file built by `call`: the bytes of the largest
+        item its `__getitem__(self, i)` returns (a tensor, or a tuple, list or dict of them as
+        the default collation stacks them), its `__init__`'s parameters holding what `call`
+        passes and `i` a Python integer."""
+        if not classdef.bases or not all(
+            self.names.is_(base.value, "torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset")
+            for base in classdef.bases
+        ):
+            return None
+        getitem = _method(classdef, "__getitem__")
+        if (
+            getitem is None
+            or len(getitem.params.params) != 2
+            or getitem.params.star_arg is not cst.MaybeSentinel.DEFAULT
+        ):
+            return None
+        returned = returned_values(getitem)
+        init = _method(classdef, "__init__")
+        if not returned or init is None:
+            return None
+        self._frames.append((init, call))
+        self._indices.append(getitem.params.params[1])
+        try:
+            found = [self._collated_bytes(value, depth + 1) for value in returned]
+        finally:
+            self._frames.pop()
+            self._indices.pop()
+        return None if any(f is None for f in found) else max(found)
+
+    def _collated_bytes(self, value: cst.BaseExpression, depth: int) -> int | None:
+        if isinstance(value, (cst.Tuple, cst.List, cst.Dict)):
+            parts = [e.value for e in value.elements if isinstance(e, (cst.Element, cst.DictElement))]
+            if len(parts) != len(value.elements) or any(isinstance(e, cst.StarredElement) for e in value.elements):
+                return None
+            found = [self._collated_bytes(part, depth + 1) for part in parts]
+            return None if any(f is None for f in found) else sum(found)
+        shape = self.tensor(value, depth + 1)
+        return math.prod(shape[0]) * shape[1] if shape is not None else None
+
+    def _is_item_index(self, expr: cst.BaseExpression) -> bool:
+        if not self._indices or not isinstance(expr, cst.Name):
+            return False
+        bound = self.context.bindings.param_of(expr)
+        return bound is not None and bound[1] is self._indices[-1]
 
     def _transformed(self, transform, image: tuple[int, ...], tensor: bool, depth: int):
         """(shape, is a float32 tensor) of an image of `image` shape after `transform`."""
@@ -1030,14 +1090,7 @@ class Sizes:
     def _constructed(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> ModuleSize | None:
         """A class of this file built by `call`: its `__init__`'s parameters hold what `call`
         passes them (or their defaults) while its attributes are sized."""
-        init = next(
-            (
-                statement
-                for statement in classdef.body.body
-                if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"
-            ),
-            None,
-        )
+        init = _method(classdef, "__init__")
         if init is None:
             return self._class(classdef, depth)
         self._frames.append((init, call))
@@ -1366,6 +1419,13 @@ class Sizes:
 
 class _Missing:
     pass
+
+
+def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    return next(
+        (s for s in classdef.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
 
 
 def _is_loss(name: str) -> bool:

@@ -81,7 +81,11 @@ class UnpinnedLoaderToCuda(Rule):
     read a value to the host every step (`loss.item()`), is reported without
     a fix: the host waits for the device at that read every step anyway, so
     pinning can only save part of a copy that short, and pinning itself
-    copies each batch once more on the host.
+    copies each batch once more on the host. So is a loader, of any batch
+    size, whose batches are copied only every few steps (an evaluation under
+    `if step % 500 == 0:`, in the loop or in a function called only there)
+    with the host waiting for the device right after each copy (the
+    evaluation loop reads `loss.item()` every batch).
 
     ## Fix safety
     Safe: pinning copies each batch into page-locked memory; the values are

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from codemod.analysis.sizes import MIN_COPY_BYTES, MIN_SAVE_BYTES, memory_bound, sizes_of
+from codemod.analysis.sizes import MIN_COPY_BYTES, MIN_SAVE_BYTES, ModuleSize, memory_bound, sizes_of
 from codemod.analysis.torch_facts import TORCH_SAVES
 from codemod.config import Settings
 from codemod.context import FileContext
@@ -635,3 +635,74 @@ def test_a_validation_batch_copied_every_few_steps_and_read_right_after_is_not_o
     )
     copies = {f.line for f in findings(code, "PM101").findings if f.applied}
     assert 39 not in copies and 31 in copies
+
+
+# -- the blind corpus's noisy fixes: what the sizes did not know --------------------------------
+
+SPANS = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class SpanDataset(Dataset):
+    def __init__(self, n=48, seq=32, vocab=200):
+        self.ids = torch.randint(1, vocab, (n, seq))
+        self.start = torch.randint(0, seq, (n,))
+
+    def __len__(self):
+        return self.ids.size(0)
+
+    def __getitem__(self, i):
+        return ITEM
+
+
+loader = DataLoader(SpanDataset(seq=SEQ), batch_size=4)
+"""
+
+
+@pytest.mark.parametrize(
+    "item, seq, size",
+    [
+        ("self.ids[i], self.start[i]", "32", 4 * (32 * 8 + 8)),
+        ('{"ids": self.ids[i], "start": self.start[i]}', "64", 4 * (64 * 8 + 8)),
+        ("self.ids[i].float()", "16", 4 * 16 * 4),
+        ("self.ids[i] + noise(i)", "32", None),  # a function of the file perfmod does not shape
+        ("self.ids[self.start[i]]", "32", None),  # an index that is a tensor: a gather
+    ],
+)
+def test_a_dataset_class_of_the_file_is_sized_by_what_its_getitem_returns(item, seq, size):
+    ctx = context(SPANS.replace("ITEM", item).replace("SEQ", seq))
+    loader = ctx.module.body[-1].body[0].value
+    assert sizes_of(ctx).loader_batch_bytes(loader) == size
+
+
+def test_an_embedding_bag_and_the_length_of_a_list_literal_are_sized():
+    ctx = context(
+        'import torch.nn as nn\nVOCAB = ["good", "bad", "fine"]\n'
+        "emb = nn.EmbeddingBag(len(VOCAB) + 2, 32)\nhead = nn.Linear(32, 2)\n"
+    )
+    sizes = sizes_of(ctx)
+    emb, head = (ctx.module.body[i].body[0].targets[0].target for i in (2, 3))
+    assert sizes.module(emb) == ModuleSize(5 * 32, 5 * 32, ())  # a lookup: no matrix product
+    assert sizes.module(head).products == ((32, 2),)
+
+
+def test_narrow_products_stay_reported_after_the_torchrun_rewrite_wraps_the_model():
+    # the blind corpus's tiny tabular regression: after PM601 the step runs `distributed.print0`
+    # and `distributed.all_reduce_mean`, which multiply no matrices, and the model is wrapped
+    code = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        'device = "cuda"\nX = torch.randn(256, 12)\nY = X[:, :3].sum(1, keepdim=True)\n'
+        "dl = DataLoader(TensorDataset(X, Y), batch_size=16)\n"
+        "net = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.05)\ncrit = nn.MSELoss()\n"
+        "for epoch in range(2):\n    for xb, yb in dl:\n        xb, yb = xb.to(device), yb.to(device)\n"
+        "        loss = crit(net(xb), yb)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+        '        print(f"loss {loss.item():.4f}")\n'
+    )
+    result = findings(code, "PM301", "PM302", "PM601")
+    assert any(f.code == "PM601" and f.applied for f in result.findings)
+    assert "DistributedDataParallel(net" in result.new_source.decode()
+    held = {f.code: f for f in result.findings if f.code in ("PM301", "PM302")}
+    assert set(held) == {"PM301", "PM302"} and not any(f.applied for f in held.values())
+    assert all("12 by 32" in f.message for f in held.values())
