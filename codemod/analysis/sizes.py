@@ -105,6 +105,7 @@ INDEX_BYTES = 8  # a class index in a batch: int64
 RUNTIME_UNWRAP = "runtime.distributed.unwrap"
 RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
 RUNTIME_DISTRIBUTED = "runtime.distributed."  # its helpers (print0, all_reduce_mean) multiply no matrices
+LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
@@ -337,17 +338,29 @@ class Sizes:
         return None
 
     def _literal_length(self, expr: cst.BaseExpression, depth: int) -> int | None:
-        """The length of a list, tuple or string a name holds where every binding is a literal
-        without `*` (`VOCAB = ["good", ...]`), and nothing appends to it: the largest of them."""
+        """The length of the list or tuple a name holds where every binding is a display
+        without `*` (`VOCAB = ["good", ...]`) and nothing grows or changes it in place: the
+        largest of them."""
+        if not isinstance(expr, cst.Name) or self.kinds.is_mutated_in_place(expr) or self._grown(expr):
+            return None
         values = self.values(expr, depth + 1)
         if not values or any(
             not isinstance(v, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement) for e in v.elements)
             for v in values
         ):
             return None
-        if isinstance(expr, cst.Name) and self.kinds.is_mutated_in_place(expr):
-            return None
         return max(len(v.elements) for v in values)
+
+    def _grown(self, name: cst.Name) -> bool:
+        """Is a method that changes a list's length called on the variable behind `name`?"""
+        scope = self.context.scopes.get(name)
+        if scope is None:
+            return True
+        for access in scope.accesses[name.value]:
+            attribute = self.context.parents.get(access.node)
+            if isinstance(attribute, cst.Attribute) and attribute.attr.value in LIST_RESIZERS:
+                return True
+        return False
 
     def _shape(self, args: list[cst.BaseExpression], depth: int) -> tuple[int, ...] | None:
         """A shape given as integers or as one tuple or list of them."""
@@ -507,6 +520,10 @@ class Sizes:
             upper = self.integer(part.upper, depth + 1)
             if upper is not None and upper >= 0:
                 return min(size, upper)
+        if part.lower is not None and part.upper is not None and part.step is None:
+            width = _window(part.lower, part.upper)  # `x[i:i + 48]`, `x[i + 48:i + 60]`
+            if width is not None and width >= 0:
+                return min(size, width)
         return size
 
     def _tensor_computed(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
@@ -620,9 +637,26 @@ class Sizes:
             return tuple(shape[p] for p in picked), element
         return None
 
+    def _tensor_stacked(self, call: cst.Call, comprehension, depth: int):
+        """`torch.stack([x[i:i + 48] for i in range(n)])`: n of the element's shape, along dim 0."""
+        loop = comprehension.for_in
+        if loop.inner_for_in is not None or loop.ifs or kwarg(call, "dim") or positional(call, 1):
+            return None
+        if not isinstance(loop.iter, cst.Call) or not self.names.is_(loop.iter.func, "range", "builtins.range"):
+            return None
+        if len(loop.iter.args) != 1:
+            return None
+        count = self.integer(loop.iter.args[0].value, depth + 1)
+        element = self._tensor(comprehension.elt, depth + 1)
+        if count is None or element is None or not element[1]:
+            return None
+        return (count, *element[0]), element[1]
+
     def _tensor_joined(self, call: cst.Call, stacked: bool, depth: int):
         """`torch.cat([a, b], dim)` sums the dim, `torch.stack` adds one of their number."""
         parts = positional(call, 0) or kwarg(call, "tensors")
+        if parts is not None and stacked and isinstance(parts.value, (cst.ListComp, cst.GeneratorExp)):
+            return self._tensor_stacked(call, parts.value, depth)
         if parts is None or not isinstance(parts.value, (cst.List, cst.Tuple)) or not parts.value.elements:
             return None
         if any(isinstance(e, cst.StarredElement) for e in parts.value.elements):
@@ -1419,6 +1453,20 @@ class Sizes:
 
 class _Missing:
     pass
+
+
+def _window(lower: cst.BaseExpression, upper: cst.BaseExpression) -> int | None:
+    """`upper - lower` where both are one expression plus literal integers (`i`, `i + 48`)."""
+    (base, low), (top, high) = _offset(lower), _offset(upper)
+    return high - low if base is not None and top is not None and base.deep_equals(top) else None
+
+
+def _offset(expr: cst.BaseExpression) -> tuple[cst.BaseExpression | None, int]:
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        right = integer_value(expr.right)
+        if right is not None:
+            return expr.left, right
+    return (expr, 0) if integer_value(expr) is None else (None, 0)
 
 
 def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:

@@ -396,6 +396,9 @@ device = torch.device("cuda")
         ("X @ torch.randn(12)", (256,), 4),
         ("torch.randn(5, 1, 256, 12) @ torch.randn(3, 12, 2)", (5, 3, 256, 2), 4),
         ("torch.linspace(0.5, 0.95, 12)", (12,), 4),
+        # the blind corpus's forecaster: windows of a series stacked, `x[i:i + 48]`
+        ("torch.stack([X[i:i + 4] for i in range(10)])", (10, 4, 12), 4),
+        ("torch.stack([X[i + 4:i + 6, 0] for i in range(10)])", (10, 2), 4),
     ],
 )
 def test_the_shape_of_a_tensor_computed_from_tensors_of_known_shape(expr, shape, element):
@@ -404,7 +407,18 @@ def test_the_shape_of_a_tensor_computed_from_tensors_of_known_shape(expr, shape,
     assert sizes_of(ctx).tensor(value) == (shape, element)
 
 
-@pytest.mark.parametrize("expr", ["X[idx]", "X[X > 0]", "X.sum(1, keepdim=flag)", "X @ X", "X.sum(dim)", "X.cumsum"])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "X[idx]",
+        "X[X > 0]",
+        "X.sum(1, keepdim=flag)",
+        "X @ X",
+        "X.sum(dim)",
+        "X.cumsum",
+        "torch.stack([X[i] for i in ids])",
+    ],
+)
 def test_a_shape_that_depends_on_values_or_unknown_arguments_is_unknown(expr):
     ctx = context(SHAPES + f"Y = {expr}\n")
     assert sizes_of(ctx).tensor(ctx.module.body[-1].body[0].value) is None
@@ -685,6 +699,11 @@ def test_an_embedding_bag_and_the_length_of_a_list_literal_are_sized():
     emb, head = (ctx.module.body[i].body[0].targets[0].target for i in (2, 3))
     assert sizes.module(emb) == ModuleSize(5 * 32, 5 * 32, ())  # a lookup: no matrix product
     assert sizes.module(head).products == ((32, 2),)
+    grown = context(
+        'import torch.nn as nn\nVOCAB = ["good", "bad", "fine"]\nVOCAB.append("meh")\n'
+        "emb = nn.EmbeddingBag(len(VOCAB) + 2, 32)\n"
+    )
+    assert sizes_of(grown).module(grown.module.body[-1].body[0].targets[0].target) is None
 
 
 def test_narrow_products_stay_reported_after_the_torchrun_rewrite_wraps_the_model():
