@@ -40,6 +40,7 @@ from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     CAST_METHOD_DTYPES,
     DTYPE_BYTES,
+    HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
@@ -106,6 +107,7 @@ RUNTIME_UNWRAP = "runtime.distributed.unwrap"
 RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
 RUNTIME_DISTRIBUTED = "runtime.distributed."  # its helpers (print0, all_reduce_mean) multiply no matrices
 LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
+HOST_NUMBER_PREFIXES = tuple(module + "." for module in HOST_NUMBER_MODULES)
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
@@ -407,6 +409,8 @@ class Sizes:
             return (compared[0], 1 if compared[1] else 0) if compared is not None else None  # bool
         if isinstance(expr, cst.Subscript):
             return self._tensor_indexed(expr, depth)
+        if isinstance(expr, cst.Call) and any(n.startswith(HOST_NUMBER_PREFIXES) for n in self.names.of(expr.func)):
+            return (), 0  # `math.cos(i)`: a Python float
         if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
             made = self._tensor_made(expr, depth)
             return made if made is not None else self._tensor_computed(expr, depth)

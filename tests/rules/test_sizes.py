@@ -654,6 +654,8 @@ def test_a_validation_batch_copied_every_few_steps_and_read_right_after_is_not_o
 # -- the blind corpus's noisy fixes: what the sizes did not know --------------------------------
 
 SPANS = """\
+import math
+
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -680,6 +682,8 @@ loader = DataLoader(SpanDataset(seq=SEQ), batch_size=4)
         ("self.ids[i], self.start[i]", "32", 4 * (32 * 8 + 8)),
         ('{"ids": self.ids[i], "start": self.start[i]}', "64", 4 * (64 * 8 + 8)),
         ("self.ids[i].float()", "16", 4 * 16 * 4),
+        # the blind corpus's keyword spotter: a gain from `math.cos(i)`, a dict item
+        ('{"audio": (0.5 + math.cos(i)) * self.ids[i].float(), "label": self.start[i]}', "16", 4 * (16 * 4 + 8)),
         ("self.ids[i] + noise(i)", "32", None),  # a function of the file perfmod does not shape
         ("self.ids[self.start[i]]", "32", None),  # an index that is a tensor: a gather
     ],
