@@ -17,7 +17,7 @@ Where a value may be one of several, the largest counts: a size here is an upper
 Frequency: `rarely_waited(node)` tells a node that runs only every few steps (behind a
 periodic test, `Periodic.sometimes`) after which the host waits for the device at once (an
 evaluation loop reading `loss.item()` every batch): an overlap there buys nothing whatever
-the size.
+the size; `overlap_buys_nothing(loader, copies)` says why pinning a loader's batches buys nothing.
 
 The thresholds are derived from the hardware facts in `HARDWARE`, in one place, with their
 arithmetic beside them.
@@ -904,6 +904,33 @@ class Sizes:
             if (inside and self._every_pass(call, loop)) or (not inside and self.every_step(call, loop)):
                 return call
         return None
+
+    def overlap_buys_nothing(self, loader: cst.Call, copies) -> str | None:
+        """Why letting the `copies` of `loader`'s batches overlap (pinned memory) buys nothing,
+        as a reason states it: its batches are known to be small and every loop that copies them
+        reads a value to the host every step; or, whatever their size, every copy runs only
+        every few steps with the host waiting right after it (`rarely_waited`). None otherwise."""
+        if not copies:
+            return None
+        size = self.loader_batch_bytes(loader)
+        if size is not None and size < MIN_COPY_BYTES:
+            fed = [self.feeding_batch_bytes(copy) for copy in copies]
+            syncs = [self.sync_every_step(f[1]) if f is not None else None for f in fed]
+            if all(syncs):
+                return (
+                    f"{small_copy(size)}, and the loop reads `{self.context.source(syncs[0])}` every step (line "
+                    f"{self.context.line(syncs[0])}), so it waits for the device there whatever the copy does"
+                )
+        found = [self.rarely_waited(copy) for copy in copies]
+        if not all(found):
+            return None
+        guard, sync = found[0]
+        return (
+            f"its batches are copied only when `{self.context.source(guard.test)}` holds (line "
+            f"{self.context.line(guard)}), and the host then waits for the device at "
+            f"`{self.context.source(sync)}` (line {self.context.line(sync)}) after each copy: pinned memory would "
+            "let the copy overlap at most the launches of one batch, every few steps"
+        )
 
     def rarely_waited(self, node: cst.CSTNode) -> tuple[cst.If, cst.Call] | None:
         """(the periodic `if`, the read) when `node` runs only every few steps (behind a

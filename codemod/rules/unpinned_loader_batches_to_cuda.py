@@ -8,7 +8,7 @@ from codemod.analysis.kinds import Place
 from codemod.analysis.loaders import PIN_MEMORY_POSITION
 from codemod.analysis.names import has_star_kwargs, kwarg, positional, string_quote_at
 from codemod.analysis.project import project_of
-from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
+from codemod.analysis.sizes import sizes_of
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -467,40 +467,9 @@ class UnpinnedLoaderToCuda(Rule):
         return small is not None
 
     def _small_batches(self, loader: cst.Call, feed: _Feeds) -> str | None:
-        """Why pinning buys nothing: the batches are known to be small and every loop that
-        copies them waits for the device every step anyway; None otherwise."""
-        sizes = sizes_of(self.context)
-        size = sizes.loader_batch_bytes(loader)
-        if not feed.copies:
-            return None
-        if size is None or size >= MIN_COPY_BYTES:
-            return self._rarely_copied(feed)
-        syncs = []
-        for copy in feed.copies:
-            fed = sizes.feeding_batch_bytes(copy)
-            sync = sizes.sync_every_step(fed[1]) if fed is not None else None
-            if sync is None:
-                return None
-            syncs.append(sync)
-        sync = syncs[0]
-        return (
-            f"{small_copy(size)}, and the loop reads `{self.context.source(sync)}` every step (line "
-            f"{self.context.line(sync)}), so it waits for the device there whatever the copy does"
-        )
-
-    def _rarely_copied(self, feed: _Feeds) -> str | None:
-        """Why pinning buys nothing whatever the batches' size: every copy of them runs only
-        every few steps (an evaluation) and the host waits for the device right after it."""
-        found = [sizes_of(self.context).rarely_waited(copy) for copy in feed.copies]
-        if not all(found):
-            return None
-        guard, sync = found[0]
-        return (
-            f"its batches are copied only when `{self.context.source(guard.test)}` holds (line "
-            f"{self.context.line(guard)}), and the host then waits for the device at "
-            f"`{self.context.source(sync)}` (line {self.context.line(sync)}) after each copy: pinned memory would "
-            "let the copy overlap at most the launches of one batch, every few steps"
-        )
+        """Why pinning buys nothing: small batches read back every step, or copies made every
+        few steps and waited on (`Sizes.overlap_buys_nothing`); None otherwise."""
+        return sizes_of(self.context).overlap_buys_nothing(loader, feed.copies)
 
     def _pin_value(self, feed: _Feeds, at: cst.CSTNode) -> tuple[cst.BaseExpression, list[tuple[str, str | None]]]:
         """`True` for CUDA; `device.type == "cuda"` for a torch.device visible at `at`
