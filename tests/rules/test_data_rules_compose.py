@@ -49,9 +49,9 @@ class Jittered(Dataset):
 def main():
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dataset = Jittered(torch.randn(64, 8), torch.randn(64, 1))
+    dataset = Jittered(torch.randn(64, 40000), torch.randn(64, 1))  # batches of 1.3 MB
     loader = DataLoader(dataset, batch_size=8, shuffle=True)
-    model = torch.nn.Linear(8, 1).to(device)
+    model = torch.nn.Linear(40000, 1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     wild_losses = []
     total = 0.0
@@ -136,11 +136,11 @@ class Jittered(Dataset):
 def main():
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dataset = Jittered(torch.randn(48, 4), torch.randint(0, 3, (48,)))
+    dataset = Jittered(torch.randn(48, 60000), torch.randint(0, 3, (48,)))  # batches of 1.4 MB
     train_kwargs = {"batch_size": 6, "shuffle": False}
     loader = DataLoader(dataset, **train_kwargs)
-    model = torch.nn.Linear(4, 3).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = torch.nn.Linear(60000, 3).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)  # fused or not, bit for bit the same
     wild_losses = []
     for batch in loader:
         batch = [t.to(device) for t in batch]
