@@ -82,6 +82,7 @@ class Periodic:
         return found
 
     def sometimes(self, node: cst.CSTNode) -> cst.If | None:
+        """The periodic `if` every way to `node` passes through (see the module's docstring)."""
         key = id(node)
         if key not in self._sometimes:
             self._sometimes[key] = None  # a function that calls itself: not shown periodic
