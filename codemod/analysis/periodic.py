@@ -16,7 +16,14 @@ steps, under a test on the step counter:
 - `is_periodic(test, loop)`: `period(test, loop) is not None`;
 - `guard(node, loop)`: the outermost `if` between `node` and `loop` (not beyond a
   `def`) whose body holds `node` and whose test is periodic: `node` runs only on
-  some iterations of `loop`.
+  some iterations of `loop`;
+- `sometimes(node)`: the periodic `if` that every way the program reaches `node`
+  passes through: `node` is under one in its own function (periodic in the loop
+  around that `if`), or is in a function of this file that is called (once at
+  least), and every one of its calls is: an evaluation every `N` steps, a sample
+  or a save made when a step counter says. None when some way reaches `node`
+  on every iteration as far as the code shows (or the function is not called
+  here, or is passed as a value and called where the code does not show).
 
 The counter is a name the loop binds (its target, `step += 1`, ...) or an
 attribute (`self.step`, `state.global_step`); a name the loop never binds
@@ -57,6 +64,7 @@ class Periodic:
         self.context = context
         self.index = context.index
         self._bound: dict[int, set[str]] = {}
+        self._sometimes: dict[int, cst.If | None] = {}
 
     def is_periodic(self, test: cst.BaseExpression, loop: cst.CSTNode | None = None) -> bool:
         return self.period(test, loop) is not None
@@ -72,6 +80,31 @@ class Periodic:
                 found = ancestor
             child = ancestor
         return found
+
+    def sometimes(self, node: cst.CSTNode) -> cst.If | None:
+        """The periodic `if` every way to `node` passes through (see the module's docstring)."""
+        key = id(node)
+        if key not in self._sometimes:
+            self._sometimes[key] = None  # a function that calls itself: not shown periodic
+            self._sometimes[key] = self._sometimes_of(node)
+        return self._sometimes[key]
+
+    def _sometimes_of(self, node: cst.CSTNode) -> cst.If | None:
+        child = node
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, SCOPES):
+                break
+            if isinstance(ancestor, cst.If) and child is ancestor.body:
+                loops = self.index.enclosing_loops(ancestor)
+                if self.is_periodic(ancestor.test, loops[0] if loops else None):
+                    return ancestor
+            child = ancestor
+        function = self.index.first_enclosing(node, SCOPES)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        callers = self.context.kinds.callers(function)  # None where it is also passed as a value
+        guards = [self.sometimes(call) for call, _ in callers or ()]
+        return guards[0] if guards and all(guard is not None for guard in guards) else None
 
     def period(self, test: cst.BaseExpression, loop: cst.CSTNode | None = None) -> cst.BaseExpression | None:
         """`N` of `step % N == 0` (and the other spellings above), or None."""

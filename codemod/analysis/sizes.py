@@ -9,9 +9,15 @@ hold a fix back on a known size.
 
 Sizes come from what the script runs with as written: literal shapes, argparse defaults,
 module constants, torchvision's datasets and transforms, `TensorDataset`s of tensors made
-with literal shapes, and the `torch.nn` layers a model's class builds (through `nn.Sequential`
-and the classes of this file). Where a value may be one of several, the largest counts: a
-size here is an upper bound.
+with literal shapes, the items a map-style Dataset class of this file returns from its
+`__getitem__`, and the `torch.nn` layers a model's class builds (through `nn.Sequential`
+and the classes of this file, each construction with what it passes the class's `__init__`).
+Where a value may be one of several, the largest counts: a size here is an upper bound.
+
+Frequency: `rarely_waited(node)` tells a node that runs only every few steps (behind a
+periodic test, `Periodic.sometimes`) after which the host waits for the device at once (an
+evaluation loop reading `loss.item()` every batch): an overlap there buys nothing whatever
+the size; `overlap_buys_nothing(loader, copies)` says why pinning a loader's batches buys nothing.
 
 The thresholds are derived from the hardware facts in `HARDWARE`, in one place, with their
 arithmetic beside them.
@@ -25,12 +31,15 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from codemod.analysis.bindings import passed_by, returned_values
 from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
+from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     CAST_METHOD_DTYPES,
     DTYPE_BYTES,
+    HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
@@ -51,6 +60,7 @@ from codemod.analysis.torch_facts import (
     SHAPE_KEEPING_METHODS,
     SHAPE_KEEPING_TRANSFORMS,
     SHAPED_FACTORIES,
+    STEPS_FACTORIES,
     SYNC_METHODS,
     TENSOR_ROW_DATASETS,
     UNLISTED_PRODUCT_PREFIXES,
@@ -95,6 +105,9 @@ INDEX_BYTES = 8  # a class index in a batch: int64
 # of the global batch (the global batch over the number of processes, at most the whole).
 RUNTIME_UNWRAP = "runtime.distributed.unwrap"
 RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
+RUNTIME_DISTRIBUTED = "runtime.distributed."  # its helpers (print0, all_reduce_mean) multiply no matrices
+LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
+HOST_NUMBER_PREFIXES = tuple(module + "." for module in HOST_NUMBER_MODULES)
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
@@ -181,7 +194,11 @@ class Sizes:
         self.index = context.index
         self.kinds = context.kinds
         self.loaders = context.loaders
-        self._modules: dict[int, ModuleSize | None] = {}
+        self._modules: dict[tuple[int, ...], ModuleSize | None] = {}
+        # The constructions of the file's own classes being sized, innermost last: in a class's
+        # `__init__`, a parameter holds what this construction passes it (`SensorNet(d=32)`).
+        self._frames: list[tuple[cst.FunctionDef, cst.Call]] = []
+        self._indices: list[cst.Param] = []  # the index parameter of a `__getitem__` being sized
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
@@ -306,6 +323,8 @@ class Sizes:
         if isinstance(expr, cst.Call):
             if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH) and len(expr.args) == 1:
                 return self.integer(expr.args[0].value, depth + 1)  # a process's share: at most the whole
+            if self.names.is_(expr.func, "len", "builtins.len") and len(expr.args) == 1:
+                return self._literal_length(expr.args[0].value, depth + 1)
             return None
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
             setting = self.loaders.setting(expr, 0)
@@ -319,6 +338,31 @@ class Sizes:
             found = [self.integer(v, depth + 1) for v in values]
             return None if any(f is None for f in found) else max(found)
         return None
+
+    def _literal_length(self, expr: cst.BaseExpression, depth: int) -> int | None:
+        """The length of the list or tuple a name holds where every binding is a display
+        without `*` (`VOCAB = ["good", ...]`) and nothing grows or changes it in place: the
+        largest of them."""
+        if not isinstance(expr, cst.Name) or self.kinds.is_mutated_in_place(expr) or self._grown(expr):
+            return None
+        values = self.values(expr, depth + 1)
+        if not values or any(
+            not isinstance(v, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement) for e in v.elements)
+            for v in values
+        ):
+            return None
+        return max(len(v.elements) for v in values)
+
+    def _grown(self, name: cst.Name) -> bool:
+        """Is a method that changes a list's length called on the variable behind `name`?"""
+        scope = self.context.scopes.get(name)
+        if scope is None:
+            return True
+        for access in scope.accesses[name.value]:
+            attribute = self.context.parents.get(access.node)
+            if isinstance(attribute, cst.Attribute) and attribute.attr.value in LIST_RESIZERS:
+                return True
+        return False
 
     def _shape(self, args: list[cst.BaseExpression], depth: int) -> tuple[int, ...] | None:
         """A shape given as integers or as one tuple or list of them."""
@@ -356,17 +400,39 @@ class Sizes:
             return (), 0
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
             return self._tensor(expr.expression, depth + 1)
-        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply):
+            return self._tensor_product(expr.left, expr.right, depth)
+        if isinstance(expr, cst.BinaryOperation):
             return self._tensor_broadcast([expr.left, expr.right], depth)
         if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
             compared = self._tensor_broadcast([expr.left, expr.comparisons[0].comparator], depth)
             return (compared[0], 1 if compared[1] else 0) if compared is not None else None  # bool
         if isinstance(expr, cst.Subscript):
             return self._tensor_indexed(expr, depth)
+        if isinstance(expr, cst.Call) and any(n.startswith(HOST_NUMBER_PREFIXES) for n in self.names.of(expr.func)):
+            return (), 0  # `math.cos(i)`: a Python float
         if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
             made = self._tensor_made(expr, depth)
             return made if made is not None else self._tensor_computed(expr, depth)
         return None
+
+    def _tensor_product(self, left, right, depth: int) -> tuple[tuple[int, ...], int] | None:
+        """`a @ b` of matrices or batches of them, (..., m, k) @ (..., k, n): (..., m, n), the
+        batch dims broadcast; of vectors, the dim they share goes."""
+        found = [self._tensor(operand, depth + 1) for operand in (left, right)]
+        if any(f is None or not f[0] or not f[1] for f in found):
+            return None
+        (a, a_element), (b, b_element) = found
+        element = max(a_element, b_element)
+        if a[-1] != (b[0] if len(b) == 1 else b[-2]):
+            return None  # the dims multiplied do not match (or one is an upper bound): not shown
+        if len(b) == 1:
+            return a[:-1], element
+        if len(a) == 1:
+            return (*b[:-2], b[-1]), element
+        rank = max(len(a), len(b)) - 2
+        batch = [(1,) * (rank - len(s) + 2) + s[:-2] for s in (a, b)]
+        return (*(max(dims) for dims in zip(*batch)), a[-2], b[-1]), element
 
     def _tensor_made(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
         """A factory's tensor: its shape and its dtype (float32, int64 for `randint`)."""
@@ -380,6 +446,11 @@ class Sizes:
             size = kwarg(call, "size") or (positional(call, 2) if len(plain) >= 3 else positional(call, 1))
             shape = self._shape([size.value], depth) if size is not None else None
             default = INDEX_BYTES
+        elif names & STEPS_FACTORIES:
+            steps = kwarg(call, "steps") or positional(call, 2)
+            length = self.integer(steps.value, depth + 1) if steps is not None else None
+            shape = (length,) if length is not None else None
+            default = FLOAT32_BYTES
         elif names & LIKE_FACTORIES and plain:
             like = self._tensor(plain[0], depth + 1)
             shape, default = like if like is not None else (None, 0)
@@ -433,7 +504,11 @@ class Sizes:
                 dim += skipped
             elif isinstance(part.value, cst.Name) and part.value.value == "None":
                 out.append(1)
-            elif self.integer(part.value, depth + 1) is not None or self._scalar(part.value, depth + 1):
+            elif (
+                self._is_item_index(part.value)
+                or self.integer(part.value, depth + 1) is not None
+                or self._scalar(part.value, depth + 1)
+            ):
                 dim += 1  # a Python integer picks one entry: the dim goes
             else:
                 return None
@@ -449,6 +524,10 @@ class Sizes:
             upper = self.integer(part.upper, depth + 1)
             if upper is not None and upper >= 0:
                 return min(size, upper)
+        if part.lower is not None and part.upper is not None and part.step is None:
+            width = _window(part.lower, part.upper)  # `x[i:i + 48]`, `x[i + 48:i + 60]`
+            if width is not None and width >= 0:
+                return min(size, width)
         return size
 
     def _tensor_computed(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
@@ -562,9 +641,26 @@ class Sizes:
             return tuple(shape[p] for p in picked), element
         return None
 
+    def _tensor_stacked(self, call: cst.Call, comprehension, depth: int):
+        """`torch.stack([x[i:i + 48] for i in range(n)])`: n of the element's shape, along dim 0."""
+        loop = comprehension.for_in
+        if loop.inner_for_in is not None or loop.ifs or kwarg(call, "dim") or positional(call, 1):
+            return None
+        if not isinstance(loop.iter, cst.Call) or not self.names.is_(loop.iter.func, "range", "builtins.range"):
+            return None
+        if len(loop.iter.args) != 1:
+            return None
+        count = self.integer(loop.iter.args[0].value, depth + 1)
+        element = self._tensor(comprehension.elt, depth + 1)
+        if count is None or element is None or not element[1]:
+            return None
+        return (count, *element[0]), element[1]
+
     def _tensor_joined(self, call: cst.Call, stacked: bool, depth: int):
         """`torch.cat([a, b], dim)` sums the dim, `torch.stack` adds one of their number."""
         parts = positional(call, 0) or kwarg(call, "tensors")
+        if parts is not None and stacked and isinstance(parts.value, (cst.ListComp, cst.GeneratorExp)):
+            return self._tensor_stacked(call, parts.value, depth)
         if parts is None or not isinstance(parts.value, (cst.List, cst.Tuple)) or not parts.value.elements:
             return None
         if any(isinstance(e, cst.StarredElement) for e in parts.value.elements):
@@ -659,6 +755,9 @@ class Sizes:
         return max(found)
 
     def _item_bytes(self, call: cst.Call, depth: int) -> int | None:
+        classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
+        if classdef is not None:
+            return self._dataset_item_bytes(classdef, call, depth)
         names = self.names.of(call.func)
         if names & TENSOR_ROW_DATASETS:
             if any(a.keyword is not None or a.star for a in call.args) or not call.args:
@@ -679,6 +778,52 @@ class Sizes:
         if shape is None or shape[1] is False:
             return None
         return math.prod(shape[0]) * FLOAT32_BYTES + INDEX_BYTES
+
+    def _dataset_item_bytes(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> int | None:
+        """A map-style Dataset class of this file built by `call`: the bytes of the largest
+        item its `__getitem__(self, i)` returns (a tensor, or a tuple, list or dict of them as
+        the default collation stacks them), its `__init__`'s parameters holding what `call`
+        passes and `i` a Python integer."""
+        if not classdef.bases or not all(
+            self.names.is_(base.value, "torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset")
+            for base in classdef.bases
+        ):
+            return None
+        getitem = _method(classdef, "__getitem__")
+        if (
+            getitem is None
+            or len(getitem.params.params) != 2
+            or getitem.params.star_arg is not cst.MaybeSentinel.DEFAULT
+        ):
+            return None
+        returned = returned_values(getitem)
+        init = _method(classdef, "__init__")
+        if not returned or init is None:
+            return None
+        self._frames.append((init, call))
+        self._indices.append(getitem.params.params[1])
+        try:
+            found = [self._collated_bytes(value, depth + 1) for value in returned]
+        finally:
+            self._frames.pop()
+            self._indices.pop()
+        return None if any(f is None for f in found) else max(found)
+
+    def _collated_bytes(self, value: cst.BaseExpression, depth: int) -> int | None:
+        if isinstance(value, (cst.Tuple, cst.List, cst.Dict)):
+            parts = [e.value for e in value.elements if isinstance(e, (cst.Element, cst.DictElement))]
+            if len(parts) != len(value.elements) or any(isinstance(e, cst.StarredElement) for e in value.elements):
+                return None
+            found = [self._collated_bytes(part, depth + 1) for part in parts]
+            return None if any(f is None for f in found) else sum(found)
+        shape = self.tensor(value, depth + 1)
+        return math.prod(shape[0]) * shape[1] if shape is not None else None
+
+    def _is_item_index(self, expr: cst.BaseExpression) -> bool:
+        if not self._indices or not isinstance(expr, cst.Name):
+            return False
+        bound = self.context.bindings.param_of(expr)
+        return bound is not None and bound[1] is self._indices[-1]
 
     def _transformed(self, transform, image: tuple[int, ...], tensor: bool, depth: int):
         """(shape, is a float32 tensor) of an image of `image` shape after `transform`."""
@@ -760,6 +905,61 @@ class Sizes:
                 return call
         return None
 
+    def overlap_buys_nothing(self, loader: cst.Call, copies) -> str | None:
+        """Why letting the `copies` of `loader`'s batches overlap (pinned memory) buys nothing,
+        as a reason states it: its batches are known to be small and every loop that copies them
+        reads a value to the host every step; or, whatever their size, every copy runs only
+        every few steps with the host waiting right after it (`rarely_waited`). None otherwise."""
+        if not copies:
+            return None
+        size = self.loader_batch_bytes(loader)
+        if size is not None and size < MIN_COPY_BYTES:
+            fed = [self.feeding_batch_bytes(copy) for copy in copies]
+            syncs = [self.sync_every_step(f[1]) if f is not None else None for f in fed]
+            if all(syncs):
+                return (
+                    f"{small_copy(size)}, and the loop reads `{self.context.source(syncs[0])}` every step (line "
+                    f"{self.context.line(syncs[0])}), so it waits for the device there whatever the copy does"
+                )
+        found = [self.rarely_waited(copy) for copy in copies]
+        if not all(found):
+            return None
+        guard, sync = found[0]
+        return (
+            f"its batches are copied only when `{self.context.source(guard.test)}` holds (line "
+            f"{self.context.line(guard)}), and the host then waits for the device at "
+            f"`{self.context.source(sync)}` (line {self.context.line(sync)}) after each copy: pinned memory would "
+            "let the copy overlap at most the launches of one batch, every few steps"
+        )
+
+    def rarely_waited(self, node: cst.CSTNode) -> tuple[cst.If, cst.Call] | None:
+        """(the periodic `if`, the read) when `node` runs only every few steps (behind a
+        periodic test, `Periodic.sometimes`: an evaluation every N steps) and the host waits
+        for the device every time right after it: the loop around `node` in its function (one
+        that trains nothing: an evaluation loop) reads a device value on every pass, or, with
+        no such loop, the body of that `if` does whenever it runs. An overlap there would save
+        at most the launches of one pass, once every N steps. None otherwise."""
+        guard = periodic(self.context).sometimes(node)
+        if guard is None:
+            return None
+        loops = [loop for loop in self.index.enclosing_loops(node) if self.index.inside(loop, guard)]
+        if loops or not self.index.inside(node, guard):
+            loop = loops[0] if loops else next(iter(self.index.enclosing_loops(node)), None)
+            if loop is None or self.context.loops.is_training_loop(loop):
+                return None
+            sync = self.sync_every_step(loop)
+            return (guard, sync) if sync is not None else None
+        for call in self.context.loops.reached_calls(guard.body):
+            if (
+                method_name(call) in SYNC_METHODS
+                and self.kinds.fact(call.func.value).kind in (Kind.TENSOR, Kind.UNKNOWN)
+                and self.index.inside(call, guard)
+                and self.index.before(node, call)
+                and self._every_pass(call, guard)
+            ):
+                return guard, call
+        return None
+
     def _every_pass(self, node: cst.CSTNode, owner: cst.CSTNode) -> bool:
         """Does `node` run whenever `owner` (a loop's pass, a function) runs: under no `if`,
         nested loop, `try`, conditional expression or comprehension on the way?"""
@@ -805,7 +1005,7 @@ class Sizes:
     def _built(self, value: cst.BaseExpression, depth: int) -> ModuleSize | None:
         if not isinstance(value, cst.Call):
             return None
-        key = id(value)
+        key = (id(value), *(id(call) for _, call in self._frames))
         if key not in self._modules:
             self._modules[key] = None  # a cycle while this runs: unknown
             self._modules[key] = self._construct(value, depth)
@@ -822,7 +1022,7 @@ class Sizes:
             return self._layer(layer, call, depth)
         classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
         if classdef is not None:
-            return self._class(classdef, depth)
+            return self._constructed(classdef, call, depth)
         found = project_of(self.context).class_of(call.func)
         if found is None:
             return None
@@ -917,7 +1117,7 @@ class Sizes:
                 return None
             count = c_in // groups * c_out * kernel + (c_out if bias else 0)
             return ModuleSize(count, count, (), True)  # convolutions: cuDNN uses TF32 for them already
-        if layer == "Embedding":
+        if layer in ("Embedding", "EmbeddingBag"):
             rows, dim = number("num_embeddings"), number("embedding_dim")
             return None if rows is None or dim is None else ModuleSize(rows * dim, rows * dim, ())
         if layer == "LayerNorm":
@@ -951,6 +1151,18 @@ class Sizes:
                 products += [(width, gates), (hidden, gates)]
             return ModuleSize(count, count, tuple(products))
         return None
+
+    def _constructed(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> ModuleSize | None:
+        """A class of this file built by `call`: its `__init__`'s parameters hold what `call`
+        passes them (or their defaults) while its attributes are sized."""
+        init = _method(classdef, "__init__")
+        if init is None:
+            return self._class(classdef, depth)
+        self._frames.append((init, call))
+        try:
+            return self._class(classdef, depth)
+        finally:
+            self._frames.pop()
 
     def _dims(self, expr: cst.BaseExpression | None, depth: int, product: int = 0) -> int | None:
         """An integer argument; with `product` (the number of dimensions), a size given as an
@@ -1014,6 +1226,12 @@ class Sizes:
         it (its default where a call passes nothing), as the training analysis follows them;
         None when one of them cannot be told (a call from elsewhere, `*args`, a class handed
         on to a factory or subclassed)."""
+        bound = self.context.bindings.param_of(name)
+        frame = next((call for function, call in reversed(self._frames) if bound and function is bound[0]), None)
+        if frame is not None:
+            value = passed_by(frame, bound[0], bound[1], 1)
+            if value is not None:
+                return [value]
         sources = self.context.training.value_sources(name)
         if not sources or any(source is None for source in sources):
             return None
@@ -1218,7 +1436,10 @@ class Sizes:
             qualified = self.names.of(func)
             if qualified & UNLISTED_PRODUCTS or any(n.startswith(UNLISTED_PRODUCT_PREFIXES) for n in qualified):
                 return None
-            if any(n.startswith(("torch.", *(m + "." for m in HOST_ONLY_MODULES))) or _is_loss(n) for n in qualified):
+            if any(
+                n.startswith(("torch.", RUNTIME_DISTRIBUTED, *(m + "." for m in HOST_ONLY_MODULES))) or _is_loss(n)
+                for n in qualified
+            ):
                 if not any(n.startswith("torch.nn.") and not n.startswith("torch.nn.functional.") for n in qualified):
                     continue  # torch's functions (the products among them returned above), Python's own
             elif qualified and self.kinds.local_class(func) is None:
@@ -1263,6 +1484,27 @@ class Sizes:
 
 class _Missing:
     pass
+
+
+def _window(lower: cst.BaseExpression, upper: cst.BaseExpression) -> int | None:
+    """`upper - lower` where both are one expression plus literal integers (`i`, `i + 48`)."""
+    (base, low), (top, high) = _offset(lower), _offset(upper)
+    return high - low if base is not None and top is not None and base.deep_equals(top) else None
+
+
+def _offset(expr: cst.BaseExpression) -> tuple[cst.BaseExpression | None, int]:
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        right = integer_value(expr.right)
+        if right is not None:
+            return expr.left, right
+    return (expr, 0) if integer_value(expr) is None else (None, 0)
+
+
+def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    return next(
+        (s for s in classdef.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
 
 
 def _is_loss(name: str) -> bool:

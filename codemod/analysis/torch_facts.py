@@ -954,6 +954,8 @@ DTYPE_BYTES = {
 }
 # Factories whose positional arguments (or one tuple of them) are the shape, float32 by default.
 SHAPED_FACTORIES = frozenset(f"torch.{name}" for name in "randn rand zeros ones empty".split())
+# Factories of a float tensor of one dim whose length is their `steps` (`linspace(start, end, steps)`).
+STEPS_FACTORIES = frozenset({"torch.linspace", "torch.logspace"})
 INTEGER_FACTORIES = frozenset({"torch.randint"})  # `randint(low, high, size)`: int64 by default
 # Factories of a tensor of another's shape and dtype (`dtype=` may name another).
 LIKE_FACTORIES = frozenset(f"torch.{name}_like" for name in "zeros ones empty rand randn full".split())
@@ -1001,6 +1003,7 @@ NN_LAYER_ARGUMENTS = {
     "Conv1d": (("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
                ("dilation", 1), ("groups", 1), ("bias", True)),
     "Embedding": (("num_embeddings", None), ("embedding_dim", None)),
+    "EmbeddingBag": (("num_embeddings", None), ("embedding_dim", None)),
     "LayerNorm": (("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True)),
     "BatchNorm1d": (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", True),
                     ("track_running_stats", True)),

@@ -57,7 +57,12 @@ class NonBlockingCopy(Rule):
     and which reads a value to the host every step (`loss.item()`), is left
     alone: the host waits for the device at that read every step anyway, so
     the copy can overlap at most its own transfer, under 50 us at 25 GB/s
-    (ten kernel launches).
+    (ten kernel launches). So is a copy, of any size, that runs only every
+    few steps (an evaluation under `if step % 500 == 0:`, in the loop or in
+    a function called only there) when the host waits for the device right
+    after it each time: an evaluation loop that reads `loss.item()` every
+    batch, or a validation batch whose loss is printed. It could overlap at
+    most the launches of one batch, once every few steps.
 
     ## Example
     ```python
@@ -262,6 +267,8 @@ class NonBlockingCopy(Rule):
         fed = sizes.feeding_batch_bytes(node)
         if fed is not None and fed[0] < MIN_COPY_BYTES and sizes.sync_every_step(fed[1]) is not None:
             return  # a small batch in a loop that waits for the device every step: nothing to overlap
+        if sizes.rarely_waited(node) is not None:
+            return  # made every few steps (an evaluation), the host waiting for the device right after
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return

@@ -7,7 +7,7 @@ import libcst as cst
 from codemod.analysis.loaders import PIN_MEMORY_POSITION
 from codemod.analysis.names import has_star_kwargs, kwarg, positional, string_quote_at
 from codemod.analysis.project import project_of
-from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
+from codemod.analysis.sizes import sizes_of
 from codemod.analysis.values import Place
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -81,7 +81,11 @@ class UnpinnedLoaderToCuda(Rule):
     read a value to the host every step (`loss.item()`), is reported without
     a fix: the host waits for the device at that read every step anyway, so
     pinning can only save part of a copy that short, and pinning itself
-    copies each batch once more on the host.
+    copies each batch once more on the host. So is a loader, of any batch
+    size, whose batches are copied only every few steps (an evaluation under
+    `if step % 500 == 0:`, in the loop or in a function called only there)
+    with the host waiting for the device right after each copy (the
+    evaluation loop reads `loss.item()` every batch).
 
     ## Fix safety
     Safe: pinning copies each batch into page-locked memory; the values are
@@ -463,24 +467,9 @@ class UnpinnedLoaderToCuda(Rule):
         return small is not None
 
     def _small_batches(self, loader: cst.Call, feed: _Feeds) -> str | None:
-        """Why pinning buys nothing: the batches are known to be small and every loop that
-        copies them waits for the device every step anyway; None otherwise."""
-        sizes = sizes_of(self.context)
-        size = sizes.loader_batch_bytes(loader)
-        if size is None or size >= MIN_COPY_BYTES or not feed.copies:
-            return None
-        syncs = []
-        for copy in feed.copies:
-            fed = sizes.feeding_batch_bytes(copy)
-            sync = sizes.sync_every_step(fed[1]) if fed is not None else None
-            if sync is None:
-                return None
-            syncs.append(sync)
-        sync = syncs[0]
-        return (
-            f"{small_copy(size)}, and the loop reads `{self.context.source(sync)}` every step (line "
-            f"{self.context.line(sync)}), so it waits for the device there whatever the copy does"
-        )
+        """Why pinning buys nothing: small batches read back every step, or copies made every
+        few steps and waited on (`Sizes.overlap_buys_nothing`); None otherwise."""
+        return sizes_of(self.context).overlap_buys_nothing(loader, feed.copies)
 
     def _pin_value(self, feed: _Feeds, at: cst.CSTNode) -> tuple[cst.BaseExpression, list[tuple[str, str | None]]]:
         """`True` for CUDA; `device.type == "cuda"` for a torch.device visible at `at`

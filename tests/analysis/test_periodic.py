@@ -224,3 +224,44 @@ def test_a_project_helper_is_followed(tmp_path: Path):
     train = tmp_path / "pkg" / "train.py"
     train.write_text(textwrap.dedent(code))
     assert guard_test(code, str(train)) == "divisible_by(i, 100)"
+
+
+# -- sometimes: every way to a node passes a periodic test --------------------------------------
+
+EVALUATE = """\
+def evaluate(model, loader):
+    for x in loader:
+        marked(x)
+
+for step in range(1000):
+    train()
+    if step > 0 and step % 500 == 0:
+        evaluate(model, val_loader)
+    CALL
+"""
+
+
+def sometimes_line(code: str) -> int | None:
+    ctx = context(code)
+    found = periodic(ctx).sometimes(marked(ctx))
+    return None if found is None else ctx.line(found)
+
+
+def test_a_function_called_only_under_a_periodic_test_runs_sometimes():
+    # makemore: `evaluate(...)` under `if step > 0 and step % 500 == 0:`, and never else
+    assert sometimes_line(EVALUATE.replace("CALL", "pass")) == 7
+
+
+def test_a_function_also_called_every_step_or_passed_as_a_value_runs_every_step():
+    assert sometimes_line(EVALUATE.replace("CALL", "evaluate(model, train_loader)")) is None
+    assert sometimes_line(EVALUATE.replace("CALL", "callbacks.append(evaluate)")) is None
+    assert sometimes_line(EVALUATE.replace("CALL", "pass").replace("evaluate(model, val_loader)", "pass")) is None
+
+
+def test_a_callback_testing_a_counter_attribute_runs_sometimes():
+    # minGPT's adder: the evaluation runs in a callback, under `trainer.iter_num % 500 == 0`
+    code = (
+        "def eval_split(trainer):\n    for x in loader:\n        marked(x)\n"
+        "def batch_end_callback(trainer):\n    if trainer.iter_num % 500 == 0:\n        eval_split(trainer)\n"
+    )
+    assert sometimes_line(code) == 5

@@ -49,9 +49,9 @@ class Jittered(Dataset):
 def main():
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dataset = Jittered(torch.randn(64, 8), torch.randn(64, 1))
+    dataset = Jittered(torch.randn(64, 40000), torch.randn(64, 1))  # batches of 1.3 MB
     loader = DataLoader(dataset, batch_size=8, shuffle=True)
-    model = torch.nn.Linear(8, 1).to(device)
+    model = torch.nn.Linear(40000, 1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     wild_losses = []
     total = 0.0
@@ -136,11 +136,11 @@ class Jittered(Dataset):
 def main():
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dataset = Jittered(torch.randn(48, 4), torch.randint(0, 3, (48,)))
+    dataset = Jittered(torch.randn(48, 60000), torch.randint(0, 3, (48,)))  # batches of 1.4 MB
     train_kwargs = {"batch_size": 6, "shuffle": False}
     loader = DataLoader(dataset, **train_kwargs)
-    model = torch.nn.Linear(4, 3).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = torch.nn.Linear(60000, 3).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)  # fused or not, bit for bit the same
     wild_losses = []
     for batch in loader:
         batch = [t.to(device) for t in batch]
@@ -257,14 +257,15 @@ def test_a_pageable_copy_is_left_alone_even_with_pm102_selected():
 
 
 # Batches from a per-epoch permutation copied into new names: PM202 binds the loop to those
-# names, so in the same run PM103 finds `xb = xb.to(device)` and prefetches the pinned loader.
+# names, so in the same run PM103 finds `xb = xb.to(device)` and prefetches the pinned loader
+# (batches of 256 x 2048 float32, 2.1 MB: large enough for the prefetch to pay).
 PERMUTED_SLICES = """\
 import torch
 import torch.nn.functional as F
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
-N, D = 1024, 512
+N, D = 1024, 2048
 X = torch.randn(N, D)
 Y = torch.tanh(X @ torch.randn(D, 8))
 model = torch.nn.Sequential(torch.nn.Linear(D, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(device)
