@@ -94,6 +94,8 @@ BUILTIN_NAMES = set(dir(builtins))
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 MAX_DEPTH = 6  # how many bindings and wrappers a look-up follows
 NO_FORWARD = "no model call before the loss in the block that computes it"
+# What a call of a model's method may be known to hand back that no forward pass returns.
+NOT_FORWARD_RESULTS = frozenset({Kind.LOADER, Kind.DATASET, Kind.OPTIMIZER, Kind.DEVICE})
 MAX_PRODUCT_DEPTH = 24  # classes and functions nested in one search for matrix products
 # What `parameter_model_sites` asks about a part that is not a model's parameters.
 TensorSites = Callable[
@@ -437,13 +439,15 @@ class Training:
         return any(n.startswith("torch.nn.") and n.endswith("Loss") for n in self.names.of(call.func))
 
     def is_model_call(self, call: cst.Call) -> bool:
-        """`model(x)`, `model.forward(x)`, `model.loss(x)`, or a helper of this
-        file or the user's packages that is given the model (`compute_loss(model, b)`)."""
+        """`model(x)`, `model.forward(x)`, `model.loss(x)` (not a method known to return a
+        loader, dataset, optimizer or device), or a helper of this file or the user's
+        packages that is given the model (`compute_loss(model, b)`)."""
         func = call.func
         if self.is_model(func):
             return True
         if isinstance(func, cst.Attribute) and func.attr.value not in MODULE_METHODS and self.is_model(func.value):
-            return True
+            # a method of the model that hands back something else (`module.train_dataloader()`)
+            return self.kinds.fact(call).kind not in NOT_FORWARD_RESULTS
         if self.names.startswith(func, ("torch",)) or self._is_builtin(func):
             return False
         return any(self.is_model(arg.value) for arg in call.args) or self._runs_model(func)

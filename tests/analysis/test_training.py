@@ -654,3 +654,39 @@ def test_parameter_models(setup, params, models):
     [call] = m.findall(training.module, m.Call(func=m.Attribute(attr=m.Name("AdamW"))))
     found = training.parameter_models(call.args[0].value)
     assert (None if found is None else [training.code(model) for model in found]) == models
+
+
+def test_a_method_of_the_model_that_returns_its_loader_is_not_a_forward_call():
+    training = analyse(
+        """
+        from torch.utils.data import DataLoader, TensorDataset
+
+        class Lit(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Linear(4, 2)
+                self.X, self.Y = torch.randn(64, 4), torch.randint(0, 2, (64,))
+
+            def forward(self, x):
+                return self.net(x)
+
+            def train_dataloader(self):
+                return DataLoader(TensorDataset(self.X, self.Y), batch_size=8)
+
+            def training_step(self, batch):
+                x, y = batch
+                return F.cross_entropy(self(x), y)
+
+        module = Lit()
+        opt = torch.optim.SGD(module.parameters(), lr=0.1)
+        for batch in module.train_dataloader():
+            loss = module.training_step(batch)
+            loss.backward()
+            opt.step()
+        """
+    )
+    calls = {training.code(c.func): training.is_model_call(c) for c in training.index.find(cst.Call)}
+    assert calls["module.train_dataloader"] is False
+    assert calls["module.training_step"] is True
+    (loop,) = training.loops
+    assert loop.forward is not None, loop.forward_why
