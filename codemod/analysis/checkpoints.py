@@ -357,8 +357,8 @@ class Checkpoints:
         line = parents.get(expression)
         if not (isinstance(expression, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
             raise Synchronous("the save is not a statement of its own")
-        if helper is None and _next_statement_returns(parents, line):
-            raise NotACheckpoint
+        if helper is None and _ends_after(parents, line, loop):
+            raise NotACheckpoint  # the final save: nothing runs after it to overlap with
         statement, path = line, target
         opened = self._opened_file(target, line)
         if opened is not None:
@@ -691,14 +691,34 @@ def file_argument(call: cst.Call) -> cst.Arg | None:
     return kwarg(call, "f") or positional(call, 1)
 
 
-def _next_statement_returns(parents, line: cst.SimpleStatementLine) -> bool:
-    block = parents.get(line)
-    if not isinstance(block, cst.IndentedBlock):
-        return False
-    statements = list(block.body)
-    index = statements.index(line)
-    following = statements[index + 1] if index + 1 < len(statements) else None
-    return isinstance(following, cst.SimpleStatementLine) and isinstance(following.body[0], cst.Return)
+def _ends_after(parents, line: cst.SimpleStatementLine, loop: cst.CSTNode | None) -> bool:
+    """Does the code end right after `line`: a `return` follows it in its block, or in a
+    block of an `if` around it, or a `break` does that ends `loop` (`if last_step:
+    torch.save(...)` then `break`)?"""
+    node: cst.CSTNode = line
+    while True:
+        block = parents.get(node)
+        if not isinstance(block, cst.IndentedBlock):
+            return False
+        statements = list(block.body)
+        for following in statements[statements.index(node) + 1 :]:
+            first = following.body[0] if isinstance(following, cst.SimpleStatementLine) else None
+            if isinstance(first, cst.Return):
+                return True
+            if isinstance(first, cst.Break):
+                return _innermost_loop(parents, block) is loop  # else it ends another loop
+        owner = parents.get(block)
+        while isinstance(owner, (cst.If, cst.Else)) and not isinstance(parents.get(owner), cst.IndentedBlock):
+            owner = parents.get(owner)  # up an `elif` chain to its first `if`
+        if not isinstance(owner, cst.If):
+            return False
+        node = owner
+
+
+def _innermost_loop(parents, node: cst.CSTNode) -> cst.CSTNode | None:
+    while node is not None and not isinstance(node, (cst.For, cst.While, cst.FunctionDef)):
+        node = parents.get(node)
+    return node if isinstance(node, (cst.For, cst.While)) else None
 
 
 def _container_parts(value: cst.BaseExpression):

@@ -122,8 +122,9 @@ class SynchronousCheckpointInLoop(Rule):
       save or flush, and files it removes (old checkpoints it prunes) go later.
 
     Left alone as well: saves outside loops and in loops that do not train,
-    saves into an in-memory buffer (`io.BytesIO`), saves followed directly by
-    `return` (nothing to overlap with), and saves of whole modules or optimizers
+    saves into an in-memory buffer (`io.BytesIO`), the final save, followed in
+    its block or an `if` around it by a `return` or by the `break` that ends
+    the training loop (nothing to overlap with), and saves of whole modules or optimizers
     (the checkpointer would deep-copy them on their device; save `state_dict()`),
     which are reported without a fix.
 
@@ -160,6 +161,13 @@ class SynchronousCheckpointInLoop(Rule):
             + _indented(LOOP)
             + "        if loss < 0.1:\n            torch.save(model.state_dict(), path)\n            return path\n",
             "returns right after the save: nothing to overlap with",
+        ),
+        Valid(
+            PREAMBLE
+            + "for step in range(101):\n    if step == 100:\n"
+            + "        torch.save(model.state_dict(), 'final.pt')\n        break\n"
+            + "".join(LOOP.splitlines(True)[1:]),
+            "the save on the last step, then the break that ends training: nothing to overlap with",
         ),
         Valid(
             PREAMBLE + "for path in ['a.pt', 'b.pt']:\n    torch.save(model.state_dict(), path)\n",

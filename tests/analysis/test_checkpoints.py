@@ -297,3 +297,38 @@ def test_a_project_function_whose_result_is_used_stays_synchronous(tmp_path):
     function = project_of(context).called(call)
     with pytest.raises(Synchronous, match="its result is used"):
         checkpoints(context).wrapper_plan(call, function)
+
+
+def test_the_save_on_the_last_step_before_the_loop_breaks_is_the_final_save():
+    """modded-nanogpt's shape: `if last_step:` saves, then `break`: nothing runs after
+    the save to overlap with, so it is not a checkpoint to make asynchronous."""
+    context = _context(
+        """
+        for step in range(101):
+            last_step = step == 100
+            if last_step:
+                if save_checkpoint:
+                    torch.save(net.state_dict(), "final.pt")
+                break
+            net(torch.randn(2, 3)).sum().backward()
+            opt.step()
+        """
+    )
+    (save,) = _saves(context)
+    with pytest.raises(NotACheckpoint):
+        _plan(context, save)
+
+
+def test_a_break_that_ends_an_inner_loop_leaves_the_save_a_checkpoint():
+    context = _context(
+        """
+        for epoch in range(10):
+            net(torch.randn(2, 3)).sum().backward()
+            opt.step()
+            for attempt in range(3):
+                torch.save(net.state_dict(), "epoch.pt")
+                break
+        """
+    )
+    (save,) = _saves(context)
+    assert isinstance(_plan(context, save), Save)
