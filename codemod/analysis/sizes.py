@@ -174,9 +174,11 @@ def shown(size: int) -> str:
 
 def small_copy(size: int) -> str:
     """Why a copy of `size` bytes (under MIN_COPY_BYTES) is not worth overlapping."""
+    micros = copy_seconds(size) * 1e6
+    took = f"about {micros:.0f} us" if micros >= 1 else "under 1 us"
     return (
-        f"a batch holds about {shown(size)}, which copies to the device in about "
-        f"{copy_seconds(size) * 1e6:.0f} us (at {HARDWARE['h2d_bytes_per_s'] / 1e9:.0f} GB/s from pinned memory): "
+        f"a batch holds about {shown(size)}, which copies to the device in {took} "
+        f"(at {HARDWARE['h2d_bytes_per_s'] / 1e9:.0f} GB/s from pinned memory): "
         f"less than the {MIN_COPY_S * 1e6:.0f} us of ten kernel launches"
     )
 
