@@ -106,3 +106,94 @@ def test_step_windows_that_do_not_cover_the_data_are_reported():
     findings, new = run(code)
     assert new == code and [f.applied for f in findings] == [False]
     assert "the range `(STEPS - 1) * BATCH` is not the length of `X` / `Y`" in findings[0].message
+
+
+RANDINT_ROWS = """\
+import argparse
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+p = argparse.ArgumentParser()
+p.add_argument("--bs", type=int, default=128)
+p.add_argument("--n", type=int, default=60000)
+args = p.parse_args()
+X = torch.randn(args.n, 784)
+C = torch.randn(args.n)
+enc = nn.Linear(784, 64)
+probe = nn.Linear(64, 1)
+opt2 = torch.optim.SGD(probe.parameters(), lr=0.1, foreach=False)
+for step in range(100):
+    idx = torch.randint(0, args.n, (args.bs,))
+    xb, cb = X[idx], C[idx]
+    with torch.no_grad():
+        z = enc(xb)
+    loss = F.mse_loss(probe(z).squeeze(-1), cb)
+    opt2.zero_grad()
+    loss.backward()
+    opt2.step()
+"""
+
+RANDINT_TEXTS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DOCS = [f"doc {i} about {i % 7}" for i in range(500)]
+
+
+def encode(text):
+    return [hash(w) % 1000 for w in text.split()][:4]
+
+
+def main():
+    emb = nn.EmbeddingBag(1000, 512)
+    head = nn.Linear(512, 7)
+    opt = torch.optim.SGD(list(emb.parameters()) + list(head.parameters()), lr=0.1, foreach=False)
+    for step in range(3):
+        idx = torch.randint(0, len(DOCS), (32,)).tolist()
+        texts = [DOCS[i] for i in idx]
+        ids = torch.tensor([encode(t) for t in texts])
+        y = torch.tensor([i % 7 for i in idx])
+        loss = F.cross_entropy(head(emb(ids)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+TIMESTEPS = """\
+import torch
+import torch.nn.functional as F
+
+T = 1000
+alphas_bar = torch.cumprod(1 - torch.linspace(1e-4, 0.02, T), 0)
+model = torch.nn.Linear(3, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(10):
+    x0 = torch.randn(100, 2)
+    t = torch.randint(0, T, (x0.size(0),))
+    noise = torch.randn_like(x0)
+    ab = alphas_bar[t]
+    xt = ab.sqrt()[:, None] * x0 + (1 - ab).sqrt()[:, None] * noise
+    loss = F.mse_loss(model(torch.cat([xt, t[:, None] / T], 1)), noise)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "code, line",
+    [(RANDINT_ROWS, 16), (RANDINT_TEXTS, 17)],
+    ids=["bound-is-the-rows-made", "indices-as-a-list-pick-texts"],
+)
+def test_a_random_batch_drawn_every_step_is_reported_whatever_the_spelling(code, line):
+    findings, new = run(code)
+    assert new == code
+    assert [(f.line, f.applied) for f in findings] == [(line, False)], findings
+    assert "`torch.randint` draws a new random batch on every training step" in findings[0].message
+
+
+def test_random_timesteps_that_index_a_schedule_are_no_batch():
+    findings, new = run(TIMESTEPS)
+    assert findings == [] and new == TIMESTEPS
