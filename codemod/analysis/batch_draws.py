@@ -15,7 +15,7 @@ every sample once per epoch.
   that runs on every step: in a step loop (`function` None), or in a function whose
   per-step callers `sites` lists (batch_windows' `per_step_sites`). Where the range is
   not spelled as a length, the data are those its indices pick rows of whose first size
-  is the range, one of them of two dims or more (`torch.randint(0, args.n, (bs,))`, `X =
+  is the range, one of them of two dims or more, and that the indices do nothing else (`torch.randint(0, args.n, (bs,))`, `X =
   torch.randn(args.n, d)`; a vector alone may be a schedule a timestep indexes); the
   indices may be kept as a list (`idx = torch.randint(...).tolist()`).
 - `BatchDraw.spelled`: how a message names the draw (`np.random.choice`, `rng.sample`).
@@ -179,7 +179,7 @@ class BatchDraws:
         if bound is None or index is None:
             return set()
         shapes = layouts(self.context)
-        found, samples = set(), False
+        found, samples, picks = set(), False, set()
         for subscript in self.context.index.find(cst.Subscript, within=region):
             part = subscript.slice[0].slice if len(subscript.slice) == 1 else None
             if (
@@ -190,7 +190,11 @@ class BatchDraws:
                 and shapes.same_size(bound, shapes.leading_size(subscript.value))
             ):
                 found.add(subscript.value.value)
+                picks.add(id(part.value))
                 samples = samples or len(shapes.shape(subscript.value) or ()) >= 2
+        reads = [n for n in self.context.index.find(cst.Name, within=region) if n.value == index]
+        if any(id(read) not in picks for read in reads if not _bound_here(self.context, read)):
+            return set()  # the indices are data too (`y = torch.randint(0, k, ...)`: labels of centers[y])
         # rows of at least one tensor of samples (`X` of (n, d)): a vector alone may be a
         # schedule indexed by timesteps (`alphas_bar[t]` with `t = torch.randint(0, T, (B,))`)
         return found if samples else set()
@@ -265,6 +269,12 @@ class BatchDraws:
             ):
                 return True
         return False
+
+
+def _bound_here(context: FileContext, name: cst.Name) -> bool:
+    """Is `name` a target the assignment binds (`idx = ...`), not a read of it?"""
+    target = context.parents.get(name)
+    return isinstance(target, cst.AssignTarget) and target.target is name
 
 
 def _is_data(expr: cst.BaseExpression, data: set[str]) -> bool:

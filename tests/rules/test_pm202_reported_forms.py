@@ -197,3 +197,21 @@ def test_a_random_batch_drawn_every_step_is_reported_whatever_the_spelling(code,
 def test_random_timesteps_that_index_a_schedule_are_no_batch():
     findings, new = run(TIMESTEPS)
     assert findings == [] and new == TIMESTEPS
+
+
+def test_labels_drawn_to_pick_class_centers_are_no_batch():
+    """`y = torch.randint(0, k, (n,))` picks rows of the (k, d) centers and is the labels
+    too: synthetic data made each step, not samples drawn from a data set."""
+    code = (
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "def mixture(n, d=20, k=4):\n    centers = torch.randn(k, d)\n    y = torch.randint(0, k, (n,))\n"
+        "    return centers[y] + torch.randn(n, d), y\n\n"
+        "model = torch.nn.Linear(20, 4)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(10):\n    x, y = mixture(32)\n    loss = F.cross_entropy(model(x), y)\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    findings, new = run(code)
+    assert findings == [] and new == code
+    # the same draw whose indices only pick rows is a batch
+    picked = code.replace("return centers[y] + torch.randn(n, d), y", "return centers[y], centers[y][:, 0].long() % k")
+    assert [f.line for f in run(picked)[0]] == [6]
