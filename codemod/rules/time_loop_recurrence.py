@@ -266,27 +266,6 @@ def ema(a, x):
             None,
             "a nonlinearity around the update",
         ),
-        Invalid(
-            PREAMBLE
-            + """
-
-class ElmanRNN(torch.nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.W = torch.nn.Linear(d, d)
-        self.U = torch.nn.Linear(d, d, bias=False)
-
-    def forward(self, x):  # (T, B, D)
-        h = x.new_zeros(x.size(1), x.size(2))
-        ys = []
-        for t in range(x.size(0)):
-            h = torch.tanh(self.W(x[t]) + self.U(h))
-            ys.append(h)
-        return torch.stack(ys)
-""",
-            None,
-            "time along the first dim, `range(x.size(0))`, and a state fed through an `nn.Linear`",
-        ),
     ]
 
     def visit_For(self, node: cst.For) -> None:
