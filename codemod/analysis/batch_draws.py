@@ -13,7 +13,11 @@ every sample once per epoch.
   timesteps, not samples), that draws the samples themselves or whose indices pick
   samples of that data (`X[idx]`, `X[i:i + n]` for each `i` of them) where it runs, and
   that runs on every step: in a step loop (`function` None), or in a function whose
-  per-step callers `sites` lists (batch_windows' `per_step_sites`).
+  per-step callers `sites` lists (batch_windows' `per_step_sites`). Where the range is
+  not spelled as a length, the data are those its indices pick rows of whose first size
+  is the range, one of them of two dims or more, and that the indices do nothing else (`torch.randint(0, args.n, (bs,))`, `X =
+  torch.randn(args.n, d)`; a vector alone may be a schedule a timestep indexes); the
+  indices may be kept as a list (`idx = torch.randint(...).tolist()`).
 - `BatchDraw.spelled`: how a message names the draw (`np.random.choice`, `rng.sample`).
 
 Built once per file (FileContext.shared).
@@ -29,6 +33,7 @@ import libcst as cst
 from codemod.analysis.batch_windows import batch_windows
 from codemod.analysis.names import kwarg
 from codemod.analysis.sample_loops import sample_loops
+from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
     BATCH_DRAWS,
     GENERATOR_BATCH_DRAWS,
@@ -68,17 +73,22 @@ class BatchDraws:
         key = self.draw_kind(call)
         if key is None:
             return None
-        data, direct = self._sampled_data(call, key)
-        if not data:
-            return None
         context = self.context
-        spelled = context.source(call.func) if self._method_draw(call) else BATCH_DRAWS[key]
         loop = context.loops.step_loop_of(call)
-        if loop is not None:
-            return BatchDraw(call, spelled, None, ()) if direct or self._indexes(call, data, loop.body) else None
-        function = context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-        if not isinstance(function, cst.FunctionDef) or not (direct or self._indexes(call, data, function.body)):
+        function = None
+        if loop is None:
+            function = context.index.first_enclosing(call, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+            if not isinstance(function, cst.FunctionDef):
+                return None
+        region = loop.body if loop is not None else function.body
+        data, direct = self._sampled_data(call, key)
+        if not data:  # `torch.randint(0, args.n, ...)` picking rows of `X = torch.randn(args.n, d)`
+            data, direct = self._data_of_size(call, key, region), False
+        if not data or not (direct or self._indexes(call, data, region)):
             return None
+        spelled = context.source(call.func) if self._method_draw(call) else BATCH_DRAWS[key]
+        if loop is not None:
+            return BatchDraw(call, spelled, None, ())
         sites = batch_windows(context).per_step_sites(function)
         return BatchDraw(call, spelled, function, tuple(sites)) if sites else None
 
@@ -146,16 +156,67 @@ class BatchDraws:
             if isinstance(population, cst.Attribute) and isinstance(population.value, cst.Name):
                 return {self.context.source(population)}, True  # `rng.sample(self.examples, k)`
             return self._lengths_of(population), False
+        bound = self._high(call, key)
+        return (self._lengths_of(bound), False) if bound is not None else (set(), False)
+
+    def _high(self, call: cst.Call, key: str) -> cst.BaseExpression | None:
+        """The exclusive upper bound of an integer draw (`torch.randint(0, n, ...)`: n);
+        None for a draw from a population."""
+        if key in POPULATION_DRAWS:
+            return None
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
         high = kwarg(call, "high")
         if high is not None:
-            bound = high.value
-        elif len(args) >= 3 or (key == "numpy.random.randint" and len(args) >= 2 and kwarg(call, "size") is not None):
-            bound = args[1]
-        elif args:
-            bound = args[0]
-        else:
-            return set(), False
-        return self._lengths_of(bound), False
+            return high.value
+        if len(args) >= 3 or (key == "numpy.random.randint" and len(args) >= 2 and kwarg(call, "size") is not None):
+            return args[1]
+        return args[0] if args else None
+
+    def _data_of_size(self, call: cst.Call, key: str, region: cst.CSTNode) -> set[str]:
+        """The names that the indices `call` draws (bound to one name) pick rows of in
+        `region` (`X[idx]`), and whose first size is the draw's bound (`Layouts.same_size`)."""
+        bound, index = self._high(call, key), self._index_name(call)
+        if bound is None or index is None:
+            return set()
+        shapes = layouts(self.context)
+        found, samples, picks = set(), False, set()
+        for subscript in self.context.index.find(cst.Subscript, within=region):
+            part = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+            if (
+                isinstance(subscript.value, cst.Name)
+                and isinstance(part, cst.Index)
+                and isinstance(part.value, cst.Name)
+                and part.value.value == index
+                and shapes.same_size(bound, shapes.leading_size(subscript.value))
+            ):
+                found.add(subscript.value.value)
+                picks.add(id(part.value))
+                samples = samples or len(shapes.shape(subscript.value) or ()) >= 2
+        reads = [n for n in self.context.index.find(cst.Name, within=region) if n.value == index]
+        if any(id(read) not in picks for read in reads if not _bound_here(self.context, read)):
+            return set()  # the indices are data too (`y = torch.randint(0, k, ...)`: labels of centers[y])
+        # rows of at least one tensor of samples (`X` of (n, d)): a vector alone may be a
+        # schedule indexed by timesteps (`alphas_bar[t]` with `t = torch.randint(0, T, (B,))`)
+        return found if samples else set()
+
+    def _index_name(self, call: cst.Call) -> str | None:
+        """The name the draw's indices are bound to: `idx = torch.randint(...)`, also as a
+        list (`idx = torch.randint(...).tolist()`)."""
+        parents = self.context.parents
+        drawn: cst.CSTNode = call
+        parent = parents.get(call)
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "tolist":
+            outer = parents.get(parent)
+            if isinstance(outer, cst.Call) and outer.func is parent and not outer.args:
+                drawn, parent = outer, parents.get(outer)
+        if (
+            isinstance(parent, cst.Assign)
+            and parent.value is drawn
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, cst.Name)
+        ):
+            return parent.targets[0].target.value
+        return None
 
     def _lengths_of(self, bound: cst.BaseExpression) -> set[str]:
         """The names whose length `bound` is: `len(X)`, `X.shape[0]`, `X.size(0)`, `len(X) - k`,
@@ -171,13 +232,9 @@ class BatchDraws:
         if isinstance(parent, cst.Index):  # `X[torch.randint(...)]`
             subscript = context.index.first_enclosing(call, cst.Subscript)
             return subscript is not None and _is_data(subscript.value, data)
-        if not (
-            isinstance(parent, cst.Assign)
-            and len(parent.targets) == 1
-            and isinstance(parent.targets[0].target, cst.Name)
-        ):
+        index = self._index_name(call)
+        if index is None:
             return False
-        index = parent.targets[0].target.value
         if self._subscripted_by(region, index, data, slices=False):
             return True
         for each in context.index.find((cst.CompFor, cst.For), within=region):
@@ -212,6 +269,12 @@ class BatchDraws:
             ):
                 return True
         return False
+
+
+def _bound_here(context: FileContext, name: cst.Name) -> bool:
+    """Is `name` a target the assignment binds (`idx = ...`), not a read of it?"""
+    target = context.parents.get(name)
+    return isinstance(target, cst.AssignTarget) and target.target is name
 
 
 def _is_data(expr: cst.BaseExpression, data: set[str]) -> bool:

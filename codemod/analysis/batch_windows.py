@@ -1,7 +1,7 @@
 """Batches cut by hand from data held in memory, window by window, in a loop over a counter.
 
 `for i in range(0, n, bs): xb = X[i:i + bs]` (also `range(n // bs)` with `X[i * bs:(i +
-1) * bs]`, through `enumerate`/`tqdm`/`zip`, and through a permutation drawn each epoch:
+1) * bs]`, `range(steps)` with those windows over `steps * bs` samples, through `enumerate`/`tqdm`/`zip`, and through a permutation drawn each epoch:
 `perm = torch.randperm(n)`, `X[perm[i:i + bs]]` or `idx = perm[i:i + bs]; X[idx]`) visits
 the batches that `DataLoader(TensorDataset(X, ...), batch_size=bs, shuffle=...)` gives
 when it is proven that:
@@ -371,7 +371,7 @@ class BatchWindows:
         counter = self.counter(loop)
         if counter is None:
             return None
-        batch_size, window = self._window(*counter)
+        batch_size, window = self._window(*counter, loop)
         if window is None:
             return None
         plan = WindowPlan(loop, batch_size, window, *counter)
@@ -379,7 +379,9 @@ class BatchWindows:
         plan.problem = self._check(plan) if problem is None else problem
         return plan
 
-    def _window(self, call: cst.Call, index: cst.Name) -> tuple[cst.BaseExpression | None, Window | None]:
+    def _window(
+        self, call: cst.Call, index: cst.Name, loop: cst.For
+    ) -> tuple[cst.BaseExpression | None, Window | None]:
         if any(a.keyword is not None or a.star for a in call.args):
             return None, None
         i, args = index.value, [a.value for a in call.args]
@@ -411,7 +413,30 @@ class BatchWindows:
                 right=_equal_to(bs),
             )
             return bs, Window(n, True, m.Slice(lower=lower, upper=upper, step=None), upper)
+        if len(args) == 1:  # `range(steps)` and `X[i * bs:(i + 1) * bs]`: steps * bs samples
+            bs = self._step_width(loop, i)
+            if bs is None:
+                return None, None
+            steps = args[0]
+            if isinstance(steps, cst.BinaryOperation) and not steps.lpar:
+                steps = steps.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            n = cst.BinaryOperation(left=steps, operator=cst.Multiply(), right=bs)
+            lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
+            upper = m.BinaryOperation(
+                left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=m.Integer("1")),
+                operator=m.Multiply(),
+                right=_equal_to(bs),
+            )
+            return bs, Window(n, False, m.Slice(lower=lower, upper=upper, step=None), upper)
         return None, None
+
+    def _step_width(self, loop: cst.For, i: str) -> cst.BaseExpression | None:
+        """`bs` of the first window `[i * bs:...]` in `loop`'s body; None where there is none."""
+        for part in self.context.index.find(cst.Slice, within=loop.body):
+            lower = part.lower
+            if m.matches(lower, m.BinaryOperation(left=m.Name(i), operator=m.Multiply())):
+                return lower.right
+        return None
 
     def _at_most(self, width: cst.CSTNode, step: cst.BaseExpression, depth: int = 0) -> bool:
         """Is `width` never more than `step`: `min(step, ...)`, or a name bound only to that?"""
@@ -656,9 +681,12 @@ class BatchWindows:
         if any(_normalized(source(c)) in lengths for c in candidates):
             return True
         shapes = layouts(self.context)
+        spellings = [n]
+        if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
+            spellings.append(n.with_changes(left=n.right, right=n.left))  # `STEPS * B` is `B * STEPS`
         for tensor in plan.tensors:  # `n = 100` and `X = torch.randn(n, 7)`: n is X's length
             shape = shapes.shape(self._a_use(plan, tensor).value)
-            if shape and shapes.same_size(n, shape[0]):
+            if shape and any(shapes.same_size(spelled, shape[0]) for spelled in spellings):
                 return True
         # `X = T[:n]` holds the first n rows when n is at most len(T): `n = int(0.9 * len(T))`, `len(T) - k`
         spelled = {_normalized(source(c)) for c in candidates}
@@ -814,8 +842,13 @@ class BatchWindows:
     # -- names and values ----------------------------------------------------------------
 
     def _names(self, node: cst.CSTNode, name: str) -> list[cst.Name]:
-        """The Name nodes spelled `name` under `node`."""
-        return [n for n in self.context.index.find(cst.Name, within=node) if n.value == name]
+        """The Name nodes spelled `name` under `node` (not an attribute's name: `opt.step`)."""
+        parents = self.context.parents
+        return [
+            n
+            for n in self.context.index.find(cst.Name, within=node)
+            if n.value == name and not (isinstance(parents.get(n), cst.Attribute) and parents[n].attr is n)
+        ]
 
     def _bound_names(self, line: cst.CSTNode) -> set[str]:
         """Names that the assignments of `line` bind (`a.b = ...` and `a[i] = ...` bind none)."""

@@ -9,6 +9,8 @@ name) is left unknown: which one a run parses cannot be told from the file.
 
 Public API (reached as `context.command_line`):
 - `option(dest)`: the `Option` stored in `args.<dest>`.
+- `option_at(expr)`: the `Option` that `args.<dest>` reads, where `args` is bound only to
+  the namespace of options (`parses`).
 - `parses(expr)`: is `expr` the namespace of options: `parser.parse_args()`,
   `parser.parse_known_args()[0]`, or a call of a function of this file every
   `return` of which hands back one (`def get_args(): ...; return p.parse_args()`,
@@ -36,6 +38,9 @@ class Option:
     call: cst.Call  # the add_argument call
     default: cst.BaseExpression | None  # its `default=`; None where it has none
     choices: tuple[cst.BaseExpression, ...] | None  # the literal `choices=`; None where any value goes
+    converter: cst.BaseExpression | None = None  # its `type=` (`int`); None where it has none
+    single: bool = False  # stores one value: no `nargs=`, no `action=` other than "store"
+    required: bool = False  # `required=True`: a run that leaves it out stops
 
 
 class CommandLine:
@@ -53,6 +58,16 @@ class CommandLine:
     def option(self, dest: str) -> Option | None:
         """The option stored in `args.<dest>`, when one `add_argument` of this file declares it."""
         return self._options.get(dest)
+
+    def option_at(self, expr: cst.BaseExpression) -> Option | None:
+        """The option `expr` (`args.bs`) reads: `args` is bound only to the namespace of
+        options, and one `add_argument` of this file declares `bs`."""
+        if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
+            return None
+        sources = self._context.training.value_sources(expr.value)
+        if not sources or not all(self.parses(source) for source in sources):
+            return None
+        return self.option(expr.attr.value)
 
     def parses(self, expr: cst.BaseExpression | None) -> bool:
         """Is `expr` the namespace of options: a parse call, or a call of a function of
@@ -117,8 +132,13 @@ def _option(call: cst.Call) -> Option:
         and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set))
         and all(isinstance(e, cst.Element) for e in choices.value.elements)
     )
+    converter, action, required = kwarg(call, "type"), kwarg(call, "action"), kwarg(call, "required")
+    stores = action is None or (isinstance(action.value, cst.SimpleString) and action.value.evaluated_value == "store")
     return Option(
         call,
         default.value if default is not None else None,
         tuple(e.value for e in choices.value.elements) if literal else None,
+        converter.value if converter is not None else None,
+        stores and kwarg(call, "nargs") is None,
+        required is not None and isinstance(required.value, cst.Name) and required.value.value == "True",
     )

@@ -13,8 +13,9 @@ as one call over every position when each position's term reads only its own sli
   `cross_entropy(calls)`: are they all cross-entropy or NLL (`loss_calls.kind`)?
 - `teacher_forced(body, loop)`: does each position run the model (or another callable of
   the program) on something that reads the position, `model(x[:, :t])`?
-  `recurrent(loop_node)`: does each position run a module on what the one before made
-  (free-running decoding, a hidden state handed on)?
+  `recurrent(loop_node)`: does each position run a module (or a method of one,
+  `decoder.step(tok, h)`) on what the one before made (free-running decoding, a hidden
+  state handed on)?
 - `term(value, loop, temporaries)`: the `Term` of a cross-entropy or NLL call (times or
   divided by a constant): its `LossOptions` and its input and target as `Operand`s
   (`base[:, sign * t + offset]`); `operands(term, loop)`: the input and the target over
@@ -25,7 +26,9 @@ as one call over every position when each position's term reads only its own sli
 - `summed_loop(node, loop)`: a `LoopTerm` for a loop that adds any per-element loss
   reduced per position (`mean`, `sum`, `batchmean`, times constants), or `.sum()` /
   `.mean()` of a pointwise expression of position slices and unreduced losses (a masked
-  loss), with its sum over the positions written out (`LoopTerm.batched`, `imports`).
+  loss), with its sum over the positions written out (`LoopTerm.batched`, `imports`);
+  a loop that ends in several such sums, each into its own total (`kd += ...; ce +=
+  ...`), gives the first, the others in `LoopTerm.others`.
 
 Each raises `NotBatched` with the true reason where the loop is not that. The losses'
 reductions and options are torch facts (`loss_calls`, the torch table); the numbers the
@@ -121,6 +124,7 @@ class LoopTerm:
     term: Term | None = None  # a cross-entropy loop's
     batched: str | None = None  # a summed loop's sum over the positions
     imports: list[tuple[str, str | None]] = field(default_factory=list)
+    others: list[LoopTerm] = field(default_factory=list)  # a summed loop's further sums, in order
 
 
 class PositionLosses:
@@ -312,8 +316,15 @@ class PositionLosses:
         """Does each position run a module on what the one before it made? Then the loop
         must stay, and one loss call after it would save next to nothing."""
         kinds = self.context.kinds
+
+        def runs_a_module(call: cst.Call) -> bool:  # `cell(x, h)`, or a method of one: `decoder.step(tok, h)`
+            owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+            return kinds.fact(call.func).kind is Kind.MODULE or (
+                owner is not None and kinds.fact(owner).kind is Kind.MODULE
+            )
+
         return any(
-            kinds.fact(call.func).kind is Kind.MODULE and any(kinds.carried_reads(node, arg) for arg in call.args)
+            runs_a_module(call) and any(kinds.carried_reads(node, arg) for arg in call.args)
             for call in self.context.index.find(cst.Call, within=node.body)
         )
 
@@ -441,7 +452,10 @@ class PositionLosses:
         statements = _simple_body(node) if loop.var is not None else None
         if statements is None:
             raise NotBatched("the loop does more than add one loss per position")
-        *setup, statement = statements
+        count = len(statements)
+        while count > 1 and added(statements[count - 2]) is not None:
+            count -= 1  # several sums, one after another (`kd += ...; ce += ...`): each on its own
+        setup, sums = statements[: count - 1], statements[count - 1 :]
         temporaries: dict[str, cst.Assign] = {}
         for assign in setup:
             if not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
@@ -450,30 +464,40 @@ class PositionLosses:
             if name in temporaries or name == loop.var:
                 raise NotBatched(f"`{name}` is bound more than once in the loop")
             temporaries[name] = assign
-        found = added(statement)
-        if found is None:
+        found = [added(statement) for statement in sums]
+        if None in found:
             raise NotBatched("the loop does more than add one loss per position")
-        accumulator, value = found
-        term = value
-        for _ in range(len(temporaries) + 1):  # names assigned from names assigned before them
-            read = [n.value for n in names_read(term) if n.value in temporaries]
-            if not read:
-                break
-            if any(read.count(name) != 1 for name in read):
-                raise NotBatched(f"`{read[0]}` is read more than once by the loss")
-            term = _inline(term, temporaries)
-        else:
-            raise NotBatched("the names the loop assigns depend on each other")
-        if accumulator.value in {n.value for n in names_read(term)}:
-            raise NotBatched(f"each term reads `{accumulator.value}`")
-        unused = [name for name in temporaries if not _reaches(name, value, temporaries)]
+        accumulators = [accumulator.value for accumulator, _ in found]
+        if len(set(accumulators)) != len(accumulators):
+            raise NotBatched(f"`{accumulators[0]}` is added to more than once in the loop")
+        for _, value in found:
+            term = value
+            for _ in range(len(temporaries) + 1):  # names assigned from names assigned before them
+                read = [n.value for n in names_read(term) if n.value in temporaries]
+                if not read:
+                    break
+                if any(read.count(name) != 1 for name in read):
+                    raise NotBatched(f"`{read[0]}` is read more than once by the loss")
+                term = _inline(term, temporaries)
+            else:
+                raise NotBatched("the names the loop assigns depend on each other")
+            carried = [n.value for n in names_read(term) if n.value in accumulators]
+            if carried:
+                raise NotBatched(f"each term reads `{carried[0]}`")
+        unused = [name for name in temporaries if not any(_reaches(name, value, temporaries) for _, value in found)]
         if unused:
-            raise NotBatched(f"`{unused[0]}` is assigned in the loop but not read by the loss")
+            raise NotBatched(f"`{unused[0]}` is assigned in the loop but read by none of its losses")
         self._not_read_after(node, [*(a.targets[0].target for a in temporaries.values()), node.target])
         values = {name: assign.value for name, assign in temporaries.items()}
-        batched = _Batched(self, loop, values)
-        text = batched.total(value)
-        return LoopTerm(statement, accumulator, value, False, temporaries, batched=text, imports=batched.imports)
+        terms = []
+        for statement, (accumulator, value) in zip(sums, found):
+            batched = _Batched(self, loop, values)
+            text = batched.total(value)
+            terms.append(
+                LoopTerm(statement, accumulator, value, False, temporaries, batched=text, imports=batched.imports)
+            )
+        terms[0].others = terms[1:]
+        return terms[0]
 
 
 def _simple_body(node: cst.For) -> list[cst.BaseSmallStatement] | None:
@@ -576,10 +600,10 @@ class _Batched:
             call = self._loss_call(term, loss)
             if loss.reduction == "none":
                 raise NotBatched('reduction="none" gives per-sample losses that the loop combines in its own way')
-            if loss.facts.class_targets:
-                if loss.reduction != "sum":
-                    raise NotBatched("each position's mean divides by its own count of targets")
-                return call("sum")
+            if loss.facts.class_targets:  # a mean divides by its own position's count of targets
+                if loss.reduction == "mean" and "weight" in loss.keywords:
+                    raise NotBatched("with `weight=`, each position's mean divides by its own sum of class weights")
+                return f"{call('mean per position')}.sum()" if loss.reduction == "mean" else call("sum")
             if loss.reduction == "sum":
                 return call("sum")
             if loss.reduction == "batchmean":  # each position's sum over its batch size: the base's first size
@@ -647,6 +671,11 @@ class _Batched:
         def over_positions(reduced: str) -> str:
             if facts.class_targets:
                 flat = f"{name}({wrapped(batched_input)}.flatten(0, 1), {wrapped(batched_target)}.flatten(0, 1)"
+                if reduced == "mean per position":  # each position's tokens over its count of targets
+                    ignored = loss.keywords.get("ignore_index")
+                    ignored = self.code(ignored) if ignored is not None else str(facts.ignore_index)
+                    tokens = f'{flat}, reduction="none"{extra}).view_as({batched_target})'
+                    return f"({tokens}.sum(0) / ({wrapped(batched_target)} != {ignored}).sum(0))"
                 if reduced == "none":
                     return f'{flat}, reduction="none"{extra}).view_as({batched_target})'
                 return f'{flat}, reduction="{reduced}"{extra})'

@@ -35,7 +35,8 @@ the reason: rules report such loops instead of rewriting them.
 - `TimeLoops.read(loop)`: the TimeLoop (states, outputs, steps) of step values, or None
   for a loop that is not over time; raises Unsupported with what differs.
 - `TimeLoops.looks_like_recurrence(loop)`: for a loop `read` could not prove, does it still
-  hand a state from one step to the next over a tensor's time dim, updated from itself
+  hand a state from one step to the next over a tensor's time dim (`x[:, t]`, or `x[t]`
+  of a tensor of known shape or under `range(x.size(0))`), updated from itself
   through math (linear or not: `tanh(W x_t + U h)`), not through an RNN cell and not only
   totalled, worth a report?
 - `TimeLoops.order(model)`: the states, each after those its update reads.
@@ -1873,8 +1874,37 @@ class TimeLoops:
                     and isinstance(element.slice.lower, cst.Name)
                     and element.slice.lower.value == time
                 )
-                if stepped and (position > 0 or layout.shape(subscript.value) is not None):
+                if stepped and (
+                    position > 0
+                    or layout.shape(subscript.value) is not None
+                    or self._steps_over_first_dim(loop, subscript.value)
+                ):
                     return True
+        return False
+
+    def _steps_over_first_dim(self, loop: cst.For, tensor: cst.BaseExpression) -> bool:
+        """`for t in range(x.size(0))` (or `x.shape[0]`) indexing `x[t]`: the steps of a
+        tensor's first dim (a list has no `size()`, a NumPy array's `size` is no method)."""
+        iterated = loop.iter
+        if not (
+            isinstance(iterated, cst.Call)
+            and self.context.names.is_(iterated.func, "range", "builtins.range")
+            and len(iterated.args) == 1
+        ):
+            return False
+        count, code = iterated.args[0].value, self.context.source
+        if isinstance(count, cst.Call) and isinstance(count.func, cst.Attribute) and count.func.attr.value == "size":
+            owner, index = count.func.value, positional(count, 0)
+            return index is not None and integer_value(index.value) == 0 and code(owner) == code(tensor)
+        if isinstance(count, cst.Subscript) and isinstance(count.value, cst.Attribute):
+            shape = count.value
+            first = len(count.slice) == 1 and isinstance(count.slice[0].slice, cst.Index)
+            return (
+                shape.attr.value == "shape"
+                and first
+                and integer_value(count.slice[0].slice.value) == 0
+                and code(shape.value) == code(tensor)
+            )
         return False
 
     def order(self, model: TimeLoop) -> list[str]:

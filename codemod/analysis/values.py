@@ -62,7 +62,8 @@ assigned value, the element a tuple unpacks, `B, T, C = x.shape`, a counter `n +
 parameter annotated `int` or `float`, or whose default and every argument
 `Kinds.arguments` gives are numbers, or whose default is one where no call of this file
 is seen); `obj.attr` through the training facts' attribute values (`self.attr = 3`, an
-argparse option's `choices`, a config field). The value of a literal is read by
+argparse option's `choices`, a config field; an argparse option of one value converted
+by `type=int` / `type=float`, `CommandLine.option_at`). The value of a literal is read by
 `names.number_value`, the one literal parser.
 
 What it reads:
@@ -144,6 +145,7 @@ from codemod.analysis.torch_facts import (
 )
 
 if TYPE_CHECKING:
+    from codemod.analysis.command_line import Option
     from codemod.context import FileContext
 
 
@@ -1985,6 +1987,9 @@ class Values:
             found = self.context.training.attribute_values(expr)  # `self.n = 3`, an option's choices
             if found:
                 return _join_numbers([self.number(v) for v in found])
+            option = self.context.command_line.option_at(expr)
+            if option is not None:
+                return self._option_number(option)
             return INT if expr.attr.value == "ndim" else None  # a tensor's or an array's rank
         if not isinstance(expr, cst.Name):
             return None
@@ -1992,6 +1997,20 @@ class Values:
         if not found or not all(type(b) is Assignment for b in found):
             return None
         return _join_numbers([self._bound_number(binding) for binding in found])
+
+    def _option_number(self, option: Option) -> str | None:
+        """An argparse option that stores one value converted by `type=int` / `type=float`:
+        what a run passes is converted; left out, its default (a string default is
+        converted too; none at all is None unless the option is required)."""
+        qualified = self.names.of(option.converter) if option.converter is not None else set()
+        converted = INT if "builtins.int" in qualified else NUMBER if "builtins.float" in qualified else None
+        if converted is None or not option.single:
+            return None
+        if option.default is None:
+            return converted if option.required else None
+        if isinstance(option.default, cst.SimpleString):
+            return converted
+        return _join_numbers([converted, self.number(option.default)])
 
     def _call_number(self, call: cst.Call) -> str | None:
         qualified = self.names.of(call.func)

@@ -344,8 +344,10 @@ class PerPositionLossLoop(Rule):
         loss) into its sum over the positions."""
         found = self._positions.summed_loop(node, loop)
         edits: list = [Remove(self.context.parents[assign]) for assign in found.temporaries.values()]
-        edits += [Replace(found.value, cst.parse_expression(found.batched)), unwrap(node)]
-        return edits, found.imports
+        sums = [found, *found.others]  # `kd += ...; ce += ...`: each total on its own
+        edits += [Replace(term.value, cst.parse_expression(term.batched)) for term in sums]
+        imports = [pair for term in sums for pair in term.imports]
+        return [*edits, unwrap(node)], list(dict.fromkeys(imports))
 
     def _list_edits(self, node: cst.For, statement: cst.Expr, term: Term, loop: PositionLoop) -> list:
         """`L = []` before the loop, `L.append(term)` in it, and one `torch.stack(L)` or
