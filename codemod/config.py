@@ -134,10 +134,22 @@ def _toml_reader():
     return tomllib
 
 
+# TOML text -> its table: a pyproject.toml is read for the settings, and again for the
+# formatter's line length, once parsed (the tables are only read, never changed).
+_PARSED: dict[str, dict] = {}
+
+
+def _loads(text: str) -> dict:
+    table = _PARSED.get(text)
+    if table is None:
+        table = _PARSED[text] = _toml_reader().loads(text)
+    return table
+
+
 def _read_toml(path: Path) -> dict:
     tomllib = _toml_reader()
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return _loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         reason = getattr(error, "strerror", None) or error
         raise ConfigError(f"{path}: cannot read configuration: {reason}; fix the file or pass --config") from None
@@ -175,7 +187,7 @@ def formatter_line_length(start: Path) -> int:
             if not candidate.is_file():
                 continue
             try:
-                table = tomllib.loads(candidate.read_text(encoding="utf-8"))
+                table = _loads(candidate.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
                 continue
             tool = table.get("tool", {}) if name == "pyproject.toml" else {"ruff": table}

@@ -62,6 +62,9 @@ MAX_ROUNDS = 5
 # A rewritten line maps to the original line it is most like, in a changed run of at most
 # SIMILAR_RUN lines, when at least this like it (difflib's ratio).
 SIMILAR, SIMILAR_RUN = 0.4, 200
+# Stretches between anchors longer than this are anchored within themselves before difflib
+# compares them (`_runs`).
+LONG_STRETCH = 400
 
 # -- parsing ------------------------------------------------------------------------------
 
@@ -909,24 +912,52 @@ def _finding(
     )
 
 
-def _runs(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+def _runs(a: list[str], b: list[str], top: bool = True) -> list[tuple[int, int, int, int]]:
     """(i1, i2, j1, j2): a[i1:i2] became b[j1:j2], in order, covering both lists (as
     difflib's opcodes). Lines that occur once in each list anchor the alignment, in the
     order both keep them (patience diff); difflib, quadratic in what it compares, only
-    compares the stretches between anchors."""
+    compares the stretches between anchors. A long stretch (a file whose pieces repeat
+    lines, as a long script does) is aligned the same way within itself first, on the
+    lines that occur once in it, with its unchanged first and last lines kept apart."""
     count_a, count_b = Counter(a), Counter(b)
     at_b = {line: j for j, line in enumerate(b) if count_b[line] == 1}
     pairs = [(i, at_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and line in at_b]
     runs: list[tuple[int, int, int, int]] = []
     start_a = start_b = 0
+    if not top and not pairs:
+        return _compared(a, b)
     for i, j in [*_increasing(pairs), (len(a), len(b))]:
-        stretch = difflib.SequenceMatcher(None, a[start_a:i], b[start_b:j], autojunk=False)
-        runs.extend(
-            (start_a + i1, start_a + i2, start_b + j1, start_b + j2) for _, i1, i2, j1, j2 in stretch.get_opcodes()
-        )
+        if min(i - start_a, j - start_b) > LONG_STRETCH:
+            inner = _stretch_runs(a[start_a:i], b[start_b:j])
+        else:
+            inner = _compared(a[start_a:i], b[start_b:j])
+        runs.extend((start_a + i1, start_a + i2, start_b + j1, start_b + j2) for i1, i2, j1, j2 in inner)
         if i < len(a):
             runs.append((i, i + 1, j, j + 1))
         start_a, start_b = i + 1, j + 1
+    return runs
+
+
+def _compared(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """difflib's opcodes of `a` against `b`, as (i1, i2, j1, j2)."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return [(i1, i2, j1, j2) for _, i1, i2, j1, j2 in matcher.get_opcodes()]
+
+
+def _stretch_runs(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """`_runs` of a long stretch between anchors: its common first and last lines as
+    one unchanged run each, the middle anchored on the lines it holds once."""
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    middle = _runs(a[head : len(a) - tail], b[head : len(b) - tail], top=False)
+    runs = [(0, head, 0, head)] if head else []
+    runs.extend((head + i1, head + i2, head + j1, head + j2) for i1, i2, j1, j2 in middle)
+    if tail:
+        runs.append((len(a) - tail, len(a), len(b) - tail, len(b)))
     return runs
 
 
