@@ -40,6 +40,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -1004,13 +1005,14 @@ class Kinds:
             if self._dominates(binding.node, use):
                 break
         reaching.reverse()
-        after.extend(table.ordered[split:])
         last = reaching[-1] if reaching else None
-        loops = list(self.enclosing(use, LOOPS)) if after else []  # innermost first
+        # innermost first; none asked for when no binding comes after the use
+        loops = list(self.enclosing(use, LOOPS)) if after or split < len(table.ordered) else []
         if not loops:
             return reaching
         loops_end = self.index.end(loops[-1])
-        for binding in after:
+        # (the later bindings are walked, not copied: a name bound hundreds of times)
+        for binding in chain(after, islice(table.ordered, split, None)):
             if self._bound_at(binding.node) > loops_end:
                 break  # ends past every loop around the use: cannot reach it
             # A later binding reaches the use through the innermost loop around both.
