@@ -247,6 +247,7 @@ class Training:
         self._half_calls: dict[str, list[cst.Call]] | None = None
         self._half_builds: dict[str, cst.Call | None] = {}
         self._under: dict[str, tuple[list[cst.Call], dict[cst.Call, str]]] = {}
+        self._sources_of_bindings: dict[tuple[int, ...], tuple[list, list]] = {}
         self._visibility: dict[tuple[int, bool], tuple[Sequence[cst.Call], dict]] = {}
         self._sites_of_bindings: dict[int, tuple[object, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]] = {}
         self._assignments = self._index_assignments()
@@ -2095,13 +2096,18 @@ class Training:
         """(binding node, source) of each binding whose value `name` may read
         (`Kinds.sources`): the source a binding takes its value from (`_source_of`), for a
         tuple target the element it unpacks where that can be told (`Kinds.element`)."""
-        found = []
-        for binding in self.kinds.sources(name):
-            source = self._source_of(binding.node)
-            unpacked = self.context.bindings.unpacked(binding)
-            element = self.kinds.element(*unpacked) if unpacked is not None else None
-            found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
-        return found
+        bindings = self.kinds.sources(name)
+        key = tuple(map(id, bindings))  # the same bindings for many reads (a module-level name read in functions)
+        known = self._sources_of_bindings.get(key)
+        if known is None:
+            found = []
+            for binding in bindings:
+                source = self._source_of(binding.node)
+                unpacked = self.context.bindings.unpacked(binding)
+                element = self.kinds.element(*unpacked) if unpacked is not None else None
+                found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
+            known = self._sources_of_bindings[key] = (bindings, found)  # the bindings are kept: their ids stay unique
+        return list(known[1])
 
     def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
         """The sources of the bindings whose value `name` may read (`Kinds.sources`: those
