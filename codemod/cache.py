@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from codemod.catalogue import PACKAGE, RuleFacts, stamps
 from codemod.catalogue import version as catalogue_version
+from codemod.config import CACHE_FOLDER
 from codemod.files import atomic_write
 from codemod.result import FileResult, Finding, Level, Stamp, sha256
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from codemod.config import Settings
     from codemod.worker import Outcome
 
-FOLDER = ".perfmod_cache"
+FOLDER = CACHE_FOLDER  # beside the project file (codemod.config reads a memo there)
 FORMAT = "v1"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"

@@ -194,13 +194,9 @@ def version(package: str) -> str:
     there is no such folder (an egg, a zip). Importing importlib.metadata costs
     more than the rest of a cached run."""
     wanted = re.sub(r"[-_.]+", "_", package).lower()
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:  # a zip, a path hook, a folder gone
-            continue
+    for entry, names in _dist_infos():
         for name in names:
-            if name.endswith(".dist-info") and re.sub(r"[-_.]+", "_", name.split("-")[0]).lower() == wanted:
+            if re.sub(r"[-_.]+", "_", name.split("-")[0]).lower() == wanted:
                 try:
                     with open(os.path.join(entry or ".", name, "METADATA"), encoding="utf-8") as metadata:
                         for line in metadata:
@@ -211,6 +207,25 @@ def version(package: str) -> str:
                 except OSError:
                     pass
     return _installed_version(package)
+
+
+def _dist_infos() -> list[tuple[str, list[str]]]:
+    """(sys.path entry, its `.dist-info` folders) for each entry that is a folder, listed
+    once for the versions a run asks (perfmod's and libcst's)."""
+    key = tuple(sys.path)
+    if _DIST_INFOS.get("path") != key:
+        found = []
+        for entry in sys.path:
+            try:
+                names = os.listdir(entry or ".")
+            except OSError:  # a zip, a path hook, a folder gone
+                continue
+            found.append((entry, [name for name in names if name.endswith(".dist-info")]))
+        _DIST_INFOS.update(path=key, found=found)
+    return _DIST_INFOS["found"]
+
+
+_DIST_INFOS: dict = {}
 
 
 def _installed_version(package: str) -> str:

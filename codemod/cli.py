@@ -28,7 +28,7 @@ from codemod.cache import FOLDER as CACHE_FOLDER
 from codemod.cache import Cache, project_folder
 from codemod.catalogue import catalogue
 from codemod.catalogue import known as _known
-from codemod.config import ConfigError, Settings, load_settings, parse_codes, suggest
+from codemod.config import ConfigError, Settings, load_settings, parse_codes, save_parsed, suggest
 from codemod.console import Output, interrupt_flag, use_color
 from codemod.files import atomic_write, discover
 from codemod.progress import Progress
@@ -251,11 +251,12 @@ def _settings(
     stdin_filename: str | None,
     respect_gitignore: bool | None = None,
     force_exclude: bool | None = None,
+    cache_dir: Path | None = None,
 ) -> Settings:
     named = [path for path in paths if str(path) != STDIN]
     start = Path(stdin_filename) if stdin_filename else named[0] if named else None
     try:
-        settings = load_settings(start, config, known=_known())
+        settings = load_settings(start, config, known=_known(), memo=cache_dir)
     except ConfigError as error:
         raise Failure(str(error)) from None
     if select is not None:  # as in ruff: a selection on the command line starts afresh
@@ -315,6 +316,8 @@ def _process(
             click.echo("warning: no Python files found under the given paths", err=True)
         folder = cache_dir or project_folder(settings) / CACHE_FOLDER
         cache = None if no_cache else _open_cache(folder, settings, quiet, cache_read_only)
+        if cache is not None and not cache_read_only:  # the configuration's tables, for the next run
+            save_parsed(folder, lambda path, data: atomic_write(path, data, durable=False))
         with Progress.on_terminal(len(files), label, sys.stderr, quiet) as progress:
             run = run_files(
                 files,
@@ -515,7 +518,9 @@ def _apply(
 ):
     _check_statistics_format(statistics, output_format)
     paths = _paths(paths)
-    settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
+    settings = _settings(
+        paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude, cache_dir
+    )
     output = Output(output_file)
     colour = not output.to_file and use_color(color)
     if _is_stdin(paths):
@@ -654,7 +659,9 @@ def _check(
 ):
     _check_statistics_format(statistics, output_format)
     paths = _paths(paths)
-    settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
+    settings = _settings(
+        paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude, cache_dir
+    )
     settings = settings.with_overrides(fixed_point=False)  # one round of the rules (the epilog says why)
     output = Output(output_file)
     colour = not output.to_file and use_color(color)
@@ -1127,7 +1134,9 @@ def report(
     from codemod.rules import ALL_RULES
 
     paths = _paths(paths)
-    settings = _settings(paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude)
+    settings = _settings(
+        paths, config, level, select, ignore, stdin_filename, respect_gitignore, force_exclude, cache_dir
+    )
     if output is None and output_format == "html":
         raise click.UsageError("the HTML page goes to a file: pass -o FILE.html (or -o - for stdout)")
     try:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import fnmatch
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 
-from codemod.result import Level
+from codemod.result import Level, digest
+
+CACHE_FOLDER = ".perfmod_cache"  # the result cache's folder (codemod.cache), beside the project file
 
 
 class ConfigError(ValueError):
@@ -112,14 +114,14 @@ def _glob(relative: str, pattern: str) -> bool:
 # -- reading ------------------------------------------------------------------------------
 
 
-def find_pyproject(start: Path) -> Path | None:
+def find_pyproject(start: Path, memo: Path | None = None) -> Path | None:
     """The nearest pyproject.toml above `start` that has a [tool.perfmod] table;
     as ruff does, a project file without one does not hide a parent's settings."""
     start = start.absolute()
     for folder in [start, *start.parents] if start.is_dir() else start.parents:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
-            tool = _read_toml(candidate).get("tool", {})
+            tool = _read_toml(candidate, memo).get("tool", {})
             if isinstance(tool, dict) and "perfmod" in tool:
                 return candidate
     return None
@@ -134,26 +136,103 @@ def _toml_reader():
     return tomllib
 
 
-def _read_toml(path: Path) -> dict:
-    tomllib = _toml_reader()
+# TOML text -> its table: a pyproject.toml is read for the settings, and again for the
+# formatter's line length, once parsed (the tables are only read, never changed).
+_PARSED: dict[str, dict] = {}
+# The tables of the configuration files kept between runs, by the SHA-256 of their text:
+# the cache folder's TOML_MEMO (written by `save_parsed`), so that a run whose every result
+# is cached does not load the TOML parser. A file whose text changed is parsed again.
+TOML_MEMO = "toml.json"
+_REMEMBERED: dict[str, dict] = {}
+_MEMO_FOLDERS: dict[str, bool] = {}  # the folders whose memo was looked at
+
+
+def _loads(text: str, folders: Iterable[Path] = ()) -> dict:
+    table = _PARSED.get(text)
+    if table is None:
+        key = digest(text.encode("utf-8", "surrogateescape"))
+        for folder in folders:
+            if key in _REMEMBERED:
+                break
+            _remember(folder)
+        table = _REMEMBERED.get(key)
+        if table is None:
+            table = _toml_reader().loads(text)
+        _PARSED[text] = table
+    return table
+
+
+def _remember(folder: Path) -> None:
+    """Read the memo of parsed tables in `folder` (once)."""
+    if str(folder) in _MEMO_FOLDERS:
+        return
+    _MEMO_FOLDERS[str(folder)] = True
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        import json
+
+        with open(folder / TOML_MEMO, encoding="utf-8") as handle:
+            memo = json.load(handle)
+    except (OSError, ValueError):
+        return
+    if isinstance(memo, dict):
+        _REMEMBERED.update((k, v) for k, v in memo.items() if isinstance(v, dict) and k not in _REMEMBERED)
+
+
+def parsed_tables() -> dict[str, dict]:
+    """The tables of the TOML files this process read, by the SHA-256 of their text."""
+    return {digest(text.encode("utf-8", "surrogateescape")): table for text, table in _PARSED.items()}
+
+
+def save_parsed(folder: Path, write: Callable[[Path, bytes], None]) -> None:
+    """Keep the tables this process parsed in `folder` (a cache folder), for the next run;
+    nothing when the memo there holds them already or one holds what JSON cannot."""
+    import json
+
+    tables = parsed_tables()
+    if not tables:
+        return
+    _remember(folder)
+    if all(key in _REMEMBERED for key in tables) and (folder / TOML_MEMO).exists():
+        return
+    try:
+        text = json.dumps(tables, allow_nan=False, sort_keys=True)
+        if json.loads(text) != tables:  # (a date, a time: not what JSON gives back)
+            return
+        write(folder / TOML_MEMO, text.encode("utf-8"))
+        _REMEMBERED.update(tables)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+def _memo_folders(path: Path, memo: Path | None) -> list[Path]:
+    """Where a memo of parsed tables may be for the configuration file `path`: the cache
+    folder of the run when one is named, else the one beside the file."""
+    return [memo] if memo is not None else [path.parent / CACHE_FOLDER]
+
+
+def _read_toml(path: Path, memo: Path | None = None) -> dict:
+    try:
+        return _loads(path.read_text(encoding="utf-8"), _memo_folders(path, memo))
+    except (OSError, UnicodeDecodeError, _toml_reader().TOMLDecodeError) as error:
         reason = getattr(error, "strerror", None) or error
         raise ConfigError(f"{path}: cannot read configuration: {reason}; fix the file or pass --config") from None
 
 
 def load_settings(
-    start: Path | None = None, config_file: Path | None = None, known: Mapping[str, str] | None = None
+    start: Path | None = None,
+    config_file: Path | None = None,
+    known: Mapping[str, str] | None = None,
+    memo: Path | None = None,
 ) -> Settings:
     """Settings from `config_file`, or the nearest pyproject.toml above `start`
-    with a [tool.perfmod] table; defaults when there is none. `known` (code ->
+    with a [tool.perfmod] table; defaults when there is none. `memo`: the cache
+    folder named on the command line, where parsed tables may be kept. `known` (code ->
     rule name) makes codes that match no rule an error."""
-    path = config_file or find_pyproject(start or Path.cwd())
-    line_length = formatter_line_length(start or Path.cwd())
+    path = config_file or find_pyproject(start or Path.cwd(), memo)
+    line_length = formatter_line_length(start or Path.cwd(), memo)
     if path is None:
         return Settings(line_length=line_length)
-    tool = _read_toml(path).get("tool", {})
+    tool = _read_toml(path, memo).get("tool", {})
     if not isinstance(tool, dict):
         raise ConfigError(f"{path}: `tool` must be a table ([tool.perfmod]), got {_shown(tool)}")
     table = tool.get("perfmod")
@@ -163,20 +242,19 @@ def load_settings(
     return replace(settings, line_length=line_length)
 
 
-def formatter_line_length(start: Path) -> int:
+def formatter_line_length(start: Path, memo: Path | None = None) -> int:
     """The line length the project's formatter keeps, as ruff finds it: the nearest
     ruff.toml / .ruff.toml (`line-length`) or pyproject.toml with [tool.ruff] (or
     [tool.black]) above `start`; 88, their default, when there is none."""
     start = start.absolute()
-    tomllib = _toml_reader()
     for folder in [start, *start.parents] if start.is_dir() else start.parents:
         for name in ("ruff.toml", ".ruff.toml", "pyproject.toml"):
             candidate = folder / name
             if not candidate.is_file():
                 continue
             try:
-                table = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                table = _loads(candidate.read_text(encoding="utf-8"), _memo_folders(candidate, memo))
+            except (OSError, UnicodeDecodeError, _toml_reader().TOMLDecodeError):
                 continue
             tool = table.get("tool", {}) if name == "pyproject.toml" else {"ruff": table}
             for formatter in ("ruff", "black"):

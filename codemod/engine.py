@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 
 import libcst as cst
@@ -64,6 +65,12 @@ MAX_ROUNDS = 5
 # A rewritten line maps to the original line it is most like, in a changed run of at most
 # SIMILAR_RUN lines, when at least this like it (difflib's ratio).
 SIMILAR, SIMILAR_RUN = 0.4, 200
+# Stretches between anchors longer than this are anchored within themselves before difflib
+# compares them (`_runs`).
+LONG_STRETCH = 400
+# Where no line anchors such a stretch, the lines in step are followed, and where they
+# differ, the nearest place within this many lines where SAME_RUN lines agree again.
+RESYNC_WINDOW, SAME_RUN = 400, 3
 
 # -- parsing ------------------------------------------------------------------------------
 
@@ -676,6 +683,7 @@ def _bindings_read_only_in_edits(
         if not isinstance(edit, (InsertBefore, InsertAfter, Wrap, edit_model.AddKeyword, edit_model.Move))
     ]
     anchors += removed
+    covering = {id(anchor) for _, anchor in anchors}  # a read in one of them: an ancestor of it is one
     found: dict[cst.SimpleStatementLine, list[int]] = {}
     for key, anchor in anchors:
         for name in index.find(cst.Name, within=anchor):
@@ -687,10 +695,17 @@ def _bindings_read_only_in_edits(
                     continue
                 reads = kinds.reached_reads(binding)
                 if context.purity.side_effect_free(line.body[0].value) and all(
-                    any(index.inside(read, other) for _, other in anchors) for read in reads
+                    read in index and _under_any(read, covering, index) for read in reads
                 ):
                     found.setdefault(line, []).append(key)
     return found
+
+
+def _under_any(node: cst.CSTNode, anchors: set[int], index) -> bool:
+    """Is `node` one of `anchors` (ids of nodes of the tree) or below one of them?"""
+    if id(node) in anchors:
+        return True
+    return any(id(ancestor) in anchors for ancestor in index.ancestors(node))
 
 
 def _plain_assignment_line(target: cst.CSTNode, context: FileContext) -> cst.SimpleStatementLine | None:
@@ -716,17 +731,22 @@ def _with_unread_removed(fixes: list[Fix], context: FileContext) -> list[Fix]:
     if not candidates:
         return fixes
     edits = [edit for fix in fixes for edit in fix.edits]
-    read_again = {name.value for edit in edits for name in _surviving_reads(edit, edits, context)}
+    distinct = {id(e): e for e in edits}.values()
+    replaced = Counter(id(e.anchor) for e in distinct if isinstance(e, (edit_model.Replace, edit_model.Remove)))
+    read_again = {name.value for edit in edits for name in _surviving_reads(edit, replaced, context)}
+    index = context.index
+    # (an insertion in front of a loop or after it leaves the statements inside it as they are)
+    around = {id(edit.anchor) for edit in edits if not isinstance(edit, (InsertBefore, InsertAfter))}
+    starts = sorted(index.order(edit.anchor) for edit in edits if edit.anchor in index)
     removed: list[tuple[int, cst.SimpleStatementLine]] = []  # (fix key, statement), in the order found
     while candidates:
         gone = {line for _, line in removed}
         for line, keys in candidates.items():
             name = line.body[0].targets[0].target.value
-            # (an insertion in front of a loop or after it leaves the statements inside it as they are)
-            touched = any(
-                (context.inside(line, edit.anchor) and not isinstance(edit, (InsertBefore, InsertAfter)))
-                or context.inside(edit.anchor, line)
-                for edit in edits
+            # an edit of the line or of a node around it, or an edit inside it
+            touched = line in index and (
+                _under_any(line, around, index)
+                or bisect_left(starts, index.order(line)) < bisect_right(starts, index.end(line))
             )
             if line not in gone and name not in read_again and not touched:
                 removed.append((keys[0], line))
@@ -742,30 +762,30 @@ def _with_unread_removed(fixes: list[Fix], context: FileContext) -> list[Fix]:
     return [replace(fix, edits=[*fix.edits, *removals.get(fix.key, [])]) for fix in fixes]
 
 
-def _surviving_reads(edit: edit_model.Edit, edits: list[edit_model.Edit], context: FileContext) -> list[cst.Name]:
+def _surviving_reads(edit: edit_model.Edit, replaced: Counter, context: FileContext) -> list[cst.Name]:
     """The reads in the code `edit` writes that stay in the rewritten file. A replacement
     made from the updated node is made here from the original one: an original name in
     its anchor that an edit nested in that anchor rewrites is that edit's to write or drop
-    (its own reads say which), not this one's."""
+    (its own reads say which), not this one's. `replaced`: how many of the edits replace
+    or remove each node (by id)."""
     reads = guard.produced_reads(edit)
     kept = [name for name in reads if name in context.index and context.inside(name, edit.anchor)]
     if not kept:  # (the edit keeps no original node: no other edit's to look for among the others)
         return reads
-    nested = [
-        other.anchor
-        for other in edits
-        if other is not edit
-        and isinstance(other, (edit_model.Replace, edit_model.Remove))
-        and context.inside(other.anchor, edit.anchor)
-    ]
+    own = isinstance(edit, (edit_model.Replace, edit_model.Remove))
+
+    def nested(name: cst.CSTNode) -> bool:
+        # the name, or a node around it up to the anchor, replaced or removed by another edit
+        for node in chain((name,), context.index.ancestors(name)):
+            count = replaced.get(id(node), 0) - (own and node is edit.anchor)
+            if count > 0:
+                return True
+            if node is edit.anchor:
+                return False
+        return False
+
     return [
-        name
-        for name in reads
-        if not (
-            name in context.index
-            and context.inside(name, edit.anchor)
-            and any(context.inside(name, anchor) for anchor in nested)
-        )
+        name for name in reads if not (name in context.index and context.inside(name, edit.anchor) and nested(name))
     ]
 
 
@@ -911,24 +931,90 @@ def _finding(
     )
 
 
-def _runs(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+def _runs(a: list[str], b: list[str], top: bool = True) -> list[tuple[int, int, int, int]]:
     """(i1, i2, j1, j2): a[i1:i2] became b[j1:j2], in order, covering both lists (as
     difflib's opcodes). Lines that occur once in each list anchor the alignment, in the
     order both keep them (patience diff); difflib, quadratic in what it compares, only
-    compares the stretches between anchors."""
+    compares the stretches between anchors. A long stretch (a file whose pieces repeat
+    lines, as a long script does) is aligned the same way within itself first, on the
+    lines that occur once in it, with its unchanged first and last lines kept apart."""
     count_a, count_b = Counter(a), Counter(b)
     at_b = {line: j for j, line in enumerate(b) if count_b[line] == 1}
     pairs = [(i, at_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and line in at_b]
     runs: list[tuple[int, int, int, int]] = []
     start_a = start_b = 0
+    if not top and not pairs:  # (a long stretch of lines that each occur more than once)
+        return _resynchronized(a, b) if min(len(a), len(b)) > LONG_STRETCH else _compared(a, b)
     for i, j in [*_increasing(pairs), (len(a), len(b))]:
-        stretch = difflib.SequenceMatcher(None, a[start_a:i], b[start_b:j], autojunk=False)
-        runs.extend(
-            (start_a + i1, start_a + i2, start_b + j1, start_b + j2) for _, i1, i2, j1, j2 in stretch.get_opcodes()
-        )
+        if min(i - start_a, j - start_b) > LONG_STRETCH:
+            inner = _stretch_runs(a[start_a:i], b[start_b:j])
+        else:
+            inner = _compared(a[start_a:i], b[start_b:j])
+        runs.extend((start_a + i1, start_a + i2, start_b + j1, start_b + j2) for i1, i2, j1, j2 in inner)
         if i < len(a):
             runs.append((i, i + 1, j, j + 1))
         start_a, start_b = i + 1, j + 1
+    return runs
+
+
+def _compared(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """difflib's opcodes of `a` against `b`, as (i1, i2, j1, j2)."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return [(i1, i2, j1, j2) for _, i1, i2, j1, j2 in matcher.get_opcodes()]
+
+
+def _resynchronized(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """`_runs` of two long lists without lines that anchor them (a file whose pieces
+    repeat): the equal lines in step kept as they are, and where they differ, the nearest
+    place (within RESYNC_WINDOW lines) where SAME_RUN lines agree again; difflib compares
+    only what lies between."""
+    at_b: dict[str, list[int]] = {}
+    for j, line in enumerate(b):
+        at_b.setdefault(line, []).append(j)
+    runs: list[tuple[int, int, int, int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            i0, j0 = i, j
+            while i < len(a) and j < len(b) and a[i] == b[j]:
+                i, j = i + 1, j + 1
+            runs.append((i0, i, j0, j))
+            continue
+        best = None  # (x + y, x, y): the next agreement at a[i + x], b[j + y]
+        for x in range(min(RESYNC_WINDOW, len(a) - i)):
+            if best is not None and x >= best[0]:
+                break
+            places = at_b.get(a[i + x], ())
+            for k in range(bisect_left(places, j), len(places)):
+                y = places[k] - j
+                if y >= RESYNC_WINDOW or (best is not None and x + y >= best[0]):
+                    break
+                if a[i + x : i + x + SAME_RUN] == b[j + y : j + y + SAME_RUN]:
+                    best = (x + y, x, y)
+                    break
+        if best is None:
+            break
+        _, x, y = best
+        runs.extend((i + i1, i + i2, j + j1, j + j2) for i1, i2, j1, j2 in _compared(a[i : i + x], b[j : j + y]))
+        i, j = i + x, j + y
+    runs.extend((i + i1, i + i2, j + j1, j + j2) for i1, i2, j1, j2 in _compared(a[i:], b[j:]))
+    return runs
+
+
+def _stretch_runs(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """`_runs` of a long stretch between anchors: its common first and last lines as
+    one unchanged run each, the middle anchored on the lines it holds once."""
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    middle = _runs(a[head : len(a) - tail], b[head : len(b) - tail], top=False)
+    runs = [(0, head, 0, head)] if head else []
+    runs.extend((head + i1, head + i2, head + j1, head + j2) for i1, i2, j1, j2 in middle)
+    if tail:
+        runs.append((len(a) - tail, len(a), len(b) - tail, len(b)))
     return runs
 
 

@@ -24,3 +24,25 @@ def test_the_libcst_floor_times_a_parse_and_each_pass_over_it(tmp_path):
     assert len(passes) == len(FLOOR_PASSES)
     # each pass parses first, so none can cost less than a parse does (with timer noise)
     assert parse > 0 and all(seconds > parse * 0.5 for seconds in passes)
+
+
+def test_a_long_file_of_repeated_pieces_is_aligned_line_for_line_without_comparing_it_whole(monkeypatch):
+    from codemod import engine
+
+    piece = [f"line {k % 37}" for k in range(300)]  # no line occurs once: nothing anchors the file
+    original = piece * 20
+    rewritten = list(original)
+    for at in (5500, 4000, 2500, 1000, 10):  # five fixes, each adding a line and changing the next
+        rewritten[at : at + 1] = ["inserted", "changed"]
+    compared: list[int] = []
+    real = engine._compared
+    monkeypatch.setattr(engine, "_compared", lambda a, b: compared.append(len(a) + len(b)) or real(a, b))
+    runs = engine._runs(original, rewritten)
+    i = j = 0
+    for i1, i2, j1, j2 in runs:  # in order, covering both lists
+        assert (i1, j1) == (i, j)
+        i, j = i2, j2
+    assert (i, j) == (len(original), len(rewritten))
+    kept = sum(i2 - i1 for i1, i2, j1, j2 in runs if i2 > i1 and original[i1:i2] == rewritten[j1:j2])
+    assert kept == len(original) - 5  # every line but the five changed ones stays in step
+    assert max(compared) <= 2 * engine.RESYNC_WINDOW  # difflib sees the changed places, not the file

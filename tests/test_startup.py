@@ -89,8 +89,27 @@ def test_a_warm_check_imports_neither_libcst_nor_the_rules_and_prints_the_same(t
     warm = _run(tmp_path, "check", "train.py")
     assert warm[:3] == cold[:3]
     assert warm[3] == []
+    assert "tomllib" not in _modules(tmp_path)  # the configuration's table, from the cache folder
     # A cache from another catalogue (another --select) is a miss, and the rules load.
     assert "libcst" in _run(tmp_path, "check", "train.py", "--select", "PM101")[3]
+
+
+def _modules(tmp_path) -> set[str]:
+    """The modules the last `_run` in `tmp_path` imported."""
+    return set(json.loads((tmp_path / "modules.json").read_text()))
+
+
+def test_a_changed_configuration_is_parsed_again_not_taken_from_the_cache_folder(tmp_path):
+    write(tmp_path / "pyproject.toml", '[tool.perfmod]\nselect = ["PM1"]\n')
+    write(tmp_path / "train.py", FIXABLE)
+    first = _run(tmp_path, "check", "train.py", "--cache-dir", tmp_path / "elsewhere")
+    assert first[0] == 1 and (tmp_path / "elsewhere" / "toml.json").is_file()
+    write(tmp_path / "pyproject.toml", '[tool.perfmod]\nselect = ["PM4"]\n')  # nothing of PM4 to fix here
+    second = _run(tmp_path, "check", "train.py", "--cache-dir", tmp_path / "elsewhere")
+    assert second[0] == 0 and "tomllib" in _modules(tmp_path)
+    again = _run(tmp_path, "check", "train.py", "--cache-dir", tmp_path / "elsewhere")
+    assert again[:3] == second[:3] and "tomllib" not in _modules(tmp_path)
+    assert not (tmp_path / ".perfmod_cache").exists()  # the memo goes where the cache goes
 
 
 def test_an_unknown_code_in_the_configuration_is_still_an_error_without_the_rules(tmp_path):

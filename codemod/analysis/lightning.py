@@ -72,6 +72,7 @@ class LightningTrainers:
     def __init__(self, context) -> None:
         self.context = context
         self.builds: tuple[TrainerBuild, ...] = ()
+        self._sources: dict[cst.Name, list[cst.BaseExpression | None]] = {}
         if "Trainer" not in context.code:
             return
         names = context.names
@@ -149,7 +150,10 @@ class LightningTrainers:
         if receiver is trainer:
             return True
         if isinstance(receiver, cst.Name):
-            return any(source is trainer for source in self.context.training.value_sources(receiver))
+            sources = self._sources.get(receiver)
+            if sources is None:  # asked for every trainer of the file: followed once
+                sources = self._sources[receiver] = self.context.training.value_sources(receiver)
+            return any(source is trainer for source in sources)
         return False
 
     def _classes(self, expr: cst.BaseExpression) -> list[cst.ClassDef] | None:

@@ -103,6 +103,8 @@ class TrainingLoops:
         self._once: dict[cst.FunctionDef, bool] = {}
         self._codes: dict[cst.CSTNode, str] = {}
         self._attribute_values: dict | None = None
+        self._step_of: dict[cst.Call, tuple[cst.BaseExpression, bool] | None] = {}
+        self._stepped: dict[int, tuple[cst.BaseExpression, list[cst.Call]]] | None = None
         calls = index.find(cst.Call)
         self._zero_grad_receivers = {self.code(c.func.value) for c in calls if method_name(c) == "zero_grad"}
         self._scale_receivers = {self.code(c.func.value) for c in calls if method_name(c) == "scale" and c.args}
@@ -281,13 +283,17 @@ class TrainingLoops:
         for other `.step(...)` calls (learning-rate schedulers, environments)."""
         if method_name(call) != "step":
             return None
+        if call in self._step_of:
+            return self._step_of[call]
+        found = None
         receiver = call.func.value
         first = positional(call, 0)
         if first is not None and len(call.args) == 1 and self._is_scaler(receiver):
-            return first.value, True
-        if not call.args and self.is_optimizer(receiver):
-            return receiver, False
-        return None
+            found = first.value, True
+        elif not call.args and self.is_optimizer(receiver):
+            found = receiver, False
+        self._step_of[call] = found
+        return found
 
     def _is_scaler(self, receiver: cst.BaseExpression) -> bool:
         if self.code(receiver) in self._scale_receivers:
@@ -458,11 +464,18 @@ class TrainingLoops:
         """The `.step()` of the optimizer `build` constructs, where the file steps it and every
         step of it runs at most once in a run of the program (`runs_once`: a tutorial's single
         step); None when one may run more often, or none is seen (stepped by other code)."""
-        found = []
-        for call in self._index.find(cst.Call):
-            step = self.step_of(call)
-            if step is not None and any(value is build for value in self.values_of(step[0])):
-                found.append(call)
+        if self._stepped is None:  # every optimizer value -> the steps of it, in document order
+            self._stepped = {}
+            for call in self._index.find(cst.Call):
+                step = self.step_of(call)
+                if step is None:
+                    continue
+                for value in self.values_of(step[0]):
+                    calls = self._stepped.setdefault(id(value), (value, []))[1]
+                    if not calls or calls[-1] is not call:
+                        calls.append(call)
+        entry = self._stepped.get(id(build))
+        found = entry[1] if entry is not None and entry[0] is build else []
         if not found or not all(self.runs_once(call) for call in found):
             return None
         return found[0]

@@ -45,9 +45,11 @@ class Names:
     def __init__(self, scopes) -> None:
         self._scopes = scopes
         self._cache: dict[cst.CSTNode, frozenset] = {}
+        self._canonical_names: dict[frozenset, tuple[str, ...]] = {}
         self._by_referent: dict[BaseAssignment, frozenset] = {}
         self._by_prefix: dict[int, tuple[Ordered, list[frozenset]]] = {}
         self._by_referents = PerBindings()
+        self._imported = PerBindings()  # a name's bindings without an optional import's None fallback
         self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
         self._binding_nodes: set[cst.CSTNode] | None = None
         self._none_targets: set[cst.CSTNode] | None = None
@@ -84,23 +86,31 @@ class Names:
             prefix = prefix.rpartition(".")[0] or None
         if not bindings:
             return frozenset()
-        if prefix != dotted and len(bindings) > 1:
-            # `try: import torch` / `except ImportError: torch = None`: an attribute of the
-            # None fallback does not exist, so where `torch.save` is read and runs, the
-            # import is the binding it reads.
-            imported = [b for b in bindings if not (isinstance(b, Assignment) and b.node in self._none_fallbacks())]
-            if imported and len(imported) < len(bindings):
-                return frozenset().union(*(b.get_qualified_names_for(dotted) for b in imported))
         # libcst hands out the set of bindings of the scope that binds the name, so every
-        # scope that sees the same bindings shares one answer (a module-level `torch`).
+        # scope that sees the same bindings shares one answer (a module-level `torch`, or
+        # `model.to` where `model` is bound hundreds of times).
         key = (id(bindings), dotted)
         found = self._by_dotted_name.get(key)
         if found is None:
+            if prefix != dotted and len(bindings) > 1:
+                # `try: import torch` / `except ImportError: torch = None`: an attribute of the
+                # None fallback does not exist, so where `torch.save` is read and runs, the
+                # import is the binding it reads.
+                imported = self._imported.get(bindings, self._without_fallbacks)
+            else:
+                imported = bindings
             names: set = set()
-            for binding in bindings:
+            for binding in imported:
                 names |= binding.get_qualified_names_for(dotted)
             found = self._by_dotted_name[key] = (bindings, frozenset(names))  # the set is kept: its id stays unique
         return found[1]
+
+    def _without_fallbacks(self, bindings: Collection[BaseAssignment]) -> Collection[BaseAssignment]:
+        """`bindings` without the None fallbacks of an optional import, unless that leaves
+        all of them or none."""
+        fallbacks = self._none_fallbacks()
+        imported = [b for b in bindings if not (isinstance(b, Assignment) and b.node in fallbacks)]
+        return imported if imported and len(imported) < len(bindings) else bindings
 
     def _star_imported(self, node: cst.CSTNode) -> frozenset:
         """What a name that nothing in the file binds is called when the module imports
@@ -189,10 +199,19 @@ class Names:
             node = node.func
             if isinstance(node, cst.Call):  # what a call returns is unknown, unless it is such a getattr
                 return self._attribute_named(node) or set()
-        qualified = self._qualified(node)
-        if any(q.source is QualifiedNameSource.LOCAL for q in qualified):
-            return set()
-        return {CANONICAL.get(q.name, q.name) for q in qualified}
+        return set(self._canonical(self._qualified(node)))
+
+    def _canonical(self, qualified: frozenset) -> tuple[str, ...]:
+        """The names of `of` for a set of qualified names, sorted; one answer per set (the
+        sets are shared by every read of the same bindings)."""
+        found = self._canonical_names.get(qualified)
+        if found is None:
+            if any(q.source is QualifiedNameSource.LOCAL for q in qualified):
+                found = ()
+            else:
+                found = tuple(sorted({CANONICAL.get(q.name, q.name) for q in qualified}))
+            self._canonical_names[qualified] = found
+        return found
 
     def _attribute_named(self, call: cst.Call) -> set[str] | None:
         """The names of `torch.optim.AdamW` for `getattr(torch.optim, "AdamW")`; None
@@ -231,11 +250,17 @@ class Names:
         return {q.name for q in self._qualified(node) if q.source is QualifiedNameSource.LOCAL}
 
     def is_(self, node: cst.CSTNode, *names: str) -> bool:
-        return not self.of(node).isdisjoint(names)
+        if isinstance(node, cst.Call):
+            return not self.of(node).isdisjoint(names)
+        return any(name in names for name in self._canonical(self._qualified(node)))
 
     def startswith(self, node: cst.CSTNode, prefixes: Collection[str]) -> str | None:
         """The first qualified name of `node` that starts with one of `prefixes`."""
-        for name in sorted(self.of(node)):
+        if isinstance(node, cst.Call):
+            names: Collection[str] = sorted(self.of(node))
+        else:
+            names = self._canonical(self._qualified(node))
+        for name in names:
             if any(name == p or name.startswith(p + ".") for p in prefixes):
                 return name
         return None

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import builtins
 import functools
+import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -246,6 +248,10 @@ class Training:
         self._float64_constructions: dict[str, cst.CSTNode | None] = {}
         self._products: dict[cst.CSTNode, bool | None] = {}
         self._half_calls: dict[str, list[cst.Call]] | None = None
+        self._half_builds: dict[str, cst.Call | None] = {}
+        self._under: dict[str, tuple[list[cst.Call], dict[cst.Call, str]]] = {}
+        self._sources_of_bindings: dict[tuple[int, ...], tuple[list, list]] = {}
+        self._visibility: dict[tuple[int, bool], tuple[Sequence[cst.Call], dict]] = {}
         self._sites_of_bindings: dict[int, tuple[object, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]] = {}
         self._assignments = self._index_assignments()
         self._model_expressions = self._find_model_expressions()
@@ -551,8 +557,13 @@ class Training:
         half = self._half(code, expr, at)
         split = False
         placements = self._placements()
-        for call, receiver in placements.under(code):
-            if self._moves_device(call) and self._visible(call, at, expr):
+        if code not in self._under:
+            found = list(placements.under(code))
+            self._under[code] = ([call for call, _ in found], dict(found))
+        under, receivers = self._under[code]
+        for call in self._visible_calls(under, at, expr):
+            receiver = receivers[call]
+            if self._moves_device(call):
                 # `model.head.to("cuda:1")` moves a submodule in place; `model.pos.to(d)` in an
                 # expression copies a tensor attribute and moves nothing.
                 statement = self.parents.get(call)
@@ -562,19 +573,18 @@ class Training:
                 ):
                     split = True
                     break
-        for call in placements.float64_on.get(code, ()):
-            if self._visible(call, at, expr):
-                float64 = float64 or call
-                break
+        for call in self._visible_calls(placements.float64_on.get(code, ()), at, expr):
+            float64 = float64 or call
+            break
         # The last visible move before `at`; only its device is followed. Of a chain
         # (`Net().to(d).cuda()`, its calls start together) the outer call, listed first.
         acting = placements.acting_on.get(code, ())
+        before = bisect_left(placements.starts.get(code, ()), limit)
         call = None
-        for index in range(bisect_left(placements.starts.get(code, ()), limit) - 1, -1, -1):
-            candidate = acting[index]
+        for candidate in self._visible_calls(acting, at, expr, before, last_first=True):
             if call is not None and self._start(candidate) < self._start(call):
                 break
-            if self._moves_device(candidate) and self._visible(candidate, at, expr):
+            if self._moves_device(candidate):
                 call = candidate
         if call is None:
             return Model(code, None, None, frozenset(), split, float64, half)
@@ -1624,15 +1634,19 @@ class Training:
                 if method_name(call) in ("half", "bfloat16", "to", "type") and self._makes_half(call):
                     for acted in self._acted_on(call):
                         self._half_calls.setdefault(acted, []).append(call)
-        for call in self._half_calls.get(code, ()):
-            if self._visible(call, at, expr):
-                return call
-        for _, source in self._assignments.get(code, ()):
-            for call in self.index.find(cst.Call, within=source) if source is not None else ():
-                dtype = kwarg(call, "dtype")
-                if dtype is not None and self.names.is_(dtype.value, *HALF_NAMES):
-                    return call
-        return None
+        for call in self._visible_calls(self._half_calls.get(code, ()), at, expr):
+            return call
+        if code not in self._half_builds:  # the same for every question about `code`
+            self._half_builds[code] = next(
+                (
+                    call
+                    for _, source in self._assignments.get(code, ())
+                    for call in (self.index.find(cst.Call, within=source) if source is not None else ())
+                    if (dtype := kwarg(call, "dtype")) is not None and self.names.is_(dtype.value, *HALF_NAMES)
+                ),
+                None,
+            )
+        return self._half_builds[code]
 
     def _makes_half(self, call: cst.Call) -> bool:
         if method_name(call) in ("half", "bfloat16"):
@@ -1995,6 +2009,52 @@ class Training:
             found.append(self.code(assign.target))
         return list(dict.fromkeys(found))
 
+    def _visible_calls(
+        self,
+        calls: Sequence[cst.Call],
+        at: cst.CSTNode,
+        model: cst.BaseExpression,
+        before: int | None = None,
+        last_first: bool = False,
+    ) -> Iterator[cst.Call]:
+        """The calls of `calls` (of its first `before`) that `_visible` keeps, in their
+        order (`last_first`: the other way round): those of the functions and classes
+        around `at` (and, for `self.x`, around the model) and those at module level,
+        looked up by where each call is instead of asking of every call of the file (a
+        name such as `model` that each function of a long file places)."""
+        if not calls:
+            return iter(())
+        attribute = isinstance(model, cst.Attribute)
+        key = (id(calls), attribute)
+        entry = self._visibility.get(key)
+        if entry is None:
+            table: dict[cst.CSTNode | None, list[int]] = {}
+            for position, call in enumerate(calls):
+                table.setdefault(self._visibility_key(call, attribute), []).append(position)
+            entry = self._visibility[key] = (calls, table)  # the list is kept: its id stays unique
+        table = entry[1]
+        keys = {None: None}
+        for node in chain((at,), self._ancestors(at)):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                keys[node] = None
+        if attribute:
+            for node in chain((model,), self._ancestors(model)):
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                    keys[node] = None
+        limit = len(calls) if before is None else before
+        groups = [group for group in (table.get(k) for k in keys) if group]
+        if last_first:
+            runs = [reversed(group[: bisect_left(group, limit)]) for group in groups]
+            return (calls[p] for p in heapq.merge(*runs, reverse=True))
+        return (calls[p] for p in heapq.merge(*groups) if p < limit)
+
+    def _visibility_key(self, call: cst.Call, attribute: bool) -> cst.CSTNode | None:
+        """The function or class a loop must be in to see `call` (`_visible`); None: every loop."""
+        owner = next((a for a in self._ancestors(call) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None)
+        if owner is None or not attribute:
+            return owner
+        return next((a for a in self._ancestors(owner) if isinstance(a, cst.ClassDef)), owner)
+
     def _visible(self, call: cst.Call, loop: cst.CSTNode, model: cst.BaseExpression) -> bool:
         owner = next((a for a in self._ancestors(call) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None)
         if owner is None:
@@ -2065,13 +2125,18 @@ class Training:
         """(binding node, source) of each binding whose value `name` may read
         (`Kinds.sources`): the source a binding takes its value from (`_source_of`), for a
         tuple target the element it unpacks where that can be told (`Kinds.element`)."""
-        found = []
-        for binding in self.kinds.sources(name):
-            source = self._source_of(binding.node)
-            unpacked = self.context.bindings.unpacked(binding)
-            element = self.kinds.element(*unpacked) if unpacked is not None else None
-            found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
-        return found
+        bindings = self.kinds.sources(name)
+        key = tuple(map(id, bindings))  # the same bindings for many reads (a module-level name read in functions)
+        known = self._sources_of_bindings.get(key)
+        if known is None:
+            found = []
+            for binding in bindings:
+                source = self._source_of(binding.node)
+                unpacked = self.context.bindings.unpacked(binding)
+                element = self.kinds.element(*unpacked) if unpacked is not None else None
+                found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
+            known = self._sources_of_bindings[key] = (bindings, found)  # the bindings are kept: their ids stay unique
+        return list(known[1])
 
     def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
         """The sources of the bindings whose value `name` may read (`Kinds.sources`: those

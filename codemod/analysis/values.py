@@ -92,6 +92,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -297,6 +298,8 @@ class Kinds:
         # many times is looked up from each of its uses.
         self._binding_statements: dict[int, cst.CSTNode] = {}
         self._bound_ats: dict[int, int] = {}
+        self._scope_bindings: dict[int, tuple[object, dict[tuple[str, int], Assignment]]] = {}
+        self._shared_sources: dict[int, tuple[_NameBindings, list[Assignment]]] = {}
         self._name_tables: dict[tuple[int, str], _NameBindings | None] = {}
         self._shared_tables = PerBindings()  # the table of bindings not local to the scope reading them
         self._staying = PerBindings()  # do the bindings' modules only stay where they are
@@ -427,10 +430,22 @@ class Kinds:
         binding (and what it updates). In the order of the file."""
         found: dict[int, Assignment] = {}
         scope = self.scopes.get(use)
-        bound = [a for a in scope.assignments[use.value] if a.node is use] if scope is not None else []
+        bound = [self._bound_by(scope).get((use.value, id(use)))] if scope is not None else []
+        bound = [b for b in bound if b is not None]
         if bound:  # the name a binding binds: the value it binds
             found[id(bound[0])] = bound[0]
         updates = not bound or isinstance(self.parents.get(use), cst.AugAssign)
+        table = self._name_table(scope, use.value) if scope is not None and not bound else None
+        if table is not None and not table.local:
+            # Read from a scope inside the one that binds it: every read there gets the same
+            # answer (computed once per table; a name bound hundreds of times at module level).
+            cached = self._shared_sources.get(id(table))
+            if cached is None:
+                cached = self._shared_sources[id(table)] = (table, self._sources_of(use, found))
+            return list(cached[1])
+        return self._sources_of(use, found, updates)
+
+    def _sources_of(self, use: cst.Name, found: dict[int, Assignment], updates: bool = True) -> list[Assignment]:
         todo = [use] if updates else []
         while todo:
             for binding in self.reaching(todo.pop()):
@@ -440,6 +455,20 @@ class Kinds:
                 if isinstance(binding.node, cst.Name) and isinstance(self.parents.get(binding.node), cst.AugAssign):
                     todo.append(binding.node)
         return sorted(found.values(), key=lambda b: self.index.order(b.node))
+
+    def _bound_by(self, scope) -> dict[tuple[str, int], Assignment]:
+        """(name, id of the node) -> the binding of `scope` that node makes, for every
+        binding of the scope, found once (`scope.assignments[name]` copies the name's
+        bindings on every look-up: a name bound hundreds of times in one scope)."""
+        found = self._scope_bindings.get(id(scope))
+        if found is None:
+            table = {
+                (name, id(binding.node)): binding
+                for name, bindings in scope._assignments.items()
+                for binding in bindings
+            }
+            found = self._scope_bindings[id(scope)] = (scope, table)  # the scope is kept: its id stays unique
+        return found[1]
 
     def element(self, value: cst.BaseExpression, index: int) -> cst.BaseExpression | None:
         """What `a, b = value` gives its `index`-th name: that element of a tuple or list
@@ -1078,13 +1107,14 @@ class Kinds:
             if self._dominates(binding.node, use):
                 break
         reaching.reverse()
-        after.extend(table.ordered[split:])
         last = reaching[-1] if reaching else None
-        loops = list(self.enclosing(use, LOOPS)) if after else []  # innermost first
+        # innermost first; none asked for when no binding comes after the use
+        loops = list(self.enclosing(use, LOOPS)) if after or split < len(table.ordered) else []
         if not loops:
             return reaching
         loops_end = self.index.end(loops[-1])
-        for binding in after:
+        # (the later bindings are walked, not copied: a name bound hundreds of times)
+        for binding in chain(after, islice(table.ordered, split, None)):
             if self._bound_at(binding.node) > loops_end:
                 break  # ends past every loop around the use: cannot reach it
             # A later binding reaches the use through the innermost loop around both.
