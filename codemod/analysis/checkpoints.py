@@ -65,7 +65,7 @@ from codemod.analysis.torch_facts import (
     SHARDED_STATE,
     TORCH_SAVES,
 )
-from codemod.analysis.values import Kind
+from codemod.analysis.values import Kind, values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -244,14 +244,17 @@ class Checkpoints:
 
     def _plain_data(self, expr: cst.BaseExpression) -> bool:
         """A value the checkpointer snapshots and that names no file: a literal, a display, a
-        `state_dict()`, or a name bound only to those."""
+        `state_dict()`, a Python number (the loop's step counter), or a name bound only to
+        those."""
         if isinstance(expr, (cst.Integer, cst.Float, cst.Dict, cst.DictComp, cst.List, cst.Tuple)):
+            return True
+        if values(self.context).number(expr) is not None:
             return True
         if isinstance(expr, cst.Name):
             if expr.value in ("True", "False", "None"):
                 return True
-            values = [self._assigned_value(a.node) for a in self._bindings(expr)]
-            return bool(values) and all(v is not None and v is not expr and self._plain_data(v) for v in values)
+            assigned = [self._assigned_value(a.node) for a in self._bindings(expr)]
+            return bool(assigned) and all(v is not None and v is not expr and self._plain_data(v) for v in assigned)
         return (
             isinstance(expr, cst.Call)
             and isinstance(expr.func, cst.Attribute)
