@@ -39,6 +39,11 @@ STEP = """\
 """
 
 
+IN_ANOTHER_FUNCTION = (
+    "it is in another function; call that function only at log time, or return the tensor and read it there"
+)
+
+
 class PerStepHostSync(Rule):
     """
     ## What it does
@@ -424,18 +429,12 @@ class PerStepHostSync(Rule):
                 if read in seen or id(read) in self._fixed_in_functions:
                     continue
                 seen.add(read)
-                kept = self._kept_returned.get(id(call))
+                why = self._kept_returned.get(id(call), IN_ANOTHER_FUNCTION)
                 self.report(
                     read,
                     f"`{self._code(read)}` waits for the GPU every step: `{self._code(call.func)}` "
                     f"runs it on every step of the loop at line {self.context.line(loop)} (line "
-                    f"{self.context.line(call)}); not rewritten: "
-                    + (
-                        kept
-                        if kept is not None
-                        else "it is in another function; call that function only at log time, or return the "
-                        "tensor and read it there"
-                    ),
+                    f"{self.context.line(call)}); not rewritten: {why}",
                 )
 
     def _check_loop(self, scan: StepReads, loop: cst.CSTNode) -> None:
@@ -449,9 +448,7 @@ class PerStepHostSync(Rule):
                 self.report(sync, f"`{self._code(sync)}` waits for the GPU every step; not rewritten: {why}")
         for call, _ in scan.returning_calls():
             fixes.extend(scan.defer_returned(call))
-            kept = scan.returned_kept(call)
-            if kept is not None:
-                self._kept_returned[id(call)] = kept
+            self._kept_returned[id(call)] = scan.returned_kept(call) or IN_ANOTHER_FUNCTION
         # A read of another function that a fix here rewrites is not reported there again.
         self._fixed_in_functions.update(id(fix.read) for fix in fixes)
         # Edits that several fixes need (a statement two reads move, the statements moved
@@ -460,8 +457,7 @@ class PerStepHostSync(Rule):
         into: dict[cst.If, list[cst.SimpleStatementLine]] = {}
         for fix in fixes:
             for branch, statement in fix.moves:
-                into.setdefault(branch, [])
-                if statement not in into[branch]:  # two reads of one statement move it once
+                if statement not in into.setdefault(branch, []):  # two reads of one statement move it once
                     into[branch].append(statement)
         for statements in into.values():
             statements.sort(key=self.context.index.order)  # in the order they ran before
@@ -472,13 +468,11 @@ class PerStepHostSync(Rule):
                 edits.append(shared.setdefault(("into", branch), _prepend(branch, into[branch])))
             for node, change in fix.changes:
                 edits.append(shared.setdefault(("replace", node), Replace(node, _change(node, change))))
-            imports = []
             if fix.way == LISTED:
-                label = fix.holder
-                stacked = f"torch.stack({label})" if fix.scalar else f"torch.stack({label}).flatten()"
-                conversion = cst.parse_statement(f"{label} = {stacked}.tolist() if {label} else []\n")
-                edits.append(InsertAfter(fix.after, (conversion,)))
-                imports = [("torch", None)]
+                label, flat = fix.holder, "" if fix.scalar else ".flatten()"
+                conversion = f"{label} = torch.stack({label}){flat}.tolist() if {label} else []\n"
+                edits.append(InsertAfter(fix.after, (cst.parse_statement(conversion),)))
+            imports = [("torch", None)] if fix.way == LISTED else []
             level = Level.UNSAFE if fix.exported else None
             self.report(fix.read, self._message(fix), edits=list(dict.fromkeys(edits)), level=level, imports=imports)
 

@@ -28,6 +28,16 @@ for epoch in range(10):
     optimizer.step()
 """
 
+FINAL_SAVE = """\
+for step in range(101):
+    if step == 100:
+        torch.save(model.state_dict(), 'final.pt')
+        break
+    loss = model(torch.randn(4, 4096).cuda()).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
 
 def _indented(code: str) -> str:
     return "".join("    " + line for line in code.splitlines(True))
@@ -163,10 +173,7 @@ class SynchronousCheckpointInLoop(Rule):
             "returns right after the save: nothing to overlap with",
         ),
         Valid(
-            PREAMBLE
-            + "for step in range(101):\n    if step == 100:\n"
-            + "        torch.save(model.state_dict(), 'final.pt')\n        break\n"
-            + "".join(LOOP.splitlines(True)[1:]),
+            PREAMBLE + FINAL_SAVE,
             "the save on the last step, then the break that ends training: nothing to overlap with",
         ),
         Valid(
