@@ -1001,15 +1001,21 @@ def _resynchronized(a: list[str], b: list[str]) -> list[tuple[int, int, int, int
     return runs
 
 
-def _stretch_runs(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
-    """`_runs` of a long stretch between anchors: its common first and last lines as
-    one unchanged run each, the middle anchored on the lines it holds once."""
+def _common_ends(a: Sequence[str], b: Sequence[str]) -> tuple[int, int]:
+    """How many first lines, and then how many last lines, `a` and `b` share."""
     head = 0
     while head < min(len(a), len(b)) and a[head] == b[head]:
         head += 1
     tail = 0
     while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
+    return head, tail
+
+
+def _stretch_runs(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """`_runs` of a long stretch between anchors: its common first and last lines as
+    one unchanged run each, the middle anchored on the lines it holds once."""
+    head, tail = _common_ends(a, b)
     middle = _runs(a[head : len(a) - tail], b[head : len(b) - tail], top=False)
     runs = [(0, head, 0, head)] if head else []
     runs.extend((head + i1, head + i2, head + j1, head + j2) for i1, i2, j1, j2 in middle)
@@ -1068,12 +1074,7 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
     the lines their messages name alike."""
     # Only the part between the common first and last lines is compared (difflib is
     # quadratic in what it compares; the rest maps to itself).
-    head = 0
-    while head < min(len(original), len(rewritten)) and original[head] == rewritten[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(original), len(rewritten)) - head and original[-1 - tail] == rewritten[-1 - tail]:
-        tail += 1
+    head, tail = _common_ends(original, rewritten)
     table: dict[int, int] = {line: line for line in range(1, head + 1)}
     shift = len(original) - len(rewritten)
     table.update((len(rewritten) - k, len(rewritten) - k + shift) for k in range(tail))

@@ -406,12 +406,7 @@ class BatchWindows:
             return bs, Window(n, drop_last, m.Slice(lower=m.Name(i), upper=exact | shorter, step=None), exact)
         if len(args) == 1 and m.matches(args[0], m.BinaryOperation(operator=m.FloorDivide())):
             n, bs = args[0].left, args[0].right
-            lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
-            upper = m.BinaryOperation(
-                left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=m.Integer("1")),
-                operator=m.Multiply(),
-                right=_equal_to(bs),
-            )
+            lower, upper = _step_bounds(i, bs)
             return bs, Window(n, True, m.Slice(lower=lower, upper=upper, step=None), upper)
         if len(args) == 1:  # `range(steps)` and `X[i * bs:(i + 1) * bs]`: steps * bs samples
             bs = self._step_width(loop, i)
@@ -421,12 +416,7 @@ class BatchWindows:
             if isinstance(steps, cst.BinaryOperation) and not steps.lpar:
                 steps = steps.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             n = cst.BinaryOperation(left=steps, operator=cst.Multiply(), right=bs)
-            lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
-            upper = m.BinaryOperation(
-                left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=m.Integer("1")),
-                operator=m.Multiply(),
-                right=_equal_to(bs),
-            )
+            lower, upper = _step_bounds(i, bs)
             return bs, Window(n, False, m.Slice(lower=lower, upper=upper, step=None), upper)
         return None, None
 
@@ -955,6 +945,17 @@ def _window_part(subscript: cst.Subscript) -> cst.SubscriptElement:
 
 def _is_name(node: cst.CSTNode, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
+
+
+def _step_bounds(i: str, bs: cst.BaseExpression):
+    """Matchers of `i * bs` and `(i + 1) * bs`: the bounds of the `i`-th window of `bs`."""
+    lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
+    upper = m.BinaryOperation(
+        left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=m.Integer("1")),
+        operator=m.Multiply(),
+        right=_equal_to(bs),
+    )
+    return lower, upper
 
 
 def _equal_to(expr: cst.BaseExpression) -> m.BaseMatcher:
