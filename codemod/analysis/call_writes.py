@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import GlobalScope
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.torch_facts import MUTATING_METHODS
 
 if TYPE_CHECKING:
@@ -105,18 +106,11 @@ class CallWrites:
         """What `call` hands to the parameter `param` of `function` (a method's first
         parameter is the receiver of `obj.method(...)`)."""
         positional = [*function.params.posonly_params, *function.params.params]
-        names = [p.name.value for p in positional]
         bound = self._bound(call, function)
-        if bound and names and names[0] == param:
+        if bound and positional and positional[0].name.value == param:
             return call.func.value
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value == param:
-                return arg.value
-        if param not in names:
-            return None
-        index = names.index(param) - (1 if bound else 0)
-        plain = [a.value for a in call.args if a.keyword is None and not a.star]
-        return plain[index] if 0 <= index < len(plain) else None
+        found = next((p for p in (*positional, *function.params.kwonly_params) if p.name.value == param), None)
+        return argument_for(call, function, found, 1 if bound else 0) if found is not None else None
 
     def _bound(self, call: cst.Call, function: cst.FunctionDef) -> bool:
         """Is `call` a method call that binds its receiver to the first parameter?"""
