@@ -112,6 +112,15 @@ class Placement:
             return False
         return self._built_on_host(part, 0)
 
+    def trains_on_host(self, loop: cst.CSTNode) -> bool:
+        """Whether every model the training loop `loop` runs was built on the host and is
+        moved by no call of the file (nor the default device set): its matrix products
+        run on the CPU, whatever device the script may name."""
+        if self._default_device_set:
+            return False
+        calls = [c for c in self.context.loops.reached_calls(loop) if self.training.is_model(c.func)]
+        return bool(calls) and all(self._built_on_host(call.func, 0) for call in calls)
+
     def untold_device(self, expr: cst.BaseExpression | None, depth: int = 0) -> str | None:
         """Why the device `expr` names cannot be told, when the reason is that it comes from
         a parameter of a function that no call of this file makes (its callers are

@@ -186,6 +186,10 @@ class Float32MatmulWithoutTf32(Rule):
 
     VALID = [
         Valid(
+            IMPORTS + SCRIPT_BODY.replace(".to(device)", ""),
+            "a device named but never used: the model and its matrix products stay on the CPU",
+        ),
+        Valid(
             LIGHTNING.replace('accelerator="gpu", ', ""),
             'a Lightning Trainer left at accelerator "auto": not known to train on a GPU',
         ),
@@ -395,8 +399,8 @@ class Float32MatmulWithoutTf32(Rule):
         training = self.context.training
         if not training.loops:
             return self._check_trainers(node)
-        if training.cuda_use is None:
-            return
+        if training.cuda_use is None or all(training.placement.trains_on_host(each.loop) for each in training.loops):
+            return  # nothing runs on CUDA, whatever device the script names
         if all(
             loop.float64 is not None
             or training.reduced_precision(loop) is not None

@@ -553,7 +553,7 @@ class ForwardWithoutAutocast(Rule):
             return self._decline(loop, steering)
         model = runs.device_model(loop)
         if model is None:
-            if training.cuda_use is not None:
+            if training.cuda_use is not None and not training.placement.trains_on_host(loop.loop):
                 self._decline(loop, "cannot tell which device the model runs on")
             return
         if model.places == {Place.HOST}:
