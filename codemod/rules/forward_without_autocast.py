@@ -175,7 +175,9 @@ class ForwardWithoutAutocast(Rule):
     defined nowhere the forward pass can see, or the model is put on CUDA by a
     `.cuda()` that an `if` may skip (`if args.cuda: model.cuda()`), the policy
     reads the model's own: `Precision.for_device(next(model.parameters()).device)`
-    (in a trainer class, set once right after the `if` in the method that moves the model).
+    (in a trainer class, set once right after the `if` in the method that moves the model;
+    in a step helper given the model, at the helper's top, so built again on each call:
+    a few microseconds, the device of its first parameter read).
 
     The default (`amp = "bf16"` in `[tool.perfmod]`) needs nothing else:
     bfloat16 has float32's exponent range, so gradients do not underflow. With
