@@ -376,6 +376,21 @@ class StepBatches:
                 return project_of(self.context).shown(function, source)
         return None
 
+    def rebuilt_per_pass(self, loop: cst.For | cst.While) -> cst.CSTNode | None:
+        """The statement, in a loop around `loop`, that binds what `loop` iterates: its
+        batches come from an iterable made anew on each pass of that outer loop (loaders
+        built per file of a folder, per epoch); None when none is."""
+        if not isinstance(loop, cst.For):
+            return None
+        outer = self.index.enclosing_loops(loop)
+        for iterable, _ in self.context.loaders.iterated(loop.iter, loop.target):
+            if not isinstance(iterable, cst.Name):
+                continue
+            for binding in self.context.kinds.sources(iterable):
+                if any(self.index.inside(binding.node, around) for around in outer):
+                    return self.index.statement_of(binding.node)
+        return None
+
     def spelled_in(self, site: LoaderSite, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
         """How `function` spells the loader: a name it reads it by, or `self.loader` in a
         method of the class another method of which reads it as `self.loader`."""

@@ -57,6 +57,14 @@ class DataSharding(Producer):
                 f"of the project builds ({elsewhere}); PM601 rewrites only the file that trains: give that "
                 "DataLoader a DistributedSampler and the per-rank batch size there",
             )
+        rebuilt = self.plan.batches.rebuilt_per_pass(statement)
+        if rebuilt is not None:
+            raise Blocked(
+                statement.iter,
+                f"the batches of `{self.plan.src(statement.iter)}` come from what line "
+                f"{self.context.line(rebuilt)} builds anew on each pass of the loop around it; PM601 splits "
+                "the batches of one DataLoader built once: build it before that loop",
+            )
         if isinstance(statement, cst.While):
             raise Blocked(
                 statement,

@@ -1,0 +1,41 @@
+"""PM601 and a loader made anew on each pass of a loop around the training loop (one per
+file of a folder, rasbt/LLMs-from-scratch's Gutenberg pretraining): refused, naming
+the line that builds it."""
+
+from codemod.config import Settings
+from codemod.engine import process_source
+from codemod.rule import Level
+
+SOURCE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_loaders(text):
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    return DataLoader(data, batch_size=8, shuffle=True), DataLoader(data, batch_size=8)
+
+
+def main(files):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Linear(8, 2).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for path in files:
+            train_loader, val_loader = make_loaders(path)
+            for x, y in train_loader:
+                loss = F.cross_entropy(model(x.to(device)), y.to(device))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+"""
+
+
+def test_a_loader_built_on_each_pass_of_an_outer_loop_is_named_in_the_refusal():
+    result = process_source(SOURCE.encode(), "train.py", Settings(select=("PM601",), level=Level.UNSAFE))
+    (finding,) = [f for f in result.findings if f.code == "PM601"]
+    assert not finding.applied
+    built = SOURCE.splitlines().index("            train_loader, val_loader = make_loaders(path)") + 1
+    assert f"come from what line {built} builds anew on each pass of the loop around it" in finding.message
