@@ -114,9 +114,10 @@ class Placement:
 
     def trains_on_host(self, loop: cst.CSTNode) -> bool:
         """Whether every model the training loop `loop` runs was built on the host and is
-        moved by no call of the file (nor the default device set): its matrix products
-        run on the CPU, whatever device the script may name."""
-        if self._default_device_set:
+        moved by no call of the file (nor the default device set, nor an engine's
+        `prepare(...)` or `setup(...)` that picks the device): its matrix products run on
+        the CPU, whatever device the script may name."""
+        if self._default_device_set or self._prepare_calls:
             return False
         calls = [c for c in self.context.loops.reached_calls(loop) if self.training.is_model(c.func)]
         return bool(calls) and all(self._built_on_host(call.func, 0) for call in calls)
@@ -297,6 +298,8 @@ class Placement:
             return False
         training = self.training
         if isinstance(expr, cst.Call):
+            if method_name(expr) in ("to", "cuda"):
+                return False  # `nn.Linear(8, 1).to(device)`: moved where it is built
             wrapped = self._wrapped(expr)
             if wrapped is not None:
                 return self._built_on_host(wrapped, depth + 1)
