@@ -71,7 +71,7 @@ from codemod.analysis.loaders import (
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.project import project_of
-from codemod.analysis.torch_facts import PERMUTATIONS, REBUILDABLE_DATASETS
+from codemod.analysis.torch_facts import PASS_THROUGH_ITERABLES, PERMUTATIONS, REBUILDABLE_DATASETS
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -383,12 +383,21 @@ class StepBatches:
         if not isinstance(loop, cst.For):
             return None
         outer = self.index.enclosing_loops(loop)
-        for iterable, _ in self.context.loaders.iterated(loop.iter, loop.target):
+        todo = [iterable for iterable, _ in self.context.loaders.iterated(loop.iter, loop.target)]
+        while todo:
+            iterable = todo.pop()
             if not isinstance(iterable, cst.Name):
                 continue
             for binding in self.context.kinds.sources(iterable):
-                if any(self.index.inside(binding.node, around) for around in outer):
-                    return self.index.statement_of(binding.node)
+                if not any(self.index.inside(binding.node, around) for around in outer):
+                    continue
+                statement = self.index.statement_of(binding.node)
+                value = statement.body[0].value if isinstance(statement, cst.SimpleStatementLine) else None
+                first = positional(value, 0) if isinstance(value, cst.Call) else None
+                if first is not None and self.names.is_(value.func, *PASS_THROUGH_ITERABLES):
+                    todo.append(first.value)  # `pbar = tqdm(loader)` each epoch: the loader's
+                elif isinstance(value, cst.Call):
+                    return statement
         return None
 
     def spelled_in(self, site: LoaderSite, function: cst.FunctionDef | None) -> cst.BaseExpression | None:

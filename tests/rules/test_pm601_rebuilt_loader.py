@@ -39,3 +39,17 @@ def test_a_loader_built_on_each_pass_of_an_outer_loop_is_named_in_the_refusal():
     assert not finding.applied
     built = SOURCE.splitlines().index("            train_loader, val_loader = make_loaders(path)") + 1
     assert f"come from what line {built} builds anew on each pass of the loop around it" in finding.message
+
+
+def test_a_progress_bar_wrapped_around_the_loader_each_epoch_is_not_a_new_loader():
+    source = SOURCE.replace(
+        "        for path in files:\n            train_loader, val_loader = make_loaders(path)\n"
+        "            for x, y in train_loader:\n",
+        "        for path in files:\n            bar = tqdm(loader)\n            for x, y in bar:\n",
+    ).replace(
+        "    for epoch in range(2):\n",
+        "    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))))\n    for epoch in range(2):\n",
+    )
+    source = "from tqdm import tqdm\n" + source
+    result = process_source(source.encode(), "train.py", Settings(select=("PM601",), level=Level.UNSAFE))
+    assert all("builds anew" not in f.message for f in result.findings), [f.message for f in result.findings]
