@@ -926,26 +926,13 @@ def _own_calls(context: FileContext, function: cst.FunctionDef) -> list[cst.Call
 
 
 def _saver(function: Function) -> str | None:
-    context, module = function.context, function.module
+    context = function.context
     for call in _own_calls(context, function.node):
         found = context.names.of(call) & SAVE_FUNCTIONS
         if found:
             return f"`{sorted(found)[0]}`"
-    for call in _own_calls(context, function.node):
-        local = context.kinds.local_callee(call)
-        if local is not None and context.kinds.class_of(local) is None:
-            inner = _summary(
-                module, ("saver", local.name.value), lambda local=local: _saver(Function(module, local, ""))
-            )
-            if inner is not None:
-                return f"{inner} in `{local.name.value}`"
-            continue
-        other = module.project.called(call) if module.project is not None else None
-        if other is not None:
-            inner = module.project.saver(other)
-            if inner is not None:
-                return f"{inner} in `{other.qualified}`"
-    return None
+    found = _in_callees(function, "saver", _saver, Project.saver)
+    return f"{found[0]} in `{found[1]}`" if found is not None else None
 
 
 def _grad_reader(function: Function) -> str | None:
@@ -960,17 +947,26 @@ def _grad_reader(function: Function) -> str | None:
     for call in _own_calls(context, function.node):
         if context.names.of(call.func) & GRAD_NORMS:
             return f"{where}:{context.line(call)}"
+    found = _in_callees(function, "grad reader", _grad_reader, Project.grad_reader)
+    return found[0] if found is not None else None
+
+
+def _in_callees(function: Function, key: str, summary, of_project) -> tuple[str, str] | None:
+    """The first answer of `summary` for a function of the file that `function` calls
+    (cached per module under `key`), or of `of_project` for a function of another module
+    of the project it calls; with the name of that function."""
+    context, module = function.context, function.module
     for call in _own_calls(context, function.node):
         local = context.kinds.local_callee(call)
         if local is not None and context.kinds.class_of(local) is None:
-            inner = _summary(
-                module, ("grad reader", local.name.value), lambda local=local: _grad_reader(Function(module, local, ""))
-            )
+            name = local.name.value
+            inner = _summary(module, (key, name), lambda local=local: summary(Function(module, local, "")))
         else:
-            other = project.called(call) if project is not None else None
-            inner = project.grad_reader(other) if other is not None else None
+            other = module.project.called(call) if module.project is not None else None
+            name = other.qualified if other is not None else ""
+            inner = of_project(module.project, other) if other is not None else None
         if inner is not None:
-            return inner
+            return inner, name
     return None
 
 
