@@ -1713,9 +1713,9 @@ class Kinds:
             if function is not None:  # `train_loader, val_loader = build_loaders(cfg)`
                 returns, yields = self.exits(function)
                 if returns and not yields and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns):
-                    shapes = [self._value_shape(r.value, depth + 1) for r in returns]
-                    if all(isinstance(shape, tuple) and len(shape) == len(shapes[0]) for shape in shapes):
-                        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+                    joined = _joined_tuples([self._value_shape(r.value, depth + 1) for r in returns])
+                    if joined is not None:
+                        return joined
             shape = self._project_call_shape(value)
             if shape is not None:  # `train_loader, val_loader = data.make_loaders(cfg)`
                 return shape
@@ -1723,9 +1723,9 @@ class Kinds:
             # `a, b = self.pair` of `self.pair = (x, y)` in another method; a `None` it is
             # reset to cannot be unpacked, so it is not a value the unpacking reads.
             assigned = [v for v in self._self_attribute_values(value) or () if not is_none(v)]
-            shapes = [self._value_shape(v, depth + 1) for v in assigned]
-            if shapes and all(isinstance(shape, tuple) and len(shape) == len(shapes[0]) for shape in shapes):
-                return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+            joined = _joined_tuples([self._value_shape(v, depth + 1) for v in assigned])
+            if joined is not None:
+                return joined
         return self._fact(value)
 
     def _item_shape(self, iterable: cst.BaseExpression) -> Shape:
@@ -1847,10 +1847,18 @@ def _decorated(function: cst.FunctionDef, names) -> bool:
     return False
 
 
+def _joined_tuples(shapes: list[Shape]) -> tuple | None:
+    """`shapes` joined element-wise when all are tuples of one length (at least one), else None."""
+    if shapes and all(isinstance(shape, tuple) for shape in shapes) and len({len(shape) for shape in shapes}) == 1:
+        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+    return None
+
+
 def _join_shapes(shapes: list[Shape]) -> Shape:
     """The shape every one of `shapes` fits: tuples element-wise when they agree, else facts."""
-    if all(isinstance(shape, tuple) for shape in shapes) and len({len(shape) for shape in shapes}) == 1:
-        return tuple(_join_shapes([shape[k] for shape in shapes]) for k in range(len(shapes[0])))
+    joined = _joined_tuples(shapes)
+    if joined is not None:
+        return joined
     result = BOTTOM
     for shape in shapes:
         result = result.join(_as_fact(shape))
