@@ -38,7 +38,7 @@ from codemod.analysis.distributed import (
     TQDM,
 )
 from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
+from codemod.analysis.torch_facts import LOGGER_FACTORIES, SAVE_FUNCTIONS, TORCH_SAVES
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -93,7 +93,7 @@ class OutputSites:
         if isinstance(receiver, cst.Name):
             values = self.context.bindings.values(receiver) or []
             return bool(values) and all(
-                isinstance(v, cst.Call) and self.names.is_(v.func, "logging.getLogger") for v in values
+                isinstance(v, cst.Call) and self.names.of(v.func) & LOGGER_FACTORIES for v in values
             )
         return False
 

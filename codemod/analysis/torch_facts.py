@@ -659,6 +659,12 @@ HOST_NUMBER_MODULES = ("math",)
 # `math`'s functions whose result is an int (the others give floats), and its constants.
 INT_MATH_FUNCTIONS = frozenset(f"math.{name}" for name in "floor ceil trunc isqrt gcd lcm factorial comb perm".split())
 MATH_CONSTANTS = frozenset(f"math.{name}" for name in "pi e tau inf nan".split())
+# torch's functions that return a Python int: device counts and indices, ranks and world sizes.
+INT_TORCH_FUNCTIONS = frozenset(
+    {f"torch.cuda.{name}" for name in ("device_count", "current_device")}
+    | {f"torch.accelerator.{name}" for name in ("device_count", "current_device_index")}
+    | {f"torch.distributed.{name}" for name in ("get_rank", "get_world_size", "get_node_local_rank")}
+)
 # Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
 # choice between computations.
 FINITENESS_TESTS = frozenset(
@@ -807,6 +813,8 @@ PATH_METHODS = frozenset({"joinpath", "with_suffix", "with_name", "format", "rep
 # Calls that only show a value (a path read by them does not touch its file).
 LOGGING_CALLS = frozenset({"builtins.print"})
 LOGGING_METHODS = frozenset({"info", "debug", "warning", "log", "write", "set_description", "set_postfix"})
+# Calls that give a logger: a module's `logger = logging.getLogger(__name__)` only writes logs.
+LOGGER_FACTORIES = frozenset({"logging.getLogger"})
 # Spellings of state sharded across ranks: each rank writes its own part of a checkpoint.
 SHARDED_STATE = re.compile(r"FullyShardedDataParallel|\bFSDP\b|fully_shard|torch\.distributed\.checkpoint|DTensor")
 # perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.

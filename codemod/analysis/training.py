@@ -645,8 +645,8 @@ class Training:
             value = expr.evaluated_value
             match = DEVICE_STRING.match(value) if isinstance(value, str) else None
             return frozenset({value.split(":")[0]}) if match else None
-        if isinstance(expr, cst.Integer):
-            return frozenset({"cuda"})  # `.to(0)`
+        if self.is_int(expr):
+            return frozenset({"cuda"})  # `.to(0)`, `.to(rank % torch.cuda.device_count())`: a device ordinal
         if isinstance(expr, cst.FormattedString):
             return frozenset({"cuda"}) if self.kinds.is_device(expr) else None
         if isinstance(expr, cst.IfExp):
@@ -838,10 +838,10 @@ class Training:
         return values
 
     def is_int(self, expr: cst.BaseExpression | None) -> bool:
-        """Is `expr` provably a Python int (`Values.number`: the one number question)?"""
-        from codemod.analysis.values import INT, values  # values asks these facts: lazily
+        """Is `expr` provably a Python int (`Values.is_int`: the one number question)?"""
+        from codemod.analysis.values import values  # values asks these facts: lazily
 
-        return values(self.context).number(expr) == INT
+        return expr is not None and values(self.context).is_int(expr)
 
     def attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
         """What `obj.attr` may hold (see `_attribute_values`)."""

@@ -124,6 +124,7 @@ from codemod.analysis.torch_facts import (
     HOST_ONLY_FACTORIES,
     INT64_RESULT_METHODS,
     INT_MATH_FUNCTIONS,
+    INT_TORCH_FUNCTIONS,
     LIST_BUILDERS,
     LOSS_MODULES,
     MATH_CONSTANTS,
@@ -353,7 +354,7 @@ class Kinds:
         """Where a device expression points: `"cuda:0"`, `torch.device(d)`, `x.device`, ..."""
         if isinstance(expr, cst.SimpleString):
             return _string_place(expr.evaluated_value)
-        if isinstance(expr, cst.Integer):
+        if values(self._context).is_int(expr):  # a device ordinal: `.to(local_rank)`
             return Place.CUDA
         if isinstance(expr, cst.IfExp):
             return self.device_place(expr.body).join(self.device_place(expr.orelse))
@@ -1959,6 +1960,9 @@ class Values:
         self._tensors: dict[int, bool] = {}
         self._backward_reads: set[int] | None = None
         self._numbers: dict[int, str | None] = {}
+        self._open_numbers: set[int] = set()  # questions being worked out, answered INT meanwhile
+        self._guesses_read: list[int] = []  # each read of such an answer, in order
+        self._numbers_computed: list[int] = []  # in the order their answers were found
 
     def dtype(self, expr: cst.BaseExpression) -> str | None:
         """FLOAT, INT64 or BOOL for a tensor of that dtype; None when unknown or not a tensor."""
@@ -1997,10 +2001,32 @@ class Values:
         if expr is None:
             return None
         key = id(expr)
-        if key not in self._numbers:
+        if key in self._open_numbers:
+            self._guesses_read.append(key)
+        elif key not in self._numbers:
             self._numbers[key] = INT  # `n = n + 1`: what every other binding gives
-            self._numbers[key] = self._compute_number(expr)
+            self._open_numbers.add(key)
+            mark, read = len(self._numbers_computed), len(self._guesses_read)
+            try:
+                found = self._numbers[key] = self._compute_number(expr)
+            finally:
+                self._open_numbers.discard(key)
+            if found != INT and key in self._guesses_read[read:]:
+                # Answers found meanwhile may rest on the guess that proved wrong: forget them.
+                for stale in self._numbers_computed[mark:]:
+                    self._numbers.pop(stale, None)
+                del self._numbers_computed[mark:]
+            self._numbers_computed.append(key)
         return self._numbers[key]
+
+    def is_int(self, expr: cst.BaseExpression) -> bool:
+        """Whether `expr` is certainly a Python int, by an answer that rests on no guess of a
+        question still open: a question of another analysis asked while a number is being
+        worked out (`args.device` is a number? -> the training facts -> the device `args.device`
+        names) must not take that number's provisional INT for an answer and keep it."""
+        open_before, read = set(self._open_numbers), len(self._guesses_read)
+        answer = self.number(expr) == INT
+        return answer and not open_before.intersection(self._guesses_read[read:])
 
     def _compute_number(self, expr: cst.BaseExpression) -> str | None:
         if isinstance(expr, cst.Integer):
@@ -2052,7 +2078,7 @@ class Values:
 
     def _call_number(self, call: cst.Call) -> str | None:
         qualified = self.names.of(call.func)
-        if qualified & {"builtins.len", "builtins.int"} or qualified & INT_MATH_FUNCTIONS:
+        if qualified & {"builtins.len", "builtins.int"} or qualified & (INT_MATH_FUNCTIONS | INT_TORCH_FUNCTIONS):
             return INT
         if qualified & {"builtins.float"} or any(name.startswith("math.") for name in qualified):
             return NUMBER

@@ -239,18 +239,34 @@ def _run(root: Path, out_dir: Path, monkeypatch) -> list[float]:
             del sys.modules[name]
 
 
-@pytest.mark.parametrize("script", [QUIET_RUN, UPLOADING_RUN], ids=["quiet", "uploading"])
+# The wrapper logs through its module's logger (nanochat's `save_checkpoint`): a logger is
+# no state of the module that a background call would read differently.
+LOGGING_UTILS = RUN_UTILS.replace(
+    "import torch\n", "import logging\n\nimport torch\n\nlogger = logging.getLogger(__name__)\n"
+).replace(
+    "        _save_torch(data, path, **kwargs)\n",
+    "        _save_torch(data, path, **kwargs)\n        logger.info(path)\n",
+)
+assert LOGGING_UTILS.count("logger") == 2
+
+
+@pytest.mark.parametrize(
+    "script, utils",
+    [(QUIET_RUN, RUN_UTILS), (UPLOADING_RUN, RUN_UTILS), (QUIET_RUN, LOGGING_UTILS)],
+    ids=["quiet", "uploading", "logging"],
+)
 def test_a_wrapper_that_only_writes_files_runs_in_the_background_and_writes_the_same_files(
-    tmp_path, monkeypatch, script
+    tmp_path, monkeypatch, script, utils
 ):
     original, rewritten = tmp_path / "original", tmp_path / "rewritten"
     for root in (original, rewritten):
-        _write(root, {"pkg/run_utils.py": RUN_UTILS, "pkg/run.py": script})
+        _write(root, {"pkg/run_utils.py": utils, "pkg/run.py": script})
         (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     run = rewritten / "pkg" / "run.py"
     result = process_source(run.read_bytes(), str(run), Settings(level=Level.UNSAFE, select=("PM405",)))
     (finding,) = result.findings
-    assert finding.fixable and "pkg/run_utils.py:10" in finding.message
+    line = utils.splitlines().index("def save_file(data, path, **kwargs):") + 1
+    assert finding.fixable and f"pkg/run_utils.py:{line}" in finding.message
     new = result.new_source.decode()
     assert (
         'checkpointer.call(\n                save_file, model.state_dict(), Path(out_dir) / f"model_{step}.pth"\n'

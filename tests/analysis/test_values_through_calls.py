@@ -6,13 +6,17 @@ script's own binding of a name it does not bind itself."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 import pytest
 
 from codemod.analysis.distributed import reads_module_binding
 from codemod.analysis.torch_facts import autocast_float16
+from codemod.analysis.values import values
 from codemod.context import FileContext
+
+FORMS = Path(__file__).resolve().parents[2] / "fixtures" / "wild" / "forms"
 
 
 def context(code: str) -> FileContext:
@@ -153,3 +157,33 @@ def test_a_constructor_parameter_holds_what_every_construction_passes():
 def test_a_constructor_parameter_of_a_class_used_otherwise_holds_nothing_known(extra):
     ctx = context(CONSTRUCTED.rstrip(" ") + textwrap.indent(extra, "    "))
     assert ctx.training.value_sources(device_read(ctx)) == [None]
+
+
+def test_a_device_ordinal_computed_from_the_rank_names_a_cuda_device():
+    # DiT's setup: a Python int picks the GPU, as `.to(0)` does.
+    ctx = context(
+        """\
+        import torch
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        device = rank % torch.cuda.device_count()
+        model = torch.nn.Linear(4, 4).to(device)
+        name = "cuda"
+        """
+    )
+    device = [n for n in ctx.index.find(cst.Name) if n.value == "device"][-1]
+    assert ctx.training.device_types(device) == {"cuda"}
+    assert ctx.kinds.device_place(device).name == "CUDA"
+    name = [n for n in ctx.index.find(cst.Name) if n.value == "rank"][-1]
+    assert values(ctx).number(name) == "int"
+
+
+def test_a_number_guessed_while_it_was_worked_out_is_not_kept_when_the_guess_fails():
+    # Asking whether `device` is a number reads the training facts, which ask whether the
+    # device `accelerator.device` names is an int ordinal: the provisional INT of the
+    # open question must not stay in the answers found meanwhile.
+    ctx = FileContext.of_source(FORMS.joinpath("pm301_accelerator_device.py").read_text(encoding="utf-8"))
+    reads = [n for n in ctx.index.find((cst.Name, cst.Attribute)) if ctx.source(n) in ("device", "accelerator.device")]
+    assert [values(ctx).number(n) for n in reads] == [None] * len(reads)
+    assert {ctx.kinds.device_place(n).name for n in reads} == {"UNKNOWN"}
