@@ -91,12 +91,14 @@ class ForwardRuns:
 
     def unwrapped(self) -> list[TrainingLoop]:
         """The training loops whose forward pass is not under autocast and whose models
-        are not 16-bit already, the first of each forward region (a helper several loops
-        call is wrapped once)."""
+        are not 16-bit already, nor run in a compute dtype of the script's own (a GradScaler
+        built only when it is float16), the first of each forward region (a helper several
+        loops call is wrapped once)."""
         found, regions = [], set()
         for loop in self.context.training.loops:
             key = loop.forward.statements[0] if loop.forward is not None else loop.loop
-            if loop.autocast is None and loop.half is None and key not in regions:
+            own_dtype = loop.scaler is not None and loop.scaler.compute_dtype is not None
+            if loop.autocast is None and loop.half is None and not own_dtype and key not in regions:
                 regions.add(key)
                 found.append(loop)
         return found

@@ -227,6 +227,7 @@ CLIP_NAMES = {
 }
 FLOAT64_NAMES = {"torch.float64", "torch.double"}
 HALF_NAMES = {"torch.float16", "torch.half", "torch.bfloat16"}  # 16-bit floating point dtypes
+FLOAT16_NAMES = {"torch.float16", "torch.half"}  # the dtype a GradScaler is for
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
 # Calls that run a function in new processes, by where they take it (position, keyword).

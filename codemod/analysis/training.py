@@ -64,6 +64,7 @@ from codemod.analysis.torch_facts import (
     ENVIRONMENT_READS,
     FINITENESS_METHODS,
     FINITENESS_TESTS,
+    FLOAT16_NAMES,
     FLOAT64_NAMES,
     GRAD_FREE_CONTEXTS,
     GRAD_SCALER_NAMES,
@@ -170,6 +171,9 @@ class Scaler:
     expression: str  # "scaler"
     call: cst.Call | None  # the constructor call, when this file has one
     qualified_name: str | None  # "torch.amp.GradScaler", ...
+    # The script's own compute dtype, when the scaler is built only where it is float16
+    # (`GradScaler() if COMPUTE_DTYPE == torch.float16 else None`): the model casts to it.
+    compute_dtype: cst.BaseExpression | None = None
 
 
 @dataclass(frozen=True)
@@ -1551,11 +1555,27 @@ class Training:
             return None
         receiver = receivers[0]
         source = self._last_source(receiver)
+        compute_dtype = None
+        if isinstance(source, cst.IfExp) and isinstance(source.body, cst.Call):
+            compute_dtype = self._compared_with_float16(source.test)
+            source = source.body
         if isinstance(source, cst.Call):
             names = sorted(self.names.of(source.func))
             qualified = next((n for n in names if n in GRAD_SCALER_NAMES), names[0] if names else None)
-            return Scaler(self.code(receiver), source, qualified)
+            return Scaler(self.code(receiver), source, qualified, compute_dtype)
         return Scaler(self.code(receiver), None, None)
+
+    def _compared_with_float16(self, test: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`D` of a test `D == torch.float16` (either side): a dtype the script holds."""
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+            return None
+        target = test.comparisons[0]
+        if not isinstance(target.operator, (cst.Equal, cst.Is)):
+            return None
+        for dtype, other in ((test.left, target.comparator), (target.comparator, test.left)):
+            if self.names.is_(other, *FLOAT16_NAMES) and not any(n.startswith("torch.") for n in self.names.of(dtype)):
+                return dtype
+        return None
 
     def _default_float64(self) -> cst.CSTNode | None:
         for call in self._calls:

@@ -209,6 +209,35 @@ def test_scaler_forms_in_both_namespaces():
         assert [s.scaled for s in loop.steps] == [True] and loop.optimizers[0].expression == "opt"
 
 
+@pytest.mark.parametrize(
+    "build, compute_dtype",
+    [
+        ("torch.amp.GradScaler() if COMPUTE_DTYPE == torch.float16 else None", "COMPUTE_DTYPE"),
+        ("None if torch.float16 != cfg.dtype else torch.amp.GradScaler()", None),  # not the scaler's branch
+        ("torch.amp.GradScaler() if torch.float16 == cfg.dtype else None", "cfg.dtype"),
+        ("torch.amp.GradScaler() if use_amp else None", None),
+        ("torch.amp.GradScaler()", None),
+    ],
+)
+def test_a_scaler_built_only_for_a_float16_compute_dtype_names_it(build, compute_dtype):
+    # nanochat: the model casts its activations to COMPUTE_DTYPE and builds a GradScaler
+    # only when that dtype is float16; the script chooses its own precision.
+    loop, training = only_loop(
+        f"""\
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = {build}
+        for x in loader:
+            loss = model(x).sum()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        """
+    )
+    found = loop.scaler.compute_dtype
+    assert (training.code(found) if found is not None else None) == compute_dtype
+
+
 def test_loss_attribute_of_model_output():
     loop, training = only_loop(
         """\

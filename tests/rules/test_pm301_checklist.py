@@ -343,3 +343,47 @@ def test_an_rnn_built_by_a_base_class_from_a_third_module_of_the_project_is_foun
     result = _project_script(tmp_path, "Stack", "Stack(8)", nets=nets)
     assert result.error is None and len(result.findings) == 1 and not result.findings[0].fixable
     assert "`nn.LSTM` (cells_for_pm301.py:7), a cuDNN RNN" in result.findings[0].message
+
+
+def test_a_script_that_casts_to_its_own_compute_dtype_gets_no_finding():
+    # nanochat's form: no autocast, the model casts its activations to COMPUTE_DTYPE and a
+    # GradScaler exists only when that dtype is float16. The forward does not run in
+    # float32 on a GPU with bf16, and autocast would only add casts around its own.
+    own = """\
+        import torch
+        import torch.nn.functional as F
+
+        COMPUTE_DTYPE = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 4)
+
+            def forward(self, x):
+                x = x.to(COMPUTE_DTYPE)
+                return F.linear(x, self.fc.weight.to(x.dtype), self.fc.bias.to(x.dtype))
+
+
+        device = torch.device("cuda")
+        model = Net().to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler() if COMPUTE_DTYPE == torch.float16 else None
+        loader = [(torch.randn(4, 8), torch.randint(0, 4, (4,))) for _ in range(3)]
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.cross_entropy(model(x).float(), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+            opt.zero_grad()
+        """
+    findings, _ = check(own)
+    assert findings == []
+    findings, _ = check(own.replace(" if COMPUTE_DTYPE == torch.float16 else None", ""))
+    assert [f.message for f in findings if "scales the loss but no autocast is on" in f.message]
