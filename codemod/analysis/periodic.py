@@ -14,6 +14,11 @@ steps, under a test on the step counter:
   the caller's terms when a helper computes it), or None when `test` holds on
   every iteration as far as the code shows;
 - `is_periodic(test, loop)`: `period(test, loop) is not None`;
+- `once(test, loop)`: `test` holds on one iteration of `loop` at most (or a few): a
+  counter that only grows (the index of `range` / `enumerate`, a name the loop only
+  adds a positive number to) equal to a value the loop does not change (`step == 0`,
+  `i == warmup`), and-ed with anything, or-ed with another such test, or a name the
+  loop binds to one (`first_step = step == 0 or step == resume_step`);
 - `guard(node, loop)`: the outermost `if` between `node` and `loop` (not beyond a
   `def`) whose body holds `node` and whose test is periodic: `node` runs only on
   some iterations of `loop`;
@@ -43,8 +48,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import names_read
+from codemod.analysis.names import names_read, number_value
 from codemod.analysis.project import project_of
+from codemod.analysis.values import values
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -68,6 +74,48 @@ class Periodic:
 
     def is_periodic(self, test: cst.BaseExpression, loop: cst.CSTNode | None = None) -> bool:
         return self.period(test, loop) is not None
+
+    def once(self, test: cst.BaseExpression, loop: cst.CSTNode, depth: int = 0) -> bool:
+        """Does `test` hold on one iteration of `loop` at most (see the module's docstring)?"""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(test, cst.BooleanOperation):
+            sides = (self.once(test.left, loop, depth + 1), self.once(test.right, loop, depth + 1))
+            return any(sides) if isinstance(test.operator, cst.And) else all(sides)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comparison = test.comparisons[0]
+            if not isinstance(comparison.operator, cst.Equal):
+                return False
+            return any(
+                self._grows(side, loop) and self._steady(other, loop)
+                for side, other in ((test.left, comparison.comparator), (comparison.comparator, test.left))
+            )
+        if isinstance(test, cst.Name):
+            values = self.context.bindings.values(test)
+            inside = [v for v in values or () if self.index.inside(v, loop)]
+            return bool(inside) and len(inside) == len(values) and all(self.once(v, loop, depth + 1) for v in values)
+        return False
+
+    def _grows(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+        """A name that every binding in `loop` makes larger: the loop's own index of
+        `range(...)` / `enumerate(...)`, or `name += N` with a positive number N."""
+        if not isinstance(expr, cst.Name):
+            return False
+        bindings = self.context.kinds.bindings_in(loop, expr.value)
+        if not bindings:
+            return False
+        for binding in bindings:
+            statement = self.context.bindings.statement(binding.node)
+            if statement is loop and isinstance(loop, cst.For):
+                if not values(self.context).loop_index(loop, binding.node):
+                    return False
+            elif not (
+                isinstance(statement, cst.AugAssign)
+                and isinstance(statement.operator, cst.AddAssign)
+                and (number_value(statement.value) or 0) > 0
+            ):
+                return False
+        return True
 
     def guard(self, node: cst.CSTNode, loop: cst.CSTNode | None) -> cst.If | None:
         """The outermost `if` inside `loop` whose body holds `node` and whose test is periodic."""

@@ -2105,7 +2105,7 @@ class Values:
                 return None
             return self.number(statement.value)  # what it updates is among the sources
         if isinstance(statement, cst.For):
-            return INT if self._loop_index(statement, node) else None
+            return INT if self.loop_index(statement, node) else None
         if isinstance(statement, cst.Assign) and len(statement.targets) > 1:
             # `a = b = 0`: every name gets the same number (an immutable value)
             literal = isinstance(statement.value, (cst.Integer, cst.Float))
@@ -2135,7 +2135,7 @@ class Values:
         defaults = [param.default] if param.default is not None else []
         return _join_numbers([self.number(v) for v in [*values, *defaults]])
 
-    def _loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
+    def loop_index(self, loop: cst.For, target: cst.CSTNode) -> bool:
         """Is `target` the index of `for i in range(...)` or `for i, x in enumerate(...)`?"""
         iterated = loop.iter
         if not isinstance(iterated, cst.Call):

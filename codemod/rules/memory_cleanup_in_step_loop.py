@@ -60,8 +60,9 @@ class MemoryCleanupInStepLoop(Rule):
     step (`free_memory()`) counts as in the step: it is removed there when
     every call of that function is such a call, and reported when the
     function also runs elsewhere. Calls in the epoch loop (outside the step
-    loop) run once per epoch and are left alone, as are calls in an `except`
-    handler (recovery after an out-of-memory error). Calls under a periodic
+    loop) run once per epoch and are left alone, as are calls on one step
+    of the run only (`if step == 0: gc.collect(); gc.freeze()`) and calls in an
+    `except` handler (recovery after an out-of-memory error). Calls under a periodic
     condition (`if step % 100 == 0:`, also around the call of the function
     that cleans up) or another condition the rule cannot see through are
     reported without a fix: their author chose when they run. Conditions that
@@ -256,11 +257,16 @@ class MemoryCleanupInStepLoop(Rule):
                 return
         if conditions is None:
             return  # clean-up after an error, not on every step
+        guards = [c for c in conditions if self.context.inside(node, c.body)]  # not an `else` of theirs
+        if any(periodic(self.context).once(c.test, step_loop) for c in guards):
+            return  # once in the run (`if step == 0:` before `gc.freeze()`), as at the end of an epoch
         # In a function the loop calls, the counter is a parameter: any counter will do.
-        if any(periodic(self.context).is_periodic(c.test, step_loop) for c in conditions):
+        period = next((p for c in guards if (p := periodic(self.context).period(c.test, step_loop)) is not None), None)
+        if period is not None:
+            every = "every few steps" if through else f"every `{self.context.source(period)}` steps"
             self.report(
                 node,
-                f"{spelled} runs every few steps in the training loop{through} and {COSTS[spelled]}; "
+                f"{spelled} runs {every} in the training loop{through} and {COSTS[spelled]}; "
                 "left in place because its period was chosen: make it rarer or move it to the end of the epoch",
             )
             return

@@ -265,3 +265,51 @@ def test_a_callback_testing_a_counter_attribute_runs_sometimes():
         "def batch_end_callback(trainer):\n    if trainer.iter_num % 500 == 0:\n        eval_split(trainer)\n"
     )
     assert sometimes_line(code) == 5
+
+
+def once_test(code: str) -> bool:
+    """Whether the test of the `if` around `marked()` holds once at most in the file's loop."""
+    ctx = context(code)
+    loop = ctx.index.find((cst.For, cst.While))[0]
+    guard = next(a for a in ctx.index.ancestors(marked(ctx)) if isinstance(a, cst.If))
+    return periodic(ctx).once(guard.test, loop)
+
+
+@pytest.mark.parametrize(
+    "head, test, expected",
+    [
+        ("for step in range(1000):", "step == 0", True),
+        ("for step, batch in enumerate(loader):", "step == warmup", True),
+        ("for step in range(1000):", "step == 0 and use_gc", True),
+        ("for step in range(1000):", "step == 0 or step == resume_step", True),
+        ("for step in range(1000):", "step == 0 or use_gc", False),  # `use_gc` may hold on every step
+        ("for step in range(1000):", "step != 0", False),
+        ("for step in range(1000):", "step % 100 == 0", False),  # periodic: many times
+        ("for batch in loader:", "batch == 0", False),  # not a counter
+        ("for step in range(1000):", "step == last", False),  # `last` changes in the loop
+    ],
+)
+def test_a_test_of_a_growing_counter_against_a_steady_value_holds_once(head, test, expected):
+    code = f"""\
+        {head}
+            train()
+            if {test}:
+                marked()
+            last = step
+        """
+    assert once_test(code) is expected
+
+
+def test_a_counter_the_loop_adds_to_grows_and_a_flag_bound_to_its_test_holds_once():
+    code = """\
+        step = start
+        while True:
+            train()
+            first_step_of_run = (step == 0) or (resuming and step == resume_from_step)
+            step += 1
+            if first_step_of_run:
+                marked()
+        """
+    assert once_test(code)
+    assert not once_test(code.replace("step += 1", "step = step * 2"))
+    assert not once_test(code.replace("step += 1\n", "step += 1\n            step -= 1\n"))

@@ -40,3 +40,35 @@ def test_periodic_and_epoch_end_cleanups_stay_and_the_periodic_one_says_why():
     assert len(kept) == 1 and "its period was chosen" in kept[0].message
     assert source.splitlines()[kept[0].line - 1].strip().startswith("gc.collect()")
     assert "        torch.cuda.empty_cache()\n    return model" in result.new_source.decode()  # once per epoch
+
+
+def test_a_collection_on_the_first_step_before_freezing_is_left_alone():
+    # nanochat's form: collect once after set-up, freeze and disable the collector, then
+    # collect every 5000 steps. The first is the expert's idiom; the second is reported
+    # with its period.
+    source = """\
+import gc
+
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = 0
+while step < 20:
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    first_step_of_run = step == 0
+    step += 1
+    if first_step_of_run:
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+    elif step % 5000 == 0:
+        gc.collect()
+"""
+    result = process_source(source.encode(), "<test>", Settings(select=("PM403",)), [MemoryCleanupInStepLoop])
+    [kept] = result.findings
+    assert not kept.fixable and kept.line == 20
+    assert "runs every `5000` steps" in kept.message and "its period was chosen" in kept.message
