@@ -458,14 +458,23 @@ def subscript_parts(subscript: cst.Subscript) -> list[cst.BaseExpression]:
 def appended(items: Sequence, new, opening: cst.BaseParenthesizableWhitespace) -> list:
     """`items` (arguments, dict entries: nodes with a `comma`) with `new` added last,
     in their layout: `f(a)` -> `f(a, new)`; after a trailing comma (often one item
-    a line) `new` goes on a line of its own, spaced like the item before it, or
-    like the bracket (`opening`, the whitespace after it) for a single item."""
+    a line), or where the items before the last stand one a line, `new` goes on a
+    line of its own, spaced like the item before it, or like the bracket (`opening`,
+    the whitespace after it) for a single item."""
     items = list(items)
     if not items:
         return [new]
     last = items[-1]
     if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
-        items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        breaks = [item.comma.whitespace_after for item in items[:-1]]
+        before = breaks[-1] if breaks else None
+        if breaks and all(isinstance(b, cst.ParenthesizedWhitespace) for b in breaks):
+            # one item a line, the last one closing the bracket (`shuffle=True)` under the
+            # arguments it is aligned with): the new one on a line of its own, aligned too
+            between = before.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+        else:
+            between = cst.SimpleWhitespace(" ")
+        items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=between))
         if isinstance(last, cst.Arg) and isinstance(new, cst.Arg):
             # the line break before a closing `)` on its own line stays before it
             items[-1] = items[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))

@@ -76,3 +76,13 @@ def test_a_keyword_added_to_a_call_closed_on_its_own_line_goes_before_that_line_
     assert cst.Module([]).code_for_node(new) == "torch.optim.AdamW(\n    params, lr=1e-3, fused=True\n)"
     one_line = with_kwarg(cst.parse_expression("f(a, b=1)"), "c", cst.Name("True"))
     assert cst.Module([]).code_for_node(one_line) == "f(a, b=1, c=True)"
+
+
+def test_a_keyword_added_to_a_call_laid_out_one_argument_a_line_gets_a_line_of_its_own():
+    # Hand-aligned arguments, the last closing the call: the new one is aligned under them.
+    aligned = "DataLoader(dataset=mnist,\n           batch_size=100,  # small\n           shuffle=True)"
+    new = with_kwarg(cst.parse_expression(aligned), "pin_memory", cst.Name("True"))
+    assert cst.Module([]).code_for_node(new) == aligned.replace("True)", "True,\n           pin_memory=True)")
+    mixed = "f(a, b,\n  c)"  # not one a line: appended on the last line
+    new = with_kwarg(cst.parse_expression(mixed), "d", cst.Name("True"))
+    assert cst.Module([]).code_for_node(new) == "f(a, b,\n  c, d=True)"
