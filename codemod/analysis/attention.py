@@ -270,6 +270,8 @@ class Attentions:
                 raise NotAttention("the weights are changed after the softmax (SDPA's weights are the softmax itself)")
             return None
         scores, dim = softmax
+        if chain.opaque(scores):
+            return None  # a softmax of a value the rule cannot read: not shown to be over q @ k^T
         chain.strict = True
         scores = chain.expand(scores)
         while self._upcast_input(scores) is not None:
@@ -317,12 +319,15 @@ class Attentions:
         return attention
 
     def _mentions_softmax(self, expr, chain, depth: int = 0) -> bool:
-        """Is a softmax among the values `expr` is computed from (through names, arithmetic)?"""
+        """Is a softmax of scores among the values `expr` is computed from (through names,
+        arithmetic)? A softmax of a value the rule cannot read (`q.softmax(dim=-2)` with
+        `q, k, v = map(...)`: linear attention's feature maps) is not taken for one."""
         if depth > 6:
             return False
         expr = chain.peek(expr) if isinstance(expr, cst.Name) else expr
-        if self._softmax_input(expr) is not None:
-            return True
+        softmax = self._softmax_input(expr)
+        if softmax is not None:
+            return not chain.opaque(softmax[0])
         if isinstance(expr, cst.BinaryOperation):
             return self._mentions_softmax(expr.left, chain, depth + 1) or self._mentions_softmax(
                 expr.right, chain, depth + 1
@@ -1018,6 +1023,20 @@ class _Chain:
         if found is None or found[2] not in ("assign",):
             return expr
         return found[1]
+
+    def opaque(self, expr) -> bool:
+        """Is `expr` a name unpacked, where it is read, from a value the rule does not read
+        (`a, b, weights = out.split(...)`, `q, k, v = map(...)`)? Scores built up in a
+        block (`if mask is not None: scores = scores + mask`) are not: they may be q @ k^T."""
+        if not isinstance(expr, cst.Name):
+            return False
+        found = self._find(expr.value, min(self._position(expr), self.cursor))
+        if found is None or found[2] != "other" or not isinstance(found[1], cst.SimpleStatementLine):
+            return False
+        simple = found[1].body[0]
+        return isinstance(simple, cst.Assign) and any(
+            isinstance(target.target, (cst.Tuple, cst.List)) for target in simple.targets
+        )
 
     def expand(self, expr):
         if not isinstance(expr, cst.Name):

@@ -348,3 +348,29 @@ def test_attention(name):
     for g, w in zip([*got, *got_grads], [*want, *want_grads]):
         assert g.shape == w.shape and g.dtype == w.dtype
         torch.testing.assert_close(g, w, rtol=tol, atol=tol * w.abs().max().item())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # linear attention: softmax over the features of q and of k, no q @ k^T
+        """\
+        q, k, v = map(lambda t: t.reshape(b, h, c, n), qkv)
+        q = q.softmax(dim=-2)
+        k = k.softmax(dim=-1)
+        q = q * scale
+        context = torch.einsum('b h d n, b h e n -> b h d e', k, v)
+        out = torch.einsum('b h d e, b h d n -> b h e n', context, q)
+        """,
+        # a mixture of two predictions, weighted by a softmax of what the model predicts
+        """\
+        a, c, weights = out.split((3, 3, 2), dim=1)
+        mixed = torch.einsum('b j h w, b j c h w -> b c h w', weights.softmax(dim=1), torch.stack((a, c), dim=1))
+        """,
+    ],
+    ids=["linear_attention", "predicted_mixture"],
+)
+def test_a_softmax_of_what_the_rule_cannot_read_is_not_called_attention(body):
+    source = PREAMBLE + "\n\ndef f(qkv, out, b, h, c, n, scale):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    result = process_source(source.encode(), "case.py", Settings(select=("PM504",), level=Level.UNSAFE))
+    assert result.error is None and result.findings == []
