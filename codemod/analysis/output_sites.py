@@ -13,8 +13,10 @@ the script in several processes keeps to one of them (PM601), read once per file
 - `loads_after(saves)`: the loads (`torch.load`) of a path one of `saves` writes that run
   after that save (later in its function, or in a loop around it), with the path read;
 - `opened_for(statement)`: the `with open(path, "wb") as f:` whose whole body is the
-  statement (a save through an open file);
-- `runs_alone(condition)`: whether an `if` may run on one process alone: it calls nothing
+  statement (a save through an open file); `own_statement(call)`: the statement that is
+  the call and nothing else;
+- `alone_if(statement)`: the `if` without `else` around a statement that may run on one
+  process alone; `runs_alone(condition)`: whether an `if` may run on one process alone: it calls nothing
   another process would have to join (a model call, a collective, a helper of unknown
   content) and nothing it assigns is read after it or in a loop around it.
 
@@ -156,7 +158,27 @@ class OutputSites:
             return holder
         return None
 
+    def own_statement(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+        """The statement that is `call` and nothing else; None when the call is part of a
+        larger statement."""
+        statement = self.index.statement_of(call)
+        if (
+            isinstance(self.context.parents.get(call), cst.Expr)
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+        ):
+            return statement
+        return None
+
     # -- what may run on one process alone --------------------------------------------------------
+
+    def alone_if(self, statement: cst.BaseStatement) -> cst.If | None:
+        """The `if` (with no `else`) whose block holds `statement`, when the whole `if` may
+        run on one process alone."""
+        condition = self.context.parents.get(self.context.parents.get(statement))
+        if isinstance(condition, cst.If) and condition.orelse is None and self.runs_alone(condition):
+            return condition
+        return None
 
     def runs_alone(self, condition: cst.If) -> bool:
         """Can the whole `if` run on one process alone: nothing in it that another process

@@ -16,6 +16,9 @@ from the training program (the step loop of `context.training`, the loaders of
   draws its batches at random, that draw (as `loaders.step_data` gives it for a `for` loop);
 - `built_elsewhere(loop)`: `path:line` of the construction in another module of the
   project that the loop's batches come from;
+- `split_obstacle(loop)`: why the batches of a step loop no DataLoader of this file feeds
+  (and no permutation slice, no random draw sized by the batch) cannot be split over the
+  ranks, as a `NotDistributable`;
 - `epoch_loop(loop)`: the loop around a step loop that runs once per epoch, in the
   training function or around its one call, with that function; `spelled_in(site,
   function)`: how a function spells the loader (a method reading `self.loader`);
@@ -64,6 +67,7 @@ from codemod.analysis.loaders import (
     BATCH_SIZE_POSITION,
     DATALOADER,
     RANDOM,
+    SAME,
     SAMPLER_POSITION,
     SHUFFLE_POSITION,
     StepData,
@@ -399,6 +403,64 @@ class StepBatches:
                 elif isinstance(value, cst.Call):
                     return statement
         return None
+
+    def split_obstacle(self, loop: cst.For | cst.While) -> NotDistributable:
+        """Why the batches of a step loop that no DataLoader of this file feeds cannot be
+        split over the ranks: drawn at random in a way no share is taken of, the same data
+        every step, data from outside a dataset, a loader another module builds or one built
+        anew on each pass, or a source this analysis does not follow."""
+        shown = self.context.source(getattr(loop, "iter", loop)).strip()
+        data = self.fetched_draw(loop) if isinstance(loop, cst.While) else self.context.loaders.step_data(loop)
+        if data is not None:
+            return NotDistributable(getattr(loop, "iter", loop), self._step_data_reason(shown, data))
+        elsewhere = self.built_elsewhere(loop)
+        if elsewhere is not None:
+            return NotDistributable(
+                loop.iter,
+                f"the batches of `{shown}` come from a DataLoader that another module of the project builds "
+                f"({elsewhere}); PM601 rewrites only the file that trains: give that DataLoader a "
+                "DistributedSampler and the per-rank batch size there",
+            )
+        rebuilt = self.rebuilt_per_pass(loop)
+        if rebuilt is not None:
+            return NotDistributable(
+                loop.iter,
+                f"the batches of `{shown}` come from what line {self.context.line(rebuilt)} builds anew on "
+                "each pass of the loop around it; PM601 splits the batches of one DataLoader built once: "
+                "build it before that loop",
+            )
+        if isinstance(loop, cst.While):
+            return NotDistributable(
+                loop,
+                "it cannot tell where the batches of this `while` loop come from, so it cannot split "
+                "them over the ranks; take them with `next(it)` of `it = iter(loader)` from a DataLoader",
+            )
+        return NotDistributable(
+            loop.iter,
+            f"it cannot tell where the batches of `{shown}` come from, so it cannot split them over "
+            "the ranks; use a DataLoader",
+        )
+
+    def _step_data_reason(self, shown: str, data: StepData) -> str:
+        """Why the steps' data (RANDOM, SAME, OUTSIDE) is no batch to split; `shown`: what the loop iterates."""
+        if data.how == RANDOM:
+            return (
+                f"each step draws its batch at random (`{self.context.source(data.at).strip()}`, line "
+                f"{self.context.line(data.at)}), in a way PM601 does not split (one draw in the loop whose "
+                "first dimension is the batch size); give each rank its own seed so that the ranks draw "
+                "different batches"
+            )
+        if data.how == SAME:
+            return (
+                f"every step trains on the same data (full-batch training: `{shown}` counts the steps and "
+                "the loop draws no batch), so there are no batches to split over the ranks; training on "
+                "several GPUs needs the data itself split, a part per rank"
+            )
+        return (
+            f"each step's data comes from `{self.context.source(data.at).strip()}` (line "
+            f"{self.context.line(data.at)}), not from a dataset, so there are no batches to split over "
+            "the ranks; each rank would need its own source (its own seed, its own environment)"
+        )
 
     def spelled_in(self, site: LoaderSite, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
         """How `function` spells the loader: a name it reads it by, or `self.loader` in a

@@ -9,7 +9,7 @@ from codemod.edits import InsertAfter, Replace
 from codemod.rules.single_process_training.plan import (
     IMPORT_DDP,
     Producer,
-    make_call,
+    around,
     parse_line,
 )
 
@@ -37,4 +37,4 @@ class ModelWrap(Producer):
         """Reads of the model that DDP does not answer as the module would go through
         `distributed.unwrap(model)`; a forward through another method cannot be synchronised."""
         for use in model_sites(self.context).module_reads(self.plan.origin, self.plan.loop.loop):
-            self.edits.append(Replace(use, lambda value: make_call("distributed.unwrap", value)))
+            self.edits.append(Replace(use, around("distributed.unwrap")))

@@ -9,7 +9,7 @@ from codemod.analysis import process_group
 from codemod.analysis.distributed import NotDistributable
 from codemod.analysis.names import fresh_name
 from codemod.analysis.step_batches import LoaderSite, step_batches
-from codemod.edits import Edit
+from codemod.edits import Edit, Replace
 
 IMPORT_DISTRIBUTED = ("runtime", "distributed")
 IMPORT_SAMPLER = ("torch.utils.data", "DistributedSampler")
@@ -28,6 +28,11 @@ def parse_expr(code: str) -> cst.BaseExpression:
 
 def make_call(func: str, *args: cst.BaseExpression) -> cst.Call:
     return cst.Call(parse_expr(func), [cst.Arg(a) for a in args])
+
+
+def around(func: str):
+    """What a Replace edit puts in place of a value: `func(value)`."""
+    return lambda value: make_call(func, value)
 
 
 def parse_line(code: str) -> cst.BaseStatement:
@@ -71,8 +76,7 @@ def negation(test: cst.BaseExpression) -> cst.BaseExpression:
     return cst.UnaryOperation(cst.Not(), parenthesized(test))
 
 
-def only_on_main(updated: cst.BaseStatement) -> cst.If:
-    """`if distributed.is_main():` around a statement, its comments above the `if`."""
+def _under_is_main(updated: cst.BaseStatement) -> cst.If:
     inner = updated.with_changes(leading_lines=[])
     return cst.If(parse_expr("distributed.is_main()"), cst.IndentedBlock([inner]), leading_lines=updated.leading_lines)
 
@@ -107,6 +111,15 @@ class Plan:
         if self._taken is None:
             self._taken = {n.value for n in self.index.find(cst.Name)}
         return fresh_name(base, self._taken)
+
+    def on_rank0(self, node: cst.CSTNode) -> bool:
+        """Does `node` run only on rank 0 after the rewrite?"""
+        return any(self.index.inside(node, region) for region in self.rank0)
+
+    def only_on_main(self, statement: cst.BaseStatement) -> None:
+        """`if distributed.is_main():` around `statement`, its comments above the `if`."""
+        self.rank0.append(statement)
+        self.edits.append(Replace(statement, _under_is_main))
 
     def world_check(self, at: cst.CSTNode) -> cst.BaseExpression:
         """`world.distributed` where the `world` variable is visible at `at`, else
