@@ -11,11 +11,11 @@ from codemod.edits import InsertAfter, Replace, Wrap
 from codemod.rules.single_process_training.plan import (
     IMPORT_CONTEXTLIB,
     Producer,
-    and_,
     code_of,
-    make_call,
     negation,
+    parenthesized,
     parse_expr,
+    parse_line,
 )
 
 
@@ -55,21 +55,12 @@ class GradientAccumulation(Producer):
             return
         if guard is not None and first > 0:
             name = self.plan.fresh("accumulating")
-            self.edits.append(
-                InsertAfter(
-                    statements[first - 1],
-                    (cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], accumulating)]),),
-                )
-            )
+            self.edits.append(InsertAfter(statements[first - 1], (parse_line(f"{name} = {code_of(accumulating)}\n"),)))
             self.edits.append(Replace(guard.test, parse_expr(f"not {name}" if found.negated else name)))
             condition: cst.BaseExpression = cst.Name(name)
         else:
             condition = accumulating
-        check = self.plan.world_check(statements[first])
-        item = cst.IfExp(
-            test=and_(check, condition),
-            body=cst.Call(cst.Attribute(parse_expr(model), cst.Name("no_sync"))),
-            orelse=make_call("contextlib.nullcontext"),
-        )
+        test = f"{self.plan.world_check(statements[first])} and {code_of(parenthesized(condition))}"
+        item = parse_expr(f"{model}.no_sync() if {test} else contextlib.nullcontext()")
         self.edits.append(Wrap(statements[first], statements[last], (cst.WithItem(item),)))
         self.imports.append(IMPORT_CONTEXTLIB)

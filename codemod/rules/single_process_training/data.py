@@ -23,9 +23,6 @@ class DataSharding(Producer):
     """The batches: the loader that feeds the step loop gets a DistributedSampler and each
     rank's share of the batch; batches cut or drawn by hand are split or seeded per rank."""
 
-    def find_loader(self, loop) -> LoaderSite | None:
-        return self.plan.batches.loader(loop.loop)
-
     def batches(self, loop) -> cst.Call | None:
         """Split the batches of the training loop over the ranks: a DistributedSampler for its
         DataLoader, or each rank's share of a manual permutation batch. Returns the call drawing
@@ -53,7 +50,7 @@ class DataSharding(Producer):
             self.edits.append(Replace(size.value, around("distributed.local_batch_size")))
             return
         sampler_name = self.plan.fresh("sampler")
-        check = code_of(self.plan.world_check(statement))
+        check = self.plan.world_check(statement)
         literal = shuffle.value.value if shuffle is not None and isinstance(shuffle.value, cst.Name) else None
         shuffled = shuffle is not None and literal != "False"
         arguments = [code_of(dataset)]
@@ -169,6 +166,4 @@ class DataSharding(Producer):
             for seed in self.plan.batches.reseeds(loop, permutation, self.plan.sampler_draws)
         )
         if lines:
-            self.edits.append(
-                InsertBefore(outer, (parse_line(f"if {code_of(self.plan.world_check(outer))}:\n{lines}"),))
-            )
+            self.edits.append(InsertBefore(outer, (parse_line(f"if {self.plan.world_check(outer)}:\n{lines}"),)))

@@ -76,9 +76,16 @@ def negation(test: cst.BaseExpression) -> cst.BaseExpression:
     return cst.UnaryOperation(cst.Not(), parenthesized(test))
 
 
-def _under_is_main(updated: cst.BaseStatement) -> cst.If:
-    inner = updated.with_changes(leading_lines=[])
-    return cst.If(parse_expr("distributed.is_main()"), cst.IndentedBlock([inner]), leading_lines=updated.leading_lines)
+def moved_into(compound: str):
+    """What a Replace edit puts in place of a statement: the compound statement `compound`
+    (its first block a `pass`) holding it in that block, the statement's comments above it."""
+
+    def wrap(updated: cst.BaseStatement) -> cst.BaseStatement:
+        outer = parse_line(compound)
+        body = outer.body.with_changes(body=[updated.with_changes(leading_lines=[])])
+        return outer.with_changes(body=body, leading_lines=updated.leading_lines)
+
+    return wrap
 
 
 class Plan:
@@ -119,15 +126,15 @@ class Plan:
     def only_on_main(self, statement: cst.BaseStatement) -> None:
         """`if distributed.is_main():` around `statement`, its comments above the `if`."""
         self.rank0.append(statement)
-        self.edits.append(Replace(statement, _under_is_main))
+        self.edits.append(Replace(statement, moved_into("if distributed.is_main():\n    pass\n")))
 
-    def world_check(self, at: cst.CSTNode) -> cst.BaseExpression:
+    def world_check(self, at: cst.CSTNode) -> str:
         """`world.distributed` where the `world` variable is visible at `at`, else
         `distributed.world().distributed`."""
         if self.sees_world(at):
             self.world_uses.append(at)
-            return parse_expr(f"{self.world_name}.distributed")
-        return parse_expr("distributed.world().distributed")
+            return f"{self.world_name}.distributed"
+        return "distributed.world().distributed"
 
     def sees_world(self, at: cst.CSTNode) -> bool:
         """Is the `world` variable, set right after setup(), bound where `at` runs?"""
