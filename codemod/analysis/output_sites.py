@@ -6,7 +6,7 @@ the script in several processes keeps to one of them (PM601), read once per file
 - `prints`: the calls of the builtin `print`; `progress_bars`: `tqdm(...)` / `trange(...)`
   calls that do not choose `disable=` and pass no `*args`; `log_calls`: `info` / `debug`
   calls on the `logging` module or on a logger every binding of which is
-  `logging.getLogger(...)`;
+  `logging.getLogger(...)`; `shown`: all of them in code order, each with which it is;
 - `saves`: `torch.save` calls; `writes`: every call that writes a checkpoint (torch's
   savers, the other SAVE_FUNCTIONS of torch_facts, `save_pretrained`), in code order;
   `checkpointer_saves`: `.save(obj, path)` of a runtime checkpointer;
@@ -88,6 +88,14 @@ class OutputSites:
             for call in self.index.find(cst.Call)
             if method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value)
         )
+
+    @functools.cached_property
+    def shown(self) -> tuple[tuple[cst.Call, str], ...]:
+        """Every print, progress bar and log call in code order, each with what it is:
+        "print", "progress" or "log"."""
+        found = [(c, "print") for c in self.prints] + [(c, "progress") for c in self.progress_bars]
+        found += [(c, "log") for c in self.log_calls]
+        return tuple(sorted(found, key=lambda shown: self.index.order(shown[0])))
 
     def _is_logger(self, receiver: cst.BaseExpression) -> bool:
         if self.names.is_(receiver, "logging"):

@@ -138,7 +138,7 @@ class DataSharding(Producer):
             cst.Slice(lower=parse_expr(f"{world}.rank"), upper=None, step=parse_expr(f"{world}.size"))
         )
         self.edits.append(Replace(subscript, lambda updated: cst.Subscript(updated, [share])))
-        self.plan.local_batch = subscript
+        self.plan.share = self.index.statement_of(subscript)
         return permutation
 
     def _random_batches(self, loop) -> bool:
@@ -150,7 +150,7 @@ class DataSharding(Producer):
             return False
         for size in found.sizes:
             self.edits.append(Replace(size, around("distributed.local_batch_size")))
-        self.plan.batch_statement = found.statement
+        self.plan.share = found.statement
         return True
 
     def seeds(self, permutation: cst.Call | None) -> None:

@@ -27,8 +27,7 @@ class RankZeroOutputs(Producer):
         waiting in the next all-reduce."""
         plan = self.plan
         fetches = plan.loader.fetches if plan.loader is not None else ()
-        share = self.index.statement_of(plan.local_batch) if plan.local_batch is not None else plan.batch_statement
-        plan.local = rank_values.step_rank_local(self.context, plan.loop, fetches, share)
+        plan.local = rank_values.step_rank_local(self.context, plan.loop, fetches, plan.share)
         blocked = rank_values.divergence(self.context, plan.loop, plan.local)
         if blocked is not None:
             raise blocked
@@ -79,16 +78,13 @@ class RankZeroOutputs(Producer):
         self.plan.only_on_main(statement)
 
     def outputs(self) -> None:
-        sites = output_sites(self.context)
-        kinds = {id(c): kind for kind, calls in enumerate((sites.prints, sites.progress_bars)) for c in calls}
-        for call in sorted((*sites.prints, *sites.progress_bars, *sites.log_calls), key=self.index.order):
+        for call, how in output_sites(self.context).shown:
             if self.plan.on_rank0(call):
                 continue
-            kind = kinds.get(id(call))
-            if kind == 0:
+            if how == "print":
                 self.edits.append(Replace(call.func, parse_expr("distributed.print0")))
                 self._reduce(call)
-            elif kind == 1:
+            elif how == "progress":
                 self.edits.append(AddKeyword(call, "disable", parse_expr("not distributed.is_main()")))
             else:
                 self._rank0_statement(call)

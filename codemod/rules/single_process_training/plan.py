@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import process_group
-from codemod.analysis.distributed import NotDistributable
+from codemod.analysis.distributed import NotDistributable, RankLocal
 from codemod.analysis.names import fresh_name
 from codemod.analysis.step_batches import LoaderSite, step_batches
 from codemod.edits import Edit, Replace
@@ -101,15 +101,11 @@ class Plan:
         self._taken: set[str] | None = None
         self.rank0: list[cst.CSTNode] = []  # code that only rank 0 runs after the rewrite
         self.world_uses: list[cst.CSTNode] = []  # where the `world` variable is read
-        self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
-        self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
+        self.share: cst.CSTNode | None = None  # the statement that slices or draws each rank's share of the batch
+        self.local: RankLocal | None = None  # the values each rank computes for itself in the loop
         self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
         self.batches = step_batches(context)  # where the step loop's batches come from
         self.loader: LoaderSite | None = None
-
-    @property
-    def names(self):
-        return self.context.names
 
     def src(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
@@ -147,5 +143,5 @@ class Producer:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.context, self.index, self.parents, self.names = plan.context, plan.index, plan.parents, plan.names
+        self.context, self.index, self.parents = plan.context, plan.index, plan.parents
         self.edits, self.imports, self.notes = plan.edits, plan.imports, plan.notes  # the plan's own lists
