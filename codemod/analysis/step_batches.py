@@ -29,7 +29,8 @@ from the training program (the step loop of `context.training`, the loaders of
 - `order_seed(loader, at)`: the seed of a loader's order (its generator's, or torch's
   global seed) readable at `at`;
 - `loader_arguments(site, loop)`: what a sampler per rank needs of the loader's call (its
-  dataset, batch size, shuffle and own sampler, or its `**options` dict), or why it cannot
+  dataset, batch size, shuffle and own sampler, or its `**options` dict; whether it
+  shuffles, and the seed of its order), or why it cannot
   have one (a helper that builds other loaders too, a `batch_sampler`, a loader built per
   epoch or in a larger statement, one sample per step, `*args`);
 - `dataset_obstacle(dataset)`: why a sampler cannot be given the same dataset (built in
@@ -144,6 +145,8 @@ class LoaderArguments:
     shuffle: cst.Arg | None = None
     sampler: cst.Arg | None = None  # a sampler of the script's own
     options: cst.BaseExpression | None = None  # `DataLoader(dataset, **options)`: the dict
+    shuffled: bool = False  # it shuffles: a `shuffle` that is not literally False
+    seed: cst.BaseExpression | None = None  # the seed of its order (shuffled, or with `**options`)
 
 
 class StepBatches:
@@ -602,7 +605,8 @@ class StepBatches:
                     "PM601 cannot see which of them it uses",
                 )
             self._check_dataset(plain[0].value)  # a dataset built in the call is one cheap to build twice
-            return LoaderArguments(plain[0].value, options=stars[0].value)
+            seed = self.order_seed(call, site.statement)
+            return LoaderArguments(plain[0].value, options=stars[0].value, seed=seed)
         sampler = kwarg(call, "sampler") or positional(call, SAMPLER_POSITION)
         if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_POSITION)) is not None:
             raise NotDistributable(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
@@ -624,7 +628,9 @@ class StepBatches:
         if isinstance(size.value, cst.Name) and size.value.value == "None":
             raise NotDistributable(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
         shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_POSITION)
-        return LoaderArguments(dataset.value, size, shuffle, sampler)
+        shuffled = shuffle is not None and not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")
+        seed = self.order_seed(call, site.statement) if shuffled else None
+        return LoaderArguments(dataset.value, size, shuffle, sampler, shuffled=shuffled, seed=seed)
 
     def _check_dataset(self, dataset: cst.BaseExpression) -> None:
         obstacle = self.dataset_obstacle(dataset)

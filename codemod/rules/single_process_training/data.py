@@ -51,22 +51,20 @@ class DataSharding(Producer):
             return
         sampler_name = self.plan.fresh("sampler")
         check = self.plan.world_check(statement)
-        literal = shuffle.value.value if shuffle is not None and isinstance(shuffle.value, cst.Name) else None
-        shuffled = shuffle is not None and literal != "False"
+        always = found.shuffled and isinstance(shuffle.value, cst.Name) and shuffle.value.value == "True"
         arguments = [code_of(dataset)]
-        if not shuffled:
+        if not found.shuffled:
             arguments.append("shuffle=False")
-        elif literal != "True":
+        elif not always:
             arguments.append(f"shuffle={code_of(shuffle.value)}")
-        seed = self.plan.batches.order_seed(call, statement) if shuffled else None
-        if seed is not None:
-            arguments.append(f"seed={code_of(seed)}")
+        if found.seed is not None:
+            arguments.append(f"seed={code_of(found.seed)}")
         sampler = f"DistributedSampler({', '.join(arguments)}) if {check} else None"
         self.edits.append(InsertBefore(statement, (parse_line(f"{sampler_name} = {sampler}\n"),)))
         self.edits.append(Replace(size.value, around("distributed.local_batch_size")))
-        if shuffled:
+        if found.shuffled:
             absent = parse_expr(f"{sampler_name} is None")
-            if literal == "True":
+            if always:
                 self.edits.append(Replace(shuffle.value, absent))
             else:
                 self.edits.append(Replace(shuffle.value, lambda value: and_(value, absent)))
@@ -79,9 +77,8 @@ class DataSharding(Producer):
         `distributed.loader_options(dataset, options)` (its share of the batch, a
         DistributedSampler), whatever the dict holds; its sampler told each epoch."""
         arguments = [code_of(found.dataset), code_of(found.options)]
-        seed = self.plan.batches.order_seed(loader.call, loader.statement)
-        if seed is not None:
-            arguments.append(f"seed={code_of(seed)}")
+        if found.seed is not None:
+            arguments.append(f"seed={code_of(found.seed)}")
         self.edits.append(Replace(found.options, parse_expr(f"distributed.loader_options({', '.join(arguments)})")))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, None)
