@@ -30,10 +30,7 @@ class GradientAccumulation(Producer):
         if found is None:
             return  # no accumulation: every backward steps
         if found.forward_problem is not None:
-            self.notes.append(
-                f"gradients are averaged over the ranks on every micro-batch ({found.forward_problem}; "
-                "add `model.no_sync()` by hand)"
-            )
+            self._synced(found.forward_problem)
             return
         model = model_sites(self.context).spelled_in(self.plan.origin, facts.function_of(self.context, loop.loop))
         if model is None:
@@ -48,10 +45,7 @@ class GradientAccumulation(Producer):
                 shown = f"({shown})"
             accumulating = parse_expr(f"{target.value} < {shown} - 1")  # every micro-step but the last
         else:
-            self.notes.append(
-                "gradients are averaged over the ranks on every micro-batch (PM601 cannot tell which "
-                "micro-steps step; add `model.no_sync()` by hand)"
-            )
+            self._synced("PM601 cannot tell which micro-steps step")
             return
         if guard is not None and first > 0:
             name = self.plan.fresh("accumulating")
@@ -64,3 +58,9 @@ class GradientAccumulation(Producer):
         item = parse_expr(f"{model}.no_sync() if {test} else contextlib.nullcontext()")
         self.edits.append(Wrap(statements[first], statements[last], (cst.WithItem(item),)))
         self.imports.append(IMPORT_CONTEXTLIB)
+
+    def _synced(self, why: str) -> None:
+        """The finding says that every micro-batch all-reduces, and why."""
+        self.notes.append(
+            f"gradients are averaged over the ranks on every micro-batch ({why}; add `model.no_sync()` by hand)"
+        )
