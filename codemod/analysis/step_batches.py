@@ -23,7 +23,8 @@ from the training program (the step loop of `context.training`, the loaders of
   training function or around its one call, with that function; `spelled_in(site,
   function)`: how a function spells the loader (a method reading `self.loader`);
 - `epoch_site(site, loop, named)`: where the loader's sampler is told each new epoch
-  (`EpochSite`: the epoch loop, how it spells the loader, its epoch variable, or where an
+  (`EpochSite`: the epoch loop, how it spells the loader, its epoch variable, and the
+  statements the call goes before (the epoch loop's first) or, with no variable, where an
   epoch ends: after the statement holding the step loop, or before each `iter(loader)`
   of `restarts`);
 - `order_seed(loader, at)`: the seed of a loader's order (its generator's, or torch's
@@ -134,6 +135,7 @@ class EpochSite:
     handle: cst.BaseExpression | None  # how the epoch loop spells the loader; None: the sampler's name is seen
     number: cst.Name | None  # the epoch loop's variable (`for epoch in ...`): the epoch to tell
     after: cst.CSTNode | None  # no number and no restart: the statement an epoch ends after
+    before: tuple[cst.CSTNode, ...] = ()  # the statements it goes before: the epoch loop's first, or each restart
 
 
 @dataclass(frozen=True)
@@ -492,7 +494,7 @@ class StepBatches:
         before the loader, readable where the loader's function runs the epoch loop. Raises
         NotDistributable where the epoch loop cannot reach the loader or its end is unknown."""
         if site.cycled is not None:  # a generator's pass over the loader ends an epoch
-            return EpochSite(loop, site.cycled[0], None, site.cycled[1])
+            return EpochSite(loop, site.cycled[0], None, site.cycled[1], site.restarts)
         if site.restarts:  # `it = iter(loader)` on StopIteration: a new pass starts there
             epoch_loop, function = loop, facts.function_of(self.context, loop)
         else:
@@ -512,9 +514,9 @@ class StepBatches:
         if not isinstance(body, cst.IndentedBlock):
             raise NotDistributable(epoch_loop, "the epoch loop is written on one line")
         if isinstance(epoch_loop, cst.For) and isinstance(epoch_loop.target, cst.Name):
-            return EpochSite(epoch_loop, handle, epoch_loop.target, None)
+            return EpochSite(epoch_loop, handle, epoch_loop.target, None, (body.body[0],))
         if site.restarts:
-            return EpochSite(epoch_loop, handle, None, None)
+            return EpochSite(epoch_loop, handle, None, None, site.restarts)
         holder = next((s for s in body.body if self.index.inside(loop, s)), None)
         if holder is None:
             raise NotDistributable(epoch_loop, "it cannot tell where an epoch ends")

@@ -108,11 +108,7 @@ class DataSharding(Producer):
         # The epoch's number, or (none to read) the passes counted on the sampler, after each one.
         epoch = code_of(site.number) if site.number is not None else f"{handle}.epoch + 1"
         statement = parse_line(f"if {guard}:\n    {handle}.set_epoch({epoch})\n")
-        if site.number is not None:
-            self.edits.append(InsertBefore(site.loop.body.body[0], (statement,)))
-            return
-        for restart in loader.restarts:  # before the next pass starts
-            self.edits.append(InsertBefore(restart, (statement,)))
+        self.edits.extend(InsertBefore(anchor, (statement,)) for anchor in site.before)
         if site.after is not None:
             self.edits.append(InsertAfter(site.after, (statement,)))
 
