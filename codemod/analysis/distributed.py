@@ -3,8 +3,8 @@ facts PM601 needs to make a single-process one torchrun-ready: whether anything
 distributed is there already, layers and calls that behave differently per rank (and
 `obstacle`: the first reason a file cannot train data-parallel as it is written),
 random draws and the seeds behind them, where a value is the same on every rank
-and where it is each rank's own (`differs_per_process`: a path rank 0 writes and every
-rank reads), where a function of this file is called (`calls_of`), the function and class
+and where it is each rank's own (`differs_per_process`; `unshared_file`: why a path
+rank 0 writes and every rank reads may not be one file), where a function of this file is called (`calls_of`), the function and class
 around a node (`function_of`, `class_of`; the loops around it are the tree index's
 `enclosing_loops`).
 
@@ -728,6 +728,26 @@ def differs_per_process(context: FileContext, expr: cst.BaseExpression) -> PerPr
     call of this file passes to a parameter, what a function of this file returns);
     otherwise what makes it differ, or what is not followed."""
     return _differs(context, expr, set())
+
+
+def unshared_file(context: FileContext, path: cst.BaseExpression) -> str | None:
+    """Why the file rank 0 saves at `path` may not be the one every rank then reads back
+    (a path that differs per process, or one this analysis does not follow); None when the
+    path is the same on every rank."""
+    differs = differs_per_process(context, path)
+    if differs is None:
+        return None
+    shown, culprit = context.source(path).strip(), context.source(differs.node).strip()
+    if differs.temporary:
+        where = f"`{shown}` is in a temporary folder each process makes for itself (`{culprit}`)"
+    elif differs.source:
+        where = f"`{shown}` is built from `{culprit}`, which differs in every process"
+    else:
+        where = f"PM601 cannot tell that `{shown}` is the same path on every rank (`{culprit}` is not followed)"
+    return (
+        f"{where}; rank 0 alone saves the checkpoint there and every rank reads it back: "
+        "build the path from values all ranks share (literals, options, config values)"
+    )
 
 
 def _differs(context: FileContext, expr: cst.BaseExpression, seen: set[int]) -> PerProcess | None:

@@ -13,7 +13,8 @@ loop's optimizers and models of `context.training`).
   loop running `m` is followed to `m`. Raises NotDistributable with the true reason: the
   loop trains several models, the model is built in a compound statement or in several
   methods, passed through a function called more than once, bound again after it is built,
-  or run under a second name too;
+  or run under a second name too (and, for a loop over batches of a library, not of a
+  DataLoader, that those could not be split either);
 - `spelled_in(site, function)`: how a function spells the model (None: it does not see it);
   `spellings(site)`: those spellings and the functions of the file the model is handed to
   (one level); `uses(scope, code)`: the reads of a spelling in a scope; `after(use,
@@ -106,11 +107,24 @@ class ModelSites:
             try:
                 found = self._site(loop)
             except NotDistributable as refused:
-                found = refused
+                found = self._with_batches(loop, refused)
             self._sites[id(loop.loop)] = found
         if isinstance(found, NotDistributable):
             raise found
         return found
+
+    def _with_batches(self, loop, refused: NotDistributable) -> NotDistributable:
+        """The reason a loop over batches of a library, not of a DataLoader, has no model
+        site also says that its batches could not be split either."""
+        statement = loop.loop
+        library = self.context.loaders.library_iterable(statement.iter) if isinstance(statement, cst.For) else None
+        if library is None:
+            return refused
+        return NotDistributable(
+            refused.node,
+            f"{refused.message}; and the batches come from `{library}`, not from a DataLoader, "
+            "which PM601 would need to split them over the ranks",
+        )
 
     def _site(self, loop) -> ModelSite:
         code = self._trained_model(loop)

@@ -6,15 +6,17 @@ the script in several processes keeps to one of them (PM601), read once per file
 - `prints`: the calls of the builtin `print`; `progress_bars`: `tqdm(...)` / `trange(...)`
   calls that do not choose `disable=` and pass no `*args`; `log_calls`: `info` / `debug`
   calls on the `logging` module or on a logger every binding of which is
-  `logging.getLogger(...)`;
+  `logging.getLogger(...)`; `shown`: all of them in code order, each with which it is;
 - `saves`: `torch.save` calls; `writes`: every call that writes a checkpoint (torch's
   savers, the other SAVE_FUNCTIONS of torch_facts, `save_pretrained`), in code order;
   `checkpointer_saves`: `.save(obj, path)` of a runtime checkpointer;
 - `loads_after(saves)`: the loads (`torch.load`) of a path one of `saves` writes that run
   after that save (later in its function, or in a loop around it), with the path read;
 - `opened_for(statement)`: the `with open(path, "wb") as f:` whose whole body is the
-  statement (a save through an open file);
-- `runs_alone(condition)`: whether an `if` may run on one process alone: it calls nothing
+  statement (a save through an open file); `own_statement(call)`: the statement that is
+  the call and nothing else;
+- `alone_if(statement)`: the `if` without `else` around a statement that may run on one
+  process alone; `runs_alone(condition)`: whether an `if` may run on one process alone: it calls nothing
   another process would have to join (a model call, a collective, a helper of unknown
   content) and nothing it assigns is read after it or in a loop around it.
 
@@ -87,6 +89,14 @@ class OutputSites:
             if method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value)
         )
 
+    @functools.cached_property
+    def shown(self) -> tuple[tuple[cst.Call, str], ...]:
+        """Every print, progress bar and log call in code order, each with what it is:
+        "print", "progress" or "log"."""
+        found = [(c, "print") for c in self.prints] + [(c, "progress") for c in self.progress_bars]
+        found += [(c, "log") for c in self.log_calls]
+        return tuple(sorted(found, key=lambda shown: self.index.order(shown[0])))
+
     def _is_logger(self, receiver: cst.BaseExpression) -> bool:
         if self.names.is_(receiver, "logging"):
             return True
@@ -156,7 +166,27 @@ class OutputSites:
             return holder
         return None
 
+    def own_statement(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+        """The statement that is `call` and nothing else; None when the call is part of a
+        larger statement."""
+        statement = self.index.statement_of(call)
+        if (
+            isinstance(self.context.parents.get(call), cst.Expr)
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+        ):
+            return statement
+        return None
+
     # -- what may run on one process alone --------------------------------------------------------
+
+    def alone_if(self, statement: cst.BaseStatement) -> cst.If | None:
+        """The `if` (with no `else`) whose block holds `statement`, when the whole `if` may
+        run on one process alone."""
+        condition = self.context.parents.get(self.context.parents.get(statement))
+        if isinstance(condition, cst.If) and condition.orelse is None and self.runs_alone(condition):
+            return condition
+        return None
 
     def runs_alone(self, condition: cst.If) -> bool:
         """Can the whole `if` run on one process alone: nothing in it that another process

@@ -6,9 +6,10 @@ single-process script: the values of its own share of the batch and of the loss 
   `enumerate`'s count; the statements that fetch a `while` loop's batch, `fetches`; or the
   statement that takes each rank's share, `share`), from the loss and from the model's
   calls, and what the training function returns where it is called;
-- `diverging_test(context, loop, local)`: the first test of the loop that reads such a
-  value and decides whether the loop goes on or a step runs (`while` test, an `if` around a
-  `break`, `continue`, `return`, `backward()` or `step()`): ranks would fall out of step;
+- `divergence(context, loop, local)`: the first test of the loop that reads such a value
+  and decides whether the loop goes on or a step runs (`while` test, an `if` around a
+  `break`, `continue`, `return`, `backward()` or `step()`), as the `NotDistributable`
+  reason that the ranks would fall out of step on it;
 - `averaged_values(context, call, local, loop)`: in a `print` of the training function (or
   of its caller), under tests every rank takes alike, the loss values its message shows
   (`loss.item()`: the tensor before the host read; a number computed from the loss), each
@@ -70,7 +71,25 @@ def step_rank_local(context: FileContext, loop, fetches, share: cst.CSTNode | No
     return local
 
 
-def diverging_test(context: FileContext, loop, local: facts.RankLocal) -> cst.BaseExpression | None:
+def divergence(context: FileContext, loop, local: facts.RankLocal) -> facts.NotDistributable | None:
+    """The first test of the loop that reads a value of `local` and decides whether the loop
+    goes on or a step runs, with why the ranks would fall out of step on it."""
+    test = _diverging_test(context, loop, local)
+    if test is None:
+        return None
+    decides = (
+        "whether the loop goes on"
+        if test is getattr(loop.loop, "test", None)
+        else "whether a step runs or the loop goes on"
+    )
+    return facts.NotDistributable(
+        test,
+        f"`{context.source(test).strip()}` depends on each rank's own batch and decides {decides}; "
+        "ranks would fall out of step",
+    )
+
+
+def _diverging_test(context: FileContext, loop, local: facts.RankLocal) -> cst.BaseExpression | None:
     statement = loop.loop
     if isinstance(statement, cst.While) and local.reads(statement.test):
         return statement.test

@@ -16,17 +16,22 @@ from the training program (the step loop of `context.training`, the loaders of
   draws its batches at random, that draw (as `loaders.step_data` gives it for a `for` loop);
 - `built_elsewhere(loop)`: `path:line` of the construction in another module of the
   project that the loop's batches come from;
+- `split_obstacle(loop)`: why the batches of a step loop no DataLoader of this file feeds
+  (and no permutation slice, no random draw sized by the batch) cannot be split over the
+  ranks, as a `NotDistributable`;
 - `epoch_loop(loop)`: the loop around a step loop that runs once per epoch, in the
   training function or around its one call, with that function; `spelled_in(site,
   function)`: how a function spells the loader (a method reading `self.loader`);
 - `epoch_site(site, loop, named)`: where the loader's sampler is told each new epoch
-  (`EpochSite`: the epoch loop, how it spells the loader, its epoch variable, or where an
+  (`EpochSite`: the epoch loop, how it spells the loader, its epoch variable, and the
+  statements the call goes before (the epoch loop's first) or, with no variable, where an
   epoch ends: after the statement holding the step loop, or before each `iter(loader)`
   of `restarts`);
 - `order_seed(loader, at)`: the seed of a loader's order (its generator's, or torch's
   global seed) readable at `at`;
 - `loader_arguments(site, loop)`: what a sampler per rank needs of the loader's call (its
-  dataset, batch size, shuffle and own sampler, or its `**options` dict), or why it cannot
+  dataset, batch size, shuffle and own sampler, or its `**options` dict; whether it
+  shuffles, and the seed of its order), or why it cannot
   have one (a helper that builds other loaders too, a `batch_sampler`, a loader built per
   epoch or in a larger statement, one sample per step, `*args`);
 - `dataset_obstacle(dataset)`: why a sampler cannot be given the same dataset (built in
@@ -64,6 +69,7 @@ from codemod.analysis.loaders import (
     BATCH_SIZE_POSITION,
     DATALOADER,
     RANDOM,
+    SAME,
     SAMPLER_POSITION,
     SHUFFLE_POSITION,
     StepData,
@@ -129,6 +135,7 @@ class EpochSite:
     handle: cst.BaseExpression | None  # how the epoch loop spells the loader; None: the sampler's name is seen
     number: cst.Name | None  # the epoch loop's variable (`for epoch in ...`): the epoch to tell
     after: cst.CSTNode | None  # no number and no restart: the statement an epoch ends after
+    before: tuple[cst.CSTNode, ...] = ()  # the statements it goes before: the epoch loop's first, or each restart
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,8 @@ class LoaderArguments:
     shuffle: cst.Arg | None = None
     sampler: cst.Arg | None = None  # a sampler of the script's own
     options: cst.BaseExpression | None = None  # `DataLoader(dataset, **options)`: the dict
+    shuffled: bool = False  # it shuffles: a `shuffle` that is not literally False
+    seed: cst.BaseExpression | None = None  # the seed of its order (shuffled, or with `**options`)
 
 
 class StepBatches:
@@ -400,6 +409,64 @@ class StepBatches:
                     return statement
         return None
 
+    def split_obstacle(self, loop: cst.For | cst.While) -> NotDistributable:
+        """Why the batches of a step loop that no DataLoader of this file feeds cannot be
+        split over the ranks: drawn at random in a way no share is taken of, the same data
+        every step, data from outside a dataset, a loader another module builds or one built
+        anew on each pass, or a source this analysis does not follow."""
+        shown = self.context.source(getattr(loop, "iter", loop)).strip()
+        data = self.fetched_draw(loop) if isinstance(loop, cst.While) else self.context.loaders.step_data(loop)
+        if data is not None:
+            return NotDistributable(getattr(loop, "iter", loop), self._step_data_reason(shown, data))
+        elsewhere = self.built_elsewhere(loop)
+        if elsewhere is not None:
+            return NotDistributable(
+                loop.iter,
+                f"the batches of `{shown}` come from a DataLoader that another module of the project builds "
+                f"({elsewhere}); PM601 rewrites only the file that trains: give that DataLoader a "
+                "DistributedSampler and the per-rank batch size there",
+            )
+        rebuilt = self.rebuilt_per_pass(loop)
+        if rebuilt is not None:
+            return NotDistributable(
+                loop.iter,
+                f"the batches of `{shown}` come from what line {self.context.line(rebuilt)} builds anew on "
+                "each pass of the loop around it; PM601 splits the batches of one DataLoader built once: "
+                "build it before that loop",
+            )
+        if isinstance(loop, cst.While):
+            return NotDistributable(
+                loop,
+                "it cannot tell where the batches of this `while` loop come from, so it cannot split "
+                "them over the ranks; take them with `next(it)` of `it = iter(loader)` from a DataLoader",
+            )
+        return NotDistributable(
+            loop.iter,
+            f"it cannot tell where the batches of `{shown}` come from, so it cannot split them over "
+            "the ranks; use a DataLoader",
+        )
+
+    def _step_data_reason(self, shown: str, data: StepData) -> str:
+        """Why the steps' data (RANDOM, SAME, OUTSIDE) is no batch to split; `shown`: what the loop iterates."""
+        if data.how == RANDOM:
+            return (
+                f"each step draws its batch at random (`{self.context.source(data.at).strip()}`, line "
+                f"{self.context.line(data.at)}), in a way PM601 does not split (one draw in the loop whose "
+                "first dimension is the batch size); give each rank its own seed so that the ranks draw "
+                "different batches"
+            )
+        if data.how == SAME:
+            return (
+                f"every step trains on the same data (full-batch training: `{shown}` counts the steps and "
+                "the loop draws no batch), so there are no batches to split over the ranks; training on "
+                "several GPUs needs the data itself split, a part per rank"
+            )
+        return (
+            f"each step's data comes from `{self.context.source(data.at).strip()}` (line "
+            f"{self.context.line(data.at)}), not from a dataset, so there are no batches to split over "
+            "the ranks; each rank would need its own source (its own seed, its own environment)"
+        )
+
     def spelled_in(self, site: LoaderSite, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
         """How `function` spells the loader: a name it reads it by, or `self.loader` in a
         method of the class another method of which reads it as `self.loader`."""
@@ -427,7 +494,7 @@ class StepBatches:
         before the loader, readable where the loader's function runs the epoch loop. Raises
         NotDistributable where the epoch loop cannot reach the loader or its end is unknown."""
         if site.cycled is not None:  # a generator's pass over the loader ends an epoch
-            return EpochSite(loop, site.cycled[0], None, site.cycled[1])
+            return EpochSite(loop, site.cycled[0], None, site.cycled[1], site.restarts)
         if site.restarts:  # `it = iter(loader)` on StopIteration: a new pass starts there
             epoch_loop, function = loop, facts.function_of(self.context, loop)
         else:
@@ -447,9 +514,9 @@ class StepBatches:
         if not isinstance(body, cst.IndentedBlock):
             raise NotDistributable(epoch_loop, "the epoch loop is written on one line")
         if isinstance(epoch_loop, cst.For) and isinstance(epoch_loop.target, cst.Name):
-            return EpochSite(epoch_loop, handle, epoch_loop.target, None)
+            return EpochSite(epoch_loop, handle, epoch_loop.target, None, (body.body[0],))
         if site.restarts:
-            return EpochSite(epoch_loop, handle, None, None)
+            return EpochSite(epoch_loop, handle, None, None, site.restarts)
         holder = next((s for s in body.body if self.index.inside(loop, s)), None)
         if holder is None:
             raise NotDistributable(epoch_loop, "it cannot tell where an epoch ends")
@@ -540,7 +607,8 @@ class StepBatches:
                     "PM601 cannot see which of them it uses",
                 )
             self._check_dataset(plain[0].value)  # a dataset built in the call is one cheap to build twice
-            return LoaderArguments(plain[0].value, options=stars[0].value)
+            seed = self.order_seed(call, site.statement)
+            return LoaderArguments(plain[0].value, options=stars[0].value, seed=seed)
         sampler = kwarg(call, "sampler") or positional(call, SAMPLER_POSITION)
         if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_POSITION)) is not None:
             raise NotDistributable(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
@@ -562,7 +630,9 @@ class StepBatches:
         if isinstance(size.value, cst.Name) and size.value.value == "None":
             raise NotDistributable(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
         shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_POSITION)
-        return LoaderArguments(dataset.value, size, shuffle, sampler)
+        shuffled = shuffle is not None and not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")
+        seed = self.order_seed(call, site.statement) if shuffled else None
+        return LoaderArguments(dataset.value, size, shuffle, sampler, shuffled=shuffled, seed=seed)
 
     def _check_dataset(self, dataset: cst.BaseExpression) -> None:
         obstacle = self.dataset_obstacle(dataset)

@@ -1,8 +1,10 @@
 """The training program's sites that data-parallel training needs
 (codemod.analysis.step_batches, model_sites, output_sites): the DataLoader that feeds a
 step loop (also a `while` loop over `next(it)`, and where it starts a new pass), the epoch
-loop around it, where the trained model is built and the device it is moved to, and what
-the script prints, logs and saves."""
+loop around it, what a sampler per rank needs of the loader, where the trained model is
+built and the device it is moved to, what the script prints, logs and saves; and the
+reasons as data: batches no share can be taken of, a test each rank decides alone
+(rank_values), a checkpoint path the ranks do not share (distributed)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemod.analysis.distributed import NotDistributable
+from codemod.analysis import rank_values
+from codemod.analysis.distributed import NotDistributable, unshared_file
 from codemod.analysis.model_sites import model_sites
 from codemod.analysis.output_sites import output_sites
 from codemod.analysis.step_batches import step_batches
@@ -174,3 +177,78 @@ def test_a_while_loop_over_a_generator_of_the_file_that_draws_its_batches_is_ran
     (loop,) = context.training.loops
     data = step_batches(context).fetched_draw(loop.loop)
     assert data.how == "random" and _code(context, data.at) == "torch.randn(n, 8)"
+
+
+def test_what_the_script_shows_in_code_order_and_the_statements_an_output_stands_alone_in():
+    context = _context(
+        WHILE
+        + """
+if step > 0:
+    print(step)
+log.info("done %d", step)
+ok = print("x") or True
+"""
+    )
+    sites = output_sites(context)
+    assert [(_code(context, c), how) for c, how in sites.shown] == [
+        ("print(step)", "print"),
+        ('log.info("done %d", step)', "log"),
+        ('print("x")', "print"),
+    ]
+    first, log_call, inside = (c for c, _ in sites.shown)
+    condition = sites.alone_if(sites.own_statement(first))
+    assert _code(context, condition.test) == "step > 0"
+    assert sites.alone_if(sites.own_statement(log_call)) is None  # not under an `if`
+    assert sites.own_statement(inside) is None  # part of an assignment
+
+
+def test_what_a_sampler_per_rank_needs_of_the_loader_whether_it_shuffles_and_the_seed_of_its_order():
+    seeded = "shuffle=True, generator=torch.Generator().manual_seed(3)"
+    for head, seed in ((HEAD, None), (HEAD.replace("shuffle=True", seeded), "3")):
+        context = FileContext.of_source(head + WHILE)
+        (loop,) = context.training.loops
+        batches = step_batches(context)
+        found = batches.loader_arguments(batches.loader(loop.loop), loop.loop)
+        assert found.shuffled and (found.seed is None if seed is None else _code(context, found.seed) == seed)
+    context = FileContext.of_source(HEAD.replace("shuffle=True", "shuffle=False") + WHILE)
+    (loop,) = context.training.loops
+    batches = step_batches(context)
+    assert not batches.loader_arguments(batches.loader(loop.loop), loop.loop).shuffled
+
+
+def test_why_the_batches_of_a_loop_no_dataloader_feeds_cannot_be_split():
+    context = _context(
+        """
+        x_all = torch.randn(64, 8)
+        for step in range(10):
+            model(x_all).pow(2).mean().backward()
+            opt.step()
+        """
+    )
+    (loop,) = context.training.loops
+    reason = step_batches(context).split_obstacle(loop.loop)
+    assert reason.node is loop.loop.iter
+    assert "every step trains on the same data (full-batch training: `range(10)`" in reason.message
+
+
+def test_a_test_on_each_rank_s_own_loss_that_decides_a_step_is_the_divergence():
+    def divergence(test: str):
+        context = _context(WHILE.replace("    opt.step()\n", f"    if {test}:\n        break\n    opt.step()\n"))
+        (loop,) = context.training.loops
+        site = step_batches(context).loader(loop.loop)
+        local = rank_values.step_rank_local(context, loop, site.fetches, None)
+        return context, rank_values.divergence(context, loop, local)
+
+    context, reason = divergence("loss.item() < 1e-3")
+    assert _code(context, reason.node) == "loss.item() < 1e-3"
+    assert "decides whether a step runs or the loop goes on" in reason.message
+    assert divergence("step > 100")[1] is None  # the same on every rank
+
+
+def test_a_checkpoint_path_in_a_temporary_folder_of_each_process_is_no_file_the_ranks_share():
+    context = _context('import tempfile\npath = tempfile.mkdtemp() + "/last.pt"\nshared = "last.pt"\n')
+    values = {t.targets[0].target.value: t.value for t in context.index.find(cst.Assign)}
+    assert "is in a temporary folder each process makes for itself (`tempfile.mkdtemp()`)" in unshared_file(
+        context, values["path"]
+    )
+    assert unshared_file(context, values["shared"]) is None

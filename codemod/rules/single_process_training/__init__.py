@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import distributed as facts
+from codemod.analysis.model_sites import model_sites
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.rules.single_process_training.accumulation import GradientAccumulation
 from codemod.rules.single_process_training.data import DataSharding
@@ -607,47 +608,27 @@ def build(plan: Plan) -> cst.CSTNode | None:
     """The node the finding goes to when the file is rewritten (edits in `plan.edits`), None
     when the rule has nothing to say; raises Blocked for the first reason not to rewrite."""
     context = plan.context
-    model, data, setup, accumulation, outputs = (
-        ModelWrap(plan),
-        DataSharding(plan),
-        ProcessGroupSetup(plan),
-        GradientAccumulation(plan),
-        RankZeroOutputs(plan),
-    )
-    if facts.distributed_use(context) is not None:
-        return None
-    loops = context.training.loops
-    if not loops:
+    if facts.distributed_use(context) is not None or not context.training.loops:
         return None
     blocked = facts.obstacle(context)
     if blocked is not None:
         raise blocked
-    loop = plan.loop = loops[0]
-    try:
-        plan.origin = model.origin(loop)
-    except Blocked as blocked:
-        statement = loop.loop
-        library = plan.context.loaders.library_iterable(statement.iter) if isinstance(statement, cst.For) else None
-        if library is not None:
-            raise Blocked(
-                blocked.node,
-                f"{blocked.message}; and the batches come from `{library}`, not from a DataLoader, "
-                "which PM601 would need to split them over the ranks",
-            ) from None
-        raise
-    plan.loader = data.find_loader(loop)
+    loop = plan.loop = context.training.loops[0]
+    plan.origin = model_sites(context).site(loop)
+    plan.loader = plan.batches.loader(loop.loop)
+    setup = ProcessGroupSetup(plan)
     plan.setup = setup.site()
     plan.world_name = plan.fresh("world")
+    data, model, outputs = DataSharding(plan), ModelWrap(plan), RankZeroOutputs(plan)
     permutation = data.batches(loop)
     model.wrap()
-    accumulation.no_sync()
+    GradientAccumulation(plan).no_sync()
     data.seeds(permutation)
     outputs.control_flow()
     outputs.saves()
     outputs.outputs()
     model.unwrap()
-    hook = setup.cleanup()
-    setup.write(hook)
+    setup.write(setup.cleanup())
     plan.imports.append(IMPORT_DISTRIBUTED)
     order = [IMPORT_CONTEXTLIB, IMPORT_ATEXIT, IMPORT_DDP, IMPORT_SAMPLER, IMPORT_DISTRIBUTED]
     plan.imports = sorted(set(plan.imports), key=order.index)

@@ -11,11 +11,11 @@ from codemod.edits import InsertAfter, Replace, Wrap
 from codemod.rules.single_process_training.plan import (
     IMPORT_CONTEXTLIB,
     Producer,
-    and_,
     code_of,
-    make_call,
     negation,
+    parenthesized,
     parse_expr,
+    parse_line,
 )
 
 
@@ -30,10 +30,7 @@ class GradientAccumulation(Producer):
         if found is None:
             return  # no accumulation: every backward steps
         if found.forward_problem is not None:
-            self.notes.append(
-                f"gradients are averaged over the ranks on every micro-batch ({found.forward_problem}; "
-                "add `model.no_sync()` by hand)"
-            )
+            self._synced(found.forward_problem)
             return
         model = model_sites(self.context).spelled_in(self.plan.origin, facts.function_of(self.context, loop.loop))
         if model is None:
@@ -48,28 +45,22 @@ class GradientAccumulation(Producer):
                 shown = f"({shown})"
             accumulating = parse_expr(f"{target.value} < {shown} - 1")  # every micro-step but the last
         else:
-            self.notes.append(
-                "gradients are averaged over the ranks on every micro-batch (PM601 cannot tell which "
-                "micro-steps step; add `model.no_sync()` by hand)"
-            )
+            self._synced("PM601 cannot tell which micro-steps step")
             return
         if guard is not None and first > 0:
             name = self.plan.fresh("accumulating")
-            self.edits.append(
-                InsertAfter(
-                    statements[first - 1],
-                    (cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], accumulating)]),),
-                )
-            )
+            self.edits.append(InsertAfter(statements[first - 1], (parse_line(f"{name} = {code_of(accumulating)}\n"),)))
             self.edits.append(Replace(guard.test, parse_expr(f"not {name}" if found.negated else name)))
             condition: cst.BaseExpression = cst.Name(name)
         else:
             condition = accumulating
-        check = self.plan.world_check(statements[first])
-        item = cst.IfExp(
-            test=and_(check, condition),
-            body=cst.Call(cst.Attribute(parse_expr(model), cst.Name("no_sync"))),
-            orelse=make_call("contextlib.nullcontext"),
-        )
+        test = f"{self.plan.world_check(statements[first])} and {code_of(parenthesized(condition))}"
+        item = parse_expr(f"{model}.no_sync() if {test} else contextlib.nullcontext()")
         self.edits.append(Wrap(statements[first], statements[last], (cst.WithItem(item),)))
         self.imports.append(IMPORT_CONTEXTLIB)
+
+    def _synced(self, why: str) -> None:
+        """The finding says that every micro-batch all-reduces, and why."""
+        self.notes.append(
+            f"gradients are averaged over the ranks on every micro-batch ({why}; add `model.no_sync()` by hand)"
+        )

@@ -6,10 +6,10 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import process_group
-from codemod.analysis.distributed import NotDistributable
+from codemod.analysis.distributed import NotDistributable, RankLocal
 from codemod.analysis.names import fresh_name
 from codemod.analysis.step_batches import LoaderSite, step_batches
-from codemod.edits import Edit
+from codemod.edits import Edit, Replace
 
 IMPORT_DISTRIBUTED = ("runtime", "distributed")
 IMPORT_SAMPLER = ("torch.utils.data", "DistributedSampler")
@@ -28,6 +28,11 @@ def parse_expr(code: str) -> cst.BaseExpression:
 
 def make_call(func: str, *args: cst.BaseExpression) -> cst.Call:
     return cst.Call(parse_expr(func), [cst.Arg(a) for a in args])
+
+
+def around(func: str):
+    """What a Replace edit puts in place of a value: `func(value)`."""
+    return lambda value: make_call(func, value)
 
 
 def parse_line(code: str) -> cst.BaseStatement:
@@ -71,10 +76,16 @@ def negation(test: cst.BaseExpression) -> cst.BaseExpression:
     return cst.UnaryOperation(cst.Not(), parenthesized(test))
 
 
-def only_on_main(updated: cst.BaseStatement) -> cst.If:
-    """`if distributed.is_main():` around a statement, its comments above the `if`."""
-    inner = updated.with_changes(leading_lines=[])
-    return cst.If(parse_expr("distributed.is_main()"), cst.IndentedBlock([inner]), leading_lines=updated.leading_lines)
+def moved_into(compound: str):
+    """What a Replace edit puts in place of a statement: the compound statement `compound`
+    (its first block a `pass`) holding it in that block, the statement's comments above it."""
+
+    def wrap(updated: cst.BaseStatement) -> cst.BaseStatement:
+        outer = parse_line(compound)
+        body = outer.body.with_changes(body=[updated.with_changes(leading_lines=[])])
+        return outer.with_changes(body=body, leading_lines=updated.leading_lines)
+
+    return wrap
 
 
 class Plan:
@@ -90,15 +101,11 @@ class Plan:
         self._taken: set[str] | None = None
         self.rank0: list[cst.CSTNode] = []  # code that only rank 0 runs after the rewrite
         self.world_uses: list[cst.CSTNode] = []  # where the `world` variable is read
-        self.local_batch: cst.CSTNode | None = None  # the permutation slice each rank takes its share of
-        self.batch_statement: cst.CSTNode | None = None  # the statement that draws a random batch
+        self.share: cst.CSTNode | None = None  # the statement that slices or draws each rank's share of the batch
+        self.local: RankLocal | None = None  # the values each rank computes for itself in the loop
         self.sampler_draws: cst.Call | None = None  # a sampler drawing with replacement, per rank
         self.batches = step_batches(context)  # where the step loop's batches come from
         self.loader: LoaderSite | None = None
-
-    @property
-    def names(self):
-        return self.context.names
 
     def src(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
@@ -108,13 +115,22 @@ class Plan:
             self._taken = {n.value for n in self.index.find(cst.Name)}
         return fresh_name(base, self._taken)
 
-    def world_check(self, at: cst.CSTNode) -> cst.BaseExpression:
+    def on_rank0(self, node: cst.CSTNode) -> bool:
+        """Does `node` run only on rank 0 after the rewrite?"""
+        return any(self.index.inside(node, region) for region in self.rank0)
+
+    def only_on_main(self, statement: cst.BaseStatement) -> None:
+        """`if distributed.is_main():` around `statement`, its comments above the `if`."""
+        self.rank0.append(statement)
+        self.edits.append(Replace(statement, moved_into("if distributed.is_main():\n    pass\n")))
+
+    def world_check(self, at: cst.CSTNode) -> str:
         """`world.distributed` where the `world` variable is visible at `at`, else
         `distributed.world().distributed`."""
         if self.sees_world(at):
             self.world_uses.append(at)
-            return parse_expr(f"{self.world_name}.distributed")
-        return parse_expr("distributed.world().distributed")
+            return f"{self.world_name}.distributed"
+        return "distributed.world().distributed"
 
     def sees_world(self, at: cst.CSTNode) -> bool:
         """Is the `world` variable, set right after setup(), bound where `at` runs?"""
@@ -127,5 +143,5 @@ class Producer:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.context, self.index, self.parents, self.names = plan.context, plan.index, plan.parents, plan.names
+        self.context, self.index, self.parents = plan.context, plan.index, plan.parents
         self.edits, self.imports, self.notes = plan.edits, plan.imports, plan.notes  # the plan's own lists

@@ -9,7 +9,9 @@ from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
 from codemod.rules.single_process_training.plan import (
     IMPORT_ATEXIT,
     Producer,
+    code_of,
     make_call,
+    moved_into,
     parse_expr,
     parse_line,
 )
@@ -35,7 +37,7 @@ class ProcessGroupSetup(Producer):
             chosen = parse_expr('"cuda"') if setup.cuda_for_zero else None
             edits.append(Replace(setup.value, lambda value: make_call("distributed.setup", chosen or value)))
         else:
-            lines.append(cst.SimpleStatementLine([cst.Expr(make_call("distributed.setup", setup.device))]))
+            lines.append(parse_line(f"distributed.setup({code_of(setup.device)})\n"))
         if self.plan.world_uses:
             lines.append(parse_line(f"{self.plan.world_name} = distributed.world()\n"))
         if hook is not None:
@@ -55,15 +57,7 @@ class ProcessGroupSetup(Producer):
         function = self.plan.setup.function
         statement = process_group.entry_statement(self.context, function) if function is not None else None
         if statement is not None:
-            finally_ = cst.Finally(cst.IndentedBlock([parse_line("distributed.cleanup()\n")]))
-
-            def protected(updated: cst.SimpleStatementLine) -> cst.Try:
-                return cst.Try(
-                    cst.IndentedBlock([updated.with_changes(leading_lines=[])]),
-                    finalbody=finally_,
-                    leading_lines=updated.leading_lines,
-                )
-
+            protected = moved_into("try:\n    pass\nfinally:\n    distributed.cleanup()\n")
             self.edits.append(Replace(statement, protected))
             return None
         self.imports.append(IMPORT_ATEXIT)
