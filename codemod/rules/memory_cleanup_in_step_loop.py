@@ -228,7 +228,7 @@ class MemoryCleanupInStepLoop(Rule):
         step_loop = steps.step_loop_of(node)
         if step_loop is not None:
             conditions = self._conditions(node, step_loop)
-            through = ""
+            through, held = "", [node]  # held: what the conditions hold (or hold a call of)
         else:
             # In a function of this file: where it runs is where its calls run.
             sites = steps.runs_in(node)
@@ -248,6 +248,7 @@ class MemoryCleanupInStepLoop(Rule):
             first = sites[0].calls[0]
             through = f" (through `{self.context.source(first.func)}` at line {self.context.line(first)})"
             callers = {call for site in sites for call in site.calls}
+            held = [node, *callers]
             if not set(steps.call_sites(function)) <= callers:
                 self.report(
                     node,
@@ -257,7 +258,7 @@ class MemoryCleanupInStepLoop(Rule):
                 return
         if conditions is None:
             return  # clean-up after an error, not on every step
-        guards = [c for c in conditions if self.context.inside(node, c.body)]  # not an `else` of theirs
+        guards = [c for c in conditions if any(self.context.inside(h, c.body) for h in held)]  # not their `else`
         if any(periodic(self.context).once(c.test, step_loop) for c in guards):
             return  # once in the run (`if step == 0:` before `gc.freeze()`), as at the end of an epoch
         # In a function the loop calls, the counter is a parameter: any counter will do.

@@ -72,3 +72,11 @@ while step < 20:
     [kept] = result.findings
     assert not kept.fixable and kept.line == 20
     assert "runs every `5000` steps" in kept.message and "its period was chosen" in kept.message
+
+
+def test_a_clean_up_in_a_helper_called_every_few_steps_is_periodic():
+    # The periodic `if` is around the helper's call in the loop, not around the clean-up.
+    source = (Path(__file__).resolve().parents[2] / "fixtures/wild/step/seq2seq_reverse_helpers.py").read_text()
+    result = process_source(source.encode(), "<test>", Settings(select=("PM403",)), [MemoryCleanupInStepLoop])
+    [kept] = result.findings
+    assert "runs every few steps in the training loop (through `evaluate`" in kept.message
