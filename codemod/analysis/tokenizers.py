@@ -11,7 +11,10 @@ texts a training step tokenizes come from.
   tiktoken: the tables in torch_facts), and so pure; receiver is `tok` for any call
   shaped like that.
 - `is_known(expr)`: is `expr` a tokenizer a known library built (followed through
-  names, parameters and `self` attributes)?
+  names, parameters, `self` attributes and the attributes of objects of the project's
+  classes: `ctx.wrapper.tokenizer` of an `LMWrapper` of another module whose `__init__`
+  builds it, and whose other methods only read it)?
+- `origin(expr)`: for a known tokenizer, the library and where it is built, for a message.
 - `changed_in(receiver, region)`: why the known tokenizer `receiver` may change in
   `region` (a method other than a tokenizing one is called on it there), or None.
 - `from_corpus(expr, loop)`: does `expr` take its text from data kept outside the step
@@ -33,12 +36,17 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.names import method_name
+from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
+    ATTRIBUTE_READERS,
     DETOKENIZER_METHODS,
+    PURE_BUILTINS,
     TOKENIZER_BUILDERS,
     TOKENIZER_CLASS_WORD,
+    TOKENIZER_LIBRARIES,
     TOKENIZER_METHODS,
+    TOKENIZER_READERS,
 )
 from codemod.analysis.values import Kind
 
@@ -103,16 +111,17 @@ class Tokenizers:
     def from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int = 0) -> bool:
         """Does `expr` take its text from data kept outside the step (picked by the step's
         indices, `texts[i]`, or handed out by the loop, `for batch in loader`), rather than
-        make it in the step (`tok.decode(model.generate(...))`)?"""
+        make it in the step (`tok.decode(model.generate(...))`)? Followed through at most
+        six names bound in the step (`rendered` from `messages` from `user_text` from ...)."""
         if depth > 6:
             return False
         index = self._index
         if isinstance(expr, cst.Subscript):
             if isinstance(expr.value, cst.Name) and not self._bound_inside(expr.value, loop):
                 return True  # `texts[i]`
-            return self.from_corpus(expr.value, loop, depth + 1)
+            return self.from_corpus(expr.value, loop, depth)
         if isinstance(expr, cst.Attribute):
-            return self.from_corpus(expr.value, loop, depth + 1)
+            return self.from_corpus(expr.value, loop, depth)
         if isinstance(expr, cst.Name):
             if layouts(self.context).is_number(expr):
                 return False  # the step's counter, a size: no text of a corpus
@@ -139,20 +148,18 @@ class Tokenizers:
             parts = [a.value for a in expr.args]
             if isinstance(expr.func, cst.Attribute):
                 parts.append(expr.func.value)
-            return any(self.from_corpus(part, loop, depth + 1) for part in parts)
+            return any(self.from_corpus(part, loop, depth) for part in parts)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return any(isinstance(e, cst.Element) and self.from_corpus(e.value, loop, depth + 1) for e in expr.elements)
+            return any(isinstance(e, cst.Element) and self.from_corpus(e.value, loop, depth) for e in expr.elements)
         if isinstance(expr, cst.Dict):
-            return any(
-                isinstance(e, cst.DictElement) and self.from_corpus(e.value, loop, depth + 1) for e in expr.elements
-            )
+            return any(isinstance(e, cst.DictElement) and self.from_corpus(e.value, loop, depth) for e in expr.elements)
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-            return self.from_corpus(expr.elt, loop, depth + 1)
+            return self.from_corpus(expr.elt, loop, depth)
         if isinstance(expr, cst.BinaryOperation):
-            return self.from_corpus(expr.left, loop, depth + 1) or self.from_corpus(expr.right, loop, depth + 1)
+            return self.from_corpus(expr.left, loop, depth) or self.from_corpus(expr.right, loop, depth)
         if isinstance(expr, cst.FormattedString):
             return any(
-                isinstance(p, cst.FormattedStringExpression) and self.from_corpus(p.expression, loop, depth + 1)
+                isinstance(p, cst.FormattedStringExpression) and self.from_corpus(p.expression, loop, depth)
                 for p in expr.parts
             )
         return False
@@ -238,13 +245,42 @@ class Tokenizers:
         and `self` attributes)?"""
         if depth > 4:
             return False
+        origins = self._origins(expr)
+        return bool(origins) and all(
+            (context is self.context or _kept_after_init(context, value)) and tokenizers(context)._builds(value, depth)
+            for context, value in origins
+        )
+
+    def origin(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """For a known tokenizer `expr`, the library and where it is built: "the Hugging Face
+        tokenizer built in `LMWrapper.__init__` (pkg/models.py:665)"; None when not known."""
+        if depth > 4 or not self.is_known(expr):
+            return None
+        context, value = self._origins(expr)[0]
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            return tokenizers(context).origin(value, depth + 1)
+        tops = {name.split(".")[0] for name in context.names.of(value.func)} & TOKENIZER_LIBRARIES.keys()
+        library = TOKENIZER_LIBRARIES[min(tops)] if tops else "known"
+        where = (
+            project_of(self.context).shown_in(context, value)
+            if context is not self.context
+            else f"line {context.line(value)}"
+        )
+        function = context.index.first_enclosing(value, cst.FunctionDef)
+        if function is None:
+            return f"the {library} tokenizer built at {where}"
+        owner = context.kinds.class_of(function)
+        named = f"{owner.name.value}.{function.name.value}" if owner is not None else function.name.value
+        return f"the {library} tokenizer built in `{named}` ({where})"
+
+    def _origins(self, expr: cst.BaseExpression) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """The values `expr` may hold, each with the file it is written in."""
         if isinstance(expr, cst.Name):
-            values = [value for value, path in self.context.loaders.bound_values(expr) if not path] or None
-        elif isinstance(expr, cst.Attribute):
-            values = self.context.kinds.self_attribute_values(expr)
-        else:
-            return False
-        return bool(values) and all(self._builds(v, depth) for v in values)
+            values = [value for value, path in self.context.loaders.bound_values(expr) if not path]
+            return [(self.context, value) for value in values] or None
+        if isinstance(expr, cst.Attribute):
+            return self.context.kinds.attribute_origins(expr)
+        return None
 
     def _builds(self, value: cst.BaseExpression, depth: int = 0) -> bool:
         if isinstance(value, (cst.Name, cst.Attribute)):
@@ -262,6 +298,45 @@ class Tokenizers:
             ):
                 return True
         return False
+
+
+def _kept_after_init(context: FileContext, value: cst.BaseExpression) -> bool:
+    """`value` is assigned to `self.<attr>` in `__init__` of a class of `context` (another
+    module, whose methods the loop's own analysis does not follow), and the class's other
+    methods only read that attribute: they call on it only methods that change nothing,
+    set none of its attributes and hand it to no call but `getattr` and pure builtins."""
+    statement = context.parents.get(value)
+    init = context.index.first_enclosing(value, cst.FunctionDef)
+    classdef = context.kinds.class_of(init) if init is not None else None
+    if not isinstance(statement, cst.Assign) or classdef is None or init.name.value != "__init__":
+        return False
+    target = statement.targets[0].target
+    if not isinstance(target, cst.Attribute):
+        return False
+    for method in context.index.find(cst.FunctionDef, within=classdef):
+        if method is init or not method.params.params:
+            continue
+        own = cst.Attribute(cst.Name(method.params.params[0].name.value), target.attr)
+        for node in context.index.find(cst.Attribute, within=method):
+            if not node.deep_equals(own):
+                continue
+            parent = context.parents.get(node)
+            if isinstance(parent, cst.Attribute):  # `self.tokenizer.<name>`
+                used = context.parents.get(parent)
+                if isinstance(used, cst.Call) and used.func is parent:
+                    if parent.attr.value not in TOKENIZER_READERS:
+                        return False  # `self.tokenizer.add_tokens(...)`: may change it
+                elif isinstance(used, (cst.AssignTarget, cst.AugAssign, cst.Del)):
+                    return False  # `self.tokenizer.pad_token = ...` after construction
+            elif isinstance(parent, cst.Arg):
+                call = context.parents.get(parent)
+                if not (
+                    isinstance(call, cst.Call) and context.names.of(call.func) & (ATTRIBUTE_READERS | PURE_BUILTINS)
+                ):
+                    return False  # handed to a call that may change it
+            elif isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)):
+                return False  # assigned again after construction
+    return True
 
 
 def corpus_of(text: cst.BaseExpression) -> cst.Name | None:
