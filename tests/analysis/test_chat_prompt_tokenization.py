@@ -11,6 +11,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from codemod.analysis.batch_windows import batch_windows
 from codemod.analysis.tokenizers import tokenizers
 from codemod.config import Settings
 from codemod.context import FileContext
@@ -197,3 +198,25 @@ def test_the_per_step_chat_prompts_are_reported_with_the_tokenizer_and_what_keep
         chat = "padding=True" not in lines[line]
         # the chat prompts are made of the texts `split_user_and_anchor` returns
         assert ("`split_user_and_anchor` (pkg/utils.py:1)" in message) is chat
+
+
+@pytest.mark.parametrize(
+    "built, opaque",
+    [
+        ("from transformers import AutoTokenizer\ntokenizer = AutoTokenizer.from_pretrained('gpt2')\n", None),
+        ("from mytok import WordTokenizer\ntokenizer = WordTokenizer()\n", "tokenizer(batch, padding=True)"),
+    ],
+)
+def test_a_known_tokenizer_is_no_work_perfmod_cannot_follow_on_a_list_batch(built, opaque):
+    source = (
+        "import torch\n" + built + "texts = ['a b', 'c d', 'e f', 'g h']\nmodel = torch.nn.Embedding(50, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    perm = torch.randperm(len(texts))\n    for step in range(2):\n"
+        "        idx = perm[step * 2:(step + 1) * 2]\n        batch = [texts[i] for i in idx.tolist()]\n"
+        "        ids = tokenizer(batch, padding=True)\n        loss = model(ids).sum()\n"
+        "        loss.backward()\n        opt.step()\n"
+    )
+    context = FileContext.of_source(source)
+    (found,) = context.loaders.list_batches
+    call = batch_windows(context).opaque_work(found)
+    assert (context.source(call) if call is not None else None) == opaque
