@@ -316,8 +316,6 @@ class Corpus:
             if id(expr) in seen:
                 continue
             seen.add(id(expr))
-            for made in [expr] if isinstance(expr, cst.Call) else []:
-                calls.setdefault(id(made), made)
             for made in self._index.find(cst.Call, within=expr):
                 calls.setdefault(id(made), made)
             for name in names_read(expr):

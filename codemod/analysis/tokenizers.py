@@ -241,8 +241,8 @@ class Tokenizers:
         return False, None
 
     def is_known(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
-        """Is `expr` a tokenizer a known library built (followed through names, parameters
-        and `self` attributes)?"""
+        """Is `expr` a tokenizer a known library built (followed through names, parameters,
+        `self` attributes and the attributes of objects of the project's classes)?"""
         if depth > 4:
             return False
         origins = self._origins(expr)
@@ -260,7 +260,7 @@ class Tokenizers:
         if isinstance(value, (cst.Name, cst.Attribute)):
             return tokenizers(context).origin(value, depth + 1)
         tops = {name.split(".")[0] for name in context.names.of(value.func)} & TOKENIZER_LIBRARIES.keys()
-        library = TOKENIZER_LIBRARIES[min(tops)] if tops else "known"
+        library = TOKENIZER_LIBRARIES[min(tops)]  # a known builder is one of these libraries
         where = (
             project_of(self.context).shown_in(context, value)
             if context is not self.context
@@ -303,8 +303,9 @@ class Tokenizers:
 def _kept_after_init(context: FileContext, value: cst.BaseExpression) -> bool:
     """`value` is assigned to `self.<attr>` in `__init__` of a class of `context` (another
     module, whose methods the loop's own analysis does not follow), and the class's other
-    methods only read that attribute: they call on it only methods that change nothing,
-    set none of its attributes and hand it to no call but `getattr` and pure builtins."""
+    methods only read that attribute: they call it, call on it only methods that change
+    nothing, read its attributes, or hand it to `getattr` or a pure builtin; nothing else
+    (no store into it, no other name for it)."""
     statement = context.parents.get(value)
     init = context.index.first_enclosing(value, cst.FunctionDef)
     classdef = context.kinds.class_of(init) if init is not None else None
@@ -318,25 +319,25 @@ def _kept_after_init(context: FileContext, value: cst.BaseExpression) -> bool:
             continue
         own = cst.Attribute(cst.Name(method.params.params[0].name.value), target.attr)
         for node in context.index.find(cst.Attribute, within=method):
-            if not node.deep_equals(own):
-                continue
-            parent = context.parents.get(node)
-            if isinstance(parent, cst.Attribute):  # `self.tokenizer.<name>`
-                used = context.parents.get(parent)
-                if isinstance(used, cst.Call) and used.func is parent:
-                    if parent.attr.value not in TOKENIZER_READERS:
-                        return False  # `self.tokenizer.add_tokens(...)`: may change it
-                elif isinstance(used, (cst.AssignTarget, cst.AugAssign, cst.Del)):
-                    return False  # `self.tokenizer.pad_token = ...` after construction
-            elif isinstance(parent, cst.Arg):
-                call = context.parents.get(parent)
-                if not (
-                    isinstance(call, cst.Call) and context.names.of(call.func) & (ATTRIBUTE_READERS | PURE_BUILTINS)
-                ):
-                    return False  # handed to a call that may change it
-            elif isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)):
-                return False  # assigned again after construction
+            if node.deep_equals(own) and not _read_only(context, node):
+                return False
     return True
+
+
+def _read_only(context: FileContext, node: cst.Attribute) -> bool:
+    """Does this use of a tokenizer `node` (`self.tokenizer`) only read it?"""
+    parent = context.parents.get(node)
+    if isinstance(parent, cst.Call) and parent.func is node:
+        return True  # `self.tokenizer(text)`
+    if isinstance(parent, cst.Attribute) and parent.value is node:  # `self.tokenizer.<name>`
+        used = context.parents.get(parent)
+        if isinstance(used, cst.Call) and used.func is parent:
+            return parent.attr.value in TOKENIZER_READERS
+        return not isinstance(used, (cst.AssignTarget, cst.AugAssign, cst.Del))
+    if isinstance(parent, cst.Arg):
+        call = context.parents.get(parent)
+        return isinstance(call, cst.Call) and bool(context.names.of(call.func) & (ATTRIBUTE_READERS | PURE_BUILTINS))
+    return False
 
 
 def corpus_of(text: cst.BaseExpression) -> cst.Name | None:

@@ -1477,9 +1477,7 @@ class Kinds:
         cannot be followed or none is assigned."""
         return self._assigned_attributes(classdef).get(attribute)
 
-    def attribute_origins(
-        self, expr: cst.Attribute, depth: int = 0
-    ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+    def attribute_origins(self, expr: cst.Attribute) -> list[tuple[FileContext, cst.BaseExpression]] | None:
         """What `obj.<attr>` may hold, each value with the file it is written in: the values
         the methods of a class of this file assign (`self_attribute_values`), or, when `obj`
         holds objects a class of another module of the project builds (`ctx.wrapper` of
@@ -1489,8 +1487,6 @@ class Kinds:
         values = self.self_attribute_values(expr)
         if values is not None:
             return [(self._context, value) for value in values]
-        if depth > 3:
-            return None
         owner = expr.value
         if isinstance(owner, cst.Attribute):
             owners = self.self_attribute_values(owner)

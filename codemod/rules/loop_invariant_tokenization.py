@@ -112,10 +112,10 @@ class LoopInvariantTokenization(Rule):
     pretokenized. Neither are texts tokenized inside a loop of the step over
     model contexts, each with its own tokenizer and chat template (one table
     of ids per context), nor texts made by a function of another module: the
-    report says which, and where the tokenizer is built. Work that runs only every few steps, a sample prompt
-    tokenized for logging under `if step % 100 == 0:`, `if step > 0 and
-    step % every == 0:` or a helper such as `if divisible_by(step, every):`,
-    is left alone: it does not run on every step.
+    report says which, and where the tokenizer is built. Work that runs only
+    every few steps, a sample prompt tokenized for logging under `if step %
+    100 == 0:`, `if step > 0 and step % every == 0:` or a helper such as `if
+    divisible_by(step, every):`, is left alone: it does not run on every step.
 
     ## Example
     ```python

@@ -153,6 +153,11 @@ def test_a_tokenizer_a_class_of_another_module_builds_is_known_through_a_datacla
             "    def show(self, ids):\n",
             "    def trim(self):\n        self.tokenizer.truncation_side = 'left'\n\n    def show(self, ids):\n",
         ),
+        # another name for it, which perfmod does not follow
+        (
+            "    def show(self, ids):\n",
+            "    def alias(self):\n        tok = self.tokenizer\n        return tok\n\n    def show(self, ids):\n",
+        ),
         # handed to a function that may change it
         (
             "    def show(self, ids):\n",
