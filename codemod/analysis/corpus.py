@@ -16,7 +16,8 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
 - `not_pretokenized(call, loop)`: for a known tokenizer's call on texts of a corpus that
   is not of the shape above, what keeps tokenizing the corpus once from being proven:
   a tokenizer that each item of a fixed collection gives (`for ctx in contexts:` inside
-  the step: one table of ids per item), texts that pass on their way through a function
+  the step: one table of ids per item), the step's texts tokenized together in one call
+  (padded to the longest of the step), texts that pass on their way through a function
   of another module, which perfmod does not follow for purity.
 - `tokenizes_step_text(call, loop)`: does `call` tokenize text the step makes (what the
   model generated, a prompt formatted from the step's values), never a corpus's: there
@@ -40,9 +41,10 @@ import libcst as cst
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.lengths import Lengths
-from codemod.analysis.names import names_read
+from codemod.analysis.names import kwarg, names_read
 from codemod.analysis.project import project_of
 from codemod.analysis.tokenizers import RANDOM_PICKS, call_parts, corpus_of, reads_only, tokenizers
+from codemod.analysis.torch_facts import TOKENIZER_NO_PADDING, TOKENIZER_PADDING
 from codemod.analysis.variance import variance
 
 if TYPE_CHECKING:
@@ -295,6 +297,19 @@ class Corpus:
                     "inside the step), so tokenizing the corpus once takes one table of ids per item, which "
                     "perfmod does not build"
                 )
+        batch = next((a.value for a in call.args if self._step_texts(a.value, loop)), None)
+        if batch is not None:
+            padding = kwarg(call, TOKENIZER_PADDING)
+            padded = padding is not None and self.context.source(padding.value) not in TOKENIZER_NO_PADDING
+            found.append(
+                f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`)"
+                + (
+                    f", padded to the longest of the step (`padding={self.context.source(padding.value)}`): "
+                    "tokenized once, one by one, they would have to be padded again on every step"
+                    if padded
+                    else ", where the corpus is tokenized one text per call"
+                )
+            )
         project = project_of(self.context)
         for made in self._text_calls([a.value for a in call.args], loop):
             function = project.function(made.func)
@@ -305,6 +320,16 @@ class Corpus:
                     "not check"
                 )
         return found
+
+    def _step_texts(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+        """Is `expr` a list of the step's texts of a corpus (a comprehension over them, or a
+        name the step binds to one), not one text?"""
+        if isinstance(expr, cst.Name):
+            reaching = self.context.kinds.reaching(expr)
+            if len(reaching) != 1 or not self.context.inside(reaching[0].node, loop):
+                return False
+            expr = self._bindings.assigned_value(reaching[0])
+        return isinstance(expr, (cst.ListComp, cst.GeneratorExp)) and self._tokenizers.from_corpus(expr, loop)
 
     def _text_calls(self, exprs: list[cst.BaseExpression], loop: cst.CSTNode) -> list[cst.Call]:
         """The calls of the step that the values of `exprs` are computed by, followed through

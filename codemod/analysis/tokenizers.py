@@ -83,7 +83,7 @@ class Tokenizers:
             receiver = func.value
             if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
                 return False  # `"text".encode()`: bytes
-            if kinds.fact(receiver).kind is Kind.MODULE and not kinds.self_attribute_values(func):
+            if kinds.fact(receiver).kind is Kind.MODULE and not kinds.attribute_origins(func):
                 return False  # `vae.encode(x)`: a model's method (`self.tokenizer(...)` is an attribute's call)
         if any(kinds.fact(arg.value).kind is Kind.TENSOR for arg in call.args):
             return False  # `vae.encode(images)` of a library's model: a tensor in, not text

@@ -541,6 +541,10 @@ TOKENIZER_METHODS = frozenset(
 DETOKENIZER_METHODS = frozenset({"decode", "batch_decode", "generate"})
 # Methods of a tokenizer that read it and change nothing: its pure methods and decoding.
 TOKENIZER_READERS = TOKENIZER_METHODS | {"decode", "batch_decode"}
+# The keyword that makes a Hugging Face tokenizer pad a batch of texts to its longest, and its
+# values that leave the ids unpadded.
+TOKENIZER_PADDING = "padding"
+TOKENIZER_NO_PADDING = frozenset({"False", "'do_not_pad'", '"do_not_pad"'})
 # The library a known tokenizer's builder comes from (the top of its qualified name), as users name it.
 TOKENIZER_LIBRARIES = {"transformers": "Hugging Face", "tokenizers": "Hugging Face", "tiktoken": "tiktoken"}
 # Context managers that change how ops are computed (precision, gradients), not what a

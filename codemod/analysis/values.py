@@ -1508,13 +1508,36 @@ class Kinds:
             for value in made:
                 if isinstance(value, cst.Name) and value.value == "None":
                     continue
-                if not isinstance(value, cst.Call):
-                    return None
-                assigned = self._project().attribute_values(value.func, expr.attr.value)
+                assigned = self._constructed_attribute(value, expr.attr.value)
                 if assigned is None:
                     return None
                 found.extend(assigned)
         return found or None
+
+    def _constructed_attribute(
+        self, value: cst.BaseExpression | None, attribute: str
+    ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """What the methods of the class `value` constructs (`Wrapper(cfg)`, also
+        `Wrapper(cfg).to(device)`) assign to `self.<attribute>`, for a class of this file or
+        of another module of the project."""
+        returning_self = set()
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
+        ):
+            returning_self.add(value.func.attr.value)
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return None
+        local = self.local_class(value.func)
+        found = self._project().class_of(value.func) if local is None else (self._context, local)
+        if found is None or returning_self & _method_names(found[1]):
+            return None  # (a class of its own `to` may return anything)
+        if local is not None:
+            assigned = self.assigned_to(local, attribute)
+            return [(self._context, v) for v in assigned] if assigned else None
+        return self._project().attribute_values(value.func, attribute)
 
     def _class_of_method_named(self, classdef: cst.ClassDef, name: str) -> bool:
         return _method(classdef, name) is not None

@@ -203,6 +203,47 @@ def test_the_per_step_chat_prompts_are_reported_with_the_tokenizer_and_what_keep
         chat = "padding=True" not in lines[line]
         # the chat prompts are made of the texts `split_user_and_anchor` returns
         assert ("`split_user_and_anchor` (pkg/utils.py:1)" in message) is chat
+        # the plain prompts go to the tokenizer as one padded batch
+        assert ("padded to the longest of the step (`padding=True`)" in message) is not chat
+
+
+SAME_FILE = """\
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoTokenizer
+
+
+class LMWrapper(torch.nn.Module):
+    def __init__(self, name):
+        super().__init__()
+        self.tokenizer = AutoTokenizer.from_pretrained(name)
+        self.head = torch.nn.Linear(4, 4)
+
+
+@dataclass
+class ModelContext:
+    name: str
+    wrapper: LMWrapper
+
+
+ctx = ModelContext("tiny", LMWrapper("toy-lm").to("cpu"))
+ids = ctx.wrapper.tokenizer(["a b"], padding=True)
+"""
+
+
+@pytest.mark.parametrize("own_to", [False, True])
+def test_a_tokenizer_a_class_of_this_file_builds_is_known_through_a_field_given_a_moved_model(own_to):
+    head = "        self.head = torch.nn.Linear(4, 4)\n"
+    own = head + "\n    def to(self, device):\n        return object()\n"
+    source = SAME_FILE.replace(head, own) if own_to else SAME_FILE
+    context = FileContext.of_source(source)
+    (receiver,) = [n for n in context.index.find(cst.Attribute) if context.source(n) == "ctx.wrapper.tokenizer"]
+    known = tokenizers(context)
+    # a class whose own `to` may return anything is not followed through `.to(...)`
+    assert known.is_known(receiver) is not own_to
+    if not own_to:
+        assert known.origin(receiver) == "the Hugging Face tokenizer built in `LMWrapper.__init__` (line 10)"
 
 
 @pytest.mark.parametrize(
