@@ -108,35 +108,40 @@ class Tokenizers:
             return False
         return any(self.tokenizes(inner, depth + 1) for inner in self._index.find(cst.Call, within=callee.body))
 
-    def from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int = 0) -> bool:
+    def from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
         """Does `expr` take its text from data kept outside the step (picked by the step's
         indices, `texts[i]`, or handed out by the loop, `for batch in loader`), rather than
         make it in the step (`tok.decode(model.generate(...))`)? Followed through at most
-        six names bound in the step (`rendered` from `messages` from `user_text` from ...)."""
+        six names bound in the step (`rendered` from `messages` from `user_text` from ...),
+        each binding once."""
+        return self._from_corpus(expr, loop, 0, set())
+
+    def _from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int, seen: set[int]) -> bool:
         if depth > 6:
             return False
         index = self._index
         if isinstance(expr, cst.Subscript):
             if isinstance(expr.value, cst.Name) and not self._bound_inside(expr.value, loop):
                 return True  # `texts[i]`
-            return self.from_corpus(expr.value, loop, depth)
+            return self._from_corpus(expr.value, loop, depth, seen)
         if isinstance(expr, cst.Attribute):
-            return self.from_corpus(expr.value, loop, depth)
+            return self._from_corpus(expr.value, loop, depth, seen)
         if isinstance(expr, cst.Name):
             if layouts(self.context).is_number(expr):
                 return False  # the step's counter, a size: no text of a corpus
             for assignment in self._scopes.get(expr)[expr.value] if self._scopes.get(expr) is not None else ():
                 node = getattr(assignment, "node", None)
-                if not isinstance(node, cst.CSTNode) or not index.inside(node, loop):
+                if not isinstance(node, cst.CSTNode) or not index.inside(node, loop) or id(node) in seen:
                     continue
+                seen.add(id(node))  # (a name bound many times in the step is followed once per binding)
                 statement = self._bindings.statement(node)
                 if statement is loop or (isinstance(statement, cst.For) and index.inside(loop, statement)):
                     return True  # the loop's own target: a batch of the loader or list it iterates
                 if isinstance(statement, (cst.For, cst.CompFor)):
-                    if self.from_corpus(statement.iter, loop, depth + 1):
+                    if self._from_corpus(statement.iter, loop, depth + 1, seen):
                         return True
                 elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
-                    if self.from_corpus(statement.value, loop, depth + 1):
+                    if self._from_corpus(statement.value, loop, depth + 1, seen):
                         return True
             return False
         if isinstance(expr, cst.Call):
@@ -148,18 +153,22 @@ class Tokenizers:
             parts = [a.value for a in expr.args]
             if isinstance(expr.func, cst.Attribute):
                 parts.append(expr.func.value)
-            return any(self.from_corpus(part, loop, depth) for part in parts)
+            return any(self._from_corpus(part, loop, depth, seen) for part in parts)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return any(isinstance(e, cst.Element) and self.from_corpus(e.value, loop, depth) for e in expr.elements)
+            return any(
+                isinstance(e, cst.Element) and self._from_corpus(e.value, loop, depth, seen) for e in expr.elements
+            )
         if isinstance(expr, cst.Dict):
-            return any(isinstance(e, cst.DictElement) and self.from_corpus(e.value, loop, depth) for e in expr.elements)
+            return any(
+                isinstance(e, cst.DictElement) and self._from_corpus(e.value, loop, depth, seen) for e in expr.elements
+            )
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-            return self.from_corpus(expr.elt, loop, depth)
+            return self._from_corpus(expr.elt, loop, depth, seen)
         if isinstance(expr, cst.BinaryOperation):
-            return self.from_corpus(expr.left, loop, depth) or self.from_corpus(expr.right, loop, depth)
+            return self._from_corpus(expr.left, loop, depth, seen) or self._from_corpus(expr.right, loop, depth, seen)
         if isinstance(expr, cst.FormattedString):
             return any(
-                isinstance(p, cst.FormattedStringExpression) and self.from_corpus(p.expression, loop, depth)
+                isinstance(p, cst.FormattedStringExpression) and self._from_corpus(p.expression, loop, depth, seen)
                 for p in expr.parts
             )
         return False
