@@ -69,6 +69,8 @@ class Tokenizers:
         self._scopes = context.scopes
         self._bindings = context.bindings
         self._index = context.index
+        self._known: dict[int, bool] = {}  # id(expr) -> is_known(expr)
+        self._kept: dict[int, bool] = {}  # id(value) -> kept_after_init(value)
 
     def tokenizes(self, call: cst.Call, depth: int = 0) -> bool:
         """Does `call` tokenize text: a known tokenizer, a tokenizer's method (`encode`,
@@ -254,11 +256,51 @@ class Tokenizers:
         `self` attributes and the attributes of objects of the project's classes)?"""
         if depth > 4:
             return False
-        origins = self._origins(expr)
-        return bool(origins) and all(
-            (context is self.context or _kept_after_init(context, value)) and tokenizers(context)._builds(value, depth)
-            for context, value in origins
-        )
+        known = self._known.get(id(expr)) if depth == 0 else None
+        if known is None:
+            origins = self._origins(expr)
+            known = bool(origins) and all(
+                (context is self.context or tokenizers(context).kept_after_init(value))
+                and tokenizers(context)._builds(value, depth)
+                for context, value in origins
+            )
+            if depth == 0:
+                self._known[id(expr)] = known
+        return known
+
+    def kept_after_init(self, value: cst.BaseExpression) -> bool:
+        """`value` is assigned to `self.<attr>` in `__init__` of a class of this file, and
+        the class's other methods only read that attribute: they call it, call on it only
+        methods that change nothing, read its attributes, or hand it to `getattr` or a pure
+        builtin; nothing else (no store into it, no other name for it). Asked of a class of
+        another module, whose methods the loop's own analysis does not follow."""
+        if id(value) not in self._kept:
+            self._kept[id(value)] = self._compute_kept(value)
+        return self._kept[id(value)]
+
+    def _compute_kept(self, value: cst.BaseExpression) -> bool:
+        context = self.context
+        statement = context.parents.get(value)
+        init = context.index.first_enclosing(value, cst.FunctionDef)
+        classdef = context.kinds.class_of(init) if init is not None else None
+        if not isinstance(statement, cst.Assign) or classdef is None or init.name.value != "__init__":
+            return False
+        target = statement.targets[0].target
+        if not isinstance(target, cst.Attribute):
+            return False
+        for method in context.index.find(cst.FunctionDef, within=classdef):
+            if method is init or not method.params.params:
+                continue
+            owner = method.params.params[0].name.value
+            for node in context.index.find(cst.Attribute, within=method):
+                if (
+                    node.attr.value == target.attr.value
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value == owner
+                    and not _read_only(context, node)
+                ):
+                    return False
+        return True
 
     def origin(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
         """For a known tokenizer `expr`, the library and where it is built: "the Hugging Face
@@ -307,30 +349,6 @@ class Tokenizers:
             ):
                 return True
         return False
-
-
-def _kept_after_init(context: FileContext, value: cst.BaseExpression) -> bool:
-    """`value` is assigned to `self.<attr>` in `__init__` of a class of `context` (another
-    module, whose methods the loop's own analysis does not follow), and the class's other
-    methods only read that attribute: they call it, call on it only methods that change
-    nothing, read its attributes, or hand it to `getattr` or a pure builtin; nothing else
-    (no store into it, no other name for it)."""
-    statement = context.parents.get(value)
-    init = context.index.first_enclosing(value, cst.FunctionDef)
-    classdef = context.kinds.class_of(init) if init is not None else None
-    if not isinstance(statement, cst.Assign) or classdef is None or init.name.value != "__init__":
-        return False
-    target = statement.targets[0].target
-    if not isinstance(target, cst.Attribute):
-        return False
-    for method in context.index.find(cst.FunctionDef, within=classdef):
-        if method is init or not method.params.params:
-            continue
-        own = cst.Attribute(cst.Name(method.params.params[0].name.value), target.attr)
-        for node in context.index.find(cst.Attribute, within=method):
-            if node.deep_equals(own) and not _read_only(context, node):
-                return False
-    return True
 
 
 def _read_only(context: FileContext, node: cst.Attribute) -> bool:
