@@ -15,6 +15,8 @@ texts a training step tokenizes come from.
   classes: `ctx.wrapper.tokenizer` of an `LMWrapper` of another module whose `__init__`
   builds it, and whose other methods only read it)?
 - `origin(expr)`: for a known tokenizer, the library and where it is built, for a message.
+- `kept_after_init(value)`: is the tokenizer `value`, assigned to `self.<attr>` in a
+  class's `__init__`, only read by the class's other methods?
 - `changed_in(receiver, region)`: why the known tokenizer `receiver` may change in
   `region` (a method other than a tokenizing one is called on it there), or None.
 - `from_corpus(expr, loop)`: does `expr` take its text from data kept outside the step
