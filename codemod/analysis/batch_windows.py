@@ -64,6 +64,7 @@ from codemod.analysis.names import fresh_name, integer_value, names_read, number
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.tensor_splits import bound_in
+from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.torch_facts import METADATA_ATTRIBUTES, METADATA_METHODS
 from codemod.analysis.values import Kind, Place
 
@@ -280,9 +281,14 @@ class BatchWindows:
 
     def opaque_work(self, batch: ListBatch) -> cst.Call | None:
         """The first call of the step's work on the items that is neither a function or
-        method of this file nor of the project."""
+        method of this file nor of the project, nor a tokenizer a known library built."""
+        known = tokenizers(self.context)
         for call in batch.work:
-            if self.context.kinds.local_callee(call) is None and project_of(self.context).called(call) is None:
+            if (
+                self.context.kinds.local_callee(call) is None
+                and project_of(self.context).called(call) is None
+                and not known.tokenizer_call(call)[0]
+            ):
                 return call
         return None
 

@@ -13,6 +13,12 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
 - `rewrite(call, plan, name, variable)`: what pretokenizing by a plan writes: the value
   of `<name> = ...` in front of the loop, the node of the step that gave the ids, and
   what replaces it (the ids the step picks from `name`).
+- `not_pretokenized(call, loop)`: for a known tokenizer's call on texts of a corpus that
+  is not of the shape above, what keeps tokenizing the corpus once from being proven:
+  a tokenizer that each item of a fixed collection gives (`for ctx in contexts:` inside
+  the step: one table of ids per item), the step's texts tokenized together in one call
+  (padded to the longest of the step), texts that pass on their way through a function
+  of another module, which perfmod does not follow for purity.
 - `tokenizes_step_text(call, loop)`: does `call` tokenize text the step makes (what the
   model generated, a prompt formatted from the step's values), never a corpus's: there
   is nothing to tokenize ahead.
@@ -35,8 +41,10 @@ import libcst as cst
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.lengths import Lengths
-from codemod.analysis.names import names_read
+from codemod.analysis.names import kwarg, names_read
+from codemod.analysis.project import project_of
 from codemod.analysis.tokenizers import RANDOM_PICKS, call_parts, corpus_of, reads_only, tokenizers
+from codemod.analysis.torch_facts import TOKENIZER_NO_PADDING, TOKENIZER_PADDING
 from codemod.analysis.variance import variance
 
 if TYPE_CHECKING:
@@ -267,6 +275,85 @@ class Corpus:
             return encoded, plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices))
         # `[docs_ids[i] for i in <as written>]`
         return encoded, call, plan.new_elt.with_changes(value=cst.Name(name))
+
+    def not_pretokenized(self, call: cst.Call, loop: cst.CSTNode) -> list[str]:
+        """What keeps the texts of a corpus that `call`, a known tokenizer's call of the step
+        loop `loop`, tokenizes from being tokenized once before it: the loops of the step
+        over a fixed collection whose items give the tokenizer (`for ctx in contexts:
+        ctx.wrapper.tokenizer(text)`: one table of ids per item), and the functions of other
+        modules the texts pass through (`split_user_and_anchor(raw)`), whose purity perfmod
+        does not follow there."""
+        found: list[str] = []
+        _, receiver = self._tokenizers.tokenizer_call(call)
+        read = {n.value for n in names_read(receiver)} if receiver is not None else set()
+        for inner in self._index.enclosing_loops(call):
+            if inner is loop or not self.context.inside(inner, loop):
+                break
+            target = inner.target if isinstance(inner, cst.For) else None
+            if isinstance(target, cst.Name) and target.value in read and self._variance.of(inner.iter, loop) is None:
+                collection = _short(self.context, inner.iter)
+                found.append(
+                    f"each item of `{collection}` brings its own tokenizer (`for {target.value} in {collection}` "
+                    "inside the step), so tokenizing the corpus once takes one table of ids per item, which "
+                    "perfmod does not build"
+                )
+        batch = next((a.value for a in call.args if self._step_texts(a.value, loop)), None)
+        if batch is not None:
+            padding = kwarg(call, TOKENIZER_PADDING)
+            padded = padding is not None and self.context.source(padding.value) not in TOKENIZER_NO_PADDING
+            found.append(
+                f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`)"
+                + (
+                    f", padded to the longest of the step (`padding={self.context.source(padding.value)}`): "
+                    "tokenized once, one by one, they would have to be padded again on every step"
+                    if padded
+                    else ", where the corpus is tokenized one text per call"
+                )
+            )
+        project = project_of(self.context)
+        for made in self._text_calls([a.value for a in call.args], loop):
+            function = project.function(made.func)
+            if function is not None:
+                found.append(
+                    f"the texts pass through `{self.context.source(made.func)}` "
+                    f"({project.shown(function)}), a function of another module whose purity perfmod does "
+                    "not check"
+                )
+        return found
+
+    def _step_texts(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+        """Is `expr` a list of the step's texts of a corpus (a comprehension over them, or a
+        name the step binds to one), not one text?"""
+        if isinstance(expr, cst.Name):
+            reaching = self.context.kinds.reaching(expr)
+            if len(reaching) != 1 or not self.context.inside(reaching[0].node, loop):
+                return False
+            expr = self._bindings.assigned_value(reaching[0])
+        return isinstance(expr, (cst.ListComp, cst.GeneratorExp)) and self._tokenizers.from_corpus(expr, loop)
+
+    def _text_calls(self, exprs: list[cst.BaseExpression], loop: cst.CSTNode) -> list[cst.Call]:
+        """The calls of the step that the values of `exprs` are computed by, followed through
+        the names of the step that reach them (assigned, or iterated by a `for`)."""
+        calls: dict[int, cst.Call] = {}
+        todo, seen = list(exprs), set()
+        while todo and len(seen) < 40:
+            expr = todo.pop()
+            if id(expr) in seen:
+                continue
+            seen.add(id(expr))
+            for made in self._index.find(cst.Call, within=expr):
+                calls.setdefault(id(made), made)
+            for name in names_read(expr):
+                for binding in self.context.kinds.reaching(name):
+                    if not self.context.inside(binding.node, loop):
+                        continue
+                    value = self._bindings.assigned_value(binding)
+                    statement = self._bindings.statement(binding.node)
+                    if value is None and isinstance(statement, (cst.For, cst.CompFor)):
+                        value = statement.iter
+                    if value is not None:
+                        todo.append(value)
+        return sorted(calls.values(), key=self._index.order)
 
     def tokenizes_step_text(self, call: cst.Call, loop: cst.CSTNode) -> bool:
         """Does `call` tokenize text the step makes, and none a corpus holds?"""

@@ -30,6 +30,8 @@ Summaries, each computed once per function and only when a rule asks:
 - `returned`: what a call gives, from its module's own analysis (for a function
   its module does not call itself) or from its return annotation;
 - `loaders_made`: the DataLoader constructions of its module that it returns;
+- `attribute_values`: for a class, what its methods assign to `self.<attribute>`
+  (the tokenizer an `LMWrapper` builds in its `__init__`), read in its module;
 - `batches_copied`: what becomes of the batches of a loader passed to one of its
   parameters: copied to a device in a loop of its module fed by that parameter, itself
   or in a function it hands the parameter to (of its module or of the project, a few
@@ -449,6 +451,22 @@ class Project:
         if module is None or node is None or module.context is None:
             return None
         return module.context, node
+
+    def attribute_values(
+        self, func: cst.BaseExpression, attribute: str
+    ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """What an object of the project class `func` names holds in `self.<attribute>`: the
+        values its methods assign there (`self.tokenizer = AutoTokenizer.from_pretrained(...)`
+        in `LMWrapper.__init__`), each with its module's analysis, which reads them; None when
+        `func` names no class of the project or one assignment cannot be followed."""
+        module, node = self._project_class(func)
+        if module is None or node is None or module.context is None:
+            return None
+        context = module.context
+        values = _summary(
+            module, ("attribute", node.name.value, attribute), lambda: context.kinds.assigned_to(node, attribute)
+        )
+        return [(context, value) for value in values] if values else None
 
     def network_tables(self, func: cst.BaseExpression, methods: tuple[str, ...]) -> list | None:
         """The tables of small networks (`self.ci_fns`) that the project class `func` names

@@ -11,7 +11,12 @@ texts a training step tokenizes come from.
   tiktoken: the tables in torch_facts), and so pure; receiver is `tok` for any call
   shaped like that.
 - `is_known(expr)`: is `expr` a tokenizer a known library built (followed through
-  names, parameters and `self` attributes)?
+  names, parameters, `self` attributes and the attributes of objects of the project's
+  classes: `ctx.wrapper.tokenizer` of an `LMWrapper` of another module whose `__init__`
+  builds it, and whose other methods only read it)?
+- `origin(expr)`: for a known tokenizer, the library and where it is built, for a message.
+- `kept_after_init(value)`: is the tokenizer `value`, assigned to `self.<attr>` in a
+  class's `__init__`, only read by the class's other methods?
 - `changed_in(receiver, region)`: why the known tokenizer `receiver` may change in
   `region` (a method other than a tokenizing one is called on it there), or None.
 - `from_corpus(expr, loop)`: does `expr` take its text from data kept outside the step
@@ -33,12 +38,17 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.names import method_name
+from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
+    ATTRIBUTE_READERS,
     DETOKENIZER_METHODS,
+    PURE_BUILTINS,
     TOKENIZER_BUILDERS,
     TOKENIZER_CLASS_WORD,
+    TOKENIZER_LIBRARIES,
     TOKENIZER_METHODS,
+    TOKENIZER_READERS,
 )
 from codemod.analysis.values import Kind
 
@@ -61,6 +71,8 @@ class Tokenizers:
         self._scopes = context.scopes
         self._bindings = context.bindings
         self._index = context.index
+        self._known: dict[int, bool] = {}  # id(expr) -> is_known(expr)
+        self._kept: dict[int, bool] = {}  # id(value) -> kept_after_init(value)
 
     def tokenizes(self, call: cst.Call, depth: int = 0) -> bool:
         """Does `call` tokenize text: a known tokenizer, a tokenizer's method (`encode`,
@@ -75,7 +87,7 @@ class Tokenizers:
             receiver = func.value
             if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
                 return False  # `"text".encode()`: bytes
-            if kinds.fact(receiver).kind is Kind.MODULE and not kinds.self_attribute_values(func):
+            if kinds.fact(receiver).kind is Kind.MODULE and not kinds.attribute_origins(func):
                 return False  # `vae.encode(x)`: a model's method (`self.tokenizer(...)` is an attribute's call)
         if any(kinds.fact(arg.value).kind is Kind.TENSOR for arg in call.args):
             return False  # `vae.encode(images)` of a library's model: a tensor in, not text
@@ -100,34 +112,40 @@ class Tokenizers:
             return False
         return any(self.tokenizes(inner, depth + 1) for inner in self._index.find(cst.Call, within=callee.body))
 
-    def from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int = 0) -> bool:
+    def from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
         """Does `expr` take its text from data kept outside the step (picked by the step's
         indices, `texts[i]`, or handed out by the loop, `for batch in loader`), rather than
-        make it in the step (`tok.decode(model.generate(...))`)?"""
+        make it in the step (`tok.decode(model.generate(...))`)? Followed through at most
+        six names bound in the step (`rendered` from `messages` from `user_text` from ...),
+        each binding once."""
+        return self._from_corpus(expr, loop, 0, set())
+
+    def _from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int, seen: set[int]) -> bool:
         if depth > 6:
             return False
         index = self._index
         if isinstance(expr, cst.Subscript):
             if isinstance(expr.value, cst.Name) and not self._bound_inside(expr.value, loop):
                 return True  # `texts[i]`
-            return self.from_corpus(expr.value, loop, depth + 1)
+            return self._from_corpus(expr.value, loop, depth, seen)
         if isinstance(expr, cst.Attribute):
-            return self.from_corpus(expr.value, loop, depth + 1)
+            return self._from_corpus(expr.value, loop, depth, seen)
         if isinstance(expr, cst.Name):
             if layouts(self.context).is_number(expr):
                 return False  # the step's counter, a size: no text of a corpus
             for assignment in self._scopes.get(expr)[expr.value] if self._scopes.get(expr) is not None else ():
                 node = getattr(assignment, "node", None)
-                if not isinstance(node, cst.CSTNode) or not index.inside(node, loop):
+                if not isinstance(node, cst.CSTNode) or not index.inside(node, loop) or id(node) in seen:
                     continue
+                seen.add(id(node))  # (a name bound many times in the step is followed once per binding)
                 statement = self._bindings.statement(node)
                 if statement is loop or (isinstance(statement, cst.For) and index.inside(loop, statement)):
                     return True  # the loop's own target: a batch of the loader or list it iterates
                 if isinstance(statement, (cst.For, cst.CompFor)):
-                    if self.from_corpus(statement.iter, loop, depth + 1):
+                    if self._from_corpus(statement.iter, loop, depth + 1, seen):
                         return True
                 elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
-                    if self.from_corpus(statement.value, loop, depth + 1):
+                    if self._from_corpus(statement.value, loop, depth + 1, seen):
                         return True
             return False
         if isinstance(expr, cst.Call):
@@ -139,20 +157,22 @@ class Tokenizers:
             parts = [a.value for a in expr.args]
             if isinstance(expr.func, cst.Attribute):
                 parts.append(expr.func.value)
-            return any(self.from_corpus(part, loop, depth + 1) for part in parts)
+            return any(self._from_corpus(part, loop, depth, seen) for part in parts)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return any(isinstance(e, cst.Element) and self.from_corpus(e.value, loop, depth + 1) for e in expr.elements)
+            return any(
+                isinstance(e, cst.Element) and self._from_corpus(e.value, loop, depth, seen) for e in expr.elements
+            )
         if isinstance(expr, cst.Dict):
             return any(
-                isinstance(e, cst.DictElement) and self.from_corpus(e.value, loop, depth + 1) for e in expr.elements
+                isinstance(e, cst.DictElement) and self._from_corpus(e.value, loop, depth, seen) for e in expr.elements
             )
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-            return self.from_corpus(expr.elt, loop, depth + 1)
+            return self._from_corpus(expr.elt, loop, depth, seen)
         if isinstance(expr, cst.BinaryOperation):
-            return self.from_corpus(expr.left, loop, depth + 1) or self.from_corpus(expr.right, loop, depth + 1)
+            return self._from_corpus(expr.left, loop, depth, seen) or self._from_corpus(expr.right, loop, depth, seen)
         if isinstance(expr, cst.FormattedString):
             return any(
-                isinstance(p, cst.FormattedStringExpression) and self.from_corpus(p.expression, loop, depth + 1)
+                isinstance(p, cst.FormattedStringExpression) and self._from_corpus(p.expression, loop, depth, seen)
                 for p in expr.parts
             )
         return False
@@ -234,17 +254,86 @@ class Tokenizers:
         return False, None
 
     def is_known(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
-        """Is `expr` a tokenizer a known library built (followed through names, parameters
-        and `self` attributes)?"""
+        """Is `expr` a tokenizer a known library built (followed through names, parameters,
+        `self` attributes and the attributes of objects of the project's classes)?"""
         if depth > 4:
             return False
-        if isinstance(expr, cst.Name):
-            values = [value for value, path in self.context.loaders.bound_values(expr) if not path] or None
-        elif isinstance(expr, cst.Attribute):
-            values = self.context.kinds.self_attribute_values(expr)
-        else:
+        known = self._known.get(id(expr)) if depth == 0 else None
+        if known is None:
+            origins = self._origins(expr)
+            known = bool(origins) and all(
+                (context is self.context or tokenizers(context).kept_after_init(value))
+                and tokenizers(context)._builds(value, depth)
+                for context, value in origins
+            )
+            if depth == 0:
+                self._known[id(expr)] = known
+        return known
+
+    def kept_after_init(self, value: cst.BaseExpression) -> bool:
+        """`value` is assigned to `self.<attr>` in `__init__` of a class of this file, and
+        the class's other methods only read that attribute: they call it, call on it only
+        methods that change nothing, read its attributes, or hand it to `getattr` or a pure
+        builtin; nothing else (no store into it, no other name for it). Asked of a class of
+        another module, whose methods the loop's own analysis does not follow."""
+        if id(value) not in self._kept:
+            self._kept[id(value)] = self._compute_kept(value)
+        return self._kept[id(value)]
+
+    def _compute_kept(self, value: cst.BaseExpression) -> bool:
+        context = self.context
+        statement = context.parents.get(value)
+        init = context.index.first_enclosing(value, cst.FunctionDef)
+        classdef = context.kinds.class_of(init) if init is not None else None
+        if not isinstance(statement, cst.Assign) or classdef is None or init.name.value != "__init__":
             return False
-        return bool(values) and all(self._builds(v, depth) for v in values)
+        target = statement.targets[0].target
+        if not isinstance(target, cst.Attribute):
+            return False
+        for method in context.index.find(cst.FunctionDef, within=classdef):
+            if method is init or not method.params.params:
+                continue
+            owner = method.params.params[0].name.value
+            for node in context.index.find(cst.Attribute, within=method):
+                if (
+                    node.attr.value == target.attr.value
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value == owner
+                    and not _read_only(context, node)
+                ):
+                    return False
+        return True
+
+    def origin(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """For a known tokenizer `expr`, the library and where it is built: "the Hugging Face
+        tokenizer built in `LMWrapper.__init__` (pkg/models.py:665)"; None when not known."""
+        if depth > 4 or not self.is_known(expr):
+            return None
+        context, value = self._origins(expr)[0]
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            return tokenizers(context).origin(value, depth + 1)
+        tops = {name.split(".")[0] for name in context.names.of(value.func)} & TOKENIZER_LIBRARIES.keys()
+        library = TOKENIZER_LIBRARIES[min(tops)]  # a known builder is one of these libraries
+        where = (
+            project_of(self.context).shown_in(context, value)
+            if context is not self.context
+            else f"line {context.line(value)}"
+        )
+        function = context.index.first_enclosing(value, cst.FunctionDef)
+        if function is None:
+            return f"the {library} tokenizer built at {where}"
+        owner = context.kinds.class_of(function)
+        named = f"{owner.name.value}.{function.name.value}" if owner is not None else function.name.value
+        return f"the {library} tokenizer built in `{named}` ({where})"
+
+    def _origins(self, expr: cst.BaseExpression) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """The values `expr` may hold, each with the file it is written in."""
+        if isinstance(expr, cst.Name):
+            values = [value for value, path in self.context.loaders.bound_values(expr) if not path]
+            return [(self.context, value) for value in values] or None
+        if isinstance(expr, cst.Attribute):
+            return self.context.kinds.attribute_origins(expr)
+        return None
 
     def _builds(self, value: cst.BaseExpression, depth: int = 0) -> bool:
         if isinstance(value, (cst.Name, cst.Attribute)):
@@ -262,6 +351,22 @@ class Tokenizers:
             ):
                 return True
         return False
+
+
+def _read_only(context: FileContext, node: cst.Attribute) -> bool:
+    """Does this use of a tokenizer `node` (`self.tokenizer`) only read it?"""
+    parent = context.parents.get(node)
+    if isinstance(parent, cst.Call) and parent.func is node:
+        return True  # `self.tokenizer(text)`
+    if isinstance(parent, cst.Attribute) and parent.value is node:  # `self.tokenizer.<name>`
+        used = context.parents.get(parent)
+        if isinstance(used, cst.Call) and used.func is parent:
+            return parent.attr.value in TOKENIZER_READERS
+        return not isinstance(used, (cst.AssignTarget, cst.AugAssign, cst.Del))
+    if isinstance(parent, cst.Arg):
+        call = context.parents.get(parent)
+        return isinstance(call, cst.Call) and bool(context.names.of(call.func) & (ATTRIBUTE_READERS | PURE_BUILTINS))
+    return False
 
 
 def corpus_of(text: cst.BaseExpression) -> cst.Name | None:

@@ -303,6 +303,8 @@ PURE_BUILTINS = frozenset(
         "isinstance divmod pow ord chr repr hash"
     ).split()
 )
+# Builtins that read an object's attributes and change nothing.
+ATTRIBUTE_READERS = frozenset({"builtins.getattr", "builtins.hasattr"})
 # Modules of Python's standard library (and numpy) whose functions run no torch operation:
 # a call of one multiplies no tensors on the GPU.
 NO_TORCH_MODULES = (
@@ -538,6 +540,14 @@ TOKENIZER_METHODS = frozenset(
 )
 # Methods that turn ids (or a model's output) back into text, or generate it.
 DETOKENIZER_METHODS = frozenset({"decode", "batch_decode", "generate"})
+# Methods of a tokenizer that read it and change nothing: its pure methods and decoding.
+TOKENIZER_READERS = TOKENIZER_METHODS | {"decode", "batch_decode"}
+# The keyword that makes a Hugging Face tokenizer pad a batch of texts to its longest, and its
+# values that leave the ids unpadded.
+TOKENIZER_PADDING = "padding"
+TOKENIZER_NO_PADDING = frozenset({"False", "'do_not_pad'", '"do_not_pad"'})
+# The library a known tokenizer's builder comes from (the top of its qualified name), as users name it.
+TOKENIZER_LIBRARIES = {"transformers": "Hugging Face", "tokenizers": "Hugging Face", "tiktoken": "tiktoken"}
 # Context managers that change how ops are computed (precision, gradients), not what a
 # factory or a tokenizer gives.
 TRANSPARENT_BLOCKS = frozenset(

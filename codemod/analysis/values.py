@@ -1354,6 +1354,10 @@ class Kinds:
                     return None
                 values.extend(passed)
                 continue
+            items = self.iterated_items(binding.node)
+            if items is not None:  # `for ctx in contexts:` over a list of constructions
+                values.extend(items)
+                continue
             statement = self._binding_statement(binding.node)
             if not (
                 isinstance(statement, cst.Assign)
@@ -1411,6 +1415,10 @@ class Kinds:
             if isinstance(binding.node, cst.Param):
                 calls.extend(self.passed(binding.node) or [None])
                 continue
+            items = self.iterated_items(binding.node)
+            if items is not None:
+                calls.extend(items)
+                continue
             statement = self._binding_statement(binding.node)
             calls.append(statement.value if isinstance(statement, cst.Assign) else None)
         values = []
@@ -1428,6 +1436,109 @@ class Kinds:
                 return None
             values.append(passed)
         return values or None
+
+    def iterated_items(self, target: cst.CSTNode) -> list[cst.BaseExpression] | None:
+        """The items the target of `for item in items:` takes, when `items` is a list bound
+        once, to a list display, and filled only by `items.append(x)` (`contexts = []`, then
+        `contexts.append(Context(...))`); elsewhere only iterated, indexed, measured or
+        tested. None for any other binding."""
+        statement = self._binding_statement(target)
+        if not (isinstance(statement, cst.For) and statement.target is target and isinstance(statement.iter, cst.Name)):
+            return None
+        listed = statement.iter
+        scope = self.scopes.get(listed)
+        bindings = list(scope[listed.value]) if scope is not None else []
+        if len(bindings) != 1 or type(bindings[0]) is not Assignment:
+            return None
+        display = self._context.bindings.assigned_value(bindings[0])
+        if not isinstance(display, cst.List) or any(isinstance(e, cst.StarredElement) for e in display.elements):
+            return None
+        items = [element.value for element in display.elements]
+        for access in bindings[0].references:
+            parent = self.parents.get(access.node)
+            call = self.parents.get(parent)
+            if isinstance(parent, cst.Attribute) and parent.value is access.node:
+                if not (parent.attr.value == "append" and isinstance(call, cst.Call) and len(call.args) == 1):
+                    return None  # `extend`, `insert`, `sort`, ...: not followed
+                items.append(call.args[0].value)
+            elif isinstance(parent, cst.Subscript):
+                if isinstance(call, (cst.AssignTarget, cst.Del)):
+                    return None  # `items[0] = other`
+            elif isinstance(parent, cst.Arg):
+                if not (isinstance(call, cst.Call) and self.names.is_(call.func, "len", "builtins.len")):
+                    return None  # handed to a call that may change it
+            elif not isinstance(
+                parent, (cst.For, cst.CompFor, cst.UnaryOperation, cst.If, cst.BooleanOperation, cst.Comparison)
+            ):
+                return None
+        return items
+
+    def assigned_to(self, classdef: cst.ClassDef, attribute: str) -> list[cst.BaseExpression] | None:
+        """The values the methods of `classdef` assign to `self.<attribute>`; None when one
+        cannot be followed or none is assigned."""
+        return self._assigned_attributes(classdef).get(attribute)
+
+    def attribute_origins(self, expr: cst.Attribute) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """What `obj.<attr>` may hold, each value with the file it is written in: the values
+        the methods of a class of this file assign (`self_attribute_values`), or, when `obj`
+        holds objects a class of another module of the project builds (`ctx.wrapper` of
+        `Context(wrapper=LMWrapper(cfg))`), those its methods assign, read in its module
+        (`Project.attribute_values`). An owner that may be None adds nothing: reading an
+        attribute of None raises. None when one value cannot be followed."""
+        values = self.self_attribute_values(expr)
+        if values is not None:
+            return [(self._context, value) for value in values]
+        owner = expr.value
+        if isinstance(owner, cst.Attribute):
+            owners = self.self_attribute_values(owner)
+        elif isinstance(owner, cst.Name):
+            owners = [owner]
+        else:
+            return None
+        found: list[tuple[FileContext, cst.BaseExpression]] = []
+        for held in owners or ():
+            made: list[cst.BaseExpression | None] = [held]
+            if isinstance(held, cst.Name):
+                sources = self.sources(held)
+                made = []
+                for source in sources:
+                    value = self._context.bindings.assigned_value(source)
+                    made.extend([value] if value is not None else self.iterated_items(source.node) or [None])
+                if not sources or None in made:
+                    return None
+            for value in made:
+                if isinstance(value, cst.Name) and value.value == "None":
+                    continue
+                assigned = self._constructed_attribute(value, expr.attr.value)
+                if assigned is None:
+                    return None
+                found.extend(assigned)
+        return found or None
+
+    def _constructed_attribute(
+        self, value: cst.BaseExpression | None, attribute: str
+    ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """What the methods of the class `value` constructs (`Wrapper(cfg)`, also
+        `Wrapper(cfg).to(device)`) assign to `self.<attribute>`, for a class of this file or
+        of another module of the project."""
+        returning_self = set()
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
+        ):
+            returning_self.add(value.func.attr.value)
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return None
+        local = self.local_class(value.func)
+        found = self._project().class_of(value.func) if local is None else (self._context, local)
+        if found is None or returning_self & _method_names(found[1]):
+            return None  # (a class of its own `to` may return anything)
+        if local is not None:
+            assigned = self.assigned_to(local, attribute)
+            return [(self._context, v) for v in assigned] if assigned else None
+        return self._project().attribute_values(value.func, attribute)
 
     def _class_of_method_named(self, classdef: cst.ClassDef, name: str) -> bool:
         return _method(classdef, name) is not None

@@ -338,9 +338,9 @@ class ManualBatchingInStepLoop(Rule):
         work = ", ".join(f"`{name}(...)`" for name in named)
         if opaque is not None:
             why = (
-                f"`{source(opaque.func)}` (line {line(opaque)}) is not a function perfmod can follow (an object "
-                "of another module or a library reached through attributes), so it cannot tell that the call is "
-                "pure and that a worker process may run it"
+                f"`{source(opaque.func)}` (line {line(opaque)}) is not one function of this file or of the project "
+                "that perfmod can follow, nor a known tokenizer, so it cannot tell that the call is pure and that a "
+                "worker process may run it"
             )
         else:
             plan = windows.list_batch(batch)
