@@ -121,7 +121,11 @@ class PerStepHostSync(Rule):
     call, and every use is in the log branch. The rule reports without a fix,
     saying why, when the value decides control flow every step (early stopping,
     NaN checks), is stored or printed every step, is used after the loop, or
-    when the file may run on MPS or XLA, which have no float64.
+    when the file may run on MPS or XLA, which have no float64. Where the loop
+    waits for the device every step anyway, at a `torch.cuda.synchronize()`
+    (timing code) or at another read that stays (a loss printed every step),
+    the step's other reads are reported with that wait as the reason and left
+    where they are: reading them later would not let the step run ahead.
 
     Values are followed through the file's own code: sums started together
     (`total, correct = 0.0, 0` or `n_tok = n_correct = 0`), values a function
