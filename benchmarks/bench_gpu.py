@@ -294,7 +294,7 @@ PARTS = [
     ),
     Part(
         "optimizer",
-        "optimizer step of Adam, AdamW and SGD: torch's default vs PM402's fused=True",
+        "optimizer step of Adam, AdamW and SGD: torch's default vs foreach=True vs PM402's fused=True",
         "benchmarks.optimizer_step",
         {
             "cuda": [["--device", "cuda"]],

@@ -8,6 +8,6 @@ def test_quick_run_prints_a_row_per_optimizer(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 10 x (32, 32)")]
     assert [row.split("|")[2].strip() for row in rows] == list(optimizer_step.OPTIMIZERS)
     for row in rows:
-        default, fused, ratio, difference = (cell.strip() for cell in row.split("|")[3:7])
-        assert float(default) > 0 and float(fused) > 0 and ratio.endswith("x")
+        default, foreach, fused, ratio, difference = (cell.strip() for cell in row.split("|")[3:8])
+        assert float(default) > 0 and float(foreach) > 0 and float(fused) > 0 and ratio.endswith("x")
         assert float(difference) < 1e-5  # the fused kernel rounds differently, no more

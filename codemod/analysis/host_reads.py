@@ -55,6 +55,7 @@ from codemod.analysis.names import integer_value, method_name, names_read, numbe
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.scopes import reads_of
+from codemod.analysis.sizes import sizes_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
     HOST_READ_BUILTINS,
@@ -574,6 +575,13 @@ class StepReads:
         ):
             return [self._plan_append(sync, small.value)]
         raise Kept(self._use_reason(sync))
+
+    def waits_every_step(self, kept: list[cst.Call]) -> cst.Call | None:
+        """The first of `kept` (reads that stay where they are) that the loop makes on every
+        pass, under no condition: the host waits for the device there every step, so reading
+        another value of the step later would not let the step run ahead."""
+        every = sizes_of(self.a.context).every_step
+        return next((read for read in sorted(kept, key=self.a.start) if every(read, self.loop)), None)
 
     def _use_reason(self, node: cst.CSTNode, subject: str = "its value") -> str:
         """Why a use of a synced value forces the sync to stay, from where the use is."""

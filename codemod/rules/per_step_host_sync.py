@@ -39,6 +39,10 @@ STEP = """\
 """
 
 
+ANYWAY = (
+    "the loop waits for the device on every step anyway at `{read}` (line {line}), a read that stays, so "
+    "reading this value later would not let the step run ahead"
+)
 IN_ANOTHER_FUNCTION = (
     "it is in another function; call that function only at log time, or return the tensor and read it there"
 )
@@ -117,7 +121,11 @@ class PerStepHostSync(Rule):
     call, and every use is in the log branch. The rule reports without a fix,
     saying why, when the value decides control flow every step (early stopping,
     NaN checks), is stored or printed every step, is used after the loop, or
-    when the file may run on MPS or XLA, which have no float64.
+    when the file may run on MPS or XLA, which have no float64. Where the loop
+    waits for the device every step anyway, at a `torch.cuda.synchronize()`
+    (timing code) or at another read that stays (a loss printed every step),
+    the step's other reads are reported with that wait as the reason and left
+    where they are: reading them later would not let the step run ahead.
 
     Values are followed through the file's own code: sums started together
     (`total, correct = 0.0, 0` or `n_tok = n_correct = 0`), values a function
@@ -439,18 +447,26 @@ class PerStepHostSync(Rule):
 
     def _check_loop(self, scan: StepReads, loop: cst.CSTNode) -> None:
         fixes: list[Deferral] = []
+        kept = [sync for sync in scan.reads() if id(sync) in scan.suppressed]
         for sync in scan.reads():
             if id(sync) in scan.suppressed or self.context.training.synchronized_before(sync, loop) is not None:
                 continue  # suppressed, or the step already waited for the device: this read waits for nothing
             try:
                 fixes.extend(scan.defer(sync))
             except Kept as why:
+                kept.append(sync)
                 self.report(sync, f"`{self._code(sync)}` waits for the GPU every step; not rewritten: {why}")
         for call, _ in scan.returning_calls():
             fixes.extend(scan.defer_returned(call))
             self._kept_returned[id(call)] = scan.returned_kept(call) or IN_ANOTHER_FUNCTION
         # A read of another function that a fix here rewrites is not reported there again.
         self._fixed_in_functions.update(id(fix.read) for fix in fixes)
+        waits = scan.waits_every_step(kept)
+        if waits is not None:
+            why = ANYWAY.format(read=self._code(waits), line=self.context.line(waits))
+            for read in dict.fromkeys(fix.read for fix in fixes):
+                self.report(read, f"`{self._code(read)}` waits for the GPU every step; not rewritten: {why}")
+            return
         # Edits that several fixes need (a statement two reads move, the statements moved
         # into one log branch, the reads of one running sum) are one edit they share.
         shared: dict[object, Edit] = {}

@@ -117,6 +117,35 @@ def test_a_step_that_waits_for_the_device_for_its_timing_keeps_its_read_and_says
     assert "anyway" not in rewrite(untimed)[1][0].message
 
 
+PRINTED_EVERY_STEP = """\
+import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(8, 1).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 0.0
+for step in range(10):
+    loss = model(torch.randn(16, 8, device=device)).pow(2).mean()
+    total += loss.item()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    print(f"step {step} loss {loss.item():.4f}")
+print(total / 10)
+"""
+
+
+def test_a_read_that_stays_every_step_keeps_the_others_and_says_so():
+    new_source, findings = rewrite(PRINTED_EVERY_STEP)
+    assert new_source == PRINTED_EVERY_STEP
+    summed, printed = sorted(findings, key=lambda f: f.line)
+    assert not summed.fixable and not printed.fixable
+    assert "waits for the device on every step anyway at `loss.item()` (line 12), a read that stays" in summed.message
+    assert "logged every step" in printed.message
+    logged_sometimes = PRINTED_EVERY_STEP.replace("    print(f", "    if step % 5 == 0:\n        print(f")
+    [fixed] = [f for f in rewrite(logged_sometimes)[1] if f.line == 8]
+    assert fixed.fixable
+
+
 def random_losses(rng: random.Random, dtype: torch.dtype, count: int) -> list[torch.Tensor]:
     """Scalars spread over many binades, as losses over a run are, in `dtype`."""
     return [torch.tensor(rng.uniform(-1, 1) * 2.0 ** rng.randint(-20, 20), dtype=dtype) for _ in range(count)]
