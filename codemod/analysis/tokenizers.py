@@ -75,7 +75,7 @@ class Tokenizers:
             receiver = func.value
             if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
                 return False  # `"text".encode()`: bytes
-            if kinds.fact(receiver).kind is Kind.MODULE and not kinds.self_attribute_values(func):
+            if kinds.fact(receiver).kind is Kind.MODULE and not kinds.attribute_values(func):
                 return False  # `vae.encode(x)`: a model's method (`self.tokenizer(...)` is an attribute's call)
         if any(kinds.fact(arg.value).kind is Kind.TENSOR for arg in call.args):
             return False  # `vae.encode(images)` of a library's model: a tensor in, not text
@@ -241,7 +241,7 @@ class Tokenizers:
         if isinstance(expr, cst.Name):
             values = [value for value, path in self.context.loaders.bound_values(expr) if not path] or None
         elif isinstance(expr, cst.Attribute):
-            values = self.context.kinds.self_attribute_values(expr)
+            values = self.context.kinds.attribute_values(expr)
         else:
             return False
         return bool(values) and all(self._builds(v, depth) for v in values)
