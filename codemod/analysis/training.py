@@ -46,7 +46,6 @@ from codemod.analysis.names import (
     names_read,
     number_value,
     positional,
-    sole_definition,
 )
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
@@ -84,7 +83,7 @@ from codemod.analysis.torch_facts import (
     TRAINER_PLACED_MODULES,
     module_of_chain,
 )
-from codemod.analysis.values import DEVICE_STRING, Kind, Place, class_default
+from codemod.analysis.values import DEVICE_STRING, Kind, Place
 
 if TYPE_CHECKING:
     from codemod.analysis.placement import Placement
@@ -810,32 +809,9 @@ class Training:
             sources = self.value_sources(expr)
             return _union(*(self.numbers(s, depth + 1) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
-            values = self.kinds.attribute_values(expr) or self._passed_fields(expr.value, expr.attr.value, depth)
+            values = self.kinds.attribute_values(expr)
             return _union(*(self.numbers(v, depth + 1) for v in values)) if values else None
         return None
-
-    def _passed_fields(self, receiver: cst.BaseExpression, attr: str, depth: int) -> list[cst.BaseExpression]:
-        """What `receiver.attr` may hold where `receiver` names a config object handed down
-        through parameters (`cfg` of `Block(cfg)` of `GPT(cfg)` of `cfg = Config()`): the
-        keyword each construction of a config class of this file passes, or its default."""
-        if not isinstance(receiver, cst.Name) or depth > MAX_DEPTH:
-            return []
-        values: list[cst.BaseExpression] = []
-        for source in self.value_sources(receiver):
-            if isinstance(source, cst.Name):
-                found = self._passed_fields(source, attr, depth + 1)
-            elif isinstance(source, cst.Call) and sole_definition(self.context.scopes, source.func, cst.ClassDef):
-                passed = kwarg(source, attr)
-                default = class_default(sole_definition(self.context.scopes, source.func, cst.ClassDef), attr)
-                # a field passed by position, or unpacked, may be this one: not told
-                hidden = any(a.star or a.keyword is None for a in source.args)
-                found = [passed.value] if passed is not None else [] if hidden else [default]
-            else:
-                return []
-            if not found or None in found:
-                return []
-            values.extend(found)
-        return values
 
     def is_int(self, expr: cst.BaseExpression | None) -> bool:
         """Is `expr` provably a Python int (`Values.number`: the one number question)?"""

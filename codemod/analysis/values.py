@@ -246,7 +246,7 @@ LOOPS = (cst.For, cst.While)
 CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is: a batch
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
-MAX_NAMESPACE_DEPTH = 4  # parameters an options namespace is followed through
+MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
 
 
 @dataclass(frozen=True)
@@ -1369,7 +1369,10 @@ class Kinds:
             ):
                 returning_self.add(value.func.attr.value)
                 value = value.func.value
-            classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
+            if isinstance(value, cst.Name):  # `train(model)`, `net = model.to(device)`
+                classdef = self.instance_class(value)
+            else:
+                classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
             if classdef is None or returning_self & _method_names(classdef):
                 return None  # (a class of its own `to` may return anything)
             classes[id(classdef)] = classdef
@@ -1526,12 +1529,15 @@ class Kinds:
                     found.append((part, self.element(statement.value, position) if plain else None))
         return found
 
-    def _field_values(self, owner: cst.Name, classdef: cst.ClassDef, field: str) -> list[cst.BaseExpression] | None:
+    def _field_values(
+        self, owner: cst.Name, classdef: cst.ClassDef, field: str, depth: int = 0
+    ) -> list[cst.BaseExpression] | None:
         """The values the calls that build `owner` pass to the field `field` of a class of
         this file without an `__init__` (a dataclass, a NamedTuple, a config class), by
         keyword or by position among its annotated fields, else the field's default
-        (`ctx = Context(ids=table)`: `ctx.ids` is `table`)."""
-        if _method(classdef, "__init__") is not None:
+        (`ctx = Context(ids=table)`: `ctx.ids` is `table`), followed through the names and
+        parameters it is handed down by (`cfg` of `Block(cfg)` of `cfg = Config()`)."""
+        if _method(classdef, "__init__") is not None or depth > MAX_NAMESPACE_DEPTH:
             return None
         fields = [
             s.body[0].target.value
@@ -1554,6 +1560,12 @@ class Kinds:
             calls.append(statement.value if isinstance(statement, cst.Assign) else None)
         values = []
         for call in calls:
+            if isinstance(call, cst.Name):
+                found = self._field_values(call, classdef, field, depth + 1)
+                if found is None:
+                    return None
+                values.extend(found)
+                continue
             if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
                 return None
             passed = kwarg(call, field)

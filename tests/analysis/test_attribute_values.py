@@ -215,3 +215,29 @@ def test_an_option_holds_its_choices_or_as_written_its_default():
     assert held(ctx, "args.opt") == ['"adam"', '"sgd"']
     assert held(ctx, "args.steps") is None  # the command line may give any number
     assert held(ctx, "args.steps", written=True) == ["100"]
+
+
+def test_a_config_handed_down_through_parameters_holds_what_its_construction_passes():
+    ctx = context(
+        """\
+        from dataclasses import dataclass
+
+        @dataclass
+        class Config:
+            width: int = 64
+
+        class Block:
+            def __init__(self, cfg):
+                print(cfg.width)
+
+        class Model:
+            def __init__(self, cfg):
+                self.block = Block(cfg)
+
+        def build(config):
+            return Model(config)
+
+        model = build(Config(width=32))
+        """
+    )
+    assert held(ctx, "cfg.width") == ["32"]
