@@ -1547,7 +1547,7 @@ class Kinds:
             and isinstance(s.body[0], cst.AnnAssign)
             and isinstance(s.body[0].target, cst.Name)
         ]
-        default = class_default(classdef, field)
+        default = _class_default(classdef, field)
         scope = self.scopes.get(owner)
         calls = []
         for binding in scope[owner.value] if scope is not None else ():
@@ -1935,7 +1935,7 @@ def _target_parts(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [target]
 
 
-def class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
+def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
     """The default of the field `attr` of a (data)class: `attr = v`, `attr: T = v`,
     `attr: T = field(default=v)` or `field(default_factory=lambda: v)`."""
     for line in cls.body.body:
