@@ -35,7 +35,7 @@ import libcst as cst
 
 from codemod.analysis.bindings import returned_values
 from codemod.analysis.names import atom, integer_literal, integer_value, is_dotted_name, kwarg, number_value, positional
-from codemod.analysis.tensor_layout import Spec, attributes, layouts, normalize_dim, read_names, reads
+from codemod.analysis.tensor_layout import Spec, layouts, normalize_dim, read_names, reads
 from codemod.analysis.torch_facts import (
     DROPOUTS,
     FUNCTIONAL_DROPOUTS,
@@ -105,7 +105,6 @@ class Attentions:
     def __init__(self, context: FileContext) -> None:
         self.context = context
         self.layouts = layouts(context)
-        self.attributes = attributes(context)
         self._strict = False
         self._finfo: list = []
         self._partial: Attention | None = None
@@ -361,7 +360,7 @@ class Attentions:
 
     def _softmax_module(self, func: cst.Attribute) -> cst.BaseExpression | None:
         """The dim of `self.<name>` when every value it is given is `nn.Softmax(dim=d)`."""
-        values = self.attributes.values(func)
+        values = self.context.kinds.attribute_values(func)
         if not values:
             return None
         dims = []
@@ -439,7 +438,7 @@ class Attentions:
 
     def _module_values(self, func) -> list | None:
         values = (
-            self.attributes.values(func)
+            self.context.kinds.attribute_values(func)
             if isinstance(func, cst.Attribute)
             else (
                 [self.layouts.value_of(func)]
@@ -1174,7 +1173,7 @@ class _MaskReader:
             value = self.reader.layouts.value_of(expr) if expr in self.context.index else None
             return self.read(value, depth + 1) if value is not None else None
         if isinstance(expr, cst.Attribute):
-            values = self.reader.attributes.values(expr)
+            values = self.reader.context.kinds.attribute_values(expr)
             if not values:
                 return None
             meanings = {self.read(v, depth + 1) for v in values}

@@ -133,7 +133,7 @@ class BatchDraws:
             else:
                 values = context.bindings.values(expr) or []
         elif isinstance(expr, cst.Attribute):
-            values = context.kinds.self_attribute_values(expr) or []
+            values = context.kinds.attribute_values(expr) or []
         families = {self.generator_family(value, depth + 1) for value in values}
         return families.pop() if len(families) == 1 else None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis import match as m
 from codemod.analysis.names import sole_definition
 from codemod.analysis.scopes import PerBindings
 
@@ -26,7 +25,6 @@ class Bindings:
     def __init__(self, scopes, parents) -> None:
         self.scopes = scopes
         self.parents = parents
-        self._attribute_assignments: dict[cst.ClassDef, dict[str, list[tuple[cst.CSTNode, cst.Attribute]]]] = {}
         self._values = PerBindings()  # the values a name's bindings assign
 
     def assignments(self, name: cst.Name) -> list[Assignment] | None:
@@ -93,59 +91,6 @@ class Bindings:
 
         known = self._values.get(scope[name.value], compute)  # a name bound N times costs N once
         return list(known) if known is not None else None
-
-    def expression_values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
-        """The values a name (`values`) or a `self.<name>` (`attribute_values`) is bound to;
-        None for any other expression."""
-        if isinstance(expr, cst.Name):
-            return self.values(expr)
-        if isinstance(expr, cst.Attribute):
-            return self.attribute_values(expr)
-        return None
-
-    def attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
-        """The values assigned to `self.<name>` in the methods of the class around
-        `expr`, for an `expr` spelled `self.<name>` inside one of its methods; None
-        when `expr` is not such an attribute or the class never assigns it plainly."""
-        if not isinstance(expr.value, cst.Name):
-            return None
-        method = self._enclosing(expr, cst.FunctionDef)
-        classdef = self._enclosing(method, cst.ClassDef) if method is not None else None
-        params = method.params.params if method is not None else ()
-        if classdef is None or not params or params[0].name.value != expr.value.value:
-            return None
-        values = []
-        for statement, target in self._attribute_targets(classdef).get(expr.attr.value, ()):
-            owner = self._enclosing(statement, cst.FunctionDef)
-            owner_params = owner.params.params if owner is not None else ()
-            if not owner_params or owner_params[0].name.value != target.value.value:
-                continue  # `other.<name> = ...`: another object's attribute
-            if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-                values.append(statement.value)
-            else:
-                return None  # unpacked, augmented or annotated without a value: not followed
-        return values or None
-
-    def _attribute_targets(self, classdef: cst.ClassDef) -> dict[str, list[tuple[cst.CSTNode, cst.Attribute]]]:
-        """Attribute name -> (statement, target) of each assignment in the class to
-        `<name>.<attribute>`, in document order; one walk of the class for all look-ups."""
-        found = self._attribute_assignments.get(classdef)
-        if found is None:
-            found = self._attribute_assignments[classdef] = {}
-            for statement in m.findall(classdef, m.Assign() | m.AnnAssign() | m.AugAssign()):
-                targets = (
-                    [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
-                )
-                for target in targets:
-                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
-                        found.setdefault(target.attr.value, []).append((statement, target))
-        return found
-
-    def _enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
-        current = self.parents.get(node)
-        while current is not None and not isinstance(current, kind):
-            current = self.parents.get(current)
-        return current
 
     def local_function(self, expr: cst.BaseExpression) -> cst.FunctionDef | None:
         """The `def` of this file that `expr` (a Name) calls, when it is the only binding."""

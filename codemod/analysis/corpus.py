@@ -186,7 +186,7 @@ class Corpus:
             return f"the texts are made in the step (`{_short(self.context, value.elt)}`), not taken as they are from a list"
         if not isinstance(indices, cst.Name):
             return f"the indices `{_short(self.context, indices)}` are not a name the step keeps"
-        for name in sorted(self._variance.aliases(texts.value, loop) | {indices.value}):
+        for name in sorted(self._variance.aliases(texts, loop) | {indices.value}):
             if self._variance.changed_in_place(name, loop):
                 return f"`{name}` is changed in place in the step"
         start, end = self.context.positions[value].end, self.context.positions[comp].start

@@ -479,7 +479,7 @@ class Loaders:
                 return self._annotated_loader(expr)
             return [found for source, inner in bound for found in self.sources(source, inner + path, depth + 1)]
         if isinstance(expr, cst.Attribute):  # `self.train_loader`, assigned in another method
-            values = self.kinds.self_attribute_values(expr) or []
+            values = self.kinds.attribute_values(expr) or []
             return [found for value in values for found in self.sources(value, path, depth + 1)]
         if isinstance(expr, cst.IfExp):
             return self.sources(expr.body, path, depth + 1) + self.sources(expr.orelse, path, depth + 1)
@@ -552,7 +552,7 @@ class Loaders:
                 self.only_loaders(source, inner + path, depth + 1) for source, inner in sources
             )
         if isinstance(expr, cst.Attribute):
-            values = self.kinds.self_attribute_values(expr) or []
+            values = self.kinds.attribute_values(expr) or []
             return bool(values) and all(self.only_loaders(value, path, depth + 1) for value in values)
         if isinstance(expr, cst.IfExp):
             return self.only_loaders(expr.body, path, depth + 1) and self.only_loaders(expr.orelse, path, depth + 1)
@@ -642,7 +642,7 @@ class Loaders:
         """What `self.<attr>` (or `obj.<attr>` on an instance of a class of this file) is
         bound to by the class's methods, with the index a tuple assignment unpacks
         (`self.train_set, self.val_set = random_split(...)`); empty when not all can be seen."""
-        values = self.kinds.self_attribute_values(expr)
+        values = self.kinds.attribute_values(expr)
         if values is not None:
             return [(value, ()) for value in values]
         classdef = self.kinds.instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
@@ -1578,7 +1578,7 @@ class Loaders:
                 continue  # a local value, computed by the calls above, or a parameter
             if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == me):
                 return UNKNOWN
-            values = self.kinds.self_attribute_values(value)
+            values = self.kinds.attribute_values(value)
             if not values or not all(self._held_in_memory(held, classdef, call, depth + 1) for held in values):
                 return UNKNOWN
         return INDEXES
@@ -1843,7 +1843,7 @@ class Loaders:
             default = option.default if option is not None else None
             if default is not None:
                 return self.setting(default, depth + 1)
-            values = self.kinds.self_attribute_values(expr) or []
+            values = self.kinds.attribute_values(expr) or []
             if len(values) == 1:
                 return self.setting(values[0], depth + 1)
             owner = self.setting_owner(expr.value, depth + 1)

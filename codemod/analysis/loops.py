@@ -102,7 +102,6 @@ class TrainingLoops:
         self._runs: dict[cst.CSTNode, tuple[StepSite, ...]] = {}
         self._once: dict[cst.FunctionDef, bool] = {}
         self._codes: dict[cst.CSTNode, str] = {}
-        self._attribute_values: dict | None = None
         self._step_of: dict[cst.Call, tuple[cst.BaseExpression, bool] | None] = {}
         self._stepped: dict[int, tuple[cst.BaseExpression, list[cst.Call]]] | None = None
         calls = index.find(cst.Call)
@@ -333,30 +332,9 @@ class TrainingLoops:
                 return values
             found = self.context.bindings.param_of(expr)  # what every call passes (`Kinds.passed`)
             return (self.context.kinds.passed(found[1]) or []) if found is not None else []
-        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
-            cls = self.class_of_instance(expr.value)
-            return list(self._attributes().get((cls, expr.attr.value), ())) if cls is not None else []
+        if isinstance(expr, cst.Attribute):
+            return self.context.kinds.attribute_values(expr) or []
         return []
-
-    def _attributes(self) -> dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]]:
-        """(class, attribute) -> the values `self.<attribute> = value` assigns in its methods."""
-        if self._attribute_values is None:
-            found: dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]] = {}
-            for statement in self._index.find((cst.Assign, cst.AnnAssign)):
-                targets = (
-                    [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
-                )
-                for target in targets:
-                    if (
-                        isinstance(target, cst.Attribute)
-                        and isinstance(target.value, cst.Name)
-                        and statement.value is not None
-                    ):
-                        cls = self.class_of_instance(target.value)
-                        if cls is not None:
-                            found.setdefault((cls, target.attr.value), []).append(statement.value)
-            self._attribute_values = found
-        return self._attribute_values
 
     def reach(self, node: cst.CSTNode) -> frozenset[str]:
         """Which of backward and an optimizer step running `node` may do, through the

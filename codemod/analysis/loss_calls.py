@@ -104,7 +104,7 @@ class LossCalls:
         if isinstance(call.func, cst.Name):
             values = self.context.bindings.values(call.func)
         elif isinstance(call.func, cst.Attribute):
-            values = self.context.bindings.attribute_values(call.func)
+            values = self.context.kinds.attribute_values(call.func)
         else:
             return None
         if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
@@ -191,7 +191,7 @@ class LossCalls:
         if isinstance(func, cst.Name):
             values = self.context.bindings.values(func)
         elif isinstance(func, cst.Attribute):
-            values = self.context.bindings.attribute_values(func)
+            values = self.context.kinds.attribute_values(func)
         else:
             return None
         if not values or len(values) != 1 or not isinstance(values[0], cst.Call):

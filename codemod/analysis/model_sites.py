@@ -530,7 +530,7 @@ class ModelSites:
         `main(device, ...)`) followed to what the one call of its function passes."""
         for _ in range(6):
             if isinstance(device, cst.Attribute):
-                values = self.bindings.attribute_values(device)
+                values = self.context.kinds.attribute_values(device)
                 if not values or len(values) != 1 or not isinstance(values[0], cst.Name):
                     return device
                 if self.bindings.param_of(values[0]) is None:

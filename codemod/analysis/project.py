@@ -464,7 +464,9 @@ class Project:
             return None
         context = module.context
         values = _summary(
-            module, ("attribute", node.name.value, attribute), lambda: context.kinds.assigned_to(node, attribute)
+            module,
+            ("attribute", node.name.value, attribute),
+            lambda: context.kinds.class_attribute_values(node, attribute),
         )
         return [(context, value) for value in values] if values else None
 

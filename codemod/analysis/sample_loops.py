@@ -418,7 +418,7 @@ class SampleLoops:
         """Is `batch` bound to a Python list or tuple held in memory (`[...]`, a comprehension,
         `list(...)`, `random.sample(...)`, a function of this file that returns one: see
         `kinds.in_memory_list`), or to a generator of examples?"""
-        values = self.context.bindings.expression_values(batch) or []
+        values = self.context.kinds.bound_values(batch) or []
         kinds = self.context.kinds
         return any(isinstance(v, cst.GeneratorExp) or kinds.in_memory_list(v) for v in values)
 
@@ -500,7 +500,7 @@ class SampleLoops:
         return LossCall(value, kind, texts, function, imports, counted, LOSSES[qualified].ignore_index)
 
     def _module_constructor(self, func: cst.BaseExpression) -> cst.Call | None:
-        values = self.context.bindings.expression_values(func)
+        values = self.context.kinds.bound_values(func)
         if values is None or len(values) != 1 or not isinstance(values[0], cst.Call):
             return None
         return values[0] if self.context.names.of(values[0].func) & LOSS_MODULES else None

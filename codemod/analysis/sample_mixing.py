@@ -88,7 +88,7 @@ class SampleMixing:
         """What builds the model `expr`: its one assignment, followed through a parameter
         (`self.model = model` in `__init__`, `def train_epoch(model, loader)`) to what every
         call of the function passes."""
-        values = self.context.bindings.expression_values(expr)
+        values = self.context.kinds.bound_values(expr)
         if not values and isinstance(expr, cst.Name) and self.context.bindings.param_of(expr) is not None:
             function, param = self.context.bindings.param_of(expr)
             local = self._passed_values(self.context.training.value_sources(expr), depth)

@@ -361,7 +361,7 @@ class StepBatches:
                 expr = values[0]
                 continue
             if isinstance(expr, cst.Attribute):
-                values = self.bindings.attribute_values(expr)
+                values = self.context.kinds.attribute_values(expr)
                 if not values or len(values) != 1:
                     return None
                 expr = values[0]
@@ -653,7 +653,9 @@ class StepBatches:
         if not isinstance(dataset, (cst.Name, cst.Attribute)):
             return dataset, "the DataLoader's dataset is an expression PM601 would evaluate twice"
         values = (
-            self.bindings.values(dataset) if isinstance(dataset, cst.Name) else self.bindings.attribute_values(dataset)
+            self.bindings.values(dataset)
+            if isinstance(dataset, cst.Name)
+            else self.context.kinds.attribute_values(dataset)
         ) or []
         kinds = self.context.kinds
         for value in values:

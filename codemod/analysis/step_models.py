@@ -74,7 +74,7 @@ def _loss_module(context, calls, name: str) -> bool:
     if isinstance(func, cst.Name):
         values = context.bindings.values(func)
     elif isinstance(func, cst.Attribute):
-        values = context.bindings.attribute_values(func)
+        values = context.kinds.attribute_values(func)
     else:
         return False
     for value in values or [None]:
@@ -303,7 +303,7 @@ def attribute_site(context, loop: cst.CSTNode, expression: str) -> cst.CSTNode |
     for call in own_calls(context, loop):
         for node in [call.func, *(a.value for a in call.args)]:
             if isinstance(node, cst.Attribute) and context.source(node) == expression:
-                values = layouts(context).attributes.values(node)
+                values = context.kinds.attribute_values(node)
                 if values:
                     return context.index.statement_of(values[-1])
     return None

@@ -16,15 +16,14 @@ set in `__init__`) keeps its rank and literal sizes only.
 
 Einsum specs are parsed here too (`Spec`), with `...` as one leading group.
 
-This module also gives the rules two cheap look-ups over the shared tree index:
-`reads` (the names an expression reads) and `Attributes` (what a class assigns
-to `self.<name>`, `register_buffer` included), built once per file.
+This module also gives the rules a cheap look-up over the shared tree index:
+`reads` (the names an expression reads).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -214,98 +213,9 @@ def read_names(context: FileContext, node: cst.CSTNode) -> set[str]:
     return set(found)
 
 
-# -- attributes ----------------------------------------------------------------------------
-
-
-class Attributes:
-    """`self.<name> = value` and `self.register_buffer("<name>", value)` in the methods of
-    each class of the file, found once."""
-
-    def __init__(self, context: FileContext) -> None:
-        self.context = context
-        self._values: dict[tuple[int, str], list[cst.BaseExpression | None]] = {}
-        index = context.index
-        for statement in index.find((cst.Assign, cst.AnnAssign, cst.AugAssign)):
-            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
-            for target in targets:
-                for element in _flat_targets(target):
-                    owner = self._owner(element)
-                    if owner is None:
-                        continue
-                    classdef, attr = owner
-                    plain = isinstance(statement, cst.Assign) and len(statement.targets) == 1 and element is target
-                    value = statement.value if plain else None
-                    self._values.setdefault((id(classdef), attr), []).append(value)
-        for call in index.find(cst.Call):
-            func = call.func
-            if not (
-                isinstance(func, cst.Attribute)
-                and func.attr.value in ("register_buffer", "register_parameter")
-                and isinstance(func.value, cst.Name)
-            ):
-                continue
-            method = index.first_enclosing(call, cst.FunctionDef)
-            classdef = index.first_enclosing(method, cst.ClassDef) if method is not None else None
-            if classdef is None or not _is_self(func.value, method):
-                continue
-            first = positional(call, 0) or kwarg(call, "name")
-            second = positional(call, 1) or kwarg(call, "tensor") or kwarg(call, "param")
-            if first is None or not isinstance(first.value, cst.SimpleString):
-                self._values.setdefault((id(classdef), "*"), []).append(None)  # a name made at run time
-                continue
-            name = first.value.evaluated_value
-            self._values.setdefault((id(classdef), name), []).append(second.value if second is not None else None)
-
-    def _owner(self, target: cst.CSTNode) -> tuple[cst.ClassDef, str] | None:
-        if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)):
-            return None
-        index = self.context.index
-        method = index.first_enclosing(target, cst.FunctionDef)
-        classdef = index.first_enclosing(method, cst.ClassDef) if method is not None else None
-        if classdef is None or not _is_self(target.value, method):
-            return None
-        return classdef, target.attr.value
-
-    def values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
-        """The values assigned to `self.<name>` (for `expr` spelled so in a method) in its
-        class; None when there are none, or one is not a plain assignment, or a buffer
-        is registered under a name made at run time."""
-        if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
-            return None
-        index = self.context.index
-        method = index.first_enclosing(expr, cst.FunctionDef)
-        classdef = index.first_enclosing(method, cst.ClassDef) if method is not None else None
-        if classdef is None or not _is_self(expr.value, method):
-            return None
-        if (id(classdef), "*") in self._values:
-            return None
-        found = self._values.get((id(classdef), expr.attr.value))
-        if not found or any(v is None for v in found):
-            return None
-        return list(found)
-
-    def value(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        found = self.values(expr)
-        return found[0] if found is not None and len(found) == 1 else None
-
-
-def attributes(context: FileContext) -> Attributes:
-    return context.shared("tensor_layout.attributes", Attributes)
-
-
 def _is_self(name: cst.Name, method: cst.FunctionDef) -> bool:
     params = method.params.params
     return bool(params) and params[0].name.value == name.value
-
-
-def _flat_targets(target: cst.BaseExpression) -> Iterable[cst.BaseExpression]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _flat_targets(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _flat_targets(target.value)
-    else:
-        yield target
 
 
 # -- einsum specs --------------------------------------------------------------------------
@@ -397,7 +307,6 @@ class Layouts:
         self.context = context
         self.index = context.index
         self.names = context.names
-        self.attributes = attributes(context)
         self._cache: dict[int, object] = {}
         self._busy: set[int] = set()
 
@@ -456,7 +365,7 @@ class Layouts:
                 if method in ("unsqueeze", "squeeze") and len(values) == 1:
                     inner = self.rank_key(func.value, depth + 1)
                     return _shifted(inner, 1 if method == "unsqueeze" else -1)
-            module = self.attributes.value(func) if isinstance(func, cst.Attribute) else None
+            module = self.context.kinds.attribute_value(func) if isinstance(func, cst.Attribute) else None
             if (
                 isinstance(module, cst.Call)
                 and len(values) == 1
@@ -668,7 +577,7 @@ class Layouts:
             return None if shape is None else tuple(reversed(shape))
         if attr in ("data", "real"):
             return self.shape(expr.value, depth)
-        value = self.attributes.value(expr)
+        value = self.context.kinds.attribute_value(expr)
         if value is not None:
             found = self.shape(value, depth)
             return _literal_dims(found) if found is not None else None
@@ -1020,7 +929,7 @@ class Layouts:
                 return literal[0] if all(s == literal[0] for s in literal) else tuple(None for _ in literal[0])
             return None
         module = (
-            self.attributes.value(func)
+            self.context.kinds.attribute_value(func)
             if isinstance(func, cst.Attribute)
             else (self._single_value(func) if isinstance(func, cst.Name) else None)
         )

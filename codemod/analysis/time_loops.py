@@ -77,7 +77,6 @@ from codemod.analysis.names import (
 from codemod.analysis.tensor_layout import (
     SAME_SHAPE_MODULES,
     Spec,
-    attributes,
     layouts,
     read_names,
 )
@@ -706,7 +705,7 @@ class LoopReader:
             value = self.layouts.value_of(node)
             return value is not None and self._is_tensor(value)
         if isinstance(node, cst.Attribute):
-            values = attributes(self.context).values(node)
+            values = self.context.kinds.attribute_values(node)
             return bool(values) and all(
                 isinstance(v, cst.Call)
                 and self.names.of(v.func) & {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
@@ -725,7 +724,7 @@ class LoopReader:
             return True
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in RANDOM_METHODS:
             return True
-        module = attributes(self.context).value(call.func) if isinstance(call.func, cst.Attribute) else None
+        module = self.context.kinds.attribute_value(call.func) if isinstance(call.func, cst.Attribute) else None
         return isinstance(module, cst.Call) and bool(
             self.names.of(module.func) & {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
         )
@@ -817,7 +816,7 @@ class LoopReader:
         if isinstance(func, cst.Attribute) and self.depends(func.value):
             return self._method(node, func.attr.value, func.value)
         module = (
-            attributes(self.context).value(func)
+            self.context.kinds.attribute_value(func)
             if isinstance(func, cst.Attribute)
             else (self.layouts.value_of(func) if isinstance(func, cst.Name) and func in self.context.index else None)
         )
@@ -1843,7 +1842,7 @@ class TimeLoops:
         if isinstance(func, cst.Attribute) and func.attr.value == "append":
             return False
         module = (
-            attributes(self.context).value(func)
+            self.context.kinds.attribute_value(func)
             if isinstance(func, cst.Attribute)
             else (self.layouts.value_of(func) if isinstance(func, cst.Name) else None)
         )

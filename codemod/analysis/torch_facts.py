@@ -283,6 +283,14 @@ MODULE_METHODS_IN_PLACE = frozenset(
 MODULE_METHODS_RETURNING_SELF = frozenset(
     "to cuda cpu xpu ipu mtia train eval float half double bfloat16 type requires_grad_ apply share_memory to_empty".split()
 )
+# Module methods that set an attribute by name (`register_buffer("mask", mask)` makes
+# `self.mask`): method -> the keyword of the value they set.
+MODULE_ATTRIBUTE_SETTERS = {
+    "register_buffer": "tensor",
+    "register_parameter": "param",
+    "add_module": "module",
+    "register_module": "module",
+}
 # What a model is set up with before training (a compile goes after the last of these): the
 # moves and casts that return it, and loading its weights; not a mode switch (`.train()`).
 MODULE_SET_UP_METHODS = (MODULE_METHODS_RETURNING_SELF - {"train", "eval"}) | {"load_state_dict"}

@@ -46,7 +46,6 @@ from codemod.analysis.names import (
     names_read,
     number_value,
     positional,
-    sole_definition,
 )
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
@@ -693,7 +692,7 @@ class Training:
             sources = self.value_sources(expr)
             return _union(*(self.device_types(s, depth + 1, written) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
-            values = self._attribute_values(expr, written)
+            values = self.kinds.attribute_values(expr, written)
             return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
         return None
 
@@ -787,7 +786,7 @@ class Training:
             sources = self.value_sources(expr)
             return _union(*(self.strings(s, depth + 1, written) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
-            values = self._attribute_values(expr, written)
+            values = self.kinds.attribute_values(expr, written)
             return _union(*(self.strings(v, depth + 1, written) for v in values)) if values else None
         if (
             written
@@ -814,83 +813,15 @@ class Training:
             sources = self.value_sources(expr)
             return _union(*(self.numbers(s, depth + 1) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
-            values = self._attribute_values(expr) or self._passed_fields(expr.value, expr.attr.value, depth)
+            values = self.kinds.attribute_values(expr)
             return _union(*(self.numbers(v, depth + 1) for v in values)) if values else None
         return None
-
-    def _passed_fields(self, receiver: cst.BaseExpression, attr: str, depth: int) -> list[cst.BaseExpression]:
-        """What `receiver.attr` may hold where `receiver` names a config object handed down
-        through parameters (`cfg` of `Block(cfg)` of `GPT(cfg)` of `cfg = Config()`): the
-        keyword each construction of a config class of this file passes, or its default."""
-        if not isinstance(receiver, cst.Name) or depth > MAX_DEPTH:
-            return []
-        values: list[cst.BaseExpression] = []
-        for source in self.value_sources(receiver):
-            if isinstance(source, cst.Name):
-                found = self._passed_fields(source, attr, depth + 1)
-            elif isinstance(source, cst.Call) and sole_definition(self.context.scopes, source.func, cst.ClassDef):
-                passed = kwarg(source, attr)
-                default = _class_default(sole_definition(self.context.scopes, source.func, cst.ClassDef), attr)
-                # a field passed by position, or unpacked, may be this one: not told
-                hidden = any(a.star or a.keyword is None for a in source.args)
-                found = [passed.value] if passed is not None else [] if hidden else [default]
-            else:
-                return []
-            if not found or None in found:
-                return []
-            values.extend(found)
-        return values
 
     def is_int(self, expr: cst.BaseExpression | None) -> bool:
         """Is `expr` provably a Python int (`Values.is_int`: the one number question)?"""
         from codemod.analysis.values import values  # values asks these facts: lazily
 
         return expr is not None and values(self.context).is_int(expr)
-
-    def attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
-        """What `obj.attr` may hold (see `_attribute_values`)."""
-        return self._attribute_values(expr, written)
-
-    def _attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression]:
-        """What `obj.attr` may hold: `self.attr = ...` in the methods of its class; an
-        argparse option (its `choices`, else nothing is known; its default, `written`);
-        the default of a field of a config class of this file and the keyword its
-        construction passes."""
-        steps = self.steps
-        if not isinstance(expr.value, cst.Name):
-            return []
-        values = list(steps.values_of(expr))
-        if values:
-            return values
-        attr = expr.attr.value
-        sources = self.value_sources(expr.value)
-        if not sources:
-            return []
-        for source in sources:
-            if self.context.command_line.parses(source):
-                option = self.context.command_line.option(attr)
-                if option is None:
-                    return []
-                if option.choices is not None:
-                    return list(option.choices)
-                return [option.default] if written and option.default is not None else []
-            if isinstance(source, cst.Call):
-                cls = sole_definition(self.context.scopes, source.func, cst.ClassDef)
-                if cls is None:
-                    return []
-                passed = kwarg(source, attr)
-                if passed is not None:
-                    values.append(passed.value)
-                elif any(arg.star for arg in source.args):
-                    return []
-                else:
-                    default = _class_default(cls, attr)
-                    if default is None:
-                        return []
-                    values.append(default)
-            else:
-                return []
-        return values
 
     def device_places(self, expr: cst.BaseExpression | None, depth: int = 0) -> frozenset[Place]:
         """Every place a device expression may point to: `"cuda" if ok else "cpu"`
@@ -2521,36 +2452,6 @@ def _dict_value(source: cst.BaseExpression, key: str, training: Training, depth:
     if not isinstance(source, cst.Dict):
         return None
     return dict_entry(source, key)
-
-
-def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
-    """The default of the field `attr` of a (data)class: `attr = v`, `attr: T = v`,
-    `attr: T = field(default=v)` or `field(default_factory=lambda: v)`."""
-    for line in cls.body.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for small in line.body:
-            value = None
-            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.target.value == attr:
-                value = small.value
-            elif (
-                isinstance(small, cst.Assign)
-                and len(small.targets) == 1
-                and isinstance(small.targets[0].target, cst.Name)
-                and small.targets[0].target.value == attr
-            ):
-                value = small.value
-            else:
-                continue
-            if (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, (cst.Name, cst.Attribute))
-                and (value.func.value if isinstance(value.func, cst.Name) else value.func.attr.value) == "field"
-            ):
-                default = kwarg(value, "default") or kwarg(value, "default_factory")
-                return default.value if default is not None else None
-            return value
-    return None
 
 
 def _mentions(func: cst.BaseExpression, name: str, imported: bool) -> bool:

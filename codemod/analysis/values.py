@@ -11,9 +11,11 @@ dtype of a tensor is asked of `Values`, below, which reads names through `source
 Values are followed through the file's own code: a call of a function or method
 of this file holds what its returns hold; a parameter holds what every call of
 its function in this file passes (when the function is only ever called there);
-`self.x` holds what the methods of the class assign to it. A tensor computed by
-a model (or from such a tensor) lives on the model's device (Place.DEVICE): a
-copy of it is not a host-to-device copy.
+`self.x` and `obj.x` hold what is assigned to the attribute (`attribute_values`, the
+one attribute follower: the class's methods, its instances, what the constructions
+of a dataclass pass its fields). A tensor computed by a model (or from such a
+tensor) lives on the model's device (Place.DEVICE): a copy of it is not a
+host-to-device copy.
 
 Names are resolved flow-sensitively enough for training scripts: of the
 bindings that come before a use, the latest one that dominates the use (it sits
@@ -128,6 +130,7 @@ from codemod.analysis.torch_facts import (
     LIST_BUILDERS,
     LOSS_MODULES,
     MATH_CONSTANTS,
+    MODULE_ATTRIBUTE_SETTERS,
     MODULE_METHODS_IN_PLACE,
     MODULE_METHODS_RETURNING_SELF,
     NOT_SAME_PLACE_METHODS,
@@ -244,6 +247,7 @@ LOOPS = (cst.For, cst.While)
 CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is: a batch
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
+MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
 
 
 @dataclass(frozen=True)
@@ -293,7 +297,7 @@ class Kinds:
         self._default_device_changed = "set_default_device" in context.code or "set_default_tensor_type" in context.code
         self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
-        self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] = {}
+        self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] | None = None
         self._instances = PerBindings()  # the local class bindings hold an instance of
         # Binding node -> its statement, and where the binding takes effect: a name bound
         # many times is looked up from each of its uses.
@@ -729,7 +733,7 @@ class Kinds:
 
     def _attribute_fact(self, expr: cst.Attribute) -> Fact:
         attr = expr.attr.value
-        assigned = self._self_attribute_values(expr)
+        assigned = self.attribute_values(expr)
         if assigned:  # `self.x`, assigned in the methods of its class
             facts = [self._fact(value) for value in assigned]
             result = facts[0]
@@ -779,7 +783,7 @@ class Kinds:
         loss = self._loss_module_output(call)
         if loss is not None:
             return loss
-        if isinstance(call.func, cst.Attribute) and self._self_attribute_values(call.func):
+        if isinstance(call.func, cst.Attribute) and self.attribute_values(call.func):
             callee = self._fact(call.func)  # `self.model(x)`
             if callee.kind is Kind.MODULE:
                 return Fact(Kind.TENSOR, _computed_on(callee.place))
@@ -798,7 +802,7 @@ class Kinds:
         if isinstance(call.func, cst.Name):
             values = bindings.values(call.func)
         elif isinstance(call.func, cst.Attribute):
-            values = bindings.attribute_values(call.func)
+            values = self.attribute_values(call.func)
         else:
             return None
         if not values or not all(isinstance(v, cst.Call) and self.names.of(v.func) & LOSS_MODULES for v in values):
@@ -1286,11 +1290,6 @@ class Kinds:
             and all(r.value is not None and self.in_memory_list(r.value, tuples, depth + 1) for r in returns)
         )
 
-    def self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
-        """The values assigned to `self.<attr>` in the methods of the class of this file
-        that `expr`'s owner is an instance of; None when they cannot all be followed."""
-        return self._self_attribute_values(expr)
-
     def argument(self, call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int):
         """What `call` passes to `param` (None when it cannot be told or is not passed)."""
         return argument_for(call, function, param, offset)
@@ -1317,29 +1316,28 @@ class Kinds:
         return owner if isinstance(owner, cst.ClassDef) else None
 
     def instance_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
-        """The class of this file `expr` is an instance of: the `self` of one of its methods,
-        or a name every binding of which calls the class."""
+        """The class of this file `expr` is an instance of: the `self` of one of its methods
+        (read in the method or in a function nested in it), or a name every binding of which
+        calls the class."""
         if not isinstance(expr, cst.Name):
             return None
-        method = self.index.first_enclosing(expr, FUNCTIONS)
-        if (
-            isinstance(method, cst.FunctionDef)
-            and method.params.params
-            and method.params.params[0].name.value == expr.value
-            and not _decorated(method, STATIC)
-        ):
-            classdef = self.class_of(method)
-            if classdef is not None:
-                scope = self.scopes.get(expr)
-                found = list(scope[expr.value]) if scope is not None else []
-                if len(found) == 1 and getattr(found[0], "node", None) is method.params.params[0]:
-                    return classdef
         scope = self.scopes.get(expr)
         if scope is None:
             return None
         bindings = scope[expr.value]
         if not bindings:
             return None
+        if len(bindings) == 1:
+            param = getattr(next(iter(bindings)), "node", None)
+            method = self.parents.get(self.parents.get(param)) if isinstance(param, cst.Param) else None
+            if (
+                isinstance(method, cst.FunctionDef)
+                and method.params.params
+                and method.params.params[0] is param
+                and not _decorated(method, STATIC)
+                and self.class_of(method) is not None
+            ):
+                return self.class_of(method)
         # (a parameter passed on to itself asks about its own bindings: None, not followed)
         return self._instances.get(bindings, self._compute_instance_class)
 
@@ -1376,37 +1374,185 @@ class Kinds:
             ):
                 returning_self.add(value.func.attr.value)
                 value = value.func.value
-            classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
+            if isinstance(value, cst.Name):  # `train(model)`, `net = model.to(device)`
+                classdef = self.instance_class(value)
+            else:
+                classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
             if classdef is None or returning_self & _method_names(classdef):
                 return None  # (a class of its own `to` may return anything)
             classes[id(classdef)] = classdef
         return next(iter(classes.values())) if len(classes) == 1 else None
 
-    def _self_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
-        """The values the methods of a class of this file assign to `self.<attr>`, for an
-        `expr` spelled `self.<attr>` (or `obj.<attr>` on an instance of that class)."""
-        classdef = self.instance_class(expr.value) if isinstance(expr.value, cst.Name) else None
-        if classdef is None:
-            return None
-        assigned = self._assigned_attributes(classdef)
-        if expr.attr.value in assigned:
-            return assigned[expr.attr.value]
-        return self._field_values(expr.value, classdef, expr.attr.value)
+    def bound_values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+        """The values a name's bindings assign (`Bindings.values`) or an attribute of a name
+        may hold (`attribute_values`); None for any other expression or when not told."""
+        if isinstance(expr, cst.Name):
+            return self._context.bindings.values(expr)
+        if isinstance(expr, cst.Attribute):
+            return self.attribute_values(expr)
+        return None
 
-    def _field_values(self, owner: cst.Name, classdef: cst.ClassDef, field: str) -> list[cst.BaseExpression] | None:
-        """The values the calls that build `owner` pass to the field `field` of a dataclass
-        or NamedTuple of this file (`ctx = Context(ids=table)`: `ctx.ids` is `table`)."""
+    def attribute_values(self, expr: cst.Attribute, written: bool = False) -> list[cst.BaseExpression] | None:
+        """The one answer to what an attribute of a name may hold (`self.x`, `obj.x`, `args.x`);
+        None when that cannot be told. On an instance of a class of this file: what is assigned
+        to the attribute (`class_attribute_values`); for a field no method assigns, of a
+        dataclass, NamedTuple or config class without an `__init__`, what each construction
+        passes it (by keyword or, for an annotated field, by position), else its default. On
+        the namespace of argparse options: the option's `choices`, and with `written` (the
+        script as written) its default where it has none."""
+        owner = expr.value
+        if not isinstance(owner, cst.Name):
+            return None
+        classdef = self.instance_class(owner)
+        if classdef is not None:
+            table = self._attribute_table(classdef)
+            if table is None or expr.attr.value in table:
+                return table[expr.attr.value] if table is not None else None
+            return self._field_values(owner, classdef, expr.attr.value)
+        option = self._context.command_line.option(expr.attr.value) if self._options_namespace(owner) else None
+        if option is None:
+            return None
+        if option.choices is not None:
+            return list(option.choices) or None
+        return [option.default] if written and option.default is not None else None
+
+    def _options_namespace(self, name: cst.Name, depth: int = 0) -> bool:
+        """Does `name` hold the namespace of argparse options (`command_line.parses`) on
+        every binding it may read, followed through parameters to what calls pass?"""
+        command_line, bindings = self._context.command_line, self._context.bindings
+        sources = self.sources(name)
+        for binding in sources:
+            if isinstance(binding.node, cst.Param):
+                values = self.passed(binding.node) or [None]
+            else:
+                values = [bindings.assigned_value(binding)]
+            for value in values:
+                if isinstance(value, cst.Name) and depth < MAX_NAMESPACE_DEPTH:
+                    if not self._options_namespace(value, depth + 1):
+                        return False
+                elif not command_line.parses(value):
+                    return False
+        return bool(sources)
+
+    def attribute_value(self, expr: cst.Attribute) -> cst.BaseExpression | None:
+        """The one value an attribute of a name holds (`attribute_values`), or None."""
+        found = self.attribute_values(expr)
+        return found[0] if found is not None and len(found) == 1 else None
+
+    def class_attribute_values(self, classdef: cst.ClassDef, attr: str) -> list[cst.BaseExpression] | None:
+        """What an instance of `classdef`, a class of this file, holds in `attr`: the values
+        assigned to it, in the class's methods (`__init__`'s first) and on its instances
+        anywhere in the file (`self.a, self.b = x, y` unpacked; `register_buffer("a", x)`,
+        `add_module`, `setattr(self, "a", x)` included). None when it is never assigned, or
+        one assignment cannot be followed (`self.a += x`, an unpacking of what cannot be
+        told, a buffer or `setattr` under a name made at run time)."""
+        table = self._attribute_table(classdef)
+        return table.get(attr) if table is not None else None
+
+    def _attribute_table(self, classdef: cst.ClassDef) -> dict[str, list[cst.BaseExpression] | None] | None:
+        """attribute -> its values (`class_attribute_values`) for `classdef`; None when any
+        attribute may be set under a name made at run time (`setattr(self, key, value)`)."""
+        if self._class_attributes is None:
+            self._class_attributes = {}  # (an instance followed while this is built: nothing known yet)
+            self._class_attributes = self._attribute_tables()
+        return self._class_attributes.get(id(classdef), {})
+
+    def _attribute_tables(self) -> dict[int, dict[str, list[cst.BaseExpression] | None] | None]:
+        """`_attribute_table` of every class of this file, from one pass over its assignments
+        and the calls that set attributes."""
+        assigned: dict[int, dict[str, list[tuple[int, cst.BaseExpression | None]]]] = {}
+        registered: dict[int, set[str]] = {}  # attributes a module's registering method names
+        unnamed_registers: set[int] = set()  # classes registering under a name made at run time
+        unnamed_sets: set[int] = set()  # classes whose instances `setattr` names made at run time
+
+        def record(owner: cst.ClassDef, attr: str, value: cst.BaseExpression | None, at: cst.CSTNode) -> None:
+            init = self.index.first_enclosing(at, FUNCTIONS) is _method(owner, "__init__")
+            assigned.setdefault(id(owner), {}).setdefault(attr, []).append((0 if init else 1, value))
+
+        for statement in self.index.find((cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            if isinstance(statement, cst.AnnAssign) and statement.value is None:
+                continue  # `self.x: int` declares, assigns nothing
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                for part, value in self._attribute_parts(target, statement):
+                    owner = self.instance_class(part.value)
+                    if owner is not None:
+                        record(owner, part.attr.value, value, statement)
+        for call in self.index.find(cst.Call):
+            func = call.func
+            if any(arg.star for arg in call.args):
+                continue
+            if isinstance(func, cst.Attribute) and func.attr.value in MODULE_ATTRIBUTE_SETTERS:
+                instance = func.value  # `self.register_buffer("mask", mask)`
+                name = positional(call, 0) or kwarg(call, "name")
+                value = positional(call, 1) or kwarg(call, MODULE_ATTRIBUTE_SETTERS[func.attr.value])
+                unnamed = unnamed_registers
+            elif self.names.is_(func, "builtins.setattr") and len(call.args) == 3:
+                instance, name, value = (arg for arg in call.args)  # `setattr(self, "mask", mask)`
+                unnamed = unnamed_sets
+            else:
+                continue
+            owner = self.instance_class(instance.value if isinstance(instance, cst.Arg) else instance)
+            if owner is None or name is None:
+                continue
+            if not isinstance(name.value, cst.SimpleString):
+                unnamed.add(id(owner))
+                continue
+            attr = name.value.evaluated_value
+            registered.setdefault(id(owner), set()).add(attr)
+            record(owner, attr, value.value if value is not None else None, call)
+        tables: dict[int, dict[str, list[cst.BaseExpression] | None] | None] = {key: None for key in unnamed_sets}
+        for key, attributes in assigned.items():
+            if key in unnamed_sets:
+                continue
+            table = tables[key] = {}
+            for attr, found in attributes.items():
+                values = [value for _, value in sorted(found, key=lambda pair: pair[0])]
+                # a buffer registered under a name made at run time may replace one registered
+                # by name (registering over an attribute assigned plainly fails)
+                hidden = key in unnamed_registers and attr in registered.get(key, ())
+                table[attr] = None if hidden or None in values else values
+        return tables
+
+    def _attribute_parts(
+        self, target: cst.BaseExpression, statement: cst.CSTNode
+    ) -> list[tuple[cst.Attribute, cst.BaseExpression | None]]:
+        """(attribute, the value it gets) for each `name.attr` that `target` of `statement`
+        assigns: the value of `name.attr = value`, the element of `a.x, a.y = value` it
+        unpacks (`element`); None where that cannot be told (`+=`, a nested or starred
+        unpacking, an element that cannot be told)."""
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+            return [(target, None if isinstance(statement, cst.AugAssign) else statement.value)]
+        if not isinstance(target, (cst.Tuple, cst.List)):
+            return []
+        starred = any(isinstance(e, cst.StarredElement) for e in target.elements)
+        found = []
+        for position, element in enumerate(target.elements):
+            for part in _target_parts(element.value):
+                if isinstance(part, cst.Attribute) and isinstance(part.value, cst.Name):
+                    plain = part is element.value and not starred
+                    found.append((part, self.element(statement.value, position) if plain else None))
+        return found
+
+    def _field_values(
+        self, owner: cst.Name, classdef: cst.ClassDef, field: str, depth: int = 0
+    ) -> list[cst.BaseExpression] | None:
+        """The values the calls that build `owner` pass to the field `field` of a class of
+        this file without an `__init__` (a dataclass, a NamedTuple, a config class), by
+        keyword or by position among its annotated fields, else the field's default
+        (`ctx = Context(ids=table)`: `ctx.ids` is `table`), followed through the names and
+        parameters it is handed down by (`cfg` of `Block(cfg)` of `cfg = Config()`)."""
+        if _method(classdef, "__init__") is not None or depth > MAX_NAMESPACE_DEPTH:
+            return None
         fields = [
-            s.body[0]
+            s.body[0].target.value
             for s in classdef.body.body
             if isinstance(s, cst.SimpleStatementLine)
             and len(s.body) == 1
             and isinstance(s.body[0], cst.AnnAssign)
             and isinstance(s.body[0].target, cst.Name)
         ]
-        names = [f.target.value for f in fields]
-        if field not in names or self._class_of_method_named(classdef, "__init__"):
-            return None
+        default = _class_default(classdef, field)
         scope = self.scopes.get(owner)
         calls = []
         for binding in scope[owner.value] if scope is not None else ():
@@ -1423,18 +1569,24 @@ class Kinds:
             calls.append(statement.value if isinstance(statement, cst.Assign) else None)
         values = []
         for call in calls:
+            if isinstance(call, cst.Name):
+                found = self._field_values(call, classdef, field, depth + 1)
+                if found is None:
+                    return None
+                values.extend(found)
+                continue
             if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
                 return None
-            passed = next(
-                (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == field), None
-            )
-            if passed is None:
-                plain = [arg.value for arg in call.args if arg.keyword is None]
-                position = names.index(field)
-                passed = plain[position] if position < len(plain) else fields[position].value
-            if passed is None:
+            passed = kwarg(call, field)
+            plain = [arg.value for arg in call.args if arg.keyword is None]
+            if passed is not None:
+                values.append(passed.value)
+            elif field in fields and fields.index(field) < len(plain):
+                values.append(plain[fields.index(field)])
+            elif default is not None:
+                values.append(default)
+            else:
                 return None
-            values.append(passed)
         return values or None
 
     def iterated_items(self, target: cst.CSTNode) -> list[cst.BaseExpression] | None:
@@ -1473,24 +1625,19 @@ class Kinds:
                 return None
         return items
 
-    def assigned_to(self, classdef: cst.ClassDef, attribute: str) -> list[cst.BaseExpression] | None:
-        """The values the methods of `classdef` assign to `self.<attribute>`; None when one
-        cannot be followed or none is assigned."""
-        return self._assigned_attributes(classdef).get(attribute)
-
     def attribute_origins(self, expr: cst.Attribute) -> list[tuple[FileContext, cst.BaseExpression]] | None:
         """What `obj.<attr>` may hold, each value with the file it is written in: the values
-        the methods of a class of this file assign (`self_attribute_values`), or, when `obj`
+        the methods of a class of this file assign (`attribute_values`), or, when `obj`
         holds objects a class of another module of the project builds (`ctx.wrapper` of
         `Context(wrapper=LMWrapper(cfg))`), those its methods assign, read in its module
         (`Project.attribute_values`). An owner that may be None adds nothing: reading an
         attribute of None raises. None when one value cannot be followed."""
-        values = self.self_attribute_values(expr)
+        values = self.attribute_values(expr)
         if values is not None:
             return [(self._context, value) for value in values]
         owner = expr.value
         if isinstance(owner, cst.Attribute):
-            owners = self.self_attribute_values(owner)
+            owners = self.attribute_values(owner)
         elif isinstance(owner, cst.Name):
             owners = [owner]
         else:
@@ -1536,48 +1683,9 @@ class Kinds:
         if found is None or returning_self & _method_names(found[1]):
             return None  # (a class of its own `to` may return anything)
         if local is not None:
-            assigned = self.assigned_to(local, attribute)
+            assigned = self.class_attribute_values(local, attribute)
             return [(self._context, v) for v in assigned] if assigned else None
         return self._project().attribute_values(value.func, attribute)
-
-    def _class_of_method_named(self, classdef: cst.ClassDef, name: str) -> bool:
-        return _method(classdef, name) is not None
-
-    def _assigned_attributes(self, classdef: cst.ClassDef) -> dict[str, list[cst.BaseExpression] | None]:
-        """attribute -> the values the class's methods assign to `self.<attribute>` (None when
-        one assignment cannot be followed: unpacked, augmented, annotated without a value)."""
-        key = id(classdef)
-        table = self._class_attributes.get(key)
-        if table is not None:
-            return table
-        table = self._class_attributes[key] = {}
-        for statement in self.index.find((cst.Assign, cst.AnnAssign, cst.AugAssign), within=classdef):
-            method = self.index.first_enclosing(statement, FUNCTIONS)
-            if (
-                not isinstance(method, cst.FunctionDef)
-                or self.class_of(method) is not classdef
-                or not method.params.params
-            ):
-                continue
-            owner = method.params.params[0].name.value
-            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
-            for target in targets:
-                for part in _target_parts(target):
-                    if not (
-                        isinstance(part, cst.Attribute)
-                        and isinstance(part.value, cst.Name)
-                        and part.value.value == owner
-                    ):
-                        continue
-                    name = part.attr.value
-                    plain = isinstance(statement, cst.Assign) and len(statement.targets) == 1 and part is target
-                    if isinstance(statement, cst.AnnAssign) and statement.value is not None:
-                        plain = True
-                    if not plain:
-                        table[name] = None
-                    elif table.get(name, []) is not None:
-                        table.setdefault(name, []).append(statement.value)
-        return table
 
     def exits(self, function: cst.FunctionDef) -> tuple[list[cst.Return], list[cst.Yield]]:
         """The `return` and `yield` of `function` itself (not of functions nested in it)."""
@@ -1834,7 +1942,7 @@ class Kinds:
         if isinstance(value, cst.Attribute) and depth < 3:
             # `a, b = self.pair` of `self.pair = (x, y)` in another method; a `None` it is
             # reset to cannot be unpacked, so it is not a value the unpacking reads.
-            assigned = [v for v in self._self_attribute_values(value) or () if not is_none(v)]
+            assigned = [v for v in self.attribute_values(value) or () if not is_none(v)]
             joined = _joined_tuples([self._value_shape(v, depth + 1) for v in assigned])
             if joined is not None:
                 return joined
@@ -1932,6 +2040,36 @@ def _target_parts(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [part for element in target.elements for part in _target_parts(element.value)]
     return [target]
+
+
+def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
+    """The default of the field `attr` of a (data)class: `attr = v`, `attr: T = v`,
+    `attr: T = field(default=v)` or `field(default_factory=lambda: v)`."""
+    for line in cls.body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            value = None
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.target.value == attr:
+                value = small.value
+            elif (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value == attr
+            ):
+                value = small.value
+            else:
+                continue
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, (cst.Name, cst.Attribute))
+                and (value.func.value if isinstance(value.func, cst.Name) else value.func.attr.value) == "field"
+            ):
+                default = kwarg(value, "default") or kwarg(value, "default_factory")
+                return default.value if default is not None else None
+            return value
+    return None
 
 
 def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
@@ -2159,7 +2297,7 @@ class Values:
         if isinstance(expr, cst.Attribute):
             if self.names.of(expr) & MATH_CONSTANTS:
                 return NUMBER
-            found = self.context.training.attribute_values(expr)  # `self.n = 3`, an option's choices
+            found = self.context.kinds.attribute_values(expr)  # `self.n = 3`, an option's choices
             if found:
                 return _join_numbers([self.number(v) for v in found])
             option = self.context.command_line.option_at(expr)

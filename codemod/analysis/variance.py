@@ -11,8 +11,9 @@ place: what may be computed once before the loop instead of once per iteration.
   names already moved out of a loop to the loop they now sit in front of.
 - `of_all(exprs, region, hoisted)`, `of_name(name, region, hoisted)`: the same for
   several expressions, and for a name.
-- `aliases(name, region)`: `name` and the names bound in `region` that may share its
-  object or storage (`b = a[0]`, `b = a.view(-1)`, `b = [a]`), transitively.
+- `aliases(name, region)`: `name` and the names bound in `region` that may share the
+  object it holds (`b = a[0]`, `b = a.view(-1)`, `b = [a]`), transitively, followed
+  from its bindings through the reads they reach (`Kinds.sources`, `reached_reads`).
 - `changed_in_place(name, region)`: is the object `name` holds changed in place in
   `region` (`x.add_(1)`, `x.append(y)`, `x[0] = y`, `x += y`, `f(out=x)`)?
 - `attributes_assigned(name, region)`: is `name.attr = ...` assigned there?
@@ -339,23 +340,53 @@ class Variance:
                     break
         return False
 
-    def aliases(self, name: str, region: cst.CSTNode) -> set[str]:
-        """`name` and the names bound in `region` to values that may share its object or
-        storage (`b = a`, `b = a[0]`, `b = a.view(-1)`, `b = a.to(device)`, `b = [a]`),
-        transitively; a result that is a new object (`a.clone()`, `a + 1`, `model(a)`,
-        `a.item()`) is not one."""
-        found, changed = {name}, True
-        pairs = []
-        for assign in self._index.find(cst.Assign, within=region):
-            for target in assign.targets:
-                pairs.extend(_assigned_pairs(target.target, assign.value))
-        while changed:
-            changed = False
-            for target, value in pairs:
-                if target not in found and _shares(value, found):
-                    found.add(target)
-                    changed = True
-        return found
+    def aliases(self, name: cst.Name, region: cst.CSTNode) -> set[str]:
+        """`name` and the names bound in `region` to values that may share the object or
+        storage `name` holds there (`b = a`, `b = a[0]`, `b = a.view(-1)`, `b = a.to(device)`,
+        `b = [a]`), transitively: from the bindings `name` may hold (`Kinds.sources`), through
+        the reads in `region` each reaches (`Kinds.reached_reads`). A result that is a new
+        object (`a.clone()`, `a + 1`, `model(a)`, `a.item()`) is not one."""
+        kinds = self.context.kinds
+        found = {id(b): b for b in kinds.sources(name)}
+        todo = list(found.values())
+        while todo:
+            for read in kinds.reached_reads(todo.pop()):
+                if not self._index.inside(read, region):
+                    continue
+                for target in self._sharing_targets(read):
+                    for binding in kinds.sources(target):
+                        if id(binding) not in found:
+                            found[id(binding)] = binding
+                            todo.append(binding)
+        return {name.value} | {binding.name for binding in found.values()}
+
+    def _sharing_targets(self, read: cst.Name) -> list[cst.Name]:
+        """The names an assignment binds to a value that may be (a part or view of) the
+        object `read` holds: `b = read[0]`, `b = [read]`, `a, b = read, c` gives `a`."""
+        parents = self.context.parents
+        node, parent = read, parents.get(read)
+        while True:
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                call = parents.get(parent)
+                if parent.attr.value in SHARING_ATTRIBUTES:
+                    node = parent
+                elif parent.attr.value in SHARING_CALLS and isinstance(call, cst.Call) and call.func is parent:
+                    node = call
+                else:
+                    return []
+            elif _holds(parent, node):
+                node = parent
+            else:
+                break
+            parent = parents.get(node)
+        if not (isinstance(parent, cst.Assign) and parent.value is node):
+            return []
+        return [
+            target
+            for assign_target in parent.targets
+            for target, value in _assigned_pairs(assign_target.target, node)
+            if self._index.inside(read, value)
+        ]
 
     def changed_in_place(self, name: str, region: cst.CSTNode) -> bool:
         """Is the object `name` holds changed in place in `region`: `x.add_(1)`, `x.append(y)`,
@@ -496,7 +527,7 @@ class Variance:
                 continue  # the chain's next statement reading the one before
             if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
                 return f"`{name}` is read in the loop before it is bound"
-        for alias in sorted(self.aliases(name, region)):
+        for alias in sorted(self.aliases(statement.targets[0].target, region)):
             if self.changed_in_place(alias, region):
                 if alias == name:
                     return f"`{name}` is changed in place in the loop, and hoisted it would carry the change to the next step"
@@ -550,41 +581,26 @@ def single_assignment(line: cst.CSTNode) -> cst.Assign | None:
     return None
 
 
-def _shares(value: cst.BaseExpression, names: set[str]) -> bool:
-    """May `value` be (a part or view of) the object one of `names` holds?"""
-    while True:
-        if isinstance(value, cst.Subscript):
-            value = value.value
-        elif isinstance(value, cst.Attribute) and value.attr.value in SHARING_ATTRIBUTES:
-            value = value.value
-        elif (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in SHARING_CALLS
-        ):
-            value = value.func.value
-        else:
-            break
-    if isinstance(value, cst.Name):
-        return value.value in names
-    if isinstance(value, cst.IfExp):
-        return _shares(value.body, names) or _shares(value.orelse, names)
-    if isinstance(value, (cst.List, cst.Tuple, cst.Set)):
-        return any(isinstance(e, (cst.Element, cst.StarredElement)) and _shares(e.value, names) for e in value.elements)
-    if isinstance(value, cst.Dict):
-        return any(isinstance(e, cst.DictElement) and _shares(e.value, names) for e in value.elements)
-    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-        return _shares(value.elt, names) or _shares(value.for_in.iter, names)
-    if isinstance(value, cst.DictComp):
-        return _shares(value.value, names) or _shares(value.for_in.iter, names)
-    return False
+def _holds(parent: cst.CSTNode | None, node: cst.CSTNode) -> bool:
+    """Does `parent`'s value hold `node`'s object (a part, an element, a branch of it)?"""
+    if isinstance(parent, (cst.Subscript, cst.Element, cst.StarredElement, cst.DictElement)):
+        return parent.value is node
+    if isinstance(parent, cst.IfExp):
+        return node is not parent.test
+    if isinstance(parent, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return parent.elt is node or parent.for_in is node
+    if isinstance(parent, cst.DictComp):
+        return parent.value is node or parent.for_in is node
+    if isinstance(parent, cst.CompFor):
+        return parent.iter is node or parent.inner_for_in is node  # `[y for x in read for y in x]`
+    return isinstance(parent, (cst.List, cst.Tuple, cst.Set, cst.Dict))
 
 
-def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]]:
+def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[cst.Name, cst.BaseExpression]]:
     """(name, the value it gets) for `target = value`; pairwise through a tuple of both,
     every name with the whole value otherwise."""
     if isinstance(target, cst.Name):
-        return [(target.value, value)]
+        return [(target, value)]
     if isinstance(target, (cst.Tuple, cst.List)):
         if (
             isinstance(value, (cst.Tuple, cst.List))

@@ -477,7 +477,7 @@ class PerCallHookRegistration(Rule):
         for attribute in index.find(cst.Attribute, within=statement):
             if deferred(attribute) or not m.matches(attribute.value, m.Name(receiver)):
                 continue
-            values = self.context.bindings.attribute_values(attribute)
+            values = self.context.kinds.attribute_values(attribute)
             if values is not None and not all(index.inside(v, init) for v in values):
                 return f"`{receiver}.{attribute.attr.value}` is assigned outside `__init__`"
         for inner in index.find(cst.Call, within=statement):

@@ -52,23 +52,6 @@ def test_unpacked_gives_the_value_and_the_index():
     assert bindings.unpacked(bindings.assignments(name)[0]) is None
 
 
-def test_attribute_values_follow_self_across_methods_of_one_class():
-    code = (
-        "class T:\n"
-        "    def __init__(self, make):\n"
-        "        self.loader = make()\n"
-        "        other.loader = 3\n"
-        "    def reset(me):\n"
-        "        me.loader = None\n"
-        "    def run(self):\n"
-        "        probe(self.loader)\n"
-    )
-    bindings, module, attribute = probed(code)
-    assert code_of(module, bindings.attribute_values(attribute)) == ["make()", "None"]
-    bindings, _, attribute = probed("def f(self):\n    probe(self.loader)\n")
-    assert bindings.attribute_values(attribute) is None  # not in a class
-
-
 def test_helpers_functions_parameters_and_call_arguments():
     code = (
         "def make(ds, bs=1, *, shuffle=False):\n"

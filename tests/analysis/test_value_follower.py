@@ -155,7 +155,7 @@ def test_an_attribute_set_in_init_holds_what_init_assigns():
     read = next(a for a in ctx.index.find(cst.Attribute) if ctx.source(a) == "self.staging" and ctx.line(a) == 8)
     fact = ctx.kinds.fact(read)
     assert (fact.kind, fact.place, fact.memory) == (Kind.TENSOR, Place.HOST, Memory.PINNED)
-    assert [ctx.source(v) for v in ctx.kinds.self_attribute_values(read)] == ["torch.empty(8, pin_memory=True)"]
+    assert [ctx.source(v) for v in ctx.kinds.attribute_values(read)] == ["torch.empty(8, pin_memory=True)"]
 
 
 def test_a_local_function_holds_what_it_returns_and_its_parameter_what_calls_pass():
