@@ -75,17 +75,23 @@ from codemod.analysis.names import (
     separated,
 )
 from codemod.analysis.tensor_layout import (
-    SAME_SHAPE_MODULES,
     Spec,
     attributes,
     layouts,
     read_names,
 )
 from codemod.analysis.torch_facts import (
+    ELEMENTWISE_MODULES,
+    LAST_DIM_MODULES,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
     RECURRENCE_FUNCTION_NAMES,
     RECURRENCE_METHODS,
+    REORDERING_METHODS,
+    RESHAPING_METHODS,
+    SAME_SHAPE_MODULES,
+    SPLITTING_METHODS,
+    SQUEEZING_METHODS,
 )
 from codemod.analysis.torch_ops import Category, functions, methods
 
@@ -103,12 +109,17 @@ ELEMENTWISE_METHODS = methods(Category.UNARY, Category.CAST, random=False, in_pl
 ELEMENTWISE_FUNCTIONS = functions(Category.UNARY, random=False)
 REDUCTIONS = methods(Category.REDUCTION)
 # Methods only tensors have: calling one proves the receiver (and the result) is a tensor.
-TENSOR_ONLY_METHODS = frozenset(
-    "unsqueeze squeeze transpose view reshape permute expand flatten unflatten movedim contiguous "
-    "float double half bfloat16 type_as exp sigmoid tanh softmax log_softmax matmul sum mean detach clone".split()
-)
-LAST_DIM_MODULES = frozenset(
-    ("torch.nn.Linear", "torch.nn.modules.linear.Linear", "torch.nn.LayerNorm", "torch.nn.RMSNorm")
+# A Python number has none of the methods of torch's table; these also return a tensor.
+TENSOR_ONLY_METHODS = methods(
+    Category.UNARY,
+    Category.BINARY,
+    Category.CAST,
+    Category.VIEW,
+    Category.REPEAT,
+    Category.ALONG_DIM,
+    Category.REDUCTION,
+    Category.MATMUL,
+    Category.FACTORY,
 )
 
 
@@ -684,16 +695,6 @@ class LoopReader:
                 return True
             if isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_ONLY_METHODS:
                 return True  # a number has no such method
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value in ELEMENTWISE_METHODS | {
-                "unsqueeze",
-                "transpose",
-                "view",
-                "reshape",
-                "exp",
-                "sigmoid",
-                "float",
-            }:
-                return self._is_tensor(node.func.value)
         if isinstance(node, cst.UnaryOperation):
             return self._is_tensor(node.expression)
         if isinstance(node, cst.BinaryOperation):
@@ -826,11 +827,7 @@ class LoopReader:
             operand = self.sym(node.args[0].value)
             if kinds & LAST_DIM_MODULES:
                 return Op(operand.rank, "last_dim", (operand,), (), node)
-            if kinds & SAME_SHAPE_MODULES and not kinds & {
-                "torch.nn.Dropout",
-                "torch.nn.Softmax",
-                "torch.nn.GroupNorm",
-            }:
+            if kinds & ELEMENTWISE_MODULES:
                 return Op(operand.rank, "map", (operand,), ("arg0",), node)
         raise Unsupported(f"`{self.code(func)}` is called on a step value")
 
@@ -874,7 +871,7 @@ class LoopReader:
             return Op(inner.rank, "dimwise", (inner,), (dim, "receiver"), node)
         if method == "lerp" and len(values) == 2:
             return _lerp(inner, self.sym(values[0]), self.sym(values[1]))
-        if method in ("view", "reshape", "flatten", "unflatten", "permute", "expand", "repeat", "chunk", "split"):
+        if method in RESHAPING_METHODS | REORDERING_METHODS | SQUEEZING_METHODS | SPLITTING_METHODS:
             raise Unsupported(f"`{self.code(node)}` reshapes a step value")
         raise Unsupported(f"`.{method}()` on a step value")
 

@@ -40,6 +40,27 @@ class Category(enum.Enum):
     RECURRENT = "recurrent module"
     CONVOLUTION = "convolution"  # cuDNN convolutions (TF32 for float32 by default)
     SPARSE = "sparse"  # makes or multiplies sparse tensors
+    REPEAT = "repeat"  # copies of its elements repeated into new memory
+    JOIN = "join"  # tensors joined along a dim, which it is given after them
+    EMBEDDING = "embedding"  # rows of a weight table picked by integer indices
+    SIZE = "size"  # a size or the rank of a tensor, read without its values
+    # `nn` module classes by what their forward computes (their construction draws nothing):
+    ELEMENTWISE_LAYER = "elementwise layer"  # activations and the identity
+    NORM_LAYER = "layer along dims"  # norms and softmax: shape kept, an element reads others
+    DROPOUT_LAYER = "dropout layer"  # zeroes elements drawn from the RNG, shape kept
+
+
+class Shape(enum.Enum):
+    """How the shape of the result follows from the arguments, for the entries whose
+    category does not say it (an elementwise op keeps its input's shape)."""
+
+    SIZES = "the sizes it is given"  # `view(B, -1)`, `expand` (-1 keeps a dim), `repeat` (a factor a dim)
+    REORDERED = "its dims reordered"  # `transpose(1, 2)`, `permute`, `movedim`
+    SQUEEZED = "a dim inserted, removed or merged"  # `unsqueeze`, `squeeze`, `flatten`, `unflatten`
+    NEW = "new from sizes"  # its positional arguments, or one tuple of them, are the shape
+    FILLED = "new from a size and a value"  # `full((B, T), v)`: the shape first, then the fill value
+    LIKE = "its first argument's"  # `zeros_like(x)`
+    SPLIT = "pieces along a dim, sized first"  # `split(4, dim=-1)`: a size, count or indices, then the dim
 
 
 @dataclass(frozen=True)
@@ -75,11 +96,20 @@ class Op:
     uninitialized: bool = False  # a new tensor whose memory is not written: its values are whatever was there
     # Why torch.compile leaves it to eager mode: dynamo (as installed) breaks the graph there.
     compile_breaks: str | None = None
+    shape: Shape | None = None  # how its result's shape follows, where the category does not say
+    # It works on the last dims whatever its arguments say (`tril`'s diagonal, a matmul's
+    # matrices, `layer_norm`'s normalized shape): the leading dims are batch dims it keeps.
+    last_dims: bool = False
 
     @property
     def in_place(self) -> bool:
         """It writes its result into its receiver or argument: torch spells these with a trailing `_`."""
         return self.name.endswith("_")
+
+    @property
+    def module(self) -> bool:
+        """It is an `nn` module class: calling it builds a module, its forward computes."""
+        return self.name.rpartition(".")[2][:1].isupper()
 
 
 def _ops(category: Category, names: str, *, prefixes: Iterable[str] = ("torch.",), **facts) -> list[Op]:
@@ -94,18 +124,18 @@ _UNARY = (
 _ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid mish hardswish relu6 selu celu"
 # Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
 _CASTS = "float double half bfloat16 long int short bool byte char to type type_as contiguous detach cuda pin_memory"
-_VIEWS = (
-    "view view_as reshape reshape_as squeeze unsqueeze t transpose permute flatten unflatten expand "
-    "expand_as narrow as_strided unbind split chunk select diagonal movedim swapaxes swapdims"
-)
+_VIEWS = "view_as reshape_as t expand_as narrow as_strided unbind select diagonal"
+_ELEMENTWISE_LAYERS = "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6"
+_DROPOUT_LAYERS = "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout"
+_REORDERING = "transpose permute movedim swapaxes swapdims"
 _RNN = "LSTM GRU RNN"  # cuDNN's RNN path casts to float16 under CUDA autocast (AutocastRNN.cpp)
 # Functions, methods and module classes that multiply matrices (cuBLAS on CUDA): the
 # float32 work that TF32 speeds up. A module class is here when its forward runs one.
 _MATMUL_FUNCTIONS = "baddbmm addmm addbmm addmv mv dot inner tensordot chain_matmul bilinear"
-_MATMUL_METHODS = "matmul mm bmm mv dot baddbmm addmm addbmm addmv inner"
-_MATMUL_FUNCTIONALS = "linear bilinear scaled_dot_product_attention multi_head_attention_forward"
+_MATMUL_METHODS = "mm bmm mv dot baddbmm addmm addbmm addmv inner"
+_MATMUL_FUNCTIONALS = "bilinear multi_head_attention_forward"
 _MATMUL_MODULES = (
-    "Linear LazyLinear Bilinear MultiheadAttention Transformer TransformerEncoder TransformerDecoder "
+    "LazyLinear Bilinear MultiheadAttention Transformer TransformerEncoder TransformerDecoder "
     "TransformerEncoderLayer TransformerDecoderLayer RNNCell LSTMCell GRUCell AdaptiveLogSoftmaxWithLoss "
     "LinearCrossEntropyLoss"
 )
@@ -169,16 +199,34 @@ ENTRIES: list[Op] = [
     *_ops(Category.CAST, "clone", prefixes=(METHOD,)),
     *_ops(Category.CAST, "detach_ requires_grad_", prefixes=(METHOD,), shares=True),
     *_ops(Category.VIEW, _VIEWS, prefixes=(METHOD,), shares=True),
-    *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod tril triu", prefixes=("torch.", METHOD)),
-    *_ops(Category.ALONG_DIM, "softmax log_softmax normalize layer_norm", prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.VIEW, "view reshape expand", prefixes=(METHOD,), shares=True, shape=Shape.SIZES),
+    *_ops(Category.VIEW, _REORDERING, prefixes=(METHOD,), shares=True, shape=Shape.REORDERED),
+    *_ops(Category.VIEW, "squeeze unsqueeze flatten unflatten", prefixes=(METHOD,), shares=True, shape=Shape.SQUEEZED),
+    *_ops(Category.VIEW, "split chunk tensor_split", prefixes=(METHOD,), shares=True, shape=Shape.SPLIT),
+    *_ops(Category.REPEAT, "repeat", prefixes=(METHOD,), shape=Shape.SIZES),
+    *_ops(Category.JOIN, "cat concat concatenate stack"),
+    *_ops(Category.SIZE, "size", prefixes=(METHOD,)),
+    *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod", prefixes=("torch.", METHOD)),
+    *_ops(Category.ALONG_DIM, "tril triu", prefixes=("torch.", METHOD), last_dims=True),
+    *_ops(Category.ALONG_DIM, "softmax log_softmax normalize", prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.ALONG_DIM, "layer_norm", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),
     *_ops(Category.REDUCTION, "sum mean amax amin prod", prefixes=("torch.", METHOD)),
-    *_ops(Category.MATMUL, "matmul bmm mm einsum outer"),
+    *_ops(Category.MATMUL, "bmm mm einsum outer"),
+    *_ops(Category.MATMUL, "matmul", last_dims=True),
     *_ops(Category.MATMUL, _MATMUL_FUNCTIONS),
     *_ops(Category.MATMUL, "matmul multi_dot", prefixes=("torch.linalg.",)),
     *_ops(Category.MATMUL, _MATMUL_METHODS, prefixes=(METHOD,)),
+    *_ops(Category.MATMUL, "matmul", prefixes=(METHOD,), last_dims=True),
     *_ops(Category.MATMUL, _MATMUL_FUNCTIONALS, prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.MATMUL, "linear scaled_dot_product_attention", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.MATMUL, _MATMUL_MODULES, prefixes=("torch.nn.",)),
+    *_ops(Category.MATMUL, "Linear", prefixes=("torch.nn.", "torch.nn.modules.linear."), last_dims=True),
+    *_ops(Category.EMBEDDING, "embedding", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
+    *_ops(Category.ELEMENTWISE_LAYER, _ELEMENTWISE_LAYERS, prefixes=("torch.nn.",)),
+    *_ops(Category.NORM_LAYER, "LayerNorm RMSNorm", prefixes=("torch.nn.",), last_dims=True),
+    *_ops(Category.NORM_LAYER, "GroupNorm Softmax", prefixes=("torch.nn.",)),
+    *_ops(Category.DROPOUT_LAYER, _DROPOUT_LAYERS, prefixes=("torch.nn.", "torch.nn.modules.dropout.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTIONS, prefixes=("torch.", f"{FUNCTIONAL}.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTION_MODULES, prefixes=("torch.nn.",)),
     *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True),
@@ -192,20 +240,25 @@ ENTRIES: list[Op] = [
     ),
     *_ops(
         Category.FACTORY,
-        "tensor as_tensor zeros ones full arange linspace logspace eye zeros_like ones_like full_like "
-        "tril_indices triu_indices hann_window hamming_window blackman_window bartlett_window kaiser_window",
+        "tensor as_tensor arange linspace logspace eye tril_indices triu_indices "
+        "hann_window hamming_window blackman_window bartlett_window kaiser_window",
     ),
-    *_ops(Category.FACTORY, "empty empty_like", uninitialized=True),
+    *_ops(Category.FACTORY, "zeros ones", shape=Shape.NEW),
+    *_ops(Category.FACTORY, "full", shape=Shape.FILLED),
+    *_ops(Category.FACTORY, "zeros_like ones_like full_like", shape=Shape.LIKE),
+    *_ops(Category.FACTORY, "empty", uninitialized=True, shape=Shape.NEW),
+    *_ops(Category.FACTORY, "empty_like", uninitialized=True, shape=Shape.LIKE),
+    *_ops(Category.FACTORY, "new_zeros new_ones", prefixes=(METHOD,), shape=Shape.NEW),
+    *_ops(Category.FACTORY, "new_full", prefixes=(METHOD,), shape=Shape.FILLED),
+    *_ops(Category.FACTORY, "new_empty", prefixes=(METHOD,), uninitialized=True, shape=Shape.NEW),
     *_ops(
         Category.FACTORY,
         "generate_square_subsequent_mask",
         prefixes=("torch.nn.Transformer.", "torch.nn.modules.transformer.Transformer."),
     ),
-    *_ops(
-        Category.FACTORY,  # new tensors drawn from the RNG
-        "rand randn randint rand_like randn_like randint_like randperm multinomial normal",
-        random=True,
-    ),
+    *_ops(Category.FACTORY, "randint randperm multinomial normal", random=True),  # new tensors drawn from the RNG
+    *_ops(Category.FACTORY, "rand randn", random=True, shape=Shape.NEW),
+    *_ops(Category.FACTORY, "rand_like randn_like randint_like", random=True, shape=Shape.LIKE),
     *_ops(Category.UNARY, "bernoulli poisson", random=True),  # a draw per element of the argument
     *_ops(Category.UNARY, "bernoulli", prefixes=(METHOD,), random=True),
     *_ops(Category.FACTORY, "multinomial", prefixes=(METHOD,), random=True),
@@ -242,19 +295,19 @@ ENTRIES: list[Op] = [
 OPS: dict[str, Op] = {op.name: op for op in ENTRIES}  # one entry a name (tested)
 
 
-def functions(*categories: Category, **facts: bool) -> frozenset[str]:
+def functions(*categories: Category, **facts: object) -> frozenset[str]:
     """Qualified names of the torch functions and classes in `categories` (all
     when none is given) whose facts have the values given (`random=True`,
-    `in_place=False`, `shares=True`)."""
+    `in_place=False`, `shape=Shape.NEW`, `module=True`)."""
     return frozenset(op.name for op in _select(False, categories, facts))
 
 
-def methods(*categories: Category, **facts: bool) -> frozenset[str]:
+def methods(*categories: Category, **facts: object) -> frozenset[str]:
     """Names of the tensor methods in `categories` (as `functions`), without `Tensor.`."""
     return frozenset(op.name.removeprefix(METHOD) for op in _select(True, categories, facts))
 
 
-def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, bool]) -> Iterable[Op]:
+def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, object]) -> Iterable[Op]:
     for op in ENTRIES:
         if (
             op.name.startswith(METHOD) == method

@@ -32,6 +32,7 @@ def shape_of(code: str, name: str = "x"):
         ("x = F.cross_entropy(a, b, reduction='none')", None),
         ("x = F.cross_entropy(a, b, reduction=how)", None),
         ("x = torch.nn.utils.clip_grad_norm_(params, 1.0)", ()),
+        ("x = torch.randint_like(torch.zeros(n, 3), 10)", ("n", "3")),  # the shape of its first argument
     ],
 )
 def test_shapes_from_the_code_that_builds_the_tensor(code, shape):
