@@ -41,6 +41,8 @@ from codemod.analysis.torch_facts import (
     LAST_DIM_MODULES,
     LIKE_FACTORIES,
     NEW_FACTORY_METHODS,
+    NORM_METHODS,
+    REDUCTION_METHODS,
     REORDERING_METHODS,
     RESHAPING_METHODS,
     SAME_SHAPE_MODULES,
@@ -696,7 +698,7 @@ class Layouts:
             return self._squeezed(method, receiver, positional_values, depth)
         if method in NEW_FACTORY_METHODS:
             return self._factory_dims(positional_values[:1] if method in FILLED_METHODS else positional_values, depth)
-        if method in ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp", "norm"):
+        if method in REDUCTION_METHODS | NORM_METHODS:
             return self._reduced(call, receiver, method, depth)
         if method in ("split", "chunk", "unbind", "size", "item", "tolist", "numel", "dim"):
             return None
@@ -822,13 +824,13 @@ class Layouts:
 
     def _reduced(self, call: cst.Call, receiver, method: str, depth: int):
         shape = self.shape(receiver, depth)
-        dim_arg = positional(call, 0) or kwarg(call, "dim")
+        dim_arg = positional(call, 1 if method in NORM_METHODS else 0) or kwarg(call, "dim")
         keep = kwarg(call, "keepdim")
         keepdim = keep is not None and isinstance(keep.value, cst.Name) and keep.value.value == "True"
         if keep is not None and not (isinstance(keep.value, cst.Name) and keep.value.value in ("True", "False")):
             return None
         if shape is None or dim_arg is None:
-            return () if shape is not None and dim_arg is None and method != "norm" else None
+            return () if shape is not None and dim_arg is None else None
         values = (
             [e.value for e in dim_arg.value.elements]
             if isinstance(dim_arg.value, (cst.Tuple, cst.List))

@@ -980,6 +980,7 @@ SHAPE_KEEPING_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.AL
 SHAPE_KEEPING_METHODS = methods(Category.UNARY, Category.BINARY, Category.ALONG_DIM, Category.CAST, in_place=False)
 REDUCTION_FUNCTIONS = functions(Category.REDUCTION)
 REDUCTION_METHODS = methods(Category.REDUCTION)
+NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reduction, its dim second
 # The dtype each casting method gives (`x.long()`); the other casts keep the dtype or name it.
 CAST_METHOD_DTYPES = {
     "float": "torch.float32",

@@ -29,7 +29,8 @@ class Category(enum.Enum):
     BINARY = "binary elementwise"  # elementwise over broadcast operands
     CAST = "cast"  # the same values in another dtype, device, memory layout or graph
     ALONG_DIM = "along a dim"  # shape kept; an output element reads a slice along one dim
-    REDUCTION = "reduction"  # fewer dims: `dim=`/`keepdim=` say which
+    REDUCTION = "reduction"  # fewer dims: `dim=` (its first argument after the tensor) and `keepdim=` say which
+    NORM = "norm"  # a reduction whose first argument after the tensor is the order `p`, then `dim`
     VIEW = "view"  # the same elements in another shape or order
     MATMUL = "matmul"
     FACTORY = "factory"  # a new tensor from sizes or another tensor's shape
@@ -211,7 +212,8 @@ ENTRIES: list[Op] = [
     *_ops(Category.ALONG_DIM, "softmax log_softmax normalize", prefixes=(f"{FUNCTIONAL}.",)),
     *_ops(Category.ALONG_DIM, "layer_norm", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),
-    *_ops(Category.REDUCTION, "sum mean amax amin prod", prefixes=("torch.", METHOD)),
+    *_ops(Category.REDUCTION, "sum mean amax amin prod std var logsumexp", prefixes=("torch.", METHOD)),
+    *_ops(Category.NORM, "norm", prefixes=("torch.", METHOD)),
     *_ops(Category.MATMUL, "bmm mm einsum outer"),
     *_ops(Category.MATMUL, "matmul", last_dims=True),
     *_ops(Category.MATMUL, _MATMUL_FUNCTIONS),

@@ -24,6 +24,7 @@ EXTRA = {
     "log_softmax": {"dim": -1},
     "cumsum": {"dim": -1},
     "cumprod": {"dim": -1},
+    "logsumexp": {"dim": -1},
     "layer_norm": ((3,),),
     "pow": (2,),
     "mul": (2,),
@@ -476,3 +477,17 @@ def test_join_takes_the_dim_after_the_tensors_and_size_reads_a_dim():
     for name in functions(Category.JOIN):
         assert _resolve(name)([x, x], 1).shape[1] in (6, 2), name  # cat: 3 + 3; stack: a new dim of 2
     assert {x.size(i) for i in range(x.dim())} == {2, 3} and methods(Category.SIZE) == {"size"}
+
+
+@pytest.mark.parametrize("name", sorted(functions(Category.REDUCTION, Category.NORM)))
+def test_reductions_take_the_dim_first_and_norms_after_the_order(name):
+    x = torch.rand(2, 3, 4)
+    before_dim = (2,) if OPS[name].category is Category.NORM else ()
+    function = _resolve(name)
+    assert function(x, *before_dim, 1).shape == (2, 4)
+    assert function(x, *before_dim, 1, keepdim=True).shape == (2, 1, 4)
+    short = name.rsplit(".", 1)[1]
+    method = getattr(x, short)
+    assert method(*before_dim, -1).shape == (2, 3)
+    if short != "logsumexp":  # the one that needs its dim
+        assert method().shape == ()
