@@ -42,6 +42,9 @@ from codemod.analysis.torch_facts import (
     LIKE_FACTORIES,
     NEW_FACTORY_METHODS,
     NORM_METHODS,
+    NOT_ONE_TENSOR_METHODS,
+    PRODUCT_FUNCTIONS,
+    PRODUCT_METHODS,
     REDUCTION_METHODS,
     REORDERING_METHODS,
     RESHAPING_METHODS,
@@ -76,6 +79,7 @@ _DIM_FUNCTIONS = functions(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW
 # casts, new tensors from sizes (read by the same walk).
 _LEADING_DIM_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.CAST, Category.FACTORY)
 _LEADING_DIM_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST)
+_BINARY_METHODS = methods(Category.BINARY, in_place=False)  # the result broadcasts receiver and argument
 _PLAIN_BUILTINS = {f"{prefix}{name}" for prefix in ("", "builtins.") for name in ("range", "int", "float", "bool")}
 
 
@@ -682,11 +686,7 @@ class Layouts:
         positional_values = [a.value for a in call.args if a.keyword is None]
         if method in SAME_SHAPE_METHODS:
             shape = self.shape(receiver, depth)
-            if (
-                method in ("masked_fill", "lerp", "mul", "add", "sub", "div", "pow")
-                and shape is not None
-                and positional_values
-            ):
+            if method in _BINARY_METHODS and shape is not None and positional_values:
                 other = self.shape(positional_values[0], depth) if method != "masked_fill" else ()
                 return broadcast(shape, other) if other is not None else (shape if method == "masked_fill" else None)
             return shape
@@ -700,9 +700,9 @@ class Layouts:
             return self._factory_dims(positional_values[:1] if method in FILLED_METHODS else positional_values, depth)
         if method in REDUCTION_METHODS | NORM_METHODS:
             return self._reduced(call, receiver, method, depth)
-        if method in ("split", "chunk", "unbind", "size", "item", "tolist", "numel", "dim"):
+        if method in NOT_ONE_TENSOR_METHODS:
             return None
-        if method in ("matmul", "bmm", "mm"):
+        if method in PRODUCT_METHODS:
             return (
                 matmul_shape(self.shape(receiver, depth), self.shape(positional_values[0], depth))
                 if positional_values
@@ -876,7 +876,7 @@ class Layouts:
             if isinstance(written, cst.SimpleString) and written.evaluated_value in ("mean", "sum"):
                 return ()
             return None
-        if name in ("torch.matmul", "torch.bmm"):
+        if name in PRODUCT_FUNCTIONS:
             if len(positional_values) != 2:
                 return None
             return matmul_shape(self.shape(positional_values[0], depth), self.shape(positional_values[1], depth))

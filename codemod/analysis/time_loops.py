@@ -83,6 +83,8 @@ from codemod.analysis.tensor_layout import (
 from codemod.analysis.torch_facts import (
     ELEMENTWISE_MODULES,
     LAST_DIM_MODULES,
+    PRODUCT_FUNCTIONS,
+    PRODUCT_METHODS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
     RECURRENCE_FUNCTION_NAMES,
@@ -842,7 +844,7 @@ class LoopReader:
         if method in ("mul", "add", "sub", "div") and len(node.args) == 1 and node.args[0].keyword is None:
             other = self.sym(values[0])
             return Op(_broadcast_rank((inner, other)), method, (inner, other), (), node)
-        if method in ("matmul",) and len(values) == 1:
+        if method in PRODUCT_METHODS and len(values) == 1:
             other = self.sym(values[0])
             return Op(_matmul_rank(inner.rank, other.rank), "matmul", (inner, other), (), node)
         if method in ELEMENTWISE_METHODS:
@@ -911,7 +913,7 @@ class LoopReader:
                     raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
             rank = None if spec.has_ellipsis else len(spec.output)
             return Op(rank, "einsum", operands, (spec,), node)
-        if name in ("torch.matmul", "torch.bmm") and len(values) == 2 and len(node.args) == 2:
+        if name in PRODUCT_FUNCTIONS and len(values) == 2 and len(node.args) == 2:
             left, right = self.sym(values[0]), self.sym(values[1])
             return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
         if name == "torch.outer" and len(values) == 2:  # of two vectors: a[:, None] * b[None, :]

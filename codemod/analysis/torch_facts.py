@@ -965,6 +965,11 @@ RESHAPING_METHODS = methods(shape=Shape.SIZES)  # `view(B, -1)`, `expand`, `repe
 REORDERING_METHODS = methods(shape=Shape.REORDERED)  # `transpose`, `permute`, `movedim`
 SQUEEZING_METHODS = methods(shape=Shape.SQUEEZED)  # `unsqueeze`, `squeeze`, `flatten`, `unflatten`
 SPLITTING_METHODS = methods(shape=Shape.SPLIT)  # `split(4, dim=-1)`: a size first, then the dim
+# Tensor methods whose result is not one tensor of a shape: pieces, a size, a Python value.
+NOT_ONE_TENSOR_METHODS = SPLITTING_METHODS | methods(shape=Shape.SLICES) | methods(Category.SIZE, Category.TO_HOST)
+# Matrix products of their two operands (`a @ b`'s shape), as functions and tensor methods.
+PRODUCT_FUNCTIONS = functions(shape=Shape.PRODUCT)
+PRODUCT_METHODS = methods(shape=Shape.PRODUCT)
 # `nn` module classes whose output has the shape of their input: activations, norms, dropout.
 SAME_SHAPE_MODULES = functions(Category.ELEMENTWISE_LAYER, Category.NORM_LAYER, Category.DROPOUT_LAYER)
 ELEMENTWISE_MODULES = functions(Category.ELEMENTWISE_LAYER)  # each output element from its input element

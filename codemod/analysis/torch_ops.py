@@ -62,6 +62,8 @@ class Shape(enum.Enum):
     FILLED = "new from a size and a value"  # `full((B, T), v)`: the shape first, then the fill value
     LIKE = "its first argument's"  # `zeros_like(x)`
     SPLIT = "pieces along a dim, sized first"  # `split(4, dim=-1)`: a size, count or indices, then the dim
+    SLICES = "its slices along a dim"  # `unbind(1)`: a tuple of tensors, one dim fewer each
+    PRODUCT = "a matrix product"  # `matmul(a, b)`: a's leading dims (broadcast), a's rows, b's columns
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ _UNARY = (
 _ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid mish hardswish relu6 selu celu"
 # Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
 _CASTS = "float double half bfloat16 long int short bool byte char to type type_as contiguous detach cuda pin_memory"
-_VIEWS = "view_as reshape_as t expand_as narrow as_strided unbind select diagonal"
+_VIEWS = "view_as reshape_as t expand_as narrow as_strided select diagonal"
 _ELEMENTWISE_LAYERS = "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6"
 _DROPOUT_LAYERS = "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout"
 _REORDERING = "transpose permute movedim swapaxes swapdims"
@@ -133,7 +135,7 @@ _RNN = "LSTM GRU RNN"  # cuDNN's RNN path casts to float16 under CUDA autocast (
 # Functions, methods and module classes that multiply matrices (cuBLAS on CUDA): the
 # float32 work that TF32 speeds up. A module class is here when its forward runs one.
 _MATMUL_FUNCTIONS = "baddbmm addmm addbmm addmv mv dot inner tensordot chain_matmul bilinear"
-_MATMUL_METHODS = "mm bmm mv dot baddbmm addmm addbmm addmv inner"
+_MATMUL_METHODS = "mv dot baddbmm addmm addbmm addmv inner"
 _MATMUL_FUNCTIONALS = "bilinear multi_head_attention_forward"
 _MATMUL_MODULES = (
     "LazyLinear Bilinear MultiheadAttention Transformer TransformerEncoder TransformerDecoder "
@@ -204,9 +206,10 @@ ENTRIES: list[Op] = [
     *_ops(Category.VIEW, _REORDERING, prefixes=(METHOD,), shares=True, shape=Shape.REORDERED),
     *_ops(Category.VIEW, "squeeze unsqueeze flatten unflatten", prefixes=(METHOD,), shares=True, shape=Shape.SQUEEZED),
     *_ops(Category.VIEW, "split chunk tensor_split", prefixes=(METHOD,), shares=True, shape=Shape.SPLIT),
+    *_ops(Category.VIEW, "unbind", prefixes=(METHOD,), shares=True, shape=Shape.SLICES),
     *_ops(Category.REPEAT, "repeat", prefixes=(METHOD,), shape=Shape.SIZES),
     *_ops(Category.JOIN, "cat concat concatenate stack"),
-    *_ops(Category.SIZE, "size", prefixes=(METHOD,)),
+    *_ops(Category.SIZE, "size dim numel", prefixes=(METHOD,)),
     *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod", prefixes=("torch.", METHOD)),
     *_ops(Category.ALONG_DIM, "tril triu", prefixes=("torch.", METHOD), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax log_softmax normalize", prefixes=(f"{FUNCTIONAL}.",)),
@@ -214,12 +217,12 @@ ENTRIES: list[Op] = [
     *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),
     *_ops(Category.REDUCTION, "sum mean amax amin prod std var logsumexp", prefixes=("torch.", METHOD)),
     *_ops(Category.NORM, "norm", prefixes=("torch.", METHOD)),
-    *_ops(Category.MATMUL, "bmm mm einsum outer"),
-    *_ops(Category.MATMUL, "matmul", last_dims=True),
+    *_ops(Category.MATMUL, "einsum outer"),
+    *_ops(Category.MATMUL, "bmm mm", prefixes=("torch.", METHOD), shape=Shape.PRODUCT),
+    *_ops(Category.MATMUL, "matmul", prefixes=("torch.", METHOD), last_dims=True, shape=Shape.PRODUCT),
     *_ops(Category.MATMUL, _MATMUL_FUNCTIONS),
     *_ops(Category.MATMUL, "matmul multi_dot", prefixes=("torch.linalg.",)),
     *_ops(Category.MATMUL, _MATMUL_METHODS, prefixes=(METHOD,)),
-    *_ops(Category.MATMUL, "matmul", prefixes=(METHOD,), last_dims=True),
     *_ops(Category.MATMUL, _MATMUL_FUNCTIONALS, prefixes=(f"{FUNCTIONAL}.",)),
     *_ops(Category.MATMUL, "linear scaled_dot_product_attention", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.MATMUL, _MATMUL_MODULES, prefixes=("torch.nn.",)),
