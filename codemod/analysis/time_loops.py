@@ -82,6 +82,8 @@ from codemod.analysis.tensor_layout import (
 )
 from codemod.analysis.torch_facts import (
     ELEMENTWISE_MODULES,
+    LAST_DIM_FUNCTIONS,
+    LAST_DIM_METHODS,
     LAST_DIM_MODULES,
     PRODUCT_FUNCTIONS,
     PRODUCT_METHODS,
@@ -110,6 +112,10 @@ class Unsupported(Exception):
 ELEMENTWISE_METHODS = methods(Category.UNARY, Category.CAST, random=False, in_place=False)
 ELEMENTWISE_FUNCTIONS = functions(Category.UNARY, random=False)
 REDUCTIONS = methods(Category.REDUCTION)
+# Matrix products that broadcast their leading dims (`matmul`, not `mm` or `bmm`, which take
+# matrices or batches of them only): a step value with a time dim more is still one operand.
+BROADCAST_PRODUCT_METHODS = PRODUCT_METHODS & LAST_DIM_METHODS
+BROADCAST_PRODUCT_FUNCTIONS = PRODUCT_FUNCTIONS & LAST_DIM_FUNCTIONS
 # Methods only tensors have: calling one proves the receiver (and the result) is a tensor.
 # A Python number has none of the methods of torch's table; these also return a tensor.
 TENSOR_ONLY_METHODS = methods(
@@ -844,7 +850,7 @@ class LoopReader:
         if method in ("mul", "add", "sub", "div") and len(node.args) == 1 and node.args[0].keyword is None:
             other = self.sym(values[0])
             return Op(_broadcast_rank((inner, other)), method, (inner, other), (), node)
-        if method in PRODUCT_METHODS and len(values) == 1:
+        if method in BROADCAST_PRODUCT_METHODS and len(values) == 1:
             other = self.sym(values[0])
             return Op(_matmul_rank(inner.rank, other.rank), "matmul", (inner, other), (), node)
         if method in ELEMENTWISE_METHODS:
@@ -913,7 +919,7 @@ class LoopReader:
                     raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
             rank = None if spec.has_ellipsis else len(spec.output)
             return Op(rank, "einsum", operands, (spec,), node)
-        if name in PRODUCT_FUNCTIONS and len(values) == 2 and len(node.args) == 2:
+        if name in BROADCAST_PRODUCT_FUNCTIONS and len(values) == 2 and len(node.args) == 2:
             left, right = self.sym(values[0]), self.sym(values[1])
             return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
         if name == "torch.outer" and len(values) == 2:  # of two vectors: a[:, None] * b[None, :]
@@ -1594,7 +1600,11 @@ class Lifter:
         node = sym.node
         if isinstance(node, cst.BinaryOperation):
             code = node.with_changes(left=atom(operands[0].code), right=atom(operands[1].code))
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "matmul":
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in BROADCAST_PRODUCT_METHODS
+        ):
             code = node.with_changes(
                 func=node.func.with_changes(value=atom(operands[0].code)),
                 args=[node.args[0].with_changes(value=operands[1].code)],

@@ -499,3 +499,12 @@ def test_reductions_take_the_dim_first_and_norms_after_the_order(name):
     assert method(*before_dim, -1).shape == (2, 3)
     if short != "logsumexp":  # the one that needs its dim
         assert method().shape == ()
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.shape is Shape.PRODUCT and not op.last_dims))
+def test_products_not_on_the_last_dims_refuse_one_more_leading_dim(name):
+    """`mm` takes matrices and `bmm` batches of them, nothing with a dim more (`matmul`
+    broadcasts it): a rewrite that adds a dim to their operands would break them."""
+    call, _ = SHAPE_CALLS[name]
+    with pytest.raises(RuntimeError):
+        call(torch.rand(2, 2, 1, 3))
