@@ -36,6 +36,7 @@ from codemod.analysis.names import integer_value, kwarg, names_read, positional
 from codemod.analysis.torch_facts import (
     FILLED_FACTORIES,
     FILLED_METHODS,
+    JOINING_FUNCTIONS,
     LAST_DIM_FUNCTIONS,
     LAST_DIM_METHODS,
     LAST_DIM_MODULES,
@@ -52,6 +53,7 @@ from codemod.analysis.torch_facts import (
     SHAPED_FACTORIES,
     SPLITTING_METHODS,
     SQUEEZING_METHODS,
+    STACKING_FUNCTIONS,
 )
 from codemod.analysis.torch_ops import OPS, Category, functions, methods
 from codemod.analysis.values import values
@@ -904,7 +906,7 @@ class Layouts:
             if name in ("torch.tensor", "torch.as_tensor"):
                 return _literal_shape(positional_values[0]) if positional_values else None
             return self.shape(positional_values[0], depth) if positional_values else None
-        if name == "torch.stack" and len(call.args) == 1 and isinstance(positional_values[0], cst.ListComp):
+        if name in STACKING_FUNCTIONS and len(call.args) == 1 and isinstance(positional_values[0], cst.ListComp):
             return self._stacked_shape(positional_values[0], depth)
         if name in ("torch.where",):
             shapes = [self.shape(v, depth) for v in positional_values]
@@ -926,7 +928,7 @@ class Layouts:
             return (self._dim_code(steps_value, depth),) if steps_value is not None else (None,)
         if name == "torch.arange":
             return (None,)
-        if name in ("torch.cat", "torch.concat", "torch.concatenate") and positional_values:
+        if name in JOINING_FUNCTIONS and positional_values:
             return self._concatenated(call, positional_values[0], depth)
         return None
 

@@ -969,6 +969,8 @@ SPLITTING_METHODS = methods(shape=Shape.SPLIT)  # `split(4, dim=-1)`: a size fir
 NOT_ONE_TENSOR_METHODS = SPLITTING_METHODS | methods(shape=Shape.SLICES) | methods(Category.SIZE, Category.TO_HOST)
 # Matrix products of their two operands (`a @ b`'s shape), as functions and tensor methods.
 PRODUCT_FUNCTIONS = functions(shape=Shape.PRODUCT)
+JOINING_FUNCTIONS = functions(shape=Shape.JOINED)  # `torch.cat`
+STACKING_FUNCTIONS = functions(shape=Shape.STACKED)  # `torch.stack`
 PRODUCT_METHODS = methods(shape=Shape.PRODUCT)
 # `nn` module classes whose output has the shape of their input: activations, norms, dropout.
 SAME_SHAPE_MODULES = functions(Category.ELEMENTWISE_LAYER, Category.NORM_LAYER, Category.DROPOUT_LAYER)

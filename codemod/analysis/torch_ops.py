@@ -63,6 +63,8 @@ class Shape(enum.Enum):
     LIKE = "its first argument's"  # `zeros_like(x)`
     SPLIT = "pieces along a dim, sized first"  # `split(4, dim=-1)`: a size, count or indices, then the dim
     SLICES = "its slices along a dim"  # `unbind(1)`: a tuple of tensors, one dim fewer each
+    JOINED = "joined along a dim"  # `cat([a, b], 1)`: their dims, dim 1 the sum of theirs
+    STACKED = "stacked along a new dim"  # `stack([a, b], 1)`: their shape with a new dim 1
     PRODUCT = "a matrix product"  # `matmul(a, b)`: a's leading dims (broadcast), a's rows, b's columns
 
 
@@ -208,7 +210,8 @@ ENTRIES: list[Op] = [
     *_ops(Category.VIEW, "split chunk tensor_split", prefixes=(METHOD,), shares=True, shape=Shape.SPLIT),
     *_ops(Category.VIEW, "unbind", prefixes=(METHOD,), shares=True, shape=Shape.SLICES),
     *_ops(Category.REPEAT, "repeat", prefixes=(METHOD,), shape=Shape.SIZES),
-    *_ops(Category.JOIN, "cat concat concatenate stack"),
+    *_ops(Category.JOIN, "cat concat concatenate", shape=Shape.JOINED),
+    *_ops(Category.JOIN, "stack", shape=Shape.STACKED),
     *_ops(Category.SIZE, "size dim numel", prefixes=(METHOD,)),
     *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod", prefixes=("torch.", METHOD)),
     *_ops(Category.ALONG_DIM, "tril triu", prefixes=("torch.", METHOD), last_dims=True),
