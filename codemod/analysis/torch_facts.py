@@ -407,12 +407,10 @@ SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
 # Layers that act on the last dimensions of their input and take any number of leading ones
 # (`(*, H)` in torch's docs), and the containers that only call their children: a sample
 # without its batch dimension gives the values its row of a batch gives.
-LEADING_DIM_LAYERS = frozenset(
-    f"torch.nn.{name}"
-    for name in (
-        "Linear Embedding LayerNorm RMSNorm Dropout Identity GELU ReLU SiLU Tanh Sigmoid Softplus ELU "
-        "LeakyReLU Mish Hardswish ReLU6 Sequential ModuleList"
-    ).split()
+LEADING_DIM_LAYERS = (
+    functions(Category.ELEMENTWISE_LAYER)
+    | functions(last_dims=True, module=True)
+    | {f"torch.nn.{name}" for name in ("Embedding", "Dropout", "Sequential", "ModuleList")}
 )
 # Layers whose output for one sample depends on the other samples of the batch (in training mode).
 BATCH_MIXING_LAYERS = {
