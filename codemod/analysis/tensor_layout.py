@@ -75,7 +75,7 @@ RANK_KEEPING_MODULES = SAME_SHAPE_MODULES | LAST_DIM_MODULES
 
 # Calls whose integer arguments are dims (or sizes, for the reshaping ones): a dim counted
 # from the front names another dim once the input has one more leading dim.
-_DIM_METHODS = methods(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW, Category.SIZE) | RESHAPING_METHODS
+_DIM_METHODS = methods(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW, Category.METADATA) | RESHAPING_METHODS
 _DIM_FUNCTIONS = functions(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW, Category.JOIN)
 # Calls without dims that keep the leading dims of what they are given: elementwise math,
 # casts, new tensors from sizes (read by the same walk).

@@ -471,7 +471,7 @@ FORWARD_DRAW_METHODS = frozenset(m for m in RANDOM_METHODS if not m.endswith("_"
 # What a tensor tells of itself without its values: a test of these reads nothing back from
 # the device and does not break a compiled graph (`if x.dim() == 3:`).
 METADATA_ATTRIBUTES = frozenset("shape ndim dtype device is_cuda requires_grad".split())
-METADATA_METHODS = frozenset("size dim numel ndimension is_floating_point is_complex".split())
+METADATA_METHODS = methods(Category.METADATA)
 # torch's functions that draw from its global generator (not the layers that call them).
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
 # Calls that draw a batch of samples (or of their indices) at random, with replacement
@@ -964,7 +964,7 @@ REORDERING_METHODS = methods(shape=Shape.REORDERED)  # `transpose`, `permute`, `
 SQUEEZING_METHODS = methods(shape=Shape.SQUEEZED)  # `unsqueeze`, `squeeze`, `flatten`, `unflatten`
 SPLITTING_METHODS = methods(shape=Shape.SPLIT)  # `split(4, dim=-1)`: a size first, then the dim
 # Tensor methods whose result is not one tensor of a shape: pieces, a size, a Python value.
-NOT_ONE_TENSOR_METHODS = SPLITTING_METHODS | methods(shape=Shape.SLICES) | methods(Category.SIZE, Category.TO_HOST)
+NOT_ONE_TENSOR_METHODS = SPLITTING_METHODS | methods(shape=Shape.SLICES) | methods(Category.METADATA, Category.TO_HOST)
 # Matrix products of their two operands (`a @ b`'s shape), as functions and tensor methods.
 PRODUCT_FUNCTIONS = functions(shape=Shape.PRODUCT)
 JOINING_FUNCTIONS = functions(shape=Shape.JOINED)  # `torch.cat`

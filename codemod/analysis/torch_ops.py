@@ -44,7 +44,7 @@ class Category(enum.Enum):
     REPEAT = "repeat"  # copies of its elements repeated into new memory
     JOIN = "join"  # tensors joined along a dim, which it is given after them
     EMBEDDING = "embedding"  # rows of a weight table picked by integer indices
-    SIZE = "size"  # a size or the rank of a tensor, read without its values
+    METADATA = "metadata"  # what a tensor tells of itself without its values: sizes, rank, kind of dtype
     # `nn` module classes by what their forward computes (their construction draws nothing):
     ELEMENTWISE_LAYER = "elementwise layer"  # activations and the identity
     NORM_LAYER = "layer along dims"  # norms and softmax: shape kept, an element reads others
@@ -212,7 +212,7 @@ ENTRIES: list[Op] = [
     *_ops(Category.REPEAT, "repeat", prefixes=(METHOD,), shape=Shape.SIZES),
     *_ops(Category.JOIN, "cat concat concatenate", shape=Shape.JOINED),
     *_ops(Category.JOIN, "stack", shape=Shape.STACKED),
-    *_ops(Category.SIZE, "size dim numel", prefixes=(METHOD,)),
+    *_ops(Category.METADATA, "size dim numel ndimension is_floating_point is_complex", prefixes=(METHOD,)),
     *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod", prefixes=("torch.", METHOD)),
     *_ops(Category.ALONG_DIM, "tril triu", prefixes=("torch.", METHOD), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax log_softmax normalize", prefixes=(f"{FUNCTIONAL}.",)),
