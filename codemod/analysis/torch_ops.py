@@ -1,14 +1,16 @@
 """The torch operations perfmod reasons about, as data: one entry per function,
 tensor method and `nn` module class, with what it is (its category) and the
 facts that cut across categories (it draws from the RNG, it is a loss with
-these defaults, CUDA autocast treats it specially).
+these defaults, CUDA autocast treats it specially, how its result's shape
+follows from its arguments, it works on the last dims only).
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
 is written once and every client reads the same one. tests/analysis/
 test_torch_ops.py checks the table against the installed torch: every name
-exists, every in-place method is the `_` twin of an entry, and each loss's
-default reduction and ignore_index are torch's.
+exists, every in-place method is the `_` twin of an entry, each loss's
+default reduction and ignore_index are torch's, and each shape rule and
+last-dims entry gives, on a small tensor, what the table says.
 
 Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
 methods are keyed `Tensor.<name>`.
