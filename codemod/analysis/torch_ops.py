@@ -317,14 +317,18 @@ def methods(*categories: Category, **facts: object) -> frozenset[str]:
     return frozenset(op.name.removeprefix(METHOD) for op in _select(True, categories, facts))
 
 
-def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, object]) -> Iterable[Op]:
-    for op in ENTRIES:
-        if (
-            op.name.startswith(METHOD) == method
-            and (not categories or op.category in categories)
-            and all(getattr(op, fact) == value for fact, value in facts.items())
-        ):
-            yield op
+def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, object]) -> list[Op]:
+    found = [op for category in categories or Category for op in _BY_KIND.get((method, category), ())]
+    for fact, value in facts.items():
+        found = [op for op in found if getattr(op, fact) == value]
+    return found
+
+
+# The entries by (is a method, category): the views in torch_facts, read at import, look
+# up their categories instead of scanning the whole table each.
+_BY_KIND: dict[tuple[bool, Category], list[Op]] = {}
+for _op in ENTRIES:
+    _BY_KIND.setdefault((_op.name.startswith(METHOD), _op.category), []).append(_op)
 
 
 def short(names: Iterable[str]) -> frozenset[str]:
