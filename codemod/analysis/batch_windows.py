@@ -66,7 +66,7 @@ from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.tensor_splits import bound_in
 from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.torch_facts import METADATA_ATTRIBUTES, METADATA_METHODS
-from codemod.analysis.values import Kind, Place
+from codemod.analysis.values import Kind, Place, number_is
 
 if TYPE_CHECKING:
     from codemod.analysis.loaders import ListBatch
@@ -391,15 +391,14 @@ class BatchWindows:
         if any(a.keyword is not None or a.star for a in call.args):
             return None, None
         i, args = index.value, [a.value for a in call.args]
-        if len(args) == 3 and m.matches(args[0], m.Integer("0")):
+        one = number_is(self.context, 1)
+        if len(args) == 3 and m.matches(args[0], number_is(self.context, 0)):
             n, bs = args[1], args[2]
             drop_last = False
             # range(0, n - bs + 1, bs): only full batches
             if m.matches(
                 n,
-                m.BinaryOperation(
-                    left=m.BinaryOperation(operator=m.Subtract()), operator=m.Add(), right=m.Integer("1")
-                ),
+                m.BinaryOperation(left=m.BinaryOperation(operator=m.Subtract()), operator=m.Add(), right=one),
             ) and n.left.right.deep_equals(bs):
                 n, drop_last = n.left.left, True
             exact = m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=_equal_to(bs)) | m.BinaryOperation(
@@ -412,7 +411,7 @@ class BatchWindows:
             return bs, Window(n, drop_last, m.Slice(lower=m.Name(i), upper=exact | shorter, step=None), exact)
         if len(args) == 1 and m.matches(args[0], m.BinaryOperation(operator=m.FloorDivide())):
             n, bs = args[0].left, args[0].right
-            lower, upper = _step_bounds(i, bs)
+            lower, upper = _step_bounds(i, bs, one)
             return bs, Window(n, True, m.Slice(lower=lower, upper=upper, step=None), upper)
         if len(args) == 1:  # `range(steps)` and `X[i * bs:(i + 1) * bs]`: steps * bs samples
             bs = self._step_width(loop, i)
@@ -422,7 +421,7 @@ class BatchWindows:
             if isinstance(steps, cst.BinaryOperation) and not steps.lpar:
                 steps = steps.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             n = cst.BinaryOperation(left=steps, operator=cst.Multiply(), right=bs)
-            lower, upper = _step_bounds(i, bs)
+            lower, upper = _step_bounds(i, bs, one)
             return bs, Window(n, False, m.Slice(lower=lower, upper=upper, step=None), upper)
         return None, None
 
@@ -953,11 +952,11 @@ def _is_name(node: cst.CSTNode, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
 
 
-def _step_bounds(i: str, bs: cst.BaseExpression):
+def _step_bounds(i: str, bs: cst.BaseExpression, one: m.BaseMatcher):
     """Matchers of `i * bs` and `(i + 1) * bs`: the bounds of the `i`-th window of `bs`."""
     lower = m.BinaryOperation(left=m.Name(i), operator=m.Multiply(), right=_equal_to(bs))
     upper = m.BinaryOperation(
-        left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=m.Integer("1")),
+        left=m.BinaryOperation(left=m.Name(i), operator=m.Add(), right=one),
         operator=m.Multiply(),
         right=_equal_to(bs),
     )

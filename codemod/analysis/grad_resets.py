@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import match as m
-from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.names import kwarg, method_name, number_value, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     GRAD_NORMS,
@@ -50,7 +50,7 @@ from codemod.analysis.torch_facts import (
     LR_GROUP_KEYS,
     LR_ONLY_SCHEDULERS,
 )
-from codemod.analysis.values import Kind
+from codemod.analysis.values import Kind, values
 
 if TYPE_CHECKING:
     from codemod.analysis.training import OptimizerBuild
@@ -346,7 +346,7 @@ class GradResets:
             return False
         for index, name in ((2, "momentum"), (4, "weight_decay")):
             arg = kwarg(constructor, name) or positional(constructor, index)
-            if arg is not None and not _is_zero(arg.value):
+            if arg is not None and values(self.context).number_value(arg.value) != 0:
                 return False
         params = kwarg(constructor, "params") or positional(constructor, 0)
         return params is not None and self._groups_are_plain(params.value)
@@ -354,16 +354,20 @@ class GradResets:
     def _groups_are_plain(self, params: cst.BaseExpression) -> bool:
         """Parameter groups that do not set their own momentum or weight decay."""
         if isinstance(params, cst.Name):
-            values = self.context.bindings.values(params)
-            return bool(values) and all(self._groups_are_plain(v) for v in values)
+            bound = self.context.bindings.values(params)
+            return bool(bound) and all(self._groups_are_plain(v) for v in bound)
         if isinstance(params, (cst.List, cst.Tuple)):
+            numbers = values(self.context)
             for element in params.elements:
                 if not isinstance(element.value, cst.Dict):
                     continue
                 for entry in element.value.elements:
                     if not isinstance(entry, cst.DictElement) or not isinstance(entry.key, cst.SimpleString):
                         return False
-                    if entry.key.evaluated_value in ("momentum", "weight_decay") and not _is_zero(entry.value):
+                    if (
+                        entry.key.evaluated_value in ("momentum", "weight_decay")
+                        and numbers.number_value(entry.value) != 0
+                    ):
                         return False
             return True
         return isinstance(params, cst.Call) and method_name(params) in ("parameters", "named_parameters")
@@ -393,7 +397,7 @@ def is_not_none_check(test: cst.BaseExpression, parameter: str) -> bool:
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, (cst.Integer, cst.Float)) and float(expr.evaluated_value) == 0.0
+    return number_value(expr) == 0
 
 
 def is_plain_reference(expr: cst.BaseExpression) -> bool:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION
-from codemod.analysis.names import kwarg, positional
+from codemod.analysis.names import kwarg, number_value, positional
 from codemod.analysis.torch_facts import WORKER_OPTIONS
 
 if TYPE_CHECKING:
@@ -163,11 +163,11 @@ class LoaderWorkers:
         if zero is None:
             return Count(None, anchor)
         setting = loaders.setting(zero, 0)
-        if not (isinstance(setting, cst.Integer) and setting.evaluated_value == 0):
+        if number_value(setting) != 0:
             return None
         options = loaders.keywords_passed(loader, anchor)
         written = (  # a literal 0, replaced by the count: it is the only worker option
-            self.context.source(zero) == "0"
+            number_value(zero) == 0
             and (count is None or count.keyword is not None)
             and options is not None
             and not options & (set(WORKER_OPTIONS) - {"num_workers"})

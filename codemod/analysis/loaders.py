@@ -27,7 +27,7 @@ import libcst as cst
 
 from codemod.analysis.command_line import Option
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, names_read, positional
+from codemod.analysis.names import kwarg, method_name, names_read, number_value, positional
 from codemod.analysis.project import BatchUse, Function, Site, project_of
 from codemod.analysis.torch_facts import (
     ARGUMENTS_IN_ORDER_SETUP_METHODS,
@@ -2041,10 +2041,10 @@ def _window_width(
                 and isinstance(next_index, cst.BinaryOperation)
                 and isinstance(next_index.operator, cst.Add)
                 and {
-                    "counter" if _is_name(side, counter) else getattr(side, "value", None)
+                    "counter" if _is_name(side, counter) else number_value(side)
                     for side in (next_index.left, next_index.right)
                 }
-                == {"counter", "1"}
+                == {"counter", 1}
             ):
                 return width
         return None

@@ -59,7 +59,7 @@ from codemod.analysis.torch_facts import (
     functional_alias,
 )
 from codemod.analysis.torch_ops import methods
-from codemod.analysis.values import Kind
+from codemod.analysis.values import Kind, number_is
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -193,7 +193,8 @@ class PositionLosses:
                 and arg.keyword is None
                 and not arg.star
                 and m.matches(
-                    value, m.Call(func=m.Attribute(attr=m.Name("unbind")), args=[m.Arg(value=m.Integer("1"))])
+                    value,
+                    m.Call(func=m.Attribute(attr=m.Name("unbind")), args=[m.Arg(value=number_is(self.context, 1))]),
                 )
                 and value.args[0].keyword
                 in (None,) + tuple(k for k in [value.args[0].keyword] if k and k.value == "dim")

@@ -72,6 +72,7 @@ from codemod.analysis.torch_facts import (
     functional_alias,
     is_literal,
 )
+from codemod.analysis.values import number_is
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -385,6 +386,7 @@ class SampleLoops:
             return None
         if less and isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
             return self.batch_of_size(expr.left, less, depth + 1)
+        zero = number_is(self.context, 0)
         if (
             isinstance(expr, cst.Call)
             and self.context.names.is_(expr.func, "len", "builtins.len")
@@ -396,15 +398,13 @@ class SampleLoops:
             expr,
             m.Call(
                 func=m.Attribute(attr=m.Name("size")),
-                args=[m.Arg(value=m.Integer("0"), keyword=None) | m.Arg(value=m.Integer("0"), keyword=m.Name("dim"))],
+                args=[m.Arg(value=zero, keyword=None) | m.Arg(value=zero, keyword=m.Name("dim"))],
             ),
         ):
             batch = expr.func.value
         elif m.matches(
             expr,
-            m.Subscript(
-                value=m.Attribute(attr=m.Name("shape")), slice=[m.SubscriptElement(slice=m.Index(value=m.Integer("0")))]
-            ),
+            m.Subscript(value=m.Attribute(attr=m.Name("shape")), slice=[m.SubscriptElement(slice=m.Index(value=zero))]),
         ):
             batch = expr.value.value
         elif isinstance(expr, cst.Name):
@@ -960,7 +960,7 @@ class _Batcher:
             first,
             m.Slice(
                 lower=m.Name(index),
-                upper=m.BinaryOperation(left=m.Name(index), operator=m.Add(), right=m.Integer("1")),
+                upper=m.BinaryOperation(left=m.Name(index), operator=m.Add(), right=number_is(self.context, 1)),
                 step=None,
             ),
         ) or (

@@ -32,7 +32,29 @@ from libcst.metadata import Assignment
 
 from codemod.analysis import match as m
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
-from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, functions, methods
+from codemod.analysis.torch_facts import (
+    FILLED_FACTORIES,
+    FILLED_METHODS,
+    JOINING_FUNCTIONS,
+    LAST_DIM_FUNCTIONS,
+    LAST_DIM_METHODS,
+    LAST_DIM_MODULES,
+    LIKE_FACTORIES,
+    NEW_FACTORY_METHODS,
+    NORM_METHODS,
+    NOT_ONE_TENSOR_METHODS,
+    PRODUCT_FUNCTIONS,
+    PRODUCT_METHODS,
+    REDUCTION_METHODS,
+    REORDERING_METHODS,
+    RESHAPING_METHODS,
+    SAME_SHAPE_MODULES,
+    SHAPED_FACTORIES,
+    SPLITTING_METHODS,
+    SQUEEZING_METHODS,
+    STACKING_FUNCTIONS,
+)
+from codemod.analysis.torch_ops import OPS, Category, functions, methods
 from codemod.analysis.values import values
 
 if TYPE_CHECKING:
@@ -41,51 +63,25 @@ if TYPE_CHECKING:
 Shape = "tuple[str | None, ...] | None"
 MAX_DEPTH = 10
 
-# Methods and functions whose result has the shape of their (first) tensor argument.
 # Calls whose result has the shape of their (first) tensor argument or receiver.
-RESHAPING_METHODS = ("view", "reshape", "expand", "repeat")
-REORDERING_METHODS = ("transpose", "swapaxes", "swapdims", "permute", "movedim")
-SQUEEZING_METHODS = ("unsqueeze", "squeeze", "flatten", "unflatten")
 SAME_SHAPE_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST, Category.ALONG_DIM)
 SAME_SHAPE_FUNCTIONS = functions(Category.UNARY, Category.ALONG_DIM)
-FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty randn rand full".split())
-LIKE_FACTORIES = frozenset(
-    f"torch.{n}" for n in "zeros_like ones_like empty_like randn_like rand_like full_like".split()
-)
-NEW_FACTORIES = frozenset("new_zeros new_ones new_empty new_full".split())
-# Modules whose output has the shape of their input (activations, norms over the last dims, dropout).
-SAME_SHAPE_MODULES = frozenset(
-    f"torch.nn.{n}"
-    for n in (
-        "Dropout LayerNorm RMSNorm GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish "
-        "Hardswish ReLU6 GroupNorm Softmax"
-    ).split()
-)
+# Calls whose result has the shape the sizes they are given say.
+SIZED_FACTORIES = SHAPED_FACTORIES | FILLED_FACTORIES
+# Modules whose output has the rank of their input: the same shape, or the last dim's size their own.
+RANK_KEEPING_MODULES = SAME_SHAPE_MODULES | LAST_DIM_MODULES
 
 
 # Calls whose integer arguments are dims (or sizes, for the reshaping ones): a dim counted
 # from the front names another dim once the input has one more leading dim.
-_DIM_METHODS = methods(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW) | {"size", "repeat"}
-_DIM_FUNCTIONS = functions(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW) | {
-    "torch.cat",
-    "torch.concat",
-    "torch.stack",
-}
-# Calls that act on the last dims by definition, whatever their arguments.
-_TRAILING_BY_DEFINITION = {"tril", "triu", f"{FUNCTIONAL}.layer_norm", "torch.tril", "torch.triu"}
+_DIM_METHODS = methods(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW, Category.METADATA) | RESHAPING_METHODS
+_DIM_FUNCTIONS = functions(Category.ALONG_DIM, Category.REDUCTION, Category.VIEW, Category.JOIN)
 # Calls without dims that keep the leading dims of what they are given: elementwise math,
-# casts, new tensors from sizes (read by the same walk), and products over the last dims
-# that broadcast the leading ones.
-_LEADING_DIM_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.CAST, Category.FACTORY) | {
-    "torch.matmul",
-    f"{FUNCTIONAL}.linear",
-    f"{FUNCTIONAL}.embedding",
-    f"{FUNCTIONAL}.scaled_dot_product_attention",
-}
-_LEADING_DIM_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST) | {"matmul"}
+# casts, new tensors from sizes (read by the same walk).
+_LEADING_DIM_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.CAST, Category.FACTORY)
+_LEADING_DIM_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST)
+_BINARY_METHODS = methods(Category.BINARY, in_place=False)  # the result broadcasts receiver and argument
 _PLAIN_BUILTINS = {f"{prefix}{name}" for prefix in ("", "builtins.") for name in ("range", "int", "float", "bool")}
-# Methods whose first argument is a size, not a dim (`x.split(4, dim=-1)`).
-_SIZE_FIRST = {"split", "chunk", "tensor_split"}
 
 
 def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNode | None:
@@ -134,17 +130,17 @@ def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNo
             continue
         # `torch.cat(xs, -1).sum` is named `torch.cat.sum`: a method of a value unless the
         # name is a function this walk knows
-        known = qualified & (_DIM_FUNCTIONS | _LEADING_DIM_FUNCTIONS | _TRAILING_BY_DEFINITION | _PLAIN_BUILTINS)
+        known = qualified & (_DIM_FUNCTIONS | _LEADING_DIM_FUNCTIONS | LAST_DIM_FUNCTIONS | _PLAIN_BUILTINS)
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) and not known else None
         qualified = known
-        if qualified & _TRAILING_BY_DEFINITION or method in _TRAILING_BY_DEFINITION:
+        if qualified & LAST_DIM_FUNCTIONS or method in LAST_DIM_METHODS:
             continue
         if qualified & _DIM_FUNCTIONS or method in _DIM_METHODS:
             if method in RESHAPING_METHODS or method == "permute" or qualified & {"torch.reshape", "torch.permute"}:
                 return node  # a shape or an order of every dim, the batch's among them
             positional = [a for a in node.args if a.keyword is None]
             # a function's first argument is its tensor (or tensors); a split's is a size
-            skip = 1 if method is None or method in _SIZE_FIRST else 0
+            skip = 1 if method is None or method in SPLITTING_METHODS else 0
             dims = [a.value for a in positional[skip:]] + [
                 a.value
                 for a in node.args
@@ -360,18 +356,13 @@ class Layouts:
                 return self.rank_key(values[0], depth + 1)
             if isinstance(func, cst.Attribute) and not names:
                 method = func.attr.value
-                if method in SAME_SHAPE_METHODS or method in ("transpose", "swapaxes", "movedim"):
+                if method in SAME_SHAPE_METHODS or method in REORDERING_METHODS:
                     return self.rank_key(func.value, depth + 1)
                 if method in ("unsqueeze", "squeeze") and len(values) == 1:
                     inner = self.rank_key(func.value, depth + 1)
                     return _shifted(inner, 1 if method == "unsqueeze" else -1)
             module = self.context.kinds.attribute_value(func) if isinstance(func, cst.Attribute) else None
-            if (
-                isinstance(module, cst.Call)
-                and len(values) == 1
-                and self.names.of(module.func)
-                & ({"torch.nn.Linear", "torch.nn.modules.linear.Linear"} | SAME_SHAPE_MODULES)
-            ):
+            if isinstance(module, cst.Call) and len(values) == 1 and self.names.of(module.func) & RANK_KEEPING_MODULES:
                 return self.rank_key(values[0], depth + 1)
         if isinstance(expr, cst.UnaryOperation):
             return self.rank_key(expr.expression, depth + 1)
@@ -450,8 +441,8 @@ class Layouts:
             if not (isinstance(arg, cst.Arg) and arg.keyword is None and isinstance(call, cst.Call)):
                 continue
             method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-            sized = method in ("view", "reshape", "new_zeros", "new_ones", "new_empty", "expand") or self.names.is_(
-                call.func, *FACTORIES
+            sized = method in RESHAPING_METHODS | NEW_FACTORY_METHODS - FILLED_METHODS or self.names.is_(
+                call.func, *SHAPED_FACTORIES
             )
             if sized:
                 return True
@@ -606,11 +597,7 @@ class Layouts:
         positional_values = [a.value for a in call.args if a.keyword is None]
         if method in SAME_SHAPE_METHODS:
             shape = self.shape(receiver, depth)
-            if (
-                method in ("masked_fill", "lerp", "mul", "add", "sub", "div", "pow")
-                and shape is not None
-                and positional_values
-            ):
+            if method in _BINARY_METHODS and shape is not None and positional_values:
                 other = self.shape(positional_values[0], depth) if method != "masked_fill" else ()
                 return broadcast(shape, other) if other is not None else (shape if method == "masked_fill" else None)
             return shape
@@ -620,13 +607,13 @@ class Layouts:
             return self._reordered(method, receiver, positional_values, depth)
         if method in SQUEEZING_METHODS:
             return self._squeezed(method, receiver, positional_values, depth)
-        if method in NEW_FACTORIES:
-            return self._factory_dims(positional_values[:1] if method == "new_full" else positional_values, depth)
-        if method in ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp", "norm"):
+        if method in NEW_FACTORY_METHODS:
+            return self._factory_dims(positional_values[:1] if method in FILLED_METHODS else positional_values, depth)
+        if method in REDUCTION_METHODS | NORM_METHODS:
             return self._reduced(call, receiver, method, depth)
-        if method in ("split", "chunk", "unbind", "size", "item", "tolist", "numel", "dim"):
+        if method in NOT_ONE_TENSOR_METHODS:
             return None
-        if method in ("matmul", "bmm", "mm"):
+        if method in PRODUCT_METHODS:
             return (
                 matmul_shape(self.shape(receiver, depth), self.shape(positional_values[0], depth))
                 if positional_values
@@ -748,13 +735,13 @@ class Layouts:
 
     def _reduced(self, call: cst.Call, receiver, method: str, depth: int):
         shape = self.shape(receiver, depth)
-        dim_arg = positional(call, 0) or kwarg(call, "dim")
+        dim_arg = positional(call, 1 if method in NORM_METHODS else 0) or kwarg(call, "dim")
         keep = kwarg(call, "keepdim")
         keepdim = keep is not None and isinstance(keep.value, cst.Name) and keep.value.value == "True"
         if keep is not None and not (isinstance(keep.value, cst.Name) and keep.value.value in ("True", "False")):
             return None
         if shape is None or dim_arg is None:
-            return () if shape is not None and dim_arg is None and method != "norm" else None
+            return () if shape is not None and dim_arg is None else None
         values = (
             [e.value for e in dim_arg.value.elements]
             if isinstance(dim_arg.value, (cst.Tuple, cst.List))
@@ -774,8 +761,8 @@ class Layouts:
         positional_values = [a.value for a in call.args if a.keyword is None]
         if name in SAME_SHAPE_FUNCTIONS:
             return self.shape(positional_values[0], depth) if positional_values else None
-        if name in FACTORIES:
-            values = positional_values[:1] if name == "torch.full" else positional_values
+        if name in SIZED_FACTORIES:
+            values = positional_values[:1] if name in FILLED_FACTORIES else positional_values
             size = kwarg(call, "size")
             if size is not None:
                 values = [size.value]
@@ -800,7 +787,7 @@ class Layouts:
             if isinstance(written, cst.SimpleString) and written.evaluated_value in ("mean", "sum"):
                 return ()
             return None
-        if name in ("torch.matmul", "torch.bmm"):
+        if name in PRODUCT_FUNCTIONS:
             if len(positional_values) != 2:
                 return None
             return matmul_shape(self.shape(positional_values[0], depth), self.shape(positional_values[1], depth))
@@ -828,7 +815,7 @@ class Layouts:
             if name in ("torch.tensor", "torch.as_tensor"):
                 return _literal_shape(positional_values[0]) if positional_values else None
             return self.shape(positional_values[0], depth) if positional_values else None
-        if name == "torch.stack" and len(call.args) == 1 and isinstance(positional_values[0], cst.ListComp):
+        if name in STACKING_FUNCTIONS and len(call.args) == 1 and isinstance(positional_values[0], cst.ListComp):
             return self._stacked_shape(positional_values[0], depth)
         if name in ("torch.where",):
             shapes = [self.shape(v, depth) for v in positional_values]
@@ -850,7 +837,7 @@ class Layouts:
             return (self._dim_code(steps_value, depth),) if steps_value is not None else (None,)
         if name == "torch.arange":
             return (None,)
-        if name in ("torch.cat", "torch.concat", "torch.concatenate") and positional_values:
+        if name in JOINING_FUNCTIONS and positional_values:
             return self._concatenated(call, positional_values[0], depth)
         return None
 
@@ -939,12 +926,12 @@ class Layouts:
         input_shape = self.shape(call.args[0].value, depth)
         if input_shape is None:
             return None
-        if kinds & {"torch.nn.Linear", "torch.nn.modules.linear.Linear"}:
+        if kinds & SAME_SHAPE_MODULES:
+            return input_shape
+        if kinds & LAST_DIM_MODULES:  # `nn.Linear`: the last dim's size its own
             return (*input_shape[:-1], None) if input_shape else None
         if kinds & {"torch.nn.Embedding", "torch.nn.modules.sparse.Embedding"}:
             return (*input_shape, None)
-        if kinds & SAME_SHAPE_MODULES:
-            return input_shape
         return None
 
     def _factory_dims(self, values, depth: int):

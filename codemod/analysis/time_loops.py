@@ -75,16 +75,26 @@ from codemod.analysis.names import (
     separated,
 )
 from codemod.analysis.tensor_layout import (
-    SAME_SHAPE_MODULES,
     Spec,
     layouts,
     read_names,
 )
 from codemod.analysis.torch_facts import (
+    ELEMENTWISE_MODULES,
+    LAST_DIM_FUNCTIONS,
+    LAST_DIM_METHODS,
+    LAST_DIM_MODULES,
+    PRODUCT_FUNCTIONS,
+    PRODUCT_METHODS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
     RECURRENCE_FUNCTION_NAMES,
     RECURRENCE_METHODS,
+    REORDERING_METHODS,
+    RESHAPING_METHODS,
+    SAME_SHAPE_MODULES,
+    SPLITTING_METHODS,
+    SQUEEZING_METHODS,
 )
 from codemod.analysis.torch_ops import Category, functions, methods
 
@@ -101,13 +111,22 @@ class Unsupported(Exception):
 ELEMENTWISE_METHODS = methods(Category.UNARY, Category.CAST, random=False, in_place=False)
 ELEMENTWISE_FUNCTIONS = functions(Category.UNARY, random=False)
 REDUCTIONS = methods(Category.REDUCTION)
+# Matrix products that broadcast their leading dims (`matmul`, not `mm` or `bmm`, which take
+# matrices or batches of them only): a step value with a time dim more is still one operand.
+BROADCAST_PRODUCT_METHODS = PRODUCT_METHODS & LAST_DIM_METHODS
+BROADCAST_PRODUCT_FUNCTIONS = PRODUCT_FUNCTIONS & LAST_DIM_FUNCTIONS
 # Methods only tensors have: calling one proves the receiver (and the result) is a tensor.
-TENSOR_ONLY_METHODS = frozenset(
-    "unsqueeze squeeze transpose view reshape permute expand flatten unflatten movedim contiguous "
-    "float double half bfloat16 type_as exp sigmoid tanh softmax log_softmax matmul sum mean detach clone".split()
-)
-LAST_DIM_MODULES = frozenset(
-    ("torch.nn.Linear", "torch.nn.modules.linear.Linear", "torch.nn.LayerNorm", "torch.nn.RMSNorm")
+# A Python number has none of the methods of torch's table; these also return a tensor.
+TENSOR_ONLY_METHODS = methods(
+    Category.UNARY,
+    Category.BINARY,
+    Category.CAST,
+    Category.VIEW,
+    Category.REPEAT,
+    Category.ALONG_DIM,
+    Category.REDUCTION,
+    Category.MATMUL,
+    Category.FACTORY,
 )
 
 
@@ -683,16 +702,6 @@ class LoopReader:
                 return True
             if isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_ONLY_METHODS:
                 return True  # a number has no such method
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value in ELEMENTWISE_METHODS | {
-                "unsqueeze",
-                "transpose",
-                "view",
-                "reshape",
-                "exp",
-                "sigmoid",
-                "float",
-            }:
-                return self._is_tensor(node.func.value)
         if isinstance(node, cst.UnaryOperation):
             return self._is_tensor(node.expression)
         if isinstance(node, cst.BinaryOperation):
@@ -825,11 +834,7 @@ class LoopReader:
             operand = self.sym(node.args[0].value)
             if kinds & LAST_DIM_MODULES:
                 return Op(operand.rank, "last_dim", (operand,), (), node)
-            if kinds & SAME_SHAPE_MODULES and not kinds & {
-                "torch.nn.Dropout",
-                "torch.nn.Softmax",
-                "torch.nn.GroupNorm",
-            }:
+            if kinds & ELEMENTWISE_MODULES:
                 return Op(operand.rank, "map", (operand,), ("arg0",), node)
         raise Unsupported(f"`{self.code(func)}` is called on a step value")
 
@@ -844,7 +849,7 @@ class LoopReader:
         if method in ("mul", "add", "sub", "div") and len(node.args) == 1 and node.args[0].keyword is None:
             other = self.sym(values[0])
             return Op(_broadcast_rank((inner, other)), method, (inner, other), (), node)
-        if method in ("matmul",) and len(values) == 1:
+        if method in BROADCAST_PRODUCT_METHODS and len(values) == 1:
             other = self.sym(values[0])
             return Op(_matmul_rank(inner.rank, other.rank), "matmul", (inner, other), (), node)
         if method in ELEMENTWISE_METHODS:
@@ -873,7 +878,7 @@ class LoopReader:
             return Op(inner.rank, "dimwise", (inner,), (dim, "receiver"), node)
         if method == "lerp" and len(values) == 2:
             return _lerp(inner, self.sym(values[0]), self.sym(values[1]))
-        if method in ("view", "reshape", "flatten", "unflatten", "permute", "expand", "repeat", "chunk", "split"):
+        if method in RESHAPING_METHODS | REORDERING_METHODS | SQUEEZING_METHODS | SPLITTING_METHODS:
             raise Unsupported(f"`{self.code(node)}` reshapes a step value")
         raise Unsupported(f"`.{method}()` on a step value")
 
@@ -913,7 +918,7 @@ class LoopReader:
                     raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
             rank = None if spec.has_ellipsis else len(spec.output)
             return Op(rank, "einsum", operands, (spec,), node)
-        if name in ("torch.matmul", "torch.bmm") and len(values) == 2 and len(node.args) == 2:
+        if name in BROADCAST_PRODUCT_FUNCTIONS and len(values) == 2 and len(node.args) == 2:
             left, right = self.sym(values[0]), self.sym(values[1])
             return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
         if name == "torch.outer" and len(values) == 2:  # of two vectors: a[:, None] * b[None, :]
@@ -1594,7 +1599,11 @@ class Lifter:
         node = sym.node
         if isinstance(node, cst.BinaryOperation):
             code = node.with_changes(left=atom(operands[0].code), right=atom(operands[1].code))
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "matmul":
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in BROADCAST_PRODUCT_METHODS
+        ):
             code = node.with_changes(
                 func=node.func.with_changes(value=atom(operands[0].code)),
                 args=[node.args[0].with_changes(value=operands[1].code)],

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from codemod.analysis.names import ANY_ATTRIBUTE
-from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, Loss, functions, methods, short
+from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, Loss, Shape, functions, methods, short
 
 # -- tensors ------------------------------------------------------------------------------
 
@@ -418,12 +418,10 @@ SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
 # Layers that act on the last dimensions of their input and take any number of leading ones
 # (`(*, H)` in torch's docs), and the containers that only call their children: a sample
 # without its batch dimension gives the values its row of a batch gives.
-LEADING_DIM_LAYERS = frozenset(
-    f"torch.nn.{name}"
-    for name in (
-        "Linear Embedding LayerNorm RMSNorm Dropout Identity GELU ReLU SiLU Tanh Sigmoid Softplus ELU "
-        "LeakyReLU Mish Hardswish ReLU6 Sequential ModuleList"
-    ).split()
+LEADING_DIM_LAYERS = (
+    functions(Category.ELEMENTWISE_LAYER)
+    | functions(last_dims=True, module=True)
+    | {f"torch.nn.{name}" for name in ("Embedding", "Dropout", "Sequential", "ModuleList")}
 )
 # Layers whose output for one sample depends on the other samples of the batch (in training mode).
 BATCH_MIXING_LAYERS = {
@@ -437,11 +435,7 @@ FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", 
 DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
 FUNCTIONAL_DROPOUTS = (f"{FUNCTIONAL}.dropout", "torch.dropout")
 # Module classes whose forward draws from the RNG in training mode (every dropout of torch.nn).
-RANDOM_MODULES = frozenset(
-    spelling
-    for name in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
-    for spelling in (f"torch.nn.{name}", f"torch.nn.modules.dropout.{name}")
-)
+RANDOM_MODULES = functions(Category.DROPOUT_LAYER)
 # Where each dropout of torch takes its probability of zeroing an element, (position,
 # keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
 # draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
@@ -488,7 +482,7 @@ FORWARD_DRAW_METHODS = frozenset(m for m in RANDOM_METHODS if not m.endswith("_"
 # What a tensor tells of itself without its values: a test of these reads nothing back from
 # the device and does not break a compiled graph (`if x.dim() == 3:`).
 METADATA_ATTRIBUTES = frozenset("shape ndim dtype device is_cuda requires_grad".split())
-METADATA_METHODS = frozenset("size dim numel ndimension is_floating_point is_complex".split())
+METADATA_METHODS = methods(Category.METADATA)
 # torch's functions that draw from its global generator (not the layers that call them).
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
 # Calls that draw a batch of samples (or of their indices) at random, with replacement
@@ -980,12 +974,37 @@ DTYPE_BYTES = {
     **dict.fromkeys(("torch.uint8", "torch.int8", "torch.bool"), 1),
 }
 # Factories whose positional arguments (or one tuple of them) are the shape, float32 by default.
-SHAPED_FACTORIES = frozenset(f"torch.{name}" for name in "randn rand zeros ones empty".split())
+SHAPED_FACTORIES = functions(shape=Shape.NEW)
 # Factories of a float tensor of one dim whose length is their `steps` (`linspace(start, end, steps)`).
 STEPS_FACTORIES = frozenset({"torch.linspace", "torch.logspace"})
 INTEGER_FACTORIES = frozenset({"torch.randint"})  # `randint(low, high, size)`: int64 by default
 # Factories of a tensor of another's shape and dtype (`dtype=` may name another).
-LIKE_FACTORIES = frozenset(f"torch.{name}_like" for name in "zeros ones empty rand randn full".split())
+LIKE_FACTORIES = functions(shape=Shape.LIKE)
+# Factories whose first argument is the shape and whose second is the value of every element.
+FILLED_FACTORIES = functions(shape=Shape.FILLED)
+FILLED_METHODS = methods(shape=Shape.FILLED)  # `x.new_full((B, T), v)`
+# Tensor methods that make a tensor on the receiver's device from the sizes they are given.
+NEW_FACTORY_METHODS = methods(Category.FACTORY, shape=Shape.NEW) | FILLED_METHODS
+# Tensor methods by how their result's shape follows from the receiver's and their arguments.
+RESHAPING_METHODS = methods(shape=Shape.SIZES)  # `view(B, -1)`, `expand`, `repeat`
+REORDERING_METHODS = methods(shape=Shape.REORDERED)  # `transpose`, `permute`, `movedim`
+SQUEEZING_METHODS = methods(shape=Shape.SQUEEZED)  # `unsqueeze`, `squeeze`, `flatten`, `unflatten`
+SPLITTING_METHODS = methods(shape=Shape.SPLIT)  # `split(4, dim=-1)`: a size first, then the dim
+# Tensor methods whose result is not one tensor of a shape: pieces, a size, a Python value.
+NOT_ONE_TENSOR_METHODS = SPLITTING_METHODS | methods(shape=Shape.SLICES) | methods(Category.METADATA, Category.TO_HOST)
+# Matrix products of their two operands (`a @ b`'s shape), as functions and tensor methods.
+PRODUCT_FUNCTIONS = functions(shape=Shape.PRODUCT)
+JOINING_FUNCTIONS = functions(shape=Shape.JOINED)  # `torch.cat`
+STACKING_FUNCTIONS = functions(shape=Shape.STACKED)  # `torch.stack`
+PRODUCT_METHODS = methods(shape=Shape.PRODUCT)
+# `nn` module classes whose output has the shape of their input: activations, norms, dropout.
+SAME_SHAPE_MODULES = functions(Category.ELEMENTWISE_LAYER, Category.NORM_LAYER, Category.DROPOUT_LAYER)
+ELEMENTWISE_MODULES = functions(Category.ELEMENTWISE_LAYER)  # each output element from its input element
+# What works on the last dims whatever its arguments say, and keeps the leading dims as batch
+# dims: `tril`, `layer_norm`, `matmul`, `F.linear`, `F.embedding`; `nn.Linear`, `nn.LayerNorm`.
+LAST_DIM_FUNCTIONS = functions(last_dims=True, module=False)
+LAST_DIM_METHODS = methods(last_dims=True)
+LAST_DIM_MODULES = functions(last_dims=True, module=True)
 # How the shape of a tensor computed from others follows from theirs, by the table's categories:
 # elementwise ops (and those along one dim) keep the broadcast shape of their operands, reductions
 # drop (or, with `keepdim`, keep as 1) the dims they are given, casts keep the shape.
@@ -993,6 +1012,7 @@ SHAPE_KEEPING_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.AL
 SHAPE_KEEPING_METHODS = methods(Category.UNARY, Category.BINARY, Category.ALONG_DIM, Category.CAST, in_place=False)
 REDUCTION_FUNCTIONS = functions(Category.REDUCTION)
 REDUCTION_METHODS = methods(Category.REDUCTION)
+NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reduction, its dim second
 # The dtype each casting method gives (`x.long()`); the other casts keep the dtype or name it.
 CAST_METHOD_DTYPES = {
     "float": "torch.float32",

@@ -1,14 +1,16 @@
 """The torch operations perfmod reasons about, as data: one entry per function,
 tensor method and `nn` module class, with what it is (its category) and the
 facts that cut across categories (it draws from the RNG, it is a loss with
-these defaults, CUDA autocast treats it specially).
+these defaults, CUDA autocast treats it specially, how its result's shape
+follows from its arguments, it works on the last dims only).
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
 is written once and every client reads the same one. tests/analysis/
 test_torch_ops.py checks the table against the installed torch: every name
-exists, every in-place method is the `_` twin of an entry, and each loss's
-default reduction and ignore_index are torch's.
+exists, every in-place method is the `_` twin of an entry, each loss's
+default reduction and ignore_index are torch's, and each shape rule and
+last-dims entry gives, on a small tensor, what the table says.
 
 Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
 methods are keyed `Tensor.<name>`.
@@ -29,7 +31,8 @@ class Category(enum.Enum):
     BINARY = "binary elementwise"  # elementwise over broadcast operands
     CAST = "cast"  # the same values in another dtype, device, memory layout or graph
     ALONG_DIM = "along a dim"  # shape kept; an output element reads a slice along one dim
-    REDUCTION = "reduction"  # fewer dims: `dim=`/`keepdim=` say which
+    REDUCTION = "reduction"  # fewer dims: `dim=` (its first argument after the tensor) and `keepdim=` say which
+    NORM = "norm"  # a reduction whose first argument after the tensor is the order `p`, then `dim`
     VIEW = "view"  # the same elements in another shape or order
     MATMUL = "matmul"
     FACTORY = "factory"  # a new tensor from sizes or another tensor's shape
@@ -40,6 +43,31 @@ class Category(enum.Enum):
     RECURRENT = "recurrent module"
     CONVOLUTION = "convolution"  # cuDNN convolutions (TF32 for float32 by default)
     SPARSE = "sparse"  # makes or multiplies sparse tensors
+    REPEAT = "repeat"  # copies of its elements repeated into new memory
+    JOIN = "join"  # tensors joined along a dim, which it is given after them
+    EMBEDDING = "embedding"  # rows of a weight table picked by integer indices
+    METADATA = "metadata"  # what a tensor tells of itself without its values: sizes, rank, kind of dtype
+    # `nn` module classes by what their forward computes (their construction draws nothing):
+    ELEMENTWISE_LAYER = "elementwise layer"  # activations and the identity
+    NORM_LAYER = "layer along dims"  # norms and softmax: shape kept, an element reads others
+    DROPOUT_LAYER = "dropout layer"  # zeroes elements drawn from the RNG, shape kept
+
+
+class Shape(enum.Enum):
+    """How the shape of the result follows from the arguments, for the entries whose
+    category does not say it (an elementwise op keeps its input's shape)."""
+
+    SIZES = "the sizes it is given"  # `view(B, -1)`, `expand` (-1 keeps a dim), `repeat` (a factor a dim)
+    REORDERED = "its dims reordered"  # `transpose(1, 2)`, `permute`, `movedim`
+    SQUEEZED = "a dim inserted, removed or merged"  # `unsqueeze`, `squeeze`, `flatten`, `unflatten`
+    NEW = "new from sizes"  # its positional arguments, or one tuple of them, are the shape
+    FILLED = "new from a size and a value"  # `full((B, T), v)`: the shape first, then the fill value
+    LIKE = "its first argument's"  # `zeros_like(x)`
+    SPLIT = "pieces along a dim, sized first"  # `split(4, dim=-1)`: a size, count or indices, then the dim
+    SLICES = "its slices along a dim"  # `unbind(1)`: a tuple of tensors, one dim fewer each
+    JOINED = "joined along a dim"  # `cat([a, b], 1)`: their dims, dim 1 the sum of theirs
+    STACKED = "stacked along a new dim"  # `stack([a, b], 1)`: their shape with a new dim 1
+    PRODUCT = "a matrix product"  # `matmul(a, b)`: a's leading dims (broadcast), a's rows, b's columns
 
 
 @dataclass(frozen=True)
@@ -75,11 +103,20 @@ class Op:
     uninitialized: bool = False  # a new tensor whose memory is not written: its values are whatever was there
     # Why torch.compile leaves it to eager mode: dynamo (as installed) breaks the graph there.
     compile_breaks: str | None = None
+    shape: Shape | None = None  # how its result's shape follows, where the category does not say
+    # It works on the last dims whatever its arguments say (`tril`'s diagonal, a matmul's
+    # matrices, `layer_norm`'s normalized shape): the leading dims are batch dims it keeps.
+    last_dims: bool = False
 
     @property
     def in_place(self) -> bool:
         """It writes its result into its receiver or argument: torch spells these with a trailing `_`."""
         return self.name.endswith("_")
+
+    @property
+    def module(self) -> bool:
+        """It is an `nn` module class: calling it builds a module, its forward computes."""
+        return self.name.rpartition(".")[2][:1].isupper()
 
 
 def _ops(category: Category, names: str, *, prefixes: Iterable[str] = ("torch.",), **facts) -> list[Op]:
@@ -94,18 +131,18 @@ _UNARY = (
 _ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid mish hardswish relu6 selu celu"
 # Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
 _CASTS = "float double half bfloat16 long int short bool byte char to type type_as contiguous detach cuda pin_memory"
-_VIEWS = (
-    "view view_as reshape reshape_as squeeze unsqueeze t transpose permute flatten unflatten expand "
-    "expand_as narrow as_strided unbind split chunk select diagonal movedim swapaxes swapdims"
-)
+_VIEWS = "view_as reshape_as t expand_as narrow as_strided select diagonal"
+_ELEMENTWISE_LAYERS = "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6"
+_DROPOUT_LAYERS = "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout"
+_REORDERING = "transpose permute movedim swapaxes swapdims"
 _RNN = "LSTM GRU RNN"  # cuDNN's RNN path casts to float16 under CUDA autocast (AutocastRNN.cpp)
 # Functions, methods and module classes that multiply matrices (cuBLAS on CUDA): the
 # float32 work that TF32 speeds up. A module class is here when its forward runs one.
 _MATMUL_FUNCTIONS = "baddbmm addmm addbmm addmv mv dot inner tensordot chain_matmul bilinear"
-_MATMUL_METHODS = "matmul mm bmm mv dot baddbmm addmm addbmm addmv inner"
-_MATMUL_FUNCTIONALS = "linear bilinear scaled_dot_product_attention multi_head_attention_forward"
+_MATMUL_METHODS = "mv dot baddbmm addmm addbmm addmv inner"
+_MATMUL_FUNCTIONALS = "bilinear multi_head_attention_forward"
 _MATMUL_MODULES = (
-    "Linear LazyLinear Bilinear MultiheadAttention Transformer TransformerEncoder TransformerDecoder "
+    "LazyLinear Bilinear MultiheadAttention Transformer TransformerEncoder TransformerDecoder "
     "TransformerEncoderLayer TransformerDecoderLayer RNNCell LSTMCell GRUCell AdaptiveLogSoftmaxWithLoss "
     "LinearCrossEntropyLoss"
 )
@@ -169,16 +206,37 @@ ENTRIES: list[Op] = [
     *_ops(Category.CAST, "clone", prefixes=(METHOD,)),
     *_ops(Category.CAST, "detach_ requires_grad_", prefixes=(METHOD,), shares=True),
     *_ops(Category.VIEW, _VIEWS, prefixes=(METHOD,), shares=True),
-    *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod tril triu", prefixes=("torch.", METHOD)),
-    *_ops(Category.ALONG_DIM, "softmax log_softmax normalize layer_norm", prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.VIEW, "view reshape expand", prefixes=(METHOD,), shares=True, shape=Shape.SIZES),
+    *_ops(Category.VIEW, _REORDERING, prefixes=(METHOD,), shares=True, shape=Shape.REORDERED),
+    *_ops(Category.VIEW, "squeeze unsqueeze flatten unflatten", prefixes=(METHOD,), shares=True, shape=Shape.SQUEEZED),
+    *_ops(Category.VIEW, "split chunk tensor_split", prefixes=(METHOD,), shares=True, shape=Shape.SPLIT),
+    *_ops(Category.VIEW, "unbind", prefixes=(METHOD,), shares=True, shape=Shape.SLICES),
+    *_ops(Category.REPEAT, "repeat", prefixes=(METHOD,), shape=Shape.SIZES),
+    *_ops(Category.JOIN, "cat concat concatenate", shape=Shape.JOINED),
+    *_ops(Category.JOIN, "stack", shape=Shape.STACKED),
+    *_ops(Category.METADATA, "size dim numel ndimension is_floating_point is_complex", prefixes=(METHOD,)),
+    *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod", prefixes=("torch.", METHOD)),
+    *_ops(Category.ALONG_DIM, "tril triu", prefixes=("torch.", METHOD), last_dims=True),
+    *_ops(Category.ALONG_DIM, "softmax log_softmax normalize", prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.ALONG_DIM, "layer_norm", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),
-    *_ops(Category.REDUCTION, "sum mean amax amin prod", prefixes=("torch.", METHOD)),
-    *_ops(Category.MATMUL, "matmul bmm mm einsum outer"),
+    *_ops(Category.REDUCTION, "sum mean amax amin prod std var logsumexp", prefixes=("torch.", METHOD)),
+    *_ops(Category.NORM, "norm", prefixes=("torch.", METHOD)),
+    *_ops(Category.MATMUL, "einsum outer"),
+    *_ops(Category.MATMUL, "bmm mm", prefixes=("torch.", METHOD), shape=Shape.PRODUCT),
+    *_ops(Category.MATMUL, "matmul", prefixes=("torch.", METHOD), last_dims=True, shape=Shape.PRODUCT),
     *_ops(Category.MATMUL, _MATMUL_FUNCTIONS),
     *_ops(Category.MATMUL, "matmul multi_dot", prefixes=("torch.linalg.",)),
     *_ops(Category.MATMUL, _MATMUL_METHODS, prefixes=(METHOD,)),
     *_ops(Category.MATMUL, _MATMUL_FUNCTIONALS, prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.MATMUL, "linear scaled_dot_product_attention", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.MATMUL, _MATMUL_MODULES, prefixes=("torch.nn.",)),
+    *_ops(Category.MATMUL, "Linear", prefixes=("torch.nn.", "torch.nn.modules.linear."), last_dims=True),
+    *_ops(Category.EMBEDDING, "embedding", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
+    *_ops(Category.ELEMENTWISE_LAYER, _ELEMENTWISE_LAYERS, prefixes=("torch.nn.",)),
+    *_ops(Category.NORM_LAYER, "LayerNorm RMSNorm", prefixes=("torch.nn.",), last_dims=True),
+    *_ops(Category.NORM_LAYER, "GroupNorm Softmax", prefixes=("torch.nn.",)),
+    *_ops(Category.DROPOUT_LAYER, _DROPOUT_LAYERS, prefixes=("torch.nn.", "torch.nn.modules.dropout.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTIONS, prefixes=("torch.", f"{FUNCTIONAL}.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTION_MODULES, prefixes=("torch.nn.",)),
     *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True),
@@ -192,20 +250,25 @@ ENTRIES: list[Op] = [
     ),
     *_ops(
         Category.FACTORY,
-        "tensor as_tensor zeros ones full arange linspace logspace eye zeros_like ones_like full_like "
-        "tril_indices triu_indices hann_window hamming_window blackman_window bartlett_window kaiser_window",
+        "tensor as_tensor arange linspace logspace eye tril_indices triu_indices "
+        "hann_window hamming_window blackman_window bartlett_window kaiser_window",
     ),
-    *_ops(Category.FACTORY, "empty empty_like", uninitialized=True),
+    *_ops(Category.FACTORY, "zeros ones", shape=Shape.NEW),
+    *_ops(Category.FACTORY, "full", shape=Shape.FILLED),
+    *_ops(Category.FACTORY, "zeros_like ones_like full_like", shape=Shape.LIKE),
+    *_ops(Category.FACTORY, "empty", uninitialized=True, shape=Shape.NEW),
+    *_ops(Category.FACTORY, "empty_like", uninitialized=True, shape=Shape.LIKE),
+    *_ops(Category.FACTORY, "new_zeros new_ones", prefixes=(METHOD,), shape=Shape.NEW),
+    *_ops(Category.FACTORY, "new_full", prefixes=(METHOD,), shape=Shape.FILLED),
+    *_ops(Category.FACTORY, "new_empty", prefixes=(METHOD,), uninitialized=True, shape=Shape.NEW),
     *_ops(
         Category.FACTORY,
         "generate_square_subsequent_mask",
         prefixes=("torch.nn.Transformer.", "torch.nn.modules.transformer.Transformer."),
     ),
-    *_ops(
-        Category.FACTORY,  # new tensors drawn from the RNG
-        "rand randn randint rand_like randn_like randint_like randperm multinomial normal",
-        random=True,
-    ),
+    *_ops(Category.FACTORY, "randint randperm multinomial normal", random=True),  # new tensors drawn from the RNG
+    *_ops(Category.FACTORY, "rand randn", random=True, shape=Shape.NEW),
+    *_ops(Category.FACTORY, "rand_like randn_like randint_like", random=True, shape=Shape.LIKE),
     *_ops(Category.UNARY, "bernoulli poisson", random=True),  # a draw per element of the argument
     *_ops(Category.UNARY, "bernoulli", prefixes=(METHOD,), random=True),
     *_ops(Category.FACTORY, "multinomial", prefixes=(METHOD,), random=True),
@@ -242,26 +305,30 @@ ENTRIES: list[Op] = [
 OPS: dict[str, Op] = {op.name: op for op in ENTRIES}  # one entry a name (tested)
 
 
-def functions(*categories: Category, **facts: bool) -> frozenset[str]:
+def functions(*categories: Category, **facts: object) -> frozenset[str]:
     """Qualified names of the torch functions and classes in `categories` (all
     when none is given) whose facts have the values given (`random=True`,
-    `in_place=False`, `shares=True`)."""
+    `in_place=False`, `shape=Shape.NEW`, `module=True`)."""
     return frozenset(op.name for op in _select(False, categories, facts))
 
 
-def methods(*categories: Category, **facts: bool) -> frozenset[str]:
+def methods(*categories: Category, **facts: object) -> frozenset[str]:
     """Names of the tensor methods in `categories` (as `functions`), without `Tensor.`."""
     return frozenset(op.name.removeprefix(METHOD) for op in _select(True, categories, facts))
 
 
-def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, bool]) -> Iterable[Op]:
-    for op in ENTRIES:
-        if (
-            op.name.startswith(METHOD) == method
-            and (not categories or op.category in categories)
-            and all(getattr(op, fact) == value for fact, value in facts.items())
-        ):
-            yield op
+def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, object]) -> list[Op]:
+    found = [op for category in categories or Category for op in _BY_KIND.get((method, category), ())]
+    for fact, value in facts.items():
+        found = [op for op in found if getattr(op, fact) == value]
+    return found
+
+
+# The entries by (is a method, category): the views in torch_facts, read at import, look
+# up their categories instead of scanning the whole table each.
+_BY_KIND: dict[tuple[bool, Category], list[Op]] = {}
+for _op in ENTRIES:
+    _BY_KIND.setdefault((_op.name.startswith(METHOD), _op.category), []).append(_op)
 
 
 def short(names: Iterable[str]) -> frozenset[str]:

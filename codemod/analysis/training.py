@@ -84,7 +84,7 @@ from codemod.analysis.torch_facts import (
     TRAINER_PLACED_MODULES,
     module_of_chain,
 )
-from codemod.analysis.values import DEVICE_STRING, Kind, Place
+from codemod.analysis.values import DEVICE_STRING, Kind, Place, number_is
 
 if TYPE_CHECKING:
     from codemod.analysis.placement import Placement
@@ -1370,7 +1370,7 @@ class Training:
         args = [a.value for a in iterable.args]
         if len(args) == 1:
             return args[0]
-        if len(args) == 2 and isinstance(args[0], cst.Integer) and args[0].value == "0":
+        if len(args) == 2 and number_is(self.context, 0).matches(args[0]):
             return args[1]
         return None
 

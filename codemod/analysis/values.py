@@ -100,6 +100,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
+from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for, passed_by
 from codemod.analysis.names import (
     CANONICAL,
@@ -108,6 +109,7 @@ from codemod.analysis.names import (
     kwarg,
     method_name,
     names_read,
+    number_value,
     positional,
     sole_definition,
 )
@@ -2163,7 +2165,7 @@ def _flag_memory(value: cst.BaseExpression) -> Memory:
     expression such as `device.type == "cuda"` pins where a copy to CUDA happens)."""
     if isinstance(value, cst.Name) and value.value in ("False", "None"):
         return Memory.PAGEABLE
-    if isinstance(value, cst.Integer) and value.evaluated_value == 0:
+    if number_value(value) == 0:
         return Memory.PAGEABLE
     return Memory.PINNED
 
@@ -2196,6 +2198,14 @@ COMPLEX = "complex"  # of a dtype named (`named_dtype`): fused optimizer kernels
 
 def values(context: FileContext) -> Values:
     return context.shared(KEY, Values)
+
+
+def number_is(context: FileContext, value: int | float) -> m.MatchIfTrue:
+    """A pattern of an expression that is the number `value` (`Values.number_value`:
+    `0`, `0x0`, `0.` and a name bound only to `0` are each 0)."""
+    return m.MatchIfTrue(
+        lambda node: isinstance(node, cst.BaseExpression) and values(context).number_value(node) == value
+    )
 
 
 class Values:
@@ -2276,6 +2286,18 @@ class Values:
         open_before, read = set(self._open_numbers), len(self._guesses_read)
         answer = self.number(expr) == INT
         return answer and not open_before.intersection(self._guesses_read[read:])
+
+    def number_value(self, expr: cst.BaseExpression | None) -> int | float | None:
+        """The number `expr` certainly is: a literal in any spelling (`0`, `0x0`, `0.`,
+        `(0)`, `-1`, read by `names.number_value`), or a name every binding of which
+        assigns one literal of that value (`ZERO = 0`); None otherwise. The question to
+        ask of a literal number a pattern needs (`range(0, n)`, `i + 1`, `x.size(0)`)."""
+        value = number_value(expr)
+        if value is not None or not isinstance(expr, cst.Name):
+            return value
+        bound = self.context.bindings.values(expr)
+        found = {number_value(v) for v in bound or ()}
+        return found.pop() if bound and len(found) == 1 and None not in found else None
 
     def _compute_number(self, expr: cst.BaseExpression) -> str | None:
         if isinstance(expr, cst.Integer):

@@ -4,6 +4,7 @@ import libcst as cst
 
 from codemod.analysis.loader_workers import Blocker, loader_workers
 from codemod.analysis.loaders import Returned
+from codemod.analysis.names import number_value
 from codemod.analysis.project import project_of
 from codemod.edits import AddKeyword, Replace, bound_before
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -546,7 +547,7 @@ class SingleProcessLoaderInTrainingLoop(Rule):
             message = (
                 (f"this DataLoader feeds the training loop on line {line}" if returned is None else message)
                 + " with num_workers=0"
-                + ("" if spelled == "0" else f" (`{spelled}` is 0 unless the run changes it)")
+                + ("" if number_value(zero) == 0 else f" (`{spelled}` is 0 unless the run changes it)")
                 + ", so every batch is loaded in the training process between steps"
             )
         blocker = Blocker("hidden", count.hidden) if count.hidden is not None else workers.blocker(loader, count, loop)

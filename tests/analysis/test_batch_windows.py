@@ -41,6 +41,7 @@ def windows(source: str) -> list[tuple[str, str]]:
         ("for step in range(4):", "perm[step * bs:(1 + step) * bs]"),
         ("for i in range(0, 4, bs):", "perm[i:i + bs]"),
         ("for k, i in enumerate(range(0, 4, bs)):", "perm[i:bs + i]"),
+        ("for step in range(4):", "perm[step * bs:(step + 0x1) * bs]"),  # 1, however spelled
     ],
 )
 def test_windows_one_batch_wide(header, window):

@@ -28,6 +28,7 @@ def first_front_read(body: str) -> str | None:
         "return torch.cat([x, x.exp()], dim=-1).sum(-1) + math.sqrt(2)",
         "return x[..., 0] * x.shape[-1]",
         "first, _ = x.split(4, dim=-1)\nreturn first",  # a split's first argument is a size
+        "first, _ = x.tensor_split(2, dim=-1)\nreturn first",  # a count
         "return torch.tril(torch.ones(x.size(-2), x.size(-2))) @ x",
     ],
 )

@@ -67,6 +67,7 @@ for x, y in data:
     [
         ("    for p in model.parameters():\n        if p.grad is not None:\n            p.grad.zero_()\n", "model"),
         ("    for g in opt.param_groups:\n        for p in g['params']:\n            p.grad.fill_(0)\n", "opt"),
+        ("    for g in opt.param_groups:\n        for p in g['params']:\n            p.grad.fill_(-0.0)\n", "opt"),
         ("    for p in model.parameters():\n        p.grad = torch.zeros_like(p)\n", "model"),
         ("    for p in model.parameters():\n        p.grad.mul_(0.5)\n", None),  # scales, does not reset
         ("    for p in model.parameters():\n        p.grad.detach_()\n", None),  # resets without zeroing
@@ -84,6 +85,7 @@ def test_which_loops_reset_gradients_by_hand(reset, receiver):
     [
         ("SGD(model.parameters(), lr=0.1)", "", True),
         ("SGD(model.parameters(), lr=0.1, momentum=0.9)", "", False),  # momentum moves on a zero gradient
+        ("SGD(model.parameters(), lr=0.1, momentum=-0.0, weight_decay=0x0)", "", True),  # 0 in other spellings
         ("SGD([{'params': model.parameters(), 'weight_decay': 0.1}], lr=0.1)", "", False),
         ("AdamW(model.parameters(), lr=1e-3)", "", False),
         ("SGD(model.parameters(), lr=0.1)", "print(model.weight.grad)\n", False),  # reads .grad elsewhere

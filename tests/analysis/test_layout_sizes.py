@@ -32,6 +32,10 @@ def shape_of(code: str, name: str = "x"):
         ("x = F.cross_entropy(a, b, reduction='none')", None),
         ("x = F.cross_entropy(a, b, reduction=how)", None),
         ("x = torch.nn.utils.clip_grad_norm_(params, 1.0)", ()),
+        ("x = torch.randint_like(torch.zeros(n, 3), 10)", ("n", "3")),  # the shape of its first argument
+        ("x = torch.zeros(n, 3).norm(1, dim=0)", ("3",)),  # a norm's first argument is its order
+        ("x = torch.zeros(n, 3, 4).norm(2)", ()),
+        ("x = torch.zeros(n, 3).std(0, keepdim=True)", ("1", "3")),
     ],
 )
 def test_shapes_from_the_code_that_builds_the_tensor(code, shape):

@@ -84,6 +84,25 @@ def test_a_hexadecimal_size_is_its_number():
     assert layouts(ctx).shape(printed(ctx)) == ("2", "4")
 
 
+@pytest.mark.parametrize(
+    ("code", "number"),
+    [
+        ("print(0)", 0),
+        ("print(0x0)", 0),
+        ("print(0.)", 0),
+        ("print((0))", 0),
+        ("print(-1)", -1),
+        ("ZERO = 0\nprint(ZERO)", 0),
+        ("ONE = 0x1\ndef f():\n    print(ONE)", 1),
+        ("n = 0\nn = 1\nprint(n)", None),  # bound to two numbers
+        ("n = int('3')\nprint(n)", None),
+    ],
+)
+def test_the_value_of_a_number_in_any_spelling(code, number):
+    ctx = context(code)
+    assert values(ctx).number_value(printed(ctx)) == number
+
+
 def chains(ctx: FileContext) -> list:
     analysis = attentions(ctx)
     return [found for block in ctx.index.find(cst.IndentedBlock) for found in analysis.in_block(block)]

@@ -185,6 +185,8 @@ def test_zip_rows_and_a_generator_are_position_loops():
     found = positions.loop(loop)
     assert found.var is None and set(found.rows) == {"a", "b"}
     assert positions.losses(loop.elt, found)
+    _, loop, positions = read("loss = sum(F.nll_loss(a, b) for a, b in zip(student.unbind(0x1), labels.unbind(1)))\n")
+    assert set(positions.loop(loop).rows) == {"a", "b"}  # dim 1, however spelled
     _, loop, positions = read("for b in range(B):\n    loss = F.cross_entropy(student[b], labels[b])\n")
     assert not positions.losses(loop.body, positions.loop(loop))  # a loop over samples
 

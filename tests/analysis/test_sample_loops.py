@@ -89,6 +89,22 @@ def test_a_batch_of_one_sliced_out_becomes_the_batch():
     assert same_training(body) == 'loss = F.mse_loss(net(x), t, reduction="sum")\nloss.backward()\n'
 
 
+@pytest.mark.parametrize("size", ["x.size(0x0)", "x.size(dim=0)", "x.shape[ZERO]", "len(x) - 1"])
+def test_the_batch_a_size_counts_reads_dim_0_however_spelled(size):
+    context, loop, loops = read(f"ZERO = 0\nfor i in range({size}):\n    pass\n")
+    count = loop.iter.args[0].value
+    assert context.module.code_for_node(loops.batch_of_size(count, less=True)) == "x"
+
+
+def test_a_batch_of_one_sliced_out_with_a_named_one_becomes_the_batch():
+    body = (
+        "for i in range(x.size(0)):\n"
+        '    loss = F.mse_loss(net(x[i:i + ONE]), t[i:i + ONE], reduction="sum")\n'
+        "    loss.backward()\n"
+    )
+    assert same_training(body, HEAD + "ONE = 1\n") == 'loss = F.mse_loss(net(x), t, reduction="sum")\nloss.backward()\n'
+
+
 def test_a_row_given_a_batch_dimension_and_its_output_squeezed():
     body = (
         "for i in range(len(x)):\n"

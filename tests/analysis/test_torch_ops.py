@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from codemod.analysis.torch_facts import MODULE_METHODS_RETURNING_SELF
-from codemod.analysis.torch_ops import ENTRIES, FUNCTIONAL, METHOD, OPS, Category, functions, methods
+from codemod.analysis.torch_ops import ENTRIES, FUNCTIONAL, METHOD, OPS, Category, Shape, functions, methods
 
 # Arguments beyond the tensor for entries that need them.
 EXTRA = {
@@ -24,6 +24,7 @@ EXTRA = {
     "log_softmax": {"dim": -1},
     "cumsum": {"dim": -1},
     "cumprod": {"dim": -1},
+    "logsumexp": {"dim": -1},
     "layer_norm": ((3,),),
     "pow": (2,),
     "mul": (2,),
@@ -57,6 +58,7 @@ EXTRA = {
     "as_strided": ((3,), (1,)),
     "split": (1,),
     "chunk": (2,),
+    "tensor_split": (2,),
     "select": (0, 1),
     "char": (),
 }
@@ -338,3 +340,173 @@ def test_the_analyses_tables_of_torch_names_are_torchs():
     scaler = torch.amp.GradScaler("cpu")
     loss = torch.ones(())
     assert all(getattr(scaler, name)(loss) is not loss for name in SCALER_METHODS_RETURNING_NEW)
+
+
+NOT_IN_PLACE = methods(
+    Category.UNARY,
+    Category.BINARY,
+    Category.CAST,
+    Category.VIEW,
+    Category.ALONG_DIM,
+    Category.REDUCTION,
+    in_place=False,
+) - {"cuda", "pin_memory"}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_IN_PLACE))
+def test_methods_without_a_trailing_underscore_leave_their_receiver_as_it_was(name):
+    """The table says a method writes in place by its trailing `_` (`Op.in_place`): those
+    without one return their result and leave the receiver's values alone."""
+    tensor = torch.rand(2, 3)
+    before = tensor.clone()
+    _call(METHOD + name, tensor)
+    assert torch.equal(tensor, before)
+
+
+# One call a shape rule, on a (2, 1, 3) tensor `x`, and the shape the rule says it gives.
+SHAPE_CALLS = {
+    "Tensor.view": (lambda x: x.view(3, 2), (3, 2)),
+    "Tensor.reshape": (lambda x: x.reshape(3, 2), (3, 2)),
+    "Tensor.expand": (lambda x: x.expand(4, 2, 1, 3), (4, 2, 1, 3)),
+    "Tensor.repeat": (lambda x: x.repeat(1, 2, 1), (2, 2, 3)),  # a factor a dim
+    "Tensor.transpose": (lambda x: x.transpose(0, 2), (3, 1, 2)),
+    "Tensor.swapaxes": (lambda x: x.swapaxes(0, 2), (3, 1, 2)),
+    "Tensor.swapdims": (lambda x: x.swapdims(0, 2), (3, 1, 2)),
+    "Tensor.permute": (lambda x: x.permute(2, 0, 1), (3, 2, 1)),
+    "Tensor.movedim": (lambda x: x.movedim(2, 0), (3, 2, 1)),
+    "Tensor.unsqueeze": (lambda x: x.unsqueeze(0), (1, 2, 1, 3)),
+    "Tensor.squeeze": (lambda x: x.squeeze(1), (2, 3)),
+    "Tensor.flatten": (lambda x: x.flatten(1), (2, 3)),
+    "Tensor.unflatten": (lambda x: x.unflatten(2, (3, 1)), (2, 1, 3, 1)),
+    "Tensor.split": (lambda x: x.split(2, dim=-1)[0], (2, 1, 2)),  # a size first, then the dim
+    "Tensor.chunk": (lambda x: x.chunk(3, dim=-1)[0], (2, 1, 1)),  # a count first
+    "Tensor.tensor_split": (lambda x: x.tensor_split(3, dim=-1)[0], (2, 1, 1)),
+    "Tensor.unbind": (lambda x: x.unbind(2)[0], (2, 1)),
+    "torch.matmul": (lambda x: torch.matmul(x, torch.rand(3, 4)), (2, 1, 4)),
+    "Tensor.matmul": (lambda x: x.matmul(torch.rand(2, 3, 4)), (2, 1, 4)),
+    "torch.bmm": (lambda x: torch.bmm(x, torch.rand(2, 3, 4)), (2, 1, 4)),
+    "Tensor.bmm": (lambda x: x.bmm(torch.rand(2, 3, 4)), (2, 1, 4)),
+    "torch.mm": (lambda x: torch.mm(x[0], torch.rand(3, 4)), (1, 4)),
+    "Tensor.mm": (lambda x: x[0].mm(torch.rand(3, 4)), (1, 4)),
+    "torch.cat": (lambda x: torch.cat([x, x], 2), (2, 1, 6)),
+    "torch.concat": (lambda x: torch.concat([x, x], -1), (2, 1, 6)),
+    "torch.concatenate": (lambda x: torch.concatenate([x, x], 0), (4, 1, 3)),
+    "torch.stack": (lambda x: torch.stack([x, x], 1), (2, 2, 1, 3)),
+    "torch.zeros": (lambda x: torch.zeros(4, 5), (4, 5)),
+    "torch.ones": (lambda x: torch.ones((4, 5)), (4, 5)),
+    "torch.empty": (lambda x: torch.empty(4, 5), (4, 5)),
+    "torch.rand": (lambda x: torch.rand(4, 5), (4, 5)),
+    "torch.randn": (lambda x: torch.randn((4, 5)), (4, 5)),
+    "Tensor.new_zeros": (lambda x: x.new_zeros(4, 5), (4, 5)),
+    "Tensor.new_ones": (lambda x: x.new_ones((4, 5)), (4, 5)),
+    "Tensor.new_empty": (lambda x: x.new_empty(4, 5), (4, 5)),
+    "torch.full": (lambda x: torch.full((4, 5), 7.0), (4, 5)),  # the shape, then the value
+    "Tensor.new_full": (lambda x: x.new_full((4, 5), 7.0), (4, 5)),
+    "torch.zeros_like": (lambda x: torch.zeros_like(x), (2, 1, 3)),
+    "torch.ones_like": (lambda x: torch.ones_like(x), (2, 1, 3)),
+    "torch.empty_like": (lambda x: torch.empty_like(x), (2, 1, 3)),
+    "torch.full_like": (lambda x: torch.full_like(x, 7.0), (2, 1, 3)),
+    "torch.rand_like": (lambda x: torch.rand_like(x), (2, 1, 3)),
+    "torch.randn_like": (lambda x: torch.randn_like(x), (2, 1, 3)),
+    "torch.randint_like": (lambda x: torch.randint_like(x, 10), (2, 1, 3)),
+}
+
+
+def test_every_entry_with_a_shape_rule_is_sampled():
+    assert {name for name, op in OPS.items() if op.shape is not None} == set(SHAPE_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_CALLS))
+def test_shape_rules_give_the_shapes_they_say(name):
+    call, expected = SHAPE_CALLS[name]
+    x = torch.rand(2, 1, 3)
+    result = call(x)
+    assert tuple(result.shape) == expected
+    rule = OPS[name].shape
+    if rule is Shape.REORDERED:
+        assert sorted(result.shape) == sorted(x.shape)
+    if rule is Shape.SQUEEZED:
+        assert result.numel() == x.numel() and result.dim() != x.dim()
+    if rule is Shape.LIKE:
+        assert result.shape == x.shape
+    if rule is Shape.FILLED:
+        assert bool((result == 7.0).all())
+
+
+# The calls that work on the last dims, each on a batch of rows: a function of one row,
+# given a (4, 3) row, and torch's result for a batch (2, 4, 3) of them.
+_WEIGHT, _INDICES = torch.rand(5, 3), torch.tensor([[0, 2], [1, 4]])
+LAST_DIM_CALLS = {
+    "torch.tril": lambda x: torch.tril(x, 1),
+    "torch.triu": lambda x: torch.triu(x, -1),
+    "Tensor.tril": lambda x: x.tril(1),
+    "Tensor.triu": lambda x: x.triu(),
+    "torch.matmul": lambda x: torch.matmul(x, _WEIGHT.T),
+    "Tensor.matmul": lambda x: x.matmul(_WEIGHT.T),
+    f"{FUNCTIONAL}.linear": lambda x: torch.nn.functional.linear(x, _WEIGHT),
+    f"{FUNCTIONAL}.layer_norm": lambda x: torch.nn.functional.layer_norm(x, (3,)),
+    f"{FUNCTIONAL}.scaled_dot_product_attention": lambda x: torch.nn.functional.scaled_dot_product_attention(x, x, x),
+    f"{FUNCTIONAL}.embedding": lambda x: torch.nn.functional.embedding((x * 4).long(), _WEIGHT),
+    "torch.nn.Linear": torch.nn.Linear(3, 5),
+    "torch.nn.modules.linear.Linear": torch.nn.modules.linear.Linear(3, 5),
+    "torch.nn.LayerNorm": torch.nn.LayerNorm(3),
+    "torch.nn.RMSNorm": torch.nn.RMSNorm(3),
+}
+
+
+def test_every_last_dims_entry_is_sampled():
+    assert {name for name, op in OPS.items() if op.last_dims} == set(LAST_DIM_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(LAST_DIM_CALLS))
+def test_last_dims_entries_keep_the_leading_dims_as_a_batch(name):
+    """Whatever the arguments say, one more leading dim gives each row what it gave alone."""
+    call = LAST_DIM_CALLS[name]
+    batch = torch.rand(2, 4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(call(batch), torch.stack([call(row) for row in batch]))
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(functions(Category.ELEMENTWISE_LAYER, Category.NORM_LAYER, Category.DROPOUT_LAYER)),
+)
+def test_layers_keep_the_shape_and_elementwise_ones_each_element(name):
+    short = name.rsplit(".", 1)[1]
+    arguments = {"GroupNorm": (1, 4), "LayerNorm": (5,), "RMSNorm": (5,), "Softmax": (-1,)}
+    module = _resolve(name)(*arguments.get(short, ()))
+    assert OPS[name].module
+    x = torch.rand({"Dropout1d": (2, 4, 5), "Dropout3d": (2, 4, 3, 5, 5)}.get(short, (2, 4, 3, 5)))
+    with torch.no_grad():
+        assert module(x).shape == x.shape
+        if OPS[name].category is Category.ELEMENTWISE_LAYER:
+            torch.testing.assert_close(module(x).flatten(), module(x.flatten()))
+
+
+def test_metadata_methods_answer_with_python_values():
+    x = torch.rand(2, 3)
+    for name in methods(Category.METADATA):
+        assert isinstance(getattr(x, name)(*((1,) if name == "size" else ())), (int, bool)), name
+
+
+@pytest.mark.parametrize("name", sorted(functions(Category.REDUCTION, Category.NORM)))
+def test_reductions_take_the_dim_first_and_norms_after_the_order(name):
+    x = torch.rand(2, 3, 4)
+    before_dim = (2,) if OPS[name].category is Category.NORM else ()
+    function = _resolve(name)
+    assert function(x, *before_dim, 1).shape == (2, 4)
+    assert function(x, *before_dim, 1, keepdim=True).shape == (2, 1, 4)
+    short = name.rsplit(".", 1)[1]
+    method = getattr(x, short)
+    assert method(*before_dim, -1).shape == (2, 3)
+    if short != "logsumexp":  # the one that needs its dim
+        assert method().shape == ()
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.shape is Shape.PRODUCT and not op.last_dims))
+def test_products_not_on_the_last_dims_refuse_one_more_leading_dim(name):
+    """`mm` takes matrices and `bmm` batches of them, nothing with a dim more (`matmul`
+    broadcasts it): a rewrite that adds a dim to their operands would break them."""
+    call, _ = SHAPE_CALLS[name]
+    with pytest.raises(RuntimeError):
+        call(torch.rand(2, 2, 1, 3))

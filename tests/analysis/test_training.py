@@ -165,6 +165,24 @@ def test_while_loop_with_micro_steps_nanogpt_style():
     assert [model.expression for model in loop.models] == ["model"]  # an imported class: known by `model.to(device)`
 
 
+@pytest.mark.parametrize("start", ["0", "0x0", "START"])
+def test_micro_steps_from_zero_in_any_spelling_count_the_accumulation(start):
+    loop, training = only_loop(
+        f"""\
+        START = 0
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        while True:
+            for micro_step in range({start}, accum):
+                loss = model(X).sum() / accum
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """
+    )
+    assert training.code(loop.accumulation.steps) == "accum"
+
+
 # -- optimizers, scalers, losses ---------------------------------------------------------
 
 

@@ -355,3 +355,12 @@ def test_a_torchvision_dataset_is_map_style_and_its_loader_gets_workers():
     )
     (finding,) = findings(source).findings
     assert finding.applied and "num_workers=num_workers" in findings(source).new_source.decode()
+
+
+def test_a_worker_count_of_0_in_another_spelling_is_replaced_as_0_is():
+    source = (FIXTURES / "explicit_zero.in.py").read_text()
+    settings = Settings(level=Level.UNSAFE, select=("PM201",))
+    zero = process_source(source.encode(), "train.py", settings)
+    spelled = process_source(source.replace("num_workers=0,", "num_workers=0x0,").encode(), "train.py", settings)
+    assert zero.new_source is not None and spelled.new_source == zero.new_source
+    assert [f.message for f in spelled.findings] == [f.message for f in zero.findings]
