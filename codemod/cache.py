@@ -152,8 +152,8 @@ def fingerprint(settings: Settings, rules: Sequence[type | RuleFacts]) -> str:
     for rule in rules:
         facts = rule if isinstance(rule, RuleFacts) else RuleFacts.of(rule)
         parts.append(f"{facts.module}.{facts.qualname} {facts.code} {facts.level} {facts.opt_in}")
-        if facts.file is not None:
-            sources.add(facts.file)
+        if facts.file is not None and not facts.file.startswith(f"{PACKAGE}{os.sep}"):
+            sources.add(facts.file)  # a rule outside perfmod's folder (perfmod's own: stamped with it)
     parts += stamps(sources)
     return sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
