@@ -192,11 +192,7 @@ def _as_json(outcome: Outcome) -> dict:
 
 
 def _finding_json(finding: Finding) -> dict:
-    entry = {}
-    for f in dataclasses.fields(finding):
-        value = getattr(finding, f.name)
-        entry[f.name] = value.label if isinstance(value, Level) else value
-    return entry
+    return {name: value.label if isinstance(value, Level) else value for name, value in finding._asdict().items()}
 
 
 def _outcome(entry: dict, path: str, data: bytes) -> Outcome:
