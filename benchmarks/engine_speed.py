@@ -63,8 +63,10 @@ from codemod.engine import process_source
 from codemod.result import Level
 data = Path(sys.argv[1]).read_bytes()
 settings = Settings(level=Level.UNSAFE)
-if sys.argv[2] == "check" and "fixed_point" in {f.name for f in dataclasses.fields(Settings)}:
-    settings = dataclasses.replace(settings, fixed_point=False)
+named = hasattr(Settings, "_fields")  # a named tuple now, a dataclass in older checkouts
+fields = Settings._fields if named else [f.name for f in dataclasses.fields(Settings)]
+if sys.argv[2] == "check" and "fixed_point" in fields:
+    settings = settings._replace(fixed_point=False) if named else dataclasses.replace(settings, fixed_point=False)
 start = time.process_time()
 result = process_source(data, sys.argv[1], settings)
 seconds = time.process_time() - start

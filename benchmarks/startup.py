@@ -28,6 +28,11 @@ are judged on the median wall ratio:
   --version, --help, check --help  within 3x `import click`
   warm check                       within 1.5x `import click`
   cold check                       within 2x a bare libcst parse (whole processes)
+
+With --baseline COMMIT, the perfmod commands of that commit (a temporary git
+worktree of this repository) run in the same rounds, beside this checkout's, and
+each ratio of this checkout is given against the baseline's too; both then run as
+`python -c "from codemod.entry import main; main()"` from their own tree.
 """
 
 from __future__ import annotations
@@ -60,17 +65,45 @@ class Command:
     goal: float | None  # the ratio it should stay within
 
 
-def commands(train: Path, cache: Path) -> list[Command]:
-    perfmod = (str(PERFMOD),) if PERFMOD.exists() else (sys.executable, "-c", "from codemod.entry import main; main()")
-    return [
-        Command("import click", (sys.executable, "-c", "import click"), None, None),
-        Command("perfmod --version", (*perfmod, "--version"), "import click", 3.0),
-        Command("perfmod --help", (*perfmod, "--help"), "import click", 3.0),
-        Command("perfmod check --help", (*perfmod, "check", "--help"), "import click", 3.0),
-        Command("warm check", (*perfmod, "check", str(train), "--cache-dir", str(cache)), "import click", 1.5),
-        Command("bare libcst parse", (sys.executable, "-c", PARSE, str(train)), None, None),
-        Command("cold check", (*perfmod, "check", str(train), "--no-cache"), "bare libcst parse", 2.0),
-    ]
+# perfmod from the tree in argv[1], as the console script runs it.
+FROM_TREE = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'perfmod'; from codemod.entry import main; main()"
+)
+
+
+def _perfmod(tree: Path | None) -> tuple[str, ...]:
+    """The command that runs perfmod: from `tree`, or as installed."""
+    if tree is not None:
+        return (sys.executable, "-c", FROM_TREE, str(tree))
+    return (str(PERFMOD),) if PERFMOD.exists() else (sys.executable, "-c", "from codemod.entry import main; main()")
+
+
+def commands(train: Path, cache: Path, baseline: Path | None = None) -> list[Command]:
+    """The commands of one round; with `baseline` (a tree of another commit), its perfmod
+    commands too, labelled with the tree's name, and both checkouts run from their tree."""
+    trees: dict[str, Path | None] = {"": None} if baseline is None else {"": REPO, f" ({baseline.name})": baseline}
+    listed = [Command("import click", (sys.executable, "-c", "import click"), None, None)]
+    for suffix, tree in trees.items():
+        perfmod = _perfmod(tree)
+        listed += [
+            Command(f"perfmod --version{suffix}", (*perfmod, "--version"), "import click", 3.0),
+            Command(f"perfmod --help{suffix}", (*perfmod, "--help"), "import click", 3.0),
+            Command(f"perfmod check --help{suffix}", (*perfmod, "check", "--help"), "import click", 3.0),
+            Command(
+                f"warm check{suffix}",  # a cache of its own: the entries of one checkout are misses for the other
+                (*perfmod, "check", str(train), "--cache-dir", str(cache) + suffix.strip(" ()")),
+                "import click",
+                1.5,
+            ),
+        ]
+    listed.append(Command("bare libcst parse", (sys.executable, "-c", PARSE, str(train)), None, None))
+    for suffix, tree in trees.items():
+        listed.append(
+            Command(
+                f"cold check{suffix}", (*_perfmod(tree), "check", str(train), "--no-cache"), "bare libcst parse", 2.0
+            )
+        )
+    return listed
 
 
 def environment() -> dict[str, str]:
@@ -92,7 +125,7 @@ def timed(argv: tuple[str, ...], cwd: Path, env: dict[str, str]) -> tuple[float,
 
 
 def measure(
-    rounds: int, lines: int, folder: Path
+    rounds: int, lines: int, folder: Path, baseline: Path | None = None
 ) -> tuple[list[Command], dict[str, list[float]], dict[str, list[float]], int]:
     """The commands, and per command its wall seconds and CPU seconds of each round."""
     train = training_file(lines, folder)
@@ -100,7 +133,7 @@ def measure(
     count = train.read_text(encoding="utf-8").count("\n")
     cache = folder / "cache"
     env = environment()
-    listed = commands(train, cache)
+    listed = commands(train, cache, baseline)
     for command in listed:  # untimed: bytecode, the cache entry
         timed(command.argv, folder, env)
     seconds: dict[str, list[float]] = {command.label: [] for command in listed}
@@ -164,13 +197,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="rounds of every command (default 15)")
     parser.add_argument("--lines", type=int, default=2_000, help="lines of the training file (default 2000)")
     parser.add_argument("--markdown", action="store_true", help="print the BENCHMARKS.md section's header too")
+    parser.add_argument("--baseline", help="a commit whose perfmod commands run in the same rounds")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="perfmod-startup-"))
+    baseline = folder / args.baseline if args.baseline else None
     try:
+        if baseline is not None:
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "add", "--detach", str(baseline), args.baseline],
+                check=True,
+                capture_output=True,
+            )
         load = os.getloadavg()[0]
-        listed, seconds, cpu, count = measure(args.rounds, args.lines, folder)
+        listed, seconds, cpu, count = measure(args.rounds, args.lines, folder, baseline)
         end_load = os.getloadavg()[0]
     finally:
+        if baseline is not None:
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], capture_output=True
+            )
         shutil.rmtree(folder, ignore_errors=True)
     if args.markdown:
         revision = subprocess.run(
@@ -179,11 +224,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- Date: {date.today().isoformat()}. Machine: {os.cpu_count()} cores ({cpu_model()}), load average")
         print(f"  {load:.2f} at the start, {end_load:.2f} at the end. {versions()}.")
         print(f"- perfmod at {revision}; training file of {count:,} lines; {args.rounds} rounds.")
-        print(f"- Command: `python -m benchmarks.startup --rounds {args.rounds}`.")
+        baseline_option = f" --baseline {args.baseline}" if args.baseline else ""
+        print(f"- Command: `python -m benchmarks.startup --rounds {args.rounds}{baseline_option}`.")
         print()
     else:
         print(f"{versions()}; {count:,}-line training file; {args.rounds} rounds; load {load:.2f} -> {end_load:.2f}")
     print("\n".join(table(listed, seconds, cpu)))
+    if baseline is not None:
+        print(f"\nThis checkout against {args.baseline}, each ratio taken within a round (median, lowest-highest):\n")
+        print("| command | wall | min-max | CPU |")
+        print("|---|---|---|---|")
+        for command in listed:
+            theirs = f"{command.label} ({baseline.name})"
+            if theirs in seconds:
+                wall = [a / b for a, b in zip(seconds[command.label], seconds[theirs])]
+                used = [a / b for a, b in zip(cpu[command.label], cpu[theirs]) if b > 0]
+                print(
+                    f"| {command.label} | {statistics.median(wall):.2f}x | {min(wall):.2f}-{max(wall):.2f} "
+                    f"| {statistics.median(used):.2f}x |"
+                )
     return 0
 
 

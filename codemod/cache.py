@@ -31,11 +31,10 @@ is served only to the kind of run that made its entry.
 from __future__ import annotations
 
 import binascii
-import dataclasses
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -140,20 +139,14 @@ def fingerprint(settings: Settings, rules: Sequence[type | RuleFacts]) -> str:
         f"python {sys.version_info[0]}.{sys.version_info[1]}",
         f"libcst {_version('libcst')}",
         # (not fixed_point: an entry says which kind of run made it, Cache.get)
-        repr(
-            [
-                (f.name, _plain(getattr(settings, f.name)))
-                for f in dataclasses.fields(settings)
-                if f.name != "fixed_point"
-            ]
-        ),
+        repr([(name, _plain(value)) for name, value in settings._asdict().items() if name != "fixed_point"]),
     ]
     sources = {str(PACKAGE)}
     for rule in rules:
         facts = rule if isinstance(rule, RuleFacts) else RuleFacts.of(rule)
         parts.append(f"{facts.module}.{facts.qualname} {facts.code} {facts.level} {facts.opt_in}")
-        if facts.file is not None:
-            sources.add(facts.file)
+        if facts.file is not None and not facts.file.startswith(f"{PACKAGE}{os.sep}"):
+            sources.add(facts.file)  # a rule outside perfmod's folder (perfmod's own: stamped with it)
     parts += stamps(sources)
     return sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -164,7 +157,7 @@ def _version(package: str = "perfmod") -> str:
 
 
 def _plain(value):
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return sorted((str(k), _plain(v)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
@@ -192,11 +185,7 @@ def _as_json(outcome: Outcome) -> dict:
 
 
 def _finding_json(finding: Finding) -> dict:
-    entry = {}
-    for f in dataclasses.fields(finding):
-        value = getattr(finding, f.name)
-        entry[f.name] = value.label if isinstance(value, Level) else value
-    return entry
+    return {name: value.label if isinstance(value, Level) else value for name, value in finding._asdict().items()}
 
 
 def _outcome(entry: dict, path: str, data: bytes) -> Outcome:

@@ -103,6 +103,14 @@ def _suggest(text: str) -> str:
     return suggest(text, _known())
 
 
+# One instance of each path type, shared by the options: click names a path type through
+# gettext, which looks for translation files on disk each time (a tenth of a millisecond).
+PATHS = click.Path(path_type=Path, allow_dash=True)
+FILE = click.Path(dir_okay=False, path_type=Path)
+FILE_OR_DASH = click.Path(dir_okay=False, path_type=Path, allow_dash=True)
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+FOLDER = click.Path(file_okay=False, path_type=Path)
+
 TEXT_FORMATS = click.option(
     "--format",
     "--output-format",
@@ -117,7 +125,7 @@ TEXT_FORMATS = click.option(
 def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) -> Callable:
     """The options `apply`, `check` and `report` share; `report` has its own --format."""
     options = [
-        click.argument("paths", nargs=-1, type=click.Path(path_type=Path, allow_dash=True)),
+        click.argument("paths", nargs=-1, type=PATHS),
         click.option(
             "--level",
             type=click.Choice([level.label for level in Level], case_sensitive=False),
@@ -152,7 +160,7 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
         ),
         click.option(
             "--config",
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            type=EXISTING_FILE,
             help="pyproject.toml to read [tool.perfmod] from, instead of the nearest one above the first PATH.",
         ),
         click.option(
@@ -180,7 +188,7 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
         ),
         click.option(
             "--cache-dir",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=FOLDER,
             envvar="PERFMOD_CACHE_DIR",
             help=f"Folder of the result cache (default: {CACHE_FOLDER}/ beside the pyproject.toml, "
             "else in the working folder; env PERFMOD_CACHE_DIR).",
@@ -200,7 +208,7 @@ def analysis_options(command: Callable, format_option: Callable = TEXT_FORMATS) 
 def script_arguments(command: Callable) -> Callable:
     """SCRIPT and the arguments after `--` that go to it: the commands that run a script."""
     command = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(command)
-    return click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))(command)
+    return click.argument("script", type=EXISTING_FILE)(command)
 
 
 python_option = click.option(
@@ -208,7 +216,7 @@ python_option = click.option(
 )
 config_option = click.option(
     "--config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=EXISTING_FILE,
     help="pyproject.toml to read [tool.perfmod] from.",
 )
 
@@ -223,7 +231,7 @@ def gate_options(command: Callable) -> Callable:
         click.option(
             "-o",
             "--output-file",
-            type=click.Path(dir_okay=False, path_type=Path),
+            type=FILE,
             help="Write what goes to stdout (findings, diff, JSON, SARIF) to this file instead, atomically.",
         ),
         click.option(
@@ -330,7 +338,7 @@ def _process(
                 stop=stop,
                 on_workers=progress.set_workers,
             )
-    _print_notes(run.warnings + run.notes, quiet)
+    _print_notes([*run.warnings, *run.notes], quiet)
     return run
 
 
@@ -875,7 +883,7 @@ Exit status:
 )
 @click.option(
     "--keep",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=FOLDER,
     help="Prepare the instrumented copies in this folder and leave them, to inspect or to run again "
     "(`python -m codemod.verify_run FOLDER`, which needs torch but not libcst).",
 )
@@ -1006,7 +1014,7 @@ Exit status:
 )
 @click.option(
     "--trace",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=FILE,
     help="Keep the Chrome trace of the recorded steps in this file (open it in Perfetto).",
 )
 @click.option(
@@ -1091,17 +1099,17 @@ adds nothing to the cache.
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+    type=FILE_OR_DASH,
     help="File to write (atomically); `-` or none for stdout (markdown only without -o).",
 )
 @click.option(
     "--verify-json",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=FILE,
     help="A `perfmod verify --format json` result to show with the changes.",
 )
 @click.option(
     "--profile-json",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=FILE,
     help="A `perfmod profile --format json` result (or `verify --profile`'s) to show: where the step goes, "
     "findings ranked by measured share.",
 )

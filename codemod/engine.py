@@ -354,7 +354,7 @@ def _context(
 def _unsettled(finding: Finding) -> Finding:
     """A fix of the last round the engine allows: the file did not stop changing."""
     why = f"not fixed in this run: the fixes did not settle in {MAX_ROUNDS - 1} rounds; run perfmod again to fix it"
-    return replace(finding, applied=False, fix_lines=(), message=f"{finding.message} ({why})")
+    return finding._replace(applied=False, fix_lines=(), message=f"{finding.message} ({why})")
 
 
 class _Tally:
@@ -396,7 +396,7 @@ class _Tally:
             unmatched.discard(at)
             earlier = self.findings[at]
             if unsettled and not finding.applied and finding.fixable and not earlier.applied:
-                self.findings[at] = replace(earlier, message=finding.message, fixable=True)
+                self.findings[at] = earlier._replace(message=finding.message, fixable=True)
             else:
                 self.findings[at] = _merged(earlier, finding)
             if self.findings[at].applied:
@@ -425,7 +425,7 @@ class _Tally:
         findings = list(self.findings)
         for at, (message, why) in self.deferred.items():
             if not findings[at].applied:
-                findings[at] = replace(findings[at], message=f"{message} (not fixed: {why})")
+                findings[at] = findings[at]._replace(message=f"{message} (not fixed: {why})")
         return findings
 
 
@@ -439,11 +439,10 @@ def _merged(earlier: Finding, later: Finding) -> Finding:
     file's lines, unless the later one made its fix (then that fix, where the earlier one
     points), and the lines of every fix made for it."""
     if earlier.applied:
-        return replace(earlier, fix_lines=tuple(sorted({*earlier.fix_lines, *later.fix_lines})))
+        return earlier._replace(fix_lines=tuple(sorted({*earlier.fix_lines, *later.fix_lines})))
     if not later.applied:
         return earlier
-    return replace(
-        earlier,
+    return earlier._replace(
         message=later.message,
         fixable=later.fixable,
         applied=later.applied,
@@ -522,7 +521,7 @@ def _run_pass(context: FileContext, rules: Sequence[type[Rule]], pending: Sequen
         for key, (report, line) in enumerate(reports)
     ]
     findings = [
-        replace(finding, fixed_by=plan.settled[key].code) if key in plan.settled else finding
+        finding._replace(fixed_by=plan.settled[key].code) if key in plan.settled else finding
         for key, finding in enumerate(findings)
     ]
     deferred = {key: (reports[key][0].message, why) for key, why in plan.reasons.items()}
@@ -1107,8 +1106,7 @@ def _map_lines(findings: list[Finding], rewritten: list[str], original: list[str
         return LINE_REFERENCE.sub(lambda m: NUMBER.sub(lambda n: str(moved(int(n.group()))), m.group()), text)
 
     return [
-        replace(
-            f,
+        f._replace(
             message=message(f.message),
             line=moved(f.line),
             end_line=moved(f.end_line or f.line),

@@ -5,7 +5,6 @@ possible (tests/test_fixed_point.py checks this on every program under fixtures/
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from codemod.config import Settings
@@ -24,7 +23,7 @@ LATER_FIX = FIXTURES / "wild" / "data" / "lr_sweep_spiral_mlp.py"
 
 def _both(path: Path, settings: Settings) -> tuple[FileResult, FileResult]:
     data = path.read_bytes()
-    one = process_source(data, str(path), replace(settings, fixed_point=False))
+    one = process_source(data, str(path), settings._replace(fixed_point=False))
     rounds = process_source(data, str(path), settings)
     return one, rounds
 

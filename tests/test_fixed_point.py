@@ -16,7 +16,6 @@ of these inputs."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,7 +62,7 @@ def test_apply_of_the_rewrite_is_the_rewrite(path, monkeypatch):
     assert not_copied == []
     # `perfmod check` runs one round: the same exit status, and the same findings but for
     # fixes that only another fix made possible (a later round's), which it reports unfixed.
-    one = process_source(source, str(path), replace(SETTINGS, fixed_point=False))
+    one = process_source(source, str(path), SETTINGS._replace(fixed_point=False))
     assert (one.error, one.changed) == (rounds.error, rounds.changed)
     only_one, only_rounds = _shown(one) - _shown(rounds), _shown(rounds) - _shown(one)
     assert all(applied for _, _, applied in only_rounds), only_rounds

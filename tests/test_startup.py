@@ -90,6 +90,7 @@ def test_a_warm_check_imports_neither_libcst_nor_the_rules_and_prints_the_same(t
     assert warm[:3] == cold[:3]
     assert warm[3] == []
     assert "tomllib" not in _modules(tmp_path)  # the configuration's table, from the cache folder
+    assert "dataclasses" not in _modules(tmp_path)  # its records are named tuples and plain classes
     # A cache from another catalogue (another --select) is a miss, and the rules load.
     assert "libcst" in _run(tmp_path, "check", "train.py", "--select", "PM101")[3]
 

@@ -8,7 +8,14 @@ from itertools import islice
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, BaseAssignment, GlobalScope, QualifiedName, QualifiedNameSource
+from libcst.metadata import (
+    Assignment,
+    BaseAssignment,
+    GlobalScope,
+    ImportAssignment,
+    QualifiedName,
+    QualifiedNameSource,
+)
 
 from codemod.analysis.scopes import Ordered, PerBindings, Span
 
@@ -34,6 +41,27 @@ def is_none(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
 
 
+def _one_per_import(bindings: Collection[BaseAssignment]) -> list[BaseAssignment]:
+    """`bindings` with one import of each spelling: libcst names a dotted name read through
+    an import from the import statement's module and names alone, so a script that says
+    `import torch` two hundred times gives each `torch.x` the same names two hundred times."""
+    kept, seen = [], set()
+    for binding in bindings:
+        if isinstance(binding, ImportAssignment):
+            names = binding.node.names
+            spelled = (
+                "*"
+                if isinstance(names, cst.ImportStar)
+                else tuple((get_full_name_for_node(alias.name), alias.evaluated_alias) for alias in names)
+            )
+            key = (type(binding.node), binding.get_module_name_for_import(), spelled)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(binding)
+    return kept
+
+
 class Names:
     """Qualified-name look-ups for one file.
 
@@ -50,6 +78,7 @@ class Names:
         self._by_prefix: dict[int, tuple[Ordered, list[frozenset]]] = {}
         self._by_referents = PerBindings()
         self._imported = PerBindings()  # a name's bindings without an optional import's None fallback
+        self._distinct = PerBindings()  # a name's bindings, one per spelling of an import
         self._by_dotted_name: dict[tuple[int, str], tuple[Collection[BaseAssignment], frozenset]] = {}
         self._binding_nodes: set[cst.CSTNode] | None = None
         self._none_targets: set[cst.CSTNode] | None = None
@@ -100,7 +129,7 @@ class Names:
             else:
                 imported = bindings
             names: set = set()
-            for binding in imported:
+            for binding in self._distinct.get(imported, _one_per_import):
                 names |= binding.get_qualified_names_for(dotted)
             found = self._by_dotted_name[key] = (bindings, frozenset(names))  # the set is kept: its id stays unique
         return found[1]

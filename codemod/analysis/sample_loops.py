@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -168,6 +169,9 @@ class SampleLoops:
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
+        # id of a read -> whether its statement passes it to a model or a loss: the reads of a
+        # name rebound in every piece of a long script are asked about from each of its loops
+        self._read_feeds: dict[int, bool] = {}
 
     def batched(self, node: cst.For, loop: SampleLoop, collected: Collected | None = None) -> BatchedBody:
         """What the body of `node`, a loop over the samples `loop` describes, computes run
@@ -302,14 +306,21 @@ class SampleLoops:
 
     def _feeds_model(self, targets: list[cst.Name]) -> bool:
         """Does any read of the loop's rows reach a model call (or a loss)?"""
-        for target in targets:
-            for read in self._reads(target):
-                for ancestor in self.context.index.ancestors(read):
-                    if isinstance(ancestor, cst.Call) and (self.may_be_model(ancestor.func) or self.is_loss(ancestor)):
-                        return True
-                    if isinstance(ancestor, cst.BaseStatement):
-                        break
+        if any(self._read_feeds_model(read) for target in targets for read in self._reads(target)):
+            return True
         return self._later_fed(targets)
+
+    def _read_feeds_model(self, read: cst.Name) -> bool:
+        """Is `read` inside a model call (or a loss) of its statement?"""
+        found = self._read_feeds.get(id(read))
+        if found is None:
+            found = self._read_feeds[id(read)] = any(
+                isinstance(ancestor, cst.Call) and (self.may_be_model(ancestor.func) or self.is_loss(ancestor))
+                for ancestor in takewhile(
+                    lambda node: not isinstance(node, cst.BaseStatement), self.context.index.ancestors(read)
+                )
+            )
+        return found
 
     def _later_fed(self, targets: list[cst.Name]) -> bool:
         """A row passed on through names assigned in the body (`ids, labels = build(prompt)`)."""

@@ -1,9 +1,15 @@
-"""The one reader of literal numbers: every spelling Python accepts reads as Python reads it."""
+"""The one reader of literal numbers: every spelling Python accepts reads as Python reads it;
+qualified names as libcst gives them."""
 
 import libcst as cst
 import pytest
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import MetadataWrapper, ScopeProvider
 
-from codemod.analysis.names import integer_value, number_value, plain_code, with_kwarg
+from codemod.analysis.index import TreeIndex
+from codemod.analysis.names import Names, integer_value, number_value, plain_code, with_kwarg
+from codemod.analysis.scopes import file_scopes
+from codemod.analysis.visits import read_only_visits
 from codemod.context import FileContext
 
 
@@ -86,3 +92,37 @@ def test_a_keyword_added_to_a_call_laid_out_one_argument_a_line_gets_a_line_of_i
     mixed = "f(a, b,\n  c)"  # not one a line: appended on the last line
     new = with_kwarg(cst.parse_expression(mixed), "d", cst.Name("True"))
     assert cst.Module([]).code_for_node(new) == "f(a, b,\n  c, d=True)"
+
+
+REPEATED_IMPORTS = """
+import torch
+import torch.nn as tnn
+from torch import nn, optim as o
+from torch.utils import data
+from . import helpers
+from .helpers import load as fetch
+x = torch.zeros(3).cuda()
+import torch
+import torch.nn as tnn
+from torch import nn
+from . import helpers
+layer = nn.Linear(2, 2)
+def step():
+    y = torch.cuda.synchronize()
+    return tnn.functional.relu(y), o.AdamW, data.DataLoader, helpers.run(), fetch()
+import numpy as torch
+z = torch.cuda.synchronize()
+"""
+
+
+def test_dotted_names_read_through_an_import_made_many_times_are_libcsts():
+    module = cst.parse_module(REPEATED_IMPORTS)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+    with read_only_visits():
+        names = Names(file_scopes(TreeIndex(module)))
+    asked = []
+    for node, scope in expected.items():
+        if isinstance(node, (cst.Attribute, cst.Name)) and scope is not None:
+            assert names._qualified(node) == scope.get_qualified_names_for(node), get_full_name_for_node(node)
+            asked.append(get_full_name_for_node(node))
+    assert {"torch.cuda.synchronize", "tnn.functional.relu", "helpers.run", "data.DataLoader"} <= set(asked)
