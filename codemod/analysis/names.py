@@ -495,7 +495,8 @@ def appended(items: Sequence, new, opening: cst.BaseParenthesizableWhitespace) -
         return [new]
     last = items[-1]
     if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
-        breaks = [item.comma.whitespace_after for item in items[:-1]]
+        # (a fix may have built the items before the last without a comma of their own)
+        breaks = [item.comma.whitespace_after if isinstance(item.comma, cst.Comma) else None for item in items[:-1]]
         before = breaks[-1] if breaks else None
         if breaks and all(isinstance(b, cst.ParenthesizedWhitespace) for b in breaks):
             # one item a line, the last one closing the bracket (`shuffle=True)` under the
