@@ -68,6 +68,12 @@ if __name__ == "__main__":
 """
 
 
+def _imports_only(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
+
+
 def _indented(code: str) -> str:
     return "".join(f"    {line}" if line.strip() else line for line in code.splitlines(keepends=True))
 
@@ -503,12 +509,7 @@ class Float32MatmulWithoutTf32(Rule):
             first_statement = self._module_statement(trained)
             body = list(module.body[: module.body.index(first_statement) + 1])
             last_import = max(
-                (
-                    i
-                    for i, statement in enumerate(body)
-                    if isinstance(statement, cst.SimpleStatementLine)
-                    and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
-                ),
+                (i for i, statement in enumerate(body) if _imports_only(statement)),
                 default=-1,
             )
             # Before the first statement after the imports: the blank lines that
@@ -568,6 +569,8 @@ class Float32MatmulWithoutTf32(Rule):
         scope = self.context.scopes.get(body[0])
         bound = binding_prefix(body, [n.value for n in names_read(enable)], scope, self.context.index) if scope else 0
         ahead = max(bound, int(docstring))
+        while bound and ahead < len(body) and _imports_only(body[ahead]):
+            ahead += 1  # below the rest of its block of imports
         return InsertAfter(body[ahead - 1], (enable,)) if ahead else InsertBefore(body[0], (enable,))
 
     def _outermost_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:

@@ -402,15 +402,16 @@ def test_a_lightning_trainer_on_the_cpu_or_auto_is_left_alone():
 
 def test_a_main_that_imports_torch_itself_gets_it_after_that_import(tmp_path):
     """Lazy imports (a fast `--help`): `import torch` inside main() makes `torch` local to
-    main, so the line goes after that import, and no module-level import is added. The
-    rewritten script runs."""
+    main, so the line goes after that block of imports, and no module-level import is
+    added. The rewritten script runs."""
     source = textwrap.dedent(
         """\
         def main():
             import torch
+            import torch.nn as nn
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
-            model = torch.nn.Linear(64, 64).to(device)
+            model = nn.Linear(64, 64).to(device)
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             for _ in range(2):
                 loss = model(torch.randn(8, 64, device=device)).square().mean()
@@ -425,7 +426,7 @@ def test_a_main_that_imports_torch_itself_gets_it_after_that_import(tmp_path):
         """
     )
     new = fixed(source)
-    assert new.startswith("def main():\n    import torch\n    " + LINE + "\n"), new
+    assert new.startswith("def main():\n    import torch\n    import torch.nn as nn\n    " + LINE + "\n"), new
     script = tmp_path / "train.py"
     script.write_text(new)
     ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
