@@ -556,7 +556,7 @@ def _candidate_fixes(reports: list[tuple[Report, int]], context: FileContext) ->
         fix = Fix(key, report.code, int(report.level), line, list(report.edits), list(report.imports))
         problem = next(filter(None, (edit_model.validate(edit, context.index) for edit in fix.edits)), None)
         if problem is None:
-            missing = guard.undefined_names(fix, context.scopes)
+            missing = guard.undefined_names(fix, context.scopes, context.index)
             if missing:
                 problem = (
                     f"the fix would use {_names(missing)}, not defined where it would go; "
@@ -572,6 +572,7 @@ def _candidate_fixes(reports: list[tuple[Report, int]], context: FileContext) ->
         if problem is not None:
             reasons[key] = f"not fixed: {problem}"
             continue
+        fix.imports = guard.imports_read(fix, context.scopes)
         fixes.append(fix)
     return fixes, reasons
 

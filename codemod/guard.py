@@ -6,7 +6,11 @@ fix is applied, the names its edits introduce (names the new code reads that
 the code it replaces did not) are looked up in the scope at the edit's anchor;
 names the fix itself binds (its inserted assignments, its imports) and
 builtins pass, and so do names the user's code reads in that same scope
-without a binding perfmod can see (a star import). A fix with a name that does not resolve is dropped and reported.
+without a binding perfmod can see (a star import). A name the scope binds
+itself must be bound before the new code runs: a function's own `import torch`
+makes `torch` local to it, so a line inserted above that import reads it
+unbound (an import the fix adds at the top of the module does not help). A fix
+with a name that does not resolve is dropped and reported.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import builtins
 from collections.abc import Iterable
 
 import libcst as cst
+from libcst.metadata import ClassScope, GlobalScope
 
+from codemod.analysis.index import TreeIndex
 from codemod.analysis.names import names_read
 from codemod.edits import AddKeyword, Fix, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.imports import bound_name, dotted
@@ -115,14 +121,15 @@ def _augmented(node: cst.CSTNode) -> list[cst.AugAssign]:
     return found
 
 
-def undefined_names(fix: Fix, scopes) -> list[str]:
+def undefined_names(fix: Fix, scopes, index: TreeIndex) -> list[str]:
     """Names `fix` would read where they are not defined (empty: the fix may be applied)."""
     produced = {id(edit): _produced(edit) for edit in fix.edits}
     binder = _Bound()
     for nodes in produced.values():
         for node in nodes:
             node.visit(binder)
-    own = binder.names | {item.bound for item in fix.imports} | BUILTINS
+    own = binder.names | BUILTINS
+    imported = {item.bound for item in fix.imports}
     missing: list[str] = []
     for edit in fix.edits:
         new = _reads(produced[id(edit)])
@@ -130,12 +137,45 @@ def undefined_names(fix: Fix, scopes) -> list[str]:
             new -= _reads([edit.anchor])
         scope = scopes.get(edit.anchor)
         for name in sorted(new - own):
-            # Defined in reach, or read by the user's own code in the same scope without
-            # a binding perfmod can see (a star import, a name injected at run time).
-            if scope is None or not (scope[name] or scope.accesses[name]):
-                if name not in missing:
-                    missing.append(name)
+            # Imported by the fix, defined in reach, or read by the user's own code in the
+            # same scope without a binding perfmod can see (a star import, a name injected
+            # at run time); in every case not a name the scope binds only further down.
+            defined = name in imported or (scope is not None and (scope[name] or scope.accesses[name]))
+            later = scope is not None and _bound_only_later(name, scope, edit, index)
+            if (not defined or later) and name not in missing:
+                missing.append(name)
     return missing
+
+
+def _bound_only_later(name: str, scope, edit, index: TreeIndex) -> bool:
+    """Does the scope of `edit`'s anchor bind `name` itself, but only after the new code
+    runs? (In a loop, a binding further down has not run on the first pass either.)"""
+    local = [a.node for a in scope.assignments[name] if getattr(a, "node", None) in index]
+    runs_at = index.end(edit.anchor) if isinstance(edit, InsertAfter) else index.order(edit.anchor)
+    return bool(local) and all(index.order(node) > runs_at for node in local)
+
+
+def imports_read(fix: Fix, scopes) -> list:
+    """The imports of `fix` that its new code may read from the module: an import of a
+    name that every edit reading it finds bound in its own function (`import torch`
+    inside `main()`) would be a line nothing uses."""
+    reads = [(name, scopes.get(edit.anchor)) for edit in fix.edits for name in _reads(_produced(edit))]
+    return [
+        item
+        for item in fix.imports
+        if not any(n == item.bound for n, _ in reads) or any(n == item.bound and not _local(n, s) for n, s in reads)
+    ]
+
+
+def _local(name: str, scope) -> bool:
+    """Does `scope`, or a function around it, bind `name`? (A class body's names are not
+    seen from its methods.)"""
+    inner = scope
+    while scope is not None and not isinstance(scope, GlobalScope):
+        if scope.assignments[name] and (scope is inner or not isinstance(scope, ClassScope)):
+            return True
+        scope = scope.parent
+    return False
 
 
 def import_clashes(fix: Fix, module_scope) -> list[str]:

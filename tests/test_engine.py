@@ -908,3 +908,16 @@ def test_what_is_inserted_before_a_wrapped_run_goes_before_its_with():
         "def step(x):\n    limit = open(x)\n    # the forward\n    with limit:\n"
         "        y = f(x)\n        z = g(y)\n    return z\n"
     )
+
+
+def test_a_fix_reading_a_name_its_function_binds_only_further_down_is_dropped():
+    """`device` assigned later in the same function is local there: read above that
+    assignment it is unbound (UnboundLocalError), whatever the module defines."""
+    source = "device = 'cuda'\n\ndef main():\n    step()\n    device = 'cpu'\n"
+    result = run(source, rules=[UsesDevice])
+    assert not result.findings[0].applied
+    assert "the fix would use `device`, not defined where it would go" in result.findings[0].message
+    bound_first = run(
+        source.replace("    step()\n    device = 'cpu'\n", "    device = 'cpu'\n    step()\n"), rules=[UsesDevice]
+    )
+    assert bound_first.findings[0].applied

@@ -19,8 +19,10 @@ module of the project called in the loop.
   `return` right after it);
 - `later_use(path, statement, loop)`: a use of the saved file that may run before a
   background write of it is done (after the save, or anywhere in the loop: the next
-  iteration); `flush_points(path, statement, loop)`: when every such use comes after the
-  save under an `if` the save is not under, the statements to flush before;
+  iteration); `plan` also counts a use in another function the loop runs (a callback's
+  `torch.load(self.path)`, a method of the same class); `flush_points(path, statement,
+  loop)`: when every such use comes after the save under an `if` the save is not under,
+  the statements to flush before;
 - for a project function called in the loop: `path_read_later(call)`,
   `wrapper_flush_points(call, loop)` and `background_problem(call, function)` (why it may
   not run in a background thread on a snapshot of its arguments, or None);
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment
+from libcst.metadata import Assignment, GlobalScope
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import per_node_guard
@@ -391,8 +393,13 @@ class Checkpoints:
         reader = self.later_use(path, statement, loop)
         if reader is None and helper is not None:
             reader = self._later_use_by_callers(path, helper, sites)
+        loops = [loop] if helper is None else [outer for outer, _ in sites]
+        # a use in another function the loop runs (a callback reloading the file) is not
+        # one a flush in this function can come before
+        elsewhere = next(filter(None, (self._use_in_functions_run(path, statement, o) for o in loops if o)), None)
+        reader = reader or elsewhere
         flushes = None
-        if reader is not None and helper is None and loop is not None:
+        if reader is not None and elsewhere is None and helper is None and loop is not None:
             flushes = self.flush_points(path, statement, loop)
         if reader is not None and not flushes:
             raise Synchronous(
@@ -434,6 +441,38 @@ class Checkpoints:
                 return call  # not passed where perfmod can see it
             statement = self.context.index.statement_of(call)
             found = self.later_use(argument, statement, loop) if self.is_path(argument) else argument
+            if found is not None:
+                return found
+        return None
+
+    def _use_in_functions_run(
+        self, path: cst.BaseExpression, statement: cst.CSTNode, loop: cst.CSTNode
+    ) -> cst.CSTNode | None:
+        """A use of the saved file in another function of this file that `loop` runs (a
+        callback that reloads the best checkpoint): for a path held on the object
+        (`self.path`), a method of the same class given it through the same receiver; for a
+        path in a module-level name, any such function."""
+        root = path
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        if not isinstance(root, cst.Name):
+            return None
+        function = self.context.index.first_enclosing(statement, (cst.FunctionDef, cst.Lambda))
+        kinds = self.context.kinds
+        owner = kinds.class_of(function) if isinstance(function, cst.FunctionDef) else None
+        on_object = owner is not None and root is not path and root.value == _receiver(function)
+        scope = self.context.scopes.get(root)
+        on_module = scope is not None and all(isinstance(a.scope, GlobalScope) for a in scope[root.value])
+        if not (on_object or on_module) or not (scope is not None and scope[root.value]):
+            return None
+        for other in self.context.loops.functions_reached(loop):
+            if other is function or (
+                on_object and (kinds.class_of(other) is not owner or _receiver(other) != root.value)
+            ):
+                continue
+            found = next(
+                self._later_uses(path, statement, lambda node, o=other: self.context.inside(node, o), other), None
+            )
             if found is not None:
                 return found
         return None
@@ -738,3 +777,8 @@ def _container_parts(value: cst.BaseExpression):
 
 def _is_true(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "True"
+
+
+def _receiver(function: cst.FunctionDef) -> str | None:
+    params = function.params.params
+    return params[0].name.value if params else None

@@ -328,3 +328,13 @@ def file_scopes(index: TreeIndex) -> Mapping[cst.CSTNode, Scope]:
     index.module.visit(visitor)
     visitor.infer_accesses()
     return recorder.scopes
+
+
+def binding_prefix(
+    statements: Sequence[cst.BaseStatement], names: Collection[str], scope: Scope, index: TreeIndex
+) -> int:
+    """How many of `statements`, a block of `scope`, must run before new code there can
+    read `names`: through the last one that binds one of them in `scope` itself (a
+    function's own `import torch` makes `torch` local to it), 0 when none does."""
+    bindings = [a.node for name in names for a in scope.assignments[name] if getattr(a, "node", None) in index]
+    return max((k + 1 for k, s in enumerate(statements) if any(index.inside(b, s) for b in bindings)), default=0)

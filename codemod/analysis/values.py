@@ -246,6 +246,7 @@ DTYPE_NAME = re.compile(r"^(dtype|\w+_dtype)$")
 DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
 ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
 LOOPS = (cst.For, cst.While)
+OBJECT_COPIES = ("copy.deepcopy", "copy.copy")
 CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is: a batch
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
@@ -1384,6 +1385,23 @@ class Kinds:
                 return None  # (a class of its own `to` may return anything)
             classes[id(classdef)] = classdef
         return next(iter(classes.values())) if len(classes) == 1 else None
+
+    def copies_of(self, classdef: cst.ClassDef) -> list[cst.Call]:
+        """The `copy.deepcopy(x)` and `copy.copy(x)` calls of this file that may copy an
+        instance of `classdef`: `x` one of its instances, or a name or attribute whose class
+        perfmod cannot tell (a copy made from the value a call returns, `model.state_dict()`,
+        is not one). A copy shares what the instance's closures captured: a function made
+        in `__init__` that reads `self` still reads the original."""
+        found = []
+        for call in self.index.find(cst.Call):
+            if not call.args or not self.names.is_(call.func, *OBJECT_COPIES):
+                continue
+            copied = call.args[0].value
+            if not isinstance(copied, (cst.Name, cst.Attribute)):
+                continue
+            if self.instance_class(copied) in (classdef, None):
+                found.append(call)
+        return found
 
     def bound_values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
         """The values a name's bindings assign (`Bindings.values`) or an attribute of a name

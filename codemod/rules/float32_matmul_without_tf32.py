@@ -4,8 +4,9 @@ import libcst as cst
 
 from codemod.analysis import match as m
 from codemod.analysis.lightning import lightning_trainers
-from codemod.analysis.names import is_main_guard
+from codemod.analysis.names import is_main_guard, names_read
 from codemod.analysis.project import project_of
+from codemod.analysis.scopes import binding_prefix
 from codemod.analysis.sizes import sizes_of, widest_memory_bound
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -65,6 +66,12 @@ def main():
 if __name__ == "__main__":
     main()
 """
+
+
+def _imports_only(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
 
 
 def _indented(code: str) -> str:
@@ -502,12 +509,7 @@ class Float32MatmulWithoutTf32(Rule):
             first_statement = self._module_statement(trained)
             body = list(module.body[: module.body.index(first_statement) + 1])
             last_import = max(
-                (
-                    i
-                    for i, statement in enumerate(body)
-                    if isinstance(statement, cst.SimpleStatementLine)
-                    and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
-                ),
+                (i for i, statement in enumerate(body) if _imports_only(statement)),
                 default=-1,
             )
             # Before the first statement after the imports: the blank lines that
@@ -557,12 +559,19 @@ class Float32MatmulWithoutTf32(Rule):
                 return True
         return False
 
-    @staticmethod
-    def _at_top(owner: cst.CSTNode, enable: cst.BaseStatement) -> Edit:
-        first = owner.body.body[0]
-        if m.matches(first, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])):
-            return InsertAfter(first, (enable,))
-        return InsertBefore(first, (enable,))
+    def _at_top(self, owner: cst.CSTNode, enable: cst.BaseStatement) -> Edit:
+        """At the top of `owner`'s body: after its docstring, and after its own imports of
+        the names the line reads (`import torch` inside `main()`)."""
+        body = owner.body.body
+        docstring = m.matches(
+            body[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])
+        )
+        scope = self.context.scopes.get(body[0])
+        bound = binding_prefix(body, [n.value for n in names_read(enable)], scope, self.context.index) if scope else 0
+        ahead = max(bound, int(docstring))
+        while bound and ahead < len(body) and _imports_only(body[ahead]):
+            ahead += 1  # below the rest of its block of imports
+        return InsertAfter(body[ahead - 1], (enable,)) if ahead else InsertBefore(body[0], (enable,))
 
     def _outermost_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         outermost = None

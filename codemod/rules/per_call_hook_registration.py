@@ -139,10 +139,15 @@ class PerCallHookRegistration(Rule):
     code registers on the same module after `__init__` runs after this one
     instead of before it; and a hook defined inside `__init__` is a local
     function, so `torch.save(model)` of the whole module object cannot pickle it
-    and `copy.deepcopy(model)` gives a copy whose hooks write to the original
     (state_dict checkpoints are not affected).
 
     Reported without a fix: hooks that depend on values of the call, hooks
+    that read `self` (a lambda or a nested function) in a file that copies
+    the model (`copy.deepcopy(model)`, an EMA teacher: the copy would share
+    the closure made in `__init__`, and its hook would write to the
+    original; a bound method `self._hook` is rebound to the copy), an
+    attribute the hooks are registered on that the script assigns again
+    on an instance (`model.head = nn.Linear(...)`), hooks
     registered in a loop, a `@contextmanager` helper or another function, and
     handles the rule cannot follow to their removal (stored on `self`, in a
     dict, returned, or read other than by `.remove()`) in a `forward`, a
@@ -480,6 +485,14 @@ class PerCallHookRegistration(Rule):
             values = self.context.kinds.attribute_values(attribute)
             if values is not None and not all(index.inside(v, init) for v in values):
                 return f"`{receiver}.{attribute.attr.value}` is assigned outside `__init__`"
+        closures = [n for n in nested if any(r.value == receiver for r in names_read(n))]
+        copies = self.context.kinds.copies_of(self.context.kinds.class_of(init)) if closures else []
+        if copies:
+            copied = self.context.module.code_for_node(copies[0])
+            return (
+                f"the file copies the model (`{copied}`): a hook made in `__init__` that reads `{receiver}` "
+                "would, in the copy, still read and write the original"
+            )
         for inner in index.find(cst.Call, within=statement):
             if deferred(inner) or inner is call or index.inside(call, inner) or index.inside(inner, call):
                 continue

@@ -110,8 +110,10 @@ class SynchronousCheckpointInLoop(Rule):
       training loop (an evaluation script polling the folder, a job uploading
       checkpoints) sees the previous file until the rename. Within the script,
       the rule leaves a save alone when its path is used after it or elsewhere
-      in the loop (copied, uploaded, loaded, returned, checked for), and
-      `flush()` runs before the loop is left.
+      in the loop (copied, uploaded, loaded, returned, checked for), or by
+      another function the loop runs (a callback that reloads `self.path`,
+      in a method of the same class), and `flush()` runs before the loop is
+      left.
     - A crash between `save()` and the end of the write loses that checkpoint
       (the previous one stays whole); a clean exit, even by an exception, still
       writes it (the checkpointer flushes at interpreter exit).

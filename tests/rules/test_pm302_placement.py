@@ -5,6 +5,8 @@ training code; never in a function that runs once per epoch."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 
 from codemod.config import Settings
@@ -396,3 +398,37 @@ def test_a_lightning_trainer_on_the_cpu_or_auto_is_left_alone():
         source = LIGHTNING.replace('default="gpu"', f"default={accelerator}")
         result = process_source(source.encode(), "train.py", settings, [Float32MatmulWithoutTf32])
         assert result.error is None and result.findings == [], [f.message for f in result.findings]
+
+
+def test_a_main_that_imports_torch_itself_gets_it_after_that_import(tmp_path):
+    """Lazy imports (a fast `--help`): `import torch` inside main() makes `torch` local to
+    main, so the line goes after that block of imports, and no module-level import is
+    added. The rewritten script runs."""
+    source = textwrap.dedent(
+        """\
+        def main():
+            import torch
+            import torch.nn as nn
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = nn.Linear(64, 64).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            for _ in range(2):
+                loss = model(torch.randn(8, 64, device=device)).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            print(torch.get_float32_matmul_precision())
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    new = fixed(source)
+    assert new.startswith("def main():\n    import torch\n    import torch.nn as nn\n    " + LINE + "\n"), new
+    script = tmp_path / "train.py"
+    script.write_text(new)
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "high"

@@ -114,3 +114,64 @@ def test_report_only_saves_say_why():
     assert "whole module" in findings[0].message
     assert "rank 0 only" in findings[1].message
     assert "line 23" in findings[2].message and "before a background write" in findings[2].message
+
+
+RELOADING_TRAINER = """\
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Sequential(nn.Linear(64, 4096), nn.ReLU(), nn.Linear(4096, 2048))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05)
+        self.path = os.path.join(tempfile.mkdtemp(), "best.pt")
+
+    def on_epoch_end(self):
+        torch.save(self.model.state_dict(), self.path)
+
+    def on_plateau(self):
+        self.model.load_state_dict(torch.load(self.path))
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            loss = self.model(torch.randn(32, 64)).square().mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self.on_epoch_end()
+            if epoch % 2 == 1:
+                self.on_plateau()
+
+
+Trainer().fit(6)
+"""
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        RELOADING_TRAINER,
+        # the save written in the loop itself, the reload in a method the loop calls
+        RELOADING_TRAINER.replace(
+            "            self.on_epoch_end()\n", "            torch.save(self.model.state_dict(), self.path)\n"
+        ),
+    ],
+)
+def test_a_file_on_the_object_reloaded_by_another_method_the_loop_runs_stays_synchronous(source):
+    """`torch.load(self.path)` in `on_plateau`, which the loop calls after the save: a
+    background write would let it read the previous file."""
+    new, findings = rewrite(source)
+    assert new == source
+    assert len(findings) == 1 and not findings[0].fixable
+    assert "the file is used at line 18 (`torch.load(self.path)`)" in findings[0].message, findings[0].message
+
+
+def test_a_file_on_the_object_that_no_function_of_the_loop_reads_is_written_in_the_background():
+    source = RELOADING_TRAINER.replace("            if epoch % 2 == 1:\n                self.on_plateau()\n", "")
+    new, findings = rewrite(source)
+    assert len(findings) == 1 and findings[0].fixable
+    assert "checkpointer.save(self.model.state_dict(), self.path)" in new

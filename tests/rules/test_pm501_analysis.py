@@ -277,3 +277,41 @@ def test_registering_in_init_may_rebind_its_names_unless_a_function_there_reads_
     )
     found = reasons(closure)
     assert len(found) == 1 and "a name it binds is read by a function defined in `__init__`" in found[0]
+
+
+def test_an_attribute_the_script_replaces_on_an_instance_keeps_the_hooks_per_call():
+    """Fine-tuning swaps a layer after construction (`net.layers = ...`): hooks registered
+    once in `__init__` would stay on the old layer."""
+    body = "handles = []\nfor layer in self.layers:\n    handles.append(layer.register_forward_hook(print))\n"
+    source = in_forward(body) + "\n\nnet = Net()\nnet.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2)])\n"
+    found = reasons(source)
+    assert len(found) == 1 and "`self.layers` is assigned outside `__init__`" in found[0]
+    assert reasons(in_forward(body) + "\n\nnet = Net()\n") == [FIXED]
+
+
+@pytest.mark.parametrize(
+    "copy_line,fixed",
+    [
+        ("teacher = copy.deepcopy(net)\n", False),
+        ("snapshot = copy.copy(net)\n", False),
+        ("best = copy.deepcopy(net.state_dict())\n", True),  # a copy of a returned dict, not of the model
+        ("", True),
+    ],
+)
+def test_a_hook_closing_over_self_stays_per_call_when_the_file_copies_the_model(copy_line, fixed):
+    """A copy of the model shares the closures its `__init__` made: the copy's hook would
+    write into the original's `seen` (an EMA teacher made with `copy.deepcopy`)."""
+    closure = (
+        "handles = []\nfor i, layer in enumerate(self.layers):\n"
+        "    handles.append(layer.register_forward_hook(lambda m, a, o, i=i: self.seen.update({i: o})))\n"
+    )
+    source = "import copy\n" + in_forward(closure) + "\n\nnet = Net()\n" + copy_line
+    found = reasons(source)
+    if fixed:
+        assert found == [FIXED]
+    else:
+        assert len(found) == 1 and "the file copies the model" in found[0], found
+        assert "a hook made in `__init__` that reads `self`" in found[0]
+    # a hook that does not read `self` is the same in the copy
+    plain = "handles = []\nfor layer in self.layers:\n    handles.append(layer.register_forward_hook(print))\n"
+    assert reasons("import copy\n" + in_forward(plain) + "\n\nnet = Net()\n" + copy_line) == [FIXED]
