@@ -467,6 +467,32 @@ RANDOM_METHODS = methods(random=True)
 # torch functions whose result depends on their arguments alone: no draw from the RNG, no
 # uninitialized memory (made once instead of once per step, they give the same tensor).
 DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialized=False)
+# Calls known to change none of their arguments: builtins that read, torch's functions and
+# factories but the in-place ones (`torch.nn.init.normal_`), and numpy's and math's that
+# compute a new value. An argument handed to any other library call may be changed in place
+# (`random.shuffle(order)`, `heapq.heappush(queue, item)`, `np.copyto(dst, src)`).
+READ_ONLY_FUNCTIONS = (
+    PURE_BUILTINS
+    | ATTRIBUTE_READERS
+    | ITERATOR_BUILTINS
+    | LIST_BUILDERS
+    | TUPLE_BUILDERS
+    | frozenset(f"builtins.{name}" for name in "print id type callable format".split())
+    | TENSOR_FACTORIES
+    | HOST_ONLY_FACTORIES
+    | TENSOR_FUNCTIONS
+    | functions(in_place=False)
+    | frozenset(
+        f"numpy.{name}"
+        for name in (
+            "array asarray stack concatenate mean sum std var min max argmin argmax abs sqrt exp log "
+            "clip where zeros_like ones_like full_like copy"
+        ).split()
+    )
+    | frozenset(
+        f"math.{name}" for name in "sqrt exp log log2 log10 cos sin tan floor ceil isnan isinf isfinite prod".split()
+    )
+)
 # Tensor methods whose result may be the receiver or share its storage (a view, a cast
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)
