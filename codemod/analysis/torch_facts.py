@@ -483,6 +483,15 @@ READ_ONLY_FUNCTIONS = (
     | TENSOR_FUNCTIONS
     | functions(in_place=False)
     | frozenset(
+        {
+            "torch.autograd.Variable",
+            "torch.autograd.grad",
+            "torch.utils.data.TensorDataset",
+            "torch.utils.data.DataLoader",
+            "torch.utils.data.Subset",
+        }
+    )
+    | frozenset(
         f"numpy.{name}"
         for name in (
             "array asarray stack concatenate mean sum std var min max argmin argmax abs sqrt exp log "
@@ -499,6 +508,10 @@ SHARING_METHODS = methods(shares=True)
 SHARING_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag"})
 # Tensor methods whose result always shares the receiver's storage (its memory, pinned or not).
 VIEW_METHODS = methods(Category.VIEW)
+# ... and those whose result is always a view of it, whatever the device and dtype (views
+# and `.numpy()`; not a cast or a move, which is the tensor itself only when it has nothing
+# to do): a write into the result writes the tensor.
+STORAGE_VIEW_METHODS = SHARING_METHODS - methods(Category.CAST)
 # Tensor methods that make the host wait for the device.
 SYNC_METHODS = methods(syncs=True)
 # Random draws a forward makes from the tensors it is given (every dropout, `bernoulli`,

@@ -143,7 +143,7 @@ from codemod.analysis.torch_facts import (
     RETURN_TENSORS,
     SAME_PLACE_METHODS,
     SHARING_ATTRIBUTES,
-    SHARING_METHODS,
+    STORAGE_VIEW_METHODS,
     STRING_SPLITS,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
@@ -563,8 +563,10 @@ class Kinds:
     def is_mutated_in_place(self, name: cst.Name) -> bool:
         """Is the variable behind `name` written in place anywhere in its scope
         (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`), also through a view of
-        its storage (`buf.numpy()[:] = a`), or handed to a library call that may write it
-        (`np.copyto(buf.numpy(), a)`: not `leaves_arguments_alone`)?"""
+        its storage (`buf.numpy()[:] = a`), or handed, itself or such a view, to a function
+        of a library that may write it (`np.copyto(buf.numpy(), a)`: not
+        `leaves_arguments_alone`)? A call of what perfmod cannot name (`teacher(xb)`) is
+        taken to leave it alone here; `variance`, which moves code, is stricter."""
         scope = self.scopes.get(name)
         if scope is None:
             return True
@@ -578,7 +580,7 @@ class Kinds:
                     break
                 if parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
                     return True
-                if parent.attr.value not in SHARING_METHODS:
+                if parent.attr.value not in STORAGE_VIEW_METHODS:
                     break
                 node, parent = call, self.parents.get(call)  # a view of the same storage
             if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), cst.AssignTarget):
@@ -586,7 +588,12 @@ class Kinds:
             if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out":
                 return True
             call = self.parents.get(parent)
-            if isinstance(parent, cst.Arg) and isinstance(call, cst.Call) and not self.leaves_arguments_alone(call):
+            if (
+                isinstance(parent, cst.Arg)
+                and isinstance(call, cst.Call)
+                and (node is not access.node or self.names.of(call.func))  # a view, or a library's function
+                and not self.leaves_arguments_alone(call)
+            ):
                 return True
         return False
 
