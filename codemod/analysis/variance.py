@@ -220,7 +220,7 @@ class Variance:
             return self.of_all([call.func.value, *args], region, hoisted)
         changes = call_writes(self.context).changes(call) if callee is not None else None
         if changes is not None:
-            return f"`{self.context.source(call.func)}` changes {changes}: its result may differ from call to call"
+            return f"each call of `{self.context.source(call.func)}` may change {changes}, so it is not pure"
         if receiver is not None and self.of_all([*args], region, hoisted) is None:
             # a tokenizer-shaped call with invariant arguments on a receiver perfmod cannot vouch for
             return (
