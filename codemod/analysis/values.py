@@ -563,10 +563,10 @@ class Kinds:
     def is_mutated_in_place(self, name: cst.Name) -> bool:
         """Is the variable behind `name` written in place anywhere in its scope
         (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`), also through a view of
-        its storage (`buf.numpy()[:] = a`), or handed, itself or such a view, to a function
-        of a library that may write it (`np.copyto(buf.numpy(), a)`: not
-        `leaves_arguments_alone`)? A call of what perfmod cannot name (`teacher(xb)`) is
-        taken to leave it alone here; `variance`, which moves code, is stricter."""
+        its storage (`buf.numpy()[:] = a`), or such a view handed to a call that may write
+        it (`np.copyto(buf.numpy(), a)`: not `leaves_arguments_alone`)? The tensor itself
+        handed to a call is taken to be left alone here (the name may be a device copy by
+        then: `x = x.to(device)`; `normalize(x)`); `variance`, which moves code, is stricter."""
         scope = self.scopes.get(name)
         if scope is None:
             return True
@@ -591,7 +591,7 @@ class Kinds:
             if (
                 isinstance(parent, cst.Arg)
                 and isinstance(call, cst.Call)
-                and (node is not access.node or self.names.of(call.func))  # a view, or a library's function
+                and node is not access.node  # a view of its storage: `np.copyto(buf.numpy(), a)`
                 and not self.leaves_arguments_alone(call)
             ):
                 return True
