@@ -13,10 +13,13 @@ the same on every iteration, although nothing in the loop's own text writes it.
   only what changes it in place, the attribute being `attribute_written`'s), or None;
 - `attribute_written(attribute, region)`: the same for `receiver.attr`, where a call of
   `region` may assign `attr` of `receiver` (or change `receiver` in place).
+- `changes(call)`: what one call of a function of the file changes that its caller sees
+  (`tok.vocab` for `tok.encode(text)` whose method grows `self.vocab`), or None.
 
-Only the file's own functions and methods are followed (`kinds.local_callee`), through
-the calls they make in turn, MAX_DEPTH deep; a call of something else is taken to write
-none of these (the question the loop's own text answers stays with `variance`).
+Only the file's own functions and methods are followed (`kinds.local_callee`, and the
+`forward` a call of a model of the file's own class runs), through the calls they make in
+turn, MAX_DEPTH deep; a call of something else is taken to write none of these (what a
+library call may change of the arguments it is handed is `variance`'s question).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from libcst.metadata import GlobalScope
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.torch_facts import MUTATING_METHODS
+from codemod.analysis.values import Kind
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -85,6 +89,24 @@ class CallWrites:
                     return self._why(call, f"{how} `{receiver}`")
         return None
 
+    def changes(self, call: cst.Call) -> str | None:
+        """What a call of a function of this file changes that its caller sees, spelled as
+        the caller sees it (`tok.vocab` for `tok.encode(text)` whose method grows
+        `self.vocab`), or None: it changes none of these, or it is not followed."""
+        function = self._callee(call)
+        writes = self._writes(function, 0) if function is not None else None
+        if writes is None:
+            return None
+        for (param, attr), _ in writes.attributes.items():
+            argument = self._argument(call, function, param)
+            if argument is not None:
+                return f"`{self.context.source(argument)}.{attr}`"
+        for param in writes.params:
+            argument = self._argument(call, function, param)
+            if argument is not None:
+                return f"`{self.context.source(argument)}`"
+        return next((f"`{name}`" for name in writes.module_names), None)
+
     def _why(self, call: cst.Call, what: str) -> str:
         return f"`{self.context.source(call.func)}(...)` (line {self.context.line(call)}), called in the loop, {what}"
 
@@ -95,26 +117,36 @@ class CallWrites:
         if found is None:
             found = []
             for call in self.context.index.find(cst.Call, within=region):
-                function = self.context.kinds.local_callee(call)
+                function = self._callee(call)
                 writes = self._writes(function, 0) if function is not None else None
                 if writes is not None and (writes.module_names or writes.params or writes.attributes):
                     found.append((call, function, writes))
             self._regions[id(region)] = found
         return found
 
+    def _callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file `call` runs: `kinds.local_callee`, or the `forward` of
+        a model whose class the file defines (`model(x, mem)`)."""
+        kinds = self.context.kinds
+        function = kinds.local_callee(call)
+        if function is None and kinds.fact(call.func).kind is Kind.MODULE:
+            classdef = kinds.instance_class(call.func)
+            function = kinds.method(classdef, "forward") if classdef is not None else None
+        return function
+
     def _argument(self, call: cst.Call, function: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
         """What `call` hands to the parameter `param` of `function` (a method's first
-        parameter is the receiver of `obj.method(...)`)."""
+        parameter is the receiver of `obj.method(...)`, or the instance called, `model(...)`)."""
         positional = [*function.params.posonly_params, *function.params.params]
         bound = self._bound(call, function)
         if bound and positional and positional[0].name.value == param:
-            return call.func.value
+            return call.func.value if isinstance(call.func, cst.Attribute) else call.func
         found = next((p for p in (*positional, *function.params.kwonly_params) if p.name.value == param), None)
         return argument_for(call, function, found, 1 if bound else 0) if found is not None else None
 
     def _bound(self, call: cst.Call, function: cst.FunctionDef) -> bool:
-        """Is `call` a method call that binds its receiver to the first parameter?"""
-        if self.context.kinds.class_of(function) is None or not isinstance(call.func, cst.Attribute):
+        """Is `call` a method call that binds its receiver (or the instance called) to the first parameter?"""
+        if self.context.kinds.class_of(function) is None:
             return False
         return not any(
             isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in function.decorators
@@ -153,7 +185,7 @@ class CallWrites:
             elif self._is_module_name(name):
                 writes.module_names[root] = "changes in place"
         for call in self.context.index.find(cst.Call, within=function.body):
-            callee = self.context.kinds.local_callee(call)
+            callee = self._callee(call)
             inner = self._writes(callee, depth + 1) if callee is not None and callee is not function else None
             if inner is None:
                 continue

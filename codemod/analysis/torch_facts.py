@@ -461,12 +461,51 @@ RANDOM_METHODS = methods(random=True)
 # torch functions whose result depends on their arguments alone: no draw from the RNG, no
 # uninitialized memory (made once instead of once per step, they give the same tensor).
 DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialized=False)
+# Calls known to change none of their arguments: builtins that read, torch's functions and
+# factories but the in-place ones (`torch.nn.init.normal_`), and numpy's and math's that
+# compute a new value. An argument handed to any other library call may be changed in place
+# (`random.shuffle(order)`, `heapq.heappush(queue, item)`, `np.copyto(dst, src)`).
+READ_ONLY_FUNCTIONS = (
+    PURE_BUILTINS
+    | ATTRIBUTE_READERS
+    | ITERATOR_BUILTINS
+    | LIST_BUILDERS
+    | TUPLE_BUILDERS
+    | frozenset(f"builtins.{name}" for name in "print id type callable format".split())
+    | TENSOR_FACTORIES
+    | HOST_ONLY_FACTORIES
+    | TENSOR_FUNCTIONS
+    | functions(in_place=False)
+    | frozenset(
+        {
+            "torch.autograd.Variable",
+            "torch.autograd.grad",
+            "torch.utils.data.TensorDataset",
+            "torch.utils.data.DataLoader",
+            "torch.utils.data.Subset",
+        }
+    )
+    | frozenset(
+        f"numpy.{name}"
+        for name in (
+            "array asarray stack concatenate mean sum std var min max argmin argmax abs sqrt exp log "
+            "clip where zeros_like ones_like full_like copy"
+        ).split()
+    )
+    | frozenset(
+        f"math.{name}" for name in "sqrt exp log log2 log10 cos sin tan floor ceil isnan isinf isfinite prod".split()
+    )
+)
 # Tensor methods whose result may be the receiver or share its storage (a view, a cast
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)
 SHARING_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag"})
 # Tensor methods whose result always shares the receiver's storage (its memory, pinned or not).
 VIEW_METHODS = methods(Category.VIEW)
+# ... and those whose result is always a view of it, whatever the device and dtype (views
+# and `.numpy()`; not a cast or a move, which is the tensor itself only when it has nothing
+# to do): a write into the result writes the tensor.
+STORAGE_VIEW_METHODS = SHARING_METHODS - methods(Category.CAST)
 # Tensor methods that make the host wait for the device.
 SYNC_METHODS = methods(syncs=True)
 # Random draws a forward makes from the tensors it is given (every dropout, `bernoulli`,

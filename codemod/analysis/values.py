@@ -133,14 +133,19 @@ from codemod.analysis.torch_facts import (
     LOSS_MODULES,
     MATH_CONSTANTS,
     MODULE_ATTRIBUTE_SETTERS,
+    MODULE_METHODS,
     MODULE_METHODS_IN_PLACE,
     MODULE_METHODS_RETURNING_SELF,
+    MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
     PASS_THROUGH_ITERABLES,
+    READ_ONLY_FUNCTIONS,
+    READ_ONLY_METHODS,
     RETURN_TENSORS,
     SAME_PLACE_METHODS,
     SHARING_ATTRIBUTES,
+    STORAGE_VIEW_METHODS,
     STRING_SPLITS,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
@@ -560,27 +565,60 @@ class Kinds:
 
     def is_mutated_in_place(self, name: cst.Name) -> bool:
         """Is the variable behind `name` written in place anywhere in its scope
-        (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`)?"""
+        (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`), also through a view of
+        its storage (`buf.numpy()[:] = a`), or such a view handed to a call that may write
+        it (`np.copyto(buf.numpy(), a)`: not `leaves_arguments_alone`)? The tensor itself
+        handed to a call is taken to be left alone here (the name may be a device copy by
+        then: `x = x.to(device)`; `normalize(x)`); `variance`, which moves code, is stricter."""
         scope = self.scopes.get(name)
         if scope is None:
             return True
         if any(isinstance(self.parents.get(a.node), cst.AugAssign) for a in scope.assignments[name.value]):
             return True  # `buf += 1` is an in-place add on a tensor
         for access in scope.accesses[name.value]:
-            parent = self.parents.get(access.node)
-            if isinstance(parent, cst.Attribute) and parent.value is access.node:
+            node, parent = access.node, self.parents.get(access.node)
+            while isinstance(parent, cst.Attribute) and parent.value is node:
                 call = self.parents.get(parent)
-                if (
-                    isinstance(call, cst.Call)
-                    and parent.attr.value.endswith("_")
-                    and not parent.attr.value.startswith("_")
-                ):
+                if not (isinstance(call, cst.Call) and call.func is parent):
+                    break
+                if parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
                     return True
+                if parent.attr.value not in STORAGE_VIEW_METHODS:
+                    break
+                node, parent = call, self.parents.get(call)  # a view of the same storage
             if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), cst.AssignTarget):
                 return True
             if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out":
                 return True
+            call = self.parents.get(parent)
+            if (
+                isinstance(parent, cst.Arg)
+                and isinstance(call, cst.Call)
+                and node is not access.node  # a view of its storage: `np.copyto(buf.numpy(), a)`
+                and not self.leaves_arguments_alone(call)
+            ):
+                return True
         return False
+
+    def leaves_arguments_alone(self, call: cst.Call) -> bool:
+        """Is `call` known to change none of its arguments: a call of READ_ONLY_FUNCTIONS, a
+        model's call (taken not to change its inputs), or a method of a tensor, a container
+        or a model (which change their receiver at most)? A function of this file is taken
+        to leave them alone too: what it writes is `call_writes`'s question."""
+        if self.local_callee(call) is not None or self.names.of(call.func) & READ_ONLY_FUNCTIONS:
+            return True
+        if self.fact(call.func).kind is Kind.MODULE:
+            return True
+        method = method_name(call)
+        if method is None:
+            return False
+        receiver = self.fact(call.func.value).kind
+        return (
+            method in MUTATING_METHODS
+            or method in READ_ONLY_METHODS
+            or receiver in (Kind.TENSOR, Kind.BATCH)
+            or (method in MODULE_METHODS and receiver is Kind.MODULE)
+        )
 
     def class_fact(self, classdef: cst.ClassDef) -> Fact:
         """MODULE / LOADER / DATASET for classes of this file deriving from torch's."""
@@ -1311,6 +1349,10 @@ class Kinds:
                 return _method(classdef, func.attr.value)
         classdef = self.instance_class(func) if isinstance(func, cst.Name) else None
         return _method(classdef, "__call__") if classdef is not None else None  # `tokenizer(texts)` on an instance
+
+    def method(self, classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+        """The method `name` the body of `classdef` defines (the last definition wins)."""
+        return _method(classdef, name)
 
     def class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
         """The class whose body defines `function`, if it is a method."""

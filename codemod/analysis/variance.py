@@ -218,6 +218,9 @@ class Variance:
             and self.makes_tensor(call.func.value)
         ):
             return self.of_all([call.func.value, *args], region, hoisted)
+        changes = call_writes(self.context).changes(call) if callee is not None else None
+        if changes is not None:
+            return f"each call of `{self.context.source(call.func)}` may change {changes}, so it is not pure"
         if receiver is not None and self.of_all([*args], region, hoisted) is None:
             # a tokenizer-shaped call with invariant arguments on a receiver perfmod cannot vouch for
             return (
@@ -294,8 +297,9 @@ class Variance:
                 and self.context.inside(assignment.node, region)
             ):
                 return f"`{name.value}` is re-bound in the loop"
-        if self.changed_in_place(name.value, region):
-            return f"`{name.value}` is changed in place in the loop"
+        changed = self.in_place_change(name.value, region)
+        if changed is not None:
+            return changed
         written = call_writes(self.context).name_written(name, region)
         if written is not None:
             return written
@@ -390,9 +394,19 @@ class Variance:
 
     def changed_in_place(self, name: str, region: cst.CSTNode) -> bool:
         """Is the object `name` holds changed in place in `region`: `x.add_(1)`, `x.append(y)`,
-        `x[0] = y`, `x.attr = y`, `x += y`, `del x[0]`, `f(out=x)`, also through `x[...]` and views?"""
-        for use in self.names_in(region, name):
+        `x[0] = y`, `x.attr = y`, `x += y`, `del x[0]`, `f(out=x)`, also through `x[...]` and views
+        (`x.numpy()[:] = y`), or may it be: handed to a library call not known to leave its
+        arguments alone (`random.shuffle(x)`)?"""
+        return self.in_place_change(name, region) is not None
+
+    def in_place_change(self, name: str, region: cst.CSTNode) -> str | None:
+        """Why the object `name` holds may change in place in `region` (`changed_in_place`),
+        as a sentence: changed there, handed to a call that may change it, or changed by a
+        function of the file the loop calls (`call_writes`); None when it does not."""
+        uses = self.names_in(region, name)
+        for use in uses:
             node, parent = use, self.context.parents.get(use)
+            shared = True  # `node` may hold (part of) the object itself, not a new value computed from it
             while True:  # climb through the expressions that still share the object's memory
                 if isinstance(parent, cst.Subscript) and parent.value is node:
                     node, parent = parent, self.context.parents.get(parent)
@@ -401,25 +415,47 @@ class Variance:
                     method = attribute.attr.value
                     if isinstance(call, cst.Call) and call.func is attribute:
                         if method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_")):
-                            return True
-                        if method in SAME_PLACE_METHODS:  # views and no-op conversions
+                            return f"`{name}` is changed in place in the loop"
+                        if method in SAME_PLACE_METHODS or method in SHARING_CALLS:  # views, `.numpy()`, casts
+                            shared = shared and method in SHARING_CALLS
                             node, parent = call, self.context.parents.get(call)
                             continue
                         break
                     if isinstance(self.context.parents.get(attribute), (cst.AssignTarget, cst.AugAssign)):
-                        return True  # `x.attr = y`
+                        return f"`{name}` is changed in place in the loop"  # `x.attr = y`
                     break
                 else:
                     break
             if isinstance(parent, cst.AssignTarget) and node is not use:
-                return True  # `x[0] = y`
+                return f"`{name}` is changed in place in the loop"  # `x[0] = y`
             if isinstance(parent, cst.AugAssign) and parent.target is node:
-                return True
+                return f"`{name}` is changed in place in the loop"
             if isinstance(parent, cst.Del) or (
                 isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out"
             ):
-                return True
-        return False
+                return f"`{name}` is changed in place in the loop"
+            call = self.context.parents.get(parent)
+            if (
+                shared
+                and self.context.kinds.fact(use).kind is not Kind.DEVICE  # a device is never changed
+                and isinstance(parent, cst.Arg)
+                and isinstance(call, cst.Call)
+                and not self._leaves_arguments_alone(call)
+            ):
+                return (
+                    f"`{name}` is handed to `{self.context.source(call.func)}` in the loop (line "
+                    f"{self.context.line(call)}), which perfmod does not know to leave its arguments unchanged"
+                )
+        whole = [u for u in uses if not (isinstance(self.context.parents.get(u), cst.Attribute))]
+        return call_writes(self.context).name_written(whole[0], region) if whole else None
+
+    def _leaves_arguments_alone(self, call: cst.Call) -> bool:
+        """Is `call` known to change none of its arguments (`Kinds.leaves_arguments_alone`,
+        a known tokenizer, a method of a tensor `makes_tensor` sees)? A function of this
+        file, and the forward of a model of its own class, are followed by `call_writes`."""
+        if self.context.kinds.leaves_arguments_alone(call) or self._tokenizers.tokenizer_call(call)[0]:
+            return True
+        return method_name(call) is not None and self.makes_tensor(call.func.value)
 
     def attributes_assigned(self, name: str, region: cst.CSTNode) -> bool:
         return any(
@@ -528,10 +564,11 @@ class Variance:
             if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
                 return f"`{name}` is read in the loop before it is bound"
         for alias in sorted(self.aliases(statement.targets[0].target, region)):
-            if self.changed_in_place(alias, region):
-                if alias == name:
-                    return f"`{name}` is changed in place in the loop, and hoisted it would carry the change to the next step"
-                return f"`{alias}`, computed from `{name}` (possibly a view of it), is changed in place in the loop"
+            changed = self.in_place_change(alias, region)
+            if changed is not None and alias == name:
+                return f"{changed}, and hoisted it would carry the change to the next step"
+            if changed is not None:
+                return f"`{alias}`, computed from `{name}` (possibly a view of it), may change: {changed}"
         return None
 
     def _rebinding_chain(

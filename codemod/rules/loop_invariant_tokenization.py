@@ -161,10 +161,13 @@ class LoopInvariantTokenization(Rule):
     Safe: the hoisted statements compute the same values, once, so the losses
     are the same bit for bit. The tokenizer runs once instead of every step,
     before the loop starts: a loop that never runs now tokenizes once, and a
-    tokenizer that would raise now raises before the first step. perfmod does
-    not look inside the functions the hoisted value is passed to: one that
-    writes into its argument in place (rare for token ids; the model's own
-    forward does not) would see the same object on every step.
+    tokenizer that would raise now raises before the first step. A value the
+    loop hands to a call stays in the loop unless perfmod knows the call
+    leaves its arguments alone (Python's builtins that only read, torch's
+    functions that are not in-place, a model of a library): `random.shuffle(order)`
+    or `np.copyto(buf.numpy(), a)` may change it. The functions of the file and
+    the `forward` of a model whose class the file defines are read: one that
+    changes its argument in place (`mem.add_(1)`) keeps the value in the loop.
 
     Pretokenizing a corpus is unsafe (applied at `--level unsafe`): each step
     gets the same ids bit for bit, as the encode is pure and the corpus does

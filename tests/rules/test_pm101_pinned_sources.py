@@ -180,3 +180,30 @@ def test_a_copy_that_runs_once_gets_no_finding_and_the_loop_s_copies_are_fixed()
     assert all(f.applied for f in result.findings)
     new = result.new_source.decode()
     assert "x, y = x.to(device), y.to(device)" in new and "x_te.to(device), y_te.to(device)" in new
+
+
+STAGED = """\
+import numpy as np
+import torch
+
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+buf = torch.empty(4, 131072, pin_memory=torch.cuda.is_available())
+for step in range(3):
+    {write}
+    moved = buf.to(dev)
+    print(moved.sum().item())
+"""
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        "buf.numpy()[:] = step",
+        "np.copyto(buf.numpy(), np.full((4, 131072), step, dtype=np.float32))",
+    ],
+)
+def test_a_pinned_buffer_refilled_through_its_numpy_view_keeps_its_blocking_copy(write):
+    """The host writes the next batch into the buffer's memory through its numpy view
+    right after the copy is queued: a copy that did not block would read it half written."""
+    assert [f.fixable for f in rewrite(STAGED.format(write="pass")).findings] == [True]  # the buffer, left alone
+    assert rewrite(STAGED.format(write=write)).findings == []

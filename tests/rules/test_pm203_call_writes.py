@@ -4,9 +4,12 @@ re-binds it (`global SEQ_LEN`, `self.seq_len = ...`) or changes it in place (a m
 list, a list handed to it). The original and the rewrite at level `safe` run on the CPU
 and must give the same losses, bit for bit."""
 
+import libcst as cst
 import pytest
 
+from codemod.analysis.variance import single_assignment, variance
 from codemod.config import Settings
+from codemod.context import FileContext
 from codemod.engine import process_source
 from codemod.rule import Level
 
@@ -117,11 +120,97 @@ def main():
     return losses
 """
 
+SHUFFLED_BY_A_LIBRARY = """\
+import heapq
+import random
+
+import torch
+
+
+def main():
+    random.seed(0)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 1)
+    order, queue = list(range(10)), []
+    losses = []
+    for step in range(4):
+        random.shuffle(order)
+        heapq.heappush(queue, -step)
+        idx = torch.tensor(order[:2])
+        top = torch.tensor(queue[:1])
+        loss = model((idx + top).float().view(-1, 1)).sum()
+        loss.backward()
+        losses.append(loss.item())
+    return losses
+"""
+
+MODEL_FORWARD_WRITES_ARGUMENT = """\
+import torch
+
+
+class Cell(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, mem):
+        mem.add_(1.0)
+        return self.lin(x) + mem
+
+
+def main():
+    torch.manual_seed(0)
+    model = Cell()
+    losses = []
+    for step in range(3):
+        mem = torch.zeros(4)
+        loss = model(torch.ones(2, 4), mem).sum()
+        loss.backward()
+        losses.append(loss.item())
+    return losses
+"""
+
+REFILLED_THROUGH_NUMPY = """\
+import numpy as np
+import torch
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    buf, staging = torch.zeros(2, 4), torch.zeros(2, 4)
+    losses = []
+    for step in range(3):
+        buf.numpy()[:] = step
+        np.copyto(staging.numpy(), np.full((2, 4), step, dtype=np.float32))
+        x = buf.clone()
+        y = staging.clone()
+        loss = model(x + y).sum()
+        loss.backward()
+        losses.append(loss.item())
+    return losses
+"""
+
 CASES = {
     "attribute_rebound_by_method": CURRICULUM_METHOD,
     "global_rebound_by_function": GLOBAL_REBOUND,
     "global_list_changed_by_function": GLOBAL_LIST_MUTATED,
     "local_list_changed_by_function": LOCAL_LIST_PASSED,
+    "list_changed_by_a_library_call": SHUFFLED_BY_A_LIBRARY,
+    "argument_changed_by_a_model_forward": MODEL_FORWARD_WRITES_ARGUMENT,
+    "tensor_refilled_through_its_numpy_view": REFILLED_THROUGH_NUMPY,
+}
+# Why each value stays in the loop, as the report says it.
+REASONS = {
+    "list_changed_by_a_library_call": [
+        "`order` is handed to `random.shuffle` in the loop",
+        "`queue` is handed to `heapq.heappush` in the loop",
+    ],
+    "argument_changed_by_a_model_forward": ["`model(...)` (line 20), called in the loop, changes in place `mem`"],
+    "tensor_refilled_through_its_numpy_view": [
+        "`buf` is changed in place in the loop",
+        "`staging` is handed to `np.copyto` in the loop",
+    ],
 }
 
 
@@ -138,6 +227,23 @@ def test_a_value_a_called_function_writes_stays_in_the_loop(case):
     assert result.error is None, result.error
     assert not [f for f in result.findings if f.applied]
     assert losses(result.new_source.decode()) == losses(source)
+    why = " ".join(reasons(source))
+    assert all(reason in why for reason in REASONS.get(case, ())), why
+
+
+def reasons(source: str) -> list[str]:
+    """Why each `name = value` of the step loop in `main` stays in it (PM203 moves no
+    value it cannot prove, and reports none of these: no fix is the whole answer)."""
+    context = FileContext(cst.parse_module(source), "<test>", Settings(), source)
+    loop = next(iter(context.index.find(cst.For)))
+    found = variance(context).hoists(loop, lambda line: False)
+    found_reasons = []
+    for line in found.lines:
+        statement = single_assignment(line)
+        if statement is not None:
+            value = variance(context).of(statement.value, loop)
+            found_reasons.append(value if isinstance(value, str) else found.why_not(line, context))
+    return found_reasons
 
 
 def test_a_call_that_writes_something_else_does_not_keep_the_value_in():
