@@ -4,6 +4,7 @@ from functools import partial
 
 import libcst as cst
 
+from codemod.analysis.call_writes import call_writes
 from codemod.analysis.corpus import Pretokenize, corpus
 from codemod.analysis.loop_edits import in_front_of, moved_line
 from codemod.analysis.names import kwarg, method_name
@@ -470,6 +471,15 @@ class LoopInvariantTokenization(Rule):
                     )
                     continue
                 if self._report_known_tokenizer(call, loop):
+                    continue
+                changed = call_writes(self.context).changes(call)
+                if changed is not None:  # ids that depend on what was encoded before: none to compute ahead
+                    self.report(
+                        call,
+                        f"`{spelled}` tokenizes inside the training loop on every step, and each call may change "
+                        f"{changed}: tokenizing the texts once ahead of the loop would change it otherwise (and "
+                        "ids that depend on it); left as written",
+                    )
                     continue
                 self.report(
                     call,
