@@ -125,8 +125,10 @@ def undefined_names(fix: Fix, scopes, index: TreeIndex) -> list[str]:
     """Names `fix` would read where they are not defined (empty: the fix may be applied)."""
     produced = {id(edit): _produced(edit) for edit in fix.edits}
     binder = _Bound()
-    for nodes in produced.values():
+    for edit, nodes in ((edit, produced[id(edit)]) for edit in fix.edits):
         for node in nodes:
+            if _binding_target(edit.anchor, index):  # `for step, i in ...` -> `for step, (xb, yb) in ...`
+                binder._targets(node)
             node.visit(binder)
     own = binder.names | BUILTINS
     imported = {item.bound for item in fix.imports}
@@ -145,6 +147,20 @@ def undefined_names(fix: Fix, scopes, index: TreeIndex) -> list[str]:
             if (not defined or later) and name not in missing:
                 missing.append(name)
     return missing
+
+
+def _binding_target(anchor: cst.CSTNode, index: TreeIndex) -> bool:
+    """Is `anchor` the target of a loop, an assignment or a `with` item, or a name unpacked
+    there (`i` of `for step, i in ...`): new code in its place binds the names it holds, it
+    does not read them."""
+    parent = index.parents.get(anchor)
+    while isinstance(parent, (cst.Element, cst.Tuple, cst.List, cst.StarredElement)):
+        anchor, parent = parent, index.parents.get(parent)
+    return (
+        (isinstance(parent, (cst.For, cst.CompFor)) and parent.target is anchor)
+        or isinstance(parent, cst.AssignTarget)
+        or (isinstance(parent, cst.AsName) and parent.name is anchor)
+    )
 
 
 def _bound_only_later(name: str, scope, edit, index: TreeIndex) -> bool:

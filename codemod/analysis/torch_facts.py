@@ -391,13 +391,21 @@ def module_of_chain(value: cst.BaseExpression) -> cst.BaseExpression:
     """`model` for `model.to(device).to(torch.bfloat16)`, `Net(...)` for
     `Net(...).cuda().train()`: what a chain of module methods that return the module
     itself acts on."""
+    return chain_of_module_methods(value)[0]
+
+
+def chain_of_module_methods(value: cst.BaseExpression) -> tuple[cst.BaseExpression, frozenset[str]]:
+    """What the chain acts on (`module_of_chain`), and the names of the methods it calls
+    (a class that defines one of them itself may return something else)."""
+    called = set()
     while (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
         and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
     ):
+        called.add(value.func.attr.value)
         value = value.func.value
-    return value
+    return value, frozenset(called)
 
 
 def autocast_float16(name: str) -> bool:

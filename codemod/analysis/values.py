@@ -135,7 +135,6 @@ from codemod.analysis.torch_facts import (
     MODULE_ATTRIBUTE_SETTERS,
     MODULE_METHODS,
     MODULE_METHODS_IN_PLACE,
-    MODULE_METHODS_RETURNING_SELF,
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
@@ -154,6 +153,7 @@ from codemod.analysis.torch_facts import (
     TENSOR_RESULT_METHODS,
     TUPLE_BUILDERS,
     VIEW_METHODS,
+    chain_of_module_methods,
 )
 
 if TYPE_CHECKING:
@@ -1411,14 +1411,7 @@ class Kinds:
             values.append(statement.value)
         classes = {}
         for value in values:
-            returning_self = set()  # `Net().to(device).train()` is the `Net`
-            while (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
-                and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
-            ):
-                returning_self.add(value.func.attr.value)
-                value = value.func.value
+            value, returning_self = chain_of_module_methods(value)  # `Net().to(device).train()` is the `Net`
             if isinstance(value, cst.Name):  # `train(model)`, `net = model.to(device)`
                 classdef = self.instance_class(value)
             else:
@@ -1730,14 +1723,7 @@ class Kinds:
         """What the methods of the class `value` constructs (`Wrapper(cfg)`, also
         `Wrapper(cfg).to(device)`) assign to `self.<attribute>`, for a class of this file or
         of another module of the project."""
-        returning_self = set()
-        while (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in MODULE_METHODS_RETURNING_SELF
-        ):
-            returning_self.add(value.func.attr.value)
-            value = value.func.value
+        value, returning_self = chain_of_module_methods(value)
         if not isinstance(value, cst.Call):
             return None
         local = self.local_class(value.func)
