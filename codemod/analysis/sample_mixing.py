@@ -29,7 +29,6 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
-from codemod.analysis.names import method_name
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import front_dim_read
 from codemod.analysis.torch_facts import (
@@ -37,7 +36,7 @@ from codemod.analysis.torch_facts import (
     FUNCTIONAL_PARAMETERS,
     LAYER_LIBRARIES,
     LEADING_DIM_LAYERS,
-    MODULE_METHODS_RETURNING_SELF,
+    module_of_chain,
 )
 
 if TYPE_CHECKING:
@@ -154,8 +153,7 @@ class SampleMixing:
             if isinstance(value, cst.Name):
                 values = other.bindings.values(value)
                 value = values[0] if values and len(values) == 1 else None
-            while isinstance(value, cst.Call) and method_name(value) in MODULE_METHODS_RETURNING_SELF:
-                value = value.func.value
+            value = module_of_chain(value)
             if not isinstance(value, cst.Call):
                 return None
             classdef = next(
@@ -178,8 +176,7 @@ class SampleMixing:
     ) -> str | None:
         if isinstance(expr, cst.ClassDef):  # a class of this file, built by a module that imports it
             return self._class_problem(expr, code, depth + 1, unbatched)
-        while isinstance(expr, cst.Call) and method_name(expr) in MODULE_METHODS_RETURNING_SELF:
-            expr = expr.func.value
+        expr = module_of_chain(expr)
         if not isinstance(expr, cst.Call) or depth > MAX_DEPTH:
             return f"the model `{code}` is not built by a class call the rule can follow"
         names = self.context.names.of(expr.func)
