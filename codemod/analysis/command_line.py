@@ -64,7 +64,7 @@ class CommandLine:
         options, and one `add_argument` of this file declares `bs`."""
         if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
             return None
-        sources = self._context.training.value_sources(expr.value)
+        sources = self._context.kinds.value_sources(expr.value)
         if not sources or not all(self.parses(source) for source in sources):
             return None
         return self.option(expr.attr.value)

@@ -152,14 +152,14 @@ class LightningTrainers:
         if isinstance(receiver, cst.Name):
             sources = self._sources.get(receiver)
             if sources is None:  # asked for every trainer of the file: followed once
-                sources = self._sources[receiver] = self.context.training.value_sources(receiver)
+                sources = self._sources[receiver] = self.context.kinds.value_sources(receiver)
             return any(source is trainer for source in sources)
         return False
 
     def _classes(self, expr: cst.BaseExpression) -> list[cst.ClassDef] | None:
         """The LightningModule classes of this file that `expr` (`Net()`, or a name bound
         to one) is an instance of; None when one of its values is something else."""
-        values = self.context.training.value_sources(expr) if isinstance(expr, cst.Name) else [expr]
+        values = self.context.kinds.value_sources(expr) if isinstance(expr, cst.Name) else [expr]
         found: list[cst.ClassDef] = []
         for value in values:
             if not isinstance(value, cst.Call):

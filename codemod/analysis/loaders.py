@@ -423,7 +423,7 @@ class Loaders:
         expr = self.passed_through(expr)
         if not isinstance(expr, cst.Name):
             return None
-        sources = self.context.training.value_sources(expr)
+        sources = self.context.kinds.value_sources(expr)
         names = set()
         for source in sources:
             qualified = sorted(self.names.of(source.func)) if isinstance(source, cst.Call) else []

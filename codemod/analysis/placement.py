@@ -143,7 +143,7 @@ class Placement:
                 return self._passed_from_elsewhere(expr.value, function, found[1])
             values = self.context.kinds.passed(found[1]) or []
         else:
-            values = [v for v in self.training.value_sources(expr) if v is not None]
+            values = [v for v in self.context.kinds.value_sources(expr) if v is not None]
         return next((why for why in (self.untold_device(v, depth + 1) for v in values) if why), None)
 
     def _passed_from_elsewhere(self, name: str, function: cst.FunctionDef, param: cst.Param) -> str | None:
@@ -316,7 +316,9 @@ class Placement:
             return self._built_on_host(expr.value, depth + 1)  # `model[0]`, `model.head`
         if not isinstance(expr, (cst.Name, cst.Attribute)) or training.moved_anywhere(training.code(expr)):
             return False
-        sources = training.value_sources(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
+        sources = (
+            self.context.kinds.value_sources(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
+        )
         return bool(sources) and all(s is not None and self._built_on_host(s, depth + 1) for s in sources)
 
     def _places_itself(self, classdef: cst.ClassDef) -> bool:
@@ -358,7 +360,9 @@ class Placement:
             if passed is not None:
                 return self._from_callers(expr, passed, depth, seen)
             sources = (
-                self.training.value_sources(expr) if isinstance(expr, cst.Name) else self.context.loops.values_of(expr)
+                self.context.kinds.value_sources(expr)
+                if isinstance(expr, cst.Name)
+                else self.context.loops.values_of(expr)
             )
             if not sources or any(source is None for source in sources):
                 return None

@@ -1665,7 +1665,7 @@ def _rank(context, expr: cst.BaseExpression, depth: int = 0) -> int | None:
         return key if isinstance(key, int) else None
     if isinstance(expr, cst.Name):
         value = layouts(context).value_of(expr)
-        sources = [value] if value is not None else context.training.value_sources(expr)
+        sources = [value] if value is not None else context.kinds.value_sources(expr)
         ranks = {_rank(context, source, depth + 1) if source is not None else None for source in sources}
         return ranks.pop() if len(ranks) == 1 else None
     if isinstance(expr, cst.Subscript) and all(isinstance(e.slice, cst.Slice) for e in expr.slice):

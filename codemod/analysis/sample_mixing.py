@@ -90,7 +90,7 @@ class SampleMixing:
         values = self.context.kinds.bound_values(expr)
         if not values and isinstance(expr, cst.Name) and self.context.bindings.param_of(expr) is not None:
             function, param = self.context.bindings.param_of(expr)
-            local = self._passed_values(self.context.training.value_sources(expr), depth)
+            local = self._passed_values(self.context.kinds.value_sources(expr), depth)
             if local is None and not local_calls(self.context).call_sites(function):
                 local = []  # called only from the modules beside this file, if at all
             imported = self._imported_values(function, param)

@@ -1234,7 +1234,7 @@ class Sizes:
             value = passed_by(frame, bound[0], bound[1], 1)
             if value is not None:
                 return [value]
-        sources = self.context.training.value_sources(name)
+        sources = self.context.kinds.value_sources(name)
         if not sources or any(source is None for source in sources):
             return None
         return sources

@@ -412,7 +412,7 @@ class Layouts:
         if not isinstance(binding, cst.Param):
             return None
         sizes = set()
-        for source in self.context.training.value_sources(expr):
+        for source in self.context.kinds.value_sources(expr):
             found = _literal_dims(self.shape(source)) if source is not None else None
             if not found or found[0] is None:
                 return None

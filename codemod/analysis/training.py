@@ -253,7 +253,6 @@ class Training:
         self._half_calls: dict[str, list[cst.Call]] | None = None
         self._half_builds: dict[str, cst.Call | None] = {}
         self._under: dict[str, tuple[list[cst.Call], dict[cst.Call, str]]] = {}
-        self._sources_of_bindings: dict[tuple[int, ...], tuple[list, list]] = {}
         self._visibility: dict[tuple[int, bool], tuple[Sequence[cst.Call], dict]] = {}
         self._sites_of_bindings: dict[int, tuple[object, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]] = {}
         self._assignments = self._index_assignments()
@@ -432,7 +431,7 @@ class Training:
         """Does every value `name` may hold come from a loss module's construction (a
         parameter followed to what every call of its function passes; `.to(device)` and
         `.cuda()` return the module itself)?"""
-        sources = self.value_sources(name)
+        sources = self.kinds.value_sources(name)
         if not sources or depth > 3:
             return False
         for source in sources:
@@ -677,7 +676,7 @@ class Training:
         ):
             key = expr.slice[0].slice.value.evaluated_value  # `cfg["device"]` of a dict literal
             values = []
-            for source in self.value_sources(expr.value):
+            for source in self.kinds.value_sources(expr.value):
                 found = _dict_value(source, key, self) if source is not None else None
                 if found is None:
                     return None
@@ -689,7 +688,7 @@ class Training:
                 passed = self._package_argument_types(sites[0][0], depth, written)
                 if passed is not None:
                     return passed
-            sources = self.value_sources(expr)
+            sources = self.kinds.value_sources(expr)
             return _union(*(self.device_types(s, depth + 1, written) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
             values = self.kinds.attribute_values(expr, written)
@@ -751,7 +750,7 @@ class Training:
         if named:
             return frozenset(named)
         if isinstance(call.func, cst.Name):  # `opt_cls = getattr(torch.optim, name)`, then `opt_cls(...)`
-            sources = self.value_sources(call.func)
+            sources = self.kinds.value_sources(call.func)
             found = [self._got_attributes(s, written) if isinstance(s, cst.Call) else None for s in sources]
             return frozenset().union(*found) if found and all(f is not None for f in found) else None
         return self._got_attributes(call.func, written)
@@ -783,7 +782,7 @@ class Training:
         if isinstance(expr, cst.IfExp):
             return _union(self.strings(expr.body, depth + 1, written), self.strings(expr.orelse, depth + 1, written))
         if isinstance(expr, cst.Name):
-            sources = self.value_sources(expr)
+            sources = self.kinds.value_sources(expr)
             return _union(*(self.strings(s, depth + 1, written) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
             values = self.kinds.attribute_values(expr, written)
@@ -810,7 +809,7 @@ class Training:
         if isinstance(expr, cst.IfExp):
             return _union(self.numbers(expr.body, depth + 1), self.numbers(expr.orelse, depth + 1))
         if isinstance(expr, cst.Name):
-            sources = self.value_sources(expr)
+            sources = self.kinds.value_sources(expr)
             return _union(*(self.numbers(s, depth + 1) for s in sources)) if sources else None
         if isinstance(expr, cst.Attribute):
             values = self.kinds.attribute_values(expr)
@@ -1012,7 +1011,7 @@ class Training:
         the forward passes it prepares. None when `expr` is not one."""
         if not isinstance(expr, cst.Name):
             return None
-        sources = self.value_sources(expr)
+        sources = self.kinds.value_sources(expr)
         if not sources or not all(
             isinstance(s, cst.Call) and self.names.is_(s.func, *PRECISION_OWNERS) for s in sources
         ):
@@ -1027,7 +1026,7 @@ class Training:
         source = self._last_source(expr, before=loop)
         if source is None and isinstance(expr, cst.Name):
             # A parameter (`train_one_epoch(model, loader, optimizer)`): what every call passes.
-            passed = [s for s in self.value_sources(expr)]
+            passed = [s for s in self.kinds.value_sources(expr)]
             followed = [self._last_source(s) if isinstance(s, cst.Name) else s for s in passed]
             calls = {self.code(s.func) for s in followed if isinstance(s, cst.Call)}
             if followed and len(calls) == 1 and all(isinstance(s, cst.Call) for s in followed):
@@ -1449,7 +1448,7 @@ class Training:
             len(sites) == 1
             and isinstance(sites[0][0], cst.Param)
             and sites[0][0].default is None
-            and self._arguments_for(sites[0][0]) == [None]
+            and self.kinds.passed_to(sites[0][0]) == [None]
         )
 
     def _imported_precision_context(self, expr: cst.BaseExpression) -> bool:
@@ -1743,7 +1742,7 @@ class Training:
         if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
             return False
         if isinstance(receiver, cst.Name) and method in ("write", "flush"):
-            sources = self.value_sources(receiver)
+            sources = self.kinds.value_sources(receiver)
             return not sources or not all(
                 isinstance(s, cst.Call) and self.names.is_(s.func, "builtins.open") for s in sources
             )
@@ -2056,7 +2055,7 @@ class Training:
         only binding (`_passed_model`, `device_types`, `_passed_in_from_elsewhere`), does
         every definition of a function run a model (`_runs_model`), what every binding
         and `.append` of a list adds (`_parameter_name_models`). What a read may hold is
-        `value_sources` / `_last_source` (`Kinds.sources`)."""
+        `Kinds.value_sources` / `_last_source` (`Kinds.sources`)."""
         scope = self.kinds.scopes.get(name)
         if scope is None:
             return []
@@ -2065,77 +2064,22 @@ class Training:
         # many times at module level is asked about from each of its uses.
         key = id(assignments)
         if key not in self._sites_of_bindings:
-            sites = [(a.node, self._source_of(a.node)) for a in assignments if isinstance(a, Assignment)]
+            sites = [(a.node, self.kinds.binding_source(a.node)) for a in assignments if isinstance(a, Assignment)]
             self._sites_of_bindings[key] = (assignments, sites)  # the set is kept: its id stays unique
         return list(self._sites_of_bindings[key][1])
 
     def _binding_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        return [source for _, source in self._reaching_sources(name)]
-
-    def _reaching_sources(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
-        """(binding node, source) of each binding whose value `name` may read
-        (`Kinds.sources`): the source a binding takes its value from (`_source_of`), for a
-        tuple target the element it unpacks where that can be told (`Kinds.element`)."""
-        bindings = self.kinds.sources(name)
-        key = tuple(map(id, bindings))  # the same bindings for many reads (a module-level name read in functions)
-        known = self._sources_of_bindings.get(key)
-        if known is None:
-            found = []
-            for binding in bindings:
-                source = self._source_of(binding.node)
-                unpacked = self.context.bindings.unpacked(binding)
-                element = self.kinds.element(*unpacked) if unpacked is not None else None
-                found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
-            known = self._sources_of_bindings[key] = (bindings, found)  # the bindings are kept: their ids stay unique
-        return list(known[1])
-
-    def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
-        """The sources of the bindings whose value `name` may read (`Kinds.sources`: those
-        that reach it, through `x += y`, whose source is `y`; the element a tuple target
-        unpacks, `Kinds.element`, else the whole value), a parameter of a function of this
-        file followed to what every call of that function passes (or its default); None
-        entries where that cannot be told."""
-        found: list[cst.BaseExpression | None] = []
-        for site, source in self._reaching_sources(name):
-            if source is None and isinstance(site, cst.Param):
-                found.extend(self._arguments_for(site))
-            else:
-                found.append(source)
-        return found
-
-    def _arguments_for(self, param: cst.Param) -> list[cst.BaseExpression | None]:
-        """What every call of this file passes to `param` (`Kinds.arguments`); [None] where
-        that cannot be told (`self`, a function called from elsewhere)."""
-        if self.steps.class_of_instance(param.name) is not None:
-            return [None]  # `self`
-        found = self.kinds.arguments(param)
-        return [value for _, value in found] if found else [None]
+        return [source for _, source in self.kinds.reaching_sources(name)]
 
     def _attribute_sources(self, expr: cst.Attribute) -> list[cst.BaseExpression | None]:
         return [value for _, value in self._assignments.get(self.code(expr), ())]
-
-    def _source_of(self, target: cst.CSTNode) -> cst.BaseExpression | None:
-        current = target
-        while True:
-            parent = self.parents.get(current)
-            if isinstance(parent, (cst.AssignTarget, cst.Element, cst.Tuple, cst.List, cst.AsName)):
-                current = parent
-                continue
-            break
-        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
-            return parent.value
-        if isinstance(parent, cst.For) and parent.target is current:
-            return parent.iter
-        if isinstance(parent, cst.WithItem):
-            return parent.item
-        return None
 
     def _last_source(self, expr: cst.BaseExpression, before: cst.CSTNode | None = None) -> cst.BaseExpression | None:
         """The value of the last binding whose value `expr` may hold (before `before`, when
         given): for a name, of the bindings that reach it (`Kinds.sources`, flow-sensitive);
         for `self.x`, of the assignments to it anywhere in the file."""
         if isinstance(expr, cst.Name):
-            reaching = [(b.node, self._source_of(b.node)) for b in self.kinds.sources(expr)]
+            reaching = [(b.node, self.kinds.binding_source(b.node)) for b in self.kinds.sources(expr)]
             sites = [(n, s) for n, s in reaching if s is not None]
         elif isinstance(expr, cst.Attribute):
             sites = [(n, s) for n, s in self._assignments.get(self.code(expr), ()) if s is not None]
@@ -2329,7 +2273,7 @@ class _MatrixProducts:
             if func in self.seen:
                 return False
             self.seen.add(func)
-            sources = training.value_sources(func)
+            sources = training.kinds.value_sources(func)
             if not sources or any(s is None for s in sources):
                 return None  # a parameter passed from elsewhere, an unpacked value
             return _first_true(self.in_built(s) for s in sources)
@@ -2446,7 +2390,7 @@ def _union(*parts: frozenset[str] | None) -> frozenset[str] | None:
 def _dict_value(source: cst.BaseExpression, key: str, training: Training, depth: int = 0) -> cst.BaseExpression | None:
     """The value a dict literal (or a name bound only to one) holds under `key`."""
     if isinstance(source, cst.Name) and depth < MAX_DEPTH:
-        sources = training.value_sources(source)
+        sources = training.kinds.value_sources(source)
         found = [_dict_value(s, key, training, depth + 1) if s is not None else None for s in sources]
         return found[0] if len(found) == 1 else None
     if not isinstance(source, cst.Dict):

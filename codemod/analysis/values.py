@@ -307,6 +307,7 @@ class Kinds:
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] | None = None
         self._instances = PerBindings()  # the local class bindings hold an instance of
+        self._sources_of_bindings: dict[tuple[int, ...], tuple[list, list]] = {}  # see reaching_sources
         # Binding node -> its statement, and where the binding takes effect: a name bound
         # many times is looked up from each of its uses.
         self._binding_statements: dict[int, cst.CSTNode] = {}
@@ -457,6 +458,64 @@ class Kinds:
                 cached = self._shared_sources[id(table)] = (table, self._sources_of(use, found))
             return list(cached[1])
         return self._sources_of(use, found, updates)
+
+    def value_sources(self, name: cst.Name) -> list[cst.BaseExpression | None]:
+        """The expressions the value `name` may read comes from: the source of each binding
+        that reaches it (`sources`; for `x += y` it is `y`; for a tuple target, the element
+        it unpacks where `element` tells it, else the whole value), and for a parameter of
+        a function of this file, what every call of that function passes (or its default).
+        None entries where that cannot be told."""
+        found: list[cst.BaseExpression | None] = []
+        for site, source in self.reaching_sources(name):
+            if source is None and isinstance(site, cst.Param):
+                found.extend(self.passed_to(site))
+            else:
+                found.append(source)
+        return found
+
+    def reaching_sources(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
+        """(binding node, source) of each binding whose value `name` may read (`sources`):
+        the expression the binding takes its value from (`binding_source`), for a tuple
+        target the element it unpacks where that can be told (`element`)."""
+        bindings = self.sources(name)
+        key = tuple(map(id, bindings))  # the same bindings for many reads (a module-level name read in functions)
+        known = self._sources_of_bindings.get(key)
+        if known is None:
+            found = []
+            for binding in bindings:
+                source = self.binding_source(binding.node)
+                unpacked = self._context.bindings.unpacked(binding)
+                element = self.element(*unpacked) if unpacked is not None else None
+                found.append((binding.node, element if element is not None else source))  # `a, b = x, y`: `x` for `a`
+            known = self._sources_of_bindings[key] = (bindings, found)  # the bindings are kept: their ids stay unique
+        return list(known[1])
+
+    def binding_source(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+        """The expression a binding target takes its value from: the value of an
+        assignment (the whole value for a target inside a tuple), the iterable of a `for`,
+        the item of a `with`; None for other bindings (parameters, imports, definitions)."""
+        current = target
+        while True:
+            parent = self.parents.get(current)
+            if isinstance(parent, (cst.AssignTarget, cst.Element, cst.Tuple, cst.List, cst.AsName)):
+                current = parent
+                continue
+            break
+        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+            return parent.value
+        if isinstance(parent, cst.For) and parent.target is current:
+            return parent.iter
+        if isinstance(parent, cst.WithItem):
+            return parent.item
+        return None
+
+    def passed_to(self, param: cst.Param) -> list[cst.BaseExpression | None]:
+        """What every call of this file passes to `param` (`arguments`); [None] where that
+        cannot be told (`self`, a function called from elsewhere)."""
+        if self.self_class(param) is not None:
+            return [None]
+        found = self.arguments(param)
+        return [value for _, value in found] if found else [None]
 
     def _sources_of(self, use: cst.Name, found: dict[int, Assignment], updates: bool = True) -> list[Assignment]:
         todo = [use] if updates else []
@@ -1374,17 +1433,24 @@ class Kinds:
             return None
         if len(bindings) == 1:
             param = getattr(next(iter(bindings)), "node", None)
-            method = self.parents.get(self.parents.get(param)) if isinstance(param, cst.Param) else None
-            if (
-                isinstance(method, cst.FunctionDef)
-                and method.params.params
-                and method.params.params[0] is param
-                and not _decorated(method, STATIC)
-                and self.class_of(method) is not None
-            ):
-                return self.class_of(method)
+            owner = self.self_class(param) if isinstance(param, cst.Param) else None
+            if owner is not None:
+                return owner
         # (a parameter passed on to itself asks about its own bindings: None, not followed)
         return self._instances.get(bindings, self._compute_instance_class)
+
+    def self_class(self, param: cst.Param) -> cst.ClassDef | None:
+        """The class of this file whose instance `param` is as the first parameter of one of
+        its methods (`self`; not of a static method)."""
+        method = self.parents.get(self.parents.get(param))
+        if (
+            isinstance(method, cst.FunctionDef)
+            and method.params.params
+            and method.params.params[0] is param
+            and not _decorated(method, STATIC)
+        ):
+            return self.class_of(method)
+        return None
 
     def _compute_instance_class(self, bindings) -> cst.ClassDef | None:
         if not all(type(a) is Assignment for a in bindings):
@@ -2285,14 +2351,14 @@ class Values:
     def named_dtype(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
         """FLOAT for an expression that names a floating-point dtype (`torch.float32`,
         `torch.bfloat16`), COMPLEX for a complex one, through the values a name is bound to
-        (`Training.value_sources`); None when it cannot be told."""
+        (`Kinds.value_sources`); None when it cannot be told."""
         qualified = self.names.of(expr)
         if qualified & FLOAT_DTYPES:
             return FLOAT
         if qualified & COMPLEX_DTYPES:
             return COMPLEX
         if isinstance(expr, cst.Name) and depth < 3:
-            sources = self.context.training.value_sources(expr)
+            sources = self.context.kinds.value_sources(expr)
             named = {self.named_dtype(s, depth + 1) if s is not None else None for s in sources}
             if sources and len(named) == 1:
                 return named.pop()

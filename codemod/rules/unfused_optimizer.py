@@ -368,7 +368,7 @@ class UnfusedOptimizer(Rule):
         everywhere = _listed(FUSED_EVERYWHERE, "or")
         func = node.func
         if isinstance(func, cst.Name):  # `opt_cls = getattr(torch.optim, args.optim)`, then `opt_cls(...)`
-            sources = self.context.training.value_sources(func)
+            sources = self.context.kinds.value_sources(func)
             func = sources[0] if len(sources) == 1 else None
         name = func.args[1].value if isinstance(func, cst.Call) and len(func.args) == 2 else None
         option = (
@@ -475,7 +475,7 @@ class UnfusedOptimizer(Rule):
         `.device` `device` is, directly or through names bound only to it: a device that the
         engine picks when the script is launched."""
         training = self.context.training
-        sources = training.value_sources(device) if isinstance(device, cst.Name) else [device]
+        sources = self.context.kinds.value_sources(device) if isinstance(device, cst.Name) else [device]
         engines = [
             s.value
             for s in sources
@@ -510,7 +510,7 @@ class UnfusedOptimizer(Rule):
         scope = self.context.scopes.get(device)
         if scope is None or scope is not self.context.scopes.get(at) or len(scope[device.value]) != 1:
             return None  # `device` is another function's, or rebound: it may mean something else there
-        sources = training.value_sources(device)
+        sources = self.context.kinds.value_sources(device)
         if sources and all(isinstance(s, cst.Call) and self.context.names.is_(s.func, "torch.device") for s in sources):
             device_type = f"{device.value}.type"
         elif sources and all(s is not None and training.device_types(s, written=True) for s in sources):

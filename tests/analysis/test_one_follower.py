@@ -1,5 +1,5 @@
 """What callers pass a parameter is answered once (`Kinds.arguments`, one call at a time
-`passed_by`): the kinds, the loops' `values_of`, the training facts' `value_sources`
+`passed_by`): the kinds, the loops' `values_of`, `Kinds.value_sources`
 and the package's callers all read that answer."""
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def test_every_follower_reads_one_answer_for_a_plain_function():
     assert spelled(ctx, [value for _, value in found]) == ["0.5", "0.1"]  # the default where a call passes none
     assert spelled(ctx, ctx.kinds.passed(lr)) == ["0.5", "0.1"]
     assert spelled(ctx, ctx.loops.values_of(read(ctx, "lr"))) == ["0.5", "0.1"]
-    assert spelled(ctx, ctx.training.value_sources(read(ctx, "lr"))) == ["0.5", "0.1"]
-    assert spelled(ctx, ctx.training.value_sources(read(ctx, "steps"))) == ["3", "7"]
+    assert spelled(ctx, ctx.kinds.value_sources(read(ctx, "lr"))) == ["0.5", "0.1"]
+    assert spelled(ctx, ctx.kinds.value_sources(read(ctx, "steps"))) == ["3", "7"]
 
 
 def test_a_call_whose_star_arguments_may_pass_the_parameter_is_not_told():
@@ -62,7 +62,7 @@ def test_a_call_whose_star_arguments_may_pass_the_parameter_is_not_told():
     assert spelled(ctx, [value for _, value in ctx.kinds.arguments(lr)]) == ["0.5", "0.1", None]
     assert ctx.kinds.passed(lr) is None
     assert ctx.loops.values_of(read(ctx, "lr")) == []
-    assert spelled(ctx, ctx.training.value_sources(read(ctx, "lr"))) == ["0.5", "0.1", None]
+    assert spelled(ctx, ctx.kinds.value_sources(read(ctx, "lr"))) == ["0.5", "0.1", None]
 
 
 def test_a_function_handed_on_as_a_value_may_be_called_with_anything():
@@ -79,7 +79,7 @@ def test_a_function_handed_on_as_a_value_may_be_called_with_anything():
     assert ctx.kinds.arguments(n) is None
     assert ctx.kinds.passed(n) is None
     assert ctx.loops.values_of(read(ctx, "n")) == []
-    assert ctx.training.value_sources(read(ctx, "n")) == [None]
+    assert ctx.kinds.value_sources(read(ctx, "n")) == [None]
 
 
 def test_what_the_constructions_of_a_class_pass_its_init():
@@ -96,7 +96,7 @@ def test_what_the_constructions_of_a_class_pass_its_init():
     )
     device = param(ctx, "device")
     assert spelled(ctx, [value for _, value in ctx.kinds.arguments(device)]) == ['"cuda"', '"cpu"']
-    assert spelled(ctx, ctx.training.value_sources(read(ctx, "device"))) == ['"cuda"', '"cpu"']
+    assert spelled(ctx, ctx.kinds.value_sources(read(ctx, "device"))) == ['"cuda"', '"cpu"']
     assert ctx.kinds.arguments(param(ctx, "self")) == [(c, None) for c, _ in ctx.kinds.arguments(device)]
 
 
@@ -114,7 +114,7 @@ def test_a_subclassed_class_is_built_where_this_file_cannot_see():
         """
     )
     assert ctx.kinds.arguments(param(ctx, "device")) is None
-    assert ctx.training.value_sources(read(ctx, "device")) == [None]
+    assert ctx.kinds.value_sources(read(ctx, "device")) == [None]
 
 
 def test_passed_by_one_call():

@@ -1,5 +1,5 @@
 """One follower from a read to the values it may hold (`Kinds.sources`), asked by the
-kinds of values, by the training facts (`Training.value_sources`) and by the loaders
+kinds of values and the sources of a read (`Kinds.value_sources`), and by the loaders
 (`Loaders.bound_values`): tuple unpacking, an attribute set in `__init__`, a local
 function's return, `x += y` in a loop (it updates the value it reads), a comprehension."""
 
@@ -56,7 +56,7 @@ def test_an_augmented_assignment_in_a_loop_stands_for_the_value_it_updates():
     assert lines_of(ctx, kinds.reaching(x)) == [3, 6]  # the bindings: the first, and the update
     assert lines_of(ctx, kinds.sources(x)) == [3, 6]
     assert (kinds.fact(x).kind, kinds.fact(x).place) == (Kind.TENSOR, Place.CUDA)  # updated in place: still on CUDA
-    assert [ctx.source(v) for v in ctx.training.value_sources(n)] == ["0", "1"]
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(n)] == ["0", "1"]
     assert ctx.training.is_int(n)
 
 
@@ -80,7 +80,7 @@ def test_an_update_read_after_a_rebinding_reaches_back_only_to_that_rebinding():
 def test_a_float_added_to_a_counter_makes_it_no_int():
     ctx = context(UPDATED_IN_A_LOOP.replace("n += 1", "n += 0.5"))
     n = last_read(ctx, "n")
-    assert [ctx.source(v) for v in ctx.training.value_sources(n)] == ["0", "0.5"]
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(n)] == ["0", "0.5"]
     assert not ctx.training.is_int(n)
 
 
@@ -104,7 +104,7 @@ def test_a_value_read_after_the_last_binding_does_not_see_an_earlier_one():
         print(device)
         """
     )
-    assert [ctx.source(v) for v in ctx.training.value_sources(last_read(ctx, "device"))] == ['"cuda"']
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(last_read(ctx, "device"))] == ['"cuda"']
 
 
 def test_a_tensor_updated_before_its_loader_is_built_is_what_the_loader_holds():
@@ -174,7 +174,7 @@ def test_a_local_function_holds_what_it_returns_and_its_parameter_what_calls_pas
     x = last_read(ctx, "x")
     assert (ctx.kinds.fact(x).kind, ctx.kinds.fact(x).place) == (Kind.TENSOR, Place.CUDA)
     [device] = [a.value for a in ctx.index.find(cst.Arg) if ctx.source(a) == "device=device"]
-    assert [ctx.source(v) for v in ctx.training.value_sources(device)] == ['"cuda"']
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(device)] == ['"cuda"']
 
 
 def test_a_comprehension_reads_names_bound_around_it_and_binds_its_own():
@@ -276,8 +276,8 @@ def test_a_name_rebound_to_a_wrap_of_itself_reads_the_binding_before_it():
     )
     ctx = context(code)
     wrapped, built = [n for n in ctx.index.find(cst.Name) if n.value == "net" and ctx.line(n) in (4, 5)][1:]
-    assert [ctx.source(v) for v in ctx.training.value_sources(built)] == ["torch.compile(net)"]
-    assert [ctx.source(v) for v in ctx.training.value_sources(wrapped)] == ["torch.nn.Linear(4, 1)"]
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(built)] == ["torch.compile(net)"]
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(wrapped)] == ["torch.nn.Linear(4, 1)"]
     # so the optimizer's parameters are known to stay on the CPU (PM402 fuses its steps there)
     result = process_source(code.encode(), "<test>", Settings(select=("PM402",), level=Level.NUMERIC))
     assert ["stay on the CPU" in f.message for f in result.findings] == [True]
@@ -297,9 +297,9 @@ def test_a_set_up_call_hands_each_name_of_its_tuple_target_what_it_was_given():
         """
     )
     model = last_read(ctx, "model")
-    [given] = ctx.training.value_sources(model)
+    [given] = ctx.kinds.value_sources(model)
     assert (ctx.source(given), ctx.line(given)) == ("model", 7)
-    assert [ctx.source(v) for v in ctx.training.value_sources(given)] == ["torch.nn.Linear(8, 1)"]
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(given)] == ["torch.nn.Linear(8, 1)"]
 
 
 def test_the_dtype_an_expression_names_is_read_through_the_names_bound_to_it():

@@ -143,7 +143,7 @@ def test_a_constructor_parameter_holds_what_every_construction_passes():
     ctx = context(CONSTRUCTED)
     device = device_read(ctx)
     assert ctx.line(device) == 6
-    assert [ctx.source(v) for v in ctx.training.value_sources(device)] == ["device", '"cpu"']
+    assert [ctx.source(v) for v in ctx.kinds.value_sources(device)] == ["device", '"cpu"']
     assert ctx.training.device_types(device) == {"cuda", "cpu"}
 
 
@@ -156,7 +156,7 @@ def test_a_constructor_parameter_holds_what_every_construction_passes():
 )
 def test_a_constructor_parameter_of_a_class_used_otherwise_holds_nothing_known(extra):
     ctx = context(CONSTRUCTED.rstrip(" ") + textwrap.indent(extra, "    "))
-    assert ctx.training.value_sources(device_read(ctx)) == [None]
+    assert ctx.kinds.value_sources(device_read(ctx)) == [None]
 
 
 def test_a_device_ordinal_computed_from_the_rank_names_a_cuda_device():
@@ -187,3 +187,40 @@ def test_a_number_guessed_while_it_was_worked_out_is_not_kept_when_the_guess_fai
     reads = [n for n in ctx.index.find((cst.Name, cst.Attribute)) if ctx.source(n) in ("device", "accelerator.device")]
     assert [values(ctx).number(n) for n in reads] == [None] * len(reads)
     assert {ctx.kinds.device_place(n).name for n in reads} == {"UNKNOWN"}
+
+
+def test_the_training_analysis_is_built_once_when_its_questions_read_the_command_line(monkeypatch):
+    """Building the training facts asks the value analysis whether `args.gpu` is a device
+    ordinal, which reads the command line, which reads where `args` comes from: that must
+    not start a second, nested build of the training facts (each one walks every loop)."""
+    from codemod.analysis import training
+
+    built = []
+    original = training.Training.__init__
+
+    def counted(self, context):
+        built.append(context)
+        original(self, context)
+
+    monkeypatch.setattr(training.Training, "__init__", counted)
+    ctx = context(
+        """\
+        import argparse
+        import torch
+        import torch.nn as nn
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--gpu", type=int, default=0)
+        args = parser.parse_args()
+        model = nn.Linear(4, 1).to(args.gpu)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            x = torch.randn(8, 4).to(args.gpu)
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """
+    )
+    assert len(ctx.training.loops) == 1
+    assert len(built) == 1
