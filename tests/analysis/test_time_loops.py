@@ -95,7 +95,7 @@ def test_a_loop_over_reversed_steps_runs_backwards_from_the_slot_after_its_first
     assert isinstance(state.x, Timed) and code(state.x.tensor) == "x"
     forwards = source.replace("reversed(range(x.shape[1] - 1))", "range(x.shape[1] - 1)")
     _, loop, loops = read(forwards)
-    with pytest.raises(Unsupported, match=r"the step indexes a value computed in the loop|states\[:, t \+ 1\]"):
+    with pytest.raises(Unsupported, match="the step indexes other than"):  # forwards, the next slot is no state
         loops.read(loop)
 
 
