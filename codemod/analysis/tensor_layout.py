@@ -441,6 +441,8 @@ class Layouts:
         if names & SAME_SHAPE_FUNCTIONS:
             return self.steps_dim(first, depth + 1) if first is not None else None
         if isinstance(func, cst.Attribute) and not names and func.attr.value in SAME_SHAPE_METHODS:
+            if func.attr.value in _BINARY_METHODS and first is not None and not self.is_number(first):
+                return None  # `out.mul(w)`: a `w` of more dims would move the steps
             return self.steps_dim(func.value, depth + 1)
         function = self.function_of(call) or self._forward_of(func)
         if function is not None:

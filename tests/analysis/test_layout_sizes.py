@@ -78,6 +78,8 @@ x = model(torch.randn(10, 4, 8))
         ("rnn, head = nn.LSTM(8, 8), nn.Linear(8, 5)\nout, _ = rnn(torch.randn(10, 4, 8))\nx = head(out)", 0),
         (NET.format(options=""), 0),  # through the forward of a model class of the file
         (NET.format(options=", batch_first=True"), 1),
+        ("rnn = nn.LSTM(8, 8)\nout, _ = rnn(torch.randn(10, 4, 8))\nx = out.mul(0.5).float()", 0),
+        ("rnn = nn.LSTM(8, 8)\nout, _ = rnn(torch.randn(10, 4, 8))\nx = out.mul(w)", None),  # w may add dims
         ("x = torch.randn(10, 4, 8)", None),  # nothing says which dim is time
     ],
 )
