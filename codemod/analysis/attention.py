@@ -12,7 +12,7 @@ of known rank, or an einsum contracting q and k).
 
 - `may_be_softmax(call)`: could `call` be a softmax (only blocks holding one can hold a chain);
 - `in_block(block)`: a `Found` for each product of the block that is hand-written attention:
-  its `Attention` (q, k, the scale as a number or a tensor folded into q, causal or an
+  its `Attention` (q, k, the scale: numbers as one, tensors folded into q; causal or an
   attn_mask, dropout_p, the permutes an einsum layout needs, the statements the chain spans),
   or the true reason (`problem`) a part of it cannot be proven (a finite fill beside a
   padding mask, the weights read again later, a scale that may be a tensor...);
@@ -66,9 +66,9 @@ class Attention:
     v: cst.BaseExpression | None = None
     scale: cst.BaseExpression | None = None  # None: the default 1/sqrt(q.size(-1))
     scale_unproven: str | None = None  # why `scale=` may not be a Python number
-    # A tensor scale (a learned temperature): SDPA's scale= takes a float, so it multiplies
-    # (divide False) or divides q instead, and scale= is 1.0.
-    folded: tuple[cst.BaseExpression, bool] | None = None
+    # Tensor scales (a learned temperature): SDPA's scale= takes a float, so each multiplies
+    # (divide False) or divides q instead.
+    folded: list[tuple[cst.BaseExpression, bool]] = field(default_factory=list)
     causal: bool = False
     mask: cst.BaseExpression | None = None  # SDPA's attn_mask
     dropout: cst.BaseExpression | None = None  # SDPA's dropout_p
@@ -663,46 +663,76 @@ class Attentions:
         return None
 
     def _scores(self, scores, attention: Attention, chain) -> bool:
-        """Fills q, k and the scale from `q @ k^T`, `q @ k^T * s`, `q @ k^T / d`; False if
-        `scores` is none of these."""
-        scale, divide = None, False
+        """Fills q, k and the scale from `q @ k^T` times or divided by any number of factors
+        (`q @ k^T * s`, `q @ k^T / d`, `q @ k^T * d ** -0.5 * self.log_temp.exp()`); False if
+        `scores` is none of these. Numbers multiply into `scale=`; tensors (a learned
+        temperature) fold into q, where SDPA's float `scale=` cannot hold them."""
+        factors: list[tuple[cst.BaseExpression, bool]] = []
         if isinstance(scores, _Scaled):
-            scale, divide = scores.scale, scores.divide
-            scores = scores.scores
-            if self._qk(scores) is None:
-                return False
-            if not self._positive(scale, divide):
+            if not self._positive(scores.scale, scores.divide):
                 raise NotAttention("a scale after the mask that is not provably positive")
-        elif isinstance(scores, cst.BinaryOperation) and isinstance(scores.operator, (cst.Multiply, cst.Divide)):
-            left = chain.peek(scores.left)
-            if self._qk(left) is not None:
-                scale, divide = scores.right, isinstance(scores.operator, cst.Divide)
+            factors.append((scores.scale, scores.divide))
+            scores = scores.scores
+        while isinstance(scores, cst.BinaryOperation) and isinstance(scores.operator, (cst.Multiply, cst.Divide)):
+            divide = isinstance(scores.operator, cst.Divide)
+            if self._scaled_qk(chain.peek(scores.left), chain):
+                factors.append((scores.right, divide))
                 scores = chain.expand(scores.left)
-            elif isinstance(scores.operator, cst.Multiply) and self._qk(chain.peek(scores.right)) is not None:
-                scale = scores.left
+            elif not divide and self._scaled_qk(chain.peek(scores.right), chain):
+                factors.append((scores.left, False))
                 scores = chain.expand(scores.right)
+            else:
+                break
         qk = self._qk(scores)
         if qk is None:
             return False
+        factors.reverse()  # read from the product outwards: back in the order they are written
         attention.q, attention.k, attention.score_spec = qk
         attention.scores = scores
-        attention.origins += [attention.q, attention.k] + ([scale] if scale is not None else [])
-        head_dims = self._head_dims(attention)
-        if scale is None:
+        attention.origins += [attention.q, attention.k] + [scale for scale, _ in factors]
+        numbers = []
+        for scale, divide in factors:
+            if scale in self.context.index and self.context.kinds.fact(scale).kind is Kind.TENSOR:
+                self._foldable(scale)
+                attention.folded.append((scale, divide))
+            else:
+                numbers.append((scale, divide))
+        if not numbers:
             attention.scale = cst.Float("1.0")
-        elif self._is_default(scale, divide, head_dims):
+        elif len(numbers) == 1 and self._is_default(*numbers[0], self._head_dims(attention)):
             attention.scale = None
         else:
-            attention.scale = _reciprocal(scale) if divide else scale.with_changes(lpar=[], rpar=[])
-            if scale in self.context.index and self.context.kinds.fact(scale).kind is Kind.TENSOR:
-                attention.folded, attention.scale = (scale, divide), cst.Float("1.0")
-            elif values(self.context).number(scale) is None:
+            attention.scale = _product(numbers)
+            unproven = [scale for scale, _ in numbers if values(self.context).number(scale) is None]
+            if unproven:
                 attention.scale_unproven = (
-                    f"`{self.context.source(scale)}` is not provably a Python number: "
+                    f"`{self.context.source(unproven[0])}` is not provably a Python number: "
                     "SDPA's scale= takes a float, and a tensor scale (a learned temperature) "
                     "would lose its gradient"
                 )
         return True
+
+    def _scaled_qk(self, expr, chain, depth: int = 0) -> bool:
+        """Is `expr` q @ k^T, or it times or divided by factors (through the names the chain holds)?"""
+        if self._qk(expr) is not None:
+            return True
+        if depth > 8 or not (
+            isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide))
+        ):
+            return False
+        return self._scaled_qk(chain.peek(expr.left), chain, depth + 1) or (
+            isinstance(expr.operator, cst.Multiply) and self._scaled_qk(chain.peek(expr.right), chain, depth + 1)
+        )
+
+    def _foldable(self, scale) -> None:
+        """A tensor scale folds into q only if it is the same for every key: q's features
+        would take a scale that varies along the keys' dim otherwise."""
+        shape = self.layouts.shape(scale)
+        if shape and shape[-1] is not None and shape[-1] != "1":
+            raise NotAttention(
+                f"`{self.context.source(scale)}` varies along the keys (its last dim is {shape[-1]}): "
+                "SDPA's scale= takes a float, and folding it into q would scale q's features instead"
+            )
 
     def _positive(self, scale, divide: bool) -> bool:
         """sqrt(...), x ** -0.5, a positive literal, or 1 / one of these."""
@@ -1395,6 +1425,22 @@ def permuted(expr: cst.BaseExpression, letters, target) -> cst.BaseExpression:
             ],
         )
     )
+
+
+def _product(factors: list[tuple[cst.BaseExpression, bool]]) -> cst.BaseExpression:
+    """The product of the factors (each a divisor where its flag says so), in their order."""
+    first, divide = factors[0]
+    product = _reciprocal(first) if divide else first.with_changes(lpar=[], rpar=[])
+    for factor, divide in factors[1:]:
+        factor = factor.with_changes(lpar=[], rpar=[])
+        if not (isinstance(factor, cst.BinaryOperation) and isinstance(factor.operator, cst.Power)):
+            factor = atom(factor)  # `s * (C // h)`: `//` would take the product as its left
+        if isinstance(product, cst.BinaryOperation) and not isinstance(
+            product.operator, (cst.Multiply, cst.Divide, cst.Power)
+        ):
+            product = atom(product)
+        product = cst.BinaryOperation(product, cst.Divide() if divide else cst.Multiply(), factor)
+    return product
 
 
 def _reciprocal(divisor: cst.BaseExpression) -> cst.BaseExpression:

@@ -7,7 +7,9 @@ as one call over every position when each position's term reads only its own sli
 `position_losses(context)` (built once per file, FileContext.shared) answers:
 
 - `loop(node)`: the `PositionLoop` a `for` or a comprehension visits (`t` in
-  `range(start, stop)`, or the rows of `zip(a.unbind(1), b.unbind(1))`), or None;
+  `range(start, stop)`, or the rows of `zip(a.unbind(1), b.unbind(1))`), or None; its
+  positions are along dim 1 (`x[:, t]`), or along dim 0 (`x[t]`) where a tensor the loop
+  indexes is time-major (`Layouts.steps_dim`: `nn.LSTM`'s default output, (T, B, H));
 - `losses(body, loop)`: the loss calls of `body` that read one position of a tensor
   (`x[:, t]`, a row of the zip), directly or through names the body assigns;
   `cross_entropy(calls)`: are they all cross-entropy or NLL (`loss_calls.kind`)?
@@ -49,6 +51,7 @@ from codemod.analysis.loops import own_nodes
 from codemod.analysis.loss_calls import LossArguments, LossOptions, loss_calls
 from codemod.analysis.names import integer_value, names_read
 from codemod.analysis.position_slices import affine, is_zero, position_slices, wrapped
+from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
     ALONG_DIM_FUNCTIONS,
     ALONG_DIM_METHODS,
@@ -86,6 +89,12 @@ class PositionLoop:
     start: cst.BaseExpression | None = None
     stop: cst.BaseExpression | None = None
     rows: dict[str, cst.BaseExpression] = field(default_factory=dict)  # row name -> the tensor
+    dim: int = 1  # the dim of the positions: 0 for time-major tensors (`x[t]`)
+
+    @property
+    def batch_dim(self) -> int:
+        """The dim of a tensor's samples beside its positions: each position's slice's first."""
+        return 1 if self.dim == 0 else 0
 
 
 @dataclass
@@ -159,8 +168,22 @@ class PositionLosses:
             return None
         if isinstance(target, cst.Name):
             bounds = self._range_bounds(iterable)
-            return PositionLoop(target.value, *bounds) if bounds is not None else None
+            if bounds is None:
+                return None
+            body = node.elt if isinstance(node, (cst.GeneratorExp, cst.ListComp)) else node.body
+            return PositionLoop(target.value, *bounds, dim=0 if self._time_major(body, target.value) else 1)
         return self._unbound_rows(target, iterable)
+
+    def _time_major(self, body: cst.CSTNode, var: str) -> bool:
+        """Does the body index a tensor whose dim 0 is a sequence's steps by the loop's
+        variable, `logits[t]` of an `nn.LSTM`'s output in its default layout?"""
+        shapes = layouts(self.context)
+        return any(
+            isinstance(subscript.slice[0].slice, cst.Index)
+            and var in {n.value for n in names_read(subscript.slice[0].slice.value)}
+            and shapes.steps_dim(subscript.value) == 0
+            for subscript in own_nodes(self.context.index, cst.Subscript, body)
+        )
 
     def _range_bounds(self, iterable: cst.BaseExpression):
         """(start, stop) of `range(stop)` / `range(start, stop)`."""
@@ -236,9 +259,9 @@ class PositionLosses:
         for subscript in m.findall(expr, m.Subscript()) if isinstance(expr, cst.CSTNode) else []:
             elements = list(subscript.slice)
             if (
-                len(elements) >= 2
-                and m.matches(elements[0], FULL_SLICE)
-                and loop.var in {n.value for n in names_read(elements[1])}
+                len(elements) > loop.dim
+                and all(m.matches(e, FULL_SLICE) for e in elements[: loop.dim])
+                and loop.var in {n.value for n in names_read(elements[loop.dim])}
             ):
                 return True
         return any(
@@ -253,13 +276,13 @@ class PositionLosses:
             return expr.value in loop.rows
         while isinstance(expr, (cst.Call, cst.Attribute)):
             expr = expr.func if isinstance(expr, cst.Call) else expr.value
-        if loop.var is None or not isinstance(expr, cst.Subscript) or len(expr.slice) < 2:
+        if loop.var is None or not isinstance(expr, cst.Subscript) or len(expr.slice) <= loop.dim:
             return False
-        first, second = expr.slice[0], expr.slice[1]
+        position = expr.slice[loop.dim]
         return (
-            m.matches(first, FULL_SLICE)
-            and isinstance(second.slice, cst.Index)
-            and loop.var in {n.value for n in names_read(second.slice.value)}
+            all(m.matches(e, FULL_SLICE) for e in expr.slice[: loop.dim])
+            and isinstance(position.slice, cst.Index)
+            and loop.var in {n.value for n in names_read(position.slice.value)}
         )
 
     def _assigned_in(self, body: cst.CSTNode) -> dict[str, cst.BaseExpression]:
@@ -372,11 +395,15 @@ class PositionLosses:
         ):
             return None
         elements = list(expr.slice)
-        if len(elements) == 3 and trailing and m.matches(elements[2], FULL_SLICE):
-            elements = elements[:2]
-        if len(elements) != 2 or not m.matches(elements[0], FULL_SLICE) or not isinstance(elements[1].slice, cst.Index):
+        if len(elements) == loop.dim + 2 and trailing and m.matches(elements[-1], FULL_SLICE):
+            elements = elements[:-1]
+        if (
+            len(elements) != loop.dim + 1
+            or not all(m.matches(e, FULL_SLICE) for e in elements[: loop.dim])
+            or not isinstance(elements[-1].slice, cst.Index)
+        ):
             return None
-        index = affine(elements[1].slice.value, loop.var)
+        index = affine(elements[-1].slice.value, loop.var)
         if index is None or loop.var in {n.value for n in names_read(expr.value)}:
             return None
         sign, offset = index
@@ -392,7 +419,9 @@ class PositionLosses:
         if any(o.full for o in pair):
             raise NotBatched("the positions of the input and the target are not visited the same way")
         sliced = [
-            self.slices.sliced(o.base, o.sign, o.offset, loop.start, loop.stop) if o.sign == pair[0].sign else None
+            self.slices.sliced(o.base, o.sign, o.offset, loop.start, loop.stop, loop.dim)
+            if o.sign == pair[0].sign
+            else None
             for o in pair
         ]
         if all(s is not None for s in sliced):
@@ -402,7 +431,7 @@ class PositionLosses:
         return tuple(
             s
             if s is not None and o.sign == 1
-            else self.slices.gathered(o.base, o.sign, o.offset, loop.start, loop.stop)
+            else self.slices.gathered(o.base, o.sign, o.offset, loop.start, loop.stop, loop.dim)
             for s, o in zip(sliced, pair)
         )
 
@@ -607,8 +636,8 @@ class _Batched:
                 return f"{call('mean per position')}.sum()" if loss.reduction == "mean" else call("sum")
             if loss.reduction == "sum":
                 return call("sum")
-            if loss.reduction == "batchmean":  # each position's sum over its batch size: the base's first size
-                return f"{call('sum')} / {self.code(self.operands[0][1].base)}.size(0)"
+            if loss.reduction == "batchmean":  # each position's sum over its batch size: the base's batch dim
+                return f"{call('sum')} / {self.code(self.operands[0][1].base)}.size({self.loop.batch_dim})"
             return self._sum_of_means(call("mean"), call("none"))
         reduced = self._reduction(term)
         if reduced is None:
@@ -630,7 +659,8 @@ class _Batched:
             start = self.loop.start
             plain = start is None or is_zero(start)
             return f"{mean} * {self.code(self.loop.stop) if plain else count}"
-        return f"{unreduced}.transpose(0, 1).flatten(1).mean(1).sum()"
+        by_position = f"{unreduced}.transpose(0, 1)" if self.loop.dim == 1 else unreduced
+        return f"{by_position}.flatten(1).mean(1).sum()"
 
     def _reduction(self, call: cst.Call) -> tuple[str, cst.BaseExpression] | None:
         """("sum" or "mean", what it reduces) for `x.sum()`, `x.mean()`, `torch.sum(x)`."""
@@ -676,7 +706,8 @@ class _Batched:
                     ignored = loss.keywords.get("ignore_index")
                     ignored = self.code(ignored) if ignored is not None else str(facts.ignore_index)
                     tokens = f'{flat}, reduction="none"{extra}).view_as({batched_target})'
-                    return f"({tokens}.sum(0) / ({wrapped(batched_target)} != {ignored}).sum(0))"
+                    batch = self.loop.batch_dim
+                    return f"({tokens}.sum({batch}) / ({wrapped(batched_target)} != {ignored}).sum({batch}))"
                 if reduced == "none":
                     return f'{flat}, reduction="none"{extra}).view_as({batched_target})'
                 return f'{flat}, reduction="{reduced}"{extra})'
@@ -788,14 +819,15 @@ class _Batched:
         slices, loop = self.owner.slices, self.loop
         signs = {operand.sign for _, operand in self.operands}
         sliced = [
-            slices.sliced(o.base, o.sign, o.offset, loop.start, loop.stop) if len(signs) == 1 else None
+            slices.sliced(o.base, o.sign, o.offset, loop.start, loop.stop, loop.dim) if len(signs) == 1 else None
             for _, o in self.operands
         ]
         if all(s is not None for s in sliced):
             self.texts = {id(node): text for (node, _), text in zip(self.operands, sliced)}
         else:
             self.texts = {
-                id(node): slices.gathered(o.base, o.sign, o.offset, loop.start, loop.stop) for node, o in self.operands
+                id(node): slices.gathered(o.base, o.sign, o.offset, loop.start, loop.stop, loop.dim)
+                for node, o in self.operands
             }
 
     def _substitute(self, expr: cst.BaseExpression) -> str:

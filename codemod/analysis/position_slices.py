@@ -1,7 +1,8 @@
 """Which positions of a sequence an index of a loop variable visits, and one expression
-for all of them: the positions along dimension 1 that a per-position loop
-(`for t in range(start, stop): ... x[:, t + 1] ...`) reads, written as one slice or gather
-(`x[:, 1:stop + 1]`), so the loop's per-position work can run once over every position.
+for all of them: the positions along the sequence's dim (1, or 0 for a time-major tensor)
+that a per-position loop (`for t in range(start, stop): ... x[:, t + 1] ...`) reads,
+written as one slice or gather (`x[:, 1:stop + 1]`), so the loop's per-position work can
+run once over every position. Each answer takes that dim (`dim`, 1 unless given).
 
 - `affine(index, var)`: (sign, offset) for an index `sign * var + offset` whose offset does
   not read `var` (a number, or an expression), or None;
@@ -12,7 +13,7 @@ for all of them: the positions along dimension 1 that a per-position loop
     that may be negative, a descending index other than `-t` from 1);
   - `gathered(base, sign, offset, start, stop)`: the same positions as an index with
     `torch.arange` (any affine index, in the loop's order);
-  - `is_length(stop, base)`: is `stop` the length of `base`'s dimension 1;
+  - `is_length(stop, base)`: is `stop` the length of `base`'s dim of positions;
   - `count(start, stop)`, `integer(expr)`, `positive(expr)`, `non_negative(expr)`: the
     numbers the code shows (literals, names bound only to them, sizes and lengths);
   - `scalar(expr)`: a Python number the code shows (a literal, arithmetic of them, a
@@ -87,12 +88,14 @@ class PositionSlices:
         offset: int | cst.BaseExpression,
         start: cst.BaseExpression | None,
         stop: cst.BaseExpression,
+        dim: int = 1,
     ) -> str | None:
         """`base[:, p]` for every position p = sign * t + offset of `t` in `range(start, stop)`,
         as one slice in ascending order, or None where no slice is shown to be those."""
         code = cst.Module([]).code_for_node
         base = code(base_node)
-        if sign == 1 and offset == 0 and (start is None or is_zero(start)) and self.is_length(stop, base_node):
+        lead = ":, " * dim
+        if sign == 1 and offset == 0 and (start is None or is_zero(start)) and self.is_length(stop, base_node, dim):
             return base  # every position
         if sign == -1:
             # -t for t in range(1, K + 1) (or range(1, S)): positions -K ... -1
@@ -100,8 +103,8 @@ class PositionSlices:
                 return None
             count, count_node = _minus_one(stop)
             if (count_node is not None and self.positive(count_node)) or (integer_value(stop) or 0) >= 2:
-                return f"{base}[:, -{wrapped(count)}:]"
-            return f"{base}[:, {base}.size(1) - {wrapped(count)}:]"
+                return f"{base}[{lead}-{wrapped(count)}:]"
+            return f"{base}[{lead}{base}.size({dim}) - {wrapped(count)}:]"
         if isinstance(offset, cst.BaseExpression) and _is_negated_stop(offset, stop):
             # t - K (or -K + t) for t in range(s, K): positions s - K ... -1
             first = integer_value(start) if start is not None else 0
@@ -110,9 +113,13 @@ class PositionSlices:
             count = self.count(start, stop)
             length = code(stop)
             if count is not None and count >= 1:
-                return f"{base}[:, -{wrapped(length)}:]" if first == 0 else f"{base}[:, {first} - {wrapped(length)}:]"
+                return (
+                    f"{base}[{lead}-{wrapped(length)}:]"
+                    if first == 0
+                    else f"{base}[{lead}{first} - {wrapped(length)}:]"
+                )
             # K may be 0 (or no more than s): the loop adds nothing, while `[-0:]` is every position
-            return f"{base}[:, {base}.size(1) - {wrapped(length)}{f' + {first}' if first else ''}:]"
+            return f"{base}[{lead}{base}.size({dim}) - {wrapped(length)}{f' + {first}' if first else ''}:]"
         lower = _add(start, offset)
         upper = _add(stop, offset)
         if lower is None or upper is None:
@@ -123,7 +130,7 @@ class PositionSlices:
                 return None
         elif not (self.non_negative(start) and (isinstance(offset, int) and offset >= 0 or self.non_negative(offset))):
             return None
-        return f"{base}[:, {'' if lower_text == '0' else lower_text}:{upper[0]}]"
+        return f"{base}[{lead}{'' if lower_text == '0' else lower_text}:{upper[0]}]"
 
     def gathered(
         self,
@@ -132,6 +139,7 @@ class PositionSlices:
         offset: int | cst.BaseExpression,
         start: cst.BaseExpression | None,
         stop: cst.BaseExpression,
+        dim: int = 1,
     ) -> str:
         """`base[:, torch.arange(start, stop, device=base.device) + offset]` (or `offset - arange`)."""
         code = cst.Module([]).code_for_node
@@ -148,20 +156,20 @@ class PositionSlices:
                 index = f"{positions} + {wrapped(offset_text)}"
         else:
             index = f"-{positions}" if offset == 0 else f"{wrapped(offset_text)} - {positions}"
-        return f"{base}[:, {index}]"
+        return f"{base}[{':, ' * dim}{index}]"
 
-    def is_length(self, stop: cst.BaseExpression, base: cst.BaseExpression) -> bool:
-        """Is `stop` the length of `base`'s dimension 1 (`base.size(1)`, `base.shape[1]`,
-        a name bound only to one of those or unpacked from `base.shape`)?"""
+    def is_length(self, stop: cst.BaseExpression, base: cst.BaseExpression, dim: int = 1) -> bool:
+        """Is `stop` the length of `base`'s dimension `dim` (`base.size(1)`, `base.shape[1]`,
+        `len(base)` for dim 0, a name bound only to one of those or unpacked from `base.shape`)?"""
         code = cst.Module([]).code_for_node
         text = code(base)
-        if code(stop) in (f"{text}.size(1)", f"{text}.shape[1]"):
+        if code(stop) in (f"{text}.size({dim})", f"{text}.shape[{dim}]", *([f"len({text})"] if dim == 0 else [])):
             return True
         if not isinstance(stop, cst.Name):
             return False
         values = self.context.bindings.values(stop)
         if values:
-            return len(values) == 1 and self.is_length(values[0], base)
+            return len(values) == 1 and self.is_length(values[0], base, dim)
         assignments = self.context.bindings.assignments(stop)
         if not assignments or len(assignments) != 1:
             return False
@@ -169,7 +177,7 @@ class PositionSlices:
         if unpacked is None:
             return False
         value, position = unpacked
-        return position == 1 and code(value) in (f"{text}.shape", f"{text}.size()")
+        return position == dim and code(value) in (f"{text}.shape", f"{text}.size()")
 
     def count(self, start: cst.BaseExpression | None, stop: cst.BaseExpression) -> int | None:
         """How many positions `range(start, stop)` visits, when both are numbers the code

@@ -56,6 +56,7 @@ from codemod.analysis.torch_facts import (
     REDUCTION_FUNCTIONS,
     REDUCTION_METHODS,
     RNN_GATES,
+    RUNTIME_WITHOUT_PRODUCTS,
     SHAPE_KEEPING_FUNCTIONS,
     SHAPE_KEEPING_METHODS,
     SHAPE_KEEPING_TRANSFORMS,
@@ -105,7 +106,8 @@ INDEX_BYTES = 8  # a class index in a batch: int64
 # of the global batch (the global batch over the number of processes, at most the whole).
 RUNTIME_UNWRAP = "runtime.distributed.unwrap"
 RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
-RUNTIME_DISTRIBUTED = "runtime.distributed."  # its helpers (print0, all_reduce_mean) multiply no matrices
+# perfmod's runtime, as its fixes call it, but for `linear_attention`: no matrix product.
+RUNTIME_WITHOUT_PRODUCT_PREFIXES = tuple(f"{name}." for name in RUNTIME_WITHOUT_PRODUCTS)
 LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
 HOST_NUMBER_PREFIXES = tuple(module + "." for module in HOST_NUMBER_MODULES)
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
@@ -1439,7 +1441,9 @@ class Sizes:
             if qualified & UNLISTED_PRODUCTS or any(n.startswith(UNLISTED_PRODUCT_PREFIXES) for n in qualified):
                 return None
             if any(
-                n.startswith(("torch.", RUNTIME_DISTRIBUTED, *(m + "." for m in HOST_ONLY_MODULES))) or _is_loss(n)
+                n.startswith(("torch.", *RUNTIME_WITHOUT_PRODUCT_PREFIXES, *(m + "." for m in HOST_ONLY_MODULES)))
+                or n in RUNTIME_WITHOUT_PRODUCTS
+                or _is_loss(n)
                 for n in qualified
             ):
                 if not any(n.startswith("torch.nn.") and not n.startswith("torch.nn.functional.") for n in qualified):

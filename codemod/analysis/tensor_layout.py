@@ -31,6 +31,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis import match as m
+from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import integer_value, kwarg, names_read, positional
 from codemod.analysis.torch_facts import (
     FILLED_FACTORIES,
@@ -41,6 +42,7 @@ from codemod.analysis.torch_facts import (
     LAST_DIM_MODULES,
     LIKE_FACTORIES,
     NEW_FACTORY_METHODS,
+    NN_LAYER_ARGUMENTS,
     NORM_METHODS,
     NOT_ONE_TENSOR_METHODS,
     PRODUCT_FUNCTIONS,
@@ -53,6 +55,8 @@ from codemod.analysis.torch_facts import (
     SPLITTING_METHODS,
     SQUEEZING_METHODS,
     STACKING_FUNCTIONS,
+    chain_of_module_methods,
+    module_of_chain,
 )
 from codemod.analysis.torch_ops import OPS, Category, functions, methods
 from codemod.analysis.values import values
@@ -70,6 +74,8 @@ SAME_SHAPE_FUNCTIONS = functions(Category.UNARY, Category.ALONG_DIM)
 SIZED_FACTORIES = SHAPED_FACTORIES | FILLED_FACTORIES
 # Modules whose output has the rank of their input: the same shape, or the last dim's size their own.
 RANK_KEEPING_MODULES = SAME_SHAPE_MODULES | LAST_DIM_MODULES
+# Layers whose output runs over a sequence's steps at a dim the table names (`nn.LSTM`: 0).
+STEPPING_LAYERS = {name: op for name, op in OPS.items() if op.steps_dim is not None}
 
 
 # Calls whose integer arguments are dims (or sizes, for the reshaping ones): a dim counted
@@ -393,6 +399,109 @@ class Layouts:
                 )
                 return _shifted(inner, added - dropped)
         return None
+
+    def steps_dim(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
+        """The dim of `expr` that runs over a sequence's steps, where the code proves which:
+        the output of a recurrent layer (`out, h = self.rnn(x)`, `self.rnn(x)[0]`: dim 0 in
+        `nn.LSTM`'s default layout (T, B, H), dim 1 with `batch_first=True`), followed through
+        names and what keeps the leading dims (a layer on the last dims such as `nn.Linear`,
+        elementwise math with numbers, casts, a softmax along a dim, the `forward` of a model
+        class of this file, a function or method of this file that returns it); None where
+        nothing proves it."""
+        if depth > MAX_DEPTH or expr not in self.index:
+            return None
+        if isinstance(expr, cst.Name):
+            value = self._single_value(expr)
+            if isinstance(value, tuple) and value[1] == 0 and self._stepping_output(value[0]) is not None:
+                return self._stepping_output(value[0])  # `out, h = rnn(x)`
+            value = self.value_of(expr)  # also an item of a tuple written out: `a, b = f(x), g(y)`
+            return self.steps_dim(value, depth + 1) if value is not None else None
+        if isinstance(expr, cst.Subscript):  # `rnn(x)[0]`
+            if len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+                if integer_value(expr.slice[0].slice.value) == 0:
+                    return self._stepping_output(expr.value)
+            return None
+        if isinstance(expr, cst.UnaryOperation):
+            return self.steps_dim(expr.expression, depth + 1)
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+            if self.is_number(expr.left):
+                return self.steps_dim(expr.right, depth + 1)
+            if self.is_number(expr.right):
+                return self.steps_dim(expr.left, depth + 1)
+            left = self.steps_dim(expr.left, depth + 1)
+            return left if left is not None and left == self.steps_dim(expr.right, depth + 1) else None
+        if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
+            return self._call_steps_dim(expr, depth)
+        return None
+
+    def _call_steps_dim(self, call: cst.Call, depth: int) -> int | None:
+        func = call.func
+        names = self.names.of(func) if _dotted(func) else set()
+        first = call.args[0].value if call.args and call.args[0].keyword is None else None
+        if names & SAME_SHAPE_FUNCTIONS:
+            return self.steps_dim(first, depth + 1) if first is not None else None
+        if isinstance(func, cst.Attribute) and not names and func.attr.value in SAME_SHAPE_METHODS:
+            if func.attr.value in _BINARY_METHODS and first is not None and not self.is_number(first):
+                return None  # `out.mul(w)`: a `w` of more dims would move the steps
+            return self.steps_dim(func.value, depth + 1)
+        function = self.function_of(call) or self._forward_of(func)
+        if function is not None:
+            from codemod.analysis.bindings import returned_values
+
+            found = {self.steps_dim(value, depth + 1) for value in returned_values(function)}
+            return found.pop() if len(found) == 1 else None
+        module = self._module_value(func)
+        if (
+            isinstance(module, cst.Call)
+            and self.names.of(module.func) & RANK_KEEPING_MODULES
+            and len(call.args) == 1
+            and first is not None
+        ):
+            return self.steps_dim(first, depth + 1)  # `self.head(out)`: the last dim its own
+        return None
+
+    def _stepping_output(self, call: cst.BaseExpression) -> int | None:
+        """The dim of the steps of what a recurrent layer's call returns first, or None."""
+        module = self._module_value(call.func) if isinstance(call, cst.Call) else None
+        names = self.names.of(module.func) if isinstance(module, cst.Call) else set()
+        layer = next((STEPPING_LAYERS[n] for n in sorted(names) if n in STEPPING_LAYERS), None)
+        if layer is None or any(a.star for a in module.args):
+            return None
+        keyword = kwarg(module, layer.batch_first)
+        layer_name = layer.name.rsplit(".", 1)[1]
+        position = [name for name, _ in NN_LAYER_ARGUMENTS[layer_name]].index(layer.batch_first)
+        given = keyword.value if keyword is not None else positional(module, position)
+        given = given.value if isinstance(given, cst.Arg) else given
+        if given is None:
+            return layer.steps_dim
+        flag = given.value if isinstance(given, cst.Name) and given.value in ("True", "False") else None
+        return {"True": 1, "False": layer.steps_dim}.get(flag)
+
+    def _module_value(self, func: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What builds the module `func` names, before the module methods that return it
+        (`nn.LSTM(8, 8)` of `nn.LSTM(8, 8).to(device)`)."""
+        value = self._module_binding(func)
+        return module_of_chain(value) if value is not None else None
+
+    def _module_binding(self, func: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What is assigned to the module `func` names: `self.rnn` (in `__init__`) or a name."""
+        if isinstance(func, cst.Attribute):
+            return self.context.kinds.attribute_value(func)
+        if isinstance(func, cst.Name) and func in self.index:
+            return self.value_of(func)
+        return None
+
+    def _forward_of(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The `forward` a call of an instance of a model class of this file runs (`model(x)`
+        for `model = Net().to(device)`)."""
+        value = self._module_binding(func)
+        module, called = chain_of_module_methods(value) if value is not None else (None, frozenset())
+        if not isinstance(module, cst.Call) or not isinstance(module.func, cst.Name):
+            return None
+        classdef = self.context.kinds.local_class(module.func)
+        if classdef is None or any(local_calls(self.context).method(classdef, name) for name in called):
+            return None  # a class's own `to()` may return something else
+        return local_calls(self.context).method(classdef, "forward")
 
     def size(self, expr: cst.BaseExpression) -> str | None:
         """The canonical code of a size expression: `x.size(1)`, `x.shape[1]` and a

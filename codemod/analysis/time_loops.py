@@ -1,6 +1,6 @@
 """Python loops over time as math: what each step computes, and the same for all steps at once.
 
-A loop `for t in range(T)` (or `for x_t in x.unbind(1)`) is read statement by
+A loop `for t in range(T)` (or `reversed(range(T))`, or `for x_t in x.unbind(1)`) is read statement by
 statement into *step values*: symbolic expressions of
 
 - time-indexed tensors (`x[:, t]`, `k[:, :, t]`, `x[t]`, `x[..., t]`, `x[:, t:t + 1]`,
@@ -241,6 +241,7 @@ class Steps:
 
     start: cst.BaseExpression | None
     stop: cst.BaseExpression | None  # None: all of the tensors' time dim
+    reverse: bool = False  # `reversed(range(...))`: from the last step to the first
 
 
 @dataclass
@@ -270,6 +271,13 @@ class LoopReader:
     def header(self, loop: cst.For) -> tuple[str | None, Steps, dict[str, Sym]] | None:
         """(step variable, steps, loop targets bound to time-indexed tensors), or None."""
         target, iterable = loop.target, loop.iter
+        reverse = _reversed_range(iterable, self.names)
+        if reverse is not None and isinstance(target, cst.Name):
+            args = list(reverse.args)
+            if any(a.keyword or a.star for a in args) or not 1 <= len(args) <= 2:
+                return None
+            start, stop = (None, args[0].value) if len(args) == 1 else (args[0].value, args[1].value)
+            return target.value, Steps(start, stop, reverse=True), {}
         if (
             isinstance(iterable, cst.Call)
             and self.names.is_(iterable.func, "builtins.range")
@@ -352,6 +360,7 @@ class LoopReader:
             return None
         time, steps, targets = header
         self.time = time
+        self.reverse = steps.reverse
         self.loop = loop
         result = TimeLoop(loop, time, steps)
         if loop.orelse is not None:
@@ -597,8 +606,9 @@ class LoopReader:
 
     def _slot_states(self, statements, steps: Steps) -> dict[str, tuple[cst.BaseExpression, int, cst.BaseExpression]]:
         """Tensors whose slot at the step is written from their slot at the step before
-        (`h[:, t] = h[:, t - 1] * w + x[:, t]`): name -> (the tensor, the slot dim, the
-        slot before the first step, copied so that writing the slots leaves it as it was)."""
+        (`h[:, t] = h[:, t - 1] * w + x[:, t]`; `h[:, t + 1]` in a loop that runs backwards):
+        name -> (the tensor, the slot dim, the slot before the first step, copied so that
+        writing the slots leaves it as it was)."""
         found = {}
         for statement in statements:
             if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
@@ -613,14 +623,17 @@ class LoopReader:
                 for node in self.context.index.find(cst.Subscript, within=statement.value)
                 if isinstance(node.value, cst.Name) and node.value.value == name
             ]
-            if reads and all(self._previous_slot(node, dim) for node in reads):
-                start = steps.start if steps.start is not None else cst.Integer("0")
-                before = integer_value(start)
-                index = (
-                    integer_literal(before - 1)
-                    if before is not None
-                    else cst.BinaryOperation(atom(start), cst.Subtract(), cst.Integer("1"))
-                )
+            if reads and all(self._previous_slot(node, dim, steps.reverse) for node in reads):
+                if steps.reverse:  # backwards, the first step is stop - 1: the slot before it is stop's
+                    index = steps.stop
+                else:
+                    start = steps.start if steps.start is not None else cst.Integer("0")
+                    before = integer_value(start)
+                    index = (
+                        integer_literal(before - 1)
+                        if before is not None
+                        else cst.BinaryOperation(atom(start), cst.Subtract(), cst.Integer("1"))
+                    )
                 elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * dim + [
                     cst.SubscriptElement(cst.Index(index))
                 ]
@@ -628,8 +641,9 @@ class LoopReader:
                 found[name] = (target.value, dim, slot_before)
         return found
 
-    def _previous_slot(self, node: cst.Subscript, dim: int) -> bool:
-        """Is `node` the slot at the step before, `h[:, t - 1]`, with time at `dim`?"""
+    def _previous_slot(self, node: cst.Subscript, dim: int, reverse: bool) -> bool:
+        """Is `node` the slot at the step before, `h[:, t - 1]` (`h[:, t + 1]` where the loop
+        runs backwards), with time at `dim`?"""
         elements = list(node.slice)
         if len(elements) != dim + 1 or not all(_is_full(e) for e in elements[:dim]):
             return False
@@ -637,7 +651,7 @@ class LoopReader:
         return (
             isinstance(index, cst.Index)
             and isinstance(index.value, cst.BinaryOperation)
-            and isinstance(index.value.operator, cst.Subtract)
+            and isinstance(index.value.operator, cst.Add if reverse else cst.Subtract)
             and isinstance(index.value.left, cst.Name)
             and index.value.left.value == self.time
             and integer_value(index.value.right) == 1
@@ -762,7 +776,7 @@ class LoopReader:
     def _subscript(self, node: cst.Subscript) -> Sym:
         elements = list(node.slice)
         if isinstance(node.value, cst.Name) and node.value.value in self.slot_states:
-            if not self._previous_slot(node, self.slot_states[node.value.value][1]):
+            if not self._previous_slot(node, self.slot_states[node.value.value][1], self.reverse):
                 raise Unsupported(f"`{self.code(node)}`: the loop reads its slots other than the step before")
             return self.env[node.value.value]  # the slot before is as it was, written or not
         steps = [i for i, e in enumerate(elements) if self.time is not None and _mentions_step(e, self.time, self.code)]
@@ -953,6 +967,20 @@ class LoopReader:
 
 
 # -- helpers for reading -------------------------------------------------------------------
+
+
+def _reversed_range(iterable: cst.BaseExpression, names) -> cst.Call | None:
+    """The `range(...)` of `reversed(range(...))`, or None."""
+    if not (
+        isinstance(iterable, cst.Call)
+        and names.is_(iterable.func, "builtins.reversed")
+        and len(iterable.args) == 1
+        and iterable.args[0].keyword is None
+        and not iterable.args[0].star
+    ):
+        return None
+    inner = iterable.args[0].value
+    return inner if isinstance(inner, cst.Call) and names.is_(inner.func, "builtins.range") else None
 
 
 def _target_names(target) -> list[str]:

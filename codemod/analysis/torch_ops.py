@@ -2,7 +2,8 @@
 tensor method and `nn` module class, with what it is (its category) and the
 facts that cut across categories (it draws from the RNG, it is a loss with
 these defaults, CUDA autocast treats it specially, how its result's shape
-follows from its arguments, it works on the last dims only).
+follows from its arguments, it works on the last dims only, which dim of a
+recurrent layer's output runs over time).
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
@@ -107,6 +108,10 @@ class Op:
     # It works on the last dims whatever its arguments say (`tril`'s diagonal, a matmul's
     # matrices, `layer_norm`'s normalized shape): the leading dims are batch dims it keeps.
     last_dims: bool = False
+    # A recurrent layer: the dim of its output (the first item it returns) that runs over
+    # the sequence's steps by default, and the constructor keyword that makes it dim 1.
+    steps_dim: int | None = None
+    batch_first: str | None = None
 
     @property
     def in_place(self) -> bool:
@@ -292,6 +297,8 @@ ENTRIES: list[Op] = [
         prefixes=("torch.nn.", "torch.nn.modules.rnn."),
         autocast_float16=True,
         compile_breaks=_RNN_BREAK,
+        steps_dim=0,  # (T, B, H) unless batch_first=True
+        batch_first="batch_first",
     ),
     *_ops(Category.SPARSE, "spmm hspmm smm sspaddmm sparse_coo_tensor sparse_csr_tensor", compile_breaks=_SPARSE_BREAK),
     *_ops(Category.SPARSE, "mm addmm", prefixes=("torch.sparse.",), compile_breaks=_SPARSE_BREAK),

@@ -79,7 +79,8 @@ class ManualAttention(Rule):
     on tensors of known rank, or an `einsum` contracting q and k, with heads
     before or after time (`"bhqd,bhkd->bhqk"`, `"bqhd,bkhd->bhqk"`: the operands
     are permuted for SDPA and its output back); a scale before or after the mask
-    (`/ math.sqrt(d)`, `* d ** -0.5`, `* self.scale`, or a pre-scaled `q`); masks
+    (`/ math.sqrt(d)`, `* d ** -0.5`, `* self.scale`, or a pre-scaled `q`),
+    or several in a row (`* d ** -0.5 * self.log_temp.exp()`); masks
     by `masked_fill` (also in place, also under `if mask is not None:`),
     `torch.where`, or added; `softmax` as `F.softmax`, `torch.softmax`,
     `.softmax(-1)` or an `nn.Softmax(dim=-1)` module, maybe computed in float32
@@ -140,7 +141,10 @@ class ManualAttention(Rule):
     1/sqrt(head dim); a scale that is a tensor (a learned temperature,
     `self.log_temperature.exp()`: SDPA's `scale=` takes only a float) is
     folded into q instead (`sdpa(q * scale, k, v, scale=1.0)`, which keeps its
-    gradient); one that is neither provably a number nor provably a tensor
+    gradient), as long as it is the same for every key (its last dim, where
+    the code shows it, of size 1: a per-head temperature); of several scales,
+    the numbers multiply into `scale=` and the tensors fold into q. One that
+    is neither provably a number nor provably a tensor
     (`self.temperature`) is passed as `scale=` and makes the fix unsafe. `is_causal=True` is used only when the mask is
     provably the square causal mask (which also proves T_q == T_k); a causal
     buffer then goes unused but is kept, as removing it would change the
@@ -394,11 +398,10 @@ def attend(q, k, v, mask):
             v = product.args[attention.v_argument].value
         if attention.v_order is not None:
             v = permuted(v, *attention.v_order)
-        q = attention.q
-        if attention.folded is not None:  # (q * s) @ k^T is s * (q @ k^T), and keeps s's gradient
-            scale, divide = attention.folded
+        q = atom(attention.q) if attention.folded else attention.q
+        for scale, divide in attention.folded:  # (q * s) @ k^T is s * (q @ k^T), and keeps s's gradient
             q = cst.BinaryOperation(
-                left=atom(q),
+                left=q,
                 operator=cst.Divide() if divide else cst.Multiply(),
                 right=atom(scale.with_changes(lpar=[], rpar=[])),
             )

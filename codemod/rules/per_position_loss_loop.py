@@ -46,6 +46,12 @@ class PerPositionLossLoop(Rule):
     `zip(logits.unbind(1), labels.unbind(1))`; the per-position losses
     appended to a list that is then `torch.stack`ed or `sum`med; or a
     generator, `sum(F.cross_entropy(logits[:, t], y[:, t]) for t in range(T))`.
+    Time-major tensors are read the same way, their positions along dim 0:
+    `logits[t]` where `logits` is computed from the output of an `nn.LSTM`,
+    `nn.GRU` or `nn.RNN` in its default layout (time first, `batch_first`
+    not set), through layers on the last dim (`nn.Linear`) and the
+    `forward` of a model class of the file. An index `x[t]` of a tensor not
+    known to be time-major is a loop over samples, and no finding.
 
     Losses other than cross-entropy are batched the same way: every torch
     loss with one value an element (`F.kl_div`, `F.mse_loss`, `F.l1_loss`,
@@ -432,11 +438,12 @@ class PerPositionLossLoop(Rule):
             # contiguous dimension: a class dimension moved to the middle costs a strided
             # softmax), laid out again as the targets to sum over the batch
             tokens = f"{function}({inputs}.flatten(0, 1), {targets}.flatten(0, 1){extra}).view_as({targets})"
+            batch = loop.batch_dim
             if loss.reduction == "sum":  # the vector of per-position sums
-                lines = [f"{tokens}.sum(0)"]
+                lines = [f"{tokens}.sum({batch})"]
             else:
                 close = ".sum()" if kind == "total" else ""
-                lines = [f"({tokens}.sum(0)", f"/ ({targets} != {loss.ignore_index}).sum(0)){close}"]
+                lines = [f"({tokens}.sum({batch})", f"/ ({targets} != {loss.ignore_index}).sum({batch})){close}"]
         if term.factor is not None:
             operator, operand = term.factor
             lines[-1] = f"{lines[-1]} {operator} {code(operand)}"

@@ -108,7 +108,10 @@ class TimeLoopRecurrence(Rule):
 
     The loop is read as math, not matched as text: its step index may pick
     time on any dim (`x[t]`, `x[:, t]`, `k[:, :, t]`, `x[..., t]`,
-    `x[:, t:t + 1]`, or `for x_t in x.unbind(1)`); heads may come before or
+    `x[:, t:t + 1]`, or `for x_t in x.unbind(1)`); the loop may run backwards,
+    `for t in reversed(range(T))` (a discounted return, `running = r[:, t] +
+    gamma * running`: the kernel scans in reverse, and a list it appends to
+    holds the steps in the order they ran); heads may come before or
     after time; outer products may be written `k.unsqueeze(-1) *
     v.unsqueeze(-2)`, with `einsum` or as `k.mT @ v`; the state may be
     (B, H, K, V) or (B, H, V, K); read-outs may be `einsum`, `@` or
@@ -184,7 +187,8 @@ class TimeLoopRecurrence(Rule):
     reshape of a step value (which may mix heads), random numbers drawn in
     the loop, a value that may be a number or a tensor where that decides the
     layout, a temporary or the step index read after the loop, `break` or
-    other statements in the body; and any loop in code TorchScript compiles or
+    other statements in the body, a linear attention state in a loop that runs
+    backwards; and any loop in code TorchScript compiles or
     `torch.jit.trace` records (`@torch.jit.script`, a function or module passed
     to `torch.jit.script`/`trace`, what such code calls: codemod/analysis/
     torchscript.py), which cannot call the kernels; so for every rule whose fix
@@ -336,6 +340,8 @@ def ema(a, x):
     def _plan_attention(
         self, name, plan: Attention, lifter: Lifter, lifts, result: _Plan, uses, scope_names, final_reads
     ) -> None:
+        if lifter.steps.reverse:
+            raise Unsupported("the loop runs backwards over time, which linear_attention does not")
         vectors = [lifter.lift(s) for s in (plan.r, plan.k, plan.v)]
         if any(lift.constant for lift in vectors):
             raise Unsupported("a constant query, key or value in a linear attention")
@@ -402,6 +408,9 @@ def ema(a, x):
             cst.Arg(integer_literal(time), keyword=cst.Name("dim"), equal=_tight()),
         ]
         final = name in final_reads
+        reverse = lifter.steps.reverse
+        if reverse:
+            args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("reverse"), equal=_tight()))
         if before:
             args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("before"), equal=_tight()))
             if final:  # the states before each step leave out the last one
@@ -421,7 +430,8 @@ def ema(a, x):
             else:
                 result.statements.append(_assign([states_name], call))
                 if final:
-                    result.statements.append(_assign([name], _last(cst.Name(states_name), time)))
+                    # the state after the last step run: the first step's, in a loop that runs backwards
+                    result.statements.append(_assign([name], _last(cst.Name(states_name), time, reverse)))
             lift = Lift(cst.Name(states_name), time, None)
             result.names[name] = states_name
         lifts[(name, mode)] = lift
@@ -448,7 +458,10 @@ def ema(a, x):
                         f"`{output.name}` is concatenated, not stacked, and its values have no dim of size 1 there"
                     )
                 value = lifter.lift(inner)
-            placed.append((output, moved(value, dim), init, stack, after, between))
+            value = moved(value, dim)
+            if model.steps.reverse:  # the list holds the steps in the order they ran: the last one first
+                value = Lift(method(value.code, "flip", integer_literal(dim)), value.time, value.rank, key=value.key)
+            placed.append((output, value, init, stack, after, between))
         edits += [Remove(init) for _, _, init, _, _, _ in placed]
         slots = any(o.kind == "slot" for o in model.outputs)
         if len(placed) == 1 and not slots and placed[0][5] == []:
@@ -582,16 +595,17 @@ def _assign(targets: list[str], value: cst.BaseExpression) -> cst.SimpleStatemen
     return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
 
 
-def _last(states: cst.BaseExpression, time: int) -> cst.BaseExpression:
-    """The last step of `states` (time at `time`)."""
+def _last(states: cst.BaseExpression, time: int, first: bool = False) -> cst.BaseExpression:
+    """The last step of `states` (time at `time`), or its first one."""
+    step = integer_literal(0 if first else -1)
     if time >= 0:
         elements = [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * time + [
-            cst.SubscriptElement(cst.Index(integer_literal(-1)))
+            cst.SubscriptElement(cst.Index(step))
         ]
     else:
         elements = [
             cst.SubscriptElement(cst.Index(cst.Ellipsis())),
-            cst.SubscriptElement(cst.Index(integer_literal(-1))),
+            cst.SubscriptElement(cst.Index(step)),
         ] + [cst.SubscriptElement(cst.Slice(lower=None, upper=None))] * (-1 - time)
     elements = separated(elements)
     return cst.Subscript(states, elements)

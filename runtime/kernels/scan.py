@@ -63,23 +63,30 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     return _LinearScan.apply(a, x, h0)
 
 
-def linear_recurrence_reference(a, x, h0=None, dim: int = 1, before: bool = False) -> torch.Tensor:
-    """The loop `h = a_t * h + x_t`, a_t and x_t taken at `dim` of each, stacked at `dim`."""
+def linear_recurrence_reference(
+    a, x, h0=None, dim: int = 1, before: bool = False, reverse: bool = False
+) -> torch.Tensor:
+    """The loop `h = a_t * h + x_t`, a_t and x_t taken at `dim` of each, stacked at `dim`
+    (`reverse`: the loop over `reversed(range(T))`)."""
     T = max(_steps(a, dim), _steps(x, dim))
     h = 0.0 if h0 is None else h0
-    hs = []
-    for t in range(T):
+    hs = {}
+    for t in reversed(range(T)) if reverse else range(T):
         new = _at(a, dim, t) * h + _at(x, dim, t)
-        hs.append(h * torch.ones_like(new) if before else new)
+        hs[t] = h * torch.ones_like(new) if before else new
         h = new
-    return torch.stack(hs, dim=dim)
+    return torch.stack([hs[t] for t in range(T)], dim=dim)
 
 
-def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False, final: bool = False):
+def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False, final: bool = False, reverse: bool = False):
     """h_t = a_t * h_{t-1} + x_t for a_t = a.select(dim, t) and x_t = x.select(dim, t) (each
     in its own dims), broadcast as in the loop: the states after each step, stacked at
     `dim` like `torch.stack` (with `before=True`, the states each step starts from
     instead: h0, h_0, ..., h_{T-2}).
+
+    With `reverse=True` the steps run from the last to the first, as a loop over
+    `reversed(range(T))` (a discounted return, h_t = a_t * h_{t+1} + x_t): the states are
+    still stacked in the order of t, and the last step is t = 0.
 
     With `final=True`, returns (states, h_{T-1}): the state after the last step too (which
     `before=True` leaves out). A number, a 0-dim tensor, or a tensor of size 1 at `dim`
@@ -110,6 +117,8 @@ def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False, final: 
     dtype = _first_step_dtype(a, x, h0)
     device = like.device
     a_, x_ = (_over_steps(v, dim, T, step, dtype, device).reshape(1, T, -1) for v in (a, x))
+    if reverse:  # the steps in the order they run
+        a_, x_ = a_.flip(1), x_.flip(1)
     start = (
         None if h0 is None else torch.as_tensor(h0, dtype=dtype, device=device).to(dtype).expand(step).reshape(1, -1)
     )
@@ -118,6 +127,8 @@ def linear_recurrence(a, x, h0=None, dim: int = 1, before: bool = False, final: 
     if before:
         first = torch.zeros_like(h[:, :1]) if start is None else start[:, None]
         h = torch.cat([first, h[:, :-1]], 1)
+    if reverse:
+        h = h.flip(1)
     states = h.reshape(T, *step).movedim(0, dim)
     return (states, last) if final else states
 

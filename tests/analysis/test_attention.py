@@ -45,8 +45,7 @@ def sdpa(context, attention, names: dict):
         return None if node is None else eval(code(context, node), scope)
 
     q = value(attention.q)
-    if attention.folded is not None:
-        scale, divide = attention.folded
+    for scale, divide in attention.folded:
         q = q / value(scale) if divide else q * value(scale)
     return F.scaled_dot_product_attention(
         q,
@@ -136,7 +135,7 @@ def test_a_learned_temperature_is_folded_into_q_and_keeps_its_gradient():
     context, chains = found(TEMPERATURE)
     attention = chains[0].attention
     assert chains[0].problem is None and attention.scale_unproven is None
-    scale, divide = attention.folded
+    [(scale, divide)] = attention.folded
     assert code(context, scale) == "self.temperature" and divide
     assert code(context, attention.scale) == "1.0"
     scope: dict = {}
@@ -151,6 +150,61 @@ def test_a_learned_temperature_is_folded_into_q_and_keeps_its_gradient():
     theirs.sum().backward()
     assert torch.allclose(ours, theirs, atol=1e-5)
     assert torch.allclose(theirs_grad, pool.temperature.grad, atol=1e-5)
+
+
+TWO_SCALES = """
+class Attn(nn.Module):
+    def __init__(self, h=4):
+        super().__init__()
+        self.log_temp = nn.Parameter(torch.linspace(-0.5, 0.5, h).view(h, 1, 1))
+
+    def forward(self, q, k, v):
+        s = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5 * self.log_temp.exp()
+        return s.softmax(dim=-1) @ v
+"""
+
+
+def test_scores_scaled_twice_keep_the_default_scale_and_fold_the_temperature_into_q():
+    """A learned per-head temperature after the usual 1/sqrt(d) (the blind round's #11: no
+    finding at all). The number stays SDPA's default scale, the tensor goes into q."""
+    context, chains = found(TWO_SCALES)
+    attention = chains[0].attention
+    assert chains[0].problem is None and attention.scale_unproven is None
+    assert attention.scale is None  # q.size(-1) ** -0.5 is SDPA's default
+    assert [(code(context, s), divide) for s, divide in attention.folded] == [("self.log_temp.exp()", False)]
+    scope: dict = {}
+    exec(HEAD + TWO_SCALES, scope)
+    attn = scope["Attn"]().double()
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 6, 8, dtype=torch.float64) for _ in range(3))
+    ours = sdpa(context, attention, {"q": q, "k": k, "v": v, "self": attn})
+    ours.square().sum().backward()
+    ours_grad, attn.log_temp.grad = attn.log_temp.grad.clone(), None
+    theirs = attn(q, k, v)
+    theirs.square().sum().backward()
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ours_grad, attn.log_temp.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_numbers_among_several_factors_multiply_into_one_scale():
+    body = """
+def attend(q, k, v):
+    w = 2.0 * (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1)) * 0.5
+    return w.softmax(-1) @ v
+"""
+    context, chains = found(body)
+    attention = chains[0].attention
+    assert not attention.folded and code(context, attention.scale) == "2.0 / math.sqrt(q.size(-1)) * 0.5"
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 5, 4, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(sdpa(context, attention, {"q": q, "k": k, "v": v}), run(body, "attend", q, k, v))
+
+
+def test_a_tensor_scale_that_varies_along_the_keys_is_the_reason_it_stays():
+    body = TWO_SCALES.replace("torch.linspace(-0.5, 0.5, h).view(h, 1, 1)", "torch.zeros(6, 6)")
+    _, chains = found(body)
+    assert chains[0].attention is None
+    assert "`self.log_temp.exp()` varies along the keys (its last dim is 6)" in chains[0].problem
 
 
 def test_a_scale_that_may_be_a_tensor_says_so():

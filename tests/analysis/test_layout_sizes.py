@@ -40,3 +40,48 @@ def shape_of(code: str, name: str = "x"):
 )
 def test_shapes_from_the_code_that_builds_the_tensor(code, shape):
     assert shape_of(code) == shape
+
+
+def steps_dim_of(code: str, name: str = "x"):
+    """The dim of the steps of the last read of `name` in `code`."""
+    context = FileContext.of_source(f"import torch\nimport torch.nn as nn\n{code}\nprint({name})\n")
+    read = [n for n in context.index.find(cst.Name) if n.value == name][-1]
+    return layouts(context).steps_dim(read)
+
+
+NET = """\
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 8{options})
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, seq):
+        out, _ = self.rnn(seq)
+        return self.head(out).log_softmax(-1)
+
+
+model = Net().to("cpu")
+x = model(torch.randn(10, 4, 8))
+"""
+
+
+@pytest.mark.parametrize(
+    "code, dim",
+    [
+        ("rnn = nn.LSTM(8, 8)\nx, (h, c) = rnn(torch.randn(10, 4, 8))", 0),  # (T, B, H): nn.LSTM's default
+        ("rnn = nn.LSTM(8, 8, batch_first=True)\nx, _ = rnn(torch.randn(4, 10, 8))", 1),
+        ("rnn = nn.GRU(8, 8, 1, True, True)\nx, _ = rnn(torch.randn(4, 10, 8))", 1),  # batch_first by position
+        ("rnn = nn.GRU(8, 8, batch_first=flag)\nx, _ = rnn(torch.randn(4, 10, 8))", None),
+        ("rnn = nn.RNN(8, 8).to('cpu')\nx = rnn(torch.randn(10, 4, 8))[0] * 2.0", 0),
+        ("rnn = nn.LSTM(8, 8)\n_, x = rnn(torch.randn(10, 4, 8))", None),  # the last hidden state
+        ("rnn, head = nn.LSTM(8, 8), nn.Linear(8, 5)\nout, _ = rnn(torch.randn(10, 4, 8))\nx = head(out)", 0),
+        (NET.format(options=""), 0),  # through the forward of a model class of the file
+        (NET.format(options=", batch_first=True"), 1),
+        ("rnn = nn.LSTM(8, 8)\nout, _ = rnn(torch.randn(10, 4, 8))\nx = out.mul(0.5).float()", 0),
+        ("rnn = nn.LSTM(8, 8)\nout, _ = rnn(torch.randn(10, 4, 8))\nx = out.mul(w)", None),  # w may add dims
+        ("x = torch.randn(10, 4, 8)", None),  # nothing says which dim is time
+    ],
+)
+def test_the_steps_dim_of_a_recurrent_layers_output_is_followed(code, dim):
+    assert steps_dim_of(code) == dim

@@ -46,7 +46,7 @@ def run(body: str, total: str, expression: str) -> None:
     scope: dict = {}
     exec(HEAD + body, scope)
     looped = scope[total]
-    (grad_looped,) = torch.autograd.grad(looped, scope["student"])
+    (grad_looped,) = torch.autograd.grad(looped, scope["student"], retain_graph=True)  # a graph they share
     batched = eval(expression, scope)
     (grad_batched,) = torch.autograd.grad(batched, scope["student"])
     torch.testing.assert_close(batched, looped, rtol=RTOL, atol=0)
@@ -110,6 +110,60 @@ def test_a_mean_per_position_whose_count_the_range_does_not_show_is_summed_per_p
     term = positions.summed_loop(loop, positions.loop(loop))
     assert term.batched.endswith(".transpose(0, 1).flatten(1).mean(1).sum()")
     run(MEAN_UNKNOWN_COUNT, "total", term.batched)
+
+
+# nn.LSTM's default layout: its output is (S, B, V), time first, as are the tensors the
+# loops index with `[t]` (the blind round's #9: only `[:, t]` was read as a position).
+TIME_MAJOR = """\
+rnn = nn.LSTM(V, V).double()
+out, _ = rnn(student.transpose(0, 1))
+tags, mask, soft = labels.t(), pad.t(), teacher.transpose(0, 1)
+"""
+TIME_MAJOR_LOOPS = {
+    "cross_entropy": "ce = 0.0\nfor t in range(S):\n    ce = ce + F.cross_entropy(out[t], tags[t])\n",
+    "batchmean": (
+        "kd = 0.0\nfor t in range(1, S):\n"
+        '    kd = kd + F.kl_div(F.log_softmax(out[t], -1), F.softmax(soft[t - 1], -1), reduction="batchmean")\n'
+    ),
+    "masked": (
+        "masked = 0.0\nfor t in range(S):\n"
+        '    tok = F.cross_entropy(out[t], tags[t], reduction="none")\n'
+        "    masked = masked + (tok * mask[t]).sum()\n"
+    ),
+    "mean_unknown_count": "def squared(n: int):\n    total = 0.0\n    for j in range(n):\n"
+    "        total += F.mse_loss(out[j], soft[j])\n    return total\nsq = squared(S)\n",
+}
+
+
+@pytest.mark.parametrize("name", TIME_MAJOR_LOOPS)
+def test_a_loop_over_the_steps_of_a_time_major_output_batches_along_dim_0(name):
+    """`out[t]` of an nn.LSTM's output is one step of every sample: the positions are along
+    dim 0 and the samples along dim 1, so the batch size, the counts per position and each
+    position's mean are taken along dim 1."""
+    body = TIME_MAJOR + TIME_MAJOR_LOOPS[name]
+    context, loop, positions = read(body)
+    found = positions.loop(loop)
+    assert (found.dim, found.batch_dim) == (0, 1)
+    if name == "cross_entropy":
+        term = positions.cross_entropy_loop(loop, found)
+        inputs, targets = positions.operands(term.term, found)
+        assert (inputs, targets) == ("out[:S]", "tags[:S]")
+        return  # the rule writes this one out (tests/rules/test_pm503_execution.py runs it)
+    term = positions.summed_loop(loop, found)
+    expected = {"batchmean": ".size(1)", "masked": "mask[:S]", "mean_unknown_count": "out[:n]"}[name]
+    assert expected in term.batched and "[:, " not in term.batched, term.batched
+    if name == "mean_unknown_count":
+        assert term.batched.endswith(").flatten(1).mean(1).sum()")  # no transpose: positions lead already
+        body += "n = S\n"
+    run(body, {"batchmean": "kd", "masked": "masked", "mean_unknown_count": "sq"}[name], term.batched)
+
+
+def test_indexing_dim_0_of_a_tensor_not_known_to_be_time_major_is_not_a_position():
+    context, loop, positions = read(
+        "ce = 0.0\nfor t in range(B):\n    ce = ce + F.cross_entropy(student[t], labels[t])\n"
+    )
+    found = positions.loop(loop)
+    assert found.dim == 1 and positions.losses(loop.body, found) == []  # a loop over samples
 
 
 FREE_RUNNING = """\

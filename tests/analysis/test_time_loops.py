@@ -80,6 +80,25 @@ def test_a_state_kept_in_the_slots_of_a_preallocated_tensor():
     assert loops.attention(model, state) is None  # a scan, not linear attention
 
 
+def test_a_loop_over_reversed_steps_runs_backwards_from_the_slot_after_its_first_step():
+    """`reversed(range(...))` is the same steps, run from the last: a state kept in slots
+    reads the slot after (`h[:, t + 1]`), and starts from the slot at the loop's stop."""
+    source = PREALLOCATED.replace("range(1, x.shape[1])", "reversed(range(x.shape[1] - 1))").replace(
+        "states[:, t - 1]", "states[:, t + 1]"
+    )
+    context, loop, loops = read(source)
+    code = context.module.code_for_node
+    model = loops.read(loop)
+    assert model.steps.reverse and model.steps.start is None and code(model.steps.stop) == "x.shape[1] - 1"
+    (state,) = model.states.values()
+    assert code(state.initial) == "states[:, x.shape[1] - 1].clone()"
+    assert isinstance(state.x, Timed) and code(state.x.tensor) == "x"
+    forwards = source.replace("reversed(range(x.shape[1] - 1))", "range(x.shape[1] - 1)")
+    _, loop, loops = read(forwards)
+    with pytest.raises(Unsupported, match="the step indexes other than"):  # forwards, the next slot is no state
+        loops.read(loop)
+
+
 def test_the_preallocated_recurrence_rewritten_fills_the_same_tensor():
     fixed = rewrite(PREALLOCATED, [TimeLoopRecurrence])
     assert "linear_recurrence" in fixed and "for t in" not in fixed

@@ -433,6 +433,31 @@ def test_shape_rules_give_the_shapes_they_say(name):
         assert bool((result == 7.0).all())
 
 
+RECURRENT_LAYERS = sorted(name for name, op in OPS.items() if op.steps_dim is not None)
+
+
+def test_the_recurrent_layers_say_where_their_steps_are():
+    assert RECURRENT_LAYERS and {OPS[n].category for n in RECURRENT_LAYERS} == {Category.RECURRENT}
+    assert all(OPS[n].steps_dim is not None for n in OPS if OPS[n].category is Category.RECURRENT)
+
+
+@pytest.mark.parametrize("name", RECURRENT_LAYERS)
+def test_a_recurrent_layers_steps_are_at_its_steps_dim_unless_batch_first(name):
+    """A step's output depends on the steps before it and not on those after: changing the
+    input at the last step along the dim the table names changes only that step's output."""
+    op = OPS[name]
+    layer_class = eval(name, {"torch": torch})
+    for batch_first, dim in ((False, op.steps_dim), (True, 1)):
+        torch.manual_seed(0)
+        layer = layer_class(3, 4, **{op.batch_first: batch_first})
+        x = torch.rand(5, 2, 3) if dim == 0 else torch.rand(2, 5, 3)
+        changed = x.clone()
+        changed.select(dim, 4).add_(1.0)
+        with torch.no_grad():
+            moved = (layer(changed)[0] - layer(x)[0]).abs().sum(-1)
+        assert moved.select(dim, 4).min() > 0 and moved.narrow(dim, 0, 4).max() == 0
+
+
 # The calls that work on the last dims, each on a batch of rows: a function of one row,
 # given a (4, 3) row, and torch's result for a batch (2, 4, 3) of them.
 _WEIGHT, _INDICES = torch.rand(5, 3), torch.tensor([[0, 2], [1, 4]])

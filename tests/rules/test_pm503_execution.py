@@ -20,7 +20,7 @@ from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
 from codemod.rules.per_position_loss_loop import PerPositionLossLoop
-from tests.rules.scripts import one_thread, rewrite
+from tests.rules.scripts import losses, one_thread, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "rules" / "PM503"
@@ -279,3 +279,58 @@ def test_a_read_the_loops_last_position_may_reach_still_blocks_the_fix(after):
     result = process_source(source.encode(), "<after>", settings, [PerPositionLossLoop])
     assert [f.applied for f in result.findings] == [False], result.findings
     assert "`t` is read after the loop" in result.findings[0].message, result.findings[0].message
+
+
+# nn.LSTM's default layout is time-major: (T, B, H) out, `logits[t]` one step of every
+# sample (the blind round's #9: only `[:, t]` was read as a position, `[t]` gave no finding).
+TIME_MAJOR = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+torch.manual_seed(0)
+rnn, head = nn.LSTM(5, 6).double(), nn.Linear(6, 7).double()
+out, _ = rnn(torch.randn(9, 4, 5, dtype=torch.float64))
+logits = head(out)
+logits.retain_grad()
+targets = torch.randint(1, 7, (9, 4))
+targets[torch.rand(9, 4) < 0.3] = -100
+"""
+TIME_MAJOR_LOOPS = {
+    "mean": "loss = 0.0\nfor t in range(logits.size(0)):\n    loss = loss + F.cross_entropy(logits[t], targets[t])\n",
+    "shifted_sum": (
+        'loss = 0.0\nfor t in range(8):\n    loss += F.cross_entropy(logits[t], targets[t + 1], reduction="sum") / 8\n'
+    ),
+    "listed": (
+        "losses = []\nfor t in range(9):\n    losses.append(F.cross_entropy(logits[t, :], targets[t]))\n"
+        "loss = torch.stack(losses).mean()\n"
+    ),
+    "generator": "loss = sum(F.cross_entropy(logits[t], targets[t]) for t in range(9))\n",
+}
+
+
+@pytest.mark.parametrize("name", TIME_MAJOR_LOOPS)
+def test_a_loop_over_the_steps_of_a_time_major_lstm_output_is_one_call(name):
+    source = TIME_MAJOR + TIME_MAJOR_LOOPS[name]
+    new_source = rewrite(source, [PerPositionLossLoop])
+    assert "for t in" not in new_source and "[:, " not in new_source, new_source
+    assert ".sum(1)" in new_source or 'reduction="sum"' in new_source  # each position over the samples: dim 1
+    want_loss, want_grad = run(source)
+    got_loss, got_grad = run(new_source)
+    torch.testing.assert_close(got_loss, want_loss, rtol=RTOL, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=RTOL, atol=1e-18)
+    assert want_grad.abs().sum() > 0
+
+
+def test_the_blind_rounds_time_major_program_trains_the_same_model():
+    """fixtures/wild/blind10/seq_first_lstm_position_loss.py, the model's output read through
+    its own `forward`: rewritten, it prints the same losses within the rule's level."""
+    source = (ROOT / "fixtures" / "wild" / "blind10" / "seq_first_lstm_position_loss.py").read_text()
+    source = source.replace("range(30)", "range(4)").replace(
+        "        wild_losses.append(loss.detach())\n",
+        "        wild_losses.append(loss.detach())\n        print('loss', repr(loss.item()))\n",
+    )
+    new_source = rewrite(source, [PerPositionLossLoop])
+    assert "for t in range(inp.size(0))" not in new_source and "logits[: inp.size(0)]" in new_source, new_source
+    want, got = losses(source), losses(new_source)
+    assert len(want) == 4
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)

@@ -154,3 +154,41 @@ def test_a_learned_temperature_is_folded_into_q_and_keeps_its_gradient():
     (out0, grad0), (out1, grad1) = results
     assert torch.allclose(out0, out1, rtol=1e-12, atol=1e-12)
     assert grad0 is not None and torch.allclose(grad0, grad1, rtol=1e-10, atol=1e-12)
+
+
+TWO_SCALES = """\
+import torch
+import torch.nn as nn
+
+
+class Attn(nn.Module):
+    def __init__(self, d=32, h=4):
+        super().__init__()
+        self.h, self.qkv = h, nn.Linear(d, 3 * d)
+        self.log_temp = nn.Parameter(torch.linspace(-0.5, 0.5, h).view(h, 1, 1))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, C // self.h).permute(2, 0, 3, 1, 4)
+        s = (q @ k.transpose(-2, -1)) * (C // self.h) ** -0.5 * self.log_temp.exp()
+        return (s.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+"""
+
+
+def test_scores_scaled_by_the_head_dim_and_a_learned_temperature_are_rewritten():
+    """The blind round's #11: two scales in a row gave no finding. The default scale stays
+    SDPA's, the per-head temperature is folded into q: same output and gradients."""
+    after = rewrite(TWO_SCALES, [ManualAttention])
+    assert "scaled_dot_product_attention(\n            q * self.log_temp.exp(), k, v\n        )" in after, after
+    results = []
+    for source in (TWO_SCALES, after):
+        torch.manual_seed(0)
+        model = load(source)["Attn"]().double()
+        x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        out = model(x)
+        out.square().sum().backward()
+        results.append((out.detach(), model.log_temp.grad, model.qkv.weight.grad))
+    (out0, temp0, w0), (out1, temp1, w1) = results
+    assert temp0.abs().sum() > 0
+    for got, want in ((out1, out0), (temp1, temp0), (w1, w0)):
+        torch.testing.assert_close(got, want, rtol=TOLERANCE[torch.float64], atol=1e-12)

@@ -2,7 +2,8 @@
 the time loop sits in the training step, which PM301 wraps in autocast, and the
 statement that stacks its outputs copies a pinned host mask to the device, which PM101 makes
 non-blocking. All are applied in one run, a second run finds nothing, and the rewrite
-trains like the original."""
+trains like the original. The gate is 64 wide: a narrower one would leave autocast
+nothing to speed up (PM301 reports it, before the rewrite as after)."""
 
 from tests.rules.composition import applied, apply_every_rule
 from tests.rules.scripts import losses, max_relative_difference
@@ -12,10 +13,10 @@ import torch
 
 torch.manual_seed(0)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-gate = torch.nn.Linear(8, 8).to(device)
-head = torch.nn.Linear(8, 1).to(device)
+gate = torch.nn.Linear(64, 64).to(device)
+head = torch.nn.Linear(64, 1).to(device)
 opt = torch.optim.SGD(list(gate.parameters()) + list(head.parameters()), lr=0.1)
-data = torch.randn(5, 4, 12, 8, pin_memory=torch.cuda.is_available())
+data = torch.randn(5, 4, 12, 64, pin_memory=torch.cuda.is_available())
 masks = torch.tensor((torch.rand(5, 4, 12, 1) > 0.2).float().tolist(), pin_memory=torch.cuda.is_available())
 targets = torch.randn(5, 4, 12, 1, pin_memory=torch.cuda.is_available())
 for step in range(5):

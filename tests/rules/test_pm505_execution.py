@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from codemod.config import Settings
+from codemod.engine import process_source
 from codemod.rule import Level
 from codemod.rules.time_loop_recurrence import TimeLoopRecurrence
 from tests.rules.scripts import losses, max_relative_difference, one_thread, rewrite
@@ -229,3 +231,92 @@ def test_a_scripted_loop_is_reported_not_rewritten_and_the_program_still_runs(tm
     with one_thread(), contextlib.redirect_stdout(out):
         runpy.run_path(str(script), run_name="__main__")
     assert out.getvalue().startswith("loss ")
+
+
+BACKWARDS = """\
+import torch
+
+
+def discounted(rewards, gamma: float):
+    running = torch.zeros(rewards.shape[0], dtype=rewards.dtype)
+    returns = torch.zeros(rewards.shape, dtype=rewards.dtype)
+    for t in reversed(range(rewards.shape[1])):
+        running = rewards[:, t] + gamma * running
+        returns[:, t] = running
+    return returns
+
+
+def listed(x, dones):
+    h = torch.zeros_like(x[:, 0])
+    hs = []
+    for t in reversed(range(x.shape[1])):
+        h = x[:, t] + 0.9 * (1 - dones[:, t]) * h
+        hs.append(h)
+    return torch.stack(hs, dim=1), h
+
+
+def from_the_next_slot(x, w: torch.Tensor):
+    h = torch.zeros(x.shape[0], x.shape[1] + 1, x.shape[2], dtype=x.dtype)
+    h[:, -1] = 1.0
+    for t in reversed(range(x.shape[1])):
+        h[:, t] = h[:, t + 1] * w + x[:, t]
+    return h
+
+
+def before_the_update(rewards, gamma: float):
+    running = rewards[:, -1] * 2
+    out = torch.zeros(rewards.shape, dtype=rewards.dtype)
+    for t in reversed(range(rewards.shape[1])):
+        out[:, t] = running
+        running = rewards[:, t] + gamma * running
+    return out, running
+"""
+
+
+def test_a_loop_that_runs_backwards_is_a_scan_in_reverse():
+    """The blind round's #10: the discounted return over `reversed(range(T))` got no
+    finding. The kernel runs the steps from the last to the first: the values written
+    into slots land where the loop wrote them, a list gets them in the order they ran
+    (the last step first), the state after the loop is the first step's, a state kept in
+    slots starts from the slot after the last step, a state read before its update gets
+    the states each step starts from."""
+    new_source = rewrite(BACKWARDS, [TimeLoopRecurrence])
+    assert "reversed(range" not in new_source and new_source.count("reverse=True") == 4, new_source
+    assert "hs_2.flip(1), h" in new_source and "h = hs_2[:, 0]" in new_source
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.randn(3, 11, generator=gen, dtype=torch.float64, requires_grad=True)
+    dones = (torch.rand(3, 11, generator=gen) < 0.2).double()
+    x = torch.randn(2, 7, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(4, generator=gen, dtype=torch.float64)
+    original, rewritten = load(BACKWARDS), load(new_source)
+    cases = [
+        ("discounted", (rewards, 0.97), rewards),
+        ("listed", (x[..., 0], dones[:2, :7]), x),
+        ("from_the_next_slot", (x, w), x),
+        ("before_the_update", (rewards, 0.9), rewards),
+    ]
+    for name, args, leaf in cases:
+        results = []
+        for namespace in (original, rewritten):
+            out = namespace[name](*args)
+            out = torch.cat([o.flatten() for o in out]) if isinstance(out, tuple) else out.flatten()
+            (grad,) = torch.autograd.grad(out.square().sum(), leaf)
+            results.append((out.detach(), grad))
+        (want, want_grad), (got, got_grad) = results
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
+        torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12, msg=name)
+
+
+def test_linear_attention_that_runs_backwards_is_reported_with_the_reason():
+    source = (
+        "import torch\n"
+        "def wkv(r, k, v, w, state):\n"
+        "    outs = []\n"
+        "    for t in reversed(range(r.size(2))):\n"
+        '        state = w[:, :, t].unsqueeze(-1) * state + torch.einsum("bhk,bhv->bhkv", k[:, :, t], v[:, :, t])\n'
+        '        outs.append(torch.einsum("bhk,bhkv->bhv", r[:, :, t], state))\n'
+        "    return torch.stack(outs, dim=2), state\n"
+    )
+    result = process_source(source.encode(), "<t>", Settings(select=("PM505",), level=Level.UNSAFE))
+    assert [f.applied for f in result.findings] == [False], result.findings
+    assert "the loop runs backwards over time, which linear_attention does not" in result.findings[0].message

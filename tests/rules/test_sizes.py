@@ -729,3 +729,30 @@ def test_narrow_products_stay_reported_after_the_torchrun_rewrite_wraps_the_mode
     held = {f.code: f for f in result.findings if f.code in ("PM301", "PM302")}
     assert set(held) == {"PM301", "PM302"} and not any(f.applied for f in held.values())
     assert all("12 by 32" in f.message for f in held.values())
+
+
+def test_narrow_products_stay_reported_after_the_time_loop_becomes_a_scan():
+    """The blind round's discounted returns: after PM505 the step calls the runtime's
+    `linear_recurrence`, an elementwise scan, and the model's products are as narrow as
+    before; `linear_attention` multiplies matrices of its own, whose width is not known."""
+    code = (
+        "import torch\nimport torch.nn as nn\n"
+        'device = "cuda"\nnet = nn.Linear(6, 64).to(device)\nopt = torch.optim.SGD(net.parameters(), lr=0.05)\n'
+        "for it in range(10):\n    rewards = net(torch.randn(16, 32, 6, device=device)).mean(-1)\n"
+        "    running = torch.zeros(16, device=device)\n    returns = torch.zeros(16, 32, device=device)\n"
+        "    for t in reversed(range(32)):\n        running = rewards[:, t] + 0.97 * running\n"
+        "        returns[:, t] = running\n"
+        "    loss = returns.mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    result = findings(code, "PM302", "PM505")
+    assert "linear_recurrence(" in result.new_source.decode()
+    held = [f for f in result.findings if f.code == "PM302"]
+    assert len(held) == 1 and not held[0].applied and "6 by 64" in held[0].message, held
+    attention = context(
+        "import torch\nfrom runtime.kernels import linear_attention\nnet = torch.nn.Linear(6, 64)\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.05)\nfor it in range(3):\n"
+        "    h = net(torch.randn(2, 4, 6))\n    o, s = linear_attention(h, h, h, 0.9)\n"
+        "    loss = o.mean()\n    loss.backward()\n    opt.step()\n"
+    )
+    loop = next(iter(attention.index.find(cst.For, within=attention.module)))
+    assert sizes_of(attention).step_products(loop) is None

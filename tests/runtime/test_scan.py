@@ -106,15 +106,16 @@ RECURRENCES = [
 ]
 
 
+@pytest.mark.parametrize("reverse", [False, True], ids=["forwards", "backwards"])
 @pytest.mark.parametrize("before", [False, True], ids=["after", "before"])
 @pytest.mark.parametrize("a_shape,x_shape,h0_shape,dim", RECURRENCES)
-def test_linear_recurrence_broadcasts_as_the_loop_does(a_shape, x_shape, h0_shape, dim, before):
+def test_linear_recurrence_broadcasts_as_the_loop_does(a_shape, x_shape, h0_shape, dim, before, reverse):
     gen = torch.Generator().manual_seed(2)
     a = 0.9 if a_shape is None else torch.rand(a_shape, generator=gen, dtype=torch.float64).requires_grad_()
     x = torch.randn(x_shape, generator=gen, dtype=torch.float64).requires_grad_()
     h0 = None if h0_shape is None else torch.randn(h0_shape, generator=gen, dtype=torch.float64).requires_grad_()
-    got = linear_recurrence(a, x, h0, dim, before=before)
-    want = linear_recurrence_reference(a, x, h0, dim, before=before)
+    got = linear_recurrence(a, x, h0, dim, before=before, reverse=reverse)
+    want = linear_recurrence_reference(a, x, h0, dim, before=before, reverse=reverse)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert_close(got, want.detach(), TOL[torch.float64])
     inputs = [t for t in (a, x, h0) if isinstance(t, torch.Tensor)]
@@ -136,6 +137,23 @@ def test_linear_recurrence_gives_the_final_state(before):
     states, last = linear_recurrence(a, x, h0, dim=1, before=before, final=True)
     torch.testing.assert_close(states, linear_recurrence_reference(a, x, h0, 1, before=before))
     torch.testing.assert_close(last, linear_recurrence_reference(a, x, h0, 1)[:, -1])
+
+
+def test_linear_recurrence_backwards_is_the_discounted_return():
+    """`reverse=True` is the loop over `reversed(range(T))` an RL return writes,
+    R_t = r_t + gamma * R_{t+1}; its final state is R_0, the state after the last step run."""
+    gen = torch.Generator().manual_seed(5)
+    rewards = torch.randn(3, 9, generator=gen, dtype=torch.float64)
+    running, returns = torch.zeros(3, dtype=torch.float64), torch.zeros(3, 9, dtype=torch.float64)
+    for t in reversed(range(9)):
+        running = rewards[:, t] + 0.97 * running
+        returns[:, t] = running
+    states, last = linear_recurrence(
+        0.97, rewards, torch.zeros(3, dtype=torch.float64), dim=1, final=True, reverse=True
+    )
+    torch.testing.assert_close(states, returns)
+    torch.testing.assert_close(last, returns[:, 0])
+    torch.testing.assert_close(linear_recurrence_reference(0.97, rewards, None, 1, reverse=True), returns)
 
 
 def test_linear_recurrence_takes_the_dtype_of_the_first_step():
