@@ -591,6 +591,17 @@ class Training:
                 call = candidate
         if call is None:
             return Model(code, None, None, frozenset(), split, float64, half)
+        return self._moved_by(call, code, split, float64, half)
+
+    def moved_by(self, call: cst.Call) -> Model | None:
+        """The model a move puts where it is made (`nn.Linear(8, 1).to(device)`, a `return
+        Net().cuda()` of a builder): placed by `call`, its last link; None when `call` moves
+        no module to a device."""
+        if not self._moves_device(call):
+            return None
+        return self._moved_by(call, self.code(call), False, None, None)
+
+    def _moved_by(self, call: cst.Call, code: str, split: bool, float64, half) -> Model:
         method = method_name(call)
         if method == "cuda":
             return Model(code, call, None, frozenset({Place.CUDA}), split, float64, half)
@@ -2106,8 +2117,8 @@ class Training:
     def _arguments_for(self, param: cst.Param) -> list[cst.BaseExpression | None]:
         """What every call of this file passes to `param` (`Kinds.arguments`); [None] where
         that cannot be told (`self`, a function called from elsewhere)."""
-        if self.steps.class_of_instance(param.name) is not None:
-            return [None]  # `self`
+        if self.kinds.self_class(param) is not None:
+            return [None]
         found = self.kinds.arguments(param)
         return [value for _, value in found] if found else [None]
 
@@ -2314,7 +2325,7 @@ class _MatrixProducts:
         if isinstance(func, cst.Attribute):
             receiver = func.value
             if self._of_instance(func):
-                field = (training.steps.class_of_instance(receiver), func.attr.value)
+                field = (training.kinds.instance_class(receiver), func.attr.value)
                 if field in self.fields:
                     return False  # read already (`self.model = DDP(self.model)`)
                 self.fields.add(field)
@@ -2340,7 +2351,7 @@ class _MatrixProducts:
     def _of_instance(self, func: cst.Attribute) -> bool:
         """`self.x`, `obj.x`: an attribute of an instance of a class of this file."""
         receiver = func.value
-        return isinstance(receiver, cst.Name) and self.training.steps.class_of_instance(receiver) is not None
+        return isinstance(receiver, cst.Name) and self.training.kinds.instance_class(receiver) is not None
 
     def in_built(self, expr: cst.BaseExpression) -> bool | None:
         """Products of what `expr` (the value a module or function was given) builds and runs."""

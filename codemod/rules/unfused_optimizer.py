@@ -439,6 +439,10 @@ class UnfusedOptimizer(Rule):
                     self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
             elif not moved and all(training.placement.stays_on_host(found, model) for model, _ in models):
                 self._fuse(node, HOST)
+            elif found.untold is not None:
+                self.report(
+                    node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=f"; {found.why}")
+                )
             return  # moved after the optimizer is built, or spread over devices
         devices = {training.code(model.device) if model.device is not None else _moved_to(model) for model in placed}
         if len(devices) > 1:
