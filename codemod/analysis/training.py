@@ -26,6 +26,7 @@ and models imported from the user's own packages, which Kinds cannot see into.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import heapq
 from bisect import bisect_left
@@ -184,6 +185,7 @@ class Model:
     split: bool  # some of its submodules are moved on their own
     float64: cst.CSTNode | None  # what makes its weights float64, if anything visibly does
     half: cst.CSTNode | None = None  # what makes its weights float16 or bfloat16, if anything visibly does
+    owner: cst.ClassDef | None = None  # the class on whose `self` a method reads it (`self.net`), if so
 
 
 @dataclass(frozen=True)
@@ -1067,12 +1069,30 @@ class Training:
         for optimizer in optimizers:
             if optimizer.params is not None:
                 candidates.extend(self.parameter_models(optimizer.params) or ())
+        # `self` and `self.net` in a method the loop runs on `module` (`module.training_step(x)`)
+        # are that model and a part of it, not other models.
+        run_on = {
+            id(c) for c in (self.kinds.instance_class(e) for e in candidates if self.self_class_of(e) is None) if c
+        }
         for expr in candidates:
+            owner = self.self_class_of(expr)
+            if owner is not None and id(owner) in run_on:
+                continue
             code = self.code(expr)
             if code not in found:
                 found.append(code)
                 expressions.append(expr)
-        return tuple(self.model(expr, loop) for expr in expressions)
+        return tuple(
+            dataclasses.replace(self.model(expr, loop), owner=self.self_class_of(expr)) for expr in expressions
+        )
+
+    def self_class_of(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class whose method `expr` is read in as its `self` or a part of it (`self`,
+        `self.net`, `self.layers[0]`), else None."""
+        while isinstance(expr, (cst.Attribute, cst.Subscript)):
+            expr = expr.value
+        found = self.context.bindings.param_of(expr) if isinstance(expr, cst.Name) else None
+        return self.kinds.self_class(found[1]) if found is not None else None
 
     def parameter_models(self, params: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
         """The modules whose parameters `params` (an optimizer's first argument) is

@@ -1377,14 +1377,16 @@ class Kinds:
         """The class of this file `expr` is an instance of: the `self` of one of its methods
         (read in the method or in a function nested in it), a name every binding of which
         holds one (a construction of the class, what every call passes a parameter, what a
-        function of this file returns), or an attribute every value of which does
-        (`self.callback` set to the `callback` its constructions pass)."""
+        function of this file returns), an attribute every value of which does
+        (`self.callback` set to the `callback` its constructions pass), or such a call itself."""
         if isinstance(expr, cst.Attribute):
             if id(expr) not in self._attribute_instances:
                 self._attribute_instances[id(expr)] = (expr, None)  # (an attribute holding itself: not told)
                 values = self.attribute_values(expr)
                 self._attribute_instances[id(expr)] = (expr, self._class_of_values(values) if values else None)
             return self._attribute_instances[id(expr)][1]
+        if isinstance(expr, cst.Call):  # `Trainer(model).fit(...)`
+            return self._class_of_values([expr])
         if not isinstance(expr, cst.Name):
             return None
         scope = self.scopes.get(expr)
