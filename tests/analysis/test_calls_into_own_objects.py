@@ -66,7 +66,8 @@ def test_a_method_called_on_a_parameter_that_every_call_gives_an_instance_runs_e
 
 def test_a_parameter_given_instances_of_two_classes_calls_no_method_of_either():
     source = STEP_METHOD_OF_PARAMETER.replace(
-        "fit(Lit())", "class Other(Lit):\n    def training_step(self, x):\n        return x.sum()\n\nfit(Lit())\nfit(Other())"
+        "fit(Lit())",
+        "class Other(Lit):\n    def training_step(self, x):\n        return x.sum()\n\nfit(Lit())\nfit(Other())",
     )
     ctx = context(source)
     assert callee_name(ctx, "module.training_step(torch.randn(8, 16, device=device))") is None
@@ -116,7 +117,7 @@ def test_a_method_of_an_attribute_object_is_called_through_what_the_attribute_ho
     receiver = call_of(ctx, "self.callback.on_epoch_end(self, loss.item())").func.value
     assert ctx.kinds.instance_class(receiver).name.value == "BestCheckpoint"
     assert callee_name(ctx, "self.callback.on_epoch_end(self, loss.item())") == "on_epoch_end"
-    save = call_of(ctx, 'torch.save(trainer.model.state_dict(), self.path)')
+    save = call_of(ctx, "torch.save(trainer.model.state_dict(), self.path)")
     assert [ctx.line(site.loop) for site in ctx.loops.runs_in(save)] == [18]
 
 
