@@ -244,22 +244,22 @@ class ModelSites:
         """Raises when the model is `self.x` of another class than the one whose method runs
         the loop: the loop reaches it through a call of that class's method."""
         if owner is not None and owner is not facts.class_of(self.context, self._step_function(loop)):
-            raise NotDistributable(
-                loop.loop,
-                f"the loop trains `{code}` of a `{owner.name.value}`, whose method it calls; PM601 wraps a "
-                "model that the function running the loop builds or is given",
-            )
+            raise self._outside(loop, code, owner)
+
+    @staticmethod
+    def _outside(loop, code: str, owner: cst.ClassDef) -> NotDistributable:
+        return NotDistributable(
+            loop.loop,
+            f"`{code}` is an attribute of `{owner.name.value}`, whose methods the loop calls from outside "
+            "the class; PM601 rewrites a trainer class whose own method runs the training loop",
+        )
 
     def _attribute_origin(self, loop, code: str, scope, handles) -> ModelSite:
         classdef = facts.class_of(self.context, scope)
         if classdef is None:
             owner = self._optimizer_class(loop)
             if owner is not None:  # `trainer.step(...)` called by a loop outside the class
-                raise NotDistributable(
-                    loop.loop,
-                    f"`{code}` is an attribute of `{owner.name.value}`, whose methods the loop calls from outside "
-                    "the class; PM601 rewrites a trainer class whose own method runs the training loop",
-                )
+                raise self._outside(loop, code, owner)
             raise NotDistributable(loop.loop, f"`{code}` is not an attribute of a class this file defines")
         owners: dict[int, tuple[cst.FunctionDef, list]] = {}
         for method in classdef.body.body:

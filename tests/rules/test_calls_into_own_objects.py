@@ -242,4 +242,6 @@ MiniTrainer().fit(Lit(), [torch.randn(4, 8) for _ in range(3)])
 def test_a_model_of_another_class_that_the_loop_trains_through_its_methods_gets_that_reason():
     result = findings(OTHER_CLASS_MODEL, "PM601")
     (finding,) = result.findings
-    assert "the loop trains `self.model` of a `Lit`, whose method it calls" in finding.message
+    assert "`self.model` is an attribute of `Lit`, whose methods the loop calls from outside the class" in (
+        finding.message
+    )
