@@ -127,7 +127,10 @@ class UnfusedOptimizer(Rule):
     `named_parameters()`, lists filled by `append` or `extend` and added
     with `+`; another name of a model (`net = model`, `copy.deepcopy(model)`,
     `DistributedDataParallel(model)` and its `.module`, `torch.compile(model)`)
-    sits where the model does. Tensors trained directly count too: a tensor
+    sits where the model does, and a model a function of the file returns
+    (`model = build(device)` with `return nn.Linear(8, 1).to(device)`, or
+    `g, d = build(device)`) sits where that function moves it; a function
+    whose models are not all moved to one device is reported with that reason. Tensors trained directly count too: a tensor
     made with `requires_grad=True` or `requires_grad_()`, or wrapped in
     `nn.Parameter(...)`, sits where its factory's `device=` or its last
     `.to(device)` / `.cuda()` puts it (on the host without either), also in a
