@@ -256,7 +256,7 @@ CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is:
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
-MAX_RETURN_DEPTH = 4  # functions returning what another function returns, followed for an instance's class
+MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
 
 
 @dataclass(frozen=True)
