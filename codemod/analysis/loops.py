@@ -33,7 +33,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, plain_code, positional, sole_definition
-from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS, module_of_chain
+from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS
 
 if TYPE_CHECKING:
     from codemod.analysis.index import TreeIndex
@@ -147,9 +147,10 @@ class TrainingLoops:
 
     def callee(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function of this file that `call` runs: `helper(...)` for a `def helper`
-        that is the name's only binding, `self.method(...)` in a method of a class of
-        this file (or of its bases in this file), `obj.method(...)` for an `obj` bound
-        only to instances of one class of this file."""
+        that is the name's only binding, `receiver.method(...)` on an instance of a class
+        of this file (`Kinds.instance_class`: `self`, a name or attribute that holds one,
+        a parameter every call passes one) that defines the method or inherits it from
+        its bases in this file."""
         if call in self._callees:
             return self._callees[call]
         found = None
@@ -160,34 +161,11 @@ class TrainingLoops:
         if name in self._function_names:
             if isinstance(func, cst.Name):
                 found = sole_definition(self.context.scopes, func, cst.FunctionDef)
-            elif isinstance(func.value, cst.Name):
-                cls = self.class_of_instance(func.value)
+            else:
+                cls = self.context.kinds.instance_class(func.value)
                 found = local_calls(self.context).method(cls, name) if cls is not None else None
         self._callees[call] = found
         return found
-
-    def class_of_instance(self, name: cst.Name) -> cst.ClassDef | None:
-        """The class of this file that `name` is an instance of: `self` (the first
-        parameter of a method), or a name bound only to `LocalClass(...)`."""
-        function = self._index.first_enclosing(name, SCOPES)
-        if isinstance(function, cst.FunctionDef):
-            params = function.params.params
-            owner = self._parents.get(self._parents.get(function))
-            if (
-                params
-                and params[0].name.value == name.value
-                and isinstance(owner, cst.ClassDef)
-                and not any(self.code(d.decorator) == "staticmethod" for d in function.decorators)
-            ):
-                return owner
-        values = self.context.bindings.values(name)
-        classes = {
-            sole_definition(self.context.scopes, module_of_chain(v).func, cst.ClassDef)
-            if isinstance(module_of_chain(v), cst.Call)
-            else None
-            for v in values or ()
-        }
-        return classes.pop() if len(classes) == 1 else None
 
     def returned(self, call: cst.Call, index: int | None = None) -> list[cst.BaseExpression] | None:
         """What a call of a function of this file returns: the expressions of its

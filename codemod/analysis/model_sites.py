@@ -217,6 +217,7 @@ class ModelSites:
                 unknown = True
                 continue
             for model in found:
+                self._check_own(loop, self._src(model), training.self_class_of(model))
                 if self._src(model) not in trained:
                     trained.append(self._src(model))
         if len(trained) > 1:
@@ -230,6 +231,7 @@ class ModelSites:
             return trained[0]
         models = [m.expression for m in loop.models]
         if len(models) == 1 or (trained and models and models[0] == trained[0]):
+            self._check_own(loop, models[0], loop.models[0].owner)
             return models[0]
         raise NotDistributable(
             loop.loop,
@@ -238,16 +240,26 @@ class ModelSites:
             else f"it cannot tell which of {', '.join(f'`{m}`' for m in models)} the optimizer trains",
         )
 
+    def _check_own(self, loop, code: str, owner: cst.ClassDef | None) -> None:
+        """Raises when the model is `self.x` of another class than the one whose method runs
+        the loop: the loop reaches it through a call of that class's method."""
+        if owner is not None and owner is not facts.class_of(self.context, self._step_function(loop)):
+            raise self._outside(loop, code, owner)
+
+    @staticmethod
+    def _outside(loop, code: str, owner: cst.ClassDef) -> NotDistributable:
+        return NotDistributable(
+            loop.loop,
+            f"`{code}` is an attribute of `{owner.name.value}`, whose methods the loop calls from outside "
+            "the class; PM601 rewrites a trainer class whose own method runs the training loop",
+        )
+
     def _attribute_origin(self, loop, code: str, scope, handles) -> ModelSite:
         classdef = facts.class_of(self.context, scope)
         if classdef is None:
             owner = self._optimizer_class(loop)
             if owner is not None:  # `trainer.step(...)` called by a loop outside the class
-                raise NotDistributable(
-                    loop.loop,
-                    f"`{code}` is an attribute of `{owner.name.value}`, whose methods the loop calls from outside "
-                    "the class; PM601 rewrites a trainer class whose own method runs the training loop",
-                )
+                raise self._outside(loop, code, owner)
             raise NotDistributable(loop.loop, f"`{code}` is not an attribute of a class this file defines")
         owners: dict[int, tuple[cst.FunctionDef, list]] = {}
         for method in classdef.body.body:

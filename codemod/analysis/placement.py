@@ -98,7 +98,11 @@ class Placement:
                 place = found.tensors[part]
                 found.placed.append(place if isinstance(place, Model) and place.move is not None else None)
             else:
-                found.placed.append(self.model(part, where))
+                self._why = None
+                model = self.model(part, where)
+                if model is None and self._why is not None and found.untold is None:
+                    found.untold, found.why = part, self._why  # a builder's models on different devices
+                found.placed.append(model)
         return found
 
     def stays_on_host(self, parameters: Parameters, part: cst.BaseExpression) -> bool:
@@ -246,7 +250,14 @@ class Placement:
         while True:
             if isinstance(current, cst.Call) and depth < MAX_DEPTH:
                 wrapped = self._wrapped(current)
-                return self.model(wrapped, at, depth + 1) if wrapped is not None else None
+                if wrapped is not None:
+                    return self.model(wrapped, at, depth + 1)
+                moved = training.moved_by(current)
+                if moved is not None:
+                    return moved
+                # `model = build(device)`: where every `return` of the builder puts its model
+                returned = self.context.loops.returned(current)
+                return self._returned_model(current, returned, depth) if returned else None
             if isinstance(current, cst.IfExp) and depth < MAX_DEPTH:
                 return self._same_model([self.model(v, at, depth + 1) for v in (current.body, current.orelse)])
             if isinstance(current, (cst.Name, cst.Attribute)):
@@ -261,10 +272,24 @@ class Placement:
                 return None
             current = current.value
 
+    def _returned_model(self, call: cst.Call, returned: list[cst.BaseExpression], depth: int) -> Model | None:
+        """The placed model every `return` of the builder `call` runs gives; where some are
+        moved and the others are not, or are moved to other devices, None with the reason."""
+        models = [self.model(value, value, depth + 1) for value in returned]
+        placed = self._same_model(models)
+        if placed is None and any(model is not None for model in models) and self._why is None:
+            lines = " and ".join(str(self.context.line(value)) for value in returned[:2])
+            builder = self.context.source(call.func)
+            self._why = f"the models `{builder}` returns (lines {lines}) are not all moved to one device"
+        return placed
+
     def _aliased(self, expr: cst.BaseExpression, at: cst.CSTNode | None, depth: int) -> Model | None:
         """The placed model every binding of `expr` names (all on one device), else None."""
-        values = self.context.loops.values_of(expr)
-        if not values or any(v is expr for v in values):
+        if isinstance(expr, cst.Name):  # (`g, d = build(device)`: the element `g` is given)
+            values = self.context.kinds.value_sources(expr)
+        else:
+            values = self.context.loops.values_of(expr)
+        if not values or any(v is None or v is expr for v in values):
             return None
         found = []
         for value in values:  # (one binding that is not a placed model settles it)

@@ -26,6 +26,7 @@ and models imported from the user's own packages, which Kinds cannot see into.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import heapq
 from bisect import bisect_left
@@ -184,6 +185,7 @@ class Model:
     split: bool  # some of its submodules are moved on their own
     float64: cst.CSTNode | None  # what makes its weights float64, if anything visibly does
     half: cst.CSTNode | None = None  # what makes its weights float16 or bfloat16, if anything visibly does
+    owner: cst.ClassDef | None = None  # the class on whose `self` a method reads it (`self.net`), if so
 
 
 @dataclass(frozen=True)
@@ -590,6 +592,17 @@ class Training:
                 call = candidate
         if call is None:
             return Model(code, None, None, frozenset(), split, float64, half)
+        return self._moved_by(call, code, split, float64, half)
+
+    def moved_by(self, call: cst.Call) -> Model | None:
+        """The model a move puts where it is made (`nn.Linear(8, 1).to(device)`, a `return
+        Net().cuda()` of a builder): placed by `call`, its last link; None when `call` moves
+        no module to a device."""
+        if not self._moves_device(call):
+            return None
+        return self._moved_by(call, self.code(call), False, None, None)
+
+    def _moved_by(self, call: cst.Call, code: str, split: bool, float64, half) -> Model:
         method = method_name(call)
         if method == "cuda":
             return Model(code, call, None, frozenset({Place.CUDA}), split, float64, half)
@@ -1055,12 +1068,30 @@ class Training:
         for optimizer in optimizers:
             if optimizer.params is not None:
                 candidates.extend(self.parameter_models(optimizer.params) or ())
+        # `self` and `self.net` in a method the loop runs on `module` (`module.training_step(x)`)
+        # are that model and a part of it, not other models.
+        run_on = {
+            id(c) for c in (self.kinds.instance_class(e) for e in candidates if self.self_class_of(e) is None) if c
+        }
         for expr in candidates:
+            owner = self.self_class_of(expr)
+            if owner is not None and id(owner) in run_on:
+                continue
             code = self.code(expr)
             if code not in found:
                 found.append(code)
                 expressions.append(expr)
-        return tuple(self.model(expr, loop) for expr in expressions)
+        return tuple(
+            dataclasses.replace(self.model(expr, loop), owner=self.self_class_of(expr)) for expr in expressions
+        )
+
+    def self_class_of(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+        """The class whose method `expr` is read in as its `self` or a part of it (`self`,
+        `self.net`, `self.layers[0]`), else None."""
+        while isinstance(expr, (cst.Attribute, cst.Subscript)):
+            expr = expr.value
+        found = self.context.bindings.param_of(expr) if isinstance(expr, cst.Name) else None
+        return self.kinds.self_class(found[1]) if found is not None else None
 
     def parameter_models(self, params: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
         """The modules whose parameters `params` (an optimizer's first argument) is
@@ -2258,7 +2289,7 @@ class _MatrixProducts:
         if isinstance(func, cst.Attribute):
             receiver = func.value
             if self._of_instance(func):
-                field = (training.steps.class_of_instance(receiver), func.attr.value)
+                field = (training.kinds.instance_class(receiver), func.attr.value)
                 if field in self.fields:
                     return False  # read already (`self.model = DDP(self.model)`)
                 self.fields.add(field)
@@ -2284,7 +2315,7 @@ class _MatrixProducts:
     def _of_instance(self, func: cst.Attribute) -> bool:
         """`self.x`, `obj.x`: an attribute of an instance of a class of this file."""
         receiver = func.value
-        return isinstance(receiver, cst.Name) and self.training.steps.class_of_instance(receiver) is not None
+        return isinstance(receiver, cst.Name) and self.training.kinds.instance_class(receiver) is not None
 
     def in_built(self, expr: cst.BaseExpression) -> bool | None:
         """Products of what `expr` (the value a module or function was given) builds and runs."""

@@ -256,6 +256,7 @@ CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is:
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
+MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,7 @@ class Kinds:
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] | None = None
         self._instances = PerBindings()  # the local class bindings hold an instance of
         self._sources_of_bindings: dict[tuple[int, ...], tuple[list, list]] = {}  # see reaching_sources
+        self._attribute_instances: dict[int, tuple[cst.Attribute, cst.ClassDef | None]] = {}  # ... and attributes
         # Binding node -> its statement, and where the binding takes effect: a name bound
         # many times is looked up from each of its uses.
         self._binding_statements: dict[int, cst.CSTNode] = {}
@@ -542,10 +544,17 @@ class Kinds:
             found = self._scope_bindings[id(scope)] = (scope, table)  # the scope is kept: its id stays unique
         return found[1]
 
-    def element(self, value: cst.BaseExpression, index: int) -> cst.BaseExpression | None:
+    def element(self, value: cst.BaseExpression, index: int, depth: int = 0) -> cst.BaseExpression | None:
         """What `a, b = value` gives its `index`-th name: that element of a tuple or list
         display, or that argument of a set-up call that hands back what it is given, in
-        order (`model, opt = accelerator.prepare(model, opt)`); None otherwise."""
+        order (`model, opt = accelerator.prepare(model, opt)`), or that element of what a
+        function of this file returns where it has one `return` (`g, d = build(device)`);
+        None otherwise."""
+        if isinstance(value, cst.Call) and depth < MAX_RETURN_DEPTH:
+            function = self._local_callee(value)
+            returns, yields = self.exits(function) if function is not None else ((), ())
+            if len(returns) == 1 and not yields and returns[0].value is not None:
+                return self.element(returns[0].value, index, depth + 1)
         if isinstance(value, (cst.Tuple, cst.List)):
             elements = value.elements
             if index < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements):
@@ -839,6 +848,10 @@ class Kinds:
             result = facts[0]
             for fact in facts[1:]:
                 result = result.join(fact)
+            if result.kind is Kind.MODULE:
+                owner = self._fact(expr.value)
+                if owner.kind is Kind.MODULE:  # a submodule moves with its module (`model.to(device)`)
+                    result = Fact(Kind.MODULE, result.place.join(owner.place))
             if result.kind is not Kind.UNKNOWN:
                 return result
         if attr == "device":
@@ -1421,8 +1434,18 @@ class Kinds:
 
     def instance_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
         """The class of this file `expr` is an instance of: the `self` of one of its methods
-        (read in the method or in a function nested in it), or a name every binding of which
-        calls the class."""
+        (read in the method or in a function nested in it), a name every binding of which
+        holds one (a construction of the class, what every call passes a parameter, what a
+        function of this file returns), an attribute every value of which does
+        (`self.callback` set to the `callback` its constructions pass), or such a call itself."""
+        if isinstance(expr, cst.Attribute):
+            if id(expr) not in self._attribute_instances:
+                self._attribute_instances[id(expr)] = (expr, None)  # (an attribute holding itself: not told)
+                values = self.attribute_values(expr)
+                self._attribute_instances[id(expr)] = (expr, self._class_of_values(values) if values else None)
+            return self._attribute_instances[id(expr)][1]
+        if isinstance(expr, cst.Call):  # `Trainer(model).fit(...)`
+            return self._class_of_values([expr])
         if not isinstance(expr, cst.Name):
             return None
         scope = self.scopes.get(expr)
@@ -1475,13 +1498,24 @@ class Kinds:
             ):
                 return None
             values.append(statement.value)
+        return self._class_of_values(values)
+
+    def _class_of_values(self, values: list[cst.BaseExpression], depth: int = 0) -> cst.ClassDef | None:
+        """The one class of this file every value is an instance of, else None."""
         classes = {}
         for value in values:
             value, returning_self = chain_of_module_methods(value)  # `Net().to(device).train()` is the `Net`
-            if isinstance(value, cst.Name):  # `train(model)`, `net = model.to(device)`
+            if isinstance(value, (cst.Name, cst.Attribute)):  # `train(model)`, `net = model.to(device)`
                 classdef = self.instance_class(value)
+            elif isinstance(value, cst.Call):
+                classdef = self.local_class(value.func)
+                function = self._local_callee(value) if classdef is None and depth < MAX_RETURN_DEPTH else None
+                returns, yields = self.exits(function) if function is not None else ((), ())
+                if returns and not yields and all(r.value is not None for r in returns):
+                    # `model = build(device)`: what every `return` of `build` gives
+                    classdef = self._class_of_values([r.value for r in returns], depth + 1)
             else:
-                classdef = self.local_class(value.func) if isinstance(value, cst.Call) else None
+                classdef = None
             if classdef is None or returning_self & _method_names(classdef):
                 return None  # (a class of its own `to` may return anything)
             classes[id(classdef)] = classdef

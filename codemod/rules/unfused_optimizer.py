@@ -127,7 +127,10 @@ class UnfusedOptimizer(Rule):
     `named_parameters()`, lists filled by `append` or `extend` and added
     with `+`; another name of a model (`net = model`, `copy.deepcopy(model)`,
     `DistributedDataParallel(model)` and its `.module`, `torch.compile(model)`)
-    sits where the model does. Tensors trained directly count too: a tensor
+    sits where the model does, and a model a function of the file returns
+    (`model = build(device)` with `return nn.Linear(8, 1).to(device)`, or
+    `g, d = build(device)`) sits where that function moves it; a function
+    whose models are not all moved to one device is reported with that reason. Tensors trained directly count too: a tensor
     made with `requires_grad=True` or `requires_grad_()`, or wrapped in
     `nn.Parameter(...)`, sits where its factory's `device=` or its last
     `.to(device)` / `.cuda()` puts it (on the host without either), also in a
@@ -439,6 +442,10 @@ class UnfusedOptimizer(Rule):
                     self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
             elif not moved and all(training.placement.stays_on_host(found, model) for model, _ in models):
                 self._fuse(node, HOST)
+            elif found.untold is not None:
+                self.report(
+                    node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=f"; {found.why}")
+                )
             return  # moved after the optimizer is built, or spread over devices
         devices = {training.code(model.device) if model.device is not None else _moved_to(model) for model in placed}
         if len(devices) > 1:

@@ -49,7 +49,7 @@ def test_a_parameter_holds_what_every_call_passes_or_its_default():
     assert [ctx.source(v) for v in ctx.loops.values_of(name_in(ctx, "train", "scale"))] == ["2.0", "3.0"]
 
 
-def test_a_parameter_that_a_call_hides_or_a_method_or_no_call_tells_holds_nothing_known():
+def test_a_parameter_that_a_call_hides_or_no_call_tells_holds_nothing_known():
     ctx = context(
         """\
         def train(model):
@@ -67,8 +67,10 @@ def test_a_parameter_that_a_call_hides_or_a_method_or_no_call_tells_holds_nothin
         Trainer().run(2)
         """
     )
-    for function in ("train", "fit", "run"):
+    for function in ("train", "fit"):
         assert ctx.loops.values_of(name_in(ctx, function, "model")) == []
+    # a method called on a construction of its class: the instance is told, and so what it passes
+    assert [ctx.source(v) for v in ctx.loops.values_of(name_in(ctx, "run", "model"))] == ["2"]
 
 
 def test_getattr_of_torch_nn_with_a_variable_may_name_any_of_its_classes():
