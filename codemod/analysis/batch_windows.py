@@ -485,8 +485,31 @@ class BatchWindows:
             return unlike
         others = [n for n in self._names(loop.body, i) if id(n) not in understood]
         if others:
-            return f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
+            return self._shifted_window(plan, others[0]) or (
+                f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
+            )
         return None
+
+    def _shifted_window(self, plan: WindowPlan, use: cst.Name) -> str | None:
+        """Why the windows are no batches of rows when `use` (of the counter) bounds a slice of
+        a tensor the batches are cut from, at another offset: `data[i + 1:i + 51]` beside the
+        batch `data[i:i + 50]`, the next-token targets of its inputs."""
+        subscript = self.context.index.first_enclosing(use, cst.Subscript)
+        if subscript is None or not any(
+            isinstance(element.slice, cst.Slice) and self.context.inside(use, element.slice)
+            for element in subscript.slice
+        ):
+            return None
+        tensor = self.context.source(subscript.value)
+        batch = next((w for w in plan.windows if plan.uses.get(id(w)) == tensor), None)
+        if batch is None:
+            return None
+        source = self.context.source
+        return (
+            f"`{source(subscript)}` (line {self.context.line(subscript)}) is a second window of `{tensor}` at "
+            f"another offset than the batch `{source(batch)}` (inputs and their shifted targets from one stream), "
+            "which a TensorDataset cannot express: its batches take the same rows of every tensor"
+        )
 
     def _selects_rows(self, plan: WindowPlan, window: cst.Subscript) -> bool:
         """Does the window pick rows of other data: `X[order[i:i + bs]]`, or `idx = order[i:i + bs]`

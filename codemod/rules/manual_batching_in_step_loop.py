@@ -140,7 +140,9 @@ class ManualBatchingInStepLoop(Rule):
     along a later dimension (`X[:, t:t + n]`), of a width that varies
     (`X[i:i + min(bs, ...)]`) or picked through an index array other than a
     per-epoch `torch.randperm` (a shuffled `np.arange`) are reported with the
-    reason. Batches of a Python list become a DataLoader only when the
+    reason, as are two windows of one tensor at different offsets (`data[i:i +
+    50]` and its next-token targets `data[i + 1:i + 51]`), which no
+    TensorDataset of rows gives. Batches of a Python list become a DataLoader only when the
     permutation is a fresh `torch.randperm(len(texts))` each epoch (its own
     seeded `generator=` is kept: reported), the loop counts exactly the batches
     of the list (`range(n // bs)`: `drop_last=True`; `range((n + bs - 1) //

@@ -215,3 +215,30 @@ def test_labels_drawn_to_pick_class_centers_are_no_batch():
     # the same draw whose indices only pick rows is a batch
     picked = code.replace("return centers[y] + torch.randn(n, d), y", "return centers[y], centers[y][:, 0].long() % k")
     assert [f.line for f in run(picked)[0]] == [6]
+
+
+def test_shifted_next_token_windows_of_one_stream_are_reported_as_such():
+    # `i` is used only in slices: the reason is that the targets are the inputs one step on.
+    source = """\
+import torch
+import torch.nn.functional as F
+device = "cuda" if torch.cuda.is_available() else "cpu"
+data = torch.randint(0, 20, (401,))
+emb = torch.nn.Embedding(20, 20).to(device)
+opt = torch.optim.SGD(emb.parameters(), lr=0.5)
+for i in range(0, len(data) - 1, 50):
+    xb, yb = data[i:i + 50], data[i + 1:i + 51]
+    loss = F.cross_entropy(emb(xb.to(device)), yb.to(device))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    result = process_source(
+        source.encode(), "<test>", Settings(select=("PM202",), level=Level.UNSAFE), [ManualBatchingInStepLoop]
+    )
+    (finding,) = result.findings
+    assert not finding.fixable
+    assert "`data[i + 1:i + 51]` (line 8) is a second window of `data` at another offset than the batch" in (
+        finding.message
+    )
+    assert "used for more than slicing" not in finding.message
