@@ -292,8 +292,8 @@ class BatchCopiedInTheStep(Rule):
         found = self._loader_and_batch(loop.iter, loop.target)
         if found is None:
             return (
-                f"the loop iterates `{self.context.source(loop.iter)}`, which may be something other than a "
-                "DataLoader of this file (iterated directly or through enumerate, iter or tqdm)"
+                f"the loop iterates `{self.context.source(loop.iter)}`, not one DataLoader of this file (directly, "
+                "or through enumerate, iter or tqdm)"
             )
         loader_expr, batch = found
         names = _batch_names(batch)

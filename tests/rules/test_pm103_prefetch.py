@@ -166,7 +166,7 @@ def pm103_messages(source: str) -> list[str]:
         (
             "collate_fn=None",
             "batches = loader if sys.argv else []\nfor batch in batches:\n" + DICT_COPY,
-            "the loop iterates `batches`, which may be something other than a DataLoader of this file",
+            "the loop iterates `batches`, not one DataLoader of this file",
         ),
         (
             "collate_fn=None",
