@@ -24,9 +24,9 @@ torch.manual_seed(0)
 p = argparse.ArgumentParser()
 p.add_argument("--bs", type=int, default=128)
 args = p.parse_args()
-X = torch.rand(1000, 16)
+X = torch.rand(1000, 2500) / 50  # batches of 1.3 MB: a DataLoader pays
 Y = torch.rand(1000, 1)
-model = torch.nn.Linear(16, 1)
+model = torch.nn.Linear(2500, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
 for epoch in range(2):
     for xb, yb in zip(X.split(args.bs), Y.split(args.bs)):
@@ -43,9 +43,9 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 STEPS, BATCH = 12, 16
-X = torch.randn(STEPS * BATCH, 32)
+X = torch.randn(STEPS * BATCH, 20000) / 100  # batches of 1.3 MB: a DataLoader pays
 Y = torch.randn(STEPS * BATCH, 1)
-model = torch.nn.Linear(32, 1)
+model = torch.nn.Linear(20000, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
 for step in range(STEPS):
     xb = X[step * BATCH:(step + 1) * BATCH]

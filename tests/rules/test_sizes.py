@@ -729,3 +729,19 @@ def test_narrow_products_stay_reported_after_the_torchrun_rewrite_wraps_the_mode
     held = {f.code: f for f in result.findings if f.code in ("PM301", "PM302")}
     assert set(held) == {"PM301", "PM302"} and not any(f.applied for f in held.values())
     assert all("12 by 32" in f.message for f in held.values())
+
+
+@pytest.mark.parametrize(
+    ("tensors", "batch_size", "expected"),
+    [
+        ("X = torch.randn(96, 10)\nY = (X[:, 0] > 0).long()\n", "bs = 12\n", 12 * (10 * 4 + 8)),
+        ("X = torch.randn(96, 3, 32, 32)\nY = torch.randint(0, 9, (96,))\n", "bs = 64\n", 64 * (3 * 32 * 32 * 4 + 8)),
+        ("X = torch.load('x.pt')\nY = torch.randint(0, 9, (96,))\n", "bs = 64\n", None),  # rows of unknown size
+        ("X = torch.randn(96, 10)\nY = torch.randn(96, 1)\n", "import os\nbs = int(os.environ['BS'])\n", None),
+    ],
+)
+def test_the_bytes_of_a_batch_of_rows_of_tensors(tensors, batch_size, expected):
+    ctx = context("import torch\n" + tensors + batch_size + "print(X, Y, bs)\n")
+    printed = next(c for c in ctx.index.find(cst.Call) if ctx.source(c) == "print(X, Y, bs)")
+    x, y, bs = (arg.value for arg in printed.args)
+    assert sizes_of(ctx).rows_batch_bytes([x, y], bs) == expected
