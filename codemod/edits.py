@@ -71,7 +71,9 @@ class Remove(Edit):
     statement of a line (`a(); b()`). The comment lines right above it (no blank line
     between) describe it and go with it, as its trailing comment does; comment lines a
     blank line sets apart from it stay (unless `keep_comments` is False: a statement
-    moved elsewhere takes them along). A block left empty gets `pass`."""
+    moved elsewhere takes them along). A block left empty gets `pass`; an `if` whose body
+    is left empty and that has an `else` becomes `if not test:` over the `else` body, and
+    an `else` left empty goes."""
 
     keep_comments: bool = True
     # True when the fix does the removed statement's work another way (a prefetcher that
@@ -477,6 +479,7 @@ class _Apply(cst.CSTTransformer):
         self.items: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # statement -> what replaces it
         self.moved: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # moved statement -> what it became
         self.origins: dict[int, cst.CSTNode] = {}  # id of a rebuilt line's first small statement -> the line
+        self.emptied: set[cst.CSTNode] = set()  # blocks and one-line suites the edits left with only `pass`
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return node in self.around
@@ -502,6 +505,8 @@ class _Apply(cst.CSTTransformer):
             updated_node = self._without_parts(original_node, updated_node)
         if original_node in self.blocks:
             updated_node = self._edit_block(original_node, updated_node)
+        if isinstance(original_node, cst.If):
+            updated_node = self._without_empty_branch(original_node, updated_node)
         if (
             isinstance(updated_node, cst.SimpleStatementLine)
             and updated_node is not original_node
@@ -518,8 +523,24 @@ class _Apply(cst.CSTTransformer):
             kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
             return updated.with_changes(body=kept)
         if isinstance(original, cst.SimpleStatementSuite):
+            self.emptied.add(original)
             return updated.with_changes(body=[cst.Pass()])
         self.items[original] = []  # the whole line goes: its block drops it
+        return updated
+
+    def _without_empty_branch(self, original: cst.If, updated: cst.If) -> cst.If:
+        """An `if` with an `else` whose edits emptied one branch, as one writes it: `if not
+        test:` over the `else` body when the `if` body went, no `else` when its body went
+        (the test is evaluated as before). Kept as it is where a comment would be lost."""
+        orelse = updated.orelse
+        if not isinstance(orelse, cst.Else) or _has_comment_lines(orelse.leading_lines):
+            return updated  # an `elif` tests something else
+        body_gone = original.body in self.emptied and not _holds_comments(updated.body)
+        else_gone = original.orelse.body in self.emptied and not _holds_comments(orelse.body)
+        if body_gone and not else_gone:
+            return updated.with_changes(test=negated(updated.test), body=orelse.body, orelse=None)
+        if else_gone and not body_gone:
+            return updated.with_changes(orelse=None)
         return updated
 
     def _statements_with_block_edits(self) -> set:
@@ -610,6 +631,7 @@ class _Apply(cst.CSTTransformer):
         if isinstance(updated, cst.IndentedBlock) and not statements:
             statements = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
             carried = []
+            self.emptied.add(original)
         return updated.with_changes(body=statements, footer=[*carried, *updated.footer])
 
 
@@ -619,6 +641,48 @@ def _as_statements(result: Replacement) -> list[cst.BaseStatement]:
     if isinstance(result, cst.FlattenSentinel):
         return list(result.nodes)
     return [result]
+
+
+def _has_comment_lines(lines: Sequence[cst.EmptyLine]) -> bool:
+    return any(line.comment is not None for line in lines)
+
+
+def _holds_comments(block: cst.BaseSuite) -> bool:
+    """Has the block (a `pass` left by the edits) comment lines the edits kept?"""
+    if isinstance(block, cst.SimpleStatementSuite):
+        return False
+    return _has_comment_lines(block.footer) or any(_has_comment_lines(s.leading_lines) for s in block.body)
+
+
+# `a == b` is false exactly where `a != b` is true (Python's default `__ne__` inverts `__eq__`).
+OPPOSITE_COMPARISONS = {
+    cst.Equal: cst.NotEqual,
+    cst.NotEqual: cst.Equal,
+    cst.Is: cst.IsNot,
+    cst.IsNot: cst.Is,
+    cst.In: cst.NotIn,
+    cst.NotIn: cst.In,
+}
+# Expressions that bind more loosely than `not`, or that `not` cannot take bare.
+LOOSER_THAN_NOT = (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)
+
+
+def negated(test: cst.BaseExpression) -> cst.BaseExpression:
+    """The `if` test that holds where `test` does not, as one writes it: `x` for `not x`,
+    `a != b` for `a == b`, `not (a and b)`."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and not test.lpar:
+        return test.expression
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not test.lpar:
+        target = test.comparisons[0]
+        opposite = OPPOSITE_COMPARISONS.get(type(target.operator))
+        if opposite is not None:
+            operator = opposite(
+                whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after
+            )
+            return test.with_changes(comparisons=[target.with_changes(operator=operator)])
+    if isinstance(test, LOOSER_THAN_NOT) and not test.lpar:
+        test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.UnaryOperation(operator=cst.Not(), expression=test)
 
 
 def _has_comments(statement: cst.BaseStatement, detached: bool = False) -> bool:

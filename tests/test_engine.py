@@ -210,6 +210,40 @@ def test_a_removed_statement_takes_its_own_comments_and_an_emptied_block_gets_pa
     assert result.new_source.decode() == "if ok:\n    pass\nx = 1\n"
 
 
+BRANCH_LEFT_EMPTY = [
+    ("if ok:\n        drop()\n    else:\n        x = 1\n", "if not ok:\n        x = 1\n"),
+    ("if not ok:\n        drop()\n    else:\n        x = 1\n", "if ok:\n        x = 1\n"),
+    ("if a == b:\n        drop()\n    else:\n        x = 1\n", "if a != b:\n        x = 1\n"),
+    ("if a is not b:\n        drop()\n    else:\n        x = 1\n", "if a is b:\n        x = 1\n"),
+    ("if a in (b,):\n        drop()\n    else:\n        x = 1\n", "if a not in (b,):\n        x = 1\n"),
+    ("if a and b:\n        drop()\n    else:\n        x = 1\n", "if not (a and b):\n        x = 1\n"),
+    ("if a < b:\n        drop()\n    else:\n        x = 1\n", "if not a < b:\n        x = 1\n"),
+    ("if ok:\n        x = 1\n    else:\n        drop()\n", "if ok:\n        x = 1\n"),
+    # an `elif` tests something else, and a comment above `else:` would be lost
+    ("if a:\n        drop()\n    elif b:\n        x = 1\n", "if a:\n        pass\n    elif b:\n        x = 1\n"),
+    (
+        "if ok:\n        drop()\n    # else\n    else:\n        x = 1\n",
+        "if ok:\n        pass\n    # else\n    else:\n        x = 1\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("branches", "expected"), BRANCH_LEFT_EMPTY)
+def test_an_if_whose_body_the_fixes_empty_takes_its_else_under_the_negated_test(branches, expected):
+    source = f"def f(ok, a, b):\n    x = 0\n    {branches}    return x\n"
+    result = run(source, rules=[DropStatementsCallingDrop])
+    new = result.new_source.decode()
+    assert new == f"def f(ok, a, b):\n    x = 0\n    {expected}    return x\n"
+    before, after = {"drop": lambda: None}, {}
+    exec(source, before)
+    exec(new, after)
+    for ok in (True, False, 0, 1):
+        for a, b in ((1, 1), (1, 2), (float("nan"), float("nan")), (None, None)):
+            if a is None and "<" in branches:
+                continue
+            assert before["f"](ok, a, b) == after["f"](ok, a, b)
+
+
 def test_comments_set_apart_from_a_removed_statement_and_above_statements_that_stay_stay():
     source = (
         "setup()\n# -- the loop --\n\n# free memory\ngc.drop()\n# the step\nstep()  # one step\n"

@@ -78,7 +78,7 @@ def test_a_message_of_a_real_later_pass_names_lines_of_the_file_as_written():
         '    device = "cuda" if torch.cuda.is_available() else "cpu"\n'
         "    model = nn.Linear(32, 32).to(device)\n"
         "    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n"
-        "    X = torch.randn(64, 5, 32)\n    for epoch in range(2):\n        perm = torch.randperm(X.size(0))\n"
+        "    X = torch.randn(64, 640, 32)\n    for epoch in range(2):\n        perm = torch.randperm(X.size(0))\n"
         "        for i in range(0, X.size(0), 16):\n            xb = X[perm[i:i + 16]].to(device)\n"
         "            loss = F.mse_loss(model(xb), xb)\n            opt.zero_grad()\n"
         "            loss.backward()\n            opt.step()\n"

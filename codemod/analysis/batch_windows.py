@@ -40,6 +40,9 @@ API (`batch_windows(context)`):
 - `anchor_for(loop, needed)`: the outermost loop around `loop` in which none of `needed`
   is re-bound (a loader is built before it); `unused_permutation(plan, anchor)`: the
   `perm = torch.randperm(n)` line that only the windows read.
+- `loader_gains_nothing(tensors, batch_size)`: why a DataLoader over those tensors would
+  buy nothing (batches known to be too small for overlapped copies to matter), or None;
+  `tensors_read(plan)`: the reads of a plan's tensors.
 - `loader_blocked(targets)`: why batches bound to `targets` cannot come from a
   DataLoader over a TensorDataset (one is written in place, a name is taken), or None.
 - `list_batch(batch)`: for a loaders.ListBatch (a permutation of a Python list, looked
@@ -62,6 +65,7 @@ from libcst.metadata import Assignment, ImportAssignment
 from codemod.analysis import match as m
 from codemod.analysis.names import fresh_name, integer_value, names_read, number_value, positional
 from codemod.analysis.project import project_of
+from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.tensor_splits import bound_in
 from codemod.analysis.tokenizers import tokenizers
@@ -251,6 +255,23 @@ class BatchWindows:
             return None
         reads = {id(access.node) for access in scope.accesses[plan.permutation]}
         return line if reads <= plan.permutation_reads else None
+
+    def tensors_read(self, plan: WindowPlan) -> list[cst.BaseExpression]:
+        """The reads of the plan's tensors in its windows, one per tensor, in order."""
+        return [self._a_use(plan, name).value for name in plan.tensors]
+
+    def loader_gains_nothing(self, tensors: list[cst.BaseExpression], batch_size: cst.BaseExpression) -> str | None:
+        """Why a DataLoader over `tensors`, held in memory, buys nothing, when that is known:
+        its batches of `batch_size` rows are too small for the pinned, overlapped copies it
+        allows to hide anything, and it costs more host time per batch than a slice."""
+        size = sizes_of(self.context).rows_batch_bytes(tensors, batch_size)
+        if size is None or size >= MIN_COPY_BYTES:
+            return None
+        return (
+            f"{small_copy(size)}, so the pinned, overlapped copies a DataLoader allows (PM102, PM103) would hide next "
+            "to nothing, while it fetches rows of tensors already in memory one by one and stacks them, more host "
+            "time per batch than one slice"
+        )
 
     def loader_blocked(self, targets: list[cst.BaseExpression]) -> str | None:
         for target in targets:
@@ -485,8 +506,31 @@ class BatchWindows:
             return unlike
         others = [n for n in self._names(loop.body, i) if id(n) not in understood]
         if others:
-            return f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
+            return self._shifted_window(plan, others[0]) or (
+                f"`{i}` is used for more than slicing (line {self.context.line(others[0])})"
+            )
         return None
+
+    def _shifted_window(self, plan: WindowPlan, use: cst.Name) -> str | None:
+        """Why the windows are no batches of rows when `use` (of the counter) bounds a slice of
+        a tensor the batches are cut from, at another offset: `data[i + 1:i + 51]` beside the
+        batch `data[i:i + 50]`, the next-token targets of its inputs."""
+        subscript = self.context.index.first_enclosing(use, cst.Subscript)
+        if subscript is None or not any(
+            isinstance(element.slice, cst.Slice) and self.context.inside(use, element.slice)
+            for element in subscript.slice
+        ):
+            return None
+        tensor = self.context.source(subscript.value)
+        batch = next((w for w in plan.windows if plan.uses.get(id(w)) == tensor), None)
+        if batch is None:
+            return None
+        source = self.context.source
+        return (
+            f"`{source(subscript)}` (line {self.context.line(subscript)}) is a second window of `{tensor}` at "
+            f"another offset than the batch `{source(batch)}` (inputs and their shifted targets from one stream), "
+            "which a TensorDataset cannot express: its batches take the same rows of every tensor"
+        )
 
     def _selects_rows(self, plan: WindowPlan, window: cst.Subscript) -> bool:
         """Does the window pick rows of other data: `X[order[i:i + bs]]`, or `idx = order[i:i + bs]`

@@ -1232,7 +1232,6 @@ class StepReads:
         literal_kinds = {type(v) for _, v in total.literals}
         term_dtypes = {dtype_of(t) for t, _ in terms}
         int_sum = term_dtypes == {INT64} and literal_kinds <= {cst.Integer} and all(bare for _, bare in terms)
-        first = sync_of(terms[0][0])
         if not int_sum:
             if self.a.no_float64:
                 raise Kept("this file may run on MPS or XLA, which have no float64 for the running sum")
@@ -1240,15 +1239,22 @@ class StepReads:
             if unknown:
                 raise Kept(f"perfmod cannot tell that `{self.a.code(unknown[0])}` reads a tensor")
             if cst.Integer in literal_kinds and term_dtypes != {FLOAT}:
+                unknown = next((sync_of(t) for t, _ in terms if dtype_of(t) is None), None)
+                if unknown is None:
+                    integer = next(sync_of(t) for t, _ in terms if dtype_of(t) != FLOAT)
+                    raise Kept(
+                        f"{total.label} starts as an int, and whether it stays one depends on the arithmetic on "
+                        f"`{self.a.code(integer)}` (an integer), while a sum kept on the device is float64"
+                    )
                 raise Kept(
                     f"{total.label} starts as an int and perfmod cannot tell whether "
-                    f"`{self.a.code(first)}` gives an int or a float"
+                    f"`{self.a.code(unknown)}` gives an int or a float"
                 )
-            dtypes = {id(t): dtype_of(t) for t, _ in terms}
-            for term, bare in terms:
-                if bare or dtypes[id(term)] == FLOAT or self._scaled_count(term, dtypes):
-                    continue
-                raise Kept(f"perfmod cannot tell whether `{self.a.code(sync_of(term))}` gives an int or a float")
+            # A term of known dtype enters the float64 sum through `.double()`: `+ - * /` with
+            # Python numbers then round as Python's do (its integers are exact doubles below 2**53).
+            unknown = next((sync_of(t) for t, bare in terms if not bare and dtype_of(t) is None), None)
+            if unknown is not None:
+                raise Kept(f"perfmod cannot tell whether `{self.a.code(unknown)}` gives an int or a float")
 
         for use in total.reads:
             self._check_read(use, total, int_sum)
@@ -1322,17 +1328,6 @@ class StepReads:
                         f"calls a `.{name}(...)` too, where a tensor would arrive instead of a number"
                     )
         return None
-
-    def _scaled_count(self, term: cst.CSTNode, dtypes: dict[int, str | None]) -> bool:
-        """Is `term` an int64 count multiplied by a floating-point term (`loss.item() * n`)?
-        Python converts the int to a double before it multiplies, as the device does."""
-        parent = self.a.parents.get(term)
-        if dtypes[id(term)] != INT64 or not (
-            isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)
-        ):
-            return False
-        other = parent.right if parent.left is term else parent.left
-        return dtypes.get(id(other)) == FLOAT
 
     def _terms(self, accumulation, total: _Sum, syncs: list[cst.Call], carried: list[cst.Name]) -> list:
         """The syncs and carriers an accumulation adds, checked to be combined with the

@@ -688,6 +688,18 @@ class Sizes:
 
     # -- batches ---------------------------------------------------------------------------
 
+    def row_bytes(self, tensor: cst.BaseExpression, depth: int = 0) -> int | None:
+        """The bytes of one row (one index along the first dim) of `tensor`."""
+        shape = self.tensor(tensor, depth)
+        return math.prod(shape[0][1:]) * shape[1] if shape is not None and shape[0] else None
+
+    def rows_batch_bytes(self, tensors: list[cst.BaseExpression], batch_size: cst.BaseExpression) -> int | None:
+        """The bytes of a batch of `batch_size` rows of each of `tensors` (what a TensorDataset
+        of them batches); None when any of it cannot be sized."""
+        count = self.integer(batch_size)
+        rows = [self.row_bytes(tensor) for tensor in tensors]
+        return None if count is None or any(r is None for r in rows) else count * sum(rows)
+
     def loader_batch_bytes(self, loader: cst.Call) -> int | None:
         """The bytes of one batch of the DataLoader `loader` builds: its `batch_size` (1 when
         not given) times the bytes of one item of its dataset."""
@@ -766,10 +778,8 @@ class Sizes:
         if names & TENSOR_ROW_DATASETS:
             if any(a.keyword is not None or a.star for a in call.args) or not call.args:
                 return None
-            rows = [self.tensor(a.value, depth + 1) for a in call.args]
-            if any(r is None or not r[0] for r in rows):
-                return None
-            return sum(math.prod(shape[1:]) * element for shape, element in rows)
+            rows = [self.row_bytes(a.value, depth + 1) for a in call.args]
+            return None if any(r is None for r in rows) else sum(rows)
         image = next((IMAGE_DATASETS[n] for n in names if n in IMAGE_DATASETS), None)
         if image is None:
             return None

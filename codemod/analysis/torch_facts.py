@@ -1168,6 +1168,7 @@ DEVICE_CHOOSING_SETUP_METHODS = frozenset({"prepare", "setup", "initialize"})
 ARGUMENTS_IN_ORDER_SETUP_METHODS = frozenset({"prepare", "setup_dataloaders"})
 FLOAT_DTYPES = frozenset(f"torch.{n}" for n in "float float16 float32 float64 half double bfloat16".split())
 COMPLEX_DTYPES = frozenset(f"torch.{n}" for n in "complex32 complex64 complex128 chalf cfloat cdouble".split())
+INT64_DTYPES = frozenset({"torch.int64", "torch.long"})
 # Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
 # floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
 DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(

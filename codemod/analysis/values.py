@@ -126,9 +126,11 @@ from codemod.analysis.torch_facts import (
     FLOAT_RESULT_METHODS,
     GRAD_NORMS,
     HOST_ONLY_FACTORIES,
+    INT64_DTYPES,
     INT64_RESULT_METHODS,
     INT_MATH_FUNCTIONS,
     INT_TORCH_FUNCTIONS,
+    INTEGER_FACTORIES,
     LIST_BUILDERS,
     LOSS_MODULES,
     MATH_CONSTANTS,
@@ -143,6 +145,7 @@ from codemod.analysis.torch_facts import (
     READ_ONLY_METHODS,
     RETURN_TENSORS,
     SAME_PLACE_METHODS,
+    SHAPED_FACTORIES,
     SHARING_ATTRIBUTES,
     STORAGE_VIEW_METHODS,
     STRING_SPLITS,
@@ -2594,6 +2597,8 @@ class Values:
             return None
         if self._computes_loss(expr) or self.names.of(expr) & GRAD_NORMS:
             return FLOAT
+        if self.names.of(expr.func) & (SHAPED_FACTORIES | INTEGER_FACTORIES):
+            return self._made_dtype(expr)
         returned = self.context.loops.returned(expr)
         if returned is not None:  # a function of this file: what it returns
             dtypes = {self.dtype(value) for value in returned}
@@ -2616,6 +2621,18 @@ class Values:
         if method in DTYPE_KEEPING_METHODS and not expr.args:
             return self.dtype(receiver)
         return None
+
+    def _made_dtype(self, factory: cst.Call) -> str | None:
+        """The dtype a factory makes: its `dtype=`, else float32 (int64 for `randint`)."""
+        dtype = kwarg(factory, "dtype")
+        if dtype is None:
+            return INT64 if self.names.of(factory.func) & INTEGER_FACTORIES else FLOAT
+        named = self.names.of(dtype.value)
+        if named & FLOAT_DTYPES:
+            return FLOAT
+        if named & INT64_DTYPES:
+            return INT64
+        return BOOL if "torch.bool" in named else None
 
     def _operand(self, expr: cst.BaseExpression) -> tuple[str | None, bool]:
         """(dtype, whether it is a tensor) of an arithmetic operand."""

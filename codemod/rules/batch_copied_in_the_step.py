@@ -20,6 +20,10 @@ model = torch.nn.Linear(1024, 1).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 loader = DataLoader(TensorDataset(torch.randn(8192, 1024), torch.randn(8192, 1)), batch_size=512, pin_memory=True)
 """
+NOT_PLAIN_COPIES = (
+    "the batch is not copied whole by plain `x = x.to(device)` statements at the top of the loop, so perfmod "
+    "cannot tell the prefetched batch would be used the same way"
+)
 STEP = "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n"
 
 
@@ -238,9 +242,15 @@ class BatchCopiedInTheStep(Rule):
         if not loaders.feeds:
             return
         done: set[int] = set()
+        refused: dict[int, str] = {}  # id(loop) -> why its copies are not rewritten
         for loop in self.context.index.find(cst.For) if loaders.constructions else ():
-            if loaders.trains(loop) and self._check(loop):
+            if not loaders.trains(loop):
+                continue
+            why = self._check(loop)
+            if why is None:
                 done.add(id(loop))
+            else:
+                refused[id(loop)] = why
         for feed in loaders.feeds:
             if id(feed.loop) in done or not loaders.trains(feed.loop):
                 continue
@@ -272,32 +282,36 @@ class BatchCopiedInTheStep(Rule):
                     "loader, device)`); not rewritten: the copies are made in a function the loop calls"
                 )
             else:
-                why = (
-                    f"{self.MESSAGE} (line {line}); not rewritten: the batch is not copied whole by plain "
-                    "`x = x.to(device)` statements at the top of the loop, so perfmod cannot tell the prefetched "
-                    "batch would be used the same way"
-                )
+                why = f"{self.MESSAGE} (line {line}); not rewritten: {refused.get(id(feed.loop), NOT_PLAIN_COPIES)}"
             self.report(first, why)
 
-    def _check(self, loop: cst.For) -> bool:
-        """Fix the loop, or report it unpinned; False when it is not in the shape the fix needs."""
+    def _check(self, loop: cst.For) -> str | None:
+        """Fix the loop, or report why it is not fixed; None when done, else the reason its
+        copies are not rewritten, for the report of the loop's copies."""
         loaders = self.context.loaders
         found = self._loader_and_batch(loop.iter, loop.target)
         if found is None:
-            return False
+            return (
+                f"the loop iterates `{self.context.source(loop.iter)}`, not one DataLoader of this file (directly, "
+                "or through enumerate, iter or tqdm)"
+            )
         loader_expr, batch = found
         names = _batch_names(batch)
         if names is None or not isinstance(loop.body, cst.IndentedBlock):
-            return False
+            return NOT_PLAIN_COPIES
         copies = self._copy_statements(loop, names)
-        if copies is None:
-            return False
+        if isinstance(copies, str):
+            return copies
         statements, device = copies
         if self.context.kinds.device_place(device) is Place.HOST:
-            return True  # copies to the CPU: nothing to prefetch
+            return None  # copies to the CPU: nothing to prefetch
         sources = loaders.sources(loader_expr, (), 0)
-        if not sources or not all(self._yields_plain_batches(loader) for loader in sources):
-            return False
+        if not sources:
+            return NOT_PLAIN_COPIES
+        for loader in sources:
+            why = self._not_plain_batches(loader)
+            if why is not None:
+                return why
         if not all(self._is_pinned(loader) for loader in sources):
             line = self.context.line(sources[0])
             self.report(
@@ -305,7 +319,7 @@ class BatchCopiedInTheStep(Rule):
                 self.MESSAGE + f"; the DataLoader on line {line} is not pinned, so the copies could not "
                 "overlap: pass pin_memory (PM102) and run again",
             )
-            return True
+            return None
 
         batches = [sizes_of(self.context).loader_batch_bytes(loader) for loader in sources]
         if all(size is not None for size in batches) and max(batches) < MIN_COPY_BYTES:
@@ -313,7 +327,7 @@ class BatchCopiedInTheStep(Rule):
                 loop,
                 f"{self.MESSAGE}; not rewritten: {small_copy(max(batches))}, so prefetching it hides next to nothing",
             )
-            return True
+            return None
 
         def prefetched(updated: cst.BaseExpression) -> cst.Call:
             return cst.Call(
@@ -326,7 +340,7 @@ class BatchCopiedInTheStep(Rule):
 
         edits = [Replace(loader_expr, prefetched), *(Remove(statement, supersedes=True) for statement in statements)]
         self.report(loop, self.MESSAGE, edits=edits, imports=[IMPORT])
-        return True
+        return None
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -351,7 +365,7 @@ class BatchCopiedInTheStep(Rule):
 
     def _copy_statements(self, loop: cst.For, names: list[str]):
         """(the statements of the loop body that copy the batch, the device expression) when
-        every batch name is copied to one device before any other use; else None."""
+        every batch name is copied to one device before any other use; else why not."""
         pending, statements, devices = set(names), [], []
         body = loop.body.body
         for statement in body:
@@ -364,15 +378,18 @@ class BatchCopiedInTheStep(Rule):
                 devices.extend(copied.values())
                 continue
             if self._mentions(statement, pending):
-                return None
+                return NOT_PLAIN_COPIES
         if pending or len(statements) == len(body):
-            return None
-        codes = {self.context.source(device) for device in devices}
-        if len(codes) != 1 or len(devices) != len(names):
-            return None
+            return NOT_PLAIN_COPIES
+        codes = list(dict.fromkeys(self.context.source(device) for device in devices))
+        if len(codes) != 1:
+            return f"the batch is copied to more than one device ({', '.join(f'`{code}`' for code in codes)})"
         device = devices[0]
         if not isinstance(device, cst.SimpleString) and not self.context.training.defined_before(device, loop):
-            return None
+            return (
+                f"the device `{codes[0]}` is bound inside the loop, and the prefetcher, built before the loop, "
+                "would copy to the one bound before it"
+            )
         return statements, device
 
     def _copied_names(self, statement: cst.BaseStatement) -> dict[str, cst.BaseExpression] | None:
@@ -482,19 +499,26 @@ class BatchCopiedInTheStep(Rule):
 
     # -- the loader --------------------------------------------------------------------------
 
-    def _yields_plain_batches(self, loader: cst.Call) -> bool:
-        """Default collation (batches of tensors, mappings, sequences), host data, no own __iter__."""
-        loaders = self.context.loaders
+    def _not_plain_batches(self, loader: cst.Call) -> str | None:
+        """Why the loader's batches may not be what the prefetcher copies (tensors, mappings
+        and sequences of them, collated on the host), if they may not."""
+        loaders, source = self.context.loaders, self.context.source
+        built = f"the DataLoader on line {self.context.line(loader)}"
         if loaders.overridden_subclass(loader):
-            return False
+            return f"{built} is a class of this file that overrides `__init__` or `__iter__`"
         collate = loaders.collate(loader)
         if collate is not None and not loaders.collates_tensors(collate, 0):
-            return False
+            return (
+                f"{built} batches with its own collate_fn `{source(collate)}`, which perfmod cannot tell returns "
+                "only tensors and mappings or sequences of them (what the prefetcher copies)"
+            )
         if any(arg.star for arg in loader.args):
             literal = loaders.star_kwargs_keys(loader, either=True)
             if literal is None or "collate_fn" in literal:
-                return False
-        return not loaders.may_hold_device_data(loaders.dataset(loader), 0)
+                return f"{built} takes settings from a `**` dict that may give it a collate_fn"
+        if loaders.may_hold_device_data(loaders.dataset(loader), 0):
+            return f"the dataset of {built} may hold tensors already on a device, which the prefetcher does not take"
+        return None
 
     def _is_pinned(self, loader: cst.Call) -> bool:
         """Is `pin_memory` passed and not False, or will PM102, selected in this run, pass it?"""

@@ -22,10 +22,11 @@ RANDOM_WHY = (
 )
 LOADER_NAMES = ("loader", "train_loader", "batches")
 
+# Rows of 20,000 features: a batch of 16 holds 1.3 MB, large enough for a DataLoader to pay.
 PREAMBLE = """\
 import torch
-X, Y = torch.randn(100, 8), torch.randn(100, 1)
-model = torch.nn.Linear(8, 1)
+X, Y = torch.randn(100, 20000), torch.randn(100, 1)
+model = torch.nn.Linear(20000, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 bs = 16
 """
@@ -89,6 +90,11 @@ class ManualBatchingInStepLoop(Rule):
     and for tensors, pinned memory and copies overlapped on a GPU (PM102,
     PM103; PM201 gives no workers to rows of tensors already in memory,
     where they would only move the indexing).
+    So batches of tensors perfmod can size (tensors of known shape, a batch
+    size it can read) and finds under 1.25 MB are reported without a fix: such
+    a batch copies to the GPU in under 50 us even from pinned memory (the time
+    the host takes to launch ten kernels; PM103 does not prefetch it either),
+    so the DataLoader would only add its per-row fetching to every step.
     Random crops are cheap too: 12 crops of 1,024 tokens from a memory-mapped
     file took 0.24 ms per batch, 64 crops of 256 from an in-memory tensor 0.6
     ms (CPU, page cache warm). There the finding is about the sampling (with
@@ -140,7 +146,9 @@ class ManualBatchingInStepLoop(Rule):
     along a later dimension (`X[:, t:t + n]`), of a width that varies
     (`X[i:i + min(bs, ...)]`) or picked through an index array other than a
     per-epoch `torch.randperm` (a shuffled `np.arange`) are reported with the
-    reason. Batches of a Python list become a DataLoader only when the
+    reason, as are two windows of one tensor at different offsets (`data[i:i +
+    50]` and its next-token targets `data[i + 1:i + 51]`), which no
+    TensorDataset of rows gives. Batches of a Python list become a DataLoader only when the
     permutation is a fresh `torch.randperm(len(texts))` each epoch (its own
     seeded `generator=` is kept: reported), the loop counts exactly the batches
     of the list (`range(n // bs)`: `drop_last=True`; `range((n + bs - 1) //
@@ -202,14 +210,14 @@ class ManualBatchingInStepLoop(Rule):
         ),
         Invalid(
             PREAMBLE.replace(
-                "X, Y = torch.randn(100, 8), torch.randn(100, 1)",
-                "n = 100\nX, Y = torch.randn(n, 8), torch.randn(n, 1)",
+                "X, Y = torch.randn(100, 20000), torch.randn(100, 1)",
+                "n = 100\nX, Y = torch.randn(n, 20000), torch.randn(n, 1)",
             )
             + "for i in range(0, n, bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n"
             + STEP,
             FIXED_PREAMBLE.replace(
-                "X, Y = torch.randn(100, 8), torch.randn(100, 1)",
-                "n = 100\nX, Y = torch.randn(n, 8), torch.randn(n, 1)",
+                "X, Y = torch.randn(100, 20000), torch.randn(100, 1)",
+                "n = 100\nX, Y = torch.randn(n, 20000), torch.randn(n, 1)",
             )
             + "loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=False)\nfor xb, yb in loader:\n"
             + STEP,
@@ -266,6 +274,13 @@ class ManualBatchingInStepLoop(Rule):
             "the index is used for more than slicing",
         ),
         Invalid(
+            PREAMBLE.replace("20000", "8")
+            + "for i in range(0, len(X), bs):\n    xb, yb = X[i:i + bs], Y[i:i + bs]\n"
+            + STEP,
+            None,
+            "batches of 576 bytes: a DataLoader over tensors in memory would cost more than it hides",
+        ),
+        Invalid(
             PREAMBLE + "def get_batch():\n    idx = torch.randint(0, len(X), (bs,))\n    return X[idx], Y[idx]\n\n\n"
             "for step in range(100):\n    xb, yb = get_batch()\n" + STEP,
             None,
@@ -314,11 +329,14 @@ class ManualBatchingInStepLoop(Rule):
         plan = windows.of(node)
         if plan is None or plan.problem == "" or suppressed_on(node, self.CODE):
             return  # not manual batching, or batches that are not to be changed
-        if plan.problem is not None:
+        problem = plan.problem
+        if problem is None:
+            problem = windows.loader_gains_nothing(windows.tensors_read(plan), plan.batch_size)
+        if problem is not None:
             self.report(
                 node,
                 f"batches are cut from in-memory data by hand in this training loop; not rewritten "
-                f"to a DataLoader because {plan.problem}",
+                f"to a DataLoader because {problem}",
             )
             return
         self._fix(plan)
@@ -399,6 +417,8 @@ class ManualBatchingInStepLoop(Rule):
             return
         windows = batch_windows(self.context)
         problem = split.problem if split.problem is not None else windows.loader_blocked(split.targets)
+        if problem is None:
+            problem = windows.loader_gains_nothing(split.tensors, split.batch_size)
         if problem == "" or suppressed_on(loop, self.CODE):
             return
         if problem is not None:

@@ -96,9 +96,10 @@ class MemoryCleanupInStepLoop(Rule):
     `__del__` methods and weakref callbacks of objects in reference cycles run
     later, and `nvidia-smi` (or another process sharing the GPU) sees the
     cached memory as still in use. The fix removes the statement (a block left
-    empty gets `pass`), and removes a CUDA check around it (`if
-    torch.cuda.is_available():`, `if device.type == "cuda":`) when that was
-    all the block did. A call whose result is used is reported
+    empty gets `pass`; an `if` whose body it empties and that has an `else`
+    becomes `if not ...:` over the `else` body), and removes a CUDA check
+    around it (`if torch.cuda.is_available():`, `if device.type == "cuda":`)
+    when that was all the block did. A call whose result is used is reported
     without a fix.
     """
 

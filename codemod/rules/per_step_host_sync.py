@@ -110,9 +110,11 @@ class PerStepHostSync(Rule):
     Python raises). Accumulating in float32 on the device instead would round
     differently, so the fix always uses float64. Integer sums
     (`correct += (pred == y).sum().item()`) stay int64 tensors; an int64 count
-    multiplied into a float sum (`total += loss.item() * n`) is converted to
-    double first, as Python converts the int. `float(total)` (`int(correct)`)
-    at the read gives back the Python number.
+    in the arithmetic of a float sum (`total += loss.item() * n`, `acc +=
+    (pred == y).sum().item() / bs`) is converted to double first, where `+ - *
+    /` with Python numbers round as Python's do on the int (exact as doubles
+    below 2**53; an int64 tensor divided on the device would give float32).
+    `float(total)` (`int(correct)`) at the read gives back the Python number.
 
     A value is moved under the log condition only when the move cannot change it:
     its expression only reads values computed in this step (not parameters or

@@ -206,6 +206,13 @@ def test_read_kind(expr, kind):
         ("loss * 2", FLOAT),
         ("logits.argmax(-1).sum() + 1", INT64),
         ("labels", None),  # a batch of unknown dtype
+        # factories: float32 by default, int64 for randint, or the dtype they are given
+        ("torch.randint(0, 3, (8,)).max()", INT64),
+        ("torch.randint(0, 3, (8,), dtype=torch.float32).max()", FLOAT),
+        ("torch.zeros(8).sum()", FLOAT),
+        ("torch.ones(8, dtype=torch.long).sum()", INT64),
+        ("torch.zeros(8, dtype=torch.bool)", BOOL),
+        ("torch.zeros(8, dtype=torch.int32).sum()", None),  # a dtype this analysis does not follow
     ],
 )
 def test_dtype_of_what_item_reads(expr, dtype):

@@ -108,6 +108,12 @@ def test_a_permutation_drawn_each_epoch_is_shuffled_batches_and_its_index_statem
             "`k` is used for more than slicing",
         ),
         (
+            "stream = torch.randint(0, 5, (91,))\nfor k in range(0, len(stream) - 1, width):\n"
+            "    a, b = stream[k:k + width], stream[k + 1:k + width + 1]\n" + TRAIN,
+            "`stream[k + 1:k + width + 1]` (line 11) is a second window of `stream` at another offset than the "
+            "batch `stream[k:k + width]` (inputs and their shifted targets from one stream)",
+        ),
+        (
             "for k in range(0, len(feats), width):\n    a, b = feats[k:k + width], labels[k:k + width]\n"
             "    a.mul_(2)\n" + TRAIN,
             "the batch `a` is written in place",

@@ -4,6 +4,7 @@ prefetcher hands out exactly the loader's batches, in order, every epoch."""
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -115,3 +116,65 @@ def test_prefetcher_yields_the_loaders_batches_in_order_every_epoch_with_workers
             for (x, i), (wx, wi) in zip(got, want):
                 assert torch.equal(x, wx) and torch.equal(i, wi)
             assert sorted(int(j) for _, i in got for j in i) == list(range(40))
+
+
+# -- why a loop's copies are not rewritten -----------------------------------------------------
+
+REASONS_HEAD = """\
+import sys
+import torch
+from torch.utils.data import DataLoader
+
+class Collate:
+    def __call__(self, rows):
+        return {"x": torch.stack(rows)}
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(256, 2).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader([torch.randn(256) for _ in range(4096)], batch_size=1024, pin_memory=True, COLLATE)
+"""
+REASONS_STEP = """\
+    loss = model(batch["x"]).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+DICT_COPY = "    batch = {k: v.to(device) for k, v in batch.items()}\n"
+
+
+def pm103_messages(source: str) -> list[str]:
+    settings = Settings(select=("PM103",), level=Level.UNSAFE)
+    result = process_source(source.encode(), "<test>", settings, [BatchCopiedInTheStep])
+    assert result.error is None and not any(f.fixable for f in result.findings), result.findings
+    return [f.message for f in result.findings]
+
+
+@pytest.mark.parametrize(
+    ("collate", "loop", "reason"),
+    [
+        (
+            "collate_fn=Collate()",
+            "for batch in loader:\n" + DICT_COPY,
+            "the DataLoader on line 12 batches with its own collate_fn `Collate()`, which perfmod cannot tell",
+        ),
+        (
+            "collate_fn=None",
+            "for batch in loader:\n" + DICT_COPY + "    device = 'cpu'\n",
+            "the device `device` is bound inside the loop",
+        ),
+        (
+            "collate_fn=None",
+            "batches = loader if sys.argv else []\nfor batch in batches:\n" + DICT_COPY,
+            "the loop iterates `batches`, not one DataLoader of this file",
+        ),
+        (
+            "collate_fn=None",
+            "for batch in loader:\n    print(batch)\n" + DICT_COPY,
+            "not copied whole by plain `x = x.to(device)` statements at the top of the loop",
+        ),
+    ],
+)
+def test_a_loop_whose_copies_are_not_rewritten_gives_the_reason_it_was_refused_with(collate, loop, reason):
+    (message,) = pm103_messages(REASONS_HEAD.replace("COLLATE", collate) + loop + REASONS_STEP)
+    assert reason in message, message

@@ -252,10 +252,11 @@ def test_windows_sliced_from_a_tensor_in_memory_get_no_workers():
 
 
 def test_the_dataloader_pm202_writes_over_tensors_in_memory_gets_no_workers():
-    """The wild corpus's cpu_housing_regression.py: PM202 turns hand-cut batches of two
-    tensors into a DataLoader over a TensorDataset; PM201 then reports it, no workers."""
+    """The wild corpus's cpu_housing_regression.py, with rows wide enough for a DataLoader to
+    pay: PM202 turns hand-cut batches of two tensors into a DataLoader over a TensorDataset;
+    PM201 then reports it, no workers."""
     source = (
-        "import torch\nX, y = torch.randn(340, 7), torch.randn(340)\nmodel = torch.nn.Linear(7, 1)\n"
+        "import torch\nX, y = torch.randn(340, 4000), torch.randn(340)\nmodel = torch.nn.Linear(4000, 1)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.05)\nfor epoch in range(2):\n"
         "    perm = torch.randperm(len(X))\n    for i in range(0, len(X), 80):\n        idx = perm[i : i + 80]\n"
         "        xb, yb = X[idx], y[idx]\n        loss = torch.nn.functional.mse_loss(model(xb).squeeze(1), yb)\n"

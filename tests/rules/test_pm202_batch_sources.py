@@ -649,6 +649,8 @@ def test_every_program_trains(tmp_path):
 # -- the step loop's own windows, spelled as other code spells them ----------------------
 
 ENUMERATED_SLICES = """\
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -657,7 +659,7 @@ X = torch.randn(203, 6)
 Y = X @ torch.randn(6, 1)
 model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
-bs = 32
+bs = int(os.environ.get("BATCH_SIZE", 32))  # a size perfmod cannot tell: fixed
 for epoch in range(3):
     for step, i in enumerate(range(0, len(X), bs)):
         xb, yb = X[i:i + bs], Y[i:i + bs]
@@ -730,8 +732,8 @@ def test_time_windows_of_a_batch_inside_the_step_are_no_batches():
     code = """\
 import torch
 
-X = torch.randn(64, 40, 3)
-model = torch.nn.Linear(3, 3)
+X = torch.randn(64, 40, 800)  # batches of 2 MB
+model = torch.nn.Linear(800, 3)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for i in range(0, len(X), 16):
     xb = X[i:i + 16]

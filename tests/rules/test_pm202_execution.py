@@ -120,9 +120,9 @@ import torch
 import torch.nn.functional as F
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
-X = torch.randn(64, 4)
+X = torch.randn(64, 40000)  # batches of 16 rows: 2.6 MB, large enough for a DataLoader to pay
 Y = torch.randn(count(), 1)
-model = torch.nn.Linear(4, 1).to(device)
+model = torch.nn.Linear(40000, 1).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
     for xb, yb in zip(X.split(16), Y.split(16)):
@@ -140,7 +140,14 @@ for epoch in range(2):
         (("Y = torch.randn(count(), 1)", "Y = torch.randn(64, 1)"), None),
         (("zip(X.split(16), Y.split(16))", "zip(X.split(16), Y.split(8))"), "batches of different sizes"),
         (("zip(X.split(16), Y.split(16))", "zip(X.split(16, dim=1), Y.split(16, dim=1))"), ""),
-        (("X = torch.randn(64, 4)", "X = torch.randn(64, 4, device=device)"), ""),
+        (("X = torch.randn(64, 40000)", "X = torch.randn(64, 40000, device=device)"), ""),
+        (
+            (
+                "X = torch.randn(64, 40000)  # batches of 16 rows: 2.6 MB, large enough for a DataLoader to pay\nY = torch.randn(count(), 1)",
+                "X = torch.randn(64, 4)\nY = torch.randn(64, 1)",
+            ),
+            "a batch holds about 320 bytes",
+        ),
         (("zip(X.split(16), Y.split(16))", "zip(X.split(sizes), Y.split(sizes))"), "cannot tell that `sizes` is one"),
     ],
 )
@@ -161,6 +168,8 @@ def test_splits_that_a_loader_may_not_reproduce_are_reported_or_left(edit, reaso
 
 
 ONE_SPLIT = """\
+import os
+
 import torch
 
 torch.manual_seed(0)
@@ -169,7 +178,7 @@ X = torch.randn(100, 4)
 model = torch.nn.Linear(4, 4).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
-    for xb in X.split(32):
+    for xb in X.split(int(os.environ.get("BATCH_SIZE", 32))):  # a size perfmod cannot tell
         xb = xb.to(device)
         loss = ((model(xb) - xb) ** 2).mean()
         opt.zero_grad()
@@ -189,6 +198,8 @@ def test_one_split_tensor_becomes_a_loader_of_one_tuples_bit_for_bit():
 
 
 TRAINER_SPLITS = """\
+import os
+
 import torch
 import torch.nn as nn
 
@@ -217,14 +228,14 @@ if __name__ == "__main__":
     X = torch.stack([series[i : i + 12] for i in range(200)])
     Y = torch.stack([series[i + 12 : i + 15] for i in range(200)])
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    trainer = Trainer(dev)
+    trainer = Trainer(dev, int(os.environ.get("BATCH_SIZE", 48)))  # a size perfmod cannot tell
     trainer.fit(X, Y)
 """
 
 
 def test_a_trainers_int_batch_size_attribute_and_parameters_of_one_length_train_bit_for_bit():
-    """`self.bs = batch_size`, an int parameter left to its default by the only
-    construction, is one batch size; `X` / `Y` are parameters every call fills with
+    """`self.bs = batch_size`, an int parameter the only construction gives an int, is
+    one batch size; `X` / `Y` are parameters every call fills with
     200 stacked windows: the same batches as a DataLoader's, in order."""
     new_source = rewrite(TRAINER_SPLITS, [ManualBatchingInStepLoop], level=Level.UNSAFE)
     assert "loader = DataLoader(TensorDataset(X, Y), batch_size=self.bs, shuffle=False)" in new_source
@@ -237,7 +248,10 @@ def test_a_trainers_int_batch_size_attribute_and_parameters_of_one_length_train_
 @pytest.mark.parametrize(
     "edit, reason",
     [
-        (("trainer = Trainer(dev)", "trainer = Trainer(dev, [150, 50])"), "cannot tell that `self.bs` is one"),
+        (
+            ('Trainer(dev, int(os.environ.get("BATCH_SIZE", 48)))', "Trainer(dev, [150, 50])"),
+            "cannot tell that `self.bs` is one",
+        ),
         (("trainer.fit(X, Y)", "trainer.fit(X, Y[:150])"), "cannot tell that `X` / `Y` have the same length"),
         (("for i in range(200)])\n    dev", "for i in range(199)])\n    dev"), "cannot tell that `X` / `Y` have"),
     ],

@@ -7,10 +7,12 @@ from codemod.engine import process_source
 from codemod.rule import Level
 from codemod.rules.manual_batching_in_step_loop import ManualBatchingInStepLoop
 
+# Rows of 40,000 features: batches of 10 or more hold over 1.25 MB, large enough for the
+# overlapped copies a DataLoader allows to pay (smaller known batches are only reported).
 HEAD = """\
 import torch
-X, Y = torch.randn(100, 8), torch.randn(100, 1)
-model = torch.nn.Linear(8, 1)
+X, Y = torch.randn(100, 40000), torch.randn(100, 1)
+model = torch.nn.Linear(40000, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 """
 STEP = "    loss = torch.nn.functional.mse_loss(model(xb), yb)\n    loss.backward()\n    opt.step()\n"
@@ -126,3 +128,45 @@ def test_loop_inside_a_function_builds_the_loader_in_the_function_before_the_epo
     findings, new = run(code)
     # X and Y are parameters: Kinds cannot tell they are host tensors, so this is reported only
     assert new == code and not findings[0].fixable
+
+
+SMALL_ROWS = """\
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+X = torch.randn(96, 10)
+Y = (X[:, 0] > 0).long()
+model = torch.nn.Linear(10, 2).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for epoch in range(2):
+    for b in range(0, 96, 12):
+        xb, yb = X[b : b + 12].to(device), Y[b : b + 12].to(device)
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_batches_known_to_be_too_small_for_a_loader_to_pay_are_reported_not_rewritten():
+    # The blind round's #18: a DataLoader over 96 rows of 10 features fetches each row and
+    # stacks them, more host time than one slice, and its pinned copies of 576 bytes would
+    # hide nothing; with every rule on, nothing touches the loop (no loader to pin).
+    result = process_source(SMALL_ROWS.encode(), "<test>", Settings(level=Level.UNSAFE))
+    assert result.error is None, result.error
+    (finding,) = [f for f in result.findings if f.code == "PM202"]
+    assert not finding.fixable and finding.line == 11
+    assert "a batch holds about 576 bytes" in finding.message
+    assert "more host time per batch than one slice" in finding.message
+    assert not any(f.applied for f in result.findings if f.code in ("PM101", "PM102", "PM103", "PM202"))
+    new = (result.new_source or SMALL_ROWS.encode()).decode()
+    assert "X[b : b + 12].to(device)" in new and "DataLoader" not in new
+
+
+def test_rows_wide_enough_for_a_loader_to_pay_are_rewritten():
+    code = SMALL_ROWS.replace("torch.randn(96, 10)", "torch.randn(96, 40000)").replace("Linear(10,", "Linear(40000,")
+    findings, new = run(code)
+    assert [f.applied for f in findings] == [True]
+    assert "loader = DataLoader(TensorDataset(X, Y), batch_size=12, shuffle=False)" in new

@@ -24,9 +24,9 @@ torch.manual_seed(0)
 p = argparse.ArgumentParser()
 p.add_argument("--bs", type=int, default=128)
 args = p.parse_args()
-X = torch.rand(1000, 16)
+X = torch.rand(1000, 2500) / 50  # batches of 1.3 MB: a DataLoader pays
 Y = torch.rand(1000, 1)
-model = torch.nn.Linear(16, 1)
+model = torch.nn.Linear(2500, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
 for epoch in range(2):
     for xb, yb in zip(X.split(args.bs), Y.split(args.bs)):
@@ -43,9 +43,9 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 STEPS, BATCH = 12, 16
-X = torch.randn(STEPS * BATCH, 32)
+X = torch.randn(STEPS * BATCH, 20000) / 100  # batches of 1.3 MB: a DataLoader pays
 Y = torch.randn(STEPS * BATCH, 1)
-model = torch.nn.Linear(32, 1)
+model = torch.nn.Linear(20000, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
 for step in range(STEPS):
     xb = X[step * BATCH:(step + 1) * BATCH]
@@ -215,3 +215,30 @@ def test_labels_drawn_to_pick_class_centers_are_no_batch():
     # the same draw whose indices only pick rows is a batch
     picked = code.replace("return centers[y] + torch.randn(n, d), y", "return centers[y], centers[y][:, 0].long() % k")
     assert [f.line for f in run(picked)[0]] == [6]
+
+
+def test_shifted_next_token_windows_of_one_stream_are_reported_as_such():
+    # `i` is used only in slices: the reason is that the targets are the inputs one step on.
+    source = """\
+import torch
+import torch.nn.functional as F
+device = "cuda" if torch.cuda.is_available() else "cpu"
+data = torch.randint(0, 20, (401,))
+emb = torch.nn.Embedding(20, 20).to(device)
+opt = torch.optim.SGD(emb.parameters(), lr=0.5)
+for i in range(0, len(data) - 1, 50):
+    xb, yb = data[i:i + 50], data[i + 1:i + 51]
+    loss = F.cross_entropy(emb(xb.to(device)), yb.to(device))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    result = process_source(
+        source.encode(), "<test>", Settings(select=("PM202",), level=Level.UNSAFE), [ManualBatchingInStepLoop]
+    )
+    (finding,) = result.findings
+    assert not finding.fixable
+    assert "`data[i + 1:i + 51]` (line 8) is a second window of `data` at another offset than the batch" in (
+        finding.message
+    )
+    assert "used for more than slicing" not in finding.message

@@ -12,6 +12,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rules.memory_cleanup_in_step_loop import MemoryCleanupInStepLoop
+from tests.rules.scripts import losses, rewrite
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM403"
 
@@ -80,3 +81,33 @@ def test_a_clean_up_in_a_helper_called_every_few_steps_is_periodic():
     result = process_source(source.encode(), "<test>", Settings(select=("PM403",)), [MemoryCleanupInStepLoop])
     [kept] = result.findings
     assert "runs every few steps in the training loop (through `evaluate`" in kept.message
+
+
+def test_a_cuda_guard_with_an_else_keeps_the_else_under_the_negated_test_and_trains_alike():
+    # What is left of `if torch.cuda.is_available(): torch.cuda.empty_cache() / else: ...`
+    # is the `else` body under the negated test, not an `if ...: pass` beside it.
+    source = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+cpu_steps = 0
+for step in range(6):
+    loss = model(torch.randn(8, 16)).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print(f"loss {loss.item()!r}")
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    else:
+        cpu_steps += 1
+print(f"loss {float(cpu_steps)!r}")
+"""
+    new = rewrite(source, [MemoryCleanupInStepLoop])
+    assert new == source.replace(
+        "    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n    else:\n",
+        "    if not torch.cuda.is_available():\n",
+    )
+    assert torch.equal(losses(new), losses(source))

@@ -572,3 +572,57 @@ def test_list_read_where_an_interrupted_loop_lands_stays_numbers():
     new_source, findings = rewrite(source)
     assert new_source == source
     assert "read where an exception lands (line 20)" in findings[0].message
+
+
+# -- int64 counts in arithmetic --------------------------------------------------------------
+
+COUNTS = """\
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(16, 4).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+acc = ACC
+for step in range(40):
+    x, y = torch.randn(7, 16, device=device), torch.randint(0, 4, (7,), device=device)
+    out = model(x)
+    loss = F.cross_entropy(out, y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    acc += TERM
+    if step % 5 == 4:
+        print(repr(acc))
+        acc = ACC
+"""
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        "(out.argmax(1) == y).sum().item() / 7",
+        "(out.argmax(1) == y).sum().item() * 0.1",
+        "3 * (out.argmax(1) == y).sum().item() / 7 - 1",
+        "(out.argmax(1) == y).sum().item() / 7 + loss.item()",
+        "y.max().item() / 7",  # `y` of torch.randint: int64
+    ],
+)
+def test_an_int64_count_in_arithmetic_is_summed_in_double_and_prints_the_same(term):
+    # The sum of a comparison is int64: it enters the float64 sum through `.double()`, where
+    # `+ - * /` with Python numbers round as Python's do on the int it would have read.
+    code = COUNTS.replace("ACC", "0.0").replace("TERM", term)
+    new_source = assert_same_prints(code)
+    assert f"acc += {term.replace('.item()', '.detach().double()')}\n" in new_source
+
+
+def test_a_sum_starting_as_an_int_with_a_count_in_arithmetic_says_why_it_stays():
+    code = COUNTS.replace("ACC", "0").replace("TERM", "(out.argmax(1) == y).sum().item() * 2")
+    (finding,) = assert_left_alone(code, "`acc` starts as an int, and whether it stays one depends on the arithmetic")
+    assert "cannot tell" not in finding.message
+
+
+def test_a_value_of_unknown_dtype_in_arithmetic_is_left_alone_with_that_reason():
+    code = COUNTS.replace("ACC", "0.0").replace("TERM", "torch.stack([y, y]).sum().item() / 7")
+    assert_left_alone(code, "perfmod cannot tell whether `torch.stack([y, y]).sum().item()` gives an int or a float")

@@ -756,3 +756,19 @@ def test_narrow_products_stay_reported_after_the_time_loop_becomes_a_scan():
     )
     loop = next(iter(attention.index.find(cst.For, within=attention.module)))
     assert sizes_of(attention).step_products(loop) is None
+
+
+@pytest.mark.parametrize(
+    ("tensors", "batch_size", "expected"),
+    [
+        ("X = torch.randn(96, 10)\nY = (X[:, 0] > 0).long()\n", "bs = 12\n", 12 * (10 * 4 + 8)),
+        ("X = torch.randn(96, 3, 32, 32)\nY = torch.randint(0, 9, (96,))\n", "bs = 64\n", 64 * (3 * 32 * 32 * 4 + 8)),
+        ("X = torch.load('x.pt')\nY = torch.randint(0, 9, (96,))\n", "bs = 64\n", None),  # rows of unknown size
+        ("X = torch.randn(96, 10)\nY = torch.randn(96, 1)\n", "import os\nbs = int(os.environ['BS'])\n", None),
+    ],
+)
+def test_the_bytes_of_a_batch_of_rows_of_tensors(tensors, batch_size, expected):
+    ctx = context("import torch\n" + tensors + batch_size + "print(X, Y, bs)\n")
+    printed = next(c for c in ctx.index.find(cst.Call) if ctx.source(c) == "print(X, Y, bs)")
+    x, y, bs = (arg.value for arg in printed.args)
+    assert sizes_of(ctx).rows_batch_bytes([x, y], bs) == expected
