@@ -7,7 +7,7 @@ from codemod.analysis.lightning import lightning_trainers
 from codemod.analysis.names import is_main_guard, names_read
 from codemod.analysis.project import project_of
 from codemod.analysis.scopes import binding_prefix
-from codemod.analysis.sizes import sizes_of, widest_memory_bound
+from codemod.analysis.sizes import launch_bound, sizes_of, widest_memory_bound
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -467,7 +467,8 @@ class Float32MatmulWithoutTf32(Rule):
 
     def _narrow_products(self, training) -> str | None:
         """Why TF32 buys nothing when every training loop's float32 matrix products are
-        known and all bound by memory; None when some may gain."""
+        known and all bound by memory, or each takes less device time over its loop's batch
+        than its launch; None when some may gain."""
         sizes = sizes_of(self.context)
         found = [sizes.step_products(loop.loop) for loop in training.loops]
         if any(products is None for products in found):
@@ -476,7 +477,12 @@ class Float32MatmulWithoutTf32(Rule):
         if not products:
             return "the models the training step runs make no float32 matrix product (convolutions use TF32 already)"
         why = widest_memory_bound(tuple(products))
-        return f"every float32 matrix product of the step is too narrow for TF32 to speed up: {why}" if why else None
+        if why:
+            return f"every float32 matrix product of the step is too narrow for TF32 to speed up: {why}"
+        launched = [launch_bound(each, sizes.step_rows(loop.loop)) for each, loop in zip(found, training.loops)]
+        if not all(launched):
+            return None
+        return f"every float32 matrix product of the step is too short for TF32 to save time: {launched[0]}"
 
     # -- where start-up is -------------------------------------------------------------
 
