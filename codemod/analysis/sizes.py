@@ -491,9 +491,7 @@ class Sizes:
             batches = [self.loader_batch(loader) for loader in loaders]
             if not batches or any(batch is None for batch in batches):
                 return None
-            parts = [
-                next((tensor for at, tensor in batch if at == (*inside, *where)), None) for batch in batches
-            ]
+            parts = [next((tensor for at, tensor in batch if at == (*inside, *where)), None) for batch in batches]
             return None if any(part is None for part in parts) else _widest(parts)
         return None
 

@@ -151,9 +151,17 @@ class Float32MatmulWithoutTf32(Rule):
     faster arithmetic of TF32 buys nothing. A step whose models are all
     `torch.nn` layers with known widths (`nn.Linear(20, 1)`, 10 classes on
     a 24-wide layer) is such a step; so is one whose models make no matrix
-    product but convolutions (cuDNN already runs those in TF32). Any product
-    of unknown width (a `@`, `torch.matmul`, a model perfmod cannot size)
-    keeps the fix.
+    product but convolutions (cuDNN already runs those in TF32). So is a
+    step whose products are all too short to keep the GPU busy: where the
+    batch the models are called on is known (a DataLoader's `batch_size`
+    and its dataset's items, a tensor made in the step), each product runs
+    over its rows (samples, times positions for a batch of token ids), and
+    one whose device time in plain float32 is under the 5 us the host takes
+    to launch a kernel leaves the GPU waiting for the host whatever its
+    precision: a 512-wide MLP at batch 32 runs its widest product in about
+    0.4 us. Any product of unknown width (a `@`, `torch.matmul`, a model
+    perfmod cannot size) keeps the fix, and so does a batch perfmod cannot
+    size, or one large enough to keep the GPU busy.
 
     ## Fix safety
     Numeric: matmuls round their inputs to TF32, so losses differ from
