@@ -195,7 +195,8 @@ def launch_bound(products: tuple[tuple[int, int], ...], rows: int | None) -> str
     if took >= HARDWARE["kernel_launch_s"]:
         return None
     return (
-        f"over the {rows} rows of its batch (samples times positions), the longest, {rows} x {k} by {k} x {n}, "
+        f"each runs over the {rows} row{'s' if rows > 1 else ''} of the step's batch, and the longest, "
+        f"{rows} x {k} by {k} x {n}, "
         f"takes about {took * 1e6:.2f} us on the device in float32 (an A100: "
         f"{HARDWARE['fp32_flops_per_s'] / 1e12:.1f} TFLOPS, {HARDWARE['memory_bytes_per_s'] / 1e12:.2f} TB/s), less "
         f"than the {HARDWARE['kernel_launch_s'] * 1e6:.0f} us the host takes to launch a kernel: the device waits "

@@ -114,7 +114,12 @@ def test_a_products_device_time_is_its_arithmetic_or_its_memory_traffic_whicheve
 
 def test_launch_bound_says_why_with_the_numbers_and_only_below_a_launch():
     why = launch_bound(((512, 256), (256, 10)), 32)
-    assert "32 x 512 by 512 x 256" in why and "0.43 us" in why and "5 us" in why
+    assert (
+        "the 32 rows of the step's batch" in why
+        and "32 x 512 by 512 x 256" in why
+        and "0.43 us" in why
+        and "5 us" in why
+    )
     # 2 x 1024 x 512 x 256 flops take 13 us in float32: longer than a launch
     assert launch_bound(((512, 256),), 1024) is None
     assert launch_bound(((512, 256),), None) is None
