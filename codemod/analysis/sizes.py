@@ -1535,17 +1535,21 @@ class Sizes:
         return self._steps[key]
 
     def step_rows(self, loop: cst.CSTNode) -> int | None:
-        """The most rows a matrix product of a pass of `loop` runs over: the largest batch its
-        models are called on (`step_work`), as samples times positions (every dim of a batch
-        of indices, which embeddings turn into rows; all but the last of a float batch, whose
-        last dim holds the features). An estimate, not a bound: a model that repeats its input
-        runs more. None when the step's models or any tensor they are given cannot be sized."""
-        if self.step_work(loop) is None:
+        """The most rows a matrix product of a pass of `loop` runs over, from the largest batch
+        its models are called on (`step_work`): every id of a batch of indices, which
+        embeddings turn into rows; for a float batch, its leading dims, or its elements over
+        the narrowest product's input width where that is more (a model may transpose its
+        batch's features to the front). An estimate, not a bound: a model that repeats its
+        input runs more. None when the step convolves (its products run over positions the
+        batch does not show), or its models or a tensor they are given cannot be sized."""
+        work = self.step_work(loop)
+        if work is None or work.convolves or not work.products:
             return None
-        found = [self._call_rows(call) for call in self._model_calls.get(id(loop), ())]
+        narrowest = min(k for k, _ in work.products)
+        found = [self._call_rows(call, narrowest) for call in self._model_calls.get(id(loop), ())]
         return max(found) if found and None not in found else None
 
-    def _call_rows(self, call: cst.Call) -> int | None:
+    def _call_rows(self, call: cst.Call, narrowest: int) -> int | None:
         """The rows of the largest tensor a model call is given; None when one of its arguments
         may be a tensor of unknown shape (numbers, strings, None and booleans are no tensors)."""
         found = [0]
@@ -1560,8 +1564,10 @@ class Sizes:
             shape, element = tensor
             if not element:
                 continue  # a Python number
-            floats = values_of(self.context).dtype(arg.value) == FLOAT or element in FLOAT_ELEMENT_BYTES
-            found.append(math.prod(shape[:-1] if floats else shape))
+            if values_of(self.context).dtype(arg.value) == FLOAT or element in FLOAT_ELEMENT_BYTES:
+                found.append(max(math.prod(shape[:-1]), -(-math.prod(shape) // narrowest)))
+            else:
+                found.append(math.prod(shape))
         return max(found) or None
 
     def _step_work(self, loop: cst.CSTNode) -> ModuleSize | None:

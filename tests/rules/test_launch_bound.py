@@ -99,10 +99,47 @@ def test_a_batch_the_code_cannot_size_is_unknown():
     assert step_rows(loader_script(32).replace("TensorDataset(X, Y)", "dataset_from_disk()")) is None
 
 
+# Spectrogram frames: the batch holds 80 mel bins by 3000 frames, and the model moves the
+# frames to the front before its first layer, so each frame is a row.
+FRAMES = """\
+import torch
+import torch.nn as nn
+
+
+class FrameClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(80, 256)
+        self.head = nn.Linear(256, 40)
+
+    def forward(self, mel):
+        return self.head(torch.relu(self.proj(mel.transpose(1, 2))))
+
+
+model = FrameClassifier().cuda()
+opt = torch.optim.Adam(model.parameters())
+for step in range(100):
+    mel = torch.randn(4, 80, 3000).cuda()
+    loss = model(mel).logsumexp(-1).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
 def test_rows_are_the_samples_of_a_float_batch_and_every_id_of_a_batch_of_indices():
-    assert step_rows(loader_script(32)) == 32  # the last dim holds the 512 features
+    # 32 samples of 512 features; over the narrowest product's 256 inputs they could make 64
+    # rows, which the estimate takes, the larger
+    assert step_rows(loader_script(32)) == 64
     assert step_rows(TOKENS) == 32 * 16  # each id is looked up into a row
     assert step_rows(TOKENS.replace("torch.randint(0, 100, (B, T))", "make_batch()")) is None
+
+
+def test_a_float_batch_whose_features_are_not_last_counts_its_elements_over_the_narrowest_input():
+    # the leading dims say 4 x 80 = 320 rows; the model runs 4 x 3000 = 12,000
+    assert step_rows(FRAMES) == 4 * 80 * 3000 // 80
+    found = findings(FRAMES)  # 2 x 12,000 x 80 x 256 flops: 25 us, longer than a launch
+    assert set(found) == {"PM301", "PM302"} and all(f.applied for f in found.values())
 
 
 def test_a_products_device_time_is_its_arithmetic_or_its_memory_traffic_whichever_is_longer():
@@ -147,3 +184,11 @@ def test_a_batch_large_enough_to_keep_the_device_busy_keeps_both_fixes():
 def test_a_step_whose_batch_cannot_be_sized_keeps_both_fixes():
     found = findings(TOKENS.replace("torch.randint(0, 100, (B, T))", "make_batch()"))
     assert set(found) == {"PM301", "PM302"} and all(f.applied for f in found.values())
+
+
+def test_a_step_that_convolves_has_no_rows_its_products_run_over_positions_the_batch_hides():
+    conv = LOADER.replace("X = torch.randn(10000, 512)", "X = torch.randn(10000, 1, 8, 8)").replace(
+        "nn.Sequential(nn.Linear(512, 256),",
+        "nn.Sequential(nn.Conv2d(1, 8, 3), nn.Flatten(), nn.Linear(288, 256),",
+    )
+    assert step_rows(conv.replace("BATCH", "32").replace("FED", "x, y in loader:")) is None
