@@ -19,6 +19,12 @@ periodic test, `Periodic.sometimes`) after which the host waits for the device a
 evaluation loop reading `loss.item()` every batch): an overlap there buys nothing whatever
 the size; `overlap_buys_nothing(loader, copies)` says why pinning a loader's batches buys nothing.
 
+Launches: `step_rows(loop)` estimates the rows a step's matrix products run over from the
+batch its models are called on (a DataLoader's batch where the loop's target binds it, a
+tensor made in the step), and `launch_bound(products, rows)` says why a step whose every
+product takes less device time than the host needs to launch it gains nothing from faster
+arithmetic (TF32, autocast): the device waits for the host.
+
 The thresholds are derived from the hardware facts in `HARDWARE`, in one place, with their
 arithmetic beside them.
 """
