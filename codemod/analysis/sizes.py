@@ -1553,12 +1553,15 @@ class Sizes:
             return None
         narrowest = min(k for k, _ in work.products)
         found = [self._call_rows(call, narrowest) for call in self._model_calls.get(id(loop), ())]
-        return max(found) if found and None not in found else None
+        return max(found) if found and None not in found and any(found) else None
 
     def _call_rows(self, call: cst.Call, narrowest: int) -> int | None:
-        """The rows of the largest tensor a model call is given; None when one of its arguments
-        may be a tensor of unknown shape (numbers, strings, None and booleans are no tensors)."""
-        found = [0]
+        """The rows of the largest tensor a model call is given, 0 for a method of the model
+        given none (`model.no_sync()`); None when one of its arguments may be a tensor of
+        unknown shape (numbers, strings, None and booleans are no tensors), or the model is
+        called on no tensor (what it runs over is made inside)."""
+        method = method_name(call)
+        found = [0 if method is not None and method != "forward" else None]
         for arg in call.args:
             if isinstance(arg.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
                 continue
@@ -1574,7 +1577,7 @@ class Sizes:
                 found.append(max(math.prod(shape[:-1]), -(-math.prod(shape) // narrowest)))
             else:
                 found.append(math.prod(shape))
-        return max(found) or None
+        return max((rows for rows in found if rows is not None), default=None) if found[1:] else found[0]
 
     def _step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
         steps, training = self.context.loops, self.context.training
