@@ -192,3 +192,42 @@ def test_a_step_that_convolves_has_no_rows_its_products_run_over_positions_the_b
         "nn.Sequential(nn.Conv2d(1, 8, 3), nn.Flatten(), nn.Linear(288, 256),",
     )
     assert step_rows(conv.replace("BATCH", "32").replace("FED", "x, y in loader:")) is None
+
+
+ACCUMULATED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def main(steps=6, accum=3):
+    device = torch.device("cuda")
+    model = nn.Sequential(nn.Linear(12, 256), nn.GELU(), nn.Linear(256, 3)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for i in range(steps * accum):
+        x, y = torch.randn(6, 12), torch.randint(0, 3, (6,))
+        loss = F.cross_entropy(model(x.to(device)), y.to(device)) / accum
+        loss.backward()
+        if (i + 1) % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_launch_bound_step_stays_reported_after_the_torchrun_rewrite_changes_it():
+    # PM601 picks the device with `distributed.setup(...)` and skips the gradient sync of
+    # micro-steps under `model.no_sync() if ... else contextlib.nullcontext()`: the next round
+    # still sizes the batch the model is called on, and does not apply what round one held back
+    result = process_source(
+        ACCUMULATED.encode(), "<launch>", Settings(select=("PM301", "PM302", "PM601"), level=Level.UNSAFE)
+    )
+    assert result.error is None, result.error
+    new = result.new_source.decode()
+    assert "distributed.setup(" in new and "model.no_sync()" in new and "contextlib.nullcontext()" in new
+    held = [f for f in result.findings if f.code in ("PM301", "PM302")]
+    assert {f.code for f in held} == {"PM301", "PM302"} and not any(f.applied for f in held)
+    assert "autocast" not in new and "set_float32_matmul_precision" not in new
