@@ -630,9 +630,9 @@ class Sizes:
         method = method_name(call)
         if method is None:
             return None
+        # (a method of what a call returns, `torch.randint(...).cuda()`, is named after that call)
         if not isinstance(call.func.value, cst.Call) and any(not n.startswith("builtins.") for n in names):
             return None  # a function of another library, or one torch's table does not shape
-        # (a method of what a call returns, `torch.randint(...).cuda()`, is named after that call)
         receiver = self._tensor(call.func.value, depth + 1)
         if receiver is None or not receiver[1]:
             return None
@@ -856,11 +856,10 @@ class Sizes:
             return None
         merged = []
         for index, (where, _) in enumerate(items[0]):
-            tensors = [item[index][1] for item in items]
-            if len({len(shape) for shape, _ in tensors}) != 1:
+            widest = _widest([item[index][1] for item in items])
+            if widest is None:
                 return None
-            widest = tuple(max(dims) for dims in zip(*(shape for shape, _ in tensors)))
-            merged.append((where, (widest, max(element for _, element in tensors))))
+            merged.append((where, widest))
         return tuple(merged)
 
     def _items(self, dataset: cst.BaseExpression | None, depth: int) -> list[Item] | None:
@@ -1560,8 +1559,7 @@ class Sizes:
         given none (`model.no_sync()`); None when one of its arguments may be a tensor of
         unknown shape (numbers, strings, None and booleans are no tensors), or the model is
         called on no tensor (what it runs over is made inside)."""
-        method = method_name(call)
-        found = [0 if method is not None and method != "forward" else None]
+        found = []
         for arg in call.args:
             if isinstance(arg.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
                 continue
@@ -1577,7 +1575,10 @@ class Sizes:
                 found.append(max(math.prod(shape[:-1]), -(-math.prod(shape) // narrowest)))
             else:
                 found.append(math.prod(shape))
-        return max((rows for rows in found if rows is not None), default=None) if found[1:] else found[0]
+        if found:
+            return max(found)
+        method = method_name(call)
+        return 0 if method is not None and method != "forward" else None
 
     def _step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
         steps, training = self.context.loops, self.context.training
