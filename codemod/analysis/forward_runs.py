@@ -54,7 +54,7 @@ from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import kwarg, positional, sole_definition
 from codemod.analysis.policy_sites import policy_sites
 from codemod.analysis.project import project_of
-from codemod.analysis.sizes import sizes_of, widest_memory_bound
+from codemod.analysis.sizes import launch_bound, sizes_of, widest_memory_bound
 from codemod.analysis.torch_facts import (
     AUTOCAST_FLOAT16,
     AUTOCAST_UNSAFE,
@@ -176,19 +176,26 @@ class ForwardRuns:
 
     def narrow_step(self, loop: TrainingLoop) -> str | None:
         """Why 16-bit products buy nothing: every model the step runs is sized, none convolves,
-        and each matrix product they make waits for memory in float32 already; None otherwise."""
+        and each matrix product they make waits for memory in float32 already, or, over the rows
+        of the step's batch, takes less device time than its launch; None otherwise."""
         work = sizes_of(self.context).step_work(loop.loop)
         if work is None or work.convolves:
             return None
         if not work.products:
             return "the models the step runs make no matrix product or convolution: autocast has nothing to speed up"
         why = widest_memory_bound(work.products)
-        return (
-            f"every matrix product of the step is bound by memory, not arithmetic: {why}; autocast would "
-            "add a cast before each product and speed up nothing"
-            if why
-            else None
-        )
+        if why:
+            return (
+                f"every matrix product of the step is bound by memory, not arithmetic: {why}; autocast would "
+                "add a cast before each product and speed up nothing"
+            )
+        launched = launch_bound(work.products, sizes_of(self.context).step_rows(loop.loop))
+        if launched:
+            return (
+                f"every matrix product of the step is too short to keep the device busy: {launched}; autocast "
+                "would add a cast kernel before each product and save no time"
+            )
+        return None
 
     # -- Lightning modules -----------------------------------------------------------
 

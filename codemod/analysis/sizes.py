@@ -19,6 +19,12 @@ periodic test, `Periodic.sometimes`) after which the host waits for the device a
 evaluation loop reading `loss.item()` every batch): an overlap there buys nothing whatever
 the size; `overlap_buys_nothing(loader, copies)` says why pinning a loader's batches buys nothing.
 
+Launches: `step_rows(loop)` estimates the rows a step's matrix products run over from the
+batch its models are called on (a DataLoader's batch where the loop's target binds it, a
+tensor made in the step), and `launch_bound(products, rows)` says why a step whose every
+product takes less device time than the host needs to launch it gains nothing from faster
+arithmetic (TF32, autocast): the device waits for the host.
+
 The thresholds are derived from the hardware facts in `HARDWARE`, in one place, with their
 arithmetic beside them.
 """
@@ -67,7 +73,8 @@ from codemod.analysis.torch_facts import (
     UNLISTED_PRODUCT_PREFIXES,
     UNLISTED_PRODUCTS,
 )
-from codemod.analysis.values import Kind
+from codemod.analysis.values import FLOAT, Kind
+from codemod.analysis.values import values as values_of
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -102,6 +109,9 @@ MAX_DEPTH = 24  # how many names, calls and attributes a look-up follows
 TORCH_NN = "torch.nn."
 FLOAT32_BYTES = 4
 INDEX_BYTES = 8  # a class index in a batch: int64
+# The element widths of a batch taken to hold features, not indices, where its dtype is not
+# known otherwise: float32 and the 16-bit floats (int32 indices are rare in batches).
+FLOAT_ELEMENT_BYTES = frozenset({2, 4})
 # What perfmod's own fixes write (PM601): the module under a wrapper, and a process's share
 # of the global batch (the global batch over the number of processes, at most the whole).
 RUNTIME_UNWRAP = "runtime.distributed.unwrap"
@@ -111,6 +121,12 @@ RUNTIME_WITHOUT_PRODUCT_PREFIXES = tuple(f"{name}." for name in RUNTIME_WITHOUT_
 LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
 HOST_NUMBER_PREFIXES = tuple(module + "." for module in HOST_NUMBER_MODULES)
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
+
+
+Tensor = tuple[tuple[int, ...], int]  # a tensor's shape and the bytes of one element
+# The tensors an item (or a batch) of a dataset holds, in order, each with where it sits: () for
+# an item that is one tensor, (1,) for the second of a tuple, None for one in a dict.
+Item = tuple[tuple[tuple[int, ...] | None, Tensor], ...]
 
 
 @dataclass(frozen=True)
@@ -165,6 +181,37 @@ def widest_memory_bound(products: tuple[tuple[int, int], ...]) -> str | None:
     )
 
 
+def product_seconds(rows: int, product: tuple[int, int]) -> float:
+    """The device time of a float32 product (rows x k) @ (k x n): its 2 * rows * k * n flops at
+    the arithmetic rate, or the 4(rows*k + k*n + rows*n) bytes it moves at the memory's,
+    whichever takes longer."""
+    k, n = product
+    flops = 2 * rows * k * n
+    moved = FLOAT32_BYTES * (rows * k + k * n + rows * n)
+    return max(flops / HARDWARE["fp32_flops_per_s"], moved / HARDWARE["memory_bytes_per_s"])
+
+
+def launch_bound(products: tuple[tuple[int, int], ...], rows: int | None) -> str | None:
+    """Why none of `products`, each run over `rows` rows, keeps the device busy: the longest
+    takes less device time than the host needs to launch it (the backward's two products of
+    each are as long), so the device waits for the host whatever precision they run in; None
+    when one may take longer, or the rows or products are not known."""
+    if not products or not rows:
+        return None
+    k, n = max(products, key=lambda product: product_seconds(rows, product))
+    took = product_seconds(rows, (k, n))
+    if took >= HARDWARE["kernel_launch_s"]:
+        return None
+    return (
+        f"each runs over the {rows} row{'s' if rows > 1 else ''} of the step's batch, and the longest, "
+        f"{rows} x {k} by {k} x {n}, "
+        f"takes about {took * 1e6:.2f} us on the device in float32 (an A100: "
+        f"{HARDWARE['fp32_flops_per_s'] / 1e12:.1f} TFLOPS, {HARDWARE['memory_bytes_per_s'] / 1e12:.2f} TB/s), less "
+        f"than the {HARDWARE['kernel_launch_s'] * 1e6:.0f} us the host takes to launch a kernel: the device waits "
+        "for the host, not for arithmetic"
+    )
+
+
 def shown(size: int) -> str:
     """`200 KB`, `3.1 MB`: a size as a reason states it."""
     if size < 10_000:
@@ -205,6 +252,7 @@ class Sizes:
         self._indices: list[cst.Param] = []  # the index parameter of a `__getitem__` being sized
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
+        self._model_calls: dict[int, list[cst.Call]] = {}  # the calls of sized models each step loop makes
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
         self._optimizer_counted = False  # `saved`: an optimizer's state was counted
 
@@ -396,6 +444,9 @@ class Sizes:
             if isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT"):
                 inner = self._tensor(expr.value, depth + 1)
                 return _transposed(inner, -2, -1) if inner is not None and len(inner[0]) >= 2 else None
+            fed = self._fed(expr, (), depth) if isinstance(expr, cst.Name) else None
+            if fed is not None:
+                return fed
             values = self.values(expr, depth + 1)
             if not values or len(values) != 1 or values[0] is expr:
                 return None
@@ -418,6 +469,39 @@ class Sizes:
         if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
             made = self._tensor_made(expr, depth)
             return made if made is not None else self._tensor_computed(expr, depth)
+        return None
+
+    def _fed(self, name: cst.Name, where: tuple[int, ...], depth: int) -> Tensor | None:
+        """The tensor at `where` in what `name` holds, where every binding that reaches it is
+        (part of) the target of a loop over a DataLoader or of `next(it)` over one, or unpacks
+        a name that holds such a batch (`x, y = batch`): the batch's tensor there."""
+        if depth > MAX_DEPTH:
+            return None
+        found: list[Tensor] = []
+        for assignment in self.kinds.sources(name) or ():
+            unpacked = self.context.bindings.unpacked(assignment)
+            if unpacked is not None and isinstance(unpacked[0], cst.Name):
+                part = self._fed(unpacked[0], (unpacked[1], *where), depth + 1)
+            else:
+                part = self._batch_part(assignment.node, where)
+            if part is None:
+                return None
+            found.append(part)
+        return _widest(found)
+
+    def _batch_part(self, target: cst.CSTNode, where: tuple[int, ...]) -> Tensor | None:
+        """The tensor at `where` in the part of a loader's batch that `target` (a name in the
+        target of a loop over loaders) binds, the widest of the loaders' batches."""
+        for feed in self.loaders.feeds:
+            inside = _path_to(feed.target, target)
+            if inside is None:
+                continue
+            loaders = self.loaders.sources(feed.loader, (), 0)
+            batches = [self.loader_batch(loader) for loader in loaders]
+            if not batches or any(batch is None for batch in batches):
+                return None
+            parts = [next((tensor for at, tensor in batch if at == (*inside, *where)), None) for batch in batches]
+            return None if any(part is None for part in parts) else _widest(parts)
         return None
 
     def _tensor_product(self, left, right, depth: int) -> tuple[tuple[int, ...], int] | None:
@@ -546,7 +630,10 @@ class Sizes:
         if names & SHAPE_KEEPING_FUNCTIONS:
             return self._tensor_broadcast(plain, depth) if plain else None
         method = method_name(call)
-        if method is None or any(not n.startswith("builtins.") for n in names):
+        if method is None:
+            return None
+        # (a method of what a call returns, `torch.randint(...).cuda()`, is named after that call)
+        if not isinstance(call.func.value, cst.Call) and any(not n.startswith("builtins.") for n in names):
             return None  # a function of another library, or one torch's table does not shape
         receiver = self._tensor(call.func.value, depth + 1)
         if receiver is None or not receiver[1]:
@@ -703,6 +790,22 @@ class Sizes:
     def loader_batch_bytes(self, loader: cst.Call) -> int | None:
         """The bytes of one batch of the DataLoader `loader` builds: its `batch_size` (1 when
         not given) times the bytes of one item of its dataset."""
+        batch = self.loader_batch_size(loader)
+        item = self.item_bytes(self.loaders.dataset(loader)) if batch is not None else None
+        return batch * item if item is not None else None
+
+    def loader_batch(self, loader: cst.Call) -> Item | None:
+        """The tensors of one batch of the DataLoader `loader` builds, each where it sits in
+        the batch: its items' tensors stacked `batch_size` high."""
+        batch = self.loader_batch_size(loader)
+        item = self.item_tensors(self.loaders.dataset(loader)) if batch is not None else None
+        if item is None:
+            return None
+        return tuple((where, ((batch, *shape), element)) for where, (shape, element) in item)
+
+    def loader_batch_size(self, loader: cst.Call) -> int | None:
+        """The number of items the DataLoader `loader` stacks in a batch (1 when not given);
+        None where a sampler, a collate function or a subclass may batch otherwise."""
         loaders = self.loaders
         if any(kwarg(loader, key) is not None for key in ("batch_sampler", "collate_fn")):
             return None
@@ -717,11 +820,7 @@ class Sizes:
         value = size.value if size is not None else self._star_setting(loader, "batch_size") if starred else None
         if value is _MISSING:
             return None
-        batch = 1 if value is None else self.integer(value)
-        if batch is None:
-            return None
-        item = self.item_bytes(loaders.dataset(loader))
-        return batch * item if item is not None else None
+        return 1 if value is None else self.integer(value)
 
     def _star_setting(self, loader: cst.Call, key: str):
         """The value the `**settings` dict of `loader` gives `key`: None when it gives none,
@@ -757,29 +856,54 @@ class Sizes:
         """The bytes of one item of `dataset` as the default collation stacks it: a
         TensorDataset's row, an image and class index of a torchvision dataset of one image
         size (after its transform), the largest of the datasets a name may hold."""
+        items = self._items(dataset, depth)
+        if items is None:
+            return None
+        return max(sum(math.prod(shape) * element for _, (shape, element) in item) for item in items)
+
+    def item_tensors(self, dataset: cst.BaseExpression | None, depth: int = 0) -> Item | None:
+        """The tensors of one item of `dataset`, each where it sits in the item: every dim the
+        largest any item of the datasets a name may hold has there. None when the items differ
+        in how they are laid out, or cannot be told."""
+        items = self._items(dataset, depth)
+        if not items or any([where for where, _ in item] != [where for where, _ in items[0]] for item in items):
+            return None
+        merged = []
+        for index, (where, _) in enumerate(items[0]):
+            widest = _widest([item[index][1] for item in items])
+            if widest is None:
+                return None
+            merged.append((where, widest))
+        return tuple(merged)
+
+    def _items(self, dataset: cst.BaseExpression | None, depth: int) -> list[Item] | None:
+        """Each way an item of `dataset` may be laid out (one per dataset a name may hold, per
+        value its `__getitem__` returns)."""
         if dataset is None or depth > MAX_DEPTH:
             return None
         values = self.values(dataset, depth + 1)
         if not values:
             return None
-        found = []
+        found: list[Item] = []
         for value in values:
-            size = self._item_bytes(value, depth) if isinstance(value, cst.Call) else None
-            if size is None:
+            items = self._dataset_items(value, depth) if isinstance(value, cst.Call) else None
+            if items is None:
                 return None
-            found.append(size)
-        return max(found)
+            found.extend(items)
+        return found
 
-    def _item_bytes(self, call: cst.Call, depth: int) -> int | None:
+    def _dataset_items(self, call: cst.Call, depth: int) -> list[Item] | None:
         classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
         if classdef is not None:
-            return self._dataset_item_bytes(classdef, call, depth)
+            return self._class_items(classdef, call, depth)
         names = self.names.of(call.func)
         if names & TENSOR_ROW_DATASETS:
             if any(a.keyword is not None or a.star for a in call.args) or not call.args:
                 return None
-            rows = [self.row_bytes(a.value, depth + 1) for a in call.args]
-            return None if any(r is None for r in rows) else sum(rows)
+            rows = [self.tensor(a.value, depth + 1) for a in call.args]
+            if any(r is None or not r[0] for r in rows):
+                return None
+            return [tuple(((index,), (shape[1:], element)) for index, (shape, element) in enumerate(rows))]
         image = next((IMAGE_DATASETS[n] for n in names if n in IMAGE_DATASETS), None)
         if image is None:
             return None
@@ -791,12 +915,12 @@ class Sizes:
         shape = self._transformed(transform.value, image, False, depth + 1)
         if shape is None or shape[1] is False:
             return None
-        return math.prod(shape[0]) * FLOAT32_BYTES + INDEX_BYTES
+        return [(((0,), (shape[0], FLOAT32_BYTES)), ((1,), ((), INDEX_BYTES)))]
 
-    def _dataset_item_bytes(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> int | None:
-        """A map-style Dataset class of this file built by `call`: the bytes of the largest
-        item its `__getitem__(self, i)` returns (a tensor, or a tuple, list or dict of them as
-        the default collation stacks them), its `__init__`'s parameters holding what `call`
+    def _class_items(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> list[Item] | None:
+        """A map-style Dataset class of this file built by `call`: the items its
+        `__getitem__(self, i)` returns (a tensor, or a tuple, list or dict of them as the
+        default collation stacks them), its `__init__`'s parameters holding what `call`
         passes and `i` a Python integer."""
         if not classdef.bases or not all(
             self.names.is_(base.value, "torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset")
@@ -817,21 +941,25 @@ class Sizes:
         self._frames.append((init, call))
         self._indices.append(getitem.params.params[1])
         try:
-            found = [self._collated_bytes(value, depth + 1) for value in returned]
+            found = [self._collated(value, (), depth + 1) for value in returned]
         finally:
             self._frames.pop()
             self._indices.pop()
-        return None if any(f is None for f in found) else max(found)
+        return None if any(f is None for f in found) else found
 
-    def _collated_bytes(self, value: cst.BaseExpression, depth: int) -> int | None:
+    def _collated(self, value: cst.BaseExpression, where: tuple[int, ...] | None, depth: int) -> Item | None:
+        """The tensors `value` holds, in order, each with where it sits (None inside a dict)."""
         if isinstance(value, (cst.Tuple, cst.List, cst.Dict)):
             parts = [e.value for e in value.elements if isinstance(e, (cst.Element, cst.DictElement))]
             if len(parts) != len(value.elements) or any(isinstance(e, cst.StarredElement) for e in value.elements):
                 return None
-            found = [self._collated_bytes(part, depth + 1) for part in parts]
-            return None if any(f is None for f in found) else sum(found)
+            inner = [
+                None if where is None or isinstance(value, cst.Dict) else (*where, index) for index in range(len(parts))
+            ]
+            found = [self._collated(part, at, depth + 1) for part, at in zip(parts, inner)]
+            return None if any(f is None for f in found) else tuple(t for f in found for t in f)
         shape = self.tensor(value, depth + 1)
-        return math.prod(shape[0]) * shape[1] if shape is not None else None
+        return ((where, shape),) if shape is not None else None
 
     def _is_item_index(self, expr: cst.BaseExpression) -> bool:
         if not self._indices or not isinstance(expr, cst.Name):
@@ -1425,6 +1553,47 @@ class Sizes:
             self._steps[key] = self._step_work(loop)
         return self._steps[key]
 
+    def step_rows(self, loop: cst.CSTNode) -> int | None:
+        """The most rows a matrix product of a pass of `loop` runs over, from the largest batch
+        its models are called on (`step_work`): every id of a batch of indices, which
+        embeddings turn into rows; for a float batch, its leading dims, or its elements over
+        the narrowest product's input width where that is more (a model may transpose its
+        batch's features to the front). An estimate, not a bound: a model that repeats its
+        input runs more. None when the step convolves (its products run over positions the
+        batch does not show), or its models or a tensor they are given cannot be sized."""
+        work = self.step_work(loop)
+        if work is None or work.convolves or not work.products:
+            return None
+        narrowest = min(k for k, _ in work.products)
+        found = [self._call_rows(call, narrowest) for call in self._model_calls.get(id(loop), ())]
+        return max(found) if found and None not in found and any(found) else None
+
+    def _call_rows(self, call: cst.Call, narrowest: int) -> int | None:
+        """The rows of the largest tensor a model call is given, 0 for a method of the model
+        given none (`model.no_sync()`); None when one of its arguments may be a tensor of
+        unknown shape (numbers, strings, None and booleans are no tensors), or the model is
+        called on no tensor (what it runs over is made inside)."""
+        found = []
+        for arg in call.args:
+            if isinstance(arg.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+                continue
+            if isinstance(arg.value, cst.Name) and arg.value.value in ("None", "True", "False"):
+                continue
+            tensor = None if arg.star else self._tensor(arg.value, 0)
+            if tensor is None:
+                return None
+            shape, element = tensor
+            if not element:
+                continue  # a Python number
+            if values_of(self.context).dtype(arg.value) == FLOAT or element in FLOAT_ELEMENT_BYTES:
+                found.append(max(math.prod(shape[:-1]), -(-math.prod(shape) // narrowest)))
+            else:
+                found.append(math.prod(shape))
+        if found:
+            return max(found)
+        method = method_name(call)
+        return 0 if method is not None and method != "forward" else None
+
     def _step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
         steps, training = self.context.loops, self.context.training
         body = loop.body
@@ -1467,6 +1636,7 @@ class Sizes:
             if size is not None and size.products is not None:
                 total = total.plus(size)
                 ran = True
+                self._model_calls.setdefault(id(loop), []).append(call)
             elif training.is_model(model) or self.kinds.fact(model).kind is Kind.MODULE:
                 return None  # a model perfmod cannot size
             elif any(training.is_model(arg.value) for arg in call.args):
@@ -1514,6 +1684,27 @@ def _offset(expr: cst.BaseExpression) -> tuple[cst.BaseExpression | None, int]:
         if right is not None:
             return expr.left, right
     return (expr, 0) if integer_value(expr) is None else (None, 0)
+
+
+def _widest(tensors: list[Tensor]) -> Tensor | None:
+    """One tensor no smaller in any dim than each of `tensors` (of one rank); None otherwise."""
+    if not tensors or len({len(shape) for shape, _ in tensors}) != 1:
+        return None
+    return tuple(max(dims) for dims in zip(*(shape for shape, _ in tensors))), max(e for _, e in tensors)
+
+
+def _path_to(target: cst.CSTNode, node: cst.CSTNode) -> tuple[int, ...] | None:
+    """Where `node` sits in the (nested) tuple or list `target` binds: () for `target` itself."""
+    if target is node:
+        return ()
+    if isinstance(target, (cst.Tuple, cst.List)) and not any(
+        isinstance(e, cst.StarredElement) for e in target.elements
+    ):
+        for index, element in enumerate(target.elements):
+            inner = _path_to(element.value, node)
+            if inner is not None:
+                return (index, *inner)
+    return None
 
 
 def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:

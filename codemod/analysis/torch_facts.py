@@ -712,7 +712,18 @@ DEVICE_SYNCHRONIZES = frozenset(
     f"torch.{api}.synchronize" for api in ("cuda", "mps", "xpu", "accelerator", "npu", "hpu")
 )
 # Python's modules whose functions run on the host only: a call of one queues no device work.
-HOST_ONLY_MODULES = ("builtins", "time", "math", "os", "sys", "logging", "json", "datetime", "random")
+HOST_ONLY_MODULES = (
+    "builtins",
+    "time",
+    "math",
+    "os",
+    "sys",
+    "logging",
+    "json",
+    "datetime",
+    "random",
+    "contextlib",  # `nullcontext()`, `ExitStack()`: what they enter may queue work, not they
+)
 # Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.
 HOST_NUMBER_FUNCTIONS = frozenset(f"builtins.{name}" for name in "min max abs float int round pow".split())
 HOST_NUMBER_MODULES = ("math",)

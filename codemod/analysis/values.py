@@ -255,6 +255,9 @@ DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
 ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
 LOOPS = (cst.For, cst.While)
 OBJECT_COPIES = ("copy.deepcopy", "copy.copy")
+# What perfmod's torchrun-ready rewrite (PM601) chooses the device with: it returns the device
+# it is given (in a launch of several processes, this process's GPU of that type).
+RUNTIME_SETUP = "runtime.distributed.setup"
 CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is: a batch
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
@@ -949,7 +952,7 @@ class Kinds:
             return _tensor_join([self._fact(v) for v in values])
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             return self._fact(first.value) if first else UNKNOWN
-        if name == "torch.device":
+        if name in ("torch.device", RUNTIME_SETUP):
             return Fact(Kind.DEVICE, self.device_place(first.value) if first else Place.UNKNOWN)
         if name == "torch.utils.data.DataLoader":
             return Fact(Kind.LOADER, self._loader_place(call), self._single_items(call), self._loader_memory(call))

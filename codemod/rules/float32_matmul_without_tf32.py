@@ -7,7 +7,7 @@ from codemod.analysis.lightning import lightning_trainers
 from codemod.analysis.names import is_main_guard, names_read
 from codemod.analysis.project import project_of
 from codemod.analysis.scopes import binding_prefix
-from codemod.analysis.sizes import sizes_of, widest_memory_bound
+from codemod.analysis.sizes import launch_bound, sizes_of, widest_memory_bound
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -151,9 +151,17 @@ class Float32MatmulWithoutTf32(Rule):
     faster arithmetic of TF32 buys nothing. A step whose models are all
     `torch.nn` layers with known widths (`nn.Linear(20, 1)`, 10 classes on
     a 24-wide layer) is such a step; so is one whose models make no matrix
-    product but convolutions (cuDNN already runs those in TF32). Any product
-    of unknown width (a `@`, `torch.matmul`, a model perfmod cannot size)
-    keeps the fix.
+    product but convolutions (cuDNN already runs those in TF32). So is a
+    step whose products are all too short to keep the GPU busy: where the
+    batch the models are called on is known (a DataLoader's `batch_size`
+    and its dataset's items, a tensor made in the step), each product runs
+    over its rows (samples, times positions for a batch of token ids), and
+    one whose device time in plain float32 is under the 5 us the host takes
+    to launch a kernel leaves the GPU waiting for the host whatever its
+    precision: a 512-wide MLP at batch 32 runs its widest product in about
+    0.4 us. Any product of unknown width (a `@`, `torch.matmul`, a model
+    perfmod cannot size) keeps the fix, and so does a batch perfmod cannot
+    size, or one large enough to keep the GPU busy.
 
     ## Fix safety
     Numeric: matmuls round their inputs to TF32, so losses differ from
@@ -467,7 +475,8 @@ class Float32MatmulWithoutTf32(Rule):
 
     def _narrow_products(self, training) -> str | None:
         """Why TF32 buys nothing when every training loop's float32 matrix products are
-        known and all bound by memory; None when some may gain."""
+        known and all bound by memory, or each takes less device time over its loop's batch
+        than its launch; None when some may gain."""
         sizes = sizes_of(self.context)
         found = [sizes.step_products(loop.loop) for loop in training.loops]
         if any(products is None for products in found):
@@ -476,7 +485,12 @@ class Float32MatmulWithoutTf32(Rule):
         if not products:
             return "the models the training step runs make no float32 matrix product (convolutions use TF32 already)"
         why = widest_memory_bound(tuple(products))
-        return f"every float32 matrix product of the step is too narrow for TF32 to speed up: {why}" if why else None
+        if why:
+            return f"every float32 matrix product of the step is too narrow for TF32 to speed up: {why}"
+        launched = [launch_bound(each, sizes.step_rows(loop.loop)) for each, loop in zip(found, training.loops)]
+        if not all(launched):
+            return None
+        return f"every float32 matrix product of the step is too short for TF32 to save time: {launched[0]}"
 
     # -- where start-up is -------------------------------------------------------------
 

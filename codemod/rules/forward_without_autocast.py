@@ -215,7 +215,13 @@ class ForwardWithoutAutocast(Rule):
     already (a `Linear(20, 1)`: under 12.5 flops per byte it moves, the
     ratio of an A100's float32 arithmetic to its memory bandwidth) is
     reported, not fixed: autocast would add a cast before each product and
-    speed up no arithmetic that takes time.
+    speed up no arithmetic that takes time. So is one whose every product,
+    over the rows of the batch the models are called on (a DataLoader's
+    `batch_size` and its dataset's items, a tensor made in the step:
+    samples, times positions for a batch of token ids), takes less device
+    time in float32 than the 5 us the host takes to launch a kernel: the
+    GPU already waits for the host, and the casts autocast adds are more
+    kernels to launch. A batch perfmod cannot size keeps the fix.
 
     The policy (`runtime.amp.Precision`) picks what the device supports:
     bf16 on CUDA GPUs that run it natively (Ampere, sm_80, or newer), nothing

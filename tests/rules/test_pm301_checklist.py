@@ -189,7 +189,7 @@ def test_the_device_comes_from_the_function_that_builds_the_policy():
             net = nn.Linear(256, 256).to(dev)
             opt = torch.optim.SGD(net.parameters(), lr=0.1)
             for step in range(steps):
-                x = torch.randn(2, 256, device=dev)
+                x = torch.randn(4096, 256, device=dev)
                 loss = net(x).pow(2).mean()
                 opt.zero_grad()
                 loss.backward()
@@ -207,13 +207,13 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
-model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 4)).to(device)
+model = nn.Sequential(nn.Linear(16, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 4)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 aux_weight = 0.1
 data = torch.Generator().manual_seed(1)
 for step in range(12):
-    x = torch.randn(8, 16, generator=data).to(device)
-    y = torch.randint(0, 4, (8,), generator=data).to(device)
+    x = torch.randn(256, 16, generator=data).to(device)
+    y = torch.randint(0, 4, (256,), generator=data).to(device)
     logits = model(x)
     loss = F.cross_entropy(logits, y)
     if aux_weight > 0:

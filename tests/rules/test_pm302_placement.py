@@ -38,7 +38,7 @@ def main():
     device = torch.device("cuda")
     model = nn.Linear(512, 512).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    batches = [torch.randn(4, 512) for _ in range(10)]
+    batches = [torch.randn(1024, 512) for _ in range(10)]
     for epoch in range(args.epochs):
         train_one_epoch(model, opt, batches, device)
 """
@@ -104,7 +104,7 @@ def test_a_script_that_trains_at_module_level_gets_it_after_its_imports():
         model = nn.Linear(512, 512).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(10):
-            loss = model(torch.randn(4, 512).cuda()).pow(2).mean()
+            loss = model(torch.randn(1024, 512).cuda()).pow(2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -179,7 +179,7 @@ def test_training_in_spawned_workers_gets_it_where_each_worker_starts():
             model = nn.Linear(512, 512).cuda(rank)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             for _ in range(steps):
-                model(torch.randn(4, 512, device=rank)).sum().backward()
+                model(torch.randn(1024, 512, device=rank)).sum().backward()
                 opt.step()
 
 
@@ -216,7 +216,7 @@ def main():
     device = torch.device("cuda")
     model = nn.Linear(512, 512).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    batches = [torch.randn(4, 512) for _ in range(10)]
+    batches = [torch.randn(1024, 512) for _ in range(10)]
     for epoch in range(3):
         train_epoch(model, opt, batches, device)
 """
@@ -258,7 +258,7 @@ def test_a_step_function_called_from_a_loop_at_module_level():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(3):
         for _ in range(10):
-            train_step(model, opt, torch.randn(4, 512).cuda())
+            train_step(model, opt, torch.randn(1024, 512).cuda())
     """
     new = fixed(source)
     assert function_of(new, LINE) is None
@@ -286,7 +286,7 @@ def test_a_step_with_micro_batches_in_a_function_the_loop_calls():
             model = nn.Linear(512, 512).cuda()
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             for step in range(10):
-                train_step(model, opt, [torch.randn(4, 512)] * 2)
+                train_step(model, opt, [torch.randn(1024, 512)] * 2)
 
 
         if __name__ == "__main__":
@@ -302,7 +302,7 @@ def test_an_epoch_function_called_from_a_loop_in_the_main_block():
         "    model = nn.Linear(512, 512).cuda()\n"
         "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "    for epoch in range(3):\n"
-        '        train_epoch(model, opt, [torch.randn(4, 512)], "cuda")\n'
+        '        train_epoch(model, opt, [torch.randn(1024, 512)], "cuda")\n'
     )
     new = fixed(source)
     assert new.index('if __name__ == "__main__":\n    ' + LINE) > 0
@@ -379,7 +379,7 @@ def main():
     ap.add_argument("--accelerator", default="gpu")
     args = ap.parse_args()
     trainer = L.Trainer(accelerator=args.accelerator, max_epochs=2)
-    trainer.fit(Net(), [torch.randn(4, 512)])
+    trainer.fit(Net(), [torch.randn(1024, 512)])
 
 
 if __name__ == "__main__":
@@ -411,10 +411,10 @@ def test_a_main_that_imports_torch_itself_gets_it_after_that_import(tmp_path):
             import torch.nn as nn
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
-            model = nn.Linear(64, 64).to(device)
+            model = nn.Linear(256, 256).to(device)
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             for _ in range(2):
-                loss = model(torch.randn(8, 64, device=device)).square().mean()
+                loss = model(torch.randn(1024, 256, device=device)).square().mean()
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

@@ -82,7 +82,8 @@ if __name__ == "__main__":
 
 # PM502 batches a per-sample loop in which PM101 makes the copies of the samples
 # non-blocking (inside the expressions PM502 replaces), PM301 wraps the forward and
-# the loss, and PM404 keeps the logged sum on the device.
+# the loss, and PM404 keeps the logged sum on the device. The batch and the layer are wide
+# enough (256 x 512 by 512 x 512) that the batched product outlasts a kernel launch.
 PER_SAMPLE = """\
 import torch
 import torch.nn.functional as F
@@ -92,7 +93,7 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc = nn.Linear(64, 64)
+        self.fc = nn.Linear(512, 512)
 
     def forward(self, x):
         return self.fc(torch.tanh(x))
@@ -104,7 +105,7 @@ def main():
     model = Net().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     pinned = torch.cuda.is_available()
-    inputs, labels = torch.randn(4, 8, 64, pin_memory=pinned), torch.randint(64, (4, 8), pin_memory=pinned)
+    inputs, labels = torch.randn(4, 256, 512, pin_memory=pinned), torch.randint(512, (4, 256), pin_memory=pinned)
     wild_losses = []
     for step in range(4):
         x, y = inputs[step], labels[step]
@@ -127,7 +128,8 @@ if __name__ == "__main__":
 """
 
 # PM503 vectorizes a per-position loop inside the forward region PM301 wraps; PM101
-# copies the batch, PM401 resets the gradients, PM403 removes the cache flush.
+# copies the batch, PM401 resets the gradients, PM403 removes the cache flush. The head
+# (256 rows by 256 x 1024) outlasts a kernel launch, so autocast is worth its casts.
 PER_POSITION = """\
 import torch
 import torch.nn.functional as F
@@ -135,7 +137,7 @@ from torch import nn
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab=64, width=64):
+    def __init__(self, vocab=1024, width=256):
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         self.head = nn.Linear(width, vocab)
@@ -149,7 +151,7 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = TinyLM().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = torch.randint(0, 64, (5, 4, 9), pin_memory=torch.cuda.is_available())
+    data = torch.randint(0, 64, (5, 16, 17), pin_memory=torch.cuda.is_available())
     wild_losses = []
     for step in range(5):
         batch = data[step].to(device)

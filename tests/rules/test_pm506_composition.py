@@ -3,7 +3,7 @@ loop: the compile goes after a line that also builds the optimizer (PM402 adds
 `fused=True` to it), and the step loop gets PM101's (its data pinned where CUDA is) and PM301's fixes. All are applied
 in one run (PM506 selected by its code, as it is opt-in), a second run finds
 nothing, and where inductor can compile on this machine the rewrite trains like the
-original."""
+original. The batch (2048 rows through 256 x 256) is large enough for autocast to gain."""
 
 import shutil
 
@@ -18,8 +18,8 @@ import torch
 
 torch.manual_seed(0)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-data = torch.randn(4, 16, 256, pin_memory=torch.cuda.is_available())
-targets = torch.randn(4, 16, 1, pin_memory=torch.cuda.is_available())
+data = torch.randn(4, 2048, 256, pin_memory=torch.cuda.is_available())
+targets = torch.randn(4, 2048, 1, pin_memory=torch.cuda.is_available())
 model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 1)).to(device); opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 for step in range(4):
     x = data[step].to(device)

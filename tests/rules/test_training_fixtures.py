@@ -31,7 +31,8 @@ TOLERANCE = 1e-3
 EXPECTED = {
     "accumulation_clipping": [("PM402", True), ("PM302", True), ("PM301", True)],
     "seed_lm": [("PM402", True), ("PM302", True), ("PM301", True)],
-    "fp16_scaler": [("PM402", True), ("PM302", True)],  # autocast and scaler already there
+    # autocast and scaler already there; TF32 held back: a 128-wide MLP at batch 64 is launch-bound
+    "fp16_scaler": [("PM402", True), ("PM302", False)],
     "float64_model": [("PM402", True), ("PM301", False)],  # no TF32 for float64; autocast declined
     "nanogpt_optimised": [],  # already does all three
 }
