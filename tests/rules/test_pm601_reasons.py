@@ -13,7 +13,7 @@ import pytest
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.single_process_training import LOOP, SCRIPT
+from codemod.rules.single_process_training.examples import LOOP, SCRIPT
 
 PM601 = Settings(select=("PM601",), level=Level.UNSAFE)
 REFUSED = "cannot make it torchrun-ready: "
