@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import distributed as facts
+from codemod.analysis.distributed import NotDistributable, single_process_loop
 from codemod.analysis.model_sites import model_sites
 from codemod.rule import Invalid, Level, Rule, Valid
 from codemod.rules.single_process_training import examples as ex
@@ -13,15 +13,7 @@ from codemod.rules.single_process_training.accumulation import GradientAccumulat
 from codemod.rules.single_process_training.data import DataSharding
 from codemod.rules.single_process_training.model import ModelWrap
 from codemod.rules.single_process_training.outputs import RankZeroOutputs
-from codemod.rules.single_process_training.plan import (
-    IMPORT_ATEXIT,
-    IMPORT_CONTEXTLIB,
-    IMPORT_DDP,
-    IMPORT_DISTRIBUTED,
-    IMPORT_SAMPLER,
-    Blocked,
-    Plan,
-)
+from codemod.rules.single_process_training.plan import Plan
 from codemod.rules.single_process_training.setup import ProcessGroupSetup
 
 
@@ -294,7 +286,7 @@ class SingleProcessTraining(Rule):
         plan = Plan(self.context)
         try:
             result = build(plan)
-        except Blocked as blocked:
+        except NotDistributable as blocked:
             self.report(
                 blocked.node,
                 f"training runs in one process, and PM601 cannot make it torchrun-ready: {blocked.message}",
@@ -310,15 +302,11 @@ class SingleProcessTraining(Rule):
 
 def build(plan: Plan) -> cst.CSTNode | None:
     """The node the finding goes to when the file is rewritten (edits in `plan.edits`), None
-    when the rule has nothing to say; raises Blocked for the first reason not to rewrite."""
-    context = plan.context
-    if facts.distributed_use(context) is not None or not context.training.loops:
+    when the rule has nothing to say; raises NotDistributable for the first reason not to rewrite."""
+    loop = plan.loop = single_process_loop(plan.context)
+    if loop is None:
         return None
-    blocked = facts.obstacle(context)
-    if blocked is not None:
-        raise blocked
-    loop = plan.loop = context.training.loops[0]
-    plan.origin = model_sites(context).site(loop)
+    plan.origin = model_sites(plan.context).site(loop)
     plan.loader = plan.batches.loader(loop.loop)
     setup = ProcessGroupSetup(plan)
     plan.setup = setup.site()
@@ -333,7 +321,5 @@ def build(plan: Plan) -> cst.CSTNode | None:
     outputs.outputs()
     model.unwrap()
     setup.write(setup.cleanup())
-    plan.imports.append(IMPORT_DISTRIBUTED)
-    order = [IMPORT_CONTEXTLIB, IMPORT_ATEXIT, IMPORT_DDP, IMPORT_SAMPLER, IMPORT_DISTRIBUTED]
-    plan.imports = sorted(set(plan.imports), key=order.index)
+    plan.imports = list(dict.fromkeys([*plan.imports, ("runtime", "distributed")]))  # each once
     return loop.loop
