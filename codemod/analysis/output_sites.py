@@ -12,12 +12,11 @@ the script in several processes keeps to one of them (PM601), read once per file
   `checkpointer_saves`: `.save(obj, path)` of a runtime checkpointer;
 - `loads_after(saves)`: the loads (`torch.load`) of a path one of `saves` writes that run
   after that save (later in its function, or in a loop around it), with the path read;
-- `reloads(saves)`: those loads, one per statement of a block, with their statements;
+- `reloads(saves)`: those loads, one per statement, with their statements;
   raises NotDistributable for a path that may name another file in each process;
 - `opened_for(statement)`: the `with open(path, "wb") as f:` whose whole body is the
   statement (a save through an open file); `own_statement(call)`: the statement that is
-  the call and nothing else; `own_line(call)`: that statement, on a line of its own in a
-  block;
+  the call and nothing else;
 - `alone_if(statement)`: the `if` without `else` around a statement that may run on one
   process alone; `runs_alone(condition)`: whether an `if` may run on one process alone: it calls nothing
   another process would have to join (a model call, a collective, a helper of unknown
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 KEY = "output_sites"
-BLOCKS = (cst.IndentedBlock, cst.Module)  # what holds a statement on a line of its own
 LOADS = {"torch.load", "torch.serialization.load"}
 OPENS = ("builtins.open", "io.open")
 
@@ -162,7 +160,7 @@ class OutputSites:
         )
 
     def reloads(self, saves) -> list[tuple[cst.Call, cst.BaseStatement]]:
-        """(load, its statement) for each statement of a block that loads a file one of
+        """(load, its statement) for each statement that loads a file one of
         `saves` writes, after it is written (its first such load); raises NotDistributable
         where the path may name another file in each process (a temporary folder it makes
         for itself): a file only the process that wrote it has."""
@@ -172,7 +170,7 @@ class OutputSites:
             if unshared is not None:
                 raise NotDistributable(load, unshared)
             statement = self.index.statement_of(load)
-            if id(statement) not in seen and isinstance(self.context.parents.get(statement), BLOCKS):
+            if id(statement) not in seen:
                 seen.add(id(statement))
                 found.append((load, statement))
         return found
@@ -201,12 +199,6 @@ class OutputSites:
             return statement
         return None
 
-    def own_line(self, call: cst.Call) -> cst.SimpleStatementLine | None:
-        """The statement that is `call` and nothing else, on a line of its own in a block
-        (not on the line of its `if`)."""
-        statement = self.own_statement(call)
-        return statement if isinstance(self.context.parents.get(statement), BLOCKS) else None
-
     # -- what may run on one process alone --------------------------------------------------------
 
     def write_site(self, call: cst.Call) -> cst.BaseStatement:
@@ -216,14 +208,14 @@ class OutputSites:
         whose whole body it is). Raises NotDistributable where there is none."""
         statement = self.opened_for(self.index.statement_of(call)) or self.own_statement(call)
         saver = self.context.source(call.func)
+        if isinstance(self.context.parents.get(self.context.parents.get(call)), cst.SimpleStatementSuite):
+            raise NotDistributable(call, f"`{saver}` is on the line of its `if`; put it on a line of its own")
         if statement is None:
             raise NotDistributable(
                 call,
                 f"`{saver}` is part of a larger statement; PM601 writes checkpoints on rank 0 only in "
                 "statements of their own",
             )
-        if not isinstance(self.context.parents.get(statement), BLOCKS):
-            raise NotDistributable(call, f"`{saver}` is on the line of its `if`; put it on a line of its own")
         return self.alone_if(statement) or statement
 
     def alone_if(self, statement: cst.BaseStatement) -> cst.If | None:

@@ -54,7 +54,7 @@ class RankZeroOutputs(Producer):
                 self._reduce(call)
             elif how == "progress":
                 self.edits.append(AddKeyword(call, "disable", cst.parse_expression("not distributed.is_main()")))
-            elif (statement := sites.own_line(call)) is not None:  # else left on every rank
+            elif (statement := sites.own_statement(call)) is not None:  # else left on every rank
                 self.plan.only_on_main(statement)
 
     def _reduce(self, call: cst.Call) -> None:
