@@ -207,16 +207,16 @@ class OutputSites:
         that runs it and nothing else (its own line, or the `with open(path, "wb") as f:`
         whose whole body it is). Raises NotDistributable where there is none."""
         statement = self.opened_for(self.index.statement_of(call)) or self.own_statement(call)
+        if statement is not None:
+            return self.alone_if(statement) or statement
         saver = self.context.source(call.func)
         if isinstance(self.context.parents.get(self.context.parents.get(call)), cst.SimpleStatementSuite):
             raise NotDistributable(call, f"`{saver}` is on the line of its `if`; put it on a line of its own")
-        if statement is None:
-            raise NotDistributable(
-                call,
-                f"`{saver}` is part of a larger statement; PM601 writes checkpoints on rank 0 only in "
-                "statements of their own",
-            )
-        return self.alone_if(statement) or statement
+        raise NotDistributable(
+            call,
+            f"`{saver}` is part of a larger statement; PM601 writes checkpoints on rank 0 only in "
+            "statements of their own",
+        )
 
     def alone_if(self, statement: cst.BaseStatement) -> cst.If | None:
         """The `if` (with no `else`) whose block holds `statement`, when the whole `if` may

@@ -266,10 +266,12 @@ with open("model.pt", "wb") as f:
     torch.save(model.state_dict(), f)
 saved = [torch.save(model.state_dict(), "list.pt")]
 if step: torch.save(model.state_dict(), "line.pt")
+with open("opened.pt", "wb") as f:
+    if step: torch.save(model.state_dict(), f)
 """
     )
     sites = output_sites(context)
-    periodic, final, opened, in_a_list, on_its_line = sites.writes
+    periodic, final, opened, in_a_list, on_its_line, opened_on_its_line = sites.writes
     assert _code(context, sites.write_site(periodic).test) == "step % 10 == 0"  # the whole `if` runs alone
     assert sites.write_site(final) is sites.own_statement(final)
     assert _code(context, sites.write_site(opened)).startswith('with open("model.pt", "wb") as f:')
@@ -277,6 +279,7 @@ if step: torch.save(model.state_dict(), "line.pt")
         sites.write_site(in_a_list)
     with pytest.raises(NotDistributable, match="is on the line of its `if`"):
         sites.write_site(on_its_line)
+    assert _code(context, sites.write_site(opened_on_its_line)).startswith('with open("opened.pt", "wb") as f:')
 
 
 def test_a_checkpoint_read_back_after_it_is_written_once_per_statement_and_not_from_a_temporary_folder():

@@ -29,15 +29,16 @@ class RankZeroOutputs(Producer):
         sites = output_sites(self.context)
         for call in sites.writes:
             if not self.plan.on_rank0(call):
-                self._save_on_main(sites.write_site(call))
+                self._keep_on_main(sites.write_site(call))
         # A file rank 0 saves and every rank then loads (the best model, restored after training)
         # is read after a barrier. A runtime checkpointer writes on rank 0 itself, as torch.save.
         for load, statement in sites.reloads(sites.saves + sites.checkpointer_saves):
             if not self.plan.on_rank0(load):
                 self.edits.append(InsertBefore(statement, (cst.parse_statement("distributed.barrier()\n"),)))
 
-    def _save_on_main(self, site: cst.BaseStatement) -> None:
-        if isinstance(site, cst.If):  # the `if` around the save runs on rank 0 alone
+    def _keep_on_main(self, site: cst.BaseStatement) -> None:
+        """A save's `write_site` on rank 0 alone: the whole `if` around it, or the statement itself."""
+        if isinstance(site, cst.If):
             self.plan.rank0.append(site)
             main = cst.parse_expression("distributed.is_main()")
             self.edits.append(Replace(site.test, lambda test: conjunction(test, main)))
