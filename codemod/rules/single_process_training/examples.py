@@ -1,5 +1,5 @@
-"""PM601's examples: single-process scripts, each as the rule finds it, and the
-torchrun-ready scripts it writes for them (the rule's tests and its page)."""
+"""PM601's examples, whole scripts: single-process ones as the rule finds them, and the
+torchrun-ready ones it writes for them (its VALID and INVALID cases)."""
 
 SCRIPT = """\
 import torch
