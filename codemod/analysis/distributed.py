@@ -1,7 +1,8 @@
 """What a training script already does about running in several processes, and the
 facts PM601 needs to make a single-process one torchrun-ready: whether anything
 distributed is there already, layers and calls that behave differently per rank (and
-`obstacle`: the first reason a file cannot train data-parallel as it is written),
+`obstacle`: the first reason a file cannot train data-parallel as it is written;
+`single_process_loop`: the step loop of a file that trains in one process),
 random draws and the seeds behind them, where a value is the same on every rank
 and where it is each rank's own (`differs_per_process`; `unshared_file`: why a path
 rank 0 writes and every rank reads may not be one file), where a function of this file is called (`calls_of`), the function and class
@@ -177,6 +178,19 @@ class NotDistributable(Exception):
 
 
 # -- what no rewrite can keep -----------------------------------------------------------------
+
+
+def single_process_loop(context: FileContext):
+    """The step loop (a `TrainingLoop`) of a file that trains in one process: None where
+    nothing trains or the file runs in several processes already (`distributed_use`);
+    raises the `obstacle` where it cannot train data-parallel as it is written."""
+    loops = context.training.loops
+    if not loops or distributed_use(context) is not None:
+        return None
+    blocked = obstacle(context)
+    if blocked is not None:
+        raise blocked
+    return loops[0]
 
 
 def obstacle(context: FileContext) -> NotDistributable | None:

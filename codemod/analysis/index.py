@@ -16,6 +16,7 @@ asks about them, and they are half the nodes of a file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -290,6 +291,12 @@ class TreeIndex:
         return current
 
     # -- nodes of a type -------------------------------------------------------------
+
+    @functools.cached_property
+    def spelled_names(self) -> frozenset[str]:
+        """Every name the file spells (variables, attributes, keywords): what a name a
+        rewrite introduces must differ from."""
+        return frozenset(name.value for name in self.find(cst.Name))
 
     def find(self, types: type[NodeT] | tuple[type, ...], within: cst.CSTNode | None = None) -> list[NodeT]:
         """Nodes of `types` (exact classes, or base classes) in document order,

@@ -9,7 +9,8 @@ optimizer does not step after them (DDP's `no_sync()` skips the all-reduce there
   the `if` whose test says it (`guard`: `if (i + 1) % k == 0:` around the step, `negated`;
   or `if (i + 1) % k != 0: continue` after the backward) or the micro loop `for t in
   range(n)` around them (`micro`: its variable and `n`, every micro-step but the last
-  accumulates); neither when the code does not show which micro-steps step.
+  accumulates); neither when the code does not show which micro-steps step. `accumulating`
+  is the test, written for the code, that holds on the micro-steps that do not step.
 
 The tests are those `periodic` reads on the step loop's counter; a guard whose names are
 bound again between the forward and the guard, or a count the micro loop binds, is not
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis import distributed as facts
-from codemod.analysis.names import integer_value, names_read
+from codemod.analysis.names import atom, code_of, integer_value, names_read, negation
 from codemod.analysis.periodic import periodic
 
 if TYPE_CHECKING:
@@ -40,6 +41,18 @@ class MicroSteps:
     guard: cst.If | None = None  # the `if` whose test tells the stepping iterations
     negated: bool = False  # its test holds when the optimizer steps (around the step)
     micro: tuple[cst.Name, cst.BaseExpression] | None = None  # `for t in range(n)`: (t, n)
+
+    @property
+    def accumulating(self) -> cst.BaseExpression | None:
+        """A test that holds on the micro-steps the optimizer does not step after: the
+        guard's test (negated where it guards the step), or `t < n - 1` in the micro
+        loop; None when the code does not show which."""
+        if self.guard is not None:
+            return negation(self.guard.test) if self.negated else self.guard.test
+        if self.micro is None:
+            return None
+        target, count = self.micro
+        return cst.parse_expression(f"{target.value} < {code_of(atom(count))} - 1")
 
 
 def micro_steps(context: FileContext, loop) -> MicroSteps | None:

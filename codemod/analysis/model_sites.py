@@ -50,7 +50,7 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.distributed import NotDistributable
-from codemod.analysis.names import compound_keyword, integer_value, kwarg, method_name, positional
+from codemod.analysis.names import code_of, compound_keyword, integer_value, kwarg, method_name, positional
 from codemod.analysis.step_batches import step_batches
 from codemod.analysis.torch_facts import CONFIGURES, DDP_ANSWERS, NOT_FORWARD, TORCH_SAVES, module_of_chain
 
@@ -62,10 +62,6 @@ KEY = "model_sites"
 
 def model_sites(context: FileContext) -> ModelSites:
     return context.shared(KEY, ModelSites)
-
-
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 @dataclass

@@ -361,6 +361,44 @@ def atom(node: cst.BaseExpression) -> cst.BaseExpression:
     return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
+def code_of(node: cst.CSTNode) -> str:
+    """The code libcst writes for `node`, a node of the file or one a rewrite builds."""
+    return cst.Module([]).code_for_node(node)
+
+
+# Expressions that bind no tighter than `and` and `not`: an operand of theirs in parentheses.
+_LOOSE = (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr, cst.UnaryOperation)
+
+
+def logic_operand(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` as an operand of `and` / `not`: in parentheses unless it binds tighter."""
+    if isinstance(expr, _LOOSE) and not expr.lpar:
+        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return expr
+
+
+def conjunction(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BooleanOperation:
+    """`left and right` (`a and b and c`: a conjunction on the left needs no parentheses)."""
+    if not (isinstance(left, cst.BooleanOperation) and isinstance(left.operator, cst.And) and not left.lpar):
+        left = logic_operand(left)
+    return cst.BooleanOperation(left, cst.And(), logic_operand(right))
+
+
+def negation(test: cst.BaseExpression) -> cst.BaseExpression:
+    """`not test`, written as a reader would: `a == b` -> `a != b`, `not a` -> `a`."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not test.lpar:
+        target = test.comparisons[0]
+        swap = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}.get(type(target.operator))
+        if swap is not None:
+            operator = swap(
+                whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after
+            )
+            return test.with_changes(comparisons=[target.with_changes(operator=operator)])
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return cst.UnaryOperation(cst.Not(), logic_operand(test))
+
+
 def is_dotted_name(node: cst.BaseExpression) -> bool:
     """`a.b.c` or `a`: a name the imports may resolve (not a method of a computed value)."""
     while isinstance(node, cst.Attribute):

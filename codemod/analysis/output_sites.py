@@ -12,13 +12,17 @@ the script in several processes keeps to one of them (PM601), read once per file
   `checkpointer_saves`: `.save(obj, path)` of a runtime checkpointer;
 - `loads_after(saves)`: the loads (`torch.load`) of a path one of `saves` writes that run
   after that save (later in its function, or in a loop around it), with the path read;
+- `reloads(saves)`: those loads, one per statement, with their statements;
+  raises NotDistributable for a path that may name another file in each process;
 - `opened_for(statement)`: the `with open(path, "wb") as f:` whose whole body is the
   statement (a save through an open file); `own_statement(call)`: the statement that is
   the call and nothing else;
 - `alone_if(statement)`: the `if` without `else` around a statement that may run on one
   process alone; `runs_alone(condition)`: whether an `if` may run on one process alone: it calls nothing
   another process would have to join (a model call, a collective, a helper of unknown
-  content) and nothing it assigns is read after it or in a loop around it.
+  content) and nothing it assigns is read after it or in a loop around it;
+- `write_site(call)`: what a guard keeping a checkpoint write to one process holds (that
+  `if`, the `with open(...)` or the call's own line), or NotDistributable with why none.
 
 Which calls save, print and log are torch facts (torch_facts, distributed's tables).
 """
@@ -38,6 +42,7 @@ from codemod.analysis.distributed import (
     RANK0_SAFE_METHODS,
     RANK0_SAFE_PREFIXES,
     TQDM,
+    NotDistributable,
 )
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.torch_facts import LOGGER_FACTORIES, SAVE_FUNCTIONS, TORCH_SAVES
@@ -154,6 +159,22 @@ class OutputSites:
             self.index.inside(node, loop) for loop in self.index.enclosing_loops(earlier)
         )
 
+    def reloads(self, saves) -> list[tuple[cst.Call, cst.BaseStatement]]:
+        """(load, its statement) for each statement that loads a file one of
+        `saves` writes, after it is written (its first such load); raises NotDistributable
+        where the path may name another file in each process (a temporary folder it makes
+        for itself): a file only the process that wrote it has."""
+        found, seen = [], set()
+        for load, path in self.loads_after(saves):
+            unshared = facts.unshared_file(self.context, path)
+            if unshared is not None:
+                raise NotDistributable(load, unshared)
+            statement = self.index.statement_of(load)
+            if id(statement) not in seen:
+                seen.add(id(statement))
+                found.append((load, statement))
+        return found
+
     def opened_for(self, statement: cst.CSTNode) -> cst.With | None:
         """The `with open(path, "wb") as f:` whose whole body is `statement`."""
         block = self.context.parents.get(statement)
@@ -179,6 +200,23 @@ class OutputSites:
         return None
 
     # -- what may run on one process alone --------------------------------------------------------
+
+    def write_site(self, call: cst.Call) -> cst.BaseStatement:
+        """What a guard that keeps the checkpoint write `call` to one process holds: the
+        `if` (no `else`) around it where the whole `if` may run alone, else the statement
+        that runs it and nothing else (its own line, or the `with open(path, "wb") as f:`
+        whose whole body it is). Raises NotDistributable where there is none."""
+        statement = self.opened_for(self.index.statement_of(call)) or self.own_statement(call)
+        if statement is not None:
+            return self.alone_if(statement) or statement
+        saver = self.context.source(call.func)
+        if isinstance(self.context.parents.get(self.context.parents.get(call)), cst.SimpleStatementSuite):
+            raise NotDistributable(call, f"`{saver}` is on the line of its `if`; put it on a line of its own")
+        raise NotDistributable(
+            call,
+            f"`{saver}` is part of a larger statement; PM601 writes checkpoints on rank 0 only in "
+            "statements of their own",
+        )
 
     def alone_if(self, statement: cst.BaseStatement) -> cst.If | None:
         """The `if` (with no `else`) whose block holds `statement`, when the whole `if` may

@@ -60,14 +60,12 @@ class Site:
 class PolicySites:
     def __init__(self, context: FileContext) -> None:
         self.context = context
-        self._taken: set[str] | None = None
 
     def free_names(self, *choices: tuple[str, ...]) -> tuple[str, ...] | None:
         """The first name of each of `choices` that the file does not spell; None when
         every name of one of them is taken."""
-        if self._taken is None:
-            self._taken = {name.value for name in self.context.index.find(cst.Name)}
-        found = tuple(next((n for n in names if n not in self._taken), None) for names in choices)
+        taken = self.context.index.spelled_names
+        found = tuple(next((n for n in names if n not in taken), None) for names in choices)
         return None if None in found else found
 
     def site(self, loop: TrainingLoop, model: Model, names: tuple[str, ...], stateful: bool) -> Site | str:

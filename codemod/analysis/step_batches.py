@@ -31,7 +31,8 @@ from the training program (the step loop of `context.training`, the loaders of
   global seed) readable at `at`;
 - `loader_arguments(site, loop)`: what a sampler per rank needs of the loader's call (its
   dataset, batch size, shuffle and own sampler, or its `**options` dict; whether it
-  shuffles, and the seed of its order), or why it cannot
+  shuffles, and the seed of its order; the arguments of a DistributedSampler that orders
+  the dataset as it does, `sampler_arguments`), or why it cannot
   have one (a helper that builds other loaders too, a `batch_sampler`, a loader built per
   epoch or in a larger statement, one sample per step, `*args`);
 - `dataset_obstacle(dataset)`: why a sampler cannot be given the same dataset (built in
@@ -75,7 +76,7 @@ from codemod.analysis.loaders import (
     StepData,
 )
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
+from codemod.analysis.names import code_of, integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import PASS_THROUGH_ITERABLES, PERMUTATIONS, REBUILDABLE_DATASETS
 
@@ -149,6 +150,25 @@ class LoaderArguments:
     options: cst.BaseExpression | None = None  # `DataLoader(dataset, **options)`: the dict
     shuffled: bool = False  # it shuffles: a `shuffle` that is not literally False
     seed: cst.BaseExpression | None = None  # the seed of its order (shuffled, or with `**options`)
+
+    @property
+    def always_shuffled(self) -> bool:
+        """It shuffles on every run: `shuffle=True` as such, not a condition."""
+        return self.shuffled and isinstance(self.shuffle.value, cst.Name) and self.shuffle.value.value == "True"
+
+    @property
+    def sampler_arguments(self) -> list[str]:
+        """The code of the arguments of a DistributedSampler that orders the dataset as the
+        loader does: the dataset, whether it shuffles (or on which condition) and the
+        seed of its order."""
+        arguments = [code_of(self.dataset)]
+        if not self.shuffled:
+            arguments.append("shuffle=False")
+        elif not self.always_shuffled:
+            arguments.append(f"shuffle={code_of(self.shuffle.value)}")
+        if self.seed is not None:
+            arguments.append(f"seed={code_of(self.seed)}")
+        return arguments
 
 
 class StepBatches:

@@ -313,7 +313,7 @@ class SynchronousCheckpointInLoop(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         index = self.context.index
         self._checkpoints = checkpoints(self.context)
-        self._taken: set[str] = {n.value for n in index.find(cst.Name)}
+        self._taken: set[str] = set(index.spelled_names)
         names = self.context.names
         project = project_of(self.context)
         imports_project = project.imports_project()

@@ -374,7 +374,7 @@ class UncompiledModel(Rule):
         free = [(attribute, kind) for attribute, _, kind in parts if attribute not in hooked]
         if not free or not hooked or model_break(self.context, loop, name) is not None:
             return False
-        taken = {n.value for n in self.context.index.find(cst.Name)}
+        taken = self.context.index.spelled_names
         variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
         if variable is None:
             return False
@@ -451,7 +451,7 @@ class UncompiledModel(Rule):
                 )
             )
             (blocked if reason else free).append((table, reason))
-        taken = {n.value for n in self.context.index.find(cst.Name)}
+        taken = set(self.context.index.spelled_names)
         statements = []
         for table, _ in free:
             singular = table.attribute.rstrip("s").lstrip("_")
@@ -546,7 +546,7 @@ class UncompiledModel(Rule):
             name = func.value.value
             hooks = hook_sites(self.context)
             members = f"{name}.values()" if kind == "dict" else name
-            taken = {n.value for n in self.context.index.find(cst.Name)}
+            taken = self.context.index.spelled_names
             variable = next((v for v in ("net", "network", "part_module") if v not in taken), None)
             unknown = any(s.root is None or s.root == "self" for s in hooks)
             obstacle = table_obstacle(self.context, value)

@@ -58,3 +58,8 @@ def test_an_index_of_a_rewrite_copies_the_shared_statements_and_equals_a_fresh_w
 
 
 copy = TreeIndex._copy
+
+
+def test_the_names_a_file_spells_are_its_variables_attributes_and_keywords():
+    index = TreeIndex(cst.parse_module("import torch\nloader = DataLoader(data, sampler=s)\nx = loader.batch_size\n"))
+    assert index.spelled_names == {"torch", "loader", "DataLoader", "data", "sampler", "s", "x", "batch_size"}

@@ -7,7 +7,16 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
 from codemod.analysis.index import TreeIndex
-from codemod.analysis.names import Names, integer_value, number_value, plain_code, with_kwarg
+from codemod.analysis.names import (
+    Names,
+    code_of,
+    conjunction,
+    integer_value,
+    negation,
+    number_value,
+    plain_code,
+    with_kwarg,
+)
 from codemod.analysis.scopes import file_scopes
 from codemod.analysis.visits import read_only_visits
 from codemod.context import FileContext
@@ -126,3 +135,32 @@ def test_dotted_names_read_through_an_import_made_many_times_are_libcsts():
             assert names._qualified(node) == scope.get_qualified_names_for(node), get_full_name_for_node(node)
             asked.append(get_full_name_for_node(node))
     assert {"torch.cuda.synchronize", "tnn.functional.relu", "helpers.run", "data.DataLoader"} <= set(asked)
+
+
+@pytest.mark.parametrize(
+    "test, negated",
+    [
+        ("i % 4 == 0", "i % 4 != 0"),
+        ("i % 4 != 0", "i % 4 == 0"),
+        ("not done", "done"),
+        ("a or b", "not (a or b)"),
+        ("i < n", "not i < n"),
+        ("(i == 0)", "not (i == 0)"),
+    ],
+)
+def test_a_negated_test_reads_as_a_reader_would_write_it(test, negated):
+    assert code_of(negation(cst.parse_expression(test))) == negated
+
+
+@pytest.mark.parametrize(
+    "left, right, both",
+    [
+        ("a", "b", "a and b"),
+        ("a and b", "c", "a and b and c"),
+        ("a or b", "c", "(a or b) and c"),
+        ("a", "b if c else d", "a and (b if c else d)"),
+        ("i < n", "not x", "i < n and (not x)"),
+    ],
+)
+def test_a_conjunction_parenthesizes_only_the_operands_that_bind_looser(left, right, both):
+    assert code_of(conjunction(cst.parse_expression(left), cst.parse_expression(right))) == both

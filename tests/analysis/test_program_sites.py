@@ -14,7 +14,8 @@ import libcst as cst
 import pytest
 
 from codemod.analysis import rank_values
-from codemod.analysis.distributed import NotDistributable, unshared_file
+from codemod.analysis.distributed import NotDistributable, single_process_loop, unshared_file
+from codemod.analysis.micro_steps import micro_steps
 from codemod.analysis.model_sites import model_sites
 from codemod.analysis.output_sites import output_sites
 from codemod.analysis.step_batches import step_batches
@@ -252,3 +253,109 @@ def test_a_checkpoint_path_in_a_temporary_folder_of_each_process_is_no_file_the_
         context, values["path"]
     )
     assert unshared_file(context, values["shared"]) is None
+
+
+def test_what_keeps_a_checkpoint_write_to_one_process_and_why_none_does():
+    context = _context(
+        WHILE
+        + """
+if step % 10 == 0:
+    torch.save(model.state_dict(), "last.pt")
+torch.save(model.state_dict(), "final.pt")
+with open("model.pt", "wb") as f:
+    torch.save(model.state_dict(), f)
+saved = [torch.save(model.state_dict(), "list.pt")]
+if step: torch.save(model.state_dict(), "line.pt")
+with open("opened.pt", "wb") as f:
+    if step: torch.save(model.state_dict(), f)
+"""
+    )
+    sites = output_sites(context)
+    periodic, final, opened, in_a_list, on_its_line, opened_on_its_line = sites.writes
+    assert _code(context, sites.write_site(periodic).test) == "step % 10 == 0"  # the whole `if` runs alone
+    assert sites.write_site(final) is sites.own_statement(final)
+    assert _code(context, sites.write_site(opened)).startswith('with open("model.pt", "wb") as f:')
+    with pytest.raises(NotDistributable, match="is part of a larger statement"):
+        sites.write_site(in_a_list)
+    with pytest.raises(NotDistributable, match="is on the line of its `if`"):
+        sites.write_site(on_its_line)
+    assert _code(context, sites.write_site(opened_on_its_line)).startswith('with open("opened.pt", "wb") as f:')
+
+
+def test_a_checkpoint_read_back_after_it_is_written_once_per_statement_and_not_from_a_temporary_folder():
+    context = _context(
+        WHILE
+        + """
+torch.save(model.state_dict(), "last.pt")
+model.load_state_dict(torch.load("last.pt"))
+other = torch.load("last.pt")
+"""
+    )
+    sites = output_sites(context)
+    assert [_code(context, s) for _, s in sites.reloads(sites.saves)] == [
+        'model.load_state_dict(torch.load("last.pt"))',
+        'other = torch.load("last.pt")',
+    ]
+    context = _context(
+        WHILE
+        + """
+import tempfile
+path = tempfile.mkdtemp() + "/last.pt"
+torch.save(model.state_dict(), path)
+model.load_state_dict(torch.load(path))
+"""
+    )
+    sites = output_sites(context)
+    with pytest.raises(NotDistributable, match="temporary folder"):
+        sites.reloads(sites.saves)
+
+
+@pytest.mark.parametrize(
+    "shuffle, arguments",
+    [
+        ("shuffle=True", ["dataset"]),
+        ("shuffle=False", ["dataset", "shuffle=False"]),
+        ("shuffle=train", ["dataset", "shuffle=train"]),
+        ("shuffle=True, generator=torch.Generator().manual_seed(3)", ["dataset", "seed=3"]),
+    ],
+)
+def test_a_distributed_sampler_is_given_what_orders_the_dataset_as_the_loader_does(shuffle, arguments):
+    context = FileContext.of_source("train = True\n" + HEAD.replace("shuffle=True", shuffle) + WHILE)
+    (loop,) = context.training.loops
+    batches = step_batches(context)
+    assert batches.loader_arguments(batches.loader(loop.loop), loop.loop).sampler_arguments == arguments
+
+
+@pytest.mark.parametrize(
+    "loop, accumulating",
+    [
+        (
+            "for i, (x, y) in enumerate(loader):\n    loss = model(x).sum()\n    loss.backward()\n"
+            "    if (i + 1) % 4 == 0:\n        opt.step()\n",
+            "(i + 1) % 4 != 0",
+        ),
+        (
+            "for i, (x, y) in enumerate(loader):\n    loss = model(x).sum()\n    loss.backward()\n"
+            "    if (i + 1) % 4 != 0:\n        continue\n    opt.step()\n",
+            "(i + 1) % 4 != 0",
+        ),
+        (
+            "for x, y in loader:\n    for t in range(a + 1):\n        loss = model(x).sum()\n        loss.backward()\n"
+            "    opt.step()\n",
+            "t < (a + 1) - 1",
+        ),
+    ],
+)
+def test_the_micro_steps_the_optimizer_does_not_step_after(loop, accumulating):
+    context = _context("a = 3\n" + loop)
+    (training_loop,) = context.training.loops
+    assert _code(context, micro_steps(context, training_loop).accumulating) == accumulating
+
+
+def test_the_loop_a_single_process_file_trains_in():
+    context = _context(WHILE)
+    assert single_process_loop(context) is context.training.loops[0]
+    assert single_process_loop(_context("import torch.distributed as dist\n" + WHILE)) is None
+    assert single_process_loop(_context("x = 1\n")) is None
+    with pytest.raises(NotDistributable, match="2 training loops"):
+        single_process_loop(_context(WHILE + WHILE))

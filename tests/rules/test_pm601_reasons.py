@@ -13,7 +13,7 @@ import pytest
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.single_process_training import LOOP, SCRIPT
+from codemod.rules.single_process_training.examples import LOOP, SCRIPT
 
 PM601 = Settings(select=("PM601",), level=Level.UNSAFE)
 REFUSED = "cannot make it torchrun-ready: "
@@ -341,3 +341,11 @@ if __name__ == "__main__":
 def test_a_trainer_whose_method_a_loop_outside_it_calls_is_named_in_the_reason():
     why = reason(OUTSIDE_TRAINER)
     assert "`self.model` is an attribute of `Trainer`, whose methods the loop calls from outside the class" in why
+
+
+def test_a_save_on_the_line_of_its_if_is_refused_for_that_not_as_part_of_a_larger_statement():
+    save = '        torch.save(model.state_dict(), "last.pt")\n'
+    one_line = SCRIPT.replace(save, save.replace("torch.save", "if epoch == 2: torch.save"))
+    assert reason(one_line).startswith("`torch.save` is on the line of its `if`; put it on a line of its own")
+    in_a_list = SCRIPT.replace(save, save.replace("torch.save", "saved = [torch.save").replace(")\n", ")]\n"))
+    assert "`torch.save` is part of a larger statement" in reason(in_a_list)

@@ -14,7 +14,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.rule import Level
-from codemod.rules.single_process_training import WHILE_STEPS
+from codemod.rules.single_process_training.examples import WHILE_STEPS
 
 PM601 = Settings(select=("PM601",), level=Level.UNSAFE)
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

@@ -5,249 +5,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import distributed as facts
+from codemod.analysis.distributed import NotDistributable, single_process_loop
 from codemod.analysis.model_sites import model_sites
 from codemod.rule import Invalid, Level, Rule, Valid
+from codemod.rules.single_process_training import examples as ex
 from codemod.rules.single_process_training.accumulation import GradientAccumulation
 from codemod.rules.single_process_training.data import DataSharding
 from codemod.rules.single_process_training.model import ModelWrap
 from codemod.rules.single_process_training.outputs import RankZeroOutputs
-from codemod.rules.single_process_training.plan import (
-    IMPORT_ATEXIT,
-    IMPORT_CONTEXTLIB,
-    IMPORT_DDP,
-    IMPORT_DISTRIBUTED,
-    IMPORT_SAMPLER,
-    Blocked,
-    Plan,
-)
+from codemod.rules.single_process_training.plan import Plan
 from codemod.rules.single_process_training.setup import ProcessGroupSetup
-
-SCRIPT = """\
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-
-def main():
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-    loader = DataLoader(dataset, batch_size=32, shuffle=True)
-    model = torch.nn.Linear(8, 1).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(3):
-        for x, y in loader:
-            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        print(f"epoch {epoch} loss {loss.item():.4f}")
-        torch.save(model.state_dict(), "last.pt")
-
-
-if __name__ == "__main__":
-    main()
-"""
-SCRIPT_TORCHRUN = """\
-import torch
-from runtime import distributed
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-
-def main():
-    device = distributed.setup("cuda" if torch.cuda.is_available() else "cpu")
-    world = distributed.world()
-    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-    sampler = DistributedSampler(dataset) if world.distributed else None
-    loader = DataLoader(
-        dataset,
-        batch_size=distributed.local_batch_size(32),
-        shuffle=sampler is None,
-        sampler=sampler,
-    )
-    model = torch.nn.Linear(8, 1).to(device)
-    if world.distributed:
-        model = DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(3):
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        for x, y in loader:
-            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        distributed.print0(
-            f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}"
-        )
-        if distributed.is_main():
-            torch.save(distributed.unwrap(model).state_dict(), "last.pt")
-
-
-if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        distributed.cleanup()
-"""
-LOOP = """\
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-loader = DataLoader(dataset, batch_size=32, shuffle=True)
-model = torch.nn.Linear(8, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for epoch in range(3):
-    for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-"""
-ACCUMULATION = """\
-import torch
-from torch.utils.data import DataLoader
-
-model = torch.nn.Linear(8, 1).cuda()
-opt = torch.optim.AdamW(model.parameters())
-data = torch.randn(512, 8)
-loader = DataLoader(data, batch_size=64)
-for i, x in enumerate(loader):
-    x = x.cuda()
-    loss = model(x).pow(2).mean() / 4
-    loss.backward()
-    if (i + 1) % 4 == 0:
-        opt.step()
-        opt.zero_grad()
-"""
-SAVE_WHOLE = """
-
-
-def checkpoint(path):
-    torch.save({"model": model, "steps": i}, path)
-    torch.save(model, path)
-    state = {"model": model}
-    torch.save(state, path)
-    models = [model]
-    print(len(models))
-
-
-checkpoint("model.pt")
-"""
-SAVE_WHOLE_TORCHRUN = """
-
-
-def checkpoint(path):
-    if distributed.is_main():
-        torch.save({"model": distributed.unwrap(model), "steps": i}, path)
-    if distributed.is_main():
-        torch.save(distributed.unwrap(model), path)
-    state = {"model": distributed.unwrap(model)}
-    if distributed.is_main():
-        torch.save(state, path)
-    models = [model]
-    distributed.print0(len(models))
-
-
-checkpoint("model.pt")
-"""
-ACCUMULATION_TORCHRUN = """\
-import atexit
-import contextlib
-
-import torch
-from runtime import distributed
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler
-
-distributed.setup("cuda")
-world = distributed.world()
-atexit.register(distributed.cleanup)
-model = torch.nn.Linear(8, 1).cuda()
-if world.distributed:
-    model = DistributedDataParallel(model)
-opt = torch.optim.AdamW(model.parameters())
-data = torch.randn(512, 8)
-sampler = DistributedSampler(data, shuffle=False) if world.distributed else None
-loader = DataLoader(data, batch_size=distributed.local_batch_size(64), sampler=sampler)
-for i, x in enumerate(loader):
-    x = x.cuda()
-    accumulating = (i + 1) % 4 != 0
-    with (
-        model.no_sync()
-        if world.distributed and accumulating
-        else contextlib.nullcontext()
-    ):
-        loss = model(x).pow(2).mean() / 4
-        loss.backward()
-    if not accumulating:
-        opt.step()
-        opt.zero_grad()
-"""
-WHILE_STEPS = """\
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-torch.manual_seed(0)
-dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-loader = DataLoader(dataset, batch_size=32, shuffle=True)
-model = torch.nn.Linear(8, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-step, max_steps = 0, 20
-batches = iter(loader)
-while step < max_steps:
-    try:
-        x, y = next(batches)
-    except StopIteration:
-        batches = iter(loader)
-        x, y = next(batches)
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    step += 1
-"""
-WHILE_STEPS_TORCHRUN = """\
-import atexit
-
-import torch
-from runtime import distributed
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-torch.manual_seed(0)
-dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-distributed.setup("cpu")
-world = distributed.world()
-atexit.register(distributed.cleanup)
-sampler = DistributedSampler(dataset, seed=0) if world.distributed else None
-loader = DataLoader(
-    dataset,
-    batch_size=distributed.local_batch_size(32),
-    shuffle=sampler is None,
-    sampler=sampler,
-)
-model = torch.nn.Linear(8, 1)
-if world.distributed:
-    model = DistributedDataParallel(model)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-step, max_steps = 0, 20
-batches = iter(loader)
-while step < max_steps:
-    try:
-        x, y = next(batches)
-    except StopIteration:
-        if sampler is not None:
-            sampler.set_epoch(sampler.epoch + 1)
-        batches = iter(loader)
-        x, y = next(batches)
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    step += 1
-"""
 
 
 class SingleProcessTraining(Rule):
@@ -457,130 +224,59 @@ class SingleProcessTraining(Rule):
     )
 
     VALID = [
-        Valid("import torch.distributed as dist\n" + LOOP, "already distributed: torch.distributed"),
-        Valid(
-            LOOP.replace("opt = ", "model = torch.nn.parallel.DistributedDataParallel(model)\nopt = "),
-            "already distributed: DDP",
-        ),
-        Valid(
-            "import os\n" + LOOP.replace("opt = ", "rank = int(os.environ.get('LOCAL_RANK', 0))\nopt = "),
-            "reads torchrun's variables",
-        ),
-        Valid("from accelerate import Accelerator\n" + LOOP, "Accelerate runs the processes"),
-        Valid(SCRIPT_TORCHRUN, "the rewrite: runtime.distributed"),
+        Valid("import torch.distributed as dist\n" + ex.LOOP, "already distributed: torch.distributed"),
+        Valid(ex.WRAPPED_IN_DDP, "already distributed: DDP"),
+        Valid(ex.READS_LOCAL_RANK, "reads torchrun's variables"),
+        Valid("from accelerate import Accelerator\n" + ex.LOOP, "Accelerate runs the processes"),
+        Valid(ex.SCRIPT_TORCHRUN, "the rewrite: runtime.distributed"),
         Valid("import torch\nmodel = torch.nn.Linear(8, 1)\nprint(model(torch.randn(2, 8)))\n", "no training loop"),
     ]
     INVALID = [
-        Invalid(SCRIPT, SCRIPT_TORCHRUN, "setup at the device, sampler, DDP, print0, rank-0 save, cleanup"),
+        Invalid(ex.SCRIPT, ex.SCRIPT_TORCHRUN, "setup at the device, sampler, DDP, print0, rank-0 save, cleanup"),
         Invalid(
-            ACCUMULATION,
-            ACCUMULATION_TORCHRUN,
+            ex.ACCUMULATION,
+            ex.ACCUMULATION_TORCHRUN,
             "module level, `.cuda()`: setup() of its own and atexit; accumulation under no_sync()",
         ),
         Invalid(
-            ACCUMULATION + SAVE_WHOLE,
-            ACCUMULATION_TORCHRUN + SAVE_WHOLE_TORCHRUN,
+            ex.ACCUMULATION + ex.SAVE_WHOLE,
+            ex.ACCUMULATION_TORCHRUN + ex.SAVE_WHOLE_TORCHRUN,
             "a function that saves the whole model object the script wrapped (as it is, in a dict, in a dict "
             "bound to a name): the module, not the DDP wrapper; a list of it that is not saved keeps the wrapper",
         ),
+        Invalid(ex.BATCH_NORM, None, "BatchNorm: SyncBatchNorm is the author's call"),
         Invalid(
-            LOOP.replace(
-                "torch.nn.Linear(8, 1)",
-                "torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))",
-            ),
-            None,
-            "BatchNorm: SyncBatchNorm is the author's call",
-        ),
-        Invalid(
-            WHILE_STEPS,
-            WHILE_STEPS_TORCHRUN,
+            ex.WHILE_STEPS,
+            ex.WHILE_STEPS_TORCHRUN,
             "a `while` loop over next(iter(loader)): the sampler is told each new pass",
         ),
         Invalid(
-            WHILE_STEPS.replace("batches = iter(loader)", "batches = forever(loader)").replace(
-                "step, max_steps",
-                "def forever(loader):\n    while True:\n        for x, y in loader:\n            yield x, 2 * y\n\n\n"
-                "step, max_steps",
-            ),
+            ex.GENERATOR_CHANGES_BATCHES,
             None,
             "a generator of the file that changes the batches starts the loader's passes: PM601 does not "
             "rewrite it to tell the sampler the epoch",
         ),
+        Invalid(ex.WHILE_OWN_LOSS, None, "a `while` loop that ends on each rank's own loss"),
+        Invalid(ex.DATA_PARALLEL, None, "DataParallel"),
+        Invalid(ex.ONE_SAMPLE_PER_STEP, None, "one sample per step: the global batch would change"),
+        Invalid(ex.FIXED_GPU, None, "a fixed GPU for every rank"),
+        Invalid(ex.FORWARD_THROUGH_METHOD, None, "a forward DDP does not see"),
         Invalid(
-            WHILE_STEPS.replace("while step < max_steps:", "while step < max_steps and loss_value > 0.01:")
-            .replace("batches = iter(loader)\nwhile", "batches = iter(loader)\nloss_value = 1.0\nwhile")
-            .replace("    step += 1\n", "    step += 1\n    loss_value = loss.item()\n"),
-            None,
-            "a `while` loop that ends on each rank's own loss",
-        ),
-        Invalid(LOOP.replace("opt = ", "model = torch.nn.DataParallel(model)\nopt = "), None, "DataParallel"),
-        Invalid(LOOP.replace("batch_size=32, ", ""), None, "one sample per step: the global batch would change"),
-        Invalid(
-            LOOP.replace("torch.nn.Linear(8, 1)", 'torch.nn.Linear(8, 1).to("cuda:0")'),
-            None,
-            "a fixed GPU for every rank",
+            ex.LOOP + "        if loss.item() < 1e-3:\n            break\n", None, "a rank would leave the loop alone"
         ),
         Invalid(
-            LOOP.replace("torch.nn.functional.mse_loss(model(x), y)", "model.loss(x, y)"),
-            None,
-            "a forward DDP does not see",
+            ex.LOOP + "for x, y in loader:\n    model(x).sum().backward()\n    opt.step()\n", None, "two training loops"
         ),
+        Invalid(ex.SUMMED_LOSS, None, "a summed loss: DDP's average would shrink its gradient"),
+        Invalid(ex.TWO_MODELS, None, "two trained models: each needs its own wrap"),
+        Invalid(ex.READ_BACK, ex.READ_BACK_TORCHRUN, "read back what rank 0 saved: a barrier first"),
         Invalid(
-            LOOP + "        if loss.item() < 1e-3:\n            break\n", None, "a rank would leave the loop alone"
-        ),
-        Invalid(
-            LOOP + "for x, y in loader:\n    model(x).sum().backward()\n    opt.step()\n", None, "two training loops"
-        ),
-        Invalid(
-            LOOP.replace("mse_loss(model(x), y)", 'mse_loss(model(x), y, reduction="sum")'),
-            None,
-            "a summed loss: DDP's average would shrink its gradient",
-        ),
-        Invalid(
-            LOOP.replace(
-                "opt = torch.optim.SGD(model.parameters(), lr=0.1)",
-                "head = torch.nn.Linear(1, 1)\n"
-                "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)",
-            ).replace("mse_loss(model(x), y)", "mse_loss(head(model(x)), y)"),
-            None,
-            "two trained models: each needs its own wrap",
-        ),
-        Invalid(
-            SCRIPT.replace(
-                '        torch.save(model.state_dict(), "last.pt")\n',
-                '        torch.save(model.state_dict(), "last.pt")\n    model.load_state_dict(torch.load("last.pt"))\n',
-            ),
-            SCRIPT_TORCHRUN.replace(
-                '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n',
-                '            torch.save(distributed.unwrap(model).state_dict(), "last.pt")\n'
-                "    distributed.barrier()\n"
-                '    distributed.unwrap(model).load_state_dict(torch.load("last.pt"))\n',
-            ),
-            "read back what rank 0 saved: a barrier first",
-        ),
-        Invalid(
-            "import tempfile\n"
-            + SCRIPT.replace('"last.pt"', "path")
-            .replace("    model = torch.nn", "    path = tempfile.mktemp()\n    model = torch.nn")
-            .replace(
-                "        torch.save(model.state_dict(), path)\n",
-                "        torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n",
-            ),
+            ex.TEMPORARY_CHECKPOINT,
             None,
             "a checkpoint in each process's own temporary folder, read back by every rank",
         ),
         Invalid(
-            "import tempfile\nfrom runtime.checkpoint import AsyncCheckpointer\n"
-            + SCRIPT.replace('"last.pt"', "path")
-            .replace(
-                "    model = torch.nn",
-                "    path = tempfile.mktemp()\n    checkpointer = AsyncCheckpointer()\n    model = torch.nn",
-            )
-            .replace(
-                "        torch.save(model.state_dict(), path)\n",
-                "        checkpointer.save(model.state_dict(), path)\n"
-                "    checkpointer.flush()\n    model.load_state_dict(torch.load(path))\n",
-            ),
+            ex.TEMPORARY_CHECKPOINTER,
             None,
             "the same, saved by a runtime checkpointer (as an earlier fix writes it)",
         ),
@@ -590,7 +286,7 @@ class SingleProcessTraining(Rule):
         plan = Plan(self.context)
         try:
             result = build(plan)
-        except Blocked as blocked:
+        except NotDistributable as blocked:
             self.report(
                 blocked.node,
                 f"training runs in one process, and PM601 cannot make it torchrun-ready: {blocked.message}",
@@ -606,15 +302,11 @@ class SingleProcessTraining(Rule):
 
 def build(plan: Plan) -> cst.CSTNode | None:
     """The node the finding goes to when the file is rewritten (edits in `plan.edits`), None
-    when the rule has nothing to say; raises Blocked for the first reason not to rewrite."""
-    context = plan.context
-    if facts.distributed_use(context) is not None or not context.training.loops:
+    when the rule has nothing to say; raises NotDistributable for the first reason not to rewrite."""
+    loop = plan.loop = single_process_loop(plan.context)
+    if loop is None:
         return None
-    blocked = facts.obstacle(context)
-    if blocked is not None:
-        raise blocked
-    loop = plan.loop = context.training.loops[0]
-    plan.origin = model_sites(context).site(loop)
+    plan.origin = model_sites(plan.context).site(loop)
     plan.loader = plan.batches.loader(loop.loop)
     setup = ProcessGroupSetup(plan)
     plan.setup = setup.site()
@@ -629,7 +321,5 @@ def build(plan: Plan) -> cst.CSTNode | None:
     outputs.outputs()
     model.unwrap()
     setup.write(setup.cleanup())
-    plan.imports.append(IMPORT_DISTRIBUTED)
-    order = [IMPORT_CONTEXTLIB, IMPORT_ATEXIT, IMPORT_DDP, IMPORT_SAMPLER, IMPORT_DISTRIBUTED]
-    plan.imports = sorted(set(plan.imports), key=order.index)
+    plan.imports = list(dict.fromkeys([*plan.imports, ("runtime", "distributed")]))  # each once
     return loop.loop

@@ -7,16 +7,9 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.micro_steps import micro_steps
 from codemod.analysis.model_sites import model_sites
+from codemod.analysis.names import code_of, logic_operand
 from codemod.edits import InsertAfter, Replace, Wrap
-from codemod.rules.single_process_training.plan import (
-    IMPORT_CONTEXTLIB,
-    Producer,
-    code_of,
-    negation,
-    parenthesized,
-    parse_expr,
-    parse_line,
-)
+from codemod.rules.single_process_training.plan import Producer
 
 
 class GradientAccumulation(Producer):
@@ -35,29 +28,21 @@ class GradientAccumulation(Producer):
         model = model_sites(self.context).spelled_in(self.plan.origin, facts.function_of(self.context, loop.loop))
         if model is None:
             return
-        statements, first, last, guard = found.statements, found.first, found.last, found.guard
-        if guard is not None:
-            accumulating = negation(guard.test) if found.negated else guard.test
-        elif found.micro is not None:
-            target, count = found.micro
-            shown = code_of(count)
-            if not isinstance(count, (cst.Name, cst.Attribute, cst.Integer, cst.Call, cst.Subscript)):
-                shown = f"({shown})"
-            accumulating = parse_expr(f"{target.value} < {shown} - 1")  # every micro-step but the last
-        else:
+        statements, first, guard = found.statements, found.first, found.guard
+        accumulating = found.accumulating
+        if accumulating is None:
             self._synced("PM601 cannot tell which micro-steps step")
             return
-        if guard is not None and first > 0:
+        if guard is not None and first > 0:  # computed once, before the forward: the `with` and the guard read it
             name = self.plan.fresh("accumulating")
-            self.edits.append(InsertAfter(statements[first - 1], (parse_line(f"{name} = {code_of(accumulating)}\n"),)))
-            self.edits.append(Replace(guard.test, parse_expr(f"not {name}" if found.negated else name)))
-            condition: cst.BaseExpression = cst.Name(name)
-        else:
-            condition = accumulating
-        test = f"{self.plan.world_check(statements[first])} and {code_of(parenthesized(condition))}"
-        item = parse_expr(f"{model}.no_sync() if {test} else contextlib.nullcontext()")
-        self.edits.append(Wrap(statements[first], statements[last], (cst.WithItem(item),)))
-        self.imports.append(IMPORT_CONTEXTLIB)
+            binding = cst.parse_statement(f"{name} = {code_of(accumulating)}\n")
+            self.edits.append(InsertAfter(statements[first - 1], (binding,)))
+            self.edits.append(Replace(guard.test, cst.parse_expression(f"not {name}" if found.negated else name)))
+            accumulating = cst.Name(name)
+        test = f"{self.plan.world_check(statements[first])} and {code_of(logic_operand(accumulating))}"
+        item = cst.parse_expression(f"{model}.no_sync() if {test} else contextlib.nullcontext()")
+        self.edits.append(Wrap(statements[first], statements[found.last], (cst.WithItem(item),)))
+        self.imports.append(("contextlib", None))
 
     def _synced(self, why: str) -> None:
         """The finding says that every micro-batch all-reduces, and why."""

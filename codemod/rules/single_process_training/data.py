@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemod.analysis.distributed import NotDistributable
+from codemod.analysis.names import code_of, conjunction, logic_operand
 from codemod.analysis.step_batches import LoaderSite
 from codemod.edits import AddKeyword, InsertAfter, InsertBefore, Replace
-from codemod.rules.single_process_training.plan import (
-    IMPORT_SAMPLER,
-    Blocked,
-    Producer,
-    and_,
-    around,
-    code_of,
-    parenthesized,
-    parse_expr,
-    parse_line,
-)
+from codemod.rules.single_process_training.plan import Producer, around
+
+IMPORT_SAMPLER = ("torch.utils.data", "DistributedSampler")
 
 
 class DataSharding(Producer):
@@ -44,30 +38,20 @@ class DataSharding(Producer):
         if found.options is not None:
             self._share_options(loader, loop, found)
             return
-        dataset, size, shuffle = found.dataset, found.size, found.shuffle
+        self.edits.append(Replace(found.size.value, around("distributed.local_batch_size")))
         if found.sampler is not None:
             self._share_draws(found.sampler.value, call)
-            self.edits.append(Replace(size.value, around("distributed.local_batch_size")))
             return
         sampler_name = self.plan.fresh("sampler")
         check = self.plan.world_check(statement)
-        always = found.shuffled and isinstance(shuffle.value, cst.Name) and shuffle.value.value == "True"
-        arguments = [code_of(dataset)]
-        if not found.shuffled:
-            arguments.append("shuffle=False")
-        elif not always:
-            arguments.append(f"shuffle={code_of(shuffle.value)}")
-        if found.seed is not None:
-            arguments.append(f"seed={code_of(found.seed)}")
-        sampler = f"DistributedSampler({', '.join(arguments)}) if {check} else None"
-        self.edits.append(InsertBefore(statement, (parse_line(f"{sampler_name} = {sampler}\n"),)))
-        self.edits.append(Replace(size.value, around("distributed.local_batch_size")))
+        sampler = f"DistributedSampler({', '.join(found.sampler_arguments)}) if {check} else None"
+        self.edits.append(InsertBefore(statement, (cst.parse_statement(f"{sampler_name} = {sampler}\n"),)))
         if found.shuffled:
-            absent = parse_expr(f"{sampler_name} is None")
-            if always:
-                self.edits.append(Replace(shuffle.value, absent))
+            absent = cst.parse_expression(f"{sampler_name} is None")
+            if found.always_shuffled:
+                self.edits.append(Replace(found.shuffle.value, absent))
             else:
-                self.edits.append(Replace(shuffle.value, lambda value: and_(value, absent)))
+                self.edits.append(Replace(found.shuffle.value, lambda value: conjunction(value, absent)))
         self.edits.append(AddKeyword(call, "sampler", cst.Name(sampler_name)))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, sampler_name)
@@ -79,7 +63,8 @@ class DataSharding(Producer):
         arguments = [code_of(found.dataset), code_of(found.options)]
         if found.seed is not None:
             arguments.append(f"seed={code_of(found.seed)}")
-        self.edits.append(Replace(found.options, parse_expr(f"distributed.loader_options({', '.join(arguments)})")))
+        options = cst.parse_expression(f"distributed.loader_options({', '.join(arguments)})")
+        self.edits.append(Replace(found.options, options))
         self.imports.append(IMPORT_SAMPLER)
         self._set_epoch(loader, loop, None)
 
@@ -107,7 +92,7 @@ class DataSharding(Producer):
             guard = f"isinstance({handle}, DistributedSampler)"
         # The epoch's number, or (none to read) the passes counted on the sampler, after each one.
         epoch = code_of(site.number) if site.number is not None else f"{handle}.epoch + 1"
-        statement = parse_line(f"if {guard}:\n    {handle}.set_epoch({epoch})\n")
+        statement = cst.parse_statement(f"if {guard}:\n    {handle}.set_epoch({epoch})\n")
         self.edits.extend(InsertBefore(anchor, (statement,)) for anchor in site.before)
         if site.after is not None:
             self.edits.append(InsertAfter(site.after, (statement,)))
@@ -120,16 +105,14 @@ class DataSharding(Producer):
             return None
         subscript, permutation = found
         if not self.plan.sees_world(subscript):
-            raise Blocked(
+            raise NotDistributable(
                 subscript,
                 "the batches are sliced in another function than the one that chooses the "
                 "device; split them over the ranks by hand",
             )
         self.plan.world_uses.append(subscript)
-        world = self.plan.world_name
-        share = cst.SubscriptElement(
-            cst.Slice(lower=parse_expr(f"{world}.rank"), upper=None, step=parse_expr(f"{world}.size"))
-        )
+        rank, size = (cst.parse_expression(f"{self.plan.world_name}.{part}") for part in ("rank", "size"))
+        share = cst.SubscriptElement(cst.Slice(lower=rank, upper=None, step=size))
         self.edits.append(Replace(subscript, lambda updated: cst.Subscript(updated, [share])))
         self.plan.share = self.index.statement_of(subscript)
         return permutation
@@ -155,8 +138,9 @@ class DataSharding(Producer):
         loop = self.plan.loop.loop
         outer = self.index.outermost_loop(loop)
         lines = "".join(
-            f"    {code_of(seed.func)}({code_of(parenthesized(seed.args[0].value))} + distributed.seed_offset())\n"
+            f"    {code_of(seed.func)}({code_of(logic_operand(seed.args[0].value))} + distributed.seed_offset())\n"
             for seed in self.plan.batches.reseeds(loop, permutation, self.plan.sampler_draws)
         )
         if lines:
-            self.edits.append(InsertBefore(outer, (parse_line(f"if {self.plan.world_check(outer)}:\n{lines}"),)))
+            check = self.plan.world_check(outer)
+            self.edits.append(InsertBefore(outer, (cst.parse_statement(f"if {check}:\n{lines}"),)))

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from codemod.analysis.model_sites import model_sites
 from codemod.edits import InsertAfter, Replace
-from codemod.rules.single_process_training.plan import (
-    IMPORT_DDP,
-    Producer,
-    around,
-    parse_line,
-)
+from codemod.rules.single_process_training.plan import Producer, around
 
 
 class ModelWrap(Producer):
@@ -19,12 +16,12 @@ class ModelWrap(Producer):
     def wrap(self) -> None:
         origin = self.plan.origin
         check = self.plan.world_check(origin.anchor)
-        wrap = parse_line(f"if {check}:\n    {origin.code} = DistributedDataParallel({origin.code})\n")
+        wrap = cst.parse_statement(f"if {check}:\n    {origin.code} = DistributedDataParallel({origin.code})\n")
         # Inserted after the anchor, where other rules insert too: PM506's `model.compile()`
         # (a fix of a lower level, kept first) comes before the wrap, the order of an existing
         # compile. DDP's forward still hands dynamo its gradient buckets (DDPOptimizer).
         self.edits.append(InsertAfter(origin.anchor, (wrap,)))
-        self.imports.append(IMPORT_DDP)
+        self.imports.append(("torch.nn.parallel", "DistributedDataParallel"))
 
     def unwrap(self) -> None:
         """Reads of the model that DDP does not answer as the module would go through

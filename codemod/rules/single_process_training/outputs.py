@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemod.analysis import distributed as facts
 from codemod.analysis import rank_values
+from codemod.analysis.names import conjunction
 from codemod.analysis.output_sites import output_sites
-from codemod.edits import BODY_OWNERS, AddKeyword, InsertBefore, Replace
-from codemod.rules.single_process_training.plan import (
-    Blocked,
-    Producer,
-    and_,
-    around,
-    parse_expr,
-    parse_line,
-)
+from codemod.edits import AddKeyword, InsertBefore, Replace
+from codemod.rules.single_process_training.plan import Producer, around
 
 
 class RankZeroOutputs(Producer):
@@ -35,64 +28,35 @@ class RankZeroOutputs(Producer):
     def saves(self) -> None:
         sites = output_sites(self.context)
         for call in sites.writes:
-            self._save_on_main(call)
-        # A runtime checkpointer writes on rank 0 itself; what every rank then loads is as torch.save's.
-        self._loads_after(sites.saves + sites.checkpointer_saves)
+            if not self.plan.on_rank0(call):
+                self._keep_on_main(sites.write_site(call))
+        # A file rank 0 saves and every rank then loads (the best model, restored after training)
+        # is read after a barrier. A runtime checkpointer writes on rank 0 itself, as torch.save.
+        for load, statement in sites.reloads(sites.saves + sites.checkpointer_saves):
+            if not self.plan.on_rank0(load):
+                self.edits.append(InsertBefore(statement, (cst.parse_statement("distributed.barrier()\n"),)))
 
-    def _loads_after(self, saves) -> None:
-        """A file rank 0 saves and every rank then loads (the best model, restored after
-        training): `distributed.barrier()` before the load, so that no rank reads before the
-        write is done. A path in a temporary folder each process makes for itself is a file
-        only rank 0 has: reported."""
-        barriers: set[int] = set()
-        for load, path in output_sites(self.context).loads_after(saves):
-            unshared = facts.unshared_file(self.context, path)
-            if unshared is not None:
-                raise Blocked(load, unshared)
-            statement = self.index.statement_of(load)
-            if id(statement) in barriers or not isinstance(self.parents.get(statement), BODY_OWNERS):
-                continue
-            if self.plan.on_rank0(load):
-                continue
-            barriers.add(id(statement))
-            self.edits.append(InsertBefore(statement, (parse_line("distributed.barrier()\n"),)))
-
-    def _save_on_main(self, call: cst.Call) -> None:
-        if self.plan.on_rank0(call):
-            return
-        sites = output_sites(self.context)
-        statement = sites.opened_for(self.index.statement_of(call)) or sites.own_statement(call)
-        if statement is None:
-            raise Blocked(
-                call,
-                f"`{self.plan.src(call.func)}` is part of a larger statement; PM601 writes checkpoints "
-                "on rank 0 only in statements of their own",
-            )
-        if not isinstance(self.parents.get(statement), BODY_OWNERS):
-            raise Blocked(call, f"`{self.plan.src(call.func)}` is on the line of its `if`; put it on a line of its own")
-        condition = sites.alone_if(statement)
-        if condition is not None:
-            self.plan.rank0.append(condition)
-            self.edits.append(Replace(condition.test, lambda test: and_(test, parse_expr("distributed.is_main()"))))
-            return
-        self.plan.only_on_main(statement)
+    def _keep_on_main(self, site: cst.BaseStatement) -> None:
+        """A save's `write_site` on rank 0 alone: the whole `if` around it, or the statement itself."""
+        if isinstance(site, cst.If):
+            self.plan.rank0.append(site)
+            main = cst.parse_expression("distributed.is_main()")
+            self.edits.append(Replace(site.test, lambda test: conjunction(test, main)))
+        else:
+            self.plan.only_on_main(site)
 
     def outputs(self) -> None:
-        for call, how in output_sites(self.context).shown:
+        sites = output_sites(self.context)
+        for call, how in sites.shown:
             if self.plan.on_rank0(call):
                 continue
             if how == "print":
-                self.edits.append(Replace(call.func, parse_expr("distributed.print0")))
+                self.edits.append(Replace(call.func, cst.parse_expression("distributed.print0")))
                 self._reduce(call)
             elif how == "progress":
-                self.edits.append(AddKeyword(call, "disable", parse_expr("not distributed.is_main()")))
-            else:
-                self._rank0_statement(call)
-
-    def _rank0_statement(self, call: cst.Call) -> None:
-        statement = output_sites(self.context).own_statement(call)
-        if statement is not None and isinstance(self.parents.get(statement), BODY_OWNERS):
-            self.plan.only_on_main(statement)  # else part of a larger statement: left on every rank
+                self.edits.append(AddKeyword(call, "disable", cst.parse_expression("not distributed.is_main()")))
+            elif (statement := sites.own_statement(call)) is not None:  # else left on every rank
+                self.plan.only_on_main(statement)
 
     def _reduce(self, call: cst.Call) -> None:
         """Losses in a print become their mean over the ranks: a collective, so only where

@@ -5,16 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis import process_group
+from codemod.analysis.names import code_of
 from codemod.edits import Edit, InsertAfter, InsertBefore, Replace
-from codemod.rules.single_process_training.plan import (
-    IMPORT_ATEXIT,
-    Producer,
-    code_of,
-    make_call,
-    moved_into,
-    parse_expr,
-    parse_line,
-)
+from codemod.rules.single_process_training.plan import Producer, around, moved_into
 
 
 class ProcessGroupSetup(Producer):
@@ -24,7 +17,7 @@ class ProcessGroupSetup(Producer):
     def site(self) -> process_group.SetupSite:
         loader = self.plan.loader.statement if self.plan.loader is not None else None
         setup = process_group.setup_site(self.context, self.plan.origin, loader, self.plan.loop.loop)
-        self.edits.extend(Replace(zero, parse_expr('"cuda"')) for zero in setup.zeros)
+        self.edits.extend(Replace(zero, cst.parse_expression('"cuda"')) for zero in setup.zeros)
         return setup
 
     def write(self, hook: cst.BaseStatement | None) -> None:
@@ -34,20 +27,17 @@ class ProcessGroupSetup(Producer):
         lines: list[cst.BaseStatement] = []
         edits: list[Edit] = []
         if setup.value is not None:
-            chosen = parse_expr('"cuda"') if setup.cuda_for_zero else None
-            edits.append(Replace(setup.value, lambda value: make_call("distributed.setup", chosen or value)))
+            chosen = cst.SimpleString('"cuda"') if setup.cuda_for_zero else None  # GPU 0 written `0`
+            edits.append(Replace(setup.value, lambda value: around("distributed.setup")(chosen or value)))
         else:
-            lines.append(parse_line(f"distributed.setup({code_of(setup.device)})\n"))
+            lines.append(cst.parse_statement(f"distributed.setup({code_of(setup.device)})\n"))
         if self.plan.world_uses:
-            lines.append(parse_line(f"{self.plan.world_name} = distributed.world()\n"))
+            lines.append(cst.parse_statement(f"{self.plan.world_name} = distributed.world()\n"))
         if hook is not None:
             lines.append(hook)
         if lines:
-            edits.append(
-                InsertBefore(setup.statement, tuple(lines))
-                if setup.value is None
-                else InsertAfter(setup.statement, tuple(lines))
-            )
+            insert = InsertBefore if setup.value is None else InsertAfter
+            edits.append(insert(setup.statement, tuple(lines)))
         self.edits[:0] = edits
 
     def cleanup(self) -> cst.BaseStatement | None:
@@ -60,5 +50,5 @@ class ProcessGroupSetup(Producer):
             protected = moved_into("try:\n    pass\nfinally:\n    distributed.cleanup()\n")
             self.edits.append(Replace(statement, protected))
             return None
-        self.imports.append(IMPORT_ATEXIT)
-        return parse_line("atexit.register(distributed.cleanup)\n")
+        self.imports.append(("atexit", None))
+        return cst.parse_statement("atexit.register(distributed.cleanup)\n")
