@@ -64,34 +64,10 @@ class LocalCalls:
                 cls = sole_definition(self.context.scopes, func, cst.ClassDef)
                 found = self.method(cls, "__init__") if cls is not None else None
         elif isinstance(func, cst.Attribute) and func.attr.value in self._names and isinstance(func.value, cst.Name):
-            cls = self.class_of_instance(func.value)
+            cls = self.context.kinds.instance_class(func.value)
             found = self.method(cls, func.attr.value) if cls is not None else None
         self._callees[call] = found
         return found
-
-    def class_of_instance(self, name: cst.Name) -> cst.ClassDef | None:
-        """The class of this file `name` is an instance of: `self` (the first parameter
-        of a method), or a name bound only to `LocalClass(...)`."""
-        function = self.index.first_enclosing(name, SCOPES)
-        if isinstance(function, cst.FunctionDef):
-            params = function.params.params
-            owner = self.index.parents.get(self.index.parents.get(function))
-            if (
-                params
-                and params[0].name.value == name.value
-                and isinstance(owner, cst.ClassDef)
-                and not any(
-                    isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
-                    for d in function.decorators
-                )
-            ):
-                return owner
-        values = self.context.bindings.values(name)
-        classes = {
-            sole_definition(self.context.scopes, v.func, cst.ClassDef) if isinstance(v, cst.Call) else None
-            for v in values or ()
-        }
-        return classes.pop() if len(classes) == 1 else None
 
     def method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
         """The method `name` of `cls`, or of its first base class of this file that defines it."""

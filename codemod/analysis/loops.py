@@ -33,7 +33,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, plain_code, positional, sole_definition
-from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS, module_of_chain
+from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS
 
 if TYPE_CHECKING:
     from codemod.analysis.index import TreeIndex
@@ -161,33 +161,10 @@ class TrainingLoops:
             if isinstance(func, cst.Name):
                 found = sole_definition(self.context.scopes, func, cst.FunctionDef)
             elif isinstance(func.value, cst.Name):
-                cls = self.class_of_instance(func.value)
+                cls = self.context.kinds.instance_class(func.value)
                 found = local_calls(self.context).method(cls, name) if cls is not None else None
         self._callees[call] = found
         return found
-
-    def class_of_instance(self, name: cst.Name) -> cst.ClassDef | None:
-        """The class of this file that `name` is an instance of: `self` (the first
-        parameter of a method), or a name bound only to `LocalClass(...)`."""
-        function = self._index.first_enclosing(name, SCOPES)
-        if isinstance(function, cst.FunctionDef):
-            params = function.params.params
-            owner = self._parents.get(self._parents.get(function))
-            if (
-                params
-                and params[0].name.value == name.value
-                and isinstance(owner, cst.ClassDef)
-                and not any(self.code(d.decorator) == "staticmethod" for d in function.decorators)
-            ):
-                return owner
-        values = self.context.bindings.values(name)
-        classes = {
-            sole_definition(self.context.scopes, module_of_chain(v).func, cst.ClassDef)
-            if isinstance(module_of_chain(v), cst.Call)
-            else None
-            for v in values or ()
-        }
-        return classes.pop() if len(classes) == 1 else None
 
     def returned(self, call: cst.Call, index: int | None = None) -> list[cst.BaseExpression] | None:
         """What a call of a function of this file returns: the expressions of its

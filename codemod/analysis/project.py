@@ -73,7 +73,6 @@ from codemod.analysis.torch_facts import (
     FILE_ONLY_FUNCTIONS,
     FILE_ONLY_MODULES,
     GRAD_NORMS,
-    LOGGER_FACTORIES,
     PATH_READ_METHODS,
     PROCESS_STARTS,
     PURE_BUILTINS,
@@ -1097,13 +1096,8 @@ def _module_state_read(context: FileContext, function: cst.FunctionDef) -> str |
                 continue
             if isinstance(holder, cst.Assign) and isinstance(holder.value, cst.Name) and holder.value.value == "None":
                 continue  # the fallback of an optional import (`torch = None`): read, never written here
-            if (
-                isinstance(holder, cst.Assign)
-                and isinstance(holder.value, cst.Call)
-                and context.names.of(holder.value.func) & LOGGER_FACTORIES
-                and len(scope[read.value]) == 1
-            ):
-                continue  # a logger, bound once: a call in the background writes a log, as `print` does
+            if context.kinds.is_logger(read):
+                continue  # a call in the background writes a log, as `print` does
             return read.value
     return None
 

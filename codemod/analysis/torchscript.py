@@ -111,7 +111,7 @@ class TorchScript:
             return []
         found = sole_definition(scopes, value, cst.FunctionDef) or sole_definition(scopes, value, cst.ClassDef)
         if found is None:
-            found = local_calls(self.context).class_of_instance(value)
+            found = self.context.kinds.instance_class(value)
         return [found] if found is not None else []
 
     def _mark(self, node: cst.CSTNode, why: str) -> None:

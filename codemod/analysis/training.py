@@ -2106,7 +2106,7 @@ class Training:
     def _arguments_for(self, param: cst.Param) -> list[cst.BaseExpression | None]:
         """What every call of this file passes to `param` (`Kinds.arguments`); [None] where
         that cannot be told (`self`, a function called from elsewhere)."""
-        if self.steps.class_of_instance(param.name) is not None:
+        if self.kinds.receiver_class(param) is not None:
             return [None]  # `self`
         found = self.kinds.arguments(param)
         return [value for _, value in found] if found else [None]
@@ -2314,7 +2314,7 @@ class _MatrixProducts:
         if isinstance(func, cst.Attribute):
             receiver = func.value
             if self._of_instance(func):
-                field = (training.steps.class_of_instance(receiver), func.attr.value)
+                field = (training.context.kinds.instance_class(receiver), func.attr.value)
                 if field in self.fields:
                     return False  # read already (`self.model = DDP(self.model)`)
                 self.fields.add(field)
@@ -2340,7 +2340,7 @@ class _MatrixProducts:
     def _of_instance(self, func: cst.Attribute) -> bool:
         """`self.x`, `obj.x`: an attribute of an instance of a class of this file."""
         receiver = func.value
-        return isinstance(receiver, cst.Name) and self.training.steps.class_of_instance(receiver) is not None
+        return isinstance(receiver, cst.Name) and self.training.context.kinds.instance_class(receiver) is not None
 
     def in_built(self, expr: cst.BaseExpression) -> bool | None:
         """Products of what `expr` (the value a module or function was given) builds and runs."""

@@ -130,6 +130,7 @@ from codemod.analysis.torch_facts import (
     INT_MATH_FUNCTIONS,
     INT_TORCH_FUNCTIONS,
     LIST_BUILDERS,
+    LOGGER_FACTORIES,
     LOSS_MODULES,
     MATH_CONSTANTS,
     MODULE_ATTRIBUTE_SETTERS,
@@ -1354,6 +1355,17 @@ class Kinds:
         """The method `name` the body of `classdef` defines (the last definition wins)."""
         return _method(classdef, name)
 
+    def is_logger(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a logger: the `logging` module, or a name every binding of which is
+        a logger a factory builds (`logger = logging.getLogger(__name__)`)? A call of
+        one of its methods only writes a log."""
+        if self.names.is_(expr, "logging"):
+            return True
+        values = self._context.bindings.values(expr) if isinstance(expr, cst.Name) else None
+        return bool(values) and all(
+            isinstance(v, cst.Call) and self.names.of(v.func) & LOGGER_FACTORIES for v in values
+        )
+
     def class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
         """The class whose body defines `function`, if it is a method."""
         block = self.parents.get(function)
@@ -1374,17 +1386,23 @@ class Kinds:
             return None
         if len(bindings) == 1:
             param = getattr(next(iter(bindings)), "node", None)
-            method = self.parents.get(self.parents.get(param)) if isinstance(param, cst.Param) else None
-            if (
-                isinstance(method, cst.FunctionDef)
-                and method.params.params
-                and method.params.params[0] is param
-                and not _decorated(method, STATIC)
-                and self.class_of(method) is not None
-            ):
-                return self.class_of(method)
+            receiver_of = self.receiver_class(param) if isinstance(param, cst.Param) else None
+            if receiver_of is not None:
+                return receiver_of
         # (a parameter passed on to itself asks about its own bindings: None, not followed)
         return self._instances.get(bindings, self._compute_instance_class)
+
+    def receiver_class(self, param: cst.Param) -> cst.ClassDef | None:
+        """The class of this file whose method takes `param` as its receiver (`self`)."""
+        method = self.parents.get(self.parents.get(param))
+        if (
+            isinstance(method, cst.FunctionDef)
+            and method.params.params
+            and method.params.params[0] is param
+            and not _decorated(method, STATIC)
+        ):
+            return self.class_of(method)
+        return None
 
     def _compute_instance_class(self, bindings) -> cst.ClassDef | None:
         if not all(type(a) is Assignment for a in bindings):
