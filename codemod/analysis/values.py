@@ -129,6 +129,7 @@ from codemod.analysis.torch_facts import (
     INT64_RESULT_METHODS,
     INT_MATH_FUNCTIONS,
     INT_TORCH_FUNCTIONS,
+    LIKE_FACTORIES,
     LIST_BUILDERS,
     LOGGER_FACTORIES,
     LOSS_MODULES,
@@ -861,6 +862,9 @@ class Kinds:
             if device is not None:  # made where the run computes, when that may be the GPU or the CPU
                 place = self.device_place(device.value)
                 return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place, memory=memory)
+            if name in LIKE_FACTORIES and first is not None:  # untold, where the tensor it copies is
+                like = self._fact(first.value)
+                return Fact(Kind.TENSOR, like.place if like.kind is Kind.TENSOR else Place.UNKNOWN, memory=memory)
             return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST, memory=memory)
         if name in HOST_ONLY_FACTORIES:  # numpy's or a buffer's memory: pageable
             return Fact(Kind.TENSOR, Place.HOST, memory=Memory.PAGEABLE)
