@@ -1,6 +1,9 @@
 """What perfmod knows about torch, in one place: names of factories, tensor
-methods, losses and their reductions, autocast and scaler spellings, savers.
-The facts about torch operations are views of the table in `torch_ops`.
+methods, dtypes, losses and their reductions, autocast and scaler spellings,
+savers. The facts about torch operations and dtypes are views of the tables in
+`torch_ops`; what stays written here is about torch's other objects (datasets,
+loaders, optimizers, modules' own methods, autocast and scaler classes) and
+Python's (builtins, containers, strings, loggers).
 
 Rules and analyses look facts up here instead of keeping their own copies.
 Names are qualified (aliases resolved): `F.cross_entropy` is
