@@ -341,3 +341,46 @@ if __name__ == "__main__":
 def test_a_trainer_whose_method_a_loop_outside_it_calls_is_named_in_the_reason():
     why = reason(OUTSIDE_TRAINER)
     assert "`self.model` is an attribute of `Trainer`, whose methods the loop calls from outside the class" in why
+
+
+# The loop is a method of another class (a small trainer's `fit`), given the module whose
+# methods build the optimizer from `self.model` and run the step.
+TRAINER_OF_A_MODULE = """\
+import torch
+
+
+class LitModel:
+    def __init__(self):
+        self.model = torch.nn.Linear(8, 1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def training_step(self, batch):
+        x, y = batch
+        return (self.model(x) - y).pow(2).mean()
+
+
+class MiniTrainer:
+    def fit(self, module, batches):
+        opt = module.configure_optimizers()
+        module.model.train()
+        for batch in batches:
+            loss = module.training_step(batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    module = LitModel()
+    trainer = MiniTrainer()
+    trainer.fit(module, [(torch.randn(4, 8), torch.randn(4, 1))])
+"""
+
+
+def test_a_model_attribute_of_the_class_a_trainer_is_given_is_named_with_that_class():
+    """`self.model` is `LitModel`'s (it builds the optimizer), not the trainer's, whose `fit`
+    runs the loop: the reason names the class whose methods the loop calls."""
+    why = reason(TRAINER_OF_A_MODULE)
+    assert "`self.model` is an attribute of `LitModel`, whose methods the loop calls from outside the class" in why
