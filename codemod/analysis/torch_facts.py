@@ -41,20 +41,17 @@ HOST_ONLY_FACTORIES = functions(placement=Placement.HOST)
 # torch functions that compute a new tensor where their tensor arguments are.
 TENSOR_FUNCTIONS = functions(placement=Placement.OPERANDS, module=False, in_place=False)
 # Tensor methods whose result is one tensor where the receiver is (`x.float()`, `x.view(...)`).
-SAME_PLACE_METHODS = (
-    methods(placement=Placement.OPERANDS, in_place=False) - methods(shape=Shape.SPLIT) - methods(shape=Shape.SLICES)
-)
+_PIECES = methods(shape=Shape.SPLIT) | methods(shape=Shape.SLICES)  # a tuple of tensors
+SAME_PLACE_METHODS = methods(placement=Placement.OPERANDS, in_place=False) - _PIECES
 TENSOR_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "grad"}
-# Tensor methods whose result is not a tensor where the receiver is (a move, a Python value, a
-# size, storage, the backward pass). Every other method of a tensor, the table's or not
-# (`chunk`, `new_zeros`), gives tensors on the receiver's device; those named `is_*` answer a question.
-NOT_SAME_PLACE_METHODS = (
-    methods(placement=Placement.TOLD) | methods(placement=Placement.HOST) | methods(placement=Placement.NO_TENSOR)
-)
 # Tensor methods that move a tensor (`to`, `cuda`, `cpu`, `pin_memory`), and those and the
 # ones that write its storage whole (`copy_`, `set_`).
 MOVE_METHODS = methods(placement=Placement.TOLD) | methods(placement=Placement.HOST)
 MOVING_METHODS = MOVE_METHODS | methods(Category.MEMORY, in_place=True)
+# Tensor methods whose result is not a tensor where the receiver is (a move, a Python value, a
+# size, storage, the backward pass). Every other method of a tensor, the table's or not
+# (`chunk`, `new_zeros`), gives tensors on the receiver's device; those named `is_*` answer a question.
+NOT_SAME_PLACE_METHODS = MOVE_METHODS | methods(placement=Placement.NO_TENSOR)
 # What only reads a batch or a tensor: a dict's reads, sizes, and the tensor methods above.
 READING_METHODS = frozenset({"keys", "values", "items", "get"}) | methods(Category.METADATA) | SAME_PLACE_METHODS
 # torch's dtypes by their names (`float32`, `float`) and by what they are.

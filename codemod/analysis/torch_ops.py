@@ -48,15 +48,15 @@ class Category(enum.Enum):
     CONVOLUTION = "convolution"  # cuDNN convolutions (TF32 for float32 by default)
     SPARSE = "sparse"  # makes or multiplies sparse tensors
     REPEAT = "repeat"  # copies of its elements repeated into new memory
-    JOIN = "join"  # tensors joined along a dim, which it is given after them
+    JOIN = "join"  # tensors joined along a dim, which it is given after them (`hstack`'s is fixed)
     EMBEDDING = "embedding"  # rows of a weight table picked by integer indices
     METADATA = "metadata"  # what a tensor tells of itself without its values: sizes, rank, kind of dtype
-    # `nn` module classes by what their forward computes (their construction draws nothing):
     INDEXING = "indexing"  # elements picked along a dim by a tensor of indices (`gather`, `index_select`)
     EXTREMES = "extremes"  # `max`/`min`: of all elements; (values, indices) along a dim; of two, elementwise
     COMPARISON = "comparison"  # one Python bool of two tensors' values (`equal`, `allclose`)
     MEMORY = "memory"  # what a tensor's storage is, and writes of it whole (`stride`, `copy_`, `set_`)
     AUTOGRAD = "autograd"  # runs the backward pass from a tensor or hooks into it
+    # `nn` module classes by what their forward computes (their construction draws nothing):
     ELEMENTWISE_LAYER = "elementwise layer"  # activations and the identity
     NORM_LAYER = "layer along dims"  # norms and softmax: shape kept, an element reads others
     DROPOUT_LAYER = "dropout layer"  # zeroes elements drawn from the RNG, shape kept
@@ -183,9 +183,8 @@ class Op:
     # matrices, `layer_norm`'s normalized shape): the leading dims are batch dims it keeps.
     last_dims: bool = False
     place: Placement | None = None  # where its result is, where its category does not say
-    dtype: str | None = (
-        None  # its result's dtype (a DTYPES name, FLOATING, KEPT, NAMED), where its category does not say
-    )
+    # Its result's dtype (a DTYPES name, FLOATING, KEPT, NAMED), where its category does not say.
+    dtype: str | None = None
 
     @property
     def placement(self) -> Placement:
@@ -206,7 +205,8 @@ class Op:
 
     @property
     def result_kind(self) -> str | None:
-        """ "float", "complex", "int" or "bool" when its result's dtype is of that kind whatever its operands'."""
+        """The kind of its result's dtype whatever its operands' ("float", "complex", "int",
+        "bool"), or None."""
         dtype = self.result_dtype
         return "float" if dtype == FLOATING else DTYPE_OF[dtype].kind if dtype in DTYPE_OF else None
 
