@@ -257,15 +257,17 @@ class ModelSites:
             if owner is not None:  # `trainer.step(...)` called by a loop outside the class
                 raise self._outside(loop, code, owner)
             raise NotDistributable(loop.loop, f"`{code}` is not an attribute of a class this file defines")
-        owners: dict[int, tuple[cst.FunctionDef, list]] = {}
-        for method in classdef.body.body:
-            if not isinstance(method, cst.FunctionDef):
-                continue
-            for statement in method.body.body:
-                if isinstance(statement, cst.SimpleStatementLine) and any(
-                    self._sets_up(s, code) for s in statement.body
-                ):
-                    owners.setdefault(id(method), (method, []))[1].append(statement)
+        owners = self._setting_up(classdef, code)
+        if not owners:
+            # `self` is another class's: a trainer's `fit(module)` runs the step methods of
+            # `module`, which read the model as `self.model`
+            others = [c for c in self.index.find(cst.ClassDef) if c is not classdef and self._setting_up(c, code)]
+            if len(others) == 1:
+                raise NotDistributable(
+                    loop.loop,
+                    f"`{code}` is an attribute of `{others[0].name.value}`, whose methods the loop calls from "
+                    "outside the class; PM601 rewrites a trainer class whose own method runs the training loop",
+                )
         building = [(m, s) for m, s in owners.values() if any(self._binds(x, code) for x in s)]
         if len(building) != 1 or len(owners) != 1:
             raise NotDistributable(
@@ -276,6 +278,19 @@ class ModelSites:
         anchor = setup[-1]  # after the last build, move or compile: the model is compiled, then wrapped
         handles.insert(0, (classdef, code, anchor))
         return ModelSite(classdef, code, anchor, setup, handles)
+
+    def _setting_up(self, classdef: cst.ClassDef, code: str) -> dict[int, tuple[cst.FunctionDef, list]]:
+        """The methods of `classdef` that build, move or load `code` (`self.model = ...`), with those statements."""
+        owners: dict[int, tuple[cst.FunctionDef, list]] = {}
+        for method in classdef.body.body:
+            if not isinstance(method, cst.FunctionDef):
+                continue
+            for statement in method.body.body:
+                if isinstance(statement, cst.SimpleStatementLine) and any(
+                    self._sets_up(s, code) for s in statement.body
+                ):
+                    owners.setdefault(id(method), (method, []))[1].append(statement)
+        return owners
 
     def _optimizer_class(self, loop) -> cst.ClassDef | None:
         """The class one of whose methods builds an optimizer of the loop (`self.opt = ...`)."""

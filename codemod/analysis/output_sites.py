@@ -45,7 +45,7 @@ from codemod.analysis.distributed import (
     NotDistributable,
 )
 from codemod.analysis.names import kwarg, method_name, positional
-from codemod.analysis.torch_facts import LOGGER_FACTORIES, SAVE_FUNCTIONS, TORCH_SAVES
+from codemod.analysis.torch_facts import SAVE_FUNCTIONS, TORCH_SAVES
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -91,7 +91,7 @@ class OutputSites:
         return tuple(
             call
             for call in self.index.find(cst.Call)
-            if method_name(call) in LOGGING_METHODS and self._is_logger(call.func.value)
+            if method_name(call) in LOGGING_METHODS and self.context.kinds.is_logger(call.func.value)
         )
 
     @functools.cached_property
@@ -101,16 +101,6 @@ class OutputSites:
         found = [(c, "print") for c in self.prints] + [(c, "progress") for c in self.progress_bars]
         found += [(c, "log") for c in self.log_calls]
         return tuple(sorted(found, key=lambda shown: self.index.order(shown[0])))
-
-    def _is_logger(self, receiver: cst.BaseExpression) -> bool:
-        if self.names.is_(receiver, "logging"):
-            return True
-        if isinstance(receiver, cst.Name):
-            values = self.context.bindings.values(receiver) or []
-            return bool(values) and all(
-                isinstance(v, cst.Call) and self.names.of(v.func) & LOGGER_FACTORIES for v in values
-            )
-        return False
 
     # -- checkpoints ----------------------------------------------------------------------------
 

@@ -73,11 +73,12 @@ from codemod.analysis.torch_facts import (
     FILE_ONLY_FUNCTIONS,
     FILE_ONLY_MODULES,
     GRAD_NORMS,
-    LOGGER_FACTORIES,
+    MOVING_METHODS,
     PATH_READ_METHODS,
     PROCESS_STARTS,
     PURE_BUILTINS,
     READ_ONLY_METHODS,
+    READING_METHODS,
     SAME_PLACE_METHODS,
     SAVE_FUNCTIONS,
 )
@@ -97,9 +98,6 @@ MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed t
 MAX_IMPORTERS = 200  # files beside a file read for the modules that import it
 MAX_PACKAGE_FILES = 400  # files of a package read (as text) for the modules that import a module of it
 SKIPPED_FOLDERS = {"__pycache__", "node_modules", "site-packages"}  # and hidden folders: `.venv`, `.git`
-# Methods that move or write a tensor: a helper that calls them may hand back something
-# else than a part of its argument where its argument was.
-MOVING_METHODS = {"to", "cuda", "cpu", "pin_memory", "copy_", "set_", "share_memory_"}
 
 
 class _Module:
@@ -1097,13 +1095,8 @@ def _module_state_read(context: FileContext, function: cst.FunctionDef) -> str |
                 continue
             if isinstance(holder, cst.Assign) and isinstance(holder.value, cst.Name) and holder.value.value == "None":
                 continue  # the fallback of an optional import (`torch = None`): read, never written here
-            if (
-                isinstance(holder, cst.Assign)
-                and isinstance(holder.value, cst.Call)
-                and context.names.of(holder.value.func) & LOGGER_FACTORIES
-                and len(scope[read.value]) == 1
-            ):
-                continue  # a logger, bound once: a call in the background writes a log, as `print` does
+            if context.kinds.is_logger(read):
+                continue  # a call in the background writes a log, as `print` does
             return read.value
     return None
 
@@ -1288,10 +1281,6 @@ def _passes_through(function: Function) -> PassThrough | None:
     if len(found) != 1:
         return None
     return PassThrough(params[found.pop()], whole=hows == {"whole"}, items=hows == {"item"})
-
-
-# Methods that only read a batch or a tensor (others may change it in place).
-READING_METHODS = {"keys", "values", "items", "get", "size", "dim", "numel", "__len__"} | SAME_PLACE_METHODS
 
 
 def _only_read(context: FileContext, function: cst.FunctionDef, params: dict[str, cst.Param]) -> bool:

@@ -49,6 +49,7 @@ from codemod.analysis.torch_facts import (
     HOST_ONLY_MODULES,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
+    JOINING_FUNCTIONS,
     LIKE_FACTORIES,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
@@ -67,12 +68,14 @@ from codemod.analysis.torch_facts import (
     SHAPE_KEEPING_METHODS,
     SHAPE_KEEPING_TRANSFORMS,
     SHAPED_FACTORIES,
+    STACKING_FUNCTIONS,
     STEPS_FACTORIES,
     SYNC_METHODS,
     TENSOR_ROW_DATASETS,
     UNLISTED_PRODUCT_PREFIXES,
     UNLISTED_PRODUCTS,
 )
+from codemod.analysis.torch_ops import DTYPE_OF, METHOD, OPS
 from codemod.analysis.values import FLOAT, Kind
 from codemod.analysis.values import values as values_of
 
@@ -619,11 +622,23 @@ class Sizes:
         return size
 
     def _tensor_computed(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
-        """A tensor computed by a torch function or a tensor method from tensors of known shape."""
+        """A tensor computed by a torch function or a tensor method from tensors of known
+        shape; its elements of the dtype the op gives whatever its operands' (`argmax`: int64,
+        `eq`: bool), else of theirs."""
+        found = self._tensor_from_operands(call, depth)
+        names = self.names.of(call.func)
+        method = method_name(call)
+        op = next((OPS[n] for n in names if n in OPS), None) or OPS.get(f"{METHOD}{method}")
+        dtype = op.result_dtype if op is not None else None
+        if found is None or dtype not in DTYPE_OF:
+            return found
+        return found[0], DTYPE_OF[dtype].bytes
+
+    def _tensor_from_operands(self, call: cst.Call, depth: int) -> tuple[tuple[int, ...], int] | None:
         names = self.names.of(call.func)
         plain = [a.value for a in call.args if a.keyword is None]
-        if names & {"torch.cat", "torch.concat", "torch.stack"}:
-            return self._tensor_joined(call, bool(names & {"torch.stack"}), depth)
+        if names & (JOINING_FUNCTIONS | STACKING_FUNCTIONS):
+            return self._tensor_joined(call, bool(names & STACKING_FUNCTIONS), depth)
         if names & REDUCTION_FUNCTIONS and plain:
             receiver = self._tensor(plain[0], depth + 1)
             return self._tensor_reduced(receiver, call, 1, depth) if receiver is not None else None

@@ -1,6 +1,9 @@
 """What perfmod knows about torch, in one place: names of factories, tensor
-methods, losses and their reductions, autocast and scaler spellings, savers.
-The facts about torch operations are views of the table in `torch_ops`.
+methods, dtypes, losses and their reductions, autocast and scaler spellings,
+savers. The facts about torch operations and dtypes are views of the tables in
+`torch_ops`; what stays written here is about torch's other objects (datasets,
+loaders, optimizers, modules' own methods, autocast and scaler classes) and
+Python's (builtins, containers, strings, loggers).
 
 Rules and analyses look facts up here instead of keeping their own copies.
 Names are qualified (aliases resolved): `F.cross_entropy` is
@@ -15,55 +18,61 @@ from collections.abc import Iterable
 import libcst as cst
 
 from codemod.analysis.names import ANY_ATTRIBUTE
-from codemod.analysis.torch_ops import FUNCTIONAL, OPS, Category, Loss, Shape, functions, methods, short
+from codemod.analysis.torch_ops import (
+    DTYPES,
+    FUNCTIONAL,
+    KEPT,
+    OPS,
+    Category,
+    Loss,
+    Placement,
+    Shape,
+    functions,
+    methods,
+    short,
+)
 
 # -- tensors ------------------------------------------------------------------------------
 
-TENSOR_FACTORIES = {
-    f"torch.{name}"
-    for name in (
-        "tensor as_tensor zeros ones empty full rand randn randint randperm arange "
-        "linspace logspace eye zeros_like ones_like empty_like full_like rand_like "
-        "randn_like randint_like normal bernoulli multinomial"
-    ).split()
-}
-HOST_ONLY_FACTORIES = {"torch.from_numpy", "torch.frombuffer"}
-TENSOR_FUNCTIONS = {
-    f"torch.{name}"
-    for name in (
-        "stack cat concat hstack vstack where matmul bmm mm einsum softmax log_softmax "
-        "exp log tanh sigmoid relu clamp abs sqrt mean sum max min argmax argmin "
-        "flatten reshape transpose permute squeeze unsqueeze cumsum tril triu outer"
-    ).split()
-}
-SAME_PLACE_METHODS = set(
-    (
-        "float half double bfloat16 long int short bool byte char view view_as reshape "
-        "reshape_as unsqueeze squeeze permute transpose contiguous clone detach flatten "
-        "t narrow expand expand_as repeat masked_fill type_as index_select gather "
-        "softmax log_softmax exp log tanh sigmoid relu clamp abs sqrt mean sum neg "
-        "add sub mul div matmul bmm mm pow"
-    ).split()
-)
+# Functions that make a tensor where they are told (`device=`, else the default device), and
+# those whose tensor is in the host's memory (a numpy array's, a buffer's).
+TENSOR_FACTORIES = functions(Category.FACTORY, placement=Placement.TOLD)
+HOST_ONLY_FACTORIES = functions(placement=Placement.HOST)
+# torch functions that compute a new tensor where their tensor arguments are.
+TENSOR_FUNCTIONS = functions(placement=Placement.OPERANDS, module=False, in_place=False)
+# Tensor methods whose result is one tensor where the receiver is (`x.float()`, `x.view(...)`).
+_PIECES = methods(shape=Shape.SPLIT) | methods(shape=Shape.SLICES)  # a tuple of tensors
+SAME_PLACE_METHODS = methods(placement=Placement.OPERANDS, in_place=False) - _PIECES
 TENSOR_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "grad"}
-# Tensor methods whose result is not a tensor where the receiver is (every other method of
-# a tensor, `argmax`, `chunk`, `new_zeros`, gives tensors on the receiver's device); those
-# named `is_*` answer a question.
-NOT_SAME_PLACE_METHODS = set(
-    (
-        "to cuda cpu pin_memory numpy tolist item size dim ndimension numel nelement element_size "
-        "data_ptr stride storage untyped_storage storage_offset get_device type equal allclose "
-        "backward register_hook retain_grad share_memory_ record_stream __len__ __repr__ __str__ "
-        "__format__ __bool__ __int__ __float__ __index__ __array__ __iter__"
-    ).split()
-)
-DTYPE_NAMES = set(
-    (
-        "float float16 float32 float64 half double bfloat16 long int int8 int16 int32 "
-        "int64 uint8 short bool complex64 complex128 cfloat cdouble float8_e4m3fn "
-        "float8_e5m2"
-    ).split()
-)
+# Tensor methods that move a tensor (`to`, `cuda`, `cpu`, `pin_memory`), and those and the
+# ones that write its storage whole (`copy_`, `set_`).
+MOVE_METHODS = methods(placement=Placement.TOLD) | methods(placement=Placement.HOST)
+MOVING_METHODS = MOVE_METHODS | methods(Category.MEMORY, in_place=True)
+# Tensor methods whose result is not a tensor where the receiver is (a move, a Python value, a
+# size, storage, the backward pass). Every other method of a tensor, the table's or not
+# (`chunk`, `new_zeros`), gives tensors on the receiver's device; those named `is_*` answer a question.
+NOT_SAME_PLACE_METHODS = MOVE_METHODS | methods(placement=Placement.NO_TENSOR)
+# What only reads a batch or a tensor: a dict's reads, sizes, and the tensor methods above.
+READING_METHODS = frozenset({"keys", "values", "items", "get"}) | methods(Category.METADATA) | SAME_PLACE_METHODS
+# torch's dtypes by their names (`float32`, `float`) and by what they are.
+DTYPE_NAMES = frozenset(name for dtype in DTYPES for name in dtype.names)
+
+
+def _dtype_names(*dtypes) -> frozenset[str]:
+    return frozenset(f"torch.{name}" for dtype in dtypes for name in dtype.names)
+
+
+FLOAT_DTYPES = _dtype_names(*(d for d in DTYPES if d.kind == "float"))
+COMPLEX_DTYPES = _dtype_names(*(d for d in DTYPES if d.kind == "complex"))
+HALF_NAMES = _dtype_names(*(d for d in DTYPES if d.kind == "float" and d.bytes == 2))  # 16-bit floating point
+FLOAT16_NAMES = _dtype_names(*(d for d in DTYPES if d.name == "float16"))  # the dtype a GradScaler is for
+FLOAT64_NAMES = _dtype_names(*(d for d in DTYPES if d.name == "float64"))
+INT64_DTYPES = _dtype_names(*(d for d in DTYPES if d.name == "int64"))
+# Bytes of one element of each dtype; a tensor made without `dtype=` holds float32 (int64 for
+# `randint`, `arange` of integers and `LongTensor`).
+DTYPE_BYTES = {f"torch.{name}": dtype.bytes for dtype in DTYPES for name in dtype.names}
+# The dtype each casting method gives (`x.long()`); the other casts keep the dtype or name it.
+CAST_METHOD_DTYPES = {dtype.cast: f"torch.{dtype.name}" for dtype in DTYPES if dtype.cast is not None}
 DATASET_CLASSES = {
     "torch.utils.data.TensorDataset",
     "torch.utils.data.Dataset",
@@ -109,13 +118,12 @@ DATASETS_OF_DATASETS = frozenset(
     {"torch.utils.data.Subset", "torch.utils.data.ConcatDataset", "torch.utils.data.StackDataset"}
 )
 # What a `__getitem__` may call and still only index memory it holds: tensor methods that
-# read a size or convert the indexed rows (no computation over them), the builtins of index
-# arithmetic, and draws of a random index.
-INDEXING_METHODS = frozenset(
-    (
-        "clone detach contiguous view reshape unsqueeze squeeze flatten narrow t long int float "
-        "double half bfloat16 bool byte short item size numel dim"
-    ).split()
+# read a size or view or convert the indexed rows where they are (no computation over them),
+# the builtins of index arithmetic, and draws of a random index.
+INDEXING_METHODS = (
+    methods(Category.VIEW, Category.CAST, placement=Placement.OPERANDS, in_place=False)
+    | methods(Category.METADATA)
+    | methods(Category.TO_HOST, syncs=True)
 )
 INDEX_BUILTINS = frozenset(f"builtins.{name}" for name in "len int float min max abs slice divmod round".split()) | {
     "len",
@@ -225,9 +233,6 @@ CLIP_NAMES = {
     "torch.nn.utils.clip_grad.clip_grad_norm_",
     "torch.nn.utils.clip_grad.clip_grad_value_",
 }
-FLOAT64_NAMES = {"torch.float64", "torch.double"}
-HALF_NAMES = {"torch.float16", "torch.half", "torch.bfloat16"}  # 16-bit floating point dtypes
-FLOAT16_NAMES = {"torch.float16", "torch.half"}  # the dtype a GradScaler is for
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
 # Calls that run a function in new processes, by where they take it (position, keyword).
@@ -466,6 +471,8 @@ RANDOM_FUNCTIONS = functions(random=True)
 # Calls that draw a random permutation of `range(n)`: a shuffled order of the samples.
 PERMUTATIONS = frozenset({"torch.randperm", "numpy.random.permutation"})
 RANDOM_METHODS = methods(random=True)
+# Tensor methods whose result is a tensor computed from the receiver and arguments alone.
+DETERMINISTIC_TENSOR_METHODS = (SAME_PLACE_METHODS | MOVE_METHODS) - RANDOM_METHODS
 # torch functions whose result depends on their arguments alone: no draw from the RNG, no
 # uninitialized memory (made once instead of once per step, they give the same tensor).
 DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialized=False)
@@ -480,9 +487,6 @@ READ_ONLY_FUNCTIONS = (
     | LIST_BUILDERS
     | TUPLE_BUILDERS
     | frozenset(f"builtins.{name}" for name in "print id type callable format".split())
-    | TENSOR_FACTORIES
-    | HOST_ONLY_FACTORIES
-    | TENSOR_FUNCTIONS
     | functions(in_place=False)
     | frozenset(
         {
@@ -617,41 +621,28 @@ TRANSPARENT_BLOCKS = frozenset(
 # Tensor methods whose result is floating point, int64 or bool whatever their receiver's
 # dtype, and those whose result (called with no argument) keeps their receiver's dtype: what
 # tells which Python number `.item()` of their result gives.
-FLOAT_RESULT_METHODS = frozenset("float double half bfloat16 mean std var norm".split())
-INT64_RESULT_METHODS = frozenset("long argmax argmin count_nonzero".split())
-BOOL_RESULT_METHODS = frozenset("eq ne lt le gt ge isnan isinf isfinite bool logical_not".split())
-DTYPE_KEEPING_METHODS = frozenset(
-    "detach clone cpu cuda contiguous squeeze unsqueeze view reshape flatten abs neg max min amax amin".split()
-)
-# Tensor methods whose result is a tensor (a view, a conversion, a reduction, ...), and
-# those that compute without side effects (a statement built of them may move).
-TENSOR_RESULT_METHODS = frozenset(
-    {name for name in SAME_PLACE_METHODS if not name.endswith("_")}
+FLOAT_RESULT_METHODS = methods(result_kind="float", in_place=False)
+INT64_RESULT_METHODS = methods(result_dtype="int64", in_place=False)
+BOOL_RESULT_METHODS = methods(result_dtype="bool", in_place=False)
+DTYPE_KEEPING_METHODS = methods(result_dtype=KEPT, in_place=False)
+# Tensor methods whose result is a tensor (a view, a conversion, a reduction, ...), or an
+# array of its memory (`.numpy()`).
+TENSOR_RESULT_METHODS = (
+    SAME_PLACE_METHODS
     | FLOAT_RESULT_METHODS
     | INT64_RESULT_METHODS
     | BOOL_RESULT_METHODS
     | DTYPE_KEEPING_METHODS
-    | {"sum", "numpy"}
+    | methods(Category.TO_HOST, shares=True)
 )
-# The one notion of a pure tensor method: torch's table's methods that neither draw from the
-# RNG nor write in place, the methods above whose result is a tensor, and the reads of a
-# size or a value. A statement built of them changes nothing (purity) and may move (host reads).
-PURE_TENSOR_METHODS = (
-    methods(random=False, in_place=False) | TENSOR_RESULT_METHODS | {"item", "tolist", "size", "dim", "numel"}
-)
-# torch functions that compute a new value and change nothing: no RNG draw, no write in place,
-# no checkpoint written, no gradients read, no module built that draws its weights (`nn.Linear`,
-# `nn.Conv2d`, `nn.LSTM`: a loss module has none).
-_BUILT_WITH_WEIGHTS = frozenset(
-    name
-    for name in functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
-    if name.rpartition(".")[2][:1].isupper()
-)
-PURE_TORCH_FUNCTIONS = (
-    functions(random=False, in_place=False)
-    - functions(Category.SAVE, Category.GRAD_NORM, Category.RECURRENT)
-    - _BUILT_WITH_WEIGHTS
-) | TENSOR_FUNCTIONS
+# The one notion of a pure tensor method (`Op.pure`: no draw from the RNG, no write in place,
+# nothing run beside its result), and the methods above whose result is a tensor but for
+# draws. A statement built of them changes nothing (purity) and may move (host reads).
+PURE_TENSOR_METHODS = methods(pure=True) | (TENSOR_RESULT_METHODS - methods(random=True))
+# torch functions that compute a new value and change nothing (`Op.pure`): no RNG draw, no
+# write in place, no checkpoint written, no gradients read, no module built that draws its
+# weights (`nn.Linear`, `nn.Conv2d`, `nn.LSTM`: a loss module has none).
+PURE_TORCH_FUNCTIONS = functions(pure=True)
 # Functions that take a tensor, read it and change nothing in it (they return something new).
 NON_MUTATING_CALLS = frozenset(
     {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}
@@ -1023,19 +1014,11 @@ CONFIGURES = {
 
 # -- sizes (analysis/sizes.py) ----------------------------------------------------------------
 
-# Bytes of one element of each dtype; a tensor made without `dtype=` holds float32 (int64 for
-# `randint`, `arange` of integers and `LongTensor`).
-DTYPE_BYTES = {
-    **dict.fromkeys(("torch.float32", "torch.float", "torch.int32", "torch.int"), 4),
-    **dict.fromkeys(("torch.float64", "torch.double", "torch.int64", "torch.long"), 8),
-    **dict.fromkeys(("torch.float16", "torch.half", "torch.bfloat16", "torch.int16", "torch.short"), 2),
-    **dict.fromkeys(("torch.uint8", "torch.int8", "torch.bool"), 1),
-}
 # Factories whose positional arguments (or one tuple of them) are the shape, float32 by default.
 SHAPED_FACTORIES = functions(shape=Shape.NEW)
 # Factories of a float tensor of one dim whose length is their `steps` (`linspace(start, end, steps)`).
-STEPS_FACTORIES = frozenset({"torch.linspace", "torch.logspace"})
-INTEGER_FACTORIES = frozenset({"torch.randint"})  # `randint(low, high, size)`: int64 by default
+STEPS_FACTORIES = functions(shape=Shape.STEPS)
+INTEGER_FACTORIES = functions(shape=Shape.BOUNDED)  # `randint(low, high, size)`: int64 by default
 # Factories of a tensor of another's shape and dtype (`dtype=` may name another).
 LIKE_FACTORIES = functions(shape=Shape.LIKE)
 # Factories whose first argument is the shape and whose second is the value of every element.
@@ -1071,19 +1054,6 @@ SHAPE_KEEPING_METHODS = methods(Category.UNARY, Category.BINARY, Category.ALONG_
 REDUCTION_FUNCTIONS = functions(Category.REDUCTION)
 REDUCTION_METHODS = methods(Category.REDUCTION)
 NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reduction, its dim second
-# The dtype each casting method gives (`x.long()`); the other casts keep the dtype or name it.
-CAST_METHOD_DTYPES = {
-    "float": "torch.float32",
-    "double": "torch.float64",
-    "half": "torch.float16",
-    "bfloat16": "torch.bfloat16",
-    "long": "torch.int64",
-    "int": "torch.int32",
-    "short": "torch.int16",
-    "bool": "torch.bool",
-    "byte": "torch.uint8",
-    "char": "torch.int8",
-}
 # The state torch.optim's optimizers keep for each parameter as tensors of its shape (torch
 # 2.13): how many they always keep, and the keywords that add one each unless left at their
 # default (`momentum=0`, `amsgrad=False`, `centered=False`). 0-dim counters (`step`) not counted.
@@ -1177,9 +1147,6 @@ DEVICE_CHOOSING_SETUP_METHODS = frozenset({"prepare", "setup", "initialize"})
 # order given: `model, opt, loader = accelerator.prepare(model, opt, loader)` iterates the
 # same batches the DataLoader built before it gives (its settings kept).
 ARGUMENTS_IN_ORDER_SETUP_METHODS = frozenset({"prepare", "setup_dataloaders"})
-FLOAT_DTYPES = frozenset(f"torch.{n}" for n in "float float16 float32 float64 half double bfloat16".split())
-COMPLEX_DTYPES = frozenset(f"torch.{n}" for n in "complex32 complex64 complex128 chalf cfloat cdouble".split())
-INT64_DTYPES = frozenset({"torch.int64", "torch.long"})
 # Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
 # floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
 DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(

@@ -3,15 +3,19 @@ tensor method and `nn` module class, with what it is (its category) and the
 facts that cut across categories (it draws from the RNG, it is a loss with
 these defaults, CUDA autocast treats it specially, how its result's shape
 follows from its arguments, it works on the last dims only, which dim of a
-recurrent layer's output runs over time).
+recurrent layer's output runs over time), and where its result is and of
+which dtype (by category, `Op.placement` and `Op.result_dtype`, where the
+entry does not say). Beside it, the table of torch's dtypes (`DTYPES`): their
+names, sizes and the methods that cast to them.
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
 is written once and every client reads the same one. tests/analysis/
 test_torch_ops.py checks the table against the installed torch: every name
 exists, every in-place method is the `_` twin of an entry, each loss's
-default reduction and ignore_index are torch's, and each shape rule and
-last-dims entry gives, on a small tensor, what the table says.
+default reduction and ignore_index are torch's, each shape rule and
+last-dims entry gives, on a small tensor, what the table says, and each
+method's result is where and of the dtype the table says.
 
 Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
 methods are keyed `Tensor.<name>`.
@@ -45,9 +49,14 @@ class Category(enum.Enum):
     CONVOLUTION = "convolution"  # cuDNN convolutions (TF32 for float32 by default)
     SPARSE = "sparse"  # makes or multiplies sparse tensors
     REPEAT = "repeat"  # copies of its elements repeated into new memory
-    JOIN = "join"  # tensors joined along a dim, which it is given after them
+    JOIN = "join"  # tensors joined along a dim, which it is given after them (`hstack`'s is fixed)
     EMBEDDING = "embedding"  # rows of a weight table picked by integer indices
     METADATA = "metadata"  # what a tensor tells of itself without its values: sizes, rank, kind of dtype
+    INDEXING = "indexing"  # elements picked along a dim by a tensor of indices (`gather`, `index_select`)
+    EXTREMES = "extremes"  # `max`/`min`: of all elements; (values, indices) along a dim; of two, elementwise
+    COMPARISON = "comparison"  # one Python bool of two tensors' values (`equal`, `allclose`)
+    MEMORY = "memory"  # what a tensor's storage is, and writes of it whole (`stride`, `copy_`, `set_`)
+    AUTOGRAD = "autograd"  # runs the backward pass from a tensor or hooks into it
     # `nn` module classes by what their forward computes (their construction draws nothing):
     ELEMENTWISE_LAYER = "elementwise layer"  # activations and the identity
     NORM_LAYER = "layer along dims"  # norms and softmax: shape kept, an element reads others
@@ -69,6 +78,72 @@ class Shape(enum.Enum):
     JOINED = "joined along a dim"  # `cat([a, b], 1)`: their dims, dim 1 the sum of theirs
     STACKED = "stacked along a new dim"  # `stack([a, b], 1)`: their shape with a new dim 1
     PRODUCT = "a matrix product"  # `matmul(a, b)`: a's leading dims (broadcast), a's rows, b's columns
+    BOUNDED = "new from bounds, then sizes"  # `randint(low, high, size)`, `randint(high, size)`
+    STEPS = "one dim of its `steps`"  # `linspace(start, end, steps)`
+
+
+class Placement(enum.Enum):
+    """Where the result of an op is (`Op.placement`: by its category, where the entry does not say)."""
+
+    OPERANDS = "where its tensor operands are"  # a method's receiver is one
+    TOLD = "the device it is told"  # `device=`, `.to(device)`, `.cuda()`; else the default device
+    HOST = "the host's memory"  # `.cpu()`, `torch.from_numpy(a)`
+    NO_TENSOR = "no tensor"  # a Python value, an iterator, nothing
+
+
+_CATEGORY_PLACEMENT = {
+    Category.FACTORY: Placement.TOLD,
+    Category.TO_HOST: Placement.NO_TENSOR,
+    Category.METADATA: Placement.NO_TENSOR,
+    Category.COMPARISON: Placement.NO_TENSOR,
+    Category.MEMORY: Placement.NO_TENSOR,
+    Category.AUTOGRAD: Placement.NO_TENSOR,
+    Category.SAVE: Placement.NO_TENSOR,
+}
+# What an op's result dtype may be, beside the name of one of DTYPES: some floating dtype
+# whatever its operands' (`mean` of any tensor), its receiver's, or the one its argument names.
+FLOATING = "floating"
+KEPT = "kept"
+NAMED = "named"
+# Categories of ops that change something or run something beside their result: the RNG's
+# and in-place writes aside, a checkpoint, the gradients, the backward pass, storage.
+_EFFECTS = (Category.SAVE, Category.GRAD_NORM, Category.AUTOGRAD, Category.MEMORY)
+# Module classes of these categories build weights drawn from the RNG (`nn.Linear`, `nn.LSTM`).
+_WEIGHTED = (Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
+
+
+@dataclass(frozen=True)
+class Dtype:
+    name: str  # `torch.<name>`
+    bytes: int  # of one element
+    kind: str  # "float", "complex", "int" or "bool"
+    aliases: tuple[str, ...] = ()  # its other names in torch (`torch.half`)
+    cast: str | None = None  # the tensor method that casts to it (`x.half()`)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+DTYPES = [
+    Dtype("float32", 4, "float", ("float",), "float"),
+    Dtype("float64", 8, "float", ("double",), "double"),
+    Dtype("float16", 2, "float", ("half",), "half"),
+    Dtype("bfloat16", 2, "float", (), "bfloat16"),
+    Dtype("float8_e4m3fn", 1, "float"),
+    Dtype("float8_e5m2", 1, "float"),
+    Dtype("complex32", 4, "complex", ("chalf",)),
+    Dtype("complex64", 8, "complex", ("cfloat",)),
+    Dtype("complex128", 16, "complex", ("cdouble",)),
+    Dtype("int64", 8, "int", ("long",), "long"),
+    Dtype("int32", 4, "int", ("int",), "int"),
+    Dtype("int16", 2, "int", ("short",), "short"),
+    Dtype("int8", 1, "int", (), "char"),
+    Dtype("uint8", 1, "int", (), "byte"),
+    Dtype("bool", 1, "bool", (), "bool"),
+]
+DTYPE_OF: dict[str, Dtype] = {name: dtype for dtype in DTYPES for name in dtype.names}  # by each name
+_CAST_DTYPES = {dtype.cast: dtype.name for dtype in DTYPES if dtype.cast is not None}
 
 
 @dataclass(frozen=True)
@@ -112,11 +187,47 @@ class Op:
     # the sequence's steps by default, and the constructor keyword that makes it dim 1.
     steps_dim: int | None = None
     batch_first: str | None = None
+    place: Placement | None = None  # where its result is, where its category does not say
+    # Its result's dtype (a DTYPES name, FLOATING, KEPT, NAMED), where its category does not say.
+    dtype: str | None = None
+
+    @property
+    def placement(self) -> Placement:
+        return self.place or _CATEGORY_PLACEMENT.get(self.category, Placement.OPERANDS)
+
+    @property
+    def result_dtype(self) -> str | None:
+        """The dtype of its result, whatever its operands' are (None: it depends on them):
+        a cast's is the one it is named after, a view's is its receiver's."""
+        if self.dtype is not None:
+            return self.dtype
+        short = self.name.rpartition(".")[2]
+        if self.category is Category.CAST:
+            return _CAST_DTYPES.get(short, KEPT)
+        if self.category is Category.VIEW and self.shape not in (Shape.SPLIT, Shape.SLICES):
+            return KEPT
+        return None
+
+    @property
+    def result_kind(self) -> str | None:
+        """The kind of its result's dtype whatever its operands' ("float", "complex", "int",
+        "bool"), or None."""
+        dtype = self.result_dtype
+        return "float" if dtype == FLOATING else DTYPE_OF[dtype].kind if dtype in DTYPE_OF else None
+
+    @property
+    def pure(self) -> bool:
+        """It computes a new value and changes nothing: no draw from the RNG, no write in
+        place, no checkpoint written, no gradients read, no backward run, no storage set,
+        no module built that draws its weights (a loss module has none)."""
+        weighted = self.module and self.category in _WEIGHTED
+        return not (self.random or self.in_place or self.category in _EFFECTS or weighted)
 
     @property
     def in_place(self) -> bool:
-        """It writes its result into its receiver or argument: torch spells these with a trailing `_`."""
-        return self.name.endswith("_")
+        """It writes its result into its receiver or argument: torch spells these with a trailing
+        `_` (not the `__` of Python's protocol, `__len__`)."""
+        return self.name.endswith("_") and not self.name.endswith("__")
 
     @property
     def module(self) -> bool:
@@ -130,16 +241,18 @@ def _ops(category: Category, names: str, *, prefixes: Iterable[str] = ("torch.",
 
 # Unary elementwise math, as torch functions and as tensor methods.
 _UNARY = (
-    "exp log log1p expm1 sigmoid tanh relu abs neg sqrt rsqrt sin cos square reciprocal sign "
+    "exp log log1p expm1 sigmoid tanh relu sqrt rsqrt sin cos square reciprocal sign "
     "clamp clamp_min clamp_max erf nan_to_num"
 )
 _ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid mish hardswish relu6 selu celu"
 # Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
-_CASTS = "float double half bfloat16 long int short bool byte char to type type_as contiguous detach cuda pin_memory"
+_CASTS = "float double half bfloat16 long int short bool byte char contiguous detach"
 _VIEWS = "view_as reshape_as t expand_as narrow as_strided select diagonal"
 _ELEMENTWISE_LAYERS = "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6"
 _DROPOUT_LAYERS = "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout"
 _REORDERING = "transpose permute movedim swapaxes swapdims"
+# A tensor's Python protocol: numbers, text and arrays of its values.
+_PYTHON_CONVERSIONS = "__bool__ __int__ __float__ __index__ __repr__ __str__ __format__"
 _RNN = "LSTM GRU RNN"  # cuDNN's RNN path casts to float16 under CUDA autocast (AutocastRNN.cpp)
 # Functions, methods and module classes that multiply matrices (cuBLAS on CUDA): the
 # float32 work that TF32 speeds up. A module class is here when its forward runs one.
@@ -203,30 +316,56 @@ ENTRIES: list[Op] = [
     *_ops(Category.UNARY, _UNARY, prefixes=("torch.", METHOD)),
     *_ops(Category.UNARY, _ACTIVATIONS, prefixes=(f"{FUNCTIONAL}.",)),
     *_ops(Category.UNARY, "expit", prefixes=("torch.special.",)),
+    *_ops(Category.UNARY, "abs neg", prefixes=("torch.", METHOD), dtype=KEPT),
+    *_ops(Category.UNARY, "isnan isinf isfinite logical_not", prefixes=("torch.", METHOD), dtype="bool"),
     *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_", prefixes=(METHOD,)),
     *_ops(Category.BINARY, "pow mul add sub div float_power lerp masked_fill", prefixes=(METHOD,)),
-    *_ops(Category.BINARY, "pow"),
+    *_ops(Category.BINARY, "pow where"),
+    *_ops(Category.BINARY, "eq ne lt le gt ge", prefixes=("torch.", METHOD), dtype="bool"),
     *_ops(Category.BINARY, "mul_ add_ div_ sub_ masked_fill_", prefixes=(METHOD,)),
     *_ops(Category.CAST, _CASTS, prefixes=(METHOD,), shares=True),
+    *_ops(Category.CAST, "to type", prefixes=(METHOD,), shares=True, place=Placement.TOLD, dtype=NAMED),
+    *_ops(Category.CAST, "type_as", prefixes=(METHOD,), shares=True, dtype=NAMED),
+    *_ops(Category.CAST, "cuda", prefixes=(METHOD,), shares=True, place=Placement.TOLD),
+    *_ops(Category.CAST, "pin_memory", prefixes=(METHOD,), shares=True, place=Placement.HOST),
     *_ops(Category.CAST, "clone", prefixes=(METHOD,)),
     *_ops(Category.CAST, "detach_ requires_grad_", prefixes=(METHOD,), shares=True),
     *_ops(Category.VIEW, _VIEWS, prefixes=(METHOD,), shares=True),
-    *_ops(Category.VIEW, "view reshape expand", prefixes=(METHOD,), shares=True, shape=Shape.SIZES),
-    *_ops(Category.VIEW, _REORDERING, prefixes=(METHOD,), shares=True, shape=Shape.REORDERED),
-    *_ops(Category.VIEW, "squeeze unsqueeze flatten unflatten", prefixes=(METHOD,), shares=True, shape=Shape.SQUEEZED),
+    *_ops(Category.VIEW, "view expand", prefixes=(METHOD,), shares=True, shape=Shape.SIZES),
+    *_ops(Category.VIEW, "reshape", prefixes=("torch.", METHOD), shares=True, shape=Shape.SIZES),
+    *_ops(Category.VIEW, "transpose permute", prefixes=("torch.", METHOD), shares=True, shape=Shape.REORDERED),
+    *_ops(Category.VIEW, "movedim swapaxes swapdims", prefixes=(METHOD,), shares=True, shape=Shape.REORDERED),
+    *_ops(Category.VIEW, "squeeze unsqueeze flatten", prefixes=("torch.", METHOD), shares=True, shape=Shape.SQUEEZED),
+    *_ops(Category.VIEW, "unflatten", prefixes=(METHOD,), shares=True, shape=Shape.SQUEEZED),
     *_ops(Category.VIEW, "split chunk tensor_split", prefixes=(METHOD,), shares=True, shape=Shape.SPLIT),
     *_ops(Category.VIEW, "unbind", prefixes=(METHOD,), shares=True, shape=Shape.SLICES),
+    *_ops(Category.VIEW, "__iter__", prefixes=(METHOD,), shares=True, shape=Shape.SLICES, place=Placement.NO_TENSOR),
     *_ops(Category.REPEAT, "repeat", prefixes=(METHOD,), shape=Shape.SIZES),
     *_ops(Category.JOIN, "cat concat concatenate", shape=Shape.JOINED),
     *_ops(Category.JOIN, "stack", shape=Shape.STACKED),
-    *_ops(Category.METADATA, "size dim numel ndimension is_floating_point is_complex", prefixes=(METHOD,)),
+    *_ops(Category.JOIN, "hstack vstack"),
+    *_ops(Category.INDEXING, "gather index_select", prefixes=("torch.", METHOD)),
+    *_ops(Category.EXTREMES, "max min", prefixes=("torch.", METHOD), dtype=KEPT),
+    *_ops(
+        Category.METADATA,
+        "size dim numel ndimension nelement element_size get_device is_floating_point is_complex __len__",
+        prefixes=(METHOD,),
+    ),
+    *_ops(Category.MEMORY, "stride storage untyped_storage storage_offset data_ptr record_stream", prefixes=(METHOD,)),
+    # ... and those that write it whole: they return their receiver.
+    *_ops(Category.MEMORY, "copy_ set_ share_memory_", prefixes=(METHOD,), place=Placement.OPERANDS),
+    *_ops(Category.AUTOGRAD, "backward register_hook retain_grad", prefixes=(METHOD,)),
+    *_ops(Category.COMPARISON, "equal allclose", prefixes=("torch.", METHOD), syncs=True),
     *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod", prefixes=("torch.", METHOD)),
     *_ops(Category.ALONG_DIM, "tril triu", prefixes=("torch.", METHOD), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax log_softmax normalize", prefixes=(f"{FUNCTIONAL}.",)),
     *_ops(Category.ALONG_DIM, "layer_norm", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),
-    *_ops(Category.REDUCTION, "sum mean amax amin prod std var logsumexp", prefixes=("torch.", METHOD)),
-    *_ops(Category.NORM, "norm", prefixes=("torch.", METHOD)),
+    *_ops(Category.REDUCTION, "sum prod logsumexp", prefixes=("torch.", METHOD)),
+    *_ops(Category.REDUCTION, "mean std var", prefixes=("torch.", METHOD), dtype=FLOATING),
+    *_ops(Category.REDUCTION, "amax amin", prefixes=("torch.", METHOD), dtype=KEPT),
+    *_ops(Category.REDUCTION, "argmax argmin count_nonzero", prefixes=("torch.", METHOD), dtype="int64"),
+    *_ops(Category.NORM, "norm", prefixes=("torch.", METHOD), dtype=FLOATING),
     *_ops(Category.MATMUL, "einsum outer"),
     *_ops(Category.MATMUL, "bmm mm", prefixes=("torch.", METHOD), shape=Shape.PRODUCT),
     *_ops(Category.MATMUL, "matmul", prefixes=("torch.", METHOD), last_dims=True, shape=Shape.PRODUCT),
@@ -244,9 +383,10 @@ ENTRIES: list[Op] = [
     *_ops(Category.DROPOUT_LAYER, _DROPOUT_LAYERS, prefixes=("torch.nn.", "torch.nn.modules.dropout.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTIONS, prefixes=("torch.", f"{FUNCTIONAL}.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTION_MODULES, prefixes=("torch.nn.",)),
-    *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True),
+    *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True, place=Placement.HOST),
     *_ops(Category.TO_HOST, "item tolist", prefixes=(METHOD,), syncs=True),
-    *_ops(Category.TO_HOST, "numpy", prefixes=(METHOD,), shares=True),  # the same memory; host tensors only
+    *_ops(Category.TO_HOST, _PYTHON_CONVERSIONS, prefixes=(METHOD,), syncs=True),
+    *_ops(Category.TO_HOST, "numpy __array__", prefixes=(METHOD,), shares=True),  # the same memory; host tensors only
     *_ops(
         Category.UNARY,
         "dropout dropout1d dropout2d alpha_dropout gumbel_softmax",
@@ -255,28 +395,48 @@ ENTRIES: list[Op] = [
     ),
     *_ops(
         Category.FACTORY,
-        "tensor as_tensor arange linspace logspace eye tril_indices triu_indices "
-        "hann_window hamming_window blackman_window bartlett_window kaiser_window",
+        "tensor as_tensor arange eye hann_window hamming_window blackman_window bartlett_window kaiser_window",
     ),
+    *_ops(Category.FACTORY, "tril_indices triu_indices", dtype="int64"),
+    *_ops(Category.FACTORY, "linspace logspace", shape=Shape.STEPS),
+    *_ops(Category.FACTORY, "from_numpy frombuffer", place=Placement.HOST),  # the memory of an array, a buffer
     *_ops(Category.FACTORY, "zeros ones", shape=Shape.NEW),
     *_ops(Category.FACTORY, "full", shape=Shape.FILLED),
     *_ops(Category.FACTORY, "zeros_like ones_like full_like", shape=Shape.LIKE),
     *_ops(Category.FACTORY, "empty", uninitialized=True, shape=Shape.NEW),
     *_ops(Category.FACTORY, "empty_like", uninitialized=True, shape=Shape.LIKE),
-    *_ops(Category.FACTORY, "new_zeros new_ones", prefixes=(METHOD,), shape=Shape.NEW),
-    *_ops(Category.FACTORY, "new_full", prefixes=(METHOD,), shape=Shape.FILLED),
-    *_ops(Category.FACTORY, "new_empty", prefixes=(METHOD,), uninitialized=True, shape=Shape.NEW),
+    # A tensor's factories make theirs where it is (unless told otherwise).
+    *_ops(Category.FACTORY, "new_zeros new_ones", prefixes=(METHOD,), shape=Shape.NEW, place=Placement.OPERANDS),
+    *_ops(Category.FACTORY, "new_full", prefixes=(METHOD,), shape=Shape.FILLED, place=Placement.OPERANDS),
+    *_ops(
+        Category.FACTORY,
+        "new_empty",
+        prefixes=(METHOD,),
+        uninitialized=True,
+        shape=Shape.NEW,
+        place=Placement.OPERANDS,
+    ),
     *_ops(
         Category.FACTORY,
         "generate_square_subsequent_mask",
         prefixes=("torch.nn.Transformer.", "torch.nn.modules.transformer.Transformer."),
     ),
-    *_ops(Category.FACTORY, "randint randperm multinomial normal", random=True),  # new tensors drawn from the RNG
+    *_ops(Category.FACTORY, "normal", random=True),  # new tensors drawn from the RNG
+    *_ops(Category.FACTORY, "randint", random=True, dtype="int64", shape=Shape.BOUNDED),
+    *_ops(Category.FACTORY, "randperm", random=True, dtype="int64"),
+    # indices drawn by the weights it is given, where they are
+    *_ops(
+        Category.FACTORY,
+        "multinomial",
+        prefixes=("torch.", METHOD),
+        random=True,
+        dtype="int64",
+        place=Placement.OPERANDS,
+    ),
     *_ops(Category.FACTORY, "rand randn", random=True, shape=Shape.NEW),
     *_ops(Category.FACTORY, "rand_like randn_like randint_like", random=True, shape=Shape.LIKE),
     *_ops(Category.UNARY, "bernoulli poisson", random=True),  # a draw per element of the argument
     *_ops(Category.UNARY, "bernoulli", prefixes=(METHOD,), random=True),
-    *_ops(Category.FACTORY, "multinomial", prefixes=(METHOD,), random=True),
     *_ops(
         Category.UNARY,
         "bernoulli_ normal_ uniform_ random_ exponential_ geometric_ cauchy_ log_normal_",

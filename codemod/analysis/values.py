@@ -131,7 +131,9 @@ from codemod.analysis.torch_facts import (
     INT_MATH_FUNCTIONS,
     INT_TORCH_FUNCTIONS,
     INTEGER_FACTORIES,
+    LIKE_FACTORIES,
     LIST_BUILDERS,
+    LOGGER_FACTORIES,
     LOSS_MODULES,
     MATH_CONSTANTS,
     MODULE_ATTRIBUTE_SETTERS,
@@ -930,15 +932,23 @@ class Kinds:
         fact = self._fact(first.value) if first is not None else UNKNOWN
         return Fact(Kind.TENSOR, fact.place) if fact.kind is Kind.TENSOR else None
 
+    def _factory_fact(self, name: str, call: cst.Call) -> Fact:
+        """The tensor a factory makes where it is told (`device=`), else where the tensor a
+        `_like` factory copies is, else on the default device."""
+        memory = self._factory_memory(name, call)
+        device, first = kwarg(call, "device"), positional(call, 0)
+        if device is not None:  # made where the run computes, when that may be the GPU or the CPU
+            place = self.device_place(device.value)
+            return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place, memory=memory)
+        if name in LIKE_FACTORIES and first is not None:
+            like = self._fact(first.value)
+            return Fact(Kind.TENSOR, like.place if like.kind is Kind.TENSOR else Place.UNKNOWN, memory=memory)
+        return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST, memory=memory)
+
     def _library_call_fact(self, name: str, call: cst.Call) -> Fact | None:
         first = positional(call, 0)
         if name in TENSOR_FACTORIES:
-            memory = self._factory_memory(name, call)
-            device = kwarg(call, "device")
-            if device is not None:  # made where the run computes, when that may be the GPU or the CPU
-                place = self.device_place(device.value)
-                return Fact(Kind.TENSOR, Place.DEVICE if place is Place.UNKNOWN else place, memory=memory)
-            return Fact(Kind.TENSOR, Place.UNKNOWN if self._default_device_changed else Place.HOST, memory=memory)
+            return self._factory_fact(name, call)
         if name in HOST_ONLY_FACTORIES:  # numpy's or a buffer's memory: pageable
             return Fact(Kind.TENSOR, Place.HOST, memory=Memory.PAGEABLE)
         if name in PASS_THROUGH_ITERABLES and first is not None:
@@ -1431,6 +1441,17 @@ class Kinds:
     def method(self, classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
         """The method `name` the body of `classdef` defines (the last definition wins)."""
         return _method(classdef, name)
+
+    def is_logger(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a logger: the `logging` module, or a name every binding of which is
+        a logger a factory builds (`logger = logging.getLogger(__name__)`)? A call of
+        one of its methods only writes a log."""
+        if self.names.is_(expr, "logging"):
+            return True
+        values = self._context.bindings.values(expr) if isinstance(expr, cst.Name) else None
+        return bool(values) and all(
+            isinstance(v, cst.Call) and self.names.of(v.func) & LOGGER_FACTORIES for v in values
+        )
 
     def class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
         """The class whose body defines `function`, if it is a method."""

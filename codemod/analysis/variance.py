@@ -59,6 +59,7 @@ from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.torch_facts import (
     DETERMINISTIC_FACTORIES,
+    DETERMINISTIC_TENSOR_METHODS,
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     PURE_BUILTINS,
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 
 KEY = "variance"
 NO_HOISTS: Mapping[str, cst.CSTNode] = MappingProxyType({})
-TENSOR_METHODS = SAME_PLACE_METHODS | {"to", "cuda", "cpu"}
 LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
 
 
@@ -207,7 +207,7 @@ class Variance:
         if (
             method is not None
             and (
-                method in TENSOR_METHODS
+                method in DETERMINISTIC_TENSOR_METHODS
                 or (
                     not method.endswith("_")
                     and method not in RANDOM_METHODS
@@ -275,7 +275,7 @@ class Variance:
             return (
                 bool(names & DETERMINISTIC_FACTORIES)
                 or self._tokenizers.tokenizer_call(expr)[0]
-                or (method_name(expr) in TENSOR_METHODS and self.makes_tensor(expr.func.value))
+                or (method_name(expr) in DETERMINISTIC_TENSOR_METHODS and self.makes_tensor(expr.func.value))
             )
         return False
 

@@ -91,6 +91,17 @@ CASES = [
     ("x = torch.randn(3) * 2 + torch.randn(3)\nprobe(x)", [TENSOR_HOST]),
     ("x = torch.stack([torch.randn(3), torch.randn(3)])\nprobe(x)", [TENSOR_HOST]),
     ("torch.set_default_device('cuda')\nx = torch.randn(3)\nprobe(x)", [TENSOR_ANY]),
+    # draws from the tensors they are given are where those are (`Op.placement`), not made
+    # where a factory is told: a mask of dropout probabilities on the GPU, indices of weights
+    ("p = torch.full((3,), 0.5, device=device)\nprobe(torch.bernoulli(p))", [TENSOR_CUDA]),
+    ("w = torch.ones(4, device=device)\nprobe(torch.multinomial(w, 2))", [TENSOR_CUDA]),
+    ("x = torch.randn(3, device=device)\nprobe(x.new_zeros(3))\nprobe(x.argmax())", [TENSOR_CUDA, TENSOR_CUDA]),
+    # a `_like` factory makes its tensor where the one it copies is, unless told otherwise
+    (
+        "x = torch.randn(3, device=device)\nprobe(torch.zeros_like(x))\nprobe(torch.rand_like(x, device='cpu'))",
+        [TENSOR_CUDA, TENSOR_HOST],
+    ),
+    ("probe(torch.zeros_like(torch.randn(3)))", [TENSOR_HOST]),
 ]
 
 

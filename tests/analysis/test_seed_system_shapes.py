@@ -248,12 +248,18 @@ LOGGING_UTILS = RUN_UTILS.replace(
     "        _save_torch(data, path, **kwargs)\n        logger.info(path)\n",
 )
 assert LOGGING_UTILS.count("logger") == 2
+# ... and through a logger its module may rebind to another logger: every binding is one.
+RELOGGING_UTILS = LOGGING_UTILS.replace(
+    "logger = logging.getLogger(__name__)\n",
+    'logger = logging.getLogger(__name__)\nif __name__ == "__main__":\n    logger = logging.getLogger("run_utils")\n',
+)
+assert RELOGGING_UTILS.count("logger") == 3
 
 
 @pytest.mark.parametrize(
     "script, utils",
-    [(QUIET_RUN, RUN_UTILS), (UPLOADING_RUN, RUN_UTILS), (QUIET_RUN, LOGGING_UTILS)],
-    ids=["quiet", "uploading", "logging"],
+    [(QUIET_RUN, RUN_UTILS), (UPLOADING_RUN, RUN_UTILS), (QUIET_RUN, LOGGING_UTILS), (QUIET_RUN, RELOGGING_UTILS)],
+    ids=["quiet", "uploading", "logging", "rebound logger"],
 )
 def test_a_wrapper_that_only_writes_files_runs_in_the_background_and_writes_the_same_files(
     tmp_path, monkeypatch, script, utils

@@ -96,6 +96,30 @@ def test_a_step_method_makes_the_loop_that_calls_it_the_step_loop():
     ]
 
 
+def test_a_step_method_of_an_object_passed_to_the_training_function():
+    """The class of `trainer` is the one every call passes (`Kinds.instance_class`): the
+    loop that calls its step method steps the optimizer, though `trainer` is a parameter."""
+    ctx = context("""\
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def train_step(self, batch):
+                loss = self.model(batch).sum()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+        def fit(trainer, loader):
+            for batch in loader:
+                trainer.train_step(batch)
+
+        fit(Trainer(nn.Linear(4, 1)), [torch.randn(2, 4)])
+        """)
+    assert loop_headers(ctx, ctx.loops.step_loops) == ["for batch in loader:"]
+
+
 def test_train_one_epoch_called_per_epoch():
     ctx = context("""\
         def train_one_epoch(model, loader, opt):

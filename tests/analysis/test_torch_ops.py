@@ -13,7 +13,22 @@ import pytest
 import torch
 
 from codemod.analysis.torch_facts import MODULE_METHODS_RETURNING_SELF
-from codemod.analysis.torch_ops import ENTRIES, FUNCTIONAL, METHOD, OPS, Category, Shape, functions, methods
+from codemod.analysis.torch_ops import (
+    DTYPE_OF,
+    DTYPES,
+    ENTRIES,
+    FLOATING,
+    FUNCTIONAL,
+    KEPT,
+    METHOD,
+    NAMED,
+    OPS,
+    Category,
+    Placement,
+    Shape,
+    functions,
+    methods,
+)
 
 # Arguments beyond the tensor for entries that need them.
 EXTRA = {
@@ -61,6 +76,11 @@ EXTRA = {
     "tensor_split": (2,),
     "select": (0, 1),
     "char": (),
+    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), (0.5,)),
+    "where": (torch.zeros(2, 3), torch.ones(2, 3)),  # `where(condition, x, y)`
+    "gather": (1, torch.zeros(2, 3, dtype=torch.long)),
+    "index_select": (1, torch.tensor([0, 2])),
+    "copy": (torch.zeros(2, 3),),
 }
 
 
@@ -125,6 +145,8 @@ def test_sharing_methods_return_the_receiver_or_a_view_of_its_storage(name):
         results = getattr(tensor, short)(tensor if short == "type_as" else tensor.dtype)
     else:
         results = _call(name, tensor)
+    if short == "__iter__":
+        results = tuple(results)
     for result in results if isinstance(results, tuple) else (results,):
         result = result if isinstance(result, torch.Tensor) else torch.from_numpy(result)
         assert result is tensor or result.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
@@ -382,6 +404,13 @@ SHAPE_CALLS = {
     "Tensor.chunk": (lambda x: x.chunk(3, dim=-1)[0], (2, 1, 1)),  # a count first
     "Tensor.tensor_split": (lambda x: x.tensor_split(3, dim=-1)[0], (2, 1, 1)),
     "Tensor.unbind": (lambda x: x.unbind(2)[0], (2, 1)),
+    "Tensor.__iter__": (lambda x: next(iter(x)), (1, 3)),  # its slices along dim 0
+    "torch.reshape": (lambda x: torch.reshape(x, (3, 2)), (3, 2)),
+    "torch.transpose": (lambda x: torch.transpose(x, 0, 2), (3, 1, 2)),
+    "torch.permute": (lambda x: torch.permute(x, (2, 0, 1)), (3, 2, 1)),
+    "torch.unsqueeze": (lambda x: torch.unsqueeze(x, 0), (1, 2, 1, 3)),
+    "torch.squeeze": (lambda x: torch.squeeze(x, 1), (2, 3)),
+    "torch.flatten": (lambda x: torch.flatten(x, 1), (2, 3)),
     "torch.matmul": (lambda x: torch.matmul(x, torch.rand(3, 4)), (2, 1, 4)),
     "Tensor.matmul": (lambda x: x.matmul(torch.rand(2, 3, 4)), (2, 1, 4)),
     "torch.bmm": (lambda x: torch.bmm(x, torch.rand(2, 3, 4)), (2, 1, 4)),
@@ -409,6 +438,9 @@ SHAPE_CALLS = {
     "torch.rand_like": (lambda x: torch.rand_like(x), (2, 1, 3)),
     "torch.randn_like": (lambda x: torch.randn_like(x), (2, 1, 3)),
     "torch.randint_like": (lambda x: torch.randint_like(x, 10), (2, 1, 3)),
+    "torch.randint": (lambda x: torch.randint(0, 10, (4, 5)), (4, 5)),  # the bounds, then the sizes
+    "torch.linspace": (lambda x: torch.linspace(0, 1, 5), (5,)),
+    "torch.logspace": (lambda x: torch.logspace(0, 1, 5), (5,)),
 }
 
 
@@ -520,7 +552,8 @@ def test_reductions_take_the_dim_first_and_norms_after_the_order(name):
     before_dim = (2,) if OPS[name].category is Category.NORM else ()
     function = _resolve(name)
     assert function(x, *before_dim, 1).shape == (2, 4)
-    assert function(x, *before_dim, 1, keepdim=True).shape == (2, 1, 4)
+    if name != "torch.count_nonzero":  # the one without `keepdim`
+        assert function(x, *before_dim, 1, keepdim=True).shape == (2, 1, 4)
     short = name.rsplit(".", 1)[1]
     method = getattr(x, short)
     assert method(*before_dim, -1).shape == (2, 3)
@@ -535,3 +568,118 @@ def test_products_not_on_the_last_dims_refuse_one_more_leading_dim(name):
     call, _ = SHAPE_CALLS[name]
     with pytest.raises(RuntimeError):
         call(torch.rand(2, 2, 1, 3))
+
+
+# -- where a result is, and its dtype ------------------------------------------------------
+
+# Arguments, given the receiver, for the methods whose placement and dtype are sampled
+# beyond EXTRA's.
+CALL_ARGUMENTS = {
+    "to": lambda t: (torch.float64,),
+    "type": lambda t: (torch.float64,),
+    "new_zeros": lambda t: (2,),
+    "new_ones": lambda t: (2,),
+    "new_empty": lambda t: (2,),
+    "new_full": lambda t: ((2,), 1),
+    "repeat": lambda t: (1, 2),
+    "lerp": lambda t: (torch.zeros_like(t), 0.5),
+    "copy_": lambda t: (torch.zeros_like(t),),
+    "equal": lambda t: (t.clone(),),
+    "allclose": lambda t: (t.clone(),),
+    "__format__": lambda t: ("",),
+}
+# Methods that need a device, a stream or a graph to call: their entries are checked by name.
+NOT_CALLED = {"cuda", "pin_memory", "record_stream", "backward", "register_hook", "retain_grad", "set_", "__iter__"}
+
+
+def _method_result(name: str, tensor: torch.Tensor):
+    short = name.removeprefix(METHOD)
+    arguments = CALL_ARGUMENTS.get(short)
+    if arguments is None:
+        return _call(name, tensor)
+    return getattr(tensor, short)(*arguments(tensor))
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, op in OPS.items() if n.startswith(METHOD) and n.removeprefix(METHOD) not in NOT_CALLED)
+)
+def test_each_methods_result_is_where_and_of_the_dtype_the_table_says(name):
+    """`Op.placement`: a tensor where the receiver is, on the host, where it is told, or no
+    tensor; `Op.result_dtype`: the dtype whatever the receiver's (a double receiver and an
+    int one tell a kept dtype from a named one)."""
+    op = OPS[name]
+    if op.category in (Category.MATMUL, Category.SPARSE) or op.random:
+        pytest.skip("a product's operands, a draw: their placement is their operands'")
+    receivers = (torch.rand(2, 3, dtype=torch.float64), torch.arange(6).view(2, 3))
+    if op.category is Category.TO_HOST:  # a Python number of one element
+        receivers = tuple(r[:1, :1] for r in receivers)
+    answered = 0
+    for receiver in receivers:
+        receiver = receiver.clone()
+        try:
+            result = _method_result(name, receiver)
+        except (RuntimeError, TypeError):
+            continue  # not for this dtype: float math of integers, `__index__` of floats
+        answered += 1
+        results = result if isinstance(result, tuple) and op.placement is not Placement.NO_TENSOR else (result,)
+        for piece in results:
+            if op.placement is Placement.NO_TENSOR:
+                assert not isinstance(piece, torch.Tensor), name
+                continue
+            assert isinstance(piece, torch.Tensor) and piece.device == receiver.device, name
+            dtype = op.result_dtype
+            if dtype == KEPT:
+                assert piece.dtype == receiver.dtype, name
+            elif dtype == FLOATING:
+                assert piece.is_floating_point(), name
+            elif dtype in DTYPE_OF:
+                assert piece.dtype == getattr(torch, dtype), name
+            if op.placement is Placement.HOST:
+                assert piece.device.type == "cpu"
+    assert answered, name
+
+
+def test_the_moves_are_told_or_go_to_the_host_and_factories_are_told():
+    """The placements the table gives by category or entry: factories take `device=`, the
+    host-only ones do not, and a tensor's own factories make theirs where it is."""
+    for name in functions(Category.FACTORY, placement=Placement.TOLD):
+        if name.startswith("torch."):
+            assert "device" in str(_resolve(name).__doc__) or name.endswith("_mask"), name
+    host = functions(placement=Placement.HOST)
+    assert host == {"torch.from_numpy", "torch.frombuffer"}
+    import numpy as np
+
+    assert torch.from_numpy(np.zeros(3)).device.type == "cpu"
+    assert {"to", "type", "cuda"} == methods(placement=Placement.TOLD)
+    assert {"cpu", "pin_memory"} == methods(placement=Placement.HOST)
+    assert all(OPS[METHOD + n].result_dtype == NAMED for n in ("to", "type", "type_as"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_the_dtypes_are_torchs(dtype):
+    """Each dtype, its aliases, its size, its kind and the method that casts to it."""
+    found = getattr(torch, dtype.name)
+    assert isinstance(found, torch.dtype)
+    assert all(getattr(torch, alias) is found for alias in dtype.aliases)
+    assert found.itemsize == dtype.bytes
+    assert found.is_floating_point == (dtype.kind == "float") and found.is_complex == (dtype.kind == "complex")
+    assert (found == torch.bool) == (dtype.kind == "bool")
+    if dtype.cast is not None:
+        assert OPS[METHOD + dtype.cast].category is Category.CAST
+        assert getattr(torch.zeros(2), dtype.cast)().dtype is found
+
+
+def test_every_method_named_after_a_dtype_casts_to_it():
+    for name in methods(Category.CAST):
+        if name in DTYPE_OF and not name.endswith("_"):
+            assert OPS[METHOD + name].result_dtype == DTYPE_OF[name].name, name
+
+
+def test_pure_entries_change_nothing_and_draw_nothing():
+    """`Op.pure`: no draw, no write in place, no effect beside its result (a checkpoint, the
+    gradients, the backward pass, storage), no module built with weights."""
+    for name, op in OPS.items():
+        if op.pure:
+            assert not (op.random or op.in_place), name
+            assert op.category not in (Category.SAVE, Category.GRAD_NORM, Category.AUTOGRAD, Category.MEMORY), name
+    assert not OPS["torch.nn.Linear"].pure and OPS["torch.nn.CrossEntropyLoss"].pure

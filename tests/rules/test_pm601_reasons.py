@@ -349,3 +349,46 @@ def test_a_save_on_the_line_of_its_if_is_refused_for_that_not_as_part_of_a_large
     assert reason(one_line).startswith("`torch.save` is on the line of its `if`; put it on a line of its own")
     in_a_list = SCRIPT.replace(save, save.replace("torch.save", "saved = [torch.save").replace(")\n", ")]\n"))
     assert "`torch.save` is part of a larger statement" in reason(in_a_list)
+
+
+# The loop is a method of another class (a small trainer's `fit`), given the module whose
+# methods build the optimizer from `self.model` and run the step.
+TRAINER_OF_A_MODULE = """\
+import torch
+
+
+class LitModel:
+    def __init__(self):
+        self.model = torch.nn.Linear(8, 1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def training_step(self, batch):
+        x, y = batch
+        return (self.model(x) - y).pow(2).mean()
+
+
+class MiniTrainer:
+    def fit(self, module, batches):
+        opt = module.configure_optimizers()
+        module.model.train()
+        for batch in batches:
+            loss = module.training_step(batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    module = LitModel()
+    trainer = MiniTrainer()
+    trainer.fit(module, [(torch.randn(4, 8), torch.randn(4, 1))])
+"""
+
+
+def test_a_model_attribute_of_the_class_a_trainer_is_given_is_named_with_that_class():
+    """`self.model` is `LitModel`'s (it builds the optimizer), not the trainer's, whose `fit`
+    runs the loop: the reason names the class whose methods the loop calls."""
+    why = reason(TRAINER_OF_A_MODULE)
+    assert "`self.model` is an attribute of `LitModel`, whose methods the loop calls from outside the class" in why

@@ -396,6 +396,12 @@ device = torch.device("cuda")
         ("X @ torch.randn(12)", (256,), 4),
         ("torch.randn(5, 1, 256, 12) @ torch.randn(3, 12, 2)", (5, 3, 256, 2), 4),
         ("torch.linspace(0.5, 0.95, 12)", (12,), 4),
+        # the dtype an op gives whatever its operands' (torch_ops: `Op.result_dtype`)
+        ("X.argmax(1)", (256,), 8),
+        ("torch.argmax(X, dim=0, keepdim=True)", (1, 12), 8),
+        ("X.eq(0)", (256, 12), 1),
+        ("torch.isnan(X)", (256, 12), 1),
+        ("torch.concatenate([X, X], 0)", (512, 12), 4),
         # the blind corpus's forecaster: windows of a series stacked, `x[i:i + 48]`
         ("torch.stack([X[i:i + 4] for i in range(10)])", (10, 4, 12), 4),
         ("torch.stack([X[i + 4:i + 6, 0] for i in range(10)])", (10, 2), 4),
