@@ -18,7 +18,7 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
   a tokenizer that each item of a fixed collection gives (`for ctx in contexts:` inside
   the step: one table of ids per item), the step's texts tokenized together in one call
   (padded to the longest of the step), texts that pass on their way through a function
-  of another module, which perfmod does not follow for purity.
+  of another module that is not pure (`purity`).
 - `tokenizes_step_text(call, loop)`: does `call` tokenize text the step makes (what the
   model generated, a prompt formatted from the step's values), never a corpus's: there
   is nothing to tokenize ahead.
@@ -203,10 +203,9 @@ class Corpus:
         """Why `call` may not give the same ids for the same text before the loop as in it
         (its callee not known pure, its tokenizer changed in the loop), or None."""
         spelled = self.context.source(call.func)
-        callee = self.context.kinds.local_callee(call)
-        if callee is not None:
-            if self.context.purity.is_pure(callee):
-                return None
+        if self.context.purity.pure_callee(call):
+            return None
+        if self.context.kinds.local_callee(call) is not None:
             return (
                 f"`{spelled}` is not known to be pure (it changes state, draws random numbers or calls "
                 "what perfmod cannot follow): the ids of a text may differ from call to call"
@@ -281,8 +280,7 @@ class Corpus:
         loop `loop`, tokenizes from being tokenized once before it: the loops of the step
         over a fixed collection whose items give the tokenizer (`for ctx in contexts:
         ctx.wrapper.tokenizer(text)`: one table of ids per item), and the functions of other
-        modules the texts pass through (`split_user_and_anchor(raw)`), whose purity perfmod
-        does not follow there."""
+        modules the texts pass through (`split_user_and_anchor(raw)`) that are not pure."""
         found: list[str] = []
         _, receiver = self._tokenizers.tokenizer_call(call)
         read = {n.value for n in names_read(receiver)} if receiver is not None else set()
@@ -313,11 +311,11 @@ class Corpus:
         project = project_of(self.context)
         for made in self._text_calls([a.value for a in call.args], loop):
             function = project.function(made.func)
-            if function is not None:
+            if function is not None and not self.context.purity.pure_callee(made):
                 found.append(
                     f"the texts pass through `{self.context.source(made.func)}` "
-                    f"({project.shown(function)}), a function of another module whose purity perfmod does "
-                    "not check"
+                    f"({project.shown(function)}), a function of another module that is not known to be pure "
+                    "(it changes state, draws random numbers or calls what perfmod cannot follow)"
                 )
         return found
 

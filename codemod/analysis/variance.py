@@ -7,7 +7,7 @@ place: what may be computed once before the loop instead of once per iteration.
   not know, a function of the file given the same arguments). Invariant are literals,
   names not re-bound, changed in place or trained in the loop, calls of deterministic
   torch factories, pure builtins, known tokenizers (`tokenizers`), pure functions of
-  the file (`purity`), and conversions of tensors, of invariant parts. `hoisted` maps
+  the file and of the project's modules (`purity`), and conversions of tensors, of invariant parts. `hoisted` maps
   names already moved out of a loop to the loop they now sit in front of.
 - `of_all(exprs, region, hoisted)`, `of_name(name, region, hoisted)`: the same for
   several expressions, and for a name.
@@ -199,8 +199,9 @@ class Variance:
         if known:
             return self._tokenizers.changed_in(receiver, region) or self.of_all([receiver, *args], region, hoisted)
         callee = self.context.kinds.local_callee(call)
-        if callee is not None and self.context.purity.is_pure(callee):
-            # a pure function or method of this file: invariant where its receiver and arguments are
+        if self.context.purity.pure_callee(call):
+            # a pure function or method of this file or of the project's modules: invariant where
+            # its receiver and arguments are
             receiver = call.func.value if isinstance(call.func, cst.Attribute) else call.func
             return self.of_all([receiver, *args], region, hoisted)
         method = method_name(call)

@@ -112,8 +112,8 @@ def train(texts, steps, batch_size, use_chat_template, anchor, device):
 """
 
 
-def _write(root: Path, models: str = MODELS, train: str = TRAIN) -> Path:
-    files = {"pkg/__init__.py": "", "pkg/models.py": models, "pkg/utils.py": UTILS, "pkg/train.py": train}
+def _write(root: Path, models: str = MODELS, train: str = TRAIN, utils: str = UTILS) -> Path:
+    files = {"pkg/__init__.py": "", "pkg/models.py": models, "pkg/utils.py": utils, "pkg/train.py": train}
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,8 +185,11 @@ def test_a_list_of_contexts_filled_otherwise_than_by_append_is_not_followed(tmp_
     assert not any(tokenizers(context).is_known(receiver) for receiver in receivers)
 
 
-def test_the_per_step_chat_prompts_are_reported_with_the_tokenizer_and_what_keeps_them_per_step(tmp_path):
-    train = _write(tmp_path)
+@pytest.mark.parametrize("split_pure", [True, False])
+def test_the_per_step_chat_prompts_are_reported_with_the_tokenizer_and_what_keeps_them_per_step(tmp_path, split_pure):
+    # a `split_user_and_anchor` that logs what it splits is not pure: the texts it gives are a reason
+    utils = UTILS if split_pure else UTILS.replace("    if anchor and", "    print(text)\n    if anchor and")
+    train = _write(tmp_path, utils=utils)
     result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
     assert not result.changed
     messages = {f.line: f.message for f in result.findings if f.code == "PM203"}
@@ -201,8 +204,9 @@ def test_the_per_step_chat_prompts_are_reported_with_the_tokenizer_and_what_keep
         assert "(pkg/models.py:8)" in message
         assert "one table of ids per item" in message and "`model_contexts`" in message
         chat = "padding=True" not in lines[line]
-        # the chat prompts are made of the texts `split_user_and_anchor` returns
-        assert ("`split_user_and_anchor` (pkg/utils.py:1)" in message) is chat
+        # the chat prompts are made of the texts `split_user_and_anchor` returns: a reason where it is not pure
+        impure = "`split_user_and_anchor` (pkg/utils.py:1), a function of another module that is not known to be pure"
+        assert (impure in message) is (chat and not split_pure)
         # the plain prompts go to the tokenizer as one padded batch
         assert ("padded to the longest of the step (`padding=True`)" in message) is not chat
 
