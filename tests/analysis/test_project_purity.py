@@ -14,7 +14,6 @@ import pytest
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
-from codemod.result import Level
 
 TEXT = """\
 import random
