@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
+from libcst.metadata import BuiltinAssignment
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.lengths import Lengths
@@ -67,6 +68,9 @@ class Pretokenize:
     new_elt: cst.Subscript | None  # `_[i]` for the element `tok.encode(docs[i], n)`
     factory: cst.Call  # `torch.tensor(<comp>, ...)`
     stacked: cst.BaseExpression | None  # the step's indices, when the ids go in one tensor
+    # `for ctx in contexts:` of the step, when the call reads its item (`ctx.tok.encode(t)`):
+    # one table of ids per item, keyed by the item's identity
+    items: cst.For | None = None
 
 
 class Corpus:
@@ -132,10 +136,14 @@ class Corpus:
         ):
             return "the ids stay a list the step could change, and pretokenized they would be shared by every step"
         others = [part for part in call_parts(call) if part is not text]
+        items = self.item_loop(call, loop)
         region, reason = None, None
         for candidate in [loop, *self._index.enclosing_loops(loop)]:
-            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate)
+            # the item of `for ctx in contexts:` is bound, for the table, in front of `candidate`
+            hoisted = {items.target.value: candidate} if items is not None else {}
+            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate, hoisted)
             reason = reason or self.corpus_changed(corpus, candidate)
+            reason = reason or (self._collection_changed(items, candidate) if items is not None else None)
             if reason is not None:
                 break
             region = candidate
@@ -143,7 +151,42 @@ class Corpus:
             return reason[1] if isinstance(reason, tuple) else reason
         picks = indices if indices is not None else loop_in.iter
         stacked = self._equal_rows(call, text, factory, picks, region)
-        return Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None)
+        return Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None, items)
+
+    def item_loop(self, call: cst.Call, loop: cst.CSTNode) -> cst.For | None:
+        """The loop of the step `loop` over the items of a collection the step does not
+        change (`for ctx in model_contexts:`), innermost first, whose item `call` reads
+        (`ctx.wrapper.tokenizer(text)`, `ctx.tok.encode(t, ctx.max_len)`): tokenized once,
+        the corpus takes one table of ids per item."""
+        read = {n.value for part in call_parts(call) for n in names_read(part)}
+        for inner in self._index.enclosing_loops(call):
+            if inner is loop or not self.context.inside(inner, loop):
+                break
+            if (
+                isinstance(inner, cst.For)
+                and isinstance(inner.target, cst.Name)
+                and inner.target.value in read
+                and isinstance(inner.iter, cst.Name)
+                and self._collection_changed(inner, loop) is None
+            ):
+                return inner
+        return None
+
+    def _collection_changed(self, items: cst.For, region: cst.CSTNode) -> str | None:
+        """Why the collection `items` iterates may hold other items on some iteration of
+        `region` (re-bound, changed in place), or why its items cannot key a table (the name
+        `id` is not the builtin); None when the table built in front of `region` has an
+        entry for each item the step iterates."""
+        collection = items.iter
+        problem = self._variance.of(collection, region)
+        if problem is not None:
+            return problem[1] if isinstance(problem, tuple) else problem
+        if self._variance.changed_in_place(collection.value, region):
+            return f"`{collection.value}` is changed in place in the loop"
+        scope = self._scopes.get(region)
+        if scope is None or not all(isinstance(found, BuiltinAssignment) for found in scope["id"]):
+            return "the name `id`, which would key the table by item, is not the builtin here"
+        return None
 
     def _equal_rows(
         self, call: cst.Call, text: cst.BaseExpression, factory: cst.Call, picks: cst.BaseExpression, region
@@ -264,16 +307,30 @@ class Corpus:
             text = next(a.value for a in call.args if not isinstance(a.value, cst.Name) and corpus_of(a.value))
             elt = call.deep_replace(text, cst.Name(variable))
             encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
+        table: cst.BaseExpression = cst.Name(name)
+        if plan.items is not None:  # `docs_ids[id(ctx)]`: the table of the step's item
+            key = cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])
+            table = cst.Subscript(table, [cst.SubscriptElement(cst.Index(key))])
         if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
             first = plan.factory.args[0].with_changes(value=encoded)
             value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
-            picked = cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))])
-            return value, plan.factory, picked
+            picked = cst.Subscript(table, [cst.SubscriptElement(cst.Index(plan.stacked))])
+            return self._per_item(value, plan), plan.factory, picked
         if plan.new_elt is None:  # `[docs_ids[i] for i in idx]`
-            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]")
-            return encoded, plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices))
+            row = cst.Subscript(table, [cst.SubscriptElement(cst.Index(cst.Name(plan.position)))])
+            per_step = cst.ListComp(row, cst.CompFor(target=cst.Name(plan.position), iter=plan.indices))
+            return self._per_item(encoded, plan), plan.comp, per_step
         # `[docs_ids[i] for i in <as written>]`
-        return encoded, call, plan.new_elt.with_changes(value=cst.Name(name))
+        return self._per_item(encoded, plan), call, plan.new_elt.with_changes(value=table)
+
+    @staticmethod
+    def _per_item(value: cst.BaseExpression, plan: Pretokenize) -> cst.BaseExpression:
+        """`value`, or `{id(ctx): value for ctx in contexts}` when each item of the step's
+        collection brings its own tokenizer."""
+        if plan.items is None:
+            return value
+        key = cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])
+        return cst.DictComp(key, value, cst.CompFor(target=plan.items.target, iter=plan.items.iter))
 
     def not_pretokenized(self, call: cst.Call, loop: cst.CSTNode) -> list[str]:
         """What keeps the texts of a corpus that `call`, a known tokenizer's call of the step
@@ -292,9 +349,26 @@ class Corpus:
                 collection = _short(self.context, inner.iter)
                 found.append(
                     f"each item of `{collection}` brings its own tokenizer (`for {target.value} in {collection}` "
-                    "inside the step), so tokenizing the corpus once takes one table of ids per item, which "
-                    "perfmod does not build"
+                    "inside the step), so tokenizing the corpus once takes one table of ids per item"
                 )
+        text_loop = next(
+            (
+                inner
+                for inner in self._index.enclosing_loops(call)
+                if isinstance(inner, cst.For)
+                and inner is not loop
+                and self.context.inside(inner, loop)
+                and self._tokenizers.from_corpus(inner.iter, loop)
+            ),
+            None,
+        )
+        if text_loop is not None:
+            found.append(
+                f"the step tokenizes its texts one at a time in the statements of `for "
+                f"{_short(self.context, text_loop.target)} in {_short(self.context, text_loop.iter)}:`, where "
+                "perfmod tokenizes a corpus ahead only when one call per text gives the ids of a list "
+                "comprehension handed to `torch.tensor` (`torch.tensor([tok.encode(t) for t in texts])`)"
+            )
         batch = next((a.value for a in call.args if self._step_texts(a.value, loop)), None)
         if batch is not None:
             padding = kwarg(call, TOKENIZER_PADDING)

@@ -1362,8 +1362,12 @@ class Kinds:
 
     def instance_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
         """The class of this file `expr` is an instance of: the `self` of one of its methods
-        (read in the method or in a function nested in it), or a name every binding of which
-        calls the class."""
+        (read in the method or in a function nested in it), a name every binding of which
+        calls the class, or an attribute every value of which does (`ctx.tok` of
+        `Context(tok=WordTokenizer(docs))`, `attribute_values`)."""
+        if isinstance(expr, cst.Attribute):
+            values = self.attribute_values(expr)
+            return self._class_of_values(values) if values else None
         if not isinstance(expr, cst.Name):
             return None
         scope = self.scopes.get(expr)
@@ -1409,6 +1413,11 @@ class Kinds:
             ):
                 return None
             values.append(statement.value)
+        return self._class_of_values(values)
+
+    def _class_of_values(self, values: list[cst.BaseExpression]) -> cst.ClassDef | None:
+        """The one class of this file every value of `values` constructs (through a name
+        bound to it, and module methods that return the module), or None."""
         classes = {}
         for value in values:
             value, returning_self = chain_of_module_methods(value)  # `Net().to(device).train()` is the `Net`

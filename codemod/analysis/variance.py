@@ -144,7 +144,8 @@ class Variance:
         if isinstance(expr, cst.Attribute):
             if self.context.names.of(expr):
                 return None  # `torch.long`: a module attribute
-            if self.context.kinds.fact(expr.value).kind is Kind.MODULE:
+            if self.context.kinds.fact(expr.value).kind is Kind.MODULE and not self._tokenizers.is_known(expr):
+                # (a known tokenizer a model holds, `ctx.wrapper.tokenizer`, is none of its parameters)
                 return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
             if isinstance(expr.value, cst.Name) and self.attributes_assigned(expr.value.value, region):
                 return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"

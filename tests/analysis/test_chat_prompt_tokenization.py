@@ -207,6 +207,9 @@ def test_the_per_step_chat_prompts_are_reported_with_the_tokenizer_and_what_keep
         # the chat prompts are made of the texts `split_user_and_anchor` returns: a reason where it is not pure
         impure = "`split_user_and_anchor` (pkg/utils.py:1), a function of another module that is not known to be pure"
         assert (impure in message) is (chat and not split_pure)
+        # the chat prompts are tokenized one by one in a loop of statements, not a comprehension
+        one_by_one = "one at a time in the statements of `for user_text in batch_user_texts:`"
+        assert (one_by_one in message) is chat
         # the plain prompts go to the tokenizer as one padded batch
         assert ("padded to the longest of the step (`padding=True`)" in message) is not chat
 
