@@ -8,17 +8,25 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
   not changed in the loop) and its other arguments invariant (`variance`), and the ids
   handed to `torch.tensor`, which copies them. The plan names the outermost loop the
   corpus may be tokenized in front of, and the step's indices when every text gives as
-  many ids (one tensor holds them all). The reason (a string) when a precondition
+  many ids (one tensor holds them all); where each item of a collection the step loops
+  over brings its own tokenizer (`for ctx in contexts:`, `item_loop`), one table per
+  item, keyed by the item's identity. The reason (a string) when a precondition
   fails; None when `call` is not of that shape.
 - `rewrite(call, plan, name, variable)`: what pretokenizing by a plan writes: the value
   of `<name> = ...` in front of the loop, the node of the step that gave the ids, and
   what replaces it (the ids the step picks from `name`).
+- `text_table(call, loop)`: a TextTable plan when `call` tokenizes in a loop of the step
+  over its texts (`for user_text in batch_user_texts:` rendering a chat prompt, then
+  tokenizing it): what the loop's statements make of each text up to its last tokenizer
+  call, made before the loop for every text of the corpus (the step's statements that
+  make the loop's list replayed over the corpus), keyed by the text and per item; the
+  reason when that table could differ from what a step computes; `table_rewrite(plan,
+  name)`: the code in front of the loop, and the step's look-up.
 - `not_pretokenized(call, loop)`: for a known tokenizer's call on texts of a corpus that
-  is not of the shape above, what keeps tokenizing the corpus once from being proven:
-  a tokenizer that each item of a fixed collection gives (`for ctx in contexts:` inside
-  the step: one table of ids per item), the step's texts tokenized together in one call
-  (padded to the longest of the step), texts that pass on their way through a function
-  of another module that is not pure (`purity`).
+  is not of the shapes above, what keeps tokenizing the corpus once from being proven:
+  the reason a loop of the step over its texts cannot be tabulated, the step's texts
+  tokenized together in one call (padded to the longest of the step), texts that pass
+  on their way through a function of another module that is not pure (`purity`).
 - `tokenizes_step_text(call, loop)`: does `call` tokenize text the step makes (what the
   model generated, a prompt formatted from the step's values), never a corpus's: there
   is nothing to tokenize ahead.
@@ -71,6 +79,27 @@ class Pretokenize:
     # `for ctx in contexts:` of the step, when the call reads its item (`ctx.tok.encode(t)`):
     # one table of ids per item, keyed by the item's identity
     items: cst.For | None = None
+
+
+@dataclass
+class TextTable:
+    """What a loop of the step computes from each of its texts, tokenized once before the
+    loop: `for user_text in batch_user_texts:` renders each text with a chat template
+    and tokenizes it (`toks = tok(rendered, ...)`); the table holds that value for every
+    text of the corpus, keyed by the text (and, per item, by the item of `for ctx in
+    contexts:` that brings the tokenizer)."""
+
+    statement: cst.SimpleStatementLine  # `toks = tok(rendered, ...)`: its value goes in the table
+    target: cst.Name  # `toks`
+    text_loop: cst.For  # `for user_text in batch_user_texts:`
+    before: list[cst.BaseStatement]  # the statements of its body that make the tokenizer's text
+    replayed: list[cst.BaseStatement]  # the step's statements from its picked texts to the loop's list
+    renamed: dict[str, str]  # the names those bind -> the names bound over the whole corpus
+    texts: cst.Name  # the loop's list (`batch_user_texts`)
+    nesting: list[cst.CSTNode]  # `for ctx in contexts:` and the `if`s of the step around the loop, outermost first
+    items: cst.For | None
+    corpus: cst.Name
+    region: cst.CSTNode
 
 
 class Corpus:
@@ -332,6 +361,243 @@ class Corpus:
         key = cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])
         return cst.DictComp(key, value, cst.CompFor(target=plan.items.target, iter=plan.items.iter))
 
+    def text_table(self, call: cst.Call, loop: cst.CSTNode) -> TextTable | str | None:
+        """How to compute once, before the loop, what a loop of the step over its texts
+        computes from each text and tokenizes (`for user_text in batch_user_texts:`,
+        rendering a chat prompt, then `toks = tok(rendered, ...)`): `call` tokenizes in the
+        statements of that loop's body up to the last statement that tokenizes, each a plain
+        assignment (or an `if` of them) of values the same on every step but for the text and
+        the item of `for ctx in contexts:`, their names read nowhere else in the step, the
+        tokenizer's result changed in place nowhere; the loop's list made from texts the step
+        picks from a list in memory, text by text (`[split(raw)[0] for raw in batch_texts]`,
+        or the picked texts themselves, under `if`s the same on every step); the loop inside
+        the step under `for ctx in contexts:` and `if`s the same on every step only. The
+        reason when a precondition fails; None when `call` is in no such loop."""
+        text_loop = self._text_loop(call, loop)
+        if text_loop is None:
+            return None
+        if not isinstance(text_loop.target, cst.Name) or not isinstance(text_loop.iter, cst.Name) or text_loop.orelse:
+            return f"the loop `for {_short(self.context, text_loop.target)} in ...` is not over one name"
+        body = list(text_loop.body.body) if isinstance(text_loop.body, cst.IndentedBlock) else []
+        tokenizing = [line for line in body if self._tokenizes_in(line)]
+        statement = tokenizing[-1] if tokenizing else None
+        target = _assigned_name(statement)
+        if target is None:
+            return "the last tokenizer call of the loop's body is not a plain assignment to a name"
+        before = body[: body.index(statement)]
+        if not any(self.context.inside(call, line) for line in (*before, statement)):
+            return None
+        bound = {target.value}
+        for line in before:
+            names = _plain_bindings(line)
+            if names is None:
+                return f"`{_short(self.context, line)}` is not a plain assignment"
+            bound |= names
+        table_part = (*before, statement)
+        function = self._index.first_enclosing(loop, cst.FunctionDef) or self.context.module
+        for name in sorted(bound):
+            for node in self._variance.names_in(function, name):
+                if any(self.context.inside(node, line) for line in table_part):
+                    continue
+                if name != target.value or self._is_binding(node) or not self.context.inside(node, loop):
+                    return f"`{name}` is used other than to make the ids (line {self.context.line(node)})"
+        carried = _read_before_bound(table_part, bound)
+        if carried is not None:
+            return f"`{carried}` may keep its value from the text before"
+        for alias in sorted(self._variance.aliases(target, loop)):
+            if self._variance.changed_in_place(alias, loop):
+                return f"`{alias}` shares what the tokenizer gives and is changed in place in the step"
+        nesting = self._nesting(text_loop, call, loop)
+        if isinstance(nesting, str):
+            return nesting
+        items = next((node for node in nesting if isinstance(node, cst.For)), None)
+        chain = self._picked_chain(text_loop.iter, loop)
+        if isinstance(chain, str):
+            return chain
+        replayed, renamed, corpus, chain_assigns = chain
+        if not self.context.kinds.in_memory_list(corpus):
+            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+        region, reason = None, None
+        for candidate in [loop, *self._index.enclosing_loops(loop)]:
+            reason = self._table_varies(table_part, nesting, replayed, candidate, text_loop, bound, chain_assigns)
+            reason = reason or self.corpus_changed(corpus, candidate)
+            reason = reason or (self._collection_changed(items, candidate) if items is not None else None)
+            if reason is not None:
+                break
+            region = candidate
+        if region is None:
+            return reason[1] if isinstance(reason, tuple) else reason
+        return TextTable(
+            statement, target, text_loop, before, replayed, renamed, text_loop.iter, nesting, items, corpus, region
+        )
+
+    def _text_loop(self, call: cst.Call, loop: cst.CSTNode) -> cst.For | None:
+        """The innermost `for` statement of the step `loop` around `call` that iterates the
+        step's texts of a corpus."""
+        return next(
+            (
+                inner
+                for inner in self._index.enclosing_loops(call)
+                if isinstance(inner, cst.For)
+                and inner is not loop
+                and self.context.inside(inner, loop)
+                and self._tokenizers.from_corpus(inner.iter, loop)
+            ),
+            None,
+        )
+
+    def _tokenizes_in(self, line: cst.CSTNode) -> bool:
+        return any(self._tokenizers.tokenizer_call(inner)[0] for inner in self._index.find(cst.Call, within=line))
+
+    def _is_binding(self, name: cst.Name) -> bool:
+        parent = self.context.parents.get(name)
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) or (
+            isinstance(parent, cst.NamedExpr) and parent.target is name
+        )
+
+    def _nesting(self, text_loop: cst.For, call: cst.Call, loop: cst.CSTNode) -> list[cst.CSTNode] | str:
+        """The `for ctx in contexts:` whose item `call` reads and the `if`s (their bodies)
+        between the step `loop` and `text_loop`, outermost first; the reason when something
+        else is."""
+        found: list[cst.CSTNode] = []
+        node = self.context.parents.get(text_loop)
+        while node is not None and node is not loop.body:
+            if isinstance(node, cst.If):
+                if node.orelse is not None and self.context.inside(text_loop, node.orelse):
+                    return f"`for {_short(self.context, text_loop.target)} in ...` is in the `else` of an `if`"
+                found.append(node)
+            elif isinstance(node, cst.For):
+                if node is not self.item_loop(call, loop):
+                    return f"`for {_short(self.context, text_loop.target)} in ...` is inside another loop of the step"
+                found.append(node)
+            elif not isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                return f"`for {_short(self.context, text_loop.target)} in ...` is inside a `{type(node).__name__}`"
+            node = self.context.parents.get(node)
+        return found[::-1]
+
+    def _picked_chain(self, texts: cst.Name, loop: cst.CSTNode):
+        """(the statements of the step that make `texts` from the texts it picks, the names
+        they bind -> the names to bind over the corpus, the corpus, the comprehensions'
+        variables by statement) when `texts` is made text by text (`[f(raw) for raw in
+        batch]`, or the list itself) from `batch = [docs[i] for i in ...]`; else the reason."""
+        todo, seen = [texts], set()
+        assigns: dict[int, cst.Assign] = {}
+        picked: set[str] = set()
+        corpus: cst.Name | None = None
+        while todo:
+            name = todo.pop()
+            for binding in self.context.kinds.reaching(name):
+                if id(binding.node) in seen:
+                    continue
+                seen.add(id(binding.node))
+                statement = self._bindings.statement(binding.node)
+                value = self._bindings.assigned_value(binding)
+                if not self.context.inside(binding.node, loop) or not isinstance(statement, cst.Assign):
+                    return f"`{name.value}` is not made in the step from the texts it picks"
+                if isinstance(value, cst.Name):
+                    todo.append(value)
+                elif isinstance(value, cst.ListComp) and _one_for(value):
+                    source = corpus_of(value.elt)
+                    if source is not None and reads_only(value.elt, value.for_in.target.value):
+                        if corpus is not None and corpus.value != source.value:
+                            return "the step picks its texts from more than one list"
+                        corpus = source
+                        picked.add(binding.name)
+                        continue
+                    if not isinstance(value.for_in.iter, cst.Name):
+                        return f"`{_short(self.context, value)}` is not made from a list of the step's texts"
+                    todo.append(value.for_in.iter)
+                else:
+                    return f"`{binding.name}` is not made text by text from the texts the step picks"
+                assigns[id(statement)] = statement
+        if corpus is None:
+            return f"`{texts.value}` is not made from texts the step picks from a list"
+        tops: dict[int, cst.BaseStatement] = {}
+        for assign in assigns.values():
+            top = assign
+            while self.context.parents.get(top) is not loop.body:
+                top = self.context.parents.get(top)
+            if not all(id(leaf) in assigns for leaf in self._assignments_in(top)):
+                return f"`{_short(self.context, top)}` does more than make the step's texts"
+            tops[id(top)] = top
+        replayed = sorted(tops.values(), key=self._index.order)
+        renamed = {name: f"{name}_all" for name in {a.targets[0].target.value for a in assigns.values()}}
+        renamed.update({name: corpus.value for name in picked})
+        return replayed, renamed, corpus, assigns
+
+    def _assignments_in(self, top: cst.BaseStatement) -> list[cst.CSTNode]:
+        """The statements of `top` (a line, or an `if` of lines), or [top] when it holds other statements."""
+        if isinstance(top, cst.SimpleStatementLine):
+            return list(top.body)
+        if isinstance(top, cst.If):
+            blocks = [top.body]
+            orelse = top.orelse
+            while orelse is not None:
+                blocks.append(orelse.body)
+                orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+            found = []
+            for block in blocks:
+                for line in block.body:
+                    if not isinstance(line, cst.SimpleStatementLine):
+                        return [top]
+                    found.extend(line.body)
+            return found
+        return [top]
+
+    def _table_varies(self, table_part, nesting, replayed, region, text_loop, bound, chain_assigns):
+        """Why the table's values would not be the ones a step gets on some iteration of
+        `region`: a value of the loop's statements that differs for reasons other than the text
+        and the item, a test of an `if` around it or among the statements that make the
+        step's texts, or their values; None when they are the same on every step."""
+        names = {text_loop.target.value, *bound}
+        names |= {node.target.value for node in nesting if isinstance(node, cst.For)}
+        hoisted = dict.fromkeys(names, region)
+        exprs: list[cst.BaseExpression] = [node.test for node in nesting if isinstance(node, cst.If)]
+        for line in table_part:
+            exprs += [node.test for node in self._index.find(cst.If, within=line)]
+            exprs += [assign.value for assign in self._index.find(cst.Assign, within=line)]
+        reason = self._variance.of_all(exprs, region, hoisted)
+        if reason is not None:
+            return reason
+        for top in replayed:
+            tests = [node.test for node in self._index.find(cst.If, within=top)]
+            reason = self._variance.of_all(tests, region)
+            if reason is not None:
+                return reason
+        for assign in chain_assigns.values():
+            value = assign.value
+            if isinstance(value, cst.ListComp):
+                reason = self._variance.of(value.elt, region, {value.for_in.target.value: region})
+                if reason is not None:
+                    return reason
+        return None
+
+    def table_rewrite(self, plan: TextTable, name: str) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        """What tabulating by `plan` writes in front of its region: the step's statements that
+        make its texts, replayed over the corpus, and the table (`name = {}` filled by the
+        loop's statements over every text, per item); and the look-up that replaces the
+        tokenizer's value in the step (`name[id(ctx)][user_text]`)."""
+        replayed = [_renamed(top.deep_clone(), plan.renamed) for top in plan.replayed]
+        text = plan.text_loop.target
+        table: cst.BaseExpression = cst.Name(name)
+        if plan.items is not None:
+            key = cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])
+            table = cst.Subscript(table, [cst.SubscriptElement(cst.Index(key))])
+        entry = cst.Subscript(table, [cst.SubscriptElement(cst.Index(text))])
+        store = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(entry)], plan.target)])
+        body = [line.deep_clone() for line in plan.before] + [plan.statement.deep_clone(), store]
+        texts = cst.Name(plan.renamed.get(plan.texts.value, plan.texts.value))
+        block: list[cst.BaseStatement] = [cst.For(target=text, iter=texts, body=cst.IndentedBlock(body))]
+        if plan.items is not None:
+            block.insert(0, cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(table)], cst.Dict([]))]))
+        for node in reversed(plan.nesting):
+            if isinstance(node, cst.If):
+                block = [cst.If(test=node.test, body=cst.IndentedBlock(block))]
+            else:
+                block = [cst.For(target=node.target, iter=node.iter, body=cst.IndentedBlock(block))]
+        start = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])
+        return [*replayed, start, *block], entry
+
     def not_pretokenized(self, call: cst.Call, loop: cst.CSTNode) -> list[str]:
         """What keeps the texts of a corpus that `call`, a known tokenizer's call of the step
         loop `loop`, tokenizes from being tokenized once before it: the loops of the step
@@ -362,12 +628,12 @@ class Corpus:
             ),
             None,
         )
-        if text_loop is not None:
+        table = self.text_table(call, loop) if text_loop is not None else None
+        if isinstance(table, str):
             found.append(
                 f"the step tokenizes its texts one at a time in the statements of `for "
-                f"{_short(self.context, text_loop.target)} in {_short(self.context, text_loop.iter)}:`, where "
-                "perfmod tokenizes a corpus ahead only when one call per text gives the ids of a list "
-                "comprehension handed to `torch.tensor` (`torch.tensor([tok.encode(t) for t in texts])`)"
+                f"{_short(self.context, text_loop.target)} in {_short(self.context, text_loop.iter)}:`, "
+                f"which perfmod cannot tabulate ahead: {table}"
             )
         batch = next((a.value for a in call.args if self._step_texts(a.value, loop)), None)
         if batch is not None:
@@ -435,6 +701,76 @@ class Corpus:
             and not any(self._tokenizers.from_corpus(arg, loop) for arg in args)
             and any(self._tokenizers.made_in_step(arg, loop) for arg in args)
         )
+
+
+def _assigned_name(line: cst.CSTNode | None) -> cst.Name | None:
+    """`name` of a line that is `name = value` and nothing else."""
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    assign = line.body[0]
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+        return assign.targets[0].target
+    return None
+
+
+def _plain_bindings(line: cst.CSTNode) -> set[str] | None:
+    """The names a line of `name = value` binds, or an `if` (no `else`) of such lines;
+    None for any other statement."""
+    if isinstance(line, cst.If) and line.orelse is None and isinstance(line.body, cst.IndentedBlock):
+        found: set[str] = set()
+        for inner in line.body.body:
+            names = _plain_bindings(inner)
+            if names is None:
+                return None
+            found |= names
+        return found
+    name = _assigned_name(line)
+    return {name.value} if name is not None else None
+
+
+def _read_before_bound(lines: tuple[cst.CSTNode, ...], bound: set[str]) -> str | None:
+    """A name of `bound` that a line of `lines` may read before a line above binds it on
+    every path (a name bound only under an `if`, or by the line that reads it, may hold
+    what the previous text left); None when each is bound first by a plain assignment."""
+    defined: set[str] = set()
+    for line in lines:
+        reads = {name.value for name in names_read(line)} & bound
+        if isinstance(line, cst.If):
+            if reads - defined:
+                return min(reads - defined)
+            continue
+        name = _assigned_name(line)
+        if reads - defined:
+            return min(reads - defined)
+        defined.add(name.value)
+    return None
+
+
+def _one_for(comp: cst.ListComp) -> bool:
+    """`[f(x) for x in xs]`: one `for` over a name, no `if`."""
+    loop = comp.for_in
+    return loop.inner_for_in is None and not loop.ifs and not loop.asynchronous and isinstance(loop.target, cst.Name)
+
+
+class _Rename(cst.CSTTransformer):
+    """Names read or bound renamed (not attribute names, not keywords)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.names.get(updated.value, updated.value))
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
+
+
+def _renamed(node: cst.CSTNode, names: dict[str, str]) -> cst.CSTNode:
+    return node.visit(_Rename(names))
 
 
 def _short(context: FileContext, node: cst.CSTNode) -> str:

@@ -168,6 +168,12 @@ class Variance:
             return self.of_all([expr.left, expr.right], region, hoisted)
         if isinstance(expr, cst.UnaryOperation):
             return self.of(expr.expression, region, hoisted)
+        if isinstance(expr, cst.BooleanOperation):
+            return self.of_all([expr.left, expr.right], region, hoisted)
+        if isinstance(expr, cst.Comparison):
+            return self.of_all([expr.left, *(target.comparator for target in expr.comparisons)], region, hoisted)
+        if isinstance(expr, cst.IfExp):
+            return self.of_all([expr.test, expr.body, expr.orelse], region, hoisted)
         if isinstance(expr, cst.Call):
             return self._of_call(expr, region, hoisted)
         if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
@@ -453,9 +459,12 @@ class Variance:
 
     def _leaves_arguments_alone(self, call: cst.Call) -> bool:
         """Is `call` known to change none of its arguments (`Kinds.leaves_arguments_alone`,
-        a known tokenizer, a method of a tensor `makes_tensor` sees)? A function of this
-        file, and the forward of a model of its own class, are followed by `call_writes`."""
+        a known tokenizer, a pure function of the project's modules, a method of a tensor
+        `makes_tensor` sees)? A function of this file, and the forward of a model of its own
+        class, are followed by `call_writes`."""
         if self.context.kinds.leaves_arguments_alone(call) or self._tokenizers.tokenizer_call(call)[0]:
+            return True
+        if self.context.purity.pure_call(call):
             return True
         return method_name(call) is not None and self.makes_tensor(call.func.value)
 
