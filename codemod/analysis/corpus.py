@@ -600,23 +600,11 @@ class Corpus:
 
     def not_pretokenized(self, call: cst.Call, loop: cst.CSTNode) -> list[str]:
         """What keeps the texts of a corpus that `call`, a known tokenizer's call of the step
-        loop `loop`, tokenizes from being tokenized once before it: the loops of the step
-        over a fixed collection whose items give the tokenizer (`for ctx in contexts:
-        ctx.wrapper.tokenizer(text)`: one table of ids per item), and the functions of other
-        modules the texts pass through (`split_user_and_anchor(raw)`) that are not pure."""
+        loop `loop`, tokenizes from being tokenized once before it: why the loop of the step
+        over its texts that `call` is in cannot be tabulated (`text_table`), the step's texts
+        handed to the tokenizer together and padded, and the functions of other modules the
+        texts pass through (`split_user_and_anchor(raw)`) that are not pure."""
         found: list[str] = []
-        _, receiver = self._tokenizers.tokenizer_call(call)
-        read = {n.value for n in names_read(receiver)} if receiver is not None else set()
-        for inner in self._index.enclosing_loops(call):
-            if inner is loop or not self.context.inside(inner, loop):
-                break
-            target = inner.target if isinstance(inner, cst.For) else None
-            if isinstance(target, cst.Name) and target.value in read and self._variance.of(inner.iter, loop) is None:
-                collection = _short(self.context, inner.iter)
-                found.append(
-                    f"each item of `{collection}` brings its own tokenizer (`for {target.value} in {collection}` "
-                    "inside the step), so tokenizing the corpus once takes one table of ids per item"
-                )
         text_loop = next(
             (
                 inner
@@ -643,7 +631,8 @@ class Corpus:
                 f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`)"
                 + (
                     f", padded to the longest of the step (`padding={self.context.source(padding.value)}`): "
-                    "tokenized once, one by one, they would have to be padded again on every step"
+                    "tokenized once, one by one, they would have to be padded again on every step as the "
+                    "tokenizer pads them (its padding side and pad id), which perfmod does not write"
                     if padded
                     else ", where the corpus is tokenized one text per call"
                 )

@@ -210,7 +210,6 @@ def test_per_step_chat_prompts_made_by_a_function_that_is_not_pure_are_reported_
     for line, message in messages.items():
         assert "`ctx.wrapper.tokenizer` is the Hugging Face tokenizer built in `LMWrapper.__init__`" in message
         assert "(pkg/models.py:8)" in message
-        assert "one table of ids per item" in message and "`model_contexts`" in message
         chat = "padding=True" not in lines[line]
         # the chat prompts are made of the texts `split_user_and_anchor` returns
         impure = "`split_user_and_anchor` (pkg/utils.py:1), a function of another module that is not known to be pure"
