@@ -415,6 +415,9 @@ class Corpus:
         if isinstance(chain, str):
             return chain
         replayed, renamed, corpus, chain_assigns = chain
+        for name in sorted(self._variance.aliases(text_loop.iter, loop) | set(renamed)):
+            if self._variance.changed_in_place(name, loop):
+                return f"`{name}` is changed in place in the step: it may hold a text the table does not"
         if not self.context.kinds.in_memory_list(corpus):
             return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
         region, reason = None, None

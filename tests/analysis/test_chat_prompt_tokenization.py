@@ -402,6 +402,14 @@ def test_the_tabulated_chat_prompts_give_every_step_the_same_ids_and_losses(tmp_
             ),
             "`toks` shares what the tokenizer gives and is changed in place in the step",
         ),
+        # a text added to the step's texts is none of the corpus's
+        (
+            (
+                "            scaffolds = {}\n",
+                "            batch_user_texts.append('one more question')\n            scaffolds = {}\n",
+            ),
+            "`batch_user_texts` is changed in place in the step: it may hold a text the table does not",
+        ),
         # the step's texts depend on the batch as a whole, not text by text
         (
             (
