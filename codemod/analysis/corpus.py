@@ -414,9 +414,13 @@ class Corpus:
         chain = self._picked_chain(text_loop.iter, loop)
         if isinstance(chain, str):
             return chain
-        replayed, renamed, corpus, chain_assigns = chain
+        replayed, renamed, corpus, chain_assigns, picks = chain
+        # the lists are made anew every step: only a change before the loop is done with them counts
+        lines = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+        first, last = (self._top(node, loop) for node in (min(picks, key=self._index.order), text_loop))
+        span = lines[lines.index(first) : lines.index(last) + 1] if first in lines and last in lines else [loop]
         for name in sorted(self._variance.aliases(text_loop.iter, loop) | set(renamed)):
-            if self._variance.changed_in_place(name, loop):
+            if any(self._variance.changed_in_place(name, line) for line in span):
                 return f"`{name}` is changed in place in the step: it may hold a text the table does not"
         if not self.context.kinds.in_memory_list(corpus):
             return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
@@ -480,12 +484,13 @@ class Corpus:
 
     def _picked_chain(self, texts: cst.Name, loop: cst.CSTNode):
         """(the statements of the step that make `texts` from the texts it picks, the names
-        they bind -> the names to bind over the corpus, the corpus, the comprehensions'
-        variables by statement) when `texts` is made text by text (`[f(raw) for raw in
+        they bind -> the names to bind over the corpus, the corpus, their assignments by id,
+        the picks' assignments) when `texts` is made text by text (`[f(raw) for raw in
         batch]`, or the list itself) from `batch = [docs[i] for i in ...]`; else the reason."""
         todo, seen = [texts], set()
         assigns: dict[int, cst.Assign] = {}
         picked: set[str] = set()
+        picks: list[cst.Assign] = []
         corpus: cst.Name | None = None
         while todo:
             name = todo.pop()
@@ -506,6 +511,7 @@ class Corpus:
                             return "the step picks its texts from more than one list"
                         corpus = source
                         picked.add(binding.name)
+                        picks.append(statement)
                         continue
                     if not isinstance(value.for_in.iter, cst.Name):
                         return f"`{_short(self.context, value)}` is not made from a list of the step's texts"
@@ -517,16 +523,20 @@ class Corpus:
             return f"`{texts.value}` is not made from texts the step picks from a list"
         tops: dict[int, cst.BaseStatement] = {}
         for assign in assigns.values():
-            top = assign
-            while self.context.parents.get(top) is not loop.body:
-                top = self.context.parents.get(top)
+            top = self._top(assign, loop)
             if not all(id(leaf) in assigns for leaf in self._assignments_in(top)):
                 return f"`{_short(self.context, top)}` does more than make the step's texts"
             tops[id(top)] = top
         replayed = sorted(tops.values(), key=self._index.order)
         renamed = {name: f"{name}_all" for name in {a.targets[0].target.value for a in assigns.values()}}
         renamed.update({name: corpus.value for name in picked})
-        return replayed, renamed, corpus, assigns
+        return replayed, renamed, corpus, assigns, picks
+
+    def _top(self, node: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode:
+        """The statement of the body of `loop` that holds `node`."""
+        while self.context.parents.get(node) not in (loop.body, None):
+            node = self.context.parents.get(node)
+        return node
 
     def _assignments_in(self, top: cst.BaseStatement) -> list[cst.CSTNode]:
         """The statements of `top` (a line, or an `if` of lines), or [top] when it holds other statements."""
