@@ -367,7 +367,8 @@ class Corpus:
         rendering a chat prompt, then `toks = tok(rendered, ...)`): `call` tokenizes in the
         statements of that loop's body up to the last statement that tokenizes, each a plain
         assignment (or an `if` of them) of values the same on every step but for the text and
-        the item of `for ctx in contexts:`, their names read nowhere else in the step, the
+        the item of `for ctx in contexts:`, each name bound before it is read, their names
+        read nowhere else in the function (the result's only after it, in the step), the
         tokenizer's result changed in place nowhere; the loop's list made from texts the step
         picks from a list in memory, text by text (`[split(raw)[0] for raw in batch_texts]`,
         or the picked texts themselves, under `if`s the same on every step); the loop inside
