@@ -400,8 +400,11 @@ class Corpus:
             for node in self._variance.names_in(function, name):
                 if any(self.context.inside(node, line) for line in table_part):
                     continue
-                if name != target.value or self._is_binding(node) or not self.context.inside(node, loop):
-                    return f"`{name}` is used other than to make the ids (line {self.context.line(node)})"
+                where = f"line {self.context.line(node)}"
+                if self._is_binding(node):
+                    return f"`{name}`, bound in the statements that make the ids, is bound elsewhere too ({where})"
+                if name != target.value or not self.context.inside(node, loop):
+                    return f"`{name}`, bound in the statements that make the ids, is read after them ({where})"
         carried = _read_before_bound(table_part, bound)
         if carried is not None:
             return f"`{carried}` may keep its value from the text before"

@@ -382,7 +382,7 @@ def test_the_tabulated_chat_prompts_give_every_step_the_same_ids_and_losses(tmp_
         # the rendered prompt is read after training: the step's last one, not the table's
         (
             ("            opt.zero_grad()\n", "            opt.zero_grad()\n    print(rendered)\n"),
-            "`rendered` is used other than to make the ids",
+            "`rendered`, bound in the statements that make the ids, is read after them",
         ),
         # a prefix kept from the text before when the anchor is empty
         (
