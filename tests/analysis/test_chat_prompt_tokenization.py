@@ -349,7 +349,21 @@ def _train(root: Path, module: str, use_chat_template: bool):
     return loaded.train(EXAMPLES, 3, 4, use_chat_template, "Answer: ", "cpu")
 
 
+@pytest.fixture
+def project_imports():
+    """The temporary project's `pkg` and stand-in `transformers`: imported by the test, gone after it."""
+
+    def drop():
+        for name in [n for n in sys.modules if n.split(".")[0] in ("pkg", "transformers")]:
+            del sys.modules[name]
+
+    drop()
+    yield
+    drop()
+
+
 @pytest.mark.parametrize("use_chat_template", [True, False])
+@pytest.mark.usefixtures("project_imports")
 def test_the_tabulated_chat_prompts_give_every_step_the_same_ids_and_losses(tmp_path, monkeypatch, use_chat_template):
     recorded = TRAIN.replace("    for epoch in range(2):\n", "    history = []\n    for epoch in range(2):\n")
     recorded = recorded.replace(
@@ -365,8 +379,6 @@ def test_the_tabulated_chat_prompts_give_every_step_the_same_ids_and_losses(tmp_
     assert "toks_by_text[id(ctx)][user_text]" in rewritten and "apply_chat_template" in rewritten.split("for epoch")[0]
     (tmp_path / "pkg" / "train_rewritten.py").write_text(rewritten)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("transformers", "pkg", "pkg.models", "pkg.utils", "pkg.train", "pkg.train_rewritten"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
     before = _train(tmp_path, "train", use_chat_template)
     after = _train(tmp_path, "train_rewritten", use_chat_template)
     assert len(before) == len(after) == 6

@@ -5,6 +5,7 @@ the rewrites are run against their originals and must train bit for bit the same
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -135,6 +136,20 @@ def _losses(source: str) -> list[float]:
     return scope["losses"]
 
 
+@pytest.fixture
+def project_imports():
+    """The temporary project's `pkg`: imported by the test, gone after it."""
+
+    def drop():
+        for name in [n for n in sys.modules if n.split(".")[0] == "pkg"]:
+            del sys.modules[name]
+
+    drop()
+    yield
+    drop()
+
+
+@pytest.mark.usefixtures("project_imports")
 def test_a_pure_function_of_another_module_given_the_same_arguments_moves_out_of_the_loop(tmp_path, monkeypatch):
     train = _project(tmp_path, LOOP.format(helper="word_lengths"))
     result = process_source(train.read_bytes(), str(train), Settings(select=("PM203",)))
