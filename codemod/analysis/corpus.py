@@ -8,17 +8,25 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
   not changed in the loop) and its other arguments invariant (`variance`), and the ids
   handed to `torch.tensor`, which copies them. The plan names the outermost loop the
   corpus may be tokenized in front of, and the step's indices when every text gives as
-  many ids (one tensor holds them all). The reason (a string) when a precondition
+  many ids (one tensor holds them all); where each item of a collection the step loops
+  over brings its own tokenizer (`for ctx in contexts:`, `item_loop`), one table per
+  item, keyed by the item's identity. The reason (a string) when a precondition
   fails; None when `call` is not of that shape.
 - `rewrite(call, plan, name, variable)`: what pretokenizing by a plan writes: the value
   of `<name> = ...` in front of the loop, the node of the step that gave the ids, and
   what replaces it (the ids the step picks from `name`).
+- `text_table(call, loop)`: a TextTable plan when `call` tokenizes in a loop of the step
+  over its texts (`for user_text in batch_user_texts:` rendering a chat prompt, then
+  tokenizing it): what the loop's statements make of each text up to its last tokenizer
+  call, made before the loop for every text of the corpus (the step's statements that
+  make the loop's list replayed over the corpus), keyed by the text and per item; the
+  reason when that table could differ from what a step computes; `table_rewrite(plan,
+  name)`: the code in front of the loop, and the step's look-up.
 - `not_pretokenized(call, loop)`: for a known tokenizer's call on texts of a corpus that
-  is not of the shape above, what keeps tokenizing the corpus once from being proven:
-  a tokenizer that each item of a fixed collection gives (`for ctx in contexts:` inside
-  the step: one table of ids per item), the step's texts tokenized together in one call
-  (padded to the longest of the step), texts that pass on their way through a function
-  of another module, which perfmod does not follow for purity.
+  is not of the shapes above, what keeps tokenizing the corpus once from being proven:
+  the reason a loop of the step over its texts cannot be tabulated, the step's texts
+  tokenized together in one call (padded to the longest of the step), texts that pass
+  on their way through a function of another module that is not pure (`purity`).
 - `tokenizes_step_text(call, loop)`: does `call` tokenize text the step makes (what the
   model generated, a prompt formatted from the step's values), never a corpus's: there
   is nothing to tokenize ahead.
@@ -38,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
+from libcst.metadata import BuiltinAssignment
 
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.lengths import Lengths
@@ -67,6 +76,30 @@ class Pretokenize:
     new_elt: cst.Subscript | None  # `_[i]` for the element `tok.encode(docs[i], n)`
     factory: cst.Call  # `torch.tensor(<comp>, ...)`
     stacked: cst.BaseExpression | None  # the step's indices, when the ids go in one tensor
+    # `for ctx in contexts:` of the step, when the call reads its item (`ctx.tok.encode(t)`):
+    # one table of ids per item, keyed by the item's identity
+    items: cst.For | None = None
+
+
+@dataclass
+class TextTable:
+    """What a loop of the step computes from each of its texts, tokenized once before the
+    loop: `for user_text in batch_user_texts:` renders each text with a chat template
+    and tokenizes it (`toks = tok(rendered, ...)`); the table holds that value for every
+    text of the corpus, keyed by the text (and, per item, by the item of `for ctx in
+    contexts:` that brings the tokenizer)."""
+
+    statement: cst.SimpleStatementLine  # `toks = tok(rendered, ...)`: its value goes in the table
+    target: cst.Name  # `toks`
+    text_loop: cst.For  # `for user_text in batch_user_texts:`
+    before: list[cst.BaseStatement]  # the statements of its body that make the tokenizer's text
+    replayed: list[cst.BaseStatement]  # the step's statements from its picked texts to the loop's list
+    renamed: dict[str, str]  # the names those bind -> the names bound over the whole corpus
+    texts: cst.Name  # the loop's list (`batch_user_texts`)
+    nesting: list[cst.CSTNode]  # `for ctx in contexts:` and the `if`s of the step around the loop, outermost first
+    items: cst.For | None
+    corpus: cst.Name
+    region: cst.CSTNode
 
 
 class Corpus:
@@ -132,10 +165,14 @@ class Corpus:
         ):
             return "the ids stay a list the step could change, and pretokenized they would be shared by every step"
         others = [part for part in call_parts(call) if part is not text]
+        items = self.item_loop(call, loop)
         region, reason = None, None
         for candidate in [loop, *self._index.enclosing_loops(loop)]:
-            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate)
+            # the item of `for ctx in contexts:` is bound, for the table, in front of `candidate`
+            hoisted = {items.target.value: candidate} if items is not None else {}
+            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate, hoisted)
             reason = reason or self.corpus_changed(corpus, candidate)
+            reason = reason or (self._collection_changed(items, candidate) if items is not None else None)
             if reason is not None:
                 break
             region = candidate
@@ -143,7 +180,42 @@ class Corpus:
             return reason[1] if isinstance(reason, tuple) else reason
         picks = indices if indices is not None else loop_in.iter
         stacked = self._equal_rows(call, text, factory, picks, region)
-        return Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None)
+        return Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None, items)
+
+    def item_loop(self, call: cst.Call, loop: cst.CSTNode) -> cst.For | None:
+        """The loop of the step `loop` over the items of a collection the step does not
+        change (`for ctx in model_contexts:`), innermost first, whose item `call` reads
+        (`ctx.wrapper.tokenizer(text)`, `ctx.tok.encode(t, ctx.max_len)`): tokenized once,
+        the corpus takes one table of ids per item."""
+        read = {n.value for part in call_parts(call) for n in names_read(part)}
+        for inner in self._index.enclosing_loops(call):
+            if inner is loop or not self.context.inside(inner, loop):
+                break
+            if (
+                isinstance(inner, cst.For)
+                and isinstance(inner.target, cst.Name)
+                and inner.target.value in read
+                and isinstance(inner.iter, cst.Name)
+                and self._collection_changed(inner, loop) is None
+            ):
+                return inner
+        return None
+
+    def _collection_changed(self, items: cst.For, region: cst.CSTNode) -> str | None:
+        """Why the collection `items` iterates may hold other items on some iteration of
+        `region` (re-bound, changed in place), or why its items cannot key a table (the name
+        `id` is not the builtin); None when the table built in front of `region` has an
+        entry for each item the step iterates."""
+        collection = items.iter
+        problem = self._variance.of(collection, region)
+        if problem is not None:
+            return problem[1] if isinstance(problem, tuple) else problem
+        if self._variance.changed_in_place(collection.value, region):
+            return f"`{collection.value}` is changed in place in the loop"
+        scope = self._scopes.get(region)
+        if scope is None or not all(isinstance(found, BuiltinAssignment) for found in scope["id"]):
+            return "the name `id`, which would key the table by item, is not the builtin here"
+        return None
 
     def _equal_rows(
         self, call: cst.Call, text: cst.BaseExpression, factory: cst.Call, picks: cst.BaseExpression, region
@@ -203,10 +275,9 @@ class Corpus:
         """Why `call` may not give the same ids for the same text before the loop as in it
         (its callee not known pure, its tokenizer changed in the loop), or None."""
         spelled = self.context.source(call.func)
-        callee = self.context.kinds.local_callee(call)
-        if callee is not None:
-            if self.context.purity.is_pure(callee):
-                return None
+        if self.context.purity.pure_callee(call):
+            return None
+        if self.context.kinds.local_callee(call) is not None:
             return (
                 f"`{spelled}` is not known to be pure (it changes state, draws random numbers or calls "
                 "what perfmod cannot follow): the ids of a text may differ from call to call"
@@ -265,38 +336,310 @@ class Corpus:
             text = next(a.value for a in call.args if not isinstance(a.value, cst.Name) and corpus_of(a.value))
             elt = call.deep_replace(text, cst.Name(variable))
             encoded = cst.ListComp(elt, cst.CompFor(target=cst.Name(variable), iter=plan.corpus))
+        table: cst.BaseExpression = cst.Name(name)
+        if plan.items is not None:  # `docs_ids[id(ctx)]`: the table of the step's item
+            key = cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])
+            table = cst.Subscript(table, [cst.SubscriptElement(cst.Index(key))])
         if plan.stacked is not None:  # one tensor of the corpus's ids, its rows picked per step
             first = plan.factory.args[0].with_changes(value=encoded)
             value = plan.factory.with_changes(args=[first, *plan.factory.args[1:]])
-            picked = cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(plan.stacked))])
-            return value, plan.factory, picked
+            picked = cst.Subscript(table, [cst.SubscriptElement(cst.Index(plan.stacked))])
+            return self._per_item(value, plan), plan.factory, picked
         if plan.new_elt is None:  # `[docs_ids[i] for i in idx]`
-            per_step = cst.parse_expression(f"[{name}[{plan.position}] for {plan.position} in _]")
-            return encoded, plan.comp, per_step.with_changes(for_in=per_step.for_in.with_changes(iter=plan.indices))
+            row = cst.Subscript(table, [cst.SubscriptElement(cst.Index(cst.Name(plan.position)))])
+            per_step = cst.ListComp(row, cst.CompFor(target=cst.Name(plan.position), iter=plan.indices))
+            return self._per_item(encoded, plan), plan.comp, per_step
         # `[docs_ids[i] for i in <as written>]`
-        return encoded, call, plan.new_elt.with_changes(value=cst.Name(name))
+        return self._per_item(encoded, plan), call, plan.new_elt.with_changes(value=table)
+
+    @staticmethod
+    def _per_item(value: cst.BaseExpression, plan: Pretokenize) -> cst.BaseExpression:
+        """`value`, or `{id(ctx): value for ctx in contexts}` when each item of the step's
+        collection brings its own tokenizer."""
+        if plan.items is None:
+            return value
+        key = cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])
+        return cst.DictComp(key, value, cst.CompFor(target=plan.items.target, iter=plan.items.iter))
+
+    def text_table(self, call: cst.Call, loop: cst.CSTNode) -> TextTable | str | None:
+        """How to compute once, before the loop, what a loop of the step over its texts
+        computes from each text and tokenizes (`for user_text in batch_user_texts:`,
+        rendering a chat prompt, then `toks = tok(rendered, ...)`): `call` tokenizes in the
+        statements of that loop's body up to the last statement that tokenizes, each a plain
+        assignment (or an `if` of them) of values the same on every step but for the text and
+        the item of `for ctx in contexts:`, each name bound before it is read, their names
+        read nowhere else in the function (the result's only after it, in the step), the
+        tokenizer's result changed in place nowhere; the loop's list made from texts the step
+        picks from a list in memory, text by text (`[split(raw)[0] for raw in batch_texts]`,
+        or the picked texts themselves, under `if`s the same on every step); the loop inside
+        the step under `for ctx in contexts:` and `if`s the same on every step only. The
+        reason when a precondition fails; None when `call` is in no such loop."""
+        text_loop = self._text_loop(call, loop)
+        if text_loop is None:
+            return None
+        if not isinstance(text_loop.target, cst.Name) or not isinstance(text_loop.iter, cst.Name) or text_loop.orelse:
+            return f"the loop `for {_short(self.context, text_loop.target)} in ...` is not over one name"
+        body = list(text_loop.body.body) if isinstance(text_loop.body, cst.IndentedBlock) else []
+        tokenizing = [line for line in body if self._tokenizes_in(line)]
+        statement = tokenizing[-1] if tokenizing else None
+        target = _assigned_name(statement)
+        if target is None:
+            return "the last tokenizer call of the loop's body is not a plain assignment to a name"
+        before = body[: body.index(statement)]
+        if not any(self.context.inside(call, line) for line in (*before, statement)):
+            return None
+        bound = {target.value}
+        for line in before:
+            names = _plain_bindings(line)
+            if names is None:
+                return f"`{_short(self.context, line)}` is not a plain assignment"
+            bound |= names
+        table_part = (*before, statement)
+        function = self._index.first_enclosing(loop, cst.FunctionDef) or self.context.module
+        for name in sorted(bound):
+            for node in self._variance.names_in(function, name):
+                if any(self.context.inside(node, line) for line in table_part):
+                    continue
+                where = f"line {self.context.line(node)}"
+                if self._is_binding(node):
+                    return f"`{name}`, bound in the statements that make the ids, is bound elsewhere too ({where})"
+                if name != target.value or not self.context.inside(node, loop):
+                    return f"`{name}`, bound in the statements that make the ids, is read after them ({where})"
+        carried = _read_before_bound(table_part, bound)
+        if carried is not None:
+            return f"`{carried}` may keep its value from the text before"
+        for alias in sorted(self._variance.aliases(target, loop)):
+            if self._variance.changed_in_place(alias, loop):
+                return f"`{alias}` shares what the tokenizer gives and is changed in place in the step"
+        nesting = self._nesting(text_loop, call, loop)
+        if isinstance(nesting, str):
+            return nesting
+        items = next((node for node in nesting if isinstance(node, cst.For)), None)
+        chain = self._picked_chain(text_loop.iter, loop)
+        if isinstance(chain, str):
+            return chain
+        replayed, renamed, corpus, chain_assigns, picks = chain
+        # the lists are made anew every step: only a change before the loop is done with them counts
+        lines = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+        first, last = (self._top(node, loop) for node in (min(picks, key=self._index.order), text_loop))
+        span = lines[lines.index(first) : lines.index(last) + 1] if first in lines and last in lines else [loop]
+        for name in sorted(self._variance.aliases(text_loop.iter, loop) | set(renamed)):
+            if any(self._variance.changed_in_place(name, line) for line in span):
+                return f"`{name}` is changed in place in the step: it may hold a text the table does not"
+        if not self.context.kinds.in_memory_list(corpus):
+            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+        region, reason = None, None
+        for candidate in [loop, *self._index.enclosing_loops(loop)]:
+            reason = self._table_varies(table_part, nesting, replayed, candidate, text_loop, bound, chain_assigns)
+            reason = reason or self.corpus_changed(corpus, candidate)
+            reason = reason or (self._collection_changed(items, candidate) if items is not None else None)
+            if reason is not None:
+                break
+            region = candidate
+        if region is None:
+            return reason[1] if isinstance(reason, tuple) else reason
+        return TextTable(
+            statement, target, text_loop, before, replayed, renamed, text_loop.iter, nesting, items, corpus, region
+        )
+
+    def _text_loop(self, call: cst.Call, loop: cst.CSTNode) -> cst.For | None:
+        """The innermost `for` statement of the step `loop` around `call` that iterates the
+        step's texts of a corpus."""
+        return next(
+            (
+                inner
+                for inner in self._index.enclosing_loops(call)
+                if isinstance(inner, cst.For)
+                and inner is not loop
+                and self.context.inside(inner, loop)
+                and self._tokenizers.from_corpus(inner.iter, loop)
+            ),
+            None,
+        )
+
+    def _tokenizes_in(self, line: cst.CSTNode) -> bool:
+        return any(self._tokenizers.tokenizer_call(inner)[0] for inner in self._index.find(cst.Call, within=line))
+
+    def _is_binding(self, name: cst.Name) -> bool:
+        parent = self.context.parents.get(name)
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) or (
+            isinstance(parent, cst.NamedExpr) and parent.target is name
+        )
+
+    def _nesting(self, text_loop: cst.For, call: cst.Call, loop: cst.CSTNode) -> list[cst.CSTNode] | str:
+        """The `for ctx in contexts:` whose item `call` reads and the `if`s (their bodies)
+        between the step `loop` and `text_loop`, outermost first; the reason when something
+        else is."""
+        found: list[cst.CSTNode] = []
+        node = self.context.parents.get(text_loop)
+        while node is not None and node is not loop.body:
+            if isinstance(node, cst.If):
+                if node.orelse is not None and self.context.inside(text_loop, node.orelse):
+                    return f"`for {_short(self.context, text_loop.target)} in ...` is in the `else` of an `if`"
+                found.append(node)
+            elif isinstance(node, cst.For):
+                if node is not self.item_loop(call, loop):
+                    return f"`for {_short(self.context, text_loop.target)} in ...` is inside another loop of the step"
+                found.append(node)
+            elif not isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                return f"`for {_short(self.context, text_loop.target)} in ...` is inside a `{type(node).__name__}`"
+            node = self.context.parents.get(node)
+        return found[::-1]
+
+    def _picked_chain(self, texts: cst.Name, loop: cst.CSTNode):
+        """(the statements of the step that make `texts` from the texts it picks, the names
+        they bind -> the names to bind over the corpus, the corpus, their assignments by id,
+        the picks' assignments) when `texts` is made text by text (`[f(raw) for raw in
+        batch]`, or the list itself) from `batch = [docs[i] for i in ...]`; else the reason."""
+        todo, seen = [texts], set()
+        assigns: dict[int, cst.Assign] = {}
+        picked: set[str] = set()
+        picks: list[cst.Assign] = []
+        corpus: cst.Name | None = None
+        while todo:
+            name = todo.pop()
+            for binding in self.context.kinds.reaching(name):
+                if id(binding.node) in seen:
+                    continue
+                seen.add(id(binding.node))
+                statement = self._bindings.statement(binding.node)
+                value = self._bindings.assigned_value(binding)
+                if not self.context.inside(binding.node, loop) or not isinstance(statement, cst.Assign):
+                    return f"`{name.value}` is not made in the step from the texts it picks"
+                if isinstance(value, cst.Name):
+                    todo.append(value)
+                elif isinstance(value, cst.ListComp) and _one_for(value):
+                    source = corpus_of(value.elt)
+                    if source is not None and reads_only(value.elt, value.for_in.target.value):
+                        if corpus is not None and corpus.value != source.value:
+                            return "the step picks its texts from more than one list"
+                        corpus = source
+                        picked.add(binding.name)
+                        picks.append(statement)
+                        continue
+                    if not isinstance(value.for_in.iter, cst.Name):
+                        return f"`{_short(self.context, value)}` is not made from a list of the step's texts"
+                    todo.append(value.for_in.iter)
+                else:
+                    return f"`{binding.name}` is not made text by text from the texts the step picks"
+                assigns[id(statement)] = statement
+        if corpus is None:
+            return f"`{texts.value}` is not made from texts the step picks from a list"
+        tops: dict[int, cst.BaseStatement] = {}
+        for assign in assigns.values():
+            top = self._top(assign, loop)
+            if not all(id(leaf) in assigns for leaf in self._assignments_in(top)):
+                return f"`{_short(self.context, top)}` does more than make the step's texts"
+            tops[id(top)] = top
+        replayed = sorted(tops.values(), key=self._index.order)
+        renamed = {name: f"{name}_all" for name in {a.targets[0].target.value for a in assigns.values()}}
+        renamed.update({name: corpus.value for name in picked})
+        return replayed, renamed, corpus, assigns, picks
+
+    def _top(self, node: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode:
+        """The statement of the body of `loop` that holds `node`."""
+        while self.context.parents.get(node) not in (loop.body, None):
+            node = self.context.parents.get(node)
+        return node
+
+    def _assignments_in(self, top: cst.BaseStatement) -> list[cst.CSTNode]:
+        """The statements of `top` (a line, or an `if` of lines), or [top] when it holds other statements."""
+        if isinstance(top, cst.SimpleStatementLine):
+            return list(top.body)
+        if isinstance(top, cst.If):
+            blocks = [top.body]
+            orelse = top.orelse
+            while orelse is not None:
+                blocks.append(orelse.body)
+                orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+            found = []
+            for block in blocks:
+                for line in block.body:
+                    if not isinstance(line, cst.SimpleStatementLine):
+                        return [top]
+                    found.extend(line.body)
+            return found
+        return [top]
+
+    def _table_varies(self, table_part, nesting, replayed, region, text_loop, bound, chain_assigns):
+        """Why the table's values would not be the ones a step gets on some iteration of
+        `region`: a value of the loop's statements that differs for reasons other than the text
+        and the item, a test of an `if` around it or among the statements that make the
+        step's texts, or their values; None when they are the same on every step."""
+        names = {text_loop.target.value, *bound}
+        names |= {node.target.value for node in nesting if isinstance(node, cst.For)}
+        hoisted = dict.fromkeys(names, region)
+        exprs: list[cst.BaseExpression] = [node.test for node in nesting if isinstance(node, cst.If)]
+        for line in table_part:
+            exprs += [node.test for node in self._index.find(cst.If, within=line)]
+            exprs += [assign.value for assign in self._index.find(cst.Assign, within=line)]
+        reason = self._variance.of_all(exprs, region, hoisted)
+        if reason is not None:
+            return reason
+        for top in replayed:
+            tests = [node.test for node in self._index.find(cst.If, within=top)]
+            reason = self._variance.of_all(tests, region)
+            if reason is not None:
+                return reason
+        for assign in chain_assigns.values():
+            value = assign.value
+            if isinstance(value, cst.ListComp):
+                reason = self._variance.of(value.elt, region, {value.for_in.target.value: region})
+                if reason is not None:
+                    return reason
+        return None
+
+    def table_rewrite(self, plan: TextTable, name: str) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        """What tabulating by `plan` writes in front of its region: the step's statements that
+        make its texts, replayed over the corpus, and the table (`name = {}` filled by the
+        loop's statements over every text, per item); and the look-up that replaces the
+        tokenizer's value in the step (`name[id(ctx)][user_text]`)."""
+        replayed = [_renamed(top.deep_clone(), plan.renamed) for top in plan.replayed]
+        text = plan.text_loop.target
+        table: cst.BaseExpression = cst.Name(name)
+        if plan.items is not None:
+            key = cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])
+            table = cst.Subscript(table, [cst.SubscriptElement(cst.Index(key))])
+        entry = cst.Subscript(table, [cst.SubscriptElement(cst.Index(text))])
+        store = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(entry)], plan.target)])
+        body = [line.deep_clone() for line in plan.before] + [plan.statement.deep_clone(), store]
+        texts = cst.Name(plan.renamed.get(plan.texts.value, plan.texts.value))
+        block: list[cst.BaseStatement] = [cst.For(target=text, iter=texts, body=cst.IndentedBlock(body))]
+        if plan.items is not None:
+            block.insert(0, cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(table)], cst.Dict([]))]))
+        for node in reversed(plan.nesting):
+            if isinstance(node, cst.If):
+                block = [cst.If(test=node.test, body=cst.IndentedBlock(block))]
+            else:
+                block = [cst.For(target=node.target, iter=node.iter, body=cst.IndentedBlock(block))]
+        start = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])
+        return [*replayed, start, *block], entry
 
     def not_pretokenized(self, call: cst.Call, loop: cst.CSTNode) -> list[str]:
         """What keeps the texts of a corpus that `call`, a known tokenizer's call of the step
-        loop `loop`, tokenizes from being tokenized once before it: the loops of the step
-        over a fixed collection whose items give the tokenizer (`for ctx in contexts:
-        ctx.wrapper.tokenizer(text)`: one table of ids per item), and the functions of other
-        modules the texts pass through (`split_user_and_anchor(raw)`), whose purity perfmod
-        does not follow there."""
+        loop `loop`, tokenizes from being tokenized once before it: why the loop of the step
+        over its texts that `call` is in cannot be tabulated (`text_table`), the step's texts
+        handed to the tokenizer together and padded, and the functions of other modules the
+        texts pass through (`split_user_and_anchor(raw)`) that are not pure."""
         found: list[str] = []
-        _, receiver = self._tokenizers.tokenizer_call(call)
-        read = {n.value for n in names_read(receiver)} if receiver is not None else set()
-        for inner in self._index.enclosing_loops(call):
-            if inner is loop or not self.context.inside(inner, loop):
-                break
-            target = inner.target if isinstance(inner, cst.For) else None
-            if isinstance(target, cst.Name) and target.value in read and self._variance.of(inner.iter, loop) is None:
-                collection = _short(self.context, inner.iter)
-                found.append(
-                    f"each item of `{collection}` brings its own tokenizer (`for {target.value} in {collection}` "
-                    "inside the step), so tokenizing the corpus once takes one table of ids per item, which "
-                    "perfmod does not build"
-                )
+        text_loop = next(
+            (
+                inner
+                for inner in self._index.enclosing_loops(call)
+                if isinstance(inner, cst.For)
+                and inner is not loop
+                and self.context.inside(inner, loop)
+                and self._tokenizers.from_corpus(inner.iter, loop)
+            ),
+            None,
+        )
+        table = self.text_table(call, loop) if text_loop is not None else None
+        if isinstance(table, str):
+            found.append(
+                f"the step tokenizes its texts one at a time in the statements of `for "
+                f"{_short(self.context, text_loop.target)} in {_short(self.context, text_loop.iter)}:`, "
+                f"which perfmod cannot tabulate ahead: {table}"
+            )
         batch = next((a.value for a in call.args if self._step_texts(a.value, loop)), None)
         if batch is not None:
             padding = kwarg(call, TOKENIZER_PADDING)
@@ -305,7 +648,8 @@ class Corpus:
                 f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`)"
                 + (
                     f", padded to the longest of the step (`padding={self.context.source(padding.value)}`): "
-                    "tokenized once, one by one, they would have to be padded again on every step"
+                    "tokenized once, one by one, they would have to be padded again on every step as the "
+                    "tokenizer pads them (its padding side and pad id), which perfmod does not write"
                     if padded
                     else ", where the corpus is tokenized one text per call"
                 )
@@ -313,11 +657,11 @@ class Corpus:
         project = project_of(self.context)
         for made in self._text_calls([a.value for a in call.args], loop):
             function = project.function(made.func)
-            if function is not None:
+            if function is not None and not self.context.purity.pure_callee(made):
                 found.append(
                     f"the texts pass through `{self.context.source(made.func)}` "
-                    f"({project.shown(function)}), a function of another module whose purity perfmod does "
-                    "not check"
+                    f"({project.shown(function)}), a function of another module that is not known to be pure "
+                    "(it changes state, draws random numbers or calls what perfmod cannot follow)"
                 )
         return found
 
@@ -363,6 +707,76 @@ class Corpus:
             and not any(self._tokenizers.from_corpus(arg, loop) for arg in args)
             and any(self._tokenizers.made_in_step(arg, loop) for arg in args)
         )
+
+
+def _assigned_name(line: cst.CSTNode | None) -> cst.Name | None:
+    """`name` of a line that is `name = value` and nothing else."""
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    assign = line.body[0]
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+        return assign.targets[0].target
+    return None
+
+
+def _plain_bindings(line: cst.CSTNode) -> set[str] | None:
+    """The names a line of `name = value` binds, or an `if` (no `else`) of such lines;
+    None for any other statement."""
+    if isinstance(line, cst.If) and line.orelse is None and isinstance(line.body, cst.IndentedBlock):
+        found: set[str] = set()
+        for inner in line.body.body:
+            names = _plain_bindings(inner)
+            if names is None:
+                return None
+            found |= names
+        return found
+    name = _assigned_name(line)
+    return {name.value} if name is not None else None
+
+
+def _read_before_bound(lines: tuple[cst.CSTNode, ...], bound: set[str]) -> str | None:
+    """A name of `bound` that a line of `lines` may read before a line above binds it on
+    every path (a name bound only under an `if`, or by the line that reads it, may hold
+    what the previous text left); None when each is bound first by a plain assignment."""
+    defined: set[str] = set()
+    for line in lines:
+        reads = {name.value for name in names_read(line)} & bound
+        if isinstance(line, cst.If):
+            if reads - defined:
+                return min(reads - defined)
+            continue
+        name = _assigned_name(line)
+        if reads - defined:
+            return min(reads - defined)
+        defined.add(name.value)
+    return None
+
+
+def _one_for(comp: cst.ListComp) -> bool:
+    """`[f(x) for x in xs]`: one `for` over a name, no `if`."""
+    loop = comp.for_in
+    return loop.inner_for_in is None and not loop.ifs and not loop.asynchronous and isinstance(loop.target, cst.Name)
+
+
+class _Rename(cst.CSTTransformer):
+    """Names read or bound renamed (not attribute names, not keywords)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.names.get(updated.value, updated.value))
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
+
+
+def _renamed(node: cst.CSTNode, names: dict[str, str]) -> cst.CSTNode:
+    return node.visit(_Rename(names))
 
 
 def _short(context: FileContext, node: cst.CSTNode) -> str:

@@ -30,6 +30,8 @@ Summaries, each computed once per function and only when a rule asks:
 - `returned`: what a call gives, from its module's own analysis (for a function
   its module does not call itself) or from its return annotation;
 - `loaders_made`: the DataLoader constructions of its module that it returns;
+- `pure`: the function is pure by its own module's rules (`purity`), so that a call of
+  it may be made once;
 - `attribute_values`: for a class, what its methods assign to `self.<attribute>`
   (the tokenizer an `LMWrapper` builds in its `__init__`), read in its module;
 - `batches_copied`: what becomes of the batches of a loader passed to one of its
@@ -732,6 +734,15 @@ class Project:
             return f"perfmod cannot follow `{function.node.name.value}` to its end"
         return why or None
 
+    def pure(self, func: cst.BaseExpression) -> bool:
+        """Is `func` (the callee of a call) a function of another module of the project that
+        is pure there, by the rules that make a function of that module pure (`purity`)?
+        False when perfmod cannot tell: not the project's, a cycle, too many modules deep."""
+        function = self.function(func)
+        if function is None:
+            return False
+        return bool(_summary(function.module, ("pure", function.node.name.value), lambda: _pure(function)))
+
     def passes_through(self, function: Function) -> PassThrough | None:
         return _summary(function.module, ("through", function.node.name.value), lambda: _passes_through(function))
 
@@ -905,6 +916,11 @@ def _summary(module: _Module, key: tuple, compute):
         _WALK.active.pop()
     module.summaries[key] = found
     return found
+
+
+def _pure(function: Function) -> bool:
+    context = function.context
+    return context is not None and context.purity.is_pure(function.node)
 
 
 def _matrix_products(module: _Module, node: cst.ClassDef | cst.FunctionDef) -> bool | None:

@@ -1,6 +1,7 @@
-"""Which functions and methods of this file are pure: a call's result depends on
-its arguments alone, and the call changes nothing another statement can see. Such
-a call may be made once instead of once per step, or in another order.
+"""Which functions and methods of this file, and functions of the project's other
+modules, are pure: a call's result depends on its arguments alone, and the call
+changes nothing another statement can see. Such a call may be made once instead of
+once per step, or in another order.
 
 A function is pure when its body:
 - reads its parameters, its own locals, builtins, and module-level functions,
@@ -8,12 +9,17 @@ A function is pure when its body:
   changes outside `__init__` (anywhere in the file, under any owner: a change
   `obj.vocab[w] = 1` to another object of the class counts too);
 - calls pure builtins, read-only methods of Python's strings and containers,
-  pure functions of this file, and pure methods of its own class;
+  pure functions of this file or of the project's other modules, and pure methods
+  of its own class;
 - changes only containers it made itself (`ids = []; ids.append(...)`);
 - has no `global`, `nonlocal`, `yield`, `await`, `try`, `with`, `raise`, `del`,
   nested `def`, `class` or `lambda`.
 Anything else (a call perfmod cannot follow, printing, randomness) makes it impure.
 A function that calls itself is taken as impure (the answer is not assumed).
+
+A function of another module of the project (`from pkg.utils import split_prompt`)
+is pure when the same rules hold in its own module, read by that module's own
+analysis; its module's functions are followed a few modules deep (`project`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment, ImportAssignment
 
 from codemod.analysis.names import method_name
+from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     ITERATOR_BUILTINS,
     MUTATING_METHODS,
@@ -67,11 +74,19 @@ class Purity:
 
     def pure_call(self, call: cst.Call) -> bool:
         """Does `call` compute from its arguments alone and change nothing (a pure builtin,
-        or a pure function or method of this file)? Its arguments are not looked at."""
+        or a pure function or method of this file or function of the project)? Its
+        arguments are not looked at."""
         if self.context.names.of(call.func) & (PURE_BUILTINS | ITERATOR_BUILTINS):
             return True
+        return self.pure_callee(call)
+
+    def pure_callee(self, call: cst.Call) -> bool:
+        """Is the callee of `call` a pure function or method of this file, or a pure
+        function of another module of the project?"""
         callee = self.context.kinds.local_callee(call)
-        return callee is not None and self.is_pure(callee)
+        if callee is not None:
+            return self.is_pure(callee)
+        return project_of(self.context).pure(call.func)
 
     def side_effect_free(self, expr: cst.BaseExpression) -> bool:
         """Does evaluating `expr` change nothing and draw no random numbers, so that code

@@ -486,7 +486,7 @@ READ_ONLY_FUNCTIONS = (
     | ITERATOR_BUILTINS
     | LIST_BUILDERS
     | TUPLE_BUILDERS
-    | frozenset(f"builtins.{name}" for name in "print id type callable format".split())
+    | frozenset(f"builtins.{name}" for name in "print id type callable format vars".split())
     | functions(in_place=False)
     | frozenset(
         {

@@ -7,7 +7,7 @@ place: what may be computed once before the loop instead of once per iteration.
   not know, a function of the file given the same arguments). Invariant are literals,
   names not re-bound, changed in place or trained in the loop, calls of deterministic
   torch factories, pure builtins, known tokenizers (`tokenizers`), pure functions of
-  the file (`purity`), and conversions of tensors, of invariant parts. `hoisted` maps
+  the file and of the project's modules (`purity`), and conversions of tensors, of invariant parts. `hoisted` maps
   names already moved out of a loop to the loop they now sit in front of.
 - `of_all(exprs, region, hoisted)`, `of_name(name, region, hoisted)`: the same for
   several expressions, and for a name.
@@ -144,7 +144,8 @@ class Variance:
         if isinstance(expr, cst.Attribute):
             if self.context.names.of(expr):
                 return None  # `torch.long`: a module attribute
-            if self.context.kinds.fact(expr.value).kind is Kind.MODULE:
+            if self.context.kinds.fact(expr.value).kind is Kind.MODULE and not self._tokenizers.is_known(expr):
+                # (a known tokenizer a model holds, `ctx.wrapper.tokenizer`, is none of its parameters)
                 return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
             if isinstance(expr.value, cst.Name) and self.attributes_assigned(expr.value.value, region):
                 return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
@@ -167,6 +168,12 @@ class Variance:
             return self.of_all([expr.left, expr.right], region, hoisted)
         if isinstance(expr, cst.UnaryOperation):
             return self.of(expr.expression, region, hoisted)
+        if isinstance(expr, cst.BooleanOperation):
+            return self.of_all([expr.left, expr.right], region, hoisted)
+        if isinstance(expr, cst.Comparison):
+            return self.of_all([expr.left, *(target.comparator for target in expr.comparisons)], region, hoisted)
+        if isinstance(expr, cst.IfExp):
+            return self.of_all([expr.test, expr.body, expr.orelse], region, hoisted)
         if isinstance(expr, cst.Call):
             return self._of_call(expr, region, hoisted)
         if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
@@ -199,8 +206,9 @@ class Variance:
         if known:
             return self._tokenizers.changed_in(receiver, region) or self.of_all([receiver, *args], region, hoisted)
         callee = self.context.kinds.local_callee(call)
-        if callee is not None and self.context.purity.is_pure(callee):
-            # a pure function or method of this file: invariant where its receiver and arguments are
+        if self.context.purity.pure_callee(call):
+            # a pure function or method of this file or of the project's modules: invariant where
+            # its receiver and arguments are
             receiver = call.func.value if isinstance(call.func, cst.Attribute) else call.func
             return self.of_all([receiver, *args], region, hoisted)
         method = method_name(call)
@@ -451,9 +459,12 @@ class Variance:
 
     def _leaves_arguments_alone(self, call: cst.Call) -> bool:
         """Is `call` known to change none of its arguments (`Kinds.leaves_arguments_alone`,
-        a known tokenizer, a method of a tensor `makes_tensor` sees)? A function of this
-        file, and the forward of a model of its own class, are followed by `call_writes`."""
+        a known tokenizer, a pure function of the project's modules, a method of a tensor
+        `makes_tensor` sees)? A function of this file, and the forward of a model of its own
+        class, are followed by `call_writes`."""
         if self.context.kinds.leaves_arguments_alone(call) or self._tokenizers.tokenizer_call(call)[0]:
+            return True
+        if self.context.purity.pure_call(call):
             return True
         return method_name(call) is not None and self.makes_tensor(call.func.value)
 

@@ -5,11 +5,14 @@ dataclass items of a list of model contexts."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 import textwrap
 from pathlib import Path
 
 import libcst as cst
 import pytest
+import torch
 
 from codemod.analysis.batch_windows import batch_windows
 from codemod.analysis.tokenizers import tokenizers
@@ -65,7 +68,8 @@ class ModelTrainContext:
     anchor_text: str
 
 
-def train(texts, steps, batch_size, use_chat_template, anchor, device):
+def train(examples, steps, batch_size, use_chat_template, anchor, device):
+    texts = [e["source"] for e in examples]
     llama = None
     if steps > 0:
         llama = LMWrapper("llama")
@@ -112,8 +116,8 @@ def train(texts, steps, batch_size, use_chat_template, anchor, device):
 """
 
 
-def _write(root: Path, models: str = MODELS, train: str = TRAIN) -> Path:
-    files = {"pkg/__init__.py": "", "pkg/models.py": models, "pkg/utils.py": UTILS, "pkg/train.py": train}
+def _write(root: Path, models: str = MODELS, train: str = TRAIN, utils: str = UTILS) -> Path:
+    files = {"pkg/__init__.py": "", "pkg/models.py": models, "pkg/utils.py": utils, "pkg/train.py": train}
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,26 +189,50 @@ def test_a_list_of_contexts_filled_otherwise_than_by_append_is_not_followed(tmp_
     assert not any(tokenizers(context).is_known(receiver) for receiver in receivers)
 
 
-def test_the_per_step_chat_prompts_are_reported_with_the_tokenizer_and_what_keeps_them_per_step(tmp_path):
-    train = _write(tmp_path)
-    result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
-    assert not result.changed
-    messages = {f.line: f.message for f in result.findings if f.code == "PM203"}
-    lines = {
+def _lines(train: Path) -> dict[int, str]:
+    """The lines of `train` that call the tokenizer, by number: the call's text."""
+    return {
         n + 1: line.strip().split("=", 1)[-1].strip()
         for n, line in enumerate(train.read_text().splitlines())
         if "ctx.wrapper.tokenizer" in line
     }
+
+
+def test_per_step_chat_prompts_made_by_a_function_that_is_not_pure_are_reported_with_the_reasons(tmp_path):
+    # a `split_user_and_anchor` that logs what it splits is not pure: the texts it gives are a reason
+    utils = UTILS.replace("    if anchor and", "    print(text)\n    if anchor and")
+    train = _write(tmp_path, utils=utils)
+    result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
+    assert not result.changed
+    messages = {f.line: f.message for f in result.findings if f.code == "PM203"}
+    lines = _lines(train)
     assert sorted(messages) == sorted(lines)
     for line, message in messages.items():
         assert "`ctx.wrapper.tokenizer` is the Hugging Face tokenizer built in `LMWrapper.__init__`" in message
         assert "(pkg/models.py:8)" in message
-        assert "one table of ids per item" in message and "`model_contexts`" in message
         chat = "padding=True" not in lines[line]
         # the chat prompts are made of the texts `split_user_and_anchor` returns
-        assert ("`split_user_and_anchor` (pkg/utils.py:1)" in message) is chat
+        impure = "`split_user_and_anchor` (pkg/utils.py:1), a function of another module that is not known to be pure"
+        assert (impure in message) is chat
+        one_by_one = "one at a time in the statements of `for user_text in batch_user_texts:`, which perfmod cannot"
+        assert (one_by_one in message) is chat
         # the plain prompts go to the tokenizer as one padded batch
         assert ("padded to the longest of the step (`padding=True`)" in message) is not chat
+
+
+def test_per_step_chat_prompts_are_tabulated_once_per_model_context_and_the_padded_batch_reported(tmp_path):
+    train = _write(tmp_path)
+    result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
+    assert result.changed and result.error is None
+    findings = {f.line: f for f in result.findings if f.code == "PM203"}
+    lines = _lines(train)
+    (chat,) = [line for line, text in lines.items() if "apply_chat_template" in text]
+    (plain,) = [line for line, text in lines.items() if "padding=True" in text]
+    # one fix for the chat template and the tokenizer call after it
+    assert sorted(findings) == [chat, plain]
+    assert findings[chat].applied and "once for each item of `model_contexts`" in findings[chat].message
+    assert not findings[plain].fixable
+    assert "padded to the longest of the step (`padding=True`)" in findings[plain].message
 
 
 SAME_FILE = """\
@@ -266,3 +294,148 @@ def test_a_known_tokenizer_is_no_work_perfmod_cannot_follow_on_a_list_batch(buil
     (found,) = context.loaders.list_batches
     call = batch_windows(context).opaque_work(found)
     assert (context.source(call) if call is not None else None) == opaque
+
+
+FAKE_TRANSFORMERS = """\
+import torch
+
+
+class FakeTokenizer:
+    \"\"\"Word-level and pure, as a Hugging Face tokenizer is: its ids depend on the text alone.\"\"\"
+
+    def __init__(self, name):
+        self.offset = sum(map(ord, name)) % 50
+        self.padding_side = "right"
+        self.pad_token_id = None
+
+    def add_special_tokens(self, tokens):
+        self.pad_token_id = 0
+
+    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False):
+        text = "".join(f"<{m['role']}> {m['content']} </{m['role']}> " for m in messages)
+        return text + ("<assistant> " if add_generation_prompt else "")
+
+    def __call__(self, text, return_tensors=None, padding=False, add_special_tokens=True):
+        rows = [[1 + (self.offset + sum(map(ord, w))) % 97 for w in t.split()] for t in ([text] if isinstance(text, str) else text)]
+        if padding:
+            longest = max(map(len, rows))
+            pads = [[self.pad_token_id] * (longest - len(row)) for row in rows]
+            rows = [p + r if self.padding_side == "left" else r + p for r, p in zip(rows, pads)]
+        return {"input_ids": torch.tensor(rows) if return_tensors == "pt" else rows}
+
+
+class AutoTokenizer:
+    @staticmethod
+    def from_pretrained(name, **kwargs):
+        return FakeTokenizer(name)
+
+
+class AutoModelForCausalLM:
+    @staticmethod
+    def from_pretrained(name):
+        return torch.nn.Linear(2, 2)
+"""
+
+EXAMPLES = [
+    {"source": f"question {i} about item {i * 7 % 5} Answer: " if i % 2 else f"plain question {i} on topic {i % 3}"}
+    for i in range(12)
+]
+
+
+def _train(root: Path, module: str, use_chat_template: bool):
+    """Each step's scaffolds (per model context) and loss, from `pkg.<module>.train`."""
+    loaded = importlib.import_module(f"pkg.{module}")
+    torch.manual_seed(0)
+    return loaded.train(EXAMPLES, 3, 4, use_chat_template, "Answer: ", "cpu")
+
+
+@pytest.fixture
+def project_imports():
+    """The temporary project's `pkg` and stand-in `transformers`: imported by the test, gone after it."""
+
+    def drop():
+        for name in [n for n in sys.modules if n.split(".")[0] in ("pkg", "transformers")]:
+            del sys.modules[name]
+
+    drop()
+    yield
+    drop()
+
+
+@pytest.mark.parametrize("use_chat_template", [True, False])
+@pytest.mark.usefixtures("project_imports")
+def test_the_tabulated_chat_prompts_give_every_step_the_same_ids_and_losses(tmp_path, monkeypatch, use_chat_template):
+    recorded = TRAIN.replace("    for epoch in range(2):\n", "    history = []\n    for epoch in range(2):\n")
+    recorded = recorded.replace(
+        "            loss.backward()\n",
+        "            history.append(({k: v.clone() for k, v in scaffolds.items()}, loss.item()))\n"
+        "            loss.backward()\n",
+    )
+    train = _write(tmp_path, train=recorded + "    return history\n")
+    (tmp_path / "transformers.py").write_text(FAKE_TRANSFORMERS)
+    result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
+    assert result.changed and result.error is None
+    rewritten = result.new_source.decode()
+    assert "toks_by_text[id(ctx)][user_text]" in rewritten and "apply_chat_template" in rewritten.split("for epoch")[0]
+    (tmp_path / "pkg" / "train_rewritten.py").write_text(rewritten)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = _train(tmp_path, "train", use_chat_template)
+    after = _train(tmp_path, "train_rewritten", use_chat_template)
+    assert len(before) == len(after) == 6
+    for (ids_before, loss_before), (ids_after, loss_after) in zip(before, after):
+        assert sorted(ids_before) == sorted(ids_after) == ["llama", "qwen"]
+        assert all(torch.equal(ids_before[name], ids_after[name]) for name in ids_before)
+        assert loss_before == loss_after
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        # the rendered prompt is read after training: the step's last one, not the table's
+        (
+            ("            opt.zero_grad()\n", "            opt.zero_grad()\n    print(rendered)\n"),
+            "`rendered`, bound in the statements that make the ids, is read after them",
+        ),
+        # a prefix kept from the text before when the anchor is empty
+        (
+            (
+                "                        rendered = rendered + ctx.anchor_text\n",
+                "                        if ctx.anchor_text:\n                            prefix = ctx.anchor_text\n"
+                "                        rendered = rendered + prefix\n",
+            ),
+            "`prefix` may keep its value from the text before",
+        ),
+        # the ids are written in place: a table's would be changed for every later step
+        (
+            (
+                '                        ids_list.append(toks["input_ids"][0].to(device))\n',
+                '                        toks["input_ids"][0, 0] = step\n'
+                '                        ids_list.append(toks["input_ids"][0].to(device))\n',
+            ),
+            "`toks` shares what the tokenizer gives and is changed in place in the step",
+        ),
+        # a text added to the step's texts is none of the corpus's
+        (
+            (
+                "            scaffolds = {}\n",
+                "            batch_user_texts.append('one more question')\n            scaffolds = {}\n",
+            ),
+            "`batch_user_texts` is changed in place in the step: it may hold a text the table does not",
+        ),
+        # the step's texts depend on the batch as a whole, not text by text
+        (
+            (
+                "[split_user_and_anchor(raw, anchor)[0] for raw in batch_texts]",
+                "sorted(split_user_and_anchor(raw, anchor)[0] for raw in batch_texts)",
+            ),
+            "`batch_user_texts` is not made text by text from the texts the step picks",
+        ),
+    ],
+)
+def test_chat_prompts_whose_table_would_differ_from_the_step_are_reported_with_the_reason(tmp_path, change, reason):
+    train = _write(tmp_path, train=TRAIN.replace(*change))
+    assert train.read_text() != textwrap.dedent(TRAIN)
+    result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
+    assert not result.changed
+    (chat,) = [f for f in result.findings if "apply_chat_template" in f.message.split(" ", 1)[0]]
+    assert "which perfmod cannot tabulate ahead: " + reason in chat.message

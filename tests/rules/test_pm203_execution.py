@@ -166,3 +166,36 @@ def test_an_encode_that_draws_random_numbers_is_not_pretokenized_and_doing_it_wo
     ).replace("[tok.encode(t, seq + 1) for t in texts]", "[docs_ids[i] for i in batch_idx]")
     assert by_hand != script
     assert not torch.equal(run(by_hand)[0], run(script)[0])
+
+
+def test_each_model_context_gets_its_own_table_of_ids_and_trains_bit_for_bit():
+    """Each item of the step's `for ctx in contexts:` brings its own tokenizer and context
+    length: the corpus is tokenized once per item, keyed by the item, and each step picks
+    its rows from its item's table (at --level unsafe)."""
+    case = "pretokenize_per_context.unsafe"
+    settings = Settings(select=("PM203",), level=Level.UNSAFE)
+    result = process_source(source(case).encode(), case, settings, [LoopInvariantTokenization])
+    new_source = result.new_source.decode()
+    assert new_source == (FIXTURES / f"{case}.out.py").read_text()
+    assert [f.applied for f in result.findings] == [True]
+    assert "once for each item of `contexts`" in result.findings[0].message
+    before, calls_before = encode_calls(source(case))
+    after, calls_after = encode_calls(new_source)
+    assert len(before) == 20
+    assert torch.equal(after, before)
+    assert (calls_before, calls_after) == (20 * 2 * 4, 2 * 40)
+
+
+def test_a_collection_of_contexts_changed_in_the_loop_keeps_the_tokenization_per_step():
+    """A collection the loop changes in place (an item added during training would find no
+    table) is refused, whatever the change: reported, not pretokenized."""
+    case = "pretokenize_per_context.unsafe"
+    script = source(case).replace(
+        "    opt.zero_grad()\n",
+        "    if step == 10:\n        contexts.reverse()\n    opt.zero_grad()\n",
+    )
+    settings = Settings(select=("PM203",), level=Level.UNSAFE)
+    result = process_source(script.encode(), case, settings, [LoopInvariantTokenization])
+    assert result.new_source.decode() == script
+    assert [f.fixable for f in result.findings] == [False]
+    assert "not pretokenized before the loop" in result.findings[0].message
