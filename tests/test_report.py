@@ -36,11 +36,12 @@ RUNNING_SUM = FIXTURES / "rules" / "PM404" / "running_sum.in.py"
 REPORT_ONLY = FIXTURES / "rules" / "PM404" / "report_only.in.py"
 # The running sum with a model wide enough for autocast to pay: PM301 wraps its forward
 # (the fixture's Linear(16, 1) makes only a memory-bound product, which PM301 reports).
+# Wide enough that its product outlasts a kernel launch (narrower, PM301 and PM302 only report).
 WIDE_RUNNING_SUM = (
     RUNNING_SUM.read_text()
-    .replace("torch.nn.Linear(16, 1)", "torch.nn.Linear(64, 64)")
-    .replace("torch.randn(50, 8, 16,", "torch.randn(50, 8, 64,")
-    .replace("torch.randn(50, 8, 1,", "torch.randn(50, 8, 64,")
+    .replace("torch.nn.Linear(16, 1)", "torch.nn.Linear(2048, 2048)")
+    .replace("torch.randn(50, 8, 16,", "torch.randn(50, 8, 2048,")
+    .replace("torch.randn(50, 8, 1,", "torch.randn(50, 8, 2048,")
 )
 SEED = FIXTURES / "scripts" / "seed_latentwire.py"  # only tokenized: the engine takes seconds on it
 
