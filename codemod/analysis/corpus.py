@@ -622,17 +622,7 @@ class Corpus:
         handed to the tokenizer together and padded, and the functions of other modules the
         texts pass through (`split_user_and_anchor(raw)`) that are not pure."""
         found: list[str] = []
-        text_loop = next(
-            (
-                inner
-                for inner in self._index.enclosing_loops(call)
-                if isinstance(inner, cst.For)
-                and inner is not loop
-                and self.context.inside(inner, loop)
-                and self._tokenizers.from_corpus(inner.iter, loop)
-            ),
-            None,
-        )
+        text_loop = self._text_loop(call, loop)
         table = self.text_table(call, loop) if text_loop is not None else None
         if isinstance(table, str):
             found.append(

@@ -1353,17 +1353,11 @@ class Kinds:
 
     def _param_fact(self, param: cst.Param) -> Fact:
         function = self.parents.get(self.parents.get(param))
-        if (
-            isinstance(function, cst.FunctionDef)
-            and function.params.params
-            and function.params.params[0] is param
-            and not _decorated(function, STATIC)
-        ):
-            classdef = self.class_of(function)
-            if classdef is not None:  # `self` of a model's method is the model
-                fact = self.class_fact(classdef)
-                if fact.kind is not Kind.UNKNOWN:
-                    return fact
+        classdef = self.self_class(param)
+        if classdef is not None:  # `self` of a model's method is the model
+            fact = self.class_fact(classdef)
+            if fact.kind is not Kind.UNKNOWN:
+                return fact
         passed = self.passed(param) if not _is_init(function) else None
         if passed:  # what every call of the function in this file passes
             result = BOTTOM

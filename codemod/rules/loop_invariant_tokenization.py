@@ -638,16 +638,11 @@ class LoopInvariantTokenization(Rule):
         variable = self._fresh_name("text", within=call) if plan.new_elt is not None else ""
         value, node, replacement = corpus(self.context).rewrite(call, plan, name, variable)
         line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
-        per_item = (
-            f", once for each item of `{plan.items.iter.value}` (each brings its own tokenizer),"
-            if plan.items is not None
-            else ""
-        )
         self.report(
             call,
             f"`{self.context.source(call.func)}` tokenizes texts of `{plan.corpus.value}`, a list that does "
             f"not change, again on every training step; every text is tokenized once before the loop "
-            f"(`{name}`){per_item} and the step picks its ids",
+            f"(`{name}`){_per_item(plan)} and the step picks its ids",
             edits=[InsertBefore(plan.region, (line,)), Replace(node, replacement)],
             level=Level.UNSAFE,
         )
@@ -662,17 +657,12 @@ class LoopInvariantTokenization(Rule):
         plan = replace(plan, renamed=renamed)
         name = self._fresh_name(f"{plan.target.value}_by_text")
         lines, entry = corpus(self.context).table_rewrite(plan, name)
-        per_item = (
-            f", once for each item of `{plan.items.iter.value}` (each brings its own tokenizer),"
-            if plan.items is not None
-            else ""
-        )
         self.report(
             call,
             f"`{self.context.source(call.func)}` tokenizes texts of `{plan.corpus.value}`, a list that does not "
             f"change, again on every training step, one at a time in `for {plan.text_loop.target.value} in "
             f"{plan.texts.value}:`; what its statements make of each text up to `{plan.target.value} = ...` is made "
-            f"once before the loop for every text of the corpus (`{name}`){per_item} and the step looks it up by "
+            f"once before the loop for every text of the corpus (`{name}`){_per_item(plan)} and the step looks it up by "
             "its text",
             edits=[
                 InsertBefore(plan.region, tuple(lines)),
@@ -774,3 +764,10 @@ class LoopInvariantTokenization(Rule):
     def _short(self, node: cst.CSTNode) -> str:
         code = " ".join(self.context.source(node).split())
         return code if len(code) <= 60 else code[:57] + "..."
+
+
+def _per_item(plan: Pretokenize | TextTable) -> str:
+    """How the message says the table is made once for each context of the step."""
+    if plan.items is None:
+        return ""
+    return f", once for each item of `{plan.items.iter.value}` (each brings its own tokenizer),"
