@@ -392,3 +392,36 @@ def test_a_model_attribute_of_the_class_a_trainer_is_given_is_named_with_that_cl
     runs the loop: the reason names the class whose methods the loop calls."""
     why = reason(TRAINER_OF_A_MODULE)
     assert "`self.model` is an attribute of `LitModel`, whose methods the loop calls from outside the class" in why
+
+
+def test_a_model_built_inline_in_a_trainer_method_call_is_named_as_such():
+    """`trainer.fit(Net())`: the method's `self` is the receiver, so the call passes `Net()`
+    as `module`, and the reason is that the model is built inline in the call."""
+    source = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class MiniTrainer:
+    def fit(self, module, batches):
+        opt = torch.optim.SGD(module.parameters(), lr=0.1)
+        for x, y in batches:
+            loss = (module(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    MiniTrainer().fit(Net(), [(torch.randn(4, 8), torch.randn(4, 1))])
+"""
+    why = reason(source)
+    assert "the model is `Net()`; PM601 wraps models held in a variable or `self.` attribute" in why
