@@ -232,7 +232,7 @@ class Corpus:
         if callee is None or not self.context.kinds.in_memory_list(picks, tuples=False):
             return False
         param = self.context.shared("lengths", Lengths).returned_length(callee)
-        offset = 1 if self.context.kinds.class_of(callee) is not None and isinstance(call.func, cst.Attribute) else 0
+        offset = self.context.kinds.receiver_offset(call, callee)
         length = argument_for(call, callee, param, offset) if param is not None else None
         return length is not None and length is not text
 

@@ -607,7 +607,7 @@ class Loaders:
             sources.add(parameter[1])
         if len(sources) != 1:
             return None
-        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        offset = self.kinds.receiver_offset(call, callee)
         return self.kinds.argument(call, callee, sources.pop(), offset)
 
     @memoized
@@ -753,7 +753,7 @@ class Loaders:
                 continue
             callee = self.kinds.local_callee(call)
             if callee is not None:
-                offset = 1 if isinstance(call.func, cst.Attribute) else 0
+                offset = self.kinds.receiver_offset(call, callee)
                 for inner in _all_params(callee):
                     argument = self.kinds.argument(call, callee, inner, offset)
                     if argument is not None and self._from_param(argument, param):
@@ -1075,7 +1075,7 @@ class Loaders:
         callee = self.kinds.local_callee(call)
         if callee is None:
             return []
-        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        offset = self.kinds.receiver_offset(call, callee)
         params = [*callee.params.posonly_params, *callee.params.params, *callee.params.kwonly_params]
         passed = frozenset(
             id(param)
@@ -1119,7 +1119,7 @@ class Loaders:
         callee = self.kinds.local_callee(call)
         if callee is None:
             return self._roots_through_project(call)
-        offset = 1 if isinstance(call.func, cst.Attribute) else 0
+        offset = self.kinds.receiver_offset(call, callee)
         params = {
             param.name.value: param
             for param in (*callee.params.posonly_params, *callee.params.params, *callee.params.kwonly_params)

@@ -174,8 +174,7 @@ class ModelSites:
                     f"`{scope.name.value}` trains the model it is given and is called "
                     f"{len(calls)} times; PM601 follows one call",
                 )
-            method = facts.class_of(self.context, scope) is not None and isinstance(calls[0].func, cst.Attribute)
-            argument = argument_for(calls[0], scope, params[code], 1 if method else 0)  # `self` is the receiver
+            argument = argument_for(calls[0], scope, params[code], self.context.kinds.receiver_offset(calls[0], scope))
             if argument is None:
                 raise NotDistributable(calls[0], f"it cannot tell which model this call passes as `{code}`")
             handles.insert(0, (scope, code, None))

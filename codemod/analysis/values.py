@@ -1483,6 +1483,15 @@ class Kinds:
         # (a parameter passed on to itself asks about its own bindings: None, not followed)
         return self._instances.get(bindings, self._compute_instance_class)
 
+    def receiver_offset(self, call: cst.Call, function: cst.FunctionDef) -> int:
+        """How many of `function`'s parameters `call` fills before its own arguments: 1 for
+        a method of a class of this file called on an object (`obj.step(x)` fills `self`),
+        0 for a function or a static method."""
+        params = function.params.params
+        if not isinstance(call.func, cst.Attribute) or not params:
+            return 0
+        return 1 if self.self_class(params[0]) is not None else 0
+
     def self_class(self, param: cst.Param) -> cst.ClassDef | None:
         """The class of this file whose instance `param` is as the first parameter of one of
         its methods (`self`; not of a static method)."""
