@@ -93,7 +93,7 @@ import enum
 import re
 from bisect import bisect_left
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import TYPE_CHECKING
 
@@ -289,6 +289,38 @@ class _NameBindings:
     ordered: list[Assignment]  # by where each takes effect
     bound_at: list[int]  # ... and those places, for bisection
     local: bool  # all bound in the scope the name is looked up from (not a comprehension)
+
+
+@dataclass
+class _AttributeWrites:
+    """What one pass over a file finds setting the attributes of its classes' instances,
+    keyed by the class's id."""
+
+    # attribute -> (0 when `__init__` sets it, else 1; the value, None when it cannot be told)
+    assigned: dict[int, dict[str, list[tuple[int, cst.BaseExpression | None]]]] = field(default_factory=dict)
+    registered: dict[int, set[str]] = field(default_factory=dict)  # attributes a registering method names
+    unnamed_registers: set[int] = field(default_factory=set)  # registering under a name made at run time
+    unnamed_sets: set[int] = field(default_factory=set)  # `setattr` of a name made at run time
+
+    def record(self, owner: cst.ClassDef, attr: str, value: cst.BaseExpression | None, in_init: bool) -> None:
+        self.assigned.setdefault(id(owner), {}).setdefault(attr, []).append((0 if in_init else 1, value))
+
+    def tables(self) -> dict[int, dict[str, list[cst.BaseExpression] | None] | None]:
+        """attribute -> its values, `__init__`'s first, per class; None for a class whose
+        instances `setattr` a name made at run time, and for an attribute with a value that
+        cannot be told."""
+        tables: dict[int, dict[str, list[cst.BaseExpression] | None] | None] = {key: None for key in self.unnamed_sets}
+        for key, attributes in self.assigned.items():
+            if key in self.unnamed_sets:
+                continue
+            table = tables[key] = {}
+            for attr, found in attributes.items():
+                values = [value for _, value in sorted(found, key=lambda pair: pair[0])]
+                # a buffer registered under a name made at run time may replace one registered
+                # by name (registering over an attribute assigned plainly fails)
+                hidden = key in self.unnamed_registers and attr in self.registered.get(key, ())
+                table[attr] = None if hidden or None in values else values
+        return tables
 
 
 class Kinds:
@@ -1645,15 +1677,13 @@ class Kinds:
     def _attribute_tables(self) -> dict[int, dict[str, list[cst.BaseExpression] | None] | None]:
         """`_attribute_table` of every class of this file, from one pass over its assignments
         and the calls that set attributes."""
-        assigned: dict[int, dict[str, list[tuple[int, cst.BaseExpression | None]]]] = {}
-        registered: dict[int, set[str]] = {}  # attributes a module's registering method names
-        unnamed_registers: set[int] = set()  # classes registering under a name made at run time
-        unnamed_sets: set[int] = set()  # classes whose instances `setattr` names made at run time
+        writes = _AttributeWrites()
+        self._record_assigned_attributes(writes)
+        self._record_set_attributes(writes)
+        return writes.tables()
 
-        def record(owner: cst.ClassDef, attr: str, value: cst.BaseExpression | None, at: cst.CSTNode) -> None:
-            init = self.index.first_enclosing(at, FUNCTIONS) is _method(owner, "__init__")
-            assigned.setdefault(id(owner), {}).setdefault(attr, []).append((0 if init else 1, value))
-
+    def _record_assigned_attributes(self, writes: _AttributeWrites) -> None:
+        """Record each `instance.attr = value` of the file (`+=` and unpackings included)."""
         for statement in self.index.find((cst.Assign, cst.AnnAssign, cst.AugAssign)):
             if isinstance(statement, cst.AnnAssign) and statement.value is None:
                 continue  # `self.x: int` declares, assigns nothing
@@ -1662,42 +1692,44 @@ class Kinds:
                 for part, value in self._attribute_parts(target, statement):
                     owner = self.instance_class(part.value)
                     if owner is not None:
-                        record(owner, part.attr.value, value, statement)
+                        writes.record(owner, part.attr.value, value, self._in_init(owner, statement))
+
+    def _record_set_attributes(self, writes: _AttributeWrites) -> None:
+        """Record each attribute a call sets by name: `self.register_buffer("mask", mask)`,
+        `setattr(self, "mask", mask)`; a name made at run time marks its class."""
         for call in self.index.find(cst.Call):
-            func = call.func
-            if any(arg.star for arg in call.args):
+            setter = self._attribute_setter(call)
+            if setter is None:
                 continue
-            if isinstance(func, cst.Attribute) and func.attr.value in MODULE_ATTRIBUTE_SETTERS:
-                instance = func.value  # `self.register_buffer("mask", mask)`
-                name = positional(call, 0) or kwarg(call, "name")
-                value = positional(call, 1) or kwarg(call, MODULE_ATTRIBUTE_SETTERS[func.attr.value])
-                unnamed = unnamed_registers
-            elif self.names.is_(func, "builtins.setattr") and len(call.args) == 3:
-                instance, name, value = (arg for arg in call.args)  # `setattr(self, "mask", mask)`
-                unnamed = unnamed_sets
-            else:
-                continue
+            instance, name, value, registers = setter
             owner = self.instance_class(instance.value if isinstance(instance, cst.Arg) else instance)
             if owner is None or name is None:
                 continue
             if not isinstance(name.value, cst.SimpleString):
-                unnamed.add(id(owner))
+                (writes.unnamed_registers if registers else writes.unnamed_sets).add(id(owner))
                 continue
             attr = name.value.evaluated_value
-            registered.setdefault(id(owner), set()).add(attr)
-            record(owner, attr, value.value if value is not None else None, call)
-        tables: dict[int, dict[str, list[cst.BaseExpression] | None] | None] = {key: None for key in unnamed_sets}
-        for key, attributes in assigned.items():
-            if key in unnamed_sets:
-                continue
-            table = tables[key] = {}
-            for attr, found in attributes.items():
-                values = [value for _, value in sorted(found, key=lambda pair: pair[0])]
-                # a buffer registered under a name made at run time may replace one registered
-                # by name (registering over an attribute assigned plainly fails)
-                hidden = key in unnamed_registers and attr in registered.get(key, ())
-                table[attr] = None if hidden or None in values else values
-        return tables
+            writes.registered.setdefault(id(owner), set()).add(attr)
+            writes.record(owner, attr, value.value if value is not None else None, self._in_init(owner, call))
+
+    def _attribute_setter(self, call: cst.Call) -> tuple[cst.CSTNode, cst.Arg | None, cst.Arg | None, bool] | None:
+        """(instance, name argument, value argument, whether a module's method registers it)
+        of a call that sets an attribute by name; None for any other call."""
+        if any(arg.star for arg in call.args):
+            return None
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in MODULE_ATTRIBUTE_SETTERS:
+            name = positional(call, 0) or kwarg(call, "name")  # `self.register_buffer("mask", mask)`
+            value = positional(call, 1) or kwarg(call, MODULE_ATTRIBUTE_SETTERS[func.attr.value])
+            return func.value, name, value, True
+        if self.names.is_(func, "builtins.setattr") and len(call.args) == 3:
+            instance, name, value = call.args  # `setattr(self, "mask", mask)`
+            return instance, name, value, False
+        return None
+
+    def _in_init(self, owner: cst.ClassDef, at: cst.CSTNode) -> bool:
+        """Is `at` in the `__init__` of `owner`?"""
+        return self.index.first_enclosing(at, FUNCTIONS) is _method(owner, "__init__")
 
     def _attribute_parts(
         self, target: cst.BaseExpression, statement: cst.CSTNode
@@ -2598,54 +2630,70 @@ class Values:
 
     def _compute_dtype(self, expr: cst.BaseExpression) -> str | None:
         if isinstance(expr, cst.Name):
-            if self._backward_runs(expr):
-                return FLOAT
-            dtypes = {self.dtype(v) if v is not None else None for v in self._values(expr)}
-            return dtypes.pop() if len(dtypes) == 1 else None
+            return self._name_dtype(expr)
         if isinstance(expr, cst.Attribute):
             return self.dtype(expr.value) if expr.attr.value == "data" else None
         if isinstance(expr, cst.Comparison):
             operands = [expr.left, *(c.comparator for c in expr.comparisons)]
             return BOOL if any(self.is_tensor(o) for o in operands) else None
         if isinstance(expr, cst.BinaryOperation):
-            (left, left_tensor), (right, right_tensor) = self._operand(expr.left), self._operand(expr.right)
-            if not (left_tensor or right_tensor):
-                return None
-            if isinstance(expr.operator, cst.Divide) or FLOAT in (left, right):
-                return FLOAT  # true division of integers gives floating point too
-            if (
-                isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply))
-                and INT64 in (left, right)
-                and {left, right} <= {INT64, BOOL}
-            ):
-                return INT64
-            return None
-        if not isinstance(expr, cst.Call):
-            return None
-        if self._computes_loss(expr) or self.names.of(expr) & GRAD_NORMS:
+            return self._arithmetic_dtype(expr)
+        if isinstance(expr, cst.Call):
+            return self._call_dtype(expr)
+        return None
+
+    def _name_dtype(self, name: cst.Name) -> str | None:
+        """A name's dtype: float for a loss a backward pass runs from, else the one dtype
+        of every value it may hold."""
+        if self._backward_runs(name):
             return FLOAT
-        if self.names.of(expr.func) & (SHAPED_FACTORIES | INTEGER_FACTORIES):
-            return self._made_dtype(expr)
-        returned = self.context.loops.returned(expr)
+        dtypes = {self.dtype(v) if v is not None else None for v in self._values(name)}
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    def _arithmetic_dtype(self, expr: cst.BinaryOperation) -> str | None:
+        """The dtype of arithmetic with a tensor operand, by type promotion."""
+        (left, left_tensor), (right, right_tensor) = self._operand(expr.left), self._operand(expr.right)
+        if not (left_tensor or right_tensor):
+            return None
+        if isinstance(expr.operator, cst.Divide) or FLOAT in (left, right):
+            return FLOAT  # true division of integers gives floating point too
+        if (
+            isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply))
+            and INT64 in (left, right)
+            and {left, right} <= {INT64, BOOL}
+        ):
+            return INT64
+        return None
+
+    def _call_dtype(self, call: cst.Call) -> str | None:
+        """The dtype of a call's result: a loss or gradient norm, a factory, a function of
+        this file, or a tensor method."""
+        if self._computes_loss(call) or self.names.of(call) & GRAD_NORMS:
+            return FLOAT
+        if self.names.of(call.func) & (SHAPED_FACTORIES | INTEGER_FACTORIES):
+            return self._made_dtype(call)
+        returned = self.context.loops.returned(call)
         if returned is not None:  # a function of this file: what it returns
             dtypes = {self.dtype(value) for value in returned}
             return dtypes.pop() if len(dtypes) == 1 else None
-        method = method_name(expr)
-        if method is None:
+        method = method_name(call)
+        if method is None or not self.is_tensor(call.func.value):
             return None
-        receiver = expr.func.value
-        if not self.is_tensor(receiver):
-            return None
+        return self._tensor_method_dtype(call, method)
+
+    def _tensor_method_dtype(self, call: cst.Call, method: str) -> str | None:
+        """The dtype of a method called on a tensor."""
         if method in FLOAT_RESULT_METHODS:
             return FLOAT
         if method in INT64_RESULT_METHODS:
             return INT64
         if method in BOOL_RESULT_METHODS:
             return BOOL
-        if method == "sum" and all(arg.keyword is None or arg.keyword.value in ("dim", "keepdim") for arg in expr.args):
+        receiver = call.func.value
+        if method == "sum" and all(arg.keyword is None or arg.keyword.value in ("dim", "keepdim") for arg in call.args):
             inner = self.dtype(receiver)
             return INT64 if inner in (INT64, BOOL) else inner
-        if method in DTYPE_KEEPING_METHODS and not expr.args:
+        if method in DTYPE_KEEPING_METHODS and not call.args:
             return self.dtype(receiver)
         return None
 
