@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import enum
 import functools
 import heapq
 from bisect import bisect_left
@@ -107,6 +108,10 @@ TensorSites = Callable[
 
 
 # -- facts -------------------------------------------------------------------------
+
+
+class _Steering(enum.Enum):
+    FLOWS_ON = "a value passes through a node to the one enclosing it, undecided"
 
 
 @dataclass(frozen=True)
@@ -665,48 +670,66 @@ class Training:
         if isinstance(expr, cst.FormattedString):
             return frozenset({"cuda"}) if self.kinds.is_device(expr) else None
         if isinstance(expr, cst.IfExp):
-            return _union(
-                self.device_types(expr.body, depth + 1, written), self.device_types(expr.orelse, depth + 1, written)
-            )
-        if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
-            first = positional(expr, 0) or kwarg(expr, "type")
-            return self.device_types(first.value if first else None, depth + 1, written)
+            return self._device_types_of([expr.body, expr.orelse], depth, written)
         if isinstance(expr, cst.Call):
-            returned = self.steps.returned(expr)
-            if returned is not None:
-                return _union(*(self.device_types(v, depth + 1, written) for v in returned))
-            project = project_of(self.context)
-            function = project.function(expr.func)
-            return project.device_types(function, written) if function is not None else None
+            return self._call_device_types(expr, depth, written)
         if isinstance(expr, cst.Lambda):
             return self.device_types(expr.body, depth + 1, written)
-        if (
-            isinstance(expr, cst.Subscript)
-            and isinstance(expr.value, cst.Name)
-            and len(expr.slice) == 1
-            and isinstance(expr.slice[0].slice, cst.Index)
-            and isinstance(expr.slice[0].slice.value, cst.SimpleString)
-        ):
-            key = expr.slice[0].slice.value.evaluated_value  # `cfg["device"]` of a dict literal
-            values = []
-            for source in self.kinds.value_sources(expr.value):
-                found = _dict_value(source, key, self) if source is not None else None
-                if found is None:
-                    return None
-                values.append(found)
-            return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
+        if isinstance(expr, cst.Subscript):
+            return self._item_device_types(expr, depth, written)
         if isinstance(expr, cst.Name):
-            sites = self._every_binding(expr)
-            if len(sites) == 1 and isinstance(sites[0][0], cst.Param):
-                passed = self._package_argument_types(sites[0][0], depth, written)
-                if passed is not None:
-                    return passed
-            sources = self.kinds.value_sources(expr)
-            return _union(*(self.device_types(s, depth + 1, written) for s in sources)) if sources else None
+            return self._name_device_types(expr, depth, written)
         if isinstance(expr, cst.Attribute):
             values = self.kinds.attribute_values(expr, written)
-            return _union(*(self.device_types(v, depth + 1, written) for v in values)) if values else None
+            return self._device_types_of(values, depth, written) if values else None
         return None
+
+    def _device_types_of(
+        self, values: Iterable[cst.BaseExpression | None], depth: int, written: bool
+    ) -> frozenset[str] | None:
+        """The device types any of `values` may name; None when there are none."""
+        return _union(*(self.device_types(value, depth + 1, written) for value in values))
+
+    def _call_device_types(self, call: cst.Call, depth: int, written: bool) -> frozenset[str] | None:
+        """Those of `torch.device(type)`, or of what a function of this file or of its
+        package returns."""
+        if self.names.is_(call.func, "torch.device"):
+            first = positional(call, 0) or kwarg(call, "type")
+            return self.device_types(first.value if first else None, depth + 1, written)
+        returned = self.steps.returned(call)
+        if returned is not None:
+            return self._device_types_of(returned, depth, written)
+        project = project_of(self.context)
+        function = project.function(call.func)
+        return project.device_types(function, written) if function is not None else None
+
+    def _item_device_types(self, item: cst.Subscript, depth: int, written: bool) -> frozenset[str] | None:
+        """Those of `cfg["device"]`, an item of a dict literal (or of names bound to one)."""
+        if not (
+            isinstance(item.value, cst.Name)
+            and len(item.slice) == 1
+            and isinstance(item.slice[0].slice, cst.Index)
+            and isinstance(item.slice[0].slice.value, cst.SimpleString)
+        ):
+            return None
+        key = item.slice[0].slice.value.evaluated_value
+        values = []
+        for source in self.kinds.value_sources(item.value):
+            found = _dict_value(source, key, self) if source is not None else None
+            if found is None:
+                return None
+            values.append(found)
+        return self._device_types_of(values, depth, written)
+
+    def _name_device_types(self, name: cst.Name, depth: int, written: bool) -> frozenset[str] | None:
+        """Those of a name: what the package passes to it where it is only a parameter,
+        else those of every value it may read."""
+        sites = self._every_binding(name)
+        if len(sites) == 1 and isinstance(sites[0][0], cst.Param):
+            passed = self._package_argument_types(sites[0][0], depth, written)
+            if passed is not None:
+                return passed
+        return self._device_types_of(self.kinds.value_sources(name), depth, written)
 
     def _package_argument_types(self, param: cst.Param, depth: int, written: bool) -> frozenset[str] | None:
         """The device types every caller in the package passes to `param`, a parameter of a
@@ -1804,68 +1827,97 @@ class Training:
             return expr
         child = expr
         for ancestor in self._ancestors(expr):
-            if isinstance(ancestor, (cst.If, cst.While, cst.IfExp)) and self.index.inside(child, ancestor.test):
-                if (
-                    isinstance(ancestor, cst.IfExp)
-                    and self._host_number(ancestor.body)
-                    and self._host_number(ancestor.orelse)
-                ):
-                    child = ancestor  # it picks one of two numbers, which flows on
-                    continue
-                if isinstance(ancestor, cst.If) and self._sets_host_numbers(ancestor):
-                    return self._steered_by_branches(ancestor, depth, loss)
-                return ancestor.test
-            if isinstance(ancestor, (cst.Assert, cst.Return, cst.Yield, cst.SubscriptElement)):
-                return ancestor
-            if isinstance(ancestor, (cst.FormattedString, cst.FunctionDef, cst.Lambda)):
-                return None
-            if isinstance(ancestor, cst.Call) and (
-                self.names.is_(ancestor.func, *FINITENESS_TESTS) or method_name(ancestor) in FINITENESS_METHODS
-            ):
-                return None  # tested for NaN or infinity: a guard against a broken step
-            if isinstance(ancestor, cst.Call):
-                if self.names.is_(ancestor.func, "builtins.range") or (
-                    self.names.is_(ancestor.func, "builtins.str") or method_name(ancestor) == "format"
-                ):
-                    return ancestor if self.names.is_(ancestor.func, "builtins.range") else None
-            if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-                targets = (
-                    [t.target for t in ancestor.targets] if isinstance(ancestor, cst.Assign) else [ancestor.target]
-                )
-                for target in targets:
-                    if not isinstance(target, cst.Name):
-                        return ancestor  # an attribute or an item: where it is read is not followed
-                    scope = self.kinds.scopes.get(target)
-                    bindings = [b for b in scope.assignments[target.value] if b.node is target] if scope else []
-                    if not bindings:
-                        return ancestor
-                    for read in self.kinds.reached_reads(bindings[0]):
-                        if self.index.inside(read, ancestor):
-                            continue
-                        found = self.steers(read, depth + 1, loss)
-                        if found is not None:
-                            return found
-                return None
-            if isinstance(ancestor, cst.BaseStatement):
-                return None
+            found = self._steering_by(ancestor, child, depth, loss)
+            if found is not _Steering.FLOWS_ON:
+                return found
             child = ancestor
+        return None
+
+    def _steering_by(
+        self, ancestor: cst.CSTNode, child: cst.CSTNode, depth: int, loss: cst.BaseExpression | None
+    ) -> cst.CSTNode | None | _Steering:
+        """What `ancestor` does with a value that reaches it through `child` (`steers`):
+        where the value steers, None when it steers nothing, FLOWS_ON when it passes on to
+        the next enclosing node."""
+        if isinstance(ancestor, (cst.If, cst.While, cst.IfExp)) and self.index.inside(child, ancestor.test):
+            return self._steering_by_test(ancestor, depth, loss)
+        if isinstance(ancestor, (cst.Assert, cst.Return, cst.Yield, cst.SubscriptElement)):
+            return ancestor
+        if isinstance(ancestor, (cst.FormattedString, cst.FunctionDef, cst.Lambda)):
+            return None
+        if isinstance(ancestor, cst.Call):
+            return self._steering_by_call(ancestor)
+        if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            return self._steering_by_assignment(ancestor, depth, loss)
+        if isinstance(ancestor, cst.BaseStatement):
+            return None
+        return _Steering.FLOWS_ON
+
+    def _steering_by_test(
+        self, branch: cst.If | cst.While | cst.IfExp, depth: int, loss: cst.BaseExpression | None
+    ) -> cst.CSTNode | None | _Steering:
+        """A value in the test of `branch`: the test steers, unless it only picks between
+        Python numbers (those are followed instead)."""
+        if isinstance(branch, cst.IfExp) and self._host_number(branch.body) and self._host_number(branch.orelse):
+            return _Steering.FLOWS_ON  # it picks one of two numbers, which flows on
+        if isinstance(branch, cst.If) and self._sets_host_numbers(branch):
+            return self._steered_by_branches(branch, depth, loss)
+        return branch.test
+
+    def _steering_by_call(self, call: cst.Call) -> cst.CSTNode | None | _Steering:
+        """A value in the arguments of `call`: a `range(...)` bound steers; a test for NaN or
+        infinity and text made from it (`str`, `.format`) steer nothing."""
+        if self.names.is_(call.func, *FINITENESS_TESTS) or method_name(call) in FINITENESS_METHODS:
+            return None  # tested for NaN or infinity: a guard against a broken step
+        if self.names.is_(call.func, "builtins.range"):
+            return call
+        if self.names.is_(call.func, "builtins.str") or method_name(call) == "format":
+            return None
+        return _Steering.FLOWS_ON
+
+    def _steering_by_assignment(
+        self, assignment: cst.Assign | cst.AugAssign | cst.AnnAssign, depth: int, loss: cst.BaseExpression | None
+    ) -> cst.CSTNode | None:
+        """A value assigned: where the reads of the names it is assigned to steer."""
+        for target in _statement_targets(assignment):
+            if not isinstance(target, cst.Name):
+                return assignment  # an attribute or an item: where it is read is not followed
+            binding = self._own_binding(target)
+            if binding is None:
+                return assignment
+            found = self._steered_by_reads(binding, assignment, depth, loss)
+            if found is not None:
+                return found
         return None
 
     def _steered_by_branches(self, node: cst.If, depth: int, loss: cst.BaseExpression | None) -> cst.CSTNode | None:
         """Where the numbers the branches of `node` assign decide what runs, read after it."""
         for assign in self.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=node):
-            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-            for target in targets:
-                scope = self.kinds.scopes.get(target)
-                bindings = [b for b in scope.assignments[target.value] if b.node is target] if scope else []
-                if not bindings:
+            for target in _statement_targets(assign):
+                binding = self._own_binding(target)
+                if binding is None:
                     return node.test
-                for read in self.kinds.reached_reads(bindings[0]):
-                    if self.index.inside(read, node):
-                        continue
-                    found = self.steers(read, depth + 1, loss)
-                    if found is not None:
-                        return found
+                found = self._steered_by_reads(binding, node, depth, loss)
+                if found is not None:
+                    return found
+        return None
+
+    def _own_binding(self, target: cst.Name) -> Assignment | None:
+        """The binding an assignment's target makes; None when its scope is not known."""
+        scope = self.kinds.scopes.get(target)
+        bindings = [b for b in scope.assignments[target.value] if b.node is target] if scope else []
+        return bindings[0] if bindings else None
+
+    def _steered_by_reads(
+        self, binding: Assignment, outside: cst.CSTNode, depth: int, loss: cst.BaseExpression | None
+    ) -> cst.CSTNode | None:
+        """Where the first read `binding` reaches outside `outside` that steers does."""
+        for read in self.kinds.reached_reads(binding):
+            if self.index.inside(read, outside):
+                continue
+            found = self.steers(read, depth + 1, loss)
+            if found is not None:
+                return found
         return None
 
     def _sets_host_numbers(self, node: cst.If) -> bool:
@@ -2071,8 +2123,7 @@ class Training:
         """Target code -> (target, value) of every plain assignment in the file."""
         index: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression | None]]] = {}
         for assign in self.index.find((cst.Assign, cst.AnnAssign)):
-            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-            for target in targets:
+            for target in _statement_targets(assign):
                 index.setdefault(self.code(target), []).append((target, assign.value))
         return index
 
@@ -2380,6 +2431,11 @@ def _first_true(verdicts) -> bool | None:
 
 def _is_self_field(expr: cst.Attribute) -> bool:
     return isinstance(expr.value, cst.Name) and expr.value.value == "self"
+
+
+def _statement_targets(assignment: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    """The targets of an assignment statement (each of `a = b = value`)."""
+    return [t.target for t in assignment.targets] if isinstance(assignment, cst.Assign) else [assignment.target]
 
 
 def _bound_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
