@@ -133,30 +133,13 @@ class Variance:
         reason: a string, or (call, message) when only an unproven callee stands in the way."""
         if isinstance(expr, LITERALS) or (isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")):
             return None
-        if isinstance(expr, cst.ConcatenatedString):
-            return self.of(expr.left, region, hoisted) or self.of(expr.right, region, hoisted)
-        if isinstance(expr, cst.FormattedString):
-            return self.of_all(
-                [p.expression for p in expr.parts if isinstance(p, cst.FormattedStringExpression)], region, hoisted
-            )
+        operands = _OPERANDS.get(type(expr))
+        if operands is not None:
+            return self.of_all(operands(expr), region, hoisted)
         if isinstance(expr, cst.Name):
             return self.of_name(expr, region, hoisted)
         if isinstance(expr, cst.Attribute):
-            if self.context.names.of(expr):
-                return None  # `torch.long`: a module attribute
-            if self.context.kinds.fact(expr.value).kind is Kind.MODULE and not self._tokenizers.is_known(expr):
-                # (a known tokenizer a model holds, `ctx.wrapper.tokenizer`, is none of its parameters)
-                return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
-            if isinstance(expr.value, cst.Name) and self.attributes_assigned(expr.value.value, region):
-                return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
-            written = call_writes(self.context).attribute_written(expr, region)
-            if written is not None:
-                return written
-            return self.of(expr.value, region, hoisted)
-        if isinstance(expr, cst.Subscript):
-            return self.of_all(subscript_parts(expr), region, hoisted)
-        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return self.of_all([e.value for e in expr.elements], region, hoisted)
+            return self._of_attribute(expr, region, hoisted)
         if isinstance(expr, cst.Dict):
             parts = []
             for element in expr.elements:
@@ -164,27 +147,36 @@ class Variance:
                     return "a dict built with **"
                 parts += [element.key, element.value]
             return self.of_all(parts, region, hoisted)
-        if isinstance(expr, cst.BinaryOperation):
-            return self.of_all([expr.left, expr.right], region, hoisted)
-        if isinstance(expr, cst.UnaryOperation):
-            return self.of(expr.expression, region, hoisted)
-        if isinstance(expr, cst.BooleanOperation):
-            return self.of_all([expr.left, expr.right], region, hoisted)
-        if isinstance(expr, cst.Comparison):
-            return self.of_all([expr.left, *(target.comparator for target in expr.comparisons)], region, hoisted)
-        if isinstance(expr, cst.IfExp):
-            return self.of_all([expr.test, expr.body, expr.orelse], region, hoisted)
         if isinstance(expr, cst.Call):
             return self._of_call(expr, region, hoisted)
         if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-            own = {
-                n.value
-                for f in self._index.find(cst.CompFor, within=expr)
-                for n in self._index.find(cst.Name, within=f.target)
-            }
-            varying = self.of_all([n for n in names_read(expr) if n.value not in own], region, hoisted)
-            return varying or "a comprehension (its calls are not followed)"
+            return self._of_comprehension(expr, region, hoisted)
         return f"`{self.context.source(expr)}` is not an expression perfmod follows"
+
+    def _of_attribute(self, expr: cst.Attribute, region, hoisted):
+        """`of` an attribute: a module attribute is invariant; one of a model, or assigned or
+        written in the loop, is not; else it is where what it is read from is."""
+        if self.context.names.of(expr):
+            return None  # `torch.long`: a module attribute
+        if self.context.kinds.fact(expr.value).kind is Kind.MODULE and not self._tokenizers.is_known(expr):
+            # (a known tokenizer a model holds, `ctx.wrapper.tokenizer`, is none of its parameters)
+            return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
+        if isinstance(expr.value, cst.Name) and self.attributes_assigned(expr.value.value, region):
+            return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
+        written = call_writes(self.context).attribute_written(expr, region)
+        if written is not None:
+            return written
+        return self.of(expr.value, region, hoisted)
+
+    def _of_comprehension(self, expr: cst.BaseExpression, region, hoisted):
+        """`of` a comprehension: invariant where the names it reads from outside are."""
+        own = {
+            n.value
+            for f in self._index.find(cst.CompFor, within=expr)
+            for n in self._index.find(cst.Name, within=f.target)
+        }
+        varying = self.of_all([n for n in names_read(expr) if n.value not in own], region, hoisted)
+        return varying or "a comprehension (its calls are not followed)"
 
     def of_all(self, exprs, region, hoisted=NO_HOISTS):
         for expr in exprs:
@@ -413,49 +405,75 @@ class Variance:
         function of the file the loop calls (`call_writes`); None when it does not."""
         uses = self.names_in(region, name)
         for use in uses:
-            node, parent = use, self.context.parents.get(use)
-            shared = True  # `node` may hold (part of) the object itself, not a new value computed from it
-            while True:  # climb through the expressions that still share the object's memory
-                if isinstance(parent, cst.Subscript) and parent.value is node:
-                    node, parent = parent, self.context.parents.get(parent)
-                elif isinstance(parent, cst.Attribute) and parent.value is node:
-                    attribute, call = parent, self.context.parents.get(parent)
-                    method = attribute.attr.value
-                    if isinstance(call, cst.Call) and call.func is attribute:
-                        if method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_")):
-                            return f"`{name}` is changed in place in the loop"
-                        if method in SAME_PLACE_METHODS or method in SHARING_CALLS:  # views, `.numpy()`, casts
-                            shared = shared and method in SHARING_CALLS
-                            node, parent = call, self.context.parents.get(call)
-                            continue
-                        break
-                    if isinstance(self.context.parents.get(attribute), (cst.AssignTarget, cst.AugAssign)):
-                        return f"`{name}` is changed in place in the loop"  # `x.attr = y`
-                    break
-                else:
-                    break
-            if isinstance(parent, cst.AssignTarget) and node is not use:
-                return f"`{name}` is changed in place in the loop"  # `x[0] = y`
-            if isinstance(parent, cst.AugAssign) and parent.target is node:
-                return f"`{name}` is changed in place in the loop"
-            if isinstance(parent, cst.Del) or (
-                isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out"
-            ):
-                return f"`{name}` is changed in place in the loop"
-            call = self.context.parents.get(parent)
-            if (
-                shared
-                and self.context.kinds.fact(use).kind is not Kind.DEVICE  # a device is never changed
-                and isinstance(parent, cst.Arg)
-                and isinstance(call, cst.Call)
-                and not self._leaves_arguments_alone(call)
-            ):
-                return (
-                    f"`{name}` is handed to `{self.context.source(call.func)}` in the loop (line "
-                    f"{self.context.line(call)}), which perfmod does not know to leave its arguments unchanged"
-                )
+            changed = self._change_through(use, name)
+            if changed is not None:
+                return changed
         whole = [u for u in uses if not (isinstance(self.context.parents.get(u), cst.Attribute))]
         return call_writes(self.context).name_written(whole[0], region) if whole else None
+
+    def _change_through(self, use: cst.Name, name: str) -> str | None:
+        """Why the object `name` holds may change in place through `use`, one of its reads
+        in the loop: changed there, or handed to a call that may change it."""
+        climbed = self._climb_memory(use)
+        if climbed is None or _changed_at(use, *climbed[:2]):
+            return f"`{name}` is changed in place in the loop"
+        node, parent, shared = climbed
+        call = self.context.parents.get(parent)
+        if (
+            shared
+            and self.context.kinds.fact(use).kind is not Kind.DEVICE  # a device is never changed
+            and isinstance(parent, cst.Arg)
+            and isinstance(call, cst.Call)
+            and not self._leaves_arguments_alone(call)
+        ):
+            return (
+                f"`{name}` is handed to `{self.context.source(call.func)}` in the loop (line "
+                f"{self.context.line(call)}), which perfmod does not know to leave its arguments unchanged"
+            )
+        return None
+
+    def _climb_memory(self, use: cst.Name) -> tuple[cst.CSTNode, cst.CSTNode | None, bool] | None:
+        """From `use` up through the expressions that still share the memory of the object
+        it holds (items, views, `.numpy()`, casts): the last of them, its parent, and whether
+        it may hold (part of) the object itself rather than a new value computed from it.
+        None when a method or an attribute assignment on the way changes it (`x.add_(1)`,
+        `x[0].append(y)`, `x.attr = y`)."""
+        node, parent, shared = use, self.context.parents.get(use), True
+        while True:
+            if isinstance(parent, cst.Attribute) and parent.value is node and self._changes_object(parent):
+                return None
+            step = self._memory_step(node, parent)
+            if step is None:
+                return node, parent, shared
+            node, still_shared = step
+            shared = shared and still_shared
+            parent = self.context.parents.get(node)
+
+    def _changes_object(self, attribute: cst.Attribute) -> bool:
+        """Does `attribute` change the object it is read from: a call of an in-place method
+        (`x.add_(1)`, `x.append(y)`) or an assignment to it (`x.attr = y`)?"""
+        parent = self.context.parents.get(attribute)
+        if isinstance(parent, cst.Call) and parent.func is attribute:
+            method = attribute.attr.value
+            return method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_"))
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign))
+
+    def _memory_step(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> tuple[cst.CSTNode, bool] | None:
+        """`parent` of `node` when it still shares the memory of the object `node` holds: an
+        item of it (`node[i]`), or a call of a view or cast method on it, with whether it is
+        (part of) the object itself rather than a copy (`SHARING_CALLS`); None otherwise."""
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            return parent, True
+        if not (isinstance(parent, cst.Attribute) and parent.value is node):
+            return None
+        call, method = self.context.parents.get(parent), parent.attr.value
+        if (
+            isinstance(call, cst.Call)
+            and call.func is parent
+            and (method in SAME_PLACE_METHODS or method in SHARING_CALLS)
+        ):
+            return call, method in SHARING_CALLS  # views, `.numpy()`, casts
+        return None
 
     def _leaves_arguments_alone(self, call: cst.Call) -> bool:
         """Is `call` known to change none of its arguments (`Kinds.leaves_arguments_alone`,
@@ -627,6 +645,40 @@ def single_assignment(line: cst.CSTNode) -> cst.Assign | None:
     ):
         return statement
     return None
+
+
+def _changed_at(use: cst.Name, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+    """Is the object `use` holds changed where `node`, `use` or an item of it, sits in
+    `parent`: an item assigned (`x[0] = y`), augmented (`x += y`), deleted (`del x[0]`), or
+    the `out=` of a call?"""
+    if isinstance(parent, cst.AssignTarget) and node is not use:
+        return True  # `x[0] = y`
+    if isinstance(parent, cst.AugAssign) and parent.target is node:
+        return True
+    return isinstance(parent, cst.Del) or (
+        isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out"
+    )
+
+
+def _formatted_parts(expr: cst.FormattedString) -> list[cst.BaseExpression]:
+    return [p.expression for p in expr.parts if isinstance(p, cst.FormattedStringExpression)]
+
+
+# The parts the value of a compound expression is computed from, by its type: it is
+# invariant where they all are.
+_OPERANDS: dict[type, Callable[[cst.BaseExpression], list[cst.BaseExpression]]] = {
+    cst.ConcatenatedString: lambda e: [e.left, e.right],
+    cst.FormattedString: _formatted_parts,
+    cst.Subscript: subscript_parts,
+    cst.List: lambda e: [element.value for element in e.elements],
+    cst.Tuple: lambda e: [element.value for element in e.elements],
+    cst.Set: lambda e: [element.value for element in e.elements],
+    cst.BinaryOperation: lambda e: [e.left, e.right],
+    cst.UnaryOperation: lambda e: [e.expression],
+    cst.BooleanOperation: lambda e: [e.left, e.right],
+    cst.Comparison: lambda e: [e.left, *(target.comparator for target in e.comparisons)],
+    cst.IfExp: lambda e: [e.test, e.body, e.orelse],
+}
 
 
 def _holds(parent: cst.CSTNode | None, node: cst.CSTNode) -> bool:
