@@ -1007,7 +1007,26 @@ def _in_callees(function: Function, key: str, summary, of_project) -> tuple[str,
 
 def _file_effects(function: Function) -> str:
     """ "" when `function` only writes files and prints (see Project.file_effects), else why not."""
-    context, module, node = function.context, function.module, function.node
+    context, node = function.context, function.node
+    problem = _unfollowed_form(context, node)
+    if problem is not None:
+        return problem
+    made = _owned_locals(context, node)
+    for target in _changed_targets(context, node):
+        if not _made_by_function(context, made, _root_name(target)):
+            code = context.module.code_for_node(target).strip()
+            return f"`{node.name.value}` changes `{code}`, which it does not make itself"
+    for call in _own_calls(context, node):
+        effects = _call_file_effects(function, call, made)
+        if effects:
+            return effects
+    return ""
+
+
+def _unfollowed_form(context: FileContext, node: cst.FunctionDef) -> str | None:
+    """Why `_file_effects` does not follow a function of this form (decorated, a method, one
+    that rebinds outer names, defines its own functions or reads changing module state);
+    None when it does."""
     name = node.name.value
     if node.decorators or node.asynchronous is not None or any(context.kinds.exits(node)[1]):
         return f"`{name}` is decorated, asynchronous or a generator"
@@ -1020,60 +1039,65 @@ def _file_effects(function: Function) -> str:
     state = _module_state_read(context, node)
     if state is not None:
         return f"`{name}` reads `{state}`, a value of its module that a background call would read later"
-    names = _owned_locals(context, node)
+    return None
 
-    def owned(root: cst.Name | None) -> bool:
-        """Made by the function: a name bound only to what it makes, or a read that only
-        such bindings reach (`path = Path(path)` before `path.parent.mkdir()`)."""
-        if root is None:
-            return False
-        if root.value in names:
-            return True
-        reaching = context.kinds.reaching(root)
-        return bool(reaching) and all(_fresh_binding(context, binding.node) for binding in reaching)
 
-    for target in _changed_targets(context, node):
-        root = _root_name(target)
-        if not owned(root):
-            return f"`{name}` changes `{context.module.code_for_node(target).strip()}`, which it does not make itself"
-    for call in _own_calls(context, node):
-        func = call.func
-        qualified = context.names.of(call)
-        if qualified & (FILE_ONLY_FUNCTIONS | PURE_BUILTINS) or any(
-            q.rpartition(".")[0] in FILE_ONLY_MODULES or _builtin_exception(q) for q in qualified
-        ):
-            continue
-        if qualified & SAVE_FUNCTIONS and all(q.startswith("torch.") for q in qualified & SAVE_FUNCTIONS):
-            continue
-        if isinstance(func, cst.Attribute) and (not qualified or not isinstance(func.value, (cst.Name, cst.Attribute))):
-            root = _root_name(func.value)
-            if (
-                isinstance(func.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
-                or owned(root)
-                or (isinstance(func.value, cst.Call) and _made_here(context, func.value))
-            ):
-                continue  # a method of a string, or of a file, path or list the function made
-            if func.attr.value in READ_ONLY_METHODS | PATH_READ_METHODS:
-                continue
-            return f"`{name}` calls `{context.module.code_for_node(func).strip()}`, which may change what it reads"
-        local = context.kinds.local_callee(call) if isinstance(func, cst.Name) else None
-        inner = None
-        if local is not None:
-            inner = _summary(
-                module,
-                ("file effects", local.name.value),
-                lambda local=local: _file_effects(Function(module, local, "")),
-            )
-        else:
-            other = module.project.called(call) if module.project is not None else None
-            if other is None:
-                return f"`{name}` calls `{context.module.code_for_node(func).strip()}`, which perfmod does not know"
-            inner = module.project.file_effects(other) or ""
-        if inner is None:
-            return f"perfmod cannot follow `{name}` to its end"
-        if inner:
-            return inner
-    return ""
+def _made_by_function(context: FileContext, made: set[str], root: cst.Name | None) -> bool:
+    """Made by the function: a name bound only to what it makes (`made`), or a read that only
+    such bindings reach (`path = Path(path)` before `path.parent.mkdir()`)."""
+    if root is None:
+        return False
+    if root.value in made:
+        return True
+    reaching = context.kinds.reaching(root)
+    return bool(reaching) and all(_fresh_binding(context, binding.node) for binding in reaching)
+
+
+def _call_file_effects(function: Function, call: cst.Call, made: set[str]) -> str:
+    """ "" when `call` in `function` only writes files and prints, else why not: a library
+    function known to, a method of what the function made, a function followed to its end."""
+    context, module, name = function.context, function.module, function.node.name.value
+    func = call.func
+    qualified = context.names.of(call)
+    if _writes_files_only(qualified):
+        return ""
+    if isinstance(func, cst.Attribute) and (not qualified or not isinstance(func.value, (cst.Name, cst.Attribute))):
+        return _method_file_effects(context, func, made, name)
+    local = context.kinds.local_callee(call) if isinstance(func, cst.Name) else None
+    if local is not None:
+        inner = _summary(module, ("file effects", local.name.value), lambda: _file_effects(Function(module, local, "")))
+    else:
+        other = module.project.called(call) if module.project is not None else None
+        if other is None:
+            return f"`{name}` calls `{context.module.code_for_node(func).strip()}`, which perfmod does not know"
+        inner = module.project.file_effects(other) or ""
+    return f"perfmod cannot follow `{name}` to its end" if inner is None else inner
+
+
+def _writes_files_only(qualified: set[str]) -> bool:
+    """Is a library function of these names known to only write files and print (or to
+    have no effect: a pure builtin, an exception), `torch.save` included?"""
+    if qualified & (FILE_ONLY_FUNCTIONS | PURE_BUILTINS) or any(
+        q.rpartition(".")[0] in FILE_ONLY_MODULES or _builtin_exception(q) for q in qualified
+    ):
+        return True
+    saves = qualified & SAVE_FUNCTIONS
+    return bool(saves) and all(q.startswith("torch.") for q in saves)
+
+
+def _method_file_effects(context: FileContext, func: cst.Attribute, made: set[str], name: str) -> str:
+    """ "" when a method call is of a string, of a file, path or list the function made, or
+    only reads; else why it may change what it reads."""
+    receiver = func.value
+    if (
+        isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
+        or _made_by_function(context, made, _root_name(receiver))
+        or (isinstance(receiver, cst.Call) and _made_here(context, receiver))
+    ):
+        return ""
+    if func.attr.value in READ_ONLY_METHODS | PATH_READ_METHODS:
+        return ""
+    return f"`{name}` calls `{context.module.code_for_node(func).strip()}`, which may change what it reads"
 
 
 def _module_state_read(context: FileContext, function: cst.FunctionDef) -> str | None:
