@@ -345,32 +345,55 @@ class Checkpoints:
     # -- one save --------------------------------------------------------------------------
 
     def plan(self, call: cst.Call, loop: cst.CSTNode | None, helper: cst.FunctionDef | None = None, sites=()) -> Save:
-        parents = self.context.parents
+        obj_arg, file_arg = self._save_arguments(call)
+        line = self._own_line(call)
+        if helper is None and _ends_after(self.context.parents, line, loop):
+            raise NotACheckpoint  # the final save: nothing runs after it to overlap with
+        statement, path = self._written_path(file_arg.value, line)
+        self._check_writer_fits(obj_arg.value, statement, path)
+        flushes = self._flushes_before_reads(path, statement, loop, helper, sites)
+        # Last: a reason that the background write would be wrong comes before one that it
+        # would buy nothing.
+        self._check_worth_it(call, obj_arg.value)
+        return Save(call, statement, path, flush_before=tuple(flushes or ()))
+
+    def _save_arguments(self, call: cst.Call) -> tuple[cst.Arg, cst.Arg]:
+        """The object and the file arguments of a save AsyncCheckpointer.save can take."""
         obj_arg = kwarg(call, "obj") or positional(call, 0)
         file_arg = file_argument(call)
         if obj_arg is None or file_arg is None:
             raise Synchronous("the object and the file are not both given")
-        target = file_arg.value
-        if self._is_buffer(target):
+        if self._is_buffer(file_arg.value):
             raise NotACheckpoint
         extra = [a for a in call.args if a is not obj_arg and a is not file_arg]
         if extra:
             raise Synchronous(
                 f"`{self._code(extra[0]).rstrip(', ')}` is an argument AsyncCheckpointer.save does not take"
             )
-        expression = parents.get(call)
-        line = parents.get(expression)
+        return obj_arg, file_arg
+
+    def _own_line(self, call: cst.Call) -> cst.SimpleStatementLine:
+        """The line of a save that is a statement of its own."""
+        expression = self.context.parents.get(call)
+        line = self.context.parents.get(expression)
         if not (isinstance(expression, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
             raise Synchronous("the save is not a statement of its own")
-        if helper is None and _ends_after(parents, line, loop):
-            raise NotACheckpoint  # the final save: nothing runs after it to overlap with
-        statement, path = line, target
+        return line
+
+    def _written_path(self, target: cst.BaseExpression, line: cst.CSTNode) -> tuple[cst.CSTNode, cst.BaseExpression]:
+        """(the statement that writes the file, its path): the `with open(path)` around a
+        save to an open file, else the save's own line and its target, a path."""
         opened = self._opened_file(target, line)
         if opened is not None:
-            statement, path = opened
-        elif not self.is_path(target):
+            return opened
+        if not self.is_path(target):
             raise Synchronous(f"perfmod cannot tell that `{self._code(target)}` is a file path and not an open file")
-        problem = self.object_problem(obj_arg.value)
+        return line, target
+
+    def _check_writer_fits(self, obj: cst.BaseExpression, statement: cst.CSTNode, path: cst.BaseExpression) -> None:
+        """Raise Synchronous when AsyncCheckpointer cannot write this object the way the script
+        does: an object it cannot copy, a name it would shadow, state or paths per rank."""
+        problem = self.object_problem(obj)
         if problem is not None:
             raise Synchronous(problem)
         if self.defines_checkpointer:
@@ -390,6 +413,18 @@ class Checkpoints:
         rank = next((n for n in self.context.index.find(cst.Name, within=path) if RANK_NAME.search(n.value)), None)
         if rank is not None:
             raise Synchronous(f"the path depends on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only")
+
+    def _flushes_before_reads(
+        self,
+        path: cst.BaseExpression,
+        statement: cst.CSTNode,
+        loop: cst.CSTNode | None,
+        helper: cst.FunctionDef | None,
+        sites,
+    ) -> list | None:
+        """Where to wait for the background write before the file is used again (None when
+        it is not); raise Synchronous when a use may come before the write is done and no
+        flush can be placed in front of it."""
         reader = self.later_use(path, statement, loop)
         if reader is None and helper is not None:
             reader = self._later_use_by_callers(path, helper, sites)
@@ -406,21 +441,24 @@ class Checkpoints:
                 f"the file is used at line {self.context.line(reader)} (`{self._code(reader)}`), which can run "
                 f"before a background write of it is done"
             )
-        # Last: a reason that the background write would be wrong comes before one that it
-        # would buy nothing.
-        saved = sizes_of(self.context).saved(obj_arg.value)
+        return flushes
+
+    def _check_worth_it(self, call: cst.Call, obj: cst.BaseExpression) -> None:
+        """Raise Synchronous when the checkpoint is too small for a background writer to buy
+        anything (unless it is saved every step)."""
+        saved = sizes_of(self.context).saved(obj)
         size = saved[0] if saved is not None else None
-        if size is not None and size < MIN_SAVE_BYTES and not self.every_step(call):
-            counted = "the parameters and buffers perfmod counts in the modules it saves"
-            if saved[1]:
-                counted += ", and the state their optimizer keeps for them"
-            raise Synchronous(
-                f"the checkpoint holds about {shown(size)} ({counted}), "
-                f"which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
-                f"{HARDWARE['save_bytes_per_s'] / 1e9:.0f} GB/s; a save under {MIN_SAVE_S * 1000:.0f} ms that does "
-                "not run every step is not worth a background writer"
-            )
-        return Save(call, statement, path, flush_before=tuple(flushes or ()))
+        if size is None or size >= MIN_SAVE_BYTES or self.every_step(call):
+            return
+        counted = "the parameters and buffers perfmod counts in the modules it saves"
+        if saved[1]:
+            counted += ", and the state their optimizer keeps for them"
+        raise Synchronous(
+            f"the checkpoint holds about {shown(size)} ({counted}), "
+            f"which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
+            f"{HARDWARE['save_bytes_per_s'] / 1e9:.0f} GB/s; a save under {MIN_SAVE_S * 1000:.0f} ms that does "
+            "not run every step is not worth a background writer"
+        )
 
     def _later_use_by_callers(self, path: cst.BaseExpression, helper: cst.FunctionDef, sites) -> cst.CSTNode | None:
         """For a path handed to the helper as a parameter: a use of what each call passes,
