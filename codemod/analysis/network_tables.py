@@ -157,51 +157,64 @@ def _members(context, classdef, value, depth) -> tuple[str, list] | None:
     holds; None when one member cannot be told."""
     if depth > MAX_DEPTH or value is None:
         return None
-    if isinstance(value, (cst.Dict, cst.DictComp)):
-        items = (
-            [e.value for e in value.elements if isinstance(e, cst.DictElement)]
-            if isinstance(value, cst.Dict)
-            else [value.value]
-        )
-        if isinstance(value, cst.Dict) and len(items) != len(value.elements):
-            return None
-        return _classes_of("dict", context, classdef, items, depth)
-    if isinstance(value, (cst.List, cst.ListComp)):
-        items = [e.value for e in value.elements] if isinstance(value, cst.List) else [value.elt]
-        return _classes_of("list", context, classdef, items, depth)
+    if isinstance(value, cst.Dict):
+        items = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+        return _classes_of("dict", context, classdef, items, depth) if len(items) == len(value.elements) else None
+    if isinstance(value, cst.DictComp):
+        return _classes_of("dict", context, classdef, [value.value], depth)
+    if isinstance(value, cst.List):
+        return _classes_of("list", context, classdef, [e.value for e in value.elements], depth)
+    if isinstance(value, cst.ListComp):
+        return _classes_of("list", context, classdef, [value.elt], depth)
     if isinstance(value, cst.Name):
-        values = context.bindings.values(value)
-        if not values or len(values) != 1:
-            return None
-        found = _members(context, classdef, values[0], depth + 1)
-        if found is None:
-            return None
-        kind, classes = found
-        function = context.index.first_enclosing(value, cst.FunctionDef)
-        stores = [  # `tables[k] = Net(...)` / `tables.append(Net(...))` in the function that made it
-            node.value
-            for node in context.index.find(cst.Assign, within=function)
-            if any(isinstance(t.target, cst.Subscript) and _is_name(t.target.value, value.value) for t in node.targets)
-        ] + [
-            call.args[0].value
-            for call in context.index.find(cst.Call, within=function)
-            if method_name(call) == "append" and _is_name(call.func.value, value.value) and call.args
-        ]
-        more = _classes_of(kind, context, classdef, stores, depth)
-        return None if more is None else (kind, classes + more[1])
-    if not isinstance(value, cst.Call):
+        return _name_members(context, classdef, value, depth)
+    if isinstance(value, cst.Call):
+        return _call_members(context, classdef, value, depth)
+    return None
+
+
+def _name_members(context, classdef, name: cst.Name, depth) -> tuple[str, list] | None:
+    """`_members` of a name bound once: those of its value, and those the function that made
+    it stores into it (`tables[k] = Net(...)`, `tables.append(Net(...))`)."""
+    values = context.bindings.values(name)
+    if not values or len(values) != 1:
         return None
-    names = context.names.of(value.func)
-    table = next((MODULE_TABLES[n] for n in names if n in MODULE_TABLES), None)
+    found = _members(context, classdef, values[0], depth + 1)
+    if found is None:
+        return None
+    kind, classes = found
+    more = _classes_of(kind, context, classdef, _stored_into(context, name), depth)
+    return None if more is None else (kind, classes + more[1])
+
+
+def _stored_into(context, name: cst.Name) -> list[cst.BaseExpression]:
+    """The values the function that binds `name` stores into it: `name[k] = value`,
+    `name.append(value)`."""
+    function = context.index.first_enclosing(name, cst.FunctionDef)
+    items = [
+        node.value
+        for node in context.index.find(cst.Assign, within=function)
+        if any(isinstance(t.target, cst.Subscript) and _is_name(t.target.value, name.value) for t in node.targets)
+    ]
+    appended = [
+        call.args[0].value
+        for call in context.index.find(cst.Call, within=function)
+        if method_name(call) == "append" and _is_name(call.func.value, name.value) and call.args
+    ]
+    return items + appended
+
+
+def _call_members(context, classdef, call: cst.Call, depth) -> tuple[str, list] | None:
+    """`_members` of a call: a module table built from a value (`nn.ModuleDict(tables)`), or a
+    helper of the class or module whose every return holds the same kind of table."""
+    table = next((MODULE_TABLES[n] for n in context.names.of(call.func) if n in MODULE_TABLES), None)
     if table is not None:
-        if not value.args:
+        if not call.args:
             return (table, [])
-        inner = _members(context, classdef, value.args[0].value, depth + 1)
+        inner = _members(context, classdef, call.args[0].value, depth + 1)
         return None if inner is None else (table, inner[1])
-    function = _function(context, classdef, value.func)
-    if function is None:
-        return None
-    returns = [r.value for r in context.index.find(cst.Return, within=function)]
+    function = _function(context, classdef, call.func)
+    returns = [r.value for r in context.index.find(cst.Return, within=function)] if function is not None else []
     if not returns:
         return None
     kinds, classes = set(), []
