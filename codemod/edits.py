@@ -550,80 +550,13 @@ class _Apply(cst.CSTTransformer):
         return cached
 
     def _edit_block(self, original, updated):
-        edits = self.blocks[original]
-        position = {statement: i for i, statement in enumerate(original.body)}
-        leaving = {e.anchor for e in edits if isinstance(e, Move) and e.anchor in position}
-        for statement, new in zip(original.body, updated.body):
-            if statement in leaving:  # taken out here, before the block it goes to is made
-                self.moved[statement] = self.items.get(statement, [new])
-        removed = {e.anchor for e in edits if isinstance(e, Remove)} | leaving
-        uncommented = {e.anchor for e in edits if isinstance(e, Remove) and not e.keep_comments} | leaving
-        before: dict[cst.CSTNode, list] = {}
-        after: dict[cst.CSTNode, list] = {}
-        for edit in edits:
-            if isinstance(edit, InsertBefore):
-                before.setdefault(edit.anchor, []).extend(edit.statements)
-            elif isinstance(edit, InsertAfter):
-                after.setdefault(edit.anchor, []).extend(edit.statements)
-            elif isinstance(edit, Move) and edit.to in position:
-                moved = self.moved[edit.anchor]
-                if moved:
-                    before.setdefault(edit.to, []).extend([edit.moved(moved[0]), *moved[1:]])
-        segments: list[list[cst.BaseStatement]] = []
-        carried: list[cst.EmptyLine] = []  # comment lines of removed statements, for the next one
-        # The blank lines above removed statements, which separated them and what follows
-        # from the statements before: the next statement gets them if it has none.
-        gap: list[cst.EmptyLine] = []
-        for statement, new in zip(original.body, updated.body):
-            core = [] if statement in removed else self.items.get(statement, [new])
-            if statement in self.run_ends and core == [new]:
-                # its comments described the run the fix replaced
-                new = core[0] = new.with_changes(
-                    leading_lines=_detached(new.leading_lines),
-                    trailing_whitespace=new.trailing_whitespace.with_changes(
-                        whitespace=cst.SimpleWhitespace(""), comment=None
-                    ),
-                )
-            if not core and statement not in uncommented and _has_comments(statement, detached=True):
-                carried.extend(_detached(statement.leading_lines))
-            elif not core and not before.get(statement) and not after.get(statement):
-                gap = gap or split_blank(statement.leading_lines)[0]
-                segments.append([])
-                continue
-            inserted = list(before.get(statement, ()))
-            if inserted and core and core[0].leading_lines:
-                blank, kept = split_blank(core[0].leading_lines)
-                if not inserted[0].leading_lines:
-                    inserted[0] = inserted[0].with_changes(leading_lines=blank)
-                core = [core[0].with_changes(leading_lines=kept), *core[1:]]
-            segment = [*inserted, *core, *after.get(statement, ())]
-            if segment and carried:
-                segment[0] = segment[0].with_changes(leading_lines=[*carried, *segment[0].leading_lines])
-                carried = []
-            if segment and gap and not segment[0].leading_lines:
-                segment[0] = segment[0].with_changes(leading_lines=gap)
-            if segment:
-                gap = []
-            segments.append(segment)
-        wraps = sorted((e for e in edits if isinstance(e, Wrap)), key=lambda w: position[w.last] - position[w.anchor])
-        for wrap in wraps:
-            first, last = position[wrap.anchor], position[wrap.last]
-            # What goes before the first wrapped statement goes before the `with`, which
-            # takes that statement's place (a value the `with` line reads is built first).
-            ahead = len(before.get(wrap.anchor, ())) if wrap.anchor not in removed else 0
-            outside = segments[first][:ahead]
-            body = [s for segment in segments[first : last + 1] for s in segment][ahead:]
-            for i in range(first, last + 1):
-                segments[i] = []
-            segments[first] = [*outside, _with(wrap.items, body)] if body else outside
-        statements = [s for segment in segments for s in segment]
-        first = original.body[0] if original.body else None
-        if (
-            isinstance(updated, cst.IndentedBlock)
-            and statements
-            and (first in removed or self.items.get(first) == [])
-            and not before.get(first)
-        ):
+        block = self._block_edits(original, updated)
+        built = self._segments(original, updated, block)
+        for wrap in block.wraps:
+            _wrap_segments(built.segments, wrap, block)
+        statements = [s for segment in built.segments for s in segment]
+        carried = built.carried
+        if isinstance(updated, cst.IndentedBlock) and statements and self._first_went(original, block):
             # What was first went: the statement now first takes no blank line above it,
             # as formatters leave a block (its comment lines stay).
             _, kept = split_blank(statements[0].leading_lines)
@@ -633,6 +566,132 @@ class _Apply(cst.CSTTransformer):
             carried = []
             self.emptied.add(original)
         return updated.with_changes(body=statements, footer=[*carried, *updated.footer])
+
+    def _block_edits(self, original, updated) -> _BlockEdits:
+        """The edits of the block `original`, by the statement they anchor at; the statements
+        moved out of it are taken out first (`moved`), before the block they go to is made."""
+        edits = self.blocks[original]
+        position = {statement: i for i, statement in enumerate(original.body)}
+        leaving = {e.anchor for e in edits if isinstance(e, Move) and e.anchor in position}
+        for statement, new in zip(original.body, updated.body):
+            if statement in leaving:
+                self.moved[statement] = self.items.get(statement, [new])
+        removals = [e for e in edits if isinstance(e, Remove)]
+        block = _BlockEdits(
+            position=position,
+            removed={e.anchor for e in removals} | leaving,
+            uncommented={e.anchor for e in removals if not e.keep_comments} | leaving,
+            wraps=sorted(
+                (e for e in edits if isinstance(e, Wrap)), key=lambda w: position[w.last] - position[w.anchor]
+            ),
+        )
+        for edit in edits:
+            if isinstance(edit, InsertBefore):
+                block.before.setdefault(edit.anchor, []).extend(edit.statements)
+            elif isinstance(edit, InsertAfter):
+                block.after.setdefault(edit.anchor, []).extend(edit.statements)
+            elif isinstance(edit, Move) and edit.to in position and self.moved[edit.anchor]:
+                moved = self.moved[edit.anchor]
+                block.before.setdefault(edit.to, []).extend([edit.moved(moved[0]), *moved[1:]])
+        return block
+
+    def _segments(self, original, updated, block: _BlockEdits) -> _Segments:
+        """What each statement of the block becomes, with what is inserted around it."""
+        built = _Segments()
+        for statement, new in zip(original.body, updated.body):
+            kept = self._kept(statement, new, block)
+            before, after = block.before.get(statement, ()), block.after.get(statement, ())
+            if not kept and statement not in block.uncommented and _has_comments(statement, detached=True):
+                built.carried.extend(_detached(statement.leading_lines))
+            elif not kept and not before and not after:
+                built.skip(statement)
+                continue
+            built.add(_joined(before, kept, after))
+        return built
+
+    def _kept(self, statement, new, block: _BlockEdits) -> list[cst.BaseStatement]:
+        """What `statement` (`new` with the edits inside it made) becomes in its block."""
+        kept = [] if statement in block.removed else self.items.get(statement, [new])
+        if statement in self.run_ends and kept == [new]:
+            # its comments described the run the fix replaced
+            kept[0] = new.with_changes(
+                leading_lines=_detached(new.leading_lines),
+                trailing_whitespace=new.trailing_whitespace.with_changes(
+                    whitespace=cst.SimpleWhitespace(""), comment=None
+                ),
+            )
+        return kept
+
+    def _first_went(self, original, block: _BlockEdits) -> bool:
+        """Did the block's first statement go, with nothing inserted in its place?"""
+        first = original.body[0] if original.body else None
+        return (first in block.removed or self.items.get(first) == []) and not block.before.get(first)
+
+
+@dataclass
+class _BlockEdits:
+    """The edits of one block, by the statements they anchor at."""
+
+    position: dict[cst.CSTNode, int]  # statement -> its place in the block
+    removed: set[cst.CSTNode]  # removed or moved out
+    uncommented: set[cst.CSTNode]  # ... and their comment lines with them
+    wraps: list[Wrap]  # the shortest runs first, so that a `with` may hold another
+    before: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)  # inserted or moved there
+    after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+
+
+@dataclass
+class _Segments:
+    """The new statements of a block, one segment per statement it had, and the lines of the
+    statements removed on their way to the next statement kept."""
+
+    segments: list[list[cst.BaseStatement]] = field(default_factory=list)
+    carried: list[cst.EmptyLine] = field(default_factory=list)  # comment lines of removed statements
+    # The blank lines above removed statements, which separated them and what follows
+    # from the statements before: the next statement gets them if it has none.
+    gap: list[cst.EmptyLine] = field(default_factory=list)
+
+    def skip(self, statement: cst.BaseStatement) -> None:
+        """`statement` goes, and nothing takes its place."""
+        self.gap = self.gap or split_blank(statement.leading_lines)[0]
+        self.segments.append([])
+
+    def add(self, segment: list[cst.BaseStatement]) -> None:
+        if segment and self.carried:
+            segment[0] = segment[0].with_changes(leading_lines=[*self.carried, *segment[0].leading_lines])
+            self.carried = []
+        if segment and self.gap and not segment[0].leading_lines:
+            segment[0] = segment[0].with_changes(leading_lines=self.gap)
+        if segment:
+            self.gap = []
+        self.segments.append(segment)
+
+
+def _joined(
+    before: Sequence[cst.BaseStatement], kept: list[cst.BaseStatement], after: Sequence[cst.BaseStatement]
+) -> list[cst.BaseStatement]:
+    """A statement's segment: what is inserted before it, what it became, what is inserted
+    after it. Those inserted before take the blank lines above it."""
+    before = list(before)
+    if before and kept and kept[0].leading_lines:
+        blank, own = split_blank(kept[0].leading_lines)
+        if not before[0].leading_lines:
+            before[0] = before[0].with_changes(leading_lines=blank)
+        kept = [kept[0].with_changes(leading_lines=own), *kept[1:]]
+    return [*before, *kept, *after]
+
+
+def _wrap_segments(segments: list[list[cst.BaseStatement]], wrap: Wrap, block: _BlockEdits) -> None:
+    """Put the statements of `wrap`'s run in a `with`, in the segment of its first statement."""
+    first, last = block.position[wrap.anchor], block.position[wrap.last]
+    # What goes before the first wrapped statement goes before the `with`, which
+    # takes that statement's place (a value the `with` line reads is built first).
+    ahead = len(block.before.get(wrap.anchor, ())) if wrap.anchor not in block.removed else 0
+    outside = segments[first][:ahead]
+    body = [s for segment in segments[first : last + 1] for s in segment][ahead:]
+    for i in range(first, last + 1):
+        segments[i] = []
+    segments[first] = [*outside, _with(wrap.items, body)] if body else outside
 
 
 def _as_statements(result: Replacement) -> list[cst.BaseStatement]:
