@@ -221,95 +221,25 @@ def join(
     measured: dict, maps: Mapping[str, Mapping[int, int]], findings: Sequence[tuple[str, Finding]], trace: dict
 ) -> dict:
     """The attribution of runtime/profile.py, on the original lines, joined to `findings`."""
-    steps = max(1, measured.get("steps") or 1)
-    per_step = 1e-6 / steps  # ns over the window -> ms per step
-
-    def place(stack) -> tuple:
-        return tuple((f, maps.get(f, {}).get(n, n)) for f, n in stack)
-
-    entries = [(place(e["stack"]), e["category"], e["ns"]) for e in measured["entries"]]
-    kernels = [(place(k["stack"]), k["ns"]) for k in measured.get("kernels") or []]
-    counts = [(place(c["stack"]), c["calls"], c["ops"]) for c in measured.get("counts") or []]
-    window = measured["window_ns"] or 1
+    attribution = _Attribution(measured, maps, findings)
+    per_step = attribution.per_step
     categories = dict.fromkeys(CATEGORIES, 0.0)
-    for _, category, ns in entries:
+    for _, category, ns in attribution.entries:
         categories[category] = categories.get(category, 0.0) + ns * per_step
-
-    spans = [_spans(finding) for _, finding in findings]
-    regions = _regions(findings, spans)
-    owning = [None if i in regions else span for i, span in enumerate(spans)]
-    owner = [_owner(stack, category, findings, owning) for stack, category, _ in entries]
-    rows = []
-    for index, (path, finding) in enumerate(findings):
-        if SAVES.get(finding.code) == "loop":
-            # A loop's fix runs everything under it once instead of n times: all of it counts,
-            # the findings inside it included (so shares may overlap).
-            mine = [i for i, (stack, _, _) in enumerate(entries) if _within(stack, path, spans[index])]
-        else:
-            mine = [i for i, who in enumerate(owner) if who == index]
-        by_category = dict.fromkeys(CATEGORIES, 0.0)
-        for i in mine:
-            by_category[entries[i][1]] += entries[i][2] * per_step
-        ms = sum(by_category.values())
-        kernel_ms = None
-        if kernels:
-            kernel_ms = sum(ns for stack, ns in kernels if _owner(stack, "ops", findings, spans) == index) * per_step
-        first, last = min(a for a, _ in spans[index]), max(b for _, b in spans[index])
-        saving_ms, saving = _saving(SAVES.get(finding.code), by_category, ms, counts, path, first, last, steps)
-        if index in regions:
-            saving = "not estimated: a setting for the region it spans, which holds other findings"
-        rows.append(
-            {
-                "code": finding.code,
-                "name": finding.name,
-                "path": path,
-                "line": finding.line,
-                "end_line": max(finding.line, finding.end_line or finding.line),
-                "lines": [list(span) for span in spans[index]],
-                "level": finding.level.label,
-                "fixable": finding.fixable,
-                "message": finding.message,
-                "ms": ms,
-                "share": ms * 1e6 * steps / window,
-                "categories": by_category,
-                "kernel_ms": kernel_ms,
-                "saving_ms": saving_ms,
-                "saving": saving,
-            }
-        )
-    covered = {i for i, who in enumerate(owner) if who is not None}
+    rows = [attribution.row(index) for index in range(len(findings))]
     rows.sort(key=lambda row: (-row["ms"], row["path"], row["line"], row["code"]))
     for rank, row in enumerate(rows, start=1):
         row["rank"] = rank
-    lines: dict[tuple, dict] = {}
-    uncovered_lines: dict[tuple, float] = {}
-    uncovered = 0.0
-    for i, (stack, category, ns) in enumerate(entries):
-        key = stack[-1] if stack else ("(outside the script's files)", 0)
-        line = lines.setdefault(key, {"ms": 0.0, "categories": dict.fromkeys(CATEGORIES, 0.0)})
-        line["ms"] += ns * per_step
-        line["categories"][category] += ns * per_step
-        if i not in covered:
-            uncovered += ns * per_step
-            uncovered_lines[key] = uncovered_lines.get(key, 0.0) + ns * per_step
-    step_ms = window * per_step
-    notes = []
-    if step_ms and categories["handoff"] >= HANDOFF_NOTE_SHARE * step_ms:
-        notes.append(
-            f"handoff {categories['handoff']:.1f} ms per step ({categories['handoff'] / step_ms:.0%}): the "
-            "DataLoader's worker processes sending batches and taking indices, each tensor's shared memory "
-            "passed over from its worker; more workers do not hide it, fewer or larger tensors per batch make "
-            "it cheaper per sample, and "
-            'torch.multiprocessing.set_sharing_strategy("file_system") passes each tensor by name instead of '
-            "by a connection to its worker (a process killed hard then leaves its shared memory behind)"
-        )
+    lines, uncovered_lines, uncovered = attribution.by_line()
+    step_ms = attribution.window * per_step
     gpu = None
     if measured.get("gpu_idle_ns") is not None:
-        gpu = {"kernel_ms": sum(ns for _, ns in kernels) * per_step, "idle_ms": measured["gpu_idle_ns"] * per_step}
+        kernel_ms = sum(ns for _, ns in attribution.kernels) * per_step
+        gpu = {"kernel_ms": kernel_ms, "idle_ms": measured["gpu_idle_ns"] * per_step}
     return {
         "device": trace.get("device"),
         "torch": trace.get("torch"),
-        "profiled_steps": steps,
+        "profiled_steps": attribution.steps,
         "step_ms": step_ms,
         "steps_per_s": trace.get("steps_per_s"),
         "categories": categories,
@@ -329,8 +259,111 @@ def join(
             for (f, n), v in sorted(lines.items(), key=lambda item: -item[1]["ms"])[:TOP_LINES]
         ],
         "trace": None,
-        "notes": notes,
+        "notes": _notes(categories, step_ms),
     }
+
+
+class _Attribution:
+    """The profile's measurements on the original lines, and the finding each moment of
+    host time belongs to (`_owner`)."""
+
+    def __init__(
+        self, measured: dict, maps: Mapping[str, Mapping[int, int]], findings: Sequence[tuple[str, Finding]]
+    ) -> None:
+        self.steps = max(1, measured.get("steps") or 1)
+        self.per_step = 1e-6 / self.steps  # ns over the window -> ms per step
+        self.window = measured["window_ns"] or 1
+        # (stack, category, ns) of host time, (stack, ns) of kernels, (stack, calls, ops) of calls
+        self.entries = [(_placed(e["stack"], maps), e["category"], e["ns"]) for e in measured["entries"]]
+        self.kernels = [(_placed(k["stack"], maps), k["ns"]) for k in measured.get("kernels") or []]
+        self.counts = [(_placed(c["stack"], maps), c["calls"], c["ops"]) for c in measured.get("counts") or []]
+        self.findings = findings
+        self.spans = [_spans(finding) for _, finding in findings]
+        self.regions = _regions(findings, self.spans)
+        owning = [None if i in self.regions else span for i, span in enumerate(self.spans)]
+        self.owner = [_owner(stack, category, findings, owning) for stack, category, _ in self.entries]
+
+    def row(self, index: int) -> dict:
+        """The time of the finding `index`, by category, and what its fix may save."""
+        path, finding = self.findings[index]
+        by_category = dict.fromkeys(CATEGORIES, 0.0)
+        for i in self._entries_of(index):
+            by_category[self.entries[i][1]] += self.entries[i][2] * self.per_step
+        ms = sum(by_category.values())
+        kernel_ms = None
+        if self.kernels:
+            owned = (ns for stack, ns in self.kernels if _owner(stack, "ops", self.findings, self.spans) == index)
+            kernel_ms = sum(owned) * self.per_step
+        spans = self.spans[index]
+        first, last = min(a for a, _ in spans), max(b for _, b in spans)
+        saving_ms, saving = _saving(
+            SAVES.get(finding.code), by_category, ms, self.counts, path, first, last, self.steps
+        )
+        if index in self.regions:
+            saving = "not estimated: a setting for the region it spans, which holds other findings"
+        return {
+            "code": finding.code,
+            "name": finding.name,
+            "path": path,
+            "line": finding.line,
+            "end_line": max(finding.line, finding.end_line or finding.line),
+            "lines": [list(span) for span in spans],
+            "level": finding.level.label,
+            "fixable": finding.fixable,
+            "message": finding.message,
+            "ms": ms,
+            "share": ms * 1e6 * self.steps / self.window,
+            "categories": by_category,
+            "kernel_ms": kernel_ms,
+            "saving_ms": saving_ms,
+            "saving": saving,
+        }
+
+    def _entries_of(self, index: int) -> list[int]:
+        """The moments of host time the finding `index` counts: those it owns; for a loop's
+        fix, which runs everything under it once instead of n times, all of it, the findings
+        inside it included (so shares may overlap)."""
+        path, finding = self.findings[index]
+        if SAVES.get(finding.code) == "loop":
+            return [i for i, (stack, _, _) in enumerate(self.entries) if _within(stack, path, self.spans[index])]
+        return [i for i, who in enumerate(self.owner) if who == index]
+
+    def by_line(self) -> tuple[dict[tuple, dict], dict[tuple, float], float]:
+        """The time per innermost line of the script (by category); that no finding owns,
+        per line and in all."""
+        covered = {i for i, who in enumerate(self.owner) if who is not None}
+        lines: dict[tuple, dict] = {}
+        uncovered_lines: dict[tuple, float] = {}
+        uncovered = 0.0
+        for i, (stack, category, ns) in enumerate(self.entries):
+            key = stack[-1] if stack else ("(outside the script's files)", 0)
+            line = lines.setdefault(key, {"ms": 0.0, "categories": dict.fromkeys(CATEGORIES, 0.0)})
+            line["ms"] += ns * self.per_step
+            line["categories"][category] += ns * self.per_step
+            if i not in covered:
+                uncovered += ns * self.per_step
+                uncovered_lines[key] = uncovered_lines.get(key, 0.0) + ns * self.per_step
+        return lines, uncovered_lines, uncovered
+
+
+def _placed(stack, maps: Mapping[str, Mapping[int, int]]) -> tuple:
+    """A stack of (file, line) of the instrumented copy, on the original lines."""
+    return tuple((f, maps.get(f, {}).get(n, n)) for f, n in stack)
+
+
+def _notes(categories: dict[str, float], step_ms: float) -> list[str]:
+    """What the profile cannot attribute to a fix but a user should know."""
+    notes = []
+    if step_ms and categories["handoff"] >= HANDOFF_NOTE_SHARE * step_ms:
+        notes.append(
+            f"handoff {categories['handoff']:.1f} ms per step ({categories['handoff'] / step_ms:.0%}): the "
+            "DataLoader's worker processes sending batches and taking indices, each tensor's shared memory "
+            "passed over from its worker; more workers do not hide it, fewer or larger tensors per batch make "
+            "it cheaper per sample, and "
+            'torch.multiprocessing.set_sharing_strategy("file_system") passes each tensor by name instead of '
+            "by a connection to its worker (a process killed hard then leaves its shared memory behind)"
+        )
+    return notes
 
 
 def _spans(finding: Finding) -> list[tuple[int, int]]:
