@@ -112,37 +112,8 @@ def add(
     if not needed:
         return module
     body = list(module.body)
-    new_lines: list[cst.SimpleStatementLine] = []
-    holds: dict[int, list[AddImport]] = {}  # id of a new line -> the imports it makes
-    by_module: dict[str, list[str]] = {}
-    for item in needed:
-        if item.name is None:
-            new_lines.append(cst.SimpleStatementLine([cst.Import([cst.ImportAlias(_name(item.module))])]))
-            holds[id(new_lines[-1])] = [item]
-        else:
-            by_module.setdefault(item.module, []).append(item.name)
-    for source, names in by_module.items():
-        position = from_import(body, source)
-        if position is None:
-            aliases = [cst.ImportAlias(cst.Name(n)) for n in sorted(names, key=_name_order)]
-            new_lines.append(cst.SimpleStatementLine([cst.ImportFrom(module=_name(source), names=_commas(aliases))]))
-            holds[id(new_lines[-1])] = [item for item in needed if item.module == source and item.name is not None]
-            continue
-        line_index, small_index = position
-        line = body[line_index]
-        statement = line.body[small_index]
-        merged = list(statement.names)
-        for name in sorted(names, key=_name_order):
-            merged = _joined(merged, name, statement)
-        new_small = [*line.body]
-        new_small[small_index] = statement.with_changes(names=merged)
-        body[line_index] = line.with_changes(body=new_small)
-    at = 0
-    if site.after is not None:
-        at = next((i + 1 for i, s in enumerate(body) if s is site.after), None)
-        if at is None:  # the statement was rewritten: go after the imports at the top as they are now
-            fresh = import_site(module.with_changes(body=body)).after
-            at = next((i + 1 for i, s in enumerate(body) if s is fresh), 0)
+    new_lines, holds = _new_import_lines(body, needed)
+    at = _insertion_index(module, body, site)
     if not new_lines:
         return module.with_changes(body=body)
     if any(_is_import(statement) for statement in body[:at]):
@@ -151,11 +122,9 @@ def add(
         for new_line in sorted(new_lines, key=_sort_key):
             body, at, position, moved = _sorted_in(body, at, new_line, first_party)
             origin.insert(position, None)
-            before = next((s for s in reversed(origin[:position]) if s is not None), None)
-            after = origin[position + 1] if moved and position + 1 < len(origin) else None
-            neighbours = [(k, s) for k, s in enumerate((before, after)) if s is not None]
-            for item in holds[id(new_line)]:
-                if placed is not None:
+            if placed is not None:
+                neighbours = _neighbours(origin, position, moved)
+                for item in holds[id(new_line)]:
                     placed[item] = neighbours
         _blank_line_after_imports(body, at)
         return module.with_changes(body=body)
@@ -166,6 +135,70 @@ def add(
     new_lines.sort(key=_sort_key)
     _blank_line_after_imports(body, at)
     return module.with_changes(body=[*body[:at], *new_lines, *body[at:]])
+
+
+def _new_import_lines(
+    body: list[cst.BaseStatement], needed: Sequence[AddImport]
+) -> tuple[list[cst.SimpleStatementLine], dict[int, list[AddImport]]]:
+    """The new import lines `needed` takes, and the imports each makes (by the line's id).
+    Names from a module `body` already imports from join that statement instead (`body`
+    changes)."""
+    new_lines: list[cst.SimpleStatementLine] = []
+    holds: dict[int, list[AddImport]] = {}
+    by_module: dict[str, list[str]] = {}
+    for item in needed:
+        if item.name is None:
+            new_lines.append(cst.SimpleStatementLine([cst.Import([cst.ImportAlias(_name(item.module))])]))
+            holds[id(new_lines[-1])] = [item]
+        else:
+            by_module.setdefault(item.module, []).append(item.name)
+    for source, names in by_module.items():
+        if _joined_from_import(body, source, names):
+            continue
+        aliases = [cst.ImportAlias(cst.Name(n)) for n in sorted(names, key=_name_order)]
+        new_lines.append(cst.SimpleStatementLine([cst.ImportFrom(module=_name(source), names=_commas(aliases))]))
+        holds[id(new_lines[-1])] = [item for item in needed if item.module == source and item.name is not None]
+    return new_lines, holds
+
+
+def _joined_from_import(body: list[cst.BaseStatement], source: str, names: list[str]) -> bool:
+    """Did `names` join the statement of `body` that imports from `source` (there is one)?"""
+    position = from_import(body, source)
+    if position is None:
+        return False
+    line_index, small_index = position
+    line = body[line_index]
+    statement = line.body[small_index]
+    merged = list(statement.names)
+    for name in sorted(names, key=_name_order):
+        merged = _joined(merged, name, statement)
+    new_small = [*line.body]
+    new_small[small_index] = statement.with_changes(names=merged)
+    body[line_index] = line.with_changes(body=new_small)
+    return True
+
+
+def _insertion_index(module: cst.Module, body: list[cst.BaseStatement], site: ImportSite) -> int:
+    """Where in `body` (the module's, with imports joined) the new lines go: after the
+    site's statement, or after the imports at the top as they are now when that statement
+    was rewritten."""
+    if site.after is None:
+        return 0
+    at = next((i + 1 for i, s in enumerate(body) if s is site.after), None)
+    if at is None:
+        fresh = import_site(module.with_changes(body=body)).after
+        at = next((i + 1 for i, s in enumerate(body) if s is fresh), 0)
+    return at
+
+
+def _neighbours(
+    origin: list[cst.BaseStatement | None], position: int, moved: bool
+) -> list[tuple[int, cst.BaseStatement]]:
+    """For `add`'s `placed`: (0, the statement a new line at `position` of `origin` follows)
+    and (1, the one after it) where that one `moved` (its blank lines change)."""
+    before = next((s for s in reversed(origin[:position]) if s is not None), None)
+    after = origin[position + 1] if moved and position + 1 < len(origin) else None
+    return [(k, s) for k, s in enumerate((before, after)) if s is not None]
 
 
 def _blank_line_after_imports(body: list[cst.BaseStatement], at: int) -> None:
