@@ -415,9 +415,11 @@ class Variance:
         """Why the object `name` holds may change in place through `use`, one of its reads
         in the loop: changed there, or handed to a call that may change it."""
         climbed = self._climb_memory(use)
-        if climbed is None or _changed_at(use, *climbed[:2]):
+        if climbed is None:
             return f"`{name}` is changed in place in the loop"
         node, parent, shared = climbed
+        if _changed_at(use, node, parent):
+            return f"`{name}` is changed in place in the loop"
         call = self.context.parents.get(parent)
         if (
             shared
@@ -648,9 +650,9 @@ def single_assignment(line: cst.CSTNode) -> cst.Assign | None:
 
 
 def _changed_at(use: cst.Name, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
-    """Is the object `use` holds changed where `node`, `use` or an item of it, sits in
-    `parent`: an item assigned (`x[0] = y`), augmented (`x += y`), deleted (`del x[0]`), or
-    the `out=` of a call?"""
+    """Is the object `use` holds changed where `node` (`use`, or an item or view of it)
+    sits in `parent`: an item assigned (`x[0] = y`), augmented (`x += y`), deleted
+    (`del x[0]`), or the `out=` of a call?"""
     if isinstance(parent, cst.AssignTarget) and node is not use:
         return True  # `x[0] = y`
     if isinstance(parent, cst.AugAssign) and parent.target is node:
