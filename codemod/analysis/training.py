@@ -111,7 +111,10 @@ TensorSites = Callable[
 
 
 class _Steering(enum.Enum):
-    FLOWS_ON = "a value passes through a node to the one enclosing it, undecided"
+    """What `Training.steers` finds at a node besides where a value steers (a node) or that
+    it steers nothing (None): the value passes on, undecided, to the node around it."""
+
+    FLOWS_ON = enum.auto()
 
 
 @dataclass(frozen=True)
