@@ -391,9 +391,8 @@ class LoopReader:
             if not self._bound_before(name, loop):
                 raise Unsupported(f"`{name}` is read before it is assigned in the loop and not bound before it")
             self.env[name] = Prev(plus(self.layouts.rank(tensor), -1), name)
-        lists = self._collected_lists(statements, loop)
         for statement in statements:
-            self._statement(statement, result, states, lists)
+            self._statement(statement, result, states)
         for state in result.states.values():
             split = affine(state.update, state.name)
             if split is None:
@@ -493,104 +492,75 @@ class LoopReader:
             for binding in kinds.reaching(read)
         )
 
-    def _collected_lists(self, statements, loop) -> dict[str, cst.CSTNode]:
-        """Lists the loop appends to: name -> the append call."""
-        found = {}
-        for statement in statements:
-            if (
-                isinstance(statement, cst.Expr)
-                and isinstance(statement.value, cst.Call)
-                and isinstance(statement.value.func, cst.Attribute)
-                and statement.value.func.attr.value == "append"
-                and isinstance(statement.value.func.value, cst.Name)
-            ):
-                found[statement.value.func.value.value] = statement
-        return found
-
-    def _statement(self, statement, result: TimeLoop, states: set[str], lists) -> None:
+    def _statement(self, statement, result: TimeLoop, states: set[str]) -> None:
         if isinstance(statement, cst.Assign):
-            if len(statement.targets) != 1:
-                raise Unsupported("a chained assignment in the loop")
-            target = statement.targets[0].target
-            if (
-                isinstance(target, (cst.Tuple, cst.List))
-                and isinstance(statement.value, (cst.Tuple, cst.List))
-                and len(target.elements) == len(statement.value.elements)
-                and all(isinstance(e.value, cst.Name) for e in target.elements)
-                and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *statement.value.elements))
-            ):
-                values = [self.sym(e.value) for e in statement.value.elements]  # all read before any is bound
-                for element, value in zip(target.elements, values):
-                    if element.value.value in states:
-                        raise Unsupported(f"the state `{element.value.value}` is assigned in a tuple")
-                    self.env[element.value.value] = value
-                return
-            if isinstance(target, cst.Name):
-                value = self.sym(statement.value)
-                if target.value in states:
-                    result.states[target.value] = State(target.value, value, statement=statement)
-                    prev = self.env[target.value]
-                    self.env[target.value] = New(prev.rank if prev.rank is not None else value.rank, target.value)
-                else:
-                    self.env[target.value] = value
-                return
-            if isinstance(target, cst.Subscript):
-                slot = self._slot(target)
-                if slot is None:
-                    raise Unsupported(f"the loop writes `{self.code(target)}`, not a slot of a tensor at the step")
-                name, dim = slot
-                value = self.sym(statement.value)
-                if name in self.slot_states:
-                    if name in result.states:
-                        raise Unsupported(f"the state `{name}` is written more than once in a step")
-                    initial = self.slot_states[name][2]
-                    result.states[name] = State(name, value, statement=statement, initial=initial)
-                    value = New(self.env[name].rank, name)
-                result.outputs.append(Output("slot", name, value, statement, target, dim))
-                return
+            self._assign(statement, result, states)
+        elif isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
+            self._augmented_assign(statement, result, states)
+        elif _appended_value(statement) is not None:
+            self._append(statement, result)
+        else:
+            raise Unsupported(f"the loop body runs `{self.code(statement)}`")
+
+    def _assign(self, statement: cst.Assign, result: TimeLoop, states: set[str]) -> None:
+        if len(statement.targets) != 1:
+            raise Unsupported("a chained assignment in the loop")
+        target = statement.targets[0].target
+        if _unpacks_names(target, statement.value):
+            values = [self.sym(e.value) for e in statement.value.elements]  # all read before any is bound
+            for element, value in zip(target.elements, values):
+                if element.value.value in states:
+                    raise Unsupported(f"the state `{element.value.value}` is assigned in a tuple")
+                self.env[element.value.value] = value
+        elif isinstance(target, cst.Name):
+            self._bind(target.value, self.sym(statement.value), statement, result, states)
+        elif isinstance(target, cst.Subscript):
+            self._slot_write(target, statement, result)
+        else:
             raise Unsupported(f"the loop assigns `{self.code(target)}`")
-        if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
-            operator = {
-                cst.AddAssign: cst.Add,
-                cst.SubtractAssign: cst.Subtract,
-                cst.MultiplyAssign: cst.Multiply,
-                cst.DivideAssign: cst.Divide,
-            }.get(type(statement.operator))
-            if operator is None:
-                raise Unsupported(f"`{self.code(statement)}` in the loop")
-            name = statement.target.value
-            node = cst.BinaryOperation(cst.Name(name), operator(), atom(statement.value))
-            left = self.env.get(name) or self.sym(statement.target)
-            value = Op(
-                None,
-                {cst.Add: "add", cst.Subtract: "sub", cst.Multiply: "mul", cst.Divide: "div"}[operator],
-                (left, self.sym(statement.value)),
-                (),
-                node,
-            )
-            value = Op(_broadcast_rank(value.args), value.op, value.args, (), node)
-            if name in states:
-                result.states[name] = State(name, value, statement=statement)
-                prev = self.env[name]
-                self.env[name] = New(prev.rank if prev.rank is not None else value.rank, name)
-            else:
-                self.env[name] = value
+
+    def _augmented_assign(self, statement: cst.AugAssign, result: TimeLoop, states: set[str]) -> None:
+        """`h += x` (`-=`, `*=`, `/=`), read as `h = h + x`."""
+        operation = _AUGMENTED_OPERATIONS.get(type(statement.operator))
+        if operation is None:
+            raise Unsupported(f"`{self.code(statement)}` in the loop")
+        operator, op = operation
+        name = statement.target.value
+        node = cst.BinaryOperation(cst.Name(name), operator(), atom(statement.value))
+        args = (self.env.get(name) or self.sym(statement.target), self.sym(statement.value))
+        self._bind(name, Op(_broadcast_rank(args), op, args, (), node), statement, result, states)
+
+    def _bind(self, name: str, value: Sym, statement, result: TimeLoop, states: set[str]) -> None:
+        """`name = value` in the step: a state's update, read after it as the state's new value."""
+        if name not in states:
+            self.env[name] = value
             return
-        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-            call = statement.value
-            if (
-                isinstance(call.func, cst.Attribute)
-                and call.func.attr.value == "append"
-                and isinstance(call.func.value, cst.Name)
-                and len(call.args) == 1
-                and not call.args[0].keyword
-            ):
-                name = call.func.value.value
-                if any(o.name == name for o in result.outputs):
-                    raise Unsupported(f"`{name}` is appended to twice in a step")
-                result.outputs.append(Output("list", name, self.sym(call.args[0].value), statement))
-                return
-        raise Unsupported(f"the loop body runs `{self.code(statement)}`")
+        result.states[name] = State(name, value, statement=statement)
+        prev = self.env[name]
+        self.env[name] = New(prev.rank if prev.rank is not None else value.rank, name)
+
+    def _slot_write(self, target: cst.Subscript, statement: cst.Assign, result: TimeLoop) -> None:
+        """`out[:, t] = value`: an output written into the step's slot, or the update of a
+        state kept in the slots."""
+        slot = self._slot(target)
+        if slot is None:
+            raise Unsupported(f"the loop writes `{self.code(target)}`, not a slot of a tensor at the step")
+        name, dim = slot
+        value = self.sym(statement.value)
+        if name in self.slot_states:
+            if name in result.states:
+                raise Unsupported(f"the state `{name}` is written more than once in a step")
+            initial = self.slot_states[name][2]
+            result.states[name] = State(name, value, statement=statement, initial=initial)
+            value = New(self.env[name].rank, name)
+        result.outputs.append(Output("slot", name, value, statement, target, dim))
+
+    def _append(self, statement: cst.Expr, result: TimeLoop) -> None:
+        """`outs.append(value)`: an output collected into a list, once a step."""
+        name = statement.value.func.value.value
+        if any(o.name == name for o in result.outputs):
+            raise Unsupported(f"`{name}` is appended to twice in a step")
+        result.outputs.append(Output("list", name, self.sym(_appended_value(statement)), statement))
 
     def _slot(self, target: cst.Subscript) -> tuple[str, int] | None:
         """(name, dim) for `out[:, t] = ...` / `out[t] = ...` (leading full slices, then the step)."""
@@ -770,7 +740,7 @@ class LoopReader:
             raise Unsupported(f"`{self.code(node)}` in the loop")
         left, right = self.sym(node.left), self.sym(node.right)
         if op == "matmul":
-            return Op(_matmul_rank(left.rank, right.rank), op, (left, right), (), node)
+            return _matmul(left, right, node)
         return Op(_broadcast_rank((left, right)), op, (left, right), (), node)
 
     def _subscript(self, node: cst.Subscript) -> Sym:
@@ -864,8 +834,7 @@ class LoopReader:
             other = self.sym(values[0])
             return Op(_broadcast_rank((inner, other)), method, (inner, other), (), node)
         if method in BROADCAST_PRODUCT_METHODS and len(values) == 1:
-            other = self.sym(values[0])
-            return Op(_matmul_rank(inner.rank, other.rank), "matmul", (inner, other), (), node)
+            return _matmul(inner, self.sym(values[0]), node)
         if method in ELEMENTWISE_METHODS:
             self._constant_args(node, receiver)
             if method in ("contiguous", "clone"):
@@ -918,55 +887,117 @@ class LoopReader:
         return Op(rank, "reduce", (inner,), (tuple(dims), keepdim, method, skip_first), node)
 
     def _torch_call(self, node: cst.Call, name: str) -> Sym:
-        short = name.rsplit(".", 1)[1]
         values = [a.value for a in node.args if a.keyword is None]
         if name == "torch.einsum":
-            if not values or not isinstance(values[0], cst.SimpleString) or len(node.args) != len(values):
-                raise Unsupported(f"`{self.code(node)}`: an einsum whose equation is not a string literal")
-            spec = Spec.parse(values[0].evaluated_value)
-            if spec is None or len(spec.inputs) != len(values) - 1:
-                raise Unsupported(f"`{self.code(node)}`: an einsum equation without `->` or with other operands")
-            operands = tuple(self.sym(v) for v in values[1:])
-            for letters, operand in zip(spec.inputs, operands):
-                if "." not in letters and operand.rank is not None and operand.rank != len(letters):
-                    raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
-            rank = None if spec.has_ellipsis else len(spec.output)
-            return Op(rank, "einsum", operands, (spec,), node)
+            return self._einsum(node, values)
         if name in BROADCAST_PRODUCT_FUNCTIONS and len(values) == 2 and len(node.args) == 2:
-            left, right = self.sym(values[0]), self.sym(values[1])
-            return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
-        if name == "torch.outer" and len(values) == 2:  # of two vectors: a[:, None] * b[None, :]
-            left, right = self.sym(values[0]), self.sym(values[1])
-            if left.rank not in (1, None) or right.rank not in (1, None):
-                raise Unsupported(f"`{self.code(node)}` of values that are not vectors")
-            left, right = Op(2, "unsqueeze", (left,), (-1,), None), Op(2, "unsqueeze", (right,), (-2,), None)
-            return Op(2, "mul", (left, right), (), None)
+            return _matmul(self.sym(values[0]), self.sym(values[1]), node)
+        if name == "torch.outer" and len(values) == 2:
+            return self._outer_product(node, values)
         if name in ELEMENTWISE_FUNCTIONS and values:
             inner = self.sym(values[0])
             self._constant_args(node, values[0])
             return Op(inner.rank, "map", (inner,), ("arg0",), node)
-        if short in REDUCTIONS and values:
-            inner = self.sym(values[0])
-            return self._reduction(node, inner, short, skip_first=True)
-        if short in ("softmax", "log_softmax") and values:
-            inner = self.sym(values[0])
-            dim_arg = positional(node, 1) or kwarg(node, "dim")
-            dim = integer_value(dim_arg.value) if dim_arg is not None else None
-            if dim is None or len(node.args) != 2:
-                raise Unsupported(f"`{self.code(node)}`")
-            return Op(inner.rank, "dimwise", (inner,), (dim, "arg0"), node)
-        if short == "lerp" and len(values) == 3:
-            return _lerp(self.sym(values[0]), self.sym(values[1]), self.sym(values[2]))
-        if short in ("unsqueeze", "transpose", "squeeze") and values:
-            rest = node.with_changes(
-                func=cst.Attribute(atom(values[0]), cst.Name(short)),
-                args=[a for a in node.args if a.value is not values[0]],
-            )
-            return self._method(rest, short, values[0])
-        raise Unsupported(f"`{self.code(node.func)}` on a step value")
+        short = name.rsplit(".", 1)[1]
+        read = self._TORCH_FUNCTIONS.get(short)
+        if read is None or not values:
+            raise Unsupported(f"`{self.code(node.func)}` on a step value")
+        return read(self, node, short, values)
+
+    def _einsum(self, node: cst.Call, values: list[cst.BaseExpression]) -> Sym:
+        if not values or not isinstance(values[0], cst.SimpleString) or len(node.args) != len(values):
+            raise Unsupported(f"`{self.code(node)}`: an einsum whose equation is not a string literal")
+        spec = Spec.parse(values[0].evaluated_value)
+        if spec is None or len(spec.inputs) != len(values) - 1:
+            raise Unsupported(f"`{self.code(node)}`: an einsum equation without `->` or with other operands")
+        operands = tuple(self.sym(v) for v in values[1:])
+        for letters, operand in zip(spec.inputs, operands):
+            if "." not in letters and operand.rank is not None and operand.rank != len(letters):
+                raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
+        rank = None if spec.has_ellipsis else len(spec.output)
+        return Op(rank, "einsum", operands, (spec,), node)
+
+    def _outer_product(self, node: cst.Call, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.outer(a, b)` of two vectors: a[:, None] * b[None, :]."""
+        left, right = self.sym(values[0]), self.sym(values[1])
+        if left.rank not in (1, None) or right.rank not in (1, None):
+            raise Unsupported(f"`{self.code(node)}` of values that are not vectors")
+        left, right = Op(2, "unsqueeze", (left,), (-1,), None), Op(2, "unsqueeze", (right,), (-2,), None)
+        return Op(2, "mul", (left, right), (), None)
+
+    def _reduction_function(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.sum(x, dim)`: the reduction of its first argument."""
+        return self._reduction(node, self.sym(values[0]), short, skip_first=True)
+
+    def _softmax_function(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.softmax(x, dim)` (`log_softmax`): along one dim of its first argument."""
+        inner = self.sym(values[0])
+        dim_arg = positional(node, 1) or kwarg(node, "dim")
+        dim = integer_value(dim_arg.value) if dim_arg is not None else None
+        if dim is None or len(node.args) != 2:
+            raise Unsupported(f"`{self.code(node)}`")
+        return Op(inner.rank, "dimwise", (inner,), (dim, "arg0"), node)
+
+    def _lerp_function(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        if len(values) != 3:
+            raise Unsupported(f"`{self.code(node.func)}` on a step value")
+        return _lerp(self.sym(values[0]), self.sym(values[1]), self.sym(values[2]))
+
+    def _as_method(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.unsqueeze(x, d)` read as `x.unsqueeze(d)`."""
+        rest = node.with_changes(
+            func=cst.Attribute(atom(values[0]), cst.Name(short)),
+            args=[a for a in node.args if a.value is not values[0]],
+        )
+        return self._method(rest, short, values[0])
+
+    # torch functions of a step value by their name without the module, beside the
+    # products and elementwise functions
+    _TORCH_FUNCTIONS = {
+        **dict.fromkeys(REDUCTIONS, _reduction_function),
+        "softmax": _softmax_function,
+        "log_softmax": _softmax_function,
+        "lerp": _lerp_function,
+        **dict.fromkeys(("unsqueeze", "transpose", "squeeze"), _as_method),
+    }
 
 
 # -- helpers for reading -------------------------------------------------------------------
+
+
+# `h += x` as `h = h + x`: the operator and the op it reads as
+_AUGMENTED_OPERATIONS = {
+    cst.AddAssign: (cst.Add, "add"),
+    cst.SubtractAssign: (cst.Subtract, "sub"),
+    cst.MultiplyAssign: (cst.Multiply, "mul"),
+    cst.DivideAssign: (cst.Divide, "div"),
+}
+
+
+def _unpacks_names(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> bool:
+    """`a, b = x, y`: names bound, one from each element of a tuple of the same length."""
+    return (
+        isinstance(target, (cst.Tuple, cst.List))
+        and isinstance(value, (cst.Tuple, cst.List))
+        and len(target.elements) == len(value.elements)
+        and all(isinstance(e.value, cst.Name) for e in target.elements)
+        and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements))
+    )
+
+
+def _appended_value(statement) -> cst.BaseExpression | None:
+    """`value` of a statement `name.append(value)`, else None."""
+    call = statement.value if isinstance(statement, cst.Expr) else None
+    if (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and isinstance(call.func.value, cst.Name)
+        and len(call.args) == 1
+        and not call.args[0].keyword
+    ):
+        return call.args[0].value
+    return None
 
 
 def _reversed_range(iterable: cst.BaseExpression, names) -> cst.Call | None:
@@ -1058,6 +1089,10 @@ def _matmul_rank(a: int | None, b: int | None) -> int | None:
     if a == 1 or b == 1:
         return max(a, b) - 1
     return max(a, b)
+
+
+def _matmul(left: Sym, right: Sym, node) -> Sym:
+    return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
 
 
 def _unsqueeze(inner: Sym, dim: int | None, node, negative: int | None = None) -> Sym:
